@@ -1,0 +1,89 @@
+"""The one user-facing error type of attnc.
+
+Every mistake a user can make -- in the `.attn` source, in a compile option, in a
+pass that finds a plan infeasible -- is raised as `AttncError` carrying a source
+span, and rendered the way compilers do:
+
+    gemma2.attn:7:22: error: unknown name 'x'
+      score_mod(s, b, h, i, j) = x * s
+                                 ^
+
+Compiler frames never reach the user: the CLI prints `render()` and exits 1.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Span:
+    """A 1-based (line, column) range in a source file; `end_*` is exclusive."""
+
+    line: int
+    col: int
+    end_line: int | None = None
+    end_col: int | None = None
+
+    @staticmethod
+    def of(meta) -> "Span":
+        """The span of a lark `Tree.meta` or `Token`."""
+        line = getattr(meta, "line", None) or 1
+        col = getattr(meta, "column", None) or 1
+        return Span(line, col, getattr(meta, "end_line", None), getattr(meta, "end_column", None))
+
+
+class AttncError(Exception):
+    """A user-facing error: a message, optionally located in a source file."""
+
+    def __init__(self, message: str, span: Span | None = None, *,
+                 filename: str = "<input>", source: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.span = span
+        self.filename = filename
+        self.source = source
+
+    def located(self, filename: str, source: str) -> "AttncError":
+        """Attach the file this error belongs to (keeps an already set file)."""
+        if self.source is None:
+            self.filename, self.source = filename, source
+        return self
+
+    def render(self) -> str:
+        if self.span is None:
+            return f"{self.filename}: error: {self.message}"
+        head = f"{self.filename}:{self.span.line}:{self.span.col}: error: {self.message}"
+        line_text = _source_line(self.source, self.span.line)
+        if line_text is None:
+            return head
+        line_text, col = _window(line_text, self.span.col)
+        return f"{head}\n{line_text}\n{' ' * (col - 1)}^"
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+_WINDOW = 100
+
+
+def _window(text: str, col: int) -> tuple[str, int]:
+    """Clip a very long source line to a window around `col` (1-based)."""
+    if len(text) <= 2 * _WINDOW:
+        return text, col
+    start = max(0, col - 1 - _WINDOW // 2)
+    clipped = text[start:start + _WINDOW]
+    prefix = "..." if start > 0 else ""
+    suffix = "..." if start + _WINDOW < len(text) else ""
+    return prefix + clipped + suffix, col - start + len(prefix)
+
+
+def _source_line(source: str | None, line: int) -> str | None:
+    if source is None:
+        return None
+    lines = source.split("\n")
+    if not 1 <= line <= len(lines):
+        return None
+    text = lines[line - 1].rstrip("\r")
+    # Keep the caret under the right character: tabs and control characters
+    # become one printable character each.
+    return "".join(c if c.isprintable() else (" " if c == "\t" else "?") for c in text)

@@ -1,0 +1,266 @@
+"""Source text -> `ast.AttentionDecl`, with every syntax error as an `AttncError`.
+
+Hostile input is handled before Lark sees it: undecodable bytes, empty files and
+bracket nesting deeper than `MAX_NESTING` are reported with a position, so that no
+input can drive the parser or the later recursive stages into a Python traceback.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from importlib import resources
+
+import lark
+from lark import Token, Transformer, v_args
+
+from attnc.errors import AttncError, Span
+from attnc.frontend import ast
+
+MAX_NESTING = 200
+INT_MAX = 2**31 - 1
+F32_MAX = 3.4028234663852886e38
+
+_TOKEN_NAMES = {
+    "NAME": "a name", "INT": "an integer", "FLOAT": "a number",
+    "COMP_OP": "a comparison", "ADD_OP": "'+' or '-'", "MUL_OP": "'*', '/', '//' or '%'",
+    "$END": "end of file",
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _lark() -> lark.Lark:
+    text = resources.files("attnc.frontend").joinpath("grammar.lark").read_text()
+    return lark.Lark(text, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+
+
+def parse(source: str | bytes, filename: str = "<input>") -> ast.AttentionDecl:
+    """Parse `.attn` source; raises `AttncError` located in `filename`."""
+    try:
+        text = _decode(source)
+        _check_not_empty(text)
+        _check_nesting(text)
+        tree = _parse_tree(text)
+        _check_tree_depth(tree)
+        return _to_ast(tree)
+    except AttncError as e:
+        shown = source if isinstance(source, str) else source.decode("utf-8", errors="replace")
+        raise e.located(filename, shown) from None
+
+
+def _to_ast(tree: lark.Tree) -> ast.AttentionDecl:
+    try:
+        return _ToAst().transform(tree)
+    except lark.exceptions.VisitError as e:
+        if isinstance(e.orig_exc, AttncError):
+            raise e.orig_exc from None
+        raise
+
+
+def _decode(source: str | bytes) -> str:
+    if isinstance(source, str):
+        return source
+    try:
+        return source.decode("utf-8")
+    except UnicodeDecodeError as e:
+        before = source[: e.start]
+        line = before.count(b"\n") + 1
+        col = e.start - (before.rfind(b"\n") + 1) + 1
+        raise AttncError(f"source is not valid UTF-8 text (byte 0x{source[e.start]:02x})",
+                         Span(line, col)) from None
+
+
+def _check_not_empty(text: str) -> None:
+    meaningful = [ln for ln in text.split("\n") if ln.strip() and not ln.strip().startswith("#")]
+    if not meaningful:
+        raise AttncError("empty file: expected 'attention NAME { ... }'", Span(1, 1))
+
+
+def _check_nesting(text: str) -> None:
+    """Reject bracket nesting deeper than MAX_NESTING before parsing (linear scan)."""
+    depth, line, col, in_comment = 0, 1, 0, False
+    for ch in text:
+        col += 1
+        if ch == "\n":
+            line, col, in_comment = line + 1, 0, False
+        elif in_comment:
+            continue
+        elif ch == "#":
+            in_comment = True
+        elif ch in "([":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise AttncError(f"expression nested too deeply (more than {MAX_NESTING} levels)",
+                                 Span(line, col))
+        elif ch in ")]":
+            depth -= 1
+
+
+def _check_tree_depth(tree: lark.Tree) -> None:
+    """Reject deep trees the bracket scan cannot see (e.g. `- - - ... x`)."""
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise AttncError(f"expression nested too deeply (more than {MAX_NESTING} levels)",
+                             Span.of(node.meta))
+        stack.extend((c, depth + 1) for c in node.children if isinstance(c, lark.Tree))
+
+
+def _parse_tree(text: str) -> lark.Tree:
+    try:
+        return _lark().parse(text)
+    except lark.UnexpectedCharacters as e:
+        raise AttncError(_unexpected_char_message(text[e.pos_in_stream]), Span(e.line, e.column)) from None
+    except lark.UnexpectedToken as e:
+        raise AttncError(_unexpected_token_message(e), _token_span(e.token, text)) from None
+    except lark.UnexpectedEOF as e:
+        raise AttncError("unexpected end of file", _end_span(text)) from None
+
+
+def _unexpected_char_message(ch: str) -> str:
+    if ch.isprintable() and not ch.isspace():
+        if ord(ch) > 127:
+            return f"unexpected character '{ch}' (names use ASCII letters, digits and '_')"
+        return f"unexpected character '{ch}'"
+    return f"unexpected character U+{ord(ch):04X}"
+
+
+def _unexpected_token_message(e: lark.UnexpectedToken) -> str:
+    tok = e.token
+    if tok.type == "$END":
+        what = "end of file"
+    elif tok.type == "NAME":
+        what = f"name '{tok}'"
+    elif tok.type in ("INT", "FLOAT"):
+        what = f"number '{tok}'"
+    else:
+        what = f"'{tok}'"
+    expected = sorted({_describe_terminal(t) for t in e.expected})
+    if 0 < len(expected) <= 6:
+        return f"unexpected {what}, expected {' or '.join(expected)}"
+    return f"unexpected {what}"
+
+
+def _describe_terminal(name: str) -> str:
+    if name in _TOKEN_NAMES:
+        return _TOKEN_NAMES[name]
+    term = _lark().get_terminal(name)
+    pattern = term.pattern
+    if isinstance(pattern, lark.lexer.PatternStr):
+        return f"'{pattern.value}'"
+    return name.lower()
+
+
+def _token_span(tok: Token, text: str) -> Span:
+    if tok.type == "$END" or tok.line is None:
+        return _end_span(text)
+    return Span(tok.line, tok.column, tok.end_line, tok.end_column)
+
+
+def _end_span(text: str) -> Span:
+    lines = text.rstrip().split("\n")
+    return Span(len(lines), len(lines[-1]) + 1)
+
+
+def _span(x) -> Span:
+    return Span.of(x.meta if isinstance(x, lark.Tree) else x)
+
+
+class _ToAst(Transformer):
+    """Lark tree -> ast nodes. Depth is bounded by `_check_tree_depth`."""
+
+    @v_args(meta=True)
+    def start(self, meta, children):
+        return children[0]
+
+    @v_args(meta=True)
+    def attention(self, meta, children):
+        name, *decls = children
+        return ast.AttentionDecl(str(name), tuple(decls), Span.of(meta), Span.of(name))
+
+    def tensor_decl(self, children):
+        name, ty = children
+        return ast.TensorDecl("input", str(name), ty, Span.of(name))
+
+    def param_decl(self, children):
+        name, ty = children
+        return ast.TensorDecl("param", str(name), ty, Span.of(name))
+
+    def out_decl(self, children):
+        name, ty = children
+        return ast.TensorDecl("out", str(name), ty, Span.of(name))
+
+    def dim_decl(self, children):
+        return ast.DimDecl(tuple(map(str, children)), tuple(map(Span.of, children)))
+
+    @v_args(meta=True)
+    def scale_decl(self, meta, children):
+        return ast.ScaleDecl(children[0], Span.of(meta))
+
+    def hook_decl(self, children):
+        name, *params, body = children
+        params = [p for p in params if p is not None]
+        return ast.HookDecl(str(name), tuple(map(str, params)), tuple(map(Span.of, params)),
+                            body, Span.of(name))
+
+    def tensor_type(self, children):
+        dtype, *items = children
+        items = [i for i in items if i is not None]
+        shape = tuple(_shape_item(i) for i in items)
+        return ast.TensorType(str(dtype), Span.of(dtype), shape, tuple(map(Span.of, items)))
+
+    # --- expressions -------------------------------------------------------
+    @v_args(meta=True)
+    def let(self, meta, children):
+        name, value, body = children
+        return ast.Let(Span.of(meta), name=str(name), name_span=Span.of(name), value=value, body=body)
+
+    @v_args(meta=True)
+    def binary(self, meta, children):
+        lhs, op, rhs = children
+        return ast.Binary(Span.of(meta), op=str(op), lhs=lhs, rhs=rhs, op_span=Span.of(op))
+
+    @v_args(meta=True)
+    def unary(self, meta, children):
+        op, operand = children
+        return ast.Unary(Span.of(meta), op=str(op), operand=operand)
+
+    def int_lit(self, children):
+        tok = children[0]
+        value = int(tok)
+        if value > INT_MAX:
+            raise AttncError(f"integer literal {_short(tok)} does not fit in 32 bits", Span.of(tok))
+        return ast.Num(Span.of(tok), value=value, is_float=False)
+
+    def float_lit(self, children):
+        tok = children[0]
+        value = float(tok)
+        if math.isinf(value) or abs(value) > F32_MAX:
+            raise AttncError(f"number {_short(tok)} is out of range for f32", Span.of(tok))
+        return ast.Num(Span.of(tok), value=value, is_float=True)
+
+    def name(self, children):
+        tok = children[0]
+        return ast.Name(Span.of(tok), id=str(tok))
+
+    def index(self, children):
+        name, *args = children
+        return ast.Index(Span.of(name), name=str(name), args=tuple(a for a in args if a is not None))
+
+    def call(self, children):
+        name, *args = children
+        return ast.Call(Span.of(name), fn=str(name), args=tuple(a for a in args if a is not None))
+
+
+def _shape_item(tok: Token) -> ast.ShapeItem:
+    if tok.type != "INT":
+        return str(tok)
+    value = int(tok)
+    if value > INT_MAX:
+        raise AttncError(f"dimension {_short(tok)} does not fit in 32 bits", Span.of(tok))
+    return value
+
+
+def _short(tok: Token) -> str:
+    s = str(tok)
+    return s if len(s) <= 24 else s[:12] + "..." + s[-6:]

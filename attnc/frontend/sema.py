@@ -1,0 +1,389 @@
+"""Semantic checks: `ast.AttentionDecl` -> `variant.Variant`, or an `AttncError`.
+
+Checks, in order: declarations (unknown kinds, duplicates), tensor types (dtypes,
+ranks, dim names), the q/k/v/o/lse shape contract (batch, heads, sequence and head
+dims agree, GQA divisibility when the head counts are numbers, supported head
+dims), params, hooks (names, arity, parameter names) and then every expression is
+typed (INT / FLOAT / BOOL) in place. The first problem found is reported.
+"""
+from __future__ import annotations
+
+import math
+
+from attnc.errors import AttncError, Span
+from attnc.frontend import ast
+from attnc.frontend.ast import BOOL, FLOAT, INT
+from attnc.frontend.variant import Hook, Tensor, Variant
+
+DTYPES = ("bf16", "f16", "f32", "i32")
+INPUT_DTYPES = ("bf16", "f16")
+OUTPUT_DTYPES = ("bf16", "f16", "f32")
+PARAM_DTYPES = ("f32", "i32")
+HEAD_DIMS = (64, 96, 128, 256)
+
+HOOK_PARAMS = {            # hook -> (conventional names, types)
+    "score_mod": (("s", "b", "h", "i", "j"), (FLOAT, INT, INT, INT, INT)),
+    "mask_mod": (("b", "h", "i", "j"), (INT, INT, INT, INT)),
+    "sink": (("h",), (INT,)),
+}
+
+# name -> (arity, result rule): 'float' always float, 'same' keeps a numeric type,
+# 'promote' is the common numeric type, 'int' casts.
+FLOAT_FUNCS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "floor", "ceil")
+BUILTINS = {**{f: (1, "float") for f in FLOAT_FUNCS},
+            "abs": (1, "same"), "min": (2, "promote"), "max": (2, "promote"),
+            "int": (1, "int"), "float": (1, "float"), "where": (3, "where")}
+
+ARITH_OPS = ("+", "-", "*")
+INT_OPS = ("//", "%")
+ORDER_OPS = ("<", "<=", ">", ">=")
+EQ_OPS = ("==", "!=")
+BOOL_OPS = ("and", "or")
+
+
+def check(decl: ast.AttentionDecl, source: str = "", filename: str = "<input>") -> Variant:
+    try:
+        return _Checker(decl).variant(source, filename)
+    except AttncError as e:
+        raise e.located(filename, source) from None
+
+
+def _type_name(ty: str) -> str:
+    return {INT: "an integer", FLOAT: "a float", BOOL: "a boolean"}[ty]
+
+
+def _fmt_shape(shape) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"
+
+
+class _Checker:
+    def __init__(self, decl: ast.AttentionDecl):
+        self.decl = decl
+        self.tensors: dict[str, ast.TensorDecl] = {}
+        self.hooks: dict[str, ast.HookDecl] = {}
+        self.extra_dims: dict[str, Span] = {}
+        self.scale: ast.ScaleDecl | None = None
+
+    # --- declarations ------------------------------------------------------
+    def variant(self, source: str, filename: str) -> Variant:
+        self._collect()
+        q, k, v = (self._input(n) for n in ("q", "k", "v"))
+        self._check_qkv(q, k, v)
+        outputs = self._outputs(q, v)
+        params = tuple(self._param(t) for t in self.tensors.values() if t.kind == "param")
+        dims = self._dims((q, k, v, *outputs, *params))
+        hooks = {name: self._hook(h, dims, params) for name, h in self.hooks.items()}
+        return Variant(
+            name=self.decl.name, q=q, k=k, v=v, params=params, outputs=outputs, dims=dims,
+            scale=self._scale(q), score_mod=hooks.get("score_mod"), mask_mod=hooks.get("mask_mod"),
+            sink=hooks.get("sink"), source=source, filename=filename, span=self.decl.span)
+
+    def _collect(self) -> None:
+        seen: dict[str, Span] = {}
+
+        def claim(name: str, span: Span, what: str) -> None:
+            if name in seen:
+                first = seen[name]
+                raise AttncError(f"duplicate declaration of {what} '{name}' "
+                                 f"(first declared at line {first.line})", span)
+            seen[name] = span
+
+        for d in self.decl.decls:
+            if isinstance(d, ast.TensorDecl):
+                claim(d.name, d.span, "tensor")
+                self.tensors[d.name] = d
+            elif isinstance(d, ast.DimDecl):
+                for name, span in zip(d.names, d.spans):
+                    _check_dim_name(name, span)
+                    claim(name, span, "dim")
+                    self.extra_dims[name] = span
+            elif isinstance(d, ast.ScaleDecl):
+                if self.scale is not None:
+                    raise AttncError(f"duplicate 'scale' (first given at line {self.scale.span.line})",
+                                     d.span)
+                self.scale = d
+            else:
+                if d.name not in HOOK_PARAMS:
+                    raise AttncError(f"unknown hook '{d.name}'; hooks are score_mod, mask_mod and sink",
+                                     d.span)
+                if d.name in self.hooks:
+                    raise AttncError(f"duplicate definition of '{d.name}' "
+                                     f"(first defined at line {self.hooks[d.name].span.line})", d.span)
+                self.hooks[d.name] = d
+        for name, t in self.tensors.items():
+            if t.kind == "input" and name not in ("q", "k", "v"):
+                raise AttncError(f"unknown input '{name}': the inputs are q, k and v; "
+                                 f"declare other tensors with 'param'", t.span)
+            if t.kind == "out" and name not in ("o", "lse"):
+                raise AttncError(f"unknown output '{name}': the outputs are o and lse", t.span)
+
+    def _tensor_type(self, t: ast.TensorDecl, role: str) -> Tensor:
+        ty = t.type
+        if ty.dtype not in DTYPES:
+            raise AttncError(f"unknown dtype '{ty.dtype}'; expected one of {', '.join(DTYPES)}",
+                             ty.dtype_span)
+        for item, span in zip(ty.shape, ty.shape_spans):
+            if isinstance(item, str):
+                _check_dim_name(item, span)
+            elif item < 1:
+                raise AttncError(f"dimension {item} of '{t.name}' must be at least 1", span)
+        return Tensor(t.name, role, ty.dtype, ty.shape, t.span)
+
+    def _input(self, name: str) -> Tensor:
+        t = self.tensors.get(name)
+        if t is None or t.kind != "input":
+            raise AttncError(f"missing input '{name}': declare '{name}: bf16[...]'", self.decl.name_span)
+        tensor = self._tensor_type(t, name)
+        if tensor.dtype not in INPUT_DTYPES:
+            raise AttncError(f"'{name}' has dtype {tensor.dtype}; q, k and v must be f16 or bf16",
+                             t.type.dtype_span)
+        if len(tensor.shape) != 4:
+            want = "[B, H, M, D]" if name == "q" else "[B, HKV, N, D]"
+            raise AttncError(f"'{name}' must have 4 dimensions {want}, got {len(tensor.shape)}", t.span)
+        head = tensor.shape[3]
+        if not isinstance(head, int):
+            raise AttncError(f"the head dim of '{name}' must be a number, got '{head}'",
+                             t.type.shape_spans[3])
+        if head not in HEAD_DIMS:
+            raise AttncError(f"head dim {head} is not supported; supported head dims are "
+                             f"{', '.join(map(str, HEAD_DIMS))}", t.type.shape_spans[3])
+        return tensor
+
+    def _check_qkv(self, q: Tensor, k: Tensor, v: Tensor) -> None:
+        spans = {n: self.tensors[n].type for n in "qkv"}
+        for t in (k, v):
+            if t.dtype != q.dtype:
+                raise AttncError(f"'{t.name}' has dtype {t.dtype} but q has {q.dtype}",
+                                 spans[t.name].dtype_span)
+        if k.shape[0] != q.shape[0]:
+            raise AttncError(f"the batch dim of k is '{k.shape[0]}' but q has '{q.shape[0]}'",
+                             spans["k"].shape_spans[0])
+        for axis in range(3):
+            if v.shape[axis] != k.shape[axis]:
+                raise AttncError(f"v must have the same [B, HKV, N] as k: {_fmt_shape(k.shape[:3])}, "
+                                 f"got {_fmt_shape(v.shape[:3])}", spans["v"].shape_spans[axis])
+        if k.shape[3] != q.shape[3]:
+            raise AttncError(f"QK head dims differ: q has {q.shape[3]}, k has {k.shape[3]}",
+                             spans["k"].shape_spans[3])
+        h, hkv = q.shape[1], k.shape[1]
+        if isinstance(h, int) and isinstance(hkv, int) and h % hkv:
+            raise AttncError(f"query heads ({h}) must be a multiple of key/value heads ({hkv}) for GQA",
+                             spans["k"].shape_spans[1])
+
+    def _outputs(self, q: Tensor, v: Tensor) -> tuple[Tensor, ...]:
+        o = self.tensors.get("o")
+        if o is None:
+            raise AttncError(f"missing output: declare 'out o: {q.dtype}{_fmt_shape((*q.shape[:3], v.shape[3]))}'",
+                             self.decl.name_span)
+        out = self._tensor_type(o, "o")
+        if out.dtype not in OUTPUT_DTYPES:
+            raise AttncError(f"'o' has dtype {out.dtype}; outputs must be bf16, f16 or f32",
+                             o.type.dtype_span)
+        want = (*q.shape[:3], v.shape[3])
+        if out.shape != want:
+            raise AttncError(f"'o' must have shape {_fmt_shape(want)}, got {_fmt_shape(out.shape)}", o.span)
+        outputs = [out]
+        lse = self.tensors.get("lse")
+        if lse is not None:
+            t = self._tensor_type(lse, "lse")
+            if t.dtype != "f32":
+                raise AttncError(f"'lse' must be f32, got {t.dtype}", lse.type.dtype_span)
+            if t.shape != q.shape[:3]:
+                raise AttncError(f"'lse' must have shape {_fmt_shape(q.shape[:3])}, "
+                                 f"got {_fmt_shape(t.shape)}", lse.span)
+            outputs.append(t)
+        return tuple(outputs)
+
+    def _param(self, t: ast.TensorDecl) -> Tensor:
+        tensor = self._tensor_type(t, "param")
+        if tensor.dtype not in PARAM_DTYPES:
+            raise AttncError(f"param '{t.name}' has dtype {tensor.dtype}; params must be f32 or i32",
+                             t.type.dtype_span)
+        if not tensor.shape:
+            raise AttncError(f"param '{t.name}' needs at least one dimension "
+                             f"(use 'dim {t.name.upper()}' for a runtime integer)", t.span)
+        return tensor
+
+    def _dims(self, tensors) -> tuple[str, ...]:
+        dims = dict.fromkeys(d for t in tensors for d in t.shape if isinstance(d, str))
+        dims.update(dict.fromkeys(self.extra_dims))
+        return tuple(dims)
+
+    def _scale(self, q: Tensor) -> float:
+        if self.scale is None:
+            return 1.0 / math.sqrt(q.shape[3])
+        value = _ConstEval().eval(self.scale.expr)
+        if not math.isfinite(value):
+            raise AttncError("scale must be a finite number", self.scale.expr.span)
+        return float(value)
+
+    # --- hooks -------------------------------------------------------------
+    def _hook(self, h: ast.HookDecl, dims, params) -> Hook:
+        names, types = HOOK_PARAMS[h.name]
+        if len(h.params) != len(names):
+            raise AttncError(f"{h.name} takes {len(names)} parameters ({', '.join(names)}), "
+                             f"got {len(h.params)}", h.span)
+        scope: dict[str, str] = {d: INT for d in dims}
+        param_tensors = {p.name: p for p in params}
+        for name, span, ty in zip(h.params, h.param_spans, types):
+            if name in scope and name not in dims:
+                raise AttncError(f"duplicate parameter '{name}' in {h.name}", span)
+            if name in dims:
+                raise AttncError(f"parameter '{name}' of {h.name} shadows the dim '{name}'", span)
+            if name in self.tensors:
+                raise AttncError(f"parameter '{name}' of {h.name} shadows the tensor '{name}'", span)
+            scope[name] = ty
+        ty = _Typer(scope, param_tensors, set(self.tensors)).type(h.body)
+        if h.name == "mask_mod" and ty != BOOL:
+            raise AttncError(f"mask_mod must return a boolean, got {_type_name(ty)}", h.body.span)
+        if h.name != "mask_mod" and ty == BOOL:
+            raise AttncError(f"{h.name} must return a number, got a boolean", h.body.span)
+        return Hook(h.name, h.params, h.body, h.span)
+
+
+def _check_dim_name(name: str, span: Span) -> None:
+    if not name[0].isupper():
+        raise AttncError(f"dim name '{name}' must start with a capital letter", span)
+
+
+class _Typer:
+    """Types an expression tree in place (sets `.ty`), enforcing the rules of dsl.md."""
+
+    def __init__(self, scope: dict[str, str], params: dict, tensors: set[str]):
+        self.scope = dict(scope)
+        self.params = params
+        self.tensors = tensors
+
+    def type(self, e: ast.Expr) -> str:
+        e.ty = getattr(self, "_" + type(e).__name__.lower())(e)
+        return e.ty
+
+    def _num(self, e: ast.Num) -> str:
+        return FLOAT if e.is_float else INT
+
+    def _name(self, e: ast.Name) -> str:
+        if e.id in self.scope:
+            return self.scope[e.id]
+        if e.id in self.params:
+            raise AttncError(f"param '{e.id}' must be indexed, e.g. {e.id}[...]", e.span)
+        if e.id in self.tensors:
+            raise AttncError(f"'{e.id}' cannot be used in an expression; hooks see the score "
+                             f"and indices through their parameters", e.span)
+        raise AttncError(f"unknown name '{e.id}'", e.span)
+
+    def _index(self, e: ast.Index) -> str:
+        p = self.params.get(e.name)
+        if p is None:
+            if e.name in self.scope or e.name in self.tensors:
+                raise AttncError(f"'{e.name}' is not a param and cannot be indexed", e.span)
+            raise AttncError(f"unknown name '{e.name}'", e.span)
+        if len(e.args) != len(p.shape):
+            raise AttncError(f"param '{e.name}' has {len(p.shape)} dimension(s) but is indexed "
+                             f"with {len(e.args)}", e.span)
+        for a in e.args:
+            if self.type(a) != INT:
+                raise AttncError(f"an index must be an integer, got {_type_name(a.ty)}", a.span)
+        return FLOAT if p.dtype == "f32" else INT
+
+    def _call(self, e: ast.Call) -> str:
+        if e.fn not in BUILTINS:
+            if e.fn in self.params:
+                raise AttncError(f"'{e.fn}' is a param; index it with {e.fn}[...]", e.span)
+            raise AttncError(f"unknown function '{e.fn}'", e.span)
+        arity, rule = BUILTINS[e.fn]
+        if len(e.args) != arity:
+            plural = "argument" if arity == 1 else "arguments"
+            raise AttncError(f"{e.fn} takes {arity} {plural}, got {len(e.args)}", e.span)
+        tys = [self.type(a) for a in e.args]
+        if rule == "where":
+            if tys[0] != BOOL:
+                raise AttncError(f"the condition of where must be a boolean, got {_type_name(tys[0])}",
+                                 e.args[0].span)
+            return self._common(tys[1], tys[2], e.args[2].span, "where")
+        for a, ty in zip(e.args, tys):
+            if ty == BOOL:
+                raise AttncError(f"{e.fn} expects a number, got a boolean", a.span)
+        if rule == "same":
+            return tys[0]
+        if rule == "promote":
+            return INT if tys == [INT, INT] else FLOAT
+        return INT if rule == "int" else FLOAT
+
+    def _common(self, a: str, b: str, span: Span, what: str) -> str:
+        if a == b:
+            return a
+        if BOOL in (a, b):
+            raise AttncError(f"the branches of {what} must both be numbers or both booleans", span)
+        return FLOAT
+
+    def _unary(self, e: ast.Unary) -> str:
+        ty = self.type(e.operand)
+        if e.op == "not":
+            if ty != BOOL:
+                raise AttncError(f"'not' expects a boolean, got {_type_name(ty)}", e.operand.span)
+            return BOOL
+        if ty == BOOL:
+            raise AttncError(f"unary '{e.op}' expects a number, got a boolean", e.operand.span)
+        return ty
+
+    def _binary(self, e: ast.Binary) -> str:
+        lt, rt = self.type(e.lhs), self.type(e.rhs)
+        op = e.op
+        if op in BOOL_OPS:
+            for side, ty in ((e.lhs, lt), (e.rhs, rt)):
+                if ty != BOOL:
+                    raise AttncError(f"'{op}' expects booleans, got {_type_name(ty)}", side.span)
+            return BOOL
+        if op in EQ_OPS and lt == rt == BOOL:
+            return BOOL
+        for side, ty in ((e.lhs, lt), (e.rhs, rt)):
+            if ty == BOOL:
+                raise AttncError(f"operator '{op}' expects numbers, got a boolean", side.span)
+        if op in ORDER_OPS or op in EQ_OPS:
+            return BOOL
+        if op in INT_OPS:
+            for side, ty in ((e.lhs, lt), (e.rhs, rt)):
+                if ty != INT:
+                    raise AttncError(f"operator '{op}' needs integer operands, got {_type_name(ty)}",
+                                     side.span)
+            return INT
+        if op == "/":
+            return FLOAT
+        return INT if lt == rt == INT else FLOAT
+
+    def _let(self, e: ast.Let) -> str:
+        if e.name in self.scope or e.name in self.params or e.name in self.tensors:
+            raise AttncError(f"'{e.name}' is already defined", e.name_span)
+        self.type(e.value)
+        inner = _Typer({**self.scope, e.name: e.value.ty}, self.params, self.tensors)
+        return inner.type(e.body)
+
+
+class _ConstEval:
+    """Evaluates the `scale` expression: numbers and builtin math only."""
+
+    FUNCS = {"exp": math.exp, "exp2": lambda x: 2.0 ** x, "log": math.log, "log2": math.log2,
+             "sqrt": math.sqrt, "rsqrt": lambda x: 1 / math.sqrt(x), "tanh": math.tanh,
+             "sigmoid": lambda x: 1 / (1 + math.exp(-x)), "floor": math.floor, "ceil": math.ceil,
+             "abs": abs, "min": min, "max": max, "float": float, "int": int}
+
+    def eval(self, e: ast.Expr) -> float:
+        try:
+            return self._eval(e)
+        except (ValueError, ZeroDivisionError, OverflowError) as exc:
+            raise AttncError(f"scale cannot be evaluated: {exc}", e.span) from None
+
+    def _eval(self, e: ast.Expr) -> float:
+        if isinstance(e, ast.Num):
+            return e.value
+        if isinstance(e, ast.Unary) and e.op in "+-":
+            x = self._eval(e.operand)
+            return -x if e.op == "-" else x
+        if isinstance(e, ast.Binary) and e.op in ("+", "-", "*", "/"):
+            a, b = self._eval(e.lhs), self._eval(e.rhs)
+            return {"+": a + b, "-": a - b, "*": a * b}[e.op] if e.op != "/" else a / b
+        if isinstance(e, ast.Call) and e.fn in self.FUNCS:
+            return self.FUNCS[e.fn](*(self._eval(a) for a in e.args))
+        if isinstance(e, ast.Name):
+            raise AttncError(f"scale must be a constant expression; '{e.id}' is not a constant", e.span)
+        raise AttncError("scale must be a constant expression of numbers and math functions", e.span)
