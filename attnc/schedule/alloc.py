@@ -1,0 +1,128 @@
+"""Shared- and tensor-memory allocation for a recipe and a tile shape.
+
+Every channel that lives in shared memory gets one buffer per tile it carries
+(`sQ`, `sK`, `sV`, `sO`), each `stages` slots deep, 128-byte aligned (cp.async and
+TMA need 16 bytes; 128 keeps every swizzle atom on its own bank period), with
+the XOR swizzle that makes 16-byte row chunks conflict-free for ldmatrix/TMA.
+Tensor memory (sm_100a) gets S, O accumulators per Q tile with P aliased
+inside S. Budgets are checked here and name the knob to change.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attnc.errors import AttncError
+from attnc.schedule.recipes import Recipe
+
+ALIGN = 128
+DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
+
+
+@dataclass(frozen=True)
+class Tile:
+    block_m: int
+    block_n: int
+    head_dim_qk: int
+    head_dim_v: int
+    dtype: str
+    q_tiles: int = 1            # Q tiles per CTA (2 on sm_100a; the q channel's stages)
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str                   # 'sQ', 'sK', 'tS0', ...
+    channel: str
+    space: str                  # 'smem' or 'tmem'
+    offset: int                 # bytes (smem) or columns (tmem)
+    size: int                   # bytes or columns, all stages together
+    stages: int
+    align: int
+    swizzle: str                # e.g. 'xor128B' (8 rows x 128 B atom), 'xor64B', 'none'
+    alias_of: str | None = None
+
+
+def swizzle_for(row_elems: int, elem_bytes: int) -> str:
+    """The widest XOR swizzle whose atom row divides a tile row (CuTe Swizzle<B,4,3>)."""
+    row_bytes = row_elems * elem_bytes
+    for atom in (128, 64, 32):
+        if row_bytes % atom == 0:
+            return f"xor{atom}B"
+    return "none"
+
+
+def _tile_rows_cols(tile: Tile, name: str) -> tuple[int, int]:
+    return {
+        "q": (tile.block_m, tile.head_dim_qk),
+        "k": (tile.block_n, tile.head_dim_qk),
+        "v": (tile.block_n, tile.head_dim_v),
+        "o": (tile.block_m, tile.head_dim_v),
+    }[name]
+
+
+def alloc_smem(recipe: Recipe, tile: Tile) -> tuple[Buffer, ...]:
+    """Lay out every shared-memory channel buffer; raise if the CTA budget is exceeded."""
+    elem = DTYPE_BYTES[tile.dtype]
+    buffers, offset = [], 0
+    for ch in recipe.channels:
+        if ch.space != "smem":
+            continue
+        if ch.alternating:
+            # One ring for several tiles: every slot is as large as the largest.
+            slot = max(_bytes(tile, t, elem) for t in ch.tile)
+            offset = _align(offset, ALIGN)
+            cols = max(_tile_rows_cols(tile, t)[1] for t in ch.tile)
+            name = "s" + "".join(t.upper() for t in ch.tile)
+            buffers.append(Buffer(name, ch.name, "smem", offset, slot * ch.stages, ch.stages,
+                                  ALIGN, swizzle_for(cols, elem)))
+            offset += slot * ch.stages
+            continue
+        for t in ch.tile:
+            rows, cols = _tile_rows_cols(tile, t)
+            if t == "o" and recipe.target != "sm_100a":
+                # The O staging tile reuses Q's bytes once the KV loop is done.
+                buffers.append(Buffer("sO", ch.name, "smem", _offset_of(buffers, "sQ"),
+                                      rows * cols * elem, 1, ALIGN, swizzle_for(cols, elem), "sQ"))
+                continue
+            offset = _align(offset, ALIGN)
+            size = rows * cols * elem * ch.stages
+            buffers.append(Buffer("s" + t.upper(), ch.name, "smem", offset, size, ch.stages,
+                                  ALIGN, swizzle_for(cols, elem)))
+            offset += size
+    if offset > recipe.smem_bytes:
+        parts = ", ".join(f"{b.name} {b.size}" for b in buffers if b.alias_of is None)
+        raise AttncError(f"shared memory plan needs {offset} bytes ({parts}) but {recipe.target} "
+                         f"allows {recipe.smem_bytes}; lower 'stages' or 'block_n' (attn-tile)")
+    return tuple(buffers)
+
+
+def alloc_tmem(recipe: Recipe, tile: Tile) -> tuple[Buffer, ...]:
+    """S and O accumulators per Q tile in TMEM columns (fp32, one column per element of a row)."""
+    if recipe.tmem_columns == 0:
+        return ()
+    buffers, col = [], 0
+    for q in range(tile.q_tiles):
+        buffers.append(Buffer(f"tS{q}", f"s{q}", "tmem", col, tile.block_n, 1, 32, "none"))
+        # P (16-bit) packs two elements per 32-bit column inside S's columns.
+        buffers.append(Buffer(f"tP{q}", f"p{q}", "tmem", col + tile.block_n // 2,
+                              tile.block_n // 2, 1, 32, "none", alias_of=f"tS{q}"))
+        col += tile.block_n
+    for q in range(tile.q_tiles):
+        buffers.append(Buffer(f"tO{q}", "o", "tmem", col, tile.head_dim_v, 1, 32, "none"))
+        col += tile.head_dim_v
+    if col > recipe.tmem_columns:
+        raise AttncError(f"tensor memory plan needs {col} columns but {recipe.target} has "
+                         f"{recipe.tmem_columns}; lower 'block_n' or use a smaller V head dim")
+    return tuple(buffers)
+
+
+def _bytes(tile: Tile, t: str, elem: int) -> int:
+    rows, cols = _tile_rows_cols(tile, t)
+    return rows * cols * elem
+
+
+def _align(x: int, a: int) -> int:
+    return (x + a - 1) // a * a
+
+
+def _offset_of(buffers, name: str) -> int:
+    return next(b.offset for b in buffers if b.name == name)

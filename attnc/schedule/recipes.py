@@ -1,0 +1,133 @@
+"""Per-target warp roles and channels (design.md section 4), as data.
+
+A recipe names who does what inside one CTA:
+
+* a `Role` is a set of warps with a register budget (`setmaxnreg`, or None when
+  the target does not rebalance registers) and the tile ops it runs;
+* a `Channel` is a value that crosses from a producer role to a consumer role
+  through a buffer with `stages` slots, and says how it is moved (`cp.async`,
+  `tma`, `tcgen05` commit, or `regs` for a hand-off inside one role) and where the
+  buffer lives (`smem` or `tmem`).
+
+The sm_80 recipe is one cooperative role whose K/V channel is a cp.async queue;
+sm_90a adds a producer warp and two consumer warpgroups on mbarrier rings; sm_100a
+is FlashAttention-4's 16-warp layout with TMEM. The same passes handle all three.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attnc.errors import AttncError
+
+REGISTER_FILE = 65536          # 32-bit registers per SM (sm_80 .. sm_100a)
+
+
+@dataclass(frozen=True)
+class Role:
+    name: str
+    warps: tuple[int, ...]
+    regs: int | None            # per-thread register budget set with setmaxnreg
+    ops: tuple[str, ...]        # tile ops the role runs, in program order
+
+    @property
+    def threads(self) -> int:
+        return 32 * len(self.warps)
+
+
+@dataclass(frozen=True)
+class Channel:
+    name: str                   # 'q', 'kv', 's0', 'p0', 'o', ...
+    producer: str
+    consumer: str
+    transport: str              # 'cp.async', 'tma', 'tcgen05', 'st.shared', 'regs'
+    space: str                  # 'smem', 'tmem', 'regs'
+    stages: int
+    tile: tuple[str, ...]       # which tiles one slot holds, e.g. ('k', 'v')
+    alternating: bool = False   # a slot holds one of `tile` at a time (K, V, K, ... in one ring)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    target: str
+    roles: tuple[Role, ...]
+    channels: tuple[Channel, ...]
+    smem_bytes: int             # dynamic shared memory a CTA may use
+    tmem_columns: int = 0       # tensor memory columns (sm_100a)
+
+    @property
+    def num_warps(self) -> int:
+        return sum(len(r.warps) for r in self.roles)
+
+    def role(self, name: str) -> Role:
+        return next(r for r in self.roles if r.name == name)
+
+
+SMEM_BYTES = {"sm_80": 166912, "sm_90a": 232448, "sm_100a": 232448}
+
+
+def recipe(target: str, *, num_warps: int, kv_stages: int) -> Recipe:
+    """The recipe for `target` with the tile choices made by attn-tile."""
+    build = _RECIPES.get(target)
+    if build is None:
+        raise AttncError(f"unknown target '{target}'; targets are {', '.join(_RECIPES)}")
+    return build(num_warps, kv_stages)
+
+
+def _sm80(num_warps: int, kv_stages: int) -> Recipe:
+    compute = Role("compute", tuple(range(num_warps)), None,
+                   ("load_q", "load_kv", "mma_qk", "score_mod", "mask", "softmax",
+                    "mma_pv", "finalize", "store_o"))
+    return Recipe("sm_80", (compute,), (
+        Channel("q", "compute", "compute", "cp.async", "smem", 1, ("q",)),
+        Channel("kv", "compute", "compute", "cp.async", "smem", kv_stages, ("k", "v")),
+    ), SMEM_BYTES["sm_80"])
+
+
+def _sm90a(num_warps: int, kv_stages: int) -> Recipe:
+    producer = Role("producer", (0, 1, 2, 3), 24, ("load_q", "load_kv", "store_o"))
+    consumers = tuple(
+        Role(f"consumer{c}", tuple(range(4 * (c + 1), 4 * (c + 2))), 240,
+             ("mma_qk", "score_mod", "mask", "softmax", "mma_pv", "finalize"))
+        for c in range(2))
+    return Recipe("sm_90a", (producer, *consumers), (
+        Channel("q", "producer", "consumer0", "tma", "smem", 1, ("q",)),
+        Channel("kv", "producer", "consumer0", "tma", "smem", kv_stages, ("k", "v")),
+        Channel("o", "consumer0", "producer", "regs", "smem", 1, ("o",)),
+    ), SMEM_BYTES["sm_90a"])
+
+
+def _sm100a(num_warps: int, kv_stages: int) -> Recipe:
+    roles = (
+        Role("softmax0", (0, 1, 2, 3), 192, ("score_mod", "mask", "softmax")),
+        Role("softmax1", (4, 5, 6, 7), 192, ("score_mod", "mask", "softmax")),
+        Role("correction", (8, 9, 10, 11), 80, ("rescale", "finalize")),
+        Role("mma", (12,), 48, ("mma_qk", "mma_pv")),
+        Role("load", (13,), 48, ("load_q", "load_kv")),
+        Role("epilogue", (14,), 48, ("store_o",)),
+        Role("empty", (15,), 24, ()),
+    )
+    return Recipe("sm_100a", roles, (
+        Channel("q", "load", "mma", "tma", "smem", 2, ("q",)),
+        Channel("kv", "load", "mma", "tma", "smem", kv_stages, ("k", "v"), alternating=True),
+        Channel("s0", "mma", "softmax0", "tcgen05", "tmem", 1, ("s",)),
+        Channel("s1", "mma", "softmax1", "tcgen05", "tmem", 1, ("s",)),
+        Channel("p0", "softmax0", "mma", "tcgen05", "tmem", 1, ("p",)),
+        Channel("p1", "softmax1", "mma", "tcgen05", "tmem", 1, ("p",)),
+        Channel("o", "correction", "epilogue", "st.shared", "smem", 2, ("o",)),
+    ), SMEM_BYTES["sm_100a"], tmem_columns=512)
+
+
+_RECIPES = {"sm_80": _sm80, "sm_90a": _sm90a, "sm_100a": _sm100a}
+
+
+def check_register_budget(r: Recipe) -> None:
+    """setmaxnreg budgets must be multiples of 8 in [24, 256] and fit the register file."""
+    budgeted = [role for role in r.roles if role.regs is not None]
+    for role in budgeted:
+        if role.regs % 8 or not 24 <= role.regs <= 256:
+            raise AttncError(f"role '{role.name}': register budget {role.regs} must be a multiple "
+                             f"of 8 in [24, 256] (setmaxnreg)")
+    total = sum(role.regs * role.threads for role in budgeted)
+    if budgeted and total > REGISTER_FILE:
+        raise AttncError(f"register budgets of the roles sum to {total} registers, more than the "
+                         f"{REGISTER_FILE} of the register file; lower a role's 'regs'")

@@ -1,0 +1,96 @@
+"""Channels -> synchronization: cp.async groups, or mbarrier rings with counts.
+
+For each channel with `stages` slots this decides the protocol the code follows:
+
+* `cp.async` (one role is both producer and consumer): commit one group per slot
+  filled, wait until at most `stages - 1` groups are in flight before reading,
+  and a CTA barrier so every thread sees every other thread's copies.
+* `tma`: a `full` mbarrier per slot (arrive count 1: the producer's
+  arrive.expect_tx, plus the transaction bytes of one slot) and an `empty`
+  mbarrier per slot (arrive count = consumer warps that release it).
+* `tcgen05`: the MMA warp's `tcgen05.commit` arrives once on `full`; the consumer
+  warpgroup arrives on `empty` (count = its warps).
+* `regs`: a named barrier over the two roles' threads.
+
+Each ring is walked with an explicit (stage, phase) state: stage advances per
+slot, phase flips when stage wraps. Waits on `full` use `phase`, waits on `empty`
+use `phase ^ 1` so the first pass through the ring does not block.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attnc.schedule.alloc import DTYPE_BYTES, Tile, _tile_rows_cols
+from attnc.schedule.recipes import Channel, Recipe
+
+
+@dataclass(frozen=True)
+class Barrier:
+    name: str                   # 'mbar_kv_full', 'mbar_kv_empty', 'cp_async_kv', ...
+    channel: str
+    kind: str                   # 'mbarrier', 'cp.async.group', 'named'
+    stages: int
+    arrive_count: int
+    tx_bytes: int               # bytes the slot's copies deliver (mbarrier expect_tx)
+    arrivers: str               # role(s) that arrive / commit
+    waiters: str                # role(s) that wait
+
+
+def insert_pipelines(recipe: Recipe, tile: Tile) -> tuple[Barrier, ...]:
+    out: list[Barrier] = []
+    for ch in recipe.channels:
+        out.extend(_protocol(recipe, ch, tile))
+    return tuple(out)
+
+
+def slot_bytes(ch: Channel, tile: Tile) -> int:
+    """Bytes one slot receives per fill (one tile of an alternating ring)."""
+    elem = DTYPE_BYTES[tile.dtype]
+    sizes = [_tile_rows_cols(tile, t)[0] * _tile_rows_cols(tile, t)[1] * elem
+             for t in ch.tile if t not in ("s", "p")]
+    if not sizes:
+        return 0
+    return max(sizes) if ch.alternating else sum(sizes)
+
+
+def _protocol(recipe: Recipe, ch: Channel, tile: Tile) -> list[Barrier]:
+    if ch.transport == "cp.async":
+        return [Barrier(f"cp_async_{ch.name}", ch.name, "cp.async.group", ch.stages,
+                        0, slot_bytes(ch, tile), ch.producer, ch.consumer)]
+    consumers = _consumers_of(recipe, ch)
+    if ch.transport == "regs":
+        threads = 32 * sum(len(recipe.role(r).warps) for r in {ch.producer, *consumers})
+        return [Barrier(f"bar_{ch.name}", ch.name, "named", 1, threads, 0, ch.producer,
+                        ",".join(consumers))]
+    tx = slot_bytes(ch, tile) if ch.transport == "tma" else 0
+    full = _arrivals(recipe, [ch.producer], ch.transport)
+    empty = _arrivals(recipe, consumers, "release")
+    return [
+        Barrier(f"mbar_{ch.name}_full", ch.name, "mbarrier", ch.stages, full, tx,
+                ch.producer, ",".join(consumers)),
+        Barrier(f"mbar_{ch.name}_empty", ch.name, "mbarrier", ch.stages, empty, 0,
+                ",".join(consumers), ch.producer),
+    ]
+
+
+def _arrivals(recipe: Recipe, roles: list[str], how: str) -> int:
+    """How many arrivals complete one phase of a barrier these roles signal.
+
+    A TMA slot is signalled once (one elected thread's arrive.expect_tx); the MMA
+    warp signals through one `tcgen05.commit`; any other role has one elected lane
+    per warp arrive, so the count is its warp count.
+    """
+    if how == "tma":
+        return 1
+    return sum(1 if r == "mma" else len(recipe.role(r).warps) for r in roles)
+
+
+def _names(recipe: Recipe) -> set[str]:
+    return {r.name for r in recipe.roles}
+
+
+def _consumers_of(recipe: Recipe, ch: Channel) -> list[str]:
+    """On sm_90a both consumer warpgroups read every K/V slot and both release it."""
+    if ch.consumer.startswith("consumer"):
+        return [r.name for r in recipe.roles if r.name.startswith("consumer")]
+    return [ch.consumer]
