@@ -1,0 +1,116 @@
+"""Vectorized evaluation of hook bodies for the reference (`attnc.reference`).
+
+A hook body is evaluated once per block of the (b, h, i, j) index space, not once per
+element: every hook argument is a numpy array shaped to broadcast against the others
+(`b` as (B, 1, 1, 1), `j` as (1, 1, 1, N), the score `s` as the whole block), so an
+expression evaluates to an array that broadcasts to the block. Each node's result is
+cast to the type sema gave it, which pins down the arithmetic independently of numpy's
+promotion rules:
+
+* int   -> int64. `+ - *` are exact (two's-complement wrap beyond 2**63, never reached
+           by index arithmetic); `//` and `%` follow Python (floor) semantics. The
+           kernels' 32-bit integers agree wherever no intermediate leaves int32.
+* float -> float64, the oracle's precision (the kernels compute in f32).
+* bool  -> bool. `and`/`or` evaluate both sides; nothing in the language has effects.
+
+See Note [Total arithmetic] for what division by zero and domain errors give.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from attnc.frontend import ast
+from attnc.frontend.ast import BOOL, FLOAT, INT
+from attnc.frontend.variant import Hook
+
+# Note [Total arithmetic]
+# ~~~~~~~~~~~~~~~~~~~~~~~
+# A hook is evaluated for every (b, h, i, j), including positions whose value is later
+# masked away, so evaluation must never fail or warn. Float operations follow IEEE 754
+# (log(0) = -inf, x / 0 = +-inf or nan, exp overflow = inf); integer `//` and `%` by
+# zero give 0 (numpy's convention; the kernels leave it unspecified); int() of nan or
+# inf is unspecified. Warnings are silenced only around user expressions; the softmax
+# in attnc/reference.py avoids them by construction (Note [Empty rows]).
+
+DTYPES = {INT: np.int64, FLOAT: np.float64, BOOL: np.bool_}
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _rsqrt(x):
+    return 1.0 / np.sqrt(x)
+
+
+def _trunc_to_int(x):
+    if x.dtype == np.int64:
+        return x
+    return np.trunc(x).astype(np.int64)
+
+
+CALLS = {
+    "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
+    "rsqrt": _rsqrt, "tanh": np.tanh, "sigmoid": _sigmoid, "floor": np.floor,
+    "ceil": np.ceil, "abs": np.abs, "min": np.minimum, "max": np.maximum,
+    "where": np.where, "int": _trunc_to_int, "float": lambda x: x.astype(np.float64),
+}
+
+BINARY = {
+    "+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide,
+    "//": np.floor_divide, "%": np.remainder,
+    "<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
+    "==": np.equal, "!=": np.not_equal, "and": np.logical_and, "or": np.logical_or,
+}
+
+UNARY = {"-": np.negative, "+": lambda x: x, "not": np.logical_not}
+
+
+class Evaluator:
+    """Evaluates hook bodies given the run's dims and `param` arrays.
+
+    `dims` maps every dim name to its size; `params` maps each param's name to its
+    array, already int64 (i32 params) or float64 (f32 params).
+    """
+
+    def __init__(self, dims: Mapping[str, int], params: Mapping[str, np.ndarray]):
+        self.dims = {name: np.asarray(size, dtype=np.int64) for name, size in dims.items()}
+        self.params = dict(params)
+
+    def hook(self, hook: Hook, args: Sequence[np.ndarray]) -> np.ndarray:
+        """The hook's body with its parameters bound, in order, to `args`."""
+        env = {**self.dims, **dict(zip(hook.params, args))}
+        with np.errstate(all="ignore"):
+            return self._eval(hook.body, env)
+
+    def _eval(self, e: ast.Expr, env: dict[str, np.ndarray]) -> np.ndarray:
+        value = np.asarray(self._node(e, env))
+        dtype = DTYPES[e.ty]
+        return value if value.dtype == dtype else value.astype(dtype)
+
+    def _node(self, e: ast.Expr, env: dict[str, np.ndarray]):
+        if isinstance(e, ast.Num):
+            return e.value
+        if isinstance(e, ast.Name):
+            return env[e.id]
+        if isinstance(e, ast.Let):
+            value = self._eval(e.value, env)
+            return self._eval(e.body, {**env, e.name: value})
+        if isinstance(e, ast.Index):
+            return self._index(e, env)
+        if isinstance(e, ast.Call):
+            return CALLS[e.fn](*(self._eval(a, env) for a in e.args))
+        if isinstance(e, ast.Unary):
+            return UNARY[e.op](self._eval(e.operand, env))
+        if isinstance(e, ast.Binary):
+            return BINARY[e.op](self._eval(e.lhs, env), self._eval(e.rhs, env))
+        raise TypeError(f"reference: no evaluation rule for {type(e).__name__}")
+
+    def _index(self, e: ast.Index, env: dict[str, np.ndarray]) -> np.ndarray:
+        """`param[idx, ...]`, each index clamped into [0, size - 1] (README: bounds-safe)."""
+        table = self.params[e.name]
+        idx = tuple(np.clip(self._eval(a, env), 0, size - 1)
+                    for a, size in zip(e.args, table.shape))
+        return table[idx]
