@@ -11,10 +11,13 @@ __version__ = "0.1.0"
 __all__ = ["AttncError", "Span", "__version__", "reference", "compile"]
 
 
-def reference(source, **tensors):
-    """The numpy float64 meaning of a `.attn` variant (see attnc/reference.py)."""
-    from attnc.reference import reference as _reference
-    return _reference(source, **tensors)
+def __getattr__(name: str):
+    # `attnc.reference` is the submodule, made callable (attnc/reference.py), so
+    # `attnc.reference(source, q=..., ...)` works whether or not it was imported yet.
+    if name == "reference":
+        import importlib
+        return importlib.import_module("attnc.reference")
+    raise AttributeError(f"module 'attnc' has no attribute '{name}'")
 
 
 def compile(source, arch: str = "sm_80", **options):
