@@ -1,0 +1,241 @@
+"""Every argument checked against the manifest before anything reaches the GPU.
+
+`plan_launch` either returns a `LaunchPlan` -- the bound dims, the device, the
+code object to load, the grids, the outputs still to allocate -- or raises an
+`AttncRuntimeError` naming what is wrong. The order of the checks is the order a
+user fixes things in: names, then each tensor alone (kind, dtype, rank, device),
+then tensors against each other (dims, constraints), then layout (strides,
+alignment), then the GPU (architecture, shared memory, grid limits).
+
+It asks the GPU two questions only, through `platform`: which device holds a
+pointer, and what a device is (`DeviceInfo`); tests answer them with a fake.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol
+
+from attnc_runtime import shapes
+from attnc_runtime.arch import DeviceInfo, select_code
+from attnc_runtime.errors import AttncRuntimeError
+from attnc_runtime.manifest import (INT_TYPES, OUTPUT_ROLES, DimParam, Manifest, ScratchParam,
+                                    StrideParam, TensorSpec)
+from attnc_runtime.tensors import TensorView, contiguous_strides, view
+
+MAX_GRID = (2**31 - 1, 65535, 65535)
+
+
+class Platform(Protocol):
+    def device_info(self, ordinal: int) -> DeviceInfo: ...
+    def pointer_device(self, ptr: int) -> int: ...
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    device: DeviceInfo
+    code_kind: str                                      # 'cubin' or 'ptx'
+    dims: Mapping[str, int]
+    views: Mapping[str, TensorView]                     # every tensor given, by name
+    allocate: tuple[tuple[TensorSpec, tuple[int, ...]], ...]   # outputs not given, with shapes
+    library: str                                        # who allocates: the library of q
+    grids: tuple[tuple[int, int, int], ...]             # per kernel, in launch order
+    scratch: Mapping[str, int]                          # bytes per scratch buffer
+
+
+def plan_launch(manifest: Manifest, args: Mapping[str, Any], platform: Platform) -> LaunchPlan:
+    tensors, dim_args = _split(manifest, args)
+    views = {name: _view(manifest.tensor(name), obj) for name, obj in tensors.items()}
+    device = _common_device(views, platform)
+    dims = _bind_dims(manifest, views, dim_args)
+    _check_constraints(manifest, dims)
+    for name, v in views.items():
+        _check_layout(manifest.tensor(name), v)
+    info = platform.device_info(device)
+    code_kind = select_code(manifest.target, manifest.code, info.capability, device)
+    allocate = tuple((spec, tuple(_size(s, dims) for s in spec.shape))
+                     for spec in manifest.outputs if spec.name not in views)
+    _check_param_ranges(manifest, dims, views, allocate)
+    return LaunchPlan(
+        device=info, code_kind=code_kind, dims=dims, views=views, allocate=allocate,
+        library=views[manifest.role("q").name].library,
+        grids=_kernel_grids(manifest, dims, info),
+        scratch={p.name: shapes.product(p.bytes, dims)
+                 for k in manifest.kernels for p in k.params if isinstance(p, ScratchParam)})
+
+
+def _split(manifest: Manifest, args: Mapping[str, Any]) -> tuple[dict, dict]:
+    tensor_names = {t.name for t in manifest.tensors}
+    tensors, dims = {}, {}
+    for name, value in args.items():
+        if name in tensor_names:
+            if value is not None:
+                tensors[name] = value
+        elif name in manifest.dims:
+            dims[name] = _dim_arg(name, value)
+        else:
+            raise AttncRuntimeError(f"unknown argument {name!r}; {manifest.variant} takes "
+                                    f"{_signature(manifest)}")
+    for spec in manifest.inputs:
+        if spec.name not in tensors:
+            raise AttncRuntimeError(f"missing input {spec.name!r}: {_type_text(spec)}")
+    return tensors, dims
+
+
+def _signature(manifest: Manifest) -> str:
+    parts = [f"inputs {', '.join(t.name for t in manifest.inputs)}",
+             f"outputs (optional) {', '.join(t.name for t in manifest.outputs)}"]
+    if manifest.dims:
+        parts.append(f"dims (ints) {', '.join(manifest.dims)}")
+    return "; ".join(parts)
+
+
+def _dim_arg(name: str, value: Any) -> int:
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        number = operator.index(value)
+    except TypeError:
+        raise AttncRuntimeError(f"dim {name} must be an int, got {value!r}") from None
+    if number < 0:
+        raise AttncRuntimeError(f"dim {name} must not be negative, got {number}")
+    return number
+
+
+def _type_text(spec: TensorSpec) -> str:
+    return f"{spec.dtype}[{', '.join(map(str, spec.shape))}]"
+
+
+def _view(spec: TensorSpec, obj: Any) -> TensorView:
+    v = view(obj, spec.name)
+    if v.location != "cuda":
+        raise AttncRuntimeError(f"{spec.name}: is on {v.location}, expected a CUDA device")
+    if v.dtype != spec.dtype:
+        raise AttncRuntimeError(f"{spec.name}: expected dtype {spec.dtype}, got {v.dtype_text}")
+    if len(v.shape) != spec.rank:
+        raise AttncRuntimeError(f"{spec.name}: expected rank {spec.rank} ({_type_text(spec)}), "
+                                f"got shape {_shape_text(v.shape)}")
+    if spec.role in OUTPUT_ROLES and v.readonly:
+        raise AttncRuntimeError(f"{spec.name}: is read-only; outputs must be writable")
+    return v
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return "(" + ", ".join(map(str, shape)) + ")"
+
+
+def _common_device(views: Mapping[str, TensorView], platform: Platform) -> int:
+    devices: dict[str, int] = {}
+    for name, v in views.items():
+        if v.device is not None:
+            devices[name] = v.device
+        elif v.numel:
+            devices[name] = platform.pointer_device(v.ptr)
+    distinct = sorted(set(devices.values()))
+    if len(distinct) > 1:
+        where = ", ".join(f"{name} on cuda:{d}" for name, d in devices.items())
+        raise AttncRuntimeError(f"tensors are on different devices: {where}")
+    return distinct[0] if distinct else 0
+
+
+def _bind_dims(manifest: Manifest, views: Mapping[str, TensorView], dim_args: Mapping[str, int]) -> dict:
+    dims = dict(dim_args)
+    source = {name: f"argument {name}={value}" for name, value in dim_args.items()}
+    for spec in manifest.tensors:
+        v = views.get(spec.name)
+        if v is None:
+            continue
+        for axis, (entry, size) in enumerate(zip(spec.shape, v.shape)):
+            here = f"{spec.name}.shape[{axis}] = {size}"
+            if isinstance(entry, int):
+                if size != entry:
+                    raise AttncRuntimeError(f"{spec.name}: shape {_shape_text(v.shape)} does not "
+                                            f"match {_type_text(spec)}: axis {axis} must be {entry}")
+            elif entry not in dims:
+                dims[entry], source[entry] = size, here
+            elif dims[entry] != size:
+                raise AttncRuntimeError(f"dim {entry} disagrees: {source[entry]} but {here}")
+    missing = [d for d in manifest.dims if d not in dims]
+    if missing:
+        raise AttncRuntimeError(f"dim {missing[0]} is not given by any tensor shape; pass it as "
+                                f"an int, e.g. kernel(..., {missing[0]}=...)")
+    return dims
+
+
+def _check_constraints(manifest: Manifest, dims: Mapping[str, int]) -> None:
+    for c in manifest.constraints:
+        a, b = _size(c.a, dims), _size(c.b, dims)
+        if c.kind == "divisible" and (b == 0 or a % b):
+            raise AttncRuntimeError(f"{_named(c.a, a)} must be a multiple of {_named(c.b, b)}")
+        if c.kind == "equal" and a != b:
+            raise AttncRuntimeError(f"{_named(c.a, a)} must equal {_named(c.b, b)}")
+
+
+def _size(entry, dims: Mapping[str, int]) -> int:
+    return entry if isinstance(entry, int) else dims[entry]
+
+
+def _named(entry, value: int) -> str:
+    return str(value) if isinstance(entry, int) else f"{entry} = {value}"
+
+
+def _check_layout(spec: TensorSpec, v: TensorView) -> None:
+    """Strides and alignment the kernel's loads and stores rely on (empty tensors are never read)."""
+    if v.numel == 0:
+        return
+    if v.shape and v.shape[-1] > 1 and v.strides[-1] != 1:
+        raise AttncRuntimeError(f"{spec.name}: the last dim must be contiguous (stride 1), got "
+                                f"strides {_shape_text(v.strides)}; pass a .contiguous() copy")
+    for axis, (size, stride) in enumerate(zip(v.shape, v.strides)):
+        if size > 1 and stride < 0:
+            raise AttncRuntimeError(f"{spec.name}: axis {axis} has a negative stride ({stride})")
+        if size > 1 and stride == 0 and spec.role in OUTPUT_ROLES:
+            raise AttncRuntimeError(f"{spec.name}: axis {axis} has stride 0 (a broadcast view); "
+                                    "an output's elements must not overlap")
+    if v.ptr % spec.align:
+        raise AttncRuntimeError(f"{spec.name}: data pointer {v.ptr:#x} is not {spec.align}-byte aligned")
+    for axis, (size, stride) in enumerate(zip(v.shape[:-1], v.strides[:-1])):
+        if size > 1 and (stride * spec.itemsize) % spec.align:
+            raise AttncRuntimeError(
+                f"{spec.name}: stride of axis {axis} is {stride} elements "
+                f"({stride * spec.itemsize} bytes), not a multiple of {spec.align} bytes")
+
+
+def _check_param_ranges(manifest: Manifest, dims: Mapping[str, int], views: Mapping[str, TensorView],
+                        allocate) -> None:
+    """Dims and strides passed as i32 must fit in 32 bits (a silent wrap would corrupt memory)."""
+    strides = {name: v.strides for name, v in views.items()}
+    strides.update({spec.name: contiguous_strides(shape) for spec, shape in allocate})
+    for kernel in manifest.kernels:
+        for p in kernel.params:
+            if isinstance(p, DimParam):
+                value, what = dims[p.name], f"dim {p.name}"
+            elif isinstance(p, StrideParam):
+                value, what = strides[p.tensor][p.axis], f"{p.tensor}'s stride of axis {p.axis}"
+            else:
+                continue
+            limit = 2 ** (INT_TYPES[p.type] - 1) - 1
+            if abs(value) > limit:
+                raise AttncRuntimeError(f"{what} = {value} does not fit the {p.type} kernel "
+                                        f"{kernel.name} takes it as")
+
+
+def _kernel_grids(manifest: Manifest, dims: Mapping[str, int], info: DeviceInfo) -> tuple:
+    """Each kernel's grid, checked against the hardware limits, after its shared memory."""
+    grids = []
+    for kernel in manifest.kernels:
+        if kernel.dynamic_smem_bytes > info.max_dynamic_smem_bytes:
+            raise AttncRuntimeError(
+                f"kernel {kernel.name} needs {kernel.dynamic_smem_bytes} bytes of shared memory per "
+                f"block; device {info.ordinal} ({info.name}) allows {info.max_dynamic_smem_bytes}")
+        grid = tuple(shapes.product(g, dims) for g in kernel.grid)
+        for axis, (size, limit, cluster) in enumerate(zip(grid, MAX_GRID, kernel.cluster)):
+            rule = shapes.describe(kernel.grid[axis])
+            if size > limit:
+                raise AttncRuntimeError(f"kernel {kernel.name}: grid.{'xyz'[axis]} = {rule} = {size} "
+                                        f"exceeds the limit {limit}")
+            if size % cluster:
+                raise AttncRuntimeError(f"kernel {kernel.name}: grid.{'xyz'[axis]} = {rule} = {size} "
+                                        f"is not a multiple of the cluster size {cluster}")
+        grids.append(grid)
+    return tuple(grids)

@@ -1,0 +1,412 @@
+"""The bundle manifest: its schema, as frozen value objects, and its validation.
+
+A manifest says everything a launch needs and nothing the runtime must guess
+(design.md section 5). `parse_manifest` turns the JSON object into a `Manifest`
+or raises `ManifestError` naming the field at fault, e.g.
+
+    manifest: kernels[0].params[3].tensor: unknown tensor 'x' (tensors: q, k, v, o)
+
+The schema, format "attnc-bundle/1" (every key below is required unless marked):
+
+    format, compiler {name, version}, variant, source, source_sha256 (of source, UTF-8),
+    target      "sm_80" | "sm_90a" | "sm_100a" | ... (see arch.py)
+    code        {"cubin": file, "ptx": file}: at least one, plain file names in the bundle
+    dims        every symbolic dim; those in no input shape are passed as ints at launch
+    inputs      [{name, role: q|k|v|param, dtype, shape, align?}]
+    outputs     [{name, role?: o|lse (default: the name), dtype, shape, align?}]
+    constraints [["divisible", a, b] | ["equal", a, b]]  (a, b: dim name or int; optional)
+    kernels     [{name, symbol, block [x,y,z], cluster? [x,y,z], dynamic_smem_bytes,
+                  grid [gx, gy, gz] (each a list of factors, multiplied), params [...]}],
+                launched in order
+    specialization  free-form object (optional)
+
+A shape entry is a dim name or a fixed size. A factor is an int, a dim name or
+["cdiv", dim, int]. `align` is the byte alignment required of the base pointer and
+of every stride but the last: 16 by default for q, k, v and o (16-byte vector
+loads and stores), the element size otherwise. Params, in kernel ABI order:
+
+    {"kind": "ptr", "tensor": t}                      64-bit device pointer
+    {"kind": "dim", "name": D, "type": "i32"|"i64"}   a dim's value
+    {"kind": "stride", "tensor": t, "axis": a, "type": "i32"|"i64"}   in elements
+    {"kind": "scratch", "name": s, "bytes": [factors]}  pointer to a buffer the runtime
+        allocates and zeroes before every launch; kernels naming the same scratch share it
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Union
+
+from attnc_runtime.arch import TARGETS
+from attnc_runtime.dtypes import DTYPES
+from attnc_runtime.errors import ManifestError
+
+FORMAT = "attnc-bundle/1"
+CODE_KINDS = ("cubin", "ptx")
+INPUT_ROLES = ("q", "k", "v", "param")
+OUTPUT_ROLES = ("o", "lse")
+VECTOR_ROLES = ("q", "k", "v", "o")     # read and written with 16-byte vectors
+INT_TYPES = {"i32": 32, "i64": 64}
+CONSTRAINT_KINDS = ("divisible", "equal")
+MAX_THREADS_PER_BLOCK = 1024
+_ROLE_COUNTS = (("inputs", "q", "exactly"), ("inputs", "k", "exactly"), ("inputs", "v", "exactly"),
+                ("outputs", "o", "exactly"), ("outputs", "lse", "at most"))
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+@dataclass(frozen=True)
+class Cdiv:
+    """`ceil(dim / by)`."""
+    dim: str
+    by: int
+
+
+Factor = Union[int, str, Cdiv]
+ShapeEntry = Union[int, str]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    role: str
+    dtype: str
+    shape: tuple[ShapeEntry, ...]
+    align: int
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return DTYPES[self.dtype].itemsize
+
+
+@dataclass(frozen=True)
+class PtrParam:
+    tensor: str
+
+
+@dataclass(frozen=True)
+class DimParam:
+    name: str
+    type: str
+
+
+@dataclass(frozen=True)
+class StrideParam:
+    tensor: str
+    axis: int
+    type: str
+
+
+@dataclass(frozen=True)
+class ScratchParam:
+    name: str
+    bytes: tuple[Factor, ...]
+
+
+Param = Union[PtrParam, DimParam, StrideParam, ScratchParam]
+
+
+@dataclass(frozen=True)
+class Constraint:
+    kind: str
+    a: ShapeEntry
+    b: ShapeEntry
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    symbol: str
+    block: tuple[int, int, int]
+    cluster: tuple[int, int, int]
+    dynamic_smem_bytes: int
+    grid: tuple[tuple[Factor, ...], tuple[Factor, ...], tuple[Factor, ...]]
+    params: tuple[Param, ...]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    compiler_name: str
+    compiler_version: str
+    variant: str
+    source: str
+    source_sha256: str
+    target: str
+    code: Mapping[str, str]
+    dims: tuple[str, ...]
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    constraints: tuple[Constraint, ...]
+    kernels: tuple[KernelSpec, ...]
+    specialization: Mapping[str, Any]
+    raw: Mapping[str, Any] = field(repr=False, compare=False)
+
+    @property
+    def tensors(self) -> tuple[TensorSpec, ...]:
+        return self.inputs + self.outputs
+
+    def tensor(self, name: str) -> TensorSpec:
+        return next(t for t in self.tensors if t.name == name)
+
+    def role(self, role: str) -> TensorSpec | None:
+        return next((t for t in self.tensors if t.role == role), None)
+
+    @property
+    def scalar_dims(self) -> tuple[str, ...]:
+        """Dims no input shape carries: passed as keyword ints at launch."""
+        shaped = {d for t in self.inputs for d in t.shape if isinstance(d, str)}
+        return tuple(d for d in self.dims if d not in shaped)
+
+
+def source_sha256(source: str) -> str:
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()
+
+
+def parse_manifest(raw: Any) -> Manifest:
+    """Validate a manifest's JSON object and return it as a `Manifest`."""
+    top = _obj(raw, "manifest", required=("format", "compiler", "variant", "source",
+                                          "source_sha256", "target", "code", "dims",
+                                          "inputs", "outputs", "kernels"),
+               optional=("constraints", "specialization"))
+    fmt = top["format"]
+    if fmt != FORMAT:
+        raise ManifestError(f"manifest: format: {fmt!r} is not supported by this runtime "
+                            f"(it reads {FORMAT!r})")
+    compiler = _obj(top["compiler"], "compiler", required=("name", "version"))
+    source = _str(top["source"], "source")
+    digest = _str(top["source_sha256"], "source_sha256")
+    if digest != source_sha256(source):
+        raise ManifestError("manifest: source_sha256: does not match the sha256 of source "
+                            f"({source_sha256(source)})")
+    dims = _dims(top["dims"])
+    inputs = tuple(_tensor(t, f"inputs[{i}]", dims, output=False)
+                   for i, t in enumerate(_list(top["inputs"], "inputs")))
+    outputs = tuple(_tensor(t, f"outputs[{i}]", dims, output=True)
+                    for i, t in enumerate(_list(top["outputs"], "outputs")))
+    _check_tensor_set(inputs, outputs)
+    tensors = {t.name: t for t in inputs + outputs}
+    kernels = tuple(_kernel(k, f"kernels[{i}]", dims, tensors)
+                    for i, k in enumerate(_list(top["kernels"], "kernels", min_len=1)))
+    _check_scratch_agree(kernels)
+    return Manifest(
+        compiler_name=_str(compiler["name"], "compiler.name"),
+        compiler_version=_str(compiler["version"], "compiler.version"),
+        variant=_str(top["variant"], "variant"),
+        source=source, source_sha256=digest,
+        target=_choice(top["target"], "target", tuple(TARGETS)),
+        code=_code(top["code"]),
+        dims=dims, inputs=inputs, outputs=outputs,
+        constraints=tuple(_constraint(c, f"constraints[{i}]", dims)
+                          for i, c in enumerate(_list(top.get("constraints", []), "constraints"))),
+        kernels=kernels,
+        specialization=_obj(top.get("specialization", {}), "specialization", free=True),
+        raw=raw)
+
+
+# -- the parts ------------------------------------------------------------------
+
+def _dims(raw: Any) -> tuple[str, ...]:
+    dims = tuple(_ident(d, f"dims[{i}]") for i, d in enumerate(_list(raw, "dims")))
+    for i, d in enumerate(dims):
+        if d in dims[:i]:
+            raise ManifestError(f"manifest: dims[{i}]: {d!r} is listed twice")
+    return dims
+
+
+def _tensor(raw: Any, path: str, dims: tuple[str, ...], *, output: bool) -> TensorSpec:
+    # An input must say its role; an output's defaults to its name ('o' or 'lse').
+    roles = OUTPUT_ROLES if output else INPUT_ROLES
+    fields = _obj(raw, path, required=("name", "dtype", "shape") + (() if output else ("role",)),
+                  optional=("role", "align"))
+    name = _ident(fields["name"], f"{path}.name")
+    role = fields.get("role", name if name in OUTPUT_ROLES else None)
+    if role is None:
+        raise ManifestError(f"manifest: {path}.role: missing (one of {', '.join(roles)})")
+    role = _choice(role, f"{path}.role", roles)
+    dtype = _choice(fields["dtype"], f"{path}.dtype", tuple(DTYPES))
+    shape = tuple(_shape_entry(s, f"{path}.shape[{i}]", dims)
+                  for i, s in enumerate(_list(fields["shape"], f"{path}.shape")))
+    itemsize = DTYPES[dtype].itemsize
+    default_align = 16 if role in VECTOR_ROLES else itemsize
+    align = _int(fields.get("align", default_align), f"{path}.align", minimum=itemsize)
+    if align & (align - 1):
+        raise ManifestError(f"manifest: {path}.align: {align} is not a power of two")
+    return TensorSpec(name, role, dtype, shape, align)
+
+
+def _check_tensor_set(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -> None:
+    seen: set[str] = set()
+    for group, specs in (("inputs", inputs), ("outputs", outputs)):
+        for i, t in enumerate(specs):
+            if t.name in seen:
+                raise ManifestError(f"manifest: {group}[{i}].name: tensor {t.name!r} is declared twice")
+            seen.add(t.name)
+    for group, role, bound in _ROLE_COUNTS:
+        count = sum(t.role == role for t in (inputs if group == "inputs" else outputs))
+        if count > 1 or (count == 0 and bound == "exactly"):
+            raise ManifestError(f"manifest: {group}: expected {bound} one tensor with role {role!r}, "
+                                f"found {count}")
+
+
+def _kernel(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, TensorSpec]) -> KernelSpec:
+    fields = _obj(raw, path, required=("name", "symbol", "block", "dynamic_smem_bytes", "grid", "params"),
+                  optional=("cluster",))
+    block = _triple(fields["block"], f"{path}.block")
+    if block[0] * block[1] * block[2] > MAX_THREADS_PER_BLOCK:
+        raise ManifestError(f"manifest: {path}.block: {list(block)} has more than "
+                            f"{MAX_THREADS_PER_BLOCK} threads")
+    grid = _list(fields["grid"], f"{path}.grid", min_len=3, max_len=3)
+    return KernelSpec(
+        name=_str(fields["name"], f"{path}.name"),
+        symbol=_str(fields["symbol"], f"{path}.symbol"),
+        block=block,
+        cluster=_triple(fields.get("cluster", [1, 1, 1]), f"{path}.cluster"),
+        dynamic_smem_bytes=_int(fields["dynamic_smem_bytes"], f"{path}.dynamic_smem_bytes", minimum=0),
+        grid=tuple(_factors(g, f"{path}.grid[{i}]", dims) for i, g in enumerate(grid)),
+        params=tuple(_param(p, f"{path}.params[{i}]", dims, tensors)
+                     for i, p in enumerate(_list(fields["params"], f"{path}.params"))))
+
+
+def _param(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, TensorSpec]) -> Param:
+    kind = _choice(_obj(raw, path, free=True).get("kind"), f"{path}.kind",
+                   ("ptr", "dim", "stride", "scratch"))
+    if kind == "ptr":
+        fields = _obj(raw, path, required=("kind", "tensor"))
+        return PtrParam(_tensor_name(fields["tensor"], f"{path}.tensor", tensors))
+    if kind == "dim":
+        fields = _obj(raw, path, required=("kind", "name", "type"))
+        return DimParam(_dim(fields["name"], f"{path}.name", dims),
+                        _choice(fields["type"], f"{path}.type", tuple(INT_TYPES)))
+    if kind == "stride":
+        fields = _obj(raw, path, required=("kind", "tensor", "axis", "type"))
+        tensor = _tensor_name(fields["tensor"], f"{path}.tensor", tensors)
+        axis = _int(fields["axis"], f"{path}.axis", minimum=0)
+        if axis >= tensors[tensor].rank:
+            raise ManifestError(f"manifest: {path}.axis: {axis} is out of range for "
+                                f"{tensor!r} of rank {tensors[tensor].rank}")
+        return StrideParam(tensor, axis, _choice(fields["type"], f"{path}.type", tuple(INT_TYPES)))
+    fields = _obj(raw, path, required=("kind", "name", "bytes"))
+    return ScratchParam(_ident(fields["name"], f"{path}.name"),
+                        _factors(fields["bytes"], f"{path}.bytes", dims))
+
+
+def _check_scratch_agree(kernels: tuple[KernelSpec, ...]) -> None:
+    sizes: dict[str, tuple[Factor, ...]] = {}
+    for i, kernel in enumerate(kernels):
+        for j, p in enumerate(kernel.params):
+            if isinstance(p, ScratchParam) and sizes.setdefault(p.name, p.bytes) != p.bytes:
+                raise ManifestError(f"manifest: kernels[{i}].params[{j}].bytes: scratch {p.name!r} "
+                                    "is sized differently by another param")
+
+
+def _constraint(raw: Any, path: str, dims: tuple[str, ...]) -> Constraint:
+    items = _list(raw, path, min_len=3, max_len=3)
+    kind = _choice(items[0], f"{path}[0]", CONSTRAINT_KINDS)
+    return Constraint(kind, _shape_entry(items[1], f"{path}[1]", dims),
+                      _shape_entry(items[2], f"{path}[2]", dims))
+
+
+def _code(raw: Any) -> Mapping[str, str]:
+    code = _obj(raw, "code", required=(), optional=CODE_KINDS)
+    if not code:
+        raise ManifestError(f"manifest: code: names no code object (expected {' and/or '.join(CODE_KINDS)})")
+    for kind, name in code.items():
+        name = _str(name, f"code.{kind}")
+        if name in ("", ".", "..", "manifest.json") or "/" in name or "\\" in name:
+            raise ManifestError(f"manifest: code.{kind}: {name!r} is not a plain file name")
+    return dict(code)
+
+
+def _factors(raw: Any, path: str, dims: tuple[str, ...]) -> tuple[Factor, ...]:
+    return tuple(_factor(f, f"{path}[{i}]", dims) for i, f in enumerate(_list(raw, path)))
+
+
+def _factor(raw: Any, path: str, dims: tuple[str, ...]) -> Factor:
+    if isinstance(raw, list):
+        items = _list(raw, path, min_len=3, max_len=3)
+        if items[0] != "cdiv":
+            raise ManifestError(f"manifest: {path}[0]: expected 'cdiv', got {items[0]!r}")
+        return Cdiv(_dim(items[1], f"{path}[1]", dims), _int(items[2], f"{path}[2]", minimum=1))
+    return _shape_entry(raw, path, dims)
+
+
+def _shape_entry(raw: Any, path: str, dims: tuple[str, ...]) -> ShapeEntry:
+    if isinstance(raw, str):
+        return _dim(raw, path, dims)
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return _int(raw, path, minimum=1)
+    raise ManifestError(f"manifest: {path}: expected a dim name or a positive int, got {raw!r}")
+
+
+# -- JSON leaves ------------------------------------------------------------------
+
+def _obj(raw: Any, path: str, required: tuple[str, ...] = (), optional: tuple[str, ...] = (),
+         free: bool = False) -> dict:
+    if not isinstance(raw, dict):
+        raise ManifestError(f"manifest: {path}: expected an object, got {type(raw).__name__}")
+    for key in required:
+        if key not in raw:
+            raise ManifestError(f"manifest: {path}: missing field {key!r}")
+    unknown = [k for k in raw if k not in required and k not in optional]
+    if unknown and not free:
+        raise ManifestError(f"manifest: {path}: unknown field {unknown[0]!r}")
+    return raw
+
+
+def _list(raw: Any, path: str, min_len: int = 0, max_len: int | None = None) -> list:
+    if not isinstance(raw, list):
+        raise ManifestError(f"manifest: {path}: expected a list, got {type(raw).__name__}")
+    if len(raw) < min_len or (max_len is not None and len(raw) > max_len):
+        want = f"{min_len}" if max_len == min_len else f"at least {min_len}"
+        raise ManifestError(f"manifest: {path}: expected {want} entries, got {len(raw)}")
+    return raw
+
+
+def _triple(raw: Any, path: str) -> tuple[int, int, int]:
+    a, b, c = (_int(x, f"{path}[{i}]", minimum=1)
+               for i, x in enumerate(_list(raw, path, min_len=3, max_len=3)))
+    return a, b, c
+
+
+def _str(raw: Any, path: str) -> str:
+    if not isinstance(raw, str):
+        raise ManifestError(f"manifest: {path}: expected a string, got {raw!r}")
+    return raw
+
+
+def _ident(raw: Any, path: str) -> str:
+    if not _IDENT.match(_str(raw, path)):
+        raise ManifestError(f"manifest: {path}: {raw!r} is not an identifier")
+    return raw
+
+
+def _int(raw: Any, path: str, minimum: int | None = None) -> int:
+    if not isinstance(raw, int) or isinstance(raw, bool):
+        raise ManifestError(f"manifest: {path}: expected an integer, got {raw!r}")
+    if minimum is not None and raw < minimum:
+        raise ManifestError(f"manifest: {path}: {raw} is less than {minimum}")
+    return raw
+
+
+def _choice(raw: Any, path: str, choices: tuple[str, ...]) -> str:
+    if raw not in choices:
+        raise ManifestError(f"manifest: {path}: {raw!r} is not one of {', '.join(choices)}")
+    return raw
+
+
+def _dim(raw: Any, path: str, dims: tuple[str, ...]) -> str:
+    if raw not in dims:
+        raise ManifestError(f"manifest: {path}: {raw!r} is not a declared dim "
+                            f"(dims: {', '.join(dims) or 'none'})")
+    return raw
+
+
+def _tensor_name(raw: Any, path: str, tensors: Mapping[str, TensorSpec]) -> str:
+    if raw not in tensors:
+        raise ManifestError(f"manifest: {path}: unknown tensor {raw!r} (tensors: {', '.join(tensors)})")
+    return raw

@@ -1,0 +1,177 @@
+"""From checked arguments to driver calls: output allocation with the inputs' library,
+kernel parameters in ABI order, scratch buffers, and the launch sequence.
+
+torch is faked (a module in sys.modules whose tensors are descriptions) and so is
+the driver (its functions recorded), so all of it runs without a GPU.
+"""
+from __future__ import annotations
+
+import ctypes
+import itertools
+import math
+import sys
+from types import ModuleType, SimpleNamespace
+
+import pytest
+
+from attnc_runtime import Bundle, Kernel, driver
+from attnc_runtime.params import pack, param_values
+from attnc_runtime.tensors import contiguous_strides
+from attnc_runtime.testing import (FakePlatform, FakeTensor, synthetic_arguments, synthetic_files,
+                                   synthetic_manifest)
+
+_ptrs = itertools.count(0x5000_0000, 0x100_0000)
+
+
+class FakeTorchTensor:
+    __module__ = "torch"
+
+    def __init__(self, shape, dtype="torch.bfloat16", device=0):
+        self.shape, self.dtype = tuple(shape), dtype
+        self.device = SimpleNamespace(type="cuda", index=device)
+        self._ptr = next(_ptrs)
+
+    def data_ptr(self):
+        return self._ptr
+
+    def stride(self):
+        return contiguous_strides(self.shape)
+
+
+@pytest.fixture
+def fake_torch(monkeypatch):
+    torch = ModuleType("torch")
+    torch.bfloat16, torch.float16 = "torch.bfloat16", "torch.float16"
+    torch.float32, torch.int32 = "torch.float32", "torch.int32"
+    torch.allocations = []
+
+    def empty(shape, dtype, device):
+        assert device == "cuda:0"
+        torch.allocations.append((tuple(shape), dtype))
+        return FakeTorchTensor(shape, dtype)
+
+    torch.empty = empty
+    torch.cuda = SimpleNamespace(current_stream=lambda device: SimpleNamespace(cuda_stream=0xABC))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    return torch
+
+
+@pytest.fixture
+def fake_driver(monkeypatch):
+    calls = []
+
+    class Context:
+        def __init__(self, ordinal):
+            calls.append(("context", ordinal))
+
+        def __enter__(self):
+            return 77
+
+        def __exit__(self, *exc):
+            pass
+
+    def get_function(ctx, image, digest, symbol, smem):
+        calls.append(("function", ctx, image, symbol, smem))
+        return symbol
+
+    monkeypatch.setattr(driver, "primary_context", Context)
+    monkeypatch.setattr(driver, "get_function", get_function)
+    monkeypatch.setattr(driver, "memset_zero_async",
+                        lambda ptr, nbytes, stream: calls.append(("memset", ptr, nbytes, stream)))
+    monkeypatch.setattr(driver, "launch", lambda func, grid, block, cluster, smem, stream, address:
+                        calls.append(("launch", func, grid, block, smem, stream)))
+    return calls
+
+
+def torch_arguments(B=2, H=8, HKV=2, M=1000, N=1100, P=16):
+    return {"q": FakeTorchTensor((B, H, M, 128)), "k": FakeTorchTensor((B, HKV, N, 128)),
+            "v": FakeTorchTensor((B, HKV, N, 128)), "slopes": FakeTorchTensor((H,), "torch.float32"),
+            "P": P}
+
+
+def kernel(target="sm_80", capability=(8, 0)) -> Kernel:
+    manifest = synthetic_manifest(target)
+    return Kernel(Bundle.from_files(manifest, synthetic_files(manifest)), FakePlatform(capability))
+
+
+def read_params(packed, types):
+    """The values behind cuLaunchKernel's `void **`, read back as the kernel would."""
+    pointers = (ctypes.c_void_p * len(types)).from_address(packed.address)
+    return [ctype.from_address(pointers[i]).value for i, ctype in enumerate(types)]
+
+
+def test_outputs_and_scratch_are_allocated_with_torch(fake_torch):
+    bound = kernel().bind(**torch_arguments())
+    assert fake_torch.allocations == [((2, 8, 1000, 128), "torch.bfloat16"), ((2, 8, 1000), "torch.float32"),
+                                      ((math.ceil(144 / 4),), "torch.int32")]
+    assert set(bound.outputs) == {"o", "lse"}
+    assert all(type(t) is FakeTorchTensor for t in bound.outputs.values())
+
+
+def test_given_outputs_are_returned_as_given(fake_torch):
+    o = FakeTorchTensor((2, 8, 1000, 128))
+    bound = kernel().bind(**torch_arguments(), o=o)
+    assert bound.outputs["o"] is o
+    assert [shape for shape, _ in fake_torch.allocations] == [(2, 8, 1000), (36,)]
+
+
+def test_parameters_are_packed_in_abi_order(fake_torch):
+    args = torch_arguments()
+    bound = kernel().bind(**args)
+    scratch = bound._scratch["blockmap"].data_ptr()
+    u64, i32, i64 = ctypes.c_uint64, ctypes.c_int32, ctypes.c_int64
+    assert read_params(bound._params[0], [u64, i32, i32, i32]) == [scratch, 1000, 1100, 16]
+    o, lse = bound.outputs["o"], bound.outputs["lse"]
+    ptrs = [t.data_ptr() for t in (args["q"], args["k"], args["v"], args["slopes"], o, lse)]
+    strides = [1024000, 128000, 128, 281600, 140800, 128, 281600, 140800, 128, 1024000, 128000, 128,
+               8000, 1000]
+    types = [u64] * 7 + [i64] * 14 + [i32] * 5
+    assert read_params(bound._params[1], types) == [*ptrs, scratch, *strides, 1000, 1100, 8, 2, 16]
+
+
+def test_pack_of_no_parameters_is_still_an_address():
+    assert pack([]).address != 0
+
+
+def test_param_values_reads_strides_of_non_contiguous_views():
+    manifest = synthetic_manifest()
+    k = Kernel(Bundle.from_files(manifest, synthetic_files(manifest)), FakePlatform())
+    args = synthetic_arguments(outputs=True)
+    args["q"] = FakeTensor((2, 8, 1000, 128), "bf16", strides=(8 * 1000 * 256, 256, 8 * 256, 1))
+    plan = k.plan(**args)
+    values = param_values(k.manifest.kernels[1], plan.dims, plan.views, {"blockmap": 0})
+    assert [v.value for v in values[7:10]] == [8 * 1000 * 256, 256, 8 * 256]
+
+
+def test_launch_sequence(fake_torch, fake_driver):
+    bound = kernel().bind(**torch_arguments())
+    bound.launch()
+    scratch = bound._scratch["blockmap"].data_ptr()
+    cubin = b"not a real cubin"
+    assert fake_driver == [
+        ("context", 0),
+        ("function", 77, cubin, "attnc_synthetic_blockmap", 0),
+        ("function", 77, cubin, "attnc_synthetic_fwd", 65536),
+        ("memset", scratch, 144, 0xABC),                    # zeroed before every launch
+        ("launch", "attnc_synthetic_blockmap", (9, 8, 2), (128, 1, 1), 0, 0xABC),
+        ("launch", "attnc_synthetic_fwd", (8, 8, 2), (128, 1, 1), 65536, 0xABC),
+    ]
+
+
+def test_launch_on_a_given_stream_with_ptx(fake_torch, fake_driver):
+    bound = kernel(capability=(9, 0)).bind(**torch_arguments())
+    bound.launch(stream=SimpleNamespace(cuda_stream=0x999))
+    images = {call[2] for call in fake_driver if call[0] == "function"}
+    assert images == {b"not a real ptx\0"}                  # PTX goes to the driver as a C string
+    assert {call[-1] for call in fake_driver if call[0] in ("memset", "launch")} == {0x999}
+
+
+def test_kernels_with_an_empty_grid_are_not_launched(fake_torch, fake_driver):
+    kernel()(**torch_arguments(M=0))
+    launched = [call[1] for call in fake_driver if call[0] == "launch"]
+    assert launched == []                                   # both grids have cdiv(M, 128) = 0 blocks
+
+
+def test_call_returns_the_outputs(fake_torch, fake_driver):
+    out = kernel()(**torch_arguments())
+    assert list(out) == ["o", "lse"] and out["o"].shape == (2, 8, 1000, 128)

@@ -1,0 +1,64 @@
+"""Reading a bundle folder: what is loaded, and how a broken folder is refused."""
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from attnc_runtime import Bundle, load, read_bundle
+from attnc_runtime.errors import AttncRuntimeError, ManifestError
+from attnc_runtime.testing import synthetic_files, synthetic_manifest
+
+
+def write(folder, manifest, files):
+    folder.mkdir()
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    for name, blob in files.items():
+        (folder / name).write_bytes(blob)
+    return folder
+
+
+def test_read_bundle_loads_manifest_and_code(tmp_path):
+    manifest = synthetic_manifest()
+    folder = write(tmp_path / "b", manifest, synthetic_files(manifest))
+    bundle = read_bundle(folder)
+    assert bundle.path == folder and bundle.manifest.variant == "synthetic"
+    assert bundle.code == {"cubin": b"not a real cubin", "ptx": b"not a real ptx"}
+    assert bundle.digests["cubin"] == hashlib.sha256(b"not a real cubin").hexdigest()
+    assert bundle.manifest.raw == manifest
+    assert repr(load(folder)) == "Kernel(synthetic, sm_80, inputs=(q, k, v, slopes), outputs=(o, lse))"
+
+
+def test_a_folder_without_manifest_is_not_a_bundle(tmp_path):
+    with pytest.raises(AttncRuntimeError, match=f"^{tmp_path}: not a bundle \\(no manifest.json\\)$"):
+        read_bundle(tmp_path)
+
+
+def test_invalid_json_is_refused(tmp_path):
+    (tmp_path / "manifest.json").write_text("{ not json")
+    with pytest.raises(ManifestError, match=r"manifest.json: not valid JSON: Expecting property name"):
+        read_bundle(tmp_path)
+
+
+def test_a_missing_code_file_is_refused_naming_it(tmp_path):
+    manifest = synthetic_manifest()
+    folder = write(tmp_path / "b", manifest, {"attn_fwd.sm_80.cubin": b"x"})
+    with pytest.raises(ManifestError) as info:
+        read_bundle(folder)
+    assert str(info.value) == f"{folder}: manifest: code.ptx: 'attn_fwd.compute_80.ptx' is not in the bundle"
+
+
+def test_schema_errors_name_the_folder(tmp_path):
+    manifest = synthetic_manifest()
+    manifest["target"] = "sm_70"
+    folder = write(tmp_path / "b", manifest, synthetic_files(manifest))
+    with pytest.raises(ManifestError, match=f"^{folder}: manifest: target: 'sm_70' is not one of"):
+        read_bundle(folder)
+
+
+def test_bundle_from_memory():
+    manifest = synthetic_manifest()
+    del manifest["code"]["ptx"]
+    bundle = Bundle.from_files(manifest, {"attn_fwd.sm_80.cubin": b"sass", "notes.txt": b"extra"})
+    assert bundle.path is None and bundle.code == {"cubin": b"sass"}

@@ -1,0 +1,107 @@
+"""Tensor adapters: what the runtime reads off torch, __cuda_array_interface__ and DLPack objects."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from attnc_runtime.errors import AttncRuntimeError
+from attnc_runtime.tensors import dlpack_capsule_view, view
+from attnc_runtime.testing import FakeTensor
+
+
+class _CAI:
+    def __init__(self, **cai):
+        self.__cuda_array_interface__ = {"version": 3, "data": (0x1000, False), **cai}
+
+
+def test_cuda_array_interface_strides_become_elements():
+    v = view(FakeTensor((2, 3, 4), "f16", strides=(24, 8, 1), ptr=0x2000, device=1), "q")
+    assert (v.ptr, v.shape, v.strides, v.dtype, v.device, v.location) == \
+        (0x2000, (2, 3, 4), (24, 8, 1), "f16", 1, "cuda")
+    assert v.library == "other" and not v.readonly
+
+
+def test_cuda_array_interface_without_strides_is_c_contiguous():
+    v = view(_CAI(shape=(2, 3, 4), typestr="<f4", strides=None), "x")
+    assert v.strides == (12, 4, 1) and v.dtype == "f32"
+    assert v.device is None        # no .device: the launcher asks the driver about the pointer
+
+
+def test_cuda_array_interface_byte_strides_must_divide_by_the_item_size():
+    with pytest.raises(AttncRuntimeError, match=r"^x: strides \(6, 1\) \(bytes\) are not multiples "
+                                                r"of the element size 2$"):
+        view(_CAI(shape=(2, 3), typestr="<f2", strides=(6, 1)), "x")
+
+
+def test_masked_arrays_are_refused():
+    with pytest.raises(AttncRuntimeError, match="^x: masked arrays are not supported$"):
+        view(_CAI(shape=(2,), typestr="<f2", mask=object()), "x")
+
+
+@pytest.mark.parametrize("typestr, dtype", [("<f2", "f16"), ("<f4", "f32"), ("<i4", "i32"),
+                                            ("|f2", "f16"), ("<f8", None), (">f4", None),
+                                            ("<u2", None)])
+def test_typestr_mapping(typestr, dtype):
+    assert view(_CAI(shape=(4,), typestr=typestr), "x").dtype == dtype
+
+
+def test_cupy_arrays_are_recognised_by_their_module():
+    cupy_like = type("ndarray", (_CAI,), {"__module__": "cupy._core.core"})
+    arr = cupy_like(shape=(4,), typestr="<f2")
+    arr.device = SimpleNamespace(id=3)
+    v = view(arr, "x")
+    assert (v.library, v.device) == ("cupy", 3)
+
+
+def test_readonly_flag_is_kept():
+    assert view(FakeTensor((4,), "f32", readonly=True), "x").readonly
+
+
+def test_bf16_through_dlpack():
+    v = view(FakeTensor((2, 8, 16, 64), "bf16", strides=(8192, 1024, 64, 1), ptr=0x4000, device=2), "q")
+    assert (v.ptr, v.shape, v.strides, v.dtype, v.device, v.location) == \
+        (0x4000, (2, 8, 16, 64), (8192, 1024, 64, 1), "bf16", 2, "cuda")
+
+
+def test_dlpack_capsule_of_a_numpy_view():
+    a = np.zeros((3, 5), np.float32)[:, ::2]
+    v = dlpack_capsule_view(a.__dlpack__())
+    assert (v.shape, v.strides, v.dtype, v.location, v.ptr) == \
+        ((3, 3), (5, 2), "f32", "cpu", a.ctypes.data)
+
+
+def test_dlpack_unknown_dtype_is_described():
+    v = dlpack_capsule_view(np.zeros(3, np.float64).__dlpack__())
+    assert v.dtype is None and v.dtype_text == "DLPack dtype (code=2, bits=64, lanes=1)"
+
+
+def test_a_numpy_array_is_seen_on_the_cpu_without_taking_its_capsule():
+    v = view(np.zeros((2, 2), np.float32), "q")
+    assert v.location == "cpu"
+
+
+def test_torch_tensors_are_read_through_their_own_attributes():
+    class Tensor:
+        __module__ = "torch"
+        dtype = "torch.bfloat16"
+        shape = (2, 4, 8, 64)
+        device = SimpleNamespace(type="cuda", index=1)
+
+        def data_ptr(self):
+            return 0x8000
+
+        def stride(self):
+            return (2048, 512, 64, 1)
+
+    v = view(Tensor(), "q")
+    assert (v.ptr, v.shape, v.strides, v.dtype, v.device, v.library, v.location) == \
+        (0x8000, (2, 4, 8, 64), (2048, 512, 64, 1), "bf16", 1, "torch", "cuda")
+
+
+def test_non_tensors_are_refused_by_name():
+    with pytest.raises(AttncRuntimeError, match=r"^slopes: expected a CUDA tensor \(torch, cupy, or "
+                                                r"an object with __cuda_array_interface__ or "
+                                                r"__dlpack__\), got list$"):
+        view([1.0, 2.0], "slopes")
