@@ -1,0 +1,139 @@
+"""Writing bundles: `manifest.json` plus the code objects it names, atomically.
+
+The schema, its validation and reading belong to the runtime
+(`attnc_runtime.manifest`, `attnc_runtime.bundle`): the compiler writes exactly
+what the runtime reads, checked by the same code. This module adds what only
+the compiler does -- describe a `Variant`'s tensors in manifest terms, name the
+code files, and write a folder so that it appears whole or not at all.
+
+    manifest = variant_manifest(variant, target="sm_80", kernels=[...],
+                                code=code_files("attn_fwd", "sm_80"), specialization={...})
+    write_bundle("out/gemma2", manifest, {"attn_fwd.sm_80.cubin": cubin,
+                                          "attn_fwd.compute_80.ptx": ptx})
+
+Note [Atomic bundle writes]: a bundle is written into a fresh temporary folder
+next to its destination (same filesystem) and renamed into place; a reader sees
+either no folder or a complete one. `replace=False` is first-writer-wins (the
+kernel cache's use: two processes compiling the same thing both succeed and one
+folder survives); `replace=True` swaps an existing folder out by two renames.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import attnc
+from attnc_runtime.bundle import MANIFEST_NAME, Bundle, read_bundle
+from attnc_runtime.manifest import FORMAT, Manifest, parse_manifest, source_sha256
+
+__all__ = ["FORMAT", "MANIFEST_NAME", "Bundle", "code_files", "read_bundle", "validate_manifest",
+           "variant_manifest", "write_bundle"]
+
+
+def validate_manifest(manifest: Mapping[str, Any]) -> Manifest:
+    """The parsed manifest, or `ManifestError` naming the field at fault."""
+    return parse_manifest(manifest)
+
+
+def code_files(stem: str, target: str) -> dict[str, str]:
+    """The conventional code file names: `attn_fwd.sm_80.cubin`, `attn_fwd.compute_80.ptx`."""
+    return {"cubin": f"{stem}.{target}.cubin", "ptx": f"{stem}.{target.replace('sm_', 'compute_')}.ptx"}
+
+
+def variant_manifest(variant, *, target: str, kernels: Sequence[Mapping[str, Any]],
+                     code: Mapping[str, str], specialization: Mapping[str, Any] | None = None,
+                     constraints: Sequence[Sequence[Any]] = ()) -> dict[str, Any]:
+    """A validated manifest for a checked `attnc.frontend.Variant`.
+
+    The tensors, dims, source and hash come from the variant; GQA adds
+    ["divisible", H, HKV]; `constraints` adds the kernel's own (e.g. ["equal", "M", "N"]).
+    """
+    manifest = {
+        "format": FORMAT,
+        "compiler": {"name": "attnc", "version": attnc.__version__},
+        "variant": variant.name,
+        "source_sha256": source_sha256(variant.source),
+        "source": variant.source,
+        "target": target,
+        "code": dict(code),
+        "dims": list(variant.dims),
+        "inputs": [_tensor(t) for t in variant.inputs],
+        "outputs": [_tensor(t) for t in variant.outputs],
+        "constraints": _gqa_constraints(variant) + [list(c) for c in constraints],
+        "kernels": [dict(k) for k in kernels],
+        "specialization": dict(specialization or {}),
+    }
+    parse_manifest(manifest)
+    return manifest
+
+
+def _tensor(t) -> dict[str, Any]:
+    return {"name": t.name, "role": t.role, "dtype": t.dtype, "shape": list(t.shape)}
+
+
+def _gqa_constraints(variant) -> list[list[Any]]:
+    heads, heads_kv = variant.heads, variant.heads_kv
+    if heads == heads_kv or heads_kv == 1 or (isinstance(heads, int) and isinstance(heads_kv, int)):
+        return []       # nothing to check at run time (sema checked two numbers)
+    return [["divisible", heads, heads_kv]]
+
+
+def write_bundle(path: str | Path, manifest: Mapping[str, Any], files: Mapping[str, bytes], *,
+                 replace: bool = True) -> Bundle:
+    """Validate and write a bundle folder atomically (see Note [Atomic bundle writes]).
+
+    `files` maps file names to contents: every code object the manifest names,
+    plus any others worth keeping beside them (e.g. a ptxas report). With
+    `replace=False` an existing bundle at `path` is kept and `FileExistsError` raised.
+    """
+    path = Path(path)
+    bundle = Bundle.from_files(manifest, files, path)
+    for name in files:
+        if name in ("", ".", "..", MANIFEST_NAME) or "/" in name or os.sep in name:
+            raise ValueError(f"bundle file name {name!r} is not a plain file name")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        tmp.chmod(0o755)            # mkdtemp makes it private; a bundle is for anyone to load
+        for name, blob in files.items():
+            _write_synced(tmp / name, bytes(blob))
+        _write_synced(tmp / MANIFEST_NAME, (json.dumps(manifest, indent=2) + "\n").encode("utf-8"))
+        _publish(tmp, path, replace)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)      # gone already when the rename succeeded
+    return bundle
+
+
+def _write_synced(file: Path, data: bytes) -> None:
+    # fsync before the rename: otherwise a crash can leave a published folder of empty files.
+    with open(file, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _publish(tmp: Path, path: Path, replace: bool) -> None:
+    try:
+        os.rename(tmp, path)        # atomic; fails when `path` is a non-empty folder
+        return
+    except OSError:
+        if not path.exists():
+            raise
+    if not replace:
+        raise FileExistsError(f"bundle {path} already exists")
+    old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex}")
+    os.rename(path, old)
+    try:
+        os.rename(tmp, path)
+    except OSError:
+        os.rename(old, path)        # put the previous bundle back rather than lose both
+        raise
+    if old.is_dir():
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        old.unlink()

@@ -1,0 +1,112 @@
+"""The kernel cache: a second compile of the same thing is a folder lookup.
+
+The key is a sha256 over everything that changes the code (design.md section 5):
+the source text, the compile options, the target, the compiler version and the
+bundle format. An entry is a bundle folder, `<root>/<key[:2]>/<key>/`, written
+with `write_bundle(replace=False)` (Note [Atomic bundle writes]): concurrent
+writers of one key all succeed and one folder survives; a reader never sees half
+an entry. An entry that no longer validates is a miss, and is replaced.
+
+    cache = KernelCache()                     # ATTNC_CACHE_DIR, ATTNC_DISABLE_CACHE
+    key = cache_key(source, options, "sm_80")
+    bundle = cache.get_or_build(key, lambda: compile_to_files(...))  # -> (manifest, files)
+
+Disabled, the cache reads and writes nothing: `get` misses, `put` returns the
+bundle in memory.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import attnc
+from attnc import config
+from attnc.backend.bundle import FORMAT, Bundle, read_bundle, write_bundle
+from attnc_runtime.errors import AttncRuntimeError
+
+_SHARD = re.compile(r"[0-9a-f]{2}")
+
+BuildResult = tuple[Mapping[str, Any], Mapping[str, bytes]]     # (manifest, files)
+
+
+def cache_key(source: str, options: Any, target: str,
+              compiler_version: str = attnc.__version__) -> str:
+    """sha256 of the canonical JSON of what determines the code.
+
+    `options` is a mapping or a dataclass of JSON values (key order does not
+    matter), or an object with its own `cache_key() -> str` (a frozen options
+    object such as `Sm80KernelSpec`); anything else is a `TypeError`, since a key
+    that silently ignored an option would serve stale kernels.
+    """
+    if callable(getattr(options, "cache_key", None)):
+        options = {"cache_key": options.cache_key()}
+    elif dataclasses.is_dataclass(options) and not isinstance(options, type):
+        options = dataclasses.asdict(options)
+    elif options is None:
+        options = {}
+    elif not isinstance(options, Mapping):
+        raise TypeError(f"compile options must be a mapping, a dataclass or have cache_key(), "
+                        f"got {type(options).__name__}")
+    payload = {"format": FORMAT, "compiler": compiler_version, "target": target,
+               "options": dict(options), "source": source}
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=_not_json)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _not_json(value: Any):
+    raise TypeError(f"compile option value {value!r} ({type(value).__name__}) is not JSON; "
+                    "the cache key cannot cover it")
+
+
+class KernelCache:
+    def __init__(self, root: str | Path | None = None, enabled: bool | None = None):
+        self.root = Path(root) if root is not None else config.cache_dir()
+        self.enabled = (not config.cache_disabled()) if enabled is None else enabled
+
+    def path(self, key: str) -> Path:
+        return self.root / key[:2] / key
+
+    def get(self, key: str) -> Bundle | None:
+        """The cached bundle of `key`, or None (a miss, a disabled cache or a broken entry)."""
+        if not self.enabled:
+            return None
+        entry = self.path(key)
+        if not entry.is_dir():
+            return None
+        try:
+            return read_bundle(entry)
+        except AttncRuntimeError:
+            return None
+
+    def put(self, key: str, manifest: Mapping[str, Any], files: Mapping[str, bytes]) -> Bundle:
+        """Store a bundle under `key`; when another writer got there first, theirs is returned."""
+        if not self.enabled:
+            return Bundle.from_files(manifest, files)
+        entry = self.path(key)
+        try:
+            return write_bundle(entry, manifest, files, replace=False)
+        except FileExistsError:
+            pass
+        existing = self.get(key)
+        if existing is not None:
+            return existing
+        return write_bundle(entry, manifest, files, replace=True)   # the entry there was broken
+
+    def get_or_build(self, key: str, build: Callable[[], BuildResult]) -> Bundle:
+        bundle = self.get(key)
+        if bundle is not None:
+            return bundle
+        manifest, files = build()
+        return self.put(key, manifest, files)
+
+    def clear(self) -> None:
+        """Remove every entry (and any temporary folder a crashed writer left)."""
+        if self.root.is_dir():
+            for child in self.root.iterdir():
+                if child.is_dir() and _SHARD.fullmatch(child.name):     # never anything else there
+                    shutil.rmtree(child, ignore_errors=True)
