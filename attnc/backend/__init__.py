@@ -1,0 +1,1 @@
+"""Per-target kernel builders, PTX/cubin, bundles and the kernel cache."""
