@@ -1,0 +1,128 @@
+"""PTX -> cubin in-process with nvJitLink, and the resource report of a kernel.
+
+`ptx_to_cubin(ptx, "sm_80")` assembles without any CUDA toolkit (the nvJitLink library
+ships as a wheel). `resource_usage(ptx, "sm_80")` returns registers, spills, stack and
+static shared memory per kernel, read from nvJitLink's `-verbose` info log, or from
+`ptxas -v` when a `ptxas` binary is on PATH and `prefer_ptxas` is set (both print the
+same `ptxas info` lines).
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from cuda.bindings import nvjitlink
+
+
+class CubinError(RuntimeError):
+    """nvJitLink or ptxas refused the PTX (with its error log)."""
+
+
+@dataclass(frozen=True)
+class CubinResult:
+    cubin: bytes
+    info_log: str
+
+
+@dataclass(frozen=True)
+class ResourceUsage:
+    function: str
+    registers: int
+    spill_stores: int       # bytes
+    spill_loads: int        # bytes
+    stack_frame: int        # bytes
+    shared_static: int      # bytes (the kernels here use dynamic shared memory)
+
+    @property
+    def spills(self) -> bool:
+        return self.spill_stores > 0 or self.spill_loads > 0
+
+
+def _arch_flag(arch: str) -> str:
+    if not re.fullmatch(r"sm_\d+[af]?", arch):
+        raise CubinError(f"bad arch {arch!r}: expected e.g. sm_80, sm_90a, sm_100a")
+    return f"-arch={arch}"
+
+
+def _log(getter_size, getter, handle) -> str:
+    size = getter_size(handle)
+    if size <= 1:
+        return ""
+    buf = bytearray(size)
+    getter(handle, buf)
+    return bytes(buf).rstrip(b"\0").decode(errors="replace")
+
+
+def ptx_to_cubin(ptx: str, arch: str, *, verbose: bool = True,
+                 options: tuple[str, ...] = ("-O3",)) -> CubinResult:
+    """Assemble `ptx` for `arch` (e.g. "sm_80") with nvJitLink; the info log holds the
+    `ptxas info` lines when `verbose`."""
+    opts = [_arch_flag(arch), *options] + (["-verbose"] if verbose else [])
+    handle = nvjitlink.create(len(opts), opts)
+    try:
+        data = ptx.encode()
+        try:
+            nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
+            nvjitlink.complete(handle)
+        except nvjitlink.nvJitLinkError as e:
+            err = _log(nvjitlink.get_error_log_size, nvjitlink.get_error_log, handle)
+            raise CubinError(f"nvJitLink failed for {arch}: {e}\n{err}") from None
+        size = nvjitlink.get_linked_cubin_size(handle)
+        cubin = bytearray(size)
+        nvjitlink.get_linked_cubin(handle, cubin)
+        info = _log(nvjitlink.get_info_log_size, nvjitlink.get_info_log, handle)
+        return CubinResult(bytes(cubin), info)
+    finally:
+        nvjitlink.destroy(handle)
+
+
+_FUNC = re.compile(r"Compiling entry function '([^']+)'")
+_SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_REGS = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def parse_resource_usage(log: str) -> dict[str, ResourceUsage]:
+    """Per-function resources from `ptxas info` lines (nvJitLink -verbose or ptxas -v)."""
+    out: dict[str, ResourceUsage] = {}
+    current, frame = None, (0, 0, 0)
+    for line in log.splitlines():
+        if m := _FUNC.search(line):
+            current, frame = m.group(1), (0, 0, 0)
+        elif (m := _SPILL.search(line)) and current:
+            frame = tuple(int(g) for g in m.groups())
+        elif (m := _REGS.search(line)) and current:
+            smem = _SMEM.search(line)
+            out[current] = ResourceUsage(current, int(m.group(1)), frame[1], frame[2], frame[0],
+                                         int(smem.group(1)) if smem else 0)
+    return out
+
+
+def ptxas_path() -> str | None:
+    return shutil.which("ptxas")
+
+
+def _ptxas_log(ptx: str, arch: str) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "kernel.ptx"
+        src.write_text(ptx)
+        proc = subprocess.run([ptxas_path(), "-v", f"-arch={arch}", str(src),
+                               "-o", str(Path(tmp) / "kernel.cubin")],
+                              capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise CubinError(f"ptxas failed for {arch}:\n{proc.stderr}")
+    return proc.stdout + proc.stderr
+
+
+def resource_usage(ptx: str, arch: str, *, prefer_ptxas: bool = False) -> dict[str, ResourceUsage]:
+    """Registers/spills per kernel of `ptx` compiled for `arch`."""
+    log = (_ptxas_log(ptx, arch) if prefer_ptxas and ptxas_path()
+           else ptx_to_cubin(ptx, arch, verbose=True).info_log)
+    usage = parse_resource_usage(log)
+    if not usage:
+        raise CubinError(f"no 'ptxas info' lines in the log for {arch}:\n{log}")
+    return usage

@@ -1,0 +1,258 @@
+"""One specialization of the sm_80 forward kernel, and the mask hooks it is built with.
+
+`Sm80KernelSpec` is a frozen value: every field changes the generated code, and
+`cache_key()` covers them all. `check()` does every feasibility check (tile shapes,
+registers, shared memory) before anything is built, naming the knob to change.
+
+Note [Mask hooks]: the kernel asks a mask three questions, each answered by emitting
+i32/i1 arithmetic at the point of use (so a runtime block map or a DSL `mask_mod` can
+answer them later):
+
+* `kv_range(e, ctx) -> KvRange`: for the CTA's m_block, the key blocks to visit,
+  [lo, hi), and inside it the blocks that need no per-element predicate, [full_lo,
+  full_hi). The kernel visits hi-1 down to lo, so the partial blocks at the top
+  (diagonal, ragged N edge) are peeled first; blocks outside [lo, hi) are never loaded.
+* `tile_partial(e, ctx, n_block) -> i1` (optional): inside [full_lo, full_hi), whether a
+  block still needs the predicate (masks whose partial blocks are not contiguous).
+* `keep(e, b, h, i, j) -> i1`: the element predicate applied in partial blocks, with
+  i, j the global query/key indices (i32). The bound j < N is always added by the kernel.
+
+and `score_mod(e, s, b, h, i, j) -> f32` rewrites the scaled score of every element
+(then the softmax uses base-2 exponent scale log2(e) instead of scale*log2(e)).
+`e` is the kernel's `Emit` (nvgpu_builders.py); hooks may also call `arith`/`math`
+directly: an insertion point and location are active.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Optional
+
+DTYPES = ("f16", "bf16")
+OUT_DTYPES = ("f16", "bf16", "f32")
+HEAD_DIMS = (64, 96, 128, 256)
+MASK_MODES = ("none", "causal", "causal_bottom_right")
+SM80_MAX_DYNAMIC_SMEM = 166912      # bytes per block on A100 (163 KB)
+MAX_ACC_REGS = 192                  # f32 accumulators (S + O) per thread before spilling
+
+
+class SpecError(ValueError):
+    """A specialization that cannot be built, with the knob to change."""
+
+
+@dataclass(frozen=True)
+class KvCtx:
+    """What the mask hooks may read: all i32 values but the block sizes."""
+    m_block: Any
+    b: Any
+    h: Any
+    M: Any
+    N: Any
+    block_m: int
+    block_n: int
+
+
+@dataclass(frozen=True)
+class KvRange:
+    lo: Any
+    full_lo: Any
+    full_hi: Any
+    hi: Any
+
+
+KvRangeFn = Callable[[Any, KvCtx], KvRange]
+TilePartialFn = Callable[[Any, KvCtx, Any], Any]
+KeepFn = Callable[[Any, Any, Any, Any, Any], Any]
+ScoreModFn = Callable[[Any, Any, Any, Any, Any, Any], Any]
+
+
+@dataclass(frozen=True)
+class ExtraParam:
+    """A kernel parameter a hook reads (`e.arg(name)`), appended to the ABI:
+    kind 'dim' (an int) or 'ptr' (a tensor's device pointer)."""
+    kind: str
+    name: str
+    type: str = "i32"
+
+
+@dataclass(frozen=True)
+class Sm80KernelSpec:
+    dtype: str
+    head_dim_qk: int
+    head_dim_v: int
+    block_m: int = 128
+    block_n: int = 64
+    num_warps: int = 4
+    stages: int = 2                       # K/V slots in shared memory (1: FA2's single K, V)
+    out_dtype: Optional[str] = None       # default: dtype
+    with_lse: bool = False
+    mask: str = "none"
+    softmax_scale: Optional[float] = None  # default: 1/sqrt(head_dim_qk)
+    symbol: str = "attnc_sm80_fwd"
+    kv_range: Optional[KvRangeFn] = None   # default: from `mask`
+    tile_partial: Optional[TilePartialFn] = None
+    keep: Optional[KeepFn] = None          # default: from `mask`
+    score_mod: Optional[ScoreModFn] = None
+    extra_params: tuple[ExtraParam, ...] = field(default=())
+
+    # -- derived
+    @property
+    def o_dtype(self) -> str:
+        return self.out_dtype or self.dtype
+
+    @property
+    def scale(self) -> float:
+        return self.softmax_scale if self.softmax_scale is not None else 1.0 / math.sqrt(self.head_dim_qk)
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.num_warps
+
+    @property
+    def rows_per_warp(self) -> int:
+        return self.block_m // self.num_warps
+
+    @property
+    def m_atoms(self) -> int:
+        """16-row MMA tiles each warp owns."""
+        return self.rows_per_warp // 16
+
+    def page_width(self, d: int) -> int:
+        """Columns of one swizzled smem page (FA2's kBlockKSmem)."""
+        return 64 if d % 64 == 0 else 32
+
+    @property
+    def q_tile_bytes(self) -> int:
+        return self.block_m * self.head_dim_qk * 2
+
+    @property
+    def k_tile_bytes(self) -> int:
+        return self.block_n * self.head_dim_qk * 2
+
+    @property
+    def v_tile_bytes(self) -> int:
+        return self.block_n * self.head_dim_v * 2
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.q_tile_bytes + self.stages * (self.k_tile_bytes + self.v_tile_bytes)
+
+    @property
+    def acc_registers(self) -> int:
+        """f32 accumulator registers per thread: S (block_n wide) and O (head_dim_v wide)."""
+        return self.m_atoms * 4 * (self.block_n // 8 + self.head_dim_v // 8)
+
+    def cache_key(self) -> str:
+        parts = []
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if callable(v):
+                v = f"{getattr(v, '__module__', '?')}.{getattr(v, '__qualname__', repr(v))}"
+            parts.append(f"{f.name}={v}")
+        return ";".join(parts)
+
+    def check(self) -> "Sm80KernelSpec":
+        """Raise SpecError unless this specialization can be built; return self."""
+        _require(self.dtype in DTYPES, f"dtype {self.dtype!r}: expected one of {DTYPES}")
+        _require(self.o_dtype in OUT_DTYPES, f"out_dtype {self.o_dtype!r}: expected one of {OUT_DTYPES}")
+        for name in ("head_dim_qk", "head_dim_v"):
+            _require(getattr(self, name) in HEAD_DIMS,
+                     f"{name}={getattr(self, name)}: supported head dims are {HEAD_DIMS}")
+        _require(self.mask in MASK_MODES, f"mask {self.mask!r}: expected one of {MASK_MODES}")
+        _require(self.num_warps in (1, 2, 4, 8), f"num_warps={self.num_warps}: expected 1, 2, 4 or 8")
+        _require(self.block_m % (16 * self.num_warps) == 0,
+                 f"block_m={self.block_m} must be a multiple of 16*num_warps={16 * self.num_warps}")
+        _require(self.block_n % 16 == 0 and self.block_n >= 16,
+                 f"block_n={self.block_n} must be a positive multiple of 16")
+        _require(self.stages in (1, 2, 3), f"stages={self.stages}: expected 1, 2 or 3")
+        _require(self.scale > 0, f"softmax_scale={self.scale}: must be positive")
+        for rows, d, what in ((self.block_m, self.head_dim_qk, "Q"), (self.block_n, self.head_dim_qk, "K"),
+                              (self.block_n, self.head_dim_v, "V")):
+            per_pass = self.threads * 8 // self.page_width(d)
+            _require(rows % per_pass == 0,
+                     f"{what} tile of {rows} rows cannot be copied by {self.threads} threads in "
+                     f"passes of {per_pass} rows: change block_m/block_n or num_warps")
+        _require(self.acc_registers <= MAX_ACC_REGS,
+                 f"{self.acc_registers} f32 accumulator registers per thread (S {self.block_n} wide, "
+                 f"O {self.head_dim_v} wide, {self.m_atoms} row tiles per warp) exceed {MAX_ACC_REGS}: "
+                 f"lower block_n or block_m, or raise num_warps")
+        _require(self.smem_bytes <= SM80_MAX_DYNAMIC_SMEM,
+                 f"{self.smem_bytes} bytes of shared memory exceed {SM80_MAX_DYNAMIC_SMEM}: "
+                 f"lower stages, block_n or block_m")
+        _require(self.symbol.isidentifier(), f"symbol {self.symbol!r} is not an identifier")
+        return self
+
+
+def _require(cond: bool, message: str) -> None:
+    if not cond:
+        raise SpecError(message)
+
+
+# ---------------------------------------------------------------- default tiles
+
+_TILES = {  # max(head_dim_qk, head_dim_v) -> (block_m, block_n, num_warps), FA2's A100 table
+    64: (128, 128, 4),
+    96: (128, 64, 4),
+    128: (128, 64, 4),
+    256: (64, 64, 4),
+}
+
+
+def default_sm80_spec(dtype: str, head_dim_qk: int, head_dim_v: int | None = None, **overrides) -> Sm80KernelSpec:
+    """A spec with the tile sizes FA2 uses on A100 for these head dims, the stage count
+    lowered until shared memory fits, and `overrides` applied."""
+    head_dim_v = head_dim_v or head_dim_qk
+    block_m, block_n, num_warps = _TILES[max(head_dim_qk, head_dim_v)]
+    base = dict(dtype=dtype, head_dim_qk=head_dim_qk, head_dim_v=head_dim_v,
+                block_m=block_m, block_n=block_n, num_warps=num_warps)
+    base.update(overrides)
+    spec = Sm80KernelSpec(**base)
+    while "stages" not in overrides and spec.stages > 1 and spec.smem_bytes > SM80_MAX_DYNAMIC_SMEM:
+        spec = Sm80KernelSpec(**{**base, "stages": spec.stages - 1})
+    return spec.check()
+
+
+# ---------------------------------------------------------------- built-in masks
+
+def dense_kv_range(e, c: KvCtx) -> KvRange:
+    """Every key block; only the ragged last one (N % block_n != 0) is partial."""
+    return KvRange(lo=0, full_lo=0, full_hi=e.div(c.N, c.block_n), hi=e.cdiv(c.N, c.block_n))
+
+
+def _causal_offset(e, c: KvCtx, bottom_right: bool):
+    return e.sub(c.N, c.M) if bottom_right else e.c32(0)
+
+
+def _causal_kv_range(bottom_right: bool) -> KvRangeFn:
+    def kv_range(e, c: KvCtx) -> KvRange:
+        offset = _causal_offset(e, c, bottom_right)
+        n_blocks = e.cdiv(c.N, c.block_n)
+        last_row = e.min(e.mul(e.add(c.m_block, 1), c.block_m), c.M)        # exclusive
+        hi = e.clamp(e.cdiv(e.add(last_row, offset), c.block_n), 0, n_blocks)
+        # Block n is full when its last key (n+1)*block_n - 1 <= first row + offset, and < N.
+        first_keep = e.add(e.add(e.mul(c.m_block, c.block_m), offset), 1)
+        full_hi = e.min(e.div(e.max(first_keep, 0), c.block_n), e.div(c.N, c.block_n))
+        return KvRange(lo=0, full_lo=0, full_hi=full_hi, hi=hi)
+    kv_range.__qualname__ = f"causal_kv_range(bottom_right={bottom_right})"
+    return kv_range
+
+
+def _causal_keep(bottom_right: bool) -> KeepFn:
+    def keep(e, b, h, i, j):
+        offset = e.sub(e.dim("N"), e.dim("M")) if bottom_right else 0
+        return e.le(j, e.add(i, offset))
+    keep.__qualname__ = f"causal_keep(bottom_right={bottom_right})"
+    return keep
+
+
+_MASK_HOOKS = {
+    "none": (dense_kv_range, None),
+    "causal": (_causal_kv_range(False), _causal_keep(False)),
+    "causal_bottom_right": (_causal_kv_range(True), _causal_keep(True)),
+}
+
+
+def mask_hooks(spec: Sm80KernelSpec) -> tuple[KvRangeFn, Optional[KeepFn]]:
+    """The (kv_range, keep) hooks of `spec`: its own, else those of its mask mode."""
+    kv_range, keep = _MASK_HOOKS[spec.mask]
+    return spec.kv_range or kv_range, spec.keep or keep

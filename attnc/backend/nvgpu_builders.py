@@ -1,0 +1,285 @@
+"""Small emitters for the sm_80 hardware resources, each producing only its own ops.
+
+`Emit` is the scalar arithmetic every other emitter (and every DSL hook) builds on;
+`Smem` is the dynamic shared-memory window; `CpAsync`, `LdMatrix`, `MmaSync`, `Quad`
+and `Approx` wrap one family of PTX instructions each. They emit upstream ops only
+(`arith`, `llvm`, `nvvm`) at the current insertion point and location.
+
+Note [32-bit shared addresses]: LLVM's NVPTX backend keeps `ptr addrspace(3)` 64 bits
+wide unless the global `-nvptx-short-ptr` option is set, which the in-process MLIR
+serializer gives no way to pass. Every hoisted ldmatrix/cp.async address then costs two
+registers, which spilled the hdim-128 kernel. So shared memory is addressed with i32
+values (CUTLASS's `cvta_to_shared_u32`), and `ldmatrix`/`cp.async` are `llvm.inline_asm`
+with "r" operands; mma, shuffles, commit/wait and barriers stay NVVM ops. The constant
+part of each address goes into the instruction text ([reg+imm]), so that a whole tile
+is read from a handful of base registers instead of one hoisted register per access.
+"""
+from __future__ import annotations
+
+from typing import Sequence, Union
+
+from mlir import ir
+from mlir.dialects import arith, llvm, math, nvvm
+
+Num = Union[ir.Value, int, float]
+_DYNAMIC = -2147483648      # LLVM::GEPOp::kDynamicIndex
+
+
+def _op(name: str, results, operands, attrs: dict[str, str] | None = None) -> ir.Operation:
+    attributes = {k: ir.Attribute.parse(v) for k, v in (attrs or {}).items()}
+    return ir.Operation.create(name, results=results, operands=operands, attributes=attributes)
+
+
+class Emit:
+    """Typed scalar arithmetic on i1/i32/i64/f32 values; Python numbers become constants
+    of the other operand's type. Also the handle DSL hooks receive (`dim`, `arg`)."""
+
+    def __init__(self, args: dict[str, ir.Value] | None = None):
+        self.i1 = ir.IntegerType.get_signless(1)
+        self.i16 = ir.IntegerType.get_signless(16)
+        self.i32 = ir.IntegerType.get_signless(32)
+        self.i64 = ir.IntegerType.get_signless(64)
+        self.f32 = ir.F32Type.get()
+        self.f16 = ir.F16Type.get()
+        self.bf16 = ir.BF16Type.get()
+        self.args = dict(args or {})
+
+    # -- kernel arguments, for hooks
+    def arg(self, name: str) -> ir.Value:
+        return self.args[name]
+
+    def dim(self, name: str) -> ir.Value:
+        return self.args[name]
+
+    # -- constants and coercion
+    def c32(self, v: int) -> ir.Value:
+        return arith.constant(self.i32, int(v))
+
+    def c64(self, v: int) -> ir.Value:
+        return arith.constant(self.i64, int(v))
+
+    def cf(self, v: float) -> ir.Value:
+        return arith.constant(self.f32, float(v))
+
+    def true(self) -> ir.Value:
+        return arith.constant(self.i1, 1)
+
+    def _pair(self, a: Num, b: Num) -> tuple[ir.Value, ir.Value]:
+        if isinstance(a, ir.Value) and not isinstance(b, ir.Value):
+            b = arith.constant(a.type, b)
+        elif isinstance(b, ir.Value) and not isinstance(a, ir.Value):
+            a = arith.constant(b.type, a)
+        elif not isinstance(a, ir.Value):
+            a, b = self.c32(a), self.c32(b)
+        return a, b
+
+    # -- integers
+    def add(self, a, b): return arith.addi(*self._pair(a, b))
+    def sub(self, a, b): return arith.subi(*self._pair(a, b))
+    def mul(self, a, b): return arith.muli(*self._pair(a, b))
+    def div(self, a, b): return arith.divsi(*self._pair(a, b))
+    def rem(self, a, b): return arith.remsi(*self._pair(a, b))
+    def and_(self, a, b): return arith.andi(*self._pair(a, b))
+    def or_(self, a, b): return arith.ori(*self._pair(a, b))
+    def xor(self, a, b): return arith.xori(*self._pair(a, b))
+    def shl(self, a, b): return arith.shli(*self._pair(a, b))
+    def shr(self, a, b): return arith.shrui(*self._pair(a, b))
+    def min(self, a, b): return arith.minsi(*self._pair(a, b))
+    def max(self, a, b): return arith.maxsi(*self._pair(a, b))
+
+    def cdiv(self, a, b: int):
+        """ceil(a / b) for a >= 0 and a positive constant b."""
+        return self.div(self.add(a, b - 1), b)
+
+    def _cmp(self, pred, a, b):
+        return arith.cmpi(pred, *self._pair(a, b))
+
+    def lt(self, a, b): return self._cmp(arith.CmpIPredicate.slt, a, b)
+    def le(self, a, b): return self._cmp(arith.CmpIPredicate.sle, a, b)
+    def gt(self, a, b): return self._cmp(arith.CmpIPredicate.sgt, a, b)
+    def ge(self, a, b): return self._cmp(arith.CmpIPredicate.sge, a, b)
+    def eq(self, a, b): return self._cmp(arith.CmpIPredicate.eq, a, b)
+    def land(self, a, b): return arith.andi(a, b)
+
+    def select(self, c, a, b):
+        a, b = self._pair(a, b)
+        return arith.select(c, a, b)
+
+    def to_i64(self, a):
+        return arith.extsi(self.i64, a) if isinstance(a, ir.Value) else self.c64(a)
+
+    def clamp(self, a, lo, hi):
+        return self.min(self.max(a, lo), hi)
+
+    # -- f32
+    def fadd(self, a, b): return arith.addf(*self._pair(a, b))
+    def fsub(self, a, b): return arith.subf(*self._pair(a, b))
+    def fmul(self, a, b): return arith.mulf(*self._pair(a, b))
+    def fmax(self, a, b): return arith.maxnumf(*self._pair(a, b))
+    def fma(self, a, b, c): return math.fma(a, b, c)
+
+    def feq(self, a, b):
+        return arith.cmpf(arith.CmpFPredicate.OEQ, *self._pair(a, b))
+
+    def neg_inf(self) -> ir.Value:
+        return self.cf(float("-inf"))
+
+
+class Approx:
+    """The SFU's approximate instructions (Note [No libdevice] in ptx.py)."""
+
+    def __init__(self, e: Emit):
+        self.e = e
+
+    def _call(self, name, x):
+        return llvm.call_intrinsic(self.e.f32, name, [x], [], [])
+
+    def exp2(self, x): return self._call("llvm.nvvm.ex2.approx.ftz.f", x)
+    def log2(self, x): return self._call("llvm.nvvm.lg2.approx.ftz.f", x)
+    def rcp(self, x): return self._call("llvm.nvvm.rcp.approx.ftz.f", x)
+
+
+class Smem:
+    """The kernel's dynamic shared memory: one 16-byte aligned byte array, addressed by
+    32-bit shared-window addresses (Note [32-bit shared addresses])."""
+
+    def __init__(self, e: Emit, symbol: str):
+        self.e = e
+        base = llvm.mlir_addressof(ir.Type.parse("!llvm.ptr<3>"), symbol)
+        self.base = llvm.ptrtoint(e.i32, base)
+
+    @staticmethod
+    def declare(symbol: str) -> None:
+        """The `llvm.mlir.global` to place in the gpu.module body (before the kernel)."""
+        llvm.GlobalOp(ir.Type.parse("!llvm.array<0 x i8>"), symbol,
+                      ir.Attribute.parse("#llvm.linkage<external>"), alignment=16, addr_space=3)
+
+    def address(self, byte_offset: Num) -> ir.Value:
+        return self.e.add(self.base, byte_offset)
+
+
+class GlobalPtr:
+    """Address arithmetic on a global tensor of 16-bit or 32-bit elements, indexed in
+    elements with i64 offsets."""
+
+    def __init__(self, e: Emit, ptr: ir.Value, elem_bits: int):
+        self.e = e
+        self.ptr = ptr
+        self.ptr_type = ir.Type.parse("!llvm.ptr<1>")
+        self.elem = ir.IntegerType.get_signless(elem_bits)
+
+    def offset(self, elems: ir.Value) -> "GlobalPtr":
+        p = llvm.GEPOp(self.ptr_type, self.ptr, [elems], [_DYNAMIC], self.elem, 0).result
+        return GlobalPtr(self.e, p, self.elem.width)
+
+
+def _asm(results: list[ir.Type], operands, text: str, constraints: str) -> ir.Operation:
+    """`asm volatile`: the side effect keeps LLVM from moving shared-memory reads across
+    barriers or hoisting them out of the KV loop (ptxas still schedules them)."""
+    res = results[0] if len(results) == 1 else (
+        ir.Type.parse(f"!llvm.struct<({', '.join(str(t) for t in results)})>") if results
+        else ir.Type.parse("!llvm.void"))
+    return llvm.InlineAsmOp(res if results else None, operands, text, constraints,
+                            has_side_effects=True).operation
+
+
+class CpAsync:
+    """16-byte `cp.async.cg` global->shared copies and their commit groups."""
+
+    def __init__(self, e: Emit):
+        self.e = e
+
+    def copy16(self, dst: ir.Value, src: ir.Value, valid: ir.Value | None = None, *,
+               dst_offset: int = 0, src_offset: int = 0) -> None:
+        """Copy 16 bytes from global `src + src_offset` to shared `dst + dst_offset` (i32;
+        offsets in bytes, folded into the instruction); when `valid` is false, read
+        nothing and zero-fill the 16 bytes."""
+        addrs = f"[$0+{dst_offset}], [$1+{src_offset}], 16"
+        if valid is None:
+            _asm([], [dst, src], f"cp.async.cg.shared.global {addrs};", "r,l")
+            return
+        size = self.e.select(valid, 16, self.e.c32(0))
+        _asm([], [dst, src, size], f"cp.async.cg.shared.global {addrs}, $2;", "r,l,r")
+
+    def commit(self) -> None:
+        nvvm.cp_async_commit_group()
+
+    def wait(self, pending: int) -> None:
+        """Wait until at most `pending` committed groups are still in flight."""
+        nvvm.cp_async_wait_group(pending)
+
+
+class CtaBarrier:
+    def sync(self) -> None:
+        nvvm.barrier0()
+
+
+class LdMatrix:
+    """`ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16`: four 8x8 b16 matrices, lane
+    8q+r giving the (i32 shared) address of row r of matrix q; returns four i32 registers."""
+
+    def __init__(self, e: Emit):
+        self.e = e
+
+    def x4(self, addr: ir.Value, offset: int = 0, trans: bool = False) -> list[ir.Value]:
+        """Load from shared address `addr + offset` (the constant folded into the instruction)."""
+        suffix = ".trans" if trans else ""
+        op = _asm([self.e.i32] * 4, [addr],
+                  f"ldmatrix.sync.aligned.m8n8.x4{suffix}.shared.b16 {{$0, $1, $2, $3}}, [$4+{offset}];",
+                  "=r,=r,=r,=r,r")
+        return [llvm.extractvalue(self.e.i32, op.result, [i]) for i in range(4)]
+
+
+class MmaSync:
+    """`mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32`.
+
+    Fragments (g = lane/4, t = lane%4): A = 4 x i32 (pairs at rows g, g+8 and k 2t, 2t+8),
+    B = 2 x i32 (k 2t and 2t+8 at column g), C/D = 4 x f32 at (g, 2t..2t+1), (g+8, 2t..2t+1).
+    """
+
+    def __init__(self, e: Emit, dtype: str):
+        self.e = e
+        self.dtype = dtype
+        self.struct = ir.Type.parse("!llvm.struct<(f32, f32, f32, f32)>")
+
+    def __call__(self, a: Sequence[ir.Value], b: Sequence[ir.Value],
+                 c: Sequence[ir.Value]) -> list[ir.Value]:
+        op = _op("nvvm.mma.sync", [self.struct], [*map(self.operand, a), *map(self.operand, b), *c], {
+            "layoutA": "#nvvm.mma_layout<row>", "layoutB": "#nvvm.mma_layout<col>",
+            "shape": "#nvvm.shape<m = 16, n = 8, k = 16>",
+            "multiplicandAPtxType": f"#nvvm.mma_type<{self.dtype}>",
+            "multiplicandBPtxType": f"#nvvm.mma_type<{self.dtype}>",
+            "operandSegmentSizes": "array<i32: 4, 2, 4>"})
+        return [llvm.extractvalue(self.e.f32, op.result, [i]) for i in range(4)]
+
+    @property
+    def pair_type(self) -> ir.Type:
+        """The type NVVM wants for a 32-bit register of two 16-bit operands."""
+        return ir.VectorType.get([2], self.e.f16) if self.dtype == "f16" else self.e.i32
+
+    def operand(self, reg: ir.Value) -> ir.Value:
+        return reg if reg.type == self.pair_type else llvm.bitcast(self.pair_type, reg)
+
+    def pack(self, lo: ir.Value, hi: ir.Value) -> ir.Value:
+        """Two f32 -> one 32-bit register holding (lo, hi) as f16x2/bf16x2, round to nearest."""
+        vt = ir.VectorType.get([2], self.e.f16 if self.dtype == "f16" else self.e.bf16)
+        name = "nvvm.convert.f32x2.to.f16x2" if self.dtype == "f16" else "nvvm.convert.f32x2.to.bf16x2"
+        # The op's operands are (hi, lo): the first goes to the upper half.
+        v = _op(name, [vt], [hi, lo], {"rnd": "#nvvm.fp_rnd_mode<rn>"}).result
+        return self.operand(v) if self.dtype == "f16" else llvm.bitcast(self.e.i32, v)
+
+
+class Quad:
+    """Reductions across the 4 lanes of a quad (the lanes holding one accumulator row)."""
+
+    def __init__(self, e: Emit):
+        self.e = e
+
+    def shfl_xor(self, x: ir.Value, lane_mask: int) -> ir.Value:
+        return _op("nvvm.shfl.sync", [x.type],
+                   [self.e.c32(-1), x, self.e.c32(lane_mask), self.e.c32(31)],
+                   {"kind": "#nvvm<shfl_kind bfly>"}).result
+
+    def allreduce(self, x: ir.Value, combine) -> ir.Value:
+        x = combine(x, self.shfl_xor(x, 2))
+        return combine(x, self.shfl_xor(x, 1))

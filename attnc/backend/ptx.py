@@ -1,0 +1,174 @@
+"""L6 -> PTX: the upstream conversions to the LLVM dialect, then in-process NVPTX.
+
+Input: an MLIR module (`gpu.container_module`) holding one or more `gpu.module`s whose
+kernels are written in upstream dialects (gpu, nvgpu, nvvm, llvm, scf, arith, math,
+vector, memref). Output: PTX text for one target.
+
+    module ──lower_math_to_approx──▶ math transcendentals as NVVM approx intrinsics
+           ──nvvm-attach-target──▶ ──gpu.module(scf→cf, nvgpu→nvvm, math→llvm, gpu→nvvm)──▶
+           ──reconcile-unrealized-casts──▶ ──gpu-module-to-binary{format=isa}──▶ PTX
+
+Note [No libdevice]: `convert-gpu-to-nvvm` maps `math.exp`, `math.tanh`, ... to
+libdevice calls (`__nv_expf`), which need the CUDA toolkit's `libdevice.10.bc` at link
+time. We rewrite those ops first into the hardware's approximate instructions
+(`ex2.approx.ftz.f32`, `lg2.approx.ftz.f32`, `tanh.approx.f32`, `rcp.approx`,
+`rsqrt.approx`), which is also what attention kernels want for speed, and refuse a
+module that would still need libdevice.
+"""
+from __future__ import annotations
+
+import math as _pymath
+from dataclasses import dataclass
+
+from mlir import ir, passmanager
+from mlir.dialects import arith, gpu, llvm
+
+TARGETS = {
+    # target: (chip, PTX ISA feature) -- the lowest PTX ISA that knows the chip.
+    "sm_80": ("sm_80", "+ptx70"),
+    "sm_90a": ("sm_90a", "+ptx80"),
+    "sm_100a": ("sm_100a", "+ptx86"),
+}
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+class PtxError(RuntimeError):
+    """The module could not be turned into PTX (with the MLIR diagnostic)."""
+
+
+@dataclass(frozen=True)
+class PtxOptions:
+    target: str = "sm_80"
+    opt_level: int = 3
+    ptx_feature: str | None = None      # override, e.g. "+ptx80"
+
+    def attach_target(self) -> str:
+        if self.target not in TARGETS:
+            raise PtxError(f"unknown target {self.target!r} (known: {', '.join(TARGETS)})")
+        chip, feature = TARGETS[self.target]
+        feature = self.ptx_feature or feature
+        return f"nvvm-attach-target{{chip={chip} features={feature} O={self.opt_level}}}"
+
+
+def lowering_pipeline(options: PtxOptions) -> str:
+    """The pass pipeline, as text, from upstream dialects to a `gpu.binary` with PTX."""
+    nested = ",".join([
+        "convert-scf-to-cf",
+        "convert-nvgpu-to-nvvm",
+        "convert-math-to-llvm",
+        "convert-gpu-to-nvvm",
+        "convert-nvvm-to-llvm",
+        "canonicalize",
+        "cse",
+    ])
+    return (f"builtin.module({options.attach_target()},gpu.module({nested}),"
+            f"reconcile-unrealized-casts,gpu-module-to-binary{{format=isa}})")
+
+
+# ---------------------------------------------------------------- math -> approx
+
+def _intrinsic(name: str, x: ir.Value) -> ir.Value:
+    return llvm.call_intrinsic(x.type, name, [x], [], [])
+
+
+def _tanh_approx(x: ir.Value) -> ir.Value:
+    # No LLVM intrinsic for tanh.approx in LLVM 22's NVPTX backend: inline PTX (sm_75+).
+    return llvm.inline_asm(x.type, [x], "tanh.approx.f32 $0, $1;", "=f,f")
+
+
+def _scaled(x: ir.Value, factor: float) -> ir.Value:
+    return arith.mulf(x, arith.constant(x.type, factor))
+
+
+def _exp2(x): return _intrinsic("llvm.nvvm.ex2.approx.ftz.f", x)
+def _log2(x): return _intrinsic("llvm.nvvm.lg2.approx.ftz.f", x)
+
+
+_APPROX = {
+    "math.exp2": _exp2,
+    "math.exp": lambda x: _exp2(_scaled(x, LOG2E)),
+    "math.log2": _log2,
+    "math.log": lambda x: _scaled(_log2(x), LN2),
+    "math.tanh": _tanh_approx,
+    "math.rsqrt": lambda x: _intrinsic("llvm.nvvm.rsqrt.approx.ftz.f", x),
+    "math.sin": lambda x: _intrinsic("llvm.nvvm.sin.approx.ftz.f", x),
+    "math.cos": lambda x: _intrinsic("llvm.nvvm.cos.approx.ftz.f", x),
+    # Exact ops that the GPU-to-NVVM conversion would otherwise send to libdevice too.
+    "math.sqrt": lambda x: _intrinsic("llvm.nvvm.sqrt.rn.f", x),
+    "math.floor": lambda x: _intrinsic("llvm.nvvm.floor.f", x),
+    "math.ceil": lambda x: _intrinsic("llvm.nvvm.ceil.f", x),
+    "math.trunc": lambda x: _intrinsic("llvm.nvvm.trunc.f", x),
+    "math.roundeven": lambda x: _intrinsic("llvm.nvvm.round.f", x),
+}
+
+
+def lower_math_to_approx(module: ir.Module) -> int:
+    """Rewrite f32/f16/bf16 scalar transcendental `math` ops into NVVM approximate
+    instructions, in place. Returns how many ops were rewritten. (Note [No libdevice])"""
+    found: list[ir.Operation] = []
+
+    def collect(op):
+        if op.name in _APPROX:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(collect)
+    f32 = ir.F32Type.get(module.context)
+    for op in found:
+        x = op.operands[0]
+        if str(x.type) not in ("f32", "f16", "bf16"):
+            raise PtxError(f"{op.name} on {x.type}: only scalar f32/f16/bf16 is lowered "
+                           f"to approximate instructions")
+        with ir.InsertionPoint(op), op.location:
+            wide = x if x.type == f32 else arith.extf(f32, x)
+            r = _APPROX[op.name](wide)
+            if x.type != f32:
+                r = arith.truncf(x.type, r)
+        op.results[0].replace_all_uses_with(r)
+        op.erase()
+    return len(found)
+
+
+# ---------------------------------------------------------------- driver
+
+def ptx_of_binary(module: ir.Module) -> dict[str, str]:
+    """PTX text of every `gpu.binary` in a lowered module, by binary name."""
+    out = {}
+    for op in module.body.operations:
+        if op.operation.name != "gpu.binary":
+            continue
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        objects = ir.ArrayAttr(op.attributes["objects"])
+        for obj in objects:
+            out[name] = _object_assembly(obj)
+    return out
+
+
+def _object_assembly(obj: ir.Attribute) -> str:
+    return bytes(gpu.ObjectAttr(obj).object).decode()
+
+
+def to_ptx(module: ir.Module, target: str = "sm_80", *, opt_level: int = 3,
+           ptx_feature: str | None = None, in_place: bool = False) -> str:
+    """PTX for the single `gpu.module` of `module`, compiled for `target`.
+
+    The module is cloned first unless `in_place`; an MLIR failure raises `PtxError`
+    carrying the diagnostics.
+    """
+    options = PtxOptions(target, opt_level, ptx_feature)
+    work = module if in_place else ir.Module.parse(str(module), module.context)
+    lower_math_to_approx(work)
+    pm = passmanager.PassManager.parse(lowering_pipeline(options), work.context)
+    try:
+        pm.run(work.operation)
+    except ir.MLIRError as e:
+        raise PtxError(f"lowering to PTX for {target} failed:\n{e}") from None
+    binaries = ptx_of_binary(work)
+    if len(binaries) != 1:
+        raise PtxError(f"expected one gpu.module, found {len(binaries)}")
+    ptx = next(iter(binaries.values()))
+    if "__nv_" in ptx:
+        raise PtxError("the module still calls libdevice (__nv_*); see Note [No libdevice]")
+    return ptx

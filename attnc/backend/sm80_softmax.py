@@ -1,0 +1,76 @@
+"""Online softmax over the S accumulators a thread holds (FA2, registers only).
+
+A thread holds, for each of its accumulator rows r, a running max `m[r]` of the raw
+scores (before scaling) and a thread-partial running sum `l[r]` of exp2 terms; the 4
+lanes of a quad own one row, so the max is quad-reduced every step and the sum only
+once, at the end (the rescale factor is the same on the 4 lanes).
+
+Note [Folded scale]: with c = scale * log2(e), exp(scale * (s - m)) = exp2(s*c - m*c),
+one FMA and one ex2.approx per element. Scores stay unscaled; with a score_mod the
+kernel feeds already-scaled scores and c = log2(e).
+
+Note [Empty rows]: in a partial tile a row may have every score at -inf, so its max is
+-inf; the step then subtracts 0 instead (exp2(-inf - 0) = 0 rather than NaN), and
+`finalize` gives o = 0, lse = -inf for a row whose sum is 0.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from attnc.backend.nvgpu_builders import Approx, Emit, Quad
+
+LN2 = math.log(2.0)
+
+
+@dataclass
+class SoftmaxState:
+    m: list     # running max per accumulator row (raw score units)
+    l: list     # thread-partial running sum per accumulator row
+
+
+class OnlineSoftmax:
+    def __init__(self, e: Emit, approx: Approx, quad: Quad, scale_log2: float):
+        self.e, self.approx, self.quad = e, approx, quad
+        self.scale_log2 = scale_log2
+
+    def initial(self, rows: int) -> SoftmaxState:
+        return SoftmaxState([self.e.neg_inf() for _ in range(rows)], [self.e.cf(0.0) for _ in range(rows)])
+
+    def step(self, scores: list[list], state: SoftmaxState, check_inf: bool):
+        """scores[r] = row r's values. Returns (probabilities per row, new state, the
+        factor each row's O accumulator must be multiplied by)."""
+        e = self.e
+        e_c = e.cf(self.scale_log2)
+        probs, m_new, l_new, alphas = [], [], [], []
+        for row, m_old, l_old in zip(scores, state.m, state.l):
+            m = e.fmax(m_old, self.quad.allreduce(_tree(row, e.fmax), e.fmax))
+            m_safe = e.select(e.feq(m, float("-inf")), e.cf(0.0), m) if check_inf else m
+            neg_mc = e.fmul(m_safe, -self.scale_log2)
+            alpha = self.approx.exp2(e.fma(m_old, e_c, neg_mc))
+            p = [self.approx.exp2(e.fma(x, e_c, neg_mc)) for x in row]
+            probs.append(p)
+            m_new.append(m)
+            l_new.append(e.fma(l_old, alpha, _tree(p, e.fadd)))
+            alphas.append(alpha)
+        return probs, SoftmaxState(m_new, l_new), alphas
+
+    def finalize(self, state: SoftmaxState):
+        """(1/l per row, 0 for an empty row; lse per row in natural log, -inf if empty)."""
+        e = self.e
+        inv, lse = [], []
+        for m, l_part in zip(state.m, state.l):
+            l = self.quad.allreduce(l_part, e.fadd)
+            empty = e.feq(l, 0.0)
+            inv.append(e.select(empty, e.cf(0.0), self.approx.rcp(l)))
+            log2_sum = e.fma(m, e.cf(self.scale_log2), self.approx.log2(l))
+            lse.append(e.select(empty, e.neg_inf(), e.fmul(log2_sum, LN2)))
+        return inv, lse
+
+
+def _tree(values: list, combine):
+    """Pairwise reduction (shorter dependency chains than a left fold)."""
+    while len(values) > 1:
+        values = [combine(a, b) for a, b in zip(values[::2], values[1::2])] + \
+                 ([values[-1]] if len(values) % 2 else [])
+    return values[0]

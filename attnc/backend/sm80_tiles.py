@@ -1,0 +1,152 @@
+"""Swizzled shared-memory tiles: the one layout that the cp.async writer and the
+ldmatrix readers of the sm_80 kernel share.
+
+Note [Swizzled tile layout]: a tile of `rows x cols` 16-bit elements is stored as
+`cols / W` pages of `rows x W` (W = 64, or 32 when 64 does not divide cols; FA2's
+kBlockKSmem), each page row-major. Within a row, the 16-byte chunk c (8 elements) is
+stored at chunk c ^ swz(row), swz(row) = row mod 8 for W = 64 and (row >> 1) mod 4
+for W = 32 (CuTe's Swizzle<3,3,3> / <2,3,3>). Then the
+8 rows x 16 bytes that one 8x8 `ldmatrix` matrix or 8 threads of a `cp.async` row
+touch fall in 8 distinct 16-byte bank groups: no bank conflicts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir
+from mlir.dialects import llvm
+
+from attnc.backend.nvgpu_builders import CpAsync, Emit, GlobalPtr, LdMatrix, Smem
+
+
+@dataclass(frozen=True)
+class SwizzledTile:
+    """Where a tile lives in shared memory and how it is laid out (Note [Swizzled tile layout])."""
+    offset: int         # bytes from the start of dynamic shared memory
+    rows: int
+    cols: int
+
+    @property
+    def page_width(self) -> int:
+        return 64 if self.cols % 64 == 0 else 32
+
+    @property
+    def chunks_per_row(self) -> int:
+        return self.page_width // 8
+
+    @property
+    def row_bytes(self) -> int:
+        return self.page_width * 2
+
+    @property
+    def page_bytes(self) -> int:
+        return self.rows * self.row_bytes
+
+    @property
+    def bytes(self) -> int:
+        return self.rows * self.cols * 2
+
+    def swizzle(self, e: Emit, row):
+        """The XOR mask of a row; depends on row mod 8 only."""
+        shift = 0 if self.chunks_per_row == 8 else 1
+        return e.and_(e.shr(row, shift), self.chunks_per_row - 1)
+
+    def chunk_address(self, e: Emit, row, chunk_in_page, page: int, swizzle=None):
+        """Byte offset (i32, from the tile start) of chunk `chunk_in_page` of `row` in `page`;
+        `swizzle` may be given when known from a row congruent to `row` mod 8."""
+        physical = e.xor(chunk_in_page, self.swizzle(e, row) if swizzle is None else swizzle)
+        return e.add(e.add(e.mul(row, self.row_bytes), e.shl(physical, 4)), page * self.page_bytes)
+
+
+class TileLoader:
+    """Copies a `rows x cols` tile from global memory into a SwizzledTile with 16-byte
+    cp.async, `threads` threads laid out as (threads / chunks_per_row) rows x
+    chunks_per_row (one 128-byte row segment per 8 threads). With `valid_rows`, rows at
+    or beyond it are zero-filled rather than read."""
+
+    def __init__(self, e: Emit, cp: CpAsync, smem: Smem, tid, threads: int):
+        self.e, self.cp, self.smem = e, cp, smem
+        self.threads = threads
+        self.tid = tid
+
+    def _thread_layout(self, tile: SwizzledTile):
+        e, cpr = self.e, tile.chunks_per_row
+        rows_per_pass = self.threads // cpr
+        if rows_per_pass % 8:
+            raise ValueError(f"{self.threads} threads copy {rows_per_pass} rows per pass; need a multiple of 8")
+        return rows_per_pass, e.div(self.tid, cpr), e.rem(self.tid, cpr)
+
+    def load(self, tile: SwizzledTile, slot_offset, src: GlobalPtr, row_stride, valid_rows=None) -> None:
+        e = self.e
+        rows_per_pass, thread_row, chunk = self._thread_layout(tile)
+        # Every pass's destination is the thread's pass-0 chunk plus a constant: the pass
+        # rows are multiples of 8, so the swizzle is the same.
+        dst = self.smem.address(e.add(tile.chunk_address(e, thread_row, chunk, 0), slot_offset))
+        pass_stride = e.mul(row_stride, rows_per_pass)
+        ptr = src.offset(e.add(e.mul(e.to_i64(thread_row), row_stride), e.to_i64(e.mul(chunk, 8))))
+        rows_left = e.sub(valid_rows, thread_row) if valid_rows is not None else None
+        for pass_row in range(0, tile.rows, rows_per_pass):
+            valid = e.gt(rows_left, pass_row) if rows_left is not None else None
+            # An invalid row reads nothing; point it at the tile's first row, in bounds.
+            row_ptr = ptr.ptr if valid is None else llvm.select(valid, ptr.ptr, src.ptr)
+            for page in range(tile.cols // tile.page_width):
+                self.cp.copy16(dst, row_ptr, valid,
+                               dst_offset=tile.offset + page * tile.page_bytes + pass_row * tile.row_bytes,
+                               src_offset=page * tile.page_width * 2)
+            ptr = ptr.offset(pass_stride)
+
+
+class FragmentReader:
+    """ldmatrix.x4 reads of MMA operand fragments from a SwizzledTile.
+
+    `a_operand` (Q, row-major A, m16 x k16), `b_operand` (K as the col-major B of QK^T,
+    two n8 atoms x k16) and `b_operand_trans` (V as the B of PV through .trans, k16 x two
+    n8 atoms) each cover one x4 load; lane l addresses row l % 8 of matrix l / 8.
+
+    A lane's address is base[c0] + a constant, c0 = the (even) first chunk of the 16
+    columns mod chunks_per_row: the row part and the page are constants, and the XOR
+    swizzle only depends on the lane row and c0. `bases` computes those few registers
+    once, outside the KV loop; `at_slot` adds a K/V slot's offset to them.
+    """
+
+    A, B, B_TRANS = "a", "b", "b_trans"
+
+    def __init__(self, e: Emit, ldsm: LdMatrix, smem: Smem, lane):
+        self.e, self.ldsm, self.smem = e, ldsm, smem
+        l8, q = e.and_(lane, 7), e.shr(lane, 3)
+        # (row within the 16-row block, chunk within the 16-column block) per lane; matrices:
+        self.lanes = {
+            self.A: (e.and_(lane, 15), e.shr(lane, 4)),                         # (r0,c0) (r8,c0) (r0,c8) (r8,c8)
+            self.B: (e.add(e.shl(e.shr(lane, 4), 3), l8), e.and_(q, 1)),       # (n0,k0) (n0,k8) (n8,k0) (n8,k8)
+            self.B_TRANS: (e.add(e.shl(e.and_(q, 1), 3), l8), e.shr(lane, 4)),  # (k0,n0) (k8,n0) (k0,n8) (k8,n8)
+        }
+
+    def bases(self, tile: SwizzledTile, kind: str, row0=None) -> dict[int, object]:
+        """Base registers per c0; `row0`: a runtime row offset, a multiple of 8."""
+        e = self.e
+        lane_row, lane_chunk = self.lanes[kind]
+        swizzle = tile.swizzle(e, lane_row)
+        row = lane_row if row0 is None else e.add(lane_row, row0)
+        out = {}
+        for c0 in range(0, tile.chunks_per_row, 2):
+            out[c0] = self.smem.address(tile.chunk_address(e, row, e.or_(lane_chunk, c0), 0, swizzle))
+        return out
+
+    def at_slot(self, bases: dict, slot_offset) -> dict:
+        if isinstance(slot_offset, int) and slot_offset == 0:
+            return bases
+        return {c0: self.e.add(b, slot_offset) for c0, b in bases.items()}
+
+    def _x4(self, tile: SwizzledTile, bases: dict, row0: int, chunk0: int, trans: bool):
+        page, c0 = divmod(chunk0, tile.chunks_per_row)
+        offset = tile.offset + page * tile.page_bytes + row0 * tile.row_bytes
+        return self.ldsm.x4(bases[c0], offset, trans=trans)
+
+    def a_operand(self, tile, bases, m_atom: int, k_step: int):
+        return self._x4(tile, bases, 16 * m_atom, 2 * k_step, False)
+
+    def b_operand(self, tile, bases, n_pair: int, k_step: int):
+        return self._x4(tile, bases, 16 * n_pair, 2 * k_step, False)
+
+    def b_operand_trans(self, tile, bases, n_pair: int, k_step: int):
+        return self._x4(tile, bases, 16 * k_step, 2 * n_pair, True)
