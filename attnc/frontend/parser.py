@@ -23,14 +23,17 @@ F32_MAX = 3.4028234663852886e38
 _TOKEN_NAMES = {
     "NAME": "a name", "INT": "an integer", "FLOAT": "a number",
     "COMP_OP": "a comparison", "ADD_OP": "'+' or '-'", "MUL_OP": "'*', '/', '//' or '%'",
-    "$END": "end of file",
+    "$END": "end of file", "<END-OF-FILE>": "end of file",
 }
 
 
 @functools.lru_cache(maxsize=1)
 def _lark() -> lark.Lark:
     text = resources.files("attnc.frontend").joinpath("grammar.lark").read_text()
-    return lark.Lark(text, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+    # The basic (not contextual) lexer makes keywords reserved everywhere, so a
+    # dangling `mask_mod(...) = j <=` reports the `out` of the next line.
+    return lark.Lark(text, parser="lalr", lexer="basic", propagate_positions=True,
+                     maybe_placeholders=True)
 
 
 def parse(source: str | bytes, filename: str = "<input>") -> ast.AttentionDecl:
@@ -64,7 +67,8 @@ def _decode(source: str | bytes) -> str:
     except UnicodeDecodeError as e:
         before = source[: e.start]
         line = before.count(b"\n") + 1
-        col = e.start - (before.rfind(b"\n") + 1) + 1
+        line_start = before.rfind(b"\n") + 1
+        col = len(source[line_start: e.start].decode("utf-8", errors="replace")) + 1
         raise AttncError(f"source is not valid UTF-8 text (byte 0x{source[e.start]:02x})",
                          Span(line, col)) from None
 
@@ -135,6 +139,8 @@ def _unexpected_token_message(e: lark.UnexpectedToken) -> str:
         what = f"number '{tok}'"
     else:
         what = f"'{tok}'"
+    if tok.type == "COMP_OP" and "AND" in e.expected:
+        return f"unexpected '{tok}': comparisons do not chain; write 'a < b and b < c'"
     expected = sorted({_describe_terminal(t) for t in e.expected})
     if 0 < len(expected) <= 6:
         return f"unexpected {what}, expected {' or '.join(expected)}"
@@ -144,8 +150,10 @@ def _unexpected_token_message(e: lark.UnexpectedToken) -> str:
 def _describe_terminal(name: str) -> str:
     if name in _TOKEN_NAMES:
         return _TOKEN_NAMES[name]
-    term = _lark().get_terminal(name)
-    pattern = term.pattern
+    try:
+        pattern = _lark().get_terminal(name).pattern
+    except KeyError:
+        return name.lower()
     if isinstance(pattern, lark.lexer.PatternStr):
         return f"'{pattern.value}'"
     return name.lower()
@@ -227,7 +235,7 @@ class _ToAst(Transformer):
 
     def int_lit(self, children):
         tok = children[0]
-        value = int(tok)
+        value = _int(tok)
         if value > INT_MAX:
             raise AttncError(f"integer literal {_short(tok)} does not fit in 32 bits", Span.of(tok))
         return ast.Num(Span.of(tok), value=value, is_float=False)
@@ -255,10 +263,17 @@ class _ToAst(Transformer):
 def _shape_item(tok: Token) -> ast.ShapeItem:
     if tok.type != "INT":
         return str(tok)
-    value = int(tok)
+    value = _int(tok)
     if value > INT_MAX:
         raise AttncError(f"dimension {_short(tok)} does not fit in 32 bits", Span.of(tok))
     return value
+
+
+def _int(tok: Token) -> int:
+    """The value of an integer token; anything longer than 12 digits is out of range anyway
+    (and Python refuses int() of very long digit strings)."""
+    digits = str(tok).lstrip("0") or "0"
+    return int(digits) if len(digits) <= 12 else INT_MAX + 1
 
 
 def _short(tok: Token) -> str:

@@ -111,6 +111,9 @@ class _Checker:
                                      f"(first defined at line {self.hooks[d.name].span.line})", d.span)
                 self.hooks[d.name] = d
         for name, t in self.tensors.items():
+            if t.kind == "param" and name in ("q", "k", "v", "o", "lse"):
+                decl = f"{name}:" if name in ("q", "k", "v") else f"out {name}:"
+                raise AttncError(f"'{name}' cannot name a param: declare it as '{decl} ...'", t.span)
             if t.kind == "input" and name not in ("q", "k", "v"):
                 raise AttncError(f"unknown input '{name}': the inputs are q, k and v; "
                                  f"declare other tensors with 'param'", t.span)
@@ -207,6 +210,9 @@ class _Checker:
     def _dims(self, tensors) -> tuple[str, ...]:
         dims = dict.fromkeys(d for t in tensors for d in t.shape if isinstance(d, str))
         dims.update(dict.fromkeys(self.extra_dims))
+        for t in tensors:
+            if t.name in dims:
+                raise AttncError(f"'{t.name}' names both a tensor and a dim", t.span)
         return tuple(dims)
 
     def _scale(self, q: Tensor) -> float:
@@ -221,7 +227,8 @@ class _Checker:
     def _hook(self, h: ast.HookDecl, dims, params) -> Hook:
         names, types = HOOK_PARAMS[h.name]
         if len(h.params) != len(names):
-            raise AttncError(f"{h.name} takes {len(names)} parameters ({', '.join(names)}), "
+            plural = "parameter" if len(names) == 1 else "parameters"
+            raise AttncError(f"{h.name} takes {len(names)} {plural} ({', '.join(names)}), "
                              f"got {len(h.params)}", h.span)
         scope: dict[str, str] = {d: INT for d in dims}
         param_tensors = {p.name: p for p in params}
@@ -360,22 +367,31 @@ class _Typer:
 
 
 class _ConstEval:
-    """Evaluates the `scale` expression: numbers and builtin math only."""
+    """Evaluates the `scale` expression: numbers and builtin math only, in f64, then
+    checked to be a finite f32."""
 
-    FUNCS = {"exp": math.exp, "exp2": lambda x: 2.0 ** x, "log": math.log, "log2": math.log2,
-             "sqrt": math.sqrt, "rsqrt": lambda x: 1 / math.sqrt(x), "tanh": math.tanh,
-             "sigmoid": lambda x: 1 / (1 + math.exp(-x)), "floor": math.floor, "ceil": math.ceil,
-             "abs": abs, "min": min, "max": max, "float": float, "int": int}
+    FUNCS = {"exp": math.exp, "exp2": lambda x: math.pow(2.0, x), "log": math.log,
+             "log2": math.log2, "sqrt": math.sqrt, "rsqrt": lambda x: 1 / math.sqrt(x),
+             "tanh": math.tanh, "sigmoid": lambda x: 0.5 * (1.0 + math.tanh(0.5 * x)),
+             "floor": lambda x: float(math.floor(x)), "ceil": lambda x: float(math.ceil(x)),
+             "abs": abs, "min": min, "max": max, "float": float, "int": lambda x: float(int(x))}
 
     def eval(self, e: ast.Expr) -> float:
         try:
-            return self._eval(e)
-        except (ValueError, ZeroDivisionError, OverflowError) as exc:
+            value = float(self._eval(e))
+        except ZeroDivisionError:
+            raise AttncError("scale cannot be evaluated: division by zero", e.span) from None
+        except OverflowError:
+            raise AttncError("scale cannot be evaluated: math range error", e.span) from None
+        except ValueError as exc:
             raise AttncError(f"scale cannot be evaluated: {exc}", e.span) from None
+        if not math.isfinite(value) or abs(value) > 3.4028234663852886e38:
+            raise AttncError("scale must be a finite f32 number", e.span)
+        return value
 
     def _eval(self, e: ast.Expr) -> float:
         if isinstance(e, ast.Num):
-            return e.value
+            return float(e.value)
         if isinstance(e, ast.Unary) and e.op in "+-":
             x = self._eval(e.operand)
             return -x if e.op == "-" else x
@@ -383,6 +399,10 @@ class _ConstEval:
             a, b = self._eval(e.lhs), self._eval(e.rhs)
             return {"+": a + b, "-": a - b, "*": a * b}[e.op] if e.op != "/" else a / b
         if isinstance(e, ast.Call) and e.fn in self.FUNCS:
+            arity = BUILTINS[e.fn][0]
+            if len(e.args) != arity:
+                plural = "argument" if arity == 1 else "arguments"
+                raise AttncError(f"{e.fn} takes {arity} {plural}, got {len(e.args)}", e.span)
             return self.FUNCS[e.fn](*(self._eval(a) for a in e.args))
         if isinstance(e, ast.Name):
             raise AttncError(f"scale must be a constant expression; '{e.id}' is not a constant", e.span)

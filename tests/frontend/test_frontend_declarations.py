@@ -79,15 +79,11 @@ def test_first_error_wins():
 
 # --- known bugs ---------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="a 'param o' satisfies the 'out o' lookup: the variant is "
-                   "built with o as both param and output, and no 'missing output' error")
 def test_param_named_o_is_not_the_output():
     err = expect_error(source("param o: f32[B, H, M, 128]", out=""))
     assert "out o" in err.message
 
 
-@pytest.mark.xfail(strict=True, reason="a 'param lse' is taken as the lse output (has_lse is True) "
-                   "as well as being a param")
 def test_param_named_lse_is_not_an_output():
     try:
         v = load(source("param lse: f32[B, H, M]"))
@@ -96,8 +92,6 @@ def test_param_named_lse_is_not_an_output():
     assert not v.has_lse and v.outputs == (v.output("o"),)
 
 
-@pytest.mark.xfail(strict=True, reason="a param named like a shape dim is accepted: in hooks 'H' is "
-                   "the dim and 'H[h]' the param, a silent clash instead of a duplicate declaration")
 def test_param_named_like_a_dim_is_a_duplicate():
     err = expect_error(source("param H: f32[H]", "score_mod(s, b, h, i, j) = s + H[h] * float(H)"))
     assert (err.span.line, err.span.col) == (5, 9)

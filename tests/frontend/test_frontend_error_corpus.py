@@ -18,31 +18,7 @@ EXPECT = re.compile(rb"# EXPECT: (\d+):(\d+): (.*)\r?\n")
 
 # Corpus cases that show a frontend bug: the expectation is the correct one, the
 # frontend does not meet it yet. The owner removes an entry with the fix.
-KNOWN_BUGS = {
-    "syntax_stray_closing_brace":
-        "a token after the block's closing '}' raises KeyError('<END-OF-FILE>') "
-        "in parser._describe_terminal",
-    "syntax_second_block":
-        "a token after the block's closing '}' raises KeyError('<END-OF-FILE>') "
-        "in parser._describe_terminal",
-    "syntax_comparison_missing_operand":
-        "keywords are not reserved: the 'out' of the next line is read as a name, and the "
-        "error lands on 'o' as \"unknown input 'o'\"",
-    "syntax_let_missing_body":
-        "keywords are not reserved: the 'out' of the next line becomes the let body, and the "
-        "error lands on 'o' as \"unknown input 'o'\"",
-    "hook_arity_singular": "says 'takes 1 parameters'",
-    "scale_builtin_arity_min":
-        "the scale evaluator does not check builtin arity: TypeError escapes",
-    "scale_builtin_arity_sqrt":
-        "the scale evaluator does not check builtin arity: TypeError escapes",
-    "hostile_int_5000_digits":
-        "int() of a literal over 4300 digits raises ValueError, escaping as lark VisitError",
-    "hostile_dim_5000_digits":
-        "int() of a dim over 4300 digits raises ValueError, escaping as lark VisitError",
-    "hostile_invalid_utf8_after_multibyte":
-        "the column of an invalid UTF-8 byte is counted in bytes, not characters",
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def _cases() -> list:
