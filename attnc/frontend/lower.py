@@ -37,7 +37,7 @@ from attnc.ir import ATTENTION, DIM, PARAM, YIELD, make_context
 NEG_INF = float("-inf")
 
 _CMPI = {"<": "slt", "<=": "sle", ">": "sgt", ">=": "sge", "==": "eq", "!=": "ne"}
-_CMPF = {"<": "olt", "<=": "ole", ">": "ogt", ">=": "oge", "==": "oeq", "!=": "une"}
+_CMPF = {"<": "OLT", "<=": "OLE", ">": "OGT", ">=": "OGE", "==": "OEQ", "!=": "UNE"}
 _INT_ARITH = {"+": arith.addi, "-": arith.subi, "*": arith.muli}
 _FLOAT_ARITH = {"+": arith.addf, "-": arith.subf, "*": arith.mulf, "/": arith.divf}
 _MATH = {"exp": math.exp, "exp2": math.exp2, "log": math.log, "log2": math.log2,
@@ -144,22 +144,28 @@ class _ModuleBuilder:
                 span = hook.body.span
             ir.Operation.create(YIELD, operands=[value], loc=self.loc(span))
 
+    # The neutral bodies of absent hooks: the score as it is, keep everything, no sink.
+    def _score_as_is(self, block: ir.Block) -> ir.Value:
+        return block.arguments[0]
+
+    def _keep_all(self, block: ir.Block) -> ir.Value:
+        return arith.constant(ir.IntegerType.get_signless(1), 1, loc=self.loc(self.v.span))
+
+    def _no_sink(self, block: ir.Block) -> ir.Value:
+        return arith.constant(ir.F32Type.get(), NEG_INF, loc=self.loc(self.v.span))
+
     def _score_mod(self, region: ir.Region, params) -> None:
         i32, f32 = ir.IntegerType.get_signless(32), ir.F32Type.get()
         block = self._region(region, [f32, i32, i32, i32, i32], self.v.score_mod)
-        self._body(block, self.v.score_mod, params, lambda b: b.arguments[0])
+        self._body(block, self.v.score_mod, params, self._score_as_is)
 
     def _mask_mod(self, region: ir.Region, params) -> None:
-        i32 = ir.IntegerType.get_signless(32)
-        block = self._region(region, [i32] * 4, self.v.mask_mod)
-        keep_all = lambda b: arith.constant(ir.IntegerType.get_signless(1), 1,
-                                            loc=self.loc(self.v.span))
-        self._body(block, self.v.mask_mod, params, keep_all)
+        block = self._region(region, [ir.IntegerType.get_signless(32)] * 4, self.v.mask_mod)
+        self._body(block, self.v.mask_mod, params, self._keep_all)
 
     def _sink(self, region: ir.Region, params) -> None:
         block = self._region(region, [ir.IntegerType.get_signless(32)], self.v.sink)
-        no_sink = lambda b: arith.constant(ir.F32Type.get(), NEG_INF, loc=self.loc(self.v.span))
-        self._body(block, self.v.sink, params, no_sink)
+        self._body(block, self.v.sink, params, self._no_sink)
 
 
 # --- expressions ------------------------------------------------------------------------
@@ -277,7 +283,7 @@ class _ExprLowering:
             return arith.fptosi(ir.IntegerType.get_signless(32), x, loc=loc)
         if fn == "float":
             return self.emit_as(args[0], FLOAT)
-        raise AssertionError(f"sema let an unknown builtin through: {fn}")
+        raise NotImplementedError(f"no lowering for the builtin '{fn}'")
 
     def _min_max(self, e: ast.Call, loc: ir.Location) -> ir.Value:
         lhs, rhs = (self.emit_as(a, e.ty) for a in e.args)

@@ -1,0 +1,250 @@
+"""The `attnc` command (also `python -m attnc`).
+
+    attnc check FILE
+    attnc compile FILE -arch {sm_80,sm_90a,sm_100a} --emit {mlir,ptx,cubin,bundle} [-o OUT]
+          [--print-ir-after-all] [--dump-dir DIR] [--pass-pipeline TEXT] [--load-pass FILE]
+    attnc opt FILE.mlir [-arch ...] [--pass-pipeline TEXT] [-o OUT] [--print-ir-after-all]
+          [--dump-dir DIR] [--load-pass FILE]     # re-run passes on saved IR
+    attnc passes [--load-pass FILE]
+
+Every user mistake is an `AttncError`, printed as `file:line:col: error: ...` with
+the source line and a caret, exit status 1. Anything else is a compiler bug: one
+line saying so (the traceback with ATTNC_DEBUG=1), exit status 70 (EX_SOFTWARE)
+-- never a raw Python traceback. Usage mistakes are argparse's: exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from attnc import config
+from attnc.errors import AttncError
+
+EXIT_ERROR, EXIT_ICE = 1, 70
+
+# ATTNC_DEBUG belongs with the other knobs in attnc/config.py; until it is declared
+# there, it is declared here with the same Knob type.
+DEBUG = getattr(config, "DEBUG", None) or config.Knob(
+    "ATTNC_DEBUG", "bool", lambda: False, "0", config._parse_bool,
+    "1 to print the Python traceback of an internal compiler error.")
+
+
+# --- what `--emit` produces -------------------------------------------------------------
+@dataclass(frozen=True)
+class Unavailable:
+    """An --emit kind whose backend has not landed: a clear error, before compiling."""
+    what: str
+
+    def message(self, kind: str) -> str:
+        return f"--emit {kind} is not available yet: it needs {self.what}; --emit mlir works"
+
+
+def emit_mlir(result, out: Path | None) -> None:
+    write_output(result.text, out)
+
+
+def write_output(text: str, out: Path | None) -> None:
+    """IR text to `out`, or to standard output when there is none."""
+    text += "\n"
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        _write_atomically(out, text)
+
+
+# kind -> writer(result, out) or Unavailable. The backends replace their entries.
+EMITTERS: dict[str, Callable | Unavailable] = {
+    "mlir": emit_mlir,
+    "ptx": Unavailable("the PTX backend (attnc/backend/ptx.py)"),
+    "cubin": Unavailable("the cubin assembler (attnc/backend/cubin.py)"),
+    "bundle": Unavailable("the bundle writer (attnc/backend/bundle.py)"),
+}
+
+
+# --- commands ---------------------------------------------------------------------------
+def cmd_check(args) -> int:
+    from attnc.driver import read_source
+    from attnc.frontend import load
+    variant = load(read_source(args.file), args.file)
+    print(summary(variant))
+    return 0
+
+
+def cmd_compile(args) -> int:
+    from attnc.driver import CompileOptions, compile_file
+    emitter = EMITTERS[args.emit]
+    if isinstance(emitter, Unavailable):
+        raise AttncError(emitter.message(args.emit), filename="attnc")
+    options = CompileOptions(arch=args.arch, pass_pipeline=args.pass_pipeline,
+                             load_passes=tuple(args.load_pass),
+                             print_ir_after_all=args.print_ir_after_all, dump_dir=args.dump_dir)
+    result = compile_file(args.file, options)
+    emitter(result, Path(args.output) if args.output else None)
+    return 0
+
+
+def cmd_opt(args) -> int:
+    from attnc.driver import CompileOptions, optimize_mlir, read_source
+    options = CompileOptions(arch=args.arch, pass_pipeline=args.pass_pipeline,
+                             load_passes=tuple(args.load_pass),
+                             print_ir_after_all=args.print_ir_after_all, dump_dir=args.dump_dir)
+    text = _decode(read_source(args.file), args.file)
+    module = optimize_mlir(text, args.file, options)
+    from attnc.ir import to_text
+    write_output(to_text(module), Path(args.output) if args.output else None)
+    return 0
+
+
+def _decode(data: bytes, filename: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise AttncError("the file is not UTF-8 text", filename=filename) from None
+
+
+def cmd_passes(args) -> int:
+    from attnc.driver import describe_pipeline
+    from attnc.passes import all_passes, load_pass_file
+    from attnc.passes.pipelines import TARGETS
+    for path in args.load_pass:
+        load_pass_file(path)
+    for info in all_passes():
+        origin = "" if info.origin == "built-in" else f"  [{info.origin}]"
+        print(f"{info.name}{origin}\n    {info.summary}")
+        for o in info.options:
+            default = "" if o.default is None else f" = {o.default}"
+            doc = f"  {o.doc}" if o.doc else ""
+            print(f"    {o.name}: {o.type_name}{default}{doc}")
+    print("\npipelines:")
+    for target in TARGETS:
+        print(f"  {target}: {describe_pipeline(target)}")
+    return 0
+
+
+def summary(v) -> str:
+    """What `attnc check` prints: the variant at a glance."""
+    def tensor(t) -> str:
+        return f"{t.name} {t.dtype}[{', '.join(map(str, t.shape))}]"
+
+    if v.heads == v.heads_kv:
+        gqa = "no"
+    elif v.heads_kv == 1:
+        gqa = f"yes: MQA, {v.heads} query heads share one key/value head"
+    else:
+        gqa = f"yes: {v.heads} query heads share {v.heads_kv} key/value heads"
+    hooks = [h.name for h in v.hooks()]
+    rows = [
+        ("variant", f"{v.name} ({v.filename}) ok"),
+        ("inputs", ", ".join(tensor(t) for t in (v.q, v.k, v.v))),
+        ("dtype", v.dtype),
+        ("dims", ", ".join(v.dims) or "none"),
+        ("head dims", f"qk {v.head_dim_qk}, v {v.head_dim_v}"),
+        ("GQA", gqa),
+        ("hooks", ", ".join(hooks) or "none"),
+        ("params", ", ".join(tensor(p) for p in v.params) or "none"),
+        ("outputs", ", ".join(tensor(t) for t in v.outputs)),
+        ("scale", f"{v.scale:.6g}"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k + ':':<{width + 1}} {val}" for k, val in rows)
+
+
+# --- arguments --------------------------------------------------------------------------
+def parser() -> argparse.ArgumentParser:
+    from attnc.passes.pipelines import TARGETS
+    p = argparse.ArgumentParser(prog="attnc", description="A compiler for attention kernels.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{check,compile,opt,passes}")
+
+    check = sub.add_parser("check", help="parse and check a .attn file, print a summary")
+    check.add_argument("file")
+    check.set_defaults(run=cmd_check)
+
+    comp = sub.add_parser("compile", help="compile a .attn file for a target")
+    comp.add_argument("file")
+    comp.add_argument("--emit", choices=tuple(EMITTERS), default="bundle",
+                      help="what to produce (default: bundle)")
+    _pipeline_arguments(comp, TARGETS)
+    comp.set_defaults(run=cmd_compile)
+
+    opt = sub.add_parser("opt", help="run passes on attn IR (e.g. a --dump-dir file)")
+    opt.add_argument("file")
+    _pipeline_arguments(opt, TARGETS)
+    opt.set_defaults(run=cmd_opt)
+
+    passes = sub.add_parser("passes", help="list the passes, their options and the pipelines")
+    passes.add_argument("--load-pass", metavar="FILE", action="append", default=[])
+    passes.set_defaults(run=cmd_passes)
+    return p
+
+
+def _pipeline_arguments(p: argparse.ArgumentParser, targets) -> None:
+    p.add_argument("-arch", "--arch", choices=targets, default="sm_80",
+                   help="target GPU architecture (default: sm_80)")
+    p.add_argument("-o", "--output", metavar="OUT", help="output file or folder "
+                   "(default for IR: standard output)")
+    p.add_argument("--print-ir-after-all", action="store_true",
+                   help="print the IR after the frontend and after every pass, to stderr")
+    p.add_argument("--dump-dir", metavar="DIR",
+                   help="write the IR after every stage to DIR/NN-<stage>.mlir")
+    p.add_argument("--pass-pipeline", metavar="TEXT",
+                   help='replace the target\'s pipeline, e.g. "attn-tile{block_m=64},attn-analyze-masks"')
+    p.add_argument("--load-pass", metavar="FILE", action="append", default=[],
+                   help="load passes from a Python file (repeatable)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except AttncError as e:
+        print(e.render(), file=sys.stderr)
+        if _debug() and e.__cause__ is not None:
+            traceback.print_exception(e.__cause__, file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("attnc: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:      # a compiler bug, reported as one
+        print(f"attnc: internal compiler error: {type(e).__name__}: {_first_line(e)}",
+              file=sys.stderr)
+        if _debug():
+            traceback.print_exc()
+        else:
+            print("attnc: set ATTNC_DEBUG=1 to see the traceback", file=sys.stderr)
+        return EXIT_ICE
+
+
+def _debug() -> bool:
+    try:
+        return DEBUG.get()
+    except AttncError:
+        return False
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.split("\n")[0] if text else "(no message)"
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file, so a failure leaves no half file."""
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+        raise AttncError(f"cannot write '{path}': {e.strerror}", filename="attnc") from None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,304 @@
+"""Source to IR: the frontend, then a target's pass pipeline, every stage observable.
+
+    compile_mlir(source, filename, CompileOptions(arch="sm_100a", print_ir_after_all=True))
+      = frontend (parse, check, lower to L1)
+      -> resolve the pipeline (the target's, or --pass-pipeline; user pass files loaded)
+      -> one MLIR PassManager running the passes; after each one the IR is verified
+         and handed to the stage observers (--print-ir-after-all, --dump-dir)
+
+Every mistake, in the source, in a pipeline or found by a pass, is an `AttncError`
+located in the `.attn` file (passes locate theirs with `attnc.ir.error_at(op, ...)`).
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, TextIO
+
+from attnc.errors import AttncError
+from attnc.frontend import Variant, load
+from attnc.passes import registry
+from attnc.passes.pipelines import (PIPELINE_SOURCE, TARGETS, PassSpec, format_pipeline,
+                                    parse_pipeline, target_pipeline)
+
+FRONTEND_STAGE = "frontend"      # the name of stage 0 of a compile: the L1 module
+INPUT_STAGE = "input"            # the name of stage 0 of `attnc opt`: the IR read
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    arch: str = "sm_80"
+    pass_pipeline: str | None = None          # textual; replaces the target's pipeline
+    load_passes: tuple[str, ...] = ()         # Python files of user passes
+    print_ir_after_all: bool = False          # IR after every stage, to `ir_stream`
+    dump_dir: str | None = None               # IR after every stage, NN-<stage>.mlir files
+
+
+@dataclass
+class CompileResult:
+    variant: Variant
+    module: object                            # mlir.ir.Module
+    pipeline: list[PassSpec] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        """The final IR with locations."""
+        from attnc.ir import to_text
+        return to_text(self.module)
+
+
+Observer = Callable[[int, str, object], None]     # (stage index, stage name, module op)
+
+
+# --- entry points -----------------------------------------------------------------------
+def compile_mlir(source: str | bytes, filename: str = "<input>",
+                 options: CompileOptions = CompileOptions(), *,
+                 ir_stream: TextIO | None = None) -> CompileResult:
+    """Frontend + pipeline; the module after the last pass."""
+    variant = load(source, filename)
+    _check_arch(options.arch)
+    passes = resolve_pipeline(options)
+    try:
+        module = lower_variant(variant)
+        _run_stages(module, FRONTEND_STAGE, passes, options, ir_stream)
+    except AttncError as e:
+        if e.filename in (variant.filename, "<input>"):
+            e.located(variant.filename, variant.source)
+        raise
+    return CompileResult(variant, module, [p.spec for p in passes])
+
+
+def compile_file(path: str | Path, options: CompileOptions = CompileOptions(), **kwargs) -> CompileResult:
+    return compile_mlir(read_source(path), str(path), options, **kwargs)
+
+
+def optimize_mlir(text: str, filename: str = "<input>",
+                  options: CompileOptions = CompileOptions(), *,
+                  ir_stream: TextIO | None = None):
+    """`attnc opt`: parse attn IR (e.g. a --dump-dir file) and run a pipeline on it.
+
+    Errors from the passes point at the `.attn` locations the IR carries; the
+    source line is shown when that file can be read."""
+    _check_arch(options.arch)
+    passes = resolve_pipeline(options)
+    module = parse_ir(text, filename)
+    try:
+        _run_stages(module, INPUT_STAGE, passes, options, ir_stream)
+    except AttncError as e:
+        if e.span is None:
+            e.located(filename, text)
+        _attach_source_from_disk(e)
+        raise
+    return module
+
+
+def parse_ir(text: str, filename: str = "<input>"):
+    """An attn IR module from text; a parse or verification error is an AttncError,
+    located in the text, or in the `.attn` file when the failing op carries its
+    location (MLIR names parsed text "-", hence `filename`)."""
+    from mlir import ir
+    from attnc.ir import error_at, filename_of, make_context
+    ctx = make_context()
+    try:
+        with ctx, ir.Location.unknown():
+            return ir.Module.parse(text)
+    except ir.MLIRError as e:
+        diag = e.error_diagnostics[0] if e.error_diagnostics else None
+        if diag is None:
+            raise AttncError(str(e), filename=filename) from None
+        error = error_at(diag.location, diag.message)
+        if filename_of(diag.location) in (None, "-"):
+            error.filename, error.source = filename, text
+        _attach_source_from_disk(error)
+        raise error from None
+
+
+def _attach_source_from_disk(e: AttncError) -> None:
+    if e.source is not None or e.span is None:
+        return
+    try:
+        e.located(e.filename, Path(e.filename).read_text())
+    except (OSError, UnicodeDecodeError):
+        pass
+
+
+def _run_stages(module, first_stage: str, passes: list["ResolvedPass"],
+                options: CompileOptions, ir_stream: TextIO | None) -> None:
+    observe = _stage_observers(options, ir_stream or sys.stderr)
+    observe(0, first_stage, module.operation)
+    run_passes(module, passes, observe)
+
+
+def read_source(path: str | Path) -> bytes:
+    path = Path(path)
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise AttncError(f"no such file: '{path}'", filename=str(path)) from None
+    except IsADirectoryError:
+        raise AttncError(f"'{path}' is a directory, not a .attn file", filename=str(path)) from None
+    except OSError as e:
+        raise AttncError(f"cannot read '{path}': {e.strerror}", filename=str(path)) from None
+
+
+def lower_variant(variant: Variant):
+    """The L1 module of a checked variant, in a fresh context with the attn dialect."""
+    from attnc.frontend.lower import lower
+    return lower(variant)
+
+
+def compile_kernel(source, arch: str = "sm_80", **options):
+    """`attnc.compile(...)`: a launchable kernel. Needs the GPU backend (attnc/backend)."""
+    raise AttncError("attnc.compile needs the kernel backend (attnc/backend), which is not "
+                     "built yet; `attnc compile --emit mlir` shows the IR so far")
+
+
+# --- the pipeline -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class ResolvedPass:
+    spec: PassSpec
+    run: Callable | None          # the pass object (an attnc pass), or
+    upstream: str | None = None   # an upstream MLIR pass, as pipeline text
+    origin: str = "built-in"      # where an attnc pass was defined
+
+
+def resolve_pipeline(options: CompileOptions) -> list[ResolvedPass]:
+    """The passes to run: user files loaded, names looked up, options converted."""
+    for path in options.load_passes:
+        registry.load_pass_file(path)
+    text = options.pass_pipeline
+    specs = parse_pipeline(text) if text is not None else target_pipeline(options.arch)
+    return [_resolve(spec, options.arch, text) for spec in specs]
+
+
+def _resolve(spec: PassSpec, arch: str, text: str | None) -> ResolvedPass:
+    info = registry.lookup(spec.name)
+    if info is None:
+        if _is_upstream_pass(spec):
+            return ResolvedPass(spec, None, spec.text())
+        raise _pipeline_error(f"unknown pass '{spec.name}'{registry.suggestion(spec.name)}; "
+                              f"`attnc passes` lists them", spec, text)
+    options = dict(spec.options)
+    if "target" in {o.name for o in info.options}:
+        options.setdefault("target", arch)
+    try:
+        return ResolvedPass(spec, registry.instantiate(info, options), origin=info.origin)
+    except AttncError as e:
+        raise _pipeline_error(e.message, spec, text) from None
+
+
+def _is_upstream_pass(spec: PassSpec) -> bool:
+    """Whether MLIR itself knows the pass (cse, canonicalize, ...) with these options."""
+    from mlir import ir, passmanager
+    with ir.Context():
+        try:
+            passmanager.PassManager().add(spec.text())
+        except ValueError:
+            return False
+    return True
+
+
+def _pipeline_error(message: str, spec: PassSpec, text: str | None) -> AttncError:
+    if text is None:
+        return AttncError(message, filename="attnc")
+    from attnc.errors import Span
+    return AttncError(message, Span(1, spec.col), filename=PIPELINE_SOURCE, source=text)
+
+
+def run_passes(module, passes: list[ResolvedPass], observe: Observer) -> None:
+    """Run `passes` on `module` with one PassManager; after each, verify and observe."""
+    from mlir import passmanager
+    if not passes:
+        return
+    pm = passmanager.PassManager(context=module.context)
+    pm.enable_verifier(False)         # verified after each pass below, naming the pass
+    for index, p in enumerate(passes, 1):
+        after = _after_pass(index, p.spec.name, observe)
+        if p.upstream is not None:
+            pm.add(p.upstream)
+            pm.add(lambda op, _pass, after=after: after(op), name=f"{p.spec.name}-done")
+            continue
+        pm.add(_attnc_pass(p, after), name=p.spec.name, argument=p.spec.name)
+    pm.run(module.operation)
+
+
+def _attnc_pass(p: ResolvedPass, after: Callable) -> Callable:
+    def run(op, pass_) -> None:
+        try:
+            p.run(op, pass_)
+        except AttncError:
+            raise
+        except Exception as e:
+            if p.origin == "built-in":
+                raise                     # a compiler bug: the CLI reports it as one
+            raise AttncError(f"pass '{p.spec.name}' (from {p.origin}) failed: "
+                             f"{type(e).__name__}: {e}") from e
+        after(op)
+    return run
+
+
+def _after_pass(index: int, name: str, observe: Observer) -> Callable:
+    def after(op) -> None:
+        _verify(op, name)
+        observe(index, name, op)
+    return after
+
+
+def _verify(op, pass_name: str) -> None:
+    from mlir import ir
+    from attnc.ir import error_at
+    try:
+        op.verify()
+    except ir.MLIRError as e:
+        diag = e.error_diagnostics[0] if e.error_diagnostics else None
+        message = diag.message if diag is not None else str(e)
+        where = diag.location if diag is not None else op
+        raise error_at(where, f"the IR after pass '{pass_name}' is invalid: {message}") from None
+
+
+# --- stage observers --------------------------------------------------------------------
+def _stage_observers(options: CompileOptions, stream: TextIO) -> Observer:
+    observers: list[Observer] = []
+    if options.print_ir_after_all:
+        observers.append(_printer(stream))
+    if options.dump_dir is not None:
+        observers.append(_dumper(Path(options.dump_dir)))
+
+    def observe(index: int, name: str, op) -> None:
+        if not observers:
+            return
+        from attnc.ir import to_text
+        text = to_text(op)
+        for o in observers:
+            o(index, name, text)
+    return observe
+
+
+def _printer(stream: TextIO) -> Callable:
+    def show(index: int, name: str, text: str) -> None:
+        stream.write(f"// -----// IR Dump After {name} //----- //\n{text}\n")
+        stream.flush()
+    return show
+
+
+def _dumper(folder: Path) -> Callable:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise AttncError(f"cannot create the dump folder '{folder}': {e.strerror}",
+                         filename="attnc") from None
+
+    def dump(index: int, name: str, text: str) -> None:
+        (folder / f"{index:02d}-{name}.mlir").write_text(text)
+    return dump
+
+
+def _check_arch(arch: str) -> None:
+    if arch not in TARGETS:
+        raise AttncError(f"unsupported target '{arch}'; supported targets are {', '.join(TARGETS)}",
+                         filename="attnc")
+
+
+def describe_pipeline(arch: str) -> str:
+    return format_pipeline(target_pipeline(arch))

@@ -1,0 +1,68 @@
+"""Source positions in the IR: DSL spans to MLIR locations and back.
+
+Every op the frontend builds carries `loc("file.attn":line:col)`; passes keep the
+location of the op they rewrite. `span_of` reads it back so that a pass can raise
+an `AttncError` that renders with the user's `.attn` line and a caret.
+"""
+from __future__ import annotations
+
+from mlir import ir
+
+from attnc.errors import AttncError, Span
+
+
+def file_loc(filename: str, span: Span) -> ir.Location:
+    """The MLIR location of `span` in `filename` (needs an active Context)."""
+    return ir.Location.file(filename, span.line, span.col)
+
+
+def span_of(op_or_loc) -> Span | None:
+    """The `.attn` span of an op (or Location), or None when it has none.
+
+    An op without a file location (one a pass built with an unknown location)
+    answers with the nearest enclosing op that has one.
+    """
+    found = _file_location_of(op_or_loc)
+    if found is None:
+        return None
+    return Span(found.start_line, found.start_col)
+
+
+def filename_of(op_or_loc) -> str | None:
+    found = _file_location_of(op_or_loc)
+    return found.filename if found is not None else None
+
+
+def error_at(op_or_loc, message: str) -> AttncError:
+    """An AttncError located where `op_or_loc` came from in the `.attn` source."""
+    found = _file_location_of(op_or_loc)
+    if found is None:
+        return AttncError(message)
+    return AttncError(message, Span(found.start_line, found.start_col), filename=found.filename)
+
+
+def _file_location_of(op_or_loc):
+    if isinstance(op_or_loc, ir.Location):
+        return _file_location(op_or_loc)
+    op = getattr(op_or_loc, "operation", op_or_loc)
+    while op is not None:
+        found = _file_location(op.location)
+        if found is not None:
+            return found
+        op = op.parent
+    return None
+
+
+def _file_location(loc: ir.Location):
+    if loc.is_a_file():
+        return loc
+    if loc.is_a_name():
+        return _file_location(loc.child_loc)
+    if loc.is_a_callsite():
+        return _file_location(loc.callee)
+    if loc.is_a_fused():
+        for inner in loc.locations:
+            found = _file_location(inner)
+            if found is not None:
+                return found
+    return None

@@ -1,0 +1,88 @@
+"""Names and small accessors of the attn dialect, shared by the frontend and passes.
+
+Attribute readers raise `AttncError` at the op's location when an attribute is
+missing or has the wrong kind, so a pass fed hand-written IR fails with a message
+rather than a Python exception.
+"""
+from __future__ import annotations
+
+from mlir import ir
+
+from attnc.ir.locations import error_at
+
+ATTENTION = "attn.attention"
+DIM = "attn.dim"
+PARAM = "attn.param"
+YIELD = "gpu.yield"          # see Note [Region terminators] in attn.irdl.mlir
+
+SCORE_MOD, MASK_MOD, SINK = 0, 1, 2
+REGION_NAMES = ("score_mod", "mask_mod", "sink")
+
+
+def attention_ops(root) -> list[ir.Operation]:
+    """Every attn.attention under `root` (a module or any op), in program order."""
+    found: list[ir.Operation] = []
+
+    def visit(op):
+        if op.name == ATTENTION:
+            found.append(op.operation)
+        return ir.WalkResult.ADVANCE
+
+    getattr(root, "operation", root).walk(visit, ir.WalkOrder.PRE_ORDER)
+    return found
+
+
+def region_block(op: ir.Operation, index: int) -> ir.Block:
+    """The single block of region `index` (SCORE_MOD, MASK_MOD or SINK)."""
+    return op.regions[index].blocks[0]
+
+
+def yielded(block: ir.Block) -> ir.Value:
+    """The value a hook region returns (the operand of its terminator)."""
+    return list(block.operations)[-1].operands[0]
+
+
+# --- attribute access ------------------------------------------------------------------
+def get_int(op: ir.Operation, key: str) -> int:
+    attr = _get(op, key)
+    if not isinstance(attr, ir.IntegerAttr):
+        raise error_at(op, f"attribute '{key}' of {op.name} must be an integer, got {attr}")
+    return attr.value
+
+
+def get_str(op: ir.Operation, key: str) -> str:
+    attr = _get(op, key)
+    if not isinstance(attr, ir.StringAttr):
+        raise error_at(op, f"attribute '{key}' of {op.name} must be a string, got {attr}")
+    return attr.value
+
+
+def get_bool(op: ir.Operation, key: str) -> bool:
+    attr = _get(op, key)
+    if not isinstance(attr, ir.BoolAttr):
+        raise error_at(op, f"attribute '{key}' of {op.name} must be true or false, got {attr}")
+    return attr.value
+
+
+def get_shape(op: ir.Operation, key: str) -> tuple[str | int, ...]:
+    """A shape attribute: an array of dim names (strings) and fixed sizes (integers)."""
+    attr = _get(op, key)
+    if not isinstance(attr, ir.ArrayAttr):
+        raise error_at(op, f"attribute '{key}' of {op.name} must be an array, got {attr}")
+    return tuple(a.value for a in attr)
+
+
+def set_int(op: ir.Operation, key: str, value: int) -> None:
+    with op.context:
+        op.attributes[key] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)
+
+
+def set_str(op: ir.Operation, key: str, value: str) -> None:
+    with op.context:
+        op.attributes[key] = ir.StringAttr.get(value)
+
+
+def _get(op: ir.Operation, key: str) -> ir.Attribute:
+    if key not in op.attributes:
+        raise error_at(op, f"{op.name} has no '{key}' attribute")
+    return op.attributes[key]

@@ -1,0 +1,267 @@
+"""Passes by name: the built-in ones and those a user loads from a Python file.
+
+A pass is a frozen dataclass whose fields are its options, with a class-level
+`name` (its name in a pipeline, e.g. `attn-tile`), whose instances MLIR's
+`PassManager` calls as `pass_obj(op, pass_)` on the module. Deriving from `Pass`
+gives that call for free (it calls `run(module)`); any class with the same shape
+is accepted, so a pass file need not import anything from attnc:
+
+    # my_pass.py -- attnc compile v.attn --load-pass my_pass.py \\
+    #                 --pass-pipeline "attn-tile,my-pass{tag=x},attn-analyze-masks"
+    from dataclasses import dataclass
+    from typing import ClassVar
+    from attnc.passes import Pass, register
+
+    @register
+    @dataclass(frozen=True)
+    class MyPass(Pass):
+        '''Tag every attn.attention (one-line summary shown by `attnc passes`).'''
+        name: ClassVar[str] = "my-pass"
+        tag: str = "x"
+
+        def run(self, module):
+            ...
+
+A file may instead list its classes in `PASSES = [MyPass, ...]`. Built-in
+passes are looked up lazily (importing a pass imports MLIR), from `BUILTIN`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import importlib.util
+import sys
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from attnc.errors import AttncError
+
+# pass name -> "module:Class"; one file per pass, file and class named after the pass.
+BUILTIN: dict[str, str] = {
+    "attn-tile": "attnc.passes.tile:Tile",
+    "attn-analyze-masks": "attnc.passes.analyze_masks:AnalyzeMasks",
+}
+
+_user_passes: dict[str, type] = {}       # name -> class, from register()/load_pass_file()
+_user_origins: dict[str, str] = {}       # name -> where it was defined
+
+
+class Pass:
+    """Convenience base of a pass: MLIR's PassManager calls the object, which runs
+    `run(module)` on the module it is given. Subclasses are frozen dataclasses."""
+
+    name: ClassVar[str] = ""
+
+    def run(self, module) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not define run(module)")
+
+    def __call__(self, op, pass_=None) -> None:
+        self.run(op)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a pass, read off a dataclass field."""
+    name: str
+    type: Any
+    default: Any
+    doc: str = ""
+
+    @property
+    def type_name(self) -> str:
+        base = _base_type(self.type)
+        return getattr(base, "__name__", str(base))
+
+
+@dataclass(frozen=True)
+class PassInfo:
+    name: str
+    cls: type
+    origin: str                  # "built-in" or the file/module it came from
+
+    @property
+    def summary(self) -> str:
+        """The first line of the class's `description` or docstring."""
+        text = getattr(self.cls, "description", "") or (self.cls.__doc__ or "")
+        return text.strip().split("\n")[0]
+
+    @property
+    def options(self) -> tuple[Option, ...]:
+        return options_of(self.cls)
+
+
+# --- registration -----------------------------------------------------------------------
+def register(cls: type) -> type:
+    """Class decorator: make `cls` available by its `name` in pipelines."""
+    _check_pass_class(cls)
+    name = cls.name
+    if name in BUILTIN:
+        raise AttncError(f"pass '{name}' ({cls.__qualname__}) clashes with the built-in pass "
+                         f"of that name; choose another name")
+    origin = getattr(sys.modules.get(cls.__module__), "__file__", None) or cls.__module__
+    if name in _user_passes and _user_origins[name] != origin:
+        raise AttncError(f"pass '{name}' is defined twice: in {_user_origins[name]} and in {origin}")
+    _user_passes[name] = cls
+    _user_origins[name] = origin
+    return cls
+
+
+def load_pass_file(path: str | Path) -> list[str]:
+    """Import a Python file of passes (`@register` or `PASSES = [...]`); the names it added.
+    Errors name the file."""
+    path = Path(path)
+    try:
+        return _load_pass_file(path)
+    except AttncError as e:
+        if e.source is None and e.span is None:
+            e.filename = str(path)
+        raise
+
+
+def _load_pass_file(path: Path) -> list[str]:
+    if not path.is_file():
+        raise AttncError(f"cannot load passes from '{path}': no such file")
+    module = _import_file(path)
+    listed = [register(cls).name for cls in getattr(module, "PASSES", ())]
+    decorated = [n for n, origin in _user_origins.items() if origin == module.__file__]
+    names = list(dict.fromkeys(decorated + listed))
+    if not names:
+        raise AttncError(f"'{path}' defines no pass: decorate a pass class with "
+                         f"@attnc.passes.register or list the classes in PASSES = [...]")
+    return names
+
+
+def _import_file(path: Path):
+    module_name = f"attnc_user_passes.{path.stem}_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(module_name, path.resolve())
+    if spec is None or spec.loader is None:
+        raise AttncError(f"cannot load passes from '{path}': not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except AttncError:
+        raise
+    except Exception as e:
+        del sys.modules[module_name]
+        raise AttncError(f"cannot load passes from '{path}': {type(e).__name__}: {e}") from e
+    return module
+
+
+def _check_pass_class(cls: Any) -> None:
+    where = getattr(cls, "__qualname__", repr(cls))
+    if not isinstance(cls, type):
+        raise AttncError(f"{where} is not a pass class")
+    name = getattr(cls, "name", "")
+    if not isinstance(name, str) or not name:
+        raise AttncError(f"pass class {where} needs a class attribute `name` (its pipeline name)")
+    if not dataclasses.is_dataclass(cls):
+        raise AttncError(f"pass class {where} must be a dataclass (its fields are its options)")
+    defines_call = any("__call__" in vars(k) for k in cls.__mro__ if k is not Pass)
+    defines_run = any("run" in vars(k) for k in cls.__mro__ if k is not Pass)
+    if not (defines_run if issubclass(cls, Pass) else defines_call):
+        raise AttncError(f"pass class {where} must define run(module) (derive from "
+                         f"attnc.passes.Pass) or __call__(op, pass_)")
+
+
+# --- lookup -----------------------------------------------------------------------------
+def lookup(name: str) -> PassInfo | None:
+    """The pass called `name`, or None when attnc has none of that name."""
+    if name in _user_passes:
+        return PassInfo(name, _user_passes[name], _user_origins[name])
+    if name in BUILTIN:
+        return PassInfo(name, _load_builtin(name), "built-in")
+    return None
+
+
+def known_names() -> list[str]:
+    return sorted({*BUILTIN, *_user_passes})
+
+
+def all_passes() -> list[PassInfo]:
+    return [lookup(n) for n in known_names()]
+
+
+def suggestion(name: str) -> str:
+    """' (did you mean 'x'?)' for a near miss, else ''."""
+    close = difflib.get_close_matches(name, known_names(), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _load_builtin(name: str) -> type:
+    module_name, class_name = BUILTIN[name].split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name != module_name:
+            raise
+        raise AttncError(f"pass '{name}' is not available: its module {module_name} "
+                         f"({module_name.replace('.', '/')}.py) is missing", filename="attnc") from None
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise AttncError(f"pass '{name}' is not available: {module_name} defines no "
+                         f"class {class_name}", filename="attnc")
+    _check_pass_class(cls)
+    return cls
+
+
+# --- options ----------------------------------------------------------------------------
+def options_of(cls: type) -> tuple[Option, ...]:
+    hints = typing.get_type_hints(cls)
+    return tuple(Option(f.name, hints.get(f.name, str), _default(f), f.metadata.get("doc", ""))
+                 for f in dataclasses.fields(cls) if f.init)
+
+
+def instantiate(info: PassInfo, options: dict[str, str]) -> Any:
+    """A pass object with `options` (text values from a pipeline) converted to the
+    types of the fields; AttncError for an unknown option or a malformed value."""
+    known = {o.name: o for o in info.options}
+    values = {}
+    for key, text in options.items():
+        if key not in known:
+            names = ", ".join(known) or "none"
+            raise AttncError(f"pass '{info.name}' has no option '{key}' (its options: {names})")
+        values[key] = parse_option(info.name, known[key], text)
+    return info.cls(**values)
+
+
+def parse_option(pass_name: str, option: Option, text: str) -> Any:
+    base = _base_type(option.type)
+    if not isinstance(text, str):
+        return text
+    if base is bool:
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise AttncError(f"option '{option.name}' of {pass_name} expects true or false, got '{text}'")
+    if base is int:
+        try:
+            return int(text, 0)
+        except ValueError:
+            raise AttncError(f"option '{option.name}' of {pass_name} expects an integer, "
+                             f"got '{text}'") from None
+    if base is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise AttncError(f"option '{option.name}' of {pass_name} expects a number, "
+                             f"got '{text}'") from None
+    return text
+
+
+def _base_type(ty: Any) -> Any:
+    """int for `int | None` / Optional[int]; the type itself otherwise."""
+    args = [a for a in typing.get_args(ty) if a is not type(None)]
+    return args[0] if len(args) == 1 else ty
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None

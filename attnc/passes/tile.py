@@ -1,0 +1,231 @@
+"""`attn-tile`: choose the CTA tile (block_m, block_n, stages, warps) for a target.
+
+Targets: sm_80, sm_90a, sm_100a. Expects L1 (attnc/ir/attn.irdl.mlir): `attn.attention`
+ops with `head_dim_qk`, `head_dim_v`, `dtype` and `has_mask_mod`. Leaves the same
+ops with the choice recorded as attributes (L2), nothing else changed:
+
+    before:  %o = "attn.attention"(%q, %k, %v) (...) {head_dim_qk = 128 : i64, ...}
+    after:   %o = "attn.attention"(%q, %k, %v) (...) {head_dim_qk = 128 : i64, ...,
+                 target = "sm_100a", block_m = 128 : i64, block_n = 128 : i64,
+                 stages = 3 : i64, num_warps = 16 : i64, q_tiles = 2 : i64}
+
+The starting point is TILE_TABLE (tile_table.py); each option given overrides one
+field, and the result must be buildable on the target (else an `AttncError` at the
+op's `.attn` location naming the option to change):
+  * block_m fits the warps: sm_80 a multiple of 16 rows per warp, sm_90a a multiple
+    of 64 rows per consumer warpgroup, sm_100a exactly 128 (one tcgen05.mma tile);
+  * block_n a multiple of 16 (the k-step of P.V) and at most 256 (MMA N limit);
+  * num_warps, stages and q_tiles within what the target's recipe lays out;
+  * the Q tile and the K/V ring fit in shared memory, S and O in TMEM (sm_100a) or
+    in the accumulator register budget (sm_80, sm_90a).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from attnc.passes.registry import Pass
+from attnc.passes.tile_table import TARGET_LIMITS, TILE_TABLE, TargetLimits, TileConfig
+
+ELEMENT_BYTES = {"bf16": 2, "f16": 2}
+MMA_K = 16            # k-step of every 16-bit MMA: block_n is the K of P.V
+MMA_N_MAX = 256       # largest N of wgmma / tcgen05.mma (and the sm_80 tile we allow)
+TILE_FIELDS = ("block_m", "block_n", "stages", "num_warps", "q_tiles")
+
+
+class TileError(Exception):
+    """A tile that cannot be built; the pass turns it into a located AttncError."""
+
+
+@dataclass(frozen=True)
+class Tile(Pass):
+    """Choose block_m, block_n, stages and warps per target and head dim (attributes on attn.attention)."""
+
+    name: ClassVar[str] = "attn-tile"
+    target: str | None = field(default=None, metadata={"doc": "sm_80, sm_90a or sm_100a (default: -arch)"})
+    block_m: int | None = field(default=None, metadata={"doc": "query rows per Q tile"})
+    block_n: int | None = field(default=None, metadata={"doc": "keys per KV block"})
+    stages: int | None = field(default=None, metadata={"doc": "K/V buffers in flight"})
+    num_warps: int | None = field(default=None, metadata={"doc": "warps per CTA, all roles"})
+    q_tiles: int | None = field(default=None, metadata={"doc": "Q tiles per CTA (sm_100a: 1 or 2)"})
+
+    def run(self, module) -> None:
+        overrides = {k: getattr(self, k) for k in TILE_FIELDS if getattr(self, k) is not None}
+        tile(module, self.target, overrides)
+
+
+def tile(module, target: str | None, overrides: dict[str, int]) -> None:
+    """Record a tile choice on every attn.attention under `module`."""
+    from attnc.ir import attention_ops, error_at
+
+    ops = attention_ops(module)
+    if not ops:
+        raise error_at(module, "attn-tile found no attn.attention op to tile")
+    for op in ops:
+        try:
+            config = choose_tile(target, _shape_of(op), overrides)
+        except TileError as e:
+            raise error_at(op, str(e)) from None
+        _record(op, target, config)
+
+
+@dataclass(frozen=True)
+class ProblemShape:
+    head_dim_qk: int
+    head_dim_v: int
+    dtype: str
+    masked: bool
+
+
+def _shape_of(op) -> ProblemShape:
+    from attnc.ir import get_bool, get_int, get_str
+
+    return ProblemShape(get_int(op, "head_dim_qk"), get_int(op, "head_dim_v"),
+                        get_str(op, "dtype"), get_bool(op, "has_mask_mod"))
+
+
+def _record(op, target: str, config: TileConfig) -> None:
+    from attnc.ir import set_int, set_str
+
+    set_str(op, "target", target)
+    for key in TILE_FIELDS:
+        set_int(op, key, getattr(config, key))
+
+
+# --- the choice (pure) ------------------------------------------------------------------
+def choose_tile(target: str | None, shape: ProblemShape, overrides: dict[str, int]) -> TileConfig:
+    """The table's tile for `target` and `shape` with `overrides` applied, checked."""
+    limits = _limits(target)
+    config = dataclasses.replace(table_choice(target, shape), **overrides)
+    for check in (_check_positive, _check_warps, _check_block_m, _check_block_n,
+                  _check_stages, _check_q_tiles, _check_smem, _check_tmem, _check_registers):
+        check(target, limits, shape, config)
+    return config
+
+
+def table_choice(target: str, shape: ProblemShape) -> TileConfig:
+    table = TILE_TABLE[target]
+    widest = max(shape.head_dim_qk, shape.head_dim_v)
+    row = table.get((shape.head_dim_qk, shape.head_dim_v)) or table.get((widest, widest))
+    if row is None:
+        known = ", ".join(str(qk) for qk, v in table if qk == v)
+        raise TileError(f"no tile for head dims ({shape.head_dim_qk}, {shape.head_dim_v}) on "
+                        f"{target}; head dims with a tile: {known}")
+    if shape.masked and row.block_n_masked is not None:
+        return dataclasses.replace(row.config, block_n=row.block_n_masked)
+    return row.config
+
+
+def _limits(target: str | None) -> TargetLimits:
+    if target is None:
+        raise TileError("attn-tile needs a target: pass -arch, or target=sm_80|sm_90a|sm_100a")
+    if target not in TARGET_LIMITS:
+        raise TileError(f"unsupported target '{target}'; supported targets are "
+                        f"{', '.join(TARGET_LIMITS)}")
+    return TARGET_LIMITS[target]
+
+
+def _check_positive(target, limits, shape, c: TileConfig) -> None:
+    for key in TILE_FIELDS:
+        if getattr(c, key) < 1:
+            raise TileError(f"{key}={getattr(c, key)} must be at least 1")
+    if shape.dtype not in ELEMENT_BYTES:
+        raise TileError(f"attn-tile cannot tile dtype '{shape.dtype}'; expected bf16 or f16")
+
+
+def _check_warps(target, limits: TargetLimits, shape, c: TileConfig) -> None:
+    if c.num_warps not in limits.num_warps:
+        allowed = " or ".join(map(str, limits.num_warps))
+        raise TileError(f"num_warps={c.num_warps} is not possible on {target}: "
+                        f"its kernel layout uses {allowed} warps")
+
+
+def _check_block_m(target, limits: TargetLimits, shape, c: TileConfig) -> None:
+    if limits.block_m_unit == "warp16":
+        unit, why = 16 * c.num_warps, f"each of the {c.num_warps} warps owns 16-row slices"
+    elif limits.block_m_unit == "consumer_wg64":
+        consumers = c.num_warps // 4 - 1
+        unit = 64 * consumers
+        why = f"each of the {consumers} consumer warpgroups owns 64-row wgmma tiles"
+    else:
+        if c.block_m != 128:
+            raise TileError(f"block_m={c.block_m} is not possible on {target}: a Q tile is one "
+                            f"tcgen05.mma of 128 rows (one row per softmax thread)")
+        return
+    if c.block_m % unit:
+        raise TileError(f"block_m={c.block_m} is not possible on {target}: {why}, so block_m "
+                        f"must be a multiple of {unit}")
+
+
+def _check_block_n(target, limits, shape, c: TileConfig) -> None:
+    if c.block_n % MMA_K or c.block_n > MMA_N_MAX:
+        raise TileError(f"block_n={c.block_n} is not possible on {target}: it must be a multiple "
+                        f"of {MMA_K} (the k-step of P.V) and at most {MMA_N_MAX}")
+
+
+def _check_stages(target, limits: TargetLimits, shape, c: TileConfig) -> None:
+    if not limits.min_stages <= c.stages <= limits.max_stages:
+        raise TileError(f"stages={c.stages} is not possible on {target}: the K/V pipeline "
+                        f"needs {limits.min_stages} to {limits.max_stages} stages")
+
+
+def _check_q_tiles(target, limits: TargetLimits, shape, c: TileConfig) -> None:
+    if c.q_tiles not in limits.q_tiles:
+        allowed = " or ".join(map(str, limits.q_tiles))
+        raise TileError(f"q_tiles={c.q_tiles} is not possible on {target}: a CTA holds "
+                        f"{allowed} Q tile(s)")
+
+
+def smem_parts(limits: TargetLimits, shape: ProblemShape, c: TileConfig) -> dict[str, int]:
+    """Shared memory of the Q tile(s), the K/V ring and the O staging tile(s), in bytes.
+
+    An estimate for choosing tiles (attn-alloc-smem lays the buffers out later):
+    a single Q tile is dead once the KV loop ends, so O is staged in its bytes."""
+    e = ELEMENT_BYTES[shape.dtype]
+    if limits.kv_shared_ring:
+        kv = c.stages * c.block_n * max(shape.head_dim_qk, shape.head_dim_v) * e
+    else:
+        kv = c.stages * c.block_n * (shape.head_dim_qk + shape.head_dim_v) * e
+    own_o = limits.o_own_smem and c.q_tiles > 1
+    return {"Q": c.q_tiles * c.block_m * shape.head_dim_qk * e, "K/V": kv,
+            "O": c.q_tiles * c.block_m * shape.head_dim_v * e if own_o else 0}
+
+
+def smem_bytes(limits: TargetLimits, shape: ProblemShape, c: TileConfig) -> int:
+    return sum(smem_parts(limits, shape, c).values())
+
+
+def _check_smem(target, limits: TargetLimits, shape, c: TileConfig) -> None:
+    parts = smem_parts(limits, shape, c)
+    need = sum(parts.values())
+    if need > limits.smem_bytes:
+        detail = " + ".join(f"{name} {_kb(n)}" for name, n in parts.items() if n)
+        raise TileError(f"the tile needs {_kb(need)} of shared memory ({detail}) but {target} "
+                        f"has {_kb(limits.smem_bytes)}: lower block_n, stages or block_m")
+
+
+def _check_tmem(target, limits: TargetLimits, shape, c: TileConfig) -> None:
+    if limits.tmem_columns is None:
+        return
+    need = c.q_tiles * (c.block_n + shape.head_dim_v)
+    if need > limits.tmem_columns:
+        raise TileError(f"S and O need {need} TMEM columns ({c.q_tiles} x ({c.block_n} + "
+                        f"{shape.head_dim_v})) but {target} has {limits.tmem_columns}: "
+                        f"lower block_n or q_tiles")
+
+
+def _check_registers(target, limits: TargetLimits, shape, c: TileConfig) -> None:
+    if limits.accumulator_registers is None:
+        return
+    threads = (c.num_warps - limits.producer_warps) * 32
+    need = -(-c.block_m * (c.block_n + shape.head_dim_v) // threads)
+    if need > limits.accumulator_registers:
+        raise TileError(f"S and O accumulators need {need} registers per thread "
+                        f"({c.block_m} rows x ({c.block_n} + {shape.head_dim_v}) f32 over "
+                        f"{threads} threads), more than the {limits.accumulator_registers} "
+                        f"{target} leaves for them: lower block_m or block_n, or raise num_warps")
+
+
+def _kb(n: int) -> str:
+    return f"{n / 1024:g} KB"

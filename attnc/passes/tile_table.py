@@ -1,0 +1,86 @@
+"""The tile sizes `attn-tile` starts from, per target and head dims, and each
+target's hard limits. Data only; the rules that use it are in tile.py.
+
+Sources (numbers, not code): FlashAttention-2's forward table for sm_80
+(notes/sm80-kernels.md §2.2, the no-dropout column with the H100-class SMEM choice
+for hdim 256), FlashAttention-3's `tile_size_fwd_sm90` for sm_90a, and
+FlashAttention-4 / CUTLASS example 77 for sm_100a (notes/sm100-kernels.md §3.1:
+two 128-row Q tiles per CTA, 128-key blocks, a 3-stage K/V ring, 16 warps).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    block_m: int          # query rows of one Q tile
+    block_n: int          # keys per KV block
+    stages: int           # K/V buffers in flight
+    num_warps: int        # warps of the CTA, all roles included
+    q_tiles: int = 1      # Q tiles per CTA (the CTA covers block_m * q_tiles rows)
+
+
+@dataclass(frozen=True)
+class TableRow:
+    config: TileConfig
+    block_n_masked: int | None = None     # block_n when the variant has a mask_mod
+
+
+@dataclass(frozen=True)
+class TargetLimits:
+    smem_bytes: int                 # dynamic shared memory one CTA may use
+    num_warps: tuple[int, ...]      # CTA warp counts the target's recipe can lay out
+    block_m_unit: str               # how block_m relates to the warps (see tile.py)
+    min_stages: int                 # fewest K/V buffers the recipe's pipeline works with
+    q_tiles: tuple[int, ...]        # allowed Q tiles per CTA
+    max_stages: int = 8
+    producer_warps: int = 0         # warps that only load (they hold no accumulators)
+    kv_shared_ring: bool = False    # K and V take turns in one ring of `stages` slots
+    o_own_smem: bool = False        # O is staged in its own SMEM, one tile per Q tile
+                                    # (else, and with a single Q tile, it reuses Q's bytes)
+    tmem_columns: int | None = None           # sm_100a: 512 columns of 32-bit cells
+    accumulator_registers: int | None = None  # per thread, when S and O live in registers
+
+
+TARGET_LIMITS: dict[str, TargetLimits] = {
+    # A100: 163 KB of dynamic SMEM per CTA; one cooperative role of 4 or 8 warps,
+    # each owning 16-row slices of the Q tile (mma.sync.m16n8k16).
+    "sm_80": TargetLimits(smem_bytes=163 * 1024, num_warps=(4, 8), block_m_unit="warp16",
+                          min_stages=1, q_tiles=(1,), accumulator_registers=192),
+    # H100: 227 KB; one producer warpgroup + 1..3 consumer warpgroups of wgmma M=64.
+    "sm_90a": TargetLimits(smem_bytes=227 * 1024, num_warps=(8, 12, 16),
+                           block_m_unit="consumer_wg64", min_stages=2, q_tiles=(1,),
+                           producer_warps=4, accumulator_registers=192),
+    # B200: 227 KB; the fixed 16-warp role layout; tcgen05.mma M=128, S and O in TMEM.
+    "sm_100a": TargetLimits(smem_bytes=227 * 1024, num_warps=(16,), block_m_unit="m128",
+                            min_stages=2, q_tiles=(1, 2), kv_shared_ring=True,
+                            o_own_smem=True, tmem_columns=512),
+}
+
+# (head_dim_qk, head_dim_v) -> choice. A pair not listed uses the row of
+# (max, max) of its head dims: the larger head dim bounds SMEM, TMEM and registers.
+TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
+    "sm_80": {
+        (64, 64): TableRow(TileConfig(128, 128, stages=2, num_warps=4)),
+        (96, 96): TableRow(TileConfig(128, 64, stages=2, num_warps=4)),
+        (128, 128): TableRow(TileConfig(128, 64, stages=2, num_warps=4)),
+        (256, 256): TableRow(TileConfig(64, 64, stages=2, num_warps=4)),
+    },
+    "sm_90a": {
+        (64, 64): TableRow(TileConfig(128, 128, stages=2, num_warps=12)),
+        (96, 96): TableRow(TileConfig(128, 128, stages=2, num_warps=12)),
+        # FA3: 176-key blocks without a mask; 128 with one, so that masked tiles
+        # line up with the 128-row Q tiles.
+        (128, 128): TableRow(TileConfig(128, 176, stages=2, num_warps=12), block_n_masked=128),
+        (256, 256): TableRow(TileConfig(128, 80, stages=2, num_warps=12)),
+    },
+    "sm_100a": {
+        (64, 64): TableRow(TileConfig(128, 128, stages=3, num_warps=16, q_tiles=2)),
+        (96, 96): TableRow(TileConfig(128, 128, stages=3, num_warps=16, q_tiles=2)),
+        (128, 128): TableRow(TileConfig(128, 128, stages=3, num_warps=16, q_tiles=2)),
+        # Two Q tiles need 2 * (128 + 256) TMEM columns > 512, and three 64 KB K/V
+        # stages do not fit next to Q: one Q tile (O then reuses its SMEM), two stages.
+        (256, 256): TableRow(TileConfig(128, 128, stages=2, num_warps=16, q_tiles=1)),
+    },
+}

@@ -1,0 +1,114 @@
+"""FileCheck tests run in-process: `// RUN:` lines of attnc commands and CHECK patterns.
+
+A test file (tests/passes/tile.mlir, tests/ir/lower/*.mlir) is IR (or any text) with
+RUN lines in the style of LLVM's lit:
+
+    // RUN: attnc opt %s -arch sm_80 --pass-pipeline attn-tile | filecheck %s
+    // RUN: not attnc opt %s --pass-pipeline "attn-tile{block_m=96}" 2>&1 | filecheck %s --check-prefix=ERR
+
+`%s` is the test file; other paths are relative to the working directory (the
+repository root). `attnc` runs `attnc.cli.main` in this process (no subprocess,
+no MLIR start-up per line); `not` expects a non-zero exit; `2>&1` checks stderr
+too. The patterns are matched by the `filecheck` package, also in-process.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import shlex
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+RUN_MARK = "RUN:"
+
+
+@dataclass(frozen=True)
+class RunLine:
+    line: int
+    argv: list[str]              # attnc's arguments, %s substituted
+    expect_failure: bool
+    merge_stderr: bool
+    check_prefix: str
+
+
+def run_lines(path: Path) -> list[RunLine]:
+    """The RUN lines of a test file (a RUN line ending in '\\' continues on the next)."""
+    runs, pending, first = [], "", 0
+    for number, text in enumerate(path.read_text().splitlines(), 1):
+        if RUN_MARK not in text:
+            continue
+        part = text.split(RUN_MARK, 1)[1].strip()
+        first = first or number
+        if part.endswith("\\"):
+            pending += part[:-1] + " "
+            continue
+        runs.append(_parse_run(pending + part, path, first))
+        pending, first = "", 0
+    return runs
+
+
+def _parse_run(command: str, path: Path, line: int) -> RunLine:
+    left, sep, right = command.partition("|")
+    if not sep:
+        raise ValueError(f"{path}:{line}: RUN line must pipe into filecheck: {command}")
+    words = shlex.split(left.replace("%s", shlex.quote(str(path))))
+    expect_failure = words[:1] == ["not"]
+    words = words[1:] if expect_failure else words
+    merge = "2>&1" in words
+    words = [w for w in words if w != "2>&1"]
+    if words[:1] != ["attnc"]:
+        raise ValueError(f"{path}:{line}: RUN line must run attnc: {command}")
+    check = shlex.split(right)
+    if check[:1] != ["filecheck"]:
+        raise ValueError(f"{path}:{line}: RUN line must pipe into filecheck: {command}")
+    prefix = "CHECK"
+    for word in check[1:]:
+        if word.startswith("--check-prefix="):
+            prefix = word.split("=", 1)[1]
+    return RunLine(line, words[1:], expect_failure, merge, prefix)
+
+
+def run_attnc(argv: list[str]) -> tuple[int, str, str]:
+    """`attnc argv...` in this process: (exit status, stdout, stderr)."""
+    from attnc.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = main(argv)
+        except SystemExit as e:            # argparse usage errors
+            status = e.code if isinstance(e.code, int) else 1
+    return status, out.getvalue(), err.getvalue()
+
+
+def check_file(path: str | Path) -> list[str]:
+    """Run every RUN line of `path`; the failures, as messages (empty: all passed)."""
+    path = Path(path)
+    failures = []
+    for run in run_lines(path):
+        status, out, err = run_attnc(run.argv)
+        where = f"{path}:{run.line}: attnc {' '.join(run.argv)}"
+        if (status != 0) != run.expect_failure:
+            failures.append(f"{where}\n  exit status {status}\n{err}")
+            continue
+        text = out + err if run.merge_stderr else out
+        ok, report = filecheck(path, text, run.check_prefix)
+        if not ok:
+            failures.append(f"{where}\n{report}")
+    return failures
+
+
+def filecheck(check_path: Path, text: str, prefix: str = "CHECK") -> tuple[bool, str]:
+    """Match `text` against the `prefix` patterns of `check_path` (python filecheck)."""
+    from filecheck.matcher import Matcher
+    from filecheck.options import Options
+    with tempfile.NamedTemporaryFile("w", suffix=".out", delete=False) as f:
+        f.write(text)
+    report = io.StringIO()
+    try:
+        opts = Options(match_filename=str(check_path), input_file=f.name, check_prefixes=prefix)
+        with contextlib.redirect_stdout(report), contextlib.redirect_stderr(report):
+            status = Matcher.from_opts(opts).run()
+    finally:
+        Path(f.name).unlink()
+    return status == 0, report.getvalue()

@@ -1,0 +1,204 @@
+"""The `attnc` command: in-process for speed, plus two real subprocess runs."""
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from attnc.passes import registry
+from attnc.testing import run_attnc
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def at_root(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(registry, "_user_passes", {})
+    monkeypatch.setattr(registry, "_user_origins", {})
+    monkeypatch.delenv("ATTNC_DEBUG", raising=False)
+
+
+def test_check_prints_a_summary():
+    status, out, err = run_attnc(["check", "examples/gemma2.attn"])
+    assert (status, err) == (0, "")
+    assert out == textwrap.dedent("""\
+        variant:   gemma2 (examples/gemma2.attn) ok
+        inputs:    q bf16[B, H, M, 128], k bf16[B, HKV, N, 128], v bf16[B, HKV, N, 128]
+        dtype:     bf16
+        dims:      B, H, M, HKV, N
+        head dims: qk 128, v 128
+        GQA:       yes: H query heads share HKV key/value heads
+        hooks:     score_mod, mask_mod
+        params:    none
+        outputs:   o bf16[B, H, M, 128], lse f32[B, H, M]
+        scale:     0.0883883
+        """)
+
+
+def test_check_summary_of_params_and_mqa():
+    out = run_attnc(["check", "examples/docs_sink.attn"])[1]
+    assert "params:    doc i32[B, N], sinks f32[H]\n" in out
+    assert "hooks:     mask_mod, sink\n" in out
+    assert "GQA:       yes: MQA, H query heads share one key/value head" in run_attnc(
+        ["check", "examples/mqa.attn"])[1]
+
+
+def test_check_reports_a_source_error(tmp_path):
+    bad = tmp_path / "bad.attn"
+    bad.write_text("attention t {\n  q: bf16[B, H, M, 100]\n}\n")
+    status, out, err = run_attnc(["check", str(bad)])
+    assert (status, out) == (1, "")
+    assert err == (f"{bad}:2:20: error: head dim 100 is not supported; supported head dims are "
+                   f"64, 96, 128, 256\n  q: bf16[B, H, M, 100]\n                   ^\n")
+
+
+def test_missing_file():
+    status, out, err = run_attnc(["compile", "examples/nope.attn", "--emit", "mlir"])
+    assert (status, out, err) == (1, "", "examples/nope.attn: error: no such file: 'examples/nope.attn'\n")
+
+
+def test_compile_print_ir_after_all():
+    status, out, err = run_attnc(["compile", "examples/gemma2.attn", "-arch", "sm_100a",
+                                  "--emit", "mlir", "--print-ir-after-all"])
+    assert status == 0
+    dumps = err.split("// -----// IR Dump After ")[1:]
+    assert [d.split(" ")[0] for d in dumps] == ["frontend", "attn-tile", "attn-analyze-masks"]
+    assert "block_m" not in dumps[0] and "block_m = 128 : i64" in dumps[1]
+    assert out.startswith("module {") and 'mask_kind = "static"' in out
+    assert 'loc("examples/gemma2.attn":8:28)' in out
+
+
+def test_compile_to_a_file(tmp_path):
+    target = tmp_path / "out.mlir"
+    status, out, err = run_attnc(["compile", "examples/mha.attn", "--emit", "mlir", "-o", str(target)])
+    assert (status, out, err) == (0, "", "")
+    assert '"attn.attention"' in target.read_text()
+
+
+@pytest.mark.parametrize("emit, what", [("ptx", "the PTX backend (attnc/backend/ptx.py)"),
+                                        ("cubin", "the cubin assembler (attnc/backend/cubin.py)"),
+                                        ("bundle", "the bundle writer (attnc/backend/bundle.py)")])
+def test_emit_not_available_yet(tmp_path, emit, what):
+    target = tmp_path / "out"
+    status, out, err = run_attnc(["compile", "examples/mha.attn", "--emit", emit, "-o", str(target)])
+    assert (status, out) == (1, "")
+    assert err == f"attnc: error: --emit {emit} is not available yet: it needs {what}; --emit mlir works\n"
+    assert not target.exists()
+
+
+def test_dump_dir(tmp_path):
+    status, _, _ = run_attnc(["compile", "examples/alibi.attn", "--emit", "mlir", "-arch", "sm_90a",
+                              "--dump-dir", str(tmp_path / "dumps")])
+    assert status == 0
+    assert sorted(p.name for p in (tmp_path / "dumps").iterdir()) == \
+        ["00-frontend.mlir", "01-attn-tile.mlir", "02-attn-analyze-masks.mlir"]
+
+
+def test_pass_pipeline_option():
+    status, out, err = run_attnc(["compile", "examples/mha.attn", "--emit", "mlir", "-arch", "sm_80",
+                                  "--pass-pipeline", "attn-tile{block_m=64 block_n=32}",
+                                  "--print-ir-after-all"])
+    assert status == 0
+    assert [d.split(" ")[0] for d in err.split("// -----// IR Dump After ")[1:]] == ["frontend", "attn-tile"]
+    assert "block_m = 64 : i64, block_n = 32 : i64" in out
+
+
+def test_unknown_pass():
+    status, out, err = run_attnc(["compile", "examples/mha.attn", "--emit", "mlir",
+                                  "--pass-pipeline", "attn-tile,no-such-pass"])
+    assert status == 1
+    assert err.splitlines()[0] == "--pass-pipeline:1:11: error: unknown pass 'no-such-pass'; `attnc passes` lists them"
+
+
+USER_PASS = '''
+from dataclasses import dataclass
+from typing import ClassVar
+
+from attnc.ir import attention_ops, set_str
+from attnc.passes import Pass, register
+
+
+@register
+@dataclass(frozen=True)
+class Mark(Pass):
+    """Mark every attn.attention with a label."""
+    name: ClassVar[str] = "my-mark"
+    label: str = "marked"
+
+    def run(self, module):
+        for op in attention_ops(module):
+            set_str(op, "my_label", self.label)
+'''
+
+
+def test_load_pass(tmp_path):
+    path = tmp_path / "my_pass.py"
+    path.write_text(USER_PASS)
+    status, out, err = run_attnc(["compile", "examples/gemma2.attn", "--emit", "mlir", "-arch", "sm_90a",
+                                  "--load-pass", str(path), "--print-ir-after-all",
+                                  "--pass-pipeline", "attn-tile,my-mark{label=hello},attn-analyze-masks"])
+    assert status == 0, err
+    assert [d.split(" ")[0] for d in err.split("// -----// IR Dump After ")[1:]] == \
+        ["frontend", "attn-tile", "my-mark", "attn-analyze-masks"]
+    assert 'my_label = "hello"' in out and 'mask_kind = "static"' in out
+    status, out, _ = run_attnc(["passes", "--load-pass", str(path)])
+    assert f"my-mark  [{path}]\n    Mark every attn.attention with a label.\n    label: str = marked" in out
+
+
+def test_passes_lists_passes_options_and_pipelines():
+    status, out, err = run_attnc(["passes"])
+    assert status == 0
+    assert "attn-tile\n    Choose block_m, block_n, stages and warps" in out
+    assert "    block_m: int  query rows per Q tile\n" in out
+    assert "attn-analyze-masks\n" in out
+    assert "  sm_100a: attn-tile,attn-analyze-masks\n" in out
+
+
+def test_opt_runs_passes_on_saved_ir(tmp_path):
+    run_attnc(["compile", "examples/prefix_lm.attn", "--emit", "mlir", "--pass-pipeline", "",
+               "-o", str(tmp_path / "l1.mlir")])
+    status, out, err = run_attnc(["opt", str(tmp_path / "l1.mlir"), "-arch", "sm_100a",
+                                  "--pass-pipeline", "attn-tile"])
+    assert (status, err) == (0, "")
+    assert 'q_tiles = 2 : i64' in out and 'target = "sm_100a"' in out
+
+
+def test_internal_errors_are_one_line_without_a_traceback(monkeypatch):
+    import attnc.passes.tile as tile
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom\nsecond line")
+    monkeypatch.setattr(tile, "choose_tile", broken)
+    status, out, err = run_attnc(["compile", "examples/mha.attn", "--emit", "mlir"])
+    assert (status, out) == (70, "")
+    assert err == ("attnc: internal compiler error: RuntimeError: boom\n"
+                   "attnc: set ATTNC_DEBUG=1 to see the traceback\n")
+    monkeypatch.setenv("ATTNC_DEBUG", "1")
+    status, _, err = run_attnc(["compile", "examples/mha.attn", "--emit", "mlir"])
+    assert status == 70 and "Traceback (most recent call last)" in err
+
+
+# --- real processes: the console entry point works end to end ---------------------------
+def _attnc(*args):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("ATTNC_DEBUG", None)
+    return subprocess.run([sys.executable, "-m", "attnc", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_process_compile_gemma2_sm100a():
+    p = _attnc("compile", "examples/gemma2.attn", "-arch", "sm_100a", "--emit", "mlir",
+               "--print-ir-after-all")
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.count("// -----// IR Dump After") == 3
+    assert '"attn.attention"' in p.stdout and 'loc("examples/gemma2.attn"' in p.stdout
+
+
+def test_process_error_has_no_traceback():
+    p = _attnc("compile", "examples/mha.attn", "--emit", "mlir", "--pass-pipeline", "attn-tile{block_m=7}")
+    assert p.returncode == 1
+    assert p.stderr.startswith("examples/mha.attn:2:1: error: block_m=7 is not possible on sm_80")
+    assert "Traceback" not in p.stderr

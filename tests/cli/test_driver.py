@@ -1,0 +1,146 @@
+"""The driver: stages, dumps, custom pipelines, user passes, errors located in the .attn file."""
+import io
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from attnc.driver import CompileOptions, compile_file, compile_kernel, compile_mlir, optimize_mlir
+from attnc.errors import AttncError
+from attnc.ir import attention_ops, get_int, get_str
+from attnc.passes import registry
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def at_root(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(registry, "_user_passes", {})
+    monkeypatch.setattr(registry, "_user_origins", {})
+
+
+def _headers(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("// -----// IR Dump")]
+
+
+def test_print_ir_after_all_shows_l1_then_every_pass():
+    out = io.StringIO()
+    result = compile_file("examples/gemma2.attn", CompileOptions(arch="sm_100a", print_ir_after_all=True),
+                          ir_stream=out)
+    text = out.getvalue()
+    assert _headers(text) == ["// -----// IR Dump After frontend //----- //",
+                              "// -----// IR Dump After attn-tile //----- //",
+                              "// -----// IR Dump After attn-analyze-masks //----- //"]
+    l1, tiled, masked = text.split("// -----// IR Dump After ")[1:]
+    assert "block_m" not in l1 and 'loc("examples/gemma2.attn":7:37)' in l1
+    assert 'target = "sm_100a"' in tiled and "mask_kind" not in tiled
+    assert 'mask_kind = "static"' in masked
+    assert [s.name for s in result.pipeline] == ["attn-tile", "attn-analyze-masks"]
+    assert result.text in masked
+
+
+def test_dump_dir_writes_every_stage_and_opt_replays_it(tmp_path):
+    compile_file("examples/sliding_window.attn", CompileOptions(arch="sm_90a", dump_dir=str(tmp_path)))
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["00-frontend.mlir", "01-attn-tile.mlir", "02-attn-analyze-masks.mlir"]
+    tiled = (tmp_path / "01-attn-tile.mlir").read_text()
+    replayed = optimize_mlir(tiled, "01-attn-tile.mlir",
+                             CompileOptions(arch="sm_90a", pass_pipeline="attn-analyze-masks"))
+    from attnc.ir import to_text
+    assert to_text(replayed) == (tmp_path / "02-attn-analyze-masks.mlir").read_text()
+
+
+def test_a_custom_pipeline_gets_the_arch_as_target():
+    result = compile_file("examples/mha.attn",
+                          CompileOptions(arch="sm_90a", pass_pipeline="attn-tile{block_n=128 stages=3},cse"))
+    (op,) = attention_ops(result.module)
+    assert get_str(op, "target") == "sm_90a" and get_int(op, "stages") == 3
+    assert "mask_kind" not in op.attributes
+
+
+def test_the_empty_pipeline_leaves_l1():
+    result = compile_file("examples/mha.attn", CompileOptions(pass_pipeline=""))
+    (op,) = attention_ops(result.module)
+    assert "block_m" not in op.attributes
+
+
+def test_a_pass_error_renders_with_the_attn_line():
+    with pytest.raises(AttncError) as info:
+        compile_file("examples/mha.attn", CompileOptions(arch="sm_80", pass_pipeline="attn-tile{block_m=96}"))
+    assert info.value.render() == (
+        "examples/mha.attn:2:1: error: block_m=96 is not possible on sm_80: each of the 4 warps "
+        "owns 16-row slices, so block_m must be a multiple of 64\n"
+        "attention mha {\n"
+        "^")
+
+
+def test_pipeline_errors_point_into_the_pipeline_text():
+    with pytest.raises(AttncError) as info:
+        compile_file("examples/mha.attn", CompileOptions(pass_pipeline="attn-tile,attn-tyle"))
+    assert info.value.render() == (
+        "--pass-pipeline:1:11: error: unknown pass 'attn-tyle' (did you mean 'attn-tile'?); "
+        "`attnc passes` lists them\nattn-tile,attn-tyle\n          ^")
+    with pytest.raises(AttncError) as info:
+        compile_file("examples/mha.attn", CompileOptions(pass_pipeline="cse,attn-tile{block_m=x}"))
+    assert info.value.render().splitlines()[0] == (
+        "--pass-pipeline:1:5: error: option 'block_m' of attn-tile expects an integer, got 'x'")
+
+
+def _user_pass(tmp_path, body: str) -> str:
+    path = tmp_path / "user_pass.py"
+    path.write_text(textwrap.dedent("""
+        from dataclasses import dataclass
+        from typing import ClassVar
+        from attnc.passes import Pass, register
+
+        @register
+        @dataclass(frozen=True)
+        class User(Pass):
+            '''A test pass.'''
+            name: ClassVar[str] = "user"
+
+            def run(self, module):
+        """) + textwrap.indent(textwrap.dedent(body), " " * 8))
+    return str(path)
+
+
+def test_a_user_pass_that_raises_is_reported_as_its_failure(tmp_path):
+    path = _user_pass(tmp_path, "{}['missing']\n")
+    with pytest.raises(AttncError) as info:
+        compile_file("examples/mha.attn", CompileOptions(load_passes=(path,), pass_pipeline="user"))
+    assert info.value.message == f"pass 'user' (from {path}) failed: KeyError: 'missing'"
+
+
+def test_a_user_pass_that_breaks_the_ir_is_named(tmp_path):
+    path = _user_pass(tmp_path, """
+        from attnc.ir import attention_ops
+        for op in attention_ops(module):
+            del op.attributes["dtype"]
+        """)
+    with pytest.raises(AttncError) as info:
+        compile_file("examples/mha.attn",
+                     CompileOptions(load_passes=(path,), pass_pipeline="attn-tile,user,attn-analyze-masks"))
+    assert info.value.render() == (
+        "examples/mha.attn:2:1: error: the IR after pass 'user' is invalid: 'attn.attention' op "
+        "attribute \"dtype\" is expected but not provided\nattention mha {\n^")
+
+
+def test_frontend_errors_come_first():
+    with pytest.raises(AttncError, match="unknown name 'x'"):
+        compile_mlir("attention t { q: bf16[B,H,M,64] k: bf16[B,H,N,64] v: bf16[B,H,N,64] "
+                     "score_mod(s, b, h, i, j) = x out o: bf16[B,H,M,64] }", "t.attn")
+
+
+def test_unsupported_arch_and_missing_file():
+    with pytest.raises(AttncError, match="unsupported target 'sm_75'; supported targets are "
+                                         "sm_80, sm_90a, sm_100a"):
+        compile_file("examples/mha.attn", CompileOptions(arch="sm_75"))
+    with pytest.raises(AttncError) as info:
+        compile_file("examples/nope.attn")
+    assert info.value.render() == "examples/nope.attn: error: no such file: 'examples/nope.attn'"
+
+
+def test_compile_kernel_says_what_is_missing():
+    with pytest.raises(AttncError, match="needs the kernel backend"):
+        compile_kernel(Path("examples/mha.attn").read_text())

@@ -1,0 +1,154 @@
+"""The textual pipeline syntax, the pass registry and user pass files."""
+import textwrap
+
+import pytest
+
+from attnc.errors import AttncError, Span
+from attnc.passes import registry
+from attnc.passes.pipelines import PIPELINES, TARGETS, PassSpec, format_pipeline, parse_pipeline
+
+
+@pytest.fixture(autouse=True)
+def fresh_registry(monkeypatch):
+    monkeypatch.setattr(registry, "_user_passes", {})
+    monkeypatch.setattr(registry, "_user_origins", {})
+
+
+def test_parse_pipeline():
+    specs = parse_pipeline("attn-tile{block_m=64 block_n=32}, attn-analyze-masks,cse")
+    assert specs == [PassSpec("attn-tile", {"block_m": "64", "block_n": "32"}, 1),
+                     PassSpec("attn-analyze-masks", {}, 35), PassSpec("cse", {}, 54)]
+    assert parse_pipeline("attn-tile{block_m=64,stages=1}")[0].options == {"block_m": "64", "stages": "1"}
+    assert parse_pipeline("") == [] and parse_pipeline("  ") == []
+    assert format_pipeline(specs) == "attn-tile{block_m=64 block_n=32},attn-analyze-masks,cse"
+
+
+@pytest.mark.parametrize("text, message, col", [
+    ("attn-tile{block_m=64", "'{' without a matching '}'", 10),
+    ("attn-tile}", "'}' without a matching '{'", 10),
+    ("attn-tile{a={b}}", "nested '{' in pass options", 13),
+    ("attn-tile,,x", "empty pass name in the pipeline", 11),
+    ("attn-tile{block_m}", "option 'block_m' of attn-tile must be written key=value", 11),
+    ("attn-tile{stages=1 stages=2}", "option 'stages' of attn-tile is given twice", 20),
+    ("attn tile", "'attn tile' is not a pass name", 1),
+    ("attn-tile{x=1} y", "unexpected text after the options of 'attn-tile'", 1),
+])
+def test_pipeline_syntax_errors_point_into_the_text(text, message, col):
+    with pytest.raises(AttncError) as info:
+        parse_pipeline(text)
+    e = info.value
+    assert (e.message, e.span, e.filename) == (message, Span(1, col), "--pass-pipeline")
+    assert e.render().splitlines()[1:] == [text, " " * (col - 1) + "^"]
+
+
+def test_every_target_pipeline_is_tile_then_analyze_masks():
+    assert set(PIPELINES) == set(TARGETS)
+    for target in TARGETS:
+        assert [name for name, _ in PIPELINES[target]] == ["attn-tile", "attn-analyze-masks"]
+        for name, _ in PIPELINES[target]:
+            assert registry.lookup(name) is not None
+
+
+def test_options_are_converted_and_checked():
+    info = registry.lookup("attn-tile")
+    assert registry.instantiate(info, {"block_m": "64", "target": "sm_80"}).block_m == 64
+    with pytest.raises(AttncError, match="option 'block_m' of attn-tile expects an integer, got 'big'"):
+        registry.instantiate(info, {"block_m": "big"})
+    with pytest.raises(AttncError, match=r"pass 'attn-tile' has no option 'block_k' \(its options: "
+                                         r"target, block_m, block_n, stages, num_warps, q_tiles\)"):
+        registry.instantiate(info, {"block_k": "1"})
+
+
+def test_unknown_pass_suggests_the_closest():
+    assert registry.lookup("attn-tyle") is None
+    assert registry.suggestion("attn-tyle") == " (did you mean 'attn-tile'?)"
+    assert registry.suggestion("zzz") == ""
+
+
+def test_a_missing_builtin_is_a_clear_error(monkeypatch):
+    monkeypatch.setitem(registry.BUILTIN, "attn-future", "attnc.passes.future_pass:FuturePass")
+    with pytest.raises(AttncError, match=r"pass 'attn-future' is not available: its module "
+                                         r"attnc.passes.future_pass \(attnc/passes/future_pass.py\) is missing"):
+        registry.lookup("attn-future")
+
+
+def _write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+DECORATED = """
+    from dataclasses import dataclass
+    from typing import ClassVar
+    from attnc.passes import Pass, register
+
+    @register
+    @dataclass(frozen=True)
+    class Tag(Pass):
+        '''Tag every attn.attention with a string.
+
+        More text that `attnc passes` does not show.'''
+        name: ClassVar[str] = "my-tag"
+        value: str = "x"
+        count: int = 1
+
+        def run(self, module):
+            pass
+"""
+
+LISTED = """
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    @dataclass(frozen=True)
+    class Plain:
+        '''A pass that imports nothing from attnc.'''
+        name: ClassVar[str] = "my-plain"
+
+        def __call__(self, op, pass_=None):
+            pass
+
+    PASSES = [Plain]
+"""
+
+
+def test_load_a_pass_file_with_register(tmp_path):
+    path = _write(tmp_path, "tag_pass.py", DECORATED)
+    assert registry.load_pass_file(path) == ["my-tag"]
+    info = registry.lookup("my-tag")
+    assert info.summary == "Tag every attn.attention with a string."
+    assert [(o.name, o.type_name, o.default) for o in info.options] == \
+        [("value", "str", "x"), ("count", "int", 1)]
+    assert registry.instantiate(info, {"count": "3"}).count == 3
+    assert registry.load_pass_file(path) == ["my-tag"]        # loading again is harmless
+    assert "my-tag" in [p.name for p in registry.all_passes()]
+
+
+def test_load_a_pass_file_with_passes_list(tmp_path):
+    assert registry.load_pass_file(_write(tmp_path, "plain.py", LISTED)) == ["my-plain"]
+    assert registry.lookup("my-plain").summary == "A pass that imports nothing from attnc."
+
+
+@pytest.mark.parametrize("text, message", [
+    ("x = 1\n", "defines no pass: decorate a pass class with @attnc.passes.register or list "
+                "the classes in PASSES = [...]"),
+    ("import nonexistent_module_xyz\n", "ModuleNotFoundError: No module named 'nonexistent_module_xyz'"),
+    ("def broken(:\n", "SyntaxError"),
+    (LISTED.replace('"my-plain"', '"attn-tile"'), "pass 'attn-tile' (Plain) clashes with the "
+                                                    "built-in pass of that name"),
+    (LISTED.replace("    PASSES", "    class NoName:\n        pass\n    PASSES").replace(
+        "[Plain]", "[NoName]"), "pass class NoName needs a class attribute `name`"),
+    (LISTED.replace("    @dataclass(frozen=True)\n", ""), "pass class Plain must be a dataclass"),
+    (LISTED.replace("__call__", "apply"), "pass class Plain must define run(module)"),
+])
+def test_bad_pass_files(tmp_path, text, message):
+    path = _write(tmp_path, "bad_pass.py", text)
+    with pytest.raises(AttncError) as info:
+        registry.load_pass_file(path)
+    assert message in info.value.message
+
+
+def test_missing_pass_file(tmp_path):
+    with pytest.raises(AttncError, match="cannot load passes from '.*nope.py': no such file"):
+        registry.load_pass_file(tmp_path / "nope.py")

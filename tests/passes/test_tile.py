@@ -1,0 +1,99 @@
+"""attn-tile: the table is buildable everywhere; the errors only IR can trigger.
+(The choices per target and the option errors are FileCheck tests: tile.mlir,
+tile_errors.mlir.)"""
+import itertools
+from pathlib import Path
+
+import pytest
+
+from attnc.errors import AttncError, Span
+from attnc.ir import attention_ops, get_int, get_str, parse_module
+from attnc.passes import lookup
+from attnc.passes.tile import ProblemShape, Tile, choose_tile, smem_bytes
+from attnc.passes.tile_table import TARGET_LIMITS, TILE_TABLE
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAD_DIMS = (64, 96, 128, 256)
+
+
+@pytest.mark.parametrize("target", TILE_TABLE)
+def test_every_table_choice_is_buildable(target):
+    """Every (head_dim_qk, head_dim_v) pair the language allows, masked or not,
+    gets a tile that passes the target's checks (choose_tile raises otherwise)."""
+    for qk, v, masked in itertools.product(HEAD_DIMS, HEAD_DIMS, (False, True)):
+        config = choose_tile(target, ProblemShape(qk, v, "bf16", masked), {})
+        assert smem_bytes(TARGET_LIMITS[target], ProblemShape(qk, v, "bf16", masked), config) \
+            <= TARGET_LIMITS[target].smem_bytes
+
+
+def test_the_documented_choices():
+    shape = lambda hd, masked=False: ProblemShape(hd, hd, "bf16", masked)  # noqa: E731
+    pick = lambda t, s: tuple(vars(choose_tile(t, s, {})).values())  # noqa: E731
+    # (block_m, block_n, stages, num_warps, q_tiles)
+    assert pick("sm_80", shape(64)) == (128, 128, 2, 4, 1)
+    assert pick("sm_80", shape(96)) == (128, 64, 2, 4, 1)
+    assert pick("sm_80", shape(128)) == (128, 64, 2, 4, 1)
+    assert pick("sm_80", shape(256)) == (64, 64, 2, 4, 1)
+    assert pick("sm_90a", shape(64)) == (128, 128, 2, 12, 1)
+    assert pick("sm_90a", shape(128)) == (128, 176, 2, 12, 1)
+    assert pick("sm_90a", shape(128, masked=True)) == (128, 128, 2, 12, 1)
+    assert pick("sm_90a", shape(256)) == (128, 80, 2, 12, 1)
+    assert pick("sm_100a", shape(128)) == (128, 128, 3, 16, 2)
+    assert pick("sm_100a", shape(256)) == (128, 128, 2, 16, 1)
+
+
+def _module(dtype="bf16", hd=128):
+    text = (ROOT / "tests/passes/tile.mlir").read_text()
+    body = text[text.index("func.func @hd128_unmasked("):text.index("func.func @hd64_masked(")]
+    body = body.replace('dtype = "bf16"', f'dtype = "{dtype}"')
+    body = body.replace("head_dim_qk = 128", f"head_dim_qk = {hd}").replace(
+        "head_dim_v = 128", f"head_dim_v = {hd}")
+    return parse_module(body)
+
+
+def _error(module, **options) -> AttncError:
+    with pytest.raises(AttncError) as info:
+        Tile(**options)(module.operation)
+    return info.value
+
+
+def test_tile_records_its_choice_on_the_op():
+    module = _module()
+    Tile(target="sm_100a", stages=2)(module.operation)
+    (op,) = attention_ops(module)
+    assert get_str(op, "target") == "sm_100a"
+    assert [get_int(op, k) for k in ("block_m", "block_n", "stages", "num_warps", "q_tiles")] == \
+        [128, 128, 2, 16, 2]
+    assert module.operation.verify()
+
+
+def test_error_a_dtype_without_tiles():
+    e = _error(_module(dtype="f32"), target="sm_80")
+    assert (e.message, e.span, e.filename) == (
+        "attn-tile cannot tile dtype 'f32'; expected bf16 or f16", Span(2, 1), "tile.attn")
+
+
+def test_error_head_dims_without_a_tile():
+    e = _error(_module(hd=192), target="sm_90a")
+    assert (e.message, e.span) == (
+        "no tile for head dims (192, 192) on sm_90a; head dims with a tile: 64, 96, 128, 256",
+        Span(2, 1))
+
+
+def test_error_no_target():
+    e = _error(_module())
+    assert e.message == "attn-tile needs a target: pass -arch, or target=sm_80|sm_90a|sm_100a"
+
+
+def test_error_no_attention_op():
+    module = parse_module("func.func @f() { return }")
+    e = _error(module, target="sm_80")
+    assert e.message == "attn-tile found no attn.attention op to tile"
+
+
+def test_tile_is_registered_with_its_options():
+    info = lookup("attn-tile")
+    assert info.cls is Tile and info.origin == "built-in"
+    assert [o.name for o in info.options] == ["target", "block_m", "block_n", "stages",
+                                              "num_warps", "q_tiles"]
+    assert info.summary.startswith("Choose block_m, block_n, stages and warps")

@@ -1,0 +1,109 @@
+// attn-tile per target, from the table and with overrides. The input is L1 as the
+// frontend writes it (attnc/ir/attn.irdl.mlir), reduced to what the pass reads.
+//
+// RUN: attnc opt %s -arch sm_80 --pass-pipeline attn-tile | filecheck %s --check-prefix=SM80
+// RUN: attnc opt %s -arch sm_90a --pass-pipeline attn-tile | filecheck %s --check-prefix=SM90
+// RUN: attnc opt %s -arch sm_100a --pass-pipeline attn-tile | filecheck %s --check-prefix=SM100
+// RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile{target=sm_80 block_m=64 block_n=32 stages=1}" \
+// RUN:   | filecheck %s --check-prefix=OVERRIDE
+// RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{num_warps=8 block_m=64}" \
+// RUN:   | filecheck %s --check-prefix=SM90-ONE-CONSUMER
+
+// Attributes print sorted by name: block_m, block_n, ..., num_warps, ..., q_tiles, ...,
+// stages, target.
+// SM80-LABEL: func.func @hd128_unmasked
+// SM80: }) {block_m = 128 : i64, block_n = 64 : i64,{{.*}} num_warps = 4 : i64,{{.*}} q_tiles = 1 : i64,{{.*}} stages = 2 : i64, target = "sm_80"
+// SM80-LABEL: func.func @hd64_masked
+// SM80: }) {block_m = 128 : i64, block_n = 128 : i64,{{.*}} num_warps = 4 : i64,{{.*}} q_tiles = 1 : i64,{{.*}} stages = 2 : i64, target = "sm_80"
+// SM80-LABEL: func.func @hd256_qk128_v
+// SM80: }) {block_m = 64 : i64, block_n = 64 : i64,{{.*}} num_warps = 4 : i64,{{.*}} q_tiles = 1 : i64,{{.*}} stages = 2 : i64, target = "sm_80"
+
+// FlashAttention-3 takes 176-key blocks for head dim 128 without a mask, 128 with one.
+// SM90-LABEL: func.func @hd128_unmasked
+// SM90: }) {block_m = 128 : i64, block_n = 176 : i64,{{.*}} num_warps = 12 : i64,{{.*}} q_tiles = 1 : i64,{{.*}} stages = 2 : i64, target = "sm_90a"
+// SM90-LABEL: func.func @hd64_masked
+// SM90: }) {block_m = 128 : i64, block_n = 128 : i64,{{.*}} num_warps = 12 : i64,{{.*}} stages = 2 : i64, target = "sm_90a"
+// SM90-LABEL: func.func @hd256_qk128_v
+// SM90: }) {block_m = 128 : i64, block_n = 80 : i64,{{.*}} num_warps = 12 : i64,{{.*}} stages = 2 : i64, target = "sm_90a"
+
+// The op, its regions and its location survive the pass.
+// SM100-LABEL: func.func @hd128_unmasked
+// SM100: "attn.attention"(%arg0, %arg1, %arg2)
+// SM100: gpu.yield
+// SM100: }) {block_m = 128 : i64, block_n = 128 : i64,{{.*}} num_warps = 16 : i64,{{.*}} q_tiles = 2 : i64,{{.*}} stages = 3 : i64, target = "sm_100a"
+// SM100-SAME: loc("tile.attn":2:1)
+// SM100-LABEL: func.func @hd64_masked
+// SM100: }) {block_m = 128 : i64, block_n = 128 : i64,{{.*}} num_warps = 16 : i64,{{.*}} q_tiles = 2 : i64,{{.*}} stages = 3 : i64, target = "sm_100a"
+// SM100-LABEL: func.func @hd256_qk128_v
+// SM100: }) {block_m = 128 : i64, block_n = 128 : i64,{{.*}} num_warps = 16 : i64,{{.*}} q_tiles = 1 : i64,{{.*}} stages = 2 : i64, target = "sm_100a"
+
+// Options override the table field by field; target= wins over -arch.
+// OVERRIDE-LABEL: func.func @hd128_unmasked
+// OVERRIDE: }) {block_m = 64 : i64, block_n = 32 : i64,{{.*}} num_warps = 4 : i64,{{.*}} q_tiles = 1 : i64,{{.*}} stages = 1 : i64, target = "sm_80"
+
+// SM90-ONE-CONSUMER-LABEL: func.func @hd128_unmasked
+// SM90-ONE-CONSUMER: }) {block_m = 64 : i64, block_n = 176 : i64,{{.*}} num_warps = 8 : i64,{{.*}} target = "sm_90a"
+
+func.func @hd128_unmasked(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v: tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> {
+  %o = "attn.attention"(%q, %k, %v) ({
+  ^bb0(%s: f32, %b: i32, %h: i32, %i: i32, %j: i32):
+    gpu.yield %s : f32
+  }, {
+  ^bb0(%b: i32, %h: i32, %i: i32, %j: i32):
+    %true = arith.constant true
+    gpu.yield %true : i1
+  }, {
+  ^bb0(%h: i32):
+    %none = arith.constant 0xFF800000 : f32
+    gpu.yield %none : f32
+  }) {variant = "hd128_unmasked", dtype = "bf16", head_dim_qk = 128 : i64, head_dim_v = 128 : i64,
+      scale = 0.0883883461 : f32, dims = ["B", "H", "M", "N"], q_shape = ["B", "H", "M", 128],
+      k_shape = ["B", "H", "N", 128], v_shape = ["B", "H", "N", 128], params = [],
+      param_shapes = [], param_dtypes = [], outputs = ["o"], gqa = false,
+      has_score_mod = false, has_mask_mod = false, has_sink = false}
+      : (tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> loc("tile.attn":2:1)
+  return %o : tensor<?x?x?x128xbf16>
+}
+
+func.func @hd64_masked(%q: tensor<?x?x?x64xf16>, %k: tensor<?x?x?x64xf16>, %v: tensor<?x?x?x64xf16>) -> tensor<?x?x?x64xf16> {
+  %o = "attn.attention"(%q, %k, %v) ({
+  ^bb0(%s: f32, %b: i32, %h: i32, %i: i32, %j: i32):
+    gpu.yield %s : f32
+  }, {
+  ^bb0(%b: i32, %h: i32, %i: i32, %j: i32):
+    %keep = arith.cmpi sle, %j, %i : i32
+    gpu.yield %keep : i1
+  }, {
+  ^bb0(%h: i32):
+    %none = arith.constant 0xFF800000 : f32
+    gpu.yield %none : f32
+  }) {variant = "hd64_masked", dtype = "f16", head_dim_qk = 64 : i64, head_dim_v = 64 : i64,
+      scale = 0.125 : f32, dims = ["B", "H", "M", "N"], q_shape = ["B", "H", "M", 64],
+      k_shape = ["B", "H", "N", 64], v_shape = ["B", "H", "N", 64], params = [],
+      param_shapes = [], param_dtypes = [], outputs = ["o"], gqa = false,
+      has_score_mod = false, has_mask_mod = true, has_sink = false}
+      : (tensor<?x?x?x64xf16>, tensor<?x?x?x64xf16>, tensor<?x?x?x64xf16>) -> tensor<?x?x?x64xf16> loc("tile.attn":20:1)
+  return %o : tensor<?x?x?x64xf16>
+}
+
+// (256, 128): a pair not in the table takes the row of its larger head dim.
+func.func @hd256_qk128_v(%q: tensor<?x?x?x256xbf16>, %k: tensor<?x?x?x256xbf16>, %v: tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> {
+  %o = "attn.attention"(%q, %k, %v) ({
+  ^bb0(%s: f32, %b: i32, %h: i32, %i: i32, %j: i32):
+    gpu.yield %s : f32
+  }, {
+  ^bb0(%b: i32, %h: i32, %i: i32, %j: i32):
+    %true = arith.constant true
+    gpu.yield %true : i1
+  }, {
+  ^bb0(%h: i32):
+    %none = arith.constant 0xFF800000 : f32
+    gpu.yield %none : f32
+  }) {variant = "hd256_qk128_v", dtype = "bf16", head_dim_qk = 256 : i64, head_dim_v = 128 : i64,
+      scale = 0.0625 : f32, dims = ["B", "H", "M", "N"], q_shape = ["B", "H", "M", 256],
+      k_shape = ["B", "H", "N", 256], v_shape = ["B", "H", "N", 128], params = [],
+      param_shapes = [], param_dtypes = [], outputs = ["o"], gqa = false,
+      has_score_mod = false, has_mask_mod = false, has_sink = false}
+      : (tensor<?x?x?x256xbf16>, tensor<?x?x?x256xbf16>, tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> loc("tile.attn":40:1)
+  return %o : tensor<?x?x?x128xbf16>
+}
