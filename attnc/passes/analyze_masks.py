@@ -1,0 +1,164 @@
+"""`attn-analyze-masks`: classify every tile of the KV loop by what `mask_mod` does to it.
+
+Targets: all (target-independent L2 pass). Runs after `attn-tile`.
+
+Expects: L2 IR (attnc/ir/attn.irdl.mlir) with `attn.attention` ops carrying `block_m`,
+`block_n` (from `attn-tile`), `dims` (the symbolic dims, in order), `q_shape`/`k_shape`
+(axis 2 gives M and N) and `has_mask_mod`; region 1 is `mask_mod(b, h, i, j: i32) -> i1`.
+
+Leaves: the same ops with `mask_kind` set, and for a masked variant two functions next
+to the kernel's, written in `arith` (computed in i64) and referenced from the op:
+
+* `mask_kind = "none"`: no mask; nothing else is added.
+* `mask_kind = "static"`: the mask is a function of b, h, i, j and the dims only; the
+  functions below decide every tile exactly where intervals can (see below).
+* `mask_kind = "runtime"`: the mask reads a `param` or computes in floats; the
+  functions still hold (they skip what the integer part rules out, e.g. the upper
+  triangle of `doc[b, i] == doc[b, j] and j <= i`) but a tile they call MIXED may still
+  be all-kept or all-dropped: a block map computed on the GPU refines them.
+
+`tile_class_fn = @<f>_tile_class(m_lo, m_hi, n_lo, n_hi, b, h, <dims>) -> i32`: for the
+non-empty tile of rows [m_lo, m_hi) and keys [n_lo, n_hi) (0 <= m_lo < m_hi <= M,
+0 <= n_lo < n_hi <= N), 0 = SKIP (nothing kept), 1 = MIXED (apply the mask per
+element), 2 = FULL (everything kept: no per-element mask).
+
+`kv_range_fn = @<f>_kv_range(m_block, b, h, <dims>) -> (start_0, end_0, ...)`, with
+`kv_segments = K` pairs: for the non-empty query block `m_block` (rows
+[m_block * block_m, min((m_block + 1) * block_m, M))), K sorted, disjoint, half-open
+ranges of `n_block`, possibly empty, outside of which every key block is SKIP. One
+range per top-level disjunct of the mask (prefix-LM: the prefix and the causal band).
+
+    before:
+      %o = "attn.attention"(%q, %k, %v) ({score_mod}, {
+      ^bb0(%b: i32, %h: i32, %i: i32, %j: i32):
+        %keep = arith.cmpi sle, %j, %i : i32
+        "gpu.yield"(%keep) : (i1) -> ()
+      }, {sink}) {block_m = 128, block_n = 128, dims = ["B", "H", "M", "N"], ...}
+    after:
+      %o = "attn.attention"(%q, %k, %v) (...same regions...) {..., mask_kind = "static",
+          tile_class_fn = @causal_tile_class, kv_range_fn = @causal_kv_range,
+          kv_segments = 1 : i64}
+      func.func private @causal_tile_class(%m_lo: i32, %m_hi: i32, %n_lo: i32,
+          %n_hi: i32, %b: i32, %h: i32, %B: i32, %H: i32, %M: i32, %N: i32) -> i32 {
+        ... %may_keep = n_lo < m_hi, %may_drop = m_lo + 1 < n_hi ...
+        ... select(%may_keep, select(%may_drop, 1, 2), 0) ...
+      }
+      func.func private @causal_kv_range(%m_block: i32, %b: i32, %h: i32, %B: i32,
+          %H: i32, %M: i32, %N: i32) -> (i32, i32) {
+        ... (0, min(m_block, (N + 127) // 128 - 1, (M + 127) // 128 - 1) + 1) ...
+      }
+
+The analysis is `attnc.analysis` (a pure function of the region, see Note [Conditional
+narrowing] in attnc/analysis/intervals.py); this file reads the op and writes the IR.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from attnc.analysis.region import Program, read_region
+from attnc.analysis.tile_classes import KV_ARGS, TILE_ARGS, MaskSummary, summarize_mask
+from attnc.analysis.to_arith import emit_function
+from attnc.passes.registry import Pass
+
+TILE_SIZES = ("block_m", "block_n")
+
+
+@dataclass(frozen=True)
+class AnalyzeMasks(Pass):
+    """Classify KV tiles as skip / full / mixed from mask_mod (emits tile_class and kv_range)."""
+
+    name: ClassVar[str] = "attn-analyze-masks"
+
+    def run(self, module) -> None:
+        analyze_masks(module)
+
+
+def analyze_masks(module) -> None:
+    """Analyse every attn.attention under `module` not analysed yet (`mask_kind` unset)."""
+    from attnc.ir import attention_ops
+
+    for op in attention_ops(module):
+        if "mask_kind" not in op.attributes:
+            _record(op, _summarize(op))
+
+
+def _summarize(op) -> MaskSummary:
+    """Read the op and run the analysis (attnc.analysis): no IR is changed here."""
+    from attnc.ir import MASK_MOD, error_at, get_bool, get_int, get_shape
+
+    missing = [key for key in TILE_SIZES if key not in op.attributes]
+    if missing:
+        raise error_at(op, f"attn-analyze-masks needs the tile sizes, but '{missing[0]}' is not "
+                           f"set: run attn-tile before it")
+    dims = _dims(op)
+    program = _mask_program(op, MASK_MOD, dims) if get_bool(op, "has_mask_mod") else None
+    return summarize_mask(program, block_m=get_int(op, "block_m"), block_n=get_int(op, "block_n"),
+                          seq_q=get_shape(op, "q_shape")[2], seq_k=get_shape(op, "k_shape")[2])
+
+
+def _record(op, summary: MaskSummary) -> None:
+    """Write the summary: `mask_kind`, and for a mask the two functions and their names."""
+    from mlir import ir
+    from attnc.ir import set_int, set_str
+
+    set_str(op, "mask_kind", summary.kind)
+    if summary.kind == "none":
+        return
+    kernel = _enclosing_function(op)
+    table = ir.SymbolTable(kernel.parent)
+    base = ir.StringAttr(kernel.attributes["sym_name"]).value
+    S, classes, dims = summary.builder, summary.classes, _dims(op)
+    tile_class = classes.tile_class(S)
+    with op.context:
+        tile = emit_function(_fresh(table, f"{base}_tile_class"), TILE_ARGS + dims, [tile_class],
+                             loc=op.location, ip=ir.InsertionPoint.after(kernel),
+                             names={classes.may_keep: "may_keep", classes.may_drop: "may_drop",
+                                    tile_class: "tile_class"})
+        ends = [x for segment in summary.segments for x in segment]
+        names = {x: f"{('start', 'end')[k % 2]}_{k // 2}" for k, x in enumerate(ends)}
+        kv = emit_function(_fresh(table, f"{base}_kv_range"), KV_ARGS + dims, ends,
+                           loc=op.location, ip=ir.InsertionPoint.after(tile), names=names)
+        for key, fn in (("tile_class_fn", tile), ("kv_range_fn", kv)):
+            op.attributes[key] = ir.FlatSymbolRefAttr.get(ir.StringAttr(fn.attributes["sym_name"]).value)
+    set_int(op, "kv_segments", len(summary.segments))
+
+
+def _dims(op) -> tuple[str, ...]:
+    from mlir import ir
+
+    return tuple(ir.StringAttr(a).value for a in ir.ArrayAttr(op.attributes["dims"]))
+
+
+def _mask_program(op, region: int, dims: tuple[str, ...]) -> Program:
+    """The mask_mod region as a `Program`, after the checks the IRDL verifier cannot do."""
+    from attnc.ir import YIELD, error_at, region_block
+
+    block = region_block(op, region)
+    terminator = list(block.operations)[-1]
+    if terminator.name != YIELD or len(terminator.operands) != 1 \
+            or str(terminator.operands[0].type) != "i1":
+        raise error_at(terminator, "mask_mod must end in a gpu.yield of one i1 (keep (i, j) or not)")
+    program = read_region(block)
+    for node in program.nodes:
+        if node.op == "attn.dim" and node.attr not in dims:
+            raise error_at(node.loc, f"dim '{node.attr}' is not one of the dims of attn.attention "
+                                     f"({', '.join(dims)})")
+    return program
+
+
+def _enclosing_function(op):
+    parent = op.parent
+    while parent.name != "func.func":
+        parent = parent.parent
+    return parent
+
+
+def _fresh(table, name: str) -> str:
+    """`name`, or `name_1`, `name_2`, ... when a symbol of that name exists."""
+    if name not in table:
+        return name
+    k = 1
+    while f"{name}_{k}" in table:
+        k += 1
+    return f"{name}_{k}"
