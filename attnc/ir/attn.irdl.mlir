@@ -127,4 +127,57 @@ irdl.dialect @attn {
     %element = irdl.any_of(%f32, %i32_value)
     irdl.results(value: %element)
   }
+
+  // --- L3-L5: the schedule, as attribute-only ops placed after attn.attention in
+  // its function, in the order the passes add them (attnc/passes/plan_ir.py).
+  // L3 attn-warp-specialize: who runs what.
+  irdl.operation @role {
+    %name = irdl.base "#builtin.string"
+    %warps = irdl.base "#builtin.array"
+    %regs = irdl.base "#builtin.integer"
+    %ops = irdl.base "#builtin.array"
+    irdl.attributes { "name" = %name, "warps" = %warps, "regs" = %regs, "ops" = %ops }
+  }
+  // L3: a value crossing from a producer role to a consumer role in `stages` slots.
+  irdl.operation @channel {
+    %name = irdl.base "#builtin.string"
+    %producer = irdl.base "#builtin.string"
+    %consumer = irdl.base "#builtin.string"
+    %transport = irdl.base "#builtin.string"
+    %space = irdl.base "#builtin.string"
+    %stages = irdl.base "#builtin.integer"
+    %tile = irdl.base "#builtin.array"
+    irdl.attributes { "name" = %name, "producer" = %producer, "consumer" = %consumer,
+                      "transport" = %transport, "space" = %space, "stages" = %stages,
+                      "tile" = %tile }
+  }
+  // L4 attn-alloc-smem / attn-alloc-tmem: where a channel's slots live.
+  irdl.operation @buffer {
+    %name = irdl.base "#builtin.string"
+    %channel = irdl.base "#builtin.string"
+    %space = irdl.base "#builtin.string"
+    %offset = irdl.base "#builtin.integer"
+    %size = irdl.base "#builtin.integer"
+    %stages = irdl.base "#builtin.integer"
+    %align = irdl.base "#builtin.integer"
+    %swizzle = irdl.base "#builtin.string"
+    irdl.attributes { "name" = %name, "channel" = %channel, "space" = %space,
+                      "offset" = %offset, "size" = %size, "stages" = %stages,
+                      "align" = %align, "swizzle" = %swizzle }
+  }
+  // L5 attn-insert-pipelines: how a channel is synchronized (cp.async groups,
+  // mbarriers with arrive counts and transaction bytes, named barriers).
+  irdl.operation @barrier {
+    %name = irdl.base "#builtin.string"
+    %channel = irdl.base "#builtin.string"
+    %kind = irdl.base "#builtin.string"
+    %stages = irdl.base "#builtin.integer"
+    %arrive_count = irdl.base "#builtin.integer"
+    %tx_bytes = irdl.base "#builtin.integer"
+    %arrivers = irdl.base "#builtin.string"
+    %waiters = irdl.base "#builtin.string"
+    irdl.attributes { "name" = %name, "channel" = %channel, "kind" = %kind,
+                      "stages" = %stages, "arrive_count" = %arrive_count,
+                      "tx_bytes" = %tx_bytes, "arrivers" = %arrivers, "waiters" = %waiters }
+  }
 }

@@ -21,14 +21,26 @@ PIPELINES: dict[str, list[tuple[str, dict[str, str]]]] = {
     "sm_80": [
         ("attn-tile", {}),
         ("attn-analyze-masks", {}),
+        ("attn-warp-specialize", {}),
+        ("attn-alloc-smem", {}),
+        ("attn-alloc-tmem", {}),
+        ("attn-insert-pipelines", {}),
     ],
     "sm_90a": [
         ("attn-tile", {}),
         ("attn-analyze-masks", {}),
+        ("attn-warp-specialize", {}),
+        ("attn-alloc-smem", {}),
+        ("attn-alloc-tmem", {}),
+        ("attn-insert-pipelines", {}),
     ],
     "sm_100a": [
         ("attn-tile", {}),
         ("attn-analyze-masks", {}),
+        ("attn-warp-specialize", {}),
+        ("attn-alloc-smem", {}),
+        ("attn-alloc-tmem", {}),
+        ("attn-insert-pipelines", {}),
     ],
 }
 

@@ -43,6 +43,10 @@ from attnc.errors import AttncError
 BUILTIN: dict[str, str] = {
     "attn-tile": "attnc.passes.tile:Tile",
     "attn-analyze-masks": "attnc.passes.analyze_masks:AnalyzeMasks",
+    "attn-warp-specialize": "attnc.passes.warp_specialize:WarpSpecialize",
+    "attn-alloc-smem": "attnc.passes.alloc_smem:AllocSmem",
+    "attn-alloc-tmem": "attnc.passes.alloc_tmem:AllocTmem",
+    "attn-insert-pipelines": "attnc.passes.insert_pipelines:InsertPipelines",
 }
 
 _user_passes: dict[str, type] = {}       # name -> class, from register()/load_pass_file()

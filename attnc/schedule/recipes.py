@@ -65,15 +65,21 @@ class Recipe:
 SMEM_BYTES = {"sm_80": 166912, "sm_90a": 232448, "sm_100a": 232448}
 
 
-def recipe(target: str, *, num_warps: int, kv_stages: int) -> Recipe:
-    """The recipe for `target` with the tile choices made by attn-tile."""
+def recipe(target: str, *, num_warps: int, kv_stages: int, q_tiles: int = 1,
+           consumers: int = 2) -> Recipe:
+    """The recipe for `target` with the tile choices made by attn-tile.
+
+    `consumers` is the number of consumer warpgroups on sm_90a (1 or 2).
+    """
     build = _RECIPES.get(target)
     if build is None:
         raise AttncError(f"unknown target '{target}'; targets are {', '.join(_RECIPES)}")
-    return build(num_warps, kv_stages)
+    if target == "sm_90a" and consumers not in (1, 2):
+        raise AttncError(f"sm_90a has 1 or 2 consumer warpgroups, not {consumers}")
+    return build(num_warps=num_warps, kv_stages=kv_stages, q_tiles=q_tiles, consumers=consumers)
 
 
-def _sm80(num_warps: int, kv_stages: int) -> Recipe:
+def _sm80(*, num_warps: int, kv_stages: int, **_) -> Recipe:
     compute = Role("compute", tuple(range(num_warps)), None,
                    ("load_q", "load_kv", "mma_qk", "score_mod", "mask", "softmax",
                     "mma_pv", "finalize", "store_o"))
@@ -83,20 +89,20 @@ def _sm80(num_warps: int, kv_stages: int) -> Recipe:
     ), SMEM_BYTES["sm_80"])
 
 
-def _sm90a(num_warps: int, kv_stages: int) -> Recipe:
+def _sm90a(*, kv_stages: int, consumers: int, **_) -> Recipe:
     producer = Role("producer", (0, 1, 2, 3), 24, ("load_q", "load_kv", "store_o"))
-    consumers = tuple(
+    consumer_roles = tuple(
         Role(f"consumer{c}", tuple(range(4 * (c + 1), 4 * (c + 2))), 240,
              ("mma_qk", "score_mod", "mask", "softmax", "mma_pv", "finalize"))
-        for c in range(2))
-    return Recipe("sm_90a", (producer, *consumers), (
+        for c in range(consumers))
+    return Recipe("sm_90a", (producer, *consumer_roles), (
         Channel("q", "producer", "consumer0", "tma", "smem", 1, ("q",)),
         Channel("kv", "producer", "consumer0", "tma", "smem", kv_stages, ("k", "v")),
         Channel("o", "consumer0", "producer", "regs", "smem", 1, ("o",)),
     ), SMEM_BYTES["sm_90a"])
 
 
-def _sm100a(num_warps: int, kv_stages: int) -> Recipe:
+def _sm100a(*, kv_stages: int, q_tiles: int, **_) -> Recipe:
     roles = (
         Role("softmax0", (0, 1, 2, 3), 192, ("score_mod", "mask", "softmax")),
         Role("softmax1", (4, 5, 6, 7), 192, ("score_mod", "mask", "softmax")),
@@ -106,15 +112,18 @@ def _sm100a(num_warps: int, kv_stages: int) -> Recipe:
         Role("epilogue", (14,), 48, ("store_o",)),
         Role("empty", (15,), 24, ()),
     )
-    return Recipe("sm_100a", roles, (
-        Channel("q", "load", "mma", "tma", "smem", 2, ("q",)),
+    channels = (
+        Channel("q", "load", "mma", "tma", "smem", q_tiles, ("q",)),
         Channel("kv", "load", "mma", "tma", "smem", kv_stages, ("k", "v"), alternating=True),
         Channel("s0", "mma", "softmax0", "tcgen05", "tmem", 1, ("s",)),
         Channel("s1", "mma", "softmax1", "tcgen05", "tmem", 1, ("s",)),
         Channel("p0", "softmax0", "mma", "tcgen05", "tmem", 1, ("p",)),
         Channel("p1", "softmax1", "mma", "tcgen05", "tmem", 1, ("p",)),
-        Channel("o", "correction", "epilogue", "st.shared", "smem", 2, ("o",)),
-    ), SMEM_BYTES["sm_100a"], tmem_columns=512)
+        Channel("o", "correction", "epilogue", "st.shared", "smem", q_tiles, ("o",)),
+    )
+    # With one Q tile (large head dims) the second S/P pair has no producer.
+    channels = tuple(c for c in channels if c.name[0] not in "sp" or int(c.name[1]) < q_tiles)
+    return Recipe("sm_100a", roles, channels, SMEM_BYTES["sm_100a"], tmem_columns=512)
 
 
 _RECIPES = {"sm_80": _sm80, "sm_90a": _sm90a, "sm_100a": _sm100a}

@@ -1,0 +1,28 @@
+"""`attn-alloc-tmem`: tensor-memory columns for S, P and O (L4, sm_100a).
+
+Targets: sm_100a (on targets without tensor memory it writes nothing). Expects L3.
+Writes one `attn.buffer` with space "tmem" per accumulator: S and O per Q tile
+(fp32, one column per element of a row) and P aliased inside S (two 16-bit
+values per column), checked against the 512 columns of one SM:
+
+    "attn.buffer"() {name = "tS0", channel = "s0", space = "tmem", offset = 0, size = 128, ...}
+    "attn.buffer"() {name = "tP0", channel = "p0", space = "tmem", offset = 64, size = 64,
+                     ..., alias_of = "tS0"}
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from attnc.passes.alloc_smem import allocate
+from attnc.passes.registry import Pass
+
+
+@dataclass(frozen=True)
+class AllocTmem(Pass):
+    """Place S, P and O accumulators in tensor memory columns (sm_100a)."""
+
+    name: ClassVar[str] = "attn-alloc-tmem"
+
+    def run(self, module) -> None:
+        allocate(module, "tmem")

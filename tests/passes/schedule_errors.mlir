@@ -1,0 +1,41 @@
+// Every error the L3-L5 passes raise, at the .attn location of the attn.attention op.
+//
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline attn-warp-specialize 2>&1 | filecheck %s --check-prefix=NOTILE
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-alloc-smem" 2>&1 | filecheck %s --check-prefix=NOROLES
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-insert-pipelines" 2>&1 | filecheck %s --check-prefix=NOBUFFERS
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-warp-specialize" 2>&1 | filecheck %s --check-prefix=TWICE
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-smem" 2>&1 | filecheck %s --check-prefix=ALLOCTWICE
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-insert-pipelines,attn-insert-pipelines" 2>&1 | filecheck %s --check-prefix=SYNCTWICE
+// RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{consumers=3}" 2>&1 | filecheck %s --check-prefix=CONSUMERS
+// The budget check of attn-alloc-smem, on a hand-tiled op that attn-tile would refuse:
+// RUN: not attnc opt tests/passes/schedule_pretiled.mlir -arch sm_90a --pass-pipeline "attn-warp-specialize,attn-alloc-smem" 2>&1 | filecheck %s --check-prefix=SMEM
+
+// NOTILE: schedule.attn:2:1: error: attn-warp-specialize needs the 'target' attribute that attn-tile records; run attn-tile first
+// NOROLES: schedule.attn:2:1: error: attn-alloc-smem needs the attn.role ops that attn-warp-specialize writes; run attn-warp-specialize first
+// NOBUFFERS: schedule.attn:2:1: error: attn-insert-pipelines: channel(s) q, kv have no buffer; run attn-alloc-smem (and attn-alloc-tmem) first
+// TWICE: schedule.attn:2:1: error: attn-warp-specialize ran twice on this op
+// ALLOCTWICE: schedule.attn:2:1: error: attn-alloc-smem ran twice on this op
+// SYNCTWICE: schedule.attn:2:1: error: attn-insert-pipelines ran twice on this op
+// CONSUMERS: schedule.attn:2:1: error: sm_90a has 1 or 2 consumer warpgroups, not 3
+// SMEM: schedule.attn:2:1: error: shared memory plan needs 294912 bytes (sQ 32768, sK 131072, sV 131072) but sm_90a allows 232448; lower 'stages' or 'block_n' (attn-tile)
+
+func.func @hd128_unmasked(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v: tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> {
+  %o = "attn.attention"(%q, %k, %v) ({
+  ^bb0(%s: f32, %b: i32, %h: i32, %i: i32, %j: i32):
+    gpu.yield %s : f32
+  }, {
+  ^bb0(%b: i32, %h: i32, %i: i32, %j: i32):
+    %true = arith.constant true
+    gpu.yield %true : i1
+  }, {
+  ^bb0(%h: i32):
+    %none = arith.constant 0xFF800000 : f32
+    gpu.yield %none : f32
+  }) {variant = "hd128_unmasked", dtype = "bf16", head_dim_qk = 128 : i64, head_dim_v = 128 : i64,
+      scale = 0.0883883461 : f32, dims = ["B", "H", "M", "N"], q_shape = ["B", "H", "M", 128],
+      k_shape = ["B", "H", "N", 128], v_shape = ["B", "H", "N", 128], params = [],
+      param_shapes = [], param_dtypes = [], outputs = ["o"], gqa = false,
+      has_score_mod = false, has_mask_mod = false, has_sink = false}
+      : (tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> loc("schedule.attn":2:1)
+  return %o : tensor<?x?x?x128xbf16>
+}
