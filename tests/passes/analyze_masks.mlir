@@ -1,31 +1,43 @@
-// RUN: attn-analyze-masks on each `// -----` chunk; see test_analyze_masks.py.
-// Inputs: L1 from attnc.frontend.lower plus the block sizes attn-tile sets.
-// Output printed with use_name_loc_as_prefix, so the values the pass names read
-// %m_lo, %may_keep, %end_0, ...
+// attn-analyze-masks on L1 (as attnc.frontend.lower writes it) with the block sizes
+// attn-tile sets. The functions it adds name their arguments and key values with
+// NameLocs, which the checks below anchor on: loc("m_lo"...), loc("may_keep"...).
+//
+// RUN: attnc opt %s --pass-pipeline attn-analyze-masks | filecheck %s
 
 // Causal, 128 x 128 tiles. A tile may keep something when n_lo < m_hi and may drop
-// something when m_lo + 1 < n_hi; query block m visits key blocks [0, min(m, last) + 1).
+// something when m_lo + 1 < n_hi; query block m visits key blocks
+// [0, min(m, last key block) + 1) (block_m = block_n, so the last query block is m's bound).
 // CHECK-LABEL: func.func @causal(
-// CHECK:       "attn.attention"
 // CHECK:         kv_range_fn = @causal_kv_range, kv_segments = 1 : i64, mask_kind = "static"
 // CHECK-SAME:    tile_class_fn = @causal_tile_class
-// CHECK-LABEL: func.func private @causal_tile_class(%m_lo: i32, %m_hi: i32, %n_lo: i32, %n_hi: i32, %b: i32, %h: i32, %B: i32, %H: i32, %M: i32, %N: i32) -> i32
-// CHECK-DAG:     %[[NLO:.+]] = arith.extsi %n_lo : i32 to i64
-// CHECK-DAG:     %[[MHI:.+]] = arith.extsi %m_hi : i32 to i64
-// CHECK-DAG:     %may_keep = arith.cmpi slt, %[[NLO]], %[[MHI]] : i64
-// CHECK-DAG:     %[[MLO:.+]] = arith.extsi %m_lo : i32 to i64
-// CHECK-DAG:     %[[MLO1:.+]] = arith.addi %[[MLO]], %c1_i64 : i64
-// CHECK-DAG:     %[[NHI:.+]] = arith.extsi %n_hi : i32 to i64
-// CHECK-DAG:     %may_drop = arith.cmpi slt, %[[MLO1]], %[[NHI]] : i64
-// CHECK:         %[[PARTIAL:.+]] = arith.select %may_drop, %c1_i64, %c2_i64 : i64
-// CHECK:         %tile_class = arith.select %may_keep, %[[PARTIAL]], %c0_i64 : i64
-// CHECK-LABEL: func.func private @causal_kv_range(%m_block: i32, %b: i32, %h: i32, %B: i32, %H: i32, %M: i32, %N: i32) -> (i32, i32)
-// CHECK:         %[[START:.+]] = arith.constant 0 : i32
-// CHECK:         %[[LAST:.+]] = arith.subi
-// CHECK:         %[[MIN:.+]] = arith.minsi %{{.+}}, %[[LAST]] : i64
-// CHECK:         %end_0 = arith.addi %[[MIN]], %c1_i64 : i64
-// CHECK:         %[[END:.+]] = arith.trunci %end_0 : i64 to i32
-// CHECK:         return %[[START]], %[[END]] : i32, i32
+// CHECK-LABEL: func.func private @causal_tile_class(
+// CHECK-SAME:    %[[A_m_lo:[0-9a-z_]+]]: i32 loc("m_lo"
+// CHECK-SAME:    %[[A_m_hi:[0-9a-z_]+]]: i32 loc("m_hi"
+// CHECK-SAME:    %[[A_n_lo:[0-9a-z_]+]]: i32 loc("n_lo"
+// CHECK-SAME:    %[[A_n_hi:[0-9a-z_]+]]: i32 loc("n_hi"
+// CHECK-SAME:    %[[A_b:[0-9a-z_]+]]: i32 loc("b"
+// CHECK-SAME:    %[[A_h:[0-9a-z_]+]]: i32 loc("h"
+// CHECK-DAG:     %[[NLO:[0-9a-z_]+]] = arith.extsi %[[A_n_lo]] : i32 to i64
+// CHECK-DAG:     %[[MHI:[0-9a-z_]+]] = arith.extsi %[[A_m_hi]] : i32 to i64
+// CHECK-DAG:     %[[KEEP:[0-9a-z_]+]] = arith.cmpi slt, %[[NLO]], %[[MHI]] : i64 loc("may_keep"
+// CHECK-DAG:     %[[MLO:[0-9a-z_]+]] = arith.extsi %[[A_m_lo]] : i32 to i64
+// CHECK-DAG:     %[[MLO1:[0-9a-z_]+]] = arith.addi %[[MLO]], %c1_i64 : i64
+// CHECK-DAG:     %[[NHI:[0-9a-z_]+]] = arith.extsi %[[A_n_hi]] : i32 to i64
+// CHECK-DAG:     %[[DROP:[0-9a-z_]+]] = arith.cmpi slt, %[[MLO1]], %[[NHI]] : i64 loc("may_drop"
+// CHECK:         %[[PARTIAL:[0-9a-z_]+]] = arith.select %[[DROP]], %c1_i64, %c2_i64 : i64
+// CHECK:         %[[CLASS:[0-9a-z_]+]] = arith.select %[[KEEP]], %[[PARTIAL]], %c0_i64 : i64 loc("tile_class"
+// CHECK:         %[[RESULT:[0-9a-z_]+]] = arith.trunci %[[CLASS]] : i64 to i32
+// CHECK:         return %[[RESULT]] : i32
+// CHECK-LABEL: func.func private @causal_kv_range(
+// CHECK-SAME:    %[[A_m_block:[0-9a-z_]+]]: i32 loc("m_block"
+// CHECK-SAME:    %[[A_b:[0-9a-z_]+]]: i32 loc("b"
+// CHECK-SAME:    %[[A_h:[0-9a-z_]+]]: i32 loc("h"
+// CHECK:         %[[START:[0-9a-z_]+]] = arith.constant 0 : i32
+// CHECK:         %[[MB:[0-9a-z_]+]] = arith.extsi %[[A_m_block]] : i32 to i64
+// CHECK:         %[[LAST:[0-9a-z_]+]] = arith.minsi %[[MB]], %{{.+}} : i64
+// CHECK:         %[[END:[0-9a-z_]+]] = arith.addi %[[LAST]], %c1_i64 : i64 loc("end_0"
+// CHECK:         %[[END32:[0-9a-z_]+]] = arith.trunci %[[END]] : i64 to i32
+// CHECK:         return %[[START]], %[[END32]] : i32, i32
 func.func @causal(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v: tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> {
   %o = "attn.attention"(%q, %k, %v) ({
   ^bb0(%s: f32, %b: i32, %h: i32, %i: i32, %j: i32):
@@ -42,31 +54,36 @@ func.func @causal(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v: te
   return %o : tensor<?x?x?x128xbf16>
 }
 
-// -----
-// Sliding window of 1024 (examples/sliding_window.attn), 128 x 128 tiles: the tile
-// keeps something when m_lo <= n_hi + 1022 and n_lo < m_hi; the KV range starts
-// 8 blocks back: max(0, m_block - 8).
+// Sliding window of 1024 (examples/sliding_window.attn): a tile keeps something when
+// m_lo <= n_hi + 1022 (its nearest pair is within the window) and n_lo < m_hi; it drops
+// something when m_lo + 1 < n_hi (above the diagonal) or n_lo + 1024 < m_hi (out of
+// the window). The KV range starts 8 blocks back: max(0, m_block - 8).
 // CHECK-LABEL: func.func @sliding_window(
-// CHECK:       "attn.attention"
 // CHECK:         kv_range_fn = @sliding_window_kv_range, kv_segments = 1 : i64, mask_kind = "static"
 // CHECK-LABEL: func.func private @sliding_window_tile_class(
-// CHECK-DAG:     %[[MLO:.+]] = arith.extsi %m_lo : i32 to i64
-// CHECK-DAG:     %[[NHI:.+]] = arith.extsi %n_hi : i32 to i64
-// CHECK-DAG:     %[[REACH:.+]] = arith.addi %[[NHI]], %c1022_i64 : i64
-// CHECK-DAG:     %[[INWINDOW:.+]] = arith.cmpi sle, %[[MLO]], %[[REACH]] : i64
-// CHECK-DAG:     %[[NLO:.+]] = arith.extsi %n_lo : i32 to i64
-// CHECK-DAG:     %[[MHI:.+]] = arith.extsi %m_hi : i32 to i64
-// CHECK-DAG:     %[[BELOW:.+]] = arith.cmpi slt, %[[NLO]], %[[MHI]] : i64
-// CHECK:         %may_keep = arith.andi %[[INWINDOW]], %[[BELOW]] : i1
-// CHECK:         %[[NLOW:.+]] = arith.addi %[[NLO]], %c1024_i64 : i64
-// CHECK:         %[[OUTSIDE:.+]] = arith.cmpi slt, %[[NLOW]], %[[MHI]] : i64
-// CHECK:         %may_drop = arith.ori %{{.+}}, %[[OUTSIDE]] : i1
-// CHECK:         %tile_class = arith.select %may_keep
-// CHECK-LABEL: func.func private @sliding_window_kv_range(%m_block: i32,
-// CHECK:         %[[MB:.+]] = arith.extsi %m_block : i32 to i64
-// CHECK:         %[[BACK:.+]] = arith.subi %[[MB]], %c8_i64 : i64
-// CHECK:         %start_0 = arith.maxsi %c0_i64, %[[BACK]] : i64
-// CHECK:         %end_0 = arith.select
+// CHECK-SAME:    %[[A_m_lo:[0-9a-z_]+]]: i32 loc("m_lo"
+// CHECK-SAME:    %[[A_m_hi:[0-9a-z_]+]]: i32 loc("m_hi"
+// CHECK-SAME:    %[[A_n_lo:[0-9a-z_]+]]: i32 loc("n_lo"
+// CHECK-SAME:    %[[A_n_hi:[0-9a-z_]+]]: i32 loc("n_hi"
+// CHECK-DAG:     %[[MLO:[0-9a-z_]+]] = arith.extsi %[[A_m_lo]] : i32 to i64
+// CHECK-DAG:     %[[NHI:[0-9a-z_]+]] = arith.extsi %[[A_n_hi]] : i32 to i64
+// CHECK-DAG:     %[[REACH:[0-9a-z_]+]] = arith.addi %[[NHI]], %c1022_i64 : i64
+// CHECK-DAG:     %[[INWINDOW:[0-9a-z_]+]] = arith.cmpi sle, %[[MLO]], %[[REACH]] : i64
+// CHECK-DAG:     %[[NLO:[0-9a-z_]+]] = arith.extsi %[[A_n_lo]] : i32 to i64
+// CHECK-DAG:     %[[MHI:[0-9a-z_]+]] = arith.extsi %[[A_m_hi]] : i32 to i64
+// CHECK-DAG:     %[[BELOW:[0-9a-z_]+]] = arith.cmpi slt, %[[NLO]], %[[MHI]] : i64
+// CHECK:         %[[KEEP:[0-9a-z_]+]] = arith.andi %[[INWINDOW]], %[[BELOW]] : i1 loc("may_keep"
+// CHECK:         %[[ABOVE:[0-9a-z_]+]] = arith.cmpi slt, %{{.+}}, %[[NHI]] : i64
+// CHECK:         %[[FAR:[0-9a-z_]+]] = arith.addi %[[NLO]], %c1024_i64 : i64
+// CHECK:         %[[OUTSIDE:[0-9a-z_]+]] = arith.cmpi slt, %[[FAR]], %[[MHI]] : i64
+// CHECK:         %[[DROP:[0-9a-z_]+]] = arith.ori %[[ABOVE]], %[[OUTSIDE]] : i1 loc("may_drop"
+// CHECK:         arith.select %[[KEEP]], %{{.+}}, %c0_i64 : i64 loc("tile_class"
+// CHECK-LABEL: func.func private @sliding_window_kv_range(
+// CHECK-SAME:    %[[A_m_block:[0-9a-z_]+]]: i32 loc("m_block"
+// CHECK:         %[[MB:[0-9a-z_]+]] = arith.extsi %[[A_m_block]] : i32 to i64
+// CHECK:         %[[BACK:[0-9a-z_]+]] = arith.subi %[[MB]], %c8_i64 : i64
+// CHECK:         %[[START:[0-9a-z_]+]] = arith.maxsi %c0_i64, %[[BACK]] : i64 loc("start_0"
+// CHECK:         arith.select %{{.+}}, %{{.+}}, %[[START]] : i64 loc("end_0"
 func.func @sliding_window(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v: tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> {
   %o = "attn.attention"(%q, %k, %v) ({
   ^bb0(%s: f32, %b: i32, %h: i32, %i: i32, %j: i32):
@@ -87,24 +104,37 @@ func.func @sliding_window(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>
   return %o : tensor<?x?x?x128xbf16>
 }
 
-// -----
-// Prefix-LM, P a runtime dim (examples/prefix_lm.attn): the prefix and the causal band
-// both start at key block 0, so they make one segment ending at the larger end.
+// Prefix-LM, P a runtime dim (examples/prefix_lm.attn): a tile keeps something when
+// n_lo < P or n_lo < m_hi, drops something when P < n_hi and m_lo + 1 < n_hi. The
+// prefix and the causal band both start at key block 0: one segment, to the larger end.
 // CHECK-LABEL: func.func @prefix_lm(
-// CHECK:       "attn.attention"
 // CHECK:         kv_range_fn = @prefix_lm_kv_range, kv_segments = 1 : i64, mask_kind = "static"
-// CHECK-LABEL: func.func private @prefix_lm_tile_class(%m_lo: i32, %m_hi: i32, %n_lo: i32, %n_hi: i32, %b: i32, %h: i32, %B: i32, %H: i32, %M: i32, %N: i32, %P: i32) -> i32
-// CHECK-DAG:     %[[NLO:.+]] = arith.extsi %n_lo : i32 to i64
-// CHECK-DAG:     %[[P:.+]] = arith.extsi %P : i32 to i64
-// CHECK-DAG:     %[[INPREFIX:.+]] = arith.cmpi slt, %[[NLO]], %[[P]] : i64
-// CHECK-DAG:     %[[MHI:.+]] = arith.extsi %m_hi : i32 to i64
-// CHECK-DAG:     %[[BELOW:.+]] = arith.cmpi slt, %[[NLO]], %[[MHI]] : i64
-// CHECK:         %may_keep = arith.ori %[[INPREFIX]], %[[BELOW]] : i1
-// CHECK:         %[[NHI:.+]] = arith.extsi %n_hi : i32 to i64
-// CHECK:         %[[PASTPREFIX:.+]] = arith.cmpi slt, %[[P]], %[[NHI]] : i64
-// CHECK:         %may_drop = arith.andi %[[PASTPREFIX]], %{{.+}} : i1
-// CHECK-LABEL: func.func private @prefix_lm_kv_range(%m_block: i32, %b: i32, %h: i32, %B: i32, %H: i32, %M: i32, %N: i32, %P: i32) -> (i32, i32)
-// CHECK:         %end_0 = arith.maxsi
+// CHECK-LABEL: func.func private @prefix_lm_tile_class(
+// CHECK-SAME:    %[[A_m_lo:[0-9a-z_]+]]: i32 loc("m_lo"
+// CHECK-SAME:    %[[A_m_hi:[0-9a-z_]+]]: i32 loc("m_hi"
+// CHECK-SAME:    %[[A_n_lo:[0-9a-z_]+]]: i32 loc("n_lo"
+// CHECK-SAME:    %[[A_n_hi:[0-9a-z_]+]]: i32 loc("n_hi"
+// CHECK-SAME:    %[[A_b:[0-9a-z_]+]]: i32 loc("b"
+// CHECK-SAME:    %[[A_h:[0-9a-z_]+]]: i32 loc("h"
+// CHECK-SAME:    %[[A_B:[0-9a-z_]+]]: i32 loc("B"
+// CHECK-SAME:    %[[A_H:[0-9a-z_]+]]: i32 loc("H"
+// CHECK-SAME:    %[[A_M:[0-9a-z_]+]]: i32 loc("M"
+// CHECK-SAME:    %[[A_N:[0-9a-z_]+]]: i32 loc("N"
+// CHECK-SAME:    %[[A_P:[0-9a-z_]+]]: i32 loc("P"
+// CHECK-DAG:     %[[NLO:[0-9a-z_]+]] = arith.extsi %[[A_n_lo]] : i32 to i64
+// CHECK-DAG:     %[[PP:[0-9a-z_]+]] = arith.extsi %[[A_P]] : i32 to i64
+// CHECK-DAG:     %[[INPREFIX:[0-9a-z_]+]] = arith.cmpi slt, %[[NLO]], %[[PP]] : i64
+// CHECK-DAG:     %[[MHI:[0-9a-z_]+]] = arith.extsi %[[A_m_hi]] : i32 to i64
+// CHECK-DAG:     %[[BELOW:[0-9a-z_]+]] = arith.cmpi slt, %[[NLO]], %[[MHI]] : i64
+// CHECK:         arith.ori %[[INPREFIX]], %[[BELOW]] : i1 loc("may_keep"
+// CHECK:         %[[NHI:[0-9a-z_]+]] = arith.extsi %[[A_n_hi]] : i32 to i64
+// CHECK:         %[[PASTPREFIX:[0-9a-z_]+]] = arith.cmpi slt, %[[PP]], %[[NHI]] : i64
+// CHECK:         arith.andi %[[PASTPREFIX]], %{{.+}} : i1 loc("may_drop"
+// CHECK-LABEL: func.func private @prefix_lm_kv_range(
+// CHECK:         %[[START:[0-9a-z_]+]] = arith.constant 0 : i32
+// CHECK:         %[[END:[0-9a-z_]+]] = arith.maxsi %{{.+}}, %{{.+}} : i64 loc("end_0"
+// CHECK:         %[[END32:[0-9a-z_]+]] = arith.trunci %[[END]] : i64 to i32
+// CHECK:         return %[[START]], %[[END32]] : i32, i32
 func.func @prefix_lm(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v: tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> {
   %o = "attn.attention"(%q, %k, %v) ({
   ^bb0(%s: f32, %b: i32, %h: i32, %i: i32, %j: i32):
@@ -124,18 +154,16 @@ func.func @prefix_lm(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v:
   return %o : tensor<?x?x?x128xbf16>
 }
 
-// -----
 // Documents (examples/docs_sink.attn): the mask reads the param `doc`, so it is
-// "runtime"; the integer part still skips the tiles above the diagonal, and no tile is
-// ever FULL (whether documents match is known only on the GPU).
+// "runtime"; the integer part still skips the tiles above the diagonal (n_lo >= m_hi),
+// and no tile is FULL (whether documents match is known only on the GPU).
 // CHECK-LABEL: func.func @docs_sink(
-// CHECK:       "attn.attention"
 // CHECK:         kv_range_fn = @docs_sink_kv_range, kv_segments = 1 : i64, mask_kind = "runtime"
 // CHECK-SAME:    tile_class_fn = @docs_sink_tile_class
 // CHECK-LABEL: func.func private @docs_sink_tile_class(
-// CHECK:         %may_keep = arith.cmpi slt, %{{.+}}, %{{.+}} : i64
-// CHECK-NOT:     %may_drop
-// CHECK:         %tile_class = arith.select %may_keep, %c1_i64, %c0_i64 : i64
+// CHECK:         %[[KEEP:[0-9a-z_]+]] = arith.cmpi slt, %{{.+}}, %{{.+}} : i64 loc("may_keep"
+// CHECK-NOT:     loc("may_drop"
+// CHECK:         arith.select %[[KEEP]], %c1_i64, %c0_i64 : i64 loc("tile_class"
 // CHECK-LABEL: func.func private @docs_sink_kv_range(
 func.func @docs_sink(%q: tensor<?x?x?x64xbf16>, %k: tensor<?x?x?x64xbf16>, %v: tensor<?x?x?x64xbf16>, %doc: tensor<?x?xi32>, %sinks: tensor<?xf32>) -> tensor<?x?x?x64xbf16> {
   %o = "attn.attention"(%q, %k, %v) ({
@@ -157,10 +185,8 @@ func.func @docs_sink(%q: tensor<?x?x?x64xbf16>, %k: tensor<?x?x?x64xbf16>, %v: t
   return %o : tensor<?x?x?x64xbf16>
 }
 
-// -----
 // No mask_mod (examples/mha.attn): "none", and nothing is added.
 // CHECK-LABEL: func.func @mha(
-// CHECK:       "attn.attention"
 // CHECK:         mask_kind = "none"
 // CHECK-NOT:     tile_class_fn
 // CHECK-NOT:     func.func private @mha_

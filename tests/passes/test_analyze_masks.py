@@ -1,9 +1,7 @@
-"""attn-analyze-masks: FileCheck of what it records (analyze_masks.mlir) and its errors."""
+"""attn-analyze-masks: FileCheck of what it records (analyze_masks.mlir, RUN lines run by
+attnc.testing) and every error it raises, with its exact message and position."""
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,37 +9,29 @@ from l1_text import dim_ops, module_text
 
 from attnc.driver import CompileOptions, optimize_mlir
 from attnc.errors import AttncError
+from attnc.ir import to_text
+from attnc.testing import check_file
 
 HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
 
 
 def run_pass(text: str, times: int = 1) -> str:
-    """`attnc opt` with the pass (`times` times) on `text`, printed with NameLoc prefixes
-    (%m_lo, %may_keep)."""
+    """`attnc opt` with the pass (`times` times) on `text`."""
     pipeline = ",".join(["attn-analyze-masks"] * times)
     module = optimize_mlir(text, "analyze_masks.mlir", CompileOptions(pass_pipeline=pipeline))
-    return module.operation.get_asm(use_name_loc_as_prefix=True)
+    return to_text(module)
 
 
-def filecheck(check_file: Path, output: str) -> None:
-    done = subprocess.run([Path(sys.executable).parent / "filecheck", str(check_file)], input=output,
-                          text=True, capture_output=True)
-    assert done.returncode == 0, done.stdout + done.stderr
-
-
-def chunks(path: Path) -> list[str]:
-    """The inputs between `// -----` lines (as mlir-opt --split-input-file)."""
-    return re.split(r"^// -----$", path.read_text(), flags=re.M)
-
-
-def test_filecheck_analyze_masks():
-    path = HERE / "analyze_masks.mlir"
-    filecheck(path, "\n// -----\n".join(run_pass(chunk) for chunk in chunks(path)))
+def test_filecheck_analyze_masks(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    failures = check_file("tests/passes/analyze_masks.mlir")
+    assert not failures, "\n".join(failures)
 
 
 def test_running_twice_changes_nothing():
-    causal = chunks(HERE / "analyze_masks.mlir")[0]
-    assert run_pass(causal, times=2) == run_pass(causal)
+    text = (HERE / "analyze_masks.mlir").read_text()
+    assert run_pass(text, times=2) == run_pass(text)
 
 
 # --- errors -------------------------------------------------------------------------------
