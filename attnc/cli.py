@@ -58,12 +58,42 @@ def write_output(text: str, out: Path | None) -> None:
         _write_atomically(out, text)
 
 
-# kind -> writer(result, out) or Unavailable. The backends replace their entries.
+def emit_ptx(result, out: Path | None) -> None:
+    write_output(_artifacts(result).ptx, out)
+
+
+def emit_cubin(result, out: Path | None) -> None:
+    if out is None:
+        raise AttncError("--emit cubin writes a binary: give the file with -o", filename="attnc")
+    _write_atomically(out, _artifacts(result).cubin)
+
+
+def emit_bundle(result, out: Path | None) -> None:
+    from attnc.backend.bundle import write_bundle
+    art = _artifacts(result)
+    path = out or Path(f"{result.variant.name}.{art.manifest['target']}")
+    write_bundle(path, art.manifest, art.files)
+    print(f"wrote {path}/: " + ", ".join(["manifest.json", *sorted(art.files)]))
+
+
+def _artifacts(result):
+    """The code of a compiled module, from its target's backend."""
+    from attnc.ir import attention_ops, get_str
+    ops = attention_ops(result.module)
+    target = get_str(ops[0], "target") if ops else None
+    if target != "sm_80":
+        raise AttncError(f"code generation for {target} is not built yet: --emit mlir shows its "
+                         f"plan; -arch sm_80 produces PTX, cubins and bundles", filename="attnc")
+    from attnc.backend.sm80_lower import build
+    return build(result)
+
+
+# kind -> writer(result, out) or Unavailable.
 EMITTERS: dict[str, Callable | Unavailable] = {
     "mlir": emit_mlir,
-    "ptx": Unavailable("the PTX backend (attnc/backend/ptx.py)"),
-    "cubin": Unavailable("the cubin assembler (attnc/backend/cubin.py)"),
-    "bundle": Unavailable("the bundle writer (attnc/backend/bundle.py)"),
+    "ptx": emit_ptx,
+    "cubin": emit_cubin,
+    "bundle": emit_bundle,
 }
 
 
@@ -232,12 +262,12 @@ def _first_line(e: BaseException) -> str:
     return text.split("\n")[0] if text else "(no message)"
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def _write_atomically(path: Path, text: str | bytes) -> None:
     """Write `text` to `path` through a temporary file, so a failure leaves no half file."""
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
         os.replace(tmp, path)
     except OSError as e:

@@ -28,6 +28,7 @@ loads and stores), the element size otherwise. Params, in kernel ABI order:
     {"kind": "ptr", "tensor": t}                      64-bit device pointer
     {"kind": "dim", "name": D, "type": "i32"|"i64"}   a dim's value
     {"kind": "stride", "tensor": t, "axis": a, "type": "i32"|"i64"}   in elements
+    {"kind": "const", "value": n, "type": "i32"|"i64"}   a size fixed at compile time
     {"kind": "scratch", "name": s, "bytes": [factors]}  pointer to a buffer the runtime
         allocates and zeroes before every launch; kernels naming the same scratch share it
 """
@@ -108,7 +109,15 @@ class ScratchParam:
     bytes: tuple[Factor, ...]
 
 
-Param = Union[PtrParam, DimParam, StrideParam, ScratchParam]
+@dataclass(frozen=True)
+class ConstParam:
+    """A size fixed at compile time that the kernel still takes as an argument
+    (e.g. HKV = 1 for MQA where the kernel's ABI has a heads-per-KV parameter)."""
+    value: int
+    type: str
+
+
+Param = Union[PtrParam, DimParam, StrideParam, ScratchParam, ConstParam]
 
 
 @dataclass(frozen=True)
@@ -274,7 +283,7 @@ def _kernel(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, Te
 
 def _param(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, TensorSpec]) -> Param:
     kind = _choice(_obj(raw, path, free=True).get("kind"), f"{path}.kind",
-                   ("ptr", "dim", "stride", "scratch"))
+                   ("ptr", "dim", "stride", "scratch", "const"))
     if kind == "ptr":
         fields = _obj(raw, path, required=("kind", "tensor"))
         return PtrParam(_tensor_name(fields["tensor"], f"{path}.tensor", tensors))
@@ -290,6 +299,10 @@ def _param(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, Ten
             raise ManifestError(f"manifest: {path}.axis: {axis} is out of range for "
                                 f"{tensor!r} of rank {tensors[tensor].rank}")
         return StrideParam(tensor, axis, _choice(fields["type"], f"{path}.type", tuple(INT_TYPES)))
+    if kind == "const":
+        fields = _obj(raw, path, required=("kind", "value", "type"))
+        return ConstParam(_int(fields["value"], f"{path}.value", minimum=0),
+                          _choice(fields["type"], f"{path}.type", tuple(INT_TYPES)))
     fields = _obj(raw, path, required=("kind", "name", "bytes"))
     return ScratchParam(_ident(fields["name"], f"{path}.name"),
                         _factors(fields["bytes"], f"{path}.bytes", dims))

@@ -10,7 +10,8 @@ import ctypes
 from dataclasses import dataclass
 from typing import Mapping
 
-from attnc_runtime.manifest import DimParam, KernelSpec, PtrParam, ScratchParam, StrideParam
+from attnc_runtime.manifest import (ConstParam, DimParam, KernelSpec, PtrParam, ScratchParam,
+                                    StrideParam)
 from attnc_runtime.tensors import TensorView
 
 _INT_CTYPES = {"i32": ctypes.c_int32, "i64": ctypes.c_int64}
@@ -29,6 +30,8 @@ def param_values(kernel: KernelSpec, dims: Mapping[str, int], views: Mapping[str
             values.append(_INT_CTYPES[p.type](views[p.tensor].strides[p.axis]))
         elif isinstance(p, ScratchParam):
             values.append(ctypes.c_uint64(scratch[p.name]))
+        elif isinstance(p, ConstParam):
+            values.append(_INT_CTYPES[p.type](p.value))
         else:
             raise TypeError(f"unhandled param {p!r}")
     return values

@@ -1,0 +1,189 @@
+"""`attn-lower-sm80` as a backend step: the L5 plan of one attn.attention -> an
+`Sm80KernelSpec` -> kernel module (sm80.py) -> PTX -> cubin -> bundle.
+
+The spec is read from the IR, never from the source: tile sizes and warps from the
+attributes attn-tile recorded, the K/V stage count from the `kv` channel that
+attn-warp-specialize wrote, the mask mode from the mask_mod region. What the
+sm_80 kernel cannot do yet is refused with an error at the hook's `.attn` line
+(no silent fallback): score_mod, sinks, params and masks other than none, causal
+(`j <= i`) and bottom-right causal (`j <= i + (N - M)`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir
+
+from attnc.errors import AttncError
+from attnc.ir import MASK_MOD, attention_ops, error_at, get_bool, get_int, get_str, region_block
+from attnc.passes import plan_ir
+from attnc.schedule.recipes import Channel
+
+TARGET = "sm_80"
+
+
+@dataclass(frozen=True)
+class Sm80Artifacts:
+    spec: object            # Sm80KernelSpec
+    ptx: str
+    cubin: bytes
+    manifest: dict
+    files: dict[str, bytes]
+
+
+def spec_from_ir(result) -> "Sm80KernelSpec":
+    try:
+        return _spec_from_ir(result)
+    except AttncError as e:
+        raise e.located(result.variant.filename, result.variant.source) from None
+
+
+def _spec_from_ir(result) -> "Sm80KernelSpec":
+    from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
+
+    variant = result.variant
+    ops = attention_ops(result.module)
+    if len(ops) != 1:
+        raise AttncError(f"the sm_80 backend builds one attn.attention per module, found {len(ops)}")
+    op = ops[0]
+    _refuse_unsupported(variant)
+    kv = [c for c in plan_ir.read(op, Channel) if c.name == "kv"]
+    if not kv or get_str(op, "target") != TARGET:
+        raise error_at(op, "the sm_80 backend needs the sm_80 plan (attn-tile, attn-warp-specialize, "
+                           "...) in the pipeline")
+    spec = Sm80KernelSpec(
+        dtype=variant.dtype, head_dim_qk=variant.head_dim_qk, head_dim_v=variant.head_dim_v,
+        block_m=get_int(op, "block_m"), block_n=get_int(op, "block_n"),
+        num_warps=get_int(op, "num_warps"), stages=kv[0].stages,
+        out_dtype=variant.output("o").dtype, with_lse=variant.has_lse,
+        mask=mask_mode(op, variant), softmax_scale=variant.scale,
+        symbol=f"attnc_{variant.name}_fwd")
+    try:
+        return spec.check()
+    except SpecError as e:
+        raise error_at(op, f"the sm_80 kernel cannot be built: {e}") from None
+
+
+def build(result) -> Sm80Artifacts:
+    """Everything an sm_80 bundle holds, for a compiled (L5) module."""
+    from attnc.backend.bundle import code_files, variant_manifest
+    from attnc.backend.cubin import ptx_to_cubin
+    from attnc.backend.ptx import to_ptx
+    from attnc.backend.sm80 import build_sm80_module
+
+    spec = spec_from_ir(result)
+    with result.module.context:
+        kernel_module, abi = build_sm80_module(spec, result.module.context)
+    ptx = to_ptx(kernel_module, TARGET)
+    cubin = ptx_to_cubin(ptx, TARGET).cubin
+    names = code_files("attn_fwd", TARGET)
+    kernel = abi.manifest_kernel("attn_fwd")
+    kernel["params"] = [_bind_dim(p, result.variant) for p in kernel["params"]]
+    manifest = variant_manifest(result.variant, target=TARGET, kernels=[kernel], code=names,
+                                specialization=abi.specialization)
+    files = {names["cubin"]: cubin, names["ptx"]: ptx.encode()}
+    return Sm80Artifacts(spec, ptx, cubin, manifest, files)
+
+
+# The kernel's ABI names the roles of the dims; the variant names them its own way
+# (or fixes them, as MQA's `1`).
+_ROLE_OF = {"M": "seq_q", "N": "seq_k", "H": "heads", "HKV": "heads_kv"}
+
+
+def _bind_dim(p: dict, variant) -> dict:
+    if p["kind"] != "dim" or p["name"] not in _ROLE_OF:
+        return p
+    value = getattr(variant, _ROLE_OF[p["name"]])
+    if isinstance(value, int):
+        return {"kind": "const", "value": value, "type": p["type"]}
+    return {**p, "name": value}
+
+
+def _refuse_unsupported(variant) -> None:
+    later = "is not compiled by the sm_80 backend yet (it runs in attnc.reference)"
+    if variant.score_mod is not None:
+        raise AttncError(f"score_mod {later}", variant.score_mod.span)
+    if variant.sink is not None:
+        raise AttncError(f"sink {later}", variant.sink.span)
+    if variant.params:
+        raise AttncError(f"param tensors {later}", variant.params[0].span)
+
+
+# --- mask recognition: exact, on the affine form of the mask_mod region ------------------
+def mask_mode(op, variant) -> str:
+    """'none', 'causal' or 'causal_bottom_right', from the mask region's affine form."""
+    if not get_bool(op, "has_mask_mod"):
+        return "none"
+    form = _affine_comparison(region_block(op, MASK_MOD))
+    causal = {"j": 1, "i": -1}
+    bottom_right = _add(causal, _add({variant.seq_k: -1}, {variant.seq_q: 1}))
+    if form == causal:
+        return "causal"
+    if form == bottom_right:
+        return "causal_bottom_right"
+    raise AttncError("this mask_mod is not compiled by the sm_80 backend yet: it supports no mask, "
+                     "causal (j <= i) and bottom-right causal (j <= i + (N - M))",
+                     variant.mask_mod.span)
+
+
+def _affine_comparison(block) -> dict | None:
+    """The mask as `E <= 0` with E an affine form {symbol: coeff} over i, j and the dims,
+    or None when the region is anything else (one integer comparison of affine values)."""
+    names = ("b", "h", "i", "j")
+    env = {arg: {names[k]: 1} for k, arg in enumerate(block.arguments)}
+    ops = list(block.operations)
+    for o in ops[:-2]:
+        value = _affine_op(o, env)
+        if value is None:
+            return None
+        env[o.results[0]] = value
+    cmp, terminator = ops[-2], ops[-1]
+    if cmp.name != "arith.cmpi" or terminator.operands[0] != cmp.results[0]:
+        return None
+    a, b = (env.get(v) for v in cmp.operands)
+    if a is None or b is None:
+        return None
+    pred = str(cmp.attributes["predicate"]).split(":")[0].strip()
+    forms = {"3": _add(a, _neg(b)),                          # sle: a - b <= 0
+             "2": _add(_add(a, _neg(b)), {1: 1}),            # slt: a - b + 1 <= 0
+             "5": _add(b, _neg(a)),                          # sge: b - a <= 0
+             "4": _add(_add(b, _neg(a)), {1: 1})}            # sgt: b - a + 1 <= 0
+    return _clean(forms[pred]) if pred in forms else None
+
+
+def _affine_op(o, env):
+    name = o.name
+    if name == "arith.constant":
+        attr = o.attributes["value"]
+        return {1: ir.IntegerAttr(attr).value} if isinstance(attr, ir.IntegerAttr) else None
+    if name == "attn.dim":
+        return {ir.StringAttr(o.attributes["name"]).value: 1}
+    args = [env.get(v) for v in o.operands]
+    if any(a is None for a in args):
+        return None
+    if name == "arith.addi":
+        return _add(*args)
+    if name == "arith.subi":
+        return _add(args[0], _neg(args[1]))
+    if name == "arith.muli":
+        consts = [a for a in args if set(a) <= {1}]
+        if not consts:
+            return None
+        other = args[1] if args[0] is consts[0] else args[0]
+        return {k: v * consts[0].get(1, 0) for k, v in other.items()}
+    return None
+
+
+def _add(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + v
+    return _clean(out)
+
+
+def _neg(a: dict) -> dict:
+    return {k: -v for k, v in a.items()}
+
+
+def _clean(a: dict) -> dict:
+    return {k: v for k, v in a.items() if v != 0}
