@@ -88,6 +88,7 @@ class Sm80KernelSpec:
     with_lse: bool = False
     mask: str = "none"
     softmax_scale: Optional[float] = None  # default: 1/sqrt(head_dim_qk)
+    qk_unroll: int = 0                    # k16 steps per QK^T loop trip; 0: fully unrolled
     symbol: str = "attnc_sm80_fwd"
     kv_range: Optional[KvRangeFn] = None   # default: from `mask`
     tile_partial: Optional[TilePartialFn] = None
@@ -165,6 +166,9 @@ class Sm80KernelSpec:
         _require(self.block_n % 16 == 0 and self.block_n >= 16,
                  f"block_n={self.block_n} must be a positive multiple of 16")
         _require(self.stages in (1, 2, 3), f"stages={self.stages}: expected 1, 2 or 3")
+        half_page = self.page_width(self.head_dim_qk) // 16
+        _require(self.qk_unroll == 0 or (half_page % self.qk_unroll == 0),
+                 f"qk_unroll={self.qk_unroll} must divide {half_page} (k16 steps per smem page), or be 0")
         _require(self.scale > 0, f"softmax_scale={self.scale}: must be positive")
         for rows, d, what in ((self.block_m, self.head_dim_qk, "Q"), (self.block_n, self.head_dim_qk, "K"),
                               (self.block_n, self.head_dim_v, "V")):
@@ -190,26 +194,27 @@ def _require(cond: bool, message: str) -> None:
 
 # ---------------------------------------------------------------- default tiles
 
-_TILES = {  # max(head_dim_qk, head_dim_v) -> (block_m, block_n, num_warps), FA2's A100 table
-    64: (128, 128, 4),
-    96: (128, 64, 4),
-    128: (128, 64, 4),
-    256: (64, 64, 4),
+# max(head_dim_qk, head_dim_v) -> block_m, block_n, num_warps, stages, qk_unroll. FA2's A100
+# table, adjusted by what ran fastest with zero sm_80 spills (H200, M = N = 4096; see the
+# sm80 report): 64 and 96 keep the QK^T loop rolled (Note [Rolled QK^T] in sm80.py), 256
+# single-buffers K/V (96 KB: two CTAs per SM where 228 KB are available).
+_TILES = {
+    64: dict(block_m=128, block_n=128, num_warps=4, stages=2, qk_unroll=1),
+    96: dict(block_m=128, block_n=64, num_warps=4, stages=2, qk_unroll=1),
+    128: dict(block_m=128, block_n=64, num_warps=4, stages=2, qk_unroll=0),
+    256: dict(block_m=64, block_n=64, num_warps=4, stages=1, qk_unroll=0),
 }
 
 
 def default_sm80_spec(dtype: str, head_dim_qk: int, head_dim_v: int | None = None, **overrides) -> Sm80KernelSpec:
-    """A spec with the tile sizes FA2 uses on A100 for these head dims, the stage count
-    lowered until shared memory fits, and `overrides` applied."""
+    """A checked spec with the tiles of `_TILES` for these head dims and `overrides` applied.
+    Unequal head dims up to 128 take 32-key tiles (at 64, e.g. d_qk=96/d_v=128 spills)."""
     head_dim_v = head_dim_v or head_dim_qk
-    block_m, block_n, num_warps = _TILES[max(head_dim_qk, head_dim_v)]
-    base = dict(dtype=dtype, head_dim_qk=head_dim_qk, head_dim_v=head_dim_v,
-                block_m=block_m, block_n=block_n, num_warps=num_warps)
-    base.update(overrides)
-    spec = Sm80KernelSpec(**base)
-    while "stages" not in overrides and spec.stages > 1 and spec.smem_bytes > SM80_MAX_DYNAMIC_SMEM:
-        spec = Sm80KernelSpec(**{**base, "stages": spec.stages - 1})
-    return spec.check()
+    tiles = dict(_TILES[max(head_dim_qk, head_dim_v)])
+    if head_dim_qk != head_dim_v and max(head_dim_qk, head_dim_v) <= 128:
+        tiles.update(block_n=32, qk_unroll=0)
+    return Sm80KernelSpec(**{"dtype": dtype, "head_dim_qk": head_dim_qk, "head_dim_v": head_dim_v,
+                             **tiles, **overrides}).check()
 
 
 # ---------------------------------------------------------------- built-in masks

@@ -140,8 +140,10 @@ class Approx:
 
 
 class Smem:
-    """The kernel's dynamic shared memory: one 16-byte aligned byte array, addressed by
+    """The kernel's dynamic shared memory: one 128-byte aligned byte array, addressed by
     32-bit shared-window addresses (Note [32-bit shared addresses])."""
+
+    ALIGN = 128
 
     def __init__(self, e: Emit, symbol: str):
         self.e = e
@@ -152,7 +154,7 @@ class Smem:
     def declare(symbol: str) -> None:
         """The `llvm.mlir.global` to place in the gpu.module body (before the kernel)."""
         llvm.GlobalOp(ir.Type.parse("!llvm.array<0 x i8>"), symbol,
-                      ir.Attribute.parse("#llvm.linkage<external>"), alignment=16, addr_space=3)
+                      ir.Attribute.parse("#llvm.linkage<external>"), alignment=Smem.ALIGN, addr_space=3)
 
     def address(self, byte_offset: Num) -> ir.Value:
         return self.e.add(self.base, byte_offset)

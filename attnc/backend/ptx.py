@@ -6,7 +6,8 @@ vector, memref). Output: PTX text for one target.
 
     module ──lower_math_to_approx──▶ math transcendentals as NVVM approx intrinsics
            ──nvvm-attach-target──▶ ──gpu.module(scf→cf, nvgpu→nvvm, math→llvm, gpu→nvvm)──▶
-           ──reconcile-unrealized-casts──▶ ──gpu-module-to-binary{format=isa}──▶ PTX
+           ──reconcile-unrealized-casts──▶ ──attach_loop_annotations──▶
+           ──gpu-module-to-binary{format=isa}──▶ PTX
 
 Note [No libdevice]: `convert-gpu-to-nvvm` maps `math.exp`, `math.tanh`, ... to
 libdevice calls (`__nv_expf`), which need the CUDA toolkit's `libdevice.10.bc` at link
@@ -17,7 +18,6 @@ module that would still need libdevice.
 """
 from __future__ import annotations
 
-import math as _pymath
 from dataclasses import dataclass
 
 from mlir import ir, passmanager
@@ -52,8 +52,8 @@ class PtxOptions:
         return f"nvvm-attach-target{{chip={chip} features={feature} O={self.opt_level}}}"
 
 
-def lowering_pipeline(options: PtxOptions) -> str:
-    """The pass pipeline, as text, from upstream dialects to a `gpu.binary` with PTX."""
+def to_llvm_pipeline(options: PtxOptions) -> str:
+    """The pass pipeline, as text, from upstream dialects to the LLVM dialect."""
     nested = ",".join([
         "convert-scf-to-cf",
         "convert-nvgpu-to-nvvm",
@@ -63,8 +63,35 @@ def lowering_pipeline(options: PtxOptions) -> str:
         "canonicalize",
         "cse",
     ])
-    return (f"builtin.module({options.attach_target()},gpu.module({nested}),"
-            f"reconcile-unrealized-casts,gpu-module-to-binary{{format=isa}})")
+    return f"builtin.module({options.attach_target()},gpu.module({nested}),reconcile-unrealized-casts)"
+
+
+BINARY_PIPELINE = "builtin.module(gpu-module-to-binary{format=isa})"
+
+
+def lowering_pipeline(options: PtxOptions) -> str:
+    """Both halves, for display; `to_ptx` runs `attach_loop_annotations` in between."""
+    return f"{to_llvm_pipeline(options)[:-1]},gpu-module-to-binary{{format=isa}})"
+
+
+def attach_loop_annotations(module: ir.Module) -> int:
+    """Note [Loop annotations]: `convert-scf-to-cf` copies an scf.for's
+    `llvm.loop_annotation` attribute onto the latch branch as a discardable attribute,
+    which the LLVM translation ignores; move it to the branch's `loop_annotation`, so
+    that e.g. `#llvm.loop_unroll<disable = true>` reaches LLVM (and PTX's
+    `.pragma "nounroll"`, which ptxas obeys). Returns how many branches carry one."""
+    found = []
+
+    def collect(op):
+        if op.name in ("llvm.br", "llvm.cond_br") and "llvm.loop_annotation" in op.attributes:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(collect)
+    for op in found:
+        op.attributes["loop_annotation"] = op.attributes["llvm.loop_annotation"]
+        del op.attributes["llvm.loop_annotation"]
+    return len(found)
 
 
 # ---------------------------------------------------------------- math -> approx
@@ -160,9 +187,10 @@ def to_ptx(module: ir.Module, target: str = "sm_80", *, opt_level: int = 3,
     options = PtxOptions(target, opt_level, ptx_feature)
     work = module if in_place else ir.Module.parse(str(module), module.context)
     lower_math_to_approx(work)
-    pm = passmanager.PassManager.parse(lowering_pipeline(options), work.context)
     try:
-        pm.run(work.operation)
+        passmanager.PassManager.parse(to_llvm_pipeline(options), work.context).run(work.operation)
+        attach_loop_annotations(work)
+        passmanager.PassManager.parse(BINARY_PIPELINE, work.context).run(work.operation)
     except ir.MLIRError as e:
         raise PtxError(f"lowering to PTX for {target} failed:\n{e}") from None
     binaries = ptx_of_binary(work)

@@ -1,6 +1,6 @@
 """The sm_80 forward kernel (FlashAttention-2 style), built directly in upstream dialects.
 
-One CTA per (m_block, h, b); `num_warps` warps, warp w owning rows
+One CTA per (m_block, h, b) (m_block = gridDim.x - 1 - blockIdx.x); `num_warps` warps, warp w owning rows
 [w*block_m/num_warps, (w+1)*block_m/num_warps) of the Q tile in 16-row MMA tiles.
 
     load Q[m_block], K[n0]                      ─┐ cp.async group 0
@@ -10,15 +10,28 @@ One CTA per (m_block, h, b); `num_warps` warps, warp w owning rows
         load V[n+S-1 steps] -> its slot; commit
         S = Q K[n]^T                            # ldmatrix.x4 + mma.m16n8k16, f32 acc
         [score_mod; keep/bound mask: partial blocks only]
-        wait V[n]; bar.sync                     # also: every warp is done with K[n]'s slot
-        load K[n+S steps] -> K[n]'s slot; commit
         online softmax (exp2, scale folded)     # quad shuffles, no smem
+        wait V[n]; bar.sync                     # also: every warp is done with K[n]'s slot
+        load K[n+S steps] -> K[n]'s slot; commit  (S = 1: before the softmax)
         O = O * alpha + P V[n]                  # P re-packed in registers as the A operand
     O /= l; store O (and lse = m*scale + ln l)
 
 Note [P as A operand]: the m16n8k16 accumulator of rows g, g+8 and columns 2t, 2t+1 of
 two adjacent n8 atoms is exactly the A fragment of a k16 step (rows g, g+8; k 2t, 2t+8),
 so P needs no shuffle, only a cvt to f16x2/bf16x2 pairs (warps split rows only).
+
+Note [Where V is waited for]: with one K/V slot (FA2) the next K can only be loaded once
+V[n] has landed and every warp is done with K[n], so that wait comes right after QK^T
+to give the K load the softmax and PV to land. With two or more slots K[n+S] is issued
+a whole step ahead anyway, and waiting for V after the softmax gives V longer to land
+and keeps ptxas from hoisting V's ldmatrix above the softmax (which spilled registers
+at 128x64 tiles, head dim 128).
+
+Note [Rolled QK^T]: fully unrolled, the QK^T k-steps let ptxas hoist every K fragment
+of the tile into registers ahead of the MMAs (64 registers at 64x64 K tiles) and then
+spill the softmax state. With qk_unroll = u, the k-steps run as a loop of u steps per
+trip, kept rolled by `#llvm.loop_unroll<disable>` (PTX `.pragma "nounroll"`), which
+bounds that look-ahead to u steps.
 
 Note [cp.async group counting]: every step commits exactly one group even when it has
 nothing to load (an empty group), so the K of step t is always followed by exactly
@@ -31,11 +44,13 @@ import math
 from dataclasses import dataclass, field
 
 from mlir import ir
-from mlir.dialects import gpu, llvm, nvvm, scf
+from mlir.dialects import gpu, nvvm, scf
 
 from attnc.backend.kernel_spec import KvCtx, KvRange, Sm80KernelSpec, mask_hooks
-from attnc.backend.nvgpu_builders import (Approx, CpAsync, CtaBarrier, Emit, GlobalPtr, LdMatrix,
-                                          MmaSync, Quad, Smem)
+from attnc.backend.nvgpu_builders import (Approx, CpAsync, CtaBarrier, Emit, GlobalPtr, LdMatrix, MmaSync,
+                                          Quad, Smem)
+from attnc.backend.sm80_epilogue import Epilogue
+from attnc.backend.sm80_masks import ElementCoords, ScoreMasker, rows_of
 from attnc.backend.sm80_softmax import OnlineSoftmax, SoftmaxState
 from attnc.backend.sm80_tiles import FragmentReader, SwizzledTile, TileLoader
 
@@ -73,7 +88,8 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
                       else {"kind": "ptr", "tensor": x.name})
     specialization = {"dtype": spec.dtype, "out_dtype": spec.o_dtype, "head_dim_qk": spec.head_dim_qk,
                       "head_dim_v": spec.head_dim_v, "block_m": spec.block_m, "block_n": spec.block_n,
-                      "num_warps": spec.num_warps, "stages": spec.stages, "mask": spec.mask,
+                      "num_warps": spec.num_warps, "stages": spec.stages, "qk_unroll": spec.qk_unroll,
+                      "mask": spec.mask,
                       "with_lse": spec.with_lse, "softmax_scale": spec.scale}
     return KernelAbi(spec.symbol, tuple(params), (spec.threads, 1, 1), spec.smem_bytes,
                      ((["cdiv", "M", spec.block_m],), ("H",), ("B",)), specialization)
@@ -133,12 +149,10 @@ class _Sm80Forward:
         self.cp = CpAsync(e)
         self.bar = CtaBarrier()
         self.mma = MmaSync(e, spec.dtype)
-        self.quad = Quad(e)
-        self.approx = Approx(e)
         self.smem = Smem(e, SMEM_SYMBOL)
         self.kv_range_fn, self.keep_fn = mask_hooks(spec)
         scale_log2 = LOG2E if spec.score_mod else spec.scale * LOG2E
-        self.softmax = OnlineSoftmax(e, self.approx, self.quad, scale_log2)
+        self.softmax = OnlineSoftmax(e, Approx(e), Quad(e), scale_log2)
         self.q_tile = SwizzledTile(0, spec.block_m, spec.head_dim_qk)
         self.k_tile = SwizzledTile(spec.q_tile_bytes, spec.block_n, spec.head_dim_qk)
         self.v_tile = SwizzledTile(spec.q_tile_bytes + spec.k_tile_bytes, spec.block_n, spec.head_dim_v)
@@ -151,7 +165,8 @@ class _Sm80Forward:
         self.tid = tid
         self.warp = e.shr(tid, 5)
         self.lane = e.and_(tid, 31)
-        self.m_block = nvvm.read_ptx_sreg_ctaid_x(e.i32)
+        # Heaviest query blocks first (under a causal mask, the last ones): a shorter tail.
+        self.m_block = e.sub(e.sub(nvvm.read_ptx_sreg_nctaid_x(e.i32), 1), nvvm.read_ptx_sreg_ctaid_x(e.i32))
         self.h = nvvm.read_ptx_sreg_ctaid_y(e.i32)
         self.b = nvvm.read_ptx_sreg_ctaid_z(e.i32)
         self.kv_h = e.div(self.h, e.div(e.dim("H"), e.dim("HKV")))
@@ -161,9 +176,11 @@ class _Sm80Forward:
         self.col0 = e.shl(e.and_(self.lane, 3), 1)
         self.loader = TileLoader(e, self.cp, self.smem, tid, s.threads)
         self.reader = rd = FragmentReader(e, LdMatrix(e), self.smem, self.lane)
-        self.q_bases = rd.bases(self.q_tile, rd.A, row0=self.warp_row0)
-        self.k_bases = rd.bases(self.k_tile, rd.B)
-        self.v_bases = rd.bases(self.v_tile, rd.B_TRANS)
+        self.q_base = rd.base(self.q_tile, rd.A, row0=self.warp_row0)
+        self.k_base = rd.base(self.k_tile, rd.B)
+        self.v_base = rd.base(self.v_tile, rd.B_TRANS)
+        coords = ElementCoords(e, self.row0, self.col0, s.block_n)
+        self.masker = ScoreMasker(e, coords, self.b, self.h, s.scale, s.score_mod, self.keep_fn)
 
     def _tensor(self, name: str, b, h) -> GlobalPtr:
         e = self.e
@@ -172,9 +189,9 @@ class _Sm80Forward:
         return GlobalPtr(e, e.arg(name), bits).offset(elems)
 
     def _kv_range(self) -> KvRange:
+        """The hook's range, clamped to lo <= full_lo <= full_hi <= hi (Note [Mask hooks])."""
         e, s = self.e, self.spec
-        ctx = KvCtx(self.m_block, self.b, self.h, e.dim("M"), e.dim("N"), s.block_m, s.block_n)
-        r = self.kv_range_fn(e, ctx)
+        r = self.kv_range_fn(e, self._ctx())
         as_value = lambda v: v if isinstance(v, ir.Value) else e.c32(v)
         lo, hi = as_value(r.lo), as_value(r.hi)
         hi = e.max(hi, lo)
@@ -219,14 +236,34 @@ class _Sm80Forward:
 
     # ------------------------------------------------------------ the two GEMMs
     def _qk(self, slot):
-        s, mma, rd = self.spec, self.mma, self.reader
+        """S = Q K^T for the K tile in `slot`: k16 steps fully unrolled, or (qk_unroll > 0)
+        a loop of qk_unroll steps per trip (Note [Rolled QK^T])."""
+        s = self.spec
         zero = self.e.cf(0.0)
         acc = [[[zero] * 4 for _ in range(s.block_n // 8)] for _ in range(s.m_atoms)]
-        k_bases = rd.at_slot(self.k_bases, slot)
-        for kk in range(s.head_dim_qk // 16):
-            q = [rd.a_operand(self.q_tile, self.q_bases, mi, kk) for mi in range(s.m_atoms)]
+        k_base = self.reader.at_slot(self.k_base, slot)
+        steps = s.head_dim_qk // 16
+        if not s.qk_unroll or s.qk_unroll >= steps:
+            return self._qk_steps(acc, self.q_base, k_base, range(steps))
+        flat = [x for mi in acc for atom in mi for x in atom]
+        loop = scf.ForOp(self.e.c32(0), self.e.c32(steps // s.qk_unroll), self.e.c32(1), flat)
+        loop.operation.attributes["llvm.loop_annotation"] = ir.Attribute.parse(
+            "#llvm.loop_annotation<unroll = #llvm.loop_unroll<disable = true>>")
+        with ir.InsertionPoint(loop.body):
+            group = loop.induction_variable
+            q_base = self.reader.k_group_base(self.q_tile, self.q_base, group, s.qk_unroll)
+            k_group = self.reader.k_group_base(self.k_tile, k_base, group, s.qk_unroll)
+            acc = self._qk_steps(self._unflatten(list(loop.inner_iter_args), s.block_n // 8),
+                                 q_base, k_group, range(s.qk_unroll))
+            scf.yield_([x for mi in acc for atom in mi for x in atom])
+        return self._unflatten(list(loop.results), s.block_n // 8)
+
+    def _qk_steps(self, acc, q_base, k_base, steps):
+        s, mma, rd = self.spec, self.mma, self.reader
+        for kk in steps:
+            q = [rd.a_operand(self.q_tile, q_base, mi, kk) for mi in range(s.m_atoms)]
             for n_pair in range(s.block_n // 16):
-                k = rd.b_operand(self.k_tile, k_bases, n_pair, kk)
+                k = rd.b_operand(self.k_tile, k_base, n_pair, kk)
                 for mi in range(s.m_atoms):
                     acc[mi][2 * n_pair] = mma(q[mi], k[0:2], acc[mi][2 * n_pair])
                     acc[mi][2 * n_pair + 1] = mma(q[mi], k[2:4], acc[mi][2 * n_pair + 1])
@@ -246,72 +283,21 @@ class _Sm80Forward:
 
     def _pv(self, p, acc_o, slot):
         s, mma, rd = self.spec, self.mma, self.reader
-        v_bases = rd.at_slot(self.v_bases, slot)
+        v_base = rd.at_slot(self.v_base, slot)
         for kk in range(s.block_n // 16):
             for d_pair in range(s.head_dim_v // 16):
-                v = rd.b_operand_trans(self.v_tile, v_bases, d_pair, kk)
+                v = rd.b_operand_trans(self.v_tile, v_base, d_pair, kk)
                 for mi in range(s.m_atoms):
                     acc_o[mi][2 * d_pair] = mma(p[mi][kk], v[0:2], acc_o[mi][2 * d_pair])
                     acc_o[mi][2 * d_pair + 1] = mma(p[mi][kk], v[2:4], acc_o[mi][2 * d_pair + 1])
         return acc_o
-
-    # ------------------------------------------------------------ score mods and masks
-    def _rows(self, acc):
-        """Accumulators by row: rows[2*mi + half][2*nj + e] = acc[mi][nj][2*half + e]."""
-        return [[atom[2 * half + x] for atom in acc[mi] for x in (0, 1)]
-                for mi in range(len(acc)) for half in (0, 1)]
-
-    def _element_indices(self, r: int, c: int, n_block):
-        e, s = self.e, self.spec
-        mi, half = divmod(r, 2)
-        nj, x = divmod(c, 2)
-        i = e.add(self.row0, 16 * mi + 8 * half)
-        j = e.add(e.add(e.mul(n_block, s.block_n), self.col0), 8 * nj + x)
-        return i, j
-
-    def _score_mod(self, rows, n_block):
-        if not self.spec.score_mod:
-            return rows
-        e = self.e
-        out = []
-        for r, row in enumerate(rows):
-            out.append([self.spec.score_mod(e, e.fmul(x, self.spec.scale), self.b, self.h,
-                                            *self._element_indices(r, c, n_block))
-                        for c, x in enumerate(row)])
-        return out
-
-    def _mask(self, rows, n_block):
-        e = self.e
-        out = []
-        for r, row in enumerate(rows):
-            masked = []
-            for c, x in enumerate(row):
-                i, j = self._element_indices(r, c, n_block)
-                keep = e.lt(j, e.dim("N"))
-                if self.keep_fn:
-                    keep = e.land(keep, self.keep_fn(e, self.b, self.h, i, j))
-                masked.append(e.select(keep, x, e.neg_inf()))
-            out.append(masked)
-        return out
-
-    def _mask_if(self, rows, n_block, partial):
-        flat = [x for row in rows for x in row]
-        branch = scf.IfOp(partial, [x.type for x in flat], has_else=True)
-        with ir.InsertionPoint(branch.then_block):
-            scf.yield_([x for row in self._mask(rows, n_block) for x in row])
-        with ir.InsertionPoint(branch.else_block):
-            scf.yield_(flat)
-        width = len(rows[0])
-        res = list(branch.results)
-        return [res[r * width:(r + 1) * width] for r in range(len(rows))]
 
     # ------------------------------------------------------------ one KV step
     def _step(self, t, lo, hi, acc_o, state: SoftmaxState, mode: str):
         """Step t visits n_block = hi-1-t. mode: 'partial' | 'full' | 'maybe' (ask tile_partial)."""
         e, s = self.e, self.spec
         n_block = e.sub(e.sub(hi, 1), t)
-        pending = 2 * s.stages - 2
-        self.cp.wait(pending)
+        self.cp.wait(2 * s.stages - 2)
         self.bar.sync()
         # Full steps only ever load blocks below full_hi <= N / block_n: no row predicates.
         ragged = mode != "full"
@@ -321,19 +307,28 @@ class _Sm80Forward:
         else:
             self._load_kv_if("v", e.sub(n_block, s.stages - 1), self._slot_offset(s.stages - 1, t), lo, ragged)
         slot = self._slot_offset(0, t)
-        rows = self._score_mod(self._rows(self._qk(slot)), n_block)
+        rows = self.masker.modify(rows_of(self._qk(slot)), n_block)
         if mode == "partial":
-            rows = self._mask(rows, n_block)
+            rows = self.masker.mask(rows, n_block)
         elif mode == "maybe":
-            rows = self._mask_if(rows, n_block, s.tile_partial(e, self._ctx(), n_block))
-        self.cp.wait(pending)
-        self.bar.sync()
-        self._load_kv_if("k", e.sub(n_block, s.stages), slot, lo, ragged)
+            rows = self.masker.mask_if(rows, n_block, s.tile_partial(e, self._ctx(), n_block))
+        # Note [Where V is waited for]
+        if s.stages == 1:
+            self._wait_v_and_load_k(n_block, slot, lo, ragged)
         probs, state, alpha = self.softmax.step(rows, state, check_inf=mode != "full")
         p = self._pack_p(probs)
+        if s.stages > 1:
+            self._wait_v_and_load_k(n_block, slot, lo, ragged)
         acc_o = [[[e.fmul(x, alpha[2 * mi + i // 2]) for i, x in enumerate(atom)]
                   for atom in acc_o[mi]] for mi in range(s.m_atoms)]
         return self._pv(p, acc_o, slot), state
+
+    def _wait_v_and_load_k(self, n_block, slot, lo, ragged) -> None:
+        """Wait for V[n]; after the barrier no warp reads K[n]'s slot: refill it."""
+        s = self.spec
+        self.cp.wait(2 * s.stages - 2)
+        self.bar.sync()
+        self._load_kv_if("k", self.e.sub(n_block, s.stages), slot, lo, ragged)
 
     def _ctx(self) -> KvCtx:
         e, s = self.e, self.spec
@@ -353,48 +348,11 @@ class _Sm80Forward:
         res = list(loop.results)
         return self._unflatten(res[:n_o]), SoftmaxState(res[n_o:n_o + 2 * s.m_atoms], res[n_o + 2 * s.m_atoms:])
 
-    def _unflatten(self, flat):
+    def _unflatten(self, flat, atoms: int | None = None):
         s = self.spec
-        atoms = s.head_dim_v // 8
+        atoms = atoms or s.head_dim_v // 8
         return [[flat[(mi * atoms + a) * 4:(mi * atoms + a + 1) * 4] for a in range(atoms)]
                 for mi in range(s.m_atoms)]
-
-    # ------------------------------------------------------------ epilogue
-    def _store(self, acc_o, state: SoftmaxState) -> None:
-        e, s = self.e, self.spec
-        inv, lse = self.softmax.finalize(state)
-        o = self._tensor("o", self.b, self.h)
-        lse_ptr = self._tensor("lse", self.b, self.h) if s.with_lse else None
-        for mi in range(s.m_atoms):
-            for half in (0, 1):
-                r = 2 * mi + half
-                row = e.add(self.row0, 16 * mi + 8 * half)
-                guard = scf.IfOp(e.lt(row, e.dim("M")))
-                with ir.InsertionPoint(guard.then_block):
-                    row_ptr = o.offset(e.add(e.mul(e.to_i64(row), e.arg("stride_o_2")), e.to_i64(self.col0)))
-                    for d in range(s.head_dim_v // 8):
-                        lo_, hi_ = (e.fmul(acc_o[mi][d][2 * half + x], inv[r]) for x in (0, 1))
-                        self._store_pair(row_ptr.offset(e.c64(8 * d)), lo_, hi_)
-                    if lse_ptr is not None:
-                        self._store_lse(lse_ptr, row, lse[r])
-                    scf.yield_([])
-
-    def _store_pair(self, ptr: GlobalPtr, lo, hi) -> None:
-        e = self.e
-        if self.spec.o_dtype == "f32":
-            vt = ir.VectorType.get([2], e.f32)
-            vec = llvm.insertelement(llvm.insertelement(llvm.mlir_undef(vt), lo, e.c32(0)), hi, e.c32(1))
-            llvm.store(vec, ptr.ptr, alignment=8)
-            return
-        packer = self.mma if self.spec.o_dtype == self.spec.dtype else MmaSync(e, self.spec.o_dtype)
-        llvm.store(packer.pack(lo, hi), ptr.ptr, alignment=4)
-
-    def _store_lse(self, lse_ptr: GlobalPtr, row, value) -> None:
-        e = self.e
-        guard = scf.IfOp(e.eq(e.and_(self.lane, 3), 0))
-        with ir.InsertionPoint(guard.then_block):
-            llvm.store(value, lse_ptr.offset(e.to_i64(row)).ptr, alignment=4)
-            scf.yield_([])
 
     # ------------------------------------------------------------ the kernel
     def emit(self) -> None:
@@ -420,4 +378,6 @@ class _Sm80Forward:
         if rng.full_lo is not None:
             acc_o, state = self._loop(t_low, e.sub(rng.hi, rng.lo), rng.lo, rng.hi, acc_o, state, "partial")
         self.cp.wait(0)
-        self._store(acc_o, state)
+        epilogue = Epilogue(e, self.softmax, s.o_dtype, self.row0, self.col0, self.lane)
+        epilogue.store(acc_o, state, self._tensor("o", self.b, self.h), e.arg("stride_o_2"),
+                       self._tensor("lse", self.b, self.h) if s.with_lse else None)

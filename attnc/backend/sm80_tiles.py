@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlir import ir
 from mlir.dialects import llvm
 
 from attnc.backend.nvgpu_builders import CpAsync, Emit, GlobalPtr, LdMatrix, Smem
@@ -103,10 +102,12 @@ class FragmentReader:
     two n8 atoms x k16) and `b_operand_trans` (V as the B of PV through .trans, k16 x two
     n8 atoms) each cover one x4 load; lane l addresses row l % 8 of matrix l / 8.
 
-    A lane's address is base[c0] + a constant, c0 = the (even) first chunk of the 16
-    columns mod chunks_per_row: the row part and the page are constants, and the XOR
-    swizzle only depends on the lane row and c0. `bases` computes those few registers
-    once, outside the KV loop; `at_slot` adds a K/V slot's offset to them.
+    A lane's address is its base (the lane's chunk of the tile's first 16 columns) XOR
+    (c0 << 4) plus a constant, c0 = the (even) first chunk of the 16 columns mod
+    chunks_per_row: phys chunk = (lane_chunk | c0) ^ swz = (lane_chunk ^ swz) ^ c0, and
+    nothing below the chunk bits is added (rows, pages, tiles, slots and the shared
+    base are multiples of 128 bytes, Smem.ALIGN). So one register per operand and slot,
+    and the row/page part as the instruction's immediate.
     """
 
     A, B, B_TRANS = "a", "b", "b_trans"
@@ -121,32 +122,38 @@ class FragmentReader:
             self.B_TRANS: (e.add(e.shl(e.and_(q, 1), 3), l8), e.shr(lane, 4)),  # (k0,n0) (k8,n0) (k0,n8) (k8,n8)
         }
 
-    def bases(self, tile: SwizzledTile, kind: str, row0=None) -> dict[int, object]:
-        """Base registers per c0; `row0`: a runtime row offset, a multiple of 8."""
+    def base(self, tile: SwizzledTile, kind: str, row0=None):
+        """The lane's base address; `row0`: a runtime row offset, a multiple of 8."""
         e = self.e
         lane_row, lane_chunk = self.lanes[kind]
-        swizzle = tile.swizzle(e, lane_row)
         row = lane_row if row0 is None else e.add(lane_row, row0)
-        out = {}
-        for c0 in range(0, tile.chunks_per_row, 2):
-            out[c0] = self.smem.address(tile.chunk_address(e, row, e.or_(lane_chunk, c0), 0, swizzle))
-        return out
+        return self.smem.address(tile.chunk_address(e, row, lane_chunk, 0, tile.swizzle(e, lane_row)))
 
-    def at_slot(self, bases: dict, slot_offset) -> dict:
+    def at_slot(self, base, slot_offset):
         if isinstance(slot_offset, int) and slot_offset == 0:
-            return bases
-        return {c0: self.e.add(b, slot_offset) for c0, b in bases.items()}
+            return base
+        return self.e.add(base, slot_offset)
 
-    def _x4(self, tile: SwizzledTile, bases: dict, row0: int, chunk0: int, trans: bool):
+    def k_group_base(self, tile: SwizzledTile, base, group, steps: int):
+        """The base for k16 steps [steps*group, steps*(group+1)) (group: runtime i32),
+        so that step steps*group + u reads as step u (u < steps, steps | chunks_per_row/2)."""
+        e = self.e
+        chunk0 = e.mul(group, 2 * steps)
+        c0 = e.shl(e.and_(chunk0, tile.chunks_per_row - 1), 4)
+        page = e.shr(chunk0, tile.chunks_per_row.bit_length() - 1)
+        return e.add(e.xor(base, c0), e.mul(page, tile.page_bytes))
+
+    def _x4(self, tile: SwizzledTile, base, row0: int, chunk0: int, trans: bool):
         page, c0 = divmod(chunk0, tile.chunks_per_row)
         offset = tile.offset + page * tile.page_bytes + row0 * tile.row_bytes
-        return self.ldsm.x4(bases[c0], offset, trans=trans)
+        addr = base if c0 == 0 else self.e.xor(base, c0 << 4)
+        return self.ldsm.x4(addr, offset, trans=trans)
 
-    def a_operand(self, tile, bases, m_atom: int, k_step: int):
-        return self._x4(tile, bases, 16 * m_atom, 2 * k_step, False)
+    def a_operand(self, tile, base, m_atom: int, k_step: int):
+        return self._x4(tile, base, 16 * m_atom, 2 * k_step, False)
 
-    def b_operand(self, tile, bases, n_pair: int, k_step: int):
-        return self._x4(tile, bases, 16 * n_pair, 2 * k_step, False)
+    def b_operand(self, tile, base, n_pair: int, k_step: int):
+        return self._x4(tile, base, 16 * n_pair, 2 * k_step, False)
 
-    def b_operand_trans(self, tile, bases, n_pair: int, k_step: int):
-        return self._x4(tile, bases, 16 * k_step, 2 * n_pair, True)
+    def b_operand_trans(self, tile, base, n_pair: int, k_step: int):
+        return self._x4(tile, base, 16 * k_step, 2 * n_pair, True)

@@ -1,0 +1,80 @@
+"""The DSL's insertion point on sm_80: score_mod and the element mask, applied to S while
+it is in registers, between the QK^T MMAs and the online softmax (design.md section 4).
+
+Scores are handled by accumulator row: rows[r][c] with r = 2*mi + half (MMA row tile mi,
+rows g and g+8) and c = 2*nj + x (n8 atom nj, columns 2t and 2t+1). `ElementCoords`
+gives each one's global (i, j).
+"""
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import scf
+
+from attnc.backend.kernel_spec import KeepFn, ScoreModFn
+from attnc.backend.nvgpu_builders import Emit
+
+
+def rows_of(acc) -> list[list]:
+    """acc[mi][nj][2*half + x] -> rows[2*mi + half][2*nj + x]."""
+    return [[atom[2 * half + x] for atom in acc[mi] for x in (0, 1)]
+            for mi in range(len(acc)) for half in (0, 1)]
+
+
+class ElementCoords:
+    """Global query/key indices of the accumulator elements a lane holds: row g (+8,
+    +16 per row tile), columns 2t, 2t+1 (+8 per atom) of its warp's slice."""
+
+    def __init__(self, e: Emit, first_row, first_col, block_n: int):
+        self.e = e
+        self.first_row, self.first_col = first_row, first_col
+        self.block_n = block_n
+
+    def __call__(self, r: int, c: int, n_block):
+        e = self.e
+        mi, half = divmod(r, 2)
+        nj, x = divmod(c, 2)
+        i = e.add(self.first_row, 16 * mi + 8 * half)
+        j = e.add(e.add(e.mul(n_block, self.block_n), self.first_col), 8 * nj + x)
+        return i, j
+
+
+class ScoreMasker:
+    """Applies `score_mod` (every tile) and keep-or--inf (partial tiles) to score rows."""
+
+    def __init__(self, e: Emit, coords: ElementCoords, b, h, scale: float,
+                 score_mod: ScoreModFn | None, keep: KeepFn | None):
+        self.e, self.coords = e, coords
+        self.b, self.h = b, h
+        self.scale = scale
+        self.score_mod, self.keep = score_mod, keep
+
+    def modify(self, rows, n_block):
+        """score_mod(scale * s, b, h, i, j) on every element (no-op without a score_mod)."""
+        if not self.score_mod:
+            return rows
+        e = self.e
+        return [[self.score_mod(e, e.fmul(x, self.scale), self.b, self.h, *self.coords(r, c, n_block))
+                 for c, x in enumerate(row)] for r, row in enumerate(rows)]
+
+    def mask(self, rows, n_block):
+        """-inf where j >= N or keep(b, h, i, j) is false."""
+        return [[self._masked(x, r, c, n_block) for c, x in enumerate(row)] for r, row in enumerate(rows)]
+
+    def _masked(self, x, r, c, n_block):
+        e = self.e
+        i, j = self.coords(r, c, n_block)
+        keep = e.lt(j, e.dim("N"))
+        if self.keep:
+            keep = e.land(keep, self.keep(e, self.b, self.h, i, j))
+        return e.select(keep, x, e.neg_inf())
+
+    def mask_if(self, rows, n_block, partial):
+        """`mask` when the runtime i1 `partial` holds, the rows unchanged otherwise."""
+        flat = [x for row in rows for x in row]
+        branch = scf.IfOp(partial, [x.type for x in flat], has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            scf.yield_([x for row in self.mask(rows, n_block) for x in row])
+        with ir.InsertionPoint(branch.else_block):
+            scf.yield_(flat)
+        width, res = len(rows[0]), list(branch.results)
+        return [res[r * width:(r + 1) * width] for r in range(len(rows))]

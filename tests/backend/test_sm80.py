@@ -1,0 +1,148 @@
+"""The sm_80 forward kernel without a GPU: it builds, verifies, lowers to PTX, assembles
+for sm_80 with nvJitLink with zero spills for every head dim and dtype, and holds the
+instructions the FA2 recipe calls for. (Numerics run on a GPU: tests/gpu.)"""
+from __future__ import annotations
+
+import functools
+import re
+
+import pytest
+from mlir import ir
+from mlir.dialects import math as mmath
+
+from attnc.backend import cubin, ptx
+from attnc.backend.kernel_spec import (HEAD_DIMS, KvRange, Sm80KernelSpec, SpecError,
+                                       default_sm80_spec)
+from attnc.backend.sm80 import build_sm80_module, kernel_abi
+
+
+@functools.lru_cache(maxsize=None)
+def compiled(spec: Sm80KernelSpec) -> tuple[str, cubin.ResourceUsage]:
+    with ir.Context():
+        module, _ = build_sm80_module(spec)
+        text = ptx.to_ptx(module, "sm_80")
+    return text, cubin.resource_usage(text, "sm_80")[spec.symbol]
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_default_specs_assemble_without_spills(dtype, head_dim):
+    spec = default_sm80_spec(dtype, head_dim, mask="causal" if head_dim == 96 else "none",
+                             with_lse=head_dim == 128)
+    _, usage = compiled(spec)
+    assert not usage.spills, f"{spec}: {usage}"
+    assert usage.stack_frame == 0
+    assert usage.registers <= 255
+
+
+def test_different_qk_and_v_head_dims_with_f32_output():
+    spec = default_sm80_spec("bf16", 64, 128, out_dtype="f32", with_lse=True, mask="causal_bottom_right")
+    _, usage = compiled(spec)
+    assert not usage.spills, usage
+
+
+def test_instruction_mix():
+    text, _ = compiled(default_sm80_spec("f16", 128, mask="causal", with_lse=True))
+    for needle in ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+                   "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
+                   "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
+                   "cp.async.cg.shared.global", "cp.async.commit_group", "cp.async.wait_group",
+                   "ex2.approx.ftz.f32", "lg2.approx.ftz.f32", "shfl.sync.bfly.b32",
+                   "cvt.rn.f16x2.f32", "bar.sync"):
+        assert needle in text, needle
+    assert "__nv_" not in text                       # no libdevice
+    assert ".local" not in text                      # no stack arrays in the PTX
+    # The quad reductions are xor 1 and xor 2 only.
+    offsets = set(re.findall(r"shfl\.sync\.bfly\.b32\s+%r\d+, %r\d+, (\d+),", text))
+    assert offsets == {"1", "2"}
+
+
+def test_bf16_uses_bf16_mma():
+    text, _ = compiled(default_sm80_spec("bf16", 64))
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in text
+    assert "cvt.rn.bf16x2.f32" in text
+
+
+def test_abi_order_grid_and_smem():
+    spec = default_sm80_spec("f16", 128, with_lse=True)
+    abi = kernel_abi(spec)
+    kinds = [(p["kind"], p.get("tensor") or p.get("name")) for p in abi.params]
+    assert kinds[:5] == [("ptr", "q"), ("ptr", "k"), ("ptr", "v"), ("ptr", "o"), ("ptr", "lse")]
+    assert kinds[5:9] == [("dim", "M"), ("dim", "N"), ("dim", "H"), ("dim", "HKV")]
+    strides = [(p["tensor"], p["axis"]) for p in abi.params if p["kind"] == "stride"]
+    assert strides == [(t, a) for t in "qkvo" for a in range(3)] + [("lse", 0), ("lse", 1)]
+    assert all(p["type"] == "i64" for p in abi.params if p["kind"] == "stride")
+    assert abi.grid == ((["cdiv", "M", spec.block_m],), ("H",), ("B",))
+    assert abi.block == (spec.threads, 1, 1)
+    assert abi.dynamic_smem_bytes == spec.smem_bytes == 128 * 128 * 2 + 2 * 2 * 64 * 128 * 2
+    kernel = abi.manifest_kernel()
+    assert kernel["symbol"] == spec.symbol and kernel["grid"][0] == [["cdiv", "M", 128]]
+
+
+def test_kernel_signature_matches_abi():
+    spec = default_sm80_spec("f16", 64)
+    with ir.Context():
+        module, abi = build_sm80_module(spec)
+        text = str(module)
+    assert f"gpu.func @{spec.symbol}(" in text and "kernel" in text
+    header = text[text.index(f"@{spec.symbol}("):].split(")")[0]
+    assert header.count("!llvm.ptr<1>") == 4
+    assert header.count(": i64") == 12 and header.count(": i32") == 4
+
+
+def test_hooks_score_mod_window_and_tile_partial_compile():
+    """Note [Mask hooks]: a sliding window with a softcap, its partial blocks at both ends
+    of the range, and the same asked per block through tile_partial."""
+    window = 100
+
+    def kv_range(e, c):
+        r0 = e.mul(c.m_block, c.block_m)
+        hi = e.clamp(e.cdiv(e.min(e.add(r0, c.block_m), c.M), c.block_n), 0, e.cdiv(c.N, c.block_n))
+        lo = e.div(e.max(e.sub(r0, window - 1), 0), c.block_n)
+        full_lo = e.cdiv(e.max(e.add(r0, c.block_m - window), 0), c.block_n)
+        return KvRange(lo, full_lo, e.div(e.add(r0, 1), c.block_n), hi)
+
+    def keep(e, b, h, i, j):
+        return e.land(e.le(j, i), e.lt(e.sub(i, j), window))
+
+    def softcap(e, s, b, h, i, j):
+        return e.fmul(mmath.tanh(e.fmul(s, 1 / 30.0)), 30.0)
+
+    def whole_range(e, c):
+        r = kv_range(e, c)
+        return KvRange(r.lo, r.lo, r.hi, r.hi)
+
+    def tile_partial(e, c, n_block):
+        r = kv_range(e, c)
+        return e.or_(e.ge(n_block, r.full_hi), e.lt(n_block, r.full_lo))
+
+    peeled = Sm80KernelSpec("f16", 64, 64, block_m=64, block_n=32, kv_range=kv_range, keep=keep,
+                            score_mod=softcap, with_lse=True)
+    asked = Sm80KernelSpec("f16", 64, 64, block_m=64, block_n=32, kv_range=whole_range, keep=keep,
+                           score_mod=softcap, tile_partial=tile_partial)
+    for spec in (peeled, asked):
+        text, usage = compiled(spec)
+        assert "tanh.approx.f32" in text and not usage.spills
+
+
+@pytest.mark.parametrize("change,knob", [
+    (dict(head_dim_qk=80), "head_dim_qk"),
+    (dict(block_m=96), "block_m"),
+    (dict(block_n=40), "block_n"),
+    (dict(block_m=256, block_n=128), "lower block_n or block_m"),
+    (dict(stages=4), "stages"),
+    (dict(mask="sliding"), "mask"),
+    (dict(dtype="f32"), "dtype"),
+    (dict(head_dim_qk=256, head_dim_v=256, block_m=128, block_n=128, num_warps=8), "shared memory"),
+])
+def test_spec_check_names_the_knob(change, knob):
+    base = dict(dtype="f16", head_dim_qk=128, head_dim_v=128, block_m=128, block_n=64)
+    with pytest.raises(SpecError, match=re.escape(knob)):
+        Sm80KernelSpec(**{**base, **change}).check()
+
+
+def test_cache_key_covers_every_field():
+    a = default_sm80_spec("f16", 128)
+    assert a.cache_key() != default_sm80_spec("f16", 128, with_lse=True).cache_key()
+    assert a.cache_key() != default_sm80_spec("f16", 128, stages=1).cache_key()
+    assert a.cache_key() == default_sm80_spec("f16", 128).cache_key()
