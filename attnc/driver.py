@@ -149,9 +149,28 @@ def lower_variant(variant: Variant):
 
 
 def compile_kernel(source, arch: str = "sm_80", **options):
-    """`attnc.compile(...)`: a launchable kernel. Needs the GPU backend (attnc/backend)."""
-    raise AttncError("attnc.compile needs the kernel backend (attnc/backend), which is not "
-                     "built yet; `attnc compile --emit mlir` shows the IR so far")
+    """`attnc.compile(source, arch=...)`: compile (or fetch from the kernel cache) a bundle
+    and return the runtime's launchable `Kernel` for it -- the same code path and bundle
+    format as `attnc compile -o DIR` followed by `attnc_runtime.load(DIR)`.
+
+    `options` are CompileOptions fields (pass_pipeline, load_passes, ...)."""
+    import attnc_runtime
+    from attnc.backend.cache import KernelCache, cache_key
+    from attnc.backend.sm80_lower import build
+
+    text = source.decode("utf-8") if isinstance(source, bytes) else str(source)
+    opts = CompileOptions(arch=arch, **options)
+    if opts.arch != "sm_80":
+        raise AttncError(f"attnc.compile builds kernels for sm_80 so far, not {opts.arch}")
+    key = cache_key(text, {"arch": opts.arch, "pass_pipeline": opts.pass_pipeline,
+                           "load_passes": list(opts.load_passes)}, opts.arch)
+
+    def build_bundle():
+        art = build(compile_mlir(text, "<attnc.compile>", opts))
+        return art.manifest, art.files
+
+    bundle = KernelCache().get_or_build(key, build_bundle)
+    return attnc_runtime.Kernel(bundle)
 
 
 # --- the pipeline -----------------------------------------------------------------------

@@ -1,0 +1,31 @@
+"""`attnc.compile(source, arch=...)`: the in-process path builds the same bundle the CLI
+writes, through the kernel cache, and returns the runtime's Kernel (launching needs a
+GPU; the argument checks do not)."""
+from pathlib import Path
+
+import pytest
+
+import attnc
+from attnc.errors import AttncError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_compile_returns_a_runtime_kernel_from_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path))
+    src = (ROOT / "examples/mqa.attn").read_text()
+    kernel = attnc.compile(src, arch="sm_80")
+    assert kernel.manifest.target == "sm_80"
+    assert [t.name for t in kernel.manifest.inputs] == ["q", "k", "v"]
+    assert len(list(tmp_path.rglob("manifest.json"))) == 1
+    again = attnc.compile(src, arch="sm_80")          # a cache hit: nothing new written
+    assert again.manifest == kernel.manifest
+    assert len(list(tmp_path.rglob("manifest.json"))) == 1
+
+
+def test_compile_refuses_what_sm80_cannot_build_yet(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path))
+    with pytest.raises(AttncError, match="score_mod is not compiled by the sm_80 backend yet"):
+        attnc.compile((ROOT / "examples/softcap.attn").read_text(), arch="sm_80")
+    with pytest.raises(AttncError, match="for sm_80 so far, not sm_100a"):
+        attnc.compile((ROOT / "examples/mha.attn").read_text(), arch="sm_100a")
