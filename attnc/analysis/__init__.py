@@ -5,7 +5,8 @@
     region.py        a hook region as plain data (`Program`)
     intervals.py     the abstract interpreter (boxes, conditional narrowing)
     narrowing.py     its backward half: boxes shrunk by assumed comparisons
-    tile_classes.py  mask_mod per tile (skip / mixed / full) and per query block (KV ranges)
+    solve.py         a condition solved for one symbol (an interval where it surely holds)
+    tile_classes.py  mask_mod per tile (skip / mixed / full) and per query block (KV plan)
     to_arith.py      symbolic expressions emitted as an `arith` function
     interp.py        a concrete interpreter of such functions (for tests)
 
@@ -16,6 +17,7 @@ reads and writes the IR.
 from __future__ import annotations
 
 from attnc.analysis.region import Program, read_region
-from attnc.analysis.tile_classes import FULL, MIXED, SKIP, MaskSummary, summarize_mask
+from attnc.analysis.tile_classes import FULL, MIXED, SKIP, KvPlan, MaskSummary, summarize_mask
 
-__all__ = ["FULL", "MIXED", "SKIP", "MaskSummary", "Program", "read_region", "summarize_mask"]
+__all__ = ["FULL", "MIXED", "SKIP", "KvPlan", "MaskSummary", "Program", "read_region",
+           "summarize_mask"]

@@ -4,14 +4,19 @@
   (i, j) be kept (`may_keep`) and may some be dropped (`may_drop`)? The tile is
   SKIP when nothing may be kept, FULL when nothing may be dropped (no per-element mask),
   MIXED otherwise. The tile is non-empty by the caller's contract.
-* `kv_segments`: for query block `m_block`, the key blocks that may hold a kept key, as
-  sorted, disjoint half-open ranges [start, end) of n_block, one per top-level disjunct
-  of the mask (`j < P or j <= i` keeps a prefix and a causal band; their union may have
-  a hole, as for global tokens plus a window). Blocks outside every segment are SKIP.
+* `kv_plan`: for query block `m_block`,
+  - `segments`: the key blocks that may hold a kept key, as sorted, disjoint half-open
+    ranges [start, end) of n_block, one per top-level disjunct of the mask (`j < P or
+    j <= i` keeps a prefix and a causal band; their union may have a hole, as for
+    global tokens plus a window). Blocks outside every segment are SKIP.
+  - `full`: one range [start, end) of key blocks that are FULL for this query block
+    (every row keeps every key): the keys no row can drop, solved from the analysis'
+    "may drop key j" formula (`solve.py`), rounded inwards to whole blocks. It lies
+    inside the segments; where FULL blocks form several runs, it is one of them.
 
-Both answers are symbolic (`symbolic.Expr`) in the names of `TILE_ARGS` / `KV_ARGS`
-and the dims, computed by the interval interpreter (`intervals.py`), and are what the
-pass emits as functions.
+All answers are symbolic (`symbolic.Expr`) in the names of `TILE_ARGS` / `KV_ARGS` and
+the dims, computed by the interval interpreter (`intervals.py`), and are what the pass
+emits as functions.
 """
 from __future__ import annotations
 
@@ -21,11 +26,13 @@ from typing import Mapping
 from attnc.analysis.domain import Interval, point
 from attnc.analysis.intervals import Box, Interpreter, opaque_nodes
 from attnc.analysis.region import Program
-from attnc.analysis.symbolic import Builder, Expr, as_const
+from attnc.analysis.solve import inner_interval
+from attnc.analysis.symbolic import Builder, Expr, as_const, symbols
 
 SKIP, MIXED, FULL = 0, 1, 2
 TILE_ARGS = ("m_lo", "m_hi", "n_lo", "n_hi", "b", "h")
 KV_ARGS = ("m_block", "b", "h")
+KEY = "key"            # the key j while solving for the full range (never emitted)
 MAX_SEGMENTS = 4       # more top-level disjuncts are covered by one hull
 
 
@@ -40,12 +47,21 @@ class TileClasses:
                         S.const(SKIP))
 
 
+Range = tuple[Expr, Expr]                       # [start, end) of n_block
+
+
+@dataclass(frozen=True)
+class KvPlan:
+    segments: tuple[Range, ...]
+    full: Range
+
+
 @dataclass(frozen=True)
 class MaskSummary:
     kind: str                                   # 'none', 'static' or 'runtime'
     builder: Builder
     classes: TileClasses | None = None
-    segments: tuple[tuple[Expr, Expr], ...] = ()
+    plan: KvPlan | None = None
     opaque: tuple = ()                          # the nodes that make it 'runtime'
 
 
@@ -65,7 +81,7 @@ def summarize_mask(program: Program | None, dims: Mapping[str, Expr] | None = No
     opaque = tuple(opaque_nodes(program))
     return MaskSummary("runtime" if opaque else "static", S,
                        tile_classes(program, S, dims, seq_q, seq_k),
-                       kv_segments(program, S, dims, block_m, block_n, seq_q, seq_k), opaque)
+                       kv_plan(program, S, dims, block_m, block_n, seq_q, seq_k), opaque)
 
 
 def tile_classes(program: Program, S: Builder, dims: Mapping[str, Expr], seq_q: Expr,
@@ -82,8 +98,8 @@ def tile_classes(program: Program, S: Builder, dims: Mapping[str, Expr], seq_q: 
     return TileClasses(t.may_true, t.may_false)
 
 
-def kv_segments(program: Program, S: Builder, dims: Mapping[str, Expr], block_m: int,
-                block_n: int, seq_q: Expr, seq_k: Expr) -> tuple[tuple[Expr, Expr], ...]:
+def kv_plan(program: Program, S: Builder, dims: Mapping[str, Expr], block_m: int,
+            block_n: int, seq_q: Expr, seq_k: Expr) -> KvPlan:
     m_block, b, h = (S.sym(n) for n in KV_ARGS)
     zero, one = S.const(0), S.const(1)
     m_lo = S.scale(m_block, block_m)
@@ -92,24 +108,55 @@ def kv_segments(program: Program, S: Builder, dims: Mapping[str, Expr], block_m:
     S.axiom(one, seq_k)
     S.axiom(one, seq_q)
     rows = Interval(m_lo, S.sub(S.min(S.add(m_lo, S.const(block_m)), seq_q), one))
-    box = Box((point(b), point(h), rows, Interval(S.const(0), S.sub(seq_k, one))), S.true)
+    keys = Interval(zero, S.sub(seq_k, one))
+    return KvPlan(_segments(program, S, dims, point(b), point(h), rows, keys, block_n),
+                  _full_range(program, S, dims, point(b), point(h), rows, keys, block_n))
+
+
+def _segments(program, S: Builder, dims, b, h, rows: Interval, keys: Interval,
+              block_n: int) -> tuple[Range, ...]:
+    box = Box((b, h, rows, keys), S.true)
     interp = Interpreter(program, S, box, dims)
     disjuncts = interp.disjuncts(program.result)
     if len(disjuncts) > MAX_SEGMENTS:
         disjuncts = [(program.result, True)]
-    bn = S.const(block_n)
-    full_end = S.floordiv(S.sub(S.add(seq_k, bn), one), bn)
+    bn, one = S.const(block_n), S.const(1)
+    all_blocks = S.floordiv(S.add(keys.hi, bn), bn)
     ranges = []
     for lit in disjuncts:
         narrowed = interp.assume(box, interp.literals(*lit))
-        keys = narrowed.vars[3]
-        start = S.floordiv(keys.lo, bn)
+        kept = narrowed.vars[3]
+        start = S.floordiv(kept.lo, bn)
         end = S.select(interp.literal_truth(lit, narrowed),
-                       S.add(S.floordiv(keys.hi, bn), one), start)
-        if as_const(start) == 0 and end is full_end:
+                       S.add(S.floordiv(kept.hi, bn), one), start)
+        if as_const(start) == 0 and end is all_blocks:
             return ((start, end),)
         ranges.append((start, end))
     return _disjoint(S, _merge_equal_starts(S, ranges))
+
+
+def _full_range(program, S: Builder, dims, b, h, rows: Interval, keys: Interval,
+                block_n: int) -> Range:
+    """The blocks of keys that no row of `rows` drops (see the module docstring)."""
+    j = S.sym(KEY)
+    S.axiom(keys.lo, j)
+    S.axiom(j, keys.hi)
+    box = Box((b, h, rows, point(j)), S.true)
+    may_drop = Interpreter(program, S, box, dims).truth(program.result, box).may_false
+    bn, one = S.const(block_n), S.const(1)
+
+    def blocks(kept: Interval) -> Range:
+        """The whole blocks inside the keys [lo, hi] (the last block ends at the last key)."""
+        start = S.ceildiv(kept.lo, block_n)
+        end = S.select(S.le(keys.hi, kept.hi), S.floordiv(S.add(keys.hi, bn), bn),
+                       S.floordiv(S.add(kept.hi, one), bn))
+        return start, S.max(start, end)
+    kept = inner_interval(S, S.not_(may_drop), j, keys,
+                          size=lambda a: S.sub(blocks(a)[1], blocks(a)[0]))
+    start, end = blocks(kept)
+    if KEY in symbols(start) | symbols(end) or start is end:
+        return S.const(0), S.const(0)
+    return start, end
 
 
 def _merge_equal_starts(S: Builder, ranges):

@@ -22,11 +22,14 @@ non-empty tile of rows [m_lo, m_hi) and keys [n_lo, n_hi) (0 <= m_lo < m_hi <= M
 0 <= n_lo < n_hi <= N), 0 = SKIP (nothing kept), 1 = MIXED (apply the mask per
 element), 2 = FULL (everything kept: no per-element mask).
 
-`kv_range_fn = @<f>_kv_range(m_block, b, h, <dims>) -> (start_0, end_0, ...)`, with
-`kv_segments = K` pairs: for the non-empty query block `m_block` (rows
-[m_block * block_m, min((m_block + 1) * block_m, M))), K sorted, disjoint, half-open
-ranges of `n_block`, possibly empty, outside of which every key block is SKIP. One
-range per top-level disjunct of the mask (prefix-LM: the prefix and the causal band).
+`kv_range_fn = @<f>_kv_range(m_block, b, h, <dims>) -> (start_0, end_0, ...,
+start_K-1, end_K-1, full_start, full_end)`, with `kv_segments = K`: for the non-empty
+query block `m_block` (rows [m_block * block_m, min((m_block + 1) * block_m, M))),
+K sorted, disjoint, half-open ranges of `n_block`, possibly empty, outside of which every
+key block is SKIP (one per top-level disjunct of the mask: prefix-LM keeps the prefix
+and the causal band), then one range of key blocks that are all FULL for this query
+block (inside the segments; the kernel can run it without the per-element mask, as
+FlashAttention peels the masked blocks at the diagonal and the window edge).
 
     before:
       %o = "attn.attention"(%q, %k, %v) ({score_mod}, {
@@ -44,8 +47,9 @@ range per top-level disjunct of the mask (prefix-LM: the prefix and the causal b
         ... select(%may_keep, select(%may_drop, 1, 2), 0) ...
       }
       func.func private @causal_kv_range(%m_block: i32, %b: i32, %h: i32, %B: i32,
-          %H: i32, %M: i32, %N: i32) -> (i32, i32) {
-        ... (0, min(m_block, (N + 127) // 128 - 1, (M + 127) // 128 - 1) + 1) ...
+          %H: i32, %M: i32, %N: i32) -> (i32, i32, i32, i32) {
+        ... (0, min(m_block, (N + 127) // 128 - 1) + 1,       visit [0, diagonal]
+             0, min(m_block, (N + 127) // 128)) ...         full below the diagonal
       }
 
 The analysis is `attnc.analysis` (a pure function of the region, see Note [Conditional
@@ -115,13 +119,15 @@ def _record(op, summary: MaskSummary) -> None:
                              loc=op.location, ip=ir.InsertionPoint.after(kernel),
                              names={classes.may_keep: "may_keep", classes.may_drop: "may_drop",
                                     tile_class: "tile_class"})
-        ends = [x for segment in summary.segments for x in segment]
-        names = {x: f"{('start', 'end')[k % 2]}_{k // 2}" for k, x in enumerate(ends)}
-        kv = emit_function(_fresh(table, f"{base}_kv_range"), KV_ARGS + dims, ends,
+        plan = summary.plan
+        results = [x for segment in plan.segments for x in segment] + list(plan.full)
+        names = {x: f"{('start', 'end')[k % 2]}_{k // 2}" for k, x in enumerate(results)}
+        names.update({plan.full[0]: "full_start", plan.full[1]: "full_end"})
+        kv = emit_function(_fresh(table, f"{base}_kv_range"), KV_ARGS + dims, results,
                            loc=op.location, ip=ir.InsertionPoint.after(tile), names=names)
         for key, fn in (("tile_class_fn", tile), ("kv_range_fn", kv)):
             op.attributes[key] = ir.FlatSymbolRefAttr.get(ir.StringAttr(fn.attributes["sym_name"]).value)
-    set_int(op, "kv_segments", len(summary.segments))
+    set_int(op, "kv_segments", len(summary.plan.segments))
 
 
 def _dims(op) -> tuple[str, ...]:

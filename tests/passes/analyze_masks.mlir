@@ -6,7 +6,7 @@
 
 // Causal, 128 x 128 tiles. A tile may keep something when n_lo < m_hi and may drop
 // something when m_lo + 1 < n_hi; query block m visits key blocks
-// [0, min(m, last key block) + 1) (block_m = block_n, so the last query block is m's bound).
+// [0, min(m, last key block) + 1) and runs [0, min(m, N // 128)) without the mask.
 // CHECK-LABEL: func.func @causal(
 // CHECK:         kv_range_fn = @causal_kv_range, kv_segments = 1 : i64, mask_kind = "static"
 // CHECK-SAME:    tile_class_fn = @causal_tile_class
@@ -37,7 +37,9 @@
 // CHECK:         %[[LAST:[0-9a-z_]+]] = arith.minsi %[[MB]], %{{.+}} : i64
 // CHECK:         %[[END:[0-9a-z_]+]] = arith.addi %[[LAST]], %c1_i64 : i64 loc("end_0"
 // CHECK:         %[[END32:[0-9a-z_]+]] = arith.trunci %[[END]] : i64 to i32
-// CHECK:         return %[[START]], %[[END32]] : i32, i32
+// CHECK:         %[[FULL:[0-9a-z_]+]] = arith.maxsi %c0_i64, %{{.+}} : i64 loc("full_end"
+// CHECK:         %[[FULL32:[0-9a-z_]+]] = arith.trunci %[[FULL]] : i64 to i32
+// CHECK:         return %[[START]], %[[END32]], %[[START]], %[[FULL32]] : i32, i32, i32, i32
 func.func @causal(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v: tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> {
   %o = "attn.attention"(%q, %k, %v) ({
   ^bb0(%s: f32, %b: i32, %h: i32, %i: i32, %j: i32):
@@ -57,7 +59,8 @@ func.func @causal(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v: te
 // Sliding window of 1024 (examples/sliding_window.attn): a tile keeps something when
 // m_lo <= n_hi + 1022 (its nearest pair is within the window) and n_lo < m_hi; it drops
 // something when m_lo + 1 < n_hi (above the diagonal) or n_lo + 1024 < m_hi (out of
-// the window). The KV range starts 8 blocks back: max(0, m_block - 8).
+// the window). The KV range starts 8 blocks back: max(0, m_block - 8); the blocks
+// no row drops start 7 back (the last query block, clipped by M, has fewer rows).
 // CHECK-LABEL: func.func @sliding_window(
 // CHECK:         kv_range_fn = @sliding_window_kv_range, kv_segments = 1 : i64, mask_kind = "static"
 // CHECK-LABEL: func.func private @sliding_window_tile_class(
@@ -84,6 +87,8 @@ func.func @causal(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v: te
 // CHECK:         %[[BACK:[0-9a-z_]+]] = arith.subi %[[MB]], %c8_i64 : i64
 // CHECK:         %[[START:[0-9a-z_]+]] = arith.maxsi %c0_i64, %[[BACK]] : i64 loc("start_0"
 // CHECK:         arith.select %{{.+}}, %{{.+}}, %[[START]] : i64 loc("end_0"
+// CHECK:         arith.maxsi %c0_i64, %{{.+}} : i64 loc("full_start"
+// CHECK:         arith.maxsi %{{.+}}, %{{.+}} : i64 loc("full_end"
 func.func @sliding_window(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v: tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> {
   %o = "attn.attention"(%q, %k, %v) ({
   ^bb0(%s: f32, %b: i32, %h: i32, %i: i32, %j: i32):
@@ -134,7 +139,9 @@ func.func @sliding_window(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>
 // CHECK:         %[[START:[0-9a-z_]+]] = arith.constant 0 : i32
 // CHECK:         %[[END:[0-9a-z_]+]] = arith.maxsi %{{.+}}, %{{.+}} : i64 loc("end_0"
 // CHECK:         %[[END32:[0-9a-z_]+]] = arith.trunci %[[END]] : i64 to i32
-// CHECK:         return %[[START]], %[[END32]] : i32, i32
+// CHECK:         %[[FULL:[0-9a-z_]+]] = arith.maxsi %c0_i64, %{{.+}} : i64 loc("full_end"
+// CHECK:         %[[FULL32:[0-9a-z_]+]] = arith.trunci %[[FULL]] : i64 to i32
+// CHECK:         return %[[START]], %[[END32]], %[[START]], %[[FULL32]] : i32, i32, i32, i32
 func.func @prefix_lm(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v: tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> {
   %o = "attn.attention"(%q, %k, %v) ({
   ^bb0(%s: f32, %b: i32, %h: i32, %i: i32, %j: i32):
@@ -156,7 +163,8 @@ func.func @prefix_lm(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v:
 
 // Documents (examples/docs_sink.attn): the mask reads the param `doc`, so it is
 // "runtime"; the integer part still skips the tiles above the diagonal (n_lo >= m_hi),
-// and no tile is FULL (whether documents match is known only on the GPU).
+// and no tile is FULL (whether documents match is known only on the GPU): the full
+// range is empty, (0, 0).
 // CHECK-LABEL: func.func @docs_sink(
 // CHECK:         kv_range_fn = @docs_sink_kv_range, kv_segments = 1 : i64, mask_kind = "runtime"
 // CHECK-SAME:    tile_class_fn = @docs_sink_tile_class
@@ -165,6 +173,8 @@ func.func @prefix_lm(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v:
 // CHECK-NOT:     loc("may_drop"
 // CHECK:         arith.select %[[KEEP]], %c1_i64, %c0_i64 : i64 loc("tile_class"
 // CHECK-LABEL: func.func private @docs_sink_kv_range(
+// CHECK:         %[[ZERO:[0-9a-z_]+]] = arith.constant 0 : i32
+// CHECK:         return %[[ZERO]], %{{.+}}, %[[ZERO]], %[[ZERO]] : i32, i32, i32, i32
 func.func @docs_sink(%q: tensor<?x?x?x64xbf16>, %k: tensor<?x?x?x64xbf16>, %v: tensor<?x?x?x64xbf16>, %doc: tensor<?x?xi32>, %sinks: tensor<?xf32>) -> tensor<?x?x?x64xbf16> {
   %o = "attn.attention"(%q, %k, %v) ({
   ^bb0(%s: f32, %b: i32, %h: i32, %i: i32, %j: i32):

@@ -104,7 +104,7 @@ class Report:
 
 
 def check(rec: Recorded, keep: np.ndarray, dims: dict[str, int], b: int = 0, h: int = 0) -> Report:
-    """Compare every tile's recorded class and every query block's KV segments with `keep`
+    """Compare every tile's recorded class and every query block's KV plan with `keep`
     (shape [M, N], True where mask_mod keeps (i, j) for this b, h)."""
     M, N = keep.shape
     bm, bn = rec.block_m, rec.block_n
@@ -112,22 +112,24 @@ def check(rec: Recorded, keep: np.ndarray, dims: dict[str, int], b: int = 0, h: 
     report = Report()
     for m_block in range(-(-M // bm)):
         rows = keep[m_block * bm:(m_block + 1) * bm]
-        kept_blocks = [rows[:, n * bn:(n + 1) * bn].any() for n in range(-(-N // bn))]
-        for n_block in range(len(kept_blocks)):
+        classes = []
+        for n_block in range(-(-N // bn)):
             tile = rows[:, n_block * bn:(n_block + 1) * bn]
             want = exact_class(tile)
+            classes.append(want)
             m_lo, n_lo = m_block * bm, n_block * bn
             got = rec.tile_class(m_lo, m_lo + tile.shape[0], n_lo, n_lo + tile.shape[1], b, h,
                                  *dim_values)[0]
             where = (m_block, n_block, NAMES[got], NAMES[want])
             if got != want:
                 (report.inexact if got == MIXED else report.unsound).append(where)
-        _check_segments(rec, m_block, kept_blocks, b, h, dim_values, report)
+        plan = rec.kv_range(m_block, b, h, *dim_values)
+        _check_segments(rec, m_block, classes, plan[:-2], report)
+        _check_full_range(m_block, classes, plan[-2:], report)
     return report
 
 
-def _check_segments(rec, m_block, kept_blocks, b, h, dim_values, report):
-    ends = rec.kv_range(m_block, b, h, *dim_values)
+def _check_segments(rec, m_block, classes, ends, report):
     segments = list(zip(ends[0::2], ends[1::2]))
     assert len(segments) == rec.segments
     covered, last_end = set(), None
@@ -138,10 +140,32 @@ def _check_segments(rec, m_block, kept_blocks, b, h, dim_values, report):
             report.unsound.append((m_block, "overlapping or unsorted segments", segments))
         last_end = end
         covered.update(range(start, end))
-        if not (0 <= start and end <= len(kept_blocks)):
+        if not (0 <= start and end <= len(classes)):
             report.inexact.append((m_block, "segment beyond the key blocks", segments))
-        elif not (kept_blocks[start] and kept_blocks[end - 1]):
+        elif classes[start] == SKIP or classes[end - 1] == SKIP:
             report.inexact.append((m_block, "segment ends on a skipped block", segments))
-    for n_block, kept in enumerate(kept_blocks):
-        if kept and n_block not in covered:
+    for n_block, cls in enumerate(classes):
+        if cls != SKIP and n_block not in covered:
             report.unsound.append((m_block, n_block, "kept block outside the segments", segments))
+
+
+def _check_full_range(m_block, classes, full, report):
+    """Every block of the full range is FULL; when the FULL blocks form one run, the
+    range is that run (else it may be any part of one)."""
+    start, end = full
+    if any(classes[n] != FULL for n in range(start, end)):
+        report.unsound.append((m_block, "full range holds a block that is not FULL", full))
+    runs = _runs([n for n, cls in enumerate(classes) if cls == FULL])
+    if len(runs) <= 1 and (start, end) != (runs[0] if runs else (start, start)) and \
+            not (not runs and start >= end):
+        report.inexact.append((m_block, f"full range {full}, FULL blocks {runs}"))
+
+
+def _runs(blocks: list[int]) -> list[tuple[int, int]]:
+    runs: list[list[int]] = []
+    for n in blocks:
+        if runs and runs[-1][1] == n:
+            runs[-1][1] = n + 1
+        else:
+            runs.append([n, n + 1])
+    return [tuple(r) for r in runs]
