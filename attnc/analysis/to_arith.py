@@ -8,6 +8,7 @@ whose results are the given integer expressions of the argument names. The body
 computes in i64 (arguments sign-extended once, on first use; results truncated), so
 the bounds of products of indices and dims do not wrap. Each distinct subexpression is
 emitted once. Comparisons come out in the readable shape `x + c < y` / `x <= y + c`.
+`inline_function` copies such a function's body to where a kernel needs its results.
 """
 from __future__ import annotations
 
@@ -35,6 +36,22 @@ def emit_function(name: str, arg_names: Sequence[str], results: Sequence[Expr], 
             emitter = _Emitter(dict(zip(arg_names, block.arguments)), named, loc)
             func.ReturnOp([emitter.result(e) for e in results])
     return fn
+
+
+def inline_function(fn, args: Sequence) -> list:
+    """The results of `fn` (a single-block func.func, such as the pass emits) computed at
+    the current insertion point from the values `args`: its ops are cloned there, so a
+    kernel builder can evaluate `@<f>_tile_class` / `@<f>_kv_range` without a call."""
+    block = fn.regions[0].blocks[0]
+    mapping = dict(zip(block.arguments, args))
+    for op in block.operations:
+        if op.name == "func.return":
+            return [mapping.get(v, v) for v in op.operands]
+        copy = op.clone()
+        for k, v in enumerate(op.operands):
+            copy.operands[k] = mapping.get(v, v)
+        mapping.update(zip(op.results, copy.results))
+    raise ValueError(f"{fn.name} has no func.return")
 
 
 class _Emitter:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 from mlir import ir
+from mlir.dialects import func
 from test_symbolic import NAMES, _bool_tree, _int_tree, build
 
 from attnc.analysis.interp import compile_function
 from attnc.analysis.symbolic import Builder, evaluate
-from attnc.analysis.to_arith import emit_function
+from attnc.analysis.to_arith import emit_function, inline_function
 from attnc.ir import make_context, parse_module
 
 
@@ -36,6 +37,25 @@ def test_emitted_code_computes_the_expression(trees, env_list):
     run, _ = emitted(S, ints)
     for env in env_list:
         assert run(*(env[n] for n in NAMES)) == tuple(evaluate(e, env) for e in ints)
+
+
+def test_inlined_copy_computes_the_same():
+    S = Builder()
+    x, y, z = (S.sym(n) for n in NAMES)
+    e = S.select(S.lt(x, y), S.floordiv(S.add(x, z), S.const(7)), S.max(y, z))
+    run, module = emitted(S, [e])
+    with module.context, ir.Location.unknown():
+        i32 = ir.IntegerType.get_signless(32)
+        caller = func.FuncOp("caller", ir.FunctionType.get([i32] * 3, [i32]),
+                             ip=ir.InsertionPoint(module.body))
+        block = caller.add_entry_block()
+        with ir.InsertionPoint(block):
+            a, b, c = block.arguments
+            func.ReturnOp(inline_function(module.body.operations[0], [c, b, a]))
+        assert module.operation.verify()
+    inlined = compile_function(caller)
+    for env in ({"x": 3, "y": 9, "z": -4}, {"x": 20, "y": 1, "z": 5}):
+        assert inlined(env["z"], env["y"], env["x"]) == run(env["x"], env["y"], env["z"])
 
 
 def test_names_become_name_locations():
