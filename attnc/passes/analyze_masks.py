@@ -69,6 +69,22 @@ TILE_SIZES = ("block_m", "block_n")
 
 
 @dataclass(frozen=True)
+class MaskFunctions:
+    """What the pass recorded on one attn.attention, for the passes and backends after it.
+
+    `tile_class` and `kv_range` are the func.func ops (None for kind 'none'); call them,
+    or copy their bodies where needed with `attnc.analysis.to_arith.inline_function`.
+    For a kernel's KV loop of query block m: `kv_range(m, b, h, *dims)` gives
+    (start_0, end_0, ..., start_{segments-1}, end_{segments-1}, full_start, full_end)."""
+
+    kind: str                        # 'none', 'static' or 'runtime'
+    dims: tuple[str, ...]            # the trailing arguments of both functions, in order
+    tile_class: object = None
+    kv_range: object = None
+    segments: int = 0
+
+
+@dataclass(frozen=True)
 class AnalyzeMasks(Pass):
     """Classify KV tiles as skip / full / mixed from mask_mod (emits tile_class and kv_range)."""
 
@@ -85,6 +101,22 @@ def analyze_masks(module) -> None:
     for op in attention_ops(module):
         if "mask_kind" not in op.attributes:
             _record(op, _summarize(op))
+
+
+def mask_functions(op) -> MaskFunctions:
+    """The analysis results recorded on `op` (after this pass ran)."""
+    from mlir import ir
+    from attnc.ir import error_at, get_int, get_str
+
+    if "mask_kind" not in op.attributes:
+        raise error_at(op, "attn.attention has no mask analysis: run attn-analyze-masks first")
+    kind, dims = get_str(op, "mask_kind"), _dims(op)
+    if kind == "none":
+        return MaskFunctions(kind, dims)
+    table = ir.SymbolTable(_enclosing_function(op).parent)
+    tile, kv = (table[ir.FlatSymbolRefAttr(op.attributes[key]).value]
+                for key in ("tile_class_fn", "kv_range_fn"))
+    return MaskFunctions(kind, dims, tile, kv, get_int(op, "kv_segments"))
 
 
 def _summarize(op) -> MaskSummary:

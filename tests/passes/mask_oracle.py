@@ -18,8 +18,8 @@ from mlir.passmanager import PassManager
 from attnc.analysis.interp import compile_function
 from attnc.frontend import Variant, load
 from attnc.frontend.lower import lower
-from attnc.ir import attention_ops, set_int
-from attnc.passes.analyze_masks import AnalyzeMasks
+from attnc.ir import attention_ops, get_int, set_int
+from attnc.passes.analyze_masks import AnalyzeMasks, mask_functions
 from attnc.reference_eval import Evaluator
 
 SKIP, MIXED, FULL = 0, 1, 2
@@ -39,27 +39,17 @@ class Recorded:
 
 
 def recorded(module) -> Recorded:
-    """The analysis results of the only attn.attention op of `module`."""
-    ops, funcs = [], {}
-
-    def visit(op):
-        if op.name == "attn.attention":
-            ops.append(op)
-        if op.name == "func.func":
-            funcs[ir.StringAttr(op.attributes["sym_name"]).value] = op
-        return ir.WalkResult.ADVANCE
-    module.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+    """The analysis results of the only attn.attention op of `module`, runnable."""
+    ops = attention_ops(module)
     assert len(ops) == 1
     op = ops[0]
-    attrs = op.attributes
-    rec = Recorded(kind=ir.StringAttr(attrs["mask_kind"]).value,
-                   dims=[ir.StringAttr(a).value for a in ir.ArrayAttr(attrs["dims"])],
-                   block_m=ir.IntegerAttr(attrs["block_m"]).value,
-                   block_n=ir.IntegerAttr(attrs["block_n"]).value)
-    if rec.kind != "none":
-        rec.tile_class = compile_function(funcs[ir.FlatSymbolRefAttr(attrs["tile_class_fn"]).value])
-        rec.kv_range = compile_function(funcs[ir.FlatSymbolRefAttr(attrs["kv_range_fn"]).value])
-        rec.segments = ir.IntegerAttr(attrs["kv_segments"]).value
+    found = mask_functions(op)
+    rec = Recorded(kind=found.kind, dims=list(found.dims), block_m=get_int(op, "block_m"),
+                   block_n=get_int(op, "block_n"))
+    if found.kind != "none":
+        rec.tile_class = compile_function(found.tile_class)
+        rec.kv_range = compile_function(found.kv_range)
+        rec.segments = found.segments
     return rec
 
 

@@ -9,7 +9,8 @@ from l1_text import dim_ops, module_text
 
 from attnc.driver import CompileOptions, optimize_mlir
 from attnc.errors import AttncError
-from attnc.ir import to_text
+from attnc.ir import attention_ops, get_str, parse_module, to_text
+from attnc.passes.analyze_masks import MaskFunctions, mask_functions
 from attnc.testing import check_file
 
 HERE = Path(__file__).parent
@@ -62,3 +63,23 @@ def test_error_unknown_dim():
     err = error_of(module_text("w", body))
     assert err.message == "dim 'W' is not one of the dims of attn.attention (B, H, M, N)"
     assert (err.filename, err.span.line, err.span.col) == ("w.attn", 6, 40)
+
+
+def test_error_reading_results_before_the_pass():
+    module = parse_module(module_text("unread", "    %keep = arith.cmpi sle, %j, %i : i32"))
+    with pytest.raises(AttncError) as info:
+        mask_functions(attention_ops(module)[0])
+    assert info.value.message == "attn.attention has no mask analysis: run attn-analyze-masks first"
+    assert (info.value.filename, info.value.span.line, info.value.span.col) == ("unread.attn", 2, 1)
+
+
+def test_mask_functions_reads_what_the_pass_recorded():
+    module = optimize_mlir((HERE / "analyze_masks.mlir").read_text(), "analyze_masks.mlir",
+                           CompileOptions(pass_pipeline="attn-analyze-masks"))
+    found = {get_str(op, "variant"): mask_functions(op) for op in attention_ops(module)}
+    assert found["mha"] == MaskFunctions("none", ("B", "H", "M", "N"))
+    prefix = found["prefix_lm"]
+    assert (prefix.kind, prefix.dims, prefix.segments) == ("static", ("B", "H", "M", "N", "P"), 1)
+    assert prefix.tile_class.name.value == "prefix_lm_tile_class"
+    assert prefix.kv_range.name.value == "prefix_lm_kv_range"
+    assert found["docs_sink"].kind == "runtime"
