@@ -206,6 +206,8 @@ class Builder:
         """Declare `a <= b` (linear) true wherever these expressions are evaluated; the
         caller's contract, e.g. a tile is non-empty. `le` then folds what it implies."""
         const, terms = self.sub(a, b).args
+        if not terms:               # between numbers: nothing to learn
+            return
         g = math.gcd(*(k for _, k in terms))
         const, terms = -(-const // g), tuple((x, k // g) for x, k in terms)
         self._axioms[terms] = max(const, self._axioms.get(terms, const))

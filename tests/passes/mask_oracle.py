@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from mlir import ir
 from mlir.passmanager import PassManager
 
 from attnc.analysis.interp import compile_function

@@ -109,3 +109,25 @@ def test_documents_are_runtime_and_sound_for_any_document_ids(M, bm, bn, data):
     # The integer part is exact: the tiles above the diagonal are skipped.
     above = [t for t in report.inexact if isinstance(t[1], int) and t[1] * bn >= (t[0] + 1) * bm]
     assert not above, str(report)
+
+
+@settings(max_examples=20, deadline=None)
+@given(bm=BLOCKS, bn=BLOCKS, W=st.integers(0, 150))
+def test_fixed_sequence_lengths(bm, bn, W):
+    """M and N may be numbers in the source; the analysis then folds them in."""
+    fixed = source("fixed", "j <= i + 100 and i - j < W").replace("H, M, 64", "H, 200, 64") \
+        .replace("H, N, 64", "H, 300, 64")
+    variant, rec = analyze_source(fixed, bm, bn)
+    dims = {"W": W, "P": 0, "C": 1, "G": 0, "B": 1, "H": 1, "M": 200, "N": 300}
+    report = check(rec, keep_matrix(variant, dims), dims)
+    assert not report.unsound and not report.inexact, str(report)
+
+
+def test_float_masks_are_runtime_and_decide_nothing_they_cannot():
+    variant, rec = analyze_source(source("floaty", "float(i) * 0.5 >= float(j) or j < P"), 64, 64)
+    assert rec.kind == "runtime"
+    dims = {"W": 0, "P": 70, "C": 1, "G": 0, "B": 1, "H": 1, "M": 256, "N": 256}
+    report = check(rec, keep_matrix(variant, dims), dims)
+    assert not report.unsound, str(report)
+    # the integer disjunct is still exact: keys below P are kept by every row
+    assert rec.tile_class(0, 64, 0, 64, 0, 0, *(dims[d] for d in rec.dims)) == (2,)
