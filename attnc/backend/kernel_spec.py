@@ -88,7 +88,8 @@ class Sm80KernelSpec:
     with_lse: bool = False
     mask: str = "none"
     softmax_scale: Optional[float] = None  # default: 1/sqrt(head_dim_qk)
-    qk_unroll: int = 0                    # k16 steps per QK^T loop trip; 0: fully unrolled
+    qk_unroll: Optional[int] = None       # k16 steps per QK^T loop trip; 0: fully unrolled;
+                                          # None: 1 for head_dim_qk <= 96, else 0
     symbol: str = "attnc_sm80_fwd"
     kv_range: Optional[KvRangeFn] = None   # default: from `mask`
     tile_partial: Optional[TilePartialFn] = None
@@ -104,6 +105,14 @@ class Sm80KernelSpec:
     @property
     def scale(self) -> float:
         return self.softmax_scale if self.softmax_scale is not None else 1.0 / math.sqrt(self.head_dim_qk)
+
+    @property
+    def qk_steps_per_trip(self) -> int:
+        """qk_unroll resolved (Note [Rolled QK^T] in sm80.py): from sweeps of nvJitLink's
+        sm_80 resource report, rolling the short QK^T loops of d <= 96 removes spills."""
+        if self.qk_unroll is not None:
+            return self.qk_unroll
+        return 1 if self.head_dim_qk <= 96 else 0
 
     @property
     def threads(self) -> int:
@@ -167,7 +176,7 @@ class Sm80KernelSpec:
                  f"block_n={self.block_n} must be a positive multiple of 16")
         _require(self.stages in (1, 2, 3), f"stages={self.stages}: expected 1, 2 or 3")
         half_page = self.page_width(self.head_dim_qk) // 16
-        _require(self.qk_unroll == 0 or (half_page % self.qk_unroll == 0),
+        _require(self.qk_steps_per_trip == 0 or (half_page % self.qk_steps_per_trip == 0),
                  f"qk_unroll={self.qk_unroll} must divide {half_page} (k16 steps per smem page), or be 0")
         _require(self.scale > 0, f"softmax_scale={self.scale}: must be positive")
         for rows, d, what in ((self.block_m, self.head_dim_qk, "Q"), (self.block_n, self.head_dim_qk, "K"),
@@ -194,15 +203,15 @@ def _require(cond: bool, message: str) -> None:
 
 # ---------------------------------------------------------------- default tiles
 
-# max(head_dim_qk, head_dim_v) -> block_m, block_n, num_warps, stages, qk_unroll. FA2's A100
+# max(head_dim_qk, head_dim_v) -> block_m, block_n, num_warps, stages. FA2's A100
 # table, adjusted by what ran fastest with zero sm_80 spills (H200, M = N = 4096; see the
 # sm80 report): 64 and 96 keep the QK^T loop rolled (Note [Rolled QK^T] in sm80.py), 256
 # single-buffers K/V (96 KB: two CTAs per SM where 228 KB are available).
 _TILES = {
-    64: dict(block_m=128, block_n=128, num_warps=4, stages=2, qk_unroll=1),
-    96: dict(block_m=128, block_n=64, num_warps=4, stages=2, qk_unroll=1),
-    128: dict(block_m=128, block_n=64, num_warps=4, stages=2, qk_unroll=0),
-    256: dict(block_m=64, block_n=64, num_warps=4, stages=1, qk_unroll=0),
+    64: dict(block_m=128, block_n=128, num_warps=4, stages=2),
+    96: dict(block_m=128, block_n=64, num_warps=4, stages=2),
+    128: dict(block_m=128, block_n=64, num_warps=4, stages=2),
+    256: dict(block_m=64, block_n=64, num_warps=4, stages=1),
 }
 
 
@@ -212,7 +221,7 @@ def default_sm80_spec(dtype: str, head_dim_qk: int, head_dim_v: int | None = Non
     head_dim_v = head_dim_v or head_dim_qk
     tiles = dict(_TILES[max(head_dim_qk, head_dim_v)])
     if head_dim_qk != head_dim_v and max(head_dim_qk, head_dim_v) <= 128:
-        tiles.update(block_n=32, qk_unroll=0)
+        tiles.update(block_n=32)
     return Sm80KernelSpec(**{"dtype": dtype, "head_dim_qk": head_dim_qk, "head_dim_v": head_dim_v,
                              **tiles, **overrides}).check()
 

@@ -29,7 +29,7 @@ at 128x64 tiles, head dim 128).
 
 Note [Rolled QK^T]: fully unrolled, the QK^T k-steps let ptxas hoist every K fragment
 of the tile into registers ahead of the MMAs (64 registers at 64x64 K tiles) and then
-spill the softmax state. With qk_unroll = u, the k-steps run as a loop of u steps per
+spill the softmax state. With qk_unroll = u > 0, the k-steps run as a loop of u steps per
 trip, kept rolled by `#llvm.loop_unroll<disable>` (PTX `.pragma "nounroll"`), which
 bounds that look-ahead to u steps.
 
@@ -88,7 +88,7 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
                       else {"kind": "ptr", "tensor": x.name})
     specialization = {"dtype": spec.dtype, "out_dtype": spec.o_dtype, "head_dim_qk": spec.head_dim_qk,
                       "head_dim_v": spec.head_dim_v, "block_m": spec.block_m, "block_n": spec.block_n,
-                      "num_warps": spec.num_warps, "stages": spec.stages, "qk_unroll": spec.qk_unroll,
+                      "num_warps": spec.num_warps, "stages": spec.stages, "qk_unroll": spec.qk_steps_per_trip,
                       "mask": spec.mask,
                       "with_lse": spec.with_lse, "softmax_scale": spec.scale}
     return KernelAbi(spec.symbol, tuple(params), (spec.threads, 1, 1), spec.smem_bytes,
@@ -242,19 +242,19 @@ class _Sm80Forward:
         zero = self.e.cf(0.0)
         acc = [[[zero] * 4 for _ in range(s.block_n // 8)] for _ in range(s.m_atoms)]
         k_base = self.reader.at_slot(self.k_base, slot)
-        steps = s.head_dim_qk // 16
-        if not s.qk_unroll or s.qk_unroll >= steps:
+        steps, per_trip = s.head_dim_qk // 16, s.qk_steps_per_trip
+        if not per_trip or per_trip >= steps:
             return self._qk_steps(acc, self.q_base, k_base, range(steps))
         flat = [x for mi in acc for atom in mi for x in atom]
-        loop = scf.ForOp(self.e.c32(0), self.e.c32(steps // s.qk_unroll), self.e.c32(1), flat)
+        loop = scf.ForOp(self.e.c32(0), self.e.c32(steps // per_trip), self.e.c32(1), flat)
         loop.operation.attributes["llvm.loop_annotation"] = ir.Attribute.parse(
             "#llvm.loop_annotation<unroll = #llvm.loop_unroll<disable = true>>")
         with ir.InsertionPoint(loop.body):
             group = loop.induction_variable
-            q_base = self.reader.k_group_base(self.q_tile, self.q_base, group, s.qk_unroll)
-            k_group = self.reader.k_group_base(self.k_tile, k_base, group, s.qk_unroll)
+            q_base = self.reader.k_group_base(self.q_tile, self.q_base, group, per_trip)
+            k_group = self.reader.k_group_base(self.k_tile, k_base, group, per_trip)
             acc = self._qk_steps(self._unflatten(list(loop.inner_iter_args), s.block_n // 8),
-                                 q_base, k_group, range(s.qk_unroll))
+                                 q_base, k_group, range(per_trip))
             scf.yield_([x for mi in acc for atom in mi for x in atom])
         return self._unflatten(list(loop.results), s.block_n // 8)
 
