@@ -1,4 +1,5 @@
 """The `attnc` command: in-process for speed, plus two real subprocess runs."""
+import json
 import os
 import subprocess
 import sys
@@ -60,14 +61,20 @@ def test_missing_file():
     assert (status, out, err) == (1, "", "examples/nope.attn: error: no such file: 'examples/nope.attn'\n")
 
 
+PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-warp-specialize", "attn-alloc-smem",
+            "attn-alloc-tmem", "attn-insert-pipelines"]
+
+
 def test_compile_print_ir_after_all():
     status, out, err = run_attnc(["compile", "examples/gemma2.attn", "-arch", "sm_100a",
                                   "--emit", "mlir", "--print-ir-after-all"])
     assert status == 0
     dumps = err.split("// -----// IR Dump After ")[1:]
-    assert [d.split(" ")[0] for d in dumps] == ["frontend", "attn-tile", "attn-analyze-masks"]
+    assert [d.split(" ")[0] for d in dumps] == ["frontend", *PIPELINE]
     assert "block_m" not in dumps[0] and "block_m = 128 : i64" in dumps[1]
     assert out.startswith("module {") and 'mask_kind = "static"' in out
+    assert '"attn.role"' in out and '"attn.buffer"' in out and '"attn.barrier"' in out
+    assert dumps[-1].split("\n", 1)[1].rstrip("\n") == out.rstrip("\n")
     assert 'loc("examples/gemma2.attn":8:28)' in out
 
 
@@ -78,15 +85,84 @@ def test_compile_to_a_file(tmp_path):
     assert '"attn.attention"' in target.read_text()
 
 
-@pytest.mark.parametrize("emit, what", [("ptx", "the PTX backend (attnc/backend/ptx.py)"),
-                                        ("cubin", "the cubin assembler (attnc/backend/cubin.py)"),
-                                        ("bundle", "the bundle writer (attnc/backend/bundle.py)")])
-def test_emit_not_available_yet(tmp_path, emit, what):
-    target = tmp_path / "out"
-    status, out, err = run_attnc(["compile", "examples/mha.attn", "--emit", emit, "-o", str(target)])
+# --- code for sm_80: --emit ptx, cubin, bundle -----------------------------------------
+BUNDLE_FILES = ["attn_fwd.compute_80.ptx", "attn_fwd.sm_80.cubin", "manifest.json"]
+
+
+def test_emit_ptx_for_sm80():
+    status, out, err = run_attnc(["compile", "examples/mha.attn", "-arch", "sm_80", "--emit", "ptx"])
+    assert (status, err) == (0, "")
+    assert "\n.target sm_80\n" in out and ".visible .entry attnc_mha_fwd(" in out
+    assert "mma.sync.aligned.m16n8k16" in out
+
+
+def test_emit_cubin_to_a_file(tmp_path):
+    target = tmp_path / "mha.cubin"
+    status, out, err = run_attnc(["compile", "examples/mha.attn", "-arch", "sm_80", "--emit", "cubin",
+                                  "-o", str(target)])
+    assert (status, out, err) == (0, "", "")
+    data = target.read_bytes()
+    assert data.startswith(b"\x7fELF") and len(data) > 1024
+    assert data[18:20] == (190).to_bytes(2, "little")          # e_machine: EM_CUDA
+    assert [p.name for p in tmp_path.iterdir()] == ["mha.cubin"]    # no temporary file left
+
+
+def test_emit_cubin_needs_o():
+    status, out, err = run_attnc(["compile", "examples/mha.attn", "--emit", "cubin"])
     assert (status, out) == (1, "")
-    assert err == f"attnc: error: --emit {emit} is not available yet: it needs {what}; --emit mlir works\n"
-    assert not target.exists()
+    assert err == "attnc: error: --emit cubin writes a binary: give the file with -o\n"
+
+
+def _check_bundle(folder: Path) -> dict:
+    assert sorted(p.name for p in folder.iterdir()) == BUNDLE_FILES
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["target"] == "sm_80" and manifest["variant"] == "mha"
+    assert manifest["code"] == {"cubin": "attn_fwd.sm_80.cubin", "ptx": "attn_fwd.compute_80.ptx"}
+    assert (folder / "attn_fwd.sm_80.cubin").read_bytes().startswith(b"\x7fELF")
+    assert "mma.sync.aligned.m16n8k16" in (folder / "attn_fwd.compute_80.ptx").read_text()
+    return manifest
+
+
+def test_emit_bundle_to_a_folder(tmp_path):
+    target = tmp_path / "mha_bundle"
+    status, out, err = run_attnc(["compile", "examples/mha.attn", "-arch", "sm_80", "--emit", "bundle",
+                                  "-o", str(target)])
+    assert (status, err) == (0, "")
+    assert out == f"wrote {target}/: manifest.json, attn_fwd.compute_80.ptx, attn_fwd.sm_80.cubin\n"
+    manifest = _check_bundle(target)
+    assert manifest["source"] == (ROOT / "examples/mha.attn").read_text()
+
+
+def test_the_default_emit_is_a_bundle_named_after_the_variant(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    status, out, err = run_attnc(["compile", str(ROOT / "examples/mha.attn")])
+    assert (status, err) == (0, "")
+    assert out == "wrote mha.sm_80/: manifest.json, attn_fwd.compute_80.ptx, attn_fwd.sm_80.cubin\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["mha.sm_80"]
+    _check_bundle(tmp_path / "mha.sm_80")
+
+
+@pytest.mark.parametrize("arch", ["sm_100a", "sm_90a"])
+@pytest.mark.parametrize("emit", ["ptx", "cubin", "bundle"])
+def test_no_code_generation_for_sm90a_and_sm100a_yet(tmp_path, arch, emit):
+    target = tmp_path / "out"
+    status, out, err = run_attnc(["compile", "examples/mha.attn", "-arch", arch, "--emit", emit,
+                                  "-o", str(target)])
+    assert (status, out) == (1, "")
+    assert err == (f"attnc: error: code generation for {arch} is not built yet: --emit mlir shows its "
+                   f"plan; -arch sm_80 produces PTX, cubins and bundles\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sm80_backend_refusal_points_at_the_hook():
+    # score_mod is on line 6 of examples/softcap.attn, starting at column 3
+    assert (ROOT / "examples/softcap.attn").read_text().splitlines()[5].startswith("  score_mod(")
+    status, out, err = run_attnc(["compile", "examples/softcap.attn", "-arch", "sm_80", "--emit", "ptx"])
+    assert (status, out) == (1, "")
+    assert err == ("examples/softcap.attn:6:3: error: score_mod is not compiled by the sm_80 backend "
+                   "yet (it runs in attnc.reference)\n"
+                   "  score_mod(s, b, h, i, j) = 30.0 * tanh(s / 30.0)\n"
+                   "  ^\n")
 
 
 def test_dump_dir(tmp_path):
@@ -94,7 +170,7 @@ def test_dump_dir(tmp_path):
                               "--dump-dir", str(tmp_path / "dumps")])
     assert status == 0
     assert sorted(p.name for p in (tmp_path / "dumps").iterdir()) == \
-        ["00-frontend.mlir", "01-attn-tile.mlir", "02-attn-analyze-masks.mlir"]
+        ["00-frontend.mlir"] + [f"{i:02d}-{name}.mlir" for i, name in enumerate(PIPELINE, 1)]
 
 
 def test_pass_pipeline_option():
@@ -150,11 +226,26 @@ def test_load_pass(tmp_path):
 
 def test_passes_lists_passes_options_and_pipelines():
     status, out, err = run_attnc(["passes"])
-    assert status == 0
+    assert (status, err) == (0, "")
     assert "attn-tile\n    Choose block_m, block_n, stages and warps" in out
     assert "    block_m: int  query rows per Q tile\n" in out
-    assert "attn-analyze-masks\n" in out
-    assert "  sm_100a: attn-tile,attn-analyze-masks\n" in out
+    assert "attn-analyze-masks\n    Classify KV tiles as skip / full / mixed from mask_mod" in out
+    assert ("attn-warp-specialize\n"
+            "    Lay out warp roles and the channels between them (attn.role, attn.channel).\n"
+            "    consumers: int = 2  consumer warpgroups on sm_90a (1 or 2)\n") in out
+    assert ("attn-alloc-smem\n"
+            "    Place Q, K, V (and O) tiles in shared memory with swizzle, alignment and a budget "
+            "check.\n") in out
+    assert ("attn-alloc-tmem\n"
+            "    Place S, P and O accumulators in tensor memory columns (sm_100a).\n") in out
+    assert ("attn-insert-pipelines\n"
+            "    Turn channels into cp.async groups or mbarrier rings with counts and tx bytes.\n") in out
+    # each pass's summary is its docstring's first line
+    for name in PIPELINE:
+        info = registry.lookup(name)
+        assert f"{name}\n    {info.cls.__doc__.strip().splitlines()[0]}\n" in out
+    assert out.endswith("\npipelines:\n" + "".join(
+        f"  {target}: {','.join(PIPELINE)}\n" for target in ("sm_80", "sm_90a", "sm_100a")))
 
 
 def test_opt_runs_passes_on_saved_ir(tmp_path):
@@ -193,7 +284,7 @@ def test_process_compile_gemma2_sm100a():
     p = _attnc("compile", "examples/gemma2.attn", "-arch", "sm_100a", "--emit", "mlir",
                "--print-ir-after-all")
     assert p.returncode == 0, p.stderr
-    assert p.stderr.count("// -----// IR Dump After") == 3
+    assert p.stderr.count("// -----// IR Dump After") == 1 + len(PIPELINE)
     assert '"attn.attention"' in p.stdout and 'loc("examples/gemma2.attn"' in p.stdout
 
 

@@ -1,5 +1,6 @@
 """The driver: stages, dumps, custom pipelines, user passes, errors located in the .attn file."""
 import io
+import re
 import textwrap
 from pathlib import Path
 
@@ -24,31 +25,50 @@ def _headers(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("// -----// IR Dump")]
 
 
+PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-warp-specialize", "attn-alloc-smem",
+            "attn-alloc-tmem", "attn-insert-pipelines"]
+
+
+def _buffers(text: str) -> list[tuple[str, str]]:
+    """(name, space) of each attn.buffer op, in order."""
+    return [(re.search(r'name = "(\w+)"', line)[1], re.search(r'space = "(\w+)"', line)[1])
+            for line in text.splitlines() if '"attn.buffer"()' in line]
+
+
 def test_print_ir_after_all_shows_l1_then_every_pass():
     out = io.StringIO()
     result = compile_file("examples/gemma2.attn", CompileOptions(arch="sm_100a", print_ir_after_all=True),
                           ir_stream=out)
     text = out.getvalue()
-    assert _headers(text) == ["// -----// IR Dump After frontend //----- //",
-                              "// -----// IR Dump After attn-tile //----- //",
-                              "// -----// IR Dump After attn-analyze-masks //----- //"]
-    l1, tiled, masked = text.split("// -----// IR Dump After ")[1:]
+    assert _headers(text) == [f"// -----// IR Dump After {stage} //----- //"
+                              for stage in ["frontend", *PIPELINE]]
+    l1, tiled, masked, roles, smem, tmem, pipelined = text.split("// -----// IR Dump After ")[1:]
     assert "block_m" not in l1 and 'loc("examples/gemma2.attn":7:37)' in l1
     assert 'target = "sm_100a"' in tiled and "mask_kind" not in tiled
-    assert 'mask_kind = "static"' in masked
-    assert [s.name for s in result.pipeline] == ["attn-tile", "attn-analyze-masks"]
-    assert result.text in masked
+    assert 'mask_kind = "static"' in masked and '"attn.role"' not in masked
+    # each later pass adds its own plan ops and nothing of the next one's
+    assert '"attn.role"' in roles and '"attn.channel"' in roles and _buffers(roles) == []
+    assert _buffers(smem) == [("sQ", "smem"), ("sKV", "smem"), ("sO", "smem")]
+    assert _buffers(tmem) == _buffers(smem) + [(f"t{b}", "tmem") for b in ("S0", "P0", "S1", "P1", "O0", "O1")]
+    assert '"attn.barrier"' not in tmem and 'kind = "mbarrier"' in pipelined
+    assert _buffers(pipelined) == _buffers(tmem)
+    assert [s.name for s in result.pipeline] == PIPELINE
+    assert result.text in pipelined
 
 
 def test_dump_dir_writes_every_stage_and_opt_replays_it(tmp_path):
     compile_file("examples/sliding_window.attn", CompileOptions(arch="sm_90a", dump_dir=str(tmp_path)))
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["00-frontend.mlir", "01-attn-tile.mlir", "02-attn-analyze-masks.mlir"]
-    tiled = (tmp_path / "01-attn-tile.mlir").read_text()
-    replayed = optimize_mlir(tiled, "01-attn-tile.mlir",
-                             CompileOptions(arch="sm_90a", pass_pipeline="attn-analyze-masks"))
+    assert names == ["00-frontend.mlir"] + [f"{i:02d}-{name}.mlir" for i, name in enumerate(PIPELINE, 1)]
     from attnc.ir import to_text
-    assert to_text(replayed) == (tmp_path / "02-attn-analyze-masks.mlir").read_text()
+    # every stage is the previous one with its pass re-run by `attnc opt`
+    for before, after, name in zip(names, names[1:], PIPELINE):
+        replayed = optimize_mlir((tmp_path / before).read_text(), before,
+                                 CompileOptions(arch="sm_90a", pass_pipeline=name))
+        assert to_text(replayed) == (tmp_path / after).read_text(), name
+    # sm_90a has no tensor memory: attn-alloc-tmem leaves its IR as it is
+    assert (tmp_path / "05-attn-alloc-tmem.mlir").read_text() == \
+        (tmp_path / "04-attn-alloc-smem.mlir").read_text()
 
 
 def test_a_custom_pipeline_gets_the_arch_as_target():
@@ -141,6 +161,11 @@ def test_unsupported_arch_and_missing_file():
     assert info.value.render() == "examples/nope.attn: error: no such file: 'examples/nope.attn'"
 
 
-def test_compile_kernel_says_what_is_missing():
-    with pytest.raises(AttncError, match="needs the kernel backend"):
-        compile_kernel(Path("examples/mha.attn").read_text())
+def test_compile_kernel_refuses_targets_without_a_backend(tmp_path, monkeypatch):
+    # refused before anything is built or cached (the build itself: tests/backend/test_compile_api.py)
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path))
+    for arch in ("sm_100a", "sm_90a"):
+        with pytest.raises(AttncError) as info:
+            compile_kernel(Path("examples/mha.attn").read_text(), arch=arch)
+        assert info.value.message == f"attnc.compile builds kernels for sm_80 so far, not {arch}"
+    assert list(tmp_path.iterdir()) == []

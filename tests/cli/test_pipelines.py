@@ -41,12 +41,17 @@ def test_pipeline_syntax_errors_point_into_the_text(text, message, col):
     assert e.render().splitlines()[1:] == [text, " " * (col - 1) + "^"]
 
 
-def test_every_target_pipeline_is_tile_then_analyze_masks():
+FULL_PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-warp-specialize", "attn-alloc-smem",
+                 "attn-alloc-tmem", "attn-insert-pipelines"]
+
+
+def test_every_target_pipeline_is_the_full_plan():
     assert set(PIPELINES) == set(TARGETS)
     for target in TARGETS:
-        assert [name for name, _ in PIPELINES[target]] == ["attn-tile", "attn-analyze-masks"]
+        assert PIPELINES[target] == [(name, {}) for name in FULL_PIPELINE]
         for name, _ in PIPELINES[target]:
-            assert registry.lookup(name) is not None
+            info = registry.lookup(name)
+            assert info is not None and info.name == name and info.origin == "built-in"
 
 
 def test_options_are_converted_and_checked():
