@@ -146,3 +146,21 @@ def test_cache_key_covers_every_field():
     assert a.cache_key() != default_sm80_spec("f16", 128, with_lse=True).cache_key()
     assert a.cache_key() != default_sm80_spec("f16", 128, stages=1).cache_key()
     assert a.cache_key() == default_sm80_spec("f16", 128).cache_key()
+
+
+def test_extra_params_reach_the_abi_and_the_hooks():
+    """A runtime dim a hook reads (prefix-LM: keep j < P or j <= i) is a kernel parameter."""
+    from attnc.backend.kernel_spec import ExtraParam
+
+    def keep(e, b, h, i, j):
+        return e.or_(e.lt(j, e.arg("P")), e.le(j, i))
+
+    def kv_range(e, c):          # every block may be kept; none is known to be full
+        return KvRange(0, 0, 0, e.cdiv(c.N, c.block_n))
+
+    spec = Sm80KernelSpec("f16", 64, 64, block_m=64, block_n=64, keep=keep, kv_range=kv_range,
+                          extra_params=(ExtraParam("dim", "P"),))
+    assert kernel_abi(spec).params[-1] == {"kind": "dim", "name": "P", "type": "i32"}
+    text, usage = compiled(spec)
+    assert f"[{spec.symbol}_param_{len(kernel_abi(spec).params) - 1}]" in text      # loaded
+    assert not usage.spills
