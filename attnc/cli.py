@@ -15,6 +15,7 @@ line saying so (the traceback with ATTNC_DEBUG=1), exit status 70 (EX_SOFTWARE)
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -59,33 +60,63 @@ def write_output(text: str, out: Path | None) -> None:
 
 
 def emit_ptx(result, out: Path | None) -> None:
-    write_output(_artifacts(result).ptx, out)
+    write_output(_code(result).ptx, out)
 
 
 def emit_cubin(result, out: Path | None) -> None:
     if out is None:
         raise AttncError("--emit cubin writes a binary: give the file with -o", filename="attnc")
-    _write_atomically(out, _artifacts(result).cubin)
+    _write_atomically(out, _code(result).cubin)
 
 
 def emit_bundle(result, out: Path | None) -> None:
     from attnc.backend.bundle import write_bundle
-    art = _artifacts(result)
-    path = out or Path(f"{result.variant.name}.{art.manifest['target']}")
-    write_bundle(path, art.manifest, art.files)
-    print(f"wrote {path}/: " + ", ".join(["manifest.json", *sorted(art.files)]))
+    code = _code(result)
+    path = out or Path(f"{result.variant.name}.{code.manifest['target']}")
+    write_bundle(path, code.manifest, code.files)
+    print(f"wrote {path}/: " + ", ".join(["manifest.json", *sorted(code.files)]))
 
 
-def _artifacts(result):
-    """The code of a compiled module, from its target's backend."""
+@dataclass(frozen=True)
+class _Code:
+    manifest: dict
+    files: dict
+
+    def _kind(self, kind: str) -> bytes:
+        return self.files[self.manifest["code"][kind]]
+
+    @property
+    def ptx(self) -> str:
+        return self._kind("ptx").decode()
+
+    @property
+    def cubin(self) -> bytes:
+        return self._kind("cubin")
+
+
+def _code(result) -> _Code:
+    """The code of a compiled module from its target's backend, through the kernel cache.
+
+    The key is the final IR (it holds the source, the options and every pass's
+    decisions), the target and the compiler version: a repeated compile of the same
+    thing skips kernel generation, PTX and nvJitLink."""
     from attnc.ir import attention_ops, get_str
     ops = attention_ops(result.module)
     target = get_str(ops[0], "target") if ops else None
     if target != "sm_80":
         raise AttncError(f"code generation for {target} is not built yet: --emit mlir shows its "
                          f"plan; -arch sm_80 produces PTX, cubins and bundles", filename="attnc")
+    from attnc.backend.cache import KernelCache, cache_key
+    cache = KernelCache()
+    key = cache_key(result.text, {"backend": "sm80"}, target)
+    hit = cache.get(key)
+    if hit is not None and hit.path is not None:
+        manifest = json.loads((hit.path / "manifest.json").read_text())
+        return _Code(manifest, {name: (hit.path / name).read_bytes() for name in manifest["code"].values()})
     from attnc.backend.sm80_lower import build
-    return build(result)
+    art = build(result)
+    cache.put(key, art.manifest, art.files)
+    return _Code(art.manifest, art.files)
 
 
 # kind -> writer(result, out) or Unavailable.
