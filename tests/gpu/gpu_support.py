@@ -31,3 +31,105 @@ def gpu_skip_reason() -> str | None:
 def bundle_index() -> list[dict]:
     path = BUNDLES / "index.json"
     return json.loads(path.read_text()) if path.exists() else []
+
+
+def entries(suite: str) -> list[dict]:
+    """The index entries of one suite (tools/build_gpu_bundles.py --suites ...)."""
+    return [e for e in bundle_index() if e.get("suite") == suite]
+
+
+# --- inputs for any variant (numpy only: the CPU tests use these too) ---------------------
+
+FILL_BY_DTYPE = {"f32": "uniform", "i32": "small_int"}
+
+
+def fill_param(shape: tuple[int, ...], dtype: str, fill: str, rng):
+    """A param's values (variant_gen.ParamSpec documents the fills); `alibi` is the
+    usual slope schedule 2**(-8 (h + 1) / H) of a [H] param."""
+    import numpy as np
+    if fill == "uniform":
+        values = rng.uniform(-1.0, 1.0, shape)
+    elif fill == "alibi":
+        values = np.broadcast_to(np.exp2(-8.0 * np.arange(1, shape[-1] + 1) / shape[-1]), shape)
+    elif fill == "sorted_ids":
+        values = np.sort(rng.integers(0, 4, shape), axis=-1)
+    elif fill == "bits":
+        values = (rng.random(shape) < 0.8).astype(np.int64)
+    elif fill == "small_int":
+        values = rng.integers(0, 8, shape)
+    else:
+        raise ValueError(f"unknown param fill {fill!r}")
+    return np.ascontiguousarray(values, dtype=np.float32 if dtype == "f32" else np.int32)
+
+
+def bind_sizes(variant, *, batch: int, heads: int, heads_kv: int, m: int, n: int, rng) -> dict[str, int]:
+    """A size for every dim of `variant` (a frontend Variant): batch, heads and sequence
+    lengths by their place in the q and k shapes (fixed numbers win), GQA as asked where the
+    KV heads are a dim of their own, and the dims no tensor carries (`dim P`) at random in
+    [1, N]."""
+    sizes: dict[str, int] = {}
+
+    def bind(entry, value: int) -> int:
+        return entry if isinstance(entry, int) else sizes.setdefault(entry, value)
+
+    q, k = variant.q.shape, variant.k.shape
+    bind(q[0], batch)
+    h = bind(q[1], heads)
+    bind(k[1], heads_kv if heads_kv <= h and h % heads_kv == 0 else h)
+    bind(q[2], m)
+    seq_k = bind(k[2], n)
+    for name in variant.dims:
+        if name not in sizes:
+            sizes[name] = int(rng.integers(1, seq_k + 1))
+    return sizes
+
+
+def make_case(variant, sizes: dict[str, int], fills: dict[str, str], rng) -> dict:
+    """Inputs by DSL name for `variant`: q, k, v as float32 N(0, 1), each param filled as
+    `fills` says (by dtype otherwise), and every dim that no input carries as an int."""
+    import numpy as np
+
+    def shape(t) -> tuple[int, ...]:
+        return tuple(s if isinstance(s, int) else sizes[s] for s in t.shape)
+
+    case = {t.name: rng.standard_normal(shape(t)).astype(np.float32) for t in (variant.q, variant.k, variant.v)}
+    for p in variant.params:
+        case[p.name] = fill_param(shape(p), p.dtype, fills.get(p.name, FILL_BY_DTYPE[p.dtype]), rng)
+    carried = {s for t in variant.inputs for s in t.shape if isinstance(s, str)}
+    case.update({d: sizes[d] for d in variant.dims if d not in carried})
+    return case
+
+
+# --- comparing with attnc.reference -----------------------------------------------------------
+
+# |o| <= max |v| ~ 4 for N(0, 1) inputs; bf16 has 8 mantissa bits, fp16 11 (as in
+# test_sm80_matrix.py). A score_mod adds its approximate math (tanh.approx is good to
+# 2**-11 relative) to each score: f16 gets 1e-3 more.
+ATOL = {"bf16": 3e-2, "f16": 4e-3}
+SCORE_MOD_ATOL = {"bf16": 3e-2, "f16": 5e-3}
+LSE_ATOL, LSE_RTOL = 2e-3, 1e-5
+
+
+def compare(variant, out: dict, ref: dict) -> list[str]:
+    """What is wrong with the kernel's outputs (numpy arrays) against the reference: [] if nothing."""
+    import numpy as np
+    atol = (SCORE_MOD_ATOL if variant.score_mod is not None else ATOL)[variant.dtype]
+    problems = []
+    o = out["o"].astype(np.float64)
+    if not np.isfinite(o).all():
+        problems.append(f"o has {int((~np.isfinite(o)).sum())} NaN/inf")
+    err = np.abs(o - ref["o"])
+    if err.max(initial=0.0) > atol:
+        at = np.unravel_index(int(np.nanargmax(err)), err.shape)
+        problems.append(f"max |o - ref| = {err.max():.3e} > {atol:g} at [b, h, i, d] = {list(map(int, at))} "
+                        f"({int((err > atol).sum())} elements over)")
+    if "lse" in ref:
+        lse, want = out["lse"].astype(np.float64), ref["lse"]
+        finite = np.isfinite(want)
+        if not (np.isneginf(lse) == ~finite).all():
+            problems.append(f"lse: {int((np.isneginf(lse) != ~finite).sum())} rows disagree on being empty (-inf)")
+        lse_err = np.nan_to_num(np.abs(lse[finite] - want[finite]), nan=np.inf)
+        tol = LSE_ATOL + LSE_RTOL * np.abs(want[finite])
+        if (lse_err > tol).any():
+            problems.append(f"max |lse - ref| = {lse_err.max():.3e} ({int((lse_err > tol).sum())} rows over)")
+    return problems
