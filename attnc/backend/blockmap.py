@@ -1,0 +1,451 @@
+"""The GPU block map of a mask that reads params: a small kernel, generated from the
+same `mask_mod` region, that classifies every tile before the attention kernel runs.
+
+    blockmap[b, h_m, m_block, n_block]  (u8)  0 = SKIP (nothing kept), 1 = MIXED, 2 = FULL
+
+for every batch b, head slot h_m (one slot when the mask does not read h), query block
+[m_block * block_m, +block_m) and key block [n_block * block_n, +block_n); rows >= M and
+keys >= N do not count. `blockmap_plan` decides the shapes and the launch, `emit_blockmap_kernel`
+writes the kernel, `blockmap_hooks` answers the attention kernel's mask questions
+(Note [Mask hooks] in kernel_spec.py) from the map.
+
+Note [Block map kernel]: one CTA of 128 threads per tile, grid (cdiv(N, block_n),
+cdiv(M, block_m), B * H_m) (z = b * H_m + h_m). The tile class of `attn-analyze-masks`
+comes first: a tile it proves SKIP or FULL (e.g. the upper triangle of a causal mask) is
+written without evaluating anything. Otherwise thread t walks its share of the tile,
+UNROLL elements per pass (thread t always holds the key column t % block_n when that
+divides 128, so loads that depend on j only are loop-invariant), and every warp folds the
+pass into warp-uniform `vote.any(kept)` / `vote.all(kept or out of range)`; a warp stops
+once it has seen both (the tile is MIXED whatever the rest holds). `bar.red.or/and` then
+reduce the warps and thread 0 writes the byte.
+
+Note [Block map ABI]: the runtime owns the map, a scratch buffer it zeroes before the
+launches and passes by name to every kernel that lists it. The attention kernel lists it
+through the `ExtraParam('scratch', 'blockmap', bytes)` that `blockmap_hooks` returns, whose
+manifest entry is exactly `plan.scratch` (the manifest parser refuses a scratch sized two
+ways); the hooks read it with `e.arg(param.key)`, and `H` with `e.dim('H')` when the map
+is per head. The block-map kernel's own parameters, in order: the scratch, every symbolic
+dim of the variant (i32, `variant.dims` order), then for each param tensor the mask
+reads, its pointer and the strides (i64, in elements) of all its axes but the last
+(contiguous, as the runtime checks).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir
+from mlir.dialects import arith, gpu, llvm, nvvm, scf
+
+from attnc.analysis.to_arith import inline_function
+from attnc.backend.kernel_spec import ExtraParam, KvCtx, KvRange
+from attnc.backend.nvgpu_builders import Emit, GlobalPtr
+from attnc.errors import AttncError
+from attnc.ir import DIM, MASK_MOD, PARAM, YIELD, attention_ops, error_at, get_bool, region_block
+from attnc.passes.analyze_masks import mask_functions
+
+SCRATCH = "blockmap"
+SKIP, MIXED, FULL = 0, 1, 2
+THREADS = 128
+UNROLL = 4                   # elements per thread between two warp votes
+
+DimValue = str | int
+
+
+@dataclass(frozen=True)
+class ParamTensor:
+    """A param tensor the mask reads: 4-byte elements, last axis contiguous."""
+    name: str
+    dtype: str                       # 'i32' or 'f32'
+    shape: tuple[DimValue, ...]
+
+
+@dataclass(frozen=True)
+class BlockMapPlan:
+    variant: str
+    block_m: int
+    block_n: int
+    per_head: bool                   # whether mask_mod reads h (else one head slot)
+    batch: DimValue
+    heads: DimValue
+    seq_q: DimValue
+    seq_k: DimValue
+    dims: tuple[str, ...]            # every symbolic dim, passed as i32 in this order
+    params: tuple[ParamTensor, ...]
+
+    @property
+    def symbol(self) -> str:
+        return f"attnc_{self.variant}_blockmap"
+
+    @property
+    def head_slots(self) -> DimValue:
+        return self.heads if self.per_head else 1
+
+    @property
+    def scratch(self) -> dict:
+        """The scratch param, exactly as every kernel reading the map must list it."""
+        return {"kind": "scratch", "name": SCRATCH,
+                "bytes": [self.batch, self.head_slots, _cdiv_factor(self.seq_q, self.block_m),
+                          _cdiv_factor(self.seq_k, self.block_n)]}
+
+    @property
+    def kernel_params(self) -> list[dict]:
+        params = [self.scratch] + [{"kind": "dim", "name": d, "type": "i32"} for d in self.dims]
+        for p in self.params:
+            params.append({"kind": "ptr", "tensor": p.name})
+            params += [{"kind": "stride", "tensor": p.name, "axis": a, "type": "i64"}
+                       for a in range(len(p.shape) - 1)]
+        return params
+
+    @property
+    def kernel(self) -> dict:
+        """The manifest's kernel entry (launch it before the attention kernel)."""
+        z = [self.batch] + ([self.heads] if self.per_head else [])
+        return {"name": "blockmap", "symbol": self.symbol, "block": [THREADS, 1, 1],
+                "dynamic_smem_bytes": 0,
+                "grid": [[_cdiv_factor(self.seq_k, self.block_n)],
+                         [_cdiv_factor(self.seq_q, self.block_m)], z],
+                "params": self.kernel_params}
+
+
+def _cdiv_factor(size: DimValue, block: int):
+    return -(-size // block) if isinstance(size, int) else ["cdiv", size, block]
+
+
+def blockmap_plan(result, block_m: int, block_n: int) -> BlockMapPlan:
+    """The block map of the (single) attn.attention of a compile result (after
+    attn-analyze-masks), at the attention kernel's tile sizes. Meant for masks that read
+    params (`mask_kind = "runtime"`), it is right for any mask_mod."""
+    op, variant = _attention(result), result.variant
+    if not get_bool(op, "has_mask_mod"):
+        raise error_at(op, "a block map needs a mask_mod")
+    if (block_m * block_n) % (THREADS * UNROLL):
+        raise error_at(op, f"a {block_m}x{block_n} tile cannot be walked by {THREADS} threads "
+                           f"{UNROLL} elements at a time")
+    block = region_block(op, MASK_MOD)
+    read = {_param_index(o.operands[0]) for o in _ops(block) if o.name == PARAM}
+    params = tuple(ParamTensor(p.name, p.dtype, tuple(p.shape))
+                   for k, p in enumerate(variant.params) if k in read)
+    return BlockMapPlan(variant.name, block_m, block_n, _uses(block, block.arguments[1]),
+                        variant.batch, variant.heads, variant.seq_q, variant.seq_k,
+                        tuple(variant.dims), params)
+
+
+def _attention(result) -> ir.Operation:
+    ops = attention_ops(result.module)
+    if len(ops) != 1:
+        raise AttncError(f"a block map is built for one attn.attention, found {len(ops)}")
+    return ops[0]
+
+
+def _ops(block: ir.Block):
+    return list(block.operations)
+
+
+def _uses(block: ir.Block, value: ir.Value) -> bool:
+    return any(value == v for o in _ops(block) for v in o.operands)
+
+
+def _param_index(tensor: ir.Value) -> int:
+    """Params are the function arguments after q, k and v (attn.irdl.mlir)."""
+    return ir.BlockArgument(tensor).arg_number - 3
+
+
+# ---------------------------------------------------------------- mask_mod as code
+
+def emit_mask(e: Emit, block: ir.Block, args, read_param) -> ir.Value:
+    """The i1 the mask region yields for `args` (b, h, i, j), its ops cloned at the
+    insertion point: `attn.dim` -> `e.dim(name)`, `attn.param(%t, idx...)` ->
+    `read_param(index of t among the params, idx)`, floor division expanded."""
+    env = dict(zip(block.arguments, args))
+    for op in _ops(block):
+        operands = [env.get(v, v) for v in op.operands]
+        if op.name == YIELD:
+            return operands[0]
+        with op.location:
+            if op.name == DIM:
+                value = e.dim(ir.StringAttr(op.attributes["name"]).value)
+            elif op.name == PARAM:
+                value = read_param(_param_index(op.operands[0]), operands[1:])
+            elif op.name == "arith.floordivsi":
+                value = _floordiv(e, *operands)
+            else:
+                value = ir.Operation.create(
+                    op.name, results=[r.type for r in op.results], operands=operands,
+                    attributes={name: op.attributes[name] for name in op.attributes}).result
+        env[op.result] = value
+    raise AttncError("the mask_mod region has no terminator")
+
+
+def _floordiv(e: Emit, a, b):
+    """Python's a // b, and 0 for b == 0 as attnc.ir.interp (the NVPTX lowering has no
+    arith.floordivsi): truncate, then step down when the remainder's sign differs from b's."""
+    q = arith.divsi(a, b)
+    r = e.sub(a, e.mul(q, b))
+    down = e.land(_ne(e, r, 0), e.lt(e.xor(r, b), 0))
+    return e.select(e.eq(b, 0), 0, e.sub(q, arith.extui(e.i32, down)))
+
+
+class ParamReader:
+    """`read_param` for `emit_mask`: `attn.param` as a global load, each index clamped
+    into [0, size - 1], the offset in i64 elements. `params` are the variant's param
+    tensors (the order of the `params` attribute); `ptr(name)` and `stride(name, axis)`
+    give a tensor's pointer (!llvm.ptr<1>) and the i64 stride of an axis but the last."""
+
+    def __init__(self, e: Emit, params, ptr, stride):
+        self.e, self.params = e, tuple(params)
+        self.ptr, self.stride = ptr, stride
+
+    def __call__(self, index: int, indices) -> ir.Value:
+        e, p = self.e, self.params[index]
+        offset = e.c64(0)
+        for axis, (idx, size) in enumerate(zip(indices, p.shape)):
+            size = e.dim(size) if isinstance(size, str) else size
+            clamped = e.max(e.min(idx, e.sub(size, 1)), 0)
+            stride = self.stride(p.name, axis) if axis < len(p.shape) - 1 else 1
+            offset = e.add(offset, e.mul(e.to_i64(clamped), stride))
+        ptr = GlobalPtr(e, self.ptr(p.name), 32).offset(offset).ptr
+        return llvm.load(e.i32 if p.dtype == "i32" else e.f32, ptr)
+
+
+# ---------------------------------------------------------------- the kernel
+
+def _ptr_key(tensor: str) -> str:
+    return f"ptr:{tensor}"
+
+
+def _stride_key(tensor: str, axis: int) -> str:
+    return f"stride:{tensor}:{axis}"
+
+
+def _arg_key(p: dict) -> str:
+    if p["kind"] == "ptr":
+        return _ptr_key(p["tensor"])
+    if p["kind"] == "stride":
+        return _stride_key(p["tensor"], p["axis"])
+    return p["name"]                 # a dim, or the scratch
+
+
+def _arg_type(p: dict) -> ir.Type:
+    if p["kind"] in ("ptr", "scratch"):
+        return ir.Type.parse("!llvm.ptr<1>")
+    return ir.IntegerType.get_signless(32 if p["type"] == "i32" else 64)
+
+
+def emit_blockmap_kernel(plan: BlockMapPlan, result, ip: ir.InsertionPoint):
+    """Add the block-map `gpu.func` (Note [Block map kernel]) at `ip`, the body of a
+    gpu.module in the context of `result.module`; returns it."""
+    op = _attention(result)
+    params = plan.kernel_params
+    types = [_arg_type(p) for p in params]
+    with ip, op.location:
+        func = gpu.GPUFuncOp(ir.TypeAttr.get(ir.FunctionType.get(types, [])), plan.symbol,
+                             kernel=True, known_block_size=[THREADS, 1, 1])
+        entry = func.body.blocks.append(*types)
+    with ir.InsertionPoint(entry), op.location:
+        args = {_arg_key(p): a for p, a in zip(params, entry.arguments)}
+        _BlockMapKernel(plan, op, result.variant, args).emit()
+        gpu.ReturnOp([])
+    return func
+
+
+def build_blockmap_module(plan: BlockMapPlan, result) -> ir.Module:
+    """A `gpu.container_module` holding only the block-map kernel (for `to_ptx`)."""
+    with result.module.context, ir.Location.name(plan.symbol):
+        module = ir.Module.create()
+        module.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
+        with ir.InsertionPoint(module.body):
+            gpu_module = gpu.GPUModuleOp("attnc_blockmap")
+            gpu_module.bodyRegion.blocks.append()
+        emit_blockmap_kernel(plan, result, ir.InsertionPoint(gpu_module.bodyRegion.blocks[0]))
+        module.operation.verify()
+    return module
+
+
+class _BlockMapKernel:
+    def __init__(self, plan: BlockMapPlan, op: ir.Operation, variant, args: dict):
+        self.plan, self.op, self.args = plan, op, args
+        self.e = e = Emit({d: args[d] for d in plan.dims})
+        self.read_param = ParamReader(e, variant.params, lambda name: args[_ptr_key(name)],
+                                      lambda name, axis: args[_stride_key(name, axis)])
+
+    def _size(self, d: DimValue) -> ir.Value:
+        return self.e.dim(d) if isinstance(d, str) else self.e.c32(d)
+
+    def emit(self) -> None:
+        e, s = self.e, self.plan
+        self.tid = nvvm.read_ptx_sreg_tid_x(e.i32)
+        n_block, m_block = nvvm.read_ptx_sreg_ctaid_x(e.i32), nvvm.read_ptx_sreg_ctaid_y(e.i32)
+        z = nvvm.read_ptx_sreg_ctaid_z(e.i32)
+        if s.per_head:
+            self.b, self.h = e.div(z, self._size(s.heads)), e.rem(z, self._size(s.heads))
+        else:
+            self.b, self.h = z, e.c32(0)
+        self.m_lo, self.n_lo = e.mul(m_block, s.block_m), e.mul(n_block, s.block_n)
+        self.m_hi = e.min(e.add(self.m_lo, s.block_m), self._size(s.seq_q))
+        self.n_hi = e.min(e.add(self.n_lo, s.block_n), self._size(s.seq_k))
+        static = self._static_class()
+        branch = scf.IfOp(e.eq(static, MIXED), [e.i32], has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            scf.yield_([self._evaluate()])
+        with ir.InsertionPoint(branch.else_block):
+            scf.yield_([static])
+        # One byte per tile, rows of n_blocks (gridDim.x) per m_block (gridDim.y).
+        wide = e.to_i64
+        m_blocks, n_blocks = nvvm.read_ptx_sreg_nctaid_y(e.i32), nvvm.read_ptx_sreg_nctaid_x(e.i32)
+        row = e.add(e.mul(wide(z), wide(m_blocks)), wide(m_block))
+        index = e.add(e.mul(row, wide(n_blocks)), wide(n_block))
+        first = scf.IfOp(e.eq(self.tid, 0))
+        with ir.InsertionPoint(first.then_block):
+            ptr = GlobalPtr(e, self.args[SCRATCH], 8).offset(index).ptr
+            llvm.store(arith.trunci(_i8(), branch.results[0]), ptr)
+            scf.yield_([])
+
+    def _static_class(self) -> ir.Value:
+        """attn-analyze-masks' class of the tile: SKIP and FULL are proofs, MIXED a maybe."""
+        functions = mask_functions(self.op)
+        if functions.tile_class is None:
+            return self.e.c32(MIXED)
+        args = [self.m_lo, self.m_hi, self.n_lo, self.n_hi, self.b, self.h,
+                *(self.e.dim(d) for d in functions.dims)]
+        return inline_function(functions.tile_class, args)[0]
+
+    def _element(self, k):
+        """Row and column in the tile of this thread's element k."""
+        e, s = self.e, self.plan
+        if THREADS % s.block_n == 0:
+            row = e.add(e.div(self.tid, s.block_n), e.mul(k, THREADS // s.block_n))
+            return row, e.rem(self.tid, s.block_n)
+        flat = e.add(e.mul(k, THREADS), self.tid)
+        return e.div(flat, s.block_n), e.rem(flat, s.block_n)
+
+    def _evaluate(self) -> ir.Value:
+        """The class of a tile from its elements (Note [Block map kernel])."""
+        e, s = self.e, self.plan
+        passes = s.block_m * s.block_n // (THREADS * UNROLL)
+        loop = scf.WhileOp([e.i32, e.i1, e.i1], [e.c32(0), _false(e), e.true()])
+        before = loop.before.blocks.append(e.i32, e.i1, e.i1)
+        with ir.InsertionPoint(before):
+            k, any_kept, all_kept = before.arguments
+            undecided = e.or_(e.xor(any_kept, e.true()), all_kept)
+            scf.condition(e.land(e.lt(k, passes), undecided), [k, any_kept, all_kept])
+        after = loop.after.blocks.append(e.i32, e.i1, e.i1)
+        with ir.InsertionPoint(after):
+            k, any_kept, all_kept = after.arguments
+            some, every = _false(e), e.true()
+            for u in range(UNROLL):
+                kept, counts = self._keep(e.add(e.mul(k, UNROLL), u))
+                some = e.or_(some, e.land(counts, kept))
+                every = e.land(every, e.or_(e.xor(counts, e.true()), kept))
+            scf.yield_([e.add(k, 1), e.or_(any_kept, _vote(e, some, "any")),
+                        e.land(all_kept, _vote(e, every, "all"))])
+        any_kept = _cta_reduce(e, loop.results[1], "or")
+        all_kept = _cta_reduce(e, loop.results[2], "and")
+        return e.select(any_kept, e.select(all_kept, FULL, e.c32(MIXED)), e.c32(SKIP))
+
+    def _keep(self, k):
+        """(mask_mod at element k, whether that element is inside [0, M) x [0, N))."""
+        e = self.e
+        row, col = self._element(k)
+        i, j = e.add(self.m_lo, row), e.add(self.n_lo, col)
+        counts = e.land(e.lt(i, self.m_hi), e.lt(j, self.n_hi))
+        keep = emit_mask(e, region_block(self.op, MASK_MOD), [self.b, self.h, i, j], self.read_param)
+        return keep, counts
+
+
+def _ne(e: Emit, a, b) -> ir.Value:
+    return arith.cmpi(arith.CmpIPredicate.ne, *e._pair(a, b))
+
+
+def _false(e: Emit) -> ir.Value:
+    return arith.constant(e.i1, 0)
+
+
+def _i8() -> ir.Type:
+    return ir.IntegerType.get_signless(8)
+
+
+def _vote(e: Emit, pred: ir.Value, kind: str) -> ir.Value:
+    """Warp-uniform vote.sync.{any,all} over the full warp."""
+    return nvvm.VoteSyncOp(e.i1, e.c32(-1), pred, getattr(nvvm.VoteSyncKind, kind)).result
+
+
+def _cta_reduce(e: Emit, pred: ir.Value, kind: str) -> ir.Value:
+    """bar.red.{and,or}.pred across the CTA (also a barrier): i1."""
+    reduction = nvvm.BarrierReduction.AND if kind == "and" else nvvm.BarrierReduction.OR
+    res = nvvm.BarrierOp(e.i32, reductionOp=reduction,
+                         reductionPredicate=arith.extui(e.i32, pred)).result
+    return _ne(e, res, 0)
+
+
+# ---------------------------------------------------------------- the attention kernel's side
+
+def blockmap_param(plan: BlockMapPlan) -> ExtraParam:
+    """The attention kernel's parameter for the map: its manifest entry is `plan.scratch`."""
+    return ExtraParam("scratch", SCRATCH, bytes=tuple(plan.scratch["bytes"]))
+
+
+def blockmap_hooks(plan: BlockMapPlan):
+    """(kv_range, tile_partial, extra_params) for the attention kernel (Note [Mask hooks]
+    in kernel_spec.py), reading the map (Note [Block map ABI]): kv_range visits the first
+    to the last non-SKIP block of the query block's row, with an empty full range so that
+    tile_partial (class != FULL) is asked about every block; `blockmap_skip(plan)` is the
+    `tile_skip` hook for the SKIP blocks left inside (without it they are correct as
+    partial blocks: keep() drops all of their elements)."""
+
+    def kv_range(e: Emit, c: KvCtx) -> KvRange:
+        row, n_blocks = _map_row(e, plan, c)
+        lane = e.and_(nvvm.read_ptx_sreg_tid_x(e.i32), 31)
+        # Each lane scans every 32nd block of the row; the warp reduces (all warps alike).
+        scan = scf.ForOp(lane, n_blocks, e.c32(32), [n_blocks, e.c32(0)])
+        with ir.InsertionPoint(scan.body):
+            n = scan.induction_variable
+            lo, hi = scan.inner_iter_args
+            visit = _ne(e, _load_class(e, row, n), SKIP)
+            scf.yield_([e.select(visit, e.min(lo, n), lo), e.select(visit, e.add(n, 1), hi)])
+        hi = _redux(e, scan.results[1], nvvm.ReduxKind.MAX)
+        lo = e.min(_redux(e, scan.results[0], nvvm.ReduxKind.MIN), hi)
+        return KvRange(lo, lo, lo, hi)
+
+    def tile_partial(e: Emit, c: KvCtx, n_block) -> ir.Value:
+        row, _ = _map_row(e, plan, c)
+        return _ne(e, _load_class(e, row, n_block), FULL)
+
+    kv_range.__qualname__ = f"{_tag(plan)}.kv_range"
+    tile_partial.__qualname__ = f"{_tag(plan)}.tile_partial"
+    return kv_range, tile_partial, (blockmap_param(plan),)
+
+
+def blockmap_skip(plan: BlockMapPlan):
+    """The `tile_skip(e, ctx, n_block) -> i1` hook: block n_block keeps nothing."""
+
+    def skip(e: Emit, c: KvCtx, n_block) -> ir.Value:
+        row, _ = _map_row(e, plan, c)
+        return e.eq(_load_class(e, row, n_block), SKIP)
+
+    skip.__qualname__ = f"{_tag(plan)}.tile_skip"
+    return skip
+
+
+def _tag(plan: BlockMapPlan) -> str:
+    """What sets the hooks' code apart (for Sm80KernelSpec.cache_key)."""
+    return f"blockmap({plan.variant}, {plan.block_m}x{plan.block_n}, per_head={plan.per_head})"
+
+
+def _map_row(e: Emit, plan: BlockMapPlan, c: KvCtx) -> tuple[GlobalPtr, ir.Value]:
+    """The map's row of query block c.m_block (a GlobalPtr of bytes) and its length."""
+    if (c.block_m, c.block_n) != (plan.block_m, plan.block_n):
+        raise AttncError(f"the block map has {plan.block_m}x{plan.block_n} tiles, the attention "
+                         f"kernel {c.block_m}x{c.block_n}")
+    m_blocks, n_blocks = e.cdiv(c.M, plan.block_m), e.cdiv(c.N, plan.block_n)
+    z = e.add(e.mul(c.b, e.dim("H")), c.h) if plan.per_head else c.b
+    wide = e.to_i64
+    first = e.mul(e.add(e.mul(wide(z), wide(m_blocks)), wide(c.m_block)), wide(n_blocks))
+    return GlobalPtr(e, e.arg(blockmap_param(plan).key), 8).offset(first), n_blocks
+
+
+def _load_class(e: Emit, row: GlobalPtr, n_block) -> ir.Value:
+    return arith.extui(e.i32, llvm.load(_i8(), row.offset(e.to_i64(n_block)).ptr))
+
+
+def _redux(e: Emit, x: ir.Value, kind) -> ir.Value:
+    return nvvm.ReduxOp(e.i32, x, kind, e.c32(-1)).result

@@ -1,0 +1,302 @@
+"""The block map on a GPU, from bundles built here (design.md section 8).
+
+Build (MLIR machine):  python tests/backend/test_blockmap_gpu.py build [OUT]
+Run (GPU, torch):      python3 tests/backend/test_blockmap_gpu.py run [OUT]   (or pytest this file)
+
+OUT defaults to .bundles/blockmap (git-ignored). Every case is a bundle launched through
+attnc_runtime: `map` cases hold only the block-map kernel, and the test reads the scratch
+buffer back and compares it with a torch brute force of the same mask, at ragged M and N;
+the `attention` case holds the block-map kernel and an sm_80 attention kernel whose
+kv_range/tile_partial are `blockmap_hooks` (its keep() is `emit_mask` over the same
+region, a stand-in until the hooks engineer's keep lands), compared with a torch softmax.
+Without a GPU, torch or the bundles, the tests skip and say why.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = Path(os.environ.get("ATTNC_BLOCKMAP_BUNDLES", ROOT / ".bundles" / "blockmap"))
+
+HEADER = """
+  q: bf16[B, H, M, 64]
+  k: bf16[B, H, N, 64]
+  v: bf16[B, H, N, 64]
+  out o: bf16[B, H, M, 64]"""
+
+DOCS = """
+  param doc: i32[B, N]
+  mask_mod(b, h, i, j) = doc[b, i] == doc[b, j] and j <= i
+}"""
+# name -> (source, kind, (block_m, block_n)); the mask of `name` is that of its first word.
+CASES = {
+    "docs": ("attention docs {" + HEADER + DOCS, "attention", (128, 64)),
+    "docs_map": ("attention docs_map {" + HEADER + DOCS, "map", (128, 64)),
+    "per_head": ("attention per_head {" + HEADER + """
+  param win: i32[H]
+  mask_mod(b, h, i, j) = j <= i and i - j < win[h]
+}""", "map", (64, 128)),
+    "floats": ("attention floats {" + HEADER + """
+  param t: f32[B, N]
+  param u: i32[4]
+  mask_mod(b, h, i, j) = (t[b, j] + float(u[h % 4]) > 0.5 and ((j - i) // 7) % 3 != 1) or i == j + (N - M)
+}""", "map", (64, 48)),
+}
+SHAPES = [(2, 3, 1000, 1000), (2, 3, 700, 1300), (1, 2, 129, 65), (3, 1, 1, 1), (1, 5, 333, 2049)]
+
+
+# ---------------------------------------------------------------- build (needs MLIR)
+
+def build(out: Path) -> None:
+    from attnc.backend.blockmap import (blockmap_plan, build_blockmap_module, emit_blockmap_kernel)
+    from attnc.backend.bundle import code_files, variant_manifest, write_bundle
+    from attnc.backend.cubin import ptx_to_cubin, resource_usage
+    from attnc.backend.ptx import to_ptx
+    from attnc.driver import compile_mlir
+    from mlir import ir
+
+    index = {}
+    for name, (source, kind, (block_m, block_n)) in CASES.items():
+        result = compile_mlir(source, f"{name}.attn")
+        plan = blockmap_plan(result, block_m, block_n)
+        kernels = [plan.kernel]
+        with result.module.context:
+            if kind == "attention":
+                module, attention = _attention_module(plan, result)
+                kernels.append(attention)
+                emit_blockmap_kernel(plan, result, ir.InsertionPoint(_gpu_module_body(module)))
+            else:
+                module = build_blockmap_module(plan, result)
+            text = to_ptx(module, "sm_80")
+        usage = resource_usage(text, "sm_80")
+        files = code_files(name, "sm_80")
+        manifest = variant_manifest(result.variant, target="sm_80", kernels=kernels, code=files)
+        write_bundle(out / name, manifest, {files["cubin"]: ptx_to_cubin(text, "sm_80").cubin,
+                                            files["ptx"]: text.encode()})
+        index[name] = {"kind": kind, "block_m": block_m, "block_n": block_n, "per_head": plan.per_head,
+                       "registers": {k: u.registers for k, u in usage.items()},
+                       "spills": {k: u.spill_stores + u.spill_loads for k, u in usage.items()}}
+        print(name, index[name])
+    (out / "index.json").write_text(json.dumps(index, indent=2) + "\n")
+
+
+def _attention_module(plan, result):
+    """The sm_80 kernel reading the map, as a manifest kernel whose blockmap param is the
+    scratch (Note [Block map ABI])."""
+    from attnc.backend.blockmap import ParamReader, blockmap_hooks, blockmap_skip, emit_mask
+    from attnc.backend.kernel_spec import ExtraParam, default_sm80_spec
+    from attnc.backend.sm80 import build_sm80_module
+    from attnc.ir import MASK_MOD, attention_ops, region_block
+
+    variant = result.variant
+    block = region_block(attention_ops(result.module)[0], MASK_MOD)
+    kv_range, tile_partial, extra = blockmap_hooks(plan)
+
+    def keep(e, b, h, i, j):
+        # doc is passed contiguous here: its axis-0 stride is N.
+        reader = ParamReader(e, variant.params, e.arg, lambda name, axis: e.to_i64(e.dim("N")))
+        return emit_mask(e, block, [b, h, i, j], reader)
+
+    spec = default_sm80_spec("bf16", 64, block_m=plan.block_m, block_n=plan.block_n,
+                             kv_range=kv_range, tile_partial=tile_partial, tile_skip=blockmap_skip(plan),
+                             keep=keep, symbol="attnc_docs_fwd",
+                             extra_params=extra + (ExtraParam("dim", "B"), ExtraParam("ptr", "doc")))
+    module, abi = build_sm80_module(spec)
+    roles = {"M": variant.seq_q, "N": variant.seq_k, "H": variant.heads, "HKV": variant.heads_kv}
+    kernel = abi.manifest_kernel("attn_fwd")
+    kernel["params"] = [{**p, "name": roles.get(p["name"], p["name"])} if p["kind"] == "dim" else p
+                        for p in kernel["params"]]
+    assert plan.scratch in kernel["params"]
+    return module, kernel
+
+
+def _gpu_module_body(module):
+    gpu_module = next(op for op in module.body.operations if op.operation.name == "gpu.module")
+    return gpu_module.regions[0].blocks[0]
+
+
+# ---------------------------------------------------------------- run (GPU, torch)
+
+def _skip_reason() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU visible"
+    if not (OUT / "index.json").exists():
+        return f"no block-map bundles at {OUT} (python tests/backend/test_blockmap_gpu.py build)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def index():
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    return json.loads((OUT / "index.json").read_text())
+
+
+def _inputs(name: str, B: int, H: int, M: int, N: int, gen):
+    import torch
+    name = name.split("_map")[0]
+    dev = "cuda"
+    qkv = {"q": torch.randn(B, H, M, 64, generator=gen, device=dev).bfloat16(),
+           "k": torch.randn(B, H, N, 64, generator=gen, device=dev).bfloat16(),
+           "v": torch.randn(B, H, N, 64, generator=gen, device=dev).bfloat16()}
+    if name == "docs":
+        # Packed documents: nondecreasing ids, lengths up to 600 (long ones give FULL tiles).
+        cuts = torch.randint(1, 600, (B, N), generator=gen, device=dev).cumsum(1) % (N + 700)
+        ids = torch.arange(N, device=dev)
+        doc = (ids[None, :, None] >= cuts[:, None, :]).sum(-1).int()
+        return {**qkv, "doc": doc.contiguous()}
+    if name == "per_head":
+        return {**qkv, "win": torch.randint(1, 400, (H,), generator=gen, device=dev).int()}
+    return {**qkv, "t": torch.rand(B, N, generator=gen, device=dev),
+            "u": torch.randint(-1, 2, (4,), generator=gen, device=dev).int()}
+
+
+def _mask(name: str, args: dict, M: int, N: int):
+    """The mask as a bool tensor [B, H_m, M, N], in torch (clamped param indices)."""
+    import torch
+    name = name.split("_map")[0]
+    i = torch.arange(M, device="cuda")[:, None]
+    j = torch.arange(N, device="cuda")[None, :]
+    if name == "docs":
+        doc = args["doc"]
+        di = doc[:, i.clamp(max=N - 1)[:, 0]]
+        return ((di[:, :, None] == doc[:, None, :]) & (j <= i))[:, None]
+    if name == "per_head":
+        win = args["win"][None, :, None, None]
+        return (j <= i) & (i - j < win)
+    H = args["q"].shape[1]
+    u = args["u"][torch.arange(H, device="cuda") % 4].float()
+    cond = (args["t"][:, None, None, :] + u[None, :, None, None] > 0.5) & (((j - i) // 7) % 3 != 1)
+    return cond | (i == j + (N - M))
+
+
+def _classes(mask, block_m: int, block_n: int):
+    """Tile classes of a [B, H_m, M, N] mask: rows >= M and keys >= N do not count."""
+    import torch
+    B, Hm, M, N = mask.shape
+    mb, nb = -(-M // block_m), -(-N // block_n)
+    pad = (0, nb * block_n - N, 0, mb * block_m - M)
+    tiles = lambda x: x.reshape(B, Hm, mb, block_m, nb, block_n)
+    kept = mask.to(torch.uint8)
+    any_kept = tiles(torch.nn.functional.pad(kept, pad, value=0)).amax((3, 5)).bool()
+    all_kept = tiles(torch.nn.functional.pad(kept, pad, value=1)).amin((3, 5)).bool()
+    return torch.where(any_kept, torch.where(all_kept, 2, 1), 0).to(torch.uint8)
+
+
+def _launch(name: str, args: dict):
+    import attnc_runtime
+    import torch
+    bound = attnc_runtime.load(OUT / name).bind(**args)
+    bound.launch()
+    torch.cuda.synchronize()
+    return bound
+
+
+def _read_map(bound, shape):
+    import torch
+    raw = bound._scratch["blockmap"]          # the runtime's scratch buffer (i32 words)
+    n = shape[0] * shape[1] * shape[2] * shape[3]
+    return raw.view(torch.uint8)[:n].reshape(shape)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(CASES))
+def test_map_matches_brute_force(index, name):
+    import torch
+    info = index[name]
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    seen = set()
+    for B, H, M, N in SHAPES:
+        if name.startswith("docs") and M > N:
+            continue
+        args = _inputs(name, B, H, M, N, gen)
+        want = _classes(_mask(name, args, M, N).expand(B, H if info["per_head"] else 1, M, N),
+                        info["block_m"], info["block_n"])
+        got = _read_map(_launch(name, args), tuple(want.shape))
+        bad = (got != want).nonzero()
+        assert bad.numel() == 0, f"{name} {B, H, M, N}: {bad.shape[0]} tiles differ, first at " \
+                                 f"{bad[0].tolist()}: got {got[tuple(bad[0])]}, want {want[tuple(bad[0])]}"
+        seen |= set(want.unique().tolist())
+    assert seen == {0, 1, 2}, f"{name}: the shapes only gave classes {seen}"
+
+
+@pytest.mark.gpu
+def test_attention_reads_the_map(index):
+    import torch
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    for B, H, M, N in [(2, 3, 1000, 1000), (1, 2, 333, 1300), (2, 2, 129, 129)]:
+        args = _inputs("docs", B, H, M, N, gen)
+        o = _launch("docs", args).outputs["o"].float()
+        q, k, v = (args[x].float() for x in "qkv")
+        s = (q @ k.transpose(-1, -2)) * 64 ** -0.5
+        s = s.masked_fill(~_mask("docs", args, M, N), float("-inf"))
+        want = torch.softmax(s, -1) @ v
+        err = (o - want).abs().max().item()
+        print(f"      attention docs {B, H, M, N}: max |o - reference| = {err:.2e}")
+        assert err < 4e-2, f"docs {B, H, M, N}: max |o - reference| = {err}"
+
+
+def time_map(name: str = "docs", B: int = 4, H: int = 16, M: int = 8192, N: int = 8192) -> dict:
+    """Mean time of the bundle's launch (scratch memset + block map [+ attention]), in us."""
+    import attnc_runtime
+    import torch
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    args = _inputs(name, B, H, M, N, gen)
+    if name.startswith("docs"):
+        args["doc"] = (torch.arange(N, device="cuda") // 1000).int().expand(B, N).contiguous()
+    bound = attnc_runtime.load(OUT / name).bind(**args)
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(3):
+        bound.launch()
+    start.record()
+    for _ in range(20):
+        bound.launch()
+    stop.record()
+    torch.cuda.synchronize()
+    return {"case": name, "B": B, "H": H, "M": M, "N": N, "us": start.elapsed_time(stop) / 20 * 1e3}
+
+
+def run() -> int:
+    """Every check without pytest's runner (the GPU machine may lack it), then timings."""
+    reason = _skip_reason()
+    if reason:
+        print(f"skipped: {reason}")
+        return 1
+    info = json.loads((OUT / "index.json").read_text())
+    checks = [(f"map {n}", lambda n=n: test_map_matches_brute_force(info, n)) for n in CASES]
+    checks.append(("attention docs", lambda: test_attention_reads_the_map(info)))
+    failures = 0
+    for label, check in checks:
+        try:
+            check()
+            print(f"ok    {label}")
+        except AssertionError as e:
+            failures += 1
+            print(f"FAIL  {label}: {e}")
+    for name, shape in (("docs_map", (4, 16)), ("docs", (4, 16)), ("per_head", (4, 16)), ("floats", (4, 16))):
+        print(json.dumps(time_map(name, *shape)))
+    return 1 if failures else 0
+
+
+def main(argv: list[str]) -> int:
+    global OUT
+    mode = argv[1] if len(argv) > 1 else "run"
+    OUT = Path(argv[2]) if len(argv) > 2 else OUT
+    if mode == "build":
+        build(OUT)
+        return 0
+    return run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
