@@ -64,7 +64,8 @@ def main() -> int:
     ap.add_argument("--json")
     args = ap.parse_args()
     bundles = Path(args.bundles)
-    index = {(e["dtype"], e["head_dim"], e["mask"]): e for e in json.loads((bundles / "index.json").read_text())}
+    index = {(e["dtype"], e["head_dim"], e["mask"]): e for e in json.loads((bundles / "index.json").read_text())
+             if e.get("suite") == "sm80_matrix"}
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     rows = []
     for d, h in ((64, 32), (128, 16)):

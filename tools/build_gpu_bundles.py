@@ -1,24 +1,54 @@
 """Compile every bundle the GPU tests and benchmarks need into one folder (design.md section 8).
 
-    python tools/build_gpu_bundles.py [--out .bundles/gpu]
+    python tools/build_gpu_bundles.py [--out .bundles/gpu] [--suites SUITE,...] [--jobs N]
+                                      [--property-count 240] [--property-seed 0]
+                                      [--allow-refusals] [--pack FILE.tar.xz]
 
-writes one bundle per (dtype, head dim, mask) of the sm_80 matrix and an
-index.json that tests/gpu and bench/ read on the GPU machine, where neither MLIR
-nor the compiler is installed.
+writes one bundle folder per variant and an index.json that tests/gpu and bench/ read
+on the GPU machine, where neither MLIR nor the compiler is installed. Each index entry
+names its "suite":
+
+    sm80_matrix     dtype x head dim x {no mask, causal, bottom-right causal} (issue 3;
+                    cubin and PTX)                         -> tests/gpu/test_sm80_matrix.py
+    examples        every examples/*.attn as bf16 and f16, head dims 64 and 128 (QK/V 128/64
+                    and 64/128 for diff_head_dims)         -> tests/gpu/test_examples.py
+    property        variants from tests/gpu/variant_gen.py, seeds --property-seed onwards
+                                                           -> tests/gpu/test_property.py
+    bench_variants  the variants of bench/bench_variants.py (peers.md), head dims 64 and 128
+
+Rebuilding some suites keeps the other suites' entries of an existing index. Bundles of
+the last three hold PTX only: an sm_80 cubin does not load on Hopper anyway, and the
+whole folder must travel to the GPU machine (64 MiB at most, the total is printed;
+--pack writes a compressed tarball to carry instead).
+
+A variant the compiler refuses (an AttncError) or crashes on is never dropped silently:
+each is printed with its error, the counts are printed last, and the build exits 1
+unless --allow-refusals, in which case the index lists it with "refused" (the GPU
+tests then skip it, saying why).
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import json
+import multiprocessing
+import os
+import re
+import shutil
 import sys
+import tarfile
+import time
+import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "runtime")]
+sys.path[:0] = [str(ROOT), str(ROOT / "runtime"), str(ROOT / "tests" / "gpu")]
 
-from attnc.backend.bundle import write_bundle          # noqa: E402
-from attnc.backend.sm80_lower import build             # noqa: E402
-from attnc.driver import CompileOptions, compile_mlir  # noqa: E402
+SUITES = ("sm80_matrix", "examples", "property", "bench_variants")
+TRAVEL_LIMIT = 64 << 20         # bytes the device machine takes with the working tree
+
+# --- sm80_matrix -------------------------------------------------------------------------
 
 MASKS = {"none": None, "causal": "j <= i", "bottom_right": "j <= i + (N - M)"}
 
@@ -30,27 +60,226 @@ def source(name: str, dtype: str, d: int, mask: str | None) -> str:
             f"{hook}  out o: {dtype}[B, H, M, {d}]\n  out lse: f32[B, H, M]\n}}\n")
 
 
+@dataclass(frozen=True)
+class Job:
+    suite: str
+    name: str
+    source: str
+    meta: dict = field(default_factory=dict)    # copied into the index entry
+    ptx_only: bool = True
+
+
+def matrix_jobs() -> list[Job]:
+    return [Job("sm80_matrix", f"sm80_{dtype}_d{d}_{mask_name}", source(f"sm80_{dtype}_d{d}_{mask_name}", dtype, d, mask),
+                {"dtype": dtype, "head_dim": d, "mask": mask_name}, ptx_only=False)
+            for dtype in ("f16", "bf16") for d in (64, 96, 128, 256) for mask_name, mask in MASKS.items()]
+
+
+# --- examples ----------------------------------------------------------------------------
+
+# How the GPU tests fill each example's params (gpu_support.fill_param), and the examples
+# whose mask needs M == N (docs_sink: one document id per position).
+EXAMPLE_FILLS = {"alibi": {"slopes": "alibi"}, "docs_sink": {"doc": "sorted_ids", "sinks": "uniform"},
+                 "relative_bias": {"bias": "uniform"}}
+SQUARE = {"docs_sink"}
+_DECL = re.compile(r"^(\s*(?:out\s+)?([qkvo])\s*:\s*)(bf16|f16)\[([^\]]*)\]", re.M)
+
+
+def rewrite_example(text: str, dtype: str, d_qk: int, d_v: int) -> str:
+    """The example with q, k, v and o in `dtype`, QK head dim `d_qk` and V (and o) head dim `d_v`."""
+    def sub(m: re.Match) -> str:
+        dims = [s.strip() for s in m.group(4).split(",")]
+        dims[-1] = str(d_qk if m.group(2) in "qk" else d_v)
+        return f"{m.group(1)}{dtype}[{', '.join(dims)}]"
+
+    rewritten, count = _DECL.subn(sub, text)
+    if count != 4:
+        raise ValueError(f"expected the q, k, v and o declarations, rewrote {count}")
+    return f"# {dtype}, head dims {d_qk}/{d_v} (rewritten by tools/build_gpu_bundles.py)\n{rewritten}"
+
+
+def example_jobs() -> list[Job]:
+    jobs = []
+    for path in sorted((ROOT / "examples").glob("*.attn")):
+        stem = path.stem
+        head_dims = [(128, 64), (64, 128)] if stem == "diff_head_dims" else [(64, 64), (128, 128)]
+        for dtype in ("bf16", "f16"):
+            for d_qk, d_v in head_dims:
+                jobs.append(Job("examples", f"ex_{stem}_{dtype}_d{d_qk}x{d_v}",
+                                rewrite_example(path.read_text(), dtype, d_qk, d_v),
+                                {"example": stem, "dtype": dtype, "head_dim": [d_qk, d_v],
+                                 "fills": EXAMPLE_FILLS.get(stem, {}), "square": stem in SQUARE}))
+    return jobs
+
+
+# --- property ----------------------------------------------------------------------------
+
+def property_jobs(first_seed: int, count: int) -> list[Job]:
+    from variant_gen import generate
+    jobs = []
+    for seed in range(first_seed, first_seed + count):
+        v = generate(seed)
+        jobs.append(Job("property", v.name, v.source,
+                        {"seed": seed, "fills": v.fills(), "features": list(v.features)}))
+    return jobs
+
+
+# --- bench_variants (peers.md) -------------------------------------------------------------
+
+BENCH_CASES = {
+    # case: (params, score_mod, mask_mod, fills)
+    "causal": ("", None, "j <= i", {}),
+    "softcap_causal": ("", "30.0 * tanh(s / 30.0)", "j <= i", {}),
+    "alibi_causal": ("  param slopes: f32[H]\n", "s + slopes[h] * (j - i)", "j <= i", {"slopes": "alibi"}),
+    "window1024": ("", None, "j <= i and i - j < 1024", {}),
+    "doc_causal": ("  param doc: i32[B, N]\n", None, "doc[b, i] == doc[b, j] and j <= i", {}),
+}
+
+
+def bench_source(name: str, d: int, case: str) -> str:
+    params, score_mod, mask_mod, _ = BENCH_CASES[case]
+    hooks = f"  score_mod(s, b, h, i, j) = {score_mod}\n" if score_mod else ""
+    hooks += f"  mask_mod(b, h, i, j) = {mask_mod}\n"
+    return (f"attention {name} {{\n"
+            f"  q: bf16[B, H, M, {d}]\n  k: bf16[B, H, N, {d}]\n  v: bf16[B, H, N, {d}]\n"
+            f"{params}{hooks}  out o: bf16[B, H, M, {d}]\n}}\n")
+
+
+def bench_jobs() -> list[Job]:
+    return [Job("bench_variants", f"bench_{case}_d{d}", bench_source(f"bench_{case}_d{d}", d, case),
+                {"case": case, "head_dim": d, "dtype": "bf16", "fills": BENCH_CASES[case][3]})
+            for d in (64, 128) for case in BENCH_CASES]
+
+
+# --- building ----------------------------------------------------------------------------
+
+def build_one(job: Job, out: str) -> dict:
+    """Compile one job into out/job.name; the index entry, or one with 'refused' and 'crashed'."""
+    from attnc.backend.bundle import write_bundle
+    from attnc.backend.sm80_lower import build
+    from attnc.driver import CompileOptions, compile_mlir
+    from attnc.errors import AttncError
+
+    entry = {"suite": job.suite, "name": job.name, **job.meta}
+    start = time.perf_counter()
+    try:
+        art = build(compile_mlir(job.source, f"{job.name}.attn", CompileOptions(arch="sm_80")))
+        manifest, files = art.manifest, dict(art.files)
+        if job.ptx_only and "ptx" in manifest["code"]:
+            manifest = {**manifest, "code": {"ptx": manifest["code"]["ptx"]}}
+            files = {name: blob for name, blob in files.items() if name != art.manifest["code"].get("cubin")}
+        write_bundle(Path(out) / job.name, manifest, files)
+    except AttncError as e:
+        return {**entry, "refused": str(e), "crashed": False, "source": job.source}
+    except Exception:               # an internal compiler error: reported, never dropped
+        return {**entry, "refused": traceback.format_exc(limit=-4), "crashed": True, "source": job.source}
+    spec = art.spec
+    entry.update(path=job.name, block=[spec.block_m, spec.block_n, spec.num_warps],
+                 bytes=sum(len(b) for b in files.values()),
+                 seconds=round(time.perf_counter() - start, 2))
+    return entry
+
+
+def _build_star(args) -> dict:
+    return build_one(*args)
+
+
+def _reason(entry: dict) -> str:
+    """An error's gist, to group refusals: its first line naming an error, numbers elided."""
+    lines = [ln.strip() for ln in entry["refused"].strip().splitlines() if ln.strip()]
+    gist = next((ln for ln in lines if ln.startswith("error:")), lines[-1])     # MLIR's own first
+    gist = re.sub(r"\(dims: [^)]*\)|\"[^\"]*\":\d+:\d+: ", "", gist)
+    return re.sub(r"\d+", "N", gist)[:160]
+
+
+def folder_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / ".bundles" / "gpu"))
+    ap.add_argument("--suites", default=",".join(SUITES),
+                    help=f"comma-separated, of {', '.join(SUITES)} (default: all)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--property-count", type=int, default=240)
+    ap.add_argument("--property-seed", type=int, default=0, help="the first seed of the property suite")
+    ap.add_argument("--allow-refusals", action="store_true",
+                    help="exit 0 even when the compiler refuses or crashes on variants (they stay in the index)")
+    ap.add_argument("--pack", help="also write the folder as a tarball (.tar.xz or .tar.gz) to carry")
     args = ap.parse_args(argv)
+    suites = [s for s in args.suites.split(",") if s]
+    unknown = [s for s in suites if s not in SUITES]
+    if unknown:
+        ap.error(f"unknown suite(s) {', '.join(unknown)}; suites are {', '.join(SUITES)}")
     out = Path(args.out)
-    index = []
-    for dtype in ("f16", "bf16"):
-        for d in (64, 96, 128, 256):
-            for mask_name, mask in MASKS.items():
-                name = f"sm80_{dtype}_d{d}_{mask_name}"
-                result = compile_mlir(source(name, dtype, d, mask), f"{name}.attn",
-                                      CompileOptions(arch="sm_80"))
-                art = build(result)
-                write_bundle(out / name, art.manifest, art.files)
-                index.append({"suite": "sm80_matrix", "name": name, "path": name, "dtype": dtype,
-                              "head_dim": d, "mask": mask_name,
-                              "block": [art.spec.block_m, art.spec.block_n, art.spec.num_warps]})
-                print(f"{name}: block {art.spec.block_m}x{art.spec.block_n}, "
-                      f"{art.spec.num_warps} warps, {len(art.cubin)} B cubin", flush=True)
-    (out / "index.json").write_text(json.dumps(index, indent=1))
-    return 0
+    out.mkdir(parents=True, exist_ok=True)
+
+    makers = {"sm80_matrix": matrix_jobs, "examples": example_jobs, "bench_variants": bench_jobs,
+              "property": lambda: property_jobs(args.property_seed, args.property_count)}
+    jobs = [job for suite in suites for job in makers[suite]()]
+    index_path = out / "index.json"
+    old = json.loads(index_path.read_text()) if index_path.exists() else []
+    for e in old:                   # the rebuilt suites' old bundles go
+        if e.get("suite") in suites and e.get("path"):
+            shutil.rmtree(out / e["path"], ignore_errors=True)
+    kept = [e for e in old if e.get("suite") not in suites]
+
+    print(f"building {len(jobs)} bundles ({', '.join(f'{s}: {sum(j.suite == s for j in jobs)}' for s in suites)}) "
+          f"with {args.jobs} processes into {out}", flush=True)
+    start = time.perf_counter()
+    results = []
+    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+        for n, entry in enumerate(pool.imap_unordered(_build_star, [(j, str(out)) for j in jobs]), 1):
+            results.append(entry)
+            if "refused" in entry:
+                what = "CRASHED" if entry["crashed"] else "REFUSED"
+                print(f"[{n}/{len(jobs)}] {entry['suite']} {entry['name']}: {what}\n"
+                      f"    {entry['refused'].strip().replace(chr(10), chr(10) + '    ')}", flush=True)
+            else:
+                print(f"[{n}/{len(jobs)}] {entry['suite']} {entry['name']}: block {entry['block']}, "
+                      f"{entry['bytes'] / 1024:.0f} KiB, {entry['seconds']} s", flush=True)
+    elapsed = time.perf_counter() - start
+
+    order = {j.name: i for i, j in enumerate(jobs)}
+    results.sort(key=lambda e: order[e["name"]])
+    index_path.write_text(json.dumps(kept + results, indent=1))
+    return _report(suites, results, out, elapsed, args)
+
+
+def _report(suites, results, out: Path, elapsed: float, args) -> int:
+    print(f"\nbuilt in {elapsed:.0f} s with {args.jobs} processes")
+    for suite in suites:
+        mine = [e for e in results if e["suite"] == suite]
+        ok = [e for e in mine if "refused" not in e]
+        size = sum(folder_bytes(out / e["path"]) for e in ok)
+        print(f"  {suite:15s} {len(ok):4d} built, {len(mine) - len(ok):3d} refused or crashed, "
+              f"{size / 2**20:6.1f} MiB")
+    total = folder_bytes(out)
+    print(f"  total size of {out}: {total / 2**20:.1f} MiB (the device machine takes {TRAVEL_LIMIT >> 20} MiB "
+          f"with the working tree)")
+    if args.pack:
+        pack = Path(args.pack)
+        pack.parent.mkdir(parents=True, exist_ok=True)
+        mode = "w:xz" if pack.name.endswith(".xz") else "w:gz"
+        with tarfile.open(pack, mode) as tar:
+            tar.add(out, arcname=out.name)
+        print(f"  packed into {pack}: {pack.stat().st_size / 2**20:.1f} MiB")
+    elif total > TRAVEL_LIMIT * 3 // 4:
+        print("  WARNING: too close to the travel limit; use --pack and carry the tarball")
+    refused = [e for e in results if "refused" in e]
+    if not refused:
+        return 0
+    crashed = sum(e["crashed"] for e in refused)
+    print(f"\n{len(refused)} VARIANT(S) NOT BUILT ({len(refused) - crashed} refused with an error, "
+          f"{crashed} crashed the compiler): " + ", ".join(e["name"] for e in refused))
+    print("by error (numbers elided):")
+    for reason, count in collections.Counter(map(_reason, refused)).most_common():
+        print(f"  {count:4d} x {reason}")
+    if args.allow_refusals:
+        print("--allow-refusals: they stay in index.json marked 'refused'; the GPU tests skip them")
+        return 0
+    return 1
 
 
 if __name__ == "__main__":

@@ -133,3 +133,49 @@ def compare(variant, out: dict, ref: dict) -> list[str]:
         if (lse_err > tol).any():
             problems.append(f"max |lse - ref| = {lse_err.max():.3e} ({int((lse_err > tol).sum())} rows over)")
     return problems
+
+
+# --- one variant on the GPU against the reference -------------------------------------------
+
+def skip_reason(entry: dict) -> str | None:
+    """Why an index entry cannot run: no bundles at all, or the compiler refused it at build time."""
+    if entry.get("name") == "no-bundles":
+        return f"no bundles of this suite in {BUNDLES} (run tools/build_gpu_bundles.py)"
+    if "refused" in entry:
+        what = "crashed the compiler" if entry.get("crashed") else "was refused by the compiler"
+        return f"{entry['name']} {what} at build time: {entry['refused'].strip().splitlines()[-1]}"
+    return None
+
+
+def run_against_reference(entry: dict, m: int, n: int, *, batch: int = 2, heads: int = 8,
+                          heads_kv: int = 2, seed: int = 0) -> tuple[list[str], dict, str]:
+    """Launch the bundle of `entry` on random inputs of the given sizes and compare o (and
+    lse) with attnc.reference; returns (problems, the sizes used, the variant's source)."""
+    import numpy as np
+    import torch
+
+    import attnc
+    import attnc_runtime
+    from attnc.frontend import load
+
+    kernel = attnc_runtime.load(BUNDLES / entry["path"])
+    variant = load(kernel.manifest.source, f"{entry['name']}.attn")
+    rng = np.random.default_rng(seed)
+    sizes = bind_sizes(variant, batch=batch, heads=heads, heads_kv=heads_kv, m=m, n=n, rng=rng)
+    case = make_case(variant, sizes, entry.get("fills", {}), rng)
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[variant.dtype]
+    args = {}
+    for name, value in case.items():
+        if name in ("q", "k", "v"):
+            args[name] = torch.from_numpy(value).to(dtype).cuda()
+        elif isinstance(value, np.ndarray):
+            args[name] = torch.from_numpy(value).cuda()
+        else:
+            args[name] = value
+    out = kernel(**args)
+    torch.cuda.synchronize()
+    ref_inputs = {name: (value.float().cpu().numpy() if name in ("q", "k", "v") else case[name])
+                  for name, value in args.items()}
+    ref = attnc.reference(variant, **ref_inputs)
+    got = {name: t.float().cpu().numpy() for name, t in out.items()}
+    return compare(variant, got, ref), sizes, variant.source

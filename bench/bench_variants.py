@@ -1,0 +1,190 @@
+"""attnc's variant kernels vs FlexAttention (torch.compile) and vs themselves without the mod,
+in one run (issue 4, item 4).
+
+    python bench/bench_variants.py [--bundles .bundles/gpu] [--json out.json] [--iters 20]
+
+The variants of peers.md, as peers/peers.py defines them, at M = N = 8192, bf16, head
+dim 64 (B=4, H=32) and 128 (B=4, H=16):
+
+    causal           j <= i                          (the same kernel without a mod)
+    softcap_causal   30 tanh(s / 30), causal
+    alibi_causal     s + slopes[h] (j - i), slopes 2**(-8 (h + 1) / H), causal
+    window1024       j <= i and i - j < 1024
+    doc_causal       documents of 1000 positions (doc = position // 1000), causal
+
+One bundle each (tools/build_gpu_bundles.py --suites bench_variants). attnc's time
+includes every kernel of its bundle (the block map of doc_causal too); FlexAttention's
+block mask is built once, outside the timing, as peers.py does. CUDA events, WARMUP
+launches, then the mean of --iters (at least 20). TFLOP/s of useful work: 4*B*H*M*N*D
+times the fraction of (i, j) pairs the mask keeps, counted exactly. Before timing, each
+attnc output is compared with FlexAttention's (max |difference| printed). Prints a table,
+then the issue's goals with each ratio:
+
+    score_mod overhead over causal       softcap, ALiBi          <= 10 %
+    speed-up over causal                 window1024              >= 3.5x
+                                         doc_causal              >= 3x
+    attnc / FlexAttention                softcap, doc_causal     >= 1.3x
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "runtime")]
+import attnc_runtime  # noqa: E402
+
+WARMUP = 5
+M = N = 8192
+SHAPES = {64: (4, 32), 128: (4, 16)}           # head dim -> (B, H), as peers.md
+CASES = ("causal", "softcap_causal", "alibi_causal", "window1024", "doc_causal")
+GOALS = [  # (what, numerator case, denominator case, kind, bound)
+    ("softcap score_mod overhead vs causal", "softcap_causal", "causal", "overhead", 0.10),
+    ("ALiBi score_mod overhead vs causal", "alibi_causal", "causal", "overhead", 0.10),
+    ("window1024 speed-up vs causal", "window1024", "causal", "speedup", 3.5),
+    ("doc_causal speed-up vs causal", "doc_causal", "causal", "speedup", 3.0),
+    ("attnc / Flex on softcap_causal", "softcap_causal", "flex", "vs_flex", 1.3),
+    ("attnc / Flex on doc_causal", "doc_causal", "flex", "vs_flex", 1.3),
+]
+
+
+def timed(fn, iters: int) -> float:
+    for _ in range(WARMUP):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / iters / 1e3
+
+
+def flex_case(case: str, h: int):
+    """(score_mod, mask_mod) of a case for FlexAttention, as peers/peers.py writes them."""
+    slopes = torch.exp2(-8.0 * torch.arange(1, h + 1, device="cuda") / h)
+    docs = torch.arange(N, device="cuda") // 1000
+
+    def causal(b, h_, q, k):
+        return q >= k
+
+    def window(b, h_, q, k):
+        return (q >= k) & (q - k < 1024)
+
+    def documents(b, h_, q, k):
+        return (docs[q] == docs[k]) & (q >= k)
+
+    def softcap(score, b, h_, q, k):
+        return 30.0 * torch.tanh(score / 30.0)
+
+    def alibi(score, b, h_, q, k):
+        return score + slopes[h_] * (k - q)
+
+    return {"causal": (None, causal), "softcap_causal": (softcap, causal), "alibi_causal": (alibi, causal),
+            "window1024": (None, window), "doc_causal": (None, documents)}[case]
+
+
+def attnc_params(case: str, b: int, h: int) -> dict:
+    if case == "alibi_causal":
+        return {"slopes": torch.exp2(-8.0 * torch.arange(1, h + 1, device="cuda", dtype=torch.float32) / h)}
+    if case == "doc_causal":
+        docs = (torch.arange(N, device="cuda", dtype=torch.int32) // 1000)
+        return {"doc": docs.expand(b, N).contiguous()}
+    return {}
+
+
+def kept_fraction(mask_mod) -> float:
+    q = torch.arange(M, device="cuda")[:, None]
+    k = torch.arange(N, device="cuda")[None, :]
+    return mask_mod(0, 0, q, k).float().mean().item()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bundles", default=str(ROOT / ".bundles" / "gpu"))
+    ap.add_argument("--json")
+    ap.add_argument("--iters", type=int, default=20)
+    args = ap.parse_args()
+    iters = max(20, args.iters)
+    import torch._dynamo
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    torch._dynamo.config.cache_size_limit = 1000
+    torch._dynamo.config.recompile_limit = 1000
+    flex = torch.compile(flex_attention, dynamic=False)
+
+    bundles = Path(args.bundles)
+    index = {(e["case"], e["head_dim"]): e for e in json.loads((bundles / "index.json").read_text())
+             if e.get("suite") == "bench_variants"}
+    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; M = N = {N}, bf16, "
+          f"mean of {iters} after {WARMUP} warm-ups")
+    rows = []
+    for d, (b, h) in SHAPES.items():
+        q, k, v = (torch.randn(b, h, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        for case in CASES:
+            entry = index.get((case, d))
+            if entry is None or "refused" in entry:
+                print(f"d={d:3d} {case:15s}: no bundle ({entry['refused'].splitlines()[-1] if entry else 'not built'})")
+                continue
+            score_mod, mask_mod = flex_case(case, h)
+            frac = kept_fraction(mask_mod)
+            flops = 4 * b * h * M * N * d * frac
+            block_mask = create_block_mask(mask_mod, None, None, M, N, device="cuda")
+
+            def run_flex(q=q, k=k, v=v, score_mod=score_mod, block_mask=block_mask):
+                return flex(q, k, v, score_mod=score_mod, block_mask=block_mask)
+
+            kernel = attnc_runtime.load(bundles / entry["path"])
+            bound = kernel.bind(q=q, k=k, v=v, **attnc_params(case, b, h))
+            bound.launch()
+            diff = (bound.outputs["o"].float() - run_flex().float()).abs().max().item()
+            t_attnc = timed(bound.launch, iters)
+            t_flex = timed(run_flex, iters)
+            row = {"head_dim": d, "case": case, "B": b, "H": h, "M": M, "N": N, "kept": frac,
+                   "attnc_ms": t_attnc * 1e3, "flex_ms": t_flex * 1e3,
+                   "attnc_tflops": flops / t_attnc / 1e12, "flex_tflops": flops / t_flex / 1e12,
+                   "max_abs_diff_vs_flex": diff}
+            rows.append(row)
+            print(f"d={d:3d} {case:15s} kept {frac:6.2%}: attnc {row['attnc_tflops']:6.1f} TFLOP/s "
+                  f"({row['attnc_ms']:7.3f} ms) | flex {row['flex_tflops']:6.1f} ({row['flex_ms']:7.3f} ms) "
+                  f"| attnc/flex {t_flex / t_attnc:4.2f}x | max |attnc - flex| {diff:.2e}", flush=True)
+    goals = report_goals(rows)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                               "iters": iters, "rows": rows, "goals": goals}, indent=1))
+    return 0
+
+
+def report_goals(rows: list[dict]) -> list[dict]:
+    by = {(r["head_dim"], r["case"]): r for r in rows}
+    goals = []
+    print("\nissue 4 goals (times of the same run):")
+    for d in SHAPES:
+        for what, case, base, kind, bound in GOALS:
+            row, ref = by.get((d, case)), by.get((d, base))
+            if row is None or (kind != "vs_flex" and ref is None):
+                print(f"  d={d:3d} {what}: not measured")
+                continue
+            if kind == "overhead":
+                value = row["attnc_ms"] / ref["attnc_ms"] - 1
+                met = value <= bound
+                text = f"{value:+.1%} (goal <= {bound:.0%})"
+            elif kind == "speedup":
+                value = ref["attnc_ms"] / row["attnc_ms"]
+                met = value >= bound
+                text = f"{value:.2f}x (goal >= {bound}x)"
+            else:
+                value = row["flex_ms"] / row["attnc_ms"]
+                met = value >= bound
+                text = f"{value:.2f}x (goal >= {bound}x)"
+            print(f"  d={d:3d} {what:38s} {text:28s} {'met' if met else 'MISSED'}")
+            goals.append({"head_dim": d, "goal": what, "value": value, "bound": bound, "met": met})
+    return goals
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""tools/build_gpu_bundles.py and the GPU tests' helpers (tests/gpu/gpu_support.py), without
+a GPU: the examples' rewriting, PTX-only bundles, refusals reported and never dropped,
+inputs for any variant and the comparison with the reference."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "tools"), str(ROOT / "tests" / "gpu")]
+
+import build_gpu_bundles as builder        # noqa: E402
+import gpu_support                         # noqa: E402
+import attnc                               # noqa: E402
+from attnc.frontend import load, load_file  # noqa: E402
+
+EXAMPLES = sorted((ROOT / "examples").glob("*.attn"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_examples_are_rewritten_to_each_dtype_and_head_dim(path):
+    original = load_file(path)
+    for job in (j for j in builder.example_jobs() if j.meta["example"] == path.stem):
+        v = load(job.source)
+        d_qk, d_v = job.meta["head_dim"]
+        assert (v.dtype, v.head_dim_qk, v.head_dim_v) == (job.meta["dtype"], d_qk, d_v)
+        assert v.output("o").dtype == job.meta["dtype"]
+        assert v.q.shape[:3] == original.q.shape[:3] and v.k.shape[:3] == original.k.shape[:3]
+        assert [p.name for p in v.params] == [p.name for p in original.params]
+        assert (v.score_mod is None, v.mask_mod is None, v.sink is None) == \
+            (original.score_mod is None, original.mask_mod is None, original.sink is None)
+
+
+def test_every_example_gets_both_dtypes_and_two_head_dim_pairs():
+    jobs = builder.example_jobs()
+    assert len(jobs) == 4 * len(EXAMPLES) and len({j.name for j in jobs}) == len(jobs)
+    diff = {tuple(j.meta["head_dim"]) for j in jobs if j.meta["example"] == "diff_head_dims"}
+    assert diff == {(128, 64), (64, 128)}
+
+
+def test_suites_have_the_sizes_the_issue_asks_for():
+    assert len(builder.property_jobs(0, 240)) == 240
+    bench = builder.bench_jobs()
+    assert {(j.meta["case"], j.meta["head_dim"]) for j in bench} == \
+        {(c, d) for c in builder.BENCH_CASES for d in (64, 128)}
+    for j in bench:
+        load(j.source)
+
+
+def test_a_bundle_is_written_with_ptx_only(tmp_path):
+    pytest.importorskip("mlir")
+    job = builder.Job("examples", "mha_ptx", builder.source("mha_ptx", "bf16", 64, "j <= i"), {"x": 1})
+    entry = builder.build_one(job, str(tmp_path))
+    assert "refused" not in entry, entry.get("refused")
+    manifest = json.loads((tmp_path / "mha_ptx" / "manifest.json").read_text())
+    assert list(manifest["code"]) == ["ptx"]
+    assert sorted(p.name for p in (tmp_path / "mha_ptx").iterdir()) == ["attn_fwd.compute_80.ptx", "manifest.json"]
+    from attnc_runtime import read_bundle
+    assert set(read_bundle(tmp_path / "mha_ptx").code) == {"ptx"}
+    assert entry["x"] == 1 and entry["path"] == "mha_ptx"
+
+
+def test_a_refused_variant_is_reported_not_dropped(tmp_path, capsys):
+    pytest.importorskip("mlir")
+    job = builder.Job("property", "broken", "attention broken { q: bf16[B, H, M, 64] }\n", {"seed": 7})
+    entry = builder.build_one(job, str(tmp_path))
+    assert "missing input 'k'" in entry["refused"] and not entry["crashed"] and entry["seed"] == 7
+
+    class Args:
+        allow_refusals, pack, jobs = False, None, 1
+    assert builder._report(["property"], [entry], tmp_path, 1.0, Args) == 1
+    assert "1 VARIANT(S) NOT BUILT" in capsys.readouterr().out
+    Args.allow_refusals = True
+    assert builder._report(["property"], [entry], tmp_path, 1.0, Args) == 0
+    assert "broken was refused by the compiler" in gpu_support.skip_reason(entry)
+
+
+def test_sizes_follow_the_shapes_of_q_and_k():
+    rng = np.random.default_rng(0)
+    sizes = lambda name, **kw: gpu_support.bind_sizes(     # noqa: E731
+        load_file(ROOT / "examples" / f"{name}.attn"), batch=2, heads=8, heads_kv=2, m=200, n=517, rng=rng, **kw)
+    assert sizes("gemma2") == {"B": 2, "H": 8, "HKV": 2, "M": 200, "N": 517}
+    assert sizes("mha") == {"B": 2, "H": 8, "M": 200, "N": 517}
+    assert sizes("mqa") == {"B": 2, "H": 8, "M": 200, "N": 517}
+    prefix = sizes("prefix_lm")
+    assert 1 <= prefix.pop("P") <= 517 and prefix == {"B": 2, "H": 8, "M": 200, "N": 517}
+
+
+def test_params_are_filled_as_asked():
+    rng = np.random.default_rng(1)
+    variant = load_file(ROOT / "examples" / "docs_sink.attn")
+    sizes = gpu_support.bind_sizes(variant, batch=3, heads=4, heads_kv=4, m=50, n=50, rng=rng)
+    case = gpu_support.make_case(variant, sizes, {"doc": "sorted_ids"}, rng)
+    assert case["doc"].dtype == np.int32 and case["doc"].shape == (3, 50)
+    assert (np.diff(case["doc"], axis=-1) >= 0).all()
+    assert case["sinks"].dtype == np.float32 and np.abs(case["sinks"]).max() <= 1
+    slopes = gpu_support.fill_param((8,), "f32", "alibi", rng)
+    assert np.allclose(slopes, 2.0 ** (-np.arange(1, 9)))
+
+
+def test_compare_flags_what_is_wrong():
+    variant = load_file(ROOT / "examples" / "gemma2.attn")
+    rng = np.random.default_rng(2)
+    sizes = gpu_support.bind_sizes(variant, batch=1, heads=4, heads_kv=2, m=40, n=30, rng=rng)
+    ref = attnc.reference(variant, **gpu_support.make_case(variant, sizes, {}, rng))
+    assert gpu_support.compare(variant, ref, ref) == []
+    bad = {"o": ref["o"].copy(), "lse": ref["lse"].copy()}
+    bad["o"][0, 1, 2, 3] += 0.1
+    bad["lse"][0, 0, 5] = np.nan
+    problems = gpu_support.compare(variant, bad, ref)
+    assert len(problems) == 2 and "max |o - ref| = 1.000e-01" in problems[0] and "[0, 1, 2, 3]" in problems[0]
+    bad = {"o": ref["o"] * np.nan, "lse": np.full_like(ref["lse"], -np.inf)}
+    problems = gpu_support.compare(variant, bad, ref)
+    assert any("NaN/inf" in p for p in problems) and any("empty" in p for p in problems)
