@@ -12,13 +12,29 @@ answer them later):
   [lo, hi), and inside it the blocks that need no per-element predicate, [full_lo,
   full_hi). The kernel visits hi-1 down to lo, so the partial blocks at the top
   (diagonal, ragged N edge) are peeled first; blocks outside [lo, hi) are never loaded.
-* `tile_partial(e, ctx, n_block) -> i1` (optional): inside [full_lo, full_hi), whether a
-  block still needs the predicate (masks whose partial blocks are not contiguous).
+  `KvRange.segments` (optional): the blocks to visit are the union of these sorted,
+  disjoint [start, end) ranges inside [lo, hi) (a mask with holes, e.g. global tokens
+  and a window); the loop then walks the union downwards, loading nothing in the holes.
+* `tile_partial(e, ctx, n_block) -> i1` (optional): whether a block outside the full
+  range [full_lo, full_hi) needs the predicate after all (the kernel adds the ragged
+  last block itself); without it every such block is masked. Blocks inside the full
+  range are never asked: give an empty full range to have every block asked (a block
+  map).
+* `tile_skip(e, ctx, n_block) -> i1` (optional): a block outside [full_lo, full_hi)
+  that keeps nothing: it is neither loaded nor computed. It must be false inside the
+  full range (a skipped block is not full).
 * `keep(e, b, h, i, j) -> i1`: the element predicate applied in partial blocks, with
   i, j the global query/key indices (i32). The bound j < N is always added by the kernel.
 
-and `score_mod(e, s, b, h, i, j) -> f32` rewrites the scaled score of every element
-(then the softmax uses base-2 exponent scale log2(e) instead of scale*log2(e)).
+and on scores, on every visited block (natural-log units, as dsl.md defines them):
+
+* `score_mod(e, s, b, h, i, j) -> f32` rewrites the scaled score of every element
+  (then the softmax uses base-2 exponent scale log2(e) instead of scale*log2(e));
+* or `score_bias(e, b, h, i, j) -> f32`, a score_mod that is s + bias: the kernel keeps
+  the raw score and the folded scale, adding bias/scale with one FMA (Note [Folded
+  scale] in sm80_softmax.py);
+* `sink(e, h) -> f32`: the sink logit of head h, folded into the row sum at the end.
+
 `e` is the kernel's `Emit` (nvgpu_builders.py); hooks may also call `arith`/`math`
 directly: an insertion point and location are active.
 """
@@ -31,7 +47,8 @@ from typing import Any, Callable, Optional
 DTYPES = ("f16", "bf16")
 OUT_DTYPES = ("f16", "bf16", "f32")
 HEAD_DIMS = (64, 96, 128, 256)
-MASK_MODES = ("none", "causal", "causal_bottom_right")
+# "mask_mod": a DSL mask compiled into the hooks (kv_range and keep given by the spec).
+MASK_MODES = ("none", "causal", "causal_bottom_right", "mask_mod")
 SM80_MAX_DYNAMIC_SMEM = 166912      # bytes per block on A100 (163 KB)
 MAX_ACC_REGS = 192                  # f32 accumulators (S + O) per thread before spilling
 
@@ -58,21 +75,38 @@ class KvRange:
     full_lo: Any
     full_hi: Any
     hi: Any
+    segments: tuple[tuple[Any, Any], ...] = ()    # () : the whole [lo, hi)
 
 
 KvRangeFn = Callable[[Any, KvCtx], KvRange]
 TilePartialFn = Callable[[Any, KvCtx, Any], Any]
 KeepFn = Callable[[Any, Any, Any, Any, Any], Any]
 ScoreModFn = Callable[[Any, Any, Any, Any, Any, Any], Any]
+ScoreBiasFn = Callable[[Any, Any, Any, Any, Any], Any]
+SinkFn = Callable[[Any, Any], Any]
 
 
 @dataclass(frozen=True)
 class ExtraParam:
-    """A kernel parameter a hook reads (`e.arg(name)`), appended to the ABI:
-    kind 'dim' (an int) or 'ptr' (a tensor's device pointer)."""
+    """A kernel parameter a hook reads (`e.arg(name)`, or `e.arg(key)` which no ABI name
+    can shadow), appended to the ABI: kind 'dim' (an int), 'ptr' (a tensor's device
+    pointer) or 'scratch' (a buffer of `bytes` (manifest factors) that the runtime
+    allocates and zeroes before the launch)."""
     kind: str
     name: str
     type: str = "i32"
+    bytes: tuple = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}:{self.name}"
+
+    def manifest(self) -> dict:
+        if self.kind == "dim":
+            return {"kind": "dim", "name": self.name, "type": self.type}
+        if self.kind == "scratch":
+            return {"kind": "scratch", "name": self.name, "bytes": list(self.bytes)}
+        return {"kind": "ptr", "tensor": self.name}
 
 
 @dataclass(frozen=True)
@@ -93,8 +127,11 @@ class Sm80KernelSpec:
     symbol: str = "attnc_sm80_fwd"
     kv_range: Optional[KvRangeFn] = None   # default: from `mask`
     tile_partial: Optional[TilePartialFn] = None
+    tile_skip: Optional[TilePartialFn] = None
     keep: Optional[KeepFn] = None          # default: from `mask`
     score_mod: Optional[ScoreModFn] = None
+    score_bias: Optional[ScoreBiasFn] = None
+    sink: Optional[SinkFn] = None
     extra_params: tuple[ExtraParam, ...] = field(default=())
 
     # -- derived
@@ -169,6 +206,12 @@ class Sm80KernelSpec:
             _require(getattr(self, name) in HEAD_DIMS,
                      f"{name}={getattr(self, name)}: supported head dims are {HEAD_DIMS}")
         _require(self.mask in MASK_MODES, f"mask {self.mask!r}: expected one of {MASK_MODES}")
+        _require(self.mask != "mask_mod" or (self.kv_range is not None and self.keep is not None),
+                 "mask 'mask_mod' needs the kv_range and keep hooks")
+        _require(self.score_mod is None or self.score_bias is None,
+                 "give score_mod or score_bias (an affine score_mod), not both")
+        _require(all(x.kind in ("dim", "ptr", "scratch") for x in self.extra_params),
+                 "extra_params: kind must be 'dim', 'ptr' or 'scratch'")
         _require(self.num_warps in (1, 2, 4, 8), f"num_warps={self.num_warps}: expected 1, 2, 4 or 8")
         _require(self.block_m % (16 * self.num_warps) == 0,
                  f"block_m={self.block_m} must be a multiple of 16*num_warps={16 * self.num_warps}")
@@ -263,6 +306,7 @@ _MASK_HOOKS = {
     "none": (dense_kv_range, None),
     "causal": (_causal_kv_range(False), _causal_keep(False)),
     "causal_bottom_right": (_causal_kv_range(True), _causal_keep(True)),
+    "mask_mod": (dense_kv_range, None),
 }
 
 

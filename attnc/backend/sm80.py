@@ -6,7 +6,7 @@ One CTA per (m_block, h, b) (m_block = gridDim.x - 1 - blockIdx.x); `num_warps` 
     load Q[m_block], K[n0]                      ─┐ cp.async group 0
     load V[n0], K[n1], ..., K[n_{S-1}]           ─┘ one group each (S = stages)
     for t, n in enumerate(hi-1 down to lo):     # partial blocks first (peeled), then full
-        wait K[n]; bar.sync
+        wait K[n]; bar.sync                     # (n: the t-th block of the schedule, sm80_kv.py)
         load V[n+S-1 steps] -> its slot; commit
         S = Q K[n]^T                            # ldmatrix.x4 + mma.m16n8k16, f32 acc
         [score_mod; keep/bound mask: partial blocks only]
@@ -14,7 +14,15 @@ One CTA per (m_block, h, b) (m_block = gridDim.x - 1 - blockIdx.x); `num_warps` 
         wait V[n]; bar.sync                     # also: every warp is done with K[n]'s slot
         load K[n+S steps] -> K[n]'s slot; commit  (S = 1: before the softmax)
         O = O * alpha + P V[n]                  # P re-packed in registers as the A operand
+    [sink folded into m, l]
     O /= l; store O (and lse = m*scale + ln l)
+
+Note [Skipped blocks]: a block that the mask's `tile_skip` rules out inside [lo, hi) is
+not read from global memory (its K/V tiles are zero-filled by cp.async, which keeps the
+group counting) and its QK^T is not computed; its step still runs the softmax on an
+all -inf row (which changes nothing) and P.V with P = 0. Branching around the whole step
+instead would carry the O accumulators through an scf.if, which spilled at 128x64 tiles,
+head dim 128. Holes between the segments of a mask (KvRange.segments) cost nothing.
 
 Note [P as A operand]: the m16n8k16 accumulator of rows g, g+8 and columns 2t, 2t+1 of
 two adjacent n8 atoms is exactly the A fragment of a k16 step (rows g, g+8; k 2t, 2t+8),
@@ -46,10 +54,11 @@ from dataclasses import dataclass, field
 from mlir import ir
 from mlir.dialects import gpu, nvvm, scf
 
-from attnc.backend.kernel_spec import KvCtx, KvRange, Sm80KernelSpec, mask_hooks
+from attnc.backend.kernel_spec import KvCtx, Sm80KernelSpec, mask_hooks
 from attnc.backend.nvgpu_builders import (Approx, CpAsync, CtaBarrier, Emit, GlobalPtr, LdMatrix, MmaSync,
                                           Quad, Smem)
 from attnc.backend.sm80_epilogue import Epilogue
+from attnc.backend.sm80_kv import KvSchedule, normalise
 from attnc.backend.sm80_masks import ElementCoords, ScoreMasker, rows_of
 from attnc.backend.sm80_softmax import OnlineSoftmax, SoftmaxState
 from attnc.backend.sm80_tiles import FragmentReader, SwizzledTile, TileLoader
@@ -83,16 +92,18 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
     for t in tensors:
         params += [{"kind": "stride", "tensor": t, "axis": a, "type": "i64"}
                    for a in range(2 if t == "lse" else 3)]
-    for x in spec.extra_params:
-        params.append({"kind": x.kind, "name": x.name, "type": x.type} if x.kind == "dim"
-                      else {"kind": "ptr", "tensor": x.name})
+    params += [x.manifest() for x in spec.extra_params]
     specialization = {"dtype": spec.dtype, "out_dtype": spec.o_dtype, "head_dim_qk": spec.head_dim_qk,
                       "head_dim_v": spec.head_dim_v, "block_m": spec.block_m, "block_n": spec.block_n,
                       "num_warps": spec.num_warps, "stages": spec.stages, "qk_unroll": spec.qk_steps_per_trip,
-                      "mask": spec.mask,
+                      "mask": spec.mask, "score_mod": _score_kind(spec), "sink": spec.sink is not None,
                       "with_lse": spec.with_lse, "softmax_scale": spec.scale}
     return KernelAbi(spec.symbol, tuple(params), (spec.threads, 1, 1), spec.smem_bytes,
                      ((["cdiv", "M", spec.block_m],), ("H",), ("B",)), specialization)
+
+
+def _score_kind(spec: Sm80KernelSpec) -> str:
+    return "bias" if spec.score_bias else "mod" if spec.score_mod else "none"
 
 
 def _param_name(p: dict) -> str:
@@ -102,7 +113,7 @@ def _param_name(p: dict) -> str:
 
 
 def _param_type(p: dict) -> ir.Type:
-    if p["kind"] == "ptr":
+    if p["kind"] in ("ptr", "scratch"):
         return ir.Type.parse("!llvm.ptr<1>")
     return ir.IntegerType.get_signless(32 if p["type"] == "i32" else 64)
 
@@ -126,6 +137,9 @@ def build_sm80_module(spec: Sm80KernelSpec, context: ir.Context | None = None) -
             entry = func.body.blocks.append(*arg_types)
         with ir.InsertionPoint(entry):
             args = {_param_name(p): a for p, a in zip(abi.params, entry.arguments)}
+            extra = entry.arguments[len(abi.params) - len(spec.extra_params):]
+            # Hook parameters by `kind:name` too, which no ABI name can shadow.
+            args.update({x.key: a for x, a in zip(spec.extra_params, extra)})
             _Sm80Forward(spec, args).emit()
             gpu.ReturnOp([])
         if not module.operation.verify():
@@ -180,7 +194,7 @@ class _Sm80Forward:
         self.k_base = rd.base(self.k_tile, rd.B)
         self.v_base = rd.base(self.v_tile, rd.B_TRANS)
         coords = ElementCoords(e, self.row0, self.col0, s.block_n)
-        self.masker = ScoreMasker(e, coords, self.b, self.h, s.scale, s.score_mod, self.keep_fn)
+        self.masker = ScoreMasker(e, coords, self.b, self.h, s.scale, s.score_mod, self.keep_fn, s.score_bias)
 
     def _tensor(self, name: str, b, h) -> GlobalPtr:
         e = self.e
@@ -188,11 +202,15 @@ class _Sm80Forward:
         bits = 32 if name == "lse" or (name == "o" and self.spec.o_dtype == "f32") else 16
         return GlobalPtr(e, e.arg(name), bits).offset(elems)
 
-    def _kv_range(self) -> KvRange:
+    def _kv_range(self) -> KvSchedule:
         """The hook's range, clamped to lo <= full_lo <= full_hi <= hi (Note [Mask hooks])."""
         e, s = self.e, self.spec
         r = self.kv_range_fn(e, self._ctx())
         as_value = lambda v: v if isinstance(v, ir.Value) else e.c32(v)
+        if r.segments:
+            full_hi = e.min(as_value(r.full_hi), e.div(e.dim("N"), s.block_n))
+            return normalise(e, [(as_value(a), as_value(b)) for a, b in r.segments], as_value(r.full_lo),
+                             full_hi, e.cdiv(e.dim("N"), s.block_n))
         lo, hi = as_value(r.lo), as_value(r.hi)
         hi = e.max(hi, lo)
         # Full blocks hold no row >= N whatever the hook says: their loads are unpredicated.
@@ -200,7 +218,7 @@ class _Sm80Forward:
         # A statically empty low partial range (lo == full_lo == a constant) needs no loop.
         static_low = not isinstance(r.lo, ir.Value) and not isinstance(r.full_lo, ir.Value) and r.lo == r.full_lo
         full_lo = None if static_low else e.clamp(as_value(r.full_lo), lo, full_hi)
-        return KvRange(lo, full_lo, full_hi, hi)
+        return KvSchedule(lo, full_lo, full_hi, hi)
 
     # ------------------------------------------------------------ loads
     def _load_q(self) -> None:
@@ -210,22 +228,32 @@ class _Sm80Forward:
         q = q.offset(e.mul(e.to_i64(first), e.arg("stride_q_2")))
         self.loader.load(self.q_tile, 0, q, e.arg("stride_q_2"), e.sub(e.dim("M"), first))
 
-    def _load_kv(self, name: str, n_block, slot_offset, ragged: bool) -> None:
-        """Load block n_block of K or V; `ragged`: the block may hold rows >= N."""
+    def _load_kv(self, name: str, n_block, slot_offset, ragged: bool, skip=None) -> None:
+        """Load block n_block of K or V; `ragged`: the block may hold rows >= N; `skip`
+        (i1): the mask keeps nothing there, so nothing is read and the tile is zeroed
+        (Note [Skipped blocks])."""
         e, s = self.e, self.spec
         first = e.mul(n_block, s.block_n)
         stride = e.arg(f"stride_{name}_2")
         src = self.kv_ptr[name].offset(e.mul(e.to_i64(first), stride))
         tile = self.k_tile if name == "k" else self.v_tile
-        self.loader.load(tile, slot_offset, src, stride, e.sub(e.dim("N"), first) if ragged else None)
+        rows = e.sub(e.dim("N"), first) if ragged or skip is not None else None
+        if skip is not None:
+            rows = e.select(skip, e.c32(0), rows)
+        self.loader.load(tile, slot_offset, src, stride, rows)
 
-    def _load_kv_if(self, name: str, n_block, slot_offset, lo, ragged: bool) -> None:
-        """Load when n_block >= lo, then commit a group either way (Note [cp.async group counting])."""
-        guard = scf.IfOp(self.e.ge(n_block, lo))
+    def _load_kv_if(self, name: str, n_block, slot_offset, exists, ragged: bool, ask_skip: bool = False) -> None:
+        """Load when `exists(n_block)` (the step is in the schedule), then commit a group
+        either way (Note [cp.async group counting]); with `ask_skip`, a block the mask
+        skips is zero-filled instead of read."""
+        guard = scf.IfOp(exists(n_block))
         with ir.InsertionPoint(guard.then_block):
-            self._load_kv(name, n_block, slot_offset, ragged)
+            self._load_kv(name, n_block, slot_offset, ragged, self._skip(n_block) if ask_skip else None)
             scf.yield_([])
         self.cp.commit()
+
+    def _skip(self, n_block):
+        return self.spec.tile_skip(self.e, self._ctx(), self.e.max(n_block, 0))
 
     def _slot_offset(self, t_plus: int, t):
         """Byte offset of the K/V slot of step t + t_plus."""
@@ -293,60 +321,90 @@ class _Sm80Forward:
         return acc_o
 
     # ------------------------------------------------------------ one KV step
-    def _step(self, t, lo, hi, acc_o, state: SoftmaxState, mode: str):
-        """Step t visits n_block = hi-1-t. mode: 'partial' | 'full' | 'maybe' (ask tile_partial)."""
+    def _step(self, t, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str):
+        """Step t visits n_block = kv.block(t). mode: 'partial' (masked; when the mask has
+        `tile_partial`, only if it or the ragged N edge says so; a block `tile_skip` rules
+        out is not computed, Note [Skipped blocks]) | 'full' (no mask, nothing asked)."""
         e, s = self.e, self.spec
-        n_block = e.sub(e.sub(hi, 1), t)
+        n_block = kv.block(e, t)
         self.cp.wait(2 * s.stages - 2)
         self.bar.sync()
         # Full steps only ever load blocks below full_hi <= N / block_n: no row predicates.
         ragged = mode != "full"
+        ask_skip = ragged and s.tile_skip is not None
+        skip = self._skip(n_block) if ask_skip else None
         if s.stages == 1:
-            self._load_kv("v", n_block, 0, ragged)
+            self._load_kv("v", n_block, 0, ragged, skip)
             self.cp.commit()
         else:
-            self._load_kv_if("v", e.sub(n_block, s.stages - 1), self._slot_offset(s.stages - 1, t), lo, ragged)
+            v_block, exists = kv.ahead(e, t, n_block, s.stages - 1)
+            self._load_kv_if("v", v_block, self._slot_offset(s.stages - 1, t), exists, ragged, ask_skip)
         slot = self._slot_offset(0, t)
-        rows = self.masker.modify(rows_of(self._qk(slot)), n_block)
-        if mode == "partial":
+        rows = self.masker.modify(rows_of(self._qk_unless(slot, skip)), n_block)
+        if mode == "partial" and s.tile_partial is None and skip is None:
             rows = self.masker.mask(rows, n_block)
-        elif mode == "maybe":
-            rows = self.masker.mask_if(rows, n_block, s.tile_partial(e, self._ctx(), n_block))
+        elif mode == "partial":
+            partial = e.gt(e.mul(e.add(n_block, 1), s.block_n), e.dim("N"))
+            if s.tile_partial is not None:
+                partial = e.or_(s.tile_partial(e, self._ctx(), n_block), partial)
+            rows = self.masker.mask_if(rows, n_block, partial if skip is None else e.or_(partial, skip), skip)
         # Note [Where V is waited for]
         if s.stages == 1:
-            self._wait_v_and_load_k(n_block, slot, lo, ragged)
-        probs, state, alpha = self.softmax.step(rows, state, check_inf=mode != "full")
+            self._wait_v_and_load_k(t, n_block, kv, slot, ragged, ask_skip)
+        # A score_mod may give -inf (or a bias table hold it) even in a full block.
+        scored = s.score_mod is not None or s.score_bias is not None
+        probs, state, alpha = self.softmax.step(rows, state, check_inf=mode != "full" or scored)
         p = self._pack_p(probs)
         if s.stages > 1:
-            self._wait_v_and_load_k(n_block, slot, lo, ragged)
+            self._wait_v_and_load_k(t, n_block, kv, slot, ragged, ask_skip)
         acc_o = [[[e.fmul(x, alpha[2 * mi + i // 2]) for i, x in enumerate(atom)]
                   for atom in acc_o[mi]] for mi in range(s.m_atoms)]
         return self._pv(p, acc_o, slot), state
 
-    def _wait_v_and_load_k(self, n_block, slot, lo, ragged) -> None:
+    def _qk_unless(self, slot, skip):
+        """S = Q K^T, or zeros when `skip` holds (no MMA; the mask then drops every score)."""
+        if skip is None:
+            return self._qk(slot)
+        s = self.spec
+        zeros = [self.e.cf(0.0)] * (s.m_atoms * s.block_n // 2)
+        branch = scf.IfOp(skip, [z.type for z in zeros], has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            scf.yield_(zeros)
+        with ir.InsertionPoint(branch.else_block):
+            scf.yield_(self._flat(self._qk(slot)))
+        return self._unflatten(list(branch.results), s.block_n // 8)
+
+    def _wait_v_and_load_k(self, t, n_block, kv: KvSchedule, slot, ragged, ask_skip) -> None:
         """Wait for V[n]; after the barrier no warp reads K[n]'s slot: refill it."""
         s = self.spec
         self.cp.wait(2 * s.stages - 2)
         self.bar.sync()
-        self._load_kv_if("k", self.e.sub(n_block, s.stages), slot, lo, ragged)
+        k_block, exists = kv.ahead(self.e, t, n_block, s.stages)
+        self._load_kv_if("k", k_block, slot, exists, ragged, ask_skip)
 
     def _ctx(self) -> KvCtx:
         e, s = self.e, self.spec
         return KvCtx(self.m_block, self.b, self.h, e.dim("M"), e.dim("N"), s.block_m, s.block_n)
 
-    def _loop(self, t_lo, t_hi, lo, hi, acc_o, state: SoftmaxState, mode: str):
+    def _loop(self, t_lo, t_hi, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str):
         """scf.for over steps [t_lo, t_hi), carrying O, m and l."""
-        s = self.spec
-        n_o = s.m_atoms * (s.head_dim_v // 8) * 4
-        carried = [x for mi in acc_o for atom in mi for x in atom] + state.m + state.l
-        loop = scf.ForOp(t_lo, t_hi, self.e.c32(1), carried)
+        loop = scf.ForOp(t_lo, t_hi, self.e.c32(1), self._flat(acc_o) + state.m + state.l)
         with ir.InsertionPoint(loop.body):
             it = list(loop.inner_iter_args)
-            acc, st = self._step(loop.induction_variable, lo, hi, self._unflatten(it[:n_o]),
-                                 SoftmaxState(it[n_o:n_o + 2 * s.m_atoms], it[n_o + 2 * s.m_atoms:]), mode)
-            scf.yield_([x for mi in acc for atom in mi for x in atom] + st.m + st.l)
-        res = list(loop.results)
-        return self._unflatten(res[:n_o]), SoftmaxState(res[n_o:n_o + 2 * s.m_atoms], res[n_o + 2 * s.m_atoms:])
+            acc, st = self._step(loop.induction_variable, kv, *self._unpack_carried(it), mode)
+            scf.yield_(self._flat(acc) + st.m + st.l)
+        return self._unpack_carried(list(loop.results))
+
+    @staticmethod
+    def _flat(acc_o) -> list:
+        return [x for mi in acc_o for atom in mi for x in atom]
+
+    def _unpack_carried(self, values):
+        """(O accumulators, softmax state) from the flat list [O..., m..., l...]."""
+        s = self.spec
+        n_o = s.m_atoms * (s.head_dim_v // 8) * 4
+        return self._unflatten(values[:n_o]), SoftmaxState(values[n_o:n_o + 2 * s.m_atoms],
+                                                           values[n_o + 2 * s.m_atoms:])
 
     def _unflatten(self, flat, atoms: int | None = None):
         s = self.spec
@@ -359,25 +417,33 @@ class _Sm80Forward:
         e, s = self.e, self.spec
         self._coordinates()
         self.kv_ptr = {n: self._tensor(n, self.b, self.kv_h) for n in ("k", "v")}
-        rng = self._kv_range()
+        kv = self._kv_range()
         # Prologue: groups {Q, K0}, V0, K1, ..., V_{S-2}, K_{S-1}.
         self._load_q()
+        ask_skip = s.tile_skip is not None
         for i in range(s.stages):
-            n_block = e.sub(e.sub(rng.hi, 1), i)
-            self._load_kv_if("k", n_block, i * self.slot_bytes, rng.lo, True)
+            n_block, exists = kv.first(e, i)
+            self._load_kv_if("k", n_block, i * self.slot_bytes, exists, True, ask_skip)
             if i < s.stages - 1:
-                self._load_kv_if("v", n_block, i * self.slot_bytes, rng.lo, True)
+                self._load_kv_if("v", n_block, i * self.slot_bytes, exists, True, ask_skip)
         zero = e.cf(0.0)
         acc_o = [[[zero] * 4 for _ in range(s.head_dim_v // 8)] for _ in range(s.m_atoms)]
         state = self.softmax.initial(2 * s.m_atoms)
-        t_full = e.sub(rng.hi, rng.full_hi)
-        acc_o, state = self._loop(e.c32(0), t_full, rng.lo, rng.hi, acc_o, state, "partial")
-        middle = "maybe" if s.tile_partial else "full"
-        t_low = e.sub(rng.hi, rng.full_lo if rng.full_lo is not None else rng.lo)
-        acc_o, state = self._loop(t_full, t_low, rng.lo, rng.hi, acc_o, state, middle)
-        if rng.full_lo is not None:
-            acc_o, state = self._loop(t_low, e.sub(rng.hi, rng.lo), rng.lo, rng.hi, acc_o, state, "partial")
+        t_full = kv.steps_above(e, kv.full_hi)
+        acc_o, state = self._loop(e.c32(0), t_full, kv, acc_o, state, "partial")
+        t_low = kv.steps_above(e, kv.full_lo if kv.full_lo is not None else kv.lo)
+        acc_o, state = self._loop(t_full, t_low, kv, acc_o, state, "full")
+        if kv.full_lo is not None:
+            acc_o, state = self._loop(t_low, kv.total(e), kv, acc_o, state, "partial")
         self.cp.wait(0)
         epilogue = Epilogue(e, self.softmax, s.o_dtype, self.row0, self.col0, self.lane)
         epilogue.store(acc_o, state, self._tensor("o", self.b, self.h), e.arg("stride_o_2"),
-                       self._tensor("lse", self.b, self.h) if s.with_lse else None)
+                       self._tensor("lse", self.b, self.h) if s.with_lse else None, self._sink())
+
+    def _sink(self):
+        """The sink logit in the running max's units (Note [Sinks] in sm80_softmax.py)."""
+        s = self.spec
+        if s.sink is None:
+            return None
+        value = s.sink(self.e, self.h)
+        return value if s.score_mod else self.e.fmul(value, 1.0 / s.scale)

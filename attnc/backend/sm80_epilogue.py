@@ -20,10 +20,12 @@ class Epilogue:
         self.out_dtype = out_dtype
         self.first_row, self.first_col, self.lane = first_row, first_col, lane
 
-    def store(self, acc_o, state: SoftmaxState, o: GlobalPtr, o_row_stride, lse: GlobalPtr | None) -> None:
-        """acc_o[mi][dj][2*half + x] / l -> o[row, 8*dj + 2t + x], row = first_row + 16mi + 8half."""
+    def store(self, acc_o, state: SoftmaxState, o: GlobalPtr, o_row_stride, lse: GlobalPtr | None,
+              sink=None) -> None:
+        """acc_o[mi][dj][2*half + x] / l -> o[row, 8*dj + 2t + x], row = first_row + 16mi + 8half.
+        `sink`: the sink logit in raw score units (Note [Sinks] in sm80_softmax.py)."""
         e = self.e
-        inv, lse_values = self.softmax.finalize(state)
+        inv, lse_values = self.softmax.finalize(state, sink)
         for mi in range(len(acc_o)):
             for half in (0, 1):
                 r = 2 * mi + half

@@ -3,10 +3,13 @@
 
 The spec is read from the IR, never from the source: tile sizes and warps from the
 attributes attn-tile recorded, the K/V stage count from the `kv` channel that
-attn-warp-specialize wrote, the mask mode from the mask_mod region. What the
-sm_80 kernel cannot do yet is refused with an error at the hook's `.attn` line
-(no silent fallback): score_mod, sinks, params and masks other than none, causal
-(`j <= i`) and bottom-right causal (`j <= i + (N - M)`).
+attn-warp-specialize wrote, the hooks from the regions and from what
+attn-analyze-masks recorded (sm80_variant.py). A mask that is exactly no mask, causal
+(`j <= i`) or bottom-right causal (`j <= i + (N - M)`) keeps the kernel's built-in
+mask code; every other one runs through the analysis' tile classes and the mask_mod
+region, and one that reads params (mask_kind "runtime") through a block map: a second
+kernel in the same bundle, launched first, classifies every tile on the GPU
+(blockmap.py) and the attention kernel reads it through a scratch buffer.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from attnc.errors import AttncError
 from attnc.ir import MASK_MOD, attention_ops, error_at, get_bool, get_int, get_str, region_block
 from attnc.passes import plan_ir
 from attnc.schedule.recipes import Channel
+from attnc.backend.sm80_variant import variant_hooks
 
 TARGET = "sm_80"
 
@@ -31,35 +35,50 @@ class Sm80Artifacts:
     files: dict[str, bytes]
 
 
+@dataclass(frozen=True)
+class Sm80Lowering:
+    spec: object            # Sm80KernelSpec
+    blockmap: object        # blockmap.BlockMapPlan, for a mask that reads params; else None
+
+
 def spec_from_ir(result) -> "Sm80KernelSpec":
+    return lowering_from_ir(result).spec
+
+
+def lowering_from_ir(result) -> Sm80Lowering:
     try:
-        return _spec_from_ir(result)
+        return _lowering_from_ir(result)
     except AttncError as e:
         raise e.located(result.variant.filename, result.variant.source) from None
 
 
-def _spec_from_ir(result) -> "Sm80KernelSpec":
+def _lowering_from_ir(result) -> Sm80Lowering:
+    from attnc.backend.blockmap import blockmap_plan
     from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
+    from attnc.passes.analyze_masks import mask_functions
 
     variant = result.variant
     ops = attention_ops(result.module)
     if len(ops) != 1:
         raise AttncError(f"the sm_80 backend builds one attn.attention per module, found {len(ops)}")
     op = ops[0]
-    _refuse_unsupported(variant)
     kv = [c for c in plan_ir.read(op, Channel) if c.name == "kv"]
     if not kv or get_str(op, "target") != TARGET:
         raise error_at(op, "the sm_80 backend needs the sm_80 plan (attn-tile, attn-warp-specialize, "
                            "...) in the pipeline")
+    block_m, block_n = get_int(op, "block_m"), get_int(op, "block_n")
+    mode = mask_mode(op, variant)
+    runtime = mode is None and mask_functions(op).kind == "runtime"
+    blockmap = blockmap_plan(result, block_m, block_n) if runtime else None
+    hooks = variant_hooks(op, variant, mode, blockmap)
     spec = Sm80KernelSpec(
         dtype=variant.dtype, head_dim_qk=variant.head_dim_qk, head_dim_v=variant.head_dim_v,
-        block_m=get_int(op, "block_m"), block_n=get_int(op, "block_n"),
+        block_m=block_m, block_n=block_n,
         num_warps=get_int(op, "num_warps"), stages=kv[0].stages,
         out_dtype=variant.output("o").dtype, with_lse=variant.has_lse,
-        mask=mask_mode(op, variant), softmax_scale=variant.scale,
-        symbol=f"attnc_{variant.name}_fwd")
+        softmax_scale=variant.scale, symbol=f"attnc_{variant.name}_fwd", **hooks.spec_fields())
     try:
-        return spec.check()
+        return Sm80Lowering(spec.check(), blockmap)
     except SpecError as e:
         raise error_at(op, f"the sm_80 kernel cannot be built: {e}") from None
 
@@ -69,18 +88,25 @@ def build(result) -> Sm80Artifacts:
     from attnc.backend.bundle import code_files, variant_manifest
     from attnc.backend.cubin import ptx_to_cubin
     from attnc.backend.ptx import to_ptx
+    from attnc.backend.blockmap import emit_blockmap_kernel
     from attnc.backend.sm80 import build_sm80_module
 
-    spec = spec_from_ir(result)
+    lowered = lowering_from_ir(result)
+    spec, blockmap = lowered.spec, lowered.blockmap
     with result.module.context:
         kernel_module, abi = build_sm80_module(spec, result.module.context)
+        if blockmap is not None:
+            gpu_module = next(o for o in kernel_module.body.operations if o.operation.name == "gpu.module")
+            emit_blockmap_kernel(blockmap, result, ir.InsertionPoint(gpu_module.regions[0].blocks[0]))
     ptx = to_ptx(kernel_module, TARGET)
     cubin = ptx_to_cubin(ptx, TARGET).cubin
     names = code_files("attn_fwd", TARGET)
     kernel = abi.manifest_kernel("attn_fwd")
     kernel["params"] = [_bind_dim(p, result.variant) for p in kernel["params"]]
-    manifest = variant_manifest(result.variant, target=TARGET, kernels=[kernel], code=names,
-                                specialization=abi.specialization)
+    kernels = ([blockmap.kernel] if blockmap is not None else []) + [kernel]
+    specialization = {**abi.specialization, "blockmap": blockmap is not None}
+    manifest = variant_manifest(result.variant, target=TARGET, kernels=kernels, code=names,
+                                specialization=specialization)
     files = {names["cubin"]: cubin, names["ptx"]: ptx.encode()}
     return Sm80Artifacts(spec, ptx, cubin, manifest, files)
 
@@ -99,19 +125,10 @@ def _bind_dim(p: dict, variant) -> dict:
     return {**p, "name": value}
 
 
-def _refuse_unsupported(variant) -> None:
-    later = "is not compiled by the sm_80 backend yet (it runs in attnc.reference)"
-    if variant.score_mod is not None:
-        raise AttncError(f"score_mod {later}", variant.score_mod.span)
-    if variant.sink is not None:
-        raise AttncError(f"sink {later}", variant.sink.span)
-    if variant.params:
-        raise AttncError(f"param tensors {later}", variant.params[0].span)
-
-
 # --- mask recognition: exact, on the affine form of the mask_mod region ------------------
-def mask_mode(op, variant) -> str:
-    """'none', 'causal' or 'causal_bottom_right', from the mask region's affine form."""
+def mask_mode(op, variant) -> str | None:
+    """'none', 'causal' or 'causal_bottom_right', from the mask region's affine form;
+    None for any other mask (compiled from the region and the mask analysis)."""
     if not get_bool(op, "has_mask_mod"):
         return "none"
     form = _affine_comparison(region_block(op, MASK_MOD))
@@ -121,9 +138,7 @@ def mask_mode(op, variant) -> str:
         return "causal"
     if form == bottom_right:
         return "causal_bottom_right"
-    raise AttncError("this mask_mod is not compiled by the sm_80 backend yet: it supports no mask, "
-                     "causal (j <= i) and bottom-right causal (j <= i + (N - M))",
-                     variant.mask_mod.span)
+    return None
 
 
 def _affine_comparison(block) -> dict | None:

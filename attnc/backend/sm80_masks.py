@@ -10,7 +10,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import scf
 
-from attnc.backend.kernel_spec import KeepFn, ScoreModFn
+from attnc.backend.kernel_spec import KeepFn, ScoreBiasFn, ScoreModFn
 from attnc.backend.nvgpu_builders import Emit
 
 
@@ -39,41 +39,55 @@ class ElementCoords:
 
 
 class ScoreMasker:
-    """Applies `score_mod` (every tile) and keep-or--inf (partial tiles) to score rows."""
+    """Applies `score_mod` or `score_bias` (every tile) and keep-or--inf (partial tiles)
+    to score rows."""
 
     def __init__(self, e: Emit, coords: ElementCoords, b, h, scale: float,
-                 score_mod: ScoreModFn | None, keep: KeepFn | None):
+                 score_mod: ScoreModFn | None, keep: KeepFn | None,
+                 score_bias: ScoreBiasFn | None = None):
         self.e, self.coords = e, coords
         self.b, self.h = b, h
         self.scale = scale
         self.score_mod, self.keep = score_mod, keep
+        self.score_bias = score_bias
 
     def modify(self, rows, n_block):
-        """score_mod(scale * s, b, h, i, j) on every element (no-op without a score_mod)."""
+        """score_mod(scale * s, b, h, i, j) on every element, or (score_bias) the raw score
+        s + bias / scale, which the softmax scales by scale * log2(e) as it does s (no-op
+        without either)."""
+        e = self.e
+        if self.score_bias:
+            inv_scale = e.cf(1.0 / self.scale)
+            return [[e.fma(self.score_bias(e, self.b, self.h, *self.coords(r, c, n_block)), inv_scale, x)
+                     for c, x in enumerate(row)] for r, row in enumerate(rows)]
         if not self.score_mod:
             return rows
-        e = self.e
         return [[self.score_mod(e, e.fmul(x, self.scale), self.b, self.h, *self.coords(r, c, n_block))
                  for c, x in enumerate(row)] for r, row in enumerate(rows)]
 
-    def mask(self, rows, n_block):
-        """-inf where j >= N or keep(b, h, i, j) is false."""
-        return [[self._masked(x, r, c, n_block) for c, x in enumerate(row)] for r, row in enumerate(rows)]
+    def mask(self, rows, n_block, drop_all=None):
+        """-inf where j >= N or keep(b, h, i, j) is false (everywhere when the i1
+        `drop_all` holds)."""
+        return [[self._masked(x, r, c, n_block, drop_all) for c, x in enumerate(row)]
+                for r, row in enumerate(rows)]
 
-    def _masked(self, x, r, c, n_block):
+    def _masked(self, x, r, c, n_block, drop_all=None):
         e = self.e
         i, j = self.coords(r, c, n_block)
         keep = e.lt(j, e.dim("N"))
+        if drop_all is not None:
+            # A select per element: a nested branch here spilled (Note [Skipped blocks]).
+            keep = e.land(keep, e.xor(drop_all, e.true()))
         if self.keep:
             keep = e.land(keep, self.keep(e, self.b, self.h, i, j))
         return e.select(keep, x, e.neg_inf())
 
-    def mask_if(self, rows, n_block, partial):
+    def mask_if(self, rows, n_block, partial, drop_all=None):
         """`mask` when the runtime i1 `partial` holds, the rows unchanged otherwise."""
         flat = [x for row in rows for x in row]
         branch = scf.IfOp(partial, [x.type for x in flat], has_else=True)
         with ir.InsertionPoint(branch.then_block):
-            scf.yield_([x for row in self.mask(rows, n_block) for x in row])
+            scf.yield_([x for row in self.mask(rows, n_block, drop_all) for x in row])
         with ir.InsertionPoint(branch.else_block):
             scf.yield_(flat)
         width, res = len(rows[0]), list(branch.results)

@@ -12,6 +12,12 @@ kernel feeds already-scaled scores and c = log2(e).
 Note [Empty rows]: in a partial tile a row may have every score at -inf, so its max is
 -inf; the step then subtracts 0 instead (exp2(-inf - 0) = 0 rather than NaN), and
 `finalize` gives o = 0, lse = -inf for a row whose sum is 0.
+
+Note [Sinks]: a sink logit t (dsl.md) joins the softmax as one more kept score that
+contributes no value: m' = max(m, t), l' = l * exp(m - m') + exp(t - m'), and O is
+rescaled by exp(m - m') with it. It is folded in once, at `finalize`, in the running
+max's units (t / u where the kernel's scores are natural / u: u = scale without a
+score_mod). A row with nothing kept then gives o = 0 and lse = t.
 """
 from __future__ import annotations
 
@@ -55,8 +61,11 @@ class OnlineSoftmax:
             alphas.append(alpha)
         return probs, SoftmaxState(m_new, l_new), alphas
 
-    def finalize(self, state: SoftmaxState):
-        """(1/l per row, 0 for an empty row; lse per row in natural log, -inf if empty)."""
+    def finalize(self, state: SoftmaxState, sink=None):
+        """(the factor O is multiplied by per row: 1/l, 0 for an empty row; lse per row in
+        natural log, -inf if empty). `sink`: the sink logit in raw score units (Note [Sinks])."""
+        if sink is not None:
+            return self._finalize_with_sink(state, sink)
         e = self.e
         inv, lse = [], []
         for m, l_part in zip(state.m, state.l):
@@ -64,6 +73,23 @@ class OnlineSoftmax:
             empty = e.feq(l, 0.0)
             inv.append(e.select(empty, e.cf(0.0), self.approx.rcp(l)))
             log2_sum = e.fma(m, e.cf(self.scale_log2), self.approx.log2(l))
+            lse.append(e.select(empty, e.neg_inf(), e.fmul(log2_sum, LN2)))
+        return inv, lse
+
+    def _finalize_with_sink(self, state: SoftmaxState, sink):
+        e = self.e
+        c = e.cf(self.scale_log2)
+        inv, lse = [], []
+        for m, l_part in zip(state.m, state.l):
+            l = self.quad.allreduce(l_part, e.fadd)
+            m_sink = e.fmax(m, sink)
+            m_safe = e.select(e.feq(m_sink, float("-inf")), e.cf(0.0), m_sink)
+            neg_mc = e.fmul(m_safe, -self.scale_log2)
+            alpha = self.approx.exp2(e.fma(m, c, neg_mc))
+            total = e.fma(l, alpha, self.approx.exp2(e.fma(sink, c, neg_mc)))
+            empty = e.feq(total, 0.0)
+            inv.append(e.select(empty, e.cf(0.0), e.fmul(alpha, self.approx.rcp(total))))
+            log2_sum = e.fma(m_safe, c, self.approx.log2(total))
             lse.append(e.select(empty, e.neg_inf(), e.fmul(log2_sum, LN2)))
         return inv, lse
 

@@ -1,7 +1,8 @@
 """`attn-tile`: choose the CTA tile (block_m, block_n, stages, warps) for a target.
 
 Targets: sm_80, sm_90a, sm_100a. Expects L1 (attnc/ir/attn.irdl.mlir): `attn.attention`
-ops with `head_dim_qk`, `head_dim_v`, `dtype` and `has_mask_mod`. Leaves the same
+ops with `head_dim_qk`, `head_dim_v`, `dtype`, `has_mask_mod` and `params` (hooks that
+read param tensors take the table's `block_n_params` where it has one). Leaves the same
 ops with the choice recorded as attributes (L2), nothing else changed:
 
     before:  %o = "attn.attention"(%q, %k, %v) (...) {head_dim_qk = 128 : i64, ...}
@@ -76,13 +77,17 @@ class ProblemShape:
     head_dim_v: int
     dtype: str
     masked: bool
+    params: bool = False      # a hook reads param tensors
 
 
 def _shape_of(op) -> ProblemShape:
     from attnc.ir import get_bool, get_int, get_str
 
+    from mlir import ir
+
+    params = "params" in op.attributes and len(ir.ArrayAttr(op.attributes["params"])) > 0
     return ProblemShape(get_int(op, "head_dim_qk"), get_int(op, "head_dim_v"),
-                        get_str(op, "dtype"), get_bool(op, "has_mask_mod"))
+                        get_str(op, "dtype"), get_bool(op, "has_mask_mod"), params)
 
 
 def _record(op, target: str, config: TileConfig) -> None:
@@ -112,9 +117,12 @@ def table_choice(target: str, shape: ProblemShape) -> TileConfig:
         known = ", ".join(str(qk) for qk, v in table if qk == v)
         raise TileError(f"no tile for head dims ({shape.head_dim_qk}, {shape.head_dim_v}) on "
                         f"{target}; head dims with a tile: {known}")
+    config = row.config
     if shape.masked and row.block_n_masked is not None:
-        return dataclasses.replace(row.config, block_n=row.block_n_masked)
-    return row.config
+        config = dataclasses.replace(config, block_n=row.block_n_masked)
+    if shape.params and row.block_n_params is not None:
+        config = dataclasses.replace(config, block_n=min(config.block_n, row.block_n_params))
+    return config
 
 
 def _limits(target: str | None) -> TargetLimits:

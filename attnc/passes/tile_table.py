@@ -25,6 +25,7 @@ class TileConfig:
 class TableRow:
     config: TileConfig
     block_n_masked: int | None = None     # block_n when the variant has a mask_mod
+    block_n_params: int | None = None     # block_n at most, when the variant takes param tensors
 
 
 @dataclass(frozen=True)
@@ -63,8 +64,10 @@ TARGET_LIMITS: dict[str, TargetLimits] = {
 TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
     "sm_80": {
         # FA2's 128x128 at d=64: spill-free (255 registers) and 1.04-1.14x FA2 on an H200,
-        # where 128x64 measured 0.95-1.04x (results/sm80_h200.md).
-        (64, 64): TableRow(TileConfig(128, 128, stages=2, num_warps=4)),
+        # where 128x64 measured 0.95-1.04x (results/sm80_h200.md). Param loads in the
+        # score tile (ALiBi slopes, a T5 bias table, document ids) spill it at 128 keys
+        # (20 to 1700 bytes in nvJitLink's report); 64 keys are spill-free.
+        (64, 64): TableRow(TileConfig(128, 128, stages=2, num_warps=4), block_n_params=64),
         (96, 96): TableRow(TileConfig(128, 64, stages=2, num_warps=4)),
         (128, 128): TableRow(TileConfig(128, 64, stages=2, num_warps=4)),
         (256, 256): TableRow(TileConfig(64, 64, stages=2, num_warps=4)),

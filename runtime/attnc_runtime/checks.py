@@ -192,6 +192,13 @@ def _check_layout(spec: TensorSpec, v: TensorView) -> None:
         if size > 1 and stride == 0 and spec.role in OUTPUT_ROLES:
             raise AttncRuntimeError(f"{spec.name}: axis {axis} has stride 0 (a broadcast view); "
                                     "an output's elements must not overlap")
+    # The kernels index a param tensor row-major from its shape alone.
+    dense = contiguous_strides(v.shape)
+    if spec.role == "param" and any(size > 1 and stride != want
+                                    for size, stride, want in zip(v.shape, v.strides, dense)):
+        raise AttncRuntimeError(f"{spec.name}: a param tensor must be contiguous (strides "
+                                f"{_shape_text(dense)}), got strides {_shape_text(v.strides)}; "
+                                "pass a .contiguous() copy")
     if v.ptr % spec.align:
         raise AttncRuntimeError(f"{spec.name}: data pointer {v.ptr:#x} is not {spec.align}-byte aligned")
     for axis, (size, stride) in enumerate(zip(v.shape[:-1], v.strides[:-1])):

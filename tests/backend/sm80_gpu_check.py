@@ -41,9 +41,9 @@ def _hooks():
     def softcap(e, s, b, h, i, j):
         return e.fmul(mmath.tanh(e.fmul(s, 1 / CAP)), CAP)
 
-    def whole_range(e, c):
+    def whole_range(e, c):          # no block known full: tile_partial is asked about each
         r = window_kv_range(e, c)
-        return KvRange(r.lo, r.lo, r.hi, r.hi)
+        return KvRange(r.lo, r.lo, r.lo, r.hi)
 
     def tile_partial(e, c, n_block):
         r = window_kv_range(e, c)

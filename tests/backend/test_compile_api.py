@@ -23,9 +23,11 @@ def test_compile_returns_a_runtime_kernel_from_the_cache(tmp_path, monkeypatch):
     assert len(list(tmp_path.rglob("manifest.json"))) == 1
 
 
-def test_compile_refuses_what_sm80_cannot_build_yet(tmp_path, monkeypatch):
+def test_compile_builds_hooked_variants_and_refuses_other_targets(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path))
-    with pytest.raises(AttncError, match="score_mod is not compiled by the sm_80 backend yet"):
-        attnc.compile((ROOT / "examples/softcap.attn").read_text(), arch="sm_80")
+    kernel = attnc.compile((ROOT / "examples/alibi.attn").read_text(), arch="sm_80")
+    assert [t.name for t in kernel.manifest.inputs] == ["q", "k", "v", "slopes"]
+    docs = attnc.compile((ROOT / "examples/docs_sink.attn").read_text(), arch="sm_80")
+    assert [k.name for k in docs.manifest.kernels] == ["blockmap", "attn_fwd"]      # the map first
     with pytest.raises(AttncError, match="for sm_80 so far, not sm_100a"):
         attnc.compile((ROOT / "examples/mha.attn").read_text(), arch="sm_100a")

@@ -20,10 +20,10 @@ HEAD_DIMS = (64, 96, 128, 256)
 def test_every_table_choice_is_buildable(target):
     """Every (head_dim_qk, head_dim_v) pair the language allows, masked or not,
     gets a tile that passes the target's checks (choose_tile raises otherwise)."""
-    for qk, v, masked in itertools.product(HEAD_DIMS, HEAD_DIMS, (False, True)):
-        config = choose_tile(target, ProblemShape(qk, v, "bf16", masked), {})
-        assert smem_bytes(TARGET_LIMITS[target], ProblemShape(qk, v, "bf16", masked), config) \
-            <= TARGET_LIMITS[target].smem_bytes
+    for qk, v, masked, params in itertools.product(HEAD_DIMS, HEAD_DIMS, (False, True), (False, True)):
+        shape = ProblemShape(qk, v, "bf16", masked, params)
+        config = choose_tile(target, shape, {})
+        assert smem_bytes(TARGET_LIMITS[target], shape, config) <= TARGET_LIMITS[target].smem_bytes
 
 
 def test_the_documented_choices():
@@ -35,6 +35,10 @@ def test_the_documented_choices():
     assert pick("sm_80", shape(96)) == (128, 64, 2, 4, 1)
     assert pick("sm_80", shape(128)) == (128, 64, 2, 4, 1)
     assert pick("sm_80", shape(256)) == (64, 64, 2, 4, 1)
+    # Hooks reading param tensors: 64-key blocks at head dim 64 (128 spills), others unchanged.
+    assert pick("sm_80", ProblemShape(64, 64, "bf16", True, params=True)) == (128, 64, 2, 4, 1)
+    assert pick("sm_80", ProblemShape(128, 128, "bf16", False, params=True)) == (128, 64, 2, 4, 1)
+    assert pick("sm_90a", ProblemShape(64, 64, "bf16", False, params=True)) == (128, 128, 2, 12, 1)
     assert pick("sm_90a", shape(64)) == (128, 128, 2, 12, 1)
     assert pick("sm_90a", shape(128)) == (128, 176, 2, 12, 1)
     assert pick("sm_90a", shape(128, masked=True)) == (128, 128, 2, 12, 1)

@@ -158,6 +158,27 @@ def test_layout_refusals(name, tensor, message):
     assert refusal(make_kernel(), **{**synthetic_arguments(), name: tensor}) == message
 
 
+def test_param_tensors_must_be_contiguous():
+    """The kernels read a param at the row-major offset of its indices (hooks.py): a view
+    with other strides, a broadcast one included, is refused."""
+    manifest = synthetic_manifest()
+    slopes = next(t for t in manifest["inputs"] if t["name"] == "slopes")
+    slopes["shape"] = ["B", "H"]
+    args = synthetic_arguments()
+    args["slopes"] = FakeTensor((2, 8), "f32", strides=(0, 1))
+    assert refusal(make_kernel(manifest), **args) == (
+        "slopes: a param tensor must be contiguous (strides (8, 1)), got strides (0, 1); "
+        "pass a .contiguous() copy")
+    args["slopes"] = FakeTensor((2, 8), "f32", strides=(16, 1))
+    assert "must be contiguous" in refusal(make_kernel(manifest), **args)
+    args["slopes"] = FakeTensor((2, 8), "f32")
+    make_kernel(manifest).plan(**args)
+    args["slopes"] = FakeTensor((1, 8), "f32", strides=(0, 1))      # a size-1 axis: any stride
+    make_kernel(manifest).plan(**{**args, "q": FakeTensor((1, 8, 1000, 128), "bf16"),
+                                  "k": FakeTensor((1, 2, 1100, 128), "bf16"),
+                                  "v": FakeTensor((1, 2, 1100, 128), "bf16")})
+
+
 def test_broadcast_inputs_are_allowed():
     # k shared by every KV head: stride 0 on an input axis only re-reads memory.
     args = synthetic_arguments()

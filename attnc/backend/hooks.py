@@ -1,0 +1,292 @@
+"""The DSL hooks of one `attn.attention` compiled into a kernel: region -> kernel code.
+
+A hook region (score_mod, mask_mod, sink; attnc/ir/attn.irdl.mlir) is cloned op by op
+at the point where the kernel needs its value, its block arguments mapped to the
+kernel's (s, b, h, i, j) values; every clone keeps its `.attn` location. Three ops
+are not copied as they are:
+
+* `attn.dim {name}` reads a kernel parameter: the kernel ABI's own M, N, H, HKV for the
+  dims that are the variant's sequence and head counts, else an extra i32 parameter
+  (`ExtraParam('dim', name)`, e.g. a prefix length P or the batch B);
+* `attn.param(%t, idx...)` is a load from the param's device pointer (`ExtraParam('ptr',
+  name)`) at the row-major offset of the indices, each clamped into [0, size - 1] of its
+  axis (Note [Bounds-safe param reads]); params are contiguous (the runtime checks);
+* `arith.floordivsi` is expanded (the LLVM lowering has no pattern for it), `math.absf`
+  clears the sign bit (the GPU lowering would call libdevice);
+* `arith.divf` by a constant becomes a multiplication by its reciprocal, any other
+  `arith.divf` the full-range approximate `div.full.f32` (2 ulp; the IEEE `div.rn`
+  sequence has a slow path that costs registers in the middle of the score tile).
+
+A float op whose operands are all constants (`log(128.0 / 8.0)` in a T5 bucket) is
+evaluated here, in f32: a constant in the kernel rather than an instruction per score.
+Transcendentals stay `math` ops: ptx.py lowers them to the approximate instructions.
+
+Note [Bounds-safe param reads]: an index is clamped as max(min(idx, size - 1), 0). The
+loads are `!invariant.load` (params are read-only during the launch): LLVM then hoists
+a load that does not depend on i, j out of the KV loop (`slopes[h]` once per CTA) and
+NVPTX issues it through the read-only cache (ld.global.nc). A param whose shape uses a
+dim that may be 0 while the hook runs (any dim but the batch, head and sequence
+counts, which are >= 1 whenever a tile exists) is read under a guard: 0 when empty.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from mlir import ir
+from mlir.dialects import arith, llvm, scf
+
+from attnc.backend.kernel_spec import ExtraParam
+from attnc.backend.nvgpu_builders import Emit
+from attnc.ir import DIM, PARAM, YIELD
+
+_DYNAMIC = -2147483648      # LLVM::GEPOp::kDynamicIndex
+_RETURNS = (YIELD, "func.return")
+
+
+@dataclass(frozen=True)
+class ParamTensor:
+    name: str
+    shape: tuple            # dim names and fixed sizes
+    dtype: str              # 'f32' or 'i32'
+
+
+class KernelNames:
+    """How the names a region reads resolve in a kernel: dims to the ABI's M, N, H, HKV
+    or to extra parameters, param tensors (function arguments) to pointer parameters."""
+
+    # The kernel ABI's dims, by the role the variant's dim plays (attnc/frontend/variant.py).
+    ABI_DIMS = {"seq_q": "M", "seq_k": "N", "heads": "H", "heads_kv": "HKV"}
+
+    def __init__(self, variant, op: ir.Operation):
+        self.variant = variant
+        self.abi_dims = {getattr(variant, role): abi for role, abi in self.ABI_DIMS.items()
+                         if isinstance(getattr(variant, role), str)}
+        self.params = {p.name: ParamTensor(p.name, tuple(p.shape), p.dtype) for p in variant.params}
+        self.param_order = [ir.StringAttr(a).value for a in ir.ArrayAttr(op.attributes["params"])]
+        self.used_dims: list[str] = []
+        self.used_params: list[str] = []
+
+    # -- what a kernel must take
+    def use_dim(self, name: str) -> None:
+        if name not in self.abi_dims and name not in self.used_dims:
+            self.used_dims.append(name)
+
+    def use_param(self, name: str) -> None:
+        if name not in self.used_params:
+            self.used_params.append(name)
+            for d in self.params[name].shape:
+                if isinstance(d, str):
+                    self.use_dim(d)
+
+    def extra_params(self) -> tuple[ExtraParam, ...]:
+        dims = [d for d in self.variant.dims if d in self.used_dims]
+        params = [p for p in self.param_order if p in self.used_params]
+        return tuple(ExtraParam("dim", d) for d in dims) + tuple(ExtraParam("ptr", p) for p in params)
+
+    def scan(self, block: ir.Block) -> None:
+        """Record the dims and params `block` reads."""
+        for op in block.operations:
+            if op.name == DIM:
+                self.use_dim(ir.StringAttr(op.attributes["name"]).value)
+            elif op.name == PARAM:
+                self.use_param(self.param_of(op.operands[0]))
+
+    def scan_function(self, fn, dim_names: Sequence[str], first_dim: int) -> None:
+        """Record the dims an analysis function (attn-analyze-masks) really reads."""
+        args = list(fn.regions[0].blocks[0].arguments)[first_dim:]
+        for name, arg in zip(dim_names, args):
+            if any(True for _ in arg.uses):
+                self.use_dim(name)
+
+    # -- reading them in a kernel
+    def param_of(self, tensor: ir.Value) -> str:
+        return self.param_order[ir.BlockArgument(tensor).arg_number - 3]
+
+    def dim(self, e: Emit, name: str) -> ir.Value:
+        return e.dim(self.abi_dims[name]) if name in self.abi_dims else e.arg(f"dim:{name}")
+
+    def size(self, e: Emit, entry) -> ir.Value:
+        return e.c32(entry) if isinstance(entry, int) else self.dim(e, entry)
+
+
+class RegionCode:
+    """One region (or single-block function) emitted at the current insertion point."""
+
+    gpu_division = True     # False: arith.divf as it is (to run the code on a CPU in tests)
+
+    def __init__(self, block: ir.Block, names: KernelNames, never_empty: frozenset[str] = frozenset()):
+        self.block = block
+        self.names = names
+        self.never_empty = never_empty      # dims that are >= 1 wherever this code runs
+
+    def __call__(self, e: Emit, *args) -> ir.Value:
+        return self.results(e, *args)[0]
+
+    def results(self, e: Emit, *args) -> list[ir.Value]:
+        env = dict(zip(self.block.arguments, args))
+        for op in self.block.operations:
+            if op.name in _RETURNS:
+                return [env.get(v, v) for v in op.operands]
+            operands = [env.get(v, v) for v in op.operands]
+            with op.location:
+                env[op.results[0] if len(op.results) == 1 else op] = self._emit(e, op, operands)
+            if len(op.results) > 1:
+                raise NotImplementedError(f"{op.name}: ops with several results are not compiled")
+        raise ValueError("the region has no terminator")
+
+    def _emit(self, e: Emit, op: ir.Operation, operands: list) -> ir.Value:
+        if op.name == DIM:
+            return self.names.dim(e, ir.StringAttr(op.attributes["name"]).value)
+        if op.name == PARAM:
+            return self._param(e, self.names.param_of(op.operands[0]), operands[1:])
+        if op.name == "arith.floordivsi":
+            return floordiv(e, *operands)
+        folded = _fold(op.name, operands)
+        if folded is not None:
+            return arith.constant(e.f32, folded)
+        if op.name == "math.absf":
+            # Clear the sign bit: the GPU lowering would send llvm.intr.fabs to libdevice.
+            bits = arith.bitcast(e.i32, operands[0])
+            return arith.bitcast(e.f32, arith.andi(bits, arith.constant(e.i32, 0x7FFFFFFF)))
+        if op.name == "arith.divf":
+            reciprocal = _reciprocal(operands[1])
+            if reciprocal is not None:
+                return arith.mulf(operands[0], arith.constant(operands[0].type, reciprocal))
+            if self.gpu_division:
+                return llvm.inline_asm(e.f32, operands, "div.full.f32 $0, $1, $2;", "=f,f,f")
+        copy = op.clone()
+        for k, v in enumerate(operands):
+            copy.operands[k] = v
+        return copy.results[0]
+
+    def _param(self, e: Emit, name: str, indices: list) -> ir.Value:
+        tensor = self.names.params[name]
+        sizes = [self.names.size(e, d) for d in tensor.shape]
+        offset = None
+        for idx, size in zip(indices, sizes):
+            clamped = e.to_i64(e.max(e.min(idx, e.sub(size, 1)), 0))
+            offset = clamped if offset is None else e.add(e.mul(offset, e.to_i64(size)), clamped)
+        element = e.f32 if tensor.dtype == "f32" else e.i32
+        ptr = llvm.GEPOp(ir.Type.parse("!llvm.ptr<1>"), e.arg(f"ptr:{name}"), [offset or e.c64(0)],
+                         [_DYNAMIC], element, 0).result
+        maybe_empty = [s for d, s in zip(tensor.shape, sizes) if isinstance(d, str) and d not in self.never_empty]
+        if not maybe_empty:
+            return llvm.load(element, ptr, alignment=4, invariant=True)
+        nonempty = e.true()
+        for s in maybe_empty:
+            nonempty = e.land(nonempty, e.gt(s, 0))
+        guard = scf.IfOp(nonempty, [element], has_else=True)
+        with ir.InsertionPoint(guard.then_block):
+            scf.yield_([llvm.load(element, ptr, alignment=4, invariant=True)])
+        with ir.InsertionPoint(guard.else_block):
+            scf.yield_([arith.constant(element, 0.0 if tensor.dtype == "f32" else 0)])
+        return guard.results[0]
+
+
+def floordiv(e: Emit, a: ir.Value, b: ir.Value) -> ir.Value:
+    """Python's a // b on signed integers (0 when b == 0, as the region interpreter
+    defines it): the truncating quotient, minus 1 when the remainder is non-zero and
+    its sign differs from b's."""
+    zero = arith.constant(a.type, 0)
+    b_zero = arith.cmpi(arith.CmpIPredicate.eq, b, zero)
+    divisor = arith.select(b_zero, arith.constant(a.type, 1), b)
+    q = arith.divsi(a, divisor)
+    r = arith.subi(a, arith.muli(q, divisor))
+    signs_differ = arith.cmpi(arith.CmpIPredicate.slt, arith.xori(r, divisor), zero)
+    inexact = arith.cmpi(arith.CmpIPredicate.ne, r, zero)
+    adjust = arith.extui(a.type, arith.andi(inexact, signs_differ))
+    return arith.select(b_zero, zero, arith.subi(q, adjust))
+
+
+_F32_FOLDS = {
+    "arith.addf": np.add, "arith.subf": np.subtract, "arith.mulf": np.multiply, "arith.divf": np.divide,
+    "arith.negf": np.negative, "math.exp": np.exp, "math.exp2": np.exp2, "math.log": np.log,
+    "math.log2": np.log2, "math.sqrt": np.sqrt, "math.rsqrt": lambda x: np.float32(1) / np.sqrt(x),
+    "math.tanh": np.tanh, "math.absf": np.abs, "math.floor": np.floor, "math.ceil": np.ceil,
+}
+
+
+def _fold(name: str, operands) -> float | None:
+    """The f32 value of a float op on constants only (finite results), else None."""
+    if name not in _F32_FOLDS:
+        return None
+    values = [_f32_constant(v) for v in operands]
+    if any(v is None for v in values):
+        return None
+    with np.errstate(all="ignore"):
+        result = np.float32(_F32_FOLDS[name](*values))
+    return float(result) if np.isfinite(result) else None
+
+
+def _f32_constant(value: ir.Value) -> np.float32 | None:
+    owner = value.owner
+    if not isinstance(owner, ir.Operation) and hasattr(owner, "operation"):
+        owner = owner.operation
+    if not isinstance(owner, ir.Operation) or owner.name != "arith.constant":
+        return None
+    attr = owner.attributes["value"]
+    return np.float32(attr.value) if isinstance(attr, ir.FloatAttr) else None
+
+
+def _reciprocal(value: ir.Value) -> float | None:
+    """1/c when `value` is an f32 constant c whose reciprocal is a normal f32, else None."""
+    c = _f32_constant(value)
+    if c is None or c == 0 or not np.isfinite(c):
+        return None
+    r = np.float32(1) / c
+    return float(r) if np.isfinite(r) and abs(r) >= 2.0 ** -126 else None
+
+
+def depends_on(block: ir.Block, arg_index: int) -> set:
+    """The values of `block` (and its yield) that depend on block argument `arg_index`."""
+    tainted = {block.arguments[arg_index]}
+    for op in block.operations:
+        if any(v in tainted for v in op.operands):
+            tainted.update(op.results)
+    return tainted
+
+
+def affine_bias(block: ir.Block) -> tuple[ir.Value, bool] | None:
+    """For a score_mod region that returns s + f or f + s or s - f with f independent of s:
+    (f, negate); else None."""
+    tainted = depends_on(block, 0)
+    s = block.arguments[0]
+    result = list(block.operations)[-1].operands[0]
+    top = result.owner
+    if not isinstance(top, ir.Operation) and hasattr(top, "operation"):
+        top = top.operation
+    if not isinstance(top, ir.Operation) or top.name not in ("arith.addf", "arith.subf"):
+        return None
+    lhs, rhs = top.operands
+    if lhs == s and rhs not in tainted:
+        return rhs, top.name == "arith.subf"
+    if rhs == s and lhs not in tainted and top.name == "arith.addf":
+        return lhs, False
+    return None
+
+
+class BiasCode(RegionCode):
+    """The f of an affine score_mod s + f, compiled alone (the ops that read s are left out)."""
+
+    def __init__(self, block: ir.Block, names: KernelNames, bias: ir.Value, negate: bool,
+                 never_empty: frozenset[str] = frozenset()):
+        super().__init__(block, names, never_empty)
+        self.bias, self.negate = bias, negate
+        self.tainted = depends_on(block, 0)
+
+    def __call__(self, e: Emit, b, h, i, j) -> ir.Value:
+        env = dict(zip(list(self.block.arguments)[1:], (b, h, i, j)))
+        for op in self.block.operations:
+            if op.name in _RETURNS or any(r in self.tainted for r in op.results):
+                continue
+            with op.location:
+                env[op.results[0]] = self._emit(e, op, [env.get(v, v) for v in op.operands])
+        value = env.get(self.bias, self.bias)
+        return arith.negf(value) if self.negate else value
+
+
+def role_dims(variant, roles: Sequence[str]) -> frozenset[str]:
+    """The variant's names of the dims playing `roles` ('batch', 'heads', ...), when symbolic."""
+    return frozenset(getattr(variant, r) for r in roles if isinstance(getattr(variant, r), str))

@@ -1,0 +1,144 @@
+"""A variant's hooks for `Sm80KernelSpec` (Note [Mask hooks] in kernel_spec.py), read from
+the L2+ IR of its `attn.attention`: the regions compiled by hooks.py, and the per-tile
+answers of `attn-analyze-masks`.
+
+    score_mod   s + f(b, h, i, j)  -> score_bias = f       (the exp2 scale stays folded)
+                anything else       -> score_mod           (natural units)
+    mask_mod    none / causal / bottom-right causal -> the kernel's built-in mask modes
+                static or runtime (attn-analyze-masks' mask_kind):
+                  kv_range     from @<f>_kv_range: [start_0, end_K-1) and the K segments,
+                               full blocks from the last pair
+                  tile_skip    @<f>_tile_class == 0  (SKIP: not loaded, not computed)
+                  tile_partial @<f>_tile_class != 2  (FULL blocks run unmasked)
+                  keep         the mask_mod region, per element of partial blocks
+    sink        the sink region at h, folded in at the end
+
+Note [Runtime masks]: for a mask that reads a param, the analysis functions still hold --
+SKIP and FULL are proven from the integer part of the mask (the upper triangle of
+`doc[b, i] == doc[b, j] and j <= i` is SKIP), the rest is MIXED -- and without a block
+map the kernel visits what they allow and masks every element there. With the block map
+built on the GPU (blockmap.py: it starts from the same tile class and evaluates the mask
+on the MIXED tiles), kv_range, tile_partial and tile_skip read the map instead.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from attnc.backend.hooks import BiasCode, KernelNames, RegionCode, affine_bias, role_dims
+from attnc.backend.kernel_spec import ExtraParam, KvCtx, KvRange
+from attnc.ir import MASK_MOD, SCORE_MOD, SINK, get_bool, region_block
+from attnc.passes.analyze_masks import mask_functions
+from attnc.analysis.tile_classes import KV_ARGS, TILE_ARGS
+
+BUILT_IN_MASKS = ("none", "causal", "causal_bottom_right")
+SKIP, FULL = 0, 2
+# Dims that are >= 1 wherever a hook runs: the launch grid and every visited tile need them.
+_TILE_ROLES = ("batch", "heads", "heads_kv", "seq_q", "seq_k")
+_SINK_ROLES = ("batch", "heads", "heads_kv", "seq_q")
+
+
+@dataclass(frozen=True)
+class VariantHooks:
+    """The Sm80KernelSpec fields a variant's hooks give (None: the kernel's default)."""
+    mask: str = "none"
+    kv_range: Optional[Callable] = None
+    tile_partial: Optional[Callable] = None
+    tile_skip: Optional[Callable] = None
+    keep: Optional[Callable] = None
+    score_mod: Optional[Callable] = None
+    score_bias: Optional[Callable] = None
+    sink: Optional[Callable] = None
+    extra_params: tuple[ExtraParam, ...] = ()
+
+    def spec_fields(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def variant_hooks(op, variant, mask_mode: str | None, blockmap=None) -> VariantHooks:
+    """The hooks of `op` (after attn-analyze-masks); `mask_mode`: a built-in mask mode
+    recognised exactly (sm80_lower.mask_mode), or None for the analysed mask; `blockmap`:
+    the block map (blockmap.BlockMapPlan) that answers the tile questions of a mask that
+    reads params."""
+    names = KernelNames(variant, op)
+    fields: dict[str, Any] = {}
+    tile_dims = role_dims(variant, _TILE_ROLES)
+    if get_bool(op, "has_score_mod"):
+        fields.update(_score_hooks(region_block(op, SCORE_MOD), names, tile_dims))
+    if get_bool(op, "has_sink"):
+        block = region_block(op, SINK)
+        names.scan(block)
+        fields["sink"] = RegionCode(block, names, role_dims(variant, _SINK_ROLES))
+    if mask_mode in BUILT_IN_MASKS:
+        fields["mask"] = mask_mode
+    else:
+        fields.update(_mask_hooks(op, names, tile_dims))
+    extra = names.extra_params()
+    if blockmap is not None:
+        from attnc.backend.blockmap import blockmap_hooks, blockmap_skip
+        kv_range, tile_partial, map_params = blockmap_hooks(blockmap)
+        fields.update(kv_range=kv_range, tile_partial=tile_partial, tile_skip=blockmap_skip(blockmap))
+        extra += tuple(map_params)
+    return VariantHooks(extra_params=extra, **fields)
+
+
+def _score_hooks(block, names: KernelNames, never_empty) -> dict[str, Any]:
+    names.scan(block)
+    result = list(block.operations)[-1].operands[0]
+    if result == block.arguments[0]:
+        return {}                               # score_mod(s, ...) = s
+    affine = affine_bias(block)
+    if affine is not None:
+        return {"score_bias": BiasCode(block, names, *affine, never_empty=never_empty)}
+    return {"score_mod": RegionCode(block, names, never_empty)}
+
+
+def _mask_hooks(op, names: KernelNames, never_empty) -> dict[str, Any]:
+    block = region_block(op, MASK_MOD)
+    names.scan(block)
+    analysis = mask_functions(op)
+    names.scan_function(analysis.kv_range, analysis.dims, len(KV_ARGS))
+    names.scan_function(analysis.tile_class, analysis.dims, len(TILE_ARGS))
+    tiles = AnalysedTiles(RegionCode(analysis.kv_range.regions[0].blocks[0], names),
+                          RegionCode(analysis.tile_class.regions[0].blocks[0], names),
+                          analysis.segments, analysis.dims, names)
+    return {"mask": "mask_mod", "kv_range": tiles.kv_range, "tile_skip": tiles.tile_skip,
+            "tile_partial": tiles.tile_partial, "keep": RegionCode(block, names, never_empty)}
+
+
+class AnalysedTiles:
+    """The kernel's kv_range / tile_skip / tile_partial from attn-analyze-masks' functions."""
+
+    def __init__(self, kv_range: RegionCode, tile_class: RegionCode, segments: int,
+                 dims: tuple[str, ...], names: KernelNames):
+        self.kv_code, self.class_code = kv_range, tile_class
+        self.segments, self.dims, self.names = segments, dims, names
+
+    def _dims(self, e, code: RegionCode, first: int) -> list:
+        """The dim arguments of an analysis function; 0 for those it does not read."""
+        args = list(code.block.arguments)[first:]
+        return [self.names.dim(e, d) if any(True for _ in a.uses) else e.c32(0)
+                for d, a in zip(self.dims, args)]
+
+    def kv_range(self, e, c: KvCtx) -> KvRange:
+        out = self.kv_code.results(e, c.m_block, c.b, c.h, *self._dims(e, self.kv_code, len(KV_ARGS)))
+        k = self.segments
+        pairs = [(out[2 * s], out[2 * s + 1]) for s in range(k)]
+        full_lo, full_hi = out[2 * k], out[2 * k + 1]
+        n_blocks = e.cdiv(c.N, c.block_n)
+        lo, hi = e.max(pairs[0][0], 0), e.min(pairs[-1][1], n_blocks)
+        if k == 1:
+            return KvRange(lo, full_lo, full_hi, hi)
+        return KvRange(lo, full_lo, full_hi, hi, segments=tuple(pairs))
+
+    def tile_class(self, e, c: KvCtx, n_block):
+        m_lo, n_lo = e.mul(c.m_block, c.block_m), e.mul(n_block, c.block_n)
+        m_hi, n_hi = e.min(e.add(m_lo, c.block_m), c.M), e.min(e.add(n_lo, c.block_n), c.N)
+        return self.class_code(e, m_lo, m_hi, n_lo, n_hi, c.b, c.h,
+                               *self._dims(e, self.class_code, len(TILE_ARGS)))
+
+    def tile_skip(self, e, c: KvCtx, n_block):
+        return e.eq(self.tile_class(e, c, n_block), SKIP)
+
+    def tile_partial(self, e, c: KvCtx, n_block):
+        return e.xor(e.eq(self.tile_class(e, c, n_block), FULL), e.true())

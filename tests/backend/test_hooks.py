@@ -1,0 +1,321 @@
+"""The DSL hooks compiled into the sm_80 kernel (hooks.py, sm80_variant.py), without a GPU:
+
+* every example builds a bundle whose kernel assembles with zero spills and holds the
+  instructions its hooks call for;
+* the hook code the kernel inlines, run on the CPU (host_jit.py), gives what
+  attnc.reference_eval gives for the DSL expression (scores within f32 rounding,
+  masks and ints exactly), out-of-range param indices included;
+* the tile answers from attn-analyze-masks, as the kernel inlines them, are sound
+  against a brute-force walk of the mask (SKIP keeps nothing, FULL keeps everything,
+  every kept key lies in a visited segment).
+(Numerics of whole kernels run on a GPU: tests/gpu.)
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnc.backend import cubin
+from attnc.backend.hooks import RegionCode
+from attnc.backend.sm80_lower import build, mask_mode, spec_from_ir
+from attnc.backend.sm80_variant import AnalysedTiles, variant_hooks
+from attnc.driver import CompileOptions, compile_file, compile_mlir
+from attnc.ir import attention_ops
+from attnc.reference_eval import Evaluator
+from tests.backend.host_jit import host_function
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.attn"))
+
+
+@functools.lru_cache(maxsize=None)
+def example(name: str):
+    return compile_file(ROOT / "examples" / f"{name}.attn", CompileOptions(arch="sm_80"))
+
+
+def source(name: str, decls: str, hd: int = 64) -> str:
+    return (f"attention {name} {{\n  q: f16[B, H, M, {hd}]\n  k: f16[B, H, N, {hd}]\n"
+            f"  v: f16[B, H, N, {hd}]\n  {decls}\n  out o: f16[B, H, M, {hd}]\n}}\n")
+
+
+# ------------------------------------------------------------------ the examples' kernels
+
+EXPECT = {      # instructions an example's hooks must produce
+    "softcap": ["tanh.approx.f32"], "gemma2": ["tanh.approx.f32"],
+    "alibi": ["ld.global.nc.b32"], "relative_bias": ["ld.global.nc.b32", "lg2.approx"],
+    "docs_sink": ["ld.global.nc.b32"],
+}
+
+
+@functools.lru_cache(maxsize=None)
+def artifacts(name: str):
+    return build(example(name))
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_every_example_assembles_without_spills(name):
+    art = artifacts(name)
+    usage = cubin.resource_usage(art.ptx, "sm_80")
+    assert usage, "no kernel in the PTX"
+    for symbol, u in usage.items():
+        assert not u.spills and u.stack_frame == 0, f"{symbol}: {u}"
+    for needle in EXPECT.get(name, []):
+        assert needle in art.ptx, needle
+    assert "__nv_" not in art.ptx
+
+
+def test_hook_parameters_reach_the_manifest():
+    """Params become pointers, dims no ABI slot carries become ints, after the ABI's own."""
+    params = lambda name: [p for k in artifacts(name).manifest["kernels"] for p in k["params"]]  # noqa: E731
+    assert params("alibi")[-1] == {"kind": "ptr", "tensor": "slopes"}
+    assert params("relative_bias")[-1] == {"kind": "ptr", "tensor": "bias"}
+    assert params("prefix_lm")[-1] == {"kind": "dim", "name": "P", "type": "i32"}
+    docs = params("docs_sink")
+    assert {"kind": "ptr", "tensor": "doc"} in docs and {"kind": "ptr", "tensor": "sinks"} in docs
+
+
+@pytest.mark.parametrize("name,kind", [("alibi", "bias"), ("relative_bias", "bias"),
+                                       ("softcap", "mod"), ("gemma2", "mod"), ("mha", "none")])
+def test_affine_score_mods_keep_the_folded_scale(name, kind):
+    """s + f(b, h, i, j) is compiled as a bias (one FMA onto the raw score); tanh is not."""
+    spec = spec_from_ir(example(name))
+    assert ("bias" if spec.score_bias else "mod" if spec.score_mod else "none") == kind
+
+
+@pytest.mark.parametrize("name,mode", [("mha", "none"), ("mqa", "causal"), ("alibi", "causal_bottom_right"),
+                                       ("sliding_window", "mask_mod"), ("prefix_lm", "mask_mod"),
+                                       ("docs_sink", "mask_mod"), ("gemma2", "mask_mod")])
+def test_built_in_masks_keep_their_fast_path(name, mode):
+    assert spec_from_ir(example(name)).mask == mode
+
+
+# ------------------------------------------------------------------ hooks on the CPU
+
+def _hooks(result):
+    op = attention_ops(result.module)[0]
+    hooks = variant_hooks(op, result.variant, mask_mode(op, result.variant))
+    for h in (hooks.keep, hooks.score_mod, hooks.score_bias, hooks.sink):
+        if isinstance(h, RegionCode):
+            h.gpu_division = False
+    return op, hooks
+
+
+def _arg_types(result, hooks) -> dict[str, str]:
+    args = {d: "i32" for d in ("M", "N", "H", "HKV")}
+    for x in hooks.extra_params:
+        args[x.key] = "i32" if x.kind == "dim" else "ptr"
+    return args
+
+
+def _inputs(variant, rng, dims):
+    params = {}
+    for p in variant.params:
+        shape = [dims[d] if isinstance(d, str) else d for d in p.shape]
+        if p.dtype == "i32":
+            params[p.name] = np.sort(rng.integers(0, 4, size=shape), axis=-1).astype(np.int32)
+        else:
+            params[p.name] = rng.normal(size=shape).astype(np.float32)
+    return params
+
+
+def _abi_values(variant, dims):
+    role = lambda r: dims[getattr(variant, r)] if isinstance(getattr(variant, r), str) else getattr(variant, r)  # noqa: E731
+    return {"M": role("seq_q"), "N": role("seq_k"), "H": role("heads"), "HKV": role("heads_kv")}
+
+
+HOOKED = {
+    "alibi": None, "relative_bias": None, "softcap": None, "gemma2": None, "docs_sink": None,
+    "prefix_lm": None, "sliding_window": None,
+    "floors": source("floors", "param t: f32[H, 7]\n  dim W\n"
+                     "  score_mod(s, b, h, i, j) = s * t[h, (j - i) // 3 + W] + float((i - j) % 5)\n"
+                     "  mask_mod(b, h, i, j) = (i - j) % 4 == 0 or j // 7 == i // 7"),
+    "globalwin": source("globalwin", "mask_mod(b, h, i, j) = j < 16 or (j <= i and i - j < 300)"),
+    "mathy": source("mathy", "param w: f32[N]\n"
+                    "  score_mod(s, b, h, i, j) = let x = s / (1.0 + abs(w[j])) in "
+                    "sigmoid(x) * exp2(min(x, 3.0)) + rsqrt(2.0 + w[j] * w[j]) - floor(x) + sqrt(4.0)\n"
+                    "  sink(h) = log(3.0 + float(h))"),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def hooked(name):
+    text = HOOKED[name]
+    if text is None:
+        return example(name)
+    return compile_mlir(text, f"{name}.attn", CompileOptions(arch="sm_80"))
+
+
+@pytest.mark.parametrize("name", sorted(HOOKED))
+def test_hook_code_matches_the_reference_evaluator(name):
+    result = hooked(name)
+    variant = result.variant
+    op, hooks = _hooks(result)
+    rng = np.random.default_rng(7)
+    dims = {d: int(rng.integers(3, 40)) for d in variant.dims}
+    dims.update({d: 4 for d in ("H", "HKV") if d in dims})
+    params = _inputs(variant, rng, dims)
+    evaluator = Evaluator(dims, {k: v.astype(np.float64 if v.dtype.kind == "f" else np.int64)
+                                 for k, v in params.items()})
+    scale = 1.0 / float(variant.scale)
+    args = _arg_types(result, hooks)
+    names = {**args, "s": "f32", "b": "i32", "h": "i32", "i": "i32", "j": "i32"}
+
+    def body(e, a):
+        out = []
+        idx = (a["b"], a["h"], a["i"], a["j"])
+        if hooks.score_mod:
+            out.append(hooks.score_mod(e, a["s"], *idx))
+        if hooks.score_bias:
+            out.append(e.fadd(a["s"], hooks.score_bias(e, *idx)))
+        if hooks.keep:
+            out.append(hooks.keep(e, *idx))
+        if hooks.sink:
+            out.append(hooks.sink(e, a["h"]))
+        return out
+
+    with result.module.context:
+        run = host_function(names, body)
+    values = {**_abi_values(variant, dims), **{k.split(":")[-1]: dims[k.split(":")[-1]]
+                                               for k in args if k.startswith("dim:")}, **params}
+    checked = 0
+    for _ in range(300):
+        # indices a little outside the tensors too: every param read must clamp
+        b, h = int(rng.integers(0, dims.get("B", 2))), int(rng.integers(0, 4))
+        i, j = int(rng.integers(-3, 45)), int(rng.integers(-3, 45))
+        s = float(rng.normal() * 4 * scale)
+        got = run(**values, s=s, b=b, h=h, i=i, j=j)
+        want = []
+        ix = tuple(np.asarray(x) for x in (b, h, i, j))
+        if variant.score_mod:
+            want.append(float(evaluator.hook(variant.score_mod, (np.asarray(s),) + ix)))
+        if hooks.keep:
+            want.append(int(evaluator.hook(variant.mask_mod, ix)))
+        if variant.sink:
+            want.append(float(evaluator.hook(variant.sink, (np.asarray(h),))))
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g == pytest.approx(w, rel=2e-5, abs=2e-5), (name, dict(b=b, h=h, i=i, j=j, s=s), got, want)
+        checked += 1
+    assert checked == 300
+
+
+# ------------------------------------------------------------------ tile answers, brute force
+
+MASKS = ["sliding_window", "prefix_lm", "gemma2", "docs_sink", "floors", "globalwin"]
+
+
+@pytest.mark.parametrize("name", MASKS)
+def test_inlined_tile_answers_are_sound(name):
+    result = hooked(name)
+    variant = result.variant
+    op, hooks = _hooks(result)
+    tiles: AnalysedTiles = hooks.kv_range.__self__
+    spec = spec_from_ir(result)
+    bm, bn = spec.block_m, spec.block_n
+    rng = np.random.default_rng(3)
+    args = {**_arg_types(result, hooks), "m_block": "i32", "n_block": "i32", "b": "i32", "h": "i32"}
+    k = tiles.segments
+
+    def body(e, a):
+        from attnc.backend.kernel_spec import KvCtx
+        c = KvCtx(a["m_block"], a["b"], a["h"], a["M"], a["N"], bm, bn)
+        r = tiles.kv_range(e, c)
+        segs = r.segments or ((r.lo, r.hi),)
+        flat = [x for pair in segs for x in pair]
+        return flat + [r.full_lo, r.full_hi, tiles.tile_class(e, c, a["n_block"]), hooks.keep(e, a["b"], a["h"], a["i"], a["j"])]
+
+    with result.module.context:
+        run = host_function({**args, "i": "i32", "j": "i32"}, body)
+    for trial in range(3):
+        dims = {d: int(rng.integers(1, 5)) for d in variant.dims}
+        dims[variant.seq_q] = int(rng.integers(1, 3 * bm))
+        dims[variant.seq_k] = dims[variant.seq_q] if name == "docs_sink" else int(rng.integers(1, 4 * bn))
+        if "P" in dims:
+            dims["P"] = int(rng.integers(0, dims[variant.seq_k] + 10))
+        if "W" in dims:
+            dims["W"] = 2
+        params = _inputs(variant, rng, dims)
+        values = {**_abi_values(variant, dims), **{d: dims[d] for d in dims}, **params}
+        evaluator = Evaluator(dims, {k_: v.astype(np.float64 if v.dtype.kind == "f" else np.int64)
+                                     for k_, v in params.items()})
+        M, N = dims[variant.seq_q], dims[variant.seq_k]
+        ii, jj = np.meshgrid(np.arange(M), np.arange(N), indexing="ij")
+        b = int(rng.integers(0, dims.get("B", 1)))
+        keep = np.broadcast_to(evaluator.hook(variant.mask_mod, (np.asarray(b), np.asarray(0), ii, jj)), (M, N))
+        for m_block in range(-(-M // bm)):
+            for n_block in range(-(-N // bn)):
+                out = run(**values, m_block=m_block, n_block=n_block, b=b, h=0, i=0, j=0)
+                segs = [out[2 * s:2 * s + 2] for s in range(len(out) // 2 - 2)]
+                full_lo, full_hi, tile_class = out[-4], out[-3], out[-2]
+                tile = keep[m_block * bm:(m_block + 1) * bm, n_block * bn:(n_block + 1) * bn]
+                inside = any(lo <= n_block < hi for lo, hi in segs)
+                where = (name, dims, m_block, n_block, segs, (full_lo, full_hi), tile_class)
+                if tile.any():
+                    assert inside and tile_class != 0, where
+                if full_lo <= n_block < full_hi:
+                    assert tile.all() and tile_class == 2, where
+                if tile_class == 2:
+                    assert tile.all(), where
+                if tile_class == 0:
+                    assert not tile.any(), where
+
+
+@pytest.mark.parametrize("name", ["floors", "mathy", "globalwin"])
+def test_hook_corners_compile_to_ptx(name):
+    """Floor division, clamped 2-D reads, abs, min, sigmoid's division, a sink: all reach
+    PTX without libdevice (the division is the approximate div.full)."""
+    art = build(hooked(name))
+    assert "__nv_" not in art.ptx
+    if name == "mathy":
+        assert "div.full.f32" in art.ptx and "ex2.approx" in art.ptx
+
+
+def test_global_tokens_and_a_window_walk_two_segments():
+    spec = spec_from_ir(hooked("globalwin"))
+    assert spec.mask == "mask_mod"
+    art = build(hooked("globalwin"))
+    assert not any(u.spills for u in cubin.resource_usage(art.ptx, "sm_80").values())
+
+
+# ------------------------------------------------------------------ the KV schedule
+
+def test_segmented_schedule_walks_the_union_downwards():
+    """sm80_kv: step t visits the t-th block of the union of the (normalised) segments,
+    counting down; steps_above(x) counts the visited blocks >= x."""
+    from attnc.backend.sm80_kv import normalise
+    from attnc.ir import make_context
+
+    names = {f"{a}{k}": "i32" for k in range(3) for a in "se"}
+    names.update({"t": "i32", "x": "i32", "n": "i32", "flo": "i32", "fhi": "i32"})
+
+    def body(e, a):
+        segs = [(a[f"s{k}"], a[f"e{k}"]) for k in range(3)]
+        kv = normalise(e, segs, a["flo"], a["fhi"], a["n"])
+        return [kv.block(e, a["t"]), kv.steps_above(e, a["x"]), kv.total(e), kv.full_lo, kv.full_hi]
+
+    with make_context():
+        run = host_function(names, body)
+    rng = np.random.default_rng(11)
+    for _ in range(400):
+        n = int(rng.integers(0, 12))
+        raw = sorted(int(v) for v in rng.integers(-2, 14, size=6))
+        if rng.random() < 0.3:              # degenerate: an empty segment written backwards
+            raw[2], raw[3] = raw[3], raw[2]
+        segs = [(raw[2 * k], raw[2 * k + 1]) for k in range(3)]
+        flo, fhi = (int(v) for v in sorted(rng.integers(-1, 14, size=2)))
+        visited, prev = [], 0
+        for lo, hi in segs:                 # Note [Segment normalisation]
+            lo = min(max(lo, prev), n)
+            hi = min(max(hi, lo), n)
+            visited += range(lo, hi)
+            prev = hi
+        visited = sorted(set(visited), reverse=True)
+        args = {f"{a}{k}": v for k, pair in enumerate(segs) for a, v in zip("se", pair)}
+        for t in range(len(visited)):
+            x = int(rng.integers(-1, 14))
+            block, above, total, _, _ = run(**args, t=t, x=x, n=n, flo=flo, fhi=fhi)
+            assert block == visited[t], (segs, n, t)
+            assert above == sum(v >= x for v in visited) and total == len(visited), (segs, n, x)
