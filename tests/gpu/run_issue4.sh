@@ -13,6 +13,8 @@ fi
   python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"; } 2>&1 | tee "$out/gpu.txt"
 timeout "${BENCH_TIMEOUT:-170}" python3 bench/bench_variants.py --json "$out/bench_variants.json" 2>&1 \
   | tee "$out/bench.log"
+flags=()      # pytest-xdist and pytest-timeout where the machine has them
+python3 -c "import xdist" 2>/dev/null && flags+=(-n "${WORKERS:-8}" --dist loadgroup)
+python3 -c "import pytest_timeout" 2>/dev/null && flags+=(--timeout 120)
 timeout "${TEST_TIMEOUT:-270}" python3 -m pytest -q -m gpu tests/gpu/test_examples.py tests/gpu/test_property.py \
-  -n "${WORKERS:-8}" --dist loadgroup --timeout 120 --tb=short -rfs -p no:cacheprovider \
-  --junitxml "$out/junit.xml" 2>&1 | tee "$out/tests.log"
+  "${flags[@]}" --tb=short -rfs -p no:cacheprovider --junitxml "$out/junit.xml" 2>&1 | tee "$out/tests.log"
