@@ -21,6 +21,12 @@ A float op whose operands are all constants (`log(128.0 / 8.0)` in a T5 bucket) 
 evaluated here, in f32: a constant in the kernel rather than an instruction per score.
 Transcendentals stay `math` ops: ptx.py lowers them to the approximate instructions.
 
+Note [Score scalings]: a score_mod such as softcap, 30 * tanh(s / 30), scales s by a
+constant on the way in and its result on the way out. Both fold into multiplications
+the kernel does anyway: the raw score is multiplied by scale / 30 (one FMUL instead of
+two) and the softmax's exp2 factor becomes 30 * log2(e) (the running max is then kept
+in units of tanh), which changes the result by rounding only (dsl.md allows it).
+
 Note [Bounds-safe param reads]: an index is clamped as max(min(idx, size - 1), 0). The
 loads are `!invariant.load` (params are read-only during the launch): LLVM then hoists
 a load that does not depend on i, j out of the KV loop (`slopes[h]` once per CTA) and
@@ -125,16 +131,26 @@ class RegionCode:
         return self.results(e, *args)[0]
 
     def results(self, e: Emit, *args) -> list[ir.Value]:
-        env = dict(zip(self.block.arguments, args))
-        for op in self.block.operations:
-            if op.name in _RETURNS:
-                return [env.get(v, v) for v in op.operands]
-            operands = [env.get(v, v) for v in op.operands]
+        env = self._run(e, dict(zip(self.block.arguments, args)))
+        return [env.get(v, v) for v in self._terminator().operands]
+
+    def _terminator(self) -> ir.Operation:
+        ops = list(self.block.operations)
+        if not ops or ops[-1].name not in _RETURNS:
+            raise ValueError("the region has no terminator")
+        return ops[-1]
+
+    def _run(self, e: Emit, env: dict, skip=frozenset()) -> dict:
+        """Emit every op but the terminator, those whose result `env` already holds and
+        those whose results are in `skip`; returns `env` with their values."""
+        for op in list(self.block.operations)[:-1]:
+            if len(op.results) != 1:
+                raise NotImplementedError(f"{op.name}: only ops with one result are compiled")
+            if op.results[0] in env or op.results[0] in skip:
+                continue
             with op.location:
-                env[op.results[0] if len(op.results) == 1 else op] = self._emit(e, op, operands)
-            if len(op.results) > 1:
-                raise NotImplementedError(f"{op.name}: ops with several results are not compiled")
-        raise ValueError("the region has no terminator")
+                env[op.results[0]] = self._emit(e, op, [env.get(v, v) for v in op.operands])
+        return env
 
     def _emit(self, e: Emit, op: ir.Operation, operands: list) -> ir.Value:
         if op.name == DIM:
@@ -277,14 +293,64 @@ class BiasCode(RegionCode):
         self.tainted = depends_on(block, 0)
 
     def __call__(self, e: Emit, b, h, i, j) -> ir.Value:
-        env = dict(zip(list(self.block.arguments)[1:], (b, h, i, j)))
-        for op in self.block.operations:
-            if op.name in _RETURNS or any(r in self.tainted for r in op.results):
-                continue
-            with op.location:
-                env[op.results[0]] = self._emit(e, op, [env.get(v, v) for v in op.operands])
+        env = self._run(e, dict(zip(list(self.block.arguments)[1:], (b, h, i, j))), self.tainted)
         value = env.get(self.bias, self.bias)
         return arith.negf(value) if self.negate else value
+
+
+class ScaledScoreCode(RegionCode):
+    """A score_mod region with its constant scalings of s and of the result split off
+    (Note [Score scalings]): called with s' = s * in_factor, returns score / out_factor."""
+
+    def __init__(self, block: ir.Block, names: KernelNames, never_empty: frozenset[str] = frozenset()):
+        super().__init__(block, names, never_empty)
+        self.scaled_inputs, self.in_factor = _input_scalings(block)
+        self.inner, self.out_factor = _output_scaling(block)
+
+    def __call__(self, e: Emit, s, b, h, i, j) -> ir.Value:
+        env = dict(zip(self.block.arguments, (s, b, h, i, j)))
+        env.update({v: s for v in self.scaled_inputs})
+        env = self._run(e, env)
+        return env.get(self.inner, self.inner)
+
+
+def _constant_operand(op: ir.Operation, other: ir.Value) -> np.float32 | None:
+    """The f32 constant among the two operands of `op` that is not `other`."""
+    values = [v for v in op.operands if v != other]
+    return _f32_constant(values[0]) if len(values) == 1 else None
+
+
+def _input_scalings(block: ir.Block) -> tuple[list, float]:
+    """(the results of s * c / c * s / s / c, the factor f with each equal to s * f) when
+    every use of s is one of them with the same f; else ([], 1)."""
+    s = block.arguments[0]
+    users, factors = [], set()
+    for op in block.operations:
+        if s not in list(op.operands):
+            continue
+        c = _constant_operand(op, s)
+        if op.name == "arith.mulf" and c is not None and np.isfinite(c) and c != 0:
+            factors.add(float(c))
+        elif op.name == "arith.divf" and op.operands[0] == s and _reciprocal(op.operands[1]) is not None:
+            factors.add(_reciprocal(op.operands[1]))
+        else:
+            return [], 1.0
+        users.append(op.results[0])
+    return (users, factors.pop()) if len(factors) == 1 else ([], 1.0)
+
+
+def _output_scaling(block: ir.Block) -> tuple[ir.Value, float]:
+    """(g, a) when the region yields a * g or g * a with a positive f32 constant a; else
+    (the yielded value, 1)."""
+    result = list(block.operations)[-1].operands[0]
+    top = result.owner
+    top = top.operation if not isinstance(top, ir.Operation) and hasattr(top, "operation") else top
+    if isinstance(top, ir.Operation) and top.name == "arith.mulf":
+        for value, other in ((top.operands[0], top.operands[1]), (top.operands[1], top.operands[0])):
+            a = _f32_constant(value)
+            if a is not None and np.isfinite(a) and a > 0 and _f32_constant(other) is None:
+                return other, float(a)
+    return result, 1.0
 
 
 def role_dims(variant, roles: Sequence[str]) -> frozenset[str]:

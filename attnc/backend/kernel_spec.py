@@ -29,7 +29,10 @@ answer them later):
 and on scores, on every visited block (natural-log units, as dsl.md defines them):
 
 * `score_mod(e, s, b, h, i, j) -> f32` rewrites the scaled score of every element
-  (then the softmax uses base-2 exponent scale log2(e) instead of scale*log2(e));
+  (then the softmax uses base-2 exponent scale log2(e) instead of scale*log2(e)); with
+  `score_mod_in` it is given the raw score times that factor instead of times the
+  scale, and with `score_mod_out` its result times that factor is the score (both fold
+  constant scalings of a score_mod into multiplications the kernel does anyway);
 * or `score_bias(e, b, h, i, j) -> f32`, a score_mod that is s + bias: the kernel keeps
   the raw score and the folded scale, adding bias/scale with one FMA (Note [Folded
   scale] in sm80_softmax.py);
@@ -130,6 +133,8 @@ class Sm80KernelSpec:
     tile_skip: Optional[TilePartialFn] = None
     keep: Optional[KeepFn] = None          # default: from `mask`
     score_mod: Optional[ScoreModFn] = None
+    score_mod_in: Optional[float] = None   # raw score factor before score_mod (default: scale)
+    score_mod_out: float = 1.0             # score_mod's result times this: natural units
     score_bias: Optional[ScoreBiasFn] = None
     sink: Optional[SinkFn] = None
     extra_params: tuple[ExtraParam, ...] = field(default=())
@@ -208,6 +213,7 @@ class Sm80KernelSpec:
         _require(self.mask in MASK_MODES, f"mask {self.mask!r}: expected one of {MASK_MODES}")
         _require(self.mask != "mask_mod" or (self.kv_range is not None and self.keep is not None),
                  "mask 'mask_mod' needs the kv_range and keep hooks")
+        _require(self.score_mod_out > 0, f"score_mod_out={self.score_mod_out}: must be positive")
         _require(self.score_mod is None or self.score_bias is None,
                  "give score_mod or score_bias (an affine score_mod), not both")
         _require(all(x.kind in ("dim", "ptr", "scratch") for x in self.extra_params),

@@ -58,7 +58,7 @@ from attnc.backend.kernel_spec import KvCtx, Sm80KernelSpec, mask_hooks
 from attnc.backend.nvgpu_builders import (Approx, CpAsync, CtaBarrier, Emit, GlobalPtr, LdMatrix, MmaSync,
                                           Quad, Smem)
 from attnc.backend.sm80_epilogue import Epilogue
-from attnc.backend.sm80_kv import KvSchedule, normalise
+from attnc.backend.sm80_kv import KvSchedule, schedule
 from attnc.backend.sm80_masks import ElementCoords, ScoreMasker, rows_of
 from attnc.backend.sm80_softmax import OnlineSoftmax, SoftmaxState
 from attnc.backend.sm80_tiles import FragmentReader, SwizzledTile, TileLoader
@@ -165,7 +165,7 @@ class _Sm80Forward:
         self.mma = MmaSync(e, spec.dtype)
         self.smem = Smem(e, SMEM_SYMBOL)
         self.kv_range_fn, self.keep_fn = mask_hooks(spec)
-        scale_log2 = LOG2E if spec.score_mod else spec.scale * LOG2E
+        scale_log2 = LOG2E * spec.score_mod_out if spec.score_mod else spec.scale * LOG2E
         self.softmax = OnlineSoftmax(e, Approx(e), Quad(e), scale_log2)
         self.q_tile = SwizzledTile(0, spec.block_m, spec.head_dim_qk)
         self.k_tile = SwizzledTile(spec.q_tile_bytes, spec.block_n, spec.head_dim_qk)
@@ -194,7 +194,9 @@ class _Sm80Forward:
         self.k_base = rd.base(self.k_tile, rd.B)
         self.v_base = rd.base(self.v_tile, rd.B_TRANS)
         coords = ElementCoords(e, self.row0, self.col0, s.block_n)
-        self.masker = ScoreMasker(e, coords, self.b, self.h, s.scale, s.score_mod, self.keep_fn, s.score_bias)
+        score_in = s.scale if s.score_mod_in is None else s.score_mod_in
+        self.masker = ScoreMasker(e, coords, self.b, self.h, s.scale, s.score_mod, self.keep_fn, s.score_bias,
+                                  score_in)
 
     def _tensor(self, name: str, b, h) -> GlobalPtr:
         e = self.e
@@ -203,22 +205,9 @@ class _Sm80Forward:
         return GlobalPtr(e, e.arg(name), bits).offset(elems)
 
     def _kv_range(self) -> KvSchedule:
-        """The hook's range, clamped to lo <= full_lo <= full_hi <= hi (Note [Mask hooks])."""
+        """The hook's range as a schedule (Note [Mask hooks], sm80_kv.py)."""
         e, s = self.e, self.spec
-        r = self.kv_range_fn(e, self._ctx())
-        as_value = lambda v: v if isinstance(v, ir.Value) else e.c32(v)
-        if r.segments:
-            full_hi = e.min(as_value(r.full_hi), e.div(e.dim("N"), s.block_n))
-            return normalise(e, [(as_value(a), as_value(b)) for a, b in r.segments], as_value(r.full_lo),
-                             full_hi, e.cdiv(e.dim("N"), s.block_n))
-        lo, hi = as_value(r.lo), as_value(r.hi)
-        hi = e.max(hi, lo)
-        # Full blocks hold no row >= N whatever the hook says: their loads are unpredicated.
-        full_hi = e.clamp(e.min(as_value(r.full_hi), e.div(e.dim("N"), s.block_n)), lo, hi)
-        # A statically empty low partial range (lo == full_lo == a constant) needs no loop.
-        static_low = not isinstance(r.lo, ir.Value) and not isinstance(r.full_lo, ir.Value) and r.lo == r.full_lo
-        full_lo = None if static_low else e.clamp(as_value(r.full_lo), lo, full_hi)
-        return KvSchedule(lo, full_lo, full_hi, hi)
+        return schedule(e, self.kv_range_fn(e, self._ctx()), e.dim("N"), s.block_n)
 
     # ------------------------------------------------------------ loads
     def _load_q(self) -> None:
@@ -446,4 +435,4 @@ class _Sm80Forward:
         if s.sink is None:
             return None
         value = s.sink(self.e, self.h)
-        return value if s.score_mod else self.e.fmul(value, 1.0 / s.scale)
+        return self.e.fmul(value, 1.0 / (s.score_mod_out if s.score_mod else s.scale))

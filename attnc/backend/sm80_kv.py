@@ -21,6 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from mlir import ir
+
+from attnc.backend.kernel_spec import KvRange
 from attnc.backend.nvgpu_builders import Emit
 
 
@@ -68,6 +71,23 @@ class KvSchedule:
 
     def total(self, e: Emit):
         return self.steps_above(e, self.lo)
+
+
+def schedule(e: Emit, r: KvRange, N, block_n: int) -> KvSchedule:
+    """A mask's answer clamped to lo <= full_lo <= full_hi <= hi, with full blocks below
+    N / block_n (they hold no row >= N whatever the hook says: their loads are unpredicated)."""
+    as_value = lambda v: v if isinstance(v, ir.Value) else e.c32(v)  # noqa: E731
+    if r.segments:
+        full_hi = e.min(as_value(r.full_hi), e.div(N, block_n))
+        return normalise(e, [(as_value(a), as_value(b)) for a, b in r.segments], as_value(r.full_lo),
+                         full_hi, e.cdiv(N, block_n))
+    lo, hi = as_value(r.lo), as_value(r.hi)
+    hi = e.max(hi, lo)
+    full_hi = e.clamp(e.min(as_value(r.full_hi), e.div(N, block_n)), lo, hi)
+    # A statically empty low partial range (lo == full_lo == a constant) needs no loop.
+    static_low = not isinstance(r.lo, ir.Value) and not isinstance(r.full_lo, ir.Value) and r.lo == r.full_lo
+    full_lo = None if static_low else e.clamp(as_value(r.full_lo), lo, full_hi)
+    return KvSchedule(lo, full_lo, full_hi, hi)
 
 
 def normalise(e: Emit, segments, full_lo, full_hi, n_blocks) -> KvSchedule:

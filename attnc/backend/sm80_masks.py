@@ -44,15 +44,17 @@ class ScoreMasker:
 
     def __init__(self, e: Emit, coords: ElementCoords, b, h, scale: float,
                  score_mod: ScoreModFn | None, keep: KeepFn | None,
-                 score_bias: ScoreBiasFn | None = None):
+                 score_bias: ScoreBiasFn | None = None, score_in: float | None = None):
         self.e, self.coords = e, coords
         self.b, self.h = b, h
         self.scale = scale
+        self.score_in = scale if score_in is None else score_in
         self.score_mod, self.keep = score_mod, keep
         self.score_bias = score_bias
 
     def modify(self, rows, n_block):
-        """score_mod(scale * s, b, h, i, j) on every element, or (score_bias) the raw score
+        """score_mod(score_in * s, b, h, i, j) on every element (score_in: the scale, or
+        what the score_mod's own scaling of s folds into it), or (score_bias) the raw score
         s + bias / scale, which the softmax scales by scale * log2(e) as it does s (no-op
         without either)."""
         e = self.e
@@ -62,22 +64,21 @@ class ScoreMasker:
                      for c, x in enumerate(row)] for r, row in enumerate(rows)]
         if not self.score_mod:
             return rows
-        return [[self.score_mod(e, e.fmul(x, self.scale), self.b, self.h, *self.coords(r, c, n_block))
+        return [[self.score_mod(e, e.fmul(x, self.score_in), self.b, self.h, *self.coords(r, c, n_block))
                  for c, x in enumerate(row)] for r, row in enumerate(rows)]
 
     def mask(self, rows, n_block, drop_all=None):
         """-inf where j >= N or keep(b, h, i, j) is false (everywhere when the i1
-        `drop_all` holds)."""
-        return [[self._masked(x, r, c, n_block, drop_all) for c, x in enumerate(row)]
+        `drop_all` holds: the bound becomes j < 0, no instruction per element)."""
+        e = self.e
+        bound = e.dim("N") if drop_all is None else e.select(drop_all, e.c32(0), e.dim("N"))
+        return [[self._masked(x, r, c, n_block, bound) for c, x in enumerate(row)]
                 for r, row in enumerate(rows)]
 
-    def _masked(self, x, r, c, n_block, drop_all=None):
+    def _masked(self, x, r, c, n_block, bound):
         e = self.e
         i, j = self.coords(r, c, n_block)
-        keep = e.lt(j, e.dim("N"))
-        if drop_all is not None:
-            # A select per element: a nested branch here spilled (Note [Skipped blocks]).
-            keep = e.land(keep, e.xor(drop_all, e.true()))
+        keep = e.lt(j, bound)
         if self.keep:
             keep = e.land(keep, self.keep(e, self.b, self.h, i, j))
         return e.select(keep, x, e.neg_inf())

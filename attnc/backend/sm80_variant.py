@@ -3,7 +3,8 @@ the L2+ IR of its `attn.attention`: the regions compiled by hooks.py, and the pe
 answers of `attn-analyze-masks`.
 
     score_mod   s + f(b, h, i, j)  -> score_bias = f       (the exp2 scale stays folded)
-                anything else       -> score_mod           (natural units)
+                anything else       -> score_mod           (natural units; constant scalings
+                                       of s and of the result folded: Note [Score scalings])
     mask_mod    none / causal / bottom-right causal -> the kernel's built-in mask modes
                 static or runtime (attn-analyze-masks' mask_kind):
                   kv_range     from @<f>_kv_range: [start_0, end_K-1) and the K segments,
@@ -25,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from attnc.backend.hooks import BiasCode, KernelNames, RegionCode, affine_bias, role_dims
+from attnc.backend.hooks import BiasCode, KernelNames, RegionCode, ScaledScoreCode, affine_bias, role_dims
 from attnc.backend.kernel_spec import ExtraParam, KvCtx, KvRange
 from attnc.ir import MASK_MOD, SCORE_MOD, SINK, get_bool, region_block
 from attnc.passes.analyze_masks import mask_functions
@@ -47,6 +48,8 @@ class VariantHooks:
     tile_skip: Optional[Callable] = None
     keep: Optional[Callable] = None
     score_mod: Optional[Callable] = None
+    score_mod_in: Optional[float] = None
+    score_mod_out: float = 1.0
     score_bias: Optional[Callable] = None
     sink: Optional[Callable] = None
     extra_params: tuple[ExtraParam, ...] = ()
@@ -90,7 +93,9 @@ def _score_hooks(block, names: KernelNames, never_empty) -> dict[str, Any]:
     affine = affine_bias(block)
     if affine is not None:
         return {"score_bias": BiasCode(block, names, *affine, never_empty=never_empty)}
-    return {"score_mod": RegionCode(block, names, never_empty)}
+    code = ScaledScoreCode(block, names, never_empty)
+    return {"score_mod": code, "score_mod_in": float(names.variant.scale) * code.in_factor,
+            "score_mod_out": code.out_factor}
 
 
 def _mask_hooks(op, names: KernelNames, never_empty) -> dict[str, Any]:

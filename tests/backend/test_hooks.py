@@ -85,6 +85,18 @@ def test_affine_score_mods_keep_the_folded_scale(name, kind):
     assert ("bias" if spec.score_bias else "mod" if spec.score_mod else "none") == kind
 
 
+def test_softcap_scalings_fold_into_the_kernels_multiplies():
+    """Note [Score scalings]: 30 * tanh(s / 30) takes the raw score times scale / 30 and
+    hands 30 to the softmax's exp2 factor: one FMUL and a tanh.approx per score."""
+    spec = spec_from_ir(example("softcap"))
+    assert spec.score_mod_in == pytest.approx(spec.scale / 30.0, rel=1e-6)
+    assert spec.score_mod_out == 30.0
+    ptx = artifacts("softcap").ptx
+    mha = artifacts("mha").ptx
+    assert ptx.count("tanh.approx.f32") == 128           # 64 scores a thread holds, 2 loops
+    assert ptx.count("mul.rn.f32") - mha.count("mul.rn.f32") == 128
+
+
 @pytest.mark.parametrize("name,mode", [("mha", "none"), ("mqa", "causal"), ("alibi", "causal_bottom_right"),
                                        ("sliding_window", "mask_mod"), ("prefix_lm", "mask_mod"),
                                        ("docs_sink", "mask_mod"), ("gemma2", "mask_mod")])
@@ -166,8 +178,9 @@ def test_hook_code_matches_the_reference_evaluator(name):
     def body(e, a):
         out = []
         idx = (a["b"], a["h"], a["i"], a["j"])
-        if hooks.score_mod:
-            out.append(hooks.score_mod(e, a["s"], *idx))
+        if hooks.score_mod:       # Note [Score scalings]: in and out factors split off
+            s_in = e.fmul(a["s"], hooks.score_mod_in / float(variant.scale))
+            out.append(e.fmul(hooks.score_mod(e, s_in, *idx), hooks.score_mod_out))
         if hooks.score_bias:
             out.append(e.fadd(a["s"], hooks.score_bias(e, *idx)))
         if hooks.keep:
