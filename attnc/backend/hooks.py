@@ -36,6 +36,7 @@ counts, which are >= 1 whenever a tile exists) is read under a guard: 0 when emp
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -65,7 +66,7 @@ class KernelNames:
     # The kernel ABI's dims, by the role the variant's dim plays (attnc/frontend/variant.py).
     ABI_DIMS = {"seq_q": "M", "seq_k": "N", "heads": "H", "heads_kv": "HKV"}
 
-    def __init__(self, variant, op: ir.Operation):
+    def __init__(self, variant, op: ir.Operation, module: ir.Module | None = None):
         self.variant = variant
         self.abi_dims = {getattr(variant, role): abi for role, abi in self.ABI_DIMS.items()
                          if isinstance(getattr(variant, role), str)}
@@ -73,6 +74,10 @@ class KernelNames:
         self.param_order = [ir.StringAttr(a).value for a in ir.ArrayAttr(op.attributes["params"])]
         self.used_dims: list[str] = []
         self.used_params: list[str] = []
+        # The hooks clone ops of this IR when a kernel is built, maybe after the compile
+        # result is gone: the ir.Module must stay alive as long as they do (dropping it
+        # destroys every block, whatever other handles to its ops exist).
+        self.module = module
 
     # -- what a kernel must take
     def use_dim(self, name: str) -> None:
@@ -129,6 +134,11 @@ class RegionCode:
 
     def __call__(self, e: Emit, *args) -> ir.Value:
         return self.results(e, *args)[0]
+
+    def __repr__(self) -> str:
+        """What sets the emitted code apart (Sm80KernelSpec.cache_key): the ops, hashed."""
+        text = "\n".join(str(op) for op in self.block.operations)
+        return f"{type(self).__name__}({hashlib.sha256(text.encode()).hexdigest()[:16]})"
 
     def results(self, e: Emit, *args) -> list[ir.Value]:
         env = self._run(e, dict(zip(self.block.arguments, args)))

@@ -198,7 +198,9 @@ class Sm80KernelSpec:
         parts = []
         for f in fields(self):
             v = getattr(self, f.name)
-            if callable(v):
+            if callable(v) and getattr(v, "__self__", None) is not None:     # a bound method
+                v = f"{v.__self__!r}.{v.__name__}"
+            elif callable(v):
                 v = f"{getattr(v, '__module__', '?')}.{getattr(v, '__qualname__', repr(v))}"
             parts.append(f"{f.name}={v}")
         return ";".join(parts)

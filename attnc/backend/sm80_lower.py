@@ -70,7 +70,7 @@ def _lowering_from_ir(result) -> Sm80Lowering:
     mode = mask_mode(op, variant)
     runtime = mode is None and mask_functions(op).kind == "runtime"
     blockmap = blockmap_plan(result, block_m, block_n) if runtime else None
-    hooks = variant_hooks(op, variant, mode, blockmap)
+    hooks = variant_hooks(op, variant, mode, blockmap, result.module)
     spec = Sm80KernelSpec(
         dtype=variant.dtype, head_dim_qk=variant.head_dim_qk, head_dim_v=variant.head_dim_v,
         block_m=block_m, block_n=block_n,

@@ -58,12 +58,13 @@ class VariantHooks:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def variant_hooks(op, variant, mask_mode: str | None, blockmap=None) -> VariantHooks:
+def variant_hooks(op, variant, mask_mode: str | None, blockmap=None, module=None) -> VariantHooks:
     """The hooks of `op` (after attn-analyze-masks); `mask_mode`: a built-in mask mode
     recognised exactly (sm80_lower.mask_mode), or None for the analysed mask; `blockmap`:
     the block map (blockmap.BlockMapPlan) that answers the tile questions of a mask that
-    reads params."""
-    names = KernelNames(variant, op)
+    reads params; `module`: the ir.Module of `op`, kept alive by the hooks (they clone its
+    regions whenever a kernel is built)."""
+    names = KernelNames(variant, op, module)
     fields: dict[str, Any] = {}
     tile_dims = role_dims(variant, _TILE_ROLES)
     if get_bool(op, "has_score_mod"):
@@ -118,6 +119,9 @@ class AnalysedTiles:
                  dims: tuple[str, ...], names: KernelNames):
         self.kv_code, self.class_code = kv_range, tile_class
         self.segments, self.dims, self.names = segments, dims, names
+
+    def __repr__(self) -> str:
+        return f"AnalysedTiles({self.kv_code!r}, {self.class_code!r}, segments={self.segments})"
 
     def _dims(self, e, code: RegionCode, first: int) -> list:
         """The dim arguments of an analysis function; 0 for those it does not read."""

@@ -108,7 +108,7 @@ def test_built_in_masks_keep_their_fast_path(name, mode):
 
 def _hooks(result):
     op = attention_ops(result.module)[0]
-    hooks = variant_hooks(op, result.variant, mask_mode(op, result.variant))
+    hooks = variant_hooks(op, result.variant, mask_mode(op, result.variant), module=result.module)
     for h in (hooks.keep, hooks.score_mod, hooks.score_bias, hooks.sink):
         if isinstance(h, RegionCode):
             h.gpu_division = False
@@ -342,3 +342,18 @@ def test_segmented_schedule_walks_the_union_downwards():
             block, above, total, _, _ = run(**args, t=t, x=x, n=n, flo=flo, fhi=fhi)
             assert block == visited[t], (segs, n, t)
             assert above == sum(v >= x for v in visited) and total == len(visited), (segs, n, x)
+
+
+def test_a_spec_outlives_its_compile_result():
+    """The hooks clone regions when a kernel is built: the spec keeps the IR alive (a
+    dropped ir.Module destroys its blocks, and the kernel would silently lose its mask)."""
+    import gc
+
+    from attnc.backend import ptx
+    from attnc.backend.sm80 import build_sm80_module
+
+    spec = spec_from_ir(compile_file(ROOT / "examples/gemma2.attn", CompileOptions(arch="sm_80")))
+    gc.collect()
+    assert spec.cache_key() == spec_from_ir(example("gemma2")).cache_key()
+    module, _ = build_sm80_module(spec, spec.keep.names.module.context)
+    assert ptx.to_ptx(module, "sm_80").count("tanh.approx.f32") == 192
