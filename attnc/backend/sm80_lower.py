@@ -83,11 +83,9 @@ def _lowering_from_ir(result) -> Sm80Lowering:
         raise error_at(op, f"the sm_80 kernel cannot be built: {e}") from None
 
 
-def build(result) -> Sm80Artifacts:
-    """Everything an sm_80 bundle holds, for a compiled (L5) module."""
-    from attnc.backend.bundle import code_files, variant_manifest
-    from attnc.backend.cubin import ptx_to_cubin
-    from attnc.backend.ptx import to_ptx
+def kernel_module_for(result):
+    """The kernel module of a compiled (L5) module, the manifest entries of its kernels
+    in launch order, and the specialization record; what attn-lower-sm80 inserts."""
     from attnc.backend.blockmap import emit_blockmap_kernel
     from attnc.backend.sm80 import build_sm80_module
 
@@ -98,17 +96,41 @@ def build(result) -> Sm80Artifacts:
         if blockmap is not None:
             gpu_module = next(o for o in kernel_module.body.operations if o.operation.name == "gpu.module")
             emit_blockmap_kernel(blockmap, result, ir.InsertionPoint(gpu_module.regions[0].blocks[0]))
-    ptx = to_ptx(kernel_module, TARGET)
-    cubin = ptx_to_cubin(ptx, TARGET).cubin
-    names = code_files("attn_fwd", TARGET)
     kernel = abi.manifest_kernel("attn_fwd")
     kernel["params"] = [_bind_dim(p, result.variant) for p in kernel["params"]]
     kernels = ([blockmap.kernel] if blockmap is not None else []) + [kernel]
     specialization = {**abi.specialization, "blockmap": blockmap is not None}
+    return kernel_module, kernels, specialization
+
+
+def build(result) -> Sm80Artifacts:
+    """Everything an sm_80 bundle holds, from the gpu.module attn-lower-sm80 put in the
+    module (running that pass first if the pipeline did not)."""
+    import json
+
+    from attnc.backend.bundle import code_files, variant_manifest
+    from attnc.backend.cubin import ptx_to_cubin
+    from attnc.backend.ptx import to_ptx
+    from attnc.passes.lower_sm80 import (KERNELS_ATTR, SPECIALIZATION_ATTR, lower_sm80,
+                                         lowered_gpu_module)
+
+    try:
+        if lowered_gpu_module(result.module) is None:
+            lower_sm80(result.module)
+    except AttncError as e:
+        raise e.located(result.variant.filename, result.variant.source) from None
+    gpu_module = lowered_gpu_module(result.module)
+    kernels = json.loads(ir.StringAttr(gpu_module.attributes[KERNELS_ATTR]).value)
+    specialization = json.loads(ir.StringAttr(gpu_module.attributes[SPECIALIZATION_ATTR]).value)
+    kernel_module = ir.Module.parse(f"module attributes {{gpu.container_module}} {{\n{gpu_module}\n}}",
+                                    result.module.context)
+    ptx = to_ptx(kernel_module, TARGET, in_place=True)
+    cubin = ptx_to_cubin(ptx, TARGET).cubin
+    names = code_files("attn_fwd", TARGET)
     manifest = variant_manifest(result.variant, target=TARGET, kernels=kernels, code=names,
                                 specialization=specialization)
     files = {names["cubin"]: cubin, names["ptx"]: ptx.encode()}
-    return Sm80Artifacts(spec, ptx, cubin, manifest, files)
+    return Sm80Artifacts(lowering_from_ir(result).spec, ptx, cubin, manifest, files)
 
 
 # The kernel's ABI names the roles of the dims; the variant names them its own way

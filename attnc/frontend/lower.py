@@ -102,6 +102,12 @@ def attention_attributes(v: Variant) -> dict[str, ir.Attribute]:
 
 
 # --- the module -------------------------------------------------------------------------
+# Note [Source in the module]
+# The L1 module carries its `.attn` text and file name as module attributes, so a
+# pass late in the pipeline (attn-lower-sm80) or `attnc opt` on a dumped file can
+# rebuild the checked Variant -- its hooks, spans and names -- from the IR alone.
+
+
 class _ModuleBuilder:
     def __init__(self, variant: Variant):
         self.v = variant
@@ -112,6 +118,9 @@ class _ModuleBuilder:
     def build(self) -> ir.Module:
         v = self.v
         module = ir.Module.create(self.loc(v.span))
+        # The checked source travels with the IR (Note [Source in the module]).
+        module.operation.attributes["attn.source"] = ir.StringAttr.get(v.source)
+        module.operation.attributes["attn.filename"] = ir.StringAttr.get(v.filename)
         arg_types = [tensor_type(t) for t in v.inputs]
         result_types = [tensor_type(t) for t in v.outputs]
         with ir.InsertionPoint(module.body):

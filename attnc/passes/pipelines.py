@@ -17,9 +17,9 @@ from attnc.errors import AttncError, Span
 
 TARGETS = ("sm_80", "sm_90a", "sm_100a")
 
-# Every target runs the same passes today; they differ in the recipes and tables the
-# passes consult (attnc/schedule/recipes.py, tile_table.py). A target that needs
-# another order or pass gets its own list here.
+# Every target plans with the same passes; they differ in the recipes and tables the
+# passes consult (attnc/schedule/recipes.py, tile_table.py). sm_80 then lowers the
+# plan to its kernel (L6); the other targets stop at the plan for now.
 _PLAN = [
     ("attn-tile", {}),
     ("attn-analyze-masks", {}),
@@ -30,7 +30,7 @@ _PLAN = [
 ]
 
 PIPELINES: dict[str, list[tuple[str, dict[str, str]]]] = {
-    "sm_80": list(_PLAN),
+    "sm_80": [*_PLAN, ("attn-lower-sm80", {})],
     "sm_90a": list(_PLAN),
     "sm_100a": list(_PLAN),
 }

@@ -72,7 +72,8 @@ def test_compile_print_ir_after_all():
     dumps = err.split("// -----// IR Dump After ")[1:]
     assert [d.split(" ")[0] for d in dumps] == ["frontend", *PIPELINE]
     assert "block_m" not in dumps[0] and "block_m = 128 : i64" in dumps[1]
-    assert out.startswith("module {") and 'mask_kind = "static"' in out
+    assert out.startswith("module attributes {attn.filename = \"examples/gemma2.attn\", attn.source = ")
+    assert 'mask_kind = "static"' in out
     assert '"attn.role"' in out and '"attn.buffer"' in out and '"attn.barrier"' in out
     assert dumps[-1].split("\n", 1)[1].rstrip("\n") == out.rstrip("\n")
     assert 'loc("examples/gemma2.attn":8:28)' in out
@@ -242,8 +243,8 @@ def test_passes_lists_passes_options_and_pipelines():
     for name in PIPELINE:
         info = registry.lookup(name)
         assert f"{name}\n    {info.cls.__doc__.strip().splitlines()[0]}\n" in out
-    assert out.endswith("\npipelines:\n" + "".join(
-        f"  {target}: {','.join(PIPELINE)}\n" for target in ("sm_80", "sm_90a", "sm_100a")))
+    assert out.endswith("\npipelines:\n" + f"  sm_80: {','.join(PIPELINE)},attn-lower-sm80\n" + "".join(
+        f"  {target}: {','.join(PIPELINE)}\n" for target in ("sm_90a", "sm_100a")))
 
 
 def test_opt_runs_passes_on_saved_ir(tmp_path):

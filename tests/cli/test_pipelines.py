@@ -48,7 +48,8 @@ FULL_PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-warp-specialize", "att
 def test_every_target_pipeline_is_the_full_plan():
     assert set(PIPELINES) == set(TARGETS)
     for target in TARGETS:
-        assert PIPELINES[target] == [(name, {}) for name in FULL_PIPELINE]
+        lowering = ["attn-lower-sm80"] if target == "sm_80" else []
+        assert PIPELINES[target] == [(name, {}) for name in FULL_PIPELINE + lowering]
         for name, _ in PIPELINES[target]:
             info = registry.lookup(name)
             assert info is not None and info.name == name and info.origin == "built-in"

@@ -1,0 +1,96 @@
+"""`attn-lower-sm80`: the L5 plan -> the sm_80 kernel in upstream dialects (L6).
+
+Targets: sm_80. Expects L5 (tile attributes, mask analysis, roles/channels/buffers/
+barriers) on one attn.attention, in a module that carries its source (Note [Source
+in the module], attnc/frontend/lower.py). Leaves the module with a `gpu.module`
+holding the FlashAttention-2-style kernel (and, for masks that read params, the
+block-map kernel) in gpu/nvvm/llvm/scf/arith ops -- cp.async commit groups and
+waits, ldmatrix, mma.sync, the online softmax, the hooks' code -- and the launch
+ABI as a JSON attribute `attn.kernels` on it:
+
+    before:  func.func @mha(...) { "attn.attention"(...) ... "attn.barrier"() {...} }
+    after:   module attributes {gpu.container_module, ...} {
+               func.func @mha(...) { ...unchanged... }
+               gpu.module @attnc_kernels attributes {attn.kernels = "[...]"} {
+                 gpu.func @attnc_mha_fwd(...) kernel { ... nvvm.mma.sync ... }
+               }
+             }
+
+`attnc compile --emit ptx|cubin|bundle` takes the gpu.module from here to PTX
+(MLIR's NVPTX), cubin (nvJitLink) and the bundle manifest.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import ClassVar
+
+from attnc.passes.registry import Pass
+
+KERNELS_ATTR = "attn.kernels"
+SPECIALIZATION_ATTR = "attn.specialization"
+
+
+@dataclass(frozen=True)
+class LowerSm80(Pass):
+    """Generate the sm_80 kernel (gpu.module) from the plan of attn.attention."""
+
+    name: ClassVar[str] = "attn-lower-sm80"
+
+    def run(self, module) -> None:
+        lower_sm80(module)
+
+
+def lower_sm80(module) -> None:
+    from mlir import ir
+
+    from attnc.backend.sm80_lower import kernel_module_for
+    from attnc.ir import attention_ops, error_at
+
+    if lowered_gpu_module(module) is not None:
+        raise error_at(attention_ops(module)[0] if attention_ops(module) else module,
+                       "attn-lower-sm80 ran twice on this module")
+    result = compile_result_of(module)
+    kernel_module, kernels, specialization = kernel_module_for(result)
+    with _module_op(module).context:
+        gpu_module = next(o.operation for o in kernel_module.body.operations
+                          if o.operation.name == "gpu.module")
+        gpu_module.attributes[KERNELS_ATTR] = ir.StringAttr.get(json.dumps(kernels))
+        gpu_module.attributes[SPECIALIZATION_ATTR] = ir.StringAttr.get(json.dumps(specialization))
+        gpu_module.detach_from_parent()
+        ir.InsertionPoint(_module_body(module)).insert(gpu_module)
+        _module_op(module).attributes["gpu.container_module"] = ir.UnitAttr.get()
+
+
+def lowered_gpu_module(module):
+    """The gpu.module attn-lower-sm80 added, or None."""
+    for op in _module_body(module).operations:
+        if op.operation.name == "gpu.module" and KERNELS_ATTR in op.operation.attributes:
+            return op.operation
+    return None
+
+
+def compile_result_of(module):
+    """The (variant, module) pair the backend works on, the variant rebuilt from the
+    source the L1 module carries."""
+    from mlir import ir
+
+    from attnc.driver import CompileResult
+    from attnc.errors import AttncError
+    from attnc.frontend import load
+
+    attrs = _module_op(module).attributes
+    if "attn.source" not in attrs:
+        raise AttncError("attn-lower-sm80 needs the .attn source the frontend records on the module "
+                         "(attribute attn.source); this IR has none")
+    source = ir.StringAttr(attrs["attn.source"]).value
+    filename = ir.StringAttr(attrs["attn.filename"]).value if "attn.filename" in attrs else "<input>"
+    return CompileResult(load(source, filename), _module_op(module))
+
+
+def _module_op(module):
+    return getattr(module, "operation", module)
+
+
+def _module_body(module):
+    return _module_op(module).regions[0].blocks[0]

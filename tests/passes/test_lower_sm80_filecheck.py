@@ -1,0 +1,13 @@
+"""attn-lower-sm80 FileCheck tests: tests/passes/lower_sm80.mlir (the L6 kernel in the
+module, the block-map kernel, and every error the pass raises)."""
+from pathlib import Path
+
+from attnc.testing import check_file
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_lower_sm80(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    failures = check_file(Path("tests/passes/lower_sm80.mlir"))
+    assert not failures, "\n".join(failures)
