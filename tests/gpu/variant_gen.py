@@ -163,6 +163,8 @@ class _Variant:
     def _shapes(self) -> None:
         r = self.rng
         self.batch = "B" if r.random() < 0.95 else 2
+        if self.batch == 2:
+            self.features.add("fixed_batch")
         if r.random() < 0.9:
             self.heads = "H"
             self.heads_kv = r.choices(["H", "HKV", 1], [4, 4, 2])[0]

@@ -116,3 +116,18 @@ def test_compare_flags_what_is_wrong():
     bad = {"o": ref["o"] * np.nan, "lse": np.full_like(ref["lse"], -np.inf)}
     problems = gpu_support.compare(variant, bad, ref)
     assert any("NaN/inf" in p for p in problems) and any("empty" in p for p in problems)
+
+
+def test_an_o_coarser_than_the_inputs_gets_the_coarser_tolerance():
+    """prop_36 on the H200: f16 inputs, a bf16 o off by 7.8e-3 = half a bf16 ulp at |o| in
+    [2, 4): the rounding of the output, not a kernel error."""
+    source = (ROOT / "examples" / "mqa.attn").read_text()
+    rng = np.random.default_rng(3)
+    for o_dtype, tolerance in (("f16", 4e-3), ("bf16", 3e-2), ("f32", 4e-3)):
+        variant = load(source.replace("out o: f16", f"out o: {o_dtype}"))
+        sizes = gpu_support.bind_sizes(variant, batch=1, heads=2, heads_kv=1, m=20, n=20, rng=rng)
+        ref = attnc.reference(variant, **gpu_support.make_case(variant, sizes, {}, rng))
+        off = {"o": ref["o"] + 0.9 * tolerance, "lse": ref["lse"]}
+        assert gpu_support.compare(variant, off, ref) == []
+        off = {"o": ref["o"] + 1.1 * tolerance, "lse": ref["lse"]}
+        assert len(gpu_support.compare(variant, off, ref)) == 1
