@@ -172,7 +172,7 @@ def build_one(job: Job, out: str) -> dict:
     except AttncError as e:
         return {**entry, "refused": str(e), "crashed": False, "source": job.source}
     except Exception:               # an internal compiler error: reported, never dropped
-        return {**entry, "refused": traceback.format_exc(limit=-4), "crashed": True, "source": job.source}
+        return {**entry, "refused": traceback.format_exc(limit=-8), "crashed": True, "source": job.source}
     spec = art.spec
     entry.update(path=job.name, block=[spec.block_m, spec.block_n, spec.num_warps],
                  bytes=sum(len(b) for b in files.values()),
