@@ -98,6 +98,7 @@ def kernel_module_for(result):
             emit_blockmap_kernel(blockmap, result, ir.InsertionPoint(gpu_module.regions[0].blocks[0]))
     kernel = abi.manifest_kernel("attn_fwd")
     kernel["params"] = [_bind_dim(p, result.variant) for p in kernel["params"]]
+    kernel["grid"] = [[_bind_factor(f, result.variant) for f in g] for g in kernel["grid"]]
     kernels = ([blockmap.kernel] if blockmap is not None else []) + [kernel]
     specialization = {**abi.specialization, "blockmap": blockmap is not None}
     return kernel_module, kernels, specialization
@@ -135,7 +136,23 @@ def build(result) -> Sm80Artifacts:
 
 # The kernel's ABI names the roles of the dims; the variant names them its own way
 # (or fixes them, as MQA's `1`).
-_ROLE_OF = {"M": "seq_q", "N": "seq_k", "H": "heads", "HKV": "heads_kv"}
+_ROLE_OF = {"B": "batch", "M": "seq_q", "N": "seq_k", "H": "heads", "HKV": "heads_kv"}
+
+
+def _bind_factor(f, variant):
+    """A grid factor of the ABI (int, dim role, or ["cdiv", role, n]) in the variant's names,
+    folded to an int where the variant fixes the size."""
+    if isinstance(f, int):
+        return f
+    if isinstance(f, str):
+        return _dim_value(f, variant)
+    _, role, n = f
+    value = _dim_value(role, variant)
+    return -(-value // n) if isinstance(value, int) else ["cdiv", value, n]
+
+
+def _dim_value(role: str, variant):
+    return getattr(variant, _ROLE_OF[role])
 
 
 def _bind_dim(p: dict, variant) -> dict:

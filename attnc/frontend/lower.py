@@ -149,7 +149,9 @@ class _ModuleBuilder:
                 value, span = neutral(block), self.v.span
             else:
                 scope = dict(zip(hook.params, block.arguments))
-                value = _ExprLowering(self.v.filename, scope, params).emit(hook.body)
+                # score_mod and sink return f32 even when the expression is an integer.
+                want = BOOL if hook.name == "mask_mod" else FLOAT
+                value = _ExprLowering(self.v.filename, scope, params).emit_as(hook.body, want)
                 span = hook.body.span
             ir.Operation.create(YIELD, operands=[value], loc=self.loc(span))
 

@@ -1,0 +1,41 @@
+"""Variants that fix B, H or M to numbers and hooks whose expressions are integers:
+the manifest's grid and ABI use constants where the variant fixes a size, and the
+L1 regions of score_mod and sink return f32 whatever the expression's type."""
+from attnc.backend.sm80_lower import build
+from attnc.driver import CompileOptions, compile_mlir
+from attnc.ir import SCORE_MOD, SINK, attention_ops, region_block, yielded
+from attnc_runtime.manifest import parse_manifest
+
+FIXED = """attention fixed {
+  q: f16[2, 4, 100, 64]
+  k: f16[2, 2, N, 64]
+  v: f16[2, 2, N, 64]
+  param doc: i32[2, N]
+  score_mod(s, b, h, i, j) = s + (i - j) % 3
+  mask_mod(b, h, i, j) = doc[b, i] == doc[b, j]
+  sink(h) = h % 3
+  out o: bf16[2, 4, 100, 64]
+}
+"""
+
+
+def test_integer_hooks_yield_f32():
+    result = compile_mlir(FIXED, "fixed.attn", CompileOptions(arch="sm_80", pass_pipeline=""))
+    op = attention_ops(result.module)[0]
+    for region in (SCORE_MOD, SINK):
+        assert str(yielded(region_block(op, region)).type) == "f32"
+
+
+def test_fixed_sizes_become_constants_in_grid_and_abi():
+    art = build(compile_mlir(FIXED, "fixed.attn", CompileOptions(arch="sm_80")))
+    manifest = parse_manifest(art.manifest)
+    blockmap, attention = art.manifest["kernels"]
+    assert attention["grid"] == [[1], [4], [2]]                     # cdiv(100, 128), H, B
+    consts = [p for p in attention["params"] if p["kind"] == "const"]
+    assert [p["value"] for p in consts] == [100, 4, 2]              # M, H, HKV
+    assert blockmap["grid"][0] == [["cdiv", "N", blockmap_block_n(art)]]
+    assert manifest.dims == ("N",)
+
+
+def blockmap_block_n(art) -> int:
+    return art.spec.block_n
