@@ -17,6 +17,13 @@ are not copied as they are:
   `arith.divf` the full-range approximate `div.full.f32` (2 ulp; the IEEE `div.rn`
   sequence has a slow path that costs registers in the middle of the score tile).
 
+Note [Bias linear in j]: an affine score_mod s + a * float(L) (ALiBi: slopes[h] * (j - i))
+whose a does not depend on j and whose i32 L is R + cj * j (cj a constant, R free of j) is
+not evaluated per score: per accumulator row and key block the kernel computes a and
+l = L at the row's first column j0 (an I2F per row), and per score a * (float(l) + cj * d)
+(d: the column's constant offset from j0) as one FADD of an immediate and one FFMA. The
+float sum is exact while |L| < 2^24, as the per-score conversion is.
+
 A float op whose operands are all constants (`log(128.0 / 8.0)` in a T5 bucket) is
 evaluated here, in f32: a constant in the kernel rather than an instruction per score.
 Transcendentals stay `math` ops: ptx.py lowers them to the approximate instructions.
@@ -302,10 +309,89 @@ class BiasCode(RegionCode):
         self.bias, self.negate = bias, negate
         self.tainted = depends_on(block, 0)
 
+        self.j_linear = _j_linear_split(block, bias)
+
     def __call__(self, e: Emit, b, h, i, j) -> ir.Value:
         env = self._run(e, dict(zip(list(self.block.arguments)[1:], (b, h, i, j))), self.tainted)
         value = env.get(self.bias, self.bias)
         return arith.negf(value) if self.negate else value
+
+    def row_terms(self, e: Emit, b, h, i, j0) -> tuple[ir.Value, ir.Value, int]:
+        """Note [Bias linear in j]: (a, l, cj) with bias(i, j0 + d) = a * float(l + cj * d)
+        (sign included); only when `j_linear` is set."""
+        a, conv_in, cj = self.j_linear
+        env = self._run(e, dict(zip(list(self.block.arguments)[1:], (b, h, i, j0))), self.tainted)
+        a_value = e.cf(1.0) if a is None else env.get(a, a)
+        if self.negate:
+            a_value = arith.negf(a_value)
+        return a_value, env.get(conv_in, conv_in), cj
+
+
+def _owner(value: ir.Value):
+    top = value.owner
+    if not isinstance(top, ir.Operation) and hasattr(top, "operation"):
+        top = top.operation
+    return top if isinstance(top, ir.Operation) else None
+
+
+def _int_constant(value: ir.Value) -> int | None:
+    owner = _owner(value)
+    if owner is None or owner.name != "arith.constant":
+        return None
+    attr = owner.attributes["value"]
+    return attr.value if isinstance(attr, ir.IntegerAttr) else None
+
+
+def _j_coefficient(value: ir.Value, j: ir.Value, j_tainted: set) -> int | None:
+    """c when the i32 `value` is R + c * j with R independent of j, else None."""
+    if value == j:
+        return 1
+    if value not in j_tainted:
+        return 0
+    op = _owner(value)
+    if op is None:
+        return None
+    if op.name in ("arith.addi", "arith.subi"):
+        x, y = (_j_coefficient(v, j, j_tainted) for v in op.operands)
+        if x is None or y is None:
+            return None
+        return x + y if op.name == "arith.addi" else x - y
+    if op.name == "arith.muli":
+        for v, w in ((op.operands[0], op.operands[1]), (op.operands[1], op.operands[0])):
+            c = _int_constant(w)
+            if c is not None:
+                x = _j_coefficient(v, j, j_tainted)
+                return None if x is None else x * c
+    return None
+
+
+def _j_linear_split(block: ir.Block, bias: ir.Value):
+    """Note [Bias linear in j]: (a or None for 1, L, cj) when `bias` is a * sitofp(L) (or
+    sitofp(L)), a independent of j and L = R + cj * j an i32 with R independent of j."""
+    j = block.arguments[4]
+    j_tainted = depends_on(block, 4)
+    op = _owner(bias)
+    if op is None:
+        return None
+    candidates = []
+    if op.name == "arith.mulf":
+        x, y = op.operands
+        candidates = [(x, y), (y, x)]
+    elif op.name == "arith.sitofp":
+        candidates = [(None, bias)]
+    for a, conv in candidates:
+        if a is not None and a in j_tainted:
+            continue
+        conv_op = _owner(conv)
+        if conv_op is None or conv_op.name != "arith.sitofp":
+            continue
+        inner = conv_op.operands[0]
+        if str(inner.type) != "i32":
+            continue
+        cj = _j_coefficient(inner, j, j_tainted)
+        if cj is not None and cj != 0 and abs(cj) <= 1024:
+            return a, inner, cj
+    return None
 
 
 class ScaledScoreCode(RegionCode):
@@ -317,11 +403,44 @@ class ScaledScoreCode(RegionCode):
         self.scaled_inputs, self.in_factor = _input_scalings(block)
         self.inner, self.out_factor = _output_scaling(block)
 
+    def bounds(self) -> tuple[float, float] | None:
+        """(lo, hi) that every value of the returned g = score / out_factor lies in, for
+        any s (Note [Bounded score_mod] in sm80_softmax.py), or None when unbounded."""
+        return _interval(self.inner)
+
     def __call__(self, e: Emit, s, b, h, i, j) -> ir.Value:
         env = dict(zip(self.block.arguments, (s, b, h, i, j)))
         env.update({v: s for v in self.scaled_inputs})
         env = self._run(e, env)
         return env.get(self.inner, self.inner)
+
+
+def _interval(value: ir.Value, depth: int = 0) -> tuple[float, float] | None:
+    """A finite interval holding every value `value` takes, from its ops: constants,
+    tanh, sums, differences, negations and products by constants; else None."""
+    c = _f32_constant(value)
+    if c is not None:
+        return (float(c), float(c)) if np.isfinite(c) else None
+    op = _owner(value)
+    if op is None or depth > 32:
+        return None
+    if op.name == "math.tanh":
+        return (-1.0, 1.0)
+    if op.name == "arith.negf":
+        x = _interval(op.operands[0], depth + 1)
+        return None if x is None else (-x[1], -x[0])
+    if op.name in ("arith.addf", "arith.subf", "arith.mulf"):
+        x, y = (_interval(v, depth + 1) for v in op.operands)
+        if x is None or y is None:
+            return None
+        if op.name == "arith.addf":
+            return (x[0] + y[0], x[1] + y[1])
+        if op.name == "arith.subf":
+            return (x[0] - y[1], x[1] - y[0])
+        if x[0] == x[1] or y[0] == y[1]:
+            ends = [a * b for a in x for b in y]
+            return (min(ends), max(ends))
+    return None
 
 
 def _constant_operand(op: ir.Operation, other: ir.Value) -> np.float32 | None:

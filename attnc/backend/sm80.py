@@ -60,7 +60,7 @@ from attnc.backend.nvgpu_builders import (Approx, CpAsync, CtaBarrier, Emit, Glo
 from attnc.backend.sm80_epilogue import Epilogue
 from attnc.backend.sm80_kv import KvSchedule, schedule
 from attnc.backend.sm80_masks import ElementCoords, ScoreMasker, rows_of
-from attnc.backend.sm80_softmax import OnlineSoftmax, SoftmaxState
+from attnc.backend.sm80_softmax import STATIC_MAX_SPREAD, OnlineSoftmax, SoftmaxState
 from attnc.backend.sm80_tiles import FragmentReader, SwizzledTile, TileLoader
 
 LOG2E = math.log2(math.e)
@@ -100,6 +100,17 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
                       "with_lse": spec.with_lse, "softmax_scale": spec.scale}
     return KernelAbi(spec.symbol, tuple(params), (spec.threads, 1, 1), spec.smem_bytes,
                      ((["cdiv", "M", spec.block_m],), ("H",), ("B",)), specialization)
+
+
+def _static_max(spec: Sm80KernelSpec) -> float | None:
+    """The constant running max of a bounded score_mod (Note [Bounded score_mod])."""
+    bounds = getattr(spec.score_mod, "bounds", None)
+    if spec.dtype != "bf16" or bounds is None:
+        return None
+    b = bounds()
+    if b is None or (b[1] - b[0]) * spec.score_mod_out > STATIC_MAX_SPREAD:
+        return None
+    return b[1]
 
 
 def _score_kind(spec: Sm80KernelSpec) -> str:
@@ -166,7 +177,7 @@ class _Sm80Forward:
         self.smem = Smem(e, SMEM_SYMBOL)
         self.kv_range_fn, self.keep_fn = mask_hooks(spec)
         scale_log2 = LOG2E * spec.score_mod_out if spec.score_mod else spec.scale * LOG2E
-        self.softmax = OnlineSoftmax(e, Approx(e), Quad(e), scale_log2)
+        self.softmax = OnlineSoftmax(e, Approx(e), Quad(e), scale_log2, _static_max(spec))
         self.q_tile = SwizzledTile(0, spec.block_m, spec.head_dim_qk)
         self.k_tile = SwizzledTile(spec.q_tile_bytes, spec.block_n, spec.head_dim_qk)
         self.v_tile = SwizzledTile(spec.q_tile_bytes + spec.k_tile_bytes, spec.block_n, spec.head_dim_v)
@@ -346,8 +357,9 @@ class _Sm80Forward:
         p = self._pack_p(probs)
         if s.stages > 1:
             self._wait_v_and_load_k(t, n_block, kv, slot, ragged, ask_skip)
-        acc_o = [[[e.fmul(x, alpha[2 * mi + i // 2]) for i, x in enumerate(atom)]
-                  for atom in acc_o[mi]] for mi in range(s.m_atoms)]
+        if alpha is not None:
+            acc_o = [[[e.fmul(x, alpha[2 * mi + i // 2]) for i, x in enumerate(atom)]
+                      for atom in acc_o[mi]] for mi in range(s.m_atoms)]
         return self._pv(p, acc_o, slot), state
 
     def _qk_unless(self, slot, skip):

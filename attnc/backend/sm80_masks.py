@@ -8,7 +8,7 @@ gives each one's global (i, j).
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import scf
+from mlir.dialects import arith, scf
 
 from attnc.backend.kernel_spec import KeepFn, ScoreBiasFn, ScoreModFn
 from attnc.backend.nvgpu_builders import Emit
@@ -58,6 +58,8 @@ class ScoreMasker:
         s + bias / scale, which the softmax scales by scale * log2(e) as it does s (no-op
         without either)."""
         e = self.e
+        if self.score_bias and getattr(self.score_bias, "j_linear", None):
+            return self._linear_bias(rows, n_block)
         if self.score_bias:
             inv_scale = e.cf(1.0 / self.scale)
             return [[e.fma(self.score_bias(e, self.b, self.h, *self.coords(r, c, n_block)), inv_scale, x)
@@ -66,6 +68,25 @@ class ScoreMasker:
             return rows
         return [[self.score_mod(e, e.fmul(x, self.score_in), self.b, self.h, *self.coords(r, c, n_block))
                  for c, x in enumerate(row)] for r, row in enumerate(rows)]
+
+    def _linear_bias(self, rows, n_block):
+        """s + bias / scale with the bias a * float(l + cj * d) (Note [Bias linear in j] in
+        hooks.py): per row one I2F, per score an FADD of an immediate and an FFMA."""
+        e = self.e
+        out = []
+        for r, row in enumerate(rows):
+            i, j0 = self.coords(r, 0, n_block)
+            a, l, cj = self.score_bias.row_terms(e, self.b, self.h, i, j0)
+            a = e.fmul(a, 1.0 / self.scale)
+            lf = arith.sitofp(e.f32, l)
+            new_row = []
+            for c, x in enumerate(row):
+                nj, xc = divmod(c, 2)
+                d = cj * (8 * nj + xc)
+                t = lf if d == 0 else e.fadd(lf, e.cf(float(d)))
+                new_row.append(e.fma(a, t, x))
+            out.append(new_row)
+        return out
 
     def mask(self, rows, n_block, drop_all=None):
         """-inf where j >= N or keep(b, h, i, j) is false (everywhere when the i1

@@ -35,17 +35,42 @@ class SoftmaxState:
     l: list     # thread-partial running sum per accumulator row
 
 
+# Note [Bounded score_mod]: when the score_mod's result provably lies in [lo, hi] in the
+# running max's units (softcap: 30 * tanh(.) gives tanh's [-1, 1]) and the spread is
+# small in natural units ((hi - lo) * out_factor <= STATIC_MAX_SPREAD), the running max
+# is the constant hi: p = exp(score - hi) >= exp(-64) never underflows f32 nor bf16's P
+# (bf16 only: f16's P would flush rows whose scores sit far below hi), and never exceeds
+# 1. The step then has no row max (no FMNMX per score, no quad shuffles), no rescale
+# of O and of the sum (alpha = 1); a masked score is -inf and gives 0 as before, and an
+# empty row keeps l = 0 (o = 0, lse = -inf). The same softmax, up to rounding.
+STATIC_MAX_SPREAD = 64.0
+
+
 class OnlineSoftmax:
-    def __init__(self, e: Emit, approx: Approx, quad: Quad, scale_log2: float):
+    def __init__(self, e: Emit, approx: Approx, quad: Quad, scale_log2: float,
+                 static_max: float | None = None):
         self.e, self.approx, self.quad = e, approx, quad
         self.scale_log2 = scale_log2
+        self.static_max = static_max        # Note [Bounded score_mod]; None: the running max
 
     def initial(self, rows: int) -> SoftmaxState:
-        return SoftmaxState([self.e.neg_inf() for _ in range(rows)], [self.e.cf(0.0) for _ in range(rows)])
+        m0 = (lambda: self.e.cf(self.static_max)) if self.static_max is not None else self.e.neg_inf
+        return SoftmaxState([m0() for _ in range(rows)], [self.e.cf(0.0) for _ in range(rows)])
+
+    def _step_static(self, scores: list[list], state: SoftmaxState):
+        """The step with the constant max (Note [Bounded score_mod]): alphas are None."""
+        e = self.e
+        e_c = e.cf(self.scale_log2)
+        neg_mc = e.cf(-self.static_max * self.scale_log2)
+        probs = [[self.approx.exp2(e.fma(x, e_c, neg_mc)) for x in row] for row in scores]
+        l_new = [e.fadd(l_old, _tree(p, e.fadd)) for p, l_old in zip(probs, state.l)]
+        return probs, SoftmaxState(state.m, l_new), None
 
     def step(self, scores: list[list], state: SoftmaxState, check_inf: bool):
         """scores[r] = row r's values. Returns (probabilities per row, new state, the
         factor each row's O accumulator must be multiplied by)."""
+        if self.static_max is not None:
+            return self._step_static(scores, state)
         e = self.e
         e_c = e.cf(self.scale_log2)
         probs, m_new, l_new, alphas = [], [], [], []

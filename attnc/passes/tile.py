@@ -86,8 +86,29 @@ def _shape_of(op) -> ProblemShape:
     from mlir import ir
 
     params = "params" in op.attributes and len(ir.ArrayAttr(op.attributes["params"])) > 0
+    params = params and _reads_params_per_element(op)
     return ProblemShape(get_int(op, "head_dim_qk"), get_int(op, "head_dim_v"),
                         get_str(op, "dtype"), get_bool(op, "has_mask_mod"), params)
+
+
+def _reads_params_per_element(op) -> bool:
+    """Whether a hook reads a param at an index that depends on i or j (the last two
+    arguments of the score_mod and mask_mod regions): such loads live in the score tile.
+    One indexed by b and h only (ALiBi's slopes[h]) is loaded once per CTA."""
+    from attnc.ir import PARAM
+
+    for region in op.regions:
+        for block in region.blocks:
+            args = list(block.arguments)
+            if len(args) < 4:
+                continue
+            tainted = set(args[-2:])
+            for inner in block.operations:
+                if inner.name == PARAM and any(v in tainted for v in list(inner.operands)[1:]):
+                    return True
+                if any(v in tainted for v in inner.operands):
+                    tainted.update(inner.results)
+    return False
 
 
 def _record(op, target: str, config: TileConfig) -> None:

@@ -13,9 +13,11 @@
 from __future__ import annotations
 
 import functools
+import struct
 from pathlib import Path
 
 import numpy as np
+
 import pytest
 
 from attnc.backend import cubin
@@ -94,7 +96,13 @@ def test_softcap_scalings_fold_into_the_kernels_multiplies():
     ptx = artifacts("softcap").ptx
     mha = artifacts("mha").ptx
     assert ptx.count("tanh.approx.f32") == 128           # 64 scores a thread holds, 2 loops
-    assert ptx.count("mul.rn.f32") - mha.count("mul.rn.f32") == 128
+    scale_in = "0f%08X" % struct.unpack("<I", struct.pack("<f", spec.score_mod_in))[0]
+    assert ptx.count("mul.rn.f32") >= ptx.count(scale_in) == 128
+    # Note [Bounded score_mod]: tanh's range gives the running max (bf16): no max per
+    # score, no rescale of O (the rescale's exp2 per row is gone too).
+    assert "max.f32" not in ptx and "max.f32" in mha
+    assert ptx.count("mul.rn.f32") < mha.count("mul.rn.f32")
+    assert ptx.count("ex2.approx") == 128 < mha.count("ex2.approx")
 
 
 @pytest.mark.parametrize("name,mode", [("mha", "none"), ("mqa", "causal"), ("alibi", "causal_bottom_right"),
@@ -357,3 +365,18 @@ def test_a_spec_outlives_its_compile_result():
     assert spec.cache_key() == spec_from_ir(example("gemma2")).cache_key()
     module, _ = build_sm80_module(spec, spec.keep.names.module.context)
     assert ptx.to_ptx(module, "sm_80").count("tanh.approx.f32") == 192
+
+
+def test_alibi_bias_is_split_per_row():
+    """Note [Bias linear in j]: slopes[h] * (j - i) becomes a per-row I2F and, per score,
+    an FADD of an immediate and an FFMA (no cvt per score)."""
+    spec = spec_from_ir(example("alibi"))
+    assert spec.score_bias.j_linear is not None and spec.score_bias.j_linear[2] == 1
+    ptx = artifacts("alibi").ptx
+    assert 0 < ptx.count("cvt.rn.f32.s32") <= 16
+
+
+def test_softcap_bounds():
+    """Note [Bounded score_mod]: 30 * tanh(s / 30) lies in 30 * [-1, 1]."""
+    spec = spec_from_ir(example("softcap"))
+    assert spec.score_mod.bounds() == (-1.0, 1.0)

@@ -109,10 +109,10 @@ func.func @hd256_qk128_v(%q: tensor<?x?x?x256xbf16>, %k: tensor<?x?x?x256xbf16>,
   return %o : tensor<?x?x?x128xbf16>
 }
 
-// Head dim 64 with a hook reading a param (ALiBi slopes): 64-key blocks on sm_80, where
-// the param loads in the score tile spill 128 keys; the other targets keep their tile.
+// Head dim 64 with a hook reading a param at (b, h) only (ALiBi slopes): loaded once per
+// CTA, nothing in the score tile: the table's 128x128 tile.
 // SM80-LABEL: func.func @hd64_params
-// SM80: }) {block_m = 128 : i64, block_n = 64 : i64,{{.*}} num_warps = 4 : i64,{{.*}} q_tiles = 1 : i64,{{.*}} stages = 2 : i64, target = "sm_80"
+// SM80: }) {block_m = 128 : i64, block_n = 128 : i64,{{.*}} num_warps = 4 : i64,{{.*}} q_tiles = 1 : i64,{{.*}} stages = 2 : i64, target = "sm_80"
 // SM90-LABEL: func.func @hd64_params
 // SM90: }) {block_m = 128 : i64, block_n = 128 : i64,{{.*}} target = "sm_90a"
 func.func @hd64_params(%q: tensor<?x?x?x64xf16>, %k: tensor<?x?x?x64xf16>, %v: tensor<?x?x?x64xf16>, %slopes: tensor<?xf32>) -> tensor<?x?x?x64xf16> {
@@ -138,5 +138,38 @@ func.func @hd64_params(%q: tensor<?x?x?x64xf16>, %k: tensor<?x?x?x64xf16>, %v: t
       param_shapes = [["H"]], param_dtypes = ["f32"], outputs = ["o"], gqa = false,
       has_score_mod = true, has_mask_mod = false, has_sink = false}
       : (tensor<?x?x?x64xf16>, tensor<?x?x?x64xf16>, tensor<?x?x?x64xf16>) -> tensor<?x?x?x64xf16> loc("tile.attn":60:1)
+  return %o : tensor<?x?x?x64xf16>
+}
+
+// Head dim 64 with a hook reading a param at an index that depends on j (a bias table):
+// 64-key blocks on sm_80, where the loads in the score tile spill 128 keys; the other
+// targets keep their tile.
+// SM80-LABEL: func.func @hd64_param_ij
+// SM80: }) {block_m = 128 : i64, block_n = 64 : i64,{{.*}} num_warps = 4 : i64,{{.*}} q_tiles = 1 : i64,{{.*}} stages = 2 : i64, target = "sm_80"
+// SM90-LABEL: func.func @hd64_param_ij
+// SM90: }) {block_m = 128 : i64, block_n = 128 : i64,{{.*}} target = "sm_90a"
+func.func @hd64_param_ij(%q: tensor<?x?x?x64xf16>, %k: tensor<?x?x?x64xf16>, %v: tensor<?x?x?x64xf16>, %slopes: tensor<?xf32>) -> tensor<?x?x?x64xf16> {
+  %o = "attn.attention"(%q, %k, %v) ({
+  ^bb0(%s: f32, %b: i32, %h: i32, %i: i32, %j: i32):
+    %slope = "attn.param"(%slopes, %j) : (tensor<?xf32>, i32) -> f32
+    %d = arith.subi %j, %i : i32
+    %df = arith.sitofp %d : i32 to f32
+    %bias = arith.mulf %slope, %df : f32
+    %score = arith.addf %s, %bias : f32
+    gpu.yield %score : f32
+  }, {
+  ^bb0(%b: i32, %h: i32, %i: i32, %j: i32):
+    %true = arith.constant true
+    gpu.yield %true : i1
+  }, {
+  ^bb0(%h: i32):
+    %none = arith.constant 0xFF800000 : f32
+    gpu.yield %none : f32
+  }) {variant = "hd64_param_ij", dtype = "f16", head_dim_qk = 64 : i64, head_dim_v = 64 : i64,
+      scale = 0.125 : f32, dims = ["B", "H", "M", "N"], q_shape = ["B", "H", "M", 64],
+      k_shape = ["B", "H", "N", 64], v_shape = ["B", "H", "N", 64], params = ["slopes"],
+      param_shapes = [["N"]], param_dtypes = ["f32"], outputs = ["o"], gqa = false,
+      has_score_mod = true, has_mask_mod = false, has_sink = false}
+      : (tensor<?x?x?x64xf16>, tensor<?x?x?x64xf16>, tensor<?x?x?x64xf16>) -> tensor<?x?x?x64xf16> loc("tile.attn":80:1)
   return %o : tensor<?x?x?x64xf16>
 }
