@@ -40,6 +40,7 @@ from attnc.analysis.to_arith import inline_function
 from attnc.backend.kernel_spec import ExtraParam, KvCtx, KvRange
 from attnc.backend.nvgpu_builders import Emit, GlobalPtr
 from attnc.errors import AttncError
+from attnc.frontend.variant import Tensor
 from attnc.ir import DIM, MASK_MOD, PARAM, YIELD, attention_ops, error_at, get_bool, region_block
 from attnc.passes.analyze_masks import mask_functions
 
@@ -49,14 +50,6 @@ THREADS = 128
 UNROLL = 4                   # elements per thread between two warp votes
 
 DimValue = str | int
-
-
-@dataclass(frozen=True)
-class ParamTensor:
-    """A param tensor the mask reads: 4-byte elements, last axis contiguous."""
-    name: str
-    dtype: str                       # 'i32' or 'f32'
-    shape: tuple[DimValue, ...]
 
 
 @dataclass(frozen=True)
@@ -70,7 +63,7 @@ class BlockMapPlan:
     seq_q: DimValue
     seq_k: DimValue
     dims: tuple[str, ...]            # every symbolic dim, passed as i32 in this order
-    params: tuple[ParamTensor, ...]
+    params: tuple[Tensor, ...]       # the param tensors the mask reads (frontend Tensors)
 
     @property
     def symbol(self) -> str:
@@ -123,8 +116,7 @@ def blockmap_plan(result, block_m: int, block_n: int) -> BlockMapPlan:
                            f"{UNROLL} elements at a time")
     block = region_block(op, MASK_MOD)
     read = {_param_index(o.operands[0]) for o in _ops(block) if o.name == PARAM}
-    params = tuple(ParamTensor(p.name, p.dtype, tuple(p.shape))
-                   for k, p in enumerate(variant.params) if k in read)
+    params = tuple(p for k, p in enumerate(variant.params) if k in read)
     return BlockMapPlan(variant.name, block_m, block_n, _uses(block, block.arguments[1]),
                         variant.batch, variant.heads, variant.seq_q, variant.seq_k,
                         tuple(variant.dims), params)

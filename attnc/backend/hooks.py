@@ -44,7 +44,6 @@ counts, which are >= 1 whenever a tile exists) is read under a guard: 0 when emp
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -59,13 +58,6 @@ _DYNAMIC = -2147483648      # LLVM::GEPOp::kDynamicIndex
 _RETURNS = (YIELD, "func.return")
 
 
-@dataclass(frozen=True)
-class ParamTensor:
-    name: str
-    shape: tuple            # dim names and fixed sizes
-    dtype: str              # 'f32' or 'i32'
-
-
 class KernelNames:
     """How the names a region reads resolve in a kernel: dims to the ABI's M, N, H, HKV
     or to extra parameters, param tensors (function arguments) to pointer parameters."""
@@ -77,7 +69,7 @@ class KernelNames:
         self.variant = variant
         self.abi_dims = {getattr(variant, role): abi for role, abi in self.ABI_DIMS.items()
                          if isinstance(getattr(variant, role), str)}
-        self.params = {p.name: ParamTensor(p.name, tuple(p.shape), p.dtype) for p in variant.params}
+        self.params = {p.name: p for p in variant.params}
         self.param_order = [ir.StringAttr(a).value for a in ir.ArrayAttr(op.attributes["params"])]
         self.used_dims: list[str] = []
         self.used_params: list[str] = []

@@ -58,7 +58,7 @@ def require(attention: ir.Operation, kind: type, pass_name: str, producer: str) 
 
 def recipe_of(attention: ir.Operation, pass_name: str) -> Recipe:
     """The recipe as the IR states it: roles and channels from L3, budgets from the target."""
-    target = _attr_str(attention, "target", pass_name)
+    target = required_attr(attention, "target", pass_name)
     roles = require(attention, Role, pass_name, "attn-warp-specialize")
     channels = read(attention, Channel)
     return Recipe(target, tuple(roles), tuple(channels), SMEM_BYTES[target],
@@ -67,7 +67,7 @@ def recipe_of(attention: ir.Operation, pass_name: str) -> Recipe:
 
 def tile_of(attention: ir.Operation, pass_name: str) -> Tile:
     for key in ("block_m", "block_n"):
-        _attr_str(attention, key, pass_name, integer=True)
+        required_attr(attention, key, pass_name, integer=True)
     q_tiles = get_int(attention, "q_tiles") if "q_tiles" in _names(attention) else 1
     return Tile(get_int(attention, "block_m"), get_int(attention, "block_n"),
                 get_int(attention, "head_dim_qk"), get_int(attention, "head_dim_v"),
@@ -78,7 +78,8 @@ def _names(op: ir.Operation) -> set[str]:
     return set(op.attributes)
 
 
-def _attr_str(attention, key: str, pass_name: str, integer: bool = False):
+def required_attr(attention, key: str, pass_name: str, integer: bool = False):
+    """An attribute attn-tile records on `attention`, or an error naming the pass that needs it."""
     if key not in _names(attention):
         raise error_at(attention, f"{pass_name} needs the '{key}' attribute that attn-tile "
                                   f"records; run attn-tile first")

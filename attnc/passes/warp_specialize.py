@@ -43,7 +43,7 @@ def warp_specialize(module, consumers: int) -> None:
     for op in attention_ops(module):
         if plan_ir.read(op, Role):
             raise error_at(op, "attn-warp-specialize ran twice on this op")
-        target = plan_ir._attr_str(op, "target", WarpSpecialize.name)
+        target = plan_ir.required_attr(op, "target", WarpSpecialize.name)
         tile = plan_ir.tile_of(op, WarpSpecialize.name)
         try:
             r = recipe(target, num_warps=get_int(op, "num_warps"), kv_stages=get_int(op, "stages"),
