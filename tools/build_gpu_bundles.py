@@ -15,6 +15,8 @@ names its "suite":
     property        variants from tests/gpu/variant_gen.py, seeds --property-seed onwards
                                                            -> tests/gpu/test_property.py
     bench_variants  the variants of bench/bench_variants.py (peers.md), head dims 64 and 128
+    bench_sweep     causal sliding windows of 256 .. 4096 keys, head dims 64 and 128: time
+                    against the kept fraction (bench/profile_variants.py)
 
 Rebuilding some suites keeps the other suites' entries of an existing index. Bundles of
 the last three hold PTX only: an sm_80 cubin does not load on Hopper anyway, and the
@@ -45,7 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "runtime"), str(ROOT / "tests" / "gpu")]
 
-SUITES = ("sm80_matrix", "examples", "property", "bench_variants")
+SUITES = ("sm80_matrix", "examples", "property", "bench_variants", "bench_sweep")
 TRAVEL_LIMIT = 64 << 20         # bytes the device machine takes with the working tree
 
 # --- sm80_matrix -------------------------------------------------------------------------
@@ -136,8 +138,12 @@ BENCH_CASES = {
 }
 
 
+SWEEP_WINDOWS = (256, 512, 1024, 2048, 4096)
+SWEEP_CASES = {f"window{w}": ("", None, f"j <= i and i - j < {w}", {}) for w in SWEEP_WINDOWS}
+
+
 def bench_source(name: str, d: int, case: str) -> str:
-    params, score_mod, mask_mod, _ = BENCH_CASES[case]
+    params, score_mod, mask_mod, _ = {**BENCH_CASES, **SWEEP_CASES}[case]
     hooks = f"  score_mod(s, b, h, i, j) = {score_mod}\n" if score_mod else ""
     hooks += f"  mask_mod(b, h, i, j) = {mask_mod}\n"
     return (f"attention {name} {{\n"
@@ -149,6 +155,28 @@ def bench_jobs() -> list[Job]:
     return [Job("bench_variants", f"bench_{case}_d{d}", bench_source(f"bench_{case}_d{d}", d, case),
                 {"case": case, "head_dim": d, "dtype": "bf16", "fills": BENCH_CASES[case][3]})
             for d in (64, 128) for case in BENCH_CASES]
+
+
+# Other tiles for the cases whose speed-up depends on how tightly tiles cover the mask.
+SWEEP_TILES = [("causal", 128, 64), ("window1024", 128, 64), ("window1024", 64, 64),
+               ("doc_causal", 128, 64), ("doc_causal", 64, 64)]
+
+
+def sweep_jobs() -> list[Job]:
+    jobs = [Job("bench_sweep", f"sweep_{case}_d{d}", bench_source(f"sweep_{case}_d{d}", d, case),
+                {"case": case, "head_dim": d, "dtype": "bf16", "fills": {}})
+            for d in (64, 128) for case in SWEEP_CASES]
+    for d in (64, 128):
+        for case, bm, bn in SWEEP_TILES:
+            name = f"sweep_{case}_d{d}_{bm}x{bn}"
+            pipeline = f"attn-tile{{block_m={bm} block_n={bn}}},{SM80_REST}"
+            jobs.append(Job("bench_sweep", name, bench_source(name, d, case),
+                            {"case": case, "head_dim": d, "dtype": "bf16", "fills": {}, "pipeline": pipeline}))
+    return jobs
+
+
+SM80_REST = ("attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,"
+             "attn-insert-pipelines,attn-lower-sm80")
 
 
 # --- building ----------------------------------------------------------------------------
@@ -163,7 +191,8 @@ def build_one(job: Job, out: str) -> dict:
     entry = {"suite": job.suite, "name": job.name, **job.meta}
     start = time.perf_counter()
     try:
-        art = build(compile_mlir(job.source, f"{job.name}.attn", CompileOptions(arch="sm_80")))
+        options = CompileOptions(arch="sm_80", pass_pipeline=job.meta.get("pipeline"))
+        art = build(compile_mlir(job.source, f"{job.name}.attn", options))
         manifest, files = art.manifest, dict(art.files)
         if job.ptx_only and "ptx" in manifest["code"]:
             manifest = {**manifest, "code": {"ptx": manifest["code"]["ptx"]}}
@@ -216,6 +245,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     makers = {"sm80_matrix": matrix_jobs, "examples": example_jobs, "bench_variants": bench_jobs,
+              "bench_sweep": sweep_jobs,
               "property": lambda: property_jobs(args.property_seed, args.property_count)}
     jobs = [job for suite in suites for job in makers[suite]()]
     index_path = out / "index.json"

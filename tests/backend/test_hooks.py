@@ -46,7 +46,7 @@ def source(name: str, decls: str, hd: int = 64) -> str:
 # ------------------------------------------------------------------ the examples' kernels
 
 EXPECT = {      # instructions an example's hooks must produce
-    "softcap": ["tanh.approx.f32"], "gemma2": ["tanh.approx.f32"],
+    "softcap": ["tanh.approx.f16x2"], "gemma2": ["tanh.approx.f16x2"],
     "alibi": ["ld.global.nc.b32"], "relative_bias": ["ld.global.nc.b32", "lg2.approx"],
     "docs_sink": ["ld.global.nc.b32"],
 }
