@@ -43,6 +43,7 @@ counts, which are >= 1 whenever a tile exists) is read under a guard: 0 when emp
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Sequence
 
@@ -477,3 +478,102 @@ def _output_scaling(block: ir.Block) -> tuple[ir.Value, float]:
 def role_dims(variant, roles: Sequence[str]) -> frozenset[str]:
     """The variant's names of the dims playing `roles` ('batch', 'heads', ...), when symbolic."""
     return frozenset(getattr(variant, r) for r in roles if isinstance(getattr(variant, r), str))
+
+
+# Note [Row intervals]: a mask_mod that is a conjunction (`and`) of comparisons, each
+# either free of j or of two i32 values whose difference is d0 + k * j with k = +1 or
+# -1 and d0 free of j (`j <= i`, `i - j < W`, `j >= i - W + 1`, `j == i`, `not (j > i + 5)`),
+# keeps, for each row, exactly the keys of one interval [lo(b, h, i), hi(b, h, i)]. In a
+# partial tile the kernel then computes lo and hi once per accumulator row (the region
+# evaluated at j = 0 gives each d0) and tests each score's column, a constant offset
+# from the tile's first one, against them: two compares with an immediate and a select,
+# instead of the region's ops (and the j < N test) per score. Anything else (`or`,
+# `!=`, a j coefficient other than +-1, j inside a param index or a division) keeps the
+# per-element region.
+_SIGNED = {2: "slt", 3: "sle", 4: "sgt", 5: "sge", 0: "eq"}
+_NEGATED = {"slt": "sge", "sle": "sgt", "sgt": "sle", "sge": "slt"}
+_FAR = 1 << 30              # beyond any key: hi without an upper bound, lo of a dropped row
+
+
+def _is_true(value: ir.Value) -> bool:
+    owner = _owner(value)
+    return owner is not None and owner.name == "arith.constant" and str(value.type) == "i1" \
+        and str(owner.attributes["value"]) in ("true", "1 : i1", "-1 : i1")
+
+
+def _predicate(op: ir.Operation) -> int:
+    return ir.IntegerAttr(op.attributes["predicate"]).value
+
+
+class RowInterval(RegionCode):
+    """Note [Row intervals]: `bounds(e, b, h, i)` -> (lo, hi), inclusive, with keep(b, h,
+    i, j) exactly when lo <= j <= hi; build with `RowInterval.of` (None when the mask
+    has no such form)."""
+
+    def __init__(self, block: ir.Block, names: KernelNames, atoms: list, never_empty: frozenset[str]):
+        super().__init__(block, names, never_empty)
+        self.atoms = atoms          # (kind, k, a, b): kind 'free' (a: i1) or a predicate on a - b
+
+    @classmethod
+    def of(cls, block: ir.Block, names: KernelNames,
+           never_empty: frozenset[str] = frozenset()) -> "RowInterval | None":
+        j = block.arguments[3]
+        tainted = depends_on(block, 3)
+        atoms: list = []
+
+        def conjuncts(value: ir.Value, negated: bool = False) -> bool:
+            if value not in tainted:
+                atoms.append(("free", 0, value, negated))
+                return True
+            op = _owner(value)
+            if op is None:
+                return False
+            if op.name == "arith.andi" and not negated:
+                return all(conjuncts(v) for v in op.operands)
+            if op.name == "arith.xori":
+                x, y = op.operands
+                for v, w in ((x, y), (y, x)):
+                    if _is_true(w):
+                        return conjuncts(v, not negated)
+                return False
+            if op.name != "arith.cmpi" or _predicate(op) not in _SIGNED:
+                return False
+            pred = _SIGNED[_predicate(op)]
+            if negated:
+                if pred not in _NEGATED:
+                    return False
+                pred = _NEGATED[pred]
+            a, b = op.operands
+            ka, kb = _j_coefficient(a, j, tainted), _j_coefficient(b, j, tainted)
+            if ka is None or kb is None or ka - kb not in (1, -1):
+                return False
+            atoms.append((pred, ka - kb, a, b))
+            return True
+
+        result = list(block.operations)[-1].operands[0]
+        return cls(block, names, atoms, never_empty) if conjuncts(result) else None
+
+    def __repr__(self) -> str:
+        return f"RowInterval({super().__repr__()})"
+
+    def bounds(self, e: Emit, b, h, i) -> tuple[ir.Value, ir.Value]:
+        env = self._run(e, dict(zip(self.block.arguments, (b, h, i, e.c32(0)))))
+        value = lambda v: env.get(v, v)  # noqa: E731
+        lows, highs, alive = [], [], e.true()
+        for kind, k, x, y in self.atoms:
+            if kind == "free":
+                keep = value(x)
+                alive = e.land(alive, e.xor(keep, e.true()) if y else keep)
+                continue
+            d0 = e.sub(value(x), value(y))
+            # d0 + k * j  <pred>  0, solved for j (k = +1 or -1)
+            t = e.sub(0, d0) if k == 1 else d0
+            if kind == "eq":
+                lows.append(t), highs.append(t)
+            elif (kind in ("slt", "sle")) == (k == 1):        # an upper bound on j
+                highs.append(e.sub(t, 1) if kind in ("slt", "sgt") else t)
+            else:                                              # a lower bound on j
+                lows.append(e.add(t, 1) if kind in ("slt", "sgt") else t)
+        lo = functools.reduce(e.max, lows) if lows else e.c32(-_FAR)
+        hi = functools.reduce(e.min, highs) if highs else e.c32(_FAR)
+        return e.select(alive, lo, e.c32(_FAR)), hi

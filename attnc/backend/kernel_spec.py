@@ -25,6 +25,9 @@ answer them later):
   full range (a skipped block is not full).
 * `keep(e, b, h, i, j) -> i1`: the element predicate applied in partial blocks, with
   i, j the global query/key indices (i32). The bound j < N is always added by the kernel.
+* `row_interval(e, b, h, i) -> (lo, hi)` (optional): keep(b, h, i, j) holds exactly when
+  lo <= j <= hi (i32, inclusive); partial blocks then test each score's column against
+  the row's two bounds instead of calling keep (Note [Row intervals] in hooks.py).
 
 and on scores, on every visited block (natural-log units, as dsl.md defines them):
 
@@ -87,6 +90,7 @@ KeepFn = Callable[[Any, Any, Any, Any, Any], Any]
 ScoreModFn = Callable[[Any, Any, Any, Any, Any, Any], Any]
 ScoreBiasFn = Callable[[Any, Any, Any, Any, Any], Any]
 SinkFn = Callable[[Any, Any], Any]
+RowIntervalFn = Callable[[Any, Any, Any, Any], tuple[Any, Any]]
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,7 @@ class Sm80KernelSpec:
     tile_partial: Optional[TilePartialFn] = None
     tile_skip: Optional[TilePartialFn] = None
     keep: Optional[KeepFn] = None          # default: from `mask`
+    row_interval: Optional[RowIntervalFn] = None   # default: from `mask`; only with keep's meaning
     score_mod: Optional[ScoreModFn] = None
     score_mod_in: Optional[float] = None   # raw score factor before score_mod (default: scale)
     score_mod_out: float = 1.0             # score_mod's result times this: natural units
@@ -310,6 +315,16 @@ def _causal_keep(bottom_right: bool) -> KeepFn:
     return keep
 
 
+def _causal_row_interval(bottom_right: bool) -> RowIntervalFn:
+    def row_interval(e, b, h, i):
+        offset = e.sub(e.dim("N"), e.dim("M")) if bottom_right else 0
+        return e.c32(0), e.add(i, offset)
+    row_interval.__qualname__ = f"causal_row_interval(bottom_right={bottom_right})"
+    return row_interval
+
+
+_ROW_INTERVALS = {"causal": _causal_row_interval(False), "causal_bottom_right": _causal_row_interval(True)}
+
 _MASK_HOOKS = {
     "none": (dense_kv_range, None),
     "causal": (_causal_kv_range(False), _causal_keep(False)),
@@ -318,7 +333,10 @@ _MASK_HOOKS = {
 }
 
 
-def mask_hooks(spec: Sm80KernelSpec) -> tuple[KvRangeFn, Optional[KeepFn]]:
-    """The (kv_range, keep) hooks of `spec`: its own, else those of its mask mode."""
+def mask_hooks(spec: Sm80KernelSpec) -> tuple[KvRangeFn, Optional[KeepFn], Optional[RowIntervalFn]]:
+    """The (kv_range, keep, row_interval) hooks of `spec`: its own, else those of its mask
+    mode (a spec that brings its own keep brings its own row_interval, or none)."""
     kv_range, keep = _MASK_HOOKS[spec.mask]
-    return spec.kv_range or kv_range, spec.keep or keep
+    if spec.keep is not None:
+        return spec.kv_range or kv_range, spec.keep, spec.row_interval
+    return spec.kv_range or kv_range, keep, spec.row_interval or _ROW_INTERVALS.get(spec.mask)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, scf
 
-from attnc.backend.kernel_spec import KeepFn, ScoreBiasFn, ScoreModFn
+from attnc.backend.kernel_spec import KeepFn, RowIntervalFn, ScoreBiasFn, ScoreModFn
 from attnc.backend.nvgpu_builders import Emit
 
 
@@ -44,8 +44,10 @@ class ScoreMasker:
 
     def __init__(self, e: Emit, coords: ElementCoords, b, h, scale: float,
                  score_mod: ScoreModFn | None, keep: KeepFn | None,
-                 score_bias: ScoreBiasFn | None = None, score_in: float | None = None):
+                 score_bias: ScoreBiasFn | None = None, score_in: float | None = None,
+                 row_interval: RowIntervalFn | None = None):
         self.e, self.coords = e, coords
+        self.row_interval = row_interval
         self.b, self.h = b, h
         self.scale = scale
         self.score_in = scale if score_in is None else score_in
@@ -93,8 +95,23 @@ class ScoreMasker:
         `drop_all` holds: the bound becomes j < 0, no instruction per element)."""
         e = self.e
         bound = e.dim("N") if drop_all is None else e.select(drop_all, e.c32(0), e.dim("N"))
+        if self.row_interval is not None:
+            return [self._masked_row(row, r, n_block, bound) for r, row in enumerate(rows)]
         return [[self._masked(x, r, c, n_block, bound) for c, x in enumerate(row)]
                 for r, row in enumerate(rows)]
+
+    def _masked_row(self, row, r, n_block, bound):
+        """Note [Row intervals] (hooks.py): the row keeps the keys [lo, min(hi, bound - 1)];
+        column c of the lane is j0 + d with d = 8 * (c // 2) + c % 2 a constant."""
+        e = self.e
+        i, j0 = self.coords(r, 0, n_block)
+        lo, hi = self.row_interval(e, self.b, self.h, i)
+        lo, hi = e.sub(lo, j0), e.sub(e.min(hi, e.sub(bound, 1)), j0)
+        out = []
+        for c, x in enumerate(row):
+            d = 8 * (c // 2) + c % 2
+            out.append(e.select(e.land(e.le(lo, d), e.ge(hi, d)), x, e.neg_inf()))
+        return out
 
     def _masked(self, x, r, c, n_block, bound):
         e = self.e

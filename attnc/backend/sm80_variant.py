@@ -12,6 +12,8 @@ answers of `attn-analyze-masks`.
                   tile_skip    @<f>_tile_class == 0  (SKIP: not loaded, not computed)
                   tile_partial @<f>_tile_class != 2  (FULL blocks run unmasked)
                   keep         the mask_mod region, per element of partial blocks
+                  row_interval the keys [lo, hi] of each row, when the mask is a conjunction
+                               of comparisons linear in j (Note [Row intervals], hooks.py)
     sink        the sink region at h, folded in at the end
 
 Note [Runtime masks]: for a mask that reads a param, the analysis functions still hold --
@@ -26,7 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from attnc.backend.hooks import BiasCode, KernelNames, RegionCode, ScaledScoreCode, affine_bias, role_dims
+from attnc.backend.hooks import (BiasCode, KernelNames, RegionCode, RowInterval, ScaledScoreCode, affine_bias,
+                                 role_dims)
 from attnc.backend.kernel_spec import ExtraParam, KvCtx, KvRange
 from attnc.ir import MASK_MOD, SCORE_MOD, SINK, get_bool, region_block
 from attnc.passes.analyze_masks import mask_functions
@@ -47,6 +50,7 @@ class VariantHooks:
     tile_partial: Optional[Callable] = None
     tile_skip: Optional[Callable] = None
     keep: Optional[Callable] = None
+    row_interval: Optional[Callable] = None
     score_mod: Optional[Callable] = None
     score_mod_in: Optional[float] = None
     score_mod_out: float = 1.0
@@ -108,8 +112,10 @@ def _mask_hooks(op, names: KernelNames, never_empty) -> dict[str, Any]:
     tiles = AnalysedTiles(RegionCode(analysis.kv_range.regions[0].blocks[0], names),
                           RegionCode(analysis.tile_class.regions[0].blocks[0], names),
                           analysis.segments, analysis.dims, names)
+    rows = RowInterval.of(block, names, never_empty)
     return {"mask": "mask_mod", "kv_range": tiles.kv_range, "tile_skip": tiles.tile_skip,
-            "tile_partial": tiles.tile_partial, "keep": RegionCode(block, names, never_empty)}
+            "tile_partial": tiles.tile_partial, "keep": RegionCode(block, names, never_empty),
+            "row_interval": rows.bounds if rows is not None else None}
 
 
 class AnalysedTiles:

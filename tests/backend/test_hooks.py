@@ -89,13 +89,14 @@ def test_affine_score_mods_keep_the_folded_scale(name, kind):
 
 def test_softcap_scalings_fold_into_the_kernels_multiplies():
     """Note [Score scalings]: 30 * tanh(s / 30) takes the raw score times scale / 30 and
-    hands 30 to the softmax's exp2 factor: one FMUL and a tanh.approx per score."""
+    hands 30 to the softmax's exp2 factor: one FMUL per score and a tanh.approx.f16x2
+    per two (Note [Paired tanh])."""
     spec = spec_from_ir(example("softcap"))
     assert spec.score_mod_in == pytest.approx(spec.scale / 30.0, rel=1e-6)
     assert spec.score_mod_out == 30.0
     ptx = artifacts("softcap").ptx
     mha = artifacts("mha").ptx
-    assert ptx.count("tanh.approx.f32") == 128           # 64 scores a thread holds, 2 loops
+    assert ptx.count("tanh.approx.f16x2") == 64 and "tanh.approx.f32" not in ptx   # 64 scores, 2 loops
     scale_in = "0f%08X" % struct.unpack("<I", struct.pack("<f", spec.score_mod_in))[0]
     assert ptx.count("mul.rn.f32") >= ptx.count(scale_in) == 128
     # Note [Bounded score_mod]: tanh's range gives the running max (bf16): no max per
@@ -364,7 +365,7 @@ def test_a_spec_outlives_its_compile_result():
     gc.collect()
     assert spec.cache_key() == spec_from_ir(example("gemma2")).cache_key()
     module, _ = build_sm80_module(spec, spec.keep.names.module.context)
-    assert ptx.to_ptx(module, "sm_80").count("tanh.approx.f32") == 192
+    assert ptx.to_ptx(module, "sm_80").count("tanh.approx.f16x2") == 96     # 192 tanh, paired
 
 
 def test_alibi_bias_is_split_per_row():
@@ -380,3 +381,54 @@ def test_softcap_bounds():
     """Note [Bounded score_mod]: 30 * tanh(s / 30) lies in 30 * [-1, 1]."""
     spec = spec_from_ir(example("softcap"))
     assert spec.score_mod.bounds() == (-1.0, 1.0)
+
+
+# ------------------------------------------------------------------ row intervals
+
+ROW_MASKS = {       # mask_mod -> whether Note [Row intervals] applies
+    "j <= i and i - j < 24": True,
+    "j == i - 3": True,
+    "not (j > i + 5) and j >= i - h - 3": True,
+    "i < 10 and j <= i": True,
+    "j <= i + N - M and not (i - j >= 7)": True,
+    "j <= i + off[b] and 2 - j <= 0": True,
+    "j < 16 or j <= i": False,
+    "j != i": False,
+    "2 * j <= i": False,
+    "off[j] <= i": False,
+    "j // 7 == i // 7": False,
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _row_mask(mask: str):
+    text = source("rows", f"param off: i32[B]\n  mask_mod(b, h, i, j) = {mask}")
+    return compile_mlir(text, "rows.attn", CompileOptions(arch="sm_80"))
+
+
+@pytest.mark.parametrize("mask", sorted(ROW_MASKS))
+def test_row_intervals_match_the_mask(mask):
+    """Note [Row intervals]: the interval is offered exactly for conjunctions of comparisons
+    linear in j with coefficient +-1, and then keeps exactly the keys the mask keeps."""
+    result = _row_mask(mask)
+    op, hooks = _hooks(result)
+    assert (hooks.row_interval is not None) == ROW_MASKS[mask]
+    if hooks.row_interval is None:
+        return
+    args = {**_arg_types(result, hooks), "b": "i32", "h": "i32", "i": "i32"}
+    with result.module.context:
+        run = host_function(args, lambda e, a: list(hooks.row_interval(e, a["b"], a["h"], a["i"])))
+    rng = np.random.default_rng(11)
+    dims = {"B": 3, "H": 4, "M": 40, "N": 52}
+    params = {"off": rng.integers(-4, 9, size=3).astype(np.int32)}
+    evaluator = Evaluator(dims, {"off": params["off"].astype(np.int64)})
+    values = {**_abi_values(result.variant, dims), **params}
+    values.update({k.split(":")[-1]: dims[k.split(":")[-1]] for k in args if k.startswith("dim:")})
+    jj = np.arange(-8, 70)
+    for b in range(3):
+        for h in range(4):
+            for i in range(-2, 45):
+                lo, hi = run(**values, b=b, h=h, i=i)
+                keep = evaluator.hook(result.variant.mask_mod, tuple(np.asarray(x) for x in (b, h, i, jj)))
+                assert np.array_equal(np.broadcast_to(keep, jj.shape).astype(bool), (lo <= jj) & (jj <= hi)), \
+                    (mask, b, h, i, lo, hi)
