@@ -131,83 +131,6 @@ _APPROX = {
 }
 
 
-# Note [Paired tanh]: the MUFU unit that runs tanh.approx and ex2.approx issues a
-# quarter as fast as FMAs, and a softcap score_mod needs both per score: at head dim 64
-# that outlasts the MMAs. tanh.approx.f16x2 (sm_75+) does two tanh in one MUFU issue,
-# so two f32 tanh of the same block become: pack both to f16x2 (cvt.rn, one
-# instruction), tanh.approx.f16x2, widen each half back to f32. The inputs and results
-# are rounded to f16 (11 significant bits, as tanh.approx.f32's own ~2^-11 relative
-# error), which a score that is then exponentiated and rounded to bf16/f16 P does not
-# see. A pair is formed from a tanh and the next one in the same block when no use of
-# the first comes before the second (the pair is computed at the second).
-PAIRED_TANH = ("{ .reg .b32 %tp; .reg .b16 %tlo, %thi; cvt.rn.f16x2.f32 %tp, $3, $2; "
-               "tanh.approx.f16x2 %tp, %tp; mov.b32 {%tlo, %thi}, %tp; "
-               "cvt.f32.f16 $0, %tlo; cvt.f32.f16 $1, %thi; }")
-
-
-def pair_tanh(module: ir.Module) -> int:
-    """Fuse f32 `math.tanh` ops two by two into tanh.approx.f16x2 (Note [Paired tanh]),
-    in place. Returns how many pairs were formed."""
-    by_block: dict = {}
-
-    def collect(op):
-        if op.name == "math.tanh" and str(op.operands[0].type) == "f32":
-            by_block.setdefault(op.block, []).append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(collect)
-    pairs = 0
-    for ops in by_block.values():
-        position = {o: k for k, o in enumerate(ops[0].block.operations)} if len(ops) > 1 else {}
-        k = 0
-        while k + 1 < len(ops):
-            first, second = ops[k], ops[k + 1]
-            if not _uses_after(first, position[second], position):
-                k += 1
-                continue
-            _fuse(first, second)
-            pairs += 1
-            k += 2
-    return pairs
-
-
-def _uses_after(op: ir.Operation, at: int, position: dict) -> bool:
-    """Whether every use of op's result is in op's block after index `at` (or nested in
-    an op there); a pure arith/math op whose results are unused does not count."""
-    for use in op.results[0].uses:
-        user = use.owner
-        if _dead(user):
-            continue
-        while user is not None and user not in position:
-            parent = user.parent
-            user = parent if parent is not None and parent.name != "builtin.module" else None
-        if user is None or position[user] <= at:
-            return False
-    return True
-
-
-def _dead(op) -> bool:
-    """A pure arith/math op (not a tanh that may be paired) whose results are unused."""
-    pure = op.name != "math.tanh" and op.name.split(".")[0] in ("arith", "math")
-    return pure and not any(list(r.uses) for r in op.results)
-
-
-def _fuse(first: ir.Operation, second: ir.Operation) -> None:
-    for op in (first, second):
-        for user in [use.owner for use in op.results[0].uses]:
-            if _dead(user):
-                user.erase()
-    with ir.InsertionPoint(second), second.location:
-        f32 = ir.F32Type.get()
-        pair = ir.Type.parse("!llvm.struct<(f32, f32)>")
-        both = llvm.inline_asm(pair, [first.operands[0], second.operands[0]], PAIRED_TANH, "=f,=f,f,f")
-        a, b = (llvm.extractvalue(f32, both, [k]) for k in (0, 1))
-    first.results[0].replace_all_uses_with(a)
-    second.results[0].replace_all_uses_with(b)
-    first.erase()
-    second.erase()
-
-
 def lower_math_to_approx(module: ir.Module) -> int:
     """Rewrite f32/f16/bf16 scalar transcendental `math` ops into NVVM approximate
     instructions, in place. Returns how many ops were rewritten. (Note [No libdevice])"""
@@ -263,7 +186,6 @@ def to_ptx(module: ir.Module, target: str = "sm_80", *, opt_level: int = 3,
     """
     options = PtxOptions(target, opt_level, ptx_feature)
     work = module if in_place else ir.Module.parse(str(module), module.context)
-    pair_tanh(work)
     lower_math_to_approx(work)
     try:
         passmanager.PassManager.parse(to_llvm_pipeline(options), work.context).run(work.operation)

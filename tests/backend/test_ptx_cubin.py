@@ -36,21 +36,6 @@ module attributes {gpu.container_module} { gpu.module @m { gpu.func @k(%p: !llvm
 """
 
 
-TANH_KERNEL = """
-module attributes {gpu.container_module} { gpu.module @m { gpu.func @k(%p: !llvm.ptr<1>, %x: f32, %y: f32) kernel {
-  %a = math.tanh %x : f32
-  %b = math.tanh %y : f32
-  %s = arith.addf %a, %b : f32
-  %c = math.tanh %s : f32
-  %u = arith.mulf %c, %c : f32
-  %d = math.tanh %u : f32
-  %e = math.tanh %x : f32
-  %f = arith.addf %d, %e : f32
-  llvm.store %f, %p : f32, !llvm.ptr<1>
-  gpu.return } } }
-"""
-
-
 def lower(src: str, target: str = "sm_80") -> str:
     with ir.Context():
         return ptx.to_ptx(ir.Module.parse(src), target)
@@ -69,18 +54,6 @@ def test_rewrite_counts_and_leaves_no_math_op():
         module = ir.Module.parse(MATH_KERNEL)
         assert ptx.lower_math_to_approx(module) == 7
         assert "math.exp" not in str(module) and "math.tanh" not in str(module)
-
-
-def test_tanh_pairs_only_where_the_first_is_not_used_before_the_second():
-    """Note [Paired tanh]: (a, b) pair; c is used (by %u) before d, so c stays alone and
-    (d, e) pair; the lowered PTX has both forms."""
-    with ir.Context():
-        module = ir.Module.parse(TANH_KERNEL)
-        assert ptx.pair_tanh(module) == 2
-        assert str(module).count("math.tanh") == 1 and str(module).count("tanh.approx.f16x2") == 2
-        assert module.operation.verify()
-    text = lower(TANH_KERNEL)
-    assert text.count("tanh.approx.f16x2") == 2 and text.count("tanh.approx.f32") == 1
 
 
 @pytest.mark.parametrize("target,version", [("sm_80", ".version 7.0"), ("sm_90a", ".version 8.0"),
