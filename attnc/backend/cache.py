@@ -2,7 +2,9 @@
 
 The key is a sha256 over everything that changes the code (design.md section 5):
 the source text, the compile options, the target, the compiler version and the
-bundle format. An entry is a bundle folder, `<root>/<key[:2]>/<key>/`, written
+bundle format. The compiler version is the release plus a digest of the compiler's
+own source files (`compiler_fingerprint()`): a code generator changed without a version
+bump (any development checkout) must not be served the kernels of the old one. An entry is a bundle folder, `<root>/<key[:2]>/<key>/`, written
 with `write_bundle(replace=False)` (Note [Atomic bundle writes]): concurrent
 writers of one key all succeed and one folder survives; a reader never sees half
 an entry. An entry that no longer validates is a miss, and is replaced.
@@ -17,6 +19,7 @@ bundle in memory.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import re
@@ -34,8 +37,18 @@ _SHARD = re.compile(r"[0-9a-f]{2}")
 BuildResult = tuple[Mapping[str, Any], Mapping[str, bytes]]     # (manifest, files)
 
 
-def cache_key(source: str, options: Any, target: str,
-              compiler_version: str = attnc.__version__) -> str:
+@functools.lru_cache(maxsize=None)
+def compiler_fingerprint() -> str:
+    """attnc's release and a digest of every source file of the package (Python, the
+    grammar, the IRDL dialect): what the cache keys call the compiler."""
+    root = Path(attnc.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".lark", ".mlir") and p.is_file()):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return f"{attnc.__version__}+{digest.hexdigest()[:16]}"
+
+
+def cache_key(source: str, options: Any, target: str, compiler_version: str | None = None) -> str:
     """sha256 of the canonical JSON of what determines the code.
 
     `options` is a mapping or a dataclass of JSON values (key order does not
@@ -52,7 +65,7 @@ def cache_key(source: str, options: Any, target: str,
     elif not isinstance(options, Mapping):
         raise TypeError(f"compile options must be a mapping, a dataclass or have cache_key(), "
                         f"got {type(options).__name__}")
-    payload = {"format": FORMAT, "compiler": compiler_version, "target": target,
+    payload = {"format": FORMAT, "compiler": compiler_version or compiler_fingerprint(), "target": target,
                "options": dict(options), "source": source}
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=_not_json)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -44,6 +44,31 @@ def test_key_changes_with_everything_that_changes_the_code(changed):
     assert cache_key(**base) != cache_key(**{**base, **changed})
 
 
+def test_the_default_compiler_is_the_release_and_a_digest_of_its_sources(tmp_path, monkeypatch):
+    """A code generator changed without a version bump gets other keys (compiler_fingerprint)."""
+    import attnc
+    from attnc.backend import cache as cache_module
+
+    fingerprint = cache_module.compiler_fingerprint()
+    assert fingerprint.startswith(attnc.__version__ + "+") and len(fingerprint) == len(attnc.__version__) + 17
+    assert cache_key(SOURCE, {}, "sm_80") == cache_key(SOURCE, {}, "sm_80", compiler_version=fingerprint)
+    fake = tmp_path / "attnc"
+    (fake / "backend").mkdir(parents=True)
+    (fake / "__init__.py").write_text("x = 1\n")
+    (fake / "backend" / "sm80.py").write_text("y = 2\n")
+    monkeypatch.setattr(attnc, "__file__", str(fake / "__init__.py"))
+    cache_module.compiler_fingerprint.cache_clear()
+    try:
+        before = cache_module.compiler_fingerprint()
+        (fake / "backend" / "sm80.py").write_text("y = 3\n")
+        cache_module.compiler_fingerprint.cache_clear()
+        assert cache_module.compiler_fingerprint() != before
+    finally:
+        monkeypatch.undo()
+        cache_module.compiler_fingerprint.cache_clear()
+    assert cache_module.compiler_fingerprint() == fingerprint
+
+
 def test_key_ignores_option_order_and_spelling_of_the_options_object():
     a = cache_key(SOURCE, {"block_m": 128, "stages": 2}, "sm_80")
     assert a == cache_key(SOURCE, {"stages": 2, "block_m": 128}, "sm_80")
