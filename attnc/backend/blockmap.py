@@ -9,15 +9,67 @@ keys >= N do not count. `blockmap_plan` decides the shapes and the launch, `emit
 writes the kernel, `blockmap_hooks` answers the attention kernel's mask questions
 (Note [Mask hooks] in kernel_spec.py) from the map.
 
-Note [Block map kernel]: one CTA of 128 threads per tile, grid (cdiv(N, block_n),
-cdiv(M, block_m), B * H_m) (z = b * H_m + h_m). The tile class of `attn-analyze-masks`
-comes first: a tile it proves SKIP or FULL (e.g. the upper triangle of a causal mask) is
-written without evaluating anything. Otherwise thread t walks its share of the tile,
-UNROLL elements per pass (thread t always holds the key column t % block_n when that
-divides 128, so loads that depend on j only are loop-invariant), and every warp folds the
-pass into warp-uniform `vote.any(kept)` / `vote.all(kept or out of range)`; a warp stops
-once it has seen both (the tile is MIXED whatever the rest holds). `bar.red.or/and` then
-reduce the warps and thread 0 writes the byte.
+Note [Block map kernel]: one CTA of 128 threads per TILES = 4 consecutive key blocks of
+a query block, grid (cdiv(N, 4 * block_n), cdiv(M, block_m), B * H_m) (z = b * H_m +
+h_m): a CTA per tile made the launch itself the cost (32768 CTAs at B = 4, M = N = 8192,
+128x64: 21 us on an H200 with no work in them), and the first two steps need one warp
+per tile. Warp w takes key block 4 * blockIdx.x + w:
+
+1. The tile class of `attn-analyze-masks`: a tile it proves SKIP or FULL (e.g. the upper
+   triangle of a causal mask) is decided without evaluating anything.
+2. For the tiles it leaves MIXED, Note [Tile intervals] and Note [Sampled elements].
+3. The tiles still undecided are walked element by element, one after the other by the
+   whole CTA (their bits reach every thread through one `bar.red.popc`: warp w's lanes
+   0 .. 2^w - 1 vote for its tile). Thread t walks its share of the tile, UNROLL elements
+   per pass (thread t always holds the key column t % block_n when that divides 128, so
+   loads that depend on j only are loop-invariant), and every warp folds the pass into
+   warp-uniform `vote.any(kept)` / `vote.all(kept or out of range)`; a warp stops once it
+   has seen both (the tile is MIXED whatever the rest holds). `bar.red.or/and` then
+   reduce the warps and thread 0 writes the byte.
+
+Lane 0 of warp w writes the byte of a tile decided by step 1 or 2.
+
+Note [Tile intervals]: proving a tile SKIP element by element needs all of its
+block_m * block_n elements (the whole lower triangle of a documents mask, 8192 per
+128x64 tile), so a tile the static class leaves MIXED is first evaluated once on
+intervals (blockmap_intervals.py): b and h are points, i the tile's rows [m_lo, m_hi - 1]
+and j its keys [n_lo, n_hi - 1] (m_hi, n_hi already clamped to M, N: rows and keys out
+of range are not in the box, as the element walk does not count them), every i32 an
+interval and every i1 a (may be true, may be false) pair, each operation by a sound
+transfer function (Note [Interval transfer functions]). A param read is the [min, max]
+of the tensor over its clamped index box, walked by the tile's warp (RANGE_UNROLL loads
+per lane and trip, `redux.sync.min/max`: no shared memory, no barrier), TOP past
+PARAM_CAP elements. If the mask may be true nowhere the tile is SKIP, if it may be false
+nowhere FULL, and only otherwise the element walk runs: so the map is exactly what the
+element walk alone gives. For documents, doc[b, i] over the rows and doc[b, j] over the
+keys give SKIP for a tile whose two id ranges do not overlap and FULL for one that lies
+in one document (below the diagonal); the tiles that straddle a document boundary are
+MIXED, which Note [Sampled elements] proves. Whether a variant has the interval step is
+decided at compile time (`BlockMapPlan.intervals`): a region with an operation the
+evaluator does not model (floats, f32 params, ...) has only the samples in step 2.
+
+Note [Sampled elements]: intervals prove SKIP and FULL, never MIXED; but two concrete
+elements of a tile, one kept and one dropped, do. So in step 2 lane l of the tile's warp
+also evaluates the mask (`emit_mask`, as the element walk does) at row l // 4 of 8 and
+column l % 4 of 4 spread evenly over the tile, corners included, and `vote.any` of kept
+and of dropped together prove MIXED. A tile crossed by one boundary (the diagonal, a
+document start in its rows or its keys, a window's edge) has corners on both sides of
+it, so only the tiles whose samples all agree while the intervals cannot decide them are
+left to the element walk. The samples' loads are issued with the first trips of the
+interval walks, before any value is used (Note [Loads first]).
+
+Measured on an H200 (B = 4, M = N = 8192, 128x64, documents of 1000 tokens): the map
+took 87 us with the element walk alone, 22 us with one CTA per tile and the intervals,
+9.3 us as above (the same whatever the documents' length).
+
+Note [Full range from the map]: the attention kernel's `kv_range` (blockmap_hooks) scans
+the map's row of its query block, each lane every 32nd block (all warps alike), for the
+first and last non-SKIP blocks and for the FULL ones: their first, last + 1 and count,
+reduced over the warp by redux.sync min/max/add. When the FULL blocks form one
+contiguous run (count == last + 1 - first) it is the full range, whose blocks the kernel
+then computes without keep() and without asking tile_partial; otherwise (none, or
+several runs) the full range is empty and every block is asked, as before. Either way
+lo <= full_lo <= full_hi <= hi.
 
 Note [Block map ABI]: the runtime owns the map, a scratch buffer it zeroes before the
 launches and passes by name to every kernel that lists it. The attention kernel lists it
@@ -37,6 +89,7 @@ from mlir import ir
 from mlir.dialects import arith, gpu, llvm, nvvm, scf
 
 from attnc.analysis.to_arith import inline_function
+from attnc.backend.blockmap_intervals import Ival, TileIntervals, WarpRange, point, unsupported
 from attnc.backend.kernel_spec import ExtraParam, KvCtx, KvRange
 from attnc.backend.nvgpu_builders import Emit, GlobalPtr
 from attnc.errors import AttncError
@@ -47,6 +100,9 @@ from attnc.passes.analyze_masks import mask_functions
 SCRATCH = "blockmap"
 SKIP, MIXED, FULL = 0, 1, 2
 THREADS = 128
+TILES = THREADS // 32        # tiles per CTA: one per warp for the static and interval steps
+SAMPLE_COLS = 4              # lane l samples row l // 4 of 8 and column l % 4 of 4 of its tile
+_UNDECIDED = 3               # a tile left to the element walk (never written)
 UNROLL = 4                   # elements per thread between two warp votes
 
 DimValue = str | int
@@ -64,6 +120,7 @@ class BlockMapPlan:
     seq_k: DimValue
     dims: tuple[str, ...]            # every symbolic dim, passed as i32 in this order
     params: tuple[Tensor, ...]       # the param tensors the mask reads (frontend Tensors)
+    intervals: bool = False          # whether tiles go through Note [Tile intervals]
 
     @property
     def symbol(self) -> str:
@@ -95,7 +152,7 @@ class BlockMapPlan:
         z = [self.batch] + ([self.heads] if self.per_head else [])
         return {"name": "blockmap", "symbol": self.symbol, "block": [THREADS, 1, 1],
                 "dynamic_smem_bytes": 0,
-                "grid": [[_cdiv_factor(self.seq_k, self.block_n)],
+                "grid": [[_cdiv_factor(self.seq_k, self.block_n * TILES)],
                          [_cdiv_factor(self.seq_q, self.block_m)], z],
                 "params": self.kernel_params}
 
@@ -119,7 +176,7 @@ def blockmap_plan(result, block_m: int, block_n: int) -> BlockMapPlan:
     params = tuple(p for k, p in enumerate(variant.params) if k in read)
     return BlockMapPlan(variant.name, block_m, block_n, _uses(block, block.arguments[1]),
                         variant.batch, variant.heads, variant.seq_q, variant.seq_k,
-                        tuple(variant.dims), params)
+                        tuple(variant.dims), params, unsupported(block, variant.params) is None)
 
 
 def _attention(result) -> ir.Operation:
@@ -253,9 +310,18 @@ def build_blockmap_module(plan: BlockMapPlan, result) -> ir.Module:
     return module
 
 
+@dataclass(frozen=True)
+class _Tile:
+    """A tile's rows [m_lo, m_hi) and keys [n_lo, n_hi) (i32; the his clamped to M, N)."""
+    m_lo: ir.Value
+    m_hi: ir.Value
+    n_lo: ir.Value
+    n_hi: ir.Value
+
+
 class _BlockMapKernel:
     def __init__(self, plan: BlockMapPlan, op: ir.Operation, variant, args: dict):
-        self.plan, self.op, self.args = plan, op, args
+        self.plan, self.op, self.args, self.variant = plan, op, args, variant
         self.e = e = Emit({d: args[d] for d in plan.dims})
         self.read_param = ParamReader(e, variant.params, lambda name: args[_ptr_key(name)],
                                       lambda name, axis: args[_stride_key(name, axis)])
@@ -266,40 +332,99 @@ class _BlockMapKernel:
     def emit(self) -> None:
         e, s = self.e, self.plan
         self.tid = nvvm.read_ptx_sreg_tid_x(e.i32)
-        n_block, m_block = nvvm.read_ptx_sreg_ctaid_x(e.i32), nvvm.read_ptx_sreg_ctaid_y(e.i32)
+        warp, lane = e.div(self.tid, 32), e.and_(self.tid, 31)
+        group, m_block = nvvm.read_ptx_sreg_ctaid_x(e.i32), nvvm.read_ptx_sreg_ctaid_y(e.i32)
         z = nvvm.read_ptx_sreg_ctaid_z(e.i32)
         if s.per_head:
             self.b, self.h = e.div(z, self._size(s.heads)), e.rem(z, self._size(s.heads))
         else:
             self.b, self.h = z, e.c32(0)
-        self.m_lo, self.n_lo = e.mul(m_block, s.block_m), e.mul(n_block, s.block_n)
+        n_blocks = e.cdiv(self._size(s.seq_k), s.block_n)
+        # One byte per tile, rows of n_blocks per m_block (gridDim.y).
+        wide = e.to_i64
+        row = e.mul(e.add(e.mul(wide(z), wide(nvvm.read_ptx_sreg_nctaid_y(e.i32))), wide(m_block)),
+                    wide(n_blocks))
+        self.row = GlobalPtr(e, self.args[SCRATCH], 8).offset(row)
+        self.m_lo = e.mul(m_block, s.block_m)
         self.m_hi = e.min(e.add(self.m_lo, s.block_m), self._size(s.seq_q))
-        self.n_hi = e.min(e.add(self.n_lo, s.block_n), self._size(s.seq_k))
-        static = self._static_class()
-        branch = scf.IfOp(e.eq(static, MIXED), [e.i32], has_else=True)
+        first = e.mul(group, TILES)
+
+        # Steps 1 and 2 (Note [Block map kernel]) for this warp's tile, warp-uniform.
+        n_block = e.add(first, warp)
+        exists = e.lt(n_block, n_blocks)
+        tile = self._tile(n_block)
+        static = self._static_class(tile)
+        branch = scf.IfOp(e.land(exists, e.eq(static, MIXED)), [e.i32], has_else=True)
         with ir.InsertionPoint(branch.then_block):
-            scf.yield_([self._evaluate()])
+            scf.yield_([self._warp_class(tile, lane)])
         with ir.InsertionPoint(branch.else_block):
             scf.yield_([static])
-        # One byte per tile, rows of n_blocks (gridDim.x) per m_block (gridDim.y).
-        wide = e.to_i64
-        m_blocks, n_blocks = nvvm.read_ptx_sreg_nctaid_y(e.i32), nvvm.read_ptx_sreg_nctaid_x(e.i32)
-        row = e.add(e.mul(wide(z), wide(m_blocks)), wide(m_block))
-        index = e.add(e.mul(row, wide(n_blocks)), wide(n_block))
-        first = scf.IfOp(e.eq(self.tid, 0))
-        with ir.InsertionPoint(first.then_block):
-            ptr = GlobalPtr(e, self.args[SCRATCH], 8).offset(index).ptr
-            llvm.store(arith.trunci(_i8(), branch.results[0]), ptr)
+        cls = branch.results[0]
+        undecided = e.land(exists, e.eq(cls, _UNDECIDED))
+        decided = scf.IfOp(e.land(e.land(exists, e.xor(undecided, e.true())), e.eq(lane, 0)))
+        with ir.InsertionPoint(decided.then_block):
+            self._store(n_block, cls)
             scf.yield_([])
 
-    def _static_class(self) -> ir.Value:
+        # The undecided tiles, one after the other by the whole CTA: bit w of `pending` is
+        # warp w's (warp w's lanes 0 .. 2^w - 1 count in the popc).
+        vote = e.land(undecided, e.lt(lane, e.shl(1, warp)))
+        pending = nvvm.BarrierOp(e.i32, reductionOp=nvvm.BarrierReduction.POPC,
+                                 reductionPredicate=arith.extui(e.i32, vote)).result
+        walk = scf.ForOp(e.c32(0), e.c32(TILES), e.c32(1))
+        with ir.InsertionPoint(walk.body):
+            w = walk.induction_variable
+            todo = scf.IfOp(_ne(e, e.and_(e.shr(pending, w), 1), 0))
+            with ir.InsertionPoint(todo.then_block):
+                n_block = e.add(first, w)
+                result = self._evaluate(self._tile(n_block))
+                writer = scf.IfOp(e.eq(self.tid, 0))
+                with ir.InsertionPoint(writer.then_block):
+                    self._store(n_block, result)
+                    scf.yield_([])
+                scf.yield_([])
+            scf.yield_([])
+
+    def _tile(self, n_block) -> _Tile:
+        e, s = self.e, self.plan
+        n_lo = e.mul(n_block, s.block_n)
+        return _Tile(self.m_lo, self.m_hi, n_lo, e.min(e.add(n_lo, s.block_n), self._size(s.seq_k)))
+
+    def _store(self, n_block, cls) -> None:
+        e = self.e
+        llvm.store(arith.trunci(_i8(), cls), self.row.offset(e.to_i64(n_block)).ptr)
+
+    def _static_class(self, t: _Tile) -> ir.Value:
         """attn-analyze-masks' class of the tile: SKIP and FULL are proofs, MIXED a maybe."""
         functions = mask_functions(self.op)
         if functions.tile_class is None:
             return self.e.c32(MIXED)
-        args = [self.m_lo, self.m_hi, self.n_lo, self.n_hi, self.b, self.h,
+        args = [t.m_lo, t.m_hi, t.n_lo, t.n_hi, self.b, self.h,
                 *(self.e.dim(d) for d in functions.dims)]
         return inline_function(functions.tile_class, args)[0]
+
+    def _warp_class(self, t: _Tile, lane) -> ir.Value:
+        """The class of a tile the static class leaves MIXED, or _UNDECIDED, by its warp
+        (warp-uniform): SKIP when the mask may be true nowhere in the tile's box, FULL when
+        it may be false nowhere (Note [Tile intervals]), MIXED when two of the 32 sampled
+        elements (Note [Sampled elements]) differ."""
+        e = self.e
+        block = region_block(self.op, MASK_MOD)
+        # The samples' loads first, then the walks' (Note [Loads first]), then their uses.
+        i, j = sample_element(e, t.m_lo, t.m_hi, t.n_lo, t.n_hi, lane)
+        kept = emit_mask(e, block, [self.b, self.h, i, j], self.read_param)
+        truth = None
+        if self.plan.intervals:
+            ranges = WarpRange(e, self.variant.params, self.read_param, lane, 32,
+                               lambda x, kind: _redux(e, x, getattr(nvvm.ReduxKind, kind.upper())))
+            box = [point(self.b), point(self.h), Ival(t.m_lo, e.sub(t.m_hi, 1)),
+                   Ival(t.n_lo, e.sub(t.n_hi, 1))]
+            truth = TileIntervals(e, block, ranges).truth(box)
+        mixed = e.land(_vote(e, kept, "any"), _vote(e, e.xor(kept, e.true()), "any"))
+        cls = e.select(mixed, MIXED, e.c32(_UNDECIDED))
+        if truth is None:
+            return cls
+        return e.select(truth.may_true, e.select(truth.may_false, cls, FULL), e.c32(SKIP))
 
     def _element(self, k):
         """Row and column in the tile of this thread's element k."""
@@ -310,8 +435,8 @@ class _BlockMapKernel:
         flat = e.add(e.mul(k, THREADS), self.tid)
         return e.div(flat, s.block_n), e.rem(flat, s.block_n)
 
-    def _evaluate(self) -> ir.Value:
-        """The class of a tile from its elements (Note [Block map kernel])."""
+    def _evaluate(self, t: _Tile) -> ir.Value:
+        """The class of a tile from its elements, by the whole CTA (Note [Block map kernel])."""
         e, s = self.e, self.plan
         passes = s.block_m * s.block_n // (THREADS * UNROLL)
         loop = scf.WhileOp([e.i32, e.i1, e.i1], [e.c32(0), _false(e), e.true()])
@@ -325,7 +450,7 @@ class _BlockMapKernel:
             k, any_kept, all_kept = after.arguments
             some, every = _false(e), e.true()
             for u in range(UNROLL):
-                kept, counts = self._keep(e.add(e.mul(k, UNROLL), u))
+                kept, counts = self._keep(t, e.add(e.mul(k, UNROLL), u))
                 some = e.or_(some, e.land(counts, kept))
                 every = e.land(every, e.or_(e.xor(counts, e.true()), kept))
             scf.yield_([e.add(k, 1), e.or_(any_kept, _vote(e, some, "any")),
@@ -334,14 +459,25 @@ class _BlockMapKernel:
         all_kept = _cta_reduce(e, loop.results[2], "and")
         return e.select(any_kept, e.select(all_kept, FULL, e.c32(MIXED)), e.c32(SKIP))
 
-    def _keep(self, k):
+    def _keep(self, t: _Tile, k):
         """(mask_mod at element k, whether that element is inside [0, M) x [0, N))."""
         e = self.e
         row, col = self._element(k)
-        i, j = e.add(self.m_lo, row), e.add(self.n_lo, col)
-        counts = e.land(e.lt(i, self.m_hi), e.lt(j, self.n_hi))
+        i, j = e.add(t.m_lo, row), e.add(t.n_lo, col)
+        counts = e.land(e.lt(i, t.m_hi), e.lt(j, t.n_hi))
         keep = emit_mask(e, region_block(self.op, MASK_MOD), [self.b, self.h, i, j], self.read_param)
         return keep, counts
+
+
+def sample_element(e: Emit, m_lo, m_hi, n_lo, n_hi, lane) -> tuple[ir.Value, ir.Value]:
+    """(i, j) of lane's sampled element of the tile [m_lo, m_hi) x [n_lo, n_hi) (Note
+    [Sampled elements]): row lane // 4 of 8 and column lane % 4 of 4, evenly spread from
+    the first to the last row and key, so lanes 0, 3, 28 and 31 hold the corners."""
+    rows, cols = e.sub(m_hi, m_lo), e.sub(n_hi, n_lo)
+    r, c = e.div(lane, SAMPLE_COLS), e.rem(lane, SAMPLE_COLS)
+    i = e.add(m_lo, e.div(e.mul(r, e.sub(rows, 1)), 32 // SAMPLE_COLS - 1))
+    j = e.add(n_lo, e.div(e.mul(c, e.sub(cols, 1)), SAMPLE_COLS - 1))
+    return i, j
 
 
 def _ne(e: Emit, a, b) -> ir.Value:
@@ -379,24 +515,19 @@ def blockmap_param(plan: BlockMapPlan) -> ExtraParam:
 def blockmap_hooks(plan: BlockMapPlan):
     """(kv_range, tile_partial, extra_params) for the attention kernel (Note [Mask hooks]
     in kernel_spec.py), reading the map (Note [Block map ABI]): kv_range visits the first
-    to the last non-SKIP block of the query block's row, with an empty full range so that
-    tile_partial (class != FULL) is asked about every block; `blockmap_skip(plan)` is the
-    `tile_skip` hook for the SKIP blocks left inside (without it they are correct as
-    partial blocks: keep() drops all of their elements)."""
+    to the last non-SKIP block of the query block's row, with the row's FULL blocks as the
+    full range when they are one contiguous run (Note [Full range from the map]), else an
+    empty one; tile_partial (class != FULL) is asked about every block outside it;
+    `blockmap_skip(plan)` is the `tile_skip` hook for the SKIP blocks left inside (without
+    it they are correct as partial blocks: keep() drops all of their elements)."""
 
     def kv_range(e: Emit, c: KvCtx) -> KvRange:
         row, n_blocks = _map_row(e, plan, c)
         lane = e.and_(nvvm.read_ptx_sreg_tid_x(e.i32), 31)
-        # Each lane scans every 32nd block of the row; the warp reduces (all warps alike).
-        scan = scf.ForOp(lane, n_blocks, e.c32(32), [n_blocks, e.c32(0)])
-        with ir.InsertionPoint(scan.body):
-            n = scan.induction_variable
-            lo, hi = scan.inner_iter_args
-            visit = _ne(e, _load_class(e, row, n), SKIP)
-            scf.yield_([e.select(visit, e.min(lo, n), lo), e.select(visit, e.add(n, 1), hi)])
-        hi = _redux(e, scan.results[1], nvvm.ReduxKind.MAX)
-        lo = e.min(_redux(e, scan.results[0], nvvm.ReduxKind.MIN), hi)
-        return KvRange(lo, lo, lo, hi)
+        scan = scan_row(e, lambda n: _load_class(e, row, n), lane, 32, n_blocks)
+        reduced = [_redux(e, x, getattr(nvvm.ReduxKind, kind)) for x, kind in
+                   zip(scan, ("MIN", "MAX", "MIN", "MAX", "ADD"))]
+        return row_range(e, *reduced)
 
     def tile_partial(e: Emit, c: KvCtx, n_block) -> ir.Value:
         row, _ = _map_row(e, plan, c)
@@ -405,6 +536,34 @@ def blockmap_hooks(plan: BlockMapPlan):
     kv_range.__qualname__ = f"{_tag(plan)}.kv_range"
     tile_partial.__qualname__ = f"{_tag(plan)}.tile_partial"
     return kv_range, tile_partial, (blockmap_param(plan),)
+
+
+def scan_row(e: Emit, load_class, lane, lanes: int, n_blocks) -> list[ir.Value]:
+    """One lane's share of the row scan of `kv_range` (Note [Full range from the map]):
+    blocks lane, lane + lanes, ... below n_blocks, `load_class(n)` giving the class (i32)
+    of block n. Returns (lo, hi, full_lo, full_hi, full_count) of this lane's blocks: the
+    first and last + 1 non-SKIP block (n_blocks, 0 when none), the same of the FULL
+    blocks, and how many are FULL; the warp then reduces them by min, max, min, max, add."""
+    scan = scf.ForOp(lane, n_blocks, e.c32(lanes), [n_blocks, e.c32(0), n_blocks, e.c32(0), e.c32(0)])
+    with ir.InsertionPoint(scan.body):
+        n = scan.induction_variable
+        lo, hi, full_lo, full_hi, count = scan.inner_iter_args
+        cls = load_class(n)
+        visit, full = _ne(e, cls, SKIP), e.eq(cls, FULL)
+        scf.yield_([e.select(visit, e.min(lo, n), lo), e.select(visit, e.add(n, 1), hi),
+                    e.select(full, e.min(full_lo, n), full_lo), e.select(full, e.add(n, 1), full_hi),
+                    e.add(count, arith.extui(e.i32, full))])
+    return list(scan.results)
+
+
+def row_range(e: Emit, lo, hi, full_lo, full_hi, count) -> KvRange:
+    """The KvRange of a row from its reduced scan (`scan_row`): the blocks from the first
+    to the last non-SKIP one, and as the full range the FULL blocks when they are one
+    contiguous run (count == full_hi - full_lo), else an empty one at lo. Always
+    lo <= full_lo <= full_hi <= hi (FULL blocks are visited ones)."""
+    lo = e.min(lo, hi)
+    run = e.land(e.gt(count, 0), e.eq(count, e.sub(full_hi, full_lo)))
+    return KvRange(lo, e.select(run, full_lo, lo), e.select(run, full_hi, lo), hi)
 
 
 def blockmap_skip(plan: BlockMapPlan):

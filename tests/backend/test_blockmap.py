@@ -16,6 +16,7 @@ from mlir.dialects import func
 from attnc.backend import cubin, ptx
 from attnc.backend.blockmap import (BlockMapPlan, ParamReader, blockmap_hooks, blockmap_plan,
                                     blockmap_skip, build_blockmap_module, emit_mask)
+from attnc.backend.blockmap_intervals import RANGE_UNROLL
 from attnc.backend.bundle import code_files, variant_manifest
 from attnc.backend.kernel_spec import KvCtx, default_sm80_spec
 from attnc.backend.nvgpu_builders import Emit
@@ -65,7 +66,7 @@ def test_docs_sink_plan_has_one_head_slot_and_reads_doc_only():
     assert plan.kernel == {
         "name": "blockmap", "symbol": "attnc_docs_sink_blockmap", "block": [128, 1, 1],
         "dynamic_smem_bytes": 0,
-        "grid": [[["cdiv", "N", 64]], [["cdiv", "M", 128]], ["B"]],
+        "grid": [[["cdiv", "N", 256]], [["cdiv", "M", 128]], ["B"]],        # 4 key blocks a CTA
         "params": [plan.scratch,
                    {"kind": "dim", "name": "B", "type": "i32"}, {"kind": "dim", "name": "H", "type": "i32"},
                    {"kind": "dim", "name": "M", "type": "i32"}, {"kind": "dim", "name": "N", "type": "i32"},
@@ -85,7 +86,7 @@ def test_fixed_sequence_lengths_give_constant_factors():
     plan = blockmap_plan(compiled(variant("doc[b, i] == doc[b, j]", "param doc: i32[B, 1500]",
                                           q_seq="1000", k_seq="1500")), 128, 64)
     assert plan.scratch == scratch("B", 1, 8, 24)
-    assert plan.kernel["grid"][:2] == [[24], [8]]
+    assert plan.kernel["grid"][:2] == [[6], [8]]                  # 24 key blocks, 4 a CTA
 
 
 def test_refusals():
@@ -120,7 +121,7 @@ def test_the_runtime_sizes_the_scratch_and_launches_the_map_first():
                          v=FakeTensor((B, H, N, 64), "bf16"), doc=FakeTensor((B, N), "i32"),
                          sinks=FakeTensor((H,), "f32"))
     assert launch.scratch == {"blockmap": B * 1 * 8 * 16}
-    assert launch.grids == ((16, 8, B), (8, H, B))
+    assert launch.grids == ((4, 8, B), (8, H, B))                 # 16 key blocks, 4 a CTA
 
 
 def test_a_scratch_sized_differently_by_the_attention_kernel_is_refused():
@@ -157,10 +158,15 @@ def test_kernel_assembles_for_sm80_without_spills(source, block_m, block_n):
 
 def test_doc_of_the_key_column_is_loaded_once_per_thread():
     """Thread t holds key column t % 64: doc[b, j] is hoisted out of the tile walk, so the
-    loop loads doc[b, i] only, UNROLL = 4 times per pass."""
+    loop loads doc[b, i] only, UNROLL = 4 times per pass. (Before it, each warp's step 2
+    loads doc[b, i] and doc[b, j] at its sampled element, and walks both over the tile:
+    RANGE_UNROLL loads in the first trip of each, straight-line, and as many in each
+    one's loop of further trips.)"""
     text, _ = kernel_ptx(DOCS_SINK, 128, 64)
-    loop = re.search(r"\$L__BB0_\d+:\n(.*?)bra", text, re.S).group(1)
-    assert text.count("ld.global.b32") == 5 and loop.count("ld.global.b32") == 4
+    loops = re.findall(r"\$L__BB0_\d+:\n(.*?)bra", text, re.S)
+    walk = [body for body in loops if "vote.sync.all" in body]
+    assert len(walk) == 1 and walk[0].count("ld.global.b32") == 4
+    assert text.count("ld.global.b32") == 5 + 2 + 4 * RANGE_UNROLL
 
 
 def test_the_static_tile_class_comes_first():
@@ -210,6 +216,7 @@ def test_hooks_build_into_the_sm80_kernel():
     usage = cubin.resource_usage(text, "sm_80")[spec.symbol]
     assert not usage.spills, usage
     assert "redux.sync.min.s32" in text and "redux.sync.max.s32" in text
+    assert "redux.sync.add.s32" in text                    # the count of FULL blocks (the full range)
     assert "ld.global.b8" in text                          # the row scan, and tile_partial in the loop
 
 
