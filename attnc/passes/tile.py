@@ -78,6 +78,7 @@ class ProblemShape:
     dtype: str
     masked: bool
     params: bool = False      # a hook reads param tensors
+    mask_params: bool = False  # mask_mod reads param tensors (a block map decides its tiles)
 
 
 def _shape_of(op) -> ProblemShape:
@@ -87,8 +88,15 @@ def _shape_of(op) -> ProblemShape:
 
     params = "params" in op.attributes and len(ir.ArrayAttr(op.attributes["params"])) > 0
     params = params and _reads_params_per_element(op)
+    masked = get_bool(op, "has_mask_mod")
     return ProblemShape(get_int(op, "head_dim_qk"), get_int(op, "head_dim_v"),
-                        get_str(op, "dtype"), get_bool(op, "has_mask_mod"), params)
+                        get_str(op, "dtype"), masked, params, masked and _mask_reads_params(op))
+
+
+def _mask_reads_params(op) -> bool:
+    from attnc.ir import MASK_MOD, PARAM, region_block
+
+    return any(inner.name == PARAM for inner in region_block(op, MASK_MOD).operations)
 
 
 def _reads_params_per_element(op) -> bool:
@@ -143,6 +151,8 @@ def table_choice(target: str, shape: ProblemShape) -> TileConfig:
         config = dataclasses.replace(config, block_n=row.block_n_masked)
     if shape.params and row.block_n_params is not None:
         config = dataclasses.replace(config, block_n=min(config.block_n, row.block_n_params))
+    if shape.mask_params and row.block_m_mask_params is not None:
+        config = dataclasses.replace(config, block_m=row.block_m_mask_params)
     return config
 
 

@@ -26,6 +26,7 @@ class TableRow:
     config: TileConfig
     block_n_masked: int | None = None     # block_n when the variant has a mask_mod
     block_n_params: int | None = None     # block_n at most, when the variant takes param tensors
+    block_m_mask_params: int | None = None  # block_m when mask_mod reads params (a block map)
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,12 @@ TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
         # (20 to 1700 bytes in nvJitLink's report); 64 keys are spill-free. Only params read
         # at an index that depends on i or j count (tile.py): ALiBi's slopes[h], loaded once
         # per CTA, keeps 128x128 (3.64 ms against 4.02 at 128x64 on an H200, bench_variants).
-        (64, 64): TableRow(TileConfig(128, 128, stages=2, num_warps=4), block_n_params=64),
+        # A mask that reads params (documents) is there to drop work: 64-row query blocks
+        # follow its boundaries more tightly (documents of 1000 + causal, M = N = 8192:
+        # 0.722 ms at 64x64 against 0.834 at 128x64, results/profile_variants_h200.json;
+        # at head dim 128, 128x64 stays ahead: 0.613 against 0.720).
+        (64, 64): TableRow(TileConfig(128, 128, stages=2, num_warps=4), block_n_params=64,
+                           block_m_mask_params=64),
         (96, 96): TableRow(TileConfig(128, 64, stages=2, num_warps=4)),
         (128, 128): TableRow(TileConfig(128, 64, stages=2, num_warps=4)),
         (256, 256): TableRow(TileConfig(64, 64, stages=2, num_warps=4)),

@@ -21,7 +21,7 @@ def test_every_table_choice_is_buildable(target):
     """Every (head_dim_qk, head_dim_v) pair the language allows, masked or not,
     gets a tile that passes the target's checks (choose_tile raises otherwise)."""
     for qk, v, masked, params in itertools.product(HEAD_DIMS, HEAD_DIMS, (False, True), (False, True)):
-        shape = ProblemShape(qk, v, "bf16", masked, params)
+        shape = ProblemShape(qk, v, "bf16", masked, params, mask_params=masked and params)
         config = choose_tile(target, shape, {})
         assert smem_bytes(TARGET_LIMITS[target], shape, config) <= TARGET_LIMITS[target].smem_bytes
 
@@ -30,7 +30,7 @@ def test_the_documented_choices():
     shape = lambda hd, masked=False: ProblemShape(hd, hd, "bf16", masked)  # noqa: E731
     pick = lambda t, s: tuple(vars(choose_tile(t, s, {})).values())  # noqa: E731
     # (block_m, block_n, stages, num_warps, q_tiles)
-    # FA2 takes 128x128 at head dim 64 on A100; the sm_80 kernel spills there, so 128x64.
+    # FA2's 128x128 at head dim 64 (spill-free here), 128x64 at 96 and 128.
     assert pick("sm_80", shape(64)) == (128, 128, 2, 4, 1)
     assert pick("sm_80", shape(96)) == (128, 64, 2, 4, 1)
     assert pick("sm_80", shape(128)) == (128, 64, 2, 4, 1)
@@ -38,6 +38,9 @@ def test_the_documented_choices():
     # Hooks reading param tensors: 64-key blocks at head dim 64 (128 spills), others unchanged.
     assert pick("sm_80", ProblemShape(64, 64, "bf16", True, params=True)) == (128, 64, 2, 4, 1)
     assert pick("sm_80", ProblemShape(128, 128, "bf16", False, params=True)) == (128, 64, 2, 4, 1)
+    # A mask reading params (documents): 64-row query blocks at head dim 64 only.
+    assert pick("sm_80", ProblemShape(64, 64, "bf16", True, True, mask_params=True)) == (64, 64, 2, 4, 1)
+    assert pick("sm_80", ProblemShape(128, 128, "bf16", True, True, mask_params=True)) == (128, 64, 2, 4, 1)
     assert pick("sm_90a", ProblemShape(64, 64, "bf16", False, params=True)) == (128, 128, 2, 12, 1)
     assert pick("sm_90a", shape(64)) == (128, 128, 2, 12, 1)
     assert pick("sm_90a", shape(128)) == (128, 176, 2, 12, 1)
