@@ -90,11 +90,12 @@ from mlir.dialects import arith, gpu, llvm, nvvm, scf
 
 from attnc.analysis.to_arith import inline_function
 from attnc.backend.blockmap_intervals import Ival, TileIntervals, WarpRange, point, unsupported
+from attnc.backend.hooks import RegionCode
 from attnc.backend.kernel_spec import ExtraParam, KvCtx, KvRange
 from attnc.backend.nvgpu_builders import Emit, GlobalPtr
 from attnc.errors import AttncError
 from attnc.frontend.variant import Tensor
-from attnc.ir import DIM, MASK_MOD, PARAM, YIELD, attention_ops, error_at, get_bool, region_block
+from attnc.ir import MASK_MOD, PARAM, attention_ops, error_at, get_bool, region_block
 from attnc.passes.analyze_masks import mask_functions
 
 SCRATCH = "blockmap"
@@ -202,36 +203,33 @@ def _param_index(tensor: ir.Value) -> int:
 # ---------------------------------------------------------------- mask_mod as code
 
 def emit_mask(e: Emit, block: ir.Block, args, read_param) -> ir.Value:
-    """The i1 the mask region yields for `args` (b, h, i, j), its ops cloned at the
-    insertion point: `attn.dim` -> `e.dim(name)`, `attn.param(%t, idx...)` ->
-    `read_param(index of t among the params, idx)`, floor division expanded."""
-    env = dict(zip(block.arguments, args))
-    for op in _ops(block):
-        operands = [env.get(v, v) for v in op.operands]
-        if op.name == YIELD:
-            return operands[0]
-        with op.location:
-            if op.name == DIM:
-                value = e.dim(ir.StringAttr(op.attributes["name"]).value)
-            elif op.name == PARAM:
-                value = read_param(_param_index(op.operands[0]), operands[1:])
-            elif op.name == "arith.floordivsi":
-                value = _floordiv(e, *operands)
-            else:
-                value = ir.Operation.create(
-                    op.name, results=[r.type for r in op.results], operands=operands,
-                    attributes={name: op.attributes[name] for name in op.attributes}).result
-        env[op.result] = value
-    raise AttncError("the mask_mod region has no terminator")
+    """The i1 the mask region yields for `args` (b, h, i, j), compiled at the insertion
+    point exactly as the attention kernel's keep() is (hooks.RegionCode: floor division
+    expanded, float constants folded, the same division), so that the map and the kernel
+    never disagree about an element; `attn.dim` -> `e.dim(name)`, `attn.param(%t, idx...)`
+    -> `read_param(index of t among the params, idx)`."""
+    return _MaskRegion(block, read_param)(e, *args)
 
 
-def _floordiv(e: Emit, a, b):
-    """Python's a // b, and 0 for b == 0 as attnc.ir.interp (the NVPTX lowering has no
-    arith.floordivsi): truncate, then step down when the remainder's sign differs from b's."""
-    q = arith.divsi(a, b)
-    r = e.sub(a, e.mul(q, b))
-    down = e.land(_ne(e, r, 0), e.lt(e.xor(r, b), 0))
-    return e.select(e.eq(b, 0), 0, e.sub(q, arith.extui(e.i32, down)))
+class _MapNames:
+    """How the mask region's names resolve in the block-map kernel (hooks.KernelNames'
+    reading half): every dim is the kernel's own i32 parameter of that name, a param
+    tensor is known by its index among the variant's params."""
+
+    def param_of(self, tensor: ir.Value) -> int:
+        return _param_index(tensor)
+
+    def dim(self, e: Emit, name: str) -> ir.Value:
+        return e.dim(name)
+
+
+class _MaskRegion(RegionCode):
+    def __init__(self, block: ir.Block, read_param):
+        super().__init__(block, _MapNames())
+        self.read_param = read_param
+
+    def _param(self, e: Emit, index: int, indices: list) -> ir.Value:
+        return self.read_param(index, indices)
 
 
 class ParamReader:
