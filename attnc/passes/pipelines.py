@@ -27,6 +27,7 @@ _PLAN = [
     ("attn-alloc-smem", {}),
     ("attn-alloc-tmem", {}),
     ("attn-insert-pipelines", {}),
+    ("attn-verify-pipeline", {}),
 ]
 
 PIPELINES: dict[str, list[tuple[str, dict[str, str]]]] = {

@@ -47,6 +47,7 @@ BUILTIN: dict[str, str] = {
     "attn-alloc-smem": "attnc.passes.alloc_smem:AllocSmem",
     "attn-alloc-tmem": "attnc.passes.alloc_tmem:AllocTmem",
     "attn-insert-pipelines": "attnc.passes.insert_pipelines:InsertPipelines",
+    "attn-verify-pipeline": "attnc.passes.verify_pipeline:VerifyPipeline",
     "attn-lower-sm80": "attnc.passes.lower_sm80:LowerSm80",
 }
 

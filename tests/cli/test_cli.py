@@ -62,7 +62,7 @@ def test_missing_file():
 
 
 PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-warp-specialize", "attn-alloc-smem",
-            "attn-alloc-tmem", "attn-insert-pipelines"]
+            "attn-alloc-tmem", "attn-insert-pipelines", "attn-verify-pipeline"]
 
 
 def test_compile_print_ir_after_all():

@@ -26,7 +26,7 @@ def _headers(text: str) -> list[str]:
 
 
 PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-warp-specialize", "attn-alloc-smem",
-            "attn-alloc-tmem", "attn-insert-pipelines"]
+            "attn-alloc-tmem", "attn-insert-pipelines", "attn-verify-pipeline"]
 
 
 def _buffers(text: str) -> list[tuple[str, str]]:
@@ -42,7 +42,7 @@ def test_print_ir_after_all_shows_l1_then_every_pass():
     text = out.getvalue()
     assert _headers(text) == [f"// -----// IR Dump After {stage} //----- //"
                               for stage in ["frontend", *PIPELINE]]
-    l1, tiled, masked, roles, smem, tmem, pipelined = text.split("// -----// IR Dump After ")[1:]
+    l1, tiled, masked, roles, smem, tmem, pipelined, verified = text.split("// -----// IR Dump After ")[1:]
     assert "block_m" not in l1 and 'loc("examples/gemma2.attn":7:37)' in l1
     assert 'target = "sm_100a"' in tiled and "mask_kind" not in tiled
     assert 'mask_kind = "static"' in masked and '"attn.role"' not in masked
@@ -52,6 +52,8 @@ def test_print_ir_after_all_shows_l1_then_every_pass():
     assert _buffers(tmem) == _buffers(smem) + [(f"t{b}", "tmem") for b in ("S0", "P0", "S1", "P1", "O0", "O1")]
     assert '"attn.barrier"' not in tmem and 'kind = "mbarrier"' in pipelined
     assert _buffers(pipelined) == _buffers(tmem)
+    # attn-verify-pipeline only checks: the IR after it is the IR before it
+    assert verified.split("\n", 1)[1] == pipelined.split("\n", 1)[1]
     assert [s.name for s in result.pipeline] == PIPELINE
     assert result.text in pipelined
 

@@ -42,7 +42,7 @@ def test_pipeline_syntax_errors_point_into_the_text(text, message, col):
 
 
 FULL_PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-warp-specialize", "attn-alloc-smem",
-                 "attn-alloc-tmem", "attn-insert-pipelines"]
+                 "attn-alloc-tmem", "attn-insert-pipelines", "attn-verify-pipeline"]
 
 
 def test_every_target_pipeline_is_the_full_plan():

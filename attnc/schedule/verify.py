@@ -1,0 +1,270 @@
+"""The L5 protocol as an abstract machine (design.md section 6): every mbarrier ring of a
+plan is run over enough fills to wrap it twice, in every interleaving of its processes,
+and must neither deadlock nor let a slot be overwritten before all its readers released
+it, nor read before its data landed.
+
+What the machine takes from the plan (the IR's `attn.role`, `attn.buffer`,
+`attn.barrier` ops, as a researcher may have edited them) and what from the lowering:
+
+* the plan: each barrier's `arrive_count`, `tx_bytes`, `stages` and its `arrivers` /
+  `waiters` roles; each role's warps; each channel's buffers (their bytes per slot);
+* the lowering's conduct, the facts this checks the plan against: a TMA fill is one
+  elected thread's `arrive.expect_tx(tx_bytes)` and then the copy's complete_tx of the
+  slot's real bytes (the sum over the channel's buffers of size / stages, or for an
+  alternating ring the largest); the `mma` role signals with one `tcgen05.commit`; any
+  other role arrives once per warp; a producer waits on `empty` with the phase's
+  complement (the first pass does not block), a consumer on `full` with the phase.
+
+Note [State space]: the processes of a ring are the producer side (one process, or one
+per warp) and the consumer side (likewise, over all the consumer roles); warps that run
+the same program are interchangeable, so a state keeps their program counters sorted
+(symmetry reduction). The explored states are the reachable ones, breadth first, so a
+reported deadlock or race comes with a shortest schedule that reaches it.
+
+`named` barriers (bar.sync) and cp.async groups have no ring: a named barrier's count
+must be the threads of every role that takes part, a cp.async ring must stay inside one
+role.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from attnc.schedule.alloc import Buffer
+from attnc.schedule.recipes import Role
+from attnc.schedule.sync import Barrier
+
+MAX_STATES = 2_000_000
+
+
+@dataclass(frozen=True)
+class Violation:
+    barrier: str                    # the ring's `full` barrier (or the barrier at fault)
+    message: str
+
+
+@dataclass(frozen=True)
+class _Side:
+    roles: tuple[str, ...]
+    processes: int                  # interchangeable processes on this side
+    arrivals: int                   # arrivals each process makes per phase it signals
+
+
+def verify(roles: list[Role], barriers: list[Barrier], buffers: list[Buffer],
+           alternating: dict[str, bool] | None = None) -> list[Violation]:
+    """Every violation of the plan's protocol (empty: it is sound). `alternating`: the
+    channels whose ring alternates K and V tiles in one slot (a slot holds the larger)."""
+    by_role = {r.name: r for r in roles}
+    out: list[Violation] = []
+    rings: dict[str, dict[str, Barrier]] = {}
+    for b in barriers:
+        if b.kind == "mbarrier":
+            rings.setdefault(b.channel, {})["full" if b.name.endswith("_full") else "empty"] = b
+        elif b.kind == "named":
+            threads = 32 * sum(len(by_role[r].warps) for r in _roles(b.arrivers) + _roles(b.waiters))
+            if b.arrive_count != threads:
+                outcome = "hang" if b.arrive_count > threads else "release early"
+                out.append(Violation(b.name, f"named barrier counts {b.arrive_count} threads but "
+                                             f"{b.arrivers} and {b.waiters} bring {threads}: "
+                                             f"bar.sync would {outcome}"))
+        elif b.kind == "cp.async.group" and b.arrivers != b.waiters:
+            out.append(Violation(b.name, f"cp.async groups are waited for by the thread that committed "
+                                         f"them, not by another role ({b.arrivers} -> {b.waiters})"))
+    for channel, ring in rings.items():
+        if set(ring) != {"full", "empty"}:
+            missing = ({"full", "empty"} - set(ring)).pop()
+            out.append(Violation(next(iter(ring.values())).name,
+                                 f"channel {channel!r} has no {missing} mbarrier: its ring cannot be walked"))
+            continue
+        full, empty = ring["full"], ring["empty"]
+        if (_roles(empty.arrivers), _roles(empty.waiters)) != (_roles(full.waiters), _roles(full.arrivers)):
+            out.append(Violation(empty.name, f"{empty.name} is signalled by {empty.arrivers} for "
+                                             f"{empty.waiters}, but {full.name}'s readers are {full.waiters} "
+                                             f"and its writer {full.arrivers}: the readers release the slot "
+                                             f"to the writer"))
+            continue
+        slot = _slot_bytes(channel, buffers, (alternating or {}).get(channel, False))
+        out.extend(_Ring(full, empty, by_role, slot).run())
+    return out
+
+
+def _roles(text: str) -> list[str]:
+    return [r for r in text.split(",") if r]
+
+
+def _side(roles: list[str], by_role: dict[str, Role], tma: bool) -> _Side:
+    """The lowering's conduct: TMA and tcgen05.commit arrive once, other roles once a warp."""
+    if tma or roles == ["mma"]:
+        return _Side(tuple(roles), 1, 1)
+    return _Side(tuple(roles), sum(len(by_role[r].warps) for r in roles), 1)
+
+
+def _slot_bytes(channel: str, buffers: list[Buffer], alternating: bool) -> int:
+    sizes = [b.size // b.stages for b in buffers
+             if b.channel == channel and b.space == "smem" and not b.alias_of]
+    if not sizes:
+        return 0
+    return max(sizes) if alternating else sum(sizes)
+
+
+class _Ring:
+    """One channel's full/empty ring (Note [State space]). Producer program per fill t:
+    wait empty[t % S] (parity phase ^ 1), write, arrive full (with expect_tx for TMA);
+    consumer program: wait full[t % S] (parity phase), read, arrive empty."""
+
+    def __init__(self, full: Barrier, empty: Barrier, by_role: dict[str, Role], slot_bytes: int):
+        self.full, self.empty = full, empty
+        self.stages = full.stages
+        self.fills = 2 * self.stages                # every slot used with both parities
+        self.tma = full.tx_bytes > 0
+        self.prod = _side(_roles(full.arrivers), by_role, self.tma)
+        self.cons = _side(_roles(full.waiters), by_role, False)
+        self.slot_bytes = slot_bytes if self.tma else 0
+
+    def run(self) -> list[Violation]:
+        static = self._static()
+        if static:
+            return static
+        S = self.stages
+        # state: (producer pcs, consumer pcs, per stage (arrivals, phases, pending tx) of
+        #         full and of empty, per stage (fill, writes done, releases), copies in flight)
+        start = ((0,) * self.prod.processes, (0,) * self.cons.processes,
+                 ((0, 0, 0),) * S, ((0, 0, 0),) * S, ((-1, 0, self.cons.processes),) * S, ())
+        seen = {start: None}
+        queue = deque([start])
+        while queue:
+            state = queue.popleft()
+            moves = list(self._moves(state))
+            if not moves and not self._done(state):
+                return [Violation(self.full.name, f"ring {self.full.channel!r} deadlocks: "
+                                                  f"{self._describe(state)}")]
+            for label, nxt in moves:
+                if isinstance(nxt, str):
+                    return [Violation(self.full.name, f"ring {self.full.channel!r}: {nxt} "
+                                                      f"(after {label})")]
+                if nxt not in seen:
+                    if len(seen) >= MAX_STATES:
+                        return [Violation(self.full.name, f"ring {self.full.channel!r}: more than "
+                                                          f"{MAX_STATES} states, not verified")]
+                    seen[nxt] = state
+                    queue.append(nxt)
+        return []
+
+    def _static(self) -> list[Violation]:
+        out = []
+        if self.full.stages != self.empty.stages:
+            out.append(Violation(self.full.name, f"{self.full.name} has {self.full.stages} stages, "
+                                                 f"{self.empty.name} {self.empty.stages}"))
+        if self.tma and self.full.tx_bytes != self.slot_bytes:
+            outcome = ("never complete" if self.full.tx_bytes > self.slot_bytes
+                       else "complete before the data lands")
+            out.append(Violation(self.full.name, f"{self.full.name} expects {self.full.tx_bytes} bytes "
+                                                 f"per fill but a slot of channel {self.full.channel!r} "
+                                                 f"receives {self.slot_bytes}: the phase would {outcome}"))
+        return out
+
+    def _done(self, state) -> bool:
+        prod, cons, flying = state[0], state[1], state[5]
+        return not flying and all(pc == 2 * self.fills for pc in prod + cons)
+
+    @staticmethod
+    def _phase_open(bar, parity: int) -> bool:
+        """try_wait.parity(p) passes once the phase of parity p has completed, i.e. while
+        the current phase's parity differs from p."""
+        return (bar[1] & 1) != parity
+
+    def _arrive(self, bar, count: int, tx: int = 0):
+        arrivals, phases, pending = bar
+        arrivals += 1
+        pending += tx
+        if arrivals > count:
+            return None
+        if arrivals == count and pending == 0:
+            return (0, phases + 1, 0)
+        return (arrivals, phases, pending)
+
+    def _moves(self, state):
+        prod, cons, full, empty, slots, flying = state
+        S = self.stages
+        for k, pc in enumerate(prod):
+            if pc == 2 * self.fills or (k and prod[k - 1] == pc):
+                continue                            # finished, or a twin already moved
+            t, step = divmod(pc, 2)
+            s, phase = t % S, (t // S) & 1
+            if step == 0:                           # wait empty, then write the slot
+                if not self._phase_open(empty[s], phase ^ 1):
+                    continue
+                fill, writes, released = slots[s]
+                if fill != t and released < self.cons.processes:
+                    yield f"fill {t}", (f"slot {s} is overwritten by fill {t} before all "
+                                        f"{self.cons.processes} readers of fill {fill} released it "
+                                        f"({released} did): {self.empty.name} counts "
+                                        f"{self.empty.arrive_count}")
+                    return
+                written = (t, 0 if self.tma else 1, 0) if fill != t else (t, writes + 1, released)
+                yield f"fill {t}", (_step(prod, k), cons, full, empty, _set(slots, s, written), flying)
+            else:                                   # arrive on full
+                tx = self.full.tx_bytes if self.tma else 0
+                bar = self._arrive(full[s], self.full.arrive_count, tx)
+                if bar is None:
+                    yield f"fill {t}", f"{self.full.name} gets more arrivals than its count " \
+                                       f"{self.full.arrive_count}"
+                    return
+                new_flying = tuple(sorted(flying + (s,))) if self.tma else flying
+                yield f"arrive {t}", (_step(prod, k), cons, _set(full, s, bar), empty, slots, new_flying)
+        for s in sorted(set(flying)):               # a TMA copy lands: complete_tx
+            arrivals, phases, pending = full[s]
+            pending -= self.slot_bytes
+            if pending < 0:
+                yield "a copy landed", f"{self.full.name} received more bytes than it expected"
+                return
+            complete = arrivals == self.full.arrive_count and pending == 0
+            bar = (0, phases + 1, 0) if complete else (arrivals, phases, pending)
+            fill, writes, released = slots[s]
+            rest = list(flying)
+            rest.remove(s)
+            yield f"copy {fill} landed", (prod, cons, _set(full, s, bar), empty,
+                                          _set(slots, s, (fill, writes + 1, released)), tuple(rest))
+        for k, pc in enumerate(cons):
+            if pc == 2 * self.fills or (k and cons[k - 1] == pc):
+                continue
+            t, step = divmod(pc, 2)
+            s, phase = t % S, (t // S) & 1
+            if step == 0:                           # wait full, then read the slot
+                if not self._phase_open(full[s], phase):
+                    continue
+                fill, writes, _ = slots[s]
+                if fill != t or writes < (1 if self.tma else self.prod.processes):
+                    yield f"read {t}", (f"fill {t} is read from slot {s} before its data landed: "
+                                        f"{self.full.name} counts {self.full.arrive_count}")
+                    return
+                yield f"read {t}", (prod, _step(cons, k), full, empty, slots, flying)
+            else:                                   # arrive on empty: release
+                bar = self._arrive(empty[s], self.empty.arrive_count)
+                if bar is None:
+                    yield f"release {t}", f"{self.empty.name} gets more arrivals than its count " \
+                                          f"{self.empty.arrive_count}"
+                    return
+                fill, writes, released = slots[s]
+                yield f"release {t}", (prod, _step(cons, k), full, _set(empty, s, bar),
+                                       _set(slots, s, (fill, writes, released + 1)), flying)
+
+    def _describe(self, state) -> str:
+        prod, cons, full, empty = state[:4]
+        def where(pcs, what) -> str:
+            return ", ".join(sorted({f"{what[pc % 2]} {pc // 2}" if pc < 2 * self.fills else "done"
+                                     for pc in pcs}))
+        producer = where(prod, ("wait empty for fill", "arrive full for fill"))
+        consumers = where(cons, ("wait full for fill", "release fill"))
+        return (f"the producer ({'/'.join(self.prod.roles)}) is at [{producer}], the consumers "
+                f"({'/'.join(self.cons.roles)}) at [{consumers}]; {self.full.name} counts "
+                f"{self.full.arrive_count}, {self.empty.name} {self.empty.arrive_count} "
+                f"({self.cons.processes} releasing processes)")
+
+
+def _step(pcs: tuple, k: int) -> tuple:
+    return tuple(sorted(pcs[:k] + (pcs[k] + 1,) + pcs[k + 1:]))
+
+
+def _set(values: tuple, k: int, value) -> tuple:
+    return values[:k] + (value,) + values[k + 1:]

@@ -1,0 +1,91 @@
+"""attn-verify-pipeline (attnc/schedule/verify.py): every plan the pipelines write is
+sound, and planted protocol bugs -- a removed or extra arrive, a wrong count, wrong
+transaction bytes, a named barrier short of threads -- are caught, also in a plan edited
+by hand and checked with `attnc opt`."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnc.driver import CompileOptions, compile_mlir
+from attnc.ir import attention_ops
+from attnc.passes import plan_ir
+from attnc.schedule.alloc import Buffer
+from attnc.schedule.recipes import Channel, Role
+from attnc.schedule.sync import Barrier
+from attnc.schedule.verify import verify
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.attn"))
+
+
+@functools.lru_cache(maxsize=None)
+def plan(example: str, arch: str):
+    result = compile_mlir((ROOT / f"examples/{example}.attn").read_text(), f"{example}.attn",
+                          CompileOptions(arch=arch))
+    op = attention_ops(result.module)[0]
+    return (plan_ir.read(op, Role), plan_ir.read(op, Barrier), plan_ir.read(op, Buffer),
+            {c.name: c.alternating for c in plan_ir.read(op, Channel)})
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_every_plan_is_sound(example, arch):
+    roles, barriers, buffers, alternating = plan(example, arch)
+    assert verify(roles, barriers, buffers, alternating) == []
+
+
+def planted(example, arch, name, **change):
+    roles, barriers, buffers, alternating = plan(example, arch)
+    assert name in {b.name for b in barriers}
+    edit = lambda b: dataclasses.replace(b, **{k: getattr(b, k) + d for k, d in change.items()})  # noqa: E731
+    bad = [edit(b) if b.name == name else b for b in barriers]
+    return " | ".join(v.message for v in verify(roles, bad, buffers, alternating))
+
+
+@pytest.mark.parametrize("arch,name,change,expect", [
+    # the empty barrier waits for one arrive too many: the producer never refills
+    ("sm_90a", "mbar_kv_empty", dict(arrive_count=1), "ring 'kv' deadlocks"),
+    # ... or releases after half the consumer warps: a slot is overwritten while read
+    ("sm_90a", "mbar_kv_empty", dict(arrive_count=-4), "overwritten by fill 2 before all 8 readers"),
+    # one arrive removed from the producer's side (count 2 for its single arrive)
+    ("sm_90a", "mbar_kv_full", dict(arrive_count=1), "ring 'kv' deadlocks"),
+    ("sm_90a", "mbar_kv_full", dict(tx_bytes=16), "would never complete"),
+    ("sm_90a", "mbar_kv_full", dict(tx_bytes=-16), "before the data lands"),
+    ("sm_90a", "bar_o", dict(arrive_count=-32), "release early"),
+    ("sm_90a", "mbar_q_full", dict(stages=1), "stages"),
+    # sm_100a: P published after 2 of the 4 softmax warps wrote it
+    ("sm_100a", "mbar_p0_full", dict(arrive_count=-2), "read from slot 0 before its data landed"),
+    ("sm_100a", "mbar_s0_empty", dict(arrive_count=1), "ring 's0' deadlocks"),
+    ("sm_100a", "mbar_kv_empty", dict(arrive_count=-1), "ring 'kv'"),
+])
+def test_planted_bugs_are_caught(arch, name, change, expect):
+    assert expect in planted("gemma2", arch, name, **change)
+
+
+def test_an_edited_plan_is_refused_by_attnc_opt(tmp_path):
+    pre = ("attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,"
+           "attn-insert-pipelines")
+    run = lambda *args: subprocess.run([sys.executable, "-m", "attnc.cli", *args], cwd=ROOT,  # noqa: E731
+                                       capture_output=True, text=True)
+    saved = tmp_path / "plan.mlir"
+    done = run("compile", "examples/mha.attn", "-arch", "sm_90a", "--emit", "mlir",
+               "--pass-pipeline", pre, "-o", str(saved))
+    assert done.returncode == 0, done.stderr
+    verify_saved = ("opt", str(saved), "-arch", "sm_90a", "--pass-pipeline", "attn-verify-pipeline")
+    assert run(*verify_saved).returncode == 0
+    text = saved.read_text()
+    edited = text.replace('arrive_count = 8 : i64, arrivers = "consumer0,consumer1"',
+                          'arrive_count = 4 : i64, arrivers = "consumer0,consumer1"')
+    assert edited != text
+    saved.write_text(edited)
+    done = run(*verify_saved)
+    assert done.returncode == 1
+    # both rings released by the consumers (q and kv) had their count halved
+    assert done.stderr.startswith("examples/mha.attn:2:1: error: attn-verify-pipeline: ring 'q'")
+    assert "mbar_kv_empty counts 4" in done.stderr
