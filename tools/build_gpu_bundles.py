@@ -169,14 +169,19 @@ def sweep_jobs() -> list[Job]:
     for d in (64, 128):
         for case, bm, bn in SWEEP_TILES:
             name = f"sweep_{case}_d{d}_{bm}x{bn}"
-            pipeline = f"attn-tile{{block_m={bm} block_n={bn}}},{SM80_REST}"
+            pipeline = sm80_pipeline_with_tile(block_m=bm, block_n=bn)
             jobs.append(Job("bench_sweep", name, bench_source(name, d, case),
                             {"case": case, "head_dim": d, "dtype": "bf16", "fills": {}, "pipeline": pipeline}))
     return jobs
 
 
-SM80_REST = ("attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,"
-             "attn-insert-pipelines,attn-lower-sm80")
+def sm80_pipeline_with_tile(**tile) -> str:
+    """The sm_80 pipeline as text, with attn-tile's options set."""
+    from attnc.passes.pipelines import PassSpec, format_pipeline, target_pipeline
+    options = {k: str(v) for k, v in tile.items()}
+    specs = [PassSpec(s.name, {**s.options, **options}) if s.name == "attn-tile" else s
+             for s in target_pipeline("sm_80")]
+    return format_pipeline(specs)
 
 
 # --- building ----------------------------------------------------------------------------

@@ -46,7 +46,7 @@ from mlir import ir
 from mlir.dialects import arith, scf
 
 from attnc.backend.nvgpu_builders import Emit
-from attnc.ir import DIM, PARAM, YIELD
+from attnc.ir import DIM, PARAM, YIELD, cmpi_predicate, int_constant
 
 I32_MIN, I32_MAX = -(2 ** 31), 2 ** 31 - 1
 PARAM_CAP = 4096          # elements of one param box, past which its interval is TOP
@@ -54,7 +54,7 @@ RANGE_UNROLL = 4          # loads per lane and trip of the param min/max walk
 
 _INT_OPS = ("arith.addi", "arith.subi", "arith.muli", "arith.minsi", "arith.maxsi", "math.absi")
 _BOOL_OPS = ("arith.andi", "arith.ori", "arith.xori")
-_PREDICATES = {0: "eq", 1: "ne", 2: "slt", 3: "sle", 4: "sgt", 5: "sge"}
+_PREDICATES = ("eq", "ne", "slt", "sle", "sgt", "sge")
 
 
 @dataclass(frozen=True)
@@ -75,17 +75,6 @@ class Tri:
 
 def _is(value: ir.Value, width: int) -> bool:
     return isinstance(value.type, ir.IntegerType) and ir.IntegerType(value.type).width == width
-
-
-def _constant(value: ir.Value):
-    """The Python int of a value defined by an integer `arith.constant`, else None."""
-    owner = value.owner
-    if isinstance(owner, ir.Block) or owner.name != "arith.constant":
-        return None
-    attr = owner.attributes["value"]
-    if isinstance(attr, ir.BoolAttr):          # i1 constants print as true/false
-        return int(attr.value)
-    return ir.IntegerAttr(attr).value if isinstance(attr, ir.IntegerAttr) else None
 
 
 def _param_index(tensor: ir.Value) -> int:
@@ -110,7 +99,7 @@ def unsupported(block: ir.Block, params: Sequence) -> str | None:
             return f"'{name}' with {len(results)} results"
         ok = False
         if name == "arith.constant":
-            ok = (_is(results[0], 1) or _is(results[0], 32)) and _constant(results[0]) is not None
+            ok = (_is(results[0], 1) or _is(results[0], 32)) and int_constant(results[0]) is not None
         elif name == DIM:
             ok = _is(results[0], 32)
         elif name == PARAM:
@@ -119,13 +108,13 @@ def unsupported(block: ir.Block, params: Sequence) -> str | None:
         elif name in _INT_OPS:
             ok = all(_is(v, 32) for v in operands + results)
         elif name == "arith.floordivsi":
-            ok = all(_is(v, 32) for v in operands + results) and _constant(operands[1]) is not None
+            ok = all(_is(v, 32) for v in operands + results) and int_constant(operands[1]) is not None
         elif name in _BOOL_OPS:
             ok = all(_is(v, 1) for v in operands + results)
         elif name == "arith.cmpi":
-            pred = ir.IntegerAttr(op.attributes["predicate"]).value
+            pred = cmpi_predicate(op)
             ok = pred in _PREDICATES and (all(_is(v, 32) for v in operands)
-                                          or (pred in (0, 1) and all(_is(v, 1) for v in operands)))
+                                          or (pred in ("eq", "ne") and all(_is(v, 1) for v in operands)))
         elif name == "arith.select":
             ok = _is(operands[0], 1) and (all(_is(v, 32) for v in operands[1:])
                                           or all(_is(v, 1) for v in operands[1:]))
@@ -340,7 +329,7 @@ class TileIntervals:
         e, name = self.e, op.name
         with op.location:
             if name == "arith.constant":
-                c = _constant(op.result)
+                c = int_constant(op.result)
                 return known(e, c != 0) if _is(op.result, 1) else point(e.c32(c))
             if name == DIM:
                 return point(e.dim(ir.StringAttr(op.attributes["name"]).value))
@@ -349,9 +338,9 @@ class TileIntervals:
             if name == "arith.subi":
                 return sub(e, *x)
             if name == "arith.muli":
-                return mul(e, *x, _constant(op.operands[0]), _constant(op.operands[1]))
+                return mul(e, *x, int_constant(op.operands[0]), int_constant(op.operands[1]))
             if name == "arith.floordivsi":
-                return floordiv(e, x[0], _constant(op.operands[1]))
+                return floordiv(e, x[0], int_constant(op.operands[1]))
             if name == "arith.minsi":
                 return min_(e, *x)
             if name == "arith.maxsi":
@@ -367,7 +356,7 @@ class TileIntervals:
             if name == "arith.select":
                 return select(e, *x)
             if name == "arith.cmpi":
-                pred = _PREDICATES[ir.IntegerAttr(op.attributes["predicate"]).value]
+                pred = cmpi_predicate(op)
                 if isinstance(x[0], Tri):
                     eq = bool_eq(e, *x)
                     return eq if pred == "eq" else Tri(eq.may_false, eq.may_true)

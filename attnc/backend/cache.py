@@ -4,10 +4,10 @@ The key is a sha256 over everything that changes the code (design.md section 5):
 the source text, the compile options, the target, the compiler version and the
 bundle format. The compiler version is the release plus a digest of the compiler's
 own source files (`compiler_fingerprint()`): a code generator changed without a version
-bump (any development checkout) must not be served the kernels of the old one. An entry is a bundle folder, `<root>/<key[:2]>/<key>/`, written
-with `write_bundle(replace=False)` (Note [Atomic bundle writes]): concurrent
-writers of one key all succeed and one folder survives; a reader never sees half
-an entry. An entry that no longer validates is a miss, and is replaced.
+bump (any development checkout) must not be served the kernels of the old one. An entry
+is a bundle folder, `<root>/<key[:2]>/<key>/`, written with `write_bundle(replace=False)`
+(Note [Atomic bundle writes]): concurrent writers of one key all succeed and one folder
+survives; a reader never sees half an entry. An entry that no longer validates is a miss, and is replaced.
 
     cache = KernelCache()                     # ATTNC_CACHE_DIR, ATTNC_DISABLE_CACHE
     key = cache_key(source, options, "sm_80")

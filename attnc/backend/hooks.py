@@ -53,7 +53,7 @@ from mlir.dialects import arith, llvm, scf
 
 from attnc.backend.kernel_spec import ExtraParam
 from attnc.backend.nvgpu_builders import Emit
-from attnc.ir import DIM, PARAM, YIELD
+from attnc.ir import DIM, PARAM, YIELD, cmpi_predicate, int_constant, yielded
 
 _DYNAMIC = -2147483648      # LLVM::GEPOp::kDynamicIndex
 _RETURNS = (YIELD, "func.return")
@@ -327,14 +327,6 @@ def _owner(value: ir.Value):
     return top if isinstance(top, ir.Operation) else None
 
 
-def _int_constant(value: ir.Value) -> int | None:
-    owner = _owner(value)
-    if owner is None or owner.name != "arith.constant":
-        return None
-    attr = owner.attributes["value"]
-    return attr.value if isinstance(attr, ir.IntegerAttr) else None
-
-
 def _j_coefficient(value: ir.Value, j: ir.Value, j_tainted: set) -> int | None:
     """c when the i32 `value` is R + c * j with R independent of j, else None."""
     if value == j:
@@ -351,7 +343,7 @@ def _j_coefficient(value: ir.Value, j: ir.Value, j_tainted: set) -> int | None:
         return x + y if op.name == "arith.addi" else x - y
     if op.name == "arith.muli":
         for v, w in ((op.operands[0], op.operands[1]), (op.operands[1], op.operands[0])):
-            c = _int_constant(w)
+            c = int_constant(w)
             if c is not None:
                 x = _j_coefficient(v, j, j_tainted)
                 return None if x is None else x * c
@@ -490,19 +482,8 @@ def role_dims(variant, roles: Sequence[str]) -> frozenset[str]:
 # instead of the region's ops (and the j < N test) per score. Anything else (`or`,
 # `!=`, a j coefficient other than +-1, j inside a param index or a division) keeps the
 # per-element region.
-_SIGNED = {2: "slt", 3: "sle", 4: "sgt", 5: "sge", 0: "eq"}
 _NEGATED = {"slt": "sge", "sle": "sgt", "sgt": "sle", "sge": "slt"}
 _FAR = 1 << 30              # beyond any key: hi without an upper bound, lo of a dropped row
-
-
-def _is_true(value: ir.Value) -> bool:
-    owner = _owner(value)
-    return owner is not None and owner.name == "arith.constant" and str(value.type) == "i1" \
-        and str(owner.attributes["value"]) in ("true", "1 : i1", "-1 : i1")
-
-
-def _predicate(op: ir.Operation) -> int:
-    return ir.IntegerAttr(op.attributes["predicate"]).value
 
 
 class RowInterval(RegionCode):
@@ -510,20 +491,23 @@ class RowInterval(RegionCode):
     i, j) exactly when lo <= j <= hi; build with `RowInterval.of` (None when the mask
     has no such form)."""
 
-    def __init__(self, block: ir.Block, names: KernelNames, atoms: list, never_empty: frozenset[str]):
+    def __init__(self, block: ir.Block, names: KernelNames, free: list, linear: list,
+                 never_empty: frozenset[str]):
         super().__init__(block, names, never_empty)
-        self.atoms = atoms          # (kind, k, a, b): kind 'free' (a: i1) or a predicate on a - b
+        self.free = free            # (i1 free of j, negated)
+        self.linear = linear        # (predicate, k, a, b): `a - b <pred> 0` with a - b = d0 + k * j
 
     @classmethod
     def of(cls, block: ir.Block, names: KernelNames,
            never_empty: frozenset[str] = frozenset()) -> "RowInterval | None":
         j = block.arguments[3]
         tainted = depends_on(block, 3)
-        atoms: list = []
+        free: list = []
+        linear: list = []
 
         def conjuncts(value: ir.Value, negated: bool = False) -> bool:
             if value not in tainted:
-                atoms.append(("free", 0, value, negated))
+                free.append((value, negated))
                 return True
             op = _owner(value)
             if op is None:
@@ -533,12 +517,12 @@ class RowInterval(RegionCode):
             if op.name == "arith.xori":
                 x, y = op.operands
                 for v, w in ((x, y), (y, x)):
-                    if _is_true(w):
+                    if str(w.type) == "i1" and int_constant(w) == 1:
                         return conjuncts(v, not negated)
                 return False
-            if op.name != "arith.cmpi" or _predicate(op) not in _SIGNED:
+            pred = cmpi_predicate(op) if op.name == "arith.cmpi" else None
+            if pred not in ("eq", *_NEGATED):
                 return False
-            pred = _SIGNED[_predicate(op)]
             if negated:
                 if pred not in _NEGATED:
                     return False
@@ -547,11 +531,10 @@ class RowInterval(RegionCode):
             ka, kb = _j_coefficient(a, j, tainted), _j_coefficient(b, j, tainted)
             if ka is None or kb is None or ka - kb not in (1, -1):
                 return False
-            atoms.append((pred, ka - kb, a, b))
+            linear.append((pred, ka - kb, a, b))
             return True
 
-        result = list(block.operations)[-1].operands[0]
-        return cls(block, names, atoms, never_empty) if conjuncts(result) else None
+        return cls(block, names, free, linear, never_empty) if conjuncts(yielded(block)) else None
 
     def __repr__(self) -> str:
         return f"RowInterval({super().__repr__()})"
@@ -559,12 +542,11 @@ class RowInterval(RegionCode):
     def bounds(self, e: Emit, b, h, i) -> tuple[ir.Value, ir.Value]:
         env = self._run(e, dict(zip(self.block.arguments, (b, h, i, e.c32(0)))))
         value = lambda v: env.get(v, v)  # noqa: E731
-        lows, highs, alive = [], [], e.true()
-        for kind, k, x, y in self.atoms:
-            if kind == "free":
-                keep = value(x)
-                alive = e.land(alive, e.xor(keep, e.true()) if y else keep)
-                continue
+        alive = e.true()
+        for keep, negated in self.free:
+            alive = e.land(alive, e.xor(value(keep), e.true()) if negated else value(keep))
+        lows, highs = [], []
+        for kind, k, x, y in self.linear:
             d0 = e.sub(value(x), value(y))
             # d0 + k * j  <pred>  0, solved for j (k = +1 or -1)
             t = e.sub(0, d0) if k == 1 else d0

@@ -136,7 +136,7 @@ class Sm80KernelSpec:
     tile_partial: Optional[TilePartialFn] = None
     tile_skip: Optional[TilePartialFn] = None
     keep: Optional[KeepFn] = None          # default: from `mask`
-    row_interval: Optional[RowIntervalFn] = None   # default: from `mask`; only with keep's meaning
+    row_interval: Optional[RowIntervalFn] = None   # keep as a per-row key range, when it is one
     score_mod: Optional[ScoreModFn] = None
     score_mod_in: Optional[float] = None   # raw score factor before score_mod (default: scale)
     score_mod_out: float = 1.0             # score_mod's result times this: natural units

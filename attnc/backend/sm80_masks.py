@@ -29,12 +29,17 @@ class ElementCoords:
         self.first_row, self.first_col = first_row, first_col
         self.block_n = block_n
 
+    @staticmethod
+    def column(c: int) -> int:
+        """The lane's column c as a constant offset from its first one (c = 0)."""
+        nj, x = divmod(c, 2)
+        return 8 * nj + x
+
     def __call__(self, r: int, c: int, n_block):
         e = self.e
         mi, half = divmod(r, 2)
-        nj, x = divmod(c, 2)
         i = e.add(self.first_row, 16 * mi + 8 * half)
-        j = e.add(e.add(e.mul(n_block, self.block_n), self.first_col), 8 * nj + x)
+        j = e.add(e.add(e.mul(n_block, self.block_n), self.first_col), self.column(c))
         return i, j
 
 
@@ -83,8 +88,7 @@ class ScoreMasker:
             lf = arith.sitofp(e.f32, l)
             new_row = []
             for c, x in enumerate(row):
-                nj, xc = divmod(c, 2)
-                d = cj * (8 * nj + xc)
+                d = cj * self.coords.column(c)
                 t = lf if d == 0 else e.fadd(lf, e.cf(float(d)))
                 new_row.append(e.fma(a, t, x))
             out.append(new_row)
@@ -102,16 +106,13 @@ class ScoreMasker:
 
     def _masked_row(self, row, r, n_block, bound):
         """Note [Row intervals] (hooks.py): the row keeps the keys [lo, min(hi, bound - 1)];
-        column c of the lane is j0 + d with d = 8 * (c // 2) + c % 2 a constant."""
+        column c of the lane is j0 plus the constant `ElementCoords.column(c)`."""
         e = self.e
         i, j0 = self.coords(r, 0, n_block)
         lo, hi = self.row_interval(e, self.b, self.h, i)
         lo, hi = e.sub(lo, j0), e.sub(e.min(hi, e.sub(bound, 1)), j0)
-        out = []
-        for c, x in enumerate(row):
-            d = 8 * (c // 2) + c % 2
-            out.append(e.select(e.land(e.le(lo, d), e.ge(hi, d)), x, e.neg_inf()))
-        return out
+        columns = (self.coords.column(c) for c in range(len(row)))
+        return [e.select(e.land(e.le(lo, d), e.ge(hi, d)), x, e.neg_inf()) for x, d in zip(row, columns)]
 
     def _masked(self, x, r, c, n_block, bound):
         e = self.e

@@ -82,6 +82,27 @@ def set_str(op: ir.Operation, key: str, value: str) -> None:
         op.attributes[key] = ir.StringAttr.get(value)
 
 
+def cmpi_predicate(op: ir.Operation) -> str:
+    """The predicate of an `arith.cmpi` by name: 'eq', 'ne', 'slt', ..., 'uge'."""
+    from mlir.dialects import arith
+    return arith.CmpIPredicate(ir.IntegerAttr(op.attributes["predicate"]).value).name
+
+
+def int_constant(value: ir.Value) -> int | None:
+    """The Python int of a value an integer `arith.constant` defines (an i1 as 0 or 1),
+    else None."""
+    owner = value.owner
+    if isinstance(owner, ir.Block) or owner.name != "arith.constant":
+        return None
+    attr = owner.attributes["value"]
+    if isinstance(attr, ir.BoolAttr):          # i1 constants print as true/false
+        return int(attr.value)
+    if not isinstance(attr, ir.IntegerAttr):
+        return None
+    v = ir.IntegerAttr(attr).value
+    return v & 1 if str(value.type) == "i1" else v
+
+
 def _get(op: ir.Operation, key: str) -> ir.Attribute:
     if key not in op.attributes:
         raise error_at(op, f"{op.name} has no '{key}' attribute")
