@@ -14,7 +14,6 @@ _CMP = {
     "slt": lambda a, b: a < b, "sle": lambda a, b: a <= b,
     "sgt": lambda a, b: a > b, "sge": lambda a, b: a >= b,
 }
-_PREDICATES = ("eq", "ne", "slt", "sle", "sgt", "sge")
 
 _BINARY = {
     "arith.addi": lambda a, b: a + b,
@@ -45,6 +44,8 @@ def compile_function(func_op) -> Callable[..., tuple[int, ...]]:
     """A callable running `func_op` (an mlir func.func) on Python ints."""
     from mlir import ir
 
+    from attnc.ir import cmpi_predicate
+
     block = func_op.regions[0].blocks[0]
     slot: dict = {}
     for k, arg in enumerate(block.arguments):
@@ -67,7 +68,7 @@ def compile_function(func_op) -> Callable[..., tuple[int, ...]]:
             f = _BINARY[name]
             steps.append((lambda env, f=f, a=ins[0], b=ins[1], w=width: _wrap(f(env[a], env[b]), w), out))
         elif name == "arith.cmpi":
-            f = _CMP[_PREDICATES[ir.IntegerAttr(op.attributes["predicate"]).value]]
+            f = _CMP[cmpi_predicate(op)]
             steps.append((lambda env, f=f, a=ins[0], b=ins[1]: int(f(env[a], env[b])), out))
         elif name == "arith.select":
             steps.append((lambda env, c=ins[0], a=ins[1], b=ins[2]: env[a] if env[c] else env[b], out))

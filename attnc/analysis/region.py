@@ -14,7 +14,6 @@ ARG = "arg"
 YIELDS = ("gpu.yield", "attn.yield")   # hook regions end in gpu.yield (attn.irdl.mlir)
 EXTERNAL = -1          # an operand defined outside the region (a param tensor)
 
-_CMPI = ("eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge")
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,8 @@ def _attr(op) -> object:
             return bool(v) if str(ir.IntegerAttr(value).type) == "i1" else v
         return None
     if op.name == "arith.cmpi":
-        return _CMPI[ir.IntegerAttr(attrs["predicate"]).value]
+        from attnc.ir import cmpi_predicate
+        return cmpi_predicate(op)
     if op.name == "attn.dim":
         return ir.StringAttr(attrs["name"]).value
     return None

@@ -38,6 +38,16 @@ def entries(suite: str) -> list[dict]:
     return [e for e in bundle_index() if e.get("suite") == suite]
 
 
+def bundle_cases(suite: str, shapes):
+    """pytest params (entry, m, n) for every bundle of `suite` and each (m, n) of
+    `shapes(entry)`, grouped by bundle so that an xdist worker JITs each bundle once."""
+    import pytest
+    for entry in entries(suite) or [{"name": "no-bundles"}]:
+        for m, n in shapes(entry):
+            yield pytest.param(entry, m, n, id=f"{entry['name']}-M{m}-N{n}",
+                               marks=pytest.mark.xdist_group(entry["name"]))
+
+
 # --- inputs for any variant (numpy only: the CPU tests use these too) ---------------------
 
 FILL_BY_DTYPE = {"f32": "uniform", "i32": "small_int"}

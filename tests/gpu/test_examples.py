@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_support import entries, run_against_reference, skip_reason
+from gpu_support import bundle_cases, run_against_reference, skip_reason
 
 pytestmark = pytest.mark.gpu
 
@@ -21,14 +21,8 @@ SHAPES = [(333, 333), (200, 517), (517, 200)]
 SQUARE_SHAPES = [(333, 333), (517, 517)]
 
 
-def _cases():
-    for entry in entries("examples") or [{"name": "no-bundles"}]:
-        for m, n in SQUARE_SHAPES if entry.get("square") else SHAPES:
-            yield pytest.param(entry, m, n, id=f"{entry['name']}-M{m}-N{n}",
-                               marks=pytest.mark.xdist_group(entry["name"]))   # JIT once per bundle
-
-
-@pytest.mark.parametrize("entry,m,n", list(_cases()))
+@pytest.mark.parametrize("entry,m,n", list(bundle_cases(
+    "examples", lambda entry: SQUARE_SHAPES if entry.get("square") else SHAPES)))
 def test_example_matches_reference(gpu, entry, m, n):
     reason = skip_reason(entry)
     if reason:

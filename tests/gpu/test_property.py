@@ -10,21 +10,14 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_support import entries, run_against_reference, skip_reason
+from gpu_support import bundle_cases, run_against_reference, skip_reason
 
 pytestmark = pytest.mark.gpu
 
 SHAPES = [(200, 333), (161, 97)]
 
 
-def _cases():
-    for entry in entries("property") or [{"name": "no-bundles"}]:
-        for m, n in SHAPES:
-            yield pytest.param(entry, m, n, id=f"{entry['name']}-M{m}-N{n}",
-                               marks=pytest.mark.xdist_group(entry["name"]))   # JIT once per bundle
-
-
-@pytest.mark.parametrize("entry,m,n", list(_cases()))
+@pytest.mark.parametrize("entry,m,n", list(bundle_cases("property", lambda entry: SHAPES)))
 def test_generated_variant_matches_reference(gpu, entry, m, n):
     reason = skip_reason(entry)
     if reason:
