@@ -11,7 +11,8 @@ names its "suite":
     sm80_matrix     dtype x head dim x {no mask, causal, bottom-right causal} (issue 3;
                     cubin and PTX)                         -> tests/gpu/test_sm80_matrix.py
     examples        every examples/*.attn as bf16 and f16, head dims 64 and 128 (QK/V 128/64
-                    and 64/128 for diff_head_dims)         -> tests/gpu/test_examples.py
+                    and 64/128 for diff_head_dims), each also with attn-lower-sm80's
+                    other choices (OTHER_CHOICES)          -> tests/gpu/test_examples.py
     property        variants from tests/gpu/variant_gen.py, seeds --property-seed onwards
                                                            -> tests/gpu/test_property.py
     bench_variants  the variants of bench/bench_variants.py (peers.md), head dims 64 and 128
@@ -100,6 +101,14 @@ def rewrite_example(text: str, dtype: str, d_qk: int, d_v: int) -> str:
     return f"# {dtype}, head dims {d_qk}/{d_v} (rewritten by tools/build_gpu_bundles.py)\n{rewritten}"
 
 
+# The kernel choices attn-lower-sm80 makes per tile shape (Sm80KernelSpec.blocks_per_cta,
+# .interval_test_form), the other way round: every example runs a second time with two
+# query blocks per CTA and the other row-interval test, so that both code paths of each
+# choice meet the reference on the GPU whatever the defaults are.
+OTHER_CHOICES = {"q_blocks_per_cta": 2}
+OTHER_INTERVAL_TEST = {64: "pair", 128: "range"}        # by head dim: the default's opposite
+
+
 def example_jobs() -> list[Job]:
     jobs = []
     for path in sorted((ROOT / "examples").glob("*.attn")):
@@ -107,10 +116,14 @@ def example_jobs() -> list[Job]:
         head_dims = [(128, 64), (64, 128)] if stem == "diff_head_dims" else [(64, 64), (128, 128)]
         for dtype in ("bf16", "f16"):
             for d_qk, d_v in head_dims:
-                jobs.append(Job("examples", f"ex_{stem}_{dtype}_d{d_qk}x{d_v}",
-                                rewrite_example(path.read_text(), dtype, d_qk, d_v),
-                                {"example": stem, "dtype": dtype, "head_dim": [d_qk, d_v],
-                                 "fills": EXAMPLE_FILLS.get(stem, {}), "square": stem in SQUARE}))
+                name = f"ex_{stem}_{dtype}_d{d_qk}x{d_v}"
+                source_text = rewrite_example(path.read_text(), dtype, d_qk, d_v)
+                meta = {"example": stem, "dtype": dtype, "head_dim": [d_qk, d_v],
+                        "fills": EXAMPLE_FILLS.get(stem, {}), "square": stem in SQUARE}
+                jobs.append(Job("examples", name, source_text, meta))
+                other = sm80_pipeline_with("attn-lower-sm80", **OTHER_CHOICES,
+                                           interval_test=OTHER_INTERVAL_TEST[max(d_qk, d_v)])
+                jobs.append(Job("examples", f"{name}_other", source_text, {**meta, "pipeline": other}))
     return jobs
 
 
@@ -159,7 +172,8 @@ def bench_jobs() -> list[Job]:
 
 # Other tiles for the cases whose speed-up depends on how tightly tiles cover the mask.
 SWEEP_TILES = [("causal", 128, 64), ("window1024", 128, 64), ("window1024", 64, 64),
-               ("doc_causal", 128, 64), ("doc_causal", 64, 64)]
+               ("doc_causal", 128, 64), ("doc_causal", 64, 64),
+               ("causal", 64, 128), ("window1024", 64, 128), ("softcap_causal", 64, 128)]
 
 
 def sweep_jobs() -> list[Job]:
@@ -177,9 +191,14 @@ def sweep_jobs() -> list[Job]:
 
 def sm80_pipeline_with_tile(**tile) -> str:
     """The sm_80 pipeline as text, with attn-tile's options set."""
+    return sm80_pipeline_with("attn-tile", **tile)
+
+
+def sm80_pipeline_with(pass_name: str, **options) -> str:
+    """The sm_80 pipeline as text, with options of the pass `pass_name` set."""
     from attnc.passes.pipelines import PassSpec, format_pipeline, target_pipeline
-    options = {k: str(v) for k, v in tile.items()}
-    specs = [PassSpec(s.name, {**s.options, **options}) if s.name == "attn-tile" else s
+    options = {k: str(v) for k, v in options.items()}
+    specs = [PassSpec(s.name, {**s.options, **options}) if s.name == pass_name else s
              for s in target_pipeline("sm_80")]
     return format_pipeline(specs)
 

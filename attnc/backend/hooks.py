@@ -488,8 +488,8 @@ _FAR = 1 << 30              # beyond any key: hi without an upper bound, lo of a
 
 class RowInterval(RegionCode):
     """Note [Row intervals]: `bounds(e, b, h, i)` -> (lo, hi), inclusive, with keep(b, h,
-    i, j) exactly when lo <= j <= hi; build with `RowInterval.of` (None when the mask
-    has no such form)."""
+    i, j) exactly when lo <= j <= hi (lo None when nothing bounds j below); build with
+    `RowInterval.of` (None when the mask has no such form)."""
 
     def __init__(self, block: ir.Block, names: KernelNames, free: list, linear: list,
                  never_empty: frozenset[str]):
@@ -556,6 +556,8 @@ class RowInterval(RegionCode):
                 highs.append(e.sub(t, 1) if kind in ("slt", "sgt") else t)
             else:                                              # a lower bound on j
                 lows.append(e.add(t, 1) if kind in ("slt", "sgt") else t)
-        lo = functools.reduce(e.max, lows) if lows else e.c32(-_FAR)
         hi = functools.reduce(e.min, highs) if highs else e.c32(_FAR)
+        if not lows and not self.free:
+            return None, hi          # no lower bound (Note [One compare per score], sm80_masks.py)
+        lo = functools.reduce(e.max, lows) if lows else e.c32(-_FAR)
         return e.select(alive, lo, e.c32(_FAR)), hi

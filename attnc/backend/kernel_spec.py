@@ -26,7 +26,7 @@ answer them later):
 * `keep(e, b, h, i, j) -> i1`: the element predicate applied in partial blocks, with
   i, j the global query/key indices (i32). The bound j < N is always added by the kernel.
 * `row_interval(e, b, h, i) -> (lo, hi)` (optional): keep(b, h, i, j) holds exactly when
-  lo <= j <= hi (i32, inclusive); partial blocks then test each score's column against
+  lo <= j <= hi (i32, inclusive; lo None: no lower bound); partial blocks then test each score's column against
   the row's two bounds instead of calling keep (Note [Row intervals] in hooks.py).
 
 and on scores, on every visited block (natural-log units, as dsl.md defines them):
@@ -55,6 +55,8 @@ OUT_DTYPES = ("f16", "bf16", "f32")
 HEAD_DIMS = (64, 96, 128, 256)
 # "mask_mod": a DSL mask compiled into the hooks (kv_range and keep given by the spec).
 MASK_MODES = ("none", "causal", "causal_bottom_right", "mask_mod")
+STATIC_MAX_SPREAD = 64.0            # Note [Bounded score_mod] in sm80_softmax.py
+INTERVAL_TESTS = ("range", "pair")  # Note [One compare per score] in sm80_masks.py
 SM80_MAX_DYNAMIC_SMEM = 166912      # bytes per block on A100 (163 KB)
 MAX_ACC_REGS = 192                  # f32 accumulators (S + O) per thread before spilling
 
@@ -143,6 +145,11 @@ class Sm80KernelSpec:
     score_bias: Optional[ScoreBiasFn] = None
     sink: Optional[SinkFn] = None
     extra_params: tuple[ExtraParam, ...] = field(default=())
+    q_blocks_per_cta: Optional[int] = None  # 1 or 2 (Note [Two query blocks per CTA] in sm80.py);
+                                          # None: 2 with a constant softmax max, else 1
+    interval_test: Optional[str] = None    # a row interval's per-score test, "range" or "pair"
+                                          # (Note [One compare per score] in sm80_masks.py);
+                                          # None: "range" at block_n >= 128, else "pair"
 
     # -- derived
     @property
@@ -160,6 +167,39 @@ class Sm80KernelSpec:
         if self.qk_unroll is not None:
             return self.qk_unroll
         return 1 if self.head_dim_qk <= 96 else 0
+
+    @property
+    def static_max(self) -> Optional[float]:
+        """The constant running max of a bounded score_mod (Note [Bounded score_mod] in
+        sm80_softmax.py), or None: bf16 only, and (hi - lo) in natural units at most
+        STATIC_MAX_SPREAD."""
+        bounds = getattr(self.score_mod, "bounds", None)
+        if self.dtype != "bf16" or bounds is None:
+            return None
+        b = bounds()
+        if b is None or (b[1] - b[0]) * self.score_mod_out > STATIC_MAX_SPREAD:
+            return None
+        return b[1]
+
+    @property
+    def blocks_per_cta(self) -> int:
+        """q_blocks_per_cta resolved. Two for a kernel with a constant max and 128-key
+        tiles: softcap + causal at M = N = 8192 on an H200 ran 3.82 -> 3.62 ms at head dim
+        64 (128x128 tiles), but only 3.23 -> 3.20 ms at 128 (128x64, where the sm_80
+        assembly of the dense softcap example spilled 108 bytes); causal, ALiBi and the
+        window ran 1-8 % slower with two, so one block stays their default."""
+        if self.q_blocks_per_cta is not None:
+            return self.q_blocks_per_cta
+        return 2 if self.static_max is not None and self.block_n >= 128 else 1
+
+    @property
+    def interval_test_form(self) -> str:
+        """interval_test resolved: measured on an H200, "range" took window1024 from 0.987
+        to 0.976 ms at 128x128 tiles (head dim 64) but from 0.833 to 0.846 ms at 128x64
+        (head dim 128, where ptxas spilled 132 bytes against 40)."""
+        if self.interval_test is not None:
+            return self.interval_test
+        return "range" if self.block_n >= 128 else "pair"
 
     @property
     def threads(self) -> int:
@@ -231,6 +271,9 @@ class Sm80KernelSpec:
         _require(self.block_n % 16 == 0 and self.block_n >= 16,
                  f"block_n={self.block_n} must be a positive multiple of 16")
         _require(self.stages in (1, 2, 3), f"stages={self.stages}: expected 1, 2 or 3")
+        _require(self.q_blocks_per_cta in (None, 1, 2), f"q_blocks_per_cta={self.q_blocks_per_cta}: expected 1 or 2")
+        _require(self.interval_test in (None, *INTERVAL_TESTS),
+                 f"interval_test={self.interval_test!r}: expected one of {INTERVAL_TESTS}")
         half_page = self.page_width(self.head_dim_qk) // 16
         _require(self.qk_steps_per_trip == 0 or (half_page % self.qk_steps_per_trip == 0),
                  f"qk_unroll={self.qk_unroll} must divide {half_page} (k16 steps per smem page), or be 0")
@@ -325,8 +368,8 @@ _MASK_HOOKS = {
 
 def mask_hooks(spec: Sm80KernelSpec) -> tuple[KvRangeFn, Optional[KeepFn], Optional[RowIntervalFn]]:
     """The (kv_range, keep, row_interval) hooks of `spec`: its own, else those of its mask
-    mode. The built-in causal masks keep their one compare per score: a row interval
-    measured no faster there, and slower next to ALiBi's bias (3.90 against 3.68 ms at
-    d = 64 on an H200, bench_variants)."""
+    mode. The built-in causal masks keep their compare per score: as a row interval
+    [-inf, i] they measured no faster, and slower next to a score_mod (ALiBi d = 64 3.66
+    -> 3.87 ms, softcap 3.83 -> 3.88 ms on an H200, bench/profile_variants.py)."""
     kv_range, keep = _MASK_HOOKS[spec.mask]
     return spec.kv_range or kv_range, spec.keep or keep, spec.row_interval

@@ -41,6 +41,16 @@ spill the softmax state. With qk_unroll = u > 0, the k-steps run as a loop of u 
 trip, kept rolled by `#llvm.loop_unroll<disable>` (PTX `.pragma "nounroll"`), which
 bounds that look-ahead to u steps.
 
+Note [Two query blocks per CTA]: with `blocks_per_cta` = 2 a CTA runs query blocks
+nb-1-c and c (nb = cdiv(M, block_m), c = blockIdx.x < nb-1-c; one block when they meet),
+so under a causal mask every CTA gets the same work. After the first block's last step
+(cp.async.wait_group 0, then a CTA barrier: no warp reads Q or a K/V slot any more) the
+second block's prologue loads are issued before the first block's epilogue, which
+hides their latency behind the normalisation and the O stores. Both blocks are
+`select`s of the loop counter: a loop-invariant block index let LLVM hoist the second
+block's addresses and ranges out of the loop and hold them in registers throughout
+(300 bytes of spills at head dim 64).
+
 Note [cp.async group counting]: every step commits exactly one group even when it has
 nothing to load (an empty group), so the K of step t is always followed by exactly
 2S-2 younger groups when step t waits for it, and so is its V: `cp.async.wait_group
@@ -60,7 +70,7 @@ from attnc.backend.nvgpu_builders import (Approx, CpAsync, CtaBarrier, Emit, Glo
 from attnc.backend.sm80_epilogue import Epilogue
 from attnc.backend.sm80_kv import KvSchedule, schedule
 from attnc.backend.sm80_masks import ElementCoords, ScoreMasker, rows_of
-from attnc.backend.sm80_softmax import STATIC_MAX_SPREAD, OnlineSoftmax, SoftmaxState
+from attnc.backend.sm80_softmax import OnlineSoftmax, SoftmaxState
 from attnc.backend.sm80_tiles import FragmentReader, SwizzledTile, TileLoader
 
 LOG2E = math.log2(math.e)
@@ -97,20 +107,10 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
                       "head_dim_v": spec.head_dim_v, "block_m": spec.block_m, "block_n": spec.block_n,
                       "num_warps": spec.num_warps, "stages": spec.stages, "qk_unroll": spec.qk_steps_per_trip,
                       "mask": spec.mask, "score_mod": _score_kind(spec), "sink": spec.sink is not None,
-                      "with_lse": spec.with_lse, "softmax_scale": spec.scale}
+                      "with_lse": spec.with_lse, "softmax_scale": spec.scale,
+                      "q_blocks_per_cta": spec.blocks_per_cta, "interval_test": spec.interval_test_form}
     return KernelAbi(spec.symbol, tuple(params), (spec.threads, 1, 1), spec.smem_bytes,
-                     ((["cdiv", "M", spec.block_m],), ("H",), ("B",)), specialization)
-
-
-def _static_max(spec: Sm80KernelSpec) -> float | None:
-    """The constant running max of a bounded score_mod (Note [Bounded score_mod])."""
-    bounds = getattr(spec.score_mod, "bounds", None)
-    if spec.dtype != "bf16" or bounds is None:
-        return None
-    b = bounds()
-    if b is None or (b[1] - b[0]) * spec.score_mod_out > STATIC_MAX_SPREAD:
-        return None
-    return b[1]
+                     ((["cdiv", "M", spec.block_m * spec.blocks_per_cta],), ("H",), ("B",)), specialization)
 
 
 def _score_kind(spec: Sm80KernelSpec) -> str:
@@ -177,7 +177,7 @@ class _Sm80Forward:
         self.smem = Smem(e, SMEM_SYMBOL)
         self.kv_range_fn, self.keep_fn, self.row_interval_fn = mask_hooks(spec)
         scale_log2 = LOG2E * spec.score_mod_out if spec.score_mod else spec.scale * LOG2E
-        self.softmax = OnlineSoftmax(e, Approx(e), Quad(e), scale_log2, _static_max(spec))
+        self.softmax = OnlineSoftmax(e, Approx(e), Quad(e), scale_log2, spec.static_max)
         self.q_tile = SwizzledTile(0, spec.block_m, spec.head_dim_qk)
         self.k_tile = SwizzledTile(spec.q_tile_bytes, spec.block_n, spec.head_dim_qk)
         self.v_tile = SwizzledTile(spec.q_tile_bytes + spec.k_tile_bytes, spec.block_n, spec.head_dim_v)
@@ -185,29 +185,50 @@ class _Sm80Forward:
 
     # ------------------------------------------------------------ setup
     def _coordinates(self) -> None:
+        """The CTA's and the thread's coordinates; with one query block per CTA, that
+        block's too (in the order of the first kernels, which ptxas's allocation was tuned
+        on)."""
         e, s = self.e, self.spec
         tid = nvvm.read_ptx_sreg_tid_x(e.i32)
         self.tid = tid
         self.warp = e.shr(tid, 5)
         self.lane = e.and_(tid, 31)
-        # Heaviest query blocks first (under a causal mask, the last ones): a shorter tail.
-        self.m_block = e.sub(e.sub(nvvm.read_ptx_sreg_nctaid_x(e.i32), 1), nvvm.read_ptx_sreg_ctaid_x(e.i32))
+        one_block = s.blocks_per_cta == 1
+        if one_block:
+            # Heaviest query blocks first (under a causal mask, the last ones): a shorter tail.
+            self.m_block = e.sub(e.sub(nvvm.read_ptx_sreg_nctaid_x(e.i32), 1), nvvm.read_ptx_sreg_ctaid_x(e.i32))
         self.h = nvvm.read_ptx_sreg_ctaid_y(e.i32)
         self.b = nvvm.read_ptx_sreg_ctaid_z(e.i32)
         self.kv_h = e.div(self.h, e.div(e.dim("H"), e.dim("HKV")))
         self.warp_row0 = e.mul(self.warp, s.rows_per_warp)
-        # The accumulator rows/columns a lane holds: row g (+8), columns 2t, 2t+1 (+8 per atom).
-        self.row0 = e.add(e.add(e.mul(self.m_block, s.block_m), self.warp_row0), e.shr(self.lane, 2))
+        if one_block:
+            self._set_row0(self.m_block)
         self.col0 = e.shl(e.and_(self.lane, 3), 1)
         self.loader = TileLoader(e, self.cp, self.smem, tid, s.threads)
         self.reader = rd = FragmentReader(e, LdMatrix(e), self.smem, self.lane)
         self.q_base = rd.base(self.q_tile, rd.A, row0=self.warp_row0)
         self.k_base = rd.base(self.k_tile, rd.B)
         self.v_base = rd.base(self.v_tile, rd.B_TRANS)
+        if one_block:
+            self._set_masker()
+
+    def _set_block(self, m_block) -> None:
+        """Make `m_block` the query block the steps and the epilogue work on."""
+        self.m_block = m_block
+        self._set_row0(m_block)
+        self._set_masker()
+
+    def _set_row0(self, m_block) -> None:
+        # The accumulator rows/columns a lane holds: row g (+8), columns 2t, 2t+1 (+8 per atom).
+        e = self.e
+        self.row0 = e.add(e.add(e.mul(m_block, self.spec.block_m), self.warp_row0), e.shr(self.lane, 2))
+
+    def _set_masker(self) -> None:
+        e, s = self.e, self.spec
         coords = ElementCoords(e, self.row0, self.col0, s.block_n)
         score_in = s.scale if s.score_mod_in is None else s.score_mod_in
         self.masker = ScoreMasker(e, coords, self.b, self.h, s.scale, s.score_mod, self.keep_fn, s.score_bias,
-                                  score_in, self.row_interval_fn)
+                                  score_in, self.row_interval_fn, s.interval_test_form)
 
     def _tensor(self, name: str, b, h) -> GlobalPtr:
         e = self.e
@@ -215,16 +236,17 @@ class _Sm80Forward:
         bits = 32 if name == "lse" or (name == "o" and self.spec.o_dtype == "f32") else 16
         return GlobalPtr(e, e.arg(name), bits).offset(elems)
 
-    def _kv_range(self) -> KvSchedule:
-        """The hook's range as a schedule (Note [Mask hooks], sm80_kv.py)."""
+    def _kv_range(self, m_block=None) -> KvSchedule:
+        """The hook's range for `m_block` (default: the current block) as a schedule (Note
+        [Mask hooks], sm80_kv.py)."""
         e, s = self.e, self.spec
-        return schedule(e, self.kv_range_fn(e, self._ctx()), e.dim("N"), s.block_n)
+        return schedule(e, self.kv_range_fn(e, self._ctx(m_block)), e.dim("N"), s.block_n)
 
     # ------------------------------------------------------------ loads
-    def _load_q(self) -> None:
+    def _load_q(self, m_block) -> None:
         e, s = self.e, self.spec
         q = self._tensor("q", self.b, self.h)
-        first = e.mul(self.m_block, s.block_m)
+        first = e.mul(m_block, s.block_m)
         q = q.offset(e.mul(e.to_i64(first), e.arg("stride_q_2")))
         self.loader.load(self.q_tile, 0, q, e.arg("stride_q_2"), e.sub(e.dim("M"), first))
 
@@ -242,18 +264,20 @@ class _Sm80Forward:
             rows = e.select(skip, e.c32(0), rows)
         self.loader.load(tile, slot_offset, src, stride, rows)
 
-    def _load_kv_if(self, name: str, n_block, slot_offset, exists, ragged: bool, ask_skip: bool = False) -> None:
+    def _load_kv_if(self, name: str, n_block, slot_offset, exists, ragged: bool, ask_skip: bool = False,
+                    m_block=None) -> None:
         """Load when `exists(n_block)` (the step is in the schedule), then commit a group
         either way (Note [cp.async group counting]); with `ask_skip`, a block the mask
-        skips is zero-filled instead of read."""
+        skips (for query block `m_block`, default the current one) is zero-filled
+        instead of read."""
         guard = scf.IfOp(exists(n_block))
         with ir.InsertionPoint(guard.then_block):
-            self._load_kv(name, n_block, slot_offset, ragged, self._skip(n_block) if ask_skip else None)
+            self._load_kv(name, n_block, slot_offset, ragged, self._skip(n_block, m_block) if ask_skip else None)
             scf.yield_([])
         self.cp.commit()
 
-    def _skip(self, n_block):
-        return self.spec.tile_skip(self.e, self._ctx(), self.e.max(n_block, 0))
+    def _skip(self, n_block, m_block=None):
+        return self.spec.tile_skip(self.e, self._ctx(m_block), self.e.max(n_block, 0))
 
     def _slot_offset(self, t_plus: int, t):
         """Byte offset of the K/V slot of step t + t_plus."""
@@ -383,9 +407,10 @@ class _Sm80Forward:
         k_block, exists = kv.ahead(self.e, t, n_block, s.stages)
         self._load_kv_if("k", k_block, slot, exists, ragged, ask_skip)
 
-    def _ctx(self) -> KvCtx:
+    def _ctx(self, m_block=None) -> KvCtx:
         e, s = self.e, self.spec
-        return KvCtx(self.m_block, self.b, self.h, e.dim("M"), e.dim("N"), s.block_m, s.block_n)
+        m_block = self.m_block if m_block is None else m_block
+        return KvCtx(m_block, self.b, self.h, e.dim("M"), e.dim("N"), s.block_m, s.block_n)
 
     def _loop(self, t_lo, t_hi, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str):
         """scf.for over steps [t_lo, t_hi), carrying O, m and l."""
@@ -418,15 +443,51 @@ class _Sm80Forward:
         e, s = self.e, self.spec
         self._coordinates()
         self.kv_ptr = {n: self._tensor(n, self.b, self.kv_h) for n in ("k", "v")}
-        kv = self._kv_range()
-        # Prologue: groups {Q, K0}, V0, K1, ..., V_{S-2}, K_{S-1}.
-        self._load_q()
+        if s.blocks_per_cta == 1:
+            kv = self._kv_range()
+            self._prologue(kv, self.m_block)
+            acc_o, state = self._steps(kv)
+            self.cp.wait(0)
+            self._epilogue(acc_o, state)
+            return
+        # Note [Two query blocks per CTA]
+        ctaid = nvvm.read_ptx_sreg_ctaid_x(e.i32)
+        first_block = e.sub(e.sub(e.cdiv(e.dim("M"), s.block_m), 1), ctaid)
+        items = e.select(e.lt(ctaid, first_block), e.c32(2), e.c32(1))
+        self._prologue(self._kv_range(first_block), first_block)
+        loop = scf.ForOp(e.c32(0), items, e.c32(1))
+        with ir.InsertionPoint(loop.body):
+            item = loop.induction_variable
+            # Both blocks as functions of `item`: values of a loop-invariant block would
+            # be hoisted out of the loop and held in registers through it.
+            first = e.eq(item, 0)
+            self._set_block(e.select(first, first_block, ctaid))
+            acc_o, state = self._steps(self._kv_range())
+            self.cp.wait(0)
+            self.bar.sync()         # every warp is done with Q and the K/V slots
+            then = scf.IfOp(e.lt(e.add(item, 1), items))
+            with ir.InsertionPoint(then.then_block):
+                following = e.select(first, ctaid, first_block)
+                self._prologue(self._kv_range(following), following)
+                scf.yield_([])
+            self._epilogue(acc_o, state)
+            scf.yield_([])
+
+    def _prologue(self, kv: KvSchedule, m_block) -> None:
+        """Issue the loads that the steps of `m_block` (schedule `kv`) start with: groups
+        {Q, K0}, V0, K1, ..., V_{S-2}, K_{S-1}."""
+        s = self.spec
+        self._load_q(m_block)
         ask_skip = s.tile_skip is not None
         for i in range(s.stages):
-            n_block, exists = kv.first(e, i)
-            self._load_kv_if("k", n_block, i * self.slot_bytes, exists, True, ask_skip)
+            n_block, exists = kv.first(self.e, i)
+            self._load_kv_if("k", n_block, i * self.slot_bytes, exists, True, ask_skip, m_block)
             if i < s.stages - 1:
-                self._load_kv_if("v", n_block, i * self.slot_bytes, exists, True, ask_skip)
+                self._load_kv_if("v", n_block, i * self.slot_bytes, exists, True, ask_skip, m_block)
+
+    def _steps(self, kv: KvSchedule):
+        """Every KV step of the current block: (O accumulators, softmax state)."""
+        e, s = self.e, self.spec
         zero = e.cf(0.0)
         acc_o = [[[zero] * 4 for _ in range(s.head_dim_v // 8)] for _ in range(s.m_atoms)]
         state = self.softmax.initial(2 * s.m_atoms)
@@ -436,7 +497,10 @@ class _Sm80Forward:
         acc_o, state = self._loop(t_full, t_low, kv, acc_o, state, "full")
         if kv.full_lo is not None:
             acc_o, state = self._loop(t_low, kv.total(e), kv, acc_o, state, "partial")
-        self.cp.wait(0)
+        return acc_o, state
+
+    def _epilogue(self, acc_o, state: SoftmaxState) -> None:
+        e, s = self.e, self.spec
         epilogue = Epilogue(e, self.softmax, s.o_dtype, self.row0, self.col0, self.lane)
         epilogue.store(acc_o, state, self._tensor("o", self.b, self.h), e.arg("stride_o_2"),
                        self._tensor("lse", self.b, self.h) if s.with_lse else None, self._sink())

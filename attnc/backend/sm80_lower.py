@@ -55,6 +55,7 @@ def lowering_from_ir(result) -> Sm80Lowering:
 def _lowering_from_ir(result) -> Sm80Lowering:
     from attnc.backend.blockmap import blockmap_plan
     from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
+    from attnc.passes.lower_sm80 import INTERVAL_TEST_ATTR, Q_BLOCKS_ATTR
     from attnc.passes.analyze_masks import mask_functions
 
     variant = result.variant
@@ -76,7 +77,10 @@ def _lowering_from_ir(result) -> Sm80Lowering:
         block_m=block_m, block_n=block_n,
         num_warps=get_int(op, "num_warps"), stages=kv[0].stages,
         out_dtype=variant.output("o").dtype, with_lse=variant.has_lse,
-        softmax_scale=variant.scale, symbol=f"attnc_{variant.name}_fwd", **hooks.spec_fields())
+        softmax_scale=variant.scale, symbol=f"attnc_{variant.name}_fwd",
+        q_blocks_per_cta=get_int(op, Q_BLOCKS_ATTR) if Q_BLOCKS_ATTR in op.attributes else None,
+        interval_test=get_str(op, INTERVAL_TEST_ATTR) if INTERVAL_TEST_ATTR in op.attributes else None,
+        **hooks.spec_fields())
     try:
         return Sm80Lowering(spec.check(), blockmap)
     except SpecError as e:

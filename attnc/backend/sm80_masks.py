@@ -50,9 +50,10 @@ class ScoreMasker:
     def __init__(self, e: Emit, coords: ElementCoords, b, h, scale: float,
                  score_mod: ScoreModFn | None, keep: KeepFn | None,
                  score_bias: ScoreBiasFn | None = None, score_in: float | None = None,
-                 row_interval: RowIntervalFn | None = None):
+                 row_interval: RowIntervalFn | None = None, interval_test: str = "range"):
         self.e, self.coords = e, coords
         self.row_interval = row_interval
+        self.interval_test = interval_test
         self.b, self.h = b, h
         self.scale = scale
         self.score_in = scale if score_in is None else score_in
@@ -106,13 +107,28 @@ class ScoreMasker:
 
     def _masked_row(self, row, r, n_block, bound):
         """Note [Row intervals] (hooks.py): the row keeps the keys [lo, min(hi, bound - 1)];
-        column c of the lane is j0 plus the constant `ElementCoords.column(c)`."""
+        column c of the lane is j0 plus the constant `ElementCoords.column(c)`.
+
+        Note [One compare per score]: LLVM turns select(a and b, x, y) into two nested
+        selects, so testing lo <= d and d <= hi per score ("pair") costs two ISETP and
+        two FSEL in SASS. "range" instead keeps the score at column d when d - lo <
+        width as unsigned numbers, with width = max(hi - lo + 1, 0) per row (a d below
+        lo wraps to a huge value): one add, one compare, one select. |lo|, |hi| <= 2^30
+        (hooks._FAR), so nothing overflows. Without a lower bound (lo None) both forms
+        are the one compare d <= hi. Which form is faster depends on ptxas's register
+        allocation (Sm80KernelSpec.interval_test_form)."""
         e = self.e
         i, j0 = self.coords(r, 0, n_block)
         lo, hi = self.row_interval(e, self.b, self.h, i)
-        lo, hi = e.sub(lo, j0), e.sub(e.min(hi, e.sub(bound, 1)), j0)
-        columns = (self.coords.column(c) for c in range(len(row)))
-        return [e.select(e.land(e.le(lo, d), e.ge(hi, d)), x, e.neg_inf()) for x, d in zip(row, columns)]
+        lo = e.sub(lo, j0) if lo is not None else None
+        hi = e.sub(e.min(hi, e.sub(bound, 1)), j0)
+        columns = [self.coords.column(c) for c in range(len(row))]
+        if lo is None:
+            return [e.select(e.ge(hi, d), x, e.neg_inf()) for x, d in zip(row, columns)]
+        if self.interval_test == "pair":
+            return [e.select(e.land(e.le(lo, d), e.ge(hi, d)), x, e.neg_inf()) for x, d in zip(row, columns)]
+        width = e.max(e.add(e.sub(hi, lo), 1), 0)
+        return [e.select(e.ult(e.sub(d, lo), width), x, e.neg_inf()) for x, d in zip(row, columns)]
 
     def _masked(self, x, r, c, n_block, bound):
         e = self.e

@@ -37,13 +37,13 @@ class SoftmaxState:
 
 # Note [Bounded score_mod]: when the score_mod's result provably lies in [lo, hi] in the
 # running max's units (softcap: 30 * tanh(.) gives tanh's [-1, 1]) and the spread is
-# small in natural units ((hi - lo) * out_factor <= STATIC_MAX_SPREAD), the running max
-# is the constant hi: p = exp(score - hi) >= exp(-64) never underflows f32 nor bf16's P
-# (bf16 only: f16's P would flush rows whose scores sit far below hi), and never exceeds
-# 1. The step then has no row max (no FMNMX per score, no quad shuffles), no rescale
-# of O and of the sum (alpha = 1); a masked score is -inf and gives 0 as before, and an
-# empty row keeps l = 0 (o = 0, lse = -inf). The same softmax, up to rounding.
-STATIC_MAX_SPREAD = 64.0
+# small in natural units ((hi - lo) * out_factor <= STATIC_MAX_SPREAD, in kernel_spec.py,
+# where Sm80KernelSpec.static_max decides), the running max is the constant hi:
+# p = exp(score - hi) >= exp(-64) never underflows f32 nor bf16's P (bf16 only: f16's P
+# would flush rows whose scores sit far below hi), and never exceeds 1. The step then
+# has no row max (no FMNMX per score, no quad shuffles), no rescale of O and of the sum
+# (alpha = 1); a masked score is -inf and gives 0 as before, and an empty row keeps
+# l = 0 (o = 0, lse = -inf). The same softmax, up to rounding.
 
 
 class OnlineSoftmax:

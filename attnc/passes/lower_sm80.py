@@ -22,7 +22,7 @@ ABI as a JSON attribute `attn.kernels` on it:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from attnc.passes.registry import Pass
@@ -31,25 +31,41 @@ KERNELS_ATTR = "attn.kernels"
 SPECIALIZATION_ATTR = "attn.specialization"
 
 
+# Kernel choices the options record on attn.attention (read back by sm80_lower.py).
+Q_BLOCKS_ATTR = "sm80.q_blocks_per_cta"
+INTERVAL_TEST_ATTR = "sm80.interval_test"
+
+
 @dataclass(frozen=True)
 class LowerSm80(Pass):
     """Generate the sm_80 kernel (gpu.module) from the plan of attn.attention."""
 
     name: ClassVar[str] = "attn-lower-sm80"
+    q_blocks_per_cta: int | None = field(default=None, metadata={
+        "doc": "query blocks each CTA runs in turn, 1 or 2 (default: 2 for a bounded score_mod "
+               "at 128-key tiles, else 1)"})
+    interval_test: str | None = field(default=None, metadata={
+        "doc": "a row-interval mask's test per score: range or pair (default: range at "
+               "128-key tiles, else pair)"})
 
     def run(self, module) -> None:
-        lower_sm80(module)
+        lower_sm80(module, self.q_blocks_per_cta, self.interval_test)
 
 
-def lower_sm80(module) -> None:
+def lower_sm80(module, q_blocks_per_cta: int | None = None, interval_test: str | None = None) -> None:
     from mlir import ir
 
     from attnc.backend.sm80_lower import kernel_module_for
-    from attnc.ir import attention_ops, error_at
+    from attnc.ir import attention_ops, error_at, set_int, set_str
 
     if lowered_gpu_module(module) is not None:
         raise error_at(attention_ops(module)[0] if attention_ops(module) else module,
                        "attn-lower-sm80 ran twice on this module")
+    for op in attention_ops(module):
+        if q_blocks_per_cta is not None:
+            set_int(op, Q_BLOCKS_ATTR, q_blocks_per_cta)
+        if interval_test is not None:
+            set_str(op, INTERVAL_TEST_ATTR, interval_test)
     result = compile_result_of(module)
     kernel_module, kernels, specialization = kernel_module_for(result)
     with _module_op(module).context:

@@ -382,6 +382,42 @@ def test_softcap_bounds():
     assert spec.score_mod.bounds() == (-1.0, 1.0)
 
 
+def _softcap_causal(dtype: str, hd: int, cap: float = 30.0, pipeline: str | None = None):
+    text = source("capped", f"score_mod(s, b, h, i, j) = {cap} * tanh(s / {cap})\n  mask_mod(b, h, i, j) = j <= i",
+                  hd).replace("f16", dtype)
+    return compile_mlir(text, "capped.attn", CompileOptions(arch="sm_80", pass_pipeline=pipeline))
+
+
+@pytest.mark.parametrize("dtype, hd, cap, blocks", [("bf16", 64, 30.0, 2), ("bf16", 128, 30.0, 1),
+                                                    ("f16", 64, 30.0, 1), ("bf16", 64, 50.0, 1)])
+def test_two_query_blocks_per_cta_for_a_constant_max_at_128_key_tiles(dtype, hd, cap, blocks):
+    """Sm80KernelSpec.blocks_per_cta: two blocks per CTA where the softmax max is the
+    constant cap (bf16, spread 2 * cap <= 64) and tiles are 128 keys wide (head dim 64)."""
+    spec = spec_from_ir(_softcap_causal(dtype, hd, cap))
+    assert (spec.static_max is not None) == (dtype == "bf16" and cap == 30.0)
+    assert spec.blocks_per_cta == blocks
+    grid = build(_softcap_causal(dtype, hd, cap)).manifest["kernels"][-1]["grid"]
+    assert grid[0] == [["cdiv", "M", spec.block_m * blocks]]
+
+
+def test_interval_test_defaults_by_tile_width():
+    """Sm80KernelSpec.interval_test_form: the unsigned range test at 128-key tiles."""
+    from attnc.backend.kernel_spec import default_sm80_spec
+    assert default_sm80_spec("bf16", 64).interval_test_form == "range"       # 128x128
+    assert default_sm80_spec("bf16", 128).interval_test_form == "pair"       # 128x64
+    assert default_sm80_spec("bf16", 128, interval_test="range").interval_test_form == "range"
+
+
+@pytest.mark.parametrize("options, message", [("q_blocks_per_cta=3", "q_blocks_per_cta=3: expected 1 or 2"),
+                                              ("interval_test=both", "interval_test='both': expected one of")])
+def test_lower_sm80_options_are_checked(options, message):
+    from attnc.errors import AttncError
+    pipeline = ("attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,"
+                f"attn-insert-pipelines,attn-lower-sm80{{{options}}}")
+    with pytest.raises(AttncError, match=message):
+        _softcap_causal("bf16", 64, pipeline=pipeline)
+
+
 # ------------------------------------------------------------------ row intervals
 
 ROW_MASKS = {       # mask_mod -> whether Note [Row intervals] applies
@@ -431,3 +467,39 @@ def test_row_intervals_match_the_mask(mask):
                 keep = evaluator.hook(result.variant.mask_mod, tuple(np.asarray(x) for x in (b, h, i, jj)))
                 assert np.array_equal(np.broadcast_to(keep, jj.shape).astype(bool), (lo <= jj) & (jj <= hi)), \
                     (mask, b, h, i, lo, hi)
+
+
+@pytest.mark.parametrize("form", ["range", "pair"])
+@pytest.mark.parametrize("mask", sorted(m for m, rows in ROW_MASKS.items() if rows))
+def test_both_interval_tests_keep_exactly_the_masked_keys(mask, form):
+    """Note [One compare per score] (sm80_masks.py): both per-score tests of a row
+    interval keep a score exactly when the mask keeps it and j < N, in rows whose
+    interval is empty, far below or above the tile as well as across it."""
+    from attnc.backend.sm80_masks import ElementCoords, ScoreMasker
+    result = _row_mask(mask)
+    op, hooks = _hooks(result)
+    block_n, columns = 32, 16          # 8 n8 atoms: columns 2t, 2t+1 of each
+    args = {**_arg_types(result, hooks), "b": "i32", "h": "i32", "i": "i32", "col0": "i32", "n_block": "i32"}
+
+    def body(e, a):
+        coords = ElementCoords(e, a["i"], a["col0"], block_n)
+        masker = ScoreMasker(e, coords, a["b"], a["h"], 1.0, None, hooks.keep, row_interval=hooks.row_interval,
+                             interval_test=form)
+        return masker.mask([[e.cf(1.0)] * columns], a["n_block"])[0]
+
+    with result.module.context:
+        run = host_function(args, body)
+    rng = np.random.default_rng(5)
+    dims = {"B": 3, "H": 4, "M": 40, "N": 52}
+    params = {"off": rng.integers(-4, 9, size=3).astype(np.int32)}
+    evaluator = Evaluator(dims, {"off": params["off"].astype(np.int64)})
+    values = {**_abi_values(result.variant, dims), **params}
+    values.update({k.split(":")[-1]: dims[k.split(":")[-1]] for k in args if k.startswith("dim:")})
+    offsets = np.array([8 * (c // 2) + c % 2 for c in range(columns)])
+    for b, h, i, col0, n_block in zip(rng.integers(0, 3, 300), rng.integers(0, 4, 300), rng.integers(-2, 45, 300),
+                                      2 * rng.integers(0, 4, 300), rng.integers(0, 3, 300)):
+        out = np.array(run(**values, b=b, h=h, i=i, col0=col0, n_block=n_block))
+        jj = n_block * block_n + col0 + offsets
+        keep = evaluator.hook(result.variant.mask_mod, tuple(np.asarray(x) for x in (b, h, i, jj)))
+        keep = np.broadcast_to(keep, jj.shape).astype(bool) & (jj < dims["N"])
+        assert np.array_equal(out == 1.0, keep) and np.all(out[~keep] == -np.inf), (mask, form, b, h, i, col0, n_block)

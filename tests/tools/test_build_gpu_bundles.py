@@ -37,9 +37,33 @@ def test_examples_are_rewritten_to_each_dtype_and_head_dim(path):
 
 def test_every_example_gets_both_dtypes_and_two_head_dim_pairs():
     jobs = builder.example_jobs()
-    assert len(jobs) == 4 * len(EXAMPLES) and len({j.name for j in jobs}) == len(jobs)
+    assert len(jobs) == 8 * len(EXAMPLES) and len({j.name for j in jobs}) == len(jobs)
     diff = {tuple(j.meta["head_dim"]) for j in jobs if j.meta["example"] == "diff_head_dims"}
     assert diff == {(128, 64), (64, 128)}
+
+
+def test_every_example_also_runs_with_the_other_kernel_choices():
+    """Each example's second job differs only by attn-lower-sm80's options: two query
+    blocks per CTA and the row-interval test the head dim does not default to."""
+    jobs = builder.example_jobs()
+    default, other = jobs[0::2], jobs[1::2]
+    for a, b in zip(default, other):
+        assert b.name == f"{a.name}_other" and b.source == a.source
+        assert "pipeline" not in a.meta
+        d = max(a.meta["head_dim"])
+        assert b.meta["pipeline"].endswith(
+            f"attn-lower-sm80{{q_blocks_per_cta=2 interval_test={builder.OTHER_INTERVAL_TEST[d]}}}")
+
+
+def test_the_other_kernel_choices_reach_the_manifest(tmp_path):
+    pytest.importorskip("mlir")
+    job = next(j for j in builder.example_jobs() if j.name == "ex_sliding_window_bf16_d64x64_other")
+    entry = builder.build_one(job, str(tmp_path))
+    assert "refused" not in entry, entry.get("refused")
+    manifest = json.loads((tmp_path / job.name / "manifest.json").read_text())
+    spec = manifest["specialization"]
+    assert (spec["q_blocks_per_cta"], spec["interval_test"]) == (2, "pair")
+    assert manifest["kernels"][-1]["grid"][0] == [["cdiv", "M", 256]]
 
 
 def test_suites_have_the_sizes_the_issue_asks_for():
