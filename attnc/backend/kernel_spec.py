@@ -56,7 +56,7 @@ HEAD_DIMS = (64, 96, 128, 256)
 # "mask_mod": a DSL mask compiled into the hooks (kv_range and keep given by the spec).
 MASK_MODES = ("none", "causal", "causal_bottom_right", "mask_mod")
 STATIC_MAX_SPREAD = 64.0            # Note [Bounded score_mod] in sm80_softmax.py
-INTERVAL_TESTS = ("range", "pair")  # Note [One compare per score] in sm80_masks.py
+INTERVAL_TESTS = ("range", "pair", "bits")  # Note [One compare per score] in sm80_masks.py
 SM80_MAX_DYNAMIC_SMEM = 166912      # bytes per block on A100 (163 KB)
 MAX_ACC_REGS = 192                  # f32 accumulators (S + O) per thread before spilling
 
@@ -147,9 +147,9 @@ class Sm80KernelSpec:
     extra_params: tuple[ExtraParam, ...] = field(default=())
     q_blocks_per_cta: Optional[int] = None  # 1 or 2 (Note [Two query blocks per CTA] in sm80.py);
                                           # None: 2 with a constant softmax max, else 1
-    interval_test: Optional[str] = None    # a row interval's per-score test, "range" or "pair"
-                                          # (Note [One compare per score] in sm80_masks.py);
-                                          # None: "range" at block_n >= 128, else "pair"
+    interval_test: Optional[str] = None    # a row interval's per-score test: "bits", "range"
+                                          # or "pair" (Note [One compare per score] in
+                                          # sm80_masks.py); None: bits up to block_n 128
 
     # -- derived
     @property
@@ -194,12 +194,11 @@ class Sm80KernelSpec:
 
     @property
     def interval_test_form(self) -> str:
-        """interval_test resolved: measured on an H200, "range" took window1024 from 0.987
-        to 0.976 ms at 128x128 tiles (head dim 64) but from 0.833 to 0.846 ms at 128x64
-        (head dim 128, where ptxas spilled 132 bytes against 40)."""
+        """interval_test resolved: "bits" while a lane's row holds at most 32 scores
+        (block_n <= 128), else "range" (Note [One compare per score] in sm80_masks.py)."""
         if self.interval_test is not None:
             return self.interval_test
-        return "range" if self.block_n >= 128 else "pair"
+        return "bits" if self.block_n <= 128 else "range"
 
     @property
     def threads(self) -> int:

@@ -99,6 +99,7 @@ class Emit:
     def gt(self, a, b): return self._cmp(arith.CmpIPredicate.sgt, a, b)
     def ge(self, a, b): return self._cmp(arith.CmpIPredicate.sge, a, b)
     def eq(self, a, b): return self._cmp(arith.CmpIPredicate.eq, a, b)
+    def ne(self, a, b): return self._cmp(arith.CmpIPredicate.ne, a, b)
     def ult(self, a, b): return self._cmp(arith.CmpIPredicate.ult, a, b)
     def land(self, a, b): return arith.andi(a, b)
 

@@ -45,8 +45,8 @@ class LowerSm80(Pass):
         "doc": "query blocks each CTA runs in turn, 1 or 2 (default: 2 for a bounded score_mod "
                "at 128-key tiles, else 1)"})
     interval_test: str | None = field(default=None, metadata={
-        "doc": "a row-interval mask's test per score: range or pair (default: range at "
-               "128-key tiles, else pair)"})
+        "doc": "a row-interval mask's test per score: bits, range or pair (default: bits up "
+               "to 128-key tiles, else range)"})
 
     def run(self, module) -> None:
         lower_sm80(module, self.q_blocks_per_cta, self.interval_test)

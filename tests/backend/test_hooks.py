@@ -401,11 +401,13 @@ def test_two_query_blocks_per_cta_for_a_constant_max_at_128_key_tiles(dtype, hd,
 
 
 def test_interval_test_defaults_by_tile_width():
-    """Sm80KernelSpec.interval_test_form: the unsigned range test at 128-key tiles."""
+    """Sm80KernelSpec.interval_test_form: the kept-bits test while a lane's row holds at
+    most 32 scores."""
     from attnc.backend.kernel_spec import default_sm80_spec
-    assert default_sm80_spec("bf16", 64).interval_test_form == "range"       # 128x128
-    assert default_sm80_spec("bf16", 128).interval_test_form == "pair"       # 128x64
-    assert default_sm80_spec("bf16", 128, interval_test="range").interval_test_form == "range"
+    assert default_sm80_spec("bf16", 64).interval_test_form == "bits"        # 128x128
+    assert default_sm80_spec("bf16", 128).interval_test_form == "bits"       # 128x64
+    assert default_sm80_spec("bf16", 64, block_n=256, block_m=64).interval_test_form == "range"
+    assert default_sm80_spec("bf16", 128, interval_test="pair").interval_test_form == "pair"
 
 
 @pytest.mark.parametrize("options, message", [("q_blocks_per_cta=3", "q_blocks_per_cta=3: expected 1 or 2"),
@@ -469,16 +471,17 @@ def test_row_intervals_match_the_mask(mask):
                     (mask, b, h, i, lo, hi)
 
 
-@pytest.mark.parametrize("form", ["range", "pair"])
+@pytest.mark.parametrize("block_n", [32, 128])
+@pytest.mark.parametrize("form", ["range", "pair", "bits"])
 @pytest.mark.parametrize("mask", sorted(m for m, rows in ROW_MASKS.items() if rows))
-def test_both_interval_tests_keep_exactly_the_masked_keys(mask, form):
-    """Note [One compare per score] (sm80_masks.py): both per-score tests of a row
-    interval keep a score exactly when the mask keeps it and j < N, in rows whose
+def test_every_interval_test_keeps_exactly_the_masked_keys(mask, form, block_n):
+    """Note [One compare per score] (sm80_masks.py): each per-score test of a row
+    interval keeps a score exactly when the mask keeps it and j < N, in rows whose
     interval is empty, far below or above the tile as well as across it."""
     from attnc.backend.sm80_masks import ElementCoords, ScoreMasker
     result = _row_mask(mask)
     op, hooks = _hooks(result)
-    block_n, columns = 32, 16          # 8 n8 atoms: columns 2t, 2t+1 of each
+    columns = block_n // 4             # block_n / 8 n8 atoms: columns 2t, 2t+1 of each
     args = {**_arg_types(result, hooks), "b": "i32", "h": "i32", "i": "i32", "col0": "i32", "n_block": "i32"}
 
     def body(e, a):
@@ -497,7 +500,7 @@ def test_both_interval_tests_keep_exactly_the_masked_keys(mask, form):
     values.update({k.split(":")[-1]: dims[k.split(":")[-1]] for k in args if k.startswith("dim:")})
     offsets = np.array([8 * (c // 2) + c % 2 for c in range(columns)])
     for b, h, i, col0, n_block in zip(rng.integers(0, 3, 300), rng.integers(0, 4, 300), rng.integers(-2, 45, 300),
-                                      2 * rng.integers(0, 4, 300), rng.integers(0, 3, 300)):
+                                      2 * rng.integers(0, 4, 300), rng.integers(0, 64 // block_n + 1, 300)):
         out = np.array(run(**values, b=b, h=h, i=i, col0=col0, n_block=n_block))
         jj = n_block * block_n + col0 + offsets
         keep = evaluator.hook(result.variant.mask_mod, tuple(np.asarray(x) for x in (b, h, i, jj)))

@@ -62,7 +62,7 @@ def test_the_other_kernel_choices_reach_the_manifest(tmp_path):
     assert "refused" not in entry, entry.get("refused")
     manifest = json.loads((tmp_path / job.name / "manifest.json").read_text())
     spec = manifest["specialization"]
-    assert (spec["q_blocks_per_cta"], spec["interval_test"]) == (2, "pair")
+    assert (spec["q_blocks_per_cta"], spec["interval_test"]) == (2, "range")
     assert manifest["kernels"][-1]["grid"][0] == [["cdiv", "M", 256]]
 
 
