@@ -425,6 +425,7 @@ def test_lower_sm80_options_are_checked(options, message):
 ROW_MASKS = {       # mask_mod -> whether Note [Row intervals] applies
     "j <= i and i - j < 24": True,
     "j == i - 3": True,
+    "j <= i + 2": True,
     "not (j > i + 5) and j >= i - h - 3": True,
     "i < 10 and j <= i": True,
     "j <= i + N - M and not (i - j >= 7)": True,
@@ -453,14 +454,14 @@ def test_row_intervals_match_the_mask(mask):
     if hooks.row_interval is None:
         return
     args = {**_arg_types(result, hooks), "b": "i32", "h": "i32", "i": "i32"}
+
+    def bounds(e, a):
+        lo, hi = hooks.row_interval(e, a["b"], a["h"], a["i"])
+        return [e.c32(-(1 << 30)) if lo is None else lo, hi]      # no lower bound: any j
+
     with result.module.context:
-        run = host_function(args, lambda e, a: list(hooks.row_interval(e, a["b"], a["h"], a["i"])))
-    rng = np.random.default_rng(11)
-    dims = {"B": 3, "H": 4, "M": 40, "N": 52}
-    params = {"off": rng.integers(-4, 9, size=3).astype(np.int32)}
-    evaluator = Evaluator(dims, {"off": params["off"].astype(np.int64)})
-    values = {**_abi_values(result.variant, dims), **params}
-    values.update({k.split(":")[-1]: dims[k.split(":")[-1]] for k in args if k.startswith("dim:")})
+        run = host_function(args, bounds)
+    values, evaluator = _row_mask_inputs(result, args, np.random.default_rng(11))
     jj = np.arange(-8, 70)
     for b in range(3):
         for h in range(4):
@@ -493,16 +494,25 @@ def test_every_interval_test_keeps_exactly_the_masked_keys(mask, form, block_n):
     with result.module.context:
         run = host_function(args, body)
     rng = np.random.default_rng(5)
-    dims = {"B": 3, "H": 4, "M": 40, "N": 52}
-    params = {"off": rng.integers(-4, 9, size=3).astype(np.int32)}
-    evaluator = Evaluator(dims, {"off": params["off"].astype(np.int64)})
-    values = {**_abi_values(result.variant, dims), **params}
-    values.update({k.split(":")[-1]: dims[k.split(":")[-1]] for k in args if k.startswith("dim:")})
+    values, evaluator = _row_mask_inputs(result, args, rng)
     offsets = np.array([8 * (c // 2) + c % 2 for c in range(columns)])
     for b, h, i, col0, n_block in zip(rng.integers(0, 3, 300), rng.integers(0, 4, 300), rng.integers(-2, 45, 300),
                                       2 * rng.integers(0, 4, 300), rng.integers(0, 64 // block_n + 1, 300)):
         out = np.array(run(**values, b=b, h=h, i=i, col0=col0, n_block=n_block))
         jj = n_block * block_n + col0 + offsets
         keep = evaluator.hook(result.variant.mask_mod, tuple(np.asarray(x) for x in (b, h, i, jj)))
-        keep = np.broadcast_to(keep, jj.shape).astype(bool) & (jj < dims["N"])
+        keep = np.broadcast_to(keep, jj.shape).astype(bool) & (jj < ROW_DIMS["N"])
         assert np.array_equal(out == 1.0, keep) and np.all(out[~keep] == -np.inf), (mask, form, b, h, i, col0, n_block)
+
+
+ROW_DIMS = {"B": 3, "H": 4, "M": 40, "N": 52}
+
+
+def _row_mask_inputs(result, args, rng):
+    """(the host function's dim and param values, the reference evaluator) for a mask of
+    `_row_mask` at ROW_DIMS, with random offsets `off`."""
+    params = {"off": rng.integers(-4, 9, size=3).astype(np.int32)}
+    evaluator = Evaluator(ROW_DIMS, {"off": params["off"].astype(np.int64)})
+    values = {**_abi_values(result.variant, ROW_DIMS), **params}
+    values.update({k.split(":")[-1]: ROW_DIMS[k.split(":")[-1]] for k in args if k.startswith("dim:")})
+    return values, evaluator
