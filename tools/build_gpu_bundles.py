@@ -12,7 +12,7 @@ names its "suite":
                     cubin and PTX)                         -> tests/gpu/test_sm80_matrix.py
     examples        every examples/*.attn as bf16 and f16, head dims 64 and 128 (QK/V 128/64
                     and 64/128 for diff_head_dims), each also with attn-lower-sm80's
-                    other choices (OTHER_CHOICES)          -> tests/gpu/test_examples.py
+                    other choices (other_choices)          -> tests/gpu/test_examples.py
     property        variants from tests/gpu/variant_gen.py, seeds --property-seed onwards
                                                            -> tests/gpu/test_property.py
     bench_variants  the variants of bench/bench_variants.py (peers.md), head dims 64 and 128
@@ -101,12 +101,17 @@ def rewrite_example(text: str, dtype: str, d_qk: int, d_v: int) -> str:
     return f"# {dtype}, head dims {d_qk}/{d_v} (rewritten by tools/build_gpu_bundles.py)\n{rewritten}"
 
 
-# The kernel choices attn-lower-sm80 makes per tile shape (Sm80KernelSpec.blocks_per_cta,
-# .interval_test_form), the other way round: every example runs a second time with two
-# query blocks per CTA and the other row-interval test, so that both code paths of each
-# choice meet the reference on the GPU whatever the defaults are.
-OTHER_CHOICES = {"q_blocks_per_cta": 2}
-OTHER_INTERVAL_TEST = {64: "range", 128: "pair"}        # by head dim; the default is "bits"
+# Every example runs a second time with the kernel choices attn-lower-sm80 did not make
+# (Sm80KernelSpec.blocks_per_cta, .interval_test_form): the other number of query blocks
+# per CTA, and a row-interval test other than the default "bits" ("range" for bf16,
+# "pair" for f16), so that each code path meets the reference on the GPU whatever the
+# defaults are. The builder resolves them from the default spec (`other_choices`).
+OTHER_INTERVAL_TEST = {"bf16": "range", "f16": "pair"}
+
+
+def other_choices(spec, dtype: str) -> dict:
+    """attn-lower-sm80's options that differ from what it chose for `spec`."""
+    return {"q_blocks_per_cta": 3 - spec.blocks_per_cta, "interval_test": OTHER_INTERVAL_TEST[dtype]}
 
 
 def example_jobs() -> list[Job]:
@@ -121,9 +126,7 @@ def example_jobs() -> list[Job]:
                 meta = {"example": stem, "dtype": dtype, "head_dim": [d_qk, d_v],
                         "fills": EXAMPLE_FILLS.get(stem, {}), "square": stem in SQUARE}
                 jobs.append(Job("examples", name, source_text, meta))
-                other = sm80_pipeline_with("attn-lower-sm80", **OTHER_CHOICES,
-                                           interval_test=OTHER_INTERVAL_TEST[max(d_qk, d_v)])
-                jobs.append(Job("examples", f"{name}_other", source_text, {**meta, "pipeline": other}))
+                jobs.append(Job("examples", f"{name}_other", source_text, {**meta, "other_choices": True}))
     return jobs
 
 
@@ -215,7 +218,12 @@ def build_one(job: Job, out: str) -> dict:
     entry = {"suite": job.suite, "name": job.name, **job.meta}
     start = time.perf_counter()
     try:
-        options = CompileOptions(arch="sm_80", pass_pipeline=job.meta.get("pipeline"))
+        if job.meta.get("other_choices"):
+            from attnc.backend.sm80_lower import spec_from_ir
+            default = spec_from_ir(compile_mlir(job.source, f"{job.name}.attn", CompileOptions(arch="sm_80")))
+            entry["choices"] = other_choices(default, job.meta["dtype"])
+            entry["pipeline"] = sm80_pipeline_with("attn-lower-sm80", **entry["choices"])
+        options = CompileOptions(arch="sm_80", pass_pipeline=entry.get("pipeline"))
         art = build(compile_mlir(job.source, f"{job.name}.attn", options))
         manifest, files = art.manifest, dict(art.files)
         if job.ptx_only and "ptx" in manifest["code"]:

@@ -478,12 +478,13 @@ def role_dims(variant, roles: Sequence[str]) -> frozenset[str]:
 # keeps, for each row, exactly the keys of one interval [lo(b, h, i), hi(b, h, i)]. In a
 # partial tile the kernel then computes lo and hi once per accumulator row (the region
 # evaluated at j = 0 gives each d0) and tests each score's column, a constant offset
-# from the tile's first one, against them: two compares with an immediate and a select,
+# from the tile's first one, against them (Note [One compare per score], sm80_masks.py),
 # instead of the region's ops (and the j < N test) per score. Anything else (`or`,
 # `!=`, a j coefficient other than +-1, j inside a param index or a division) keeps the
 # per-element region.
 _NEGATED = {"slt": "sge", "sle": "sgt", "sgt": "sle", "sge": "slt"}
-_FAR = 1 << 30              # beyond any key: hi without an upper bound, lo of a dropped row
+_FAR = 1 << 30              # beyond any key: hi without an upper bound, lo of a dropped row,
+                            # and the clamp of every bound
 
 
 class RowInterval(RegionCode):
@@ -556,8 +557,10 @@ class RowInterval(RegionCode):
                 highs.append(e.sub(t, 1) if kind in ("slt", "sgt") else t)
             else:                                              # a lower bound on j
                 lows.append(e.add(t, 1) if kind in ("slt", "sgt") else t)
-        hi = functools.reduce(e.min, highs) if highs else e.c32(_FAR)
+        # Clamped to [-_FAR, _FAR]: a mask's own bounds may be any i32 (a window of
+        # 2^31 - 1 keys), and the kernel subtracts the tile's first key from them.
+        hi = e.min(functools.reduce(e.min, highs), _FAR) if highs else e.c32(_FAR)
         if not lows and not self.free:
             return None, hi          # no lower bound (Note [One compare per score], sm80_masks.py)
-        lo = functools.reduce(e.max, lows) if lows else e.c32(-_FAR)
+        lo = e.max(functools.reduce(e.max, lows), -_FAR) if lows else e.c32(-_FAR)
         return e.select(alive, lo, e.c32(_FAR)), hi

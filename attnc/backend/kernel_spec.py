@@ -26,8 +26,9 @@ answer them later):
 * `keep(e, b, h, i, j) -> i1`: the element predicate applied in partial blocks, with
   i, j the global query/key indices (i32). The bound j < N is always added by the kernel.
 * `row_interval(e, b, h, i) -> (lo, hi)` (optional): keep(b, h, i, j) holds exactly when
-  lo <= j <= hi (i32, inclusive; lo None: no lower bound); partial blocks then test each score's column against
-  the row's two bounds instead of calling keep (Note [Row intervals] in hooks.py).
+  lo <= j <= hi (i32, inclusive; lo None: no lower bound); partial blocks then test each
+  score's column against the row's bounds instead of calling keep (Note [Row intervals]
+  in hooks.py, Note [One compare per score] in sm80_masks.py).
 
 and on scores, on every visited block (natural-log units, as dsl.md defines them):
 
@@ -146,7 +147,8 @@ class Sm80KernelSpec:
     sink: Optional[SinkFn] = None
     extra_params: tuple[ExtraParam, ...] = field(default=())
     q_blocks_per_cta: Optional[int] = None  # 1 or 2 (Note [Two query blocks per CTA] in sm80.py);
-                                          # None: 2 with a constant softmax max, else 1
+                                          # None: 2 with a constant softmax max (static_max)
+                                          # at block_n >= 128, else 1
     interval_test: Optional[str] = None    # a row interval's per-score test: "bits", "range"
                                           # or "pair" (Note [One compare per score] in
                                           # sm80_masks.py); None: bits up to block_n 128
@@ -273,6 +275,9 @@ class Sm80KernelSpec:
         _require(self.q_blocks_per_cta in (None, 1, 2), f"q_blocks_per_cta={self.q_blocks_per_cta}: expected 1 or 2")
         _require(self.interval_test in (None, *INTERVAL_TESTS),
                  f"interval_test={self.interval_test!r}: expected one of {INTERVAL_TESTS}")
+        _require(self.interval_test != "bits" or self.block_n <= 128,
+                 f"interval_test='bits' needs block_n <= 128 (32 scores per row and lane), not {self.block_n}: "
+                 f"use 'range' or 'pair'")
         half_page = self.page_width(self.head_dim_qk) // 16
         _require(self.qk_steps_per_trip == 0 or (half_page % self.qk_steps_per_trip == 0),
                  f"qk_unroll={self.qk_unroll} must divide {half_page} (k16 steps per smem page), or be 0")

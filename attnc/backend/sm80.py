@@ -1,6 +1,7 @@
 """The sm_80 forward kernel (FlashAttention-2 style), built directly in upstream dialects.
 
-One CTA per (m_block, h, b) (m_block = gridDim.x - 1 - blockIdx.x); `num_warps` warps, warp w owning rows
+One CTA per (m_block, h, b) (m_block = gridDim.x - 1 - blockIdx.x; two blocks per CTA with
+Note [Two query blocks per CTA]); `num_warps` warps, warp w owning rows
 [w*block_m/num_warps, (w+1)*block_m/num_warps) of the Q tile in 16-row MMA tiles.
 
     load Q[m_block], K[n0]                      ─┐ cp.async group 0
@@ -108,7 +109,8 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
                       "num_warps": spec.num_warps, "stages": spec.stages, "qk_unroll": spec.qk_steps_per_trip,
                       "mask": spec.mask, "score_mod": _score_kind(spec), "sink": spec.sink is not None,
                       "with_lse": spec.with_lse, "softmax_scale": spec.scale,
-                      "q_blocks_per_cta": spec.blocks_per_cta, "interval_test": spec.interval_test_form}
+                      "q_blocks_per_cta": spec.blocks_per_cta,
+                      "interval_test": spec.interval_test_form if spec.row_interval is not None else None}
     return KernelAbi(spec.symbol, tuple(params), (spec.threads, 1, 1), spec.smem_bytes,
                      ((["cdiv", "M", spec.block_m * spec.blocks_per_cta],), ("H",), ("B",)), specialization)
 

@@ -50,7 +50,7 @@ class ScoreMasker:
     def __init__(self, e: Emit, coords: ElementCoords, b, h, scale: float,
                  score_mod: ScoreModFn | None, keep: KeepFn | None,
                  score_bias: ScoreBiasFn | None = None, score_in: float | None = None,
-                 row_interval: RowIntervalFn | None = None, interval_test: str = "range"):
+                 row_interval: RowIntervalFn | None = None, interval_test: str = "bits"):
         self.e, self.coords = e, coords
         self.row_interval = row_interval
         self.interval_test = interval_test
@@ -113,8 +113,8 @@ class ScoreMasker:
         selects, so testing lo <= d and d <= hi per score ("pair") costs two ISETP and
         two FSEL in SASS. "range" keeps the score at column d when d - lo < width as
         unsigned numbers, with width = max(hi - lo + 1, 0) per row (a d below lo wraps to
-        a huge value): one add, one compare, one select. |lo|, |hi| <= 2^30
-        (hooks._FAR), so nothing overflows. "bits" (the default up to 128-key tiles,
+        a huge value): one add, one compare, one select. RowInterval.bounds clamps lo
+        and hi to [-2^30, 2^30] (hooks._FAR) and N < 2^30, so nothing overflows. "bits" (the default up to 128-key tiles,
         32 scores per row and lane) builds the row's kept columns as a 32-bit mask once
         (Note [Kept bits]) and tests bit c of it per score, which ptxas turns into one
         R2P per 7 scores and an FSEL each: the partial tile of window1024 at head dim 64
@@ -127,7 +127,8 @@ class ScoreMasker:
         lo = e.sub(lo, j0) if lo is not None else None
         hi = e.sub(e.min(hi, e.sub(bound, 1)), j0)
         columns = [self.coords.column(c) for c in range(len(row))]
-        if self.interval_test == "bits" and len(row) <= 32:
+        if self.interval_test == "bits":
+            assert len(row) <= 32, "interval_test 'bits' holds 32 scores per row and lane"
             bits = self._kept_bits(lo, hi, len(row))
             return [e.select(e.ne(e.and_(bits, 1 << c), 0), x, e.neg_inf()) for c, x in enumerate(row)]
         if lo is None:

@@ -426,6 +426,7 @@ ROW_MASKS = {       # mask_mod -> whether Note [Row intervals] applies
     "j <= i and i - j < 24": True,
     "j == i - 3": True,
     "j <= i + 2": True,
+    "i - j < off[b]": True,
     "not (j > i + 5) and j >= i - h - 3": True,
     "i < 10 and j <= i": True,
     "j <= i + N - M and not (i - j >= 7)": True,
@@ -494,25 +495,28 @@ def test_every_interval_test_keeps_exactly_the_masked_keys(mask, form, block_n):
     with result.module.context:
         run = host_function(args, body)
     rng = np.random.default_rng(5)
-    values, evaluator = _row_mask_inputs(result, args, rng)
+    dims = {"B": 3, "H": 4, "M": 600, "N": 600}          # whole 128-key tiles kept, and far ones
+    # A window of 2^31 - 1 keys (no window) must not overflow (Note [One compare per score]).
+    off = [2**31 - 1, 2**30 + 5, 200] if mask == "i - j < off[b]" else None
+    values, evaluator = _row_mask_inputs(result, args, rng, dims, off)
     offsets = np.array([8 * (c // 2) + c % 2 for c in range(columns)])
-    for b, h, i, col0, n_block in zip(rng.integers(0, 3, 300), rng.integers(0, 4, 300), rng.integers(-2, 45, 300),
-                                      2 * rng.integers(0, 4, 300), rng.integers(0, 64 // block_n + 1, 300)):
+    for b, h, i, col0, n_block in zip(rng.integers(0, 3, 600), rng.integers(0, 4, 600), rng.integers(-2, 620, 600),
+                                      2 * rng.integers(0, 4, 600), rng.integers(0, 600 // block_n + 1, 600)):
         out = np.array(run(**values, b=b, h=h, i=i, col0=col0, n_block=n_block))
         jj = n_block * block_n + col0 + offsets
         keep = evaluator.hook(result.variant.mask_mod, tuple(np.asarray(x) for x in (b, h, i, jj)))
-        keep = np.broadcast_to(keep, jj.shape).astype(bool) & (jj < ROW_DIMS["N"])
+        keep = np.broadcast_to(keep, jj.shape).astype(bool) & (jj < dims["N"])
         assert np.array_equal(out == 1.0, keep) and np.all(out[~keep] == -np.inf), (mask, form, b, h, i, col0, n_block)
 
 
 ROW_DIMS = {"B": 3, "H": 4, "M": 40, "N": 52}
 
 
-def _row_mask_inputs(result, args, rng):
+def _row_mask_inputs(result, args, rng, dims=ROW_DIMS, off=None):
     """(the host function's dim and param values, the reference evaluator) for a mask of
-    `_row_mask` at ROW_DIMS, with random offsets `off`."""
-    params = {"off": rng.integers(-4, 9, size=3).astype(np.int32)}
-    evaluator = Evaluator(ROW_DIMS, {"off": params["off"].astype(np.int64)})
-    values = {**_abi_values(result.variant, ROW_DIMS), **params}
-    values.update({k.split(":")[-1]: ROW_DIMS[k.split(":")[-1]] for k in args if k.startswith("dim:")})
+    `_row_mask` at `dims`, with the offsets `off` (default: random small ones)."""
+    params = {"off": np.array(off if off is not None else rng.integers(-4, 9, size=3), dtype=np.int32)}
+    evaluator = Evaluator(dims, {"off": params["off"].astype(np.int64)})
+    values = {**_abi_values(result.variant, dims), **params}
+    values.update({k.split(":")[-1]: dims[k.split(":")[-1]] for k in args if k.startswith("dim:")})
     return values, evaluator

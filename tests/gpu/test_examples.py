@@ -8,6 +8,8 @@ heads (MHA: H = 8; MQA: HKV = 1). docs_sink runs at M = N only (a document id pe
 position). Params: ALiBi slopes 2**(-8 (h + 1) / H), document ids sorted small
 integers per batch, other f32 params uniform in [-1, 1]; a dim no tensor carries (P of
 prefix_lm) at random in [1, N]. o and lse must match within gpu_support's tolerances.
+Each example's `_other` bundle (attn-lower-sm80's other choices) also runs at M = 64 (one
+query block) and M = 256 (two whole blocks of 128 rows).
 """
 from __future__ import annotations
 
@@ -19,10 +21,19 @@ pytestmark = pytest.mark.gpu
 
 SHAPES = [(333, 333), (200, 517), (517, 200)]
 SQUARE_SHAPES = [(333, 333), (517, 517)]
+# With the other kernel choices (two query blocks per CTA where the default has one):
+# one query block in all, and whole blocks of 128 rows.
+OTHER_SHAPES = [(64, 200), (256, 256)]
+OTHER_SQUARE_SHAPES = [(64, 64), (256, 256)]
 
 
-@pytest.mark.parametrize("entry,m,n", list(bundle_cases(
-    "examples", lambda entry: SQUARE_SHAPES if entry.get("square") else SHAPES)))
+def shapes(entry: dict) -> list[tuple[int, int]]:
+    square = entry.get("square")
+    extra = (OTHER_SQUARE_SHAPES if square else OTHER_SHAPES) if entry.get("other_choices") else []
+    return (SQUARE_SHAPES if square else SHAPES) + extra
+
+
+@pytest.mark.parametrize("entry,m,n", list(bundle_cases("examples", shapes)))
 def test_example_matches_reference(gpu, entry, m, n):
     reason = skip_reason(entry)
     if reason:

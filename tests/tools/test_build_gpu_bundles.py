@@ -43,27 +43,30 @@ def test_every_example_gets_both_dtypes_and_two_head_dim_pairs():
 
 
 def test_every_example_also_runs_with_the_other_kernel_choices():
-    """Each example's second job differs only by attn-lower-sm80's options: two query
-    blocks per CTA and the row-interval test the head dim does not default to."""
+    """Each example's second job differs only by asking for attn-lower-sm80's other
+    choices, which the builder resolves from the default spec."""
     jobs = builder.example_jobs()
-    default, other = jobs[0::2], jobs[1::2]
-    for a, b in zip(default, other):
+    for a, b in zip(jobs[0::2], jobs[1::2]):
         assert b.name == f"{a.name}_other" and b.source == a.source
-        assert "pipeline" not in a.meta
-        d = max(a.meta["head_dim"])
-        assert b.meta["pipeline"].endswith(
-            f"attn-lower-sm80{{q_blocks_per_cta=2 interval_test={builder.OTHER_INTERVAL_TEST[d]}}}")
+        assert b.meta == {**a.meta, "other_choices": True} and "pipeline" not in a.meta
 
 
-def test_the_other_kernel_choices_reach_the_manifest(tmp_path):
+@pytest.mark.parametrize("name, blocks, test", [
+    ("ex_sliding_window_bf16_d64x64_other", 2, "range"),     # default: 1 block, bits
+    ("ex_sliding_window_f16_d128x128_other", 2, "pair"),
+    ("ex_softcap_bf16_d64x64_other", 1, None),               # default: 2 blocks (constant max); no interval
+])
+def test_the_other_kernel_choices_reach_the_manifest(tmp_path, name, blocks, test):
     pytest.importorskip("mlir")
-    job = next(j for j in builder.example_jobs() if j.name == "ex_sliding_window_bf16_d64x64_other")
+    job = next(j for j in builder.example_jobs() if j.name == name)
     entry = builder.build_one(job, str(tmp_path))
     assert "refused" not in entry, entry.get("refused")
+    assert entry["pipeline"].endswith(f"attn-lower-sm80{{q_blocks_per_cta={blocks} interval_test="
+                                      f"{builder.OTHER_INTERVAL_TEST[job.meta['dtype']]}}}")
     manifest = json.loads((tmp_path / job.name / "manifest.json").read_text())
     spec = manifest["specialization"]
-    assert (spec["q_blocks_per_cta"], spec["interval_test"]) == (2, "range")
-    assert manifest["kernels"][-1]["grid"][0] == [["cdiv", "M", 256]]
+    assert (spec["q_blocks_per_cta"], spec["interval_test"]) == (blocks, test)
+    assert manifest["kernels"][-1]["grid"][0] == [["cdiv", "M", spec["block_m"] * blocks]]
 
 
 def test_suites_have_the_sizes_the_issue_asks_for():
