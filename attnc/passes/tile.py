@@ -216,27 +216,34 @@ def _check_q_tiles(target, limits: TargetLimits, shape, c: TileConfig) -> None:
                         f"{allowed} Q tile(s)")
 
 
-def smem_parts(limits: TargetLimits, shape: ProblemShape, c: TileConfig) -> dict[str, int]:
-    """Shared memory of the Q tile(s), the K/V ring and the O staging tile(s), in bytes.
+def smem_parts(target: str, shape: ProblemShape, c: TileConfig) -> dict[str, int]:
+    """Shared memory of the Q tile(s), the K/V ring and the O staging tile(s), in bytes, as
+    attn-alloc-smem will lay them out for this tile (an O tile that reuses Q's bytes adds
+    nothing); "padding" is what alignment adds between them."""
+    from attnc.schedule.alloc import Tile, lay_out_smem
+    from attnc.schedule.recipes import recipe
 
-    An estimate for choosing tiles (attn-alloc-smem lays the buffers out later):
-    a single Q tile is dead once the KV loop ends, so O is staged in its bytes."""
-    e = ELEMENT_BYTES[shape.dtype]
-    if limits.kv_shared_ring:
-        kv = c.stages * c.block_n * max(shape.head_dim_qk, shape.head_dim_v) * e
-    else:
-        kv = c.stages * c.block_n * (shape.head_dim_qk + shape.head_dim_v) * e
-    own_o = limits.o_own_smem and c.q_tiles > 1
-    return {"Q": c.q_tiles * c.block_m * shape.head_dim_qk * e, "K/V": kv,
-            "O": c.q_tiles * c.block_m * shape.head_dim_v * e if own_o else 0}
+    # The consumer warpgroups of sm_90a (attn-warp-specialize's option) own no SMEM.
+    r = recipe(target, num_warps=c.num_warps, kv_stages=c.stages, q_tiles=c.q_tiles)
+    tile = Tile(c.block_m, c.block_n, shape.head_dim_qk, shape.head_dim_v, shape.dtype, c.q_tiles)
+    buffers, total = lay_out_smem(r, tile)
+    parts = {"Q": 0, "K/V": 0, "O": 0}
+    for b in buffers:
+        if b.alias_of is None:
+            parts[_SMEM_PART[b.channel]] += b.size
+    parts["padding"] = total - sum(parts.values())
+    return parts
 
 
-def smem_bytes(limits: TargetLimits, shape: ProblemShape, c: TileConfig) -> int:
-    return sum(smem_parts(limits, shape, c).values())
+_SMEM_PART = {"q": "Q", "kv": "K/V", "o": "O"}
+
+
+def smem_bytes(target: str, shape: ProblemShape, c: TileConfig) -> int:
+    return sum(smem_parts(target, shape, c).values())
 
 
 def _check_smem(target, limits: TargetLimits, shape, c: TileConfig) -> None:
-    parts = smem_parts(limits, shape, c)
+    parts = smem_parts(target, shape, c)
     need = sum(parts.values())
     if need > limits.smem_bytes:
         detail = " + ".join(f"{name} {_kb(n)}" for name, n in parts.items() if n)

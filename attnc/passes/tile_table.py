@@ -38,9 +38,6 @@ class TargetLimits:
     q_tiles: tuple[int, ...]        # allowed Q tiles per CTA
     max_stages: int = 8
     producer_warps: int = 0         # warps that only load (they hold no accumulators)
-    kv_shared_ring: bool = False    # K and V take turns in one ring of `stages` slots
-    o_own_smem: bool = False        # O is staged in its own SMEM, one tile per Q tile
-                                    # (else, and with a single Q tile, it reuses Q's bytes)
     tmem_columns: int | None = None           # sm_100a: 512 columns of 32-bit cells
     accumulator_registers: int | None = None  # per thread, when S and O live in registers
 
@@ -56,8 +53,7 @@ TARGET_LIMITS: dict[str, TargetLimits] = {
                            producer_warps=4, accumulator_registers=192),
     # B200: 227 KB; the fixed 16-warp role layout; tcgen05.mma M=128, S and O in TMEM.
     "sm_100a": TargetLimits(smem_bytes=227 * 1024, num_warps=(16,), block_m_unit="m128",
-                            min_stages=2, q_tiles=(1, 2), kv_shared_ring=True,
-                            o_own_smem=True, tmem_columns=512),
+                            min_stages=2, q_tiles=(1, 2), tmem_columns=512),
 }
 
 # (head_dim_qk, head_dim_v) -> choice. A pair not listed uses the row of

@@ -61,6 +61,17 @@ def _tile_rows_cols(tile: Tile, name: str) -> tuple[int, int]:
 
 def alloc_smem(recipe: Recipe, tile: Tile) -> tuple[Buffer, ...]:
     """Lay out every shared-memory channel buffer; raise if the CTA budget is exceeded."""
+    buffers, offset = lay_out_smem(recipe, tile)
+    if offset > recipe.smem_bytes:
+        parts = ", ".join(f"{b.name} {b.size}" for b in buffers if b.alias_of is None)
+        raise AttncError(f"shared memory plan needs {offset} bytes ({parts}) but {recipe.target} "
+                         f"allows {recipe.smem_bytes}; lower 'stages' or 'block_n' (attn-tile)")
+    return buffers
+
+
+def lay_out_smem(recipe: Recipe, tile: Tile) -> tuple[tuple[Buffer, ...], int]:
+    """Every shared-memory channel buffer and the bytes they span, budget unchecked (what
+    attn-tile weighs tile choices with)."""
     elem = DTYPE_BYTES[tile.dtype]
     buffers, offset = [], 0
     for ch in recipe.channels:
@@ -78,8 +89,10 @@ def alloc_smem(recipe: Recipe, tile: Tile) -> tuple[Buffer, ...]:
             continue
         for t in ch.tile:
             rows, cols = _tile_rows_cols(tile, t)
-            if t == "o" and recipe.target != "sm_100a":
-                # The O staging tile reuses Q's bytes once the KV loop is done.
+            if t == "o" and ch.stages == 1:
+                # One O staging tile reuses Q's bytes once the KV loop is done; with two Q
+                # tiles (sm_100a) one Q tile may still be in use while the other's O is
+                # stored, so each O tile has its own.
                 buffers.append(Buffer("sO", ch.name, "smem", _offset_of(buffers, "sQ"),
                                       rows * cols * elem, 1, ALIGN, swizzle_for(cols, elem), "sQ"))
                 continue
@@ -88,11 +101,7 @@ def alloc_smem(recipe: Recipe, tile: Tile) -> tuple[Buffer, ...]:
             buffers.append(Buffer("s" + t.upper(), ch.name, "smem", offset, size, ch.stages,
                                   ALIGN, swizzle_for(cols, elem)))
             offset += size
-    if offset > recipe.smem_bytes:
-        parts = ", ".join(f"{b.name} {b.size}" for b in buffers if b.alias_of is None)
-        raise AttncError(f"shared memory plan needs {offset} bytes ({parts}) but {recipe.target} "
-                         f"allows {recipe.smem_bytes}; lower 'stages' or 'block_n' (attn-tile)")
-    return tuple(buffers)
+    return tuple(buffers), offset
 
 
 def alloc_tmem(recipe: Recipe, tile: Tile) -> tuple[Buffer, ...]:
