@@ -77,9 +77,10 @@ through the `ExtraParam('scratch', 'blockmap', bytes)` that `blockmap_hooks` ret
 manifest entry is exactly `plan.scratch` (the manifest parser refuses a scratch sized two
 ways); the hooks read it with `e.arg(param.key)`, and `H` with `e.dim('H')` when the map
 is per head. The block-map kernel's own parameters, in order: the scratch, every symbolic
-dim of the variant (i32, `variant.dims` order), then for each param tensor the mask
-reads, its pointer and the strides (i64, in elements) of all its axes but the last
-(contiguous, as the runtime checks).
+dim of the variant (i32, `variant.dims` order), then the pointer of each param tensor the
+mask reads. No strides: a param tensor is contiguous (the runtime checks), and the mask
+reads it as the attention kernel does (`MapNames`, hooks.load_param), row-major from its
+shape.
 """
 from __future__ import annotations
 
@@ -139,13 +140,16 @@ class BlockMapPlan:
                           _cdiv_factor(self.seq_k, self.block_n)]}
 
     @property
+    def never_empty(self) -> frozenset[str]:
+        """The dims >= 1 wherever the block-map kernel evaluates the mask: those of its
+        grid (a launch with an empty grid is skipped)."""
+        sizes = (self.batch, self.seq_q, self.seq_k) + ((self.heads,) if self.per_head else ())
+        return frozenset(d for d in sizes if isinstance(d, str))
+
+    @property
     def kernel_params(self) -> list[dict]:
-        params = [self.scratch] + [{"kind": "dim", "name": d, "type": "i32"} for d in self.dims]
-        for p in self.params:
-            params.append({"kind": "ptr", "tensor": p.name})
-            params += [{"kind": "stride", "tensor": p.name, "axis": a, "type": "i64"}
-                       for a in range(len(p.shape) - 1)]
-        return params
+        return ([self.scratch] + [{"kind": "dim", "name": d, "type": "i32"} for d in self.dims]
+                + [{"kind": "ptr", "tensor": p.name} for p in self.params])
 
     @property
     def kernel(self) -> dict:
@@ -202,80 +206,51 @@ def _param_index(tensor: ir.Value) -> int:
 
 # ---------------------------------------------------------------- mask_mod as code
 
-def emit_mask(e: Emit, block: ir.Block, args, read_param) -> ir.Value:
+def emit_mask(e: Emit, block: ir.Block, args, names: MapNames) -> ir.Value:
     """The i1 the mask region yields for `args` (b, h, i, j), compiled at the insertion
     point exactly as the attention kernel's keep() is (hooks.RegionCode: floor division
-    expanded, float constants folded, the same division), so that the map and the kernel
-    never disagree about an element; `attn.dim` -> `e.dim(name)`, `attn.param(%t, idx...)`
-    -> `read_param(index of t among the params, idx)`."""
-    return _MaskRegion(block, read_param)(e, *args)
+    expanded, float constants folded, the same division, params read by hooks.load_param),
+    so that the map and the kernel never disagree about an element; the names resolve
+    through `names` (a MapNames)."""
+    return RegionCode(block, names, names.never_empty)(e, *args)
 
 
-class _MapNames:
-    """How the mask region's names resolve in the block-map kernel (hooks.KernelNames'
-    reading half): every dim is the kernel's own i32 parameter of that name, a param
-    tensor is known by its index among the variant's params."""
+class MapNames:
+    """How the mask region's names resolve in the block-map kernel, as hooks.KernelNames
+    resolves them in the attention kernel (the part RegionCode and hooks.load_param read):
+    every dim is the kernel's own i32 parameter of that name (`e.dim(name)`), a param
+    tensor is known by its name (`params`: the variant's param tensors, in the order of
+    the `params` attribute) and read through its pointer parameter `e.arg("ptr:<name>")`.
+    `never_empty`: the dims that are >= 1 wherever the code runs (BlockMapPlan.never_empty);
+    a param read whose shape has any other symbolic dim is guarded."""
 
-    def param_of(self, tensor: ir.Value) -> int:
-        return _param_index(tensor)
+    def __init__(self, params, never_empty: frozenset[str] = frozenset()):
+        self.params = {p.name: p for p in params}
+        self.param_order = [p.name for p in params]
+        self.never_empty = never_empty
+
+    def param_of(self, tensor: ir.Value) -> str:
+        return self.param_order[_param_index(tensor)]
 
     def dim(self, e: Emit, name: str) -> ir.Value:
         return e.dim(name)
 
-
-class _MaskRegion(RegionCode):
-    def __init__(self, block: ir.Block, read_param):
-        super().__init__(block, _MapNames())
-        self.read_param = read_param
-
-    def _param(self, e: Emit, index: int, indices: list) -> ir.Value:
-        return self.read_param(index, indices)
-
-
-class ParamReader:
-    """`read_param` for `emit_mask`: `attn.param` as a global load, each index clamped
-    into [0, size - 1], the offset in i64 elements. `params` are the variant's param
-    tensors (the order of the `params` attribute); `ptr(name)` and `stride(name, axis)`
-    give a tensor's pointer (!llvm.ptr<1>) and the i64 stride of an axis but the last."""
-
-    def __init__(self, e: Emit, params, ptr, stride):
-        self.e, self.params = e, tuple(params)
-        self.ptr, self.stride = ptr, stride
-
-    def __call__(self, index: int, indices) -> ir.Value:
-        e, p = self.e, self.params[index]
-        offset = e.c64(0)
-        for axis, (idx, size) in enumerate(zip(indices, p.shape)):
-            size = e.dim(size) if isinstance(size, str) else size
-            clamped = e.max(e.min(idx, e.sub(size, 1)), 0)
-            stride = self.stride(p.name, axis) if axis < len(p.shape) - 1 else 1
-            offset = e.add(offset, e.mul(e.to_i64(clamped), stride))
-        ptr = GlobalPtr(e, self.ptr(p.name), 32).offset(offset).ptr
-        return llvm.load(e.i32 if p.dtype == "i32" else e.f32, ptr)
+    def size(self, e: Emit, entry: DimValue) -> ir.Value:
+        return e.c32(entry) if isinstance(entry, int) else self.dim(e, entry)
 
 
 # ---------------------------------------------------------------- the kernel
 
-def _ptr_key(tensor: str) -> str:
-    return f"ptr:{tensor}"
-
-
-def _stride_key(tensor: str, axis: int) -> str:
-    return f"stride:{tensor}:{axis}"
-
-
 def _arg_key(p: dict) -> str:
     if p["kind"] == "ptr":
-        return _ptr_key(p["tensor"])
-    if p["kind"] == "stride":
-        return _stride_key(p["tensor"], p["axis"])
-    return p["name"]                 # a dim, or the scratch
+        return f"ptr:{p['tensor']}"   # what hooks.load_param reads (`e.arg`)
+    return p["name"]                 # a dim (what `e.dim` reads), or the scratch
 
 
 def _arg_type(p: dict) -> ir.Type:
     if p["kind"] in ("ptr", "scratch"):
         return ir.Type.parse("!llvm.ptr<1>")
-    return ir.IntegerType.get_signless(32 if p["type"] == "i32" else 64)
+    return ir.IntegerType.get_signless(32)     # a dim
 
 
 def emit_blockmap_kernel(plan: BlockMapPlan, result, ip: ir.InsertionPoint):
@@ -319,10 +294,9 @@ class _Tile:
 
 class _BlockMapKernel:
     def __init__(self, plan: BlockMapPlan, op: ir.Operation, variant, args: dict):
-        self.plan, self.op, self.args, self.variant = plan, op, args, variant
-        self.e = e = Emit({d: args[d] for d in plan.dims})
-        self.read_param = ParamReader(e, variant.params, lambda name: args[_ptr_key(name)],
-                                      lambda name, axis: args[_stride_key(name, axis)])
+        self.plan, self.op, self.args = plan, op, args
+        self.e = Emit({k: a for k, a in args.items() if k != SCRATCH})
+        self.names = MapNames(variant.params, plan.never_empty)
 
     def _size(self, d: DimValue) -> ir.Value:
         return self.e.dim(d) if isinstance(d, str) else self.e.c32(d)
@@ -410,10 +384,10 @@ class _BlockMapKernel:
         block = region_block(self.op, MASK_MOD)
         # The samples' loads first, then the walks' (Note [Loads first]), then their uses.
         i, j = sample_element(e, t.m_lo, t.m_hi, t.n_lo, t.n_hi, lane)
-        kept = emit_mask(e, block, [self.b, self.h, i, j], self.read_param)
+        kept = emit_mask(e, block, [self.b, self.h, i, j], self.names)
         truth = None
         if self.plan.intervals:
-            ranges = WarpRange(e, self.variant.params, self.read_param, lane, 32,
+            ranges = WarpRange(e, self.names, lane, 32,
                                lambda x, kind: _redux(e, x, getattr(nvvm.ReduxKind, kind.upper())))
             box = [point(self.b), point(self.h), Ival(t.m_lo, e.sub(t.m_hi, 1)),
                    Ival(t.n_lo, e.sub(t.n_hi, 1))]
@@ -463,7 +437,7 @@ class _BlockMapKernel:
         row, col = self._element(k)
         i, j = e.add(t.m_lo, row), e.add(t.n_lo, col)
         counts = e.land(e.lt(i, t.m_hi), e.lt(j, t.n_hi))
-        keep = emit_mask(e, region_block(self.op, MASK_MOD), [self.b, self.h, i, j], self.read_param)
+        keep = emit_mask(e, region_block(self.op, MASK_MOD), [self.b, self.h, i, j], self.names)
         return keep, counts
 
 

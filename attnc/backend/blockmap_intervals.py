@@ -29,10 +29,11 @@ Note [Interval transfer functions]:
   true): (x.t & y.f | x.f & y.t, x.t & y.t | x.f & y.f); constants and `attn.dim` are
   points, b and h points, i and j the tile's rows and keys.
 * `attn.param(t, idx...)` (i32 tensors): each index interval is clamped into [0, size - 1]
-  as `ParamReader` clamps the index (clamping is monotone, so the clamped interval holds
-  exactly the elements read), and the result is [min, max] of the tensor over that box,
-  which `WarpRange` computes. An axis whose index does not depend on i or j is a point
-  (checked at run time: not when an operation wrapped, and the read is TOP then).
+  as `hooks.load_param` clamps the index (clamping is monotone, so the clamped interval
+  holds exactly the elements read), and the result is [min, max] of the tensor over that
+  box, which `WarpRange` computes (its loads are `hooks.load_param`'s too). An axis whose
+  index does not depend on i or j is a point (checked at run time: not when an operation
+  wrapped, and the read is TOP then).
 
 A region with any other operation (floats, f32 params, bitwise i32 logic, ...) is not
 supported: the kernel then keeps the element walk alone, decided at compile time.
@@ -45,6 +46,7 @@ from typing import Callable, Sequence
 from mlir import ir
 from mlir.dialects import arith, scf
 
+from attnc.backend.hooks import load_param
 from attnc.backend.nvgpu_builders import Emit
 from attnc.ir import DIM, PARAM, YIELD, cmpi_predicate, int_constant
 
@@ -388,22 +390,27 @@ class WarpRange:
     `start` emits the first trip, straight-line (Note [Loads first]), `finish` the other
     trips and the reduction. A box of more than `cap` elements, or an index meant to be
     a point that is not one (it wrapped), gives TOP (the loads of the first trip still
-    happen, at clamped, in-bounds indices, and are ignored). `read_param` is a
-    `ParamReader`."""
+    happen, at clamped, in-bounds indices, and are ignored). `names` (blockmap.MapNames)
+    resolves the params, by their index in `names.param_order`, and their sizes; each
+    element is read by `hooks.load_param`, exactly as the mask's own reads."""
 
-    def __init__(self, e: Emit, params, read_param, lane: ir.Value, lanes: int,
+    def __init__(self, e: Emit, names, lane: ir.Value, lanes: int,
                  reduce: Callable[[ir.Value, str], ir.Value], cap: int = PARAM_CAP):
-        self.e, self.params, self.read_param = e, tuple(params), read_param
+        self.e, self.names = e, names
         self.lane, self.lanes, self.reduce, self.cap = lane, lanes, reduce, cap
+
+    def _read(self, index: int, indices: Sequence[ir.Value]) -> ir.Value:
+        names = self.names
+        return load_param(self.e, names, names.param_order[index], indices, names.never_empty)
 
     def __call__(self, index: int, boxes: Sequence[Ival], varying: Sequence[bool]) -> Ival:
         return self.finish(self.start(index, boxes, varying))
 
     def start(self, index: int, boxes: Sequence[Ival], varying: Sequence[bool]) -> _Walk:
-        e, p = self.e, self.params[index]
+        e, p = self.e, self.names.params[self.names.param_order[index]]
         los, his = [], []
         for box, size in zip(boxes, p.shape):
-            last = e.sub(e.dim(size) if isinstance(size, str) else e.c32(size), 1)
+            last = e.sub(self.names.size(e, size), 1)
             los.append(e.max(e.min(box.lo, last), 0))
             his.append(e.max(e.min(box.hi, last), 0))
         give_up = arith.constant(e.i1, 0)
@@ -417,7 +424,7 @@ class WarpRange:
             count = e.min(e.mul(count, e.min(lengths[axis], self.cap + 1)), self.cap + 1)
         give_up = e.or_(give_up, e.gt(count, self.cap))
         if not lengths:
-            value = self.read_param(index, los)
+            value = self._read(index, los)
             return _Walk(index, los, lengths, count, give_up, value, value)
         walk = _Walk(index, los, lengths, e.select(give_up, e.c32(0), count), give_up,
                      e.c32(I32_MAX), e.c32(I32_MIN))
@@ -441,7 +448,7 @@ class WarpRange:
         last = e.sub(walk.count, 1)
         for u in range(RANGE_UNROLL):
             k = e.min(e.add(base, e.add(self.lane, u * self.lanes)), last)
-            value = self.read_param(walk.index, self._indices(walk.los, walk.lengths, k))
+            value = self._read(walk.index, self._indices(walk.los, walk.lengths, k))
             lo, hi = e.min(lo, value), e.max(hi, value)
         return lo, hi
 

@@ -40,6 +40,8 @@ a load that does not depend on i, j out of the KV loop (`slopes[h]` once per CTA
 NVPTX issues it through the read-only cache (ld.global.nc). A param whose shape uses a
 dim that may be 0 while the hook runs (any dim but the batch, head and sequence
 counts, which are >= 1 whenever a tile exists) is read under a guard: 0 when empty.
+`load_param` is the one implementation: the block-map kernel (blockmap.py) reads the
+mask's params through it too, so the map and this kernel read the same elements.
 """
 from __future__ import annotations
 
@@ -188,27 +190,38 @@ class RegionCode:
         return copy.results[0]
 
     def _param(self, e: Emit, name: str, indices: list) -> ir.Value:
-        tensor = self.names.params[name]
-        sizes = [self.names.size(e, d) for d in tensor.shape]
-        offset = None
-        for idx, size in zip(indices, sizes):
-            clamped = e.to_i64(e.max(e.min(idx, e.sub(size, 1)), 0))
-            offset = clamped if offset is None else e.add(e.mul(offset, e.to_i64(size)), clamped)
-        element = e.f32 if tensor.dtype == "f32" else e.i32
-        ptr = llvm.GEPOp(ir.Type.parse("!llvm.ptr<1>"), e.arg(f"ptr:{name}"), [offset or e.c64(0)],
-                         [_DYNAMIC], element, 0).result
-        maybe_empty = [s for d, s in zip(tensor.shape, sizes) if isinstance(d, str) and d not in self.never_empty]
-        if not maybe_empty:
-            return llvm.load(element, ptr, alignment=4, invariant=True)
-        nonempty = e.true()
-        for s in maybe_empty:
-            nonempty = e.land(nonempty, e.gt(s, 0))
-        guard = scf.IfOp(nonempty, [element], has_else=True)
-        with ir.InsertionPoint(guard.then_block):
-            scf.yield_([llvm.load(element, ptr, alignment=4, invariant=True)])
-        with ir.InsertionPoint(guard.else_block):
-            scf.yield_([arith.constant(element, 0.0 if tensor.dtype == "f32" else 0)])
-        return guard.results[0]
+        return load_param(e, self.names, name, indices, self.never_empty)
+
+
+def load_param(e: Emit, names, name: str, indices: Sequence[ir.Value],
+               never_empty: frozenset[str] = frozenset()) -> ir.Value:
+    """`attn.param(name, indices...)` as a kernel reads it (Note [Bounds-safe param reads]):
+    the tensor `names.params[name]` is contiguous, so the i64 row-major offset of the
+    indices, each clamped into [0, size - 1] of its axis, is read through the pointer
+    parameter `e.arg("ptr:<name>")`; under a guard (0 when empty) when a dim of its shape
+    that is not in `never_empty` may be 0. `names` resolves sizes (`names.size(e, entry)`):
+    KernelNames in the attention kernel, blockmap.MapNames in the block-map kernel."""
+    tensor = names.params[name]
+    sizes = [names.size(e, d) for d in tensor.shape]
+    offset = None
+    for idx, size in zip(indices, sizes):
+        clamped = e.to_i64(e.max(e.min(idx, e.sub(size, 1)), 0))
+        offset = clamped if offset is None else e.add(e.mul(offset, e.to_i64(size)), clamped)
+    element = e.f32 if tensor.dtype == "f32" else e.i32
+    ptr = llvm.GEPOp(ir.Type.parse("!llvm.ptr<1>"), e.arg(f"ptr:{name}"), [offset or e.c64(0)],
+                     [_DYNAMIC], element, 0).result
+    maybe_empty = [s for d, s in zip(tensor.shape, sizes) if isinstance(d, str) and d not in never_empty]
+    if not maybe_empty:
+        return llvm.load(element, ptr, alignment=4, invariant=True)
+    nonempty = e.true()
+    for s in maybe_empty:
+        nonempty = e.land(nonempty, e.gt(s, 0))
+    guard = scf.IfOp(nonempty, [element], has_else=True)
+    with ir.InsertionPoint(guard.then_block):
+        scf.yield_([llvm.load(element, ptr, alignment=4, invariant=True)])
+    with ir.InsertionPoint(guard.else_block):
+        scf.yield_([arith.constant(element, 0.0 if tensor.dtype == "f32" else 0)])
+    return guard.results[0]
 
 
 def floordiv(e: Emit, a: ir.Value, b: ir.Value) -> ir.Value:

@@ -14,7 +14,7 @@ from mlir import ir
 from mlir.dialects import func
 
 from attnc.backend import cubin, ptx
-from attnc.backend.blockmap import (BlockMapPlan, ParamReader, blockmap_hooks, blockmap_plan,
+from attnc.backend.blockmap import (BlockMapPlan, MapNames, blockmap_hooks, blockmap_plan,
                                     blockmap_skip, build_blockmap_module, emit_mask)
 from attnc.backend.blockmap_intervals import RANGE_UNROLL
 from attnc.backend.bundle import code_files, variant_manifest
@@ -70,8 +70,7 @@ def test_docs_sink_plan_has_one_head_slot_and_reads_doc_only():
         "params": [plan.scratch,
                    {"kind": "dim", "name": "B", "type": "i32"}, {"kind": "dim", "name": "H", "type": "i32"},
                    {"kind": "dim", "name": "M", "type": "i32"}, {"kind": "dim", "name": "N", "type": "i32"},
-                   {"kind": "ptr", "tensor": "doc"},
-                   {"kind": "stride", "tensor": "doc", "axis": 0, "type": "i64"}]}
+                   {"kind": "ptr", "tensor": "doc"}]}                  # no strides: doc is contiguous
 
 
 def test_a_mask_reading_h_gets_a_slot_per_head():
@@ -161,12 +160,14 @@ def test_doc_of_the_key_column_is_loaded_once_per_thread():
     loop loads doc[b, i] only, UNROLL = 4 times per pass. (Before it, each warp's step 2
     loads doc[b, i] and doc[b, j] at its sampled element, and walks both over the tile:
     RANGE_UNROLL loads in the first trip of each, straight-line, and as many in each
-    one's loop of further trips.)"""
+    one's loop of further trips.) Every param load is hooks.load_param's invariant one,
+    issued through the read-only cache as in the attention kernel."""
     text, _ = kernel_ptx(DOCS_SINK, 128, 64)
     loops = re.findall(r"\$L__BB0_\d+:\n(.*?)bra", text, re.S)
     walk = [body for body in loops if "vote.sync.all" in body]
-    assert len(walk) == 1 and walk[0].count("ld.global.b32") == 4
-    assert text.count("ld.global.b32") == 5 + 2 + 4 * RANGE_UNROLL
+    assert len(walk) == 1 and walk[0].count("ld.global.nc.b32") == 4
+    assert text.count("ld.global.nc.b32") == 5 + 2 + 4 * RANGE_UNROLL
+    assert "ld.global.b32" not in text
 
 
 def test_the_static_tile_class_comes_first():
@@ -178,28 +179,44 @@ def test_the_static_tile_class_comes_first():
     assert 'loc("may_keep"' in text and 'loc("tile_class"' in text
 
 
-def test_emit_mask_clones_the_region():
-    result = compiled(FLOATS)
+def emit_mask_text(source: str, never_empty: frozenset[str]) -> str:
+    """The mask region of `source` emitted into a function of (b, h, i, j, dims..., pointers...)."""
+    result = compiled(source)
     block = region_block(attention_ops(result.module)[0], MASK_MOD)
+    names = MapNames(result.variant.params, never_empty)
+    keys = list(result.variant.dims) + [f"ptr:{p.name}" for p in result.variant.params]
     with result.module.context, ir.Location.unknown():
         module = ir.Module.create()
         i32, ptr = ir.IntegerType.get_signless(32), ir.Type.parse("!llvm.ptr<1>")
-        i64 = ir.IntegerType.get_signless(64)
+        types = [i32] * 4 + [ptr if k.startswith("ptr:") else i32 for k in keys]
         with ir.InsertionPoint(module.body):
-            fn = func.FuncOp("keep", ir.FunctionType.get([i32] * 6 + [ptr, ptr, i64], [ir.IntegerType.get_signless(1)]))
+            fn = func.FuncOp("keep", ir.FunctionType.get(types, [ir.IntegerType.get_signless(1)]))
         entry = fn.add_entry_block()
         with ir.InsertionPoint(entry):
-            b, h, i, j, B, N, t, u, t_stride = entry.arguments
-            e = Emit({"B": B, "N": N})
-            reader = ParamReader(e, result.variant.params, {"t": t, "u": u}.__getitem__,
-                                 lambda name, axis: t_stride)
-            func.ReturnOp([emit_mask(e, block, [b, h, i, j], reader)])
+            b, h, i, j, *rest = entry.arguments
+            e = Emit(dict(zip(keys, rest)))
+            func.ReturnOp([emit_mask(e, block, [b, h, i, j], names)])
         assert module.operation.verify()
-        text = str(module)
+        return str(module)
+
+
+def test_emit_mask_clones_the_region():
+    text = emit_mask_text(FLOATS, blockmap_plan(compiled(FLOATS), 64, 48).never_empty)
     assert "attn." not in text and "floordivsi" not in text
-    assert text.count("llvm.load") == 2
+    assert text.count("llvm.load") == 2 and text.count("invariant") == 2    # hooks.load_param's loads
+    assert "scf.if" not in text                           # t: f32[B, N], u: i32[4]: never empty there
     assert text.count("arith.divsi") == 3                  # h % 4, (j - i) // 7, ... % 3: floor-corrected
     assert text.count("arith.minsi") == 3 and text.count("arith.maxsi") == 3     # 3 clamped indices
+
+
+def test_emit_mask_guards_a_param_that_may_be_empty():
+    """A dim outside the block-map grid's (P here) may be 0: its param is read under a
+    guard, as in the attention kernel (Note [Bounds-safe param reads] in hooks.py)."""
+    source = variant("j <= i + w[b % P]", "param w: i32[P]")
+    plan = blockmap_plan(compiled(source), 128, 64)
+    assert plan.never_empty == {"B", "M", "N"}
+    text = emit_mask_text(source, plan.never_empty)
+    assert text.count("scf.if") == 1 and text.count("llvm.load") == 1
 
 
 # ---------------------------------------------------------------- the attention kernel's hooks

@@ -88,7 +88,7 @@ def build(out: Path) -> None:
 def _attention_module(plan, result):
     """The sm_80 kernel reading the map, as a manifest kernel whose blockmap param is the
     scratch (Note [Block map ABI])."""
-    from attnc.backend.blockmap import ParamReader, blockmap_hooks, blockmap_skip, emit_mask
+    from attnc.backend.blockmap import MapNames, blockmap_hooks, blockmap_skip, emit_mask
     from attnc.backend.kernel_spec import ExtraParam, default_sm80_spec
     from attnc.backend.sm80 import build_sm80_module
     from attnc.ir import MASK_MOD, attention_ops, region_block
@@ -96,11 +96,12 @@ def _attention_module(plan, result):
     variant = result.variant
     block = region_block(attention_ops(result.module)[0], MASK_MOD)
     kv_range, tile_partial, extra = blockmap_hooks(plan)
+    # The mask's names as the block-map kernel resolves them: B and doc are the extra
+    # params below (`e.dim("B")`, `e.arg("ptr:doc")`), N the kernel's own.
+    names = MapNames(variant.params, plan.never_empty)
 
     def keep(e, b, h, i, j):
-        # doc is passed contiguous here: its axis-0 stride is N.
-        reader = ParamReader(e, variant.params, e.arg, lambda name, axis: e.to_i64(e.dim("N")))
-        return emit_mask(e, block, [b, h, i, j], reader)
+        return emit_mask(e, block, [b, h, i, j], names)
 
     spec = default_sm80_spec("bf16", 64, block_m=plan.block_m, block_n=plan.block_n,
                              kv_range=kv_range, tile_partial=tile_partial, tile_skip=blockmap_skip(plan),

@@ -25,7 +25,7 @@ from mlir.dialects import arith
 
 from attnc.backend import blockmap_intervals as I
 from attnc.backend import cubin, ptx
-from attnc.backend.blockmap import (FULL, MIXED, SKIP, GlobalPtr, ParamReader, _load_class,
+from attnc.backend.blockmap import (FULL, MIXED, SKIP, GlobalPtr, MapNames, _load_class,
                                     blockmap_plan, build_blockmap_module, row_range, sample_element,
                                     scan_row)
 from attnc.driver import compile_mlir
@@ -227,20 +227,17 @@ def region(result):
 
 @functools.lru_cache(maxsize=None)
 def tile_truth(source: str, cap: int = I.PARAM_CAP):
-    """A host function: (dims, b, h, i_lo, i_hi, j_lo, j_hi, params and strides) ->
-    [may_true, may_false] of the mask region over that box (one lane)."""
+    """A host function: (dims, b, h, i_lo, i_hi, j_lo, j_hi, params) -> [may_true,
+    may_false] of the mask region over that box (one lane), the params read as the
+    block-map kernel reads them (contiguous, MapNames)."""
     result = compiled(source)
-    params = result.variant.params
+    names = MapNames(result.variant.params, blockmap_plan(result, 128, 64).never_empty)
     args = {d: "i32" for d in result.variant.dims}
     args.update({k: "i32" for k in ("b", "h", "i_lo", "i_hi", "j_lo", "j_hi")})
-    for p in params:
-        args[f"ptr:{p.name}"] = "ptr"
-        args.update({f"s_{p.name}_{a}": "i32" for a in range(len(p.shape) - 1)})
+    args.update({f"ptr:{p.name}": "ptr" for p in result.variant.params})
 
     def body(e, a):
-        reader = ParamReader(e, params, lambda name: a[f"ptr:{name}"],
-                             lambda name, axis: e.to_i64(a[f"s_{name}_{axis}"]))
-        ranges = I.WarpRange(e, params, reader, e.c32(0), 1, lambda x, kind: x, cap)
+        ranges = I.WarpRange(e, names, e.c32(0), 1, lambda x, kind: x, cap)
         box = [I.point(a["b"]), I.point(a["h"]), I.Ival(a["i_lo"], a["i_hi"]), I.Ival(a["j_lo"], a["j_hi"])]
         t = I.TileIntervals(e, region(result), ranges).truth(box)
         return [t.may_true, t.may_false]
@@ -301,10 +298,7 @@ def test_tile_intervals_are_sound_on_whole_masks(name):
         n_lo = int(rng.integers(0, dims["N"])) // bn * bn
         m_hi, n_hi = min(m_lo + bm, dims["M"]), min(n_lo + bn, dims["N"])
         values = {**dims, "b": b, "h": h, "i_lo": m_lo, "i_hi": m_hi - 1, "j_lo": n_lo, "j_hi": n_hi - 1}
-        for p in variant.params:
-            values[p.name] = arrays[p.name]
-            values.update({f"s_{p.name}_{a}": int(np.prod(arrays[p.name].shape[a + 1:]))
-                           for a in range(len(p.shape) - 1)})
+        values.update({p.name: arrays[p.name] for p in variant.params})
         may_true, may_false = run(**values)
         ii, jj = np.meshgrid(np.arange(m_lo, m_hi), np.arange(n_lo, n_hi), indexing="ij")
         kept = np.broadcast_to(wrapping_reference(name, evaluator, variant, b, h, ii, jj), ii.shape)
@@ -321,7 +315,7 @@ def test_documents_tiles_inside_one_document_are_decided():
     SKIP between two documents, undecided where a tile straddles a boundary."""
     run = tile_truth(DOCS)
     doc = (np.arange(1024) // 300).astype(np.int32)[None, :]
-    common = dict(B=1, H=1, M=1024, N=1024, b=0, h=0, doc=doc, s_doc_0=1024)
+    common = dict(B=1, H=1, M=1024, N=1024, b=0, h=0, doc=doc)
     tri = lambda i0, j0: tuple(run(**common, i_lo=i0, i_hi=i0 + 127, j_lo=j0, j_hi=j0 + 63))  # noqa: E731
     assert tri(128, 0) == (1, 0)            # rows 128..255, keys 0..63: document 0, below the diagonal
     assert tri(384, 0) == (0, 1)            # rows in document 1, keys in document 0
@@ -336,7 +330,7 @@ def test_an_index_past_the_cap_gives_up():
     run = tile_truth(source, cap=8)
     doc = np.arange(64, dtype=np.int32)[None, :] % 16
     lut = np.zeros(16, np.int32)             # every lut value equal: really FULL below the diagonal
-    common = dict(B=1, H=1, M=64, N=64, b=0, h=0, doc=doc, lut=lut, s_doc_0=64)
+    common = dict(B=1, H=1, M=64, N=64, b=0, h=0, doc=doc, lut=lut)
     assert run(**common, i_lo=32, i_hi=35, j_lo=0, j_hi=3) == [1, 0]      # 4 ids: under the cap
     assert run(**common, i_lo=32, i_hi=63, j_lo=0, j_hi=31) == [1, 1]     # 16 ids: TOP
     assert run(**common, i_lo=0, i_hi=7, j_lo=40, j_hi=63) == [0, 1]
@@ -349,15 +343,12 @@ def walk_lane(lanes: int):
     """(lane, dims, box of tab[i, j] and doc[b, i]) -> each lane's [lo, hi] before the warp
     reduction, for tab: i32[T, 40] (two varying axes) and doc: i32[B, N] (one)."""
     result = compiled(variant("tab[i, j] > doc[b, i]", "param tab: i32[T, 40]\n  param doc: i32[B, N]"))
-    params = result.variant.params
+    names = MapNames(result.variant.params, blockmap_plan(result, 128, 64).never_empty)
     args = {"T": "i32", "B": "i32", "N": "i32", "lane": "i32", "b": "i32",
-            "i_lo": "i32", "i_hi": "i32", "j_lo": "i32", "j_hi": "i32", "ptr:tab": "ptr", "ptr:doc": "ptr",
-            "s_tab": "i32", "s_doc": "i32"}
+            "i_lo": "i32", "i_hi": "i32", "j_lo": "i32", "j_hi": "i32", "ptr:tab": "ptr", "ptr:doc": "ptr"}
 
     def body(e, a):
-        reader = ParamReader(e, params, lambda name: a[f"ptr:{name}"],
-                             lambda name, axis: e.to_i64(a[f"s_{name}"]))
-        ranges = I.WarpRange(e, params, reader, a["lane"], lanes, lambda x, kind: x)
+        ranges = I.WarpRange(e, names, a["lane"], lanes, lambda x, kind: x)
         i, j = I.Ival(a["i_lo"], a["i_hi"]), I.Ival(a["j_lo"], a["j_hi"])
         tab, doc = ranges(0, [i, j], [True, True]), ranges(1, [I.point(a["b"]), i], [False, True])
         return [tab.lo, tab.hi, doc.lo, doc.hi]
@@ -377,7 +368,7 @@ def test_the_param_walk_covers_the_clamped_box(lanes):
         i_lo, j_lo = int(rng.integers(-5, 300)), int(rng.integers(-5, 50))
         i_hi, j_hi = i_lo + int(rng.integers(0, 200)), j_lo + int(rng.integers(0, 30))
         per_lane = [run(T=T, B=B, N=N, lane=lane, b=b, i_lo=i_lo, i_hi=i_hi, j_lo=j_lo, j_hi=j_hi,
-                        tab=tab, doc=doc, s_tab=40, s_doc=N) for lane in range(lanes)]
+                        tab=tab, doc=doc) for lane in range(lanes)]
         got = [min(r[0] for r in per_lane), max(r[1] for r in per_lane),
                min(r[2] for r in per_lane), max(r[3] for r in per_lane)]
         ci = lambda x, size: min(max(x, 0), size - 1)  # noqa: E731
