@@ -20,10 +20,13 @@ Note [Two query blocks per CTA]); `num_warps` warps, warp w owning rows
 
 Note [Skipped blocks]: a block that the mask's `tile_skip` rules out inside [lo, hi) is
 not read from global memory (its K/V tiles are zero-filled by cp.async, which keeps the
-group counting) and its QK^T is not computed; its step still runs the softmax on an
-all -inf row (which changes nothing) and P.V with P = 0. Branching around the whole step
-instead would carry the O accumulators through an scf.if, which spilled at 128x64 tiles,
-head dim 128. Holes between the segments of a mask (KvRange.segments) cost nothing.
+group counting); its step still runs QK^T on the zero K tile, the softmax on an all -inf
+row (the mask drops every score, whatever S holds) and P.V with P = 0 and V = 0, which
+changes nothing. Such blocks are rare (the kv range is the hull of the kept keys, and
+holes between the segments of a mask, KvRange.segments, are never visited), so no
+branch is spent on them: one around QK^T alone cost 61 SASS instructions per partial
+step of window1024 (head dim 64) and measured slower; one around the whole step would
+carry the O accumulators through an scf.if, which spilled at 128x64 tiles, head dim 128.
 
 Note [P as A operand]: the m16n8k16 accumulator of rows g, g+8 and columns 2t, 2t+1 of
 two adjacent n8 atoms is exactly the A fragment of a k16 step (rows g, g+8; k 2t, 2t+8),
@@ -366,7 +369,7 @@ class _Sm80Forward:
             v_block, exists = kv.ahead(e, t, n_block, s.stages - 1)
             self._load_kv_if("v", v_block, self._slot_offset(s.stages - 1, t), exists, ragged, ask_skip)
         slot = self._slot_offset(0, t)
-        rows = self.masker.modify(rows_of(self._qk_unless(slot, skip)), n_block)
+        rows = self.masker.modify(rows_of(self._qk(slot)), n_block)
         if mode == "partial" and s.tile_partial is None and skip is None:
             rows = self.masker.mask(rows, n_block)
         elif mode == "partial":
@@ -387,19 +390,6 @@ class _Sm80Forward:
             acc_o = [[[e.fmul(x, alpha[2 * mi + i // 2]) for i, x in enumerate(atom)]
                       for atom in acc_o[mi]] for mi in range(s.m_atoms)]
         return self._pv(p, acc_o, slot), state
-
-    def _qk_unless(self, slot, skip):
-        """S = Q K^T, or zeros when `skip` holds (no MMA; the mask then drops every score)."""
-        if skip is None:
-            return self._qk(slot)
-        s = self.spec
-        zeros = [self.e.cf(0.0)] * (s.m_atoms * s.block_n // 2)
-        branch = scf.IfOp(skip, [z.type for z in zeros], has_else=True)
-        with ir.InsertionPoint(branch.then_block):
-            scf.yield_(zeros)
-        with ir.InsertionPoint(branch.else_block):
-            scf.yield_(self._flat(self._qk(slot)))
-        return self._unflatten(list(branch.results), s.block_n // 8)
 
     def _wait_v_and_load_k(self, t, n_block, kv: KvSchedule, slot, ragged, ask_skip) -> None:
         """Wait for V[n]; after the barrier no warp reads K[n]'s slot: refill it."""
