@@ -54,8 +54,6 @@ I32_MIN, I32_MAX = -(2 ** 31), 2 ** 31 - 1
 PARAM_CAP = 4096          # elements of one param box, past which its interval is TOP
 RANGE_UNROLL = 4          # loads per lane and trip of the param min/max walk
 
-_INT_OPS = ("arith.addi", "arith.subi", "arith.muli", "arith.minsi", "arith.maxsi", "math.absi")
-_BOOL_OPS = ("arith.andi", "arith.ori", "arith.xori")
 _PREDICATES = ("eq", "ne", "slt", "sle", "sgt", "sge")
 
 
@@ -111,7 +109,7 @@ def unsupported(block: ir.Block, params: Sequence) -> str | None:
             ok = all(_is(v, 32) for v in operands + results)
         elif name == "arith.floordivsi":
             ok = all(_is(v, 32) for v in operands + results) and int_constant(operands[1]) is not None
-        elif name in _BOOL_OPS:
+        elif name in _BOOL_TRANSFER:
             ok = all(_is(v, 1) for v in operands + results)
         elif name == "arith.cmpi":
             pred = cmpi_predicate(op)
@@ -262,6 +260,14 @@ def bool_eq(e: Emit, x: Tri, y: Tri) -> Tri:
     return Tri(d.may_false, d.may_true)
 
 
+# The ops whose transfer function takes the operands' intervals alone (muli also gets
+# its constant operands, floordivsi its constant divisor).
+_INT_TRANSFER = {"arith.addi": add, "arith.subi": sub, "arith.minsi": min_, "arith.maxsi": max_,
+                 "math.absi": abs_}
+_INT_OPS = (*_INT_TRANSFER, "arith.muli")
+_BOOL_TRANSFER = {"arith.andi": and_, "arith.ori": or_, "arith.xori": xor}
+
+
 def select(e: Emit, c: Tri, a, b):
     """`select c, a, b` on two Ivals or two Tris: the hull of the arms c may pick."""
     if isinstance(a, Tri):
@@ -335,26 +341,13 @@ class TileIntervals:
                 return known(e, c != 0) if _is(op.result, 1) else point(e.c32(c))
             if name == DIM:
                 return point(e.dim(ir.StringAttr(op.attributes["name"]).value))
-            if name == "arith.addi":
-                return add(e, *x)
-            if name == "arith.subi":
-                return sub(e, *x)
+            transfer = _INT_TRANSFER.get(name) or _BOOL_TRANSFER.get(name)
+            if transfer is not None:
+                return transfer(e, *x)
             if name == "arith.muli":
                 return mul(e, *x, int_constant(op.operands[0]), int_constant(op.operands[1]))
             if name == "arith.floordivsi":
                 return floordiv(e, x[0], int_constant(op.operands[1]))
-            if name == "arith.minsi":
-                return min_(e, *x)
-            if name == "arith.maxsi":
-                return max_(e, *x)
-            if name == "math.absi":
-                return abs_(e, *x)
-            if name == "arith.andi":
-                return and_(e, *x)
-            if name == "arith.ori":
-                return or_(e, *x)
-            if name == "arith.xori":
-                return xor(e, *x)
             if name == "arith.select":
                 return select(e, *x)
             if name == "arith.cmpi":
