@@ -36,14 +36,12 @@ def verify_pipeline(module) -> None:
     from attnc.ir import attention_ops, error_at
     from attnc.passes import plan_ir
     from attnc.schedule.alloc import Buffer
-    from attnc.schedule.recipes import Channel, Role
     from attnc.schedule.sync import Barrier
     from attnc.schedule.verify import verify
 
     for op in attention_ops(module):
         barriers = plan_ir.require(op, Barrier, VerifyPipeline.name, "attn-insert-pipelines")
-        roles = plan_ir.read(op, Role)
-        alternating = {c.name: c.alternating for c in plan_ir.read(op, Channel)}
-        violations = verify(roles, barriers, plan_ir.read(op, Buffer), alternating)
+        recipe = plan_ir.recipe_of(op, VerifyPipeline.name)
+        violations = verify(recipe, barriers, plan_ir.read(op, Buffer))
         if violations:
             raise error_at(op, f"{VerifyPipeline.name}: " + "; ".join(v.message for v in violations))

@@ -31,7 +31,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from attnc.schedule.alloc import Buffer
-from attnc.schedule.recipes import Role
+from attnc.schedule.recipes import Recipe, Role
 from attnc.schedule.sync import Barrier
 
 MAX_STATES = 2_000_000
@@ -50,11 +50,11 @@ class _Side:
     arrivals: int                   # arrivals each process makes per phase it signals
 
 
-def verify(roles: list[Role], barriers: list[Barrier], buffers: list[Buffer],
-           alternating: dict[str, bool] | None = None) -> list[Violation]:
-    """Every violation of the plan's protocol (empty: it is sound). `alternating`: the
-    channels whose ring alternates K and V tiles in one slot (a slot holds the larger)."""
-    by_role = {r.name: r for r in roles}
+def verify(recipe: Recipe, barriers: list[Barrier], buffers: list[Buffer]) -> list[Violation]:
+    """Every violation of the plan's protocol (empty: it is sound). A channel whose ring
+    alternates K and V tiles in one slot (`Channel.alternating`) has slots of the larger."""
+    by_role = {r.name: r for r in recipe.roles}
+    alternating = {c.name: c.alternating for c in recipe.channels}
     out: list[Violation] = []
     rings: dict[str, dict[str, Barrier]] = {}
     for b in barriers:
@@ -83,7 +83,7 @@ def verify(roles: list[Role], barriers: list[Barrier], buffers: list[Buffer],
                                              f"and its writer {full.arrivers}: the readers release the slot "
                                              f"to the writer"))
             continue
-        slot = _slot_bytes(channel, buffers, (alternating or {}).get(channel, False))
+        slot = _slot_bytes(channel, buffers, alternating.get(channel, False))
         out.extend(_Ring(full, empty, by_role, slot).run())
     return out
 

@@ -16,7 +16,6 @@ from attnc.driver import CompileOptions, compile_mlir
 from attnc.ir import attention_ops
 from attnc.passes import plan_ir
 from attnc.schedule.alloc import Buffer
-from attnc.schedule.recipes import Channel, Role
 from attnc.schedule.sync import Barrier
 from attnc.schedule.verify import verify
 
@@ -29,23 +28,22 @@ def plan(example: str, arch: str):
     result = compile_mlir((ROOT / f"examples/{example}.attn").read_text(), f"{example}.attn",
                           CompileOptions(arch=arch))
     op = attention_ops(result.module)[0]
-    return (plan_ir.read(op, Role), plan_ir.read(op, Barrier), plan_ir.read(op, Buffer),
-            {c.name: c.alternating for c in plan_ir.read(op, Channel)})
+    return plan_ir.recipe_of(op, "test"), plan_ir.read(op, Barrier), plan_ir.read(op, Buffer)
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_every_plan_is_sound(example, arch):
-    roles, barriers, buffers, alternating = plan(example, arch)
-    assert verify(roles, barriers, buffers, alternating) == []
+    recipe, barriers, buffers = plan(example, arch)
+    assert verify(recipe, barriers, buffers) == []
 
 
 def planted(example, arch, name, **change):
-    roles, barriers, buffers, alternating = plan(example, arch)
+    recipe, barriers, buffers = plan(example, arch)
     assert name in {b.name for b in barriers}
     edit = lambda b: dataclasses.replace(b, **{k: getattr(b, k) + d for k, d in change.items()})  # noqa: E731
     bad = [edit(b) if b.name == name else b for b in barriers]
-    return " | ".join(v.message for v in verify(roles, bad, buffers, alternating))
+    return " | ".join(v.message for v in verify(recipe, bad, buffers))
 
 
 @pytest.mark.parametrize("arch,name,change,expect", [
