@@ -370,10 +370,10 @@ _MASK_HOOKS = {
 }
 
 
-def mask_hooks(spec: Sm80KernelSpec) -> tuple[KvRangeFn, Optional[KeepFn], Optional[RowIntervalFn]]:
-    """The (kv_range, keep, row_interval) hooks of `spec`: its own, else those of its mask
-    mode. The built-in causal masks keep their compare per score: as a row interval
+def mask_hooks(spec: Sm80KernelSpec) -> tuple[KvRangeFn, Optional[KeepFn]]:
+    """The (kv_range, keep) hooks of `spec`: its own, else those of its mask mode. The
+    built-in causal masks have no row interval (they keep their compare per score): as
     [-inf, i] they measured no faster, and slower next to a score_mod (ALiBi d = 64 3.66
     -> 3.87 ms, softcap 3.83 -> 3.88 ms on an H200, bench/profile_variants.py)."""
     kv_range, keep = _MASK_HOOKS[spec.mask]
-    return spec.kv_range or kv_range, spec.keep or keep, spec.row_interval
+    return spec.kv_range or kv_range, spec.keep or keep

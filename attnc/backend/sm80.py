@@ -181,7 +181,7 @@ class _Sm80Forward:
         self.bar = CtaBarrier()
         self.mma = MmaSync(e, spec.dtype)
         self.smem = Smem(e, SMEM_SYMBOL)
-        self.kv_range_fn, self.keep_fn, self.row_interval_fn = mask_hooks(spec)
+        self.kv_range_fn, self.keep_fn = mask_hooks(spec)
         scale_log2 = LOG2E * spec.score_mod_out if spec.score_mod else spec.scale * LOG2E
         self.softmax = OnlineSoftmax(e, Approx(e), Quad(e), scale_log2, spec.static_max)
         self.q_tile = SwizzledTile(0, spec.block_m, spec.head_dim_qk)
@@ -234,7 +234,7 @@ class _Sm80Forward:
         coords = ElementCoords(e, self.row0, self.col0, s.block_n)
         score_in = s.scale if s.score_mod_in is None else s.score_mod_in
         self.masker = ScoreMasker(e, coords, self.b, self.h, s.scale, s.score_mod, self.keep_fn, s.score_bias,
-                                  score_in, self.row_interval_fn, s.interval_test_form)
+                                  score_in, s.row_interval, s.interval_test_form)
 
     def _tensor(self, name: str, b, h) -> GlobalPtr:
         e = self.e

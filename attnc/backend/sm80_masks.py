@@ -114,23 +114,24 @@ class ScoreMasker:
         two FSEL in SASS. "range" keeps the score at column d when d - lo < width as
         unsigned numbers, with width = max(hi - lo + 1, 0) per row (a d below lo wraps to
         a huge value): one add, one compare, one select. RowInterval.bounds clamps lo
-        and hi to [-2^30, 2^30] (hooks._FAR) and N < 2^30, so nothing overflows. "bits" (the default up to 128-key tiles,
-        32 scores per row and lane) builds the row's kept columns as a 32-bit mask once
-        (Note [Kept bits]) and tests bit c of it per score, which ptxas turns into one
-        R2P per 7 scores and an FSEL each: the partial tile of window1024 at head dim 64
-        drops from 1751 (pair) and 1627 (range) SASS instructions per thread to 1492,
-        at head dim 128 from 1288 (pair) to 1176, without more spills. Without a lower
-        bound (lo None) "pair" and "range" are the one compare d <= hi."""
+        and hi to [-2^30, 2^30] (hooks._FAR) and N < 2^30, so nothing overflows. "bits"
+        (the default up to 128-key tiles, 32 scores per row and lane) builds the row's
+        kept columns as a 32-bit mask once (Note [Kept bits]) and tests bit c of it per
+        score, which ptxas turns into one R2P per 7 scores and an FSEL each: the partial
+        tile of window1024 at head dim 64 drops from 1751 (pair) and 1627 (range) SASS
+        instructions per thread to 1492, at head dim 128 from 1288 (pair) to 1176,
+        without more spills. Without a lower bound (lo None) "pair" and "range" are the
+        one compare d <= hi."""
         e = self.e
         i, j0 = self.coords(r, 0, n_block)
         lo, hi = self.row_interval(e, self.b, self.h, i)
         lo = e.sub(lo, j0) if lo is not None else None
         hi = e.sub(e.min(hi, e.sub(bound, 1)), j0)
-        columns = [self.coords.column(c) for c in range(len(row))]
         if self.interval_test == "bits":
             assert len(row) <= 32, "interval_test 'bits' holds 32 scores per row and lane"
             bits = self._kept_bits(lo, hi, len(row))
             return [e.select(e.ne(e.and_(bits, 1 << c), 0), x, e.neg_inf()) for c, x in enumerate(row)]
+        columns = [self.coords.column(c) for c in range(len(row))]
         if lo is None:
             return [e.select(e.ge(hi, d), x, e.neg_inf()) for x, d in zip(row, columns)]
         if self.interval_test == "pair":
