@@ -55,7 +55,7 @@ from mlir.dialects import arith, llvm, scf
 
 from attnc.backend.kernel_spec import ExtraParam
 from attnc.backend.nvgpu_builders import Emit
-from attnc.ir import DIM, PARAM, YIELD, cmpi_predicate, int_constant, yielded
+from attnc.ir import DIM, PARAM, YIELD, cmpi_predicate, defining_op, int_constant, yielded
 
 _DYNAMIC = -2147483648      # LLVM::GEPOp::kDynamicIndex
 _RETURNS = (YIELD, "func.return")
@@ -260,10 +260,8 @@ def _fold(name: str, operands) -> float | None:
 
 
 def _f32_constant(value: ir.Value) -> np.float32 | None:
-    owner = value.owner
-    if not isinstance(owner, ir.Operation) and hasattr(owner, "operation"):
-        owner = owner.operation
-    if not isinstance(owner, ir.Operation) or owner.name != "arith.constant":
+    owner = defining_op(value)
+    if owner is None or owner.name != "arith.constant":
         return None
     attr = owner.attributes["value"]
     return np.float32(attr.value) if isinstance(attr, ir.FloatAttr) else None
@@ -292,11 +290,8 @@ def affine_bias(block: ir.Block) -> tuple[ir.Value, bool] | None:
     (f, negate); else None."""
     tainted = depends_on(block, 0)
     s = block.arguments[0]
-    result = list(block.operations)[-1].operands[0]
-    top = result.owner
-    if not isinstance(top, ir.Operation) and hasattr(top, "operation"):
-        top = top.operation
-    if not isinstance(top, ir.Operation) or top.name not in ("arith.addf", "arith.subf"):
+    top = defining_op(yielded(block))
+    if top is None or top.name not in ("arith.addf", "arith.subf"):
         return None
     lhs, rhs = top.operands
     if lhs == s and rhs not in tainted:
@@ -333,20 +328,13 @@ class BiasCode(RegionCode):
         return a_value, env.get(conv_in, conv_in), cj
 
 
-def _owner(value: ir.Value):
-    top = value.owner
-    if not isinstance(top, ir.Operation) and hasattr(top, "operation"):
-        top = top.operation
-    return top if isinstance(top, ir.Operation) else None
-
-
 def _j_coefficient(value: ir.Value, j: ir.Value, j_tainted: set) -> int | None:
     """c when the i32 `value` is R + c * j with R independent of j, else None."""
     if value == j:
         return 1
     if value not in j_tainted:
         return 0
-    op = _owner(value)
+    op = defining_op(value)
     if op is None:
         return None
     if op.name in ("arith.addi", "arith.subi"):
@@ -368,7 +356,7 @@ def _j_linear_split(block: ir.Block, bias: ir.Value):
     sitofp(L)), a independent of j and L = R + cj * j an i32 with R independent of j."""
     j = block.arguments[4]
     j_tainted = depends_on(block, 4)
-    op = _owner(bias)
+    op = defining_op(bias)
     if op is None:
         return None
     candidates = []
@@ -380,7 +368,7 @@ def _j_linear_split(block: ir.Block, bias: ir.Value):
     for a, conv in candidates:
         if a is not None and a in j_tainted:
             continue
-        conv_op = _owner(conv)
+        conv_op = defining_op(conv)
         if conv_op is None or conv_op.name != "arith.sitofp":
             continue
         inner = conv_op.operands[0]
@@ -419,7 +407,7 @@ def _interval(value: ir.Value, depth: int = 0) -> tuple[float, float] | None:
     c = _f32_constant(value)
     if c is not None:
         return (float(c), float(c)) if np.isfinite(c) else None
-    op = _owner(value)
+    op = defining_op(value)
     if op is None or depth > 32:
         return None
     if op.name == "math.tanh":
@@ -469,10 +457,9 @@ def _input_scalings(block: ir.Block) -> tuple[list, float]:
 def _output_scaling(block: ir.Block) -> tuple[ir.Value, float]:
     """(g, a) when the region yields a * g or g * a with a positive f32 constant a; else
     (the yielded value, 1)."""
-    result = list(block.operations)[-1].operands[0]
-    top = result.owner
-    top = top.operation if not isinstance(top, ir.Operation) and hasattr(top, "operation") else top
-    if isinstance(top, ir.Operation) and top.name == "arith.mulf":
+    result = yielded(block)
+    top = defining_op(result)
+    if top is not None and top.name == "arith.mulf":
         for value, other in ((top.operands[0], top.operands[1]), (top.operands[1], top.operands[0])):
             a = _f32_constant(value)
             if a is not None and np.isfinite(a) and a > 0 and _f32_constant(other) is None:
@@ -523,7 +510,7 @@ class RowInterval(RegionCode):
             if value not in tainted:
                 free.append((value, negated))
                 return True
-            op = _owner(value)
+            op = defining_op(value)
             if op is None:
                 return False
             if op.name == "arith.andi" and not negated:

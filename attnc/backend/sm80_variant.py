@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional
 from attnc.backend.hooks import (BiasCode, KernelNames, RegionCode, RowInterval, ScaledScoreCode, affine_bias,
                                  role_dims)
 from attnc.backend.kernel_spec import ExtraParam, KvCtx, KvRange
-from attnc.ir import MASK_MOD, SCORE_MOD, SINK, get_bool, region_block
+from attnc.ir import MASK_MOD, SCORE_MOD, SINK, get_bool, region_block, yielded
 from attnc.passes.analyze_masks import mask_functions
 from attnc.analysis.tile_classes import KV_ARGS, TILE_ARGS
 
@@ -92,8 +92,7 @@ def variant_hooks(op, variant, mask_mode: str | None, blockmap=None, module=None
 
 def _score_hooks(block, names: KernelNames, never_empty) -> dict[str, Any]:
     names.scan(block)
-    result = list(block.operations)[-1].operands[0]
-    if result == block.arguments[0]:
+    if yielded(block) == block.arguments[0]:
         return {}                               # score_mod(s, ...) = s
     affine = affine_bias(block)
     if affine is not None:

@@ -88,11 +88,19 @@ def cmpi_predicate(op: ir.Operation) -> str:
     return arith.CmpIPredicate(ir.IntegerAttr(op.attributes["predicate"]).value).name
 
 
+def defining_op(value: ir.Value) -> ir.Operation | None:
+    """The operation that defines `value`, or None for a block argument."""
+    owner = value.owner
+    if not isinstance(owner, ir.Operation) and hasattr(owner, "operation"):
+        owner = owner.operation
+    return owner if isinstance(owner, ir.Operation) else None
+
+
 def int_constant(value: ir.Value) -> int | None:
     """The Python int of a value an integer `arith.constant` defines (an i1 as 0 or 1),
     else None."""
-    owner = value.owner
-    if isinstance(owner, ir.Block) or owner.name != "arith.constant":
+    owner = defining_op(value)
+    if owner is None or owner.name != "arith.constant":
         return None
     attr = owner.attributes["value"]
     if isinstance(attr, ir.BoolAttr):          # i1 constants print as true/false
