@@ -48,7 +48,7 @@ from mlir.dialects import arith, scf
 
 from attnc.backend.hooks import load_param
 from attnc.backend.nvgpu_builders import Emit
-from attnc.ir import DIM, PARAM, YIELD, cmpi_predicate, int_constant
+from attnc.ir import DIM, PARAM, YIELD, cmpi_predicate, depends_on, int_constant
 
 I32_MIN, I32_MAX = -(2 ** 31), 2 ** 31 - 1
 PARAM_CAP = 4096          # elements of one param box, past which its interval is TOP
@@ -121,16 +121,6 @@ def unsupported(block: ir.Block, params: Sequence) -> str | None:
         if not ok:
             return f"'{name}' ({', '.join(str(v.type) for v in operands)} -> {results[0].type})"
     return None
-
-
-def varying_values(block: ir.Block) -> set:
-    """The values of the region that depend on i or j (the others are points at run time,
-    but for wrapping: the param walk checks)."""
-    varying = {block.arguments[2], block.arguments[3]}
-    for op in block.operations:
-        if any(v in varying for v in op.operands):
-            varying.update(op.results)
-    return varying
 
 
 # ---------------------------------------------------------------- transfer functions
@@ -296,7 +286,9 @@ class TileIntervals:
 
     def __init__(self, e: Emit, block: ir.Block, ranges):
         self.e, self.block, self.ranges = e, block, ranges
-        self.varying = varying_values(block)
+        # What depends on i or j; the rest are points at run time (but for wrapping: the
+        # param walk checks).
+        self.varying = depends_on(block, 2, 3)
 
     def truth(self, args: Sequence) -> Tri:
         """The yielded i1 over the box `args` (Ivals for b, h, i, j)."""

@@ -7,7 +7,8 @@ own source files (`compiler_fingerprint()`): a code generator changed without a 
 bump (any development checkout) must not be served the kernels of the old one. An entry
 is a bundle folder, `<root>/<key[:2]>/<key>/`, written with `write_bundle(replace=False)`
 (Note [Atomic bundle writes]): concurrent writers of one key all succeed and one folder
-survives; a reader never sees half an entry. An entry that no longer validates is a miss, and is replaced.
+survives; a reader never sees half an entry. An entry that no longer validates is a miss,
+and is replaced.
 
     cache = KernelCache()                     # ATTNC_CACHE_DIR, ATTNC_DISABLE_CACHE
     key = cache_key(source, options, "sm_80")

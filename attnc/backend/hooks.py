@@ -55,7 +55,7 @@ from mlir.dialects import arith, llvm, scf
 
 from attnc.backend.kernel_spec import ExtraParam
 from attnc.backend.nvgpu_builders import Emit
-from attnc.ir import DIM, PARAM, YIELD, cmpi_predicate, defining_op, int_constant, yielded
+from attnc.ir import DIM, PARAM, YIELD, cmpi_predicate, defining_op, depends_on, int_constant, yielded
 
 _DYNAMIC = -2147483648      # LLVM::GEPOp::kDynamicIndex
 _RETURNS = (YIELD, "func.return")
@@ -274,15 +274,6 @@ def _reciprocal(value: ir.Value) -> float | None:
         return None
     r = np.float32(1) / c
     return float(r) if np.isfinite(r) and abs(r) >= 2.0 ** -126 else None
-
-
-def depends_on(block: ir.Block, arg_index: int) -> set:
-    """The values of `block` (and its yield) that depend on block argument `arg_index`."""
-    tainted = {block.arguments[arg_index]}
-    for op in block.operations:
-        if any(v in tainted for v in op.operands):
-            tainted.update(op.results)
-    return tainted
 
 
 def affine_bias(block: ir.Block) -> tuple[ir.Value, bool] | None:

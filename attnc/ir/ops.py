@@ -88,6 +88,16 @@ def cmpi_predicate(op: ir.Operation) -> str:
     return arith.CmpIPredicate(ir.IntegerAttr(op.attributes["predicate"]).value).name
 
 
+def depends_on(block: ir.Block, *arg_indices: int) -> set:
+    """The values of `block` (its arguments at `arg_indices` and every result computed
+    from them, the terminator's operands included) that depend on those arguments."""
+    tainted = {block.arguments[k] for k in arg_indices}
+    for op in block.operations:
+        if any(v in tainted for v in op.operands):
+            tainted.update(op.results)
+    return tainted
+
+
 def defining_op(value: ir.Value) -> ir.Operation | None:
     """The operation that defines `value`, or None for a block argument."""
     owner = value.owner

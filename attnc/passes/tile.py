@@ -103,19 +103,17 @@ def _reads_params_per_element(op) -> bool:
     """Whether a hook reads a param at an index that depends on i or j (the last two
     arguments of the score_mod and mask_mod regions): such loads live in the score tile.
     One indexed by b and h only (ALiBi's slopes[h]) is loaded once per CTA."""
-    from attnc.ir import PARAM
+    from attnc.ir import PARAM, depends_on
 
     for region in op.regions:
         for block in region.blocks:
-            args = list(block.arguments)
-            if len(args) < 4:
+            n = len(block.arguments)
+            if n < 4:
                 continue
-            tainted = set(args[-2:])
-            for inner in block.operations:
-                if inner.name == PARAM and any(v in tainted for v in list(inner.operands)[1:]):
-                    return True
-                if any(v in tainted for v in inner.operands):
-                    tainted.update(inner.results)
+            tainted = depends_on(block, n - 2, n - 1)
+            if any(inner.name == PARAM and any(v in tainted for v in list(inner.operands)[1:])
+                   for inner in block.operations):
+                return True
     return False
 
 
