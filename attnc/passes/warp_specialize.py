@@ -38,7 +38,7 @@ def warp_specialize(module, consumers: int) -> None:
     from attnc.errors import AttncError
     from attnc.ir import attention_ops, error_at, get_int
     from attnc.passes import plan_ir
-    from attnc.schedule.recipes import Channel, Role, check_register_budget, recipe
+    from attnc.schedule.recipes import Role, check_register_budget, recipe
 
     for op in attention_ops(module):
         if plan_ir.read(op, Role):
