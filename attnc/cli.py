@@ -103,9 +103,11 @@ def _code(result) -> _Code:
     from attnc.ir import attention_ops, get_str
     ops = attention_ops(result.module)
     target = get_str(ops[0], "target") if ops else None
-    if target != "sm_80":
+    from attnc.backend.sm80_lower import TARGETS
+    if target not in TARGETS:
         raise AttncError(f"code generation for {target} is not built yet: --emit mlir shows its "
-                         f"plan; -arch sm_80 produces PTX, cubins and bundles", filename="attnc")
+                         f"plan; -arch {' and -arch '.join(TARGETS)} produce PTX, cubins and bundles",
+                         filename="attnc")
     from attnc.backend.cache import KernelCache, cache_key
     cache = KernelCache()
     key = cache_key(result.text, {"backend": "sm80"}, target)

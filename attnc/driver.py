@@ -160,8 +160,9 @@ def compile_kernel(source, arch: str = "sm_80", **options):
 
     text = source.decode("utf-8") if isinstance(source, bytes) else str(source)
     opts = CompileOptions(arch=arch, **options)
-    if opts.arch != "sm_80":
-        raise AttncError(f"attnc.compile builds kernels for sm_80 so far, not {opts.arch}")
+    from attnc.backend.sm80_lower import TARGETS
+    if opts.arch not in TARGETS:
+        raise AttncError(f"attnc.compile builds kernels for {' and '.join(TARGETS)} so far, not {opts.arch}")
     key = cache_key(text, {"arch": opts.arch, "pass_pipeline": opts.pass_pipeline,
                            "load_passes": list(opts.load_passes)}, opts.arch)
 

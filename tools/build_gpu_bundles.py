@@ -1,6 +1,7 @@
 """Compile every bundle the GPU tests and benchmarks need into one folder (design.md section 8).
 
     python tools/build_gpu_bundles.py [--out .bundles/gpu] [--suites SUITE,...] [--jobs N]
+                                      [--archs sm_80,sm_90a]
                                       [--property-count 240] [--property-seed 0]
                                       [--allow-refusals] [--pack FILE.tar.xz]
 
@@ -19,10 +20,13 @@ names its "suite":
     bench_sweep     causal sliding windows of 256 .. 4096 keys, head dims 64 and 128: time
                     against the kept fraction (bench/profile_variants.py)
 
-Rebuilding some suites keeps the other suites' entries of an existing index. Bundles of
-the last three hold PTX only: an sm_80 cubin does not load on Hopper anyway, and the
-whole folder must travel to the GPU machine (64 MiB at most, the total is printed;
---pack writes a compressed tarball to carry instead).
+--archs (default sm_80) builds examples, property and bench_variants for each target
+named; an sm_90a bundle's name ends in `_sm90a` and its index entry says "arch"
+(sm80_matrix and bench_sweep are sm_80's). Rebuilding some suites keeps the other
+suites' entries of an existing index. sm_80 bundles of the last three suites hold PTX
+only (an sm_80 cubin does not load on Hopper anyway), sm_90a bundles their cubin only,
+and the whole folder must travel to the GPU machine (64 MiB at most, the total is
+printed; --pack writes a compressed tarball to carry instead).
 
 A variant the compiler refuses (an AttncError) or crashes on is never dropped silently:
 each is printed with its error, the counts are printed last, and the build exits 1
@@ -70,6 +74,14 @@ class Job:
     source: str
     meta: dict = field(default_factory=dict)    # copied into the index entry
     ptx_only: bool = True
+    arch: str = "sm_80"
+
+    def for_arch(self, arch: str) -> "Job":
+        """This job for `arch` (named with its suffix), or itself for sm_80."""
+        if arch == "sm_80":
+            return self
+        suffix = "_" + arch.replace("_", "")
+        return Job(self.suite, self.name + suffix, self.source, {**self.meta, "arch": arch}, self.ptx_only, arch)
 
 
 def matrix_jobs() -> list[Job]:
@@ -110,7 +122,7 @@ OTHER_INTERVAL_TEST = {"bf16": "range", "f16": "pair"}
 
 
 def other_choices(spec, dtype: str) -> dict:
-    """attn-lower-sm80's options that differ from what it chose for `spec`."""
+    """attn-lower-sm80's (or -sm90a's) options that differ from what it chose for `spec`."""
     return {"q_blocks_per_cta": 3 - spec.blocks_per_cta, "interval_test": OTHER_INTERVAL_TEST[dtype]}
 
 
@@ -197,13 +209,16 @@ def sm80_pipeline_with_tile(**tile) -> str:
     return sm80_pipeline_with("attn-tile", **tile)
 
 
-def sm80_pipeline_with(pass_name: str, **options) -> str:
-    """The sm_80 pipeline as text, with options of the pass `pass_name` set."""
+def sm80_pipeline_with(pass_name: str, arch: str = "sm_80", **options) -> str:
+    """The pipeline of `arch` as text, with options of the pass `pass_name` set."""
     from attnc.passes.pipelines import PassSpec, format_pipeline, target_pipeline
     options = {k: str(v) for k, v in options.items()}
     specs = [PassSpec(s.name, {**s.options, **options}) if s.name == pass_name else s
-             for s in target_pipeline("sm_80")]
+             for s in target_pipeline(arch)]
     return format_pipeline(specs)
+
+
+LOWERING_PASS = {"sm_80": "attn-lower-sm80", "sm_90a": "attn-lower-sm90a"}
 
 
 # --- building ----------------------------------------------------------------------------
@@ -220,15 +235,17 @@ def build_one(job: Job, out: str) -> dict:
     try:
         if job.meta.get("other_choices"):
             from attnc.backend.sm80_lower import spec_from_ir
-            default = spec_from_ir(compile_mlir(job.source, f"{job.name}.attn", CompileOptions(arch="sm_80")))
+            default = spec_from_ir(compile_mlir(job.source, f"{job.name}.attn", CompileOptions(arch=job.arch)))
             entry["choices"] = other_choices(default, job.meta["dtype"])
-            entry["pipeline"] = sm80_pipeline_with("attn-lower-sm80", **entry["choices"])
-        options = CompileOptions(arch="sm_80", pass_pipeline=entry.get("pipeline"))
+            entry["pipeline"] = sm80_pipeline_with(LOWERING_PASS[job.arch], job.arch, **entry["choices"])
+        options = CompileOptions(arch=job.arch, pass_pipeline=entry.get("pipeline"))
         art = build(compile_mlir(job.source, f"{job.name}.attn", options))
         manifest, files = art.manifest, dict(art.files)
-        if job.ptx_only and "ptx" in manifest["code"]:
-            manifest = {**manifest, "code": {"ptx": manifest["code"]["ptx"]}}
-            files = {name: blob for name, blob in files.items() if name != art.manifest["code"].get("cubin")}
+        # What runs on the GPU machine: sm_80's PTX (JIT-compiled for Hopper), sm_90a's cubin.
+        keep = "cubin" if job.arch == "sm_90a" else "ptx"
+        if job.ptx_only and keep in manifest["code"]:
+            manifest = {**manifest, "code": {keep: manifest["code"][keep]}}
+            files = {name: blob for name, blob in files.items() if name == manifest["code"][keep]}
         write_bundle(Path(out) / job.name, manifest, files)
     except AttncError as e:
         return {**entry, "refused": str(e), "crashed": False, "source": job.source}
@@ -263,6 +280,8 @@ def main(argv=None) -> int:
     ap.add_argument("--suites", default=",".join(SUITES),
                     help=f"comma-separated, of {', '.join(SUITES)} (default: all)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--archs", default="sm_80",
+                    help="targets to build examples, property and bench_variants for (default: sm_80)")
     ap.add_argument("--property-count", type=int, default=240)
     ap.add_argument("--property-seed", type=int, default=0, help="the first seed of the property suite")
     ap.add_argument("--allow-refusals", action="store_true",
@@ -279,7 +298,12 @@ def main(argv=None) -> int:
     makers = {"sm80_matrix": matrix_jobs, "examples": example_jobs, "bench_variants": bench_jobs,
               "bench_sweep": sweep_jobs,
               "property": lambda: property_jobs(args.property_seed, args.property_count)}
-    jobs = [job for suite in suites for job in makers[suite]()]
+    archs = [a for a in args.archs.split(",") if a]
+    if not set(archs) <= set(LOWERING_PASS):
+        ap.error(f"--archs: targets with kernels are {', '.join(LOWERING_PASS)}")
+    per_arch = {"examples", "property", "bench_variants"}
+    jobs = [job.for_arch(arch) for suite in suites for job in makers[suite]()
+            for arch in (archs if suite in per_arch else ["sm_80"])]
     index_path = out / "index.json"
     old = json.loads(index_path.read_text()) if index_path.exists() else []
     for e in old:                   # the rebuilt suites' old bundles go

@@ -59,6 +59,10 @@ MASK_MODES = ("none", "causal", "causal_bottom_right", "mask_mod")
 STATIC_MAX_SPREAD = 64.0            # Note [Bounded score_mod] in sm80_softmax.py
 INTERVAL_TESTS = ("range", "pair", "bits")  # Note [One compare per score] in sm80_masks.py
 SM80_MAX_DYNAMIC_SMEM = 166912      # bytes per block on A100 (163 KB)
+SM90_MAX_DYNAMIC_SMEM = 232448      # bytes per block on H100/H200 (227 KB)
+# The instruction set the kernel's two GEMMs use: mma.sync (sm_80, runs on every GPU
+# since) or wgmma from swizzled shared memory (sm_90a, Note [wgmma steps] in sm90.py).
+KERNEL_TARGETS = ("sm_80", "sm_90a")
 MAX_ACC_REGS = 192                  # f32 accumulators (S + O) per thread before spilling
 
 
@@ -121,6 +125,9 @@ class ExtraParam:
 
 @dataclass(frozen=True)
 class Sm80KernelSpec:
+    """The FlashAttention-2-shaped forward kernel: one cooperative role of `num_warps`
+    warps loading with cp.async; `target` picks its GEMMs (mma.sync on sm_80, wgmma on
+    sm_90a, where every 4 warps form a warpgroup of 64 rows)."""
     dtype: str
     head_dim_qk: int
     head_dim_v: int
@@ -152,6 +159,7 @@ class Sm80KernelSpec:
     interval_test: Optional[str] = None    # a row interval's per-score test: "bits", "range"
                                           # or "pair" (Note [One compare per score] in
                                           # sm80_masks.py); None: bits up to block_n 128
+    target: str = "sm_80"                  # one of KERNEL_TARGETS
 
     # -- derived
     @property
@@ -168,7 +176,7 @@ class Sm80KernelSpec:
         sm_80 resource report, rolling the short QK^T loops of d <= 96 removes spills."""
         if self.qk_unroll is not None:
             return self.qk_unroll
-        return 1 if self.head_dim_qk <= 96 else 0
+        return 1 if self.head_dim_qk <= 96 and self.target == "sm_80" else 0
 
     @property
     def static_max(self) -> Optional[float]:
@@ -282,21 +290,34 @@ class Sm80KernelSpec:
         _require(self.qk_steps_per_trip == 0 or (half_page % self.qk_steps_per_trip == 0),
                  f"qk_unroll={self.qk_unroll} must divide {half_page} (k16 steps per smem page), or be 0")
         _require(self.scale > 0, f"softmax_scale={self.scale}: must be positive")
-        for rows, d, what in ((self.block_m, self.head_dim_qk, "Q"), (self.block_n, self.head_dim_qk, "K"),
-                              (self.block_n, self.head_dim_v, "V")):
+        for d in {self.head_dim_qk, self.head_dim_v}:
             per_pass = self.threads * 8 // self.page_width(d)
-            _require(rows % per_pass == 0,
-                     f"{what} tile of {rows} rows cannot be copied by {self.threads} threads in "
-                     f"passes of {per_pass} rows: change block_m/block_n or num_warps")
+            _require(per_pass % 8 == 0,
+                     f"{self.threads} threads copy rows of head dim {d} in passes of {per_pass} rows, "
+                     f"which breaks the 8-row swizzle: raise num_warps")
+        _require(self.target in KERNEL_TARGETS, f"target {self.target!r}: expected one of {KERNEL_TARGETS}")
+        if self.target == "sm_90a":
+            self._check_sm90a()
         _require(self.acc_registers <= MAX_ACC_REGS,
                  f"{self.acc_registers} f32 accumulator registers per thread (S {self.block_n} wide, "
                  f"O {self.head_dim_v} wide, {self.m_atoms} row tiles per warp) exceed {MAX_ACC_REGS}: "
                  f"lower block_n or block_m, or raise num_warps")
-        _require(self.smem_bytes <= SM80_MAX_DYNAMIC_SMEM,
-                 f"{self.smem_bytes} bytes of shared memory exceed {SM80_MAX_DYNAMIC_SMEM}: "
+        _require(self.smem_bytes <= self.max_smem_bytes,
+                 f"{self.smem_bytes} bytes of shared memory exceed {self.max_smem_bytes}: "
                  f"lower stages, block_n or block_m")
         _require(self.symbol.isidentifier(), f"symbol {self.symbol!r} is not an identifier")
         return self
+
+    def _check_sm90a(self) -> None:
+        _require(self.num_warps % 4 == 0 and self.rows_per_warp == 16,
+                 f"sm_90a runs warpgroups of 4 warps and 64 rows: block_m={self.block_m} with "
+                 f"num_warps={self.num_warps} gives {self.rows_per_warp} rows per warp, not 16")
+        _require(self.block_n <= 256 and self.head_dim_v <= 256,
+                 f"wgmma's N is at most 256: block_n={self.block_n}, head_dim_v={self.head_dim_v}")
+
+    @property
+    def max_smem_bytes(self) -> int:
+        return SM90_MAX_DYNAMIC_SMEM if self.target == "sm_90a" else SM80_MAX_DYNAMIC_SMEM
 
 
 def _require(cond: bool, message: str) -> None:

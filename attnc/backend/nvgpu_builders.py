@@ -153,10 +153,10 @@ class Smem:
         self.base = llvm.ptrtoint(e.i32, base)
 
     @staticmethod
-    def declare(symbol: str) -> None:
+    def declare(symbol: str, alignment: int = ALIGN) -> None:
         """The `llvm.mlir.global` to place in the gpu.module body (before the kernel)."""
         llvm.GlobalOp(ir.Type.parse("!llvm.array<0 x i8>"), symbol,
-                      ir.Attribute.parse("#llvm.linkage<external>"), alignment=Smem.ALIGN, addr_space=3)
+                      ir.Attribute.parse("#llvm.linkage<external>"), alignment=alignment, addr_space=3)
 
     def address(self, byte_offset: Num) -> ir.Value:
         return self.e.add(self.base, byte_offset)
@@ -287,3 +287,84 @@ class Quad:
     def allreduce(self, x: ir.Value, combine) -> ir.Value:
         x = combine(x, self.shfl_xor(x, 2))
         return combine(x, self.shfl_xor(x, 1))
+
+
+class Wgmma:
+    """sm_90a warpgroup MMA: `wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}` with
+    f32 accumulators, B (and A) read through shared-memory matrix descriptors, or A from
+    registers.
+
+    Accumulators (Note [wgmma accumulators]): warp w of the warpgroup holds rows
+    16w + g and 16w + g + 8 (g = lane/4, t = lane%4); register 4j + x is column
+    8j + 2t + (x & 1) of row 16w + g + 8 (x >> 1): per warp, the layout of `MmaSync`'s
+    C fragments of N/8 adjacent n8 atoms. A register operand is `MmaSync`'s A fragment.
+
+    The instructions are asynchronous: `mma` issues, `commit` closes the group, and
+    `wait` returns the accumulators. Every accumulator passes through `wait`'s asm as
+    a tied operand, so nothing reads them before the wait; `fence` must precede the
+    first `mma` whose registers other instructions wrote.
+    """
+
+    SWIZZLE_MODES = {128: 1, 64: 2, 32: 3}      # swizzle width in bytes -> descriptor bits 62-63
+
+    def __init__(self, e: Emit, dtype: str):
+        self.e = e
+        self.dtype = dtype
+
+    def descriptor(self, addr: ir.Value, swizzle_bytes: int, leading_bytes: int, stride_bytes: int) -> ir.Value:
+        """The i64 descriptor of an operand at shared address `addr` (i32) swizzled in
+        rows of `swizzle_bytes` (its 8-row atoms aligned to 8 * swizzle_bytes): start
+        address, leading and stride byte offsets in 16-byte units, swizzle mode."""
+        e = self.e
+        start = arith.extui(e.i64, e.and_(e.shr(addr, 4), 0x3FFF))
+        fixed = ((leading_bytes >> 4) << 16) | ((stride_bytes >> 4) << 32) | (self.SWIZZLE_MODES[swizzle_bytes] << 62)
+        return e.or_(start, e.c64(fixed - (1 << 64) if fixed >> 63 else fixed))     # as a signed i64
+
+    def advance(self, desc: ir.Value, byte_offset: int) -> ir.Value:
+        """The descriptor `byte_offset` bytes further (a multiple of 16; the start
+        address field does not overflow inside 228 KB of shared memory)."""
+        return desc if byte_offset == 0 else self.e.add(desc, self.e.c64(byte_offset >> 4))
+
+    def fence(self) -> None:
+        _asm([], [], "wgmma.fence.sync.aligned;", "")
+
+    def commit(self) -> None:
+        _asm([], [], "wgmma.commit_group.sync.aligned;", "")
+
+    def wait(self, acc: Sequence[ir.Value], pending: int = 0) -> list[ir.Value]:
+        """Wait until at most `pending` groups are in flight; the accumulators, readable."""
+        n = len(acc)
+        constraints = ",".join(["=f"] * n + [str(i) for i in range(n)])
+        op = _asm([self.e.f32] * n, list(acc), f"wgmma.wait_group.sync.aligned {pending};", constraints)
+        return [llvm.extractvalue(self.e.f32, op.result, [i]) for i in range(n)]
+
+    def mma(self, acc: Sequence[ir.Value] | None, n: int, b_desc: ir.Value, *, a_desc: ir.Value | None = None,
+            a_regs: Sequence[ir.Value] | None = None, trans_b: bool = False) -> list[ir.Value]:
+        """D = A B (+ D when `acc` is given; None: the accumulators are overwritten) for
+        an m64 x n x k16 step; A from `a_desc` (K-major) or the four registers `a_regs`;
+        B K-major, or N-major with `trans_b`."""
+        e = self.e
+        if (a_desc is None) == (a_regs is None):
+            raise ValueError("give the A operand as a descriptor or as registers, not both")
+        regs = n // 2
+        scale_d = e.c32(0 if acc is None else 1)
+        if acc is None:
+            acc = [llvm.mlir_undef(e.f32)] * regs
+        if len(acc) != regs:
+            raise ValueError(f"m64n{n} has {regs} accumulators per thread, got {len(acc)}")
+        out = ", ".join(f"${i}" for i in range(regs))
+        if a_desc is not None:
+            a_ops, a_text, a_cons, trans = [a_desc], f"${regs}", ["l"], f"0, {int(trans_b)}"
+        else:
+            a_ops = list(a_regs)
+            a_text = "{" + ", ".join(f"${regs + i}" for i in range(4)) + "}"
+            a_cons, trans = ["r"] * 4, f"{int(trans_b)}"
+        b_index = regs + len(a_ops)
+        text = ("{\n.reg .pred p;\n"
+                f"setp.ne.b32 p, ${b_index + 1}, 0;\n"
+                f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{self.dtype}.{self.dtype} "
+                f"{{{out}}}, {a_text}, ${b_index}, p, 1, 1, {trans};\n}}")
+        constraints = ",".join(["=f"] * regs + a_cons + ["l", "r"] + [str(i) for i in range(regs)])
+        op = _asm([e.f32] * regs, [*a_ops, b_desc, scale_d, *acc], text, constraints)
+        return [llvm.extractvalue(e.f32, op.result, [i]) for i in range(regs)]
+

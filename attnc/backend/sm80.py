@@ -108,7 +108,7 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
         params += [{"kind": "stride", "tensor": t, "axis": a, "type": "i64"}
                    for a in range(2 if t == "lse" else 3)]
     params += [x.manifest() for x in spec.extra_params]
-    specialization = {"dtype": spec.dtype, "out_dtype": spec.o_dtype, "head_dim_qk": spec.head_dim_qk,
+    specialization = {"target": spec.target, "dtype": spec.dtype, "out_dtype": spec.o_dtype, "head_dim_qk": spec.head_dim_qk,
                       "head_dim_v": spec.head_dim_v, "block_m": spec.block_m, "block_n": spec.block_n,
                       "num_warps": spec.num_warps, "stages": spec.stages, "qk_unroll": spec.qk_steps_per_trip,
                       "mask": spec.mask, "score_mod": _score_kind(spec), "sink": spec.sink is not None,
@@ -147,7 +147,8 @@ def build_sm80_module(spec: Sm80KernelSpec, context: ir.Context | None = None) -
             gpu_module = gpu.GPUModuleOp(GPU_MODULE)
             gpu_module.bodyRegion.blocks.append()
         with ir.InsertionPoint(gpu_module.bodyRegion.blocks[0]):
-            Smem.declare(SMEM_SYMBOL)
+            # sm_90a's wgmma reads 128B-swizzled tiles in 1024-byte atoms (Note [wgmma operands]).
+            Smem.declare(SMEM_SYMBOL, alignment=1024 if spec.target == "sm_90a" else Smem.ALIGN)
             arg_types = [_param_type(p) for p in abi.params]
             func = gpu.GPUFuncOp(ir.TypeAttr.get(ir.FunctionType.get(arg_types, [])), spec.symbol,
                                  kernel=True, known_block_size=list(abi.block))
@@ -157,11 +158,18 @@ def build_sm80_module(spec: Sm80KernelSpec, context: ir.Context | None = None) -
             extra = entry.arguments[len(abi.params) - len(spec.extra_params):]
             # Hook parameters by `kind:name` too, which no ABI name can shadow.
             args.update({x.key: a for x, a in zip(spec.extra_params, extra)})
-            _Sm80Forward(spec, args).emit()
+            _forward_class(spec)(spec, args).emit()
             gpu.ReturnOp([])
         if not module.operation.verify():
             raise RuntimeError(f"the sm_80 kernel {spec.symbol} does not verify")
     return module, abi
+
+
+def _forward_class(spec: Sm80KernelSpec):
+    if spec.target == "sm_90a":
+        from attnc.backend.sm90 import Sm90Forward
+        return Sm90Forward
+    return _Sm80Forward
 
 
 def _current_context() -> ir.Context | None:

@@ -23,7 +23,7 @@ from attnc.passes import plan_ir
 from attnc.schedule.recipes import Channel
 from attnc.backend.sm80_variant import variant_hooks
 
-TARGET = "sm_80"
+TARGETS = ("sm_80", "sm_90a")       # the targets this backend builds (kernel_spec.KERNEL_TARGETS)
 
 
 @dataclass(frozen=True)
@@ -64,10 +64,13 @@ def _lowering_from_ir(result) -> Sm80Lowering:
         raise AttncError(f"the sm_80 backend builds one attn.attention per module, found {len(ops)}")
     op = ops[0]
     kv = [c for c in plan_ir.read(op, Channel) if c.name == "kv"]
-    if not kv or get_str(op, "target") != TARGET:
-        raise error_at(op, "the sm_80 backend needs the sm_80 plan (attn-tile, attn-warp-specialize, "
-                           "...) in the pipeline")
+    target = get_str(op, "target") if "target" in op.attributes else None
+    if not kv or target not in TARGETS:
+        raise error_at(op, f"this backend builds {' and '.join(TARGETS)} kernels from their plan "
+                           f"(attn-tile, attn-warp-specialize, ...), which the pipeline did not make")
     block_m, block_n = get_int(op, "block_m"), get_int(op, "block_n")
+    # sm_90a: the consumer warpgroups, 64 rows each; their loads are their own (sm90.py).
+    num_warps = get_int(op, "num_warps") if target == "sm_80" else block_m // 16
     mode = mask_mode(op, variant)
     runtime = mode is None and mask_functions(op).kind == "runtime"
     blockmap = blockmap_plan(result, block_m, block_n) if runtime else None
@@ -75,7 +78,7 @@ def _lowering_from_ir(result) -> Sm80Lowering:
     spec = Sm80KernelSpec(
         dtype=variant.dtype, head_dim_qk=variant.head_dim_qk, head_dim_v=variant.head_dim_v,
         block_m=block_m, block_n=block_n,
-        num_warps=get_int(op, "num_warps"), stages=kv[0].stages,
+        num_warps=num_warps, stages=kv[0].stages, target=target,
         out_dtype=variant.output("o").dtype, with_lse=variant.has_lse,
         softmax_scale=variant.scale, symbol=f"attnc_{variant.name}_fwd",
         q_blocks_per_cta=get_int(op, Q_BLOCKS_ATTR) if Q_BLOCKS_ATTR in op.attributes else None,
@@ -84,7 +87,7 @@ def _lowering_from_ir(result) -> Sm80Lowering:
     try:
         return Sm80Lowering(spec.check(), blockmap)
     except SpecError as e:
-        raise error_at(op, f"the sm_80 kernel cannot be built: {e}") from None
+        raise error_at(op, f"the {target} kernel cannot be built: {e}") from None
 
 
 def kernel_module_for(result):
@@ -129,10 +132,11 @@ def build(result) -> Sm80Artifacts:
     specialization = json.loads(ir.StringAttr(gpu_module.attributes[SPECIALIZATION_ATTR]).value)
     kernel_module = ir.Module.parse(f"module attributes {{gpu.container_module}} {{\n{gpu_module}\n}}",
                                     result.module.context)
-    ptx = to_ptx(kernel_module, TARGET, in_place=True)
-    cubin = ptx_to_cubin(ptx, TARGET).cubin
-    names = code_files("attn_fwd", TARGET)
-    manifest = variant_manifest(result.variant, target=TARGET, kernels=kernels, code=names,
+    target = specialization["target"]
+    ptx = to_ptx(kernel_module, target, in_place=True)
+    cubin = ptx_to_cubin(ptx, target).cubin
+    names = code_files("attn_fwd", target)
+    manifest = variant_manifest(result.variant, target=target, kernels=kernels, code=names,
                                 specialization=specialization)
     files = {names["cubin"]: cubin, names["ptx"]: ptx.encode()}
     return Sm80Artifacts(lowering_from_ir(result).spec, ptx, cubin, manifest, files)

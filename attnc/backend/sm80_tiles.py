@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlir.dialects import llvm
+from mlir import ir
+from mlir.dialects import llvm, scf
 
 from attnc.backend.nvgpu_builders import CpAsync, Emit, GlobalPtr, LdMatrix, Smem
 
@@ -60,8 +61,9 @@ class SwizzledTile:
 class TileLoader:
     """Copies a `rows x cols` tile from global memory into a SwizzledTile with 16-byte
     cp.async, `threads` threads laid out as (threads / chunks_per_row) rows x
-    chunks_per_row (one 128-byte row segment per 8 threads). With `valid_rows`, rows at
-    or beyond it are zero-filled rather than read."""
+    chunks_per_row (one 128-byte row segment per 8 threads), in passes of that many
+    rows (the last one partial when they do not divide the tile's rows). With
+    `valid_rows`, rows at or beyond it are zero-filled rather than read."""
 
     def __init__(self, e: Emit, cp: CpAsync, smem: Smem, tid, threads: int):
         self.e, self.cp, self.smem = e, cp, smem
@@ -85,14 +87,24 @@ class TileLoader:
         ptr = src.offset(e.add(e.mul(e.to_i64(thread_row), row_stride), e.to_i64(e.mul(chunk, 8))))
         rows_left = e.sub(valid_rows, thread_row) if valid_rows is not None else None
         for pass_row in range(0, tile.rows, rows_per_pass):
-            valid = e.gt(rows_left, pass_row) if rows_left is not None else None
-            # An invalid row reads nothing; point it at the tile's first row, in bounds.
-            row_ptr = ptr.ptr if valid is None else llvm.select(valid, ptr.ptr, src.ptr)
-            for page in range(tile.cols // tile.page_width):
-                self.cp.copy16(dst, row_ptr, valid,
-                               dst_offset=tile.offset + page * tile.page_bytes + pass_row * tile.row_bytes,
-                               src_offset=page * tile.page_width * 2)
+            if pass_row + rows_per_pass <= tile.rows:
+                self._copy_pass(tile, dst, src, ptr, rows_left, pass_row)
+            else:       # a last, partial pass: the threads past the tile's end copy nothing
+                inside = scf.IfOp(e.lt(thread_row, tile.rows - pass_row))
+                with ir.InsertionPoint(inside.then_block):
+                    self._copy_pass(tile, dst, src, ptr, rows_left, pass_row)
+                    scf.yield_([])
             ptr = ptr.offset(pass_stride)
+
+    def _copy_pass(self, tile: SwizzledTile, dst, src: GlobalPtr, ptr: GlobalPtr, rows_left, pass_row: int) -> None:
+        e = self.e
+        valid = e.gt(rows_left, pass_row) if rows_left is not None else None
+        # An invalid row reads nothing; point it at the tile's first row, in bounds.
+        row_ptr = ptr.ptr if valid is None else llvm.select(valid, ptr.ptr, src.ptr)
+        for page in range(tile.cols // tile.page_width):
+            self.cp.copy16(dst, row_ptr, valid,
+                           dst_offset=tile.offset + page * tile.page_bytes + pass_row * tile.row_bytes,
+                           src_offset=page * tile.page_width * 2)
 
 
 class FragmentReader:

@@ -1,6 +1,8 @@
-"""`attn-lower-sm80`: the L5 plan -> the sm_80 kernel in upstream dialects (L6).
+"""`attn-lower-sm80` and `attn-lower-sm90a`: the L5 plan -> the kernel in upstream
+dialects (L6).
 
-Targets: sm_80. Expects L5 (tile attributes, mask analysis, roles/channels/buffers/
+Targets: sm_80 (attn-lower-sm80), sm_90a (attn-lower-sm90a, lower_sm90a.py: the same
+kernel with its two GEMMs on wgmma). Expects L5 (tile attributes, mask analysis, roles/channels/buffers/
 barriers) on one attn.attention, in a module that carries its source (Note [Source
 in the module], attnc/frontend/lower.py). Leaves the module with a `gpu.module`
 holding the FlashAttention-2-style kernel (and, for masks that read params, the
@@ -41,6 +43,7 @@ class LowerSm80(Pass):
     """Generate the sm_80 kernel (gpu.module) from the plan of attn.attention."""
 
     name: ClassVar[str] = "attn-lower-sm80"
+    target: ClassVar[str] = "sm_80"
     q_blocks_per_cta: int | None = field(default=None, metadata={
         "doc": "query blocks each CTA runs in turn, 1 or 2 (default: 2 where the softmax max is a "
                "constant -- a bf16 score_mod bounded within 64 -- at 128-key tiles, else 1)"})
@@ -49,19 +52,28 @@ class LowerSm80(Pass):
                "to 128-key tiles, else range)"})
 
     def run(self, module) -> None:
-        lower_sm80(module, self.q_blocks_per_cta, self.interval_test)
+        lower_sm80(module, self.q_blocks_per_cta, self.interval_test, pass_target=self.target)
 
 
-def lower_sm80(module, q_blocks_per_cta: int | None = None, interval_test: str | None = None) -> None:
+def lower_sm80(module, q_blocks_per_cta: int | None = None, interval_test: str | None = None,
+               pass_target: str | None = None) -> None:
+    """Lower the plan of `module` to its target's kernel; `pass_target`: the target
+    the calling pass builds for, which the plan must have."""
     from mlir import ir
 
     from attnc.backend.sm80_lower import kernel_module_for
-    from attnc.ir import attention_ops, error_at, set_int, set_str
+    from attnc.ir import attention_ops, error_at, get_str, set_int, set_str
 
+    ops = attention_ops(module)
+    pass_name = f"attn-lower-{(pass_target or 'sm_80').replace('_', '')}"
     if lowered_gpu_module(module) is not None:
-        raise error_at(attention_ops(module)[0] if attention_ops(module) else module,
-                       "attn-lower-sm80 ran twice on this module")
-    for op in attention_ops(module):
+        raise error_at(ops[0] if ops else module, f"{pass_name} ran twice on this module")
+    for op in ops:
+        planned = get_str(op, "target") if "target" in op.attributes else None
+        if pass_target is not None and planned is not None and planned != pass_target:
+            raise error_at(op, f"{pass_name} lowers {pass_target} plans; this one is for {planned}: "
+                               f"use attn-lower-{planned.replace('_', '')}")
+    for op in ops:
         if q_blocks_per_cta is not None:
             set_int(op, Q_BLOCKS_ATTR, q_blocks_per_cta)
         if interval_test is not None:

@@ -18,8 +18,8 @@ from attnc.errors import AttncError, Span
 TARGETS = ("sm_80", "sm_90a", "sm_100a")
 
 # Every target plans with the same passes; they differ in the recipes and tables the
-# passes consult (attnc/schedule/recipes.py, tile_table.py). sm_80 then lowers the
-# plan to its kernel (L6); the other targets stop at the plan for now.
+# passes consult (attnc/schedule/recipes.py, tile_table.py). sm_80 and sm_90a then
+# lower the plan to their kernel (L6); sm_100a stops at the plan for now.
 _PLAN = [
     ("attn-tile", {}),
     ("attn-analyze-masks", {}),
@@ -32,7 +32,7 @@ _PLAN = [
 
 PIPELINES: dict[str, list[tuple[str, dict[str, str]]]] = {
     "sm_80": [*_PLAN, ("attn-lower-sm80", {})],
-    "sm_90a": list(_PLAN),
+    "sm_90a": [*_PLAN, ("attn-lower-sm90a", {})],
     "sm_100a": list(_PLAN),
 }
 

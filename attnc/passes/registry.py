@@ -49,6 +49,7 @@ BUILTIN: dict[str, str] = {
     "attn-insert-pipelines": "attnc.passes.insert_pipelines:InsertPipelines",
     "attn-verify-pipeline": "attnc.passes.verify_pipeline:VerifyPipeline",
     "attn-lower-sm80": "attnc.passes.lower_sm80:LowerSm80",
+    "attn-lower-sm90a": "attnc.passes.lower_sm90a:LowerSm90a",
 }
 
 _user_passes: dict[str, type] = {}       # name -> class, from register()/load_pass_file()
