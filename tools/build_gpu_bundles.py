@@ -19,6 +19,7 @@ names its "suite":
     bench_variants  the variants of bench/bench_variants.py (peers.md), head dims 64 and 128
     bench_sweep     causal sliding windows of 256 .. 4096 keys, head dims 64 and 128: time
                     against the kept fraction (bench/profile_variants.py)
+    bench_sweep_sm90  sm_90a kernels of bench_variants' cases with other tiles and options
 
 --archs (default sm_80) builds examples, property and bench_variants for each target
 named; an sm_90a bundle's name ends in `_sm90a` and its index entry says "arch"
@@ -52,7 +53,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "runtime"), str(ROOT / "tests" / "gpu")]
 
-SUITES = ("sm80_matrix", "examples", "property", "bench_variants", "bench_sweep")
+SUITES = ("sm80_matrix", "examples", "property", "bench_variants", "bench_sweep", "bench_sweep_sm90")
 TRAVEL_LIMIT = 64 << 20         # bytes the device machine takes with the working tree
 
 # --- sm80_matrix -------------------------------------------------------------------------
@@ -77,8 +78,8 @@ class Job:
     arch: str = "sm_80"
 
     def for_arch(self, arch: str) -> "Job":
-        """This job for `arch` (named with its suffix), or itself for sm_80."""
-        if arch == "sm_80":
+        """This job for `arch` (named with its suffix), or itself for sm_80 or None."""
+        if arch in (None, "sm_80", self.arch):
             return self
         suffix = "_" + arch.replace("_", "")
         return Job(self.suite, self.name + suffix, self.source, {**self.meta, "arch": arch}, self.ptx_only, arch)
@@ -204,6 +205,41 @@ def sweep_jobs() -> list[Job]:
     return jobs
 
 
+# sm_90a: (case, head dim, attn-tile options, attn-lower-sm90a options) around the defaults.
+SWEEP_SM90 = [
+    ("doc_causal", 128, {}, {"q_blocks_per_cta": 2}),
+    ("doc_causal", 128, {"block_m": 64, "num_warps": 8}, {}),
+    ("doc_causal", 128, {"block_m": 64, "block_n": 64, "num_warps": 8}, {}),
+    ("doc_causal", 128, {"block_n": 64}, {}),
+    ("doc_causal", 64, {"block_m": 64, "num_warps": 8}, {}),
+    ("doc_causal", 64, {"block_m": 64, "block_n": 64, "num_warps": 8}, {}),
+    ("doc_causal", 64, {}, {"q_blocks_per_cta": 2}),
+    ("causal", 64, {"block_m": 192, "num_warps": 16}, {}),
+    ("causal", 64, {}, {"q_blocks_per_cta": 2}),
+    ("causal", 128, {}, {"q_blocks_per_cta": 2}),
+    ("softcap_causal", 64, {}, {"q_blocks_per_cta": 1}),
+    ("softcap_causal", 128, {}, {"q_blocks_per_cta": 2}),
+    ("window1024", 64, {}, {"q_blocks_per_cta": 2}),
+    ("window1024", 128, {}, {"q_blocks_per_cta": 2}),
+    ("window1024", 64, {"block_m": 192, "num_warps": 16}, {}),
+]
+
+
+def sweep_sm90_jobs() -> list[Job]:
+    from attnc.passes.pipelines import PassSpec, format_pipeline, target_pipeline
+    jobs = []
+    for case, d, tile, lower in SWEEP_SM90:
+        tag = "_".join(f"{k}{v}" for k, v in {**tile, **lower}.items())
+        name = f"sweep90_{case}_d{d}_{tag}"
+        options = {"attn-tile": tile, "attn-lower-sm90a": lower}
+        pipeline = format_pipeline([PassSpec(p.name, {**p.options, **{k: str(v) for k, v in options.get(p.name, {}).items()}})
+                                    for p in target_pipeline("sm_90a")])
+        jobs.append(Job("bench_sweep_sm90", name, bench_source(name, d, case),
+                        {"case": case, "head_dim": d, "dtype": "bf16", "fills": BENCH_CASES[case][3],
+                         "pipeline": pipeline, "arch": "sm_90a"}, arch="sm_90a"))
+    return jobs
+
+
 def sm80_pipeline_with_tile(**tile) -> str:
     """The sm_80 pipeline as text, with attn-tile's options set."""
     return sm80_pipeline_with("attn-tile", **tile)
@@ -296,14 +332,14 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     makers = {"sm80_matrix": matrix_jobs, "examples": example_jobs, "bench_variants": bench_jobs,
-              "bench_sweep": sweep_jobs,
+              "bench_sweep": sweep_jobs, "bench_sweep_sm90": sweep_sm90_jobs,
               "property": lambda: property_jobs(args.property_seed, args.property_count)}
     archs = [a for a in args.archs.split(",") if a]
     if not set(archs) <= set(LOWERING_PASS):
         ap.error(f"--archs: targets with kernels are {', '.join(LOWERING_PASS)}")
     per_arch = {"examples", "property", "bench_variants"}
     jobs = [job.for_arch(arch) for suite in suites for job in makers[suite]()
-            for arch in (archs if suite in per_arch else ["sm_80"])]
+            for arch in (archs if suite in per_arch else [None])]
     index_path = out / "index.json"
     old = json.loads(index_path.read_text()) if index_path.exists() else []
     for e in old:                   # the rebuilt suites' old bundles go

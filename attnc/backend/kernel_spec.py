@@ -274,7 +274,8 @@ class Sm80KernelSpec:
                  "give score_mod or score_bias (an affine score_mod), not both")
         _require(all(x.kind in ("dim", "ptr", "scratch") for x in self.extra_params),
                  "extra_params: kind must be 'dim', 'ptr' or 'scratch'")
-        _require(self.num_warps in (1, 2, 4, 8), f"num_warps={self.num_warps}: expected 1, 2, 4 or 8")
+        warps = (4, 8, 12, 16) if self.target == "sm_90a" else (1, 2, 4, 8)
+        _require(self.num_warps in warps, f"num_warps={self.num_warps}: expected one of {warps} on {self.target}")
         _require(self.block_m % (16 * self.num_warps) == 0,
                  f"block_m={self.block_m} must be a multiple of 16*num_warps={16 * self.num_warps}")
         _require(self.block_n % 16 == 0 and self.block_n >= 16,

@@ -149,8 +149,8 @@ def table_choice(target: str, shape: ProblemShape) -> TileConfig:
         config = dataclasses.replace(config, block_n=row.block_n_masked)
     if shape.params and row.block_n_params is not None:
         config = dataclasses.replace(config, block_n=min(config.block_n, row.block_n_params))
-    if shape.mask_params and row.block_m_mask_params is not None:
-        config = dataclasses.replace(config, block_m=row.block_m_mask_params)
+    if shape.mask_params and row.mask_params is not None:
+        config = row.mask_params
     return config
 
 

@@ -26,7 +26,7 @@ class TableRow:
     config: TileConfig
     block_n_masked: int | None = None     # block_n when the variant has a mask_mod
     block_n_params: int | None = None     # block_n at most, when the variant takes param tensors
-    block_m_mask_params: int | None = None  # block_m when mask_mod reads params (a block map)
+    mask_params: TileConfig | None = None  # the tile when mask_mod reads params (a block map)
 
 
 @dataclass(frozen=True)
@@ -71,19 +71,25 @@ TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
         # 0.722 ms at 64x64 against 0.834 at 128x64, results/profile_variants_h200.json;
         # at head dim 128, 128x64 stays ahead: 0.613 against 0.720).
         (64, 64): TableRow(TileConfig(128, 128, stages=2, num_warps=4), block_n_params=64,
-                           block_m_mask_params=64),
+                           mask_params=TileConfig(64, 64, stages=2, num_warps=4)),
         (96, 96): TableRow(TileConfig(128, 64, stages=2, num_warps=4)),
         (128, 128): TableRow(TileConfig(128, 64, stages=2, num_warps=4)),
         (256, 256): TableRow(TileConfig(64, 64, stages=2, num_warps=4)),
     },
     "sm_90a": {
-        (64, 64): TableRow(TileConfig(128, 128, stages=2, num_warps=12)),
+        # A mask that reads params (documents of 1000 + causal, M = N = 8192, H200,
+        # results/profile/sweep_sm90_h200.json): one 64x64 warpgroup tile per CTA, several
+        # CTAs per SM, 0.599 ms at head dim 64 and 0.501 at 128, against 0.890 and
+        # 0.615 at 128x128 (64x128: 0.705, 0.729).
+        (64, 64): TableRow(TileConfig(128, 128, stages=2, num_warps=12),
+                           mask_params=TileConfig(64, 64, stages=2, num_warps=8)),
         (96, 96): TableRow(TileConfig(128, 128, stages=2, num_warps=12)),
         # FA3 runs 176-key blocks without a mask (128 with one, so that masked tiles
         # line up with the 128-row Q tiles), with its consumers' registers raised by
         # setmaxnreg. attn-lower-sm90a's kernel has no register budgets yet and its
         # 256 threads copy K/V in passes of 32 rows: 128 keys everywhere until then.
-        (128, 128): TableRow(TileConfig(128, 128, stages=2, num_warps=12)),
+        (128, 128): TableRow(TileConfig(128, 128, stages=2, num_warps=12),
+                             mask_params=TileConfig(64, 64, stages=2, num_warps=8)),
         (256, 256): TableRow(TileConfig(128, 80, stages=2, num_warps=12)),
     },
     "sm_100a": {
