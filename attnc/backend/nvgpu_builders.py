@@ -331,12 +331,18 @@ class Wgmma:
     def commit(self) -> None:
         _asm([], [], "wgmma.commit_group.sync.aligned;", "")
 
-    def wait(self, acc: Sequence[ir.Value], pending: int = 0) -> list[ir.Value]:
-        """Wait until at most `pending` groups are in flight; the accumulators, readable."""
-        n = len(acc)
-        constraints = ",".join(["=f"] * n + [str(i) for i in range(n)])
-        op = _asm([self.e.f32] * n, list(acc), f"wgmma.wait_group.sync.aligned {pending};", constraints)
-        return [llvm.extractvalue(self.e.f32, op.result, [i]) for i in range(n)]
+    def wait(self, acc: Sequence[ir.Value], pending: int = 0, through: Sequence[ir.Value] = ()) -> list[ir.Value]:
+        """Wait until at most `pending` groups are in flight: the accumulators, readable,
+        followed by `through` (f32 or i32 values) passed through the wait. Passing a
+        value through keeps its register untouched until the wait (the A registers of an
+        mma in flight, which the hardware reads asynchronously), and a computation on
+        it after the wait (so that ptxas sees no register of an mma in flight redefined,
+        which makes it serialize every wgmma of the kernel)."""
+        values = [*acc, *through]
+        kinds = ["=f" if v.type == self.e.f32 else "=r" for v in values]     # f32, or 32-bit pairs
+        constraints = ",".join(kinds + [str(i) for i in range(len(values))])
+        op = _asm([v.type for v in values], values, f"wgmma.wait_group.sync.aligned {pending};", constraints)
+        return [llvm.extractvalue(v.type, op.result, [i]) for i, v in enumerate(values)]
 
     def mma(self, acc: Sequence[ir.Value] | None, n: int, b_desc: ir.Value, *, a_desc: ir.Value | None = None,
             a_regs: Sequence[ir.Value] | None = None, trans_b: bool = False) -> list[ir.Value]:
@@ -348,9 +354,8 @@ class Wgmma:
             raise ValueError("give the A operand as a descriptor or as registers, not both")
         regs = n // 2
         scale_d = e.c32(0 if acc is None else 1)
-        if acc is None:
-            acc = [llvm.mlir_undef(e.f32)] * regs
-        if len(acc) != regs:
+        acc = [] if acc is None else list(acc)     # overwritten: outputs only
+        if acc and len(acc) != regs:
             raise ValueError(f"m64n{n} has {regs} accumulators per thread, got {len(acc)}")
         out = ", ".join(f"${i}" for i in range(regs))
         if a_desc is not None:
@@ -364,7 +369,7 @@ class Wgmma:
                 f"setp.ne.b32 p, ${b_index + 1}, 0;\n"
                 f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{self.dtype}.{self.dtype} "
                 f"{{{out}}}, {a_text}, ${b_index}, p, 1, 1, {trans};\n}}")
-        constraints = ",".join(["=f"] * regs + a_cons + ["l", "r"] + [str(i) for i in range(regs)])
+        constraints = ",".join(["=f"] * regs + a_cons + ["l", "r"] + [str(i) for i in range(len(acc))])
         op = _asm([e.f32] * regs, [*a_ops, b_desc, scale_d, *acc], text, constraints)
         return [llvm.extractvalue(e.f32, op.result, [i]) for i in range(regs)]
 

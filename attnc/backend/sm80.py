@@ -378,20 +378,11 @@ class _Sm80Forward:
             v_block, exists = kv.ahead(e, t, n_block, s.stages - 1)
             self._load_kv_if("v", v_block, self._slot_offset(s.stages - 1, t), exists, ragged, ask_skip)
         slot = self._slot_offset(0, t)
-        rows = self.masker.modify(rows_of(self._qk(slot)), n_block)
-        if mode == "partial" and s.tile_partial is None and skip is None:
-            rows = self.masker.mask(rows, n_block)
-        elif mode == "partial":
-            partial = e.gt(e.mul(e.add(n_block, 1), s.block_n), e.dim("N"))
-            if s.tile_partial is not None:
-                partial = e.or_(s.tile_partial(e, self._ctx(), n_block), partial)
-            rows = self.masker.mask_if(rows, n_block, partial if skip is None else e.or_(partial, skip), skip)
+        rows = self._scores(self._qk(slot), n_block, mode, skip)
         # Note [Where V is waited for]
         if s.stages == 1:
             self._wait_v_and_load_k(t, n_block, kv, slot, ragged, ask_skip)
-        # A score_mod may give -inf (or a bias table hold it) even in a full block.
-        scored = s.score_mod is not None or s.score_bias is not None
-        probs, state, alpha = self.softmax.step(rows, state, check_inf=mode != "full" or scored)
+        probs, state, alpha = self._softmax_step(rows, state, mode)
         p = self._pack_p(probs)
         if s.stages > 1:
             self._wait_v_and_load_k(t, n_block, kv, slot, ragged, ask_skip)
@@ -399,6 +390,26 @@ class _Sm80Forward:
             acc_o = [[[e.fmul(x, alpha[2 * mi + i // 2]) for i, x in enumerate(atom)]
                       for atom in acc_o[mi]] for mi in range(s.m_atoms)]
         return self._pv(p, acc_o, slot), state
+
+    def _scores(self, acc_s, n_block, mode: str, skip):
+        """S of block n_block as rows, with the score_mod and (mode 'partial') the mask
+        applied; `skip`: the block's tile_skip answer, when asked."""
+        e, s = self.e, self.spec
+        rows = self.masker.modify(rows_of(acc_s), n_block)
+        if mode == "partial" and s.tile_partial is None and skip is None:
+            rows = self.masker.mask(rows, n_block)
+        elif mode == "partial":
+            partial = e.gt(e.mul(e.add(n_block, 1), s.block_n), e.dim("N"))
+            if s.tile_partial is not None:
+                partial = e.or_(s.tile_partial(e, self._ctx(), n_block), partial)
+            rows = self.masker.mask_if(rows, n_block, partial if skip is None else e.or_(partial, skip), skip)
+        return rows
+
+    def _softmax_step(self, rows, state: SoftmaxState, mode: str):
+        s = self.spec
+        # A score_mod may give -inf (or a bias table hold it) even in a full block.
+        scored = s.score_mod is not None or s.score_bias is not None
+        return self.softmax.step(rows, state, check_inf=mode != "full" or scored)
 
     def _wait_v_and_load_k(self, t, n_block, kv: KvSchedule, slot, ragged, ask_skip) -> None:
         """Wait for V[n]; after the barrier no warp reads K[n]'s slot: refill it."""

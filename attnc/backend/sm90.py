@@ -32,8 +32,15 @@ between consumer warpgroups) that attn-warp-specialize plans for sm_90a.
 """
 from __future__ import annotations
 
+import itertools
+from dataclasses import dataclass
+
+from mlir import ir
+from mlir.dialects import llvm, scf
+
 from attnc.backend.nvgpu_builders import Wgmma
 from attnc.backend.sm80 import _Sm80Forward
+from attnc.backend.sm80_softmax import SoftmaxState
 
 WARPGROUP_ROWS = 64
 
@@ -65,23 +72,158 @@ class Sm90Forward(_Sm80Forward):
         return self.wgmma.advance(desc, page * tile.page_bytes + within * 32)
 
     def _qk(self, slot):
+        self.wgmma.fence()
+        return self._unflatten(self.wgmma.wait(self._qk_issue(slot)), self.spec.block_n // 8)
+
+    def _qk_issue(self, slot) -> list:
+        """Issue S = Q K^T for the K tile in `slot` as one wgmma group: S's registers,
+        in flight."""
         s, mma = self.spec, self.wgmma
         k_desc = self._desc(self.k_tile, slot)
         acc = None
-        mma.fence()
         for kk in range(s.head_dim_qk // 16):
             acc = mma.mma(acc, s.block_n, self._k_major_step(k_desc, self.k_tile, kk),
                           a_desc=self._k_major_step(self.q_desc, self.q_tile, kk))
         mma.commit()
-        return self._unflatten(mma.wait(acc), s.block_n // 8)
+        return acc
 
     def _pv(self, p, acc_o, slot):
+        self.wgmma.fence()
+        return self._pv_issue_wait(p[0], acc_o, slot)
+
+    def _pv_issue_wait(self, p, acc_o, slot):
+        acc = self._pv_issue(p, acc_o, slot)
+        return self._unflatten(self.wgmma.wait(acc, through=_flat(p))[:len(acc)])
+
+    def _pv_issue(self, p, acc_o, slot) -> list:
+        """Issue O += P V for the V tile in `slot` as one wgmma group (p[kk]: the A
+        registers of k16 step kk): O's registers, in flight."""
         s, mma, tile = self.spec, self.wgmma, self.v_tile
         v_desc = self._desc(tile, slot, leading_bytes=tile.page_bytes)
         acc = self._flat(acc_o)
-        mma.fence()
         for kk in range(s.block_n // 16):
             acc = mma.mma(acc, s.head_dim_v, mma.advance(v_desc, kk * 16 * tile.row_bytes),
-                          a_regs=p[0][kk], trans_b=True)
+                          a_regs=p[kk], trans_b=True)
         mma.commit()
-        return self._unflatten(mma.wait(acc))
+        return acc
+
+    # ------------------------------------------------------------ Note [wgmma overlap]
+    def _steps(self, kv):
+        if self.spec.stages != 2:
+            return super()._steps(kv)
+        e = self.e
+        total = kv.total(e)
+        zero = e.cf(0.0)
+        acc_o = [[[zero] * 4 for _ in range(self.spec.head_dim_v // 8)]]
+        state = self.softmax.initial(2)
+        carried = self._flat(acc_o) + state.m + state.l
+        some = scf.IfOp(e.gt(total, 0), [v.type for v in carried], has_else=True)
+        with ir.InsertionPoint(some.then_block):
+            acc_o, state = self._overlapped_steps(kv, total, state)
+            scf.yield_(self._flat(acc_o) + state.m + state.l)
+        with ir.InsertionPoint(some.else_block):
+            scf.yield_(carried)
+        return self._unpack_carried(list(some.results))
+
+    def _overlapped_steps(self, kv, total, state):
+        e, s = self.e, self.spec
+        t_full = kv.steps_above(e, kv.full_hi)
+        t_low = kv.steps_above(e, kv.full_lo if kv.full_lo is not None else kv.lo)
+        # Step 0's scores: its K came with the prologue (groups {Q, K0}, V0, K1).
+        self.cp.wait(2)
+        self.bar.sync()
+        n0 = kv.block(e, e.c32(0))
+        skip = self._skip(n0) if s.tile_skip is not None else None
+        probs, state, alpha = self._softmax_step(self._scores(self._qk(self._slot_offset(0, e.c32(0))), n0,
+                                                              "partial", skip), state, "partial")
+        zero = e.cf(0.0)
+        # Nothing in flight yet: O is zero, and no P is read.
+        no_p = llvm.mlir_undef(self.mma.pair_type)
+        flight = _InFlight([zero] * (s.head_dim_v // 2), [no_p] * (s.block_n // 4), _flat(probs), alpha or [])
+        one = e.c32(1)
+        phases = [(one, e.max(t_full, one), "partial"), (e.max(t_full, one), e.max(t_low, one), "full")]
+        if kv.full_lo is not None:
+            phases.append((e.max(t_low, one), total, "partial"))
+        for lo, hi, mode in phases:
+            state, flight = self._overlapped_loop(lo, hi, kv, state, flight, mode)
+        # The last step's P.V.
+        acc_o, p = self._land(flight)
+        self.cp.wait(0)
+        self.bar.sync()
+        self.wgmma.fence()
+        return self._pv_issue_wait(p, acc_o, self._slot_offset(0, e.sub(total, 1))), state
+
+    def _overlapped_loop(self, lo, hi, kv, state, flight: "_InFlight", mode: str):
+        """scf.for over iterations [lo, hi), carrying m, l and what is in flight."""
+        loop = scf.ForOp(lo, hi, self.e.c32(1), state.m + state.l + flight.values())
+        with ir.InsertionPoint(loop.body):
+            it = list(loop.inner_iter_args)
+            st, fl = self._overlapped_step(loop.induction_variable, kv, SoftmaxState(it[0:2], it[2:4]),
+                                           flight.like(it[4:]), mode)
+            scf.yield_(st.m + st.l + fl.values())
+        results = list(loop.results)
+        return SoftmaxState(results[0:2], results[2:4]), flight.like(results[4:])
+
+    def _land(self, flight: "_InFlight"):
+        """Wait for the P.V in flight; the O it leaves, scaled for the step whose
+        probabilities are carried, and those probabilities packed as P."""
+        e = self.e
+        waited = self.wgmma.wait(flight.acc_o, through=flight.p + flight.probs)
+        acc_o = waited[:len(flight.acc_o)]
+        probs = _chunks(waited[len(flight.acc_o) + len(flight.p):], len(flight.probs) // 2)
+        if flight.alpha:
+            acc_o = [e.fmul(x, flight.alpha[(i % 4) // 2]) for i, x in enumerate(acc_o)]
+        return self._unflatten(acc_o), self._pack_p(probs)[0]
+
+    def _overlapped_step(self, u, kv, state, flight: "_InFlight", mode: str):
+        """Iteration u >= 1: P.V of step u - 1 and QK^T of step u in flight together,
+        step u's softmax while P.V runs (Note [wgmma overlap])."""
+        e, s, mma = self.e, self.spec, self.wgmma
+        n_block = kv.block(e, u)
+        acc_o, p = self._land(flight)
+        # K of step u and V of step u - 1 have landed, and every warp is done with step
+        # u - 1's QK^T and step u - 2's P.V: their slots take V of u and K of u + 1.
+        self.cp.wait(0)
+        self.bar.sync()
+        ragged = mode != "full"
+        ask_skip = ragged and s.tile_skip is not None
+        skip = self._skip(n_block) if ask_skip else None
+        slot, prev = self._slot_offset(0, u), self._slot_offset(1, u)
+        self._load_kv("v", n_block, slot, ragged, skip)
+        self.cp.commit()
+        k_block, exists = kv.ahead(e, u, n_block, 1)
+        self._load_kv_if("k", k_block, prev, exists, ragged, ask_skip)
+        mma.fence()
+        acc_s = self._qk_issue(slot)
+        acc_o = self._pv_issue(p, acc_o, prev)
+        rows = self._scores(self._unflatten(mma.wait(acc_s, pending=1), s.block_n // 8), n_block, mode, skip)
+        probs, state, alpha = self._softmax_step(rows, state, mode)
+        return state, _InFlight(acc_o, _flat(p), _flat(probs), alpha or [])
+
+
+@dataclass(frozen=True)
+class _InFlight:
+    """What an overlapped iteration leaves in flight for the next (Note [wgmma overlap]):
+    the O registers of the P.V being computed, that P.V's A registers (untouched until
+    it is waited for), and the probabilities and O scale factors of the step whose P.V
+    comes next."""
+    acc_o: list
+    p: list
+    probs: list
+    alpha: list
+
+    def values(self) -> list:
+        return self.acc_o + self.p + self.probs + self.alpha
+
+    def like(self, values) -> "_InFlight":
+        cut = list(itertools.accumulate([len(self.acc_o), len(self.p), len(self.probs)]))
+        return _InFlight(values[:cut[0]], values[cut[0]:cut[1]], values[cut[1]:cut[2]], values[cut[2]:])
+
+
+def _flat(chunks) -> list:
+    return [x for chunk in chunks for x in chunk]
+
+
+def _chunks(flat, size: int = 4) -> list:
+    """`flat` in lists of `size` (the packed P: its k16 steps' A registers, 4 each)."""
+    return [flat[i:i + size] for i in range(0, len(flat), size)]
