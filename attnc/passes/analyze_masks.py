@@ -110,7 +110,7 @@ def mask_functions(op) -> MaskFunctions:
 
     if "mask_kind" not in op.attributes:
         raise error_at(op, "attn.attention has no mask analysis: run attn-analyze-masks first")
-    kind, dims = get_str(op, "mask_kind"), _dims(op)
+    kind, dims = get_str(op, "mask_kind"), mask_dims(op)
     if kind == "none":
         return MaskFunctions(kind, dims)
     table = ir.SymbolTable(_enclosing_function(op).parent)
@@ -127,8 +127,8 @@ def _summarize(op) -> MaskSummary:
     if missing:
         raise error_at(op, f"attn-analyze-masks needs the tile sizes, but '{missing[0]}' is not "
                            f"set: run attn-tile before it")
-    dims = _dims(op)
-    program = _mask_program(op, MASK_MOD, dims) if get_bool(op, "has_mask_mod") else None
+    dims = mask_dims(op)
+    program = mask_program(op, MASK_MOD, dims) if get_bool(op, "has_mask_mod") else None
     return summarize_mask(program, block_m=get_int(op, "block_m"), block_n=get_int(op, "block_n"),
                           seq_q=get_shape(op, "q_shape")[2], seq_k=get_shape(op, "k_shape")[2])
 
@@ -144,7 +144,7 @@ def _record(op, summary: MaskSummary) -> None:
     kernel = _enclosing_function(op)
     table = ir.SymbolTable(kernel.parent)
     base = ir.StringAttr(kernel.attributes["sym_name"]).value
-    S, classes, dims = summary.builder, summary.classes, _dims(op)
+    S, classes, dims = summary.builder, summary.classes, mask_dims(op)
     tile_class = classes.tile_class(S)
     with op.context:
         tile = emit_function(_fresh(table, f"{base}_tile_class"), TILE_ARGS + dims, [tile_class],
@@ -162,13 +162,13 @@ def _record(op, summary: MaskSummary) -> None:
     set_int(op, "kv_segments", len(summary.plan.segments))
 
 
-def _dims(op) -> tuple[str, ...]:
+def mask_dims(op) -> tuple[str, ...]:
     from mlir import ir
 
     return tuple(ir.StringAttr(a).value for a in ir.ArrayAttr(op.attributes["dims"]))
 
 
-def _mask_program(op, region: int, dims: tuple[str, ...]) -> Program:
+def mask_program(op, region: int, dims: tuple[str, ...]) -> Program:
     """The mask_mod region as a `Program`, after the checks the IRDL verifier cannot do."""
     from attnc.ir import YIELD, error_at, region_block
 

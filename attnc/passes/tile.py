@@ -79,6 +79,7 @@ class ProblemShape:
     masked: bool
     params: bool = False      # a hook reads param tensors
     mask_params: bool = False  # mask_mod reads param tensors (a block map decides its tiles)
+    banded: bool = False      # mask_mod keeps a narrow band of keys per row (banded_mask)
 
 
 def _shape_of(op) -> ProblemShape:
@@ -89,8 +90,38 @@ def _shape_of(op) -> ProblemShape:
     params = "params" in op.attributes and len(ir.ArrayAttr(op.attributes["params"])) > 0
     params = params and _reads_params_per_element(op)
     masked = get_bool(op, "has_mask_mod")
+    mask_params = masked and _mask_reads_params(op)
     return ProblemShape(get_int(op, "head_dim_qk"), get_int(op, "head_dim_v"),
-                        get_str(op, "dtype"), masked, params, masked and _mask_reads_params(op))
+                        get_str(op, "dtype"), masked, params, mask_params,
+                        masked and not mask_params and banded_mask(op))
+
+
+BAND_PROBE = 8192       # the sequence length banded_mask looks at
+BAND_BLOCK = 64
+
+
+def banded_mask(op) -> bool:
+    """Whether mask_mod keeps a band: at M = N = BAND_PROBE (every other dim half of
+    it), the last query block may keep keys in at most a quarter of the 64-key blocks
+    that a causal mask would visit there, by the KV plan of the mask analysis
+    (attnc.analysis, the one attn-analyze-masks records). A sliding window of up to
+    about BAND_PROBE / 4 keys is a band; causal and prefix-LM are not."""
+    from attnc.analysis.symbolic import evaluate, symbols
+    from attnc.analysis.tile_classes import summarize_mask
+    from attnc.ir import MASK_MOD
+    from attnc.passes.analyze_masks import mask_dims, mask_program
+
+    summary = summarize_mask(mask_program(op, MASK_MOD, mask_dims(op)), block_m=BAND_BLOCK,
+                             block_n=BAND_BLOCK, seq_q=BAND_PROBE, seq_k=BAND_PROBE)
+    if summary.kind != "static":
+        return False
+    last = BAND_PROBE // BAND_BLOCK - 1
+    visited = 0
+    for start, end in summary.plan.segments:
+        env = {name: BAND_PROBE // 2 for name in symbols(start) | symbols(end)}
+        env.update(m_block=last, b=0, h=0)
+        visited += max(0, int(evaluate(end, env)) - int(evaluate(start, env)))
+    return 4 * visited <= last + 1
 
 
 def _mask_reads_params(op) -> bool:
@@ -149,6 +180,8 @@ def table_choice(target: str, shape: ProblemShape) -> TileConfig:
         config = dataclasses.replace(config, block_n=row.block_n_masked)
     if shape.params and row.block_n_params is not None:
         config = dataclasses.replace(config, block_n=min(config.block_n, row.block_n_params))
+    if shape.banded and row.banded is not None:
+        config = row.banded
     if shape.mask_params and row.mask_params is not None:
         config = row.mask_params
     return config

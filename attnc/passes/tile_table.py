@@ -27,6 +27,7 @@ class TableRow:
     block_n_masked: int | None = None     # block_n when the variant has a mask_mod
     block_n_params: int | None = None     # block_n at most, when the variant takes param tensors
     mask_params: TileConfig | None = None  # the tile when mask_mod reads params (a block map)
+    banded: TileConfig | None = None       # the tile when mask_mod keeps a band (tile.banded_mask)
 
 
 @dataclass(frozen=True)
@@ -77,18 +78,23 @@ TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
         (256, 256): TableRow(TileConfig(64, 64, stages=2, num_warps=4)),
     },
     "sm_90a": {
-        # A mask that reads params (documents of 1000 + causal, M = N = 8192, H200,
-        # results/profile/sweep_sm90_h200.json): one 64x64 warpgroup tile per CTA, several
-        # CTAs per SM, 0.599 ms at head dim 64 and 0.501 at 128, against 0.890 and
-        # 0.615 at 128x128 (64x128: 0.705, 0.729).
-        (64, 64): TableRow(TileConfig(128, 128, stages=2, num_warps=12),
+        # attn-lower-sm90a's kernel (H200, M = N = 8192, bf16; results/profile/
+        # sweep_sm90_*_h200.json). At head dim 64 one consumer warpgroup of 64 rows per
+        # CTA, so that several CTAs share an SM and hide each other's loads and epilogue:
+        # causal 2.68 ms at 64x128 against 3.11 at 128x128, softcap 3.28 against 3.89.
+        # A band (a sliding window) or a mask that reads params (documents of 1000 +
+        # causal) is short work per query block, where that matters most: 64x64, window
+        # 1024 0.730 ms (d = 64) and 0.597 (d = 128) against 0.966 and 0.668 at 128x128,
+        # documents 0.580 and 0.484 against 0.899 and 0.605.
+        (64, 64): TableRow(TileConfig(64, 128, stages=2, num_warps=8),
+                           banded=TileConfig(64, 64, stages=2, num_warps=8),
                            mask_params=TileConfig(64, 64, stages=2, num_warps=8)),
         (96, 96): TableRow(TileConfig(128, 128, stages=2, num_warps=12)),
         # FA3 runs 176-key blocks without a mask (128 with one, so that masked tiles
         # line up with the 128-row Q tiles), with its consumers' registers raised by
-        # setmaxnreg. attn-lower-sm90a's kernel has no register budgets yet and its
-        # 256 threads copy K/V in passes of 32 rows: 128 keys everywhere until then.
+        # setmaxnreg. attn-lower-sm90a's kernel has no register budgets yet: 128 keys.
         (128, 128): TableRow(TileConfig(128, 128, stages=2, num_warps=12),
+                             banded=TileConfig(64, 64, stages=2, num_warps=8),
                              mask_params=TileConfig(64, 64, stages=2, num_warps=8)),
         (256, 256): TableRow(TileConfig(128, 80, stages=2, num_warps=12)),
     },

@@ -48,7 +48,7 @@ FULL_PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-warp-specialize", "att
 def test_every_target_pipeline_is_the_full_plan():
     assert set(PIPELINES) == set(TARGETS)
     for target in TARGETS:
-        lowering = ["attn-lower-sm80"] if target == "sm_80" else []
+        lowering = {"sm_80": ["attn-lower-sm80"], "sm_90a": ["attn-lower-sm90a"]}.get(target, [])
         assert PIPELINES[target] == [(name, {}) for name in FULL_PIPELINE + lowering]
         for name, _ in PIPELINES[target]:
             info = registry.lookup(name)
