@@ -148,7 +148,7 @@ func.func @hd64_params(%q: tensor<?x?x?x64xf16>, %k: tensor<?x?x?x64xf16>, %v: t
 // SM80-LABEL: func.func @hd64_param_ij
 // SM80: }) {block_m = 128 : i64, block_n = 64 : i64,{{.*}} num_warps = 4 : i64,{{.*}} q_tiles = 1 : i64,{{.*}} stages = 2 : i64, target = "sm_80"
 // SM90-LABEL: func.func @hd64_param_ij
-// SM90: }) {block_m = 128 : i64, block_n = 128 : i64,{{.*}} target = "sm_90a"
+// SM90: }) {block_m = 64 : i64, block_n = 128 : i64,{{.*}} target = "sm_90a"
 func.func @hd64_param_ij(%q: tensor<?x?x?x64xf16>, %k: tensor<?x?x?x64xf16>, %v: tensor<?x?x?x64xf16>, %slopes: tensor<?xf32>) -> tensor<?x?x?x64xf16> {
   %o = "attn.attention"(%q, %k, %v) ({
   ^bb0(%s: f32, %b: i32, %h: i32, %i: i32, %j: i32):
