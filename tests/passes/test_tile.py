@@ -129,3 +129,22 @@ def test_tile_is_registered_with_its_options():
     assert [o.name for o in info.options] == ["target", "block_m", "block_n", "stages",
                                               "num_warps", "q_tiles"]
     assert info.summary.startswith("Choose block_m, block_n, stages and warps")
+
+
+@pytest.mark.parametrize("mask, banded", [
+    ("j <= i and i - j < 1024", True),           # a sliding window: 17 of 128 blocks
+    ("abs(i - j) < 256", True),                  # two-sided
+    ("j <= i", False),
+    ("j < P or j <= i", False),                  # prefix-LM: the prefix is unbounded
+    ("j <= i and i - j < 4096", False),          # half the causal work
+    ("i // 1024 == j // 1024", True),            # block-diagonal chunks
+])
+def test_banded_mask_from_the_analysis(mask, banded):
+    from attnc.driver import CompileOptions, compile_mlir
+    from attnc.ir import attention_ops
+    from attnc.passes.tile import banded_mask
+
+    src = ("attention t {\n  q: bf16[B, H, M, 64]\n  k: bf16[B, H, N, 64]\n  v: bf16[B, H, N, 64]\n"
+           f"  dim P\n  mask_mod(b, h, i, j) = {mask}\n  out o: bf16[B, H, M, 64]\n}}\n")
+    result = compile_mlir(src, "t.attn", CompileOptions(arch="sm_90a", pass_pipeline=""))
+    assert banded_mask(attention_ops(result.module)[0]) is banded
