@@ -207,22 +207,16 @@ def sweep_jobs() -> list[Job]:
 
 # sm_90a: (case, head dim, attn-tile options, attn-lower-sm90a options) around the defaults.
 SWEEP_SM90 = [
-    ("doc_causal", 128, {}, {"q_blocks_per_cta": 2}),
-    ("doc_causal", 64, {}, {"q_blocks_per_cta": 2}),
-    ("doc_causal", 128, {"block_m": 64, "block_n": 128, "num_warps": 8}, {}),
+    ("doc_causal", 128, {"block_m": 128, "block_n": 128, "num_warps": 12}, {}),
+    ("doc_causal", 128, {"block_m": 128, "block_n": 64, "num_warps": 12}, {}),
+    ("doc_causal", 128, {}, {"q_blocks_per_cta": 1}),
+    ("doc_causal", 64, {}, {"q_blocks_per_cta": 1}),
+    ("window1024", 64, {"block_m": 64, "block_n": 128, "num_warps": 8}, {}),
+    ("window1024", 128, {"block_m": 128, "block_n": 128, "num_warps": 12}, {}),
     ("window1024", 64, {}, {"q_blocks_per_cta": 2}),
-    ("window1024", 128, {}, {"q_blocks_per_cta": 2}),
-    ("window1024", 64, {"block_m": 64, "num_warps": 8}, {}),
-    ("window1024", 128, {"block_m": 64, "num_warps": 8}, {}),
-    ("window1024", 64, {"block_m": 64, "block_n": 64, "num_warps": 8}, {}),
-    ("window1024", 128, {"block_m": 64, "block_n": 64, "num_warps": 8}, {}),
-    ("causal", 64, {"block_m": 64, "num_warps": 8}, {}),
+    ("causal", 64, {"block_m": 128, "num_warps": 12}, {}),
     ("causal", 128, {"block_m": 64, "num_warps": 8}, {}),
-    ("causal", 64, {"block_m": 192, "num_warps": 16}, {}),
-    ("softcap_causal", 64, {}, {"q_blocks_per_cta": 1}),
-    ("softcap_causal", 64, {"block_m": 64, "num_warps": 8}, {"q_blocks_per_cta": 1}),
-    ("softcap_causal", 64, {"block_m": 192, "num_warps": 16}, {"q_blocks_per_cta": 1}),
-    ("alibi_causal", 64, {"block_m": 192, "num_warps": 16}, {}),
+    ("softcap_causal", 64, {}, {"q_blocks_per_cta": 2}),
 ]
 
 
