@@ -181,9 +181,9 @@ def table_choice(target: str, shape: ProblemShape) -> TileConfig:
     if shape.params and row.block_n_params is not None:
         config = dataclasses.replace(config, block_n=min(config.block_n, row.block_n_params))
     if shape.banded and row.banded is not None:
-        config = row.banded
+        config = dataclasses.replace(config, **row.banded)
     if shape.mask_params and row.mask_params is not None:
-        config = row.mask_params
+        config = dataclasses.replace(config, **row.mask_params)
     return config
 
 

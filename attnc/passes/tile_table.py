@@ -26,8 +26,10 @@ class TableRow:
     config: TileConfig
     block_n_masked: int | None = None     # block_n when the variant has a mask_mod
     block_n_params: int | None = None     # block_n at most, when the variant takes param tensors
-    mask_params: TileConfig | None = None  # the tile when mask_mod reads params (a block map)
-    banded: TileConfig | None = None       # the tile when mask_mod keeps a band (tile.banded_mask)
+    # TileConfig fields to override when mask_mod reads params (a block map decides its
+    # tiles) and when it keeps a band of keys per row (tile.banded_mask).
+    mask_params: dict[str, int] | None = None
+    banded: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
         # 0.722 ms at 64x64 against 0.834 at 128x64, results/profile_variants_h200.json;
         # at head dim 128, 128x64 stays ahead: 0.613 against 0.720).
         (64, 64): TableRow(TileConfig(128, 128, stages=2, num_warps=4), block_n_params=64,
-                           mask_params=TileConfig(64, 64, stages=2, num_warps=4)),
+                           mask_params=dict(block_m=64)),
         (96, 96): TableRow(TileConfig(128, 64, stages=2, num_warps=4)),
         (128, 128): TableRow(TileConfig(128, 64, stages=2, num_warps=4)),
         (256, 256): TableRow(TileConfig(64, 64, stages=2, num_warps=4)),
@@ -87,15 +89,14 @@ TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
         # 1024 0.730 ms (d = 64) and 0.597 (d = 128) against 0.966 and 0.668 at 128x128,
         # documents 0.580 and 0.484 against 0.899 and 0.605.
         (64, 64): TableRow(TileConfig(64, 128, stages=2, num_warps=8),
-                           banded=TileConfig(64, 64, stages=2, num_warps=8),
-                           mask_params=TileConfig(64, 64, stages=2, num_warps=8)),
+                           banded=dict(block_n=64), mask_params=dict(block_n=64)),
         (96, 96): TableRow(TileConfig(128, 128, stages=2, num_warps=12)),
         # FA3 runs 176-key blocks without a mask (128 with one, so that masked tiles
         # line up with the 128-row Q tiles), with its consumers' registers raised by
         # setmaxnreg. attn-lower-sm90a's kernel has no register budgets yet: 128 keys.
         (128, 128): TableRow(TileConfig(128, 128, stages=2, num_warps=12),
-                             banded=TileConfig(64, 64, stages=2, num_warps=8),
-                             mask_params=TileConfig(64, 64, stages=2, num_warps=8)),
+                             banded=dict(block_m=64, block_n=64, num_warps=8),
+                             mask_params=dict(block_m=64, block_n=64, num_warps=8)),
         (256, 256): TableRow(TileConfig(128, 80, stages=2, num_warps=12)),
     },
     "sm_100a": {
