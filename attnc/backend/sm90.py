@@ -23,12 +23,29 @@ are whole numbers of atoms.
   * P (A of P.V) comes from registers: wgmma's register A fragment is mma.sync's, so
     sm80.py's in-place packing (Note [P as A operand]) serves unchanged.
 
-Note [wgmma steps]: each GEMM is issued as one group and waited for at once (wait_group
-0): QK^T (head_dim_qk/16 instructions of m64 x block_n x k16), the softmax, then P.V
-(block_n/16 of m64 x head_dim_v x k16). Overlap between a warpgroup's GEMMs and its
-own softmax comes from the other warpgroups of the SM, not from the schedule: this
-kernel is not yet FA3's producer/consumer one (TMA into an mbarrier ring, ping-pong
-between consumer warpgroups) that attn-warp-specialize plans for sm_90a.
+Note [wgmma steps]: a GEMM is issued as one wgmma group (QK^T: head_dim_qk/16
+instructions of m64 x block_n x k16 from descriptors; P.V: block_n/16 of m64 x
+head_dim_v x k16 with P from registers). With one or three K/V stages a step issues
+QK^T, waits, runs the softmax, issues P.V and waits (the sm_80 step, sm80.py); with
+two, the steps overlap as Note [wgmma overlap] says. Either way the loads are the
+CTA's own cp.async, not the TMA producer warp, mbarrier ring and consumer ping-pong
+of the FlashAttention-3 plan that attn-warp-specialize writes for sm_90a.
+
+Note [wgmma overlap]: iteration u (u >= 1) of the KV loop
+    wait for P.V(u-2) (issued by iteration u-1); O *= alpha(u-1); pack P(u-1)
+    wait for K(u), V(u-1) (cp.async, barrier); load V(u) and K(u+1) into the freed slots
+    issue QK^T(u), issue P.V(u-1)                      two groups in flight
+    wait_group 1: S(u) is ready; mask and softmax of step u while P.V(u-1) runs
+so that a warpgroup's exponentials run under its own P.V (FlashAttention-3's
+intra-warpgroup overlap). P.V(u-1) is waited for at the top of the next iteration,
+not at the end of this one: ptxas moved the softmax below a wait placed after it
+(in the same basic block), undoing the overlap. Two rules keep ptxas from
+serializing every wgmma of the kernel (its C7513 advisory, checked by
+tests/backend/test_sm90.py): no instruction may write a register of a wgmma in
+flight, so the P registers and the probabilities pass through the wait (Wgmma.wait)
+and P is packed only after it (packed before, ptxas serialized); and the first k-step
+of QK^T has no accumulator inputs (scale-d = 0), so none is carried in. Step 0's QK^T and softmax come before the loop and the
+last P.V after it; a query block with no key block skips all of it.
 """
 from __future__ import annotations
 
