@@ -208,15 +208,14 @@ def sweep_jobs() -> list[Job]:
 # sm_90a: (case, head dim, attn-tile options, attn-lower-sm90a options) around the defaults.
 SWEEP_SM90 = [
     ("doc_causal", 128, {"block_m": 128, "block_n": 128, "num_warps": 12}, {}),
-    ("doc_causal", 128, {"block_m": 128, "block_n": 64, "num_warps": 12}, {}),
-    ("doc_causal", 128, {}, {"q_blocks_per_cta": 1}),
-    ("doc_causal", 64, {}, {"q_blocks_per_cta": 1}),
+    ("doc_causal", 128, {}, {"q_blocks_per_cta": 2}),
+    ("doc_causal", 64, {}, {"q_blocks_per_cta": 2}),
     ("window1024", 64, {"block_m": 64, "block_n": 128, "num_warps": 8}, {}),
     ("window1024", 128, {"block_m": 128, "block_n": 128, "num_warps": 12}, {}),
-    ("window1024", 64, {}, {"q_blocks_per_cta": 2}),
     ("causal", 64, {"block_m": 128, "num_warps": 12}, {}),
-    ("causal", 128, {"block_m": 64, "num_warps": 8}, {}),
-    ("softcap_causal", 64, {}, {"q_blocks_per_cta": 2}),
+    ("causal", 128, {"stages": 2}, {}),
+    ("softcap_causal", 128, {"stages": 2}, {}),
+    ("alibi_causal", 128, {"stages": 2}, {}),
 ]
 
 

@@ -201,17 +201,12 @@ class Sm80KernelSpec:
         if self.q_blocks_per_cta is not None:
             return self.q_blocks_per_cta
         if self.target == "sm_90a":
-            # sm_90a's wgmma kernel (H200): softcap ran slower with two (3.92 against 3.89
-            # ms at 128x128, d = 64); documents + causal at 64x64 faster (0.473 against
-            # 0.484 ms at d = 128, 0.575 against 0.580 at d = 64).
-            return 2 if self.reads_block_map else 1
+            # sm_90a's wgmma kernel (H200): one everywhere. Two ran softcap slower (3.92
+            # against 3.89 ms at 128x128, d = 64), and documents + causal at 64x64, d =
+            # 128, at 0.473-0.477 ms in three runs but 0.568-0.569 in two, against
+            # 0.480-0.487 with one in all five.
+            return 1
         return 2 if self.static_max is not None and self.block_n >= 128 else 1
-
-    @property
-    def reads_block_map(self) -> bool:
-        """Whether the mask is answered by a block map (blockmap.py), which the kernel
-        receives as a scratch parameter."""
-        return any(x.kind == "scratch" for x in self.extra_params)
 
     @property
     def interval_test_form(self) -> str:

@@ -25,15 +25,15 @@ are whole numbers of atoms.
 
 Note [wgmma steps]: a GEMM is issued as one wgmma group (QK^T: head_dim_qk/16
 instructions of m64 x block_n x k16 from descriptors; P.V: block_n/16 of m64 x
-head_dim_v x k16 with P from registers). With one or three K/V stages a step issues
-QK^T, waits, runs the softmax, issues P.V and waits (the sm_80 step, sm80.py); with
-two, the steps overlap as Note [wgmma overlap] says. Either way the loads are the
+head_dim_v x k16 with P from registers). With one K/V stage a step issues QK^T,
+waits, runs the softmax, issues P.V and waits (the sm_80 step, sm80.py); with S >= 2,
+the steps overlap as Note [wgmma overlap] says, loads issued S - 1 steps ahead. Either way the loads are the
 CTA's own cp.async, not the TMA producer warp, mbarrier ring and consumer ping-pong
 of the FlashAttention-3 plan that attn-warp-specialize writes for sm_90a.
 
 Note [wgmma overlap]: iteration u (u >= 1) of the KV loop
     wait for P.V(u-2) (issued by iteration u-1); O *= alpha(u-1); pack P(u-1)
-    wait for K(u), V(u-1) (cp.async, barrier); load V(u) and K(u+1) into the freed slots
+    wait for K(u), V(u-1) (cp.async, barrier); load V(u+S-2), K(u+S-1) into the freed slots
     issue QK^T(u), issue P.V(u-1)                      two groups in flight
     wait_group 1: S(u) is ready; mask and softmax of step u while P.V(u-1) runs
 so that a warpgroup's exponentials run under its own P.V (FlashAttention-3's
@@ -126,7 +126,7 @@ class Sm90Forward(_Sm80Forward):
 
     # ------------------------------------------------------------ Note [wgmma overlap]
     def _steps(self, kv):
-        if self.spec.stages != 2:
+        if self.spec.stages < 2:
             return super()._steps(kv)
         e = self.e
         total = kv.total(e)
@@ -146,8 +146,9 @@ class Sm90Forward(_Sm80Forward):
         e, s = self.e, self.spec
         t_full = kv.steps_above(e, kv.full_hi)
         t_low = kv.steps_above(e, kv.full_lo if kv.full_lo is not None else kv.lo)
-        # Step 0's scores: its K came with the prologue (groups {Q, K0}, V0, K1).
-        self.cp.wait(2)
+        # Step 0's scores: its K came with the prologue's first group (groups {Q, K0},
+        # V0, K1, ..., V(S-2), K(S-1)).
+        self.cp.wait(2 * s.stages - 2)
         self.bar.sync()
         n0 = kv.block(e, e.c32(0))
         skip = self._skip(n0) if s.tile_skip is not None else None
@@ -198,17 +199,23 @@ class Sm90Forward(_Sm80Forward):
         e, s, mma = self.e, self.spec, self.wgmma
         n_block = kv.block(e, u)
         acc_o, p = self._land(flight)
-        # K of step u and V of step u - 1 have landed, and every warp is done with step
-        # u - 1's QK^T and step u - 2's P.V: their slots take V of u and K of u + 1.
-        self.cp.wait(0)
+        # K of step u and V of step u - 1 have landed (the 2S - 4 younger groups are the
+        # loads of the S - 2 iterations since), and every warp is done with step u - 1's
+        # QK^T and step u - 2's P.V: their slots take V of u + S - 2 and K of u + S - 1.
+        stages = s.stages
+        self.cp.wait(2 * stages - 4)
         self.bar.sync()
         ragged = mode != "full"
         ask_skip = ragged and s.tile_skip is not None
         skip = self._skip(n_block) if ask_skip else None
-        slot, prev = self._slot_offset(0, u), self._slot_offset(1, u)
-        self._load_kv("v", n_block, slot, ragged, skip)
-        self.cp.commit()
-        k_block, exists = kv.ahead(e, u, n_block, 1)
+        slot, prev = self._slot_offset(0, u), self._slot_offset(stages - 1, u)
+        if stages == 2:
+            self._load_kv("v", n_block, slot, ragged, skip)
+            self.cp.commit()
+        else:
+            v_block, v_exists = kv.ahead(e, u, n_block, stages - 2)
+            self._load_kv_if("v", v_block, self._slot_offset(stages - 2, u), v_exists, ragged, ask_skip)
+        k_block, exists = kv.ahead(e, u, n_block, stages - 1)
         self._load_kv_if("k", k_block, prev, exists, ragged, ask_skip)
         mma.fence()
         acc_s = self._qk_issue(slot)

@@ -93,10 +93,13 @@ TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
         (96, 96): TableRow(TileConfig(128, 128, stages=2, num_warps=12)),
         # FA3 runs 176-key blocks without a mask (128 with one, so that masked tiles
         # line up with the 128-row Q tiles), with its consumers' registers raised by
-        # setmaxnreg. attn-lower-sm90a's kernel has no register budgets yet: 128 keys.
-        (128, 128): TableRow(TileConfig(128, 128, stages=2, num_warps=12),
-                             banded=dict(block_m=64, block_n=64, num_warps=8),
-                             mask_params=dict(block_m=64, block_n=64, num_warps=8)),
+        # setmaxnreg. attn-lower-sm90a's kernel has no register budgets yet: 128 keys,
+        # and three K/V stages (loads two steps ahead): causal 2.306 -> 2.228 ms, ALiBi
+        # 2.393 -> 2.246, softcap 2.583 -> 2.507 (results/profile/sweep_sm90_stages3_h200.json;
+        # at head dim 64 and at 64x64 tiles three stages measured 4-35 % slower).
+        (128, 128): TableRow(TileConfig(128, 128, stages=3, num_warps=12),
+                             banded=dict(block_m=64, block_n=64, num_warps=8, stages=2),
+                             mask_params=dict(block_m=64, block_n=64, num_warps=8, stages=2)),
         (256, 256): TableRow(TileConfig(128, 80, stages=2, num_warps=12)),
     },
     "sm_100a": {

@@ -4,7 +4,7 @@
 // consumer warpgroup) and the 16-warp sm_100a recipe with tensor memory.
 //
 // RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines" | filecheck %s --check-prefix=SM80
-// RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{num_warps=8 block_m=64 block_n=128},attn-warp-specialize{consumers=1},attn-alloc-smem,attn-insert-pipelines" | filecheck %s --check-prefix=RING
+// RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{num_warps=8 block_m=64 block_n=128 stages=2},attn-warp-specialize{consumers=1},attn-alloc-smem,attn-insert-pipelines" | filecheck %s --check-prefix=RING
 // RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines" | filecheck %s --check-prefix=SM100
 
 // SM80: "attn.attention"

@@ -63,8 +63,8 @@ def test_the_documented_choices():
     # a band (sliding window) or a mask reading params (documents): 64x64, one warpgroup.
     assert pick("sm_90a", ProblemShape(64, 64, "bf16", False, params=True)) == (64, 128, 2, 8, 1)
     assert pick("sm_90a", shape(64)) == (64, 128, 2, 8, 1)
-    assert pick("sm_90a", shape(128)) == (128, 128, 2, 12, 1)
-    assert pick("sm_90a", shape(128, masked=True)) == (128, 128, 2, 12, 1)
+    assert pick("sm_90a", shape(128)) == (128, 128, 3, 12, 1)
+    assert pick("sm_90a", shape(128, masked=True)) == (128, 128, 3, 12, 1)
     for hd in (64, 128):
         assert pick("sm_90a", ProblemShape(hd, hd, "bf16", True, banded=True)) == (64, 64, 2, 8, 1)
         assert pick("sm_90a", ProblemShape(hd, hd, "bf16", True, True, mask_params=True)) == (64, 64, 2, 8, 1)

@@ -50,7 +50,7 @@ def planted(example, arch, name, **change):
     # the empty barrier waits for one arrive too many: the producer never refills
     ("sm_90a", "mbar_kv_empty", dict(arrive_count=1), "ring 'kv' deadlocks"),
     # ... or releases after half the consumer warps: a slot is overwritten while read
-    ("sm_90a", "mbar_kv_empty", dict(arrive_count=-4), "overwritten by fill 2 before all 8 readers"),
+    ("sm_90a", "mbar_kv_empty", dict(arrive_count=-4), "overwritten by fill 3 before all 8 readers"),  # 3 stages
     # one arrive removed from the producer's side (count 2 for its single arrive)
     ("sm_90a", "mbar_kv_full", dict(arrive_count=1), "ring 'kv' deadlocks"),
     ("sm_90a", "mbar_kv_full", dict(tx_bytes=16), "would never complete"),

@@ -20,9 +20,9 @@
 // SM80: }) {block_m = 64 : i64, block_n = 64 : i64,{{.*}} num_warps = 4 : i64,{{.*}} q_tiles = 1 : i64,{{.*}} stages = 2 : i64, target = "sm_80"
 
 // FlashAttention-3 takes 176-key blocks for head dim 128 without a mask, 128 with one;
-// attn-lower-sm90a's kernel (no setmaxnreg budgets yet) takes 128 for both.
+// attn-lower-sm90a's kernel (no setmaxnreg budgets yet) takes 128 for both, 3 stages.
 // SM90-LABEL: func.func @hd128_unmasked
-// SM90: }) {block_m = 128 : i64, block_n = 128 : i64,{{.*}} num_warps = 12 : i64,{{.*}} q_tiles = 1 : i64,{{.*}} stages = 2 : i64, target = "sm_90a"
+// SM90: }) {block_m = 128 : i64, block_n = 128 : i64,{{.*}} num_warps = 12 : i64,{{.*}} q_tiles = 1 : i64,{{.*}} stages = 3 : i64, target = "sm_90a"
 // SM90-LABEL: func.func @hd64_masked
 // SM90: }) {block_m = 64 : i64, block_n = 128 : i64,{{.*}} num_warps = 8 : i64,{{.*}} stages = 2 : i64, target = "sm_90a"
 // SM90-LABEL: func.func @hd256_qk128_v
