@@ -154,8 +154,8 @@ class Sm80KernelSpec:
     sink: Optional[SinkFn] = None
     extra_params: tuple[ExtraParam, ...] = field(default=())
     q_blocks_per_cta: Optional[int] = None  # 1 or 2 (Note [Two query blocks per CTA] in sm80.py);
-                                          # None: 2 with a constant softmax max (static_max)
-                                          # at block_n >= 128, else 1
+                                          # None: on sm_80 2 with a constant softmax max
+                                          # (static_max) at block_n >= 128, else 1; on sm_90a 1
     interval_test: Optional[str] = None    # a row interval's per-score test: "bits", "range"
                                           # or "pair" (Note [One compare per score] in
                                           # sm80_masks.py); None: bits up to block_n 128

@@ -45,8 +45,8 @@ class LowerSm80(Pass):
     name: ClassVar[str] = "attn-lower-sm80"
     target: ClassVar[str] = "sm_80"
     q_blocks_per_cta: int | None = field(default=None, metadata={
-        "doc": "query blocks each CTA runs in turn, 1 or 2 (default: 2 where the softmax max is a "
-               "constant -- a bf16 score_mod bounded within 64 -- at 128-key tiles, else 1)"})
+        "doc": "query blocks each CTA runs in turn, 1 or 2 (default on sm_80: 2 where the softmax max "
+               "is a constant -- a bf16 score_mod bounded within 64 -- at 128-key tiles, else 1; on sm_90a: 1)"})
     interval_test: str | None = field(default=None, metadata={
         "doc": "a row-interval mask's test per score: bits, range or pair (default: bits up "
                "to 128-key tiles, else range)"})
