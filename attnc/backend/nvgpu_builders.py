@@ -1,8 +1,9 @@
-"""Small emitters for the sm_80 hardware resources, each producing only its own ops.
+"""Small emitters for the hardware resources of the sm_80 and sm_90a kernels, each
+producing only its own ops.
 
 `Emit` is the scalar arithmetic every other emitter (and every DSL hook) builds on;
-`Smem` is the dynamic shared-memory window; `CpAsync`, `LdMatrix`, `MmaSync`, `Quad`
-and `Approx` wrap one family of PTX instructions each. They emit upstream ops only
+`Smem` is the dynamic shared-memory window; `CpAsync`, `LdMatrix`, `MmaSync`, `Quad`,
+`Approx` and (sm_90a) `Wgmma` wrap one family of PTX instructions each. They emit upstream ops only
 (`arith`, `llvm`, `nvvm`) at the current insertion point and location.
 
 Note [32-bit shared addresses]: LLVM's NVPTX backend keeps `ptr addrspace(3)` 64 bits
@@ -351,7 +352,7 @@ class Wgmma:
         B K-major, or N-major with `trans_b`."""
         e = self.e
         if (a_desc is None) == (a_regs is None):
-            raise ValueError("give the A operand as a descriptor or as registers, not both")
+            raise ValueError("give the A operand either as a descriptor or as registers")
         regs = n // 2
         scale_d = e.c32(0 if acc is None else 1)
         acc = [] if acc is None else list(acc)     # overwritten: outputs only
