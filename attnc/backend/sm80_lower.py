@@ -14,6 +14,7 @@ kernel in the same bundle, launched first, classifies every tile on the GPU
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mlir import ir
 
@@ -22,6 +23,9 @@ from attnc.ir import MASK_MOD, attention_ops, error_at, get_bool, get_int, get_s
 from attnc.passes import plan_ir
 from attnc.schedule.recipes import Channel
 from attnc.backend.sm80_variant import variant_hooks
+
+if TYPE_CHECKING:
+    from attnc.backend.kernel_spec import Sm80KernelSpec
 
 TARGETS = ("sm_80", "sm_90a")       # the targets this backend builds (kernel_spec.KERNEL_TARGETS)
 
