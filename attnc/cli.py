@@ -103,10 +103,10 @@ def _code(result) -> _Code:
     from attnc.ir import attention_ops, get_str
     ops = attention_ops(result.module)
     target = get_str(ops[0], "target") if ops else None
-    from attnc.backend.sm80_lower import TARGETS
-    if target not in TARGETS:
+    from attnc.passes.pipelines import LOWERING
+    if target not in LOWERING:
         raise AttncError(f"code generation for {target} is not built yet: --emit mlir shows its "
-                         f"plan; -arch {' and -arch '.join(TARGETS)} produce PTX, cubins and bundles",
+                         f"plan; -arch {' and -arch '.join(LOWERING)} produce PTX, cubins and bundles",
                          filename="attnc")
     from attnc.backend.cache import KernelCache, cache_key
     cache = KernelCache()

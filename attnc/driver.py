@@ -19,7 +19,7 @@ from typing import Callable, TextIO
 from attnc.errors import AttncError
 from attnc.frontend import Variant, load
 from attnc.passes import registry
-from attnc.passes.pipelines import (PIPELINE_SOURCE, TARGETS, PassSpec, format_pipeline,
+from attnc.passes.pipelines import (LOWERING, PIPELINE_SOURCE, TARGETS, PassSpec, format_pipeline,
                                     parse_pipeline, target_pipeline)
 
 FRONTEND_STAGE = "frontend"      # the name of stage 0 of a compile: the L1 module
@@ -160,9 +160,8 @@ def compile_kernel(source, arch: str = "sm_80", **options):
 
     text = source.decode("utf-8") if isinstance(source, bytes) else str(source)
     opts = CompileOptions(arch=arch, **options)
-    from attnc.backend.sm80_lower import TARGETS
-    if opts.arch not in TARGETS:
-        raise AttncError(f"attnc.compile builds kernels for {' and '.join(TARGETS)} so far, not {opts.arch}")
+    if opts.arch not in LOWERING:
+        raise AttncError(f"attnc.compile builds kernels for {' and '.join(LOWERING)} so far, not {opts.arch}")
     key = cache_key(text, {"arch": opts.arch, "pass_pipeline": opts.pass_pipeline,
                            "load_passes": list(opts.load_passes)}, opts.arch)
 

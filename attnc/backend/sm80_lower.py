@@ -27,7 +27,6 @@ from attnc.backend.sm80_variant import variant_hooks
 if TYPE_CHECKING:
     from attnc.backend.kernel_spec import Sm80KernelSpec
 
-TARGETS = ("sm_80", "sm_90a")       # the targets this backend builds (kernel_spec.KERNEL_TARGETS)
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ def lowering_from_ir(result) -> Sm80Lowering:
 
 def _lowering_from_ir(result) -> Sm80Lowering:
     from attnc.backend.blockmap import blockmap_plan
-    from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
+    from attnc.backend.kernel_spec import KERNEL_TARGETS, Sm80KernelSpec, SpecError
     from attnc.passes.lower_sm80 import INTERVAL_TEST_ATTR, Q_BLOCKS_ATTR
     from attnc.passes.analyze_masks import mask_functions
 
@@ -69,8 +68,8 @@ def _lowering_from_ir(result) -> Sm80Lowering:
     op = ops[0]
     kv = [c for c in plan_ir.read(op, Channel) if c.name == "kv"]
     target = get_str(op, "target") if "target" in op.attributes else None
-    if not kv or target not in TARGETS:
-        raise error_at(op, f"this backend builds {' and '.join(TARGETS)} kernels from their plan "
+    if not kv or target not in KERNEL_TARGETS:
+        raise error_at(op, f"this backend builds {' and '.join(KERNEL_TARGETS)} kernels from their plan "
                            f"(attn-tile, attn-warp-specialize, ...), which the pipeline did not make")
     block_m, block_n = get_int(op, "block_m"), get_int(op, "block_n")
     # sm_90a: the consumer warpgroups, 64 rows each; their loads are their own (sm90.py).

@@ -63,16 +63,17 @@ def lower_sm80(module, q_blocks_per_cta: int | None = None, interval_test: str |
 
     from attnc.backend.sm80_lower import kernel_module_for
     from attnc.ir import attention_ops, error_at, get_str, set_int, set_str
+    from attnc.passes.pipelines import LOWERING
 
     ops = attention_ops(module)
-    pass_name = f"attn-lower-{(pass_target or 'sm_80').replace('_', '')}"
+    pass_name = LOWERING[pass_target or "sm_80"]
     if lowered_gpu_module(module) is not None:
         raise error_at(ops[0] if ops else module, f"{pass_name} ran twice on this module")
     for op in ops:
         planned = get_str(op, "target") if "target" in op.attributes else None
         if pass_target is not None and planned is not None and planned != pass_target:
-            raise error_at(op, f"{pass_name} lowers {pass_target} plans; this one is for {planned}: "
-                               f"use attn-lower-{planned.replace('_', '')}")
+            instead = f"use {LOWERING[planned]}" if planned in LOWERING else "it has no lowering yet"
+            raise error_at(op, f"{pass_name} lowers {pass_target} plans; this one is for {planned}: {instead}")
     for op in ops:
         if q_blocks_per_cta is not None:
             set_int(op, Q_BLOCKS_ATTR, q_blocks_per_cta)

@@ -30,11 +30,11 @@ _PLAN = [
     ("attn-verify-pipeline", {}),
 ]
 
+# The targets with code generation, and the pass that lowers their plan to a kernel.
+LOWERING: dict[str, str] = {"sm_80": "attn-lower-sm80", "sm_90a": "attn-lower-sm90a"}
+
 PIPELINES: dict[str, list[tuple[str, dict[str, str]]]] = {
-    "sm_80": [*_PLAN, ("attn-lower-sm80", {})],
-    "sm_90a": [*_PLAN, ("attn-lower-sm90a", {})],
-    "sm_100a": list(_PLAN),
-}
+    target: [*_PLAN, *([(LOWERING[target], {})] if target in LOWERING else [])] for target in TARGETS}
 
 PIPELINE_SOURCE = "--pass-pipeline"      # the "file name" errors in a pipeline text render with
 
