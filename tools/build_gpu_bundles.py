@@ -53,6 +53,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "runtime"), str(ROOT / "tests" / "gpu")]
 
+from attnc.passes.pipelines import LOWERING  # noqa: E402  (the targets with kernels)
+
 SUITES = ("sm80_matrix", "examples", "property", "bench_variants", "bench_sweep", "bench_sweep_sm90")
 TRAVEL_LIMIT = 64 << 20         # bytes the device machine takes with the working tree
 
@@ -199,7 +201,7 @@ def sweep_jobs() -> list[Job]:
     for d in (64, 128):
         for case, bm, bn in SWEEP_TILES:
             name = f"sweep_{case}_d{d}_{bm}x{bn}"
-            pipeline = sm80_pipeline_with_tile(block_m=bm, block_n=bn)
+            pipeline = pipeline_with("sm_80", {"attn-tile": dict(block_m=bm, block_n=bn)})
             jobs.append(Job("bench_sweep", name, bench_source(name, d, case),
                             {"case": case, "head_dim": d, "dtype": "bf16", "fills": {}, "pipeline": pipeline}))
     return jobs
@@ -220,35 +222,22 @@ SWEEP_SM90 = [
 
 
 def sweep_sm90_jobs() -> list[Job]:
-    from attnc.passes.pipelines import PassSpec, format_pipeline, target_pipeline
     jobs = []
     for case, d, tile, lower in SWEEP_SM90:
         tag = "_".join(f"{k}{v}" for k, v in {**tile, **lower}.items())
         name = f"sweep90_{case}_d{d}_{tag}"
-        options = {"attn-tile": tile, "attn-lower-sm90a": lower}
-        pipeline = format_pipeline([PassSpec(p.name, {**p.options, **{k: str(v) for k, v in options.get(p.name, {}).items()}})
-                                    for p in target_pipeline("sm_90a")])
+        pipeline = pipeline_with("sm_90a", {"attn-tile": tile, "attn-lower-sm90a": lower})
         jobs.append(Job("bench_sweep_sm90", name, bench_source(name, d, case),
                         {"case": case, "head_dim": d, "dtype": "bf16", "fills": BENCH_CASES[case][3],
                          "pipeline": pipeline, "arch": "sm_90a"}, arch="sm_90a"))
     return jobs
 
 
-def sm80_pipeline_with_tile(**tile) -> str:
-    """The sm_80 pipeline as text, with attn-tile's options set."""
-    return sm80_pipeline_with("attn-tile", **tile)
-
-
-def sm80_pipeline_with(pass_name: str, arch: str = "sm_80", **options) -> str:
-    """The pipeline of `arch` as text, with options of the pass `pass_name` set."""
+def pipeline_with(arch: str, options: dict[str, dict]) -> str:
+    """The pipeline of `arch` as text, with `options[pass name]` set on those passes."""
     from attnc.passes.pipelines import PassSpec, format_pipeline, target_pipeline
-    options = {k: str(v) for k, v in options.items()}
-    specs = [PassSpec(s.name, {**s.options, **options}) if s.name == pass_name else s
-             for s in target_pipeline(arch)]
-    return format_pipeline(specs)
-
-
-LOWERING_PASS = {"sm_80": "attn-lower-sm80", "sm_90a": "attn-lower-sm90a"}
+    return format_pipeline([PassSpec(p.name, {**p.options, **{k: str(v) for k, v in options.get(p.name, {}).items()}})
+                            for p in target_pipeline(arch)])
 
 
 # --- building ----------------------------------------------------------------------------
@@ -267,7 +256,7 @@ def build_one(job: Job, out: str) -> dict:
             from attnc.backend.sm80_lower import spec_from_ir
             default = spec_from_ir(compile_mlir(job.source, f"{job.name}.attn", CompileOptions(arch=job.arch)))
             entry["choices"] = other_choices(default, job.meta["dtype"])
-            entry["pipeline"] = sm80_pipeline_with(LOWERING_PASS[job.arch], job.arch, **entry["choices"])
+            entry["pipeline"] = pipeline_with(job.arch, {LOWERING[job.arch]: entry["choices"]})
         options = CompileOptions(arch=job.arch, pass_pipeline=entry.get("pipeline"))
         art = build(compile_mlir(job.source, f"{job.name}.attn", options))
         manifest, files = art.manifest, dict(art.files)
@@ -329,8 +318,8 @@ def main(argv=None) -> int:
               "bench_sweep": sweep_jobs, "bench_sweep_sm90": sweep_sm90_jobs,
               "property": lambda: property_jobs(args.property_seed, args.property_count)}
     archs = [a for a in args.archs.split(",") if a]
-    if not set(archs) <= set(LOWERING_PASS):
-        ap.error(f"--archs: targets with kernels are {', '.join(LOWERING_PASS)}")
+    if not set(archs) <= set(LOWERING):
+        ap.error(f"--archs: targets with kernels are {', '.join(LOWERING)}")
     per_arch = {"examples", "property", "bench_variants"}
     jobs = [job.for_arch(arch) for suite in suites for job in makers[suite]()
             for arch in (archs if suite in per_arch else [None])]
