@@ -65,7 +65,7 @@ def tile(module, target: str | None, overrides: dict[str, int]) -> None:
         raise error_at(module, "attn-tile found no attn.attention op to tile")
     for op in ops:
         try:
-            config = choose_tile(target, _shape_of(op), overrides)
+            config = choose_tile(target, _shape_of(op, target), overrides)
         except TileError as e:
             raise error_at(op, str(e)) from None
         _record(op, target, config)
@@ -82,7 +82,7 @@ class ProblemShape:
     banded: bool = False      # mask_mod keeps a narrow band of keys per row (banded_mask)
 
 
-def _shape_of(op) -> ProblemShape:
+def _shape_of(op, target: str | None) -> ProblemShape:
     from attnc.ir import get_bool, get_int, get_str
 
     from mlir import ir
@@ -90,10 +90,13 @@ def _shape_of(op) -> ProblemShape:
     params = "params" in op.attributes and len(ir.ArrayAttr(op.attributes["params"])) > 0
     params = params and _reads_params_per_element(op)
     masked = get_bool(op, "has_mask_mod")
-    mask_params = masked and _mask_reads_params(op)
-    return ProblemShape(get_int(op, "head_dim_qk"), get_int(op, "head_dim_v"),
-                        get_str(op, "dtype"), masked, params, mask_params,
-                        masked and not mask_params and banded_mask(op))
+    shape = ProblemShape(get_int(op, "head_dim_qk"), get_int(op, "head_dim_v"), get_str(op, "dtype"),
+                         masked, params, masked and _mask_reads_params(op))
+    # The band probe runs the mask analysis once more: only where the table has a tile for bands.
+    row = _table_row(target, shape) if target in TILE_TABLE else None
+    if shape.masked and not shape.mask_params and row is not None and row.banded is not None:
+        shape = dataclasses.replace(shape, banded=banded_mask(op))
+    return shape
 
 
 BAND_PROBE = 8192       # the sequence length banded_mask looks at
@@ -167,12 +170,17 @@ def choose_tile(target: str | None, shape: ProblemShape, overrides: dict[str, in
     return config
 
 
-def table_choice(target: str, shape: ProblemShape) -> TileConfig:
+def _table_row(target: str, shape: ProblemShape):
+    """The table's row for the shape's head dims (or for its widest, as a square), or None."""
     table = TILE_TABLE[target]
     widest = max(shape.head_dim_qk, shape.head_dim_v)
-    row = table.get((shape.head_dim_qk, shape.head_dim_v)) or table.get((widest, widest))
+    return table.get((shape.head_dim_qk, shape.head_dim_v)) or table.get((widest, widest))
+
+
+def table_choice(target: str, shape: ProblemShape) -> TileConfig:
+    row = _table_row(target, shape)
     if row is None:
-        known = ", ".join(str(qk) for qk, v in table if qk == v)
+        known = ", ".join(str(qk) for qk, v in TILE_TABLE[target] if qk == v)
         raise TileError(f"no tile for head dims ({shape.head_dim_qk}, {shape.head_dim_v}) on "
                         f"{target}; head dims with a tile: {known}")
     config = row.config
