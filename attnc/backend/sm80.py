@@ -219,12 +219,17 @@ class _Sm80Forward:
             self._set_row0(self.m_block)
         self.col0 = e.shl(e.and_(self.lane, 3), 1)
         self.loader = TileLoader(e, self.cp, self.smem, tid, s.threads)
+        self._operand_bases()
+        if one_block:
+            self._set_masker()
+
+    def _operand_bases(self) -> None:
+        """Each lane's ldmatrix base addresses of the Q, K and V tiles."""
+        e = self.e
         self.reader = rd = FragmentReader(e, LdMatrix(e), self.smem, self.lane)
         self.q_base = rd.base(self.q_tile, rd.A, row0=self.warp_row0)
         self.k_base = rd.base(self.k_tile, rd.B)
         self.v_base = rd.base(self.v_tile, rd.B_TRANS)
-        if one_block:
-            self._set_masker()
 
     def _set_block(self, m_block) -> None:
         """Make `m_block` the query block the steps and the epilogue work on."""

@@ -69,8 +69,8 @@ class Sm90Forward(_Sm80Forward):
         super().__init__(spec, args)
         self.wgmma = Wgmma(self.e, spec.dtype)
 
-    def _coordinates(self) -> None:
-        super()._coordinates()
+    def _operand_bases(self) -> None:
+        """The warpgroup's Q descriptor (K's and V's depend on the slot: _desc)."""
         e = self.e
         warpgroup = e.shr(self.warp, 2)
         q_rows = e.mul(warpgroup, WARPGROUP_ROWS * self.q_tile.row_bytes)
