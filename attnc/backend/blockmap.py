@@ -106,6 +106,7 @@ TILES = THREADS // 32        # tiles per CTA: one per warp for the static and in
 SAMPLE_COLS = 4              # lane l samples row l // 4 of 8 and column l % 4 of 4 of its tile
 _UNDECIDED = 3               # a tile left to the element walk (never written)
 UNROLL = 4                   # elements per thread between two warp votes
+SCAN_UNROLL = 4              # map bytes per lane and trip of the attention kernel's row scan
 
 DimValue = str | int
 
@@ -515,16 +516,27 @@ def scan_row(e: Emit, load_class, lane, lanes: int, n_blocks) -> list[ir.Value]:
     blocks lane, lane + lanes, ... below n_blocks, `load_class(n)` giving the class (i32)
     of block n. Returns (lo, hi, full_lo, full_hi, full_count) of this lane's blocks: the
     first and last + 1 non-SKIP block (n_blocks, 0 when none), the same of the FULL
-    blocks, and how many are FULL; the warp then reduces them by min, max, min, max, add."""
-    scan = scf.ForOp(lane, n_blocks, e.c32(lanes), [n_blocks, e.c32(0), n_blocks, e.c32(0), e.c32(0)])
+    blocks, and how many are FULL; the warp then reduces them by min, max, min, max, add.
+
+    A trip takes SCAN_UNROLL of the lane's blocks and issues their loads before it uses
+    any, so a row of up to 32 * SCAN_UNROLL blocks costs one load latency, not one per
+    block (the scan is on the attention kernel's critical path: its K/V loads need the
+    range). A block past the row reads the row's last byte and counts as SKIP."""
+    step = lanes * SCAN_UNROLL
+    scan = scf.ForOp(lane, n_blocks, e.c32(step), [n_blocks, e.c32(0), n_blocks, e.c32(0), e.c32(0)])
     with ir.InsertionPoint(scan.body):
-        n = scan.induction_variable
+        first = scan.induction_variable
+        blocks = [e.add(first, k * lanes) for k in range(SCAN_UNROLL)]
+        last = e.sub(n_blocks, 1)
+        classes = [load_class(e.min(n, last)) for n in blocks]
         lo, hi, full_lo, full_hi, count = scan.inner_iter_args
-        cls = load_class(n)
-        visit, full = _ne(e, cls, SKIP), e.eq(cls, FULL)
-        scf.yield_([e.select(visit, e.min(lo, n), lo), e.select(visit, e.add(n, 1), hi),
-                    e.select(full, e.min(full_lo, n), full_lo), e.select(full, e.add(n, 1), full_hi),
-                    e.add(count, arith.extui(e.i32, full))])
+        for n, cls in zip(blocks, classes):
+            inside = e.lt(n, n_blocks)
+            visit, full = e.land(inside, _ne(e, cls, SKIP)), e.land(inside, e.eq(cls, FULL))
+            lo, hi = e.select(visit, e.min(lo, n), lo), e.select(visit, e.max(hi, e.add(n, 1)), hi)
+            full_lo, full_hi = e.select(full, e.min(full_lo, n), full_lo), e.select(full, e.max(full_hi, e.add(n, 1)), full_hi)
+            count = e.add(count, arith.extui(e.i32, full))
+        scf.yield_([lo, hi, full_lo, full_hi, count])
     return list(scan.results)
 
 

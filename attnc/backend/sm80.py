@@ -4,8 +4,8 @@ One CTA per (m_block, h, b) (m_block = gridDim.x - 1 - blockIdx.x; two blocks pe
 Note [Two query blocks per CTA]); `num_warps` warps, warp w owning rows
 [w*block_m/num_warps, (w+1)*block_m/num_warps) of the Q tile in 16-row MMA tiles.
 
-    load Q[m_block], K[n0]                      ─┐ cp.async group 0
-    load V[n0], K[n1], ..., K[n_{S-1}]           ─┘ one group each (S = stages)
+    load Q[m_block]                             ─┐ cp.async group (Note [Q before the range])
+    load K[n0], V[n0], K[n1], ..., K[n_{S-1}]    ─┘ one group each (S = stages)
     for t, n in enumerate(hi-1 down to lo):     # partial blocks first (peeled), then full
         wait K[n]; bar.sync                     # (n: the t-th block of the schedule, sm80_kv.py)
         load V[n+S-1 steps] -> its slot; commit
@@ -163,6 +163,14 @@ def build_sm80_module(spec: Sm80KernelSpec, context: ir.Context | None = None) -
         if not module.operation.verify():
             raise RuntimeError(f"the sm_80 kernel {spec.symbol} does not verify")
     return module, abi
+
+
+@dataclass(frozen=True)
+class EarlyMask:
+    """A partial step's mask as kept bits (ScoreMasker.kept_bits), computed ahead of S:
+    `words` per score row, applied where `partial` (i1; None: always) holds."""
+    partial: object
+    words: list
 
 
 def _forward_class(spec: Sm80KernelSpec):
@@ -396,19 +404,33 @@ class _Sm80Forward:
                       for atom in acc_o[mi]] for mi in range(s.m_atoms)]
         return self._pv(p, acc_o, slot), state
 
-    def _scores(self, acc_s, n_block, mode: str, skip):
+    def _scores(self, acc_s, n_block, mode: str, skip, early: "EarlyMask | None" = None):
         """S of block n_block as rows, with the score_mod and (mode 'partial') the mask
-        applied; `skip`: the block's tile_skip answer, when asked."""
+        applied; `skip`: the block's tile_skip answer, when asked; `early`: the mask's
+        kept bits, computed before S was ready (sm90.py's Note [Mask under QK^T])."""
+        masker = self.masker
+        rows = masker.modify(rows_of(acc_s), n_block)
+        if mode != "partial":
+            return rows
+        if early is not None:
+            if early.partial is None:
+                return masker.apply_bits(rows, early.words)
+            return masker.rows_if(early.partial, rows, lambda: masker.apply_bits(rows, early.words))
+        partial = self._partial(n_block, skip)
+        if partial is None:
+            return masker.mask(rows, n_block)
+        return masker.mask_if(rows, n_block, partial, skip)
+
+    def _partial(self, n_block, skip):
+        """Whether a step of mode 'partial' masks block n_block (i1), or None: always
+        (the mask has no tile_partial hook and no skip was asked)."""
         e, s = self.e, self.spec
-        rows = self.masker.modify(rows_of(acc_s), n_block)
-        if mode == "partial" and s.tile_partial is None and skip is None:
-            rows = self.masker.mask(rows, n_block)
-        elif mode == "partial":
-            partial = e.gt(e.mul(e.add(n_block, 1), s.block_n), e.dim("N"))
-            if s.tile_partial is not None:
-                partial = e.or_(s.tile_partial(e, self._ctx(), n_block), partial)
-            rows = self.masker.mask_if(rows, n_block, partial if skip is None else e.or_(partial, skip), skip)
-        return rows
+        if s.tile_partial is None and skip is None:
+            return None
+        partial = e.gt(e.mul(e.add(n_block, 1), s.block_n), e.dim("N"))
+        if s.tile_partial is not None:
+            partial = e.or_(s.tile_partial(e, self._ctx(), n_block), partial)
+        return partial if skip is None else e.or_(partial, skip)
 
     def _softmax_step(self, rows, state: SoftmaxState, mode: str):
         s = self.spec
@@ -461,6 +483,8 @@ class _Sm80Forward:
         self._coordinates()
         self.kv_ptr = {n: self._tensor(n, self.b, self.kv_h) for n in ("k", "v")}
         if s.blocks_per_cta == 1:
+            self._load_q(self.m_block)      # Note [Q before the range]
+            self.cp.commit()
             kv = self._kv_range()
             self._prologue(kv, self.m_block)
             acc_o, state = self._steps(kv)
@@ -471,6 +495,8 @@ class _Sm80Forward:
         ctaid = nvvm.read_ptx_sreg_ctaid_x(e.i32)
         first_block = e.sub(e.sub(e.cdiv(e.dim("M"), s.block_m), 1), ctaid)
         items = e.select(e.lt(ctaid, first_block), e.c32(2), e.c32(1))
+        self._load_q(first_block)
+        self.cp.commit()
         self._prologue(self._kv_range(first_block), first_block)
         loop = scf.ForOp(e.c32(0), items, e.c32(1))
         with ir.InsertionPoint(loop.body):
@@ -485,16 +511,24 @@ class _Sm80Forward:
             then = scf.IfOp(e.lt(e.add(item, 1), items))
             with ir.InsertionPoint(then.then_block):
                 following = e.select(first, ctaid, first_block)
+                self._load_q(following)
+                self.cp.commit()
                 self._prologue(self._kv_range(following), following)
                 scf.yield_([])
             self._epilogue(acc_o, state)
             scf.yield_([])
 
     def _prologue(self, kv: KvSchedule, m_block) -> None:
-        """Issue the loads that the steps of `m_block` (schedule `kv`) start with: groups
-        {Q, K0}, V0, K1, ..., V_{S-2}, K_{S-1}."""
+        """Issue the K/V loads that the steps of `m_block` (schedule `kv`) start with:
+        groups K0, V0, K1, ..., V_{S-2}, K_{S-1}, after Q's.
+
+        Note [Q before the range]: Q's address does not depend on the key range, and a
+        range read from a block map (blockmap_hooks) waits for global loads, so Q's copies
+        are issued first, as their own cp.async group, and fly while the range is
+        computed. The commit matters: ptxas sank uncommitted copies below the map's row
+        scan. A group older than every K/V group changes no wait count (a step waits
+        until at most its 2S - 2 younger groups are pending, which also lands Q's)."""
         s = self.spec
-        self._load_q(m_block)
         ask_skip = s.tile_skip is not None
         for i in range(s.stages):
             n_block, exists = kv.first(self.e, i)
