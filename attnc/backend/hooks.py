@@ -142,11 +142,6 @@ class RegionCode:
         text = "\n".join(str(op) for op in self.block.operations)
         return f"{type(self).__name__}({hashlib.sha256(text.encode()).hexdigest()[:16]})"
 
-    @property
-    def reads_params(self) -> bool:
-        """Whether the code loads from param tensors (global memory)."""
-        return any(op.name == PARAM for op in self.block.operations)
-
     def results(self, e: Emit, *args) -> list[ir.Value]:
         env = self._run(e, dict(zip(self.block.arguments, args)))
         return [env.get(v, v) for v in self._terminator().operands]

@@ -165,14 +165,6 @@ def build_sm80_module(spec: Sm80KernelSpec, context: ir.Context | None = None) -
     return module, abi
 
 
-@dataclass(frozen=True)
-class EarlyMask:
-    """A partial step's mask as kept bits (ScoreMasker.kept_bits), computed ahead of S:
-    `words` per score row, applied where `partial` (i1; None: always) holds."""
-    partial: object
-    words: list
-
-
 def _forward_class(spec: Sm80KernelSpec):
     if spec.target == "sm_90a":
         from attnc.backend.sm90 import Sm90Forward
@@ -404,33 +396,19 @@ class _Sm80Forward:
                       for atom in acc_o[mi]] for mi in range(s.m_atoms)]
         return self._pv(p, acc_o, slot), state
 
-    def _scores(self, acc_s, n_block, mode: str, skip, early: "EarlyMask | None" = None):
+    def _scores(self, acc_s, n_block, mode: str, skip):
         """S of block n_block as rows, with the score_mod and (mode 'partial') the mask
-        applied; `skip`: the block's tile_skip answer, when asked; `early`: the mask's
-        kept bits, computed before S was ready (sm90.py's Note [Mask under QK^T])."""
-        masker = self.masker
-        rows = masker.modify(rows_of(acc_s), n_block)
-        if mode != "partial":
-            return rows
-        if early is not None:
-            if early.partial is None:
-                return masker.apply_bits(rows, early.words)
-            return masker.rows_if(early.partial, rows, lambda: masker.apply_bits(rows, early.words))
-        partial = self._partial(n_block, skip)
-        if partial is None:
-            return masker.mask(rows, n_block)
-        return masker.mask_if(rows, n_block, partial, skip)
-
-    def _partial(self, n_block, skip):
-        """Whether a step of mode 'partial' masks block n_block (i1), or None: always
-        (the mask has no tile_partial hook and no skip was asked)."""
+        applied; `skip`: the block's tile_skip answer, when asked."""
         e, s = self.e, self.spec
-        if s.tile_partial is None and skip is None:
-            return None
-        partial = e.gt(e.mul(e.add(n_block, 1), s.block_n), e.dim("N"))
-        if s.tile_partial is not None:
-            partial = e.or_(s.tile_partial(e, self._ctx(), n_block), partial)
-        return partial if skip is None else e.or_(partial, skip)
+        rows = self.masker.modify(rows_of(acc_s), n_block)
+        if mode == "partial" and s.tile_partial is None and skip is None:
+            rows = self.masker.mask(rows, n_block)
+        elif mode == "partial":
+            partial = e.gt(e.mul(e.add(n_block, 1), s.block_n), e.dim("N"))
+            if s.tile_partial is not None:
+                partial = e.or_(s.tile_partial(e, self._ctx(), n_block), partial)
+            rows = self.masker.mask_if(rows, n_block, partial if skip is None else e.or_(partial, skip), skip)
+        return rows
 
     def _softmax_step(self, rows, state: SoftmaxState, mode: str):
         s = self.spec

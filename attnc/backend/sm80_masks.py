@@ -99,24 +99,11 @@ class ScoreMasker:
         """-inf where j >= N or keep(b, h, i, j) is false (everywhere when the i1
         `drop_all` holds: the bound becomes j < 0, no instruction per element)."""
         e = self.e
-        bound = self._bound(drop_all)
+        bound = e.dim("N") if drop_all is None else e.select(drop_all, e.c32(0), e.dim("N"))
         if self.row_interval is not None:
             return [self._masked_row(row, r, n_block, bound) for r, row in enumerate(rows)]
         return [[self._masked(x, r, c, n_block, bound) for c, x in enumerate(row)]
                 for r, row in enumerate(rows)]
-
-    def _bound(self, drop_all):
-        """Keys j < bound count: N, or 0 where the i1 `drop_all` holds."""
-        e = self.e
-        return e.dim("N") if drop_all is None else e.select(drop_all, e.c32(0), e.dim("N"))
-
-    def _row_bounds(self, r, n_block, bound):
-        """Row r's kept keys [lo, hi] (lo None: no lower bound) relative to the lane's first
-        column (Note [Row intervals])."""
-        e = self.e
-        i, j0 = self.coords(r, 0, n_block)
-        lo, hi = self.row_interval(e, self.b, self.h, i)
-        return (e.sub(lo, j0) if lo is not None else None), e.sub(e.min(hi, e.sub(bound, 1)), j0)
 
     def _masked_row(self, row, r, n_block, bound):
         """Note [Row intervals] (hooks.py): the row keeps the keys [lo, min(hi, bound - 1)];
@@ -136,10 +123,14 @@ class ScoreMasker:
         without more spills. Without a lower bound (lo None) "pair" and "range" are the
         one compare d <= hi."""
         e = self.e
-        lo, hi = self._row_bounds(r, n_block, bound)
+        i, j0 = self.coords(r, 0, n_block)
+        lo, hi = self.row_interval(e, self.b, self.h, i)
+        lo = e.sub(lo, j0) if lo is not None else None
+        hi = e.sub(e.min(hi, e.sub(bound, 1)), j0)
         if self.interval_test == "bits":
             assert len(row) <= 32, "interval_test 'bits' holds 32 scores per row and lane"
-            return self._apply_row_bits(row, self._kept_bits(lo, hi, len(row)))
+            bits = self._kept_bits(lo, hi, len(row))
+            return [e.select(e.ne(e.and_(bits, 1 << c), 0), x, e.neg_inf()) for c, x in enumerate(row)]
         columns = [self.coords.column(c) for c in range(len(row))]
         if lo is None:
             return [e.select(e.ge(hi, d), x, e.neg_inf()) for x, d in zip(row, columns)]
@@ -166,60 +157,21 @@ class ScoreMasker:
         kept = low_bits(below(e.add(hi, 1)))
         return kept if lo is None else e.and_(kept, e.xor(low_bits(below(lo)), -1))
 
-    def kept_bits(self, n_block, rows: int, slots: int, drop_all=None) -> list:
-        """Per score row r, the i32 whose bit c says whether score (r, c) is kept: what
-        `mask` tests, as words (Note [Mask under QK^T] in sm90.py). A row interval's
-        words come from Note [Kept bits]; any other mask's from keep() per score."""
-        assert slots <= 32, "kept bits hold 32 scores per row and lane"
-        e = self.e
-        bound = self._bound(drop_all)
-        words = []
-        for r in range(rows):
-            if self.row_interval is not None:
-                words.append(self._kept_bits(*self._row_bounds(r, n_block, bound), slots))
-                continue
-            word = e.c32(0)
-            for c in range(slots):
-                word = e.or_(word, e.select(self._kept(r, c, n_block, bound), e.c32(_bit(c)), e.c32(0)))
-            words.append(word)
-        return words
-
-    def apply_bits(self, rows, words):
-        """-inf where the score's bit in its row's word (`kept_bits`) is clear."""
-        return [self._apply_row_bits(row, word) for row, word in zip(rows, words)]
-
-    def _apply_row_bits(self, row, word):
-        e = self.e
-        return [e.select(e.ne(e.and_(word, _bit(c)), 0), x, e.neg_inf()) for c, x in enumerate(row)]
-
-    def _kept(self, r, c, n_block, bound):
+    def _masked(self, x, r, c, n_block, bound):
         e = self.e
         i, j = self.coords(r, c, n_block)
         keep = e.lt(j, bound)
         if self.keep:
             keep = e.land(keep, self.keep(e, self.b, self.h, i, j))
-        return keep
-
-    def _masked(self, x, r, c, n_block, bound):
-        return self.e.select(self._kept(r, c, n_block, bound), x, self.e.neg_inf())
+        return e.select(keep, x, e.neg_inf())
 
     def mask_if(self, rows, n_block, partial, drop_all=None):
         """`mask` when the runtime i1 `partial` holds, the rows unchanged otherwise."""
-        return self.rows_if(partial, rows, lambda: self.mask(rows, n_block, drop_all))
-
-    @staticmethod
-    def rows_if(cond, rows, then):
-        """then() (rows of the same shape) when the runtime i1 `cond` holds, else `rows`."""
         flat = [x for row in rows for x in row]
-        branch = scf.IfOp(cond, [x.type for x in flat], has_else=True)
+        branch = scf.IfOp(partial, [x.type for x in flat], has_else=True)
         with ir.InsertionPoint(branch.then_block):
-            scf.yield_([x for row in then() for x in row])
+            scf.yield_([x for row in self.mask(rows, n_block, drop_all) for x in row])
         with ir.InsertionPoint(branch.else_block):
             scf.yield_(flat)
         width, res = len(rows[0]), list(branch.results)
         return [res[r * width:(r + 1) * width] for r in range(len(rows))]
-
-
-def _bit(c: int) -> int:
-    """Bit c of an i32 as a signed constant."""
-    return (1 << c) - (1 << 32 if c == 31 else 0)

@@ -46,17 +46,6 @@ flight, so the P registers and the probabilities pass through the wait (Wgmma.wa
 and P is packed only after it (packed before, ptxas serialized); and the first k-step
 of QK^T has no accumulator inputs (scale-d = 0), so none is carried in. Step 0's QK^T and softmax come before the loop and the
 last P.V after it; a query block with no key block skips all of it.
-
-Note [Mask under QK^T]: a mask that reads params (documents: doc[b, i] == doc[b, j])
-loads them for every partial step, and those loads cannot start before the step's
-column indices are known. Emitted after the wait, as on sm_80, ptxas issued them only
-once S was ready, and every partial step waited a global-memory latency between
-QK^T and the softmax. So a partial step of such a mask evaluates keep() into kept
-bits (ScoreMasker.kept_bits: one i32 per score row, bit c for the lane's column c)
-right after it issues QK^T (and P.V), and applies the bits once S is ready: the loads
-fly under the wgmma. Masks without loads (causal, windows, row intervals) are applied
-after the wait as before: they need no latency hidden, and at 128x128 the words held
-through the wait spilled the causal kernel (d = 128, two stages).
 """
 from __future__ import annotations
 
@@ -67,7 +56,7 @@ from mlir import ir
 from mlir.dialects import llvm, scf
 
 from attnc.backend.nvgpu_builders import Wgmma
-from attnc.backend.sm80 import EarlyMask, _Sm80Forward
+from attnc.backend.sm80 import _Sm80Forward
 from attnc.backend.sm80_softmax import SoftmaxState
 
 WARPGROUP_ROWS = 64
@@ -163,11 +152,8 @@ class Sm90Forward(_Sm80Forward):
         self.bar.sync()
         n0 = kv.block(e, e.c32(0))
         skip = self._skip(n0) if s.tile_skip is not None else None
-        self.wgmma.fence()
-        acc_s = self._qk_issue(self._slot_offset(0, e.c32(0)))
-        early = self._early_mask(n0, "partial", skip)
-        rows = self._scores(self._unflatten(self.wgmma.wait(acc_s), s.block_n // 8), n0, "partial", skip, early)
-        probs, state, alpha = self._softmax_step(rows, state, "partial")
+        probs, state, alpha = self._softmax_step(self._scores(self._qk(self._slot_offset(0, e.c32(0))), n0,
+                                                              "partial", skip), state, "partial")
         zero = e.cf(0.0)
         # Nothing in flight yet: O is zero, and no P is read.
         no_p = llvm.mlir_undef(self.mma.pair_type)
@@ -184,23 +170,6 @@ class Sm90Forward(_Sm80Forward):
         self.bar.sync()
         self.wgmma.fence()
         return self._pv_issue_wait(p, acc_o, self._slot_offset(0, e.sub(total, 1))), state
-
-    def _early_mask(self, n_block, mode: str, skip) -> EarlyMask | None:
-        """Note [Mask under QK^T]: a partial step's kept bits, emitted after its QK^T is
-        issued and before it is waited for."""
-        if mode != "partial" or not getattr(self.keep_fn, "reads_params", False):
-            return None
-        e, s = self.e, self.spec
-        rows, slots = 2 * s.m_atoms, s.block_n // 4
-        partial = self._partial(n_block, skip)
-        if partial is None:
-            return EarlyMask(None, self.masker.kept_bits(n_block, rows, slots, skip))
-        branch = scf.IfOp(partial, [e.i32] * rows, has_else=True)
-        with ir.InsertionPoint(branch.then_block):
-            scf.yield_(self.masker.kept_bits(n_block, rows, slots, skip))
-        with ir.InsertionPoint(branch.else_block):
-            scf.yield_([e.c32(-1)] * rows)
-        return EarlyMask(partial, list(branch.results))
 
     def _overlapped_loop(self, lo, hi, kv, state, flight: "_InFlight", mode: str):
         """scf.for over iterations [lo, hi), carrying m, l and what is in flight."""
@@ -251,8 +220,7 @@ class Sm90Forward(_Sm80Forward):
         mma.fence()
         acc_s = self._qk_issue(slot)
         acc_o = self._pv_issue(p, acc_o, prev)
-        early = self._early_mask(n_block, mode, skip)
-        rows = self._scores(self._unflatten(mma.wait(acc_s, pending=1), s.block_n // 8), n_block, mode, skip, early)
+        rows = self._scores(self._unflatten(mma.wait(acc_s, pending=1), s.block_n // 8), n_block, mode, skip)
         probs, state, alpha = self._softmax_step(rows, state, mode)
         return state, _InFlight(acc_o, _flat(p), _flat(probs), alpha or [])
 
