@@ -470,24 +470,50 @@ def role_dims(variant, roles: Sequence[str]) -> frozenset[str]:
 # partial tile the kernel then computes lo and hi once per accumulator row (the region
 # evaluated at j = 0 gives each d0) and tests each score's column, a constant offset
 # from the tile's first one, against them (Note [One compare per score], sm80_masks.py),
-# instead of the region's ops (and the j < N test) per score. Anything else (`or`,
-# `!=`, a j coefficient other than +-1, j inside a param index or a division) keeps the
-# per-element region.
+# instead of the region's ops (and the j < N test) per score.
+#
+# Note [Residual conjuncts]: the other conjuncts that depend on j (`or`, `!=`, a j
+# coefficient other than +-1, j inside a param index or a division) are the residual:
+# with at least one comparison linear in j, the row interval still bounds the keys and
+# only the residual is evaluated per score, ANDed with the interval's test. Documents +
+# causal (`doc[b, i] == doc[b, j] and j <= i`) then cost one compare of the two ids per
+# score on top of the interval's bit test, where the whole region cost three compares
+# and three selects (SASS of the sm_90a kernel's partial step). A mask with no linear
+# comparison keeps the per-element region.
 _NEGATED = {"slt": "sge", "sle": "sgt", "sgt": "sle", "sge": "slt"}
 _FAR = 1 << 30              # beyond any key: hi without an upper bound, lo of a dropped row,
                             # and the clamp of every bound
 
 
+def _linear_term(op: ir.Operation, j: ir.Value, tainted, negated: bool):
+    """(predicate, k, a, b) when `op` (negated or not) is `a - b <pred> 0` with a - b =
+    d0 + k * j, k = +-1 and d0 free of j (Note [Row intervals]); else None."""
+    pred = cmpi_predicate(op) if op.name == "arith.cmpi" else None
+    if pred not in ("eq", *_NEGATED):
+        return None
+    if negated:
+        if pred not in _NEGATED:
+            return None
+        pred = _NEGATED[pred]
+    a, b = op.operands
+    ka, kb = _j_coefficient(a, j, tainted), _j_coefficient(b, j, tainted)
+    if ka is None or kb is None or ka - kb not in (1, -1):
+        return None
+    return pred, ka - kb, a, b
+
+
 class RowInterval(RegionCode):
     """Note [Row intervals]: `bounds(e, b, h, i)` -> (lo, hi), inclusive, with keep(b, h,
-    i, j) exactly when lo <= j <= hi (lo None when nothing bounds j below); build with
-    `RowInterval.of` (None when the mask has no such form)."""
+    i, j) exactly when lo <= j <= hi (lo None when nothing bounds j below) and, when the
+    mask has a residual, `residual_keep(e, b, h, i, j)` (Note [Residual conjuncts]);
+    build with `RowInterval.of` (None when the mask has no comparison linear in j)."""
 
     def __init__(self, block: ir.Block, names: KernelNames, free: list, linear: list,
-                 never_empty: frozenset[str]):
+                 never_empty: frozenset[str], residual: list = ()):
         super().__init__(block, names, never_empty)
         self.free = free            # (i1 free of j, negated)
         self.linear = linear        # (predicate, k, a, b): `a - b <pred> 0` with a - b = d0 + k * j
+        self.residual = list(residual)      # (i1 of j outside that form, negated): Note [Residual conjuncts]
 
     @classmethod
     def of(cls, block: ir.Block, names: KernelNames,
@@ -496,40 +522,44 @@ class RowInterval(RegionCode):
         tainted = depends_on(block, 3)
         free: list = []
         linear: list = []
+        residual: list = []
 
-        def conjuncts(value: ir.Value, negated: bool = False) -> bool:
+        def conjuncts(value: ir.Value, negated: bool = False) -> None:
             if value not in tainted:
                 free.append((value, negated))
-                return True
+                return
             op = defining_op(value)
-            if op is None:
-                return False
-            if op.name == "arith.andi" and not negated:
-                return all(conjuncts(v) for v in op.operands)
-            if op.name == "arith.xori":
+            if op is not None and op.name == "arith.andi" and not negated:
+                for v in op.operands:
+                    conjuncts(v)
+                return
+            if op is not None and op.name == "arith.xori":
                 x, y = op.operands
                 for v, w in ((x, y), (y, x)):
                     if str(w.type) == "i1" and int_constant(w) == 1:
-                        return conjuncts(v, not negated)
-                return False
-            pred = cmpi_predicate(op) if op.name == "arith.cmpi" else None
-            if pred not in ("eq", *_NEGATED):
-                return False
-            if negated:
-                if pred not in _NEGATED:
-                    return False
-                pred = _NEGATED[pred]
-            a, b = op.operands
-            ka, kb = _j_coefficient(a, j, tainted), _j_coefficient(b, j, tainted)
-            if ka is None or kb is None or ka - kb not in (1, -1):
-                return False
-            linear.append((pred, ka - kb, a, b))
-            return True
+                        conjuncts(v, not negated)
+                        return
+            term = _linear_term(op, j, tainted, negated) if op is not None else None
+            if term is not None:
+                linear.append(term)
+            else:
+                residual.append((value, negated))
 
-        return cls(block, names, free, linear, never_empty) if conjuncts(yielded(block)) else None
+        conjuncts(yielded(block))
+        return cls(block, names, free, linear, never_empty, residual) if linear else None
 
     def __repr__(self) -> str:
         return f"RowInterval({super().__repr__()})"
+
+    def residual_keep(self, e: Emit, b, h, i, j) -> ir.Value:
+        """The residual conjuncts at (b, h, i, j) (i1; Note [Residual conjuncts])."""
+        env = self._run(e, dict(zip(self.block.arguments, (b, h, i, j))))
+        keep = None
+        for value, negated in self.residual:
+            v = env.get(value, value)
+            v = e.xor(v, e.true()) if negated else v
+            keep = v if keep is None else e.land(keep, v)
+        return keep
 
     def bounds(self, e: Emit, b, h, i) -> tuple[ir.Value, ir.Value]:
         env = self._run(e, dict(zip(self.block.arguments, (b, h, i, e.c32(0)))))

@@ -26,9 +26,11 @@ answer them later):
 * `keep(e, b, h, i, j) -> i1`: the element predicate applied in partial blocks, with
   i, j the global query/key indices (i32). The bound j < N is always added by the kernel.
 * `row_interval(e, b, h, i) -> (lo, hi)` (optional): keep(b, h, i, j) holds exactly when
-  lo <= j <= hi (i32, inclusive; lo None: no lower bound); partial blocks then test each
-  score's column against the row's bounds instead of calling keep (Note [Row intervals]
-  in hooks.py, Note [One compare per score] in sm80_masks.py).
+  lo <= j <= hi (i32, inclusive; lo None: no lower bound) and, if given,
+  `row_residual(e, b, h, i, j) -> i1`; partial blocks then test each score's column
+  against the row's bounds (and the residual) instead of calling keep (Note [Row
+  intervals] and Note [Residual conjuncts] in hooks.py, Note [One compare per score] in
+  sm80_masks.py).
 
 and on scores, on every visited block (natural-log units, as dsl.md defines them):
 
@@ -147,6 +149,7 @@ class Sm80KernelSpec:
     tile_skip: Optional[TilePartialFn] = None
     keep: Optional[KeepFn] = None          # default: from `mask`
     row_interval: Optional[RowIntervalFn] = None   # keep as a per-row key range, when it is one
+    row_residual: Optional[KeepFn] = None  # with row_interval: keep's other conjuncts, tested per score
     score_mod: Optional[ScoreModFn] = None
     score_mod_in: Optional[float] = None   # raw score factor before score_mod (default: scale)
     score_mod_out: float = 1.0             # score_mod's result times this: natural units

@@ -247,7 +247,7 @@ class _Sm80Forward:
         coords = ElementCoords(e, self.row0, self.col0, s.block_n)
         score_in = s.scale if s.score_mod_in is None else s.score_mod_in
         self.masker = ScoreMasker(e, coords, self.b, self.h, s.scale, s.score_mod, self.keep_fn, s.score_bias,
-                                  score_in, s.row_interval, s.interval_test_form)
+                                  score_in, s.row_interval, s.interval_test_form, s.row_residual)
 
     def _tensor(self, name: str, b, h) -> GlobalPtr:
         e = self.e

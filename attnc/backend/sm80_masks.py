@@ -50,9 +50,11 @@ class ScoreMasker:
     def __init__(self, e: Emit, coords: ElementCoords, b, h, scale: float,
                  score_mod: ScoreModFn | None, keep: KeepFn | None,
                  score_bias: ScoreBiasFn | None = None, score_in: float | None = None,
-                 row_interval: RowIntervalFn | None = None, interval_test: str = "bits"):
+                 row_interval: RowIntervalFn | None = None, interval_test: str = "bits",
+                 row_residual: KeepFn | None = None):
         self.e, self.coords = e, coords
         self.row_interval = row_interval
+        self.row_residual = row_residual
         self.interval_test = interval_test
         self.b, self.h = b, h
         self.scale = scale
@@ -121,23 +123,30 @@ class ScoreMasker:
         tile of window1024 at head dim 64 drops from 1751 (pair) and 1627 (range) SASS
         instructions per thread to 1492, at head dim 128 from 1288 (pair) to 1176,
         without more spills. Without a lower bound (lo None) "pair" and "range" are the
-        one compare d <= hi."""
+        one compare d <= hi. A residual (Note [Residual conjuncts], hooks.py) is ANDed with
+        the test of each score."""
         e = self.e
         i, j0 = self.coords(r, 0, n_block)
         lo, hi = self.row_interval(e, self.b, self.h, i)
         lo = e.sub(lo, j0) if lo is not None else None
         hi = e.sub(e.min(hi, e.sub(bound, 1)), j0)
+
+        def masked(c, x, inside):
+            if self.row_residual is not None:
+                inside = e.land(inside, self.row_residual(e, self.b, self.h, *self.coords(r, c, n_block)))
+            return e.select(inside, x, e.neg_inf())
+
         if self.interval_test == "bits":
             assert len(row) <= 32, "interval_test 'bits' holds 32 scores per row and lane"
             bits = self._kept_bits(lo, hi, len(row))
-            return [e.select(e.ne(e.and_(bits, 1 << c), 0), x, e.neg_inf()) for c, x in enumerate(row)]
+            return [masked(c, x, e.ne(e.and_(bits, 1 << c), 0)) for c, x in enumerate(row)]
         columns = [self.coords.column(c) for c in range(len(row))]
         if lo is None:
-            return [e.select(e.ge(hi, d), x, e.neg_inf()) for x, d in zip(row, columns)]
+            return [masked(c, x, e.ge(hi, d)) for c, (x, d) in enumerate(zip(row, columns))]
         if self.interval_test == "pair":
-            return [e.select(e.land(e.le(lo, d), e.ge(hi, d)), x, e.neg_inf()) for x, d in zip(row, columns)]
+            return [masked(c, x, e.land(e.le(lo, d), e.ge(hi, d))) for c, (x, d) in enumerate(zip(row, columns))]
         width = e.max(e.add(e.sub(hi, lo), 1), 0)
-        return [e.select(e.ult(e.sub(d, lo), width), x, e.neg_inf()) for x, d in zip(row, columns)]
+        return [masked(c, x, e.ult(e.sub(d, lo), width)) for c, (x, d) in enumerate(zip(row, columns))]
 
     def _kept_bits(self, lo, hi, slots: int):
         """Note [Kept bits]: bit c set when the lane's column(c) lies in [lo, hi] (both

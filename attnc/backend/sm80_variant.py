@@ -13,7 +13,8 @@ answers of `attn-analyze-masks`.
                   tile_partial @<f>_tile_class != 2  (FULL blocks run unmasked)
                   keep         the mask_mod region, per element of partial blocks
                   row_interval the keys [lo, hi] of each row, when the mask is a conjunction
-                               of comparisons linear in j (Note [Row intervals], hooks.py)
+                               with comparisons linear in j (Note [Row intervals], hooks.py)
+                  row_residual its other conjuncts, per element (Note [Residual conjuncts])
     sink        the sink region at h, folded in at the end
 
 Note [Runtime masks]: for a mask that reads a param, the analysis functions still hold --
@@ -51,6 +52,7 @@ class VariantHooks:
     tile_skip: Optional[Callable] = None
     keep: Optional[Callable] = None
     row_interval: Optional[Callable] = None
+    row_residual: Optional[Callable] = None
     score_mod: Optional[Callable] = None
     score_mod_in: Optional[float] = None
     score_mod_out: float = 1.0
@@ -114,7 +116,8 @@ def _mask_hooks(op, names: KernelNames, never_empty) -> dict[str, Any]:
     rows = RowInterval.of(block, names, never_empty)
     return {"mask": "mask_mod", "kv_range": tiles.kv_range, "tile_skip": tiles.tile_skip,
             "tile_partial": tiles.tile_partial, "keep": RegionCode(block, names, never_empty),
-            "row_interval": rows.bounds if rows is not None else None}
+            "row_interval": rows.bounds if rows is not None else None,
+            "row_residual": rows.residual_keep if rows is not None and rows.residual else None}
 
 
 class AnalysedTiles:

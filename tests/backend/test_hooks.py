@@ -422,20 +422,26 @@ def test_lower_sm80_options_are_checked(options, message):
 
 # ------------------------------------------------------------------ row intervals
 
-ROW_MASKS = {       # mask_mod -> whether Note [Row intervals] applies
-    "j <= i and i - j < 24": True,
-    "j == i - 3": True,
-    "j <= i + 2": True,
-    "i - j < off[b]": True,
-    "not (j > i + 5) and j >= i - h - 3": True,
-    "i < 10 and j <= i": True,
-    "j <= i + N - M and not (i - j >= 7)": True,
-    "j <= i + off[b] and 2 - j <= 0": True,
-    "j < 16 or j <= i": False,
-    "j != i": False,
-    "2 * j <= i": False,
-    "off[j] <= i": False,
-    "j // 7 == i // 7": False,
+ROW_MASKS = {       # mask_mod -> (whether Note [Row intervals] applies, with a residual)
+    "j <= i and i - j < 24": (True, False),
+    "j == i - 3": (True, False),
+    "j <= i + 2": (True, False),
+    "i - j < off[b]": (True, False),
+    "not (j > i + 5) and j >= i - h - 3": (True, False),
+    "i < 10 and j <= i": (True, False),
+    "j <= i + N - M and not (i - j >= 7)": (True, False),
+    "j <= i + off[b] and 2 - j <= 0": (True, False),
+    "j < 16 or j <= i": (False, False),
+    "j != i": (False, False),
+    "2 * j <= i": (False, False),
+    "off[j] <= i": (False, False),
+    "j // 7 == i // 7": (False, False),
+    # Note [Residual conjuncts]: the interval bounds the keys, the rest is tested per score
+    "off[j % 3] <= off[i % 3] and j <= i": (True, True),
+    "j // 7 == i // 7 and j <= i": (True, True),
+    "j != i and i - j < 9 and not (j % 2 == 1)": (True, True),
+    "(j < 4 or j > i - 3) and j <= i + 1": (True, True),
+    "not (j // 5 == 2 and i > 3) and j >= 2": (True, True),
 }
 
 
@@ -447,11 +453,14 @@ def _row_mask(mask: str):
 
 @pytest.mark.parametrize("mask", sorted(ROW_MASKS))
 def test_row_intervals_match_the_mask(mask):
-    """Note [Row intervals]: the interval is offered exactly for conjunctions of comparisons
-    linear in j with coefficient +-1, and then keeps exactly the keys the mask keeps."""
+    """Note [Row intervals]: the interval is offered exactly for conjunctions with a
+    comparison linear in j with coefficient +-1, and then holds every key the mask keeps,
+    and only those when there is no residual (Note [Residual conjuncts])."""
     result = _row_mask(mask)
     op, hooks = _hooks(result)
-    assert (hooks.row_interval is not None) == ROW_MASKS[mask]
+    interval, residual = ROW_MASKS[mask]
+    assert (hooks.row_interval is not None) == interval
+    assert (hooks.row_residual is not None) == residual
     if hooks.row_interval is None:
         return
     args = {**_arg_types(result, hooks), "b": "i32", "h": "i32", "i": "i32"}
@@ -469,17 +478,19 @@ def test_row_intervals_match_the_mask(mask):
             for i in range(-2, 45):
                 lo, hi = run(**values, b=b, h=h, i=i)
                 keep = evaluator.hook(result.variant.mask_mod, tuple(np.asarray(x) for x in (b, h, i, jj)))
-                assert np.array_equal(np.broadcast_to(keep, jj.shape).astype(bool), (lo <= jj) & (jj <= hi)), \
+                keep, inside = np.broadcast_to(keep, jj.shape).astype(bool), (lo <= jj) & (jj <= hi)
+                assert np.array_equal(keep, inside) if not residual else not np.any(keep & ~inside), \
                     (mask, b, h, i, lo, hi)
 
 
 @pytest.mark.parametrize("block_n", [32, 128])
 @pytest.mark.parametrize("form", ["range", "pair", "bits"])
-@pytest.mark.parametrize("mask", sorted(m for m, rows in ROW_MASKS.items() if rows))
+@pytest.mark.parametrize("mask", sorted(m for m, (rows, _) in ROW_MASKS.items() if rows))
 def test_every_interval_test_keeps_exactly_the_masked_keys(mask, form, block_n):
     """Note [One compare per score] (sm80_masks.py): each per-score test of a row
-    interval keeps a score exactly when the mask keeps it and j < N, in rows whose
-    interval is empty, far below or above the tile as well as across it."""
+    interval (and its residual, Note [Residual conjuncts]) keeps a score exactly when the
+    mask keeps it and j < N, in rows whose interval is empty, far below or above the
+    tile as well as across it."""
     from attnc.backend.sm80_masks import ElementCoords, ScoreMasker
     result = _row_mask(mask)
     op, hooks = _hooks(result)
@@ -489,7 +500,7 @@ def test_every_interval_test_keeps_exactly_the_masked_keys(mask, form, block_n):
     def body(e, a):
         coords = ElementCoords(e, a["i"], a["col0"], block_n)
         masker = ScoreMasker(e, coords, a["b"], a["h"], 1.0, None, hooks.keep, row_interval=hooks.row_interval,
-                             interval_test=form)
+                             interval_test=form, row_residual=hooks.row_residual)
         return masker.mask([[e.cf(1.0)] * columns], a["n_block"])[0]
 
     with result.module.context:
