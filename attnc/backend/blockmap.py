@@ -9,19 +9,19 @@ keys >= N do not count. `blockmap_plan` decides the shapes and the launch, `emit
 writes the kernel, `blockmap_hooks` answers the attention kernel's mask questions
 (Note [Mask hooks] in kernel_spec.py) from the map.
 
-Note [Block map kernel]: one CTA of 256 threads per TILES = 8 consecutive key blocks of
-a query block, grid (cdiv(N, 8 * block_n), cdiv(M, block_m), B * H_m) (z = b * H_m +
+Note [Block map kernel]: one CTA of 128 threads per TILES = 4 consecutive key blocks of
+a query block, grid (cdiv(N, 4 * block_n), cdiv(M, block_m), B * H_m) (z = b * H_m +
 h_m): a CTA per tile made the launch itself the cost (32768 CTAs at B = 4, M = N = 8192,
 128x64: 21 us on an H200 with no work in them), and the first two steps need one warp
-per tile. Warp w takes key block 8 * blockIdx.x + w:
+per tile. Warp w takes key block 4 * blockIdx.x + w:
 
 1. The tile class of `attn-analyze-masks`: a tile it proves SKIP or FULL (e.g. the upper
    triangle of a causal mask) is decided without evaluating anything.
 2. For the tiles it leaves MIXED, Note [Tile intervals] and Note [Sampled elements].
 3. The tiles still undecided are walked element by element, one after the other by the
-   whole CTA (whether warp w left its tile undecided reaches every thread through a
-   `bar.red.or`, one per tile). Thread t walks its share of the tile, UNROLL elements
-   per pass (thread t always holds the key column t % block_n when that divides 256, so
+   whole CTA (their bits reach every thread through one `bar.red.popc`: warp w's lanes
+   0 .. 2^w - 1 vote for its tile). Thread t walks its share of the tile, UNROLL elements
+   per pass (thread t always holds the key column t % block_n when that divides 128, so
    loads that depend on j only are loop-invariant), and every warp folds the pass into
    warp-uniform `vote.any(kept)` / `vote.all(kept or out of range)`; a warp stops once it
    has seen both (the tile is MIXED whatever the rest holds). `bar.red.or/and` then
@@ -101,7 +101,7 @@ from attnc.passes.analyze_masks import mask_functions
 
 SCRATCH = "blockmap"
 SKIP, MIXED, FULL = 0, 1, 2
-THREADS = 256
+THREADS = 128
 TILES = THREADS // 32        # tiles per CTA: one per warp for the static and interval steps
 SAMPLE_COLS = 4              # lane l samples row l // 4 of 8 and column l % 4 of 4 of its tile
 _UNDECIDED = 3               # a tile left to the element walk (never written)
@@ -339,11 +339,15 @@ class _BlockMapKernel:
             self._store(n_block, cls)
             scf.yield_([])
 
-        # The undecided tiles, one after the other by the whole CTA.
+        # The undecided tiles, one after the other by the whole CTA: bit w of `pending` is
+        # warp w's (warp w's lanes 0 .. 2^w - 1 count in the popc).
+        vote = e.land(undecided, e.lt(lane, e.shl(1, warp)))
+        pending = nvvm.BarrierOp(e.i32, reductionOp=nvvm.BarrierReduction.POPC,
+                                 reductionPredicate=arith.extui(e.i32, vote)).result
         walk = scf.ForOp(e.c32(0), e.c32(TILES), e.c32(1))
         with ir.InsertionPoint(walk.body):
             w = walk.induction_variable
-            todo = scf.IfOp(_cta_reduce(e, e.land(undecided, e.eq(warp, w)), "or"))
+            todo = scf.IfOp(_ne(e, e.and_(e.shr(pending, w), 1), 0))
             with ir.InsertionPoint(todo.then_block):
                 n_block = e.add(first, w)
                 result = self._evaluate(self._tile(n_block))

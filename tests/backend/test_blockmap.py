@@ -64,9 +64,9 @@ def test_docs_sink_plan_has_one_head_slot_and_reads_doc_only():
     assert not plan.per_head and plan.head_slots == 1
     assert plan.scratch == scratch("B", 1, ["cdiv", "M", 128], ["cdiv", "N", 64])
     assert plan.kernel == {
-        "name": "blockmap", "symbol": "attnc_docs_sink_blockmap", "block": [256, 1, 1],
+        "name": "blockmap", "symbol": "attnc_docs_sink_blockmap", "block": [128, 1, 1],
         "dynamic_smem_bytes": 0,
-        "grid": [[["cdiv", "N", 512]], [["cdiv", "M", 128]], ["B"]],        # 8 key blocks a CTA
+        "grid": [[["cdiv", "N", 256]], [["cdiv", "M", 128]], ["B"]],        # 4 key blocks a CTA
         "params": [plan.scratch,
                    {"kind": "dim", "name": "B", "type": "i32"}, {"kind": "dim", "name": "H", "type": "i32"},
                    {"kind": "dim", "name": "M", "type": "i32"}, {"kind": "dim", "name": "N", "type": "i32"},
@@ -85,7 +85,7 @@ def test_fixed_sequence_lengths_give_constant_factors():
     plan = blockmap_plan(compiled(variant("doc[b, i] == doc[b, j]", "param doc: i32[B, 1500]",
                                           q_seq="1000", k_seq="1500")), 128, 64)
     assert plan.scratch == scratch("B", 1, 8, 24)
-    assert plan.kernel["grid"][:2] == [[3], [8]]                  # 24 key blocks, 8 a CTA
+    assert plan.kernel["grid"][:2] == [[6], [8]]                  # 24 key blocks, 4 a CTA
 
 
 def test_refusals():
@@ -120,7 +120,7 @@ def test_the_runtime_sizes_the_scratch_and_launches_the_map_first():
                          v=FakeTensor((B, H, N, 64), "bf16"), doc=FakeTensor((B, N), "i32"),
                          sinks=FakeTensor((H,), "f32"))
     assert launch.scratch == {"blockmap": B * 1 * 8 * 16}
-    assert launch.grids == ((2, 8, B), (8, H, B))                 # 16 key blocks, 8 a CTA
+    assert launch.grids == ((4, 8, B), (8, H, B))                 # 16 key blocks, 4 a CTA
 
 
 def test_a_scratch_sized_differently_by_the_attention_kernel_is_refused():
