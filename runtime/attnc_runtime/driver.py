@@ -117,6 +117,15 @@ def get_function(ctx: cu.CUcontext, image: bytes, digest: str, symbol: str,
             check(cu.cuFuncSetAttribute(
                 func, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 dynamic_smem_bytes), f"cuFuncSetAttribute({symbol}, MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+        if dynamic_smem_bytes:
+            # Note [Shared memory carveout]: without a preference the driver may run a kernel
+            # with the L1/shared split the SM already has, if one CTA fits it, and so with
+            # fewer CTAs per SM than the kernel's shared memory allows. A kernel that sizes
+            # its shared memory asks for all of it.
+            check(cu.cuFuncSetAttribute(
+                func, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                int(cu.CUshared_carveout.CU_SHAREDMEM_CARVEOUT_MAX_SHARED)),
+                f"cuFuncSetAttribute({symbol}, PREFERRED_SHARED_MEMORY_CARVEOUT)")
         _functions[key] = func
         return func
 
