@@ -117,7 +117,7 @@ def _parse_tree(text: str) -> lark.Tree:
         raise AttncError(_unexpected_char_message(text[e.pos_in_stream]), Span(e.line, e.column)) from None
     except lark.UnexpectedToken as e:
         raise AttncError(_unexpected_token_message(e), _token_span(e.token, text)) from None
-    except lark.UnexpectedEOF as e:
+    except lark.UnexpectedEOF:
         raise AttncError("unexpected end of file", _end_span(text)) from None
 
 

@@ -14,7 +14,6 @@ import math
 from types import SimpleNamespace
 
 from attnc_runtime.arch import DeviceInfo
-from attnc_runtime.dtypes import DTYPES
 from attnc_runtime.manifest import FORMAT, source_sha256
 from attnc_runtime.tensors import (DLPACK_CUDA, DLDataType, DLDevice, DLManagedTensor, DLTensor,
                                    contiguous_strides)

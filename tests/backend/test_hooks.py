@@ -239,7 +239,6 @@ def test_inlined_tile_answers_are_sound(name):
     bm, bn = spec.block_m, spec.block_n
     rng = np.random.default_rng(3)
     args = {**_arg_types(result, hooks), "m_block": "i32", "n_block": "i32", "b": "i32", "h": "i32"}
-    k = tiles.segments
 
     def body(e, a):
         from attnc.backend.kernel_spec import KvCtx
