@@ -235,6 +235,10 @@ def test_hooks_build_into_the_sm80_kernel():
     assert "redux.sync.min.s32" in text and "redux.sync.max.s32" in text
     assert "redux.sync.add.s32" in text                    # the count of FULL blocks (the full range)
     assert "ld.global.b8" in text                          # the row scan, and tile_partial in the loop
+    # Note [Q before the range] (sm80.py): Q's copies are issued and committed as a group
+    # before the map's row is read, so they fly while the range is computed.
+    body = text[text.index(".entry"):]
+    assert body.index("cp.async.cg.shared.global") < body.index("cp.async.commit_group") < body.index("ld.global.b8")
 
 
 def test_hooks_refuse_other_tile_sizes():

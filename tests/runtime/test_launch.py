@@ -175,3 +175,21 @@ def test_kernels_with_an_empty_grid_are_not_launched(fake_torch, fake_driver):
 def test_call_returns_the_outputs(fake_torch, fake_driver):
     out = kernel()(**torch_arguments())
     assert list(out) == ["o", "lse"] and out["o"].shape == (2, 8, 1000, 128)
+
+
+def test_kernels_with_dynamic_shared_memory_ask_for_the_largest_carveout(monkeypatch):
+    """Note [Shared memory carveout] (driver.py): a kernel that sizes its shared memory opts
+    in above 48 KiB and asks for the largest shared-memory carveout; one without asks
+    nothing."""
+    cu, ok = driver.cu, driver.cu.CUresult.CUDA_SUCCESS
+    calls = []
+    monkeypatch.setattr(driver, "_functions", {})
+    monkeypatch.setattr(driver, "_modules", {})
+    monkeypatch.setattr(cu, "cuModuleLoadData", lambda image: (ok, "module"))
+    monkeypatch.setattr(cu, "cuModuleGetFunction", lambda module, name: (ok, name.decode()))
+    monkeypatch.setattr(cu, "cuFuncSetAttribute", lambda func, attr, value: calls.append((func, attr, value)) or (ok,))
+    for symbol, smem in (("big", 80 * 1024), ("small", 16 * 1024), ("none", 0)):
+        assert driver.get_function(1, b"code", "digest", symbol, smem) == symbol
+    carveout = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+    assert calls == [("big", cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 80 * 1024),
+                     ("big", carveout, 100), ("small", carveout, 100)]
