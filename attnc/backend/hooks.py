@@ -473,7 +473,8 @@ def role_dims(variant, roles: Sequence[str]) -> frozenset[str]:
 # instead of the region's ops (and the j < N test) per score.
 #
 # Note [Residual conjuncts]: the other conjuncts that depend on j (`or`, `!=`, a j
-# coefficient other than +-1, j inside a param index or a division) are the residual:
+# coefficient other than +-1, j inside a param index or a division; and a negated `and`
+# or an `or` whole, even with a linear comparison inside) are the residual:
 # with at least one comparison linear in j, the row interval still bounds the keys and
 # only the residual is evaluated per score, ANDed with the interval's test. Documents +
 # causal (`doc[b, i] == doc[b, j] and j <= i`) then cost per score one compare of the two
@@ -507,7 +508,8 @@ class RowInterval(RegionCode):
     """Note [Row intervals]: `bounds(e, b, h, i)` -> (lo, hi), inclusive, with keep(b, h,
     i, j) exactly when lo <= j <= hi (lo None when nothing bounds j below) and, when the
     mask has a residual, `residual_keep(e, b, h, i, j)` (Note [Residual conjuncts]);
-    build with `RowInterval.of` (None when the mask has no comparison linear in j)."""
+    build with `RowInterval.of` (None when no top-level conjunct of the mask is a
+    comparison linear in j)."""
 
     def __init__(self, block: ir.Block, names: KernelNames, free: list, linear: list,
                  never_empty: frozenset[str], residual: list = ()):
@@ -553,7 +555,10 @@ class RowInterval(RegionCode):
         return f"RowInterval({super().__repr__()})"
 
     def residual_keep(self, e: Emit, b, h, i, j) -> ir.Value:
-        """The residual conjuncts at (b, h, i, j) (i1; Note [Residual conjuncts])."""
+        """The residual conjuncts at (b, h, i, j) (i1; Note [Residual conjuncts]); true
+        when there are none."""
+        if not self.residual:
+            return e.true()
         env = self._run(e, dict(zip(self.block.arguments, (b, h, i, j))))
         keep = None
         for value, negated in self.residual:

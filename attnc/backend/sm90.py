@@ -146,8 +146,8 @@ class Sm90Forward(_Sm80Forward):
         e, s = self.e, self.spec
         t_full = kv.steps_above(e, kv.full_hi)
         t_low = kv.steps_above(e, kv.full_lo if kv.full_lo is not None else kv.lo)
-        # Step 0's scores: its K is the prologue's first group (groups Q, K0, V0, K1, ...,
-        # V(S-2), K(S-1)).
+        # Step 0's scores: its K is the prologue's first K/V group (groups Q, K0, V0, K1,
+        # ..., V(S-2), K(S-1)), followed by 2S - 2 younger ones.
         self.cp.wait(2 * s.stages - 2)
         self.bar.sync()
         n0 = kv.block(e, e.c32(0))

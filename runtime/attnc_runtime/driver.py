@@ -121,7 +121,9 @@ def get_function(ctx: cu.CUcontext, image: bytes, digest: str, symbol: str,
             # Note [Shared memory carveout]: without a preference the driver may run a kernel
             # with the L1/shared split the SM already has, if one CTA fits it, and so with
             # fewer CTAs per SM than the kernel's shared memory allows. A kernel that sizes
-            # its shared memory asks for all of it.
+            # its shared memory asks for all of it. The price: the smallest L1, also where
+            # registers or threads bound the CTAs per SM first, and param reads (bias
+            # tables, document ids) go through L1; neither side is measured alone yet.
             check(cu.cuFuncSetAttribute(
                 func, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
                 int(cu.CUshared_carveout.CU_SHAREDMEM_CARVEOUT_MAX_SHARED)),

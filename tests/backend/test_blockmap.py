@@ -235,10 +235,23 @@ def test_hooks_build_into_the_sm80_kernel():
     assert "redux.sync.min.s32" in text and "redux.sync.max.s32" in text
     assert "redux.sync.add.s32" in text                    # the count of FULL blocks (the full range)
     assert "ld.global.b8" in text                          # the row scan, and tile_partial in the loop
-    # Note [Q before the range] (sm80.py): Q's copies are issued and committed as a group
-    # before the map's row is read, so they fly while the range is computed.
-    body = text[text.index(".entry"):]
-    assert body.index("cp.async.cg.shared.global") < body.index("cp.async.commit_group") < body.index("ld.global.b8")
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_q_is_in_flight_while_the_map_row_is_read(target):
+    """Note [Q before the range] (sm80.py): Q's copies are issued and committed as a group
+    before the map's row is read, so they fly while the range is computed."""
+    plan = blockmap_plan(compiled(DOCS_SINK), 64, 64)
+    kv_range, tile_partial, extra = blockmap_hooks(plan)
+    spec = default_sm80_spec("bf16", 64, block_m=64, block_n=64, num_warps=4, target=target,
+                             kv_range=kv_range, tile_partial=tile_partial, tile_skip=blockmap_skip(plan),
+                             extra_params=extra)
+    with compiled(DOCS_SINK).module.context:
+        module, _ = build_sm80_module(spec)
+        text = ptx.to_ptx(module, target)
+    before = text[text.index(".entry"):text.index("ld.global.b8")]
+    assert before.count("cp.async.cg.shared.global") == 64 * 64 * 2 // 16 // spec.threads     # all of Q
+    assert before.rindex("cp.async.cg.shared.global") < before.rindex("cp.async.commit_group")
 
 
 def test_hooks_refuse_other_tile_sizes():

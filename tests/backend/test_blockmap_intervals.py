@@ -21,7 +21,7 @@ import itertools
 import numpy as np
 import pytest
 from mlir import ir
-from mlir.dialects import arith
+from mlir.dialects import arith, llvm
 
 from attnc.backend import blockmap_intervals as I
 from attnc.backend import cubin, ptx
@@ -433,14 +433,20 @@ def test_sampled_elements_lie_in_the_tile_and_hold_its_corners():
 def row_scan(lanes: int):
     def scan(e, a):
         row = GlobalPtr(e, a["ptr:row"], 8)
-        return scan_row(e, lambda n: _load_class(e, row, n), a["lane"], lanes, a["n_blocks"])
+
+        def load_class(n):          # also keeps the largest block read in seen[0]
+            seen = a["ptr:seen"]
+            llvm.store(e.max(llvm.load(e.i32, seen), n), seen)
+            return _load_class(e, row, n)
+
+        return scan_row(e, load_class, a["lane"], lanes, a["n_blocks"])
 
     def answer(e, a):
         r = row_range(e, *(a[k] for k in ("lo", "hi", "flo", "fhi", "count")))
         return [r.lo, r.full_lo, r.full_hi, r.hi]
 
     with CTX:
-        return (host_function({"ptr:row": "ptr", "lane": "i32", "n_blocks": "i32"}, scan),
+        return (host_function({"ptr:row": "ptr", "ptr:seen": "ptr", "lane": "i32", "n_blocks": "i32"}, scan),
                 host_function({k: "i32" for k in ("lo", "hi", "flo", "fhi", "count")}, answer))
 
 
@@ -455,8 +461,10 @@ def test_row_scan_finds_the_full_run(lanes):
                              rng.integers(0, 2, int(rng.integers(0, 40)))]).astype(np.uint8) for _ in range(30)]
     for row in rows:
         n = len(row)
-        data = np.concatenate([row, [7]]).astype(np.uint8)      # never read past n_blocks
-        per_lane = [scan(row=data, lane=lane, n_blocks=n) for lane in range(lanes)]
+        data = np.concatenate([row, [7]]).astype(np.uint8)
+        seen = np.full(1, -1, dtype=np.int32)
+        per_lane = [scan(row=data, seen=seen, lane=lane, n_blocks=n) for lane in range(lanes)]
+        assert seen[0] < n, (row, seen)                         # never a read past the row
         reduced = dict(lo=min(r[0] for r in per_lane), hi=max(r[1] for r in per_lane),
                        flo=min(r[2] for r in per_lane), fhi=max(r[3] for r in per_lane),
                        count=sum(r[4] for r in per_lane))

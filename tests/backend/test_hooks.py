@@ -117,7 +117,8 @@ def test_built_in_masks_keep_their_fast_path(name, mode):
 def _hooks(result):
     op = attention_ops(result.module)[0]
     hooks = variant_hooks(op, result.variant, mask_mode(op, result.variant), module=result.module)
-    for h in (hooks.keep, hooks.score_mod, hooks.score_bias, hooks.sink):
+    rows = getattr(hooks.row_interval, "__self__", None)          # the RowInterval of the bounds
+    for h in (hooks.keep, hooks.score_mod, hooks.score_bias, hooks.sink, rows):
         if isinstance(h, RegionCode):
             h.gpu_division = False
     return op, hooks
@@ -462,11 +463,12 @@ def test_row_intervals_match_the_mask(mask):
     assert (hooks.row_residual is not None) == residual
     if hooks.row_interval is None:
         return
-    args = {**_arg_types(result, hooks), "b": "i32", "h": "i32", "i": "i32"}
+    args = {**_arg_types(result, hooks), "b": "i32", "h": "i32", "i": "i32", "j": "i32"}
 
     def bounds(e, a):
         lo, hi = hooks.row_interval(e, a["b"], a["h"], a["i"])
-        return [e.c32(-(1 << 30)) if lo is None else lo, hi]      # no lower bound: any j
+        rest = hooks.row_residual(e, a["b"], a["h"], a["i"], a["j"]) if residual else e.true()
+        return [e.c32(-(1 << 30)) if lo is None else lo, hi, rest]      # no lower bound: any j
 
     with result.module.context:
         run = host_function(args, bounds)
@@ -474,12 +476,12 @@ def test_row_intervals_match_the_mask(mask):
     jj = np.arange(-8, 70)
     for b in range(3):
         for h in range(4):
-            for i in range(-2, 45):
-                lo, hi = run(**values, b=b, h=h, i=i)
+            for i in range(-2, 45, 1 if not residual else 3):
+                out = np.array([run(**values, b=b, h=h, i=i, j=j) for j in (jj if residual else jj[:1])])
+                lo, hi, rest = out[0, 0], out[0, 1], out[:, 2].astype(bool)
                 keep = evaluator.hook(result.variant.mask_mod, tuple(np.asarray(x) for x in (b, h, i, jj)))
                 keep, inside = np.broadcast_to(keep, jj.shape).astype(bool), (lo <= jj) & (jj <= hi)
-                assert np.array_equal(keep, inside) if not residual else not np.any(keep & ~inside), \
-                    (mask, b, h, i, lo, hi)
+                assert np.array_equal(keep, inside & rest), (mask, b, h, i, lo, hi)
 
 
 @pytest.mark.parametrize("block_n", [32, 128])
