@@ -22,6 +22,12 @@ are whole numbers of atoms.
     head_dim_v a page apart (leading byte offset).
   * P (A of P.V) comes from registers: wgmma's register A fragment is mma.sync's, so
     sm80.py's in-place packing (Note [P as A operand]) serves unchanged.
+  * Proxies: wgmma reads shared memory through the async proxy. Q, K and V reach it only
+    through cp.async, made visible by cp.async.wait_group and the CTA barrier before the
+    wgmma that reads them; no thread stores a wgmma operand from registers, which is what
+    would need a fence.proxy.async (Triton's fence insertion draws the same line). A
+    slot is overwritten only after the wgmma that read it was waited for, and that wait
+    carries the async-to-generic fence.
 
 Note [wgmma steps]: a GEMM is issued as one wgmma group (QK^T: head_dim_qk/16
 instructions of m64 x block_n x k16 from descriptors; P.V: block_n/16 of m64 x
