@@ -1,7 +1,7 @@
 """attnc's variant kernels vs FlexAttention (torch.compile) and vs themselves without the mod,
 in one run (issue 4, item 4).
 
-    python bench/bench_variants.py [--bundles .bundles/gpu] [--json out.json] [--iters 20]
+    python bench/bench_variants.py [--bundles .bundles/gpu] [--json out.json] [--iters 20] [--rounds 5]
 
 The variants of peers.md, as peers/peers.py defines them, at M = N = 8192, bf16, head
 dim 64 (B=4, H=32) and 128 (B=4, H=16):
@@ -17,7 +17,9 @@ sm_80,sm_90a): every target's kernel is timed against the same FlexAttention tim
 the goals are reported per target. attnc's time
 includes every kernel of its bundle (the block map of doc_causal too); FlexAttention's
 block mask is built once, outside the timing, as peers.py does. CUDA events, WARMUP
-launches, then the mean of --iters (at least 20). TFLOP/s of useful work: 4*B*H*M*N*D
+launches, then the mean of --iters (at least 20), in --rounds rounds (default 5) that each
+time every kernel once; a time is the median of its rounds (the JSON keeps them all, the
+table prints their range). TFLOP/s of useful work: 4*B*H*M*N*D
 times the fraction of (i, j) pairs the mask keeps, counted exactly. Before timing, each
 attnc output is compared with FlexAttention's (max |difference| printed). Prints a table,
 then the issue's goals with each ratio:
@@ -33,6 +35,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from statistics import median
 
 import torch
 
@@ -111,8 +114,10 @@ def main() -> int:
     ap.add_argument("--bundles", default=str(ROOT / ".bundles" / "gpu"))
     ap.add_argument("--json")
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="timing rounds over all kernels, interleaved; a time is their median (default 5)")
     args = ap.parse_args()
-    iters = max(20, args.iters)
+    iters, rounds = max(20, args.iters), max(1, args.rounds)
     import torch._dynamo
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     torch._dynamo.config.cache_size_limit = 1000
@@ -124,20 +129,23 @@ def main() -> int:
              for e in json.loads((bundles / "index.json").read_text()) if e.get("suite") == "bench_variants"}
     archs = sorted({arch for arch, _, _ in index})
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; M = N = {N}, bf16, "
-          f"mean of {iters} after {WARMUP} warm-ups")
-    rows = []
+          f"median of {rounds} interleaved rounds, each the mean of {iters} after {WARMUP} warm-ups")
+    # Everything is bound (and FlexAttention compiled) first; then every round times every
+    # kernel once, so that a slow stretch of the machine lands in one round of each, not in
+    # all rounds of one.
+    timers, rows = {}, []
     for d, (b, h) in SHAPES.items():
         q, k, v = (torch.randn(b, h, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         for case in CASES:
             score_mod, mask_mod = flex_case(case, h)
             frac = kept_fraction(mask_mod)
-            flops = 4 * b * h * M * N * d * frac
             block_mask = create_block_mask(mask_mod, None, None, M, N, device="cuda")
 
             def run_flex(q=q, k=k, v=v, score_mod=score_mod, block_mask=block_mask):
                 return flex(q, k, v, score_mod=score_mod, block_mask=block_mask)
 
-            t_flex = None
+            reference = run_flex().float()
+            timers[("flex", d, case)] = run_flex
             for arch in archs:
                 entry = index.get((arch, case, d))
                 if entry is None or "refused" in entry:
@@ -147,22 +155,37 @@ def main() -> int:
                 kernel = attnc_runtime.load(bundles / entry["path"])
                 bound = kernel.bind(q=q, k=k, v=v, **attnc_params(case, b, h))
                 bound.launch()
-                diff = (bound.outputs["o"].float() - run_flex().float()).abs().max().item()
-                t_attnc = timed(bound.launch, iters)
-                t_flex = t_flex or timed(run_flex, iters)
-                row = {"arch": arch, "head_dim": d, "case": case, "B": b, "H": h, "M": M, "N": N, "kept": frac,
-                       "attnc_ms": t_attnc * 1e3, "flex_ms": t_flex * 1e3,
-                       "attnc_tflops": flops / t_attnc / 1e12, "flex_tflops": flops / t_flex / 1e12,
-                       "max_abs_diff_vs_flex": diff}
-                rows.append(row)
-                print(f"d={d:3d} {case:15s} {arch:6s} kept {frac:6.2%}: attnc {row['attnc_tflops']:6.1f} TFLOP/s "
-                      f"({row['attnc_ms']:7.3f} ms) | flex {row['flex_tflops']:6.1f} ({row['flex_ms']:7.3f} ms) "
-                      f"| attnc/flex {t_flex / t_attnc:4.2f}x | max |attnc - flex| {diff:.2e}", flush=True)
+                diff = (bound.outputs["o"].float() - reference).abs().max().item()
+                timers[(arch, d, case)] = bound.launch
+                rows.append({"arch": arch, "head_dim": d, "case": case, "B": b, "H": h, "M": M, "N": N,
+                             "kept": frac, "max_abs_diff_vs_flex": diff})
+            del reference
+    runs = {key: [] for key in timers}
+    for _ in range(rounds):
+        for key, fn in timers.items():
+            runs[key].append(timed(fn, iters) * 1e3)
+    for row in rows:
+        mine, theirs = runs[(row["arch"], row["head_dim"], row["case"])], runs[("flex", row["head_dim"], row["case"])]
+        flops = 4 * row["B"] * row["H"] * M * N * row["head_dim"] * row["kept"]
+        row.update(attnc_ms=median(mine), flex_ms=median(theirs), attnc_ms_runs=mine, flex_ms_runs=theirs)
+        row.update(attnc_tflops=flops / row["attnc_ms"] / 1e9, flex_tflops=flops / row["flex_ms"] / 1e9)
+        print(f"d={row['head_dim']:3d} {row['case']:15s} {row['arch']:6s} kept {row['kept']:6.2%}: "
+              f"attnc {row['attnc_tflops']:6.1f} TFLOP/s ({row['attnc_ms']:7.3f} ms, {spread(mine)}) | "
+              f"flex {row['flex_tflops']:6.1f} ({row['flex_ms']:7.3f} ms, {spread(theirs)}) | "
+              f"attnc/flex {row['flex_ms'] / row['attnc_ms']:4.2f}x | "
+              f"max |attnc - flex| {row['max_abs_diff_vs_flex']:.2e}", flush=True)
     goals = [g for arch in archs for g in report_goals([r for r in rows if r["arch"] == arch], arch)]
     if args.json:
         Path(args.json).write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                                               "iters": iters, "rows": rows, "goals": goals}, indent=1))
+                                               "iters": iters, "rounds": rounds, "rows": rows, "goals": goals},
+                                              indent=1))
     return 0
+
+
+def spread(values: list[float]) -> str:
+    """The rounds' range around their median, in percent."""
+    m = median(values)
+    return f"{(min(values) / m - 1):+.1%}/{(max(values) / m - 1):+.1%}"
 
 
 def report_goals(rows: list[dict], arch: str) -> list[dict]:
