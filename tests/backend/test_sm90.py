@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import re
+from pathlib import Path
 
 import pytest
 from mlir import ir
@@ -14,6 +15,8 @@ from mlir import ir
 from attnc.backend import cubin, ptx
 from attnc.backend.kernel_spec import KvRange, Sm80KernelSpec, SpecError
 from attnc.backend.sm80 import build_sm80_module
+from attnc.backend.sm80_lower import build
+from attnc.driver import CompileOptions, compile_file
 
 SERIALIZED = "wgmma.mma_async instructions are serialized"
 
@@ -104,3 +107,20 @@ def test_twelve_warps_and_a_partial_copy_pass():
     assert SERIALIZED not in log
     # The partial pass's guard: thread row tid / 8 < 32, as LLVM writes it.
     assert re.search(r"setp\.gt\.u32\s+%p\d+, %r\d+, 255;", text)
+
+
+EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in EXAMPLES_DIR.glob("*.attn")))
+def test_every_example_assembles_for_sm90a_without_spills(name):
+    """Every example's sm_90a bundle, at its own head dims and the default choices (the
+    block map of docs_sink included): no spills, no serialized wgmma. Their numerics run
+    on a GPU (tests/gpu with --archs sm_90a bundles)."""
+    art = build(compile_file(EXAMPLES_DIR / f"{name}.attn", CompileOptions(arch="sm_90a")))
+    log = cubin.ptx_to_cubin(art.ptx, "sm_90a", verbose=True).info_log
+    usage = cubin.parse_resource_usage(log)
+    assert usage, "no kernel in the PTX"
+    for symbol, u in usage.items():
+        assert not u.spills and u.stack_frame == 0, f"{symbol}: {u}"
+    assert SERIALIZED not in log, log
