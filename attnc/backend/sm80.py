@@ -461,10 +461,7 @@ class _Sm80Forward:
         self._coordinates()
         self.kv_ptr = {n: self._tensor(n, self.b, self.kv_h) for n in ("k", "v")}
         if s.blocks_per_cta == 1:
-            self._load_q(self.m_block)      # Note [Q before the range]
-            self.cp.commit()
-            kv = self._kv_range()
-            self._prologue(kv, self.m_block)
+            kv = self._prologue(self.m_block)
             acc_o, state = self._steps(kv)
             self.cp.wait(0)
             self._epilogue(acc_o, state)
@@ -473,9 +470,7 @@ class _Sm80Forward:
         ctaid = nvvm.read_ptx_sreg_ctaid_x(e.i32)
         first_block = e.sub(e.sub(e.cdiv(e.dim("M"), s.block_m), 1), ctaid)
         items = e.select(e.lt(ctaid, first_block), e.c32(2), e.c32(1))
-        self._load_q(first_block)
-        self.cp.commit()
-        self._prologue(self._kv_range(first_block), first_block)
+        self._prologue(first_block)
         loop = scf.ForOp(e.c32(0), items, e.c32(1))
         with ir.InsertionPoint(loop.body):
             item = loop.induction_variable
@@ -489,16 +484,14 @@ class _Sm80Forward:
             then = scf.IfOp(e.lt(e.add(item, 1), items))
             with ir.InsertionPoint(then.then_block):
                 following = e.select(first, ctaid, first_block)
-                self._load_q(following)
-                self.cp.commit()
-                self._prologue(self._kv_range(following), following)
+                self._prologue(following)
                 scf.yield_([])
             self._epilogue(acc_o, state)
             scf.yield_([])
 
-    def _prologue(self, kv: KvSchedule, m_block) -> None:
-        """Issue the K/V loads that the steps of `m_block` (schedule `kv`) start with:
-        groups K0, V0, K1, ..., V_{S-2}, K_{S-1}, after Q's.
+    def _prologue(self, m_block) -> KvSchedule:
+        """Issue the loads that the steps of `m_block` start with, and return its schedule:
+        groups Q, then K0, V0, K1, ..., V_{S-2}, K_{S-1}.
 
         Note [Q before the range]: Q's address does not depend on the key range, and a
         range read from a block map (blockmap_hooks) waits for global loads, so Q's copies
@@ -507,12 +500,16 @@ class _Sm80Forward:
         scan. A group older than every K/V group changes no wait count (a step waits
         until at most its 2S - 2 younger groups are pending, which also lands Q's)."""
         s = self.spec
+        self._load_q(m_block)
+        self.cp.commit()
+        kv = self._kv_range(m_block)
         ask_skip = s.tile_skip is not None
         for i in range(s.stages):
             n_block, exists = kv.first(self.e, i)
             self._load_kv_if("k", n_block, i * self.slot_bytes, exists, True, ask_skip, m_block)
             if i < s.stages - 1:
                 self._load_kv_if("v", n_block, i * self.slot_bytes, exists, True, ask_skip, m_block)
+        return kv
 
     def _steps(self, kv: KvSchedule):
         """Every KV step of the current block: (O accumulators, softmax state)."""
