@@ -530,11 +530,15 @@ def scan_row(e: Emit, load_class, lane, lanes: int, n_blocks) -> list[ir.Value]:
         last = e.sub(n_blocks, 1)
         classes = [load_class(e.min(n, last)) for n in blocks]
         lo, hi, full_lo, full_hi, count = scan.inner_iter_args
+
+        def widen(pred, first_, end, n):        # [first_, end) extended by block n where pred
+            return e.select(pred, e.min(first_, n), first_), e.select(pred, e.max(end, e.add(n, 1)), end)
+
         for n, cls in zip(blocks, classes):
             inside = e.lt(n, n_blocks)
             visit, full = e.land(inside, _ne(e, cls, SKIP)), e.land(inside, e.eq(cls, FULL))
-            lo, hi = e.select(visit, e.min(lo, n), lo), e.select(visit, e.max(hi, e.add(n, 1)), hi)
-            full_lo, full_hi = e.select(full, e.min(full_lo, n), full_lo), e.select(full, e.max(full_hi, e.add(n, 1)), full_hi)
+            lo, hi = widen(visit, lo, hi, n)
+            full_lo, full_hi = widen(full, full_lo, full_hi, n)
             count = e.add(count, arith.extui(e.i32, full))
         scf.yield_([lo, hi, full_lo, full_hi, count])
     return list(scan.results)
