@@ -504,6 +504,12 @@ def _linear_term(op: ir.Operation, j: ir.Value, tainted, negated: bool):
     return pred, ka - kb, a, b
 
 
+def _truth(e: Emit, env: dict, value: ir.Value, negated: bool) -> ir.Value:
+    """A conjunct of the region as emitted (`env`), negated when it stands under a `not`."""
+    v = env.get(value, value)
+    return e.xor(v, e.true()) if negated else v
+
+
 class RowInterval(RegionCode):
     """Note [Row intervals]: `bounds(e, b, h, i)` -> (lo, hi), inclusive, with keep(b, h,
     i, j) exactly when lo <= j <= hi (lo None when nothing bounds j below) and, when the
@@ -560,19 +566,14 @@ class RowInterval(RegionCode):
         if not self.residual:
             return e.true()
         env = self._run(e, dict(zip(self.block.arguments, (b, h, i, j))))
-        keep = None
-        for value, negated in self.residual:
-            v = env.get(value, value)
-            v = e.xor(v, e.true()) if negated else v
-            keep = v if keep is None else e.land(keep, v)
-        return keep
+        return functools.reduce(e.land, (_truth(e, env, value, negated) for value, negated in self.residual))
 
     def bounds(self, e: Emit, b, h, i) -> tuple[ir.Value, ir.Value]:
         env = self._run(e, dict(zip(self.block.arguments, (b, h, i, e.c32(0)))))
         value = lambda v: env.get(v, v)  # noqa: E731
         alive = e.true()
         for keep, negated in self.free:
-            alive = e.land(alive, e.xor(value(keep), e.true()) if negated else value(keep))
+            alive = e.land(alive, _truth(e, env, keep, negated))
         lows, highs = [], []
         for kind, k, x, y in self.linear:
             d0 = e.sub(value(x), value(y))
