@@ -24,6 +24,16 @@ l = L at the row's first column j0 (an I2F per row), and per score a * (float(l)
 (d: the column's constant offset from j0) as one FADD of an immediate and one FFMA. The
 float sum is exact while |L| < 2^24, as the per-score conversion is.
 
+Note [Bias by column]: when a does not depend on i either (ALiBi), a * float(L) splits
+into a * float(L(i0, j)), the bias of one reference row i0 (the lane's first row), and
+a * float(R(i) - R(i0)), a constant per row. The softmax does not change when a row's
+scores all shift by one constant, so the kernel adds only the first part: per key block
+and lane one FFMA per column (a * float(l0) + a * cj * d, shared by the lane's rows) and
+per score one FADD. The row's constant is added to its running max at the end
+(ScoreMasker.unshift), which puts the LSE and the sink (Note [Sinks]) back in the true
+units. Rows of a lane are at most 8 * (2 m_atoms - 1) apart, so the shifted scores keep
+the magnitudes of the true ones.
+
 A float op whose operands are all constants (`log(128.0 / 8.0)` in a T5 bucket) is
 evaluated here, in f32: a constant in the kernel rather than an instruction per score.
 Transcendentals stay `math` ops: ptx.py lowers them to the approximate instructions.
@@ -302,6 +312,9 @@ class BiasCode(RegionCode):
         self.tainted = depends_on(block, 0)
 
         self.j_linear = _j_linear_split(block, bias)
+        # Note [Bias by column]: a free of i too (ALiBi's slopes[h]).
+        self.by_column = self.j_linear is not None and (
+            self.j_linear[0] is None or self.j_linear[0] not in depends_on(block, 3))
 
     def __call__(self, e: Emit, b, h, i, j) -> ir.Value:
         env = self._run(e, dict(zip(list(self.block.arguments)[1:], (b, h, i, j))), self.tainted)

@@ -12,6 +12,7 @@ from mlir.dialects import arith, scf
 
 from attnc.backend.kernel_spec import KeepFn, RowIntervalFn, ScoreBiasFn, ScoreModFn
 from attnc.backend.nvgpu_builders import Emit
+from attnc.backend.sm80_softmax import SoftmaxState
 
 
 def rows_of(acc) -> list[list]:
@@ -81,8 +82,21 @@ class ScoreMasker:
 
     def _linear_bias(self, rows, n_block):
         """s + bias / scale with the bias a * float(l + cj * d) (Note [Bias linear in j] in
-        hooks.py): per row one I2F, per score an FADD of an immediate and an FFMA."""
+        hooks.py): per row one I2F, per score an FADD of an immediate and an FFMA; or,
+        Note [Bias by column], per column one FFMA and per score one FADD."""
         e = self.e
+        if self.score_bias.by_column:
+            i0, j0 = self.coords(0, 0, n_block)
+            a, l0, cj = self.score_bias.row_terms(e, self.b, self.h, i0, j0)
+            a = e.fmul(a, 1.0 / self.scale)
+            lf = arith.sitofp(e.f32, l0)
+            out = [[] for _ in rows]
+            for c in range(len(rows[0])):       # column by column: one bias live at a time
+                d = cj * self.coords.column(c)
+                bias = e.fmul(a, arith.sitofp(e.f32, e.add(l0, d)))
+                for row, new_row in zip(rows, out):
+                    new_row.append(e.fadd(row[c], bias))
+            return out
         out = []
         for r, row in enumerate(rows):
             i, j0 = self.coords(r, 0, n_block)
@@ -96,6 +110,25 @@ class ScoreMasker:
                 new_row.append(e.fma(a, t, x))
             out.append(new_row)
         return out
+
+    def unshift(self, state: SoftmaxState) -> SoftmaxState:
+        """The state with each row's running max in the true score units: Note [Bias by
+        column] (hooks.py) left row r's scores short of the true ones by the raw-unit
+        constant a * float(R(i_r) - R(i_0)) / scale, which the max takes back (the sum,
+        taken relative to the max, is the same); a no-op otherwise."""
+        bias = self.score_bias
+        if not getattr(bias, "by_column", False):
+            return state
+        e, zero = self.e, self.e.c32(0)
+        i0, _ = self.coords(0, 0, zero)
+        a, l0, _ = bias.row_terms(e, self.b, self.h, i0, zero)
+        a = e.fmul(a, 1.0 / self.scale)
+        m = [state.m[0]]
+        for r in range(1, len(state.m)):
+            i, _ = self.coords(r, 0, zero)
+            _, l, _ = bias.row_terms(e, self.b, self.h, i, zero)
+            m.append(e.fma(a, arith.sitofp(e.f32, e.sub(l, l0)), state.m[r]))
+        return SoftmaxState(m, state.l)
 
     def mask(self, rows, n_block, drop_all=None):
         """-inf where j >= N or keep(b, h, i, j) is false (everywhere when the i1

@@ -367,13 +367,27 @@ def test_a_spec_outlives_its_compile_result():
     assert ptx.to_ptx(module, "sm_80").count("tanh.approx.f32") == 192
 
 
-def test_alibi_bias_is_split_per_row():
-    """Note [Bias linear in j]: slopes[h] * (j - i) becomes a per-row I2F and, per score,
-    an FADD of an immediate and an FFMA (no cvt per score)."""
+def test_alibi_bias_is_computed_per_column():
+    """Note [Bias by column]: slopes[h] * (j - i) is computed once per column of a lane's
+    key block (one cvt each), shared by its rows; each row's remainder, a * float((j - i)
+    - (j - i0)) with i - i0 a constant, folds to a constant: no cvt per score."""
     spec = spec_from_ir(example("alibi"))
     assert spec.score_bias.j_linear is not None and spec.score_bias.j_linear[2] == 1
-    ptx = artifacts("alibi").ptx
-    assert 0 < ptx.count("cvt.rn.f32.s32") <= 16
+    assert spec.score_bias.by_column
+    columns = spec.block_n // 4
+    cvts = artifacts("alibi").ptx.count("cvt.rn.f32.s32")
+    assert cvts >= columns and cvts % columns == 0, (cvts, columns)
+
+
+@pytest.mark.parametrize("mod, by_column", [("s + slopes[h] * (j - i)", True), ("s - 0.5 * slopes[h] * (i - j)", True),
+                                            ("s + slopes[h] * float(i) * 0.001 * float(j - i)", False),
+                                            ("s + slopes[h] * float(i - 2 * j)", True)])
+def test_bias_by_column_needs_a_slope_free_of_i(mod, by_column):
+    """Note [Bias by column]: only a slope that does not depend on i is shared by rows."""
+    text = source("biased", f"param slopes: f32[H]\n  score_mod(s, b, h, i, j) = {mod}")
+    bias = spec_from_ir(compile_mlir(text, "biased.attn", CompileOptions(arch="sm_80"))).score_bias
+    assert bias.j_linear is not None
+    assert bias.by_column == by_column
 
 
 def test_softcap_bounds():
