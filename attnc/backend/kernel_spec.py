@@ -162,6 +162,7 @@ class Sm80KernelSpec:
     interval_test: Optional[str] = None    # a row interval's per-score test: "bits", "range"
                                           # or "pair" (Note [One compare per score] in
                                           # sm80_masks.py); None: bits up to block_n 128
+    min_ctas_per_sm: Optional[int] = None  # .minnctapersm (0: none); None: min_ctas decides
     target: str = "sm_80"                  # one of KERNEL_TARGETS
 
     # -- derived
@@ -210,6 +211,14 @@ class Sm80KernelSpec:
             # 0.480-0.487 with one in all five.
             return 1
         return 2 if self.static_max is not None and self.block_n >= 128 else 1
+
+    @property
+    def min_ctas(self) -> int:
+        """min_ctas_per_sm resolved: the CTAs per SM that ptxas must fit the registers
+        for (PTX .minnctapersm), 0 for no bound."""
+        if self.min_ctas_per_sm is not None:
+            return self.min_ctas_per_sm
+        return 0
 
     @property
     def interval_test_form(self) -> str:
@@ -291,6 +300,8 @@ class Sm80KernelSpec:
                  f"block_n={self.block_n} must be a positive multiple of 16")
         _require(self.stages in (1, 2, 3), f"stages={self.stages}: expected 1, 2 or 3")
         _require(self.q_blocks_per_cta in (None, 1, 2), f"q_blocks_per_cta={self.q_blocks_per_cta}: expected 1 or 2")
+        _require(self.min_ctas_per_sm is None or 0 <= self.min_ctas_per_sm <= 32,
+                 f"min_ctas_per_sm={self.min_ctas_per_sm}: expected 0 to 32")
         _require(self.interval_test in (None, *INTERVAL_TESTS),
                  f"interval_test={self.interval_test!r}: expected one of {INTERVAL_TESTS}")
         _require(self.interval_test != "bits" or self.block_n <= 128,

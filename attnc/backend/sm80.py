@@ -113,7 +113,7 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
                       "num_warps": spec.num_warps, "stages": spec.stages, "qk_unroll": spec.qk_steps_per_trip,
                       "mask": spec.mask, "score_mod": _score_kind(spec), "sink": spec.sink is not None,
                       "with_lse": spec.with_lse, "softmax_scale": spec.scale,
-                      "q_blocks_per_cta": spec.blocks_per_cta,
+                      "q_blocks_per_cta": spec.blocks_per_cta, "min_ctas_per_sm": spec.min_ctas,
                       "interval_test": spec.interval_test_form if spec.row_interval is not None else None}
     return KernelAbi(spec.symbol, tuple(params), (spec.threads, 1, 1), spec.smem_bytes,
                      ((["cdiv", "M", spec.block_m * spec.blocks_per_cta],), ("H",), ("B",)), specialization)
@@ -152,6 +152,9 @@ def build_sm80_module(spec: Sm80KernelSpec, context: ir.Context | None = None) -
             arg_types = [_param_type(p) for p in abi.params]
             func = gpu.GPUFuncOp(ir.TypeAttr.get(ir.FunctionType.get(arg_types, [])), spec.symbol,
                                  kernel=True, known_block_size=list(abi.block))
+            if spec.min_ctas:
+                func.operation.attributes["nvvm.minctasm"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32),
+                                                                               spec.min_ctas)
             entry = func.body.blocks.append(*arg_types)
         with ir.InsertionPoint(entry):
             args = {_param_name(p): a for p, a in zip(abi.params, entry.arguments)}

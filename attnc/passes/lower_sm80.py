@@ -36,6 +36,7 @@ SPECIALIZATION_ATTR = "attn.specialization"
 # Kernel choices the options record on attn.attention (read back by sm80_lower.py).
 Q_BLOCKS_ATTR = "sm80.q_blocks_per_cta"
 INTERVAL_TEST_ATTR = "sm80.interval_test"
+MIN_CTAS_ATTR = "sm80.min_ctas_per_sm"
 
 
 @dataclass(frozen=True)
@@ -50,13 +51,17 @@ class LowerSm80(Pass):
     interval_test: str | None = field(default=None, metadata={
         "doc": "a row-interval mask's test per score: bits, range or pair (default: bits up "
                "to 128-key tiles, else range)"})
+    min_ctas_per_sm: int | None = field(default=None, metadata={
+        "doc": "CTAs the kernel's registers must leave room for on one SM (PTX .minnctapersm; "
+               "0: no bound; default: Sm80KernelSpec.min_ctas, from the target's measurements)"})
 
     def run(self, module) -> None:
-        lower_sm80(module, self.q_blocks_per_cta, self.interval_test, pass_target=self.target)
+        lower_sm80(module, self.q_blocks_per_cta, self.interval_test, pass_target=self.target,
+                   min_ctas_per_sm=self.min_ctas_per_sm)
 
 
 def lower_sm80(module, q_blocks_per_cta: int | None = None, interval_test: str | None = None,
-               pass_target: str | None = None) -> None:
+               pass_target: str | None = None, min_ctas_per_sm: int | None = None) -> None:
     """Lower the plan of `module` to its target's kernel; `pass_target`: the target
     the calling pass builds for, which the plan must have."""
     from mlir import ir
@@ -79,6 +84,8 @@ def lower_sm80(module, q_blocks_per_cta: int | None = None, interval_test: str |
             set_int(op, Q_BLOCKS_ATTR, q_blocks_per_cta)
         if interval_test is not None:
             set_str(op, INTERVAL_TEST_ATTR, interval_test)
+        if min_ctas_per_sm is not None:
+            set_int(op, MIN_CTAS_ATTR, min_ctas_per_sm)
     result = compile_result_of(module)
     kernel_module, kernels, specialization = kernel_module_for(result)
     with _module_op(module).context:
