@@ -76,11 +76,17 @@ class Kernel:
 
 
 class BoundLaunch:
-    """Checked arguments with their outputs and scratch buffers allocated, ready to launch."""
+    """Checked arguments with their outputs and scratch buffers allocated, ready to launch.
+
+    The packed parameters hold raw device addresses, so the bound launch keeps every
+    tensor it was given alive for as long as it lives: a caller's temporary (a param
+    built in the call, `bind(..., slopes=torch.exp2(...))`) would otherwise be freed,
+    and a later `launch` would read whatever reused its memory."""
 
     def __init__(self, bundle: Bundle, plan: LaunchPlan, args: dict[str, Any]):
         self.bundle = bundle
         self.plan = plan
+        self._given = dict(args)
         device = plan.device.ordinal
         allocated = {spec.name: libraries.empty(plan.library, shape, spec.dtype, device)
                      for spec, shape in plan.allocate}

@@ -193,3 +193,20 @@ def test_kernels_with_dynamic_shared_memory_ask_for_the_largest_carveout(monkeyp
     carveout = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
     assert calls == [("big", cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 80 * 1024),
                      ("big", carveout, 100), ("small", carveout, 100)]
+
+
+def test_a_bound_launch_keeps_its_inputs_alive(fake_torch):
+    """The packed parameters are raw addresses: a temporary given to bind (here every
+    input) must outlive the call, or a later launch reads freed memory."""
+    import gc
+    import weakref
+    args = torch_arguments()
+    refs = [weakref.ref(t) for t in args.values() if isinstance(t, FakeTorchTensor)]
+    assert refs
+    bound = kernel().bind(**args)
+    del args
+    gc.collect()
+    assert all(r() is not None for r in refs)
+    del bound
+    gc.collect()
+    assert all(r() is None for r in refs)
