@@ -62,6 +62,9 @@ STATIC_MAX_SPREAD = 64.0            # Note [Bounded score_mod] in sm80_softmax.p
 INTERVAL_TESTS = ("range", "pair", "bits")  # Note [One compare per score] in sm80_masks.py
 SM80_MAX_DYNAMIC_SMEM = 166912      # bytes per block on A100 (163 KB)
 SM90_MAX_DYNAMIC_SMEM = 232448      # bytes per block on H100/H200 (227 KB)
+SM90_SMEM_PER_SM = 228 * 1024       # H100/H200: shared memory per SM
+SM90_SMEM_RESERVED_PER_CTA = 1024   # the driver's reserve per resident CTA
+SM90_REGISTERS_PER_SM = 65536       # 32-bit registers per SM
 # The instruction set the kernel's two GEMMs use: mma.sync (sm_80, runs on every GPU
 # since) or wgmma from swizzled shared memory (sm_90a, Note [wgmma steps] in sm90.py).
 KERNEL_TARGETS = ("sm_80", "sm_90a")
@@ -215,10 +218,27 @@ class Sm80KernelSpec:
     @property
     def min_ctas(self) -> int:
         """min_ctas_per_sm resolved: the CTAs per SM that ptxas must fit the registers
-        for (PTX .minnctapersm), 0 for no bound."""
+        for (PTX .minnctapersm), 0 for no bound.
+
+        Note [CTAs per SM]: the sm_90a kernel's CTAs are independent warpgroups whose
+        softmax and GEMMs interleave on an SM only if several are resident. Left alone,
+        ptxas gives the 64x128-tile kernels at head dim 64 187 to 238 registers, two CTAs
+        per SM, where shared memory has room for three; bounded to three (168 registers,
+        no spills for causal and ALiBi, 16 bytes for softcap) they ran 2.58 -> 2.40 ms
+        (causal), 3.19 -> 3.04 (softcap); the 64x64 kernels (window, documents) at four
+        (128 registers): 0.713 -> 0.676 and 0.555 -> 0.515 ms (H100, M = N = 8192,
+        bench/profile_variants.py). So on sm_90a the bound is the CTAs shared memory
+        holds, but no more than leave 128 registers per thread (below that the S and O
+        accumulators spill). sm_80 keeps ptxas's choice: its kernels were tuned on it,
+        and its occupancy depends on the GPU's shared memory (A100 or later)."""
         if self.min_ctas_per_sm is not None:
             return self.min_ctas_per_sm
-        return 0
+        if self.target != "sm_90a":
+            return 0
+        by_smem = SM90_SMEM_PER_SM // (self.smem_bytes + SM90_SMEM_RESERVED_PER_CTA)
+        by_registers = SM90_REGISTERS_PER_SM // (self.threads * 128)
+        ctas = min(by_smem, by_registers)
+        return ctas if ctas >= 2 else 0
 
     @property
     def interval_test_form(self) -> str:

@@ -63,6 +63,7 @@ nothing to load (an empty group), so the K of step t is always followed by exact
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -136,7 +137,33 @@ def _param_type(p: dict) -> ir.Type:
 
 
 def build_sm80_module(spec: Sm80KernelSpec, context: ir.Context | None = None) -> tuple[ir.Module, KernelAbi]:
-    """The kernel of `spec` as a `gpu.container_module` holding one `gpu.module`, and its ABI."""
+    """The kernel of `spec` as a `gpu.container_module` holding one `gpu.module`, and its ABI.
+    A default register bound (Note [CTAs per SM] in kernel_spec.py) is kept only where
+    nvJitLink reports that the kernel assembles without spills under it."""
+    module, abi = _build_module(spec, context)
+    if spec.min_ctas_per_sm is None and spec.min_ctas and _spills(module, spec):
+        module, abi = _build_module(dataclasses.replace(spec, min_ctas_per_sm=0), context)
+    return module, abi
+
+
+def _spills(module: ir.Module, spec: Sm80KernelSpec) -> bool:
+    """Whether the kernel spills registers, by nvJitLink's report; True when that cannot
+    be asked (then no register bound is kept). The PTX is made in a context of its own:
+    this runs inside attn-lower-sm80's pass, where a second pass manager on the same
+    context aborts."""
+    from attnc.backend.cubin import CubinError, resource_usage
+    from attnc.backend.ptx import PtxError, to_ptx
+    from attnc.ir.context import make_context
+    try:
+        with make_context() as ctx:
+            copy = ir.Module.parse(str(module), ctx)
+            usage = resource_usage(to_ptx(copy, spec.target, in_place=True), spec.target)
+    except (CubinError, PtxError, ImportError, OSError):
+        return True
+    return any(u.spills for name, u in usage.items() if name == spec.symbol)
+
+
+def _build_module(spec: Sm80KernelSpec, context: ir.Context | None) -> tuple[ir.Module, KernelAbi]:
     spec.check()
     abi = kernel_abi(spec)
     ctx = context or _current_context() or ir.Context()

@@ -124,3 +124,32 @@ def test_every_example_assembles_for_sm90a_without_spills(name):
     for symbol, u in usage.items():
         assert not u.spills and u.stack_frame == 0, f"{symbol}: {u}"
     assert SERIALIZED not in log, log
+
+
+@pytest.mark.parametrize("kw, smem_ctas", [(dict(d=64, block_m=64, mask="causal"), 3),
+                                           (dict(d=64, block_m=64, block_n=64, mask="causal"), 5),
+                                           (dict(d=128, block_m=64, block_n=64, mask="causal"), 2),
+                                           (dict(d=128, mask="causal", stages=3), 1)])
+def test_the_default_register_bound_is_what_shared_memory_allows(kw, smem_ctas):
+    """Note [CTAs per SM]: on sm_90a the CTAs shared memory holds, at most those that leave
+    128 registers per thread, none (0) at one CTA; sm_80 keeps ptxas's choice; the
+    option overrides."""
+    s = spec(**kw)
+    assert s.min_ctas == (0 if smem_ctas < 2 else min(smem_ctas, 65536 // (s.threads * 128)))
+    assert Sm80KernelSpec(**{**s.__dict__, "target": "sm_80", "num_warps": 4}).min_ctas == 0
+    assert spec(**kw, min_ctas_per_sm=1).min_ctas == 1
+
+
+def test_the_default_register_bound_is_kept_only_without_spills():
+    """Note [CTAs per SM]: causal at head dim 64 (64x128 tiles) assembles at three CTAs per
+    SM without spills and keeps the bound; the ALiBi example (bottom-right causal, f16)
+    spills under it and is built without one. Both say so in their specialization."""
+    causal = spec(d=64, block_m=64, mask="causal")
+    assert causal.min_ctas == 3
+    text, log = compiled(causal)
+    assert ".minnctapersm 3" in text
+    assert not cubin.parse_resource_usage(log)["attnc_sm90_test"].spills
+    art = build(compile_file(EXAMPLES_DIR / "alibi.attn", CompileOptions(arch="sm_90a")))
+    assert art.spec.min_ctas == 3
+    assert ".minnctapersm" not in art.ptx
+    assert art.manifest["specialization"]["min_ctas_per_sm"] == 0
