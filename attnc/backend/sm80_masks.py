@@ -83,13 +83,16 @@ class ScoreMasker:
     def _linear_bias(self, rows, n_block):
         """s + bias / scale with the bias a * float(l + cj * d) (Note [Bias linear in j] in
         hooks.py): per row one I2F, per score an FADD of an immediate and an FFMA; or,
-        Note [Bias by column], per column one FFMA and per score one FADD."""
+        Note [Bias by column], per column an IADD, an I2F and an FMUL, and per score one
+        FADD. (Per column a * float(l0) + a * d as one FFMA is fewer instructions, but
+        ptxas then computes all of a tile's column biases ahead of the scores: the ALiBi
+        example spilled at sm_80's 255 registers, and the sm_90a kernel at head dim 64
+        lost its three-CTA register bound, Note [CTAs per SM].)"""
         e = self.e
         if self.score_bias.by_column:
             i0, j0 = self.coords(0, 0, n_block)
             a, l0, cj = self.score_bias.row_terms(e, self.b, self.h, i0, j0)
             a = e.fmul(a, 1.0 / self.scale)
-            lf = arith.sitofp(e.f32, l0)
             out = [[] for _ in rows]
             for c in range(len(rows[0])):       # column by column: one bias live at a time
                 d = cj * self.coords.column(c)
