@@ -381,10 +381,11 @@ def test_alibi_bias_is_computed_per_column():
 
 @pytest.mark.parametrize("mod, by_column", [("s + slopes[h] * (j - i)", True), ("s - 0.5 * slopes[h] * (i - j)", True),
                                             ("s + slopes[h] * float(i) * 0.001 * float(j - i)", False),
-                                            ("s + slopes[h] * float(i - 2 * j)", True)])
+                                            ("s + slopes[h] * float(i - 2 * j)", True),
+                                            ("s + slopes[h] * float(j - pos[i])", False)])
 def test_bias_by_column_needs_a_slope_free_of_i(mod, by_column):
-    """Note [Bias by column]: only a slope that does not depend on i is shared by rows."""
-    text = source("biased", f"param slopes: f32[H]\n  score_mod(s, b, h, i, j) = {mod}")
+    """Note [Bias by column]: only a slope free of i, with L linear in i, is shared by rows."""
+    text = source("biased", f"param slopes: f32[H]\n  param pos: i32[M]\n  score_mod(s, b, h, i, j) = {mod}")
     bias = spec_from_ir(compile_mlir(text, "biased.attn", CompileOptions(arch="sm_80"))).score_bias
     assert bias.j_linear is not None
     assert bias.by_column == by_column
