@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from attnc.backend.kernel_spec import Sm80KernelSpec
 
 
-
 @dataclass(frozen=True)
 class Sm80Artifacts:
     spec: object            # Sm80KernelSpec

@@ -90,9 +90,7 @@ class ScoreMasker:
         lost its three-CTA register bound, Note [CTAs per SM].)"""
         e = self.e
         if self.score_bias.by_column:
-            i0, j0 = self.coords(0, 0, n_block)
-            a, l0, cj = self.score_bias.row_terms(e, self.b, self.h, i0, j0)
-            a = e.fmul(a, 1.0 / self.scale)
+            a, l0, cj = self._first_row_terms(n_block)
             out = [[] for _ in rows]
             for c in range(len(rows[0])):       # column by column: one bias live at a time
                 d = cj * self.coords.column(c)
@@ -119,19 +117,24 @@ class ScoreMasker:
         column] (hooks.py) left row r's scores short of the true ones by the raw-unit
         constant a * float(R(i_r) - R(i_0)) / scale, which the max takes back (the sum,
         taken relative to the max, is the same); a no-op otherwise."""
-        bias = self.score_bias
-        if not getattr(bias, "by_column", False):
+        if not getattr(self.score_bias, "by_column", False):
             return state
         e, zero = self.e, self.e.c32(0)
-        i0, _ = self.coords(0, 0, zero)
-        a, l0, _ = bias.row_terms(e, self.b, self.h, i0, zero)
-        a = e.fmul(a, 1.0 / self.scale)
+        a, l0, _ = self._first_row_terms(zero)
         m = [state.m[0]]
         for r in range(1, len(state.m)):
-            i, _ = self.coords(r, 0, zero)
-            _, l, _ = bias.row_terms(e, self.b, self.h, i, zero)
+            i, j = self.coords(r, 0, zero)
+            _, l, _ = self.score_bias.row_terms(e, self.b, self.h, i, j)
             m.append(e.fma(a, arith.sitofp(e.f32, e.sub(l, l0)), state.m[r]))
         return SoftmaxState(m, state.l)
+
+    def _first_row_terms(self, n_block):
+        """(a / scale, l, cj) of the bias at the lane's first row and column of key block
+        `n_block` (Note [Bias by column])."""
+        e = self.e
+        i0, j0 = self.coords(0, 0, n_block)
+        a, l0, cj = self.score_bias.row_terms(e, self.b, self.h, i0, j0)
+        return e.fmul(a, 1.0 / self.scale), l0, cj
 
     def mask(self, rows, n_block, drop_all=None):
         """-inf where j >= N or keep(b, h, i, j) is false (everywhere when the i1
