@@ -8,6 +8,7 @@ same `ptxas info` lines).
 """
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import subprocess
@@ -60,7 +61,14 @@ def _log(getter_size, getter, handle) -> str:
 def ptx_to_cubin(ptx: str, arch: str, *, verbose: bool = True,
                  options: tuple[str, ...] = ("-O3",)) -> CubinResult:
     """Assemble `ptx` for `arch` (e.g. "sm_80") with nvJitLink; the info log holds the
-    `ptxas info` lines when `verbose`."""
+    `ptxas info` lines when `verbose`. The last few results are kept: the sm_90a
+    kernel's register-bound check (Note [CTAs per SM]) assembles the same PTX that the
+    bundle then assembles again."""
+    return _assemble(ptx, arch, verbose, tuple(options))
+
+
+@functools.lru_cache(maxsize=8)
+def _assemble(ptx: str, arch: str, verbose: bool, options: tuple[str, ...]) -> CubinResult:
     opts = [_arch_flag(arch), *options] + (["-verbose"] if verbose else [])
     handle = nvjitlink.create(len(opts), opts)
     try:
