@@ -5,14 +5,26 @@ ships as a wheel). `resource_usage(ptx, "sm_80")` returns registers, spills, sta
 static shared memory per kernel, read from nvJitLink's `-verbose` info log, or from
 `ptxas -v` when a `ptxas` binary is on PATH and `prefer_ptxas` is set (both print the
 same `ptxas info` lines).
+
+Note [Whole-program assembly]: nvJitLink assembles PTX as one unit of a link, and ptxas
+then ignores `setmaxnreg` ("(C7504) 'setmaxnreg' ignored to maintain compatibility
+across compilation units"). The sm_90a kernel with a producer warpgroup (sm90_ws.py)
+lives on it: without it its consumers keep the launch's 168 registers, spill 524
+bytes and have their wgmma serialized (C7512), at head dim 128. So PTX that uses
+setmaxnreg is assembled by the `ptxas` binary as a whole program, which keeps it:
+the one of the `nvidia-cuda-nvcc` wheel (a dependency, the same release as the
+nvJitLink wheel), else one on PATH; with neither, nvJitLink's cubin with a warning
+(correct, and slow).
 """
 from __future__ import annotations
 
 import functools
+import importlib.util
 import re
 import shutil
 import subprocess
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,7 +76,42 @@ def ptx_to_cubin(ptx: str, arch: str, *, verbose: bool = True,
     `ptxas info` lines when `verbose`. The last few results are kept: the sm_90a
     kernel's register-bound check (Note [CTAs per SM]) assembles the same PTX that the
     bundle then assembles again."""
+    if _needs_whole_program(ptx):
+        return _assemble_whole_program(ptx, arch, tuple(options))
     return _assemble(ptx, arch, verbose, tuple(options))
+
+
+def _needs_whole_program(ptx: str) -> bool:
+    return "setmaxnreg" in ptx
+
+
+@functools.lru_cache(maxsize=8)
+def _assemble_whole_program(ptx: str, arch: str, options: tuple[str, ...]) -> CubinResult:
+    """Note [Whole-program assembly]."""
+    ptxas = whole_program_ptxas()
+    if ptxas is None:
+        warnings.warn("this kernel sets its warpgroups' registers (setmaxnreg), which nvJitLink "
+                      "ignores; no ptxas binary found (pip install nvidia-cuda-nvcc, or put one on PATH), "
+                      "so it is assembled without: correct, but it spills", RuntimeWarning, stacklevel=3)
+        return _assemble(ptx, arch, True, options)
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
+        src.write_text(ptx)
+        proc = subprocess.run([ptxas, _arch_flag(arch), *options, "-v", str(src), "-o", str(out)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CubinError(f"ptxas ({ptxas}) failed for {arch}:\n{proc.stderr}")
+        return CubinResult(out.read_bytes(), proc.stdout + proc.stderr)
+
+
+def whole_program_ptxas() -> str | None:
+    """The `ptxas` of the nvidia-cuda-nvcc wheel, else the one on PATH, else None."""
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for candidate in sorted(Path(root).glob("cu*/bin/ptxas"), reverse=True):
+            if candidate.is_file():
+                return str(candidate)
+    return ptxas_path()
 
 
 @functools.lru_cache(maxsize=8)

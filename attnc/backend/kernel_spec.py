@@ -65,6 +65,7 @@ SM90_MAX_DYNAMIC_SMEM = 232448      # bytes per block on H100/H200 (227 KB)
 SM90_SMEM_PER_SM = 228 * 1024       # H100/H200: shared memory per SM
 SM90_SMEM_RESERVED_PER_CTA = 1024   # the driver's reserve per resident CTA
 SM90_REGISTERS_PER_SM = 65536       # 32-bit registers per SM
+PRODUCER_THREADS = 128              # sm_90a: the producer warpgroup (one warpgroup of 4 warps)
 # The instruction set the kernel's two GEMMs use: mma.sync (sm_80, runs on every GPU
 # since) or wgmma from swizzled shared memory (sm_90a, Note [wgmma steps] in sm90.py).
 KERNEL_TARGETS = ("sm_80", "sm_90a")
@@ -167,6 +168,10 @@ class Sm80KernelSpec:
                                           # sm80_masks.py); None: bits up to block_n 128
     min_ctas_per_sm: Optional[int] = None  # .minnctapersm (0: none); None: min_ctas decides
     target: str = "sm_80"                  # one of KERNEL_TARGETS
+    producer_warpgroup: Optional[bool] = None  # sm_90a: a warpgroup that only loads, besides the
+                                          # num_warps computing ones (Note [Producer warpgroup] in
+                                          # sm90_ws.py); None: warp_specialized decides
+    pingpong: bool = False                 # with it: two consumer warpgroups take turns at the GEMMs
 
     # -- derived
     @property
@@ -233,8 +238,8 @@ class Sm80KernelSpec:
         and its occupancy depends on the GPU's shared memory (A100 or later)."""
         if self.min_ctas_per_sm is not None:
             return self.min_ctas_per_sm
-        if self.target != "sm_90a":
-            return 0
+        if self.target != "sm_90a" or self.warp_specialized:
+            return 0        # (a producer's warpgroups set their own registers: setmaxnreg)
         by_smem = SM90_SMEM_PER_SM // (self.smem_bytes + SM90_SMEM_RESERVED_PER_CTA)
         by_registers = SM90_REGISTERS_PER_SM // (self.threads * 128)
         ctas = min(by_smem, by_registers)
@@ -249,8 +254,33 @@ class Sm80KernelSpec:
         return "bits" if self.block_n <= 128 else "range"
 
     @property
+    def warp_specialized(self) -> bool:
+        """producer_warpgroup resolved. By default on sm_90a where two consumer warpgroups
+        share a 128-row Q tile at head dim 128 (one CTA per SM): causal 2.324 -> 1.923 ms,
+        softcap 2.579 -> 2.013, ALiBi 2.479 -> 2.032 (H200, M = N = 8192, bf16, B = 4,
+        H = 16, median of 5 interleaved rounds). Not with one consumer warpgroup (64-row
+        tiles, several CTAs per SM, which overlap each other already): at head dim 64
+        causal 2.450 -> 4.100 ms, documents at d = 128 (64x64) 0.480 -> 0.728; nor at head
+        dim 64 on 128-row tiles (causal 2.884, softcap 3.269 against 2.450 and 3.289 at
+        64x128 without)."""
+        if self.producer_warpgroup is not None:
+            return self.producer_warpgroup
+        return (self.target == "sm_90a" and self.num_warps == 8 and self.stages >= 2
+                and max(self.head_dim_qk, self.head_dim_v) == 128 and self.q_blocks_per_cta in (None, 1))
+
+    @property
     def threads(self) -> int:
-        return 32 * self.num_warps
+        """Threads of the CTA: the computing warps, and the producer warpgroup's."""
+        return 32 * self.num_warps + (PRODUCER_THREADS if self.warp_specialized else 0)
+
+    @property
+    def loader_threads(self) -> int:
+        """Threads that issue the cp.async copies: the producer's, or every thread."""
+        return PRODUCER_THREADS if self.warp_specialized else self.threads
+
+    @property
+    def consumer_warpgroups(self) -> int:
+        return self.num_warps // 4
 
     @property
     def rows_per_warp(self) -> int:
@@ -278,8 +308,15 @@ class Sm80KernelSpec:
         return self.block_n * self.head_dim_v * 2
 
     @property
-    def smem_bytes(self) -> int:
+    def tiles_bytes(self) -> int:
+        """Shared memory of the Q tile and the K/V slots."""
         return self.q_tile_bytes + self.stages * (self.k_tile_bytes + self.v_tile_bytes)
+
+    @property
+    def smem_bytes(self) -> int:
+        """The tiles, and with a producer warpgroup its mbarriers: Q's, and per slot K's
+        and V's full and empty barriers, 8 bytes each."""
+        return self.tiles_bytes + (8 * (1 + 4 * self.stages) if self.warp_specialized else 0)
 
     @property
     def acc_registers(self) -> int:
@@ -332,13 +369,22 @@ class Sm80KernelSpec:
                  f"qk_unroll={self.qk_unroll} must divide {half_page} (k16 steps per smem page), or be 0")
         _require(self.scale > 0, f"softmax_scale={self.scale}: must be positive")
         for d in {self.head_dim_qk, self.head_dim_v}:
-            per_pass = self.threads * 8 // self.page_width(d)
+            per_pass = self.loader_threads * 8 // self.page_width(d)
             _require(per_pass % 8 == 0,
-                     f"{self.threads} threads copy rows of head dim {d} in passes of {per_pass} rows, "
+                     f"{self.loader_threads} threads copy rows of head dim {d} in passes of {per_pass} rows, "
                      f"which breaks the 8-row swizzle: raise num_warps")
         _require(self.target in KERNEL_TARGETS, f"target {self.target!r}: expected one of {KERNEL_TARGETS}")
         if self.target == "sm_90a":
             self._check_sm90a()
+        _require(not self.warp_specialized or self.target == "sm_90a",
+                 f"a producer warpgroup is an sm_90a kernel's (mbarriers), not {self.target}'s")
+        _require(not self.pingpong or (self.warp_specialized and self.consumer_warpgroups == 2),
+                 f"pingpong takes turns between two consumer warpgroups (block_m=128) and needs the "
+                 f"producer warpgroup: block_m={self.block_m}, producer_warpgroup={self.warp_specialized}")
+        _require(not self.warp_specialized or self.blocks_per_cta == 1,
+                 "with a producer warpgroup each CTA runs one query block (q_blocks_per_cta=1)")
+        _require(not self.warp_specialized or self.stages >= 2,
+                 "a producer warpgroup needs at least two K/V stages")
         _require(self.acc_registers <= MAX_ACC_REGS,
                  f"{self.acc_registers} f32 accumulator registers per thread (S {self.block_n} wide, "
                  f"O {self.head_dim_v} wide, {self.m_atoms} row tiles per warp) exceed {MAX_ACC_REGS}: "

@@ -219,6 +219,72 @@ class CtaBarrier:
         nvvm.barrier0()
 
 
+class NamedBarrier:
+    """`bar.sync` / `bar.arrive` on hardware barrier `index` (1..15; 0 is the CTA's) for
+    `threads` threads, a multiple of 32: the warps that sync wait until that many
+    threads have arrived or synced."""
+
+    def __init__(self, e: Emit, index: int, threads: int):
+        if not 1 <= index <= 15 or threads % 32:
+            raise ValueError(f"named barrier {index} for {threads} threads")
+        self.e, self.index, self.threads = e, index, threads
+
+    def sync(self) -> None:
+        _asm([], [], f"bar.sync {self.index}, {self.threads};", "")
+
+    def arrive(self) -> None:
+        _asm([], [], f"bar.arrive {self.index}, {self.threads};", "")
+
+
+class MBarrier:
+    """sm_90 shared-memory mbarriers (8 bytes each) at i32 shared addresses: `init` with
+    an expected arrival count, arrivals by threads or by the completion of a thread's
+    cp.async copies, and a wait for the completion of the phase of a given parity.
+    A fresh barrier is in phase 0, so waiting for parity 1 returns at once (the
+    "previous" phase counts as complete): a producer waits for an empty slot with
+    parity (use & 1) ^ 1 from its first use on."""
+
+    def __init__(self, e: Emit):
+        self.e = e
+
+    def init(self, addr, count: int) -> None:
+        _asm([], [addr], f"mbarrier.init.shared::cta.b64 [$0], {count};", "r")
+
+    def arrive(self, addr, only=None) -> None:
+        """One arrival; with the i1 `only`, by the threads where it holds."""
+        if only is None:
+            _asm([], [addr], "mbarrier.arrive.shared::cta.b64 _, [$0];", "r")
+            return
+        _asm([], [addr, arith.extui(self.e.i32, only)],
+             "{\n.reg .pred p;\nsetp.ne.b32 p, $1, 0;\n@p mbarrier.arrive.shared::cta.b64 _, [$0];\n}", "r,r")
+
+    def arrive_on_copies(self, addr) -> None:
+        """An arrival once every cp.async this thread issued before has landed (.noinc:
+        it is one of the `count` the barrier expects)."""
+        _asm([], [addr], "cp.async.mbarrier.arrive.noinc.shared::cta.b64 [$0];", "r")
+
+    def wait(self, addr, parity) -> None:
+        """Block until the phase of parity `parity` (i32, 0 or 1) has completed."""
+        _asm([], [addr, parity],
+             "{\n.reg .pred done;\nwait_${:uid}:\n"
+             "mbarrier.try_wait.parity.shared::cta.b64 done, [$0], $1;\n"
+             "@!done bra wait_${:uid};\n}", "r,r")
+
+
+def set_max_registers(count: int, increase: bool) -> None:
+    """`setmaxnreg`: this warpgroup's registers per thread from here on (24..256, a
+    multiple of 8); every warp of the warpgroup must run it."""
+    if not 24 <= count <= 256 or count % 8:
+        raise ValueError(f"setmaxnreg {count}: expected a multiple of 8 in 24..256")
+    _asm([], [], f"setmaxnreg.{'inc' if increase else 'dec'}.sync.aligned.u32 {count};", "")
+
+
+def fence_async_proxy() -> None:
+    """Order this thread's generic-proxy view of shared memory before its later
+    async-proxy accesses (wgmma's operand reads)."""
+    _asm([], [], "fence.proxy.async.shared::cta;", "")
+
+
 class LdMatrix:
     """`ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16`: four 8x8 b16 matrices, lane
     8q+r giving the (i32 shared) address of row r of matrix q; returns four i32 registers."""

@@ -115,6 +115,7 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
                       "mask": spec.mask, "score_mod": _score_kind(spec), "sink": spec.sink is not None,
                       "with_lse": spec.with_lse, "softmax_scale": spec.scale,
                       "q_blocks_per_cta": spec.blocks_per_cta, "min_ctas_per_sm": spec.min_ctas,
+                      "producer_warpgroup": spec.warp_specialized, "pingpong": spec.pingpong,
                       "interval_test": spec.interval_test_form if spec.row_interval is not None else None}
     return KernelAbi(spec.symbol, tuple(params), (spec.threads, 1, 1), spec.smem_bytes,
                      ((["cdiv", "M", spec.block_m * spec.blocks_per_cta],), ("H",), ("B",)), specialization)
@@ -179,9 +180,12 @@ def _build_module(spec: Sm80KernelSpec, context: ir.Context | None) -> tuple[ir.
             arg_types = [_param_type(p) for p in abi.params]
             func = gpu.GPUFuncOp(ir.TypeAttr.get(ir.FunctionType.get(arg_types, [])), spec.symbol,
                                  kernel=True, known_block_size=list(abi.block))
-            if spec.min_ctas:
+            # A producer warpgroup's setmaxnreg takes effect only in a kernel that ptxas
+            # knows runs one CTA per SM (.minnctapersm 1; without it ptxas drops it).
+            min_ctas = 1 if spec.warp_specialized and not spec.min_ctas else spec.min_ctas
+            if min_ctas:
                 func.operation.attributes["nvvm.minctasm"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32),
-                                                                               spec.min_ctas)
+                                                                               min_ctas)
             entry = func.body.blocks.append(*arg_types)
         with ir.InsertionPoint(entry):
             args = {_param_name(p): a for p, a in zip(abi.params, entry.arguments)}
@@ -196,6 +200,9 @@ def _build_module(spec: Sm80KernelSpec, context: ir.Context | None) -> tuple[ir.
 
 
 def _forward_class(spec: Sm80KernelSpec):
+    if spec.warp_specialized:
+        from attnc.backend.sm90_ws import Sm90WsForward
+        return Sm90WsForward
     if spec.target == "sm_90a":
         from attnc.backend.sm90 import Sm90Forward
         return Sm90Forward

@@ -57,7 +57,7 @@ def lowering_from_ir(result) -> Sm80Lowering:
 def _lowering_from_ir(result) -> Sm80Lowering:
     from attnc.backend.blockmap import blockmap_plan
     from attnc.backend.kernel_spec import KERNEL_TARGETS, Sm80KernelSpec, SpecError
-    from attnc.passes.lower_sm80 import INTERVAL_TEST_ATTR, MIN_CTAS_ATTR, Q_BLOCKS_ATTR
+    from attnc.passes.lower_sm80 import INTERVAL_TEST_ATTR, MIN_CTAS_ATTR, PINGPONG_ATTR, PRODUCER_ATTR, Q_BLOCKS_ATTR
     from attnc.passes.analyze_masks import mask_functions
 
     variant = result.variant
@@ -86,6 +86,8 @@ def _lowering_from_ir(result) -> Sm80Lowering:
         q_blocks_per_cta=get_int(op, Q_BLOCKS_ATTR) if Q_BLOCKS_ATTR in op.attributes else None,
         interval_test=get_str(op, INTERVAL_TEST_ATTR) if INTERVAL_TEST_ATTR in op.attributes else None,
         min_ctas_per_sm=get_int(op, MIN_CTAS_ATTR) if MIN_CTAS_ATTR in op.attributes else None,
+        producer_warpgroup=bool(get_int(op, PRODUCER_ATTR)) if PRODUCER_ATTR in op.attributes else None,
+        pingpong=PINGPONG_ATTR in op.attributes and bool(get_int(op, PINGPONG_ATTR)),
         **hooks.spec_fields())
     try:
         return Sm80Lowering(spec.check(), blockmap)

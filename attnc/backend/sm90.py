@@ -152,14 +152,16 @@ class Sm90Forward(_Sm80Forward):
         e, s = self.e, self.spec
         t_full = kv.steps_above(e, kv.full_hi)
         t_low = kv.steps_above(e, kv.full_lo if kv.full_lo is not None else kv.lo)
-        # Step 0's scores: its K is the prologue's first K/V group (groups Q, K0, V0, K1,
-        # ..., V(S-2), K(S-1)), followed by 2S - 2 younger ones.
-        self.cp.wait(2 * s.stages - 2)
-        self.bar.sync()
+        self._await_first()
         n0 = kv.block(e, e.c32(0))
         skip = self._skip(n0) if s.tile_skip is not None else None
-        probs, state, alpha = self._softmax_step(self._scores(self._qk(self._slot_offset(0, e.c32(0))), n0,
-                                                              "partial", skip), state, "partial")
+        self.wgmma.fence()
+        self._turn_begin()
+        acc_s = self._qk_issue(self._slot_offset(0, e.c32(0)))
+        self._turn_end()
+        acc_s = self._unflatten(self.wgmma.wait(acc_s), s.block_n // 8)
+        self._k_read(e.c32(0))
+        probs, state, alpha = self._softmax_step(self._scores(acc_s, n0, "partial", skip), state, "partial")
         zero = e.cf(0.0)
         # Nothing in flight yet: O is zero, and no P is read.
         no_p = llvm.mlir_undef(self.mma.pair_type)
@@ -172,10 +174,59 @@ class Sm90Forward(_Sm80Forward):
             state, flight = self._overlapped_loop(lo, hi, kv, state, flight, mode)
         # The last step's P.V.
         acc_o, p = self._land(flight)
+        last = e.sub(total, 1)
+        self._await_last(last)
+        self.wgmma.fence()
+        self._turn_begin()
+        acc = self._pv_issue(p, acc_o, self._slot_offset(0, last))
+        self._turn_end()
+        return self._unflatten(self.wgmma.wait(acc, through=_flat(p))[:len(acc)]), state
+
+    # -- what the steps wait for: the CTA's own cp.async loads (overridden in sm90_ws.py)
+    def _await_first(self) -> None:
+        """Before step 0's QK^T: its K is the prologue's first K/V group (groups Q, K0,
+        V0, K1, ..., V(S-2), K(S-1)), followed by 2S - 2 younger ones."""
+        self.cp.wait(2 * self.spec.stages - 2)
+        self.bar.sync()
+
+    def _await_last(self, last) -> None:
+        """Before the P.V of step `last`: every load has landed."""
         self.cp.wait(0)
         self.bar.sync()
-        self.wgmma.fence()
-        return self._pv_issue_wait(p, acc_o, self._slot_offset(0, e.sub(total, 1))), state
+
+    def _await_step(self, u, n_block, kv, mode: str):
+        """Iteration u, once P.V(u - 2) has landed: wait for K(u) and V(u - 1), and (the
+        CTA's own loads) refill the slots that frees; `skip`, the tile_skip answer for
+        n_block, when asked."""
+        e, s = self.e, self.spec
+        # K of step u and V of step u - 1 have landed (the 2S - 4 younger groups are the
+        # loads of the S - 2 iterations since), and every warp is done with step u - 1's
+        # QK^T and step u - 2's P.V: their slots take V of u + S - 2 and K of u + S - 1.
+        stages = s.stages
+        self.cp.wait(2 * stages - 4)
+        self.bar.sync()
+        ragged = mode != "full"
+        ask_skip = ragged and s.tile_skip is not None
+        skip = self._skip(n_block) if ask_skip else None
+        slot, prev = self._slot_offset(0, u), self._slot_offset(stages - 1, u)
+        if stages == 2:
+            self._load_kv("v", n_block, slot, ragged, skip)
+            self.cp.commit()
+        else:
+            v_block, v_exists = kv.ahead(e, u, n_block, stages - 2)
+            self._load_kv_if("v", v_block, self._slot_offset(stages - 2, u), v_exists, ragged, ask_skip)
+        k_block, exists = kv.ahead(e, u, n_block, stages - 1)
+        self._load_kv_if("k", k_block, prev, exists, ragged, ask_skip)
+        return skip
+
+    def _k_read(self, u) -> None:
+        """QK^T(u) has been waited for: its K slot is free (for a producer to refill)."""
+
+    def _turn_begin(self) -> None:
+        """Before a warpgroup issues its GEMMs (ping-pong turns, sm90_ws.py)."""
+
+    def _turn_end(self) -> None:
+        """After a warpgroup issued its GEMMs."""
 
     def _overlapped_loop(self, lo, hi, kv, state, flight: "_InFlight", mode: str):
         """scf.for over iterations [lo, hi), carrying m, l and what is in flight."""
@@ -205,28 +256,16 @@ class Sm90Forward(_Sm80Forward):
         e, s, mma = self.e, self.spec, self.wgmma
         n_block = kv.block(e, u)
         acc_o, p = self._land(flight)
-        # K of step u and V of step u - 1 have landed (the 2S - 4 younger groups are the
-        # loads of the S - 2 iterations since), and every warp is done with step u - 1's
-        # QK^T and step u - 2's P.V: their slots take V of u + S - 2 and K of u + S - 1.
-        stages = s.stages
-        self.cp.wait(2 * stages - 4)
-        self.bar.sync()
-        ragged = mode != "full"
-        ask_skip = ragged and s.tile_skip is not None
-        skip = self._skip(n_block) if ask_skip else None
-        slot, prev = self._slot_offset(0, u), self._slot_offset(stages - 1, u)
-        if stages == 2:
-            self._load_kv("v", n_block, slot, ragged, skip)
-            self.cp.commit()
-        else:
-            v_block, v_exists = kv.ahead(e, u, n_block, stages - 2)
-            self._load_kv_if("v", v_block, self._slot_offset(stages - 2, u), v_exists, ragged, ask_skip)
-        k_block, exists = kv.ahead(e, u, n_block, stages - 1)
-        self._load_kv_if("k", k_block, prev, exists, ragged, ask_skip)
+        skip = self._await_step(u, n_block, kv, mode)
+        slot, prev = self._slot_offset(0, u), self._slot_offset(s.stages - 1, u)
         mma.fence()
+        self._turn_begin()
         acc_s = self._qk_issue(slot)
         acc_o = self._pv_issue(p, acc_o, prev)
-        rows = self._scores(self._unflatten(mma.wait(acc_s, pending=1), s.block_n // 8), n_block, mode, skip)
+        self._turn_end()
+        acc_s = self._unflatten(mma.wait(acc_s, pending=1), s.block_n // 8)
+        self._k_read(u)
+        rows = self._scores(acc_s, n_block, mode, skip)
         probs, state, alpha = self._softmax_step(rows, state, mode)
         return state, _InFlight(acc_o, _flat(p), _flat(probs), alpha or [])
 

@@ -5,17 +5,20 @@ the kernel of attnc/backend/sm90.py: the sm_80 kernel's cp.async loads, masks, o
 softmax and epilogue around wgmma GEMMs (Q and K, V from the swizzled shared-memory
 tiles through descriptors, P from registers), in warpgroups of 64 query rows.
 
-What the plan says and this kernel does not do yet: the TMA producer warpgroup, the
-mbarrier ring and the consumers' ping-pong and register budgets (attn-warp-specialize,
-attn-insert-pipelines for sm_90a). The kernel runs the plan's tiles and K/V stages with
-block_m/16 warps, all of them loading and computing.
+Two kernels: with 64-row Q tiles (one warpgroup, several CTAs per SM) block_m/16 warps
+all load and compute (sm90.py); with two warpgroups of 64 rows at head dim 128, a
+producer warpgroup loads into an mbarrier ring that the consumer warpgroups read, and
+setmaxnreg moves registers from it to them (sm90_ws.py, Note [Producer warpgroup]), as
+the plan of attn-warp-specialize and attn-insert-pipelines says. Not yet: TMA (the
+producer's copies are cp.async) and, by default, the consumers' ping-pong (the option
+`pingpong` builds it; at head dim 128 it measured slower than without).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
-from attnc.passes.lower_sm80 import LowerSm80
+from attnc.passes.lower_sm80 import LowerSm80, lower_sm80
 
 
 @dataclass(frozen=True)
@@ -24,3 +27,15 @@ class LowerSm90a(LowerSm80):
 
     name: ClassVar[str] = "attn-lower-sm90a"
     target: ClassVar[str] = "sm_90a"
+    producer_warpgroup: bool | None = field(default=None, metadata={
+        "doc": "a warpgroup that only loads (cp.async into an mbarrier ring) besides the computing ones, "
+               "which set their registers with setmaxnreg (Note [Producer warpgroup]; default: on for two "
+               "consumer warpgroups at head dim 128, Sm80KernelSpec.warp_specialized)"})
+    pingpong: bool | None = field(default=None, metadata={
+        "doc": "with producer_warpgroup and block_m=128: the two consumer warpgroups take turns at "
+               "the GEMMs (default: off)"})
+
+    def run(self, module) -> None:
+        lower_sm80(module, self.q_blocks_per_cta, self.interval_test, pass_target=self.target,
+                   min_ctas_per_sm=self.min_ctas_per_sm, producer_warpgroup=self.producer_warpgroup,
+                   pingpong=self.pingpong)
