@@ -93,7 +93,8 @@ TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
         (96, 96): TableRow(TileConfig(128, 128, stages=2, num_warps=12)),
         # FA3 runs 176-key blocks without a mask (128 with one, so that masked tiles
         # line up with the 128-row Q tiles), with its consumers' registers raised by
-        # setmaxnreg. attn-lower-sm90a's kernel has no register budgets yet: 128 keys,
+        # setmaxnreg. attn-lower-sm90a's kernel (before its producer warpgroup, which
+        # is the default here: Sm80KernelSpec.warp_specialized): 128 keys,
         # and three K/V stages (loads two steps ahead): causal 2.306 -> 2.228 ms, ALiBi
         # 2.393 -> 2.246, softcap 2.583 -> 2.507 (results/profile/sweep_sm90_stages3_h200.json;
         # at head dim 64 and at 64x64 tiles three stages measured 4-35 % slower).
