@@ -565,7 +565,6 @@ class _Sm80Forward:
     def _epilogue(self, acc_o, state: SoftmaxState) -> None:
         e, s = self.e, self.spec
         epilogue = Epilogue(e, self.softmax, s.o_dtype, self.row0, self.col0, self.lane)
-        state = self.masker.unshift(state)
         epilogue.store(acc_o, state, self._tensor("o", self.b, self.h), e.arg("stride_o_2"),
                        self._tensor("lse", self.b, self.h) if s.with_lse else None, self._sink())
 

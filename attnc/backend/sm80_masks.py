@@ -12,7 +12,6 @@ from mlir.dialects import arith, scf
 
 from attnc.backend.kernel_spec import KeepFn, RowIntervalFn, ScoreBiasFn, ScoreModFn
 from attnc.backend.nvgpu_builders import Emit
-from attnc.backend.sm80_softmax import SoftmaxState
 
 
 def rows_of(acc) -> list[list]:
@@ -82,22 +81,8 @@ class ScoreMasker:
 
     def _linear_bias(self, rows, n_block):
         """s + bias / scale with the bias a * float(l + cj * d) (Note [Bias linear in j] in
-        hooks.py): per row one I2F, per score an FADD of an immediate and an FFMA; or,
-        Note [Bias by column], per column an IADD, an I2F and an FMUL, and per score one
-        FADD. (Per column a * float(l0) + a * d as one FFMA is fewer instructions, but
-        ptxas then computes all of a tile's column biases ahead of the scores: the ALiBi
-        example spilled at sm_80's 255 registers, and the sm_90a kernel at head dim 64
-        lost its three-CTA register bound, Note [CTAs per SM].)"""
+        hooks.py): per row one I2F, per score an FADD of an immediate and an FFMA."""
         e = self.e
-        if self.score_bias.by_column:
-            a, l0, cj = self._first_row_terms(n_block)
-            out = [[] for _ in rows]
-            for c in range(len(rows[0])):       # column by column: one bias live at a time
-                d = cj * self.coords.column(c)
-                bias = e.fmul(a, arith.sitofp(e.f32, e.add(l0, d)))
-                for row, new_row in zip(rows, out):
-                    new_row.append(e.fadd(row[c], bias))
-            return out
         out = []
         for r, row in enumerate(rows):
             i, j0 = self.coords(r, 0, n_block)
@@ -111,30 +96,6 @@ class ScoreMasker:
                 new_row.append(e.fma(a, t, x))
             out.append(new_row)
         return out
-
-    def unshift(self, state: SoftmaxState) -> SoftmaxState:
-        """The state with each row's running max in the true score units: Note [Bias by
-        column] (hooks.py) left row r's scores short of the true ones by the raw-unit
-        constant a * float(R(i_r) - R(i_0)) / scale, which the max takes back (the sum,
-        taken relative to the max, is the same); a no-op otherwise."""
-        if not getattr(self.score_bias, "by_column", False):
-            return state
-        e, zero = self.e, self.e.c32(0)
-        a, l0, _ = self._first_row_terms(zero)
-        m = [state.m[0]]
-        for r in range(1, len(state.m)):
-            i, j = self.coords(r, 0, zero)
-            _, l, _ = self.score_bias.row_terms(e, self.b, self.h, i, j)
-            m.append(e.fma(a, arith.sitofp(e.f32, e.sub(l, l0)), state.m[r]))
-        return SoftmaxState(m, state.l)
-
-    def _first_row_terms(self, n_block):
-        """(a / scale, l, cj) of the bias at the lane's first row and column of key block
-        `n_block` (Note [Bias by column])."""
-        e = self.e
-        i0, j0 = self.coords(0, 0, n_block)
-        a, l0, cj = self.score_bias.row_terms(e, self.b, self.h, i0, j0)
-        return e.fmul(a, 1.0 / self.scale), l0, cj
 
     def mask(self, rows, n_block, drop_all=None):
         """-inf where j >= N or keep(b, h, i, j) is false (everywhere when the i1
