@@ -139,6 +139,9 @@ class Sm90WsForward(Sm90Forward):
                 self._produce("v", kv, t)
                 scf.yield_([])
             scf.yield_([])
+        # No copy of this thread is left in flight when it exits (the consumers may
+        # still be waiting for the last ones).
+        self.cp.wait(0)
 
     def _produce(self, name: str, kv, t) -> None:
         """Load K or V of step t into its slot once it is empty, then arrive on its full
