@@ -24,7 +24,7 @@ ABI as a JSON attribute `attn.kernels` on it:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
 from attnc.passes.registry import Pass
@@ -58,8 +58,8 @@ class LowerSm80(Pass):
                "0: no bound; default: Sm80KernelSpec.min_ctas, from the target's measurements)"})
 
     def run(self, module) -> None:
-        lower_sm80(module, self.q_blocks_per_cta, self.interval_test, pass_target=self.target,
-                   min_ctas_per_sm=self.min_ctas_per_sm)
+        # Every option is a keyword of lower_sm80 (attn-lower-sm90a adds its own).
+        lower_sm80(module, pass_target=self.target, **{f.name: getattr(self, f.name) for f in fields(self)})
 
 
 def lower_sm80(module, q_blocks_per_cta: int | None = None, interval_test: str | None = None,

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from attnc.passes.lower_sm80 import LowerSm80, lower_sm80
+from attnc.passes.lower_sm80 import LowerSm80
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,3 @@ class LowerSm90a(LowerSm80):
     pingpong: bool | None = field(default=None, metadata={
         "doc": "with producer_warpgroup and block_m=128: the two consumer warpgroups take turns at "
                "the GEMMs (default: off)"})
-
-    def run(self, module) -> None:
-        lower_sm80(module, self.q_blocks_per_cta, self.interval_test, pass_target=self.target,
-                   min_ctas_per_sm=self.min_ctas_per_sm, producer_warpgroup=self.producer_warpgroup,
-                   pingpong=self.pingpong)

@@ -139,3 +139,17 @@ def test_lowering_options_reach_the_manifest(options, producer, pingpong):
     assert (sp["producer_warpgroup"], sp["pingpong"]) == (producer, pingpong)
     assert art.manifest["kernels"][0]["block"] == [384 if producer else 256, 1, 1]
     assert ("setmaxnreg" in art.ptx) is producer
+
+
+def test_without_a_ptxas_binary_the_kernel_still_assembles_and_says_why(monkeypatch):
+    """Note [Whole-program assembly]: with no ptxas to be found, nvJitLink assembles the
+    PTX (setmaxnreg dropped: correct, but it spills) and a RuntimeWarning says so."""
+    text, _ = compiled(spec())
+    monkeypatch.setattr(cubin, "whole_program_ptxas", lambda: None)
+    cubin._assemble_whole_program.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="setmaxnreg"):
+            result = cubin.ptx_to_cubin(text, "sm_90a")
+    finally:
+        cubin._assemble_whole_program.cache_clear()
+    assert result.cubin and "'setmaxnreg' ignored" in result.info_log
