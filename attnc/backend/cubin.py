@@ -72,8 +72,8 @@ def _log(getter_size, getter, handle) -> str:
 
 def ptx_to_cubin(ptx: str, arch: str, *, verbose: bool = True,
                  options: tuple[str, ...] = ("-O3",)) -> CubinResult:
-    """Assemble `ptx` for `arch` (e.g. "sm_80") with nvJitLink; the info log holds the
-    `ptxas info` lines when `verbose`. The last few results are kept: the sm_90a
+    """Assemble `ptx` for `arch` (e.g. "sm_80") with nvJitLink (PTX that uses setmaxnreg:
+    Note [Whole-program assembly]); the info log holds the `ptxas info` lines when `verbose`. The last few results are kept: the sm_90a
     kernel's register-bound check (Note [CTAs per SM]) assembles the same PTX that the
     bundle then assembles again."""
     if _needs_whole_program(ptx):
@@ -94,6 +94,11 @@ def _assemble_whole_program(ptx: str, arch: str, options: tuple[str, ...]) -> Cu
                       "ignores; no ptxas binary found (pip install nvidia-cuda-nvcc, or put one on PATH), "
                       "so it is assembled without: correct, but it spills", RuntimeWarning, stacklevel=3)
         return _assemble(ptx, arch, True, options)
+    return _run_ptxas(ptxas, ptx, arch, options)
+
+
+def _run_ptxas(ptxas: str, ptx: str, arch: str, options: tuple[str, ...] = ()) -> CubinResult:
+    """`ptxas -v` on `ptx` as a whole program: the cubin and its info lines."""
     with tempfile.TemporaryDirectory() as tmp:
         src, out = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
         src.write_text(ptx)
@@ -161,21 +166,9 @@ def ptxas_path() -> str | None:
     return shutil.which("ptxas")
 
 
-def _ptxas_log(ptx: str, arch: str) -> str:
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "kernel.ptx"
-        src.write_text(ptx)
-        proc = subprocess.run([ptxas_path(), "-v", f"-arch={arch}", str(src),
-                               "-o", str(Path(tmp) / "kernel.cubin")],
-                              capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise CubinError(f"ptxas failed for {arch}:\n{proc.stderr}")
-    return proc.stdout + proc.stderr
-
-
 def resource_usage(ptx: str, arch: str, *, prefer_ptxas: bool = False) -> dict[str, ResourceUsage]:
     """Registers/spills per kernel of `ptx` compiled for `arch`."""
-    log = (_ptxas_log(ptx, arch) if prefer_ptxas and ptxas_path()
+    log = (_run_ptxas(ptxas_path(), ptx, arch).info_log if prefer_ptxas and ptxas_path()
            else ptx_to_cubin(ptx, arch, verbose=True).info_log)
     usage = parse_resource_usage(log)
     if not usage:
