@@ -66,6 +66,9 @@ SM90_SMEM_PER_SM = 228 * 1024       # H100/H200: shared memory per SM
 SM90_SMEM_RESERVED_PER_CTA = 1024   # the driver's reserve per resident CTA
 SM90_REGISTERS_PER_SM = 65536       # 32-bit registers per SM
 PRODUCER_THREADS = 128              # sm_90a: the producer warpgroup (one warpgroup of 4 warps)
+# Its mbarriers, 8 bytes each after the tiles: Q's, then per K/V slot these (sm90_ws.py).
+SLOT_BARRIERS = ("k_full", "v_full", "k_empty", "v_empty")
+MBARRIER_BYTES = 8
 # The instruction set the kernel's two GEMMs use: mma.sync (sm_80, runs on every GPU
 # since) or wgmma from swizzled shared memory (sm_90a, Note [wgmma steps] in sm90.py).
 KERNEL_TARGETS = ("sm_80", "sm_90a")
@@ -265,7 +268,7 @@ class Sm80KernelSpec:
         64x128 without)."""
         if self.producer_warpgroup is not None:
             return self.producer_warpgroup
-        return (self.target == "sm_90a" and self.num_warps == 8 and self.stages >= 2
+        return (self.target == "sm_90a" and self.consumer_warpgroups == 2 and self.stages >= 2
                 and max(self.head_dim_qk, self.head_dim_v) == 128 and self.q_blocks_per_cta in (None, 1))
 
     @property
@@ -314,9 +317,9 @@ class Sm80KernelSpec:
 
     @property
     def smem_bytes(self) -> int:
-        """The tiles, and with a producer warpgroup its mbarriers: Q's, and per slot K's
-        and V's full and empty barriers, 8 bytes each."""
-        return self.tiles_bytes + (8 * (1 + 4 * self.stages) if self.warp_specialized else 0)
+        """The tiles, and with a producer warpgroup its mbarriers (SLOT_BARRIERS)."""
+        barriers = 1 + len(SLOT_BARRIERS) * self.stages if self.warp_specialized else 0
+        return self.tiles_bytes + MBARRIER_BYTES * barriers
 
     @property
     def acc_registers(self) -> int:

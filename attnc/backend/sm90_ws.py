@@ -44,7 +44,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import nvvm, scf
 
-from attnc.backend.kernel_spec import PRODUCER_THREADS, SM90_REGISTERS_PER_SM
+from attnc.backend.kernel_spec import MBARRIER_BYTES, PRODUCER_THREADS, SLOT_BARRIERS, SM90_REGISTERS_PER_SM
 from attnc.backend.nvgpu_builders import MBarrier, NamedBarrier, fence_async_proxy, set_max_registers
 from attnc.backend.sm80_tiles import TileLoader
 from attnc.backend.sm90 import Sm90Forward
@@ -68,15 +68,15 @@ class Sm90WsForward(Sm90Forward):
         self.mbar = MBarrier(self.e)
         base, stages = spec.tiles_bytes, spec.stages
         self._bar_offsets = {"q_full": base}
-        for i, name in enumerate(("k_full", "v_full", "k_empty", "v_empty")):
-            self._bar_offsets[name] = base + 8 + 8 * stages * i
+        for i, name in enumerate(SLOT_BARRIERS):
+            self._bar_offsets[name] = base + MBARRIER_BYTES * (1 + stages * i)
 
     def _barrier(self, name: str, slot=None):
         """The shared address of barrier `name` (of K/V slot index `slot`, an i32)."""
         e = self.e
         offset = e.c32(self._bar_offsets[name])
         if slot is not None:
-            offset = e.add(offset, e.mul(slot, 8))
+            offset = e.add(offset, e.mul(slot, MBARRIER_BYTES))
         return self.smem.address(offset)
 
     def _use(self, t):
