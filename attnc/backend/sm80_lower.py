@@ -77,17 +77,21 @@ def _lowering_from_ir(result) -> Sm80Lowering:
     runtime = mode is None and mask_functions(op).kind == "runtime"
     blockmap = blockmap_plan(result, block_m, block_n) if runtime else None
     hooks = variant_hooks(op, variant, mode, blockmap, result.module)
+
+    def option(attr: str, get):
+        """A lowering option's choice recorded on the op (lower_sm80.py), or None."""
+        return get(op, attr) if attr in op.attributes else None
+
     spec = Sm80KernelSpec(
         dtype=variant.dtype, head_dim_qk=variant.head_dim_qk, head_dim_v=variant.head_dim_v,
         block_m=block_m, block_n=block_n,
         num_warps=num_warps, stages=kv[0].stages, target=target,
         out_dtype=variant.output("o").dtype, with_lse=variant.has_lse,
         softmax_scale=variant.scale, symbol=f"attnc_{variant.name}_fwd",
-        q_blocks_per_cta=get_int(op, Q_BLOCKS_ATTR) if Q_BLOCKS_ATTR in op.attributes else None,
-        interval_test=get_str(op, INTERVAL_TEST_ATTR) if INTERVAL_TEST_ATTR in op.attributes else None,
-        min_ctas_per_sm=get_int(op, MIN_CTAS_ATTR) if MIN_CTAS_ATTR in op.attributes else None,
-        producer_warpgroup=bool(get_int(op, PRODUCER_ATTR)) if PRODUCER_ATTR in op.attributes else None,
-        pingpong=PINGPONG_ATTR in op.attributes and bool(get_int(op, PINGPONG_ATTR)),
+        q_blocks_per_cta=option(Q_BLOCKS_ATTR, get_int), interval_test=option(INTERVAL_TEST_ATTR, get_str),
+        min_ctas_per_sm=option(MIN_CTAS_ATTR, get_int),
+        producer_warpgroup=option(PRODUCER_ATTR, lambda o, a: bool(get_int(o, a))),
+        pingpong=bool(option(PINGPONG_ATTR, get_int)),
         **hooks.spec_fields())
     try:
         return Sm80Lowering(spec.check(), blockmap)
