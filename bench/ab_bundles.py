@@ -21,7 +21,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "bench")]
 import attnc_runtime  # noqa: E402
-from bench_variants import N, SHAPES, attnc_params, timed  # noqa: E402
+from bench_variants import N, SHAPES, attnc_params, interleaved  # noqa: E402
 
 ROUNDS = 5
 
@@ -42,10 +42,7 @@ def main(bundles: Path) -> int:
             bound.launch()
             torch.cuda.synchronize()
             outputs[tag], launches[tag] = bound.outputs["o"].float().clone(), bound.launch
-        runs = collections.defaultdict(list)
-        for _ in range(ROUNDS):
-            for tag, launch in launches.items():
-                runs[tag].append(timed(launch, 20) * 1e3)
+        runs = interleaved(launches, ROUNDS, 20)
         base = outputs.get("base")
         for tag in launches:
             diff = (outputs[tag] - base).abs().max().item() if base is not None else float("nan")

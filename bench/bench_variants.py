@@ -70,6 +70,16 @@ def timed(fn, iters: int) -> float:
     return start.elapsed_time(end) / iters / 1e3
 
 
+def interleaved(timers: dict, rounds: int, iters: int) -> dict:
+    """Each key's times in ms, one per round; every round times every function once
+    (`timed`), so that a slow stretch of the machine lands in one round of each."""
+    runs = {key: [] for key in timers}
+    for _ in range(rounds):
+        for key, fn in timers.items():
+            runs[key].append(timed(fn, iters) * 1e3)
+    return runs
+
+
 def flex_case(case: str, h: int):
     """(score_mod, mask_mod) of a case for FlexAttention, as peers/peers.py writes them."""
     slopes = torch.exp2(-8.0 * torch.arange(1, h + 1, device="cuda") / h)
@@ -160,10 +170,7 @@ def main() -> int:
                 rows.append({"arch": arch, "head_dim": d, "case": case, "B": b, "H": h, "M": M, "N": N,
                              "kept": frac, "max_abs_diff_vs_flex": diff})
             del reference
-    runs = {key: [] for key in timers}
-    for _ in range(rounds):
-        for key, fn in timers.items():
-            runs[key].append(timed(fn, iters) * 1e3)
+    runs = interleaved(timers, rounds, iters)
     for row in rows:
         mine, theirs = runs[(row["arch"], row["head_dim"], row["case"])], runs[("flex", row["head_dim"], row["case"])]
         flops = 4 * row["B"] * row["H"] * M * N * row["head_dim"] * row["kept"]
