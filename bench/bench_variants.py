@@ -21,7 +21,8 @@ launches, then the mean of --iters (at least 20), in --rounds rounds (default 5)
 time every kernel once; a time is the median of its rounds (the JSON keeps them all, the
 table prints their range). TFLOP/s of useful work: 4*B*H*M*N*D
 times the fraction of (i, j) pairs the mask keeps, counted exactly. Before timing, each
-attnc output is compared with FlexAttention's (max |difference| printed). Prints a table,
+attnc output is compared with FlexAttention's (max |difference| printed). Causal is also
+timed, in the same rounds, on torch SDPA's cuDNN and flash (FA2) backends. Prints a table,
 then the issue's goals with each ratio:
 
     score_mod overhead over causal       softcap, ALiBi          <= 10 %
@@ -156,6 +157,8 @@ def main() -> int:
 
             reference = run_flex().float()
             timers[("flex", d, case)] = run_flex
+            if case == "causal":
+                timers.update({(name, d, case): fn for name, fn in sdpa_causal(q, k, v).items()})
             for arch in archs:
                 entry = index.get((arch, case, d))
                 if entry is None or "refused" in entry:
@@ -181,12 +184,50 @@ def main() -> int:
               f"flex {row['flex_tflops']:6.1f} ({row['flex_ms']:7.3f} ms, {spread(theirs)}) | "
               f"attnc/flex {row['flex_ms'] / row['attnc_ms']:4.2f}x | "
               f"max |attnc - flex| {row['max_abs_diff_vs_flex']:.2e}", flush=True)
+    sdpa = report_sdpa(rows, runs)
     goals = [g for arch in archs for g in report_goals([r for r in rows if r["arch"] == arch], arch)]
     if args.json:
         Path(args.json).write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                                               "iters": iters, "rounds": rounds, "rows": rows, "goals": goals},
-                                              indent=1))
+                                               "iters": iters, "rounds": rounds, "rows": rows, "goals": goals,
+                                               "sdpa_causal": sdpa}, indent=1))
     return 0
+
+
+def sdpa_causal(q, k, v) -> dict:
+    """torch SDPA's causal attention on its cuDNN and flash (FlashAttention-2) backends, as
+    peers/peers.py runs them; a backend this torch cannot run is left out (and said)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    out = {}
+    for name, backend in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
+        def run(backend=backend):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        try:
+            run()
+        except RuntimeError as e:
+            print(f"  {name} unavailable: {str(e).splitlines()[0]}")
+            continue
+        out[name] = run
+    return out
+
+
+def report_sdpa(rows: list[dict], runs: dict) -> list[dict]:
+    """attnc's causal kernels against SDPA's backends timed in the same rounds."""
+    report = []
+    for row in (r for r in rows if r["case"] == "causal"):
+        d = row["head_dim"]
+        for name in ("sdpa_cudnn", "sdpa_flash"):
+            if (name, d, "causal") not in runs:
+                continue
+            ms = median(runs[(name, d, "causal")])
+            flops = 4 * row["B"] * row["H"] * M * N * d * row["kept"]
+            report.append({"arch": row["arch"], "head_dim": d, "peer": name, "peer_ms": ms,
+                           "peer_tflops": flops / ms / 1e9, "attnc_ms": row["attnc_ms"],
+                           "peer_over_attnc": ms / row["attnc_ms"]})
+            print(f"d={d:3d} causal {row['arch']:6s}: {name} {flops / ms / 1e9:6.1f} TFLOP/s ({ms:7.3f} ms) | "
+                  f"attnc {row['attnc_tflops']:6.1f} | attnc/{name} {ms / row['attnc_ms']:4.2f}x", flush=True)
+    return report
 
 
 def spread(values: list[float]) -> str:
