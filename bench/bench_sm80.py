@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "runtime")]
+sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "bench")]
 import attnc_runtime  # noqa: E402
+from bench_variants import sdpa_runners  # noqa: E402
 
 WARMUP, ITERS = 3, 20
 
@@ -38,17 +38,9 @@ def timed(fn) -> float:
 
 
 def peers(q, k, v, causal: bool) -> dict:
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    out = {}
-    for name, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-        def run(backend=backend):
-            with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        try:
-            out[name] = timed(run)
-        except RuntimeError as e:
-            out[name] = None
-            print(f"  {name} unavailable: {str(e).splitlines()[0]}")
+    runners = sdpa_runners(q, k, v, causal)
+    out = {name: timed(runners[backend]) if backend in runners else None
+           for name, backend in (("fa2", "flash"), ("cudnn", "cudnn"))}
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     flex = torch.compile(flex_attention)
     mask = None

@@ -158,7 +158,7 @@ def main() -> int:
             reference = run_flex().float()
             timers[("flex", d, case)] = run_flex
             if case == "causal":
-                timers.update({(name, d, case): fn for name, fn in sdpa_causal(q, k, v).items()})
+                timers.update({("sdpa_" + name, d, case): fn for name, fn in sdpa_runners(q, k, v, True).items()})
             for arch in archs:
                 entry = index.get((arch, case, d))
                 if entry is None or "refused" in entry:
@@ -193,20 +193,20 @@ def main() -> int:
     return 0
 
 
-def sdpa_causal(q, k, v) -> dict:
-    """torch SDPA's causal attention on its cuDNN and flash (FlashAttention-2) backends, as
-    peers/peers.py runs them; a backend this torch cannot run is left out (and said)."""
+def sdpa_runners(q, k, v, causal: bool) -> dict:
+    """torch SDPA on its cuDNN and flash (FlashAttention-2) backends, as peers/peers.py runs
+    them: {"cudnn": fn, "flash": fn}; a backend this torch cannot run is left out (and said)."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     out = {}
-    for name, backend in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
         def run(backend=backend):
             with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         try:
             run()
         except RuntimeError as e:
-            print(f"  {name} unavailable: {str(e).splitlines()[0]}")
+            print(f"  sdpa {name} unavailable: {str(e).splitlines()[0]}")
             continue
         out[name] = run
     return out
