@@ -69,3 +69,4 @@ class DeviceInfo:
     name: str
     capability: Capability
     max_dynamic_smem_bytes: int     # per block, with the opt-in attribute set
+    multiprocessors: int            # SMs (a persistent kernel's grid: manifest.MinSms)

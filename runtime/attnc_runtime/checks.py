@@ -235,7 +235,7 @@ def _kernel_grids(manifest: Manifest, dims: Mapping[str, int], info: DeviceInfo)
             raise AttncRuntimeError(
                 f"kernel {kernel.name} needs {kernel.dynamic_smem_bytes} bytes of shared memory per "
                 f"block; device {info.ordinal} ({info.name}) allows {info.max_dynamic_smem_bytes}")
-        grid = tuple(shapes.product(g, dims) for g in kernel.grid)
+        grid = tuple(shapes.product(g, dims, info.multiprocessors) for g in kernel.grid)
         for axis, (size, limit, cluster) in enumerate(zip(grid, MAX_GRID, kernel.cluster)):
             rule = shapes.describe(kernel.grid[axis])
             if size > limit:

@@ -62,7 +62,8 @@ def device_info(ordinal: int) -> DeviceInfo:
         name=name.split(b"\0", 1)[0].decode(errors="replace"),
         capability=(get(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
                     get(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)),
-        max_dynamic_smem_bytes=get(attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN))
+        max_dynamic_smem_bytes=get(attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+        multiprocessors=get(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT))
 
 
 def pointer_device(ptr: int) -> int:

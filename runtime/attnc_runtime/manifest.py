@@ -20,8 +20,9 @@ The schema, format "attnc-bundle/1" (every key below is required unless marked):
                 launched in order
     specialization  free-form object (optional)
 
-A shape entry is a dim name or a fixed size. A factor is an int, a dim name or
-["cdiv", dim, int]. `align` is the byte alignment required of the base pointer and
+A shape entry is a dim name or a fixed size. A factor is an int, a dim name,
+["cdiv", dim, int] or, in a grid only, ["min_sms", factor, ...]: the product of the
+factors, but at most the device's number of SMs (a persistent kernel's grid). `align` is the byte alignment required of the base pointer and
 of every stride but the last: 16 by default for q, k, v and o (16-byte vector
 loads and stores), the element size otherwise. Params, in kernel ABI order:
 
@@ -64,7 +65,13 @@ class Cdiv:
     by: int
 
 
-Factor = Union[int, str, Cdiv]
+@dataclass(frozen=True)
+class MinSms:
+    """`min(product(factors), the device's SM count)`: a persistent kernel's grid."""
+    factors: tuple
+
+
+Factor = Union[int, str, Cdiv, MinSms]
 ShapeEntry = Union[int, str]
 
 
@@ -276,7 +283,7 @@ def _kernel(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, Te
         block=block,
         cluster=_triple(fields.get("cluster", [1, 1, 1]), f"{path}.cluster"),
         dynamic_smem_bytes=_int(fields["dynamic_smem_bytes"], f"{path}.dynamic_smem_bytes", minimum=0),
-        grid=tuple(_factors(g, f"{path}.grid[{i}]", dims) for i, g in enumerate(grid)),
+        grid=tuple(_factors(g, f"{path}.grid[{i}]", dims, in_grid=True) for i, g in enumerate(grid)),
         params=tuple(_param(p, f"{path}.params[{i}]", dims, tensors)
                      for i, p in enumerate(_list(fields["params"], f"{path}.params"))))
 
@@ -335,15 +342,19 @@ def _code(raw: Any) -> Mapping[str, str]:
     return dict(code)
 
 
-def _factors(raw: Any, path: str, dims: tuple[str, ...]) -> tuple[Factor, ...]:
-    return tuple(_factor(f, f"{path}[{i}]", dims) for i, f in enumerate(_list(raw, path)))
+def _factors(raw: Any, path: str, dims: tuple[str, ...], in_grid: bool = False) -> tuple[Factor, ...]:
+    return tuple(_factor(f, f"{path}[{i}]", dims, in_grid) for i, f in enumerate(_list(raw, path)))
 
 
-def _factor(raw: Any, path: str, dims: tuple[str, ...]) -> Factor:
+def _factor(raw: Any, path: str, dims: tuple[str, ...], in_grid: bool = False) -> Factor:
     if isinstance(raw, list):
+        if in_grid and raw[:1] == ["min_sms"]:
+            _list(raw, path, min_len=2)
+            return MinSms(tuple(_factor(f, f"{path}[{i}]", dims) for i, f in enumerate(raw[1:], 1)))
         items = _list(raw, path, min_len=3, max_len=3)
         if items[0] != "cdiv":
-            raise ManifestError(f"manifest: {path}[0]: expected 'cdiv', got {items[0]!r}")
+            expected = "'cdiv' or 'min_sms'" if in_grid else "'cdiv'"
+            raise ManifestError(f"manifest: {path}[0]: expected {expected}, got {items[0]!r}")
         return Cdiv(_dim(items[1], f"{path}[1]", dims), _int(items[2], f"{path}[2]", minimum=1))
     return _shape_entry(raw, path, dims)
 

@@ -76,8 +76,8 @@ class FakePlatform:
     """Devices of given compute capabilities; pointers live on `pointer_devices` (default 0)."""
 
     def __init__(self, capability=(8, 0), *, devices: int = 1, max_dynamic_smem_bytes: int = 166912,
-                 name: str = "Fake GPU", pointer_devices: dict[int, int] | None = None):
-        self.infos = [DeviceInfo(i, name, tuple(capability), max_dynamic_smem_bytes)
+                 name: str = "Fake GPU", pointer_devices: dict[int, int] | None = None, multiprocessors: int = 108):
+        self.infos = [DeviceInfo(i, name, tuple(capability), max_dynamic_smem_bytes, multiprocessors)
                       for i in range(devices)]
         self.pointer_devices = pointer_devices or {}
 
