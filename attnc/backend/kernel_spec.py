@@ -175,6 +175,9 @@ class Sm80KernelSpec:
                                           # num_warps computing ones (Note [Producer warpgroup] in
                                           # sm90_ws.py); None: warp_specialized decides
     pingpong: bool = False                 # with it: two consumer warpgroups take turns at the GEMMs
+    persistent: Optional[bool] = None      # with a producer warpgroup: one CTA per SM loops over
+                                          # the query blocks (Note [Persistent CTAs] in sm90_ws.py);
+                                          # None: persistent_ctas decides
 
     # -- derived
     @property
@@ -272,6 +275,13 @@ class Sm80KernelSpec:
                 and max(self.head_dim_qk, self.head_dim_v) == 128 and self.q_blocks_per_cta in (None, 1))
 
     @property
+    def persistent_ctas(self) -> bool:
+        """persistent resolved."""
+        if self.persistent is not None:
+            return self.persistent
+        return False
+
+    @property
     def threads(self) -> int:
         """Threads of the CTA: the computing warps, and the producer warpgroup's."""
         return 32 * self.num_warps + (PRODUCER_THREADS if self.warp_specialized else 0)
@@ -319,6 +329,7 @@ class Sm80KernelSpec:
     def smem_bytes(self) -> int:
         """The tiles, and with a producer warpgroup its mbarriers (SLOT_BARRIERS)."""
         barriers = 1 + len(SLOT_BARRIERS) * self.stages if self.warp_specialized else 0
+        barriers += 1 if self.persistent_ctas else 0       # q_empty (after the slots')
         return self.tiles_bytes + MBARRIER_BYTES * barriers
 
     @property
@@ -386,6 +397,8 @@ class Sm80KernelSpec:
                  f"producer warpgroup: block_m={self.block_m}, producer_warpgroup={self.warp_specialized}")
         _require(not self.warp_specialized or self.blocks_per_cta == 1,
                  "with a producer warpgroup each CTA runs one query block (q_blocks_per_cta=1)")
+        _require(not self.persistent_ctas or self.warp_specialized,
+                 "persistent CTAs are the producer warpgroup's kernel: set producer_warpgroup")
         _require(not self.warp_specialized or self.stages >= 2,
                  "a producer warpgroup needs at least two K/V stages")
         _require(self.acc_registers <= MAX_ACC_REGS,

@@ -88,6 +88,13 @@ class Emit:
     def min(self, a, b): return arith.minsi(*self._pair(a, b))
     def max(self, a, b): return arith.maxsi(*self._pair(a, b))
 
+    def opaque(self, a):
+        """`a` (i32 or i64) through an `asm volatile` move: LLVM cannot hoist what is computed
+        from the result out of the loop the move is in (e.g. addresses that would then
+        stay live in registers across a whole loop)."""
+        wide = ir.IntegerType(a.type).width == 64
+        return _asm([a.type], [a], f"mov.b{64 if wide else 32} $0, $1;", "=l,l" if wide else "=r,r").result
+
     def cdiv(self, a, b: int):
         """ceil(a / b) for a >= 0 and a positive constant b."""
         return self.div(self.add(a, b - 1), b)

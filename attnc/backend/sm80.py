@@ -104,7 +104,8 @@ class KernelAbi:
 def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
     tensors = ["q", "k", "v", "o"] + (["lse"] if spec.with_lse else [])
     params = [{"kind": "ptr", "tensor": t} for t in tensors]
-    params += [{"kind": "dim", "name": d, "type": "i32"} for d in ("M", "N", "H", "HKV")]
+    dims = ("M", "N", "H", "HKV") + (("B",) if spec.persistent_ctas else ())
+    params += [{"kind": "dim", "name": d, "type": "i32"} for d in dims]
     for t in tensors:
         params += [{"kind": "stride", "tensor": t, "axis": a, "type": "i64"}
                    for a in range(2 if t == "lse" else 3)]
@@ -116,9 +117,13 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
                       "with_lse": spec.with_lse, "softmax_scale": spec.scale,
                       "q_blocks_per_cta": spec.blocks_per_cta, "min_ctas_per_sm": spec.min_ctas,
                       "producer_warpgroup": spec.warp_specialized, "pingpong": spec.pingpong,
+                      "persistent": spec.persistent_ctas,
                       "interval_test": spec.interval_test_form if spec.row_interval is not None else None}
-    return KernelAbi(spec.symbol, tuple(params), (spec.threads, 1, 1), spec.smem_bytes,
-                     ((["cdiv", "M", spec.block_m * spec.blocks_per_cta],), ("H",), ("B",)), specialization)
+    m_blocks = ["cdiv", "M", spec.block_m * spec.blocks_per_cta]
+    # Note [Persistent CTAs] (sm90_ws.py): a CTA per SM at most, each looping over blocks.
+    grid = (((["min_sms", m_blocks, "H", "B"],), (1,), (1,)) if spec.persistent_ctas
+            else ((m_blocks,), ("H",), ("B",)))
+    return KernelAbi(spec.symbol, tuple(params), (spec.threads, 1, 1), spec.smem_bytes, grid, specialization)
 
 
 def _score_kind(spec: Sm80KernelSpec) -> str:

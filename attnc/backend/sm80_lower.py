@@ -57,7 +57,8 @@ def lowering_from_ir(result) -> Sm80Lowering:
 def _lowering_from_ir(result) -> Sm80Lowering:
     from attnc.backend.blockmap import blockmap_plan
     from attnc.backend.kernel_spec import KERNEL_TARGETS, Sm80KernelSpec, SpecError
-    from attnc.passes.lower_sm80 import INTERVAL_TEST_ATTR, MIN_CTAS_ATTR, PINGPONG_ATTR, PRODUCER_ATTR, Q_BLOCKS_ATTR
+    from attnc.passes.lower_sm80 import (INTERVAL_TEST_ATTR, MIN_CTAS_ATTR, PERSISTENT_ATTR, PINGPONG_ATTR,
+                                         PRODUCER_ATTR, Q_BLOCKS_ATTR)
     from attnc.passes.analyze_masks import mask_functions
 
     variant = result.variant
@@ -92,6 +93,7 @@ def _lowering_from_ir(result) -> Sm80Lowering:
         min_ctas_per_sm=option(MIN_CTAS_ATTR, get_int),
         producer_warpgroup=option(PRODUCER_ATTR, lambda o, a: bool(get_int(o, a))),
         pingpong=bool(option(PINGPONG_ATTR, get_int)),
+        persistent=option(PERSISTENT_ATTR, lambda o, a: bool(get_int(o, a))),
         **hooks.spec_fields())
     try:
         return Sm80Lowering(spec.check(), blockmap)
@@ -157,12 +159,15 @@ _ROLE_OF = {"B": "batch", "M": "seq_q", "N": "seq_k", "H": "heads", "HKV": "head
 
 
 def _bind_factor(f, variant):
-    """A grid factor of the ABI (int, dim role, or ["cdiv", role, n]) in the variant's names,
-    folded to an int where the variant fixes the size."""
+    """A grid factor of the ABI (int, dim role, ["cdiv", role, n] or ["min_sms", factor,
+    ...]) in the variant's names, folded to an int where the variant fixes the size (but
+    for min_sms, which the device decides)."""
     if isinstance(f, int):
         return f
     if isinstance(f, str):
         return _dim_value(f, variant)
+    if f[0] == "min_sms":
+        return ["min_sms"] + [_bind_factor(g, variant) for g in f[1:]]
     _, role, n = f
     value = _dim_value(role, variant)
     return -(-value // n) if isinstance(value, int) else ["cdiv", value, n]

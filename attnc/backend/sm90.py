@@ -181,7 +181,9 @@ class Sm90Forward(_Sm80Forward):
         self._turn_begin()
         acc = self._pv_issue(p, acc_o, self._slot_offset(0, last))
         self._turn_end()
-        return self._unflatten(self.wgmma.wait(acc, through=_flat(p))[:len(acc)]), state
+        acc_o = self._unflatten(self.wgmma.wait(acc, through=_flat(p))[:len(acc)])
+        self._drained(last)
+        return acc_o, state
 
     # -- what the steps wait for: the CTA's own cp.async loads (overridden in sm90_ws.py)
     def _await_first(self) -> None:
@@ -222,6 +224,9 @@ class Sm90Forward(_Sm80Forward):
 
     def _k_read(self, u) -> None:
         """QK^T(u) has been waited for: its K slot is free (for a producer to refill)."""
+
+    def _drained(self, last) -> None:
+        """The block's last P.V (of step `last`) has been waited for."""
 
     def _turn_begin(self) -> None:
         """Before a warpgroup issues its GEMMs (ping-pong turns, sm90_ws.py)."""

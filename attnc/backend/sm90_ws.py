@@ -49,14 +49,25 @@ from attnc.backend.nvgpu_builders import MBarrier, NamedBarrier, fence_async_pro
 from attnc.backend.sm80_tiles import TileLoader
 from attnc.backend.sm90 import Sm90Forward
 
+# The producer's registers: 24, or 32 in a persistent CTA, whose loop over query blocks
+# spilled at 24 (4 bytes, head dim 128); either leaves two consumer warpgroups 240.
 PRODUCER_REGISTERS = 24
+PERSISTENT_PRODUCER_REGISTERS = 32
 MAX_CONSUMER_REGISTERS = 240
 
 
-def consumer_registers(consumer_warpgroups: int) -> int:
-    """Registers per consumer thread after setmaxnreg: what the producer's 24 leave of
-    the SM's 64K, a multiple of 8, at most 240."""
-    free = SM90_REGISTERS_PER_SM - PRODUCER_THREADS * PRODUCER_REGISTERS
+def producer_registers(persistent: bool) -> int:
+    return PERSISTENT_PRODUCER_REGISTERS if persistent else PRODUCER_REGISTERS
+
+
+def consumer_registers(consumer_warpgroups: int, persistent: bool = False) -> int:
+    """Registers per consumer thread after setmaxnreg: what the producer's leave of the
+    CTA's registers at launch (the SM's 64K over its threads, rounded down to a multiple
+    of 8 per thread), a multiple of 8, at most 240. setmaxnreg.inc waits until the pool
+    holds what it asks for, so asking for more than the producer freed hangs."""
+    threads = PRODUCER_THREADS * (1 + consumer_warpgroups)
+    pool = threads * (SM90_REGISTERS_PER_SM // threads // 8 * 8)
+    free = pool - PRODUCER_THREADS * producer_registers(persistent)
     return min(MAX_CONSUMER_REGISTERS, free // (PRODUCER_THREADS * consumer_warpgroups) // 8 * 8)
 
 
@@ -70,6 +81,7 @@ class Sm90WsForward(Sm90Forward):
         self._bar_offsets = {"q_full": base}
         for i, name in enumerate(SLOT_BARRIERS):
             self._bar_offsets[name] = base + MBARRIER_BYTES * (1 + stages * i)
+        self._bar_offsets["q_empty"] = base + MBARRIER_BYTES * (1 + stages * len(SLOT_BARRIERS))
 
     def _barrier(self, name: str, slot=None):
         """The shared address of barrier `name` (of K/V slot index `slot`, an i32)."""
@@ -80,19 +92,26 @@ class Sm90WsForward(Sm90Forward):
         return self.smem.address(offset)
 
     def _use(self, t):
-        """(slot index, parity of its full phase) of step t."""
+        """(slot index, parity of its full phase) of step t (of the current block)."""
         e, stages = self.e, self.spec.stages
+        t = self._global_step(t)
         return e.rem(t, stages), e.and_(e.div(t, stages), 1)
+
+    def _global_step(self, t):
+        """Step t of the current block counted from the CTA's first (Note [Persistent CTAs])."""
+        return t if self.t_base is None else self.e.add(t, self.t_base)
+
+    def _slot_offset(self, t_plus: int, t):
+        return super()._slot_offset(t_plus, self._global_step(t))
 
     # ------------------------------------------------------------ the kernel
     def emit(self) -> None:
         e, s = self.e, self.spec
         tid = nvvm.read_ptx_sreg_tid_x(e.i32)
-        self.m_block = e.sub(e.sub(nvvm.read_ptx_sreg_nctaid_x(e.i32), 1), nvvm.read_ptx_sreg_ctaid_x(e.i32))
-        self.h = nvvm.read_ptx_sreg_ctaid_y(e.i32)
-        self.b = nvvm.read_ptx_sreg_ctaid_z(e.i32)
-        self.kv_h = e.div(self.h, e.div(e.dim("H"), e.dim("HKV")))
-        self.kv_ptr = {n: self._tensor(n, self.b, self.kv_h) for n in ("k", "v")}
+        self.t_base = None          # Note [Persistent CTAs]: the steps of earlier blocks
+        if not s.persistent_ctas:
+            m_block = e.sub(e.sub(nvvm.read_ptx_sreg_nctaid_x(e.i32), 1), nvvm.read_ptx_sreg_ctaid_x(e.i32))
+            self._set_item(m_block, nvvm.read_ptx_sreg_ctaid_y(e.i32), nvvm.read_ptx_sreg_ctaid_z(e.i32))
         first = scf.IfOp(e.eq(tid, 0))
         with ir.InsertionPoint(first.then_block):
             self.mbar.init(self._barrier("q_full"), PRODUCER_THREADS)
@@ -102,6 +121,8 @@ class Sm90WsForward(Sm90Forward):
                 self.mbar.init(self._barrier("v_full", slot), PRODUCER_THREADS)
                 self.mbar.init(self._barrier("k_empty", slot), s.num_warps)
                 self.mbar.init(self._barrier("v_empty", slot), s.num_warps)
+            if s.persistent_ctas:
+                self.mbar.init(self._barrier("q_empty"), s.num_warps)
             scf.yield_([])
         self.bar.sync()
         role = scf.IfOp(e.lt(tid, PRODUCER_THREADS), has_else=True)
@@ -112,18 +133,67 @@ class Sm90WsForward(Sm90Forward):
             self._consumer(e.sub(tid, PRODUCER_THREADS))
             scf.yield_([])
 
+    def _set_item(self, m_block, h, b) -> None:
+        """Make query block m_block of head h, batch b the one the loads, steps and
+        epilogue work on."""
+        e = self.e
+        self.m_block, self.h, self.b = m_block, h, b
+        self.kv_h = e.div(h, e.div(e.dim("H"), e.dim("HKV")))
+        self.kv_ptr = {n: self._tensor(n, b, self.kv_h) for n in ("k", "v")}
+
+    def _for_each_item(self, body) -> None:
+        """body(item parity) for each query block of this CTA; body returns the K/V steps
+        it ran. One block, the grid's, unless persistent (Note [Persistent CTAs])."""
+        e, s = self.e, self.spec
+        if not s.persistent_ctas:
+            body(e.c32(0))
+            return
+        m_blocks = e.cdiv(e.dim("M"), s.block_m)
+        heads = e.mul(e.dim("H"), e.dim("B"))
+        items = e.mul(m_blocks, heads)
+        ctas, cta = nvvm.read_ptx_sreg_nctaid_x(e.i32), nvvm.read_ptx_sreg_ctaid_x(e.i32)
+        rounds = e.div(e.add(items, e.sub(ctas, 1)), ctas)
+        loop = scf.ForOp(e.c32(0), rounds, e.c32(1), [e.c32(0)])
+        with ir.InsertionPoint(loop.body):
+            rnd, t_base = loop.induction_variable, loop.inner_iter_args[0]
+            odd = e.and_(rnd, 1)
+            w = e.add(e.mul(rnd, ctas), e.select(e.eq(odd, 1), e.sub(e.sub(ctas, 1), cta), cta))
+            valid = scf.IfOp(e.lt(w, items), [e.i32], has_else=True)
+            with ir.InsertionPoint(valid.then_block):
+                head = e.div(w, m_blocks)
+                self._set_item(e.sub(e.sub(m_blocks, 1), e.rem(w, m_blocks)), e.rem(head, e.dim("H")),
+                               e.div(head, e.dim("H")))
+                self.t_base = t_base
+                scf.yield_([e.add(t_base, body(odd))])
+            with ir.InsertionPoint(valid.else_block):
+                scf.yield_([t_base])
+            scf.yield_(list(valid.results))
+
     @property
     def _sets_registers(self) -> bool:
         return self.spec.consumer_warpgroups >= 2
 
     # ------------------------------------------------------------ producer
     def _producer(self, tid) -> None:
+        e = self.e
+        if self._sets_registers:
+            set_max_registers(producer_registers(self.spec.persistent_ctas), increase=False)
+        self.tid = tid
+        self.loader = TileLoader(e, self.cp, self.smem, tid, PRODUCER_THREADS)
+        self._for_each_item(self._produce_block)
+        # No copy of this thread is left in flight when it exits (the consumers may
+        # still be waiting for the last ones).
+        self.cp.wait(0)
+
+    def _produce_block(self, parity):
         """Q, then K0, K1, V0, K2, V1, ...: each into its slot once the consumers
         released it, each followed by this thread's arrival on its full barrier."""
         e = self.e
-        if self._sets_registers:
-            set_max_registers(PRODUCER_REGISTERS, increase=False)
-        self.loader = TileLoader(e, self.cp, self.smem, tid, PRODUCER_THREADS)
+        if self.spec.persistent_ctas:
+            # The copies' addresses are the block's: computed in its loop body, not
+            # hoisted out of the loop over blocks and kept live through it (spills).
+            self.loader = TileLoader(e, self.cp, self.smem, e.opaque(self.tid), PRODUCER_THREADS)
+            self.mbar.wait(self._barrier("q_empty"), e.xor(parity, 1))
         self._load_q(self.m_block)
         self.mbar.arrive_on_copies(self._barrier("q_full"))
         kv = self._kv_range(self.m_block)
@@ -142,9 +212,7 @@ class Sm90WsForward(Sm90Forward):
                 self._produce("v", kv, t)
                 scf.yield_([])
             scf.yield_([])
-        # No copy of this thread is left in flight when it exits (the consumers may
-        # still be waiting for the last ones).
-        self.cp.wait(0)
+        return total
 
     def _produce(self, name: str, kv, t) -> None:
         """Load K or V of step t into its slot once it is empty, then arrive on its full
@@ -162,15 +230,24 @@ class Sm90WsForward(Sm90Forward):
     def _consumer(self, ctid) -> None:
         e, s = self.e, self.spec
         if self._sets_registers:
-            set_max_registers(consumer_registers(s.consumer_warpgroups), increase=True)
+            set_max_registers(consumer_registers(s.consumer_warpgroups, s.persistent_ctas), increase=True)
         self.tid = ctid
         self.warp = e.shr(ctid, 5)
         self.lane = e.and_(ctid, 31)
         self.warp_row0 = e.mul(self.warp, s.rows_per_warp)
-        self._set_row0(self.m_block)
+        if not s.persistent_ctas:
+            self._set_row0(self.m_block)
         self.col0 = e.shl(e.and_(self.lane, 3), 1)
         self._operand_bases()
-        self._set_masker()
+        if not s.persistent_ctas:
+            self._set_masker()
+        self._for_each_item(self._consume_block)
+
+    def _consume_block(self, parity):
+        e, s = self.e, self.spec
+        if s.persistent_ctas:
+            self._set_row0(self.m_block)
+            self._set_masker()
         warpgroup = e.shr(self.warp, 2)
         if s.pingpong:
             self._turns = [NamedBarrier(e, 1 + g, 2 * PRODUCER_THREADS) for g in (0, 1)]
@@ -180,7 +257,15 @@ class Sm90WsForward(Sm90Forward):
                 self._turns[0].arrive()
                 scf.yield_([])
         kv = self._kv_range(self.m_block)
-        self.mbar.wait(self._barrier("q_full"), e.c32(0))
+        total = kv.total(e)
+        self._last_step = e.sub(total, 1)
+        self.mbar.wait(self._barrier("q_full"), parity)
+        if s.persistent_ctas:
+            # A block without steps never reads Q (else the last QK^T releases it: _k_read).
+            empty = scf.IfOp(e.eq(total, 0))
+            with ir.InsertionPoint(empty.then_block):
+                self._release_q()
+                scf.yield_([])
         acc_o, state = self._steps(kv)
         if s.pingpong:
             last = scf.IfOp(self._first)
@@ -188,6 +273,7 @@ class Sm90WsForward(Sm90Forward):
                 self._turns[0].sync()
                 scf.yield_([])
         self._epilogue(acc_o, state)
+        return total
 
     def _await_first(self) -> None:
         e = self.e
@@ -219,6 +305,26 @@ class Sm90WsForward(Sm90Forward):
 
     def _k_read(self, u) -> None:
         self._release("k", u)
+        if self.spec.persistent_ctas:
+            last = scf.IfOp(self.e.eq(u, self._last_step))
+            with ir.InsertionPoint(last.then_block):
+                self._release_q()
+                scf.yield_([])
+
+    def _release_q(self) -> None:
+        self.mbar.arrive(self._barrier("q_empty"), only=self.e.eq(self.lane, 0))
+
+    def _drained(self, last) -> None:
+        """Every GEMM of the block has landed: release the V slots of its last two steps,
+        which no later iteration does (a persistent CTA's next block reuses them)."""
+        if not self.spec.persistent_ctas:
+            return
+        e = self.e
+        before = scf.IfOp(e.ge(last, 1))
+        with ir.InsertionPoint(before.then_block):
+            self._release("v", e.sub(last, 1))
+            scf.yield_([])
+        self._release("v", last)
 
     def _turn_begin(self) -> None:
         if self.spec.pingpong:

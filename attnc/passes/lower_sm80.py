@@ -39,6 +39,7 @@ INTERVAL_TEST_ATTR = "sm80.interval_test"
 MIN_CTAS_ATTR = "sm80.min_ctas_per_sm"
 PRODUCER_ATTR = "sm90.producer_warpgroup"
 PINGPONG_ATTR = "sm90.pingpong"
+PERSISTENT_ATTR = "sm90.persistent"
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,12 @@ class LowerSm80(Pass):
 
 def lower_sm80(module, q_blocks_per_cta: int | None = None, interval_test: str | None = None,
                pass_target: str | None = None, min_ctas_per_sm: int | None = None,
-               producer_warpgroup: bool | None = None, pingpong: bool | None = None) -> None:
+               producer_warpgroup: bool | None = None, pingpong: bool | None = None,
+               persistent: bool | None = None) -> None:
     """Lower the plan of `module` to its target's kernel; `pass_target`: the target
-    the calling pass builds for, which the plan must have. `producer_warpgroup` and
-    `pingpong`: attn-lower-sm90a's options (Note [Producer warpgroup] in sm90_ws.py)."""
+    the calling pass builds for, which the plan must have. `producer_warpgroup`,
+    `pingpong` and `persistent`: attn-lower-sm90a's options (Notes [Producer warpgroup]
+    and [Persistent CTAs] in sm90_ws.py)."""
     from mlir import ir
 
     from attnc.backend.sm80_lower import kernel_module_for
@@ -94,6 +97,8 @@ def lower_sm80(module, q_blocks_per_cta: int | None = None, interval_test: str |
             set_int(op, PRODUCER_ATTR, int(producer_warpgroup))
         if pingpong is not None:
             set_int(op, PINGPONG_ATTR, int(pingpong))
+        if persistent is not None:
+            set_int(op, PERSISTENT_ATTR, int(persistent))
     result = compile_result_of(module)
     kernel_module, kernels, specialization = kernel_module_for(result)
     with _module_op(module).context:

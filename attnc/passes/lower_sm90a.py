@@ -34,3 +34,7 @@ class LowerSm90a(LowerSm80):
     pingpong: bool | None = field(default=None, metadata={
         "doc": "with producer_warpgroup and block_m=128: the two consumer warpgroups take turns at "
                "the GEMMs (default: off)"})
+    persistent: bool | None = field(default=None, metadata={
+        "doc": "with producer_warpgroup: one CTA per SM loops over the query blocks, loading the next "
+               "block's tiles during the last one's epilogue (Note [Persistent CTAs]; default: "
+               "Sm80KernelSpec.persistent_ctas)"})
