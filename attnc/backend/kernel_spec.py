@@ -175,6 +175,9 @@ class Sm80KernelSpec:
                                           # num_warps computing ones (Note [Producer warpgroup] in
                                           # sm90_ws.py); None: warp_specialized decides
     pingpong: bool = False                 # with it: two consumer warpgroups take turns at the GEMMs
+    exp2_fma: int = 0                      # of every 8 scores of a row, how many take their exp2 on
+                                          # the FMA pipe, 0..8 (Note [Exponentials on the FMA pipe]
+                                          # in sm80_softmax.py)
 
     # -- derived
     @property
@@ -362,6 +365,9 @@ class Sm80KernelSpec:
         _require(self.q_blocks_per_cta in (None, 1, 2), f"q_blocks_per_cta={self.q_blocks_per_cta}: expected 1 or 2")
         _require(self.min_ctas_per_sm is None or 0 <= self.min_ctas_per_sm <= 32,
                  f"min_ctas_per_sm={self.min_ctas_per_sm}: expected 0 to 32")
+        _require(isinstance(self.exp2_fma, int) and 0 <= self.exp2_fma <= 8,
+                 f"exp2_fma={self.exp2_fma!r}: expected 0 to 8 (of every 8 scores of a row, those "
+                 f"whose exp2 runs on the FMA pipe)")
         _require(self.interval_test in (None, *INTERVAL_TESTS),
                  f"interval_test={self.interval_test!r}: expected one of {INTERVAL_TESTS}")
         _require(self.interval_test != "bits" or self.block_n <= 128,
