@@ -53,13 +53,14 @@ class SoftmaxState:
 # two per score (tanh, ex2): 16 SFU cycles per score and warp, against 7.4 issued
 # instructions per score in its steady loop (sm_90a, head dim 64, 64x128 tiles, in the
 # SASS), so the SFU bounds it. With `exp2_fma` = k, positions 8-k..7 of every group of
-# 8 consecutive values of a row (in the order `step` lists them; with block_n = 16 a
-# row is one group of 4) compute exp2 as FlashAttention-4 does instead (`exp2_fma` in
-# nvgpu_builders.py): 8 instructions (FMNMX, FADD.RM, 2 FADD, 3 FFMA, LEA), 6 of them on
-# the FMA pipe, in place of one MUFU. k = 4 moves that loop to 12 SFU cycles and 11
-# issue slots per score: near balance, where the best k is for the GPU to say. Only
-# the probabilities: alpha and `finalize` keep ex2.approx (one per row, not per score);
-# k = 0 is the SFU-only kernel, the same PTX.
+# 8 consecutive values of a row (in the order `step` lists them; at block_n = 16 a row
+# is one group of 4, positions 0..3, which only k > 4 reaches) compute exp2 as
+# FlashAttention-4 does instead (`exp2_fma` in nvgpu_builders.py): 8 instructions
+# (FMNMX, FADD.RM, 2 FADD, 3 FFMA, LEA), 6 of them on the FMA pipe, in place of one
+# MUFU. k = 4 moves that loop to 12 SFU cycles and 11 issue slots per score: near
+# balance, where the best k is for the GPU to say. Only the probabilities: alpha and
+# `finalize` keep ex2.approx (one per row, not per score); k = 0 is the SFU-only
+# kernel, the same PTX.
 # Accuracy: the cubic's relative error is at most 8.8e-5 for x in [-126, 0] (a float32
 # emulation of the same operations, tests/backend/test_exp2_fma.py), below P's rounding
 # to bf16 (2^-9) or f16 (2^-11) for P.V; the row sum sees the same values. x <= -127 and
