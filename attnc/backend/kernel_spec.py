@@ -178,6 +178,9 @@ class Sm80KernelSpec:
     persistent: Optional[bool] = None      # with a producer warpgroup: one CTA per SM loops over
                                           # the query blocks (Note [Persistent CTAs] in sm90_ws.py);
                                           # None: persistent_ctas decides
+    exp2_fma: int = 0                      # of every 8 scores of a row, how many take their exp2 on
+                                          # the FMA pipe, 0..8 (Note [Exponentials on the FMA pipe]
+                                          # in sm80_softmax.py)
 
     # -- derived
     @property
@@ -373,6 +376,9 @@ class Sm80KernelSpec:
         _require(self.q_blocks_per_cta in (None, 1, 2), f"q_blocks_per_cta={self.q_blocks_per_cta}: expected 1 or 2")
         _require(self.min_ctas_per_sm is None or 0 <= self.min_ctas_per_sm <= 32,
                  f"min_ctas_per_sm={self.min_ctas_per_sm}: expected 0 to 32")
+        _require(isinstance(self.exp2_fma, int) and 0 <= self.exp2_fma <= 8,
+                 f"exp2_fma={self.exp2_fma!r}: expected 0 to 8 (of every 8 scores of a row, those "
+                 f"whose exp2 runs on the FMA pipe)")
         _require(self.interval_test in (None, *INTERVAL_TESTS),
                  f"interval_test={self.interval_test!r}: expected one of {INTERVAL_TESTS}")
         _require(self.interval_test != "bits" or self.block_n <= 128,

@@ -149,6 +149,28 @@ class Approx:
     def rcp(self, x): return self._call("llvm.nvvm.rcp.approx.ftz.f", x)
 
 
+# 2^f on [0, 1) (FlashAttention-4's degree-3 fit), lowest degree first after the 1.
+EXP2_POLY = (0.695146143436431884765625, 0.227564394474029541015625, 0.077119089663028717041015625)
+EXP2_SHIFTER = 12582912.0     # 0x4B400000 = 2^23 + 2^22: its ulp is 1 for the sums below
+
+
+def exp2_fma(e: Emit, x: ir.Value) -> ir.Value:
+    """2^x for f32 x <= 0 without the SFU (Note [Exponentials on the FMA pipe] in
+    sm80_softmax.py): x clamped at -127 (so -inf gives 0); r = x + shifter rounded
+    down holds floor(x) in its low mantissa bits; f = x - floor(x) in [0, 1);
+    p = 2^f by the cubic EXP2_POLY (three FMAs); floor(x) is added to p's exponent
+    as an integer (r << 23 leaves floor(x) << 23: the shifter's bits shift out)."""
+    x = e.fmax(x, -127.0)
+    shifter = e.cf(EXP2_SHIFTER)
+    r = llvm.call_intrinsic(e.f32, "llvm.nvvm.add.rm.f", [x, shifter], [], [])
+    f = e.fsub(x, e.fsub(r, shifter))
+    p = e.cf(EXP2_POLY[2])
+    for c in (EXP2_POLY[1], EXP2_POLY[0], 1.0):
+        p = e.fma(p, f, e.cf(c))
+    bits = e.add(llvm.bitcast(e.i32, p), e.shl(llvm.bitcast(e.i32, r), 23))
+    return llvm.bitcast(e.f32, bits)
+
+
 class Smem:
     """The kernel's dynamic shared memory: one 128-byte aligned byte array, addressed by
     32-bit shared-window addresses (Note [32-bit shared addresses])."""

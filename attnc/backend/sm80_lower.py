@@ -57,8 +57,8 @@ def lowering_from_ir(result) -> Sm80Lowering:
 def _lowering_from_ir(result) -> Sm80Lowering:
     from attnc.backend.blockmap import blockmap_plan
     from attnc.backend.kernel_spec import KERNEL_TARGETS, Sm80KernelSpec, SpecError
-    from attnc.passes.lower_sm80 import (INTERVAL_TEST_ATTR, MIN_CTAS_ATTR, PERSISTENT_ATTR, PINGPONG_ATTR,
-                                         PRODUCER_ATTR, Q_BLOCKS_ATTR)
+    from attnc.passes.lower_sm80 import (EXP2_FMA_ATTR, INTERVAL_TEST_ATTR, MIN_CTAS_ATTR, PERSISTENT_ATTR,
+                                         PINGPONG_ATTR, PRODUCER_ATTR, Q_BLOCKS_ATTR)
     from attnc.passes.analyze_masks import mask_functions
 
     variant = result.variant
@@ -92,7 +92,7 @@ def _lowering_from_ir(result) -> Sm80Lowering:
         q_blocks_per_cta=option(Q_BLOCKS_ATTR, get_int), interval_test=option(INTERVAL_TEST_ATTR, get_str),
         min_ctas_per_sm=option(MIN_CTAS_ATTR, get_int),
         producer_warpgroup=option(PRODUCER_ATTR, lambda o, a: bool(get_int(o, a))),
-        pingpong=bool(option(PINGPONG_ATTR, get_int)),
+        pingpong=bool(option(PINGPONG_ATTR, get_int)), exp2_fma=option(EXP2_FMA_ATTR, get_int) or 0,
         persistent=option(PERSISTENT_ATTR, lambda o, a: bool(get_int(o, a))),
         **hooks.spec_fields())
     try:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from attnc.backend.nvgpu_builders import Approx, Emit, Quad
+from attnc.backend.nvgpu_builders import Approx, Emit, Quad, exp2_fma
 
 LN2 = math.log(2.0)
 
@@ -46,12 +46,36 @@ class SoftmaxState:
 # l = 0 (o = 0, lse = -inf). The same softmax, up to rounding.
 
 
+# Note [Exponentials on the FMA pipe]: a probability's exp2 is one ex2.approx, a MUFU
+# instruction on the SFU. An sm_90 SM's SFUs do 16 lanes per clock, its FP32 pipe 128,
+# and it issues 4 warp instructions per clock: a MUFU warp instruction holds its
+# sub-partition's SFU for 8 cycles but takes one issue slot. The softcap kernel runs
+# two per score (tanh, ex2): 16 SFU cycles per score and warp, against 7.4 issued
+# instructions per score in its steady loop (sm_90a, head dim 64, 64x128 tiles, in the
+# SASS), so the SFU bounds it. With `exp2_fma` = k, positions 8-k..7 of every group of
+# 8 consecutive values of a row (in the order `step` lists them; at block_n = 16 a row
+# is one group of 4, positions 0..3, which only k > 4 reaches) compute exp2 as
+# FlashAttention-4 does instead (`exp2_fma` in nvgpu_builders.py): 8 instructions
+# (FMNMX, FADD.RM, 2 FADD, 3 FFMA, LEA), 6 of them on the FMA pipe, in place of one
+# MUFU. k = 4 moves that loop to 12 SFU cycles and 11 issue slots per score: near
+# balance, where the best k is for the GPU to say. Only the probabilities: alpha and
+# `finalize` keep ex2.approx (one per row, not per score); k = 0 is the SFU-only
+# kernel, the same PTX.
+# Accuracy: the cubic's relative error is at most 8.8e-5 for x in [-126, 0] (a float32
+# emulation of the same operations, tests/backend/test_exp2_fma.py), below P's rounding
+# to bf16 (2^-9) or f16 (2^-11) for P.V; the row sum sees the same values. x <= -127 and
+# -inf give exactly 0 (so do masked scores), x in (-127, -126) a subnormal below 2^-126
+# where ex2.approx.ftz flushes to 0; a score at the running max may come out of the FMA
+# a rounding above 0, which the emulation takes as well (exact exponent for x < 128).
+
+
 class OnlineSoftmax:
     def __init__(self, e: Emit, approx: Approx, quad: Quad, scale_log2: float,
-                 static_max: float | None = None):
+                 static_max: float | None = None, exp2_fma: int = 0):
         self.e, self.approx, self.quad = e, approx, quad
         self.scale_log2 = scale_log2
         self.static_max = static_max        # Note [Bounded score_mod]; None: the running max
+        self.exp2_fma = exp2_fma            # Note [Exponentials on the FMA pipe]
 
     def initial(self, rows: int) -> SoftmaxState:
         m0 = (lambda: self.e.cf(self.static_max)) if self.static_max is not None else self.e.neg_inf
@@ -62,7 +86,7 @@ class OnlineSoftmax:
         e = self.e
         e_c = e.cf(self.scale_log2)
         neg_mc = e.cf(-self.static_max * self.scale_log2)
-        probs = [[self.approx.exp2(e.fma(x, e_c, neg_mc)) for x in row] for row in scores]
+        probs = [self._probs(row, e_c, neg_mc) for row in scores]
         l_new = [e.fadd(l_old, _tree(p, e.fadd)) for p, l_old in zip(probs, state.l)]
         return probs, SoftmaxState(state.m, l_new), None
 
@@ -79,12 +103,23 @@ class OnlineSoftmax:
             m_safe = e.select(e.feq(m, float("-inf")), e.cf(0.0), m) if check_inf else m
             neg_mc = e.fmul(m_safe, -self.scale_log2)
             alpha = self.approx.exp2(e.fma(m_old, e_c, neg_mc))
-            p = [self.approx.exp2(e.fma(x, e_c, neg_mc)) for x in row]
+            p = self._probs(row, e_c, neg_mc)
             probs.append(p)
             m_new.append(m)
             l_new.append(e.fma(l_old, alpha, _tree(p, e.fadd)))
             alphas.append(alpha)
         return probs, SoftmaxState(m_new, l_new), alphas
+
+    def _probs(self, row: list, e_c, neg_mc) -> list:
+        """exp2(x * c - m * c) for a row's scores x, the last `exp2_fma` of every 8 on
+        the FMA pipe (Note [Exponentials on the FMA pipe])."""
+        e = self.e
+        return [self._exp2(i, e.fma(x, e_c, neg_mc)) for i, x in enumerate(row)]
+
+    def _exp2(self, i: int, x):
+        """exp2 of the row's i-th value: on the FMA pipe for positions 8 - exp2_fma..7 of
+        its group of 8, else on the SFU."""
+        return exp2_fma(self.e, x) if i % 8 >= 8 - self.exp2_fma else self.approx.exp2(x)
 
     def finalize(self, state: SoftmaxState, sink=None):
         """(the factor O is multiplied by per row: 1/l, 0 for an empty row; lse per row in

@@ -1,0 +1,160 @@
+"""exp2 on the FMA pipe (Note [Exponentials on the FMA pipe] in sm80_softmax.py): the
+algorithm of `exp2_fma` (nvgpu_builders.py) in a float32 emulation against numpy's
+exp2; the option `exp2_fma` of attn-lower-sm80/sm90a: its instruction mix in the PTX,
+the unchanged kernel at 0, its check, the manifest, and that the kernels assemble. Its
+numerics on a GPU: tests/gpu with bundles built with the option."""
+from __future__ import annotations
+
+import functools
+import re
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnc.backend import cubin
+from attnc.backend.kernel_spec import SpecError, default_sm80_spec
+from attnc.backend.nvgpu_builders import EXP2_POLY, EXP2_SHIFTER
+from attnc.backend.sm80_lower import build
+from attnc.driver import CompileOptions, compile_mlir
+from attnc.errors import AttncError
+from attnc.passes.pipelines import LOWERING, PassSpec, format_pipeline, target_pipeline
+
+F32 = np.float32
+
+
+def _fma(a, b, c):
+    """a * b + c rounded once to f32 (the f64 product of two f32 values is exact; the f64
+    sum's rounding then to f32 can differ from one rounding only at ties)."""
+    return (a.astype(np.float64) * b.astype(np.float64) + np.float64(c)).astype(F32)
+
+
+def emulate_exp2_fma(x) -> np.ndarray:
+    """The operations exp2_fma emits, in order, in float32. add.rm.f32 of x in [-127, 0]
+    and the shifter (ulp 1 there) is exactly shifter + floor(x)."""
+    x = np.maximum(np.asarray(x, F32), F32(-127.0))
+    r = (F32(EXP2_SHIFTER) + np.floor(x)).astype(F32)
+    f = (x - (r - F32(EXP2_SHIFTER))).astype(F32)
+    p = np.full_like(f, F32(EXP2_POLY[2]))
+    for c in (EXP2_POLY[1], EXP2_POLY[0], 1.0):
+        p = _fma(p, f, F32(c))
+    bits = p.view(np.int32).astype(np.int64) + (r.view(np.int32).astype(np.int64) << 23)
+    return (bits & 0xFFFFFFFF).astype(np.uint32).view(F32)
+
+
+def test_emulated_exp2_is_within_9e_5_relative_on_normal_results():
+    """The Note's bound: 8.8e-5 at most for x in [-126, 0] (the error is the cubic's on
+    f = x - floor(x); the exponent is added exactly)."""
+    rng = np.random.default_rng(0)
+    x = np.concatenate([np.linspace(-1.0, 0.0, 1 << 20, dtype=F32),          # every f, densely
+                        rng.uniform(-126.0, 0.0, 1 << 20).astype(F32),
+                        np.arange(-126.0, 1.0, 0.5, dtype=F32)])
+    exact = np.exp2(x.astype(np.float64))
+    rel = np.abs(emulate_exp2_fma(x) - exact) / exact
+    assert 8.0e-5 < rel.max() < 8.8e-5, rel.max()
+
+
+def test_emulated_exp2_at_and_below_the_clamp():
+    """-inf (a masked score), -127 and below give exactly 0 (p = 1 leaves no mantissa at
+    exponent 0); (-127, -126) a subnormal below 2^-126, where ex2.approx.ftz gives 0; 0
+    gives 1, and a rounding above 0 still about 1."""
+    y = emulate_exp2_fma([-np.inf, -1000.0, -127.0, -126.5, 0.0, 1e-6])
+    assert y[:3].tolist() == [0.0, 0.0, 0.0]
+    assert 0.0 < y[3] < 2.0 ** -126
+    assert y[4] == 1.0 and abs(y[5] - 1.0) < 1e-5
+
+
+# ------------------------------------------------------------------ the kernels
+
+EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
+SOFTCAP = (EXAMPLES_DIR / "softcap.attn").read_text()
+SOFTCAP_D64 = SOFTCAP.replace("128]", "64]")       # a constant max (Note [Bounded score_mod])
+CAUSAL_D64 = """attention causal {
+  q: bf16[B, H, M, 64]
+  k: bf16[B, H, N, 64]
+  v: bf16[B, H, N, 64]
+  mask_mod(b, h, i, j) = j <= i
+  out o: bf16[B, H, M, 64]
+}
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def built(source: str, arch: str, lower: tuple = ()):
+    """The bundle artifacts of `source` for `arch`, with options of the lowering pass."""
+    options = {k: str(v) for k, v in lower}
+    pipeline = format_pipeline([PassSpec(p.name, {**p.options, **(options if p.name == LOWERING[arch] else {})})
+                                for p in target_pipeline(arch)])
+    return build(compile_mlir(source, "exp2.attn", CompileOptions(arch=arch, pass_pipeline=pipeline)))
+
+
+def counts(ptx: str) -> tuple[int, int]:
+    """(ex2.approx, add.rm.f32): exponentials on the SFU, and on the FMA pipe."""
+    return len(re.findall(r"\bex2\.approx", ptx)), len(re.findall(r"\badd\.rm\.f32", ptx))
+
+
+@pytest.mark.parametrize("source, arch", [(SOFTCAP_D64, "sm_90a"), (CAUSAL_D64, "sm_80")])
+def test_zero_is_the_sfu_kernel(source, arch):
+    """exp2_fma=0 builds exactly the kernel built without the option: no add.rm."""
+    assert built(source, arch, (("exp2_fma", 0),)).ptx == built(source, arch).ptx
+    assert counts(built(source, arch).ptx)[1] == 0
+
+
+@pytest.mark.parametrize("source, arch", [(SOFTCAP_D64, "sm_90a"), (CAUSAL_D64, "sm_80")])
+@pytest.mark.parametrize("k", [2, 4, 8])
+def test_the_last_k_of_every_8_probabilities_move_to_the_fma_pipe(source, arch, k):
+    """Of the per-score exponentials (all of them at k = 8), k/8 are emulated and the
+    rest stay ex2.approx; the per-row ones (alpha, with a running max) stay on the SFU.
+    Softcap at head dim 64 has a constant max: every ex2 is a score's (192 in the
+    sm_90a kernel's three copies of the step, 64 scores each)."""
+    sfu_only, _ = counts(built(source, arch).ptx)
+    per_row, scores = counts(built(source, arch, (("exp2_fma", 8),)).ptx)
+    assert scores > 0 and scores % 8 == 0
+    assert counts(built(source, arch, (("exp2_fma", k),)).ptx) == (sfu_only - scores * k // 8, scores * k // 8)
+    assert per_row == sfu_only - scores
+    if source is SOFTCAP_D64:
+        assert (sfu_only, per_row) == (192, 0)
+
+
+def _f32_hex(v: float) -> str:
+    return "0f%08X" % struct.unpack("<I", struct.pack("<f", v))[0]
+
+
+def test_each_emulated_exp2_is_the_algorithm():
+    """Per add.rm.f32 of the shifter: the shifter taken off again (round to nearest), the
+    cubic's three FMAs with its coefficients, and the exponent moved by a shift of 23."""
+    ptx = built(SOFTCAP_D64, "sm_90a", (("exp2_fma", 4),)).ptx
+    n = counts(ptx)[1]
+    assert n == 96
+    assert len(re.findall(rf"add\.rn\.f32\s+%r\d+, %r\d+, {_f32_hex(-EXP2_SHIFTER)};", ptx)) == n
+    c1, c2, c3 = map(_f32_hex, EXP2_POLY)
+    assert len(re.findall(rf"fma\.rn\.f32\s+%r\d+, %r\d+, {c3}, {c2};", ptx)) == n
+    assert len(re.findall(rf"fma\.rn\.f32\s+%r\d+, %r\d+, %r\d+, {c1};", ptx)) == n
+    assert len(re.findall(r"shl\.b32\s+%r\d+, %r\d+, 23;", ptx)) == n
+
+
+@pytest.mark.parametrize("k", [-1, 9])
+def test_exp2_fma_is_checked(k):
+    message = f"exp2_fma={k}: expected 0 to 8 (of every 8 scores of a row, those whose exp2 runs on the FMA pipe)"
+    with pytest.raises(SpecError, match=re.escape(message)):
+        default_sm80_spec("bf16", 64, exp2_fma=k)
+    with pytest.raises(AttncError, match=re.escape(f"the sm_90a kernel cannot be built: {message}")):
+        built(SOFTCAP_D64, "sm_90a", (("exp2_fma", k),))
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_the_option_reaches_the_manifest(arch):
+    assert built(CAUSAL_D64, arch).manifest["specialization"]["exp2_fma"] == 0
+    assert built(CAUSAL_D64, arch, (("exp2_fma", 3),)).manifest["specialization"]["exp2_fma"] == 3
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_the_softcap_example_assembles_with_half_the_exponentials_emulated(arch):
+    """At its head dim 128 (on sm_90a the producer-warpgroup kernel, assembled by ptxas):
+    no spills, no serialized wgmma."""
+    art = built(SOFTCAP, arch, (("exp2_fma", 4),))
+    log = cubin.ptx_to_cubin(art.ptx, arch, verbose=True).info_log
+    usage = cubin.parse_resource_usage(log)[art.spec.symbol]
+    assert not usage.spills and usage.stack_frame == 0, usage
+    assert "serialized" not in log, log
