@@ -117,16 +117,22 @@ def rewrite_example(text: str, dtype: str, d_qk: int, d_v: int) -> str:
 
 
 # Every example runs a second time with the kernel choices attn-lower-sm80 did not make
-# (Sm80KernelSpec.blocks_per_cta, .interval_test_form): the other number of query blocks
-# per CTA, and a row-interval test other than the default "bits" ("range" for bf16,
-# "pair" for f16), so that each code path meets the reference on the GPU whatever the
-# defaults are. The builder resolves them from the default spec (`other_choices`).
+# (Sm80KernelSpec.blocks_per_cta, .interval_test_form, .exp2_on_fma, and in the
+# producer warpgroup's kernel .persistent_ctas): the other number of query blocks per
+# CTA (the producer warpgroup's kernel runs one: there, the other persistence), a
+# row-interval test other than the default "bits" ("range" for bf16, "pair" for f16),
+# and exponentials on the FMA pipe (4 of 8) where the default has none, so that each
+# code path meets the reference on the GPU whatever the defaults are. The builder
+# resolves them from the default spec (`other_choices`).
 OTHER_INTERVAL_TEST = {"bf16": "range", "f16": "pair"}
 
 
 def other_choices(spec, dtype: str) -> dict:
     """attn-lower-sm80's (or -sm90a's) options that differ from what it chose for `spec`."""
-    return {"q_blocks_per_cta": 3 - spec.blocks_per_cta, "interval_test": OTHER_INTERVAL_TEST[dtype]}
+    shared = {"interval_test": OTHER_INTERVAL_TEST[dtype], "exp2_fma": 0 if spec.exp2_on_fma else 4}
+    if spec.warp_specialized:
+        return {"persistent": not spec.persistent_ctas, **shared}
+    return {"q_blocks_per_cta": 3 - spec.blocks_per_cta, **shared}
 
 
 def example_jobs() -> list[Job]:

@@ -178,9 +178,10 @@ class Sm80KernelSpec:
     persistent: Optional[bool] = None      # with a producer warpgroup: one CTA per SM loops over
                                           # the query blocks (Note [Persistent CTAs] in sm90_ws.py);
                                           # None: persistent_ctas decides
-    exp2_fma: int = 0                      # of every 8 scores of a row, how many take their exp2 on
+    exp2_fma: Optional[int] = None         # of every 8 scores of a row, how many take their exp2 on
                                           # the FMA pipe, 0..8 (Note [Exponentials on the FMA pipe]
-                                          # in sm80_softmax.py)
+                                          # in sm80_softmax.py); None: exp2_on_fma decides
+    banded: bool = False                   # the mask keeps a band of keys per row (tile.banded_mask)
 
     # -- derived
     @property
@@ -279,10 +280,30 @@ class Sm80KernelSpec:
 
     @property
     def persistent_ctas(self) -> bool:
-        """persistent resolved."""
+        """persistent resolved: by default for a band (a sliding window) in the producer
+        warpgroup's kernel, where every query block is the same few steps, so that its
+        prologue and epilogue weigh most. Window 1024 at head dim 128 (H200, M = N =
+        8192, bf16): 0.675 ms at the 64x64 tiles it had, 0.636-0.662 at 128x128 with the
+        producer warpgroup, 0.615 persistent. Causal, softcap and ALiBi ran within 3 % of
+        their non-persistent times (causal 3-4 % slower), documents + causal slower than
+        its 64x64 tiles (0.581 against 0.484 ms): not for them."""
         if self.persistent is not None:
             return self.persistent
-        return False
+        return self.warp_specialized and self.banded
+
+    @property
+    def exp2_on_fma(self) -> int:
+        """exp2_fma resolved (Note [Exponentials on the FMA pipe] in sm80_softmax.py): 2 of
+        8 in sm_90a's one-warpgroup kernels with a constant softmax max (softcap), whose
+        scores take two SFU operations: softcap + causal at head dim 64 (H200, M = N =
+        8192) ran 3.322 -> 3.164 and 3.356 -> 3.103 ms in two runs (4 of 8: 3.181; the
+        register bound of Note [CTAs per SM] then holds three CTAs per SM, which alone
+        gave 3.222). Elsewhere it measured slower: causal at head dim 64 2.58 -> 2.81 ms
+        (2 of 8), window 1024 0.777 -> 0.843, the sm_80 kernels 4-13 %."""
+        if self.exp2_fma is not None:
+            return self.exp2_fma
+        one_warpgroup = self.target == "sm_90a" and self.consumer_warpgroups == 1 and not self.warp_specialized
+        return 2 if one_warpgroup and self.static_max is not None else 0
 
     @property
     def threads(self) -> int:
@@ -376,7 +397,7 @@ class Sm80KernelSpec:
         _require(self.q_blocks_per_cta in (None, 1, 2), f"q_blocks_per_cta={self.q_blocks_per_cta}: expected 1 or 2")
         _require(self.min_ctas_per_sm is None or 0 <= self.min_ctas_per_sm <= 32,
                  f"min_ctas_per_sm={self.min_ctas_per_sm}: expected 0 to 32")
-        _require(isinstance(self.exp2_fma, int) and 0 <= self.exp2_fma <= 8,
+        _require(isinstance(self.exp2_on_fma, int) and 0 <= self.exp2_on_fma <= 8,
                  f"exp2_fma={self.exp2_fma!r}: expected 0 to 8 (of every 8 scores of a row, those "
                  f"whose exp2 runs on the FMA pipe)")
         _require(self.interval_test in (None, *INTERVAL_TESTS),

@@ -60,6 +60,7 @@ def _lowering_from_ir(result) -> Sm80Lowering:
     from attnc.passes.lower_sm80 import (EXP2_FMA_ATTR, INTERVAL_TEST_ATTR, MIN_CTAS_ATTR, PERSISTENT_ATTR,
                                          PINGPONG_ATTR, PRODUCER_ATTR, Q_BLOCKS_ATTR)
     from attnc.passes.analyze_masks import mask_functions
+    from attnc.passes.tile import banded_mask
 
     variant = result.variant
     ops = attention_ops(result.module)
@@ -92,8 +93,9 @@ def _lowering_from_ir(result) -> Sm80Lowering:
         q_blocks_per_cta=option(Q_BLOCKS_ATTR, get_int), interval_test=option(INTERVAL_TEST_ATTR, get_str),
         min_ctas_per_sm=option(MIN_CTAS_ATTR, get_int),
         producer_warpgroup=option(PRODUCER_ATTR, lambda o, a: bool(get_int(o, a))),
-        pingpong=bool(option(PINGPONG_ATTR, get_int)), exp2_fma=option(EXP2_FMA_ATTR, get_int) or 0,
+        pingpong=bool(option(PINGPONG_ATTR, get_int)), exp2_fma=option(EXP2_FMA_ATTR, get_int),
         persistent=option(PERSISTENT_ATTR, lambda o, a: bool(get_int(o, a))),
+        banded=target == "sm_90a" and get_bool(op, "has_mask_mod") and not runtime and banded_mask(op),
         **hooks.spec_fields())
     try:
         return Sm80Lowering(spec.check(), blockmap)

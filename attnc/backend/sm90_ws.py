@@ -38,6 +38,20 @@ assembly] in cubin.py). The consumers' wgmma reads the tiles through the async p
 after waiting on the full barrier, and fence.proxy.async orders the cp.async writes
 (the generic proxy) before them. A producer thread waits for all its copies before it
 exits. Where this kernel is the default, and what it measured: Sm80KernelSpec.warp_specialized.
+
+Note [Persistent CTAs]: with `persistent` the grid is at most one CTA per SM
+(manifest grid factor min_sms), and each CTA loops over query blocks w = ctaid.x,
+then 2G - 1 - ctaid.x, 2G + ctaid.x, ... (G = gridDim.x; a snake, so that a CTA that
+took a heavy block in one round takes a light one in the next), w -> (m_block, head,
+batch) with m_block fastest and the heaviest (last) m_block first. Producer and
+consumers walk the same blocks and count the K/V steps from the CTA's first (`t_base`),
+so the ring's slots and phases run on across blocks: the consumers release every slot
+they used -- the last two V slots of a block too (_drained) -- and Q's, through one more
+barrier, q_empty, once the block's last QK^T landed. The producer then loads the next
+block's Q, K and V while the consumers finish the last P.V and store O. Its tile
+addresses are computed per block (an opaque copy of tid): hoisted out of the loop over
+blocks, LLVM kept them live through it and ptxas spilled them. Where it is the default,
+and what it measured: Sm80KernelSpec.persistent_ctas.
 """
 from __future__ import annotations
 
@@ -49,25 +63,18 @@ from attnc.backend.nvgpu_builders import MBarrier, NamedBarrier, fence_async_pro
 from attnc.backend.sm80_tiles import TileLoader
 from attnc.backend.sm90 import Sm90Forward
 
-# The producer's registers: 24, or 32 in a persistent CTA, whose loop over query blocks
-# spilled at 24 (4 bytes, head dim 128); either leaves two consumer warpgroups 240.
 PRODUCER_REGISTERS = 24
-PERSISTENT_PRODUCER_REGISTERS = 32
 MAX_CONSUMER_REGISTERS = 240
 
 
-def producer_registers(persistent: bool) -> int:
-    return PERSISTENT_PRODUCER_REGISTERS if persistent else PRODUCER_REGISTERS
-
-
-def consumer_registers(consumer_warpgroups: int, persistent: bool = False) -> int:
-    """Registers per consumer thread after setmaxnreg: what the producer's leave of the
-    CTA's registers at launch (the SM's 64K over its threads, rounded down to a multiple
-    of 8 per thread), a multiple of 8, at most 240. setmaxnreg.inc waits until the pool
-    holds what it asks for, so asking for more than the producer freed hangs."""
+def consumer_registers(consumer_warpgroups: int) -> int:
+    """Registers per consumer thread after setmaxnreg: what the producer's 24 leave of
+    the CTA's registers at launch (the SM's 64K over its threads, rounded down to a
+    multiple of 8 per thread), a multiple of 8, at most 240. setmaxnreg.inc waits until
+    the CTA's pool holds what it asks for: asking for more than the producer freed hangs."""
     threads = PRODUCER_THREADS * (1 + consumer_warpgroups)
     pool = threads * (SM90_REGISTERS_PER_SM // threads // 8 * 8)
-    free = pool - PRODUCER_THREADS * producer_registers(persistent)
+    free = pool - PRODUCER_THREADS * PRODUCER_REGISTERS
     return min(MAX_CONSUMER_REGISTERS, free // (PRODUCER_THREADS * consumer_warpgroups) // 8 * 8)
 
 
@@ -177,7 +184,7 @@ class Sm90WsForward(Sm90Forward):
     def _producer(self, tid) -> None:
         e = self.e
         if self._sets_registers:
-            set_max_registers(producer_registers(self.spec.persistent_ctas), increase=False)
+            set_max_registers(PRODUCER_REGISTERS, increase=False)
         self.tid = tid
         self.loader = TileLoader(e, self.cp, self.smem, tid, PRODUCER_THREADS)
         self._for_each_item(self._produce_block)
@@ -230,7 +237,7 @@ class Sm90WsForward(Sm90Forward):
     def _consumer(self, ctid) -> None:
         e, s = self.e, self.spec
         if self._sets_registers:
-            set_max_registers(consumer_registers(s.consumer_warpgroups, s.persistent_ctas), increase=True)
+            set_max_registers(consumer_registers(s.consumer_warpgroups), increase=True)
         self.tid = ctid
         self.warp = e.shr(ctid, 5)
         self.lane = e.and_(ctid, 31)

@@ -58,10 +58,10 @@ class LowerSm80(Pass):
     min_ctas_per_sm: int | None = field(default=None, metadata={
         "doc": "CTAs the kernel's registers must leave room for on one SM (PTX .minnctapersm; "
                "0: no bound; default: Sm80KernelSpec.min_ctas, from the target's measurements)"})
-    exp2_fma: int = field(default=0, metadata={
+    exp2_fma: int | None = field(default=None, metadata={
         "doc": "of every 8 scores of a softmax row, how many take their exp2 on the FMA pipe (a cubic "
                "and exponent bits) instead of the SFU, 0 to 8 (Note [Exponentials on the FMA pipe]; "
-               "default: 0, off)"})
+               "default: Sm80KernelSpec.exp2_on_fma, 2 in sm_90a's one-warpgroup softcap kernels, else 0)"})
 
     def run(self, module) -> None:
         # Every option is a keyword of lower_sm80 (attn-lower-sm90a adds its own).
@@ -71,7 +71,7 @@ class LowerSm80(Pass):
 def lower_sm80(module, q_blocks_per_cta: int | None = None, interval_test: str | None = None,
                pass_target: str | None = None, min_ctas_per_sm: int | None = None,
                producer_warpgroup: bool | None = None, pingpong: bool | None = None,
-               persistent: bool | None = None, exp2_fma: int = 0) -> None:
+               persistent: bool | None = None, exp2_fma: int | None = None) -> None:
     """Lower the plan of `module` to its target's kernel; `pass_target`: the target
     the calling pass builds for, which the plan must have. `producer_warpgroup`,
     `pingpong` and `persistent`: attn-lower-sm90a's options (Notes [Producer warpgroup]
@@ -104,7 +104,7 @@ def lower_sm80(module, q_blocks_per_cta: int | None = None, interval_test: str |
             set_int(op, PINGPONG_ATTR, int(pingpong))
         if persistent is not None:
             set_int(op, PERSISTENT_ATTR, int(persistent))
-        if exp2_fma:
+        if exp2_fma is not None:
             set_int(op, EXP2_FMA_ATTR, exp2_fma)
     result = compile_result_of(module)
     kernel_module, kernels, specialization = kernel_module_for(result)

@@ -86,7 +86,8 @@ TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
         # causal 2.68 ms at 64x128 against 3.11 at 128x128, softcap 3.28 against 3.89.
         # A band (a sliding window) or a mask that reads params (documents of 1000 +
         # causal) is short work per query block, where that matters most: 64x64, window
-        # 1024 0.730 ms (d = 64) and 0.597 (d = 128) against 0.966 and 0.668 at 128x128,
+        # 1024 0.730 ms (d = 64) and 0.597 (d = 128) against 0.966 and 0.668 at 128x128
+        # (before the persistent kernel, which took the band at d = 128: below),
         # documents 0.580 and 0.484 against 0.899 and 0.605.
         (64, 64): TableRow(TileConfig(64, 128, stages=2, num_warps=8),
                            banded=dict(block_n=64), mask_params=dict(block_n=64)),
@@ -98,8 +99,10 @@ TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
         # and three K/V stages (loads two steps ahead): causal 2.306 -> 2.228 ms, ALiBi
         # 2.393 -> 2.246, softcap 2.583 -> 2.507 (results/profile/sweep_sm90_stages3_h200.json;
         # at head dim 64 and at 64x64 tiles three stages measured 4-35 % slower).
+        # A band (window 1024, d = 128) runs this tile too since the persistent CTAs of
+        # the producer warpgroup's kernel (Sm80KernelSpec.persistent_ctas): 0.615 ms
+        # against 0.675 at 64x64 (H200); documents keep 64x64 (0.484 against 0.581).
         (128, 128): TableRow(TileConfig(128, 128, stages=3, num_warps=12),
-                             banded=dict(block_m=64, block_n=64, num_warps=8, stages=2),
                              mask_params=dict(block_m=64, block_n=64, num_warps=8, stages=2)),
         (256, 256): TableRow(TileConfig(128, 80, stages=2, num_warps=12)),
     },

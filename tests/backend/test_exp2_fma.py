@@ -94,11 +94,21 @@ def counts(ptx: str) -> tuple[int, int]:
     return len(re.findall(r"\bex2\.approx", ptx)), len(re.findall(r"\badd\.rm\.f32", ptx))
 
 
-@pytest.mark.parametrize("source, arch", [(SOFTCAP_D64, "sm_90a"), (CAUSAL_D64, "sm_80")])
-def test_zero_is_the_sfu_kernel(source, arch):
-    """exp2_fma=0 builds exactly the kernel built without the option: no add.rm."""
-    assert built(source, arch, (("exp2_fma", 0),)).ptx == built(source, arch).ptx
-    assert counts(built(source, arch).ptx)[1] == 0
+@pytest.mark.parametrize("source, arch, default", [
+    (SOFTCAP_D64, "sm_90a", 2),     # one warpgroup, a constant max: two SFU operations per score
+    (CAUSAL_D64, "sm_90a", 0),
+    (SOFTCAP, "sm_90a", 0),         # the producer warpgroup's kernel (head dim 128)
+    (SOFTCAP_D64, "sm_80", 0),
+    (CAUSAL_D64, "sm_80", 0),
+])
+def test_the_default_and_zero(source, arch, default):
+    """Sm80KernelSpec.exp2_on_fma: 2 of 8 only in sm_90a's one-warpgroup kernels with a
+    constant max (softcap), as measured; exp2_fma=0 has no add.rm at all, and the
+    explicit default builds the default kernel."""
+    art = built(source, arch)
+    assert art.manifest["specialization"]["exp2_fma"] == default
+    assert built(source, arch, (("exp2_fma", default),)).ptx == art.ptx
+    assert counts(built(source, arch, (("exp2_fma", 0),)).ptx)[1] == 0
 
 
 @pytest.mark.parametrize("source, arch", [(SOFTCAP_D64, "sm_90a"), (CAUSAL_D64, "sm_80")])
@@ -108,7 +118,7 @@ def test_the_last_k_of_every_8_probabilities_move_to_the_fma_pipe(source, arch, 
     rest stay ex2.approx; the per-row ones (alpha, with a running max) stay on the SFU.
     Softcap at head dim 64 has a constant max: every ex2 is a score's (192 in the
     sm_90a kernel's three copies of the step, 64 scores each)."""
-    sfu_only, _ = counts(built(source, arch).ptx)
+    sfu_only, _ = counts(built(source, arch, (("exp2_fma", 0),)).ptx)
     per_row, scores = counts(built(source, arch, (("exp2_fma", 8),)).ptx)
     assert scores > 0 and scores % 8 == 0
     assert counts(built(source, arch, (("exp2_fma", k),)).ptx) == (sfu_only - scores * k // 8, scores * k // 8)

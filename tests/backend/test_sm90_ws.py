@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import functools
 import re
+from pathlib import Path
 
 import pytest
 from mlir import ir
 
 from attnc.backend import cubin, ptx
 from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
-from attnc.backend.sm80 import build_sm80_module
+from attnc.backend.sm80 import build_sm80_module, kernel_abi
 from attnc.backend.sm80_lower import build
+from attnc.backend.sm90_ws import consumer_registers
 from attnc.driver import CompileOptions, compile_mlir
 from attnc.passes.pipelines import PassSpec, format_pipeline, target_pipeline
 
@@ -153,3 +155,73 @@ def test_without_a_ptxas_binary_the_kernel_still_assembles_and_says_why(monkeypa
     finally:
         cubin._assemble_whole_program.cache_clear()
     assert result.cubin and "'setmaxnreg' ignored" in result.info_log
+
+
+# ------------------------------------------------------------ Note [Persistent CTAs]
+
+WINDOW = (Path(__file__).resolve().parents[2] / "examples" / "sliding_window.attn").read_text()
+
+
+def built_with(source: str, **options):
+    pipeline = format_pipeline([PassSpec(p.name, {**p.options, **({k: str(v) for k, v in options.items()}
+                                                                   if p.name == "attn-lower-sm90a" else {})})
+                                for p in target_pipeline("sm_90a")])
+    return build(compile_mlir(source, "p.attn", CompileOptions(arch="sm_90a", pass_pipeline=pipeline)))
+
+
+@pytest.mark.parametrize("kw, expected", [
+    (dict(banded=True), True),                              # a band in the producer warpgroup's kernel
+    (dict(), False),                                        # causal: measured slower
+    (dict(banded=True, producer_warpgroup=False), False),   # the cooperative kernel has no loop
+    (dict(banded=True, persistent=False), False),           # the option, both ways
+    (dict(persistent=True), True),
+])
+def test_when_ctas_are_persistent(kw, expected):
+    assert spec(**kw).check().persistent_ctas is expected
+
+
+def test_persistent_needs_the_producer_warpgroup():
+    with pytest.raises(SpecError, match="persistent CTAs are the producer warpgroup's kernel"):
+        spec(persistent=True, producer_warpgroup=False).check()
+
+
+def test_the_consumers_ask_for_no_more_registers_than_the_producer_frees():
+    """setmaxnreg.inc waits until the CTA's pool holds the registers: the consumers'
+    share is what the producer gives back of the launch's (ptxas's count at launch, 168
+    for 384 threads), else the kernel hangs."""
+    for groups in (1, 2, 3):
+        threads = 128 * (1 + groups)
+        at_launch = 65536 // threads // 8 * 8
+        wanted = consumer_registers(groups)
+        assert wanted % 8 == 0 and 24 * 128 + wanted * 128 * groups <= at_launch * threads
+    assert consumer_registers(2) == 240
+
+
+def test_persistent_kernel_loops_over_blocks_on_the_same_barriers():
+    """One more mbarrier (q_empty, one arrival per consumer warp); still one CTA barrier,
+    after the init; the grid is at most one CTA per SM, and the kernel takes B to count
+    the blocks. ptxas keeps the register split without spills."""
+    s = spec(mask="causal", persistent=True)
+    text, log = compiled(s)
+    inits = re.findall(r"mbarrier\.init\.shared::cta\.b64 \[%r\d+\], (\d+);", text)
+    assert sorted(inits) == sorted(["128"] * (1 + 2 * s.stages) + ["8"] * (1 + 2 * s.stages))
+    assert len(re.findall(r"\bbar\.sync\s+0;", text)) == 1 and "cp.async.commit_group" not in text
+    assert "setmaxnreg.dec.sync.aligned.u32 24;" in text and "setmaxnreg.inc.sync.aligned.u32 240;" in text
+    assert "serialized" not in log
+    abi = kernel_abi(s)
+    assert abi.grid == ((["min_sms", ["cdiv", "M", 128], "H", "B"],), (1,), (1,))
+    assert [p["name"] for p in abi.params if p["kind"] == "dim"] == ["M", "N", "H", "HKV", "B"]
+
+
+def test_a_window_at_head_dim_128_is_persistent_by_default():
+    """The sliding-window example: 128x128 tiles, the producer warpgroup, persistent CTAs
+    (the manifest's grid and specialization), no spills; the option turns it off."""
+    art = built_with(WINDOW)
+    sp, kernel = art.manifest["specialization"], art.manifest["kernels"][0]
+    assert (sp["block_m"], sp["block_n"], sp["producer_warpgroup"], sp["persistent"]) == (128, 128, True, True)
+    assert kernel["grid"][0][0][0] == "min_sms" and kernel["grid"][1:] == [[1], [1]]
+    if cubin.whole_program_ptxas() is not None:
+        usage = cubin.parse_resource_usage(cubin.ptx_to_cubin(art.ptx, "sm_90a", verbose=True).info_log)
+        assert not any(u.spills for u in usage.values()), usage
+    off = built_with(WINDOW, persistent="false").manifest
+    assert off["specialization"]["persistent"] is False and off["kernels"][0]["grid"][1] == ["H"]

@@ -60,13 +60,16 @@ def test_the_documented_choices():
     assert pick("sm_80", ProblemShape(64, 64, "bf16", True, True, mask_params=True)) == (64, 64, 2, 4, 1)
     assert pick("sm_80", ProblemShape(128, 128, "bf16", True, True, mask_params=True)) == (128, 64, 2, 4, 1)
     # sm_90a (attn-lower-sm90a): one 64-row warpgroup per CTA at head dim 64, two at 128;
-    # a band (sliding window) or a mask reading params (documents): 64x64, one warpgroup.
+    # a mask reading params (documents): 64x64, one warpgroup; so is a band (sliding
+    # window) at head dim 64; at 128 the band takes the producer warpgroup's tile (its
+    # CTAs persistent: Sm80KernelSpec.persistent_ctas).
     assert pick("sm_90a", ProblemShape(64, 64, "bf16", False, params=True)) == (64, 128, 2, 8, 1)
     assert pick("sm_90a", shape(64)) == (64, 128, 2, 8, 1)
     assert pick("sm_90a", shape(128)) == (128, 128, 3, 12, 1)
     assert pick("sm_90a", shape(128, masked=True)) == (128, 128, 3, 12, 1)
+    assert pick("sm_90a", ProblemShape(64, 64, "bf16", True, banded=True)) == (64, 64, 2, 8, 1)
+    assert pick("sm_90a", ProblemShape(128, 128, "bf16", True, banded=True)) == (128, 128, 3, 12, 1)
     for hd in (64, 128):
-        assert pick("sm_90a", ProblemShape(hd, hd, "bf16", True, banded=True)) == (64, 64, 2, 8, 1)
         assert pick("sm_90a", ProblemShape(hd, hd, "bf16", True, True, mask_params=True)) == (64, 64, 2, 8, 1)
     assert pick("sm_80", ProblemShape(64, 64, "bf16", True, banded=True)) == (128, 128, 2, 4, 1)
     assert pick("sm_90a", shape(256)) == (128, 80, 2, 12, 1)

@@ -35,6 +35,16 @@ def test_plan_binds_dims_computes_grids_and_lists_outputs_to_allocate():
     assert (plan.code_kind, plan.library, plan.device.ordinal) == ("cubin", "other", 0)
 
 
+def test_a_persistent_grid_is_at_most_one_cta_per_sm():
+    """["min_sms", ...] (Note [Persistent CTAs]): the product of its factors, capped at the
+    device's SM count."""
+    manifest = synthetic_manifest()
+    manifest["kernels"][1]["grid"] = [[["min_sms", ["cdiv", "M", 128], "H", "B"]], [1], [1]]
+    kernel = make_kernel(manifest, FakePlatform(multiprocessors=132))
+    assert kernel.plan(**synthetic_arguments(B=2, H=8, M=2000)).grids[1] == (132, 1, 1)    # not 256
+    assert kernel.plan(**synthetic_arguments(B=1, H=2, M=1000)).grids[1] == (16, 1, 1)
+
+
 def test_given_outputs_are_checked_not_allocated():
     plan = make_kernel().plan(**synthetic_arguments(outputs=True))
     assert plan.allocate == () and set(plan.views) == {"q", "k", "v", "slopes", "o", "lse"}

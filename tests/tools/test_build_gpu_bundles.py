@@ -3,6 +3,7 @@ a GPU: the examples' rewriting, PTX-only bundles, refusals reported and never dr
 inputs for any variant and the comparison with the reference."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -62,11 +63,31 @@ def test_the_other_kernel_choices_reach_the_manifest(tmp_path, name, blocks, tes
     entry = builder.build_one(job, str(tmp_path))
     assert "refused" not in entry, entry.get("refused")
     assert entry["pipeline"].endswith(f"attn-lower-sm80{{q_blocks_per_cta={blocks} interval_test="
-                                      f"{builder.OTHER_INTERVAL_TEST[job.meta['dtype']]}}}")
+                                      f"{builder.OTHER_INTERVAL_TEST[job.meta['dtype']]} exp2_fma=4}}")
     manifest = json.loads((tmp_path / job.name / "manifest.json").read_text())
     spec = manifest["specialization"]
-    assert (spec["q_blocks_per_cta"], spec["interval_test"]) == (blocks, test)
+    assert (spec["q_blocks_per_cta"], spec["interval_test"], spec["exp2_fma"]) == (blocks, test, 4)
     assert manifest["kernels"][-1]["grid"][0] == [["cdiv", "M", spec["block_m"] * blocks]]
+
+
+@pytest.mark.parametrize("name, persistent, exp2_fma", [
+    ("ex_sliding_window_bf16_d128x128_other", False, 4),     # default: persistent (a band)
+    ("ex_mha_bf16_d128x128_other", True, 4),                 # default: one block per CTA
+    ("ex_softcap_bf16_d64x64_other", None, 0),               # default: 2 of 8 on the FMA pipe
+])
+def test_the_other_sm90a_choices_reach_the_manifest(tmp_path, name, persistent, exp2_fma):
+    """On sm_90a the producer warpgroup's kernel runs one query block per CTA: its other
+    choice is the other persistence."""
+    pytest.importorskip("mlir")
+    job = dataclasses.replace(next(j for j in builder.example_jobs() if j.name == name), arch="sm_90a")
+    entry = builder.build_one(job, str(tmp_path))
+    assert "refused" not in entry, entry.get("refused")
+    spec = json.loads((tmp_path / job.name / "manifest.json").read_text())["specialization"]
+    assert spec["exp2_fma"] == exp2_fma
+    if persistent is None:
+        assert not spec["producer_warpgroup"] and spec["q_blocks_per_cta"] == 2
+    else:
+        assert spec["producer_warpgroup"] and spec["persistent"] is persistent and spec["q_blocks_per_cta"] == 1
 
 
 def test_suites_have_the_sizes_the_issue_asks_for():
