@@ -293,17 +293,26 @@ class Sm80KernelSpec:
 
     @property
     def exp2_on_fma(self) -> int:
-        """exp2_fma resolved (Note [Exponentials on the FMA pipe] in sm80_softmax.py): 2 of
-        8 in sm_90a's one-warpgroup kernels with a constant softmax max (softcap), whose
-        scores take two SFU operations: softcap + causal at head dim 64 (H200, M = N =
-        8192) ran 3.322 -> 3.164 and 3.356 -> 3.103 ms in two runs (4 of 8: 3.181; the
-        register bound of Note [CTAs per SM] then holds three CTAs per SM, which alone
-        gave 3.222). Elsewhere it measured slower: causal at head dim 64 2.58 -> 2.81 ms
-        (2 of 8), window 1024 0.777 -> 0.843, the sm_80 kernels 4-13 %."""
+        """exp2_fma resolved (Note [Exponentials on the FMA pipe] in sm80_softmax.py), as
+        measured (H200, M = N = 8192, bf16, median of 5 interleaved rounds):
+          * 2 of 8 in sm_90a's one-warpgroup kernels with a constant softmax max
+            (softcap), whose scores take two SFU operations: softcap + causal at head
+            dim 64 ran 3.322 -> 3.164 and 3.356 -> 3.103 ms (4 of 8: 3.181; the register
+            bound of Note [CTAs per SM] then holds three CTAs per SM, which alone gave
+            3.222);
+          * 1 of 8 in the producer warpgroup's kernel with a score_mod: at head dim 128
+            softcap 2.165 -> 2.101 ms (2 of 8: 2.131-2.187, 4 of 8 slower than none),
+            ALiBi 2.137 -> 2.077 (2 of 8: 2.070-2.105 against 2.122-2.162 in three runs);
+          * none elsewhere, where it measured slower: causal at head dim 128 1.984 ->
+            2.050 and 2.006 -> 2.098 ms (2 of 8), window 1024 0.590 -> 0.607, at head
+            dim 64 causal 2.58 -> 2.81 and window 0.777 -> 0.843, the sm_80 kernels
+            4-13 %."""
         if self.exp2_fma is not None:
             return self.exp2_fma
         one_warpgroup = self.target == "sm_90a" and self.consumer_warpgroups == 1 and not self.warp_specialized
-        return 2 if one_warpgroup and self.static_max is not None else 0
+        if one_warpgroup and self.static_max is not None:
+            return 2
+        return 1 if self.warp_specialized and (self.score_mod or self.score_bias) else 0
 
     @property
     def threads(self) -> int:

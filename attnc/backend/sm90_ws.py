@@ -66,18 +66,32 @@ from attnc.backend.sm80_tiles import TileLoader
 from attnc.backend.sm90 import Sm90Forward
 
 PRODUCER_REGISTERS = 24
+MAX_PRODUCER_REGISTERS = 56
 MAX_CONSUMER_REGISTERS = 240
+
+
+def _launch_pool(consumer_warpgroups: int) -> int:
+    """The CTA's registers at launch: the SM's 64K over its threads, rounded down to a
+    multiple of 8 per thread (ptxas's count, as .minnctapersm 1 lets it take them all)."""
+    threads = PRODUCER_THREADS * (1 + consumer_warpgroups)
+    return threads * (SM90_REGISTERS_PER_SM // threads // 8 * 8)
 
 
 def consumer_registers(consumer_warpgroups: int) -> int:
     """Registers per consumer thread after setmaxnreg: what the producer's 24 leave of
-    the CTA's registers at launch (the SM's 64K over its threads, rounded down to a
-    multiple of 8 per thread), a multiple of 8, at most 240. setmaxnreg.inc waits until
-    the CTA's pool holds what it asks for: asking for more than the producer freed hangs."""
-    threads = PRODUCER_THREADS * (1 + consumer_warpgroups)
-    pool = threads * (SM90_REGISTERS_PER_SM // threads // 8 * 8)
-    free = pool - PRODUCER_THREADS * PRODUCER_REGISTERS
+    the launch pool, a multiple of 8, at most 240. setmaxnreg.inc waits until the CTA's
+    pool holds what it asks for: asking for more than the producer freed hangs."""
+    free = _launch_pool(consumer_warpgroups) - PRODUCER_THREADS * PRODUCER_REGISTERS
     return min(MAX_CONSUMER_REGISTERS, free // (PRODUCER_THREADS * consumer_warpgroups) // 8 * 8)
+
+
+def producer_registers(consumer_warpgroups: int) -> int:
+    """What the consumers' share leaves the producer, a multiple of 8 from 24 to 56:
+    24 with two consumer warpgroups (240 each), 32 with three (160 each), where the
+    causal kernel's producer spilled at 24."""
+    c = consumer_warpgroups
+    left = _launch_pool(c) - PRODUCER_THREADS * c * consumer_registers(c)
+    return max(PRODUCER_REGISTERS, min(MAX_PRODUCER_REGISTERS, left // PRODUCER_THREADS // 8 * 8))
 
 
 class Sm90WsForward(Sm90Forward):
@@ -186,7 +200,7 @@ class Sm90WsForward(Sm90Forward):
     def _producer(self, tid) -> None:
         e = self.e
         if self._sets_registers:
-            set_max_registers(PRODUCER_REGISTERS, increase=False)
+            set_max_registers(producer_registers(self.spec.consumer_warpgroups), increase=False)
         self.tid = tid
         self.loader = TileLoader(e, self.cp, self.smem, tid, PRODUCER_THREADS)
         self._for_each_item(self._produce_block)

@@ -78,6 +78,7 @@ CAUSAL_D64 = """attention causal {
   out o: bf16[B, H, M, 64]
 }
 """
+CAUSAL = CAUSAL_D64.replace("64]", "128]")
 
 
 @functools.lru_cache(maxsize=None)
@@ -97,13 +98,15 @@ def counts(ptx: str) -> tuple[int, int]:
 @pytest.mark.parametrize("source, arch, default", [
     (SOFTCAP_D64, "sm_90a", 2),     # one warpgroup, a constant max: two SFU operations per score
     (CAUSAL_D64, "sm_90a", 0),
-    (SOFTCAP, "sm_90a", 0),         # the producer warpgroup's kernel (head dim 128)
+    (SOFTCAP, "sm_90a", 1),         # the producer warpgroup's kernel (head dim 128), a score_mod
+    (CAUSAL, "sm_90a", 0),          # the producer warpgroup's kernel without one
     (SOFTCAP_D64, "sm_80", 0),
     (CAUSAL_D64, "sm_80", 0),
 ])
 def test_the_default_and_zero(source, arch, default):
-    """Sm80KernelSpec.exp2_on_fma: 2 of 8 only in sm_90a's one-warpgroup kernels with a
-    constant max (softcap), as measured; exp2_fma=0 has no add.rm at all, and the
+    """Sm80KernelSpec.exp2_on_fma: 2 of 8 in sm_90a's one-warpgroup kernels with a
+    constant max (softcap), 1 of 8 in its producer warpgroup's kernels with a score_mod,
+    else none, as measured; exp2_fma=0 has no add.rm at all, and the
     explicit default builds the default kernel."""
     art = built(source, arch)
     assert art.manifest["specialization"]["exp2_fma"] == default

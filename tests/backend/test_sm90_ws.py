@@ -16,7 +16,7 @@ from attnc.backend import cubin, ptx
 from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
 from attnc.backend.sm80 import build_sm80_module, kernel_abi
 from attnc.backend.sm80_lower import build
-from attnc.backend.sm90_ws import consumer_registers
+from attnc.backend.sm90_ws import consumer_registers, producer_registers
 from attnc.driver import CompileOptions, compile_mlir
 from attnc.passes.pipelines import PassSpec, format_pipeline, target_pipeline
 
@@ -192,9 +192,11 @@ def test_the_consumers_ask_for_no_more_registers_than_the_producer_frees():
     for groups in (1, 2, 3):
         threads = 128 * (1 + groups)
         at_launch = 65536 // threads // 8 * 8
-        wanted = consumer_registers(groups)
-        assert wanted % 8 == 0 and 24 * 128 + wanted * 128 * groups <= at_launch * threads
-    assert consumer_registers(2) == 240
+        wanted, kept = consumer_registers(groups), producer_registers(groups)
+        assert wanted % 8 == 0 and kept % 8 == 0 and 24 <= kept < at_launch
+        assert kept * 128 + wanted * 128 * groups <= at_launch * threads
+    assert (consumer_registers(2), producer_registers(2)) == (240, 24)
+    assert (consumer_registers(3), producer_registers(3)) == (160, 32)
 
 
 def test_persistent_kernel_loops_over_blocks_on_the_same_barriers():
