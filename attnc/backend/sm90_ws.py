@@ -87,8 +87,8 @@ def consumer_registers(consumer_warpgroups: int) -> int:
 
 def producer_registers(consumer_warpgroups: int) -> int:
     """What the consumers' share leaves the producer, a multiple of 8 from 24 to 56:
-    24 with two consumer warpgroups (240 each), 32 with three (160 each), where the
-    causal kernel's producer spilled at 24."""
+    24 with two consumer warpgroups (240 each), 32 with three (160 each), whose share
+    rounded down to a multiple of 8 would otherwise leave 8 per producer thread unused."""
     c = consumer_warpgroups
     left = _launch_pool(c) - PRODUCER_THREADS * c * consumer_registers(c)
     return max(PRODUCER_REGISTERS, min(MAX_PRODUCER_REGISTERS, left // PRODUCER_THREADS // 8 * 8))
