@@ -284,9 +284,12 @@ class Sm80KernelSpec:
         warpgroup's kernel, where every query block is the same few steps, so that its
         prologue and epilogue weigh most. Window 1024 at head dim 128 (H200, M = N =
         8192, bf16): 0.675 ms at the 64x64 tiles it had, 0.636-0.662 at 128x128 with the
-        producer warpgroup, 0.615 persistent. Causal, softcap and ALiBi ran within 3 % of
-        their non-persistent times (causal 3-4 % slower), documents + causal slower than
-        its 64x64 tiles (0.581 against 0.484 ms): not for them."""
+        producer warpgroup, 0.615 persistent, and 0.631 -> 0.602 in a later A/B once the
+        consumers store O under the next block's first QK^T (Note [The next block's
+        first QK^T] in sm90_ws.py). Not for the others: causal ran as fast as without
+        (1.988 against 1.984 ms), softcap and ALiBi 4 % slower (2.199 against 2.121,
+        2.124 against 2.031: their persistent consumers spill), documents + causal slower
+        than at its 64x64 tiles (0.575 against 0.495 ms)."""
         if self.persistent is not None:
             return self.persistent
         return self.warp_specialized and self.banded

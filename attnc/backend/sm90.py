@@ -75,6 +75,7 @@ class Sm90Forward(_Sm80Forward):
     def __init__(self, spec, args):
         super().__init__(spec, args)
         self.wgmma = Wgmma(self.e, spec.dtype)
+        self._first_scores = None       # S of step 0, when computed before the steps (sm90_ws.py)
 
     def _operand_bases(self) -> None:
         """The warpgroup's Q descriptor (K's and V's depend on the slot: _desc)."""
@@ -153,14 +154,18 @@ class Sm90Forward(_Sm80Forward):
         e, s = self.e, self.spec
         t_full = kv.steps_above(e, kv.full_hi)
         t_low = kv.steps_above(e, kv.full_lo if kv.full_lo is not None else kv.lo)
-        self._await_first()
         n0 = kv.block(e, e.c32(0))
-        skip = self._skip(n0) if s.tile_skip is not None else None
-        self.wgmma.fence()
-        self._turn_begin()
-        acc_s = self._qk_issue(self._slot_offset(0, e.c32(0)))
-        self._turn_end()
-        acc_s = self._unflatten(self.wgmma.wait(acc_s), s.block_n // 8)
+        if self._first_scores is None:
+            self._await_first()
+            skip = self._skip(n0) if s.tile_skip is not None else None
+            self.wgmma.fence()
+            self._turn_begin()
+            acc_s = self._qk_issue(self._slot_offset(0, e.c32(0)))
+            self._turn_end()
+            acc_s = self._unflatten(self.wgmma.wait(acc_s), s.block_n // 8)
+        else:
+            skip = self._skip(n0) if s.tile_skip is not None else None
+            acc_s = self._first_scores
         self._k_read(e.c32(0))
         probs, state, alpha = self._softmax_step(self._scores(acc_s, n0, "partial", skip), state, "partial")
         zero = e.cf(0.0)

@@ -227,3 +227,21 @@ def test_a_window_at_head_dim_128_is_persistent_by_default():
         assert not any(u.spills for u in usage.values()), usage
     off = built_with(WINDOW, persistent="false").manifest
     assert off["specialization"]["persistent"] is False and off["kernels"][0]["grid"][1] == ["H"]
+
+
+def _stores_under_a_gemm(ptx: str) -> int:
+    """wgmma groups (commit .. next wait) with global stores issued while they run."""
+    groups = [g.split("wgmma.wait_group")[0] for g in ptx.split("wgmma.commit_group")[1:]]
+    return sum("st.global" in g for g in groups)
+
+
+def test_persistent_consumers_store_o_under_the_next_blocks_first_qk():
+    """Note [The next block's first QK^T]: the persistent window kernel stores a block's
+    O between issuing the next block's first QK^T and waiting for it; the kernel without
+    persistent CTAs has no store under a GEMM. The rotation keeps ptxas's register split
+    (the window test above: no spills), and ptxas serializes no wgmma."""
+    assert _stores_under_a_gemm(built_with(WINDOW).ptx) == 1
+    assert _stores_under_a_gemm(built_with(WINDOW, persistent="false").ptx) == 0
+    if cubin.whole_program_ptxas() is not None:
+        log = cubin.ptx_to_cubin(built_with(WINDOW).ptx, "sm_90a", verbose=True).info_log
+        assert "serialized" not in log, log
