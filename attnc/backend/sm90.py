@@ -155,17 +155,16 @@ class Sm90Forward(_Sm80Forward):
         t_full = kv.steps_above(e, kv.full_hi)
         t_low = kv.steps_above(e, kv.full_lo if kv.full_lo is not None else kv.lo)
         n0 = kv.block(e, e.c32(0))
-        if self._first_scores is None:
+        acc_s = self._first_scores
+        if acc_s is None:
             self._await_first()
-            skip = self._skip(n0) if s.tile_skip is not None else None
+        skip = self._skip(n0) if s.tile_skip is not None else None
+        if acc_s is None:
             self.wgmma.fence()
             self._turn_begin()
             acc_s = self._qk_issue(self._slot_offset(0, e.c32(0)))
             self._turn_end()
             acc_s = self._unflatten(self.wgmma.wait(acc_s), s.block_n // 8)
-        else:
-            skip = self._skip(n0) if s.tile_skip is not None else None
-            acc_s = self._first_scores
         self._k_read(e.c32(0))
         probs, state, alpha = self._softmax_step(self._scores(acc_s, n0, "partial", skip), state, "partial")
         zero = e.cf(0.0)

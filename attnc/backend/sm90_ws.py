@@ -174,26 +174,29 @@ class Sm90WsForward(Sm90Forward):
         self.kv_h = e.div(h, e.div(e.dim("H"), e.dim("HKV")))
         self.kv_ptr = {n: self._tensor(n, b, self.kv_h) for n in ("k", "v")}
 
-    def _for_each_item(self, body) -> None:
-        """body(item parity) for each query block of this CTA; body returns the K/V steps
-        it ran. One block, the grid's, unless persistent (Note [Persistent CTAs])."""
+    def _for_each_item(self, body, carried=()) -> list:
+        """body(round, values) for each query block of this CTA, in rounds of the grid
+        (Note [Persistent CTAs]; one block, the grid's, round 0, unless persistent); body
+        returns the K/V steps it ran and the values it carries to the next block's body
+        (`carried` the first's). Returns the last values."""
         e, s = self.e, self.spec
         if not s.persistent_ctas:
-            body(e.c32(0))
-            return
-        walk = _BlockWalk(self)
-        loop = scf.ForOp(e.c32(0), walk.rounds, e.c32(1), [e.c32(0)])
+            return body(e.c32(0), list(carried))[1]
+        walk = self._walk = _BlockWalk(self)
+        loop = scf.ForOp(e.c32(0), walk.rounds, e.c32(1), [e.c32(0), *carried])
         with ir.InsertionPoint(loop.body):
-            rnd, t_base = loop.induction_variable, loop.inner_iter_args[0]
+            rnd, (t_base, *values) = loop.induction_variable, loop.inner_iter_args
             valid, item = walk.item(rnd)
-            branch = scf.IfOp(valid, [e.i32], has_else=True)
+            branch = scf.IfOp(valid, [v.type for v in loop.inner_iter_args], has_else=True)
             with ir.InsertionPoint(branch.then_block):
                 self._set_item(*item)
                 self.t_base = t_base
-                scf.yield_([e.add(t_base, body(e.and_(rnd, 1)))])
+                steps, values = body(rnd, values)
+                scf.yield_([e.add(t_base, steps), *values])
             with ir.InsertionPoint(branch.else_block):
-                scf.yield_([t_base])
+                scf.yield_(list(loop.inner_iter_args))
             scf.yield_(list(branch.results))
+        return list(loop.results)[1:]
 
     @property
     def _sets_registers(self) -> bool:
@@ -211,10 +214,11 @@ class Sm90WsForward(Sm90Forward):
         # still be waiting for the last ones).
         self.cp.wait(0)
 
-    def _produce_block(self, parity):
+    def _produce_block(self, rnd, carried):
         """Q, then K0, K1, V0, K2, V1, ...: each into its slot once the consumers
         released it, each followed by this thread's arrival on its full barrier."""
         e = self.e
+        parity = e.and_(rnd, 1)
         if self.spec.persistent_ctas:
             # The copies' addresses are the block's: computed in its loop body, not
             # hoisted out of the loop over blocks and kept live through it (spills).
@@ -238,7 +242,7 @@ class Sm90WsForward(Sm90Forward):
                 self._produce("v", kv, t)
                 scf.yield_([])
             scf.yield_([])
-        return total
+        return total, []
 
     def _produce(self, name: str, kv, t) -> None:
         """Load K or V of step t into its slot once it is empty, then arrive on its full
@@ -279,53 +283,34 @@ class Sm90WsForward(Sm90Forward):
         return s.persistent_ctas and not s.pingpong
 
     def _consume_rotated(self) -> None:
-        """Note [The next block's first QK^T]: the persistent consumers' loop over their
-        blocks, each iteration issuing its block's first QK^T, storing the previous
-        block's O (carried) while it runs, then running the block's steps."""
+        """Note [The next block's first QK^T]: each block's body issues its first QK^T,
+        stores the previous block's O (carried: round, O, softmax state) while it runs,
+        then runs the block's steps; the last block's O is stored after the loop."""
         e, s = self.e, self.spec
-        walk = self._walk = _BlockWalk(self)
-        n_o = s.m_atoms * (s.head_dim_v // 8) * 4
         start = self.softmax.initial(2 * s.m_atoms)
-        carried = [e.c32(0), e.c32(-1)] + [e.cf(0.0)] * n_o + start.m + start.l
-        loop = scf.ForOp(e.c32(0), walk.rounds, e.c32(1), carried)
-        with ir.InsertionPoint(loop.body):
-            rnd = loop.induction_variable
-            t_base, prev, *rest = loop.inner_iter_args
-            valid, item = walk.item(rnd)
-            branch = scf.IfOp(valid, [v.type for v in loop.inner_iter_args], has_else=True)
-            with ir.InsertionPoint(branch.then_block):
-                self._set_item(*item)
-                self.t_base = t_base
-                kv = self._kv_range(self.m_block)
-                total = kv.total(e)
-                self._last_step = e.sub(total, 1)
-                self.mbar.wait(self._barrier("q_full"), e.and_(rnd, 1))
-                empty = scf.IfOp(e.eq(total, 0))
-                with ir.InsertionPoint(empty.then_block):
-                    self._release_q()
-                    scf.yield_([])
-                types = [v.type for v in rest]
-                first = scf.IfOp(e.gt(total, 0), types, has_else=True)
-                with ir.InsertionPoint(first.then_block):
-                    self._await_full("k", e.c32(0))
-                    self.wgmma.fence()
-                    acc = self._qk_issue(self._slot_offset(0, e.c32(0)))
-                    self._finish(prev, rest)
-                    self._first_scores = self._unflatten(self.wgmma.wait(acc), s.block_n // 8)
-                    self._set_row0(self.m_block)
-                    self._set_masker()
-                    acc_o, state = self._overlapped_steps(kv, total, self.softmax.initial(2 * s.m_atoms))
-                    scf.yield_(self._flat(acc_o) + state.m + state.l)
-                with ir.InsertionPoint(first.else_block):
-                    self._finish(prev, rest)
-                    zero = e.cf(0.0)
-                    scf.yield_([zero] * n_o + start.m + start.l)
-                acc_o, state = self._unpack_carried(list(first.results))
-                scf.yield_([e.add(t_base, total), rnd] + self._flat(acc_o) + state.m + state.l)
-            with ir.InsertionPoint(branch.else_block):
-                scf.yield_(list(loop.inner_iter_args))
-            scf.yield_(list(branch.results))
-        _, prev, *rest = loop.results
+        initial = [e.cf(0.0)] * (s.m_atoms * (s.head_dim_v // 8) * 4) + start.m + start.l
+
+        def body(rnd, carried):
+            prev, *rest = carried
+            kv, total = self._begin_block(e.and_(rnd, 1))
+            first = scf.IfOp(e.gt(total, 0), [v.type for v in rest], has_else=True)
+            with ir.InsertionPoint(first.then_block):
+                self._await_full("k", e.c32(0))
+                self.wgmma.fence()
+                acc = self._qk_issue(self._slot_offset(0, e.c32(0)))
+                self._finish(prev, rest)
+                # S goes to the steps inside this branch (see the Note).
+                self._first_scores = self._unflatten(self.wgmma.wait(acc), s.block_n // 8)
+                self._set_row0(self.m_block)
+                self._set_masker()
+                acc_o, state = self._overlapped_steps(kv, total, start)
+                scf.yield_(self._flat(acc_o) + state.m + state.l)
+            with ir.InsertionPoint(first.else_block):
+                self._finish(prev, rest)
+                scf.yield_(initial)
+            return total, [rnd, *first.results]
+
+        prev, *rest = self._for_each_item(body, [e.c32(-1), *initial])
         self._finish(prev, rest)
 
     def _finish(self, prev, carried) -> None:
@@ -342,7 +327,22 @@ class Sm90WsForward(Sm90Forward):
             self.h, self.b, self.row0 = current
             scf.yield_([])
 
-    def _consume_block(self, parity):
+    def _begin_block(self, parity):
+        """(the key schedule, its step count) of the current block, once its Q landed."""
+        e = self.e
+        kv = self._kv_range(self.m_block)
+        total = kv.total(e)
+        self._last_step = e.sub(total, 1)
+        self.mbar.wait(self._barrier("q_full"), parity)
+        if self.spec.persistent_ctas:
+            # A block without steps never reads Q (else the last QK^T releases it: _k_read).
+            empty = scf.IfOp(e.eq(total, 0))
+            with ir.InsertionPoint(empty.then_block):
+                self._release_q()
+                scf.yield_([])
+        return kv, total
+
+    def _consume_block(self, rnd, carried):
         e, s = self.e, self.spec
         if s.persistent_ctas:
             self._set_row0(self.m_block)
@@ -355,16 +355,7 @@ class Sm90WsForward(Sm90Forward):
             with ir.InsertionPoint(second.then_block):
                 self._turns[0].arrive()
                 scf.yield_([])
-        kv = self._kv_range(self.m_block)
-        total = kv.total(e)
-        self._last_step = e.sub(total, 1)
-        self.mbar.wait(self._barrier("q_full"), parity)
-        if s.persistent_ctas:
-            # A block without steps never reads Q (else the last QK^T releases it: _k_read).
-            empty = scf.IfOp(e.eq(total, 0))
-            with ir.InsertionPoint(empty.then_block):
-                self._release_q()
-                scf.yield_([])
+        kv, total = self._begin_block(e.and_(rnd, 1))
         acc_o, state = self._steps(kv)
         if s.pingpong:
             last = scf.IfOp(self._first)
@@ -372,7 +363,7 @@ class Sm90WsForward(Sm90Forward):
                 self._turns[0].sync()
                 scf.yield_([])
         self._epilogue(acc_o, state)
-        return total
+        return total, []
 
     def _await_first(self) -> None:
         e = self.e

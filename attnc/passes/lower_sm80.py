@@ -61,7 +61,8 @@ class LowerSm80(Pass):
     exp2_fma: int | None = field(default=None, metadata={
         "doc": "of every 8 scores of a softmax row, how many take their exp2 on the FMA pipe (a cubic "
                "and exponent bits) instead of the SFU, 0 to 8 (Note [Exponentials on the FMA pipe]; "
-               "default: Sm80KernelSpec.exp2_on_fma, 2 in sm_90a's one-warpgroup softcap kernels, else 0)"})
+               "default: Sm80KernelSpec.exp2_on_fma: 2 in sm_90a's one-warpgroup softcap kernels, 1 in its "
+               "producer warpgroup's kernels with a score_mod, else 0)"})
 
     def run(self, module) -> None:
         # Every option is a keyword of lower_sm80 (attn-lower-sm90a adds its own).

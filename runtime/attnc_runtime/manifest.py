@@ -22,9 +22,10 @@ The schema, format "attnc-bundle/1" (every key below is required unless marked):
 
 A shape entry is a dim name or a fixed size. A factor is an int, a dim name,
 ["cdiv", dim, int] or, in a grid only, ["min_sms", factor, ...]: the product of the
-factors, but at most the device's number of SMs (a persistent kernel's grid). `align` is the byte alignment required of the base pointer and
-of every stride but the last: 16 by default for q, k, v and o (16-byte vector
-loads and stores), the element size otherwise. Params, in kernel ABI order:
+factors, but at most the device's number of SMs (a persistent kernel's grid). `align`
+is the byte alignment required of the base pointer and of every stride but the last:
+16 by default for q, k, v and o (16-byte vector loads and stores), the element size
+otherwise. Params, in kernel ABI order:
 
     {"kind": "ptr", "tensor": t}                      64-bit device pointer
     {"kind": "dim", "name": D, "type": "i32"|"i64"}   a dim's value
