@@ -29,6 +29,11 @@ then the issue's goals with each ratio:
     speed-up over causal                 window1024              >= 3.5x
                                          doc_causal              >= 3x
     attnc / FlexAttention                softcap, doc_causal     >= 1.3x
+
+FlexAttention on an H100/H200 runs wgmma code, which sm_80 kernels cannot; beside it the
+sm_80 kernels are also compared, on softcap and doc_causal, with FlexAttention as Triton
+builds it without wgmma (mma.sync, what it runs on an sm_80 GPU; flex_mma_v2.py, in a
+worker process timed in the same rounds; --no-flex-mma-v2 leaves it out).
 """
 from __future__ import annotations
 
@@ -41,8 +46,9 @@ from statistics import median
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "runtime")]
+sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "bench")]
 import attnc_runtime  # noqa: E402
+from flex_mma_v2 import ROW_STEP  # noqa: E402
 
 WARMUP = 5
 M = N = 8192
@@ -56,6 +62,12 @@ GOALS = [  # (what, numerator case, denominator case, kind, bound)
     ("attnc / Flex on softcap_causal", "softcap_causal", "flex", "vs_flex", 1.3),
     ("attnc / Flex on doc_causal", "doc_causal", "flex", "vs_flex", 1.3),
 ]
+# FlexAttention built without wgmma (flex_mma_v2.py): the sm_80 kernels' peer, reported beside GOALS.
+MMA_V2_GOALS = [
+    ("attnc / Flex (mma.sync) on softcap_causal", "softcap_causal", 1.3),
+    ("attnc / Flex (mma.sync) on doc_causal", "doc_causal", 1.3),
+]
+MMA_V2_CASES = {case for _, case, _ in MMA_V2_GOALS}
 
 
 def timed(fn, iters: int) -> float:
@@ -71,14 +83,25 @@ def timed(fn, iters: int) -> float:
     return start.elapsed_time(end) / iters / 1e3
 
 
-def interleaved(timers: dict, rounds: int, iters: int) -> dict:
+def interleaved(timers: dict, rounds: int, iters: int, worker=None) -> dict:
     """Each key's times in ms, one per round; every round times every function once
-    (`timed`), so that a slow stretch of the machine lands in one round of each."""
+    (`timed`), so that a slow stretch of the machine lands in one round of each; and
+    `worker`'s kernels (flex_mma_v2.FlexMmaV2), keyed ("flex_mma_v2", d, case)."""
     runs = {key: [] for key in timers}
     for _ in range(rounds):
         for key, fn in timers.items():
             runs[key].append(timed(fn, iters) * 1e3)
+        if worker is not None:
+            for (d, case), ms in worker.round().items():
+                runs.setdefault(("flex_mma_v2", d, case), []).append(ms)
     return runs
+
+
+def inputs(d: int):
+    """q, k, v of head dim d (seeded: flex_mma_v2.py's worker makes the same)."""
+    b, h = SHAPES[d]
+    torch.manual_seed(d)
+    return tuple(torch.randn(b, h, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
 
 
 def flex_case(case: str, h: int):
@@ -127,6 +150,8 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5,
                     help="timing rounds over all kernels, interleaved; a time is their median (default 5)")
+    ap.add_argument("--no-flex-mma-v2", action="store_true",
+                    help="leave out FlexAttention built without wgmma (flex_mma_v2.py), the sm_80 kernels' peer")
     args = ap.parse_args()
     iters, rounds = max(20, args.iters), max(1, args.rounds)
     import torch._dynamo
@@ -144,9 +169,9 @@ def main() -> int:
     # Everything is bound (and FlexAttention compiled) first; then every round times every
     # kernel once, so that a slow stretch of the machine lands in one round of each, not in
     # all rounds of one.
-    timers, rows = {}, []
+    timers, rows, reference_rows = {}, [], {}
     for d, (b, h) in SHAPES.items():
-        q, k, v = (torch.randn(b, h, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        q, k, v = inputs(d)
         for case in CASES:
             score_mod, mask_mod = flex_case(case, h)
             frac = kept_fraction(mask_mod)
@@ -156,6 +181,8 @@ def main() -> int:
                 return flex(q, k, v, score_mod=score_mod, block_mask=block_mask)
 
             reference = run_flex().float()
+            if case in MMA_V2_CASES:
+                reference_rows[(d, case)] = reference[:, :, ::ROW_STEP].cpu()
             timers[("flex", d, case)] = run_flex
             if case == "causal":
                 timers.update({("sdpa_" + name, d, case): fn for name, fn in sdpa_runners(q, k, v, True).items()})
@@ -173,17 +200,27 @@ def main() -> int:
                 rows.append({"arch": arch, "head_dim": d, "case": case, "B": b, "H": h, "M": M, "N": N,
                              "kept": frac, "max_abs_diff_vs_flex": diff})
             del reference
-    runs = interleaved(timers, rounds, iters)
+    worker = None if args.no_flex_mma_v2 else start_flex_mma_v2(iters, reference_rows)
+    try:
+        runs = interleaved(timers, rounds, iters, worker)
+    finally:
+        if worker is not None:
+            worker.close()
     for row in rows:
         mine, theirs = runs[(row["arch"], row["head_dim"], row["case"])], runs[("flex", row["head_dim"], row["case"])]
         flops = 4 * row["B"] * row["H"] * M * N * row["head_dim"] * row["kept"]
         row.update(attnc_ms=median(mine), flex_ms=median(theirs), attnc_ms_runs=mine, flex_ms_runs=theirs)
         row.update(attnc_tflops=flops / row["attnc_ms"] / 1e9, flex_tflops=flops / row["flex_ms"] / 1e9)
+        v2 = runs.get(("flex_mma_v2", row["head_dim"], row["case"]))
+        if v2:
+            row.update(flex_mma_v2_ms=median(v2), flex_mma_v2_ms_runs=v2)
         print(f"d={row['head_dim']:3d} {row['case']:15s} {row['arch']:6s} kept {row['kept']:6.2%}: "
               f"attnc {row['attnc_tflops']:6.1f} TFLOP/s ({row['attnc_ms']:7.3f} ms, {spread(mine)}) | "
               f"flex {row['flex_tflops']:6.1f} ({row['flex_ms']:7.3f} ms, {spread(theirs)}) | "
               f"attnc/flex {row['flex_ms'] / row['attnc_ms']:4.2f}x | "
-              f"max |attnc - flex| {row['max_abs_diff_vs_flex']:.2e}", flush=True)
+              f"max |attnc - flex| {row['max_abs_diff_vs_flex']:.2e}"
+              + (f" | flex mma.sync {row['flex_mma_v2_ms']:7.3f} ms, attnc/that "
+                 f"{row['flex_mma_v2_ms'] / row['attnc_ms']:4.2f}x" if "flex_mma_v2_ms" in row else ""), flush=True)
     sdpa = report_sdpa(rows, runs)
     goals = [g for arch in archs for g in report_goals([r for r in rows if r["arch"] == arch], arch)]
     if args.json:
@@ -191,6 +228,27 @@ def main() -> int:
                                                "iters": iters, "rounds": rounds, "rows": rows, "goals": goals,
                                                "sdpa_causal": sdpa}, indent=1))
     return 0
+
+
+def start_flex_mma_v2(iters: int, reference_rows: dict):
+    """The FlexAttention MMA v2 worker (flex_mma_v2.py) on MMA_V2_CASES, its outputs
+    checked against this process's FlexAttention; None (and said) if it cannot run."""
+    from flex_mma_v2 import FlexMmaV2
+    try:
+        worker = FlexMmaV2(sorted(reference_rows), iters)
+    except RuntimeError as e:
+        print(f"  FlexAttention without wgmma unavailable: {e}")
+        return None
+    print(f"FlexAttention without wgmma (DISABLE_MMA_V3=1, a worker process): PTX files with wgmma "
+          f"{worker.wgmma}, with mma.sync {worker.mma_sync}")
+    if worker.wgmma or not worker.mma_sync:
+        print("  its kernels are not mma.sync ones: left out")
+        worker.close()
+        return None
+    for key, out in worker.outputs().items():
+        diff = (out - reference_rows[key]).abs().max().item()
+        print(f"  d={key[0]:3d} {key[1]:15s} max |flex mma.sync - flex| {diff:.2e} (every {ROW_STEP}th row)")
+    return worker
 
 
 def sdpa_runners(q, k, v, causal: bool) -> dict:
@@ -260,6 +318,14 @@ def report_goals(rows: list[dict], arch: str) -> list[dict]:
                 text = f"{value:.2f}x (goal >= {bound}x)"
             print(f"  d={d:3d} {what:38s} {text:28s} {'met' if met else 'MISSED'}")
             goals.append({"arch": arch, "head_dim": d, "goal": what, "value": value, "bound": bound, "met": met})
+        for what, case, bound in MMA_V2_GOALS if arch == "sm_80" else ():
+            row = by.get((d, case))
+            if row is None or "flex_mma_v2_ms" not in row:
+                continue
+            value = row["flex_mma_v2_ms"] / row["attnc_ms"]
+            print(f"  d={d:3d} {what:38s} {value:.2f}x (goal >= {bound}x){'':7s} {'met' if value >= bound else 'MISSED'}")
+            goals.append({"arch": arch, "head_dim": d, "goal": what, "value": value, "bound": bound,
+                          "met": value >= bound, "peer": "FlexAttention without wgmma (DISABLE_MMA_V3=1)"})
     return goals
 
 

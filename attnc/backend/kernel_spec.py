@@ -182,6 +182,9 @@ class Sm80KernelSpec:
                                           # the FMA pipe, 0..8 (Note [Exponentials on the FMA pipe]
                                           # in sm80_softmax.py); None: exp2_on_fma decides
     banded: bool = False                   # the mask keeps a band of keys per row (tile.banded_mask)
+    blockmap: bool = False                 # the key ranges come from a block map built at run time
+    heads_first: Optional[bool] = None     # grid x runs over the heads, y over the query blocks
+                                          # (Note [Heads first] in sm80.py); None: grid_heads_first
 
     # -- derived
     @property
@@ -293,6 +296,23 @@ class Sm80KernelSpec:
         if self.persistent is not None:
             return self.persistent
         return self.warp_specialized and self.banded
+
+    @property
+    def grid_heads_first(self) -> bool:
+        """heads_first resolved (Note [Heads first] in sm80.py): by default in sm_80's
+        kernels for a band or a block map, whose query blocks each read a few key blocks
+        of their own head. H200, M = N = 8192, bf16, median of 5 interleaved rounds:
+        window1024 0.962 -> 0.951 ms (head dim 64), 0.860 -> 0.829 (128); documents +
+        causal 0.722 -> 0.716 (64), 0.636 -> 0.622 (128). Not on sm_90a, where the
+        window at head dim 64 (64x64 tiles, four CTAs per SM) ran 0.762 -> 0.824 and
+        documents gained under 2 %; nor for other masks, whose blocks read keys from the
+        start of the sequence, so that the keys of all heads at once would stream
+        through L2 (causal at head dim 64 ran 3.428 -> 3.347 at N = 8192, where the
+        keys of 128 heads take 256 MiB; that does not grow better with N)."""
+        if self.heads_first is not None:
+            return self.heads_first
+        return (self.target == "sm_80" and (self.banded or self.blockmap) and self.blocks_per_cta == 1
+                and not self.warp_specialized)
 
     @property
     def exp2_on_fma(self) -> int:
@@ -436,6 +456,8 @@ class Sm80KernelSpec:
                  f"producer warpgroup: block_m={self.block_m}, producer_warpgroup={self.warp_specialized}")
         _require(not self.warp_specialized or self.blocks_per_cta == 1,
                  "with a producer warpgroup each CTA runs one query block (q_blocks_per_cta=1)")
+        _require(not self.grid_heads_first or (self.blocks_per_cta == 1 and not self.warp_specialized),
+                 "heads_first: the grid of a kernel with one query block per CTA and no producer warpgroup")
         _require(not self.persistent_ctas or self.warp_specialized,
                  "persistent CTAs are the producer warpgroup's kernel: set producer_warpgroup")
         _require(not self.warp_specialized or self.stages >= 2,

@@ -56,6 +56,14 @@ hides their latency behind the normalisation and the O stores. Both blocks are
 block's addresses and ranges out of the loop and hold them in registers throughout
 (300 bytes of spills at head dim 64).
 
+Note [Heads first]: the grid is (query blocks, H, B) with the query blocks fastest, so
+that the CTAs resident at once work on a few heads and share their keys in L2; with
+`heads_first` it is (H, query blocks, B): the hardware starts the heaviest query block
+of every head before the next heaviest of any, so the light blocks (the first ones of a
+band or a causal mask) run last, where they fill the tail that equal blocks leave
+ragged, at the price of the CTAs of all heads at once reading their own keys. Where
+that is the default: Sm80KernelSpec.grid_heads_first.
+
 Note [cp.async group counting]: every step commits exactly one group even when it has
 nothing to load (an empty group), so the K of step t is always followed by exactly
 2S-2 younger groups when step t waits for it, and so is its V: `cp.async.wait_group
@@ -123,6 +131,7 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
     m_blocks = ["cdiv", "M", spec.block_m * spec.blocks_per_cta]
     # Note [Persistent CTAs] (sm90_ws.py): a CTA per SM at most, each looping over blocks.
     grid = (((["min_sms", m_blocks, "H", "B"],), (1,), (1,)) if spec.persistent_ctas
+            else (("H",), (m_blocks,), ("B",)) if spec.grid_heads_first  # Note [Heads first]
             else ((m_blocks,), ("H",), ("B",)))
     return KernelAbi(spec.symbol, tuple(params), (spec.threads, 1, 1), spec.smem_bytes, grid, specialization)
 
@@ -251,10 +260,18 @@ class _Sm80Forward:
         self.warp = e.shr(tid, 5)
         self.lane = e.and_(tid, 31)
         one_block = s.blocks_per_cta == 1
+        blocks, block = nvvm.read_ptx_sreg_nctaid_x, nvvm.read_ptx_sreg_ctaid_x
+        head = nvvm.read_ptx_sreg_ctaid_y
+        if s.grid_heads_first:      # Note [Heads first]
+            blocks, block, head = nvvm.read_ptx_sreg_nctaid_y, nvvm.read_ptx_sreg_ctaid_y, nvvm.read_ptx_sreg_ctaid_x
         if one_block:
             # Heaviest query blocks first (under a causal mask, the last ones): a shorter tail.
-            self.m_block = e.sub(e.sub(nvvm.read_ptx_sreg_nctaid_x(e.i32), 1), nvvm.read_ptx_sreg_ctaid_x(e.i32))
-        self.h = nvvm.read_ptx_sreg_ctaid_y(e.i32)
+            self.m_block = e.sub(e.sub(blocks(e.i32), 1), block(e.i32))
+            if s.grid_heads_first:
+                # LLVM knows ctaid.y < 65535, which changed its address arithmetic enough for
+                # ptxas to spill 124 bytes (sliding window, 128x64 tiles, head dim 128).
+                self.m_block = e.opaque(self.m_block)
+        self.h = head(e.i32)
         self.b = nvvm.read_ptx_sreg_ctaid_z(e.i32)
         self.kv_h = e.div(self.h, e.div(e.dim("H"), e.dim("HKV")))
         self.warp_row0 = e.mul(self.warp, s.rows_per_warp)

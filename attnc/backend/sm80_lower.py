@@ -57,8 +57,8 @@ def lowering_from_ir(result) -> Sm80Lowering:
 def _lowering_from_ir(result) -> Sm80Lowering:
     from attnc.backend.blockmap import blockmap_plan
     from attnc.backend.kernel_spec import KERNEL_TARGETS, Sm80KernelSpec, SpecError
-    from attnc.passes.lower_sm80 import (EXP2_FMA_ATTR, INTERVAL_TEST_ATTR, MIN_CTAS_ATTR, PERSISTENT_ATTR,
-                                         PINGPONG_ATTR, PRODUCER_ATTR, Q_BLOCKS_ATTR)
+    from attnc.passes.lower_sm80 import (EXP2_FMA_ATTR, HEADS_FIRST_ATTR, INTERVAL_TEST_ATTR, MIN_CTAS_ATTR,
+                                         PERSISTENT_ATTR, PINGPONG_ATTR, PRODUCER_ATTR, Q_BLOCKS_ATTR)
     from attnc.passes.analyze_masks import mask_functions
     from attnc.passes.tile import banded_mask
 
@@ -95,7 +95,8 @@ def _lowering_from_ir(result) -> Sm80Lowering:
         producer_warpgroup=option(PRODUCER_ATTR, lambda o, a: bool(get_int(o, a))),
         pingpong=bool(option(PINGPONG_ATTR, get_int)), exp2_fma=option(EXP2_FMA_ATTR, get_int),
         persistent=option(PERSISTENT_ATTR, lambda o, a: bool(get_int(o, a))),
-        banded=target == "sm_90a" and get_bool(op, "has_mask_mod") and not runtime and banded_mask(op),
+        banded=get_bool(op, "has_mask_mod") and not runtime and banded_mask(op), blockmap=blockmap is not None,
+        heads_first=option(HEADS_FIRST_ATTR, lambda o, a: bool(get_int(o, a))),
         **hooks.spec_fields())
     try:
         return Sm80Lowering(spec.check(), blockmap)

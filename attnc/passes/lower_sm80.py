@@ -41,6 +41,7 @@ PRODUCER_ATTR = "sm90.producer_warpgroup"
 PINGPONG_ATTR = "sm90.pingpong"
 PERSISTENT_ATTR = "sm90.persistent"
 EXP2_FMA_ATTR = "sm80.exp2_fma"
+HEADS_FIRST_ATTR = "sm80.heads_first"
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,10 @@ class LowerSm80(Pass):
                "default: Sm80KernelSpec.exp2_on_fma: 2 in sm_90a's one-warpgroup softcap kernels, 1 in its "
                "producer warpgroup's kernels with a score_mod, else 0)"})
 
+    heads_first: bool | None = field(default=None, metadata={
+        "doc": "order the grid's CTAs by head first, query block second (Note [Heads first]; default: "
+               "Sm80KernelSpec.grid_heads_first: on sm_80 for a band or a block map)"})
+
     def run(self, module) -> None:
         # Every option is a keyword of lower_sm80 (attn-lower-sm90a adds its own).
         lower_sm80(module, pass_target=self.target, **{f.name: getattr(self, f.name) for f in fields(self)})
@@ -72,7 +77,8 @@ class LowerSm80(Pass):
 def lower_sm80(module, q_blocks_per_cta: int | None = None, interval_test: str | None = None,
                pass_target: str | None = None, min_ctas_per_sm: int | None = None,
                producer_warpgroup: bool | None = None, pingpong: bool | None = None,
-               persistent: bool | None = None, exp2_fma: int | None = None) -> None:
+               persistent: bool | None = None, exp2_fma: int | None = None,
+               heads_first: bool | None = None) -> None:
     """Lower the plan of `module` to its target's kernel; `pass_target`: the target
     the calling pass builds for, which the plan must have. `producer_warpgroup`,
     `pingpong` and `persistent`: attn-lower-sm90a's options (Notes [Producer warpgroup]
@@ -107,6 +113,8 @@ def lower_sm80(module, q_blocks_per_cta: int | None = None, interval_test: str |
             set_int(op, PERSISTENT_ATTR, int(persistent))
         if exp2_fma is not None:
             set_int(op, EXP2_FMA_ATTR, exp2_fma)
+        if heads_first is not None:
+            set_int(op, HEADS_FIRST_ATTR, int(heads_first))
     result = compile_result_of(module)
     kernel_module, kernels, specialization = kernel_module_for(result)
     with _module_op(module).context:

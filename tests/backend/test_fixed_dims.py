@@ -31,7 +31,8 @@ def test_fixed_sizes_become_constants_in_grid_and_abi():
     art = build(compile_mlir(FIXED, "fixed.attn", CompileOptions(arch="sm_80")))
     manifest = parse_manifest(art.manifest)
     blockmap, attention = art.manifest["kernels"]
-    assert attention["grid"] == [[-(-100 // art.spec.block_m)], [4], [2]]     # cdiv(M, block_m), H, B
+    # H, cdiv(M, block_m), B: a block map's kernel takes its heads first (Note [Heads first])
+    assert attention["grid"] == [[4], [-(-100 // art.spec.block_m)], [2]]
     consts = [p for p in attention["params"] if p["kind"] == "const"]
     assert [p["value"] for p in consts] == [100, 4, 2]              # M, H, HKV
     # Note [Block map kernel]: one CTA per TILES consecutive key blocks

@@ -1,0 +1,82 @@
+"""Note [Heads first] (sm80.py): which kernels order their grid by head first, what the
+manifest and the PTX then say, and the option. The numerics of the reordered kernels
+run on a GPU (tests/gpu: the sliding-window and documents examples and property
+variants with bands or block maps take it on sm_80)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mlir import ir
+
+from attnc.backend import ptx
+from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
+from attnc.backend.sm80 import build_sm80_module, kernel_abi
+from attnc.backend.sm80_lower import build
+from attnc.driver import CompileOptions, compile_mlir
+from attnc.passes.pipelines import LOWERING, PassSpec, format_pipeline, target_pipeline
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def order(example: str, arch: str = "sm_80", **options) -> str:
+    """What the attention kernel's grid in the manifest of examples/<example>.attn runs
+    fastest: "heads" or "blocks" (of queries)."""
+    lowering = LOWERING[arch]
+    pipeline = format_pipeline([PassSpec(p.name, {**p.options, **({k: str(v) for k, v in options.items()}
+                                                                   if p.name == lowering else {})})
+                                for p in target_pipeline(arch)])
+    source = (EXAMPLES / f"{example}.attn").read_text()
+    art = build(compile_mlir(source, f"{example}.attn", CompileOptions(arch=arch, pass_pipeline=pipeline)))
+    x, y, z = art.manifest["kernels"][-1]["grid"]
+    assert z == ["B"] and ["H"] in (x, y) and ["cdiv", "M", art.manifest["specialization"]["block_m"]] in x + y
+    return "heads" if x == ["H"] else "blocks"
+
+
+def test_a_band_on_sm_80_orders_its_grid_by_head_first():
+    assert order("sliding_window") == "heads"
+    assert order("sliding_window", heads_first="false") == "blocks"
+
+
+def test_a_block_map_on_sm_80_orders_its_grid_by_head_first():
+    """docs_sink's mask reads a param: its ranges come from the block map kernel, which
+    runs first (kernels[0]) on a grid of its own."""
+    assert order("docs_sink") == "heads"
+
+
+def test_masks_that_read_keys_from_the_start_keep_query_blocks_first():
+    assert order("gemma2") == "blocks"                      # causal
+    assert order("prefix_lm") == "blocks"
+    assert order("gemma2", heads_first="true") == "heads"   # the option, the other way
+
+
+def test_sm_90a_keeps_query_blocks_first():
+    """At head dim 64 (the one-warpgroup kernel, 64-row blocks) the window measured slower."""
+    sp = Sm80KernelSpec("bf16", 64, 64, block_m=64, block_n=64, num_warps=4, target="sm_90a", banded=True)
+    assert sp.check().grid_heads_first is False
+    assert kernel_abi(sp).grid == ((["cdiv", "M", 64],), ("H",), ("B",))
+
+
+def test_heads_first_needs_one_block_per_cta_and_no_producer():
+    base = dict(dtype="bf16", head_dim_qk=128, head_dim_v=128, block_m=128, block_n=128, num_warps=8,
+                target="sm_90a", heads_first=True)
+    with pytest.raises(SpecError, match="heads_first"):
+        Sm80KernelSpec(**base).check()                          # the producer warpgroup's kernel
+    with pytest.raises(SpecError, match="heads_first"):
+        Sm80KernelSpec(**{**base, "target": "sm_80", "num_warps": 4, "q_blocks_per_cta": 2}).check()
+
+
+def _reads(text: str) -> set[str]:
+    return {r for r in ("%ctaid.x", "%ctaid.y", "%nctaid.x", "%nctaid.y") if r in text}
+
+
+def test_the_kernel_reads_its_query_block_from_grid_y():
+    """Heads first: the query block is nctaid.y - 1 - ctaid.y and the head ctaid.x."""
+    def ptx_of(**kw) -> str:
+        sp = Sm80KernelSpec("bf16", 64, 64, block_m=128, block_n=128, num_warps=4, symbol="hf_test",
+                            mask="causal", **kw).check()
+        with ir.Context():
+            module, _ = build_sm80_module(sp)
+            return ptx.to_ptx(module, "sm_80")
+    assert _reads(ptx_of(heads_first=True)) == {"%ctaid.x", "%ctaid.y", "%nctaid.y"}
+    assert _reads(ptx_of(heads_first=False)) == {"%ctaid.x", "%ctaid.y", "%nctaid.x"}
