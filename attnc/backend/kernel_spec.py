@@ -301,9 +301,10 @@ class Sm80KernelSpec:
     def grid_heads_first(self) -> bool:
         """heads_first resolved (Note [Heads first] in sm80.py): by default in sm_80's
         kernels for a band or a block map, whose query blocks each read a few key blocks
-        of their own head. H200, M = N = 8192, bf16, median of 5 interleaved rounds:
-        window1024 0.962 -> 0.951 ms (head dim 64), 0.860 -> 0.829 (128); documents +
-        causal 0.722 -> 0.716 (64), 0.636 -> 0.622 (128). Not on sm_90a, where the
+        of their own head. H200, M = N = 8192, bf16, medians of 5 interleaved rounds in
+        two runs: window1024 0.971 / 0.980 -> 0.957 / 0.965 ms (head dim 64), 0.862 /
+        0.872 -> 0.848 / 0.858 (128); documents + causal 0.714 / 0.712 -> 0.709 / 0.706
+        (64), 0.637 / 0.642 -> 0.622 / 0.629 (128). Not on sm_90a, where the
         window at head dim 64 (64x64 tiles, four CTAs per SM) ran 0.762 -> 0.824 and
         documents gained under 2 %; nor for other masks, whose blocks read keys from the
         start of the sequence, so that the keys of all heads at once would stream
