@@ -266,13 +266,14 @@ class _Sm80Forward:
             blocks, block, head = nvvm.read_ptx_sreg_nctaid_y, nvvm.read_ptx_sreg_ctaid_y, nvvm.read_ptx_sreg_ctaid_x
         if one_block:
             # Heaviest query blocks first (under a causal mask, the last ones): a shorter tail.
+            last = e.sub(blocks(e.i32), 1)
             block = block(e.i32)
             if s.grid_heads_first:
                 # What LLVM knows of ctaid.y (< 65535) changed its address arithmetic enough
                 # for ptxas to spill (sliding window, 128x64 tiles, head dim 128: 124 bytes
                 # on sm_80); opaque, it assembles as ctaid.x's did.
                 block = e.opaque(block)
-            self.m_block = e.sub(e.sub(blocks(e.i32), 1), block)
+            self.m_block = e.sub(last, block)
         self.h = head(e.i32)
         self.b = nvvm.read_ptx_sreg_ctaid_z(e.i32)
         self.kv_h = e.div(self.h, e.div(e.dim("H"), e.dim("HKV")))
