@@ -308,8 +308,8 @@ class Sm80KernelSpec:
         window at head dim 64 (64x64 tiles, four CTAs per SM) ran 0.762 -> 0.824 and
         documents gained under 2 %; nor for other masks, whose blocks read keys from the
         start of the sequence, so that the keys of all heads at once would stream
-        through L2 (causal at head dim 64 ran 3.428 -> 3.347 at N = 8192, where the
-        keys of 128 heads take 256 MiB; that does not grow better with N)."""
+        through L2 (causal at head dim 64 ran 3.428 -> 3.347 ms at N = 8192, where the
+        keys of 128 heads take 256 MiB already; a longer sequence only adds to them)."""
         if self.heads_first is not None:
             return self.heads_first
         return (self.target == "sm_80" and (self.banded or self.blockmap) and self.blocks_per_cta == 1

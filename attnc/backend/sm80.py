@@ -125,7 +125,7 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
                       "with_lse": spec.with_lse, "softmax_scale": spec.scale,
                       "q_blocks_per_cta": spec.blocks_per_cta, "min_ctas_per_sm": spec.min_ctas,
                       "producer_warpgroup": spec.warp_specialized, "pingpong": spec.pingpong,
-                      "persistent": spec.persistent_ctas,
+                      "persistent": spec.persistent_ctas, "heads_first": spec.grid_heads_first,
                       "exp2_fma": spec.exp2_on_fma,
                       "interval_test": spec.interval_test_form if spec.row_interval is not None else None}
     m_blocks = ["cdiv", "M", spec.block_m * spec.blocks_per_cta]
@@ -260,20 +260,20 @@ class _Sm80Forward:
         self.warp = e.shr(tid, 5)
         self.lane = e.and_(tid, 31)
         one_block = s.blocks_per_cta == 1
-        blocks, block = nvvm.read_ptx_sreg_nctaid_x, nvvm.read_ptx_sreg_ctaid_x
-        head = nvvm.read_ptx_sreg_ctaid_y
-        if s.grid_heads_first:      # Note [Heads first]
-            blocks, block, head = nvvm.read_ptx_sreg_nctaid_y, nvvm.read_ptx_sreg_ctaid_y, nvvm.read_ptx_sreg_ctaid_x
+        # The grid's query-block count and index, and its head (Note [Heads first]).
+        count, index, head = nvvm.read_ptx_sreg_nctaid_x, nvvm.read_ptx_sreg_ctaid_x, nvvm.read_ptx_sreg_ctaid_y
+        if s.grid_heads_first:
+            count, index, head = nvvm.read_ptx_sreg_nctaid_y, nvvm.read_ptx_sreg_ctaid_y, nvvm.read_ptx_sreg_ctaid_x
         if one_block:
             # Heaviest query blocks first (under a causal mask, the last ones): a shorter tail.
-            last = e.sub(blocks(e.i32), 1)
-            block = block(e.i32)
+            last = e.sub(count(e.i32), 1)
+            ctaid = index(e.i32)
             if s.grid_heads_first:
                 # What LLVM knows of ctaid.y (< 65535) changed its address arithmetic enough
                 # for ptxas to spill (sliding window, 128x64 tiles, head dim 128: 124 bytes
                 # on sm_80); opaque, it assembles as ctaid.x's did.
-                block = e.opaque(block)
-            self.m_block = e.sub(last, block)
+                ctaid = e.opaque(ctaid)
+            self.m_block = e.sub(last, ctaid)
         self.h = head(e.i32)
         self.b = nvvm.read_ptx_sreg_ctaid_z(e.i32)
         self.kv_h = e.div(self.h, e.div(e.dim("H"), e.dim("HKV")))

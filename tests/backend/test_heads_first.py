@@ -30,6 +30,7 @@ def order(example: str, arch: str = "sm_80", **options) -> str:
     art = build(compile_mlir(source, f"{example}.attn", CompileOptions(arch=arch, pass_pipeline=pipeline)))
     x, y, z = art.manifest["kernels"][-1]["grid"]
     assert z == ["B"] and ["H"] in (x, y) and ["cdiv", "M", art.manifest["specialization"]["block_m"]] in x + y
+    assert art.manifest["specialization"]["heads_first"] is (x == ["H"])
     return "heads" if x == ["H"] else "blocks"
 
 
