@@ -22,6 +22,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -65,9 +66,11 @@ class FlexMmaV2:
         return {tuple(json.loads(k)): torch.load(path) for k, path in saved.items()}
 
     def close(self) -> None:
+        """End the worker and remove its caches and saved outputs."""
         if self.proc.poll() is None:
             self.proc.stdin.close()
             self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def _worker(folder: str, iters: int, cases: list) -> None:
