@@ -260,22 +260,7 @@ class _Sm80Forward:
         self.warp = e.shr(tid, 5)
         self.lane = e.and_(tid, 31)
         one_block = s.blocks_per_cta == 1
-        # The grid's query-block count and index, and its head (Note [Heads first]).
-        count, index, head = nvvm.read_ptx_sreg_nctaid_x, nvvm.read_ptx_sreg_ctaid_x, nvvm.read_ptx_sreg_ctaid_y
-        if s.grid_heads_first:
-            count, index, head = nvvm.read_ptx_sreg_nctaid_y, nvvm.read_ptx_sreg_ctaid_y, nvvm.read_ptx_sreg_ctaid_x
-        if one_block:
-            # Heaviest query blocks first (under a causal mask, the last ones): a shorter tail.
-            last = e.sub(count(e.i32), 1)
-            ctaid = index(e.i32)
-            if s.grid_heads_first:
-                # What LLVM knows of ctaid.y (< 65535) changed its address arithmetic enough
-                # for ptxas to spill (sliding window, 128x64 tiles, head dim 128: 124 bytes
-                # on sm_80); opaque, it assembles as ctaid.x's did.
-                ctaid = e.opaque(ctaid)
-            self.m_block = e.sub(last, ctaid)
-        self.h = head(e.i32)
-        self.b = nvvm.read_ptx_sreg_ctaid_z(e.i32)
+        self.m_block, self.h, self.b = self._grid_item(one_block)
         self.kv_h = e.div(self.h, e.div(e.dim("H"), e.dim("HKV")))
         self.warp_row0 = e.mul(self.warp, s.rows_per_warp)
         if one_block:
@@ -285,6 +270,26 @@ class _Sm80Forward:
         self._operand_bases()
         if one_block:
             self._set_masker()
+
+    def _grid_item(self, with_block: bool = True):
+        """(query block, head, batch) of this CTA from the grid (the query block None
+        without `with_block`): the heaviest query blocks first (under a causal mask, the
+        last ones), for a shorter tail; the grid's x and y as Note [Heads first] says."""
+        e, s = self.e, self.spec
+        count, index, head = nvvm.read_ptx_sreg_nctaid_x, nvvm.read_ptx_sreg_ctaid_x, nvvm.read_ptx_sreg_ctaid_y
+        if s.grid_heads_first:
+            count, index, head = nvvm.read_ptx_sreg_nctaid_y, nvvm.read_ptx_sreg_ctaid_y, nvvm.read_ptx_sreg_ctaid_x
+        m_block = None
+        if with_block:
+            last = e.sub(count(e.i32), 1)
+            ctaid = index(e.i32)
+            if s.grid_heads_first:
+                # What LLVM knows of ctaid.y (< 65535) changed its address arithmetic enough
+                # for ptxas to spill (sliding window, 128x64 tiles, head dim 128: 124 bytes
+                # on sm_80); opaque, it assembles as ctaid.x's did.
+                ctaid = e.opaque(ctaid)
+            m_block = e.sub(last, ctaid)
+        return m_block, head(e.i32), nvvm.read_ptx_sreg_ctaid_z(e.i32)
 
     def _operand_bases(self) -> None:
         """Each lane's ldmatrix base addresses of the Q, K and V tiles."""

@@ -68,7 +68,7 @@ ptxas kept the consumers' S twice, spilled 700 bytes and serialized the wgmma.
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import llvm, nvvm, scf
+from mlir.dialects import nvvm, scf
 
 from attnc.backend.kernel_spec import MBARRIER_BYTES, PRODUCER_THREADS, SLOT_BARRIERS, SM90_REGISTERS_PER_SM
 from attnc.backend.nvgpu_builders import MBarrier, NamedBarrier, fence_async_proxy, set_max_registers
@@ -143,8 +143,7 @@ class Sm90WsForward(Sm90Forward):
         tid = nvvm.read_ptx_sreg_tid_x(e.i32)
         self.t_base = None          # Note [Persistent CTAs]: the steps of earlier blocks
         if not s.persistent_ctas:
-            m_block = e.sub(e.sub(nvvm.read_ptx_sreg_nctaid_x(e.i32), 1), nvvm.read_ptx_sreg_ctaid_x(e.i32))
-            self._set_item(m_block, nvvm.read_ptx_sreg_ctaid_y(e.i32), nvvm.read_ptx_sreg_ctaid_z(e.i32))
+            self._set_item(*self._grid_item())
         first = scf.IfOp(e.eq(tid, 0))
         with ir.InsertionPoint(first.then_block):
             self.mbar.init(self._barrier("q_full"), PRODUCER_THREADS)
