@@ -217,6 +217,26 @@ def _asm(results: list[ir.Type], operands, text: str, constraints: str) -> ir.Op
                             has_side_effects=True).operation
 
 
+def st_shared_b32(addr: ir.Value, value: ir.Value, offset: int = 0) -> None:
+    """Store the i32 `value` at shared address `addr + offset`."""
+    _asm([], [addr, value], f"st.shared.b32 [$0+{offset}], $1;", "r,r")
+
+
+def ld_shared_v4(e: Emit, addr: ir.Value) -> ir.Value:
+    """16 bytes from shared address `addr` (16-byte aligned), as a vector<4xi32>."""
+    op = _asm([e.i32] * 4, [addr], "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,r")
+    vec = llvm.mlir_undef(ir.VectorType.get([4], e.i32))
+    for i in range(4):
+        vec = llvm.insertelement(vec, llvm.extractvalue(e.i32, op.result, [i]), e.c32(i))
+    return vec
+
+
+def warp_sync() -> None:
+    """`bar.warp.sync` of the whole warp: its lanes' shared-memory writes before it are
+    visible to its lanes' reads after it."""
+    _asm([], [], "bar.warp.sync -1;", "")
+
+
 class CpAsync:
     """16-byte `cp.async.cg` global->shared copies and their commit groups."""
 

@@ -81,7 +81,7 @@ from mlir.dialects import gpu, nvvm, scf
 from attnc.backend.kernel_spec import KvCtx, Sm80KernelSpec, mask_hooks
 from attnc.backend.nvgpu_builders import (Approx, CpAsync, CtaBarrier, Emit, GlobalPtr, LdMatrix, MmaSync,
                                           Quad, Smem)
-from attnc.backend.sm80_epilogue import Epilogue
+from attnc.backend.sm80_epilogue import Epilogue, StagedRows
 from attnc.backend.sm80_kv import KvSchedule, schedule
 from attnc.backend.sm80_masks import ElementCoords, ScoreMasker, rows_of
 from attnc.backend.sm80_softmax import OnlineSoftmax, SoftmaxState
@@ -126,6 +126,7 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
                       "q_blocks_per_cta": spec.blocks_per_cta, "min_ctas_per_sm": spec.min_ctas,
                       "producer_warpgroup": spec.warp_specialized, "pingpong": spec.pingpong,
                       "persistent": spec.persistent_ctas, "heads_first": spec.grid_heads_first,
+                      "staged_o": spec.o_staged,
                       "exp2_fma": spec.exp2_on_fma,
                       "interval_test": spec.interval_test_form if spec.row_interval is not None else None}
     m_blocks = ["cdiv", "M", spec.block_m * spec.blocks_per_cta]
@@ -595,7 +596,15 @@ class _Sm80Forward:
 
     def _epilogue(self, acc_o, state: SoftmaxState) -> None:
         e, s = self.e, self.spec
-        epilogue = Epilogue(e, self.softmax, s.o_dtype, self.row0, self.col0, self.lane)
+        stage = None
+        if s.o_staged:
+            # Note [Staged O]: every warp is past its last read of the tiles (and every
+            # thread's copies have landed: emit's wait) before any overwrites them.
+            self.bar.sync()
+            rows = s.rows_per_warp
+            stage = StagedRows(self.smem.address(e.mul(self.warp, rows * s.head_dim_v * 2)),
+                               e.add(e.mul(self.m_block, s.block_m), self.warp_row0), rows)
+        epilogue = Epilogue(e, self.softmax, s.o_dtype, self.row0, self.col0, self.lane, stage)
         epilogue.store(acc_o, state, self._tensor("o", self.b, self.h), e.arg("stride_o_2"),
                        self._tensor("lse", self.b, self.h) if s.with_lse else None, self._sink())
 

@@ -42,6 +42,7 @@ PINGPONG_ATTR = "sm90.pingpong"
 PERSISTENT_ATTR = "sm90.persistent"
 EXP2_FMA_ATTR = "sm80.exp2_fma"
 HEADS_FIRST_ATTR = "sm80.heads_first"
+STAGED_O_ATTR = "sm80.staged_o"
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,10 @@ class LowerSm80(Pass):
     heads_first: bool | None = field(default=None, metadata={
         "doc": "order the grid's CTAs by head first, query block second (Note [Heads first]; default: "
                "Sm80KernelSpec.grid_heads_first: on sm_80 for a band or a block map)"})
+    staged_o: bool | None = field(default=None, metadata={
+        "doc": "write O through shared memory in coalesced 16-byte stores instead of 4-byte stores "
+               "from the accumulators (Note [Staged O]; default: Sm80KernelSpec.o_staged: on sm_80 "
+               "wherever it can, i.e. one query block per CTA and a 16-bit O)"})
 
     def run(self, module) -> None:
         # Every option is a keyword of lower_sm80 (attn-lower-sm90a adds its own).
@@ -78,7 +83,7 @@ def lower_sm80(module, q_blocks_per_cta: int | None = None, interval_test: str |
                pass_target: str | None = None, min_ctas_per_sm: int | None = None,
                producer_warpgroup: bool | None = None, pingpong: bool | None = None,
                persistent: bool | None = None, exp2_fma: int | None = None,
-               heads_first: bool | None = None) -> None:
+               heads_first: bool | None = None, staged_o: bool | None = None) -> None:
     """Lower the plan of `module` to its target's kernel; `pass_target`: the target
     the calling pass builds for, which the plan must have. `producer_warpgroup`,
     `pingpong` and `persistent`: attn-lower-sm90a's options (Notes [Producer warpgroup]
@@ -115,6 +120,8 @@ def lower_sm80(module, q_blocks_per_cta: int | None = None, interval_test: str |
             set_int(op, EXP2_FMA_ATTR, exp2_fma)
         if heads_first is not None:
             set_int(op, HEADS_FIRST_ATTR, int(heads_first))
+        if staged_o is not None:
+            set_int(op, STAGED_O_ATTR, int(staged_o))
     result = compile_result_of(module)
     kernel_module, kernels, specialization = kernel_module_for(result)
     with _module_op(module).context:

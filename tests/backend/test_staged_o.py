@@ -1,0 +1,71 @@
+"""Note [Staged O] (sm80_epilogue.py): which kernels write O through shared memory, the
+PTX that gives, the option and its errors. The numerics run on a GPU (tests/gpu: every
+example and property variant of a kernel with one query block per CTA takes it, ragged M
+included; bench/ab_bundles.py compares it bit for bit with the direct store)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from mlir import ir
+
+from attnc.backend import ptx
+from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
+from attnc.backend.sm80 import build_sm80_module
+
+D64 = dict(dtype="bf16", head_dim_qk=64, head_dim_v=64, block_m=128, block_n=128, num_warps=4, mask="causal")
+
+
+def ptx_of(**kw) -> str:
+    sp = Sm80KernelSpec(**{**D64, "symbol": "staged_test", **kw}).check()
+    with ir.Context():
+        module, _ = build_sm80_module(sp)
+        return ptx.to_ptx(module, "sm_80")
+
+
+def counts(text: str) -> dict[str, int]:
+    ops = ("st.shared.b32", "ld.shared.v4.b32", "st.global.v4.b32", "st.global.b32", "bar.warp.sync")
+    return {op: len(re.findall(re.escape(op) + r"\s", text)) for op in ops}
+
+
+def test_staged_by_default_where_every_tile_is_dead_at_the_epilogue():
+    assert Sm80KernelSpec(**D64).check().o_staged
+    assert Sm80KernelSpec(**{**D64, "target": "sm_90a", "block_m": 64}).check().o_staged
+    # Two query blocks per CTA: the next block's loads fly during the epilogue.
+    assert not Sm80KernelSpec(**D64, q_blocks_per_cta=2).check().o_staged
+    # A producer warpgroup (sm_90a, 128-row blocks) may still be loading.
+    assert not Sm80KernelSpec(**{**D64, "target": "sm_90a", "num_warps": 8, "head_dim_qk": 128,
+                                 "head_dim_v": 128}).check().o_staged
+    assert not Sm80KernelSpec(**D64, out_dtype="f32").check().o_staged
+
+
+def test_staged_o_writes_whole_rows_16_bytes_a_lane():
+    """A lane holds 2 row tiles x 2 halves x 8 atoms of pairs (32 st.shared) and reads back
+    32 rows x 8 chunks / 32 lanes = 8 chunks of 16 bytes (8 ld.shared.v4, 8 st.global.v4)."""
+    staged, direct = counts(ptx_of()), counts(ptx_of(staged_o=False))
+    assert staged == {"st.shared.b32": 32, "ld.shared.v4.b32": 8, "st.global.v4.b32": 8,
+                      "st.global.b32": 0, "bar.warp.sync": 1}
+    assert direct == {"st.shared.b32": 0, "ld.shared.v4.b32": 0, "st.global.v4.b32": 0,
+                      "st.global.b32": 32, "bar.warp.sync": 0}
+
+
+def test_staged_o_with_the_lse_still_stores_each_row_once():
+    found = counts(ptx_of(with_lse=True))
+    assert found["st.global.v4.b32"] == 8
+    assert found["st.global.b32"] == 4          # the LSE of rows g, g+8, g+16, g+24
+
+
+@pytest.mark.parametrize("dv, warps, reads", [(128, 4, 16), (96, 4, 12), (256, 8, 16)])
+def test_staged_o_at_other_value_head_dims(dv, warps, reads):
+    """A warp's rows (32, or 16 with 8 warps) x dv / 8 chunks, 32 chunks of 16 bytes per
+    read: 16 at d = 128, 12 at 96 (12 chunks a row, swizzled within groups of 4)."""
+    found = counts(ptx_of(head_dim_v=dv, block_n=64, num_warps=warps))
+    assert found["ld.shared.v4.b32"] == reads == found["st.global.v4.b32"]
+    assert found["st.shared.b32"] == (128 // warps // 16) * 2 * dv // 8
+
+
+def test_staged_o_option_errors():
+    with pytest.raises(SpecError, match="staged_o"):
+        Sm80KernelSpec(**D64, q_blocks_per_cta=2, staged_o=True).check()
+    with pytest.raises(SpecError, match="staged_o"):
+        Sm80KernelSpec(**D64, out_dtype="f32", staged_o=True).check()
