@@ -319,16 +319,19 @@ class Sm80KernelSpec:
 
     @property
     def o_staged(self) -> bool:
-        """staged_o resolved (Note [Staged O] in sm80_epilogue.py): by default wherever it
-        can be. H200, M = N = 8192, bf16, interleaved A/B against the direct store (same
-        outputs to the bit): sm_80 window1024 0.948 -> 0.938 ms (head dim 64), 0.848 ->
-        0.801 (128); documents + causal 0.703 -> 0.684 (64), 0.623 -> 0.606 (128); causal
-        3.104 -> 3.036 (128); ALiBi 3.649 -> 3.623 (64), 3.244 -> 3.193 (128); sm_90a's
-        kernels without a producer warpgroup: documents 0.556 -> 0.538 (64), 0.471 -> 0.437
-        (128), window1024 0.766 -> 0.741 (64), causal 2.655 -> 2.618 (64)."""
+        """staged_o resolved (Note [Staged O] in sm80_epilogue.py): by default on sm_80
+        wherever it can be, on sm_90a for bands and block maps. H200, M = N = 8192, bf16,
+        interleaved A/B against the direct store (same outputs to the bit): sm_80
+        window1024 0.948 -> 0.938 ms (head dim 64), 0.848 -> 0.801 (128); documents +
+        causal 0.703 -> 0.684 (64), 0.623 -> 0.606 (128); ALiBi 3.649 -> 3.623 (64), 3.244
+        -> 3.193 (128); causal 3.104 -> 3.036 (128) but 3.350 -> 3.398 (64: ptxas schedules
+        its whole loop differently). sm_90a, the kernels without a producer warpgroup:
+        documents 0.556 -> 0.538 (64), 0.471 -> 0.437 (128), window1024 0.766 -> 0.741 (64),
+        but ALiBi 2.766 -> 2.923 (64), causal and softcap within noise: there a query
+        block's long key loop leaves the O store a small share."""
         if self.staged_o is not None:
             return self.staged_o
-        return self._can_stage_o
+        return self._can_stage_o and (self.target == "sm_80" or self.banded or self.blockmap)
 
     @property
     def _can_stage_o(self) -> bool:

@@ -30,7 +30,12 @@ def counts(text: str) -> dict[str, int]:
 
 def test_staged_by_default_where_every_tile_is_dead_at_the_epilogue():
     assert Sm80KernelSpec(**D64).check().o_staged
-    assert Sm80KernelSpec(**{**D64, "target": "sm_90a", "block_m": 64}).check().o_staged
+    # sm_90a: for bands and block maps (a short key loop per query block).
+    sm90 = {**D64, "target": "sm_90a", "block_m": 64}
+    assert Sm80KernelSpec(**sm90, banded=True).check().o_staged
+    assert Sm80KernelSpec(**sm90, blockmap=True).check().o_staged
+    assert not Sm80KernelSpec(**sm90).check().o_staged
+    assert Sm80KernelSpec(**sm90, staged_o=True).check().o_staged
     # Two query blocks per CTA: the next block's loads fly during the epilogue.
     assert not Sm80KernelSpec(**D64, q_blocks_per_cta=2).check().o_staged
     # A producer warpgroup (sm_90a, 128-row blocks) may still be loading.
