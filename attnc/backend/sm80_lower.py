@@ -59,7 +59,7 @@ def _lowering_from_ir(result) -> Sm80Lowering:
     from attnc.backend.kernel_spec import KERNEL_TARGETS, Sm80KernelSpec, SpecError
     from attnc.passes.lower_sm80 import (EXP2_FMA_ATTR, HEADS_FIRST_ATTR, INTERVAL_TEST_ATTR, MIN_CTAS_ATTR,
                                          PERSISTENT_ATTR, PINGPONG_ATTR, PRODUCER_ATTR, Q_BLOCKS_ATTR,
-                                         STAGED_O_ATTR)
+                                         LEAN_LOADS_ATTR, STAGED_O_ATTR)
     from attnc.passes.analyze_masks import mask_functions
     from attnc.passes.tile import banded_mask
 
@@ -99,6 +99,7 @@ def _lowering_from_ir(result) -> Sm80Lowering:
         banded=get_bool(op, "has_mask_mod") and not runtime and banded_mask(op), blockmap=blockmap is not None,
         heads_first=option(HEADS_FIRST_ATTR, lambda o, a: bool(get_int(o, a))),
         staged_o=option(STAGED_O_ATTR, lambda o, a: bool(get_int(o, a))),
+        lean_loads=option(LEAN_LOADS_ATTR, lambda o, a: bool(get_int(o, a))),
         **hooks.spec_fields())
     try:
         return Sm80Lowering(spec.check(), blockmap)

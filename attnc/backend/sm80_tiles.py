@@ -77,7 +77,11 @@ class TileLoader:
             raise ValueError(f"{self.threads} threads copy {rows_per_pass} rows per pass; need a multiple of 8")
         return rows_per_pass, e.div(self.tid, cpr), e.rem(self.tid, cpr)
 
-    def load(self, tile: SwizzledTile, slot_offset, src: GlobalPtr, row_stride, valid_rows=None) -> None:
+    def load(self, tile: SwizzledTile, slot_offset, src: GlobalPtr, row_stride, valid_rows=None,
+             valid=None) -> None:
+        """Copy the tile's rows from `src`; `valid_rows`: how many rows exist (the rest are
+        zero-filled), or `valid`: whether all of them do (an i1 the same for every copy:
+        all or nothing read)."""
         e = self.e
         rows_per_pass, thread_row, chunk = self._thread_layout(tile)
         # Every pass's destination is the thread's pass-0 chunk plus a constant: the pass
@@ -88,19 +92,22 @@ class TileLoader:
         rows_left = e.sub(valid_rows, thread_row) if valid_rows is not None else None
         for pass_row in range(0, tile.rows, rows_per_pass):
             if pass_row + rows_per_pass <= tile.rows:
-                self._copy_pass(tile, dst, src, ptr, rows_left, pass_row)
+                self._copy_pass(tile, dst, src, ptr, rows_left, pass_row, valid)
             else:       # a last, partial pass: the threads past the tile's end copy nothing
                 inside = scf.IfOp(e.lt(thread_row, tile.rows - pass_row))
                 with ir.InsertionPoint(inside.then_block):
-                    self._copy_pass(tile, dst, src, ptr, rows_left, pass_row)
+                    self._copy_pass(tile, dst, src, ptr, rows_left, pass_row, valid)
                     scf.yield_([])
             ptr = ptr.offset(pass_stride)
 
-    def _copy_pass(self, tile: SwizzledTile, dst, src: GlobalPtr, ptr: GlobalPtr, rows_left, pass_row: int) -> None:
+    def _copy_pass(self, tile: SwizzledTile, dst, src: GlobalPtr, ptr: GlobalPtr, rows_left, pass_row: int,
+                   valid=None) -> None:
         e = self.e
-        valid = e.gt(rows_left, pass_row) if rows_left is not None else None
-        # An invalid row reads nothing; point it at the tile's first row, in bounds.
-        row_ptr = ptr.ptr if valid is None else llvm.select(valid, ptr.ptr, src.ptr)
+        row_ptr = ptr.ptr       # in bounds when `valid` (or no predicate) is given
+        if rows_left is not None:
+            valid = e.gt(rows_left, pass_row)
+            # An invalid row reads nothing; point it at the tile's first row, in bounds.
+            row_ptr = llvm.select(valid, ptr.ptr, src.ptr)
         for page in range(tile.cols // tile.page_width):
             self.cp.copy16(dst, row_ptr, valid,
                            dst_offset=tile.offset + page * tile.page_bytes + pass_row * tile.row_bytes,

@@ -43,6 +43,7 @@ PERSISTENT_ATTR = "sm90.persistent"
 EXP2_FMA_ATTR = "sm80.exp2_fma"
 HEADS_FIRST_ATTR = "sm80.heads_first"
 STAGED_O_ATTR = "sm80.staged_o"
+LEAN_LOADS_ATTR = "sm80.lean_loads"
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,10 @@ class LowerSm80(Pass):
     heads_first: bool | None = field(default=None, metadata={
         "doc": "order the grid's CTAs by head first, query block second (Note [Heads first]; default: "
                "Sm80KernelSpec.grid_heads_first: on sm_80 for a band or a block map)"})
+    lean_loads: bool | None = field(default=None, metadata={
+        "doc": "in the KV steps, load later key blocks without row predicates (Note [Lean step loads]; "
+               "only for a block map's ranges; default: Sm80KernelSpec.step_loads_lean: on sm_80 for a "
+               "block map)"})
     staged_o: bool | None = field(default=None, metadata={
         "doc": "write O through shared memory in coalesced 16-byte stores instead of 4-byte stores "
                "from the accumulators (Note [Staged O]; default: Sm80KernelSpec.o_staged: on sm_80 "
@@ -83,7 +88,8 @@ def lower_sm80(module, q_blocks_per_cta: int | None = None, interval_test: str |
                pass_target: str | None = None, min_ctas_per_sm: int | None = None,
                producer_warpgroup: bool | None = None, pingpong: bool | None = None,
                persistent: bool | None = None, exp2_fma: int | None = None,
-               heads_first: bool | None = None, staged_o: bool | None = None) -> None:
+               heads_first: bool | None = None, staged_o: bool | None = None,
+               lean_loads: bool | None = None) -> None:
     """Lower the plan of `module` to its target's kernel; `pass_target`: the target
     the calling pass builds for, which the plan must have. `producer_warpgroup`,
     `pingpong` and `persistent`: attn-lower-sm90a's options (Notes [Producer warpgroup]
@@ -120,6 +126,8 @@ def lower_sm80(module, q_blocks_per_cta: int | None = None, interval_test: str |
             set_int(op, EXP2_FMA_ATTR, exp2_fma)
         if heads_first is not None:
             set_int(op, HEADS_FIRST_ATTR, int(heads_first))
+        if lean_loads is not None:
+            set_int(op, LEAN_LOADS_ATTR, int(lean_loads))
         if staged_o is not None:
             set_int(op, STAGED_O_ATTR, int(staged_o))
     result = compile_result_of(module)

@@ -1,4 +1,5 @@
-"""Note [Staged O] (sm80_epilogue.py): which kernels write O through shared memory, the
+"""Note [Staged O] (sm80_epilogue.py) and Note [Lean step loads] (sm80.py): which kernels
+write O through shared memory or load later key blocks without row predicates, the
 PTX that gives, the option and its errors. The numerics run on a GPU (tests/gpu: every
 example and property variant of a kernel with one query block per CTA takes it, ragged M
 included; bench/ab_bundles.py compares it bit for bit with the direct store)."""
@@ -74,3 +75,27 @@ def test_staged_o_option_errors():
         Sm80KernelSpec(**D64, q_blocks_per_cta=2, staged_o=True).check()
     with pytest.raises(SpecError, match="staged_o"):
         Sm80KernelSpec(**D64, out_dtype="f32", staged_o=True).check()
+
+
+# ---------------------------------------------------------------- Note [Lean step loads]
+
+def _predicated_copies(text: str) -> int:
+    """cp.async copies with a source size operand (the zero-filling, predicated form)."""
+    return len(re.findall(r"cp\.async\.cg\.shared\.global \[[^]]*\], \[[^]]*\], 16, %r", text))
+
+
+def test_lean_step_loads_are_a_block_maps_default_on_sm_80():
+    assert Sm80KernelSpec(**D64, blockmap=True).check().step_loads_lean
+    assert not Sm80KernelSpec(**D64).check().step_loads_lean
+    assert not Sm80KernelSpec(**{**D64, "target": "sm_90a", "block_m": 64}, blockmap=True).check().step_loads_lean
+    with pytest.raises(SpecError, match="lean_loads"):
+        Sm80KernelSpec(**D64, lean_loads=True).check()
+
+
+def test_lean_step_loads_drop_the_row_predicates_of_later_blocks():
+    """Causal at 128x128, d = 64 (as a block map's kernel, without its skip answers): the
+    prologue's Q, K0, V0 and K1 (8 copies a thread each) keep their row predicates either
+    way; the diagonal step's loads of the next blocks (V and K, 8 copies each) lose theirs."""
+    lean = ptx_of(blockmap=True, lean_loads=True)
+    plain = ptx_of(blockmap=True, lean_loads=False)
+    assert (_predicated_copies(lean), _predicated_copies(plain)) == (32, 48)
