@@ -54,16 +54,21 @@ class Epilogue:
               sink=None) -> None:
         """acc_o[mi][dj][2*half + x] / l -> o[row, 8*dj + 2t + x], row = first_row + 16mi + 8half.
         `sink`: the sink logit in raw score units (Note [Sinks] in sm80_softmax.py)."""
-        e = self.e
         inv, lse_values = self.softmax.finalize(state, sink)
         if self.stage is not None:
             self._stage(acc_o, inv)
+        if self.stage is None or lse is not None:
+            self._store_rows(acc_o, inv, o, o_row_stride, lse, lse_values)
+        if self.stage is not None:
+            self._write_back(len(acc_o[0]), o, o_row_stride)
+
+    def _store_rows(self, acc_o, inv, o: GlobalPtr, o_row_stride, lse: GlobalPtr | None, lse_values) -> None:
+        """Row by row, for rows < M: the lane's O pairs (direct) and the row's LSE."""
+        e = self.e
         for mi in range(len(acc_o)):
             for half in (0, 1):
                 r = 2 * mi + half
                 row = e.add(self.first_row, 16 * mi + 8 * half)
-                if self.stage is not None and lse is None:
-                    continue
                 guard = scf.IfOp(e.lt(row, e.dim("M")))
                 with ir.InsertionPoint(guard.then_block):
                     if self.stage is None:
@@ -74,8 +79,6 @@ class Epilogue:
                     if lse is not None:
                         self._store_lse(lse, row, lse_values[r])
                     scf.yield_([])
-        if self.stage is not None:
-            self._write_back(len(acc_o[0]), o, o_row_stride)
 
     # ------------------------------------------------------------ Note [Staged O]
     @staticmethod
