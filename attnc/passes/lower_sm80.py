@@ -76,8 +76,9 @@ class LowerSm80(Pass):
                "block map)"})
     staged_o: bool | None = field(default=None, metadata={
         "doc": "write O through shared memory in coalesced 16-byte stores instead of 4-byte stores "
-               "from the accumulators (Note [Staged O]; default: Sm80KernelSpec.o_staged: on sm_80 "
-               "wherever it can, i.e. one query block per CTA and a 16-bit O)"})
+               "from the accumulators (Note [Staged O]; default: Sm80KernelSpec.o_staged: where it can -- one query "
+               "block per CTA, no producer warpgroup, a 16-bit O -- on sm_80, and on sm_90a for a band or a "
+               "block map)"})
 
     def run(self, module) -> None:
         # Every option is a keyword of lower_sm80 (attn-lower-sm90a adds its own).
