@@ -185,7 +185,7 @@ class Sm80KernelSpec:
     blockmap: bool = False                 # the key ranges come from a block map built at run time
     heads_first: Optional[bool] = None     # grid x runs over the heads, y over the query blocks
                                           # (Note [Heads first] in sm80.py); None: grid_heads_first
-    lean_loads: Optional[bool] = None      # steps load later blocks without row predicates (Note
+    lean_loads: Optional[bool] = None      # lean KV steps for block maps and bands (Note
                                           # [Lean step loads] in sm80.py); None: step_loads_lean
     staged_o: Optional[bool] = None        # O written through shared memory in 16-byte stores
                                           # (Note [Staged O] in sm80_epilogue.py); None: o_staged
@@ -322,11 +322,17 @@ class Sm80KernelSpec:
     @property
     def step_loads_lean(self) -> bool:
         """lean_loads resolved (Note [Lean step loads] in sm80.py): by default for a block
-        map on sm_80. Sound only where the key range stays below cdiv(N, block_n), which a
-        block map's does."""
+        map or a band on sm_80."""
         if self.lean_loads is not None:
             return self.lean_loads
-        return self.blockmap and self.target == "sm_80"
+        return self.target == "sm_80" and (self.blockmap or self.banded)
+
+    @property
+    def asks_tile_skip(self) -> bool:
+        """Whether the steps ask tile_skip: not a band's lean steps (Note [Lean step loads]:
+        the blocks of its range nearly always keep keys, and one that keeps none is masked
+        whole, as tile_partial says)."""
+        return self.tile_skip is not None and (self.blockmap or not self.step_loads_lean)
 
     @property
     def o_staged(self) -> bool:
@@ -495,9 +501,8 @@ class Sm80KernelSpec:
                  "with a producer warpgroup each CTA runs one query block (q_blocks_per_cta=1)")
         _require(not self.grid_heads_first or (self.blocks_per_cta == 1 and not self.warp_specialized),
                  "heads_first: the grid of a kernel with one query block per CTA and no producer warpgroup")
-        _require(not self.step_loads_lean or (self.blockmap and self.target == "sm_80"),
-                 "lean_loads: an sm_80 kernel whose key ranges come from a block map (they stay below "
-                 "cdiv(N, block_n))")
+        _require(not self.step_loads_lean or (self.target == "sm_80" and (self.blockmap or self.banded)),
+                 "lean_loads: an sm_80 kernel whose key ranges come from a block map or a band")
         _require(not self.o_staged or self._can_stage_o,
                  "staged_o: a kernel with one query block per CTA, no producer warpgroup and a 16-bit O "
                  "that fits in its tiles' shared memory")

@@ -68,14 +68,22 @@ Note [Lean step loads]: only the last key block, cdiv(N, block_n) - 1, may hold 
 and a step visits blocks in strictly decreasing order, so the block a step loads for a
 later step (V of step t + S - 1, K of t + S) ends below N whenever the schedule's top
 block is below cdiv(N, block_n): then no load but the prologue's (and, with one stage, a
-step's V of its own block) needs row predicates, and a skipped block (tile_skip) is all
-or nothing, one predicate for every copy. A block map's range is (its rows have
-cdiv(N, block_n) entries), so `Sm80KernelSpec.step_loads_lean` is on for block maps on
-sm_80, where documents + causal measured 0.604 -> 0.578 and 0.613 -> 0.586 ms at head dim
-128 in two interleaved A/B runs (H200; 0.683 -> 0.687, 0.690 -> 0.688 at 64). The same
-loads in every sm_80 kernel (the range clamped below cdiv(N, block_n)) measured slower for
-causal (3.061 -> 3.103) and the window (0.839 -> 0.862, where ptxas then spilled) at head
-dim 128.
+step's V of its own block) needs row predicates. `Sm80KernelSpec.step_loads_lean` makes
+the steps of two kinds of kernel lean, on sm_80:
+
+* a block map's, whose range lies inside the map (cdiv(N, block_n) entries a row); a block
+  the map skips is then all or nothing, one predicate for every copy: documents + causal
+  at head dim 128 measured 0.604 -> 0.578 and 0.613 -> 0.586 ms in two interleaved A/B
+  runs (H200; 0.683 -> 0.687, 0.690 -> 0.688 at 64);
+* a band's (Sm80KernelSpec.banded), whose range `schedule` clamps below cdiv(N, block_n),
+  and whose steps do not ask tile_skip either (asks_tile_skip): a band's few blocks
+  nearly always keep keys, and one that keeps none is still computed right, masked whole
+  as tile_partial (every class but FULL) says. window1024 measured 0.948 -> 0.938 ms (head
+  dim 64) and 0.835 -> 0.810 (128).
+
+The same loads in every other sm_80 kernel (the range clamped) measured slower for causal
+(3.061 -> 3.103) and, still asking tile_skip, for the window at head dim 128 (0.839 ->
+0.862, where ptxas then spilled).
 
 Note [cp.async group counting]: every step commits exactly one group even when it has
 nothing to load (an empty group), so the K of step t is always followed by exactly
@@ -341,7 +349,9 @@ class _Sm80Forward:
         """The hook's range for `m_block` (default: the current block) as a schedule (Note
         [Mask hooks], sm80_kv.py)."""
         e, s = self.e, self.spec
-        return schedule(e, self.kv_range_fn(e, self._ctx(m_block)), e.dim("N"), s.block_n)
+        # Note [Lean step loads]: a block map's range is inside the map, a band's is clamped.
+        clamp_top = s.step_loads_lean and not s.blockmap
+        return schedule(e, self.kv_range_fn(e, self._ctx(m_block)), e.dim("N"), s.block_n, clamp_top)
 
     # ------------------------------------------------------------ loads
     def _load_q(self, m_block) -> None:
@@ -462,7 +472,7 @@ class _Sm80Forward:
         # with lean loads, no step's loads of later blocks either (Note [Lean step loads]).
         partial = mode != "full"
         ragged = partial and not s.step_loads_lean
-        ask_skip = partial and s.tile_skip is not None
+        ask_skip = partial and s.asks_tile_skip
         skip = self._skip(n_block) if ask_skip else None
         if s.stages == 1:
             self._load_kv("v", n_block, 0, partial, skip)       # this step's own block
@@ -591,7 +601,7 @@ class _Sm80Forward:
         self._load_q(m_block)
         self.cp.commit()
         kv = self._kv_range(m_block)
-        ask_skip = s.tile_skip is not None
+        ask_skip = s.asks_tile_skip
         for i in range(s.stages):
             n_block, exists = kv.first(self.e, i)
             self._load_kv_if("k", n_block, i * self.slot_bytes, exists, True, ask_skip, m_block)

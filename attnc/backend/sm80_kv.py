@@ -73,16 +73,23 @@ class KvSchedule:
         return self.steps_above(e, self.lo)
 
 
-def schedule(e: Emit, r: KvRange, N, block_n: int) -> KvSchedule:
+def schedule(e: Emit, r: KvRange, N, block_n: int, clamp_top: bool = False) -> KvSchedule:
     """A mask's answer clamped to lo <= full_lo <= full_hi <= hi, with full blocks below
-    N / block_n (they hold no row >= N whatever the hook says: their loads are unpredicated)."""
+    N / block_n (they hold no row >= N whatever the hook says: their loads are unpredicated);
+    `clamp_top`: also hi <= cdiv(N, block_n), as segments always are (Note [Lean step loads]
+    in sm80.py)."""
     as_value = lambda v: v if isinstance(v, ir.Value) else e.c32(v)  # noqa: E731
     if r.segments:
         full_hi = e.min(as_value(r.full_hi), e.div(N, block_n))
         return normalise(e, [(as_value(a), as_value(b)) for a, b in r.segments], as_value(r.full_lo),
                          full_hi, e.cdiv(N, block_n))
     lo, hi = as_value(r.lo), as_value(r.hi)
-    hi = e.max(hi, lo)
+    if clamp_top:
+        n_blocks = e.cdiv(N, block_n)
+        lo = e.min(lo, n_blocks)
+        hi = e.clamp(hi, lo, n_blocks)
+    else:
+        hi = e.max(hi, lo)
     full_hi = e.clamp(e.min(as_value(r.full_hi), e.div(N, block_n)), lo, hi)
     # A statically empty low partial range (lo == full_lo == a constant) needs no loop.
     static_low = not isinstance(r.lo, ir.Value) and not isinstance(r.full_lo, ir.Value) and r.lo == r.full_lo

@@ -71,9 +71,9 @@ class LowerSm80(Pass):
         "doc": "order the grid's CTAs by head first, query block second (Note [Heads first]; default: "
                "Sm80KernelSpec.grid_heads_first: on sm_80 for a band or a block map)"})
     lean_loads: bool | None = field(default=None, metadata={
-        "doc": "in the KV steps, load later key blocks without row predicates (Note [Lean step loads]; "
-               "only for a block map's ranges; default: Sm80KernelSpec.step_loads_lean: on sm_80 for a "
-               "block map)"})
+        "doc": "in the KV steps, load later key blocks without row predicates, and for a band do not "
+               "ask tile_skip (Note [Lean step loads]; only for a block map or a band; default: "
+               "Sm80KernelSpec.step_loads_lean: on sm_80 for both)"})
     staged_o: bool | None = field(default=None, metadata={
         "doc": "write O through shared memory in coalesced 16-byte stores instead of 4-byte stores "
                "from the accumulators (Note [Staged O]; default: Sm80KernelSpec.o_staged: where it can -- one query "

@@ -84,8 +84,13 @@ def _predicated_copies(text: str) -> int:
     return len(re.findall(r"cp\.async\.cg\.shared\.global \[[^]]*\], \[[^]]*\], 16, %r", text))
 
 
-def test_lean_step_loads_are_a_block_maps_default_on_sm_80():
+def test_lean_step_loads_are_the_default_of_block_maps_and_bands_on_sm_80():
+    never = lambda e, c, n: e.true()            # noqa: E731 (a tile_skip hook)
     assert Sm80KernelSpec(**D64, blockmap=True).check().step_loads_lean
+    assert Sm80KernelSpec(**D64, blockmap=True, tile_skip=never).check().asks_tile_skip
+    band = Sm80KernelSpec(**D64, banded=True, tile_skip=never).check()
+    assert band.step_loads_lean and not band.asks_tile_skip
+    assert Sm80KernelSpec(**D64, banded=True, tile_skip=never, lean_loads=False).check().asks_tile_skip
     assert not Sm80KernelSpec(**D64).check().step_loads_lean
     assert not Sm80KernelSpec(**{**D64, "target": "sm_90a", "block_m": 64}, blockmap=True).check().step_loads_lean
     with pytest.raises(SpecError, match="lean_loads"):
@@ -99,3 +104,26 @@ def test_lean_step_loads_drop_the_row_predicates_of_later_blocks():
     lean = ptx_of(blockmap=True, lean_loads=True)
     plain = ptx_of(blockmap=True, lean_loads=False)
     assert (_predicated_copies(lean), _predicated_copies(plain)) == (32, 48)
+
+
+def test_a_bands_lean_steps_predicate_only_the_prologue():
+    """The sliding_window example (d = 128, 128x64 tiles): Q (16 copies a thread), K0, V0
+    and K1 (8 each) keep their row predicates; no step's copy has one (without lean loads
+    the two partial loops' V and K copies, 32 more, do)."""
+    from pathlib import Path
+
+    from attnc.driver import CompileOptions, compile_mlir
+    from attnc.passes.pipelines import LOWERING, PassSpec, format_pipeline, target_pipeline
+
+    def ptx_with(**options) -> str:
+        lowering = LOWERING["sm_80"]
+        pipeline = format_pipeline([PassSpec(p.name, {**p.options, **(options if p.name == lowering else {})})
+                                    for p in target_pipeline("sm_80")])
+        path = Path(__file__).resolve().parents[2] / "examples" / "sliding_window.attn"
+        source = path.read_text()
+        from attnc.backend.sm80_lower import build
+        art = build(compile_mlir(source, path.name, CompileOptions(arch="sm_80", pass_pipeline=pipeline)))
+        assert art.manifest["specialization"]["lean_loads"] is (options.get("lean_loads", "true") == "true")
+        return art.ptx
+    lean, plain = ptx_with(), ptx_with(lean_loads="false")
+    assert (_predicated_copies(lean), _predicated_copies(plain)) == (40, 72)
