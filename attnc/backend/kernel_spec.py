@@ -323,8 +323,11 @@ class Sm80KernelSpec:
     def step_loads_lean(self) -> bool:
         """lean_loads resolved (Note [Lean step loads] in sm80.py): by default for a block
         map or a band on sm_80."""
-        if self.lean_loads is not None:
-            return self.lean_loads
+        return self._can_lean_loads if self.lean_loads is None else self.lean_loads
+
+    @property
+    def _can_lean_loads(self) -> bool:
+        """The key range stays below cdiv(N, block_n): a block map's, or a band's (clamped)."""
         return self.target == "sm_80" and (self.blockmap or self.banded)
 
     @property
@@ -501,7 +504,7 @@ class Sm80KernelSpec:
                  "with a producer warpgroup each CTA runs one query block (q_blocks_per_cta=1)")
         _require(not self.grid_heads_first or (self.blocks_per_cta == 1 and not self.warp_specialized),
                  "heads_first: the grid of a kernel with one query block per CTA and no producer warpgroup")
-        _require(not self.step_loads_lean or (self.target == "sm_80" and (self.blockmap or self.banded)),
+        _require(not self.step_loads_lean or self._can_lean_loads,
                  "lean_loads: an sm_80 kernel whose key ranges come from a block map or a band")
         _require(not self.o_staged or self._can_stage_o,
                  "staged_o: a kernel with one query block per CTA, no producer warpgroup and a 16-bit O "

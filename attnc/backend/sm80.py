@@ -370,8 +370,9 @@ class _Sm80Forward:
         stride = e.arg(f"stride_{name}_2")
         src = self.kv_ptr[name].offset(e.mul(e.to_i64(first), stride))
         tile = self.k_tile if name == "k" else self.v_tile
-        if not ragged and skip is not None and s.step_loads_lean:
-            # Every row is below N: a skipped block is all or nothing, one predicate.
+        if not ragged and skip is not None:
+            # Every row is below N (Note [Lean step loads]): a skipped block is all or
+            # nothing, one predicate.
             self.loader.load(tile, slot_offset, src, stride, valid=arith.xori(skip, e.true()))
             return
         rows = e.sub(e.dim("N"), first) if ragged or skip is not None else None

@@ -57,9 +57,7 @@ def lowering_from_ir(result) -> Sm80Lowering:
 def _lowering_from_ir(result) -> Sm80Lowering:
     from attnc.backend.blockmap import blockmap_plan
     from attnc.backend.kernel_spec import KERNEL_TARGETS, Sm80KernelSpec, SpecError
-    from attnc.passes.lower_sm80 import (EXP2_FMA_ATTR, HEADS_FIRST_ATTR, INTERVAL_TEST_ATTR, MIN_CTAS_ATTR,
-                                         PERSISTENT_ATTR, PINGPONG_ATTR, PRODUCER_ATTR, Q_BLOCKS_ATTR,
-                                         LEAN_LOADS_ATTR, STAGED_O_ATTR)
+    from attnc.passes.lower_sm80 import recorded_choices
     from attnc.passes.analyze_masks import mask_functions
     from attnc.passes.tile import banded_mask
 
@@ -81,26 +79,14 @@ def _lowering_from_ir(result) -> Sm80Lowering:
     blockmap = blockmap_plan(result, block_m, block_n) if runtime else None
     hooks = variant_hooks(op, variant, mode, blockmap, result.module)
 
-    def option(attr: str, get):
-        """A lowering option's choice recorded on the op (lower_sm80.py), or None."""
-        return get(op, attr) if attr in op.attributes else None
-
     spec = Sm80KernelSpec(
         dtype=variant.dtype, head_dim_qk=variant.head_dim_qk, head_dim_v=variant.head_dim_v,
         block_m=block_m, block_n=block_n,
         num_warps=num_warps, stages=kv[0].stages, target=target,
         out_dtype=variant.output("o").dtype, with_lse=variant.has_lse,
         softmax_scale=variant.scale, symbol=f"attnc_{variant.name}_fwd",
-        q_blocks_per_cta=option(Q_BLOCKS_ATTR, get_int), interval_test=option(INTERVAL_TEST_ATTR, get_str),
-        min_ctas_per_sm=option(MIN_CTAS_ATTR, get_int),
-        producer_warpgroup=option(PRODUCER_ATTR, lambda o, a: bool(get_int(o, a))),
-        pingpong=bool(option(PINGPONG_ATTR, get_int)), exp2_fma=option(EXP2_FMA_ATTR, get_int),
-        persistent=option(PERSISTENT_ATTR, lambda o, a: bool(get_int(o, a))),
         banded=get_bool(op, "has_mask_mod") and not runtime and banded_mask(op), blockmap=blockmap is not None,
-        heads_first=option(HEADS_FIRST_ATTR, lambda o, a: bool(get_int(o, a))),
-        staged_o=option(STAGED_O_ATTR, lambda o, a: bool(get_int(o, a))),
-        lean_loads=option(LEAN_LOADS_ATTR, lambda o, a: bool(get_int(o, a))),
-        **hooks.spec_fields())
+        **recorded_choices(op), **hooks.spec_fields())
     try:
         return Sm80Lowering(spec.check(), blockmap)
     except SpecError as e:

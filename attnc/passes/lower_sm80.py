@@ -33,17 +33,41 @@ KERNELS_ATTR = "attn.kernels"
 SPECIALIZATION_ATTR = "attn.specialization"
 
 
-# Kernel choices the options record on attn.attention (read back by sm80_lower.py).
-Q_BLOCKS_ATTR = "sm80.q_blocks_per_cta"
-INTERVAL_TEST_ATTR = "sm80.interval_test"
-MIN_CTAS_ATTR = "sm80.min_ctas_per_sm"
-PRODUCER_ATTR = "sm90.producer_warpgroup"
-PINGPONG_ATTR = "sm90.pingpong"
-PERSISTENT_ATTR = "sm90.persistent"
-EXP2_FMA_ATTR = "sm80.exp2_fma"
-HEADS_FIRST_ATTR = "sm80.heads_first"
-STAGED_O_ATTR = "sm80.staged_o"
-LEAN_LOADS_ATTR = "sm80.lean_loads"
+# Kernel choices the options record on attn.attention, read back by sm80_lower.py: each
+# option's name is its Sm80KernelSpec field's, with the attribute and the value's type.
+KERNEL_CHOICES: dict[str, tuple[str, type]] = {
+    "q_blocks_per_cta": ("sm80.q_blocks_per_cta", int),
+    "interval_test": ("sm80.interval_test", str),
+    "min_ctas_per_sm": ("sm80.min_ctas_per_sm", int),
+    "producer_warpgroup": ("sm90.producer_warpgroup", bool),
+    "pingpong": ("sm90.pingpong", bool),
+    "persistent": ("sm90.persistent", bool),
+    "exp2_fma": ("sm80.exp2_fma", int),
+    "heads_first": ("sm80.heads_first", bool),
+    "staged_o": ("sm80.staged_o", bool),
+    "lean_loads": ("sm80.lean_loads", bool),
+}
+
+
+def record_choices(op, choices: dict) -> None:
+    """Record the options given (not None) on `op`; bools as 0/1 integers."""
+    from attnc.ir import set_int, set_str
+
+    for name, value in choices.items():
+        if value is not None:
+            attr, kind = KERNEL_CHOICES[name]
+            if kind is str:
+                set_str(op, attr, value)
+            else:
+                set_int(op, attr, int(value))
+
+
+def recorded_choices(op) -> dict:
+    """The Sm80KernelSpec fields `record_choices` left on `op` (the others keep the spec's defaults)."""
+    from attnc.ir import get_int, get_str
+
+    return {name: get_str(op, attr) if kind is str else kind(get_int(op, attr))
+            for name, (attr, kind) in KERNEL_CHOICES.items() if attr in op.attributes}
 
 
 @dataclass(frozen=True)
@@ -85,20 +109,15 @@ class LowerSm80(Pass):
         lower_sm80(module, pass_target=self.target, **{f.name: getattr(self, f.name) for f in fields(self)})
 
 
-def lower_sm80(module, q_blocks_per_cta: int | None = None, interval_test: str | None = None,
-               pass_target: str | None = None, min_ctas_per_sm: int | None = None,
-               producer_warpgroup: bool | None = None, pingpong: bool | None = None,
-               persistent: bool | None = None, exp2_fma: int | None = None,
-               heads_first: bool | None = None, staged_o: bool | None = None,
-               lean_loads: bool | None = None) -> None:
+def lower_sm80(module, pass_target: str | None = None, **choices) -> None:
     """Lower the plan of `module` to its target's kernel; `pass_target`: the target
-    the calling pass builds for, which the plan must have. `producer_warpgroup`,
-    `pingpong` and `persistent`: attn-lower-sm90a's options (Notes [Producer warpgroup]
-    and [Persistent CTAs] in sm90_ws.py)."""
+    the calling pass builds for, which the plan must have; `choices`: options named in
+    KERNEL_CHOICES (None: the default), `producer_warpgroup`, `pingpong` and `persistent`
+    attn-lower-sm90a's (Notes [Producer warpgroup] and [Persistent CTAs] in sm90_ws.py)."""
     from mlir import ir
 
     from attnc.backend.sm80_lower import kernel_module_for
-    from attnc.ir import attention_ops, error_at, get_str, set_int, set_str
+    from attnc.ir import attention_ops, error_at, get_str
     from attnc.passes.pipelines import LOWERING
 
     ops = attention_ops(module)
@@ -110,27 +129,11 @@ def lower_sm80(module, q_blocks_per_cta: int | None = None, interval_test: str |
         if pass_target is not None and planned is not None and planned != pass_target:
             instead = f"use {LOWERING[planned]}" if planned in LOWERING else "it has no lowering yet"
             raise error_at(op, f"{pass_name} lowers {pass_target} plans; this one is for {planned}: {instead}")
+    unknown = set(choices) - set(KERNEL_CHOICES)
+    if unknown:
+        raise TypeError(f"lower_sm80: no option {', '.join(sorted(unknown))}")
     for op in ops:
-        if q_blocks_per_cta is not None:
-            set_int(op, Q_BLOCKS_ATTR, q_blocks_per_cta)
-        if interval_test is not None:
-            set_str(op, INTERVAL_TEST_ATTR, interval_test)
-        if min_ctas_per_sm is not None:
-            set_int(op, MIN_CTAS_ATTR, min_ctas_per_sm)
-        if producer_warpgroup is not None:
-            set_int(op, PRODUCER_ATTR, int(producer_warpgroup))
-        if pingpong is not None:
-            set_int(op, PINGPONG_ATTR, int(pingpong))
-        if persistent is not None:
-            set_int(op, PERSISTENT_ATTR, int(persistent))
-        if exp2_fma is not None:
-            set_int(op, EXP2_FMA_ATTR, exp2_fma)
-        if heads_first is not None:
-            set_int(op, HEADS_FIRST_ATTR, int(heads_first))
-        if lean_loads is not None:
-            set_int(op, LEAN_LOADS_ATTR, int(lean_loads))
-        if staged_o is not None:
-            set_int(op, STAGED_O_ATTR, int(staged_o))
+        record_choices(op, choices)
     result = compile_result_of(module)
     kernel_module, kernels, specialization = kernel_module_for(result)
     with _module_op(module).context:
