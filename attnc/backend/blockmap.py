@@ -2,6 +2,7 @@
 same `mask_mod` region, that classifies every tile before the attention kernel runs.
 
     blockmap[b, h_m, m_block, n_block]  (u8)  0 = SKIP (nothing kept), 1 = MIXED, 2 = FULL
+                                               (bits 0-1), a MIXED tile's holds bits 2-3
 
 for every batch b, head slot h_m (one slot when the mask does not read h), query block
 [m_block * block_m, +block_m) and key block [n_block * block_n, +block_n); rows >= M and
@@ -62,6 +63,21 @@ Measured on an H200 (B = 4, M = N = 8192, 128x64, documents of 1000 tokens): the
 took 87 us with the element walk alone, 22 us with one CTA per tile and the intervals,
 9.3 us as above (the same whatever the documents' length).
 
+Note [Conjuncts a tile holds]: a mask with a row interval and a residual (Notes [Row
+intervals] and [Residual conjuncts] in hooks.py: `doc[b, i] == doc[b, j] and j <= i`) is
+tested in a MIXED tile as both, per score. But most MIXED tiles of such a mask are MIXED
+for one of the two alone: a documents tile on the diagonal inside one document needs
+only `j <= i`, one below the diagonal across a document start only the ids' compare
+(112 and 168 of the 296 MIXED 128x64 tiles of a head at N = 8192, documents of 1000; 16
+need both). So step 2 also evaluates each conjunct on the tile's intervals (the same
+`TileIntervals` pass, `truths`) and a MIXED tile's byte gets RESIDUAL_HOLDS when every
+residual conjunct may fail nowhere on the tile and INTERVAL_HOLDS when no free or linear
+conjunct may (`BlockMapPlan.holds`: only masks with both parts and the interval step).
+The bits are proofs over the tile's rows and keys clamped to M and N, and never set
+otherwise (the element walk's tiles, the static class's): the attention kernel
+(`blockmap_holds`, sm80_masks.py) then tests only the other part, and still drops the
+keys >= N. Every reader of the class masks the byte with CLASS_BITS.
+
 Note [Full range from the map]: the attention kernel's `kv_range` (blockmap_hooks) scans
 the map's row of its query block, each lane every 32nd block (all warps alike), for the
 first and last non-SKIP blocks and for the FULL ones: their first, last + 1 and count,
@@ -90,17 +106,20 @@ from mlir import ir
 from mlir.dialects import arith, gpu, llvm, nvvm, scf
 
 from attnc.analysis.to_arith import inline_function
-from attnc.backend.blockmap_intervals import Ival, TileIntervals, WarpRange, point, unsupported
-from attnc.backend.hooks import RegionCode
+from attnc.backend.blockmap_intervals import Ival, TileIntervals, Tri, WarpRange, point, unsupported
+from attnc.backend.hooks import MaskConjuncts, RegionCode
 from attnc.backend.kernel_spec import ExtraParam, KvCtx, KvRange
 from attnc.backend.nvgpu_builders import Emit, GlobalPtr
 from attnc.errors import AttncError
 from attnc.frontend.variant import Tensor
-from attnc.ir import MASK_MOD, PARAM, attention_ops, error_at, get_bool, region_block
+from attnc.ir import MASK_MOD, PARAM, attention_ops, error_at, get_bool, region_block, yielded
 from attnc.passes.analyze_masks import mask_functions
 
 SCRATCH = "blockmap"
 SKIP, MIXED, FULL = 0, 1, 2
+CLASS_BITS = 3               # a map byte's class; a MIXED tile's byte may add:
+RESIDUAL_HOLDS = 4           # the residual conjuncts hold on the whole tile (Note [Conjuncts a tile holds])
+INTERVAL_HOLDS = 8           # the free and linear conjuncts hold on the whole tile
 THREADS = 128
 TILES = THREADS // 32        # tiles per CTA: one per warp for the static and interval steps
 SAMPLE_COLS = 4              # lane l samples row l // 4 of 8 and column l % 4 of 4 of its tile
@@ -124,6 +143,8 @@ class BlockMapPlan:
     dims: tuple[str, ...]            # every symbolic dim, passed as i32 in this order
     params: tuple[Tensor, ...]       # the param tensors the mask reads (frontend Tensors)
     intervals: bool = False          # whether tiles go through Note [Tile intervals]
+    holds: bool = False              # whether MIXED tiles record the conjuncts they hold (Note
+                                     # [Conjuncts a tile holds])
 
     @property
     def symbol(self) -> str:
@@ -180,9 +201,12 @@ def blockmap_plan(result, block_m: int, block_n: int) -> BlockMapPlan:
     block = region_block(op, MASK_MOD)
     read = {_param_index(o.operands[0]) for o in _ops(block) if o.name == PARAM}
     params = tuple(p for k, p in enumerate(variant.params) if k in read)
+    intervals = unsupported(block, variant.params) is None
+    parts = MaskConjuncts.of(block)
     return BlockMapPlan(variant.name, block_m, block_n, _uses(block, block.arguments[1]),
                         variant.batch, variant.heads, variant.seq_q, variant.seq_k,
-                        tuple(variant.dims), params, unsupported(block, variant.params) is None)
+                        tuple(variant.dims), params, intervals,
+                        intervals and bool(parts.linear) and bool(parts.residual))
 
 
 def _attention(result) -> ir.Operation:
@@ -327,16 +351,16 @@ class _BlockMapKernel:
         exists = e.lt(n_block, n_blocks)
         tile = self._tile(n_block)
         static = self._static_class(tile)
-        branch = scf.IfOp(e.land(exists, e.eq(static, MIXED)), [e.i32], has_else=True)
+        branch = scf.IfOp(e.land(exists, e.eq(static, MIXED)), [e.i32, e.i32], has_else=True)
         with ir.InsertionPoint(branch.then_block):
-            scf.yield_([self._warp_class(tile, lane)])
+            scf.yield_(list(self._warp_class(tile, lane)))
         with ir.InsertionPoint(branch.else_block):
-            scf.yield_([static])
-        cls = branch.results[0]
+            scf.yield_([static, e.c32(0)])
+        cls, holds = branch.results
         undecided = e.land(exists, e.eq(cls, _UNDECIDED))
         decided = scf.IfOp(e.land(e.land(exists, e.xor(undecided, e.true())), e.eq(lane, 0)))
         with ir.InsertionPoint(decided.then_block):
-            self._store(n_block, cls)
+            self._store(n_block, e.or_(cls, holds))
             scf.yield_([])
 
         # The undecided tiles, one after the other by the whole CTA: bit w of `pending` is
@@ -376,11 +400,13 @@ class _BlockMapKernel:
                 *(self.e.dim(d) for d in functions.dims)]
         return inline_function(functions.tile_class, args)[0]
 
-    def _warp_class(self, t: _Tile, lane) -> ir.Value:
-        """The class of a tile the static class leaves MIXED, or _UNDECIDED, by its warp
-        (warp-uniform): SKIP when the mask may be true nowhere in the tile's box, FULL when
-        it may be false nowhere (Note [Tile intervals]), MIXED when two of the 32 sampled
-        elements (Note [Sampled elements]) differ."""
+    def _warp_class(self, t: _Tile, lane) -> tuple[ir.Value, ir.Value]:
+        """(class, holds) of a tile the static class leaves MIXED, by its warp
+        (warp-uniform). The class: SKIP when the mask may be true nowhere in the tile's
+        box, FULL when it may be false nowhere (Note [Tile intervals]), MIXED when two of
+        the 32 sampled elements (Note [Sampled elements]) differ, else _UNDECIDED; holds:
+        the RESIDUAL_HOLDS and INTERVAL_HOLDS bits of a MIXED tile (Note [Conjuncts a tile
+        holds]), else 0."""
         e = self.e
         block = region_block(self.op, MASK_MOD)
         # The samples' loads first, then the walks' (Note [Loads first]), then their uses.
@@ -390,14 +416,14 @@ class _BlockMapKernel:
         if self.plan.intervals:
             ranges = WarpRange(e, self.names, lane, 32,
                                lambda x, kind: _redux(e, x, getattr(nvvm.ReduxKind, kind.upper())))
-            box = [point(self.b), point(self.h), Ival(t.m_lo, e.sub(t.m_hi, 1)),
-                   Ival(t.n_lo, e.sub(t.n_hi, 1))]
-            truth = TileIntervals(e, block, ranges).truth(box)
+            box = [point(self.b), point(self.h), Ival(t.m_lo, e.sub(t.m_hi, 1)), Ival(t.n_lo, e.sub(t.n_hi, 1))]
+            truth, holds = tile_truths(e, block, ranges, box, self.plan.holds)
         mixed = e.land(_vote(e, kept, "any"), _vote(e, e.xor(kept, e.true()), "any"))
         cls = e.select(mixed, MIXED, e.c32(_UNDECIDED))
         if truth is None:
-            return cls
-        return e.select(truth.may_true, e.select(truth.may_false, cls, FULL), e.c32(SKIP))
+            return cls, e.c32(0)
+        cls = e.select(truth.may_true, e.select(truth.may_false, cls, FULL), e.c32(SKIP))
+        return cls, e.select(e.eq(cls, MIXED), holds, e.c32(0))
 
     def _element(self, k):
         """Row and column in the tile of this thread's element k."""
@@ -440,6 +466,23 @@ class _BlockMapKernel:
         counts = e.land(e.lt(i, t.m_hi), e.lt(j, t.n_hi))
         keep = emit_mask(e, region_block(self.op, MASK_MOD), [self.b, self.h, i, j], self.names)
         return keep, counts
+
+
+def tile_truths(e: Emit, block: ir.Block, ranges, box, holds: bool) -> tuple[Tri, ir.Value]:
+    """The mask region over `box` (Note [Tile intervals]): its Tri, and (`holds`) the
+    RESIDUAL_HOLDS and INTERVAL_HOLDS bits (i32) of the conjuncts that may fail nowhere
+    in it (Note [Conjuncts a tile holds]), else 0."""
+    parts = MaskConjuncts.of(block)
+    groups = ((parts.residual, RESIDUAL_HOLDS), (parts.interval, INTERVAL_HOLDS)) if holds else ()
+    values = [yielded(block)] + [v for group, _ in groups for v, _ in group]
+    truths = iter(TileIntervals(e, block, ranges).truths(box, values))
+    truth, bits = next(truths), e.c32(0)
+    for group, bit in groups:
+        every = e.true()
+        for (_, negated), tri in zip(group, truths):     # a conjunct holds where it may not fail
+            every = e.land(every, e.xor(tri.may_true if negated else tri.may_false, e.true()))
+        bits = e.or_(bits, e.select(every, e.c32(bit), e.c32(0)))
+    return truth, bits
 
 
 def sample_element(e: Emit, m_lo, m_hi, n_lo, n_hi, lane) -> tuple[ir.Value, ir.Value]:
@@ -554,6 +597,21 @@ def row_range(e: Emit, lo, hi, full_lo, full_hi, count) -> KvRange:
     return KvRange(lo, e.select(run, full_lo, lo), e.select(run, full_hi, lo), hi)
 
 
+def blockmap_holds(plan: BlockMapPlan):
+    """The `tile_holds(e, ctx, n_block) -> (interval, residual)` hook (i1s): which groups
+    of conjuncts the map proves to hold on the whole of block n_block (Note [Conjuncts a
+    tile holds]); only for a plan with `holds`."""
+    assert plan.holds, "the map records no conjuncts for this mask"
+
+    def holds(e: Emit, c: KvCtx, n_block):
+        row, _ = _map_row(e, plan, c)
+        byte = _load_byte(e, row, n_block)
+        return _ne(e, e.and_(byte, INTERVAL_HOLDS), 0), _ne(e, e.and_(byte, RESIDUAL_HOLDS), 0)
+
+    holds.__qualname__ = f"{_tag(plan)}.tile_holds"
+    return holds
+
+
 def blockmap_skip(plan: BlockMapPlan):
     """The `tile_skip(e, ctx, n_block) -> i1` hook: block n_block keeps nothing."""
 
@@ -582,8 +640,15 @@ def _map_row(e: Emit, plan: BlockMapPlan, c: KvCtx) -> tuple[GlobalPtr, ir.Value
     return GlobalPtr(e, e.arg(blockmap_param(plan).key), 8).offset(first), n_blocks
 
 
+def _load_byte(e: Emit, row: GlobalPtr, n_block) -> ir.Value:
+    """Block n_block's byte of a map row. The map is read-only while the attention kernel
+    runs (invariant loads), and block indices are clamped at 0 alike everywhere, so LLVM
+    reads a block's byte once however many questions a step asks about it."""
+    return arith.extui(e.i32, llvm.load(_i8(), row.offset(e.to_i64(e.max(n_block, 0))).ptr, invariant=True))
+
+
 def _load_class(e: Emit, row: GlobalPtr, n_block) -> ir.Value:
-    return arith.extui(e.i32, llvm.load(_i8(), row.offset(e.to_i64(n_block)).ptr))
+    return e.and_(_load_byte(e, row, n_block), CLASS_BITS)
 
 
 def _redux(e: Emit, x: ir.Value, kind) -> ir.Value:

@@ -4,6 +4,7 @@ in blockmap.py says where it runs and why).
 
     unsupported(block, params)   -> None, or why this region has no interval evaluation
     TileIntervals(e, block, ranges).truth([b, h, i, j])  -> Tri(may_true, may_false)
+    TileIntervals(e, block, ranges).truths([b, h, i, j], values)  -> [Tri] of region values
 
 Every value of the region gets an abstract value made of SSA values computed by the
 kernel: an i32 becomes an `Ival(lo, hi)` (i32, lo <= hi), an i1 a `Tri(may_true,
@@ -48,7 +49,7 @@ from mlir.dialects import arith, scf
 
 from attnc.backend.hooks import load_param
 from attnc.backend.nvgpu_builders import Emit
-from attnc.ir import DIM, PARAM, YIELD, cmpi_predicate, depends_on, int_constant
+from attnc.ir import DIM, PARAM, YIELD, cmpi_predicate, depends_on, int_constant, yielded
 
 I32_MIN, I32_MAX = -(2 ** 31), 2 ** 31 - 1
 PARAM_CAP = 4096          # elements of one param box, past which its interval is TOP
@@ -292,6 +293,10 @@ class TileIntervals:
 
     def truth(self, args: Sequence) -> Tri:
         """The yielded i1 over the box `args` (Ivals for b, h, i, j)."""
+        return self.truths(args, [yielded(self.block)])[0]
+
+    def truths(self, args: Sequence, values: Sequence[ir.Value]) -> list[Tri]:
+        """The Tri of each i1 of `values` (values of the region) over the box `args`."""
         env = dict(zip(self.block.arguments, args))
         after_read, started = set(), {}
         for op in self.block.operations:           # first pass (Note [Loads first])
@@ -308,7 +313,7 @@ class TileIntervals:
                 env[op.result] = self._op(op, [env[v] for v in op.operands])
         for op in self.block.operations:           # second pass
             if op.name == YIELD:
-                return env[op.operands[0]]
+                return [env[v] for v in values]
             if op.result in env:
                 continue
             if op.name == PARAM:

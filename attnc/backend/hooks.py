@@ -52,6 +52,7 @@ mask's params through it too, so the map and this kernel read the same elements.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 import hashlib
 from typing import Sequence
 
@@ -516,23 +517,23 @@ def _truth(e: Emit, env: dict, value: ir.Value, negated: bool) -> ir.Value:
     return e.xor(v, e.true()) if negated else v
 
 
-class RowInterval(RegionCode):
-    """Note [Row intervals]: `bounds(e, b, h, i)` -> (lo, hi), inclusive, with keep(b, h,
-    i, j) exactly when lo <= j <= hi (lo None when nothing bounds j below) and, when the
-    mask has a residual, `residual_keep(e, b, h, i, j)` (Note [Residual conjuncts]);
-    build with `RowInterval.of` (None when no top-level conjunct of the mask is a
-    comparison linear in j)."""
+@dataclass(frozen=True)
+class MaskConjuncts:
+    """The top-level conjuncts of a mask region (Notes [Row intervals] and [Residual
+    conjuncts]), each an i1 of the region with whether it stands under a `not`:
 
-    def __init__(self, block: ir.Block, names: KernelNames, free: list, linear: list,
-                 never_empty: frozenset[str], residual: list = ()):
-        super().__init__(block, names, never_empty)
-        self.free = free            # (i1 free of j, negated)
-        self.linear = linear        # (predicate, k, a, b): `a - b <pred> 0` with a - b = d0 + k * j
-        self.residual = list(residual)      # (i1 of j outside that form, negated): Note [Residual conjuncts]
+        free      (value, negated)        free of j
+        linear    (value, negated, term)  term = (predicate, k, a, b): `a - b <pred> 0`
+                                          with a - b = d0 + k * j
+        residual  (value, negated)        the other conjuncts that depend on j
+
+    The mask holds exactly when every conjunct does (the region yields their `and`)."""
+    free: tuple
+    linear: tuple
+    residual: tuple
 
     @classmethod
-    def of(cls, block: ir.Block, names: KernelNames,
-           never_empty: frozenset[str] = frozenset()) -> "RowInterval | None":
+    def of(cls, block: ir.Block) -> "MaskConjuncts":
         j = block.arguments[3]
         tainted = depends_on(block, 3)
         free: list = []
@@ -556,12 +557,40 @@ class RowInterval(RegionCode):
                         return
             term = _linear_term(op, j, tainted, negated) if op is not None else None
             if term is not None:
-                linear.append(term)
+                linear.append((value, negated, term))
             else:
                 residual.append((value, negated))
 
         conjuncts(yielded(block))
-        return cls(block, names, free, linear, never_empty, residual) if linear else None
+        return cls(tuple(free), tuple(linear), tuple(residual))
+
+    @property
+    def interval(self) -> tuple:
+        """(value, negated) of the conjuncts a row interval stands for: free and linear."""
+        return self.free + tuple((v, n) for v, n, _ in self.linear)
+
+
+class RowInterval(RegionCode):
+    """Note [Row intervals]: `bounds(e, b, h, i)` -> (lo, hi), inclusive, with keep(b, h,
+    i, j) exactly when lo <= j <= hi (lo None when nothing bounds j below) and, when the
+    mask has a residual, `residual_keep(e, b, h, i, j)` (Note [Residual conjuncts]);
+    build with `RowInterval.of` (None when no top-level conjunct of the mask is a
+    comparison linear in j)."""
+
+    def __init__(self, block: ir.Block, names: KernelNames, free: list, linear: list,
+                 never_empty: frozenset[str], residual: list = ()):
+        super().__init__(block, names, never_empty)
+        self.free = free            # (i1 free of j, negated)
+        self.linear = linear        # (predicate, k, a, b): `a - b <pred> 0` with a - b = d0 + k * j
+        self.residual = list(residual)      # (i1 of j outside that form, negated): Note [Residual conjuncts]
+
+    @classmethod
+    def of(cls, block: ir.Block, names: KernelNames,
+           never_empty: frozenset[str] = frozenset()) -> "RowInterval | None":
+        parts = MaskConjuncts.of(block)
+        if not parts.linear:
+            return None
+        return cls(block, names, parts.free, [term for _, _, term in parts.linear], never_empty, parts.residual)
 
     def __repr__(self) -> str:
         return f"RowInterval({super().__repr__()})"

@@ -31,6 +31,10 @@ answer them later):
   against the row's bounds (and the residual) instead of calling keep (Note [Row
   intervals] and Note [Residual conjuncts] in hooks.py, Note [One compare per score] in
   sm80_masks.py).
+* `tile_holds(e, ctx, n_block) -> (interval, residual)` (optional, with row_interval
+  and row_residual): i1s that say the row interval's conjuncts, or the residual's, hold
+  on every element of block n_block (keys < N); a partial block then tests only the
+  other part (Note [Conjuncts a tile holds] in blockmap.py).
 
 and on scores, on every visited block (natural-log units, as dsl.md defines them):
 
@@ -102,6 +106,7 @@ class KvRange:
 
 KvRangeFn = Callable[[Any, KvCtx], KvRange]
 TilePartialFn = Callable[[Any, KvCtx, Any], Any]
+TileHoldsFn = Callable[[Any, KvCtx, Any], tuple[Any, Any]]
 KeepFn = Callable[[Any, Any, Any, Any, Any], Any]
 ScoreModFn = Callable[[Any, Any, Any, Any, Any, Any], Any]
 ScoreBiasFn = Callable[[Any, Any, Any, Any, Any], Any]
@@ -154,6 +159,7 @@ class Sm80KernelSpec:
     kv_range: Optional[KvRangeFn] = None   # default: from `mask`
     tile_partial: Optional[TilePartialFn] = None
     tile_skip: Optional[TilePartialFn] = None
+    tile_holds: Optional[TileHoldsFn] = None
     keep: Optional[KeepFn] = None          # default: from `mask`
     row_interval: Optional[RowIntervalFn] = None   # keep as a per-row key range, when it is one
     row_residual: Optional[KeepFn] = None  # with row_interval: keep's other conjuncts, tested per score
@@ -189,6 +195,8 @@ class Sm80KernelSpec:
                                           # [Lean step loads] in sm80.py); None: step_loads_lean
     staged_o: Optional[bool] = None        # O written through shared memory in 16-byte stores
                                           # (Note [Staged O] in sm80_epilogue.py); None: o_staged
+    split_mask: Optional[bool] = None      # partial blocks test only the conjuncts tile_holds does
+                                          # not prove (Note [Conjuncts a tile holds]); None: mask_split
 
     # -- derived
     @property
@@ -336,6 +344,11 @@ class Sm80KernelSpec:
         the blocks of its range nearly always keep keys, and one that keeps none is masked
         whole, as tile_partial says)."""
         return self.tile_skip is not None and (self.blockmap or not self.step_loads_lean)
+
+    @property
+    def mask_split(self) -> bool:
+        """split_mask resolved: by default wherever tile_holds is given."""
+        return self.tile_holds is not None and self.split_mask is not False
 
     @property
     def o_staged(self) -> bool:
@@ -509,6 +522,11 @@ class Sm80KernelSpec:
         _require(not self.o_staged or self._can_stage_o,
                  "staged_o: a kernel with one query block per CTA, no producer warpgroup and a 16-bit O "
                  "that fits in its tiles' shared memory")
+        _require(not self.split_mask or self.tile_holds is not None,
+                 "split_mask: a mask read from a block map whose MIXED tiles record the conjuncts they hold "
+                 "(a row interval and a residual, Note [Conjuncts a tile holds])")
+        _require(self.tile_holds is None or (self.row_interval is not None and self.row_residual is not None),
+                 "tile_holds needs row_interval and row_residual")
         _require(not self.persistent_ctas or self.warp_specialized,
                  "persistent CTAs are the producer warpgroup's kernel: set producer_warpgroup")
         _require(not self.warp_specialized or self.stages >= 2,

@@ -147,7 +147,7 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
                       "q_blocks_per_cta": spec.blocks_per_cta, "min_ctas_per_sm": spec.min_ctas,
                       "producer_warpgroup": spec.warp_specialized, "pingpong": spec.pingpong,
                       "persistent": spec.persistent_ctas, "heads_first": spec.grid_heads_first,
-                      "staged_o": spec.o_staged, "lean_loads": spec.step_loads_lean,
+                      "staged_o": spec.o_staged, "lean_loads": spec.step_loads_lean, "split_mask": spec.mask_split,
                       "exp2_fma": spec.exp2_on_fma,
                       "interval_test": spec.interval_test_form if spec.row_interval is not None else None}
     m_blocks = ["cdiv", "M", spec.block_m * spec.blocks_per_cta]
@@ -506,7 +506,8 @@ class _Sm80Forward:
             partial = e.gt(e.mul(e.add(n_block, 1), s.block_n), e.dim("N"))
             if s.tile_partial is not None:
                 partial = e.or_(s.tile_partial(e, self._ctx(), n_block), partial)
-            rows = self.masker.mask_if(rows, n_block, partial if skip is None else e.or_(partial, skip), skip)
+            holds = s.tile_holds(e, self._ctx(), n_block) if s.mask_split else None
+            rows = self.masker.mask_if(rows, n_block, partial if skip is None else e.or_(partial, skip), skip, holds)
         return rows
 
     def _softmax_step(self, rows, state: SoftmaxState, mode: str):

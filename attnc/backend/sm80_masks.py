@@ -97,17 +97,38 @@ class ScoreMasker:
             out.append(new_row)
         return out
 
-    def mask(self, rows, n_block, drop_all=None):
+    def mask(self, rows, n_block, drop_all=None, holds=None):
         """-inf where j >= N or keep(b, h, i, j) is false (everywhere when the i1
-        `drop_all` holds: the bound becomes j < 0, no instruction per element)."""
+        `drop_all` holds: the bound becomes j < 0, no instruction per element); `holds`:
+        the block's tile_holds answer, (interval, residual) i1s (Note [Conjuncts a tile
+        holds] in blockmap.py)."""
         e = self.e
         bound = e.dim("N") if drop_all is None else e.select(drop_all, e.c32(0), e.dim("N"))
+        if self.row_interval is not None and holds is not None:
+            return self._split(rows, n_block, bound, drop_all, *holds)
         if self.row_interval is not None:
             return [self._masked_row(row, r, n_block, bound) for r, row in enumerate(rows)]
         return [[self._masked(x, r, c, n_block, bound) for c, x in enumerate(row)]
                 for r, row in enumerate(rows)]
 
-    def _masked_row(self, row, r, n_block, bound):
+    def _split(self, rows, n_block, bound, drop_all, interval_holds, residual_holds):
+        """Note [Conjuncts a tile holds] (blockmap.py): a block whose residual holds
+        everywhere tests only its rows' intervals; one whose interval conjuncts hold, lies
+        below N and is not dropped whole tests only the residual; any other, both."""
+        e = self.e
+        below_n = e.le(e.mul(e.add(n_block, 1), self.coords.block_n), e.dim("N"))
+        if drop_all is not None:
+            below_n = e.land(below_n, e.xor(drop_all, e.true()))
+
+        def tested(interval: bool, residual: bool):
+            return lambda: [self._masked_row(row, r, n_block, bound, interval, residual)
+                            for r, row in enumerate(rows)]
+
+        return _branch(rows, residual_holds, tested(True, False),
+                       lambda: _branch(rows, e.land(interval_holds, below_n), tested(False, True),
+                                       tested(True, True)))
+
+    def _masked_row(self, row, r, n_block, bound, interval: bool = True, residual: bool = True):
         """Note [Row intervals] (hooks.py): the row keeps the keys [lo, min(hi, bound - 1)];
         column c of the lane is j0 plus the constant `ElementCoords.column(c)`.
 
@@ -124,17 +145,22 @@ class ScoreMasker:
         instructions per thread to 1492, at head dim 128 from 1288 (pair) to 1176,
         without more spills. Without a lower bound (lo None) "pair" and "range" are the
         one compare d <= hi. A residual (Note [Residual conjuncts], hooks.py) is ANDed with
-        the test of each score."""
+        the test of each score. `interval` / `residual` False: that part is known to hold
+        (`_split`; without the interval the caller guarantees the keys are below `bound`)."""
         e = self.e
+
+        def masked(c, x, inside):
+            if residual and self.row_residual is not None:
+                kept = self.row_residual(e, self.b, self.h, *self.coords(r, c, n_block))
+                inside = kept if inside is None else e.land(inside, kept)
+            return x if inside is None else e.select(inside, x, e.neg_inf())
+
+        if not interval:
+            return [masked(c, x, None) for c, x in enumerate(row)]
         i, j0 = self.coords(r, 0, n_block)
         lo, hi = self.row_interval(e, self.b, self.h, i)
         lo = e.sub(lo, j0) if lo is not None else None
         hi = e.sub(e.min(hi, e.sub(bound, 1)), j0)
-
-        def masked(c, x, inside):
-            if self.row_residual is not None:
-                inside = e.land(inside, self.row_residual(e, self.b, self.h, *self.coords(r, c, n_block)))
-            return e.select(inside, x, e.neg_inf())
 
         if self.interval_test == "bits":
             assert len(row) <= 32, "interval_test 'bits' holds 32 scores per row and lane"
@@ -174,13 +200,18 @@ class ScoreMasker:
             keep = e.land(keep, self.keep(e, self.b, self.h, i, j))
         return e.select(keep, x, e.neg_inf())
 
-    def mask_if(self, rows, n_block, partial, drop_all=None):
+    def mask_if(self, rows, n_block, partial, drop_all=None, holds=None):
         """`mask` when the runtime i1 `partial` holds, the rows unchanged otherwise."""
-        flat = [x for row in rows for x in row]
-        branch = scf.IfOp(partial, [x.type for x in flat], has_else=True)
-        with ir.InsertionPoint(branch.then_block):
-            scf.yield_([x for row in self.mask(rows, n_block, drop_all) for x in row])
-        with ir.InsertionPoint(branch.else_block):
-            scf.yield_(flat)
-        width, res = len(rows[0]), list(branch.results)
-        return [res[r * width:(r + 1) * width] for r in range(len(rows))]
+        return _branch(rows, partial, lambda: self.mask(rows, n_block, drop_all, holds), lambda: rows)
+
+
+def _branch(rows, cond, then_rows, else_rows):
+    """scf.if on the i1 `cond` yielding score rows: `then_rows()` or `else_rows()`, each
+    emitted in its own arm."""
+    flat = [x for row in rows for x in row]
+    branch = scf.IfOp(cond, [x.type for x in flat], has_else=True)
+    for block, arm in ((branch.then_block, then_rows), (branch.else_block, else_rows)):
+        with ir.InsertionPoint(block):
+            scf.yield_([x for row in arm() for x in row])
+    width, res = len(rows[0]), list(branch.results)
+    return [res[r * width:(r + 1) * width] for r in range(len(rows))]

@@ -22,7 +22,8 @@ SKIP and FULL are proven from the integer part of the mask (the upper triangle o
 `doc[b, i] == doc[b, j] and j <= i` is SKIP), the rest is MIXED -- and without a block
 map the kernel visits what they allow and masks every element there. With the block map
 built on the GPU (blockmap.py: it starts from the same tile class and evaluates the mask
-on the MIXED tiles), kv_range, tile_partial and tile_skip read the map instead.
+on the MIXED tiles), kv_range, tile_partial and tile_skip read the map instead, and
+tile_holds says which of a MIXED tile's conjuncts it proves (Note [Conjuncts a tile holds]).
 """
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ class VariantHooks:
     kv_range: Optional[Callable] = None
     tile_partial: Optional[Callable] = None
     tile_skip: Optional[Callable] = None
+    tile_holds: Optional[Callable] = None
     keep: Optional[Callable] = None
     row_interval: Optional[Callable] = None
     row_residual: Optional[Callable] = None
@@ -85,9 +87,11 @@ def variant_hooks(op, variant, mask_mode: str | None, blockmap=None, module=None
         fields.update(_mask_hooks(op, names, tile_dims))
     extra = names.extra_params()
     if blockmap is not None:
-        from attnc.backend.blockmap import blockmap_hooks, blockmap_skip
+        from attnc.backend.blockmap import blockmap_holds, blockmap_hooks, blockmap_skip
         kv_range, tile_partial, map_params = blockmap_hooks(blockmap)
         fields.update(kv_range=kv_range, tile_partial=tile_partial, tile_skip=blockmap_skip(blockmap))
+        if blockmap.holds and fields.get("row_residual") is not None:
+            fields["tile_holds"] = blockmap_holds(blockmap)
         extra += tuple(map_params)
     return VariantHooks(extra_params=extra, **fields)
 

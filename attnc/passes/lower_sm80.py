@@ -46,6 +46,7 @@ KERNEL_CHOICES: dict[str, tuple[str, type]] = {
     "heads_first": ("sm80.heads_first", bool),
     "staged_o": ("sm80.staged_o", bool),
     "lean_loads": ("sm80.lean_loads", bool),
+    "split_mask": ("sm80.split_mask", bool),
 }
 
 
@@ -98,6 +99,10 @@ class LowerSm80(Pass):
         "doc": "in the KV steps, load later key blocks without row predicates, and for a band do not "
                "ask tile_skip (Note [Lean step loads]; only for a block map or a band; default: "
                "Sm80KernelSpec.step_loads_lean: on sm_80 for both)"})
+    split_mask: bool | None = field(default=None, metadata={
+        "doc": "in a block map's MIXED tiles, test only the conjuncts (row interval or residual) the map "
+               "does not prove to hold on the whole tile (Note [Conjuncts a tile holds]; default: on wherever "
+               "the map records them -- a mask with a row interval and a residual)"})
     staged_o: bool | None = field(default=None, metadata={
         "doc": "write O through shared memory in coalesced 16-byte stores instead of 4-byte stores "
                "from the accumulators (Note [Staged O]; default: Sm80KernelSpec.o_staged: where it can -- one query "

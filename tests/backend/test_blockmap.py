@@ -234,7 +234,7 @@ def test_hooks_build_into_the_sm80_kernel():
     assert not usage.spills, usage
     assert "redux.sync.min.s32" in text and "redux.sync.max.s32" in text
     assert "redux.sync.add.s32" in text                    # the count of FULL blocks (the full range)
-    assert "ld.global.b8" in text                          # the row scan, and tile_partial in the loop
+    assert "ld.global.nc.b8" in text                       # the row scan, and tile_partial in the loop (invariant)
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
@@ -249,7 +249,7 @@ def test_q_is_in_flight_while_the_map_row_is_read(target):
     with compiled(DOCS_SINK).module.context:
         module, _ = build_sm80_module(spec)
         text = ptx.to_ptx(module, target)
-    before = text[text.index(".entry"):text.index("ld.global.b8")]
+    before = text[text.index(".entry"):text.index("ld.global.nc.b8")]
     assert before.count("cp.async.cg.shared.global") == 64 * 64 * 2 // 16 // spec.threads     # all of Q
     assert before.rindex("cp.async.cg.shared.global") < before.rindex("cp.async.commit_group")
 
@@ -273,3 +273,11 @@ def test_hooks_refuse_other_tile_sizes():
 def test_plan_is_a_frozen_value():
     plan = blockmap_plan(compiled(DOCS_SINK), 128, 64)
     assert isinstance(plan, BlockMapPlan) and hash(plan) == hash(blockmap_plan(compiled(DOCS_SINK), 128, 64))
+
+
+def test_the_gpu_test_reads_the_map_bytes_as_defined():
+    from attnc.backend import blockmap
+    from tests.backend import test_blockmap_gpu as gpu
+
+    assert (gpu.CLASS_BITS, gpu.RESIDUAL_HOLDS, gpu.INTERVAL_HOLDS) == \
+        (blockmap.CLASS_BITS, blockmap.RESIDUAL_HOLDS, blockmap.INTERVAL_HOLDS)

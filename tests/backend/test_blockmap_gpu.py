@@ -47,6 +47,9 @@ CASES = {
   mask_mod(b, h, i, j) = (t[b, j] + float(u[h % 4]) > 0.5 and ((j - i) // 7) % 3 != 1) or i == j + (N - M)
 }""", "map", (64, 48)),
 }
+# A map byte's fields, as blockmap.py defines them (test_blockmap.py checks they agree;
+# this file runs where MLIR is not installed).
+CLASS_BITS, RESIDUAL_HOLDS, INTERVAL_HOLDS = 3, 4, 8
 SHAPES = [(2, 3, 1000, 1000), (2, 3, 700, 1300), (1, 2, 129, 65), (3, 1, 1, 1), (1, 5, 333, 2049)]
 
 
@@ -181,6 +184,19 @@ def _mask(name: str, args: dict, M: int, N: int):
     return cond | (i == j + (N - M))
 
 
+def _docs_part(part: str, args: dict, M: int, N: int):
+    """One conjunct group of the documents mask as a [B, 1, M, N] bool tensor: the
+    residual doc[b, i] == doc[b, j], or the row interval j <= i."""
+    import torch
+    i = torch.arange(M, device="cuda")[:, None]
+    j = torch.arange(N, device="cuda")[None, :]
+    if part == "interval":
+        return (j <= i).expand(args["doc"].shape[0], 1, M, N)
+    doc = args["doc"]
+    di = doc[:, i.clamp(max=N - 1)[:, 0]]
+    return (di[:, :, None] == doc[:, None, :])[:, None]
+
+
 def _classes(mask, block_m: int, block_n: int):
     """Tile classes of a [B, H_m, M, N] mask: rows >= M and keys >= N do not count."""
     import torch
@@ -216,19 +232,33 @@ def test_map_matches_brute_force(index, name):
     import torch
     info = index[name]
     gen = torch.Generator(device="cuda").manual_seed(0)
-    seen = set()
+    seen, bits_seen = set(), {"residual": 0, "interval": 0}
     for B, H, M, N in SHAPES:
         if name.startswith("docs") and M > N:
             continue
         args = _inputs(name, B, H, M, N, gen)
         want = _classes(_mask(name, args, M, N).expand(B, H if info["per_head"] else 1, M, N),
                         info["block_m"], info["block_n"])
-        got = _read_map(_launch(name, args), tuple(want.shape))
+        byte = _read_map(_launch(name, args), tuple(want.shape))
+        got = byte & CLASS_BITS
         bad = (got != want).nonzero()
         assert bad.numel() == 0, f"{name} {B, H, M, N}: {bad.shape[0]} tiles differ, first at " \
                                  f"{bad[0].tolist()}: got {got[tuple(bad[0])]}, want {want[tuple(bad[0])]}"
         seen |= set(want.unique().tolist())
+        holds = byte & (0xFF ^ CLASS_BITS)
+        assert not holds[want != 1].any(), f"{name}: holds bits on a tile that is not MIXED"
+        if not name.startswith("docs"):
+            assert not holds.any(), f"{name}: the map records no conjuncts for this mask"
+            continue
+        # Note [Conjuncts a tile holds]: each bit set is a proof over the tile's elements.
+        for bit, part in ((RESIDUAL_HOLDS, "residual"), (INTERVAL_HOLDS, "interval")):
+            proven = _classes(_docs_part(part, args, M, N), info["block_m"], info["block_n"]) == 2
+            where = (byte & bit).bool()
+            assert not (where & ~proven).any(), f"{name} {B, H, M, N}: a tile's {part} bit is not true"
+            bits_seen[part] += int(where.sum())
     assert seen == {0, 1, 2}, f"{name}: the shapes only gave classes {seen}"
+    if name.startswith("docs"):
+        assert all(bits_seen.values()), f"{name}: no tile recorded a conjunct it holds: {bits_seen}"
 
 
 @pytest.mark.gpu

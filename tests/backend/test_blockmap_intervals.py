@@ -9,6 +9,7 @@ scan (Note [Full range from the map]), run on the CPU (host_jit.py):
 * the param walk (`WarpRange`) lane by lane, as a warp runs it, against numpy;
 * which regions the step supports, and their kernels assembled for sm_80;
 * the sampled elements of Note [Sampled elements] (in the tile, corners included);
+* the holds bits of Note [Conjuncts a tile holds] over random tiles: each one a proof;
 * the row scan of `blockmap_hooks(...).kv_range` lane by lane, and the range it gives.
 (redux.sync cannot run on the CPU: the lanes' values are reduced in Python here. The map on
 a GPU: test_blockmap_gpu.py.)
@@ -334,6 +335,93 @@ def test_an_index_past_the_cap_gives_up():
     assert run(**common, i_lo=32, i_hi=35, j_lo=0, j_hi=3) == [1, 0]      # 4 ids: under the cap
     assert run(**common, i_lo=32, i_hi=63, j_lo=0, j_hi=31) == [1, 1]     # 16 ids: TOP
     assert run(**common, i_lo=0, i_hi=7, j_lo=40, j_hi=63) == [0, 1]
+
+
+# ---------------------------------------------------------------- Note [Conjuncts a tile holds]
+
+# Masks with a row interval and a residual, and their two conjunct groups in numpy
+# (doc, lut: int64 arrays; i, j: index grids; indices clamped as the kernel clamps them).
+SPLIT = {
+    "docs": (DOCS, lambda p, b, i, j: p["doc"][b, np.minimum(i, p["doc"].shape[1] - 1)] == p["doc"][b, j],
+             lambda p, b, i, j: j <= i),
+    "lookup": (MASKS["lookup"],
+               lambda p, b, i, j: p["lut"][np.clip(p["doc"][b, np.minimum(i, p["doc"].shape[1] - 1)], 0, 15)]
+               == p["lut"][np.clip(p["doc"][b, j], 0, 15)],
+               lambda p, b, i, j: j <= i + 3),
+    "band": (variant("not (doc[b, j] % 5 == 2) and j <= i and i - j < 40 and i > 3", "param doc: i32[B, N]"),
+             lambda p, b, i, j: p["doc"][b, j] % 5 != 2,
+             lambda p, b, i, j: (j <= i) & (i - j < 40) & (i > 3)),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def tile_holds(source: str):
+    """A host function: (dims, b, h, i_lo, i_hi, j_lo, j_hi, params) -> [may_true,
+    may_false, holds bits] of `blockmap.tile_truths` over that box (one lane)."""
+    from attnc.backend.blockmap import tile_truths
+
+    result = compiled(source)
+    names = MapNames(result.variant.params, blockmap_plan(result, 128, 64).never_empty)
+    args = {d: "i32" for d in result.variant.dims}
+    args.update({k: "i32" for k in ("b", "h", "i_lo", "i_hi", "j_lo", "j_hi")})
+    args.update({f"ptr:{p.name}": "ptr" for p in result.variant.params})
+
+    def body(e, a):
+        ranges = I.WarpRange(e, names, e.c32(0), 1, lambda x, kind: x)
+        box = [I.point(a["b"]), I.point(a["h"]), I.Ival(a["i_lo"], a["i_hi"]), I.Ival(a["j_lo"], a["j_hi"])]
+        truth, bits = tile_truths(e, region(result), ranges, box, True)
+        return [truth.may_true, truth.may_false, bits]
+
+    with result.module.context:
+        return host_function(args, body)
+
+
+@pytest.mark.parametrize("name", sorted(SPLIT))
+def test_holds_bits_are_proofs(name):
+    """Each RESIDUAL_HOLDS / INTERVAL_HOLDS bit over random tiles: that conjunct group is
+    true on every element of the tile (sound); and the bits are set somewhere (the
+    documents diagonal inside one document, a boundary tile below it)."""
+    from attnc.backend.blockmap import INTERVAL_HOLDS, RESIDUAL_HOLDS
+
+    source, residual, interval = SPLIT[name]
+    result = compiled(source)
+    assert blockmap_plan(result, 128, 64).holds
+    run = tile_holds(source)
+    rng = np.random.default_rng(7 + sorted(SPLIT).index(name))
+    seen = {RESIDUAL_HOLDS: 0, INTERVAL_HOLDS: 0}
+    for trial in range(150):
+        dims = {d: int(rng.integers(1, 4)) for d in result.variant.dims}
+        dims.update(M=int(rng.integers(1, 300)), N=int(rng.integers(1, 300)))
+        arrays = random_params(name if name != "band" else "docs", result.variant, dims, rng)
+        b = int(rng.integers(0, dims["B"]))
+        bm, bn = int(rng.choice([1, 16, 64, 128])), int(rng.choice([1, 16, 64]))
+        m_lo = int(rng.integers(0, dims["M"])) // bm * bm
+        n_lo = int(rng.integers(0, dims["N"])) // bn * bn
+        m_hi, n_hi = min(m_lo + bm, dims["M"]), min(n_lo + bn, dims["N"])
+        values = {**dims, "b": b, "h": 0, "i_lo": m_lo, "i_hi": m_hi - 1, "j_lo": n_lo, "j_hi": n_hi - 1}
+        values.update({p.name: arrays[p.name] for p in result.variant.params})
+        *_, bits = run(**values)
+        ii, jj = np.meshgrid(np.arange(m_lo, m_hi), np.arange(n_lo, n_hi), indexing="ij")
+        params = {k: v.astype(np.int64) for k, v in arrays.items()}
+        where = (name, dims, b, (m_lo, m_hi), (n_lo, n_hi), bits)
+        for bit, part in ((RESIDUAL_HOLDS, residual), (INTERVAL_HOLDS, interval)):
+            if bits & bit:
+                assert np.all(part(params, b, ii, jj)), where
+                seen[bit] += 1
+    assert all(seen.values()), seen
+
+
+def test_documents_holds_bits_on_the_two_kinds_of_mixed_tile():
+    from attnc.backend.blockmap import INTERVAL_HOLDS, RESIDUAL_HOLDS
+
+    run = tile_holds(DOCS)
+    doc = (np.arange(1024) // 300).astype(np.int32)[None, :]
+    common = dict(B=1, H=1, M=1024, N=1024, b=0, h=0, doc=doc)
+    bits = lambda i0, j0: run(**common, i_lo=i0, i_hi=i0 + 127, j_lo=j0, j_hi=j0 + 63)[2]  # noqa: E731
+    assert bits(128, 192) == RESIDUAL_HOLDS            # the diagonal inside document 0
+    assert bits(256, 0) == INTERVAL_HOLDS              # rows straddle documents 0 and 1, below the diagonal
+    assert bits(256, 256) == 0                         # both: the diagonal across a boundary
+    assert bits(128, 0) == RESIDUAL_HOLDS | INTERVAL_HOLDS     # a FULL tile (the map stores it as FULL)
 
 
 # ---------------------------------------------------------------- the param walk, lane by lane

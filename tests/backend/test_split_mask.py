@@ -1,0 +1,108 @@
+"""Note [Conjuncts a tile holds] (blockmap.py): which block maps record the conjuncts a
+MIXED tile holds, the kernels that read them (`split_mask`), the option and its errors.
+The bits' soundness over random tiles: test_blockmap_intervals.py; on a GPU, against a
+brute force: test_blockmap_gpu.py; the kernels' numerics: tests/gpu (every example and
+property variant with a block map), and bench/ab_bundles.py compares them bit for bit
+with split_mask=false."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+
+from attnc.backend.blockmap import blockmap_plan
+from attnc.backend.hooks import MaskConjuncts
+from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
+from attnc.driver import CompileOptions, compile_mlir
+from attnc.ir import MASK_MOD, attention_ops, region_block
+from attnc.passes.pipelines import LOWERING, PassSpec, format_pipeline, target_pipeline
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def variant(mask: str, params: str) -> str:
+    return f"""attention v {{
+  q: bf16[B, H, M, 64]
+  k: bf16[B, H, N, 64]
+  v: bf16[B, H, N, 64]
+  {params}
+  mask_mod(b, h, i, j) = {mask}
+  out o: bf16[B, H, M, 64]
+}}"""
+
+
+DOCS = variant("doc[b, i] == doc[b, j] and j <= i", "param doc: i32[B, N]")
+
+
+@functools.lru_cache(maxsize=None)
+def compiled(source: str):
+    return compile_mlir(source, "v.attn")
+
+
+def test_the_conjuncts_of_documents():
+    parts = MaskConjuncts.of(region_block(attention_ops(compiled(DOCS).module)[0], MASK_MOD))
+    assert (len(parts.free), len(parts.linear), len(parts.residual)) == (0, 1, 1)
+    assert [n for _, n in parts.interval] == [False]
+
+
+@pytest.mark.parametrize("mask, params, holds", [
+    ("doc[b, i] == doc[b, j] and j <= i", "param doc: i32[B, N]", True),
+    ("not (doc[b, j] % 5 == 2) and j <= i and i > 3", "param doc: i32[B, N]", True),
+    # every conjunct linear in j or free of it: the row interval is the whole mask
+    ("j <= i and i - j < win[h]", "param win: i32[H]", False),
+    # no linear conjunct: no row interval to split from
+    ("doc[b, i] == doc[b, j]", "param doc: i32[B, N]", False),
+    # floats: no interval step to prove anything with
+    ("t[b, j] > 0.5 and j <= i", "param t: f32[B, N]", False),
+])
+def test_which_maps_record_the_conjuncts(mask, params, holds):
+    assert blockmap_plan(compiled(variant(mask, params)), 128, 64).holds is holds
+
+
+def test_split_mask_needs_tile_holds_and_tile_holds_a_residual():
+    base = dict(dtype="bf16", head_dim_qk=64, head_dim_v=64, block_m=128, block_n=64, num_warps=4,
+                mask="mask_mod", keep=lambda e, b, h, i, j: e.true(),
+                kv_range=lambda e, c: None)
+    holds = lambda e, c, n: (e.true(), e.true())            # noqa: E731
+    interval = lambda e, b, h, i: (None, i)                  # noqa: E731
+    residual = lambda e, b, h, i, j: e.true()                # noqa: E731
+    spec = Sm80KernelSpec(**base, row_interval=interval, row_residual=residual, tile_holds=holds).check()
+    assert spec.mask_split
+    assert not Sm80KernelSpec(**base, row_interval=interval, row_residual=residual, tile_holds=holds,
+                              split_mask=False).check().mask_split
+    assert not Sm80KernelSpec(**base).check().mask_split
+    with pytest.raises(SpecError, match="split_mask"):
+        Sm80KernelSpec(**base, split_mask=True).check()
+    with pytest.raises(SpecError, match="tile_holds needs row_interval and row_residual"):
+        Sm80KernelSpec(**base, row_interval=interval, tile_holds=holds).check()
+
+
+def _build(path: Path, arch: str, **options):
+    from attnc.backend.sm80_lower import build
+
+    lowering = LOWERING[arch]
+    pipeline = format_pipeline([PassSpec(p.name, {**p.options, **(options if p.name == lowering else {})})
+                                for p in target_pipeline(arch)])
+    return build(compile_mlir(path.read_text(), path.name, CompileOptions(arch=arch, pass_pipeline=pipeline)))
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_the_documents_example_splits_its_mask_by_default(arch):
+    path = EXAMPLES / "docs_sink.attn"
+    split, plain = _build(path, arch), _build(path, arch, split_mask="false")
+    assert split.manifest["specialization"]["split_mask"] is True
+    assert plain.manifest["specialization"]["split_mask"] is False
+    # The block-map kernels are the same; the attention kernel reads the ids (the
+    # residual's param loads) in two of its mask variants (residual only, both) instead
+    # of one, and the map's byte of a block once per step either way.
+    loads = lambda text, kind: text.count(f"ld.global.nc.{kind}")     # noqa: E731
+    assert loads(split.ptx, "b32") > loads(plain.ptx, "b32")
+    assert loads(split.ptx, "b8") == loads(plain.ptx, "b8")
+
+
+def test_split_mask_is_refused_where_the_map_records_nothing():
+    from attnc.errors import AttncError
+
+    with pytest.raises(AttncError, match="split_mask"):
+        _build(EXAMPLES / "sliding_window.attn", "sm_80", split_mask="true")
