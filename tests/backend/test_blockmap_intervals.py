@@ -227,10 +227,13 @@ def region(result):
 
 
 @functools.lru_cache(maxsize=None)
-def tile_truth(source: str, cap: int = I.PARAM_CAP):
+def tile_truth(source: str, cap: int = I.PARAM_CAP, holds: bool = False):
     """A host function: (dims, b, h, i_lo, i_hi, j_lo, j_hi, params) -> [may_true,
     may_false] of the mask region over that box (one lane), the params read as the
-    block-map kernel reads them (contiguous, MapNames)."""
+    block-map kernel reads them (contiguous, MapNames); with `holds`, [may_true,
+    may_false, holds bits] of `blockmap.tile_truths` (Note [Conjuncts a tile holds])."""
+    from attnc.backend.blockmap import tile_truths
+
     result = compiled(source)
     names = MapNames(result.variant.params, blockmap_plan(result, 128, 64).never_empty)
     args = {d: "i32" for d in result.variant.dims}
@@ -240,8 +243,11 @@ def tile_truth(source: str, cap: int = I.PARAM_CAP):
     def body(e, a):
         ranges = I.WarpRange(e, names, e.c32(0), 1, lambda x, kind: x, cap)
         box = [I.point(a["b"]), I.point(a["h"]), I.Ival(a["i_lo"], a["i_hi"]), I.Ival(a["j_lo"], a["j_hi"])]
-        t = I.TileIntervals(e, region(result), ranges).truth(box)
-        return [t.may_true, t.may_false]
+        if not holds:
+            t = I.TileIntervals(e, region(result), ranges).truth(box)
+            return [t.may_true, t.may_false]
+        t, bits = tile_truths(e, region(result), ranges, box, True)
+        return [t.may_true, t.may_false, bits]
 
     with result.module.context:
         return host_function(args, body)
@@ -354,28 +360,6 @@ SPLIT = {
 }
 
 
-@functools.lru_cache(maxsize=None)
-def tile_holds(source: str):
-    """A host function: (dims, b, h, i_lo, i_hi, j_lo, j_hi, params) -> [may_true,
-    may_false, holds bits] of `blockmap.tile_truths` over that box (one lane)."""
-    from attnc.backend.blockmap import tile_truths
-
-    result = compiled(source)
-    names = MapNames(result.variant.params, blockmap_plan(result, 128, 64).never_empty)
-    args = {d: "i32" for d in result.variant.dims}
-    args.update({k: "i32" for k in ("b", "h", "i_lo", "i_hi", "j_lo", "j_hi")})
-    args.update({f"ptr:{p.name}": "ptr" for p in result.variant.params})
-
-    def body(e, a):
-        ranges = I.WarpRange(e, names, e.c32(0), 1, lambda x, kind: x)
-        box = [I.point(a["b"]), I.point(a["h"]), I.Ival(a["i_lo"], a["i_hi"]), I.Ival(a["j_lo"], a["j_hi"])]
-        truth, bits = tile_truths(e, region(result), ranges, box, True)
-        return [truth.may_true, truth.may_false, bits]
-
-    with result.module.context:
-        return host_function(args, body)
-
-
 @pytest.mark.parametrize("name", sorted(SPLIT))
 def test_holds_bits_are_proofs(name):
     """Each RESIDUAL_HOLDS / INTERVAL_HOLDS bit over random tiles: that conjunct group is
@@ -386,7 +370,7 @@ def test_holds_bits_are_proofs(name):
     source, residual, interval = SPLIT[name]
     result = compiled(source)
     assert blockmap_plan(result, 128, 64).holds
-    run = tile_holds(source)
+    run = tile_truth(source, holds=True)
     rng = np.random.default_rng(7 + sorted(SPLIT).index(name))
     seen = {RESIDUAL_HOLDS: 0, INTERVAL_HOLDS: 0}
     for trial in range(150):
@@ -414,7 +398,7 @@ def test_holds_bits_are_proofs(name):
 def test_documents_holds_bits_on_the_two_kinds_of_mixed_tile():
     from attnc.backend.blockmap import INTERVAL_HOLDS, RESIDUAL_HOLDS
 
-    run = tile_holds(DOCS)
+    run = tile_truth(DOCS, holds=True)
     doc = (np.arange(1024) // 300).astype(np.int32)[None, :]
     common = dict(B=1, H=1, M=1024, N=1024, b=0, h=0, doc=doc)
     bits = lambda i0, j0: run(**common, i_lo=i0, i_hi=i0 + 127, j_lo=j0, j_hi=j0 + 63)[2]  # noqa: E731

@@ -6,7 +6,6 @@ property variant with a block map), and bench/ab_bundles.py compares them bit fo
 with split_mask=false."""
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import pytest
@@ -17,27 +16,12 @@ from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
 from attnc.driver import CompileOptions, compile_mlir
 from attnc.ir import MASK_MOD, attention_ops, region_block
 from attnc.passes.pipelines import LOWERING, PassSpec, format_pipeline, target_pipeline
+from tests.backend.test_blockmap import compiled, variant
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def variant(mask: str, params: str) -> str:
-    return f"""attention v {{
-  q: bf16[B, H, M, 64]
-  k: bf16[B, H, N, 64]
-  v: bf16[B, H, N, 64]
-  {params}
-  mask_mod(b, h, i, j) = {mask}
-  out o: bf16[B, H, M, 64]
-}}"""
-
-
 DOCS = variant("doc[b, i] == doc[b, j] and j <= i", "param doc: i32[B, N]")
-
-
-@functools.lru_cache(maxsize=None)
-def compiled(source: str):
-    return compile_mlir(source, "v.attn")
 
 
 def test_the_conjuncts_of_documents():
