@@ -96,7 +96,8 @@ def matrix_jobs() -> list[Job]:
 # --- examples ----------------------------------------------------------------------------
 
 # How the GPU tests fill each example's params (gpu_support.fill_param), and the examples
-# whose mask needs M == N (docs_sink: one document id per position).
+# tested at M == N (docs_sink: one document id per position; tests/gpu/test_examples.py
+# adds one shape with M > N).
 EXAMPLE_FILLS = {"alibi": {"slopes": "alibi"}, "docs_sink": {"doc": "sorted_ids", "sinks": "uniform"},
                  "relative_bias": {"bias": "uniform"}}
 SQUARE = {"docs_sink"}

@@ -75,8 +75,10 @@ residual conjunct may fail nowhere on the tile and INTERVAL_HOLDS when no free o
 conjunct may (`BlockMapPlan.holds`: only masks with both parts and the interval step).
 The bits are proofs over the tile's rows and keys clamped to M and N, and never set
 otherwise (the element walk's tiles, the static class's): the attention kernel
-(`blockmap_holds`, sm80_masks.py) then tests only the other part, and still drops the
-keys >= N. Every reader of the class masks the byte with CLASS_BITS. On an H200 (B = 4,
+(`blockmap_holds` here, `ScoreMasker._split` in sm80_masks.py) then tests only the other
+part. It must still drop the keys >= N itself: a ragged last key block may hold its
+interval part on its keys < N (rows past N that read the last document id, M > N), so
+the residual alone is tested only in a block wholly below N. Every reader of the class masks the byte with CLASS_BITS. On an H200 (B = 4,
 M = N = 8192, documents of 1000), against the same kernels testing both parts (same
 outputs to the bit): 0.586 -> 0.563 ms at d = 128 and 0.677 -> 0.659 at d = 64 on
 sm_80, 0.442 -> 0.430 at d = 128 on sm_90a (results/logs/session12_ab_split.txt).
@@ -477,15 +479,18 @@ def tile_truths(e: Emit, block: ir.Block, ranges, box, holds: bool) -> tuple[Tri
     in it (Note [Conjuncts a tile holds]), else 0."""
     parts = MaskConjuncts.of(block)
     groups = ((parts.residual, RESIDUAL_HOLDS), (parts.interval, INTERVAL_HOLDS)) if holds else ()
-    values = [yielded(block)] + [v for group, _ in groups for v, _ in group]
-    truths = iter(TileIntervals(e, block, ranges).truths(box, values))
-    truth, bits = next(truths), e.c32(0)
+    conjuncts = [c for group, _ in groups for c in group]
+    truths = TileIntervals(e, block, ranges).truths(box, [yielded(block)] + [v for v, _ in conjuncts])
+    fails = {}                  # a conjunct holds on the box when it may fail nowhere in it
+    for (value, negated), tri in zip(conjuncts, truths[1:]):
+        fails[value, negated] = tri.may_true if negated else tri.may_false
+    bits = e.c32(0)
     for group, bit in groups:
         every = e.true()
-        for (_, negated), tri in zip(group, truths):     # a conjunct holds where it may not fail
-            every = e.land(every, e.xor(tri.may_true if negated else tri.may_false, e.true()))
+        for conjunct in group:
+            every = e.land(every, e.xor(fails[conjunct], e.true()))
         bits = e.or_(bits, e.select(every, e.c32(bit), e.c32(0)))
-    return truth, bits
+    return truths[0], bits
 
 
 def sample_element(e: Emit, m_lo, m_hi, n_lo, n_hi, lane) -> tuple[ir.Value, ir.Value]:

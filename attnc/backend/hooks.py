@@ -52,8 +52,8 @@ mask's params through it too, so the map and this kernel read the same elements.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 import hashlib
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -489,6 +489,8 @@ def role_dims(variant, roles: Sequence[str]) -> frozenset[str]:
 # compares and three selects (SASS of the sm_90a partial step at 64x64 tiles, d = 128:
 # 135 ISETP, LOP3 and FSEL per thread and tile, was 178; documents d = 128 on an H200:
 # 0.483 -> 0.462-0.470 ms). A mask with no linear comparison keeps the per-element region.
+# With a block map, a tile that the map proves to hold either part whole tests only the
+# other (Note [Conjuncts a tile holds] in blockmap.py; `MaskConjuncts` is the split).
 _NEGATED = {"slt": "sge", "sle": "sgt", "sgt": "sle", "sge": "slt"}
 _FAR = 1 << 30              # beyond any key: hi without an upper bound, lo of a dropped row,
                             # and the clamp of every bound
@@ -577,8 +579,8 @@ class RowInterval(RegionCode):
     build with `RowInterval.of` (None when no top-level conjunct of the mask is a
     comparison linear in j)."""
 
-    def __init__(self, block: ir.Block, names: KernelNames, free: list, linear: list,
-                 never_empty: frozenset[str], residual: list = ()):
+    def __init__(self, block: ir.Block, names: KernelNames, free: Sequence, linear: Sequence,
+                 never_empty: frozenset[str], residual: Sequence = ()):
         super().__init__(block, names, never_empty)
         self.free = free            # (i1 free of j, negated)
         self.linear = linear        # (predicate, k, a, b): `a - b <pred> 0` with a - b = d0 + k * j

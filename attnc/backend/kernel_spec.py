@@ -4,7 +4,7 @@
 `cache_key()` covers them all. `check()` does every feasibility check (tile shapes,
 registers, shared memory) before anything is built, naming the knob to change.
 
-Note [Mask hooks]: the kernel asks a mask three questions, each answered by emitting
+Note [Mask hooks]: the kernel asks a mask these questions, each answered by emitting
 i32/i1 arithmetic at the point of use (so a runtime block map or a DSL `mask_mod` can
 answer them later):
 
@@ -33,8 +33,9 @@ answer them later):
   sm80_masks.py).
 * `tile_holds(e, ctx, n_block) -> (interval, residual)` (optional, with row_interval
   and row_residual): i1s that say the row interval's conjuncts, or the residual's, hold
-  on every element of block n_block (keys < N); a partial block then tests only the
-  other part (Note [Conjuncts a tile holds] in blockmap.py).
+  on every element of block n_block (rows < M, keys < N); a partial block then tests
+  only the other part, and the kernel still drops keys >= N itself (Note [Conjuncts a
+  tile holds] in blockmap.py).
 
 and on scores, on every visited block (natural-log units, as dsl.md defines them):
 

@@ -90,7 +90,9 @@ def variant_hooks(op, variant, mask_mode: str | None, blockmap=None, module=None
         from attnc.backend.blockmap import blockmap_holds, blockmap_hooks, blockmap_skip
         kv_range, tile_partial, map_params = blockmap_hooks(blockmap)
         fields.update(kv_range=kv_range, tile_partial=tile_partial, tile_skip=blockmap_skip(blockmap))
-        if blockmap.holds and fields.get("row_residual") is not None:
+        if blockmap.holds:
+            # The map and the kernel split the mask alike (hooks.MaskConjuncts).
+            assert fields.get("row_residual") is not None, "a map that records conjuncts needs a residual"
             fields["tile_holds"] = blockmap_holds(blockmap)
         extra += tuple(map_params)
     return VariantHooks(extra_params=extra, **fields)

@@ -8,7 +8,8 @@ attnc_runtime: `map` cases hold only the block-map kernel, and the test reads th
 buffer back and compares it with a torch brute force of the same mask, at ragged M and N;
 the `attention` case holds the block-map kernel and an sm_80 attention kernel whose
 kv_range/tile_partial are `blockmap_hooks` (its keep() is `emit_mask` over the same
-region, a stand-in until the hooks engineer's keep lands), compared with a torch softmax.
+region: the map's reading alone; the compiled variants' kernels, split masks included,
+run in tests/gpu), compared with a torch softmax.
 Without a GPU, torch or the bundles, the tests skip and say why.
 """
 from __future__ import annotations
@@ -252,6 +253,7 @@ def test_map_matches_brute_force(index, name):
                                  f"{bad[0].tolist()}: got {got[tuple(bad[0])]}, want {want[tuple(bad[0])]}"
         seen |= set(want.unique().tolist())
         holds = byte & (0xFF ^ CLASS_BITS)
+        assert not (holds & (0xFF ^ RESIDUAL_HOLDS ^ INTERVAL_HOLDS)).any(), f"{name}: a byte has unknown bits"
         assert not holds[want != 1].any(), f"{name}: holds bits on a tile that is not MIXED"
         if not name.startswith("docs"):
             assert not holds.any(), f"{name}: the map records no conjuncts for this mask"

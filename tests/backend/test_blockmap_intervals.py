@@ -408,6 +408,21 @@ def test_documents_holds_bits_on_the_two_kinds_of_mixed_tile():
     assert bits(128, 0) == RESIDUAL_HOLDS | INTERVAL_HOLDS     # a FULL tile (the map stores it as FULL)
 
 
+def test_a_ragged_key_block_holds_its_interval_on_its_keys_below_n():
+    """M > N: rows past N read the last document id (clamped), so the last key block,
+    ragged at N = 200, holds `j <= i` on its keys < N for rows 384..516 while its ids
+    differ: INTERVAL_HOLDS. The kernel must still drop its keys >= N (ScoreMasker._split
+    tests the residual alone only in a block wholly below N; tests/gpu runs docs_sink at
+    M = 517, N = 200)."""
+    from attnc.backend.blockmap import INTERVAL_HOLDS
+
+    run = tile_truth(DOCS, holds=True)
+    doc = (np.arange(200) >= 196).astype(np.int32)[None, :]
+    may_true, may_false, bits = run(B=1, H=1, M=517, N=200, b=0, h=0, doc=doc,
+                                    i_lo=384, i_hi=516, j_lo=192, j_hi=199)
+    assert (may_true, may_false, bits) == (1, 1, INTERVAL_HOLDS)
+
+
 # ---------------------------------------------------------------- the param walk, lane by lane
 
 @functools.lru_cache(maxsize=None)

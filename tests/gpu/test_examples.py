@@ -4,8 +4,10 @@ Each example as bf16 and fp16 at head dims 64 and 128 (diff_head_dims: QK/V 128/
 64/128), one bundle each (tools/build_gpu_bundles.py --suites examples), at ragged
 shapes M = N = 333, M = 200 < N = 517 and M = 517 > N = 200 (bottom-right masks leave
 rows empty there), with B = 2 and GQA H = 8, HKV = 2 where the example has its own KV
-heads (MHA: H = 8; MQA: HKV = 1). docs_sink runs at M = N only (a document id per
-position). Params: ALiBi slopes 2**(-8 (h + 1) / H), document ids sorted small
+heads (MHA: H = 8; MQA: HKV = 1). docs_sink runs at M = N (a document id per position)
+and at M = 517 > N = 200, where the rows past N read the last id (bounds-safe reads): its
+ragged last key block then holds `j <= i` on its keys < N, which the kernel must still cut
+at N (Note [Conjuncts a tile holds]). Params: ALiBi slopes 2**(-8 (h + 1) / H), document ids sorted small
 integers per batch, other f32 params uniform in [-1, 1]; a dim no tensor carries (P of
 prefix_lm) at random in [1, N]. o and lse must match within gpu_support's tolerances.
 Each example's `_other` bundle (attn-lower-sm80's other choices) also runs at M = 64 (one
@@ -20,7 +22,7 @@ from gpu_support import bundle_cases, run_against_reference, skip_reason
 pytestmark = pytest.mark.gpu
 
 SHAPES = [(333, 333), (200, 517), (517, 200)]
-SQUARE_SHAPES = [(333, 333), (517, 517)]
+SQUARE_SHAPES = [(333, 333), (517, 517), (517, 200)]
 # With the other kernel choices (two query blocks per CTA where the default has one):
 # one query block in all, and whole blocks of 128 rows.
 OTHER_SHAPES = [(64, 200), (256, 256)]
