@@ -98,7 +98,7 @@ def matrix_jobs() -> list[Job]:
 # How the GPU tests fill each example's params (gpu_support.fill_param), and the examples
 # tested at M == N (docs_sink: one document id per position; tests/gpu/test_examples.py
 # adds one shape with M > N).
-EXAMPLE_FILLS = {"alibi": {"slopes": "alibi"}, "docs_sink": {"doc": "sorted_ids", "sinks": "uniform"},
+EXAMPLE_FILLS = {"alibi": {"slopes": "alibi"}, "docs_sink": {"doc": "sorted_ids_tail", "sinks": "uniform"},
                  "relative_bias": {"bias": "uniform"}}
 SQUARE = {"docs_sink"}
 _DECL = re.compile(r"^(\s*(?:out\s+)?([qkvo])\s*:\s*)(bf16|f16)\[([^\]]*)\]", re.M)

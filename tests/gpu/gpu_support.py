@@ -63,6 +63,9 @@ def fill_param(shape: tuple[int, ...], dtype: str, fill: str, rng):
         values = np.broadcast_to(np.exp2(-8.0 * np.arange(1, shape[-1] + 1) / shape[-1]), shape)
     elif fill == "sorted_ids":
         values = np.sort(rng.integers(0, 4, shape), axis=-1)
+    elif fill == "sorted_ids_tail":     # sorted_ids, and the last 4 positions a document of their own
+        values = np.sort(rng.integers(0, 4, shape), axis=-1)
+        values[..., -4:] = 4
     elif fill == "bits":
         values = (rng.random(shape) < 0.8).astype(np.int64)
     elif fill == "small_int":

@@ -6,10 +6,11 @@ shapes M = N = 333, M = 200 < N = 517 and M = 517 > N = 200 (bottom-right masks 
 rows empty there), with B = 2 and GQA H = 8, HKV = 2 where the example has its own KV
 heads (MHA: H = 8; MQA: HKV = 1). docs_sink runs at M = N (a document id per position)
 and at M = 517 > N = 200, where the rows past N read the last id (bounds-safe reads): its
-ragged last key block then holds `j <= i` on its keys < N, which the kernel must still cut
-at N (Note [Conjuncts a tile holds]). Params: ALiBi slopes 2**(-8 (h + 1) / H), document ids sorted small
-integers per batch, other f32 params uniform in [-1, 1]; a dim no tensor carries (P of
-prefix_lm) at random in [1, N]. o and lse must match within gpu_support's tolerances.
+ragged last key block then holds `j <= i` on its keys < N while its ids differ, which the
+kernel must still cut at N (Note [Conjuncts a tile holds]). Params: ALiBi slopes
+2**(-8 (h + 1) / H), document ids sorted small integers per batch with the last 4 keys a
+document of their own (so that the ragged key block straddles a document start), other
+f32 params uniform in [-1, 1]; a dim no tensor carries (P of prefix_lm) at random in [1, N]. o and lse must match within gpu_support's tolerances.
 Each example's `_other` bundle (attn-lower-sm80's other choices) also runs at M = 64 (one
 query block) and M = 256 (two whole blocks of 128 rows).
 """
