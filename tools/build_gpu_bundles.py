@@ -242,9 +242,8 @@ def sweep_sm90_jobs() -> list[Job]:
 
 def pipeline_with(arch: str, options: dict[str, dict]) -> str:
     """The pipeline of `arch` as text, with `options[pass name]` set on those passes."""
-    from attnc.passes.pipelines import PassSpec, format_pipeline, target_pipeline
-    return format_pipeline([PassSpec(p.name, {**p.options, **{k: str(v) for k, v in options.get(p.name, {}).items()}})
-                            for p in target_pipeline(arch)])
+    from attnc.passes.pipelines import pipeline_with as with_options
+    return with_options(arch, options)
 
 
 # --- building ----------------------------------------------------------------------------

@@ -504,9 +504,10 @@ class _Sm80Forward:
             rows = self.masker.mask(rows, n_block)
         elif mode == "partial":
             partial = e.gt(e.mul(e.add(n_block, 1), s.block_n), e.dim("N"))
+            ctx = self._ctx()
             if s.tile_partial is not None:
-                partial = e.or_(s.tile_partial(e, self._ctx(), n_block), partial)
-            holds = s.tile_holds(e, self._ctx(), n_block) if s.mask_split else None
+                partial = e.or_(s.tile_partial(e, ctx, n_block), partial)
+            holds = s.tile_holds(e, ctx, n_block) if s.mask_split else None
             rows = self.masker.mask_if(rows, n_block, partial if skip is None else e.or_(partial, skip), skip, holds)
         return rows
 

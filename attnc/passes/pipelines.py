@@ -63,6 +63,13 @@ def format_pipeline(specs: list[PassSpec]) -> str:
     return ",".join(s.text() for s in specs)
 
 
+def pipeline_with(target: str, options: dict[str, dict]) -> str:
+    """The pipeline of `target` as text, with `options[pass name]` (values written with
+    str()) set on those passes."""
+    return format_pipeline([PassSpec(p.name, {**p.options, **{k: str(v) for k, v in options.get(p.name, {}).items()}})
+                            for p in target_pipeline(target)])
+
+
 def parse_pipeline(text: str) -> list[PassSpec]:
     """`a{k=v},b` -> [PassSpec('a', {'k': 'v'}), PassSpec('b')]; errors point into `text`.
     An empty text is the empty pipeline (the IR is left as it is)."""

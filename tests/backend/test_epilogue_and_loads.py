@@ -113,12 +113,10 @@ def test_a_bands_lean_steps_predicate_only_the_prologue():
     from pathlib import Path
 
     from attnc.driver import CompileOptions, compile_mlir
-    from attnc.passes.pipelines import LOWERING, PassSpec, format_pipeline, target_pipeline
+    from attnc.passes.pipelines import LOWERING, pipeline_with
 
     def ptx_with(**options) -> str:
-        lowering = LOWERING["sm_80"]
-        pipeline = format_pipeline([PassSpec(p.name, {**p.options, **(options if p.name == lowering else {})})
-                                    for p in target_pipeline("sm_80")])
+        pipeline = pipeline_with("sm_80", {LOWERING["sm_80"]: options})
         path = Path(__file__).resolve().parents[2] / "examples" / "sliding_window.attn"
         source = path.read_text()
         from attnc.backend.sm80_lower import build

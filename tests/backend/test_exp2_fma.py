@@ -19,7 +19,7 @@ from attnc.backend.nvgpu_builders import EXP2_POLY, EXP2_SHIFTER
 from attnc.backend.sm80_lower import build
 from attnc.driver import CompileOptions, compile_mlir
 from attnc.errors import AttncError
-from attnc.passes.pipelines import LOWERING, PassSpec, format_pipeline, target_pipeline
+from attnc.passes.pipelines import LOWERING, pipeline_with
 
 F32 = np.float32
 
@@ -84,9 +84,7 @@ CAUSAL = CAUSAL_D64.replace("64]", "128]")
 @functools.lru_cache(maxsize=None)
 def built(source: str, arch: str, lower: tuple = ()):
     """The bundle artifacts of `source` for `arch`, with options of the lowering pass."""
-    options = {k: str(v) for k, v in lower}
-    pipeline = format_pipeline([PassSpec(p.name, {**p.options, **(options if p.name == LOWERING[arch] else {})})
-                                for p in target_pipeline(arch)])
+    pipeline = pipeline_with(arch, {LOWERING[arch]: dict(lower)})
     return build(compile_mlir(source, "exp2.attn", CompileOptions(arch=arch, pass_pipeline=pipeline)))
 
 

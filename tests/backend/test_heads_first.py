@@ -14,7 +14,7 @@ from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
 from attnc.backend.sm80 import build_sm80_module, kernel_abi
 from attnc.backend.sm80_lower import build
 from attnc.driver import CompileOptions, compile_mlir
-from attnc.passes.pipelines import LOWERING, PassSpec, format_pipeline, target_pipeline
+from attnc.passes.pipelines import LOWERING, pipeline_with
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -22,10 +22,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 def order(example: str, arch: str = "sm_80", **options) -> str:
     """What the attention kernel's grid in the manifest of examples/<example>.attn runs
     fastest: "heads" or "blocks" (of queries)."""
-    lowering = LOWERING[arch]
-    pipeline = format_pipeline([PassSpec(p.name, {**p.options, **({k: str(v) for k, v in options.items()}
-                                                                   if p.name == lowering else {})})
-                                for p in target_pipeline(arch)])
+    pipeline = pipeline_with(arch, {LOWERING[arch]: options})
     source = (EXAMPLES / f"{example}.attn").read_text()
     art = build(compile_mlir(source, f"{example}.attn", CompileOptions(arch=arch, pass_pipeline=pipeline)))
     x, y, z = art.manifest["kernels"][-1]["grid"]

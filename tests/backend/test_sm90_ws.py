@@ -18,7 +18,7 @@ from attnc.backend.sm80 import build_sm80_module, kernel_abi
 from attnc.backend.sm80_lower import build
 from attnc.backend.sm90_ws import consumer_registers, producer_registers
 from attnc.driver import CompileOptions, compile_mlir
-from attnc.passes.pipelines import PassSpec, format_pipeline, target_pipeline
+from attnc.passes.pipelines import pipeline_with
 
 SYMBOL = "attnc_ws_test"
 
@@ -134,8 +134,7 @@ SOURCE = """attention ws {
     ({"pingpong": "true"}, True, True),
 ])
 def test_lowering_options_reach_the_manifest(options, producer, pingpong):
-    pipeline = format_pipeline([PassSpec(p.name, {**p.options, **(options if p.name == "attn-lower-sm90a" else {})})
-                                for p in target_pipeline("sm_90a")])
+    pipeline = pipeline_with("sm_90a", {"attn-lower-sm90a": options})
     art = build(compile_mlir(SOURCE, "ws.attn", CompileOptions(arch="sm_90a", pass_pipeline=pipeline)))
     sp = art.manifest["specialization"]
     assert (sp["producer_warpgroup"], sp["pingpong"]) == (producer, pingpong)
@@ -163,9 +162,7 @@ WINDOW = (Path(__file__).resolve().parents[2] / "examples" / "sliding_window.att
 
 
 def built_with(source: str, **options):
-    pipeline = format_pipeline([PassSpec(p.name, {**p.options, **({k: str(v) for k, v in options.items()}
-                                                                   if p.name == "attn-lower-sm90a" else {})})
-                                for p in target_pipeline("sm_90a")])
+    pipeline = pipeline_with("sm_90a", {"attn-lower-sm90a": options})
     return build(compile_mlir(source, "p.attn", CompileOptions(arch="sm_90a", pass_pipeline=pipeline)))
 
 

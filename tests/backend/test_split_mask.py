@@ -15,7 +15,7 @@ from attnc.backend.hooks import MaskConjuncts
 from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
 from attnc.driver import CompileOptions, compile_mlir
 from attnc.ir import MASK_MOD, attention_ops, region_block
-from attnc.passes.pipelines import LOWERING, PassSpec, format_pipeline, target_pipeline
+from attnc.passes.pipelines import LOWERING, pipeline_with
 from tests.backend.test_blockmap import compiled, variant
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -65,9 +65,7 @@ def test_split_mask_needs_tile_holds_and_tile_holds_a_residual():
 def _build(path: Path, arch: str, **options):
     from attnc.backend.sm80_lower import build
 
-    lowering = LOWERING[arch]
-    pipeline = format_pipeline([PassSpec(p.name, {**p.options, **(options if p.name == lowering else {})})
-                                for p in target_pipeline(arch)])
+    pipeline = pipeline_with(arch, {LOWERING[arch]: options})
     return build(compile_mlir(path.read_text(), path.name, CompileOptions(arch=arch, pass_pipeline=pipeline)))
 
 
