@@ -48,13 +48,23 @@ dim that may be 0 while the hook runs (any dim but the batch, head and sequence
 counts, which are >= 1 whenever a tile exists) is read under a guard: 0 when empty.
 `load_param` is the one implementation: the block-map kernel (blockmap.py) reads the
 mask's params through it too, so the map and this kernel read the same elements.
+
+Note [Indices known in range]: where the kernel knows an index is in range, the clamp is
+only instructions: a MIXED tile of documents + causal that tests only its residual
+`doc[b, i] == doc[b, j]` (Note [Conjuncts a tile holds], blockmap.py) lies below N, so
+each of its keys has 0 <= j < N. The caller says so (`in_range`: the index value and the
+ABI dim it is below), and an index that is that value, on an axis of that dim, is used
+as it is; any other index (j + 1, or j on an axis of another dim) is still clamped.
+With the key index built with `nsw` adds (ElementCoords), LLVM then folds each lane's
+column offsets into the load's immediate: one load per column, where the clamp and its
+64-bit address took five instructions.
 """
 from __future__ import annotations
 
 import functools
 import hashlib
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 from mlir import ir
@@ -159,23 +169,25 @@ class RegionCode:
             raise ValueError("the region has no terminator")
         return ops[-1]
 
-    def _run(self, e: Emit, env: dict, skip=frozenset()) -> dict:
+    def _run(self, e: Emit, env: dict, skip=frozenset(), in_range: Mapping | None = None) -> dict:
         """Emit every op but the terminator, those whose result `env` already holds and
-        those whose results are in `skip`; returns `env` with their values."""
+        those whose results are in `skip`; returns `env` with their values. `in_range`:
+        values known to lie in [0, an ABI dim) (Note [Indices known in range])."""
         for op in list(self.block.operations)[:-1]:
             if len(op.results) != 1:
                 raise NotImplementedError(f"{op.name}: only ops with one result are compiled")
             if op.results[0] in env or op.results[0] in skip:
                 continue
             with op.location:
-                env[op.results[0]] = self._emit(e, op, [env.get(v, v) for v in op.operands])
+                env[op.results[0]] = self._emit(e, op, [env.get(v, v) for v in op.operands], in_range)
         return env
 
-    def _emit(self, e: Emit, op: ir.Operation, operands: list) -> ir.Value:
+    def _emit(self, e: Emit, op: ir.Operation, operands: list, in_range: Mapping | None = None) -> ir.Value:
         if op.name == DIM:
             return self.names.dim(e, ir.StringAttr(op.attributes["name"]).value)
         if op.name == PARAM:
-            return self._param(e, self.names.param_of(op.operands[0]), operands[1:])
+            return load_param(e, self.names, self.names.param_of(op.operands[0]), operands[1:],
+                              self.never_empty, in_range)
         if op.name == "arith.floordivsi":
             return floordiv(e, *operands)
         folded = _fold(op.name, operands)
@@ -196,23 +208,24 @@ class RegionCode:
             copy.operands[k] = v
         return copy.results[0]
 
-    def _param(self, e: Emit, name: str, indices: list) -> ir.Value:
-        return load_param(e, self.names, name, indices, self.never_empty)
-
 
 def load_param(e: Emit, names, name: str, indices: Sequence[ir.Value],
-               never_empty: frozenset[str] = frozenset()) -> ir.Value:
+               never_empty: frozenset[str] = frozenset(), in_range: Mapping | None = None) -> ir.Value:
     """`attn.param(name, indices...)` as a kernel reads it (Note [Bounds-safe param reads]):
     the tensor `names.params[name]` is contiguous, so the i64 row-major offset of the
     indices, each clamped into [0, size - 1] of its axis, is read through the pointer
     parameter `e.arg("ptr:<name>")`; under a guard (0 when empty) when a dim of its shape
     that is not in `never_empty` may be 0. `names` resolves sizes (`names.size(e, entry)`):
-    KernelNames in the attention kernel, blockmap.MapNames in the block-map kernel."""
+    KernelNames in the attention kernel, blockmap.MapNames in the block-map kernel.
+    `in_range` maps index values to the ABI dim they are known to lie below (and >= 0):
+    such an index on an axis of that dim is not clamped (Note [Indices known in range])."""
     tensor = names.params[name]
     sizes = [names.size(e, d) for d in tensor.shape]
+    abi_dims = getattr(names, "abi_dims", {})
     offset = None
-    for idx, size in zip(indices, sizes):
-        clamped = e.to_i64(e.max(e.min(idx, e.sub(size, 1)), 0))
+    for idx, d, size in zip(indices, tensor.shape, sizes):
+        known = in_range is not None and isinstance(d, str) and in_range.get(idx) == abi_dims.get(d, False)
+        clamped = e.to_i64(idx if known else e.max(e.min(idx, e.sub(size, 1)), 0))
         offset = clamped if offset is None else e.add(e.mul(offset, e.to_i64(size)), clamped)
     element = e.f32 if tensor.dtype == "f32" else e.i32
     ptr = llvm.GEPOp(ir.Type.parse("!llvm.ptr<1>"), e.arg(f"ptr:{name}"), [offset or e.c64(0)],
@@ -597,12 +610,13 @@ class RowInterval(RegionCode):
     def __repr__(self) -> str:
         return f"RowInterval({super().__repr__()})"
 
-    def residual_keep(self, e: Emit, b, h, i, j) -> ir.Value:
+    def residual_keep(self, e: Emit, b, h, i, j, j_below_n: bool = False) -> ir.Value:
         """The residual conjuncts at (b, h, i, j) (i1; Note [Residual conjuncts]); true
-        when there are none."""
+        when there are none. `j_below_n`: the caller knows 0 <= j < N (Note [Indices
+        known in range])."""
         if not self.residual:
             return e.true()
-        env = self._run(e, dict(zip(self.block.arguments, (b, h, i, j))))
+        env = self._run(e, dict(zip(self.block.arguments, (b, h, i, j))), in_range={j: "N"} if j_below_n else None)
         return functools.reduce(e.land, (_truth(e, env, value, negated) for value, negated in self.residual))
 
     def bounds(self, e: Emit, b, h, i) -> tuple[ir.Value, ir.Value]:

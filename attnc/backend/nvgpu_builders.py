@@ -76,6 +76,7 @@ class Emit:
 
     # -- integers
     def add(self, a, b): return arith.addi(*self._pair(a, b))
+    def add_nsw(self, a, b): return arith.addi(*self._pair(a, b), overflow_flags=ir.Attribute.parse("#arith.overflow<nsw>"))
     def sub(self, a, b): return arith.subi(*self._pair(a, b))
     def mul(self, a, b): return arith.muli(*self._pair(a, b))
     def div(self, a, b): return arith.divsi(*self._pair(a, b))

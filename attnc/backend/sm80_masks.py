@@ -35,11 +35,15 @@ class ElementCoords:
         nj, x = divmod(c, 2)
         return 8 * nj + x
 
-    def __call__(self, r: int, c: int, n_block):
+    def __call__(self, r: int, c: int, n_block, nsw: bool = False):
+        """(i, j) of row r, column c; `nsw`: j's adds cannot wrap (0 <= j < N, Note
+        [Indices known in range] in hooks.py), which lets LLVM fold column offsets into
+        addresses."""
         e = self.e
         mi, half = divmod(r, 2)
         i = e.add(self.first_row, 16 * mi + 8 * half)
-        j = e.add(e.add(e.mul(n_block, self.block_n), self.first_col), self.column(c))
+        add = e.add_nsw if nsw else e.add
+        j = add(add(e.mul(n_block, self.block_n), self.first_col), self.column(c))
         return i, j
 
 
@@ -151,7 +155,9 @@ class ScoreMasker:
 
         def masked(c, x, inside):
             if residual and self.row_residual is not None:
-                kept = self.row_residual(e, self.b, self.h, *self.coords(r, c, n_block))
+                # Residual only: the block lies below N (Note [Indices known in range]).
+                kept = (self.row_residual(e, self.b, self.h, *self.coords(r, c, n_block, nsw=True), j_below_n=True)
+                        if not interval else self.row_residual(e, self.b, self.h, *self.coords(r, c, n_block)))
                 inside = kept if inside is None else e.land(inside, kept)
             return x if inside is None else e.select(inside, x, e.neg_inf())
 

@@ -88,3 +88,47 @@ def test_split_mask_is_refused_where_the_map_records_nothing():
 
     with pytest.raises(AttncError, match="split_mask"):
         _build(EXAMPLES / "sliding_window.attn", "sm_80", split_mask="true")
+
+
+def _residual_clamps(source: str, j_below_n: bool) -> int:
+    """How many indices the residual of `source`'s mask clamps, emitted with or without
+    the kernel's word that 0 <= j < N (Note [Indices known in range] in hooks.py)."""
+    from mlir import ir
+    from mlir.dialects import func
+
+    from attnc.backend.hooks import KernelNames, RowInterval
+    from attnc.backend.nvgpu_builders import Emit
+
+    result = compiled(source)
+    op = attention_ops(result.module)[0]
+    names = KernelNames(result.variant, op, result.module)
+    rows = RowInterval.of(region_block(op, MASK_MOD), names, frozenset(result.variant.dims))
+    keys = [names.abi_dims.get(d, f"dim:{d}") for d in result.variant.dims]
+    keys += [f"ptr:{p.name}" for p in result.variant.params]
+    with result.module.context, ir.Location.unknown():
+        module = ir.Module.create()
+        i32, ptr = ir.IntegerType.get_signless(32), ir.Type.parse("!llvm.ptr<1>")
+        types = [i32] * 4 + [ptr if k.startswith("ptr:") else i32 for k in keys]
+        with ir.InsertionPoint(module.body):
+            fn = func.FuncOp("residual", ir.FunctionType.get(types, [ir.IntegerType.get_signless(1)]))
+        with ir.InsertionPoint(fn.add_entry_block()):
+            b, h, i, j, *rest = fn.entry_block.arguments
+            func.ReturnOp([rows.residual_keep(Emit(dict(zip(keys, rest))), b, h, i, j, j_below_n=j_below_n)])
+        assert module.operation.verify()
+        text = str(module)
+    assert text.count("arith.minsi") == text.count("arith.maxsi")
+    return text.count("arith.minsi")
+
+
+@pytest.mark.parametrize("mask, params, known", [
+    # doc[b, j]: j on an axis of N is used as it is; b, i and b are still clamped
+    ("doc[b, i] == doc[b, j] and j <= i", "param doc: i32[B, N]", 3),
+    # j + 1 may be N
+    ("doc[b, i] == doc[b, j + 1] and j <= i", "param doc: i32[B, N]", 4),
+    # j on an axis of M: M may be smaller than N
+    ("doc[b, i] == doc[b, j] and j <= i", "param doc: i32[B, M]", 4),
+])
+def test_a_key_index_known_below_n_is_not_clamped(mask, params, known):
+    source = variant(mask, params)
+    assert _residual_clamps(source, j_below_n=False) == 4
+    assert _residual_clamps(source, j_below_n=True) == known
