@@ -184,7 +184,14 @@ def emit_mask_text(source: str, never_empty: frozenset[str]) -> str:
     result = compiled(source)
     block = region_block(attention_ops(result.module)[0], MASK_MOD)
     names = MapNames(result.variant.params, never_empty)
-    keys = list(result.variant.dims) + [f"ptr:{p.name}" for p in result.variant.params]
+    return emit_i1_function(result, list(result.variant.dims),
+                            lambda e, b, h, i, j: emit_mask(e, block, [b, h, i, j], names))
+
+
+def emit_i1_function(result, dim_keys: list[str], body) -> str:
+    """A function of (b, h, i, j, dims..., pointers...) returning `body(e, b, h, i, j)`,
+    an i1; `e` reads the dims as `dim_keys` name them and pointers as `ptr:<param>`."""
+    keys = dim_keys + [f"ptr:{p.name}" for p in result.variant.params]
     with result.module.context, ir.Location.unknown():
         module = ir.Module.create()
         i32, ptr = ir.IntegerType.get_signless(32), ir.Type.parse("!llvm.ptr<1>")
@@ -194,8 +201,7 @@ def emit_mask_text(source: str, never_empty: frozenset[str]) -> str:
         entry = fn.add_entry_block()
         with ir.InsertionPoint(entry):
             b, h, i, j, *rest = entry.arguments
-            e = Emit(dict(zip(keys, rest)))
-            func.ReturnOp([emit_mask(e, block, [b, h, i, j], names)])
+            func.ReturnOp([body(Emit(dict(zip(keys, rest))), b, h, i, j)])
         assert module.operation.verify()
         return str(module)
 

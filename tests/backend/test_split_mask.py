@@ -16,7 +16,7 @@ from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
 from attnc.driver import CompileOptions, compile_mlir
 from attnc.ir import MASK_MOD, attention_ops, region_block
 from attnc.passes.pipelines import LOWERING, pipeline_with
-from tests.backend.test_blockmap import compiled, variant
+from tests.backend.test_blockmap import compiled, emit_i1_function, variant
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -93,29 +93,14 @@ def test_split_mask_is_refused_where_the_map_records_nothing():
 def _residual_clamps(source: str, j_below_n: bool) -> int:
     """How many indices the residual of `source`'s mask clamps, emitted with or without
     the kernel's word that 0 <= j < N (Note [Indices known in range] in hooks.py)."""
-    from mlir import ir
-    from mlir.dialects import func
-
     from attnc.backend.hooks import KernelNames, RowInterval
-    from attnc.backend.nvgpu_builders import Emit
 
     result = compiled(source)
     op = attention_ops(result.module)[0]
     names = KernelNames(result.variant, op, result.module)
     rows = RowInterval.of(region_block(op, MASK_MOD), names, frozenset(result.variant.dims))
-    keys = [names.abi_dims.get(d, f"dim:{d}") for d in result.variant.dims]
-    keys += [f"ptr:{p.name}" for p in result.variant.params]
-    with result.module.context, ir.Location.unknown():
-        module = ir.Module.create()
-        i32, ptr = ir.IntegerType.get_signless(32), ir.Type.parse("!llvm.ptr<1>")
-        types = [i32] * 4 + [ptr if k.startswith("ptr:") else i32 for k in keys]
-        with ir.InsertionPoint(module.body):
-            fn = func.FuncOp("residual", ir.FunctionType.get(types, [ir.IntegerType.get_signless(1)]))
-        with ir.InsertionPoint(fn.add_entry_block()):
-            b, h, i, j, *rest = fn.entry_block.arguments
-            func.ReturnOp([rows.residual_keep(Emit(dict(zip(keys, rest))), b, h, i, j, j_below_n=j_below_n)])
-        assert module.operation.verify()
-        text = str(module)
+    text = emit_i1_function(result, [names.abi_dims.get(d, f"dim:{d}") for d in result.variant.dims],
+                            lambda e, b, h, i, j: rows.residual_keep(e, b, h, i, j, j_below_n=j_below_n))
     assert text.count("arith.minsi") == text.count("arith.maxsi")
     return text.count("arith.minsi")
 
