@@ -30,8 +30,8 @@ from attnc.frontend.variant import Hook
 # A hook is evaluated for every (b, h, i, j), including positions whose value is later
 # masked away, so evaluation must never fail or warn. Float operations follow IEEE 754
 # (log(0) = -inf, x / 0 = +-inf or nan, exp overflow = inf); integer `//` and `%` by
-# zero give 0 (numpy's convention; the kernels leave it unspecified); int() of nan or
-# inf is unspecified. Warnings are silenced only around user expressions; the softmax
+# zero give 0 (numpy's convention, which the kernels follow: hooks.floordiv and the
+# frontend's `%` lowering); int() of nan or inf is unspecified. Warnings are silenced only around user expressions; the softmax
 # in attnc/reference.py avoids them by construction (Note [Empty rows]).
 
 DTYPES = {INT: np.int64, FLOAT: np.float64, BOOL: np.bool_}

@@ -32,7 +32,7 @@ from attnc.errors import Span
 from attnc.frontend import ast
 from attnc.frontend.ast import BOOL, FLOAT, INT
 from attnc.frontend.variant import Hook, Tensor, Variant
-from attnc.ir import ATTENTION, DIM, PARAM, YIELD, make_context
+from attnc.ir import ATTENTION, DIM, PARAM, YIELD, int_constant, make_context
 
 NEG_INF = float("-inf")
 
@@ -266,10 +266,17 @@ class _ExprLowering:
         return arith.cmpi(getattr(arith.CmpIPredicate, _CMPI[e.op]), lhs, rhs, loc=loc)
 
     def _floor_mod(self, e: ast.Binary, loc: ir.Location) -> ir.Value:
-        """Python's `a % b` (the sign of b): a - floordiv(a, b) * b."""
+        """Python's `a % b` (the sign of b): a - floordiv(a, b) * b; and 0 when b is 0, as
+        the reference's `%` gives (Note [Total arithmetic] in reference_eval.py), where
+        the subtraction alone would give a (floordiv by 0 is 0). A nonzero constant
+        divisor needs no select."""
         a, b = self.emit(e.lhs), self.emit(e.rhs)
         quotient = arith.floordivsi(a, b, loc=loc)
-        return arith.subi(a, arith.muli(quotient, b, loc=loc), loc=loc)
+        rem = arith.subi(a, arith.muli(quotient, b, loc=loc), loc=loc)
+        if int_constant(b) not in (None, 0):
+            return rem
+        zero = arith.constant(b.type, 0, loc=loc)
+        return arith.select(arith.cmpi(arith.CmpIPredicate.eq, b, zero, loc=loc), zero, rem, loc=loc)
 
     # builtins
     def _call(self, e: ast.Call) -> ir.Value:

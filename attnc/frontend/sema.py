@@ -221,6 +221,10 @@ class _Checker:
         value = _ConstEval().eval(self.scale.expr)
         if not math.isfinite(value):
             raise AttncError("scale must be a finite number", self.scale.expr.span)
+        if value <= 0:
+            # The kernels keep the running max of unscaled scores (Note [Folded scale],
+            # sm80_softmax.py), which is the max of the scaled ones only for a positive scale.
+            raise AttncError(f"scale must be positive (it is {value:g})", self.scale.expr.span)
         return float(value)
 
     # --- hooks -------------------------------------------------------------

@@ -154,6 +154,10 @@ HOOKED = {
                      "  score_mod(s, b, h, i, j) = s * t[h, (j - i) // 3 + W] + float((i - j) % 5)\n"
                      "  mask_mod(b, h, i, j) = (i - j) % 4 == 0 or j // 7 == i // 7"),
     "globalwin": source("globalwin", "mask_mod(b, h, i, j) = j < 16 or (j <= i and i - j < 300)"),
+    # runtime divisors -1, 0, 1 and 2: `//` and `%` by 0 give 0 (Note [Total arithmetic])
+    "divisors": source("divisors", "param p: i32[H, 4]\n"
+                       "  mask_mod(b, h, i, j) = let d = p[h, j % 4] - 1 in "
+                       "(i - j) % d == j % 3 or (j - i) // d > 1"),
     "mathy": source("mathy", "param w: f32[N]\n"
                     "  score_mod(s, b, h, i, j) = let x = s / (1.0 + abs(w[j])) in "
                     "sigmoid(x) * exp2(min(x, 3.0)) + rsqrt(2.0 + w[j] * w[j]) - floor(x) + sqrt(4.0)\n"

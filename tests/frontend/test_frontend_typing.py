@@ -227,3 +227,12 @@ def test_scale_overflow_messages_agree():
     exp = expect_error(TEMPLATE.format(hook="scale = exp(1000.0)"))
     exp2 = expect_error(TEMPLATE.format(hook="scale = exp2(2000.0)"))
     assert exp2.message == exp.message == "scale cannot be evaluated: math range error"
+
+
+@pytest.mark.parametrize("scale", ["-0.125", "0.0", "int(0.5)", "1 - 1"])
+def test_a_scale_that_is_not_positive_is_an_error_at_the_scale(scale):
+    """The kernels keep the running max of unscaled scores, which needs scale > 0; the
+    error points at the scale, not at the kernel build."""
+    err = expect_error(TEMPLATE.format(hook="scale = " + scale))
+    assert (err.span.line, err.span.col) == SCALE_AT
+    assert err.message.startswith("scale must be positive")
