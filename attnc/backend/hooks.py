@@ -509,6 +509,69 @@ _FAR = 1 << 30              # beyond any key: hi without an upper bound, lo of a
                             # and the clamp of every bound
 
 
+# Note [Exact bounds]
+# ~~~~~~~~~~~~~~~~~~~
+# RowInterval.bounds solves `x <pred> y` for j: x - y = d0 + k * j, then t = -d0 or d0,
+# and t - 1 or t + 1 for a strict comparison. Each of these may leave i32 where x and y
+# do not (j - i < W with W = 2^31 - 1: d0 = -i - W; j > s[b, i] with s = 2^31 - 1:
+# t + 1), and a bound far below -2^30 would wrap when the kernel subtracts the tile's
+# first key from it. So both bounds are clamped to [-_FAR, _FAR], on both sides, and a
+# term is computed in i64 (clamped, then i32) unless `_int_range` shows that its sides
+# keep x - y and the +-1 inside i32: a term of i and constants (causal, windows) stays
+# in i32, where the i64 min/max per row cost 0.5 % (window1024 at d = 64 on sm_80) to
+# 1.5 % (sm_90a); a param or a dim in the term (i + N may leave i32) makes it i64.
+_I32 = (-(1 << 31), (1 << 31) - 1)
+
+
+def _fits_i32(r: tuple[int, int], margin: int = 0) -> bool:
+    return _I32[0] + margin <= r[0] and r[1] <= _I32[1] - margin
+
+
+def _sub(x: tuple[int, int], y: tuple[int, int]) -> tuple[int, int]:
+    return (x[0] - y[1], x[1] - y[0])
+
+
+def _clamp_far(e: Emit, bound: ir.Value) -> ir.Value:
+    """`bound` (i32 or i64) clamped to [-_FAR, _FAR], as i32."""
+    clamped = e.max(e.min(bound, _FAR), -_FAR)
+    return arith.trunci(e.i32, clamped) if clamped.type != e.i32 else clamped
+
+
+def _int_range(value: ir.Value, abi_dims: frozenset, depth: int = 0) -> tuple[int, int]:
+    """Bounds on the i32 `value` of a mask region where j = 0: b, h and i in [0, 2^31),
+    the ABI's dims (`abi_dims`) too, any other dim and every param anywhere in i32; sums,
+    differences, products, min, max and selects by interval arithmetic (any i32 when the
+    exact result leaves i32: the region's own arithmetic wraps); anything else any i32."""
+    c = int_constant(value)
+    if c is not None:
+        return (c, c)
+    op = defining_op(value)
+    if op is None:
+        return (0, 0) if ir.BlockArgument(value).arg_number == 3 else (0, _I32[1])
+    if depth > 32:
+        return _I32
+    if op.name == DIM:
+        return (0, _I32[1]) if ir.StringAttr(op.attributes["name"]).value in abi_dims else _I32
+    sides = lambda: [_int_range(v, abi_dims, depth + 1) for v in op.operands]  # noqa: E731
+    if op.name == "arith.select":
+        _, x, y = sides()
+        return (min(x[0], y[0]), max(x[1], y[1]))
+    if op.name not in ("arith.addi", "arith.subi", "arith.muli", "arith.minsi", "arith.maxsi"):
+        return _I32
+    x, y = sides()
+    if op.name == "arith.addi":
+        r = (x[0] + y[0], x[1] + y[1])
+    elif op.name == "arith.subi":
+        r = _sub(x, y)
+    elif op.name == "arith.muli":
+        ends = [a * b for a in x for b in y]
+        r = (min(ends), max(ends))
+    else:
+        pick = min if op.name == "arith.minsi" else max
+        r = (pick(x[0], y[0]), pick(x[1], y[1]))
+    return r if _fits_i32(r) else _I32
+
+
 def _linear_term(op: ir.Operation, j: ir.Value, tainted, negated: bool):
     """(predicate, k, a, b) when `op` (negated or not) is `a - b <pred> 0` with a - b =
     d0 + k * j, k = +-1 and d0 free of j (Note [Row intervals]); else None."""
@@ -627,19 +690,27 @@ class RowInterval(RegionCode):
             alive = e.land(alive, _truth(e, env, keep, negated))
         lows, highs = [], []
         for kind, k, x, y in self.linear:
-            d0 = e.sub(value(x), value(y))
+            # Note [Exact bounds]: x - y, its negation and the +-1 of a strict bound are
+            # computed in i64 unless the sides' ranges keep them in i32.
+            wide = not _fits_i32(_sub(self._range(x), self._range(y)), margin=1)
+            x, y = value(x), value(y)
+            d0 = e.sub(e.to_i64(x), e.to_i64(y)) if wide else e.sub(x, y)
             # d0 + k * j  <pred>  0, solved for j (k = +1 or -1)
             t = e.sub(0, d0) if k == 1 else d0
             if kind == "eq":
-                lows.append(t), highs.append(t)
+                bound = [(lows, t), (highs, t)]
             elif (kind in ("slt", "sle")) == (k == 1):        # an upper bound on j
-                highs.append(e.sub(t, 1) if kind in ("slt", "sgt") else t)
+                bound = [(highs, e.sub(t, 1) if kind in ("slt", "sgt") else t)]
             else:                                              # a lower bound on j
-                lows.append(e.add(t, 1) if kind in ("slt", "sgt") else t)
-        # Clamped to [-_FAR, _FAR]: a mask's own bounds may be any i32 (a window of
-        # 2^31 - 1 keys), and the kernel subtracts the tile's first key from them.
-        hi = e.min(functools.reduce(e.min, highs), _FAR) if highs else e.c32(_FAR)
+                bound = [(lows, e.add(t, 1) if kind in ("slt", "sgt") else t)]
+            for side, v in bound:
+                side.append(_clamp_far(e, v) if wide else v)
+        hi = _clamp_far(e, functools.reduce(e.min, highs)) if highs else e.c32(_FAR)
         if not lows and not self.free:
             return None, hi          # no lower bound (Note [One compare per score], sm80_masks.py)
-        lo = e.max(functools.reduce(e.max, lows), -_FAR) if lows else e.c32(-_FAR)
+        lo = _clamp_far(e, functools.reduce(e.max, lows)) if lows else e.c32(-_FAR)
         return e.select(alive, lo, e.c32(_FAR)), hi
+
+    def _range(self, value: ir.Value) -> tuple[int, int]:
+        """Bounds on the i32 `value` of the mask region at j = 0 (Note [Exact bounds])."""
+        return _int_range(value, frozenset(self.names.abi_dims))

@@ -448,6 +448,9 @@ ROW_MASKS = {       # mask_mod -> (whether Note [Row intervals] applies, with a 
     "i < 10 and j <= i": (True, False),
     "j <= i + N - M and not (i - j >= 7)": (True, False),
     "j <= i + off[b] and 2 - j <= 0": (True, False),
+    "j > off[b] and j <= i": (True, False),
+    "j - i < off[b]": (True, False),
+    "j <= off[b]": (True, False),
     "j < 16 or j <= i": (False, False),
     "j != i": (False, False),
     "2 * j <= i": (False, False),
@@ -459,6 +462,17 @@ ROW_MASKS = {       # mask_mod -> (whether Note [Row intervals] applies, with a 
     "j != i and i - j < 9 and not (j % 2 == 1)": (True, True),
     "(j < 4 or j > i - 3) and j <= i + 1": (True, True),
     "not (j // 5 == 2 and i > 3) and j >= 2": (True, True),
+}
+
+
+# Offsets at the ends of i32 where the mask compares off[b] with an index expression
+# itself: the bounds solved from them (x - y, its negation, the +-1 of a strict bound)
+# leave i32 and must still be exact, and clamped on both sides.
+EXTREME_OFF = {
+    "i - j < off[b]": [2**31 - 1, -2**31, 200],        # a window of 2^31 - 1 keys: no window
+    "j > off[b] and j <= i": [2**31 - 1, -2**31, 3],   # 2^31 - 1: the row sees nothing
+    "j - i < off[b]": [2**31 - 1, -2**31, 5],
+    "j <= off[b]": [-2**31, 2**31 - 1, 300],
 }
 
 
@@ -489,16 +503,44 @@ def test_row_intervals_match_the_mask(mask):
 
     with result.module.context:
         run = host_function(args, bounds)
-    values, evaluator = _row_mask_inputs(result, args, np.random.default_rng(11))
     jj = np.arange(-8, 70)
-    for b in range(3):
-        for h in range(4):
-            for i in range(-2, 45, 1 if not residual else 3):
-                out = np.array([run(**values, b=b, h=h, i=i, j=j) for j in (jj if residual else jj[:1])])
-                lo, hi, rest = out[0, 0], out[0, 1], out[:, 2].astype(bool)
-                keep = evaluator.hook(result.variant.mask_mod, tuple(np.asarray(x) for x in (b, h, i, jj)))
-                keep, inside = np.broadcast_to(keep, jj.shape).astype(bool), (lo <= jj) & (jj <= hi)
-                assert np.array_equal(keep, inside & rest), (mask, b, h, i, lo, hi)
+    for off in (None, EXTREME_OFF.get(mask)):
+        if off is None and mask in EXTREME_OFF:
+            continue
+        values, evaluator = _row_mask_inputs(result, args, np.random.default_rng(11), off=off)
+        for b in range(3):
+            for h in range(4):
+                for i in range(-2, 45, 1 if not residual else 3):
+                    out = np.array([run(**values, b=b, h=h, i=i, j=j) for j in (jj if residual else jj[:1])])
+                    lo, hi, rest = out[0, 0], out[0, 1], out[:, 2].astype(bool)
+                    keep = evaluator.hook(result.variant.mask_mod, tuple(np.asarray(x) for x in (b, h, i, jj)))
+                    keep, inside = np.broadcast_to(keep, jj.shape).astype(bool), (lo <= jj) & (jj <= hi)
+                    assert np.array_equal(keep, inside & rest), (mask, off, b, h, i, lo, hi)
+                    assert -(1 << 30) <= min(lo, hi) and max(lo, hi) <= 1 << 30, (mask, off, lo, hi)   # clamped
+
+
+@pytest.mark.parametrize("mask, wide", [
+    ("j <= i and i - j < 24", False),            # i and constants: i32
+    ("j <= i + N - M and not (i - j >= 7)", True),    # i + N may leave i32
+    ("i - j < off[b]", True),                    # a param: any i32, so i64
+    ("j > off[b] and j <= i", True),
+])
+def test_bounds_leave_i32_only_where_the_ranges_say(mask, wide):
+    """Note [Exact bounds]: a term is solved in i64 only when its sides' ranges could
+    take x - y or its +-1 out of i32; both bounds are clamped on both sides either way."""
+    from tests.backend.test_blockmap import emit_i1_function
+    result = _row_mask(mask)
+    _, hooks = _hooks(result)
+    abi = ("M", "N", "H", "HKV")          # the template's dims of those roles keep their names
+    names = {d: d if d in abi else f"dim:{d}" for d in result.variant.dims}
+
+    def body(e, b, h, i, j):
+        lo, hi = hooks.row_interval(e, b, h, i)
+        return e.le(lo, hi)
+
+    text = emit_i1_function(result, [names[d] for d in result.variant.dims], body)
+    assert ("i64" in text) == wide, text
+    assert text.count("arith.minsi") >= 2 and text.count("arith.maxsi") >= 2
 
 
 @pytest.mark.parametrize("block_n", [32, 128])
@@ -525,9 +567,8 @@ def test_every_interval_test_keeps_exactly_the_masked_keys(mask, form, block_n):
         run = host_function(args, body)
     rng = np.random.default_rng(5)
     dims = {"B": 3, "H": 4, "M": 600, "N": 600}          # whole 128-key tiles kept, and far ones
-    # A window of 2^31 - 1 keys (no window) must not overflow (Note [One compare per score]).
-    off = [2**31 - 1, 2**30 + 5, 200] if mask == "i - j < off[b]" else None
-    values, evaluator = _row_mask_inputs(result, args, rng, dims, off)
+    # Bounds at the ends of i32 must not overflow (Note [One compare per score]).
+    values, evaluator = _row_mask_inputs(result, args, rng, dims, EXTREME_OFF.get(mask))
     offsets = np.array([8 * (c // 2) + c % 2 for c in range(columns)])
     for b, h, i, col0, n_block in zip(rng.integers(0, 3, 600), rng.integers(0, 4, 600), rng.integers(-2, 620, 600),
                                       2 * rng.integers(0, 4, 600), rng.integers(0, 600 // block_n + 1, 600)):
