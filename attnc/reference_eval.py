@@ -31,8 +31,9 @@ from attnc.frontend.variant import Hook
 # masked away, so evaluation must never fail or warn. Float operations follow IEEE 754
 # (log(0) = -inf, x / 0 = +-inf or nan, exp overflow = inf); integer `//` and `%` by
 # zero give 0 (numpy's convention, which the kernels follow: hooks.floordiv and the
-# frontend's `%` lowering); int() of nan or inf is unspecified. Warnings are silenced only around user expressions; the softmax
-# in attnc/reference.py avoids them by construction (Note [Empty rows]).
+# frontend's `%` lowering); int() of nan or inf is unspecified. Warnings are silenced
+# only around user expressions; the softmax in attnc/reference.py avoids them by
+# construction (Note [Empty rows]).
 
 DTYPES = {INT: np.int64, FLOAT: np.float64, BOOL: np.bool_}
 

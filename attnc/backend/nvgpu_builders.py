@@ -26,6 +26,11 @@ Num = Union[ir.Value, int, float]
 _DYNAMIC = -2147483648      # LLVM::GEPOp::kDynamicIndex
 
 
+def _nsw() -> ir.Attribute:
+    """The `nsw` overflow flag of arith's integer ops (in the current context)."""
+    return ir.Attribute.parse("#arith.overflow<nsw>")
+
+
 def _op(name: str, results, operands, attrs: dict[str, str] | None = None) -> ir.Operation:
     attributes = {k: ir.Attribute.parse(v) for k, v in (attrs or {}).items()}
     return ir.Operation.create(name, results=results, operands=operands, attributes=attributes)
@@ -76,7 +81,7 @@ class Emit:
 
     # -- integers
     def add(self, a, b): return arith.addi(*self._pair(a, b))
-    def add_nsw(self, a, b): return arith.addi(*self._pair(a, b), overflow_flags=ir.Attribute.parse("#arith.overflow<nsw>"))
+    def add_nsw(self, a, b): return arith.addi(*self._pair(a, b), overflow_flags=_nsw())
     def sub(self, a, b): return arith.subi(*self._pair(a, b))
     def mul(self, a, b): return arith.muli(*self._pair(a, b))
     def div(self, a, b): return arith.divsi(*self._pair(a, b))
