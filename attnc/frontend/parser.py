@@ -50,6 +50,10 @@ def parse(source: str | bytes, filename: str = "<input>") -> ast.AttentionDecl:
         raise e.located(filename, shown) from None
 
 
+def _without_bom(text: str) -> str:
+    return " " + text[1:] if text.startswith("\ufeff") else text
+
+
 def _to_ast(tree: lark.Tree) -> ast.AttentionDecl:
     try:
         return _ToAst().transform(tree)
@@ -60,10 +64,12 @@ def _to_ast(tree: lark.Tree) -> ast.AttentionDecl:
 
 
 def _decode(source: str | bytes) -> str:
+    """The source as text; a UTF-8 byte-order mark (which editors on Windows write) reads
+    as a space, so that columns stay those an editor shows."""
     if isinstance(source, str):
-        return source
+        return _without_bom(source)
     try:
-        return source.decode("utf-8")
+        return _without_bom(source.decode("utf-8"))
     except UnicodeDecodeError as e:
         before = source[: e.start]
         line = before.count(b"\n") + 1
