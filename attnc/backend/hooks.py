@@ -515,11 +515,13 @@ _FAR = 1 << 30              # beyond any key: hi without an upper bound, lo of a
 # and t - 1 or t + 1 for a strict comparison. Each of these may leave i32 where x and y
 # do not (j - i < W with W = 2^31 - 1: d0 = -i - W; j > s[b, i] with s = 2^31 - 1:
 # t + 1), and a bound far below -2^30 would wrap when the kernel subtracts the tile's
-# first key from it. So both bounds are clamped to [-_FAR, _FAR], on both sides, and a
-# term is computed in i64 (clamped, then i32) unless `_int_range` shows that its sides
-# keep x - y and the +-1 inside i32: a term of i and constants (causal, windows) stays
-# in i32, where the i64 min/max per row cost 0.5 % (window1024 at d = 64 on sm_80) to
-# 1.5 % (sm_90a); a param or a dim in the term (i + N may leave i32) makes it i64.
+# first key from it. So a term is computed in i64 (clamped to [-_FAR, _FAR], then i32)
+# unless `_int_range` shows that its sides keep x - y and the +-1 inside i32, and each
+# bound is clamped on each side that its range can leave [-_FAR, _FAR]. A term of i and
+# constants (causal, windows) stays in i32 with the clamps it had (a window's lo = i -
+# 1023 needs only its upper one), where i64 min/max per row cost 0.5 % (window1024 at
+# d = 64 on sm_80) to 1.5 % (sm_90a); a param or a dim in the term (i + N may leave i32)
+# makes it i64.
 _I32 = (-(1 << 31), (1 << 31) - 1)
 
 
@@ -531,10 +533,22 @@ def _sub(x: tuple[int, int], y: tuple[int, int]) -> tuple[int, int]:
     return (x[0] - y[1], x[1] - y[0])
 
 
-def _clamp_far(e: Emit, bound: ir.Value) -> ir.Value:
-    """`bound` (i32 or i64) clamped to [-_FAR, _FAR], as i32."""
-    clamped = e.max(e.min(bound, _FAR), -_FAR)
-    return arith.trunci(e.i32, clamped) if clamped.type != e.i32 else clamped
+def _clamp_far(e: Emit, bound: ir.Value, r: tuple[int, int] = _I32) -> ir.Value:
+    """`bound` (i32 or i64) clamped to [-_FAR, _FAR], as i32; `r`: a range known to hold
+    it, whose sides inside [-_FAR, _FAR] need no clamp."""
+    if r[1] > _FAR:
+        bound = e.min(bound, _FAR)
+    if r[0] < -_FAR:
+        bound = e.max(bound, -_FAR)
+    return arith.trunci(e.i32, bound) if bound.type != e.i32 else bound
+
+
+def _reduce(pick, bounds: list) -> tuple[ir.Value, tuple[int, int]]:
+    """min or max (`pick`: Emit.min or Emit.max) of (bound, range) pairs, with its range."""
+    ranges = [r for _, r in bounds]
+    which = min if pick.__name__ == "min" else max
+    return (functools.reduce(pick, [v for v, _ in bounds]),
+            (which(r[0] for r in ranges), which(r[1] for r in ranges)))
 
 
 def _int_range(value: ir.Value, abi_dims: frozenset, depth: int = 0) -> tuple[int, int]:
@@ -688,27 +702,30 @@ class RowInterval(RegionCode):
         alive = e.true()
         for keep, negated in self.free:
             alive = e.land(alive, _truth(e, env, keep, negated))
-        lows, highs = [], []
+        lows, highs = [], []          # (bound, its range)
         for kind, k, x, y in self.linear:
             # Note [Exact bounds]: x - y, its negation and the +-1 of a strict bound are
             # computed in i64 unless the sides' ranges keep them in i32.
-            wide = not _fits_i32(_sub(self._range(x), self._range(y)), margin=1)
+            r = _sub(self._range(x), self._range(y))
+            wide = not _fits_i32(r, margin=1)
             x, y = value(x), value(y)
             d0 = e.sub(e.to_i64(x), e.to_i64(y)) if wide else e.sub(x, y)
             # d0 + k * j  <pred>  0, solved for j (k = +1 or -1)
-            t = e.sub(0, d0) if k == 1 else d0
+            t, r = (e.sub(0, d0), (-r[1], -r[0])) if k == 1 else (d0, r)
             if kind == "eq":
-                bound = [(lows, t), (highs, t)]
+                bound = [(lows, t, r), (highs, t, r)]
             elif (kind in ("slt", "sle")) == (k == 1):        # an upper bound on j
-                bound = [(highs, e.sub(t, 1) if kind in ("slt", "sgt") else t)]
+                strict = kind in ("slt", "sgt")
+                bound = [(highs, e.sub(t, 1) if strict else t, (r[0] - strict, r[1] - strict))]
             else:                                              # a lower bound on j
-                bound = [(lows, e.add(t, 1) if kind in ("slt", "sgt") else t)]
-            for side, v in bound:
-                side.append(_clamp_far(e, v) if wide else v)
-        hi = _clamp_far(e, functools.reduce(e.min, highs)) if highs else e.c32(_FAR)
+                strict = kind in ("slt", "sgt")
+                bound = [(lows, e.add(t, 1) if strict else t, (r[0] + strict, r[1] + strict))]
+            for side, v, r in bound:
+                side.append((_clamp_far(e, v), (-_FAR, _FAR)) if wide else (v, r))
+        hi = _clamp_far(e, *_reduce(e.min, highs)) if highs else e.c32(_FAR)
         if not lows and not self.free:
             return None, hi          # no lower bound (Note [One compare per score], sm80_masks.py)
-        lo = _clamp_far(e, functools.reduce(e.max, lows)) if lows else e.c32(-_FAR)
+        lo = _clamp_far(e, *_reduce(e.max, lows)) if lows else e.c32(-_FAR)
         return e.select(alive, lo, e.c32(_FAR)), hi
 
     def _range(self, value: ir.Value) -> tuple[int, int]:

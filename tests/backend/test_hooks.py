@@ -527,7 +527,7 @@ def test_row_intervals_match_the_mask(mask):
 ])
 def test_bounds_leave_i32_only_where_the_ranges_say(mask, wide):
     """Note [Exact bounds]: a term is solved in i64 only when its sides' ranges could
-    take x - y or its +-1 out of i32; both bounds are clamped on both sides either way."""
+    take x - y or its +-1 out of i32."""
     from tests.backend.test_blockmap import emit_i1_function
     result = _row_mask(mask)
     _, hooks = _hooks(result)
@@ -540,7 +540,10 @@ def test_bounds_leave_i32_only_where_the_ranges_say(mask, wide):
 
     text = emit_i1_function(result, [names[d] for d in result.variant.dims], body)
     assert ("i64" in text) == wide, text
-    assert text.count("arith.minsi") >= 2 and text.count("arith.maxsi") >= 2
+    # An i64 term is clamped on both sides; an i32 one where its range needs it (a
+    # causal hi = i >= 0 needs no max): both clamps are checked at the ends of i32 by
+    # the two tests below.
+    assert text.count("arith.minsi") >= 1 and (text.count("arith.maxsi") >= 1 or not wide)
 
 
 @pytest.mark.parametrize("block_n", [32, 128])
