@@ -53,7 +53,7 @@ Note [Indices known in range]: where the kernel knows an index is in range, the 
 only instructions: a MIXED tile of documents + causal that tests only its residual
 `doc[b, i] == doc[b, j]` (Note [Conjuncts a tile holds], blockmap.py) lies below N, so
 each of its keys has 0 <= j < N. The caller says so (`in_range`: the index value and the
-ABI dim it is below), and an index that is that value, on an axis of that dim, is used
+dim it is below), and an index that is that value, on an axis of that dim, is used
 as it is; any other index (j + 1, or j on an axis of another dim) is still clamped.
 With the key index built with `nsw` adds (ElementCoords), LLVM then folds each lane's
 column offsets into the load's immediate: one load per column, where the clamp and its
@@ -172,7 +172,7 @@ class RegionCode:
     def _run(self, e: Emit, env: dict, skip=frozenset(), in_range: Mapping | None = None) -> dict:
         """Emit every op but the terminator, those whose result `env` already holds and
         those whose results are in `skip`; returns `env` with their values. `in_range`:
-        values known to lie in [0, an ABI dim) (Note [Indices known in range])."""
+        values known to lie in [0, a dim) (Note [Indices known in range])."""
         for op in list(self.block.operations)[:-1]:
             if len(op.results) != 1:
                 raise NotImplementedError(f"{op.name}: only ops with one result are compiled")
@@ -217,14 +217,13 @@ def load_param(e: Emit, names, name: str, indices: Sequence[ir.Value],
     parameter `e.arg("ptr:<name>")`; under a guard (0 when empty) when a dim of its shape
     that is not in `never_empty` may be 0. `names` resolves sizes (`names.size(e, entry)`):
     KernelNames in the attention kernel, blockmap.MapNames in the block-map kernel.
-    `in_range` maps index values to the ABI dim they are known to lie below (and >= 0):
-    such an index on an axis of that dim is not clamped (Note [Indices known in range])."""
+    `in_range` maps index values to the dim they are known to lie below (and >= 0): such
+    an index on an axis of that dim is not clamped (Note [Indices known in range])."""
     tensor = names.params[name]
     sizes = [names.size(e, d) for d in tensor.shape]
-    abi_dims = getattr(names, "abi_dims", {})
     offset = None
     for idx, d, size in zip(indices, tensor.shape, sizes):
-        known = in_range is not None and isinstance(d, str) and in_range.get(idx) == abi_dims.get(d, False)
+        known = in_range is not None and in_range.get(idx) == d
         clamped = e.to_i64(idx if known else e.max(e.min(idx, e.sub(size, 1)), 0))
         offset = clamped if offset is None else e.add(e.mul(offset, e.to_i64(size)), clamped)
     element = e.f32 if tensor.dtype == "f32" else e.i32
@@ -543,12 +542,11 @@ def _clamp_far(e: Emit, bound: ir.Value, r: tuple[int, int] = _I32) -> ir.Value:
     return arith.trunci(e.i32, bound) if bound.type != e.i32 else bound
 
 
-def _reduce(pick, bounds: list) -> tuple[ir.Value, tuple[int, int]]:
-    """min or max (`pick`: Emit.min or Emit.max) of (bound, range) pairs, with its range."""
-    ranges = [r for _, r in bounds]
-    which = min if pick.__name__ == "min" else max
-    return (functools.reduce(pick, [v for v, _ in bounds]),
-            (which(r[0] for r in ranges), which(r[1] for r in ranges)))
+def _reduce(emit_pick, pick, bounds: list) -> tuple[ir.Value, tuple[int, int]]:
+    """The min or max (`emit_pick`: Emit.min or Emit.max; `pick`: min or max) of
+    (bound, range) pairs, with its range."""
+    return (functools.reduce(emit_pick, [v for v, _ in bounds]),
+            (pick(r[0] for _, r in bounds), pick(r[1] for _, r in bounds)))
 
 
 def _int_range(value: ir.Value, abi_dims: frozenset, depth: int = 0) -> tuple[int, int]:
@@ -675,6 +673,9 @@ class RowInterval(RegionCode):
         self.free = free            # (i1 free of j, negated)
         self.linear = linear        # (predicate, k, a, b): `a - b <pred> 0` with a - b = d0 + k * j
         self.residual = list(residual)      # (i1 of j outside that form, negated): Note [Residual conjuncts]
+        # Note [Exact bounds]: the range of each term's a - b at j = 0, from the region once.
+        abi_dims = frozenset(names.abi_dims)
+        self.ranges = [_sub(_int_range(a, abi_dims), _int_range(b, abi_dims)) for _, _, a, b in linear]
 
     @classmethod
     def of(cls, block: ir.Block, names: KernelNames,
@@ -693,7 +694,9 @@ class RowInterval(RegionCode):
         known in range])."""
         if not self.residual:
             return e.true()
-        env = self._run(e, dict(zip(self.block.arguments, (b, h, i, j))), in_range={j: "N"} if j_below_n else None)
+        seq_k = self.names.variant.seq_k
+        in_range = {j: seq_k} if j_below_n and isinstance(seq_k, str) else None
+        env = self._run(e, dict(zip(self.block.arguments, (b, h, i, j))), in_range=in_range)
         return functools.reduce(e.land, (_truth(e, env, value, negated) for value, negated in self.residual))
 
     def bounds(self, e: Emit, b, h, i) -> tuple[ir.Value, ir.Value]:
@@ -703,31 +706,26 @@ class RowInterval(RegionCode):
         for keep, negated in self.free:
             alive = e.land(alive, _truth(e, env, keep, negated))
         lows, highs = [], []          # (bound, its range)
-        for kind, k, x, y in self.linear:
-            # Note [Exact bounds]: x - y, its negation and the +-1 of a strict bound are
-            # computed in i64 unless the sides' ranges keep them in i32.
-            r = _sub(self._range(x), self._range(y))
+        for (kind, k, x, y), r in zip(self.linear, self.ranges):
+            # Note [Exact bounds]: in i64 unless the range keeps x - y and its +-1 in i32.
             wide = not _fits_i32(r, margin=1)
             x, y = value(x), value(y)
             d0 = e.sub(e.to_i64(x), e.to_i64(y)) if wide else e.sub(x, y)
             # d0 + k * j  <pred>  0, solved for j (k = +1 or -1)
             t, r = (e.sub(0, d0), (-r[1], -r[0])) if k == 1 else (d0, r)
+            strict = int(kind in ("slt", "sgt"))
             if kind == "eq":
-                bound = [(lows, t, r), (highs, t, r)]
+                sides, step = (lows, highs), 0
             elif (kind in ("slt", "sle")) == (k == 1):        # an upper bound on j
-                strict = kind in ("slt", "sgt")
-                bound = [(highs, e.sub(t, 1) if strict else t, (r[0] - strict, r[1] - strict))]
+                sides, step = (highs,), -strict
             else:                                              # a lower bound on j
-                strict = kind in ("slt", "sgt")
-                bound = [(lows, e.add(t, 1) if strict else t, (r[0] + strict, r[1] + strict))]
-            for side, v, r in bound:
+                sides, step = (lows,), strict
+            v = e.add(t, 1) if step > 0 else e.sub(t, 1) if step < 0 else t
+            r = (r[0] + step, r[1] + step)
+            for side in sides:
                 side.append((_clamp_far(e, v), (-_FAR, _FAR)) if wide else (v, r))
-        hi = _clamp_far(e, *_reduce(e.min, highs)) if highs else e.c32(_FAR)
+        hi = _clamp_far(e, *_reduce(e.min, min, highs)) if highs else e.c32(_FAR)
         if not lows and not self.free:
             return None, hi          # no lower bound (Note [One compare per score], sm80_masks.py)
-        lo = _clamp_far(e, *_reduce(e.max, lows)) if lows else e.c32(-_FAR)
+        lo = _clamp_far(e, *_reduce(e.max, max, lows)) if lows else e.c32(-_FAR)
         return e.select(alive, lo, e.c32(_FAR)), hi
-
-    def _range(self, value: ir.Value) -> tuple[int, int]:
-        """Bounds on the i32 `value` of the mask region at j = 0 (Note [Exact bounds])."""
-        return _int_range(value, frozenset(self.names.abi_dims))

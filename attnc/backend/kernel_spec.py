@@ -27,7 +27,8 @@ answer them later):
   i, j the global query/key indices (i32). The bound j < N is always added by the kernel.
 * `row_interval(e, b, h, i) -> (lo, hi)` (optional): keep(b, h, i, j) holds exactly when
   lo <= j <= hi (i32, inclusive; lo None: no lower bound) and, if given,
-  `row_residual(e, b, h, i, j) -> i1`; partial blocks then test each score's column
+  `row_residual(e, b, h, i, j, j_below_n) -> i1` (j_below_n: the kernel knows 0 <= j <
+  N, Note [Indices known in range] in hooks.py); partial blocks then test each score's column
   against the row's bounds (and the residual) instead of calling keep (Note [Row
   intervals] and Note [Residual conjuncts] in hooks.py, Note [One compare per score] in
   sm80_masks.py).

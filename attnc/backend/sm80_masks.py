@@ -156,8 +156,9 @@ class ScoreMasker:
         def masked(c, x, inside):
             if residual and self.row_residual is not None:
                 # Residual only: the block lies below N (Note [Indices known in range]).
-                kept = (self.row_residual(e, self.b, self.h, *self.coords(r, c, n_block, nsw=True), j_below_n=True)
-                        if not interval else self.row_residual(e, self.b, self.h, *self.coords(r, c, n_block)))
+                below_n = not interval
+                kept = self.row_residual(e, self.b, self.h, *self.coords(r, c, n_block, nsw=below_n),
+                                         j_below_n=below_n)
                 inside = kept if inside is None else e.land(inside, kept)
             return x if inside is None else e.select(inside, x, e.neg_inf())
 

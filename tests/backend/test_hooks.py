@@ -28,6 +28,7 @@ from attnc.driver import CompileOptions, compile_file, compile_mlir
 from attnc.ir import attention_ops
 from attnc.reference_eval import Evaluator
 from tests.backend.host_jit import host_function
+from tests.backend.test_blockmap import emit_i1_function
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.attn"))
@@ -528,7 +529,6 @@ def test_row_intervals_match_the_mask(mask):
 def test_bounds_leave_i32_only_where_the_ranges_say(mask, wide):
     """Note [Exact bounds]: a term is solved in i64 only when its sides' ranges could
     take x - y or its +-1 out of i32."""
-    from tests.backend.test_blockmap import emit_i1_function
     result = _row_mask(mask)
     _, hooks = _hooks(result)
     abi = ("M", "N", "H", "HKV")          # the template's dims of those roles keep their names

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from attnc.backend.blockmap import blockmap_plan
-from attnc.backend.hooks import MaskConjuncts
+from attnc.backend.hooks import KernelNames, MaskConjuncts, RowInterval
 from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
 from attnc.driver import CompileOptions, compile_mlir
 from attnc.ir import MASK_MOD, attention_ops, region_block
@@ -93,8 +93,6 @@ def test_split_mask_is_refused_where_the_map_records_nothing():
 def _residual_clamps(source: str, j_below_n: bool) -> int:
     """How many indices the residual of `source`'s mask clamps, emitted with or without
     the kernel's word that 0 <= j < N (Note [Indices known in range] in hooks.py)."""
-    from attnc.backend.hooks import KernelNames, RowInterval
-
     result = compiled(source)
     op = attention_ops(result.module)[0]
     names = KernelNames(result.variant, op, result.module)
