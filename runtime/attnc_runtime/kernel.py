@@ -8,6 +8,25 @@ A call checks every argument (checks.py) before touching the GPU, allocates the
 outputs not given, and launches the bundle's kernels in order on the current
 torch/cupy stream. `bind` splits the two halves so a benchmark launches the same
 checked arguments again without re-checking them.
+
+Note [Reused masks]: a mask that reads params (documents) is classified on the GPU by
+the bundle's mask kernels (the block map, `Manifest.mask_kernels`) before the attention
+kernel, into scratch, at every launch. In a model the mask's params and dims are the same
+for many launches -- every layer of a forward pass reads the same document ids -- so,
+as FlexAttention's BlockMask is built once and passed to every layer:
+
+    first = kernel.bind(q0, k0, v0, doc=ids)
+    first.launch()                                      # builds the map, then attends
+    kernel(q1, k1, v1, doc=ids, mask_from=first)        # attends with first's map
+    first.launch(reuse_mask=True)                       # again, without rebuilding it
+
+Both skip the mask kernels and the zeroing of their scratch. They are the caller's
+promise that the params the mask reads still hold the values they held when the map was
+built: the runtime cannot read device memory to check, as FlexAttention cannot either.
+It does check what it can: that the map was built (its owner launched with the mask, so
+a later launch on the same stream sees it), that a `mask_from` binding has the same dims
+and reads the same param tensors (address, shape, strides), on the same device, of the
+same bundle. A bundle without mask kernels has nothing to reuse, and both are no-ops.
 """
 from __future__ import annotations
 
@@ -18,7 +37,7 @@ from attnc_runtime import libraries
 from attnc_runtime.bundle import Bundle, read_bundle
 from attnc_runtime.checks import LaunchPlan, Platform, plan_launch
 from attnc_runtime.errors import AttncRuntimeError
-from attnc_runtime.manifest import Manifest
+from attnc_runtime.manifest import Manifest, PtrParam, ScratchParam
 from attnc_runtime.params import pack, param_values
 from attnc_runtime.tensors import view
 
@@ -48,12 +67,15 @@ class Kernel:
         """Check the arguments; raises `AttncRuntimeError` or returns what a launch will do."""
         return plan_launch(self.manifest, self._named(tensors, args), self.platform)
 
-    def bind(self, *tensors, **args) -> "BoundLaunch":
+    def bind(self, *tensors, mask_from: "BoundLaunch | None" = None, **args) -> "BoundLaunch":
+        """Checked arguments, ready to `launch`; `mask_from`: a bound launch of this bundle
+        whose mask data (the block map) this one reads instead of building its own (Note
+        [Reused masks])."""
         args = self._named(tensors, args)
-        return BoundLaunch(self.bundle, plan_launch(self.manifest, args, self.platform), args)
+        return BoundLaunch(self.bundle, plan_launch(self.manifest, args, self.platform), args, mask_from)
 
-    def __call__(self, *tensors, **args) -> dict[str, Any]:
-        bound = self.bind(*tensors, **args)
+    def __call__(self, *tensors, mask_from: "BoundLaunch | None" = None, **args) -> dict[str, Any]:
+        bound = self.bind(*tensors, mask_from=mask_from, **args)
         bound.launch()
         return bound.outputs
 
@@ -83,7 +105,8 @@ class BoundLaunch:
     built in the call, `bind(..., slopes=torch.exp2(...))`) would otherwise be freed,
     and a later `launch` would read whatever reused its memory."""
 
-    def __init__(self, bundle: Bundle, plan: LaunchPlan, args: dict[str, Any]):
+    def __init__(self, bundle: Bundle, plan: LaunchPlan, args: dict[str, Any],
+                 mask_from: "BoundLaunch | None" = None):
         self.bundle = bundle
         self.plan = plan
         self._given = dict(args)
@@ -93,18 +116,37 @@ class BoundLaunch:
         self.outputs = {spec.name: args[spec.name] if spec.name in plan.views else allocated[spec.name]
                         for spec in bundle.manifest.outputs}
         views = {**plan.views, **{name: view(obj, name) for name, obj in allocated.items()}}
-        self._scratch = {name: libraries.scratch(plan.library, nbytes, device)
+        # Note [Reused masks]: the mask kernels' scratch, built here or read from the owner's.
+        manifest = bundle.manifest
+        self._mask_kernels = frozenset(manifest.mask_kernels)
+        self._mask_scratch = frozenset(p.name for i in self._mask_kernels for p in manifest.kernels[i].params
+                                       if isinstance(p, ScratchParam))
+        if mask_from is not None and not isinstance(mask_from, BoundLaunch):
+            raise AttncRuntimeError(f"mask_from: expected a bound launch (Kernel.bind), got {type(mask_from).__name__}")
+        shares = mask_from is not None and bool(self._mask_kernels)
+        self._mask_owner = _check_mask_source(self, mask_from)._mask_owner if shares else self
+        self._mask_built = False
+        owner = self._mask_owner
+        self._scratch = {name: owner._scratch[name] if owner is not self and name in self._mask_scratch
+                         else libraries.scratch(plan.library, nbytes, device)
                          for name, nbytes in plan.scratch.items()}
         self._scratch_ptrs = {name: view(buf, name).ptr for name, buf in self._scratch.items()}
         self._params = [pack(param_values(k, plan.dims, views, self._scratch_ptrs))
                         for k in bundle.manifest.kernels]
         self._functions = None          # looked up (and loaded, once per device) at the first launch
 
-    def launch(self, stream=None) -> None:
+    def launch(self, stream=None, *, reuse_mask: bool = False) -> None:
         """Launch every kernel in order on `stream` (a handle, a torch or cupy stream; default:
-        the current stream of the inputs' library)."""
+        the current stream of the inputs' library). The mask kernels are left out when this
+        binding reads another's mask (`mask_from`) or with `reuse_mask`, which keeps the mask
+        this binding's last launch built (Note [Reused masks])."""
         from attnc_runtime import driver
         plan, manifest, kind = self.plan, self.bundle.manifest, self.plan.code_kind
+        build = self._mask_owner is self and not reuse_mask
+        if self._mask_kernels and not build and not self._mask_owner._mask_built:
+            raise AttncRuntimeError(
+                "no mask to reuse: " + ("launch this binding once without reuse_mask first" if self._mask_owner is self
+                                        else "the binding given as mask_from has not been launched"))
         device = plan.device.ordinal
         with driver.primary_context(device) as ctx:
             if self._functions is None:
@@ -114,12 +156,39 @@ class BoundLaunch:
             handle = _stream_handle(stream) if stream is not None else \
                 libraries.current_stream(plan.library, device)
             for name, nbytes in plan.scratch.items():
-                driver.memset_zero_async(self._scratch_ptrs[name], nbytes, handle)
-            for k, func, grid, params in zip(manifest.kernels, self._functions, plan.grids, self._params):
-                if 0 in grid:
-                    continue        # nothing to do (an empty batch or sequence)
+                if build or name not in self._mask_scratch:
+                    driver.memset_zero_async(self._scratch_ptrs[name], nbytes, handle)
+            for i, (k, func, grid, params) in enumerate(zip(manifest.kernels, self._functions, plan.grids,
+                                                            self._params)):
+                if 0 in grid or (not build and i in self._mask_kernels):
+                    continue        # nothing to do (an empty batch or sequence), or a kept mask
                 driver.launch(func, grid, k.block, k.cluster, k.dynamic_smem_bytes, handle,
                               params.address)
+        self._mask_built = self._mask_built or build
+
+
+def _check_mask_source(bound: BoundLaunch, source: BoundLaunch) -> BoundLaunch:
+    """`source`, if `bound` may read its mask data (Note [Reused masks]); else raises."""
+    if source.bundle.manifest.raw != bound.bundle.manifest.raw:
+        there, here = source.bundle.manifest, bound.bundle.manifest
+        raise AttncRuntimeError(f"mask_from: a bound launch of another bundle ({there.variant} for {there.target}; "
+                                f"this is {here.variant} for {here.target})")
+    if source.plan.device.ordinal != bound.plan.device.ordinal:
+        raise AttncRuntimeError(f"mask_from: bound on device {source.plan.device.ordinal}, "
+                                f"this launch on device {bound.plan.device.ordinal}")
+    if source.plan.dims != bound.plan.dims:
+        differ = ", ".join(f"{d} = {source.plan.dims[d]} there, {bound.plan.dims[d]} here"
+                           for d in bound.plan.dims if source.plan.dims.get(d) != bound.plan.dims[d])
+        raise AttncRuntimeError(f"mask_from: the mask was built for other dims ({differ})")
+    manifest = bound.bundle.manifest
+    read = sorted({p.tensor for i in manifest.mask_kernels for p in manifest.kernels[i].params
+                   if isinstance(p, PtrParam)})
+    for name in read:
+        mine, theirs = bound.plan.views[name], source.plan.views[name]
+        if (mine.ptr, mine.shape, mine.strides) != (theirs.ptr, theirs.shape, theirs.strides):
+            raise AttncRuntimeError(f"mask_from: the mask was built from another {name!r} tensor; "
+                                    f"pass the same {name!r} to both")
+    return source
 
 
 def _stream_handle(stream) -> int:

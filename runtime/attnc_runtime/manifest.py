@@ -33,6 +33,11 @@ otherwise. Params, in kernel ABI order:
     {"kind": "const", "value": n, "type": "i32"|"i64"}   a size fixed at compile time
     {"kind": "scratch", "name": s, "bytes": [factors]}  pointer to a buffer the runtime
         allocates and zeroes before every launch; kernels naming the same scratch share it
+
+A kernel that takes scratch and no pointer to q, k, v or an output builds mask data (the
+block map): it reads only params and dims, so its scratch may be kept and reused by
+later launches (`Manifest.mask_kernels`; Note [Reused masks] in kernel.py). The kernels
+after it may read that scratch, never write it.
 """
 from __future__ import annotations
 
@@ -172,6 +177,16 @@ class Manifest:
 
     def role(self, role: str) -> TensorSpec | None:
         return next((t for t in self.tensors if t.role == role), None)
+
+    @property
+    def mask_kernels(self) -> tuple[int, ...]:
+        """Launch-order indices of the kernels that build mask data: each takes scratch and
+        no pointer to q, k, v or an output, so what it writes depends on params and dims
+        alone (the block map of a mask that reads params)."""
+        attention = {t.name for t in self.tensors if t.role != "param"}
+        return tuple(i for i, k in enumerate(self.kernels)
+                     if any(isinstance(p, ScratchParam) for p in k.params)
+                     and not any(isinstance(p, PtrParam) and p.tensor in attention for p in k.params))
 
     @property
     def scalar_dims(self) -> tuple[str, ...]:

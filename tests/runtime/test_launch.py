@@ -15,6 +15,7 @@ from types import ModuleType, SimpleNamespace
 import pytest
 
 from attnc_runtime import Bundle, Kernel, driver
+from attnc_runtime.errors import AttncRuntimeError
 from attnc_runtime.params import pack, param_values
 from attnc_runtime.tensors import contiguous_strides
 from attnc_runtime.testing import (FakePlatform, FakeTensor, synthetic_arguments, synthetic_files,
@@ -210,3 +211,96 @@ def test_a_bound_launch_keeps_its_inputs_alive(fake_torch):
     del bound
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+# -- Note [Reused masks] -----------------------------------------------------------
+
+def launches(calls) -> list:
+    return [(c[0], c[1]) for c in calls if c[0] in ("memset", "launch")]
+
+
+def mask_reading_kernel(**changes) -> Kernel:
+    """The synthetic bundle with its block-map kernel reading the param `slopes`."""
+    manifest = synthetic_manifest()
+    manifest["kernels"][0]["params"].append({"kind": "ptr", "tensor": "slopes"})
+    manifest.update(changes)
+    return Kernel(Bundle.from_files(manifest, synthetic_files(manifest)), FakePlatform())
+
+
+def test_the_mask_kernels_are_those_that_read_no_attention_tensor():
+    assert mask_reading_kernel().manifest.mask_kernels == (0,)
+    manifest = synthetic_manifest()
+    manifest["kernels"][0]["params"].append({"kind": "ptr", "tensor": "q"})
+    assert Bundle.from_files(manifest, synthetic_files(manifest)).manifest.mask_kernels == ()
+
+
+def test_reuse_mask_leaves_out_the_mask_kernels_and_their_zeroing(fake_torch, fake_driver):
+    bound = mask_reading_kernel().bind(**torch_arguments())
+    scratch = bound._scratch_ptrs["blockmap"]
+    bound.launch()
+    bound.launch(reuse_mask=True)
+    bound.launch()
+    full = [("memset", scratch), ("launch", "attnc_synthetic_blockmap"), ("launch", "attnc_synthetic_fwd")]
+    assert launches(fake_driver) == full + [("launch", "attnc_synthetic_fwd")] + full
+
+
+def test_a_mask_is_reused_only_once_built(fake_torch, fake_driver):
+    bound = mask_reading_kernel().bind(**torch_arguments())
+    with pytest.raises(AttncRuntimeError, match="launch this binding once without reuse_mask"):
+        bound.launch(reuse_mask=True)
+    assert launches(fake_driver) == []
+
+
+def test_mask_from_reads_the_owners_map(fake_torch, fake_driver):
+    k = mask_reading_kernel()
+    args = torch_arguments()
+    first = k.bind(**args)
+    layer = torch_arguments()
+    layer["slopes"] = args["slopes"]
+    second = k.bind(**layer, mask_from=first)
+    third = k.bind(**layer, mask_from=second)              # a chain reads the first's map
+    assert second._scratch_ptrs == third._scratch_ptrs == first._scratch_ptrs
+    with pytest.raises(AttncRuntimeError, match="mask_from has not been launched"):
+        second.launch()
+    first.launch()
+    fake_driver.clear()
+    second.launch()
+    k(**layer, mask_from=first)
+    assert launches(fake_driver) == [("launch", "attnc_synthetic_fwd")] * 2
+    own = [layer[t].data_ptr() for t in ("q", "k", "v", "slopes")]
+    assert read_params(second._params[1], [ctypes.c_uint64] * 7) == [
+        *own, *(second.outputs[t].data_ptr() for t in ("o", "lse")), first._scratch_ptrs["blockmap"]]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"M": 999}, r"other dims \(M = 1000 there, 999 here\)"),
+    ({"P": 17}, r"other dims \(P = 16 there, 17 here\)"),
+    ({"slopes": None}, "built from another 'slopes' tensor"),
+])
+def test_mask_from_refuses_another_mask(fake_torch, change, message):
+    k = mask_reading_kernel()
+    first = k.bind(**torch_arguments())
+    dims = {d: change[d] for d in ("M", "P") if d in change}
+    with pytest.raises(AttncRuntimeError, match=message):
+        k.bind(**torch_arguments(**dims), mask_from=first)
+
+
+def test_mask_from_refuses_another_bundle_and_other_objects(fake_torch):
+    first = mask_reading_kernel().bind(**torch_arguments())
+    other = mask_reading_kernel(variant="another")
+    with pytest.raises(AttncRuntimeError, match=r"another bundle \(synthetic for sm_80; this is another for sm_80\)"):
+        other.bind(**torch_arguments(), mask_from=first)
+    with pytest.raises(AttncRuntimeError, match="expected a bound launch"):
+        other.bind(**torch_arguments(), mask_from="the map")
+
+
+def test_without_mask_kernels_reuse_is_a_no_op(fake_torch, fake_driver):
+    manifest = synthetic_manifest()
+    del manifest["kernels"][0]
+    manifest["kernels"][0]["params"] = [p for p in manifest["kernels"][0]["params"] if p["kind"] != "scratch"]
+    k = Kernel(Bundle.from_files(manifest, synthetic_files(manifest)), FakePlatform())
+    assert k.manifest.mask_kernels == ()
+    first = k.bind(**torch_arguments())
+    first.launch(reuse_mask=True)
+    k(**torch_arguments(M=500), mask_from=first)
+    assert launches(fake_driver) == [("launch", "attnc_synthetic_fwd")] * 2

@@ -1,0 +1,65 @@
+"""A block map built once and read by later launches (Note [Reused masks] in
+runtime/attnc_runtime/kernel.py), on a real GPU, with the docs_sink example bundles.
+
+Up to 8 documents of random lengths per batch (sorted ids in [0, 8): the map has SKIP,
+FULL and MIXED tiles) at M = N = 777: a second binding with other q, k, v and `mask_from` the first, and
+the first again with `reuse_mask`, must give the outputs of a full launch to the bit.
+That they do read the kept map and build none is shown by clearing it: the same launches
+then lose every key (o = 0: the sink alone), and a full launch of the owner restores them.
+"""
+from __future__ import annotations
+
+import pytest
+
+from gpu_support import BUNDLES, entries, skip_reason
+
+pytestmark = pytest.mark.gpu
+
+M = N = 777
+
+
+def docs_sink_entries():
+    found = [e for e in entries("examples") if e.get("example") == "docs_sink"]
+    return [pytest.param(e, id=e["name"], marks=pytest.mark.xdist_group(e["name"]))
+            for e in found] or [pytest.param({"name": "no-bundles"}, id="no-bundles")]
+
+
+@pytest.mark.parametrize("entry", docs_sink_entries())
+def test_a_reused_map_gives_the_outputs_of_a_full_launch(gpu, entry):
+    reason = skip_reason(entry)
+    if reason:
+        pytest.skip(reason)
+    import torch
+
+    import attnc_runtime
+    kernel = attnc_runtime.load(BUNDLES / entry["path"])
+    d_qk, d_v = entry["head_dim"]
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[entry["dtype"]]
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    doc = torch.sort(torch.randint(0, 8, (2, N), generator=gen, device="cuda"), dim=1).values.to(torch.int32)
+    sinks = torch.rand(8, generator=gen, device="cuda")
+
+    def qkv():
+        return [torch.randn(2, 8, n, d, generator=gen, device="cuda", dtype=dtype)
+                for n, d in ((M, d_qk), (N, d_qk), (N, d_v))]
+
+    first_inputs, second_inputs = qkv(), qkv()
+    first = kernel.bind(*first_inputs, doc=doc, sinks=sinks)
+    second = kernel.bind(*second_inputs, doc=doc, sinks=sinks, mask_from=first)
+    first.launch()
+    second.launch()
+    want_first = kernel(*first_inputs, doc=doc, sinks=sinks)["o"]
+    want_second = kernel(*second_inputs, doc=doc, sinks=sinks)["o"]
+    assert torch.equal(second.outputs["o"], want_second)
+    first.outputs["o"].zero_()
+    first.launch(reuse_mask=True)
+    assert torch.equal(first.outputs["o"], want_first)
+
+    first._scratch["blockmap"].zero_()      # every tile SKIP: nothing is kept
+    second.launch()
+    first.launch(reuse_mask=True)
+    torch.cuda.synchronize()
+    assert not second.outputs["o"].any() and not first.outputs["o"].any()
+    first.launch()                          # builds the map again
+    second.launch()
+    assert torch.equal(first.outputs["o"], want_first) and torch.equal(second.outputs["o"], want_second)
