@@ -186,7 +186,8 @@ class BlockMapPlan:
                 "dynamic_smem_bytes": 0,
                 "grid": [[_cdiv_factor(self.seq_k, self.block_n * TILES)],
                          [_cdiv_factor(self.seq_q, self.block_m)], z],
-                "params": self.kernel_params}
+                "params": self.kernel_params,
+                "role": "mask"}         # the runtime may keep the map (Note [Reused masks], kernel.py)
 
 
 def _cdiv_factor(size: DimValue, block: int):

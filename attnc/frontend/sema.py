@@ -20,6 +20,7 @@ INPUT_DTYPES = ("bf16", "f16")
 OUTPUT_DTYPES = ("bf16", "f16", "f32")
 PARAM_DTYPES = ("f32", "i32")
 HEAD_DIMS = (64, 96, 128, 256)
+RESERVED_NAMES = ("mask_from",)     # keywords of the runtime's Kernel.bind (attnc_runtime/kernel.py)
 
 HOOK_PARAMS = {            # hook -> (conventional names, types)
     "score_mod": (("s", "b", "h", "i", "j"), (FLOAT, INT, INT, INT, INT)),
@@ -90,6 +91,9 @@ class _Checker:
 
         for d in self.decl.decls:
             if isinstance(d, ast.TensorDecl):
+                if d.name in RESERVED_NAMES:
+                    raise AttncError(f"'{d.name}' is reserved (a keyword of the runtime's Kernel.bind): "
+                                     "rename it", d.span)
                 claim(d.name, d.span, "tensor")
                 self.tensors[d.name] = d
             elif isinstance(d, ast.DimDecl):

@@ -10,8 +10,8 @@ torch/cupy stream. `bind` splits the two halves so a benchmark launches the same
 checked arguments again without re-checking them.
 
 Note [Reused masks]: a mask that reads params (documents) is classified on the GPU by
-the bundle's mask kernels (the block map, `Manifest.mask_kernels`) before the attention
-kernel, into scratch, at every launch. In a model the mask's params and dims are the same
+the bundle's mask kernels (the block map: kernels of role "mask", `Manifest.mask_kernels`)
+before the attention kernel, into scratch, at every launch. In a model the mask's params and dims are the same
 for many launches -- every layer of a forward pass reads the same document ids -- so,
 as FlexAttention's BlockMask is built once and passed to every layer:
 
@@ -23,10 +23,13 @@ as FlexAttention's BlockMask is built once and passed to every layer:
 Both skip the mask kernels and the zeroing of their scratch. They are the caller's
 promise that the params the mask reads still hold the values they held when the map was
 built: the runtime cannot read device memory to check, as FlexAttention cannot either.
-It does check what it can: that the map was built (its owner launched with the mask, so
-a later launch on the same stream sees it), that a `mask_from` binding has the same dims
-and reads the same param tensors (address, shape, strides), on the same device, of the
-same bundle. A bundle without mask kernels has nothing to reuse, and both are no-ops.
+It does check what it can: that a launch built the map, on the stream the reading launch
+is on (the same stream orders them; on another, nothing would); and that a `mask_from`
+binding is of the same bundle, on the same device, with the same dims, reading the same
+param tensors (the same addresses: the dims fix their shapes, and params are contiguous). The map's buffers and the stream that built it
+(`_KeptMask`) are shared by the bindings that read them, so a reader keeps the buffers
+alive, not the first binding's q, k, v and outputs. A bundle without mask kernels has
+nothing to reuse, and both are no-ops.
 """
 from __future__ import annotations
 
@@ -111,23 +114,25 @@ class BoundLaunch:
         self.plan = plan
         self._given = dict(args)
         device = plan.device.ordinal
+        # Note [Reused masks]: the mask kernels' scratch, this binding's own or mask_from's.
+        self._mask_kernels = frozenset(bundle.manifest.mask_kernels)
+        if mask_from is not None and not isinstance(mask_from, BoundLaunch):
+            raise AttncRuntimeError(f"mask_from: expected a bound launch (Kernel.bind), got {type(mask_from).__name__}")
+        self._builds_mask = mask_from is None or not self._mask_kernels
+        source = None if self._builds_mask else _check_mask_source(self, mask_from)
         allocated = {spec.name: libraries.empty(plan.library, shape, spec.dtype, device)
                      for spec, shape in plan.allocate}
         self.outputs = {spec.name: args[spec.name] if spec.name in plan.views else allocated[spec.name]
                         for spec in bundle.manifest.outputs}
         views = {**plan.views, **{name: view(obj, name) for name, obj in allocated.items()}}
-        # Note [Reused masks]: the mask kernels' scratch, built here or read from the owner's.
-        manifest = bundle.manifest
-        self._mask_kernels = frozenset(manifest.mask_kernels)
-        self._mask_scratch = frozenset(p.name for i in self._mask_kernels for p in manifest.kernels[i].params
-                                       if isinstance(p, ScratchParam))
-        if mask_from is not None and not isinstance(mask_from, BoundLaunch):
-            raise AttncRuntimeError(f"mask_from: expected a bound launch (Kernel.bind), got {type(mask_from).__name__}")
-        shares = mask_from is not None and bool(self._mask_kernels)
-        self._mask_owner = _check_mask_source(self, mask_from)._mask_owner if shares else self
-        self._mask_built = False
-        owner = self._mask_owner
-        self._scratch = {name: owner._scratch[name] if owner is not self and name in self._mask_scratch
+        if source is None:
+            kept = {p.name for i in self._mask_kernels for p in bundle.manifest.kernels[i].params
+                    if isinstance(p, ScratchParam)}
+            self._mask = _KeptMask({name: libraries.scratch(plan.library, plan.scratch[name], device)
+                                    for name in sorted(kept)})
+        else:
+            self._mask = source._mask
+        self._scratch = {name: self._mask.buffers[name] if name in self._mask.buffers
                          else libraries.scratch(plan.library, nbytes, device)
                          for name, nbytes in plan.scratch.items()}
         self._scratch_ptrs = {name: view(buf, name).ptr for name, buf in self._scratch.items()}
@@ -142,11 +147,7 @@ class BoundLaunch:
         this binding's last launch built (Note [Reused masks])."""
         from attnc_runtime import driver
         plan, manifest, kind = self.plan, self.bundle.manifest, self.plan.code_kind
-        build = self._mask_owner is self and not reuse_mask
-        if self._mask_kernels and not build and not self._mask_owner._mask_built:
-            raise AttncRuntimeError(
-                "no mask to reuse: " + ("launch this binding once without reuse_mask first" if self._mask_owner is self
-                                        else "the binding given as mask_from has not been launched"))
+        build = self._builds_mask and not reuse_mask
         device = plan.device.ordinal
         with driver.primary_context(device) as ctx:
             if self._functions is None:
@@ -155,8 +156,12 @@ class BoundLaunch:
                                    for k in manifest.kernels]
             handle = _stream_handle(stream) if stream is not None else \
                 libraries.current_stream(plan.library, device)
+            if self._mask_kernels and not build:
+                self._check_kept_mask(handle)
+            if build:
+                self._mask.stream = None        # no map to reuse until every launch is queued
             for name, nbytes in plan.scratch.items():
-                if build or name not in self._mask_scratch:
+                if build or name not in self._mask.buffers:
                     driver.memset_zero_async(self._scratch_ptrs[name], nbytes, handle)
             for i, (k, func, grid, params) in enumerate(zip(manifest.kernels, self._functions, plan.grids,
                                                             self._params)):
@@ -164,7 +169,28 @@ class BoundLaunch:
                     continue        # nothing to do (an empty batch or sequence), or a kept mask
                 driver.launch(func, grid, k.block, k.cluster, k.dynamic_smem_bytes, handle,
                               params.address)
-        self._mask_built = self._mask_built or build
+            if build:
+                self._mask.stream = handle
+
+    def _check_kept_mask(self, stream: int) -> None:
+        """Refuse to read a kept mask that no launch has built, or that one built on another
+        stream (nothing orders the two launches)."""
+        if self._mask.stream is None:
+            raise AttncRuntimeError("no mask to reuse: " + (
+                "launch this binding once without reuse_mask first" if self._builds_mask else
+                "the binding that builds this map (the first of the mask_from chain) has not launched"))
+        if self._mask.stream != stream:
+            raise AttncRuntimeError(f"the mask was built on stream {self._mask.stream:#x}, this launch is on "
+                                    f"{stream:#x}: launch on that stream, or build the mask again on this one")
+
+
+class _KeptMask:
+    """The scratch the mask kernels fill (Note [Reused masks]), shared by every binding
+    that reads it; `stream`: that of the launch that filled it, None while none has."""
+
+    def __init__(self, buffers: dict[str, Any]):
+        self.buffers = buffers
+        self.stream: int | None = None
 
 
 def _check_mask_source(bound: BoundLaunch, source: BoundLaunch) -> BoundLaunch:
@@ -183,9 +209,8 @@ def _check_mask_source(bound: BoundLaunch, source: BoundLaunch) -> BoundLaunch:
     manifest = bound.bundle.manifest
     read = sorted({p.tensor for i in manifest.mask_kernels for p in manifest.kernels[i].params
                    if isinstance(p, PtrParam)})
-    for name in read:
-        mine, theirs = bound.plan.views[name], source.plan.views[name]
-        if (mine.ptr, mine.shape, mine.strides) != (theirs.ptr, theirs.shape, theirs.strides):
+    for name in read:       # same dims: same shapes; params are contiguous: same strides
+        if bound.plan.views[name].ptr != source.plan.views[name].ptr:
             raise AttncRuntimeError(f"mask_from: the mask was built from another {name!r} tensor; "
                                     f"pass the same {name!r} to both")
     return source

@@ -16,8 +16,8 @@ The schema, format "attnc-bundle/1" (every key below is required unless marked):
     outputs     [{name, role?: o|lse (default: the name), dtype, shape, align?}]
     constraints [["divisible", a, b] | ["equal", a, b]]  (a, b: dim name or int; optional)
     kernels     [{name, symbol, block [x,y,z], cluster? [x,y,z], dynamic_smem_bytes,
-                  grid [gx, gy, gz] (each a list of factors, multiplied), params [...]}],
-                launched in order
+                  grid [gx, gy, gz] (each a list of factors, multiplied), params [...],
+                  role?: "mask"}], launched in order
     specialization  free-form object (optional)
 
 A shape entry is a dim name or a fixed size. A factor is an int, a dim name,
@@ -32,12 +32,14 @@ otherwise. Params, in kernel ABI order:
     {"kind": "stride", "tensor": t, "axis": a, "type": "i32"|"i64"}   in elements
     {"kind": "const", "value": n, "type": "i32"|"i64"}   a size fixed at compile time
     {"kind": "scratch", "name": s, "bytes": [factors]}  pointer to a buffer the runtime
-        allocates and zeroes before every launch; kernels naming the same scratch share it
+        allocates and zeroes before every launch that fills it (below); kernels naming
+        the same scratch share it
 
-A kernel that takes scratch and no pointer to q, k, v or an output builds mask data (the
-block map): it reads only params and dims, so its scratch may be kept and reused by
-later launches (`Manifest.mask_kernels`; Note [Reused masks] in kernel.py). The kernels
-after it may read that scratch, never write it.
+A kernel of role "mask" builds mask data (the block map) into its scratch from params
+and dims alone, so that later launches may keep it (`Manifest.mask_kernels`; Note
+[Reused masks] in kernel.py): it takes scratch and no pointer to q, k, v or an output,
+no kernel before it takes its scratch, and the kernels after it may read that scratch
+but never write it (the compiler's promise; the first two are checked here).
 """
 from __future__ import annotations
 
@@ -58,6 +60,8 @@ VECTOR_ROLES = ("q", "k", "v", "o")     # read and written with 16-byte vectors
 INT_TYPES = {"i32": 32, "i64": 64}
 CONSTRAINT_KINDS = ("divisible", "equal")
 MAX_THREADS_PER_BLOCK = 1024
+KERNEL_ROLES = ("mask",)
+RESERVED_NAMES = ("mask_from",)         # keywords of Kernel.bind, not tensors
 _ROLE_COUNTS = (("inputs", "q", "exactly"), ("inputs", "k", "exactly"), ("inputs", "v", "exactly"),
                 ("outputs", "o", "exactly"), ("outputs", "lse", "at most"))
 
@@ -149,6 +153,7 @@ class KernelSpec:
     dynamic_smem_bytes: int
     grid: tuple[tuple[Factor, ...], tuple[Factor, ...], tuple[Factor, ...]]
     params: tuple[Param, ...]
+    role: str | None = None             # "mask": Note [Reused masks] (kernel.py)
 
 
 @dataclass(frozen=True)
@@ -180,13 +185,9 @@ class Manifest:
 
     @property
     def mask_kernels(self) -> tuple[int, ...]:
-        """Launch-order indices of the kernels that build mask data: each takes scratch and
-        no pointer to q, k, v or an output, so what it writes depends on params and dims
-        alone (the block map of a mask that reads params)."""
-        attention = {t.name for t in self.tensors if t.role != "param"}
-        return tuple(i for i, k in enumerate(self.kernels)
-                     if any(isinstance(p, ScratchParam) for p in k.params)
-                     and not any(isinstance(p, PtrParam) and p.tensor in attention for p in k.params))
+        """Launch-order indices of the kernels of role "mask": each fills its scratch from
+        params and dims alone (the block map of a mask that reads params)."""
+        return tuple(i for i, k in enumerate(self.kernels) if k.role == "mask")
 
     @property
     def scalar_dims(self) -> tuple[str, ...]:
@@ -225,6 +226,7 @@ def parse_manifest(raw: Any) -> Manifest:
     kernels = tuple(_kernel(k, f"kernels[{i}]", dims, tensors)
                     for i, k in enumerate(_list(top["kernels"], "kernels", min_len=1)))
     _check_scratch_agree(kernels)
+    _check_mask_kernels(kernels, tensors)
     return Manifest(
         compiler_name=_str(compiler["name"], "compiler.name"),
         compiler_version=_str(compiler["version"], "compiler.version"),
@@ -277,6 +279,9 @@ def _check_tensor_set(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec,
         for i, t in enumerate(specs):
             if t.name in seen:
                 raise ManifestError(f"manifest: {group}[{i}].name: tensor {t.name!r} is declared twice")
+            if t.name in RESERVED_NAMES:
+                raise ManifestError(f"manifest: {group}[{i}].name: {t.name!r} is a keyword of Kernel.bind, "
+                                    "not a tensor name")
             seen.add(t.name)
     for group, role, bound in _ROLE_COUNTS:
         count = sum(t.role == role for t in (inputs if group == "inputs" else outputs))
@@ -287,7 +292,7 @@ def _check_tensor_set(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec,
 
 def _kernel(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, TensorSpec]) -> KernelSpec:
     fields = _obj(raw, path, required=("name", "symbol", "block", "dynamic_smem_bytes", "grid", "params"),
-                  optional=("cluster",))
+                  optional=("cluster", "role"))
     block = _triple(fields["block"], f"{path}.block")
     if block[0] * block[1] * block[2] > MAX_THREADS_PER_BLOCK:
         raise ManifestError(f"manifest: {path}.block: {list(block)} has more than "
@@ -301,7 +306,8 @@ def _kernel(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, Te
         dynamic_smem_bytes=_int(fields["dynamic_smem_bytes"], f"{path}.dynamic_smem_bytes", minimum=0),
         grid=tuple(_factors(g, f"{path}.grid[{i}]", dims, in_grid=True) for i, g in enumerate(grid)),
         params=tuple(_param(p, f"{path}.params[{i}]", dims, tensors)
-                     for i, p in enumerate(_list(fields["params"], f"{path}.params"))))
+                     for i, p in enumerate(_list(fields["params"], f"{path}.params"))),
+        role=_choice(fields["role"], f"{path}.role", KERNEL_ROLES) if "role" in fields else None)
 
 
 def _param(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, TensorSpec]) -> Param:
@@ -338,6 +344,25 @@ def _check_scratch_agree(kernels: tuple[KernelSpec, ...]) -> None:
             if isinstance(p, ScratchParam) and sizes.setdefault(p.name, p.bytes) != p.bytes:
                 raise ManifestError(f"manifest: kernels[{i}].params[{j}].bytes: scratch {p.name!r} "
                                     "is sized differently by another param")
+
+
+def _check_mask_kernels(kernels: tuple[KernelSpec, ...], tensors: Mapping[str, TensorSpec]) -> None:
+    """A mask kernel reads params and dims only, and fills scratch no earlier kernel takes."""
+    taken: set[str] = set()
+    for i, kernel in enumerate(kernels):
+        scratch = {p.name for p in kernel.params if isinstance(p, ScratchParam)}
+        if kernel.role == "mask":
+            path = f"manifest: kernels[{i}]"
+            reads = sorted(p.tensor for p in kernel.params
+                           if isinstance(p, PtrParam) and tensors[p.tensor].role != "param")
+            if reads:
+                raise ManifestError(f"{path}: a mask kernel reads params only, not {', '.join(reads)}")
+            if not scratch:
+                raise ManifestError(f"{path}: a mask kernel fills scratch, and takes none")
+            if scratch & taken:
+                raise ManifestError(f"{path}: scratch {sorted(scratch & taken)[0]!r} is taken by an "
+                                    "earlier kernel; a mask kernel fills its own")
+        taken |= scratch
 
 
 def _constraint(raw: Any, path: str, dims: tuple[str, ...]) -> Constraint:

@@ -7,6 +7,7 @@ the driver (its functions recorded), so all of it runs without a GPU.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import itertools
 import math
 import sys
@@ -15,7 +16,8 @@ from types import ModuleType, SimpleNamespace
 import pytest
 
 from attnc_runtime import Bundle, Kernel, driver
-from attnc_runtime.errors import AttncRuntimeError
+from attnc_runtime.errors import AttncRuntimeError, ManifestError
+from attnc_runtime.kernel import BoundLaunch
 from attnc_runtime.params import pack, param_values
 from attnc_runtime.tensors import contiguous_strides
 from attnc_runtime.testing import (FakePlatform, FakeTensor, synthetic_arguments, synthetic_files,
@@ -219,39 +221,88 @@ def launches(calls) -> list:
     return [(c[0], c[1]) for c in calls if c[0] in ("memset", "launch")]
 
 
-def mask_reading_kernel(**changes) -> Kernel:
-    """The synthetic bundle with its block-map kernel reading the param `slopes`."""
+def mask_manifest(**changes) -> dict:
+    """The synthetic bundle with its block-map kernel reading the param `slopes`, and a
+    second scratch (a counter) that only the attention kernel takes."""
     manifest = synthetic_manifest()
     manifest["kernels"][0]["params"].append({"kind": "ptr", "tensor": "slopes"})
+    manifest["kernels"][1]["params"].append({"kind": "scratch", "name": "counter", "bytes": [4]})
     manifest.update(changes)
+    return manifest
+
+
+def mask_reading_kernel(**changes) -> Kernel:
+    manifest = mask_manifest(**changes)
     return Kernel(Bundle.from_files(manifest, synthetic_files(manifest)), FakePlatform())
 
 
-def test_the_mask_kernels_are_those_that_read_no_attention_tensor():
+def test_the_mask_kernels_are_those_of_role_mask():
     assert mask_reading_kernel().manifest.mask_kernels == (0,)
-    manifest = synthetic_manifest()
-    manifest["kernels"][0]["params"].append({"kind": "ptr", "tensor": "q"})
+    manifest = mask_manifest()
+    del manifest["kernels"][0]["role"]
     assert Bundle.from_files(manifest, synthetic_files(manifest)).manifest.mask_kernels == ()
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m["kernels"][0]["params"].append({"kind": "ptr", "tensor": "q"}), "reads params only, not q"),
+    (lambda m: m["kernels"][0]["params"].append({"kind": "ptr", "tensor": "o"}), "reads params only, not o"),
+    (lambda m: m["kernels"][0].update(params=m["kernels"][0]["params"][1:]), "fills scratch, and takes none"),
+    (lambda m: m["kernels"].reverse(), "scratch 'blockmap' is taken by an earlier kernel"),
+    (lambda m: m["kernels"][0].update(role="prologue"), "role: 'prologue' is not one of"),
+])
+def test_mask_kernels_are_checked(change, message):
+    manifest = mask_manifest()
+    change(manifest)
+    with pytest.raises(ManifestError, match=message):
+        Bundle.from_files(manifest, synthetic_files(manifest))
+
+
+def test_mask_from_is_not_a_tensor_name():
+    manifest = synthetic_manifest()
+    manifest["inputs"][3]["name"] = "mask_from"
+    manifest["kernels"][1]["params"][3]["tensor"] = "mask_from"
+    with pytest.raises(ManifestError, match="'mask_from' is a keyword of Kernel.bind"):
+        Bundle.from_files(manifest, synthetic_files(manifest))
 
 
 def test_reuse_mask_leaves_out_the_mask_kernels_and_their_zeroing(fake_torch, fake_driver):
     bound = mask_reading_kernel().bind(**torch_arguments())
-    scratch = bound._scratch_ptrs["blockmap"]
+    scratch, counter = bound._scratch_ptrs["blockmap"], bound._scratch_ptrs["counter"]
     bound.launch()
     bound.launch(reuse_mask=True)
+    bound.launch(reuse_mask=True)
     bound.launch()
-    full = [("memset", scratch), ("launch", "attnc_synthetic_blockmap"), ("launch", "attnc_synthetic_fwd")]
-    assert launches(fake_driver) == full + [("launch", "attnc_synthetic_fwd")] + full
+    full = [("memset", scratch), ("memset", counter), ("launch", "attnc_synthetic_blockmap"),
+            ("launch", "attnc_synthetic_fwd")]
+    reused = [("memset", counter), ("launch", "attnc_synthetic_fwd")]     # other scratch is still zeroed
+    assert launches(fake_driver) == full + reused + reused + full
 
 
-def test_a_mask_is_reused_only_once_built(fake_torch, fake_driver):
+def test_a_mask_is_reused_only_once_built_on_the_same_stream(fake_torch, fake_driver):
     bound = mask_reading_kernel().bind(**torch_arguments())
     with pytest.raises(AttncRuntimeError, match="launch this binding once without reuse_mask"):
         bound.launch(reuse_mask=True)
     assert launches(fake_driver) == []
+    bound.launch(stream=SimpleNamespace(cuda_stream=0x999))
+    with pytest.raises(AttncRuntimeError, match="built on stream 0x999, this launch is on 0xabc"):
+        bound.launch(reuse_mask=True)
+    bound.launch(reuse_mask=True, stream=0x999)
 
 
-def test_mask_from_reads_the_owners_map(fake_torch, fake_driver):
+def test_a_failed_build_leaves_no_mask_to_reuse(fake_torch, fake_driver, monkeypatch):
+    bound = mask_reading_kernel().bind(**torch_arguments())
+    bound.launch()
+
+    def fail(*args):
+        raise AttncRuntimeError("launch failed")
+    monkeypatch.setattr(driver, "launch", fail)
+    with pytest.raises(AttncRuntimeError, match="launch failed"):
+        bound.launch()                   # its memset cleared the map, and no kernel rebuilt it
+    with pytest.raises(AttncRuntimeError, match="launch this binding once without reuse_mask"):
+        bound.launch(reuse_mask=True)
+
+
+def test_mask_from_reads_the_first_bindings_map(fake_torch, fake_driver):
     k = mask_reading_kernel()
     args = torch_arguments()
     first = k.bind(**args)
@@ -259,30 +310,61 @@ def test_mask_from_reads_the_owners_map(fake_torch, fake_driver):
     layer["slopes"] = args["slopes"]
     second = k.bind(**layer, mask_from=first)
     third = k.bind(**layer, mask_from=second)              # a chain reads the first's map
-    assert second._scratch_ptrs == third._scratch_ptrs == first._scratch_ptrs
-    with pytest.raises(AttncRuntimeError, match="mask_from has not been launched"):
-        second.launch()
+    assert second._scratch_ptrs["blockmap"] == third._scratch_ptrs["blockmap"] == first._scratch_ptrs["blockmap"]
+    assert len({b._scratch_ptrs["counter"] for b in (first, second, third)}) == 3    # not the mask's
+    for bound in (second, third):
+        with pytest.raises(AttncRuntimeError, match="the first of the mask_from chain.*has not launched"):
+            bound.launch()
+        with pytest.raises(AttncRuntimeError, match="the first of the mask_from chain.*has not launched"):
+            bound.launch(reuse_mask=True)
     first.launch()
     fake_driver.clear()
     second.launch()
+    third.launch()
     k(**layer, mask_from=first)
-    assert launches(fake_driver) == [("launch", "attnc_synthetic_fwd")] * 2
+    assert [c for c in launches(fake_driver) if c[0] == "launch"] == [("launch", "attnc_synthetic_fwd")] * 3
     own = [layer[t].data_ptr() for t in ("q", "k", "v", "slopes")]
     assert read_params(second._params[1], [ctypes.c_uint64] * 7) == [
         *own, *(second.outputs[t].data_ptr() for t in ("o", "lse")), first._scratch_ptrs["blockmap"]]
 
 
+def test_a_reader_keeps_the_map_alive_not_the_first_binding(fake_torch):
+    import gc
+    import weakref
+    k = mask_reading_kernel()
+    args = torch_arguments()
+    first = k.bind(**args)
+    q = weakref.ref(args.pop("q"))
+    second = k.bind(**{**torch_arguments(), "slopes": args["slopes"]}, mask_from=first)
+    del first
+    gc.collect()
+    assert q() is None and second._scratch["blockmap"] is second._mask.buffers["blockmap"]
+
+
 @pytest.mark.parametrize("change, message", [
     ({"M": 999}, r"other dims \(M = 1000 there, 999 here\)"),
     ({"P": 17}, r"other dims \(P = 16 there, 17 here\)"),
-    ({"slopes": None}, "built from another 'slopes' tensor"),
+    ({}, "built from another 'slopes' tensor"),
 ])
 def test_mask_from_refuses_another_mask(fake_torch, change, message):
     k = mask_reading_kernel()
-    first = k.bind(**torch_arguments())
-    dims = {d: change[d] for d in ("M", "P") if d in change}
+    args = torch_arguments()
+    first = k.bind(**args)
+    other = torch_arguments(**change)
+    if change:
+        other["slopes"] = args["slopes"]
     with pytest.raises(AttncRuntimeError, match=message):
-        k.bind(**torch_arguments(**dims), mask_from=first)
+        k.bind(**other, mask_from=first)
+
+
+def test_mask_from_refuses_another_device(fake_torch):
+    k = mask_reading_kernel()
+    args = torch_arguments()
+    first = k.bind(**args)
+    plan = k.plan(**args)
+    moved = dataclasses.replace(plan, device=dataclasses.replace(plan.device, ordinal=1))
+    with pytest.raises(AttncRuntimeError, match="bound on device 0, this launch on device 1"):
+        BoundLaunch(k.bundle, moved, args, mask_from=first)
 
 
 def test_mask_from_refuses_another_bundle_and_other_objects(fake_torch):
@@ -296,11 +378,11 @@ def test_mask_from_refuses_another_bundle_and_other_objects(fake_torch):
 
 def test_without_mask_kernels_reuse_is_a_no_op(fake_torch, fake_driver):
     manifest = synthetic_manifest()
-    del manifest["kernels"][0]
-    manifest["kernels"][0]["params"] = [p for p in manifest["kernels"][0]["params"] if p["kind"] != "scratch"]
+    del manifest["kernels"][0]["role"]
     k = Kernel(Bundle.from_files(manifest, synthetic_files(manifest)), FakePlatform())
     assert k.manifest.mask_kernels == ()
     first = k.bind(**torch_arguments())
     first.launch(reuse_mask=True)
     k(**torch_arguments(M=500), mask_from=first)
-    assert launches(fake_driver) == [("launch", "attnc_synthetic_fwd")] * 2
+    assert [c[1] for c in launches(fake_driver) if c[0] == "launch"] == [
+        "attnc_synthetic_blockmap", "attnc_synthetic_fwd"] * 2
