@@ -549,11 +549,19 @@ def _reduce(emit_pick, pick, bounds: list) -> tuple[ir.Value, tuple[int, int]]:
             (pick(r[0] for _, r in bounds), pick(r[1] for _, r in bounds)))
 
 
-def _int_range(value: ir.Value, abi_dims: frozenset, depth: int = 0) -> tuple[int, int]:
+def _int_range(value: ir.Value, abi_dims: frozenset, memo: dict | None = None, depth: int = 0) -> tuple[int, int]:
     """Bounds on the i32 `value` of a mask region where j = 0: b, h and i in [0, 2^31),
     the ABI's dims (`abi_dims`) too, any other dim and every param anywhere in i32; sums,
     differences, products, min, max and selects by interval arithmetic (any i32 when the
-    exact result leaves i32: the region's own arithmetic wraps); anything else any i32."""
+    exact result leaves i32: the region's own arithmetic wraps); anything else any i32.
+    `memo` holds the ranges found so far: a `let` used twice is one value, walked once."""
+    memo = {} if memo is None else memo
+    if value not in memo:
+        memo[value] = _int_range_of(value, abi_dims, memo, depth)
+    return memo[value]
+
+
+def _int_range_of(value: ir.Value, abi_dims: frozenset, memo: dict, depth: int) -> tuple[int, int]:
     c = int_constant(value)
     if c is not None:
         return (c, c)
@@ -564,7 +572,7 @@ def _int_range(value: ir.Value, abi_dims: frozenset, depth: int = 0) -> tuple[in
         return _I32
     if op.name == DIM:
         return (0, _I32[1]) if ir.StringAttr(op.attributes["name"]).value in abi_dims else _I32
-    sides = lambda: [_int_range(v, abi_dims, depth + 1) for v in op.operands]  # noqa: E731
+    sides = lambda: [_int_range(v, abi_dims, memo, depth + 1) for v in op.operands]  # noqa: E731
     if op.name == "arith.select":
         _, x, y = sides()
         return (min(x[0], y[0]), max(x[1], y[1]))
@@ -674,8 +682,9 @@ class RowInterval(RegionCode):
         self.linear = linear        # (predicate, k, a, b): `a - b <pred> 0` with a - b = d0 + k * j
         self.residual = list(residual)      # (i1 of j outside that form, negated): Note [Residual conjuncts]
         # Note [Exact bounds]: the range of each term's a - b at j = 0, from the region once.
-        abi_dims = frozenset(names.abi_dims)
-        self.ranges = [_sub(_int_range(a, abi_dims), _int_range(b, abi_dims)) for _, _, a, b in linear]
+        abi_dims, memo = frozenset(names.abi_dims), {}
+        self.ranges = [_sub(_int_range(a, abi_dims, memo), _int_range(b, abi_dims, memo))
+                       for _, _, a, b in linear]
 
     @classmethod
     def of(cls, block: ir.Block, names: KernelNames,
