@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "runtime"), str(ROOT / "tools")]
 
-from build_gpu_bundles import BENCH_CASES, Job, bench_source, build_one, pipeline_with  # noqa: E402
-from attnc.passes.pipelines import LOWERING  # noqa: E402
+from build_gpu_bundles import BENCH_CASES, Job, bench_source, build_one  # noqa: E402
+from attnc.passes.pipelines import LOWERING, pipeline_with  # noqa: E402
 
 
 def job(spec: str) -> Job:

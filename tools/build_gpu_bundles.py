@@ -53,7 +53,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "runtime"), str(ROOT / "tests" / "gpu")]
 
-from attnc.passes.pipelines import LOWERING  # noqa: E402  (the targets with kernels)
+from attnc.passes.pipelines import LOWERING, pipeline_with  # noqa: E402  (the targets with kernels)
 
 SUITES = ("sm80_matrix", "examples", "property", "bench_variants", "bench_sweep", "bench_sweep_sm90")
 TRAVEL_LIMIT = 64 << 20         # bytes the device machine takes with the working tree
@@ -238,12 +238,6 @@ def sweep_sm90_jobs() -> list[Job]:
                         {"case": case, "head_dim": d, "dtype": "bf16", "fills": BENCH_CASES[case][3],
                          "pipeline": pipeline, "arch": "sm_90a"}, arch="sm_90a"))
     return jobs
-
-
-def pipeline_with(arch: str, options: dict[str, dict]) -> str:
-    """The pipeline of `arch` as text, with `options[pass name]` set on those passes."""
-    from attnc.passes.pipelines import pipeline_with as with_options
-    return with_options(arch, options)
 
 
 # --- building ----------------------------------------------------------------------------
