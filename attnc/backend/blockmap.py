@@ -78,7 +78,8 @@ otherwise (the element walk's tiles, the static class's): the attention kernel
 (`blockmap_holds` here, `ScoreMasker._split` in sm80_masks.py) then tests only the other
 part. It must still drop the keys >= N itself: a ragged last key block may hold its
 interval part on its keys < N (rows past N that read the last document id, M > N), so
-the residual alone is tested only in a block wholly below N. Every reader of the class masks the byte with CLASS_BITS. On an H200 (B = 4,
+the residual alone is tested only in a block wholly below N. Every reader of the class
+masks the byte with CLASS_BITS. On an H200 (B = 4,
 M = N = 8192, documents of 1000), against the same kernels testing both parts (same
 outputs to the bit): 0.586 -> 0.563 ms at d = 128 and 0.677 -> 0.659 at d = 64 on
 sm_80, 0.442 -> 0.430 at d = 128 on sm_90a (results/logs/session12_ab_split.txt).

@@ -14,13 +14,13 @@ from attnc.errors import AttncError, Span
 from attnc.frontend import ast
 from attnc.frontend.ast import BOOL, FLOAT, INT
 from attnc.frontend.variant import Hook, Tensor, Variant
+from attnc_runtime.manifest import RESERVED_NAMES   # keywords of the runtime's Kernel.bind
 
 DTYPES = ("bf16", "f16", "f32", "i32")
 INPUT_DTYPES = ("bf16", "f16")
 OUTPUT_DTYPES = ("bf16", "f16", "f32")
 PARAM_DTYPES = ("f32", "i32")
 HEAD_DIMS = (64, 96, 128, 256)
-RESERVED_NAMES = ("mask_from",)     # keywords of the runtime's Kernel.bind (attnc_runtime/kernel.py)
 
 HOOK_PARAMS = {            # hook -> (conventional names, types)
     "score_mod": (("s", "b", "h", "i", "j"), (FLOAT, INT, INT, INT, INT)),
