@@ -20,7 +20,8 @@ in the narrowed box. The narrowed box contains every point of the original one w
 the literals hold, so this stays sound; on the masks of dsl.md (windows, chunks,
 prefixes, global tokens) one round of it is exact (the tests check this). Boxes are
 memoised with the set of literals they assume, and a budget bounds the work on
-adversarial masks (past it, boxes are simply not narrowed).
+adversarial masks (past it, boxes are simply not narrowed): the masks of dsl.md take
+under 50 units of it, while each level of nested `where`s can double the boxes.
 """
 from __future__ import annotations
 
@@ -76,12 +77,14 @@ class Interpreter:
     """
 
     def __init__(self, program: Program, S: Builder, base: Box, dims: Mapping[str, Expr],
-                 rounds: int = 1, budget: int = 20000):
+                 rounds: int = 1, budget: int = 2000):
         self.p, self.S, self.base, self.dims = program, S, base, dims
         self.rounds, self.budget = rounds, budget
         self._values: dict = {}
         self._truths: dict = {}
         self._boxes: dict = {}
+        self._literals: dict = {}     # (v, polarity) -> literals: a value reused by lets is
+        self._disjuncts: dict = {}    # taken apart once (Note [One target per value])
         self.narrowing = Narrowing(self)
         self._work = 0          # values and truths computed; past `budget`, no narrowing
 
@@ -93,6 +96,13 @@ class Interpreter:
 
     def literals(self, v: int, polarity: bool) -> frozenset:
         """`v == polarity` as a conjunction of atomic literals."""
+        key = (v, polarity)
+        hit = self._literals.get(key)
+        if hit is None:
+            hit = self._literals[key] = self._literals_of(v, polarity)
+        return hit
+
+    def _literals_of(self, v: int, polarity: bool) -> frozenset:
         node = self.p.nodes[v] if v != EXTERNAL else None
         if node is None:
             return frozenset()
@@ -105,7 +115,14 @@ class Interpreter:
         return frozenset({(v, polarity)})
 
     def disjuncts(self, v: int, polarity: bool = True) -> list[Literal]:
-        """`v == polarity` as a disjunction of literals (top-level `or`s only)."""
+        """`v == polarity` as a disjunction of literals (top-level `or`s only), each once."""
+        key = (v, polarity)
+        hit = self._disjuncts.get(key)
+        if hit is None:
+            hit = self._disjuncts[key] = tuple(dict.fromkeys(self._disjuncts_of(v, polarity)))
+        return list(hit)
+
+    def _disjuncts_of(self, v: int, polarity: bool) -> list[Literal]:
         node = self.p.nodes[v]
         if (node.op, polarity) in (("arith.ori", True), ("arith.andi", False)):
             return self.disjuncts(node.operands[0], polarity) + self.disjuncts(node.operands[1], polarity)
@@ -132,13 +149,14 @@ class Interpreter:
         hit = self._boxes.get(key)
         if hit is not None:
             return hit
+        if self._work >= self.budget:
+            return box          # past the budget the box stays as it is, one box for all
         out = replace(box, assumed=box.assumed | new)
-        if self._work < self.budget:
-            lits = sorted(out.assumed)
-            out = replace(out, facts=self.S.and_(out.facts, self.narrowing.opposed(lits)))
-            for _ in range(self.rounds):
-                for lit in lits:
-                    out = self.narrowing.revise(out, lit)
+        lits = sorted(out.assumed)
+        out = replace(out, facts=self.S.and_(out.facts, self.narrowing.opposed(lits)))
+        for _ in range(self.rounds):
+            for lit in lits:
+                out = self.narrowing.revise(out, lit)
         self._boxes[key] = out
         return out
 

@@ -26,6 +26,15 @@ AFFINE_OPS = ("arith.addi", "arith.subi", "arith.muli")
 # needs to be non-empty. Over two index variables with unit coefficients (windows,
 # bands) this makes the narrowed box exact.
 
+# Note [One target per value]
+# A mask's values form a DAG: `let d = i - j in d * d` uses `d` twice, and a chain of
+# such lets reaches the block arguments along exponentially many paths. Pushing a target
+# down each path separately repeats the work per path. `_push` instead collects, for each
+# value, the intersection of the targets its consumers give it, and pushes that once:
+# values are visited from the last node down, and a node's operands are earlier nodes, so
+# every consumer has pushed before its operand is taken. The cost is one visit per value,
+# and the result is at least as tight (the value must lie in every target at once).
+
 
 class Narrowing:
     """The backward half of an `intervals.Interpreter` (which owns the memo tables)."""
@@ -60,44 +69,52 @@ class Narrowing:
             tb = Interval(None if A.lo is None else S.add(A.lo, one), None)
         else:
             ta, tb = Interval(None, B.hi), Interval(A.lo, None)
-        narrowed = list(box.vars)
-        self._push(a, ta, box, narrowed, depth=0)
-        self._push(b, tb, box, narrowed, depth=0)
-        return replace(box, vars=tuple(narrowed))
+        return replace(box, vars=self._push(((a, ta), (b, tb)), box))
 
-    def _push(self, v: int, target: Interval, box, narrowed: list, depth: int) -> None:
-        """Narrow the block arguments under `v` so that `v` lies in `target`."""
-        if v == EXTERNAL or target == TOP or depth > 16:
-            return
-        node, S = self.p.nodes[v], self.S
-        ops = node.operands
-        if node.op == ARG:
-            narrowed[node.attr] = D.intersect(S, narrowed[node.attr], target)
-            return
+    def _push(self, targets, box) -> tuple[Interval, ...]:
+        """The box's variables narrowed so that each value `v` of the `(v, target)`
+        pairs lies in its target (Note [One target per value])."""
+        S, nodes = self.S, self.p.nodes
+        narrowed = list(box.vars)
+        pending: dict[int, Interval] = {}
         val = lambda x: self.it.value(x, box)     # noqa: E731 -- values before this revise
-        down = lambda x, t: self._push(x, t, box, narrowed, depth + 1)  # noqa: E731
-        if node.op == "arith.addi":
-            down(ops[0], D.sub(S, target, val(ops[1])))
-            down(ops[1], D.sub(S, target, val(ops[0])))
-        elif node.op == "arith.subi" and self.it.mod_operands(node) is None:
-            down(ops[0], D.add(S, target, val(ops[1])))
-            down(ops[1], D.sub(S, val(ops[0]), target))
-        elif node.op == "arith.muli":
-            for x, y in (ops, ops[::-1]):
-                c = D.constant_of(val(y))
-                if c:
-                    down(x, _unscale(S, target, c))
-                    return
-        elif node.op == "arith.floordivsi":
-            divisor = val(ops[1])
-            if divisor.lo is not None and divisor.lo is divisor.hi:
-                down(ops[0], _undivide(S, target, divisor.lo, val(ops[0])))
-        elif node.op in ("arith.minsi", "arith.maxsi"):
-            keep = Interval(target.lo, None) if node.op == "arith.minsi" else Interval(None, target.hi)
-            down(ops[0], keep)
-            down(ops[1], keep)
-        elif node.op == "math.absi" and target.hi is not None:
-            down(ops[0], Interval(S.scale(target.hi, -1), target.hi))
+
+        def down(x: int, t: Interval) -> None:
+            if x != EXTERNAL and t != TOP:
+                pending[x] = D.intersect(S, pending[x], t) if x in pending else t
+
+        for v, t in targets:
+            down(v, t)
+        while pending:
+            v = max(pending)        # every consumer of v (a later node) has pushed to it
+            target = pending.pop(v)
+            node = nodes[v]
+            ops = node.operands
+            if node.op == ARG:
+                narrowed[node.attr] = D.intersect(S, narrowed[node.attr], target)
+            elif node.op == "arith.addi":
+                down(ops[0], D.sub(S, target, val(ops[1])))
+                down(ops[1], D.sub(S, target, val(ops[0])))
+            elif node.op == "arith.subi" and self.it.mod_operands(node) is None:
+                down(ops[0], D.add(S, target, val(ops[1])))
+                down(ops[1], D.sub(S, val(ops[0]), target))
+            elif node.op == "arith.muli":
+                for x, y in (ops, ops[::-1]):
+                    c = D.constant_of(val(y))
+                    if c:
+                        down(x, _unscale(S, target, c))
+                        break
+            elif node.op == "arith.floordivsi":
+                divisor = val(ops[1])
+                if divisor.lo is not None and divisor.lo is divisor.hi:
+                    down(ops[0], _undivide(S, target, divisor.lo, val(ops[0])))
+            elif node.op in ("arith.minsi", "arith.maxsi"):
+                keep = Interval(target.lo, None) if node.op == "arith.minsi" else Interval(None, target.hi)
+                down(ops[0], keep)
+                down(ops[1], keep)
+            elif node.op == "math.absi" and target.hi is not None:
+                down(ops[0], Interval(S.scale(target.hi, -1), target.hi))
+        return tuple(narrowed)
 
     def opposed(self, lits) -> Expr:
         """The facts that pairs of opposite affine literals imply (Note [Opposite constraints])."""

@@ -338,7 +338,24 @@ class BiasCode(RegionCode):
         return a_value, env.get(conv_in, conv_in), cj
 
 
-def _j_coefficient(value: ir.Value, j: ir.Value, j_tainted: set) -> int | None:
+def _once_per_value(walk):
+    """`walk(value, *args, memo=...)`, a recursive walk over a region's values, computed
+    once per value: a `let` used twice is one value, and a walk per use would be
+    exponential in a chain of lets. A top-level call starts a memo (or shares the one it
+    is given), and the walk passes `memo` on to its recursive calls."""
+
+    @functools.wraps(walk)
+    def once(value: ir.Value, *args, memo: dict | None = None):
+        memo = {} if memo is None else memo
+        if value not in memo:
+            memo[value] = walk(value, *args, memo=memo)
+        return memo[value]
+
+    return once
+
+
+@_once_per_value
+def _j_coefficient(value: ir.Value, j: ir.Value, j_tainted: set, *, memo: dict) -> int | None:
     """c when the i32 `value` is R + c * j with R independent of j, else None."""
     if value == j:
         return 1
@@ -348,7 +365,7 @@ def _j_coefficient(value: ir.Value, j: ir.Value, j_tainted: set) -> int | None:
     if op is None:
         return None
     if op.name in ("arith.addi", "arith.subi"):
-        x, y = (_j_coefficient(v, j, j_tainted) for v in op.operands)
+        x, y = (_j_coefficient(v, j, j_tainted, memo=memo) for v in op.operands)
         if x is None or y is None:
             return None
         return x + y if op.name == "arith.addi" else x - y
@@ -356,7 +373,7 @@ def _j_coefficient(value: ir.Value, j: ir.Value, j_tainted: set) -> int | None:
         for v, w in ((op.operands[0], op.operands[1]), (op.operands[1], op.operands[0])):
             c = int_constant(w)
             if c is not None:
-                x = _j_coefficient(v, j, j_tainted)
+                x = _j_coefficient(v, j, j_tainted, memo=memo)
                 return None if x is None else x * c
     return None
 
@@ -411,7 +428,8 @@ class ScaledScoreCode(RegionCode):
         return env.get(self.inner, self.inner)
 
 
-def _interval(value: ir.Value, depth: int = 0) -> tuple[float, float] | None:
+@_once_per_value
+def _interval(value: ir.Value, depth: int = 0, *, memo: dict) -> tuple[float, float] | None:
     """A finite interval holding every value `value` takes, from its ops: constants,
     tanh, sums, differences, negations and products by constants; else None."""
     c = _f32_constant(value)
@@ -423,10 +441,10 @@ def _interval(value: ir.Value, depth: int = 0) -> tuple[float, float] | None:
     if op.name == "math.tanh":
         return (-1.0, 1.0)
     if op.name == "arith.negf":
-        x = _interval(op.operands[0], depth + 1)
+        x = _interval(op.operands[0], depth + 1, memo=memo)
         return None if x is None else (-x[1], -x[0])
     if op.name in ("arith.addf", "arith.subf", "arith.mulf"):
-        x, y = (_interval(v, depth + 1) for v in op.operands)
+        x, y = (_interval(v, depth + 1, memo=memo) for v in op.operands)
         if x is None or y is None:
             return None
         if op.name == "arith.addf":
@@ -549,19 +567,12 @@ def _reduce(emit_pick, pick, bounds: list) -> tuple[ir.Value, tuple[int, int]]:
             (pick(r[0] for _, r in bounds), pick(r[1] for _, r in bounds)))
 
 
-def _int_range(value: ir.Value, abi_dims: frozenset, memo: dict | None = None, depth: int = 0) -> tuple[int, int]:
+@_once_per_value
+def _int_range(value: ir.Value, abi_dims: frozenset, depth: int = 0, *, memo: dict) -> tuple[int, int]:
     """Bounds on the i32 `value` of a mask region where j = 0: b, h and i in [0, 2^31),
     the ABI's dims (`abi_dims`) too, any other dim and every param anywhere in i32; sums,
     differences, products, min, max and selects by interval arithmetic (any i32 when the
-    exact result leaves i32: the region's own arithmetic wraps); anything else any i32.
-    `memo` holds the ranges found so far: a `let` used twice is one value, walked once."""
-    memo = {} if memo is None else memo
-    if value not in memo:
-        memo[value] = _int_range_of(value, abi_dims, memo, depth)
-    return memo[value]
-
-
-def _int_range_of(value: ir.Value, abi_dims: frozenset, memo: dict, depth: int) -> tuple[int, int]:
+    exact result leaves i32: the region's own arithmetic wraps); anything else any i32."""
     c = int_constant(value)
     if c is not None:
         return (c, c)
@@ -572,7 +583,7 @@ def _int_range_of(value: ir.Value, abi_dims: frozenset, memo: dict, depth: int) 
         return _I32
     if op.name == DIM:
         return (0, _I32[1]) if ir.StringAttr(op.attributes["name"]).value in abi_dims else _I32
-    sides = lambda: [_int_range(v, abi_dims, memo, depth + 1) for v in op.operands]  # noqa: E731
+    sides = lambda: [_int_range(v, abi_dims, depth + 1, memo=memo) for v in op.operands]  # noqa: E731
     if op.name == "arith.select":
         _, x, y = sides()
         return (min(x[0], y[0]), max(x[1], y[1]))
@@ -637,8 +648,12 @@ class MaskConjuncts:
         free: list = []
         linear: list = []
         residual: list = []
+        seen: set = set()       # `c and c` is c: a conjunct reached twice is taken once
 
         def conjuncts(value: ir.Value, negated: bool = False) -> None:
+            if (value, negated) in seen:
+                return
+            seen.add((value, negated))
             if value not in tainted:
                 free.append((value, negated))
                 return
@@ -683,7 +698,7 @@ class RowInterval(RegionCode):
         self.residual = list(residual)      # (i1 of j outside that form, negated): Note [Residual conjuncts]
         # Note [Exact bounds]: the range of each term's a - b at j = 0, from the region once.
         abi_dims, memo = frozenset(names.abi_dims), {}
-        self.ranges = [_sub(_int_range(a, abi_dims, memo), _int_range(b, abi_dims, memo))
+        self.ranges = [_sub(_int_range(a, abi_dims, memo=memo), _int_range(b, abi_dims, memo=memo))
                        for _, _, a, b in linear]
 
     @classmethod

@@ -546,18 +546,42 @@ def test_bounds_leave_i32_only_where_the_ranges_say(mask, wide):
     assert text.count("arith.minsi") >= 1 and (text.count("arith.maxsi") >= 1 or not wide)
 
 
-def test_a_let_used_twice_is_ranged_once(monkeypatch):
-    """Note [Exact bounds]: `_int_range` walks each value of the region once, however
-    often `let`s reuse it (without its memo, this chain of 8 doublings took 516 calls)."""
+def let_chain(first: str, step: str, n: int, last: str) -> str:
+    """`let x0 = first in let x1 = step(x0) in ... last(xn)`: with a step that uses its
+    value twice, the expression has 2^n paths from its result to `first`."""
+    lets = "".join(f"let x{k + 1} = {step.format(p=f'x{k}')} in " for k in range(n))
+    return f"let x0 = {first} in {lets}{last.format(p=f'x{n}')}"
+
+
+SHARED_WALKS = {    # hook code that walks a region: (hook, first, step, last)
+    "row bounds": ("mask_mod", "i", "{p} + {p}", "j - i < {p} and j <= i"),
+    "conjuncts": ("mask_mod", "j <= i", "{p} and {p}", "{p}"),
+    "bias linear in j": ("score_mod", "j - i", "{p} + {p}", "s + float({p})"),
+    "score bounds": ("score_mod", "tanh(s)", "{p} + {p}", "{p}"),
+}
+
+
+@pytest.mark.parametrize("walk", sorted(SHARED_WALKS))
+def test_hooks_walk_a_value_that_lets_reuse_once(walk, monkeypatch):
+    """`_int_range`, `MaskConjuncts`, `_j_coefficient` and `_interval` visit each value of
+    a region once, however often `let`s reuse it (`_once_per_value`): their work grows
+    with the number of lets, not with the 2^n paths (each walk was exponential once)."""
     from attnc.backend import hooks as hooks_module
-    chain = "".join(f"let a{k} = a{k - 1} + a{k - 1} in " for k in range(1, 9))
-    result = _row_mask(f"let a0 = i in {chain}j - i < a8 and j <= i")
-    calls = []
-    walk = hooks_module._int_range_of
-    monkeypatch.setattr(hooks_module, "_int_range_of", lambda *args: calls.append(args[0]) or walk(*args))
-    _, hooks = _hooks(result)
-    assert hooks.row_interval is not None
-    assert len(calls) == len(set(calls)) <= 2 * 8 + 4
+    hook, first, step, last = SHARED_WALKS[walk]
+    args = "s, b, h, i, j" if hook == "score_mod" else "b, h, i, j"
+    calls = {}
+    for n in (4, 10):
+        text = source("shared", f"{hook}({args}) = {let_chain(first, step, n, last)}")
+        result = compile_mlir(text, "shared.attn", CompileOptions(arch="sm_80"))
+        seen = []
+        walk_op = hooks_module.defining_op
+        monkeypatch.setattr(hooks_module, "defining_op", lambda v: seen.append(v) or walk_op(v))
+        _, hooks = _hooks(result)
+        if hooks.score_mod is not None:
+            hooks.score_mod.bounds()
+        monkeypatch.undo()
+        calls[n] = len(seen)
+    assert calls[10] <= calls[4] + 6 * 8, calls
 
 
 @pytest.mark.parametrize("block_n", [32, 128])

@@ -9,6 +9,8 @@ Exact classes come from the reference's evaluation of mask_mod (`mask_oracle`).
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -131,3 +133,62 @@ def test_float_masks_are_runtime_and_decide_nothing_they_cannot():
     assert not report.unsound, str(report)
     # the integer disjunct is still exact: keys below P are kept by every row
     assert rec.tile_class(0, 64, 0, 64, 0, 0, *(dims[d] for d in rec.dims)) == (2,)
+
+
+# --- values that lets reuse -----------------------------------------------------------
+def let_chain(first: str, step: str, n: int, last: str) -> str:
+    """`let x0 = first in let x1 = step(x0) in ... last(xn)`: with a step that uses its
+    value twice, the expression has 2^n paths from its result to `first`."""
+    lets = "".join(f"let x{k + 1} = {step.format(p=f'x{k}')} in " for k in range(n))
+    return f"let x0 = {first} in {lets}{last.format(p=f'x{n}')}"
+
+
+SHARED = {      # (first, step, last, the named mask it equals or None)
+    "doubled": ("i - j", "{p} + {p}", "{p} <= 0 and j <= i", None),
+    "conjoined": ("j <= i and i - j < W", "{p} and {p}", "{p}", "sliding_window"),
+    "disjoined": ("j < P or j <= i", "{p} or {p}", "{p}", "prefix_lm"),
+    "selected": ("i - j", "where({p} > W, {p}, {p} + 1)", "{p} >= 0 and j <= i", None),
+}
+
+
+def analysis_calls(mask: str) -> int:
+    """Python calls into attnc.analysis while attn-analyze-masks analyses `mask`."""
+    calls = [0]
+
+    def count(frame, event, _):
+        if event == "call" and "attnc/analysis/" in frame.f_code.co_filename.replace("\\", "/"):
+            calls[0] += 1
+
+    sys.setprofile(count)
+    try:
+        analyze_source(source("shared", mask), 64, 64)
+    finally:
+        sys.setprofile(None)
+    return calls[0]
+
+
+@pytest.mark.parametrize("name", sorted(SHARED))
+def test_the_analysis_takes_a_reused_value_once(name):
+    """Note [One target per value] (narrowing.py), the literals' memo and the budget
+    (intervals.py): a mask whose lets reuse each value twice costs about as much for its
+    7th to 10th lets as for its 3rd to 6th, where each had cost 2^n or more (6 nested
+    wheres ran for minutes)."""
+    first, step, last, _ = SHARED[name]
+    c2, c6, c10 = (analysis_calls(let_chain(first, step, n, last)) for n in (2, 6, 10))
+    assert c10 - c6 <= 2 * (c6 - c2) + c2 // 10, (c2, c6, c10)
+
+
+@pytest.mark.parametrize("name", sorted(SHARED))
+@settings(max_examples=10, deadline=None)
+@given(M=SIZES, N=SIZES, bm=BLOCKS, bn=BLOCKS, dims=DIMS)
+def test_masks_with_reused_values_are_classified_soundly(analyzed, name, M, N, bm, bn, dims):
+    """The same chains at 12 lets, checked against brute force: never wrong, and exact
+    where the chain is a named mask (conjunctions and disjunctions of a literal with
+    itself are taken once)."""
+    first, step, last, equal = SHARED[name]
+    variant, rec = analyzed(name, let_chain(first, step, 12, last), bm, bn)
+    dims = {**dims, "B": 1, "H": 1, "M": M, "N": N}
+    report = check(rec, keep_matrix(variant, dims), dims)
+    assert not report.unsound, str(report)
+    if equal is not None:
+        assert not report.inexact, str(report)
