@@ -145,6 +145,7 @@ def let_chain(first: str, step: str, n: int, last: str) -> str:
 
 SHARED = {      # (first, step, last, the named mask it equals or None)
     "doubled": ("i - j", "{p} + {p}", "{p} <= 0 and j <= i", None),
+    "doubled_window": ("i - j", "{p} + {p}", "{p} >= 0 and {p} < W * 4096", None),
     "conjoined": ("j <= i and i - j < W", "{p} and {p}", "{p}", "sliding_window"),
     "disjoined": ("j < P or j <= i", "{p} or {p}", "{p}", "prefix_lm"),
     "selected": ("i - j", "where({p} > W, {p}, {p} + 1)", "{p} >= 0 and j <= i", None),
