@@ -16,12 +16,15 @@ names its "suite":
                     other choices (other_choices)          -> tests/gpu/test_examples.py
     property        variants from tests/gpu/variant_gen.py, seeds --property-seed onwards
                                                            -> tests/gpu/test_property.py
+    reused_lets     masks and score_mods whose chains of `let`s use each value twice (2^n
+                    paths; 30 nested `where`s, past the mask analysis' budget)
+                                                           -> tests/gpu/test_reused_lets.py
     bench_variants  the variants of bench/bench_variants.py (peers.md), head dims 64 and 128
     bench_sweep     causal sliding windows of 256 .. 4096 keys, head dims 64 and 128: time
                     against the kept fraction (bench/profile_variants.py)
     bench_sweep_sm90  sm_90a kernels of bench_variants' cases with other tiles and options
 
---archs (default sm_80) builds examples, property and bench_variants for each target
+--archs (default sm_80) builds examples, property, reused_lets and bench_variants for each target
 named; an sm_90a bundle's name ends in `_sm90a` and its index entry says "arch"
 (sm80_matrix and bench_sweep are sm_80's). Rebuilding some suites keeps the other
 suites' entries of an existing index. sm_80 bundles of the last three suites hold PTX
@@ -55,7 +58,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "runtime"), str(ROOT / "tests" / "gpu")]
 
 from attnc.passes.pipelines import LOWERING, pipeline_with  # noqa: E402  (the targets with kernels)
 
-SUITES = ("sm80_matrix", "examples", "property", "bench_variants", "bench_sweep", "bench_sweep_sm90")
+SUITES = ("sm80_matrix", "examples", "property", "reused_lets", "bench_variants", "bench_sweep",
+          "bench_sweep_sm90")
 TRAVEL_LIMIT = 64 << 20         # bytes the device machine takes with the working tree
 
 # --- sm80_matrix -------------------------------------------------------------------------
@@ -161,6 +165,43 @@ def property_jobs(first_seed: int, count: int) -> list[Job]:
         v = generate(seed)
         jobs.append(Job("property", v.name, v.source,
                         {"seed": seed, "fills": v.fills(), "features": list(v.features)}))
+    return jobs
+
+
+# --- reused_lets ---------------------------------------------------------------------------
+
+def let_chain(first: str, step: str, n: int, last: str) -> str:
+    """`let x0 = first in let x1 = step(x0) in ... last(xn)`: with a step that uses its
+    value twice, the expression has 2^n paths from its result to `first`."""
+    lets = "".join(f"let x{k + 1} = {step.format(p=f'x{k}')} in " for k in range(n))
+    return f"let x0 = {first} in {lets}{last.format(p=f'x{n}')}"
+
+
+REUSED_LETS = {
+    # name: (hook, params, first, step, lets, last, fills); integers stay inside i32 at
+    # the tests' sizes (12 doublings of a difference of indices)
+    "doubled": ("mask_mod", "", "i - j", "{p} + {p}", 12, "{p} <= 0 and j <= i", {}),
+    "doubled_window": ("mask_mod", "", "i - j", "{p} + {p}", 12, "{p} >= 0 and {p} < 100 * 4096", {}),
+    "nested_where": ("mask_mod", "", "i - j", "where({p} > 7, {p}, {p} + 1)", 30, "{p} >= 0 and j <= i", {}),
+    "or": ("mask_mod", "", "j <= i", "{p} or {p}", 30, "{p}", {}),
+    "and_not": ("mask_mod", "", "j <= i and i - j < 70", "not (not ({p} and {p}))", 30, "{p}", {}),
+    "documents": ("mask_mod", "  param doc: i32[B, N]\n", "doc[b, j] - doc[b, i]", "{p} + {p}", 12,
+                  "{p} == 0 and j <= i", {"doc": "sorted_ids"}),
+    "tanh": ("score_mod", "", "s", "tanh({p}) + tanh({p})", 30, "{p}", {}),
+    "halves": ("score_mod", "", "s", "{p} * 0.5 + {p} * 0.5", 30, "{p}", {}),
+}
+
+
+def reused_lets_jobs() -> list[Job]:
+    jobs = []
+    for case, (hook, params, first, step, lets, last, fills) in REUSED_LETS.items():
+        name = f"lets_{case}"
+        args = "s, b, h, i, j" if hook == "score_mod" else "b, h, i, j"
+        source_text = (f"attention {name} {{\n  q: f16[B, H, M, 64]\n  k: f16[B, H, N, 64]\n"
+                       f"  v: f16[B, H, N, 64]\n{params}"
+                       f"  {hook}({args}) = {let_chain(first, step, lets, last)}\n"
+                       f"  out o: f16[B, H, M, 64]\n}}\n")
+        jobs.append(Job("reused_lets", name, source_text, {"case": case, "fills": fills}))
     return jobs
 
 
@@ -300,7 +341,8 @@ def main(argv=None) -> int:
                     help=f"comma-separated, of {', '.join(SUITES)} (default: all)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--archs", default="sm_80",
-                    help="targets to build examples, property and bench_variants for (default: sm_80)")
+                    help="targets to build examples, property, reused_lets and bench_variants for "
+                         "(default: sm_80)")
     ap.add_argument("--property-count", type=int, default=240)
     ap.add_argument("--property-seed", type=int, default=0, help="the first seed of the property suite")
     ap.add_argument("--allow-refusals", action="store_true",
@@ -316,11 +358,12 @@ def main(argv=None) -> int:
 
     makers = {"sm80_matrix": matrix_jobs, "examples": example_jobs, "bench_variants": bench_jobs,
               "bench_sweep": sweep_jobs, "bench_sweep_sm90": sweep_sm90_jobs,
+              "reused_lets": reused_lets_jobs,
               "property": lambda: property_jobs(args.property_seed, args.property_count)}
     archs = [a for a in args.archs.split(",") if a]
     if not set(archs) <= set(LOWERING):
         ap.error(f"--archs: targets with kernels are {', '.join(LOWERING)}")
-    per_arch = {"examples", "property", "bench_variants"}
+    per_arch = {"examples", "property", "reused_lets", "bench_variants"}
     jobs = [job.for_arch(arch) for suite in suites for job in makers[suite]()
             for arch in (archs if suite in per_arch else [None])]
     index_path = out / "index.json"

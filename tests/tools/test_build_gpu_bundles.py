@@ -97,6 +97,10 @@ def test_suites_have_the_sizes_the_issue_asks_for():
         {(c, d) for c in builder.BENCH_CASES for d in (64, 128)}
     for j in bench:
         load(j.source)
+    lets = builder.reused_lets_jobs()
+    assert {j.meta["case"] for j in lets} == set(builder.REUSED_LETS)
+    for j in lets:
+        load(j.source)
 
 
 def test_a_bundle_is_written_with_ptx_only(tmp_path):
