@@ -195,3 +195,17 @@ def run_against_reference(entry: dict, m: int, n: int, *, batch: int = 2, heads:
     ref = attnc.reference(variant, **ref_inputs)
     got = {name: t.float().cpu().numpy() for name, t in out.items()}
     return compare(variant, got, ref), sizes, variant.source
+
+
+def check_against_reference(entry: dict, m: int, n: int, *, seed: int, label: str = "") -> None:
+    """The body of a GPU test of one bundle at one shape: skip an entry that cannot run
+    (`skip_reason`), else fail with every problem, the sizes and the variant's source
+    when its outputs differ from the reference's."""
+    import pytest
+
+    reason = skip_reason(entry)
+    if reason:
+        pytest.skip(reason)
+    problems, sizes, source = run_against_reference(entry, m, n, seed=seed)
+    assert not problems, (f"{label or entry['name']} at {sizes}:\n  " + "\n  ".join(problems)
+                          + "\n" + source)

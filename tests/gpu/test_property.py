@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_support import bundle_cases, run_against_reference, skip_reason
+from gpu_support import bundle_cases, check_against_reference
 
 pytestmark = pytest.mark.gpu
 
@@ -19,9 +19,4 @@ SHAPES = [(200, 333), (161, 97)]
 
 @pytest.mark.parametrize("entry,m,n", list(bundle_cases("property", lambda entry: SHAPES)))
 def test_generated_variant_matches_reference(gpu, entry, m, n):
-    reason = skip_reason(entry)
-    if reason:
-        pytest.skip(reason)
-    problems, sizes, source = run_against_reference(entry, m, n, seed=entry["seed"] * 31 + m)
-    assert not problems, (f"seed {entry['seed']} at {sizes}:\n  " + "\n  ".join(problems)
-                          + "\n" + source)
+    check_against_reference(entry, m, n, seed=entry["seed"] * 31 + m, label=f"seed {entry['seed']}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_support import bundle_cases, run_against_reference, skip_reason
+from gpu_support import bundle_cases, check_against_reference
 
 pytestmark = pytest.mark.gpu
 
@@ -20,8 +20,4 @@ SHAPES = [(300, 333), (700, 700)]
 
 @pytest.mark.parametrize("entry,m,n", list(bundle_cases("reused_lets", lambda entry: SHAPES)))
 def test_reused_lets_match_reference(gpu, entry, m, n):
-    reason = skip_reason(entry)
-    if reason:
-        pytest.skip(reason)
-    problems, sizes, source = run_against_reference(entry, m, n, seed=m)
-    assert not problems, f"{entry['name']} at {sizes}:\n  " + "\n  ".join(problems) + "\n" + source
+    check_against_reference(entry, m, n, seed=m)
