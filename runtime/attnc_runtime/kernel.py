@@ -40,7 +40,7 @@ from attnc_runtime import libraries
 from attnc_runtime.bundle import Bundle, read_bundle
 from attnc_runtime.checks import LaunchPlan, Platform, plan_launch
 from attnc_runtime.errors import AttncRuntimeError
-from attnc_runtime.manifest import Manifest, PtrParam, ScratchParam
+from attnc_runtime.manifest import Manifest
 from attnc_runtime.params import pack, param_values
 from attnc_runtime.tensors import view
 
@@ -126,10 +126,8 @@ class BoundLaunch:
                         for spec in bundle.manifest.outputs}
         views = {**plan.views, **{name: view(obj, name) for name, obj in allocated.items()}}
         if source is None:
-            kept = {p.name for i in self._mask_kernels for p in bundle.manifest.kernels[i].params
-                    if isinstance(p, ScratchParam)}
             self._mask = _KeptMask({name: libraries.scratch(plan.library, plan.scratch[name], device)
-                                    for name in sorted(kept)})
+                                    for name in bundle.manifest.mask_scratch})
         else:
             self._mask = source._mask
         self._scratch = {name: self._mask.buffers[name] if name in self._mask.buffers
@@ -206,10 +204,7 @@ def _check_mask_source(bound: BoundLaunch, source: BoundLaunch) -> BoundLaunch:
         differ = ", ".join(f"{d} = {source.plan.dims[d]} there, {bound.plan.dims[d]} here"
                            for d in bound.plan.dims if source.plan.dims.get(d) != bound.plan.dims[d])
         raise AttncRuntimeError(f"mask_from: the mask was built for other dims ({differ})")
-    manifest = bound.bundle.manifest
-    read = sorted({p.tensor for i in manifest.mask_kernels for p in manifest.kernels[i].params
-                   if isinstance(p, PtrParam)})
-    for name in read:       # same dims: same shapes; params are contiguous: same strides
+    for name in bound.bundle.manifest.mask_params:   # same dims: same shapes; params are contiguous
         if bound.plan.views[name].ptr != source.plan.views[name].ptr:
             raise AttncRuntimeError(f"mask_from: the mask was built from another {name!r} tensor; "
                                     f"pass the same {name!r} to both")

@@ -190,6 +190,18 @@ class Manifest:
         return tuple(i for i, k in enumerate(self.kernels) if k.role == "mask")
 
     @property
+    def mask_scratch(self) -> tuple[str, ...]:
+        """The scratch the mask kernels fill, sorted: what a launch may keep."""
+        return tuple(sorted({p.name for i in self.mask_kernels for p in self.kernels[i].params
+                             if isinstance(p, ScratchParam)}))
+
+    @property
+    def mask_params(self) -> tuple[str, ...]:
+        """The param tensors the mask kernels read, sorted: what a kept mask depends on."""
+        return tuple(sorted({p.tensor for i in self.mask_kernels for p in self.kernels[i].params
+                             if isinstance(p, PtrParam)}))
+
+    @property
     def scalar_dims(self) -> tuple[str, ...]:
         """Dims no input shape carries: passed as keyword ints at launch."""
         shaped = {d for t in self.inputs for d in t.shape if isinstance(d, str)}
