@@ -10,6 +10,9 @@ RUN lines in the style of LLVM's lit:
 repository root). `attnc` runs `attnc.cli.main` in this process (no subprocess,
 no MLIR start-up per line); `not` expects a non-zero exit; `2>&1` checks stderr
 too. The patterns are matched by the `filecheck` package, also in-process.
+
+`let_chain` writes the hook bodies whose `let`s reuse each value (compile-time tests,
+tools/build_gpu_bundles.py's `reused_lets` suite).
 """
 from __future__ import annotations
 
@@ -112,3 +115,11 @@ def filecheck(check_path: Path, text: str, prefix: str = "CHECK") -> tuple[bool,
     finally:
         Path(f.name).unlink()
     return status == 0, report.getvalue()
+
+
+def let_chain(first: str, step: str, n: int, last: str) -> str:
+    """`let x0 = first in let x1 = step(x0) in ... last(xn)`, `step` and `last` written
+    with `{p}` for the previous value: with a step that uses it twice, the expression
+    has 2^n paths from its result to `first`."""
+    lets = "".join(f"let x{k + 1} = {step.format(p=f'x{k}')} in " for k in range(n))
+    return f"let x0 = {first} in {lets}{last.format(p=f'x{n}')}"

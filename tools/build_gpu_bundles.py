@@ -57,6 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "runtime"), str(ROOT / "tests" / "gpu")]
 
 from attnc.passes.pipelines import LOWERING, pipeline_with  # noqa: E402  (the targets with kernels)
+from attnc.testing import let_chain  # noqa: E402
 
 SUITES = ("sm80_matrix", "examples", "property", "reused_lets", "bench_variants", "bench_sweep",
           "bench_sweep_sm90")
@@ -169,13 +170,6 @@ def property_jobs(first_seed: int, count: int) -> list[Job]:
 
 
 # --- reused_lets ---------------------------------------------------------------------------
-
-def let_chain(first: str, step: str, n: int, last: str) -> str:
-    """`let x0 = first in let x1 = step(x0) in ... last(xn)`: with a step that uses its
-    value twice, the expression has 2^n paths from its result to `first`."""
-    lets = "".join(f"let x{k + 1} = {step.format(p=f'x{k}')} in " for k in range(n))
-    return f"let x0 = {first} in {lets}{last.format(p=f'x{n}')}"
-
 
 REUSED_LETS = {
     # name: (hook, params, first, step, lets, last, fills); integers stay inside i32 at

@@ -27,6 +27,7 @@ from attnc.backend.sm80_variant import AnalysedTiles, variant_hooks
 from attnc.driver import CompileOptions, compile_file, compile_mlir
 from attnc.ir import attention_ops
 from attnc.reference_eval import Evaluator
+from attnc.testing import let_chain
 from tests.backend.host_jit import host_function
 from tests.backend.test_blockmap import emit_i1_function
 
@@ -544,13 +545,6 @@ def test_bounds_leave_i32_only_where_the_ranges_say(mask, wide):
     # causal hi = i >= 0 needs no max): both clamps are checked at the ends of i32 by
     # the two tests below.
     assert text.count("arith.minsi") >= 1 and (text.count("arith.maxsi") >= 1 or not wide)
-
-
-def let_chain(first: str, step: str, n: int, last: str) -> str:
-    """`let x0 = first in let x1 = step(x0) in ... last(xn)`: with a step that uses its
-    value twice, the expression has 2^n paths from its result to `first`."""
-    lets = "".join(f"let x{k + 1} = {step.format(p=f'x{k}')} in " for k in range(n))
-    return f"let x0 = {first} in {lets}{last.format(p=f'x{n}')}"
 
 
 SHARED_WALKS = {    # hook code that walks a region: (hook, first, step, last)

@@ -16,6 +16,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from mask_oracle import analyze_source, check, keep_matrix
 
+from attnc.testing import let_chain
+
 NAMED = {
     "causal": "j <= i",
     "bottom_right_causal": "j <= i + (N - M)",
@@ -136,13 +138,6 @@ def test_float_masks_are_runtime_and_decide_nothing_they_cannot():
 
 
 # --- values that lets reuse -----------------------------------------------------------
-def let_chain(first: str, step: str, n: int, last: str) -> str:
-    """`let x0 = first in let x1 = step(x0) in ... last(xn)`: with a step that uses its
-    value twice, the expression has 2^n paths from its result to `first`."""
-    lets = "".join(f"let x{k + 1} = {step.format(p=f'x{k}')} in " for k in range(n))
-    return f"let x0 = {first} in {lets}{last.format(p=f'x{n}')}"
-
-
 SHARED = {      # (first, step, last, the named mask it equals or None)
     "doubled": ("i - j", "{p} + {p}", "{p} <= 0 and j <= i", None),
     "doubled_window": ("i - j", "{p} + {p}", "{p} >= 0 and {p} < W * 4096", None),
