@@ -19,12 +19,14 @@ names its "suite":
     reused_lets     masks and score_mods whose chains of `let`s use each value twice (2^n
                     paths; 30 nested `where`s, past the mask analysis' budget)
                                                            -> tests/gpu/test_reused_lets.py
+    exact_ints      masks and score_mods whose integers leave 32 bits at 2^16 keys (Note
+                    [Exact integers])                      -> tests/gpu/test_gpu_exact_ints.py
     bench_variants  the variants of bench/bench_variants.py (peers.md), head dims 64 and 128
     bench_sweep     causal sliding windows of 256 .. 4096 keys, head dims 64 and 128: time
                     against the kept fraction (bench/profile_variants.py)
     bench_sweep_sm90  sm_90a kernels of bench_variants' cases with other tiles and options
 
---archs (default sm_80) builds examples, property, reused_lets and bench_variants for each target
+--archs (default sm_80) builds examples, property, reused_lets, exact_ints and bench_variants for each target
 named; an sm_90a bundle's name ends in `_sm90a` and its index entry says "arch"
 (sm80_matrix and bench_sweep are sm_80's). Rebuilding some suites keeps the other
 suites' entries of an existing index. sm_80 bundles of the last three suites hold PTX
@@ -59,7 +61,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "runtime"), str(ROOT / "tests" / "gpu")]
 from attnc.passes.pipelines import LOWERING, pipeline_with  # noqa: E402  (the targets with kernels)
 from attnc.testing import let_chain  # noqa: E402
 
-SUITES = ("sm80_matrix", "examples", "property", "reused_lets", "bench_variants", "bench_sweep",
+SUITES = ("sm80_matrix", "examples", "property", "reused_lets", "exact_ints", "bench_variants", "bench_sweep",
           "bench_sweep_sm90")
 TRAVEL_LIMIT = 64 << 20         # bytes the device machine takes with the working tree
 
@@ -199,6 +201,30 @@ def reused_lets_jobs() -> list[Job]:
     return jobs
 
 
+# --- exact_ints ----------------------------------------------------------------------------
+
+EXACT_INTS = {
+    # name: (hook, source); at M = 200, N = 65573 each reads a value past 2^31 (Note [Exact
+    # integers]): 32-bit arithmetic would keep, weigh or pick other keys
+    "square": ("mask_mod", "(i - j) * (i - j) < 2000000000"),
+    "product_mod": ("mask_mod", "(i * j * 300) % 1000 < 500 and j - i < 60000"),
+    "where": ("mask_mod", "where(i > j, i, j * j) // 1000 < 3000000"),
+    "square_bias": ("score_mod", "s - float((i - j) * (i - j)) * 0.000000001"),
+}
+
+
+def exact_ints_jobs() -> list[Job]:
+    jobs = []
+    for case, (hook, body) in EXACT_INTS.items():
+        name = f"exact_{case}"
+        args = "s, b, h, i, j" if hook == "score_mod" else "b, h, i, j"
+        source_text = (f"attention {name} {{\n  q: bf16[B, H, M, 64]\n  k: bf16[B, H, N, 64]\n"
+                       f"  v: bf16[B, H, N, 64]\n  {hook}({args}) = {body}\n"
+                       f"  out o: bf16[B, H, M, 64]\n  out lse: f32[B, H, M]\n}}\n")
+        jobs.append(Job("exact_ints", name, source_text, {"case": case, "fills": {}}))
+    return jobs
+
+
 # --- bench_variants (peers.md) -------------------------------------------------------------
 
 BENCH_CASES = {
@@ -335,7 +361,7 @@ def main(argv=None) -> int:
                     help=f"comma-separated, of {', '.join(SUITES)} (default: all)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--archs", default="sm_80",
-                    help="targets to build examples, property, reused_lets and bench_variants for "
+                    help="targets to build examples, property, reused_lets, exact_ints and bench_variants for "
                          "(default: sm_80)")
     ap.add_argument("--property-count", type=int, default=240)
     ap.add_argument("--property-seed", type=int, default=0, help="the first seed of the property suite")
@@ -352,12 +378,12 @@ def main(argv=None) -> int:
 
     makers = {"sm80_matrix": matrix_jobs, "examples": example_jobs, "bench_variants": bench_jobs,
               "bench_sweep": sweep_jobs, "bench_sweep_sm90": sweep_sm90_jobs,
-              "reused_lets": reused_lets_jobs,
+              "reused_lets": reused_lets_jobs, "exact_ints": exact_ints_jobs,
               "property": lambda: property_jobs(args.property_seed, args.property_count)}
     archs = [a for a in args.archs.split(",") if a]
     if not set(archs) <= set(LOWERING):
         ap.error(f"--archs: targets with kernels are {', '.join(LOWERING)}")
-    per_arch = {"examples", "property", "reused_lets", "bench_variants"}
+    per_arch = {"examples", "property", "reused_lets", "exact_ints", "bench_variants"}
     jobs = [job.for_arch(arch) for suite in suites for job in makers[suite]()
             for arch in (archs if suite in per_arch else [None])]
     index_path = out / "index.json"

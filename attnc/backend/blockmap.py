@@ -113,7 +113,7 @@ from mlir.dialects import arith, gpu, llvm, nvvm, scf
 
 from attnc.analysis.to_arith import inline_function
 from attnc.backend.blockmap_intervals import Ival, TileIntervals, Tri, WarpRange, point, unsupported
-from attnc.backend.hooks import MaskConjuncts, RegionCode
+from attnc.backend.hooks import MaskConjuncts, RegionCode, size_dims
 from attnc.backend.kernel_spec import ExtraParam, KvCtx, KvRange
 from attnc.backend.nvgpu_builders import Emit, GlobalPtr
 from attnc.errors import AttncError
@@ -256,10 +256,11 @@ class MapNames:
     `never_empty`: the dims that are >= 1 wherever the code runs (BlockMapPlan.never_empty);
     a param read whose shape has any other symbolic dim is guarded."""
 
-    def __init__(self, params, never_empty: frozenset[str] = frozenset()):
+    def __init__(self, params, never_empty: frozenset[str] = frozenset(), size_dims: frozenset[str] = frozenset()):
         self.params = {p.name: p for p in params}
         self.param_order = [p.name for p in params]
         self.never_empty = never_empty
+        self.size_dims = size_dims      # dims in [0, 2^30] (hooks.size_dims; Note [Exact integers])
 
     def param_of(self, tensor: ir.Value) -> str:
         return self.param_order[_param_index(tensor)]
@@ -328,7 +329,7 @@ class _BlockMapKernel:
     def __init__(self, plan: BlockMapPlan, op: ir.Operation, variant, args: dict):
         self.plan, self.op, self.args = plan, op, args
         self.e = Emit({k: a for k, a in args.items() if k != SCRATCH})
-        self.names = MapNames(variant.params, plan.never_empty)
+        self.names = MapNames(variant.params, plan.never_empty, size_dims(variant))
 
     def _size(self, d: DimValue) -> ir.Value:
         return self.e.dim(d) if isinstance(d, str) else self.e.c32(d)

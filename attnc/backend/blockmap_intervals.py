@@ -10,7 +10,7 @@ Every value of the region gets an abstract value made of SSA values computed by 
 kernel: an i32 becomes an `Ival(lo, hi)` (i32, lo <= hi), an i1 a `Tri(may_true,
 may_false)` (two i1). Soundness is the only contract: for any concrete operands inside
 the abstract ones, the concrete result (as the kernel's `emit_mask` computes it, i32
-arithmetic wrapping) is inside the abstract result; `may_true` false proves the value
+arithmetic exact: Note [Exact integers] in exact_ints.py) is inside the abstract result; `may_true` false proves the value
 false, `may_false` false proves it true.
 
 Note [Interval transfer functions]:
@@ -23,6 +23,10 @@ Note [Interval transfer functions]:
   c < 0; c = 0 gives 0 (the kernel's convention); c = -1 is negation in i64 (x = i32 min
   wraps, so TOP). A divisor that is not a constant is not supported.
 * `minsi`/`maxsi` bound by bound; `select` the hull of the arms the condition may take.
+* TOP stands for any i32 where the exact value is an i32. A value the kernel computes in
+  64 bits (`IntPlan.wide`: it may leave i32 and is read as a value) may lie outside it,
+  so an operation reading such a value gives TOP (a comparison: may be either) whenever
+  that operand is TOP, instead of bounding the result by TOP's ends.
 * `cmpi` (signed, or eq/ne on i1): `a < b` may be true when a.lo < b.hi and may be false
   when a.hi >= b.lo; `a == b` may be true when the intervals overlap and may be false
   unless both are the same single point.
@@ -41,12 +45,14 @@ supported: the kernel then keeps the element walk alone, decided at compile time
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from mlir import ir
 from mlir.dialects import arith, scf
 
+from attnc.backend.exact_ints import IntPlan
 from attnc.backend.hooks import load_param
 from attnc.backend.nvgpu_builders import Emit
 from attnc.ir import DIM, PARAM, YIELD, cmpi_predicate, depends_on, int_constant, yielded
@@ -287,6 +293,8 @@ class TileIntervals:
 
     def __init__(self, e: Emit, block: ir.Block, ranges):
         self.e, self.block, self.ranges = e, block, ranges
+        # Note [Interval transfer functions]: TOP read from these is not bounded by its ends.
+        self.wide = IntPlan.of(block, getattr(ranges.names, "size_dims", frozenset())).wide
         # What depends on i or j; the rest are points at run time (but for wrapping: the
         # param walk checks).
         self.varying = depends_on(block, 2, 3)
@@ -310,7 +318,7 @@ class TileIntervals:
             elif depends:
                 after_read.update(op.results)
             else:
-                env[op.result] = self._op(op, [env[v] for v in op.operands])
+                env[op.result] = self._abstract(op, [env[v] for v in op.operands])
         for op in self.block.operations:           # second pass
             if op.name == YIELD:
                 return [env[v] for v in values]
@@ -321,8 +329,21 @@ class TileIntervals:
                 with op.location:
                     env[op.result] = self.ranges.finish(handle)
             else:
-                env[op.result] = self._op(op, [env[v] for v in op.operands])
+                env[op.result] = self._abstract(op, [env[v] for v in op.operands])
         raise ValueError("the mask_mod region has no terminator")
+
+    def _abstract(self, op: ir.Operation, x: list):
+        """`_op`, with TOP read from a wide value giving TOP (Note [Interval transfer functions])."""
+        result = self._op(op, x)
+        tops = [iv for v, iv in zip(op.operands, x) if v in self.wide and isinstance(iv, Ival)]
+        if not tops:
+            return result
+        e = self.e
+        with op.location:
+            top_in = functools.reduce(e.or_, [e.land(e.eq(iv.lo, I32_MIN), e.eq(iv.hi, I32_MAX)) for iv in tops])
+            if isinstance(result, Tri):
+                return Tri(e.or_(result.may_true, top_in), e.or_(result.may_false, top_in))
+            return Ival(e.select(top_in, e.c32(I32_MIN), result.lo), e.select(top_in, e.c32(I32_MAX), result.hi))
 
     def _start(self, op: ir.Operation, env: dict):
         indices = list(op.operands)[1:]

@@ -70,12 +70,19 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, llvm, scf
 
+from attnc.backend.exact_ints import WIDTH_OPS, IntPlan, to_i32
 from attnc.backend.kernel_spec import ExtraParam
 from attnc.backend.nvgpu_builders import Emit
 from attnc.ir import DIM, PARAM, YIELD, cmpi_predicate, defining_op, depends_on, int_constant, yielded
 
 _DYNAMIC = -2147483648      # LLVM::GEPOp::kDynamicIndex
 _RETURNS = (YIELD, "func.return")
+
+
+def size_dims(variant) -> frozenset[str]:
+    """The dims that size q, k or v: B, H, HKV, M, N (never negative)."""
+    return frozenset(getattr(variant, role) for role in ("batch", "heads", "heads_kv", "seq_q", "seq_k")
+                     if isinstance(getattr(variant, role), str))
 
 
 class KernelNames:
@@ -89,6 +96,7 @@ class KernelNames:
         self.variant = variant
         self.abi_dims = {getattr(variant, role): abi for role, abi in self.ABI_DIMS.items()
                          if isinstance(getattr(variant, role), str)}
+        self.size_dims = size_dims(variant)     # in [0, 2^30] (Note [Exact integers])
         self.params = {p.name: p for p in variant.params}
         self.param_order = [ir.StringAttr(a).value for a in ir.ArrayAttr(op.attributes["params"])]
         self.used_dims: list[str] = []
@@ -146,10 +154,20 @@ class RegionCode:
 
     gpu_division = True     # False: arith.divf as it is (to run the code on a CPU in tests)
 
-    def __init__(self, block: ir.Block, names: KernelNames, never_empty: frozenset[str] = frozenset()):
+    def __init__(self, block: ir.Block, names: KernelNames, never_empty: frozenset[str] = frozenset(),
+                 exact_ints: bool = True):
         self.block = block
         self.names = names
         self.never_empty = never_empty      # dims that are >= 1 wherever this code runs
+        self.exact_ints = exact_ints        # a hook's region (Note [Exact integers]); False: the
+                                            # analysis' functions, whose i32 ops are as meant
+
+    @functools.cached_property
+    def ints(self) -> IntPlan | None:
+        """Which integers are computed in i64 (Note [Exact integers], exact_ints.py)."""
+        if not self.exact_ints:
+            return None
+        return IntPlan.of(self.block, getattr(self.names, "size_dims", frozenset()))
 
     def __call__(self, e: Emit, *args) -> ir.Value:
         return self.results(e, *args)[0]
@@ -188,8 +206,12 @@ class RegionCode:
         if op.name == PARAM:
             return load_param(e, self.names, self.names.param_of(op.operands[0]), operands[1:],
                               self.never_empty, in_range)
+        if self.ints is not None and op.name in WIDTH_OPS:
+            return self.ints.emit(e, op, operands)
         if op.name == "arith.floordivsi":
             return floordiv(e, *operands)
+        if op.name == "arith.sitofp":
+            return arith.sitofp(op.results[0].type, operands[0])      # of an i32 or a wide i64
         folded = _fold(op.name, operands)
         if folded is not None:
             return arith.constant(e.f32, folded)
@@ -205,7 +227,7 @@ class RegionCode:
                 return llvm.inline_asm(e.f32, operands, "div.full.f32 $0, $1, $2;", "=f,f,f")
         copy = op.clone()
         for k, v in enumerate(operands):
-            copy.operands[k] = v
+            copy.operands[k] = to_i32(e, v) if v.type != op.operands[k].type else v
         return copy.results[0]
 
 
@@ -224,7 +246,8 @@ def load_param(e: Emit, names, name: str, indices: Sequence[ir.Value],
     offset = None
     for idx, d, size in zip(indices, tensor.shape, sizes):
         known = in_range is not None and in_range.get(idx) == d
-        clamped = e.to_i64(idx if known else e.max(e.min(idx, e.sub(size, 1)), 0))
+        last = e.sub(size, 1) if idx.type == e.i32 else e.to_i64(e.sub(size, 1))    # a wide index: i64
+        clamped = e.to_i64(idx if known else e.max(e.min(idx, last), 0))
         offset = clamped if offset is None else e.add(e.mul(offset, e.to_i64(size)), clamped)
     element = e.f32 if tensor.dtype == "f32" else e.i32
     ptr = llvm.GEPOp(ir.Type.parse("!llvm.ptr<1>"), e.arg(f"ptr:{name}"), [offset or e.c64(0)],
@@ -732,8 +755,8 @@ class RowInterval(RegionCode):
         lows, highs = [], []          # (bound, its range)
         for (kind, k, x, y), r in zip(self.linear, self.ranges):
             # Note [Exact bounds]: in i64 unless the range keeps x - y and its +-1 in i32.
-            wide = not _fits_i32(r, margin=1)
             x, y = value(x), value(y)
+            wide = not _fits_i32(r, margin=1) or x.type != e.i32 or y.type != e.i32   # (Note [Exact integers])
             d0 = e.sub(e.to_i64(x), e.to_i64(y)) if wide else e.sub(x, y)
             # d0 + k * j  <pred>  0, solved for j (k = +1 or -1)
             t, r = (e.sub(0, d0), (-r[1], -r[0])) if k == 1 else (d0, r)

@@ -122,7 +122,9 @@ class Emit:
         return arith.select(c, a, b)
 
     def to_i64(self, a):
-        return arith.extsi(self.i64, a) if isinstance(a, ir.Value) else self.c64(a)
+        if not isinstance(a, ir.Value):
+            return self.c64(a)
+        return a if a.type == self.i64 else arith.extsi(self.i64, a)
 
     def clamp(self, a, lo, hi):
         return self.min(self.max(a, lo), hi)

@@ -116,8 +116,8 @@ def _mask_hooks(op, names: KernelNames, never_empty) -> dict[str, Any]:
     analysis = mask_functions(op)
     names.scan_function(analysis.kv_range, analysis.dims, len(KV_ARGS))
     names.scan_function(analysis.tile_class, analysis.dims, len(TILE_ARGS))
-    tiles = AnalysedTiles(RegionCode(analysis.kv_range.regions[0].blocks[0], names),
-                          RegionCode(analysis.tile_class.regions[0].blocks[0], names),
+    tiles = AnalysedTiles(RegionCode(analysis.kv_range.regions[0].blocks[0], names, exact_ints=False),
+                          RegionCode(analysis.tile_class.regions[0].blocks[0], names, exact_ints=False),
                           analysis.segments, analysis.dims, names)
     rows = RowInterval.of(block, names, never_empty)
     return {"mask": "mask_mod", "kv_range": tiles.kv_range, "tile_skip": tiles.tile_skip,

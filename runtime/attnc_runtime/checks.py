@@ -48,6 +48,7 @@ def plan_launch(manifest: Manifest, args: Mapping[str, Any], platform: Platform)
     views = {name: _view(manifest.tensor(name), obj) for name, obj in tensors.items()}
     device = _common_device(views, platform)
     dims = _bind_dims(manifest, views, dim_args)
+    _check_sizes(manifest, dims)
     _check_constraints(manifest, dims)
     for name, v in views.items():
         _check_layout(manifest.tensor(name), v)
@@ -160,6 +161,21 @@ def _bind_dims(manifest: Manifest, views: Mapping[str, TensorView], dim_args: Ma
         raise AttncRuntimeError(f"dim {missing[0]} is not given by any tensor shape; pass it as "
                                 f"an int, e.g. kernel(..., {missing[0]}=...)")
     return dims
+
+
+# The largest dim that sizes q, k or v: the kernels plan their integer arithmetic for
+# indices and sizes up to it (Note [Exact integers] in attnc/backend/exact_ints.py).
+MAX_SIZE_DIM = 2 ** 30
+
+
+def _check_sizes(manifest: Manifest, dims: Mapping[str, int]) -> None:
+    for spec in manifest.tensors:
+        if spec.role not in ("q", "k", "v"):
+            continue
+        for entry in spec.shape:
+            if isinstance(entry, str) and dims[entry] > MAX_SIZE_DIM:
+                raise AttncRuntimeError(f"dim {entry} = {dims[entry]} (in {spec.name}'s shape) is above "
+                                        f"2^30, the largest size the kernels are compiled for")
 
 
 def _check_constraints(manifest: Manifest, dims: Mapping[str, int]) -> None:

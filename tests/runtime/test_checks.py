@@ -252,3 +252,19 @@ def test_i32_parameters_must_fit():
             p["type"] = "i32"
     assert refusal(make_kernel(manifest), **synthetic_arguments(B=2, H=8, M=2**21)) == \
         "q's stride of axis 0 = 2147483648 does not fit the i32 kernel attn_fwd takes it as"
+
+
+@pytest.mark.parametrize("dims, named", [
+    (dict(M=2**30 + 1), "dim M = 1073741825 (in q's shape)"),
+    (dict(N=2**30 + 64), "dim N = 1073741888 (in k's shape)"),
+])
+def test_sizes_above_2_30_are_refused(dims, named):
+    # The kernels plan exact integers for sizes up to 2^30 (Note [Exact integers]).
+    args = synthetic_arguments(**{"B": 1, "H": 1, "HKV": 1, "M": 128, "N": 128, **dims})
+    assert refusal(make_kernel(), **args) == f"{named} is above 2^30, the largest size the kernels are compiled for"
+
+
+def test_a_size_of_2_30_passes_the_size_check():
+    # (and then meets the block map's grid limit, a check of its own)
+    message = refusal(make_kernel(), **synthetic_arguments(B=1, H=1, HKV=1, M=2**30, N=128))
+    assert message == "kernel blockmap: grid.y = cdiv(M, 128) = 8388608 exceeds the limit 65535"
