@@ -294,7 +294,7 @@ class TileIntervals:
     def __init__(self, e: Emit, block: ir.Block, ranges):
         self.e, self.block, self.ranges = e, block, ranges
         # Note [Interval transfer functions]: TOP read from these is not bounded by its ends.
-        self.wide = IntPlan.of(block, getattr(ranges.names, "size_dims", frozenset())).wide
+        self.wide = IntPlan.of(block, ranges.names.size_dims).wide
         # What depends on i or j; the rest are points at run time (but for wrapping: the
         # param walk checks).
         self.varying = depends_on(block, 2, 3)

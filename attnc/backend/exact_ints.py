@@ -58,8 +58,9 @@ def _is_i32(value: ir.Value) -> bool:
     return isinstance(value.type, ir.IntegerType) and ir.IntegerType(value.type).width == 32
 
 
-def fits_i32(r: Range) -> bool:
-    return I32[0] <= r[0] and r[1] <= I32[1]
+def fits_i32(r: Range, margin: int = 0) -> bool:
+    """Whether `r` lies in i32, `margin` away from both ends."""
+    return I32[0] + margin <= r[0] and r[1] <= I32[1] - margin
 
 
 def _hull(*rs: Range) -> Range:
@@ -118,31 +119,18 @@ def _to(width: ir.Type, value: ir.Value) -> ir.Value:
     return arith.extsi(width, value) if want > have else arith.trunci(width, value)
 
 
-def to_i32(e: Emit, value: ir.Value) -> ir.Value:
-    """An emitted integer (i32 or i64) as the i32 that an op outside the plan expects."""
-    return _to(e.i32, value)
+_BUILDERS = {"arith.addi": arith.addi, "arith.subi": arith.subi, "arith.muli": arith.muli,
+             "arith.minsi": arith.minsi, "arith.maxsi": arith.maxsi, "arith.select": arith.select,
+             "math.absi": math.absi}
 
 
 def _build(e: Emit, op: ir.Operation, args: list) -> ir.Value:
     from attnc.backend.hooks import floordiv
 
-    name = op.name
-    if name == "arith.addi":
-        return arith.addi(*args)
-    if name == "arith.subi":
-        return arith.subi(*args)
-    if name == "arith.muli":
-        return arith.muli(*args)
-    if name == "arith.minsi":
-        return arith.minsi(*args)
-    if name == "arith.maxsi":
-        return arith.maxsi(*args)
-    if name == "arith.floordivsi":
+    if op.name in _BUILDERS:
+        return _BUILDERS[op.name](*args)
+    if op.name == "arith.floordivsi":
         return floordiv(e, *args)
-    if name == "arith.select":
-        return arith.select(*args)
-    if name == "math.absi":
-        return math.absi(*args)
     return arith.cmpi(getattr(arith.CmpIPredicate, cmpi_predicate(op)), *args)
 
 

@@ -70,7 +70,7 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, llvm, scf
 
-from attnc.backend.exact_ints import WIDTH_OPS, IntPlan, to_i32
+from attnc.backend.exact_ints import I32, WIDTH_OPS, IntPlan, fits_i32
 from attnc.backend.kernel_spec import ExtraParam
 from attnc.backend.nvgpu_builders import Emit
 from attnc.ir import DIM, PARAM, YIELD, cmpi_predicate, defining_op, depends_on, int_constant, yielded
@@ -167,7 +167,7 @@ class RegionCode:
         """Which integers are computed in i64 (Note [Exact integers], exact_ints.py)."""
         if not self.exact_ints:
             return None
-        return IntPlan.of(self.block, getattr(self.names, "size_dims", frozenset()))
+        return IntPlan.of(self.block, self.names.size_dims)
 
     def __call__(self, e: Emit, *args) -> ir.Value:
         return self.results(e, *args)[0]
@@ -227,7 +227,7 @@ class RegionCode:
                 return llvm.inline_asm(e.f32, operands, "div.full.f32 $0, $1, $2;", "=f,f,f")
         copy = op.clone()
         for k, v in enumerate(operands):
-            copy.operands[k] = to_i32(e, v) if v.type != op.operands[k].type else v
+            copy.operands[k] = v
         return copy.results[0]
 
 
@@ -562,18 +562,13 @@ _FAR = 1 << 30              # beyond any key: hi without an upper bound, lo of a
 # 1023 needs only its upper one), where i64 min/max per row cost 0.5 % (window1024 at
 # d = 64 on sm_80) to 1.5 % (sm_90a); a param or a dim in the term (i + N may leave i32)
 # makes it i64.
-_I32 = (-(1 << 31), (1 << 31) - 1)
-
-
-def _fits_i32(r: tuple[int, int], margin: int = 0) -> bool:
-    return _I32[0] + margin <= r[0] and r[1] <= _I32[1] - margin
 
 
 def _sub(x: tuple[int, int], y: tuple[int, int]) -> tuple[int, int]:
     return (x[0] - y[1], x[1] - y[0])
 
 
-def _clamp_far(e: Emit, bound: ir.Value, r: tuple[int, int] = _I32) -> ir.Value:
+def _clamp_far(e: Emit, bound: ir.Value, r: tuple[int, int] = I32) -> ir.Value:
     """`bound` (i32 or i64) clamped to [-_FAR, _FAR], as i32; `r`: a range known to hold
     it, whose sides inside [-_FAR, _FAR] need no clamp."""
     if r[1] > _FAR:
@@ -594,24 +589,27 @@ def _reduce(emit_pick, pick, bounds: list) -> tuple[ir.Value, tuple[int, int]]:
 def _int_range(value: ir.Value, abi_dims: frozenset, depth: int = 0, *, memo: dict) -> tuple[int, int]:
     """Bounds on the i32 `value` of a mask region where j = 0: b, h and i in [0, 2^31),
     the ABI's dims (`abi_dims`) too, any other dim and every param anywhere in i32; sums,
-    differences, products, min, max and selects by interval arithmetic (any i32 when the
-    exact result leaves i32: the region's own arithmetic wraps); anything else any i32."""
+    differences, products, min, max and selects by interval arithmetic; anything else any
+    i32. A value that may leave i32 gets I32 too: a term with such a side never fits with
+    the margin, so RowInterval.bounds solves it in i64, exactly (the kernel computes the
+    value itself in i64: Note [Exact integers]). Unlike IntPlan's ranges these hold at
+    j = 0, the point each row's bounds are solved at."""
     c = int_constant(value)
     if c is not None:
         return (c, c)
     op = defining_op(value)
     if op is None:
-        return (0, 0) if ir.BlockArgument(value).arg_number == 3 else (0, _I32[1])
+        return (0, 0) if ir.BlockArgument(value).arg_number == 3 else (0, I32[1])
     if depth > 32:
-        return _I32
+        return I32
     if op.name == DIM:
-        return (0, _I32[1]) if ir.StringAttr(op.attributes["name"]).value in abi_dims else _I32
+        return (0, I32[1]) if ir.StringAttr(op.attributes["name"]).value in abi_dims else I32
     sides = lambda: [_int_range(v, abi_dims, depth + 1, memo=memo) for v in op.operands]  # noqa: E731
     if op.name == "arith.select":
         _, x, y = sides()
         return (min(x[0], y[0]), max(x[1], y[1]))
     if op.name not in ("arith.addi", "arith.subi", "arith.muli", "arith.minsi", "arith.maxsi"):
-        return _I32
+        return I32
     x, y = sides()
     if op.name == "arith.addi":
         r = (x[0] + y[0], x[1] + y[1])
@@ -623,7 +621,7 @@ def _int_range(value: ir.Value, abi_dims: frozenset, depth: int = 0, *, memo: di
     else:
         pick = min if op.name == "arith.minsi" else max
         r = (pick(x[0], y[0]), pick(x[1], y[1]))
-    return r if _fits_i32(r) else _I32
+    return r if fits_i32(r) else I32
 
 
 def _linear_term(op: ir.Operation, j: ir.Value, tainted, negated: bool):
@@ -756,7 +754,7 @@ class RowInterval(RegionCode):
         for (kind, k, x, y), r in zip(self.linear, self.ranges):
             # Note [Exact bounds]: in i64 unless the range keeps x - y and its +-1 in i32.
             x, y = value(x), value(y)
-            wide = not _fits_i32(r, margin=1) or x.type != e.i32 or y.type != e.i32   # (Note [Exact integers])
+            wide = not fits_i32(r, margin=1) or x.type != e.i32 or y.type != e.i32   # (Note [Exact integers])
             d0 = e.sub(e.to_i64(x), e.to_i64(y)) if wide else e.sub(x, y)
             # d0 + k * j  <pred>  0, solved for j (k = +1 or -1)
             t, r = (e.sub(0, d0), (-r[1], -r[0])) if k == 1 else (d0, r)
