@@ -17,9 +17,6 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(autouse=True)
 def at_root(monkeypatch):
     monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(registry, "_user_passes", {})
-    monkeypatch.setattr(registry, "_user_origins", {})
-    monkeypatch.delenv("ATTNC_DEBUG", raising=False)
 
 
 def test_check_prints_a_summary():

@@ -9,7 +9,6 @@ import pytest
 from attnc.driver import CompileOptions, compile_file, compile_kernel, compile_mlir, optimize_mlir
 from attnc.errors import AttncError
 from attnc.ir import attention_ops, get_int, get_str
-from attnc.passes import registry
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,8 +16,6 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(autouse=True)
 def at_root(monkeypatch):
     monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(registry, "_user_passes", {})
-    monkeypatch.setattr(registry, "_user_origins", {})
 
 
 def _headers(text: str) -> list[str]:

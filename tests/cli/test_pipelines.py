@@ -8,12 +8,6 @@ from attnc.passes import registry
 from attnc.passes.pipelines import PIPELINES, TARGETS, PassSpec, format_pipeline, parse_pipeline
 
 
-@pytest.fixture(autouse=True)
-def fresh_registry(monkeypatch):
-    monkeypatch.setattr(registry, "_user_passes", {})
-    monkeypatch.setattr(registry, "_user_origins", {})
-
-
 def test_parse_pipeline():
     specs = parse_pipeline("attn-tile{block_m=64 block_n=32}, attn-analyze-masks,cse")
     assert specs == [PassSpec("attn-tile", {"block_m": "64", "block_n": "32"}, 1),
