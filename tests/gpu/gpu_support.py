@@ -164,11 +164,12 @@ def skip_reason(entry: dict) -> str | None:
 
 
 def run_against_reference(entry: dict, m: int, n: int, *, batch: int = 2, heads: int = 8,
-                          heads_kv: int = 2, seed: int = 0) -> tuple[list[str], dict, str]:
+                          heads_kv: int = 2, seed: int = 0, library: str = "torch") -> tuple[list[str], dict, str]:
     """Launch the bundle of `entry` on random inputs of the given sizes and compare o (and
-    lse) with attnc.reference; returns (problems, the sizes used, the variant's source)."""
+    lse) with attnc.reference; returns (problems, the sizes used, the variant's source).
+    `library`: the inputs as torch tensors, or as cupy arrays launched on a cupy stream of
+    their own (the outputs must then come back as cupy arrays)."""
     import numpy as np
-    import torch
 
     import attnc
     import attnc_runtime
@@ -179,11 +180,23 @@ def run_against_reference(entry: dict, m: int, n: int, *, batch: int = 2, heads:
     rng = np.random.default_rng(seed)
     sizes = bind_sizes(variant, batch=batch, heads=heads, heads_kv=heads_kv, m=m, n=n, rng=rng)
     case = make_case(variant, sizes, entry.get("fills", {}), rng)
-    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[variant.dtype]
+    launch = _launch_cupy if library == "cupy" else _launch_torch
+    ref_inputs, got, problems = launch(kernel, variant.dtype, case)
+    ref = attnc.reference(variant, **ref_inputs)
+    return problems + compare(variant, got, ref), sizes, variant.source
+
+
+def _launch_torch(kernel, dtype: str, case: dict):
+    """(the reference's inputs, the outputs as float32 numpy arrays, problems) of one launch
+    on torch tensors."""
+    import numpy as np
+    import torch
+
+    qkv_dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
     args = {}
     for name, value in case.items():
         if name in ("q", "k", "v"):
-            args[name] = torch.from_numpy(value).to(dtype).cuda()
+            args[name] = torch.from_numpy(value).to(qkv_dtype).cuda()
         elif isinstance(value, np.ndarray):
             args[name] = torch.from_numpy(value).cuda()
         else:
@@ -192,12 +205,37 @@ def run_against_reference(entry: dict, m: int, n: int, *, batch: int = 2, heads:
     torch.cuda.synchronize()
     ref_inputs = {name: (value.float().cpu().numpy() if name in ("q", "k", "v") else case[name])
                   for name, value in args.items()}
-    ref = attnc.reference(variant, **ref_inputs)
-    got = {name: t.float().cpu().numpy() for name, t in out.items()}
-    return compare(variant, got, ref), sizes, variant.source
+    return ref_inputs, {name: t.float().cpu().numpy() for name, t in out.items()}, []
 
 
-def check_against_reference(entry: dict, m: int, n: int, *, seed: int, label: str = "") -> None:
+def _launch_cupy(kernel, dtype: str, case: dict):
+    """`_launch_torch` on cupy arrays (f16: cupy has no bf16), launched inside a non-blocking
+    cupy stream, which the runtime must pick as its current stream."""
+    import cupy
+    import numpy as np
+
+    if dtype != "f16":
+        raise ValueError(f"cupy has no {dtype} arrays")
+    host = {name: value.astype(np.float16) if name in ("q", "k", "v") else value for name, value in case.items()}
+    args = {name: cupy.asarray(value) if isinstance(value, np.ndarray) else value for name, value in host.items()}
+    from attnc_runtime.libraries import current_stream
+
+    cupy.cuda.Device().synchronize()
+    with cupy.cuda.Stream(non_blocking=True) as stream:
+        launched_on = current_stream("cupy", cupy.cuda.Device().id)
+        out = kernel(**args)
+    stream.synchronize()
+    problems = [f"{name} came back as {type(t).__module__}.{type(t).__name__}, not a cupy array"
+                for name, t in out.items() if not isinstance(t, cupy.ndarray)]
+    if launched_on != stream.ptr:
+        problems.append(f"the runtime's stream is {launched_on:#x}, not the current cupy stream {stream.ptr:#x}")
+    ref_inputs = {name: value.astype(np.float32) if name in ("q", "k", "v") else value
+                  for name, value in host.items()}
+    return ref_inputs, {name: cupy.asnumpy(t).astype(np.float32) for name, t in out.items()}, problems
+
+
+def check_against_reference(entry: dict, m: int, n: int, *, seed: int, label: str = "",
+                            library: str = "torch") -> None:
     """The body of a GPU test of one bundle at one shape: skip an entry that cannot run
     (`skip_reason`), else fail with every problem, the sizes and the variant's source
     when its outputs differ from the reference's."""
@@ -206,6 +244,6 @@ def check_against_reference(entry: dict, m: int, n: int, *, seed: int, label: st
     reason = skip_reason(entry)
     if reason:
         pytest.skip(reason)
-    problems, sizes, source = run_against_reference(entry, m, n, seed=seed)
+    problems, sizes, source = run_against_reference(entry, m, n, seed=seed, library=library)
     assert not problems, (f"{label or entry['name']} at {sizes}:\n  " + "\n  ".join(problems)
                           + "\n" + source)
