@@ -213,22 +213,21 @@ def _launch_cupy(kernel, dtype: str, case: dict):
     cupy stream, which the runtime must pick as its current stream."""
     import cupy
     import numpy as np
+    from attnc_runtime.libraries import current_stream
 
     if dtype != "f16":
         raise ValueError(f"cupy has no {dtype} arrays")
     host = {name: value.astype(np.float16) if name in ("q", "k", "v") else value for name, value in case.items()}
     args = {name: cupy.asarray(value) if isinstance(value, np.ndarray) else value for name, value in host.items()}
-    from attnc_runtime.libraries import current_stream
-
     cupy.cuda.Device().synchronize()
     with cupy.cuda.Stream(non_blocking=True) as stream:
-        launched_on = current_stream("cupy", cupy.cuda.Device().id)
+        runtime_stream = current_stream("cupy", cupy.cuda.Device().id)
         out = kernel(**args)
     stream.synchronize()
     problems = [f"{name} came back as {type(t).__module__}.{type(t).__name__}, not a cupy array"
                 for name, t in out.items() if not isinstance(t, cupy.ndarray)]
-    if launched_on != stream.ptr:
-        problems.append(f"the runtime's stream is {launched_on:#x}, not the current cupy stream {stream.ptr:#x}")
+    if runtime_stream != stream.ptr:
+        problems.append(f"the runtime's stream is {runtime_stream:#x}, not the current cupy stream {stream.ptr:#x}")
     ref_inputs = {name: value.astype(np.float32) if name in ("q", "k", "v") else value
                   for name, value in host.items()}
     return ref_inputs, {name: cupy.asnumpy(t).astype(np.float32) for name, t in out.items()}, problems
