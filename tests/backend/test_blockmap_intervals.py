@@ -31,8 +31,8 @@ from attnc.backend.blockmap import (FULL, MIXED, SKIP, GlobalPtr, MapNames, _loa
                                     scan_row)
 from attnc.driver import compile_mlir
 from attnc.ir import MASK_MOD, attention_ops, region_block
-from attnc.reference_eval import Evaluator
 from tests.backend.host_jit import host_function
+from tests.backend.test_hooks import reference_evaluator
 
 I32_MIN, I32_MAX = I.I32_MIN, I.I32_MAX
 CTX = ir.Context()              # the JIT-compiled helpers' context, alive with the module
@@ -291,8 +291,7 @@ def test_tile_intervals_are_sound_on_whole_masks(name):
         dims = {d: int(rng.integers(1, 5)) for d in variant.dims}
         dims.update(M=int(rng.integers(1, 300)), N=int(rng.integers(1, 300)))
         arrays = random_params(name, variant, dims, rng)
-        evaluator = Evaluator(dims, {k: v.astype(np.float64 if v.dtype.kind == "f" else np.int64)
-                                     for k, v in arrays.items()})
+        evaluator = reference_evaluator(dims, arrays)
         b, h = int(rng.integers(0, dims["B"])), int(rng.integers(0, dims["H"]))
         bm, bn = int(rng.choice([1, 8, 64, 128])), int(rng.choice([1, 16, 64]))
         m_lo = int(rng.integers(0, dims["M"])) // bm * bm

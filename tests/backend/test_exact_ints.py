@@ -14,9 +14,9 @@ from attnc.backend.exact_ints import IntPlan
 from attnc.backend.hooks import size_dims
 from attnc.driver import CompileOptions, compile_mlir
 from attnc.ir import MASK_MOD, SCORE_MOD, attention_ops, region_block
-from attnc.reference_eval import Evaluator
 from tests.backend.host_jit import host_function
-from tests.backend.test_hooks import EXAMPLES, _abi_values, _arg_types, _hooks, example, source
+from tests.backend.test_hooks import (EXAMPLES, HOOK_ARGS, _abi_values, _arg_types, _hooks, example,
+                                      reference_evaluator, source)
 
 SIZE_MAX = 2 ** 30          # the runtime's largest size of q, k, v (checks.MAX_SIZE_DIM)
 
@@ -63,10 +63,9 @@ def test_hook_code_is_exact_where_i32_would_wrap(name):
         shape = [dims[d] if isinstance(d, str) else d for d in p.shape]
         params[p.name] = (rng.integers(1, 9, size=shape).astype(np.int32) if p.dtype == "i32"
                           else rng.normal(size=shape).astype(np.float32))
-    evaluator = Evaluator(dims, {k: v.astype(np.float64 if v.dtype.kind == "f" else np.int64)
-                                 for k, v in params.items()})
+    evaluator = reference_evaluator(dims, params)
     args = _arg_types(result, hooks)
-    names = {**args, "s": "f32", "b": "i32", "h": "i32", "i": "i32", "j": "i32"}
+    names = {**args, **HOOK_ARGS}
 
     def body(e, a):
         idx = (a["b"], a["h"], a["i"], a["j"])

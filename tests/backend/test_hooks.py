@@ -126,6 +126,15 @@ def _hooks(result):
     return op, hooks
 
 
+# A hook's own arguments, as host_function types them.
+HOOK_ARGS = {"s": "f32", "b": "i32", "h": "i32", "i": "i32", "j": "i32"}
+
+
+def reference_evaluator(dims, params) -> Evaluator:
+    """attnc.reference_eval's evaluator of `params` held as the reference holds them (f64, i64)."""
+    return Evaluator(dims, {k: v.astype(np.float64 if v.dtype.kind == "f" else np.int64) for k, v in params.items()})
+
+
 def _arg_types(result, hooks) -> dict[str, str]:
     args = {d: "i32" for d in ("M", "N", "H", "HKV")}
     for x in hooks.extra_params:
@@ -184,11 +193,10 @@ def test_hook_code_matches_the_reference_evaluator(name):
     dims = {d: int(rng.integers(3, 40)) for d in variant.dims}
     dims.update({d: 4 for d in ("H", "HKV") if d in dims})
     params = _inputs(variant, rng, dims)
-    evaluator = Evaluator(dims, {k: v.astype(np.float64 if v.dtype.kind == "f" else np.int64)
-                                 for k, v in params.items()})
+    evaluator = reference_evaluator(dims, params)
     scale = 1.0 / float(variant.scale)
     args = _arg_types(result, hooks)
-    names = {**args, "s": "f32", "b": "i32", "h": "i32", "i": "i32", "j": "i32"}
+    names = {**args, **HOOK_ARGS}
 
     def body(e, a):
         out = []
@@ -269,8 +277,7 @@ def test_inlined_tile_answers_are_sound(name):
             dims["W"] = 2
         params = _inputs(variant, rng, dims)
         values = {**_abi_values(variant, dims), **{d: dims[d] for d in dims}, **params}
-        evaluator = Evaluator(dims, {k_: v.astype(np.float64 if v.dtype.kind == "f" else np.int64)
-                                     for k_, v in params.items()})
+        evaluator = reference_evaluator(dims, params)
         M, N = dims[variant.seq_q], dims[variant.seq_k]
         ii, jj = np.meshgrid(np.arange(M), np.arange(N), indexing="ij")
         b = int(rng.integers(0, dims.get("B", 1)))
@@ -621,7 +628,7 @@ def _row_mask_inputs(result, args, rng, dims=ROW_DIMS, off=None):
     """(the host function's dim and param values, the reference evaluator) for a mask of
     `_row_mask` at `dims`, with the offsets `off` (default: random small ones)."""
     params = {"off": np.array(off if off is not None else rng.integers(-4, 9, size=3), dtype=np.int32)}
-    evaluator = Evaluator(dims, {"off": params["off"].astype(np.int64)})
+    evaluator = reference_evaluator(dims, params)
     values = {**_abi_values(result.variant, dims), **params}
     values.update({k.split(":")[-1]: dims[k.split(":")[-1]] for k in args if k.startswith("dim:")})
     return values, evaluator
