@@ -21,7 +21,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "bench")]
 import attnc_runtime  # noqa: E402
-from bench_variants import N, SHAPES, attnc_params  # noqa: E402
+from bench_variants import SHAPES, attnc_params, inputs  # noqa: E402
 
 
 def main(bundles: Path, wanted: list[str]) -> int:
@@ -31,8 +31,7 @@ def main(bundles: Path, wanted: list[str]) -> int:
     for e in entries:
         d = e["head_dim"]
         b, h = SHAPES[d]
-        torch.manual_seed(0)
-        q, k, v = (torch.randn(b, h, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        q, k, v = inputs(d)
         bound = attnc_runtime.load(bundles / e["path"]).bind(q=q, k=k, v=v, **attnc_params(e["case"], b, h))
         for _ in range(2):
             bound.launch()
