@@ -159,6 +159,7 @@ class Sm80KernelSpec:
                                           # None: 1 for head_dim_qk <= 96, else 0
     symbol: str = "attnc_sm80_fwd"
     kv_range: Optional[KvRangeFn] = None   # default: from `mask`
+    kv_hint: Optional[KvRangeFn] = None    # a block map's static hull: its top guesses the first block
     tile_partial: Optional[TilePartialFn] = None
     tile_skip: Optional[TilePartialFn] = None
     tile_holds: Optional[TileHoldsFn] = None
@@ -199,6 +200,9 @@ class Sm80KernelSpec:
                                           # (Note [Staged O] in sm80_epilogue.py); None: o_staged
     split_mask: Optional[bool] = None      # partial blocks test only the conjuncts tile_holds does
                                           # not prove (Note [Conjuncts a tile holds]); None: mask_split
+    early_first: Optional[bool] = None     # load the top block of kv_hint before a block map's range
+                                          # is read (Note [First block before the map] in sm80.py);
+                                          # None: first_before_map
 
     # -- derived
     @property
@@ -346,6 +350,16 @@ class Sm80KernelSpec:
         the blocks of its range nearly always keep keys, and one that keeps none is masked
         whole, as tile_partial says)."""
         return self.tile_skip is not None and (self.blockmap or not self.step_loads_lean)
+
+    @property
+    def first_before_map(self) -> bool:
+        """early_first resolved: by default wherever it can be, an sm_80 kernel reading its
+        ranges from a block map with the static hull as the hint."""
+        return self._can_load_first_early if self.early_first is None else self.early_first
+
+    @property
+    def _can_load_first_early(self) -> bool:
+        return self.target == "sm_80" and self.blockmap and self.kv_hint is not None
 
     @property
     def mask_split(self) -> bool:
@@ -521,6 +535,8 @@ class Sm80KernelSpec:
                  "heads_first: the grid of a kernel with one query block per CTA and no producer warpgroup")
         _require(not self.step_loads_lean or self._can_lean_loads,
                  "lean_loads: an sm_80 kernel whose key ranges come from a block map or a band")
+        _require(not self.first_before_map or self._can_load_first_early,
+                 "early_first: an sm_80 kernel whose key ranges come from a block map (kv_hint given)")
         _require(not self.o_staged or self._can_stage_o,
                  "staged_o: a kernel with one query block per CTA, no producer warpgroup and a 16-bit O "
                  "that fits in its tiles' shared memory")

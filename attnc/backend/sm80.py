@@ -85,6 +85,17 @@ The same loads in every other sm_80 kernel (the range clamped) measured slower f
 (3.061 -> 3.103) and, still asking tile_skip, for the window at head dim 128 (0.839 ->
 0.862, where ptxas then spilled).
 
+Note [First block before the map]: a block map's range is known only once the map's row
+has been read and scanned (Note [Full range from the map], blockmap.py), and the first
+K/V loads wait for it. The static analysis' hull of the same mask (`kv_hint`) bounds the
+map's range from above and is plain arithmetic, and its top block is nearly always the
+map's first one (documents + causal: the diagonal block), so its K and V are issued right
+after Q, before the map is read. Where the map's range starts at another block, the
+prologue waits for every copy (cp.async.wait_group 0) and loads that block's K and V into
+slot 0 again, in two new groups: the groups before them have landed, so no wait count
+changes (Note [cp.async group counting]). An empty range reads its guessed block and
+never uses it.
+
 Note [cp.async group counting]: every step commits exactly one group even when it has
 nothing to load (an empty group), so the K of step t is always followed by exactly
 2S-2 younger groups when step t waits for it, and so is its V: `cp.async.wait_group
@@ -148,7 +159,7 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
                       "producer_warpgroup": spec.warp_specialized, "pingpong": spec.pingpong,
                       "persistent": spec.persistent_ctas, "heads_first": spec.grid_heads_first,
                       "staged_o": spec.o_staged, "lean_loads": spec.step_loads_lean, "split_mask": spec.mask_split,
-                      "exp2_fma": spec.exp2_on_fma,
+                      "early_first": spec.first_before_map, "exp2_fma": spec.exp2_on_fma,
                       "interval_test": spec.interval_test_form if spec.row_interval is not None else None}
     m_blocks = ["cdiv", "M", spec.block_m * spec.blocks_per_cta]
     # Note [Persistent CTAs] (sm90_ws.py): a CTA per SM at most, each looping over blocks.
@@ -600,17 +611,44 @@ class _Sm80Forward:
         computed. The commit matters: ptxas sank uncommitted copies below the map's row
         scan. A group older than every K/V group changes no wait count (a step waits
         until at most its 2S - 2 younger groups are pending, which also lands Q's)."""
-        s = self.spec
+        e, s = self.e, self.spec
         self._load_q(m_block)
         self.cp.commit()
+        guess = self._first_guess(m_block) if s.first_before_map else None
+        if guess is not None:
+            self._load_first(guess)
         kv = self._kv_range(m_block)
         ask_skip = s.asks_tile_skip
-        for i in range(s.stages):
-            n_block, exists = kv.first(self.e, i)
+        if guess is not None:
+            n_block, exists = kv.first(e, 0)
+            missed = scf.IfOp(e.land(exists(n_block), e.ne(n_block, guess)))
+            with ir.InsertionPoint(missed.then_block):
+                self.cp.wait(0)         # the guessed copies land before their slot is refilled
+                self._load_first(n_block)
+                scf.yield_([])
+        for i in range(0 if guess is None else 1, s.stages):
+            n_block, exists = kv.first(e, i)
             self._load_kv_if("k", n_block, i * self.slot_bytes, exists, True, ask_skip, m_block)
             if i < s.stages - 1:
                 self._load_kv_if("v", n_block, i * self.slot_bytes, exists, True, ask_skip, m_block)
         return kv
+
+    def _first_guess(self, m_block):
+        """The top block of the static hull (kv_hint), clamped into [0, cdiv(N, block_n)):
+        Note [First block before the map]."""
+        e, s = self.e, self.spec
+        top = e.sub(self.spec.kv_hint(e, self._ctx(m_block)).hi, 1)
+        return e.max(e.min(top, e.sub(e.cdiv(e.dim("N"), s.block_n), 1)), 0)
+
+    def _load_first(self, n_block) -> None:
+        """K (and with two or more stages V) of block n_block into slot 0, a group each,
+        rows >= N predicated; the first visited block is never SKIP (it is the map's last
+        non-SKIP one), so tile_skip is not asked."""
+        self._load_kv("k", n_block, 0, True)
+        self.cp.commit()
+        if self.spec.stages > 1:
+            self._load_kv("v", n_block, 0, True)
+            self.cp.commit()
 
     def _steps(self, kv: KvSchedule):
         """Every KV step of the current block: (O accumulators, softmax state)."""

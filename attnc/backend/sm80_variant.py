@@ -49,6 +49,7 @@ class VariantHooks:
     """The Sm80KernelSpec fields a variant's hooks give (None: the kernel's default)."""
     mask: str = "none"
     kv_range: Optional[Callable] = None
+    kv_hint: Optional[Callable] = None
     tile_partial: Optional[Callable] = None
     tile_skip: Optional[Callable] = None
     tile_holds: Optional[Callable] = None
@@ -89,7 +90,9 @@ def variant_hooks(op, variant, mask_mode: str | None, blockmap=None, module=None
     if blockmap is not None:
         from attnc.backend.blockmap import blockmap_holds, blockmap_hooks, blockmap_skip
         kv_range, tile_partial, map_params = blockmap_hooks(blockmap)
-        fields.update(kv_range=kv_range, tile_partial=tile_partial, tile_skip=blockmap_skip(blockmap))
+        # The analysis' range stays as the hint of the first block (Note [First block before the map]).
+        fields.update(kv_range=kv_range, kv_hint=fields["kv_range"], tile_partial=tile_partial,
+                      tile_skip=blockmap_skip(blockmap))
         if blockmap.holds:
             # The map and the kernel split the mask alike (hooks.MaskConjuncts).
             assert fields.get("row_residual") is not None, "a map that records conjuncts needs a residual"

@@ -47,6 +47,7 @@ KERNEL_CHOICES: dict[str, tuple[str, type]] = {
     "staged_o": ("sm80.staged_o", bool),
     "lean_loads": ("sm80.lean_loads", bool),
     "split_mask": ("sm80.split_mask", bool),
+    "early_first": ("sm80.early_first", bool),
 }
 
 
@@ -103,6 +104,10 @@ class LowerSm80(Pass):
         "doc": "in a block map's MIXED tiles, test only the conjuncts (row interval or residual) the map "
                "does not prove to hold on the whole tile (Note [Conjuncts a tile holds]; default: on wherever "
                "the map records them -- a mask with a row interval and a residual)"})
+    early_first: bool | None = field(default=None, metadata={
+        "doc": "for a block map, load the first key block the static mask analysis puts on top before "
+               "the map's row is read, and reload it only where the map's range starts elsewhere (Note "
+               "[First block before the map]; default: Sm80KernelSpec.first_before_map: on sm_80 for a block map)"})
     staged_o: bool | None = field(default=None, metadata={
         "doc": "write O through shared memory in coalesced 16-byte stores instead of 4-byte stores "
                "from the accumulators (Note [Staged O]; default: Sm80KernelSpec.o_staged: where it can -- one query "

@@ -1,0 +1,90 @@
+"""Note [First block before the map] (sm80.py): a block map's kernel on sm_80 issues the
+first key block's K and V (the top of the static mask analysis' hull) right after Q,
+before the map's row is read, and loads them again only where the map's range starts at
+another block. The numerics run on a GPU: every example and property variant with a block
+map takes it (tests/gpu), and a kernel that skips the reload fails 38 of the property
+test's 158 block-map cases (results/logs/session18_gpu.txt)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
+from attnc.backend.sm80_lower import build
+from attnc.driver import CompileOptions, compile_mlir
+from attnc.passes.pipelines import LOWERING, pipeline_with
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+D64 = dict(dtype="bf16", head_dim_qk=64, head_dim_v=64, block_m=128, block_n=64, num_warps=4, mask="causal")
+COPY = "cp.async.cg.shared.global"
+MAP_READ = "ld.global.nc.b8"         # the block map's bytes (the row scan reads them first)
+
+
+def hint(e, c):
+    raise AssertionError("not built here")
+
+
+def docs_sink(arch: str = "sm_80", **options):
+    """The docs_sink example's artifacts (d = 64) with attn-lower options."""
+    pipeline = pipeline_with(arch, {LOWERING[arch]: options})
+    source = (EXAMPLES / "docs_sink.attn").read_text()
+    return build(compile_mlir(source, "docs_sink.attn", CompileOptions(arch=arch, pass_pipeline=pipeline)))
+
+
+def test_on_by_default_for_a_block_map_on_sm_80():
+    assert Sm80KernelSpec(**D64, blockmap=True, kv_hint=hint).check().first_before_map
+    assert not Sm80KernelSpec(**D64, blockmap=True).check().first_before_map      # nothing to guess from
+    assert not Sm80KernelSpec(**D64, kv_hint=hint).check().first_before_map       # the range is at hand
+    assert not Sm80KernelSpec(**D64, blockmap=True, kv_hint=hint, early_first=False).check().first_before_map
+    sm90 = {**D64, "target": "sm_90a", "block_m": 64}
+    assert not Sm80KernelSpec(**sm90, blockmap=True, kv_hint=hint).check().first_before_map
+
+
+@pytest.mark.parametrize("fields", [dict(early_first=True), dict(early_first=True, kv_hint=hint)])
+def test_the_option_needs_a_block_map_and_a_hint(fields):
+    with pytest.raises(SpecError, match="early_first"):
+        Sm80KernelSpec(**D64, **fields).check()
+
+
+def _kernel(text: str) -> str:
+    """The attention kernel's PTX (the bundle's PTX holds the block map's kernel too)."""
+    start = text.index(".entry attnc_docs_sink_fwd(")
+    end = text.find(".entry", start + 1)
+    return text[start:end if end >= 0 else len(text)]
+
+
+def test_the_first_k_and_v_are_in_flight_while_the_map_row_is_read():
+    """docs_sink at d = 64, 64x64 tiles, 4 warps: Q, K and V are 64 rows x 128 bytes, 4
+    copies of 16 bytes a thread each, and each is its own cp.async group. Without the
+    option only Q is issued before the map is read."""
+    on, off = docs_sink(), docs_sink(early_first="false")
+    assert on.manifest["specialization"]["early_first"] is True
+    assert off.manifest["specialization"]["early_first"] is False
+    spec = on.manifest["specialization"]
+    per_tile = spec["block_m"] * spec["head_dim_qk"] * 2 // 16 // (32 * spec["num_warps"])
+    before_on, before_off = (k[:k.index(MAP_READ)] for k in (_kernel(on.ptx), _kernel(off.ptx)))
+    assert before_on.count(COPY) == 3 * per_tile and before_on.count("cp.async.commit_group") == 3
+    assert before_off.count(COPY) == per_tile and before_off.count("cp.async.commit_group") == 1
+
+
+def test_a_range_that_starts_elsewhere_waits_for_every_copy_then_reloads():
+    """The reload: after the row scan's reductions, cp.async.wait_group 0 and the two
+    tiles' copies again, so the prologue (up to the first step's barrier) holds 8 more
+    copies than without the option, which has no wait there."""
+    def prologue(text: str) -> str:
+        kernel = _kernel(text)
+        return kernel[:kernel.index("bar.sync")]
+
+    on, off = prologue(docs_sink().ptx), prologue(docs_sink(early_first="false").ptx)
+    scan = on.index("redux.sync.add.s32")
+    assert re.search(r"cp\.async\.wait_group\s+0;", on[scan:])
+    assert not re.search(r"cp\.async\.wait_group\s+0;", off)
+    assert on.count(COPY) == off.count(COPY) + 8          # K and V, 4 copies a thread each
+
+
+def test_sm_90a_is_unchanged_and_refuses_the_option():
+    assert docs_sink("sm_90a").manifest["specialization"]["early_first"] is False
+    with pytest.raises(Exception, match="early_first"):
+        docs_sink("sm_90a", early_first="true")
