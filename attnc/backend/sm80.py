@@ -87,14 +87,16 @@ The same loads in every other sm_80 kernel (the range clamped) measured slower f
 
 Note [First block before the map]: a block map's range is known only once the map's row
 has been read and scanned (Note [Full range from the map], blockmap.py), and the first
-K/V loads wait for it. The static analysis' hull of the same mask (`kv_hint`) bounds the
-map's range from above and is plain arithmetic, and its top block is nearly always the
-map's first one (documents + causal: the diagonal block), so its K and V are issued right
-after Q, before the map is read. Where the map's range starts at another block, the
-prologue waits for every copy (cp.async.wait_group 0) and loads that block's K and V into
-slot 0 again, in two new groups: the groups before them have landed, so no wait count
-changes (Note [cp.async group counting]). An empty range reads its guessed block and
-never uses it.
+K/V loads wait for it. The static analysis' hull of the same mask (`kv_hint`) contains the
+map's range and is plain arithmetic, and its top block is often the map's first one
+(documents + causal: always, the diagonal block), so its K and V are issued right after
+Q, before the map is read. Where the map's range starts at another block, the prologue
+waits for every copy (cp.async.wait_group 0) and loads that block's K and V into slot 0
+again, in two new groups: the groups before them have landed, so no wait count changes
+(Note [cp.async group counting]). An empty range reads its guessed block and never uses
+it. H100, M = N = 8192, documents + causal, against the same kernel without it (same
+outputs to the bit): 0.560 -> 0.549 ms at head dim 128, 0.656 -> 0.647 at 64
+(results/logs/session18_gpu.txt).
 
 Note [cp.async group counting]: every step commits exactly one group even when it has
 nothing to load (an empty group), so the K of step t is always followed by exactly
@@ -637,7 +639,7 @@ class _Sm80Forward:
         """The top block of the static hull (kv_hint), clamped into [0, cdiv(N, block_n)):
         Note [First block before the map]."""
         e, s = self.e, self.spec
-        top = e.sub(self.spec.kv_hint(e, self._ctx(m_block)).hi, 1)
+        top = e.sub(s.kv_hint(e, self._ctx(m_block)).hi, 1)
         return e.max(e.min(top, e.sub(e.cdiv(e.dim("N"), s.block_n), 1)), 0)
 
     def _load_first(self, n_block) -> None:
