@@ -15,6 +15,9 @@ answer them later):
   `KvRange.segments` (optional): the blocks to visit are the union of these sorted,
   disjoint [start, end) ranges inside [lo, hi) (a mask with holes, e.g. global tokens
   and a window); the loop then walks the union downwards, loading nothing in the holes.
+* `kv_hint(e, ctx) -> KvRange` (optional, with a block map's kv_range): the static
+  analysis' hull of the same mask, whose top block the kernel loads before the map is
+  read (Note [First block before the map] in sm80.py).
 * `tile_partial(e, ctx, n_block) -> i1` (optional): whether a block outside the full
   range [full_lo, full_hi) needs the predicate after all (the kernel adds the ragged
   last block itself); without it every such block is masked. Blocks inside the full
@@ -359,6 +362,8 @@ class Sm80KernelSpec:
 
     @property
     def _can_load_first_early(self) -> bool:
+        """A block map gives the range (it is read before any K/V load can be issued) and
+        the static hull is there to guess from."""
         return self.target == "sm_80" and self.blockmap and self.kv_hint is not None
 
     @property

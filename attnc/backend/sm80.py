@@ -90,10 +90,12 @@ has been read and scanned (Note [Full range from the map], blockmap.py), and the
 K/V loads wait for it. The static analysis' hull of the same mask (`kv_hint`) contains the
 map's range and is plain arithmetic, and its top block is often the map's first one
 (documents + causal: always, the diagonal block), so its K and V are issued right after
-Q, before the map is read. Where the map's range starts at another block, the prologue
-waits for every copy (cp.async.wait_group 0) and loads that block's K and V into slot 0
-again, in two new groups: the groups before them have landed, so no wait count changes
-(Note [cp.async group counting]). An empty range reads its guessed block and never uses
+Q, before the map is read (with one stage, as the prologue's loads always are, K alone).
+Where the map's range starts at another block, the prologue waits for every copy
+(cp.async.wait_group 0) and loads that block's K and V into slot 0 again, in new groups:
+the groups before them have landed, so no wait count changes (Note [cp.async group
+counting]). The first visited block is never SKIP (a map's range ends at its last
+non-SKIP block), so neither load asks tile_skip. An empty range reads its guessed block and never uses
 it. H100, M = N = 8192, documents + causal, against the same kernel without it (same
 outputs to the bit): 0.560 -> 0.549 ms at head dim 128, 0.656 -> 0.647 at 64
 (results/logs/session18_gpu.txt).
@@ -605,7 +607,9 @@ class _Sm80Forward:
 
     def _prologue(self, m_block) -> KvSchedule:
         """Issue the loads that the steps of `m_block` start with, and return its schedule:
-        groups Q, then K0, V0, K1, ..., V_{S-2}, K_{S-1}.
+        groups Q, then K0, V0, K1, ..., V_{S-2}, K_{S-1}. With first_before_map, K0 and V0
+        are the guessed block's, issued before the range is read, and a miss adds K0, V0
+        again after a wait for every group (Note [First block before the map]).
 
         Note [Q before the range]: Q's address does not depend on the key range, and a
         range read from a block map (blockmap_hooks) waits for global loads, so Q's copies

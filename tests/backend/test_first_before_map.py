@@ -14,6 +14,7 @@ import pytest
 from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
 from attnc.backend.sm80_lower import build
 from attnc.driver import CompileOptions, compile_mlir
+from attnc.errors import AttncError
 from attnc.passes.pipelines import LOWERING, pipeline_with
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -42,7 +43,8 @@ def test_on_by_default_for_a_block_map_on_sm_80():
     assert not Sm80KernelSpec(**sm90, blockmap=True, kv_hint=hint).check().first_before_map
 
 
-@pytest.mark.parametrize("fields", [dict(early_first=True), dict(early_first=True, kv_hint=hint)])
+@pytest.mark.parametrize("fields", [dict(early_first=True), dict(early_first=True, kv_hint=hint),
+                                    dict(early_first=True, blockmap=True)])
 def test_the_option_needs_a_block_map_and_a_hint(fields):
     with pytest.raises(SpecError, match="early_first"):
         Sm80KernelSpec(**D64, **fields).check()
@@ -55,6 +57,13 @@ def _kernel(text: str) -> str:
     return text[start:end if end >= 0 else len(text)]
 
 
+def copies_per_thread(spec: dict) -> tuple[int, int]:
+    """16-byte copies a thread issues for the Q tile and for one K (or V) tile."""
+    threads = 32 * spec["num_warps"]
+    return (spec["block_m"] * spec["head_dim_qk"] * 2 // 16 // threads,
+            spec["block_n"] * spec["head_dim_qk"] * 2 // 16 // threads)
+
+
 def test_the_first_k_and_v_are_in_flight_while_the_map_row_is_read():
     """docs_sink at d = 64, 64x64 tiles, 4 warps: Q, K and V are 64 rows x 128 bytes, 4
     copies of 16 bytes a thread each, and each is its own cp.async group. Without the
@@ -62,29 +71,30 @@ def test_the_first_k_and_v_are_in_flight_while_the_map_row_is_read():
     on, off = docs_sink(), docs_sink(early_first="false")
     assert on.manifest["specialization"]["early_first"] is True
     assert off.manifest["specialization"]["early_first"] is False
-    spec = on.manifest["specialization"]
-    per_tile = spec["block_m"] * spec["head_dim_qk"] * 2 // 16 // (32 * spec["num_warps"])
     before_on, before_off = (k[:k.index(MAP_READ)] for k in (_kernel(on.ptx), _kernel(off.ptx)))
-    assert before_on.count(COPY) == 3 * per_tile and before_on.count("cp.async.commit_group") == 3
-    assert before_off.count(COPY) == per_tile and before_off.count("cp.async.commit_group") == 1
+    q, kv = copies_per_thread(on.manifest["specialization"])
+    assert before_on.count(COPY) == q + 2 * kv and before_on.count("cp.async.commit_group") == 3
+    assert before_off.count(COPY) == q and before_off.count("cp.async.commit_group") == 1
 
 
 def test_a_range_that_starts_elsewhere_waits_for_every_copy_then_reloads():
     """The reload: after the row scan's reductions, cp.async.wait_group 0 and the two
-    tiles' copies again, so the prologue (up to the first step's barrier) holds 8 more
-    copies than without the option, which has no wait there."""
+    tiles' copies again, so the prologue (up to the first step's barrier) holds one K
+    and one V tile's copies more than without the option, which has no wait there."""
     def prologue(text: str) -> str:
         kernel = _kernel(text)
         return kernel[:kernel.index("bar.sync")]
 
-    on, off = prologue(docs_sink().ptx), prologue(docs_sink(early_first="false").ptx)
+    built = docs_sink()
+    on, off = prologue(built.ptx), prologue(docs_sink(early_first="false").ptx)
     scan = on.index("redux.sync.add.s32")
     assert re.search(r"cp\.async\.wait_group\s+0;", on[scan:])
     assert not re.search(r"cp\.async\.wait_group\s+0;", off)
-    assert on.count(COPY) == off.count(COPY) + 8          # K and V, 4 copies a thread each
+    _, kv = copies_per_thread(built.manifest["specialization"])
+    assert on.count(COPY) == off.count(COPY) + 2 * kv     # K and V once more
 
 
 def test_sm_90a_is_unchanged_and_refuses_the_option():
     assert docs_sink("sm_90a").manifest["specialization"]["early_first"] is False
-    with pytest.raises(Exception, match="early_first"):
+    with pytest.raises(AttncError, match="sm_90a kernel cannot be built: early_first"):
         docs_sink("sm_90a", early_first="true")
