@@ -95,10 +95,11 @@ Where the map's range starts at another block, the prologue waits for every copy
 (cp.async.wait_group 0) and loads that block's K and V into slot 0 again, in new groups:
 the groups before them have landed, so no wait count changes (Note [cp.async group
 counting]). The first visited block is never SKIP (a map's range ends at its last
-non-SKIP block), so neither load asks tile_skip. An empty range reads its guessed block and never uses
+non-SKIP block), so neither load asks tile_skip. With N = 0 every guessed copy is empty
+(rows >= N) and points at Q's first row, as an empty copy must point in bounds. An empty range reads its guessed block and never uses
 it. H100, M = N = 8192, documents + causal, against the same kernel without it (same
-outputs to the bit): 0.560 -> 0.549 ms at head dim 128, 0.656 -> 0.647 at 64
-(results/logs/session18_gpu.txt).
+outputs to the bit), three interleaved A/B runs: 0.562-0.563 -> 0.551-0.555 ms at head
+dim 128; at 64 within noise (0.655-0.670 against 0.660-0.664; results/logs/session18_gpu.txt).
 
 Note [cp.async group counting]: every step commits exactly one group even when it has
 nothing to load (an empty group), so the K of step t is always followed by exactly
@@ -112,7 +113,7 @@ import math
 from dataclasses import dataclass, field
 
 from mlir import ir
-from mlir.dialects import arith, gpu, nvvm, scf
+from mlir.dialects import arith, gpu, llvm, nvvm, scf
 
 from attnc.backend.kernel_spec import KvCtx, Sm80KernelSpec, mask_hooks
 from attnc.backend.nvgpu_builders import (Approx, CpAsync, CtaBarrier, Emit, GlobalPtr, LdMatrix, MmaSync,
@@ -376,14 +377,14 @@ class _Sm80Forward:
         q = q.offset(e.mul(e.to_i64(first), e.arg("stride_q_2")))
         self.loader.load(self.q_tile, 0, q, e.arg("stride_q_2"), e.sub(e.dim("M"), first))
 
-    def _load_kv(self, name: str, n_block, slot_offset, ragged: bool, skip=None) -> None:
-        """Load block n_block of K or V; `ragged`: the block may hold rows >= N; `skip`
-        (i1): the mask keeps nothing there, so nothing is read and the tile is zeroed
-        (Note [Skipped blocks])."""
+    def _load_kv(self, name: str, n_block, slot_offset, ragged: bool, skip=None, base: GlobalPtr | None = None) -> None:
+        """Load block n_block of K or V (from `base`, default the head's K or V); `ragged`:
+        the block may hold rows >= N; `skip` (i1): the mask keeps nothing there, so nothing
+        is read and the tile is zeroed (Note [Skipped blocks])."""
         e, s = self.e, self.spec
         first = e.mul(n_block, s.block_n)
         stride = e.arg(f"stride_{name}_2")
-        src = self.kv_ptr[name].offset(e.mul(e.to_i64(first), stride))
+        src = (base or self.kv_ptr[name]).offset(e.mul(e.to_i64(first), stride))
         tile = self.k_tile if name == "k" else self.v_tile
         if not ragged and skip is not None:
             # Every row is below N (Note [Lean step loads]): a skipped block is all or
@@ -622,7 +623,7 @@ class _Sm80Forward:
         self.cp.commit()
         guess = self._first_guess(m_block) if s.first_before_map else None
         if guess is not None:
-            self._load_first(guess)
+            self._load_first(guess, guessed=True)
         kv = self._kv_range(m_block)
         ask_skip = s.asks_tile_skip
         if guess is not None:
@@ -646,14 +647,17 @@ class _Sm80Forward:
         top = e.sub(s.kv_hint(e, self._ctx(m_block)).hi, 1)
         return e.max(e.min(top, e.sub(e.cdiv(e.dim("N"), s.block_n), 1)), 0)
 
-    def _load_first(self, n_block) -> None:
+    def _load_first(self, n_block, guessed: bool = False) -> None:
         """K (and with two or more stages V) of block n_block into slot 0, a group each,
-        rows >= N predicated; the first visited block is never SKIP (it is the map's last
-        non-SKIP one), so tile_skip is not asked."""
-        self._load_kv("k", n_block, 0, True)
-        self.cp.commit()
-        if self.spec.stages > 1:
-            self._load_kv("v", n_block, 0, True)
+        rows >= N predicated. The first visited block is never SKIP (it is the map's last
+        non-SKIP one), so tile_skip is not asked. `guessed`: loaded before the range is
+        known, so also where N = 0, when the copies (all empty) point at Q's first row."""
+        e = self.e
+        for name in ("k", "v")[:1 + (self.spec.stages > 1)]:
+            base = self.kv_ptr[name]
+            if guessed:
+                base = GlobalPtr(e, llvm.select(e.gt(e.dim("N"), 0), base.ptr, self._tensor("q", self.b, self.h).ptr), 16)
+            self._load_kv(name, n_block, 0, True, base=base)
             self.cp.commit()
 
     def _steps(self, kv: KvSchedule):
