@@ -96,10 +96,12 @@ Where the map's range starts at another block, the prologue waits for every copy
 the groups before them have landed, so no wait count changes (Note [cp.async group
 counting]). The first visited block is never SKIP (a map's range ends at its last
 non-SKIP block), so neither load asks tile_skip. With N = 0 every guessed copy is empty
-(rows >= N) and points at Q's first row, as an empty copy must point in bounds. An empty range reads its guessed block and never uses
-it. H100, M = N = 8192, documents + causal, against the same kernel without it (same
-outputs to the bit), three interleaved A/B runs: 0.562-0.563 -> 0.551-0.555 ms at head
-dim 128; at 64 within noise (0.655-0.670 against 0.660-0.664; results/logs/session18_gpu.txt).
+(rows >= N) and points at Q's first row, as an empty copy must point in bounds (a branch
+around the copies instead cost the gain at head dim 128). An empty range reads its
+guessed block and never uses it. H100, M = N = 8192, documents + causal, against the
+same kernel without it (same outputs to the bit), three interleaved A/B runs:
+0.562-0.563 -> 0.551-0.555 ms at head dim 128; at 64 within noise (0.655-0.670 against
+0.660-0.664; results/logs/session18_gpu.txt).
 
 Note [cp.async group counting]: every step commits exactly one group even when it has
 nothing to load (an empty group), so the K of step t is always followed by exactly
@@ -377,7 +379,8 @@ class _Sm80Forward:
         q = q.offset(e.mul(e.to_i64(first), e.arg("stride_q_2")))
         self.loader.load(self.q_tile, 0, q, e.arg("stride_q_2"), e.sub(e.dim("M"), first))
 
-    def _load_kv(self, name: str, n_block, slot_offset, ragged: bool, skip=None, base: GlobalPtr | None = None) -> None:
+    def _load_kv(self, name: str, n_block, slot_offset, ragged: bool, skip=None,
+                 base: GlobalPtr | None = None) -> None:
         """Load block n_block of K or V (from `base`, default the head's K or V); `ragged`:
         the block may hold rows >= N; `skip` (i1): the mask keeps nothing there, so nothing
         is read and the tile is zeroed (Note [Skipped blocks])."""
@@ -653,10 +656,11 @@ class _Sm80Forward:
         non-SKIP one), so tile_skip is not asked. `guessed`: loaded before the range is
         known, so also where N = 0, when the copies (all empty) point at Q's first row."""
         e = self.e
+        q_row0 = self._tensor("q", self.b, self.h).ptr if guessed else None
         for name in ("k", "v")[:1 + (self.spec.stages > 1)]:
             base = self.kv_ptr[name]
             if guessed:
-                base = GlobalPtr(e, llvm.select(e.gt(e.dim("N"), 0), base.ptr, self._tensor("q", self.b, self.h).ptr), 16)
+                base = GlobalPtr(e, llvm.select(e.gt(e.dim("N"), 0), base.ptr, q_row0), 16)
             self._load_kv(name, n_block, 0, True, base=base)
             self.cp.commit()
 
