@@ -24,7 +24,10 @@ WINDOW, CAP = 100, 30.0
 
 # ---------------------------------------------------------------- build (needs MLIR)
 
-def _hooks():
+def window_softcap_hooks():
+    """Spec fields of a sliding window of WINDOW keys with a softcap of CAP: `peeled`
+    (the range's partial blocks at both ends, known) and `asked` (no block known full,
+    tile_partial asked about each). test_sm80.py compiles them too."""
     from mlir.dialects import math as mmath
     from attnc.backend.kernel_spec import KvRange
 
@@ -60,7 +63,7 @@ def build(out: str) -> None:
     from attnc.backend.kernel_spec import Sm80KernelSpec, default_sm80_spec
     from attnc.backend.sm80 import build_sm80_module
 
-    peeled, asked = _hooks()
+    peeled, asked = window_softcap_hooks()
     defaults = {
         "def_f16_d64": ("f16", 64, 64, {}),
         "def_bf16_d96_br": ("bf16", 96, 96, dict(mask="causal_bottom_right", with_lse=True)),

@@ -8,12 +8,12 @@ import re
 
 import pytest
 from mlir import ir
-from mlir.dialects import math as mmath
 
 from attnc.backend import cubin, ptx
 from attnc.backend.kernel_spec import (HEAD_DIMS, KvRange, Sm80KernelSpec, SpecError,
                                        default_sm80_spec)
 from attnc.backend.sm80 import build_sm80_module, kernel_abi
+from tests.backend.sm80_gpu_check import window_softcap_hooks
 
 
 @functools.lru_cache(maxsize=None)
@@ -93,34 +93,9 @@ def test_kernel_signature_matches_abi():
 def test_hooks_score_mod_window_and_tile_partial_compile():
     """Note [Mask hooks]: a sliding window with a softcap, its partial blocks at both ends
     of the range, and the same asked per block through tile_partial."""
-    window = 100
-
-    def kv_range(e, c):
-        r0 = e.mul(c.m_block, c.block_m)
-        hi = e.clamp(e.cdiv(e.min(e.add(r0, c.block_m), c.M), c.block_n), 0, e.cdiv(c.N, c.block_n))
-        lo = e.div(e.max(e.sub(r0, window - 1), 0), c.block_n)
-        full_lo = e.cdiv(e.max(e.add(r0, c.block_m - window), 0), c.block_n)
-        return KvRange(lo, full_lo, e.div(e.add(r0, 1), c.block_n), hi)
-
-    def keep(e, b, h, i, j):
-        return e.land(e.le(j, i), e.lt(e.sub(i, j), window))
-
-    def softcap(e, s, b, h, i, j):
-        return e.fmul(mmath.tanh(e.fmul(s, 1 / 30.0)), 30.0)
-
-    def whole_range(e, c):          # no block known full: tile_partial is asked about each
-        r = kv_range(e, c)
-        return KvRange(r.lo, r.lo, r.lo, r.hi)
-
-    def tile_partial(e, c, n_block):
-        r = kv_range(e, c)
-        return e.or_(e.ge(n_block, r.full_hi), e.lt(n_block, r.full_lo))
-
-    peeled = Sm80KernelSpec("f16", 64, 64, block_m=64, block_n=32, kv_range=kv_range, keep=keep,
-                            score_mod=softcap, with_lse=True)
-    asked = Sm80KernelSpec("f16", 64, 64, block_m=64, block_n=32, kv_range=whole_range, keep=keep,
-                           score_mod=softcap, tile_partial=tile_partial)
-    for spec in (peeled, asked):
+    peeled, asked = window_softcap_hooks()
+    for hooks, extra in ((peeled, dict(with_lse=True)), (asked, {})):
+        spec = Sm80KernelSpec("f16", 64, 64, block_m=64, block_n=32, **hooks, **extra)
         text, usage = compiled(spec)
         assert "tanh.approx.f32" in text and not usage.spills
 
