@@ -11,7 +11,9 @@ repository root). `attnc` runs `attnc.cli.main` in this process (no subprocess,
 no MLIR start-up per line); `not` expects a non-zero exit; `2>&1` checks stderr
 too. The patterns are matched by the `filecheck` package, also in-process.
 
-`let_chain` writes the hook bodies whose `let`s reuse each value (compile-time tests,
+`build_with` compiles a source to its bundle artifacts with options of the target's
+lowering pass (the backend tests' way to ask for a kernel choice). `let_chain` writes
+the hook bodies whose `let`s reuse each value (compile-time tests,
 tools/build_gpu_bundles.py's `reused_lets` suite).
 """
 from __future__ import annotations
@@ -123,3 +125,15 @@ def let_chain(first: str, step: str, n: int, last: str) -> str:
     has 2^n paths from its result to `first`."""
     lets = "".join(f"let x{k + 1} = {step.format(p=f'x{k}')} in " for k in range(n))
     return f"let x0 = {first} in {lets}{last.format(p=f'x{n}')}"
+
+
+def build_with(source: str, filename: str, arch: str = "sm_80", **options):
+    """The bundle artifacts (`attnc.backend.sm80_lower.build`) of `source` compiled for
+    `arch`, with `options` given to the target's lowering pass (attn-lower-sm80 or
+    attn-lower-sm90a)."""
+    from attnc.backend.sm80_lower import build
+    from attnc.driver import CompileOptions, compile_mlir
+    from attnc.passes.pipelines import LOWERING, pipeline_with
+
+    pipeline = pipeline_with(arch, {LOWERING[arch]: options})
+    return build(compile_mlir(source, filename, CompileOptions(arch=arch, pass_pipeline=pipeline)))

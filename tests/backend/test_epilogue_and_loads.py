@@ -112,15 +112,11 @@ def test_a_bands_lean_steps_predicate_only_the_prologue():
     the two partial loops' V and K copies, 32 more, do)."""
     from pathlib import Path
 
-    from attnc.driver import CompileOptions, compile_mlir
-    from attnc.passes.pipelines import LOWERING, pipeline_with
+    from attnc.testing import build_with
 
     def ptx_with(**options) -> str:
-        pipeline = pipeline_with("sm_80", {LOWERING["sm_80"]: options})
         path = Path(__file__).resolve().parents[2] / "examples" / "sliding_window.attn"
-        source = path.read_text()
-        from attnc.backend.sm80_lower import build
-        art = build(compile_mlir(source, path.name, CompileOptions(arch="sm_80", pass_pipeline=pipeline)))
+        art = build_with(path.read_text(), path.name, "sm_80", **options)
         assert art.manifest["specialization"]["lean_loads"] is (options.get("lean_loads", "true") == "true")
         return art.ptx
     lean, plain = ptx_with(), ptx_with(lean_loads="false")

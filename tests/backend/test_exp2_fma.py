@@ -16,10 +16,8 @@ import pytest
 from attnc.backend import cubin
 from attnc.backend.kernel_spec import SpecError, default_sm80_spec
 from attnc.backend.nvgpu_builders import EXP2_POLY, EXP2_SHIFTER
-from attnc.backend.sm80_lower import build
-from attnc.driver import CompileOptions, compile_mlir
 from attnc.errors import AttncError
-from attnc.passes.pipelines import LOWERING, pipeline_with
+from attnc.testing import build_with
 
 F32 = np.float32
 
@@ -84,8 +82,7 @@ CAUSAL = CAUSAL_D64.replace("64]", "128]")
 @functools.lru_cache(maxsize=None)
 def built(source: str, arch: str, lower: tuple = ()):
     """The bundle artifacts of `source` for `arch`, with options of the lowering pass."""
-    pipeline = pipeline_with(arch, {LOWERING[arch]: dict(lower)})
-    return build(compile_mlir(source, "exp2.attn", CompileOptions(arch=arch, pass_pipeline=pipeline)))
+    return build_with(source, "exp2.attn", arch, **dict(lower))
 
 
 def counts(ptx: str) -> tuple[int, int]:

@@ -12,10 +12,8 @@ from pathlib import Path
 import pytest
 
 from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
-from attnc.backend.sm80_lower import build
-from attnc.driver import CompileOptions, compile_mlir
 from attnc.errors import AttncError
-from attnc.passes.pipelines import LOWERING, pipeline_with
+from attnc.testing import build_with
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 D64 = dict(dtype="bf16", head_dim_qk=64, head_dim_v=64, block_m=128, block_n=64, num_warps=4, mask="causal")
@@ -29,9 +27,7 @@ def hint(e, c):
 
 def docs_sink(arch: str = "sm_80", **options):
     """The docs_sink example's artifacts (d = 64) with attn-lower options."""
-    pipeline = pipeline_with(arch, {LOWERING[arch]: options})
-    source = (EXAMPLES / "docs_sink.attn").read_text()
-    return build(compile_mlir(source, "docs_sink.attn", CompileOptions(arch=arch, pass_pipeline=pipeline)))
+    return build_with((EXAMPLES / "docs_sink.attn").read_text(), "docs_sink.attn", arch, **options)
 
 
 def test_on_by_default_for_a_block_map_on_sm_80():

@@ -12,9 +12,7 @@ from mlir import ir
 from attnc.backend import ptx
 from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
 from attnc.backend.sm80 import build_sm80_module, kernel_abi
-from attnc.backend.sm80_lower import build
-from attnc.driver import CompileOptions, compile_mlir
-from attnc.passes.pipelines import LOWERING, pipeline_with
+from attnc.testing import build_with
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -22,9 +20,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 def order(example: str, arch: str = "sm_80", **options) -> str:
     """What the attention kernel's grid in the manifest of examples/<example>.attn runs
     fastest: "heads" or "blocks" (of queries)."""
-    pipeline = pipeline_with(arch, {LOWERING[arch]: options})
-    source = (EXAMPLES / f"{example}.attn").read_text()
-    art = build(compile_mlir(source, f"{example}.attn", CompileOptions(arch=arch, pass_pipeline=pipeline)))
+    art = build_with((EXAMPLES / f"{example}.attn").read_text(), f"{example}.attn", arch, **options)
     x, y, z = art.manifest["kernels"][-1]["grid"]
     assert z == ["B"] and ["H"] in (x, y) and ["cdiv", "M", art.manifest["specialization"]["block_m"]] in x + y
     assert art.manifest["specialization"]["heads_first"] is (x == ["H"])

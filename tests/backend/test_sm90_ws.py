@@ -15,10 +15,8 @@ from mlir import ir
 from attnc.backend import cubin, ptx
 from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
 from attnc.backend.sm80 import build_sm80_module, kernel_abi
-from attnc.backend.sm80_lower import build
 from attnc.backend.sm90_ws import consumer_registers, producer_registers
-from attnc.driver import CompileOptions, compile_mlir
-from attnc.passes.pipelines import pipeline_with
+from attnc.testing import build_with
 
 SYMBOL = "attnc_ws_test"
 
@@ -134,8 +132,7 @@ SOURCE = """attention ws {
     ({"pingpong": "true"}, True, True),
 ])
 def test_lowering_options_reach_the_manifest(options, producer, pingpong):
-    pipeline = pipeline_with("sm_90a", {"attn-lower-sm90a": options})
-    art = build(compile_mlir(SOURCE, "ws.attn", CompileOptions(arch="sm_90a", pass_pipeline=pipeline)))
+    art = build_with(SOURCE, "ws.attn", "sm_90a", **options)
     sp = art.manifest["specialization"]
     assert (sp["producer_warpgroup"], sp["pingpong"]) == (producer, pingpong)
     assert art.manifest["kernels"][0]["block"] == [384 if producer else 256, 1, 1]
@@ -162,8 +159,7 @@ WINDOW = (Path(__file__).resolve().parents[2] / "examples" / "sliding_window.att
 
 
 def built_with(source: str, **options):
-    pipeline = pipeline_with("sm_90a", {"attn-lower-sm90a": options})
-    return build(compile_mlir(source, "p.attn", CompileOptions(arch="sm_90a", pass_pipeline=pipeline)))
+    return build_with(source, "p.attn", "sm_90a", **options)
 
 
 @pytest.mark.parametrize("kw, expected", [

@@ -13,9 +13,8 @@ import pytest
 from attnc.backend.blockmap import blockmap_plan
 from attnc.backend.hooks import KernelNames, MaskConjuncts, RowInterval
 from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
-from attnc.driver import CompileOptions, compile_mlir
 from attnc.ir import MASK_MOD, attention_ops, region_block
-from attnc.passes.pipelines import LOWERING, pipeline_with
+from attnc.testing import build_with
 from tests.backend.test_blockmap import compiled, emit_i1_function, variant
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -63,10 +62,7 @@ def test_split_mask_needs_tile_holds_and_tile_holds_a_residual():
 
 
 def _build(path: Path, arch: str, **options):
-    from attnc.backend.sm80_lower import build
-
-    pipeline = pipeline_with(arch, {LOWERING[arch]: options})
-    return build(compile_mlir(path.read_text(), path.name, CompileOptions(arch=arch, pass_pipeline=pipeline)))
+    return build_with(path.read_text(), path.name, arch, **options)
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
