@@ -106,7 +106,8 @@ shape.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Optional
 
 from mlir import ir
 from mlir.dialects import arith, gpu, llvm, nvvm, scf
@@ -116,12 +117,14 @@ from attnc.backend.blockmap_intervals import Ival, TileIntervals, Tri, WarpRange
 from attnc.backend.hooks import MaskConjuncts, RegionCode, size_dims
 from attnc.backend.kernel_spec import ExtraParam, KvCtx, KvRange
 from attnc.backend.nvgpu_builders import Emit, GlobalPtr
+from attnc.backend.qtiles import QTilesPlan, read_entry, tile_count
 from attnc.errors import AttncError
 from attnc.frontend.variant import Tensor
 from attnc.ir import MASK_MOD, PARAM, attention_ops, error_at, get_bool, region_block, yielded
 from attnc.passes.analyze_masks import mask_functions
 
 SCRATCH = "blockmap"
+QTILES = "qtiles"            # the tile table's scratch (qtiles.SCRATCH)
 SKIP, MIXED, FULL = 0, 1, 2
 CLASS_BITS = 3               # a map byte's class; a MIXED tile's byte may add:
 RESIDUAL_HOLDS = 4           # the residual conjuncts hold on the whole tile (Note [Conjuncts a tile holds])
@@ -151,6 +154,8 @@ class BlockMapPlan:
     intervals: bool = False          # whether tiles go through Note [Tile intervals]
     holds: bool = False              # whether MIXED tiles record the conjuncts they hold (Note
                                      # [Conjuncts a tile holds])
+    qtiles: Optional[QTilesPlan] = None  # the query tiles of a tile table (Note [Document-aligned
+                                     # tiles], qtiles.py); None: the fixed grid
 
     @property
     def symbol(self) -> str:
@@ -161,11 +166,16 @@ class BlockMapPlan:
         return self.heads if self.per_head else 1
 
     @property
+    def query_tiles(self) -> list:
+        """The query tiles of a (b, h_m), as manifest factors: the grid's query blocks, or
+        the tile table's length."""
+        return self.qtiles.tiles if self.qtiles else [_cdiv_factor(self.seq_q, self.block_m)]
+
+    @property
     def scratch(self) -> dict:
         """The scratch param, exactly as every kernel reading the map must list it."""
         return {"kind": "scratch", "name": SCRATCH,
-                "bytes": [self.batch, self.head_slots, _cdiv_factor(self.seq_q, self.block_m),
-                          _cdiv_factor(self.seq_k, self.block_n)]}
+                "bytes": [self.batch, self.head_slots, *self.query_tiles, _cdiv_factor(self.seq_k, self.block_n)]}
 
     @property
     def never_empty(self) -> frozenset[str]:
@@ -176,7 +186,8 @@ class BlockMapPlan:
 
     @property
     def kernel_params(self) -> list[dict]:
-        return ([self.scratch] + [{"kind": "dim", "name": d, "type": "i32"} for d in self.dims]
+        return ([self.scratch] + ([self.qtiles.scratch] if self.qtiles else [])
+                + [{"kind": "dim", "name": d, "type": "i32"} for d in self.dims]
                 + [{"kind": "ptr", "tensor": p.name} for p in self.params])
 
     @property
@@ -185,8 +196,7 @@ class BlockMapPlan:
         z = [self.batch] + ([self.heads] if self.per_head else [])
         return {"name": "blockmap", "symbol": self.symbol, "block": [THREADS, 1, 1],
                 "dynamic_smem_bytes": 0,
-                "grid": [[_cdiv_factor(self.seq_k, self.block_n * TILES)],
-                         [_cdiv_factor(self.seq_q, self.block_m)], z],
+                "grid": [[_cdiv_factor(self.seq_k, self.block_n * TILES)], self.query_tiles, z],
                 "params": self.kernel_params,
                 "role": "mask"}         # the runtime may keep the map (Note [Reused masks], kernel.py)
 
@@ -328,7 +338,7 @@ class _Tile:
 class _BlockMapKernel:
     def __init__(self, plan: BlockMapPlan, op: ir.Operation, variant, args: dict):
         self.plan, self.op, self.args = plan, op, args
-        self.e = Emit({k: a for k, a in args.items() if k != SCRATCH})
+        self.e = Emit({k: a for k, a in args.items() if k not in (SCRATCH, QTILES)})
         self.names = MapNames(variant.params, plan.never_empty, size_dims(variant))
 
     def _size(self, d: DimValue) -> ir.Value:
@@ -345,13 +355,30 @@ class _BlockMapKernel:
         else:
             self.b, self.h = z, e.c32(0)
         n_blocks = e.cdiv(self._size(s.seq_k), s.block_n)
-        # One byte per tile, rows of n_blocks per m_block (gridDim.y).
+        # One byte per tile, rows of n_blocks per query tile (gridDim.y).
         wide = e.to_i64
         row = e.mul(e.add(e.mul(wide(z), wide(nvvm.read_ptx_sreg_nctaid_y(e.i32))), wide(m_block)),
                     wide(n_blocks))
         self.row = GlobalPtr(e, self.args[SCRATCH], 8).offset(row)
-        self.m_lo = e.mul(m_block, s.block_m)
-        self.m_hi = e.min(e.add(self.m_lo, s.block_m), self._size(s.seq_q))
+        M = self._size(s.seq_q)
+        if s.qtiles is None:
+            self.m_lo = e.mul(m_block, s.block_m)
+            self.m_hi = e.min(e.add(self.m_lo, s.block_m), M)
+            self.key0, self.n_blocks = e.c32(0), n_blocks
+            self._tiles(group, warp, lane)
+            return
+        # Note [Document-aligned tiles]: the table's tile; a CTA past the last one returns.
+        self.m_lo, self.m_hi, self.key0 = read_entry(e, self.args[QTILES], z, m_block, M, s.block_m)
+        self.n_blocks = e.cdiv(e.sub(self._size(s.seq_k), self.key0), s.block_n)
+        inside = scf.IfOp(e.lt(self.m_lo, M))
+        with ir.InsertionPoint(inside.then_block):
+            self._tiles(group, warp, lane)
+            scf.yield_([])
+
+    def _tiles(self, group, warp, lane) -> None:
+        """Steps 1 to 3 of Note [Block map kernel] for the CTA's TILES key blocks."""
+        e = self.e
+        n_blocks = self.n_blocks
         first = e.mul(group, TILES)
 
         # Steps 1 and 2 (Note [Block map kernel]) for this warp's tile, warp-uniform.
@@ -392,7 +419,7 @@ class _BlockMapKernel:
 
     def _tile(self, n_block) -> _Tile:
         e, s = self.e, self.plan
-        n_lo = e.mul(n_block, s.block_n)
+        n_lo = e.add(self.key0, e.mul(n_block, s.block_n))
         return _Tile(self.m_lo, self.m_hi, n_lo, e.min(e.add(n_lo, s.block_n), self._size(s.seq_k)))
 
     def _store(self, n_block, cls) -> None:
@@ -636,7 +663,8 @@ def blockmap_skip(plan: BlockMapPlan):
 
 def _tag(plan: BlockMapPlan) -> str:
     """What sets the hooks' code apart (for Sm80KernelSpec.cache_key)."""
-    return f"blockmap({plan.variant}, {plan.block_m}x{plan.block_n}, per_head={plan.per_head})"
+    return (f"blockmap({plan.variant}, {plan.block_m}x{plan.block_n}, per_head={plan.per_head}, "
+            f"aligned={plan.qtiles is not None})")
 
 
 def _map_row(e: Emit, plan: BlockMapPlan, c: KvCtx) -> tuple[GlobalPtr, ir.Value]:
@@ -644,7 +672,8 @@ def _map_row(e: Emit, plan: BlockMapPlan, c: KvCtx) -> tuple[GlobalPtr, ir.Value
     if (c.block_m, c.block_n) != (plan.block_m, plan.block_n):
         raise AttncError(f"the block map has {plan.block_m}x{plan.block_n} tiles, the attention "
                          f"kernel {c.block_m}x{c.block_n}")
-    m_blocks, n_blocks = e.cdiv(c.M, plan.block_m), e.cdiv(c.N, plan.block_n)
+    n_blocks = e.cdiv(c.N, plan.block_n)
+    m_blocks = tile_count(e, c.M, plan.block_m) if plan.qtiles else e.cdiv(c.M, plan.block_m)
     z = e.add(e.mul(c.b, e.dim("H")), c.h) if plan.per_head else c.b
     wide = e.to_i64
     first = e.mul(e.add(e.mul(wide(z), wide(m_blocks)), wide(c.m_block)), wide(n_blocks))

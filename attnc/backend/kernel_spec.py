@@ -206,6 +206,9 @@ class Sm80KernelSpec:
     early_first: Optional[bool] = None     # load the top block of kv_hint before a block map's range
                                           # is read (Note [First block before the map] in sm80.py);
                                           # None: first_before_map
+    aligned_tiles: bool = False            # query tiles from a tile table (Note [Document-aligned
+                                          # tiles] in qtiles.py), set by the lowering with the map
+    tiles_per_head: bool = False           # the tile table has a slot per head (else per batch)
 
     # -- derived
     @property
@@ -540,6 +543,9 @@ class Sm80KernelSpec:
                  "heads_first: the grid of a kernel with one query block per CTA and no producer warpgroup")
         _require(not self.step_loads_lean or self._can_lean_loads,
                  "lean_loads: an sm_80 kernel whose key ranges come from a block map or a band")
+        _require(not self.aligned_tiles or (self.target == "sm_80" and self.blockmap and self.blocks_per_cta == 1
+                                            and not self.persistent_ctas),
+                 "aligned_tiles: an sm_80 kernel with a block map and one query block per CTA")
         _require(not self.first_before_map or self._can_load_first_early,
                  "early_first: an sm_80 kernel whose key ranges come from a block map (kv_hint given)")
         _require(not self.o_staged or self._can_stage_o,

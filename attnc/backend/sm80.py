@@ -118,6 +118,7 @@ from mlir import ir
 from mlir.dialects import arith, gpu, llvm, nvvm, scf
 
 from attnc.backend.kernel_spec import KvCtx, Sm80KernelSpec, mask_hooks
+from attnc.backend.qtiles import SPARE_DEN, SPARE_NUM, qtiles_param, read_entry
 from attnc.backend.nvgpu_builders import (Approx, CpAsync, CtaBarrier, Emit, GlobalPtr, LdMatrix, MmaSync,
                                           Quad, Smem)
 from attnc.backend.sm80_epilogue import Epilogue, StagedRows
@@ -166,13 +167,16 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
                       "producer_warpgroup": spec.warp_specialized, "pingpong": spec.pingpong,
                       "persistent": spec.persistent_ctas, "heads_first": spec.grid_heads_first,
                       "staged_o": spec.o_staged, "lean_loads": spec.step_loads_lean, "split_mask": spec.mask_split,
-                      "early_first": spec.first_before_map, "exp2_fma": spec.exp2_on_fma,
+                      "early_first": spec.first_before_map, "aligned_tiles": spec.aligned_tiles,
+                      "exp2_fma": spec.exp2_on_fma,
                       "interval_test": spec.interval_test_form if spec.row_interval is not None else None}
-    m_blocks = ["cdiv", "M", spec.block_m * spec.blocks_per_cta]
+    # Note [Document-aligned tiles] (qtiles.py): a CTA per entry of the tile table.
+    m_blocks = ((SPARE_NUM, ["cdiv", "M", SPARE_DEN * spec.block_m]) if spec.aligned_tiles
+                else (["cdiv", "M", spec.block_m * spec.blocks_per_cta],))
     # Note [Persistent CTAs] (sm90_ws.py): a CTA per SM at most, each looping over blocks.
-    grid = (((["min_sms", m_blocks, "H", "B"],), (1,), (1,)) if spec.persistent_ctas
-            else (("H",), (m_blocks,), ("B",)) if spec.grid_heads_first  # Note [Heads first]
-            else ((m_blocks,), ("H",), ("B",)))
+    grid = (((["min_sms", *m_blocks, "H", "B"],), (1,), (1,)) if spec.persistent_ctas
+            else (("H",), m_blocks, ("B",)) if spec.grid_heads_first  # Note [Heads first]
+            else (m_blocks, ("H",), ("B",)))
     return KernelAbi(spec.symbol, tuple(params), (spec.threads, 1, 1), spec.smem_bytes, grid, specialization)
 
 
@@ -288,6 +292,10 @@ class _Sm80Forward:
         self.k_tile = SwizzledTile(spec.q_tile_bytes, spec.block_n, spec.head_dim_qk)
         self.v_tile = SwizzledTile(spec.q_tile_bytes + spec.k_tile_bytes, spec.block_n, spec.head_dim_v)
         self.slot_bytes = spec.k_tile_bytes + spec.v_tile_bytes
+        # The query tile's rows [tile_row0, row_end) and its keys' origin key0 (None: the
+        # grid's m_block * block_m, M and 0); n_keys: the keys from key0 on. A tile
+        # table's tile sets them (Note [Document-aligned tiles] in qtiles.py).
+        self.tile_row0, self.row_end, self.key0, self.n_keys = None, e.dim("M"), None, e.dim("N")
 
     # ------------------------------------------------------------ setup
     def _coordinates(self) -> None:
@@ -302,6 +310,11 @@ class _Sm80Forward:
         one_block = s.blocks_per_cta == 1
         self.m_block, self.h, self.b = self._grid_item(one_block)
         self.kv_h = e.div(self.h, e.div(e.dim("H"), e.dim("HKV")))
+        if s.aligned_tiles:
+            z = e.add(e.mul(self.b, e.dim("H")), self.h) if s.tiles_per_head else self.b
+            self.tile_row0, self.row_end, self.key0 = read_entry(
+                e, e.arg(qtiles_param().key), z, self.m_block, e.dim("M"), s.block_m)
+            self.n_keys = e.sub(e.dim("N"), self.key0)
         self.warp_row0 = e.mul(self.warp, s.rows_per_warp)
         if one_block:
             self._set_row0(self.m_block)
@@ -348,11 +361,15 @@ class _Sm80Forward:
     def _set_row0(self, m_block) -> None:
         # The accumulator rows/columns a lane holds: row g (+8), columns 2t, 2t+1 (+8 per atom).
         e = self.e
-        self.row0 = e.add(e.add(e.mul(m_block, self.spec.block_m), self.warp_row0), e.shr(self.lane, 2))
+        self.row0 = e.add(e.add(self._first_row(m_block), self.warp_row0), e.shr(self.lane, 2))
+
+    def _first_row(self, m_block):
+        """The first row of query block m_block (the tile table's, Note [Document-aligned tiles])."""
+        return self.tile_row0 if self.tile_row0 is not None else self.e.mul(m_block, self.spec.block_m)
 
     def _set_masker(self) -> None:
         e, s = self.e, self.spec
-        coords = ElementCoords(e, self.row0, self.col0, s.block_n)
+        coords = ElementCoords(e, self.row0, self.col0, s.block_n, self.key0)
         score_in = s.scale if s.score_mod_in is None else s.score_mod_in
         self.masker = ScoreMasker(e, coords, self.b, self.h, s.scale, s.score_mod, self.keep_fn, s.score_bias,
                                   score_in, s.row_interval, s.interval_test_form, s.row_residual)
@@ -369,13 +386,13 @@ class _Sm80Forward:
         e, s = self.e, self.spec
         # Note [Lean step loads]: a block map's range is inside the map, a band's is clamped.
         clamp_top = s.step_loads_lean and not s.blockmap
-        return schedule(e, self.kv_range_fn(e, self._ctx(m_block)), e.dim("N"), s.block_n, clamp_top)
+        return schedule(e, self.kv_range_fn(e, self._ctx(m_block)), self.n_keys, s.block_n, clamp_top)
 
     # ------------------------------------------------------------ loads
     def _load_q(self, m_block) -> None:
         e, s = self.e, self.spec
         q = self._tensor("q", self.b, self.h)
-        first = e.mul(m_block, s.block_m)
+        first = self._first_row(m_block)
         q = q.offset(e.mul(e.to_i64(first), e.arg("stride_q_2")))
         self.loader.load(self.q_tile, 0, q, e.arg("stride_q_2"), e.sub(e.dim("M"), first))
 
@@ -394,7 +411,7 @@ class _Sm80Forward:
             # nothing, one predicate.
             self.loader.load(tile, slot_offset, src, stride, valid=arith.xori(skip, e.true()))
             return
-        rows = e.sub(e.dim("N"), first) if ragged or skip is not None else None
+        rows = e.sub(self.n_keys, first) if ragged or skip is not None else None
         if skip is not None:
             rows = e.select(skip, e.c32(0), rows)
         self.loader.load(tile, slot_offset, src, stride, rows)
@@ -522,7 +539,7 @@ class _Sm80Forward:
         if mode == "partial" and s.tile_partial is None and skip is None:
             rows = self.masker.mask(rows, n_block)
         elif mode == "partial":
-            partial = e.gt(e.mul(e.add(n_block, 1), s.block_n), e.dim("N"))
+            partial = e.gt(self.masker.coords.block_end(n_block), e.dim("N"))
             ctx = self._ctx()
             if s.tile_partial is not None:
                 partial = e.or_(s.tile_partial(e, ctx, n_block), partial)
@@ -580,11 +597,18 @@ class _Sm80Forward:
         e, s = self.e, self.spec
         self._coordinates()
         self.kv_ptr = {n: self._tensor(n, self.b, self.kv_h) for n in ("k", "v")}
+        if s.aligned_tiles:
+            # Note [Document-aligned tiles]: block n's keys start at key0 + n * block_n; a
+            # CTA past the table's last tile returns.
+            self.kv_ptr = {n: p.offset(e.mul(e.to_i64(self.key0), e.arg(f"stride_{n}_2")))
+                           for n, p in self.kv_ptr.items()}
+            inside = scf.IfOp(e.lt(self.tile_row0, e.dim("M")))
+            with ir.InsertionPoint(inside.then_block):
+                self._one_block()
+                scf.yield_([])
+            return
         if s.blocks_per_cta == 1:
-            kv = self._prologue(self.m_block)
-            acc_o, state = self._steps(kv)
-            self.cp.wait(0)
-            self._epilogue(acc_o, state)
+            self._one_block()
             return
         # Note [Two query blocks per CTA]
         ctaid = nvvm.read_ptx_sreg_ctaid_x(e.i32)
@@ -608,6 +632,12 @@ class _Sm80Forward:
                 scf.yield_([])
             self._epilogue(acc_o, state)
             scf.yield_([])
+
+    def _one_block(self) -> None:
+        kv = self._prologue(self.m_block)
+        acc_o, state = self._steps(kv)
+        self.cp.wait(0)
+        self._epilogue(acc_o, state)
 
     def _prologue(self, m_block) -> KvSchedule:
         """Issue the loads that the steps of `m_block` start with, and return its schedule:
@@ -647,8 +677,13 @@ class _Sm80Forward:
         """The top block of the static hull (kv_hint), clamped into [0, cdiv(N, block_n)):
         Note [First block before the map]."""
         e, s = self.e, self.spec
-        top = e.sub(s.kv_hint(e, self._ctx(m_block)).hi, 1)
-        return e.max(e.min(top, e.sub(e.cdiv(e.dim("N"), s.block_n), 1)), 0)
+        if s.aligned_tiles:
+            # The hull is of grid blocks; a table's tile guesses the block of its last row's
+            # key (the diagonal: a documents + causal tile's top block).
+            top = e.div(e.sub(e.sub(e.min(self.row_end, e.dim("N")), 1), self.key0), s.block_n)
+        else:
+            top = e.sub(s.kv_hint(e, self._ctx(m_block)).hi, 1)
+        return e.max(e.min(top, e.sub(e.cdiv(self.n_keys, s.block_n), 1)), 0)
 
     def _load_first(self, n_block, guessed: bool = False) -> None:
         """K (and with two or more stages V) of block n_block into slot 0, a group each,
@@ -660,7 +695,7 @@ class _Sm80Forward:
         for name in ("k", "v")[:1 + (self.spec.stages > 1)]:
             base = self.kv_ptr[name]
             if guessed:
-                base = GlobalPtr(e, llvm.select(e.gt(e.dim("N"), 0), base.ptr, q_row0), 16)
+                base = GlobalPtr(e, llvm.select(e.gt(self.n_keys, 0), base.ptr, q_row0), 16)
             self._load_kv(name, n_block, 0, True, base=base)
             self.cp.commit()
 
@@ -687,8 +722,8 @@ class _Sm80Forward:
             self.bar.sync()
             rows = s.rows_per_warp
             stage = StagedRows(self.smem.address(e.mul(self.warp, rows * s.head_dim_v * 2)),
-                               e.add(e.mul(self.m_block, s.block_m), self.warp_row0), rows)
-        epilogue = Epilogue(e, self.softmax, s.o_dtype, self.row0, self.col0, self.lane, stage)
+                               e.add(self._first_row(self.m_block), self.warp_row0), rows)
+        epilogue = Epilogue(e, self.softmax, s.o_dtype, self.row0, self.col0, self.lane, stage, self.row_end)
         epilogue.store(acc_o, state, self._tensor("o", self.b, self.h), e.arg("stride_o_2"),
                        self._tensor("lse", self.b, self.h) if s.with_lse else None, self._sink())
 

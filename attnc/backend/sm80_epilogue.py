@@ -44,11 +44,12 @@ class StagedRows:
 
 class Epilogue:
     def __init__(self, e: Emit, softmax: OnlineSoftmax, out_dtype: str, first_row, first_col, lane,
-                 stage: StagedRows | None = None):
+                 stage: StagedRows | None = None, row_end=None):
         self.e, self.softmax = e, softmax
         self.out_dtype = out_dtype
         self.first_row, self.first_col, self.lane = first_row, first_col, lane
         self.stage = stage
+        self.row_end = e.dim("M") if row_end is None else row_end     # rows >= row_end are not stored
 
     def store(self, acc_o, state: SoftmaxState, o: GlobalPtr, o_row_stride, lse: GlobalPtr | None,
               sink=None) -> None:
@@ -69,7 +70,7 @@ class Epilogue:
             for half in (0, 1):
                 r = 2 * mi + half
                 row = e.add(self.first_row, 16 * mi + 8 * half)
-                guard = scf.IfOp(e.lt(row, e.dim("M")))
+                guard = scf.IfOp(e.lt(row, self.row_end))
                 with ir.InsertionPoint(guard.then_block):
                     if self.stage is None:
                         row_ptr = o.offset(e.add(e.mul(e.to_i64(row), o_row_stride), e.to_i64(self.first_col)))
@@ -117,7 +118,7 @@ class Epilogue:
             slot = e.xor(chunk, e.and_(row, swz - 1))
             value = ld_shared_v4(e, e.add(st.base, e.add(e.mul(row, row_bytes), e.shl(slot, 4))))
             global_row = e.add(st.first_row, row)
-            inside = e.lt(global_row, e.dim("M"))
+            inside = e.lt(global_row, self.row_end)
             if 32 * (k + 1) > total:
                 inside = e.land(inside, e.lt(q, total))
             guard = scf.IfOp(inside)

@@ -55,7 +55,10 @@ def lowering_from_ir(result) -> Sm80Lowering:
 
 
 def _lowering_from_ir(result) -> Sm80Lowering:
+    from dataclasses import replace
+
     from attnc.backend.blockmap import blockmap_plan
+    from attnc.backend.qtiles import qtiles_plan, segment_ids
     from attnc.backend.kernel_spec import KERNEL_TARGETS, Sm80KernelSpec, SpecError
     from attnc.passes.lower_sm80 import recorded_choices
     from attnc.passes.analyze_masks import mask_functions
@@ -77,27 +80,47 @@ def _lowering_from_ir(result) -> Sm80Lowering:
     mode = mask_mode(op, variant)
     runtime = mode is None and mask_functions(op).kind == "runtime"
     blockmap = blockmap_plan(result, block_m, block_n) if runtime else None
-    hooks = variant_hooks(op, variant, mode, blockmap, result.module)
+    choices = recorded_choices(op)
+    aligned = choices.pop("aligned_tiles", None)
 
-    spec = Sm80KernelSpec(
-        dtype=variant.dtype, head_dim_qk=variant.head_dim_qk, head_dim_v=variant.head_dim_v,
-        block_m=block_m, block_n=block_n,
-        num_warps=num_warps, stages=kv[0].stages, target=target,
-        out_dtype=variant.output("o").dtype, with_lse=variant.has_lse,
-        softmax_scale=variant.scale, symbol=f"attnc_{variant.name}_fwd",
-        banded=get_bool(op, "has_mask_mod") and not runtime and banded_mask(op), blockmap=blockmap is not None,
-        **recorded_choices(op), **hooks.spec_fields())
-    try:
-        return Sm80Lowering(spec.check(), blockmap)
-    except SpecError as e:
-        raise error_at(op, f"the {target} kernel cannot be built: {e}") from None
+    def lowering(blockmap) -> Sm80Lowering:
+        hooks = variant_hooks(op, variant, mode, blockmap, result.module)
+        tiles = blockmap is not None and blockmap.qtiles is not None
+        spec = Sm80KernelSpec(
+            dtype=variant.dtype, head_dim_qk=variant.head_dim_qk, head_dim_v=variant.head_dim_v,
+            block_m=block_m, block_n=block_n,
+            num_warps=num_warps, stages=kv[0].stages, target=target,
+            out_dtype=variant.output("o").dtype, with_lse=variant.has_lse,
+            softmax_scale=variant.scale, symbol=f"attnc_{variant.name}_fwd",
+            banded=get_bool(op, "has_mask_mod") and not runtime and banded_mask(op), blockmap=blockmap is not None,
+            aligned_tiles=tiles, tiles_per_head=tiles and blockmap.per_head,
+            **choices, **hooks.spec_fields())
+        try:
+            return Sm80Lowering(spec.check(), blockmap)
+        except SpecError as e:
+            raise error_at(op, f"the {target} kernel cannot be built: {e}") from None
+
+    plain = lowering(blockmap)
+    # Note [Document-aligned tiles] (qtiles.py): by default wherever the mask has the ids'
+    # conjunct and the kernel runs one query block per CTA on sm_80.
+    ids = segment_ids(region_block(op, MASK_MOD), list(variant.params)) if runtime else None
+    possible = (ids is not None and target == "sm_80" and plain.spec.blocks_per_cta == 1
+                and not plain.spec.persistent_ctas)
+    if aligned and not possible:
+        raise error_at(op, "aligned_tiles: an sm_80 kernel with one query block per CTA whose mask has a "
+                           "conjunct P[.., i] == P[.., j] (an i32 param, the same other indices) and reads "
+                           "a param (a block map)")
+    if not possible or aligned is False:
+        return plain
+    return lowering(replace(blockmap, qtiles=qtiles_plan(variant, block_m, ids, blockmap.per_head)))
 
 
 def kernel_module_for(result):
     """The kernel module of a compiled (L5) module, the manifest entries of its kernels
     in launch order, and the specialization record; what attn-lower-sm80 inserts."""
     from attnc.backend.blockmap import emit_blockmap_kernel
-    from attnc.backend.sm80 import build_sm80_module
+    from attnc.backend.qtiles import emit_qtiles_kernel
+    from attnc.backend.sm80 import SMEM_SYMBOL, build_sm80_module
 
     lowered = lowering_from_ir(result)
     spec, blockmap = lowered.spec, lowered.blockmap
@@ -106,10 +129,16 @@ def kernel_module_for(result):
         if blockmap is not None:
             gpu_module = next(o for o in kernel_module.body.operations if o.operation.name == "gpu.module")
             emit_blockmap_kernel(blockmap, result, ir.InsertionPoint(gpu_module.regions[0].blocks[0]))
+            if blockmap.qtiles is not None:
+                emit_qtiles_kernel(blockmap.qtiles, result, ir.InsertionPoint(gpu_module.regions[0].blocks[0]),
+                                   SMEM_SYMBOL)
     kernel = abi.manifest_kernel("attn_fwd")
     kernel["params"] = [_bind_dim(p, result.variant) for p in kernel["params"]]
     kernel["grid"] = [[_bind_factor(f, result.variant) for f in g] for g in kernel["grid"]]
-    kernels = ([blockmap.kernel] if blockmap is not None else []) + [kernel]
+    masks = [] if blockmap is None else [blockmap.kernel]
+    if blockmap is not None and blockmap.qtiles is not None:
+        masks.insert(0, blockmap.qtiles.kernel)         # the table, then the map over its tiles
+    kernels = masks + [kernel]
     specialization = {**abi.specialization, "blockmap": blockmap is not None}
     return kernel_module, kernels, specialization
 

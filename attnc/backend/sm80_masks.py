@@ -24,10 +24,16 @@ class ElementCoords:
     """Global query/key indices of the accumulator elements a lane holds: row g (+8,
     +16 per row tile), columns 2t, 2t+1 (+8 per atom) of its warp's slice."""
 
-    def __init__(self, e: Emit, first_row, first_col, block_n: int):
+    def __init__(self, e: Emit, first_row, first_col, block_n: int, key0=None):
         self.e = e
         self.first_row, self.first_col = first_row, first_col
         self.block_n = block_n
+        self.key0 = key0        # key block n starts at key0 + n * block_n (None: 0)
+
+    def block_end(self, n_block):
+        """The key after block n_block's last."""
+        end = self.e.mul(self.e.add(n_block, 1), self.block_n)
+        return end if self.key0 is None else self.e.add(end, self.key0)
 
     @staticmethod
     def column(c: int) -> int:
@@ -43,7 +49,10 @@ class ElementCoords:
         mi, half = divmod(r, 2)
         i = e.add(self.first_row, 16 * mi + 8 * half)
         add = e.add_nsw if nsw else e.add
-        j = add(add(e.mul(n_block, self.block_n), self.first_col), self.column(c))
+        first = e.mul(n_block, self.block_n)
+        if self.key0 is not None:
+            first = add(first, self.key0)
+        j = add(add(first, self.first_col), self.column(c))
         return i, j
 
 
@@ -120,7 +129,7 @@ class ScoreMasker:
         everywhere tests only its rows' intervals; one whose interval conjuncts hold, lies
         below N and is not dropped whole tests only the residual; any other, both."""
         e = self.e
-        below_n = e.le(e.mul(e.add(n_block, 1), self.coords.block_n), e.dim("N"))
+        below_n = e.le(self.coords.block_end(n_block), e.dim("N"))
         if drop_all is not None:
             below_n = e.land(below_n, e.xor(drop_all, e.true()))
 

@@ -98,6 +98,8 @@ def variant_hooks(op, variant, mask_mode: str | None, blockmap=None, module=None
             assert fields.get("row_residual") is not None, "a map that records conjuncts needs a residual"
             fields["tile_holds"] = blockmap_holds(blockmap)
         extra += tuple(map_params)
+        if blockmap.qtiles is not None:
+            extra += (ExtraParam("scratch", blockmap.qtiles.scratch["name"], bytes=tuple(blockmap.qtiles.scratch["bytes"])),)
     return VariantHooks(extra_params=extra, **fields)
 
 

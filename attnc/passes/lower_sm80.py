@@ -48,6 +48,7 @@ KERNEL_CHOICES: dict[str, tuple[str, type]] = {
     "lean_loads": ("sm80.lean_loads", bool),
     "split_mask": ("sm80.split_mask", bool),
     "early_first": ("sm80.early_first", bool),
+    "aligned_tiles": ("sm80.aligned_tiles", bool),
 }
 
 
@@ -108,6 +109,11 @@ class LowerSm80(Pass):
         "doc": "for a block map, load the first key block the static mask analysis puts on top before "
                "the map's row is read, and reload it only where the map's range starts elsewhere (Note "
                "[First block before the map]; default: Sm80KernelSpec.first_before_map: on sm_80 for a block map)"})
+    aligned_tiles: bool | None = field(default=None, metadata={
+        "doc": "for a block map whose mask has a conjunct P[.., i] == P[.., j] (document ids), query tiles "
+               "and key blocks that start where the ids' runs start, from a table a third kernel fills at "
+               "run time; unsorted ids fall back to the grid (Note [Document-aligned tiles] in qtiles.py; "
+               "default: on sm_80 wherever the mask has that conjunct and a CTA runs one query block)"})
     staged_o: bool | None = field(default=None, metadata={
         "doc": "write O through shared memory in coalesced 16-byte stores instead of 4-byte stores "
                "from the accumulators (Note [Staged O]; default: Sm80KernelSpec.o_staged: where it can -- one query "

@@ -38,8 +38,10 @@ otherwise. Params, in kernel ABI order:
 A kernel of role "mask" builds mask data (the block map) into its scratch from params
 and dims alone, so that later launches may keep it (`Manifest.mask_kernels`; Note
 [Reused masks] in kernel.py): it takes scratch and no pointer to q, k, v or an output,
-no kernel before it takes its scratch, and the kernels after it may read that scratch
-but never write it (the compiler's promise; the first two are checked here).
+no kernel before it takes its scratch but earlier mask kernels, whose mask data it may
+read (the block map reads the tile table), it fills scratch of its own, and the kernels
+after it may read that scratch but never write it (the compiler's promise; the others
+are checked here).
 """
 from __future__ import annotations
 
@@ -359,22 +361,29 @@ def _check_scratch_agree(kernels: tuple[KernelSpec, ...]) -> None:
 
 
 def _check_mask_kernels(kernels: tuple[KernelSpec, ...], tensors: Mapping[str, TensorSpec]) -> None:
-    """A mask kernel reads params and dims only, and fills scratch no earlier kernel takes."""
-    taken: set[str] = set()
+    """A mask kernel reads params and dims only, fills scratch of its own, and takes no
+    scratch an earlier kernel took but the mask data of earlier mask kernels."""
+    taken: set[str] = set()             # by kernels that are not mask kernels
+    masks: set[str] = set()             # by mask kernels
     for i, kernel in enumerate(kernels):
         scratch = {p.name for p in kernel.params if isinstance(p, ScratchParam)}
-        if kernel.role == "mask":
-            path = f"manifest: kernels[{i}]"
-            reads = sorted(p.tensor for p in kernel.params
-                           if isinstance(p, PtrParam) and tensors[p.tensor].role != "param")
-            if reads:
-                raise ManifestError(f"{path}: a mask kernel reads params only, not {', '.join(reads)}")
-            if not scratch:
-                raise ManifestError(f"{path}: a mask kernel fills scratch, and takes none")
-            if scratch & taken:
-                raise ManifestError(f"{path}: scratch {sorted(scratch & taken)[0]!r} is taken by an "
-                                    "earlier kernel; a mask kernel fills its own")
-        taken |= scratch
+        if kernel.role != "mask":
+            taken |= scratch
+            continue
+        path = f"manifest: kernels[{i}]"
+        reads = sorted(p.tensor for p in kernel.params
+                       if isinstance(p, PtrParam) and tensors[p.tensor].role != "param")
+        if reads:
+            raise ManifestError(f"{path}: a mask kernel reads params only, not {', '.join(reads)}")
+        if not scratch:
+            raise ManifestError(f"{path}: a mask kernel fills scratch, and takes none")
+        if scratch & taken:
+            raise ManifestError(f"{path}: scratch {sorted(scratch & taken)[0]!r} is taken by an "
+                                "earlier kernel; a mask kernel fills its own")
+        if scratch <= masks:
+            raise ManifestError(f"{path}: every scratch it takes is an earlier mask kernel's; a mask "
+                                "kernel fills its own")
+        masks |= scratch
 
 
 def _constraint(raw: Any, path: str, dims: tuple[str, ...]) -> Constraint:

@@ -1,0 +1,383 @@
+"""Document-aligned query tiles: for a mask with a conjunct `P[.., i] == P[.., j]` (a
+documents mask), query tiles that start where a document starts, with key blocks that
+start there too, in place of the fixed grid of query and key blocks.
+
+    qtiles[b, h_m, t]  (4 x i32)  row0, row_end, key0, 0
+
+Tile t of (b, h_m) holds the rows [row0, row_end) (at most block_m of them) and its key
+block n the keys [key0 + n * block_n, + block_n) below N. Entries past the last tile are
+(M, M, 0). `qtiles_plan` decides the shapes, `emit_qtiles_kernel` writes the kernel that
+fills the table on the GPU (launched before the block map, which then classifies the
+tiles of this table: blockmap.py, `BlockMapPlan.qtiles`).
+
+Note [Document-aligned tiles]: on the fixed grid a document of 1000 positions starts
+inside a query block and inside a key block. Every query block of it then has a MIXED
+first key block (the document's start), a query block that straddles two documents
+visits the whole earlier document with every tile MIXED, and the diagonal crosses two
+64-key blocks of a 128-row block. At M = N = 8192, documents of 1000 + causal, 128x64
+tiles: 345 FULL + 296 MIXED tiles a head on the grid, 450 FULL + 131 MIXED (all of them
+on the diagonal, none testing the ids) with tiles that start at the documents' starts.
+
+The tiles come from the ids at run time, so any sorted ids work (FlashAttention's varlen
+layout, derived from the mask instead of given as cumulative lengths):
+
+* segments: the runs of equal v(i) = P[.., i] over the rows i < M; a tile starts at each
+  run's start and every block_m rows after it within the run, with key0 = the run's start.
+* Why the keys below key0 can be left out: the conjunct drops key j for row i unless
+  v(j) == v(i). When v is non-decreasing over [0, M), a run starting at s has v(j) <=
+  v(s - 1) < v(s) = v(i) for every key j < s and row i of the run, so the mask keeps none
+  of them. The kernel checks that v is non-decreasing; the keys >= key0 are all in the
+  tile's blocks and classified by the block map, so nothing else is assumed.
+* Otherwise (ids not sorted, or more tiles than the table holds: runs shorter than 4 *
+  block_m on average) the table is the fixed grid: row0 = t * block_m, key0 = 0.
+
+The table holds SPARE_NUM * cdiv(M, SPARE_DEN * block_m) tiles (5/4 of the grid's, for
+runs of at least 4 * block_m on average); the attention kernel's grid is as long, and a
+CTA past the last tile returns at once.
+
+Note [Tile table kernel]: one CTA of THREADS threads per (b, h_m); thread t walks the
+rows [t * C, (t + 1) * C), C = cdiv(M, THREADS), UNROLL rows a trip with their loads
+issued first, three times: (1) whether v is non-decreasing there and the last run start
+in it; a CTA max-scan gives each thread the start of the run its first row is in; (2)
+how many tiles start in its rows; a CTA sum-scan gives its first tile's index and the
+total; (3) the entries. A thread writes row_end of the tile before each of its tiles
+(the tiles are contiguous), thread 0 that of the last. The scans: shfl.up within a warp,
+the warps' totals through shared memory.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from mlir import ir
+from mlir.dialects import arith, gpu, llvm, nvvm, scf
+
+from attnc.backend.hooks import load_param, size_dims
+from attnc.backend.kernel_spec import ExtraParam
+from attnc.backend.nvgpu_builders import CtaBarrier, Emit, GlobalPtr, Smem, _asm, _op, st_shared_b32
+from attnc.frontend.variant import Tensor
+from attnc.ir import PARAM, defining_op, int_constant
+
+SCRATCH = "qtiles"
+THREADS = 1024
+UNROLL = 8
+ENTRY_BYTES = 16
+SPARE_NUM, SPARE_DEN = 5, 4         # the table: SPARE_NUM * cdiv(M, SPARE_DEN * block_m) tiles
+SMEM_BYTES = 2 * 32 * 4             # the two scans' warp totals
+
+DimValue = str | int
+
+
+# ---------------------------------------------------------------- the pattern
+
+@dataclass(frozen=True)
+class SegmentIds:
+    """`P[idx] == P[idx']` of the mask: `param` read at `indices` for a row (position
+    `axis` is i) and for a key (there j); every other index is 'b', 'h' or an int."""
+    param: str
+    indices: tuple          # 'b' | 'h' | 'pos' | int, per axis of the param
+    reads_h: bool
+
+
+def segment_ids(block: ir.Block, params: list[Tensor]) -> Optional[SegmentIds]:
+    """The first top-level conjunct of the mask region `block` of the form P[.., i, ..]
+    == P[.., j, ..] with P an i32 param (hooks.MaskConjuncts), else None."""
+    from attnc.backend.hooks import MaskConjuncts
+    args = list(block.arguments)
+    for value, negated in MaskConjuncts.of(block).residual:
+        op = defining_op(value)
+        if negated or op is None or op.name != "arith.cmpi" or _predicate(op) != 0:
+            continue
+        reads = [defining_op(v) for v in op.operands]
+        if any(r is None or r.name != PARAM for r in reads) or reads[0].operands[0] != reads[1].operands[0]:
+            continue
+        tensor = params[ir.BlockArgument(reads[0].operands[0]).arg_number - 3]
+        if tensor.dtype != "i32":
+            continue
+        template = _template(list(reads[0].operands[1:]), list(reads[1].operands[1:]), args)
+        if template is not None:
+            return SegmentIds(tensor.name, template, "h" in template)
+    return None
+
+
+def _predicate(op: ir.Operation) -> int:
+    return ir.IntegerAttr(op.attributes["predicate"]).value
+
+
+def _template(row: list, key: list, args: list) -> Optional[tuple]:
+    """The index template when `row` reads i where `key` reads j (or the other way) at
+    exactly one axis and both read the same b, h or constant everywhere else."""
+    b, h, i, j = args
+    out, pos = [], 0
+    for x, y in zip(row, key):
+        if {x, y} == {i, j}:
+            pos += 1
+            out.append("pos")
+        elif x == y and x == b:
+            out.append("b")
+        elif x == y and x == h:
+            out.append("h")
+        elif int_constant(x) is not None and int_constant(x) == int_constant(y):
+            out.append(int_constant(x))
+        else:
+            return None
+    return tuple(out) if pos == 1 and len(row) == len(key) else None
+
+
+# ---------------------------------------------------------------- the plan
+
+@dataclass(frozen=True)
+class QTilesPlan:
+    variant: str
+    block_m: int
+    per_head: bool                  # one table per (b, h) (the ids read h; else per b)
+    batch: DimValue
+    heads: DimValue
+    seq_q: DimValue
+    dims: tuple[str, ...]           # every symbolic dim, passed as i32 in this order
+    param: Tensor
+    ids: SegmentIds
+
+    @property
+    def symbol(self) -> str:
+        return f"attnc_{self.variant}_qtiles"
+
+    @property
+    def tiles(self) -> list:
+        """The table's tiles per (b, h_m), as manifest factors."""
+        return [SPARE_NUM, _cdiv_factor(self.seq_q, SPARE_DEN * self.block_m)]
+
+    @property
+    def scratch(self) -> dict:
+        return {"kind": "scratch", "name": SCRATCH,
+                "bytes": [self.batch, self.heads if self.per_head else 1, *self.tiles, ENTRY_BYTES]}
+
+    @property
+    def kernel_params(self) -> list[dict]:
+        return ([self.scratch] + [{"kind": "dim", "name": d, "type": "i32"} for d in self.dims]
+                + [{"kind": "ptr", "tensor": self.param.name}])
+
+    @property
+    def kernel(self) -> dict:
+        z = [self.batch] + ([self.heads] if self.per_head else [])
+        return {"name": "qtiles", "symbol": self.symbol, "block": [THREADS, 1, 1],
+                "dynamic_smem_bytes": SMEM_BYTES, "grid": [[1], [1], z],
+                "params": self.kernel_params, "role": "mask"}
+
+
+def _cdiv_factor(size: DimValue, block: int):
+    return -(-size // block) if isinstance(size, int) else ["cdiv", size, block]
+
+
+def qtiles_plan(variant, block_m: int, ids: SegmentIds, per_head: bool) -> QTilesPlan:
+    """The table for `variant`'s ids at `block_m`; `per_head`: the block map's (a table
+    per head when the mask reads h anywhere, as the map is)."""
+    param = next(p for p in variant.params if p.name == ids.param)
+    return QTilesPlan(variant.name, block_m, per_head, variant.batch, variant.heads, variant.seq_q,
+                      tuple(variant.dims), param, ids)
+
+
+def tile_count(e: Emit, M, block_m: int):
+    """The table's tiles per (b, h_m) (i32), as QTilesPlan.tiles says."""
+    return e.mul(e.cdiv(M, SPARE_DEN * block_m), SPARE_NUM)
+
+
+def qtiles_param() -> ExtraParam:
+    return ExtraParam("scratch", SCRATCH)
+
+
+def read_entry(e: Emit, table: ir.Value, z, t, M, block_m: int) -> tuple:
+    """(row0, row_end, key0) of tile t of slot z (i32s) from the table pointer."""
+    index = e.add(e.mul(e.to_i64(z), e.to_i64(tile_count(e, M, block_m))), e.to_i64(t))
+    ptr = GlobalPtr(e, table, 32).offset(e.mul(index, e.c64(ENTRY_BYTES // 4))).ptr
+    vec = llvm.load(ir.VectorType.get([4], e.i32), ptr, alignment=16, invariant=True)
+    return tuple(llvm.extractelement(vec, e.c32(k)) for k in range(3))
+
+
+# ---------------------------------------------------------------- the kernel
+
+def emit_qtiles_kernel(plan: QTilesPlan, result, ip: ir.InsertionPoint, smem_symbol: str):
+    """Add the tile-table `gpu.func` (Note [Tile table kernel]) at `ip` (a gpu.module body
+    that declares the dynamic shared memory `smem_symbol`)."""
+    from attnc.backend.blockmap import MapNames, _arg_key, _arg_type
+    params = plan.kernel_params
+    types = [_arg_type(p) for p in params]
+    with ip, ir.Location.name(plan.symbol):
+        func = gpu.GPUFuncOp(ir.TypeAttr.get(ir.FunctionType.get(types, [])), plan.symbol,
+                             kernel=True, known_block_size=[THREADS, 1, 1])
+        entry = func.body.blocks.append(*types)
+    with ir.InsertionPoint(entry), ir.Location.name(plan.symbol):
+        args = {_arg_key(p): a for p, a in zip(params, entry.arguments)}
+        # Launched whatever M is (its grid is (1, 1, B * H_m)).
+        never_empty = frozenset(d for d in (plan.batch,) + ((plan.heads,) if plan.per_head else ())
+                                if isinstance(d, str))
+        names = MapNames([plan.param], never_empty, size_dims(result.variant))
+        _TableKernel(plan, args, names, smem_symbol).emit()
+        gpu.ReturnOp([])
+    return func
+
+
+def _ne(e: Emit, a, b):
+    return arith.cmpi(arith.CmpIPredicate.ne, *e._pair(a, b))
+
+
+class _TableKernel:
+    def __init__(self, plan: QTilesPlan, args: dict, names, smem_symbol: str):
+        self.plan, self.names = plan, names
+        self.table = args[SCRATCH]
+        self.e = Emit({k: a for k, a in args.items() if k != SCRATCH})
+        self.smem_symbol = smem_symbol
+
+    def _size(self, d: DimValue):
+        return self.e.dim(d) if isinstance(d, str) else self.e.c32(d)
+
+    def _id(self, i):
+        """v(i): the ids' param at row i (clamped, as the mask reads it)."""
+        e = self.e
+        index = {"b": self.b, "h": self.h, "pos": i}
+        indices = [index[x] if isinstance(x, str) else e.c32(x) for x in self.plan.ids.indices]
+        return load_param(e, self.names, self.plan.param.name, indices, self.names.never_empty)
+
+    def emit(self) -> None:
+        e, p = self.e, self.plan
+        self.smem = Smem(e, self.smem_symbol)
+        tid = nvvm.read_ptx_sreg_tid_x(e.i32)
+        self.tid, self.warp, self.lane = tid, e.shr(tid, 5), e.and_(tid, 31)
+        z = nvvm.read_ptx_sreg_ctaid_z(e.i32)
+        if p.per_head:
+            self.b, self.h = e.div(z, self._size(p.heads)), e.rem(z, self._size(p.heads))
+        else:
+            self.b, self.h = z, e.c32(0)
+        M = self.M = self._size(p.seq_q)
+        self.tiles = tile_count(e, M, p.block_m)
+        self.base = GlobalPtr(e, self.table, 32).offset(e.mul(e.to_i64(z), e.to_i64(e.mul(self.tiles, 4))))
+        chunk = e.cdiv(M, THREADS)
+        self.c0 = e.min(e.mul(tid, chunk), M)
+        self.c1 = e.min(e.add(self.c0, chunk), M)
+        before = self._id(e.max(e.sub(self.c0, 1), 0))
+
+        # (1) sorted, and the last run start in this thread's rows (-1: none).
+        def sorted_step(i, v, prev, state, inside):
+            ok, last = state
+            first = e.eq(i, 0)
+            start = e.or_(first, e.ne(v, prev))
+            ok = e.land(ok, e.or_(first, e.ge(v, prev)))
+            return ok, e.select(start, i, last)
+        ok, last = self._walk(before, [e.true(), e.c32(-1)], sorted_step)
+        sorted_all = _ne(e, nvvm.BarrierOp(e.i32, reductionOp=nvvm.BarrierReduction.AND,
+                                           reductionPredicate=arith.extui(e.i32, ok)).result, 0)
+        run0, _ = self._scan(last, "max", 0)
+
+        # (2) the tiles that start in this thread's rows.
+        def count_step(i, v, prev, state, inside):
+            run, count = state
+            run = e.select(e.or_(e.eq(i, 0), e.ne(v, prev)), i, run)
+            return run, e.add(count, arith.extui(e.i32, e.eq(e.rem(e.sub(i, run), p.block_m), 0)))
+        _, count = self._walk(before, [run0, e.c32(0)], count_step)
+        first_tile, total = self._scan(count, "add", 32 * 4)
+        aligned = e.land(sorted_all, e.le(total, self.tiles))
+
+        # (3) the entries: aligned, or the grid.
+        grid_tiles = e.cdiv(M, p.block_m)
+        then = scf.IfOp(aligned, has_else=True)
+        with ir.InsertionPoint(then.then_block):
+            def write_step(i, v, prev, state, inside):
+                run, t = state
+                run = e.select(e.or_(e.eq(i, 0), e.ne(v, prev)), i, run)
+                starts = e.eq(e.rem(e.sub(i, run), p.block_m), 0)
+                guard = scf.IfOp(e.land(inside, starts))    # a trip's rows past c1 are another thread's
+                with ir.InsertionPoint(guard.then_block):
+                    self._store(t, 0, i)
+                    self._store(t, 2, run)
+                    before_t = scf.IfOp(e.gt(t, 0))
+                    with ir.InsertionPoint(before_t.then_block):
+                        self._store(e.sub(t, 1), 1, i)
+                        scf.yield_([])
+                    scf.yield_([])
+                return run, e.add(t, arith.extui(e.i32, starts))
+            self._walk(before, [run0, first_tile], write_step)
+            last_tile = scf.IfOp(e.land(e.eq(tid, 0), e.gt(total, 0)))
+            with ir.InsertionPoint(last_tile.then_block):
+                self._store(e.sub(total, 1), 1, M)
+                scf.yield_([])
+            scf.yield_([])
+        with ir.InsertionPoint(then.else_block):
+            self._strided(e.c32(0), grid_tiles, lambda t: self._entry(
+                t, e.mul(t, p.block_m), e.min(e.add(e.mul(t, p.block_m), p.block_m), M), e.c32(0)))
+            scf.yield_([])
+        used = e.select(aligned, total, grid_tiles)
+        self._strided(used, self.tiles, lambda t: self._entry(t, M, M, e.c32(0)))
+
+    def _walk(self, before, init: list, step) -> list:
+        """state = step(i, v(i), v(i - 1), state, inside) over this thread's rows, in order: a
+        trip takes UNROLL rows, those past c1 (`inside` false) keep the state but still run
+        `step`, which must not write for them."""
+        e = self.e
+        loop = scf.ForOp(self.c0, self.c1, e.c32(UNROLL), [before] + init)
+        with ir.InsertionPoint(loop.body):
+            first = loop.induction_variable
+            rows = [e.add(first, u) for u in range(UNROLL)]
+            values = [self._id(e.min(i, e.sub(self.M, 1))) for i in rows]
+            prev, *state = loop.inner_iter_args
+            for i, v in zip(rows, values):
+                inside = e.lt(i, self.c1)
+                new = step(i, v, prev, state, inside)
+                state = [e.select(inside, n, o) for n, o in zip(new, state)]
+                prev = v
+            scf.yield_([prev] + state)
+        return list(loop.results)[1:]
+
+    def _scan(self, x, kind: str, smem_offset: int):
+        """(the exclusive scan of x over the CTA's threads in order, the CTA's total):
+        kind 'max' (identity -1) or 'add' (identity 0)."""
+        e = self.e
+        combine, identity = (e.max, -1) if kind == "max" else (e.add, 0)
+        inclusive = x
+        for d in (1, 2, 4, 8, 16):
+            up = _shfl_up(e, inclusive, d)
+            inclusive = e.select(e.ge(self.lane, d), combine(inclusive, up), inclusive)
+        exclusive = e.select(e.eq(self.lane, 0), e.c32(identity), _shfl_up(e, inclusive, 1))
+        slot = lambda w: self.smem.address(e.add(smem_offset, e.shl(w, 2)))   # noqa: E731
+        last = scf.IfOp(e.eq(self.lane, 31))
+        with ir.InsertionPoint(last.then_block):
+            st_shared_b32(slot(self.warp), inclusive)
+            scf.yield_([])
+        CtaBarrier().sync()
+        loop = scf.ForOp(e.c32(0), e.c32(THREADS // 32), e.c32(1), [e.c32(identity), e.c32(identity)])
+        with ir.InsertionPoint(loop.body):
+            w = loop.induction_variable
+            before, total = loop.inner_iter_args
+            value = _ld_shared_b32(e, slot(w))
+            before = e.select(e.lt(w, self.warp), combine(before, value), before)
+            scf.yield_([before, combine(total, value)])
+        before, total = loop.results
+        return combine(before, exclusive), total
+
+    def _store(self, t, field: int, value) -> None:
+        e = self.e
+        llvm.store(value, self.base.offset(e.add(e.mul(e.to_i64(t), e.c64(4)), e.c64(field))).ptr)
+
+    def _entry(self, t, row0, row_end, key0) -> None:
+        vec = llvm.mlir_undef(ir.VectorType.get([4], self.e.i32))
+        for k, x in enumerate((row0, row_end, key0, self.e.c32(0))):
+            vec = llvm.insertelement(vec, x, self.e.c32(k))
+        ptr = self.base.offset(self.e.mul(self.e.to_i64(t), self.e.c64(4))).ptr
+        llvm.store(vec, ptr, alignment=16)
+
+    def _strided(self, lo, hi, body) -> None:
+        e = self.e
+        loop = scf.ForOp(e.add(lo, self.tid), e.max(hi, e.add(lo, self.tid)), e.c32(THREADS))
+        with ir.InsertionPoint(loop.body):
+            body(loop.induction_variable)
+            scf.yield_([])
+
+
+def _shfl_up(e: Emit, x, delta: int):
+    return _op("nvvm.shfl.sync", [x.type], [e.c32(-1), x, e.c32(delta), e.c32(0)],
+               {"kind": "#nvvm<shfl_kind up>"}).result
+
+
+def _ld_shared_b32(e: Emit, addr):
+    return _asm([e.i32], [addr], "ld.shared.b32 $0, [$1];", "=r,r").result
+
+

@@ -1,0 +1,78 @@
+"""Document-aligned query tiles (Note [Document-aligned tiles], attnc/backend/qtiles.py):
+which masks get them, the option, and the bundle's three kernels. The tiles themselves
+run in tests/gpu/test_gpu_aligned_tiles.py."""
+from __future__ import annotations
+
+import pytest
+
+from attnc.errors import AttncError
+from attnc.testing import build_with
+
+DOCS = """attention docs {
+  q: bf16[B, H, M, 64]
+  k: bf16[B, H, N, 64]
+  v: bf16[B, H, N, 64]
+  param doc: i32[B, N]
+  param other: i32[B, N]
+  param f: f32[B, N]
+  mask_mod(b, h, i, j) = MASK
+  out o: bf16[B, H, M, 64]
+}
+"""
+
+
+def _build(mask: str, arch: str = "sm_80", **options):
+    return build_with(DOCS.replace("MASK", mask), "docs.attn", arch, **options)
+
+
+def _kernels(artifacts) -> list[str]:
+    return [k["name"] for k in artifacts.manifest["kernels"]]
+
+
+@pytest.mark.parametrize("mask", [
+    "doc[b, i] == doc[b, j] and j <= i",
+    "doc[b, j] == doc[b, i]",
+    "j <= i and doc[b, i] == doc[b, j] and other[b, j] > 0",
+])
+def test_a_documents_conjunct_gets_a_tile_table_before_the_map(mask):
+    artifacts = _build(mask)
+    assert _kernels(artifacts) == ["qtiles", "blockmap", "attn_fwd"]
+    assert artifacts.manifest["specialization"]["aligned_tiles"] is True
+    table = artifacts.manifest["kernels"][0]["params"][0]
+    assert table["name"] == "qtiles"
+    # The map and the attention kernel read the table and size their query tiles by it.
+    for kernel in artifacts.manifest["kernels"][1:]:
+        assert table in kernel["params"]
+    assert artifacts.manifest["kernels"][2]["grid"][1] == [5, ["cdiv", "M", 4 * artifacts.spec.block_m]]
+
+
+@pytest.mark.parametrize("mask", [
+    "doc[b, i] != doc[b, j]",                       # not equality
+    "doc[b, i] == doc[b, j] or j <= i",             # not a conjunct
+    "doc[b, i] == other[b, j]",                     # two params
+    "f[b, i] == f[b, j]",                           # not i32
+    "doc[b, i] == doc[0, j]",                       # other indices differ
+    "doc[b, i + 1] == doc[b, j]",                   # not i itself
+])
+def test_other_masks_keep_the_grid(mask):
+    artifacts = _build(mask)
+    assert _kernels(artifacts) == ["blockmap", "attn_fwd"]
+    assert artifacts.manifest["specialization"]["aligned_tiles"] is False
+    with pytest.raises(AttncError, match="aligned_tiles"):
+        _build(mask, aligned_tiles=True)
+
+
+def test_the_option_turns_the_table_off_and_sm90a_has_none():
+    mask = "doc[b, i] == doc[b, j] and j <= i"
+    assert _kernels(_build(mask, aligned_tiles=False)) == ["blockmap", "attn_fwd"]
+    assert _kernels(_build(mask, "sm_90a")) == ["blockmap", "attn_fwd"]
+    with pytest.raises(AttncError, match="aligned_tiles"):
+        _build(mask, "sm_90a", aligned_tiles=True)
+
+
+def test_the_tile_table_kernel_reads_the_ids_param_only():
+    artifacts = _build("doc[b, i] == doc[b, j] and other[b, j] > 0")
+    table = artifacts.manifest["kernels"][0]
+    assert [p.get("tensor") for p in table["params"] if p["kind"] == "ptr"] == ["doc"]
+    assert table["role"] == "mask" and table["grid"] == [[1], [1], ["B"]]
+    assert ".entry attnc_docs_qtiles" in artifacts.ptx

@@ -1,0 +1,118 @@
+"""Document-aligned query tiles (Note [Document-aligned tiles], attnc/backend/qtiles.py) on
+a real GPU, with the docs_sink example bundles.
+
+For document ids of several kinds at M = N = 2000 (two batches with ids of their own):
+
+* the outputs against a float32 reference in torch (documents mask, sink in the row sum);
+* in a bundle with a tile table, the table the GPU wrote against the one this file
+  derives from the ids: a tile at each run's start and every block_m rows after it, key0 the
+  run's start, (M, M, 0) past the last tile; the fixed grid where the ids are not sorted
+  or their runs need more tiles than the table holds.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from gpu_support import BUNDLES, entries, skip_reason
+
+pytestmark = pytest.mark.gpu
+
+M = N = 2000
+SPARE_NUM, SPARE_DEN = 5, 4             # qtiles.py
+
+
+def _lengths(rng, low: int, high: int) -> np.ndarray:
+    """Sorted ids whose runs have random lengths in [low, high]."""
+    ids, doc = [], 0
+    while len(ids) < N:
+        ids += [doc] * int(rng.integers(low, high + 1))
+        doc += int(rng.integers(1, 3))          # ids need not be consecutive
+    return np.array(ids[:N])
+
+
+def _ids(kind: str, rng) -> np.ndarray:
+    if kind == "long":          # runs of 450 .. 900: aligned tiles at block_m 64 and 128
+        return np.stack([_lengths(rng, 450, 900) for _ in range(2)])
+    if kind == "short":         # runs of 1 .. 12: more tiles than the table holds: the grid
+        return np.stack([_lengths(rng, 1, 12) for _ in range(2)])
+    if kind == "unsorted":      # the grid
+        return rng.integers(0, 3, (2, N))
+    if kind == "one":           # a single document
+        return np.zeros((2, N), dtype=np.int64)
+    raise ValueError(kind)
+
+
+KINDS = ("long", "short", "unsorted", "one")
+
+
+def expected_table(ids: np.ndarray, block_m: int) -> np.ndarray:
+    """The tile table of one batch's ids (rows of row0, row_end, key0)."""
+    tiles = SPARE_NUM * -(-M // (SPARE_DEN * block_m))
+    rows, run = [], 0
+    for i in range(M):
+        if i == 0 or ids[i] != ids[i - 1]:
+            run = i
+        if (i - run) % block_m == 0:
+            rows.append([i, 0, run])
+    ok = bool(np.all(np.diff(ids[:M]) >= 0)) and len(rows) <= tiles
+    if not ok:
+        rows = [[t * block_m, 0, 0] for t in range(-(-M // block_m))]
+    for k, row in enumerate(rows):
+        row[1] = rows[k + 1][0] if k + 1 < len(rows) else M
+    rows += [[M, M, 0]] * (tiles - len(rows))
+    return np.array(rows, dtype=np.int32)
+
+
+def _reference(q, k, v, doc, sinks):
+    import torch
+    scale = q.shape[-1] ** -0.5
+    s = torch.einsum("bhmd,bhnd->bhmn", q.float(), k.float()) * scale
+    keep = (doc[:, None, :, None] == doc[:, None, None, :]) & torch.ones(M, N, dtype=torch.bool,
+                                                                         device=q.device).tril()
+    s = s.masked_fill(~keep, float("-inf"))
+    sink = sinks.float()[None, :, None, None].expand(s.shape[0], -1, M, 1)
+    p = torch.softmax(torch.cat([s, sink], dim=-1), dim=-1)[..., :N]
+    return torch.einsum("bhmn,bhnd->bhmd", p, v.float())
+
+
+def docs_sink_entries():
+    found = [e for e in entries("examples") if e.get("example") == "docs_sink"]
+    return [pytest.param(e, id=e["name"], marks=pytest.mark.xdist_group(e["name"]))
+            for e in found] or [pytest.param({"name": "no-bundles"}, id="no-bundles")]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("entry", docs_sink_entries())
+def test_documents_of_every_kind(gpu, entry, kind):
+    reason = skip_reason(entry)
+    if reason:
+        pytest.skip(reason)
+    import torch
+
+    import attnc_runtime
+    kernel = attnc_runtime.load(BUNDLES / entry["path"])
+    manifest = json.loads((BUNDLES / entry["path"] / "manifest.json").read_text())
+    d_qk, d_v = entry["head_dim"]
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[entry["dtype"]]
+    rng = np.random.default_rng(KINDS.index(kind))
+    ids = _ids(kind, rng)
+    doc = torch.tensor(ids, dtype=torch.int32, device="cuda")
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    sinks = torch.rand(8, generator=gen, device="cuda")
+    q, k, v = (torch.randn(2, 8, n, d, generator=gen, device="cuda", dtype=dtype)
+               for n, d in ((M, d_qk), (N, d_qk), (N, d_v)))
+    bound = kernel.bind(q, k, v, doc=doc, sinks=sinks)
+    bound.launch()
+    torch.cuda.synchronize()
+    want = _reference(q, k, v, doc, sinks)
+    err = (bound.outputs["o"].float() - want).abs().max().item()
+    assert err < 2e-2, f"max |o - reference| = {err}"
+
+    if manifest["specialization"].get("aligned_tiles"):
+        block_m = manifest["specialization"]["block_m"]
+        table = bound._scratch["qtiles"].view(torch.int32).reshape(2, -1, 4)[..., :3].cpu().numpy()
+        for b in range(2):
+            assert np.array_equal(table[b], expected_table(ids[b], block_m)), f"batch {b}"
