@@ -30,9 +30,11 @@ def test_integer_hooks_yield_f32():
 def test_fixed_sizes_become_constants_in_grid_and_abi():
     art = build(compile_mlir(FIXED, "fixed.attn", CompileOptions(arch="sm_80")))
     manifest = parse_manifest(art.manifest)
-    blockmap, attention = art.manifest["kernels"]
-    # H, cdiv(M, block_m), B: a block map's kernel takes its heads first (Note [Heads first])
-    assert attention["grid"] == [[4], [-(-100 // art.spec.block_m)], [2]]
+    table, blockmap, attention = art.manifest["kernels"]
+    # H, the tile table's length, B: a block map's kernel takes its heads first (Note [Heads
+    # first]); the table holds 5 * cdiv(M, 4 * block_m) tiles (Note [Document-aligned tiles])
+    assert attention["grid"] == [[4], [5, -(-100 // (4 * art.spec.block_m))], [2]]
+    assert table["grid"] == [[1], [1], [2]]
     consts = [p for p in attention["params"] if p["kind"] == "const"]
     assert [p["value"] for p in consts] == [100, 4, 2]              # M, H, HKV
     # Note [Block map kernel]: one CTA per TILES consecutive key blocks

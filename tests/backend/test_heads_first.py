@@ -22,7 +22,10 @@ def order(example: str, arch: str = "sm_80", **options) -> str:
     fastest: "heads" or "blocks" (of queries)."""
     art = build_with((EXAMPLES / f"{example}.attn").read_text(), f"{example}.attn", arch, **options)
     x, y, z = art.manifest["kernels"][-1]["grid"]
-    assert z == ["B"] and ["H"] in (x, y) and ["cdiv", "M", art.manifest["specialization"]["block_m"]] in x + y
+    block_m = art.manifest["specialization"]["block_m"]
+    # The query blocks: the grid's, or a tile table's (Note [Document-aligned tiles]).
+    blocks = [5, ["cdiv", "M", 4 * block_m]] if art.manifest["specialization"]["aligned_tiles"] else [["cdiv", "M", block_m]]
+    assert z == ["B"] and ["H"] in (x, y) and blocks in (x, y)
     assert art.manifest["specialization"]["heads_first"] is (x == ["H"])
     return "heads" if x == ["H"] else "blocks"
 

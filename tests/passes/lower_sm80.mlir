@@ -18,7 +18,7 @@
 // CHECK: gpu.return
 
 // The block map of a mask that reads params is a second kernel, launched first.
-// BLOCKMAP: gpu.module @attnc_kernels attributes {attn.kernels = "[{\22name\22: \22blockmap\22{{.*}}{\22name\22: \22attn_fwd\22
+// BLOCKMAP: gpu.module @attnc_kernels attributes {attn.kernels = "[{\22name\22: \22qtiles\22{{.*}}{\22name\22: \22blockmap\22{{.*}}{\22name\22: \22attn_fwd\22
 // BLOCKMAP-DAG: gpu.func @attnc_docs_sink_fwd(
 // BLOCKMAP-DAG: gpu.func @attnc_docs_sink_blockmap(
 
