@@ -6,13 +6,16 @@ same `mask_mod` region, that classifies every tile before the attention kernel r
 
 for every batch b, head slot h_m (one slot when the mask does not read h), query block
 [m_block * block_m, +block_m) and key block [n_block * block_n, +block_n); rows >= M and
-keys >= N do not count. `blockmap_plan` decides the shapes and the launch, `emit_blockmap_kernel`
+keys >= N do not count. With a tile table (`BlockMapPlan.qtiles`, Note [Document-aligned
+tiles] in qtiles.py) m_block is the table's tile t instead, its rows the tile's [row0,
+row_end) and its key blocks [key0 + n_block * block_n, +block_n): only the
+cdiv(N - key0, block_n) blocks of such a row are written, and read. `blockmap_plan` decides the shapes and the launch, `emit_blockmap_kernel`
 writes the kernel, `blockmap_hooks` answers the attention kernel's mask questions
 (Note [Mask hooks] in kernel_spec.py) from the map.
 
 Note [Block map kernel]: one CTA of 128 threads per TILES = 4 consecutive key blocks of
-a query block, grid (cdiv(N, 4 * block_n), cdiv(M, block_m), B * H_m) (z = b * H_m +
-h_m): a CTA per tile made the launch itself the cost (32768 CTAs at B = 4, M = N = 8192,
+a query block, grid (cdiv(N, 4 * block_n), cdiv(M, block_m) or the table's tiles, B * H_m)
+(z = b * H_m + h_m): a CTA per tile made the launch itself the cost (32768 CTAs at B = 4, M = N = 8192,
 128x64: 21 us on an H200 with no work in them), and the first two steps need one warp
 per tile. Warp w takes key block 4 * blockIdx.x + w:
 
@@ -106,7 +109,7 @@ shape.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Optional
 
 from mlir import ir
@@ -117,14 +120,13 @@ from attnc.backend.blockmap_intervals import Ival, TileIntervals, Tri, WarpRange
 from attnc.backend.hooks import MaskConjuncts, RegionCode, size_dims
 from attnc.backend.kernel_spec import ExtraParam, KvCtx, KvRange
 from attnc.backend.nvgpu_builders import Emit, GlobalPtr
-from attnc.backend.qtiles import QTilesPlan, read_entry, tile_count
+from attnc.backend.qtiles import SCRATCH as QTILES, QTilesPlan, cdiv_factor, read_entry, tile_count
 from attnc.errors import AttncError
 from attnc.frontend.variant import Tensor
 from attnc.ir import MASK_MOD, PARAM, attention_ops, error_at, get_bool, region_block, yielded
 from attnc.passes.analyze_masks import mask_functions
 
 SCRATCH = "blockmap"
-QTILES = "qtiles"            # the tile table's scratch (qtiles.SCRATCH)
 SKIP, MIXED, FULL = 0, 1, 2
 CLASS_BITS = 3               # a map byte's class; a MIXED tile's byte may add:
 RESIDUAL_HOLDS = 4           # the residual conjuncts hold on the whole tile (Note [Conjuncts a tile holds])
@@ -169,13 +171,13 @@ class BlockMapPlan:
     def query_tiles(self) -> list:
         """The query tiles of a (b, h_m), as manifest factors: the grid's query blocks, or
         the tile table's length."""
-        return self.qtiles.tiles if self.qtiles else [_cdiv_factor(self.seq_q, self.block_m)]
+        return self.qtiles.tiles if self.qtiles else [cdiv_factor(self.seq_q, self.block_m)]
 
     @property
     def scratch(self) -> dict:
         """The scratch param, exactly as every kernel reading the map must list it."""
         return {"kind": "scratch", "name": SCRATCH,
-                "bytes": [self.batch, self.head_slots, *self.query_tiles, _cdiv_factor(self.seq_k, self.block_n)]}
+                "bytes": [self.batch, self.head_slots, *self.query_tiles, cdiv_factor(self.seq_k, self.block_n)]}
 
     @property
     def never_empty(self) -> frozenset[str]:
@@ -196,13 +198,9 @@ class BlockMapPlan:
         z = [self.batch] + ([self.heads] if self.per_head else [])
         return {"name": "blockmap", "symbol": self.symbol, "block": [THREADS, 1, 1],
                 "dynamic_smem_bytes": 0,
-                "grid": [[_cdiv_factor(self.seq_k, self.block_n * TILES)], self.query_tiles, z],
+                "grid": [[cdiv_factor(self.seq_k, self.block_n * TILES)], self.query_tiles, z],
                 "params": self.kernel_params,
-                "role": "mask"}         # the runtime may keep the map (Note [Reused masks], kernel.py)
-
-
-def _cdiv_factor(size: DimValue, block: int):
-    return -(-size // block) if isinstance(size, int) else ["cdiv", size, block]
+                "role": "mask", "fills": [SCRATCH]}     # the runtime may keep the map (Note [Reused masks], kernel.py)
 
 
 def blockmap_plan(result, block_m: int, block_n: int) -> BlockMapPlan:
@@ -342,7 +340,7 @@ class _BlockMapKernel:
         self.names = MapNames(variant.params, plan.never_empty, size_dims(variant))
 
     def _size(self, d: DimValue) -> ir.Value:
-        return self.e.dim(d) if isinstance(d, str) else self.e.c32(d)
+        return self.names.size(self.e, d)
 
     def emit(self) -> None:
         e, s = self.e, self.plan
@@ -369,7 +367,7 @@ class _BlockMapKernel:
             return
         # Note [Document-aligned tiles]: the table's tile; a CTA past the last one returns.
         self.m_lo, self.m_hi, self.key0 = read_entry(e, self.args[QTILES], z, m_block, M, s.block_m)
-        self.n_blocks = e.cdiv(e.sub(self._size(s.seq_k), self.key0), s.block_n)
+        self.n_blocks = e.cdiv(e.max(e.sub(self._size(s.seq_k), self.key0), 0), s.block_n)
         inside = scf.IfOp(e.lt(self.m_lo, M))
         with ir.InsertionPoint(inside.then_block):
             self._tiles(group, warp, lane)
@@ -406,7 +404,7 @@ class _BlockMapKernel:
         walk = scf.ForOp(e.c32(0), e.c32(TILES), e.c32(1))
         with ir.InsertionPoint(walk.body):
             w = walk.induction_variable
-            todo = scf.IfOp(_ne(e, e.and_(e.shr(pending, w), 1), 0))
+            todo = scf.IfOp(e.ne(e.and_(e.shr(pending, w), 1), 0))
             with ir.InsertionPoint(todo.then_block):
                 n_block = e.add(first, w)
                 result = self._evaluate(self._tile(n_block))
@@ -534,10 +532,6 @@ def sample_element(e: Emit, m_lo, m_hi, n_lo, n_hi, lane) -> tuple[ir.Value, ir.
     return i, j
 
 
-def _ne(e: Emit, a, b) -> ir.Value:
-    return arith.cmpi(arith.CmpIPredicate.ne, *e._pair(a, b))
-
-
 def _false(e: Emit) -> ir.Value:
     return arith.constant(e.i1, 0)
 
@@ -556,7 +550,7 @@ def _cta_reduce(e: Emit, pred: ir.Value, kind: str) -> ir.Value:
     reduction = nvvm.BarrierReduction.AND if kind == "and" else nvvm.BarrierReduction.OR
     res = nvvm.BarrierOp(e.i32, reductionOp=reduction,
                          reductionPredicate=arith.extui(e.i32, pred)).result
-    return _ne(e, res, 0)
+    return e.ne(res, 0)
 
 
 # ---------------------------------------------------------------- the attention kernel's side
@@ -577,6 +571,9 @@ def blockmap_hooks(plan: BlockMapPlan):
 
     def kv_range(e: Emit, c: KvCtx) -> KvRange:
         row, n_blocks = _map_row(e, plan, c)
+        if c.aligned:
+            # The map kernel writes a table tile's blocks from its key origin on only.
+            n_blocks = e.cdiv(c.n_keys, plan.block_n)
         lane = e.and_(nvvm.read_ptx_sreg_tid_x(e.i32), 31)
         scan = scan_row(e, lambda n: _load_class(e, row, n), lane, 32, n_blocks)
         reduced = [_redux(e, x, getattr(nvvm.ReduxKind, kind)) for x, kind in
@@ -585,7 +582,7 @@ def blockmap_hooks(plan: BlockMapPlan):
 
     def tile_partial(e: Emit, c: KvCtx, n_block) -> ir.Value:
         row, _ = _map_row(e, plan, c)
-        return _ne(e, _load_class(e, row, n_block), FULL)
+        return e.ne(_load_class(e, row, n_block), FULL)
 
     kv_range.__qualname__ = f"{_tag(plan)}.kv_range"
     tile_partial.__qualname__ = f"{_tag(plan)}.tile_partial"
@@ -617,7 +614,7 @@ def scan_row(e: Emit, load_class, lane, lanes: int, n_blocks) -> list[ir.Value]:
 
         for n, cls in zip(blocks, classes):
             inside = e.lt(n, n_blocks)
-            visit, full = e.land(inside, _ne(e, cls, SKIP)), e.land(inside, e.eq(cls, FULL))
+            visit, full = e.land(inside, e.ne(cls, SKIP)), e.land(inside, e.eq(cls, FULL))
             lo, hi = widen(visit, lo, hi, n)
             full_lo, full_hi = widen(full, full_lo, full_hi, n)
             count = e.add(count, arith.extui(e.i32, full))
@@ -644,7 +641,7 @@ def blockmap_holds(plan: BlockMapPlan):
     def holds(e: Emit, c: KvCtx, n_block):
         row, _ = _map_row(e, plan, c)
         byte = _load_byte(e, row, n_block)
-        return _ne(e, e.and_(byte, INTERVAL_HOLDS), 0), _ne(e, e.and_(byte, RESIDUAL_HOLDS), 0)
+        return e.ne(e.and_(byte, INTERVAL_HOLDS), 0), e.ne(e.and_(byte, RESIDUAL_HOLDS), 0)
 
     holds.__qualname__ = f"{_tag(plan)}.tile_holds"
     return holds
@@ -668,12 +665,14 @@ def _tag(plan: BlockMapPlan) -> str:
 
 
 def _map_row(e: Emit, plan: BlockMapPlan, c: KvCtx) -> tuple[GlobalPtr, ir.Value]:
-    """The map's row of query block c.m_block (a GlobalPtr of bytes) and its length."""
+    """The map's row of query block c.m_block (a GlobalPtr of bytes) and its length (the
+    rows' stride: a table tile's blocks past cdiv(c.n_keys, block_n) are never written)."""
+    assert c.aligned == (plan.qtiles is not None), "the map and the kernel disagree on the tiles"
     if (c.block_m, c.block_n) != (plan.block_m, plan.block_n):
         raise AttncError(f"the block map has {plan.block_m}x{plan.block_n} tiles, the attention "
                          f"kernel {c.block_m}x{c.block_n}")
     n_blocks = e.cdiv(c.N, plan.block_n)
-    m_blocks = tile_count(e, c.M, plan.block_m) if plan.qtiles else e.cdiv(c.M, plan.block_m)
+    m_blocks = tile_count(e, c.M, plan.block_m) if c.aligned else e.cdiv(c.M, plan.block_m)
     z = e.add(e.mul(c.b, e.dim("H")), c.h) if plan.per_head else c.b
     wide = e.to_i64
     first = e.mul(e.add(e.mul(wide(z), wide(m_blocks)), wide(c.m_block)), wide(n_blocks))

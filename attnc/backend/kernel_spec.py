@@ -90,7 +90,12 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class KvCtx:
-    """What the mask hooks may read: all i32 values but the block sizes."""
+    """What the mask hooks may read: all i32 values but the block sizes. On the fixed
+    grid query block m_block holds the rows [m_block * block_m, +block_m) and key block n
+    the keys [n * block_n, +block_n). With a tile table (`aligned`, Note [Document-aligned
+    tiles] in qtiles.py) m_block is the table's tile, and its key blocks start at the
+    tile's key origin: `n_keys` keys lie past it (N - key0, at least 0). Hooks that work
+    on grid coordinates (the static analysis') refuse such a context."""
     m_block: Any
     b: Any
     h: Any
@@ -98,6 +103,11 @@ class KvCtx:
     N: Any
     block_m: int
     block_n: int
+    aligned: bool = False
+    n_keys: Any = None
+
+    def grid_only(self, what: str) -> None:
+        assert not self.aligned, f"{what} reads grid blocks, not a tile table's tiles"
 
 
 @dataclass(frozen=True)
@@ -625,6 +635,7 @@ def _causal_offset(e, c: KvCtx, bottom_right: bool):
 
 def _causal_kv_range(bottom_right: bool) -> KvRangeFn:
     def kv_range(e, c: KvCtx) -> KvRange:
+        c.grid_only("the causal key range")
         offset = _causal_offset(e, c, bottom_right)
         n_blocks = e.cdiv(c.N, c.block_n)
         last_row = e.min(e.mul(e.add(c.m_block, 1), c.block_m), c.M)        # exclusive

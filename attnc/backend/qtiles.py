@@ -2,7 +2,7 @@
 documents mask), query tiles that start where a document starts, with key blocks that
 start there too, in place of the fixed grid of query and key blocks.
 
-    qtiles[b, h_m, t]  (4 x i32)  row0, row_end, key0, 0
+    qtiles[b, h_m, t]  (4 x i32)  row0, row_end, key0, (unused: 16-byte entries)
 
 Tile t of (b, h_m) holds the rows [row0, row_end) (at most block_m of them) and its key
 block n the keys [key0 + n * block_n, + block_n) below N. Entries past the last tile are
@@ -28,12 +28,13 @@ layout, derived from the mask instead of given as cumulative lengths):
   v(s - 1) < v(s) = v(i) for every key j < s and row i of the run, so the mask keeps none
   of them. The kernel checks that v is non-decreasing; the keys >= key0 are all in the
   tile's blocks and classified by the block map, so nothing else is assumed.
-* Otherwise (ids not sorted, or more tiles than the table holds: runs shorter than 4 *
-  block_m on average) the table is the fixed grid: row0 = t * block_m, key0 = 0.
+* Otherwise (ids not sorted, or runs whose tiles, cdiv(length, block_m) each, outnumber
+  the table's) the table is the fixed grid: row0 = t * block_m, key0 = 0.
 
-The table holds SPARE_NUM * cdiv(M, SPARE_DEN * block_m) tiles (5/4 of the grid's, for
-runs of at least 4 * block_m on average); the attention kernel's grid is as long, and a
-CTA past the last tile returns at once.
+The table holds SPARE_NUM * cdiv(M, SPARE_DEN * block_m) tiles, 5/4 of the grid's: room
+for a partial tile per run when runs are 4 * block_m long on average (documents of 1000
+at block_m = 128 need 66 of the 80 at M = 8192); the attention kernel's grid is as long,
+and a CTA past the last tile returns at once.
 
 Note [Tile table kernel]: one CTA of THREADS threads per (b, h_m); thread t walks the
 rows [t * C, (t + 1) * C), C = cdiv(M, THREADS), UNROLL rows a trip with their loads
@@ -72,11 +73,11 @@ DimValue = str | int
 
 @dataclass(frozen=True)
 class SegmentIds:
-    """`P[idx] == P[idx']` of the mask: `param` read at `indices` for a row (position
-    `axis` is i) and for a key (there j); every other index is 'b', 'h' or an int."""
+    """`P[idx] == P[idx']` of the mask: `param` read at `indices`, with i for a row and j
+    for a key at the axis marked 'pos'; every other index is 'b', 'h' or an int. (The
+    table is per head when the mask reads h anywhere, as the block map is: `per_head`.)"""
     param: str
     indices: tuple          # 'b' | 'h' | 'pos' | int, per axis of the param
-    reads_h: bool
 
 
 def segment_ids(block: ir.Block, params: list[Tensor]) -> Optional[SegmentIds]:
@@ -96,7 +97,7 @@ def segment_ids(block: ir.Block, params: list[Tensor]) -> Optional[SegmentIds]:
             continue
         template = _template(list(reads[0].operands[1:]), list(reads[1].operands[1:]), args)
         if template is not None:
-            return SegmentIds(tensor.name, template, "h" in template)
+            return SegmentIds(tensor.name, template)
     return None
 
 
@@ -145,7 +146,7 @@ class QTilesPlan:
     @property
     def tiles(self) -> list:
         """The table's tiles per (b, h_m), as manifest factors."""
-        return [SPARE_NUM, _cdiv_factor(self.seq_q, SPARE_DEN * self.block_m)]
+        return table_factors(self.seq_q, self.block_m)
 
     @property
     def scratch(self) -> dict:
@@ -162,11 +163,17 @@ class QTilesPlan:
         z = [self.batch] + ([self.heads] if self.per_head else [])
         return {"name": "qtiles", "symbol": self.symbol, "block": [THREADS, 1, 1],
                 "dynamic_smem_bytes": SMEM_BYTES, "grid": [[1], [1], z],
-                "params": self.kernel_params, "role": "mask"}
+                "params": self.kernel_params, "role": "mask", "fills": [SCRATCH]}
 
 
-def _cdiv_factor(size: DimValue, block: int):
+def cdiv_factor(size: DimValue, block: int):
+    """cdiv(size, block) as a manifest factor."""
     return -(-size // block) if isinstance(size, int) else ["cdiv", size, block]
+
+
+def table_factors(seq_q: DimValue, block_m: int) -> list:
+    """The table's tiles per (b, h_m) as manifest factors (`tile_count` in the kernels)."""
+    return [SPARE_NUM, cdiv_factor(seq_q, SPARE_DEN * block_m)]
 
 
 def qtiles_plan(variant, block_m: int, ids: SegmentIds, per_head: bool) -> QTilesPlan:
@@ -182,8 +189,10 @@ def tile_count(e: Emit, M, block_m: int):
     return e.mul(e.cdiv(M, SPARE_DEN * block_m), SPARE_NUM)
 
 
-def qtiles_param() -> ExtraParam:
-    return ExtraParam("scratch", SCRATCH)
+def qtiles_param(plan: Optional[QTilesPlan] = None) -> ExtraParam:
+    """The attention kernel's parameter for the table, with its size from `plan` (its key,
+    `e.arg(qtiles_param().key)`, needs none)."""
+    return ExtraParam("scratch", SCRATCH, bytes=tuple(plan.scratch["bytes"]) if plan else ())
 
 
 def read_entry(e: Emit, table: ir.Value, z, t, M, block_m: int) -> tuple:
@@ -217,10 +226,6 @@ def emit_qtiles_kernel(plan: QTilesPlan, result, ip: ir.InsertionPoint, smem_sym
     return func
 
 
-def _ne(e: Emit, a, b):
-    return arith.cmpi(arith.CmpIPredicate.ne, *e._pair(a, b))
-
-
 class _TableKernel:
     def __init__(self, plan: QTilesPlan, args: dict, names, smem_symbol: str):
         self.plan, self.names = plan, names
@@ -229,7 +234,7 @@ class _TableKernel:
         self.smem_symbol = smem_symbol
 
     def _size(self, d: DimValue):
-        return self.e.dim(d) if isinstance(d, str) else self.e.c32(d)
+        return self.names.size(self.e, d)
 
     def _id(self, i):
         """v(i): the ids' param at row i (clamped, as the mask reads it)."""
@@ -264,7 +269,7 @@ class _TableKernel:
             ok = e.land(ok, e.or_(first, e.ge(v, prev)))
             return ok, e.select(start, i, last)
         ok, last = self._walk(before, [e.true(), e.c32(-1)], sorted_step)
-        sorted_all = _ne(e, nvvm.BarrierOp(e.i32, reductionOp=nvvm.BarrierReduction.AND,
+        sorted_all = e.ne(nvvm.BarrierOp(e.i32, reductionOp=nvvm.BarrierReduction.AND,
                                            reductionPredicate=arith.extui(e.i32, ok)).result, 0)
         run0, _ = self._scan(last, "max", 0)
 

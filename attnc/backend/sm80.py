@@ -71,7 +71,8 @@ block is below cdiv(N, block_n): then no load but the prologue's (and, with one 
 step's V of its own block) needs row predicates. `Sm80KernelSpec.step_loads_lean` makes
 the steps of two kinds of kernel lean, on sm_80:
 
-* a block map's, whose range lies inside the map (cdiv(N, block_n) entries a row); a block
+* a block map's, whose range lies inside the map's row (cdiv(N, block_n) blocks, or from a
+  table tile's key origin on, cdiv(N - key0, block_n)); a block
   the map skips is then all or nothing, one predicate for every copy: documents + causal
   at head dim 128 measured 0.604 -> 0.578 and 0.613 -> 0.586 ms in two interleaved A/B
   runs (H200; 0.683 -> 0.687, 0.690 -> 0.688 at 64);
@@ -118,9 +119,9 @@ from mlir import ir
 from mlir.dialects import arith, gpu, llvm, nvvm, scf
 
 from attnc.backend.kernel_spec import KvCtx, Sm80KernelSpec, mask_hooks
-from attnc.backend.qtiles import SPARE_DEN, SPARE_NUM, qtiles_param, read_entry
 from attnc.backend.nvgpu_builders import (Approx, CpAsync, CtaBarrier, Emit, GlobalPtr, LdMatrix, MmaSync,
                                           Quad, Smem)
+from attnc.backend.qtiles import qtiles_param, read_entry, table_factors
 from attnc.backend.sm80_epilogue import Epilogue, StagedRows
 from attnc.backend.sm80_kv import KvSchedule, schedule
 from attnc.backend.sm80_masks import ElementCoords, ScoreMasker, rows_of
@@ -171,7 +172,7 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
                       "exp2_fma": spec.exp2_on_fma,
                       "interval_test": spec.interval_test_form if spec.row_interval is not None else None}
     # Note [Document-aligned tiles] (qtiles.py): a CTA per entry of the tile table.
-    m_blocks = ((SPARE_NUM, ["cdiv", "M", SPARE_DEN * spec.block_m]) if spec.aligned_tiles
+    m_blocks = (tuple(table_factors("M", spec.block_m)) if spec.aligned_tiles
                 else (["cdiv", "M", spec.block_m * spec.blocks_per_cta],))
     # Note [Persistent CTAs] (sm90_ws.py): a CTA per SM at most, each looping over blocks.
     grid = (((["min_sms", *m_blocks, "H", "B"],), (1,), (1,)) if spec.persistent_ctas
@@ -314,7 +315,7 @@ class _Sm80Forward:
             z = e.add(e.mul(self.b, e.dim("H")), self.h) if s.tiles_per_head else self.b
             self.tile_row0, self.row_end, self.key0 = read_entry(
                 e, e.arg(qtiles_param().key), z, self.m_block, e.dim("M"), s.block_m)
-            self.n_keys = e.sub(e.dim("N"), self.key0)
+            self.n_keys = e.max(e.sub(e.dim("N"), self.key0), 0)     # key0 > N where M > N
         self.warp_row0 = e.mul(self.warp, s.rows_per_warp)
         if one_block:
             self._set_row0(self.m_block)
@@ -564,7 +565,8 @@ class _Sm80Forward:
     def _ctx(self, m_block=None) -> KvCtx:
         e, s = self.e, self.spec
         m_block = self.m_block if m_block is None else m_block
-        return KvCtx(m_block, self.b, self.h, e.dim("M"), e.dim("N"), s.block_m, s.block_n)
+        return KvCtx(m_block, self.b, self.h, e.dim("M"), e.dim("N"), s.block_m, s.block_n,
+                     aligned=s.aligned_tiles, n_keys=self.n_keys)
 
     def _loop(self, t_lo, t_hi, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str):
         """scf.for over steps [t_lo, t_hi), carrying O, m and l."""
@@ -674,8 +676,8 @@ class _Sm80Forward:
         return kv
 
     def _first_guess(self, m_block):
-        """The top block of the static hull (kv_hint), clamped into [0, cdiv(N, block_n)):
-        Note [First block before the map]."""
+        """The top block of the static hull (kv_hint), clamped into the blocks of the keys
+        [key0, N) (key0 = 0 but for a table's tile): Note [First block before the map]."""
         e, s = self.e, self.spec
         if s.aligned_tiles:
             # The hull is of grid blocks; a table's tile guesses the block of its last row's

@@ -64,7 +64,8 @@ class Epilogue:
             self._write_back(len(acc_o[0]), o, o_row_stride)
 
     def _store_rows(self, acc_o, inv, o: GlobalPtr, o_row_stride, lse: GlobalPtr | None, lse_values) -> None:
-        """Row by row, for rows < M: the lane's O pairs (direct) and the row's LSE."""
+        """Row by row, for rows below row_end (M, or a table tile's end): the lane's O pairs
+        (direct) and the row's LSE."""
         e = self.e
         for mi in range(len(acc_o)):
             for half in (0, 1):

@@ -89,6 +89,7 @@ def variant_hooks(op, variant, mask_mode: str | None, blockmap=None, module=None
     extra = names.extra_params()
     if blockmap is not None:
         from attnc.backend.blockmap import blockmap_holds, blockmap_hooks, blockmap_skip
+        from attnc.backend.qtiles import qtiles_param
         kv_range, tile_partial, map_params = blockmap_hooks(blockmap)
         # The analysis' range stays as the hint of the first block (Note [First block before the map]).
         fields.update(kv_range=kv_range, kv_hint=fields["kv_range"], tile_partial=tile_partial,
@@ -99,7 +100,7 @@ def variant_hooks(op, variant, mask_mode: str | None, blockmap=None, module=None
             fields["tile_holds"] = blockmap_holds(blockmap)
         extra += tuple(map_params)
         if blockmap.qtiles is not None:
-            extra += (ExtraParam("scratch", blockmap.qtiles.scratch["name"], bytes=tuple(blockmap.qtiles.scratch["bytes"])),)
+            extra += (qtiles_param(blockmap.qtiles),)
     return VariantHooks(extra_params=extra, **fields)
 
 
@@ -149,6 +150,7 @@ class AnalysedTiles:
                 for d, a in zip(self.dims, args)]
 
     def kv_range(self, e, c: KvCtx) -> KvRange:
+        c.grid_only("the analysed key range")
         out = self.kv_code.results(e, c.m_block, c.b, c.h, *self._dims(e, self.kv_code, len(KV_ARGS)))
         k = self.segments
         pairs = [(out[2 * s], out[2 * s + 1]) for s in range(k)]
@@ -160,6 +162,7 @@ class AnalysedTiles:
         return KvRange(lo, full_lo, full_hi, hi, segments=tuple(pairs))
 
     def tile_class(self, e, c: KvCtx, n_block):
+        c.grid_only("the analysed tile class")
         m_lo, n_lo = e.mul(c.m_block, c.block_m), e.mul(n_block, c.block_n)
         m_hi, n_hi = e.min(e.add(m_lo, c.block_m), c.M), e.min(e.add(n_lo, c.block_n), c.N)
         return self.class_code(e, m_lo, m_hi, n_lo, n_hi, c.b, c.h,

@@ -35,13 +35,13 @@ otherwise. Params, in kernel ABI order:
         allocates and zeroes before every launch that fills it (below); kernels naming
         the same scratch share it
 
-A kernel of role "mask" builds mask data (the block map) into its scratch from params
-and dims alone, so that later launches may keep it (`Manifest.mask_kernels`; Note
-[Reused masks] in kernel.py): it takes scratch and no pointer to q, k, v or an output,
-no kernel before it takes its scratch but earlier mask kernels, whose mask data it may
-read (the block map reads the tile table), it fills scratch of its own, and the kernels
-after it may read that scratch but never write it (the compiler's promise; the others
-are checked here).
+A kernel of role "mask" builds mask data (the block map) into scratch from params and
+dims alone, so that later launches may keep it (`Manifest.mask_kernels`; Note [Reused
+masks] in kernel.py). It takes scratch and no pointer to q, k, v or an output, and says
+which of its scratch it fills (`"fills": [names]`, at least one); no kernel before it
+takes a scratch it fills. Any other scratch it takes is read, and an earlier mask kernel
+must fill it (the block map reads the tile table). The kernels after a mask kernel may
+read its scratch but never write it (the compiler's promise; the rest is checked here).
 """
 from __future__ import annotations
 
@@ -156,6 +156,7 @@ class KernelSpec:
     grid: tuple[tuple[Factor, ...], tuple[Factor, ...], tuple[Factor, ...]]
     params: tuple[Param, ...]
     role: str | None = None             # "mask": Note [Reused masks] (kernel.py)
+    fills: tuple[str, ...] = ()         # a mask kernel's scratch that it writes
 
 
 @dataclass(frozen=True)
@@ -306,7 +307,7 @@ def _check_tensor_set(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec,
 
 def _kernel(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, TensorSpec]) -> KernelSpec:
     fields = _obj(raw, path, required=("name", "symbol", "block", "dynamic_smem_bytes", "grid", "params"),
-                  optional=("cluster", "role"))
+                  optional=("cluster", "role", "fills"))
     block = _triple(fields["block"], f"{path}.block")
     if block[0] * block[1] * block[2] > MAX_THREADS_PER_BLOCK:
         raise ManifestError(f"manifest: {path}.block: {list(block)} has more than "
@@ -321,7 +322,9 @@ def _kernel(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, Te
         grid=tuple(_factors(g, f"{path}.grid[{i}]", dims, in_grid=True) for i, g in enumerate(grid)),
         params=tuple(_param(p, f"{path}.params[{i}]", dims, tensors)
                      for i, p in enumerate(_list(fields["params"], f"{path}.params"))),
-        role=_choice(fields["role"], f"{path}.role", KERNEL_ROLES) if "role" in fields else None)
+        role=_choice(fields["role"], f"{path}.role", KERNEL_ROLES) if "role" in fields else None,
+        fills=tuple(_ident(x, f"{path}.fills[{i}]") for i, x in enumerate(_list(fields.get("fills", []),
+                                                                                 f"{path}.fills"))))
 
 
 def _param(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, TensorSpec]) -> Param:
@@ -361,29 +364,35 @@ def _check_scratch_agree(kernels: tuple[KernelSpec, ...]) -> None:
 
 
 def _check_mask_kernels(kernels: tuple[KernelSpec, ...], tensors: Mapping[str, TensorSpec]) -> None:
-    """A mask kernel reads params and dims only, fills scratch of its own, and takes no
-    scratch an earlier kernel took but the mask data of earlier mask kernels."""
-    taken: set[str] = set()             # by kernels that are not mask kernels
-    masks: set[str] = set()             # by mask kernels
+    """A mask kernel reads params and dims only, fills scratch that no earlier kernel took,
+    and reads no scratch but what an earlier mask kernel filled."""
+    taken: set[str] = set()             # by any earlier kernel
+    filled: set[str] = set()            # by earlier mask kernels
     for i, kernel in enumerate(kernels):
+        path = f"manifest: kernels[{i}]"
         scratch = {p.name for p in kernel.params if isinstance(p, ScratchParam)}
         if kernel.role != "mask":
+            if kernel.fills:
+                raise ManifestError(f"{path}.fills: only a kernel of role 'mask' fills scratch")
             taken |= scratch
             continue
-        path = f"manifest: kernels[{i}]"
         reads = sorted(p.tensor for p in kernel.params
                        if isinstance(p, PtrParam) and tensors[p.tensor].role != "param")
         if reads:
             raise ManifestError(f"{path}: a mask kernel reads params only, not {', '.join(reads)}")
-        if not scratch:
-            raise ManifestError(f"{path}: a mask kernel fills scratch, and takes none")
-        if scratch & taken:
-            raise ManifestError(f"{path}: scratch {sorted(scratch & taken)[0]!r} is taken by an "
-                                "earlier kernel; a mask kernel fills its own")
-        if scratch <= masks:
-            raise ManifestError(f"{path}: every scratch it takes is an earlier mask kernel's; a mask "
-                                "kernel fills its own")
-        masks |= scratch
+        if not kernel.fills:
+            raise ManifestError(f"{path}: a mask kernel fills scratch, and names none in 'fills'")
+        for name in kernel.fills:
+            if name not in scratch:
+                raise ManifestError(f"{path}.fills: {name!r} is not a scratch param of the kernel")
+            if name in taken:
+                raise ManifestError(f"{path}: scratch {name!r} is taken by an earlier kernel; "
+                                    "a mask kernel fills its own")
+        unfilled = sorted(scratch - set(kernel.fills) - filled)
+        if unfilled:
+            raise ManifestError(f"{path}: reads scratch {unfilled[0]!r}, which no earlier mask kernel fills")
+        taken |= scratch
+        filled |= set(kernel.fills)
 
 
 def _constraint(raw: Any, path: str, dims: tuple[str, ...]) -> Constraint:

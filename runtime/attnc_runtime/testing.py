@@ -134,7 +134,7 @@ def synthetic_manifest(target: str = "sm_80") -> dict:
                         {"kind": "dim", "name": "M", "type": "i32"},
                         {"kind": "dim", "name": "N", "type": "i32"},
                         {"kind": "dim", "name": "P", "type": "i32"}],
-             "role": "mask"},
+             "role": "mask", "fills": ["blockmap"]},
             {"name": "attn_fwd", "symbol": "attnc_synthetic_fwd", "block": [128, 1, 1],
              "dynamic_smem_bytes": 65536, "grid": [[["cdiv", "M", 128]], ["H"], ["B"]],
              "params": [*({"kind": "ptr", "tensor": t} for t in ("q", "k", "v", "slopes", "o", "lse")),

@@ -71,7 +71,7 @@ def test_docs_sink_plan_has_one_head_slot_and_reads_doc_only():
                    {"kind": "dim", "name": "B", "type": "i32"}, {"kind": "dim", "name": "H", "type": "i32"},
                    {"kind": "dim", "name": "M", "type": "i32"}, {"kind": "dim", "name": "N", "type": "i32"},
                    {"kind": "ptr", "tensor": "doc"}],                  # no strides: doc is contiguous
-        "role": "mask"}                     # the runtime may keep the map (Note [Reused masks])
+        "role": "mask", "fills": ["blockmap"]}      # the runtime may keep the map (Note [Reused masks])
 
 
 def test_a_mask_reading_h_gets_a_slot_per_head():

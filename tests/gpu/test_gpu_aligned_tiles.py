@@ -1,7 +1,10 @@
 """Document-aligned query tiles (Note [Document-aligned tiles], attnc/backend/qtiles.py) on
 a real GPU, with the docs_sink example bundles.
 
-For document ids of several kinds at M = N = 2000 (two batches with ids of their own):
+For document ids of several kinds (two batches with ids of their own where B = 2), at
+M = N = 2000; at M = N = 9000 (a table kernel's thread walks two trips of rows); at
+M = 2000 > N = 1500 (the rows past N read the last id: bounds-safe reads) and at
+M = 1500 < N = 2000:
 
 * the outputs against a float32 reference in torch (documents mask, sink in the row sum);
 * in a bundle with a tile table, the table the GPU wrote against the one this file
@@ -20,11 +23,11 @@ from gpu_support import BUNDLES, entries, skip_reason
 
 pytestmark = pytest.mark.gpu
 
-M = N = 2000
+SHAPES = [(2, 8, 2000, 2000), (1, 2, 9000, 9000), (2, 4, 2000, 1500), (2, 4, 1500, 2000)]   # B, H, M, N
 SPARE_NUM, SPARE_DEN = 5, 4             # qtiles.py
 
 
-def _lengths(rng, low: int, high: int) -> np.ndarray:
+def _lengths(rng, low: int, high: int, N: int) -> np.ndarray:
     """Sorted ids whose runs have random lengths in [low, high]."""
     ids, doc = [], 0
     while len(ids) < N:
@@ -33,23 +36,29 @@ def _lengths(rng, low: int, high: int) -> np.ndarray:
     return np.array(ids[:N])
 
 
-def _ids(kind: str, rng) -> np.ndarray:
+def _ids(kind: str, rng, B: int, N: int) -> np.ndarray:
     if kind == "long":          # runs of 450 .. 900: aligned tiles at block_m 64 and 128
-        return np.stack([_lengths(rng, 450, 900) for _ in range(2)])
+        return np.stack([_lengths(rng, 450, 900, N) for _ in range(B)])
     if kind == "short":         # runs of 1 .. 12: more tiles than the table holds: the grid
-        return np.stack([_lengths(rng, 1, 12) for _ in range(2)])
+        return np.stack([_lengths(rng, 1, 12, N) for _ in range(B)])
     if kind == "unsorted":      # the grid
-        return rng.integers(0, 3, (2, N))
+        return rng.integers(0, 3, (B, N))
     if kind == "one":           # a single document
-        return np.zeros((2, N), dtype=np.int64)
+        return np.zeros((B, N), dtype=np.int64)
     raise ValueError(kind)
 
 
 KINDS = ("long", "short", "unsorted", "one")
 
 
-def expected_table(ids: np.ndarray, block_m: int) -> np.ndarray:
+def row_ids(ids: np.ndarray, M: int) -> np.ndarray:
+    """The ids rows 0 .. M-1 read: doc[b, min(i, N - 1)] (bounds-safe reads)."""
+    return ids[..., np.minimum(np.arange(M), ids.shape[-1] - 1)]
+
+
+def expected_table(ids: np.ndarray, block_m: int, M: int) -> np.ndarray:
     """The tile table of one batch's ids (rows of row0, row_end, key0)."""
+    ids = row_ids(ids, M)
     tiles = SPARE_NUM * -(-M // (SPARE_DEN * block_m))
     rows, run = [], 0
     for i in range(M):
@@ -68,10 +77,12 @@ def expected_table(ids: np.ndarray, block_m: int) -> np.ndarray:
 
 def _reference(q, k, v, doc, sinks):
     import torch
+    M, N = q.shape[2], k.shape[2]
     scale = q.shape[-1] ** -0.5
     s = torch.einsum("bhmd,bhnd->bhmn", q.float(), k.float()) * scale
-    keep = (doc[:, None, :, None] == doc[:, None, None, :]) & torch.ones(M, N, dtype=torch.bool,
-                                                                         device=q.device).tril()
+    rows = doc[:, torch.arange(M, device=doc.device).clamp(max=N - 1)]
+    keep = (rows[:, None, :, None] == doc[:, None, None, :]) & torch.ones(M, N, dtype=torch.bool,
+                                                                          device=q.device).tril()
     s = s.masked_fill(~keep, float("-inf"))
     sink = sinks.float()[None, :, None, None].expand(s.shape[0], -1, M, 1)
     p = torch.softmax(torch.cat([s, sink], dim=-1), dim=-1)[..., :N]
@@ -84,9 +95,10 @@ def docs_sink_entries():
             for e in found] or [pytest.param({"name": "no-bundles"}, id="no-bundles")]
 
 
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}H{}M{}N{}".format(*s))
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("entry", docs_sink_entries())
-def test_documents_of_every_kind(gpu, entry, kind):
+def test_documents_of_every_kind(gpu, entry, kind, shape):
     reason = skip_reason(entry)
     if reason:
         pytest.skip(reason)
@@ -97,12 +109,13 @@ def test_documents_of_every_kind(gpu, entry, kind):
     manifest = json.loads((BUNDLES / entry["path"] / "manifest.json").read_text())
     d_qk, d_v = entry["head_dim"]
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[entry["dtype"]]
+    B, H, M, N = shape
     rng = np.random.default_rng(KINDS.index(kind))
-    ids = _ids(kind, rng)
+    ids = _ids(kind, rng, B, N)
     doc = torch.tensor(ids, dtype=torch.int32, device="cuda")
     gen = torch.Generator(device="cuda").manual_seed(3)
-    sinks = torch.rand(8, generator=gen, device="cuda")
-    q, k, v = (torch.randn(2, 8, n, d, generator=gen, device="cuda", dtype=dtype)
+    sinks = torch.rand(H, generator=gen, device="cuda")
+    q, k, v = (torch.randn(B, H, n, d, generator=gen, device="cuda", dtype=dtype)
                for n, d in ((M, d_qk), (N, d_qk), (N, d_v)))
     bound = kernel.bind(q, k, v, doc=doc, sinks=sinks)
     bound.launch()
@@ -113,6 +126,6 @@ def test_documents_of_every_kind(gpu, entry, kind):
 
     if manifest["specialization"].get("aligned_tiles"):
         block_m = manifest["specialization"]["block_m"]
-        table = bound._scratch["qtiles"].view(torch.int32).reshape(2, -1, 4)[..., :3].cpu().numpy()
-        for b in range(2):
-            assert np.array_equal(table[b], expected_table(ids[b], block_m)), f"batch {b}"
+        table = bound._scratch["qtiles"].view(torch.int32).reshape(B, -1, 4)[..., :3].cpu().numpy()
+        for b in range(B):
+            assert np.array_equal(table[b], expected_table(ids[b], block_m, M)), f"batch {b}"

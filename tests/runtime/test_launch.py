@@ -239,16 +239,42 @@ def mask_reading_kernel(**changes) -> Kernel:
 def test_the_mask_kernels_are_those_of_role_mask():
     assert mask_reading_kernel().manifest.mask_kernels == (0,)
     manifest = mask_manifest()
-    del manifest["kernels"][0]["role"]
+    del manifest["kernels"][0]["role"], manifest["kernels"][0]["fills"]
     assert Bundle.from_files(manifest, synthetic_files(manifest)).manifest.mask_kernels == ()
+
+
+def table_kernel(fills=("table",), reads=None) -> dict:
+    """A mask kernel filling scratch 'table' (as the tile table is), and reading `reads`."""
+    params = [{"kind": "scratch", "name": "table", "bytes": [16]}, {"kind": "dim", "name": "N", "type": "i32"}]
+    if reads:
+        params.append({"kind": "scratch", "name": reads, "bytes": ["B", ["cdiv", "M", 128], ["cdiv", "N", 128]]})
+    return {"name": "table", "symbol": "attnc_synthetic_table", "block": [32, 1, 1], "dynamic_smem_bytes": 0,
+            "grid": [[], [], []], "params": params, "role": "mask", "fills": list(fills)}
+
+
+def test_a_mask_kernel_may_read_an_earlier_mask_kernels_scratch():
+    manifest = mask_manifest()
+    manifest["kernels"].insert(0, table_kernel())
+    manifest["kernels"][1]["params"].append({"kind": "scratch", "name": "table", "bytes": [16]})
+    assert Bundle.from_files(manifest, synthetic_files(manifest)).manifest.mask_kernels == (0, 1)
 
 
 @pytest.mark.parametrize("change, message", [
     (lambda m: m["kernels"][0]["params"].append({"kind": "ptr", "tensor": "q"}), "reads params only, not q"),
     (lambda m: m["kernels"][0]["params"].append({"kind": "ptr", "tensor": "o"}), "reads params only, not o"),
-    (lambda m: m["kernels"][0].update(params=m["kernels"][0]["params"][1:]), "fills scratch, and takes none"),
+    (lambda m: m["kernels"][0].update(params=m["kernels"][0]["params"][1:]),
+     r"fills: 'blockmap' is not a scratch param"),
+    (lambda m: m["kernels"][0].pop("fills"), "names none in 'fills'"),
     (lambda m: m["kernels"].reverse(), "scratch 'blockmap' is taken by an earlier kernel"),
     (lambda m: m["kernels"][0].update(role="prologue"), "role: 'prologue' is not one of"),
+    (lambda m: m["kernels"][1].update(fills=["blockmap"]), "only a kernel of role 'mask' fills scratch"),
+    # A second mask kernel that reads the first's scratch is fine (below); one that reads
+    # scratch no earlier mask kernel filled, or fills the first's again, is not.
+    (lambda m: m["kernels"].insert(0, table_kernel(fills=[])), "names none in 'fills'"),
+    (lambda m: m["kernels"].insert(0, table_kernel(reads="blockmap")),
+     "reads scratch 'blockmap', which no earlier mask kernel fills"),
+    (lambda m: m["kernels"].insert(1, table_kernel(fills=["blockmap"], reads="blockmap")),
+     "scratch 'blockmap' is taken by an earlier kernel"),
 ])
 def test_mask_kernels_are_checked(change, message):
     manifest = mask_manifest()
@@ -378,7 +404,7 @@ def test_mask_from_refuses_another_bundle_and_other_objects(fake_torch):
 
 def test_without_mask_kernels_reuse_is_a_no_op(fake_torch, fake_driver):
     manifest = synthetic_manifest()
-    del manifest["kernels"][0]["role"]
+    del manifest["kernels"][0]["role"], manifest["kernels"][0]["fills"]
     k = Kernel(Bundle.from_files(manifest, synthetic_files(manifest)), FakePlatform())
     assert k.manifest.mask_kernels == ()
     first = k.bind(**torch_arguments())

@@ -1,0 +1,77 @@
+"""Where one launch of a bench_variants bundle spends its GPU time: every kernel and
+memset the runtime queues (the mask kernels, the zeroing of their scratch, the attention
+kernel), timed by the CUDA profiler (torch.profiler), averaged over --iters launches.
+
+    python3 bench/launch_breakdown.py --bundles DIR [--cases doc_causal] [--head-dims 64,128]
+                                      [--archs sm_80] [--iters 50]
+
+Run on the GPU machine with bundles built by tools/build_gpu_bundles.py --suites
+bench_variants. The sum is GPU busy time; the gaps between launches are not in it.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "bench")]
+
+import attnc_runtime  # noqa: E402
+from bench_variants import SHAPES, attnc_params, inputs  # noqa: E402
+
+
+def breakdown(bound, iters: int, reuse: bool) -> list[tuple[str, float, int]]:
+    """(name, mean microseconds per launch, calls per launch) of every GPU activity."""
+    for _ in range(5):
+        bound.launch(reuse_mask=reuse)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            bound.launch(reuse_mask=reuse)
+        torch.cuda.synchronize()
+    total, count = collections.defaultdict(float), collections.Counter()
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            total[ev.name] += ev.device_time
+            count[ev.name] += 1
+    return [(name, total[name] / iters, count[name] // iters) for name in total]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bundles", required=True)
+    ap.add_argument("--cases", default="doc_causal")
+    ap.add_argument("--head-dims", default="64,128")
+    ap.add_argument("--archs", default="sm_80")
+    ap.add_argument("--iters", type=int, default=50)
+    args = ap.parse_args()
+    bundles = Path(args.bundles)
+    index = {(e.get("arch", "sm_80"), e["case"], e["head_dim"]): e
+             for e in json.loads((bundles / "index.json").read_text()) if e.get("suite") == "bench_variants"}
+    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; mean of {args.iters} launches")
+    for d in map(int, args.head_dims.split(",")):
+        b, h = SHAPES[d]
+        q, k, v = inputs(d)
+        for case in args.cases.split(","):
+            for arch in args.archs.split(","):
+                entry = index.get((arch, case, d))
+                if entry is None or "refused" in entry:
+                    print(f"{arch} {case} d={d}: no bundle")
+                    continue
+                bound = attnc_runtime.load(bundles / entry["path"]).bind(q=q, k=k, v=v, **attnc_params(case, b, h))
+                for reuse in (False, True):
+                    rows = breakdown(bound, args.iters, reuse)
+                    print(f"{arch} {case} d={d} {'mask reused' if reuse else 'mask built'}: "
+                          f"{sum(us for _, us, _ in rows):.1f} us busy")
+                    for name, us, calls in sorted(rows, key=lambda r: -r[1]):
+                        print(f"    {us:9.1f} us  x{calls}  {name[:90]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
