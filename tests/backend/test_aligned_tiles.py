@@ -76,3 +76,19 @@ def test_the_tile_table_kernel_reads_the_ids_param_only():
     assert [p.get("tensor") for p in table["params"] if p["kind"] == "ptr"] == ["doc"]
     assert table["role"] == "mask" and table["grid"] == [[1], [1], ["B"]]
     assert ".entry attnc_docs_qtiles" in artifacts.ptx
+
+
+def test_each_mask_kernel_names_what_it_fills_and_the_map_reads_the_table():
+    kernels = _build("doc[b, i] == doc[b, j] and j <= i").manifest["kernels"]
+    assert [k.get("fills") for k in kernels] == [["qtiles"], ["blockmap"], None]
+    assert {p["name"] for p in kernels[1]["params"] if p["kind"] == "scratch"} == {"blockmap", "qtiles"}
+
+
+def test_the_grid_hooks_refuse_a_table_tile():
+    """The static analysis' range is of grid blocks: asked about a table's tile (whose
+    m_block is a table index), it refuses instead of answering for the wrong rows."""
+    from attnc.backend.kernel_spec import KvCtx
+    spec = _build("doc[b, i] == doc[b, j] and j <= i").spec
+    assert spec.aligned_tiles and spec.kv_hint is not None
+    with pytest.raises(AssertionError, match="not a tile table's tiles"):
+        spec.kv_hint(None, KvCtx(0, 0, 0, 1, 1, spec.block_m, spec.block_n, aligned=True, n_keys=1))
