@@ -169,8 +169,8 @@ def mem_free(ptr: int) -> None:
     check(cu.cuMemFree(ptr), "cuMemFree")
 
 
-def memset_zero_async(ptr: int, nbytes: int, stream: int) -> None:
-    check(cu.cuMemsetD8Async(ptr, 0, nbytes, stream), "cuMemsetD8Async")
+def memset_async(ptr: int, nbytes: int, byte: int, stream: int) -> None:
+    check(cu.cuMemsetD8Async(ptr, byte, nbytes, stream), "cuMemsetD8Async")
 
 
 def copy_to_device(ptr: int, host_address: int, nbytes: int) -> None:

@@ -20,7 +20,7 @@ as FlexAttention's BlockMask is built once and passed to every layer:
     kernel(q1, k1, v1, doc=ids, mask_from=first)        # attends with first's map
     first.launch(reuse_mask=True)                       # again, without rebuilding it
 
-Both skip the mask kernels and the zeroing of their scratch. They are the caller's
+Both skip the mask kernels. They are the caller's
 promise that the params the mask reads still hold the values they held when the map was
 built: the runtime cannot read device memory to check, as FlexAttention cannot either.
 It does check what it can: that a launch built the map, on the stream the reading launch
@@ -30,9 +30,22 @@ param tensors (the same addresses: the dims fix their shapes, and params are con
 (`_KeptMask`) are shared by the bindings that read them, so a reader keeps the buffers
 alive, not the first binding's q, k, v and outputs. A bundle without mask kernels has
 nothing to reuse, and both are no-ops.
+
+Note [Filled scratch]: the runtime zeroes a scratch buffer before every launch unless a
+mask kernel fills it (the manifest's `"fills"`). A kernel that fills a scratch writes
+every byte of it that a later kernel reads: the block map writes each key block of each
+query tile that the attention kernel may scan, the tile table each of its entries
+(the compiler's promise; Note [Block map ABI] in attnc/backend/blockmap.py). So a
+documents launch is its mask kernels and the attention kernel, with no memset between
+them. The promise is checked on the GPU by launching with ATTNC_POISON_SCRATCH=1: the
+filled scratch is then set to 0xFF bytes before the mask kernels run, so a byte read but
+never written is a wrong tile class or table entry, and the output differs from the
+reference (tests/gpu/test_gpu_filled_scratch.py, which also checks that a map left
+unbuilt under the poison does change the output).
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +56,9 @@ from attnc_runtime.errors import AttncRuntimeError
 from attnc_runtime.manifest import Manifest
 from attnc_runtime.params import pack, param_values
 from attnc_runtime.tensors import view
+
+
+POISON_ENV, POISON_BYTE = "ATTNC_POISON_SCRATCH", 0xFF     # Note [Filled scratch]
 
 
 def load(path: str | Path) -> "Kernel":
@@ -137,6 +153,7 @@ class BoundLaunch:
         self._params = [pack(param_values(k, plan.dims, views, self._scratch_ptrs))
                         for k in bundle.manifest.kernels]
         self._functions = None          # looked up (and loaded, once per device) at the first launch
+        self._poison = os.environ.get(POISON_ENV, "") not in ("", "0")   # Note [Filled scratch]
 
     def launch(self, stream=None, *, reuse_mask: bool = False) -> None:
         """Launch every kernel in order on `stream` (a handle, a torch or cupy stream; default:
@@ -158,9 +175,11 @@ class BoundLaunch:
                 self._check_kept_mask(handle)
             if build:
                 self._mask.stream = None        # no map to reuse until every launch is queued
-            for name, nbytes in plan.scratch.items():
-                if build or name not in self._mask.buffers:
-                    driver.memset_zero_async(self._scratch_ptrs[name], nbytes, handle)
+            for name, nbytes in plan.scratch.items():       # Note [Filled scratch]
+                if name not in self._mask.buffers:
+                    driver.memset_async(self._scratch_ptrs[name], nbytes, 0, handle)
+                elif build and self._poison:
+                    driver.memset_async(self._scratch_ptrs[name], nbytes, POISON_BYTE, handle)
             for i, (k, func, grid, params) in enumerate(zip(manifest.kernels, self._functions, plan.grids,
                                                             self._params)):
                 if 0 in grid or (not build and i in self._mask_kernels):

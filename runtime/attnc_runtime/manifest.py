@@ -32,13 +32,15 @@ otherwise. Params, in kernel ABI order:
     {"kind": "stride", "tensor": t, "axis": a, "type": "i32"|"i64"}   in elements
     {"kind": "const", "value": n, "type": "i32"|"i64"}   a size fixed at compile time
     {"kind": "scratch", "name": s, "bytes": [factors]}  pointer to a buffer the runtime
-        allocates and zeroes before every launch that fills it (below); kernels naming
-        the same scratch share it
+        allocates; kernels naming the same scratch share it. One that a mask kernel
+        fills (below) is written by it, every byte a later kernel reads; any other is
+        zeroed before every launch (Note [Filled scratch] in kernel.py)
 
 A kernel of role "mask" builds mask data (the block map) into scratch from params and
 dims alone, so that later launches may keep it (`Manifest.mask_kernels`; Note [Reused
 masks] in kernel.py). It takes scratch and no pointer to q, k, v or an output, and says
-which of its scratch it fills (`"fills": [names]`, at least one); no kernel before it
+which of its scratch it fills (`"fills": [names]`, at least one: it writes every byte of
+them that a later kernel reads, so the runtime does not zero them); no kernel before it
 takes a scratch it fills. Any other scratch it takes is read, and an earlier mask kernel
 must fill it (the block map reads the tile table). The kernels after a mask kernel may
 read its scratch but never write it (the compiler's promise; the rest is checked here).

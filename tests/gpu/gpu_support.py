@@ -53,6 +53,32 @@ def bundle_cases(suite: str, shapes):
 FILL_BY_DTYPE = {"f32": "uniform", "i32": "small_int"}
 
 
+def _runs(rng, low: int, high: int, n: int):
+    """Sorted ids whose runs have random lengths in [low, high] (ids need not be consecutive)."""
+    import numpy as np
+    ids, doc = [], 0
+    while len(ids) < n:
+        ids += [doc] * int(rng.integers(low, high + 1))
+        doc += int(rng.integers(1, 3))
+    return np.array(ids[:n])
+
+
+def document_ids(kind: str, rng, batch: int, n: int):
+    """[batch, n] document ids of a kind: "long" (runs of 450 .. 900: aligned tiles at
+    block_m 64 and 128), "short" (runs of 1 .. 12: more tiles than the table holds, so
+    the grid), "unsorted" (the grid) or "one" (a single document)."""
+    import numpy as np
+    if kind == "long":
+        return np.stack([_runs(rng, 450, 900, n) for _ in range(batch)])
+    if kind == "short":
+        return np.stack([_runs(rng, 1, 12, n) for _ in range(batch)])
+    if kind == "unsorted":
+        return rng.integers(0, 3, (batch, n))
+    if kind == "one":
+        return np.zeros((batch, n), dtype=np.int64)
+    raise ValueError(kind)
+
+
 def fill_param(shape: tuple[int, ...], dtype: str, fill: str, rng):
     """A param's values (variant_gen.ParamSpec documents the fills); `alibi` is the
     usual slope schedule 2**(-8 (h + 1) / H) of a [H] param."""

@@ -19,33 +19,12 @@ import json
 import numpy as np
 import pytest
 
-from gpu_support import BUNDLES, entries, skip_reason
+from gpu_support import BUNDLES, document_ids, entries, skip_reason
 
 pytestmark = pytest.mark.gpu
 
 SHAPES = [(2, 8, 2000, 2000), (1, 2, 9000, 9000), (2, 4, 2000, 1500), (2, 4, 1500, 2000)]   # B, H, M, N
 SPARE_NUM, SPARE_DEN = 5, 4             # qtiles.py
-
-
-def _lengths(rng, low: int, high: int, N: int) -> np.ndarray:
-    """Sorted ids whose runs have random lengths in [low, high]."""
-    ids, doc = [], 0
-    while len(ids) < N:
-        ids += [doc] * int(rng.integers(low, high + 1))
-        doc += int(rng.integers(1, 3))          # ids need not be consecutive
-    return np.array(ids[:N])
-
-
-def _ids(kind: str, rng, B: int, N: int) -> np.ndarray:
-    if kind == "long":          # runs of 450 .. 900: aligned tiles at block_m 64 and 128
-        return np.stack([_lengths(rng, 450, 900, N) for _ in range(B)])
-    if kind == "short":         # runs of 1 .. 12: more tiles than the table holds: the grid
-        return np.stack([_lengths(rng, 1, 12, N) for _ in range(B)])
-    if kind == "unsorted":      # the grid
-        return rng.integers(0, 3, (B, N))
-    if kind == "one":           # a single document
-        return np.zeros((B, N), dtype=np.int64)
-    raise ValueError(kind)
 
 
 KINDS = ("long", "short", "unsorted", "one")
@@ -111,7 +90,7 @@ def test_documents_of_every_kind(gpu, entry, kind, shape):
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[entry["dtype"]]
     B, H, M, N = shape
     rng = np.random.default_rng(KINDS.index(kind))
-    ids = _ids(kind, rng, B, N)
+    ids = document_ids(kind, rng, B, N)
     doc = torch.tensor(ids, dtype=torch.int32, device="cuda")
     gen = torch.Generator(device="cuda").manual_seed(3)
     sinks = torch.rand(H, generator=gen, device="cuda")

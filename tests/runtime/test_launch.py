@@ -79,8 +79,8 @@ def fake_driver(monkeypatch):
 
     monkeypatch.setattr(driver, "primary_context", Context)
     monkeypatch.setattr(driver, "get_function", get_function)
-    monkeypatch.setattr(driver, "memset_zero_async",
-                        lambda ptr, nbytes, stream: calls.append(("memset", ptr, nbytes, stream)))
+    monkeypatch.setattr(driver, "memset_async", lambda ptr, nbytes, byte, stream: calls.append(
+        ("memset", ptr, nbytes, stream) if byte == 0 else ("poison", ptr, nbytes, byte, stream)))
     monkeypatch.setattr(driver, "launch", lambda func, grid, block, cluster, smem, stream, address:
                         calls.append(("launch", func, grid, block, smem, stream)))
     return calls
@@ -155,8 +155,7 @@ def test_launch_sequence(fake_torch, fake_driver):
         ("context", 0),
         ("function", 77, cubin, "attnc_synthetic_blockmap", 0),
         ("function", 77, cubin, "attnc_synthetic_fwd", 65536),
-        ("memset", scratch, 144, 0xABC),                    # zeroed before every launch
-        ("launch", "attnc_synthetic_blockmap", (9, 8, 2), (128, 1, 1), 0, 0xABC),
+        ("launch", "attnc_synthetic_blockmap", (9, 8, 2), (128, 1, 1), 0, 0xABC),   # fills the map: no memset
         ("launch", "attnc_synthetic_fwd", (8, 8, 2), (128, 1, 1), 65536, 0xABC),
     ]
 
@@ -298,10 +297,31 @@ def test_reuse_mask_leaves_out_the_mask_kernels_and_their_zeroing(fake_torch, fa
     bound.launch(reuse_mask=True)
     bound.launch(reuse_mask=True)
     bound.launch()
-    full = [("memset", scratch), ("memset", counter), ("launch", "attnc_synthetic_blockmap"),
-            ("launch", "attnc_synthetic_fwd")]
-    reused = [("memset", counter), ("launch", "attnc_synthetic_fwd")]     # other scratch is still zeroed
+    full = [("memset", counter), ("launch", "attnc_synthetic_blockmap"), ("launch", "attnc_synthetic_fwd")]
+    reused = [("memset", counter), ("launch", "attnc_synthetic_fwd")]     # scratch no kernel fills: zeroed
     assert launches(fake_driver) == full + reused + reused + full
+    assert scratch not in {c[1] for c in fake_driver if c[0] == "memset"}   # the map kernel fills its own
+
+
+def test_poisoned_scratch_is_set_before_the_mask_kernels_that_fill_it(fake_torch, fake_driver, monkeypatch):
+    """Note [Filled scratch]: ATTNC_POISON_SCRATCH=1 sets the filled scratch to 0xFF bytes
+    before each build (the GPU check that every byte read is written); a reused map is
+    left as built."""
+    monkeypatch.setenv("ATTNC_POISON_SCRATCH", "1")
+    bound = mask_reading_kernel().bind(**torch_arguments())
+    scratch, counter = bound._scratch_ptrs["blockmap"], bound._scratch_ptrs["counter"]
+    bound.launch()
+    bound.launch(reuse_mask=True)
+    assert [c for c in fake_driver if c[0] in ("memset", "poison", "launch")] == [
+        ("poison", scratch, 144, 0xFF, 0xABC), ("memset", counter, 4, 0xABC),
+        ("launch", "attnc_synthetic_blockmap", (9, 8, 2), (128, 1, 1), 0, 0xABC),
+        ("launch", "attnc_synthetic_fwd", (8, 8, 2), (128, 1, 1), 65536, 0xABC),
+        ("memset", counter, 4, 0xABC),
+        ("launch", "attnc_synthetic_fwd", (8, 8, 2), (128, 1, 1), 65536, 0xABC)]
+    monkeypatch.setenv("ATTNC_POISON_SCRATCH", "0")
+    fake_driver.clear()
+    mask_reading_kernel().bind(**torch_arguments()).launch()
+    assert [c[0] for c in fake_driver if c[0] in ("memset", "poison")] == ["memset"]     # the counter only
 
 
 def test_a_mask_is_reused_only_once_built_on_the_same_stream(fake_torch, fake_driver):
@@ -323,7 +343,7 @@ def test_a_failed_build_leaves_no_mask_to_reuse(fake_torch, fake_driver, monkeyp
         raise AttncRuntimeError("launch failed")
     monkeypatch.setattr(driver, "launch", fail)
     with pytest.raises(AttncRuntimeError, match="launch failed"):
-        bound.launch()                   # its memset cleared the map, and no kernel rebuilt it
+        bound.launch()                   # the map may be half written: it is not kept
     with pytest.raises(AttncRuntimeError, match="launch this binding once without reuse_mask"):
         bound.launch(reuse_mask=True)
 
