@@ -19,10 +19,10 @@ includes every kernel of its bundle (the block map of doc_causal too); FlexAtten
 block mask is built once, outside the timing, as peers.py does. A bundle with a block map
 is also timed with the map built once and reused (`launch(reuse_mask=True)`, Note [Reused
 masks] in runtime/attnc_runtime/kernel.py), FlexAttention's way: printed beside, while the
-goals keep the whole launch. CUDA events, WARMUP
-launches, then the mean of --iters (at least 20), in --rounds rounds (default 5) that each
-time every kernel once; a time is the median of its rounds (the JSON keeps them all, the
-table prints their range). TFLOP/s of useful work: 4*B*H*M*N*D
+goals keep the whole launch. CUDA events: WARMUP launches and --warmup-ms (default 200)
+more of the same function, then the mean of --iters (at least 20), in --rounds rounds
+(default 5) that each time every kernel once; a time is the median of its rounds (the
+JSON keeps them all, the table prints their range). TFLOP/s of useful work: 4*B*H*M*N*D
 times the fraction of (i, j) pairs the mask keeps, counted exactly. Before timing, each
 attnc output is compared with FlexAttention's (max |difference| printed). Causal is also
 timed, in the same rounds, on torch SDPA's cuDNN and flash (FA2) backends. Prints a table,
@@ -32,6 +32,15 @@ then the issue's goals with each ratio:
     speed-up over causal                 window1024              >= 3.5x
                                          doc_causal              >= 3x
     attnc / FlexAttention                softcap, doc_causal     >= 1.3x
+
+Note [Warm-up to the kernel's own clocks]: under its power cap the GPU sets its clock
+from what ran in the last tens of milliseconds. With five warm-up launches, a 1 ms kernel
+is timed over 20 ms that follow 70 ms or more of another kernel of the round, and its
+time depends on which: in session 18 the sm_80 window kernel ran 0.907 ms timed alone and
+1.111 ms right after the sm_90a causal kernel (results/variants_h200.md), while a 3 ms
+kernel's 60 ms mostly run at its own clocks. So each function first runs --warmup-ms of
+GPU time by itself (the way triton.testing.do_bench warms up for a time, not a count),
+peers and attnc alike; --warmup-ms 0 keeps the five launches only (sessions 6 to 20).
 
 FlexAttention on an H100/H200 runs wgmma code, which sm_80 kernels cannot; beside it the
 sm_80 kernels are also compared, on softcap and doc_causal, with FlexAttention as Triton
@@ -55,6 +64,7 @@ import attnc_runtime  # noqa: E402
 from flex_mma_v2 import ROW_STEP  # noqa: E402
 
 WARMUP = 5
+WARMUP_MS = 200.0
 M = N = 8192
 SHAPES = {64: (4, 32), 128: (4, 16)}           # head dim -> (B, H), as peers.md
 CASES = ("causal", "softcap_causal", "alibi_causal", "window1024", "doc_causal")
@@ -72,10 +82,20 @@ GOALS = [  # (what, numerator case, denominator case, kind, bound)
 MMA_V2_CASES = {case for _, case, _, kind, _ in GOALS if kind == "vs_flex_mma_v2"}
 
 
-def timed(fn, iters: int) -> float:
+def timed(fn, iters: int, warmup_ms: float = 0.0) -> float:
+    """Seconds per call of `fn`: WARMUP calls, then as many more as take `warmup_ms` of GPU
+    time (Note [Warm-up to the kernel's own clocks]), then the mean of `iters` calls
+    between two CUDA events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
     for _ in range(WARMUP):
         fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    end.record()
+    torch.cuda.synchronize()
+    per_call = max(start.elapsed_time(end) / WARMUP, 1e-3)
+    for _ in range(int(warmup_ms / per_call)):
+        fn()
     torch.cuda.synchronize()
     start.record()
     for _ in range(iters):
@@ -85,14 +105,14 @@ def timed(fn, iters: int) -> float:
     return start.elapsed_time(end) / iters / 1e3
 
 
-def interleaved(timers: dict, rounds: int, iters: int, worker=None) -> dict:
+def interleaved(timers: dict, rounds: int, iters: int, worker=None, warmup_ms: float = 0.0) -> dict:
     """Each key's times in ms, one per round; every round times every function once
     (`timed`), so that a slow stretch of the machine lands in one round of each; and
     `worker`'s kernels (flex_mma_v2.FlexMmaV2), keyed ("flex_mma_v2", d, case)."""
     runs = {key: [] for key in timers}
     for _ in range(rounds):
         for key, fn in timers.items():
-            runs[key].append(timed(fn, iters) * 1e3)
+            runs[key].append(timed(fn, iters, warmup_ms) * 1e3)
         if worker is not None:
             for (d, case), ms in worker.round().items():
                 runs.setdefault(("flex_mma_v2", d, case), []).append(ms)
@@ -152,10 +172,14 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5,
                     help="timing rounds over all kernels, interleaved; a time is their median (default 5)")
+    ap.add_argument("--warmup-ms", type=float, default=WARMUP_MS,
+                    help="GPU time each function runs before it is timed, after its first "
+                         f"{WARMUP} calls (default {WARMUP_MS:g}; 0: those {WARMUP} calls only, the "
+                         "method of sessions 6 to 20); Note [Warm-up to the kernel's own clocks]")
     ap.add_argument("--no-flex-mma-v2", action="store_true",
                     help="leave out FlexAttention built without wgmma (flex_mma_v2.py), the sm_80 kernels' peer")
     args = ap.parse_args()
-    iters, rounds = max(20, args.iters), max(1, args.rounds)
+    iters, rounds, warmup_ms = max(20, args.iters), max(1, args.rounds), max(0.0, args.warmup_ms)
     import torch._dynamo
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     torch._dynamo.config.cache_size_limit = 1000
@@ -167,7 +191,8 @@ def main() -> int:
              for e in json.loads((bundles / "index.json").read_text()) if e.get("suite") == "bench_variants"}
     archs = sorted({arch for arch, _, _ in index})
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; M = N = {N}, bf16, "
-          f"median of {rounds} interleaved rounds, each the mean of {iters} after {WARMUP} warm-ups")
+          f"median of {rounds} interleaved rounds, each the mean of {iters} after {WARMUP} warm-up "
+          f"calls and {warmup_ms:g} ms more")
     # Everything is bound (and FlexAttention compiled) first; then every round times every
     # kernel once, so that a slow stretch of the machine lands in one round of each, not in
     # all rounds of one.
@@ -204,9 +229,9 @@ def main() -> int:
                 rows.append({"arch": arch, "head_dim": d, "case": case, "B": b, "H": h, "M": M, "N": N,
                              "kept": frac, "max_abs_diff_vs_flex": diff})
             del reference
-    worker = None if args.no_flex_mma_v2 else start_flex_mma_v2(iters, reference_rows)
+    worker = None if args.no_flex_mma_v2 else start_flex_mma_v2(iters, reference_rows, warmup_ms)
     try:
-        runs = interleaved(timers, rounds, iters, worker)
+        runs = interleaved(timers, rounds, iters, worker, warmup_ms)
     finally:
         if worker is not None:
             worker.close()
@@ -235,17 +260,18 @@ def main() -> int:
     goals = [g for arch in archs for g in report_goals([r for r in rows if r["arch"] == arch], arch)]
     if args.json:
         Path(args.json).write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                                               "iters": iters, "rounds": rounds, "rows": rows, "goals": goals,
+                                               "iters": iters, "rounds": rounds, "warmup_ms": warmup_ms,
+                                               "rows": rows, "goals": goals,
                                                "sdpa_causal": sdpa}, indent=1))
     return 0
 
 
-def start_flex_mma_v2(iters: int, reference_rows: dict):
+def start_flex_mma_v2(iters: int, reference_rows: dict, warmup_ms: float):
     """The FlexAttention MMA v2 worker (flex_mma_v2.py) on MMA_V2_CASES, its outputs
     checked against this process's FlexAttention; None (and said) if it cannot run."""
     from flex_mma_v2 import FlexMmaV2
     try:
-        worker = FlexMmaV2(sorted(reference_rows), iters)
+        worker = FlexMmaV2(sorted(reference_rows), iters, warmup_ms)
     except RuntimeError as e:
         print(f"  FlexAttention without wgmma unavailable: {e}")
         return None
