@@ -13,11 +13,15 @@ cdiv(N - key0, block_n) blocks of such a row are written, and read. `blockmap_pl
 writes the kernel, `blockmap_hooks` answers the attention kernel's mask questions
 (Note [Mask hooks] in kernel_spec.py) from the map.
 
-Note [Block map kernel]: one CTA of 128 threads per TILES = 4 consecutive key blocks of
-a query block, grid (cdiv(N, 4 * block_n), cdiv(M, block_m) or the table's tiles, B * H_m)
-(z = b * H_m + h_m): a CTA per tile made the launch itself the cost (32768 CTAs at B = 4, M = N = 8192,
-128x64: 21 us on an H200 with no work in them), and the first two steps need one warp
-per tile. Warp w takes key block 4 * blockIdx.x + w:
+Note [Block map kernel]: one CTA of 128 threads per GROUPS = 4 groups of TILES = 4
+consecutive key blocks of a query block, grid (cdiv(N, 16 * block_n), cdiv(M, block_m)
+or the table's tiles, B * H_m) (z = b * H_m + h_m): a CTA per tile made the launch
+itself the cost (32768 CTAs at B = 4, M = N = 8192, 128x64: 21 us on an H200 with no
+work in them), and the first two steps need one warp per tile. The CTA takes its groups
+one after the other (those that hold a block below the row's end); in group g, warp w
+takes key block 4 * (4 * blockIdx.x + g) + w. (One group a CTA, on an H100, B = 4, M = N
+= 8192, documents of 1000: 8.0 us at 128x64 tiles, 14.0 at 64x64, 16.9 on sm_90a; four
+groups 6.1, 8.3 and 14.7; eight 7.0, 8.9, 15.2.) In each group:
 
 1. The tile class of `attn-analyze-masks`: a tile it proves SKIP or FULL (e.g. the upper
    triangle of a causal mask) is decided without evaluating anything.
@@ -132,7 +136,9 @@ CLASS_BITS = 3               # a map byte's class; a MIXED tile's byte may add:
 RESIDUAL_HOLDS = 4           # the residual conjuncts hold on the whole tile (Note [Conjuncts a tile holds])
 INTERVAL_HOLDS = 8           # the free and linear conjuncts hold on the whole tile
 THREADS = 128
-TILES = THREADS // 32        # tiles per CTA: one per warp for the static and interval steps
+TILES = THREADS // 32        # tiles per group: one per warp for the static and interval steps
+GROUPS = 4                   # groups of TILES key blocks per CTA, one after the other
+MIN_CTAS = 8                 # CTAs per SM that ptxas must fit (64 registers a thread)
 SAMPLE_COLS = 4              # lane l samples row l // 4 of 8 and column l % 4 of 4 of its tile
 _UNDECIDED = 3               # a tile left to the element walk (never written)
 UNROLL = 4                   # elements per thread between two warp votes
@@ -198,7 +204,7 @@ class BlockMapPlan:
         z = [self.batch] + ([self.heads] if self.per_head else [])
         return {"name": "blockmap", "symbol": self.symbol, "block": [THREADS, 1, 1],
                 "dynamic_smem_bytes": 0,
-                "grid": [[cdiv_factor(self.seq_k, self.block_n * TILES)], self.query_tiles, z],
+                "grid": [[cdiv_factor(self.seq_k, self.block_n * TILES * GROUPS)], self.query_tiles, z],
                 "params": self.kernel_params,
                 "role": "mask", "fills": [SCRATCH]}     # the runtime may keep the map (Note [Reused masks], kernel.py)
 
@@ -303,6 +309,8 @@ def emit_blockmap_kernel(plan: BlockMapPlan, result, ip: ir.InsertionPoint):
     with ip, op.location:
         func = gpu.GPUFuncOp(ir.TypeAttr.get(ir.FunctionType.get(types, [])), plan.symbol,
                              kernel=True, known_block_size=[THREADS, 1, 1])
+        # At most 64 registers a thread: eight CTAs an SM, whose loads hide each other's.
+        func.operation.attributes["nvvm.minctasm"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), MIN_CTAS)
         entry = func.body.blocks.append(*types)
     with ir.InsertionPoint(entry), op.location:
         args = {_arg_key(p): a for p, a in zip(params, entry.arguments)}
@@ -363,14 +371,25 @@ class _BlockMapKernel:
             self.m_lo = e.mul(m_block, s.block_m)
             self.m_hi = e.min(e.add(self.m_lo, s.block_m), M)
             self.key0, self.n_blocks = e.c32(0), n_blocks
-            self._tiles(group, warp, lane)
+            self._groups(group, warp, lane)
             return
         # Note [Document-aligned tiles]: the table's tile; a CTA past the last one returns.
         self.m_lo, self.m_hi, self.key0 = read_entry(e, self.args[QTILES], z, m_block, M, s.block_m)
         self.n_blocks = e.cdiv(e.max(e.sub(self._size(s.seq_k), self.key0), 0), s.block_n)
         inside = scf.IfOp(e.lt(self.m_lo, M))
         with ir.InsertionPoint(inside.then_block):
-            self._tiles(group, warp, lane)
+            self._groups(group, warp, lane)
+            scf.yield_([])
+
+    def _groups(self, cta, warp, lane) -> None:
+        """The CTA's GROUPS groups of TILES key blocks, one after the other (those that
+        hold a block below n_blocks: a CTA-uniform count)."""
+        e = self.e
+        first = e.mul(cta, GROUPS)
+        left = e.cdiv(e.max(e.sub(self.n_blocks, e.mul(first, TILES)), 0), TILES)
+        loop = scf.ForOp(e.c32(0), e.min(left, GROUPS), e.c32(1))
+        with ir.InsertionPoint(loop.body):
+            self._tiles(e.add(first, loop.induction_variable), warp, lane)
             scf.yield_([])
 
     def _tiles(self, group, warp, lane) -> None:

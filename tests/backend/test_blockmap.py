@@ -66,7 +66,7 @@ def test_docs_sink_plan_has_one_head_slot_and_reads_doc_only():
     assert plan.kernel == {
         "name": "blockmap", "symbol": "attnc_docs_sink_blockmap", "block": [128, 1, 1],
         "dynamic_smem_bytes": 0,
-        "grid": [[["cdiv", "N", 256]], [["cdiv", "M", 128]], ["B"]],        # 4 key blocks a CTA
+        "grid": [[["cdiv", "N", 1024]], [["cdiv", "M", 128]], ["B"]],       # 4 x 4 key blocks a CTA
         "params": [plan.scratch,
                    {"kind": "dim", "name": "B", "type": "i32"}, {"kind": "dim", "name": "H", "type": "i32"},
                    {"kind": "dim", "name": "M", "type": "i32"}, {"kind": "dim", "name": "N", "type": "i32"},
@@ -86,7 +86,7 @@ def test_fixed_sequence_lengths_give_constant_factors():
     plan = blockmap_plan(compiled(variant("doc[b, i] == doc[b, j]", "param doc: i32[B, 1500]",
                                           q_seq="1000", k_seq="1500")), 128, 64)
     assert plan.scratch == scratch("B", 1, 8, 24)
-    assert plan.kernel["grid"][:2] == [[6], [8]]                  # 24 key blocks, 4 a CTA
+    assert plan.kernel["grid"][:2] == [[2], [8]]                  # 24 key blocks, 16 a CTA
 
 
 def test_refusals():

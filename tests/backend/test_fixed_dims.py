@@ -1,7 +1,7 @@
 """Variants that fix B, H or M to numbers and hooks whose expressions are integers:
 the manifest's grid and ABI use constants where the variant fixes a size, and the
 L1 regions of score_mod and sink return f32 whatever the expression's type."""
-from attnc.backend.blockmap import TILES
+from attnc.backend.blockmap import GROUPS, TILES
 from attnc.backend.sm80_lower import build
 from attnc.driver import CompileOptions, compile_mlir
 from attnc.ir import SCORE_MOD, SINK, attention_ops, region_block, yielded
@@ -37,8 +37,8 @@ def test_fixed_sizes_become_constants_in_grid_and_abi():
     assert table["grid"] == [[1], [1], [2]]
     consts = [p for p in attention["params"] if p["kind"] == "const"]
     assert [p["value"] for p in consts] == [100, 4, 2]              # M, H, HKV
-    # Note [Block map kernel]: one CTA per TILES consecutive key blocks
-    assert blockmap["grid"][0] == [["cdiv", "N", blockmap_block_n(art) * TILES]]
+    # Note [Block map kernel]: one CTA per GROUPS groups of TILES consecutive key blocks
+    assert blockmap["grid"][0] == [["cdiv", "N", blockmap_block_n(art) * TILES * GROUPS]]
     assert manifest.dims == ("N",)
 
 
