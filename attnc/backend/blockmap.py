@@ -100,8 +100,10 @@ then computes without keep() and without asking tile_partial; otherwise (none, o
 several runs) the full range is empty and every block is asked, as before. Either way
 lo <= full_lo <= full_hi <= hi.
 
-Note [Block map ABI]: the runtime owns the map, a scratch buffer it zeroes before the
-launches and passes by name to every kernel that lists it. The attention kernel lists it
+Note [Block map ABI]: the runtime owns the map, a scratch buffer it passes by name to
+every kernel that lists it. It does not zero it: the map kernel fills it ("fills" in the
+manifest), writing every block of every query tile that the attention kernel may read
+(Note [Filled scratch] in runtime/attnc_runtime/kernel.py). The attention kernel lists it
 through the `ExtraParam('scratch', 'blockmap', bytes)` that `blockmap_hooks` returns, whose
 manifest entry is exactly `plan.scratch` (the manifest parser refuses a scratch sized two
 ways); the hooks read it with `e.arg(param.key)`, and `H` with `e.dim('H')` when the map

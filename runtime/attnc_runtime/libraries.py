@@ -33,7 +33,8 @@ def empty(library: str, shape: tuple[int, ...], dtype: str, device: int):
 
 
 def scratch(library: str, nbytes: int, device: int):
-    """A buffer of at least `nbytes` (zeroed by the launcher, on its stream, before each launch)."""
+    """A buffer of at least `nbytes` (the launcher zeroes it before each launch, or a mask
+    kernel fills it: Note [Filled scratch] in kernel.py)."""
     return empty(library, (max(math.ceil(nbytes / 4), 1),), "i32", device)
 
 
