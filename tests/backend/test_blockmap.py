@@ -121,7 +121,7 @@ def test_the_runtime_sizes_the_scratch_and_launches_the_map_first():
                          v=FakeTensor((B, H, N, 64), "bf16"), doc=FakeTensor((B, N), "i32"),
                          sinks=FakeTensor((H,), "f32"))
     assert launch.scratch == {"blockmap": B * 1 * 8 * 16}
-    assert launch.grids == ((4, 8, B), (8, H, B))                 # 16 key blocks, 4 a CTA
+    assert launch.grids == ((1, 8, B), (8, H, B))                 # 16 key blocks, 16 a CTA
 
 
 def test_a_scratch_sized_differently_by_the_attention_kernel_is_refused():
