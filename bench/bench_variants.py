@@ -2,6 +2,7 @@
 in one run (issue 4, item 4).
 
     python bench/bench_variants.py [--bundles .bundles/gpu] [--json out.json] [--iters 20] [--rounds 5]
+                                   [--warmup-ms 100] [--min-ms 200]
 
 The variants of peers.md, as peers/peers.py defines them, at M = N = 8192, bf16, head
 dim 64 (B=4, H=32) and 128 (B=4, H=16):
@@ -19,10 +20,11 @@ includes every kernel of its bundle (the block map of doc_causal too); FlexAtten
 block mask is built once, outside the timing, as peers.py does. A bundle with a block map
 is also timed with the map built once and reused (`launch(reuse_mask=True)`, Note [Reused
 masks] in runtime/attnc_runtime/kernel.py), FlexAttention's way: printed beside, while the
-goals keep the whole launch. CUDA events: WARMUP launches and --warmup-ms (default 0)
-more of the same function, then the mean of --iters (at least 20), in --rounds rounds
-(default 5) that each time every kernel once; a time is the median of its rounds (the
-JSON keeps them all, the table prints their range). TFLOP/s of useful work: 4*B*H*M*N*D
+goals keep the whole launch. CUDA events: WARMUP launches and --warmup-ms (default 100)
+more of the same function, then the mean of --iters calls (at least 20) or of as many as
+take --min-ms of GPU time (default 200), in --rounds rounds (default 5) that each time
+every kernel once; a time is the median of its rounds (the JSON keeps them all, the table
+prints their range). `--warmup-ms 0 --min-ms 0` is the method of sessions 6 to 21. TFLOP/s of useful work: 4*B*H*M*N*D
 times the fraction of (i, j) pairs the mask keeps, counted exactly. Before timing, each
 attnc output is compared with FlexAttention's (max |difference| printed). Causal is also
 timed, in the same rounds, on torch SDPA's cuDNN and flash (FA2) backends. Prints a table,
@@ -43,8 +45,21 @@ GPU time by itself (the way triton.testing.do_bench warms up for a time, not a c
 peers and attnc alike. Measured on an H100 (session 21, results/variants_h200.md), 200 ms
 left the window where it was (1.010 ms against 1.011 with five launches), so the
 preceding kernel does not explain the window's miss; FlexAttention's documents kernel
-ran 0.644 against 0.680 ms at d = 128 (one run each). The default stays 0, the method of
-sessions 6 to 20, so that the sessions' numbers compare.
+ran 0.644 against 0.680 ms at d = 128 (one run each).
+
+Note [Timing over the clock's swings]: at the 700 W cap of an H100 the SM clock does not
+settle; it swings between about 1.45 and 1.83 GHz every 100-200 ms (nvidia-smi at 100 ms
+while one kernel runs back to back, session 22, results/variants_h200.md). Twenty calls
+of a 1 ms kernel span 20 ms, one phase of a swing, which the kernels timed before it
+choose: the sm_80 window at head dim 64 ran 0.908 ms in a run of the sm_80 kernels and
+their peers and 0.979-0.981 ms in a run with the sm_90a kernels too, while causal (70 ms a
+timing) ran 3.35-3.37 ms in both; FlexAttention's 0.6-1 ms kernels move the same way.
+So since session 22 each timing spans at least --min-ms of GPU time (200), after
+--warmup-ms (100) of the same function: a short kernel is timed over whole swings at its
+own sustained clock, as a long one is, whatever ran before it. The rounds then spread
+0.5-3 % around their median instead of up to 4-14 %. It favours no one side: in session 22's runs it moved the
+window at head dim 64 from 3.42x to 3.55x causal, and documents at 128 from 1.33x to
+1.20x FlexAttention (whose 0.6 ms kernel had lost more to its neighbours than attnc's).
 
 FlexAttention on an H100/H200 runs wgmma code, which sm_80 kernels cannot; beside it the
 sm_80 kernels are also compared, on softcap and doc_causal, with FlexAttention as Triton
@@ -68,7 +83,8 @@ import attnc_runtime  # noqa: E402
 from flex_mma_v2 import ROW_STEP  # noqa: E402
 
 WARMUP = 5
-WARMUP_MS = 0.0
+WARMUP_MS = 100.0          # Note [Timing over the clock's swings]
+MIN_MS = 200.0
 M = N = 8192
 SHAPES = {64: (4, 32), 128: (4, 16)}           # head dim -> (B, H), as peers.md
 CASES = ("causal", "softcap_causal", "alibi_causal", "window1024", "doc_causal")
@@ -86,10 +102,11 @@ GOALS = [  # (what, numerator case, denominator case, kind, bound)
 MMA_V2_CASES = {case for _, case, _, kind, _ in GOALS if kind == "vs_flex_mma_v2"}
 
 
-def timed(fn, iters: int, warmup_ms: float = 0.0) -> float:
+def timed(fn, iters: int, warmup_ms: float = 0.0, min_ms: float = 0.0) -> float:
     """Seconds per call of `fn`: WARMUP calls, then as many more as take `warmup_ms` of GPU
-    time (Note [Warm-up to the kernel's own clocks]), then the mean of `iters` calls
-    between two CUDA events."""
+    time (Note [Warm-up to the kernel's own clocks]), then the mean of `iters` calls, or of
+    as many as take `min_ms` (Note [Timing over the clock's swings]), between two CUDA
+    events."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
     start.record()
@@ -100,6 +117,7 @@ def timed(fn, iters: int, warmup_ms: float = 0.0) -> float:
     per_call = max(start.elapsed_time(end) / WARMUP, 1e-3)
     for _ in range(int(warmup_ms / per_call)):
         fn()
+    iters = max(iters, int(min_ms / per_call) + 1) if min_ms > 0 else iters
     torch.cuda.synchronize()
     start.record()
     for _ in range(iters):
@@ -109,14 +127,15 @@ def timed(fn, iters: int, warmup_ms: float = 0.0) -> float:
     return start.elapsed_time(end) / iters / 1e3
 
 
-def interleaved(timers: dict, rounds: int, iters: int, worker=None, warmup_ms: float = 0.0) -> dict:
+def interleaved(timers: dict, rounds: int, iters: int, worker=None, warmup_ms: float = 0.0,
+                min_ms: float = 0.0) -> dict:
     """Each key's times in ms, one per round; every round times every function once
     (`timed`), so that a slow stretch of the machine lands in one round of each; and
     `worker`'s kernels (flex_mma_v2.FlexMmaV2), keyed ("flex_mma_v2", d, case)."""
     runs = {key: [] for key in timers}
     for _ in range(rounds):
         for key, fn in timers.items():
-            runs[key].append(timed(fn, iters, warmup_ms) * 1e3)
+            runs[key].append(timed(fn, iters, warmup_ms, min_ms) * 1e3)
         if worker is not None:
             for (d, case), ms in worker.round().items():
                 runs.setdefault(("flex_mma_v2", d, case), []).append(ms)
@@ -179,11 +198,16 @@ def main() -> int:
     ap.add_argument("--warmup-ms", type=float, default=WARMUP_MS,
                     help="GPU time each function runs before it is timed, after its first "
                          f"{WARMUP} calls (default {WARMUP_MS:g}; 0: those {WARMUP} calls only, the "
-                         "method of sessions 6 to 20); Note [Warm-up to the kernel's own clocks]")
+                         "method of sessions 6 to 21); Note [Warm-up to the kernel's own clocks]")
+    ap.add_argument("--min-ms", type=float, default=MIN_MS,
+                    help="GPU time each timing spans at least, in as many calls as that takes beyond --iters "
+                         f"(default {MIN_MS:g}; 0: --iters calls, the method of sessions 6 to 21); "
+                         "Note [Timing over the clock's swings]")
     ap.add_argument("--no-flex-mma-v2", action="store_true",
                     help="leave out FlexAttention built without wgmma (flex_mma_v2.py), the sm_80 kernels' peer")
     args = ap.parse_args()
     iters, rounds, warmup_ms = max(20, args.iters), max(1, args.rounds), max(0.0, args.warmup_ms)
+    min_ms = max(0.0, args.min_ms)
     import torch._dynamo
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     torch._dynamo.config.cache_size_limit = 1000
@@ -195,8 +219,9 @@ def main() -> int:
              for e in json.loads((bundles / "index.json").read_text()) if e.get("suite") == "bench_variants"}
     archs = sorted({arch for arch, _, _ in index})
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; M = N = {N}, bf16, "
-          f"median of {rounds} interleaved rounds, each the mean of {iters} after {WARMUP} warm-up "
-          f"calls and {warmup_ms:g} ms more")
+          f"median of {rounds} interleaved rounds, each the mean of {iters} calls"
+          + (f" or of {min_ms:g} ms of calls" if min_ms else "")
+          + f" after {WARMUP} warm-up calls and {warmup_ms:g} ms more")
     # Everything is bound (and FlexAttention compiled) first; then every round times every
     # kernel once, so that a slow stretch of the machine lands in one round of each, not in
     # all rounds of one.
@@ -233,9 +258,9 @@ def main() -> int:
                 rows.append({"arch": arch, "head_dim": d, "case": case, "B": b, "H": h, "M": M, "N": N,
                              "kept": frac, "max_abs_diff_vs_flex": diff})
             del reference
-    worker = None if args.no_flex_mma_v2 else start_flex_mma_v2(iters, reference_rows, warmup_ms)
+    worker = None if args.no_flex_mma_v2 else start_flex_mma_v2(iters, reference_rows, warmup_ms, min_ms)
     try:
-        runs = interleaved(timers, rounds, iters, worker, warmup_ms)
+        runs = interleaved(timers, rounds, iters, worker, warmup_ms, min_ms)
     finally:
         if worker is not None:
             worker.close()
@@ -265,17 +290,18 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                                                "iters": iters, "rounds": rounds, "warmup_ms": warmup_ms,
+                                               "min_ms": min_ms,
                                                "rows": rows, "goals": goals,
                                                "sdpa_causal": sdpa}, indent=1))
     return 0
 
 
-def start_flex_mma_v2(iters: int, reference_rows: dict, warmup_ms: float):
+def start_flex_mma_v2(iters: int, reference_rows: dict, warmup_ms: float, min_ms: float = 0.0):
     """The FlexAttention MMA v2 worker (flex_mma_v2.py) on MMA_V2_CASES, its outputs
     checked against this process's FlexAttention; None (and said) if it cannot run."""
     from flex_mma_v2 import FlexMmaV2
     try:
-        worker = FlexMmaV2(sorted(reference_rows), iters, warmup_ms)
+        worker = FlexMmaV2(sorted(reference_rows), iters, warmup_ms, min_ms)
     except RuntimeError as e:
         print(f"  FlexAttention without wgmma unavailable: {e}")
         return None

@@ -35,12 +35,12 @@ ROW_STEP = 61
 class FlexMmaV2:
     """The worker process, from the benchmark's side."""
 
-    def __init__(self, cases: list[tuple[int, str]], iters: int, warmup_ms: float = 0.0):
+    def __init__(self, cases: list[tuple[int, str]], iters: int, warmup_ms: float = 0.0, min_ms: float = 0.0):
         self.dir = tempfile.mkdtemp(prefix="attnc_flex_mma_v2_")
         env = {**os.environ, "DISABLE_MMA_V3": "1", "TORCHINDUCTOR_CACHE_DIR": f"{self.dir}/inductor",
                "TRITON_CACHE_DIR": f"{self.dir}/triton"}
         self.proc = subprocess.Popen([sys.executable, __file__, self.dir, str(iters), json.dumps(cases),
-                                      str(warmup_ms)],
+                                      str(warmup_ms), str(min_ms)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         ready = self._reply()
         self.keys = [tuple(k) for k in ready["keys"]]
@@ -74,7 +74,7 @@ class FlexMmaV2:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _worker(folder: str, iters: int, cases: list, warmup_ms: float) -> None:
+def _worker(folder: str, iters: int, cases: list, warmup_ms: float, min_ms: float) -> None:
     import torch
     import torch._dynamo
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -103,7 +103,7 @@ def _worker(folder: str, iters: int, cases: list, warmup_ms: float) -> None:
          "mma_sync": sum("mma.sync" in t for t in ptx)})
     for line in sys.stdin:
         if line.strip() == "round":
-            say({key: timed(fn, iters, warmup_ms) * 1e3 for key, fn in runs.items()})
+            say({key: timed(fn, iters, warmup_ms, min_ms) * 1e3 for key, fn in runs.items()})
         elif line.strip() == "outputs":
             paths = {}
             for key, out in outputs.items():
@@ -113,4 +113,4 @@ def _worker(folder: str, iters: int, cases: list, warmup_ms: float) -> None:
 
 
 if __name__ == "__main__":
-    _worker(sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), float(sys.argv[4]))
+    _worker(sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]))
