@@ -24,11 +24,11 @@ goals keep the whole launch. CUDA events: WARMUP launches and --warmup-ms (defau
 more of the same function, then the mean of --iters calls (at least 20) or of as many as
 take --min-ms of GPU time (default 200), in --rounds rounds (default 5) that each time
 every kernel once; a time is the median of its rounds (the JSON keeps them all, the table
-prints their range). `--warmup-ms 0 --min-ms 0` is the method of sessions 6 to 21. TFLOP/s of useful work: 4*B*H*M*N*D
-times the fraction of (i, j) pairs the mask keeps, counted exactly. Before timing, each
-attnc output is compared with FlexAttention's (max |difference| printed). Causal is also
-timed, in the same rounds, on torch SDPA's cuDNN and flash (FA2) backends. Prints a table,
-then the issue's goals with each ratio:
+prints their range); `--warmup-ms 0 --min-ms 0` is the method of sessions 6 to 21.
+TFLOP/s of useful work: 4*B*H*M*N*D times the fraction of (i, j) pairs the mask keeps,
+counted exactly. Before timing, each attnc output is compared with FlexAttention's (max
+|difference| printed). Causal is also timed, in the same rounds, on torch SDPA's cuDNN
+and flash (FA2) backends. Prints a table, then the issue's goals with each ratio:
 
     score_mod overhead over causal       softcap, ALiBi          <= 10 %
     speed-up over causal                 window1024              >= 3.5x
@@ -48,7 +48,7 @@ preceding kernel does not explain the window's miss; FlexAttention's documents k
 ran 0.644 against 0.680 ms at d = 128 (one run each).
 
 Note [Timing over the clock's swings]: at the 700 W cap of an H100 the SM clock does not
-settle; it swings between about 1.45 and 1.83 GHz every 100-200 ms (nvidia-smi at 100 ms
+settle; it swings between about 1.41 and 1.83 GHz every 100-200 ms (nvidia-smi at 100 ms
 while one kernel runs back to back, session 22, results/variants_h200.md). Twenty calls
 of a 1 ms kernel span 20 ms, one phase of a swing, which the kernels timed before it
 choose: the sm_80 window at head dim 64 ran 0.908 ms in a run of the sm_80 kernels and
@@ -57,9 +57,10 @@ timing) ran 3.35-3.37 ms in both; FlexAttention's 0.6-1 ms kernels move the same
 So since session 22 each timing spans at least --min-ms of GPU time (200), after
 --warmup-ms (100) of the same function: a short kernel is timed over whole swings at its
 own sustained clock, as a long one is, whatever ran before it. The rounds then spread
-0.5-3 % around their median instead of up to 4-14 %. It favours no one side: in session 22's runs it moved the
-window at head dim 64 from 3.42x to 3.55x causal, and documents at 128 from 1.33x to
-1.20x FlexAttention (whose 0.6 ms kernel had lost more to its neighbours than attnc's).
+0.5-3 % around their median instead of up to 4-14 %. It favours no one side: in session
+22's runs it moved the window at head dim 64 from 3.42x to 3.53-3.56x causal, and
+documents at 128 from 1.33x to 1.18-1.20x FlexAttention (whose 0.6 ms kernel had lost
+more to its neighbours than attnc's).
 
 FlexAttention on an H100/H200 runs wgmma code, which sm_80 kernels cannot; beside it the
 sm_80 kernels are also compared, on softcap and doc_causal, with FlexAttention as Triton
