@@ -553,9 +553,9 @@ class Sm80KernelSpec:
                  "heads_first: the grid of a kernel with one query block per CTA and no producer warpgroup")
         _require(not self.step_loads_lean or self._can_lean_loads,
                  "lean_loads: an sm_80 kernel whose key ranges come from a block map or a band")
-        _require(not self.aligned_tiles or (self.target == "sm_80" and self.blockmap and self.blocks_per_cta == 1
-                                            and not self.persistent_ctas),
-                 "aligned_tiles: an sm_80 kernel with a block map and one query block per CTA")
+        _require(not self.aligned_tiles or (self.blockmap and self.blocks_per_cta == 1
+                                            and not self.warp_specialized and not self.persistent_ctas),
+                 "aligned_tiles: a kernel with a block map, one query block per CTA and no producer warpgroup")
         _require(not self.first_before_map or self._can_load_first_early,
                  "early_first: an sm_80 kernel whose key ranges come from a block map (kv_hint given)")
         _require(not self.o_staged or self._can_stage_o,

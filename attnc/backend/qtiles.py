@@ -36,6 +36,13 @@ for a partial tile per run when runs are 4 * block_m long on average (documents 
 at block_m = 128 need 66 of the 80 at M = 8192); the attention kernel's grid is as long,
 and a CTA past the last tile returns at once.
 
+Where the table is the default (sm80_lower.py): a kernel of one query block per CTA
+without a producer warpgroup, on sm_80 and on sm_90a (whose one-warpgroup kernel takes its
+rows and key origin the same way). Documents of 1000 + causal, M = N = 8192, against the
+same kernel on the grid: sm_80 at 128x64 tiles 0.555 -> 0.493 ms at head dim 128 (H100,
+session 19); sm_90a at 64x64 tiles 0.453 -> 0.427 ms at head dim 128 and 0.506 -> 0.471
+at 64 (H100, session 22, each timing over the clock's swings).
+
 Note [Tile table kernel]: one CTA of THREADS threads per (b, h_m); thread t walks the
 rows [t * C, (t + 1) * C), C = cdiv(M, THREADS), UNROLL rows a trip with their loads
 issued first, three times: (1) whether v is non-decreasing there and the last run start

@@ -101,16 +101,16 @@ def _lowering_from_ir(result) -> Sm80Lowering:
             raise error_at(op, f"the {target} kernel cannot be built: {e}") from None
 
     # Note [Document-aligned tiles] (qtiles.py): by default wherever the mask has the ids'
-    # conjunct and the kernel runs one query block per CTA on sm_80.
+    # conjunct and the kernel runs one query block per CTA without a producer warpgroup.
     ids = segment_ids(region_block(op, MASK_MOD), list(variant.params)) if runtime else None
     # The plain lowering decides whether the table applies; built here only where it may.
-    plain = None if (ids is None or target != "sm_80") and not aligned else lowering(blockmap)
-    possible = (plain is not None and ids is not None and target == "sm_80"
-                and plain.spec.blocks_per_cta == 1 and not plain.spec.persistent_ctas)
+    plain = None if ids is None and not aligned else lowering(blockmap)
+    possible = (plain is not None and ids is not None and plain.spec.blocks_per_cta == 1
+                and not plain.spec.warp_specialized and not plain.spec.persistent_ctas)
     if aligned and not possible:
-        raise error_at(op, "aligned_tiles: an sm_80 kernel with one query block per CTA whose mask has a "
-                           "conjunct P[.., i] == P[.., j] (an i32 param, the same other indices) and reads "
-                           "a param (a block map)")
+        raise error_at(op, "aligned_tiles: a kernel with one query block per CTA and no producer warpgroup, "
+                           "whose mask has a conjunct P[.., i] == P[.., j] (an i32 param, the same other "
+                           "indices) and reads a param (a block map)")
     if not possible or aligned is False:
         return plain or lowering(blockmap)
     return lowering(replace(blockmap, qtiles=qtiles_plan(variant, block_m, ids, blockmap.per_head)))

@@ -113,7 +113,8 @@ class LowerSm80(Pass):
         "doc": "for a block map whose mask has a conjunct P[.., i] == P[.., j] (document ids), query tiles "
                "and key blocks that start where the ids' runs start, from a table a third kernel fills at "
                "run time; unsorted ids fall back to the grid (Note [Document-aligned tiles] in qtiles.py; "
-               "default: on sm_80 wherever the mask has that conjunct and a CTA runs one query block)"})
+               "default: wherever the mask has that conjunct and a CTA runs one query block without a "
+               "producer warpgroup, on sm_80 and sm_90a)"})
     staged_o: bool | None = field(default=None, metadata={
         "doc": "write O through shared memory in coalesced 16-byte stores instead of 4-byte stores "
                "from the accumulators (Note [Staged O]; default: Sm80KernelSpec.o_staged: where it can -- one query "

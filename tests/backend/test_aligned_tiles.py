@@ -62,12 +62,31 @@ def test_other_masks_keep_the_grid(mask):
         _build(mask, aligned_tiles=True)
 
 
-def test_the_option_turns_the_table_off_and_sm90a_has_none():
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_the_option_turns_the_table_off(arch):
     mask = "doc[b, i] == doc[b, j] and j <= i"
-    assert _kernels(_build(mask, aligned_tiles=False)) == ["blockmap", "attn_fwd"]
-    assert _kernels(_build(mask, "sm_90a")) == ["blockmap", "attn_fwd"]
-    with pytest.raises(AttncError, match="aligned_tiles"):
-        _build(mask, "sm_90a", aligned_tiles=True)
+    artifacts = _build(mask, arch, aligned_tiles=False)
+    assert _kernels(artifacts) == ["blockmap", "attn_fwd"]
+    assert artifacts.manifest["specialization"]["aligned_tiles"] is False
+
+
+def test_sm90a_one_warpgroup_kernel_takes_its_tiles_from_the_table():
+    """sm_90a's kernel without a producer warpgroup (64-row tiles, the grid's query blocks
+    fastest) gets the table by default, as sm_80's does."""
+    artifacts = _build("doc[b, i] == doc[b, j] and j <= i", "sm_90a")
+    assert _kernels(artifacts) == ["qtiles", "blockmap", "attn_fwd"]
+    spec = artifacts.manifest["specialization"]
+    assert spec["aligned_tiles"] is True and spec["producer_warpgroup"] is False
+    assert artifacts.manifest["kernels"][2]["grid"] == [[5, ["cdiv", "M", 4 * spec["block_m"]]], ["H"], ["B"]]
+
+
+def test_a_producer_warpgroup_keeps_the_grid():
+    mask = "doc[b, i] == doc[b, j] and j <= i"
+    artifacts = _build(mask, "sm_90a", producer_warpgroup=True)
+    assert _kernels(artifacts) == ["blockmap", "attn_fwd"]
+    assert artifacts.manifest["specialization"]["aligned_tiles"] is False
+    with pytest.raises(AttncError, match="aligned_tiles: a kernel with one query block per CTA and no producer"):
+        _build(mask, "sm_90a", aligned_tiles=True, producer_warpgroup=True)
 
 
 def test_the_tile_table_kernel_reads_the_ids_param_only():
