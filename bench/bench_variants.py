@@ -60,7 +60,10 @@ own sustained clock, as a long one is, whatever ran before it. The rounds then s
 0.5-3 % around their median instead of up to 4-14 %. It favours no one side: in session
 22's runs it moved the window at head dim 64 from 3.42x to 3.53-3.56x causal, and
 documents at 128 from 1.33x to 1.18-1.20x FlexAttention (whose 0.6 ms kernel had lost
-more to its neighbours than attnc's).
+more to its neighbours than attnc's). What it does not remove: the run's history (the
+chip's temperature, the kernels of the rounds) still moves a 0.5 ms kernel by up to about
+10 % between contexts (sm_90a documents at head dim 64: 0.471 ms in 300 launches back to
+back, 0.537 in a benchmark run), so a goal that close to its bound is read over runs.
 
 FlexAttention on an H100/H200 runs wgmma code, which sm_80 kernels cannot; beside it the
 sm_80 kernels are also compared, on softcap and doc_causal, with FlexAttention as Triton
