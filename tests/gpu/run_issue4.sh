@@ -11,7 +11,7 @@ if [ -n "${PACK:-}" ]; then
 fi
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"; } 2>&1 | tee "$out/gpu.txt"
-timeout "${BENCH_TIMEOUT:-170}" python3 bench/bench_variants.py --json "$out/bench_variants.json" 2>&1 \
+timeout "${BENCH_TIMEOUT:-400}" python3 bench/bench_variants.py --json "$out/bench_variants.json" 2>&1 \
   | tee "$out/bench.log"
 flags=()      # pytest-xdist and pytest-timeout where the machine has them
 python3 -c "import xdist" 2>/dev/null && flags+=(-n "${WORKERS:-8}" --dist loadgroup)
