@@ -380,6 +380,13 @@ class Sm80KernelSpec:
         return self.target == "sm_80" and self.blockmap and self.kv_hint is not None
 
     @property
+    def takes_tile_table(self) -> bool:
+        """The kernel can take its query tiles from a tile table (Note [Document-aligned
+        tiles] in qtiles.py): one query block per CTA, no producer warpgroup, no persistent
+        walk over the grid's blocks."""
+        return self.blocks_per_cta == 1 and not self.warp_specialized and not self.persistent_ctas
+
+    @property
     def mask_split(self) -> bool:
         """split_mask resolved: by default wherever tile_holds is given."""
         return self.tile_holds is not None and self.split_mask is not False
@@ -553,8 +560,7 @@ class Sm80KernelSpec:
                  "heads_first: the grid of a kernel with one query block per CTA and no producer warpgroup")
         _require(not self.step_loads_lean or self._can_lean_loads,
                  "lean_loads: an sm_80 kernel whose key ranges come from a block map or a band")
-        _require(not self.aligned_tiles or (self.blockmap and self.blocks_per_cta == 1
-                                            and not self.warp_specialized and not self.persistent_ctas),
+        _require(not self.aligned_tiles or (self.blockmap and self.takes_tile_table),
                  "aligned_tiles: a kernel with a block map, one query block per CTA and no producer warpgroup")
         _require(not self.first_before_map or self._can_load_first_early,
                  "early_first: an sm_80 kernel whose key ranges come from a block map (kv_hint given)")

@@ -105,8 +105,7 @@ def _lowering_from_ir(result) -> Sm80Lowering:
     ids = segment_ids(region_block(op, MASK_MOD), list(variant.params)) if runtime else None
     # The plain lowering decides whether the table applies; built here only where it may.
     plain = None if ids is None and not aligned else lowering(blockmap)
-    possible = (plain is not None and ids is not None and plain.spec.blocks_per_cta == 1
-                and not plain.spec.warp_specialized and not plain.spec.persistent_ctas)
+    possible = plain is not None and ids is not None and plain.spec.takes_tile_table
     if aligned and not possible:
         raise error_at(op, "aligned_tiles: a kernel with one query block per CTA and no producer warpgroup, "
                            "whose mask has a conjunct P[.., i] == P[.., j] (an i32 param, the same other "
