@@ -1,10 +1,10 @@
 """A/B timing of experiment bundles (tools/build_exp_bundles.py) on a GPU.
 
-    python bench/ab_bundles.py BUNDLES_DIR [--warmup-ms MS] [--min-ms MS]
+    python bench/ab_bundles.py BUNDLES_DIR [--warmup-ms MS] [--min-ms MS] [--rounds R]
 
 Groups the bundles by (case, head dim, arch); in each group every tag runs on the same
 inputs (M = N = 8192, bf16, the shapes of bench_variants.py), is compared with the
-`base` tag's output (max |difference|, NaNs), and is timed in 5 interleaved rounds
+`base` tag's output (max |difference|, NaNs), and is timed in R interleaved rounds (default 5)
 (CUDA events, each the mean of 20 launches after 5 warm-ups and --warmup-ms more of the
 same kernel, as bench_variants.py's Note [Warm-up to the kernel's own clocks], or of as
 many launches as take --min-ms, Note [Timing over the clock's swings]); the median is
@@ -29,7 +29,7 @@ from bench_variants import N, SHAPES, attnc_params, interleaved  # noqa: E402
 ROUNDS = 5
 
 
-def main(bundles: Path, warmup_ms: float = 0.0, min_ms: float = 0.0) -> int:
+def main(bundles: Path, warmup_ms: float = 0.0, min_ms: float = 0.0, rounds: int = ROUNDS) -> int:
     entries = [e for e in json.loads((bundles / "index.json").read_text()) if "path" in e]
     print(torch.cuda.get_device_name())
     groups = collections.defaultdict(dict)
@@ -45,7 +45,7 @@ def main(bundles: Path, warmup_ms: float = 0.0, min_ms: float = 0.0) -> int:
             bound.launch()
             torch.cuda.synchronize()
             outputs[tag], launches[tag] = bound.outputs["o"].float().clone(), bound.launch
-        runs = interleaved(launches, ROUNDS, 20, warmup_ms=warmup_ms, min_ms=min_ms)
+        runs = interleaved(launches, rounds, 20, warmup_ms=warmup_ms, min_ms=min_ms)
         base = outputs.get("base")
         for tag in launches:
             diff = (outputs[tag] - base).abs().max().item() if base is not None else float("nan")
@@ -62,5 +62,6 @@ if __name__ == "__main__":
                     help="GPU time each kernel runs before each of its timings (default 0)")
     ap.add_argument("--min-ms", type=float, default=0.0,
                     help="GPU time each timing spans at least (default 0: 20 launches)")
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"interleaved rounds (default {ROUNDS})")
     args = ap.parse_args()
-    sys.exit(main(args.bundles, args.warmup_ms, args.min_ms))
+    sys.exit(main(args.bundles, args.warmup_ms, args.min_ms, args.rounds))
