@@ -73,7 +73,11 @@ def emit_bundle(result, out: Path | None) -> None:
     from attnc.backend.bundle import write_bundle
     code = _code(result)
     path = out or Path(f"{result.variant.name}.{code.manifest['target']}")
-    write_bundle(path, code.manifest, code.files)
+    try:
+        write_bundle(path, code.manifest, code.files)
+    except OSError as e:
+        reason = str(e) if isinstance(e, FileExistsError) else e.strerror or str(e)
+        raise AttncError(f"cannot write the bundle '{path}': {reason}", filename="attnc") from None
     print(f"wrote {path}/: " + ", ".join(["manifest.json", *sorted(code.files)]))
 
 

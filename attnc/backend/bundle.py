@@ -89,9 +89,13 @@ def write_bundle(path: str | Path, manifest: Mapping[str, Any], files: Mapping[s
 
     `files` maps file names to contents: every code object the manifest names,
     plus any others worth keeping beside them (e.g. a ptxas report). With
-    `replace=False` an existing bundle at `path` is kept and `FileExistsError` raised.
+    `replace=False` an existing bundle at `path` is kept and `FileExistsError` raised;
+    anything else at `path` (a file, a folder that is not empty and holds no attnc
+    manifest) is never replaced: `FileExistsError` too.
     """
-    path = Path(path)
+    path = Path(os.path.abspath(path))      # "." and ".." by their names
+    if path.exists() and not _replaceable(path):
+        raise FileExistsError(f"'{path}' exists and is not an attnc bundle: not replacing it")
     bundle = Bundle.from_files(manifest, files, path)
     for name in files:
         if name in ("", ".", "..", MANIFEST_NAME) or "/" in name or os.sep in name:
@@ -115,6 +119,20 @@ def _write_synced(file: Path, data: bytes) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
+
+
+def _replaceable(path: Path) -> bool:
+    """Whether `path` may give way to a bundle: an empty folder, or one whose manifest
+    says attnc wrote it (a user's folder or file never is)."""
+    if not path.is_dir() or path.is_symlink():
+        return False
+    if not any(path.iterdir()):
+        return True
+    try:
+        manifest = json.loads((path / MANIFEST_NAME).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("compiler", {}).get("name") == "attnc"
 
 
 def _publish(tmp: Path, path: Path, replace: bool) -> None:

@@ -172,3 +172,29 @@ def test_an_empty_folder_is_replaced(tmp_path):
     manifest = synthetic_manifest()
     write_bundle(tmp_path / "b", manifest, synthetic_files(manifest), replace=False)
     assert read_bundle(tmp_path / "b").manifest.variant == "synthetic"
+
+
+@pytest.mark.parametrize("make", ["file", "folder"])
+def test_what_is_not_a_bundle_is_never_replaced(tmp_path, make):
+    target = tmp_path / "b"
+    if make == "file":
+        target.write_text("important data")
+    else:
+        target.mkdir()
+        (target / "notes.txt").write_text("precious")
+    manifest = synthetic_manifest()
+    with pytest.raises(FileExistsError, match="is not an attnc bundle"):
+        write_bundle(target, manifest, synthetic_files(manifest))
+    kept = target if make == "file" else target / "notes.txt"
+    assert kept.read_text() in ("important data", "precious")
+    assert sorted(os.listdir(tmp_path)) == ["b"]
+
+
+def test_dot_names_the_current_folder(tmp_path, monkeypatch):
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "src.attn").write_text("x")
+    monkeypatch.chdir(tmp_path / "work")
+    manifest = synthetic_manifest()
+    with pytest.raises(FileExistsError, match="is not an attnc bundle"):
+        write_bundle(".", manifest, synthetic_files(manifest))
+    assert (tmp_path / "work" / "src.attn").read_text() == "x"

@@ -140,6 +140,15 @@ def test_the_default_emit_is_a_bundle_named_after_the_variant(tmp_path, monkeypa
     _check_bundle(tmp_path / "mha.sm_80")
 
 
+def test_a_bundle_never_replaces_what_is_not_one(tmp_path):
+    target = tmp_path / "notes.txt"
+    target.write_text("important data")
+    status, out, err = run_attnc(["compile", "examples/mha.attn", "-arch", "sm_80", "-o", str(target)])
+    assert (status, out) == (1, "")
+    assert err == f"attnc: error: cannot write the bundle '{target}': '{target}' exists and is not an attnc bundle: not replacing it\n"
+    assert target.read_text() == "important data"
+
+
 @pytest.mark.parametrize("emit", ["ptx", "cubin", "bundle"])
 def test_no_code_generation_for_sm100a_yet(tmp_path, emit):
     target = tmp_path / "out"
