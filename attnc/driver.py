@@ -11,6 +11,8 @@ located in the `.attn` file (passes locate theirs with `attnc.ir.error_at(op, ..
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,24 +155,51 @@ def compile_kernel(source, arch: str = "sm_80", **options):
     and return the runtime's launchable `Kernel` for it -- the same code path and bundle
     format as `attnc compile -o DIR` followed by `attnc_runtime.load(DIR)`.
 
-    `options` are CompileOptions fields (pass_pipeline, load_passes, ...)."""
+    `source` is the variant's text, or a path (`os.PathLike`, or a str ending in .attn)
+    of its file; `options` are CompileOptions fields (pass_pipeline, load_passes: one
+    file or several, ...)."""
     import attnc_runtime
     from attnc.backend.cache import KernelCache, cache_key
     from attnc.backend.sm80_lower import build
 
-    text = source.decode("utf-8") if isinstance(source, bytes) else str(source)
+    text, filename = _source_of(source)
+    if isinstance(options.get("load_passes"), (str, os.PathLike)):
+        options["load_passes"] = (options["load_passes"],)
     opts = CompileOptions(arch=arch, **options)
     if opts.arch not in LOWERING:
         raise AttncError(f"attnc.compile builds kernels for {' and '.join(LOWERING)} so far, not {opts.arch}")
+    # A pass file's contents decide the code as much as its name: an edited file is a new key.
     key = cache_key(text, {"arch": opts.arch, "pass_pipeline": opts.pass_pipeline,
-                           "load_passes": list(opts.load_passes)}, opts.arch)
+                           "load_passes": [[str(p), _file_sha256(p)] for p in opts.load_passes]}, opts.arch)
 
     def build_bundle():
-        art = build(compile_mlir(text, "<attnc.compile>", opts))
+        art = build(compile_mlir(text, filename, opts))
         return art.manifest, art.files
 
     bundle = KernelCache().get_or_build(key, build_bundle)
     return attnc_runtime.Kernel(bundle)
+
+
+def _source_of(source) -> tuple[str, str]:
+    """(text, file name for messages) of attnc.compile's `source`."""
+    if source is None or not isinstance(source, (str, bytes, os.PathLike)):
+        raise AttncError(f"attnc.compile takes a variant's text or the path of its .attn file, "
+                         f"not {type(source).__name__}")
+    if isinstance(source, bytes):
+        return source.decode("utf-8"), "<attnc.compile>"
+    if isinstance(source, os.PathLike) or ("{" not in source and source.endswith(".attn")):
+        try:
+            return Path(source).read_text(encoding="utf-8"), str(source)
+        except (OSError, UnicodeDecodeError) as e:
+            raise AttncError(f"cannot read '{source}': {getattr(e, 'strerror', None) or e}") from None
+    return source, "<attnc.compile>"
+
+
+def _file_sha256(path) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None         # loading it fails with the message: nothing gets cached
 
 
 # --- the pipeline -----------------------------------------------------------------------

@@ -34,3 +34,47 @@ def test_compile_builds_hooked_variants_and_refuses_other_targets(tmp_path, monk
     assert docs.manifest.mask_kernels == (0, 1) and kernel.manifest.mask_kernels == ()
     with pytest.raises(AttncError, match="for sm_80 and sm_90a so far, not sm_100a"):
         attnc.compile((ROOT / "examples/mha.attn").read_text(), arch="sm_100a")
+
+
+def test_compile_takes_the_path_of_a_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path))
+    by_text = attnc.compile((ROOT / "examples/mqa.attn").read_text(), arch="sm_80")
+    for path in (ROOT / "examples/mqa.attn", str(ROOT / "examples/mqa.attn")):
+        assert attnc.compile(path, arch="sm_80").manifest == by_text.manifest
+    with pytest.raises(AttncError, match="cannot read '.*nope.attn'"):
+        attnc.compile(str(ROOT / "examples/nope.attn"))
+    with pytest.raises(AttncError, match="not NoneType"):
+        attnc.compile(None)
+
+
+PASS_FILE = """
+from dataclasses import dataclass
+from typing import ClassVar
+from attnc.passes import Pass, register
+from attnc.ir import attention_ops, set_int
+
+@register
+@dataclass(frozen=True)
+class SetBlockN(Pass):
+    '''Set block_n to {block_n}.'''
+    name: ClassVar[str] = "test-set-block-n"
+    def run(self, module):
+        for op in attention_ops(module):
+            set_int(op, "block_n", {block_n})
+"""
+
+
+def test_an_edited_pass_file_is_not_served_from_the_cache(tmp_path, monkeypatch):
+    from attnc.passes import registry
+    from attnc.passes.pipelines import format_pipeline, target_pipeline
+    monkeypatch.setattr(registry, "_user_passes", {})
+    monkeypatch.setattr(registry, "_user_origins", {})
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "cache"))
+    specs = target_pipeline("sm_80")
+    pipeline = format_pipeline(specs[:1]) + ",test-set-block-n," + format_pipeline(specs[1:])
+    pass_file = tmp_path / "my_pass.py"
+    src = (ROOT / "examples/mqa.attn").read_text()
+    for block_n in (32, 64):
+        pass_file.write_text(PASS_FILE.format(block_n=block_n))
+        kernel = attnc.compile(src, arch="sm_80", pass_pipeline=pipeline, load_passes=str(pass_file))
+        assert kernel.manifest.specialization["block_n"] == block_n
