@@ -47,9 +47,12 @@ def _rsqrt(x):
 
 
 def _trunc_to_int(x):
+    """int(x) of a float: toward zero, saturating at the i32 bounds, NaN to 0 (Note
+    [Saturating int] in attnc/backend/hooks.py)."""
     if x.dtype == np.int64:
         return x
-    return np.trunc(x).astype(np.int64)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isnan(x), 0.0, np.clip(np.trunc(x), -2.0 ** 31, 2.0 ** 31 - 1)).astype(np.int64)
 
 
 CALLS = {

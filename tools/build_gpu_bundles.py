@@ -210,6 +210,9 @@ EXACT_INTS = {
     "product_mod": ("mask_mod", "(i * j * 300) % 1000 < 500 and j - i < 60000"),
     "where": ("mask_mod", "where(i > j, i, j * j) // 1000 < 3000000"),
     "square_bias": ("score_mod", "s - float((i - j) * (i - j)) * 0.000000001"),
+    # int(x) saturates at the i32 bounds and takes NaN to 0 (Note [Saturating int], hooks.py)
+    "int_saturates": ("mask_mod", "int(float(j) * 100000.0) == 2147483647 or j - i < 3"),
+    "int_of_nan": ("score_mod", "s + float(int(sqrt(float(j) - 60000.0))) * 0.01"),
 }
 
 

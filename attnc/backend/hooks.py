@@ -40,6 +40,13 @@ the kernel does anyway: the raw score is multiplied by scale / 30 (one FMUL inst
 two) and the softmax's exp2 factor becomes 30 * log2(e) (the running max is then kept
 in units of tanh), which changes the result by rounding only (dsl.md allows it).
 
+Note [Saturating int]: `int(x)` of a float truncates toward zero and saturates at the i32
+bounds, NaN giving 0 (README): what PTX's cvt.rzi.s32.f32 does, so the kernels emit that
+instruction itself. Through LLVM's fptosi, which is poison out of range, LLVM proved
+`int(float(j) * 1000000.0) // 1000 < 2200000` always true and kept every key. The
+reference, the IR interpreter and the exact-integer ranges (exact_ints.py) take the same
+definition.
+
 Note [Bounds-safe param reads]: an index is clamped as max(min(idx, size - 1), 0). The
 loads are `!invariant.load` (params are read-only during the launch): LLVM then hoists
 a load that does not depend on i, j out of the KV loop (`slopes[h]` once per CTA) and
@@ -212,6 +219,10 @@ class RegionCode:
             return floordiv(e, *operands)
         if op.name == "arith.sitofp":
             return arith.sitofp(op.results[0].type, operands[0])      # of an i32 or a wide i64
+        if op.name == "arith.fptosi":
+            # Note [Saturating int]: PTX's cvt.rzi saturates and takes NaN to 0, as dsl's
+            # int() is defined; LLVM's fptosi is poison out of range, which it folds away.
+            return llvm.inline_asm(e.i32, operands, "cvt.rzi.s32.f32 $0, $1;", "=r,f")
         folded = _fold(op.name, operands)
         if folded is not None:
             return arith.constant(e.f32, folded)

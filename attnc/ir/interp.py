@@ -29,7 +29,10 @@ def _floordiv(a, b):
 
 
 def _fptosi(x) -> np.int32:
-    return _i32(int(np.trunc(x))) if np.isfinite(x) else _i32(0)
+    """int(x): toward zero, saturating at the i32 bounds, NaN to 0 (Note [Saturating int])."""
+    if np.isnan(x):
+        return np.int32(0)
+    return np.int32(min(max(np.trunc(np.float64(x)), -2.0 ** 31), 2.0 ** 31 - 1))
 
 
 _INT_BINARY: dict[str, Callable] = {

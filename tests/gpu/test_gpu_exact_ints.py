@@ -5,7 +5,8 @@ The `exact_ints` suite (tools/build_gpu_bundles.py --suites exact_ints) holds ma
 score_mod whose integers leave 32 bits at 2^16 keys: a squared distance, a product taken
 modulo 1000, a product picked by `where` and divided, a squared distance as a bias. In
 32-bit arithmetic each would keep, weigh or pick other keys than the reference does; the
-kernels compute those values in 64 bits.
+kernels compute those values in 64 bits. Two more convert floats out of range: `int(x)`
+saturates at the i32 bounds and takes NaN to 0 (Note [Saturating int], hooks.py).
 """
 from __future__ import annotations
 

@@ -194,6 +194,21 @@ def test_integer_semantics_floor_division_truncation_dims():
                                                                v[b, h].astype(float)), rtol=1e-10)
 
 
+def test_int_saturates_at_32_bits_and_takes_nan_to_zero():
+    # README: int(x) truncates toward zero to i32, saturating; NaN gives 0.
+    body = ("  score_mod(s, b, h, i, j) = s + float(int(float(j - 2) * 1.0e10) // 1000000000)"
+            " + float(int(sqrt(float(i) - 3.0)))")
+    q, k, v = qkv(1, 1, 6, 5, seed=3)
+    out = reference(variant_source("sat", body), q=q, k=k, v=v)["o"]
+    s = np.einsum("md,nd->mn", q[0, 0].astype(float), k[0, 0].astype(float)) / 8.0
+    sat = {-1: -2147483648 // 1000000000, 0: 0, 1: 2147483647 // 1000000000}
+    for i in range(6):
+        for j in range(5):
+            s[i, j] += sat[int(np.sign(j - 2))] + (0 if i < 3 else math.trunc(math.sqrt(i - 3)))
+    np.testing.assert_allclose(out[0, 0], softmax_rows(s, np.ones((6, 5), bool), v[0, 0].astype(float)),
+                               rtol=1e-10)
+
+
 def test_every_builtin_and_boolean_operator():
     body = ("  score_mod(s, b, h, i, j) = let x = s / 8.0 in\n"
             "    exp(x) * 0.1 + exp2(x) * 0.1 + log(abs(x) + 1.0) + log2(abs(x) + 2.0)"
