@@ -41,11 +41,11 @@ two) and the softmax's exp2 factor becomes 30 * log2(e) (the running max is then
 in units of tanh), which changes the result by rounding only (dsl.md allows it).
 
 Note [Saturating int]: `int(x)` of a float truncates toward zero and saturates at the i32
-bounds, NaN giving 0 (README): what PTX's cvt.rzi.s32.f32 does, so the kernels emit that
-instruction itself. Through LLVM's fptosi, which is poison out of range, LLVM proved
-`int(float(j) * 1000000.0) // 1000 < 2200000` always true and kept every key. The
-reference, the IR interpreter and the exact-integer ranges (exact_ints.py) take the same
-definition.
+bounds, NaN giving 0 (README): LLVM's llvm.fptosi.sat, which NVPTX emits as the one
+cvt.rzi.s32.f32 (saturating by PTX's definition). The hooks emit that intrinsic, not
+arith.fptosi, whose LLVM fptosi is poison out of range: LLVM may fold a test such as
+`int(x) == 2147483647` away. The reference, the IR interpreter and the exact-integer
+ranges (exact_ints.py) take the same definition; before, the reference computed int64.
 
 Note [Bounds-safe param reads]: an index is clamped as max(min(idx, size - 1), 0). The
 loads are `!invariant.load` (params are read-only during the launch): LLVM then hoists
@@ -220,9 +220,9 @@ class RegionCode:
         if op.name == "arith.sitofp":
             return arith.sitofp(op.results[0].type, operands[0])      # of an i32 or a wide i64
         if op.name == "arith.fptosi":
-            # Note [Saturating int]: PTX's cvt.rzi saturates and takes NaN to 0, as dsl's
-            # int() is defined; LLVM's fptosi is poison out of range, which it folds away.
-            return llvm.inline_asm(e.i32, operands, "cvt.rzi.s32.f32 $0, $1;", "=r,f")
+            # Note [Saturating int]: int() saturates and takes NaN to 0; LLVM's fptosi is
+            # poison out of range, its fptosi.sat is int() (cvt.rzi.s32.f32 on NVPTX).
+            return llvm.call_intrinsic(e.i32, "llvm.fptosi.sat.i32.f32", operands, [], [])
         folded = _fold(op.name, operands)
         if folded is not None:
             return arith.constant(e.f32, folded)

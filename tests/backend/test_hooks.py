@@ -635,13 +635,14 @@ def _row_mask_inputs(result, args, rng, dims=ROW_DIMS, off=None):
 
 
 def test_int_of_a_float_is_the_saturating_conversion_in_the_kernel():
-    """Note [Saturating int]: the kernel converts with PTX's cvt.rzi, which saturates at the
-    i32 bounds as int() is defined, not through LLVM's fptosi, which is poison there (the
-    GPU test of the values: tests/gpu/test_gpu_exact_ints.py, int_saturates)."""
+    """Note [Saturating int]: the kernel converts with LLVM's fptosi.sat, which saturates at
+    the i32 bounds as int() is defined, not with its fptosi, which is poison there (the GPU
+    test of the values: tests/gpu/test_gpu_exact_ints.py, int_saturates, int_of_nan)."""
     from attnc.driver import CompileOptions, compile_mlir
     source = ("attention intsat {\n  q: f16[B, H, M, 64]\n  k: f16[B, H, N, 64]\n  v: f16[B, H, N, 64]\n"
               "  mask_mod(b, h, i, j) = int(float(j) * 100000.0) == 2147483647 or j - i < 3\n"
               "  out o: f16[B, H, M, 64]\n}\n")
     text = compile_mlir(source, "intsat.attn", CompileOptions(arch="sm_80")).text
     kernels = text[text.index("gpu.module"):]
-    assert "cvt.rzi.s32.f32" in kernels and "fptosi" not in kernels
+    assert '"llvm.fptosi.sat.i32.f32"' in kernels and "arith.fptosi" not in kernels
+    assert "llvm.fptosi " not in kernels
