@@ -79,6 +79,8 @@ class _Emitter:
         from mlir.dialects import arith
 
         ty = ty or self.i64
+        if not -(1 << 63) <= int(value) < 1 << 63:
+            raise OverflowError(f"the mask analysis needs the constant {int(value)}, beyond 64 bits")
         key = (str(ty), int(value))
         if key not in self.consts:
             self.consts[key] = arith.constant(ty, int(value))

@@ -100,7 +100,12 @@ def analyze_masks(module) -> None:
 
     for op in attention_ops(module):
         if "mask_kind" not in op.attributes:
-            _record(op, _summarize(op))
+            try:
+                _record(op, _summarize(op))
+            except OverflowError as e:
+                from attnc.ir import error_at
+                raise error_at(op, f"the mask's integer arithmetic reaches beyond 64 bits ({e}): "
+                                   f"integers are exact up to 64 bits; rewrite it with smaller values") from None
 
 
 def mask_functions(op) -> MaskFunctions:
@@ -128,9 +133,35 @@ def _summarize(op) -> MaskSummary:
         raise error_at(op, f"attn-analyze-masks needs the tile sizes, but '{missing[0]}' is not "
                            f"set: run attn-tile before it")
     dims = mask_dims(op)
+    check_integer_widths(op)
     program = mask_program(op, MASK_MOD, dims) if get_bool(op, "has_mask_mod") else None
     return summarize_mask(program, block_m=get_int(op, "block_m"), block_n=get_int(op, "block_n"),
                           seq_q=get_shape(op, "q_shape")[2], seq_k=get_shape(op, "k_shape")[2])
+
+
+def check_integer_widths(op) -> None:
+    """An error at the first integer of a hook region that is read as a value (compared,
+    divided, converted, an index: Note [Exact integers] in attnc/backend/exact_ints.py)
+    and lies outside 64 bits whatever the indices are. The kernels and the reference
+    compute such a value in 64 bits and wrap, while this analysis reasons on unbounded
+    integers: its tile classes would disagree with both, so the variant is refused rather
+    than compiled wrong. (A value that leaves 64 bits only for indices near the 2^30 bound
+    is left to README's rule: exact up to 64 bits.)"""
+    from attnc.backend.exact_ints import IntPlan
+    from attnc.ir import error_at, get_shape, region_block
+
+    sizes = frozenset(d for key in ("q_shape", "k_shape", "v_shape") for d in get_shape(op, key)[:3]
+                      if isinstance(d, str))
+    for region in range(len(op.regions)):
+        block = region_block(op, region)
+        plan = IntPlan.of(block, sizes)
+        for inner in block.operations:
+            for value in inner.results:
+                lo, hi = plan.ranges.get(value, (0, 0))
+                if value in plan.wide and (lo >= 1 << 63 or hi < -(1 << 63)):
+                    reach = lo if lo >= 1 << 63 else hi
+                    raise error_at(inner, f"this integer is always beyond 64 bits (at least {abs(reach):.3g} in "
+                                          f"size): integers are exact up to 64 bits; rewrite it with smaller values")
 
 
 def _record(op, summary: MaskSummary) -> None:

@@ -65,6 +65,25 @@ def test_error_unknown_dim():
     assert (err.filename, err.span.line, err.span.col) == ("w.attn", 6, 40)
 
 
+@pytest.mark.parametrize("hook,body,col", [
+    ("mask_mod(b, h, i, j)", "(j + 1) * 65536 * 65536 * 65536 * 65536 > 0", 58),
+    ("score_mod(s, b, h, i, j)", "s + float((i - j + 65536 * 65536 * 65536 * 65536) // 7)", 71),
+])
+def test_an_integer_past_64_bits_is_refused(hook, body, col):
+    """The kernels and the reference wrap at 64 bits, the analysis does not: refused
+    (before, the first mask compiled to FULL tiles where the reference kept nothing)."""
+    from attnc.driver import compile_mlir
+    source = (f"attention wide {{\n  q: f16[B, H, M, 64]\n  k: f16[B, H, N, 64]\n  v: f16[B, H, N, 64]\n"
+              f"  {hook} = {body}\n  out o: f16[B, H, M, 64]\n}}\n")
+    with pytest.raises(AttncError) as info:
+        compile_mlir(source, "wide.attn", CompileOptions(arch="sm_80", pass_pipeline="attn-tile,attn-analyze-masks"))
+    assert info.value.message.startswith("this integer is always beyond 64 bits")
+    assert (info.value.filename, info.value.span.line, info.value.span.col) == ("wide.attn", 5, col)
+    fits = body.replace("65536 * 65536 * 65536 * 65536", "65536 * 65536")
+    compile_mlir(source.replace(body, fits), "wide.attn", CompileOptions(arch="sm_80",
+                                                                          pass_pipeline="attn-tile,attn-analyze-masks"))
+
+
 def test_error_reading_results_before_the_pass():
     module = parse_module(module_text("unread", "    %keep = arith.cmpi sle, %j, %i : i32"))
     with pytest.raises(AttncError) as info:
@@ -83,3 +102,16 @@ def test_mask_functions_reads_what_the_pass_recorded():
     assert prefix.tile_class.name.value == "prefix_lm_tile_class"
     assert prefix.kv_range.name.value == "prefix_lm_kv_range"
     assert found["docs_sink"].kind == "runtime"
+
+
+def test_a_mask_whose_analysis_needs_constants_past_64_bits_is_refused():
+    """x63 = (i - j) * 2^63 may still fit for small indices, but the analysis' tile bounds
+    need 2^63 itself: a located error, not a crash in the constant builder."""
+    from attnc.driver import compile_mlir
+    lets = " ".join(f"let x{k + 1} = x{k} + x{k} in" for k in range(63))
+    source = ("attention ld63 {\n  q: f16[B, H, M, 64]\n  k: f16[B, H, N, 64]\n  v: f16[B, H, N, 64]\n"
+              f"  mask_mod(b, h, i, j) = let x0 = i - j in {lets} x63 >= 0\n  out o: f16[B, H, M, 64]\n}}\n")
+    with pytest.raises(AttncError) as info:
+        compile_mlir(source, "ld63.attn", CompileOptions(arch="sm_80", pass_pipeline="attn-tile,attn-analyze-masks"))
+    assert info.value.message.startswith("the mask's integer arithmetic reaches beyond 64 bits")
+    assert (info.value.filename, info.value.span.line) == ("ld63.attn", 1)
