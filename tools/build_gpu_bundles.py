@@ -161,10 +161,12 @@ def example_jobs() -> list[Job]:
 
 # --- property ----------------------------------------------------------------------------
 
-def property_jobs(first_seed: int, count: int) -> list[Job]:
+def property_jobs(first_seed: int, count: int, seeds: list[int] | None = None) -> list[Job]:
+    """The property variants of seeds first_seed, first_seed + 1, ... (count of them), or
+    of exactly `seeds`."""
     from variant_gen import generate
     jobs = []
-    for seed in range(first_seed, first_seed + count):
+    for seed in seeds if seeds is not None else range(first_seed, first_seed + count):
         v = generate(seed)
         jobs.append(Job("property", v.name, v.source,
                         {"seed": seed, "fills": v.fills(), "features": list(v.features)}))
@@ -368,6 +370,8 @@ def main(argv=None) -> int:
                          "(default: sm_80)")
     ap.add_argument("--property-count", type=int, default=240)
     ap.add_argument("--property-seed", type=int, default=0, help="the first seed of the property suite")
+    ap.add_argument("--property-seeds", help="comma-separated seeds: build exactly those property variants "
+                                             "(e.g. the ones a change touches) instead of a range")
     ap.add_argument("--allow-refusals", action="store_true",
                     help="exit 0 even when the compiler refuses or crashes on variants (they stay in the index)")
     ap.add_argument("--pack", help="also write the folder as a tarball (.tar.xz or .tar.gz) to carry")
@@ -382,7 +386,8 @@ def main(argv=None) -> int:
     makers = {"sm80_matrix": matrix_jobs, "examples": example_jobs, "bench_variants": bench_jobs,
               "bench_sweep": sweep_jobs, "bench_sweep_sm90": sweep_sm90_jobs,
               "reused_lets": reused_lets_jobs, "exact_ints": exact_ints_jobs,
-              "property": lambda: property_jobs(args.property_seed, args.property_count)}
+              "property": lambda: property_jobs(args.property_seed, args.property_count, seeds)}
+    seeds = [int(x) for x in args.property_seeds.split(",")] if args.property_seeds else None
     archs = [a for a in args.archs.split(",") if a]
     if not set(archs) <= set(LOWERING):
         ap.error(f"--archs: targets with kernels are {', '.join(LOWERING)}")
