@@ -152,8 +152,20 @@ def cmd_compile(args) -> int:
                              load_passes=tuple(args.load_pass),
                              print_ir_after_all=args.print_ir_after_all, dump_dir=args.dump_dir)
     result = compile_file(args.file, options)
+    _check_target(result, args.arch)
     emitter(result, Path(args.output) if args.output else None)
     return 0
+
+
+def _check_target(result, arch: str) -> None:
+    """A pipeline whose passes were told another target (attn-tile{target=...}) than
+    -arch would write code for that target under -arch's name: refused."""
+    from attnc.ir import attention_ops, get_str
+    ops = attention_ops(result.module)
+    target = get_str(ops[0], "target") if ops and "target" in ops[0].attributes else None
+    if target is not None and target != arch:
+        raise AttncError(f"the pipeline built for {target} but -arch is {arch}: give -arch {target}, "
+                         f"or drop the passes' target option", filename="attnc")
 
 
 def cmd_opt(args) -> int:

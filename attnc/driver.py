@@ -225,6 +225,10 @@ def _resolve(spec: PassSpec, arch: str, text: str | None) -> ResolvedPass:
     if info is None:
         if _is_upstream_pass(spec):
             return ResolvedPass(spec, None, spec.text())
+        if spec.options and _is_upstream_pass(PassSpec(spec.name, {}, spec.col)):
+            reason = _upstream_refusal(spec) or "an unknown option or a bad value"
+            raise _pipeline_error(f"MLIR's pass '{spec.name}' does not take the options "
+                                  f"{{{spec.text()[len(spec.name) + 1:-1]}}}: {reason}", spec, text)
         raise _pipeline_error(f"unknown pass '{spec.name}'{registry.suggestion(spec.name)}; "
                               f"`attnc passes` lists them", spec, text)
     options = dict(spec.options)
@@ -238,13 +242,29 @@ def _resolve(spec: PassSpec, arch: str, text: str | None) -> ResolvedPass:
 
 def _is_upstream_pass(spec: PassSpec) -> bool:
     """Whether MLIR itself knows the pass (cse, canonicalize, ...) with these options."""
+    return _upstream_refusal(spec) is None
+
+
+def _upstream_refusal(spec: PassSpec) -> str | None:
+    """None when MLIR takes the pass with these options, else what LLVM's option parser
+    wrote to the process's stderr (kept off the terminal: it becomes our message)."""
+    import tempfile
+
     from mlir import ir, passmanager
-    with ir.Context():
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
         try:
-            passmanager.PassManager().add(spec.text())
+            with ir.Context():
+                passmanager.PassManager().add(spec.text())
+            return None
         except ValueError:
-            return False
-    return True
+            captured.seek(0)
+            return captured.read().decode("utf-8", "replace").strip().lstrip(": ")
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def _pipeline_error(message: str, spec: PassSpec, text: str | None) -> AttncError:

@@ -84,17 +84,18 @@ def _gqa_constraints(variant) -> list[list[Any]]:
 
 
 def write_bundle(path: str | Path, manifest: Mapping[str, Any], files: Mapping[str, bytes], *,
-                 replace: bool = True) -> Bundle:
+                 replace: bool = True, owned: bool = False) -> Bundle:
     """Validate and write a bundle folder atomically (see Note [Atomic bundle writes]).
 
     `files` maps file names to contents: every code object the manifest names,
     plus any others worth keeping beside them (e.g. a ptxas report). With
     `replace=False` an existing bundle at `path` is kept and `FileExistsError` raised;
     anything else at `path` (a file, a folder that is not empty and holds no attnc
-    manifest) is never replaced: `FileExistsError` too.
+    manifest) is never replaced, `FileExistsError` too, unless the caller says it `owned`
+    the path (the kernel cache, replacing a broken entry of its own).
     """
     path = Path(os.path.abspath(path))      # "." and ".." by their names
-    if path.exists() and not _replaceable(path):
+    if path.exists() and not owned and not _replaceable(path):
         raise FileExistsError(f"'{path}' exists and is not an attnc bundle: not replacing it")
     bundle = Bundle.from_files(manifest, files, path)
     for name in files:

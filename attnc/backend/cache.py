@@ -109,7 +109,7 @@ class KernelCache:
         existing = self.get(key)
         if existing is not None:
             return existing
-        return write_bundle(entry, manifest, files, replace=True)   # the entry there was broken
+        return write_bundle(entry, manifest, files, replace=True, owned=True)   # the entry there was broken
 
     def get_or_build(self, key: str, build: Callable[[], BuildResult]) -> Bundle:
         bundle = self.get(key)

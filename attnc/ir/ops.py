@@ -33,8 +33,33 @@ def attention_ops(root) -> list[ir.Operation]:
 
 
 def region_block(op: ir.Operation, index: int) -> ir.Block:
-    """The single block of region `index` (SCORE_MOD, MASK_MOD or SINK)."""
-    return op.regions[index].blocks[0]
+    """The single block of region `index` (SCORE_MOD, MASK_MOD or SINK), self-contained
+    (Note [Hoisted constants])."""
+    block = op.regions[index].blocks[0]
+    _sink_constants(op, block)
+    return block
+
+
+# Note [Hoisted constants]: the hook regions are not isolated from above (IRDL cannot say
+# so), and upstream passes such as canonicalize or cse, run before the lowering in a
+# user's pipeline, hoist their constants into the enclosing function. The analysis then
+# saw unknown values (a window mask lost its band: more tiles masked than needed) and the
+# lowering produced IR that failed verification. Reading a region sinks such constants
+# back: each is cloned at the top of the region, which then uses its copy. (The param
+# tensors a region reads are the function's arguments, from outside by design.)
+def _sink_constants(op: ir.Operation, block: ir.Block) -> None:
+    defined = set(block.arguments) | {r for o in block.operations for r in o.results}
+    copies: dict = {}
+    for user in list(block.operations):
+        for k, value in enumerate(user.operands):
+            if value in defined:
+                continue
+            owner = value.owner
+            if isinstance(owner, ir.Block) or owner.name != "arith.constant":
+                continue        # a param tensor (the function's argument), or the verifier's to refuse
+            if value not in copies:
+                copies[value] = owner.clone(ir.InsertionPoint.at_block_begin(block)).results[0]
+            user.operands[k] = copies[value]
 
 
 def yielded(block: ir.Block) -> ir.Value:

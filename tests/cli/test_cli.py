@@ -312,3 +312,14 @@ def test_process_error_has_no_traceback():
     assert p.returncode == 1
     assert p.stderr.startswith("examples/mha.attn:2:1: error: block_m=7 is not possible on sm_80")
     assert "Traceback" not in p.stderr
+
+
+def test_a_pipeline_for_another_target_than_arch_is_refused(tmp_path):
+    from attnc.passes.pipelines import format_pipeline, target_pipeline
+    pipeline = format_pipeline(target_pipeline("sm_90a")).replace("attn-tile", "attn-tile{target=sm_90a}", 1)
+    status, out, err = run_attnc(["compile", "examples/gemma2.attn", "-arch", "sm_80", "--pass-pipeline", pipeline,
+                                  "-o", str(tmp_path / "b")])
+    assert (status, out) == (1, "")
+    assert err == ("attnc: error: the pipeline built for sm_90a but -arch is sm_80: give -arch sm_90a, "
+                   "or drop the passes' target option\n")
+    assert list(tmp_path.iterdir()) == []

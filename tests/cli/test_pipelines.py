@@ -152,3 +152,33 @@ def test_bad_pass_files(tmp_path, text, message):
 def test_missing_pass_file(tmp_path):
     with pytest.raises(AttncError, match="cannot load passes from '.*nope.py': no such file"):
         registry.load_pass_file(tmp_path / "nope.py")
+
+
+@pytest.mark.parametrize("upstream", ["canonicalize", "cse", "canonicalize,cse"])
+def test_upstream_passes_before_the_attn_passes_change_nothing(upstream):
+    """Note [Hoisted constants] (attnc/ir/ops.py): canonicalize and cse hoist the hook
+    regions' constants out of them; the attn passes sink them back, and the kernel is the
+    same (before, the lowering failed verification and the analysis lost the window)."""
+    from pathlib import Path
+
+    from attnc.backend.sm80_lower import build
+    from attnc.driver import CompileOptions, compile_mlir
+
+    source = (Path(__file__).resolve().parents[2] / "examples/gemma2.attn").read_text()
+    from attnc.passes.pipelines import target_pipeline
+    default = format_pipeline(target_pipeline("sm_80"))
+    ptx = [build(compile_mlir(source, "gemma2.attn", CompileOptions(arch="sm_80", pass_pipeline=p))).files
+           for p in (default, f"{upstream},{default}")]
+    assert ptx[0]["attn_fwd.compute_80.ptx"] == ptx[1]["attn_fwd.compute_80.ptx"]
+
+
+@pytest.mark.parametrize("options, reason", [
+    ("bogus=1", "an unknown option or a bad value"),
+    ("max-iterations=abc", "for the --max-iterations option: 'abc' value invalid for long argument!"),
+])
+def test_bad_options_of_an_upstream_pass_are_named_as_such(options, reason):
+    from attnc.driver import CompileOptions, resolve_pipeline
+    with pytest.raises(AttncError) as info:
+        resolve_pipeline(CompileOptions(pass_pipeline=f"attn-tile,canonicalize{{{options}}}"))
+    assert info.value.message == f"MLIR's pass 'canonicalize' does not take the options {{{options}}}: {reason}"
+    assert info.value.span.col == 11
