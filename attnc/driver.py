@@ -68,6 +68,12 @@ def compile_mlir(source: str | bytes, filename: str = "<input>",
         if e.filename in (variant.filename, "<input>"):
             e.located(variant.filename, variant.source)
         raise
+    except RecursionError:
+        # The parser bounds nesting, but an `or` of a few hundred terms still runs the
+        # mask analysis past Python's recursion limit: the user's to simplify, said so.
+        raise AttncError("this variant's hooks are nested too deeply for the compiler's analyses (Python's "
+                         "recursion limit): split long chains of `or`/`where` into fewer, flatter terms",
+                         filename=variant.filename) from None
     return CompileResult(variant, module, [p.spec for p in passes])
 
 

@@ -168,3 +168,17 @@ def test_compile_kernel_refuses_targets_without_a_backend(tmp_path, monkeypatch)
         compile_kernel(Path("examples/mha.attn").read_text(), arch="sm_100a")
     assert info.value.message == "attnc.compile builds kernels for sm_80 and sm_90a so far, not sm_100a"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_recursion_limit_in_the_analyses_is_a_user_error(monkeypatch):
+    """An `or` of ~190 terms ran the mask analysis past Python's recursion limit (after a
+    minute): a message about the variant, not an internal error."""
+    import attnc.driver as driver
+
+    def deep(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+    monkeypatch.setattr(driver, "_run_stages", deep)
+    with pytest.raises(AttncError) as info:
+        compile_file("examples/mha.attn", CompileOptions(arch="sm_80"))
+    assert info.value.message.startswith("this variant's hooks are nested too deeply")
+    assert info.value.filename == "examples/mha.attn"
