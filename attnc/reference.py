@@ -47,12 +47,19 @@ from attnc.reference_eval import Evaluator
 BLOCK_ELEMENTS = 1 << 20
 
 
-def reference(source, /, **inputs) -> dict[str, np.ndarray]:
+def reference(source, /, *qkv, **inputs) -> dict[str, np.ndarray]:
     """The outputs of the variant `source` on `inputs`, as float64 arrays by name.
 
-    `source` is `.attn` text, a path to a `.attn` file, or a loaded `Variant`.
+    `source` is `.attn` text, a path to a `.attn` file, or a loaded `Variant`; q, k and v
+    may also come positionally, in that order (params by name).
     """
     variant = _variant(source)
+    if len(qkv) > 3:
+        raise AttncError(f"reference takes q, k and v positionally ({len(qkv)} arrays given): pass params by name")
+    for name, array in zip(("q", "k", "v"), qkv):
+        if name in inputs:
+            raise AttncError(f"'{name}' is given both positionally and by name")
+        inputs[name] = array
     run = bind(variant, inputs)
     return _attention(variant, run)
 
@@ -65,8 +72,8 @@ class _CallableModule(types.ModuleType):
     callable keeps the README's `attnc.reference(...)` valid either way.
     """
 
-    def __call__(self, source, /, **inputs) -> dict[str, np.ndarray]:
-        return reference(source, **inputs)
+    def __call__(self, source, /, *qkv, **inputs) -> dict[str, np.ndarray]:
+        return reference(source, *qkv, **inputs)
 
 
 sys.modules[__name__].__class__ = _CallableModule

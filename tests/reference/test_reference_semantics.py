@@ -331,3 +331,14 @@ def test_ten_million_scores_in_seconds():
         want = w @ v[0, h // 2, : i + 1].astype(float) / w.sum()
         np.testing.assert_allclose(out["o"][0, h, i], want, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(out["lse"][0, h, i], s.max() + math.log(w.sum()), rtol=1e-12)
+
+
+def test_q_k_v_may_come_positionally():
+    import attnc
+    source = (EXAMPLES / "mha.attn").read_text()
+    q, k, v = qkv(1, 2, 5, 7, d=128, seed=4)
+    by_name = reference(source, q=q, k=k, v=v)["o"]
+    np.testing.assert_array_equal(attnc.reference(source, q, k, v)["o"], by_name)
+    np.testing.assert_array_equal(reference(source, q, k, v=v)["o"], by_name)
+    with pytest.raises(Exception, match="given both positionally and by name"):
+        reference(source, q, k, v, q=q)
