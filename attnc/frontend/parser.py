@@ -6,6 +6,8 @@ input can drive the parser or the later recursive stages into a Python traceback
 """
 from __future__ import annotations
 
+import re
+
 import functools
 import math
 from importlib import resources
@@ -42,6 +44,7 @@ def parse(source: str | bytes, filename: str = "<input>") -> ast.AttentionDecl:
         text = _decode(source)
         _check_not_empty(text)
         _check_nesting(text)
+        _check_numbers(text)
         tree = _parse_tree(text)
         _check_tree_depth(tree)
         return _to_ast(tree)
@@ -103,6 +106,21 @@ def _check_nesting(text: str) -> None:
                                  Span(line, col))
         elif ch in ")]":
             depth -= 1
+
+
+# A number run into letters (`0x10`, `1_000`, `3px`): the lexer would read a number and a
+# name, and the error would land on the next token, often the next line.
+_RUN_ON_NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d*)?)([A-Za-z_]\w*)")
+
+
+def _check_numbers(text: str) -> None:
+    for line_no, line in enumerate(text.split("\n"), 1):
+        code = line.split("#", 1)[0]
+        for m in _RUN_ON_NUMBER.finditer(code):
+            if re.fullmatch(r"[eE][+-]?\d*", m.group(2)):      # an exponent: the lexer's FLOAT
+                continue
+            raise AttncError(f"'{m.group(0)}' is not a number: numbers are decimal, like 16 or 0.5 "
+                             f"(no hex, no '_' separators, no suffixes)", Span(line_no, m.start() + 1))
 
 
 def _check_tree_depth(tree: lark.Tree) -> None:
