@@ -294,7 +294,22 @@ def run_passes(module, passes: list[ResolvedPass], observe: Observer) -> None:
             pm.add(lambda op, _pass, after=after: after(op), name=f"{p.spec.name}-done")
             continue
         pm.add(_attnc_pass(p, after), name=p.spec.name, argument=p.spec.name)
-    pm.run(module.operation)
+    from mlir import ir
+    try:
+        pm.run(module.operation)
+    except ir.MLIRError as e:
+        upstream = [p.spec.name for p in passes if p.upstream is not None]
+        if not upstream:
+            raise                                   # the attn passes' own: a compiler bug
+        notes = "; ".join(_diagnostic_lines(d) for d in e.error_diagnostics) or str(e)
+        raise AttncError(f"the pass pipeline failed in MLIR (its passes from MLIR: {', '.join(upstream)}): "
+                         f"{notes}", filename="attnc") from None
+
+
+def _diagnostic_lines(diag) -> str:
+    """A diagnostic's message and its notes', first lines only (a note may dump the IR)."""
+    lines = [diag.message] + [_diagnostic_lines(n) for n in diag.notes]
+    return " ".join(line.split("\n", 1)[0].strip() for line in lines if line.strip())
 
 
 def _attnc_pass(p: ResolvedPass, after: Callable) -> Callable:

@@ -182,3 +182,12 @@ def test_a_recursion_limit_in_the_analyses_is_a_user_error(monkeypatch):
         compile_file("examples/mha.attn", CompileOptions(arch="sm_80"))
     assert info.value.message.startswith("this variant's hooks are nested too deeply")
     assert info.value.filename == "examples/mha.attn"
+
+
+def test_a_failing_upstream_pass_is_reported_with_mlir_s_reason():
+    frontend = compile_mlir(Path("examples/mha.attn").read_text(), "mha.attn", CompileOptions(pass_pipeline="")).text
+    with pytest.raises(AttncError) as info:
+        optimize_mlir(frontend, "mha.mlir", CompileOptions(arch="sm_90a", pass_pipeline="attn-tile,convert-gpu-to-nvvm"))
+    assert info.value.message.startswith("the pass pipeline failed in MLIR (its passes from MLIR: "
+                                         "convert-gpu-to-nvvm): 'builtin.module' op trying to schedule pass")
+    assert "\n" not in info.value.message
