@@ -557,18 +557,18 @@ class Sm80KernelSpec:
         _require(not self.warp_specialized or self.blocks_per_cta == 1,
                  "with a producer warpgroup each CTA runs one query block (q_blocks_per_cta=1)")
         _require(not self.grid_heads_first or (self.blocks_per_cta == 1 and not self.warp_specialized),
-                 "heads_first: the grid of a kernel with one query block per CTA and no producer warpgroup")
+                 "heads_first needs a kernel with one query block per CTA and no producer warpgroup")
         _require(not self.step_loads_lean or self._can_lean_loads,
-                 "lean_loads: an sm_80 kernel whose key ranges come from a block map or a band")
+                 "lean_loads needs an sm_80 kernel whose key ranges come from a block map or a band")
         _require(not self.aligned_tiles or (self.blockmap and self.takes_tile_table),
-                 "aligned_tiles: a kernel with a block map, one query block per CTA and no producer warpgroup")
+                 "aligned_tiles needs a kernel with a block map, one query block per CTA and no producer warpgroup")
         _require(not self.first_before_map or self._can_load_first_early,
-                 "early_first: an sm_80 kernel whose key ranges come from a block map (kv_hint given)")
+                 "early_first needs an sm_80 kernel whose key ranges come from a block map (kv_hint given)")
         _require(not self.o_staged or self._can_stage_o,
-                 "staged_o: a kernel with one query block per CTA, no producer warpgroup and a 16-bit O "
+                 "staged_o needs a kernel with one query block per CTA, no producer warpgroup and a 16-bit O "
                  "that fits in its tiles' shared memory")
         _require(not self.split_mask or self.tile_holds is not None,
-                 "split_mask: a mask read from a block map whose MIXED tiles record the conjuncts they hold "
+                 "split_mask needs a mask read from a block map whose MIXED tiles record the conjuncts they hold "
                  "(a row interval and a residual, Note [Conjuncts a tile holds])")
         _require(self.tile_holds is None or (self.row_interval is not None and self.row_residual is not None),
                  "tile_holds needs row_interval and row_residual")

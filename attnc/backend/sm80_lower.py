@@ -107,7 +107,7 @@ def _lowering_from_ir(result) -> Sm80Lowering:
     plain = None if ids is None and not aligned else lowering(blockmap)
     possible = plain is not None and ids is not None and plain.spec.takes_tile_table
     if aligned and not possible:
-        raise error_at(op, "aligned_tiles: a kernel with one query block per CTA and no producer warpgroup, "
+        raise error_at(op, "aligned_tiles needs a kernel with one query block per CTA and no producer warpgroup, "
                            "whose mask has a conjunct P[.., i] == P[.., j] (an i32 param, the same other "
                            "indices) and reads a param (a block map)")
     if not possible or aligned is False:

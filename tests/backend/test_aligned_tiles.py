@@ -85,7 +85,7 @@ def test_a_producer_warpgroup_keeps_the_grid():
     artifacts = _build(mask, "sm_90a", producer_warpgroup=True)
     assert _kernels(artifacts) == ["blockmap", "attn_fwd"]
     assert artifacts.manifest["specialization"]["aligned_tiles"] is False
-    with pytest.raises(AttncError, match="aligned_tiles: a kernel with one query block per CTA and no producer"):
+    with pytest.raises(AttncError, match="aligned_tiles needs a kernel with one query block per CTA and no producer"):
         _build(mask, "sm_90a", aligned_tiles=True, producer_warpgroup=True)
 
 
