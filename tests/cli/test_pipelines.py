@@ -182,3 +182,22 @@ def test_bad_options_of_an_upstream_pass_are_named_as_such(options, reason):
         resolve_pipeline(CompileOptions(pass_pipeline=f"attn-tile,canonicalize{{{options}}}"))
     assert info.value.message == f"MLIR's pass 'canonicalize' does not take the options {{{options}}}: {reason}"
     assert info.value.span.col == 11
+
+
+def test_the_readme_lists_every_lowering_option():
+    """README's table of the lowerings' options names each option of attn-lower-sm80 and
+    attn-lower-sm90a once, under the lowering(s) that accept it."""
+    import pathlib
+    import re
+
+    from attnc.passes.lower_sm80 import LowerSm80
+    from attnc.passes.lower_sm90a import LowerSm90a
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)` \| (both|sm_80|sm_90a) \|", readme, re.M))
+    sm80 = {o.name for o in registry.options_of(LowerSm80)}
+    sm90 = {o.name for o in registry.options_of(LowerSm90a)}
+    assert set(rows) == sm80 | sm90
+    sm80_only = {"lean_loads", "early_first"}       # Sm80KernelSpec refuses them on sm_90a
+    for name, where in rows.items():
+        expected = "sm_90a" if name not in sm80 else "sm_80" if name in sm80_only else "both"
+        assert where == expected, name
