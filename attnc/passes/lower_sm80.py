@@ -74,11 +74,10 @@ def recorded_choices(op) -> dict:
 
 
 @dataclass(frozen=True)
-class LowerSm80(Pass):
-    """Generate the sm_80 kernel (gpu.module) from the plan of attn.attention."""
+class LowerKernel(Pass):
+    """The options attn-lower-sm80 and attn-lower-sm90a share; each adds its own."""
 
-    name: ClassVar[str] = "attn-lower-sm80"
-    target: ClassVar[str] = "sm_80"
+    target: ClassVar[str]
     q_blocks_per_cta: int | None = field(default=None, metadata={
         "doc": "query blocks each CTA runs in turn, 1 or 2 (default on sm_80: 2 where the softmax max "
                "is a constant -- a bf16 score_mod bounded within 64 -- at 128-key tiles, else 1; on sm_90a: 1)"})
@@ -97,18 +96,10 @@ class LowerSm80(Pass):
     heads_first: bool | None = field(default=None, metadata={
         "doc": "order the grid's CTAs by head first, query block second (Note [Heads first]; default: "
                "Sm80KernelSpec.grid_heads_first: on sm_80 for a band or a block map)"})
-    lean_loads: bool | None = field(default=None, metadata={
-        "doc": "in the KV steps, load later key blocks without row predicates, and for a band do not "
-               "ask tile_skip (Note [Lean step loads]; only for a block map or a band; default: "
-               "Sm80KernelSpec.step_loads_lean: on sm_80 for both)"})
     split_mask: bool | None = field(default=None, metadata={
         "doc": "in a block map's MIXED tiles, test only the conjuncts (row interval or residual) the map "
                "does not prove to hold on the whole tile (Note [Conjuncts a tile holds]; default: on wherever "
                "the map records them -- a mask with a row interval and a residual)"})
-    early_first: bool | None = field(default=None, metadata={
-        "doc": "for a block map, load the first key block the static mask analysis puts on top before "
-               "the map's row is read, and reload it only where the map's range starts elsewhere (Note "
-               "[First block before the map]; default: Sm80KernelSpec.first_before_map: on sm_80 for a block map)"})
     aligned_tiles: bool | None = field(default=None, metadata={
         "doc": "for a block map whose mask has a conjunct P[.., i] == P[.., j] (document ids), query tiles "
                "and key blocks that start where the ids' runs start, from a table a third kernel fills at "
@@ -122,8 +113,24 @@ class LowerSm80(Pass):
                "block map)"})
 
     def run(self, module) -> None:
-        # Every option is a keyword of lower_sm80 (attn-lower-sm90a adds its own).
+        # Every option is a keyword of lower_sm80.
         lower_sm80(module, pass_target=self.target, **{f.name: getattr(self, f.name) for f in fields(self)})
+
+
+@dataclass(frozen=True)
+class LowerSm80(LowerKernel):
+    """Generate the sm_80 kernel (gpu.module) from the plan of attn.attention."""
+
+    name: ClassVar[str] = "attn-lower-sm80"
+    target: ClassVar[str] = "sm_80"
+    lean_loads: bool | None = field(default=None, metadata={
+        "doc": "in the KV steps, load later key blocks without row predicates, and for a band do not "
+               "ask tile_skip (Note [Lean step loads]; only for a block map or a band; default: "
+               "Sm80KernelSpec.step_loads_lean: on sm_80 for both)"})
+    early_first: bool | None = field(default=None, metadata={
+        "doc": "for a block map, load the first key block the static mask analysis puts on top before "
+               "the map's row is read, and reload it only where the map's range starts elsewhere (Note "
+               "[First block before the map]; default: Sm80KernelSpec.first_before_map: on sm_80 for a block map)"})
 
 
 def lower_sm80(module, pass_target: str | None = None, **choices) -> None:

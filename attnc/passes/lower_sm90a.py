@@ -20,11 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from attnc.passes.lower_sm80 import LowerSm80
+from attnc.passes.lower_sm80 import LowerKernel
 
 
 @dataclass(frozen=True)
-class LowerSm90a(LowerSm80):
+class LowerSm90a(LowerKernel):
     """Generate the sm_90a kernel (gpu.module) from the plan of attn.attention."""
 
     name: ClassVar[str] = "attn-lower-sm90a"

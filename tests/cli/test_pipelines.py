@@ -197,7 +197,6 @@ def test_the_readme_lists_every_lowering_option():
     sm80 = {o.name for o in registry.options_of(LowerSm80)}
     sm90 = {o.name for o in registry.options_of(LowerSm90a)}
     assert set(rows) == sm80 | sm90
-    sm80_only = {"lean_loads", "early_first"}       # Sm80KernelSpec refuses them on sm_90a
     for name, where in rows.items():
-        expected = "sm_90a" if name not in sm80 else "sm_80" if name in sm80_only else "both"
+        expected = "both" if name in sm80 & sm90 else "sm_80" if name in sm80 else "sm_90a"
         assert where == expected, name
