@@ -1,4 +1,6 @@
 """The textual pipeline syntax, the pass registry and user pass files."""
+import pathlib
+import re
 import textwrap
 
 import pytest
@@ -187,9 +189,6 @@ def test_bad_options_of_an_upstream_pass_are_named_as_such(options, reason):
 def test_the_readme_lists_every_lowering_option():
     """README's table of the lowerings' options names each option of attn-lower-sm80 and
     attn-lower-sm90a once, under the lowering(s) that accept it."""
-    import pathlib
-    import re
-
     from attnc.passes.lower_sm80 import LowerSm80
     from attnc.passes.lower_sm90a import LowerSm90a
     readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
