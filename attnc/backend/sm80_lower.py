@@ -73,7 +73,8 @@ def _lowering_from_ir(result) -> Sm80Lowering:
     target = get_str(op, "target") if "target" in op.attributes else None
     if not kv or target not in KERNEL_TARGETS:
         raise error_at(op, f"this backend builds {' and '.join(KERNEL_TARGETS)} kernels from their plan "
-                           f"(attn-tile, attn-warp-specialize, ...), which the pipeline did not make")
+                           f"(attn-tile, attn-warp-specialize, ...), which the pipeline did not make: run "
+                           f"the target's passes (`attnc passes` lists them), or --emit mlir for the IR")
     block_m, block_n = get_int(op, "block_m"), get_int(op, "block_n")
     # sm_90a: the consumer warpgroups, 64 rows each; their loads are their own (sm90.py).
     num_warps = get_int(op, "num_warps") if target == "sm_80" else block_m // 16

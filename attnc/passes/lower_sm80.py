@@ -79,14 +79,17 @@ class LowerKernel(Pass):
 
     target: ClassVar[str]
     q_blocks_per_cta: int | None = field(default=None, metadata={
-        "doc": "query blocks each CTA runs in turn, 1 or 2 (default on sm_80: 2 where the softmax max "
-               "is a constant -- a bf16 score_mod bounded within 64 -- at 128-key tiles, else 1; on sm_90a: 1)"})
+        "doc": "query blocks each CTA runs in turn, 1 or 2 (Note [Two query blocks per CTA] in sm80.py; "
+               "default on sm_80: 2 where the softmax max is a constant -- a bf16 score_mod bounded within "
+               "64 -- at 128-key tiles, else 1; on sm_90a: 1)"})
     interval_test: str | None = field(default=None, metadata={
         "doc": "a row-interval mask's test per score: bits, range or pair (default: bits up "
                "to 128-key tiles, else range)"})
     min_ctas_per_sm: int | None = field(default=None, metadata={
-        "doc": "CTAs the kernel's registers must leave room for on one SM (PTX .minnctapersm; "
-               "0: no bound; default: Sm80KernelSpec.min_ctas, from the target's measurements)"})
+        "doc": "CTAs the kernel's registers must leave room for on one SM (PTX .minnctapersm; 0: no "
+               "bound; Note [CTAs per SM] in kernel_spec.py; default: none on sm_80 and for a producer "
+               "warpgroup; on sm_90a the CTAs its shared memory holds, at most down to 128 registers a "
+               "thread, dropped where the kernel would then spill)"})
     exp2_fma: int | None = field(default=None, metadata={
         "doc": "of every 8 scores of a softmax row, how many take their exp2 on the FMA pipe (a cubic "
                "and exponent bits) instead of the SFU, 0 to 8 (Note [Exponentials on the FMA pipe]; "

@@ -38,5 +38,5 @@ class LowerSm90a(LowerKernel):
                "the GEMMs (default: off)"})
     persistent: bool | None = field(default=None, metadata={
         "doc": "with producer_warpgroup: one CTA per SM loops over the query blocks, loading the next "
-               "block's tiles during the last one's epilogue (Note [Persistent CTAs]; default: "
-               "Sm80KernelSpec.persistent_ctas)"})
+               "block's tiles during the last one's epilogue (Note [Persistent CTAs] in sm90_ws.py; "
+               "default: on for a band, a sliding window)"})

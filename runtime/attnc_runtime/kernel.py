@@ -59,6 +59,17 @@ from attnc_runtime.tensors import view
 
 
 POISON_ENV, POISON_BYTE = "ATTNC_POISON_SCRATCH", 0xFF     # Note [Filled scratch]
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")   # as attnc/config.py's
+
+
+def poison_requested(environ=os.environ) -> bool:
+    """Whether ATTNC_POISON_SCRATCH asks for poisoned scratch (Note [Filled scratch]): a
+    boolean spelled as the compiler's environment variables are; anything else is refused."""
+    value = environ.get(POISON_ENV, "").strip().lower()
+    if value not in _TRUE + _FALSE:
+        raise AttncRuntimeError(f"environment variable {POISON_ENV}={environ[POISON_ENV]!r} is not a "
+                                f"boolean; use one of {', '.join(_TRUE)} or {', '.join(_FALSE[1:])}")
+    return value in _TRUE
 
 
 def load(path: str | Path) -> "Kernel":
@@ -153,7 +164,7 @@ class BoundLaunch:
         self._params = [pack(param_values(k, plan.dims, views, self._scratch_ptrs))
                         for k in bundle.manifest.kernels]
         self._functions = None          # looked up (and loaded, once per device) at the first launch
-        self._poison = os.environ.get(POISON_ENV, "") not in ("", "0")   # Note [Filled scratch]
+        self._poison = poison_requested()      # Note [Filled scratch]
 
     def launch(self, stream=None, *, reuse_mask: bool = False) -> None:
         """Launch every kernel in order on `stream` (a handle, a torch or cupy stream; default:

@@ -1,0 +1,19 @@
+"""The runtime's environment variable ATTNC_POISON_SCRATCH reads booleans as the
+compiler's variables do (README, Environment)."""
+import pytest
+
+from attnc_runtime.errors import AttncRuntimeError
+from attnc_runtime.kernel import POISON_ENV, poison_requested
+
+
+@pytest.mark.parametrize("text, on", [(None, False), ("", False), ("0", False), ("false", False),
+                                      ("Off", False), ("no", False), ("1", True), ("true", True),
+                                      (" YES ", True), ("on", True)])
+def test_poison_scratch_is_a_boolean(text, on):
+    environ = {} if text is None else {POISON_ENV: text}
+    assert poison_requested(environ) is on
+
+
+def test_a_malformed_value_is_refused():
+    with pytest.raises(AttncRuntimeError, match="ATTNC_POISON_SCRATCH='maybe' is not a boolean"):
+        poison_requested({POISON_ENV: "maybe"})
