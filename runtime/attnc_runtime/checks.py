@@ -52,6 +52,7 @@ def plan_launch(manifest: Manifest, args: Mapping[str, Any], platform: Platform)
     _check_constraints(manifest, dims)
     for name, v in views.items():
         _check_layout(manifest.tensor(name), v)
+    _check_outputs_apart(manifest, views)
     info = platform.device_info(device)
     code_kind = select_code(manifest.target, manifest.code, info.capability, device)
     allocate = tuple((spec, tuple(_size(s, dims) for s in spec.shape))
@@ -197,6 +198,10 @@ def _named(entry, value: int) -> str:
 
 def _check_layout(spec: TensorSpec, v: TensorView) -> None:
     """Strides and alignment the kernel's loads and stores rely on (empty tensors are never read)."""
+    if spec.role == "param" and 0 in v.shape:
+        # The hooks' reads clamp each index into its axis (the reference refuses it too).
+        raise AttncRuntimeError(f"{spec.name}: a param tensor needs at least one element per axis "
+                                f"(its reads clamp into each axis), got shape {_shape_text(v.shape)}")
     if v.numel == 0:
         return
     if v.shape and v.shape[-1] > 1 and v.strides[-1] != 1:
@@ -208,6 +213,10 @@ def _check_layout(spec: TensorSpec, v: TensorView) -> None:
         if size > 1 and stride == 0 and spec.role in OUTPUT_ROLES:
             raise AttncRuntimeError(f"{spec.name}: axis {axis} has stride 0 (a broadcast view); "
                                     "an output's elements must not overlap")
+    if spec.role in OUTPUT_ROLES and not _nested(v.shape, v.strides):
+        raise AttncRuntimeError(f"{spec.name}: strides {_shape_text(v.strides)} for shape "
+                                f"{_shape_text(v.shape)} make elements overlap (or interleave axes); "
+                                "an output's elements must not overlap: pass a contiguous tensor")
     # The kernels index a param tensor row-major from its shape alone.
     dense = contiguous_strides(v.shape)
     if spec.role == "param" and any(size > 1 and stride != want
@@ -222,6 +231,37 @@ def _check_layout(spec: TensorSpec, v: TensorView) -> None:
             raise AttncRuntimeError(
                 f"{spec.name}: stride of axis {axis} is {stride} elements "
                 f"({stride * spec.itemsize} bytes), not a multiple of {spec.align} bytes")
+
+
+def _nested(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether each axis steps over the whole extent of the axes with smaller strides: a
+    layout whose elements cannot overlap (every permutation of a dense layout, and their
+    padded forms)."""
+    extent = 1
+    for stride, size in sorted((st, n) for n, st in zip(shape, strides) if n > 1):
+        if stride < extent:
+            return False
+        extent = stride * size
+    return True
+
+
+def _byte_range(spec: TensorSpec, v: TensorView) -> tuple[int, int]:
+    """[first, last + 1) bytes the view's elements occupy (its strides are not negative)."""
+    last = sum((n - 1) * st for n, st in zip(v.shape, v.strides))
+    return v.ptr, v.ptr + (last + 1) * spec.itemsize
+
+
+def _check_outputs_apart(manifest: Manifest, views: Mapping[str, TensorView]) -> None:
+    """An output given by the caller shares no memory with another tensor of the launch:
+    the kernels read their inputs while other CTAs store outputs (a silent wrong answer)."""
+    spans = {name: _byte_range(manifest.tensor(name), v) for name, v in views.items() if v.numel}
+    for name, (lo, hi) in spans.items():
+        if manifest.tensor(name).role not in OUTPUT_ROLES:
+            continue
+        for other, (olo, ohi) in spans.items():
+            if other != name and lo < ohi and olo < hi:
+                raise AttncRuntimeError(f"{name}: its memory overlaps {other}'s; an output must not "
+                                        "share memory with another tensor of the launch")
 
 
 def _check_param_ranges(manifest: Manifest, dims: Mapping[str, int], views: Mapping[str, TensorView],

@@ -64,6 +64,7 @@ VECTOR_ROLES = ("q", "k", "v", "o")     # read and written with 16-byte vectors
 INT_TYPES = {"i32": 32, "i64": 64}
 CONSTRAINT_KINDS = ("divisible", "equal")
 MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK_Z = 64                    # a block's z extent (x and y go to 1024)
 KERNEL_ROLES = ("mask",)
 RESERVED_NAMES = ("mask_from",)         # keywords of Kernel.bind, not tensors
 _ROLE_COUNTS = (("inputs", "q", "exactly"), ("inputs", "k", "exactly"), ("inputs", "v", "exactly"),
@@ -314,6 +315,8 @@ def _kernel(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, Te
     if block[0] * block[1] * block[2] > MAX_THREADS_PER_BLOCK:
         raise ManifestError(f"manifest: {path}.block: {list(block)} has more than "
                             f"{MAX_THREADS_PER_BLOCK} threads")
+    if block[2] > MAX_BLOCK_Z:
+        raise ManifestError(f"manifest: {path}.block: z = {block[2]} exceeds the hardware's {MAX_BLOCK_Z}")
     grid = _list(fields["grid"], f"{path}.grid", min_len=3, max_len=3)
     return KernelSpec(
         name=_str(fields["name"], f"{path}.name"),
@@ -349,8 +352,11 @@ def _param(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, Ten
         return StrideParam(tensor, axis, _choice(fields["type"], f"{path}.type", tuple(INT_TYPES)))
     if kind == "const":
         fields = _obj(raw, path, required=("kind", "value", "type"))
-        return ConstParam(_int(fields["value"], f"{path}.value", minimum=0),
-                          _choice(fields["type"], f"{path}.type", tuple(INT_TYPES)))
+        kind_type = _choice(fields["type"], f"{path}.type", tuple(INT_TYPES))
+        value = _int(fields["value"], f"{path}.value", minimum=0)
+        if value >= 2 ** (INT_TYPES[kind_type] - 1):
+            raise ManifestError(f"manifest: {path}.value: {value} does not fit {kind_type}")
+        return ConstParam(value, kind_type)
     fields = _obj(raw, path, required=("kind", "name", "bytes"))
     return ScratchParam(_ident(fields["name"], f"{path}.name"),
                         _factors(fields["bytes"], f"{path}.bytes", dims))

@@ -116,6 +116,9 @@ class DLManagedTensor(ctypes.Structure):
                 ("deleter", ctypes.c_void_p)]
 
 
+DLPACK_FLAG_READ_ONLY = 1          # DLPACK_FLAG_BITMASK_READ_ONLY of dlpack.h
+
+
 class DLPackVersion(ctypes.Structure):
     _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
 
@@ -140,16 +143,22 @@ def _dlpack_view(obj) -> TensorView:
     if location != "cuda":
         # Not ours to read: report where it lives without asking for the capsule.
         return TensorView(0, (), (), None, "?", None, location, library_of(obj))
-    return dlpack_capsule_view(obj.__dlpack__(), library_of(obj))
+    try:                        # a versioned capsule carries the read-only flag
+        capsule = obj.__dlpack__(max_version=(1, 0))
+    except TypeError:           # a producer older than DLPack 1.0
+        capsule = obj.__dlpack__()
+    return dlpack_capsule_view(capsule, library_of(obj))
 
 
 def dlpack_capsule_view(capsule, library: str = "other") -> TensorView:
     """Read a DLPack capsule without consuming it (its owner keeps the memory alive)."""
     name = _capsule_name(capsule)
+    readonly = False
     if name == b"dltensor":
         managed = DLManagedTensor.from_address(_capsule_pointer(capsule, name))
     elif name == b"dltensor_versioned":
         managed = DLManagedTensorVersioned.from_address(_capsule_pointer(capsule, name))
+        readonly = bool(managed.flags & DLPACK_FLAG_READ_ONLY)
     else:
         raise AttncRuntimeError(f"__dlpack__ returned a capsule named {name!r}; it was already consumed")
     t = managed.dl_tensor
@@ -161,4 +170,4 @@ def dlpack_capsule_view(capsule, library: str = "other") -> TensorView:
     return TensorView(ptr=(t.data or 0) + t.byte_offset, shape=shape, strides=strides, dtype=dtype,
                       dtype_text=dtype or f"DLPack dtype (code={code}, bits={bits}, lanes={lanes})",
                       device=t.device.device_id if location == "cuda" else None,
-                      location=location, library=library)
+                      location=location, library=library, readonly=readonly)

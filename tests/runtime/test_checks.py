@@ -268,3 +268,40 @@ def test_a_size_of_2_30_passes_the_size_check():
     # (and then meets the block map's grid limit, a check of its own)
     message = refusal(make_kernel(), **synthetic_arguments(B=1, H=1, HKV=1, M=2**30, N=128))
     assert message == "kernel blockmap: grid.y = cdiv(M, 128) = 8388608 exceeds the limit 65535"
+
+
+# -- outputs that would be written over something else ----------------------------------
+
+def test_an_output_whose_elements_overlap_is_refused():
+    args = synthetic_arguments(outputs=True, B=2, H=8, M=1000)
+    args["o"] = FakeTensor((2, 8, 1000, 128), "bf16", strides=(1000 * 128, 128, 128, 1))   # heads overlap
+    assert refusal(make_kernel(), **args) == (
+        "o: strides (128000, 128, 128, 1) for shape (2, 8, 1000, 128) make elements overlap (or "
+        "interleave axes); an output's elements must not overlap: pass a contiguous tensor")
+    args["o"] = FakeTensor((2, 8, 1000, 128), "bf16", strides=(8 * 1000 * 128, 1000 * 64, 64, 1))
+    assert "make elements overlap" in refusal(make_kernel(), **args)                  # rows overlap
+
+
+def test_an_output_in_another_dense_order_is_accepted():
+    args = synthetic_arguments(outputs=True, B=2, H=8, M=1000)
+    args["o"] = FakeTensor((2, 8, 1000, 128), "bf16", strides=(1000 * 8 * 128, 128, 8 * 128, 1))  # [B, M, H, D]
+    make_kernel().plan(**args)
+
+
+@pytest.mark.parametrize("output, other, named", [("o", "k", "o"), ("o", "q", "o"), ("lse", "o", "o"),
+                                                 ("o", "slopes", "o"), ("lse", "v", "lse")])
+def test_an_output_sharing_memory_with_another_tensor_is_refused(output, other, named):
+    args = synthetic_arguments(outputs=True, B=2, H=8, M=1100, N=1100)
+    given = args[output]
+    args[output] = FakeTensor(given.shape, given.dtype, ptr=args[other].ptr)
+    second = other if named == output else output
+    assert refusal(make_kernel(), **args) == (
+        f"{named}: its memory overlaps {second}'s; an output must not share memory with another "
+        "tensor of the launch")
+
+
+def test_a_param_with_an_empty_axis_is_refused():
+    args = synthetic_arguments(H=0, HKV=1)
+    assert refusal(make_kernel(), **args) == (
+        "slopes: a param tensor needs at least one element per axis (its reads clamp into each axis), "
+        "got shape (0)")

@@ -72,6 +72,14 @@ def test_dlpack_capsule_of_a_numpy_view():
         ((3, 3), (5, 2), "f32", "cpu", a.ctypes.data)
 
 
+def test_a_read_only_dlpack_array_is_read_only():
+    """DLPack 1.0's versioned capsule carries the read-only flag (an output must be writable)."""
+    a = np.zeros(4, np.float32)
+    assert not dlpack_capsule_view(a.__dlpack__(max_version=(1, 0))).readonly
+    a.flags.writeable = False
+    assert dlpack_capsule_view(a.__dlpack__(max_version=(1, 0))).readonly
+
+
 def test_dlpack_unknown_dtype_is_described():
     v = dlpack_capsule_view(np.zeros(3, np.float64).__dlpack__())
     assert v.dtype is None and v.dtype_text == "DLPack dtype (code=2, bits=64, lanes=1)"
