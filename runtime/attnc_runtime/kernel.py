@@ -164,6 +164,7 @@ class BoundLaunch:
         self._params = [pack(param_values(k, plan.dims, views, self._scratch_ptrs))
                         for k in bundle.manifest.kernels]
         self._functions = None          # looked up (and loaded, once per device) at the first launch
+        self._stream: int | None = None   # that of the last launch (_check_scratch_stream)
         self._poison = poison_requested()      # Note [Filled scratch]
 
     def launch(self, stream=None, *, reuse_mask: bool = False) -> None:
@@ -184,6 +185,7 @@ class BoundLaunch:
                 libraries.current_stream(plan.library, device)
             if self._mask_kernels and not build:
                 self._check_kept_mask(handle)
+            self._check_scratch_stream(handle, build)
             if build:
                 self._mask.stream = None        # no map to reuse until every launch is queued
             for name, nbytes in plan.scratch.items():       # Note [Filled scratch]
@@ -199,6 +201,22 @@ class BoundLaunch:
                               params.address)
             if build:
                 self._mask.stream = handle
+            self._stream = handle
+
+    def _check_scratch_stream(self, stream: int, build: bool) -> None:
+        """Refuse to write scratch on another stream than the launches that may still read
+        it: the kept mask (this binding's and its mask_from readers') or this binding's own
+        zeroed scratch. Nothing orders two streams' work; a new binding has new scratch."""
+        own = set(self.plan.scratch) - set(self._mask.buffers)
+        if build and self._mask.buffers and self._mask.stream not in (None, stream):
+            last, what = self._mask.stream, "the mask was built"
+        elif own and self._stream not in (None, stream):
+            last, what = self._stream, "this binding last launched"
+        else:
+            return
+        raise AttncRuntimeError(f"{what} on stream {last:#x}; writing its scratch again on {stream:#x} could "
+                                f"overwrite it while that stream's launches still read it: launch on "
+                                f"{last:#x}, or bind again for this stream")
 
     def _check_kept_mask(self, stream: int) -> None:
         """Refuse to read a kept mask that no launch has built, or that one built on another

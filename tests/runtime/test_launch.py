@@ -432,3 +432,46 @@ def test_without_mask_kernels_reuse_is_a_no_op(fake_torch, fake_driver):
     k(**torch_arguments(M=500), mask_from=first)
     assert [c[1] for c in launches(fake_driver) if c[0] == "launch"] == [
         "attnc_synthetic_blockmap", "attnc_synthetic_fwd"] * 2
+
+
+def test_scratch_is_not_written_again_on_another_stream(fake_torch, fake_driver):
+    """A build on another stream would overwrite the map (and the zeroed counter) while the
+    first stream's launches, this binding's or a mask_from reader's, may still read it."""
+    k = mask_reading_kernel()
+    args = torch_arguments()
+    first = k.bind(**args)
+    reader = k.bind(**{**torch_arguments(), "slopes": args["slopes"]}, mask_from=first)
+    first.launch(stream=0x999)
+    reader.launch(stream=0x999)
+    with pytest.raises(AttncRuntimeError, match="^the mask was built on stream 0x999; writing its scratch "
+                                                "again on 0xabc could overwrite it"):
+        first.launch()
+    with pytest.raises(AttncRuntimeError, match="^the mask was built on stream 0x999; .* launch on "
+                                                "0x999, or bind again for this stream$"):
+        first.launch(stream=0xABC)
+    first.launch(stream=0x999)                      # the same stream: ordered after the readers
+    k.bind(**torch_arguments()).launch()            # a new binding has its own scratch
+
+
+def test_own_scratch_is_not_zeroed_again_on_another_stream(fake_torch, fake_driver):
+    """Without mask kernels, the scratch is every kernel's own (zeroed before each launch):
+    the same rule holds for it."""
+    manifest = mask_manifest()
+    del manifest["kernels"][0]["role"], manifest["kernels"][0]["fills"]
+    bound = Kernel(Bundle.from_files(manifest, synthetic_files(manifest)), FakePlatform()).bind(**torch_arguments())
+    bound.launch(stream=0x999)
+    bound.launch(stream=0x999)
+    with pytest.raises(AttncRuntimeError, match="^this binding last launched on stream 0x999; writing its "
+                                                "scratch again on 0xabc"):
+        bound.launch()
+
+
+def test_a_binding_without_scratch_launches_on_any_stream(fake_torch, fake_driver):
+    manifest = synthetic_manifest()
+    for kernel in manifest["kernels"]:
+        kernel["params"] = [p for p in kernel["params"] if p["kind"] != "scratch"]
+        kernel.pop("role", None), kernel.pop("fills", None)
+    bound = Kernel(Bundle.from_files(manifest, synthetic_files(manifest)), FakePlatform()).bind(**torch_arguments())
+    assert bound.plan.scratch == {}
+    bound.launch(stream=0x999)
+    bound.launch()
