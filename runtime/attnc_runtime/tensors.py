@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import sys
 from dataclasses import dataclass
 
 from attnc_runtime import dtypes
@@ -36,6 +37,12 @@ class TensorView:
 
 
 def library_of(obj) -> str:
+    """'torch' or 'cupy' for their tensors (subclasses defined elsewhere included: the
+    library is asked only when it is already imported), else 'other'."""
+    for library, name in (("torch", "Tensor"), ("cupy", "ndarray")):
+        cls = getattr(sys.modules.get(library), name, None)
+        if isinstance(cls, type) and isinstance(obj, cls):
+            return library
     root = type(obj).__module__.split(".", 1)[0]
     return root if root in ("torch", "cupy") else "other"
 

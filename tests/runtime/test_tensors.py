@@ -1,6 +1,7 @@
 """Tensor adapters: what the runtime reads off torch, __cuda_array_interface__ and DLPack objects."""
 from __future__ import annotations
 
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -113,3 +114,17 @@ def test_non_tensors_are_refused_by_name():
                                                 r"an object with __cuda_array_interface__ or "
                                                 r"__dlpack__\), got list$"):
         view([1.0, 2.0], "slopes")
+
+
+def test_a_tensor_subclass_defined_elsewhere_is_its_librarys(monkeypatch):
+    """A torch.Tensor subclass of another module is read as torch's (not through
+    __cuda_array_interface__, which torch refuses for tensors that require grad)."""
+    from types import ModuleType
+
+    from attnc_runtime.tensors import library_of
+    fake = ModuleType("torch")
+    fake.Tensor = type("Tensor", (), {"__module__": "torch"})
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    Mine = type("Mine", (fake.Tensor,), {"__module__": "my_project.tensors"})
+    assert library_of(Mine()) == "torch"
+    assert library_of(FakeTensor((2,))) == "other"
