@@ -8,7 +8,9 @@ the table the README carries.
 To add a knob: declare it below with `Knob(...)`, give it an accessor if callers
 want one, and add its row to the README (the text `describe()` prints).
 
-Note: the runtime (`attnc_runtime`) reads no knob and never imports this module.
+Note: the runtime (`attnc_runtime`) never imports this module (it must run without the
+compiler); it reads one variable of its own, ATTNC_POISON_SCRATCH, with this module's
+spelling of booleans (kernel.poison_requested; tests/runtime/test_env.py keeps the two in step).
 """
 from __future__ import annotations
 

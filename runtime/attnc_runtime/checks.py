@@ -197,7 +197,8 @@ def _named(entry, value: int) -> str:
 
 
 def _check_layout(spec: TensorSpec, v: TensorView) -> None:
-    """Strides and alignment the kernel's loads and stores rely on (empty tensors are never read)."""
+    """Strides and alignment the kernel's loads and stores rely on (empty tensors are never
+    read, but a param needs an element per axis: its reads clamp into each)."""
     if spec.role == "param" and 0 in v.shape:
         # The hooks' reads clamp each index into its axis (the reference refuses it too).
         raise AttncRuntimeError(f"{spec.name}: a param tensor needs at least one element per axis "

@@ -17,3 +17,11 @@ def test_poison_scratch_is_a_boolean(text, on):
 def test_a_malformed_value_is_refused():
     with pytest.raises(AttncRuntimeError, match="ATTNC_POISON_SCRATCH='maybe' is not a boolean"):
         poison_requested({POISON_ENV: "maybe"})
+
+
+def test_the_runtime_spells_booleans_as_the_compiler_does():
+    """The runtime cannot import attnc.config (it runs without the compiler): the two
+    vocabularies are kept in step here."""
+    config = pytest.importorskip("attnc.config")
+    from attnc_runtime import kernel
+    assert (kernel._TRUE, kernel._FALSE) == (config._TRUE, config._FALSE)
