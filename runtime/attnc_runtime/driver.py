@@ -169,6 +169,17 @@ def mem_free(ptr: int) -> None:
     check(cu.cuMemFree(ptr), "cuMemFree")
 
 
+def wait_for(producer: int, consumer: int) -> None:
+    """Make `consumer`'s later work wait for everything queued on `producer` so far (an
+    event recorded there and waited on; the host does not block)."""
+    event = check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+    try:
+        check(cu.cuEventRecord(event, producer), "cuEventRecord")
+        check(cu.cuStreamWaitEvent(consumer, event, 0), "cuStreamWaitEvent")
+    finally:
+        check(cu.cuEventDestroy(event), "cuEventDestroy")    # released once it completes
+
+
 def memset_async(ptr: int, nbytes: int, byte: int, stream: int) -> None:
     check(cu.cuMemsetD8Async(ptr, byte, nbytes, stream), "cuMemsetD8Async")
 

@@ -42,6 +42,19 @@ filled scratch is then set to 0xFF bytes before the mask kernels run, so a byte 
 never written is a wrong tile class or table entry, and the output differs from the
 reference (tests/gpu/test_gpu_filled_scratch.py, which also checks that a map left
 unbuilt under the poison does change the output).
+
+Note [Producer streams]: torch and cupy tensors are used on the stream the call runs
+on, the library's current one by default, as the library's own operations are: the
+caller orders that stream after whatever made them. An array that gives a stream in its
+`__cuda_array_interface__` (version 3: numba, and cupy, which gives its current stream)
+says instead that its producer may still be writing it there. So each launch first
+makes its stream wait for every such stream of the binding's tensors (inputs, params and
+given outputs, which the producer may still be reading): an event recorded on it and
+waited on, which blocks no host thread and is nothing where the streams are the same.
+It waits for all the producer's work queued by then, not only the tensor's. DLPack's
+`__dlpack__(stream=...)` asks the producer for the same, but the capsule is read at the
+bind, before the launch's stream is known; DLPack arrays are taken as made on the
+legacy default stream, DLPack's default, which orders itself after every blocking stream.
 """
 from __future__ import annotations
 
@@ -165,6 +178,8 @@ class BoundLaunch:
                         for k in bundle.manifest.kernels]
         self._functions = None          # looked up (and loaded, once per device) at the first launch
         self._stream: int | None = None   # that of the last launch (_check_scratch_stream)
+        # Note [Producer streams]
+        self._producers = sorted({v.stream for v in views.values() if v.stream is not None})
         self._poison = poison_requested()      # Note [Filled scratch]
 
     def launch(self, stream=None, *, reuse_mask: bool = False) -> None:
@@ -186,6 +201,9 @@ class BoundLaunch:
             if self._mask_kernels and not build:
                 self._check_kept_mask(handle)
             self._check_scratch_stream(handle, build)
+            for producer in self._producers:        # Note [Producer streams]
+                if producer != handle:
+                    driver.wait_for(producer, handle)
             if build:
                 self._mask.stream = None        # no map to reuse until every launch is queued
             for name, nbytes in plan.scratch.items():       # Note [Filled scratch]

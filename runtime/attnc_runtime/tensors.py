@@ -30,6 +30,7 @@ class TensorView:
     location: str                   # 'cuda', or where it lives instead ('cpu', ...)
     library: str                    # 'torch', 'cupy' or 'other': who allocates outputs
     readonly: bool = False
+    stream: int | None = None       # `__cuda_array_interface__` v3's: where the data is made
 
     @property
     def numel(self) -> int:
@@ -91,7 +92,26 @@ def _cai_view(obj, name: str) -> TensorView:
     return TensorView(ptr=int(ptr or 0), shape=shape, strides=strides, dtype=dtype,
                       dtype_text=dtype or f"typestr {typestr!r}",
                       device=device if isinstance(device, int) else None,
-                      location="cuda", library=library_of(obj), readonly=bool(readonly))
+                      location="cuda", library=library_of(obj), readonly=bool(readonly),
+                      stream=_cai_stream(cai, name))
+
+
+def _cai_stream(cai: dict, name: str) -> int | None:
+    """The stream of a `__cuda_array_interface__` (version 3 and later): the one on which
+    the producer may still be writing the data, which the launch must wait for (Note
+    [Producer streams] in kernel.py); None where there is none to wait for. 1 and 2 are
+    the legacy and per-thread default streams (the driver's handles are the same numbers);
+    0 is refused, as the protocol does (it cannot tell those two apart)."""
+    stream = cai.get("stream") if int(cai.get("version", 0)) >= 3 else None
+    if stream is None:
+        return None
+    if isinstance(stream, bool) or not isinstance(stream, int) or stream < 0:
+        raise AttncRuntimeError(f"{name}: __cuda_array_interface__ has stream {stream!r}, not a stream handle")
+    if stream == 0:
+        raise AttncRuntimeError(f"{name}: __cuda_array_interface__ has stream 0, which the protocol does not "
+                                f"allow (it is ambiguous): use 1 for the legacy default stream, 2 for the "
+                                f"per-thread one")
+    return stream
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

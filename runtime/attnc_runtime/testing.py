@@ -38,7 +38,8 @@ class FakeTensor:
     _next_ptr = 0x7F00_0000_0000
 
     def __init__(self, shape, dtype: str = "f16", *, strides=None, ptr: int | None = None,
-                 device: int | None = 0, readonly: bool = False, protocol: str = "cai"):
+                 device: int | None = 0, readonly: bool = False, protocol: str = "cai",
+                 stream: int | None = None):
         self.shape = tuple(shape)
         self.dtype = dtype
         self.strides = tuple(strides) if strides is not None else contiguous_strides(self.shape)
@@ -49,6 +50,7 @@ class FakeTensor:
         self.device = SimpleNamespace(id=device) if device is not None else None
         self.readonly = readonly
         self.protocol = "dlpack" if dtype not in _TYPESTR else protocol
+        self.stream = stream            # the interface's (version 3): where it is being made
 
     @property
     def __cuda_array_interface__(self) -> dict:
@@ -56,7 +58,8 @@ class FakeTensor:
             raise AttributeError("__cuda_array_interface__")
         size = _ITEMSIZE[self.dtype]
         return {"shape": self.shape, "typestr": _TYPESTR[self.dtype], "version": 3,
-                "data": (self.ptr, self.readonly), "strides": tuple(s * size for s in self.strides)}
+                "data": (self.ptr, self.readonly), "strides": tuple(s * size for s in self.strides),
+                "stream": self.stream}
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return DLPACK_CUDA, self.device.id if self.device else 0

@@ -232,3 +232,36 @@ def test_refused_before_launch_on_the_gpu():
     q = torch.randn(2, 3, 5, 128, dtype=torch.float16, device="cuda")
     with pytest.raises(AttncRuntimeError, match="^q: expected dtype bf16, got torch.float16$"):
         ptx_kernel()(q, q, q)
+
+
+class _StreamArray:
+    """A float32 torch tensor seen only through `__cuda_array_interface__` version 3,
+    naming the stream its producer writes it on (as numba's arrays do)."""
+
+    def __init__(self, tensor, stream: int):
+        self.tensor, self.stream = tensor, stream
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {"shape": tuple(self.tensor.shape), "typestr": "<f4", "version": 3, "strides": None,
+                "data": (self.tensor.data_ptr(), False), "stream": self.stream}
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_a_launch_waits_for_the_stream_an_array_names():
+    """Note [Producer streams]: lse is still being written on a side stream (after a
+    sleep) when the launch is queued on the default stream; the kernel writes 1s, after
+    the side stream's 7s only if the launch waited for it."""
+    torch = pytest.importorskip("torch")
+    q = torch.randn(2, 3, 5, 128, dtype=torch.bfloat16, device="cuda")
+    k = v = torch.zeros(2, 3, 7, 128, dtype=torch.bfloat16, device="cuda")
+    lse = torch.zeros(2, 3, 5, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)          # about 0.1 s of GPU clocks
+        lse.fill_(7.0)
+    ptx_kernel()(q, k, v, lse=_StreamArray(lse, side.cuda_stream))
+    torch.cuda.synchronize()
+    assert torch.equal(lse, torch.ones_like(lse))

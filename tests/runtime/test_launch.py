@@ -475,3 +475,27 @@ def test_a_binding_without_scratch_launches_on_any_stream(fake_torch, fake_drive
     assert bound.plan.scratch == {}
     bound.launch(stream=0x999)
     bound.launch()
+
+
+def test_a_launch_waits_for_the_streams_its_arrays_are_made_on(fake_torch, fake_driver, monkeypatch):
+    """Note [Producer streams]: a `__cuda_array_interface__` stream (a param's, a given
+    output's) is waited for on the launch's stream before anything is queued there, and
+    not where it is that stream."""
+    monkeypatch.setattr(driver, "wait_for", lambda producer, consumer: fake_driver.append(
+        ("wait", producer, consumer)))
+
+    def bound_with_streams():
+        args = torch_arguments()
+        args["slopes"] = FakeTensor((8,), "f32", stream=0x55)
+        return kernel().bind(**args, lse=FakeTensor((2, 8, 1000), "f32", stream=0x66))
+
+    bound_with_streams().launch()                       # torch's current stream, 0xABC
+    queued = [c for c in fake_driver if c[0] in ("wait", "memset", "launch")]
+    assert queued[:2] == [("wait", 0x55, 0xABC), ("wait", 0x66, 0xABC)]
+    assert [c[0] for c in queued[2:]] == ["launch", "launch"]
+    fake_driver.clear()
+    bound_with_streams().launch(stream=0x55)
+    assert [c for c in fake_driver if c[0] == "wait"] == [("wait", 0x66, 0x55)]
+    fake_driver.clear()
+    kernel().bind(**torch_arguments()).launch()          # torch tensors: the call's stream is theirs
+    assert [c for c in fake_driver if c[0] == "wait"] == []

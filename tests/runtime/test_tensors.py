@@ -128,3 +128,25 @@ def test_a_tensor_subclass_defined_elsewhere_is_its_librarys(monkeypatch):
     Mine = type("Mine", (fake.Tensor,), {"__module__": "my_project.tensors"})
     assert library_of(Mine()) == "torch"
     assert library_of(FakeTensor((2,))) == "other"
+
+
+def test_the_stream_of_a_version_3_interface_is_kept():
+    """Note [Producer streams] (kernel.py): the launch waits for it."""
+    assert view(FakeTensor((4,), "f32", stream=0x55), "x").stream == 0x55
+    assert view(FakeTensor((4,), "f32", stream=1), "x").stream == 1       # the legacy default stream
+    assert view(FakeTensor((4,), "f32"), "x").stream is None
+
+
+def test_an_interface_before_version_3_has_no_stream():
+    class Old:
+        __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "version": 2, "data": (0x1000, False),
+                                    "stream": 0x55}
+    assert view(Old(), "x").stream is None
+
+
+@pytest.mark.parametrize("stream, words", [(0, "stream 0, which the protocol does not allow"),
+                                           (-3, "stream -3, not a stream handle"),
+                                           ("0x55", "stream '0x55', not a stream handle")])
+def test_an_interface_stream_that_is_no_handle_is_refused(stream, words):
+    with pytest.raises(AttncRuntimeError, match="x: __cuda_array_interface__ has " + words.replace("(", r"\(")):
+        view(FakeTensor((4,), "f32", stream=stream), "x")
