@@ -257,11 +257,13 @@ def test_a_launch_waits_for_the_stream_an_array_names():
     q = torch.randn(2, 3, 5, 128, dtype=torch.bfloat16, device="cuda")
     k = v = torch.zeros(2, 3, 7, 128, dtype=torch.bfloat16, device="cuda")
     lse = torch.zeros(2, 3, 5, device="cuda")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
+    kernel = ptx_kernel()
+    kernel(q, k, v)                             # loading the code may synchronize: before the race
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()                  # torch's are non-blocking: no implicit order
     with torch.cuda.stream(side):
         torch.cuda._sleep(200_000_000)          # about 0.1 s of GPU clocks
         lse.fill_(7.0)
-    ptx_kernel()(q, k, v, lse=_StreamArray(lse, side.cuda_stream))
+    kernel(q, k, v, lse=_StreamArray(lse, side.cuda_stream))
     torch.cuda.synchronize()
     assert torch.equal(lse, torch.ones_like(lse))
