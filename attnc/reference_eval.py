@@ -98,6 +98,8 @@ class Evaluator:
         if isinstance(e, ast.Num):
             return e.value
         if isinstance(e, ast.Name):
+            if e.id not in env and e.stands_for is not None:     # Note [Canonical dims] in sema.py
+                return e.stands_for if isinstance(e.stands_for, int) else env[e.stands_for]
             return env[e.id]
         if isinstance(e, ast.Let):
             value = self._eval(e.value, env)

@@ -29,6 +29,9 @@ class Num(Expr):
 @dataclass(eq=False)
 class Name(Expr):
     id: str = ""
+    # Set by sema for a canonical dim name the shapes do not use (Note [Canonical dims] in
+    # sema.py): the number or the dim it stands for. None: `id` itself.
+    stands_for: int | str | None = field(default=None, init=False)
 
 
 @dataclass(eq=False)

@@ -213,8 +213,11 @@ class _ExprLowering:
     def _name(self, e: ast.Name) -> ir.Value:
         if e.id in self.scope:
             return self.scope[e.id]
+        if isinstance(e.stands_for, int):         # Note [Canonical dims] in sema.py
+            return self.constant(INT, e.stands_for, e.span)
+        name = e.stands_for or e.id
         op = ir.Operation.create(DIM, results=[ir.IntegerType.get_signless(32)],
-                                 attributes={"name": ir.StringAttr.get(e.id)}, loc=self.loc(e.span))
+                                 attributes={"name": ir.StringAttr.get(name)}, loc=self.loc(e.span))
         return op.result
 
     def _index(self, e: ast.Index) -> ir.Value:

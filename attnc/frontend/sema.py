@@ -73,7 +73,8 @@ class _Checker:
         outputs = self._outputs(q, v)
         params = tuple(self._param(t) for t in self.tensors.values() if t.kind == "param")
         dims = self._dims((q, k, v, *outputs, *params))
-        hooks = {name: self._hook(h, dims, params) for name, h in self.hooks.items()}
+        aliases = self._canonical(q, k, dims)
+        hooks = {name: self._hook(h, dims, params, aliases) for name, h in self.hooks.items()}
         return Variant(
             name=self.decl.name, q=q, k=k, v=v, params=params, outputs=outputs, dims=dims,
             scale=self._scale(q), score_mod=hooks.get("score_mod"), mask_mod=hooks.get("mask_mod"),
@@ -219,6 +220,15 @@ class _Checker:
                 raise AttncError(f"'{t.name}' names both a tensor and a dim", t.span)
         return tuple(dims)
 
+    def _canonical(self, q: Tensor, k: Tensor, dims) -> dict[str, int | str]:
+        """Note [Canonical dims]: dsl.md makes B, H, M, HKV and N usable in every variant,
+        as q's batch, heads and rows and k's heads and rows. Where the shapes name them
+        so, they are dims like any other; where a shape has a number there, or another
+        name (`k: bf16[B, H, N, 64]` has no HKV), the name stands for that number or dim.
+        A name the variant gives to a tensor is the tensor's."""
+        slots = {"B": q.shape[0], "H": q.shape[1], "M": q.shape[2], "HKV": k.shape[1], "N": k.shape[2]}
+        return {name: size for name, size in slots.items() if name not in dims and name not in self.tensors}
+
     def _scale(self, q: Tensor) -> float:
         if self.scale is None:
             return 1.0 / math.sqrt(q.shape[3])
@@ -232,23 +242,24 @@ class _Checker:
         return float(value)
 
     # --- hooks -------------------------------------------------------------
-    def _hook(self, h: ast.HookDecl, dims, params) -> Hook:
+    def _hook(self, h: ast.HookDecl, dims, params, aliases: dict[str, int | str]) -> Hook:
         names, types = HOOK_PARAMS[h.name]
         if len(h.params) != len(names):
             plural = "parameter" if len(names) == 1 else "parameters"
             raise AttncError(f"{h.name} takes {len(names)} {plural} ({', '.join(names)}), "
                              f"got {len(h.params)}", h.span)
-        scope: dict[str, str] = {d: INT for d in dims}
+        dim_names = (*dims, *aliases)
+        scope: dict[str, str] = {d: INT for d in dim_names}
         param_tensors = {p.name: p for p in params}
         for name, span, ty in zip(h.params, h.param_spans, types):
-            if name in scope and name not in dims:
+            if name in scope and name not in dim_names:
                 raise AttncError(f"duplicate parameter '{name}' in {h.name}", span)
-            if name in dims:
+            if name in dim_names:
                 raise AttncError(f"parameter '{name}' of {h.name} shadows the dim '{name}'", span)
             if name in self.tensors:
                 raise AttncError(f"parameter '{name}' of {h.name} shadows the tensor '{name}'", span)
             scope[name] = ty
-        ty = _Typer(scope, param_tensors, set(self.tensors)).type(h.body)
+        ty = _Typer(scope, param_tensors, set(self.tensors), aliases).type(h.body)
         if h.name == "mask_mod" and ty != BOOL:
             raise AttncError(f"mask_mod must return a boolean, got {_type_name(ty)}", h.body.span)
         if h.name != "mask_mod" and ty == BOOL:
@@ -264,10 +275,12 @@ def _check_dim_name(name: str, span: Span) -> None:
 class _Typer:
     """Types an expression tree in place (sets `.ty`), enforcing the rules of dsl.md."""
 
-    def __init__(self, scope: dict[str, str], params: dict, tensors: set[str]):
+    def __init__(self, scope: dict[str, str], params: dict, tensors: set[str],
+                 aliases: dict[str, int | str] | None = None):
         self.scope = dict(scope)
         self.params = params
         self.tensors = tensors
+        self.aliases = aliases or {}        # Note [Canonical dims]
 
     def type(self, e: ast.Expr) -> str:
         e.ty = getattr(self, "_" + type(e).__name__.lower())(e)
@@ -278,6 +291,7 @@ class _Typer:
 
     def _name(self, e: ast.Name) -> str:
         if e.id in self.scope:
+            e.stands_for = self.aliases.get(e.id)       # (nothing rebinds a dim's name)
             return self.scope[e.id]
         if e.id in self.params:
             raise AttncError(f"param '{e.id}' must be indexed, e.g. {e.id}[...]", e.span)
@@ -370,7 +384,7 @@ class _Typer:
         if e.name in self.scope or e.name in self.params or e.name in self.tensors:
             raise AttncError(f"'{e.name}' is already defined", e.name_span)
         self.type(e.value)
-        inner = _Typer({**self.scope, e.name: e.value.ty}, self.params, self.tensors)
+        inner = _Typer({**self.scope, e.name: e.value.ty}, self.params, self.tensors, self.aliases)
         return inner.type(e.body)
 
 
