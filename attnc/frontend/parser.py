@@ -117,8 +117,12 @@ def _check_numbers(text: str) -> None:
     for line_no, line in enumerate(text.split("\n"), 1):
         code = line.split("#", 1)[0]
         for m in _RUN_ON_NUMBER.finditer(code):
-            if re.fullmatch(r"[eE][+-]?\d*", m.group(2)):      # an exponent: the lexer's FLOAT
-                continue
+            if re.fullmatch(r"[eE]\d+", m.group(2)) or (re.fullmatch(r"[eE]", m.group(2))
+                                                       and re.match(r"[+-]\d", code[m.end():])):
+                continue                    # an exponent: the lexer's FLOAT
+            if re.fullmatch(r"[eE]", m.group(2)):
+                raise AttncError(f"'{m.group(0)}{code[m.end():m.end() + 1].strip()}' is not a number: an exponent "
+                                 f"needs digits, like 1.5e3 or 2e-4", Span(line_no, m.start() + 1))
             raise AttncError(f"'{m.group(0)}' is not a number: numbers are decimal, like 16 or 0.5 "
                              f"(no hex, no '_' separators, no suffixes)", Span(line_no, m.start() + 1))
 
@@ -129,8 +133,9 @@ def _check_tree_depth(tree: lark.Tree) -> None:
     while stack:
         node, depth = stack.pop()
         if depth > MAX_NESTING:
-            raise AttncError(f"expression nested too deeply (more than {MAX_NESTING} levels)",
-                             Span.of(node.meta))
+            # A chain `a + b + ... ` is as deep as its operators: say so, and how to split it.
+            raise AttncError(f"expression too deep: more than {MAX_NESTING} levels of nesting or operators "
+                             f"in one chain (split a long chain with 'let')", Span.of(node.meta))
         stack.extend((c, depth + 1) for c in node.children if isinstance(c, lark.Tree))
 
 
@@ -140,17 +145,43 @@ def _parse_tree(text: str) -> lark.Tree:
     except lark.UnexpectedCharacters as e:
         raise AttncError(_unexpected_char_message(text[e.pos_in_stream]), Span(e.line, e.column)) from None
     except lark.UnexpectedToken as e:
+        stray = _stray_name(e, text)
+        if stray is not None:
+            raise AttncError(f"name '{_short(stray)}' after a complete expression: is an operator missing? "
+                             f"(a declaration would go on as '{_short(stray)}: ...' or "
+                             f"'{_short(stray)}(...) = ...')", _token_span(stray, text)) from None
         raise AttncError(_unexpected_token_message(e), _token_span(e.token, text)) from None
     except lark.UnexpectedEOF:
         raise AttncError("unexpected end of file", _end_span(text)) from None
 
 
+_OPERATOR_HINTS = {"&": "'and'", "|": "'or'", "!": "'not', or '!=' for inequality"}
+
+
 def _unexpected_char_message(ch: str) -> str:
+    if ch in _OPERATOR_HINTS:
+        return f"unexpected character '{ch}': the language writes {_OPERATOR_HINTS[ch]}"
     if ch.isprintable() and not ch.isspace():
         if ord(ch) > 127:
             return f"unexpected character '{ch}' (names use ASCII letters, digits and '_')"
         return f"unexpected character '{ch}'"
     return f"unexpected character U+{ord(ch):04X}"
+
+
+def _stray_name(e: lark.UnexpectedToken, text: str) -> Token | None:
+    """The name a parse error follows when only a declaration could go on from it
+    (`= s * 2 x`): newlines are whitespace, so a name after a whole expression starts a
+    declaration, and the error would otherwise land on the token after it, often on the
+    next line."""
+    if e.token.type == "$END" or not set(e.expected) <= {"COLON", "LPAR"}:
+        return None
+    before = list(_lark().lex(text[:e.token.start_pos]))
+    if len(before) < 2 or before[-1].type != "NAME":
+        return None
+    # Inside an expression when the last '=' (a hook's, scale's or let's) comes after the
+    # last ':' or '{' (a tensor's type, the block's start): no expression holds those.
+    opener = next((t.type for t in reversed(before[:-1]) if t.type in ("EQUAL", "COLON", "LBRACE")), None)
+    return before[-1] if opener == "EQUAL" else None
 
 
 def _unexpected_token_message(e: lark.UnexpectedToken) -> str:
@@ -165,7 +196,12 @@ def _unexpected_token_message(e: lark.UnexpectedToken) -> str:
         what = f"'{tok}'"
     if tok.type == "COMP_OP" and "AND" in e.expected:
         return f"unexpected '{tok}': comparisons do not chain; write 'a < b and b < c'"
-    expected = sorted({_describe_terminal(t) for t in e.expected})
+    if tok.type == "EQUAL" and "COMP_OP" in e.expected:
+        return "unexpected '=': equality is '=='"
+    terminals = set(e.expected)
+    if {"INT", "FLOAT"} <= terminals:
+        terminals.discard("INT")            # "a number" says both
+    expected = sorted({_describe_terminal(t) for t in terminals})
     if 0 < len(expected) <= 6:
         return f"unexpected {what}, expected {' or '.join(expected)}"
     return f"unexpected {what}"

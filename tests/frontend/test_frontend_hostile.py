@@ -16,7 +16,9 @@ from frontend_diagnostics import expect_error
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MB = 1 << 20
-TOO_DEEP = "expression nested too deeply (more than 200 levels)"
+TOO_DEEP = "expression nested too deeply (more than 200 levels)"            # brackets
+TOO_DEEP_TREE = ("expression too deep: more than 200 levels of nesting or operators in one chain "
+                 "(split a long chain with 'let')")
 EMPTY = "empty file: expected 'attention NAME { ... }'"
 
 HEAD = """attention a {
@@ -84,17 +86,17 @@ def test_deep_unary_chain(op):
     body = f"{op} " * 50_000 + "s"
     err = expect_error(with_score_mod(body), limit_s=5)
     # start -> attention -> hook_decl -> 198 unary nodes: the 199th is level 201.
-    assert (err.message, err.span.line, err.span.col) == (TOO_DEEP, 5, 30 + 198 * (len(op) + 1))
+    assert (err.message, err.span.line, err.span.col) == (TOO_DEEP_TREE, 5, 30 + 198 * (len(op) + 1))
 
 
-@pytest.mark.parametrize("body", [
-    "abs(" * 300 + "s" + ")" * 300,
-    "".join(f"let x{n} = s in " for n in range(300)) + "s",
-    "s + " * 300 + "s",
+@pytest.mark.parametrize("body, message", [
+    ("abs(" * 300 + "s" + ")" * 300, TOO_DEEP),
+    ("".join(f"let x{n} = s in " for n in range(300)) + "s", TOO_DEEP_TREE),
+    ("s + " * 300 + "s", TOO_DEEP_TREE),
 ])
-def test_deep_trees_without_deep_brackets(body):
+def test_deep_trees_without_deep_brackets(body, message):
     err = expect_error(with_score_mod(body))
-    assert (err.message, err.span.line) == (TOO_DEEP, 5)
+    assert (err.message, err.span.line) == (message, 5)
 
 
 def test_nesting_just_under_the_limit_loads():
