@@ -59,11 +59,24 @@ def _without_bom(text: str) -> str:
 
 def _to_ast(tree: lark.Tree) -> ast.AttentionDecl:
     try:
-        return _ToAst().transform(tree)
+        decl = _ToAst().transform(tree)
     except lark.exceptions.VisitError as e:
         if isinstance(e.orig_exc, AttncError):
             raise e.orig_exc from None
         raise
+    _check_int_literals(decl)
+    return decl
+
+
+def _check_int_literals(decl: ast.AttentionDecl) -> None:
+    """2147483648 is an i32 only as `-2147483648` (which `unary` folds): refuse it bare."""
+    stack = [d.body if isinstance(d, ast.HookDecl) else d.expr for d in decl.decls
+             if isinstance(d, (ast.HookDecl, ast.ScaleDecl))]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, ast.Num) and not e.is_float and e.value > INT_MAX:
+            raise AttncError(f"integer literal {e.value} does not fit in 32 bits", e.span)
+        stack.extend(ast.children(e))
 
 
 def _decode(source: str | bytes) -> str:
@@ -155,6 +168,7 @@ def _parse_tree(text: str) -> lark.Tree:
         raise AttncError("unexpected end of file", _end_span(text)) from None
 
 
+RESERVED_WORDS = frozenset({"attention", "param", "out", "dim", "scale", "let", "in", "and", "or", "not"})
 _OPERATOR_HINTS = {"&": "'and'", "|": "'or'", "!": "'not', or '!=' for inequality"}
 
 
@@ -196,6 +210,8 @@ def _unexpected_token_message(e: lark.UnexpectedToken) -> str:
         what = f"'{tok}'"
     if tok.type == "COMP_OP" and "AND" in e.expected:
         return f"unexpected '{tok}': comparisons do not chain; write 'a < b and b < c'"
+    if str(tok) in RESERVED_WORDS and "NAME" in e.expected and set(e.expected) <= {"NAME", "RPAR"}:
+        return f"'{tok}' is a reserved word and cannot be a name"
     if tok.type == "EQUAL" and "COMP_OP" in e.expected:
         return "unexpected '=': equality is '=='"
     terminals = set(e.expected)
@@ -291,12 +307,14 @@ class _ToAst(Transformer):
     @v_args(meta=True)
     def unary(self, meta, children):
         op, operand = children
+        if str(op) == "-" and isinstance(operand, ast.Num) and not operand.is_float and operand.value == INT_MAX + 1:
+            return ast.Num(Span.of(meta), value=-operand.value, is_float=False)     # the i32 minimum
         return ast.Unary(Span.of(meta), op=str(op), operand=operand)
 
     def int_lit(self, children):
         tok = children[0]
         value = _int(tok)
-        if value > INT_MAX:
+        if value > INT_MAX + 1:     # INT_MAX + 1: only under a minus (_check_int_literals)
             raise AttncError(f"integer literal {_short(tok)} does not fit in 32 bits", Span.of(tok))
         return ast.Num(Span.of(tok), value=value, is_float=False)
 
@@ -333,7 +351,7 @@ def _int(tok: Token) -> int:
     """The value of an integer token; anything longer than 12 digits is out of range anyway
     (and Python refuses int() of very long digit strings)."""
     digits = str(tok).lstrip("0") or "0"
-    return int(digits) if len(digits) <= 12 else INT_MAX + 1
+    return int(digits) if len(digits) <= 12 else 10 ** 12
 
 
 def _short(tok: Token) -> str:

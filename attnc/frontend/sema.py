@@ -9,6 +9,7 @@ typed (INT / FLOAT / BOOL) in place. The first problem found is reported.
 from __future__ import annotations
 
 import math
+import struct
 
 from attnc.errors import AttncError, Span
 from attnc.frontend import ast
@@ -239,6 +240,9 @@ class _Checker:
             # The kernels keep the running max of unscaled scores (Note [Folded scale],
             # sm80_softmax.py), which is the max of the scaled ones only for a positive scale.
             raise AttncError(f"scale must be positive (it is {value:g})", self.scale.expr.span)
+        if _f32(value) == 0:
+            raise AttncError(f"scale {value:g} is 0 in f32, the precision scores are computed in",
+                             self.scale.expr.span)
         return float(value)
 
     # --- hooks -------------------------------------------------------------
@@ -265,6 +269,21 @@ class _Checker:
         if h.name != "mask_mod" and ty == BOOL:
             raise AttncError(f"{h.name} must return a number, got a boolean", h.body.span)
         return Hook(h.name, h.params, h.body, h.span)
+
+
+def _saturating_int(x: int | float) -> int:
+    """The language's int(): toward zero, saturating at the i32 bounds, NaN to 0 (Note
+    [Saturating int] in attnc/backend/hooks.py)."""
+    if isinstance(x, int):
+        return x
+    if math.isnan(x):
+        return 0
+    return int(max(-2.0 ** 31, min(2.0 ** 31 - 1, math.trunc(x) if math.isfinite(x) else x)))
+
+
+def _f32(x: float) -> float:
+    """x rounded to f32."""
+    return struct.unpack("f", struct.pack("f", x))[0]
 
 
 def _check_dim_name(name: str, span: Span) -> None:
@@ -389,14 +408,18 @@ class _Typer:
 
 
 class _ConstEval:
-    """Evaluates the `scale` expression: numbers and builtin math only, in f64, then
-    checked to be a finite f32."""
+    """Evaluates the `scale` expression: numbers, arithmetic and builtin math, with the
+    language's rules (integers stay integers, exactly, through + - * // % min max abs and
+    int(); `//` floors and `//` or `%` by 0 gives 0; int() truncates, saturating at the i32
+    bounds, NaN to 0; anything with a float is a float), in f64, then checked to be a
+    finite f32."""
 
     FUNCS = {"exp": math.exp, "exp2": lambda x: math.pow(2.0, x), "log": math.log,
              "log2": math.log2, "sqrt": math.sqrt, "rsqrt": lambda x: 1 / math.sqrt(x),
              "tanh": math.tanh, "sigmoid": lambda x: 0.5 * (1.0 + math.tanh(0.5 * x)),
              "floor": lambda x: float(math.floor(x)), "ceil": lambda x: float(math.ceil(x)),
-             "abs": abs, "min": min, "max": max, "float": float, "int": lambda x: float(int(x))}
+             "abs": abs, "min": min, "max": max, "float": float, "int": lambda x: _saturating_int(x)}
+    FLOAT_RESULT = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "floor", "ceil"}
 
     def eval(self, e: ast.Expr) -> float:
         try:
@@ -411,21 +434,35 @@ class _ConstEval:
             raise AttncError("scale must be a finite f32 number", e.span)
         return value
 
-    def _eval(self, e: ast.Expr) -> float:
+    def _eval(self, e: ast.Expr) -> int | float:
         if isinstance(e, ast.Num):
-            return float(e.value)
+            return e.value if not e.is_float else float(e.value)
         if isinstance(e, ast.Unary) and e.op in "+-":
             x = self._eval(e.operand)
             return -x if e.op == "-" else x
-        if isinstance(e, ast.Binary) and e.op in ("+", "-", "*", "/"):
+        if isinstance(e, ast.Binary) and e.op in ("+", "-", "*", "/", "//", "%"):
             a, b = self._eval(e.lhs), self._eval(e.rhs)
-            return {"+": a + b, "-": a - b, "*": a * b}[e.op] if e.op != "/" else a / b
+            if e.op in INT_OPS:
+                for side, x in ((e.lhs, a), (e.rhs, b)):
+                    if not isinstance(x, int):
+                        raise AttncError(f"operator '{e.op}' needs integer operands, got a float", side.span)
+                return 0 if b == 0 else (a // b if e.op == "//" else a % b)
+            if e.op == "/":
+                return a / b
+            return {"+": a + b, "-": a - b, "*": a * b}[e.op]
         if isinstance(e, ast.Call) and e.fn in self.FUNCS:
             arity = BUILTINS[e.fn][0]
             if len(e.args) != arity:
                 plural = "argument" if arity == 1 else "arguments"
                 raise AttncError(f"{e.fn} takes {arity} {plural}, got {len(e.args)}", e.span)
-            return self.FUNCS[e.fn](*(self._eval(a) for a in e.args))
+            args = [self._eval(a) for a in e.args]
+            if e.fn in self.FLOAT_RESULT:
+                args = [float(a) for a in args]
+            if e.fn in ("min", "max") and not all(isinstance(a, int) for a in args):
+                args = [float(a) for a in args]
+            return self.FUNCS[e.fn](*args)
         if isinstance(e, ast.Name):
             raise AttncError(f"scale must be a constant expression; '{e.id}' is not a constant", e.span)
-        raise AttncError("scale must be a constant expression of numbers and math functions", e.span)
+        what = {ast.Let: "'let'", ast.Index: "a param", ast.Call: "where()"}.get(type(e), "a comparison or logic")
+        raise AttncError(f"scale must be a number: {what} has no place in it (numbers, + - * / // %, "
+                         f"and the math functions)", e.span)

@@ -110,14 +110,14 @@ class Kernel:
         """Check the arguments; raises `AttncRuntimeError` or returns what a launch will do."""
         return plan_launch(self.manifest, self._named(tensors, args), self.platform)
 
-    def bind(self, *tensors, mask_from: "BoundLaunch | None" = None, **args) -> "BoundLaunch":
+    def bind(self, /, *tensors, mask_from: "BoundLaunch | None" = None, **args) -> "BoundLaunch":
         """Checked arguments, ready to `launch`; `mask_from`: a bound launch of this bundle
         whose mask data (the block map) this one reads instead of building its own (Note
         [Reused masks])."""
         args = self._named(tensors, args)
         return BoundLaunch(self.bundle, plan_launch(self.manifest, args, self.platform), args, mask_from)
 
-    def __call__(self, *tensors, mask_from: "BoundLaunch | None" = None, **args) -> dict[str, Any]:
+    def __call__(self, /, *tensors, mask_from: "BoundLaunch | None" = None, **args) -> dict[str, Any]:
         bound = self.bind(*tensors, mask_from=mask_from, **args)
         bound.launch()
         return bound.outputs

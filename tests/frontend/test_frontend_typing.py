@@ -116,6 +116,10 @@ def test_literals():
     ("sigmoid(0)", 0.5),
     ("tanh(0.0) + 0.5", 0.5),
     ("floor(2.7) / ceil(3.2)", 0.5),
+    # the language's integer rules (found by a review): // and % floor, by 0 give 0,
+    # int() saturates at the i32 bounds
+    ("7 // 2", 3.0), ("-7 // 2 + 5", 1.0), ("7 % -3 + 3", 1.0), ("1 // 0 + 0.5", 0.5), ("abs(-9) % 4", 1.0),
+    ("float(int(3e9))", 2.0 ** 31 - 1), ("int(2.9) / 4", 0.5),
 ])
 def test_scale_is_a_constant_expression(scale, value):
     variant = load(TEMPLATE.format(hook=f"scale = {scale}"))
@@ -236,3 +240,32 @@ def test_a_scale_that_is_not_positive_is_an_error_at_the_scale(scale):
     err = expect_error(TEMPLATE.format(hook="scale = " + scale))
     assert (err.span.line, err.span.col) == SCALE_AT
     assert err.message.startswith("scale must be positive")
+
+
+@pytest.mark.parametrize("scale, message", [
+    ("1e-50", "scale 1e-50 is 0 in f32, the precision scores are computed in"),
+    ("7.0 // 2", "operator '//' needs integer operands, got a float"),
+    ("let x = 2 in x", "scale must be a number: 'let' has no place in it (numbers, + - * / // %, and the math functions)"),
+    ("where(1 < 2, 1.0, 2.0)", "scale must be a number: where() has no place in it (numbers, + - * / // %, and the math functions)"),
+])
+def test_a_scale_outside_the_language_or_f32_is_an_error(scale, message):
+    assert expect_error(TEMPLATE.format(hook="scale = " + scale)).message == message
+
+
+def test_the_lowest_i32_is_written_with_a_minus():
+    num = typed("s + -2147483648").rhs
+    assert (num.value, num.is_float, num.ty) == (-2 ** 31, False, "int")
+    for text in ("s + 2147483648", "s - 2147483648", "s + -2147483649"):
+        assert "does not fit in 32 bits" in expect_error(TEMPLATE.format(hook=f"score_mod(s, b, h, i, j) = {text}")).message
+
+
+def test_the_reserved_words_are_those_of_the_grammar_and_are_named_as_such():
+    from importlib import resources
+    import re
+    from attnc.frontend.parser import RESERVED_WORDS
+    grammar = resources.files("attnc.frontend").joinpath("grammar.lark").read_text()
+    words = set(re.findall(r'"([a-z]+)"', grammar))
+    assert words == RESERVED_WORDS
+    for word in sorted(words):
+        source = TEMPLATE.format(hook=f"param {word}: f32[H]")
+        assert expect_error(source).message == f"'{word}' is a reserved word and cannot be a name"

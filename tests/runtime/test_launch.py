@@ -499,3 +499,16 @@ def test_a_launch_waits_for_the_streams_its_arrays_are_made_on(fake_torch, fake_
     fake_driver.clear()
     kernel().bind(**torch_arguments()).launch()          # torch tensors: the call's stream is theirs
     assert [c for c in fake_driver if c[0] == "wait"] == []
+
+
+def test_a_param_may_be_named_self(fake_torch):
+    """bind and __call__ take `self` by position only, so a param of that name (which the
+    language allows) is passed by keyword like any other (found by a review)."""
+    manifest = synthetic_manifest()
+    manifest["inputs"][3]["name"] = "self"
+    manifest["kernels"][1]["params"][3]["tensor"] = "self"
+    k = Kernel(Bundle.from_files(manifest, synthetic_files(manifest)), FakePlatform())
+    args = torch_arguments()
+    args["self"] = args.pop("slopes")
+    bound = k.bind(**args)
+    assert read_params(bound._params[1], [ctypes.c_uint64] * 4)[3] == args["self"].data_ptr()
