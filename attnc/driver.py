@@ -143,11 +143,11 @@ def read_source(path: str | Path) -> bytes:
     try:
         return path.read_bytes()
     except FileNotFoundError:
-        raise AttncError(f"no such file: '{path}'", filename=str(path)) from None
+        raise AttncError(f"no such file: '{path}'", filename="attnc") from None
     except IsADirectoryError:
-        raise AttncError(f"'{path}' is a directory, not a .attn file", filename=str(path)) from None
+        raise AttncError(f"'{path}' is a directory, not a .attn file", filename="attnc") from None
     except OSError as e:
-        raise AttncError(f"cannot read '{path}': {e.strerror}", filename=str(path)) from None
+        raise AttncError(f"cannot read '{path}': {e.strerror}", filename="attnc") from None
 
 
 def lower_variant(variant: Variant):

@@ -55,7 +55,7 @@ def test_check_reports_a_source_error(tmp_path):
 
 def test_missing_file():
     status, out, err = run_attnc(["compile", "examples/nope.attn", "--emit", "mlir"])
-    assert (status, out, err) == (1, "", "examples/nope.attn: error: no such file: 'examples/nope.attn'\n")
+    assert (status, out, err) == (1, "", "attnc: error: no such file: 'examples/nope.attn'\n")
 
 
 PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-warp-specialize", "attn-alloc-smem",

@@ -158,7 +158,7 @@ def test_unsupported_arch_and_missing_file():
         compile_file("examples/mha.attn", CompileOptions(arch="sm_75"))
     with pytest.raises(AttncError) as info:
         compile_file("examples/nope.attn")
-    assert info.value.render() == "examples/nope.attn: error: no such file: 'examples/nope.attn'"
+    assert info.value.render() == "attnc: error: no such file: 'examples/nope.attn'"
 
 
 def test_compile_kernel_refuses_targets_without_a_backend(tmp_path, monkeypatch):
