@@ -151,10 +151,27 @@ def cmd_compile(args) -> int:
     options = CompileOptions(arch=args.arch, pass_pipeline=args.pass_pipeline,
                              load_passes=tuple(args.load_pass),
                              print_ir_after_all=args.print_ir_after_all, dump_dir=args.dump_dir)
+    _check_output_is_not_input(args)
     result = compile_file(args.file, options)
     _check_target(result, args.arch)
     emitter(result, Path(args.output) if args.output else None)
     return 0
+
+
+def _check_output_is_not_input(args) -> None:
+    """-o naming the input (or a folder holding it, for a bundle) would overwrite the
+    source: refused before anything is compiled."""
+    if not args.output:
+        return
+    source, out = Path(args.file), Path(args.output)
+    try:
+        same = out.exists() and source.exists() and (os.path.samefile(source, out) or (
+            out.is_dir() and source.resolve().is_relative_to(out.resolve())))
+    except OSError:
+        same = False
+    if same:
+        what = "is the input file" if not out.is_dir() else "holds the input file"
+        raise AttncError(f"-o {args.output} {what}: give another output", filename="attnc")
 
 
 def _check_target(result, arch: str) -> None:
@@ -173,6 +190,7 @@ def cmd_opt(args) -> int:
     options = CompileOptions(arch=args.arch, pass_pipeline=args.pass_pipeline,
                              load_passes=tuple(args.load_pass),
                              print_ir_after_all=args.print_ir_after_all, dump_dir=args.dump_dir)
+    _check_output_is_not_input(args)
     text = _decode(read_source(args.file), args.file)
     module = optimize_mlir(text, args.file, options)
     from attnc.ir import to_text
@@ -312,17 +330,33 @@ def _first_line(e: BaseException) -> str:
 
 
 def _write_atomically(path: Path, text: str | bytes) -> None:
-    """Write `text` to `path` through a temporary file, so a failure leaves no half file."""
+    """Write `text` to `path` through a temporary file renamed over it, so a failure
+    leaves no half file; the file gets the mode a plain `open` would give it (the old
+    file's, or 0666 less the umask). What is not a regular file (/dev/null, a pipe) or
+    is a symbolic link is written through instead, as a shell's `>` would: renaming over
+    it would replace the device, the pipe or the link."""
+    mode = "wb" if isinstance(text, bytes) else "w"
     tmp = None
     try:
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            with open(path, mode) as f:
+                f.write(text)
+            return
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
+        os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask())
+        with os.fdopen(fd, mode) as f:
             f.write(text)
         os.replace(tmp, path)
     except OSError as e:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
         raise AttncError(f"cannot write '{path}': {e.strerror}", filename="attnc") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 if __name__ == "__main__":

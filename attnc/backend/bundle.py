@@ -88,7 +88,8 @@ def write_bundle(path: str | Path, manifest: Mapping[str, Any], files: Mapping[s
     """Validate and write a bundle folder atomically (see Note [Atomic bundle writes]).
 
     `files` maps file names to contents: every code object the manifest names,
-    plus any others worth keeping beside them (e.g. a ptxas report). With
+    plus any others worth keeping beside them (e.g. a ptxas report; such a bundle is
+    then not replaced without `owned`: only files its manifest names are). With
     `replace=False` an existing bundle at `path` is kept and `FileExistsError` raised;
     anything else at `path` (a file, a folder that is not empty and holds no attnc
     manifest) is never replaced, `FileExistsError` too, unless the caller says it `owned`
@@ -96,7 +97,8 @@ def write_bundle(path: str | Path, manifest: Mapping[str, Any], files: Mapping[s
     """
     path = Path(os.path.abspath(path))      # "." and ".." by their names
     if path.exists() and not owned and not _replaceable(path):
-        raise FileExistsError(f"'{path}' exists and is not an attnc bundle: not replacing it")
+        raise FileExistsError(f"'{path}' exists and is not an attnc bundle, or holds other files too: "
+                              f"not replacing it")
     bundle = Bundle.from_files(manifest, files, path)
     for name in files:
         if name in ("", ".", "..", MANIFEST_NAME) or "/" in name or os.sep in name:
@@ -124,7 +126,8 @@ def _write_synced(file: Path, data: bytes) -> None:
 
 def _replaceable(path: Path) -> bool:
     """Whether `path` may give way to a bundle: an empty folder, or one whose manifest
-    says attnc wrote it (a user's folder or file never is)."""
+    says attnc wrote it and that holds nothing but that manifest and the code files it
+    names (a user's folder or file never is; nor is a bundle the user put files in)."""
     if not path.is_dir() or path.is_symlink():
         return False
     if not any(path.iterdir()):
@@ -133,7 +136,12 @@ def _replaceable(path: Path) -> bool:
         manifest = json.loads((path / MANIFEST_NAME).read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(manifest, dict) and manifest.get("compiler", {}).get("name") == "attnc"
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("compiler"), dict) \
+            or manifest["compiler"].get("name") != "attnc":
+        return False
+    code = manifest.get("code")
+    ours = {MANIFEST_NAME, *(code.values() if isinstance(code, dict) else ())}
+    return all(entry.name in ours and entry.is_file() and not entry.is_symlink() for entry in path.iterdir())
 
 
 def _publish(tmp: Path, path: Path, replace: bool) -> None:

@@ -149,11 +149,12 @@ def test_a_failure_mid_write_keeps_the_previous_bundle(tmp_path, monkeypatch):
 
 
 def test_replace_swaps_a_whole_bundle(tmp_path):
-    manifest = synthetic_manifest()
-    write_bundle(tmp_path / "b", manifest, {**synthetic_files(manifest), "old.txt": b"old"})
+    """Another target's bundle in the folder (other code files) gives way whole."""
+    old, manifest = synthetic_manifest("sm_90a"), synthetic_manifest()
+    write_bundle(tmp_path / "b", old, synthetic_files(old))
     write_bundle(tmp_path / "b", manifest, {name: b"new" for name in synthetic_files(manifest)})
     assert read_bundle(tmp_path / "b").code == {"cubin": b"new", "ptx": b"new"}
-    assert not (tmp_path / "b" / "old.txt").exists()
+    assert sorted(os.listdir(tmp_path / "b")) == sorted(["manifest.json", *manifest["code"].values()])
     assert os.listdir(tmp_path) == ["b"]
 
 
@@ -198,3 +199,20 @@ def test_dot_names_the_current_folder(tmp_path, monkeypatch):
     with pytest.raises(FileExistsError, match="is not an attnc bundle"):
         write_bundle(".", manifest, synthetic_files(manifest))
     assert (tmp_path / "work" / "src.attn").read_text() == "x"
+
+
+def test_a_bundle_that_holds_other_files_is_not_replaced(tmp_path):
+    """A user's file put into a bundle folder (or the folder a source lives in) is not
+    lost to the next compile into it (found by a review)."""
+    manifest = synthetic_manifest()
+    target = tmp_path / "b"
+    write_bundle(target, manifest, synthetic_files(manifest))
+    write_bundle(target, manifest, synthetic_files(manifest))      # its own files only: replaced
+    (target / "notes.txt").write_text("precious")
+    with pytest.raises(FileExistsError, match="holds other files too"):
+        write_bundle(target, manifest, synthetic_files(manifest))
+    assert (target / "notes.txt").read_text() == "precious"
+    (target / "notes.txt").unlink()
+    (target / "sub").mkdir()
+    with pytest.raises(FileExistsError, match="holds other files too"):
+        write_bundle(target, manifest, synthetic_files(manifest))

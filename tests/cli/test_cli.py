@@ -145,7 +145,8 @@ def test_a_bundle_never_replaces_what_is_not_one(tmp_path):
     target.write_text("important data")
     status, out, err = run_attnc(["compile", "examples/mha.attn", "-arch", "sm_80", "-o", str(target)])
     assert (status, out) == (1, "")
-    assert err == f"attnc: error: cannot write the bundle '{target}': '{target}' exists and is not an attnc bundle: not replacing it\n"
+    assert err == (f"attnc: error: cannot write the bundle '{target}': '{target}' exists and is not an attnc "
+                   f"bundle, or holds other files too: not replacing it\n")
     assert target.read_text() == "important data"
 
 
@@ -323,3 +324,39 @@ def test_a_pipeline_for_another_target_than_arch_is_refused(tmp_path):
     assert err == ("attnc: error: the pipeline built for sm_90a but -arch is sm_80: give -arch sm_90a, "
                    "or drop the passes' target option\n")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("emit", ["ptx", "mlir", "bundle"])
+def test_the_output_is_never_the_input(tmp_path, emit):
+    source = tmp_path / "my.attn"
+    source.write_text((ROOT / "examples" / "mha.attn").read_text())
+    out = source if emit != "bundle" else tmp_path
+    status, stdout, err = run_attnc(["compile", str(source), "--emit", emit, "-o", str(out)])
+    what = "is the input file" if emit != "bundle" else "holds the input file"
+    assert (status, stdout, err) == (1, "", f"attnc: error: -o {out} {what}: give another output\n")
+    assert source.read_text() == (ROOT / "examples" / "mha.attn").read_text()
+
+
+def test_an_output_that_is_not_a_regular_file_is_written_through(tmp_path):
+    """-o /dev/null, a pipe or a link is written as a shell's `>` writes it, not replaced
+    by a file renamed over it (found by a review: /dev/null became a file)."""
+    (tmp_path / "real.ptx").write_text("old")
+    link = tmp_path / "link.ptx"
+    link.symlink_to("real.ptx")
+    assert run_attnc(["compile", "examples/mha.attn", "--emit", "ptx", "-o", str(link)])[0] == 0
+    assert link.is_symlink() and (tmp_path / "real.ptx").read_text().startswith("//")
+    assert run_attnc(["compile", "examples/mha.attn", "--emit", "ptx", "-o", os.devnull])[0] == 0
+    assert Path(os.devnull).is_char_device()
+
+
+def test_an_output_file_gets_the_mode_open_would_give_it(tmp_path):
+    old = os.umask(0o022)
+    try:
+        fresh, kept = tmp_path / "fresh.ptx", tmp_path / "kept.ptx"
+        kept.write_text("old")
+        kept.chmod(0o640)
+        for out in (fresh, kept):
+            assert run_attnc(["compile", "examples/mha.attn", "--emit", "ptx", "-o", str(out)])[0] == 0
+        assert (fresh.stat().st_mode & 0o777, kept.stat().st_mode & 0o777) == (0o644, 0o640)
+    finally:
+        os.umask(old)
