@@ -29,11 +29,7 @@ from attnc.errors import AttncError
 
 EXIT_ERROR, EXIT_ICE = 1, 70
 
-# ATTNC_DEBUG belongs with the other knobs in attnc/config.py; until it is declared
-# there, it is declared here with the same Knob type.
-DEBUG = getattr(config, "DEBUG", None) or config.Knob(
-    "ATTNC_DEBUG", "bool", lambda: False, "0", config._parse_bool,
-    "1 to print the Python traceback of an internal compiler error.")
+DEBUG = config.DEBUG
 
 
 # --- what `--emit` produces -------------------------------------------------------------
@@ -192,7 +188,7 @@ def cmd_opt(args) -> int:
                              print_ir_after_all=args.print_ir_after_all, dump_dir=args.dump_dir)
     _check_output_is_not_input(args)
     text = _decode(read_source(args.file), args.file)
-    module = optimize_mlir(text, args.file, options)
+    module = optimize_mlir(text, args.file, options, arch_given=args.arch is not None)
     from attnc.ir import to_text
     write_output(to_text(module), Path(args.output) if args.output else None)
     return 0
@@ -256,6 +252,7 @@ def summary(v) -> str:
 def parser() -> argparse.ArgumentParser:
     from attnc.passes.pipelines import TARGETS
     p = argparse.ArgumentParser(prog="attnc", description="A compiler for attention kernels.")
+    p.add_argument("--version", action="version", version=f"attnc {_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="{check,compile,opt,passes}")
 
     check = sub.add_parser("check", help="parse and check a .attn file, print a summary")
@@ -271,7 +268,7 @@ def parser() -> argparse.ArgumentParser:
 
     opt = sub.add_parser("opt", help="run passes on attn IR (e.g. a --dump-dir file)")
     opt.add_argument("file")
-    _pipeline_arguments(opt, TARGETS)
+    _pipeline_arguments(opt, TARGETS, arch_default="the IR's target; sm_80 before attn-tile")
     opt.set_defaults(run=cmd_opt)
 
     passes = sub.add_parser("passes", help="list the passes, their options and the pipelines")
@@ -280,13 +277,22 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _pipeline_arguments(p: argparse.ArgumentParser, targets) -> None:
-    p.add_argument("-arch", "--arch", choices=targets, default="sm_80",
-                   help="target GPU architecture (default: sm_80)")
+def _version() -> str:
+    from importlib import metadata
+    try:
+        return metadata.version("attnc")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+def _pipeline_arguments(p: argparse.ArgumentParser, targets, arch_default: str | None = None) -> None:
+    p.add_argument("-arch", "--arch", choices=targets, default=None if arch_default else "sm_80",
+                   help=f"target GPU architecture (default: {arch_default or 'sm_80'})")
     p.add_argument("-o", "--output", metavar="OUT", help="output file or folder "
                    "(default for IR: standard output)")
     p.add_argument("--print-ir-after-all", action="store_true",
-                   help="print the IR after the frontend and after every pass, to stderr")
+                   help="print the IR given to the pipeline (compile: the frontend's) and after "
+                        "every pass, to stderr")
     p.add_argument("--dump-dir", metavar="DIR",
                    help="write the IR after every stage to DIR/NN-<stage>.mlir")
     p.add_argument("--pass-pipeline", metavar="TEXT",
@@ -296,8 +302,12 @@ def _pipeline_arguments(p: argparse.ArgumentParser, targets) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    cli = parser()
+    args = cli.parse_args(argv)
+    if getattr(args, "emit", None) == "cubin" and not args.output:
+        cli.error("--emit cubin writes a binary: give the file with -o")     # exit status 2
     try:
+        DEBUG.get()             # a malformed ATTNC_DEBUG is refused, as the other variables are
         return args.run(args)
     except AttncError as e:
         print(e.render(), file=sys.stderr)

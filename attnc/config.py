@@ -33,12 +33,13 @@ def _parse_bool(name: str, text: str) -> bool:
         return True
     if value in _FALSE:
         return False
-    raise AttncError(f"{text!r} is not a boolean; use one of {', '.join(_TRUE)} "
-                     f"or {', '.join(_FALSE[1:])}", filename=f"environment variable {name}")
+    raise AttncError(f"environment variable {name}={text!r} is not a boolean; use one of "
+                     f"{', '.join(_TRUE)} or {', '.join(_FALSE[1:])}", filename="attnc")
 
 
-def _parse_path(name: str, text: str) -> Path:
-    return Path(text).expanduser()
+def _parse_path(name: str, text: str) -> Path | None:
+    """A path; empty (`ATTNC_CACHE_DIR=`) is unset, not the current folder."""
+    return Path(text).expanduser() if text.strip() else None
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,8 @@ class Knob(Generic[T]):
 
     def get(self) -> T:
         text = os.environ.get(self.name)
-        return self.default() if text is None else self.parse(self.name, text)
+        value = None if text is None else self.parse(self.name, text)
+        return self.default() if value is None else value
 
 
 CACHE_DIR: Knob[Path] = Knob(
@@ -64,7 +66,11 @@ DISABLE_CACHE: Knob[bool] = Knob(
     "ATTNC_DISABLE_CACHE", "bool", lambda: False, "0", _parse_bool,
     "1 to compile every time: the cache is neither read nor written.")
 
-KNOBS: tuple[Knob, ...] = (CACHE_DIR, DISABLE_CACHE)
+DEBUG: Knob[bool] = Knob(
+    "ATTNC_DEBUG", "bool", lambda: False, "0", _parse_bool,
+    "1 to show the traceback of an internal compiler error.")
+
+KNOBS: tuple[Knob, ...] = (CACHE_DIR, DISABLE_CACHE, DEBUG)
 
 
 def cache_dir() -> Path:

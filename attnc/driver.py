@@ -11,6 +11,7 @@ located in the `.attn` file (passes locate theirs with `attnc.ir.error_at(op, ..
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import sys
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from attnc.errors import AttncError
-from attnc.frontend import Variant, load
+from attnc.frontend import Variant, load, read_source  # noqa: F401 (read_source: the CLI's)
 from attnc.passes import registry
 from attnc.passes.pipelines import (LOWERING, PIPELINE_SOURCE, TARGETS, PassSpec, format_pipeline,
                                     parse_pipeline, target_pipeline)
@@ -83,14 +84,28 @@ def compile_file(path: str | Path, options: CompileOptions = CompileOptions(), *
 
 def optimize_mlir(text: str, filename: str = "<input>",
                   options: CompileOptions = CompileOptions(), *,
-                  ir_stream: TextIO | None = None):
+                  ir_stream: TextIO | None = None, arch_given: bool = False):
     """`attnc opt`: parse attn IR (e.g. a --dump-dir file) and run a pipeline on it.
 
     Errors from the passes point at the `.attn` locations the IR carries; the
-    source line is shown when that file can be read."""
+    source line is shown when that file can be read. `options.arch` None: the target
+    the IR was tiled for (sm_80 before attn-tile); with `arch_given` (the CLI's -arch),
+    it must be that target. IR that went through attn-tile needs `pass_pipeline` (the
+    target's whole pipeline would run its passes a second time)."""
+    module = parse_ir(text, filename)
+    from attnc.ir import attention_ops, get_str
+    ops = attention_ops(module)
+    target = get_str(ops[0], "target") if ops and "target" in ops[0].attributes else None
+    if target is not None and arch_given and options.arch != target:
+        raise AttncError(f"this IR was tiled for {target} but -arch is {options.arch}: give -arch {target}, "
+                         f"or leave -arch out", filename="attnc")
+    if target is not None and options.pass_pipeline is None:
+        raise AttncError(f"this IR went through attn-tile already: give --pass-pipeline with the passes to "
+                         f"run on it (`attnc passes` shows the {target} pipeline; the dump's number says "
+                         f"how many of them ran)", filename="attnc")
+    options = dataclasses.replace(options, arch=options.arch or target or "sm_80")
     _check_arch(options.arch)
     passes = resolve_pipeline(options)
-    module = parse_ir(text, filename)
     try:
         _run_stages(module, INPUT_STAGE, passes, options, ir_stream)
     except AttncError as e:
@@ -138,18 +153,6 @@ def _run_stages(module, first_stage: str, passes: list["ResolvedPass"],
     run_passes(module, passes, observe)
 
 
-def read_source(path: str | Path) -> bytes:
-    path = Path(path)
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise AttncError(f"no such file: '{path}'", filename="attnc") from None
-    except IsADirectoryError:
-        raise AttncError(f"'{path}' is a directory, not a .attn file", filename="attnc") from None
-    except OSError as e:
-        raise AttncError(f"cannot read '{path}': {e.strerror}", filename="attnc") from None
-
-
 def lower_variant(variant: Variant):
     """The L1 module of a checked variant, in a fresh context with the attn dialect."""
     from attnc.frontend.lower import lower
@@ -171,6 +174,11 @@ def compile_kernel(source, arch: str = "sm_80", **options):
     text, filename = _source_of(source)
     if isinstance(options.get("load_passes"), (str, os.PathLike)):
         options["load_passes"] = (options["load_passes"],)
+    unknown = sorted(set(options) - {f.name for f in dataclasses.fields(CompileOptions)})
+    if unknown:
+        raise AttncError(f"attnc.compile has no option {', '.join(map(repr, unknown))}: it takes "
+                         f"{', '.join(f.name for f in dataclasses.fields(CompileOptions) if f.name != 'arch')}; "
+                         f"a pass's option goes in pass_pipeline, e.g. \"attn-tile{{block_m=64}},...\"")
     opts = CompileOptions(arch=arch, **options)
     if opts.arch not in LOWERING:
         raise AttncError(f"attnc.compile builds kernels for {' and '.join(LOWERING)} so far, not {opts.arch}")
@@ -182,7 +190,9 @@ def compile_kernel(source, arch: str = "sm_80", **options):
         art = build(compile_mlir(text, filename, opts))
         return art.manifest, art.files
 
-    bundle = KernelCache().get_or_build(key, build_bundle)
+    # Asked to show or dump the IR, it compiles: a cache hit would run no pass to show.
+    observed = opts.print_ir_after_all or opts.dump_dir is not None
+    bundle = KernelCache(enabled=False if observed else None).get_or_build(key, build_bundle)
     return attnc_runtime.Kernel(bundle)
 
 
@@ -372,10 +382,14 @@ def _printer(stream: TextIO) -> Callable:
 
 
 def _dumper(folder: Path) -> Callable:
+    """Writes stage NN to folder/NN-<stage>.mlir, after removing the NN-*.mlir files an
+    earlier run left there (a longer pipeline's would pass for this run's)."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("[0-9][0-9]-*.mlir"):
+            old.unlink()
     except OSError as e:
-        raise AttncError(f"cannot create the dump folder '{folder}': {e.strerror}",
+        raise AttncError(f"cannot prepare the dump folder '{folder}': {e.strerror}",
                          filename="attnc") from None
 
     def dump(index: int, name: str, text: str) -> None:

@@ -82,6 +82,9 @@ sys.modules[__name__].__class__ = _CallableModule
 def _variant(source) -> Variant:
     if isinstance(source, Variant):
         return source
+    if not isinstance(source, (str, bytes, os.PathLike)):
+        raise AttncError(f"reference takes a variant's text, the path of its .attn file or a loaded "
+                         f"Variant, not {type(source).__name__}")
     if isinstance(source, os.PathLike):
         return load_file(source)
     if isinstance(source, str) and "{" not in source and source.endswith(".attn"):

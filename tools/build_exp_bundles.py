@@ -1,6 +1,6 @@
 """Experiment bundles: bench_variants cases with pass options, for bench/ab_bundles.py.
 
-    PYTHONPATH=.:runtime python tools/build_exp_bundles.py OUT "ARCH|TAG|CASE|D|TILE_JSON|LOWER_JSON" ...
+    .venv/bin/python tools/build_exp_bundles.py OUT "ARCH|TAG|CASE|D|TILE_JSON|LOWER_JSON" ...
 
 Each spec builds one bundle named exp_TAG_CASE_dD_ARCH into OUT (its index.json gains
 an entry of suite "exp" with the tag): CASE one of build_gpu_bundles.BENCH_CASES (or a

@@ -25,6 +25,7 @@ import hashlib
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -106,6 +107,13 @@ class KernelCache:
             return write_bundle(entry, manifest, files, replace=False)
         except FileExistsError:
             pass
+        except OSError as e:
+            # A cache that cannot be written (a file, a read-only home) costs the caching,
+            # not the compile.
+            print(f"attnc: warning: the kernel cache at {self.root} cannot be written ({e.strerror or e}); "
+                  f"compiling without it (set ATTNC_CACHE_DIR to a writable folder, or ATTNC_DISABLE_CACHE=1)",
+                  file=sys.stderr)
+            return Bundle.from_files(manifest, files)
         existing = self.get(key)
         if existing is not None:
             return existing

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from attnc.errors import AttncError
 from attnc.frontend.parser import parse
 from attnc.frontend.sema import check
 from attnc.frontend.variant import Hook, Tensor, Variant
 
-__all__ = ["parse", "check", "load", "load_file", "Hook", "Tensor", "Variant"]
+__all__ = ["parse", "check", "load", "load_file", "read_source", "Hook", "Tensor", "Variant"]
 
 
 def load(source: str | bytes, filename: str = "<input>") -> Variant:
@@ -22,5 +23,18 @@ def load(source: str | bytes, filename: str = "<input>") -> Variant:
 
 
 def load_file(path: str | Path) -> Variant:
+    return load(read_source(path), str(path))
+
+
+def read_source(path: str | Path) -> bytes:
+    """The bytes of a source file; a file that cannot be read is an `AttncError`
+    ("attnc: error: ...", as the CLI prints refusals that have no source location)."""
     path = Path(path)
-    return load(path.read_bytes(), str(path))
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise AttncError(f"no such file: '{path}'", filename="attnc") from None
+    except IsADirectoryError:
+        raise AttncError(f"'{path}' is a directory, not a .attn file", filename="attnc") from None
+    except OSError as e:
+        raise AttncError(f"cannot read '{path}': {e.strerror}", filename="attnc") from None

@@ -176,8 +176,26 @@ def test_a_malformed_knob_is_an_error_naming_it(monkeypatch):
     monkeypatch.setenv("ATTNC_DISABLE_CACHE", "maybe")
     with pytest.raises(AttncError) as info:
         config.cache_disabled()
-    assert str(info.value) == ("environment variable ATTNC_DISABLE_CACHE: error: 'maybe' is not a "
+    assert str(info.value) == ("attnc: error: environment variable ATTNC_DISABLE_CACHE='maybe' is not a "
                                "boolean; use one of 1, true, yes, on or 0, false, no, off")
+
+
+def test_an_empty_cache_dir_is_the_default(monkeypatch, tmp_path):
+    """`ATTNC_CACHE_DIR=` is unset, not the current folder (found by a review)."""
+    monkeypatch.setenv("ATTNC_CACHE_DIR", "")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert config.cache_dir() == tmp_path / ".cache" / "attnc"
+
+
+def test_a_cache_that_cannot_be_written_warns_and_compiles(tmp_path, capsys):
+    """A cache folder that is a file (or read-only) costs the caching, not the compile."""
+    (tmp_path / "afile").write_text("")
+    cache = KernelCache(tmp_path / "afile")
+    manifest = synthetic_manifest()
+    bundle = cache.put("ab" * 32, manifest, synthetic_files(manifest))
+    assert bundle.manifest.variant == "synthetic"
+    assert capsys.readouterr().err.startswith(f"attnc: warning: the kernel cache at {tmp_path / 'afile'} "
+                                              f"cannot be written")
 
 
 def test_knob_table_documents_every_knob():

@@ -1,5 +1,6 @@
 """The `attnc` command: in-process for speed, plus two real subprocess runs."""
 import json
+import re
 import os
 import subprocess
 import sys
@@ -106,9 +107,17 @@ def test_emit_cubin_to_a_file(tmp_path):
 
 
 def test_emit_cubin_needs_o():
+    """A command-line mistake: exit status 2, before anything is compiled."""
     status, out, err = run_attnc(["compile", "examples/mha.attn", "--emit", "cubin"])
+    assert (status, out) == (2, "")
+    assert err.endswith("attnc: error: --emit cubin writes a binary: give the file with -o\n")
+
+
+def test_a_malformed_attnc_debug_is_refused(monkeypatch):
+    monkeypatch.setenv("ATTNC_DEBUG", "garbage")
+    status, out, err = run_attnc(["check", "examples/mha.attn"])
     assert (status, out) == (1, "")
-    assert err == "attnc: error: --emit cubin writes a binary: give the file with -o\n"
+    assert err.startswith("attnc: error: environment variable ATTNC_DEBUG='garbage' is not a boolean")
 
 
 def _check_bundle(folder: Path) -> dict:
@@ -360,3 +369,34 @@ def test_an_output_file_gets_the_mode_open_would_give_it(tmp_path):
         assert (fresh.stat().st_mode & 0o777, kept.stat().st_mode & 0o777) == (0o644, 0o640)
     finally:
         os.umask(old)
+
+
+def test_opt_on_tiled_ir_wants_its_target_and_a_pipeline(tmp_path):
+    """From a review: opt ran the whole pipeline again on a dump past attn-tile (an error
+    deep in a pass), and took any -arch for IR tiled for another target."""
+    dump = tmp_path / "dump"
+    assert run_attnc(["compile", "examples/mha.attn", "-arch", "sm_90a", "--dump-dir", str(dump),
+                      "--emit", "mlir", "-o", str(tmp_path / "out.mlir")])[0] == 0
+    tiled = str(dump / "02-attn-analyze-masks.mlir")
+    status, _, err = run_attnc(["opt", tiled, "-arch", "sm_80", "--pass-pipeline", "attn-warp-specialize"])
+    assert (status, err) == (1, "attnc: error: this IR was tiled for sm_90a but -arch is sm_80: give -arch "
+                                "sm_90a, or leave -arch out\n")
+    status, _, err = run_attnc(["opt", tiled])
+    assert status == 1 and err.startswith("attnc: error: this IR went through attn-tile already: give "
+                                          "--pass-pipeline")
+    status, out, _ = run_attnc(["opt", tiled, "--pass-pipeline", "attn-warp-specialize"])
+    assert status == 0 and '"attn.role"' in out
+
+
+def test_a_dump_dir_holds_only_this_run(tmp_path):
+    dump = tmp_path / "dump"
+    assert run_attnc(["compile", "examples/gemma2.attn", "--dump-dir", str(dump), "--emit", "mlir",
+                      "-o", str(tmp_path / "a.mlir")])[0] == 0
+    assert run_attnc(["compile", "examples/mha.attn", "--dump-dir", str(dump), "--emit", "mlir",
+                      "--pass-pipeline", "attn-tile", "-o", str(tmp_path / "b.mlir")])[0] == 0
+    assert sorted(p.name for p in dump.iterdir()) == ["00-frontend.mlir", "01-attn-tile.mlir"]
+
+
+def test_version():
+    status, out, _ = run_attnc(["--version"])
+    assert status == 0 and re.fullmatch(r"attnc \S+\n", out)

@@ -191,3 +191,24 @@ def test_a_failing_upstream_pass_is_reported_with_mlir_s_reason():
     assert info.value.message.startswith("the pass pipeline failed in MLIR (its passes from MLIR: "
                                          "convert-gpu-to-nvvm): 'builtin.module' op trying to schedule pass")
     assert "\n" not in info.value.message
+
+
+def test_the_python_api_refuses_what_it_cannot_take():
+    """attnc.compile's unknown options and attnc.reference's non-sources are AttncErrors
+    that say what is taken (found by a review: a TypeError, an AttributeError)."""
+    import attnc
+    with pytest.raises(AttncError, match=r"attnc.compile has no option 'block_m': it takes pass_pipeline, "):
+        attnc.compile("examples/mha.attn", block_m=64)
+    with pytest.raises(AttncError, match="reference takes a variant's text, the path of its .attn file or a "
+                                         "loaded Variant, not NoneType"):
+        attnc.reference(None)
+    with pytest.raises(AttncError, match="no such file: 'nosuch.attn'"):
+        attnc.reference("nosuch.attn")
+
+
+def test_compile_shows_the_ir_even_when_the_kernel_is_cached(tmp_path, monkeypatch):
+    import attnc
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "cache"))
+    attnc.compile("examples/mha.attn")
+    attnc.compile("examples/mha.attn", dump_dir=str(tmp_path / "dump"))
+    assert len(list((tmp_path / "dump").glob("*.mlir"))) > 3
