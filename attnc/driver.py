@@ -225,6 +225,7 @@ class ResolvedPass:
     run: Callable | None          # the pass object (an attnc pass), or
     upstream: str | None = None   # an upstream MLIR pass, as pipeline text
     origin: str = "built-in"      # where an attnc pass was defined
+    pipeline: str | None = None   # the --pass-pipeline text it was given in (None: the target's)
 
 
 def resolve_pipeline(options: CompileOptions) -> list[ResolvedPass]:
@@ -233,7 +234,7 @@ def resolve_pipeline(options: CompileOptions) -> list[ResolvedPass]:
         registry.load_pass_file(path)
     text = options.pass_pipeline
     specs = parse_pipeline(text) if text is not None else target_pipeline(options.arch)
-    return [_resolve(spec, options.arch, text) for spec in specs]
+    return [dataclasses.replace(_resolve(spec, options.arch, text), pipeline=text) for spec in specs]
 
 
 def _resolve(spec: PassSpec, arch: str, text: str | None) -> ResolvedPass:
@@ -326,8 +327,8 @@ def _attnc_pass(p: ResolvedPass, after: Callable) -> Callable:
     def run(op, pass_) -> None:
         try:
             p.run(op, pass_)
-        except AttncError:
-            raise
+        except AttncError as e:
+            raise _at_the_option(e, p) from None
         except Exception as e:
             if p.origin == "built-in":
                 raise                     # a compiler bug: the CLI reports it as one
@@ -335,6 +336,23 @@ def _attnc_pass(p: ResolvedPass, after: Callable) -> Callable:
                              f"{type(e).__name__}: {e}") from e
         after(op)
     return run
+
+
+def _at_the_option(e: AttncError, p: ResolvedPass) -> AttncError:
+    """A pass's refusal of a value the user gave an option in --pass-pipeline (its
+    message quotes `name=value`, e.g. "q_blocks_per_cta=3: expected 1 or 2", found only
+    when the kernel is built) is shown at that option in the pipeline text, as its
+    parse errors are. A refusal of what the variant needs with the options given (too
+    much shared memory for its head dim) stays at the variant."""
+    import re
+    if p.pipeline is None:
+        return e
+    for name in p.spec.options:
+        at = re.compile(rf"\b{re.escape(name)}\s*=").search(p.pipeline, p.spec.col - 1)
+        if at is not None and re.search(rf"\b{re.escape(name)}=", e.message):
+            return _pipeline_error(f"{p.spec.name}: {e.message}", PassSpec(p.spec.name, {}, at.start() + 1),
+                                   p.pipeline)
+    return e
 
 
 def _after_pass(index: int, name: str, observe: Observer) -> Callable:

@@ -320,7 +320,7 @@ def test_process_compile_gemma2_sm100a():
 def test_process_error_has_no_traceback():
     p = _attnc("compile", "examples/mha.attn", "--emit", "mlir", "--pass-pipeline", "attn-tile{block_m=7}")
     assert p.returncode == 1
-    assert p.stderr.startswith("examples/mha.attn:2:1: error: block_m=7 is not possible on sm_80")
+    assert p.stderr.startswith("--pass-pipeline:1:11: error: attn-tile: block_m=7 is not possible on sm_80")
     assert "Traceback" not in p.stderr
 
 

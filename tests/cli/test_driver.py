@@ -87,12 +87,24 @@ def test_the_empty_pipeline_leaves_l1():
 
 def test_a_pass_error_renders_with_the_attn_line():
     with pytest.raises(AttncError) as info:
-        compile_file("examples/mha.attn", CompileOptions(arch="sm_80", pass_pipeline="attn-tile{block_m=96}"))
+        compile_file("examples/mha.attn", CompileOptions(arch="sm_80", pass_pipeline="attn-analyze-masks"))
     assert info.value.render() == (
-        "examples/mha.attn:2:1: error: block_m=96 is not possible on sm_80: each of the 4 warps "
-        "owns 16-row slices, so block_m must be a multiple of 64\n"
+        "examples/mha.attn:2:1: error: attn-analyze-masks needs the tile sizes, but 'block_m' is not set: "
+        "run attn-tile before it\n"
         "attention mha {\n"
         "^")
+
+
+def test_a_refused_option_value_renders_at_the_option():
+    """Found only when the pass runs, still an option mistake: shown where it was typed
+    (README: every mistake in a pass option, with a caret), from a review."""
+    with pytest.raises(AttncError) as info:
+        compile_file("examples/mha.attn", CompileOptions(arch="sm_80", pass_pipeline="attn-tile{block_m=96}"))
+    assert info.value.render() == (
+        "--pass-pipeline:1:11: error: attn-tile: block_m=96 is not possible on sm_80: each of the 4 warps "
+        "owns 16-row slices, so block_m must be a multiple of 64\n"
+        "attn-tile{block_m=96}\n"
+        "          ^")
 
 
 def test_pipeline_errors_point_into_the_pipeline_text():

@@ -1,5 +1,6 @@
-// Every error attn-tile raises, each at the .attn location of the attn.attention op
-// it tiles (the first op of the module fails first).
+// Every error attn-tile raises: a refused option value at the option in --pass-pipeline,
+// the others at the .attn location of the attn.attention op it tiles (the first op of
+// the module fails first).
 //
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile{target=sm_75}" 2>&1 | filecheck %s --check-prefix=TARGET
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile{block_m=0}" 2>&1 | filecheck %s --check-prefix=ZERO
@@ -17,16 +18,16 @@
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile{block_n=128}" 2>&1 | filecheck %s --check-prefix=REGS
 
 // TARGET: tile_errors.attn:2:1: error: unsupported target 'sm_75'; supported targets are sm_80, sm_90a, sm_100a
-// ZERO: tile_errors.attn:2:1: error: block_m=0 must be at least 1
-// WARPS80: tile_errors.attn:2:1: error: num_warps=6 is not possible on sm_80: its kernel layout uses 4 or 8 warps
-// WARPS100: tile_errors.attn:2:1: error: num_warps=8 is not possible on sm_100a: its kernel layout uses 16 warps
-// BLOCKM80: tile_errors.attn:2:1: error: block_m=96 is not possible on sm_80: each of the 4 warps owns 16-row slices, so block_m must be a multiple of 64
-// BLOCKM90: tile_errors.attn:2:1: error: block_m=64 is not possible on sm_90a: each of the 2 consumer warpgroups owns 64-row wgmma tiles, so block_m must be a multiple of 128
-// BLOCKM100: tile_errors.attn:2:1: error: block_m=64 is not possible on sm_100a: a Q tile is one tcgen05.mma of 128 rows (one row per softmax thread)
-// BLOCKN: tile_errors.attn:2:1: error: block_n=40 is not possible on sm_80: it must be a multiple of 16 (the k-step of P.V) and at most 256
-// BLOCKNMAX: tile_errors.attn:2:1: error: block_n=272 is not possible on sm_90a: it must be a multiple of 16 (the k-step of P.V) and at most 256
-// STAGES: tile_errors.attn:2:1: error: stages=1 is not possible on sm_90a: the K/V pipeline needs 2 to 8 stages
-// QTILES: tile_errors.attn:2:1: error: q_tiles=2 is not possible on sm_80: a CTA holds 1 Q tile(s)
+// ZERO: --pass-pipeline:1:11: error: attn-tile: block_m=0 must be at least 1
+// WARPS80: --pass-pipeline:1:11: error: attn-tile: num_warps=6 is not possible on sm_80: its kernel layout uses 4 or 8 warps
+// WARPS100: --pass-pipeline:1:11: error: attn-tile: num_warps=8 is not possible on sm_100a: its kernel layout uses 16 warps
+// BLOCKM80: --pass-pipeline:1:11: error: attn-tile: block_m=96 is not possible on sm_80: each of the 4 warps owns 16-row slices, so block_m must be a multiple of 64
+// BLOCKM90: --pass-pipeline:1:11: error: attn-tile: block_m=64 is not possible on sm_90a: each of the 2 consumer warpgroups owns 64-row wgmma tiles, so block_m must be a multiple of 128
+// BLOCKM100: --pass-pipeline:1:11: error: attn-tile: block_m=64 is not possible on sm_100a: a Q tile is one tcgen05.mma of 128 rows (one row per softmax thread)
+// BLOCKN: --pass-pipeline:1:11: error: attn-tile: block_n=40 is not possible on sm_80: it must be a multiple of 16 (the k-step of P.V) and at most 256
+// BLOCKNMAX: --pass-pipeline:1:11: error: attn-tile: block_n=272 is not possible on sm_90a: it must be a multiple of 16 (the k-step of P.V) and at most 256
+// STAGES: --pass-pipeline:1:11: error: attn-tile: stages=1 is not possible on sm_90a: the K/V pipeline needs 2 to 8 stages
+// QTILES: --pass-pipeline:1:11: error: attn-tile: q_tiles=2 is not possible on sm_80: a CTA holds 1 Q tile(s)
 // SMEM: tile_errors.attn:2:1: error: the tile needs 288 KB of shared memory (Q 32 KB + K/V 256 KB) but sm_80 has 163 KB: lower block_n, stages or block_m
 // TMEM: tile_errors.attn:2:1: error: S and O need 640 TMEM columns (2 x (192 + 128)) but sm_100a has 512: lower block_n or q_tiles
 // REGS: tile_errors.attn:2:1: error: S and O accumulators need 256 registers per thread (128 rows x (128 + 128) f32 over 128 threads), more than the 192 sm_80 leaves for them: lower block_m or block_n, or raise num_warps
