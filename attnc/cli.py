@@ -304,6 +304,10 @@ def _pipeline_arguments(p: argparse.ArgumentParser, targets, arch_default: str |
 def main(argv: list[str] | None = None) -> int:
     cli = parser()
     args = cli.parse_args(argv)
+    if getattr(args, "output", None) == "-":        # standard output, for the text outputs
+        if getattr(args, "emit", "mlir") in ("cubin", "bundle"):
+            cli.error(f"-o -: --emit {args.emit} writes files, not text: give a path")     # exit status 2
+        args.output = None
     if getattr(args, "emit", None) == "cubin" and not args.output:
         cli.error("--emit cubin writes a binary: give the file with -o")     # exit status 2
     try:

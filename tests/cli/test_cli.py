@@ -400,3 +400,11 @@ def test_a_dump_dir_holds_only_this_run(tmp_path):
 def test_version():
     status, out, _ = run_attnc(["--version"])
     assert status == 0 and re.fullmatch(r"attnc \S+\n", out)
+
+
+def test_dash_is_standard_output_for_text(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    status, out, _ = run_attnc(["compile", str(ROOT / "examples" / "mha.attn"), "--emit", "ptx", "-o", "-"])
+    assert status == 0 and out.startswith("//") and not (tmp_path / "-").exists()
+    status, _, err = run_attnc(["compile", str(ROOT / "examples" / "mha.attn"), "-o", "-"])
+    assert status == 2 and err.endswith("-o -: --emit bundle writes files, not text: give a path\n")
