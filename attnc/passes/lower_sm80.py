@@ -159,6 +159,7 @@ def lower_sm80(module, pass_target: str | None = None, **choices) -> None:
     unknown = set(choices) - set(KERNEL_CHOICES)
     if unknown:
         raise TypeError(f"lower_sm80: no option {', '.join(sorted(unknown))}")
+    _check_default_plan(module, pass_name)
     for op in ops:
         record_choices(op, choices)
     result = compile_result_of(module)
@@ -197,6 +198,66 @@ def compile_result_of(module):
     source = ir.StringAttr(attrs["attn.source"]).value
     filename = ir.StringAttr(attrs["attn.filename"]).value if "attn.filename" in attrs else "<input>"
     return CompileResult(load(source, filename), _module_op(module))
+
+
+# The passes between the mask analysis and the verifier: what they write is the plan.
+PLAN_PASSES = ("attn-warp-specialize", "attn-alloc-smem", "attn-alloc-tmem", "attn-insert-pipelines")
+
+
+def _check_default_plan(module, pass_name: str) -> None:
+    """Note [The lowerings build the default plan]: the kernels of attn-lower-sm80 and
+    attn-lower-sm90a are built from the tile (attn-tile's attributes), the mask analysis
+    and their own options; of the L3-L5 plan they read only the K/V channel's stages,
+    and their kernel is the plan PLAN_PASSES make with their defaults. So a plan that is
+    not that one -- made with other options of those passes (`consumers=1`), or edited
+    by hand (a buffer's offset, a role's registers, a channel's stages) -- would be
+    silently built as the default: it is refused instead, naming the first difference.
+    The plan passes are run again with their defaults on a copy of the module whose plan
+    ops are removed, and every plan op's attributes are compared. A researcher changes
+    the kernel through the tile (attn-tile's options) and the lowering's options; a
+    lowering that follows any plan is work to come."""
+    from mlir import ir
+
+    from attnc.ir import attention_ops, error_at
+    from attnc.passes import registry
+    from attnc.passes.plan_ir import OP_OF, plan_ops
+
+    op = _module_op(module)
+    with op.context:
+        copy = ir.Module.parse(str(op))
+    for attention in attention_ops(copy):
+        for kind in OP_OF:
+            for planned in plan_ops(attention, kind):
+                planned.erase()
+    for name in PLAN_PASSES:
+        registry.instantiate(registry.lookup(name), {})(copy.operation)
+    for given, default in zip(attention_ops(module), attention_ops(copy)):
+        for kind, op_name in OP_OF.items():
+            ours = [_attributes(o) for o in plan_ops(given, kind)]
+            theirs = [_attributes(o) for o in plan_ops(default, kind)]
+            if ours == theirs:
+                continue
+            why = _first_difference(op_name, ours, theirs)
+            raise error_at(given, f"{pass_name} builds the plan that {', '.join(PLAN_PASSES)} make with their "
+                                  f"default options for this tile, and this plan is another: {why}. Change the "
+                                  f"kernel through attn-tile's options or the lowering's (Note [The lowerings "
+                                  f"build the default plan])")
+
+
+def _attributes(op) -> dict[str, str]:
+    return {name: str(op.attributes[name]) for name in op.attributes}
+
+
+def _first_difference(op_name: str, ours: list[dict], theirs: list[dict]) -> str:
+    if len(ours) != len(theirs):
+        return f"it has {len(ours)} {op_name} ops, the default plan {len(theirs)}"
+    for mine, default in zip(ours, theirs):
+        for key in sorted(mine.keys() | default.keys()):
+            if mine.get(key) != default.get(key):
+                label = mine.get("name", default.get("name", ""))
+                return (f"{op_name} {label} has {key} = {mine.get(key, '(none)')}, the default plan "
+                        f"{default.get(key, '(none)')}")
+    return f"its {op_name} ops are in another order"
 
 
 def _module_op(module):

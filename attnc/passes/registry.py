@@ -257,7 +257,10 @@ def parse_option(pass_name: str, option: Option, text: str) -> Any:
         except ValueError:
             raise AttncError(f"option '{option.name}' of {pass_name} expects a number, "
                              f"got '{text}'") from None
-    return text
+    if base is str or base is typing.Any:
+        return text
+    raise AttncError(f"option '{option.name}' of {pass_name} is declared {getattr(base, '__name__', base)}, "
+                     f"which a pipeline cannot give: options are str, int, float or bool")
 
 
 def _base_type(ty: Any) -> Any:

@@ -31,7 +31,8 @@ from collections import deque
 from dataclasses import dataclass
 
 from attnc.schedule.alloc import Buffer
-from attnc.schedule.recipes import Recipe, Role
+from attnc.errors import AttncError
+from attnc.schedule.recipes import Recipe, Role, check_register_budget
 from attnc.schedule.sync import Barrier
 
 MAX_STATES = 2_000_000
@@ -53,9 +54,11 @@ class _Side:
 def verify(recipe: Recipe, barriers: list[Barrier], buffers: list[Buffer]) -> list[Violation]:
     """Every violation of the plan's protocol (empty: it is sound). A channel whose ring
     alternates K and V tiles in one slot (`Channel.alternating`) has slots of the larger."""
+    out = _impossible(recipe, barriers, buffers)
+    if out:
+        return out          # the machine below would divide by them, or walk nothing
     by_role = {r.name: r for r in recipe.roles}
     alternating = {c.name: c.alternating for c in recipe.channels}
-    out: list[Violation] = []
     rings: dict[str, dict[str, Barrier]] = {}
     for b in barriers:
         if b.kind == "mbarrier":
@@ -85,6 +88,30 @@ def verify(recipe: Recipe, barriers: list[Barrier], buffers: list[Buffer]) -> li
             continue
         slot = _slot_bytes(channel, buffers, alternating.get(channel, False))
         out.extend(_Ring(full, empty, by_role, slot).run())
+    return out
+
+
+def _impossible(recipe: Recipe, barriers: list[Barrier], buffers: list[Buffer]) -> list[Violation]:
+    """Values no plan can hold (a plan edited by hand): counts below 1, negative sizes,
+    register budgets setmaxnreg cannot set or the register file cannot hold."""
+    out = []
+    for c in recipe.channels:
+        if c.stages < 1:
+            out.append(Violation(c.name, f"channel {c.name!r} has {c.stages} stages: at least 1"))
+    for b in buffers:
+        if b.stages < 1 or b.size <= 0 or b.offset < 0:
+            out.append(Violation(b.name, f"buffer {b.name!r} has offset {b.offset}, size {b.size}, "
+                                         f"{b.stages} stages: the offset must be at least 0, the size and "
+                                         f"the stages at least 1"))
+    for b in barriers:
+        if b.stages < 1 or b.arrive_count < 0 or b.tx_bytes < 0:
+            out.append(Violation(b.name, f"barrier {b.name!r} has {b.stages} stages, arrive count "
+                                         f"{b.arrive_count}, tx_bytes {b.tx_bytes}: the stages must be at "
+                                         f"least 1, the others at least 0"))
+    try:
+        check_register_budget(recipe)       # what attn-warp-specialize checks of its own budgets
+    except AttncError as e:
+        out.append(Violation("registers", e.message))
     return out
 
 

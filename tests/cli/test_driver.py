@@ -224,3 +224,27 @@ def test_compile_shows_the_ir_even_when_the_kernel_is_cached(tmp_path, monkeypat
     attnc.compile("examples/mha.attn")
     attnc.compile("examples/mha.attn", dump_dir=str(tmp_path / "dump"))
     assert len(list((tmp_path / "dump").glob("*.mlir"))) > 3
+
+
+def test_an_option_of_a_type_a_pipeline_cannot_give_is_refused(tmp_path):
+    """From a review: `sizes: tuple` took the text '3' as is."""
+    path = tmp_path / "sizes_pass.py"
+    path.write_text(textwrap.dedent("""
+        from dataclasses import dataclass
+        from typing import ClassVar
+        from attnc.passes import Pass, register
+
+        @register
+        @dataclass(frozen=True)
+        class Sizes(Pass):
+            name: ClassVar[str] = "my-pass"
+            sizes: tuple = (1, 2)
+
+            def run(self, module):
+                pass
+        """))
+    path = str(path)
+    with pytest.raises(AttncError, match="option 'sizes' of my-pass is declared tuple, which a pipeline cannot "
+                                         "give: options are str, int, float or bool"):
+        compile_file("examples/mha.attn", CompileOptions(arch="sm_80", load_passes=(path,),
+                                                         pass_pipeline="my-pass{sizes=3}"))

@@ -87,3 +87,27 @@ def test_an_edited_plan_is_refused_by_attnc_opt(tmp_path):
     # both rings released by the consumers (q and kv) had their count halved
     assert done.stderr.startswith("examples/mha.attn:2:1: error: attn-verify-pipeline: ring 'q'")
     assert "mbar_kv_empty counts 4" in done.stderr
+
+
+@pytest.mark.parametrize("change, expect", [
+    (lambda buffers, barriers: ([dataclasses.replace(buffers[1], stages=0)] + buffers[2:], barriers),
+     "has offset"),                                                   # stages 0: was a ZeroDivisionError
+    (lambda buffers, barriers: ([dataclasses.replace(b, size=-b.size) for b in buffers], barriers),
+     "the size and the stages at least 1"),
+    (lambda buffers, barriers: (buffers, [dataclasses.replace(b, tx_bytes=-1) for b in barriers]),
+     "the stages must be at least 1, the others at least 0"),
+])
+def test_impossible_values_are_named_not_simulated(change, expect):
+    """A plan edited by hand with values no plan holds (found by a review: a crash, or a
+    plan of negative sizes that passed)."""
+    recipe, barriers, buffers = plan("gemma2", "sm_100a")
+    buffers, barriers = change(list(buffers), list(barriers))
+    found = verify(recipe, barriers, buffers)
+    assert found and any(expect in v.message for v in found)
+
+
+def test_register_budgets_an_sm_cannot_hold_are_named():
+    recipe, barriers, buffers = plan("gemma2", "sm_100a")
+    greedy = dataclasses.replace(recipe, roles=tuple(dataclasses.replace(r, regs=256) if r.regs else r
+                                                     for r in recipe.roles))
+    assert any("more than the 65536 of the register file" in v.message for v in verify(greedy, barriers, buffers))
