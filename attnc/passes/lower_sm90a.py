@@ -8,8 +8,9 @@ tiles through descriptors, P from registers), in warpgroups of 64 query rows.
 Two kernels: with 64-row Q tiles (one warpgroup, several CTAs per SM) block_m/16 warps
 all load and compute (sm90.py); with two warpgroups of 64 rows at head dim 128, a
 producer warpgroup loads into an mbarrier ring that the consumer warpgroups read, and
-setmaxnreg moves registers from it to them (sm90_ws.py, Note [Producer warpgroup]), as
-the plan of attn-warp-specialize and attn-insert-pipelines says; for a band (a sliding
+setmaxnreg moves registers from it to them (sm90_ws.py, Note [Producer warpgroup]), the
+plan attn-warp-specialize and attn-insert-pipelines make by default (another plan is
+refused: Note [The lowerings build the default plan] in lower_sm80.py); for a band (a sliding
 window) its CTAs are persistent, one per SM looping over the query blocks (Note
 [Persistent CTAs], option `persistent`). Not yet: TMA (the
 producer's copies are cp.async) and, by default, the consumers' ping-pong (the option

@@ -4,7 +4,9 @@
 Each op is the IR form of one frozen value of attnc/schedule (`Role`, `Channel`,
 `Buffer`, `Barrier`): one attribute per field, so a pass reads what the previous
 pass wrote, never recomputes it, and a researcher can edit the plan in a dumped
-`.mlir` file and re-run the later passes (`attnc opt`).
+`.mlir` file and re-run the later plan passes and the verifier on it (`attnc opt`).
+The lowerings build only the plan the plan passes make by default, and refuse
+another (Note [The lowerings build the default plan] in lower_sm80.py).
 """
 from __future__ import annotations
 
