@@ -85,26 +85,20 @@ def test_the_empty_pipeline_leaves_l1():
     assert "block_m" not in op.attributes
 
 
-def test_a_pass_error_renders_with_the_attn_line():
+@pytest.mark.parametrize("pipeline, rendered", [
+    # a pass's refusal of the variant: at the variant
+    ("attn-analyze-masks", "examples/mha.attn:2:1: error: attn-analyze-masks needs the tile sizes, but 'block_m' "
+                           "is not set: run attn-tile before it\nattention mha {\n^"),
+    # a refused option value, found only when the pass runs, is still an option mistake: where it was
+    # typed (README: every mistake in a pass option, with a caret), from a review
+    ("attn-tile{block_m=96}", "--pass-pipeline:1:11: error: attn-tile: block_m=96 is not possible on sm_80: each "
+                              "of the 4 warps owns 16-row slices, so block_m must be a multiple of 64\n"
+                              "attn-tile{block_m=96}\n          ^"),
+])
+def test_a_pass_error_renders_where_its_cause_is(pipeline, rendered):
     with pytest.raises(AttncError) as info:
-        compile_file("examples/mha.attn", CompileOptions(arch="sm_80", pass_pipeline="attn-analyze-masks"))
-    assert info.value.render() == (
-        "examples/mha.attn:2:1: error: attn-analyze-masks needs the tile sizes, but 'block_m' is not set: "
-        "run attn-tile before it\n"
-        "attention mha {\n"
-        "^")
-
-
-def test_a_refused_option_value_renders_at_the_option():
-    """Found only when the pass runs, still an option mistake: shown where it was typed
-    (README: every mistake in a pass option, with a caret), from a review."""
-    with pytest.raises(AttncError) as info:
-        compile_file("examples/mha.attn", CompileOptions(arch="sm_80", pass_pipeline="attn-tile{block_m=96}"))
-    assert info.value.render() == (
-        "--pass-pipeline:1:11: error: attn-tile: block_m=96 is not possible on sm_80: each of the 4 warps "
-        "owns 16-row slices, so block_m must be a multiple of 64\n"
-        "attn-tile{block_m=96}\n"
-        "          ^")
+        compile_file("examples/mha.attn", CompileOptions(arch="sm_80", pass_pipeline=pipeline))
+    assert info.value.render() == rendered
 
 
 def test_pipeline_errors_point_into_the_pipeline_text():
@@ -119,7 +113,9 @@ def test_pipeline_errors_point_into_the_pipeline_text():
         "--pass-pipeline:1:5: error: option 'block_m' of attn-tile expects an integer, got 'x'")
 
 
-def _user_pass(tmp_path, body: str) -> str:
+def _user_pass(tmp_path, body: str, fields: str = "") -> str:
+    """A pass file of the pass "user" whose run(module) is `body`, with the dataclass
+    fields (options) `fields`."""
     path = tmp_path / "user_pass.py"
     path.write_text(textwrap.dedent("""
         from dataclasses import dataclass
@@ -131,9 +127,8 @@ def _user_pass(tmp_path, body: str) -> str:
         class User(Pass):
             '''A test pass.'''
             name: ClassVar[str] = "user"
-
-            def run(self, module):
-        """) + textwrap.indent(textwrap.dedent(body), " " * 8))
+        """) + textwrap.indent(fields, " " * 4) + "\n    def run(self, module):\n"
+        + textwrap.indent(textwrap.dedent(body), " " * 8))
     return str(path)
 
 
@@ -228,23 +223,8 @@ def test_compile_shows_the_ir_even_when_the_kernel_is_cached(tmp_path, monkeypat
 
 def test_an_option_of_a_type_a_pipeline_cannot_give_is_refused(tmp_path):
     """From a review: `sizes: tuple` took the text '3' as is."""
-    path = tmp_path / "sizes_pass.py"
-    path.write_text(textwrap.dedent("""
-        from dataclasses import dataclass
-        from typing import ClassVar
-        from attnc.passes import Pass, register
-
-        @register
-        @dataclass(frozen=True)
-        class Sizes(Pass):
-            name: ClassVar[str] = "my-pass"
-            sizes: tuple = (1, 2)
-
-            def run(self, module):
-                pass
-        """))
-    path = str(path)
-    with pytest.raises(AttncError, match="option 'sizes' of my-pass is declared tuple, which a pipeline cannot "
+    path = _user_pass(tmp_path, "pass\n", fields="sizes: tuple = (1, 2)\n")
+    with pytest.raises(AttncError, match="option 'sizes' of user is declared tuple, which a pipeline cannot "
                                          "give: options are str, int, float or bool"):
         compile_file("examples/mha.attn", CompileOptions(arch="sm_80", load_passes=(path,),
-                                                         pass_pipeline="my-pass{sizes=3}"))
+                                                         pass_pipeline="user{sizes=3}"))
