@@ -332,10 +332,17 @@ def _attnc_pass(p: ResolvedPass, after: Callable) -> Callable:
         except Exception as e:
             if p.origin == "built-in":
                 raise                     # a compiler bug: the CLI reports it as one
-            raise AttncError(f"pass '{p.spec.name}' (from {p.origin}) failed: "
-                             f"{type(e).__name__}: {e}") from e
+            raise AttncError(f"pass '{p.spec.name}' (from {p.origin}) failed{_where_in(p.origin, e)}: "
+                             f"{type(e).__name__}: {e} (ATTNC_DEBUG=1 shows the traceback)") from e
         after(op)
     return run
+
+
+def _where_in(origin: str, e: BaseException) -> str:
+    """' at FILE:LINE', the last frame of the exception in the pass's own file, if any."""
+    import traceback
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if Path(f.filename) == Path(origin)]
+    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
 
 
 def _at_the_option(e: AttncError, p: ResolvedPass) -> AttncError:

@@ -136,7 +136,9 @@ def test_a_user_pass_that_raises_is_reported_as_its_failure(tmp_path):
     path = _user_pass(tmp_path, "{}['missing']\n")
     with pytest.raises(AttncError) as info:
         compile_file("examples/mha.attn", CompileOptions(load_passes=(path,), pass_pipeline="user"))
-    assert info.value.message == f"pass 'user' (from {path}) failed: KeyError: 'missing'"
+    line = open(path).read().splitlines().index("        {}['missing']") + 1
+    assert info.value.message == (f"pass 'user' (from {path}) failed at {path}:{line}: KeyError: 'missing' "
+                                  f"(ATTNC_DEBUG=1 shows the traceback)")
 
 
 def test_a_user_pass_that_breaks_the_ir_is_named(tmp_path):
