@@ -65,7 +65,8 @@ def alloc_smem(recipe: Recipe, tile: Tile) -> tuple[Buffer, ...]:
     if offset > recipe.smem_bytes:
         parts = ", ".join(f"{b.name} {b.size}" for b in buffers if b.alias_of is None)
         raise AttncError(f"shared memory plan needs {offset} bytes ({parts}) but {recipe.target} "
-                         f"allows {recipe.smem_bytes}; lower 'stages' or 'block_n' (attn-tile)")
+                         f"allows {recipe.smem_bytes}; lower 'stages' or 'block_n'"
+                         f"{' or q_tiles' if tile.q_tiles > 1 else ''} (attn-tile)")
     return buffers
 
 
