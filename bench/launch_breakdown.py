@@ -6,7 +6,8 @@ kernel), timed by the CUDA profiler (torch.profiler), averaged over --iters laun
                                       [--archs sm_80] [--iters 50]
 
 Run on the GPU machine with bundles built by tools/build_gpu_bundles.py --suites
-bench_variants. The sum is GPU busy time; the gaps between launches are not in it.
+bench_variants. The sum is GPU busy time; the gaps between launches are not in it (the
+time a launch takes between CUDA events, gaps included, is printed beside it).
 """
 from __future__ import annotations
 
@@ -42,6 +43,21 @@ def breakdown(bound, iters: int, reuse: bool) -> list[tuple[str, float, int]]:
     return [(name, total[name] / iters, count[name] // iters) for name in total]
 
 
+def elapsed(bound, iters: int, reuse: bool) -> float:
+    """Mean microseconds per launch between two CUDA events, gaps included (beside the
+    profiler's busy time, which leaves them out)."""
+    for _ in range(5):
+        bound.launch(reuse_mask=reuse)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(iters):
+        bound.launch(reuse_mask=reuse)
+    end.record()
+    torch.cuda.synchronize()
+    return 1000.0 * start.elapsed_time(end) / iters
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bundles", required=True)
@@ -67,7 +83,8 @@ def main() -> int:
                 for reuse in (False, True):
                     rows = breakdown(bound, args.iters, reuse)
                     print(f"{arch} {case} d={d} {'mask reused' if reuse else 'mask built'}: "
-                          f"{sum(us for _, us, _ in rows):.1f} us busy")
+                          f"{sum(us for _, us, _ in rows):.1f} us busy, "
+                          f"{elapsed(bound, args.iters, reuse):.1f} us a launch between events")
                     for name, us, calls in sorted(rows, key=lambda r: -r[1]):
                         print(f"    {us:9.1f} us  x{calls}  {name[:90]}")
     return 0
