@@ -132,8 +132,7 @@ EMITTERS: dict[str, Callable | Unavailable] = {
 
 # --- commands ---------------------------------------------------------------------------
 def cmd_check(args) -> int:
-    from attnc.driver import read_source
-    from attnc.frontend import load
+    from attnc.frontend import load, read_source
     variant = load(read_source(args.file), args.file)
     print(summary(variant))
     return 0
@@ -173,16 +172,16 @@ def _check_output_is_not_input(args) -> None:
 def _check_target(result, arch: str) -> None:
     """A pipeline whose passes were told another target (attn-tile{target=...}) than
     -arch would write code for that target under -arch's name: refused."""
-    from attnc.ir import attention_ops, get_str
-    ops = attention_ops(result.module)
-    target = get_str(ops[0], "target") if ops and "target" in ops[0].attributes else None
+    from attnc.ir import planned_target
+    target = planned_target(result.module)
     if target is not None and target != arch:
         raise AttncError(f"the pipeline built for {target} but -arch is {arch}: give -arch {target}, "
                          f"or drop the passes' target option", filename="attnc")
 
 
 def cmd_opt(args) -> int:
-    from attnc.driver import CompileOptions, optimize_mlir, read_source
+    from attnc.driver import CompileOptions, optimize_mlir
+    from attnc.frontend import read_source
     options = CompileOptions(arch=args.arch, pass_pipeline=args.pass_pipeline,
                              load_passes=tuple(args.load_pass),
                              print_ir_after_all=args.print_ir_after_all, dump_dir=args.dump_dir)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from attnc.errors import AttncError
-from attnc.frontend import Variant, load, read_source  # noqa: F401 (read_source: the CLI's)
+from attnc.frontend import Variant, load, read_source
 from attnc.passes import registry
 from attnc.passes.pipelines import (LOWERING, PIPELINE_SOURCE, TARGETS, PassSpec, format_pipeline,
                                     parse_pipeline, target_pipeline)
@@ -93,9 +93,8 @@ def optimize_mlir(text: str, filename: str = "<input>",
     it must be that target. IR that went through attn-tile needs `pass_pipeline` (the
     target's whole pipeline would run its passes a second time)."""
     module = parse_ir(text, filename)
-    from attnc.ir import attention_ops, get_str
-    ops = attention_ops(module)
-    target = get_str(ops[0], "target") if ops and "target" in ops[0].attributes else None
+    from attnc.ir import planned_target
+    target = planned_target(module)
     if target is not None and arch_given and options.arch != target:
         raise AttncError(f"this IR was tiled for {target} but -arch is {options.arch}: give -arch {target}, "
                          f"or leave -arch out", filename="attnc")
@@ -234,7 +233,7 @@ def resolve_pipeline(options: CompileOptions) -> list[ResolvedPass]:
         registry.load_pass_file(path)
     text = options.pass_pipeline
     specs = parse_pipeline(text) if text is not None else target_pipeline(options.arch)
-    return [dataclasses.replace(_resolve(spec, options.arch, text), pipeline=text) for spec in specs]
+    return [_resolve(spec, options.arch, text) for spec in specs]
 
 
 def _resolve(spec: PassSpec, arch: str, text: str | None) -> ResolvedPass:
@@ -252,7 +251,7 @@ def _resolve(spec: PassSpec, arch: str, text: str | None) -> ResolvedPass:
     if "target" in {o.name for o in info.options}:
         options.setdefault("target", arch)
     try:
-        return ResolvedPass(spec, registry.instantiate(info, options), origin=info.origin)
+        return ResolvedPass(spec, registry.instantiate(info, options), origin=info.origin, pipeline=text)
     except AttncError as e:
         raise _pipeline_error(e.message, spec, text) from None
 

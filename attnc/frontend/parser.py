@@ -168,7 +168,13 @@ def _parse_tree(text: str) -> lark.Tree:
         raise AttncError("unexpected end of file", _end_span(text)) from None
 
 
-RESERVED_WORDS = frozenset({"attention", "param", "out", "dim", "scale", "let", "in", "and", "or", "not"})
+@functools.lru_cache(maxsize=1)
+def reserved_words() -> frozenset[str]:
+    """The grammar's keywords (its word terminals), which the basic lexer reserves everywhere."""
+    return frozenset(t.pattern.value for t in _lark().terminals
+                     if isinstance(t.pattern, lark.lexer.PatternStr) and t.pattern.value.isalpha())
+
+
 _OPERATOR_HINTS = {"&": "'and'", "|": "'or'", "!": "'not', or '!=' for inequality"}
 
 
@@ -210,7 +216,7 @@ def _unexpected_token_message(e: lark.UnexpectedToken) -> str:
         what = f"'{tok}'"
     if tok.type == "COMP_OP" and "AND" in e.expected:
         return f"unexpected '{tok}': comparisons do not chain; write 'a < b and b < c'"
-    if str(tok) in RESERVED_WORDS and "NAME" in e.expected and set(e.expected) <= {"NAME", "RPAR"}:
+    if str(tok) in reserved_words() and "NAME" in e.expected and set(e.expected) <= {"NAME", "RPAR"}:
         return f"'{tok}' is a reserved word and cannot be a name"
     if tok.type == "EQUAL" and "COMP_OP" in e.expected:
         return "unexpected '=': equality is '=='"

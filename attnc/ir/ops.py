@@ -75,6 +75,13 @@ def get_int(op: ir.Operation, key: str) -> int:
     return attr.value
 
 
+def planned_target(root) -> str | None:
+    """The target attn-tile gave the first attn.attention under `root`; None before
+    attn-tile, or without an attention op."""
+    ops = attention_ops(root)
+    return get_str(ops[0], "target") if ops and "target" in ops[0].attributes else None
+
+
 def get_str(op: ir.Operation, key: str) -> str:
     attr = _get(op, key)
     if not isinstance(attr, ir.StringAttr):

@@ -262,10 +262,10 @@ def test_the_lowest_i32_is_written_with_a_minus():
 def test_the_reserved_words_are_those_of_the_grammar_and_are_named_as_such():
     from importlib import resources
     import re
-    from attnc.frontend.parser import RESERVED_WORDS
+    from attnc.frontend.parser import reserved_words
     grammar = resources.files("attnc.frontend").joinpath("grammar.lark").read_text()
     words = set(re.findall(r'"([a-z]+)"', grammar))
-    assert words == RESERVED_WORDS
+    assert words == reserved_words()
     for word in sorted(words):
         source = TEMPLATE.format(hook=f"param {word}: f32[H]")
         assert expect_error(source).message == f"'{word}' is a reserved word and cannot be a name"
