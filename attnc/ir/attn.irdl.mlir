@@ -173,7 +173,7 @@ irdl.dialect @attn {
     %kind = irdl.base "#builtin.string"
     %stages = irdl.base "#builtin.integer"
     %arrive_count = irdl.base "#builtin.integer"
-    %tx_bytes = irdl.base "#builtin.integer"
+    %tx_bytes = irdl.base "#builtin.array"
     %arrivers = irdl.base "#builtin.string"
     %waiters = irdl.base "#builtin.string"
     irdl.attributes { "name" = %name, "channel" = %channel, "kind" = %kind,

@@ -5,12 +5,14 @@ one `attn.barrier` per synchronization object, following the protocol of each
 channel's transport (attnc/schedule/sync.py):
 
     cp.async  ->  "attn.barrier"() {name = "cp_async_kv", kind = "cp.async.group",
-                                    stages = 2, arrive_count = 0, tx_bytes = 32768, ...}
-    tma       ->  mbar_kv_full  {kind = "mbarrier", arrive_count = 1, tx_bytes = <slot bytes>}
+                                    stages = 2, arrive_count = 0, tx_bytes = [32768], ...}
+    tma       ->  mbar_kv_full  {kind = "mbarrier", arrive_count = 1, tx_bytes = [<fill bytes>]}
                   mbar_kv_empty {kind = "mbarrier", arrive_count = <consumer warps>}
     tcgen05   ->  full (count 1: one tcgen05.commit) / empty (count: consumer warps)
 
-Rings are walked with an explicit (stage, phase) state; waits on `full` use the
+`tx_bytes` holds the bytes of each fill in turn: one value, or for sm_100a's alternating
+K, V ring one per tile (Note [Bytes per fill] in attnc/schedule/sync.py). Rings are
+walked with an explicit (stage, phase) state; waits on `full` use the
 phase, waits on `empty` its complement, so the first pass does not block.
 """
 from __future__ import annotations

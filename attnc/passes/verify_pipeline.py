@@ -6,7 +6,7 @@ attention op lists every violation. The plan is run as an abstract machine
 (attnc/schedule/verify.py): each mbarrier ring over two wraps, in every interleaving of
 its writers and readers (warps that run the same program counted once), must not
 deadlock, must not overwrite a slot before all its readers released it, and must not
-let a reader in before the slot's data landed (a `tx_bytes` other than the slot's bytes,
+let a reader in before the slot's data landed (a `tx_bytes` other than a fill's bytes,
 an arrive count above or below the arrivals the lowering makes). Named barriers must
 count every thread that takes part. This is what stands in for a GPU on sm_100a, and a
 check of a plan edited by hand in a dumped .mlir file (`attnc opt`).
@@ -42,6 +42,7 @@ def verify_pipeline(module) -> None:
     for op in attention_ops(module):
         barriers = plan_ir.require(op, Barrier, VerifyPipeline.name, "attn-insert-pipelines")
         recipe = plan_ir.recipe_of(op, VerifyPipeline.name)
-        violations = verify(recipe, barriers, plan_ir.read(op, Buffer))
+        tile = plan_ir.tile_of(op, VerifyPipeline.name)
+        violations = verify(recipe, barriers, plan_ir.read(op, Buffer), tile)
         if violations:
             raise error_at(op, f"{VerifyPipeline.name}: " + "; ".join(v.message for v in violations))

@@ -31,7 +31,8 @@ class Barrier:
     kind: str                   # 'mbarrier', 'cp.async.group', 'named'
     stages: int
     arrive_count: int
-    tx_bytes: int               # bytes the slot's copies deliver (mbarrier expect_tx)
+    tx_bytes: tuple[int, ...]   # bytes fill t of a slot delivers: tx_bytes[t % len] (mbarrier
+                                # expect_tx; Note [Bytes per fill])
     arrivers: str               # role(s) that arrive / commit
     waiters: str                # role(s) that wait
 
@@ -43,32 +44,34 @@ def insert_pipelines(recipe: Recipe, tile: Tile) -> tuple[Barrier, ...]:
     return tuple(out)
 
 
-def slot_bytes(ch: Channel, tile: Tile) -> int:
-    """Bytes one slot receives per fill (one tile of an alternating ring)."""
+def fill_bytes(ch: Channel, tile: Tile) -> tuple[int, ...]:
+    """Bytes the fills of one of `ch`'s slots deliver, in fill order and repeating (Note
+    [Bytes per fill]): every tile of the slot at once, or for an alternating ring one tile
+    after the other (K, V, K, ...)."""
     elem = DTYPE_BYTES[tile.dtype]
-    sizes = [_tile_rows_cols(tile, t)[0] * _tile_rows_cols(tile, t)[1] * elem
-             for t in ch.tile if t not in ("s", "p")]
+    sizes = tuple(_tile_rows_cols(tile, t)[0] * _tile_rows_cols(tile, t)[1] * elem
+                  for t in ch.tile if t not in ("s", "p"))
     if not sizes:
-        return 0
-    return max(sizes) if ch.alternating else sum(sizes)
+        return (0,)
+    return sizes if ch.alternating else (sum(sizes),)
 
 
 def _protocol(recipe: Recipe, ch: Channel, tile: Tile) -> list[Barrier]:
     if ch.transport == "cp.async":
         return [Barrier(f"cp_async_{ch.name}", ch.name, "cp.async.group", ch.stages,
-                        0, slot_bytes(ch, tile), ch.producer, ch.consumer)]
+                        0, fill_bytes(ch, tile), ch.producer, ch.consumer)]
     consumers = _consumers_of(recipe, ch)
     if ch.transport == "regs":
         threads = 32 * sum(len(recipe.role(r).warps) for r in {ch.producer, *consumers})
-        return [Barrier(f"bar_{ch.name}", ch.name, "named", 1, threads, 0, ch.producer,
+        return [Barrier(f"bar_{ch.name}", ch.name, "named", 1, threads, (0,), ch.producer,
                         ",".join(consumers))]
-    tx = slot_bytes(ch, tile) if ch.transport == "tma" else 0
+    tx = fill_bytes(ch, tile) if ch.transport == "tma" else (0,)
     full = _arrivals(recipe, [ch.producer], ch.transport)
     empty = _arrivals(recipe, consumers, "release")
     return [
         Barrier(f"mbar_{ch.name}_full", ch.name, "mbarrier", ch.stages, full, tx,
                 ch.producer, ",".join(consumers)),
-        Barrier(f"mbar_{ch.name}_empty", ch.name, "mbarrier", ch.stages, empty, 0,
+        Barrier(f"mbar_{ch.name}_empty", ch.name, "mbarrier", ch.stages, empty, (0,),
                 ",".join(consumers), ch.producer),
     ]
 

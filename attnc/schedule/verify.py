@@ -8,10 +8,11 @@ What the machine takes from the plan (the IR's `attn.role`, `attn.buffer`,
 
 * the plan: each barrier's `arrive_count`, `tx_bytes`, `stages` and its `arrivers` /
   `waiters` roles; each role's warps; each channel's buffers (their bytes per slot);
-* the lowering's conduct, the facts this checks the plan against: a TMA fill is one
-  elected thread's `arrive.expect_tx(tx_bytes)` and then the copy's complete_tx of the
-  slot's real bytes (the sum over the channel's buffers of size / stages, or for an
-  alternating ring the largest); the `mma` role signals with one `tcgen05.commit`; any
+* the lowering's conduct, the facts this checks the plan against: fill t of a TMA ring is
+  one elected thread's `arrive.expect_tx(tx_bytes[t % len(tx_bytes)])` and then the
+  copies' complete_tx of the tiles' real bytes (every tile of the channel at once, or for
+  an alternating ring tile t % 2 alone: Note [Bytes per fill] in sync.py), which the
+  slot, the channel's buffers' size / stages, must hold; the `mma` role signals with one `tcgen05.commit`; any
   other role arrives once per warp; a producer waits on `empty` with the phase's
   complement (the first pass does not block), a consumer on `full` with the phase.
 
@@ -27,13 +28,14 @@ role.
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
-from attnc.schedule.alloc import Buffer
+from attnc.schedule.alloc import Buffer, Tile
 from attnc.errors import AttncError
-from attnc.schedule.recipes import Recipe, Role, check_register_budget
-from attnc.schedule.sync import Barrier
+from attnc.schedule.recipes import Channel, Recipe, Role, check_register_budget
+from attnc.schedule.sync import Barrier, fill_bytes
 
 MAX_STATES = 2_000_000
 
@@ -51,14 +53,14 @@ class _Side:
     arrivals: int                   # arrivals each process makes per phase it signals
 
 
-def verify(recipe: Recipe, barriers: list[Barrier], buffers: list[Buffer]) -> list[Violation]:
-    """Every violation of the plan's protocol (empty: it is sound). A channel whose ring
-    alternates K and V tiles in one slot (`Channel.alternating`) has slots of the larger."""
+def verify(recipe: Recipe, barriers: list[Barrier], buffers: list[Buffer], tile: Tile) -> list[Violation]:
+    """Every violation of the plan's protocol (empty: it is sound); `tile` gives the bytes
+    each fill's copies deliver."""
     out = _impossible(recipe, barriers, buffers)
     if out:
         return out          # the machine below would divide by them, or walk nothing
     by_role = {r.name: r for r in recipe.roles}
-    alternating = {c.name: c.alternating for c in recipe.channels}
+    channels = {c.name: c for c in recipe.channels}
     rings: dict[str, dict[str, Barrier]] = {}
     for b in barriers:
         if b.kind == "mbarrier":
@@ -86,9 +88,23 @@ def verify(recipe: Recipe, barriers: list[Barrier], buffers: list[Buffer]) -> li
                                              f"and its writer {full.arrivers}: the readers release the slot "
                                              f"to the writer"))
             continue
-        slot = _slot_bytes(channel, buffers, alternating.get(channel, False))
-        out.extend(_Ring(full, empty, by_role, slot).run())
+        ch = channels.get(channel)
+        fills = fill_bytes(ch, tile) if ch else (0,)
+        slot = _slot_bytes(channel, buffers, ch is not None and ch.alternating)
+        if full.tx_bytes != (0,) and slot < max(fills):
+            out.append(Violation(full.name, f"a slot of channel {channel!r} holds {slot} bytes but a fill "
+                                            f"delivers {max(fills)}: the copy would overrun the slot"))
+            continue
+        out.extend(_Ring(full, empty, by_role, fills, _fill_names(ch)).run())
     return out
+
+
+def _fill_names(ch: Channel | None) -> tuple[str, ...]:
+    """What fill t of the channel's slots holds: names[t % len(names)]."""
+    if ch is None:
+        return ("",)
+    tiles = tuple(t.upper() for t in ch.tile if t not in ("s", "p"))
+    return tiles if ch.alternating else ("+".join(tiles),)
 
 
 def _impossible(recipe: Recipe, barriers: list[Barrier], buffers: list[Buffer]) -> list[Violation]:
@@ -104,10 +120,10 @@ def _impossible(recipe: Recipe, barriers: list[Barrier], buffers: list[Buffer]) 
                                          f"{b.stages} stages: the offset must be at least 0, the size and "
                                          f"the stages at least 1"))
     for b in barriers:
-        if b.stages < 1 or b.arrive_count < 0 or b.tx_bytes < 0:
+        if b.stages < 1 or b.arrive_count < 0 or not b.tx_bytes or min(b.tx_bytes) < 0:
             out.append(Violation(b.name, f"barrier {b.name!r} has {b.stages} stages, arrive count "
                                          f"{b.arrive_count}, tx_bytes {b.tx_bytes}: the stages must be at "
-                                         f"least 1, the others at least 0"))
+                                         f"least 1, the others at least 0 (tx_bytes: one value or more)"))
     try:
         check_register_budget(recipe)       # what attn-warp-specialize checks of its own budgets
     except AttncError as e:
@@ -139,14 +155,24 @@ class _Ring:
     wait empty[t % S] (parity phase ^ 1), write, arrive full (with expect_tx for TMA);
     consumer program: wait full[t % S] (parity phase), read, arrive empty."""
 
-    def __init__(self, full: Barrier, empty: Barrier, by_role: dict[str, Role], slot_bytes: int):
+    def __init__(self, full: Barrier, empty: Barrier, by_role: dict[str, Role],
+                 delivered: tuple[int, ...], names: tuple[str, ...]):
         self.full, self.empty = full, empty
         self.stages = full.stages
-        self.fills = 2 * self.stages                # every slot used with both parities
-        self.tma = full.tx_bytes > 0
+        # every slot used with both parities, and (Note [Bytes per fill]) every tile of an
+        # alternating ring in every slot
+        self.fills = 2 * self.stages * len(names) // math.gcd(self.stages, len(names))
+        self.tma = max(full.tx_bytes) > 0
         self.prod = _side(_roles(full.arrivers), by_role, self.tma)
         self.cons = _side(_roles(full.waiters), by_role, False)
-        self.slot_bytes = slot_bytes if self.tma else 0
+        self.delivered = delivered if self.tma else (0,)
+        self.names = names
+
+    def _expected(self, t: int) -> int:
+        return self.full.tx_bytes[t % len(self.full.tx_bytes)]
+
+    def _landing(self, t: int) -> int:
+        return self.delivered[t % len(self.delivered)]
 
     def run(self) -> list[Violation]:
         static = self._static()
@@ -182,12 +208,18 @@ class _Ring:
         if self.full.stages != self.empty.stages:
             out.append(Violation(self.full.name, f"{self.full.name} has {self.full.stages} stages, "
                                                  f"{self.empty.name} {self.empty.stages}"))
-        if self.tma and self.full.tx_bytes != self.slot_bytes:
-            outcome = ("never complete" if self.full.tx_bytes > self.slot_bytes
-                       else "complete before the data lands")
-            out.append(Violation(self.full.name, f"{self.full.name} expects {self.full.tx_bytes} bytes "
-                                                 f"per fill but a slot of channel {self.full.channel!r} "
-                                                 f"receives {self.slot_bytes}: the phase would {outcome}"))
+        if not self.tma:
+            return out
+        for t in range(math.lcm(len(self.full.tx_bytes), len(self.delivered))):
+            expected, landing = self._expected(t), self._landing(t)
+            if expected != landing:
+                outcome = "never complete" if expected > landing else "complete before the data lands"
+                what = self.names[t % len(self.names)]
+                out.append(Violation(self.full.name, f"{self.full.name} expects {expected} bytes on fill "
+                                                     f"{t} but that fill of channel {self.full.channel!r}"
+                                                     f"{f' ({what})' if what else ''} delivers {landing}: "
+                                                     f"the phase would {outcome}"))
+                break
         return out
 
     def _done(self, state) -> bool:
@@ -231,7 +263,7 @@ class _Ring:
                 written = (t, 0 if self.tma else 1, 0) if fill != t else (t, writes + 1, released)
                 yield f"fill {t}", (_step(prod, k), cons, full, empty, _set(slots, s, written), flying)
             else:                                   # arrive on full
-                tx = self.full.tx_bytes if self.tma else 0
+                tx = self._expected(t) if self.tma else 0
                 bar = self._arrive(full[s], self.full.arrive_count, tx)
                 if bar is None:
                     yield f"fill {t}", f"{self.full.name} gets more arrivals than its count " \
@@ -241,7 +273,7 @@ class _Ring:
                 yield f"arrive {t}", (_step(prod, k), cons, _set(full, s, bar), empty, slots, new_flying)
         for s in sorted(set(flying)):               # a TMA copy lands: complete_tx
             arrivals, phases, pending = full[s]
-            pending -= self.slot_bytes
+            pending -= self._landing(slots[s][0])
             if pending < 0:
                 yield "a copy landed", f"{self.full.name} received more bytes than it expected"
                 return

@@ -15,8 +15,8 @@
 // SM80-NEXT: "attn.buffer"() {align = 128 : i64, channel = "kv", name = "sK", offset = 32768 : i64, size = 32768 : i64, space = "smem", stages = 2 : i64, swizzle = "xor128B"}
 // SM80-NEXT: "attn.buffer"() {align = 128 : i64, channel = "kv", name = "sV", offset = 65536 : i64, size = 32768 : i64, space = "smem", stages = 2 : i64, swizzle = "xor128B"}
 // SM80-NOT: space = "tmem"
-// SM80: "attn.barrier"() {{{.*}}kind = "cp.async.group", name = "cp_async_q", stages = 1 : i64, tx_bytes = 32768 : i64
-// SM80-NEXT: "attn.barrier"() {{{.*}}kind = "cp.async.group", name = "cp_async_kv", stages = 2 : i64, tx_bytes = 32768 : i64
+// SM80: "attn.barrier"() {{{.*}}kind = "cp.async.group", name = "cp_async_q", stages = 1 : i64, tx_bytes = [32768]
+// SM80-NEXT: "attn.barrier"() {{{.*}}kind = "cp.async.group", name = "cp_async_kv", stages = 2 : i64, tx_bytes = [32768]
 // SM80-NOT: mbarrier
 
 // Two roles: a producer warpgroup and one consumer warpgroup, with setmaxnreg budgets.
@@ -28,14 +28,16 @@
 // RING: "attn.buffer"() {{{.*}}alias_of = "sQ"{{.*}}name = "sO"
 // The ring: one full barrier per slot armed with the slot's bytes by one producer
 // arrive, one empty barrier per slot released by the consumer's 4 warps.
-// RING: "attn.barrier"() {arrive_count = 1 : i64, arrivers = "producer", channel = "kv", kind = "mbarrier", name = "mbar_kv_full", stages = 2 : i64, tx_bytes = 65536 : i64, waiters = "consumer0"}
-// RING-NEXT: "attn.barrier"() {arrive_count = 4 : i64, arrivers = "consumer0", channel = "kv", kind = "mbarrier", name = "mbar_kv_empty", stages = 2 : i64, tx_bytes = 0 : i64, waiters = "producer"}
+// RING: "attn.barrier"() {arrive_count = 1 : i64, arrivers = "producer", channel = "kv", kind = "mbarrier", name = "mbar_kv_full", stages = 2 : i64, tx_bytes = [65536], waiters = "consumer0"}
+// RING-NEXT: "attn.barrier"() {arrive_count = 4 : i64, arrivers = "consumer0", channel = "kv", kind = "mbarrier", name = "mbar_kv_empty", stages = 2 : i64, tx_bytes = [0], waiters = "producer"}
 
 // SM100-COUNT-7: "attn.role"
 // SM100: "attn.buffer"() {{{.*}}name = "sKV"{{.*}}size = 98304 : i64, space = "smem", stages = 3 : i64
 // SM100: "attn.buffer"() {{{.*}}name = "tS0", offset = 0 : i64, size = 128 : i64, space = "tmem"
 // SM100-NEXT: "attn.buffer"() {alias_of = "tS0"{{.*}}name = "tP0", offset = 64 : i64, size = 64 : i64, space = "tmem"
 // SM100: "attn.buffer"() {{{.*}}name = "tO1", offset = 384 : i64, size = 128 : i64, space = "tmem"
+// The K, V ring announces each fill's bytes in turn (Note [Bytes per fill]): K's, then V's.
+// SM100: "attn.barrier"() {arrive_count = 1 : i64, arrivers = "load", channel = "kv", kind = "mbarrier", name = "mbar_kv_full", stages = 3 : i64, tx_bytes = [32768, 32768], waiters = "mma"}
 // SM100: "attn.barrier"() {arrive_count = 1 : i64, arrivers = "mma", channel = "s0", kind = "mbarrier", name = "mbar_s0_full"
 // SM100-NEXT: "attn.barrier"() {arrive_count = 4 : i64, arrivers = "softmax0", channel = "s0", kind = "mbarrier", name = "mbar_s0_empty"
 

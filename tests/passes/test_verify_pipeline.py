@@ -28,22 +28,26 @@ def plan(example: str, arch: str):
     result = compile_mlir((ROOT / f"examples/{example}.attn").read_text(), f"{example}.attn",
                           CompileOptions(arch=arch))
     op = attention_ops(result.module)[0]
-    return plan_ir.recipe_of(op, "test"), plan_ir.read(op, Barrier), plan_ir.read(op, Buffer)
+    return (plan_ir.recipe_of(op, "test"), plan_ir.read(op, Barrier), plan_ir.read(op, Buffer),
+            plan_ir.tile_of(op, "test"))
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_every_plan_is_sound(example, arch):
-    recipe, barriers, buffers = plan(example, arch)
-    assert verify(recipe, barriers, buffers) == []
+    recipe, barriers, buffers, tile = plan(example, arch)
+    assert verify(recipe, barriers, buffers, tile) == []
 
 
 def planted(example, arch, name, **change):
-    recipe, barriers, buffers = plan(example, arch)
+    """The verifier's messages for the plan with barrier `name`'s fields moved by `change`
+    (an int added to an int, or to every value of tx_bytes)."""
+    recipe, barriers, buffers, tile = plan(example, arch)
     assert name in {b.name for b in barriers}
-    edit = lambda b: dataclasses.replace(b, **{k: getattr(b, k) + d for k, d in change.items()})  # noqa: E731
+    moved = lambda x, d: tuple(v + d for v in x) if isinstance(x, tuple) else x + d  # noqa: E731
+    edit = lambda b: dataclasses.replace(b, **{k: moved(getattr(b, k), d) for k, d in change.items()})  # noqa: E731
     bad = [edit(b) if b.name == name else b for b in barriers]
-    return " | ".join(v.message for v in verify(recipe, bad, buffers))
+    return " | ".join(v.message for v in verify(recipe, bad, buffers, tile))
 
 
 @pytest.mark.parametrize("arch,name,change,expect", [
@@ -64,6 +68,37 @@ def planted(example, arch, name, **change):
 ])
 def test_planted_bugs_are_caught(arch, name, change, expect):
     assert expect in planted("gemma2", arch, name, **change)
+
+
+def test_an_alternating_ring_announces_each_tiles_bytes():
+    """sm_100a's K, V ring with QK and V head dims of 128 and 64: K fills deliver twice
+    V's bytes (32 KiB against 16 KiB at 128-key tiles), so the full barrier announces each in turn (Note [Bytes per fill]). One
+    value for both, the larger, as the plan had before, would hang every V fill."""
+    recipe, barriers, buffers, tile = plan("diff_head_dims", "sm_100a")
+    full = {b.name: b for b in barriers}["mbar_kv_full"]
+    k_bytes, v_bytes = (tile.block_n * d * 2 for d in (tile.head_dim_qk, tile.head_dim_v))
+    assert (k_bytes, v_bytes) == (2 * v_bytes, v_bytes) and full.tx_bytes == (k_bytes, v_bytes)
+    assert verify(recipe, barriers, buffers, tile) == []
+    # the old plan: the larger tile's bytes on every fill
+    old = [dataclasses.replace(b, tx_bytes=(k_bytes,)) if b is full else b for b in barriers]
+    found = " | ".join(v.message for v in verify(recipe, old, buffers, tile))
+    assert f"mbar_kv_full expects {k_bytes} bytes on fill 1 but that fill of channel 'kv' (V) " \
+           f"delivers {v_bytes}: the phase would never complete" in found
+    # K and V swapped: the first fill completes before K has landed
+    swapped = [dataclasses.replace(b, tx_bytes=(v_bytes, k_bytes)) if b is full else b for b in barriers]
+    assert "complete before the data lands" in verify(recipe, swapped, buffers, tile)[0].message
+    # a slot edited smaller than the K tile
+    small = [dataclasses.replace(b, size=v_bytes * b.stages) if b.channel == "kv" else b for b in buffers]
+    assert f"holds {v_bytes} bytes but a fill delivers {k_bytes}" in verify(recipe, barriers, small, tile)[0].message
+
+
+def test_equal_tiles_may_share_one_value():
+    """An alternating ring whose K and V tiles are alike may announce one value for both."""
+    recipe, barriers, buffers, tile = plan("gemma2", "sm_100a")
+    full = {b.name: b for b in barriers}["mbar_kv_full"]
+    assert len(set(full.tx_bytes)) == 1
+    one = [dataclasses.replace(b, tx_bytes=full.tx_bytes[:1]) if b is full else b for b in barriers]
+    assert verify(recipe, one, buffers, tile) == []
 
 
 def test_an_edited_plan_is_refused_by_attnc_opt(tmp_path):
@@ -94,20 +129,23 @@ def test_an_edited_plan_is_refused_by_attnc_opt(tmp_path):
      "has offset"),                                                   # stages 0: was a ZeroDivisionError
     (lambda buffers, barriers: ([dataclasses.replace(b, size=-b.size) for b in buffers], barriers),
      "the size and the stages at least 1"),
-    (lambda buffers, barriers: (buffers, [dataclasses.replace(b, tx_bytes=-1) for b in barriers]),
+    (lambda buffers, barriers: (buffers, [dataclasses.replace(b, tx_bytes=(-1,)) for b in barriers]),
      "the stages must be at least 1, the others at least 0"),
+    (lambda buffers, barriers: (buffers, [dataclasses.replace(b, tx_bytes=()) for b in barriers]),
+     "tx_bytes: one value or more"),
 ])
 def test_impossible_values_are_named_not_simulated(change, expect):
     """A plan edited by hand with values no plan holds (found by a review: a crash, or a
     plan of negative sizes that passed)."""
-    recipe, barriers, buffers = plan("gemma2", "sm_100a")
+    recipe, barriers, buffers, tile = plan("gemma2", "sm_100a")
     buffers, barriers = change(list(buffers), list(barriers))
-    found = verify(recipe, barriers, buffers)
+    found = verify(recipe, barriers, buffers, tile)
     assert found and any(expect in v.message for v in found)
 
 
 def test_register_budgets_an_sm_cannot_hold_are_named():
-    recipe, barriers, buffers = plan("gemma2", "sm_100a")
+    recipe, barriers, buffers, tile = plan("gemma2", "sm_100a")
     greedy = dataclasses.replace(recipe, roles=tuple(dataclasses.replace(r, regs=256) if r.regs else r
                                                      for r in recipe.roles))
-    assert any("more than the 65536 of the register file" in v.message for v in verify(greedy, barriers, buffers))
+    assert any("more than the 65536 of the register file" in v.message
+               for v in verify(greedy, barriers, buffers, tile))
