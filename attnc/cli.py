@@ -112,9 +112,10 @@ def _code(result) -> _Code:
     cache = KernelCache()
     key = cache_key(result.text, {"backend": "sm80"}, target)
     hit = cache.get(key)
-    if hit is not None and hit.path is not None:
-        manifest = json.loads((hit.path / "manifest.json").read_text())
-        return _Code(manifest, {name: (hit.path / name).read_bytes() for name in manifest["code"].values()})
+    if hit is not None:
+        # the bytes the cache checked against the manifest's digests, not the files read again
+        manifest = dict(hit.manifest.raw)
+        return _Code(manifest, {manifest["code"][kind]: blob for kind, blob in hit.code.items()})
     from attnc.backend.sm80_lower import build
     art = build(result)
     cache.put(key, art.manifest, art.files)

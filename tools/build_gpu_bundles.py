@@ -329,7 +329,8 @@ def build_one(job: Job, out: str) -> dict:
         # What runs on the GPU machine: sm_80's PTX (JIT-compiled for Hopper), sm_90a's cubin.
         keep = "cubin" if job.arch == "sm_90a" else "ptx"
         if job.ptx_only and keep in manifest["code"]:
-            manifest = {**manifest, "code": {keep: manifest["code"][keep]}}
+            manifest = {**manifest, "code": {keep: manifest["code"][keep]},
+                        "code_sha256": {keep: manifest["code_sha256"][keep]}}
             files = {name: blob for name, blob in files.items() if name == manifest["code"][keep]}
         write_bundle(Path(out) / job.name, manifest, files)
     except AttncError as e:

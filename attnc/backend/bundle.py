@@ -7,7 +7,8 @@ the compiler does -- describe a `Variant`'s tensors in manifest terms, name the
 code files, and write a folder so that it appears whole or not at all.
 
     manifest = variant_manifest(variant, target="sm_80", kernels=[...],
-                                code=code_files("attn_fwd", "sm_80"), specialization={...})
+                                code=code_files("attn_fwd", "sm_80"),
+                                blobs={"cubin": cubin, "ptx": ptx}, specialization={...})
     write_bundle("out/gemma2", manifest, {"attn_fwd.sm_80.cubin": cubin,
                                           "attn_fwd.compute_80.ptx": ptx})
 
@@ -19,6 +20,7 @@ folder survives); `replace=True` swaps an existing folder out by two renames.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -46,11 +48,13 @@ def code_files(stem: str, target: str) -> dict[str, str]:
 
 
 def variant_manifest(variant, *, target: str, kernels: Sequence[Mapping[str, Any]],
-                     code: Mapping[str, str], specialization: Mapping[str, Any] | None = None,
+                     code: Mapping[str, str], blobs: Mapping[str, bytes],
+                     specialization: Mapping[str, Any] | None = None,
                      constraints: Sequence[Sequence[Any]] = ()) -> dict[str, Any]:
     """A validated manifest for a checked `attnc.frontend.Variant`.
 
-    The tensors, dims, source and hash come from the variant; GQA adds
+    `code` names each code object's file and `blobs` gives its bytes (kind -> bytes), whose
+    sha256 the manifest records. The tensors, dims, source and hash come from the variant; GQA adds
     ["divisible", H, HKV]; `constraints` adds the kernel's own (e.g. ["equal", "M", "N"]).
     """
     manifest = {
@@ -61,6 +65,7 @@ def variant_manifest(variant, *, target: str, kernels: Sequence[Mapping[str, Any
         "source": variant.source,
         "target": target,
         "code": dict(code),
+        "code_sha256": {kind: hashlib.sha256(blobs[kind]).hexdigest() for kind in code},
         "dims": list(variant.dims),
         "inputs": [_tensor(t) for t in variant.inputs],
         "outputs": [_tensor(t) for t in variant.outputs],

@@ -170,7 +170,7 @@ def build(result) -> Sm80Artifacts:
     cubin = ptx_to_cubin(ptx, target).cubin
     names = code_files("attn_fwd", target)
     manifest = variant_manifest(result.variant, target=target, kernels=kernels, code=names,
-                                specialization=specialization)
+                                blobs={"cubin": cubin, "ptx": ptx.encode()}, specialization=specialization)
     files = {names["cubin"]: cubin, names["ptx"]: ptx.encode()}
     return Sm80Artifacts(lowering_from_ir(result).spec, ptx, cubin, manifest, files)
 

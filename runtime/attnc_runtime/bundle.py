@@ -28,6 +28,11 @@ class Bundle:
     def __post_init__(self):
         object.__setattr__(self, "digests", {kind: hashlib.sha256(blob).hexdigest()
                                              for kind, blob in self.code.items()})
+        for kind, want in self.manifest.code_sha256.items():
+            if self.digests[kind] != want:
+                raise ManifestError(f"{self.manifest.code[kind]}: its sha256 is {self.digests[kind]}, but "
+                                    f"the manifest's code_sha256.{kind} is {want}: the file was changed "
+                                    f"or damaged after it was compiled")
 
     @functools.cached_property
     def images(self) -> Mapping[str, bytes]:
@@ -56,9 +61,9 @@ def read_bundle(path: str | Path) -> Bundle:
     try:
         manifest = parse_manifest(raw)
         code = {kind: _code_file(_read(path / name), kind, name) for kind, name in manifest.code.items()}
+        return Bundle(manifest, code, path)
     except ManifestError as e:
         raise ManifestError(f"{path}: {e}") from None
-    return Bundle(manifest, code, path)
 
 
 def _read(file: Path) -> bytes | None:

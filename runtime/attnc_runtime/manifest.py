@@ -11,6 +11,8 @@ The schema, format "attnc-bundle/1" (every key below is required unless marked):
     format, compiler {name, version}, variant, source, source_sha256 (of source, UTF-8),
     target      "sm_80" | "sm_90a" | "sm_100a" | ... (see arch.py)
     code        {"cubin": file, "ptx": file}: at least one, plain file names in the bundle
+    code_sha256 {"cubin": hex, "ptx": hex} (optional; attnc writes it): the sha256 of each
+                code file; a file that does not match is refused when the bundle is read
     dims        every symbolic dim; those in no input shape are passed as ints at launch
     inputs      [{name, role: q|k|v|param, dtype, shape, align?}]
     outputs     [{name, role?: o|lse (default: the name), dtype, shape, align?}]
@@ -171,6 +173,7 @@ class Manifest:
     source_sha256: str
     target: str
     code: Mapping[str, str]
+    code_sha256: Mapping[str, str]          # kind -> the sha256 its file must have (may be empty)
     dims: tuple[str, ...]
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
@@ -223,7 +226,7 @@ def parse_manifest(raw: Any) -> Manifest:
     top = _obj(raw, "manifest", required=("format", "compiler", "variant", "source",
                                           "source_sha256", "target", "code", "dims",
                                           "inputs", "outputs", "kernels"),
-               optional=("constraints", "specialization"))
+               optional=("constraints", "specialization", "code_sha256"))
     fmt = top["format"]
     if fmt != FORMAT:
         raise ManifestError(f"manifest: format: {fmt!r} is not supported by this runtime "
@@ -252,6 +255,7 @@ def parse_manifest(raw: Any) -> Manifest:
         source=source, source_sha256=digest,
         target=_choice(top["target"], "target", tuple(TARGETS)),
         code=_code(top["code"]),
+        code_sha256=_code_sha256(top.get("code_sha256", {}), top["code"]),
         dims=dims, inputs=inputs, outputs=outputs,
         constraints=tuple(_constraint(c, f"constraints[{i}]", dims)
                           for i, c in enumerate(_list(top.get("constraints", []), "constraints"))),
@@ -419,6 +423,21 @@ def _code(raw: Any) -> Mapping[str, str]:
         if name in ("", ".", "..", "manifest.json") or "/" in name or "\\" in name:
             raise ManifestError(f"manifest: code.{kind}: {name!r} is not a plain file name")
     return dict(code)
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _code_sha256(raw: Any, code: Mapping[str, str]) -> Mapping[str, str]:
+    digests = _obj(raw, "code_sha256", required=(), optional=CODE_KINDS)
+    for kind, digest in digests.items():
+        if kind not in code:
+            raise ManifestError(f"manifest: code_sha256.{kind}: the bundle has no {kind} (code names "
+                                f"{', '.join(code)})")
+        if not _SHA256.fullmatch(_str(digest, f"code_sha256.{kind}")):
+            raise ManifestError(f"manifest: code_sha256.{kind}: {digest!r} is not a sha256 "
+                                f"(64 lowercase hex digits)")
+    return dict(digests)
 
 
 def _factors(raw: Any, path: str, dims: tuple[str, ...], in_grid: bool = False) -> tuple[Factor, ...]:

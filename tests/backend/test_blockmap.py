@@ -106,9 +106,10 @@ def attention_kernel(scratch_param: dict) -> dict:
 
 
 def bundle_kernel(result, kernels) -> Kernel:
+    blobs = {"cubin": b"\0", "ptx": b"//\n"}
     manifest = variant_manifest(result.variant, target="sm_80", kernels=kernels,
-                                code=code_files("attn_fwd", "sm_80"))
-    files = {manifest["code"]["cubin"]: b"\0", manifest["code"]["ptx"]: b"//\n"}
+                                code=code_files("attn_fwd", "sm_80"), blobs=blobs)
+    files = {manifest["code"][kind]: blob for kind, blob in blobs.items()}
     return Kernel(Bundle.from_files(manifest, files), FakePlatform())
 
 

@@ -79,9 +79,9 @@ def build(out: Path) -> None:
             text = to_ptx(module, "sm_80")
         usage = resource_usage(text, "sm_80")
         files = code_files(name, "sm_80")
-        manifest = variant_manifest(result.variant, target="sm_80", kernels=kernels, code=files)
-        write_bundle(out / name, manifest, {files["cubin"]: ptx_to_cubin(text, "sm_80").cubin,
-                                            files["ptx"]: text.encode()})
+        blobs = {"cubin": ptx_to_cubin(text, "sm_80").cubin, "ptx": text.encode()}
+        manifest = variant_manifest(result.variant, target="sm_80", kernels=kernels, code=files, blobs=blobs)
+        write_bundle(out / name, manifest, {files[kind]: blob for kind, blob in blobs.items()})
         index[name] = {"kind": kind, "block_m": block_m, "block_n": block_n, "per_head": plan.per_head,
                        "registers": {k: u.registers for k, u in usage.items()},
                        "spills": {k: u.spill_stores + u.spill_loads for k, u in usage.items()}}

@@ -25,11 +25,16 @@ KERNEL = {"name": "attn_fwd", "symbol": "attnc_fwd", "block": [128, 1, 1], "dyna
 def example_manifest(name: str, target: str = "sm_80", **extra) -> dict:
     variant = frontend.load_file(EXAMPLES / f"{name}.attn")
     return variant_manifest(variant, target=target, kernels=[KERNEL], code=code_files("attn_fwd", target),
+                            blobs={kind: placeholder(kind) for kind in ("cubin", "ptx")},
                             specialization={"block_m": 128}, **extra)
 
 
+def placeholder(kind: str) -> bytes:
+    return f"{kind} bytes".encode()
+
+
 def placeholder_files(manifest: dict) -> dict[str, bytes]:
-    return {name: f"{kind} bytes".encode() for kind, name in manifest["code"].items()}
+    return {name: placeholder(kind) for kind, name in manifest["code"].items()}
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in EXAMPLES.glob("*.attn")))
@@ -71,7 +76,7 @@ def test_variant_manifest_validates_the_kernels():
     bad = {**KERNEL, "params": [{"kind": "ptr", "tensor": "x"}]}
     with pytest.raises(ManifestError, match=r"kernels\[0\]\.params\[0\]\.tensor: unknown tensor 'x'"):
         variant_manifest(frontend.load_file(EXAMPLES / "mha.attn"), target="sm_80", kernels=[bad],
-                         code=code_files("attn_fwd", "sm_80"))
+                         code=code_files("attn_fwd", "sm_80"), blobs={"cubin": b"", "ptx": b""})
 
 
 @pytest.mark.parametrize("target, names", [

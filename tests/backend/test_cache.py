@@ -2,6 +2,7 @@
 disable it, broken entries, and concurrent writers of one key."""
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import os
 from dataclasses import dataclass
@@ -134,6 +135,24 @@ def test_a_broken_entry_is_a_miss_and_is_replaced(tmp_path):
     assert cache.get(key) is None
     repaired = cache.put(key, *build_synthetic()())
     assert cache.get(key) is not None and repaired.path == cache.path(key)
+
+
+def test_an_entry_whose_code_was_damaged_is_a_miss_and_is_replaced(tmp_path):
+    """The manifest records each code file's sha256 (as attnc writes it): an entry whose
+    cubin changed on disk is not served; the next put replaces it (found by a review: it
+    was served as it was)."""
+    cache = KernelCache(tmp_path, enabled=True)
+    key = cache_key(SOURCE, {}, "sm_80")
+    manifest = synthetic_manifest()
+    files = synthetic_files(manifest)
+    manifest["code_sha256"] = {kind: hashlib.sha256(files[name]).hexdigest()
+                               for kind, name in manifest["code"].items()}
+    cache.put(key, manifest, files)
+    cubin = cache.path(key) / manifest["code"]["cubin"]
+    cubin.write_bytes(b"\0" * len(files[cubin.name]))
+    assert cache.get(key) is None
+    cache.put(key, manifest, files)
+    assert cache.get(key).code["cubin"] == files[cubin.name] == cubin.read_bytes()
 
 
 def test_clear_removes_entries_and_nothing_else(tmp_path):

@@ -1,4 +1,5 @@
 """The `attnc` command: in-process for speed, plus two real subprocess runs."""
+import hashlib
 import json
 import re
 import os
@@ -127,6 +128,8 @@ def _check_bundle(folder: Path) -> dict:
     assert manifest["code"] == {"cubin": "attn_fwd.sm_80.cubin", "ptx": "attn_fwd.compute_80.ptx"}
     assert (folder / "attn_fwd.sm_80.cubin").read_bytes().startswith(b"\x7fELF")
     assert "mma.sync.aligned.m16n8k16" in (folder / "attn_fwd.compute_80.ptx").read_text()
+    assert manifest["code_sha256"] == {kind: hashlib.sha256((folder / name).read_bytes()).hexdigest()
+                                       for kind, name in manifest["code"].items()}
     return manifest
 
 

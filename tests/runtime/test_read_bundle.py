@@ -62,3 +62,47 @@ def test_bundle_from_memory():
     del manifest["code"]["ptx"]
     bundle = Bundle.from_files(manifest, {"attn_fwd.sm_80.cubin": b"sass", "notes.txt": b"extra"})
     assert bundle.path is None and bundle.code == {"cubin": b"sass"}
+
+
+def with_digests(manifest: dict, files: dict) -> dict:
+    """`manifest` with the code_sha256 attnc writes, of `files`."""
+    return {**manifest, "code_sha256": {kind: hashlib.sha256(files[name]).hexdigest()
+                                        for kind, name in manifest["code"].items()}}
+
+
+def test_code_files_are_checked_against_their_digests(tmp_path):
+    """A code file changed after it was compiled (a damaged copy, a truncated download) is
+    refused when the bundle is read, instead of reaching the driver."""
+    manifest = synthetic_manifest()
+    files = synthetic_files(manifest)
+    manifest = with_digests(manifest, files)
+    assert read_bundle(write(tmp_path / "good", manifest, files)).code["cubin"] == b"not a real cubin"
+    damaged = {**files, "attn_fwd.sm_80.cubin": b"not a real cubiN"}
+    folder = write(tmp_path / "bad", manifest, damaged)
+    with pytest.raises(ManifestError) as info:
+        read_bundle(folder)
+    assert str(info.value) == (
+        f"{folder}: attn_fwd.sm_80.cubin: its sha256 is {hashlib.sha256(b'not a real cubiN').hexdigest()}, "
+        f"but the manifest's code_sha256.cubin is {manifest['code_sha256']['cubin']}: the file was "
+        f"changed or damaged after it was compiled")
+    with pytest.raises(ManifestError, match="code_sha256.cubin"):
+        Bundle.from_files(manifest, damaged)
+
+
+@pytest.mark.parametrize("digests, expect", [
+    ({"ptx": "0" * 63}, r"code_sha256.ptx: '0{63}' is not a sha256 \(64 lowercase hex digits\)"),
+    ({"ptx": "A" * 64}, r"code_sha256.ptx: 'A{64}' is not a sha256"),
+    ({"sass": "0" * 64}, r"code_sha256: unknown field 'sass'"),
+])
+def test_malformed_digests_are_refused(digests, expect):
+    manifest = {**synthetic_manifest(), "code_sha256": digests}
+    with pytest.raises(ManifestError, match=expect):
+        Bundle.from_files(manifest, synthetic_files(manifest))
+
+
+def test_a_digest_of_a_code_object_the_bundle_lacks_is_refused():
+    manifest = synthetic_manifest()
+    manifest = with_digests(manifest, synthetic_files(manifest))
+    del manifest["code"]["ptx"]
+    with pytest.raises(ManifestError, match=r"code_sha256.ptx: the bundle has no ptx \(code names cubin\)"):
+        Bundle.from_files(manifest, synthetic_files(manifest))
