@@ -52,9 +52,12 @@ makes its stream wait for every such stream of the binding's tensors (inputs, pa
 given outputs, which the producer may still be reading): an event recorded on it and
 waited on, which blocks no host thread and is nothing where the streams are the same.
 It waits for all the producer's work queued by then, not only the tensor's. DLPack's
-`__dlpack__(stream=...)` asks the producer for the same, but the capsule is read at the
-bind, before the launch's stream is known; DLPack arrays are taken as made on the
-legacy default stream, DLPack's default, which orders itself after every blocking stream.
+`__dlpack__(stream=...)` could ask the producer to order its work before the launch's
+stream, but the capsule is read at the bind, before that stream is known. So it is asked
+with no stream, which the protocol defines as the legacy default stream: the producer
+makes the array ready there, and each launch waits for the legacy default stream as for
+any producer's. That matters where the launch's stream is non-blocking (torch's side
+streams, cupy's non-blocking ones), which nothing else orders after the legacy stream.
 """
 from __future__ import annotations
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 import ctypes
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from attnc_runtime import dtypes
 from attnc_runtime.errors import AttncRuntimeError
 
 DLPACK_CPU, DLPACK_CUDA, DLPACK_CUDA_HOST, DLPACK_CUDA_MANAGED = 1, 2, 3, 13
+CU_STREAM_LEGACY = 1            # the legacy default stream's handle (the driver's and the protocols')
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,9 @@ def _dlpack_view(obj) -> TensorView:
         capsule = obj.__dlpack__(max_version=(1, 0))
     except TypeError:           # a producer older than DLPack 1.0
         capsule = obj.__dlpack__()
-    return dlpack_capsule_view(capsule, library_of(obj))
+    # Asked without a stream, the producer made the array ready on the legacy default
+    # stream: the launch waits for that stream (Note [Producer streams] in kernel.py).
+    return replace(dlpack_capsule_view(capsule, library_of(obj)), stream=CU_STREAM_LEGACY)
 
 
 def dlpack_capsule_view(capsule, library: str = "other") -> TensorView:

@@ -267,3 +267,47 @@ def test_a_launch_waits_for_the_stream_an_array_names():
     kernel(q, k, v, lse=_StreamArray(lse, side.cuda_stream))
     torch.cuda.synchronize()
     assert torch.equal(lse, torch.ones_like(lse))
+
+
+class _DLPackFromSide:
+    """A tensor seen only through DLPack (a library other than torch and cupy), being
+    written on `side`. Asked for with no stream, it does what the protocol asks of a
+    producer: it orders the legacy default stream after its own work."""
+
+    def __init__(self, tensor, side):
+        self.tensor, self.side = tensor, side
+
+    def __dlpack_device__(self):
+        return self.tensor.__dlpack_device__()
+
+    def __dlpack__(self, stream=None, max_version=None):
+        import torch
+        assert stream is None
+        ready = torch.cuda.Event()
+        ready.record(self.side)
+        torch.cuda.default_stream().wait_event(ready)       # torch's default: the legacy stream
+        return self.tensor.__dlpack__(stream=-1)            # -1: torch adds no order of its own
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_a_launch_on_a_non_blocking_stream_waits_for_a_dlpack_array():
+    """Note [Producer streams]: lse is still being written on a side stream when the launch
+    is queued on another non-blocking stream, which nothing orders after the legacy
+    default stream where the producer made lse ready; the kernel's 1s come after the
+    side stream's 7s only if the launch waited for the legacy default stream."""
+    torch = pytest.importorskip("torch")
+    q = torch.randn(2, 3, 5, 128, dtype=torch.bfloat16, device="cuda")
+    k = v = torch.zeros(2, 3, 7, 128, dtype=torch.bfloat16, device="cuda")
+    lse = torch.zeros(2, 3, 5, device="cuda")
+    kernel = ptx_kernel()
+    kernel(q, k, v)                             # loading the code may synchronize: before the race
+    torch.cuda.synchronize()
+    side, launch = torch.cuda.Stream(), torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)          # about 0.1 s of GPU clocks
+        lse.fill_(7.0)
+    with torch.cuda.stream(launch):
+        kernel(q, k, v, lse=_DLPackFromSide(lse, side))
+    torch.cuda.synchronize()
+    assert torch.equal(lse, torch.ones_like(lse))

@@ -499,6 +499,12 @@ def test_a_launch_waits_for_the_streams_its_arrays_are_made_on(fake_torch, fake_
     fake_driver.clear()
     kernel().bind(**torch_arguments()).launch()          # torch tensors: the call's stream is theirs
     assert [c for c in fake_driver if c[0] == "wait"] == []
+    # A DLPack array, asked for with no stream, is ready on the legacy default stream (1).
+    fake_driver.clear()
+    args = torch_arguments()
+    args["slopes"] = FakeTensor((8,), "f32", protocol="dlpack")
+    kernel().bind(**args).launch()
+    assert [c for c in fake_driver if c[0] == "wait"] == [("wait", 1, 0xABC)]
 
 
 def test_a_param_may_be_named_self(fake_torch):

@@ -64,6 +64,7 @@ def test_bf16_through_dlpack():
     v = view(FakeTensor((2, 8, 16, 64), "bf16", strides=(8192, 1024, 64, 1), ptr=0x4000, device=2), "q")
     assert (v.ptr, v.shape, v.strides, v.dtype, v.device, v.location) == \
         (0x4000, (2, 8, 16, 64), (8192, 1024, 64, 1), "bf16", 2, "cuda")
+    assert v.stream == 1        # asked with no stream: ready on the legacy default stream
 
 
 def test_dlpack_capsule_of_a_numpy_view():
