@@ -220,11 +220,14 @@ def _check_default_plan(module, pass_name: str) -> None:
 
     from attnc.ir import attention_ops, error_at
     from attnc.passes import registry
-    from attnc.passes.plan_ir import OP_OF, plan_ops
+    from attnc.passes.plan_ir import OP_OF, plan_ops, tile_of
 
+    for attention in attention_ops(module):
+        tile_of(attention, pass_name)       # a tile no pass can plan, named as the lowering's
     op = _module_op(module)
     with op.context:
-        copy = ir.Module.parse(str(op))
+        # with its locations: an error of the plan passes on the copy points at the source
+        copy = ir.Module.parse(op.get_asm(enable_debug_info=True))
     for attention in attention_ops(copy):
         for kind in OP_OF:
             for planned in plan_ops(attention, kind):

@@ -71,6 +71,12 @@ def tile_of(attention: ir.Operation, pass_name: str) -> Tile:
     for key in ("block_m", "block_n"):
         required_attr(attention, key, pass_name, integer=True)
     q_tiles = get_int(attention, "q_tiles") if "q_tiles" in _names(attention) else 1
+    for key, value in (("block_m", get_int(attention, "block_m")), ("block_n", get_int(attention, "block_n")),
+                       ("q_tiles", q_tiles)):
+        if value < 1:
+            # an edited dump: name the value, not what the passes would make of it
+            raise error_at(attention, f"{pass_name}: the tile has {key} = {value}; it must be at least 1 "
+                                      f"(attn-tile records it)")
     return Tile(get_int(attention, "block_m"), get_int(attention, "block_n"),
                 get_int(attention, "head_dim_qk"), get_int(attention, "head_dim_v"),
                 get_str(attention, "dtype"), q_tiles)

@@ -28,13 +28,14 @@ class WarpSpecialize(Pass):
     """Lay out warp roles and the channels between them (attn.role, attn.channel)."""
 
     name: ClassVar[str] = "attn-warp-specialize"
-    consumers: int = field(default=2, metadata={"doc": "consumer warpgroups on sm_90a (1 or 2)"})
+    consumers: int | None = field(default=None, metadata={
+        "doc": "consumer warpgroups on sm_90a, 1 or 2 (default 2; no other target has them)"})
 
     def run(self, module) -> None:
         warp_specialize(module, self.consumers)
 
 
-def warp_specialize(module, consumers: int) -> None:
+def warp_specialize(module, consumers: int | None) -> None:
     from attnc.errors import AttncError
     from attnc.ir import attention_ops, error_at, get_int
     from attnc.passes import plan_ir
@@ -45,9 +46,12 @@ def warp_specialize(module, consumers: int) -> None:
             raise error_at(op, "attn-warp-specialize ran twice on this op")
         target = plan_ir.required_attr(op, "target", WarpSpecialize.name)
         tile = plan_ir.tile_of(op, WarpSpecialize.name)
+        if consumers is not None and target != "sm_90a":
+            raise error_at(op, f"consumers={consumers}: only sm_90a has consumer warpgroups to count; "
+                               f"{target}'s roles are fixed by its recipe")
         try:
             r = recipe(target, num_warps=get_int(op, "num_warps"), kv_stages=get_int(op, "stages"),
-                       q_tiles=tile.q_tiles, consumers=consumers)
+                       q_tiles=tile.q_tiles, consumers=2 if consumers is None else consumers)
             check_register_budget(r)
         except AttncError as e:
             raise error_at(op, e.message) from None

@@ -75,7 +75,7 @@ def recipe(target: str, *, num_warps: int, kv_stages: int, q_tiles: int = 1,
     if build is None:
         raise AttncError(f"unknown target '{target}'; targets are {', '.join(_RECIPES)}")
     if target == "sm_90a" and consumers not in (1, 2):
-        raise AttncError(f"sm_90a has 1 or 2 consumer warpgroups, not {consumers}")
+        raise AttncError(f"consumers={consumers}: sm_90a has 1 or 2 consumer warpgroups")
     return build(num_warps=num_warps, kv_stages=kv_stages, q_tiles=q_tiles, consumers=consumers)
 
 

@@ -7,6 +7,7 @@
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-smem" 2>&1 | filecheck %s --check-prefix=ALLOCTWICE
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-insert-pipelines,attn-insert-pipelines" 2>&1 | filecheck %s --check-prefix=SYNCTWICE
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{consumers=3}" 2>&1 | filecheck %s --check-prefix=CONSUMERS
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize{consumers=1}" 2>&1 | filecheck %s --check-prefix=CONSUMERS80
 // The budget check of attn-alloc-smem, on a hand-tiled op that attn-tile would refuse:
 // RUN: not attnc opt tests/passes/schedule_pretiled.mlir -arch sm_90a --pass-pipeline "attn-warp-specialize,attn-alloc-smem" 2>&1 | filecheck %s --check-prefix=SMEM
 
@@ -16,7 +17,8 @@
 // TWICE: schedule.attn:2:1: error: attn-warp-specialize ran twice on this op
 // ALLOCTWICE: schedule.attn:2:1: error: attn-alloc-smem ran twice on this op
 // SYNCTWICE: schedule.attn:2:1: error: attn-insert-pipelines ran twice on this op
-// CONSUMERS: schedule.attn:2:1: error: sm_90a has 1 or 2 consumer warpgroups, not 3
+// CONSUMERS: --pass-pipeline:1:32: error: attn-warp-specialize: consumers=3: sm_90a has 1 or 2 consumer warpgroups
+// CONSUMERS80: --pass-pipeline:1:32: error: attn-warp-specialize: consumers=1: only sm_90a has consumer warpgroups to count; sm_80's roles are fixed by its recipe
 // SMEM: schedule.attn:2:1: error: shared memory plan needs 294912 bytes (sQ 32768, sK 131072, sV 131072) but sm_90a allows 232448; lower 'stages' or 'block_n' (attn-tile)
 
 func.func @hd128_unmasked(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v: tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> {

@@ -39,3 +39,22 @@ def test_the_default_plan_lowers():
     specs = target_pipeline("sm_80")
     module = compile_file("examples/mha.attn", CompileOptions(arch="sm_80", pass_pipeline=format_pipeline(specs))).module
     assert "gpu.module" in str(module)
+
+
+@pytest.mark.parametrize("pass_name", ["attn-verify-pipeline", "attn-lower-sm80"])
+@pytest.mark.parametrize("value", [0, -64])
+def test_a_tile_edited_to_no_rows_is_named(tmp_path, pass_name, value):
+    """`block_m = 0` in a dump was reported as a barrier expecting bytes a fill does not
+    deliver (found by a review); the lowering's error came from its copy of the module,
+    at no source location."""
+    specs = target_pipeline("sm_80")
+    dump = tmp_path / "dump"
+    compile_file("examples/mha.attn", CompileOptions(arch="sm_80", pass_pipeline=format_pipeline(specs[:-1]),
+                                                     dump_dir=str(dump)))
+    plan = sorted(dump.glob("*.mlir"))[-1].read_text()
+    assert plan.count("block_m = 128 : i64") == 1
+    with pytest.raises(AttncError) as info:
+        optimize_mlir(plan.replace("block_m = 128 : i64", f"block_m = {value} : i64"), "plan.mlir",
+                      CompileOptions(arch="sm_80", pass_pipeline=pass_name))
+    assert info.value.render().startswith(
+        f"examples/mha.attn:2:1: error: {pass_name}: the tile has block_m = {value}; it must be at least 1")
