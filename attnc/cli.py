@@ -135,8 +135,14 @@ EMITTERS: dict[str, Callable | Unavailable] = {
 def cmd_check(args) -> int:
     from attnc.frontend import load, read_source
     variant = load(read_source(args.file), args.file)
+    _print_warnings(variant)
     print(summary(variant))
     return 0
+
+
+def _print_warnings(variant) -> None:
+    for warning in variant.warnings:
+        print(warning.render(), file=sys.stderr)
 
 
 def cmd_compile(args) -> int:
@@ -149,6 +155,7 @@ def cmd_compile(args) -> int:
                              print_ir_after_all=args.print_ir_after_all, dump_dir=args.dump_dir)
     _check_output_is_not_input(args)
     result = compile_file(args.file, options)
+    _print_warnings(result.variant)
     _check_target(result, args.arch)
     emitter(result, Path(args.output) if args.output else None)
     return 0

@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import os
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO
@@ -171,6 +172,8 @@ def compile_kernel(source, arch: str = "sm_80", **options):
     from attnc.backend.sm80_lower import build
 
     text, filename = _source_of(source)
+    for warning in load(text, filename).warnings:     # checked first: a cache hit has them too
+        warnings.warn(warning, stacklevel=2)
     if isinstance(options.get("load_passes"), (str, os.PathLike)):
         options["load_passes"] = (options["load_passes"],)
     unknown = sorted(set(options) - {f.name for f in dataclasses.fields(CompileOptions)})

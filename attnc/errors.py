@@ -1,4 +1,4 @@
-"""The one user-facing error type of attnc.
+"""The one user-facing error type of attnc (and its warning).
 
 Every mistake a user can make -- in the `.attn` source, in a compile option, in a
 pass that finds a plan infeasible -- is raised as `AttncError` carrying a source
@@ -35,6 +35,8 @@ class Span:
 class AttncError(Exception):
     """A user-facing error: a message, optionally located in a source file."""
 
+    severity = "error"
+
     def __init__(self, message: str, span: Span | None = None, *,
                  filename: str = "<input>", source: str | None = None):
         super().__init__(message)
@@ -51,8 +53,8 @@ class AttncError(Exception):
 
     def render(self) -> str:
         if self.span is None:
-            return f"{self.filename}: error: {self.message}"
-        head = f"{self.filename}:{self.span.line}:{self.span.col}: error: {self.message}"
+            return f"{self.filename}: {self.severity}: {self.message}"
+        head = f"{self.filename}:{self.span.line}:{self.span.col}: {self.severity}: {self.message}"
         line_text = _source_line(self.source, self.span.line)
         if line_text is None:
             return head
@@ -61,6 +63,14 @@ class AttncError(Exception):
 
     def __str__(self) -> str:
         return self.render()
+
+
+class AttncWarning(AttncError, UserWarning):
+    """A user-facing warning about the source (something declared and never used): rendered
+    as an error is, never raised. The CLI prints it; `attnc.compile` issues it with
+    `warnings.warn`."""
+
+    severity = "warning"
 
 
 _WINDOW = 100

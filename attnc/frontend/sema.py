@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import struct
 
-from attnc.errors import AttncError, Span
+from attnc.errors import AttncError, AttncWarning, Span
 from attnc.frontend import ast
 from attnc.frontend.ast import BOOL, FLOAT, INT
 from attnc.frontend.variant import Hook, Tensor, Variant
@@ -76,10 +76,22 @@ class _Checker:
         dims = self._dims((q, k, v, *outputs, *params))
         aliases = self._canonical(q, k, dims)
         hooks = {name: self._hook(h, dims, params, aliases) for name, h in self.hooks.items()}
+        warnings = tuple(w.located(filename, source) for w in self._unused_dims((q, k, v, *outputs, *params), hooks))
         return Variant(
             name=self.decl.name, q=q, k=k, v=v, params=params, outputs=outputs, dims=dims,
             scale=self._scale(q), score_mod=hooks.get("score_mod"), mask_mod=hooks.get("mask_mod"),
-            sink=hooks.get("sink"), source=source, filename=filename, span=self.decl.span)
+            sink=hooks.get("sink"), source=source, filename=filename, span=self.decl.span,
+            warnings=warnings)
+
+    def _unused_dims(self, tensors, hooks: dict[str, Hook]) -> list[AttncWarning]:
+        """A `dim` that no shape and no hook uses: legal, but likely a leftover. Nothing
+        reads it, so the bundle's launch does not require it (Manifest.read_dims)."""
+        used = {d for t in tensors for d in t.shape if isinstance(d, str)}
+        for hook in hooks.values():
+            used |= _names_in(hook.body)
+        return [AttncWarning(f"dim '{name}' is declared but never used: no kernel reads it, and a launch "
+                             f"need not pass it", span)
+                for name, span in self.extra_dims.items() if name not in used]
 
     def _collect(self) -> None:
         seen: dict[str, Span] = {}
@@ -269,6 +281,19 @@ class _Checker:
         if h.name != "mask_mod" and ty == BOOL:
             raise AttncError(f"{h.name} must return a number, got a boolean", h.body.span)
         return Hook(h.name, h.params, h.body, h.span)
+
+
+def _names_in(e: ast.Expr) -> set[str]:
+    """Every dim or other name an expression reads (a canonical name as what it stands for)."""
+    out, todo = set(), [e]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, ast.Name):
+            out.add(x.id)
+            if isinstance(x.stands_for, str):
+                out.add(x.stands_for)
+        todo.extend(ast.children(x))
+    return out
 
 
 def _saturating_int(x: int | float) -> int:

@@ -5,9 +5,9 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from attnc.errors import Span
+from attnc.errors import AttncWarning, Span
 from attnc.frontend import ast
 
 DimValue = str | int     # a symbolic dim name, or a fixed size
@@ -46,6 +46,7 @@ class Variant:
     source: str
     filename: str
     span: Span
+    warnings: tuple[AttncWarning, ...] = field(default=(), compare=False)   # e.g. a dim never used
 
     # The roles of the dims, read off the q/k/v shapes [B, H, M, D] / [B, HKV, N, D].
     @property

@@ -157,7 +157,7 @@ def _bind_dims(manifest: Manifest, views: Mapping[str, TensorView], dim_args: Ma
                 dims[entry], source[entry] = size, here
             elif dims[entry] != size:
                 raise AttncRuntimeError(f"dim {entry} disagrees: {source[entry]} but {here}")
-    missing = [d for d in manifest.dims if d not in dims]
+    missing = [d for d in manifest.dims if d not in dims and d in manifest.read_dims]
     if missing:
         raise AttncRuntimeError(f"dim {missing[0]} is not given by any tensor shape; pass it as "
                                 f"an int, e.g. kernel(..., {missing[0]}=...)")

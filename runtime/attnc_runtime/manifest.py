@@ -211,6 +211,33 @@ class Manifest:
                              if isinstance(p, PtrParam)}))
 
     @property
+    def read_dims(self) -> frozenset[str]:
+        """The dims something of the launch depends on: a tensor's shape, a constraint, a
+        kernel's grid, scratch size or parameter. A declared dim outside them (one the
+        variant never uses) may be left out of a launch."""
+        def names(factors) -> set[str]:
+            out = set()
+            for f in factors:
+                if isinstance(f, str):
+                    out.add(f)
+                elif isinstance(f, Cdiv):
+                    out.add(f.dim)
+                elif isinstance(f, MinSms):
+                    out |= names(f.factors)
+            return out
+
+        used = {d for t in self.tensors for d in t.shape if isinstance(d, str)}
+        used |= {x for c in self.constraints for x in (c.a, c.b) if isinstance(x, str)}
+        for k in self.kernels:
+            used |= names(f for axis in k.grid for f in axis)
+            for p in k.params:
+                if isinstance(p, DimParam):
+                    used.add(p.name)
+                elif isinstance(p, ScratchParam):
+                    used |= names(p.bytes)
+        return frozenset(used)
+
+    @property
     def scalar_dims(self) -> tuple[str, ...]:
         """Dims no input shape carries: passed as keyword ints at launch."""
         shaped = {d for t in self.inputs for d in t.shape if isinstance(d, str)}

@@ -78,3 +78,24 @@ def test_an_edited_pass_file_is_not_served_from_the_cache(tmp_path, monkeypatch)
         pass_file.write_text(PASS_FILE.format(block_n=block_n))
         kernel = attnc.compile(src, arch="sm_80", pass_pipeline=pipeline, load_passes=str(pass_file))
         assert kernel.manifest.specialization["block_n"] == block_n
+
+
+def test_a_dim_never_used_warns_on_every_compile_and_is_not_required(tmp_path, monkeypatch):
+    """The frontend's warnings reach Python users through `warnings` (a cache hit too), and
+    the bundle's launch does not require the unused dim (Manifest.read_dims)."""
+    from attnc.errors import AttncWarning
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path))
+    src = (ROOT / "examples/prefix_lm.attn").read_text().replace("j < P or ", "")
+    for _ in range(2):
+        with pytest.warns(AttncWarning, match="dim 'P' is declared but never used"):
+            kernel = attnc.compile(src, arch="sm_80")
+    assert "P" in kernel.manifest.dims and "P" not in kernel.manifest.read_dims
+
+
+def test_the_cli_prints_warnings_and_goes_on(tmp_path):
+    from attnc.testing import run_attnc
+    src = tmp_path / "unused.attn"
+    src.write_text((ROOT / "examples/prefix_lm.attn").read_text().replace("j < P or ", ""))
+    for command in (["check", str(src)], ["compile", str(src), "--emit", "mlir", "-o", str(tmp_path / "x.mlir")]):
+        status, out, err = run_attnc(command)
+        assert status == 0 and err.startswith(f"{src}:6:7: warning: dim 'P' is declared but never used"), err

@@ -95,3 +95,15 @@ def test_param_named_lse_is_not_an_output():
 def test_param_named_like_a_dim_is_a_duplicate():
     err = expect_error(source("param H: f32[H]", "score_mod(s, b, h, i, j) = s + H[h] * float(H)"))
     assert (err.span.line, err.span.col) == (5, 9)
+
+
+def test_a_dim_nothing_uses_is_a_warning_not_an_error():
+    """A `dim` that no shape and no hook uses is legal but likely a leftover: a warning at
+    its name (found by a review: the launch then had to pass it, for nothing)."""
+    v = load(source("dim P, Q", "param table: f32[H, R]", "dim R, N",
+                    "mask_mod(b, h, i, j) = j < P or j <= i"), "t.attn")
+    assert [w.render() for w in v.warnings] == [
+        "t.attn:5:10: warning: dim 'Q' is declared but never used: no kernel reads it, and a launch "
+        "need not pass it\n  dim P, Q\n         ^"]
+    assert v.dims == ("B", "H", "M", "HKV", "N", "R", "P", "Q")     # still a dim of the variant
+    assert load(source("dim P", "score_mod(s, b, h, i, j) = s + float(P)")).warnings == ()

@@ -119,6 +119,18 @@ def test_missing_scalar_dim():
         "dim P is not given by any tensor shape; pass it as an int, e.g. kernel(..., P=...)"
 
 
+def test_a_dim_nothing_reads_may_be_left_out():
+    """A `dim` the variant declares but never uses sizes nothing and no kernel takes it: a
+    launch need not pass it (found by a review: it had to), and may."""
+    manifest = synthetic_manifest()
+    manifest["dims"].append("W")
+    assert "W" not in Kernel(Bundle.from_files(manifest, synthetic_files(manifest))).manifest.read_dims
+    assert "W" not in make_kernel(manifest).plan(**synthetic_arguments()).dims
+    assert make_kernel(manifest).plan(**synthetic_arguments(), W=3).dims["W"] == 3
+    # P, which the block map kernel takes, is still required
+    assert {"B", "H", "HKV", "M", "N", "P"} <= make_kernel(manifest).manifest.read_dims
+
+
 @pytest.mark.parametrize("name, tensor, message", [
     ("q", FakeTensor((2, 8, 1000, 128), "f16"), "q: expected dtype bf16, got f16"),
     ("slopes", FakeTensor((8,), "f64"), "slopes: expected dtype f32, got typestr '<f8'"),
