@@ -140,7 +140,7 @@ class _Binder:
                 self._dim_argument(name, inputs[name])
         arrays = {name: self._array(t, inputs) for name, t in tensors.items()}
         for name in self.variant.dims:
-            if name not in self.sizes:
+            if name not in self.sizes and name not in self.variant.unused_dims:
                 raise AttncError(f"missing dim '{name}': no input shape carries it; "
                                  f"pass it as {name}=<int>")
         self._check_heads(arrays["q"], arrays["k"])

@@ -76,22 +76,24 @@ class _Checker:
         dims = self._dims((q, k, v, *outputs, *params))
         aliases = self._canonical(q, k, dims)
         hooks = {name: self._hook(h, dims, params, aliases) for name, h in self.hooks.items()}
-        warnings = tuple(w.located(filename, source) for w in self._unused_dims((q, k, v, *outputs, *params), hooks))
+        unused = self._unused_dims((q, k, v, *outputs, *params), hooks)
+        warnings = tuple(AttncWarning(f"dim '{name}' is declared but never used: no kernel reads it, and a "
+                                      f"launch need not pass it", self.extra_dims[name],
+                                      filename=filename, source=source) for name in unused)
         return Variant(
             name=self.decl.name, q=q, k=k, v=v, params=params, outputs=outputs, dims=dims,
             scale=self._scale(q), score_mod=hooks.get("score_mod"), mask_mod=hooks.get("mask_mod"),
             sink=hooks.get("sink"), source=source, filename=filename, span=self.decl.span,
-            warnings=warnings)
+            unused_dims=unused, warnings=warnings)
 
-    def _unused_dims(self, tensors, hooks: dict[str, Hook]) -> list[AttncWarning]:
-        """A `dim` that no shape and no hook uses: legal, but likely a leftover. Nothing
-        reads it, so the bundle's launch does not require it (Manifest.read_dims)."""
+    def _unused_dims(self, tensors, hooks: dict[str, Hook]) -> tuple[str, ...]:
+        """The `dim`s that no shape and no hook uses: legal, but likely leftovers (a warning).
+        Nothing reads them, so neither the bundle's launch (Manifest.read_dims) nor the
+        reference requires them."""
         used = {d for t in tensors for d in t.shape if isinstance(d, str)}
         for hook in hooks.values():
             used |= _names_in(hook.body)
-        return [AttncWarning(f"dim '{name}' is declared but never used: no kernel reads it, and a launch "
-                             f"need not pass it", span)
-                for name, span in self.extra_dims.items() if name not in used]
+        return tuple(name for name in self.extra_dims if name not in used)
 
     def _collect(self) -> None:
         seen: dict[str, Span] = {}

@@ -46,7 +46,8 @@ class Variant:
     source: str
     filename: str
     span: Span
-    warnings: tuple[AttncWarning, ...] = field(default=(), compare=False)   # e.g. a dim never used
+    unused_dims: tuple[str, ...] = ()         # declared with `dim`, read by no shape or hook
+    warnings: tuple[AttncWarning, ...] = field(default=(), compare=False)   # e.g. of a dim never used
 
     # The roles of the dims, read off the q/k/v shapes [B, H, M, D] / [B, HKV, N, D].
     @property

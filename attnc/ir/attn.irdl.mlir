@@ -173,7 +173,10 @@ irdl.dialect @attn {
     %kind = irdl.base "#builtin.string"
     %stages = irdl.base "#builtin.integer"
     %arrive_count = irdl.base "#builtin.integer"
-    %tx_bytes = irdl.base "#builtin.array"
+    // bytes per fill, in turn (Note [Bytes per fill] in attnc/schedule/sync.py): an
+    // array of integers, or a single integer (as dumps before that note wrote it), which
+    // reads as a list of one; attn-verify-pipeline names any other value.
+    %tx_bytes = irdl.any
     %arrivers = irdl.base "#builtin.string"
     %waiters = irdl.base "#builtin.string"
     irdl.attributes { "name" = %name, "channel" = %channel, "kind" = %kind,

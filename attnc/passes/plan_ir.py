@@ -70,16 +70,14 @@ def recipe_of(attention: ir.Operation, pass_name: str) -> Recipe:
 def tile_of(attention: ir.Operation, pass_name: str) -> Tile:
     for key in ("block_m", "block_n"):
         required_attr(attention, key, pass_name, integer=True)
-    q_tiles = get_int(attention, "q_tiles") if "q_tiles" in _names(attention) else 1
-    for key, value in (("block_m", get_int(attention, "block_m")), ("block_n", get_int(attention, "block_n")),
-                       ("q_tiles", q_tiles)):
+    sizes = {key: get_int(attention, key) for key in ("block_m", "block_n", "head_dim_qk", "head_dim_v")}
+    sizes["q_tiles"] = get_int(attention, "q_tiles") if "q_tiles" in _names(attention) else 1
+    for key, value in sizes.items():
         if value < 1:
             # an edited dump: name the value, not what the passes would make of it
-            raise error_at(attention, f"{pass_name}: the tile has {key} = {value}; it must be at least 1 "
-                                      f"(attn-tile records it)")
-    return Tile(get_int(attention, "block_m"), get_int(attention, "block_n"),
-                get_int(attention, "head_dim_qk"), get_int(attention, "head_dim_v"),
-                get_str(attention, "dtype"), q_tiles)
+            raise error_at(attention, f"{pass_name}: the tile has {key} = {value}; it must be at least 1")
+    return Tile(sizes["block_m"], sizes["block_n"], sizes["head_dim_qk"], sizes["head_dim_v"],
+                get_str(attention, "dtype"), sizes["q_tiles"])
 
 
 def _names(op: ir.Operation) -> set[str]:
@@ -140,4 +138,6 @@ def _value(op: ir.Operation, kind: type):
             raise error_at(op, f"{op.name} is missing its '{f.name}' attribute")
     if kind is Role and kwargs.get("regs") == 0:
         kwargs["regs"] = None
+    if kind is Barrier and isinstance(kwargs.get("tx_bytes"), int):
+        kwargs["tx_bytes"] = (kwargs["tx_bytes"],)      # a dump from before Note [Bytes per fill]
     return kind(**kwargs)

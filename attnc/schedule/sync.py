@@ -6,7 +6,7 @@ For each channel with `stages` slots this decides the protocol the code follows:
   filled, wait until at most `stages - 1` groups are in flight before reading,
   and a CTA barrier so every thread sees every other thread's copies.
 * `tma`: a `full` mbarrier per slot (arrive count 1: the producer's
-  arrive.expect_tx, plus the transaction bytes of one slot) and an `empty`
+  arrive.expect_tx, plus the transaction bytes of the fill) and an `empty`
   mbarrier per slot (arrive count = consumer warps that release it).
 * `tcgen05`: the MMA warp's `tcgen05.commit` arrives once on `full`; the consumer
   warpgroup arrives on `empty` (count = its warps).
@@ -15,6 +15,19 @@ For each channel with `stages` slots this decides the protocol the code follows:
 Each ring is walked with an explicit (stage, phase) state: stage advances per
 slot, phase flips when stage wraps. Waits on `full` use `phase`, waits on `empty`
 use `phase ^ 1` so the first pass through the ring does not block.
+
+Note [Bytes per fill]: a `full` mbarrier completes its phase when its arrivals are in
+and the transaction bytes the producer announced (arrive.expect_tx) have landed, so the
+announced bytes must be exactly what that fill's copies deliver. A ring whose slots hold
+one tile at a time (`Channel.alternating`: sm_100a's K, V, K, ... ring, FlashAttention-4's)
+delivers K's bytes on even fills and V's on odd ones, which differ when the QK and V
+head dims do (diff_head_dims.attn: 32 KiB and 16 KiB at 128-key tiles). So `tx_bytes` is
+a sequence, fill t of the ring announcing `tx_bytes[t % len(tx_bytes)]` (the ring's fill
+count, not the slot's: with an odd number of stages a slot holds K and V in turn); one
+value where every fill is alike. One value of the larger tile, as the plan had before,
+would leave every V fill's phase waiting for bytes that never come: the MMA warp would
+hang. (The slots are all as large as the larger tile; FlashAttention-4's uneven ring,
+which packs them tighter, is not planned.)
 """
 from __future__ import annotations
 

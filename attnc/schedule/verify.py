@@ -32,12 +32,13 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from attnc.schedule.alloc import Buffer, Tile
+from attnc.schedule.alloc import DTYPE_BYTES, Buffer, Tile
 from attnc.errors import AttncError
 from attnc.schedule.recipes import Channel, Recipe, Role, check_register_budget
 from attnc.schedule.sync import Barrier, fill_bytes
 
 MAX_STATES = 2_000_000
+TILE_NAMES = ("q", "k", "v", "o", "s", "p")     # what a channel's slot may carry
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class _Side:
 def verify(recipe: Recipe, barriers: list[Barrier], buffers: list[Buffer], tile: Tile) -> list[Violation]:
     """Every violation of the plan's protocol (empty: it is sound); `tile` gives the bytes
     each fill's copies deliver."""
-    out = _impossible(recipe, barriers, buffers)
+    out = _impossible(recipe, barriers, buffers, tile)
     if out:
         return out          # the machine below would divide by them, or walk nothing
     by_role = {r.name: r for r in recipe.roles}
@@ -95,7 +96,8 @@ def verify(recipe: Recipe, barriers: list[Barrier], buffers: list[Buffer], tile:
             out.append(Violation(full.name, f"a slot of channel {channel!r} holds {slot} bytes but a fill "
                                             f"delivers {max(fills)}: the copy would overrun the slot"))
             continue
-        out.extend(_Ring(full, empty, by_role, fills, _fill_names(ch)).run())
+        out.extend(_Ring(full, empty, by_role, fills, _fill_names(ch),
+                         tma=ch is not None and ch.transport == "tma").run())
     return out
 
 
@@ -104,26 +106,34 @@ def _fill_names(ch: Channel | None) -> tuple[str, ...]:
     if ch is None:
         return ("",)
     tiles = tuple(t.upper() for t in ch.tile if t not in ("s", "p"))
-    return tiles if ch.alternating else ("+".join(tiles),)
+    return tiles if ch.alternating and tiles else ("+".join(tiles),)
 
 
-def _impossible(recipe: Recipe, barriers: list[Barrier], buffers: list[Buffer]) -> list[Violation]:
+def _impossible(recipe: Recipe, barriers: list[Barrier], buffers: list[Buffer], tile: Tile) -> list[Violation]:
     """Values no plan can hold (a plan edited by hand): counts below 1, negative sizes,
-    register budgets setmaxnreg cannot set or the register file cannot hold."""
+    tiles and dtypes no channel carries, register budgets setmaxnreg cannot set or the
+    register file cannot hold."""
     out = []
+    if tile.dtype not in DTYPE_BYTES:
+        out.append(Violation("tile", f"the tile's dtype {tile.dtype!r} is none of {', '.join(DTYPE_BYTES)}"))
     for c in recipe.channels:
         if c.stages < 1:
             out.append(Violation(c.name, f"channel {c.name!r} has {c.stages} stages: at least 1"))
+        unknown = [t for t in c.tile if t not in TILE_NAMES]
+        if unknown or not c.tile:
+            out.append(Violation(c.name, f"channel {c.name!r} carries tiles {list(c.tile)}: one or more of "
+                                         f"{', '.join(TILE_NAMES)}"))
     for b in buffers:
         if b.stages < 1 or b.size <= 0 or b.offset < 0:
             out.append(Violation(b.name, f"buffer {b.name!r} has offset {b.offset}, size {b.size}, "
                                          f"{b.stages} stages: the offset must be at least 0, the size and "
                                          f"the stages at least 1"))
     for b in barriers:
-        if b.stages < 1 or b.arrive_count < 0 or not b.tx_bytes or min(b.tx_bytes) < 0:
+        counts = isinstance(b.tx_bytes, tuple) and all(type(x) is int for x in b.tx_bytes)
+        if b.stages < 1 or b.arrive_count < 0 or not counts or not b.tx_bytes or min(b.tx_bytes) < 0:
             out.append(Violation(b.name, f"barrier {b.name!r} has {b.stages} stages, arrive count "
                                          f"{b.arrive_count}, tx_bytes {b.tx_bytes}: the stages must be at "
-                                         f"least 1, the others at least 0 (tx_bytes: one value or more)"))
+                                         f"least 1, the others at least 0 (tx_bytes: a list of one or more integers)"))
     try:
         check_register_budget(recipe)       # what attn-warp-specialize checks of its own budgets
     except AttncError as e:
@@ -156,13 +166,13 @@ class _Ring:
     consumer program: wait full[t % S] (parity phase), read, arrive empty."""
 
     def __init__(self, full: Barrier, empty: Barrier, by_role: dict[str, Role],
-                 delivered: tuple[int, ...], names: tuple[str, ...]):
+                 delivered: tuple[int, ...], names: tuple[str, ...], tma: bool):
         self.full, self.empty = full, empty
         self.stages = full.stages
-        # every slot used with both parities, and (Note [Bytes per fill]) every tile of an
-        # alternating ring in every slot
-        self.fills = 2 * self.stages * len(names) // math.gcd(self.stages, len(names))
-        self.tma = max(full.tx_bytes) > 0
+        # every slot used with both parities: one period of the (slot, phase, tile) of a
+        # fill, as an alternating ring's two tiles repeat every 2 fills (Note [Bytes per fill])
+        self.fills = 2 * self.stages
+        self.tma = tma                  # the channel's transport, whatever tx_bytes says
         self.prod = _side(_roles(full.arrivers), by_role, self.tma)
         self.cons = _side(_roles(full.waiters), by_role, False)
         self.delivered = delivered if self.tma else (0,)

@@ -25,7 +25,8 @@ promise that the params the mask reads still hold the values they held when the 
 built: the runtime cannot read device memory to check, as FlexAttention cannot either.
 It does check what it can: that a launch built the map, on the stream the reading launch
 is on (the same stream orders them; on another, nothing would); and that a `mask_from`
-binding is of the same bundle, on the same device, with the same dims, reading the same
+binding is of the same bundle, on the same device, with the same dims (those anything
+reads: Manifest.read_dims), reading the same
 param tensors (the same addresses: the dims fix their shapes, and params are contiguous). The map's buffers and the stream that built it
 (`_KeptMask`) are shared by the bindings that read them, so a reader keeps the buffers
 alive, not the first binding's q, k, v and outputs. A bundle without mask kernels has
@@ -71,7 +72,7 @@ from attnc_runtime.checks import LaunchPlan, Platform, plan_launch
 from attnc_runtime.errors import AttncRuntimeError
 from attnc_runtime.manifest import Manifest
 from attnc_runtime.params import pack, param_values
-from attnc_runtime.tensors import view
+from attnc_runtime.tensors import CU_STREAM_LEGACY, view
 
 
 POISON_ENV, POISON_BYTE = "ATTNC_POISON_SCRATCH", 0xFF     # Note [Filled scratch]
@@ -205,7 +206,7 @@ class BoundLaunch:
                 self._check_kept_mask(handle)
             self._check_scratch_stream(handle, build)
             for producer in self._producers:        # Note [Producer streams]
-                if producer != handle:
+                if not _ordered_after(handle, producer):
                     driver.wait_for(producer, handle)
             if build:
                 self._mask.stream = None        # no map to reuse until every launch is queued
@@ -269,15 +270,24 @@ def _check_mask_source(bound: BoundLaunch, source: BoundLaunch) -> BoundLaunch:
     if source.plan.device.ordinal != bound.plan.device.ordinal:
         raise AttncRuntimeError(f"mask_from: bound on device {source.plan.device.ordinal}, "
                                 f"this launch on device {bound.plan.device.ordinal}")
-    if source.plan.dims != bound.plan.dims:
-        differ = ", ".join(f"{d} = {source.plan.dims[d]} there, {bound.plan.dims[d]} here"
-                           for d in bound.plan.dims if source.plan.dims.get(d) != bound.plan.dims[d])
+    read = bound.bundle.manifest.read_dims          # a dim nothing reads cannot change the mask
+    differ = ", ".join(f"{d} = {source.plan.dims.get(d)} there, {bound.plan.dims.get(d)} here"
+                       for d in bound.bundle.manifest.dims
+                       if d in read and source.plan.dims.get(d) != bound.plan.dims.get(d))
+    if differ:
         raise AttncRuntimeError(f"mask_from: the mask was built for other dims ({differ})")
     for name in bound.bundle.manifest.mask_params:   # same dims: same shapes; params are contiguous
         if bound.plan.views[name].ptr != source.plan.views[name].ptr:
             raise AttncRuntimeError(f"mask_from: the mask was built from another {name!r} tensor; "
                                     f"pass the same {name!r} to both")
     return source
+
+
+def _ordered_after(consumer: int, producer: int) -> bool:
+    """Whether work queued on stream `consumer` already runs after the work queued before
+    it on `producer`: the same stream, or the legacy default stream (1) seen from the
+    default stream (0: the legacy one, or a per-thread one, which synchronizes with it)."""
+    return consumer == producer or (producer == CU_STREAM_LEGACY and consumer == 0)
 
 
 def _stream_handle(stream) -> int:

@@ -6,14 +6,17 @@ or raises `ManifestError` naming the field at fault, e.g.
 
     manifest: kernels[0].params[3].tensor: unknown tensor 'x' (tensors: q, k, v, o)
 
-The schema, format "attnc-bundle/1" (every key below is required unless marked):
+The schema, format "attnc-bundle/2" (every key below is required unless marked; format
+"attnc-bundle/1", still read, is the same without `code_sha256`, which a runtime that
+reads only /1 refuses as an unknown field):
 
     format, compiler {name, version}, variant, source, source_sha256 (of source, UTF-8),
     target      "sm_80" | "sm_90a" | "sm_100a" | ... (see arch.py)
     code        {"cubin": file, "ptx": file}: at least one, plain file names in the bundle
     code_sha256 {"cubin": hex, "ptx": hex} (optional; attnc writes it): the sha256 of each
                 code file; a file that does not match is refused when the bundle is read
-    dims        every symbolic dim; those in no input shape are passed as ints at launch
+    dims        every symbolic dim; those in no input shape are passed as ints at launch,
+                unless nothing reads them (`Manifest.read_dims`: a dim declared and never used)
     inputs      [{name, role: q|k|v|param, dtype, shape, align?}]
     outputs     [{name, role?: o|lse (default: the name), dtype, shape, align?}]
     constraints [["divisible", a, b] | ["equal", a, b]]  (a, b: dim name or int; optional)
@@ -58,7 +61,8 @@ from attnc_runtime.arch import TARGETS
 from attnc_runtime.dtypes import DTYPES
 from attnc_runtime.errors import ManifestError
 
-FORMAT = "attnc-bundle/1"
+FORMAT = "attnc-bundle/2"                               # what attnc writes
+READ_FORMATS = ("attnc-bundle/1", FORMAT)                # what this runtime reads
 CODE_KINDS = ("cubin", "ptx")
 INPUT_ROLES = ("q", "k", "v", "param")
 OUTPUT_ROLES = ("o", "lse")
@@ -239,7 +243,8 @@ class Manifest:
 
     @property
     def scalar_dims(self) -> tuple[str, ...]:
-        """Dims no input shape carries: passed as keyword ints at launch."""
+        """Dims no input shape carries: passed as keyword ints at launch (those in
+        `read_dims`; the others may be left out)."""
         shaped = {d for t in self.inputs for d in t.shape if isinstance(d, str)}
         return tuple(d for d in self.dims if d not in shaped)
 
@@ -255,9 +260,11 @@ def parse_manifest(raw: Any) -> Manifest:
                                           "inputs", "outputs", "kernels"),
                optional=("constraints", "specialization", "code_sha256"))
     fmt = top["format"]
-    if fmt != FORMAT:
+    if fmt not in READ_FORMATS:
         raise ManifestError(f"manifest: format: {fmt!r} is not supported by this runtime "
-                            f"(it reads {FORMAT!r})")
+                            f"(it reads {' and '.join(map(repr, READ_FORMATS))})")
+    if fmt != FORMAT and "code_sha256" in top:
+        raise ManifestError(f"manifest: code_sha256: not a field of format {fmt!r}")
     compiler = _obj(top["compiler"], "compiler", required=("name", "version"))
     source = _str(top["source"], "source")
     digest = _str(top["source_sha256"], "source_sha256")

@@ -61,8 +61,10 @@ def _parser(manifest: Manifest | None) -> argparse.ArgumentParser:
                         help="fraction of (i, j) pairs the mask keeps, for TFLOP/s (default: 1)")
     for dim in manifest.dims if manifest else ():
         default = DEFAULT_DIMS.get(dim)
-        parser.add_argument(f"--{dim}", type=int, default=default, required=default is None,
-                            help=f"dim {dim}" + (f" (default {default})" if default else ""))
+        read = dim in manifest.read_dims
+        parser.add_argument(f"--{dim}", type=int, default=default, required=default is None and read,
+                            help=f"dim {dim}" + (f" (default {default})" if default else "")
+                            + ("" if read else " (read by nothing: optional)"))
     return parser
 
 
@@ -73,11 +75,11 @@ def _run(kernel: Kernel, args: argparse.Namespace) -> int:
         raise AttncRuntimeError("python -m attnc_runtime.run builds its inputs with torch, "
                                 "which is not installed") from None
     manifest = kernel.manifest
-    dims = {d: getattr(args, d) for d in manifest.dims}
+    dims = {d: getattr(args, d) for d in manifest.dims if getattr(args, d) is not None}
     torch.manual_seed(args.seed)
     device = torch.device("cuda", args.device)
     inputs = {t.name: _random_input(torch, t, dims, device, args.dtype) for t in manifest.inputs}
-    scalars = {d: dims[d] for d in manifest.scalar_dims}
+    scalars = {d: dims[d] for d in manifest.scalar_dims if d in dims}
     outputs = kernel(**inputs, **scalars)
     torch.cuda.synchronize(device)
     print(f"{manifest.variant} ({manifest.target}, {kernel.bundle.path}): "

@@ -132,7 +132,11 @@ def test_an_edited_plan_is_refused_by_attnc_opt(tmp_path):
     (lambda buffers, barriers: (buffers, [dataclasses.replace(b, tx_bytes=(-1,)) for b in barriers]),
      "the stages must be at least 1, the others at least 0"),
     (lambda buffers, barriers: (buffers, [dataclasses.replace(b, tx_bytes=()) for b in barriers]),
-     "tx_bytes: one value or more"),
+     "tx_bytes: a list of one or more integers"),
+    (lambda buffers, barriers: (buffers, [dataclasses.replace(b, tx_bytes=("a", 1.0)) for b in barriers]),
+     "tx_bytes: a list of one or more integers"),                     # was a TypeError
+    (lambda buffers, barriers: (buffers, [dataclasses.replace(b, tx_bytes="x") for b in barriers]),
+     "tx_bytes: a list of one or more integers"),
 ])
 def test_impossible_values_are_named_not_simulated(change, expect):
     """A plan edited by hand with values no plan holds (found by a review: a crash, or a
@@ -141,6 +145,46 @@ def test_impossible_values_are_named_not_simulated(change, expect):
     buffers, barriers = change(list(buffers), list(barriers))
     found = verify(recipe, barriers, buffers, tile)
     assert found and any(expect in v.message for v in found)
+
+
+@pytest.mark.parametrize("edit, expect", [
+    (dict(tile=("k", "w")), "channel 'kv' carries tiles ['k', 'w']: one or more of q, k, v, o, s, p"),   # was a KeyError
+    (dict(tile=()), "channel 'kv' carries tiles []"),                                             # was a ZeroDivisionError
+])
+def test_channels_carrying_no_known_tile_are_named(edit, expect):
+    recipe, barriers, buffers, tile = plan("gemma2", "sm_100a")
+    edited = dataclasses.replace(recipe, channels=tuple(dataclasses.replace(c, **edit) if c.name == "kv" else c
+                                                        for c in recipe.channels))
+    assert any(expect in v.message for v in verify(edited, barriers, buffers, tile))
+    bad_dtype = dataclasses.replace(tile, dtype="f8")
+    assert any("the tile's dtype 'f8' is none of" in v.message for v in verify(recipe, barriers, buffers, bad_dtype))
+
+
+def test_a_tma_ring_announcing_no_bytes_is_caught():
+    """A TMA ring is one by its channel's transport, not by its announced bytes: tx_bytes
+    edited to 0 would arm expect_tx(0) and let the reader in at once (found by a review:
+    it passed as a ring without transactions)."""
+    recipe, barriers, buffers, tile = plan("gemma2", "sm_100a")
+    zero = [dataclasses.replace(b, tx_bytes=(0,)) if b.name == "mbar_kv_full" else b for b in barriers]
+    assert "complete before the data lands" in " | ".join(v.message for v in verify(recipe, zero, buffers, tile))
+
+
+def test_a_dump_with_one_integer_of_bytes_reads_as_a_list_of_one(tmp_path):
+    """Dumps written before Note [Bytes per fill] have `tx_bytes = N : i64`: they still read,
+    and diff_head_dims' old plan (the larger tile on every fill) is refused as it must be."""
+    pre = ("attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,"
+           "attn-insert-pipelines")
+    run = lambda *args: subprocess.run([sys.executable, "-m", "attnc.cli", *args], cwd=ROOT,  # noqa: E731
+                                       capture_output=True, text=True)
+    saved = tmp_path / "plan.mlir"
+    assert run("compile", "examples/diff_head_dims.attn", "-arch", "sm_100a", "--emit", "mlir",
+               "--pass-pipeline", pre, "-o", str(saved)).returncode == 0
+    text = saved.read_text()
+    assert text.count("tx_bytes = [32768, 16384]") == 1
+    saved.write_text(text.replace("tx_bytes = [32768, 16384]", "tx_bytes = 32768 : i64"))
+    done = run("opt", str(saved), "-arch", "sm_100a", "--pass-pipeline", "attn-verify-pipeline")
+    assert done.returncode == 1 and "mbar_kv_full expects 32768 bytes on fill 1 but that fill of channel " \
+                                    "'kv' (V) delivers 16384: the phase would never complete" in done.stderr
 
 
 def test_register_budgets_an_sm_cannot_hold_are_named():

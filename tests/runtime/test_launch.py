@@ -505,6 +505,9 @@ def test_a_launch_waits_for_the_streams_its_arrays_are_made_on(fake_torch, fake_
     args["slopes"] = FakeTensor((8,), "f32", protocol="dlpack")
     kernel().bind(**args).launch()
     assert [c for c in fake_driver if c[0] == "wait"] == [("wait", 1, 0xABC)]
+    fake_driver.clear()
+    kernel().bind(**args).launch(stream=0)              # the default stream: ordered already
+    assert [c for c in fake_driver if c[0] == "wait"] == []
 
 
 def test_a_param_may_be_named_self(fake_torch):

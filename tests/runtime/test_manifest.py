@@ -53,8 +53,11 @@ def _set(path, value):
 DELETE = object()
 
 MALFORMED = [
-    (_set(["format"], "attnc-bundle/2"),
-     "manifest: format: 'attnc-bundle/2' is not supported by this runtime (it reads 'attnc-bundle/1')"),
+    (_set(["format"], "attnc-bundle/3"),
+     "manifest: format: 'attnc-bundle/3' is not supported by this runtime (it reads 'attnc-bundle/1' and "
+     "'attnc-bundle/2')"),
+    (lambda m: m.update({"format": "attnc-bundle/1", "code_sha256": {"ptx": "0" * 64}}),
+     "manifest: code_sha256: not a field of format 'attnc-bundle/1'"),
     (_set(["kernels"], DELETE), "manifest: manifest: missing field 'kernels'"),
     (_set(["colour"], "blue"), "manifest: manifest: unknown field 'colour'"),
     (_set(["source"], "attention x {}"), "manifest: source_sha256: does not match the sha256 of source"),
@@ -136,3 +139,9 @@ def test_parsing_does_not_modify_its_input():
     before = copy.deepcopy(raw)
     parse_manifest(raw)
     assert raw == before
+
+
+def test_format_1_bundles_are_still_read():
+    """attnc-bundle/2 added code_sha256 (optional); a /1 manifest, without it, still loads."""
+    m = parse_manifest({**synthetic_manifest(), "format": "attnc-bundle/1"})
+    assert m.code_sha256 == {} and m.variant == "synthetic"
