@@ -99,3 +99,7 @@ def test_the_cli_prints_warnings_and_goes_on(tmp_path):
     for command in (["check", str(src)], ["compile", str(src), "--emit", "mlir", "-o", str(tmp_path / "x.mlir")]):
         status, out, err = run_attnc(command)
         assert status == 0 and err.startswith(f"{src}:6:7: warning: dim 'P' is declared but never used"), err
+        assert err.count("warning:") == 1
+    # a compile that fails in a pass still shows them, first
+    status, out, err = run_attnc(["compile", str(src), "--emit", "mlir", "--pass-pipeline", "attn-tile{block_m=96}"])
+    assert status == 1 and err.startswith(f"{src}:6:7: warning:") and "error:" in err
