@@ -254,6 +254,16 @@ def test_a_launch_waits_for_the_stream_an_array_names():
     sleep) when the launch is queued on the default stream; the kernel writes 1s, after
     the side stream's 7s only if the launch waited for it."""
     torch = pytest.importorskip("torch")
+    kernel, (q, k, v), lse, side = _lse_written_on_a_side_stream(torch)
+    kernel(q, k, v, lse=_StreamArray(lse, side.cuda_stream))
+    torch.cuda.synchronize()
+    assert torch.equal(lse, torch.ones_like(lse))
+
+
+def _lse_written_on_a_side_stream(torch):
+    """The race of the producer-stream tests: the test kernel (which writes lse = 1 on every
+    launch: the module docstring) warmed up, and lse being filled with 7s on a new side
+    stream after a sleep. Returns (kernel, (q, k, v), lse, side)."""
     q = torch.randn(2, 3, 5, 128, dtype=torch.bfloat16, device="cuda")
     k = v = torch.zeros(2, 3, 7, 128, dtype=torch.bfloat16, device="cuda")
     lse = torch.zeros(2, 3, 5, device="cuda")
@@ -264,9 +274,7 @@ def test_a_launch_waits_for_the_stream_an_array_names():
     with torch.cuda.stream(side):
         torch.cuda._sleep(200_000_000)          # about 0.1 s of GPU clocks
         lse.fill_(7.0)
-    kernel(q, k, v, lse=_StreamArray(lse, side.cuda_stream))
-    torch.cuda.synchronize()
-    assert torch.equal(lse, torch.ones_like(lse))
+    return kernel, (q, k, v), lse, side
 
 
 class _DLPackFromSide:
@@ -297,16 +305,8 @@ def test_a_launch_on_a_non_blocking_stream_waits_for_a_dlpack_array():
     default stream where the producer made lse ready; the kernel's 1s come after the
     side stream's 7s only if the launch waited for the legacy default stream."""
     torch = pytest.importorskip("torch")
-    q = torch.randn(2, 3, 5, 128, dtype=torch.bfloat16, device="cuda")
-    k = v = torch.zeros(2, 3, 7, 128, dtype=torch.bfloat16, device="cuda")
-    lse = torch.zeros(2, 3, 5, device="cuda")
-    kernel = ptx_kernel()
-    kernel(q, k, v)                             # loading the code may synchronize: before the race
-    torch.cuda.synchronize()
-    side, launch = torch.cuda.Stream(), torch.cuda.Stream()
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(200_000_000)          # about 0.1 s of GPU clocks
-        lse.fill_(7.0)
+    kernel, (q, k, v), lse, side = _lse_written_on_a_side_stream(torch)
+    launch = torch.cuda.Stream()
     with torch.cuda.stream(launch):
         kernel(q, k, v, lse=_DLPackFromSide(lse, side))
     torch.cuda.synchronize()
