@@ -8,6 +8,7 @@ typed (INT / FLOAT / BOOL) in place. The first problem found is reported.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import struct
 
@@ -72,7 +73,8 @@ class _Checker:
         q, k, v = (self._input(n) for n in ("q", "k", "v"))
         self._check_qkv(q, k, v)
         outputs = self._outputs(q, v)
-        params = tuple(self._param(t) for t in self.tensors.values() if t.kind == "param")
+        standing = self._standing(q, k, v)
+        params = tuple(self._param(t, standing) for t in self.tensors.values() if t.kind == "param")
         dims = self._dims((q, k, v, *outputs, *params))
         aliases = self._canonical(q, k, dims)
         hooks = {name: self._hook(h, dims, params, aliases) for name, h in self.hooks.items()}
@@ -217,8 +219,11 @@ class _Checker:
             outputs.append(t)
         return tuple(outputs)
 
-    def _param(self, t: ast.TensorDecl) -> Tensor:
+    def _param(self, t: ast.TensorDecl, standing: dict[str, int | str]) -> Tensor:
         tensor = self._tensor_type(t, "param")
+        # Note [Canonical dims]: `f32[H]` where q's heads are 8 is `f32[8]`, not a new dim H
+        tensor = dataclasses.replace(tensor, shape=tuple(standing.get(d, d) if isinstance(d, str) else d
+                                                         for d in tensor.shape))
         if tensor.dtype not in PARAM_DTYPES:
             raise AttncError(f"param '{t.name}' has dtype {tensor.dtype}; params must be f32 or i32",
                              t.type.dtype_span)
@@ -235,14 +240,28 @@ class _Checker:
                 raise AttncError(f"'{t.name}' names both a tensor and a dim", t.span)
         return tuple(dims)
 
+    def _standing(self, q: Tensor, k: Tensor, v: Tensor) -> dict[str, int | str]:
+        """The canonical names q's and k's shapes hold another number or name in place of
+        (Note [Canonical dims]), which a param's shape reads as that number or name. A
+        `dim` of such a name would be a second value for it: refused."""
+        shaped = {d for t in (q, k, v) for d in t.shape if isinstance(d, str)}
+        slots = _slots(q, k)
+        standing = {n: size for n, size in slots.items() if n not in shaped and n not in self.tensors}
+        for name, span in self.extra_dims.items():
+            if name in standing:
+                place = _SLOT_PLACES[name]
+                raise AttncError(f"'{name}' is {place}, which the shapes give as {standing[name]}: a dim of "
+                                 f"that name would be another value (write {standing[name]}, or put '{name}' "
+                                 f"in that place of the shape)", span)
+        return standing
+
     def _canonical(self, q: Tensor, k: Tensor, dims) -> dict[str, int | str]:
         """Note [Canonical dims]: dsl.md makes B, H, M, HKV and N usable in every variant,
         as q's batch, heads and rows and k's heads and rows. Where the shapes name them
         so, they are dims like any other; where a shape has a number there, or another
         name (`k: bf16[B, H, N, 64]` has no HKV), the name stands for that number or dim.
         A name the variant gives to a tensor is the tensor's."""
-        slots = {"B": q.shape[0], "H": q.shape[1], "M": q.shape[2], "HKV": k.shape[1], "N": k.shape[2]}
-        return {name: size for name, size in slots.items() if name not in dims and name not in self.tensors}
+        return {name: size for name, size in _slots(q, k).items() if name not in dims and name not in self.tensors}
 
     def _scale(self, q: Tensor) -> float:
         if self.scale is None:
@@ -283,6 +302,14 @@ class _Checker:
         if h.name != "mask_mod" and ty == BOOL:
             raise AttncError(f"{h.name} must return a number, got a boolean", h.body.span)
         return Hook(h.name, h.params, h.body, h.span)
+
+
+_SLOT_PLACES = {"B": "q's batch", "H": "q's heads", "M": "q's rows", "HKV": "k's heads", "N": "k's rows"}
+
+
+def _slots(q: Tensor, k: Tensor) -> dict[str, int | str]:
+    """What each canonical name is: the entry of its place in q's or k's shape."""
+    return {"B": q.shape[0], "H": q.shape[1], "M": q.shape[2], "HKV": k.shape[1], "N": k.shape[2]}
 
 
 def _names_in(e: ast.Expr) -> set[str]:

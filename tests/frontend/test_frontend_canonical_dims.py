@@ -54,3 +54,26 @@ def test_bottom_right_causal_over_fixed_lengths_is_the_explicit_one():
 def test_a_canonical_name_is_a_dim_for_hook_parameters():
     source = variant("B, H, 12", "B, H, 20", "j <= i").replace("mask_mod(b, h, i, j)", "mask_mod(b, h, N, j)")
     assert "parameter 'N' of mask_mod shadows the dim 'N'" in str(expect_error(source))
+
+
+def test_a_canonical_name_in_a_param_shape_is_what_its_place_holds():
+    """`param slopes: f32[H]` with q's heads given as 8 is f32[8], not a new dim H that the
+    launch would take from the param's length (found by a review: slopes of length 3 were
+    accepted for 8 heads, and float(H) was 3)."""
+    source = ("attention t {\n  q: f16[B, 8, M, 64]\n  k: f16[B, 8, 16, 64]\n  v: f16[B, 8, 16, 64]\n"
+              "  param slopes: f32[H]\n  param bias: f32[HKV, N]\n"
+              "  score_mod(s, b, h, i, j) = s + slopes[h] + bias[h, j] + float(H)\n  out o: f16[B, 8, M, 64]\n}\n")
+    v = load(source)
+    assert [p.shape for p in v.params] == [(8,), (8, 16)] and v.dims == ("B", "M")
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 8, 5, 64)).astype(np.float16)
+    k = rng.standard_normal((1, 8, 16, 64)).astype(np.float16)
+    with pytest.raises(Exception, match="axis 0 of 'slopes' is declared 8 but the array has 3"):
+        reference(source, q, k, k, slopes=np.zeros(3, np.float32), bias=np.zeros((8, 16), np.float32))
+
+
+def test_a_dim_declared_with_a_canonical_name_the_shapes_fix_is_refused():
+    source = variant("B, H, 12", "B, H, 16", "j < N").replace("  mask_mod", "  dim N\n  mask_mod")
+    assert str(expect_error(source)).startswith(
+        "t.attn:5:7: error: 'N' is k's rows, which the shapes give as 16: a dim of that name would be "
+        "another value (write 16, or put 'N' in that place of the shape)")
