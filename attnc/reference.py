@@ -1,4 +1,6 @@
-"""The meaning of a `.attn` variant in numpy float64: the oracle of every GPU test.
+"""The meaning of a `.attn` variant in numpy: the oracle of every GPU test. The hooks
+compute in f32 and 64-bit integers, as dsl.md says (attnc.reference_eval); the scores'
+dot products, the softmax and P.V in float64, more exactly than any kernel.
 
     out = reference(source, q=q, k=k, v=v, slopes=slopes, P=100)
     out["o"]      # float64 [B, H, M, DV]
@@ -200,13 +202,18 @@ class _Binder:
             raise AttncError(f"param '{t.name}' has shape {array.shape}: a clamped read "
                              f"needs at least one element per axis", t.span)
         if t.dtype == "f32":
-            return array.astype(np.float64)
+            with np.errstate(over="ignore"):
+                return array.astype(np.float32)         # what the kernels read
         if array.dtype.kind in "biu":
-            return array.astype(np.int64)
-        values = array.astype(np.float64)
-        if not np.all(np.isfinite(values) & (values == np.trunc(values))):
-            raise AttncError(f"param '{t.name}' is i32 but the array holds non-integer values",
-                             t.span)
+            values = array.astype(np.int64)
+        else:
+            values = array.astype(np.float64)
+            if not np.all(np.isfinite(values) & (values == np.trunc(values))):
+                raise AttncError(f"param '{t.name}' is i32 but the array holds non-integer values",
+                                 t.span)
+        if values.size and not (-2 ** 31 <= values.min() and values.max() < 2 ** 31):
+            raise AttncError(f"param '{t.name}' is i32 but the array holds values outside its range "
+                             f"({values.min()} to {values.max()})", t.span)
         return values.astype(np.int64)
 
 

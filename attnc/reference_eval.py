@@ -10,7 +10,13 @@ promotion rules:
 * int   -> int64. `+ - *` are exact (two's-complement wrap beyond 2**63, never reached
            by index arithmetic); `//` and `%` follow Python (floor) semantics. The
            kernels' 32-bit integers agree wherever no intermediate leaves int32.
-* float -> float64, the oracle's precision (the kernels compute in f32).
+* float -> float32, as dsl.md says and the kernels compute: every operand a float
+           operation takes is converted to f32 first (an int by rounding to nearest, as
+           the kernels' sitofp), literals and f32 params are f32, and a score reaches
+           score_mod as f32. So a float that a hook turns back into an integer, an
+           index or a mask bit (`j <= int(float(i) * 0.7)`) is the kernels' value, not a
+           float64 one a rounding away from it. Only the hooks are f32: the scores' dot
+           products, the softmax and P.V stay float64 (attnc/reference.py).
 * bool  -> bool. `and`/`or` evaluate both sides; nothing in the language has effects.
 
 See Note [Total arithmetic] for what division by zero and domain errors give.
@@ -35,7 +41,8 @@ from attnc.frontend.variant import Hook
 # only around user expressions; the softmax in attnc/reference.py avoids them by
 # construction (Note [Empty rows]).
 
-DTYPES = {INT: np.int64, FLOAT: np.float64, BOOL: np.bool_}
+DTYPES = {INT: np.int64, FLOAT: np.float32, BOOL: np.bool_}
+COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
 
 
 def _sigmoid(x):
@@ -51,6 +58,7 @@ def _trunc_to_int(x):
     [Saturating int] in attnc/backend/hooks.py)."""
     if x.dtype == np.int64:
         return x
+    x = x.astype(np.float64)        # exactly: the i32 bounds are not f32 values
     with np.errstate(invalid="ignore"):
         return np.where(np.isnan(x), 0.0, np.clip(np.trunc(x), -2.0 ** 31, 2.0 ** 31 - 1)).astype(np.int64)
 
@@ -59,7 +67,7 @@ CALLS = {
     "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
     "rsqrt": _rsqrt, "tanh": np.tanh, "sigmoid": _sigmoid, "floor": np.floor,
     "ceil": np.ceil, "abs": np.abs, "min": np.minimum, "max": np.maximum,
-    "where": np.where, "int": _trunc_to_int, "float": lambda x: x.astype(np.float64),
+    "where": np.where, "int": _trunc_to_int, "float": lambda x: x.astype(np.float32),
 }
 
 BINARY = {
@@ -72,11 +80,15 @@ BINARY = {
 UNARY = {"-": np.negative, "+": lambda x: x, "not": np.logical_not}
 
 
+def _f32(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float32, copy=False)
+
+
 class Evaluator:
     """Evaluates hook bodies given the run's dims and `param` arrays.
 
     `dims` maps every dim name to its size; `params` maps each param's name to its
-    array, already int64 (i32 params) or float64 (f32 params).
+    array, already int64 (i32 params) or float32 (f32 params).
     """
 
     def __init__(self, dims: Mapping[str, int], params: Mapping[str, np.ndarray]):
@@ -107,11 +119,17 @@ class Evaluator:
         if isinstance(e, ast.Index):
             return self._index(e, env)
         if isinstance(e, ast.Call):
-            return CALLS[e.fn](*(self._eval(a, env) for a in e.args))
+            args = [self._eval(a, env) for a in e.args]
+            if e.ty == FLOAT:                   # where's condition stays a bool
+                args = [a if a.dtype == np.bool_ else _f32(a) for a in args]
+            return CALLS[e.fn](*args)
         if isinstance(e, ast.Unary):
             return UNARY[e.op](self._eval(e.operand, env))
         if isinstance(e, ast.Binary):
-            return BINARY[e.op](self._eval(e.lhs, env), self._eval(e.rhs, env))
+            lhs, rhs = self._eval(e.lhs, env), self._eval(e.rhs, env)
+            if e.ty == FLOAT or (e.op in COMPARISONS and FLOAT in (e.lhs.ty, e.rhs.ty)):
+                lhs, rhs = _f32(lhs), _f32(rhs)
+            return BINARY[e.op](lhs, rhs)
         raise TypeError(f"reference: no evaluation rule for {type(e).__name__}")
 
     def _index(self, e: ast.Index, env: dict[str, np.ndarray]) -> np.ndarray:
