@@ -59,6 +59,16 @@ with no stream, which the protocol defines as the legacy default stream: the pro
 makes the array ready there, and each launch waits for the legacy default stream as for
 any producer's. That matters where the launch's stream is non-blocking (torch's side
 streams, cupy's non-blocking ones), which nothing else orders after the legacy stream.
+
+Note [Memory used on another stream]: the outputs and scratch the runtime allocates come
+from the inputs' library's caching allocator, on the stream current at the bind. Launched
+on another stream and then freed (the binding dropped), that memory would go back to the
+first stream's pool and could be handed to a new tensor there while the launch still
+writes it. So the first launch of a binding on another stream records that stream on
+them (torch's `record_stream`: the memory waits for that stream's work before it is
+reused); for cupy, whose pool has no such call, every launch on another stream makes the
+allocating stream wait for it (an event, the host does not block). Memory the runtime
+allocates itself (`DeviceArray`) is freed with cuMemFree, which waits for the device.
 """
 from __future__ import annotations
 
@@ -169,15 +179,20 @@ class BoundLaunch:
         self.outputs = {spec.name: args[spec.name] if spec.name in plan.views else allocated[spec.name]
                         for spec in bundle.manifest.outputs}
         views = {**plan.views, **{name: view(obj, name) for name, obj in allocated.items()}}
+        self._alloc_stream = libraries.current_stream(plan.library, device)
         if source is None:
             self._mask = _KeptMask({name: libraries.scratch(plan.library, plan.scratch[name], device)
-                                    for name in bundle.manifest.mask_scratch})
+                                    for name in bundle.manifest.mask_scratch}, self._alloc_stream)
         else:
             self._mask = source._mask
         self._scratch = {name: self._mask.buffers[name] if name in self._mask.buffers
                          else libraries.scratch(plan.library, nbytes, device)
                          for name, nbytes in plan.scratch.items()}
         self._scratch_ptrs = {name: view(buf, name).ptr for name, buf in self._scratch.items()}
+        # Note [Memory used on another stream]: what this binding allocated, and where
+        self._owned = _Allocated([*allocated.values(), *(buf for name, buf in self._scratch.items()
+                                                         if name not in self._mask.buffers)],
+                                 self._alloc_stream)
         self._params = [pack(param_values(k, plan.dims, views, self._scratch_ptrs))
                         for k in bundle.manifest.kernels]
         self._functions = None          # looked up (and loaded, once per device) at the first launch
@@ -224,6 +239,8 @@ class BoundLaunch:
             if build:
                 self._mask.stream = handle
             self._stream = handle
+            for owned in (self._owned, self._mask.allocated):   # Note [Memory used on another stream]
+                owned.used_on(plan.library, handle, device)
 
     def _check_scratch_stream(self, stream: int, build: bool) -> None:
         """Refuse to write scratch on another stream than the launches that may still read
@@ -256,9 +273,30 @@ class _KeptMask:
     """The scratch the mask kernels fill (Note [Reused masks]), shared by every binding
     that reads it; `stream`: that of the launch that filled it, None while none has."""
 
-    def __init__(self, buffers: dict[str, Any]):
+    def __init__(self, buffers: dict[str, Any], alloc_stream: int):
         self.buffers = buffers
         self.stream: int | None = None
+        self.allocated = _Allocated(list(buffers.values()), alloc_stream)
+
+
+class _Allocated:
+    """Tensors the runtime allocated on `stream`, and the other streams they were used on
+    (Note [Memory used on another stream])."""
+
+    def __init__(self, objs: list, stream: int):
+        self.objs, self.stream = objs, stream
+        self.recorded: set[int] = set()
+
+    def used_on(self, library: str, stream: int, device: int) -> None:
+        """After a launch on `stream`: keep the memory from reuse until that launch is done."""
+        if not self.objs or _ordered_after(stream, self.stream) or library not in ("torch", "cupy"):
+            return
+        if library == "cupy":
+            from attnc_runtime import driver
+            driver.wait_for(stream, self.stream)        # no record_stream: every launch
+        elif stream not in self.recorded:
+            libraries.used_on(library, self.objs, stream, device)
+            self.recorded.add(stream)
 
 
 def _check_mask_source(bound: BoundLaunch, source: BoundLaunch) -> BoundLaunch:

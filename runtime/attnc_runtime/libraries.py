@@ -38,6 +38,16 @@ def scratch(library: str, nbytes: int, device: int):
     return empty(library, (max(math.ceil(nbytes / 4), 1),), "i32", device)
 
 
+def used_on(library: str, objs, stream: int, device: int) -> None:
+    """Tell torch's caching allocator that `objs` (tensors it allocated on another stream)
+    are used on `stream`: freed, their memory is not reused until the work queued there by
+    then is done (Note [Memory used on another stream] in kernel.py)."""
+    torch = sys.modules["torch"]
+    external = torch.cuda.ExternalStream(stream, device=torch.device("cuda", device))
+    for obj in objs:
+        obj.record_stream(external)
+
+
 def current_stream(library: str, device: int) -> int:
     """The stream the library would run its own work on now (0, the default stream, otherwise)."""
     if library == "torch":

@@ -311,3 +311,27 @@ def test_a_launch_on_a_non_blocking_stream_waits_for_a_dlpack_array():
         kernel(q, k, v, lse=_DLPackFromSide(lse, side))
     torch.cuda.synchronize()
     assert torch.equal(lse, torch.ones_like(lse))
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_outputs_launched_on_another_stream_are_not_reused_while_it_runs():
+    """Note [Memory used on another stream]: o is allocated at the bind on the default
+    stream and written by a launch on a side stream held back by a sleep; the binding is
+    dropped at once. A tensor allocated next on the default stream must not get o's
+    memory before the launch is done, or the launch's write (o = q) lands in it."""
+    torch = pytest.importorskip("torch")
+    q = torch.randn(2, 3, 5, 128, dtype=torch.bfloat16, device="cuda")
+    k = v = torch.zeros(2, 3, 7, 128, dtype=torch.bfloat16, device="cuda")
+    kernel = ptx_kernel()
+    kernel(q, k, v)                             # loading the code may synchronize: before the race
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    bound = kernel.bind(q=q, k=k, v=v)          # o and lse from torch's pool, default stream
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)          # about 0.1 s of GPU clocks
+    bound.launch(stream=side)
+    del bound
+    fresh = torch.full((2, 3, 5, 128), 5.0, dtype=torch.bfloat16, device="cuda")
+    torch.cuda.synchronize()
+    assert torch.equal(fresh, torch.full_like(fresh, 5.0))

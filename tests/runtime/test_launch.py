@@ -40,6 +40,9 @@ class FakeTorchTensor:
     def stride(self):
         return contiguous_strides(self.shape)
 
+    def record_stream(self, stream):
+        sys.modules["torch"].recorded.append((self._ptr, stream.handle))
+
 
 @pytest.fixture
 def fake_torch(monkeypatch):
@@ -54,7 +57,10 @@ def fake_torch(monkeypatch):
         return FakeTorchTensor(shape, dtype)
 
     torch.empty = empty
-    torch.cuda = SimpleNamespace(current_stream=lambda device: SimpleNamespace(cuda_stream=0xABC))
+    torch.recorded = []                 # (pointer, stream) of record_stream calls
+    torch.device = lambda kind, index: f"{kind}:{index}"
+    torch.cuda = SimpleNamespace(current_stream=lambda device: SimpleNamespace(cuda_stream=0xABC),
+                                 ExternalStream=lambda handle, device: SimpleNamespace(handle=handle))
     monkeypatch.setitem(sys.modules, "torch", torch)
     return torch
 
@@ -508,6 +514,26 @@ def test_a_launch_waits_for_the_streams_its_arrays_are_made_on(fake_torch, fake_
     fake_driver.clear()
     kernel().bind(**args).launch(stream=0)              # the default stream: ordered already
     assert [c for c in fake_driver if c[0] == "wait"] == []
+
+
+def test_memory_the_runtime_allocated_is_recorded_on_another_stream(fake_torch, fake_driver):
+    """Note [Memory used on another stream] (found by a review): outputs and scratch
+    allocated at the bind on torch's current stream (0xABC) and launched on another are
+    recorded there once, so that freeing them does not hand their memory to a new tensor
+    while the launch still writes it; on the allocating stream nothing is recorded."""
+    kernel().bind(**torch_arguments()).launch()
+    assert fake_torch.recorded == []
+    bound = kernel().bind(**torch_arguments())
+    bound.launch(stream=0x999)
+    allocated = {t.data_ptr() for t in bound.outputs.values()} | {t.data_ptr() for t in bound._scratch.values()}
+    assert {ptr for ptr, _ in fake_torch.recorded} == allocated and len(allocated) == 3     # o, lse, the map
+    assert {stream for _, stream in fake_torch.recorded} == {0x999}
+    bound.launch(stream=0x999)
+    assert len(fake_torch.recorded) == 3                # once a stream
+    given = kernel().bind(**torch_arguments(), o=FakeTorchTensor((2, 8, 1000, 128)))
+    fake_torch.recorded.clear()
+    given.launch(stream=0x999)
+    assert given.outputs["o"].data_ptr() not in {ptr for ptr, _ in fake_torch.recorded}    # the caller's
 
 
 def test_a_param_may_be_named_self(fake_torch):
