@@ -16,7 +16,7 @@ import numpy as np
 
 from attnc_runtime import driver
 from attnc_runtime.dtypes import DTYPES
-from attnc_runtime.tensors import TensorView, contiguous_strides
+from attnc_runtime.tensors import CU_STREAM_LEGACY, TensorView, contiguous_strides
 
 
 class DeviceArray:
@@ -50,9 +50,12 @@ class DeviceArray:
         return host
 
     def __attnc_view__(self) -> TensorView:
+        # from_numpy's copy is on the legacy default stream and may still be landing when
+        # it returns (pageable memory): a launch waits for that stream (Note [Producer
+        # streams] in kernel.py), which orders nothing on the default stream itself.
         return TensorView(ptr=self.ptr, shape=self.shape, strides=contiguous_strides(self.shape),
                           dtype=self.dtype, dtype_text=self.dtype, device=self.device,
-                          location="cuda", library="other")
+                          location="cuda", library="other", stream=CU_STREAM_LEGACY)
 
     def __repr__(self) -> str:
         return f"DeviceArray({list(self.shape)}, {self.dtype}, device={self.device})"

@@ -151,3 +151,13 @@ def test_an_interface_before_version_3_has_no_stream():
 def test_an_interface_stream_that_is_no_handle_is_refused(stream, words):
     with pytest.raises(AttncRuntimeError, match="x: __cuda_array_interface__ has " + words.replace("(", r"\(")):
         view(FakeTensor((4,), "f32", stream=stream), "x")
+
+
+def test_a_device_array_is_waited_for_on_the_legacy_stream():
+    """DeviceArray.from_numpy copies on the legacy default stream, and the copy may still be
+    landing when it returns: a launch on another stream waits for that one (found by a review)."""
+    from attnc_runtime.device_array import DeviceArray
+    a = DeviceArray.__new__(DeviceArray)            # no GPU here: the fields alone
+    a.ptr, a.shape, a.dtype, a.device = 0x1000, (2, 3), "f32", 0
+    assert view(a, "x").stream == 1
+    a.ptr = None                                    # nothing to free
