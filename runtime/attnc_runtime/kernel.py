@@ -266,7 +266,7 @@ class BoundLaunch:
                 "the binding that builds this map (the first of the mask_from chain) has not launched"))
         if self._mask.stream != stream:
             raise AttncRuntimeError(f"the mask was built on stream {self._mask.stream:#x}, this launch is on "
-                                    f"{stream:#x}: launch on that stream, or build the mask again on this one")
+                                    f"{stream:#x}: launch on that stream, or bind again (without mask_from) to build it on this one")
 
 
 class _KeptMask:

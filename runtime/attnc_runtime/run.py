@@ -33,11 +33,9 @@ TOLERANCES = {"bf16": (2e-2, 2e-2), "f16": (5e-3, 5e-3), "f32": (1e-4, 1e-4)}   
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    first = argparse.ArgumentParser(add_help=False)
-    first.add_argument("bundle", nargs="?")
-    known, _ = first.parse_known_args(argv)
     try:
-        bundle = read_bundle(known.bundle) if known.bundle else None
+        path = _bundle_argument(argv)
+        bundle = read_bundle(path) if path else None
         args = _parser(bundle.manifest if bundle else None).parse_args(argv)
         return _run(Kernel(bundle), args)
     except AttncRuntimeError as e:
@@ -45,11 +43,28 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+_FLAGS = ("--no-check", "-h", "--help")        # the options that take no value
+
+
+def _bundle_argument(argv: list[str]) -> str | None:
+    """The bundle folder, wherever it stands among the options (which the bundle's dims
+    decide, so no parser knows them all before it is read): the first word that is
+    neither an option nor an option's value."""
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            return argv[i + 1] if i + 1 < len(argv) else None
+        if word.startswith("-") and len(word) > 1:
+            i += 1 if word in _FLAGS or "=" in word else 2
+            continue
+        return word
+    return None
+
+
 def _parser(manifest: Manifest | None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m attnc_runtime.run", description=__doc__.split("\n")[0])
     parser.add_argument("bundle", help="a bundle folder (manifest.json + code objects)")
-    parser.add_argument("--dtype", choices=("bf16", "f16"),
-                        help="build q, k, v in this dtype (default: the bundle's)")
     parser.add_argument("--iters", type=int, default=20, help="timed launches (0: no timing)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
@@ -74,11 +89,16 @@ def _run(kernel: Kernel, args: argparse.Namespace) -> int:
     except ImportError:
         raise AttncRuntimeError("python -m attnc_runtime.run builds its inputs with torch, "
                                 "which is not installed") from None
+    with torch.cuda.device(args.device):        # the current stream and the timing events there
+        return _run_on(torch, kernel, args)
+
+
+def _run_on(torch, kernel: Kernel, args: argparse.Namespace) -> int:
     manifest = kernel.manifest
     dims = {d: getattr(args, d) for d in manifest.dims if getattr(args, d) is not None}
     torch.manual_seed(args.seed)
     device = torch.device("cuda", args.device)
-    inputs = {t.name: _random_input(torch, t, dims, device, args.dtype) for t in manifest.inputs}
+    inputs = {t.name: _random_input(torch, t, dims, device) for t in manifest.inputs}
     scalars = {d: dims[d] for d in manifest.scalar_dims if d in dims}
     outputs = kernel(**inputs, **scalars)
     torch.cuda.synchronize(device)
@@ -90,10 +110,10 @@ def _run(kernel: Kernel, args: argparse.Namespace) -> int:
     return status
 
 
-def _random_input(torch, spec: TensorSpec, dims: dict, device, dtype_override):
+def _random_input(torch, spec: TensorSpec, dims: dict, device):
     shape = tuple(_size(s, dims) for s in spec.shape)
     if spec.role in ("q", "k", "v"):
-        dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype_override or spec.dtype]
+        dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[spec.dtype]
         return torch.randn(shape, dtype=dtype, device=device)
     if spec.dtype == "i32":
         high = max(2, (shape[-1] if shape else 1) // 512)
@@ -114,7 +134,7 @@ def _check(torch, manifest: Manifest, inputs: dict, scalars: dict, outputs: dict
     host = {name: t.float().cpu().numpy() if t.is_floating_point() else t.cpu().numpy()
             for name, t in inputs.items()}
     expected = attnc.reference(manifest.source, **host, **scalars)
-    atol, rtol = TOLERANCES[args.dtype or manifest.role("q").dtype]
+    atol, rtol = TOLERANCES[manifest.role("q").dtype]
     atol = args.atol if args.atol is not None else atol
     rtol = args.rtol if args.rtol is not None else rtol
     status = 0
@@ -167,7 +187,7 @@ def _mean_ms(torch, launch, args) -> float:
     for _ in range(args.iters):
         launch()
     stop.record()
-    torch.cuda.synchronize()
+    stop.synchronize()
     return start.elapsed_time(stop) / args.iters
 
 

@@ -59,3 +59,19 @@ def test_compare_infinities_and_nans():
 
 def test_compare_shape_mismatch():
     assert run.compare(np.zeros(3), np.zeros(4), 1.0, 1.0) == (False, np.inf)
+
+
+def test_the_bundle_may_come_after_the_options(bundle, capsys):
+    """Options that take a value were taken for the bundle when they came first (found by a
+    review: `--B 1 BUNDLE` said "1: not a bundle")."""
+    with pytest.raises(SystemExit) as info:
+        run.main(["--B", "1", "--iters=3", "--no-check", str(bundle), "--help"])
+    assert info.value.code == 0 and "--P P" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("argv, bundle", [
+    (["b"], "b"), (["--B", "1", "b"], "b"), (["--no-check", "b", "--M", "3"], "b"),
+    (["--iters=5", "b"], "b"), (["--", "-odd-name"], "-odd-name"), (["--B", "1"], None), ([], None),
+])
+def test_the_bundle_argument_is_found_among_the_options(argv, bundle):
+    assert run._bundle_argument(argv) == bundle
