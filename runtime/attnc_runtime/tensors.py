@@ -54,7 +54,7 @@ def view(obj, name: str) -> TensorView:
     if hasattr(obj, "__attnc_view__"):          # DeviceArray
         return obj.__attnc_view__()
     if library_of(obj) == "torch" and hasattr(obj, "data_ptr"):
-        return _torch_view(obj)
+        return _torch_view(obj, name)
     if hasattr(obj, "__cuda_array_interface__"):
         return _cai_view(obj, name)
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
@@ -63,7 +63,11 @@ def view(obj, name: str) -> TensorView:
                             f"__cuda_array_interface__ or __dlpack__), got {type(obj).__name__}")
 
 
-def _torch_view(t) -> TensorView:
+def _torch_view(t, name: str) -> TensorView:
+    layout = str(getattr(t, "layout", "torch.strided"))
+    if layout != "torch.strided" or getattr(t, "is_nested", False):
+        raise AttncRuntimeError(f"{name}: a {'nested' if getattr(t, 'is_nested', False) else layout} "
+                                f"tensor; expected a dense (torch.strided) one")
     text = str(t.dtype)
     device = t.device
     return TensorView(ptr=t.data_ptr(), shape=tuple(t.shape), strides=tuple(t.stride()),

@@ -161,3 +161,21 @@ def test_a_device_array_is_waited_for_on_the_legacy_stream():
     a.ptr, a.shape, a.dtype, a.device = 0x1000, (2, 3), "f32", 0
     assert view(a, "x").stream == 1
     a.ptr = None                                    # nothing to free
+
+
+@pytest.mark.parametrize("layout, nested, words", [("torch.sparse_coo", False, "a torch.sparse_coo tensor"),
+                                                   ("torch.strided", True, "a nested tensor")])
+def test_a_sparse_or_nested_torch_tensor_is_refused_by_name(layout, nested, words):
+    """torch's own error from stride() escaped before (found by a review)."""
+    class Tensor:
+        __module__ = "torch"
+        is_nested = nested
+
+        def data_ptr(self):
+            return 0x1000
+
+        def stride(self):
+            raise RuntimeError("Sparse tensors do not have strides")
+    Tensor.layout = layout
+    with pytest.raises(AttncRuntimeError, match=f"^k: {words}; expected a dense \\(torch.strided\\) one$"):
+        view(Tensor(), "k")
