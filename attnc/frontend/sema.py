@@ -517,6 +517,9 @@ class _ConstEval:
             return self.FUNCS[e.fn](*args)
         if isinstance(e, ast.Name):
             raise AttncError(f"scale must be a constant expression; '{e.id}' is not a constant", e.span)
-        what = {ast.Let: "'let'", ast.Index: "a param", ast.Call: "where()"}.get(type(e), "a comparison or logic")
+        if isinstance(e, ast.Call) and e.fn not in BUILTINS:
+            raise AttncError(f"unknown function '{e.fn}'", e.span)
+        what = {ast.Let: "'let'", ast.Index: "a param", ast.Call: f"{getattr(e, 'fn', '')}()"}.get(
+            type(e), "a comparison or logic")
         raise AttncError(f"scale must be a number: {what} has no place in it (numbers, + - * / // %, "
                          f"and the math functions)", e.span)

@@ -107,3 +107,10 @@ def test_a_dim_nothing_uses_is_a_warning_not_an_error():
         "need not pass it\n  dim P, Q\n         ^"]
     assert v.dims == ("B", "H", "M", "HKV", "N", "R", "P", "Q")     # still a dim of the variant
     assert load(source("dim P", "score_mod(s, b, h, i, j) = s + float(P)")).warnings == ()
+
+
+@pytest.mark.parametrize("call", ["foo(2)", "sink(1)"])
+def test_an_unknown_function_in_scale_is_named(call):
+    """It was reported as "where() has no place in it" (found by a review)."""
+    err = expect_error(source(f"scale = {call}"))
+    assert err.message == f"unknown function '{call.split('(')[0]}'" and (err.span.line, err.span.col) == (5, 11)
