@@ -158,12 +158,10 @@ def _parse_tree(text: str) -> lark.Tree:
     except lark.UnexpectedCharacters as e:
         raise AttncError(_unexpected_char_message(text[e.pos_in_stream]), Span(e.line, e.column)) from None
     except lark.UnexpectedToken as e:
-        stray = _stray_name(e, text)
-        if stray is not None:
-            raise AttncError(f"name '{_short(stray)}' after a complete expression: is an operator missing? "
-                             f"(a declaration would go on as '{_short(stray)}: ...' or "
-                             f"'{_short(stray)}(...) = ...')", _token_span(stray, text)) from None
-        raise AttncError(_unexpected_token_message(e), _token_span(e.token, text)) from None
+        known = _misplaced(e, text)
+        if known is not None:
+            raise known from None
+        raise AttncError(_unexpected_token_message(e, text), _token_span(e.token, text)) from None
     except lark.UnexpectedEOF:
         raise AttncError("unexpected end of file", _end_span(text)) from None
 
@@ -188,23 +186,60 @@ def _unexpected_char_message(ch: str) -> str:
     return f"unexpected character U+{ord(ch):04X}"
 
 
-def _stray_name(e: lark.UnexpectedToken, text: str) -> Token | None:
-    """The name a parse error follows when only a declaration could go on from it
-    (`= s * 2 x`): newlines are whitespace, so a name after a whole expression starts a
-    declaration, and the error would otherwise land on the token after it, often on the
-    next line."""
-    if e.token.type == "$END" or not set(e.expected) <= {"COLON", "LPAR"}:
+HOOK_NAMES = ("score_mod", "mask_mod", "sink")
+
+
+def _misplaced(e: lark.UnexpectedToken, text: str) -> AttncError | None:
+    """The error at the token where the mistake is, where the parser only notices it later.
+    Newlines are whitespace, so a name after a whole expression starts a declaration
+    (`= s * 2 x` fails at the token after `x`, often on the next line), and a line that
+    ends in an operator takes the next line's hook head as its operand (`= i <` then
+    `score_mod(...) = s` fails at that `=`)."""
+    if e.token.type == "$END":
         return None
     before = list(_lark().lex(text[:e.token.start_pos]))
-    if len(before) < 2 or before[-1].type != "NAME":
+    if e.token.type == "EQUAL" and before and before[-1].type == "RPAR":
+        return _dangling_operator(before, text)
+    if not set(e.expected) <= {"COLON", "LPAR"} or len(before) < 2 or before[-1].type != "NAME":
         return None
-    # Inside an expression when the last '=' (a hook's, scale's or let's) comes after the
-    # last ':' or '{' (a tensor's type, the block's start): no expression holds those.
-    opener = next((t.type for t in reversed(before[:-1]) if t.type in ("EQUAL", "COLON", "LBRACE")), None)
-    return before[-1] if opener == "EQUAL" else None
+    stray = before[-1]
+    # What the name follows: inside an expression when the last '=' (a hook's, scale's or
+    # let's) comes after the last ':', '{' or declaration keyword; in a `dim` list after `dim`.
+    opener = next((t.type for t in reversed(before[:-1])
+                   if t.type in ("EQUAL", "COLON", "LBRACE", "DIM", "PARAM", "OUT")), None)
+    if opener == "DIM":
+        return AttncError(f"name '{_short(stray)}' after a dim's name: the names of a 'dim' are "
+                          f"separated by commas ('dim P, Q')", _token_span(stray, text))
+    if opener != "EQUAL":
+        return None
+    if str(stray) in HOOK_NAMES:
+        return AttncError(f"'{stray}' starts a hook: its parameters go in parentheses "
+                          f"('{stray}(...) = ...')", _token_span(stray, text))
+    return AttncError(f"name '{_short(stray)}' after a complete expression: is an operator missing? "
+                      f"(a declaration would go on as '{_short(stray)}: ...' or "
+                      f"'{_short(stray)}(...) = ...')", _token_span(stray, text))
 
 
-def _unexpected_token_message(e: lark.UnexpectedToken) -> str:
+def _dangling_operator(before: list[Token], text: str) -> AttncError | None:
+    """`... = i <` followed by a line `score_mod(s, b, h, i, j) = ...`: the operator took the
+    hook's head as its right side. Reported at the operator."""
+    depth = 0
+    for n in range(len(before) - 1, -1, -1):
+        depth += {"RPAR": 1, "LPAR": -1}.get(before[n].type, 0)
+        if depth == 0:
+            break
+    else:
+        return None
+    if n < 2 or before[n - 1].type != "NAME" or str(before[n - 1]) not in HOOK_NAMES:
+        return None
+    head, op = before[n - 1], before[n - 2]
+    if op.type in ("NAME", "INT", "FLOAT", "RPAR", "RSQB", "EQUAL") or op.line == head.line:
+        return None
+    return AttncError(f"the expression ends at '{op}', with nothing after it (the next line starts the "
+                      f"hook '{head}')", _token_span(op, text))
+
+
+def _unexpected_token_message(e: lark.UnexpectedToken, text: str = "") -> str:
     tok = e.token
     if tok.type == "$END":
         what = "end of file"
@@ -219,6 +254,8 @@ def _unexpected_token_message(e: lark.UnexpectedToken) -> str:
     if str(tok) in reserved_words() and "NAME" in e.expected and set(e.expected) <= {"NAME", "RPAR"}:
         return f"'{tok}' is a reserved word and cannot be a name"
     if tok.type == "EQUAL" and "COMP_OP" in e.expected:
+        if text[tok.end_pos:tok.end_pos + 1] in ("<", ">"):
+            return f"unexpected '={text[tok.end_pos]}': did you mean '{text[tok.end_pos]}='?"
         return "unexpected '=': equality is '=='"
     terminals = set(e.expected)
     if {"INT", "FLOAT"} <= terminals:

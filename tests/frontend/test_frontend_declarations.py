@@ -114,3 +114,22 @@ def test_an_unknown_function_in_scale_is_named(call):
     """It was reported as "where() has no place in it" (found by a review)."""
     err = expect_error(source(f"scale = {call}"))
     assert err.message == f"unknown function '{call.split('(')[0]}'" and (err.span.line, err.span.col) == (5, 11)
+
+
+@pytest.mark.parametrize("line, at, message", [
+    ("param bias f32[H]", "f32", "unexpected name 'f32', expected ':'"),
+    ("dim P Q", "Q", "name 'Q' after a dim's name: the names of a 'dim' are separated by commas ('dim P, Q')"),
+    ("sink h = 1.0", "sink", "'sink' starts a hook: its parameters go in parentheses ('sink(...) = ...')"),
+    ("score_mod(s, b, h, i, j) = s + float(i => j)", "=>", "unexpected '=>': did you mean '>='?"),
+])
+def test_parse_errors_name_the_mistake_after_a_hook(line, at, message):
+    """Each used to be "name ... after a complete expression" or "equality is '=='" (found by
+    a review): the line follows a hook, so the parser read it as that hook's expression."""
+    err = expect_error(source("mask_mod(b, h, i, j) = j <= i", line))
+    assert (err.message, err.span.line, err.span.col) == (message, 6, line.index(at) + 3)
+
+
+def test_a_line_ending_in_an_operator_is_reported_there():
+    err = expect_error(source("mask_mod(b, h, i, j) = i <", "score_mod(s, b, h, i, j) = s"))
+    assert err.message == "the expression ends at '<', with nothing after it (the next line starts the hook 'score_mod')"
+    assert (err.span.line, err.span.col) == (5, 28)
