@@ -160,13 +160,17 @@ class BoundLaunch:
     The packed parameters hold raw device addresses, so the bound launch keeps every
     tensor it was given alive for as long as it lives: a caller's temporary (a param
     built in the call, `bind(..., slopes=torch.exp2(...))`) would otherwise be freed,
-    and a later `launch` would read whatever reused its memory."""
+    and a later `launch` would read whatever reused its memory. A torch tensor can
+    also change its memory in place (`t.data = u`, `resize_`, `set_`), freeing the old:
+    each launch checks that the given torch tensors still have the addresses it packed."""
 
     def __init__(self, bundle: Bundle, plan: LaunchPlan, args: dict[str, Any],
                  mask_from: "BoundLaunch | None" = None):
         self.bundle = bundle
         self.plan = plan
         self._given = dict(args)
+        self._torch_addresses = [(name, obj, plan.views[name].ptr) for name, obj in args.items()
+                                 if name in plan.views and plan.views[name].library == "torch"]
         device = plan.device.ordinal
         # Note [Reused masks]: the mask kernels' scratch, this binding's own or mask_from's.
         self._mask_kernels = frozenset(bundle.manifest.mask_kernels)
@@ -208,6 +212,10 @@ class BoundLaunch:
         this binding's last launch built (Note [Reused masks])."""
         from attnc_runtime import driver
         plan, manifest, kind = self.plan, self.bundle.manifest, self.plan.code_kind
+        for name, obj, ptr in self._torch_addresses:
+            if obj.data_ptr() != ptr:
+                raise AttncRuntimeError(f"{name}: its memory changed since the bind ({ptr:#x} -> "
+                                        f"{obj.data_ptr():#x}: .data =, resize_ or set_): bind again")
         build = self._builds_mask and not reuse_mask
         device = plan.device.ordinal
         with driver.primary_context(device) as ctx:

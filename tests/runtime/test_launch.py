@@ -547,3 +547,15 @@ def test_a_param_may_be_named_self(fake_torch):
     args["self"] = args.pop("slopes")
     bound = k.bind(**args)
     assert read_params(bound._params[1], [ctypes.c_uint64] * 4)[3] == args["self"].data_ptr()
+
+
+def test_a_torch_tensor_whose_memory_changed_since_the_bind_is_refused(fake_torch, fake_driver):
+    """`t.data = u` or `resize_` frees the memory the bind packed (found by a review: the
+    launch would then read or write freed memory)."""
+    args = torch_arguments()
+    bound = kernel().bind(**args)
+    bound.launch()
+    old = args["slopes"].data_ptr()
+    args["slopes"]._ptr = old + 0x100000
+    with pytest.raises(AttncRuntimeError, match=f"^slopes: its memory changed since the bind \\({old:#x} -> "):
+        bound.launch()
