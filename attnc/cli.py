@@ -146,7 +146,8 @@ def _print_warnings(variant) -> None:
 
 
 def cmd_compile(args) -> int:
-    from attnc.driver import CompileOptions, compile_file
+    from attnc.driver import CompileOptions, compile_variant
+    from attnc.frontend import load, read_source
     emitter = EMITTERS[args.emit]
     if isinstance(emitter, Unavailable):
         raise AttncError(emitter.message(args.emit), filename="attnc")
@@ -154,9 +155,9 @@ def cmd_compile(args) -> int:
                              load_passes=tuple(args.load_pass),
                              print_ir_after_all=args.print_ir_after_all, dump_dir=args.dump_dir)
     _check_output_is_not_input(args)
-    from attnc.frontend import load, read_source
-    _print_warnings(load(read_source(args.file), args.file))     # before any pass may fail
-    result = compile_file(args.file, options)
+    variant = load(read_source(args.file), args.file)
+    _print_warnings(variant)                    # before any pass may fail
+    result = compile_variant(variant, options)
     _check_target(result, args.arch)
     emitter(result, Path(args.output) if args.output else None)
     return 0

@@ -60,7 +60,12 @@ def compile_mlir(source: str | bytes, filename: str = "<input>",
                  options: CompileOptions = CompileOptions(), *,
                  ir_stream: TextIO | None = None) -> CompileResult:
     """Frontend + pipeline; the module after the last pass."""
-    variant = load(source, filename)
+    return compile_variant(load(source, filename), options, ir_stream=ir_stream)
+
+
+def compile_variant(variant: Variant, options: CompileOptions = CompileOptions(), *,
+                    ir_stream: TextIO | None = None) -> CompileResult:
+    """The pipeline on a checked variant (what compile_mlir runs after the frontend)."""
     _check_arch(options.arch)
     passes = resolve_pipeline(options)
     try:
@@ -172,7 +177,8 @@ def compile_kernel(source, arch: str = "sm_80", **options):
     from attnc.backend.sm80_lower import build
 
     text, filename = _source_of(source)
-    for warning in load(text, filename).warnings:     # checked first: a cache hit has them too
+    variant = load(text, filename)
+    for warning in variant.warnings:                # checked first: a cache hit has them too
         warnings.warn(warning, stacklevel=2)
     if isinstance(options.get("load_passes"), (str, os.PathLike)):
         options["load_passes"] = (options["load_passes"],)
@@ -189,7 +195,7 @@ def compile_kernel(source, arch: str = "sm_80", **options):
                            "load_passes": [[str(p), _file_sha256(p)] for p in opts.load_passes]}, opts.arch)
 
     def build_bundle():
-        art = build(compile_mlir(text, filename, opts))
+        art = build(compile_variant(variant, opts))
         return art.manifest, art.files
 
     # Asked to show or dump the IR, it compiles: a cache hit would run no pass to show.

@@ -169,9 +169,10 @@ def build(result) -> Sm80Artifacts:
     ptx = to_ptx(kernel_module, target, in_place=True)
     cubin = ptx_to_cubin(ptx, target).cubin
     names = code_files("attn_fwd", target)
+    blobs = {"cubin": cubin, "ptx": ptx.encode()}
     manifest = variant_manifest(result.variant, target=target, kernels=kernels, code=names,
-                                blobs={"cubin": cubin, "ptx": ptx.encode()}, specialization=specialization)
-    files = {names["cubin"]: cubin, names["ptx"]: ptx.encode()}
+                                blobs=blobs, specialization=specialization)
+    files = {names[kind]: blob for kind, blob in blobs.items()}
     return Sm80Artifacts(lowering_from_ir(result).spec, ptx, cubin, manifest, files)
 
 

@@ -73,12 +73,12 @@ class _Checker:
         q, k, v = (self._input(n) for n in ("q", "k", "v"))
         self._check_qkv(q, k, v)
         outputs = self._outputs(q, v)
-        standing = self._standing(q, k, v)
-        params = tuple(self._param(t, standing) for t in self.tensors.values() if t.kind == "param")
-        dims = self._dims((q, k, v, *outputs, *params))
-        aliases = self._canonical(q, k, dims)
+        aliases = self._aliases(q, k, v)
+        params = tuple(self._param(t, aliases) for t in self.tensors.values() if t.kind == "param")
+        tensors = (q, k, v, *outputs, *params)
+        dims = self._dims(tensors)
         hooks = {name: self._hook(h, dims, params, aliases) for name, h in self.hooks.items()}
-        unused = self._unused_dims((q, k, v, *outputs, *params), hooks)
+        unused = self._unused_dims(tensors, hooks)
         warnings = tuple(AttncWarning(f"dim '{name}' is declared but never used: no kernel reads it, and a "
                                       f"launch need not pass it", self.extra_dims[name],
                                       filename=filename, source=source) for name in unused)
@@ -219,10 +219,10 @@ class _Checker:
             outputs.append(t)
         return tuple(outputs)
 
-    def _param(self, t: ast.TensorDecl, standing: dict[str, int | str]) -> Tensor:
+    def _param(self, t: ast.TensorDecl, aliases: dict[str, int | str]) -> Tensor:
         tensor = self._tensor_type(t, "param")
         # Note [Canonical dims]: `f32[H]` where q's heads are 8 is `f32[8]`, not a new dim H
-        tensor = dataclasses.replace(tensor, shape=tuple(standing.get(d, d) if isinstance(d, str) else d
+        tensor = dataclasses.replace(tensor, shape=tuple(aliases.get(d, d) if isinstance(d, str) else d
                                                          for d in tensor.shape))
         if tensor.dtype not in PARAM_DTYPES:
             raise AttncError(f"param '{t.name}' has dtype {tensor.dtype}; params must be f32 or i32",
@@ -240,28 +240,22 @@ class _Checker:
                 raise AttncError(f"'{t.name}' names both a tensor and a dim", t.span)
         return tuple(dims)
 
-    def _standing(self, q: Tensor, k: Tensor, v: Tensor) -> dict[str, int | str]:
-        """The canonical names q's and k's shapes hold another number or name in place of
-        (Note [Canonical dims]), which a param's shape reads as that number or name. A
-        `dim` of such a name would be a second value for it: refused."""
-        shaped = {d for t in (q, k, v) for d in t.shape if isinstance(d, str)}
-        slots = _slots(q, k)
-        standing = {n: size for n, size in slots.items() if n not in shaped and n not in self.tensors}
-        for name, span in self.extra_dims.items():
-            if name in standing:
-                place = _SLOT_PLACES[name]
-                raise AttncError(f"'{name}' is {place}, which the shapes give as {standing[name]}: a dim of "
-                                 f"that name would be another value (write {standing[name]}, or put '{name}' "
-                                 f"in that place of the shape)", span)
-        return standing
-
-    def _canonical(self, q: Tensor, k: Tensor, dims) -> dict[str, int | str]:
+    def _aliases(self, q: Tensor, k: Tensor, v: Tensor) -> dict[str, int | str]:
         """Note [Canonical dims]: dsl.md makes B, H, M, HKV and N usable in every variant,
         as q's batch, heads and rows and k's heads and rows. Where the shapes name them
         so, they are dims like any other; where a shape has a number there, or another
-        name (`k: bf16[B, H, N, 64]` has no HKV), the name stands for that number or dim.
-        A name the variant gives to a tensor is the tensor's."""
-        return {name: size for name, size in _slots(q, k).items() if name not in dims and name not in self.tensors}
+        name (`k: bf16[B, H, N, 64]` has no HKV), the name stands for that number or dim,
+        in a hook and in a param's shape. A name the variant gives to a tensor is the
+        tensor's. A `dim` declared with a name that stands for something else would be a
+        second value for it: refused."""
+        shaped = {d for t in (q, k, v) for d in t.shape if isinstance(d, str)}
+        aliases = {n: size for n, size in _slots(q, k).items() if n not in shaped and n not in self.tensors}
+        for name, span in self.extra_dims.items():
+            if name in aliases:
+                raise AttncError(f"'{name}' is {_SLOT_PLACES[name]}, which the shapes give as {aliases[name]}: "
+                                 f"a dim of that name would be another value (write {aliases[name]}, or put "
+                                 f"'{name}' in that place of the shape)", span)
+        return aliases
 
     def _scale(self, q: Tensor) -> float:
         if self.scale is None:
@@ -472,7 +466,7 @@ class _ConstEval:
              "log2": math.log2, "sqrt": math.sqrt, "rsqrt": lambda x: 1 / math.sqrt(x),
              "tanh": math.tanh, "sigmoid": lambda x: 0.5 * (1.0 + math.tanh(0.5 * x)),
              "floor": lambda x: float(math.floor(x)), "ceil": lambda x: float(math.ceil(x)),
-             "abs": abs, "min": min, "max": max, "float": float, "int": lambda x: _saturating_int(x)}
+             "abs": abs, "min": min, "max": max, "float": float, "int": _saturating_int}
     FLOAT_RESULT = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "floor", "ceil"}
 
     def eval(self, e: ast.Expr) -> float:

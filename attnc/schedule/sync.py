@@ -31,6 +31,7 @@ which packs them tighter, is not planned.)
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from attnc.schedule.alloc import DTYPE_BYTES, Tile, _tile_rows_cols
@@ -57,16 +58,18 @@ def insert_pipelines(recipe: Recipe, tile: Tile) -> tuple[Barrier, ...]:
     return tuple(out)
 
 
+def fill_tiles(ch: Channel) -> tuple[tuple[str, ...], ...]:
+    """The tiles each fill of one of `ch`'s slots delivers, in fill order and repeating
+    (Note [Bytes per fill]): every tile of the slot at once, or for an alternating ring one
+    tile after the other (K, V, K, ...). Tensor memory (S, P) is no copy's."""
+    tiles = tuple(t for t in ch.tile if t not in ("s", "p"))
+    return tuple((t,) for t in tiles) if ch.alternating and tiles else (tiles,)
+
+
 def fill_bytes(ch: Channel, tile: Tile) -> tuple[int, ...]:
-    """Bytes the fills of one of `ch`'s slots deliver, in fill order and repeating (Note
-    [Bytes per fill]): every tile of the slot at once, or for an alternating ring one tile
-    after the other (K, V, K, ...)."""
+    """The bytes of each of `fill_tiles(ch)`."""
     elem = DTYPE_BYTES[tile.dtype]
-    sizes = tuple(_tile_rows_cols(tile, t)[0] * _tile_rows_cols(tile, t)[1] * elem
-                  for t in ch.tile if t not in ("s", "p"))
-    if not sizes:
-        return (0,)
-    return sizes if ch.alternating else (sum(sizes),)
+    return tuple(sum(math.prod(_tile_rows_cols(tile, t)) * elem for t in fill) for fill in fill_tiles(ch))
 
 
 def _protocol(recipe: Recipe, ch: Channel, tile: Tile) -> list[Barrier]:

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 from attnc.schedule.alloc import DTYPE_BYTES, Buffer, Tile
 from attnc.errors import AttncError
-from attnc.schedule.recipes import Channel, Recipe, Role, check_register_budget
-from attnc.schedule.sync import Barrier, fill_bytes
+from attnc.schedule.recipes import Recipe, Role, check_register_budget
+from attnc.schedule.sync import Barrier, fill_bytes, fill_tiles
 
 MAX_STATES = 2_000_000
 TILE_NAMES = ("q", "k", "v", "o", "s", "p")     # what a channel's slot may carry
@@ -90,23 +90,16 @@ def verify(recipe: Recipe, barriers: list[Barrier], buffers: list[Buffer], tile:
                                              f"to the writer"))
             continue
         ch = channels.get(channel)
-        fills = fill_bytes(ch, tile) if ch else (0,)
-        slot = _slot_bytes(channel, buffers, ch is not None and ch.alternating)
-        if full.tx_bytes != (0,) and slot < max(fills):
+        tma = ch is not None and ch.transport == "tma"
+        fills = fill_bytes(ch, tile) if tma else (0,)
+        slot = _slot_bytes(channel, buffers, ch.alternating) if tma else 0
+        if slot < max(fills):
             out.append(Violation(full.name, f"a slot of channel {channel!r} holds {slot} bytes but a fill "
                                             f"delivers {max(fills)}: the copy would overrun the slot"))
             continue
-        out.extend(_Ring(full, empty, by_role, fills, _fill_names(ch),
-                         tma=ch is not None and ch.transport == "tma").run())
+        names = tuple("+".join(f).upper() for f in fill_tiles(ch)) if ch else ("",)
+        out.extend(_Ring(full, empty, by_role, fills, names, tma).run())
     return out
-
-
-def _fill_names(ch: Channel | None) -> tuple[str, ...]:
-    """What fill t of the channel's slots holds: names[t % len(names)]."""
-    if ch is None:
-        return ("",)
-    tiles = tuple(t.upper() for t in ch.tile if t not in ("s", "p"))
-    return tiles if ch.alternating and tiles else ("+".join(tiles),)
 
 
 def _impossible(recipe: Recipe, barriers: list[Barrier], buffers: list[Buffer], tile: Tile) -> list[Violation]:
@@ -175,7 +168,7 @@ class _Ring:
         self.tma = tma                  # the channel's transport, whatever tx_bytes says
         self.prod = _side(_roles(full.arrivers), by_role, self.tma)
         self.cons = _side(_roles(full.waiters), by_role, False)
-        self.delivered = delivered if self.tma else (0,)
+        self.delivered = delivered
         self.names = names
 
     def _expected(self, t: int) -> int:

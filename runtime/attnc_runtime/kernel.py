@@ -169,8 +169,7 @@ class BoundLaunch:
         self.bundle = bundle
         self.plan = plan
         self._given = dict(args)
-        self._torch_addresses = [(name, obj, plan.views[name].ptr) for name, obj in args.items()
-                                 if name in plan.views and plan.views[name].library == "torch"]
+        self._torch_given = [name for name in args if name in plan.views and plan.views[name].library == "torch"]
         device = plan.device.ordinal
         # Note [Reused masks]: the mask kernels' scratch, this binding's own or mask_from's.
         self._mask_kernels = frozenset(bundle.manifest.mask_kernels)
@@ -183,10 +182,10 @@ class BoundLaunch:
         self.outputs = {spec.name: args[spec.name] if spec.name in plan.views else allocated[spec.name]
                         for spec in bundle.manifest.outputs}
         views = {**plan.views, **{name: view(obj, name) for name, obj in allocated.items()}}
-        self._alloc_stream = libraries.current_stream(plan.library, device)
+        alloc_stream = libraries.current_stream(plan.library, device)
         if source is None:
             self._mask = _KeptMask({name: libraries.scratch(plan.library, plan.scratch[name], device)
-                                    for name in bundle.manifest.mask_scratch}, self._alloc_stream)
+                                    for name in bundle.manifest.mask_scratch}, alloc_stream)
         else:
             self._mask = source._mask
         self._scratch = {name: self._mask.buffers[name] if name in self._mask.buffers
@@ -196,7 +195,7 @@ class BoundLaunch:
         # Note [Memory used on another stream]: what this binding allocated, and where
         self._owned = _Allocated([*allocated.values(), *(buf for name, buf in self._scratch.items()
                                                          if name not in self._mask.buffers)],
-                                 self._alloc_stream)
+                                 alloc_stream)
         self._params = [pack(param_values(k, plan.dims, views, self._scratch_ptrs))
                         for k in bundle.manifest.kernels]
         self._functions = None          # looked up (and loaded, once per device) at the first launch
@@ -212,10 +211,11 @@ class BoundLaunch:
         this binding's last launch built (Note [Reused masks])."""
         from attnc_runtime import driver
         plan, manifest, kind = self.plan, self.bundle.manifest, self.plan.code_kind
-        for name, obj, ptr in self._torch_addresses:
-            if obj.data_ptr() != ptr:
+        for name in self._torch_given:
+            ptr, now = plan.views[name].ptr, self._given[name].data_ptr()
+            if now != ptr:
                 raise AttncRuntimeError(f"{name}: its memory changed since the bind ({ptr:#x} -> "
-                                        f"{obj.data_ptr():#x}: .data =, resize_ or set_): bind again")
+                                        f"{now:#x}: .data =, resize_ or set_): bind again")
         build = self._builds_mask and not reuse_mask
         device = plan.device.ordinal
         with driver.primary_context(device) as ctx:

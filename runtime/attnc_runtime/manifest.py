@@ -52,6 +52,7 @@ read its scratch but never write it (the compiler's promise; the rest is checked
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -214,31 +215,20 @@ class Manifest:
         return tuple(sorted({p.tensor for i in self.mask_kernels for p in self.kernels[i].params
                              if isinstance(p, PtrParam)}))
 
-    @property
+    @functools.cached_property
     def read_dims(self) -> frozenset[str]:
         """The dims something of the launch depends on: a tensor's shape, a constraint, a
         kernel's grid, scratch size or parameter. A declared dim outside them (one the
         variant never uses) may be left out of a launch."""
-        def names(factors) -> set[str]:
-            out = set()
-            for f in factors:
-                if isinstance(f, str):
-                    out.add(f)
-                elif isinstance(f, Cdiv):
-                    out.add(f.dim)
-                elif isinstance(f, MinSms):
-                    out |= names(f.factors)
-            return out
-
         used = {d for t in self.tensors for d in t.shape if isinstance(d, str)}
         used |= {x for c in self.constraints for x in (c.a, c.b) if isinstance(x, str)}
         for k in self.kernels:
-            used |= names(f for axis in k.grid for f in axis)
+            used |= _factor_dims(f for axis in k.grid for f in axis)
             for p in k.params:
                 if isinstance(p, DimParam):
                     used.add(p.name)
                 elif isinstance(p, ScratchParam):
-                    used |= names(p.bytes)
+                    used |= _factor_dims(p.bytes)
         return frozenset(used)
 
     @property
@@ -247,6 +237,19 @@ class Manifest:
         `read_dims`; the others may be left out)."""
         shaped = {d for t in self.inputs for d in t.shape if isinstance(d, str)}
         return tuple(d for d in self.dims if d not in shaped)
+
+
+def _factor_dims(factors) -> set[str]:
+    """The dims a product of factors reads."""
+    out = set()
+    for f in factors:
+        if isinstance(f, str):
+            out.add(f)
+        elif isinstance(f, Cdiv):
+            out.add(f.dim)
+        elif isinstance(f, MinSms):
+            out |= _factor_dims(f.factors)
+    return out
 
 
 def source_sha256(source: str) -> str:
