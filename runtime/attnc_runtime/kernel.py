@@ -255,9 +255,9 @@ class BoundLaunch:
         it: the kept mask (this binding's and its mask_from readers') or this binding's own
         zeroed scratch. Nothing orders two streams' work; a new binding has new scratch."""
         own = set(self.plan.scratch) - set(self._mask.buffers)
-        if build and self._mask.buffers and self._mask.stream not in (None, stream):
+        if build and self._mask.buffers and not _ordered_with(self._mask.stream, stream):
             last, what = self._mask.stream, "the mask was built"
-        elif own and self._stream not in (None, stream):
+        elif own and not _ordered_with(self._stream, stream):
             last, what = self._stream, "this binding last launched"
         else:
             return
@@ -272,7 +272,7 @@ class BoundLaunch:
             raise AttncRuntimeError("no mask to reuse: " + (
                 "launch this binding once without reuse_mask first" if self._builds_mask else
                 "the binding that builds this map (the first of the mask_from chain) has not launched"))
-        if self._mask.stream != stream:
+        if not _ordered_with(self._mask.stream, stream):
             raise AttncRuntimeError(f"the mask was built on stream {self._mask.stream:#x}, this launch is on "
                                     f"{stream:#x}: launch on that stream, or bind again (without mask_from) to build it on this one")
 
@@ -331,9 +331,15 @@ def _check_mask_source(bound: BoundLaunch, source: BoundLaunch) -> BoundLaunch:
 
 def _ordered_after(consumer: int, producer: int) -> bool:
     """Whether work queued on stream `consumer` already runs after the work queued before
-    it on `producer`: the same stream, or the legacy default stream (1) seen from the
-    default stream (0: the legacy one, or a per-thread one, which synchronizes with it)."""
-    return consumer == producer or (producer == CU_STREAM_LEGACY and consumer == 0)
+    it on `producer`: the same stream, or the legacy default stream (1) and the default
+    stream (0: the legacy one, or a per-thread one, which synchronizes with it both ways)."""
+    return consumer == producer or {consumer, producer} == {0, CU_STREAM_LEGACY}
+
+
+def _ordered_with(last: int | None, stream: int) -> bool:
+    """Whether a launch on `stream` runs after every launch on `last` (None: none yet) and
+    before any later one there: the two are one stream, as far as ordering goes."""
+    return last is None or _ordered_after(stream, last)
 
 
 def _stream_handle(stream) -> int:

@@ -472,6 +472,21 @@ def test_own_scratch_is_not_zeroed_again_on_another_stream(fake_torch, fake_driv
         bound.launch()
 
 
+def test_the_default_and_the_legacy_stream_count_as_one(fake_torch, fake_driver):
+    """Handles 0 (the default stream: the legacy one, or a per-thread one) and 1 (the legacy
+    stream) order their work both ways, so scratch and a kept mask pass between them; any
+    other stream is still refused."""
+    bound = mask_reading_kernel().bind(**torch_arguments())
+    bound.launch(stream=0)
+    bound.launch(stream=1)
+    bound.launch(reuse_mask=True, stream=0)
+    bound.launch(reuse_mask=True, stream=1)
+    with pytest.raises(AttncRuntimeError, match="built on stream 0x1, this launch is on 0x2"):
+        bound.launch(reuse_mask=True, stream=2)
+    with pytest.raises(AttncRuntimeError, match="^the mask was built on stream 0x1; writing its scratch"):
+        bound.launch(stream=2)
+
+
 def test_a_binding_without_scratch_launches_on_any_stream(fake_torch, fake_driver):
     manifest = synthetic_manifest()
     for kernel in manifest["kernels"]:
