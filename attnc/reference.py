@@ -30,6 +30,7 @@ before anything is computed; a mistake raises `AttncError` naming the tensors.
 """
 from __future__ import annotations
 
+import math
 import operator
 import os
 import sys
@@ -146,7 +147,8 @@ class _Binder:
                 raise AttncError(f"missing dim '{name}': no input shape carries it; "
                                  f"pass it as {name}=<int>")
         self._check_heads(arrays["q"], arrays["k"])
-        params = {t.name: self._param(t, arrays[t.name]) for t in self.variant.params}
+        rows = math.prod(arrays["q"].shape[:-1])     # B * H * M: with none, no hook reads a param
+        params = {t.name: self._param(t, arrays[t.name], rows) for t in self.variant.params}
         return Run(*(arrays[n] for n in "qkv"), params=params, dims=dict(self.sizes))
 
     def _dim_argument(self, name: str, value: object) -> None:
@@ -197,8 +199,8 @@ class _Binder:
             raise AttncError(f"the {heads} query heads of 'q' must be a multiple of the "
                              f"{heads_kv} key/value heads of 'k' (GQA)", self.variant.k.span)
 
-    def _param(self, t: Tensor, array: np.ndarray) -> np.ndarray:
-        if 0 in array.shape:
+    def _param(self, t: Tensor, array: np.ndarray, rows: int) -> np.ndarray:
+        if 0 in array.shape and rows:
             raise AttncError(f"param '{t.name}' has shape {array.shape}: a clamped read "
                              f"needs at least one element per axis", t.span)
         if t.dtype == "f32":

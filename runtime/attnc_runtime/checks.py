@@ -13,6 +13,7 @@ pointer, and what a device is (`DeviceInfo`); tests answer them with a fake.
 from __future__ import annotations
 
 import operator
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol
 
@@ -50,8 +51,10 @@ def plan_launch(manifest: Manifest, args: Mapping[str, Any], platform: Platform)
     dims = _bind_dims(manifest, views, dim_args)
     _check_sizes(manifest, dims)
     _check_constraints(manifest, dims)
+    q = views[manifest.role("q").name]
+    rows = math.prod(q.shape[:-1])          # B * H * M: with none, nothing is computed
     for name, v in views.items():
-        _check_layout(manifest.tensor(name), v)
+        _check_layout(manifest.tensor(name), v, rows)
     _check_outputs_apart(manifest, views)
     info = platform.device_info(device)
     code_kind = select_code(manifest.target, manifest.code, info.capability, device)
@@ -61,7 +64,7 @@ def plan_launch(manifest: Manifest, args: Mapping[str, Any], platform: Platform)
     return LaunchPlan(
         device=info, code_kind=code_kind, dims=dims, views=views, allocate=allocate,
         library=views[manifest.role("q").name].library,
-        grids=_kernel_grids(manifest, dims, info),
+        grids=_kernel_grids(manifest, dims, info, rows),
         scratch={p.name: shapes.product(p.bytes, dims)
                  for k in manifest.kernels for p in k.params if isinstance(p, ScratchParam)})
 
@@ -196,10 +199,11 @@ def _named(entry, value: int) -> str:
     return str(value) if isinstance(entry, int) else f"{entry} = {value}"
 
 
-def _check_layout(spec: TensorSpec, v: TensorView) -> None:
+def _check_layout(spec: TensorSpec, v: TensorView, rows: int) -> None:
     """Strides and alignment the kernel's loads and stores rely on (empty tensors are never
-    read, but a param needs an element per axis: its reads clamp into each)."""
-    if spec.role == "param" and 0 in v.shape:
+    read, but a param needs an element per axis: its reads clamp into each, wherever there
+    are query rows to compute)."""
+    if spec.role == "param" and 0 in v.shape and rows:
         # The hooks' reads clamp each index into its axis (the reference refuses it too).
         raise AttncRuntimeError(f"{spec.name}: a param tensor needs at least one element per axis "
                                 f"(its reads clamp into each axis), got shape {_shape_text(v.shape)}")
@@ -284,8 +288,11 @@ def _check_param_ranges(manifest: Manifest, dims: Mapping[str, int], views: Mapp
                                         f"{kernel.name} takes it as")
 
 
-def _kernel_grids(manifest: Manifest, dims: Mapping[str, int], info: DeviceInfo) -> tuple:
-    """Each kernel's grid, checked against the hardware limits, after its shared memory."""
+def _kernel_grids(manifest: Manifest, dims: Mapping[str, int], info: DeviceInfo, rows: int) -> tuple:
+    """Each kernel's grid, checked against the hardware limits, after its shared memory.
+    With no query rows (`rows` = B * H * M = 0) no kernel runs: the mask kernels' grids
+    need not be empty (they may not depend on H or M), but nothing would read their map,
+    and they could read params that are empty then."""
     grids = []
     for kernel in manifest.kernels:
         if kernel.dynamic_smem_bytes > info.max_dynamic_smem_bytes:
@@ -301,5 +308,5 @@ def _kernel_grids(manifest: Manifest, dims: Mapping[str, int], info: DeviceInfo)
             if size % cluster:
                 raise AttncRuntimeError(f"kernel {kernel.name}: grid.{'xyz'[axis]} = {rule} = {size} "
                                         f"is not a multiple of the cluster size {cluster}")
-        grids.append(grid)
+        grids.append(grid if rows else (0, *grid[1:]))
     return tuple(grids)

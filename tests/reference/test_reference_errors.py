@@ -143,6 +143,17 @@ def test_param_with_an_empty_axis():
                          "element per axis")
 
 
+@pytest.mark.parametrize("shape", [(0, 2, 3), (1, 2, 0)])
+def test_with_no_query_rows_an_empty_param_is_no_error(shape):
+    """B * H * M = 0 (shape: B, H, M): no hook reads a param; documents at B = 0 give an
+    empty output, as the runtime does."""
+    b, h, m = shape
+    q = zeros(b, h, m, 64)
+    out = reference((EXAMPLES / "docs_sink.attn").read_text(), q, q, q,
+                    doc=np.zeros((b, m), np.int32), sinks=zeros(h, dtype=np.float32))
+    assert out["o"].shape == (b, h, m, 64)
+
+
 def test_source_errors_come_from_the_frontend():
     e = error_of("attention bad {\n  q: bf16[B, H, M, 128]\n}\n", q=zeros(1))
     assert e.message.startswith("missing input 'k'")

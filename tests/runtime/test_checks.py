@@ -312,8 +312,26 @@ def test_an_output_sharing_memory_with_another_tensor_is_refused(output, other, 
         "tensor of the launch")
 
 
+def slopes_of_p():
+    """The synthetic kernel with `slopes: f32[P]`: a param whose size no other tensor fixes."""
+    manifest = synthetic_manifest()
+    next(t for t in manifest["inputs"] if t["name"] == "slopes")["shape"] = ["P"]
+    return make_kernel(manifest)
+
+
 def test_a_param_with_an_empty_axis_is_refused():
-    args = synthetic_arguments(H=0, HKV=1)
-    assert refusal(make_kernel(), **args) == (
+    args = {**synthetic_arguments(), "slopes": FakeTensor((0,), "f32"), "P": 0}
+    assert refusal(slopes_of_p(), **args) == (
         "slopes: a param tensor needs at least one element per axis (its reads clamp into each axis), "
         "got shape (0)")
+
+
+@pytest.mark.parametrize("empty", ["B", "H", "M"])
+def test_with_no_query_rows_an_empty_param_passes_and_no_kernel_runs(empty):
+    """B * H * M = 0: no hook reads a param, so an empty one (documents' doc[B, N] at B = 0)
+    is no error, and no kernel runs, the mask kernels included (their grids may not be
+    empty: they need not depend on H or M)."""
+    sizes = {"B": 2, "H": 8, "HKV": 1, "M": 1000, empty: 0}
+    args = {**synthetic_arguments(**sizes), "slopes": FakeTensor((0,), "f32"), "P": 0}
+    plan = slopes_of_p().plan(**args)
+    assert all(0 in grid for grid in plan.grids)
