@@ -1,6 +1,8 @@
-"""The meaning of a `.attn` variant in numpy: the oracle of every GPU test. The hooks
-compute in f32 and 64-bit integers, as dsl.md says (attnc.reference_eval); the scores'
-dot products, the softmax and P.V in float64, more exactly than any kernel.
+"""The meaning of a `.attn` variant in numpy: the oracle of every GPU test. q, k and v
+hold values of their declared dtype (f16 or bf16: arrays of another float dtype are
+rounded to it first, to nearest); the hooks compute in f32 and 64-bit integers, as
+dsl.md says (attnc.reference_eval); the scores' dot products, the softmax and P.V in
+float64, more exactly than any kernel.
 
     out = reference(source, q=q, k=k, v=v, slopes=slopes, P=100)
     out["o"]      # float64 [B, H, M, DV]
@@ -99,7 +101,7 @@ def _variant(source) -> Variant:
 
 @dataclass(frozen=True)
 class Run:
-    """The inputs of one call, checked: float64 q/k/v, typed params, every dim's size."""
+    """The inputs of one call, checked: q/k/v as given, typed params, every dim's size."""
     q: np.ndarray
     k: np.ndarray
     v: np.ndarray
@@ -223,9 +225,7 @@ class _Binder:
 
 def _attention(variant: Variant, run: Run) -> dict[str, np.ndarray]:
     batch, heads, heads_kv, rows, keys = run.shape
-    q = run.q.astype(np.float64)
-    k = run.k.astype(np.float64)
-    v = run.v.astype(np.float64)
+    q, k, v = (_declared(getattr(run, n), getattr(variant, n).dtype) for n in "qkv")
     kv_head = np.arange(heads) // max(1, heads // heads_kv)
     o = np.zeros((batch, heads, rows, v.shape[3]))
     lse = np.full((batch, heads, rows), -np.inf)
@@ -240,6 +240,23 @@ def _attention(variant: Variant, run: Run) -> dict[str, np.ndarray]:
     if variant.has_lse:
         outputs["lse"] = lse
     return outputs
+
+
+def _declared(array: np.ndarray, dtype: str) -> np.ndarray:
+    """`array` as float64 holding the values of the declared `dtype` (f16 or bf16), each
+    rounded to its nearest (ties to even), as a conversion to that dtype would: q, k and v
+    are declared f16 or bf16, so that is what the variant computes on, whatever array holds
+    them. Values already of that dtype are unchanged."""
+    x = array.astype(np.float64)
+    if dtype == "f16":
+        with np.errstate(over="ignore"):
+            return x.astype(np.float16).astype(np.float64)
+    # bf16: 8 significant bits, f32's exponent range; below 2**-126 a fixed step of 2**-133.
+    with np.errstate(over="ignore", invalid="ignore"):
+        _, exponent = np.frexp(x)
+        step = np.ldexp(1.0, np.maximum(exponent - 8, -133))
+        rounded = np.rint(x / step) * step
+        return np.where(np.abs(rounded) >= 2.0 ** 128, np.copysign(np.inf, x), rounded)
 
 
 def _blocks(batch: int, heads: int, rows: int, keys: int):

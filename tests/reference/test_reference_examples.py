@@ -22,11 +22,19 @@ def example(name: str) -> str:
 
 
 def inputs(b, h, hkv, m, n, d, dv=None, *, seed=0, gain=1.0):
-    """Random q, k, v with values exactly representable in f16 (passed as f16 to the reference)."""
+    """Random q, k, v with values exactly representable in f16 and in bf16 (passed as f16
+    to the reference, which takes them as the example's declared dtype): 8 significant
+    bits, nothing below 2**-6 but zero."""
     rng = np.random.default_rng(seed)
-    q = (gain * rng.standard_normal((b, h, m, d))).astype(np.float16)
-    k = rng.standard_normal((b, hkv, n, d)).astype(np.float16)
-    v = rng.standard_normal((b, hkv, n, dv or d)).astype(np.float16)
+
+    def exact(x):
+        x = np.where(np.abs(x) < 2.0 ** -6, 0.0, x)
+        mantissa, exponent = np.frexp(x)
+        return np.ldexp(np.round(mantissa * 256) / 256, exponent).astype(np.float16)
+
+    q = exact(gain * rng.standard_normal((b, h, m, d)))
+    k = exact(rng.standard_normal((b, hkv, n, d)))
+    v = exact(rng.standard_normal((b, hkv, n, dv or d)))
     return q, k, v
 
 

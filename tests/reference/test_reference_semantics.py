@@ -323,8 +323,11 @@ def test_blocking_does_not_change_the_result(monkeypatch):
 def test_ten_million_scores_in_seconds():
     """B*H*M*N ~ 1e7 with a tanh score_mod and a mask; a few rows checked by hand."""
     rng = np.random.default_rng(11)
-    q = rng.standard_normal((1, 4, 1600, 128)).astype(np.float16)
-    k, v = (rng.standard_normal((1, 2, 1600, 128)).astype(np.float16) for _ in range(2))
+    def exact(shape):       # in f16 and in bf16, gemma2's dtype
+        return (rng.integers(-96, 97, shape) / 32).astype(np.float16)
+
+    q = exact((1, 4, 1600, 128))
+    k, v = exact((1, 2, 1600, 128)), exact((1, 2, 1600, 128))
     start = time.perf_counter()
     out = reference(EXAMPLES / "gemma2.attn", q=q, k=k, v=v)
     assert time.perf_counter() - start < 10.0
@@ -335,6 +338,31 @@ def test_ten_million_scores_in_seconds():
         want = w @ v[0, h // 2, : i + 1].astype(float) / w.sum()
         np.testing.assert_allclose(out["o"][0, h, i], want, **HOOK_TOL)
         np.testing.assert_allclose(out["lse"][0, h, i], s.max() + math.log(w.sum()), **HOOK_TOL)
+
+
+@pytest.mark.parametrize("name, dtype", [("gemma2", "bf16"), ("alibi", "f16")])
+def test_q_k_v_are_taken_as_their_declared_dtype(name, dtype):
+    """q, k and v given in float64 (here values of float32) are rounded to the declared dtype (to nearest, ties to
+    even) before anything is computed: the same outputs as the rounded values give, and
+    not those of the unrounded ones."""
+    rng = np.random.default_rng(3)
+    d = 128 if name == "gemma2" else 64
+    q, k, v = (rng.standard_normal((1, 2, 40, d)).astype(np.float32).astype(np.float64) for _ in range(3))
+    extra = {"slopes": np.full(2, 0.25, np.float32)} if name == "alibi" else {}
+    rounded = [_round(x, dtype) for x in (q, k, v)]
+    assert not np.array_equal(rounded[0], q)
+    got = reference(EXAMPLES / f"{name}.attn", q=q, k=k, v=v, **extra)
+    want = reference(EXAMPLES / f"{name}.attn", q=rounded[0], k=rounded[1], v=rounded[2], **extra)
+    np.testing.assert_array_equal(got["o"], want["o"])
+
+
+def _round(x, dtype):
+    """Rounding written out apart from the reference's: f16 by numpy, bf16 by the bits of
+    float32 (exact here: the values are float32's)."""
+    if dtype == "f16":
+        return x.astype(np.float16).astype(np.float64)
+    bits = x.astype(np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32).astype(np.float64)
 
 
 def test_q_k_v_may_come_positionally():
