@@ -63,3 +63,38 @@ def test_a_reused_map_gives_the_outputs_of_a_full_launch(gpu, entry):
     first.launch()                          # builds the map again
     second.launch()
     assert torch.equal(first.outputs["o"], want_first) and torch.equal(second.outputs["o"], want_second)
+
+
+@pytest.mark.parametrize("entry", docs_sink_entries())
+def test_the_legacy_and_the_default_stream_share_a_map_and_no_rows_launch_nothing(gpu, entry):
+    """Streams 0 and 1 (the default and the legacy stream) order their work both ways: a map
+    built on one is reused on the other, and scratch written again there, to the bit. With
+    B = 0 the documents' doc param is empty and no kernel runs: an empty output, no error."""
+    reason = skip_reason(entry)
+    if reason:
+        pytest.skip(reason)
+    import torch
+
+    import attnc_runtime
+    kernel = attnc_runtime.load(BUNDLES / entry["path"])
+    d_qk, d_v = entry["head_dim"]
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[entry["dtype"]]
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    doc = torch.sort(torch.randint(0, 8, (2, N), generator=gen, device="cuda"), dim=1).values.to(torch.int32)
+    sinks = torch.rand(8, generator=gen, device="cuda")
+    q, k, v = (torch.randn(2, 8, n, d, generator=gen, device="cuda", dtype=dtype)
+               for n, d in ((M, d_qk), (N, d_qk), (N, d_v)))
+    want = kernel(q, k, v, doc=doc, sinks=sinks)["o"]
+    bound = kernel.bind(q, k, v, doc=doc, sinks=sinks)
+    bound.launch(stream=0)
+    bound.outputs["o"].zero_()
+    bound.launch(reuse_mask=True, stream=1)
+    torch.cuda.synchronize()
+    assert torch.equal(bound.outputs["o"], want)
+    bound.launch(stream=1)
+    torch.cuda.synchronize()
+    assert torch.equal(bound.outputs["o"], want)
+
+    empty = kernel(q[:0], k[:0], v[:0], doc=doc[:0], sinks=sinks)["o"]
+    torch.cuda.synchronize()
+    assert empty.shape == (0, 8, M, d_v)
