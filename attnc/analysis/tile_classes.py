@@ -84,6 +84,17 @@ def summarize_mask(program: Program | None, dims: Mapping[str, Expr] | None = No
                        kv_plan(program, S, dims, block_m, block_n, seq_q, seq_k), opaque)
 
 
+def unanalysed(summary: MaskSummary, *, block_n: int, seq_k: Expr | int | str) -> MaskSummary:
+    """`summary`'s mask (its kind and opaque nodes kept) with nothing proven: every tile
+    MIXED, every key block visited, none FULL. Sound for any mask, for what the analysis
+    cannot compute exactly (attnc.passes.analyze_masks: values past 64 bits)."""
+    S = Builder()
+    zero = S.const(0)
+    blocks = S.floordiv(S.add(_as_expr(S, seq_k), S.const(block_n - 1)), S.const(block_n))
+    return MaskSummary(summary.kind, S, TileClasses(S.true, S.true), KvPlan(((zero, blocks),), (zero, zero)),
+                       summary.opaque)
+
+
 def tile_classes(program: Program, S: Builder, dims: Mapping[str, Expr], seq_q: Expr,
                  seq_k: Expr) -> TileClasses:
     m_lo, m_hi, n_lo, n_hi, b, h = (S.sym(n) for n in TILE_ARGS)

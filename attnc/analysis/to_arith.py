@@ -38,6 +38,113 @@ def emit_function(name: str, arg_names: Sequence[str], results: Sequence[Expr], 
     return fn
 
 
+def fits_64_bits(results: Sequence[Expr], bounds: Mapping[str, int]) -> bool:
+    """Whether every value `emit_function` computes for `results` stays inside i64, when
+    each symbol's magnitude is at most `bounds[name]`. The analysis reasons on unbounded integers; its rewrites can
+    multiply bounds (`x // c + rest <= 0` becomes `x + c * rest + 1 - c <= 0`, a runtime
+    divisor is undone by a product), so a bound exact in Python may wrap in the emitted
+    i64 code. A conservative magnitude per node: a sum's partial sums and scaled terms,
+    a product, min, max and select are all bounded by it."""
+    memo: dict[int, int] = {}
+
+    def size(e: Expr) -> int:
+        hit = memo.get(e.id)
+        if hit is not None:
+            return hit
+        k, a = e.kind, e.args
+        if k == "lin":
+            value = abs(a[0]) + sum(abs(c) * size(x) for x, c in a[1])
+        elif k == "sym":
+            value = bounds[a[0]]
+        elif k in ("min", "max"):
+            value = max(size(x) for x in a)
+        elif k == "select":                     # the condition's sums checked, its value 0 or 1
+            size(a[0])
+            value = max(size(a[1]), size(a[2]))
+        elif k == "mul":
+            value = min(size(a[0]) * size(a[1]), times(a[1], a[0]), times(a[0], a[1]))
+        elif k == "fdiv":                       # floor(x / y) for |y| >= 1 (the divisor checked too)
+            divisor, by = size(a[1]), as_const(a[1])
+            value = size(a[0]) // abs(by) + 1 if by else max(size(a[0]), divisor) + 1
+        else:                                   # booleans: their sums are checked, they are 0 or 1
+            for x in a:
+                if isinstance(x, Expr):
+                    size(x)
+            value = 1
+        if value >= 1 << 63:
+            raise _Wide
+        memo[e.id] = value
+        return value
+
+    scaled: dict[tuple[int, int], int] = {}
+
+    def times(y: Expr, d: Expr) -> int:
+        """A bound on |y * d|, tighter than size(y) * size(d) where y is built of
+        quotients by d: the analysis undoes `x // C` as `C * (x // C)`, within |x| + |C|
+        (its divisor written `1 if C == 0 else C`, where C = 0 makes the product 0)."""
+        key = (y.id, d.id)
+        hit = scaled.get(key)
+        if hit is not None:
+            return hit
+        k, a = y.kind, y.args
+        y_atom = _atom(y)
+        if y_atom is not y:
+            value = times(y_atom, d)
+        elif k == "fdiv" and _divides_as(a[1], d):
+            value = size(a[0]) + size(d)
+        elif k in ("min", "max"):
+            value = max(times(x, d) for x in a)
+        elif k == "select":                     # `y if d != 0 else z`: z * d = 0
+            value = max(times(a[1], d), 0 if _nonzero_test(a[0], d) else times(a[2], d))
+        elif k == "lin":
+            value = abs(a[0]) * size(d) + sum(abs(c) * times(x, d) for x, c in a[1])
+        else:
+            value = size(y) * size(d)
+        scaled[key] = value
+        return value
+
+    try:
+        for e in results:
+            size(e)
+    except _Wide:
+        return False
+    return True
+
+
+def _divides_as(divisor: Expr, d: Expr) -> bool:
+    """Whether `divisor` is `d`, or `1 if d == 0 else d` (how the analysis guards a
+    runtime divisor), so that `d * (x // divisor)` is within |x| + |d|."""
+    divisor, atom = _atom(divisor), _atom(d)
+    if divisor.id == atom.id:
+        return True
+    if divisor.kind != "select":
+        return False
+    cond, one, other = divisor.args
+    return _atom(other).id == atom.id and as_const(one) == 1 and cond.kind == "eq" \
+        and _atom(cond.args[0]).id == atom.id
+
+
+def _atom(e: Expr) -> Expr:
+    """The atom x of `e` = 1 * x + 0 (a sum of one term), else `e`."""
+    if e.kind == "lin" and e.args[0] == 0 and len(e.args[1]) == 1 and e.args[1][0][1] == 1:
+        return e.args[1][0][0]
+    return e
+
+
+def _nonzero_test(cond: Expr, d: Expr) -> bool:
+    """Whether `cond` is `d >= 1 or d <= -1` (`-d + 1 <= 0 or d + 1 <= 0`), d one symbol."""
+    if not (d.kind == "lin" and d.args[0] == 0 and len(d.args[1]) == 1 and d.args[1][0][1] == 1):
+        return False
+    x = d.args[1][0][0]
+    return cond.kind == "or" and all(c.kind == "le" for c in cond.args) and \
+        sorted((c.args[0].args for c in cond.args), key=lambda t: t[1][0][1] if t[1] else 0) == \
+        [(1, ((x, -1),)), (1, ((x, 1),))]
+
+
+class _Wide(Exception):
+    """A value of the emitted code may leave i64 (fits_64_bits)."""
+
+
 def inline_function(fn, args: Sequence) -> list:
     """The results of `fn` (a single-block func.func, such as the pass emits) computed at
     the current insertion point from the values `args`: its ops are cloned there, so a

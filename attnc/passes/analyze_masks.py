@@ -61,8 +61,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from attnc.analysis.region import Program, read_region
-from attnc.analysis.tile_classes import KV_ARGS, TILE_ARGS, MaskSummary, summarize_mask
-from attnc.analysis.to_arith import emit_function
+from attnc.analysis.tile_classes import KV_ARGS, TILE_ARGS, MaskSummary, summarize_mask, unanalysed
+from attnc.analysis.to_arith import emit_function, fits_64_bits
 from attnc.passes.registry import Pass
 
 TILE_SIZES = ("block_m", "block_n")
@@ -133,35 +133,58 @@ def _summarize(op) -> MaskSummary:
         raise error_at(op, f"attn-analyze-masks needs the tile sizes, but '{missing[0]}' is not "
                            f"set: run attn-tile before it")
     dims = mask_dims(op)
-    check_integer_widths(op)
-    program = mask_program(op, MASK_MOD, dims) if get_bool(op, "has_mask_mod") else None
-    return summarize_mask(program, block_m=get_int(op, "block_m"), block_n=get_int(op, "block_n"),
-                          seq_q=get_shape(op, "q_shape")[2], seq_k=get_shape(op, "k_shape")[2])
-
-
-def check_integer_widths(op) -> None:
-    """An error at the first integer of a hook region that is read as a value (compared,
-    divided, converted, an index: Note [Exact integers] in attnc/backend/exact_ints.py)
-    and lies outside 64 bits whatever the indices are. The kernels and the reference
-    compute such a value in 64 bits and wrap, while this analysis reasons on unbounded
-    integers: its tile classes would disagree with both, so the variant is refused rather
-    than compiled wrong. (A value that leaves 64 bits only for indices near the 2^30 bound
-    is left to README's rule: exact up to 64 bits.)"""
-    from attnc.backend.exact_ints import IntPlan
-    from attnc.ir import error_at, get_shape, region_block
-
     sizes = frozenset(d for key in ("q_shape", "k_shape", "v_shape") for d in get_shape(op, key)[:3]
                       if isinstance(d, str))
+    exact = check_integer_widths(op, sizes)
+    program = mask_program(op, MASK_MOD, dims) if get_bool(op, "has_mask_mod") else None
+    block_n, seq_k = get_int(op, "block_n"), get_shape(op, "k_shape")[2]
+    summary = summarize_mask(program, block_m=get_int(op, "block_m"), block_n=block_n,
+                             seq_q=get_shape(op, "q_shape")[2], seq_k=seq_k)
+    if summary.kind == "none" or (exact and _emittable(summary, dims, sizes, get_int(op, "block_m"))):
+        return summary
+    return unanalysed(summary, block_n=block_n, seq_k=seq_k)
+
+
+def _emittable(summary: MaskSummary, dims: tuple[str, ...], sizes: frozenset, block_m: int) -> bool:
+    """Whether the functions `_record` emits compute the summary's bounds without leaving
+    64 bits (attnc.analysis.to_arith.fits_64_bits): the tile arguments and the dims that
+    size q, k or v are at most 2^30 (the runtime refuses more; a query block at most
+    2^30 / block_m), other dims i32."""
+    bounds = {**{name: 1 << 30 for name in TILE_ARGS + KV_ARGS}, "m_block": (1 << 30) // block_m,
+              **{d: 1 << 30 if d in sizes else 1 << 31 for d in dims}}
+    plan = summary.plan
+    results = [summary.classes.tile_class(summary.builder),
+               *(x for segment in plan.segments for x in segment), *plan.full]
+    return fits_64_bits(results, bounds)
+
+
+def check_integer_widths(op, sizes: frozenset) -> bool:
+    """Whether every integer of mask_mod that is read as a value (compared, divided,
+    converted, an index: Note [Exact integers] in attnc/backend/exact_ints.py) stays
+    inside 64 bits; `sizes`: the dims that size q, k or v. The kernels and the reference
+    compute such a value in 64 bits and wrap, while the analysis reasons on unbounded
+    integers, so where one may leave 64 bits it proves nothing (`unanalysed`: every tile
+    MIXED; the per-element test wraps as the reference does). A value of any hook that
+    lies outside 64 bits whatever the indices are is an error at the value."""
+    from attnc.backend.exact_ints import IntPlan
+    from attnc.ir import MASK_MOD, error_at, region_block
+
+    exact = True
     for region in range(len(op.regions)):
         block = region_block(op, region)
         plan = IntPlan.of(block, sizes)
         for inner in block.operations:
             for value in inner.results:
                 lo, hi = plan.ranges.get(value, (0, 0))
-                if value in plan.wide and (lo >= 1 << 63 or hi < -(1 << 63)):
+                if value not in plan.wide:
+                    continue
+                if lo >= 1 << 63 or hi < -(1 << 63):
                     reach = lo if lo >= 1 << 63 else hi
                     raise error_at(inner, f"this integer is always beyond 64 bits (at least {abs(reach):.3g} in "
                                           f"size): integers are exact up to 64 bits; rewrite it with smaller values")
+                if region == MASK_MOD:
+                    exact = exact and -(1 << 63) <= lo and hi < 1 << 63
+    return exact
 
 
 def _record(op, summary: MaskSummary) -> None:

@@ -188,3 +188,29 @@ def test_masks_with_reused_values_are_classified_soundly(analyzed, name, M, N, b
     assert not report.unsound, str(report)
     if equal is not None:
         assert not report.inexact, str(report)
+
+
+# Found by a review (session 27): the analysis' bounds are exact on unbounded integers,
+# and its rewrites multiply them (`x // c + rest <= 0` -> `x + c * rest + 1 - c <= 0`, a
+# runtime divisor undone by a product), so the emitted i64 functions wrapped: tiles that
+# keep keys came out SKIP and rows lost every key. And a mask whose values may themselves
+# leave 64 bits wraps in the kernels and the reference, which unbounded bounds do not
+# follow. Both now prove nothing: every tile MIXED, every key block visited.
+WIDE = {
+    "bounds_wrap": ("i // 2147483647 < j * 2147483647", {}),
+    "runtime_divisor": ("i // P < j * P", {"P": 2147483647}),
+    "runtime_divisor_50m": ("i // P < j * P", {"P": 50_000_000}),
+    "with_causal": ("i // P <= j * P and j <= i", {"P": 2147483647}),
+    "values_past_64_bits": ("(j - i) * 2147483647 * 2147483647 < 3", {}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WIDE))
+@pytest.mark.parametrize("bm, bn", [(128, 128), (16, 16)])
+def test_masks_past_64_bits_are_never_misclassified(name, bm, bn):
+    mask, given = WIDE[name]
+    variant, rec = analyze_source(source(name, mask), bm, bn)
+    for M, N in ((256, 256), (1, 4), (300, 77)):
+        dims = {"W": 0, "P": 1, "C": 1, "G": 0, **given, "B": 1, "H": 1, "M": M, "N": N}
+        report = check(rec, keep_matrix(variant, dims), dims)
+        assert not report.unsound, str(report)
