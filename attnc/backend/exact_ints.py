@@ -190,7 +190,8 @@ _MONOTONE = {"math.log": pymath.log, "math.log2": pymath.log2, "math.sqrt": pyma
 def _float_range(value: ir.Value, ranges: dict, memo: dict, depth: int = 0) -> tuple[float, float] | None:
     """A finite interval holding the f32 `value` (up to rounding), or None: constants,
     float(x) of a ranged integer, + - * /, negation, min, max, abs, where, tanh and the
-    monotone functions on their domains. Rounding is left to the caller's margin."""
+    monotone functions on their domains, each widened for f32's rounding (Note [Float
+    rounding in ranges]); int()'s truncation is left to the caller's margin."""
     if value in memo:
         return memo[value]
     op = defining_op(value)
@@ -233,10 +234,27 @@ def _float_range(value: ir.Value, ranges: dict, memo: dict, depth: int = 0) -> t
         elif name == "arith.select":
             x, y = sub(op.operands[1]), sub(op.operands[2])
             r = None if x is None or y is None else _hull(x, y)
+    if r is not None and name != "arith.constant":
+        r = _rounded(r)
     if r is not None and not (pymath.isfinite(r[0]) and pymath.isfinite(r[1])):
         r = None
     memo[value] = r
     return r
+
+
+# Note [Float rounding in ranges]: the kernels compute each float op in f32, and some of
+# them approximately (ex2, lg2, tanh, rsqrt, Note [No libdevice] in ptx.py); float(n)
+# of |n| > 2^24 rounds too. A review found `int(float(min(i, 999)) * 2149015.0)` one
+# f32 rounding (63) above the exact product's range, so a sum of it stayed in i32 and
+# wrapped. Every op's interval is therefore widened by a relative 2^-20 (f32 rounds by
+# 2^-24; the approximate instructions stay within about 2^-22) and an absolute 2^-20
+# (lg2.approx's error near 1), which covers an op's own error and what it carries on.
+_RELATIVE = _ABSOLUTE = 2.0 ** -20
+
+
+def _rounded(r: tuple[float, float]) -> tuple[float, float]:
+    lo, hi = r
+    return (lo - abs(lo) * _RELATIVE - _ABSOLUTE, hi + abs(hi) * _RELATIVE + _ABSOLUTE)
 
 
 def _float_binary(name: str, x: tuple[float, float], y: tuple[float, float]) -> tuple[float, float] | None:

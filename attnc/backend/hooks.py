@@ -13,9 +13,24 @@ are not copied as they are:
   axis (Note [Bounds-safe param reads]); params are contiguous (the runtime checks);
 * `arith.floordivsi` is expanded (the LLVM lowering has no pattern for it), `math.absf`
   clears the sign bit (the GPU lowering would call libdevice);
-* `arith.divf` by a constant becomes a multiplication by its reciprocal, any other
-  `arith.divf` the full-range approximate `div.full.f32` (2 ulp; the IEEE `div.rn`
-  sequence has a slow path that costs registers in the middle of the score tile).
+* `arith.divf` by a power of two becomes a multiplication by its reciprocal, any other
+  `arith.divf` the quotient rounded to nearest, from the reciprocal (`divide`, Note
+  [Division]).
+
+Note [Division]: dsl.md's float arithmetic is f32's, and the reference divides as IEEE
+does. Until session 27 a division by a constant c was a multiplication by f32(1/c) and
+any other the approximate div.full.f32 (2 ulp), which a review found moving masks:
+int(float(i) / 41.0) is 0 at i = 41 that way (41 * f32(1/41) = 0.99999994), so
+`int(float(i) / 41.0) == int(float(j) / 41.0)` kept (40, 41); 204,570 of 4.19M exact
+quotients q*d/d came out below q from div.full on an H100. A mask compares, and int(),
+floor and ceil cut, so 1 ulp decides which keys are kept. Only a power of two's
+reciprocal is exact; any other division is `divide`'s: the reciprocal (the constant's,
+or rcp.approx), a Newton step and a choice among three neighbours, about ten FMA-pipe
+instructions and no branch. IEEE's div.rn.f32 would give the same quotient, but its
+slow path is a called subroutine: in relative_bias's score_mod (a division by
+log(16)) it made the kernel spill 276 bytes. A score scaling s / c folded into the
+score's own multiplication (Note [Score scalings]) stays folded: the score moves by
+rounding, no decision does.
 
 Note [Bias linear in j]: an affine score_mod s + a * float(L) (ALiBi: slopes[h] * (j - i))
 whose a does not depend on j and whose i32 L is R + cj * j (cj a constant, R free of j) is
@@ -79,7 +94,7 @@ from mlir.dialects import arith, llvm, scf
 
 from attnc.backend.exact_ints import I32, WIDTH_OPS, IntPlan, fits_i32
 from attnc.backend.kernel_spec import ExtraParam
-from attnc.backend.nvgpu_builders import Emit
+from attnc.backend.nvgpu_builders import Approx, Emit
 from attnc.ir import DIM, PARAM, YIELD, cmpi_predicate, defining_op, depends_on, int_constant, yielded
 
 _DYNAMIC = -2147483648      # LLVM::GEPOp::kDynamicIndex
@@ -227,15 +242,17 @@ class RegionCode:
         if folded is not None:
             return arith.constant(e.f32, folded)
         if op.name == "math.absf":
-            # Clear the sign bit: the GPU lowering would send llvm.intr.fabs to libdevice.
-            bits = arith.bitcast(e.i32, operands[0])
-            return arith.bitcast(e.f32, arith.andi(bits, arith.constant(e.i32, 0x7FFFFFFF)))
+            return _fabs(e, operands[0])
         if op.name == "arith.divf":
-            reciprocal = _reciprocal(operands[1])
+            # Note [Division]: IEEE's quotient, as the reference computes it.
+            x, y = operands
+            reciprocal = _reciprocal(y)
+            if reciprocal is not None and _power_of_two(reciprocal):
+                return arith.mulf(x, arith.constant(x.type, reciprocal))
             if reciprocal is not None:
-                return arith.mulf(operands[0], arith.constant(operands[0].type, reciprocal))
+                return divide(e, x, y, arith.constant(x.type, reciprocal))
             if self.gpu_division:
-                return llvm.inline_asm(e.f32, operands, "div.full.f32 $0, $1, $2;", "=f,f,f")
+                return divide(e, x, y, Approx(e).rcp(y))
         copy = op.clone()
         for k, v in enumerate(operands):
             copy.operands[k] = v
@@ -277,19 +294,55 @@ def load_param(e: Emit, names, name: str, indices: Sequence[ir.Value],
     return guard.results[0]
 
 
+def divide(e: Emit, x: ir.Value, y: ir.Value, r: ir.Value) -> ir.Value:
+    """x / y rounded to nearest (Note [Division]), from r, 1/y within a few ulps (a
+    constant's reciprocal, rcp.approx): q = x * r, one Newton step on the residual
+    (q + r * (x - q * y), the FMA's residual exact), then whichever of q and its two
+    neighbours leaves the smallest residual |x - q' * y|: the nearest, as no quotient of
+    a y that is not a power of two lies halfway. Where x * r is zero or not finite it is
+    the quotient (a signed zero, x / 0, infinities, NaN, overflow); subnormal divisors
+    flush to zero, as rcp.approx.ftz does."""
+    def residual(t):
+        return e.fma(arith.negf(t), y, x)
+
+    first = e.fmul(x, r)
+    q = e.fma(residual(first), r, first)
+    bits = arith.bitcast(e.i32, q)
+    best, least = q, _fabs(e, residual(q))
+    for step in (1, -1):
+        near = arith.bitcast(e.f32, e.add(bits, step))
+        off = _fabs(e, residual(near))
+        closer = arith.cmpf(arith.CmpFPredicate.OLT, off, least)
+        best, least = arith.select(closer, near, best), arith.select(closer, off, least)
+    size = _fabs(e, first)
+    ordinary = arith.andi(arith.cmpf(arith.CmpFPredicate.OLT, size, e.cf(float("inf"))),
+                          arith.cmpf(arith.CmpFPredicate.OGT, size, e.cf(0.0)))
+    return arith.select(ordinary, best, first)
+
+
+def _fabs(e: Emit, x: ir.Value) -> ir.Value:
+    """|x| by clearing the sign bit (the GPU lowering would send llvm.intr.fabs to libdevice)."""
+    bits = arith.bitcast(e.i32, x)
+    return arith.bitcast(e.f32, arith.andi(bits, arith.constant(e.i32, 0x7FFFFFFF)))
+
+
 def floordiv(e: Emit, a: ir.Value, b: ir.Value) -> ir.Value:
     """Python's a // b on signed integers (0 when b == 0, as the region interpreter
     defines it): the truncating quotient, minus 1 when the remainder is non-zero and
-    its sign differs from b's."""
+    its sign differs from b's. By -1 it is -a, wrapping (the residue `%` needs: the
+    smallest integer by -1 overflows, which a hardware division leaves undefined)."""
     zero = arith.constant(a.type, 0)
+    minus_one = arith.constant(a.type, -1)
     b_zero = arith.cmpi(arith.CmpIPredicate.eq, b, zero)
-    divisor = arith.select(b_zero, arith.constant(a.type, 1), b)
+    b_minus_one = arith.cmpi(arith.CmpIPredicate.eq, b, minus_one)
+    divisor = arith.select(arith.ori(b_zero, b_minus_one), arith.constant(a.type, 1), b)
     q = arith.divsi(a, divisor)
     r = arith.subi(a, arith.muli(q, divisor))
     signs_differ = arith.cmpi(arith.CmpIPredicate.slt, arith.xori(r, divisor), zero)
     inexact = arith.cmpi(arith.CmpIPredicate.ne, r, zero)
     adjust = arith.extui(a.type, arith.andi(inexact, signs_differ))
-    return arith.select(b_zero, zero, arith.subi(q, adjust))
+    quotient = arith.select(b_minus_one, arith.subi(zero, a), arith.subi(q, adjust))
+    return arith.select(b_zero, zero, quotient)
 
 
 _F32_FOLDS = {
@@ -318,6 +371,11 @@ def _f32_constant(value: ir.Value) -> np.float32 | None:
         return None
     attr = owner.attributes["value"]
     return np.float32(attr.value) if isinstance(attr, ir.FloatAttr) else None
+
+
+def _power_of_two(x: float) -> bool:
+    """Whether x is +-2^k: x * y is then exactly y / (1 / x) (both normal f32)."""
+    return np.frexp(abs(x))[0] == 0.5
 
 
 def _reciprocal(value: ir.Value) -> float | None:

@@ -139,3 +139,47 @@ def test_tile_intervals_take_top_of_a_wide_value_as_unbounded():
     box = dict(B=2, H=1, M=256, N=256, b=1, h=0, i_lo=0, i_hi=127, j_lo=0, j_hi=63)
     assert run(**box, w=np.array([10, 10 ** 9], dtype=np.int32)) == [1, 1]     # may keep (it keeps all)
     assert run(**box, w=np.array([10, 10], dtype=np.int32)) == [0, 1]          # keeps none
+
+
+# Found by a review (session 27), each at the points that showed it. f32 rounding of a
+# product (Note [Float rounding in ranges]): the sum stayed in i32 and wrapped. The smallest
+# integer % -1 (hooks.floordiv): a hardware division overflowed (SIGFPE here, undefined on
+# the GPU). A division by 41 (Note [Division] in hooks.py): 41 * f32(1/41) < 1.
+POINTS = {
+    "f32_product": ("mask_mod(b, h, i, j) = int(float(min(i, 999)) * 2149015.0) + 617661 > 0",
+                    {}, [(999, 0), (998, 5), (0, 0)]),
+    "smallest_mod_minus_one": ("param ip: i32[2]\n  mask_mod(b, h, i, j) = ip[0] % ip[1] == 0 and ip[0] // ip[1] < j",
+                               {"ip": np.array([-2 ** 31, -1], np.int32)}, [(0, 0), (3, 2 ** 30 - 1)]),
+    "over_41": ("mask_mod(b, h, i, j) = int(float(i) / 41.0) == int(float(j) / 41.0)",
+                {}, [(40, 41), (41, 81), (82, 81), (0, 40), (41, 41)]),
+    "over_a_tenth": ("score_mod(s, b, h, i, j) = s + float(int(float(j) / 0.3))", {}, [(0, 9), (0, 3), (0, 30)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(POINTS))
+def test_review_cases_give_the_reference_answer(name):
+    hook, params, points = POINTS[name]
+    result = compile_mlir(source(name, hook), f"{name}.attn", CompileOptions(arch="sm_80"))
+    variant = result.variant
+    op, hooks = _hooks(result)
+    dims = {d: SIZE_MAX for d in variant.dims}
+    dims.update({"H": 4, "HKV": 4, "B": 2})
+    evaluator = reference_evaluator(dims, params)
+    args = _arg_types(result, hooks)
+
+    def body(e, a):
+        idx = (a["b"], a["h"], a["i"], a["j"])
+        if hooks.keep:
+            return [hooks.keep(e, *idx)]
+        return [e.fadd(a["s"], hooks.score_bias(e, *idx))]
+
+    with result.module.context:
+        run = host_function({**args, **HOOK_ARGS}, body)
+    values = {**_abi_values(variant, dims), **params}
+    for i, j in points:
+        ix = tuple(np.asarray(x) for x in (0, 0, i, j))
+        (got,) = run(**values, s=0.0, b=0, h=0, i=i, j=j)
+        if variant.mask_mod is not None:
+            assert got == int(evaluator.hook(variant.mask_mod, ix)), (name, i, j)
+        else:
+            assert got == float(evaluator.hook(variant.score_mod, (np.asarray(0.0, np.float32),) + ix)), (name, i, j)

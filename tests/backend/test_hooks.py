@@ -310,11 +310,13 @@ def test_inlined_tile_answers_are_sound(name):
 @pytest.mark.parametrize("name", ["floors", "mathy", "globalwin"])
 def test_hook_corners_compile_to_ptx(name):
     """Floor division, clamped 2-D reads, abs, min, sigmoid's division, a sink: all reach
-    PTX without libdevice (the division is the approximate div.full)."""
+    PTX without libdevice (the division rounded to nearest from rcp.approx, Note
+    [Division] in hooks.py: no div.full, no div.rn and its called slow path)."""
     art = build(hooked(name))
     assert "__nv_" not in art.ptx
     if name == "mathy":
-        assert "div.full.f32" in art.ptx and "ex2.approx" in art.ptx
+        assert "rcp.approx" in art.ptx and "fma.rn.f32" in art.ptx and "ex2.approx" in art.ptx
+        assert "div.full" not in art.ptx and "div.rn" not in art.ptx
 
 
 def test_global_tokens_and_a_window_walk_two_segments():
