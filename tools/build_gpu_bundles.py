@@ -215,6 +215,12 @@ EXACT_INTS = {
     # int(x) saturates at the i32 bounds and takes NaN to 0 (Note [Saturating int], hooks.py)
     "int_saturates": ("mask_mod", "int(float(j) * 100000.0) == 2147483647 or j - i < 3"),
     "int_of_nan": ("score_mod", "s + float(int(sqrt(float(j) - 60000.0))) * 0.01"),
+    # a division decides keys (Note [Division], hooks.py): by a constant, by an index
+    "over_41": ("mask_mod", "int(float(i) / 41.0) == int(float(j) / 41.0) or j - i > 65000"),
+    "over_index": ("mask_mod", "int(float(j) / float(i + 1)) % 7 == 0 and j < 70000"),
+    # row 7's scores all below -f32max / log2(e): an empty row, o = 0, lse = -inf, no NaN
+    # (Note [Empty rows], sm80_softmax.py; the test replaces the reference's row 7)
+    "empty_by_score": ("score_mod", "where(i == 7, -3.0e38, s)"),
 }
 
 

@@ -10,8 +10,13 @@ one FMA and one ex2.approx per element. Scores stay unscaled; with a score_mod t
 kernel feeds already-scaled scores and c = log2(e).
 
 Note [Empty rows]: in a partial tile a row may have every score at -inf, so its max is
--inf; the step then subtracts 0 instead (exp2(-inf - 0) = 0 rather than NaN), and
-`finalize` gives o = 0, lse = -inf for a row whose sum is 0.
+-inf; the step then subtracts the lowest max m_low whose m_low * c is still finite
+instead (exp2(-inf * c + finite) = 0 rather than NaN), and `finalize` gives o = 0,
+lse = -inf for a row whose sum is 0. The same bound keeps a finite max below it, such
+as the -3.4e38 of a score_mod `where(keep, s, -3.4e38)` on a row it drops entirely,
+from overflowing m * c to -inf (a review found such rows NaN: alpha = exp2(-inf + inf));
+their scores then give 0 too, so the row is empty: o = 0, lse = -inf (README: scores
+beyond f32's largest / c are outside what the kernels compute).
 
 Note [Sinks]: a sink logit t (dsl.md) joins the softmax as one more kept score that
 contributes no value: m' = max(m, t), l' = l * exp(m - m') + exp(t - m'), and O is
@@ -27,6 +32,7 @@ from dataclasses import dataclass
 from attnc.backend.nvgpu_builders import Approx, Emit, Quad, exp2_fma
 
 LN2 = math.log(2.0)
+F32_MAX = 3.4028234663852886e38
 
 
 @dataclass
@@ -77,6 +83,11 @@ class OnlineSoftmax:
         self.static_max = static_max        # Note [Bounded score_mod]; None: the running max
         self.exp2_fma = exp2_fma            # Note [Exponentials on the FMA pipe]
 
+    @property
+    def _lowest(self):
+        """The lowest running max the exponentials take (Note [Empty rows])."""
+        return self.e.cf(-min(F32_MAX, F32_MAX / self.scale_log2 * (1 - 2.0 ** -20)))
+
     def initial(self, rows: int) -> SoftmaxState:
         m0 = (lambda: self.e.cf(self.static_max)) if self.static_max is not None else self.e.neg_inf
         return SoftmaxState([m0() for _ in range(rows)], [self.e.cf(0.0) for _ in range(rows)])
@@ -100,7 +111,7 @@ class OnlineSoftmax:
         probs, m_new, l_new, alphas = [], [], [], []
         for row, m_old, l_old in zip(scores, state.m, state.l):
             m = e.fmax(m_old, self.quad.allreduce(_tree(row, e.fmax), e.fmax))
-            m_safe = e.select(e.feq(m, float("-inf")), e.cf(0.0), m) if check_inf else m
+            m_safe = e.fmax(m, self._lowest) if check_inf else m            # Note [Empty rows]
             neg_mc = e.fmul(m_safe, -self.scale_log2)
             alpha = self.approx.exp2(e.fma(m_old, e_c, neg_mc))
             p = self._probs(row, e_c, neg_mc)
@@ -142,8 +153,7 @@ class OnlineSoftmax:
         inv, lse = [], []
         for m, l_part in zip(state.m, state.l):
             l = self.quad.allreduce(l_part, e.fadd)
-            m_sink = e.fmax(m, sink)
-            m_safe = e.select(e.feq(m_sink, float("-inf")), e.cf(0.0), m_sink)
+            m_safe = e.fmax(e.fmax(m, sink), self._lowest)
             neg_mc = e.fmul(m_safe, -self.scale_log2)
             alpha = self.approx.exp2(e.fma(m, c, neg_mc))
             total = e.fma(l, alpha, self.approx.exp2(e.fma(sink, c, neg_mc)))
