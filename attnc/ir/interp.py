@@ -1,8 +1,11 @@
-"""Evaluate one hook region of `attn.attention` on scalars, as a kernel would.
+"""Evaluate one hook region of `attn.attention` on scalars, op by op as the L1 IR says.
 
 `eval_region(block, args, dims=..., params=...)` runs the ops of a score_mod,
 mask_mod or sink block in order and returns the value its `gpu.yield` returns.
-Integers are i32 (two's-complement wrap), floats f32 (numpy float32 arithmetic),
+Integers are i32 as the region types them (two's-complement wrap: the kernels compute
+the values that could leave i32 in 64 bits instead, Note [Exact integers] in
+attnc/backend/exact_ints.py, so they and the reference differ from this where an
+integer passes 2^31), floats f32 (numpy float32 arithmetic),
 booleans i1; `attn.dim` reads `dims`, `attn.param` reads `params[name]` with each
 index clamped into range (the dialect's documented semantics). It is how the tests
 check that the lowering means what the reference (attnc/reference_eval.py) means.
