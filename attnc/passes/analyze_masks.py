@@ -95,10 +95,13 @@ class AnalyzeMasks(Pass):
 
 
 def analyze_masks(module) -> None:
-    """Analyse every attn.attention under `module` not analysed yet (`mask_kind` unset)."""
+    """Analyse every attn.attention under `module` not analysed yet (`mask_kind` unset),
+    or analysed for other tile sizes (attn-tile ran again since: the old functions go)."""
     from attnc.ir import attention_ops
 
     for op in attention_ops(module):
+        if "mask_kind" in op.attributes and _stale(op):
+            _forget(op)
         if "mask_kind" not in op.attributes:
             try:
                 _record(op, _summarize(op))
@@ -115,6 +118,10 @@ def mask_functions(op) -> MaskFunctions:
 
     if "mask_kind" not in op.attributes:
         raise error_at(op, "attn.attention has no mask analysis: run attn-analyze-masks first")
+    stale = _stale(op)
+    if stale:
+        raise error_at(op, f"the mask analysis was made for {stale[0]} tiles, and the op is now tiled "
+                           f"{stale[1]}: run attn-analyze-masks after attn-tile")
     kind, dims = get_str(op, "mask_kind"), mask_dims(op)
     if kind == "none":
         return MaskFunctions(kind, dims)
@@ -187,12 +194,41 @@ def check_integer_widths(op, sizes: frozenset) -> bool:
     return exact
 
 
-def _record(op, summary: MaskSummary) -> None:
-    """Write the summary: `mask_kind`, and for a mask the two functions and their names."""
+def _stale(op) -> tuple[str, str] | None:
+    """(the tile sizes the analysis was made for, the op's now) where they differ: its
+    functions answer for other tiles (attn-tile ran again, or a dump was edited). An
+    analysis that recorded no sizes (a dump from before session 27) is taken as it is."""
+    from attnc.ir import get_int
+
+    if "mask_block_m" not in op.attributes:
+        return None
+    made = (get_int(op, "mask_block_m"), get_int(op, "mask_block_n"))
+    now = tuple(get_int(op, key) for key in TILE_SIZES)
+    return None if made == now else ("x".join(map(str, made)), "x".join(map(str, now)))
+
+
+def _forget(op) -> None:
+    """Remove the op's mask analysis: its attributes and the functions they name."""
     from mlir import ir
-    from attnc.ir import set_int, set_str
+
+    if "tile_class_fn" in op.attributes:
+        table = ir.SymbolTable(_enclosing_function(op).parent)
+        for key in ("tile_class_fn", "kv_range_fn"):
+            table[ir.FlatSymbolRefAttr(op.attributes[key]).value].erase()
+    for key in ("mask_kind", "tile_class_fn", "kv_range_fn", "kv_segments", "mask_block_m", "mask_block_n"):
+        if key in op.attributes:
+            del op.attributes[key]
+
+
+def _record(op, summary: MaskSummary) -> None:
+    """Write the summary: `mask_kind` and the tile sizes it holds for, and for a mask the
+    two functions and their names."""
+    from mlir import ir
+    from attnc.ir import get_int, set_int, set_str
 
     set_str(op, "mask_kind", summary.kind)
+    for key in TILE_SIZES:
+        set_int(op, f"mask_{key}", get_int(op, key))
     if summary.kind == "none":
         return
     kernel = _enclosing_function(op)

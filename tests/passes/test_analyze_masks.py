@@ -126,3 +126,33 @@ def test_a_mask_whose_analysis_needs_constants_past_64_bits_proves_nothing():
 def found_block_n(module) -> int:
     from attnc.ir import get_int
     return get_int(attention_ops(module)[0], "block_n")
+
+
+def test_an_analysis_for_other_tiles_is_refused_or_redone():
+    """Found by a review (session 27): attn-tile run again after attn-analyze-masks left
+    the functions of the old tile sizes, and the kernel used them (query block 100 of a
+    causal mask visited no key block). The lowering now refuses such an analysis, and
+    attn-analyze-masks run again redoes it, dropping the old functions."""
+    from attnc.driver import compile_mlir
+    from attnc.ir import get_int
+    source = (HERE.parents[1] / "examples" / "sliding_window.attn").read_text()
+
+    def run(pipeline):
+        return compile_mlir(source, "sw.attn", CompileOptions(arch="sm_80", pass_pipeline=pipeline)).module
+
+    stale = run("attn-tile,attn-analyze-masks,attn-tile{block_m=64,block_n=32}")
+    with pytest.raises(AttncError) as info:
+        mask_functions(attention_ops(stale)[0])
+    assert info.value.message == ("the mask analysis was made for 128x64 tiles, and the op is now tiled 64x32: "
+                                  "run attn-analyze-masks after attn-tile")
+    redone = run("attn-tile,attn-analyze-masks,attn-tile{block_m=64,block_n=32},attn-analyze-masks")
+    op = attention_ops(redone)[0]
+    assert (get_int(op, "mask_block_m"), get_int(op, "mask_block_n")) == (64, 32)
+    assert mask_functions(op).kind == "static"
+    text = to_text(redone)
+    assert text.count("func.func private @sliding_window_tile_class") == 1
+    assert text.count("func.func private @sliding_window_kv_range") == 1
+    with pytest.raises(AttncError, match="the mask analysis was made for 128x64 tiles"):
+        compile_mlir(source, "sw.attn", CompileOptions(arch="sm_80", pass_pipeline=(
+            "attn-tile,attn-analyze-masks,attn-tile{block_m=64,block_n=32},attn-warp-specialize,attn-alloc-smem,"
+            "attn-alloc-tmem,attn-insert-pipelines,attn-verify-pipeline,attn-lower-sm80")))
