@@ -56,11 +56,15 @@ def record_choices(op, choices: dict) -> None:
     """Record the options given (not None) on `op`; bools as 0/1 integers."""
     from attnc.ir import set_int, set_str
 
+    from attnc.ir import error_at
+
     for name, value in choices.items():
         if value is not None:
             attr, kind = KERNEL_CHOICES[name]
             if kind is str:
                 set_str(op, attr, value)
+            elif not -(1 << 63) <= int(value) < 1 << 63:
+                raise error_at(op, f"option {name} = {value} is out of range")
             else:
                 set_int(op, attr, int(value))
 
@@ -162,7 +166,7 @@ def lower_sm80(module, pass_target: str | None = None, **choices) -> None:
     _check_default_plan(module, pass_name)
     for op in ops:
         record_choices(op, choices)
-    result = compile_result_of(module)
+    result = compile_result_of(module, pass_name)
     kernel_module, kernels, specialization = kernel_module_for(result)
     with _module_op(module).context:
         gpu_module = next(o.operation for o in kernel_module.body.operations
@@ -182,9 +186,9 @@ def lowered_gpu_module(module):
     return None
 
 
-def compile_result_of(module):
+def compile_result_of(module, pass_name: str = "attn-lower-sm80"):
     """The (variant, module) pair the backend works on, the variant rebuilt from the
-    source the L1 module carries."""
+    source the L1 module carries; `pass_name`: the pass that needs it, for the error."""
     from mlir import ir
 
     from attnc.driver import CompileResult
@@ -193,11 +197,34 @@ def compile_result_of(module):
 
     attrs = _module_op(module).attributes
     if "attn.source" not in attrs:
-        raise AttncError("attn-lower-sm80 needs the .attn source the frontend records on the module "
+        raise AttncError(f"{pass_name} needs the .attn source the frontend records on the module "
                          "(attribute attn.source); this IR has none")
     source = ir.StringAttr(attrs["attn.source"]).value
     filename = ir.StringAttr(attrs["attn.filename"]).value if "attn.filename" in attrs else "<input>"
-    return CompileResult(load(source, filename), _module_op(module))
+    variant = load(source, filename)
+    _check_frontend_attributes(module, variant, pass_name)
+    return CompileResult(variant, _module_op(module))
+
+
+def _check_frontend_attributes(module, variant, pass_name: str) -> None:
+    """Refuse an attn.attention whose frontend attributes (scale, dtype, head dims, shapes,
+    ...) differ from what its recorded source gives: the backend builds those from the
+    source, so an edit of them in the IR would be silently ignored (found by a review).
+    The hook regions are compiled as the IR has them, and are not compared."""
+    from mlir import ir
+
+    from attnc.frontend.lower import lower
+    from attnc.ir import attention_ops, error_at
+
+    with _module_op(module).context:
+        fresh = attention_ops(lower(variant, ir.Context.current))
+    for op, want in zip(attention_ops(module), fresh):
+        for key in want.attributes:
+            given, made = op.attributes[key] if key in op.attributes else None, want.attributes[key]
+            if given is not None and str(given) != str(made):
+                raise error_at(op, f"{pass_name}: the attribute {key} = {given} differs from what the .attn "
+                                   f"source gives ({made}); the backend builds it from the source: edit the "
+                                   f".attn file instead")
 
 
 # The passes between the mask analysis and the verifier: what they write is the plan.

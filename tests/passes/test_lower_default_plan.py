@@ -52,9 +52,36 @@ def test_a_tile_edited_to_no_rows_is_named(tmp_path, pass_name, value):
     compile_file("examples/mha.attn", CompileOptions(arch="sm_80", pass_pipeline=format_pipeline(specs[:-1]),
                                                      dump_dir=str(dump)))
     plan = sorted(dump.glob("*.mlir"))[-1].read_text()
-    assert plan.count("block_m = 128 : i64") == 1
+    assert plan.count("{block_m = 128 : i64") == 1         # the tile's (not the analysis' mask_block_m)
     with pytest.raises(AttncError) as info:
-        optimize_mlir(plan.replace("block_m = 128 : i64", f"block_m = {value} : i64"), "plan.mlir",
+        optimize_mlir(plan.replace("{block_m = 128 : i64", f"{{block_m = {value} : i64"), "plan.mlir",
                       CompileOptions(arch="sm_80", pass_pipeline=pass_name))
     assert info.value.render().startswith(
         f"examples/mha.attn:2:1: error: {pass_name}: the tile has block_m = {value}; it must be at least 1")
+
+
+@pytest.mark.parametrize("edit", [("scale = 0.0883883461 : f32", "scale = 5.000000e-01 : f32"),
+                                  ('dtype = "bf16"', 'dtype = "f16"')])
+def test_an_edited_frontend_attribute_is_refused(tmp_path, edit):
+    """Found by a review (session 27): the backend builds scale, dtypes, head dims and
+    shapes from the recorded .attn source, so an edit of them in a dump compiled as if
+    it had not been made. It is refused now, naming the attribute."""
+    specs = target_pipeline("sm_80")
+    dump = tmp_path / "dump"
+    compile_file("examples/gemma2.attn", CompileOptions(arch="sm_80", pass_pipeline=format_pipeline(specs[:-1]),
+                                                        dump_dir=str(dump)))
+    plan = sorted(dump.glob("*.mlir"))[-1].read_text()
+    old, new = edit
+    assert plan.count(old) == 1
+    with pytest.raises(AttncError) as info:
+        optimize_mlir(plan.replace(old, new), "plan.mlir", CompileOptions(arch="sm_80", pass_pipeline="attn-lower-sm80"))
+    key = old.split(" =")[0]
+    assert info.value.message.startswith(f"attn-lower-sm80: the attribute {key} = ")
+    assert "edit the .attn file instead" in info.value.message
+
+
+def test_an_option_past_64_bits_is_an_error_not_a_crash():
+    with pytest.raises(AttncError) as info:
+        compile_file("examples/mha.attn", CompileOptions(arch="sm_80", pass_pipeline=format_pipeline(
+            target_pipeline("sm_80")[:-1]) + ",attn-lower-sm80{min_ctas_per_sm=9223372036854775808}"))
+    assert info.value.message == "option min_ctas_per_sm = 9223372036854775808 is out of range"
