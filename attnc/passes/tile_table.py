@@ -39,7 +39,7 @@ class TargetLimits:
     block_m_unit: str               # how block_m relates to the warps (see tile.py)
     min_stages: int                 # fewest K/V buffers the recipe's pipeline works with
     q_tiles: tuple[int, ...]        # allowed Q tiles per CTA
-    max_stages: int = 8
+    max_stages: int = 8             # most K/V buffers (sm_80, sm_90a: what their kernels build)
     producer_warps: int = 0         # warps that only load (they hold no accumulators)
     tmem_columns: int | None = None           # sm_100a: 512 columns of 32-bit cells
     accumulator_registers: int | None = None  # per thread, when S and O live in registers
@@ -49,10 +49,10 @@ TARGET_LIMITS: dict[str, TargetLimits] = {
     # A100: 163 KB of dynamic SMEM per CTA; one cooperative role of 4 or 8 warps,
     # each owning 16-row slices of the Q tile (mma.sync.m16n8k16).
     "sm_80": TargetLimits(smem_bytes=163 * 1024, num_warps=(4, 8), block_m_unit="warp16",
-                          min_stages=1, q_tiles=(1,), accumulator_registers=192),
+                          min_stages=1, max_stages=3, q_tiles=(1,), accumulator_registers=192),
     # H100: 227 KB; one producer warpgroup + 1..3 consumer warpgroups of wgmma M=64.
     "sm_90a": TargetLimits(smem_bytes=227 * 1024, num_warps=(8, 12, 16),
-                           block_m_unit="consumer_wg64", min_stages=2, q_tiles=(1,),
+                           block_m_unit="consumer_wg64", min_stages=2, max_stages=3, q_tiles=(1,),
                            producer_warps=4, accumulator_registers=192),
     # B200: 227 KB; the fixed 16-warp role layout; tcgen05.mma M=128, S and O in TMEM.
     "sm_100a": TargetLimits(smem_bytes=227 * 1024, num_warps=(16,), block_m_unit="m128",
