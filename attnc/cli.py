@@ -100,8 +100,11 @@ def _code(result) -> _Code:
     The key is the final IR (it holds the source, the options and every pass's
     decisions), the target and the compiler version: a repeated compile of the same
     thing skips kernel generation, PTX and nvJitLink."""
+    from attnc.backend.sm80_lower import require_plan
     from attnc.ir import attention_ops, get_str
     ops = attention_ops(result.module)
+    if ops and "target" not in ops[0].attributes:
+        require_plan(result.module)
     target = get_str(ops[0], "target") if ops else None
     from attnc.passes.pipelines import LOWERING
     if target not in LOWERING:

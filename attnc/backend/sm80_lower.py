@@ -144,6 +144,17 @@ def kernel_module_for(result):
     return kernel_module, kernels, specialization
 
 
+def require_plan(module) -> None:
+    """Code asked of a module whose pipeline stopped before the plan (no target, no K/V
+    channel): say so, rather than what the lowering would find missing first."""
+    for op in attention_ops(module):
+        if "target" not in op.attributes or not plan_ir.read(op, Channel):
+            raise error_at(op, "the pass pipeline stops before the plan (attn-warp-specialize and the passes "
+                               "after it) and has no lowering, so there is no kernel to emit: --emit mlir "
+                               "shows the IR where it stops; for code, end it with the target's passes "
+                               "(`attnc passes` lists them)")
+
+
 def build(result) -> Sm80Artifacts:
     """Everything an sm_80 bundle holds, from the gpu.module attn-lower-sm80 put in the
     module (running that pass first if the pipeline did not)."""
@@ -157,6 +168,7 @@ def build(result) -> Sm80Artifacts:
 
     try:
         if lowered_gpu_module(result.module) is None:
+            require_plan(result.module)
             lower_sm80(result.module)
     except AttncError as e:
         raise e.located(result.variant.filename, result.variant.source) from None

@@ -162,6 +162,17 @@ def test_a_bundle_never_replaces_what_is_not_one(tmp_path):
     assert target.read_text() == "important data"
 
 
+@pytest.mark.parametrize("pipeline", ["attn-tile{block_m=64},attn-analyze-masks", ""])
+def test_code_of_a_pipeline_that_stops_before_the_plan(tmp_path, pipeline):
+    """Found by a review (session 27): the errors were about what the lowering found
+    missing ('0 attn.role ops', "no 'target' attribute")."""
+    status, out, err = run_attnc(["compile", "examples/alibi.attn", "-arch", "sm_80", "--emit", "ptx",
+                                  "--pass-pipeline", pipeline])
+    assert (status, out) == (1, "")
+    assert err.startswith("examples/alibi.attn:2:1: error: the pass pipeline stops before the plan "
+                          "(attn-warp-specialize and the passes after it) and has no lowering")
+
+
 @pytest.mark.parametrize("emit", ["ptx", "cubin", "bundle"])
 def test_no_code_generation_for_sm100a_yet(tmp_path, emit):
     target = tmp_path / "out"
