@@ -114,7 +114,9 @@ def optimize_mlir(text: str, filename: str = "<input>",
     try:
         _run_stages(module, INPUT_STAGE, passes, options, ir_stream)
     except AttncError as e:
-        if e.span is None:
+        if e.filename in (None, "-"):       # IR without locations: MLIR names it "-"
+            e.filename, e.source = filename, text
+        elif e.span is None:
             e.located(filename, text)
         _attach_source_from_disk(e)
         raise

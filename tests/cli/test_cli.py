@@ -422,3 +422,13 @@ def test_dash_is_standard_output_for_text(tmp_path, monkeypatch):
     assert status == 0 and out.startswith("//") and not (tmp_path / "-").exists()
     status, _, err = run_attnc(["compile", str(ROOT / "examples" / "mha.attn"), "-o", "-"])
     assert status == 2 and err.endswith("-o -: --emit bundle writes files, not text: give a path\n")
+
+
+def test_opt_names_the_file_of_ir_without_locations(tmp_path):
+    """Found by a review (session 27): MLIR names parsed text "-", and the errors of the
+    passes on IR with no locations said "-:1:1"."""
+    empty = tmp_path / "empty.mlir"
+    empty.write_text("module {}\n")
+    status, out, err = run_attnc(["opt", str(empty)])
+    assert status == 1
+    assert err.startswith(f"{empty}:1:1: error: attn-tile found no attn.attention op to tile\n")
