@@ -24,8 +24,9 @@ def docs_sink_entries():
             for e in found] or [pytest.param({"name": "no-bundles"}, id="no-bundles")]
 
 
-@pytest.mark.parametrize("entry", docs_sink_entries())
-def test_a_reused_map_gives_the_outputs_of_a_full_launch(gpu, entry):
+def docs_sink_case(entry, seed: int):
+    """(the kernel, doc, sinks, a function giving new q, k, v): up to 8 documents of random
+    lengths per batch, at M = N; skips where the bundle is missing or was refused."""
     reason = skip_reason(entry)
     if reason:
         pytest.skip(reason)
@@ -35,13 +36,21 @@ def test_a_reused_map_gives_the_outputs_of_a_full_launch(gpu, entry):
     kernel = attnc_runtime.load(BUNDLES / entry["path"])
     d_qk, d_v = entry["head_dim"]
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[entry["dtype"]]
-    gen = torch.Generator(device="cuda").manual_seed(7)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
     doc = torch.sort(torch.randint(0, 8, (2, N), generator=gen, device="cuda"), dim=1).values.to(torch.int32)
     sinks = torch.rand(8, generator=gen, device="cuda")
 
     def qkv():
         return [torch.randn(2, 8, n, d, generator=gen, device="cuda", dtype=dtype)
                 for n, d in ((M, d_qk), (N, d_qk), (N, d_v))]
+    return kernel, doc, sinks, qkv
+
+
+@pytest.mark.parametrize("entry", docs_sink_entries())
+def test_a_reused_map_gives_the_outputs_of_a_full_launch(gpu, entry):
+    import torch
+
+    kernel, doc, sinks, qkv = docs_sink_case(entry, 7)
 
     first_inputs, second_inputs = qkv(), qkv()
     first = kernel.bind(*first_inputs, doc=doc, sinks=sinks)
@@ -70,20 +79,10 @@ def test_the_legacy_and_the_default_stream_share_a_map_and_no_rows_launch_nothin
     """Streams 0 and 1 (the default and the legacy stream) order their work both ways: a map
     built on one is reused on the other, and scratch written again there, to the bit. With
     B = 0 the documents' doc param is empty and no kernel runs: an empty output, no error."""
-    reason = skip_reason(entry)
-    if reason:
-        pytest.skip(reason)
     import torch
 
-    import attnc_runtime
-    kernel = attnc_runtime.load(BUNDLES / entry["path"])
-    d_qk, d_v = entry["head_dim"]
-    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[entry["dtype"]]
-    gen = torch.Generator(device="cuda").manual_seed(11)
-    doc = torch.sort(torch.randint(0, 8, (2, N), generator=gen, device="cuda"), dim=1).values.to(torch.int32)
-    sinks = torch.rand(8, generator=gen, device="cuda")
-    q, k, v = (torch.randn(2, 8, n, d, generator=gen, device="cuda", dtype=dtype)
-               for n, d in ((M, d_qk), (N, d_qk), (N, d_v)))
+    kernel, doc, sinks, qkv = docs_sink_case(entry, 11)
+    q, k, v = qkv()
     want = kernel(q, k, v, doc=doc, sinks=sinks)["o"]
     bound = kernel.bind(q, k, v, doc=doc, sinks=sinks)
     bound.launch(stream=0)
@@ -97,4 +96,4 @@ def test_the_legacy_and_the_default_stream_share_a_map_and_no_rows_launch_nothin
 
     empty = kernel(q[:0], k[:0], v[:0], doc=doc[:0], sinks=sinks)["o"]
     torch.cuda.synchronize()
-    assert empty.shape == (0, 8, M, d_v)
+    assert empty.shape == (0, 8, M, v.shape[-1])
