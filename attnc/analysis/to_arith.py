@@ -133,9 +133,9 @@ def _atom(e: Expr) -> Expr:
 
 def _nonzero_test(cond: Expr, d: Expr) -> bool:
     """Whether `cond` is `d >= 1 or d <= -1` (`-d + 1 <= 0 or d + 1 <= 0`), d one symbol."""
-    if not (d.kind == "lin" and d.args[0] == 0 and len(d.args[1]) == 1 and d.args[1][0][1] == 1):
+    x = _atom(d)
+    if x is d:
         return False
-    x = d.args[1][0][0]
     return cond.kind == "or" and all(c.kind == "le" for c in cond.args) and \
         sorted((c.args[0].args for c in cond.args), key=lambda t: t[1][0][1] if t[1] else 0) == \
         [(1, ((x, -1),)), (1, ((x, 1),))]

@@ -82,11 +82,8 @@ class OnlineSoftmax:
         self.scale_log2 = scale_log2
         self.static_max = static_max        # Note [Bounded score_mod]; None: the running max
         self.exp2_fma = exp2_fma            # Note [Exponentials on the FMA pipe]
-
-    @property
-    def _lowest(self):
-        """The lowest running max the exponentials take (Note [Empty rows])."""
-        return self.e.cf(-min(F32_MAX, F32_MAX / self.scale_log2 * (1 - 2.0 ** -20)))
+        # Note [Empty rows]: the lowest running max the exponentials take
+        self.lowest = -min(F32_MAX, F32_MAX / scale_log2 * (1 - 2.0 ** -20))
 
     def initial(self, rows: int) -> SoftmaxState:
         m0 = (lambda: self.e.cf(self.static_max)) if self.static_max is not None else self.e.neg_inf
@@ -111,7 +108,7 @@ class OnlineSoftmax:
         probs, m_new, l_new, alphas = [], [], [], []
         for row, m_old, l_old in zip(scores, state.m, state.l):
             m = e.fmax(m_old, self.quad.allreduce(_tree(row, e.fmax), e.fmax))
-            m_safe = e.fmax(m, self._lowest) if check_inf else m            # Note [Empty rows]
+            m_safe = e.fmax(m, self.lowest) if check_inf else m            # Note [Empty rows]
             neg_mc = e.fmul(m_safe, -self.scale_log2)
             alpha = self.approx.exp2(e.fma(m_old, e_c, neg_mc))
             p = self._probs(row, e_c, neg_mc)
@@ -153,7 +150,7 @@ class OnlineSoftmax:
         inv, lse = [], []
         for m, l_part in zip(state.m, state.l):
             l = self.quad.allreduce(l_part, e.fadd)
-            m_safe = e.fmax(e.fmax(m, sink), self._lowest)
+            m_safe = e.fmax(e.fmax(m, sink), self.lowest)
             neg_mc = e.fmul(m_safe, -self.scale_log2)
             alpha = self.approx.exp2(e.fma(m, c, neg_mc))
             total = e.fma(l, alpha, self.approx.exp2(e.fma(sink, c, neg_mc)))

@@ -144,10 +144,11 @@ def _summarize(op) -> MaskSummary:
                       if isinstance(d, str))
     exact = check_integer_widths(op, sizes)
     program = mask_program(op, MASK_MOD, dims) if get_bool(op, "has_mask_mod") else None
-    block_n, seq_k = get_int(op, "block_n"), get_shape(op, "k_shape")[2]
-    summary = summarize_mask(program, block_m=get_int(op, "block_m"), block_n=block_n,
+    block_m, block_n = (get_int(op, key) for key in TILE_SIZES)
+    seq_k = get_shape(op, "k_shape")[2]
+    summary = summarize_mask(program, block_m=block_m, block_n=block_n,
                              seq_q=get_shape(op, "q_shape")[2], seq_k=seq_k)
-    if summary.kind == "none" or (exact and _emittable(summary, dims, sizes, get_int(op, "block_m"))):
+    if summary.kind == "none" or (exact and _emittable(summary, dims, sizes, block_m)):
         return summary
     return unanalysed(summary, block_n=block_n, seq_k=seq_k)
 

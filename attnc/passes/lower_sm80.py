@@ -54,9 +54,7 @@ KERNEL_CHOICES: dict[str, tuple[str, type]] = {
 
 def record_choices(op, choices: dict) -> None:
     """Record the options given (not None) on `op`; bools as 0/1 integers."""
-    from attnc.ir import set_int, set_str
-
-    from attnc.ir import error_at
+    from attnc.ir import error_at, set_int, set_str
 
     for name, value in choices.items():
         if value is not None:
@@ -213,14 +211,14 @@ def _check_frontend_attributes(module, variant, pass_name: str) -> None:
     The hook regions are compiled as the IR has them, and are not compared."""
     from mlir import ir
 
-    from attnc.frontend.lower import lower
+    from attnc.frontend.lower import attention_attributes
     from attnc.ir import attention_ops, error_at
 
-    with _module_op(module).context:
-        fresh = attention_ops(lower(variant, ir.Context.current))
-    for op, want in zip(attention_ops(module), fresh):
-        for key in want.attributes:
-            given, made = op.attributes[key] if key in op.attributes else None, want.attributes[key]
+    with _module_op(module).context, ir.Location.unknown():
+        wanted = attention_attributes(variant)
+    for op in attention_ops(module):
+        for key, made in wanted.items():
+            given = op.attributes[key] if key in op.attributes else None
             if given is not None and str(given) != str(made):
                 raise error_at(op, f"{pass_name}: the attribute {key} = {given} differs from what the .attn "
                                    f"source gives ({made}); the backend builds it from the source: edit the "
