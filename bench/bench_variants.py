@@ -28,7 +28,8 @@ prints their range); `--warmup-ms 0 --min-ms 0` is the method of sessions 6 to 2
 TFLOP/s of useful work: 4*B*H*M*N*D times the fraction of (i, j) pairs the mask keeps,
 counted exactly. Before timing, each attnc output is compared with FlexAttention's (max
 |difference| printed). Causal is also timed, in the same rounds, on torch SDPA's cuDNN
-and flash (FA2) backends. Prints a table, then the issue's goals with each ratio:
+and flash (FA2) backends, and the window and documents on the flash backend's FA2 kernel
+(its sliding window and its varlen layout: `fa2_runner`). Prints a table, then the issue's goals with each ratio:
 
     score_mod overhead over causal       softcap, ALiBi          <= 10 %
     speed-up over causal                 window1024              >= 3.5x
@@ -246,6 +247,9 @@ def main() -> int:
             timers[("flex", d, case)] = run_flex
             if case == "causal":
                 timers.update({("sdpa_" + name, d, case): fn for name, fn in sdpa_runners(q, k, v, True).items()})
+            fa2 = fa2_runner(case, q, k, v, reference)
+            if fa2 is not None:
+                timers[("sdpa_flash", d, case)] = fa2
             for arch in archs:
                 entry = index.get((arch, case, d))
                 if entry is None or "refused" in entry:
@@ -296,7 +300,7 @@ def main() -> int:
                                                "iters": iters, "rounds": rounds, "warmup_ms": warmup_ms,
                                                "min_ms": min_ms,
                                                "rows": rows, "goals": goals,
-                                               "sdpa_causal": sdpa}, indent=1))
+                                               "sdpa": sdpa}, indent=1))
     return 0
 
 
@@ -340,20 +344,55 @@ def sdpa_runners(q, k, v, causal: bool) -> dict:
     return out
 
 
+def fa2_runner(case: str, q, k, v, reference):
+    """FlashAttention-2 (the kernel of SDPA's flash backend, `aten._flash_attention_forward`)
+    on the window and on documents, which SDPA itself cannot express: the window as FA2's
+    window_size_left = 1023, right = 0; documents + causal as FA2's varlen layout, a causal
+    sequence per document (cumulative lengths of the documents of 1000 of every batch).
+    Its inputs are laid out (tokens, H, d) once, outside the timing. Returns fn or None
+    (and says why); the output is checked against FlexAttention's `reference`."""
+    b, h, n, d = q.shape
+    packed = [t.transpose(1, 2).contiguous() for t in (q, k, v)]        # (B, N, H, d)
+    fa2 = torch.ops.aten._flash_attention_forward
+    if case == "window1024":
+        def run():
+            return fa2(*packed, None, None, n, n, 0.0, True, False, window_size_left=1023, window_size_right=0)[0]
+    elif case == "doc_causal":
+        starts = list(range(0, n, 1000)) + [n]
+        cum = torch.tensor([z * n + s for z in range(b) for s in starts[:-1]] + [b * n],
+                           device="cuda", dtype=torch.int32)
+        flat = [t.reshape(b * n, h, d) for t in packed]
+        longest = max(e - s for s, e in zip(starts, starts[1:]))
+
+        def run():
+            return fa2(*flat, cum, cum, longest, longest, 0.0, True, False)[0]
+    else:
+        return None
+    try:
+        out = run()
+    except (RuntimeError, TypeError) as e:
+        print(f"  FlashAttention-2 on {case} unavailable: {str(e).splitlines()[0]}")
+        return None
+    diff = (out.reshape(b, n, h, d).transpose(1, 2).float() - reference).abs().max().item()
+    print(f"  d={d:3d} {case:15s} max |FlashAttention-2 - flex| {diff:.2e}")
+    return run
+
+
 def report_sdpa(rows: list[dict], runs: dict) -> list[dict]:
-    """attnc's causal kernels against SDPA's backends timed in the same rounds."""
+    """attnc's kernels against SDPA's backends timed in the same rounds: causal on cuDNN and
+    flash, the window and documents on flash's FlashAttention-2 kernel (`fa2_runner`)."""
     report = []
-    for row in (r for r in rows if r["case"] == "causal"):
-        d = row["head_dim"]
+    for row in rows:
+        d, case = row["head_dim"], row["case"]
         for name in ("sdpa_cudnn", "sdpa_flash"):
-            if (name, d, "causal") not in runs:
+            if (name, d, case) not in runs:
                 continue
-            ms = median(runs[(name, d, "causal")])
+            ms = median(runs[(name, d, case)])
             flops = 4 * row["B"] * row["H"] * M * N * d * row["kept"]
-            report.append({"arch": row["arch"], "head_dim": d, "peer": name, "peer_ms": ms,
+            report.append({"arch": row["arch"], "head_dim": d, "case": case, "peer": name, "peer_ms": ms,
                            "peer_tflops": flops / ms / 1e9, "attnc_ms": row["attnc_ms"],
                            "peer_over_attnc": ms / row["attnc_ms"]})
-            print(f"d={d:3d} causal {row['arch']:6s}: {name} {flops / ms / 1e9:6.1f} TFLOP/s ({ms:7.3f} ms) | "
+            print(f"d={d:3d} {case:10s} {row['arch']:6s}: {name} {flops / ms / 1e9:6.1f} TFLOP/s ({ms:7.3f} ms) | "
                   f"attnc {row['attnc_tflops']:6.1f} | attnc/{name} {ms / row['attnc_ms']:4.2f}x", flush=True)
     return report
 
