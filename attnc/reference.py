@@ -321,5 +321,7 @@ def _softmax_rows(variant: Variant, evaluator: Evaluator, s: np.ndarray, grid, v
 
 
 def _score(value: np.ndarray) -> np.ndarray:
-    """A score_mod or sink body may be an integer expression; scores are floats."""
-    return value.astype(np.float64, copy=False)
+    """A score_mod or sink body may be an integer expression; scores are f32 (dsl.md), so
+    an integer is rounded to f32 first, to nearest as the kernels' sitofp rounds it
+    (16777217 is the score 16777216)."""
+    return value.astype(np.float32, copy=False).astype(np.float64)

@@ -54,6 +54,31 @@ def _rsqrt(x):
     return 1.0 / np.sqrt(x)
 
 
+# Note [Signed zeros in min and max]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# The frontend lowers float min and max to arith.minimumf / maximumf, IEEE 754-2019's
+# minimum and maximum: a NaN operand gives NaN, and -0.0 is below +0.0. The kernels
+# compute that (LLVM's llvm.minimum, min.NaN.f32 in PTX), and so does MLIR's folding of
+# constants. numpy's minimum propagates NaN too but returns either zero for (-0.0, +0.0),
+# which `1.0 / min(-0.0, 0.0)` turns into a different infinity. Equal operands are where
+# the choice matters: take the one with the sign bit (min) or without it (max).
+
+def minimum(a, b):
+    """IEEE 754-2019 minimum of floats (Note [Signed zeros in min and max]); integers as np.minimum."""
+    out = np.minimum(a, b)
+    if out.dtype.kind != "f":
+        return out
+    return np.where(a == b, np.where(np.signbit(a), a, b), out).astype(out.dtype, copy=False)[()]
+
+
+def maximum(a, b):
+    """IEEE 754-2019 maximum of floats (Note [Signed zeros in min and max]); integers as np.maximum."""
+    out = np.maximum(a, b)
+    if out.dtype.kind != "f":
+        return out
+    return np.where(a == b, np.where(np.signbit(a), b, a), out).astype(out.dtype, copy=False)[()]
+
+
 def _trunc_to_int(x):
     """int(x) of a float: toward zero, saturating at the i32 bounds, NaN to 0 (Note
     [Saturating int] in attnc/backend/hooks.py)."""
@@ -67,7 +92,7 @@ def _trunc_to_int(x):
 CALLS = {
     "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
     "rsqrt": _rsqrt, "tanh": np.tanh, "sigmoid": _sigmoid, "floor": np.floor,
-    "ceil": np.ceil, "abs": np.abs, "min": np.minimum, "max": np.maximum,
+    "ceil": np.ceil, "abs": np.abs, "min": minimum, "max": maximum,
     "where": np.where, "int": _trunc_to_int, "float": lambda x: x.astype(np.float32),
 }
 

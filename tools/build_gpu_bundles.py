@@ -221,6 +221,10 @@ EXACT_INTS = {
     # row 7's scores all below -f32max / log2(e): an empty row, o = 0, lse = -inf, no NaN
     # (Note [Empty rows], sm80_softmax.py; the test replaces the reference's row 7)
     "empty_by_score": ("score_mod", "where(i == 7, -3.0e38, s)"),
+    # min and max order -0.0 below +0.0 (Note [Signed zeros in min and max],
+    # attnc/reference_eval.py); s * 0.0 is -0.0 where s < 0
+    "signed_zeros": ("score_mod", "s + where(1.0 / min(s * 0.0, 0.0) > 0.0, 0.5, 0.0)"
+                                  " + where(1.0 / max(s * 0.0, 0.0) > 0.0, 0.25, 0.0)"),
 }
 
 

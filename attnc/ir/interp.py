@@ -18,6 +18,7 @@ import numpy as np
 from mlir import ir
 
 from attnc.ir.ops import DIM, PARAM, YIELD
+from attnc.reference_eval import maximum, minimum
 
 _I32 = np.int32
 _F32 = np.float32
@@ -51,7 +52,7 @@ _INT_BINARY: dict[str, Callable] = {
 }
 _FLOAT_BINARY: dict[str, Callable] = {
     "arith.addf": np.add, "arith.subf": np.subtract, "arith.mulf": np.multiply,
-    "arith.divf": np.divide, "arith.minimumf": np.minimum, "arith.maximumf": np.maximum,
+    "arith.divf": np.divide, "arith.minimumf": minimum, "arith.maximumf": maximum,
 }
 _UNARY: dict[str, Callable] = {
     "arith.negf": np.negative, "math.absf": np.abs, "math.absi": lambda x: _i32(abs(int(x))),

@@ -6,7 +6,10 @@ score_mod whose integers leave 32 bits at 2^16 keys: a squared distance, a produ
 modulo 1000, a product picked by `where` and divided, a squared distance as a bias. In
 32-bit arithmetic each would keep, weigh or pick other keys than the reference does; the
 kernels compute those values in 64 bits. Two more convert floats out of range: `int(x)`
-saturates at the i32 bounds and takes NaN to 0 (Note [Saturating int], hooks.py).
+saturates at the i32 bounds and takes NaN to 0 (Note [Saturating int], hooks.py). Two
+divide to decide keys (Note [Division], hooks.py), one empties a row by its scores
+(Note [Empty rows], sm80_softmax.py), and one tells -0.0 from +0.0 through min and max
+(Note [Signed zeros in min and max], attnc/reference_eval.py).
 """
 from __future__ import annotations
 

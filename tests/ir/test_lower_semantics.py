@@ -50,6 +50,7 @@ SCORE_MODS = [
     "s + P + M * N",                                      # dims
     "where(not (i < j) and (j != 3 or i == 2), 1.0, 0.0)",
     "where(i == 2.0, 1.0, 0.0) + where(s < i, 2.0, 0.0)",  # int compared with float
+    (SIGNED_ZEROS := "where(1.0 / min(s * 0.0, 0.0) > 0.0, 1.0, 0.0) + where(1.0 / max(s * 0.0, 0.0) > 0.0, 2.0, 0.0)"),
 ]
 MASK_MODS = [
     "i >= j and i - j < 4",
@@ -137,3 +138,16 @@ def test_the_frontend_package_does_not_import_the_lowering():
     import attnc.frontend
     source = Path(attnc.frontend.__file__).read_text()
     assert "lower" not in source.split('"""')[-1]
+
+
+@pytest.mark.parametrize("score, want", [(-2.3, 2.0), (0.7, 3.0)])
+def test_min_and_max_order_signed_zeros(score, want):
+    """Float min and max lower to arith.minimumf / maximumf, where -0.0 < +0.0 (Note
+    [Signed zeros in min and max] in attnc/reference_eval.py): s * 0.0 is -0.0 for a
+    negative s, so min(s * 0.0, 0.0) is -0.0 there and max(s * 0.0, 0.0) is +0.0 always.
+    Both evaluators give that, not numpy's either-zero (found by a review)."""
+    v = _variant(f"score_mod(s, b, h, i, j) = {SIGNED_ZEROS}")
+    module = lower(v)
+    (op,) = attention_ops(module)
+    assert float(eval_region(region_block(op, SCORE_MOD), (np.float32(score), 0, 0, 0, 0), dims=DIMS)) == want
+    assert float(Evaluator(DIMS, PARAMS).hook(v.score_mod, [np.asarray(x) for x in (score, 0, 0, 0, 0)])) == want

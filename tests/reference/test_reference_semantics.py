@@ -394,3 +394,35 @@ def test_i32_params_must_fit_in_32_bits():
     q, k, v = qkv(1, 2, 4, 4, d=64, seed=6)
     with pytest.raises(AttncError, match=r"param 'doc' is i32 but the array holds values outside its range"):
         reference(source, q=q, k=k, v=v, doc=np.array([[0, 0, 2 ** 32, 2 ** 32]]), sinks=np.zeros(2, np.float32))
+
+
+def test_integer_scores_and_sinks_are_rounded_to_f32():
+    """Scores are f32 (dsl.md): an integer score_mod or sink is rounded to f32 as the
+    kernels' sitofp rounds it, so 16777217 is 16777216 (found by a review: the reference
+    took the int64 exactly, and gave this row other weights than the kernels)."""
+    source = variant_source("iscore", "  score_mod(s, b, h, i, j) = 16777216 + j % 3")
+    q, k, v = np.zeros((1, 1, 1, 64)), np.zeros((1, 1, 3, 64)), np.eye(3, 64)[None, None]
+    o = reference(source, q=q, k=k, v=v)["o"][0, 0, 0, :3]
+    w = np.exp(np.array([0.0, 0.0, 2.0]))           # f32 scores 2^24, 2^24, 2^24 + 2
+    np.testing.assert_allclose(o, w / w.sum(), rtol=1e-12)
+
+    source = variant_source("isink", "  score_mod(s, b, h, i, j) = 16777216.0\n  sink(h) = 16777217",
+                            lse=True)
+    out = reference(source, q=q, k=k[:, :, :1], v=v[:, :, :1])
+    np.testing.assert_allclose(out["o"][0, 0, 0, 0], 0.5, rtol=1e-12)
+    np.testing.assert_allclose(out["lse"][0, 0, 0] - 2.0 ** 24, math.log(2.0), atol=1e-8)
+
+
+@pytest.mark.parametrize("fn, zero", [("min", "-"), ("max", "")])
+def test_min_and_max_order_signed_zeros(fn, zero):
+    """Float min and max are IEEE 754-2019's minimum and maximum, as the frontend lowers
+    them (arith.minimumf / maximumf): -0.0 < +0.0, so 1 / min(-0.0, 0.0) is -inf and 1 /
+    max(-0.0, 0.0) is +inf, in both operand orders (found by a review: numpy's minimum
+    returned +0.0)."""
+    for a, b in (("-0.0", "0.0"), ("0.0", "-0.0")):
+        body = (f"  score_mod(s, b, h, i, j) = where(j == 0, "
+                f"where(1.0 / {fn}({a}, {b}) > 0.0, 5.0, 0.0), 0.0)")
+        q, k, v = np.zeros((1, 1, 1, 64)), np.zeros((1, 1, 2, 64)), np.eye(2, 64)[None, None]
+        o = reference(variant_source("zeros", body), q=q, k=k, v=v)["o"][0, 0, 0, :2]
+        w = np.exp(np.array([0.0 if zero == "-" else 5.0, 0.0]))
+        np.testing.assert_allclose(o, w / w.sum(), rtol=1e-12)
