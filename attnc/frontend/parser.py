@@ -20,6 +20,7 @@ from attnc.frontend import ast
 
 MAX_NESTING = 200
 INT_MAX = 2**31 - 1
+MAX_SIZE = 2**30                    # the largest fixed size in a shape
 F32_MAX = 3.4028234663852886e38
 
 _TOKEN_NAMES = {
@@ -385,8 +386,11 @@ def _shape_item(tok: Token) -> ast.ShapeItem:
     if tok.type != "INT":
         return str(tok)
     value = _int(tok)
-    if value > INT_MAX:
-        raise AttncError(f"dimension {_short(tok)} does not fit in 32 bits", Span.of(tok))
+    if value > MAX_SIZE:
+        # The kernels plan their integers for sizes up to 2^30 (Note [Exact integers]), and the
+        # runtime refuses a larger dim.
+        raise AttncError(f"dimension {_short(tok)} is above 2^30 = {MAX_SIZE}, the largest size the "
+                         "kernels take", Span.of(tok))
     return value
 
 

@@ -177,15 +177,18 @@ def _check_sizes(manifest: Manifest, dims: Mapping[str, int]) -> None:
         if spec.role not in ("q", "k", "v"):
             continue
         for entry in spec.shape:
-            if isinstance(entry, str) and dims[entry] > MAX_SIZE_DIM:
-                raise AttncRuntimeError(f"dim {entry} = {dims[entry]} (in {spec.name}'s shape) is above "
-                                        f"2^30, the largest size the kernels are compiled for")
+            # A fixed size above 2^30 is refused by the frontend; a manifest may still say one.
+            if _size(entry, dims) > MAX_SIZE_DIM:
+                what = f"dim {entry} = {dims[entry]}" if isinstance(entry, str) else f"the fixed size {entry}"
+                raise AttncRuntimeError(f"{what} (in {spec.name}'s shape) is above 2^30, the largest "
+                                        "size the kernels are compiled for")
 
 
 def _check_constraints(manifest: Manifest, dims: Mapping[str, int]) -> None:
     for c in manifest.constraints:
         a, b = _size(c.a, dims), _size(c.b, dims)
-        if c.kind == "divisible" and (b == 0 or a % b):
+        # 0 is a multiple of everything, of 0 too: H = HKV = 0 is an empty launch, as B = 0 is.
+        if c.kind == "divisible" and (a % b if b else a):
             raise AttncRuntimeError(f"{_named(c.a, a)} must be a multiple of {_named(c.b, b)}")
         if c.kind == "equal" and a != b:
             raise AttncRuntimeError(f"{_named(c.a, a)} must equal {_named(c.b, b)}")
@@ -229,6 +232,8 @@ def _check_layout(spec: TensorSpec, v: TensorView, rows: int) -> None:
         raise AttncRuntimeError(f"{spec.name}: a param tensor must be contiguous (strides "
                                 f"{_shape_text(dense)}), got strides {_shape_text(v.strides)}; "
                                 "pass a .contiguous() copy")
+    if v.ptr == 0:
+        raise AttncRuntimeError(f"{spec.name}: data pointer is null for {v.numel} elements")
     if v.ptr % spec.align:
         raise AttncRuntimeError(f"{spec.name}: data pointer {v.ptr:#x} is not {spec.align}-byte aligned")
     for axis, (size, stride) in enumerate(zip(v.shape[:-1], v.strides[:-1])):

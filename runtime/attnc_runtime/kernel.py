@@ -212,10 +212,16 @@ class BoundLaunch:
         from attnc_runtime import driver
         plan, manifest, kind = self.plan, self.bundle.manifest, self.plan.code_kind
         for name in self._torch_given:
-            ptr, now = plan.views[name].ptr, self._given[name].data_ptr()
-            if now != ptr:
-                raise AttncRuntimeError(f"{name}: its memory changed since the bind ({ptr:#x} -> "
-                                        f"{now:#x}: .data =, resize_ or set_): bind again")
+            view, t = plan.views[name], self._given[name]
+            if t.data_ptr() != view.ptr:
+                raise AttncRuntimeError(f"{name}: its memory changed since the bind ({view.ptr:#x} -> "
+                                        f"{t.data_ptr():#x}: .data =, resize_ or set_): bind again")
+            if (tuple(t.shape), tuple(t.stride())) != (view.shape, view.strides):
+                # The kernels' parameters hold the bind's shape and strides.
+                raise AttncRuntimeError(f"{name}: its shape or strides changed since the bind "
+                                        f"({_layout(view.shape, view.strides)} -> "
+                                        f"{_layout(tuple(t.shape), tuple(t.stride()))}: an in-place "
+                                        "view op such as transpose_, as_strided_ or resize_): bind again")
         build = self._builds_mask and not reuse_mask
         device = plan.device.ordinal
         with driver.primary_context(device) as ctx:
@@ -347,3 +353,7 @@ def _stream_handle(stream) -> int:
         if hasattr(stream, attr):
             return int(getattr(stream, attr))
     return int(stream)
+
+
+def _layout(shape: tuple[int, ...], strides: tuple[int, ...]) -> str:
+    return f"shape {tuple(shape)}, strides {tuple(strides)}"

@@ -268,6 +268,9 @@ def parse_manifest(raw: Any) -> Manifest:
                             f"(it reads {' and '.join(map(repr, READ_FORMATS))})")
     if fmt != FORMAT and "code_sha256" in top:
         raise ManifestError(f"manifest: code_sha256: not a field of format {fmt!r}")
+    if fmt == FORMAT and "code_sha256" not in top:
+        # Without it the code files would load unchecked (Bundle.from_files compares them).
+        raise ManifestError(f"manifest: code_sha256: required in format {fmt!r}")
     compiler = _obj(top["compiler"], "compiler", required=("name", "version"))
     source = _str(top["source"], "source")
     digest = _str(top["source_sha256"], "source_sha256")

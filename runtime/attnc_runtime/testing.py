@@ -10,6 +10,7 @@ scratch buffer shared by two kernels).
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import math
 from types import SimpleNamespace
 
@@ -148,12 +149,17 @@ def synthetic_manifest(target: str = "sm_80") -> dict:
         ],
         "specialization": {"dtype": "bf16", "head_dim_qk": 128, "head_dim_v": 128, "block_m": 128,
                            "block_n": 64, "warps": 4, "stages": 2},
+        "code_sha256": {kind: hashlib.sha256(_placeholder(kind)).hexdigest() for kind in ("cubin", "ptx")},
     }
+
+
+def _placeholder(kind: str) -> bytes:
+    return f"not a real {kind}".encode()
 
 
 def synthetic_files(manifest: dict) -> dict[str, bytes]:
     """Placeholder code objects under the names `manifest` gives them."""
-    return {name: f"not a real {kind}".encode() for kind, name in manifest["code"].items()}
+    return {name: _placeholder(kind) for kind, name in manifest["code"].items()}
 
 
 def synthetic_arguments(B=2, H=8, HKV=2, M=1000, N=1100, *, outputs: bool = False) -> dict:

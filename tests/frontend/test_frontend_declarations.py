@@ -67,9 +67,14 @@ def test_fixed_sizes_in_shapes():
     assert (v.dims, v.batch, v.heads, v.heads_kv, v.seq_q) == ((), 2, 16, 4, 4096)
 
 
-def test_largest_32_bit_dim_is_accepted():
-    qkv = ("  q: bf16[B, H, 2147483647, 128]\n  k: bf16[B, H, N, 128]\n  v: bf16[B, H, N, 128]\n")
-    assert load(source(qkv=qkv, out="  out o: bf16[B, H, 2147483647, 128]\n")).seq_q == 2**31 - 1
+def test_a_fixed_size_of_2_30_is_the_largest_accepted():
+    """The kernels take sizes up to 2^30 (Note [Exact integers]); a fixed size above it is
+    refused here, as the runtime refuses a dim above it (found by a review: fixed sizes up
+    to 2^31 - 1 compiled, and their keys past 2^30 were masked wrongly)."""
+    qkv = ("  q: bf16[B, H, {m}, 128]\n  k: bf16[B, H, N, 128]\n  v: bf16[B, H, N, 128]\n")
+    assert load(source(qkv=qkv.format(m=2**30), out="  out o: bf16[B, H, 1073741824, 128]\n")).seq_q == 2**30
+    err = expect_error(source(qkv=qkv.format(m=2**30 + 1), out="  out o: bf16[B, H, M, 128]\n"))
+    assert err.message == "dimension 1073741825 is above 2^30 = 1073741824, the largest size the kernels take"
 
 
 def test_first_error_wins():

@@ -156,6 +156,15 @@ def test_gqa_divisibility():
     assert refusal(make_kernel(), **synthetic_arguments(H=8, HKV=3)) == "H = 8 must be a multiple of HKV = 3"
 
 
+def test_no_heads_at_all_is_an_empty_launch():
+    """H = HKV = 0: 0 is a multiple of 0, so this is an empty launch as B = 0 is, not a
+    refusal of the divisibility (found by a review); H = 8 over no KV heads is refused."""
+    sizes = {"B": 2, "H": 0, "HKV": 0, "M": 1000}
+    args = {**synthetic_arguments(**sizes), "slopes": FakeTensor((0,), "f32"), "P": 0}
+    assert all(0 in grid for grid in slopes_of_p().plan(**args).grids)
+    assert refusal(make_kernel(), **synthetic_arguments(H=8, HKV=0)) == "H = 8 must be a multiple of HKV = 0"
+
+
 def test_equal_constraint():
     manifest = synthetic_manifest()
     manifest["constraints"].append(["equal", "M", "N"])
@@ -274,6 +283,32 @@ def test_sizes_above_2_30_are_refused(dims, named):
     # The kernels plan exact integers for sizes up to 2^30 (Note [Exact integers]).
     args = synthetic_arguments(**{"B": 1, "H": 1, "HKV": 1, "M": 128, "N": 128, **dims})
     assert refusal(make_kernel(), **args) == f"{named} is above 2^30, the largest size the kernels are compiled for"
+
+
+def test_a_fixed_size_above_2_30_is_refused():
+    """A shape's fixed size is held to the same bound as a dim's (found by a review: the
+    check read named dims only, and a manifest with k: [B, HKV, 1500000000, 128] passed)."""
+    manifest = synthetic_manifest()
+    for t in manifest["inputs"]:
+        if t["name"] in ("k", "v"):
+            t["shape"][2] = 1_500_000_000
+    args = synthetic_arguments(B=1, H=1, HKV=1, M=128)
+    args["k"] = args["v"] = FakeTensor((1, 1, 1_500_000_000, 128), "bf16", strides=(0, 0, 0, 1))
+    assert refusal(make_kernel(manifest), **args, N=1_500_000_000) == (
+        "the fixed size 1500000000 (in k's shape) is above 2^30, the largest size the kernels are "
+        "compiled for")
+
+
+def test_a_null_data_pointer_is_refused():
+    """A tensor with elements at address 0 would fault on the GPU (and spoil the context):
+    refused before anything reaches it (found by a review; 0 passed the alignment check)."""
+    for protocol in ("cai", "dlpack"):
+        args = synthetic_arguments(outputs=True)
+        args["lse"] = FakeTensor(args["lse"].shape, "f32", ptr=0, protocol=protocol)
+        assert refusal(make_kernel(), **args) == "lse: data pointer is null for 16000 elements"
+    args = synthetic_arguments()
+    args["q"] = FakeTensor(args["q"].shape, "bf16", ptr=0)          # bf16: DLPack
+    assert refusal(make_kernel(), **args) == "q: data pointer is null for 2048000 elements"
 
 
 def test_a_size_of_2_30_passes_the_size_check():

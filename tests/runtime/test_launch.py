@@ -574,3 +574,20 @@ def test_a_torch_tensor_whose_memory_changed_since_the_bind_is_refused(fake_torc
     args["slopes"]._ptr = old + 0x100000
     with pytest.raises(AttncRuntimeError, match=f"^slopes: its memory changed since the bind \\({old:#x} -> "):
         bound.launch()
+
+
+def test_a_torch_tensor_whose_layout_changed_since_the_bind_is_refused(fake_torch, fake_driver):
+    """An in-place view op (transpose_, as_strided_, resize_ to fewer elements) keeps the
+    data pointer but not the shape and strides the bind packed (found by a review: only
+    the pointer was compared, and the kernels read with the old strides)."""
+    args = torch_arguments()
+    bound = kernel().bind(**args)
+    bound.launch()
+    q = args["q"]
+    b, h, m, d = q.shape
+    q.shape = (b, m, h, d)                  # as q.transpose_(1, 2) leaves it
+    q.stride = lambda: (h * m * d, d, m * d, 1)
+    with pytest.raises(AttncRuntimeError, match=r"^q: its shape or strides changed since the bind \(shape "
+                                                r"\(2, 8, 1000, 128\), strides \(1024000, 128000, 128, 1\) -> "
+                                                r"shape \(2, 1000, 8, 128\), strides \(1024000, 128, 128000, 1\)"):
+        bound.launch()

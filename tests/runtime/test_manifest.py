@@ -142,6 +142,17 @@ def test_parsing_does_not_modify_its_input():
 
 
 def test_format_1_bundles_are_still_read():
-    """attnc-bundle/2 added code_sha256 (optional); a /1 manifest, without it, still loads."""
-    m = parse_manifest({**synthetic_manifest(), "format": "attnc-bundle/1"})
+    """attnc-bundle/2 added code_sha256; a /1 manifest, without it, still loads."""
+    raw = {**synthetic_manifest(), "format": "attnc-bundle/1"}
+    del raw["code_sha256"]
+    m = parse_manifest(raw)
     assert m.code_sha256 == {} and m.variant == "synthetic"
+
+
+def test_format_2_needs_the_code_digests():
+    """Without code_sha256 a /2 bundle's code files would load unchecked (found by a
+    review: the field was optional)."""
+    raw = synthetic_manifest()
+    del raw["code_sha256"]
+    with pytest.raises(ManifestError, match=r"^manifest: code_sha256: required in format 'attnc-bundle/2'$"):
+        parse_manifest(raw)

@@ -60,7 +60,8 @@ def test_schema_errors_name_the_folder(tmp_path):
 def test_bundle_from_memory():
     manifest = synthetic_manifest()
     del manifest["code"]["ptx"]
-    bundle = Bundle.from_files(manifest, {"attn_fwd.sm_80.cubin": b"sass", "notes.txt": b"extra"})
+    files = {"attn_fwd.sm_80.cubin": b"sass", "notes.txt": b"extra"}
+    bundle = Bundle.from_files(with_digests(manifest, files), files)
     assert bundle.path is None and bundle.code == {"cubin": b"sass"}
 
 
