@@ -22,6 +22,7 @@ MAX_NESTING = 200
 INT_MAX = 2**31 - 1
 MAX_SIZE = 2**30                    # the largest fixed size in a shape
 F32_MAX = 3.4028234663852886e38
+F32_OVERFLOW = F32_MAX + 2.0 ** 103     # half an ulp above: from here on a literal rounds to inf
 
 _TOKEN_NAMES = {
     "NAME": "a name", "INT": "an integer", "FLOAT": "a number",
@@ -365,7 +366,7 @@ class _ToAst(Transformer):
     def float_lit(self, children):
         tok = children[0]
         value = float(tok)
-        if math.isinf(value) or abs(value) > F32_MAX:
+        if math.isinf(value) or abs(value) >= F32_OVERFLOW:
             raise AttncError(f"number {_short(tok)} is out of range for f32", Span.of(tok))
         return ast.Num(Span.of(tok), value=value, is_float=True)
 

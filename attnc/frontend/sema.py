@@ -259,18 +259,16 @@ class _Checker:
 
     def _scale(self, q: Tensor) -> float:
         if self.scale is None:
-            return 1.0 / math.sqrt(q.shape[3])
-        value = _ConstEval().eval(self.scale.expr)
+            return _round_f32(1.0 / math.sqrt(q.shape[3]))      # an f32, as a given one (Note [Scale in f32])
+        value = _ConstEval().eval(self.scale.expr)      # an f32 (Note [Scale in f32])
         if not math.isfinite(value):
-            raise AttncError("scale must be a finite number", self.scale.expr.span)
+            raise AttncError(f"scale must be a finite number (it is {value:g})", self.scale.expr.span)
         if value <= 0:
             # The kernels keep the running max of unscaled scores (Note [Folded scale],
             # sm80_softmax.py), which is the max of the scaled ones only for a positive scale.
-            raise AttncError(f"scale must be positive (it is {value:g})", self.scale.expr.span)
-        if _f32(value) == 0:
-            raise AttncError(f"scale {value:g} is 0 in f32, the precision scores are computed in",
-                             self.scale.expr.span)
-        return float(value)
+            raise AttncError(f"scale must be positive (it is {value:g} in f32, the precision it is "
+                             "computed in)", self.scale.expr.span)
+        return value
 
     # --- hooks -------------------------------------------------------------
     def _hook(self, h: ast.HookDecl, dims, params, aliases: dict[str, int | str]) -> Hook:
@@ -327,11 +325,6 @@ def _saturating_int(x: int | float) -> int:
     if math.isnan(x):
         return 0
     return int(max(-2.0 ** 31, min(2.0 ** 31 - 1, math.trunc(x) if math.isfinite(x) else x)))
-
-
-def _f32(x: float) -> float:
-    """x rounded to f32."""
-    return struct.unpack("f", struct.pack("f", x))[0]
 
 
 def _check_dim_name(name: str, span: Span) -> None:
@@ -456,59 +449,45 @@ class _Typer:
 
 
 class _ConstEval:
-    """Evaluates the `scale` expression: numbers, arithmetic and builtin math, with the
-    language's rules (integers stay integers, exactly, through + - * // % min max abs and
-    int(); `//` floors and `//` or `%` by 0 gives 0; int() truncates, saturating at the i32
-    bounds, NaN to 0; anything with a float is a float), in f64, then checked to be a
-    finite f32."""
+    """Evaluates the `scale` expression with the language's rules (Note [Scale in f32])."""
 
     FUNCS = {"exp": math.exp, "exp2": lambda x: math.pow(2.0, x), "log": math.log,
              "log2": math.log2, "sqrt": math.sqrt, "rsqrt": lambda x: 1 / math.sqrt(x),
              "tanh": math.tanh, "sigmoid": lambda x: 0.5 * (1.0 + math.tanh(0.5 * x)),
-             "floor": lambda x: float(math.floor(x)), "ceil": lambda x: float(math.ceil(x)),
-             "abs": abs, "min": min, "max": max, "float": float, "int": _saturating_int}
-    FLOAT_RESULT = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "floor", "ceil"}
+             "floor": lambda x: float(math.floor(x)) if math.isfinite(x) else x,
+             "ceil": lambda x: float(math.ceil(x)) if math.isfinite(x) else x}
 
     def eval(self, e: ast.Expr) -> float:
-        try:
-            value = float(self._eval(e))
-        except ZeroDivisionError:
-            raise AttncError("scale cannot be evaluated: division by zero", e.span) from None
-        except OverflowError:
-            raise AttncError("scale cannot be evaluated: math range error", e.span) from None
-        except ValueError as exc:
-            raise AttncError(f"scale cannot be evaluated: {exc}", e.span) from None
-        if not math.isfinite(value) or abs(value) > 3.4028234663852886e38:
-            raise AttncError("scale must be a finite f32 number", e.span)
-        return value
+        return float(self._float(self._eval(e)))
 
     def _eval(self, e: ast.Expr) -> int | float:
         if isinstance(e, ast.Num):
-            return e.value if not e.is_float else float(e.value)
+            return _wrap64(e.value) if not e.is_float else _round_f32(float(e.value))
         if isinstance(e, ast.Unary) and e.op in "+-":
             x = self._eval(e.operand)
-            return -x if e.op == "-" else x
+            if e.op == "+":
+                return x
+            return _wrap64(-x) if isinstance(x, int) else -x
         if isinstance(e, ast.Binary) and e.op in ("+", "-", "*", "/", "//", "%"):
             a, b = self._eval(e.lhs), self._eval(e.rhs)
             if e.op in INT_OPS:
                 for side, x in ((e.lhs, a), (e.rhs, b)):
                     if not isinstance(x, int):
                         raise AttncError(f"operator '{e.op}' needs integer operands, got a float", side.span)
-                return 0 if b == 0 else (a // b if e.op == "//" else a % b)
-            if e.op == "/":
-                return a / b
-            return {"+": a + b, "-": a - b, "*": a * b}[e.op]
-        if isinstance(e, ast.Call) and e.fn in self.FUNCS:
+                return 0 if b == 0 else _wrap64(a // b if e.op == "//" else a % b)
+            if isinstance(a, int) and isinstance(b, int) and e.op != "/":
+                return _wrap64({"+": a + b, "-": a - b, "*": a * b}[e.op])
+            a, b = self._float(a), self._float(b)
+            if e.op == "/" and b == 0:
+                raise AttncError("scale cannot be evaluated: division by zero", e.span)
+            return self._checked({"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else 0.0}[e.op],
+                                 (a, b), e)
+        if isinstance(e, ast.Call) and e.fn in BUILTINS and e.fn != "where":
             arity = BUILTINS[e.fn][0]
             if len(e.args) != arity:
                 plural = "argument" if arity == 1 else "arguments"
                 raise AttncError(f"{e.fn} takes {arity} {plural}, got {len(e.args)}", e.span)
-            args = [self._eval(a) for a in e.args]
-            if e.fn in self.FLOAT_RESULT:
-                args = [float(a) for a in args]
-            if e.fn in ("min", "max") and not all(isinstance(a, int) for a in args):
-                args = [float(a) for a in args]
-            return self.FUNCS[e.fn](*args)
+            return self._call(e, [self._eval(a) for a in e.args])
         if isinstance(e, ast.Name):
             raise AttncError(f"scale must be a constant expression; '{e.id}' is not a constant", e.span)
         if isinstance(e, ast.Call) and e.fn not in BUILTINS:
@@ -517,3 +496,88 @@ class _ConstEval:
             type(e), "a comparison or logic")
         raise AttncError(f"scale must be a number: {what} has no place in it (numbers, + - * / // %, "
                          f"and the math functions)", e.span)
+
+    def _call(self, e: ast.Call, args: list) -> int | float:
+        if e.fn == "int":
+            (x,) = args
+            return x if isinstance(x, int) else _saturating_int(x)
+        if e.fn == "float":
+            return self._float(args[0])
+        if e.fn == "abs":
+            (x,) = args
+            return _wrap64(abs(x)) if isinstance(x, int) else abs(x)
+        if e.fn in ("min", "max"):
+            if all(isinstance(x, int) for x in args):
+                return (min if e.fn == "min" else max)(args)
+            return _ieee_min_max(e.fn, *(self._float(x) for x in args))
+        x = self._float(args[0])
+        try:
+            value = self.FUNCS[e.fn](x)
+        except OverflowError:
+            value = math.inf
+        except ValueError:
+            value = math.nan
+        return self._checked(value, (x,), e)
+
+    @staticmethod
+    def _float(x: int | float) -> float:
+        """A value as an f32 (an integer rounded to nearest, as the kernels' sitofp)."""
+        return _int_to_f32(x) if isinstance(x, int) else x
+
+    @staticmethod
+    def _checked(value: float, operands, e: ast.Expr) -> float:
+        """`value` rounded to f32; an error at `e` where finite operands give no finite f32."""
+        value = _round_f32(value)
+        if not math.isfinite(value) and all(math.isfinite(x) for x in operands):
+            what = "math domain error" if math.isnan(value) else "math range error (past f32)"
+            raise AttncError(f"scale cannot be evaluated: {what}", e.span)
+        return value
+
+
+# Note [Scale in f32]
+# ~~~~~~~~~~~~~~~~~~~
+# dsl.md makes float arithmetic f32 and integer arithmetic exact (64 bits here, as in the
+# hooks: README), and `scale` is an expression of the language, so it is evaluated so:
+# every float operation rounds to f32 (computed in f64 and rounded, which for + - * / and
+# sqrt is the correctly rounded f32 result), integers wrap at 64 bits, and an integer
+# meets a float as its nearest f32. The value is then the one number both the kernels
+# (an f32 constant) and the reference (`Variant.scale`) use. In f64, `16777217.0 -
+# 16777216.0` was a scale of 1.0 where f32 gives 0, `1e20 * 1e20 / 1e30 / 1e9` was 10
+# where f32 overflows, and the reference used 1e-45 where the kernels had 1.4e-45 (found
+# by a review). An operation whose finite operands give no finite f32 (an overflow, a
+# domain error, a division by zero) is an error at that operation.
+
+
+def _round_f32(x: float) -> float:
+    """x rounded to the nearest f32 (to nearest even; past f32's range, an infinity)."""
+    try:
+        return struct.unpack("f", struct.pack("f", x))[0]
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def _int_to_f32(n: int) -> float:
+    """The f32 nearest to the integer n, ties to even, rounded once (float(n) would round
+    to f64 first, and twice is not always once past 2^53)."""
+    magnitude = abs(n)
+    shift = max(magnitude.bit_length() - 24, 0)
+    q, r = divmod(magnitude, 1 << shift)
+    half = (1 << shift) >> 1
+    if shift and (r > half or (r == half and q & 1)):
+        q += 1
+    return math.copysign(float(q << shift), n) if n else 0.0
+
+
+def _wrap64(n: int) -> int:
+    """n as a 64-bit two's-complement integer (README: integer expressions wrap past 64 bits)."""
+    return (n + 2 ** 63) % 2 ** 64 - 2 ** 63
+
+
+def _ieee_min_max(fn: str, a: float, b: float) -> float:
+    """IEEE 754-2019 minimum / maximum, as arith.minimumf / maximumf: NaN if either is, and
+    -0.0 below +0.0 (Note [Signed zeros in min and max] in attnc/reference_eval.py)."""
+    if math.isnan(a) or math.isnan(b):
+        return math.nan
+    if a == b:
+        return a if (math.copysign(1.0, a) < 0) == (fn == "min") else b
+    return min(a, b) if fn == "min" else max(a, b)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import struct
 from pathlib import Path
 
 import pytest
@@ -66,7 +67,8 @@ def test_example_outputs(example):
 def test_example_scale_defaults_to_rsqrt_of_qk_head_dim(example):
     # gemma2 spells the default out; diff_head_dims shows it is the QK head dim, not V's.
     _, v = example
-    assert v.scale == pytest.approx(1 / math.sqrt(v.head_dim_qk), rel=1e-15)
+    assert v.scale == pytest.approx(1 / math.sqrt(v.head_dim_qk), rel=1e-7)
+    assert v.scale == struct.unpack("f", struct.pack("f", v.scale))[0]      # an f32 (Note [Scale in f32])
 
 
 def test_example_hook_bodies_are_typed(example):

@@ -6,6 +6,7 @@ and a runtime dim `P`; sema stores the type of every node in `.ty`.
 from __future__ import annotations
 
 import math
+import struct
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -119,12 +120,44 @@ def test_literals():
     # the language's integer rules (found by a review): // and % floor, by 0 give 0,
     # int() saturates at the i32 bounds
     ("7 // 2", 3.0), ("-7 // 2 + 5", 1.0), ("7 % -3 + 3", 1.0), ("1 // 0 + 0.5", 0.5), ("abs(-9) % 4", 1.0),
-    ("float(int(3e9))", 2.0 ** 31 - 1), ("int(2.9) / 4", 0.5),
+    ("float(int(3e9))", 2.0 ** 31), ("int(2.9) / 4", 0.5),     # 2^31 - 1 is 2^31 in f32
 ])
 def test_scale_is_a_constant_expression(scale, value):
     variant = load(TEMPLATE.format(hook=f"scale = {scale}"))
     assert isinstance(variant.scale, float)
-    assert variant.scale == pytest.approx(value, rel=1e-12)
+    assert variant.scale == pytest.approx(value, rel=1e-7)
+    assert variant.scale == _f32(variant.scale)          # Note [Scale in f32]
+
+
+def _f32(x: float) -> float:
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+@pytest.mark.parametrize("scale, value", [
+    ("16777217.0 - 16777216.0", None),           # 16777217.0 is 16777216 in f32: 0, refused
+    ("float(16777217) - 16777215.0", 1.0),       # an integer is rounded to f32 as it meets a float
+    ("1.0 + 0.00000001", 1.0),
+    ("0.1 * 3.0", _f32(_f32(0.1) * 3.0)),        # not 0.30000000000000004 rounded once
+    ("1e-45", _f32(1e-45)),                      # the denormal the kernels get: 1.4e-45
+    ("1.0 / (65536 * 65536 * 65536 * 65536 + 2)", 0.5),     # 2^64 wraps to 0 in 64 bits
+])
+def test_scale_is_computed_in_f32(scale, value):
+    """dsl.md: float arithmetic is f32; scale is an expression of the language, so each of
+    its float operations rounds to f32 (found by a review: it was computed in f64, and the
+    reference used another scale than the kernels)."""
+    source = TEMPLATE.format(hook=f"scale = {scale}")
+    if value is None:
+        assert expect_error(source).message.startswith("scale must be positive (it is 0 in f32")
+    else:
+        assert load(source).scale == value
+
+
+@pytest.mark.parametrize("scale, col", [("1e20 * 1e20 / 1e30 / 1e9", 11), ("2.0 * (1.0 / 0.0)", 18),
+                                        ("0.5 + sqrt(0.0 - 1.0)", 17)])
+def test_an_operation_past_f32_is_an_error_where_it_is(scale, col):
+    """1e20 * 1e20 overflows f32 (in f64 the whole was 10); the caret is at the operation."""
+    err = expect_error(TEMPLATE.format(hook=f"scale = {scale}"))
+    assert err.message.startswith("scale cannot be evaluated: ") and (err.span.line, err.span.col) == (8, col)
 
 
 def test_scale_default_is_rsqrt_of_the_qk_head_dim():
@@ -230,7 +263,7 @@ def test_scale_beyond_f32_range_is_an_error():
 def test_scale_overflow_messages_agree():
     exp = expect_error(TEMPLATE.format(hook="scale = exp(1000.0)"))
     exp2 = expect_error(TEMPLATE.format(hook="scale = exp2(2000.0)"))
-    assert exp2.message == exp.message == "scale cannot be evaluated: math range error"
+    assert exp2.message == exp.message == "scale cannot be evaluated: math range error (past f32)"
 
 
 @pytest.mark.parametrize("scale", ["-0.125", "0.0", "int(0.5)", "1 - 1"])
@@ -243,7 +276,7 @@ def test_a_scale_that_is_not_positive_is_an_error_at_the_scale(scale):
 
 
 @pytest.mark.parametrize("scale, message", [
-    ("1e-50", "scale 1e-50 is 0 in f32, the precision scores are computed in"),
+    ("1e-50", "scale must be positive (it is 0 in f32, the precision it is computed in)"),
     ("7.0 // 2", "operator '//' needs integer operands, got a float"),
     ("let x = 2 in x", "scale must be a number: 'let' has no place in it (numbers, + - * / // %, and the math functions)"),
     ("where(1 < 2, 1.0, 2.0)", "scale must be a number: where() has no place in it (numbers, + - * / // %, and the math functions)"),
@@ -269,3 +302,12 @@ def test_the_reserved_words_are_those_of_the_grammar_and_are_named_as_such():
     for word in sorted(words):
         source = TEMPLATE.format(hook=f"param {word}: f32[H]")
         assert expect_error(source).message == f"'{word}' is a reserved word and cannot be a name"
+
+
+def test_the_largest_f32_may_be_written_as_numpy_prints_it():
+    """3.4028235e38 (numpy's finfo(float32).max) rounds to f32's largest, not to inf, so it
+    is a valid literal (found by a review); from half an ulp above, a literal is refused."""
+    num = typed("min(s, 3.4028235e38)").args[1]
+    assert _f32(num.value) == 3.4028234663852886e38
+    assert "out of range for f32" in expect_error(
+        TEMPLATE.format(hook="score_mod(s, b, h, i, j) = min(s, 3.40282357e38)")).message
