@@ -202,6 +202,9 @@ def _misplaced(e: lark.UnexpectedToken, text: str) -> AttncError | None:
     before = list(_lark().lex(text[:e.token.start_pos]))
     if e.token.type == "EQUAL" and before and before[-1].type == "RPAR":
         return _dangling_operator(before, text)
+    declaration = _declaration_after_operator(e.token, before, text)
+    if declaration is not None:
+        return declaration
     if not set(e.expected) <= {"COLON", "LPAR"} or len(before) < 2 or before[-1].type != "NAME":
         return None
     stray = before[-1]
@@ -239,6 +242,25 @@ def _dangling_operator(before: list[Token], text: str) -> AttncError | None:
         return None
     return AttncError(f"the expression ends at '{op}', with nothing after it (the next line starts the "
                       f"hook '{head}')", _token_span(op, text))
+
+
+OPERATORS = ("ADD_OP", "MUL_OP", "COMP_OP", "AND", "OR", "NOT")
+
+
+def _declaration_after_operator(tok: Token, before: list[Token], text: str) -> AttncError | None:
+    """`... = j <=` followed by a declaration line (`q: ...`, `out o: ...`, `param ...`,
+    `dim ...`, `scale = ...`): the operator has no right side; the parser notices only at
+    the declaration's ':' or keyword. Reported at the operator."""
+    if tok.type in ("OUT", "PARAM", "DIM", "SCALE") and before:
+        op, what = before[-1], f"'{tok}'"
+    elif tok.type == "COLON" and len(before) >= 2 and before[-1].type == "NAME":
+        op, what = before[-2], f"'{before[-1]}:'"
+    else:
+        return None
+    if op.type not in OPERATORS or op.line == tok.line:
+        return None
+    return AttncError(f"the expression ends at '{op}', with nothing after it (the next line starts "
+                      f"with the declaration {what})", _token_span(op, text))
 
 
 def _unexpected_token_message(e: lark.UnexpectedToken, text: str = "") -> str:
