@@ -266,8 +266,8 @@ class _Checker:
         if value <= 0:
             # The kernels keep the running max of unscaled scores (Note [Folded scale],
             # sm80_softmax.py), which is the max of the scaled ones only for a positive scale.
-            raise AttncError(f"scale must be positive (it is {value:g} in f32, the precision it is "
-                             "computed in)", self.scale.expr.span)
+            what = "0 in f32, the precision it is computed in" if value == 0 else f"{value:g}"
+            raise AttncError(f"scale must be positive (it is {what})", self.scale.expr.span)
         return value
 
     # --- hooks -------------------------------------------------------------
