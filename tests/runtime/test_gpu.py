@@ -11,6 +11,8 @@ GPU tests need an NVIDIA driver; elsewhere they skip saying why.
 """
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 
@@ -175,9 +177,15 @@ def test_the_test_kernels_assemble_for_sm_80():
     assert b"attnc_test_copy" in assemble("sm_80")
 
 
+def bundle(m: dict, files: dict[str, bytes]) -> Bundle:
+    """The bundle of manifest `m` and its code `files`, with the code digests attnc writes."""
+    m["code_sha256"] = {kind: hashlib.sha256(files[name]).hexdigest() for kind, name in m["code"].items()}
+    return Bundle.from_files(m, files)
+
+
 def ptx_kernel() -> Kernel:
     m = manifest("sm_80", {"ptx": "test.compute_80.ptx"})
-    return Kernel(Bundle.from_files(m, {"test.compute_80.ptx": PTX.encode()}))
+    return Kernel(bundle(m, {"test.compute_80.ptx": PTX.encode()}))
 
 
 def cubin_kernel() -> Kernel:
@@ -187,7 +195,7 @@ def cubin_kernel() -> Kernel:
     if target not in TARGETS:
         pytest.skip(f"no attnc target for compute capability {major}.{minor}")
     m = manifest(target, {"cubin": f"test.{target}.cubin"})
-    return Kernel(Bundle.from_files(m, {f"test.{target}.cubin": assemble(target)}))
+    return Kernel(bundle(m, {f"test.{target}.cubin": assemble(target)}))
 
 
 @pytest.mark.gpu
