@@ -54,6 +54,15 @@ FlashAttention peels the masked blocks at the diagonal and the window edge).
 
 The analysis is `attnc.analysis` (a pure function of the region, see Note [Conditional
 narrowing] in attnc/analysis/intervals.py); this file reads the op and writes the IR.
+
+Note [What the analysis holds for]: the functions answer for the tile sizes and the
+mask_mod the pass saw, which it records (`mask_block_m`, `mask_block_n`, `mask_digest`:
+a digest of the region's operations, not of their locations). A pass may change either
+afterwards (attn-tile run again; a user's pass rewriting the mask; an edited dump), and
+the lowerings then evaluated the new mask per element inside the old mask's key ranges:
+a window widened from 1024 to 4096 keys after the analysis kept only 1024 of them (found
+by a review). `mask_functions` refuses an analysis that no longer holds, and the pass run
+again redoes it.
 """
 from __future__ import annotations
 
@@ -120,8 +129,7 @@ def mask_functions(op) -> MaskFunctions:
         raise error_at(op, "attn.attention has no mask analysis: run attn-analyze-masks first")
     stale = _stale(op)
     if stale:
-        raise error_at(op, f"the mask analysis was made for {stale[0]} tiles, and the op is now tiled "
-                           f"{stale[1]}: run attn-analyze-masks after attn-tile")
+        raise error_at(op, stale)
     kind, dims = get_str(op, "mask_kind"), mask_dims(op)
     if kind == "none":
         return MaskFunctions(kind, dims)
@@ -195,17 +203,38 @@ def check_integer_widths(op, sizes: frozenset) -> bool:
     return exact
 
 
-def _stale(op) -> tuple[str, str] | None:
-    """(the tile sizes the analysis was made for, the op's now) where they differ: its
-    functions answer for other tiles (attn-tile ran again, or a dump was edited). An
-    analysis that recorded no sizes (a dump from before session 27) is taken as it is."""
-    from attnc.ir import get_int
+def _stale(op) -> str | None:
+    """Why the recorded analysis does not hold for the op as it is now, or None: its
+    functions answer for other tiles (attn-tile ran again, or a dump was edited), or for
+    another mask (a pass after the analysis rewrote mask_mod). An analysis that recorded
+    no sizes (a dump from before session 27) or no digest (before session 28) is taken as
+    it is."""
+    from attnc.ir import get_int, get_str
 
-    if "mask_block_m" not in op.attributes:
-        return None
-    made = (get_int(op, "mask_block_m"), get_int(op, "mask_block_n"))
-    now = tuple(get_int(op, key) for key in TILE_SIZES)
-    return None if made == now else ("x".join(map(str, made)), "x".join(map(str, now)))
+    if "mask_block_m" in op.attributes:
+        made = (get_int(op, "mask_block_m"), get_int(op, "mask_block_n"))
+        now = tuple(get_int(op, key) for key in TILE_SIZES)
+        if made != now:
+            return (f"the mask analysis was made for {'x'.join(map(str, made))} tiles, and the op is "
+                    f"now tiled {'x'.join(map(str, now))}: run attn-analyze-masks after attn-tile")
+    if "mask_digest" in op.attributes and get_str(op, "mask_digest") != _mask_digest(op):
+        return ("the mask analysis was made for another mask_mod (it changed since): run "
+                "attn-analyze-masks after every pass that changes the mask")
+    return None
+
+
+def _mask_digest(op) -> str:
+    """A digest of what the analysis reads of mask_mod: its operations, their operands,
+    types and attributes, in order (not their locations)."""
+    import hashlib
+
+    from attnc.ir import MASK_MOD, get_bool, region_block
+
+    if not get_bool(op, "has_mask_mod"):
+        return "none"
+    program = read_region(region_block(op, MASK_MOD))
+    text = repr([(n.op, n.operands, n.type, n.attr) for n in program.nodes] + [program.result])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _forget(op) -> None:
@@ -230,6 +259,7 @@ def _record(op, summary: MaskSummary) -> None:
     set_str(op, "mask_kind", summary.kind)
     for key in TILE_SIZES:
         set_int(op, f"mask_{key}", get_int(op, key))
+    set_str(op, "mask_digest", _mask_digest(op))      # Note [What the analysis holds for]
     if summary.kind == "none":
         return
     kernel = _enclosing_function(op)

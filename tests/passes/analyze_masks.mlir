@@ -8,7 +8,7 @@
 // something when m_lo + 1 < n_hi; query block m visits key blocks
 // [0, min(m, last key block) + 1) and runs [0, min(m, N // 128)) without the mask.
 // CHECK-LABEL: func.func @causal(
-// CHECK:         kv_range_fn = @causal_kv_range, kv_segments = 1 : i64, mask_block_m = 128 : i64, mask_block_n = 128 : i64, mask_kind = "static"
+// CHECK:         kv_range_fn = @causal_kv_range, kv_segments = 1 : i64, mask_block_m = 128 : i64, mask_block_n = 128 : i64, mask_digest = "{{[0-9a-f]+}}", mask_kind = "static"
 // CHECK-SAME:    tile_class_fn = @causal_tile_class
 // CHECK-LABEL: func.func private @causal_tile_class(
 // CHECK-SAME:    %[[A_m_lo:[0-9a-z_]+]]: i32 loc("m_lo"
@@ -62,7 +62,7 @@ func.func @causal(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v: te
 // the window). The KV range starts 8 blocks back: max(0, m_block - 8); the blocks
 // no row drops start 7 back (the last query block, clipped by M, has fewer rows).
 // CHECK-LABEL: func.func @sliding_window(
-// CHECK:         kv_range_fn = @sliding_window_kv_range, kv_segments = 1 : i64, mask_block_m = 128 : i64, mask_block_n = 128 : i64, mask_kind = "static"
+// CHECK:         kv_range_fn = @sliding_window_kv_range, kv_segments = 1 : i64, mask_block_m = 128 : i64, mask_block_n = 128 : i64, mask_digest = "{{[0-9a-f]+}}", mask_kind = "static"
 // CHECK-LABEL: func.func private @sliding_window_tile_class(
 // CHECK-SAME:    %[[A_m_lo:[0-9a-z_]+]]: i32 loc("m_lo"
 // CHECK-SAME:    %[[A_m_hi:[0-9a-z_]+]]: i32 loc("m_hi"
@@ -113,7 +113,7 @@ func.func @sliding_window(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>
 // n_lo < P or n_lo < m_hi, drops something when P < n_hi and m_lo + 1 < n_hi. The
 // prefix and the causal band both start at key block 0: one segment, to the larger end.
 // CHECK-LABEL: func.func @prefix_lm(
-// CHECK:         kv_range_fn = @prefix_lm_kv_range, kv_segments = 1 : i64, mask_block_m = 128 : i64, mask_block_n = 128 : i64, mask_kind = "static"
+// CHECK:         kv_range_fn = @prefix_lm_kv_range, kv_segments = 1 : i64, mask_block_m = 128 : i64, mask_block_n = 128 : i64, mask_digest = "{{[0-9a-f]+}}", mask_kind = "static"
 // CHECK-LABEL: func.func private @prefix_lm_tile_class(
 // CHECK-SAME:    %[[A_m_lo:[0-9a-z_]+]]: i32 loc("m_lo"
 // CHECK-SAME:    %[[A_m_hi:[0-9a-z_]+]]: i32 loc("m_hi"
@@ -166,7 +166,7 @@ func.func @prefix_lm(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v:
 // and no tile is FULL (whether documents match is known only on the GPU): the full
 // range is empty, (0, 0).
 // CHECK-LABEL: func.func @docs_sink(
-// CHECK:         kv_range_fn = @docs_sink_kv_range, kv_segments = 1 : i64, mask_block_m = 128 : i64, mask_block_n = 128 : i64, mask_kind = "runtime"
+// CHECK:         kv_range_fn = @docs_sink_kv_range, kv_segments = 1 : i64, mask_block_m = 128 : i64, mask_block_n = 128 : i64, mask_digest = "{{[0-9a-f]+}}", mask_kind = "runtime"
 // CHECK-SAME:    tile_class_fn = @docs_sink_tile_class
 // CHECK-LABEL: func.func private @docs_sink_tile_class(
 // CHECK:         %[[KEEP:[0-9a-z_]+]] = arith.cmpi slt, %{{.+}}, %{{.+}} : i64 loc("may_keep"
@@ -197,7 +197,7 @@ func.func @docs_sink(%q: tensor<?x?x?x64xbf16>, %k: tensor<?x?x?x64xbf16>, %v: t
 
 // No mask_mod (examples/mha.attn): "none", and nothing is added.
 // CHECK-LABEL: func.func @mha(
-// CHECK:         mask_block_m = 128 : i64, mask_block_n = 128 : i64, mask_kind = "none"
+// CHECK:         mask_block_m = 128 : i64, mask_block_n = 128 : i64, mask_digest = "none", mask_kind = "none"
 // CHECK-NOT:     tile_class_fn
 // CHECK-NOT:     func.func private @mha_
 func.func @mha(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v: tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> {

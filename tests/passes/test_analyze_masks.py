@@ -156,3 +156,51 @@ def test_an_analysis_for_other_tiles_is_refused_or_redone():
         compile_mlir(source, "sw.attn", CompileOptions(arch="sm_80", pass_pipeline=(
             "attn-tile,attn-analyze-masks,attn-tile{block_m=64,block_n=32},attn-warp-specialize,attn-alloc-smem,"
             "attn-alloc-tmem,attn-insert-pipelines,attn-verify-pipeline,attn-lower-sm80")))
+
+
+WIDEN_PASS = '''
+from dataclasses import dataclass
+from typing import ClassVar
+from mlir import ir
+from attnc.passes import Pass, register
+from attnc.ir import attention_ops
+
+@register
+@dataclass(frozen=True)
+class WidenForTest(Pass):
+    """The sliding window's 1024 in mask_mod becomes 4096."""
+    name: ClassVar[str] = "test-widen-window-after-analysis"
+
+    def run(self, module):
+        for att in attention_ops(module):
+            for op in att.regions[1].blocks[0].operations:
+                if op.name == "arith.constant" and str(op.attributes["value"]) == "1024 : i32":
+                    with op.context:
+                        op.attributes["value"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 4096)
+'''
+
+
+def test_an_analysis_of_another_mask_is_refused_or_redone(tmp_path):
+    """Found by a review (session 28): a user's pass that rewrote mask_mod after
+    attn-analyze-masks (a window of 1024 widened to 4096) got a kernel that tested the new
+    mask per element inside the old mask's key ranges. The lowering now refuses the
+    analysis (Note [What the analysis holds for]), and attn-analyze-masks run again redoes it."""
+    from attnc.driver import compile_mlir
+    path = tmp_path / "widen.py"
+    path.write_text(WIDEN_PASS)
+    source = (HERE.parents[1] / "examples" / "sliding_window.attn").read_text()
+
+    def run(pipeline):
+        options = CompileOptions(arch="sm_80", pass_pipeline=pipeline, load_passes=(str(path),))
+        return compile_mlir(source, "sw.attn", options).module
+
+    stale = run("attn-tile,attn-analyze-masks,test-widen-window-after-analysis")
+    with pytest.raises(AttncError) as info:
+        mask_functions(attention_ops(stale)[0])
+    assert info.value.message == ("the mask analysis was made for another mask_mod (it changed since): run "
+                                  "attn-analyze-masks after every pass that changes the mask")
+    redone = run("attn-tile,attn-analyze-masks,test-widen-window-after-analysis,attn-analyze-masks")
+    text = to_text(redone)
+    assert mask_functions(attention_ops(redone)[0]).kind == "static"
+    assert text.count("func.func private @sliding_window_kv_range") == 1
+    assert "4094" in text.split("func.func private @sliding_window_kv_range")[1]     # the new window's reach
