@@ -149,7 +149,7 @@ def _print_warnings(variant) -> None:
 
 
 def cmd_compile(args) -> int:
-    from attnc.driver import CompileOptions, compile_variant
+    from attnc.driver import CompileOptions, check_target, compile_variant
     from attnc.frontend import load, read_source
     emitter = EMITTERS[args.emit]
     if isinstance(emitter, Unavailable):
@@ -161,7 +161,7 @@ def cmd_compile(args) -> int:
     variant = load(read_source(args.file), args.file)
     _print_warnings(variant)                    # before any pass may fail
     result = compile_variant(variant, options)
-    _check_target(result, args.arch)
+    check_target(result, args.arch)
     emitter(result, Path(args.output) if args.output else None)
     return 0
 
@@ -180,16 +180,6 @@ def _check_output_is_not_input(args) -> None:
     if same:
         what = "is the input file" if not out.is_dir() else "holds the input file"
         raise AttncError(f"-o {args.output} {what}: give another output", filename="attnc")
-
-
-def _check_target(result, arch: str) -> None:
-    """A pipeline whose passes were told another target (attn-tile{target=...}) than
-    -arch would write code for that target under -arch's name: refused."""
-    from attnc.ir import planned_target
-    target = planned_target(result.module)
-    if target is not None and target != arch:
-        raise AttncError(f"the pipeline built for {target} but -arch is {arch}: give -arch {target}, "
-                         f"or drop the passes' target option", filename="attnc")
 
 
 def cmd_opt(args) -> int:

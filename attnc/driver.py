@@ -192,18 +192,40 @@ def compile_kernel(source, arch: str = "sm_80", **options):
     opts = CompileOptions(arch=arch, **options)
     if opts.arch not in LOWERING:
         raise AttncError(f"attnc.compile builds kernels for {' and '.join(LOWERING)} so far, not {opts.arch}")
-    # A pass file's contents decide the code as much as its name: an edited file is a new key.
-    key = cache_key(text, {"arch": opts.arch, "pass_pipeline": opts.pass_pipeline,
-                           "load_passes": [[str(p), _file_sha256(p)] for p in opts.load_passes]}, opts.arch)
+    if opts.pass_pipeline is None and not opts.load_passes:
+        # The target's own passes: the source and the compiler decide the code (a hit runs nothing).
+        key = cache_key(text, {"arch": opts.arch, "pass_pipeline": None, "load_passes": []}, opts.arch)
 
-    def build_bundle():
-        art = build(compile_variant(variant, opts))
-        return art.manifest, art.files
+        def build_bundle():
+            art = build(compile_variant(variant, opts))
+            return art.manifest, art.files
+    else:
+        # A pipeline of one's own, perhaps with one's own passes, whose code (and the modules
+        # it imports) no key of the source could cover: its passes run, and the final IR,
+        # which holds every decision they made, is the key, as `attnc compile`'s (found by
+        # a review: an edited pass served the bundle of the old one).
+        result = compile_variant(variant, opts)
+        check_target(result, opts.arch, "arch")
+        key = cache_key(result.text, {"backend": "sm80"}, opts.arch)
+
+        def build_bundle():
+            art = build(result)
+            return art.manifest, art.files
 
     # Asked to show or dump the IR, it compiles: a cache hit would run no pass to show.
     observed = opts.print_ir_after_all or opts.dump_dir is not None
     bundle = KernelCache(enabled=False if observed else None).get_or_build(key, build_bundle)
     return attnc_runtime.Kernel(bundle)
+
+
+def check_target(result: CompileResult, arch: str, option: str = "-arch") -> None:
+    """A pipeline whose passes were told another target (attn-tile{target=...}) than the
+    one asked for would write that target's code under the asked one's name: refused."""
+    from attnc.ir import planned_target
+    target = planned_target(result.module)
+    if target is not None and target != arch:
+        raise AttncError(f"the pipeline built for {target} but {option} is {arch}: give {option} {target}, "
+                         f"or drop the passes' target option", filename="attnc")
 
 
 def _source_of(source) -> tuple[str, str]:
@@ -221,13 +243,6 @@ def _source_of(source) -> tuple[str, str]:
     return source, "<attnc.compile>"
 
 
-def _file_sha256(path) -> str | None:
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError:
-        return None         # loading it fails with the message: nothing gets cached
-
-
 # --- the pipeline -----------------------------------------------------------------------
 @dataclass(frozen=True)
 class ResolvedPass:
@@ -240,8 +255,7 @@ class ResolvedPass:
 
 def resolve_pipeline(options: CompileOptions) -> list[ResolvedPass]:
     """The passes to run: user files loaded, names looked up, options converted."""
-    for path in options.load_passes:
-        registry.load_pass_file(path)
+    registry.load_pass_files(options.load_passes)
     text = options.pass_pipeline
     specs = parse_pipeline(text) if text is not None else target_pipeline(options.arch)
     return [_resolve(spec, options.arch, text) for spec in specs]

@@ -50,6 +50,35 @@ def compiler_fingerprint() -> str:
     return f"{attnc.__version__}+{digest.hexdigest()[:16]}"
 
 
+@functools.lru_cache(maxsize=1)
+def toolchain() -> dict[str, str | None]:
+    """What besides attnc makes the code: the MLIR bindings that emit the PTX, nvJitLink,
+    and the ptxas of whole-program assembly, or None where there is none (without it a
+    kernel that sets its registers is assembled by nvJitLink and spills: Note
+    [Whole-program assembly] in cubin.py). Found by a review: a cubin built without ptxas
+    was served from the cache after ptxas was installed."""
+    import importlib.metadata
+    import subprocess
+
+    from attnc.backend.cubin import whole_program_ptxas
+
+    def version(distribution: str) -> str | None:
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    ptxas = whole_program_ptxas()
+    if ptxas is not None:
+        try:
+            ptxas = f"{ptxas}: " + subprocess.run([ptxas, "--version"], capture_output=True, text=True,
+                                                  timeout=30).stdout.strip().splitlines()[-1]
+        except (OSError, subprocess.SubprocessError, IndexError):
+            ptxas = f"{ptxas}: no version"
+    return {"mlir": version("xtc-mlir-python-bindings"), "nvjitlink": version("nvidia-nvjitlink"),
+            "ptxas": ptxas}
+
+
 def cache_key(source: str, options: Any, target: str, compiler_version: str | None = None) -> str:
     """sha256 of the canonical JSON of what determines the code.
 
@@ -68,7 +97,7 @@ def cache_key(source: str, options: Any, target: str, compiler_version: str | No
         raise TypeError(f"compile options must be a mapping, a dataclass or have cache_key(), "
                         f"got {type(options).__name__}")
     payload = {"format": FORMAT, "compiler": compiler_version or compiler_fingerprint(), "target": target,
-               "options": dict(options), "source": source}
+               "toolchain": toolchain(), "options": dict(options), "source": source}
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=_not_json)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

@@ -109,11 +109,41 @@ def register(cls: type) -> type:
         raise AttncError(f"pass '{name}' ({cls.__qualname__}) clashes with the built-in pass "
                          f"of that name; choose another name")
     origin = getattr(sys.modules.get(cls.__module__), "__file__", None) or cls.__module__
+    if name in _user_passes and _user_origins[name] != origin and _replaceable(name):
+        del _user_passes[name], _user_origins[name]
     if name in _user_passes and _user_origins[name] != origin:
         raise AttncError(f"pass '{name}' is defined twice: in {_user_origins[name]} and in {origin}")
     _user_passes[name] = cls
     _user_origins[name] = origin
+    if _batch is not None:
+        _batch.add(name)
     return cls
+
+
+# Note [Pass files of one compile]: the registry lives as long as the process, and a
+# program that compiles twice, with `load_passes=["v32.py"]` and then `["v64.py"]`, both
+# defining `set-block-n`, means the second file's pass the second time (it was refused as
+# defined twice: found by a review). So a file loaded by `load_pass_files` may replace a
+# pass that an earlier call's file defined; two files of the same call defining one name
+# are still refused, as are a name defined twice in a script and a built-in's name.
+_batch: set[str] | None = None          # the names the current load_pass_files call defined
+_from_files: set[str] = set()           # names defined by a file load_pass_files loaded
+
+
+def _replaceable(name: str) -> bool:
+    return _batch is not None and name in _from_files and name not in _batch
+
+
+def load_pass_files(paths) -> None:
+    """Load the pass files of one compile (Note [Pass files of one compile])."""
+    global _batch
+    _batch = set()
+    try:
+        for path in paths:
+            load_pass_file(path)
+        _from_files.update(_batch)
+    finally:
+        _batch = None
 
 
 def load_pass_file(path: str | Path) -> list[str]:
@@ -232,7 +262,14 @@ def instantiate(info: PassInfo, options: dict[str, str]) -> Any:
             names = ", ".join(known) or "none"
             raise AttncError(f"pass '{info.name}' has no option '{key}' (its options: {names})")
         values[key] = parse_option(info.name, known[key], text)
-    return info.cls(**values)
+    try:
+        return info.cls(**values)
+    except AttncError:
+        raise
+    except (TypeError, ValueError) as e:
+        # A user's pass with a required option, or one its __post_init__ refuses: the
+        # pipeline's mistake, not the compiler's (found by a review).
+        raise AttncError(f"pass '{info.name}' cannot be made with these options: {e}") from None
 
 
 def parse_option(pass_name: str, option: Option, text: str) -> Any:

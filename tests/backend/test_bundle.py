@@ -1,6 +1,7 @@
 """Bundle writing: manifests from variants, round trips, and atomic writes."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -140,6 +141,13 @@ def test_a_failure_mid_write_leaves_no_trace(tmp_path, monkeypatch):
     assert written and os.listdir(tmp_path) == []
 
 
+def _new_code(manifest: dict) -> tuple[dict, dict]:
+    """(manifest, files) of other code than synthetic_files', the digests to match."""
+    files = {name: b"new" for name in synthetic_files(manifest)}
+    digests = {kind: hashlib.sha256(files[name]).hexdigest() for kind, name in manifest["code"].items()}
+    return {**manifest, "code_sha256": digests}, files
+
+
 def test_a_failure_mid_write_keeps_the_previous_bundle(tmp_path, monkeypatch):
     manifest = synthetic_manifest()
     write_bundle(tmp_path / "b", manifest, synthetic_files(manifest))
@@ -148,7 +156,7 @@ def test_a_failure_mid_write_keeps_the_previous_bundle(tmp_path, monkeypatch):
 
     monkeypatch.setattr(bundle_module, "_write_synced", failing_write)
     with pytest.raises(OSError, match="disk full"):
-        write_bundle(tmp_path / "b", manifest, {name: b"new" for name in synthetic_files(manifest)})
+        write_bundle(tmp_path / "b", *_new_code(manifest))
     assert read_bundle(tmp_path / "b").code["cubin"] == b"not a real cubin"
     assert os.listdir(tmp_path) == ["b"]
 
@@ -157,7 +165,7 @@ def test_replace_swaps_a_whole_bundle(tmp_path):
     """Another target's bundle in the folder (other code files) gives way whole."""
     old, manifest = synthetic_manifest("sm_90a"), synthetic_manifest()
     write_bundle(tmp_path / "b", old, synthetic_files(old))
-    write_bundle(tmp_path / "b", manifest, {name: b"new" for name in synthetic_files(manifest)})
+    write_bundle(tmp_path / "b", *_new_code(manifest))
     assert read_bundle(tmp_path / "b").code == {"cubin": b"new", "ptx": b"new"}
     assert sorted(os.listdir(tmp_path / "b")) == sorted(["manifest.json", *manifest["code"].values()])
     assert os.listdir(tmp_path) == ["b"]
@@ -167,8 +175,7 @@ def test_first_writer_wins_without_replace(tmp_path):
     manifest = synthetic_manifest()
     write_bundle(tmp_path / "b", manifest, synthetic_files(manifest))
     with pytest.raises(FileExistsError):
-        write_bundle(tmp_path / "b", manifest, {name: b"new" for name in synthetic_files(manifest)},
-                     replace=False)
+        write_bundle(tmp_path / "b", *_new_code(manifest), replace=False)
     assert read_bundle(tmp_path / "b").code["cubin"] == b"not a real cubin"
     assert os.listdir(tmp_path) == ["b"]
 

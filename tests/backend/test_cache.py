@@ -228,6 +228,7 @@ def test_knob_table_documents_every_knob():
 def _writer(root: str, key: str, tag: int, barrier, results) -> None:
     manifest = synthetic_manifest()
     files = {name: f"from writer {tag}".encode() for name in synthetic_files(manifest)}
+    manifest["code_sha256"] = {kind: hashlib.sha256(files[name]).hexdigest() for kind, name in manifest["code"].items()}
     barrier.wait()
     bundle = KernelCache(Path(root), enabled=True).put(key, manifest, files)
     results.put(bundle.code["cubin"])

@@ -80,6 +80,74 @@ def test_an_edited_pass_file_is_not_served_from_the_cache(tmp_path, monkeypatch)
         assert kernel.manifest.specialization["block_n"] == block_n
 
 
+HELPER_PASS_FILE = """
+from dataclasses import dataclass
+from typing import ClassVar
+from attnc.passes import Pass, register
+from attnc.ir import attention_ops, set_int
+from tiles_for_test import BLOCK_N
+
+@register
+@dataclass(frozen=True)
+class SetBlockN(Pass):
+    name: ClassVar[str] = "test-set-block-n"
+    def run(self, module):
+        for op in attention_ops(module):
+            set_int(op, "block_n", BLOCK_N)
+"""
+
+
+def test_a_pass_is_keyed_by_what_it_did_not_by_its_file(tmp_path, monkeypatch):
+    """A pass file that takes its block_n from a module it imports, and two files that
+    define the same pass name, one per call (found by a review: the key covered the
+    pass file's bytes only, and served block_n 32 after the helper said 64; the second
+    file was refused as defining the pass twice). A pipeline of one's own is keyed by
+    the final IR (Note [Pass files of one compile] in registry.py)."""
+    from attnc.passes import registry
+    from attnc.passes.pipelines import format_pipeline, target_pipeline
+    for name, value in (("_user_passes", {}), ("_user_origins", {}), ("_from_files", set())):
+        monkeypatch.setattr(registry, name, value)
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    specs = target_pipeline("sm_80")
+    pipeline = format_pipeline(specs[:1]) + ",test-set-block-n," + format_pipeline(specs[1:])
+    src = (ROOT / "examples/mqa.attn").read_text()
+    pass_file = tmp_path / "my_pass.py"
+    pass_file.write_text(HELPER_PASS_FILE)
+    for block_n in (32, 64):
+        (tmp_path / "tiles_for_test.py").write_text(f"BLOCK_N = {block_n}\n")
+        monkeypatch.delitem(__import__("sys").modules, "tiles_for_test", raising=False)
+        kernel = attnc.compile(src, arch="sm_80", pass_pipeline=pipeline, load_passes=str(pass_file))
+        assert kernel.manifest.specialization["block_n"] == block_n
+    for block_n in (32, 64):                                  # the same pass name, another file
+        other = tmp_path / f"pass_{block_n}.py"
+        other.write_text(PASS_FILE.format(block_n=block_n))
+        kernel = attnc.compile(src, arch="sm_80", pass_pipeline=pipeline, load_passes=str(other))
+        assert kernel.manifest.specialization["block_n"] == block_n
+    with pytest.raises(AttncError, match="pass 'test-set-block-n' is defined twice"):
+        attnc.compile(src, arch="sm_80", pass_pipeline=pipeline,
+                      load_passes=[str(tmp_path / "pass_32.py"), str(tmp_path / "pass_64.py")])
+
+
+def test_a_pipeline_for_another_target_is_refused(tmp_path, monkeypatch):
+    """As `attnc compile` refuses it (found by a review: attnc.compile(arch="sm_80") with
+    attn-tile{target=sm_90a} returned an sm_90a bundle)."""
+    from attnc.passes.pipelines import format_pipeline, target_pipeline
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path))
+    pipeline = "attn-tile{target=sm_90a}," + format_pipeline(target_pipeline("sm_90a")[1:])
+    with pytest.raises(AttncError, match="the pipeline built for sm_90a but arch is sm_80: give arch sm_90a"):
+        attnc.compile((ROOT / "examples/mqa.attn").read_text(), arch="sm_80", pass_pipeline=pipeline)
+
+
+def test_the_toolchain_is_part_of_the_key(monkeypatch):
+    """A cubin assembled without ptxas (registers set by setmaxnreg ignored: it spills) is
+    not served once ptxas is there (found by a review)."""
+    from attnc.backend import cache
+    with_ptxas, tools = cache.cache_key("x", {}, "sm_90a"), cache.toolchain()
+    monkeypatch.setattr(cache, "toolchain", lambda: {**tools, "ptxas": None})
+    assert cache.cache_key("x", {}, "sm_90a") != with_ptxas
+
+
 def test_a_dim_never_used_warns_on_every_compile_and_is_not_required(tmp_path, monkeypatch):
     """The frontend's warnings reach Python users through `warnings` (a cache hit too), and
     the bundle's launch does not require the unused dim (Manifest.read_dims)."""
