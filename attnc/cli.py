@@ -182,6 +182,23 @@ def _check_output_is_not_input(args) -> None:
         raise AttncError(f"-o {args.output} {what}: give another output", filename="attnc")
 
 
+def _check_dump_dir_keeps_input(args) -> None:
+    """--dump-dir first removes the NN-*.mlir files an earlier run left in the folder;
+    the input among them (a dump being edited and run again) would be lost: refused
+    (found by a review)."""
+    if not args.dump_dir:
+        return
+    source = Path(args.file)
+    try:
+        inside = source.is_file() and source.resolve().parent == Path(args.dump_dir).resolve()
+    except OSError:
+        inside = False
+    if inside and source.match("[0-9][0-9]-*.mlir"):
+        raise AttncError(f"--dump-dir {args.dump_dir} holds the input {args.file}, which the dump would "
+                         f"remove with the earlier run's files: copy the input elsewhere, or give another "
+                         f"--dump-dir", filename="attnc")
+
+
 def cmd_opt(args) -> int:
     from attnc.driver import CompileOptions, optimize_mlir
     from attnc.frontend import read_source
@@ -189,6 +206,7 @@ def cmd_opt(args) -> int:
                              load_passes=tuple(args.load_pass),
                              print_ir_after_all=args.print_ir_after_all, dump_dir=args.dump_dir)
     _check_output_is_not_input(args)
+    _check_dump_dir_keeps_input(args)
     text = _decode(read_source(args.file), args.file)
     module = optimize_mlir(text, args.file, options, arch_given=args.arch is not None)
     from attnc.ir import to_text

@@ -181,7 +181,7 @@ def compile_kernel(source, arch: str = "sm_80", **options):
     text, filename = _source_of(source)
     variant = load(text, filename)
     for warning in variant.warnings:                # checked first: a cache hit has them too
-        warnings.warn(warning, stacklevel=2)
+        warnings.warn(warning, stacklevel=3)        # the caller of attnc.compile
     if isinstance(options.get("load_passes"), (str, os.PathLike)):
         options["load_passes"] = (options["load_passes"],)
     unknown = sorted(set(options) - {f.name for f in dataclasses.fields(CompileOptions)})

@@ -163,7 +163,10 @@ def _publish(tmp: Path, path: Path, replace: bool) -> None:
     try:
         os.rename(tmp, path)
     except OSError:
-        os.rename(old, path)        # put the previous bundle back rather than lose both
+        try:
+            os.rename(old, path)    # put the previous bundle back rather than lose both
+        except OSError:             # another writer's bundle took the place: it stays
+            shutil.rmtree(old, ignore_errors=True)
         raise
     if old.is_dir():
         shutil.rmtree(old, ignore_errors=True)

@@ -146,7 +146,12 @@ class KernelCache:
         existing = self.get(key)
         if existing is not None:
             return existing
-        return write_bundle(entry, manifest, files, replace=True, owned=True)   # the entry there was broken
+        try:
+            return write_bundle(entry, manifest, files, replace=True, owned=True)   # the entry there was broken
+        except OSError:
+            # Another writer published the entry between the two renames of the replacement
+            # (found by a review): theirs is the entry, if it reads back.
+            return self.get(key) or Bundle.from_files(manifest, files)
 
     def get_or_build(self, key: str, build: Callable[[], BuildResult]) -> Bundle:
         bundle = self.get(key)

@@ -195,6 +195,10 @@ def _check_pass_class(cls: Any) -> None:
     name = getattr(cls, "name", "")
     if not isinstance(name, str) or not name:
         raise AttncError(f"pass class {where} needs a class attribute `name` (its pipeline name)")
+    if not all(c.isalnum() or c in "-_." for c in name):
+        # What a pipeline can name (pipelines.parse_pipeline); found by a review.
+        raise AttncError(f"pass class {where}: '{name}' cannot be written in a pipeline; a pass "
+                         f"name has letters, digits and - _ . only")
     if not dataclasses.is_dataclass(cls):
         raise AttncError(f"pass class {where} must be a dataclass (its fields are its options)")
     defines_call = any("__call__" in vars(k) for k in cls.__mro__ if k is not Pass)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from attnc import config
+from attnc.backend.bundle import write_bundle
 from attnc.backend.cache import KernelCache, cache_key
 from attnc.errors import AttncError
 from attnc_runtime.testing import synthetic_files, synthetic_manifest
@@ -249,3 +250,28 @@ def test_concurrent_writers_of_one_key_all_get_the_one_surviving_entry(tmp_path)
     assert survivor is not None
     assert {results.get(timeout=5) for _ in range(writers)} == {survivor.code["cubin"]}
     assert os.listdir(tmp_path / key[:2]) == [key]           # no temporaries left behind
+
+
+def test_a_writer_that_loses_the_replacement_race_takes_the_winners_entry(tmp_path, monkeypatch):
+    """Two processes replace the same broken entry: the other one publishes between this
+    one's two renames (found by a review: put raised 'Directory not empty' and left a
+    .old- folder). Now put returns the entry there, and nothing is left behind."""
+    from attnc.backend import bundle as bundle_module
+    manifest = synthetic_manifest()
+    files = synthetic_files(manifest)
+    cache, key = KernelCache(tmp_path, enabled=True), cache_key(SOURCE, {}, "sm_80")
+    entry = cache.path(key)
+    write_bundle(entry, manifest, files)
+    (entry / "manifest.json").write_text("{broken")            # a miss, to be replaced
+    real_rename = os.rename
+
+    def rename(src, dst):
+        real_rename(src, dst)
+        if ".old-" in str(dst) and not getattr(rename, "done", False):
+            rename.done = True                                  # the other writer, right now
+            write_bundle(entry, manifest, files, replace=False)
+
+    monkeypatch.setattr(bundle_module.os, "rename", rename)
+    assert cache.put(key, manifest, files).manifest.variant == "synthetic"
+    assert rename.done and cache.get(key) is not None
+    assert os.listdir(entry.parent) == [key]

@@ -360,6 +360,22 @@ def test_the_output_is_never_the_input(tmp_path, emit):
     assert source.read_text() == (ROOT / "examples" / "mha.attn").read_text()
 
 
+def test_a_dump_folder_holding_the_input_dump_is_refused(tmp_path):
+    """`attnc opt D/02-....mlir --dump-dir D` would remove its own input with the earlier
+    run's dumps (found by a review: a hand-edited dump was lost)."""
+    dumps = tmp_path / "d"
+    assert run_attnc(["compile", "examples/mha.attn", "--emit", "mlir", "-o", str(tmp_path / "m.mlir"),
+                      "--dump-dir", str(dumps)])[0] == 0
+    edited = dumps / "02-attn-analyze-masks.mlir"
+    text = edited.read_text() + "// edited\n"
+    edited.write_text(text)
+    status, out, err = run_attnc(["opt", str(edited), "--pass-pipeline", "attn-warp-specialize",
+                                  "--dump-dir", str(dumps), "-o", str(tmp_path / "o.mlir")])
+    assert (status, out) == (1, "")
+    assert err.startswith(f"attnc: error: --dump-dir {dumps} holds the input {edited}, which the dump would remove")
+    assert edited.read_text() == text
+
+
 def test_an_output_that_is_not_a_regular_file_is_written_through(tmp_path):
     """-o /dev/null, a pipe or a link is written as a shell's `>` writes it, not replaced
     by a file renamed over it (found by a review: /dev/null became a file)."""

@@ -143,6 +143,8 @@ def test_load_a_pass_file_with_passes_list(tmp_path):
         "[Plain]", "[NoName]"), "pass class NoName needs a class attribute `name`"),
     (LISTED.replace("    @dataclass(frozen=True)\n", ""), "pass class Plain must be a dataclass"),
     (LISTED.replace("__call__", "apply"), "pass class Plain must define run(module)"),
+    (LISTED.replace('"my-plain"', '"my plain{x}"'), "pass class Plain: 'my plain{x}' cannot be written "
+                                                    "in a pipeline"),
 ])
 def test_bad_pass_files(tmp_path, text, message):
     path = _write(tmp_path, "bad_pass.py", text)
