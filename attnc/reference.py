@@ -45,7 +45,8 @@ import numpy as np
 from attnc.errors import AttncError
 from attnc.frontend import load, load_file
 from attnc.frontend.variant import Tensor, Variant
-from attnc.reference_eval import Evaluator
+from attnc.frontend.ast import FLOAT
+from attnc.reference_eval import DTYPES, Evaluator
 
 # Elements of the score matrix per block: hook bodies create a few temporaries of
 # this size each, so it bounds the working set (about 8 MiB per float64 temporary).
@@ -324,4 +325,4 @@ def _score(value: np.ndarray) -> np.ndarray:
     """A score_mod or sink body may be an integer expression; scores are f32 (dsl.md), so
     an integer is rounded to f32 first, to nearest as the kernels' sitofp rounds it
     (16777217 is the score 16777216)."""
-    return value.astype(np.float32, copy=False).astype(np.float64)
+    return value.astype(DTYPES[FLOAT], copy=False).astype(np.float64)

@@ -93,7 +93,7 @@ CALLS = {
     "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
     "rsqrt": _rsqrt, "tanh": np.tanh, "sigmoid": _sigmoid, "floor": np.floor,
     "ceil": np.ceil, "abs": np.abs, "min": minimum, "max": maximum,
-    "where": np.where, "int": _trunc_to_int, "float": lambda x: x.astype(np.float32),
+    "where": np.where, "int": _trunc_to_int, "float": lambda x: x.astype(DTYPES[FLOAT]),
 }
 
 BINARY = {
@@ -107,7 +107,9 @@ UNARY = {"-": np.negative, "+": lambda x: x, "not": np.logical_not}
 
 
 def _f32(x: np.ndarray) -> np.ndarray:
-    return x.astype(np.float32, copy=False)
+    """A float operand as the language's floats (f32; DTYPES[FLOAT] decides, which a test
+    may widen to float64 to see what f32 rounding changes)."""
+    return x.astype(DTYPES[FLOAT], copy=False)
 
 
 class Evaluator:

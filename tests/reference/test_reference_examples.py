@@ -47,7 +47,7 @@ def expected_attention(q, k, v, *, scale=None, score=None, keep=None, sink=None)
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     batch, heads, rows, d = q.shape
     group = heads // k.shape[1]
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    scale = f32(1.0 / math.sqrt(d) if scale is None else scale)     # a scale is an f32 (Note [Scale in f32])
     o = np.zeros((batch, heads, rows, v.shape[3]))
     lse = np.zeros((batch, heads, rows))
     for b in range(batch):
@@ -68,6 +68,10 @@ def expected_attention(q, k, v, *, scale=None, score=None, keep=None, sink=None)
                 o[b, h, i] = weights @ vv[kept] / total
                 lse[b, h, i] = top + math.log(total)
     return o, lse
+
+
+def f32(x: float) -> float:
+    return float(np.float32(x))
 
 
 def positions(m, n):
