@@ -22,7 +22,7 @@ NAMED = {
     "causal": "j <= i",
     "bottom_right_causal": "j <= i + (N - M)",
     "sliding_window": "j <= i and i - j < W",
-    "sliding_window_1024": "i >= j and i - j < 100",
+    "sliding_window_100": "i >= j and i - j < 100",          # a constant width
     "two_sided_window": "abs(i - j) <= W",
     "prefix_lm": "j < P or j <= i",
     "chunked_causal": "i // C == j // C and j <= i",
