@@ -61,3 +61,20 @@ def test_example_with_no_keys(gpu, entry, m, n):
     if not skip_reason(entry) and not _keys_optional(entry):
         pytest.skip("the example needs keys (a param or a dim of N)")
     check_against_reference(entry, m, n, seed=17)
+
+
+# Windows wide enough to cut: the shapes above have at most 517 keys, inside both examples'
+# windows (1024 and 4096 keys), so a kernel that dropped the window passed them (found by
+# a review). B = 1, H = 2 (gemma2: HKV = 1) keeps the reference's work small.
+WINDOW_SHAPES = {"sliding_window": [(1500, 1500), (1100, 2000)], "gemma2": [(4500, 4500)]}
+
+
+@pytest.mark.parametrize("entry,m,n", list(bundle_cases("examples", lambda e: WINDOW_SHAPES.get(e.get("example"), []))))
+def test_a_window_that_cuts(gpu, entry, m, n):
+    """Rows past the window's width lose their oldest keys: o and lse as the reference's."""
+    from gpu_support import run_against_reference
+    reason = skip_reason(entry)
+    if reason:
+        pytest.skip(reason)
+    problems, sizes, source = run_against_reference(entry, m, n, batch=1, heads=2, heads_kv=1, seed=m + n)
+    assert not problems, f"{entry['name']} at {sizes}:\n  " + "\n  ".join(problems) + "\n" + source
