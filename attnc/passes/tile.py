@@ -45,11 +45,11 @@ class Tile(Pass):
 
     name: ClassVar[str] = "attn-tile"
     target: str | None = field(default=None, metadata={"doc": "sm_80, sm_90a or sm_100a (default: -arch)"})
-    block_m: int | None = field(default=None, metadata={"doc": "query rows per Q tile"})
-    block_n: int | None = field(default=None, metadata={"doc": "keys per KV block"})
-    stages: int | None = field(default=None, metadata={"doc": "K/V buffers in flight"})
-    num_warps: int | None = field(default=None, metadata={"doc": "warps per CTA, all roles"})
-    q_tiles: int | None = field(default=None, metadata={"doc": "Q tiles per CTA (sm_100a: 1 or 2)"})
+    block_m: int | None = field(default=None, metadata={"doc": "query rows per Q tile (default: the target's choice for the head dims and the mask; --emit mlir shows it)"})
+    block_n: int | None = field(default=None, metadata={"doc": "keys per KV block (default: the target's choice for the head dims and the mask; --emit mlir shows it)"})
+    stages: int | None = field(default=None, metadata={"doc": "K/V buffers in flight (default: the target's choice for the head dims and the mask; --emit mlir shows it)"})
+    num_warps: int | None = field(default=None, metadata={"doc": "warps per CTA, all roles (default: the target's choice for the head dims and the mask; --emit mlir shows it)"})
+    q_tiles: int | None = field(default=None, metadata={"doc": "Q tiles per CTA (sm_100a: 1 or 2; default: the target's choice)"})
 
     def run(self, module) -> None:
         overrides = {k: getattr(self, k) for k in TILE_FIELDS if getattr(self, k) is not None}

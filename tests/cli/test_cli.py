@@ -270,7 +270,7 @@ def test_passes_lists_passes_options_and_pipelines():
     status, out, err = run_attnc(["passes"])
     assert (status, err) == (0, "")
     assert "attn-tile\n    Choose block_m, block_n, stages and warps" in out
-    assert "    block_m: int  query rows per Q tile\n" in out
+    assert "    block_m: int  query rows per Q tile (default: the target's choice for the head dims and the mask; --emit mlir shows it)\n" in out
     assert "attn-analyze-masks\n    Classify KV tiles as skip / full / mixed from mask_mod" in out
     assert ("attn-warp-specialize\n"
             "    Lay out warp roles and the channels between them (attn.role, attn.channel).\n"
