@@ -648,3 +648,38 @@ def test_int_of_a_float_is_the_saturating_conversion_in_the_kernel():
     kernels = text[text.index("gpu.module"):]
     assert '"llvm.fptosi.sat.i32.f32"' in kernels and "arith.fptosi" not in kernels
     assert "llvm.fptosi " not in kernels
+
+
+def test_a_runtime_division_goes_through_the_rounded_divide(monkeypatch):
+    """Note [Division]: x / y of a runtime y is hooks.divide's nearest quotient from an
+    approximate reciprocal, not x * rcp(y). On the CPU rcp.approx cannot run (hence
+    gpu_division = False elsewhere here), so it is stood in for by 1/y made 2 ulps wrong:
+    the quotients must still be numpy's f32 ones to the bit (found by a review: with the
+    hooks computing x * rcp(y), every CPU test still passed)."""
+    from mlir.dialects import arith
+
+    def off_rcp(self, y):
+        f32 = ir.F32Type.get()
+        exact = arith.divf(arith.constant(f32, 1.0), y)
+        return arith.mulf(exact, arith.constant(f32, 1.0 + 2.0 ** -22))
+
+    from mlir import ir
+    from attnc.backend import nvgpu_builders
+    monkeypatch.setattr(nvgpu_builders.Approx, "rcp", off_rcp)
+    result = compile_mlir(source("quot", "score_mod(s, b, h, i, j) = float(i * 7 + 3) / float(j + 1)"),
+                          "quot.attn", CompileOptions(arch="sm_80"))
+    op, hooks = _hooks(result)
+    hooks.score_mod.gpu_division = True
+    args = _arg_types(result, hooks)
+    with result.module.context:
+        run = host_function({**args, **HOOK_ARGS},
+                            lambda e, a: [hooks.score_mod(e, a["s"], a["b"], a["h"], a["i"], a["j"])])
+    values = _abi_values(result.variant, {"B": 1, "H": 1, "M": 64, "N": 64})
+    wrong = 0
+    for i in range(0, 4000, 37):
+        for j in range(1, 60):
+            want = np.float32(i * 7 + 3) / np.float32(j + 1)
+            got = np.float32(run(**values, s=0.0, b=0, h=0, i=i, j=j)[0])
+            assert got == want, (i, j, got, want)
+            wrong += np.float32(i * 7 + 3) * (np.float32(1) / np.float32(j + 1) * np.float32(1 + 2 ** -22)) != want
+    assert wrong > 100          # the stand-in reciprocal alone would have missed these
