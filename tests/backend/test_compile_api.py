@@ -80,21 +80,9 @@ def test_an_edited_pass_file_is_not_served_from_the_cache(tmp_path, monkeypatch)
         assert kernel.manifest.specialization["block_n"] == block_n
 
 
-HELPER_PASS_FILE = """
-from dataclasses import dataclass
-from typing import ClassVar
-from attnc.passes import Pass, register
-from attnc.ir import attention_ops, set_int
-from tiles_for_test import BLOCK_N
-
-@register
-@dataclass(frozen=True)
-class SetBlockN(Pass):
-    name: ClassVar[str] = "test-set-block-n"
-    def run(self, module):
-        for op in attention_ops(module):
-            set_int(op, "block_n", BLOCK_N)
-"""
+# PASS_FILE with its block_n taken from a module it imports
+HELPER_PASS_FILE = PASS_FILE.replace("{block_n}", "BLOCK_N").replace(
+    "from attnc.ir import", "from tiles_for_test import BLOCK_N\nfrom attnc.ir import")
 
 
 def test_a_pass_is_keyed_by_what_it_did_not_by_its_file(tmp_path, monkeypatch):

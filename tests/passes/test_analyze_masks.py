@@ -128,6 +128,17 @@ def found_block_n(module) -> int:
     return get_int(attention_ops(module)[0], "block_n")
 
 
+def _refused_then_redone(run, edits: str, message: str):
+    """`run(pipeline)` -> module: after attn-tile,attn-analyze-masks,`edits` the recorded
+    analysis is refused with `message`; run again after `edits`, the pass redoes it. The
+    redone module."""
+    stale = run(f"attn-tile,attn-analyze-masks,{edits}")
+    with pytest.raises(AttncError) as info:
+        mask_functions(attention_ops(stale)[0])
+    assert info.value.message == message
+    return run(f"attn-tile,attn-analyze-masks,{edits},attn-analyze-masks")
+
+
 def test_an_analysis_for_other_tiles_is_refused_or_redone():
     """Found by a review (session 27): attn-tile run again after attn-analyze-masks left
     the functions of the old tile sizes, and the kernel used them (query block 100 of a
@@ -140,12 +151,9 @@ def test_an_analysis_for_other_tiles_is_refused_or_redone():
     def run(pipeline):
         return compile_mlir(source, "sw.attn", CompileOptions(arch="sm_80", pass_pipeline=pipeline)).module
 
-    stale = run("attn-tile,attn-analyze-masks,attn-tile{block_m=64,block_n=32}")
-    with pytest.raises(AttncError) as info:
-        mask_functions(attention_ops(stale)[0])
-    assert info.value.message == ("the mask analysis was made for 128x64 tiles, and the op is now tiled 64x32: "
-                                  "run attn-analyze-masks after attn-tile")
-    redone = run("attn-tile,attn-analyze-masks,attn-tile{block_m=64,block_n=32},attn-analyze-masks")
+    redone = _refused_then_redone(run, "attn-tile{block_m=64,block_n=32}", (
+        "the mask analysis was made for 128x64 tiles, and the op is now tiled 64x32: "
+        "run attn-analyze-masks after attn-tile"))
     op = attention_ops(redone)[0]
     assert (get_int(op, "mask_block_m"), get_int(op, "mask_block_n")) == (64, 32)
     assert mask_functions(op).kind == "static"
@@ -194,12 +202,9 @@ def test_an_analysis_of_another_mask_is_refused_or_redone(tmp_path):
         options = CompileOptions(arch="sm_80", pass_pipeline=pipeline, load_passes=(str(path),))
         return compile_mlir(source, "sw.attn", options).module
 
-    stale = run("attn-tile,attn-analyze-masks,test-widen-window-after-analysis")
-    with pytest.raises(AttncError) as info:
-        mask_functions(attention_ops(stale)[0])
-    assert info.value.message == ("the mask analysis was made for another mask_mod (it changed since): run "
-                                  "attn-analyze-masks after every pass that changes the mask")
-    redone = run("attn-tile,attn-analyze-masks,test-widen-window-after-analysis,attn-analyze-masks")
+    redone = _refused_then_redone(run, "test-widen-window-after-analysis", (
+        "the mask analysis was made for another mask_mod (it changed since): run "
+        "attn-analyze-masks after every pass that changes the mask"))
     text = to_text(redone)
     assert mask_functions(attention_ops(redone)[0]).kind == "static"
     assert text.count("func.func private @sliding_window_kv_range") == 1
