@@ -12,7 +12,6 @@ located in the `.attn` file (passes locate theirs with `attnc.ir.error_at(op, ..
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import sys
 import warnings

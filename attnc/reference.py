@@ -44,8 +44,8 @@ import numpy as np
 
 from attnc.errors import AttncError
 from attnc.frontend import load, load_file
-from attnc.frontend.variant import Tensor, Variant
 from attnc.frontend.ast import FLOAT
+from attnc.frontend.variant import Tensor, Variant
 from attnc.reference_eval import DTYPES, Evaluator
 
 # Elements of the score matrix per block: hook bodies create a few temporaries of

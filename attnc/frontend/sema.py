@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import struct
 
 from attnc.errors import AttncError, AttncWarning, Span
@@ -480,8 +481,7 @@ class _ConstEval:
             a, b = self._float(a), self._float(b)
             if e.op == "/" and b == 0:
                 raise AttncError("scale cannot be evaluated: division by zero", e.span)
-            return self._checked({"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else 0.0}[e.op],
-                                 (a, b), e)
+            return self._checked(_FLOAT_OPS[e.op](a, b), (a, b), e)
         if isinstance(e, ast.Call) and e.fn in BUILTINS and e.fn != "where":
             arity = BUILTINS[e.fn][0]
             if len(e.args) != arity:
@@ -532,6 +532,9 @@ class _ConstEval:
             what = "math domain error" if math.isnan(value) else "math range error (past f32)"
             raise AttncError(f"scale cannot be evaluated: {what}", e.span)
         return value
+
+
+_FLOAT_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 
 
 # Note [Scale in f32]
