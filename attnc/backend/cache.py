@@ -124,7 +124,7 @@ class KernelCache:
             return None
         try:
             return read_bundle(entry)
-        except AttncRuntimeError:
+        except (AttncRuntimeError, OSError):    # broken, or replaced while read (another writer)
             return None
 
     def put(self, key: str, manifest: Mapping[str, Any], files: Mapping[str, bytes]) -> Bundle:

@@ -480,7 +480,7 @@ class _ConstEval:
                 return _wrap64({"+": a + b, "-": a - b, "*": a * b}[e.op])
             a, b = self._float(a), self._float(b)
             if e.op == "/" and b == 0:
-                raise AttncError("scale cannot be evaluated: division by zero", e.span)
+                raise AttncError("scale cannot be evaluated: division by zero", e.op_span or e.span)
             return self._checked(_FLOAT_OPS[e.op](a, b), (a, b), e)
         if isinstance(e, ast.Call) and e.fn in BUILTINS and e.fn != "where":
             arity = BUILTINS[e.fn][0]
@@ -517,6 +517,8 @@ class _ConstEval:
             value = math.inf
         except ValueError:
             value = math.nan
+        except ZeroDivisionError:           # rsqrt(0): found by a review
+            raise AttncError("scale cannot be evaluated: division by zero", e.span) from None
         return self._checked(value, (x,), e)
 
     @staticmethod
@@ -530,7 +532,7 @@ class _ConstEval:
         value = _round_f32(value)
         if not math.isfinite(value) and all(math.isfinite(x) for x in operands):
             what = "math domain error" if math.isnan(value) else "math range error (past f32)"
-            raise AttncError(f"scale cannot be evaluated: {what}", e.span)
+            raise AttncError(f"scale cannot be evaluated: {what}", getattr(e, "op_span", None) or e.span)
         return value
 
 

@@ -141,8 +141,8 @@ def load_pass_files(paths) -> None:
     try:
         for path in paths:
             load_pass_file(path)
-        _from_files.update(_batch)
     finally:
+        _from_files.update(_batch)      # a later file's failure leaves the earlier ones loaded
         _batch = None
 
 
@@ -270,10 +270,11 @@ def instantiate(info: PassInfo, options: dict[str, str]) -> Any:
         return info.cls(**values)
     except AttncError:
         raise
-    except (TypeError, ValueError) as e:
+    except Exception as e:
         # A user's pass with a required option, or one its __post_init__ refuses: the
         # pipeline's mistake, not the compiler's (found by a review).
-        raise AttncError(f"pass '{info.name}' cannot be made with these options: {e}") from None
+        raise AttncError(f"pass '{info.name}' cannot be made with these options: "
+                         f"{type(e).__name__}: {e}") from None
 
 
 def parse_option(pass_name: str, option: Option, text: str) -> Any:

@@ -13,8 +13,9 @@ reads only /1 refuses as an unknown field):
     format, compiler {name, version}, variant, source, source_sha256 (of source, UTF-8),
     target      "sm_80" | "sm_90a" | "sm_100a" | ... (see arch.py)
     code        {"cubin": file, "ptx": file}: at least one, plain file names in the bundle
-    code_sha256 {"cubin": hex, "ptx": hex} (optional; attnc writes it): the sha256 of each
-                code file; a file that does not match is refused when the bundle is read
+    code_sha256 {"cubin": hex, "ptx": hex}: the sha256 of each code file, one for every file
+                of `code` (format 2; format 1 had none); a file that does not match is refused
+                when the bundle is read
     dims        every symbolic dim; those in no input shape are passed as ints at launch,
                 unless nothing reads them (`Manifest.read_dims`: a dim declared and never used)
     inputs      [{name, role: q|k|v|param, dtype, shape, align?}]
@@ -295,7 +296,7 @@ def parse_manifest(raw: Any) -> Manifest:
         source=source, source_sha256=digest,
         target=_choice(top["target"], "target", tuple(TARGETS)),
         code=_code(top["code"]),
-        code_sha256=_code_sha256(top.get("code_sha256", {}), top["code"]),
+        code_sha256=_code_sha256(top["code_sha256"], top["code"]) if fmt == FORMAT else {},
         dims=dims, inputs=inputs, outputs=outputs,
         constraints=tuple(_constraint(c, f"constraints[{i}]", dims)
                           for i, c in enumerate(_list(top.get("constraints", []), "constraints"))),
@@ -477,6 +478,10 @@ def _code_sha256(raw: Any, code: Mapping[str, str]) -> Mapping[str, str]:
         if not _SHA256.fullmatch(_str(digest, f"code_sha256.{kind}")):
             raise ManifestError(f"manifest: code_sha256.{kind}: {digest!r} is not a sha256 "
                                 f"(64 lowercase hex digits)")
+    missing = [kind for kind in code if kind not in digests]
+    if missing:
+        # A digest short of a code file would let that file load unchecked (found by a review).
+        raise ManifestError(f"manifest: code_sha256: no digest of the {missing[0]} (every code file has one)")
     return dict(digests)
 
 

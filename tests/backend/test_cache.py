@@ -275,3 +275,18 @@ def test_a_writer_that_loses_the_replacement_race_takes_the_winners_entry(tmp_pa
     assert cache.put(key, manifest, files).manifest.variant == "synthetic"
     assert rename.done and cache.get(key) is not None
     assert os.listdir(entry.parent) == [key]
+
+
+def test_an_entry_replaced_while_it_is_read_is_a_miss(tmp_path, monkeypatch):
+    """Another writer's replacement can remove a file between read_bundle's look and its
+    read (found by a review: FileNotFoundError escaped put)."""
+    from attnc.backend import cache as cache_module
+    manifest = synthetic_manifest()
+    cache, key = KernelCache(tmp_path, enabled=True), cache_key(SOURCE, {}, "sm_80")
+    write_bundle(cache.path(key), manifest, synthetic_files(manifest))
+
+    def vanished(path):
+        raise FileNotFoundError(2, "No such file or directory", str(path / "manifest.json"))
+
+    monkeypatch.setattr(cache_module, "read_bundle", vanished)
+    assert cache.get(key) is None

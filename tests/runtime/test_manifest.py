@@ -149,6 +149,16 @@ def test_format_1_bundles_are_still_read():
     assert m.code_sha256 == {} and m.variant == "synthetic"
 
 
+@pytest.mark.parametrize("digests", [{}, "ptx only"])
+def test_format_2_needs_a_digest_of_every_code_file(digests):
+    """A digest of some code files only (or none) would let the others load unchecked
+    (found by a review)."""
+    raw = synthetic_manifest()
+    raw["code_sha256"] = {} if digests == {} else {"ptx": raw["code_sha256"]["ptx"]}
+    with pytest.raises(ManifestError, match=r"^manifest: code_sha256: no digest of the cubin"):
+        parse_manifest(raw)
+
+
 def test_format_2_needs_the_code_digests():
     """Without code_sha256 a /2 bundle's code files would load unchecked (found by a
     review: the field was optional)."""
