@@ -10,6 +10,7 @@ import re
 
 import functools
 import math
+from fractions import Fraction
 from importlib import resources
 
 import lark
@@ -21,8 +22,6 @@ from attnc.frontend import ast
 MAX_NESTING = 200
 INT_MAX = 2**31 - 1
 MAX_SIZE = 2**30                    # the largest fixed size in a shape
-F32_MAX = 3.4028234663852886e38
-F32_OVERFLOW = F32_MAX + 2.0 ** 103     # half an ulp above: from here on a literal rounds to inf
 
 _TOKEN_NAMES = {
     "NAME": "a name", "INT": "an integer", "FLOAT": "a number",
@@ -387,8 +386,8 @@ class _ToAst(Transformer):
 
     def float_lit(self, children):
         tok = children[0]
-        value = float(tok)
-        if math.isinf(value) or abs(value) >= F32_OVERFLOW:
+        value = _f32_of_decimal(str(tok))
+        if value is None:
             raise AttncError(f"number {_short(tok)} is out of range for f32", Span.of(tok))
         return ast.Num(Span.of(tok), value=value, is_float=True)
 
@@ -403,6 +402,28 @@ class _ToAst(Transformer):
     def call(self, children):
         name, *args = children
         return ast.Call(Span.of(name), fn=str(name), args=tuple(a for a in args if a is not None))
+
+
+def _f32_of_decimal(text: str) -> float | None:
+    """The f32 nearest to the decimal `text`, ties to even, rounded once (through f64 it
+    is rounded twice, which is not always once: found by a review); None past f32's range.
+    The literal's value is then the same f32 in the kernels (an f32 constant) and in the
+    reference."""
+    wide = float(text)
+    if math.isinf(wide):
+        return None
+    if wide == 0.0:
+        return 0.0
+    exact = Fraction(text)
+    scale = exact.numerator.bit_length() - exact.denominator.bit_length()      # 2^scale ~ exact
+    if exact < Fraction(2) ** scale:
+        scale -= 1
+    quantum = Fraction(2) ** (max(scale, -126) - 23)          # an f32's last place here (subnormals: 2^-149)
+    units, rest = divmod(exact / quantum, 1)
+    if rest > Fraction(1, 2) or (rest == Fraction(1, 2) and units % 2):
+        units += 1
+    value = units * quantum
+    return None if value >= Fraction(2) ** 128 else float(value)
 
 
 def _shape_item(tok: Token) -> ast.ShapeItem:
