@@ -66,10 +66,20 @@ def _runs(rng, low: int, high: int, n: int):
 def document_ids(kind: str, rng, batch: int, n: int):
     """[batch, n] document ids of a kind: "long" (runs of 450 .. 900: aligned tiles at
     block_m 64 and 128), "short" (runs of 1 .. 12: more tiles than the table holds, so
-    the grid), "unsorted" (the grid) or "one" (a single document)."""
+    the grid), "unsorted" (the grid), "one" (a single document) or "extreme" (long runs
+    whose ids are sorted values of all of i32, its two ends included)."""
     import numpy as np
     if kind == "long":
         return np.stack([_runs(rng, 450, 900, n) for _ in range(batch)])
+    if kind == "extreme":           # the runs' k-th document gets the k-th of sorted i32 values
+        ends = [-2 ** 31, -2 ** 31 + 1, -1, 0, 2 ** 31 - 2, 2 ** 31 - 1]
+        values = np.unique(np.concatenate([ends, rng.integers(-2 ** 31, 2 ** 31 - 1, 40)]))
+        rows = []
+        for _ in range(batch):
+            rank = np.unique(_runs(rng, 450, 900, n), return_inverse=True)[1]
+            last = max(int(rank.max()), 1)
+            rows.append(values[rank * (len(values) - 1) // last])
+        return np.stack(rows)
     if kind == "short":
         return np.stack([_runs(rng, 1, 12, n) for _ in range(batch)])
     if kind == "unsorted":

@@ -23,11 +23,12 @@ from gpu_support import BUNDLES, document_ids, entries, skip_reason
 
 pytestmark = pytest.mark.gpu
 
-SHAPES = [(2, 8, 2000, 2000), (1, 2, 9000, 9000), (2, 4, 2000, 1500), (2, 4, 1500, 2000)]   # B, H, M, N
+SHAPES = [(2, 8, 2000, 2000), (1, 2, 9000, 9000), (2, 4, 2000, 1500), (2, 4, 1500, 2000),   # B, H, M, N
+          (2, 4, 1, 2000)]
 SPARE_NUM, SPARE_DEN = 5, 4             # qtiles.py
 
 
-KINDS = ("long", "short", "unsorted", "one")
+KINDS = ("long", "short", "unsorted", "one", "extreme")
 
 
 def row_ids(ids: np.ndarray, M: int) -> np.ndarray:
