@@ -55,7 +55,7 @@ from mlir.dialects import arith, scf
 from attnc.backend.exact_ints import IntPlan
 from attnc.backend.hooks import load_param
 from attnc.backend.nvgpu_builders import Emit
-from attnc.ir import DIM, PARAM, YIELD, cmpi_predicate, depends_on, int_constant, yielded
+from attnc.ir import DIM, PARAM, YIELD, cmpi_predicate, defining_op, depends_on, int_constant, yielded
 
 I32_MIN, I32_MAX = -(2 ** 31), 2 ** 31 - 1
 PARAM_CAP = 4096          # elements of one param box, past which its interval is TOP
@@ -115,7 +115,7 @@ def unsupported(block: ir.Block, params: Sequence) -> str | None:
         elif name in _INT_OPS:
             ok = all(_is(v, 32) for v in operands + results)
         elif name == "arith.floordivsi":
-            ok = all(_is(v, 32) for v in operands + results) and int_constant(operands[1]) is not None
+            ok = all(_is(v, 32) for v in operands + results) and _constant(operands[1]) is not None
         elif name in _BOOL_TRANSFER:
             ok = all(_is(v, 1) for v in operands + results)
         elif name == "arith.cmpi":
@@ -363,9 +363,9 @@ class TileIntervals:
             if transfer is not None:
                 return transfer(e, *x)
             if name == "arith.muli":
-                return mul(e, *x, int_constant(op.operands[0]), int_constant(op.operands[1]))
+                return mul(e, *x, _constant(op.operands[0]), _constant(op.operands[1]))
             if name == "arith.floordivsi":
-                return floordiv(e, x[0], int_constant(op.operands[1]))
+                return floordiv(e, x[0], _constant(op.operands[1]))
             if name == "arith.select":
                 return select(e, *x)
             if name == "arith.cmpi":
@@ -375,6 +375,19 @@ class TileIntervals:
                     return eq if pred == "eq" else Tri(eq.may_false, eq.may_true)
                 return cmp(e, pred, *x)
         raise ValueError(f"no interval transfer function for '{name}' (check unsupported() first)")
+
+
+def _constant(value: ir.Value) -> int | None:
+    """An i32 known at compile time: an `arith.constant`, or one negated, as the frontend
+    writes a negative literal (`-3` is `0 - 3`): a divisor of -3 turned the whole interval
+    step off (found by a review)."""
+    c = int_constant(value)
+    owner = defining_op(value)
+    if c is None and owner is not None and owner.name == "arith.subi" and int_constant(owner.operands[0]) == 0:
+        negated = int_constant(owner.operands[1])
+        if negated is not None:
+            c = (-negated + 2 ** 31) % 2 ** 32 - 2 ** 31          # as the i32 subtraction wraps
+    return c
 
 
 # ---------------------------------------------------------------- param reads over a box

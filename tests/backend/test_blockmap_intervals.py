@@ -215,6 +215,9 @@ MASKS = {
     "lookup": variant("lut[doc[b, i]] == lut[doc[b, j]] and j <= i + 3",
                       "param doc: i32[B, N]\n  param lut: i32[16]"),
     "wraps": variant("doc[b, i] * 1000000 + j > big[b] - i", "param doc: i32[B, N]\n  param big: i32[B]"),
+    # negative literals (`0 - c` in the IR) as divisors and factors
+    "negative": variant("doc[b, i] == doc[b, j] and doc[b, j] % -3 != 1 and (i - j) // -4 >= -9 "
+                        "and doc[b, i] * -2 <= 6 - j // 50", "param doc: i32[B, N]"),
 }
 
 
@@ -471,6 +474,7 @@ def test_documents_and_windows_have_the_interval_step_floats_do_not():
     assert I.unsupported(region(floats), floats.variant.params).startswith("'attn.param' (tensor<?x?xf32>")
     divided = compiled(variant("i // n[b] == j // n[b]", "param n: i32[B]"))
     assert "floordivsi" in I.unsupported(region(divided), divided.variant.params)
+    assert blockmap_plan(compiled(MASKS["negative"]), 64, 64).intervals       # -3 is a constant too
 
 
 @pytest.mark.parametrize("source, block_m, block_n, walks", [
