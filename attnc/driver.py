@@ -12,6 +12,7 @@ located in the `.attn` file (passes locate theirs with `attnc.ir.error_at(op, ..
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 import warnings
@@ -194,10 +195,7 @@ def compile_kernel(source, arch: str = "sm_80", **options):
     if opts.pass_pipeline is None and not opts.load_passes:
         # The target's own passes: the source and the compiler decide the code (a hit runs nothing).
         key = cache_key(text, {"arch": opts.arch, "pass_pipeline": None, "load_passes": []}, opts.arch)
-
-        def build_bundle():
-            art = build(compile_variant(variant, opts))
-            return art.manifest, art.files
+        compiled = functools.partial(compile_variant, variant, opts)
     else:
         # A pipeline of one's own, perhaps with one's own passes, whose code (and the modules
         # it imports) no key of the source could cover: its passes run, and the final IR,
@@ -206,10 +204,11 @@ def compile_kernel(source, arch: str = "sm_80", **options):
         result = compile_variant(variant, opts)
         check_target(result, opts.arch, "arch")
         key = cache_key(result.text, {"backend": "sm80"}, opts.arch)
+        compiled = lambda: result       # noqa: E731
 
-        def build_bundle():
-            art = build(result)
-            return art.manifest, art.files
+    def build_bundle():
+        art = build(compiled())
+        return art.manifest, art.files
 
     # Asked to show or dump the IR, it compiles: a cache hit would run no pass to show.
     observed = opts.print_ir_after_all or opts.dump_dir is not None

@@ -14,7 +14,8 @@ too. The patterns are matched by the `filecheck` package, also in-process.
 `build_with` compiles a source to its bundle artifacts with options of the target's
 lowering pass (the backend tests' way to ask for a kernel choice). `let_chain` writes
 the hook bodies whose `let`s reuse each value (compile-time tests,
-tools/build_gpu_bundles.py's `reused_lets` suite).
+tools/build_gpu_bundles.py's `reused_lets` suite). `user_pass_source` writes the file of
+a user pass (`--load-pass`, `load_passes`) for tests of the pass surfaces.
 """
 from __future__ import annotations
 
@@ -137,3 +138,15 @@ def build_with(source: str, filename: str, arch: str = "sm_80", **options):
 
     pipeline = pipeline_with(arch, {LOWERING[arch]: options})
     return build(compile_mlir(source, filename, CompileOptions(arch=arch, pass_pipeline=pipeline)))
+
+
+def user_pass_source(name: str, body: str, imports: str = "") -> str:
+    """The text of a pass file that registers one attnc pass called `name`, whose
+    run(module) runs `body` (Python lines, unindented) for each attn.attention `op` of
+    the module; `imports` go on top, beside what every such file imports."""
+    lines = "".join(f"            {line}\n" for line in body.splitlines())
+    return (f"from dataclasses import dataclass\nfrom typing import ClassVar\n"
+            f"from attnc.passes import Pass, register\nfrom attnc.ir import attention_ops\n{imports}\n\n"
+            f"@register\n@dataclass(frozen=True)\nclass UserPass(Pass):\n"
+            f"    name: ClassVar[str] = {name!r}\n\n"
+            f"    def run(self, module):\n        for op in attention_ops(module):\n{lines}")

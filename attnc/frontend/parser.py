@@ -405,25 +405,31 @@ class _ToAst(Transformer):
 
 
 def _f32_of_decimal(text: str) -> float | None:
-    """The f32 nearest to the decimal `text`, ties to even, rounded once (through f64 it
-    is rounded twice, which is not always once: found by a review); None past f32's range.
-    The literal's value is then the same f32 in the kernels (an f32 constant) and in the
+    """The f32 nearest to the decimal `text`, rounded once (through f64 it is rounded
+    twice, which is not always once: found by a review); None past f32's range. The
+    literal's value is then the same f32 in the kernels (an f32 constant) and in the
     reference."""
-    wide = float(text)
+    wide = float(text)                  # settles the far ends without a huge Fraction
     if math.isinf(wide):
         return None
-    if wide == 0.0:
+    return 0.0 if wide == 0.0 else nearest_f32(Fraction(text))
+
+
+def nearest_f32(exact: Fraction | int) -> float | None:
+    """The f32 nearest to the exact number `exact`, ties to even, subnormals included;
+    None past f32's range."""
+    magnitude = abs(Fraction(exact))
+    if magnitude == 0:
         return 0.0
-    exact = Fraction(text)
-    scale = exact.numerator.bit_length() - exact.denominator.bit_length()      # 2^scale ~ exact
-    if exact < Fraction(2) ** scale:
+    scale = magnitude.numerator.bit_length() - magnitude.denominator.bit_length()   # 2^scale ~ magnitude
+    if magnitude < Fraction(2) ** scale:
         scale -= 1
-    quantum = Fraction(2) ** (max(scale, -126) - 23)          # an f32's last place here (subnormals: 2^-149)
-    units, rest = divmod(exact / quantum, 1)
+    quantum = Fraction(2) ** (max(scale, -126) - 23)      # an f32's last place here (subnormals: 2^-149)
+    units, rest = divmod(magnitude / quantum, 1)
     if rest > Fraction(1, 2) or (rest == Fraction(1, 2) and units % 2):
         units += 1
     value = units * quantum
-    return None if value >= Fraction(2) ** 128 else float(value)
+    return None if value >= Fraction(2) ** 128 else math.copysign(float(value), exact)
 
 
 def _shape_item(tok: Token) -> ast.ShapeItem:

@@ -16,6 +16,7 @@ import struct
 from attnc.errors import AttncError, AttncWarning, Span
 from attnc.frontend import ast
 from attnc.frontend.ast import BOOL, FLOAT, INT
+from attnc.frontend.parser import nearest_f32
 from attnc.frontend.variant import Hook, Tensor, Variant
 from attnc_runtime.manifest import RESERVED_NAMES   # keywords of the runtime's Kernel.bind
 
@@ -524,7 +525,7 @@ class _ConstEval:
     @staticmethod
     def _float(x: int | float) -> float:
         """A value as an f32 (an integer rounded to nearest, as the kernels' sitofp)."""
-        return _int_to_f32(x) if isinstance(x, int) else x
+        return nearest_f32(x) if isinstance(x, int) else x      # an int64 never leaves f32's range
 
     @staticmethod
     def _checked(value: float, operands, e: ast.Expr) -> float:
@@ -559,18 +560,6 @@ def _round_f32(x: float) -> float:
         return struct.unpack("f", struct.pack("f", x))[0]
     except OverflowError:
         return math.copysign(math.inf, x)
-
-
-def _int_to_f32(n: int) -> float:
-    """The f32 nearest to the integer n, ties to even, rounded once (float(n) would round
-    to f64 first, and twice is not always once past 2^53)."""
-    magnitude = abs(n)
-    shift = max(magnitude.bit_length() - 24, 0)
-    q, r = divmod(magnitude, 1 << shift)
-    half = (1 << shift) >> 1
-    if shift and (r > half or (r == half and q & 1)):
-        q += 1
-    return math.copysign(float(q << shift), n) if n else 0.0
 
 
 def _wrap64(n: int) -> int:

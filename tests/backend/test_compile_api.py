@@ -7,6 +7,7 @@ import pytest
 
 import attnc
 from attnc.errors import AttncError
+from attnc.testing import user_pass_source
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,21 +48,10 @@ def test_compile_takes_the_path_of_a_file(tmp_path, monkeypatch):
         attnc.compile(None)
 
 
-PASS_FILE = """
-from dataclasses import dataclass
-from typing import ClassVar
-from attnc.passes import Pass, register
-from attnc.ir import attention_ops, set_int
-
-@register
-@dataclass(frozen=True)
-class SetBlockN(Pass):
-    '''Set block_n to {block_n}.'''
-    name: ClassVar[str] = "test-set-block-n"
-    def run(self, module):
-        for op in attention_ops(module):
-            set_int(op, "block_n", {block_n})
-"""
+def pass_file_text(block_n) -> str:
+    """A pass setting block_n to `block_n` (a number, or a name its imports give)."""
+    return user_pass_source("test-set-block-n", f'set_int(op, "block_n", {block_n})',
+                            "from attnc.ir import set_int")
 
 
 def test_an_edited_pass_file_is_not_served_from_the_cache(tmp_path, monkeypatch):
@@ -75,14 +65,14 @@ def test_an_edited_pass_file_is_not_served_from_the_cache(tmp_path, monkeypatch)
     pass_file = tmp_path / "my_pass.py"
     src = (ROOT / "examples/mqa.attn").read_text()
     for block_n in (32, 64):
-        pass_file.write_text(PASS_FILE.format(block_n=block_n))
+        pass_file.write_text(pass_file_text(block_n))
         kernel = attnc.compile(src, arch="sm_80", pass_pipeline=pipeline, load_passes=str(pass_file))
         assert kernel.manifest.specialization["block_n"] == block_n
 
 
-# PASS_FILE with its block_n taken from a module it imports
-HELPER_PASS_FILE = PASS_FILE.replace("{block_n}", "BLOCK_N").replace(
-    "from attnc.ir import", "from tiles_for_test import BLOCK_N\nfrom attnc.ir import")
+# the pass with its block_n taken from a module it imports
+HELPER_PASS_FILE = user_pass_source("test-set-block-n", 'set_int(op, "block_n", BLOCK_N)',
+                                    "from attnc.ir import set_int\nfrom tiles_for_test import BLOCK_N")
 
 
 def test_a_pass_is_keyed_by_what_it_did_not_by_its_file(tmp_path, monkeypatch):
@@ -109,7 +99,7 @@ def test_a_pass_is_keyed_by_what_it_did_not_by_its_file(tmp_path, monkeypatch):
         assert kernel.manifest.specialization["block_n"] == block_n
     for block_n in (32, 64):                                  # the same pass name, another file
         other = tmp_path / f"pass_{block_n}.py"
-        other.write_text(PASS_FILE.format(block_n=block_n))
+        other.write_text(pass_file_text(block_n))
         kernel = attnc.compile(src, arch="sm_80", pass_pipeline=pipeline, load_passes=str(other))
         assert kernel.manifest.specialization["block_n"] == block_n
     with pytest.raises(AttncError, match="pass 'test-set-block-n' is defined twice"):

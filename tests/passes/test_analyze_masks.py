@@ -11,7 +11,7 @@ from attnc.driver import CompileOptions, optimize_mlir
 from attnc.errors import AttncError
 from attnc.ir import attention_ops, get_str, parse_module, to_text
 from attnc.passes.analyze_masks import MaskFunctions, mask_functions
-from attnc.testing import check_file
+from attnc.testing import check_file, user_pass_source
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -166,26 +166,13 @@ def test_an_analysis_for_other_tiles_is_refused_or_redone():
             "attn-alloc-tmem,attn-insert-pipelines,attn-verify-pipeline,attn-lower-sm80")))
 
 
-WIDEN_PASS = '''
-from dataclasses import dataclass
-from typing import ClassVar
-from mlir import ir
-from attnc.passes import Pass, register
-from attnc.ir import attention_ops
-
-@register
-@dataclass(frozen=True)
-class WidenForTest(Pass):
-    """The sliding window's 1024 in mask_mod becomes 4096."""
-    name: ClassVar[str] = "test-widen-window-after-analysis"
-
-    def run(self, module):
-        for att in attention_ops(module):
-            for op in att.regions[1].blocks[0].operations:
-                if op.name == "arith.constant" and str(op.attributes["value"]) == "1024 : i32":
-                    with op.context:
-                        op.attributes["value"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 4096)
-'''
+# The sliding window's 1024 in mask_mod becomes 4096.
+WIDEN_PASS = user_pass_source("test-widen-window-after-analysis", """\
+for inner in op.regions[1].blocks[0].operations:
+    if inner.name == "arith.constant" and str(inner.attributes["value"]) == "1024 : i32":
+        with inner.context:
+            inner.attributes["value"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 4096)""",
+                              "from mlir import ir")
 
 
 def test_an_analysis_of_another_mask_is_refused_or_redone(tmp_path):
