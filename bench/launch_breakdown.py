@@ -3,11 +3,12 @@ memset the runtime queues (the mask kernels, the zeroing of their scratch, the a
 kernel), timed by the CUDA profiler (torch.profiler), averaged over --iters launches.
 
     python3 bench/launch_breakdown.py --bundles DIR [--cases doc_causal] [--head-dims 64,128]
-                                      [--archs sm_80] [--iters 50]
+                                      [--archs sm_80] [--iters 50] [--tags base,runs]
 
 Run on the GPU machine with bundles built by tools/build_gpu_bundles.py --suites
-bench_variants. The sum is GPU busy time; the gaps between launches are not in it (the
-time a launch takes between CUDA events, gaps included, is printed beside it).
+bench_variants, or with --tags experiment bundles of tools/build_exp_bundles.py. The sum
+is GPU busy time; the gaps between launches are not in it (the time a launch takes
+between CUDA events, gaps included, is printed beside it).
 """
 from __future__ import annotations
 
@@ -65,24 +66,28 @@ def main() -> int:
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--archs", default="sm_80")
     ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--tags", help="time experiment bundles (tools/build_exp_bundles.py) of these tags, "
+                                   "comma-separated, instead of the bench_variants ones")
     args = ap.parse_args()
     bundles = Path(args.bundles)
-    index = {(e.get("arch", "sm_80"), e["case"], e["head_dim"]): e
-             for e in json.loads((bundles / "index.json").read_text()) if e.get("suite") == "bench_variants"}
+    suite, tags = ("exp", args.tags.split(",")) if args.tags else ("bench_variants", [None])
+    index = {(e.get("arch", "sm_80"), e["case"], e["head_dim"], e.get("tag")): e
+             for e in json.loads((bundles / "index.json").read_text()) if e.get("suite") == suite}
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; mean of {args.iters} launches")
     for d in map(int, args.head_dims.split(",")):
         b, h = SHAPES[d]
         q, k, v = inputs(d)
         for case in args.cases.split(","):
-            for arch in args.archs.split(","):
-                entry = index.get((arch, case, d))
+            for arch, tag in ((a, t) for a in args.archs.split(",") for t in tags):
+                label = f"{arch} {case} d={d}" + (f" {tag}" if tag else "")
+                entry = index.get((arch, case, d, tag))
                 if entry is None or "refused" in entry:
-                    print(f"{arch} {case} d={d}: no bundle")
+                    print(f"{label}: no bundle")
                     continue
                 bound = attnc_runtime.load(bundles / entry["path"]).bind(q=q, k=k, v=v, **attnc_params(case, b, h))
                 for reuse in (False, True):
                     rows = breakdown(bound, args.iters, reuse)
-                    print(f"{arch} {case} d={d} {'mask reused' if reuse else 'mask built'}: "
+                    print(f"{label} {'mask reused' if reuse else 'mask built'}: "
                           f"{sum(us for _, us, _ in rows):.1f} us busy, "
                           f"{elapsed(bound, args.iters, reuse):.1f} us a launch between events")
                     for name, us, calls in sorted(rows, key=lambda r: -r[1]):

@@ -133,6 +133,10 @@ def rewrite_example(text: str, dtype: str, d_qk: int, d_v: int) -> str:
 # code path meets the reference on the GPU whatever the defaults are. The builder
 # resolves them from the default spec (`other_choices`).
 OTHER_INTERVAL_TEST = {"bf16": "range", "f16": "pair"}
+# A documents example also runs with the key ranges found the other way (Note [Ranges
+# from the runs] in attnc/backend/run_ranges.py: from the tile table's runs by default on
+# sm_80, from a block map on sm_90a): `_ranges`, with only run_ranges flipped.
+RANGES_BOTH_WAYS = ("docs_sink",)
 
 
 def other_choices(spec, dtype: str) -> dict:
@@ -156,6 +160,8 @@ def example_jobs() -> list[Job]:
                         "fills": EXAMPLE_FILLS.get(stem, {}), "square": stem in SQUARE}
                 jobs.append(Job("examples", name, source_text, meta))
                 jobs.append(Job("examples", f"{name}_other", source_text, {**meta, "other_choices": True}))
+                if stem in RANGES_BOTH_WAYS:
+                    jobs.append(Job("examples", f"{name}_ranges", source_text, {**meta, "flip_ranges": True}))
     return jobs
 
 
@@ -328,6 +334,8 @@ def build_one(job: Job, out: str) -> dict:
     entry = {"suite": job.suite, "name": job.name, **job.meta}
     start = time.perf_counter()
     try:
+        if job.meta.get("flip_ranges"):
+            entry["pipeline"] = pipeline_with(job.arch, {LOWERING[job.arch]: {"run_ranges": job.arch != "sm_80"}})
         if job.meta.get("other_choices"):
             from attnc.backend.sm80_lower import spec_from_ir
             default = spec_from_ir(compile_mlir(job.source, f"{job.name}.attn", CompileOptions(arch=job.arch)))

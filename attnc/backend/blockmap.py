@@ -166,6 +166,13 @@ class BlockMapPlan:
                                      # [Conjuncts a tile holds])
     qtiles: Optional[QTilesPlan] = None  # the query tiles of a tile table (Note [Document-aligned
                                      # tiles], qtiles.py); None: the fixed grid
+    runs: Optional[object] = None    # run_ranges.RunRest: no map is built, the table's runs give
+                                     # the ranges (Note [Ranges from the runs], run_ranges.py)
+
+    @property
+    def built(self) -> bool:
+        """Whether the bundle builds the map (else only the tile table: `runs`)."""
+        return self.runs is None
 
     @property
     def symbol(self) -> str:
@@ -376,7 +383,7 @@ class _BlockMapKernel:
             self._groups(group, warp, lane)
             return
         # Note [Document-aligned tiles]: the table's tile; a CTA past the last one returns.
-        self.m_lo, self.m_hi, self.key0 = read_entry(e, self.args[QTILES], z, m_block, M, s.block_m)
+        self.m_lo, self.m_hi, self.key0, _ = read_entry(e, self.args[QTILES], z, m_block, M, s.block_m)
         self.n_blocks = e.cdiv(e.max(e.sub(self._size(s.seq_k), self.key0), 0), s.block_n)
         inside = scf.IfOp(e.lt(self.m_lo, M))
         with ir.InsertionPoint(inside.then_block):
@@ -610,22 +617,22 @@ def blockmap_hooks(plan: BlockMapPlan):
     return kv_range, tile_partial, (blockmap_param(plan),)
 
 
-def scan_row(e: Emit, load_class, lane, lanes: int, n_blocks) -> list[ir.Value]:
+def scan_row(e: Emit, load_class, lane, lanes: int, n_blocks, unroll: int = SCAN_UNROLL) -> list[ir.Value]:
     """One lane's share of the row scan of `kv_range` (Note [Full range from the map]):
     blocks lane, lane + lanes, ... below n_blocks, `load_class(n)` giving the class (i32)
     of block n. Returns (lo, hi, full_lo, full_hi, full_count) of this lane's blocks: the
     first and last + 1 non-SKIP block (n_blocks, 0 when none), the same of the FULL
     blocks, and how many are FULL; the warp then reduces them by min, max, min, max, add.
 
-    A trip takes SCAN_UNROLL of the lane's blocks and issues their loads before it uses
+    A trip takes `unroll` of the lane's blocks and issues their loads before it uses
     any, so a row of up to 32 * SCAN_UNROLL blocks costs one load latency, not one per
     block (the scan is on the attention kernel's critical path: its K/V loads need the
     range). A block past the row reads the row's last byte and counts as SKIP."""
-    step = lanes * SCAN_UNROLL
+    step = lanes * unroll
     scan = scf.ForOp(lane, n_blocks, e.c32(step), [n_blocks, e.c32(0), n_blocks, e.c32(0), e.c32(0)])
     with ir.InsertionPoint(scan.body):
         first = scan.induction_variable
-        blocks = [e.add(first, k * lanes) for k in range(SCAN_UNROLL)]
+        blocks = [e.add(first, k * lanes) for k in range(unroll)]
         last = e.sub(n_blocks, 1)
         classes = [load_class(e.min(n, last)) for n in blocks]
         lo, hi, full_lo, full_hi, count = scan.inner_iter_args

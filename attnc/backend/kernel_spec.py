@@ -93,9 +93,10 @@ class KvCtx:
     """What the mask hooks may read: all i32 values but the block sizes. On the fixed
     grid query block m_block holds the rows [m_block * block_m, +block_m) and key block n
     the keys [n * block_n, +block_n). With a tile table (`aligned`, Note [Document-aligned
-    tiles] in qtiles.py) m_block is the table's tile, and its key blocks start at the
-    tile's key origin: `n_keys` keys lie past it (N - key0, at least 0). Hooks that work
-    on grid coordinates (the static analysis') refuse such a context."""
+    tiles] in qtiles.py) m_block is the table's tile, its rows [row0, row_end), and its key
+    blocks start at the tile's key origin key0: `n_keys` keys lie past it (N - key0, at
+    least 0); key_end is the table's (the end of the tile's run, or -1). Hooks that work
+    on grid coordinates (the static analysis' kv_range) refuse such a context."""
     m_block: Any
     b: Any
     h: Any
@@ -105,6 +106,10 @@ class KvCtx:
     block_n: int
     aligned: bool = False
     n_keys: Any = None
+    row0: Any = None
+    row_end: Any = None
+    key0: Any = None
+    key_end: Any = None
 
     def grid_only(self, what: str) -> None:
         assert not self.aligned, f"{what} reads grid blocks, not a tile table's tiles"
@@ -375,9 +380,10 @@ class Sm80KernelSpec:
 
     @property
     def _can_load_first_early(self) -> bool:
-        """A block map gives the range (it is read before any K/V load can be issued) and
-        the static hull is there to guess from."""
-        return self.target == "sm_80" and self.blockmap and self.kv_hint is not None
+        """A block map (or a tile table's runs) gives the range, known only once it is read
+        (or scanned), and there is a first block to guess: the static hull's top, or a
+        table tile's diagonal."""
+        return self.target == "sm_80" and self.blockmap and (self.kv_hint is not None or self.aligned_tiles)
 
     @property
     def takes_tile_table(self) -> bool:

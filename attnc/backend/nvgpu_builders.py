@@ -70,6 +70,9 @@ class Emit:
     def true(self) -> ir.Value:
         return arith.constant(self.i1, 1)
 
+    def false(self) -> ir.Value:
+        return arith.constant(self.i1, 0)
+
     def _pair(self, a: Num, b: Num) -> tuple[ir.Value, ir.Value]:
         if isinstance(a, ir.Value) and not isinstance(b, ir.Value):
             b = arith.constant(a.type, b)

@@ -2,13 +2,15 @@
 documents mask), query tiles that start where a document starts, with key blocks that
 start there too, in place of the fixed grid of query and key blocks.
 
-    qtiles[b, h_m, t]  (4 x i32)  row0, row_end, key0, (unused: 16-byte entries)
+    qtiles[b, h_m, t]  (4 x i32)  row0, row_end, key0, key_end
 
 Tile t of (b, h_m) holds the rows [row0, row_end) (at most block_m of them) and its key
-block n the keys [key0 + n * block_n, + block_n) below N. Entries past the last tile are
-(M, M, 0). `qtiles_plan` decides the shapes, `emit_qtiles_kernel` writes the kernel that
-fills the table on the GPU (launched before the block map, which then classifies the
-tiles of this table: blockmap.py, `BlockMapPlan.qtiles`).
+block n the keys [key0 + n * block_n, + block_n) below N. With the tiles aligned, key_end
+is the end of the run the tile lies in (Note [Ranges from the runs] in run_ranges.py);
+on the grid it is -1 (nothing known). Entries past the last tile are (M, M, 0, -1).
+`qtiles_plan` decides the shapes, `emit_qtiles_kernel` writes the kernel that fills the
+table on the GPU (launched before the block map, which then classifies the tiles of this
+table: blockmap.py, `BlockMapPlan.qtiles`; or alone, run_ranges.py).
 
 Note [Document-aligned tiles]: on the fixed grid a document of 1000 positions starts
 inside a query block and inside a key block. Every query block of it then has a MIXED
@@ -22,7 +24,8 @@ The tiles come from the ids at run time, so any sorted ids work (FlashAttention'
 layout, derived from the mask instead of given as cumulative lengths):
 
 * segments: the runs of equal v(i) = P[.., i] over the rows i < M; a tile starts at each
-  run's start and every block_m rows after it within the run, with key0 = the run's start.
+  run's start and every block_m rows after it within the run, with key0 = the run's start
+  and key_end = the run's end.
 * Why the keys below key0 can be left out: the conjunct drops key j for row i unless
   v(j) == v(i). When v is non-decreasing over [0, M), a run starting at s has v(j) <=
   v(s - 1) < v(s) = v(i) for every key j < s and row i of the run, so the mask keeps none
@@ -58,8 +61,13 @@ issued first, three times: (1) whether v is non-decreasing there and the last ru
 in it; a CTA max-scan gives each thread the start of the run its first row is in; (2)
 how many tiles start in its rows; a CTA sum-scan gives its first tile's index and the
 total; (3) the entries. A thread writes row_end of the tile before each of its tiles
-(the tiles are contiguous), thread 0 that of the last. The scans: shfl.up within a warp,
-the warps' totals through shared memory.
+(the tiles are contiguous), thread 0 that of the last; (4) key_end, thread t for tiles
+t, t + THREADS, ...: after a barrier, a run's last tile (the next has another key0)
+writes its row_end as the key_end of the run's first tile, t - (row0 - key0) / block_m;
+after another, the run's other tiles copy it from there. (Written in (3), key_end took a
+loop per run start inside the unrolled walk, which spilled the kernel's registers and took
+3 us more on an H100; a store per run start there still spilled.) The scans: shfl.up
+within a warp, the warps' totals through shared memory.
 """
 from __future__ import annotations
 
@@ -99,6 +107,12 @@ class SegmentIds:
 def segment_ids(block: ir.Block, params: list[Tensor]) -> Optional[SegmentIds]:
     """The first top-level conjunct of the mask region `block` of the form P[.., i, ..]
     == P[.., j, ..] with P an i32 param (hooks.MaskConjuncts), else None."""
+    found = segment_conjunct(block, params)
+    return found[1] if found else None
+
+
+def segment_conjunct(block: ir.Block, params: list[Tensor]) -> Optional[tuple[ir.Value, SegmentIds]]:
+    """(the i1 of the conjunct, its ids) of `segment_ids`, or None."""
     from attnc.backend.hooks import MaskConjuncts
     args = list(block.arguments)
     for value, negated in MaskConjuncts.of(block).residual:
@@ -113,7 +127,7 @@ def segment_ids(block: ir.Block, params: list[Tensor]) -> Optional[SegmentIds]:
             continue
         template = _template(list(reads[0].operands[1:]), list(reads[1].operands[1:]), args)
         if template is not None:
-            return SegmentIds(tensor.name, template)
+            return value, SegmentIds(tensor.name, template)
     return None
 
 
@@ -212,11 +226,11 @@ def qtiles_param(plan: Optional[QTilesPlan] = None) -> ExtraParam:
 
 
 def read_entry(e: Emit, table: ir.Value, z, t, M, block_m: int) -> tuple:
-    """(row0, row_end, key0) of tile t of slot z (i32s) from the table pointer."""
+    """(row0, row_end, key0, key_end) of tile t of slot z (i32s) from the table pointer."""
     index = e.add(e.mul(e.to_i64(z), e.to_i64(tile_count(e, M, block_m))), e.to_i64(t))
     ptr = GlobalPtr(e, table, 32).offset(e.mul(index, e.c64(ENTRY_BYTES // 4))).ptr
     vec = llvm.load(ir.VectorType.get([4], e.i32), ptr, alignment=16, invariant=True)
-    return tuple(llvm.extractelement(vec, e.c32(k)) for k in range(3))
+    return tuple(llvm.extractelement(vec, e.c32(k)) for k in range(4))
 
 
 # ---------------------------------------------------------------- the kernel
@@ -321,6 +335,12 @@ class _TableKernel:
             with ir.InsertionPoint(last_tile.then_block):
                 self._store(e.sub(total, 1), 1, M)
                 scf.yield_([])
+            # (4) key_end: a run's last tile gives its row_end to the run's first, which
+            # gives it to the others.
+            CtaBarrier().sync()         # the entries of every thread are written
+            self._strided(e.c32(0), total, lambda t: self._run_end_to_first(t, total))
+            CtaBarrier().sync()
+            self._strided(e.c32(0), total, self._run_end_from_first)
             scf.yield_([])
         with ir.InsertionPoint(then.else_block):
             self._strided(e.c32(0), grid_tiles, lambda t: self._entry(
@@ -378,9 +398,41 @@ class _TableKernel:
         e = self.e
         llvm.store(value, self.base.offset(e.add(e.mul(e.to_i64(t), e.c64(4)), e.c64(field))).ptr)
 
+    def _load(self, t, field: int):
+        """A field of entry t as this CTA wrote it (a plain load: not through the
+        read-only cache, after the barrier that orders the stores before it)."""
+        e = self.e
+        return llvm.load(e.i32, self.base.offset(e.add(e.mul(e.to_i64(t), e.c64(4)), e.c64(field))).ptr)
+
+    def _first_of_run(self, t):
+        """The first tile of tile t's run: t - (row0 - key0) / block_m (a run's tiles are
+        consecutive, block_m rows apart from its start)."""
+        e = self.e
+        return e.sub(t, e.div(e.sub(self._load(t, 0), self._load(t, 2)), self.plan.block_m))
+
+    def _run_end_to_first(self, t, total) -> None:
+        """If tile t is its run's last (the next tile has another key0, or there is none),
+        its row_end is the run's end: key_end of the run's first tile."""
+        e = self.e
+        following = e.min(e.add(t, 1), e.sub(total, 1))
+        last = e.or_(e.eq(e.add(t, 1), total), e.ne(self._load(following, 2), self._load(t, 2)))
+        then = scf.IfOp(last)
+        with ir.InsertionPoint(then.then_block):
+            self._store(self._first_of_run(t), 3, self._load(t, 1))
+            scf.yield_([])
+
+    def _run_end_from_first(self, t) -> None:
+        e = self.e
+        first = self._first_of_run(t)
+        then = scf.IfOp(e.ne(first, t))
+        with ir.InsertionPoint(then.then_block):
+            self._store(t, 3, self._load(first, 3))
+            scf.yield_([])
+
     def _entry(self, t, row0, row_end, key0) -> None:
+        """A whole entry, with key_end -1: nothing known of the ids (the grid, or past the last tile)."""
         vec = llvm.mlir_undef(ir.VectorType.get([4], self.e.i32))
-        for k, x in enumerate((row0, row_end, key0, self.e.c32(0))):
+        for k, x in enumerate((row0, row_end, key0, self.e.c32(-1))):
             vec = llvm.insertelement(vec, x, self.e.c32(k))
         ptr = self.base.offset(self.e.mul(self.e.to_i64(t), self.e.c64(4))).ptr
         llvm.store(vec, ptr, alignment=16)

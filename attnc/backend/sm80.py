@@ -297,6 +297,7 @@ class _Sm80Forward:
         # grid's m_block * block_m, M and 0); n_keys: the keys from key0 on. A tile
         # table's tile sets them (Note [Document-aligned tiles] in qtiles.py).
         self.tile_row0, self.row_end, self.key0, self.n_keys = None, e.dim("M"), None, e.dim("N")
+        self.key_end = None
 
     # ------------------------------------------------------------ setup
     def _coordinates(self) -> None:
@@ -313,7 +314,7 @@ class _Sm80Forward:
         self.kv_h = e.div(self.h, e.div(e.dim("H"), e.dim("HKV")))
         if s.aligned_tiles:
             z = e.add(e.mul(self.b, e.dim("H")), self.h) if s.tiles_per_head else self.b
-            self.tile_row0, self.row_end, self.key0 = read_entry(
+            self.tile_row0, self.row_end, self.key0, self.key_end = read_entry(
                 e, e.arg(qtiles_param().key), z, self.m_block, e.dim("M"), s.block_m)
             self.n_keys = e.max(e.sub(e.dim("N"), self.key0), 0)     # key0 > N where M > N
         self.warp_row0 = e.mul(self.warp, s.rows_per_warp)
@@ -537,16 +538,18 @@ class _Sm80Forward:
         applied; `skip`: the block's tile_skip answer, when asked."""
         e, s = self.e, self.spec
         rows = self.masker.modify(rows_of(acc_s), n_block)
-        if mode == "partial" and s.tile_partial is None and skip is None:
-            rows = self.masker.mask(rows, n_block)
-        elif mode == "partial":
-            partial = e.gt(self.masker.coords.block_end(n_block), e.dim("N"))
-            ctx = self._ctx()
-            if s.tile_partial is not None:
-                partial = e.or_(s.tile_partial(e, ctx, n_block), partial)
-            holds = s.tile_holds(e, ctx, n_block) if s.mask_split else None
-            rows = self.masker.mask_if(rows, n_block, partial if skip is None else e.or_(partial, skip), skip, holds)
-        return rows
+        if mode != "partial":
+            return rows
+        if s.tile_partial is None and skip is None:
+            # Every block is masked; tile_holds may still spare a part of the test.
+            holds = s.tile_holds(e, self._ctx(), n_block) if s.mask_split else None
+            return self.masker.mask(rows, n_block, holds=holds)
+        partial = e.gt(self.masker.coords.block_end(n_block), e.dim("N"))
+        ctx = self._ctx()
+        if s.tile_partial is not None:
+            partial = e.or_(s.tile_partial(e, ctx, n_block), partial)
+        holds = s.tile_holds(e, ctx, n_block) if s.mask_split else None
+        return self.masker.mask_if(rows, n_block, partial if skip is None else e.or_(partial, skip), skip, holds)
 
     def _softmax_step(self, rows, state: SoftmaxState, mode: str):
         s = self.spec
@@ -566,7 +569,8 @@ class _Sm80Forward:
         e, s = self.e, self.spec
         m_block = self.m_block if m_block is None else m_block
         return KvCtx(m_block, self.b, self.h, e.dim("M"), e.dim("N"), s.block_m, s.block_n,
-                     aligned=s.aligned_tiles, n_keys=self.n_keys)
+                     aligned=s.aligned_tiles, n_keys=self.n_keys, row0=self.tile_row0, row_end=self.row_end,
+                     key0=self.key0, key_end=self.key_end)
 
     def _loop(self, t_lo, t_hi, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str):
         """scf.for over steps [t_lo, t_hi), carrying O, m and l."""

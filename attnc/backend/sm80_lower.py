@@ -58,7 +58,8 @@ def _lowering_from_ir(result) -> Sm80Lowering:
     from dataclasses import replace
 
     from attnc.backend.blockmap import blockmap_plan
-    from attnc.backend.qtiles import qtiles_plan, segment_ids
+    from attnc.backend.qtiles import qtiles_plan, segment_conjunct
+    from attnc.backend.run_ranges import run_rest
     from attnc.backend.kernel_spec import KERNEL_TARGETS, Sm80KernelSpec, SpecError
     from attnc.passes.lower_sm80 import recorded_choices
     from attnc.passes.analyze_masks import mask_functions
@@ -83,6 +84,7 @@ def _lowering_from_ir(result) -> Sm80Lowering:
     blockmap = blockmap_plan(result, block_m, block_n) if runtime else None
     choices = recorded_choices(op)
     aligned = choices.pop("aligned_tiles", None)
+    runs_asked = choices.pop("run_ranges", None)
 
     def lowering(blockmap) -> Sm80Lowering:
         hooks = variant_hooks(op, variant, mode, blockmap, result.module)
@@ -103,17 +105,26 @@ def _lowering_from_ir(result) -> Sm80Lowering:
 
     # Note [Document-aligned tiles] (qtiles.py): by default wherever the mask has the ids'
     # conjunct and the kernel runs one query block per CTA without a producer warpgroup.
-    ids = segment_ids(region_block(op, MASK_MOD), list(variant.params)) if runtime else None
+    found = segment_conjunct(region_block(op, MASK_MOD), list(variant.params)) if runtime else None
     # The plain lowering decides whether the table applies; built here only where it may.
-    plain = None if ids is None and not aligned else lowering(blockmap)
-    possible = plain is not None and ids is not None and plain.spec.takes_tile_table
-    if aligned and not possible:
-        raise error_at(op, "aligned_tiles needs a kernel with one query block per CTA and no producer warpgroup, "
-                           "whose mask has a conjunct P[.., i] == P[.., j] (an i32 param, the same other "
-                           "indices) and reads a param (a block map)")
+    plain = None if found is None and not aligned and not runs_asked else lowering(blockmap)
+    possible = plain is not None and found is not None and plain.spec.takes_tile_table
+    if (aligned or runs_asked) and not possible:
+        raise error_at(op, f"{'aligned_tiles' if aligned else 'run_ranges'} needs a kernel with one query block "
+                           f"per CTA and no producer warpgroup, whose mask has a conjunct P[.., i] == P[.., j] "
+                           f"(an i32 param, the same other indices) and reads a param (a block map)")
     if not possible or aligned is False:
+        if runs_asked:
+            raise error_at(op, "run_ranges needs the aligned tiles (aligned_tiles is off)")
         return plain or lowering(blockmap)
-    return lowering(replace(blockmap, qtiles=qtiles_plan(variant, block_m, ids, blockmap.per_head)))
+    conjunct, ids = found
+    tiles = replace(blockmap, qtiles=qtiles_plan(variant, block_m, ids, blockmap.per_head))
+    # Note [Ranges from the runs] (run_ranges.py): by default on sm_80, wherever the rest of the mask is static.
+    wanted = runs_asked if runs_asked is not None else target == "sm_80"
+    runs = run_rest(op, conjunct) if wanted else None
+    if runs_asked and runs is None:
+        raise error_at(op, "run_ranges needs a mask whose other conjuncts read no param and no float")
+    return lowering(replace(tiles, runs=runs))
 
 
 def kernel_module_for(result):
@@ -129,18 +140,20 @@ def kernel_module_for(result):
         kernel_module, abi = build_sm80_module(spec, result.module.context)
         if blockmap is not None:
             gpu_module = next(o for o in kernel_module.body.operations if o.operation.name == "gpu.module")
-            emit_blockmap_kernel(blockmap, result, ir.InsertionPoint(gpu_module.regions[0].blocks[0]))
+            if blockmap.built:
+                emit_blockmap_kernel(blockmap, result, ir.InsertionPoint(gpu_module.regions[0].blocks[0]))
             if blockmap.qtiles is not None:
                 emit_qtiles_kernel(blockmap.qtiles, result, ir.InsertionPoint(gpu_module.regions[0].blocks[0]),
                                    SMEM_SYMBOL)
     kernel = abi.manifest_kernel("attn_fwd")
     kernel["params"] = [_bind_dim(p, result.variant) for p in kernel["params"]]
     kernel["grid"] = [[_bind_factor(f, result.variant) for f in g] for g in kernel["grid"]]
-    masks = [] if blockmap is None else [blockmap.kernel]
+    masks = [blockmap.kernel] if blockmap is not None and blockmap.built else []
     if blockmap is not None and blockmap.qtiles is not None:
         masks.insert(0, blockmap.qtiles.kernel)         # the table, then the map over its tiles
     kernels = masks + [kernel]
-    specialization = {**abi.specialization, "blockmap": blockmap is not None}
+    specialization = {**abi.specialization, "blockmap": blockmap is not None and blockmap.built,
+                      "run_ranges": blockmap is not None and not blockmap.built}
     return kernel_module, kernels, specialization
 
 

@@ -86,10 +86,15 @@ def variant_hooks(op, variant, mask_mode: str | None, blockmap=None, module=None
         fields["mask"] = mask_mode
     else:
         fields.update(_mask_hooks(op, names, tile_dims))
+    if blockmap is not None and not blockmap.built:
+        # Note [Ranges from the runs] (run_ranges.py): the analysis' grid answers go.
+        from attnc.backend.run_ranges import RunHooks
+        runs = RunHooks(blockmap.runs, names)
+        fields.update(kv_hint=None, tile_partial=None, tile_skip=None,
+                      **runs.fields(split=fields.get("row_residual") is not None))
     extra = names.extra_params()
-    if blockmap is not None:
+    if blockmap is not None and blockmap.built:
         from attnc.backend.blockmap import blockmap_holds, blockmap_hooks, blockmap_skip
-        from attnc.backend.qtiles import qtiles_param
         kv_range, tile_partial, map_params = blockmap_hooks(blockmap)
         # The analysis' range stays as the hint of the first block (Note [First block before the map]).
         fields.update(kv_range=kv_range, kv_hint=fields["kv_range"], tile_partial=tile_partial,
@@ -99,8 +104,9 @@ def variant_hooks(op, variant, mask_mode: str | None, blockmap=None, module=None
             assert fields.get("row_residual") is not None, "a map that records conjuncts needs a residual"
             fields["tile_holds"] = blockmap_holds(blockmap)
         extra += tuple(map_params)
-        if blockmap.qtiles is not None:
-            extra += (qtiles_param(blockmap.qtiles),)
+    if blockmap is not None and blockmap.qtiles is not None:
+        from attnc.backend.qtiles import qtiles_param
+        extra += (qtiles_param(blockmap.qtiles),)
     return VariantHooks(extra_params=extra, **fields)
 
 

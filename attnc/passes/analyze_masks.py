@@ -141,6 +141,13 @@ def mask_functions(op) -> MaskFunctions:
 
 def _summarize(op) -> MaskSummary:
     """Read the op and run the analysis (attnc.analysis): no IR is changed here."""
+    return summarize_as(op)
+
+
+def summarize_as(op, program: Program | None = None) -> MaskSummary:
+    """The analysis of the op's mask_mod, or of `program` in its place (a mask_mod
+    rewritten as a Program, over the same arguments and dims), with the checks and the
+    fallback the pass applies."""
     from attnc.ir import MASK_MOD, error_at, get_bool, get_int, get_shape
 
     missing = [key for key in TILE_SIZES if key not in op.attributes]
@@ -151,7 +158,8 @@ def _summarize(op) -> MaskSummary:
     sizes = frozenset(d for key in ("q_shape", "k_shape", "v_shape") for d in get_shape(op, key)[:3]
                       if isinstance(d, str))
     exact = check_integer_widths(op, sizes)
-    program = mask_program(op, MASK_MOD, dims) if get_bool(op, "has_mask_mod") else None
+    if program is None and get_bool(op, "has_mask_mod"):
+        program = mask_program(op, MASK_MOD, dims)
     block_m, block_n = (get_int(op, key) for key in TILE_SIZES)
     seq_k = get_shape(op, "k_shape")[2]
     summary = summarize_mask(program, block_m=block_m, block_n=block_n,

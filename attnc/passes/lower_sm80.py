@@ -49,6 +49,7 @@ KERNEL_CHOICES: dict[str, tuple[str, type]] = {
     "split_mask": ("sm80.split_mask", bool),
     "early_first": ("sm80.early_first", bool),
     "aligned_tiles": ("sm80.aligned_tiles", bool),
+    "run_ranges": ("sm80.run_ranges", bool),
 }
 
 
@@ -111,6 +112,11 @@ class LowerKernel(Pass):
                "run time; unsorted ids fall back to the grid (Note [Document-aligned tiles] in qtiles.py; "
                "default: wherever the mask has that conjunct and a CTA runs one query block without a "
                "producer warpgroup, on sm_80 and sm_90a)"})
+    run_ranges: bool | None = field(default=None, metadata={
+        "doc": "on the aligned tiles, compute each key block's class from the tile's run of equal ids and "
+               "the static analysis of the rest of the mask, with no block map kernel (Note [Ranges from the "
+               "runs] in run_ranges.py; default: on sm_80 wherever the tiles are aligned and the mask's other "
+               "conjuncts read no param and no float; off on sm_90a)"})
     staged_o: bool | None = field(default=None, metadata={
         "doc": "write O through shared memory in coalesced 16-byte stores instead of 4-byte stores "
                "from the accumulators (Note [Staged O]; default: Sm80KernelSpec.o_staged: where it can -- one query "

@@ -1,5 +1,6 @@
 """Document-aligned query tiles (Note [Document-aligned tiles], attnc/backend/qtiles.py):
-which masks get them, the option, and the bundle's three kernels. The tiles themselves
+which masks get them, the options, and the bundle's kernels (the table, the map where the
+runs do not give the ranges: Note [Ranges from the runs], run_ranges.py). The tiles themselves
 run in tests/gpu/test_gpu_aligned_tiles.py."""
 from __future__ import annotations
 
@@ -29,21 +30,53 @@ def _kernels(artifacts) -> list[str]:
     return [k["name"] for k in artifacts.manifest["kernels"]]
 
 
-@pytest.mark.parametrize("mask", [
-    "doc[b, i] == doc[b, j] and j <= i",
-    "doc[b, j] == doc[b, i]",
-    "j <= i and doc[b, i] == doc[b, j] and other[b, j] > 0",
+@pytest.mark.parametrize("mask, kernels", [
+    # Note [Ranges from the runs] (run_ranges.py): the rest of the mask reads no param.
+    ("doc[b, i] == doc[b, j] and j <= i", ["qtiles", "attn_fwd"]),
+    ("doc[b, j] == doc[b, i]", ["qtiles", "attn_fwd"]),
+    ("doc[b, i] == doc[b, j] and (j <= 10 or i - j < 100)", ["qtiles", "attn_fwd"]),
+    # Another param read: the map classifies the table's tiles.
+    ("j <= i and doc[b, i] == doc[b, j] and other[b, j] > 0", ["qtiles", "blockmap", "attn_fwd"]),
+    ("doc[b, i] == doc[b, j] and f[b, j] > 0.0", ["qtiles", "blockmap", "attn_fwd"]),
 ])
-def test_a_documents_conjunct_gets_a_tile_table_before_the_map(mask):
+def test_a_documents_conjunct_gets_a_tile_table(mask, kernels):
     artifacts = _build(mask)
-    assert _kernels(artifacts) == ["qtiles", "blockmap", "attn_fwd"]
-    assert artifacts.manifest["specialization"]["aligned_tiles"] is True
+    assert _kernels(artifacts) == kernels
+    spec = artifacts.manifest["specialization"]
+    assert spec["aligned_tiles"] is True
+    assert spec["run_ranges"] is (kernels == ["qtiles", "attn_fwd"]) and spec["blockmap"] is (not spec["run_ranges"])
     table = artifacts.manifest["kernels"][0]["params"][0]
     assert table["name"] == "qtiles"
     # The map and the attention kernel read the table and size their query tiles by it.
     for kernel in artifacts.manifest["kernels"][1:]:
         assert table in kernel["params"]
-    assert artifacts.manifest["kernels"][2]["grid"][1] == [5, ["cdiv", "M", 4 * artifacts.spec.block_m]]
+    assert artifacts.manifest["kernels"][-1]["grid"][1] == [5, ["cdiv", "M", 4 * artifacts.spec.block_m]]
+
+
+def test_the_run_ranges_option():
+    """On by default on sm_80 only; asked for where it cannot be, an error."""
+    mask = "doc[b, i] == doc[b, j] and j <= i"
+    assert _kernels(_build(mask, run_ranges=False)) == ["qtiles", "blockmap", "attn_fwd"]
+    assert _kernels(_build(mask, "sm_90a")) == ["qtiles", "blockmap", "attn_fwd"]
+    assert _kernels(_build(mask, "sm_90a", run_ranges=True)) == ["qtiles", "attn_fwd"]
+    with pytest.raises(AttncError, match="run_ranges needs a mask whose other conjuncts read no param"):
+        _build("doc[b, i] == doc[b, j] and other[b, j] > 0", run_ranges=True)
+    with pytest.raises(AttncError, match="run_ranges needs the aligned tiles"):
+        _build(mask, run_ranges=True, aligned_tiles=False)
+    with pytest.raises(AttncError, match="run_ranges needs a kernel with one query block"):
+        _build("doc[b, i] != doc[b, j]", run_ranges=True)
+
+
+def test_the_run_hooks_replace_every_grid_answer():
+    """The analysis' grid answers (kv_range, tile_skip, tile_partial, kv_hint) would be
+    wrong for a table's tile: none is left. tile_holds (the ids' conjunct) where the mask
+    is split and the ids are its only residual."""
+    spec = _build("doc[b, i] == doc[b, j] and j <= i").spec
+    assert type(spec.kv_range.__self__).__name__ == "RunHooks"
+    assert spec.kv_hint is None and spec.tile_partial is None and spec.tile_skip is None
+    assert spec.tile_holds is not None and spec.first_before_map
+    other = _build("doc[b, i] == doc[b, j] and j <= i and (i - j) % 3 == 0").spec
+    assert other.row_residual is not None and other.tile_holds is None
 
 
 @pytest.mark.parametrize("mask", [
@@ -98,7 +131,7 @@ def test_the_tile_table_kernel_reads_the_ids_param_only():
 
 
 def test_each_mask_kernel_names_what_it_fills_and_the_map_reads_the_table():
-    kernels = _build("doc[b, i] == doc[b, j] and j <= i").manifest["kernels"]
+    kernels = _build("doc[b, i] == doc[b, j] and j <= i", run_ranges=False).manifest["kernels"]
     assert [k.get("fills") for k in kernels] == [["qtiles"], ["blockmap"], None]
     assert {p["name"] for p in kernels[1]["params"] if p["kind"] == "scratch"} == {"blockmap", "qtiles"}
 
@@ -107,7 +140,7 @@ def test_the_grid_hooks_refuse_a_table_tile():
     """The static analysis' range is of grid blocks: asked about a table's tile (whose
     m_block is a table index), it refuses instead of answering for the wrong rows."""
     from attnc.backend.kernel_spec import KvCtx
-    spec = _build("doc[b, i] == doc[b, j] and j <= i").spec
+    spec = _build("doc[b, i] == doc[b, j] and j <= i", run_ranges=False).spec
     assert spec.aligned_tiles and spec.kv_hint is not None
     with pytest.raises(AssertionError, match="not a tile table's tiles"):
         spec.kv_hint(None, KvCtx(0, 0, 0, 1, 1, spec.block_m, spec.block_n, aligned=True, n_keys=1))

@@ -29,10 +29,11 @@ def test_compile_builds_hooked_variants_and_refuses_other_targets(tmp_path, monk
     kernel = attnc.compile((ROOT / "examples/alibi.attn").read_text(), arch="sm_80")
     assert [t.name for t in kernel.manifest.inputs] == ["q", "k", "v", "slopes"]
     docs = attnc.compile((ROOT / "examples/docs_sink.attn").read_text(), arch="sm_80")
-    assert [k.name for k in docs.manifest.kernels] == ["qtiles", "blockmap", "attn_fwd"]      # the tile table, the map
-    # Note [Reused masks] (runtime/attnc_runtime/kernel.py): the map's kernel reads no
+    # The tile table, whose runs give the key ranges (Note [Ranges from the runs]): no map.
+    assert [k.name for k in docs.manifest.kernels] == ["qtiles", "attn_fwd"]
+    # Note [Reused masks] (runtime/attnc_runtime/kernel.py): the table's kernel reads no
     # attention tensor, so launches may keep its output; a bundle without params has none.
-    assert docs.manifest.mask_kernels == (0, 1) and kernel.manifest.mask_kernels == ()
+    assert docs.manifest.mask_kernels == (0,) and kernel.manifest.mask_kernels == ()
     with pytest.raises(AttncError, match="for sm_80 and sm_90a so far, not sm_100a"):
         attnc.compile((ROOT / "examples/mha.attn").read_text(), arch="sm_100a")
 

@@ -26,7 +26,9 @@ def hint(e, c):
 
 
 def docs_sink(arch: str = "sm_80", **options):
-    """The docs_sink example's artifacts (d = 64) with attn-lower options."""
+    """The docs_sink example's artifacts (d = 64) with attn-lower options; with its block
+    map unless `run_ranges` says otherwise (Note [Ranges from the runs])."""
+    options.setdefault("run_ranges", "false")
     return build_with((EXAMPLES / "docs_sink.attn").read_text(), "docs_sink.attn", arch, **options)
 
 
@@ -71,6 +73,20 @@ def test_the_first_k_and_v_are_in_flight_while_the_map_row_is_read():
     q, kv = copies_per_thread(on.manifest["specialization"])
     assert before_on.count(COPY) == q + 2 * kv      # (their commits: LLVM may duplicate them per path)
     assert before_off.count(COPY) == q and before_off.count("cp.async.commit_group") == 1
+
+
+def test_the_table_tiles_diagonal_is_in_flight_while_the_runs_are_scanned():
+    """Ranges from the runs (no map): the range is the warp's scan of the blocks' classes,
+    reduced by redux.sync; the diagonal's K and V (the guess of a table tile) go before it."""
+    on, off = docs_sink(run_ranges="true"), docs_sink(run_ranges="true", early_first="false")
+    assert on.manifest["specialization"]["early_first"] is True
+    assert on.manifest["specialization"]["run_ranges"] is True
+    assert off.manifest["specialization"]["early_first"] is False
+    before_on, before_off = (k[:k.index("redux.sync")] for k in (_kernel(on.ptx), _kernel(off.ptx)))
+    q, kv = copies_per_thread(on.manifest["specialization"])
+    assert MAP_READ not in _kernel(on.ptx)
+    assert before_on.count(COPY) == q + 2 * kv
+    assert before_off.count(COPY) == q
 
 
 def test_a_range_that_starts_elsewhere_waits_for_every_copy_then_reloads():

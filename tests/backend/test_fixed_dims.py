@@ -5,6 +5,7 @@ from attnc.backend.blockmap import GROUPS, TILES
 from attnc.backend.sm80_lower import build
 from attnc.driver import CompileOptions, compile_mlir
 from attnc.ir import SCORE_MOD, SINK, attention_ops, region_block, yielded
+from attnc.passes.pipelines import pipeline_with
 from attnc_runtime.manifest import parse_manifest
 
 FIXED = """attention fixed {
@@ -30,7 +31,11 @@ def test_integer_hooks_yield_f32():
 def test_fixed_sizes_become_constants_in_grid_and_abi():
     art = build(compile_mlir(FIXED, "fixed.attn", CompileOptions(arch="sm_80")))
     manifest = parse_manifest(art.manifest)
-    table, blockmap, attention = art.manifest["kernels"]
+    table, attention = art.manifest["kernels"]      # the table's runs give the ranges: no map
+    mapped = build(compile_mlir(FIXED, "fixed.attn", CompileOptions(
+        arch="sm_80", pass_pipeline=pipeline_with("sm_80", {"attn-lower-sm80": {"run_ranges": "false"}}))))
+    blockmap = mapped.manifest["kernels"][1]
+    assert parse_manifest(mapped.manifest).dims == ("N",)
     # H, the tile table's length, B: a block map's kernel takes its heads first (Note [Heads
     # first]); the table holds 5 * cdiv(M, 4 * block_m) tiles (Note [Document-aligned tiles])
     assert attention["grid"] == [[4], [5, -(-100 // (4 * art.spec.block_m))], [2]]

@@ -9,8 +9,8 @@ M = 1500 < N = 2000:
 * the outputs against a float32 reference in torch (documents mask, sink in the row sum);
 * in a bundle with a tile table, the table the GPU wrote against the one this file
   derives from the ids: a tile at each run's start and every block_m rows after it, key0 the
-  run's start, (M, M, 0) past the last tile; the fixed grid where the ids are not sorted
-  or their runs need more tiles than the table holds.
+  run's start and key_end its end, (M, M, 0, -1) past the last tile; the fixed grid (key_end
+  -1) where the ids are not sorted or their runs need more tiles than the table holds.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def row_ids(ids: np.ndarray, M: int) -> np.ndarray:
 
 
 def expected_table(ids: np.ndarray, block_m: int, M: int) -> np.ndarray:
-    """The tile table of one batch's ids (rows of row0, row_end, key0)."""
+    """The tile table of one batch's ids (rows of row0, row_end, key0, key_end)."""
     ids = row_ids(ids, M)
     tiles = SPARE_NUM * -(-M // (SPARE_DEN * block_m))
     rows, run = [], 0
@@ -45,13 +45,16 @@ def expected_table(ids: np.ndarray, block_m: int, M: int) -> np.ndarray:
         if i == 0 or ids[i] != ids[i - 1]:
             run = i
         if (i - run) % block_m == 0:
-            rows.append([i, 0, run])
+            rows.append([i, 0, run, 0])
     ok = bool(np.all(np.diff(ids[:M]) >= 0)) and len(rows) <= tiles
     if not ok:
-        rows = [[t * block_m, 0, 0] for t in range(-(-M // block_m))]
+        rows = [[t * block_m, 0, 0, -1] for t in range(-(-M // block_m))]
     for k, row in enumerate(rows):
         row[1] = rows[k + 1][0] if k + 1 < len(rows) else M
-    rows += [[M, M, 0]] * (tiles - len(rows))
+    if ok:
+        for row in rows:        # the run's end: the row_end of its last tile
+            row[3] = max(r[1] for r in rows if r[2] == row[2])
+    rows += [[M, M, 0, -1]] * (tiles - len(rows))
     return np.array(rows, dtype=np.int32)
 
 
@@ -106,6 +109,6 @@ def test_documents_of_every_kind(gpu, entry, kind, shape):
 
     if manifest["specialization"].get("aligned_tiles"):
         block_m = manifest["specialization"]["block_m"]
-        table = bound._scratch["qtiles"].view(torch.int32).reshape(B, -1, 4)[..., :3].cpu().numpy()
+        table = bound._scratch["qtiles"].view(torch.int32).reshape(B, -1, 4).cpu().numpy()
         for b in range(B):
             assert np.array_equal(table[b], expected_table(ids[b], block_m, M)), f"batch {b}"

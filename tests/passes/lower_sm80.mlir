@@ -3,7 +3,8 @@
 // explicit commit groups and waits, and the launch ABI recorded on the module.
 //
 // RUN: attnc compile examples/mha.attn -arch sm_80 --emit mlir | filecheck %s
-// RUN: attnc compile examples/docs_sink.attn -arch sm_80 --emit mlir | filecheck %s --check-prefix=BLOCKMAP
+// RUN: attnc compile examples/docs_sink.attn -arch sm_80 --emit mlir | filecheck %s --check-prefix=RUNS
+// RUN: attnc compile examples/docs_sink.attn -arch sm_80 --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-insert-pipelines,attn-lower-sm80{run_ranges=false}" | filecheck %s --check-prefix=BLOCKMAP
 // RUN: not attnc compile examples/mha.attn -arch sm_80 --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-insert-pipelines,attn-lower-sm80,attn-lower-sm80" 2>&1 | filecheck %s --check-prefix=TWICE
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-insert-pipelines,attn-lower-sm80" 2>&1 | filecheck %s --check-prefix=NOSOURCE
 
@@ -18,6 +19,10 @@
 // CHECK: gpu.return
 
 // The block map of a mask that reads params is a second kernel, launched first.
+// RUNS: gpu.module @attnc_kernels attributes {attn.kernels = "[{\22name\22: \22qtiles\22{{.*}}{\22name\22: \22attn_fwd\22
+// RUNS-NOT: @attnc_docs_sink_blockmap
+// RUNS-DAG: gpu.func @attnc_docs_sink_fwd(
+// RUNS-DAG: gpu.func @attnc_docs_sink_qtiles(
 // BLOCKMAP: gpu.module @attnc_kernels attributes {attn.kernels = "[{\22name\22: \22qtiles\22{{.*}}{\22name\22: \22blockmap\22{{.*}}{\22name\22: \22attn_fwd\22
 // BLOCKMAP-DAG: gpu.func @attnc_docs_sink_fwd(
 // BLOCKMAP-DAG: gpu.func @attnc_docs_sink_blockmap(

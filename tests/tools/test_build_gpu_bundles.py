@@ -38,7 +38,8 @@ def test_examples_are_rewritten_to_each_dtype_and_head_dim(path):
 
 def test_every_example_gets_both_dtypes_and_two_head_dim_pairs():
     jobs = builder.example_jobs()
-    assert len(jobs) == 8 * len(EXAMPLES) and len({j.name for j in jobs}) == len(jobs)
+    assert len(jobs) == 8 * len(EXAMPLES) + 4 * len(builder.RANGES_BOTH_WAYS)
+    assert len({j.name for j in jobs}) == len(jobs)
     diff = {tuple(j.meta["head_dim"]) for j in jobs if j.meta["example"] == "diff_head_dims"}
     assert diff == {(128, 64), (64, 128)}
 
@@ -46,10 +47,25 @@ def test_every_example_gets_both_dtypes_and_two_head_dim_pairs():
 def test_every_example_also_runs_with_the_other_kernel_choices():
     """Each example's second job differs only by asking for attn-lower-sm80's other
     choices, which the builder resolves from the default spec."""
-    jobs = builder.example_jobs()
+    jobs = [j for j in builder.example_jobs() if not j.meta.get("flip_ranges")]
     for a, b in zip(jobs[0::2], jobs[1::2]):
         assert b.name == f"{a.name}_other" and b.source == a.source
         assert b.meta == {**a.meta, "other_choices": True} and "pipeline" not in a.meta
+
+
+@pytest.mark.parametrize("arch, ranges", [("sm_80", False), ("sm_90a", True)])
+def test_a_documents_example_also_runs_with_its_ranges_found_the_other_way(tmp_path, arch, ranges):
+    """Note [Ranges from the runs]: from the table's runs by default on sm_80, from a
+    block map on sm_90a; the `_ranges` bundle flips that alone."""
+    pytest.importorskip("mlir")
+    name = "ex_docs_sink_bf16_d64x64_ranges"
+    job = next(j for j in builder.example_jobs() if j.name == name).for_arch(arch)
+    entry = builder.build_one(job, str(tmp_path))
+    assert "refused" not in entry, entry.get("refused")
+    manifest = json.loads((tmp_path / job.name / "manifest.json").read_text())
+    assert manifest["specialization"]["run_ranges"] is ranges
+    assert manifest["specialization"]["aligned_tiles"] is True
+    assert [k["name"] for k in manifest["kernels"]] == ["qtiles"] + ([] if ranges else ["blockmap"]) + ["attn_fwd"]
 
 
 @pytest.mark.parametrize("name, blocks, test", [

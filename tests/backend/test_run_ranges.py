@@ -1,0 +1,97 @@
+"""Ranges from the tile table's runs (Note [Ranges from the runs], attnc/backend/run_ranges.py)
+on the CPU: the code the attention kernel inlines for a block's class and for the ids'
+conjunct holding (host_jit.py), against brute force over the masks' elements, for the
+tables the table kernel writes (as tests/gpu/test_gpu_aligned_tiles.py derives them) from
+sorted ids, unsorted ids (the grid, key_end -1), and M != N (keys past M, whose ids no
+table orders, with ids of earlier documents)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnc.backend.kernel_spec import KvCtx
+from attnc.testing import build_with
+from tests.backend.host_jit import host_function
+
+SOURCE = """attention docs {
+  q: bf16[B, H, M, 64]
+  k: bf16[B, H, N, 64]
+  v: bf16[B, H, N, 64]
+  param doc: i32[B, N]
+  mask_mod(b, h, i, j) = MASK
+  out o: bf16[B, H, M, 64]
+}
+"""
+
+# mask_mod, the same over numpy index grids given the ids of rows and keys
+MASKS = {
+    "doc[b, i] == doc[b, j] and j <= i": lambda i, j, di, dj: (di == dj) & (j <= i),
+    "doc[b, j] == doc[b, i]": lambda i, j, di, dj: di == dj,
+    "doc[b, i] == doc[b, j] and i - j < 100 and j >= i - 300":
+        lambda i, j, di, dj: (di == dj) & (i - j < 100) & (j >= i - 300),
+    "doc[b, i] == doc[b, j] and (j <= 10 or i - j < 70)": lambda i, j, di, dj: (di == dj) & ((j <= 10) | (i - j < 70)),
+    "doc[b, i] == doc[b, j] and j <= i and (i - j) % 3 == 0":
+        lambda i, j, di, dj: (di == dj) & (j <= i) & ((i - j) % 3 == 0),
+}
+EXACT = ("doc[b, i] == doc[b, j] and j <= i", "doc[b, j] == doc[b, i]")
+SKIP, MIXED, FULL = 0, 1, 2
+
+
+def table(ids: np.ndarray, M: int, block_m: int) -> list[tuple[int, int, int, int]]:
+    """(row0, row_end, key0, key_end) of the table's tiles (qtiles.py), the spare ones left out."""
+    rows = ids[np.minimum(np.arange(M), len(ids) - 1)]
+    if np.any(np.diff(rows) < 0):
+        return [(t, min(t + block_m, M), 0, -1) for t in range(0, M, block_m)]
+    starts = [i for i in range(M) if i == 0 or rows[i] != rows[i - 1]] + [M]
+    return [(r, min(r + block_m, end), start, end)
+            for start, end in zip(starts, starts[1:]) for r in range(start, end, block_m)]
+
+
+@pytest.mark.parametrize("mask", list(MASKS))
+def test_block_classes_and_holds_against_brute_force(mask):
+    art = build_with(SOURCE.replace("MASK", mask), "docs.attn", "sm_80")
+    spec = art.spec
+    runs = spec.kv_range.__self__
+    bm, bn = spec.block_m, spec.block_n
+    names = ("row0", "row_end", "key0", "key_end", "M", "N", "b", "h", "n")
+
+    def body(e, a):
+        c = KvCtx(0, a["b"], a["h"], a["M"], a["N"], bm, bn, aligned=True,
+                  n_keys=e.max(e.sub(a["N"], a["key0"]), 0), row0=a["row0"], row_end=a["row_end"],
+                  key0=a["key0"], key_end=a["key_end"])
+        holds = spec.tile_holds(e, c, a["n"]) if spec.tile_holds else (e.false(), e.false())
+        return [runs.tile_class(e, c, a["n"]), *holds]
+
+    with runs.rest.module.context:         # the context of the code the hooks clone
+        run = host_function({n: "i32" for n in names}, body)
+    rng = np.random.default_rng(5)
+    checked = 0
+    for M, N, kind in ((700, 700, "sorted"), (700, 700, "unsorted"), (700, 500, "sorted"), (500, 700, "sorted"),
+                       (500, 700, "tail"), (700, 700, "one")):
+        lengths = rng.integers(1, 260, size=40)
+        ids = np.repeat(np.arange(40), lengths)[:max(M, N)].astype(np.int64)
+        if kind == "unsorted":
+            ids = rng.permutation(ids)
+        if kind == "tail":                  # keys past M, which no table orders, repeat earlier ids
+            ids[M:] = rng.choice(ids[:M], size=len(ids) - M)
+        if kind == "one":
+            ids[:] = 3
+        ids = ids[:N]                       # doc: i32[B, N]
+        rows_ids = ids[np.minimum(np.arange(M), N - 1)]
+        for row0, row_end, key0, key_end in table(ids, M, bm):
+            i = np.arange(row0, row_end)[:, None]
+            for n in range(-(-max(N - key0, 0) // bn)):
+                lo, hi = key0 + n * bn, min(key0 + (n + 1) * bn, N)
+                j = np.arange(lo, hi)[None, :]
+                kept = MASKS[mask](i, j, rows_ids[i], ids[j])
+                cls, interval_holds, ids_hold = run(row0=row0, row_end=row_end, key0=key0, key_end=key_end,
+                                                    M=M, N=N, b=0, h=0, n=n)
+                where = (mask, M, N, kind, row0, row_end, key0, key_end, n, cls)
+                truth = SKIP if not kept.any() else FULL if kept.all() else MIXED
+                exact = mask in EXACT and kind != "unsorted" and hi <= M     # keys past M: the ids' test
+                assert cls == truth if exact else cls in (truth, MIXED), where
+                assert not interval_holds, where
+                if ids_hold:
+                    assert (rows_ids[i] == ids[j]).all(), where
+                checked += 1
+    assert checked > 400
