@@ -209,7 +209,8 @@ class Sm80KernelSpec:
                                           # the FMA pipe, 0..8 (Note [Exponentials on the FMA pipe]
                                           # in sm80_softmax.py); None: exp2_on_fma decides
     banded: bool = False                   # the mask keeps a band of keys per row (tile.banded_mask)
-    blockmap: bool = False                 # the key ranges come from a block map built at run time
+    blockmap: bool = False                 # the key ranges are found at run time: from a block map,
+                                          # or from a tile table's runs (run_ranges.py)
     heads_first: Optional[bool] = None     # grid x runs over the heads, y over the query blocks
                                           # (Note [Heads first] in sm80.py); None: grid_heads_first
     lean_loads: Optional[bool] = None      # lean KV steps for block maps and bands (Note
@@ -218,11 +219,13 @@ class Sm80KernelSpec:
                                           # (Note [Staged O] in sm80_epilogue.py); None: o_staged
     split_mask: Optional[bool] = None      # partial blocks test only the conjuncts tile_holds does
                                           # not prove (Note [Conjuncts a tile holds]); None: mask_split
-    early_first: Optional[bool] = None     # load the top block of kv_hint before a block map's range
-                                          # is read (Note [First block before the map] in sm80.py);
+    early_first: Optional[bool] = None     # load the top block of kv_hint (a table tile: its diagonal)
+                                          # before the range is read from a map or scanned from the
+                                          # runs (Note [First block before the map] in sm80.py);
                                           # None: first_before_map
     aligned_tiles: bool = False            # query tiles from a tile table (Note [Document-aligned
                                           # tiles] in qtiles.py), set by the lowering with the map
+                                          # or the runs
     tiles_per_head: bool = False           # the tile table has a slot per head (else per batch)
 
     # -- derived
@@ -375,7 +378,7 @@ class Sm80KernelSpec:
     @property
     def first_before_map(self) -> bool:
         """early_first resolved: by default wherever it can be, an sm_80 kernel reading its
-        ranges from a block map with the static hull as the hint."""
+        ranges from a block map with the static hull as the hint, or from a table's runs."""
         return self._can_load_first_early if self.early_first is None else self.early_first
 
     @property
@@ -567,9 +570,11 @@ class Sm80KernelSpec:
         _require(not self.step_loads_lean or self._can_lean_loads,
                  "lean_loads needs an sm_80 kernel whose key ranges come from a block map or a band")
         _require(not self.aligned_tiles or (self.blockmap and self.takes_tile_table),
-                 "aligned_tiles needs a kernel with a block map, one query block per CTA and no producer warpgroup")
+                 "aligned_tiles needs a kernel whose key ranges are found at run time (a block map or the "
+                 "table's runs), one query block per CTA and no producer warpgroup")
         _require(not self.first_before_map or self._can_load_first_early,
-                 "early_first needs an sm_80 kernel whose key ranges come from a block map (kv_hint given)")
+                 "early_first needs an sm_80 kernel whose key ranges come from a block map (kv_hint given) "
+                 "or a tile table")
         _require(not self.o_staged or self._can_stage_o,
                  "staged_o needs a kernel with one query block per CTA, no producer warpgroup and a 16-bit O "
                  "that fits in its tiles' shared memory")

@@ -30,7 +30,9 @@ layout, derived from the mask instead of given as cumulative lengths):
   v(j) == v(i). When v is non-decreasing over [0, M), a run starting at s has v(j) <=
   v(s - 1) < v(s) = v(i) for every key j < s and row i of the run, so the mask keeps none
   of them. The kernel checks that v is non-decreasing; the keys >= key0 are all in the
-  tile's blocks and classified by the block map, so nothing else is assumed.
+  tile's blocks and classified by the block map, so nothing else is assumed -- or, without
+  a map, from key_end: the keys in [key_end, M) are dropped for the same reason
+  (Note [Ranges from the runs] in run_ranges.py).
 * Otherwise (ids not sorted, or runs whose tiles, cdiv(length, block_m) each, outnumber
   the table's) the table is the fixed grid: row0 = t * block_m, key0 = 0.
 

@@ -34,7 +34,10 @@ block before the map] in sm80.py).
 Where: a mask with the ids' conjunct whose rest reads no param and no float (the rest is
 "static" to the analysis), on the aligned tiles (`BlockMapPlan.built` False: the bundle
 holds the table's kernel and the attention kernel, no map kernel); by default on sm_80.
-Masks whose rest reads params keep the map. The option `run_ranges` of attn-lower-sm80 /
+Masks whose rest reads params keep the map; so, by default, do masks with a row interval
+and another residual conjunct beside the ids' (`doc[b, i] == doc[b, j] and j <= i and
+(i - j) % 3 == 0`), whose map records which part a MIXED tile holds (Note [Conjuncts a
+tile holds]), where the runs can say it only of the ids. The option `run_ranges` of attn-lower-sm80 /
 attn-lower-sm90a turns it off, or on for sm_90a. Measured on an H100 (M = N = 8192,
 documents of 1000 + causal, bf16; 7 interleaved rounds timed over the clock's swings;
 the same outputs to the bit as with the map; results/logs/session29_gpu.txt):
@@ -44,8 +47,9 @@ the same outputs to the bit as with the map; results/logs/session29_gpu.txt):
     sm_80,  d = 64    0.636 -> 0.627
     sm_90a, d = 128   0.439 -> 0.428
     sm_90a, d = 64    0.483 -> 0.540: the kernel spills under its register bound of four
-                      CTAs an SM (Note [CTAs per SM] in kernel_spec.py), which is then
-                      dropped; with the bound kept, 0.484. Hence not the default there.
+                      CTAs an SM (Note [CTAs per SM] in kernel_spec.py), which
+                      build_sm80_module then drops (163 registers); with the bound forced
+                      (min_ctas_per_sm=4), 0.484. Hence not the default there.
 
 There is no `tile_skip`: a block between the first and the last kept one that keeps
 nothing (a rest such as `j < 10 or j <= i`, whose holes the analysis does not split under
@@ -165,16 +169,20 @@ class RunHooks:
     def kv_range(self, e: Emit, c: KvCtx) -> KvRange:
         from attnc.backend.blockmap import _redux, row_range, scan_row
         assert c.aligned, "ranges from the runs need the tile table's tiles"
-        n_blocks = e.cdiv(c.n_keys, c.block_n)
-        # With N <= M every key past the run is known dropped: scan the run's blocks only.
-        run_blocks = e.cdiv(e.max(e.sub(e.min(c.key_end, c.N), c.key0), 0), c.block_n)
-        bounded = e.land(e.ge(c.key_end, 0), e.le(c.N, c.M))
-        n_scan = e.select(bounded, e.min(run_blocks, n_blocks), n_blocks)
+        n_scan = self.scan_end(e, c)
         lane = e.and_(nvvm.read_ptx_sreg_tid_x(e.i32), 31)
         scan = scan_row(e, lambda n: self.tile_class(e, c, n), lane, 32, n_scan, unroll=1)
         reduced = [_redux(e, x, getattr(nvvm.ReduxKind, kind)) for x, kind in
                    zip(scan, ("MIN", "MAX", "MIN", "MAX", "ADD"))]
         return row_range(e, *reduced)
+
+    def scan_end(self, e: Emit, c: KvCtx):
+        """The blocks kv_range scans, [0, scan_end): those below N, and with N <= M only the
+        run's (every key past the run is then known dropped)."""
+        n_blocks = e.cdiv(c.n_keys, c.block_n)
+        run_blocks = e.cdiv(e.max(e.sub(e.min(c.key_end, c.N), c.key0), 0), c.block_n)
+        bounded = e.land(e.ge(c.key_end, 0), e.le(c.N, c.M))
+        return e.select(bounded, e.min(run_blocks, n_blocks), n_blocks)
 
     def tile_holds(self, e: Emit, c: KvCtx, n_block):
         """(the free and linear conjuncts hold on the block: not claimed; the residual, the

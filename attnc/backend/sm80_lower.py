@@ -9,7 +9,10 @@ attn-analyze-masks recorded (sm80_variant.py). A mask that is exactly no mask, c
 mask code; every other one runs through the analysis' tile classes and the mask_mod
 region, and one that reads params (mask_kind "runtime") through a block map: a second
 kernel in the same bundle, launched first, classifies every tile on the GPU
-(blockmap.py) and the attention kernel reads it through a scratch buffer.
+(blockmap.py) and the attention kernel reads it through a scratch buffer. A documents
+mask gets document-aligned tiles from a tile table (qtiles.py), and on sm_80, where its
+other conjuncts read only indices, no map: the table's runs give the ranges
+(run_ranges.py).
 """
 from __future__ import annotations
 
@@ -119,11 +122,14 @@ def _lowering_from_ir(result) -> Sm80Lowering:
         return plain or lowering(blockmap)
     conjunct, ids = found
     tiles = replace(blockmap, qtiles=qtiles_plan(variant, block_m, ids, blockmap.per_head))
-    # Note [Ranges from the runs] (run_ranges.py): by default on sm_80, wherever the rest of the mask is static.
+    # Note [Ranges from the runs] (run_ranges.py): by default on sm_80, wherever the rest of
+    # the mask is static and the map would not record more of what a MIXED tile holds.
     wanted = runs_asked if runs_asked is not None else target == "sm_80"
     runs = run_rest(op, conjunct) if wanted else None
     if runs_asked and runs is None:
         raise error_at(op, "run_ranges needs a mask whose other conjuncts read no param and no float")
+    if runs_asked is None and runs is not None and blockmap.holds and not runs.ids_only_residual:
+        runs = None
     return lowering(replace(tiles, runs=runs))
 
 

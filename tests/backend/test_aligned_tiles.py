@@ -75,8 +75,13 @@ def test_the_run_hooks_replace_every_grid_answer():
     assert type(spec.kv_range.__self__).__name__ == "RunHooks"
     assert spec.kv_hint is None and spec.tile_partial is None and spec.tile_skip is None
     assert spec.tile_holds is not None and spec.first_before_map
-    other = _build("doc[b, i] == doc[b, j] and j <= i and (i - j) % 3 == 0").spec
-    assert other.row_residual is not None and other.tile_holds is None
+    # Another residual conjunct beside the ids': the map records which part a MIXED tile
+    # holds, the runs could only say it of the ids, so the map stays the default.
+    other = "doc[b, i] == doc[b, j] and j <= i and (i - j) % 3 == 0"
+    assert _kernels(_build(other)) == ["qtiles", "blockmap", "attn_fwd"]
+    assert _build(other).spec.mask_split
+    forced = _build(other, run_ranges=True).spec
+    assert forced.row_residual is not None and forced.tile_holds is None and not forced.mask_split
 
 
 @pytest.mark.parametrize("mask", [

@@ -49,7 +49,7 @@ def table(ids: np.ndarray, M: int, block_m: int) -> list[tuple[int, int, int, in
 
 @pytest.mark.parametrize("mask", list(MASKS))
 def test_block_classes_and_holds_against_brute_force(mask):
-    art = build_with(SOURCE.replace("MASK", mask), "docs.attn", "sm_80")
+    art = build_with(SOURCE.replace("MASK", mask), "docs.attn", "sm_80", run_ranges=True)
     spec = art.spec
     runs = spec.kv_range.__self__
     bm, bn = spec.block_m, spec.block_n
@@ -60,12 +60,12 @@ def test_block_classes_and_holds_against_brute_force(mask):
                   n_keys=e.max(e.sub(a["N"], a["key0"]), 0), row0=a["row0"], row_end=a["row_end"],
                   key0=a["key0"], key_end=a["key_end"])
         holds = spec.tile_holds(e, c, a["n"]) if spec.tile_holds else (e.false(), e.false())
-        return [runs.tile_class(e, c, a["n"]), *holds]
+        return [runs.tile_class(e, c, a["n"]), *holds, runs.scan_end(e, c)]
 
     with runs.rest.module.context:         # the context of the code the hooks clone
         run = host_function({n: "i32" for n in names}, body)
     rng = np.random.default_rng(5)
-    checked = 0
+    checked = held = 0
     for M, N, kind in ((700, 700, "sorted"), (700, 700, "unsorted"), (700, 500, "sorted"), (500, 700, "sorted"),
                        (500, 700, "tail"), (700, 700, "one")):
         lengths = rng.integers(1, 260, size=40)
@@ -84,8 +84,8 @@ def test_block_classes_and_holds_against_brute_force(mask):
                 lo, hi = key0 + n * bn, min(key0 + (n + 1) * bn, N)
                 j = np.arange(lo, hi)[None, :]
                 kept = MASKS[mask](i, j, rows_ids[i], ids[j])
-                cls, interval_holds, ids_hold = run(row0=row0, row_end=row_end, key0=key0, key_end=key_end,
-                                                    M=M, N=N, b=0, h=0, n=n)
+                cls, interval_holds, ids_hold, scan_end = run(row0=row0, row_end=row_end, key0=key0,
+                                                              key_end=key_end, M=M, N=N, b=0, h=0, n=n)
                 where = (mask, M, N, kind, row0, row_end, key0, key_end, n, cls)
                 truth = SKIP if not kept.any() else FULL if kept.all() else MIXED
                 exact = mask in EXACT and kind != "unsorted" and hi <= M     # keys past M: the ids' test
@@ -93,5 +93,10 @@ def test_block_classes_and_holds_against_brute_force(mask):
                 assert not interval_holds, where
                 if ids_hold:
                     assert (rows_ids[i] == ids[j]).all(), where
+                if n >= scan_end:                   # kv_range does not scan it: nothing kept
+                    assert not kept.any(), where
                 checked += 1
+                held += ids_hold
     assert checked > 400
+    # The ids' conjunct is proved where the kernel splits the mask (the ids alone as residual).
+    assert held > 0 if spec.tile_holds else held == 0

@@ -9,8 +9,10 @@ test_gpu_aligned_tiles.py (long runs: table tiles; unsorted: the grid):
 * the poison reaches the attention kernel: with the block map's kernel left out, the
   0xFF bytes are read as the map, and the output changes (unsorted ids). A bundle with no
   map (Note [Ranges from the runs], attnc/backend/run_ranges.py) reads only the tile
-  table, whose 0xFF entries would point its CTAs at row -1: there the table's kernel and
-  the attention kernel are left out, and the table holds the poison after the launch.
+  table, whose 0xFF entries would point its CTAs at row -1: there this test only shows
+  that the poison reaches the table (the table's kernel and the attention kernel left
+  out); that the kernel writes every entry the attention kernel reads is
+  test_gpu_aligned_tiles.py's table check, run over the poison.
 
 The other GPU suites run under ATTNC_POISON_SCRATCH=1 too (results/variants_h200.md,
 session 21), against the reference.

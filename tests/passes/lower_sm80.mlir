@@ -21,8 +21,10 @@
 // The block map of a mask that reads params is a second kernel, launched first.
 // RUNS: gpu.module @attnc_kernels attributes {attn.kernels = "[{\22name\22: \22qtiles\22{{.*}}{\22name\22: \22attn_fwd\22
 // RUNS-NOT: @attnc_docs_sink_blockmap
-// RUNS-DAG: gpu.func @attnc_docs_sink_fwd(
-// RUNS-DAG: gpu.func @attnc_docs_sink_qtiles(
+// RUNS: gpu.func @attnc_docs_sink_fwd(
+// RUNS-NOT: @attnc_docs_sink_blockmap
+// RUNS: gpu.func @attnc_docs_sink_qtiles(
+// RUNS-NOT: @attnc_docs_sink_blockmap
 // BLOCKMAP: gpu.module @attnc_kernels attributes {attn.kernels = "[{\22name\22: \22qtiles\22{{.*}}{\22name\22: \22blockmap\22{{.*}}{\22name\22: \22attn_fwd\22
 // BLOCKMAP-DAG: gpu.func @attnc_docs_sink_fwd(
 // BLOCKMAP-DAG: gpu.func @attnc_docs_sink_blockmap(
