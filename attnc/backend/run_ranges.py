@@ -40,16 +40,19 @@ and another residual conjunct beside the ids' (`doc[b, i] == doc[b, j] and j <= 
 tile holds]), where the runs can say it only of the ids. The option `run_ranges` of attn-lower-sm80 /
 attn-lower-sm90a turns it off, or on for sm_90a. Measured on an H100 (M = N = 8192,
 documents of 1000 + causal, bf16; 7 interleaved rounds timed over the clock's swings;
-the same outputs to the bit as with the map; results/logs/session29_gpu.txt):
+the same outputs to the bit as with the map; results/logs/session29_gpu.txt, section 7;
+busy time from section 5):
 
-    sm_80,  d = 128   0.523 -> 0.514 ms (the map kernel's 5.9 us gone, the attention
-                      kernel 474 -> 466 us); without the early diagonal 0.520
-    sm_80,  d = 64    0.636 -> 0.627
-    sm_90a, d = 128   0.439 -> 0.428
-    sm_90a, d = 64    0.483 -> 0.540: the kernel spills under its register bound of four
+    sm_80,  d = 128   0.523 -> 0.502 ms (a launch's busy time 482.0 -> 471.3 us: the map
+                      kernel's 5.9 us gone, the attention kernel 466.8 -> 462.0); without
+                      the early diagonal the attention kernel took 15 us more (section 2)
+    sm_80,  d = 64    0.642 -> 0.623
+    sm_90a, d = 128   0.434 -> 0.422
+    sm_90a, d = 64    0.482 -> 0.528: the kernel spills under its register bound of four
                       CTAs an SM (Note [CTAs per SM] in kernel_spec.py), which
                       build_sm80_module then drops (163 registers); with the bound forced
-                      (min_ctas_per_sm=4), 0.484. Hence not the default there.
+                      (min_ctas_per_sm=4), 0.484 against 0.483 (section 3). Hence not the
+                      default there.
 
 There is no `tile_skip`: a block between the first and the last kept one that keeps
 nothing (a rest such as `j < 10 or j <= i`, whose holes the analysis does not split under
