@@ -92,6 +92,8 @@ K/V loads wait for it. The static analysis' hull of the same mask (`kv_hint`) co
 map's range and is plain arithmetic, and its top block is often the map's first one
 (documents + causal: always, the diagonal block), so its K and V are issued right after
 Q, before the map is read (with one stage, as the prologue's loads always are, K alone).
+A tile table's tile guesses its diagonal block, with a map or with the table's runs,
+whose range is a scan of computed classes (Note [Ranges from the runs], run_ranges.py).
 Where the map's range starts at another block, the prologue waits for every copy
 (cp.async.wait_group 0) and loads that block's K and V into slot 0 again, in new groups:
 the groups before them have landed, so no wait count changes (Note [cp.async group
