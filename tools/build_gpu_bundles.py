@@ -134,8 +134,8 @@ def rewrite_example(text: str, dtype: str, d_qk: int, d_v: int) -> str:
 # resolves them from the default spec (`other_choices`).
 OTHER_INTERVAL_TEST = {"bf16": "range", "f16": "pair"}
 # A documents example also runs with the key ranges found the other way (Note [Ranges
-# from the runs] in attnc/backend/run_ranges.py: from the tile table's runs by default on
-# sm_80, from a block map on sm_90a): `_ranges`, with only run_ranges flipped.
+# from the runs] in attnc/backend/run_ranges.py: the tile table's runs or a block map,
+# whichever the default is not): `_ranges`, with only run_ranges flipped.
 RANGES_BOTH_WAYS = ("docs_sink",)
 
 
@@ -335,7 +335,9 @@ def build_one(job: Job, out: str) -> dict:
     start = time.perf_counter()
     try:
         if job.meta.get("flip_ranges"):
-            entry["pipeline"] = pipeline_with(job.arch, {LOWERING[job.arch]: {"run_ranges": job.arch != "sm_80"}})
+            from attnc.backend.sm80_lower import lowering_from_ir
+            default = lowering_from_ir(compile_mlir(job.source, f"{job.name}.attn", CompileOptions(arch=job.arch)))
+            entry["pipeline"] = pipeline_with(job.arch, {LOWERING[job.arch]: {"run_ranges": default.blockmap.built}})
         if job.meta.get("other_choices"):
             from attnc.backend.sm80_lower import spec_from_ir
             default = spec_from_ir(compile_mlir(job.source, f"{job.name}.attn", CompileOptions(arch=job.arch)))

@@ -301,6 +301,12 @@ class Sm80KernelSpec:
         return ctas if ctas >= 2 else 0
 
     @property
+    def registers_at_floor(self) -> bool:
+        """Whether the register bound of Note [CTAs per SM] leaves a thread the 128
+        registers below which the accumulators spill, and no more."""
+        return self.min_ctas >= 2 and self.min_ctas * self.threads * 128 >= SM90_REGISTERS_PER_SM
+
+    @property
     def interval_test_form(self) -> str:
         """interval_test resolved: "bits" while a lane's row holds at most 32 scores
         (block_n <= 128), else "range" (Note [One compare per score] in sm80_masks.py)."""

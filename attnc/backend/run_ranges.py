@@ -33,15 +33,19 @@ block before the map] in sm80.py).
 
 Where: a mask with the ids' conjunct whose rest reads no param and no float (the rest is
 "static" to the analysis), on the aligned tiles (`BlockMapPlan.built` False: the bundle
-holds the table's kernel and the attention kernel, no map kernel); by default on sm_80.
-Masks whose rest reads params keep the map; so, by default, do masks with a row interval
-and another residual conjunct beside the ids' (`doc[b, i] == doc[b, j] and j <= i and
-(i - j) % 3 == 0`), whose map records which part a MIXED tile holds (Note [Conjuncts a
-tile holds]), where the runs can say it only of the ids. The option `run_ranges` of attn-lower-sm80 /
-attn-lower-sm90a turns it off, or on for sm_90a. Measured on an H100 (M = N = 8192,
-documents of 1000 + causal, bf16; 7 interleaved rounds timed over the clock's swings;
-the same outputs to the bit as with the map; results/logs/session29_gpu.txt, section 7;
-busy time from section 5):
+holds the table's kernel and the attention kernel, no map kernel). Masks whose rest reads
+params keep the map. So, by default, do
+  * masks with a row interval and another residual conjunct beside the ids' (`doc[b, i]
+    == doc[b, j] and j <= i and (i - j) % 3 == 0`), whose map records which part a MIXED
+    tile holds (Note [Conjuncts a tile holds]), where the runs can say it only of the ids;
+  * kernels at the 128-register floor of Note [CTAs per SM] (Sm80KernelSpec.
+    registers_at_floor: sm_90a's 64x64 tiles at head dim 64, four CTAs an SM), where the
+    runs' kernel spilled and lost its bound (below).
+The option `run_ranges` of attn-lower-sm80 / attn-lower-sm90a turns it on or off.
+
+Measured on an H100 (M = N = 8192, documents of 1000 + causal, bf16; 7 interleaved
+rounds timed over the clock's swings; the same outputs to the bit as with the map;
+results/logs/session29_gpu.txt, section 7; busy time from section 5):
 
     sm_80,  d = 128   0.523 -> 0.502 ms (a launch's busy time 482.0 -> 471.3 us: the map
                       kernel's 5.9 us gone, the attention kernel 466.8 -> 462.0); without
@@ -52,7 +56,7 @@ busy time from section 5):
                       CTAs an SM (Note [CTAs per SM] in kernel_spec.py), which
                       build_sm80_module then drops (163 registers); with the bound forced
                       (min_ctas_per_sm=4), 0.484 against 0.483 (section 3). Hence not the
-                      default there.
+                      default at that register floor.
 
 There is no `tile_skip`: a block between the first and the last kept one that keeps
 nothing (a rest such as `j < 10 or j <= i`, whose holes the analysis does not split under

@@ -115,8 +115,10 @@ class LowerKernel(Pass):
     run_ranges: bool | None = field(default=None, metadata={
         "doc": "on the aligned tiles, compute each key block's class from the tile's run of equal ids and "
                "the static analysis of the rest of the mask, with no block map kernel (Note [Ranges from the "
-               "runs] in run_ranges.py; default: on sm_80 wherever the tiles are aligned and the mask's other "
-               "conjuncts read no param and no float; off on sm_90a)"})
+               "runs] in run_ranges.py; default: wherever the tiles are aligned and the mask's other "
+               "conjuncts read no param and no float, but for a kernel at the 128-register floor of "
+               "its CTAs per SM (sm_90a at head dim 64) and a mask with another residual conjunct "
+               "beside the ids' whose map records what a tile holds)"})
     staged_o: bool | None = field(default=None, metadata={
         "doc": "write O through shared memory in coalesced 16-byte stores instead of 4-byte stores "
                "from the accumulators (Note [Staged O]; default: Sm80KernelSpec.o_staged: where it can -- one query "

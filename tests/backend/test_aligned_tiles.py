@@ -54,11 +54,15 @@ def test_a_documents_conjunct_gets_a_tile_table(mask, kernels):
 
 
 def test_the_run_ranges_option():
-    """On by default on sm_80 only; asked for where it cannot be, an error."""
+    """On by default but at sm_90a's register floor (head dim 64 here: four CTAs an SM,
+    128 registers); asked for where it cannot be, an error."""
     mask = "doc[b, i] == doc[b, j] and j <= i"
     assert _kernels(_build(mask, run_ranges=False)) == ["qtiles", "blockmap", "attn_fwd"]
+    assert _build(mask, "sm_90a").spec.registers_at_floor
     assert _kernels(_build(mask, "sm_90a")) == ["qtiles", "blockmap", "attn_fwd"]
     assert _kernels(_build(mask, "sm_90a", run_ranges=True)) == ["qtiles", "attn_fwd"]
+    wide = build_with(DOCS.replace("MASK", mask).replace(", 64]", ", 128]"), "docs.attn", "sm_90a")
+    assert not wide.spec.registers_at_floor and _kernels(wide) == ["qtiles", "attn_fwd"]
     with pytest.raises(AttncError, match="run_ranges needs a mask whose other conjuncts read no param"):
         _build("doc[b, i] == doc[b, j] and other[b, j] > 0", run_ranges=True)
     with pytest.raises(AttncError, match="run_ranges needs the aligned tiles"):
