@@ -302,9 +302,11 @@ class Sm80KernelSpec:
 
     @property
     def registers_at_floor(self) -> bool:
-        """Whether the register bound of Note [CTAs per SM] leaves a thread the 128
-        registers below which the accumulators spill, and no more."""
-        return self.min_ctas >= 2 and self.min_ctas * self.threads * 128 >= SM90_REGISTERS_PER_SM
+        """Whether the default register bound of Note [CTAs per SM] leaves a thread just the
+        128 registers below which the accumulators spill (a bound given as min_ctas_per_sm
+        is the user's, kept whatever ptxas reports: never at the floor in this sense)."""
+        return (self.min_ctas_per_sm is None and self.min_ctas >= 2
+                and self.min_ctas * self.threads * 128 >= SM90_REGISTERS_PER_SM)
 
     @property
     def interval_test_form(self) -> str:

@@ -37,10 +37,12 @@ holds the table's kernel and the attention kernel, no map kernel). Masks whose r
 params keep the map. So, by default, do
   * masks with a row interval and another residual conjunct beside the ids' (`doc[b, i]
     == doc[b, j] and j <= i and (i - j) % 3 == 0`), whose map records which part a MIXED
-    tile holds (Note [Conjuncts a tile holds]), where the runs can say it only of the ids;
+    tile holds (Note [Conjuncts a tile holds]), where the runs can say it only of the ids
+    (unless split_mask=false: then the map's record is not read);
   * kernels at the 128-register floor of Note [CTAs per SM] (Sm80KernelSpec.
     registers_at_floor: sm_90a's 64x64 tiles at head dim 64, four CTAs an SM), where the
-    runs' kernel spilled and lost its bound (below).
+    runs' kernel spilled and lost its bound (below; a bound given as min_ctas_per_sm
+    is kept, so it does not count).
 The option `run_ranges` of attn-lower-sm80 / attn-lower-sm90a turns it on or off.
 
 Measured on an H100 (M = N = 8192, documents of 1000 + causal, bf16; 7 interleaved
@@ -49,7 +51,7 @@ results/logs/session29_gpu.txt, section 7; busy time from section 5):
 
     sm_80,  d = 128   0.523 -> 0.502 ms (a launch's busy time 482.0 -> 471.3 us: the map
                       kernel's 5.9 us gone, the attention kernel 466.8 -> 462.0); without
-                      the early diagonal the attention kernel took 15 us more (section 2)
+                      the early diagonal the attention kernel took 16 us more (section 2)
     sm_80,  d = 64    0.642 -> 0.623
     sm_90a, d = 128   0.434 -> 0.422
     sm_90a, d = 64    0.482 -> 0.528: the kernel spills under its register bound of four

@@ -10,9 +10,9 @@ mask code; every other one runs through the analysis' tile classes and the mask_
 region, and one that reads params (mask_kind "runtime") through a block map: a second
 kernel in the same bundle, launched first, classifies every tile on the GPU
 (blockmap.py) and the attention kernel reads it through a scratch buffer. A documents
-mask gets document-aligned tiles from a tile table (qtiles.py), and on sm_80, where its
-other conjuncts read only indices, no map: the table's runs give the ranges
-(run_ranges.py).
+mask gets document-aligned tiles from a tile table (qtiles.py), and where its other
+conjuncts read only indices mostly no map: the table's runs give the ranges (Note
+[Ranges from the runs] in run_ranges.py says where).
 """
 from __future__ import annotations
 
@@ -128,7 +128,8 @@ def _lowering_from_ir(result) -> Sm80Lowering:
     runs = run_rest(op, conjunct) if runs_asked is not False else None
     if runs_asked and runs is None:
         raise error_at(op, "run_ranges needs a mask whose other conjuncts read no param and no float")
-    if runs_asked is None and runs is not None and blockmap.holds and not runs.ids_only_residual:
+    if (runs_asked is None and runs is not None and blockmap.holds and not runs.ids_only_residual
+            and choices.get("split_mask") is not False):
         runs = None
     lowered = lowering(replace(tiles, runs=runs))
     if runs_asked is None and runs is not None and lowered.spec.registers_at_floor:

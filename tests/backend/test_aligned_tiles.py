@@ -63,6 +63,9 @@ def test_the_run_ranges_option():
     assert _kernels(_build(mask, "sm_90a", run_ranges=True)) == ["qtiles", "attn_fwd"]
     wide = build_with(DOCS.replace("MASK", mask).replace(", 64]", ", 128]"), "docs.attn", "sm_90a")
     assert not wide.spec.registers_at_floor and _kernels(wide) == ["qtiles", "attn_fwd"]
+    # A bound the user gives is kept whatever ptxas says: the runs then too.
+    assert _kernels(_build(mask, "sm_90a", min_ctas_per_sm=4)) == ["qtiles", "attn_fwd"]
+    assert _kernels(_build(mask, min_ctas_per_sm=4)) == ["qtiles", "attn_fwd"]
     with pytest.raises(AttncError, match="run_ranges needs a mask whose other conjuncts read no param"):
         _build("doc[b, i] == doc[b, j] and other[b, j] > 0", run_ranges=True)
     with pytest.raises(AttncError, match="run_ranges needs the aligned tiles"):
@@ -86,6 +89,7 @@ def test_the_run_hooks_replace_every_grid_answer():
     assert _build(other).spec.mask_split
     forced = _build(other, run_ranges=True).spec
     assert forced.row_residual is not None and forced.tile_holds is None and not forced.mask_split
+    assert _kernels(_build(other, split_mask=False)) == ["qtiles", "attn_fwd"]     # the record unread
 
 
 @pytest.mark.parametrize("mask", [

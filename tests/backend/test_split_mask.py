@@ -68,7 +68,7 @@ def _build(path: Path, arch: str, **options):
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_the_documents_example_splits_its_mask_by_default(arch):
     path = EXAMPLES / "docs_sink.attn"
-    # With the block map (Note [Ranges from the runs] has no map on sm_80 by default).
+    # With the block map (Note [Ranges from the runs]: by default docs_sink has none).
     split, plain = (_build(path, arch, run_ranges="false", **o) for o in ({}, {"split_mask": "false"}))
     assert split.manifest["specialization"]["split_mask"] is True
     assert plain.manifest["specialization"]["split_mask"] is False
