@@ -116,7 +116,7 @@ shape.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from mlir import ir
 from mlir.dialects import arith, gpu, llvm, nvvm, scf
@@ -131,6 +131,9 @@ from attnc.errors import AttncError
 from attnc.frontend.variant import Tensor
 from attnc.ir import MASK_MOD, PARAM, attention_ops, error_at, get_bool, region_block, yielded
 from attnc.passes.analyze_masks import mask_functions
+
+if TYPE_CHECKING:
+    from attnc.backend.run_ranges import RunRest
 
 SCRATCH = "blockmap"
 SKIP, MIXED, FULL = 0, 1, 2
@@ -166,8 +169,8 @@ class BlockMapPlan:
                                      # [Conjuncts a tile holds])
     qtiles: Optional[QTilesPlan] = None  # the query tiles of a tile table (Note [Document-aligned
                                      # tiles], qtiles.py); None: the fixed grid
-    runs: Optional[object] = None    # run_ranges.RunRest: no map is built, the table's runs give
-                                     # the ranges (Note [Ranges from the runs], run_ranges.py)
+    runs: Optional["RunRest"] = None  # no map is built, the table's runs give the ranges
+                                     # (Note [Ranges from the runs], run_ranges.py)
 
     @property
     def built(self) -> bool:
@@ -602,11 +605,7 @@ def blockmap_hooks(plan: BlockMapPlan):
         if c.aligned:
             # The map kernel writes a table tile's blocks from its key origin on only.
             n_blocks = e.cdiv(c.n_keys, plan.block_n)
-        lane = e.and_(nvvm.read_ptx_sreg_tid_x(e.i32), 31)
-        scan = scan_row(e, lambda n: _load_class(e, row, n), lane, 32, n_blocks)
-        reduced = [_redux(e, x, getattr(nvvm.ReduxKind, kind)) for x, kind in
-                   zip(scan, ("MIN", "MAX", "MIN", "MAX", "ADD"))]
-        return row_range(e, *reduced)
+        return warp_range(e, lambda n: _load_class(e, row, n), n_blocks)
 
     def tile_partial(e: Emit, c: KvCtx, n_block) -> ir.Value:
         row, _ = _map_row(e, plan, c)
@@ -615,6 +614,17 @@ def blockmap_hooks(plan: BlockMapPlan):
     kv_range.__qualname__ = f"{_tag(plan)}.kv_range"
     tile_partial.__qualname__ = f"{_tag(plan)}.tile_partial"
     return kv_range, tile_partial, (blockmap_param(plan),)
+
+
+def warp_range(e: Emit, load_class, n_blocks, unroll: int = SCAN_UNROLL) -> KvRange:
+    """The KvRange of the blocks [0, n_blocks) whose classes `load_class(n)` gives, by the
+    whole warp: each lane scans its share (`scan_row`), redux.sync reduces the lanes, and
+    `row_range` makes the range (every warp of the CTA alike)."""
+    lane = e.and_(nvvm.read_ptx_sreg_tid_x(e.i32), 31)
+    scan = scan_row(e, load_class, lane, 32, n_blocks, unroll)
+    reduced = [_redux(e, x, getattr(nvvm.ReduxKind, kind)) for x, kind in
+               zip(scan, ("MIN", "MAX", "MIN", "MAX", "ADD"))]
+    return row_range(e, *reduced)
 
 
 def scan_row(e: Emit, load_class, lane, lanes: int, n_blocks, unroll: int = SCAN_UNROLL) -> list[ir.Value]:

@@ -71,16 +71,15 @@ from dataclasses import dataclass
 from typing import Optional
 
 from mlir import ir
-from mlir.dialects import nvvm
 
 from attnc.analysis.region import Node, Program
 from attnc.analysis.tile_classes import TILE_ARGS
 from attnc.analysis.to_arith import emit_function
+from attnc.backend.blockmap import FULL, MIXED, SKIP, warp_range      # the analysis' classes too
 from attnc.backend.hooks import KernelNames, MaskConjuncts, RegionCode
 from attnc.backend.kernel_spec import KvCtx, KvRange
 from attnc.backend.nvgpu_builders import Emit
 
-SKIP, MIXED, FULL = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -130,8 +129,8 @@ def _node_index(block: ir.Block, value: ir.Value) -> int:
 
 
 class RunHooks:
-    """The attention kernel's kv_range / tile_partial / tile_skip / tile_holds for a tile
-    of the table (Note [Ranges from the runs])."""
+    """The attention kernel's kv_range and tile_holds for a tile of the table (Note
+    [Ranges from the runs])."""
 
     def __init__(self, rest: RunRest, names: KernelNames):
         self.rest = rest
@@ -176,14 +175,8 @@ class RunHooks:
 
     # -- the hooks
     def kv_range(self, e: Emit, c: KvCtx) -> KvRange:
-        from attnc.backend.blockmap import _redux, row_range, scan_row
         assert c.aligned, "ranges from the runs need the tile table's tiles"
-        n_scan = self.scan_end(e, c)
-        lane = e.and_(nvvm.read_ptx_sreg_tid_x(e.i32), 31)
-        scan = scan_row(e, lambda n: self.tile_class(e, c, n), lane, 32, n_scan, unroll=1)
-        reduced = [_redux(e, x, getattr(nvvm.ReduxKind, kind)) for x, kind in
-                   zip(scan, ("MIN", "MAX", "MIN", "MAX", "ADD"))]
-        return row_range(e, *reduced)
+        return warp_range(e, lambda n: self.tile_class(e, c, n), self.scan_end(e, c), unroll=1)
 
     def scan_end(self, e: Emit, c: KvCtx):
         """The blocks kv_range scans, [0, scan_end): those below N, and with N <= M only the
