@@ -396,15 +396,18 @@ class _TableKernel:
         before, total = loop.results
         return combine(before, exclusive), total
 
-    def _store(self, t, field: int, value) -> None:
+    def _field(self, t, field: int):
+        """The address of a field (0-3) of entry t."""
         e = self.e
-        llvm.store(value, self.base.offset(e.add(e.mul(e.to_i64(t), e.c64(4)), e.c64(field))).ptr)
+        return self.base.offset(e.add(e.mul(e.to_i64(t), e.c64(4)), e.c64(field))).ptr
+
+    def _store(self, t, field: int, value) -> None:
+        llvm.store(value, self._field(t, field))
 
     def _load(self, t, field: int):
         """A field of entry t as this CTA wrote it (a plain load: not through the
         read-only cache, after the barrier that orders the stores before it)."""
-        e = self.e
-        return llvm.load(e.i32, self.base.offset(e.add(e.mul(e.to_i64(t), e.c64(4)), e.c64(field))).ptr)
+        return llvm.load(self.e.i32, self._field(t, field))
 
     def _first_of_run(self, t):
         """The first tile of tile t's run: t - (row0 - key0) / block_m (a run's tiles are

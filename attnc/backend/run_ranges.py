@@ -154,10 +154,9 @@ class RunHooks:
         return lo, e.min(e.add(lo, c.block_n), c.N)
 
     def _rest(self, e: Emit, c: KvCtx, n_block):
+        from attnc.backend.sm80_variant import analysis_dims
         lo, hi = self._keys(e, c, n_block)
-        args = list(self.code.block.arguments)[len(TILE_ARGS):]
-        dims = [self.names.dim(e, d) if any(True for _ in a.uses) else e.c32(0)
-                for d, a in zip(self.rest.dims, args)]
+        dims = analysis_dims(e, self.names, self.code, self.rest.dims, len(TILE_ARGS))
         return self.code(e, c.row0, e.min(c.row_end, c.M), lo, hi, c.b, c.h, *dims)
 
     def _ids(self, e: Emit, c: KvCtx, n_block):

@@ -124,17 +124,16 @@ def _lowering_from_ir(result) -> Sm80Lowering:
     tiles = replace(blockmap, qtiles=qtiles_plan(variant, block_m, ids, blockmap.per_head))
     # Note [Ranges from the runs] (run_ranges.py): by default wherever the rest of the mask
     # is static, the map would not record more of what a MIXED tile holds, and the kernel
-    # does not sit at the 128-register floor of its CTAs per SM.
-    runs = run_rest(op, conjunct) if runs_asked is not False else None
+    # does not sit at the 128-register floor of its CTAs per SM (which the hooks leave as
+    # the plain lowering has it).
+    wanted = runs_asked if runs_asked is not None else not plain.spec.registers_at_floor
+    runs = run_rest(op, conjunct) if wanted else None
     if runs_asked and runs is None:
         raise error_at(op, "run_ranges needs a mask whose other conjuncts read no param and no float")
     if (runs_asked is None and runs is not None and blockmap.holds and not runs.ids_only_residual
             and choices.get("split_mask") is not False):
         runs = None
-    lowered = lowering(replace(tiles, runs=runs))
-    if runs_asked is None and runs is not None and lowered.spec.registers_at_floor:
-        return lowering(tiles)
-    return lowered
+    return lowering(replace(tiles, runs=runs))
 
 
 def kernel_module_for(result):

@@ -138,6 +138,13 @@ def _mask_hooks(op, names: KernelNames, never_empty) -> dict[str, Any]:
             "row_residual": rows.residual_keep if rows is not None and rows.residual else None}
 
 
+def analysis_dims(e, names: KernelNames, code: RegionCode, dims: tuple[str, ...], first: int) -> list:
+    """The dim arguments (after the first `first`) of an analysis function's code; 0 for
+    those it does not read."""
+    args = list(code.block.arguments)[first:]
+    return [names.dim(e, d) if any(True for _ in a.uses) else e.c32(0) for d, a in zip(dims, args)]
+
+
 class AnalysedTiles:
     """The kernel's kv_range / tile_skip / tile_partial from attn-analyze-masks' functions."""
 
@@ -150,10 +157,7 @@ class AnalysedTiles:
         return f"AnalysedTiles({self.kv_code!r}, {self.class_code!r}, segments={self.segments})"
 
     def _dims(self, e, code: RegionCode, first: int) -> list:
-        """The dim arguments of an analysis function; 0 for those it does not read."""
-        args = list(code.block.arguments)[first:]
-        return [self.names.dim(e, d) if any(True for _ in a.uses) else e.c32(0)
-                for d, a in zip(self.dims, args)]
+        return analysis_dims(e, self.names, code, self.dims, first)
 
     def kv_range(self, e, c: KvCtx) -> KvRange:
         c.grid_only("the analysed key range")

@@ -113,7 +113,7 @@ def analyze_masks(module) -> None:
             _forget(op)
         if "mask_kind" not in op.attributes:
             try:
-                _record(op, _summarize(op))
+                _record(op, summarize_as(op))
             except OverflowError as e:
                 from attnc.ir import error_at
                 raise error_at(op, f"the mask's integer arithmetic reaches beyond 64 bits ({e}): "
@@ -139,15 +139,10 @@ def mask_functions(op) -> MaskFunctions:
     return MaskFunctions(kind, dims, tile, kv, get_int(op, "kv_segments"))
 
 
-def _summarize(op) -> MaskSummary:
-    """Read the op and run the analysis (attnc.analysis): no IR is changed here."""
-    return summarize_as(op)
-
-
 def summarize_as(op, program: Program | None = None) -> MaskSummary:
-    """The analysis of the op's mask_mod, or of `program` in its place (a mask_mod
-    rewritten as a Program, over the same arguments and dims), with the checks and the
-    fallback the pass applies."""
+    """Read the op and run the analysis (attnc.analysis) of its mask_mod, or of `program`
+    in its place (a mask_mod rewritten as a Program, over the same arguments and dims),
+    with the checks and the fallback the pass applies: no IR is changed here."""
     from attnc.ir import MASK_MOD, error_at, get_bool, get_int, get_shape
 
     missing = [key for key in TILE_SIZES if key not in op.attributes]

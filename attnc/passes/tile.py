@@ -39,16 +39,19 @@ class TileError(Exception):
     """A tile that cannot be built; the pass turns it into a located AttncError."""
 
 
+_CHOSEN = " (default: the target's choice for the head dims and the mask; --emit mlir shows it)"
+
+
 @dataclass(frozen=True)
 class Tile(Pass):
     """Choose block_m, block_n, stages and warps per target and head dim (attributes on attn.attention)."""
 
     name: ClassVar[str] = "attn-tile"
     target: str | None = field(default=None, metadata={"doc": "sm_80, sm_90a or sm_100a (default: -arch)"})
-    block_m: int | None = field(default=None, metadata={"doc": "query rows per Q tile (default: the target's choice for the head dims and the mask; --emit mlir shows it)"})
-    block_n: int | None = field(default=None, metadata={"doc": "keys per KV block (default: the target's choice for the head dims and the mask; --emit mlir shows it)"})
-    stages: int | None = field(default=None, metadata={"doc": "K/V buffers in flight (default: the target's choice for the head dims and the mask; --emit mlir shows it)"})
-    num_warps: int | None = field(default=None, metadata={"doc": "warps per CTA, all roles (default: the target's choice for the head dims and the mask; --emit mlir shows it)"})
+    block_m: int | None = field(default=None, metadata={"doc": "query rows per Q tile" + _CHOSEN})
+    block_n: int | None = field(default=None, metadata={"doc": "keys per KV block" + _CHOSEN})
+    stages: int | None = field(default=None, metadata={"doc": "K/V buffers in flight" + _CHOSEN})
+    num_warps: int | None = field(default=None, metadata={"doc": "warps per CTA, all roles" + _CHOSEN})
     q_tiles: int | None = field(default=None, metadata={"doc": "Q tiles per CTA (sm_100a: 1 or 2; default: the target's choice)"})
 
     def run(self, module) -> None:
