@@ -1,0 +1,298 @@
+"""When and where every CTA of a bench_variants sm_80 bundle's attention kernel runs:
+a time line from the GPU's global timer, to split a launch's time into the CTAs' own
+work, the gaps between them and the grid's tail.
+
+    python3 bench/cta_timeline.py --bundles DIR [--cases causal,doc_causal] [--head-dims 128]
+                                  [--launches 20] [--json out.json]
+
+Note [CTA time line]: the tool copies the bundle, adds to its PTX (the code an sm_80
+bundle runs on an SM90 GPU) a module-scope array and, in the attention kernel, a read of
+%globaltimer at entry and a store at every `ret` by thread 0 of (start, end, %smid,
+linear CTA id); the copy's manifest takes the new PTX's sha256, and the runtime loads it
+as it loads any bundle. The stamps add a few instructions a CTA, no barrier and no
+register a loop carries. From the stamps of the last of --launches launches:
+
+* busy: the sum over CTAs of end - start, against the slots (SMs x the CTAs an SM holds,
+  the most seen at once on any SM) times the launch's span (last end - first start);
+* the CTA's duration against its key blocks (from the grid order, Note [Heads first] in
+  sm80.py, and the bench's mask: causal, or documents of 1000 + causal on the tile
+  table of Note [Document-aligned tiles]): a least-squares line a + b * blocks, where a is
+  a query tile's fixed cost and b a key block's;
+* the gap on a slot between one CTA's end and the next one's start on the same SM;
+* the tail: the span after the first SM runs out of work.
+
+%globaltimer counts nanoseconds (its updates are about 32 ns apart on an H100); a CTA's
+stamps come from the SM it ran on. The launch is timed apart with CUDA events, unpatched.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "bench")]
+
+import attnc_runtime  # noqa: E402
+from attnc_runtime import driver  # noqa: E402
+from bench_variants import SHAPES, attnc_params, inputs  # noqa: E402
+
+SYMBOL = "attnc_cta_timeline"
+RECORD = 32                     # start, end (u64); first and last wait (low 32 bits), smid, cta (u32)
+DOC = 1000
+
+
+def _record_address(n: int) -> str:
+    """PTX setting %tlq2 to this CTA's record (label suffix n keeps the names apart)."""
+    return ("\tmov.u32 %tlr1, %ctaid.x;\n\tmov.u32 %tlr2, %ctaid.y;\n\tmov.u32 %tlr3, %ctaid.z;\n"
+            "\tmov.u32 %tlr4, %nctaid.x;\n\tmov.u32 %tlr5, %nctaid.y;\n"
+            "\tmad.lo.u32 %tlr6, %tlr3, %tlr5, %tlr2;\n\tmad.lo.u32 %tlr6, %tlr6, %tlr4, %tlr1;\n"
+            f"\tmov.u64 %tlq2, {SYMBOL};\n\tmul.wide.u32 %tlq3, %tlr6, {RECORD};\n"
+            "\tadd.u64 %tlq2, %tlq2, %tlq3;\n")
+
+
+def patch_ptx(ptx: str, kernel: str, ctas: int) -> str:
+    """The PTX with the stamps of Note [CTA time line] in entry `kernel`."""
+    head = re.search(r"\.visible \.entry " + re.escape(kernel) + r"\(", ptx)
+    if head is None:
+        raise SystemExit(f"no entry {kernel} in the PTX")
+    body_open = ptx.index("{", ptx.index(")", head.end()))
+    close = _matching_brace(ptx, body_open)
+    body = ptx[body_open + 1:close]
+    # At entry thread 0 stores the start; no stamp is held in a register past its store.
+    entry = ("\n\t.reg .b64 %tlq<4>;\n\t.reg .b32 %tlr<10>;\n\t.reg .pred %tlp<2>;\n"
+             "\tmov.u64 %tlq0, %globaltimer;\n"
+             "\tmov.u32 %tlr0, %tid.x;\n\tsetp.ne.u32 %tlp0, %tlr0, 0;\n\t@%tlp0 bra $L__tl_entry;\n"
+             + _record_address(0) + "\tst.global.u64 [%tlq2], %tlq0;\n\tmov.u32 %tlr8, -1;\n\tmov.u32 %tlr9, 0;\n"
+             "\tst.global.v2.u32 [%tlq2+16], {%tlr8, %tlr9};\n$L__tl_entry:\n")
+    # After the text's first wait for copies followed by a barrier (the top of the first
+    # loop's steps) thread 0 keeps the earliest time (red.min: the first step's top), and
+    # after its last (the epilogue's wait, which the one-block kernel's text ends with) the
+    # latest (red.max).
+    def waited(n: int, first: bool) -> str:
+        return ("\n\tmov.u32 %tlr8, %globaltimer_lo;\n\tmov.u32 %tlr0, %tid.x;\n\tsetp.ne.u32 %tlp1, %tlr0, 0;\n"
+                f"\t@%tlp1 bra $L__tl_wait{n};\n" + _record_address(0)
+                + ("\tred.global.min.u32 [%tlq2+16], %tlr8;\n" if first else
+                   "\tred.global.max.u32 [%tlq2+20], %tlr8;\n") + f"$L__tl_wait{n}:")
+    count = 0
+
+    def stamp(match: re.Match) -> str:
+        nonlocal count
+        count += 1
+        label = f"$L__tl_skip{count}"
+        return (f"{match.group(1)}mov.u64 %tlq1, %globaltimer;\n"
+                "\tmov.u32 %tlr0, %tid.x;\n\tsetp.ne.u32 %tlp0, %tlr0, 0;\n"
+                f"\t@%tlp0 bra {label};\n" + _record_address(count) + "\tmov.u32 %tlr7, %smid;\n"
+                "\tst.global.u64 [%tlq2+8], %tlq1;\n"
+                "\tst.global.v2.u32 [%tlq2+24], {%tlr7, %tlr6};\n"
+                f"{label}:\n{match.group(1)}ret;")
+
+    body = re.sub(r"(\n[ \t]*)ret;", stamp, body)
+    if not count:
+        raise SystemExit(f"entry {kernel} has no ret")
+    tops = list(re.finditer(r"cp\.async\.wait_group[^;]*;\s*bar\.sync[^;]*;", body))
+    if len(tops) < 2:
+        raise SystemExit(f"entry {kernel} has fewer than two waits for copies followed by a barrier")
+    for n, top in ((1, tops[-1]), (0, tops[0])):
+        body = body[:top.end()] + waited(n, n == 0) + body[top.end():]
+    decl_end = _after_declarations(body)
+    body = body[:decl_end] + entry + body[decl_end:]
+    array = f".global .align 16 .b8 {SYMBOL}[{RECORD * ctas}];\n\n"
+    return ptx[:head.start()] + array + ptx[head.start():body_open + 1] + body + ptx[close:]
+
+
+def _matching_brace(text: str, start: int) -> int:
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    raise SystemExit("unbalanced braces in the PTX")
+
+
+def _after_declarations(body: str) -> int:
+    """The offset just past the body's leading .reg/.shared/.local declarations."""
+    pos = 0
+    for line in body.splitlines(keepends=True):
+        stripped = line.strip()
+        if stripped and not stripped.startswith((".reg", ".shared", ".local", "//")):
+            break
+        pos += len(line)
+    return pos
+
+
+def patched_bundle(src: Path, dst: Path, ctas: int) -> None:
+    shutil.copytree(src, dst)
+    manifest = json.loads((dst / "manifest.json").read_text())
+    kernel = manifest["kernels"][-1]            # the attention kernel: launched last
+    ptx_file = dst / manifest["code"]["ptx"]
+    ptx = patch_ptx(ptx_file.read_text(), kernel["symbol"], ctas)
+    ptx_file.write_text(ptx)
+    manifest["code"].pop("cubin", None)
+    manifest.get("code_sha256", {}).pop("cubin", None)
+    manifest["code_sha256"]["ptx"] = hashlib.sha256(ptx.encode()).hexdigest()
+    (dst / "manifest.json").write_text(json.dumps(manifest, indent=1))
+
+
+def read_stamps(digest: str, ctas: int) -> np.ndarray:
+    """(ctas, 6) int64: start, first mma, last mma, end, smid, cta; from the module loaded
+    from the PTX of sha256 `digest` (the runtime's module cache, driver._modules)."""
+    from cuda.bindings import driver as cu
+    for (_, key), module in driver._modules.items():
+        if key != digest:
+            continue
+        err, ptr, size = cu.cuModuleGetGlobal(module, SYMBOL.encode())
+        driver.check((err,), f"cuModuleGetGlobal({SYMBOL})")
+        raw = np.zeros(size, dtype=np.uint8)
+        driver.check(cu.cuMemcpyDtoH(raw.ctypes.data, ptr, size), "cuMemcpyDtoH")
+        wide = raw.view(np.uint64).reshape(-1, 4)[:ctas].astype(np.int64)
+        words = raw.view(np.uint32).reshape(-1, 8)[:ctas].astype(np.int64)
+        out = np.zeros((ctas, 6), dtype=np.int64)
+        out[:, 0], out[:, 3] = wide[:, 0], wide[:, 1]
+        for col, word in ((1, 4), (2, 5)):          # low 32 bits, after the start
+            out[:, col] = out[:, 0] + ((words[:, word] - out[:, 0]) % (1 << 32))
+        out[:, 4], out[:, 5] = words[:, 6], words[:, 7]
+        return out
+    raise SystemExit(f"no module of the patched PTX ({digest[:12]}) is loaded")
+
+
+def blocks_of(case: str, grid: tuple, spec: dict, M: int) -> np.ndarray:
+    """Key blocks of every CTA (linear id x + nx * (y + ny * z)), from the grid's order
+    (Note [Heads first] in sm80.py: heads on x and the query tile, from the last, on y;
+    or the query block, from the last, on x and heads on y) and the bench's mask:
+    causal, or documents of DOC + causal on the tile table (Note [Document-aligned tiles])."""
+    bm, bn = spec["block_m"], spec["block_n"]
+    nx, ny, nz = grid
+    nt = ny if spec["heads_first"] else nx
+    if case == "causal":
+        tiles = [-(-min((m + 1) * bm, M) // bn) for m in range(nt)]
+    elif case == "doc_causal":
+        tiles = []
+        for s in range(0, M, DOC):
+            e = min(s + DOC, M)
+            tiles += [-(-(min(r + bm, e) - s) // bn) for r in range(s, e, bm)]
+        tiles += [0] * (nt - len(tiles))
+    else:
+        raise SystemExit(f"no block count for case {case}")
+    x, y, z = np.meshgrid(np.arange(nx), np.arange(ny), np.arange(nz), indexing="ij")
+    tile = (ny - 1 - y) if spec["heads_first"] else (nx - 1 - x)
+    out = np.zeros(nx * ny * nz, dtype=np.int64)
+    out[(x + nx * (y + ny * z)).ravel()] = np.asarray(tiles)[tile.ravel()]
+    return out
+
+
+def analyse(stamps: np.ndarray, blocks: np.ndarray) -> dict:
+    start, first, last, end, sm = (stamps[:, i] for i in range(5))
+    span = float(end.max() - start.min())
+    work = blocks > 0
+    dur = (end - start).astype(float)
+    body = (last - first)[work].astype(float)
+    slope, intercept = np.polyfit(blocks[work], body, 1)
+    slots, gaps, finishes = 0, [], []
+    for s in np.unique(sm):
+        sel = np.where(sm == s)[0]
+        st, en = start[sel], end[sel]
+        order = np.argsort(st, kind="stable")
+        st, en = st[order], en[order]
+        live = np.cumsum(np.r_[np.ones(len(st)), -np.ones(len(en))][np.argsort(np.r_[st, en], kind="stable")])
+        slots = max(slots, int(live.max()))
+        finishes.append(en.max())
+    sms = len(finishes)
+    for s in np.unique(sm):
+        sel = np.where(sm == s)[0]
+        order = np.argsort(start[sel], kind="stable")
+        st, en = start[sel][order], end[sel][order]
+        ends = sorted(en[:slots].tolist())
+        for x, y in zip(st[slots:], en[slots:]):
+            gaps.append(float(x - ends.pop(0)))       # the slot the earliest end freed
+            ends = sorted(ends + [y])
+    finishes = np.array(finishes)
+    slot_time = sms * slots * span
+    us = 1e-3
+    return {
+        "ctas": int(len(stamps)), "working_ctas": int(work.sum()), "blocks_total": int(blocks.sum()),
+        "sms": sms, "slots_per_sm": slots, "span_us": span * us,
+        "busy_fraction": float(dur.sum() / slot_time),
+        "prologue_us": float(np.mean((first - start)[work])) * us,
+        "epilogue_us": float(np.mean((end - last)[work])) * us,
+        "steps_per_block_us": float(slope) * us, "steps_intercept_us": float(intercept) * us,
+        "steps_fit_rms_us": float(np.sqrt(np.mean((body - intercept - slope * blocks[work]) ** 2))) * us,
+        "fixed_fraction": float(((first - start) + (end - last))[work].sum() / dur[work].sum()),
+        "gap_mean_us": float(np.mean(gaps)) * us if gaps else 0.0,
+        "gap_fraction": float(np.sum(gaps) / slot_time) if gaps else 0.0,
+        "tail_us": float(end.max() - finishes.min()) * us,
+        "idle_after_finish_fraction": float(np.sum(end.max() - finishes) * slots / slot_time),
+        "empty_cta_us": float(dur[~work].mean()) * us if (~work).any() else 0.0,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bundles", required=True)
+    ap.add_argument("--cases", default="causal,doc_causal")
+    ap.add_argument("--head-dims", default="128")
+    ap.add_argument("--launches", type=int, default=20)
+    ap.add_argument("--tags", help="experiment bundles (tools/build_exp_bundles.py) of these tags, "
+                                   "comma-separated, instead of the bench_variants ones")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    bundles = Path(args.bundles)
+    suite, tags = ("exp", args.tags.split(",")) if args.tags else ("bench_variants", [None])
+    index = {(e.get("arch", "sm_80"), e["case"], e["head_dim"], e.get("tag")): e
+             for e in json.loads((bundles / "index.json").read_text()) if e.get("suite") == suite}
+    print(f"GPU: {torch.cuda.get_device_name()}")
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for d in map(int, args.head_dims.split(",")):
+            b, h = SHAPES[d]
+            q, k, v = inputs(d)
+            M = q.shape[2]
+            for case, tag in ((c, t) for c in args.cases.split(",") for t in tags):
+                entry = index.get(("sm_80", case, d, tag))
+                if entry is None or "refused" in entry:
+                    print(f"sm_80 {case} d={d} {tag or ''}: no bundle")
+                    continue
+                src = bundles / entry["path"]
+                params = attnc_params(case, b, h)
+                plain = attnc_runtime.load(src).bind(q=q, k=k, v=v, **params)
+                ms = _event_ms(plain, args.launches)
+                grid = tuple(plain.plan.grids[-1])
+                spec = plain.bundle.manifest.specialization
+                ctas = grid[0] * grid[1] * grid[2]
+                dst = Path(tmp) / f"{src.name}_{tag or 'base'}_timeline"
+                patched_bundle(src, dst, ctas)
+                stamped = attnc_runtime.load(dst).bind(q=q, k=k, v=v, **params)
+                stamped_ms = _event_ms(stamped, args.launches)
+                same = all(torch.equal(plain.outputs[n], stamped.outputs[n]) for n in plain.outputs)
+                stamps = read_stamps(stamped.bundle.digests["ptx"], ctas)
+                row = {"case": case, "d": d, "tag": tag, "grid": grid, "event_ms": ms, "stamped_event_ms": stamped_ms,
+                       "outputs_equal": same, **analyse(stamps, blocks_of(case, grid, spec, M))}
+                results.append(row)
+                print(json.dumps(row))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+def _event_ms(bound, launches: int) -> float:
+    for _ in range(5):
+        bound.launch()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(launches):
+        bound.launch()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / launches
+
+
+if __name__ == "__main__":
+    sys.exit(main())
