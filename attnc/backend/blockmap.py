@@ -125,7 +125,7 @@ from attnc.analysis.to_arith import inline_function
 from attnc.backend.blockmap_intervals import Ival, TileIntervals, Tri, WarpRange, point, unsupported
 from attnc.backend.hooks import MaskConjuncts, RegionCode, size_dims
 from attnc.backend.kernel_spec import ExtraParam, KvCtx, KvRange
-from attnc.backend.nvgpu_builders import Emit, GlobalPtr
+from attnc.backend.nvgpu_builders import Emit, GlobalPtr, warp_vote
 from attnc.backend.qtiles import SCRATCH as QTILES, QTilesPlan, cdiv_factor, read_entry, tile_count
 from attnc.errors import AttncError
 from attnc.frontend.variant import Tensor
@@ -482,7 +482,7 @@ class _BlockMapKernel:
                                lambda x, kind: _redux(e, x, getattr(nvvm.ReduxKind, kind.upper())))
             box = [point(self.b), point(self.h), Ival(t.m_lo, e.sub(t.m_hi, 1)), Ival(t.n_lo, e.sub(t.n_hi, 1))]
             truth, holds = tile_truths(e, block, ranges, box, self.plan.holds)
-        mixed = e.land(_vote(e, kept, "any"), _vote(e, e.xor(kept, e.true()), "any"))
+        mixed = e.land(warp_vote(e, kept, "any"), warp_vote(e, e.xor(kept, e.true()), "any"))
         cls = e.select(mixed, MIXED, e.c32(_UNDECIDED))
         if truth is None:
             return cls, e.c32(0)
@@ -516,8 +516,8 @@ class _BlockMapKernel:
                 kept, counts = self._keep(t, e.add(e.mul(k, UNROLL), u))
                 some = e.or_(some, e.land(counts, kept))
                 every = e.land(every, e.or_(e.xor(counts, e.true()), kept))
-            scf.yield_([e.add(k, 1), e.or_(any_kept, _vote(e, some, "any")),
-                        e.land(all_kept, _vote(e, every, "all"))])
+            scf.yield_([e.add(k, 1), e.or_(any_kept, warp_vote(e, some, "any")),
+                        e.land(all_kept, warp_vote(e, every, "all"))])
         any_kept = _cta_reduce(e, loop.results[1], "or")
         all_kept = _cta_reduce(e, loop.results[2], "and")
         return e.select(any_kept, e.select(all_kept, FULL, e.c32(MIXED)), e.c32(SKIP))
@@ -569,11 +569,6 @@ def _false(e: Emit) -> ir.Value:
 
 def _i8() -> ir.Type:
     return ir.IntegerType.get_signless(8)
-
-
-def _vote(e: Emit, pred: ir.Value, kind: str) -> ir.Value:
-    """Warp-uniform vote.sync.{any,all} over the full warp."""
-    return nvvm.VoteSyncOp(e.i1, e.c32(-1), pred, getattr(nvvm.VoteSyncKind, kind)).result
 
 
 def _cta_reduce(e: Emit, pred: ir.Value, kind: str) -> ir.Value:

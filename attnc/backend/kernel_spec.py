@@ -219,6 +219,7 @@ class Sm80KernelSpec:
                                           # (Note [Staged O] in sm80_epilogue.py); None: o_staged
     split_mask: Optional[bool] = None      # partial blocks test only the conjuncts tile_holds does
                                           # not prove (Note [Conjuncts a tile holds]); None: mask_split
+    lazy_rescale: Optional[bool] = None    # Note [Lazy rescale] in sm80_softmax.py; None: rescale_lazily
     early_first: Optional[bool] = None     # load the top block of kv_hint (a table tile: its diagonal)
                                           # before the range is read from a map or scanned from the
                                           # runs (Note [First block before the map] in sm80.py);
@@ -432,6 +433,13 @@ class Sm80KernelSpec:
                 and self.block_m * self.head_dim_v * 2 <= self.tiles_bytes)
 
     @property
+    def rescale_lazily(self) -> bool:
+        """lazy_rescale resolved (Note [Lazy rescale] in sm80_softmax.py): by default on
+        sm_80; a kernel with a constant max (static_max) has no rescale to skip."""
+        asked = self.lazy_rescale if self.lazy_rescale is not None else self.target == "sm_80"
+        return asked and self.static_max is None
+
+    @property
     def exp2_on_fma(self) -> int:
         """exp2_fma resolved (Note [Exponentials on the FMA pipe] in sm80_softmax.py), as
         measured (H200, M = N = 8192, bf16, median of 5 interleaved rounds):
@@ -575,6 +583,8 @@ class Sm80KernelSpec:
                  "with a producer warpgroup each CTA runs one query block (q_blocks_per_cta=1)")
         _require(not self.grid_heads_first or (self.blocks_per_cta == 1 and not self.warp_specialized),
                  "heads_first needs a kernel with one query block per CTA and no producer warpgroup")
+        _require(not self.lazy_rescale or self.target == "sm_80",
+                 "lazy_rescale is an sm_80 kernel's (sm_90a's kernels rescale O within their own schedule)")
         _require(not self.step_loads_lean or self._can_lean_loads,
                  "lean_loads needs an sm_80 kernel whose key ranges come from a block map or a band")
         _require(not self.aligned_tiles or (self.blockmap and self.takes_tile_table),

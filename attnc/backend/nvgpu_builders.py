@@ -400,6 +400,11 @@ class MmaSync:
         return self.operand(v) if self.dtype == "f16" else llvm.bitcast(self.e.i32, v)
 
 
+def warp_vote(e: Emit, pred: ir.Value, kind: str) -> ir.Value:
+    """Warp-uniform vote.sync.{any,all} over the full warp: i1."""
+    return nvvm.VoteSyncOp(e.i1, e.c32(-1), pred, getattr(nvvm.VoteSyncKind, kind)).result
+
+
 class Quad:
     """Reductions across the 4 lanes of a quad (the lanes holding one accumulator row)."""
 

@@ -122,7 +122,7 @@ from mlir.dialects import arith, gpu, llvm, nvvm, scf
 
 from attnc.backend.kernel_spec import KvCtx, Sm80KernelSpec, mask_hooks
 from attnc.backend.nvgpu_builders import (Approx, CpAsync, CtaBarrier, Emit, GlobalPtr, LdMatrix, MmaSync,
-                                          Quad, Smem)
+                                          Quad, Smem, warp_vote)
 from attnc.backend.qtiles import qtiles_param, read_entry, table_factors
 from attnc.backend.sm80_epilogue import Epilogue, StagedRows
 from attnc.backend.sm80_kv import KvSchedule, schedule
@@ -171,7 +171,7 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
                       "persistent": spec.persistent_ctas, "heads_first": spec.grid_heads_first,
                       "staged_o": spec.o_staged, "lean_loads": spec.step_loads_lean, "split_mask": spec.mask_split,
                       "early_first": spec.first_before_map, "aligned_tiles": spec.aligned_tiles,
-                      "exp2_fma": spec.exp2_on_fma,
+                      "exp2_fma": spec.exp2_on_fma, "lazy_rescale": spec.rescale_lazily,
                       "interval_test": spec.interval_test_form if spec.row_interval is not None else None}
     # Note [Document-aligned tiles] (qtiles.py): a CTA per entry of the tile table.
     m_blocks = (tuple(table_factors("M", spec.block_m)) if spec.aligned_tiles
@@ -290,7 +290,8 @@ class _Sm80Forward:
         self.smem = Smem(e, SMEM_SYMBOL)
         self.kv_range_fn, self.keep_fn = mask_hooks(spec)
         scale_log2 = LOG2E * spec.score_mod_out if spec.score_mod else spec.scale * LOG2E
-        self.softmax = OnlineSoftmax(e, Approx(e), Quad(e), scale_log2, spec.static_max, spec.exp2_on_fma)
+        self.softmax = OnlineSoftmax(e, Approx(e), Quad(e), scale_log2, spec.static_max, spec.exp2_on_fma,
+                                     spec.rescale_lazily)
         self.q_tile = SwizzledTile(0, spec.block_m, spec.head_dim_qk)
         self.k_tile = SwizzledTile(spec.q_tile_bytes, spec.block_n, spec.head_dim_qk)
         self.v_tile = SwizzledTile(spec.q_tile_bytes + spec.k_tile_bytes, spec.block_n, spec.head_dim_v)
@@ -531,9 +532,26 @@ class _Sm80Forward:
         if s.stages > 1:
             self._wait_v_and_load_k(t, n_block, kv, slot, ragged, ask_skip)
         if alpha is not None:
-            acc_o = [[[e.fmul(x, alpha[2 * mi + i // 2]) for i, x in enumerate(atom)]
-                      for atom in acc_o[mi]] for mi in range(s.m_atoms)]
+            acc_o = self._rescale(acc_o, alpha, self.softmax.moved)
         return self._pv(p, acc_o, slot), state
+
+    def _rescale(self, acc_o, alpha, moved):
+        """O *= alpha per row; with `moved` (Note [Lazy rescale]), only in a warp where
+        some row's max moved."""
+        e, s = self.e, self.spec
+
+        def scaled():
+            return [[[e.fmul(x, alpha[2 * mi + i // 2]) for i, x in enumerate(atom)]
+                     for atom in acc_o[mi]] for mi in range(s.m_atoms)]
+        if moved is None:
+            return scaled()
+        flat = self._flat(acc_o)
+        branch = scf.IfOp(warp_vote(e, moved, "any"), [x.type for x in flat], has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            scf.yield_(self._flat(scaled()))
+        with ir.InsertionPoint(branch.else_block):
+            scf.yield_(flat)
+        return self._unflatten(list(branch.results))
 
     def _scores(self, acc_s, n_block, mode: str, skip):
         """S of block n_block as rows, with the score_mod and (mode 'partial') the mask

@@ -29,6 +29,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from mlir.dialects import arith
+
 from attnc.backend.nvgpu_builders import Approx, Emit, Quad, exp2_fma
 
 LN2 = math.log(2.0)
@@ -75,13 +77,28 @@ class SoftmaxState:
 # a rounding above 0, which the emulation takes as well (exact exponent for x < 128).
 
 
+# Note [Lazy rescale]: FlashAttention-4's conditional rescale on mma.sync. A row keeps its
+# running max m until a block's scores exceed it by more than LAZY_LOG2 in exp2 units
+# ((m' - m) * c > 8); until then its probabilities are exp2(x * c - m * c) <= 2^8 (f32
+# and bf16/f16's P hold that), its alpha is exactly 1 and its O is left as it is. The
+# result is the same softmax up to rounding: O and l carry the same stale max, which the
+# final 1 / l and the lse (m * c + log2 l) cancel. A warp skips the multiply of its O
+# accumulators (head_dim_v / 2 FMULs a row pair) unless some row of it moved (vote.any),
+# as a branch around them. A row with nothing kept so far (m' = -inf) keeps m = -inf.
+
+
+LAZY_LOG2 = 8.0
+
+
 class OnlineSoftmax:
     def __init__(self, e: Emit, approx: Approx, quad: Quad, scale_log2: float,
-                 static_max: float | None = None, exp2_fma: int = 0):
+                 static_max: float | None = None, exp2_fma: int = 0, lazy: bool = False):
         self.e, self.approx, self.quad = e, approx, quad
         self.scale_log2 = scale_log2
         self.static_max = static_max        # Note [Bounded score_mod]; None: the running max
         self.exp2_fma = exp2_fma            # Note [Exponentials on the FMA pipe]
+        self.lazy = lazy and scale_log2 > 0     # Note [Lazy rescale]
+        self.moved = None                   # after a lazy step: i1, some row of this thread moved
         # Note [Empty rows]: the lowest running max the exponentials take
         self.lowest = -min(F32_MAX, F32_MAX / scale_log2 * (1 - 2.0 ** -20))
 
@@ -106,11 +123,20 @@ class OnlineSoftmax:
         e = self.e
         e_c = e.cf(self.scale_log2)
         probs, m_new, l_new, alphas = [], [], [], []
+        self.moved = None
         for row, m_old, l_old in zip(scores, state.m, state.l):
             m = e.fmax(m_old, self.quad.allreduce(_tree(row, e.fmax), e.fmax))
+            if self.lazy:
+                # Note [Lazy rescale]: unordered (-inf - -inf) keeps the old max too
+                keep = arith.cmpf(arith.CmpFPredicate.ULE, e.fsub(m, m_old), e.cf(LAZY_LOG2 / self.scale_log2))
+                m = e.select(keep, m_old, m)
+                moved = e.xor(keep, e.true())
+                self.moved = moved if self.moved is None else e.or_(self.moved, moved)
             m_safe = e.fmax(m, self.lowest) if check_inf else m            # Note [Empty rows]
             neg_mc = e.fmul(m_safe, -self.scale_log2)
             alpha = self.approx.exp2(e.fma(m_old, e_c, neg_mc))
+            if self.lazy:
+                alpha = e.select(keep, e.cf(1.0), alpha)
             p = self._probs(row, e_c, neg_mc)
             probs.append(p)
             m_new.append(m)

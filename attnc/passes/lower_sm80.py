@@ -50,6 +50,7 @@ KERNEL_CHOICES: dict[str, tuple[str, type]] = {
     "early_first": ("sm80.early_first", bool),
     "aligned_tiles": ("sm80.aligned_tiles", bool),
     "run_ranges": ("sm80.run_ranges", bool),
+    "lazy_rescale": ("sm80.lazy_rescale", bool),
 }
 
 
@@ -144,6 +145,11 @@ class LowerSm80(LowerKernel):
         "doc": "for a block map, load the first key block the static mask analysis puts on top before "
                "the map's row is read, and reload it only where the map's range starts elsewhere (Note "
                "[First block before the map]; default: Sm80KernelSpec.first_before_map: on sm_80 for a block map)"})
+    lazy_rescale: bool | None = field(default=None, metadata={
+        "doc": "keep a softmax row's running max until a block's scores exceed it by 2^8 in exp2 units, "
+               "and skip a warp's rescale of O where no row of it moved (Note [Lazy rescale] in "
+               "sm80_softmax.py; sm_80 only; default: Sm80KernelSpec.rescale_lazily: on for sm_80 wherever "
+               "the max is not a constant)"})
 
 
 def lower_sm80(module, pass_target: str | None = None, **choices) -> None:
