@@ -435,8 +435,13 @@ class Sm80KernelSpec:
     @property
     def rescale_lazily(self) -> bool:
         """lazy_rescale resolved (Note [Lazy rescale] in sm80_softmax.py): by default on
-        sm_80; a kernel with a constant max (static_max) has no rescale to skip."""
-        asked = self.lazy_rescale if self.lazy_rescale is not None else self.target == "sm_80"
+        sm_80 above head dim 64, where O's rescale is 64 FMULs a row pair and skipping it
+        paid on an H100 (causal 3.174 -> 3.038 ms); at 64 the vote and branch spilled
+        12-36 bytes and measured no gain (ALiBi 3.660 -> 3.734, the window 0.960 -> 0.980;
+        results/variants_h200.md, session 30). A kernel with a constant max (static_max)
+        has no rescale to skip."""
+        asked = (self.lazy_rescale if self.lazy_rescale is not None
+                 else self.target == "sm_80" and self.head_dim_v > 64)
         return asked and self.static_max is None
 
     @property

@@ -148,8 +148,8 @@ class LowerSm80(LowerKernel):
     lazy_rescale: bool | None = field(default=None, metadata={
         "doc": "keep a softmax row's running max until a block's scores exceed it by 2^8 in exp2 units, "
                "and skip a warp's rescale of O where no row of it moved (Note [Lazy rescale] in "
-               "sm80_softmax.py; sm_80 only; default: Sm80KernelSpec.rescale_lazily: on for sm_80 wherever "
-               "the max is not a constant)"})
+               "sm80_softmax.py; sm_80 only; default: Sm80KernelSpec.rescale_lazily: on above head dim 64 "
+               "wherever the max is not a constant)"})
 
 
 def lower_sm80(module, pass_target: str | None = None, **choices) -> None:

@@ -1,0 +1,162 @@
+"""The lazy rescale (Note [Lazy rescale] in sm80_softmax.py): the online softmax with a
+row's max kept until a block passes it by 2^8, in a float32 emulation of the kernel's
+step against the exact softmax; the option `lazy_rescale` of attn-lower-sm80: its
+default, the warp's vote and branch in the PTX, the kernels it does not apply to, its
+refusal on sm_90a. Its numerics on a GPU: tests/gpu with bundles of the default."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+
+import numpy as np
+import pytest
+
+from attnc.backend.kernel_spec import SpecError, default_sm80_spec
+from attnc.backend.sm80_softmax import LAZY_LOG2
+from attnc.errors import AttncError
+from attnc.testing import build_with
+
+F32 = np.float32
+C = F32(0.125 * np.log2(np.e))          # the folded scale (Note [Folded scale]) of head dim 64
+
+
+def online(blocks: list[np.ndarray], v_blocks: list[np.ndarray], lazy: bool):
+    """(o, lse in exp2 units, rescales) of the kernel's steps over score blocks (rows x
+    keys, raw units, -inf masked), in float32: the running max, the lazy keep test and
+    alpha as sm80_softmax.py's `step` emits them, O rescaled only where a row moved."""
+    rows = blocks[0].shape[0]
+    m = np.full(rows, -np.inf, F32)
+    l = np.zeros(rows, F32)
+    o = np.zeros((rows, v_blocks[0].shape[1]), F32)
+    rescales = 0
+    with np.errstate(invalid="ignore", over="ignore"):
+        for s, v in zip(blocks, v_blocks):
+            m_new = np.maximum(m, s.max(axis=1))
+            if lazy:
+                grow = m_new - m
+                keep = ~(grow > F32(LAZY_LOG2) / C)         # unordered (NaN) keeps
+                m_new = np.where(keep, m, m_new)
+            neg_mc = -(m_new * C)
+            alpha = np.exp2(m * C + neg_mc).astype(F32)
+            if lazy:
+                alpha = np.where(keep, F32(1), alpha)
+            alpha = np.nan_to_num(alpha, nan=1.0)                # -inf - -inf: an empty row's O is 0
+            p = np.exp2(s * C + neg_mc[:, None]).astype(F32)
+            p = np.nan_to_num(p, nan=0.0)
+            if not lazy or (~keep).any():
+                o = o * alpha[:, None]
+                rescales += 1
+            l = l * alpha + p.sum(axis=1)
+            o = o + p @ v
+            m = m_new
+    lse = m * C + np.log2(l)
+    return o / l[:, None], lse, rescales
+
+
+def exact(blocks, v_blocks):
+    s = np.concatenate(blocks, axis=1).astype(np.float64) * float(C)
+    v = np.concatenate(v_blocks, axis=0).astype(np.float64)
+    mx = s.max(axis=1, keepdims=True)
+    p = np.exp2(s - mx)
+    return (p @ v) / p.sum(axis=1, keepdims=True), mx[:, 0] + np.log2(p.sum(axis=1))
+
+
+@pytest.mark.parametrize("jump", [0.0, 20.0, 200.0, 2000.0])
+def test_lazy_steps_give_the_softmax(jump):
+    """Blocks whose scores rise by `jump` (raw units) from one block to the next: the
+    lazy kernel's O and lse are the exact softmax's to f32 rounding; below the threshold
+    it never rescales after the first block, past it every block moves its rows."""
+    rng = np.random.default_rng(int(jump))
+    blocks = [(rng.standard_normal((16, 64)) * 4 + jump * k).astype(F32) for k in range(6)]
+    blocks[0][3, :] = -np.inf                   # a row empty in the first block only
+    v_blocks = [rng.standard_normal((64, 32)).astype(F32) for _ in blocks]
+    o, lse, rescales = online(blocks, v_blocks, lazy=True)
+    want_o, want_lse = exact(blocks, v_blocks)
+    np.testing.assert_allclose(o, want_o, rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(lse, want_lse, rtol=1e-5, atol=1e-4)
+    threshold = LAZY_LOG2 / float(C)
+    if jump == 0.0:
+        assert rescales == 2            # the first block (from -inf), then row 3's first scores
+    if jump * 0.9 > threshold:
+        assert rescales == len(blocks)
+
+
+def test_kept_max_bounds_the_probabilities():
+    """With the max kept, a probability is at most 2^LAZY_LOG2 (bf16 and f16 hold it)."""
+    first = np.zeros((1, 8), F32)
+    second = np.full((1, 8), F32(LAZY_LOG2 / C * 0.999))
+    m = first.max()
+    p = np.exp2(second * C - m * C)
+    assert p.max() <= 2.0 ** LAZY_LOG2 and np.isfinite(np.float16(p.max()))
+
+
+# ------------------------------------------------------------------ the kernels
+
+CAUSAL = """attention causal {
+  q: bf16[B, H, M, 128]
+  k: bf16[B, H, N, 128]
+  v: bf16[B, H, N, 128]
+  mask_mod(b, h, i, j) = j <= i
+  out o: bf16[B, H, M, 128]
+}
+"""
+SOFTCAP = """attention softcap {
+  q: bf16[B, H, M, 128]
+  k: bf16[B, H, N, 128]
+  v: bf16[B, H, N, 128]
+  score_mod(s, b, h, i, j) = 30.0 * tanh(s / 30.0)
+  mask_mod(b, h, i, j) = j <= i
+  out o: bf16[B, H, M, 128]
+}
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def built(source: str, arch: str, lower: tuple = ()):
+    return build_with(source, "lazy.attn", arch, **dict(lower))
+
+
+def votes(ptx: str) -> int:
+    return len(re.findall(r"\bvote\.sync\.any\.pred\b", ptx))
+
+
+def test_on_by_default_on_sm80_with_a_vote_per_step_loop():
+    """The default sm_80 causal kernel rescales lazily: a warp vote before each step
+    loop's rescale (one per copy of the step), none with the option off; the explicit
+    default builds the same kernel."""
+    art = built(CAUSAL, "sm_80")
+    assert art.manifest["specialization"]["lazy_rescale"] is True
+    off = built(CAUSAL, "sm_80", (("lazy_rescale", 0),))
+    assert off.manifest["specialization"]["lazy_rescale"] is False
+    assert votes(off.ptx) == 0 and votes(art.ptx) >= 2
+    assert built(CAUSAL, "sm_80", (("lazy_rescale", 1),)).ptx == art.ptx
+
+
+def test_off_by_default_at_head_dim_64():
+    """At head dim 64 the vote and branch cost more than the rescale they skip (as
+    measured): off by default, on when asked."""
+    causal64 = CAUSAL.replace("128]", "64]")
+    art = built(causal64, "sm_80")
+    assert art.manifest["specialization"]["lazy_rescale"] is False and votes(art.ptx) == 0
+    assert votes(built(causal64, "sm_80", (("lazy_rescale", 1),)).ptx) >= 2
+
+
+def test_not_where_the_max_is_a_constant():
+    """Softcap in bf16 has a constant max (Note [Bounded score_mod]): no rescale to skip,
+    the option changes nothing."""
+    art = built(SOFTCAP, "sm_80")
+    assert art.manifest["specialization"]["lazy_rescale"] is False
+    assert built(SOFTCAP, "sm_80", (("lazy_rescale", 1),)).ptx == art.ptx
+
+
+def test_sm90a_keeps_its_own_rescale():
+    """sm_90a's kernels rescale O within their own schedule: attn-lower-sm90a has no such
+    option, and a spec that asks for it is refused."""
+    art = built(CAUSAL, "sm_90a")
+    assert art.manifest["specialization"]["lazy_rescale"] is False
+    with pytest.raises(AttncError, match="has no option 'lazy_rescale'"):
+        built(CAUSAL, "sm_90a", (("lazy_rescale", 1),))
+    spec = default_sm80_spec("bf16", 128, target="sm_90a", block_m=64)
+    with pytest.raises(SpecError, match="lazy_rescale is an sm_80 kernel's"):
+        dataclasses.replace(spec, lazy_rescale=True).check()
