@@ -1,28 +1,31 @@
 """When and where every CTA of a bench_variants sm_80 bundle's attention kernel runs:
 a time line from the GPU's global timer, to split a launch's time into the CTAs' own
-work, the gaps between them and the grid's tail.
+work, their prologues and epilogues, the gaps between them and the grid's tail.
 
     python3 bench/cta_timeline.py --bundles DIR [--cases causal,doc_causal] [--head-dims 128]
-                                  [--launches 20] [--json out.json]
+                                  [--launches 20] [--tags base,...] [--json out.json]
 
-Note [CTA time line]: the tool copies the bundle, adds to its PTX (the code an sm_80
-bundle runs on an SM90 GPU) a module-scope array and, in the attention kernel, a read of
-%globaltimer at entry and a store at every `ret` by thread 0 of (start, end, %smid,
-linear CTA id); the copy's manifest takes the new PTX's sha256, and the runtime loads it
-as it loads any bundle. The stamps add a few instructions a CTA, no barrier and no
-register a loop carries. From the stamps of the last of --launches launches:
+Note [CTA time line]: the tool copies the bundle and adds to its PTX (the code an sm_80
+bundle runs on an SM90 GPU; the copy's manifest takes the new sha256) a module-scope
+array of one 32-byte record per CTA, which thread 0 fills: %globaltimer at the kernel's
+entry (stored at once), after the text's first wait for copies followed by a barrier (the
+first step's top: red.min over the steps of that loop), after the text's last one (the
+wait of staged O, which the epilogue starts with: red.max), and at `ret` (with %smid and
+the linear CTA id). No stamp is held in a register across the steps; ptxas still spills
+up to 40 bytes more in the d = 128 kernels. The end is thread 0's `ret`, not the CTA's
+retirement. From the stamps of the last of --launches launches:
 
-* busy: the sum over CTAs of end - start, against the slots (SMs x the CTAs an SM holds,
-  the most seen at once on any SM) times the launch's span (last end - first start);
-* the CTA's duration against its key blocks (from the grid order, Note [Heads first] in
-  sm80.py, and the bench's mask: causal, or documents of 1000 + causal on the tile
-  table of Note [Document-aligned tiles]): a least-squares line a + b * blocks, where a is
-  a query tile's fixed cost and b a key block's;
-* the gap on a slot between one CTA's end and the next one's start on the same SM;
-* the tail: the span after the first SM runs out of work.
+* prologue (entry to the first step's top), epilogue (its wait to the end), and the steps
+  between against the CTA's key blocks (from the grid order, Note [Heads first] in
+  sm80.py, and the bench's mask: causal, or documents of 1000 + causal on the tile table
+  of Note [Document-aligned tiles]): a least-squares line intercept + per_block * blocks;
+* per SM, a sweep of its CTAs' starts and ends: its slots (the most CTAs at once), their
+  idle time while more CTAs were still to start on it (gaps) and after its last start
+  (the grid's end); busy = CTA time over SMs x slots x the launch's span.
 
-%globaltimer counts nanoseconds (its updates are about 32 ns apart on an H100); a CTA's
-stamps come from the SM it ran on. The launch is timed apart with CUDA events, unpatched.
+%globaltimer counts nanoseconds (its updates are about 32 ns apart on an H100); only its
+low 32 bits are kept for the two middle stamps (a CTA is far shorter than 4 s). The
+unpatched bundle is timed with CUDA events beside it; the outputs must be equal.
 """
 from __future__ import annotations
 
@@ -36,14 +39,9 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "bench")]
-
-import attnc_runtime  # noqa: E402
-from attnc_runtime import driver  # noqa: E402
-from bench_variants import SHAPES, attnc_params, inputs  # noqa: E402
 
 SYMBOL = "attnc_cta_timeline"
 RECORD = 32                     # start, end (u64); first and last wait (low 32 bits), smid, cta (u32)
@@ -95,6 +93,8 @@ def patch_ptx(ptx: str, kernel: str, ctas: int) -> str:
                 "\tst.global.v2.u32 [%tlq2+24], {%tlr7, %tlr6};\n"
                 f"{label}:\n{match.group(1)}ret;")
 
+    if re.search(r"@!?%p\d+\s+ret;", body):
+        raise SystemExit(f"entry {kernel} has a predicated ret, which the stamps do not cover")
     body = re.sub(r"(\n[ \t]*)ret;", stamp, body)
     if not count:
         raise SystemExit(f"entry {kernel} has no ret")
@@ -146,6 +146,8 @@ def read_stamps(digest: str, ctas: int) -> np.ndarray:
     """(ctas, 6) int64: start, first mma, last mma, end, smid, cta; from the module loaded
     from the PTX of sha256 `digest` (the runtime's module cache, driver._modules)."""
     from cuda.bindings import driver as cu
+
+    from attnc_runtime import driver
     for (_, key), module in driver._modules.items():
         if key != digest:
             continue
@@ -169,6 +171,10 @@ def blocks_of(case: str, grid: tuple, spec: dict, M: int) -> np.ndarray:
     (Note [Heads first] in sm80.py: heads on x and the query tile, from the last, on y;
     or the query block, from the last, on x and heads on y) and the bench's mask:
     causal, or documents of DOC + causal on the tile table (Note [Document-aligned tiles])."""
+    if spec.get("q_blocks_per_cta", 1) != 1:
+        raise SystemExit("the time line counts one query block per CTA (q_blocks_per_cta=1)")
+    if case == "doc_causal" and not spec.get("aligned_tiles"):
+        raise SystemExit("documents are counted on the aligned tile table (aligned_tiles)")
     bm, bn = spec["block_m"], spec["block_n"]
     nx, ny, nz = grid
     nt = ny if spec["heads_first"] else nx
@@ -191,30 +197,31 @@ def blocks_of(case: str, grid: tuple, spec: dict, M: int) -> np.ndarray:
 
 def analyse(stamps: np.ndarray, blocks: np.ndarray) -> dict:
     start, first, last, end, sm = (stamps[:, i] for i in range(5))
-    span = float(end.max() - start.min())
+    t0, t1 = start.min(), end.max()
+    span = float(t1 - t0)
     work = blocks > 0
     dur = (end - start).astype(float)
     body = (last - first)[work].astype(float)
     slope, intercept = np.polyfit(blocks[work], body, 1)
-    slots, gaps, finishes = 0, [], []
+    # Per SM, a sweep over its CTAs' starts and ends (ends first at equal times): the
+    # most CTAs at once (its slots), and the slots' idle time while more CTAs were still
+    # to start on it (gaps) and after its last start (the grid's end).
+    sweeps = []
     for s in np.unique(sm):
-        sel = np.where(sm == s)[0]
-        st, en = start[sel], end[sel]
-        order = np.argsort(st, kind="stable")
-        st, en = st[order], en[order]
-        live = np.cumsum(np.r_[np.ones(len(st)), -np.ones(len(en))][np.argsort(np.r_[st, en], kind="stable")])
-        slots = max(slots, int(live.max()))
-        finishes.append(en.max())
-    sms = len(finishes)
-    for s in np.unique(sm):
-        sel = np.where(sm == s)[0]
-        order = np.argsort(start[sel], kind="stable")
-        st, en = start[sel][order], end[sel][order]
-        ends = sorted(en[:slots].tolist())
-        for x, y in zip(st[slots:], en[slots:]):
-            gaps.append(float(x - ends.pop(0)))       # the slot the earliest end freed
-            ends = sorted(ends + [y])
-    finishes = np.array(finishes)
+        sel = sm == s
+        times = np.r_[start[sel], end[sel]]
+        steps = np.r_[np.ones(sel.sum()), -np.ones(sel.sum())]
+        order = np.lexsort((steps, times))          # ends (-1) before starts at a tie
+        times, live = times[order], np.cumsum(steps[order])
+        sweeps.append((times, live, start[sel].min(), start[sel].max()))
+    slots = int(max(live.max() for _, live, _, _ in sweeps))
+    gaps = idle_after = 0.0
+    for times, live, first_start, last_start in sweeps:
+        dt = np.diff(np.r_[times, t1])
+        idle = (slots - live) * dt
+        gaps += float(idle[(times >= first_start) & (times < last_start)].sum())
+        idle_after += float(idle[times >= last_start].sum())
+    sms = len(sweeps)
     slot_time = sms * slots * span
     us = 1e-3
     return {
@@ -226,15 +233,19 @@ def analyse(stamps: np.ndarray, blocks: np.ndarray) -> dict:
         "steps_per_block_us": float(slope) * us, "steps_intercept_us": float(intercept) * us,
         "steps_fit_rms_us": float(np.sqrt(np.mean((body - intercept - slope * blocks[work]) ** 2))) * us,
         "fixed_fraction": float(((first - start) + (end - last))[work].sum() / dur[work].sum()),
-        "gap_mean_us": float(np.mean(gaps)) * us if gaps else 0.0,
-        "gap_fraction": float(np.sum(gaps) / slot_time) if gaps else 0.0,
-        "tail_us": float(end.max() - finishes.min()) * us,
-        "idle_after_finish_fraction": float(np.sum(end.max() - finishes) * slots / slot_time),
+        "gap_fraction": gaps / slot_time,
+        "idle_after_finish_fraction": idle_after / slot_time,
+        "tail_us": float(t1 - min(end[sm == s].max() for s in np.unique(sm))) * us,
         "empty_cta_us": float(dur[~work].mean()) * us if (~work).any() else 0.0,
     }
 
 
 def main() -> int:
+    import torch
+
+    import attnc_runtime
+    from bench_variants import SHAPES, attnc_params, inputs
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bundles", required=True)
     ap.add_argument("--cases", default="causal,doc_causal")
@@ -266,6 +277,8 @@ def main() -> int:
                 ms = _event_ms(plain, args.launches)
                 grid = tuple(plain.plan.grids[-1])
                 spec = plain.bundle.manifest.specialization
+                if not spec.get("staged_o"):
+                    raise SystemExit(f"{src}: the epilogue's stamp is the wait of staged O (staged_o)")
                 ctas = grid[0] * grid[1] * grid[2]
                 dst = Path(tmp) / f"{src.name}_{tag or 'base'}_timeline"
                 patched_bundle(src, dst, ctas)
@@ -283,6 +296,8 @@ def main() -> int:
 
 
 def _event_ms(bound, launches: int) -> float:
+    import torch
+
     for _ in range(5):
         bound.launch()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -69,7 +69,7 @@ class SoftmaxState:
 # balance, where the best k is for the GPU to say. Only the probabilities: alpha and
 # `finalize` keep ex2.approx (one per row, not per score); k = 0 is the SFU-only
 # kernel, the same PTX.
-# Accuracy: the cubic's relative error is at most 8.8e-5 for x in [-126, 0] (a float32
+# Accuracy: the cubic's relative error is at most 8.8e-5 for x in [-126, 8] (a float32
 # emulation of the same operations, tests/backend/test_exp2_fma.py), below P's rounding
 # to bf16 (2^-9) or f16 (2^-11) for P.V; the row sum sees the same values. x <= -127 and
 # -inf give exactly 0 (so do masked scores), x in (-127, -126) a subnormal below 2^-126
@@ -78,8 +78,8 @@ class SoftmaxState:
 
 
 # Note [Lazy rescale]: FlashAttention-4's conditional rescale on mma.sync. A row keeps its
-# running max m until a block's scores exceed it by more than LAZY_LOG2 in exp2 units
-# ((m' - m) * c > 8); until then its probabilities are exp2(x * c - m * c) <= 2^8 (f32
+# running max m until a block's scores exceed it by more than LAZY_LOG2 = 8 in exp2 units
+# ((m' - m) * c > 8, a factor of 2^8); until then its probabilities are exp2(x * c - m * c) <= 2^8 (f32
 # and bf16/f16's P hold that), its alpha is exactly 1 and its O is left as it is. The
 # result is the same softmax up to rounding: O and l carry the same stale max, which the
 # final 1 / l and the lse (m * c + log2 l) cancel. A warp skips the multiply of its O
@@ -97,7 +97,9 @@ class OnlineSoftmax:
         self.scale_log2 = scale_log2
         self.static_max = static_max        # Note [Bounded score_mod]; None: the running max
         self.exp2_fma = exp2_fma            # Note [Exponentials on the FMA pipe]
-        self.lazy = lazy and scale_log2 > 0     # Note [Lazy rescale]
+        # Note [Lazy rescale]: the threshold in raw units must be a finite f32 (a scale
+        # below about 2e-38 would make it +inf, and no row would leave -inf)
+        self.lazy = lazy and 0 < scale_log2 and LAZY_LOG2 / scale_log2 < F32_MAX
         self.moved = None                   # after a lazy step: i1, some row of this thread moved
         # Note [Empty rows]: the lowest running max the exponentials take
         self.lowest = -min(F32_MAX, F32_MAX / scale_log2 * (1 - 2.0 ** -20))

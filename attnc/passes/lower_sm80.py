@@ -146,7 +146,7 @@ class LowerSm80(LowerKernel):
                "the map's row is read, and reload it only where the map's range starts elsewhere (Note "
                "[First block before the map]; default: Sm80KernelSpec.first_before_map: on sm_80 for a block map)"})
     lazy_rescale: bool | None = field(default=None, metadata={
-        "doc": "keep a softmax row's running max until a block's scores exceed it by 2^8 in exp2 units, "
+        "doc": "keep a softmax row's running max until a block's scores exceed it by more than a factor of 2^8, "
                "and skip a warp's rescale of O where no row of it moved (Note [Lazy rescale] in "
                "sm80_softmax.py; sm_80 only; default: Sm80KernelSpec.rescale_lazily: on above head dim 64 "
                "wherever the max is not a constant)"})
