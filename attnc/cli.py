@@ -15,7 +15,6 @@ line saying so (the traceback with ATTNC_DEBUG=1), exit status 70 (EX_SOFTWARE)
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile

@@ -395,7 +395,7 @@ class _Sm80Forward:
 
     # ------------------------------------------------------------ loads
     def _load_q(self, m_block) -> None:
-        e, s = self.e, self.spec
+        e = self.e
         q = self._tensor("q", self.b, self.h)
         first = self._first_row(m_block)
         q = q.offset(e.mul(e.to_i64(first), e.arg("stride_q_2")))

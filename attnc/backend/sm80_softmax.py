@@ -79,12 +79,14 @@ class SoftmaxState:
 
 # Note [Lazy rescale]: FlashAttention-4's conditional rescale on mma.sync. A row keeps its
 # running max m until a block's scores exceed it by more than LAZY_LOG2 = 8 in exp2 units
-# ((m' - m) * c > 8, a factor of 2^8); until then its probabilities are exp2(x * c - m * c) <= 2^8 (f32
-# and bf16/f16's P hold that), its alpha is exactly 1 and its O is left as it is. The
-# result is the same softmax up to rounding: O and l carry the same stale max, which the
-# final 1 / l and the lse (m * c + log2 l) cancel. A warp skips the multiply of its O
-# accumulators (head_dim_v / 2 FMULs a row pair) unless some row of it moved (vote.any),
-# as a branch around them. A row with nothing kept so far (m' = -inf) keeps m = -inf.
+# ((m' - m) * c > 8, a factor of 2^8). Until then its probabilities are exp2(x * c - m * c)
+# <= 2^8 (f32 and bf16/f16's P hold that), its alpha is exactly 1 and its O is left as it
+# is. The result is the same softmax up to rounding: O and l carry the same stale max,
+# which the final 1 / l and the lse (m * c + log2 l) cancel. A warp skips the multiply of
+# its O accumulators (head_dim_v / 2 FMULs a row pair) unless some row of it moved
+# (vote.any; `step` leaves this thread's part in `moved`), as a branch around them. A row
+# with nothing kept so far (m' = -inf) keeps m = -inf. sm_80 only, by default above head
+# dim 64, where it was measured to pay (Sm80KernelSpec.rescale_lazily).
 
 
 LAZY_LOG2 = 8.0

@@ -155,7 +155,6 @@ def test_param_values_reads_strides_of_non_contiguous_views():
 def test_launch_sequence(fake_torch, fake_driver):
     bound = kernel().bind(**torch_arguments())
     bound.launch()
-    scratch = bound._scratch["blockmap"].data_ptr()
     cubin = b"not a real cubin"
     assert fake_driver == [
         ("context", 0),
