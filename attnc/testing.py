@@ -128,6 +128,16 @@ def let_chain(first: str, step: str, n: int, last: str) -> str:
     return f"let x0 = {first} in {lets}{last.format(p=f'x{n}')}"
 
 
+def variant_source(name: str, d: int, mask: str | None = "j <= i", score_mod: str | None = None,
+                   dtype: str = "bf16") -> str:
+    """The `.attn` text of a plain variant: q, k, v and o of head dim d in `dtype`, with
+    the mask_mod `mask` and the score_mod `score_mod` (expressions; None: no hook)."""
+    hooks = (f"  score_mod(s, b, h, i, j) = {score_mod}\n" if score_mod else "") + \
+        (f"  mask_mod(b, h, i, j) = {mask}\n" if mask else "")
+    return (f"attention {name} {{\n  q: {dtype}[B, H, M, {d}]\n  k: {dtype}[B, H, N, {d}]\n"
+            f"  v: {dtype}[B, H, N, {d}]\n{hooks}  out o: {dtype}[B, H, M, {d}]\n}}\n")
+
+
 def build_with(source: str, filename: str, arch: str = "sm_80", **options):
     """The bundle artifacts (`attnc.backend.sm80_lower.build`) of `source` compiled for
     `arch`, with `options` given to the target's lowering pass (attn-lower-sm80 or

@@ -17,7 +17,7 @@ from attnc.backend import cubin
 from attnc.backend.kernel_spec import SpecError, default_sm80_spec
 from attnc.backend.nvgpu_builders import EXP2_POLY, EXP2_SHIFTER
 from attnc.errors import AttncError
-from attnc.testing import build_with
+from attnc.testing import build_with, variant_source
 
 F32 = np.float32
 
@@ -69,14 +69,7 @@ def test_emulated_exp2_at_and_below_the_clamp():
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
 SOFTCAP = (EXAMPLES_DIR / "softcap.attn").read_text()
 SOFTCAP_D64 = SOFTCAP.replace("128]", "64]")       # a constant max (Note [Bounded score_mod])
-CAUSAL_D64 = """attention causal {
-  q: bf16[B, H, M, 64]
-  k: bf16[B, H, N, 64]
-  v: bf16[B, H, N, 64]
-  mask_mod(b, h, i, j) = j <= i
-  out o: bf16[B, H, M, 64]
-}
-"""
+CAUSAL_D64 = variant_source("causal", 64)
 CAUSAL = CAUSAL_D64.replace("64]", "128]")
 
 

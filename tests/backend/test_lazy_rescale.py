@@ -15,7 +15,7 @@ import pytest
 from attnc.backend.kernel_spec import SpecError, default_sm80_spec
 from attnc.backend.sm80_softmax import LAZY_LOG2
 from attnc.errors import AttncError
-from attnc.testing import build_with
+from attnc.testing import build_with, variant_source
 
 F32 = np.float32
 C = F32(0.125 * np.log2(np.e))          # the folded scale (Note [Folded scale]) of head dim 64
@@ -93,23 +93,8 @@ def test_no_lazy_rescale_where_its_threshold_is_not_a_finite_f32():
 
 # ------------------------------------------------------------------ the kernels
 
-CAUSAL = """attention causal {
-  q: bf16[B, H, M, 128]
-  k: bf16[B, H, N, 128]
-  v: bf16[B, H, N, 128]
-  mask_mod(b, h, i, j) = j <= i
-  out o: bf16[B, H, M, 128]
-}
-"""
-SOFTCAP = """attention softcap {
-  q: bf16[B, H, M, 128]
-  k: bf16[B, H, N, 128]
-  v: bf16[B, H, N, 128]
-  score_mod(s, b, h, i, j) = 30.0 * tanh(s / 30.0)
-  mask_mod(b, h, i, j) = j <= i
-  out o: bf16[B, H, M, 128]
-}
-"""
+CAUSAL = variant_source("causal", 128)
+SOFTCAP = variant_source("softcap", 128, score_mod="30.0 * tanh(s / 30.0)")
 
 
 @functools.lru_cache(maxsize=None)
@@ -136,7 +121,7 @@ def test_on_by_default_on_sm80_with_a_vote_per_step_loop():
 def test_off_by_default_at_head_dim_64():
     """At head dim 64 the vote and branch cost more than the rescale they skip (as
     measured): off by default, on when asked."""
-    causal64 = CAUSAL.replace("128]", "64]")
+    causal64 = variant_source("causal", 64)
     art = built(causal64, "sm_80")
     assert art.manifest["specialization"]["lazy_rescale"] is False and votes(art.ptx) == 0
     assert votes(built(causal64, "sm_80", (("lazy_rescale", 1),)).ptx) >= 2

@@ -16,7 +16,7 @@ from attnc.backend import cubin, ptx
 from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
 from attnc.backend.sm80 import build_sm80_module, kernel_abi
 from attnc.backend.sm90_ws import consumer_registers, producer_registers
-from attnc.testing import build_with
+from attnc.testing import build_with, variant_source
 
 SYMBOL = "attnc_ws_test"
 
@@ -115,15 +115,7 @@ def test_producer_specs_are_checked(kw, message):
         spec(**kw).check()
 
 
-SOURCE = """attention ws {
-  q: bf16[B, H, M, 128]
-  k: bf16[B, H, N, 128]
-  v: bf16[B, H, N, 128]
-  score_mod(s, b, h, i, j) = 30.0 * tanh(s / 30.0)
-  mask_mod(b, h, i, j) = j <= i
-  out o: bf16[B, H, M, 128]
-}
-"""
+SOURCE = variant_source("ws", 128, score_mod="30.0 * tanh(s / 30.0)")
 
 
 @pytest.mark.parametrize("options, producer, pingpong", [

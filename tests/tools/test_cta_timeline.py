@@ -16,16 +16,9 @@ sys.path[:0] = [str(ROOT / "bench")]
 
 import cta_timeline as tl                   # noqa: E402
 from attnc.backend import cubin             # noqa: E402
-from attnc.testing import build_with        # noqa: E402
+from attnc.testing import build_with, variant_source    # noqa: E402
 
-CAUSAL = """attention causal {
-  q: bf16[B, H, M, 128]
-  k: bf16[B, H, N, 128]
-  v: bf16[B, H, N, 128]
-  mask_mod(b, h, i, j) = j <= i
-  out o: bf16[B, H, M, 128]
-}
-"""
+CAUSAL = variant_source("causal", 128)
 
 
 def test_the_patched_kernel_assembles_with_its_stamps():
