@@ -23,9 +23,12 @@ retirement. From the stamps of the last of --launches launches:
   idle time while more CTAs were still to start on it (gaps) and after its last start
   (the grid's end); busy = CTA time over SMs x slots x the launch's span.
 
-%globaltimer counts nanoseconds (its updates are about 32 ns apart on an H100); only its
-low 32 bits are kept for the two middle stamps (a CTA is far shorter than 4 s). The
-unpatched bundle is timed with CUDA events beside it; the outputs must be equal.
+%globaltimer counts nanoseconds but advances in steps, which the tool measures first
+(`globaltimer_steps_ns`, printed and in the JSON; 32 ns on an H100, session 30): a
+single CTA's figures are as coarse as a step, the means over thousands are what the
+tool reports. Only the low 32 bits are kept for the two middle stamps (a CTA is far
+shorter than 4 s). The unpatched bundle is timed with CUDA events beside it; the
+outputs must be equal.
 """
 from __future__ import annotations
 
@@ -240,6 +243,57 @@ def analyse(stamps: np.ndarray, blocks: np.ndarray) -> dict:
     }
 
 
+PROBE_PTX = """.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry attnc_timer_probe(.param .u64 out)
+{
+  .reg .b64 %rd<8>;
+  .reg .b32 %r<2>;
+  .reg .pred %p<3>;
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd1, %rd1;
+  mov.u64 %rd2, %globaltimer;
+  mov.u64 %rd7, %rd2;
+  mov.u64 %rd6, -1;
+  mov.u32 %r1, 0;
+$L_probe:
+  mov.u64 %rd3, %globaltimer;
+  sub.u64 %rd4, %rd3, %rd2;
+  setp.ne.u64 %p1, %rd4, 0;
+  @%p1 min.u64 %rd6, %rd6, %rd4;
+  @%p1 add.u32 %r1, %r1, 1;
+  @%p1 mov.u64 %rd2, %rd3;
+  setp.lt.u32 %p2, %r1, 1000;
+  @%p2 bra $L_probe;
+  sub.u64 %rd5, %rd2, %rd7;
+  st.global.v2.u64 [%rd1], {%rd6, %rd5};
+  ret;
+}
+"""
+
+
+def globaltimer_steps_ns() -> tuple[int, float]:
+    """(the smallest step, the mean step) of %globaltimer over its next 1000 changes, seen
+    by one thread spinning on it: the resolution of the time line's stamps."""
+    import ctypes
+
+    import torch
+    from cuda.bindings import driver as cu
+
+    from attnc_runtime import driver
+    out = torch.zeros(2, dtype=torch.int64, device="cuda")
+    module = driver.check(cu.cuModuleLoadData(PROBE_PTX.encode() + b"\0"), "cuModuleLoadData")
+    func = driver.check(cu.cuModuleGetFunction(module, b"attnc_timer_probe"), "cuModuleGetFunction")
+    arg = ctypes.c_uint64(out.data_ptr())
+    params = (ctypes.c_void_p * 1)(ctypes.addressof(arg))
+    driver.check(cu.cuLaunchKernel(func, 1, 1, 1, 1, 1, 1, 0, torch.cuda.current_stream().cuda_stream,
+                                   ctypes.addressof(params), 0), "cuLaunchKernel")
+    torch.cuda.synchronize()
+    smallest, total = out.tolist()
+    return smallest, total / 1000
+
+
 def main() -> int:
     import torch
 
@@ -260,6 +314,8 @@ def main() -> int:
     index = {(e.get("arch", "sm_80"), e["case"], e["head_dim"], e.get("tag")): e
              for e in json.loads((bundles / "index.json").read_text()) if e.get("suite") == suite}
     print(f"GPU: {torch.cuda.get_device_name()}")
+    steps = globaltimer_steps_ns()
+    print(f"%globaltimer: smallest step {steps[0]} ns, mean step {steps[1]:.1f} ns over 1000 changes")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for d in map(int, args.head_dims.split(",")):
@@ -286,8 +342,9 @@ def main() -> int:
                 stamped_ms = _event_ms(stamped, args.launches)
                 same = all(torch.equal(plain.outputs[n], stamped.outputs[n]) for n in plain.outputs)
                 stamps = read_stamps(stamped.bundle.digests["ptx"], ctas)
-                row = {"case": case, "d": d, "tag": tag, "grid": grid, "event_ms": ms, "stamped_event_ms": stamped_ms,
-                       "outputs_equal": same, **analyse(stamps, blocks_of(case, grid, spec, M))}
+                row = {"case": case, "d": d, "tag": tag, "grid": grid, "globaltimer_step_ns": steps,
+                       "event_ms": ms, "stamped_event_ms": stamped_ms, "outputs_equal": same,
+                       **analyse(stamps, blocks_of(case, grid, spec, M))}
                 results.append(row)
                 print(json.dumps(row))
     if args.json:

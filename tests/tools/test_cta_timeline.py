@@ -35,6 +35,10 @@ def test_the_patched_kernel_assembles_with_its_stamps():
     cubin.ptx_to_cubin(ptx, "sm_80", verbose=False)        # ptxas takes it
 
 
+def test_the_timer_probe_assembles():
+    cubin.ptx_to_cubin(tl.PROBE_PTX, "sm_80", verbose=False)
+
+
 def test_a_predicated_ret_is_refused():
     ptx = ".visible .entry k(\n)\n{\n\t.reg .pred %p<2>;\n\tbar.sync 0;\n\t@%p1 ret;\n\tret;\n}\n"
     with pytest.raises(SystemExit, match="predicated ret"):
