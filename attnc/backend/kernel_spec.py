@@ -434,14 +434,16 @@ class Sm80KernelSpec:
 
     @property
     def rescale_lazily(self) -> bool:
-        """lazy_rescale resolved (Note [Lazy rescale] in sm80_softmax.py): by default on
-        sm_80 above head dim 64, where O's rescale is 64 FMULs a row pair and skipping it
-        paid on an H100 (causal 3.174 -> 3.038 ms); at 64 the vote and branch spilled
-        12-36 bytes and measured no gain (ALiBi 3.660 -> 3.734, the window 0.960 -> 0.980;
+        """lazy_rescale resolved (Note [Lazy rescale] in sm80_softmax.py): by default above
+        head dim 64, where O's rescale is 64 FMULs a row pair and skipping it paid on an
+        H100 (7 rounds): sm_80 causal 3.174 -> 3.038 ms; sm_90a causal 2.041 -> 1.981,
+        documents 0.425 -> 0.415, but not in sm_90a's persistent CTAs (the window, 0.612 ->
+        0.620). At 64 the vote and branch spilled 12-36 bytes on sm_80 and measured no gain
+        on either target (sm_80 ALiBi 3.660 -> 3.734; sm_90a documents 0.488 -> 0.503;
         results/variants_h200.md, session 30). A kernel with a constant max (static_max)
         has no rescale to skip."""
         asked = (self.lazy_rescale if self.lazy_rescale is not None
-                 else self.target == "sm_80" and self.head_dim_v > 64)
+                 else self.head_dim_v > 64 and not (self.target == "sm_90a" and self.persistent_ctas))
         return asked and self.static_max is None
 
     @property
@@ -588,8 +590,6 @@ class Sm80KernelSpec:
                  "with a producer warpgroup each CTA runs one query block (q_blocks_per_cta=1)")
         _require(not self.grid_heads_first or (self.blocks_per_cta == 1 and not self.warp_specialized),
                  "heads_first needs a kernel with one query block per CTA and no producer warpgroup")
-        _require(not self.lazy_rescale or self.target == "sm_80",
-                 "lazy_rescale is an sm_80 kernel's (sm_90a's kernels rescale O within their own schedule)")
         _require(not self.step_loads_lean or self._can_lean_loads,
                  "lean_loads needs an sm_80 kernel whose key ranges come from a block map or a band")
         _require(not self.aligned_tiles or (self.blockmap and self.takes_tile_table),

@@ -85,7 +85,8 @@ class SoftmaxState:
 # which the final 1 / l and the lse (m * c + log2 l) cancel. A warp skips the multiply of
 # its O accumulators (head_dim_v / 2 FMULs a row pair) unless some row of it moved
 # (vote.any; `step` leaves this thread's part in `moved`), as a branch around them. A row
-# with nothing kept so far (m' = -inf) keeps m = -inf. sm_80 only, by default above head
+# with nothing kept so far (m' = -inf) keeps m = -inf. sm_90a's kernels carry `moved` with
+# the step's alpha to their delayed rescale (`_scaled` in sm90.py). By default above head
 # dim 64, where it was measured to pay (Sm80KernelSpec.rescale_lazily).
 
 

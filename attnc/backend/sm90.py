@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import llvm, scf
 
-from attnc.backend.nvgpu_builders import Wgmma
+from attnc.backend.nvgpu_builders import Wgmma, warp_vote
 from attnc.backend.sm80 import _Sm80Forward
 from attnc.backend.sm80_softmax import SoftmaxState
 
@@ -170,7 +170,8 @@ class Sm90Forward(_Sm80Forward):
         zero = e.cf(0.0)
         # Nothing in flight yet: O is zero, and no P is read.
         no_p = llvm.mlir_undef(self.mma.pair_type)
-        flight = _InFlight([zero] * (s.head_dim_v // 2), [no_p] * (s.block_n // 4), _flat(probs), alpha or [])
+        flight = _InFlight([zero] * (s.head_dim_v // 2), [no_p] * (s.block_n // 4), _flat(probs), alpha or [],
+                           self._moved())
         one = e.c32(1)
         phases = [(one, e.max(t_full, one), "partial"), (e.max(t_full, one), e.max(t_low, one), "full")]
         if kv.full_lo is not None:
@@ -252,13 +253,33 @@ class Sm90Forward(_Sm80Forward):
     def _land(self, flight: "_InFlight"):
         """Wait for the P.V in flight; the O it leaves, scaled for the step whose
         probabilities are carried, and those probabilities packed as P."""
-        e = self.e
         waited = self.wgmma.wait(flight.acc_o, through=flight.p + flight.probs)
         acc_o = waited[:len(flight.acc_o)]
         probs = _chunks(waited[len(flight.acc_o) + len(flight.p):], len(flight.probs) // 2)
         if flight.alpha:
-            acc_o = [e.fmul(x, flight.alpha[(i % 4) // 2]) for i, x in enumerate(acc_o)]
+            acc_o = self._scaled(acc_o, flight)
         return self._unflatten(acc_o), self._pack_p(probs)[0]
+
+    def _scaled(self, acc_o: list, flight: "_InFlight") -> list:
+        """O (flat) times the carried step's alpha per row; with a lazy softmax only in a
+        warp where a row moved (Note [Lazy rescale] in sm80_softmax.py)."""
+        e = self.e
+
+        def scaled():
+            return [e.fmul(x, flight.alpha[(i % 4) // 2]) for i, x in enumerate(acc_o)]
+        if not flight.moved:
+            return scaled()
+        branch = scf.IfOp(warp_vote(e, flight.moved[0], "any"), [x.type for x in acc_o], has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            scf.yield_(scaled())
+        with ir.InsertionPoint(branch.else_block):
+            scf.yield_(acc_o)
+        return list(branch.results)
+
+    def _moved(self) -> list:
+        """[whether a row of this thread moved at the last softmax step] with a lazy
+        softmax, else []: carried in flight with the step's alpha."""
+        return [self.softmax.moved] if self.softmax.moved is not None else []
 
     def _overlapped_step(self, u, kv, state, flight: "_InFlight", mode: str):
         """Iteration u >= 1: P.V of step u - 1 and QK^T of step u in flight together,
@@ -277,7 +298,7 @@ class Sm90Forward(_Sm80Forward):
         self._k_read(u)
         rows = self._scores(acc_s, n_block, mode, skip)
         probs, state, alpha = self._softmax_step(rows, state, mode)
-        return state, _InFlight(acc_o, _flat(p), _flat(probs), alpha or [])
+        return state, _InFlight(acc_o, _flat(p), _flat(probs), alpha or [], self._moved())
 
 
 @dataclass(frozen=True)
@@ -285,18 +306,20 @@ class _InFlight:
     """What an overlapped iteration leaves in flight for the next (Note [wgmma overlap]):
     the O registers of the P.V being computed, that P.V's A registers (untouched until
     it is waited for), and the probabilities and O scale factors of the step whose P.V
-    comes next."""
+    comes next, with (a lazy softmax) whether a row of the thread moved there."""
     acc_o: list
     p: list
     probs: list
     alpha: list
+    moved: list
 
     def values(self) -> list:
-        return self.acc_o + self.p + self.probs + self.alpha
+        return self.acc_o + self.p + self.probs + self.alpha + self.moved
 
     def like(self, values) -> "_InFlight":
-        cut = list(itertools.accumulate([len(self.acc_o), len(self.p), len(self.probs)]))
-        return _InFlight(values[:cut[0]], values[cut[0]:cut[1]], values[cut[1]:cut[2]], values[cut[2]:])
+        cut = list(itertools.accumulate([len(self.acc_o), len(self.p), len(self.probs), len(self.alpha)]))
+        return _InFlight(values[:cut[0]], values[cut[0]:cut[1]], values[cut[1]:cut[2]], values[cut[2]:cut[3]],
+                         values[cut[3]:])
 
 
 def _flat(chunks) -> list:

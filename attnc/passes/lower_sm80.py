@@ -120,6 +120,11 @@ class LowerKernel(Pass):
                "conjuncts read no param and no float, but for a kernel at the 128-register floor of "
                "its CTAs per SM (sm_90a at head dim 64) and a mask with another residual conjunct "
                "beside the ids' whose map records what a tile holds)"})
+    lazy_rescale: bool | None = field(default=None, metadata={
+        "doc": "keep a softmax row's running max until a block's scores exceed it by more than a factor of 2^8, "
+               "and skip a warp's rescale of O where no row of it moved (Note [Lazy rescale] in "
+               "sm80_softmax.py; default: Sm80KernelSpec.rescale_lazily: on above head dim 64 wherever the max "
+               "is not a constant, but for sm_90a's persistent CTAs)"})
     staged_o: bool | None = field(default=None, metadata={
         "doc": "write O through shared memory in coalesced 16-byte stores instead of 4-byte stores "
                "from the accumulators (Note [Staged O]; default: Sm80KernelSpec.o_staged: where it can -- one query "
@@ -145,11 +150,6 @@ class LowerSm80(LowerKernel):
         "doc": "for a block map, load the first key block the static mask analysis puts on top before "
                "the map's row is read, and reload it only where the map's range starts elsewhere (Note "
                "[First block before the map]; default: Sm80KernelSpec.first_before_map: on sm_80 for a block map)"})
-    lazy_rescale: bool | None = field(default=None, metadata={
-        "doc": "keep a softmax row's running max until a block's scores exceed it by more than a factor of 2^8, "
-               "and skip a warp's rescale of O where no row of it moved (Note [Lazy rescale] in "
-               "sm80_softmax.py; sm_80 only; default: Sm80KernelSpec.rescale_lazily: on above head dim 64 "
-               "wherever the max is not a constant)"})
 
 
 def lower_sm80(module, pass_target: str | None = None, **choices) -> None:

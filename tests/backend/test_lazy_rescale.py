@@ -1,20 +1,17 @@
 """The lazy rescale (Note [Lazy rescale] in sm80_softmax.py): the online softmax with a
-row's max kept until a block passes it by 2^8, in a float32 emulation of the kernel's
-step against the exact softmax; the option `lazy_rescale` of attn-lower-sm80: its
-default, the warp's vote and branch in the PTX, the kernels it does not apply to, its
-refusal on sm_90a. Its numerics on a GPU: tests/gpu with bundles of the default."""
+row's max kept until a block passes it by a factor of 2^8, in a float32 emulation of the
+kernel's step against the exact softmax; the option `lazy_rescale`: its defaults on both
+targets, the warp's vote and branch in the PTX, the kernels it does not apply to. Its
+numerics on a GPU: tests/gpu/test_gpu_lazy_rescale.py and the other suites' bundles."""
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 
 import numpy as np
 import pytest
 
-from attnc.backend.kernel_spec import SpecError, default_sm80_spec
 from attnc.backend.sm80_softmax import LAZY_LOG2
-from attnc.errors import AttncError
 from attnc.testing import build_with, variant_source
 
 F32 = np.float32
@@ -135,13 +132,18 @@ def test_not_where_the_max_is_a_constant():
     assert built(SOFTCAP, "sm_80", (("lazy_rescale", 1),)).ptx == art.ptx
 
 
-def test_sm90a_keeps_its_own_rescale():
-    """sm_90a's kernels rescale O within their own schedule: attn-lower-sm90a has no such
-    option, and a spec that asks for it is refused."""
+def test_sm90a_carries_moved_to_its_delayed_rescale():
+    """sm_90a rescales O an iteration late (after the P.V in flight lands): the vote takes
+    the flag carried with alpha. On by default at head dim 128 (the producer warpgroup's
+    causal kernel), off in persistent CTAs (a band) and at head dim 64, as measured."""
     art = built(CAUSAL, "sm_90a")
-    assert art.manifest["specialization"]["lazy_rescale"] is False
-    with pytest.raises(AttncError, match="has no option 'lazy_rescale'"):
-        built(CAUSAL, "sm_90a", (("lazy_rescale", 1),))
-    spec = default_sm80_spec("bf16", 128, target="sm_90a", block_m=64)
-    with pytest.raises(SpecError, match="lazy_rescale is an sm_80 kernel's"):
-        dataclasses.replace(spec, lazy_rescale=True).check()
+    assert art.manifest["specialization"]["lazy_rescale"] is True and votes(art.ptx) >= 2
+    off = built(CAUSAL, "sm_90a", (("lazy_rescale", 0),))
+    assert votes(off.ptx) == 0
+    band = variant_source("band", 128, mask="j <= i and i - j < 1024")
+    band_art = built(band, "sm_90a")
+    assert band_art.manifest["specialization"]["persistent"] is True
+    assert band_art.manifest["specialization"]["lazy_rescale"] is False and votes(band_art.ptx) == 0
+    causal64 = variant_source("causal", 64)
+    assert built(causal64, "sm_90a").manifest["specialization"]["lazy_rescale"] is False
+    assert votes(built(causal64, "sm_90a", (("lazy_rescale", 1),)).ptx) >= 2

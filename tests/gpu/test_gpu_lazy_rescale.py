@@ -3,9 +3,9 @@ inputs whose scores climb toward the first keys, which the kernels visit last (k
 from the top down), so that rows' maxima move by far more than 2^8 in the middle of a row,
 on every step, while rows weighted 0.05 stay under the threshold after their first block:
 within one warp some rows move and others keep their max. Every example bundle whose O
-has head dim 128 (where sm_80 rescales lazily by default; the sm_90a bundles are the
-control), against attnc.reference: o, and lse where the example has it (gemma2), with a
-sink where it has one (docs_sink).
+has head dim 128 (where both targets rescale lazily by default, sm_90a a step late),
+against attnc.reference: o, and lse where the example has it (gemma2), with a sink where
+it has one (docs_sink).
 """
 from __future__ import annotations
 
