@@ -144,6 +144,8 @@ def test_sm90a_carries_moved_to_its_delayed_rescale():
     band_art = built(band, "sm_90a")
     assert band_art.manifest["specialization"]["persistent"] is True
     assert band_art.manifest["specialization"]["lazy_rescale"] is False and votes(band_art.ptx) == 0
+    asked = built(band, "sm_90a", (("lazy_rescale", 1),))          # on request: the rotated consumer
+    assert asked.manifest["specialization"]["persistent"] is True and votes(asked.ptx) >= 2
     causal64 = variant_source("causal", 64)
     assert built(causal64, "sm_90a").manifest["specialization"]["lazy_rescale"] is False
     assert votes(built(causal64, "sm_90a", (("lazy_rescale", 1),)).ptx) >= 2
