@@ -438,8 +438,9 @@ class Sm80KernelSpec:
         head dim 64, where O's rescale is 64 FMULs a row pair and skipping it paid on an
         H100 (7 rounds): sm_80 causal 3.174 -> 3.038 ms; sm_90a causal 2.041 -> 1.981,
         documents 0.425 -> 0.415, but not in sm_90a's persistent CTAs, whose rotated
-        consumer then spills (the window at d128: 0 -> 76 bytes, 0.612 -> 0.620 ms). At 64 the vote and branch spilled 12-36 bytes on sm_80 and measured no gain
-        on either target (sm_80 ALiBi 3.660 -> 3.734; sm_90a documents 0.488 -> 0.503;
+        consumer then spills (the window at d128: 0 -> 76 bytes, 0.612 -> 0.620 ms). At 64
+        the vote and branch spilled 12-36 bytes on sm_80 and measured no gain on either
+        target (sm_80 ALiBi 3.660 -> 3.734; sm_90a documents 0.488 -> 0.503;
         results/variants_h200.md, session 30). A kernel with a constant max (static_max)
         has no rescale to skip."""
         asked = (self.lazy_rescale if self.lazy_rescale is not None

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Sequence, Union
 
 from mlir import ir
-from mlir.dialects import arith, llvm, math, nvvm
+from mlir.dialects import arith, llvm, math, nvvm, scf
 
 Num = Union[ir.Value, int, float]
 _DYNAMIC = -2147483648      # LLVM::GEPOp::kDynamicIndex
@@ -403,6 +403,17 @@ class MmaSync:
 def warp_vote(e: Emit, pred: ir.Value, kind: str) -> ir.Value:
     """Warp-uniform vote.sync.{any,all} over the full warp: i1."""
     return nvvm.VoteSyncOp(e.i1, e.c32(-1), pred, getattr(nvvm.VoteSyncKind, kind)).result
+
+
+def values_if(cond: ir.Value, then, values: list) -> list:
+    """`then()` (a list like `values`) where `cond` holds, else `values`: a branch (scf.if
+    yielding the list), so that the other side runs no instruction of `then`."""
+    branch = scf.IfOp(cond, [x.type for x in values], has_else=True)
+    with ir.InsertionPoint(branch.then_block):
+        scf.yield_(then())
+    with ir.InsertionPoint(branch.else_block):
+        scf.yield_(values)
+    return list(branch.results)
 
 
 class Quad:

@@ -122,7 +122,7 @@ from mlir.dialects import arith, gpu, llvm, nvvm, scf
 
 from attnc.backend.kernel_spec import KvCtx, Sm80KernelSpec, mask_hooks
 from attnc.backend.nvgpu_builders import (Approx, CpAsync, CtaBarrier, Emit, GlobalPtr, LdMatrix, MmaSync,
-                                          Quad, Smem, warp_vote)
+                                          Quad, Smem, values_if, warp_vote)
 from attnc.backend.qtiles import qtiles_param, read_entry, table_factors
 from attnc.backend.sm80_epilogue import Epilogue, StagedRows
 from attnc.backend.sm80_kv import KvSchedule, schedule
@@ -545,13 +545,8 @@ class _Sm80Forward:
                      for atom in acc_o[mi]] for mi in range(s.m_atoms)]
         if moved is None:
             return scaled()
-        flat = self._flat(acc_o)
-        branch = scf.IfOp(warp_vote(e, moved, "any"), [x.type for x in flat], has_else=True)
-        with ir.InsertionPoint(branch.then_block):
-            scf.yield_(self._flat(scaled()))
-        with ir.InsertionPoint(branch.else_block):
-            scf.yield_(flat)
-        return self._unflatten(list(branch.results))
+        return self._unflatten(values_if(warp_vote(e, moved, "any"), lambda: self._flat(scaled()),
+                                         self._flat(acc_o)))
 
     def _scores(self, acc_s, n_block, mode: str, skip):
         """S of block n_block as rows, with the score_mod and (mode 'partial') the mask

@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import llvm, scf
 
-from attnc.backend.nvgpu_builders import Wgmma, warp_vote
+from attnc.backend.nvgpu_builders import Wgmma, values_if, warp_vote
 from attnc.backend.sm80 import _Sm80Forward
 from attnc.backend.sm80_softmax import SoftmaxState
 
@@ -269,12 +269,7 @@ class Sm90Forward(_Sm80Forward):
             return [e.fmul(x, flight.alpha[(i % 4) // 2]) for i, x in enumerate(acc_o)]
         if not flight.moved:
             return scaled()
-        branch = scf.IfOp(warp_vote(e, flight.moved[0], "any"), [x.type for x in acc_o], has_else=True)
-        with ir.InsertionPoint(branch.then_block):
-            scf.yield_(scaled())
-        with ir.InsertionPoint(branch.else_block):
-            scf.yield_(acc_o)
-        return list(branch.results)
+        return values_if(warp_vote(e, flight.moved[0], "any"), scaled, acc_o)
 
     def _moved(self) -> list:
         """[whether a row of this thread moved at the last softmax step] with a lazy
