@@ -178,6 +178,20 @@ def flex_case(case: str, h: int):
             "window1024": (None, window), "doc_causal": (None, documents)}[case]
 
 
+def add_tags_option(ap) -> None:
+    ap.add_argument("--tags", help="experiment bundles (tools/build_exp_bundles.py) of these tags, "
+                                   "comma-separated, instead of the bench_variants ones")
+
+
+def bundle_lookup(bundles: Path, tags: str | None) -> tuple[list, dict]:
+    """(the tags to run, [None] for the bench_variants bundles; the index entries of that
+    suite, or of the experiment bundles, by (arch, case, head dim, tag))."""
+    suite, tag_list = ("exp", tags.split(",")) if tags else ("bench_variants", [None])
+    index = {(e.get("arch", "sm_80"), e["case"], e["head_dim"], e.get("tag")): e
+             for e in json.loads((Path(bundles) / "index.json").read_text()) if e.get("suite") == suite}
+    return tag_list, index
+
+
 def attnc_params(case: str, b: int, h: int) -> dict:
     if case == "alibi_causal":
         return {"slopes": torch.exp2(-8.0 * torch.arange(1, h + 1, device="cuda", dtype=torch.float32) / h)}

@@ -218,6 +218,7 @@ def analyse(stamps: np.ndarray, blocks: np.ndarray) -> dict:
         times, live = times[order], np.cumsum(steps[order])
         sweeps.append((times, live, start[sel].min(), start[sel].max()))
     slots = int(max(live.max() for _, live, _, _ in sweeps))
+    first_finish = min(times[-1] for times, *_ in sweeps)      # an SM's last event is its last end
     gaps = idle_after = 0.0
     for times, live, first_start, last_start in sweeps:
         dt = np.diff(np.r_[times, t1])
@@ -238,7 +239,7 @@ def analyse(stamps: np.ndarray, blocks: np.ndarray) -> dict:
         "fixed_fraction": float(((first - start) + (end - last))[work].sum() / dur[work].sum()),
         "gap_fraction": gaps / slot_time,
         "idle_after_finish_fraction": idle_after / slot_time,
-        "tail_us": float(t1 - min(end[sm == s].max() for s in np.unique(sm))) * us,
+        "tail_us": float(t1 - first_finish) * us,
         "empty_cta_us": float(dur[~work].mean()) * us if (~work).any() else 0.0,
     }
 
@@ -298,21 +299,18 @@ def main() -> int:
     import torch
 
     import attnc_runtime
-    from bench_variants import SHAPES, attnc_params, inputs
+    from bench_variants import SHAPES, add_tags_option, attnc_params, bundle_lookup, inputs
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bundles", required=True)
     ap.add_argument("--cases", default="causal,doc_causal")
     ap.add_argument("--head-dims", default="128")
     ap.add_argument("--launches", type=int, default=20)
-    ap.add_argument("--tags", help="experiment bundles (tools/build_exp_bundles.py) of these tags, "
-                                   "comma-separated, instead of the bench_variants ones")
+    add_tags_option(ap)
     ap.add_argument("--json")
     args = ap.parse_args()
     bundles = Path(args.bundles)
-    suite, tags = ("exp", args.tags.split(",")) if args.tags else ("bench_variants", [None])
-    index = {(e.get("arch", "sm_80"), e["case"], e["head_dim"], e.get("tag")): e
-             for e in json.loads((bundles / "index.json").read_text()) if e.get("suite") == suite}
+    tags, index = bundle_lookup(bundles, args.tags)
     print(f"GPU: {torch.cuda.get_device_name()}")
     steps = globaltimer_steps_ns()
     print(f"%globaltimer: smallest step {steps[0]} ns, mean step {steps[1]:.1f} ns over 1000 changes")

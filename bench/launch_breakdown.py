@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import sys
 from pathlib import Path
 
@@ -24,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "bench")]
 
 import attnc_runtime  # noqa: E402
-from bench_variants import SHAPES, attnc_params, inputs  # noqa: E402
+from bench_variants import SHAPES, add_tags_option, attnc_params, bundle_lookup, inputs  # noqa: E402
 
 
 def breakdown(bound, iters: int, reuse: bool) -> list[tuple[str, float, int]]:
@@ -66,13 +65,10 @@ def main() -> int:
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--archs", default="sm_80")
     ap.add_argument("--iters", type=int, default=50)
-    ap.add_argument("--tags", help="time experiment bundles (tools/build_exp_bundles.py) of these tags, "
-                                   "comma-separated, instead of the bench_variants ones")
+    add_tags_option(ap)
     args = ap.parse_args()
     bundles = Path(args.bundles)
-    suite, tags = ("exp", args.tags.split(",")) if args.tags else ("bench_variants", [None])
-    index = {(e.get("arch", "sm_80"), e["case"], e["head_dim"], e.get("tag")): e
-             for e in json.loads((bundles / "index.json").read_text()) if e.get("suite") == suite}
+    tags, index = bundle_lookup(bundles, args.tags)
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; mean of {args.iters} launches")
     for d in map(int, args.head_dims.split(",")):
         b, h = SHAPES[d]

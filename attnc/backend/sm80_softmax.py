@@ -102,10 +102,15 @@ class OnlineSoftmax:
         self.exp2_fma = exp2_fma            # Note [Exponentials on the FMA pipe]
         # Note [Lazy rescale]: the threshold in raw units must be a finite f32 (a scale
         # below about 2e-38 would make it +inf, and no row would leave -inf)
-        self.lazy = lazy and 0 < scale_log2 and LAZY_LOG2 / scale_log2 < F32_MAX
+        threshold = LAZY_LOG2 / scale_log2 if lazy and scale_log2 > 0 else F32_MAX
+        self.lazy_threshold = threshold if threshold < F32_MAX else None   # raw score units
         self.moved = None                   # after a lazy step: i1, some row of this thread moved
         # Note [Empty rows]: the lowest running max the exponentials take
         self.lowest = -min(F32_MAX, F32_MAX / scale_log2 * (1 - 2.0 ** -20))
+
+    @property
+    def lazy(self) -> bool:
+        return self.lazy_threshold is not None
 
     def initial(self, rows: int) -> SoftmaxState:
         m0 = (lambda: self.e.cf(self.static_max)) if self.static_max is not None else self.e.neg_inf
@@ -133,7 +138,7 @@ class OnlineSoftmax:
             m = e.fmax(m_old, self.quad.allreduce(_tree(row, e.fmax), e.fmax))
             if self.lazy:
                 # Note [Lazy rescale]: unordered (-inf - -inf) keeps the old max too
-                keep = arith.cmpf(arith.CmpFPredicate.ULE, e.fsub(m, m_old), e.cf(LAZY_LOG2 / self.scale_log2))
+                keep = arith.cmpf(arith.CmpFPredicate.ULE, e.fsub(m, m_old), e.cf(self.lazy_threshold))
                 m = e.select(keep, m_old, m)
                 moved = e.xor(keep, e.true())
                 self.moved = moved if self.moved is None else e.or_(self.moved, moved)

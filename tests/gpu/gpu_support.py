@@ -200,11 +200,13 @@ def skip_reason(entry: dict) -> str | None:
 
 
 def run_against_reference(entry: dict, m: int, n: int, *, batch: int = 2, heads: int = 8,
-                          heads_kv: int = 2, seed: int = 0, library: str = "torch") -> tuple[list[str], dict, str]:
+                          heads_kv: int = 2, seed: int = 0, library: str = "torch",
+                          adjust=None) -> tuple[list[str], dict, str]:
     """Launch the bundle of `entry` on random inputs of the given sizes and compare o (and
     lse) with attnc.reference; returns (problems, the sizes used, the variant's source).
     `library`: the inputs as torch tensors, or as cupy arrays launched on a cupy stream of
-    their own (the outputs must then come back as cupy arrays)."""
+    their own (the outputs must then come back as cupy arrays). `adjust(case, sizes)`, if
+    given, returns the inputs to use instead of the random ones."""
     import numpy as np
 
     import attnc
@@ -216,6 +218,8 @@ def run_against_reference(entry: dict, m: int, n: int, *, batch: int = 2, heads:
     rng = np.random.default_rng(seed)
     sizes = bind_sizes(variant, batch=batch, heads=heads, heads_kv=heads_kv, m=m, n=n, rng=rng)
     case = make_case(variant, sizes, entry.get("fills", {}), rng)
+    if adjust is not None:
+        case = adjust(case, sizes)
     launch = _launch_cupy if library == "cupy" else _launch_torch
     ref_inputs, got, problems = launch(kernel, variant.dtype, case)
     ref = attnc.reference(variant, **ref_inputs)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_support import BUNDLES, bind_sizes, compare, entries, make_case, skip_reason
+from gpu_support import entries, run_against_reference, skip_reason
 
 pytestmark = pytest.mark.gpu
 
@@ -22,7 +22,7 @@ def _wide_entries() -> list:
     return [e for e in entries("examples") if e.get("name") == "no-bundles" or e["head_dim"][1] == 128]
 
 
-def climbing(case: dict, n: int) -> dict:
+def climbing(case: dict, sizes: dict) -> dict:
     """q >= 0 with rows weighted 1 or 0.05 in runs of 4 (rows 4r..4r+3 of a warp's 16);
     k shifted by up to 6 toward key 0: a block of 64 keys scores about 6 * 64 / N * sum(q)
     above the next one up, past the threshold (8 / (log2(e) / sqrt(128)) ~ 63) at N < 700."""
@@ -31,7 +31,7 @@ def climbing(case: dict, n: int) -> dict:
     q, k = case["q"], case["k"]
     weight = np.where((np.arange(q.shape[2]) // 4) % 2 == 0, 1.0, 0.05).astype(np.float32)
     case["q"] = np.abs(q) * weight[None, None, :, None]
-    ramp = (6.0 * (1.0 - np.arange(k.shape[2]) / n)).astype(np.float32)
+    ramp = (6.0 * (1.0 - np.arange(k.shape[2]) / k.shape[2])).astype(np.float32)
     case["k"] = k + ramp[None, None, :, None]
     return case
 
@@ -42,18 +42,6 @@ def test_maxima_that_move_mid_row_match_reference(gpu, entry, m, n):
     reason = skip_reason(entry)
     if reason:
         pytest.skip(reason)
-    import numpy as np
-
-    import attnc
-    import attnc_runtime
-    from attnc.frontend import load
-    from gpu_support import _launch_torch
-
-    kernel = attnc_runtime.load(BUNDLES / entry["path"])
-    variant = load(kernel.manifest.source, f"{entry['name']}.attn")
-    rng = np.random.default_rng(m + n)
-    sizes = bind_sizes(variant, batch=1, heads=4, heads_kv=2, m=m, n=n, rng=rng)
-    case = climbing(make_case(variant, sizes, entry.get("fills", {}), rng), sizes[variant.k.shape[2]])
-    ref_inputs, got, problems = _launch_torch(kernel, variant.dtype, case)
-    problems += compare(variant, got, attnc.reference(variant, **ref_inputs))
+    problems, sizes, _ = run_against_reference(entry, m, n, batch=1, heads=4, heads_kv=2, seed=m + n,
+                                               adjust=climbing)
     assert not problems, f"{entry['name']} at {sizes}:\n  " + "\n  ".join(problems)
