@@ -3,12 +3,13 @@ memset the runtime queues (the mask kernels, the zeroing of their scratch, the a
 kernel), timed by the CUDA profiler (torch.profiler), averaged over --iters launches.
 
     python3 bench/launch_breakdown.py --bundles DIR [--cases doc_causal] [--head-dims 64,128]
-                                      [--archs sm_80] [--iters 50] [--tags base,runs]
+                                      [--archs sm_80] [--iters 50] [--tags base,runs] [--seqs 8192]
 
 Run on the GPU machine with bundles built by tools/build_gpu_bundles.py --suites
 bench_variants, or with --tags experiment bundles of tools/build_exp_bundles.py. The sum
 is GPU busy time; the gaps between launches are not in it (the time a launch takes
-between CUDA events, gaps included, is printed beside it).
+between CUDA events, gaps included, is printed beside it). --seqs lists the M = N to run
+at (the bundles take any; bench_variants' shapes are at 8192).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "bench")]
 
 import attnc_runtime  # noqa: E402
+import bench_variants  # noqa: E402
 from bench_variants import SHAPES, add_tags_option, attnc_params, bundle_lookup, inputs  # noqa: E402
 
 
@@ -65,17 +67,19 @@ def main() -> int:
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--archs", default="sm_80")
     ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--seqs", default=str(bench_variants.N), help="M = N values, comma-separated")
     add_tags_option(ap)
     args = ap.parse_args()
     bundles = Path(args.bundles)
     tags, index = bundle_lookup(bundles, args.tags)
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; mean of {args.iters} launches")
-    for d in map(int, args.head_dims.split(",")):
+    for seq, d in ((s, d) for s in map(int, args.seqs.split(",")) for d in map(int, args.head_dims.split(","))):
+        bench_variants.M = bench_variants.N = seq       # read by inputs() and attnc_params()
         b, h = SHAPES[d]
         q, k, v = inputs(d)
         for case in args.cases.split(","):
             for arch, tag in ((a, t) for a in args.archs.split(",") for t in tags):
-                label = f"{arch} {case} d={d}" + (f" {tag}" if tag else "")
+                label = f"{arch} {case} d={d} M=N={seq}" + (f" {tag}" if tag else "")
                 entry = index.get((arch, case, d, tag))
                 if entry is None or "refused" in entry:
                     print(f"{label}: no bundle")

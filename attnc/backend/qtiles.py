@@ -58,18 +58,24 @@ sm_80 0.523 -> 0.549 ms at head dim 128, 0.642 -> 0.705 at 64, sm_90a unchanged 
 session 24, results/variants_h200.md).
 
 Note [Tile table kernel]: one CTA of THREADS threads per (b, h_m); thread t walks the
-rows [t * C, (t + 1) * C), C = cdiv(M, THREADS), UNROLL rows a trip with their loads
-issued first, three times: (1) whether v is non-decreasing there and the last run start
-in it; a CTA max-scan gives each thread the start of the run its first row is in; (2)
-how many tiles start in its rows; a CTA sum-scan gives its first tile's index and the
-total; (3) the entries. A thread writes row_end of the tile before each of its tiles
-(the tiles are contiguous), thread 0 that of the last; (4) key_end, thread t for tiles
-t, t + THREADS, ...: after a barrier, a run's last tile (the next has another key0)
-writes its row_end as the key_end of the run's first tile, t - (row0 - key0) / block_m;
-after another, the run's other tiles copy it from there. (Written in (3), key_end took a
-loop per run start inside the unrolled walk, which spilled the kernel's registers and took
-3 us more on an H100; a store per run start there still spilled.) The scans: shfl.up
-within a warp, the warps' totals through shared memory.
+rows [t * C, (t + 1) * C), C = cdiv(M, THREADS) rounded up to whole trips of UNROLL rows
+(below THREADS * UNROLL rows only the first threads walk), with each trip's loads issued
+first, twice:
+(1) whether v is non-decreasing there, its first and last run start, and how many tiles
+start from its first run start on; a CTA max-scan gives each thread the start of the run
+its first row is in, and with it the tiles that start in its rows before its first run
+start, in closed form; a CTA sum-scan of its tiles gives its first tile's index and the
+total;
+(2) the entries, walking again. A thread writes row_end of the tile before each of its
+tiles (the tiles are contiguous), thread 0 that of the last;
+(3) key_end, thread t for tiles t, t + THREADS, ...: after a barrier, a run's last tile
+(the next has another key0) writes its row_end as the key_end of the run's first tile,
+t - (row0 - key0) / block_m; after another, the run's other tiles copy it from there.
+(Written in (2), key_end took a loop per run start inside the unrolled walk, which
+spilled the kernel's registers and took 3 us more on an H100; a store per run start
+there still spilled.)
+The scans: shfl.up within a warp, then the warps' totals through shared memory, one a
+lane, scanned the same way in every warp.
 """
 from __future__ import annotations
 
@@ -288,33 +294,34 @@ class _TableKernel:
         M = self.M = self._size(p.seq_q)
         self.tiles = tile_count(e, M, p.block_m)
         self.base = GlobalPtr(e, self.table, 32).offset(e.mul(e.to_i64(z), e.to_i64(e.mul(self.tiles, 4))))
-        chunk = e.cdiv(M, THREADS)
+        # Whole trips a thread (Note [Tile table kernel]): below THREADS * UNROLL rows only
+        # the first threads walk.
+        chunk = e.mul(e.cdiv(e.cdiv(M, THREADS), UNROLL), UNROLL)
         self.c0 = e.min(e.mul(tid, chunk), M)
         self.c1 = e.min(e.add(self.c0, chunk), M)
         before = self._id(e.max(e.sub(self.c0, 1), 0))
 
-        # (1) sorted, and the last run start in this thread's rows (-1: none).
+        # (1) sorted; the first and the last run start in this thread's rows (c1, -1: none);
+        # the tiles that start from the first on (the rows before it are of a run that
+        # started in an earlier thread's rows: counted once the scan gives its start).
         def sorted_step(i, v, prev, state, inside):
-            ok, last = state
-            first = e.eq(i, 0)
-            start = e.or_(first, e.ne(v, prev))
-            ok = e.land(ok, e.or_(first, e.ge(v, prev)))
-            return ok, e.select(start, i, last)
-        ok, last = self._walk(before, [e.true(), e.c32(-1)], sorted_step)
+            ok, first, last, count = state
+            start = e.or_(e.eq(i, 0), e.ne(v, prev))
+            ok = e.land(ok, e.or_(e.eq(i, 0), e.ge(v, prev)))
+            last = e.select(start, i, last)
+            tile = e.land(e.ge(last, 0), e.eq(e.rem(e.sub(i, last), p.block_m), 0))
+            return ok, e.select(start, e.min(first, i), first), last, e.add(count, arith.extui(e.i32, tile))
+        ok, first, last, count = self._walk(before, [e.true(), self.c1, e.c32(-1), e.c32(0)], sorted_step)
         sorted_all = e.ne(nvvm.BarrierOp(e.i32, reductionOp=nvvm.BarrierReduction.AND,
                                            reductionPredicate=arith.extui(e.i32, ok)).result, 0)
         run0, _ = self._scan(last, "max", 0)
 
-        # (2) the tiles that start in this thread's rows.
-        def count_step(i, v, prev, state, inside):
-            run, count = state
-            run = e.select(e.or_(e.eq(i, 0), e.ne(v, prev)), i, run)
-            return run, e.add(count, arith.extui(e.i32, e.eq(e.rem(e.sub(i, run), p.block_m), 0)))
-        _, count = self._walk(before, [run0, e.c32(0)], count_step)
-        first_tile, total = self._scan(count, "add", 32 * 4)
+        # The tiles that start in this thread's rows: in [c0, first), those of run0's run.
+        ahead = e.sub(e.cdiv(e.sub(first, run0), p.block_m), e.cdiv(e.sub(self.c0, run0), p.block_m))
+        first_tile, total = self._scan(e.add(count, ahead), "add", 32 * 4)
         aligned = e.land(sorted_all, e.le(total, self.tiles))
 
-        # (3) the entries: aligned, or the grid.
+        # (2) the entries: aligned, or the grid.
         grid_tiles = e.cdiv(M, p.block_m)
         then = scf.IfOp(aligned, has_else=True)
         with ir.InsertionPoint(then.then_block):
@@ -322,7 +329,7 @@ class _TableKernel:
                 run, t = state
                 run = e.select(e.or_(e.eq(i, 0), e.ne(v, prev)), i, run)
                 starts = e.eq(e.rem(e.sub(i, run), p.block_m), 0)
-                guard = scf.IfOp(e.land(inside, starts))    # a trip's rows past c1 are another thread's
+                guard = scf.IfOp(e.land(inside, starts))    # a trip's rows past c1 are past M
                 with ir.InsertionPoint(guard.then_block):
                     self._store(t, 0, i)
                     self._store(t, 2, run)
@@ -337,7 +344,7 @@ class _TableKernel:
             with ir.InsertionPoint(last_tile.then_block):
                 self._store(e.sub(total, 1), 1, M)
                 scf.yield_([])
-            # (4) key_end: a run's last tile gives its row_end to the run's first, which
+            # (3) key_end: a run's last tile gives its row_end to the run's first, which
             # gives it to the others.
             CtaBarrier().sync()         # the entries of every thread are written
             self._strided(e.c32(0), total, lambda t: self._run_end_to_first(t, total))
@@ -375,10 +382,8 @@ class _TableKernel:
         kind 'max' (identity -1) or 'add' (identity 0)."""
         e = self.e
         combine, identity = (e.max, -1) if kind == "max" else (e.add, 0)
-        inclusive = x
-        for d in (1, 2, 4, 8, 16):
-            up = _shfl_up(e, inclusive, d)
-            inclusive = e.select(e.ge(self.lane, d), combine(inclusive, up), inclusive)
+        assert THREADS == 32 * 32, "a warp's lanes scan the warps' totals, one each"
+        inclusive = _inclusive_scan(e, x, self.lane, combine)
         exclusive = e.select(e.eq(self.lane, 0), e.c32(identity), _shfl_up(e, inclusive, 1))
         slot = lambda w: self.smem.address(e.add(smem_offset, e.shl(w, 2)))   # noqa: E731
         last = scf.IfOp(e.eq(self.lane, 31))
@@ -386,15 +391,10 @@ class _TableKernel:
             st_shared_b32(slot(self.warp), inclusive)
             scf.yield_([])
         CtaBarrier().sync()
-        loop = scf.ForOp(e.c32(0), e.c32(THREADS // 32), e.c32(1), [e.c32(identity), e.c32(identity)])
-        with ir.InsertionPoint(loop.body):
-            w = loop.induction_variable
-            before, total = loop.inner_iter_args
-            value = _ld_shared_b32(e, slot(w))
-            before = e.select(e.lt(w, self.warp), combine(before, value), before)
-            scf.yield_([before, combine(total, value)])
-        before, total = loop.results
-        return combine(before, exclusive), total
+        # The warps' totals, scanned again across the lanes of every warp (lane w: warp w's).
+        warps = _inclusive_scan(e, _ld_shared_b32(e, slot(self.lane)), self.lane, combine)
+        before = e.select(e.eq(self.warp, 0), e.c32(identity), _shfl_idx(e, warps, e.sub(self.warp, 1)))
+        return combine(before, exclusive), _shfl_idx(e, warps, e.c32(31))
 
     def _field(self, t, field: int):
         """The address of a field (0-3) of entry t."""
@@ -450,9 +450,23 @@ class _TableKernel:
             scf.yield_([])
 
 
+def _inclusive_scan(e: Emit, x, lane, combine):
+    """The inclusive scan of x over a warp's lanes in order."""
+    for d in (1, 2, 4, 8, 16):
+        up = _shfl_up(e, x, d)
+        x = e.select(e.ge(lane, d), combine(x, up), x)
+    return x
+
+
 def _shfl_up(e: Emit, x, delta: int):
     return _op("nvvm.shfl.sync", [x.type], [e.c32(-1), x, e.c32(delta), e.c32(0)],
                {"kind": "#nvvm<shfl_kind up>"}).result
+
+
+def _shfl_idx(e: Emit, x, lane):
+    """x of lane `lane` (an i32 value) of the warp."""
+    return _op("nvvm.shfl.sync", [x.type], [e.c32(-1), x, lane, e.c32(31)],
+               {"kind": "#nvvm<shfl_kind idx>"}).result
 
 
 def _ld_shared_b32(e: Emit, addr):
