@@ -213,6 +213,9 @@ class Sm80KernelSpec:
                                           # or from a tile table's runs (run_ranges.py)
     heads_first: Optional[bool] = None     # grid x runs over the heads, y over the query blocks
                                           # (Note [Heads first] in sm80.py); None: grid_heads_first
+    tiles_last: Optional[bool] = None      # grid (H, B, query blocks): each query block of every
+                                          # (b, h) before the next (Note [Tiles last] in sm80.py);
+                                          # None: off
     lean_loads: Optional[bool] = None      # lean KV steps for block maps and bands (Note
                                           # [Lean step loads] in sm80.py); None: step_loads_lean
     staged_o: Optional[bool] = None        # O written through shared memory in 16-byte stores
@@ -349,6 +352,11 @@ class Sm80KernelSpec:
         return self.warp_specialized and self.banded
 
     @property
+    def grid_tiles_last(self) -> bool:
+        """The grid is (H, B, query blocks) (tiles_last given true: Note [Tiles last] in sm80.py)."""
+        return bool(self.tiles_last)
+
+    @property
     def grid_heads_first(self) -> bool:
         """heads_first resolved (Note [Heads first] in sm80.py): by default in sm_80's
         kernels for a band or a block map, whose query blocks each read a few key blocks
@@ -364,7 +372,7 @@ class Sm80KernelSpec:
         if self.heads_first is not None:
             return self.heads_first
         return (self.target == "sm_80" and (self.banded or self.blockmap) and self.blocks_per_cta == 1
-                and not self.warp_specialized)
+                and not self.warp_specialized and not self.grid_tiles_last)
 
     @property
     def step_loads_lean(self) -> bool:
@@ -589,6 +597,11 @@ class Sm80KernelSpec:
                  f"producer warpgroup: block_m={self.block_m}, producer_warpgroup={self.warp_specialized}")
         _require(not self.warp_specialized or self.blocks_per_cta == 1,
                  "with a producer warpgroup each CTA runs one query block (q_blocks_per_cta=1)")
+        _require(not self.grid_tiles_last or (self.blocks_per_cta == 1 and not self.warp_specialized
+                                               and not self.persistent_ctas),
+                 "tiles_last needs a kernel with one query block per CTA and no producer warpgroup")
+        _require(not (self.grid_tiles_last and self.heads_first),
+                 "tiles_last and heads_first are two orders of the grid: give one")
         _require(not self.grid_heads_first or (self.blocks_per_cta == 1 and not self.warp_specialized),
                  "heads_first needs a kernel with one query block per CTA and no producer warpgroup")
         _require(not self.step_loads_lean or self._can_lean_loads,

@@ -64,6 +64,32 @@ band or a causal mask) run last, where they fill the tail that equal blocks leav
 ragged, at the price of the CTAs of all heads at once reading their own keys. Where
 that is the default: Sm80KernelSpec.grid_heads_first.
 
+Note [Tiles last]: with `tiles_last` the grid is (H, B, query blocks): the hardware
+starts the heaviest query block of every (b, h) before the next heaviest of any, the
+longest-first order a list scheduler would pick for a causal mask or a tile table. In
+the default orders the last batch's heaviest blocks start last, so a launch of a few
+waves ends on them. The attention kernel's busy time, sm_80, H100, bf16, B = 4, H = 16
+at head dim 128 and 32 at 64 (bench/launch_breakdown.py --seqs; results/logs/
+session31_gpu.txt), M = N = 1024 / 2048 / 4096, then 8192 timed over the clock's swings
+(bench/ab_bundles.py, 7 rounds):
+
+    causal d = 128     84.4 -> 63.8 us, 240 -> 201, 802 -> 758;   3.020 -> 3.049 ms
+    ALiBi d = 128      91.7 -> 69.0,    267 -> 224, 877 -> 827;   3.193 -> 3.205
+    documents d = 128  77.7 -> 65.3,    134 -> 121, 249 -> 230;   0.498 -> 0.498
+    causal d = 64      84.2 -> 72.1,    255 -> 236, 896 -> 892;   3.400 -> 3.601
+    ALiBi d = 64       91.7 -> 79.0,    285 -> 262, 1008 -> 951;  3.630 -> 3.791
+    the window, d = 128  81.0 -> 63.7,  175 -> 170, 383 -> 381;   0.839 -> 0.852
+
+(at 8192 the same outputs to the bit as the default order's). Not the default: at 8192,
+15-31 waves of two CTAs an SM, the CTAs resident together read the keys of every (b, h)
+at once, and the kernels at head dim 64 ran 4-6 % slower; on sm_90a documents ran slower
+from M = 2048 on (0.410 -> 0.441 ms at 8192). Choosing in the kernel by the grid's waves
+(its CTAs against %nsmid) cost 0.6-2.6 % at 8192, where it kept the default order, in
+five of nine kernels (selects in place of the ctaid reads ptxas recomputes where it
+needs them; the window's kernel at head dim 64 then spilled). Having both takes two
+builds of the kernel and a runtime that picks one by the grid's size; until then the
+option is for workloads of short sequences.
+
 Note [Lean step loads]: only the last key block, cdiv(N, block_n) - 1, may hold rows >= N,
 and a step visits blocks in strictly decreasing order, so the block a step loads for a
 later step (V of step t + S - 1, K of t + S) ends below N whenever the schedule's top
@@ -169,6 +195,7 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
                       "q_blocks_per_cta": spec.blocks_per_cta, "min_ctas_per_sm": spec.min_ctas,
                       "producer_warpgroup": spec.warp_specialized, "pingpong": spec.pingpong,
                       "persistent": spec.persistent_ctas, "heads_first": spec.grid_heads_first,
+                      "tiles_last": spec.grid_tiles_last,
                       "staged_o": spec.o_staged, "lean_loads": spec.step_loads_lean, "split_mask": spec.mask_split,
                       "early_first": spec.first_before_map, "aligned_tiles": spec.aligned_tiles,
                       "exp2_fma": spec.exp2_on_fma, "lazy_rescale": spec.rescale_lazily,
@@ -178,6 +205,7 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
                 else (["cdiv", "M", spec.block_m * spec.blocks_per_cta],))
     # Note [Persistent CTAs] (sm90_ws.py): a CTA per SM at most, each looping over blocks.
     grid = (((["min_sms", *m_blocks, "H", "B"],), (1,), (1,)) if spec.persistent_ctas
+            else (("H",), ("B",), m_blocks) if spec.grid_tiles_last  # Note [Tiles last]
             else (("H",), m_blocks, ("B",)) if spec.grid_heads_first  # Note [Heads first]
             else (m_blocks, ("H",), ("B",)))
     return KernelAbi(spec.symbol, tuple(params), (spec.threads, 1, 1), spec.smem_bytes, grid, specialization)
@@ -335,19 +363,23 @@ class _Sm80Forward:
         last ones), for a shorter tail; the grid's x and y as Note [Heads first] says."""
         e, s = self.e, self.spec
         count, index, head = nvvm.read_ptx_sreg_nctaid_x, nvvm.read_ptx_sreg_ctaid_x, nvvm.read_ptx_sreg_ctaid_y
-        if s.grid_heads_first:
+        batch = nvvm.read_ptx_sreg_ctaid_z
+        if s.grid_tiles_last:
+            count, index, head = nvvm.read_ptx_sreg_nctaid_z, nvvm.read_ptx_sreg_ctaid_z, nvvm.read_ptx_sreg_ctaid_x
+            batch = nvvm.read_ptx_sreg_ctaid_y
+        elif s.grid_heads_first:
             count, index, head = nvvm.read_ptx_sreg_nctaid_y, nvvm.read_ptx_sreg_ctaid_y, nvvm.read_ptx_sreg_ctaid_x
         m_block = None
         if with_block:
             last = e.sub(count(e.i32), 1)
             ctaid = index(e.i32)
-            if s.grid_heads_first:
+            if s.grid_heads_first or s.grid_tiles_last:
                 # What LLVM knows of ctaid.y (< 65535) changed its address arithmetic enough
                 # for ptxas to spill (sliding window, 128x64 tiles, head dim 128: 124 bytes
                 # on sm_80); opaque, it assembles as ctaid.x's did.
                 ctaid = e.opaque(ctaid)
             m_block = e.sub(last, ctaid)
-        return m_block, head(e.i32), nvvm.read_ptx_sreg_ctaid_z(e.i32)
+        return m_block, head(e.i32), batch(e.i32)
 
     def _operand_bases(self) -> None:
         """Each lane's ldmatrix base addresses of the Q, K and V tiles."""

@@ -44,6 +44,7 @@ KERNEL_CHOICES: dict[str, tuple[str, type]] = {
     "persistent": ("sm90.persistent", bool),
     "exp2_fma": ("sm80.exp2_fma", int),
     "heads_first": ("sm80.heads_first", bool),
+    "tiles_last": ("sm80.tiles_last", bool),
     "staged_o": ("sm80.staged_o", bool),
     "lean_loads": ("sm80.lean_loads", bool),
     "split_mask": ("sm80.split_mask", bool),
@@ -103,6 +104,9 @@ class LowerKernel(Pass):
     heads_first: bool | None = field(default=None, metadata={
         "doc": "order the grid's CTAs by head first, query block second (Note [Heads first]; default: "
                "Sm80KernelSpec.grid_heads_first: on sm_80 for a band or a block map)"})
+    tiles_last: bool | None = field(default=None, metadata={
+        "doc": "order the grid's CTAs by head, then batch, then query block, so that every (b, h) starts "
+               "its heaviest query block before any starts its next (Note [Tiles last] in sm80.py; default: off)"})
     split_mask: bool | None = field(default=None, metadata={
         "doc": "in a block map's MIXED tiles, test only the conjuncts (row interval or residual) the map "
                "does not prove to hold on the whole tile (Note [Conjuncts a tile holds]; default: on wherever "

@@ -77,3 +77,41 @@ def test_the_kernel_reads_its_query_block_from_grid_y():
             return ptx.to_ptx(module, "sm_80")
     assert _reads(ptx_of(heads_first=True)) == {"%ctaid.x", "%ctaid.y", "%nctaid.y"}
     assert _reads(ptx_of(heads_first=False)) == {"%ctaid.x", "%ctaid.y", "%nctaid.x"}
+
+
+# ---------------------------------------------------------------- Note [Tiles last]
+
+def test_tiles_last_orders_the_grid_head_batch_query_block():
+    """The option puts the query blocks (a tile table's tiles too) on the grid's z, the
+    batch on y; it is off by default."""
+    for example, blocks in (("gemma2", None), ("docs_sink", "table")):
+        art = build_with((EXAMPLES / f"{example}.attn").read_text(), f"{example}.attn", "sm_80", tiles_last="true")
+        spec = art.manifest["specialization"]
+        x, y, z = art.manifest["kernels"][-1]["grid"]
+        assert (x, y) == (["H"], ["B"]) and spec["tiles_last"] is True and spec["heads_first"] is False
+        assert z == ([5, ["cdiv", "M", 4 * spec["block_m"]]] if blocks else [["cdiv", "M", spec["block_m"]]])
+        default = build_with((EXAMPLES / f"{example}.attn").read_text(), f"{example}.attn", "sm_80")
+        assert default.manifest["specialization"]["tiles_last"] is False
+        assert default.manifest["kernels"][-1]["grid"][2] == ["B"]
+
+
+def test_the_kernel_reads_its_query_block_from_grid_z_with_tiles_last():
+    sp = Sm80KernelSpec("bf16", 64, 64, block_m=128, block_n=128, num_warps=4, symbol="tl_test",
+                        mask="causal", tiles_last=True).check()
+    with ir.Context():
+        module, _ = build_sm80_module(sp)
+        text = ptx.to_ptx(module, "sm_80")
+    assert {r for r in ("%ctaid.x", "%ctaid.y", "%ctaid.z", "%nctaid.x", "%nctaid.y", "%nctaid.z")
+            if r in text} == {"%ctaid.x", "%ctaid.y", "%ctaid.z", "%nctaid.z"}
+    assert kernel_abi(sp).grid == (("H",), ("B",), (["cdiv", "M", 128],))
+
+
+def test_tiles_last_needs_one_block_per_cta_and_no_producer():
+    base = dict(dtype="bf16", head_dim_qk=128, head_dim_v=128, block_m=128, block_n=128, num_warps=8,
+                target="sm_90a", tiles_last=True)
+    with pytest.raises(SpecError, match="tiles_last"):
+        Sm80KernelSpec(**base).check()                          # the producer warpgroup's kernel
+    with pytest.raises(SpecError, match="tiles_last"):
+        Sm80KernelSpec(**{**base, "target": "sm_80", "num_warps": 4, "q_blocks_per_cta": 2}).check()
+    with pytest.raises(SpecError, match="two orders"):
+        Sm80KernelSpec(**{**base, "target": "sm_80", "num_warps": 4, "heads_first": True}).check()
