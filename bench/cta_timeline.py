@@ -172,6 +172,7 @@ def read_stamps(digest: str, ctas: int) -> np.ndarray:
 def blocks_of(case: str, grid: tuple, spec: dict, M: int) -> np.ndarray:
     """Key blocks of every CTA (linear id x + nx * (y + ny * z)), from the grid's order
     (Note [Heads first] in sm80.py: heads on x and the query tile, from the last, on y;
+    Note [Tiles last]: heads on x, the batch on y, the query tile, from the last, on z;
     or the query block, from the last, on x and heads on y) and the bench's mask:
     causal, or documents of DOC + causal on the tile table (Note [Document-aligned tiles])."""
     if spec.get("q_blocks_per_cta", 1) != 1:
@@ -180,7 +181,8 @@ def blocks_of(case: str, grid: tuple, spec: dict, M: int) -> np.ndarray:
         raise SystemExit("documents are counted on the aligned tile table (aligned_tiles)")
     bm, bn = spec["block_m"], spec["block_n"]
     nx, ny, nz = grid
-    nt = ny if spec["heads_first"] else nx
+    axis = 2 if spec.get("tiles_last") else 1 if spec["heads_first"] else 0     # the query tiles' axis
+    nt = grid[axis]
     if case == "causal":
         tiles = [-(-min((m + 1) * bm, M) // bn) for m in range(nt)]
     elif case == "doc_causal":
@@ -192,7 +194,7 @@ def blocks_of(case: str, grid: tuple, spec: dict, M: int) -> np.ndarray:
     else:
         raise SystemExit(f"no block count for case {case}")
     x, y, z = np.meshgrid(np.arange(nx), np.arange(ny), np.arange(nz), indexing="ij")
-    tile = (ny - 1 - y) if spec["heads_first"] else (nx - 1 - x)
+    tile = nt - 1 - (x, y, z)[axis]
     out = np.zeros(nx * ny * nz, dtype=np.int64)
     out[(x + nx * (y + ny * z)).ravel()] = np.asarray(tiles)[tile.ravel()]
     return out

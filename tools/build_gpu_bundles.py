@@ -137,6 +137,20 @@ OTHER_INTERVAL_TEST = {"bf16": "range", "f16": "pair"}
 # from the runs] in attnc/backend/run_ranges.py: the tile table's runs or a block map,
 # whichever the default is not): `_ranges`, with only run_ranges flipped.
 RANGES_BOTH_WAYS = ("docs_sink",)
+# These examples also run with the grid in the order of Note [Tiles last] (attnc/backend/
+# sm80.py): `_tiles`, with tiles_last on and, where the default kernel cannot take it, one
+# query block per CTA and no producer warpgroup (`tiles_last_choices`).
+TILES_LAST = ("alibi", "docs_sink", "sliding_window")
+
+
+def tiles_last_choices(spec) -> dict:
+    """attn-lower-sm80's (or -sm90a's) options for a `_tiles` bundle of `spec`'s example."""
+    choices = {"tiles_last": True}
+    if spec.warp_specialized:
+        choices["producer_warpgroup"] = False
+    elif spec.blocks_per_cta != 1:
+        choices["q_blocks_per_cta"] = 1
+    return choices
 
 
 def other_choices(spec, dtype: str) -> dict:
@@ -162,6 +176,8 @@ def example_jobs() -> list[Job]:
                 jobs.append(Job("examples", f"{name}_other", source_text, {**meta, "other_choices": True}))
                 if stem in RANGES_BOTH_WAYS:
                     jobs.append(Job("examples", f"{name}_ranges", source_text, {**meta, "flip_ranges": True}))
+                if stem in TILES_LAST:
+                    jobs.append(Job("examples", f"{name}_tiles", source_text, {**meta, "tiles_last": True}))
     return jobs
 
 
@@ -338,10 +354,11 @@ def build_one(job: Job, out: str) -> dict:
             from attnc.backend.sm80_lower import lowering_from_ir
             default = lowering_from_ir(compile_mlir(job.source, f"{job.name}.attn", CompileOptions(arch=job.arch)))
             entry["pipeline"] = pipeline_with(job.arch, {LOWERING[job.arch]: {"run_ranges": default.blockmap.built}})
-        if job.meta.get("other_choices"):
+        if job.meta.get("other_choices") or job.meta.get("tiles_last"):
             from attnc.backend.sm80_lower import spec_from_ir
             default = spec_from_ir(compile_mlir(job.source, f"{job.name}.attn", CompileOptions(arch=job.arch)))
-            entry["choices"] = other_choices(default, job.meta["dtype"])
+            entry["choices"] = (other_choices(default, job.meta["dtype"]) if job.meta.get("other_choices")
+                                else tiles_last_choices(default))
             entry["pipeline"] = pipeline_with(job.arch, {LOWERING[job.arch]: entry["choices"]})
         options = CompileOptions(arch=job.arch, pass_pipeline=entry.get("pipeline"))
         art = build(compile_mlir(job.source, f"{job.name}.attn", options))

@@ -599,7 +599,8 @@ class Sm80KernelSpec:
                  "with a producer warpgroup each CTA runs one query block (q_blocks_per_cta=1)")
         _require(not self.grid_tiles_last or (self.blocks_per_cta == 1 and not self.warp_specialized
                                                and not self.persistent_ctas),
-                 "tiles_last needs a kernel with one query block per CTA and no producer warpgroup")
+                 "tiles_last needs a kernel with one query block per CTA, no producer warpgroup and no "
+                 "persistent CTAs")
         _require(not (self.grid_tiles_last and self.heads_first),
                  "tiles_last and heads_first are two orders of the grid: give one")
         _require(not self.grid_heads_first or (self.blocks_per_cta == 1 and not self.warp_specialized),

@@ -59,11 +59,11 @@ session 24, results/variants_h200.md).
 
 Note [Tile table kernel]: one CTA of THREADS threads per (b, h_m); thread t walks the
 rows [t * C, (t + 1) * C), C = cdiv(M, THREADS) rounded up to whole trips of UNROLL rows
-(below THREADS * UNROLL rows only the first threads walk), with each trip's loads issued
-first, twice:
+(threads whose rows start past M walk none: below THREADS * UNROLL rows, all but the
+first), with each trip's loads issued first, twice:
 (1) whether v is non-decreasing there, its first and last run start, and how many tiles
-start from its first run start on; a CTA max-scan gives each thread the start of the run
-its first row is in, and with it the tiles that start in its rows before its first run
+start from its first run start on; a CTA max-scan gives each thread the last run start
+before its rows, and with it the tiles that start in its rows before its first run
 start, in closed form; a CTA sum-scan of its tiles gives its first tile's index and the
 total;
 (2) the entries, walking again. A thread writes row_end of the tile before each of its
@@ -294,8 +294,8 @@ class _TableKernel:
         M = self.M = self._size(p.seq_q)
         self.tiles = tile_count(e, M, p.block_m)
         self.base = GlobalPtr(e, self.table, 32).offset(e.mul(e.to_i64(z), e.to_i64(e.mul(self.tiles, 4))))
-        # Whole trips a thread (Note [Tile table kernel]): below THREADS * UNROLL rows only
-        # the first threads walk.
+        # Whole trips a thread (Note [Tile table kernel]): a thread whose rows start past M
+        # walks none.
         chunk = e.mul(e.cdiv(e.cdiv(M, THREADS), UNROLL), UNROLL)
         self.c0 = e.min(e.mul(tid, chunk), M)
         self.c1 = e.min(e.add(self.c0, chunk), M)

@@ -1,7 +1,7 @@
 """The sm_80 forward kernel (FlashAttention-2 style), built directly in upstream dialects.
 
-One CTA per (m_block, h, b) (m_block = gridDim.x - 1 - blockIdx.x; two blocks per CTA with
-Note [Two query blocks per CTA]); `num_warps` warps, warp w owning rows
+One CTA per (m_block, h, b) (m_block = gridDim.x - 1 - blockIdx.x, or on y or z as Notes
+[Heads first] and [Tiles last] say; two blocks per CTA with Note [Two query blocks per CTA]); `num_warps` warps, warp w owning rows
 [w*block_m/num_warps, (w+1)*block_m/num_warps) of the Q tile in 16-row MMA tiles.
 
     load Q[m_block]                             ─┐ cp.async group (Note [Q before the range])
@@ -65,10 +65,12 @@ ragged, at the price of the CTAs of all heads at once reading their own keys. Wh
 that is the default: Sm80KernelSpec.grid_heads_first.
 
 Note [Tiles last]: with `tiles_last` the grid is (H, B, query blocks): the hardware
-starts the heaviest query block of every (b, h) before the next heaviest of any, the
-longest-first order a list scheduler would pick for a causal mask or a tile table. In
-the default orders the last batch's heaviest blocks start last, so a launch of a few
-waves ends on them. The attention kernel's busy time, sm_80, H100, bf16, B = 4, H = 16
+starts the heaviest query block of every (b, h) before the next heaviest of any (under a
+causal mask, the longest-first order a list scheduler would pick; a tile table's entries
+go the same way, each (b, h)'s from its last, Note [Document-aligned tiles] in
+qtiles.py). In the default orders the last batch's heaviest blocks start last, so a
+launch of a few waves ends on them. The query blocks on z are at most 65535 (M up to
+8.4M at 128-row blocks, about 6.7M on a tile table). The attention kernel's busy time, sm_80, H100, bf16, B = 4, H = 16
 at head dim 128 and 32 at 64 (bench/launch_breakdown.py --seqs; results/logs/
 session31_gpu.txt), M = N = 1024 / 2048 / 4096, then 8192 timed over the clock's swings
 (bench/ab_bundles.py, 7 rounds):
@@ -360,7 +362,8 @@ class _Sm80Forward:
     def _grid_item(self, with_block: bool = True):
         """(query block, head, batch) of this CTA from the grid (the query block None
         without `with_block`): the heaviest query blocks first (under a causal mask, the
-        last ones), for a shorter tail; the grid's x and y as Note [Heads first] says."""
+        last ones), for a shorter tail; the grid's axes as Notes [Heads first] and [Tiles
+        last] say."""
         e, s = self.e, self.spec
         count, index, head = nvvm.read_ptx_sreg_nctaid_x, nvvm.read_ptx_sreg_ctaid_x, nvvm.read_ptx_sreg_ctaid_y
         batch = nvvm.read_ptx_sreg_ctaid_z
@@ -374,7 +377,7 @@ class _Sm80Forward:
             last = e.sub(count(e.i32), 1)
             ctaid = index(e.i32)
             if s.grid_heads_first or s.grid_tiles_last:
-                # What LLVM knows of ctaid.y (< 65535) changed its address arithmetic enough
+                # What LLVM knows of ctaid.y or .z (< 65535) changed its address arithmetic enough
                 # for ptxas to spill (sliding window, 128x64 tiles, head dim 128: 124 bytes
                 # on sm_80); opaque, it assembles as ctaid.x's did.
                 ctaid = e.opaque(ctaid)

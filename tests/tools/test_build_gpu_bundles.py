@@ -38,7 +38,7 @@ def test_examples_are_rewritten_to_each_dtype_and_head_dim(path):
 
 def test_every_example_gets_both_dtypes_and_two_head_dim_pairs():
     jobs = builder.example_jobs()
-    assert len(jobs) == 8 * len(EXAMPLES) + 4 * len(builder.RANGES_BOTH_WAYS)
+    assert len(jobs) == 8 * len(EXAMPLES) + 4 * len(builder.RANGES_BOTH_WAYS) + 4 * len(builder.TILES_LAST)
     assert len({j.name for j in jobs}) == len(jobs)
     diff = {tuple(j.meta["head_dim"]) for j in jobs if j.meta["example"] == "diff_head_dims"}
     assert diff == {(128, 64), (64, 128)}
@@ -47,7 +47,7 @@ def test_every_example_gets_both_dtypes_and_two_head_dim_pairs():
 def test_every_example_also_runs_with_the_other_kernel_choices():
     """Each example's second job differs only by asking for attn-lower-sm80's other
     choices, which the builder resolves from the default spec."""
-    jobs = [j for j in builder.example_jobs() if not j.meta.get("flip_ranges")]
+    jobs = [j for j in builder.example_jobs() if not j.meta.get("flip_ranges") and not j.meta.get("tiles_last")]
     for a, b in zip(jobs[0::2], jobs[1::2]):
         assert b.name == f"{a.name}_other" and b.source == a.source
         assert b.meta == {**a.meta, "other_choices": True} and "pipeline" not in a.meta
@@ -200,3 +200,20 @@ def test_an_o_coarser_than_the_inputs_gets_the_coarser_tolerance():
         assert gpu_support.compare(variant, off, ref) == []
         off = {"o": ref["o"] + 1.1 * tolerance, "lse": ref["lse"]}
         assert len(gpu_support.compare(variant, off, ref)) == 1
+
+
+@pytest.mark.parametrize("name, arch, extra", [
+    ("ex_alibi_bf16_d128x128_tiles", "sm_80", {}),
+    ("ex_docs_sink_f16_d64x64_tiles", "sm_90a", {}),                          # the table's tiles on z
+    ("ex_alibi_bf16_d128x128_tiles", "sm_90a", {"producer_warpgroup": False}),  # default: a producer
+])
+def test_a_tiles_bundle_orders_its_grid_tiles_last(tmp_path, name, arch, extra):
+    """Note [Tiles last]: the `_tiles` bundles take tiles_last, with what it needs."""
+    pytest.importorskip("mlir")
+    job = next(j for j in builder.example_jobs() if j.name == name).for_arch(arch)
+    entry = builder.build_one(job, str(tmp_path))
+    assert "refused" not in entry, entry.get("refused")
+    assert entry["choices"] == {"tiles_last": True, **extra}
+    manifest = json.loads((tmp_path / job.name / "manifest.json").read_text())
+    assert manifest["specialization"]["tiles_last"] is True
+    assert manifest["kernels"][-1]["grid"][:2] == [["H"], ["B"]]

@@ -91,6 +91,9 @@ def test_block_counts_follow_the_grid_order():
     # documents [0, 1000) and [1000, 1200): tiles of 2, 4, ..., 14, 16 blocks, then 2, 4
     tiles = [2, 4, 6, 8, 10, 12, 14, 16, 2, 4]
     assert d.tolist() == [n for t in reversed(tiles) for n in (t, t)]
+    # Note [Tiles last]: heads on x, the batch on y, the entries from the last on z
+    last = tl.blocks_of("doc_causal", (2, 3, 10), dict(docs, heads_first=False, tiles_last=True), 1200)
+    assert last.tolist() == [n for t in reversed(tiles) for n in [t] * 6]
     with pytest.raises(SystemExit, match="aligned tile table"):
         tl.blocks_of("doc_causal", (2, 10, 1), spec, 1200)
     with pytest.raises(SystemExit, match="one query block per CTA"):
