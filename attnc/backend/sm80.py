@@ -88,9 +88,19 @@ at once, and the kernels at head dim 64 ran 4-6 % slower; on sm_90a documents ra
 from M = 2048 on (0.410 -> 0.441 ms at 8192). Choosing in the kernel by the grid's waves
 (its CTAs against %nsmid) cost 0.6-2.6 % at 8192, where it kept the default order, in
 five of nine kernels (selects in place of the ctaid reads ptxas recomputes where it
-needs them; the window's kernel at head dim 64 then spilled). Having both takes two
-builds of the kernel and a runtime that picks one by the grid's size; until then the
-option is for workloads of short sequences.
+needs them; the window's kernel at head dim 64 then spilled). Hence Note [Small grids].
+
+Note [Small grids]: an sm_80 kernel of one query block per CTA whose blocks' work differs
+(not a band; `Sm80KernelSpec.has_small_grid_kernel`, with tiles_last not given) is built
+twice into the bundle's module: as is, and with tiles_last under the symbol
+`<symbol>_tiles_last`. Its manifest entry names the second as its `small_grid`, with
+`up_to_ctas_per_sm` = SMALL_GRID_CTAS_PER_SM: the runtime launches it where the first's
+grid has at most that many CTAs per SM of the device (runtime/attnc_runtime/checks.py),
+10 waves of the two CTAs an SM these kernels run: every measured gain of Note [Tiles
+last] is at or below it (causal at 128 at 4096: 15.5 CTAs an SM; documents at 128: 19.4),
+and every kernel slower with tiles_last above it (at 8192: 31 at head dim 64, 38.8 for
+documents at 128). Each launch runs one kernel, of the same computation to the bit, so
+the default order's code is unchanged where it runs.
 
 Note [Lean step loads]: only the last key block, cdiv(N, block_n) - 1, may hold rows >= N,
 and a step visits blocks in strictly decreasing order, so the block a step loads for a
@@ -160,6 +170,7 @@ from attnc.backend.sm80_tiles import FragmentReader, SwizzledTile, TileLoader
 
 LOG2E = math.log2(math.e)
 SMEM_SYMBOL = "attnc_dynamic_smem"
+SMALL_GRID_CTAS_PER_SM = 20     # Note [Small grids]
 GPU_MODULE = "attnc_kernels"
 
 
@@ -173,11 +184,15 @@ class KernelAbi:
     dynamic_smem_bytes: int
     grid: tuple[tuple, tuple, tuple]
     specialization: dict = field(default_factory=dict, compare=False)
+    small_grid: dict | None = None      # Note [Small grids]: {symbol, grid, up_to_ctas_per_sm}
 
     def manifest_kernel(self, name: str = "fwd") -> dict:
-        return {"name": name, "symbol": self.symbol, "block": list(self.block),
-                "dynamic_smem_bytes": self.dynamic_smem_bytes,
-                "grid": [list(g) for g in self.grid], "params": [dict(p) for p in self.params]}
+        kernel = {"name": name, "symbol": self.symbol, "block": list(self.block),
+                  "dynamic_smem_bytes": self.dynamic_smem_bytes,
+                  "grid": [list(g) for g in self.grid], "params": [dict(p) for p in self.params]}
+        if self.small_grid is not None:
+            kernel["small_grid"] = {**self.small_grid, "grid": [list(g) for g in self.small_grid["grid"]]}
+        return kernel
 
 
 def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
@@ -210,7 +225,17 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
             else (("H",), ("B",), m_blocks) if spec.grid_tiles_last  # Note [Tiles last]
             else (("H",), m_blocks, ("B",)) if spec.grid_heads_first  # Note [Heads first]
             else (m_blocks, ("H",), ("B",)))
-    return KernelAbi(spec.symbol, tuple(params), (spec.threads, 1, 1), spec.smem_bytes, grid, specialization)
+    small = None
+    if spec.has_small_grid_kernel:      # Note [Small grids]
+        small = {"symbol": small_grid_spec(spec).symbol, "grid": kernel_abi(small_grid_spec(spec)).grid,
+                 "up_to_ctas_per_sm": SMALL_GRID_CTAS_PER_SM}
+    return KernelAbi(spec.symbol, tuple(params), (spec.threads, 1, 1), spec.smem_bytes, grid, specialization,
+                     small)
+
+
+def small_grid_spec(spec: Sm80KernelSpec) -> Sm80KernelSpec:
+    """The kernel a small grid launches instead of `spec`'s (Note [Small grids])."""
+    return dataclasses.replace(spec, tiles_last=True, symbol=f"{spec.symbol}_tiles_last")
 
 
 def _score_kind(spec: Sm80KernelSpec) -> str:
@@ -269,26 +294,34 @@ def _build_module(spec: Sm80KernelSpec, context: ir.Context | None) -> tuple[ir.
         with ir.InsertionPoint(gpu_module.bodyRegion.blocks[0]):
             # sm_90a's wgmma reads 128B-swizzled tiles in 1024-byte atoms (Note [wgmma operands]).
             Smem.declare(SMEM_SYMBOL, alignment=1024 if spec.target == "sm_90a" else Smem.ALIGN)
-            arg_types = [_param_type(p) for p in abi.params]
-            func = gpu.GPUFuncOp(ir.TypeAttr.get(ir.FunctionType.get(arg_types, [])), spec.symbol,
-                                 kernel=True, known_block_size=list(abi.block))
-            # A producer warpgroup's setmaxnreg takes effect only in a kernel that ptxas
-            # knows runs one CTA per SM (.minnctapersm 1; without it ptxas drops it).
-            min_ctas = 1 if spec.warp_specialized and not spec.min_ctas else spec.min_ctas
-            if min_ctas:
-                func.operation.attributes["nvvm.minctasm"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32),
-                                                                               min_ctas)
-            entry = func.body.blocks.append(*arg_types)
-        with ir.InsertionPoint(entry):
-            args = {_param_name(p): a for p, a in zip(abi.params, entry.arguments)}
-            extra = entry.arguments[len(abi.params) - len(spec.extra_params):]
-            # Hook parameters by `kind:name` too, which no ABI name can shadow.
-            args.update({x.key: a for x, a in zip(spec.extra_params, extra)})
-            _forward_class(spec)(spec, args).emit()
-            gpu.ReturnOp([])
+        _emit_kernel(spec, abi, gpu_module.bodyRegion.blocks[0])
+        if abi.small_grid is not None:
+            _emit_kernel(small_grid_spec(spec), abi, gpu_module.bodyRegion.blocks[0])
         if not module.operation.verify():
             raise RuntimeError(f"the sm_80 kernel {spec.symbol} does not verify")
     return module, abi
+
+
+def _emit_kernel(spec: Sm80KernelSpec, abi: KernelAbi, block: ir.Block) -> None:
+    """`spec`'s kernel (the parameters of `abi`) as a gpu.func at the end of `block`."""
+    with ir.InsertionPoint(block):
+        arg_types = [_param_type(p) for p in abi.params]
+        func = gpu.GPUFuncOp(ir.TypeAttr.get(ir.FunctionType.get(arg_types, [])), spec.symbol,
+                             kernel=True, known_block_size=list(abi.block))
+        # A producer warpgroup's setmaxnreg takes effect only in a kernel that ptxas
+        # knows runs one CTA per SM (.minnctapersm 1; without it ptxas drops it).
+        min_ctas = 1 if spec.warp_specialized and not spec.min_ctas else spec.min_ctas
+        if min_ctas:
+            func.operation.attributes["nvvm.minctasm"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32),
+                                                                           min_ctas)
+        entry = func.body.blocks.append(*arg_types)
+    with ir.InsertionPoint(entry):
+        args = {_param_name(p): a for p, a in zip(abi.params, entry.arguments)}
+        extra = entry.arguments[len(abi.params) - len(spec.extra_params):]
+        # Hook parameters by `kind:name` too, which no ABI name can shadow.
+        args.update({x.key: a for x, a in zip(spec.extra_params, extra)})
+        _forward_class(spec)(spec, args).emit()
+        gpu.ReturnOp([])
 
 
 def _forward_class(spec: Sm80KernelSpec):

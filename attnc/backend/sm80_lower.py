@@ -157,6 +157,9 @@ def kernel_module_for(result):
     kernel = abi.manifest_kernel("attn_fwd")
     kernel["params"] = [_bind_dim(p, result.variant) for p in kernel["params"]]
     kernel["grid"] = [[_bind_factor(f, result.variant) for f in g] for g in kernel["grid"]]
+    if "small_grid" in kernel:          # Note [Small grids] in sm80.py
+        small = kernel["small_grid"]
+        small["grid"] = [[_bind_factor(f, result.variant) for f in g] for g in small["grid"]]
     masks = [blockmap.kernel] if blockmap is not None and blockmap.built else []
     if blockmap is not None and blockmap.qtiles is not None:
         masks.insert(0, blockmap.qtiles.kernel)         # the table, then the map over its tiles

@@ -41,6 +41,7 @@ class LaunchPlan:
     allocate: tuple[tuple[TensorSpec, tuple[int, ...]], ...]   # outputs not given, with shapes
     library: str                                        # who allocates: the library of q
     grids: tuple[tuple[int, int, int], ...]             # per kernel, in launch order
+    symbols: tuple[str, ...]                            # per kernel: its own, or its small grid's
     scratch: Mapping[str, int]                          # bytes per scratch buffer
 
 
@@ -64,7 +65,7 @@ def plan_launch(manifest: Manifest, args: Mapping[str, Any], platform: Platform)
     return LaunchPlan(
         device=info, code_kind=code_kind, dims=dims, views=views, allocate=allocate,
         library=views[manifest.role("q").name].library,
-        grids=_kernel_grids(manifest, dims, info, rows),
+        **_kernel_grids(manifest, dims, info, rows),
         scratch={p.name: shapes.product(p.bytes, dims)
                  for k in manifest.kernels for p in k.params if isinstance(p, ScratchParam)})
 
@@ -293,20 +294,26 @@ def _check_param_ranges(manifest: Manifest, dims: Mapping[str, int], views: Mapp
                                         f"{kernel.name} takes it as")
 
 
-def _kernel_grids(manifest: Manifest, dims: Mapping[str, int], info: DeviceInfo, rows: int) -> tuple:
-    """Each kernel's grid, checked against the hardware limits, after its shared memory.
-    With no query rows (`rows` = B * H * M = 0) no kernel runs: the mask kernels' grids
-    need not be empty (they may not depend on H or M), but nothing would read their map,
-    and they could read params that are empty then."""
-    grids = []
+def _kernel_grids(manifest: Manifest, dims: Mapping[str, int], info: DeviceInfo, rows: int) -> dict:
+    """Each kernel's grid and symbol (its small grid's where that applies), the grid
+    checked against the hardware limits, after the kernel's shared memory. With no query
+    rows (`rows` = B * H * M = 0) no kernel runs: the mask kernels' grids need not be
+    empty (they may not depend on H or M), but nothing would read their map, and they
+    could read params that are empty then."""
+    grids, symbols = [], []
     for kernel in manifest.kernels:
         if kernel.dynamic_smem_bytes > info.max_dynamic_smem_bytes:
             raise AttncRuntimeError(
                 f"kernel {kernel.name} needs {kernel.dynamic_smem_bytes} bytes of shared memory per "
                 f"block; device {info.ordinal} ({info.name}) allows {info.max_dynamic_smem_bytes}")
-        grid = tuple(shapes.product(g, dims, info.multiprocessors) for g in kernel.grid)
+        rules, symbol = kernel.grid, kernel.symbol
+        small = kernel.small_grid
+        if small is not None and (math.prod(shapes.product(g, dims, info.multiprocessors) for g in rules)
+                                  <= small.up_to_ctas_per_sm * info.multiprocessors):
+            rules, symbol = small.grid, small.symbol
+        grid = tuple(shapes.product(g, dims, info.multiprocessors) for g in rules)
         for axis, (size, limit, cluster) in enumerate(zip(grid, MAX_GRID, kernel.cluster)):
-            rule = shapes.describe(kernel.grid[axis])
+            rule = shapes.describe(rules[axis])
             if size > limit:
                 raise AttncRuntimeError(f"kernel {kernel.name}: grid.{'xyz'[axis]} = {rule} = {size} "
                                         f"exceeds the limit {limit}")
@@ -314,4 +321,5 @@ def _kernel_grids(manifest: Manifest, dims: Mapping[str, int], info: DeviceInfo,
                 raise AttncRuntimeError(f"kernel {kernel.name}: grid.{'xyz'[axis]} = {rule} = {size} "
                                         f"is not a multiple of the cluster size {cluster}")
         grids.append(grid if rows else (0, *grid[1:]))
-    return tuple(grids)
+        symbols.append(symbol)
+    return {"grids": tuple(grids), "symbols": tuple(symbols)}

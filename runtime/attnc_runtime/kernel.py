@@ -227,8 +227,8 @@ class BoundLaunch:
         with driver.primary_context(device) as ctx:
             if self._functions is None:
                 image, digest = self.bundle.images[kind], self.bundle.digests[kind]
-                self._functions = [driver.get_function(ctx, image, digest, k.symbol, k.dynamic_smem_bytes)
-                                   for k in manifest.kernels]
+                self._functions = [driver.get_function(ctx, image, digest, symbol, k.dynamic_smem_bytes)
+                                   for k, symbol in zip(manifest.kernels, plan.symbols)]
             handle = _stream_handle(stream) if stream is not None else \
                 libraries.current_stream(plan.library, device)
             if self._mask_kernels and not build:

@@ -23,7 +23,11 @@ reads only /1 refuses as an unknown field):
     constraints [["divisible", a, b] | ["equal", a, b]]  (a, b: dim name or int; optional)
     kernels     [{name, symbol, block [x,y,z], cluster? [x,y,z], dynamic_smem_bytes,
                   grid [gx, gy, gz] (each a list of factors, multiplied), params [...],
-                  role?: "mask"}], launched in order
+                  role?: "mask", small_grid?: {symbol, grid, up_to_ctas_per_sm}}], launched
+                in order; where `grid` has at most up_to_ctas_per_sm CTAs per SM of the device,
+                the kernel `small_grid.symbol` runs instead on its own grid, with the same
+                block, shared memory and params (the same computation, its CTAs in another
+                order: Note [Small grids] in attnc/backend/sm80.py)
     specialization  free-form object (optional)
 
 A shape entry is a dim name or a fixed size. A factor is an int, a dim name,
@@ -168,6 +172,15 @@ class KernelSpec:
     params: tuple[Param, ...]
     role: str | None = None             # "mask": Note [Reused masks] (kernel.py)
     fills: tuple[str, ...] = ()         # a mask kernel's scratch that it writes
+    small_grid: "SmallGrid | None" = None
+
+
+@dataclass(frozen=True)
+class SmallGrid:
+    """The kernel launched instead where the grid has at most up_to_ctas_per_sm CTAs per SM."""
+    symbol: str
+    grid: tuple[tuple[Factor, ...], tuple[Factor, ...], tuple[Factor, ...]]
+    up_to_ctas_per_sm: int
 
 
 @dataclass(frozen=True)
@@ -355,7 +368,7 @@ def _check_tensor_set(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec,
 
 def _kernel(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, TensorSpec]) -> KernelSpec:
     fields = _obj(raw, path, required=("name", "symbol", "block", "dynamic_smem_bytes", "grid", "params"),
-                  optional=("cluster", "role", "fills"))
+                  optional=("cluster", "role", "fills", "small_grid"))
     block = _triple(fields["block"], f"{path}.block")
     if block[0] * block[1] * block[2] > MAX_THREADS_PER_BLOCK:
         raise ManifestError(f"manifest: {path}.block: {list(block)} has more than "
@@ -374,7 +387,16 @@ def _kernel(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, Te
                      for i, p in enumerate(_list(fields["params"], f"{path}.params"))),
         role=_choice(fields["role"], f"{path}.role", KERNEL_ROLES) if "role" in fields else None,
         fills=tuple(_ident(x, f"{path}.fills[{i}]") for i, x in enumerate(_list(fields.get("fills", []),
-                                                                                 f"{path}.fills"))))
+                                                                                 f"{path}.fills"))),
+        small_grid=_small_grid(fields["small_grid"], f"{path}.small_grid", dims) if "small_grid" in fields else None)
+
+
+def _small_grid(raw: Any, path: str, dims: tuple[str, ...]) -> SmallGrid:
+    fields = _obj(raw, path, required=("symbol", "grid", "up_to_ctas_per_sm"))
+    grid = _list(fields["grid"], f"{path}.grid", min_len=3, max_len=3)
+    return SmallGrid(symbol=_str(fields["symbol"], f"{path}.symbol"),
+                     grid=tuple(_factors(g, f"{path}.grid[{i}]", dims, in_grid=True) for i, g in enumerate(grid)),
+                     up_to_ctas_per_sm=_int(fields["up_to_ctas_per_sm"], f"{path}.up_to_ctas_per_sm", minimum=1))
 
 
 def _param(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, TensorSpec]) -> Param:

@@ -115,3 +115,26 @@ def test_tiles_last_needs_one_block_per_cta_and_no_producer():
         Sm80KernelSpec(**{**base, "target": "sm_80", "num_warps": 4, "q_blocks_per_cta": 2}).check()
     with pytest.raises(SpecError, match="two orders"):
         Sm80KernelSpec(**{**base, "target": "sm_80", "num_warps": 4, "heads_first": True}).check()
+
+
+# ---------------------------------------------------------------- Note [Small grids]
+
+def test_a_causal_sm80_kernel_carries_its_tiles_last_build_for_small_grids():
+    import re
+    art = build_with((EXAMPLES / "alibi.attn").read_text(), "alibi.attn", "sm_80")
+    kernel = art.manifest["kernels"][-1]
+    assert kernel["small_grid"] == {"symbol": f"{kernel['symbol']}_tiles_last", "up_to_ctas_per_sm": 20,
+                                    "grid": [["H"], ["B"], [["cdiv", "M", 128]]]}
+    ptx_text = art.files[art.manifest["code"]["ptx"]].decode()
+    assert re.findall(r"\.entry (\w+)", ptx_text) == [kernel["symbol"], f"{kernel['symbol']}_tiles_last"]
+
+
+@pytest.mark.parametrize("example, arch, options", [
+    ("sliding_window", "sm_80", {}),            # a band: the blocks' work is the same
+    ("alibi", "sm_90a", {}),                    # sm_90a: measured slower (Note [Tiles last])
+    ("alibi", "sm_80", {"tiles_last": "false"}),
+    ("alibi", "sm_80", {"tiles_last": "true"}),
+])
+def test_no_small_grid_kernel(example, arch, options):
+    art = build_with((EXAMPLES / f"{example}.attn").read_text(), f"{example}.attn", arch, **options)
+    assert "small_grid" not in art.manifest["kernels"][-1]

@@ -45,6 +45,33 @@ def test_a_persistent_grid_is_at_most_one_cta_per_sm():
     assert kernel.plan(**synthetic_arguments(B=1, H=2, M=1000)).grids[1] == (16, 1, 1)
 
 
+def test_a_small_grid_launches_its_own_kernel():
+    """`small_grid` (Note [Small grids] in attnc/backend/sm80.py): at most
+    up_to_ctas_per_sm CTAs per SM on the kernel's grid launch the other symbol on its grid."""
+    manifest = synthetic_manifest()
+    manifest["kernels"][1]["small_grid"] = {"symbol": "attnc_synthetic_fwd_tiles_last",
+                                            "grid": [["H"], ["B"], [["cdiv", "M", 128]]], "up_to_ctas_per_sm": 2}
+    kernel = make_kernel(manifest, FakePlatform(multiprocessors=100))
+    small = kernel.plan(**synthetic_arguments(B=2, H=8, M=1000))            # 8 * 8 * 2 = 128 CTAs <= 200
+    assert small.grids[1] == (8, 2, 8) and small.symbols == ("attnc_synthetic_blockmap",
+                                                             "attnc_synthetic_fwd_tiles_last")
+    large = kernel.plan(**synthetic_arguments(B=2, H=8, M=2000))            # 16 * 8 * 2 = 256 CTAs > 200
+    assert large.grids[1] == (16, 8, 2) and large.symbols[1] == "attnc_synthetic_fwd"
+
+
+@pytest.mark.parametrize("small_grid, message", [
+    ({"grid": [[1], [1], [1]], "up_to_ctas_per_sm": 2}, "small_grid: missing field 'symbol'"),
+    ({"symbol": "s", "grid": [[1], [1], [1]], "up_to_ctas_per_sm": 0}, "up_to_ctas_per_sm"),
+    ({"symbol": "s", "grid": [[1], [1]], "up_to_ctas_per_sm": 2}, "small_grid.grid"),
+])
+def test_a_malformed_small_grid_is_refused(small_grid, message):
+    from attnc_runtime.errors import ManifestError
+    manifest = synthetic_manifest()
+    manifest["kernels"][1]["small_grid"] = small_grid
+    with pytest.raises(ManifestError, match=message):
+        make_kernel(manifest)
+
+
 def test_given_outputs_are_checked_not_allocated():
     plan = make_kernel().plan(**synthetic_arguments(outputs=True))
     assert plan.allocate == () and set(plan.views) == {"q", "k", "v", "slopes", "o", "lse"}
