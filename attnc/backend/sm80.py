@@ -184,15 +184,11 @@ class KernelAbi:
     dynamic_smem_bytes: int
     grid: tuple[tuple, tuple, tuple]
     specialization: dict = field(default_factory=dict, compare=False)
-    small_grid: dict | None = None      # Note [Small grids]: {symbol, grid, up_to_ctas_per_sm}
 
     def manifest_kernel(self, name: str = "fwd") -> dict:
-        kernel = {"name": name, "symbol": self.symbol, "block": list(self.block),
-                  "dynamic_smem_bytes": self.dynamic_smem_bytes,
-                  "grid": [list(g) for g in self.grid], "params": [dict(p) for p in self.params]}
-        if self.small_grid is not None:
-            kernel["small_grid"] = {**self.small_grid, "grid": [list(g) for g in self.small_grid["grid"]]}
-        return kernel
+        return {"name": name, "symbol": self.symbol, "block": list(self.block),
+                "dynamic_smem_bytes": self.dynamic_smem_bytes,
+                "grid": [list(g) for g in self.grid], "params": [dict(p) for p in self.params]}
 
 
 def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
@@ -225,17 +221,21 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
             else (("H",), ("B",), m_blocks) if spec.grid_tiles_last  # Note [Tiles last]
             else (("H",), m_blocks, ("B",)) if spec.grid_heads_first  # Note [Heads first]
             else (m_blocks, ("H",), ("B",)))
-    small = None
-    if spec.has_small_grid_kernel:      # Note [Small grids]
-        small = {"symbol": small_grid_spec(spec).symbol, "grid": kernel_abi(small_grid_spec(spec)).grid,
-                 "up_to_ctas_per_sm": SMALL_GRID_CTAS_PER_SM}
-    return KernelAbi(spec.symbol, tuple(params), (spec.threads, 1, 1), spec.smem_bytes, grid, specialization,
-                     small)
+    return KernelAbi(spec.symbol, tuple(params), (spec.threads, 1, 1), spec.smem_bytes, grid, specialization)
 
 
-def small_grid_spec(spec: Sm80KernelSpec) -> Sm80KernelSpec:
-    """The kernel a small grid launches instead of `spec`'s (Note [Small grids])."""
-    return dataclasses.replace(spec, tiles_last=True, symbol=f"{spec.symbol}_tiles_last")
+def add_small_grid_kernel(module: ir.Module, spec: Sm80KernelSpec) -> dict:
+    """Build `spec`'s kernel with tiles_last, as `<symbol>_tiles_last`, into the gpu.module
+    of `module` (build_sm80_module's, of `spec`), and return its manifest entry's
+    `small_grid` (Note [Small grids])."""
+    small = dataclasses.replace(spec, tiles_last=True, symbol=f"{spec.symbol}_tiles_last")
+    abi = kernel_abi(small.check())
+    gpu_module = next(o for o in module.body.operations if o.operation.name == "gpu.module")
+    with module.context, ir.Location.name(small.symbol):
+        _emit_kernel(small, abi, gpu_module.regions[0].blocks[0])
+        if not module.operation.verify():
+            raise RuntimeError(f"the sm_80 kernel {small.symbol} does not verify")
+    return {"symbol": small.symbol, "grid": [list(g) for g in abi.grid], "up_to_ctas_per_sm": SMALL_GRID_CTAS_PER_SM}
 
 
 def _score_kind(spec: Sm80KernelSpec) -> str:
@@ -295,8 +295,6 @@ def _build_module(spec: Sm80KernelSpec, context: ir.Context | None) -> tuple[ir.
             # sm_90a's wgmma reads 128B-swizzled tiles in 1024-byte atoms (Note [wgmma operands]).
             Smem.declare(SMEM_SYMBOL, alignment=1024 if spec.target == "sm_90a" else Smem.ALIGN)
         _emit_kernel(spec, abi, gpu_module.bodyRegion.blocks[0])
-        if abi.small_grid is not None:
-            _emit_kernel(small_grid_spec(spec), abi, gpu_module.bodyRegion.blocks[0])
         if not module.operation.verify():
             raise RuntimeError(f"the sm_80 kernel {spec.symbol} does not verify")
     return module, abi

@@ -141,12 +141,14 @@ def kernel_module_for(result):
     in launch order, and the specialization record; what attn-lower-sm80 inserts."""
     from attnc.backend.blockmap import emit_blockmap_kernel
     from attnc.backend.qtiles import emit_qtiles_kernel
-    from attnc.backend.sm80 import SMEM_SYMBOL, build_sm80_module
+    from attnc.backend.sm80 import SMEM_SYMBOL, add_small_grid_kernel, build_sm80_module
 
     lowered = lowering_from_ir(result)
     spec, blockmap = lowered.spec, lowered.blockmap
     with result.module.context:
         kernel_module, abi = build_sm80_module(spec, result.module.context)
+        # Note [Small grids] (sm80.py); an sm_80 kernel has no default register bound to drop.
+        small = add_small_grid_kernel(kernel_module, spec) if spec.has_small_grid_kernel else None
         if blockmap is not None:
             gpu_module = next(o for o in kernel_module.body.operations if o.operation.name == "gpu.module")
             if blockmap.built:
@@ -157,9 +159,8 @@ def kernel_module_for(result):
     kernel = abi.manifest_kernel("attn_fwd")
     kernel["params"] = [_bind_dim(p, result.variant) for p in kernel["params"]]
     kernel["grid"] = [[_bind_factor(f, result.variant) for f in g] for g in kernel["grid"]]
-    if "small_grid" in kernel:          # Note [Small grids] in sm80.py
-        small = kernel["small_grid"]
-        small["grid"] = [[_bind_factor(f, result.variant) for f in g] for g in small["grid"]]
+    if small is not None:
+        kernel["small_grid"] = {**small, "grid": [[_bind_factor(f, result.variant) for f in g] for g in small["grid"]]}
     masks = [blockmap.kernel] if blockmap is not None and blockmap.built else []
     if blockmap is not None and blockmap.qtiles is not None:
         masks.insert(0, blockmap.qtiles.kernel)         # the table, then the map over its tiles
