@@ -160,3 +160,15 @@ def user_pass_source(name: str, body: str, imports: str = "") -> str:
             f"@register\n@dataclass(frozen=True)\nclass UserPass(Pass):\n"
             f"    name: ClassVar[str] = {name!r}\n\n"
             f"    def run(self, module):\n        for op in attention_ops(module):\n{lines}")
+
+
+def kernel_ptx(ptx: str, symbol: str) -> str:
+    """The text of the entry `symbol` of a PTX module, from `.entry` to its closing brace
+    (a bundle's module may hold more kernels: Note [Small grids] in backend/sm80.py)."""
+    start = ptx.index(f".entry {symbol}(")
+    depth, i = 0, ptx.index("{", ptx.index(")", start))
+    while True:
+        depth += {"{": 1, "}": -1}.get(ptx[i], 0)
+        if depth == 0:
+            return ptx[start:i + 1]
+        i += 1

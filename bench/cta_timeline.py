@@ -139,6 +139,7 @@ def patched_bundle(src: Path, dst: Path, ctas: int) -> None:
     ptx_file = dst / manifest["code"]["ptx"]
     ptx = patch_ptx(ptx_file.read_text(), kernel["symbol"], ctas)
     ptx_file.write_text(ptx)
+    kernel.pop("small_grid", None)     # the stamped kernel runs on every grid (Note [Small grids])
     manifest["code"].pop("cubin", None)
     manifest.get("code_sha256", {}).pop("cubin", None)
     manifest["code_sha256"]["ptx"] = hashlib.sha256(ptx.encode()).hexdigest()

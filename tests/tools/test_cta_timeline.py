@@ -16,7 +16,7 @@ sys.path[:0] = [str(ROOT / "bench")]
 
 import cta_timeline as tl                   # noqa: E402
 from attnc.backend import cubin             # noqa: E402
-from attnc.testing import build_with, variant_source    # noqa: E402
+from attnc.testing import build_with, kernel_ptx, variant_source    # noqa: E402
 
 CAUSAL = variant_source("causal", 128)
 
@@ -26,8 +26,9 @@ def test_the_patched_kernel_assembles_with_its_stamps():
     symbol = art.manifest["kernels"][-1]["symbol"]
     ptx = tl.patch_ptx(art.ptx, symbol, 4096)
     assert f".global .align 16 .b8 {tl.SYMBOL}[{tl.RECORD * 4096}];" in ptx
-    body = ptx[ptx.index(f".entry {symbol}("):]
-    assert body.count("%globaltimer;") == 1 + len(re.findall(r"\bret;", art.ptx))    # entry, each ret
+    body = kernel_ptx(ptx, symbol)
+    rets = len(re.findall(r"\bret;", kernel_ptx(art.ptx, symbol)))
+    assert body.count("%globaltimer;") == 1 + rets                      # entry, each ret
     assert body.count("red.global.min.u32") == 1 and body.count("red.global.max.u32") == 1
     # the first stamp follows the text's first wait + barrier, the last its last
     waits = [m.end() for m in re.finditer(r"cp\.async\.wait_group[^;]*;\s*bar\.sync[^;]*;", body)]
