@@ -360,11 +360,11 @@ class Sm80KernelSpec:
     def has_small_grid_kernel(self) -> bool:
         """Whether the bundle also holds this kernel with tiles_last, for the runtime to
         launch on small grids (Note [Small grids] in sm80.py): sm_80's kernels of one query
-        block per CTA whose query blocks' work differs (not a band), neither tiles_last nor
-        heads_first given."""
+        block per CTA whose query blocks' work differs (a mask, not a band), neither
+        tiles_last nor heads_first given."""
         return (self.tiles_last is None and self.heads_first is None and self.target == "sm_80"
-                and self.blocks_per_cta == 1
-                and not self.warp_specialized and not self.persistent_ctas and not self.banded)
+                and self.blocks_per_cta == 1 and self.mask != "none" and not self.banded
+                and not self.warp_specialized and not self.persistent_ctas)
 
     @property
     def grid_heads_first(self) -> bool:

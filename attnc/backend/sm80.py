@@ -1,8 +1,9 @@
 """The sm_80 forward kernel (FlashAttention-2 style), built directly in upstream dialects.
 
 One CTA per (m_block, h, b) (m_block = gridDim.x - 1 - blockIdx.x, or on y or z as Notes
-[Heads first] and [Tiles last] say; two blocks per CTA with Note [Two query blocks per CTA]); `num_warps` warps, warp w owning rows
-[w*block_m/num_warps, (w+1)*block_m/num_warps) of the Q tile in 16-row MMA tiles.
+[Heads first] and [Tiles last] say; two blocks per CTA with Note [Two query blocks per
+CTA]); `num_warps` warps, warp w owning rows [w*block_m/num_warps, (w+1)*block_m/num_warps)
+of the Q tile in 16-row MMA tiles.
 
     load Q[m_block]                             ─┐ cp.async group (Note [Q before the range])
     load K[n0], V[n0], K[n1], ..., K[n_{S-1}]    ─┘ one group each (S = stages)
@@ -70,10 +71,10 @@ causal mask, the longest-first order a list scheduler would pick; a tile table's
 go the same way, each (b, h)'s from its last, Note [Document-aligned tiles] in
 qtiles.py). In the default orders the last batch's heaviest blocks start last, so a
 launch of a few waves ends on them. The query blocks on z are at most 65535 (M up to
-8.4M at 128-row blocks, about 6.7M on a tile table). The attention kernel's busy time, sm_80, H100, bf16, B = 4, H = 16
-at head dim 128 and 32 at 64 (bench/launch_breakdown.py --seqs; results/logs/
-session31_gpu.txt), M = N = 1024 / 2048 / 4096, then 8192 timed over the clock's swings
-(bench/ab_bundles.py, 7 rounds):
+8.4M at 128-row blocks, about 6.7M on a tile table). The attention kernel's busy time,
+sm_80, H100, bf16, B = 4, H = 16 at head dim 128 and 32 at 64 (bench/launch_breakdown.py
+--seqs; results/logs/session31_gpu.txt), M = N = 1024 / 2048 / 4096, then 8192 timed over
+the clock's swings (bench/ab_bundles.py, 7 rounds):
 
     causal d = 128     84.4 -> 63.8 us, 240 -> 201, 802 -> 758;   3.020 -> 3.049 ms
     ALiBi d = 128      91.7 -> 69.0,    267 -> 224, 877 -> 827;   3.193 -> 3.205
@@ -91,16 +92,17 @@ five of nine kernels (selects in place of the ctaid reads ptxas recomputes where
 needs them; the window's kernel at head dim 64 then spilled). Hence Note [Small grids].
 
 Note [Small grids]: an sm_80 kernel of one query block per CTA whose blocks' work differs
-(not a band; `Sm80KernelSpec.has_small_grid_kernel`, with tiles_last not given) is built
-twice into the bundle's module: as is, and with tiles_last under the symbol
+(a mask, not a band; `Sm80KernelSpec.has_small_grid_kernel`: neither grid order given) is
+built twice into the bundle's module: as is, and with tiles_last under the symbol
 `<symbol>_tiles_last`. Its manifest entry names the second as its `small_grid`, with
 `up_to_ctas_per_sm` = SMALL_GRID_CTAS_PER_SM: the runtime launches it where the first's
-grid has at most that many CTAs per SM of the device (runtime/attnc_runtime/checks.py),
-10 waves of the two CTAs an SM these kernels run: every measured gain of Note [Tiles
-last] is at or below it (causal at 128 at 4096: 15.5 CTAs an SM; documents at 128: 19.4),
-and every kernel slower with tiles_last above it (at 8192: 31 at head dim 64, 38.8 for
-documents at 128). Each launch runs one kernel, of the same computation to the bit, so
-the default order's code is unchanged where it runs.
+grid has at most that many CTAs per SM of the device, and at least one (runtime/
+attnc_runtime/checks.py). That is 10 waves of the two CTAs an SM most of these kernels
+run (those of 64-row tiles run more, and reach the bound in fewer waves): every measured
+gain of Note [Tiles last] is at or below it (causal at 128 at 4096: 15.5 CTAs an SM;
+documents at 128: 19.4), and every kernel slower with tiles_last above it (at 8192: 31 at
+head dim 64, 38.8 for documents at 128). Each launch runs one kernel, of the same
+computation to the bit, so the default order's code is unchanged where it runs.
 
 Note [Lean step loads]: only the last key block, cdiv(N, block_n) - 1, may hold rows >= N,
 and a step visits blocks in strictly decreasing order, so the block a step loads for a
@@ -235,7 +237,8 @@ def add_small_grid_kernel(module: ir.Module, spec: Sm80KernelSpec) -> dict:
         _emit_kernel(small, abi, gpu_module.regions[0].blocks[0])
         if not module.operation.verify():
             raise RuntimeError(f"the sm_80 kernel {small.symbol} does not verify")
-    return {"symbol": small.symbol, "grid": [list(g) for g in abi.grid], "up_to_ctas_per_sm": SMALL_GRID_CTAS_PER_SM}
+    return {"symbol": small.symbol, "grid": [list(g) for g in abi.grid],
+            "up_to_ctas_per_sm": SMALL_GRID_CTAS_PER_SM}
 
 
 def _score_kind(spec: Sm80KernelSpec) -> str:

@@ -160,7 +160,8 @@ def kernel_module_for(result):
     kernel["params"] = [_bind_dim(p, result.variant) for p in kernel["params"]]
     kernel["grid"] = [[_bind_factor(f, result.variant) for f in g] for g in kernel["grid"]]
     if small is not None:
-        kernel["small_grid"] = {**small, "grid": [[_bind_factor(f, result.variant) for f in g] for g in small["grid"]]}
+        kernel["small_grid"] = {**small, "grid": [[_bind_factor(f, result.variant) for f in g]
+                                                  for g in small["grid"]]}
     masks = [blockmap.kernel] if blockmap is not None and blockmap.built else []
     if blockmap is not None and blockmap.qtiles is not None:
         masks.insert(0, blockmap.qtiles.kernel)         # the table, then the map over its tiles

@@ -308,7 +308,7 @@ def _kernel_grids(manifest: Manifest, dims: Mapping[str, int], info: DeviceInfo,
                 f"block; device {info.ordinal} ({info.name}) allows {info.max_dynamic_smem_bytes}")
         rules, symbol = kernel.grid, kernel.symbol
         small = kernel.small_grid
-        if small is not None and (math.prod(shapes.product(g, dims, info.multiprocessors) for g in rules)
+        if small is not None and (0 < math.prod(shapes.product(g, dims, info.multiprocessors) for g in rules)
                                   <= small.up_to_ctas_per_sm * info.multiprocessors):
             rules, symbol = small.grid, small.symbol
         grid = tuple(shapes.product(g, dims, info.multiprocessors) for g in rules)

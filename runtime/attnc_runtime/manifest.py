@@ -6,9 +6,10 @@ or raises `ManifestError` naming the field at fault, e.g.
 
     manifest: kernels[0].params[3].tensor: unknown tensor 'x' (tensors: q, k, v, o)
 
-The schema, format "attnc-bundle/2" (every key below is required unless marked; format
-"attnc-bundle/1", still read, is the same without `code_sha256`, which a runtime that
-reads only /1 refuses as an unknown field):
+The schema, format "attnc-bundle/3" (every key below is required unless marked; formats
+still read: "attnc-bundle/2", the same without a kernel's `small_grid`, and
+"attnc-bundle/1", also without `code_sha256`; a runtime that reads only an older format
+refuses a newer one's fields as unknown):
 
     format, compiler {name, version}, variant, source, source_sha256 (of source, UTF-8),
     target      "sm_80" | "sm_90a" | "sm_100a" | ... (see arch.py)
@@ -67,8 +68,8 @@ from attnc_runtime.arch import TARGETS
 from attnc_runtime.dtypes import DTYPES
 from attnc_runtime.errors import ManifestError
 
-FORMAT = "attnc-bundle/2"                               # what attnc writes
-READ_FORMATS = ("attnc-bundle/1", FORMAT)                # what this runtime reads
+FORMAT = "attnc-bundle/3"                               # what attnc writes
+READ_FORMATS = ("attnc-bundle/1", "attnc-bundle/2", FORMAT)     # what this runtime reads
 CODE_KINDS = ("cubin", "ptx")
 INPUT_ROLES = ("q", "k", "v", "param")
 OUTPUT_ROLES = ("o", "lse")
@@ -238,6 +239,8 @@ class Manifest:
         used |= {x for c in self.constraints for x in (c.a, c.b) if isinstance(x, str)}
         for k in self.kernels:
             used |= _factor_dims(f for axis in k.grid for f in axis)
+            if k.small_grid is not None:
+                used |= _factor_dims(f for axis in k.small_grid.grid for f in axis)
             for p in k.params:
                 if isinstance(p, DimParam):
                     used.add(p.name)
@@ -280,9 +283,9 @@ def parse_manifest(raw: Any) -> Manifest:
     if fmt not in READ_FORMATS:
         raise ManifestError(f"manifest: format: {fmt!r} is not supported by this runtime "
                             f"(it reads {' and '.join(map(repr, READ_FORMATS))})")
-    if fmt != FORMAT and "code_sha256" in top:
+    if fmt == "attnc-bundle/1" and "code_sha256" in top:
         raise ManifestError(f"manifest: code_sha256: not a field of format {fmt!r}")
-    if fmt == FORMAT and "code_sha256" not in top:
+    if fmt != "attnc-bundle/1" and "code_sha256" not in top:
         # Without it the code files would load unchecked (Bundle.from_files compares them).
         raise ManifestError(f"manifest: code_sha256: required in format {fmt!r}")
     compiler = _obj(top["compiler"], "compiler", required=("name", "version"))
@@ -300,6 +303,7 @@ def parse_manifest(raw: Any) -> Manifest:
     tensors = {t.name: t for t in inputs + outputs}
     kernels = tuple(_kernel(k, f"kernels[{i}]", dims, tensors)
                     for i, k in enumerate(_list(top["kernels"], "kernels", min_len=1)))
+    _check_small_grids(kernels, fmt)
     _check_scratch_agree(kernels)
     _check_mask_kernels(kernels, tensors)
     return Manifest(
@@ -309,7 +313,7 @@ def parse_manifest(raw: Any) -> Manifest:
         source=source, source_sha256=digest,
         target=_choice(top["target"], "target", tuple(TARGETS)),
         code=_code(top["code"]),
-        code_sha256=_code_sha256(top["code_sha256"], top["code"]) if fmt == FORMAT else {},
+        code_sha256=_code_sha256(top["code_sha256"], top["code"]) if fmt != "attnc-bundle/1" else {},
         dims=dims, inputs=inputs, outputs=outputs,
         constraints=tuple(_constraint(c, f"constraints[{i}]", dims)
                           for i, c in enumerate(_list(top.get("constraints", []), "constraints"))),
@@ -389,6 +393,22 @@ def _kernel(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, Te
         fills=tuple(_ident(x, f"{path}.fills[{i}]") for i, x in enumerate(_list(fields.get("fills", []),
                                                                                  f"{path}.fills"))),
         small_grid=_small_grid(fields["small_grid"], f"{path}.small_grid", dims) if "small_grid" in fields else None)
+
+
+def _check_small_grids(kernels: tuple[KernelSpec, ...], fmt: str) -> None:
+    """A small grid (format 3) names a symbol of its own, on a kernel that is not a mask
+    kernel (whose scratch a later launch may keep) and has no cluster."""
+    symbols = [k.symbol for k in kernels]
+    for i, k in enumerate(kernels):
+        if k.small_grid is None:
+            continue
+        path = f"manifest: kernels[{i}].small_grid"
+        if fmt != FORMAT:
+            raise ManifestError(f"{path}: not a field of format {fmt!r}")
+        if k.role is not None or k.cluster != (1, 1, 1):
+            raise ManifestError(f"{path}: only a kernel without a role and a cluster may have one")
+        if k.small_grid.symbol in symbols + [x.small_grid.symbol for x in kernels[:i] if x.small_grid]:
+            raise ManifestError(f"{path}.symbol: {k.small_grid.symbol!r} names another kernel too")
 
 
 def _small_grid(raw: Any, path: str, dims: tuple[str, ...]) -> SmallGrid:

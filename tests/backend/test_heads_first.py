@@ -54,12 +54,13 @@ def test_sm_90a_keeps_query_blocks_first():
     assert kernel_abi(sp).grid == ((["cdiv", "M", 64],), ("H",), ("B",))
 
 
-def test_heads_first_needs_one_block_per_cta_and_no_producer():
+@pytest.mark.parametrize("order", ["heads_first", "tiles_last"])     # Notes [Heads first], [Tiles last]
+def test_a_grid_order_needs_one_block_per_cta_and_no_producer(order):
     base = dict(dtype="bf16", head_dim_qk=128, head_dim_v=128, block_m=128, block_n=128, num_warps=8,
-                target="sm_90a", heads_first=True)
-    with pytest.raises(SpecError, match="heads_first"):
+                target="sm_90a", **{order: True})
+    with pytest.raises(SpecError, match=order):
         Sm80KernelSpec(**base).check()                          # the producer warpgroup's kernel
-    with pytest.raises(SpecError, match="heads_first"):
+    with pytest.raises(SpecError, match=order):
         Sm80KernelSpec(**{**base, "target": "sm_80", "num_warps": 4, "q_blocks_per_cta": 2}).check()
 
 
@@ -106,15 +107,10 @@ def test_the_kernel_reads_its_query_block_from_grid_z_with_tiles_last():
     assert kernel_abi(sp).grid == (("H",), ("B",), (["cdiv", "M", 128],))
 
 
-def test_tiles_last_needs_one_block_per_cta_and_no_producer():
-    base = dict(dtype="bf16", head_dim_qk=128, head_dim_v=128, block_m=128, block_n=128, num_warps=8,
-                target="sm_90a", tiles_last=True)
-    with pytest.raises(SpecError, match="tiles_last"):
-        Sm80KernelSpec(**base).check()                          # the producer warpgroup's kernel
-    with pytest.raises(SpecError, match="tiles_last"):
-        Sm80KernelSpec(**{**base, "target": "sm_80", "num_warps": 4, "q_blocks_per_cta": 2}).check()
+def test_tiles_last_and_heads_first_are_not_given_together():
     with pytest.raises(SpecError, match="two orders"):
-        Sm80KernelSpec(**{**base, "target": "sm_80", "num_warps": 4, "heads_first": True}).check()
+        Sm80KernelSpec("bf16", 128, 128, block_m=128, block_n=64, num_warps=4, tiles_last=True,
+                       heads_first=True).check()
 
 
 # ---------------------------------------------------------------- Note [Small grids]
@@ -131,6 +127,7 @@ def test_a_causal_sm80_kernel_carries_its_tiles_last_build_for_small_grids():
 
 @pytest.mark.parametrize("example, arch, options", [
     ("sliding_window", "sm_80", {}),            # a band: the blocks' work is the same
+    ("mha", "sm_80", {}),                       # no mask: the same again
     ("alibi", "sm_90a", {}),                    # sm_90a: measured slower (Note [Tiles last])
     ("alibi", "sm_80", {"tiles_last": "false"}),
     ("alibi", "sm_80", {"tiles_last": "true"}),

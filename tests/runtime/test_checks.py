@@ -57,6 +57,10 @@ def test_a_small_grid_launches_its_own_kernel():
                                                              "attnc_synthetic_fwd_tiles_last")
     large = kernel.plan(**synthetic_arguments(B=2, H=8, M=2000))            # 16 * 8 * 2 = 256 CTAs > 200
     assert large.grids[1] == (16, 8, 2) and large.symbols[1] == "attnc_synthetic_fwd"
+    # No CTA: the kernel's own grid, which launches nothing (the small one's could break a limit).
+    manifest["kernels"][1]["small_grid"]["grid"] = [["H"], ["B"], ["M"]]
+    empty = make_kernel(manifest, FakePlatform(multiprocessors=100)).plan(**synthetic_arguments(B=0, M=100_000))
+    assert empty.symbols[1] == "attnc_synthetic_fwd" and 0 in empty.grids[1]
 
 
 @pytest.mark.parametrize("small_grid, message", [

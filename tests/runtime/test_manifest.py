@@ -53,9 +53,9 @@ def _set(path, value):
 DELETE = object()
 
 MALFORMED = [
-    (_set(["format"], "attnc-bundle/3"),
-     "manifest: format: 'attnc-bundle/3' is not supported by this runtime (it reads 'attnc-bundle/1' and "
-     "'attnc-bundle/2')"),
+    (_set(["format"], "attnc-bundle/4"),
+     "manifest: format: 'attnc-bundle/4' is not supported by this runtime (it reads 'attnc-bundle/1' and "
+     "'attnc-bundle/2' and 'attnc-bundle/3')"),
     (lambda m: m.update({"format": "attnc-bundle/1", "code_sha256": {"ptx": "0" * 64}}),
      "manifest: code_sha256: not a field of format 'attnc-bundle/1'"),
     (_set(["kernels"], DELETE), "manifest: manifest: missing field 'kernels'"),
@@ -164,5 +164,34 @@ def test_format_2_needs_the_code_digests():
     review: the field was optional)."""
     raw = synthetic_manifest()
     del raw["code_sha256"]
-    with pytest.raises(ManifestError, match=r"^manifest: code_sha256: required in format 'attnc-bundle/2'$"):
+    with pytest.raises(ManifestError, match=r"^manifest: code_sha256: required in format 'attnc-bundle/3'$"):
         parse_manifest(raw)
+
+
+def test_format_2_bundles_are_still_read_without_small_grids():
+    """attnc-bundle/3 added a kernel's small_grid (Note [Small grids] in attnc/backend/sm80.py)."""
+    raw = {**synthetic_manifest(), "format": "attnc-bundle/2"}
+    assert parse_manifest(raw).variant == "synthetic"
+    raw["kernels"][1]["small_grid"] = {"symbol": "s", "grid": [[1], [1], [1]], "up_to_ctas_per_sm": 2}
+    with pytest.raises(ManifestError, match=r"small_grid: not a field of format 'attnc-bundle/2'"):
+        parse_manifest(raw)
+
+
+@pytest.mark.parametrize("kernel, small, message", [
+    (0, {"symbol": "s"}, "only a kernel without a role"),                   # the mask kernel
+    (1, {"symbol": "attnc_synthetic_blockmap"}, "names another kernel too"),
+    (1, {"symbol": "attnc_synthetic_fwd"}, "names another kernel too"),
+])
+def test_a_small_grid_is_a_plain_kernels_and_its_own_symbol(kernel, small, message):
+    raw = synthetic_manifest()
+    raw["kernels"][kernel]["small_grid"] = {"grid": [[1], [1], [1]], "up_to_ctas_per_sm": 2, **small}
+    with pytest.raises(ManifestError, match=message):
+        parse_manifest(raw)
+
+
+def test_a_dim_read_only_by_a_small_grid_is_read():
+    raw = synthetic_manifest()
+    raw["dims"].append("U")
+    assert "U" not in parse_manifest(raw).read_dims
+    raw["kernels"][1]["small_grid"] = {"symbol": "s", "grid": [["U"], [1], [1]], "up_to_ctas_per_sm": 2}
+    assert "U" in parse_manifest(raw).read_dims
