@@ -4,7 +4,8 @@
 
 Groups the bundles by (case, head dim, arch); in each group every tag runs on the same
 inputs (M = N = 8192, bf16, the shapes of bench_variants.py), is compared with the
-`base` tag's output (max |difference|, NaNs), and is timed in R interleaved rounds (default 5)
+`base` tag's output (max |difference|, NaNs: the output is filled with NaN before the
+compared launch, so that rows no CTA writes show), and is timed in R interleaved rounds (default 5)
 (CUDA events, each the mean of 20 launches after 5 warm-ups and --warmup-ms more of the
 same kernel, as bench_variants.py's Note [Warm-up to the kernel's own clocks], or of as
 many launches as take --min-ms, Note [Timing over the clock's swings]); the median is
@@ -42,6 +43,7 @@ def main(bundles: Path, warmup_ms: float = 0.0, min_ms: float = 0.0, rounds: int
         launches, outputs = {}, {}
         for tag, e in tags.items():
             bound = attnc_runtime.load(bundles / e["path"]).bind(q=q, k=k, v=v, **attnc_params(case, b, h))
+            bound.outputs["o"].fill_(float("nan"))     # a row no CTA writes stays NaN
             bound.launch()
             torch.cuda.synchronize()
             outputs[tag], launches[tag] = bound.outputs["o"].float().clone(), bound.launch

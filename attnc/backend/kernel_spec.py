@@ -231,6 +231,8 @@ class Sm80KernelSpec:
                                           # tiles] in qtiles.py), set by the lowering with the map
                                           # or the runs
     tiles_per_head: bool = False           # the tile table has a slot per head (else per batch)
+    tail_per_sm: int = 0                   # the table's longest-last tail, CTAs per SM (Note
+                                          # [Longest tiles last] in qtiles.py), set by the lowering
 
     # -- derived
     @property
@@ -414,6 +416,15 @@ class Sm80KernelSpec:
         (or scanned), and there is a first block to guess: the static hull's top, or a
         table tile's diagonal."""
         return self.target == "sm_80" and self.blockmap and (self.kv_hint is not None or self.aligned_tiles)
+
+    @property
+    def resident_ctas(self) -> int:
+        """CTAs of this kernel an SM of an H100/H200 holds at most: by shared memory, and by
+        registers at min_ctas's bound or else at 255 a thread (ptxas's count is not known
+        here: low where it allocates fewer)."""
+        by_smem = SM90_SMEM_PER_SM // (self.smem_bytes + SM90_SMEM_RESERVED_PER_CTA)
+        by_registers = self.min_ctas or SM90_REGISTERS_PER_SM // (self.threads * 256)
+        return max(1, min(by_smem, by_registers))
 
     @property
     def takes_tile_table(self) -> bool:

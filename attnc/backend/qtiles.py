@@ -57,6 +57,27 @@ tile of every document together, whose keys do not fit in the L2: documents + ca
 sm_80 0.523 -> 0.549 ms at head dim 128, 0.642 -> 0.705 at 64, sm_90a unchanged (H100,
 session 24, results/variants_h200.md).
 
+Note [Longest tiles last]: the grid's last CTAs decide when it ends. On the heads-first
+grid (Note [Heads first] in sm80.py: every head of one entry, then the next entry, batch
+by batch) the last CTAs to start are the last batch's first entries: documents' tiles of
+every length, each document's longest first. A slot that starts a long one late runs on
+after the others have run out of work: documents of 1000 + causal at M = N = 8192, head
+dim 128 on sm_80, the slots sat idle 4.7 % of the launch after their last CTA (32.9 us of
+tail; bench/cta_timeline.py), which a list-scheduling model of the grid reproduces (4.3 %),
+and in which the model's longest-first order over the whole grid leaves 0.6 %. Over the
+whole grid that order runs every document's k-th tile together, whose keys do not fit in
+the L2 (Note [Document-aligned tiles] above: slower). So only the end is reordered: with
+`tail_per_sm` = k (QTilesPlan; the lowering's tail_waves times the CTAs an SM holds), the
+tables of the last batch move their first R = min(tiles, cdiv(k * %nsmid, H), THREADS) entries,
+the last R * H CTAs to start, into order of row_end - key0 (the keys from the run's start
+to the tile's end: a tile's key blocks under a causal mask, and no worse a guess than the
+table's order elsewhere), the longest at the highest index, which starts first; equal
+ones keep their order. Any order of the entries is correct: a CTA reads only its own, and
+a block map is built over the table as it is then. The table kernel does it last, step
+(4) of Note [Tile table kernel]. At two waves (k = 2 x 2 CTAs): idle after
+the last CTA 4.7 -> 1.3 %, tail 32.9 -> 8.6 us, the launch 0.492 -> 0.483 ms (11 rounds;
+one wave: 1.7 %, 0.482 ms) (H100, session 32).
+
 Note [Tile table kernel]: one CTA of THREADS threads per (b, h_m); thread t walks the
 rows [t * C, (t + 1) * C), C = cdiv(M, THREADS) rounded up to whole trips of UNROLL rows
 (threads whose rows start past M walk none: below THREADS * UNROLL rows, all but the
@@ -74,6 +95,9 @@ t - (row0 - key0) / block_m; after another, the run's other tiles copy it from t
 (Written in (2), key_end took a loop per run start inside the unrolled walk, which
 spilled the kernel's registers and took 3 us more on an H100; a store per run start
 there still spilled.)
+(4) in the last batch's tables, Note [Longest tiles last]: after a barrier, thread t < R
+loads entry t and puts its weight in shared memory; after another it counts there the
+entries to start before its own, and writes its entry to its place.
 The scans: shfl.up within a warp, then the warps' totals through shared memory, one a
 lane, scanned the same way in every warp.
 """
@@ -96,7 +120,9 @@ THREADS = 1024
 UNROLL = 8
 ENTRY_BYTES = 16
 SPARE_NUM, SPARE_DEN = 5, 4         # the table: SPARE_NUM * cdiv(M, SPARE_DEN * block_m) tiles
-SMEM_BYTES = 2 * 32 * 4             # the two scans' warp totals
+TAIL_WAVES = 2                      # Note [Longest tiles last]: the default on the heads-first grid
+SCAN_BYTES = 2 * 32 * 4             # the two scans' warp totals
+WEIGHT_BYTES = THREADS * 4          # the weights of Note [Longest tiles last], after them
 
 DimValue = str | int
 
@@ -176,6 +202,7 @@ class QTilesPlan:
     dims: tuple[str, ...]           # every symbolic dim, passed as i32 in this order
     param: Tensor
     ids: SegmentIds
+    tail_per_sm: int = 0            # Note [Longest tiles last]: CTAs per SM at the grid's end (0: off)
 
     @property
     def symbol(self) -> str:
@@ -200,7 +227,8 @@ class QTilesPlan:
     def kernel(self) -> dict:
         z = [self.batch] + ([self.heads] if self.per_head else [])
         return {"name": "qtiles", "symbol": self.symbol, "block": [THREADS, 1, 1],
-                "dynamic_smem_bytes": SMEM_BYTES, "grid": [[1], [1], z],
+                "dynamic_smem_bytes": SCAN_BYTES + (WEIGHT_BYTES if self.tail_per_sm else 0),
+                "grid": [[1], [1], z],
                 "params": self.kernel_params, "role": "mask", "fills": [SCRATCH]}
 
 
@@ -214,12 +242,13 @@ def table_factors(seq_q: DimValue, block_m: int) -> list:
     return [SPARE_NUM, cdiv_factor(seq_q, SPARE_DEN * block_m)]
 
 
-def qtiles_plan(variant, block_m: int, ids: SegmentIds, per_head: bool) -> QTilesPlan:
+def qtiles_plan(variant, block_m: int, ids: SegmentIds, per_head: bool, tail_per_sm: int = 0) -> QTilesPlan:
     """The table for `variant`'s ids at `block_m`; `per_head`: the block map's (a table
-    per head when the mask reads h anywhere, as the map is)."""
+    per head when the mask reads h anywhere, as the map is); `tail_per_sm`: Note
+    [Longest tiles last]."""
     param = next(p for p in variant.params if p.name == ids.param)
     return QTilesPlan(variant.name, block_m, per_head, variant.batch, variant.heads, variant.seq_q,
-                      tuple(variant.dims), param, ids)
+                      tuple(variant.dims), param, ids, tail_per_sm)
 
 
 def tile_count(e: Emit, M, block_m: int):
@@ -350,6 +379,9 @@ class _TableKernel:
             self._strided(e.c32(0), total, lambda t: self._run_end_to_first(t, total))
             CtaBarrier().sync()
             self._strided(e.c32(0), total, self._run_end_from_first)
+            if p.tail_per_sm:
+                CtaBarrier().sync()
+                self._longest_last(total)
             scf.yield_([])
         with ir.InsertionPoint(then.else_block):
             self._strided(e.c32(0), grid_tiles, lambda t: self._entry(
@@ -357,6 +389,43 @@ class _TableKernel:
             scf.yield_([])
         used = e.select(aligned, total, grid_tiles)
         self._strided(used, self.tiles, lambda t: self._entry(t, M, M, e.c32(0)))
+
+    def _longest_last(self, total) -> None:
+        """Note [Longest tiles last]: in the last batch's tables, the first R entries
+        (the grid's last R query blocks of every head) in order of row_end - key0, so
+        that the CTAs, which take the entries from the last to the first, start them
+        longest first. Thread t < R holds entry t, puts its weight in shared memory, and
+        after a barrier counts the entries to start before it there (a count over global
+        memory waits out a load of the L2 per entry)."""
+        e, p = self.e, self.plan
+        heads = self._size(p.heads)
+        ctas = e.mul(nvvm.read_ptx_sreg_nsmid(e.i32), p.tail_per_sm)
+        span = e.min(e.min(total, e.div(e.add(ctas, e.sub(heads, 1)), heads)), THREADS)   # a thread an entry
+        count = e.select(e.eq(self.b, e.sub(self._size(p.batch), 1)), span, e.c32(0))
+        mine = e.lt(self.tid, count)
+        slot = lambda t: self.smem.address(e.add(SCAN_BYTES, e.shl(t, 2)))     # noqa: E731
+        entry = llvm.load(ir.VectorType.get([4], e.i32),
+                          self.base.offset(e.mul(e.to_i64(e.min(self.tid, e.sub(self.tiles, 1))), e.c64(4))).ptr,
+                          alignment=16)
+        own = e.sub(llvm.extractelement(entry, e.c32(1)), llvm.extractelement(entry, e.c32(2)))
+        put = scf.IfOp(mine)
+        with ir.InsertionPoint(put.then_block):
+            st_shared_b32(slot(self.tid), own)
+            scf.yield_([])
+        CtaBarrier().sync()         # every weight is there; every entry is in a register
+        # Launched before this entry after the reorder: the longer ones, and of the equally
+        # long the later ones (launched first before it too).
+        loop = scf.ForOp(e.c32(0), e.select(mine, count, e.c32(0)), e.c32(1), [e.c32(0)])
+        with ir.InsertionPoint(loop.body):
+            j = loop.induction_variable
+            other = _ld_shared_b32(e, slot(j))
+            ahead = e.or_(e.gt(other, own), e.land(e.eq(other, own), e.gt(j, self.tid)))
+            scf.yield_([e.add(loop.inner_iter_args[0], arith.extui(e.i32, ahead))])
+        move = scf.IfOp(mine)
+        with ir.InsertionPoint(move.then_block):
+            to = e.sub(e.sub(count, 1), loop.results[0])
+            llvm.store(entry, self.base.offset(e.mul(e.to_i64(to), e.c64(4))).ptr, alignment=16)
+            scf.yield_([])
 
     def _walk(self, before, init: list, step) -> list:
         """state = step(i, v(i), v(i - 1), state, inside) over this thread's rows, in order: a

@@ -52,6 +52,7 @@ KERNEL_CHOICES: dict[str, tuple[str, type]] = {
     "aligned_tiles": ("sm80.aligned_tiles", bool),
     "run_ranges": ("sm80.run_ranges", bool),
     "lazy_rescale": ("sm80.lazy_rescale", bool),
+    "tail_waves": ("sm80.tail_waves", int),
 }
 
 
@@ -129,6 +130,10 @@ class LowerKernel(Pass):
                "and skip a warp's rescale of O where no row of it moved (Note [Lazy rescale] in "
                "sm80_softmax.py; default: Sm80KernelSpec.rescale_lazily: on above head dim 64 wherever the max "
                "is not a constant, but for sm_90a's persistent CTAs)"})
+    tail_waves: int | None = field(default=None, metadata={
+        "doc": "on the aligned tiles with the heads-first grid, the last this many resident grids' worth of CTAs "
+               "start their query tiles longest first (Note [Longest tiles last] in qtiles.py; 0: off; default: 2 "
+               "there)"})
     staged_o: bool | None = field(default=None, metadata={
         "doc": "write O through shared memory in coalesced 16-byte stores instead of 4-byte stores "
                "from the accumulators (Note [Staged O]; default: Sm80KernelSpec.o_staged: where it can -- one query "

@@ -157,3 +157,38 @@ def test_the_grid_hooks_refuse_a_table_tile():
     assert spec.aligned_tiles and spec.kv_hint is not None
     with pytest.raises(AssertionError, match="not a tile table's tiles"):
         spec.kv_hint(None, KvCtx(0, 0, 0, 1, 1, spec.block_m, spec.block_n, aligned=True, n_keys=1))
+
+
+def test_the_last_tiles_start_longest_first_on_the_heads_first_grid():
+    """Note [Longest tiles last]: on sm_80's heads-first grid the table kernel reorders the
+    last batch's first tiles, as many as TAIL_WAVES resident grids' worth of CTAs (by
+    %nsmid at run time); the attention kernel is the same. Off with tail_waves = 0, and on
+    sm_90a's grid (query blocks fastest) where the last CTAs are one head's."""
+    from attnc.backend.qtiles import TAIL_WAVES
+    from attnc.testing import kernel_ptx
+    mask = "doc[b, i] == doc[b, j] and j <= i"
+    default = _build(mask)
+    spec = default.manifest["specialization"]
+    assert spec["heads_first"] and default.spec.resident_ctas == 2
+    assert spec["tail_per_sm"] == TAIL_WAVES * 2 == 4
+    assert "%nsmid" in kernel_ptx(default.ptx, "attnc_docs_qtiles")
+    assert "%nsmid" not in kernel_ptx(default.ptx, "attnc_docs_fwd")
+    assert _build(mask, tail_waves=3).manifest["specialization"]["tail_per_sm"] == 6
+    off = _build(mask, tail_waves=0)
+    assert off.manifest["specialization"]["tail_per_sm"] == 0 and "%nsmid" not in off.ptx
+    assert kernel_ptx(off.ptx, "attnc_docs_fwd") == kernel_ptx(default.ptx, "attnc_docs_fwd")
+    assert _build(mask, "sm_90a").manifest["specialization"]["tail_per_sm"] == 0
+
+
+def test_tail_waves_where_it_cannot_apply():
+    mask = "doc[b, i] == doc[b, j] and j <= i"
+    with pytest.raises(AttncError, match=r"tail_waves = -1: expected 0 \(off\) or more"):
+        _build(mask, tail_waves=-1)
+    with pytest.raises(AttncError, match="tail_waves orders the query tiles of a tile table"):
+        _build(mask, tail_waves=1, aligned_tiles=False)
+    with pytest.raises(AttncError, match="tail_waves orders the query tiles of a tile table"):
+        _build("j <= i", tail_waves=1)
+    for arch, order in (("sm_90a", {}), ("sm_80", {"heads_first": False}), ("sm_80", {"tiles_last": True})):
+        with pytest.raises(AttncError, match="heads-first grid"):
+            _build(mask, arch, tail_waves=1, **order)
+        assert _build(mask, arch, **order).manifest["specialization"]["tail_per_sm"] == 0
