@@ -64,7 +64,14 @@ documents at 128 from 1.33x to 1.18-1.20x FlexAttention (whose 0.6 ms kernel had
 more to its neighbours than attnc's). What it does not remove: the run's history (the
 chip's temperature, the kernels of the rounds) still moves a 0.5 ms kernel by up to about
 10 % between contexts (sm_90a documents at head dim 64: 0.471 ms in 300 launches back to
-back, 0.537 in a benchmark run), so a goal that close to its bound is read over runs.
+back, 0.537 in a benchmark run), so a goal that close to its bound is read over runs. Nor
+the neighbour: in sessions 29-31 the sm_80 documents kernel at head dim 128 with its map
+reused, always timed right after the same kernel building it, came out 1-4 % slower than
+that one although it runs one kernel less; timed in alternating order the reused launch
+was faster in three pairs of four (session 32, results/logs/session32_gpu.txt). So since
+session 32 the rounds alternate between the given order and its reverse, which takes a
+fixed neighbour out of the comparison (the first such run still had reused 1 % slower:
+differences of 1 % are below what these timings resolve).
 
 FlexAttention on an H100/H200 runs wgmma code, which sm_80 kernels cannot; beside it the
 sm_80 kernels are also compared, on softcap and doc_causal, with FlexAttention as Triton
@@ -135,11 +142,14 @@ def timed(fn, iters: int, warmup_ms: float = 0.0, min_ms: float = 0.0) -> float:
 def interleaved(timers: dict, rounds: int, iters: int, worker=None, warmup_ms: float = 0.0,
                 min_ms: float = 0.0) -> dict:
     """Each key's times in ms, one per round; every round times every function once
-    (`timed`), so that a slow stretch of the machine lands in one round of each; and
-    `worker`'s kernels (flex_mma_v2.FlexMmaV2), keyed ("flex_mma_v2", d, case)."""
+    (`timed`), so that a slow stretch of the machine lands in one round of each, in the
+    given order and in reverse on alternate rounds (Note [Timing over the clock's swings]:
+    what ran just before a timing moves it); and `worker`'s kernels
+    (flex_mma_v2.FlexMmaV2), keyed ("flex_mma_v2", d, case)."""
     runs = {key: [] for key in timers}
-    for _ in range(rounds):
-        for key, fn in timers.items():
+    order = list(timers.items())
+    for r in range(rounds):
+        for key, fn in (order[::-1] if r % 2 else order):
             runs[key].append(timed(fn, iters, warmup_ms, min_ms) * 1e3)
         if worker is not None:
             for (d, case), ms in worker.round().items():

@@ -18,7 +18,7 @@ retirement. From the stamps of the last of --launches launches:
 * prologue (entry to the first step's top), epilogue (its wait to the end), and the steps
   between against the CTA's key blocks (from the grid order, Note [Heads first] in
   sm80.py, and the bench's mask: causal, or documents of 1000 + causal on the tile table
-  of Note [Document-aligned tiles]): a least-squares line intercept + per_block * blocks;
+  the GPU wrote, Notes [Document-aligned tiles] and [Longest tiles last]): a least-squares line intercept + per_block * blocks;
 * per SM, a sweep of its CTAs' starts and ends: its slots (the most CTAs at once), their
   idle time while more CTAs were still to start on it (gaps) and after its last start
   (the grid's end); busy = CTA time over SMs x slots x the launch's span.
@@ -171,12 +171,15 @@ def read_stamps(digest: str, ctas: int) -> np.ndarray:
     raise SystemExit(f"no module of the patched PTX ({digest[:12]}) is loaded")
 
 
-def blocks_of(case: str, grid: tuple, spec: dict, M: int) -> np.ndarray:
+def blocks_of(case: str, grid: tuple, spec: dict, M: int, table: np.ndarray | None = None) -> np.ndarray:
     """Key blocks of every CTA (linear id x + nx * (y + ny * z)), from the grid's order
     (Note [Heads first] in sm80.py: heads on x and the query tile, from the last, on y;
     Note [Tiles last]: heads on x, the batch on y, the query tile, from the last, on z;
     or the query block, from the last, on x and heads on y) and the bench's mask:
-    causal, or documents of DOC + causal on the tile table (Note [Document-aligned tiles])."""
+    causal, or documents of DOC + causal on the tile table (Note [Document-aligned tiles]):
+    `table` (batch, entry, 4), the one the GPU wrote, whose last batch may be reordered
+    (Note [Longest tiles last] in qtiles.py); without it, the table of the documents in
+    the order they were found."""
     if spec.get("q_blocks_per_cta", 1) != 1:
         raise SystemExit("the time line counts one query block per CTA (q_blocks_per_cta=1)")
     if case == "doc_causal" and not spec.get("aligned_tiles"):
@@ -185,8 +188,12 @@ def blocks_of(case: str, grid: tuple, spec: dict, M: int) -> np.ndarray:
     nx, ny, nz = grid
     axis = 2 if spec.get("tiles_last") else 1 if spec["heads_first"] else 0     # the query tiles' axis
     nt = grid[axis]
+    batch_axis = 1 if spec.get("tiles_last") else 2
     if case == "causal":
         tiles = [-(-min((m + 1) * bm, M) // bn) for m in range(nt)]
+    elif case == "doc_causal" and table is not None:
+        rows = table[..., 0] < M            # keys [key0, row_end): a tile's causal blocks
+        tiles = np.where(rows, -(-(table[..., 1] - table[..., 2]) // bn), 0)
     elif case == "doc_causal":
         tiles = []
         for s in range(0, M, DOC):
@@ -195,10 +202,13 @@ def blocks_of(case: str, grid: tuple, spec: dict, M: int) -> np.ndarray:
         tiles += [0] * (nt - len(tiles))
     else:
         raise SystemExit(f"no block count for case {case}")
+    tiles = np.asarray(tiles)
+    if tiles.ndim == 1:
+        tiles = np.broadcast_to(tiles, (grid[batch_axis], nt))
     x, y, z = np.meshgrid(np.arange(nx), np.arange(ny), np.arange(nz), indexing="ij")
     tile = nt - 1 - (x, y, z)[axis]
     out = np.zeros(nx * ny * nz, dtype=np.int64)
-    out[(x + nx * (y + ny * z)).ravel()] = np.asarray(tiles)[tile.ravel()]
+    out[(x + nx * (y + ny * z)).ravel()] = tiles[(x, y, z)[batch_axis].ravel(), tile.ravel()]
     return out
 
 
@@ -348,9 +358,11 @@ def main() -> int:
                 stamped_ms = _event_ms(stamped, args.launches)
                 same = all(torch.equal(plain.outputs[n], stamped.outputs[n]) for n in plain.outputs)
                 stamps = read_stamps(stamped.bundle.digests["ptx"], ctas)
+                table = plain._scratch.get("qtiles")     # as the GPU wrote it (Note [Longest tiles last])
+                table = None if table is None else table.view(torch.int32).reshape(b, -1, 4).cpu().numpy()
                 row = {"case": case, "d": d, "tag": tag, "grid": grid, "globaltimer_step_ns": steps,
                        "event_ms": ms, "stamped_event_ms": stamped_ms, "outputs_equal": same,
-                       **analyse(stamps, blocks_of(case, grid, spec, M))}
+                       **analyse(stamps, blocks_of(case, grid, spec, M, table))}
                 results.append(row)
                 print(json.dumps(row))
     if args.json:

@@ -48,7 +48,8 @@ same kernel on the grid: sm_80 at 128x64 tiles 0.555 -> 0.493 ms at head dim 128
 session 19); sm_90a at 64x64 tiles 0.453 -> 0.427 ms at head dim 128 and 0.506 -> 0.471
 at 64 (H100, session 22, each timing over the clock's swings).
 
-The table's order is the order the tiles were found in, and the attention kernel takes it
+The table's order is the order the tiles were found in (but for the end of the last
+batch's: Note [Longest tiles last]), and the attention kernel takes it
 from the last entry to the first (Note [Heads first] in sm80.py): each document's tiles
 heaviest first, neighbouring tiles of a document running together and sharing its keys in
 the L2. Sorting the table by work instead (longest first over all documents, which a
@@ -66,17 +67,25 @@ dim 128 on sm_80, the slots sat idle 4.7 % of the launch after their last CTA (3
 tail; bench/cta_timeline.py), which a list-scheduling model of the grid reproduces (4.3 %),
 and in which the model's longest-first order over the whole grid leaves 0.6 %. Over the
 whole grid that order runs every document's k-th tile together, whose keys do not fit in
-the L2 (Note [Document-aligned tiles] above: slower). So only the end is reordered: with
-`tail_per_sm` = k (QTilesPlan; the lowering's tail_waves times the CTAs an SM holds), the
-tables of the last batch move their first R = min(tiles, cdiv(k * %nsmid, H), THREADS) entries,
-the last R * H CTAs to start, into order of row_end - key0 (the keys from the run's start
-to the tile's end: a tile's key blocks under a causal mask, and no worse a guess than the
-table's order elsewhere), the longest at the highest index, which starts first; equal
-ones keep their order. Any order of the entries is correct: a CTA reads only its own, and
-a block map is built over the table as it is then. The table kernel does it last, step
-(4) of Note [Tile table kernel]. At two waves (k = 2 x 2 CTAs): idle after
-the last CTA 4.7 -> 1.3 %, tail 32.9 -> 8.6 us, the launch 0.492 -> 0.483 ms (11 rounds;
-one wave: 1.7 %, 0.482 ms) (H100, session 32).
+the L2 (above: slower). So only the end is reordered: with `tail_per_sm` = k (QTilesPlan;
+the lowering's tail_waves times Sm80KernelSpec.resident_ctas), the tables of the last
+batch move their first R = min(total, cdiv(k * %nsmid, H), THREADS) entries (total: the
+tiles written), the last R * H CTAs to start, into order of row_end - key0 (the keys from
+the run's start to the tile's end: a tile's key blocks under a causal mask, and no worse
+a guess than the table's order elsewhere), the longest at the highest index, which starts
+first; equal ones keep their order. Any order of the entries is correct: a CTA reads only
+its own, and a block map is built over the table as it is then. The table kernel does it
+last, step (4) of Note [Tile table kernel], and not where the runtime launches the small
+grid instead (Note [Small grids] in sm80.py: its order starts every (b, h)'s longest tile
+first already), which it tells from the grid's CTAs against %nsmid as the runtime does
+from the SM count. (%nsmid may exceed the SM count: R and the small-grid bound then err
+on the large side, which costs nothing but order.)
+H100, session 32 (results/logs/session32_gpu.txt), the same attention kernel with tables
+of k = 0, 2 and 4 (tail_waves 0, 1, 2): idle after the last CTA 4.7 / 1.7 / 1.3 %, tail
+32.9 / 11.6 / 8.6 us; the launch 0.492 / 0.482 / 0.483 ms (11 rounds; a first version of
+the step) and, the committed step, 0.507 / 0.498 / 0.496 ms on another machine; at head
+dim 64 0.635 -> 0.632 ms, within the rounds' spread. The step adds about 0.5 us to the
+table kernel at 8192 (7.1-7.8 us against 6.8-7.2).
 
 Note [Tile table kernel]: one CTA of THREADS threads per (b, h_m); thread t walks the
 rows [t * C, (t + 1) * C), C = cdiv(M, THREADS) rounded up to whole trips of UNROLL rows
@@ -96,8 +105,8 @@ t - (row0 - key0) / block_m; after another, the run's other tiles copy it from t
 spilled the kernel's registers and took 3 us more on an H100; a store per run start
 there still spilled.)
 (4) in the last batch's tables, Note [Longest tiles last]: after a barrier, thread t < R
-loads entry t and puts its weight in shared memory; after another it counts there the
-entries to start before its own, and writes its entry to its place.
+puts the weight of entry t in shared memory; after another it counts there the entries
+to start before its own, and writes entry t (held in its registers) to its place.
 The scans: shfl.up within a warp, then the warps' totals through shared memory, one a
 lane, scanned the same way in every warp.
 """
@@ -121,6 +130,7 @@ UNROLL = 8
 ENTRY_BYTES = 16
 SPARE_NUM, SPARE_DEN = 5, 4         # the table: SPARE_NUM * cdiv(M, SPARE_DEN * block_m) tiles
 TAIL_WAVES = 2                      # Note [Longest tiles last]: the default on the heads-first grid
+MAX_TAIL_WAVES = 64                 # (R is at most THREADS anyway)
 SCAN_BYTES = 2 * 32 * 4             # the two scans' warp totals
 WEIGHT_BYTES = THREADS * 4          # the weights of Note [Longest tiles last], after them
 
@@ -203,6 +213,8 @@ class QTilesPlan:
     param: Tensor
     ids: SegmentIds
     tail_per_sm: int = 0            # Note [Longest tiles last]: CTAs per SM at the grid's end (0: off)
+    small_grid_per_sm: int = 0      # and the CTAs per SM up to which the runtime launches the
+                                    # bundle's small grid instead (Note [Small grids]; 0: none)
 
     @property
     def symbol(self) -> str:
@@ -242,13 +254,14 @@ def table_factors(seq_q: DimValue, block_m: int) -> list:
     return [SPARE_NUM, cdiv_factor(seq_q, SPARE_DEN * block_m)]
 
 
-def qtiles_plan(variant, block_m: int, ids: SegmentIds, per_head: bool, tail_per_sm: int = 0) -> QTilesPlan:
+def qtiles_plan(variant, block_m: int, ids: SegmentIds, per_head: bool, tail_per_sm: int = 0,
+                small_grid_per_sm: int = 0) -> QTilesPlan:
     """The table for `variant`'s ids at `block_m`; `per_head`: the block map's (a table
-    per head when the mask reads h anywhere, as the map is); `tail_per_sm`: Note
-    [Longest tiles last]."""
+    per head when the mask reads h anywhere, as the map is); `tail_per_sm` and
+    `small_grid_per_sm`: Note [Longest tiles last]."""
     param = next(p for p in variant.params if p.name == ids.param)
     return QTilesPlan(variant.name, block_m, per_head, variant.batch, variant.heads, variant.seq_q,
-                      tuple(variant.dims), param, ids, tail_per_sm)
+                      tuple(variant.dims), param, ids, tail_per_sm, small_grid_per_sm)
 
 
 def tile_count(e: Emit, M, block_m: int):
@@ -380,7 +393,6 @@ class _TableKernel:
             CtaBarrier().sync()
             self._strided(e.c32(0), total, self._run_end_from_first)
             if p.tail_per_sm:
-                CtaBarrier().sync()
                 self._longest_last(total)
             scf.yield_([])
         with ir.InsertionPoint(then.else_block):
@@ -392,39 +404,47 @@ class _TableKernel:
 
     def _longest_last(self, total) -> None:
         """Note [Longest tiles last]: in the last batch's tables, the first R entries
-        (the grid's last R query blocks of every head) in order of row_end - key0, so
-        that the CTAs, which take the entries from the last to the first, start them
-        longest first. Thread t < R holds entry t, puts its weight in shared memory, and
-        after a barrier counts the entries to start before it there (a count over global
-        memory waits out a load of the L2 per entry)."""
+        (the grid's last R query tiles of every head) in order of row_end - key0, so that
+        the CTAs, which take the entries from the last to the first, start them longest
+        first; not where the runtime launches the small grid (whose own order starts every
+        (b, h)'s longest tile first). Thread t < R holds entry t and puts its weight in
+        shared memory, where after a barrier every such thread counts the entries to
+        start before its own."""
         e, p = self.e, self.plan
-        heads = self._size(p.heads)
-        ctas = e.mul(nvvm.read_ptx_sreg_nsmid(e.i32), p.tail_per_sm)
-        span = e.min(e.min(total, e.div(e.add(ctas, e.sub(heads, 1)), heads)), THREADS)   # a thread an entry
-        count = e.select(e.eq(self.b, e.sub(self._size(p.batch), 1)), span, e.c32(0))
-        mine = e.lt(self.tid, count)
-        slot = lambda t: self.smem.address(e.add(SCAN_BYTES, e.shl(t, 2)))     # noqa: E731
-        entry = llvm.load(ir.VectorType.get([4], e.i32),
-                          self.base.offset(e.mul(e.to_i64(e.min(self.tid, e.sub(self.tiles, 1))), e.c64(4))).ptr,
-                          alignment=16)
-        own = e.sub(llvm.extractelement(entry, e.c32(1)), llvm.extractelement(entry, e.c32(2)))
-        put = scf.IfOp(mine)
-        with ir.InsertionPoint(put.then_block):
-            st_shared_b32(slot(self.tid), own)
-            scf.yield_([])
-        CtaBarrier().sync()         # every weight is there; every entry is in a register
-        # Launched before this entry after the reorder: the longer ones, and of the equally
-        # long the later ones (launched first before it too).
-        loop = scf.ForOp(e.c32(0), e.select(mine, count, e.c32(0)), e.c32(1), [e.c32(0)])
-        with ir.InsertionPoint(loop.body):
-            j = loop.induction_variable
-            other = _ld_shared_b32(e, slot(j))
-            ahead = e.or_(e.gt(other, own), e.land(e.eq(other, own), e.gt(j, self.tid)))
-            scf.yield_([e.add(loop.inner_iter_args[0], arith.extui(e.i32, ahead))])
-        move = scf.IfOp(mine)
-        with ir.InsertionPoint(move.then_block):
-            to = e.sub(e.sub(count, 1), loop.results[0])
-            llvm.store(entry, self.base.offset(e.mul(e.to_i64(to), e.c64(4))).ptr, alignment=16)
+        heads, sms = self._size(p.heads), nvvm.read_ptx_sreg_nsmid(e.i32)
+        wanted = e.eq(self.b, e.sub(self._size(p.batch), 1))
+        if p.small_grid_per_sm:
+            ctas = e.mul(e.mul(e.to_i64(self.tiles), e.to_i64(heads)), e.to_i64(self._size(p.batch)))
+            wanted = e.land(wanted, e.gt(ctas, e.to_i64(e.mul(sms, p.small_grid_per_sm))))  # the heads-first grid's
+        last = scf.IfOp(wanted)                     # CTA-uniform: the barriers inside are every thread's
+        with ir.InsertionPoint(last.then_block):
+            CtaBarrier().sync()     # key_end is written
+            span = e.div(e.add(e.mul(sms, p.tail_per_sm), e.sub(heads, 1)), heads)
+            count = e.min(e.min(total, span), THREADS)          # a thread an entry
+            mine = e.lt(self.tid, count)
+            slot = lambda t: self.smem.address(e.add(SCAN_BYTES, e.shl(t, 2)))     # noqa: E731
+            entry = llvm.load(ir.VectorType.get([4], e.i32),
+                              self.base.offset(e.mul(e.to_i64(e.max(e.min(self.tid, e.sub(total, 1)), 0)), e.c64(4))).ptr,
+                              alignment=16)
+            own = e.sub(llvm.extractelement(entry, e.c32(1)), llvm.extractelement(entry, e.c32(2)))
+            put = scf.IfOp(mine)
+            with ir.InsertionPoint(put.then_block):
+                st_shared_b32(slot(self.tid), own)
+                scf.yield_([])
+            CtaBarrier().sync()     # every weight is there; every moved entry is in its thread's registers
+            # Launched before this entry after the reorder: the longer ones, and of the equally
+            # long the later ones (launched first before it too).
+            loop = scf.ForOp(e.c32(0), e.select(mine, count, e.c32(0)), e.c32(1), [e.c32(0)])
+            with ir.InsertionPoint(loop.body):
+                j = loop.induction_variable
+                other = _ld_shared_b32(e, slot(j))
+                ahead = e.or_(e.gt(other, own), e.land(e.eq(other, own), e.gt(j, self.tid)))
+                scf.yield_([e.add(loop.inner_iter_args[0], arith.extui(e.i32, ahead))])
+            move = scf.IfOp(mine)
+            with ir.InsertionPoint(move.then_block):
+                to = e.sub(e.sub(count, 1), loop.results[0])
+                llvm.store(entry, self.base.offset(e.mul(e.to_i64(to), e.c64(4))).ptr, alignment=16)
+                scf.yield_([])
             scf.yield_([])
 
     def _walk(self, before, init: list, step) -> list:

@@ -61,7 +61,8 @@ def _lowering_from_ir(result) -> Sm80Lowering:
     from dataclasses import replace
 
     from attnc.backend.blockmap import blockmap_plan
-    from attnc.backend.qtiles import TAIL_WAVES, qtiles_plan, segment_conjunct
+    from attnc.backend.qtiles import MAX_TAIL_WAVES, TAIL_WAVES, qtiles_plan, segment_conjunct
+    from attnc.backend.sm80 import SMALL_GRID_CTAS_PER_SM
     from attnc.backend.run_ranges import run_rest
     from attnc.backend.kernel_spec import KERNEL_TARGETS, Sm80KernelSpec, SpecError
     from attnc.passes.lower_sm80 import recorded_choices
@@ -114,15 +115,15 @@ def _lowering_from_ir(result) -> Sm80Lowering:
     # The plain lowering decides whether the table applies; built here only where it may.
     plain = None if found is None and not aligned and not runs_asked else lowering(blockmap)
     possible = plain is not None and found is not None and plain.spec.takes_tile_table
-    if tail_waves is not None and tail_waves < 0:
-        raise error_at(op, f"tail_waves = {tail_waves}: expected 0 (off) or more")
-    if tail_waves and (not possible or aligned is False):
-        raise error_at(op, "tail_waves orders the query tiles of a tile table, which this kernel does not "
-                           "take (Note [Document-aligned tiles]: aligned_tiles)")
     if (aligned or runs_asked) and not possible:
         raise error_at(op, f"{'aligned_tiles' if aligned else 'run_ranges'} needs a kernel with one query block "
                            f"per CTA and no producer warpgroup, whose mask has a conjunct P[.., i] == P[.., j] "
                            f"(an i32 param, the same other indices) and reads a param (a block map)")
+    if tail_waves is not None and not 0 <= tail_waves <= MAX_TAIL_WAVES:
+        raise error_at(op, f"tail_waves = {tail_waves}: expected 0 (off) to {MAX_TAIL_WAVES}")
+    if tail_waves and (not possible or aligned is False):
+        raise error_at(op, "tail_waves orders the query tiles of a tile table, which this kernel does not "
+                           "take (Note [Document-aligned tiles]: aligned_tiles)")
     if not possible or aligned is False:
         if runs_asked:
             raise error_at(op, "run_ranges needs the aligned tiles (aligned_tiles is off)")
@@ -133,8 +134,9 @@ def _lowering_from_ir(result) -> Sm80Lowering:
         raise error_at(op, "tail_waves orders the last query tiles of the heads-first grid (heads_first), "
                            "which this kernel does not run")
     waves = TAIL_WAVES if tail_waves is None and plain.spec.grid_heads_first else tail_waves or 0
-    tail = waves * plain.spec.resident_ctas
-    tiles = replace(blockmap, qtiles=qtiles_plan(variant, block_m, ids, blockmap.per_head, tail))
+    small = SMALL_GRID_CTAS_PER_SM if plain.spec.has_small_grid_kernel else 0
+    tiles = replace(blockmap, qtiles=qtiles_plan(variant, block_m, ids, blockmap.per_head,
+                                                 waves * plain.spec.resident_ctas, small))
     # Note [Ranges from the runs] (run_ranges.py): by default wherever the rest of the mask
     # is static, the map would not record more of what a MIXED tile holds, and the kernel
     # does not sit at the 128-register floor of its CTAs per SM (which the hooks leave as

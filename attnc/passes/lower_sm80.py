@@ -132,8 +132,8 @@ class LowerKernel(Pass):
                "is not a constant, but for sm_90a's persistent CTAs)"})
     tail_waves: int | None = field(default=None, metadata={
         "doc": "on the aligned tiles with the heads-first grid, the last this many resident grids' worth of CTAs "
-               "start their query tiles longest first (Note [Longest tiles last] in qtiles.py; 0: off; default: 2 "
-               "there)"})
+               "start their query tiles longest first (Note [Longest tiles last] in qtiles.py; 0: off, at most 64; "
+               "default: 2 there)"})
     staged_o: bool | None = field(default=None, metadata={
         "doc": "write O through shared memory in coalesced 16-byte stores instead of 4-byte stores "
                "from the accumulators (Note [Staged O]; default: Sm80KernelSpec.o_staged: where it can -- one query "

@@ -4,6 +4,8 @@ runs do not give the ranges: Note [Ranges from the runs], run_ranges.py). The ti
 run in tests/gpu/test_gpu_aligned_tiles.py."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from attnc.errors import AttncError
@@ -178,16 +180,27 @@ def test_the_last_tiles_start_longest_first_on_the_heads_first_grid():
     assert off.manifest["specialization"]["tail_per_sm"] == 0 and "%nsmid" not in off.ptx
     assert kernel_ptx(off.ptx, "attnc_docs_fwd") == kernel_ptx(default.ptx, "attnc_docs_fwd")
     assert _build(mask, "sm_90a").manifest["specialization"]["tail_per_sm"] == 0
+    # Where the runtime may launch the small grid instead, the table kernel checks the grid's
+    # size against %nsmid (Note [Small grids]); given heads_first there is no small grid.
+    small_bound = re.compile(r"mov\.u32\s+(%r\d+), %nsmid;.*mul\.lo\.s32\s+%r\d+, \1, 20;", re.S)  # x 20 CTAs an SM
+    assert "attnc_docs_fwd_tiles_last" in default.ptx
+    assert small_bound.search(kernel_ptx(default.ptx, "attnc_docs_qtiles"))
+    given = _build(mask, heads_first=True)
+    assert given.manifest["specialization"]["tail_per_sm"] == 4 and "attnc_docs_fwd_tiles_last" not in given.ptx
+    assert not small_bound.search(kernel_ptx(given.ptx, "attnc_docs_qtiles"))
 
 
 def test_tail_waves_where_it_cannot_apply():
     mask = "doc[b, i] == doc[b, j] and j <= i"
-    with pytest.raises(AttncError, match=r"tail_waves = -1: expected 0 \(off\) or more"):
-        _build(mask, tail_waves=-1)
+    for waves in (-1, 65):
+        with pytest.raises(AttncError, match=rf"tail_waves = {waves}: expected 0 \(off\) to 64"):
+            _build(mask, tail_waves=waves)
     with pytest.raises(AttncError, match="tail_waves orders the query tiles of a tile table"):
         _build(mask, tail_waves=1, aligned_tiles=False)
     with pytest.raises(AttncError, match="tail_waves orders the query tiles of a tile table"):
         _build("j <= i", tail_waves=1)
+    with pytest.raises(AttncError, match="aligned_tiles needs a kernel"):     # the more useful message first
+        _build("doc[b, i] != doc[b, j]", tail_waves=1, aligned_tiles=True)
     for arch, order in (("sm_90a", {}), ("sm_80", {"heads_first": False}), ("sm_80", {"tiles_last": True})):
         with pytest.raises(AttncError, match="heads-first grid"):
             _build(mask, arch, tail_waves=1, **order)

@@ -12,7 +12,7 @@ M = 1500 < N = 2000:
   run's start and key_end its end, (M, M, 0, -1) past the last tile; the fixed grid (key_end
   -1) where the ids are not sorted or their runs need more tiles than the table holds; in
   the last batch, with the manifest's tail_per_sm, its first R tiles in order of row_end -
-  key0 (Note [Longest tiles last]).
+  key0 (Note [Longest tiles last]) where the heads-first grid runs, not the small one.
 """
 from __future__ import annotations
 
@@ -137,10 +137,56 @@ def test_documents_of_every_kind(gpu, entry, kind, shape):
     if manifest["specialization"].get("aligned_tiles"):
         block_m = manifest["specialization"]["block_m"]
         table = bound._scratch["qtiles"].view(torch.int32).reshape(B, -1, 4).cpu().numpy()
-        per_sm = manifest["specialization"]["tail_per_sm"]
+        per_sm = manifest["specialization"].get("tail_per_sm", 0)
         sms = torch.cuda.get_device_properties(0).multi_processor_count
+        small = manifest["kernels"][-1].get("small_grid")      # Note [Small grids]: no reorder under it
+        if small and table.shape[1] * H * B <= small["up_to_ctas_per_sm"] * sms:
+            per_sm = 0
         for b in range(B):
             want = expected_table(ids[b], block_m, M)
             if b == B - 1 and per_sm:
                 want = last_batch_table(want, table[b], per_sm, H, sms)
             assert np.array_equal(table[b], want), f"batch {b}"
+
+
+@pytest.mark.parametrize("entry", docs_sink_entries())
+def test_the_last_batch_starts_its_longest_tiles_first(gpu, entry):
+    """Note [Longest tiles last] where it reorders a part of the table, on the heads-first
+    grid (not the small one: B = 2, H = 32, M = N = 8192, documents of 1000, 5120 CTAs or
+    more): the first batch's table as found, the last one's with its first R tiles
+    reordered (R from cdiv(tail_per_sm * SMs, 32) = 17 on 132 SMs, below its 66 or 131
+    tiles), and the output of two heads of the last batch against the reference."""
+    reason = skip_reason(entry)
+    if reason:
+        pytest.skip(reason)
+    manifest = json.loads((BUNDLES / entry["path"] / "manifest.json").read_text())
+    per_sm = manifest["specialization"].get("tail_per_sm", 0)
+    if not per_sm:
+        pytest.skip("no table reordered in this bundle (tail_per_sm 0)")
+    import torch
+
+    import attnc_runtime
+    B, H, M = 2, 32, 8192
+    d_qk, d_v = entry["head_dim"]
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[entry["dtype"]]
+    ids = np.broadcast_to(np.arange(M, dtype=np.int32) // 1000, (B, M)).copy()
+    doc = torch.tensor(ids, device="cuda")
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    sinks = torch.rand(H, generator=gen, device="cuda")
+    q, k, v = (torch.randn(B, H, M, d, generator=gen, device="cuda", dtype=dtype) for d in (d_qk, d_qk, d_v))
+    bound = attnc_runtime.load(BUNDLES / entry["path"]).bind(q, k, v, doc=doc, sinks=sinks)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert bound.plan.symbols[-1] == manifest["kernels"][-1]["symbol"], "the small grid ran"
+    bound.launch()
+    torch.cuda.synchronize()
+    table = bound._scratch["qtiles"].view(torch.int32).reshape(B, -1, 4).cpu().numpy()
+    block_m = manifest["specialization"]["block_m"]
+    first, last = (expected_table(ids[b], block_m, M) for b in range(B))
+    assert np.array_equal(table[0], first)
+    tiles = int(np.sum(last[:, 0] < M))
+    assert -(-per_sm * sms // H) < tiles and not np.array_equal(table[1], last)
+    assert np.array_equal(table[1], last_batch_table(last, table[1], per_sm, H, sms))
+    heads = [0, H - 1]
+    want = _reference(q[1:, heads], k[1:, heads], v[1:, heads], doc[1:], sinks[heads])
+    err = (bound.outputs["o"][1:, heads].float() - want).abs().max().item()
+    assert err < 2e-2, f"max |o - reference| = {err}"

@@ -95,6 +95,14 @@ def test_block_counts_follow_the_grid_order():
     # Note [Tiles last]: heads on x, the batch on y, the entries from the last on z
     last = tl.blocks_of("doc_causal", (2, 3, 10), dict(docs, heads_first=False, tiles_last=True), 1200)
     assert last.tolist() == [n for t in reversed(tiles) for n in [t] * 6]
+    # The table the GPU wrote, per batch (Note [Longest tiles last]: the last one reordered).
+    table = np.zeros((2, 10, 4), dtype=np.int32)
+    table[:, :, 0] = 1200                   # past the last tile: no block
+    table[0, :2] = [[0, 128, 0, 1000], [128, 256, 0, 1000]]
+    table[1, :2] = [[128, 256, 0, 1000], [0, 128, 0, 1000]]
+    by_table = tl.blocks_of("doc_causal", (2, 10, 2), docs, 1200, table)
+    assert by_table.tolist()[16:20] == [4, 4, 2, 2] and by_table.tolist()[36:] == [2, 2, 4, 4]
+    assert sum(by_table[:16]) == 0 and sum(by_table[20:36]) == 0
     with pytest.raises(SystemExit, match="aligned tile table"):
         tl.blocks_of("doc_causal", (2, 10, 1), spec, 1200)
     with pytest.raises(SystemExit, match="one query block per CTA"):
