@@ -64,8 +64,10 @@ by batch) the last CTAs to start are the last batch's first entries: documents' 
 every length, each document's longest first. A slot that starts a long one late runs on
 after the others have run out of work: documents of 1000 + causal at M = N = 8192, head
 dim 128 on sm_80, the slots sat idle 4.7 % of the launch after their last CTA (32.9 us of
-tail; bench/cta_timeline.py), which a list-scheduling model of the grid reproduces (4.3 %),
-and in which the model's longest-first order over the whole grid leaves 0.6 %. Over the
+tail; bench/cta_timeline.py), which a list-scheduling model of the grid reproduces (4.3 %,
+bench/tail_model.py), and in which the model's longest-first order over the whole grid
+leaves 0.6 %. (At head dim 64, 64-row tiles and 32 heads, the model's tail is 0.4 %:
+nothing to gain there.) Over the
 whole grid that order runs every document's k-th tile together, whose keys do not fit in
 the L2 (above: slower). So only the end is reordered: with `tail_per_sm` = k (QTilesPlan;
 the lowering's tail_waves times Sm80KernelSpec.resident_ctas), the tables of the last
