@@ -236,7 +236,9 @@ def _writer(root: str, key: str, tag: int, barrier, results) -> None:
 
 
 def test_concurrent_writers_of_one_key_all_get_the_one_surviving_entry(tmp_path):
-    ctx = multiprocessing.get_context("fork")
+    # Spawned, not forked: a child forked from this process (MLIR and its threads loaded,
+    # whatever locks they held at the fork) crashed now and then (SIGSEGV in a CI run).
+    ctx = multiprocessing.get_context("spawn")
     writers, key = 6, cache_key(SOURCE, {}, "sm_80")
     barrier, results = ctx.Barrier(writers), ctx.Queue()
     procs = [ctx.Process(target=_writer, args=(str(tmp_path), key, i, barrier, results))
