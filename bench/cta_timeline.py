@@ -45,6 +45,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "bench")]
+import tail_model  # noqa: E402
 
 SYMBOL = "attnc_cta_timeline"
 RECORD = 32                     # start, end (u64); first and last wait (low 32 bits), smid, cta (u32)
@@ -195,10 +196,7 @@ def blocks_of(case: str, grid: tuple, spec: dict, M: int, table: np.ndarray | No
         rows = table[..., 0] < M            # keys [key0, row_end): a tile's causal blocks
         tiles = np.where(rows, -(-(table[..., 1] - table[..., 2]) // bn), 0)
     elif case == "doc_causal":
-        tiles = []
-        for s in range(0, M, DOC):
-            e = min(s + DOC, M)
-            tiles += [-(-(min(r + bm, e) - s) // bn) for r in range(s, e, bm)]
+        tiles = [n for n in tail_model.table(M, DOC, bm, bn) if n is not None]
         tiles += [0] * (nt - len(tiles))
     else:
         raise SystemExit(f"no block count for case {case}")

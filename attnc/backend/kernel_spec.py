@@ -231,8 +231,6 @@ class Sm80KernelSpec:
                                           # tiles] in qtiles.py), set by the lowering with the map
                                           # or the runs
     tiles_per_head: bool = False           # the tile table has a slot per head (else per batch)
-    tail_per_sm: int = 0                   # the table's longest-last tail, CTAs per SM (Note
-                                          # [Longest tiles last] in qtiles.py), set by the lowering
 
     # -- derived
     @property

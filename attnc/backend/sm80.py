@@ -214,7 +214,6 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
                       "staged_o": spec.o_staged, "lean_loads": spec.step_loads_lean, "split_mask": spec.mask_split,
                       "early_first": spec.first_before_map, "aligned_tiles": spec.aligned_tiles,
                       "exp2_fma": spec.exp2_on_fma, "lazy_rescale": spec.rescale_lazily,
-                      "tail_per_sm": spec.tail_per_sm,
                       "interval_test": spec.interval_test_form if spec.row_interval is not None else None}
     # Note [Document-aligned tiles] (qtiles.py): a CTA per entry of the tile table.
     m_blocks = (tuple(table_factors("M", spec.block_m)) if spec.aligned_tiles

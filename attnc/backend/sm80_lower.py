@@ -102,7 +102,6 @@ def _lowering_from_ir(result) -> Sm80Lowering:
             softmax_scale=variant.scale, symbol=f"attnc_{variant.name}_fwd",
             banded=get_bool(op, "has_mask_mod") and not runtime and banded_mask(op), blockmap=blockmap is not None,
             aligned_tiles=tiles, tiles_per_head=tiles and blockmap.per_head,
-            tail_per_sm=blockmap.qtiles.tail_per_sm if tiles else 0,
             **choices, **hooks.spec_fields())
         try:
             return Sm80Lowering(spec.check(), blockmap)
@@ -177,12 +176,14 @@ def kernel_module_for(result):
     if small is not None:
         kernel["small_grid"] = {**small, "grid": [[_bind_factor(f, result.variant) for f in g]
                                                   for g in small["grid"]]}
+    table = blockmap.qtiles if blockmap is not None else None
     masks = [blockmap.kernel] if blockmap is not None and blockmap.built else []
-    if blockmap is not None and blockmap.qtiles is not None:
-        masks.insert(0, blockmap.qtiles.kernel)         # the table, then the map over its tiles
+    if table is not None:
+        masks.insert(0, table.kernel)         # the table, then the map over its tiles
     kernels = masks + [kernel]
     specialization = {**abi.specialization, "blockmap": blockmap is not None and blockmap.built,
-                      "run_ranges": blockmap is not None and not blockmap.built}
+                      "run_ranges": blockmap is not None and not blockmap.built,
+                      "tail_per_sm": table.tail_per_sm if table is not None else 0}
     return kernel_module, kernels, specialization
 
 
