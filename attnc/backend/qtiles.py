@@ -425,9 +425,8 @@ class _TableKernel:
             count = e.min(e.min(total, span), THREADS)          # a thread an entry
             mine = e.lt(self.tid, count)
             slot = lambda t: self.smem.address(e.add(SCAN_BYTES, e.shl(t, 2)))     # noqa: E731
-            entry = llvm.load(ir.VectorType.get([4], e.i32),
-                              self.base.offset(e.mul(e.to_i64(e.max(e.min(self.tid, e.sub(total, 1)), 0)), e.c64(4))).ptr,
-                              alignment=16)
+            held = e.max(e.min(self.tid, e.sub(total, 1)), 0)
+            entry = llvm.load(ir.VectorType.get([4], e.i32), self._field(held, 0), alignment=16)
             own = e.sub(llvm.extractelement(entry, e.c32(1)), llvm.extractelement(entry, e.c32(2)))
             put = scf.IfOp(mine)
             with ir.InsertionPoint(put.then_block):
@@ -445,7 +444,7 @@ class _TableKernel:
             move = scf.IfOp(mine)
             with ir.InsertionPoint(move.then_block):
                 to = e.sub(e.sub(count, 1), loop.results[0])
-                llvm.store(entry, self.base.offset(e.mul(e.to_i64(to), e.c64(4))).ptr, alignment=16)
+                llvm.store(entry, self._field(to, 0), alignment=16)
                 scf.yield_([])
             scf.yield_([])
 

@@ -307,11 +307,11 @@ def _kernel_grids(manifest: Manifest, dims: Mapping[str, int], info: DeviceInfo,
                 f"kernel {kernel.name} needs {kernel.dynamic_smem_bytes} bytes of shared memory per "
                 f"block; device {info.ordinal} ({info.name}) allows {info.max_dynamic_smem_bytes}")
         rules, symbol = kernel.grid, kernel.symbol
-        small = kernel.small_grid
-        if small is not None and (0 < math.prod(shapes.product(g, dims, info.multiprocessors) for g in rules)
-                                  <= small.up_to_ctas_per_sm * info.multiprocessors):
-            rules, symbol = small.grid, small.symbol
         grid = tuple(shapes.product(g, dims, info.multiprocessors) for g in rules)
+        small = kernel.small_grid
+        if small is not None and 0 < math.prod(grid) <= small.up_to_ctas_per_sm * info.multiprocessors:
+            rules, symbol = small.grid, small.symbol
+            grid = tuple(shapes.product(g, dims, info.multiprocessors) for g in rules)
         for axis, (size, limit, cluster) in enumerate(zip(grid, MAX_GRID, kernel.cluster)):
             rule = shapes.describe(rules[axis])
             if size > limit:
