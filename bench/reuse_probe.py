@@ -16,7 +16,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "bench")]
 import attnc_runtime  # noqa: E402
-from bench_variants import N, SHAPES, attnc_params, interleaved  # noqa: E402
+from bench_variants import SHAPES, attnc_params, inputs, interleaved  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -25,11 +25,10 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=9)
     args = ap.parse_args(argv)
     print(torch.cuda.get_device_name())
-    for d, name in ((128, "bench_doc_causal_d128"), (64, "bench_doc_causal_d64")):
+    for d in (128, 64):
         b, h = SHAPES[d]
-        torch.manual_seed(0)
-        q, k, v = (torch.randn(b, h, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        bound = attnc_runtime.load(args.bundles / name).bind(q=q, k=k, v=v, **attnc_params("doc_causal", b, h))
+        q, k, v = inputs(d)
+        bound = attnc_runtime.load(args.bundles / f"bench_doc_causal_d{d}").bind(q=q, k=k, v=v, **attnc_params("doc_causal", b, h))
         bound.launch()
         torch.cuda.synchronize()
         tiny = torch.zeros(1, device="cuda")
