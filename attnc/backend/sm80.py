@@ -725,18 +725,9 @@ class _Sm80Forward:
 
     def _one_block(self) -> None:
         kv = self._prologue(self.m_block)
-        over_q = self.spec.o_staged and self._stages_over_own_q
-        if over_q:
-            # Note [Staged O over the warp's Q rows]: without steps, the barrier that every
-            # step starts with (here, before the range's values go dead).
-            no_steps = scf.IfOp(self.e.eq(kv.total(self.e), 0))
-            with ir.InsertionPoint(no_steps.then_block):
-                self.cp.wait(0)
-                self.bar.sync()
-                scf.yield_([])
         acc_o, state = self._steps(kv)
         self.cp.wait(0)
-        self._epilogue(acc_o, state, over_q)
+        self._epilogue(acc_o, state, kv)
 
     def _prologue(self, m_block) -> KvSchedule:
         """Issue the loads that the steps of `m_block` start with, and return its schedule:
@@ -812,16 +803,22 @@ class _Sm80Forward:
             acc_o, state = self._loop(t_low, kv.total(e), kv, acc_o, state, "partial")
         return acc_o, state
 
-    def _epilogue(self, acc_o, state: SoftmaxState, over_q: bool = False) -> None:
-        """O and the LSE of the current block; `over_q`: staged over each warp's own Q rows,
-        without a CTA barrier (Note [Staged O over the warp's Q rows])."""
+    def _epilogue(self, acc_o, state: SoftmaxState, kv: KvSchedule | None = None) -> None:
+        """O and the LSE of the current block; `kv`: its schedule, where one block per CTA
+        lets a warp stage O over its own Q rows (Note [Staged O over the warp's Q rows])."""
         e, s = self.e, self.spec
         stage = None
         rows = s.rows_per_warp
         first_row = e.add(self._first_row(self.m_block), self.warp_row0) if s.o_staged else None
-        if s.o_staged and over_q:
+        if s.o_staged and kv is not None and self._stages_over_own_q:
+            # No warp reads another's Q rows; only where no step ran have the other
+            # threads' Q copies not been waited for by a CTA barrier.
+            no_steps = scf.IfOp(e.eq(kv.total(e), 0))
+            with ir.InsertionPoint(no_steps.then_block):
+                self.bar.sync()
+                scf.yield_([])
             stage = StagedRows(self.smem.address(e.shl(self.warp_row0, 7)), first_row, rows,
-                               page_stride=self.q_tile.page_bytes if s.head_dim_v > 64 else None)
+                               page_stride=self.q_tile.page_bytes)
         elif s.o_staged:
             # Note [Staged O]: every warp is past its last read of the tiles (and every
             # thread's copies have landed: emit's wait) before any overwrites them.
@@ -835,15 +832,12 @@ class _Sm80Forward:
     def _stages_over_own_q(self) -> bool:
         """Note [Staged O over the warp's Q rows]: on sm_80, a warp's staged O rows (rows_per_warp
         x head_dim_v) fill exactly its own rows of the Q tile where the two are as wide, in
-        64-column pages (the staging's swizzle of 8 chunks is the tile's; one page is the
-        staging's own contiguous layout). A warp's
+        64-column pages (the staging's swizzle of 8 chunks is the tile's). A warp's
         ldmatrix reads only its own Q rows, so no other warp can still need them, and the
         CTA barrier before staging is not needed -- but for the other threads' Q copies
         into them: every step starts with a wait for Q's group and a CTA barrier, so only
-        a block without steps still needs one, which `_one_block` puts right after the
-        prologue (in the epilogue, the range's values would stay live through the steps:
-        16 bytes of spills for the window at head dim 64). (sm_90a's wgmma reads a
-        warpgroup's rows in its own layout: the barrier stays.)"""
+        a block without steps still needs one. (sm_90a's wgmma reads a warpgroup's rows
+        in its own layout: the barrier stays.)"""
         s = self.spec
         return (s.target == "sm_80" and s.head_dim_v == s.head_dim_qk and self.q_tile.page_width == 64
                 and self.q_tile.rows == s.block_m)
