@@ -727,7 +727,7 @@ class _Sm80Forward:
         kv = self._prologue(self.m_block)
         acc_o, state = self._steps(kv)
         self.cp.wait(0)
-        self._epilogue(acc_o, state, kv)
+        self._epilogue(acc_o, state)
 
     def _prologue(self, m_block) -> KvSchedule:
         """Issue the loads that the steps of `m_block` start with, and return its schedule:
@@ -803,44 +803,19 @@ class _Sm80Forward:
             acc_o, state = self._loop(t_low, kv.total(e), kv, acc_o, state, "partial")
         return acc_o, state
 
-    def _epilogue(self, acc_o, state: SoftmaxState, kv: KvSchedule | None = None) -> None:
-        """O and the LSE of the current block; `kv`: its schedule, where one block per CTA
-        lets a warp stage O over its own Q rows (Note [Staged O over the warp's Q rows])."""
+    def _epilogue(self, acc_o, state: SoftmaxState) -> None:
         e, s = self.e, self.spec
         stage = None
-        rows = s.rows_per_warp
-        first_row = e.add(self._first_row(self.m_block), self.warp_row0) if s.o_staged else None
-        if s.o_staged and kv is not None and self._stages_over_own_q:
-            # No warp reads another's Q rows; only where no step ran have the other
-            # threads' Q copies not been waited for by a CTA barrier.
-            no_steps = scf.IfOp(e.eq(kv.total(e), 0))
-            with ir.InsertionPoint(no_steps.then_block):
-                self.bar.sync()
-                scf.yield_([])
-            stage = StagedRows(self.smem.address(e.shl(self.warp_row0, 7)), first_row, rows,
-                               page_stride=self.q_tile.page_bytes)
-        elif s.o_staged:
+        if s.o_staged:
             # Note [Staged O]: every warp is past its last read of the tiles (and every
             # thread's copies have landed: emit's wait) before any overwrites them.
             self.bar.sync()
-            stage = StagedRows(self.smem.address(e.mul(self.warp, rows * s.head_dim_v * 2)), first_row, rows)
+            rows = s.rows_per_warp
+            stage = StagedRows(self.smem.address(e.mul(self.warp, rows * s.head_dim_v * 2)),
+                               e.add(self._first_row(self.m_block), self.warp_row0), rows)
         epilogue = Epilogue(e, self.softmax, s.o_dtype, self.row0, self.col0, self.lane, stage, self.row_end)
         epilogue.store(acc_o, state, self._tensor("o", self.b, self.h), e.arg("stride_o_2"),
                        self._tensor("lse", self.b, self.h) if s.with_lse else None, self._sink())
-
-    @property
-    def _stages_over_own_q(self) -> bool:
-        """Note [Staged O over the warp's Q rows]: on sm_80, a warp's staged O rows (rows_per_warp
-        x head_dim_v) fill exactly its own rows of the Q tile where the two are as wide, in
-        64-column pages (the staging's swizzle of 8 chunks is the tile's). A warp's
-        ldmatrix reads only its own Q rows, so no other warp can still need them, and the
-        CTA barrier before staging is not needed -- but for the other threads' Q copies
-        into them: every step starts with a wait for Q's group and a CTA barrier, so only
-        a block without steps still needs one. (sm_90a's wgmma reads a warpgroup's rows
-        in its own layout: the barrier stays.)"""
-        s = self.spec
-        return (s.target == "sm_80" and s.head_dim_v == s.head_dim_qk and self.q_tile.page_width == 64
-                and self.q_tile.rows == s.block_m)
 
     def _sink(self):
         """The sink logit in the running max's units (Note [Sinks] in sm80_softmax.py)."""

@@ -19,9 +19,7 @@ r's 16-byte chunk c sits at chunk c ^ (r mod S) of its row, S the largest power 
 up to 8 that divides the chunks per row: the 8 rows of one accumulator store (rows g,
 chunks dj) then fall in 8 different groups of 4 banks, and the 16-byte reads of a row
 in distinct ones too. The kernel syncs the CTA once before (no warp still reads Q or
-K/V, every copy has landed), or, where a warp stages over its own Q rows, does not need
-to (Note [Staged O over the warp's Q rows] in sm80.py); a warp reads back only what it
-wrote, after bar.warp.sync.
+K/V, every copy has landed); a warp reads back only what it wrote, after bar.warp.sync.
 """
 from __future__ import annotations
 
@@ -38,14 +36,10 @@ from attnc.backend.sm80_softmax import OnlineSoftmax, SoftmaxState
 class StagedRows:
     """Where a warp stages its O rows: `base`, the i32 shared address of its region
     (rows x head_dim_v 16-bit values, row-major, chunks swizzled), and `first_row`, the
-    global index of its first row. With `page_stride`, the rows are split into pages of
-    64 columns (128 bytes a row), each page `page_stride` bytes after the last: the layout
-    of the warp's own rows of a Q tile of the same width (Note [Staged O over the warp's
-    Q rows])."""
+    global index of its first row."""
     base: ir.Value
     first_row: ir.Value
     rows: int
-    page_stride: int | None = None
 
 
 class Epilogue:
@@ -93,21 +87,12 @@ class Epilogue:
     def _swizzle(chunks: int) -> int:
         return min(8, chunks & -chunks)
 
-    def _geometry(self, chunks: int) -> tuple[int, int, int]:
-        """(bytes from one staged row to the next, the swizzle group S, bytes from one
-        group of S chunks of a row to its next): contiguous rows, or pages of 8 chunks."""
-        swz = self._swizzle(chunks)
-        if self.stage.page_stride is None:
-            return 16 * chunks, swz, 16 * swz
-        assert chunks % 8 == 0 and swz == 8, "a page holds 8 chunks of a row"
-        return 128, swz, self.stage.page_stride
-
     def _stage(self, acc_o, inv) -> None:
         """Each lane's pairs / l into its warp's rows: row 16mi + 8half + g, chunk dj ^ (g
         mod S), word t."""
         e, st = self.e, self.stage
         chunks = len(acc_o[0])
-        row_bytes, swz, group_bytes = self._geometry(chunks)
+        row_bytes, swz = 16 * chunks, self._swizzle(chunks)
         g, t = e.shr(self.lane, 2), e.and_(self.lane, 3)
         lane_base = e.add(st.base, e.add(e.mul(g, row_bytes), e.shl(t, 2)))
         twist = e.shl(e.and_(g, swz - 1), 4)
@@ -119,25 +104,20 @@ class Epilogue:
                 r = 2 * mi + half
                 for dj, atom in enumerate(acc_o[mi]):
                     lo, hi = (e.fmul(atom[2 * half + x], inv[r]) for x in (0, 1))
-                    offset = (16 * mi + 8 * half) * row_bytes + group_bytes * (dj // swz)
+                    offset = (16 * mi + 8 * half) * row_bytes + 16 * (dj - dj % swz)
                     st_shared_b32(addrs[dj % swz], pack(lo, hi), offset)
         warp_sync()
 
     def _write_back(self, chunks: int, o: GlobalPtr, o_row_stride) -> None:
         """The warp's staged rows to O, 16 bytes per lane, consecutive lanes along a row."""
         e, st = self.e, self.stage
-        row_bytes, swz, group_bytes = self._geometry(chunks)
+        row_bytes, swz = 16 * chunks, self._swizzle(chunks)
         total = st.rows * chunks
-        paged = self._paged_reads(chunks) if st.page_stride is not None else None
         for k in range(-(-total // 32)):
             q = e.add(self.lane, 32 * k)
-            if paged is not None:
-                row, chunk, address = paged(k)
-            else:
-                row, chunk = e.div(q, chunks), e.rem(q, chunks)
-                slot = e.xor(chunk, e.and_(row, swz - 1))
-                address = e.add(st.base, e.add(e.mul(row, row_bytes), e.shl(slot, 4)))
-            value = ld_shared_v4(e, address)
+            row, chunk = e.div(q, chunks), e.rem(q, chunks)
+            slot = e.xor(chunk, e.and_(row, swz - 1))
+            value = ld_shared_v4(e, e.add(st.base, e.add(e.mul(row, row_bytes), e.shl(slot, 4))))
             global_row = e.add(st.first_row, row)
             inside = e.lt(global_row, self.row_end)
             if 32 * (k + 1) > total:
@@ -147,26 +127,6 @@ class Epilogue:
                 ptr = o.offset(e.add(e.mul(e.to_i64(global_row), o_row_stride), e.to_i64(e.shl(chunk, 3))))
                 llvm.store(value, ptr.ptr, alignment=16)
                 scf.yield_([])
-
-    def _paged_reads(self, chunks: int):
-        """For paged rows: k -> (row, chunk, shared address) of the lane's k-th 16-byte read,
-        row = lane / chunks + (32 / chunks) k and chunk = lane mod chunks (the chunks of a
-        row are a power of two dividing 32), from values computed once: the row's swizzle
-        repeats every 8 rows, so only the reads of the first 8 rows compute their XOR."""
-        e, st = self.e, self.stage
-        assert chunks in (8, 16, 32), "pages of 8 chunks; 32 lanes cover whole rows"
-        step = 32 // chunks
-        lane_row, chunk = e.shr(self.lane, chunks.bit_length() - 1), e.and_(self.lane, chunks - 1)
-        base = e.add(e.add(st.base, e.mul(e.shr(chunk, 3), st.page_stride)), e.shl(lane_row, 7))
-        in_page = e.and_(chunk, 7)
-        twists = {}
-
-        def read(k: int):
-            shift = step * k
-            if shift % 8 not in twists:
-                twists[shift % 8] = e.shl(e.xor(in_page, e.and_(e.add(lane_row, shift % 8), 7)), 4)
-            return e.add(lane_row, shift), chunk, e.add(base, e.add(twists[shift % 8], 128 * shift))
-        return read
 
     # ------------------------------------------------------------ direct
     def _store_pair(self, ptr: GlobalPtr, lo, hi) -> None:

@@ -85,11 +85,7 @@ class SoftmaxState:
 # which the final 1 / l and the lse (m * c + log2 l) cancel. A warp skips the multiply of
 # its O accumulators (head_dim_v / 2 FMULs a row pair) unless some row of it moved
 # (vote.any; `step` leaves this thread's part in `moved`), as a branch around them. A row
-# with nothing kept so far (m' = -inf) keeps m = -inf. A row's first kept scores move its
-# max from -inf, but its O is still exactly 0 (every P before was exp2(-inf) = 0), so in
-# the steps that test for empty rows (partial ones) such a move does not count in the
-# vote: a warp's rows starting in the same block (every tile's first visited block, and
-# the diagonal's next one for the rows the first left empty) skip the multiply of zeros. sm_90a's kernels carry `moved` with
+# with nothing kept so far (m' = -inf) keeps m = -inf. sm_90a's kernels carry `moved` with
 # the step's alpha to their delayed rescale (`_scaled` in sm90.py). By default above head
 # dim 64, where it was measured to pay (Sm80KernelSpec.rescale_lazily).
 
@@ -145,9 +141,6 @@ class OnlineSoftmax:
                 keep = arith.cmpf(arith.CmpFPredicate.ULE, e.fsub(m, m_old), e.cf(self.lazy_threshold))
                 m = e.select(keep, m_old, m)
                 moved = e.xor(keep, e.true())
-                if check_inf:
-                    # Note [Lazy rescale]: a row that kept nothing before has O = 0.
-                    moved = e.land(moved, arith.cmpf(arith.CmpFPredicate.OGT, m_old, e.neg_inf()))
                 self.moved = moved if self.moved is None else e.or_(self.moved, moved)
             m_safe = e.fmax(m, self.lowest) if check_inf else m            # Note [Empty rows]
             neg_mc = e.fmul(m_safe, -self.scale_log2)
