@@ -29,7 +29,10 @@ TFLOP/s of useful work: 4*B*H*M*N*D times the fraction of (i, j) pairs the mask 
 counted exactly. Before timing, each attnc output is compared with FlexAttention's (max
 |difference| printed). Causal is also timed, in the same rounds, on torch SDPA's cuDNN
 and flash (FA2) backends, and the window and documents on the flash backend's FA2 kernel
-(its sliding window and its varlen layout: `fa2_runner`). Prints a table, then the issue's goals with each ratio:
+(its sliding window and its varlen layout: `fa2_runner`). Beside each row, the median SM
+clock and board power nvidia-smi logged while attnc's and FlexAttention's kernels were
+timed (Note [Clock under the power cap] in smi_log.py; also in the JSON). Prints a table,
+then the issue's goals with each ratio:
 
     score_mod overhead over causal       softcap, ALiBi          <= 10 %
     speed-up over causal                 window1024              >= 3.5x
@@ -84,6 +87,7 @@ import argparse
 import functools
 import json
 import sys
+import time
 from pathlib import Path
 from statistics import median
 
@@ -93,6 +97,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "bench")]
 import attnc_runtime  # noqa: E402
 from flex_mma_v2 import ROW_STEP  # noqa: E402
+from smi_log import SmiLog  # noqa: E402
 
 WARMUP = 5
 WARMUP_MS = 100.0          # Note [Timing over the clock's swings]
@@ -114,11 +119,11 @@ GOALS = [  # (what, numerator case, denominator case, kind, bound)
 MMA_V2_CASES = {case for _, case, _, kind, _ in GOALS if kind == "vs_flex_mma_v2"}
 
 
-def timed(fn, iters: int, warmup_ms: float = 0.0, min_ms: float = 0.0) -> float:
+def timed(fn, iters: int, warmup_ms: float = 0.0, min_ms: float = 0.0, window: list | None = None) -> float:
     """Seconds per call of `fn`: WARMUP calls, then as many more as take `warmup_ms` of GPU
     time (Note [Warm-up to the kernel's own clocks]), then the mean of `iters` calls, or of
     as many as take `min_ms` (Note [Timing over the clock's swings]), between two CUDA
-    events."""
+    events. `window`: gets the timed calls' (start, end) in wall-clock time (smi_log.py)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
     start.record()
@@ -131,26 +136,31 @@ def timed(fn, iters: int, warmup_ms: float = 0.0, min_ms: float = 0.0) -> float:
         fn()
     iters = max(iters, int(min_ms / per_call) + 1) if min_ms > 0 else iters
     torch.cuda.synchronize()
+    t0 = time.time()
     start.record()
     for _ in range(iters):
         fn()
     end.record()
     torch.cuda.synchronize()
+    if window is not None:
+        window.append((t0, time.time()))
     return start.elapsed_time(end) / iters / 1e3
 
 
 def interleaved(timers: dict, rounds: int, iters: int, worker=None, warmup_ms: float = 0.0,
-                min_ms: float = 0.0) -> dict:
+                min_ms: float = 0.0, windows: dict | None = None) -> dict:
     """Each key's times in ms, one per round; every round times every function once
     (`timed`), so that a slow stretch of the machine lands in one round of each, in the
     given order and in reverse on alternate rounds (Note [Timing over the clock's swings]:
     what ran just before a timing moves it); and `worker`'s kernels
-    (flex_mma_v2.FlexMmaV2), keyed ("flex_mma_v2", d, case)."""
+    (flex_mma_v2.FlexMmaV2), keyed ("flex_mma_v2", d, case). `windows`: gets each key's
+    timings' wall-clock windows."""
     runs = {key: [] for key in timers}
     order = list(timers.items())
     for r in range(rounds):
         for key, fn in (order[::-1] if r % 2 else order):
-            runs[key].append(timed(fn, iters, warmup_ms, min_ms) * 1e3)
+            window = windows.setdefault(key, []) if windows is not None else None
+            runs[key].append(timed(fn, iters, warmup_ms, min_ms, window) * 1e3)
         if worker is not None:
             for (d, case), ms in worker.round().items():
                 runs.setdefault(("flex_mma_v2", d, case), []).append(ms)
@@ -298,8 +308,10 @@ def main() -> int:
                              "kept": frac, "max_abs_diff_vs_flex": diff})
             del reference
     worker = None if args.no_flex_mma_v2 else start_flex_mma_v2(iters, reference_rows, warmup_ms, min_ms)
+    windows = {}
     try:
-        runs = interleaved(timers, rounds, iters, worker, warmup_ms, min_ms)
+        with SmiLog() as smi:       # Note [Clock under the power cap] in smi_log.py
+            runs = interleaved(timers, rounds, iters, worker, warmup_ms, min_ms, windows)
     finally:
         if worker is not None:
             worker.close()
@@ -314,6 +326,11 @@ def main() -> int:
         reused = runs.get((row["arch"] + " map reused", row["head_dim"], row["case"]))
         if reused:
             row.update(attnc_map_reused_ms=median(reused), attnc_map_reused_ms_runs=reused)
+        for who, key in (("attnc", (row["arch"], row["head_dim"], row["case"])),
+                         ("flex", ("flex", row["head_dim"], row["case"]))):
+            clock = smi.summary(windows.get(key, []))
+            if clock is not None:
+                row.update({f"{who}_{k}": v for k, v in clock.as_dict().items()})
         print(f"d={row['head_dim']:3d} {row['case']:15s} {row['arch']:6s} kept {row['kept']:6.2%}: "
               f"attnc {row['attnc_tflops']:6.1f} TFLOP/s ({row['attnc_ms']:7.3f} ms, {spread(mine)}) | "
               f"flex {row['flex_tflops']:6.1f} ({row['flex_ms']:7.3f} ms, {spread(theirs)}) | "
@@ -322,7 +339,10 @@ def main() -> int:
               + (f" | flex mma.sync {row['flex_mma_v2_ms']:7.3f} ms, attnc/that "
                  f"{row['flex_mma_v2_ms'] / row['attnc_ms']:4.2f}x" if "flex_mma_v2_ms" in row else "")
               + (f" | map reused {row['attnc_map_reused_ms']:7.3f} ms, attnc/flex "
-                 f"{row['flex_ms'] / row['attnc_map_reused_ms']:4.2f}x" if "attnc_map_reused_ms" in row else ""),
+                 f"{row['flex_ms'] / row['attnc_map_reused_ms']:4.2f}x" if "attnc_map_reused_ms" in row else "")
+              + (f" | SM clock attnc {row['attnc_sm_clock_mhz']:.0f} MHz at {row['attnc_power_w']:.0f} W, "
+                 f"flex {row['flex_sm_clock_mhz']:.0f} MHz at {row['flex_power_w']:.0f} W"
+                 if "attnc_sm_clock_mhz" in row and "flex_sm_clock_mhz" in row else ""),
               flush=True)
     sdpa = report_sdpa(rows, runs)
     goals = [g for arch in archs for g in report_goals([r for r in rows if r["arch"] == arch], arch)]
