@@ -8,9 +8,9 @@ wall-clock windows in which a kernel ran (bench_variants.py, power_probe.py).
 Note [Clock under the power cap]: an H100 at its 700 W cap lowers the SM clock until the
 board's power fits (nvidia-smi's clocks_event_reasons bit 0x4, the software power cap), so
 two kernels timed on the same GPU may run at different clocks: on the documents + causal
-variant at head dim 128 the sm_80 kernel ran at a median 1815 MHz, 692 W, FlexAttention's
-at 1980 MHz (the maximum), 686 W (bench/power_probe.py, session 34,
-results/logs/session34_gpu.txt). A kernel there is as fast as the energy it spends per
+variant at head dim 128 the sm_80 kernel ran at a median 1815 MHz, 693 W, FlexAttention's
+at 1965 MHz (the maximum is 1980), 690 W (bench/power_probe.py, H100, session 34,
+results/logs/session34_gpu.txt, section 4). A kernel there is as fast as the energy it spends per
 launch lets it be, whatever its latencies. Without nvidia-smi, nothing is logged and every
 summary is None.
 """
