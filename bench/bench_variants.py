@@ -327,7 +327,8 @@ def main() -> int:
         if reused:
             row.update(attnc_map_reused_ms=median(reused), attnc_map_reused_ms_runs=reused)
         for who, key in (("attnc", (row["arch"], row["head_dim"], row["case"])),
-                         ("flex", ("flex", row["head_dim"], row["case"]))):
+                         ("flex", ("flex", row["head_dim"], row["case"])),
+                         ("attnc_map_reused", (row["arch"] + " map reused", row["head_dim"], row["case"]))):
             clock = smi.summary(windows.get(key, []))
             if clock is not None:
                 row.update({f"{who}_{k}": v for k, v in clock.as_dict().items()})
@@ -342,7 +343,9 @@ def main() -> int:
                  f"{row['flex_ms'] / row['attnc_map_reused_ms']:4.2f}x" if "attnc_map_reused_ms" in row else "")
               + (f" | SM clock attnc {row['attnc_sm_clock_mhz']:.0f} MHz at {row['attnc_power_w']:.0f} W, "
                  f"flex {row['flex_sm_clock_mhz']:.0f} MHz at {row['flex_power_w']:.0f} W"
-                 if "attnc_sm_clock_mhz" in row and "flex_sm_clock_mhz" in row else ""),
+                 if "attnc_sm_clock_mhz" in row and "flex_sm_clock_mhz" in row else "")
+              + (f", map reused {row['attnc_map_reused_sm_clock_mhz']:.0f} MHz at "
+                 f"{row['attnc_map_reused_power_w']:.0f} W" if "attnc_map_reused_sm_clock_mhz" in row else ""),
               flush=True)
     sdpa = report_sdpa(rows, runs)
     goals = [g for arch in archs for g in report_goals([r for r in rows if r["arch"] == arch], arch)]
