@@ -1,6 +1,6 @@
 """SM clock and board power while one kernel runs back to back: is it held by the power cap?
 
-    python3 bench/power_probe.py BUNDLES_DIR [--cases sm_80:doc_causal:128,...] [--seconds 4]
+    python3 bench/power_probe.py BUNDLES_DIR [--cases sm_80:doc_causal:128,...] [--seconds 4] [--reused]
 
 For each case (arch:case:head_dim of a bench_variants folder, tools/build_gpu_bundles.py
 --suites bench_variants) and for FlexAttention (torch.compile) on the same variant, runs
@@ -36,6 +36,8 @@ def main(argv=None) -> int:
     ap.add_argument("bundles", type=Path)
     ap.add_argument("--cases", default=DEFAULT_CASES)
     ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--reused", action="store_true",
+                    help="also each bundle with mask kernels launched with its mask reused (launch(reuse_mask=True))")
     args = ap.parse_args(argv)
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     flex = torch.compile(flex_attention, dynamic=False)
@@ -52,6 +54,8 @@ def main(argv=None) -> int:
         score_mod, mask_mod = flex_case(case, h)
         block_mask = create_block_mask(mask_mod, None, None, M, N, device="cuda")
         phases.append((f"attnc {arch} {case} d={d}", bound.launch))
+        if args.reused and bound.bundle.manifest.mask_kernels:
+            phases.append((f"attnc {arch} {case} d={d} map reused", lambda b=bound: b.launch(reuse_mask=True)))
         phases.append((f"flex {case} d={d}", lambda q=q, k=k, v=v, s=score_mod, m=block_mask: flex(
             q, k, v, score_mod=s, block_mask=m)))
     for _, fn in phases:         # compile and load everything before the log starts
