@@ -13,7 +13,6 @@ The GPU idles 2 s between phases. A measuring tool: it asserts nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "bench")]
 import attnc_runtime  # noqa: E402
-from bench_variants import M, N, SHAPES, attnc_params, flex_case, inputs  # noqa: E402
+from bench_variants import M, N, SHAPES, attnc_params, bundle_lookup, flex_case, inputs  # noqa: E402
 from clock_trace import timed_chunks  # noqa: E402
 from smi_log import SmiLog  # noqa: E402
 
@@ -41,15 +40,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     flex = torch.compile(flex_attention, dynamic=False)
-    index = {(e.get("arch", "sm_80"), e["case"], e["head_dim"]): e
-             for e in json.loads((args.bundles / "index.json").read_text()) if e.get("suite") == "bench_variants"}
+    _, index = bundle_lookup(args.bundles, None)
     phases = []
     for spec in args.cases.split(","):
         arch, case, d = spec.split(":")
         d = int(d)
         b, h = SHAPES[d]
         q, k, v = inputs(d)
-        bound = attnc_runtime.load(args.bundles / index[(arch, case, d)]["path"]).bind(
+        bound = attnc_runtime.load(args.bundles / index[(arch, case, d, None)]["path"]).bind(
             q=q, k=k, v=v, **attnc_params(case, b, h))
         score_mod, mask_mod = flex_case(case, h)
         block_mask = create_block_mask(mask_mod, None, None, M, N, device="cuda")

@@ -66,7 +66,6 @@ class SmiLog:
         """The samples so far (`parse_samples`)."""
         if self._file is None:
             return []
-        self._file.flush()
         with open(self._file.name) as f:
             return parse_samples(f)
 
