@@ -223,6 +223,8 @@ class Sm80KernelSpec:
     split_mask: Optional[bool] = None      # partial blocks test only the conjuncts tile_holds does
                                           # not prove (Note [Conjuncts a tile holds]); None: mask_split
     lazy_rescale: Optional[bool] = None    # Note [Lazy rescale] in sm80_softmax.py; None: rescale_lazily
+    mma_row_sum: Optional[bool] = None     # Note [Row sums on the tensor cores] in sm80_softmax.py;
+                                          # None: row_sum_on_mma
     early_first: Optional[bool] = None     # load the top block of kv_hint (a table tile: its diagonal)
                                           # before the range is read from a map or scanned from the
                                           # runs (Note [First block before the map] in sm80.py);
@@ -475,6 +477,20 @@ class Sm80KernelSpec:
         return asked and self.static_max is None
 
     @property
+    def row_sum_on_mma(self) -> bool:
+        """mma_row_sum resolved (Note [Row sums on the tensor cores] in sm80_softmax.py): by
+        default on sm_80 for an affine score_mod (score_bias), where it measured faster on
+        an H200 (7 rounds, M = N = 8192, bf16): ALiBi + causal 3.192 -> 3.143 ms at head
+        dim 128 and 3.671 -> 3.627 at 64, every round of one below every round of the
+        other. Elsewhere it measured no gain or a loss: documents + causal at 128 0.477 /
+        0.479 against 0.478 / 0.477 ms back to back for 3 s (the same clock and power),
+        softcap + causal at 64 3.594 -> 3.740, the window and causal within their
+        rounds' spread (results/variants_h200.md, session 35). sm_90a's P.V is a wgmma."""
+        if self.mma_row_sum is not None:
+            return self.mma_row_sum
+        return self.target == "sm_80" and self.score_bias is not None
+
+    @property
     def exp2_on_fma(self) -> int:
         """exp2_fma resolved (Note [Exponentials on the FMA pipe] in sm80_softmax.py), as
         measured (H200, M = N = 8192, bf16, median of 5 interleaved rounds):
@@ -607,6 +623,8 @@ class Sm80KernelSpec:
                      f"{self.loader_threads} threads copy rows of head dim {d} in passes of {per_pass} rows, "
                      f"which breaks the 8-row swizzle: raise num_warps")
         _require(self.target in KERNEL_TARGETS, f"target {self.target!r}: expected one of {KERNEL_TARGETS}")
+        _require(not self.row_sum_on_mma or self.target == "sm_80",
+                 f"mma_row_sum sums P on mma.sync, an sm_80 kernel's P.V, not {self.target}'s")
         if self.target == "sm_90a":
             self._check_sm90a()
         _require(not self.warp_specialized or self.target == "sm_90a",

@@ -167,7 +167,7 @@ from attnc.backend.qtiles import qtiles_param, read_entry, table_factors
 from attnc.backend.sm80_epilogue import Epilogue, StagedRows
 from attnc.backend.sm80_kv import KvSchedule, schedule
 from attnc.backend.sm80_masks import ElementCoords, ScoreMasker, rows_of
-from attnc.backend.sm80_softmax import OnlineSoftmax, SoftmaxState
+from attnc.backend.sm80_softmax import ONES_BF16X2, ONES_F16X2, OnlineSoftmax, SoftmaxState
 from attnc.backend.sm80_tiles import FragmentReader, SwizzledTile, TileLoader
 
 LOG2E = math.log2(math.e)
@@ -214,6 +214,7 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
                       "staged_o": spec.o_staged, "lean_loads": spec.step_loads_lean, "split_mask": spec.mask_split,
                       "early_first": spec.first_before_map, "aligned_tiles": spec.aligned_tiles,
                       "exp2_fma": spec.exp2_on_fma, "lazy_rescale": spec.rescale_lazily,
+                      "mma_row_sum": spec.row_sum_on_mma,
                       "interval_test": spec.interval_test_form if spec.row_interval is not None else None}
     # Note [Document-aligned tiles] (qtiles.py): a CTA per entry of the tile table.
     m_blocks = (tuple(table_factors("M", spec.block_m)) if spec.aligned_tiles
@@ -355,7 +356,10 @@ class _Sm80Forward:
         self.kv_range_fn, self.keep_fn = mask_hooks(spec)
         scale_log2 = LOG2E * spec.score_mod_out if spec.score_mod else spec.scale * LOG2E
         self.softmax = OnlineSoftmax(e, Approx(e), Quad(e), scale_log2, spec.static_max, spec.exp2_on_fma,
-                                     spec.rescale_lazily)
+                                     spec.rescale_lazily, spec.row_sum_on_mma)
+        # O's n8 atoms per 16-row atom; with row sums on the tensor cores one more, P.1
+        # (Note [Row sums on the tensor cores] in sm80_softmax.py)
+        self.o_atoms = spec.head_dim_v // 8 + spec.row_sum_on_mma
         self.q_tile = SwizzledTile(0, spec.block_m, spec.head_dim_qk)
         self.k_tile = SwizzledTile(spec.q_tile_bytes, spec.block_n, spec.head_dim_qk)
         self.v_tile = SwizzledTile(spec.q_tile_bytes + spec.k_tile_bytes, spec.block_n, spec.head_dim_v)
@@ -560,14 +564,19 @@ class _Sm80Forward:
         return out
 
     def _pv(self, p, acc_o, slot):
+        """O += P.V; with row sums on the tensor cores, O's last atom += P.1."""
         s, mma, rd = self.spec, self.mma, self.reader
         v_base = rd.at_slot(self.v_base, slot)
+        ones = [self.e.c32(ONES_BF16X2 if s.dtype == "bf16" else ONES_F16X2)] * 2
         for kk in range(s.block_n // 16):
             for d_pair in range(s.head_dim_v // 16):
                 v = rd.b_operand_trans(self.v_tile, v_base, d_pair, kk)
                 for mi in range(s.m_atoms):
                     acc_o[mi][2 * d_pair] = mma(p[mi][kk], v[0:2], acc_o[mi][2 * d_pair])
                     acc_o[mi][2 * d_pair + 1] = mma(p[mi][kk], v[2:4], acc_o[mi][2 * d_pair + 1])
+            if s.row_sum_on_mma:
+                for mi in range(s.m_atoms):
+                    acc_o[mi][-1] = mma(p[mi][kk], ones, acc_o[mi][-1])
         return acc_o
 
     # ------------------------------------------------------------ one KV step
@@ -672,13 +681,13 @@ class _Sm80Forward:
     def _unpack_carried(self, values):
         """(O accumulators, softmax state) from the flat list [O..., m..., l...]."""
         s = self.spec
-        n_o = s.m_atoms * (s.head_dim_v // 8) * 4
+        n_o = s.m_atoms * self.o_atoms * 4
         return self._unflatten(values[:n_o]), SoftmaxState(values[n_o:n_o + 2 * s.m_atoms],
                                                            values[n_o + 2 * s.m_atoms:])
 
     def _unflatten(self, flat, atoms: int | None = None):
         s = self.spec
-        atoms = atoms or s.head_dim_v // 8
+        atoms = atoms or self.o_atoms
         return [[flat[(mi * atoms + a) * 4:(mi * atoms + a + 1) * 4] for a in range(atoms)]
                 for mi in range(s.m_atoms)]
 
@@ -793,7 +802,7 @@ class _Sm80Forward:
         """Every KV step of the current block: (O accumulators, softmax state)."""
         e, s = self.e, self.spec
         zero = e.cf(0.0)
-        acc_o = [[[zero] * 4 for _ in range(s.head_dim_v // 8)] for _ in range(s.m_atoms)]
+        acc_o = [[[zero] * 4 for _ in range(self.o_atoms)] for _ in range(s.m_atoms)]
         state = self.softmax.initial(2 * s.m_atoms)
         t_full = kv.steps_above(e, kv.full_hi)
         acc_o, state = self._loop(e.c32(0), t_full, kv, acc_o, state, "partial")
@@ -805,6 +814,11 @@ class _Sm80Forward:
 
     def _epilogue(self, acc_o, state: SoftmaxState) -> None:
         e, s = self.e, self.spec
+        if s.row_sum_on_mma:
+            # Note [Row sums on the tensor cores]: rows g and g + 8 of atom mi are 2 mi
+            # and 2 mi + 1, their whole sums in the P.1 atom's accumulators 0 and 2
+            state = SoftmaxState(state.m, [atoms[-1][i] for atoms in acc_o for i in (0, 2)])
+            acc_o = [atoms[:-1] for atoms in acc_o]
         stage = None
         if s.o_staged:
             # Note [Staged O]: every warp is past its last read of the tiles (and every

@@ -93,10 +93,29 @@ class SoftmaxState:
 LAZY_LOG2 = 8.0
 
 
+# Note [Row sums on the tensor cores]: a row's sum of probabilities is 64 FADDs per step
+# and thread at 128x64 tiles (a tree over the thread's 16 scores of each of its 4 rows;
+# the quad's lanes add theirs at `finalize`). With `sum_on_mma` the kernel computes it
+# as P.1 instead: one more n8 atom of O per 16-row atom, whose B operand is the constant
+# all-ones fragment (no shared memory read), so one mma.sync per (16 rows, 16 keys),
+# block_n / 16 per atom and step -- 8 at 128x64 against those 64 FADDs. Its 4
+# accumulators hold the sum of rows g and g + 8 twice each, over all 16 keys of every
+# k-step: the quad reduction is part of the MMA. The atom is rescaled with O (the lazy
+# rescale's branch covers it, and alpha is 1 in the rows that did not move), so the
+# softmax keeps no l of its own (`initial` and `step` carry an empty list) and `finalize`
+# takes the full sums from the kernel. The sum is of P as rounded for P.V (bf16 or f16)
+# rather than of the f32 exponentials: numerator and denominator see the same values.
+
+ONES_BF16X2 = 0x3F803F80    # a B fragment register of two 1.0s
+ONES_F16X2 = 0x3C003C00
+
+
 class OnlineSoftmax:
     def __init__(self, e: Emit, approx: Approx, quad: Quad, scale_log2: float,
-                 static_max: float | None = None, exp2_fma: int = 0, lazy: bool = False):
+                 static_max: float | None = None, exp2_fma: int = 0, lazy: bool = False,
+                 sum_on_mma: bool = False):
         self.e, self.approx, self.quad = e, approx, quad
+        self.sum_on_mma = sum_on_mma        # Note [Row sums on the tensor cores]
         self.scale_log2 = scale_log2
         self.static_max = static_max        # Note [Bounded score_mod]; None: the running max
         self.exp2_fma = exp2_fma            # Note [Exponentials on the FMA pipe]
@@ -114,7 +133,14 @@ class OnlineSoftmax:
 
     def initial(self, rows: int) -> SoftmaxState:
         m0 = (lambda: self.e.cf(self.static_max)) if self.static_max is not None else self.e.neg_inf
-        return SoftmaxState([m0() for _ in range(rows)], [self.e.cf(0.0) for _ in range(rows)])
+        l0 = [] if self.sum_on_mma else [self.e.cf(0.0) for _ in range(rows)]
+        return SoftmaxState([m0() for _ in range(rows)], l0)
+
+    def _sums(self, state: SoftmaxState, probs: list) -> list:
+        """l + sum(p) per row; none with sum_on_mma (the kernel's P.1 atoms hold them)."""
+        if self.sum_on_mma:
+            return []
+        return [self.e.fadd(l_old, _tree(p, self.e.fadd)) for p, l_old in zip(probs, state.l)]
 
     def _step_static(self, scores: list[list], state: SoftmaxState):
         """The step with the constant max (Note [Bounded score_mod]): alphas are None."""
@@ -122,8 +148,7 @@ class OnlineSoftmax:
         e_c = e.cf(self.scale_log2)
         neg_mc = e.cf(-self.static_max * self.scale_log2)
         probs = [self._probs(row, e_c, neg_mc) for row in scores]
-        l_new = [e.fadd(l_old, _tree(p, e.fadd)) for p, l_old in zip(probs, state.l)]
-        return probs, SoftmaxState(state.m, l_new), None
+        return probs, SoftmaxState(state.m, self._sums(state, probs)), None
 
     def step(self, scores: list[list], state: SoftmaxState, check_inf: bool):
         """scores[r] = row r's values. Returns (probabilities per row, new state, the
@@ -134,7 +159,7 @@ class OnlineSoftmax:
         e_c = e.cf(self.scale_log2)
         probs, m_new, l_new, alphas = [], [], [], []
         self.moved = None
-        for row, m_old, l_old in zip(scores, state.m, state.l):
+        for r, (row, m_old) in enumerate(zip(scores, state.m)):
             m = e.fmax(m_old, self.quad.allreduce(_tree(row, e.fmax), e.fmax))
             if self.lazy:
                 # Note [Lazy rescale]: unordered (-inf - -inf) keeps the old max too
@@ -150,7 +175,8 @@ class OnlineSoftmax:
             p = self._probs(row, e_c, neg_mc)
             probs.append(p)
             m_new.append(m)
-            l_new.append(e.fma(l_old, alpha, _tree(p, e.fadd)))
+            if not self.sum_on_mma:     # else the kernel's P.1 atoms sum the rows
+                l_new.append(e.fma(state.l[r], alpha, _tree(p, e.fadd)))
             alphas.append(alpha)
         return probs, SoftmaxState(m_new, l_new), alphas
 
@@ -165,15 +191,21 @@ class OnlineSoftmax:
         its group of 8, else on the SFU."""
         return exp2_fma(self.e, x) if i % 8 >= 8 - self.exp2_fma else self.approx.exp2(x)
 
+    def _row_sum(self, l_part):
+        """A row's whole sum: the quad's lanes' parts added, or with sum_on_mma already
+        whole (the kernel's state.l at `finalize`)."""
+        return l_part if self.sum_on_mma else self.quad.allreduce(l_part, self.e.fadd)
+
     def finalize(self, state: SoftmaxState, sink=None):
         """(the factor O is multiplied by per row: 1/l, 0 for an empty row; lse per row in
-        natural log, -inf if empty). `sink`: the sink logit in raw score units (Note [Sinks])."""
+        natural log, -inf if empty). `sink`: the sink logit in raw score units (Note [Sinks]).
+        With sum_on_mma, state.l holds each row's whole sum."""
         if sink is not None:
             return self._finalize_with_sink(state, sink)
         e = self.e
         inv, lse = [], []
         for m, l_part in zip(state.m, state.l):
-            l = self.quad.allreduce(l_part, e.fadd)
+            l = self._row_sum(l_part)
             empty = e.feq(l, 0.0)
             inv.append(e.select(empty, e.cf(0.0), self.approx.rcp(l)))
             log2_sum = e.fma(m, e.cf(self.scale_log2), self.approx.log2(l))
@@ -185,7 +217,7 @@ class OnlineSoftmax:
         c = e.cf(self.scale_log2)
         inv, lse = [], []
         for m, l_part in zip(state.m, state.l):
-            l = self.quad.allreduce(l_part, e.fadd)
+            l = self._row_sum(l_part)
             m_safe = e.fmax(e.fmax(m, sink), self.lowest)
             neg_mc = e.fmul(m_safe, -self.scale_log2)
             alpha = self.approx.exp2(e.fma(m, c, neg_mc))

@@ -52,6 +52,7 @@ KERNEL_CHOICES: dict[str, tuple[str, type]] = {
     "aligned_tiles": ("sm80.aligned_tiles", bool),
     "run_ranges": ("sm80.run_ranges", bool),
     "lazy_rescale": ("sm80.lazy_rescale", bool),
+    "mma_row_sum": ("sm80.mma_row_sum", bool),
     "tail_waves": ("sm80.tail_waves", int),
 }
 
@@ -159,6 +160,11 @@ class LowerSm80(LowerKernel):
         "doc": "for a block map, load the first key block the static mask analysis puts on top before "
                "the map's row is read, and reload it only where the map's range starts elsewhere (Note "
                "[First block before the map]; default: Sm80KernelSpec.first_before_map: on sm_80 for a block map)"})
+    mma_row_sum: bool | None = field(default=None, metadata={
+        "doc": "sum each softmax row's probabilities on the tensor cores, as one more n8 column of the P.V "
+               "GEMM whose B operand is all ones, instead of FADDs per score (Note [Row sums on the tensor "
+               "cores] in sm80_softmax.py; default: Sm80KernelSpec.row_sum_on_mma: for an affine score_mod, "
+               "such as ALiBi's)"})
 
 
 def lower_sm80(module, pass_target: str | None = None, **choices) -> None:
