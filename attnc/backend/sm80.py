@@ -567,7 +567,8 @@ class _Sm80Forward:
         """O += P.V; with row sums on the tensor cores, O's last atom += P.1."""
         s, mma, rd = self.spec, self.mma, self.reader
         v_base = rd.at_slot(self.v_base, slot)
-        ones = [self.e.c32(ONES_BF16X2 if s.dtype == "bf16" else ONES_F16X2)] * 2
+        if s.row_sum_on_mma:
+            ones = [self.e.c32(ONES_BF16X2 if s.dtype == "bf16" else ONES_F16X2)] * 2
         for kk in range(s.block_n // 16):
             for d_pair in range(s.head_dim_v // 16):
                 v = rd.b_operand_trans(self.v_tile, v_base, d_pair, kk)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from attnc.backend.sm80_softmax import ONES_BF16X2, ONES_F16X2
+from attnc_runtime.device_array import float32_to_bf16_bits
 from attnc.errors import AttncError
 from attnc.testing import build_with, variant_source
 
@@ -22,14 +23,12 @@ CAUSAL = variant_source("causal", 128)
 
 
 def bf16(x: np.ndarray) -> np.ndarray:
-    """Round float32 to bfloat16 (nearest even), back in float32."""
-    bits = x.astype(np.float32).view(np.uint32)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return bits.astype(np.uint32).view(np.float32)
+    """x rounded to bfloat16 as the kernels round P, back in float32."""
+    return (float32_to_bf16_bits(x).astype(np.uint32) << 16).view(np.float32)
 
 
 def test_ones_are_two_one_halves():
-    assert bf16(np.float32([1.0])).view(np.uint32)[0] >> 16 == ONES_BF16X2 & 0xFFFF == ONES_BF16X2 >> 16
+    assert float32_to_bf16_bits(np.float32([1.0]))[0] == ONES_BF16X2 & 0xFFFF == ONES_BF16X2 >> 16
     assert np.float16(1.0).view(np.uint16) == ONES_F16X2 & 0xFFFF == ONES_F16X2 >> 16
 
 
