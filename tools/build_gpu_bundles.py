@@ -276,10 +276,13 @@ BENCH_CASES = {
 
 SWEEP_WINDOWS = (256, 512, 1024, 2048, 4096)
 SWEEP_CASES = {f"window{w}": ("", None, f"j <= i and i - j < {w}", {}) for w in SWEEP_WINDOWS}
+# Cases only experiment bundles build (tools/build_exp_bundles.py): documents without
+# the causal bound, tiles without a diagonal to mask (bench/doc_scaling.py).
+EXP_CASES = {"doc_only": ("  param doc: i32[B, N]\n", None, "doc[b, i] == doc[b, j]", {})}
 
 
 def bench_source(name: str, d: int, case: str) -> str:
-    params, score_mod, mask_mod, _ = {**BENCH_CASES, **SWEEP_CASES}[case]
+    params, score_mod, mask_mod, _ = {**BENCH_CASES, **SWEEP_CASES, **EXP_CASES}[case]
     hooks = f"  score_mod(s, b, h, i, j) = {score_mod}\n" if score_mod else ""
     hooks += f"  mask_mod(b, h, i, j) = {mask_mod}\n"
     return (f"attention {name} {{\n"
