@@ -25,13 +25,15 @@ SPARE_NUM, SPARE_DEN = 5, 4         # attnc/backend/qtiles.py: the table's size
 EMPTY = 0.05                        # a CTA past the last tile returns at once
 
 
-def table(seq: int, doc: int, block_m: int, block_n: int) -> list[int | None]:
+def table(seq: int, doc: int, block_m: int, block_n: int, causal: bool = True) -> list[int | None]:
     """The key blocks of each entry of one batch's table (None past the last tile), in
-    the order the table kernel finds the tiles: documents of `doc` positions + causal."""
+    the order the table kernel finds the tiles: documents of `doc` positions + causal (or,
+    without `causal`, a tile's keys the whole document)."""
     blocks: list[int | None] = []
     for start in range(0, seq, doc):
         end = min(start + doc, seq)
-        blocks += [-(-(min(row + block_m, end) - start) // block_n) for row in range(start, end, block_m)]
+        blocks += [-(-((min(row + block_m, end) if causal else end) - start) // block_n)
+                   for row in range(start, end, block_m)]
     size = SPARE_NUM * -(-seq // (SPARE_DEN * block_m))
     return blocks + [None] * (size - len(blocks))
 

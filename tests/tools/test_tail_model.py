@@ -34,3 +34,8 @@ def test_the_model_of_the_note():
     tails = list(tm.orders(8192, 1000, 128, 64, 16, 4, 264, 1.33).values())
     assert tails[0] == pytest.approx(4.3, abs=0.1)
     assert tails[1] < 1.5 and tails[2] < 1.0 and tails[3] < tails[0]
+
+
+def test_the_table_without_the_causal_bound():
+    # every tile of a document reaches to the document's end: [0, 1000) is 16 blocks of 64
+    assert tm.table(1200, 1000, 128, 64, causal=False) == [16] * 8 + [4, 4] + [None] * 5
