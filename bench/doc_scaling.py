@@ -1,5 +1,5 @@
 """What a query tile costs beside its key blocks: one documents + causal kernel run on
-documents of several lengths, its time fitted to the tiles and blocks it visits.
+documents of several lengths, its time fitted to the key blocks it visits.
 
     python3 bench/doc_scaling.py BUNDLES_DIR [--case sm_80:doc_causal:128] [--lengths 128,256,...]
                                  [--tags TAG,...] [--reused] [--rounds 5]
@@ -21,8 +21,9 @@ says what a block costs (a) and what the launch costs beyond its blocks (w: ever
 tile's Q load, O store, diagonal masking and first-block ramp, the table kernel, the
 launches), in the same run (--rounds rounds, every length timed once a round,
 alternating order; median). w over the tiles is an upper bound on what a tile costs
-beside its blocks. A measuring tool: it asserts nothing. The case doc_only (documents without the causal
-bound, an experiment bundle: tools/build_exp_bundles.py) has no diagonal to mask.
+beside its blocks. The case doc_only (documents without the causal bound, an experiment
+bundle: tools/build_exp_bundles.py) has no diagonal to mask. A measuring tool: it
+asserts nothing.
 """
 from __future__ import annotations
 
@@ -102,6 +103,9 @@ def main(argv=None) -> int:
             print(f"{length:>6} {tiles:>10} {blocks:>11} {ms:>8.4f} {ms * 1e6 / (blocks * b * h):>9.2f}  "
                   + " ".join(f"{t:.4f}" for t in runs[length]))
         aligned = [r for r in rows if r["length"] % block_m == 0]
+        if len({r["blocks"] for r in aligned}) < 2:
+            print(f"no fit: fewer than two lengths that are multiples of {block_m} with different blocks")
+            continue
         a, w = fit(aligned)
         tiles = aligned[0]["tiles"]
         print(f"fit over L = {', '.join(str(r['length']) for r in aligned)}: {a * 1e6:.2f} ns a block, "

@@ -4,8 +4,9 @@
 
 Each spec builds one bundle named exp_TAG_CASE_dD_ARCH into OUT (its index.json gains
 an entry of suite "exp" with the tag): CASE one of build_gpu_bundles.BENCH_CASES (or a
-windowW of the sweep, or an EXP_CASES one: doc_only), D its head dim, TILE_JSON options of attn-tile and LOWER_JSON of
-the target's lowering pass (both may be empty), e.g.
+windowW of the sweep, or one of its EXP_CASES: doc_only), D its head dim, TILE_JSON
+options of attn-tile and LOWER_JSON of the target's lowering pass (both may be empty),
+e.g.
 
     'sm_90a|ws|causal|128||{"producer_warpgroup":1}'
     'sm_80|t64x64|window1024|64|{"block_m":64,"block_n":64}|'
