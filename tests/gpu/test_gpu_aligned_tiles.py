@@ -10,7 +10,8 @@ M = 1500 < N = 2000:
 * in a bundle with a tile table, the table the GPU wrote against the one this file
   derives from the ids: a tile at each run's start and every block_m rows after it, key0 the
   run's start and key_end its end, (M, M, 0, -1) past the last tile; the fixed grid (key_end
-  -1) where the ids are not sorted or their runs need more tiles than the table holds; in
+  -1, key0 the start of row0's run where the ids are sorted, else 0) where the ids are not
+  sorted or their runs need more tiles than the table holds; in
   the last batch, with the manifest's tail_per_sm, its first R tiles in order of row_end -
   key0 (Note [Longest tiles last]) where the heads-first grid runs, not the small one.
 """
@@ -49,9 +50,12 @@ def expected_table(ids: np.ndarray, block_m: int, M: int) -> np.ndarray:
             run = i
         if (i - run) % block_m == 0:
             rows.append([i, 0, run, 0])
-    ok = bool(np.all(np.diff(ids[:M]) >= 0)) and len(rows) <= tiles
-    if not ok:
-        rows = [[t * block_m, 0, 0, -1] for t in range(-(-M // block_m))]
+    is_sorted = bool(np.all(np.diff(ids[:M]) >= 0))
+    ok = is_sorted and len(rows) <= tiles
+    if not ok:      # the grid; key0 the start of row0's run where the ids are sorted
+        starts = [max(k for k in range(row + 1) if k == 0 or ids[k] != ids[k - 1]) if is_sorted else 0
+                  for row in range(0, M, block_m)]
+        rows = [[t * block_m, 0, start, -1] for t, start in enumerate(starts)]
     for k, row in enumerate(rows):
         row[1] = rows[k + 1][0] if k + 1 < len(rows) else M
     if ok:
