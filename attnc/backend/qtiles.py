@@ -37,10 +37,12 @@ layout, derived from the mask instead of given as cumulative lengths):
   the table's) the table is the fixed grid: row0 = t * block_m, key_end = -1, and key0 =
   the start of the run that holds row0 where the ids are sorted (every row of the tile
   is in that run or a later one: the reason above drops every key below it), else 0.
-  With documents too short for the table (below about 4/5 of block_m on average) the
-  tiles then visit their own few key blocks, each MIXED, instead of the whole causal
-  range: documents of 96 + causal, M = N = 8192, head dim 128, sm_80 on an H200 ran
-  3.49 ms with key0 = 0 (causal itself: 2.96; results/logs/session36_gpu.txt).
+  With documents the table cannot hold (a partial tile each that outgrows the spare
+  quarter: at M = 8192 and block_m = 128, equal documents of 1-102, 129-204, 257-305 or
+  385-409 positions) the tiles then visit their own few key blocks, each MIXED, instead
+  of the whole causal range: documents of 96 + causal, M = N = 8192, head dim 128, sm_80
+  on an H200 ran 3.49 ms with key0 = 0 (the causal kernel: 2.99 ms) and 0.21 ms with it
+  (results/logs/session36_gpu.txt).
 
 The table holds SPARE_NUM * cdiv(M, SPARE_DEN * block_m) tiles, 5/4 of the grid's: room
 for a partial tile per run when runs are 4 * block_m long on average (documents of 1000
