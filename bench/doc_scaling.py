@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "bench")]
 import attnc_runtime  # noqa: E402
 from bench_variants import M, N, SHAPES, add_tags_option, bundle_lookup, inputs, interleaved  # noqa: E402
-from tail_model import SPARE_DEN, SPARE_NUM, table  # noqa: E402
+from tail_model import table, table_size  # noqa: E402
 
 DEFAULT_LENGTHS = "128,256,512,1024,2048,4096,8192,1000"
 
@@ -48,7 +48,7 @@ def visits(length: int, block_m: int, block_n: int, causal: bool = True) -> tupl
     """(tiles, key blocks) one head visits: documents of `length` (+ causal) on aligned
     tiles; None where the table cannot hold the tiles (the kernel then runs the grid)."""
     entries = table(M, length, block_m, block_n, causal)
-    if len(entries) > SPARE_NUM * -(-M // (SPARE_DEN * block_m)):
+    if len(entries) > table_size(M, block_m):
         return None
     tiles = [e for e in entries if e is not None]
     return len(tiles), sum(tiles)

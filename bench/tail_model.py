@@ -25,6 +25,11 @@ SPARE_NUM, SPARE_DEN = 5, 4         # attnc/backend/qtiles.py: the table's size
 EMPTY = 0.05                        # a CTA past the last tile returns at once
 
 
+def table_size(seq: int, block_m: int) -> int:
+    """The entries of one batch's table: SPARE_NUM * cdiv(seq, SPARE_DEN * block_m)."""
+    return SPARE_NUM * -(-seq // (SPARE_DEN * block_m))
+
+
 def table(seq: int, doc: int, block_m: int, block_n: int, causal: bool = True) -> list[int | None]:
     """The key blocks of each entry of one batch's table (None past the last tile), in
     the order the table kernel finds the tiles: documents of `doc` positions + causal (or,
@@ -34,8 +39,7 @@ def table(seq: int, doc: int, block_m: int, block_n: int, causal: bool = True) -
         end = min(start + doc, seq)
         blocks += [-(-((min(row + block_m, end) if causal else end) - start) // block_n)
                    for row in range(start, end, block_m)]
-    size = SPARE_NUM * -(-seq // (SPARE_DEN * block_m))
-    return blocks + [None] * (size - len(blocks))
+    return blocks + [None] * (table_size(seq, block_m) - len(blocks))
 
 
 def longest_last(entries: list, count: int) -> list:

@@ -358,7 +358,7 @@ class _TableKernel:
         # started in an earlier thread's rows: counted once the scan gives its start).
         def sorted_step(i, v, prev, state, inside):
             ok, first, last, count = state
-            start = e.or_(e.eq(i, 0), e.ne(v, prev))
+            start = self._starts_run(i, v, prev)
             ok = e.land(ok, e.or_(e.eq(i, 0), e.ge(v, prev)))
             last = e.select(start, i, last)
             tile = e.land(e.ge(last, 0), e.eq(e.rem(e.sub(i, last), p.block_m), 0))
@@ -379,7 +379,7 @@ class _TableKernel:
         with ir.InsertionPoint(then.then_block):
             def write_step(i, v, prev, state, inside):
                 run, t = state
-                run = e.select(e.or_(e.eq(i, 0), e.ne(v, prev)), i, run)
+                run = e.select(self._starts_run(i, v, prev), i, run)
                 starts = e.eq(e.rem(e.sub(i, run), p.block_m), 0)
                 guard = scf.IfOp(e.land(inside, starts))    # a trip's rows past c1 are past M
                 with ir.InsertionPoint(guard.then_block):
@@ -409,7 +409,7 @@ class _TableKernel:
             # The grid, each tile's key0 the start of its first row's run where the ids are
             # sorted (Note [Document-aligned tiles]: no later row keeps a key below it).
             def grid_step(i, v, prev, state, inside):
-                run = e.select(e.or_(e.eq(i, 0), e.ne(v, prev)), i, state[0])
+                run = e.select(self._starts_run(i, v, prev), i, state[0])
                 guard = scf.IfOp(e.land(inside, e.eq(e.rem(i, p.block_m), 0)))
                 with ir.InsertionPoint(guard.then_block):
                     self._entry(e.div(i, p.block_m), i, e.min(e.add(i, p.block_m), M),
@@ -464,6 +464,10 @@ class _TableKernel:
                 llvm.store(entry, self._field(to, 0), alignment=16)
                 scf.yield_([])
             scf.yield_([])
+
+    def _starts_run(self, i, v, prev):
+        """Row i starts a run of equal ids (v = v(i), prev = v(i - 1))."""
+        return self.e.or_(self.e.eq(i, 0), self.e.ne(v, prev))
 
     def _walk(self, before, init: list, step) -> list:
         """state = step(i, v(i), v(i - 1), state, inside) over this thread's rows, in order: a

@@ -44,18 +44,17 @@ def expected_table(ids: np.ndarray, block_m: int, M: int) -> np.ndarray:
     """The tile table of one batch's ids (rows of row0, row_end, key0, key_end)."""
     ids = row_ids(ids, M)
     tiles = SPARE_NUM * -(-M // (SPARE_DEN * block_m))
-    rows, run = [], 0
+    rows, run, run_of = [], 0, []
     for i in range(M):
         if i == 0 or ids[i] != ids[i - 1]:
             run = i
+        run_of.append(run)
         if (i - run) % block_m == 0:
             rows.append([i, 0, run, 0])
     is_sorted = bool(np.all(np.diff(ids[:M]) >= 0))
     ok = is_sorted and len(rows) <= tiles
     if not ok:      # the grid; key0 the start of row0's run where the ids are sorted
-        starts = [max(k for k in range(row + 1) if k == 0 or ids[k] != ids[k - 1]) if is_sorted else 0
-                  for row in range(0, M, block_m)]
-        rows = [[t * block_m, 0, start, -1] for t, start in enumerate(starts)]
+        rows = [[row, 0, run_of[row] if is_sorted else 0, -1] for row in range(0, M, block_m)]
     for k, row in enumerate(rows):
         row[1] = rows[k + 1][0] if k + 1 < len(rows) else M
     if ok:
