@@ -233,6 +233,9 @@ class Sm80KernelSpec:
                                           # tiles] in qtiles.py), set by the lowering with the map
                                           # or the runs
     tiles_per_head: bool = False           # the tile table has a slot per head (else per batch)
+    dead_rows: Optional[bool] = None       # warps' 16-row tiles interleaved, and a tile whose rows
+                                          # keep no key of a masked block skips its MMAs (Note
+                                          # [Dead rows] in sm80.py); None: skips_dead_rows
 
     # -- derived
     @property
@@ -462,6 +465,25 @@ class Sm80KernelSpec:
                 and self.block_m * self.head_dim_v * 2 <= self.tiles_bytes)
 
     @property
+    def skips_dead_rows(self) -> bool:
+        """dead_rows resolved (Note [Dead rows] in sm80.py): by default wherever it can be."""
+        return self._can_skip_dead_rows if self.dead_rows is None else self.dead_rows
+
+    @property
+    def _can_skip_dead_rows(self) -> bool:
+        """An sm_80 kernel whose warps own two or more 16-row tiles, with two or more K/V
+        slots (V waited for after the softmax) and a mask that keeps an interval of keys
+        per row (the test of a tile's rows)."""
+        return (self.target == "sm_80" and not self.warp_specialized and self.m_atoms > 1 and self.stages > 1
+                and self.row_interval is not None)
+
+    @property
+    def atom_rows(self) -> int:
+        """Rows from one of a warp's 16-row tiles to its next: 16 (a warp's rows contiguous),
+        or 16 * num_warps where the tiles interleave (Note [Dead rows] in sm80.py)."""
+        return 16 * self.num_warps if self.skips_dead_rows else 16
+
+    @property
     def rescale_lazily(self) -> bool:
         """lazy_rescale resolved (Note [Lazy rescale] in sm80_softmax.py): by default above
         head dim 64, where O's rescale is 64 FMULs a row pair and skipping it paid on an
@@ -647,6 +669,9 @@ class Sm80KernelSpec:
         _require(not self.aligned_tiles or (self.blockmap and self.takes_tile_table),
                  "aligned_tiles needs a kernel whose key ranges are found at run time (a block map or the "
                  "table's runs), one query block per CTA and no producer warpgroup")
+        _require(not self.skips_dead_rows or self._can_skip_dead_rows,
+                 "dead_rows needs an sm_80 kernel with two or more 16-row tiles per warp and a mask that keeps "
+                 "an interval of keys per row")
         _require(not self.first_before_map or self._can_load_first_early,
                  "early_first needs an sm_80 kernel whose key ranges come from a block map (kv_hint given) "
                  "or a tile table")

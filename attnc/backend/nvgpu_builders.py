@@ -97,6 +97,10 @@ class Emit:
     def min(self, a, b): return arith.minsi(*self._pair(a, b))
     def max(self, a, b): return arith.maxsi(*self._pair(a, b))
 
+    def bitcast_i32(self, a):
+        """A 32-bit register (i32, or two 16-bit values) as i32."""
+        return a if a.type == self.i32 else llvm.bitcast(self.i32, a)
+
     def opaque(self, a):
         """`a` (i32 or i64) through an `asm volatile` move: LLVM cannot hoist what is computed
         from the result out of the loop the move is in (e.g. addresses that would then

@@ -150,6 +150,29 @@ Note [cp.async group counting]: every step commits exactly one group even when i
 nothing to load (an empty group), so the K of step t is always followed by exactly
 2S-2 younger groups when step t waits for it, and so is its V: `cp.async.wait_group
 2S-2` is a constant. For S = 1 this is FA2's alternating K/V schedule.
+
+Note [Dead rows]: the steps run from the top of the key range down, so a causal-like mask
+(a row interval whose end grows with the row) puts the diagonal in the first block, and
+with 128-row query blocks and 64-key blocks the first block's top 64 rows keep none of
+its keys. With a warp's rows contiguous those are warps 0 and 1 whole, on two of the
+SM's four sub-partitions, while warps 2 and 3 do the work; so the warps' 16-row tiles
+interleave instead (`atom_rows` = 16 * num_warps: warp w owns rows 16w and 16w + 64 of a
+128-row block at 4 warps), and each warp holds one dead tile and one live one. The first
+step then runs a tile at a time, each in a branch (`_first_by_tiles`): a vote over the
+warp of each tile's rows (the row interval empty on the block's keys, or the row past
+the query block's end, where nothing is stored) skips the tile's QK^T, softmax and P.V,
+its O left zero and its softmax state initial -- which is what the step computes for
+rows that keep no key, to the bit. Only the first step: its O is zero and nothing is
+carried into the branches; the same branches on later steps carry O through them.
+
+Measured on an H200 (M = N = 8192, bf16, head dim 128, 9 interleaved rounds, the same
+outputs to the bit; results/logs/session38_gpu.txt): documents + causal 0.477 -> 0.472
+ms, window 1024 0.821 -> 0.810. Less than the half block a query block saves, because
+the first step waits for its loads (Q and the first K/V, from memory) and the work it
+saves mostly turns into waiting for the next block's K; the SM's other CTA gets the
+rest. Tried first and not kept: every masked step's MMAs predicated on the vote (`@p
+mma.sync`, no branch): 40 bytes of spills and 0.478 against 0.472 ms, the interleaved
+tiles alone 0.476 (the predicated-off MMAs still cost their issue).
 """
 from __future__ import annotations
 
@@ -214,7 +237,7 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
                       "staged_o": spec.o_staged, "lean_loads": spec.step_loads_lean, "split_mask": spec.mask_split,
                       "early_first": spec.first_before_map, "aligned_tiles": spec.aligned_tiles,
                       "exp2_fma": spec.exp2_on_fma, "lazy_rescale": spec.rescale_lazily,
-                      "mma_row_sum": spec.row_sum_on_mma,
+                      "mma_row_sum": spec.row_sum_on_mma, "dead_rows": spec.skips_dead_rows,
                       "interval_test": spec.interval_test_form if spec.row_interval is not None else None}
     # Note [Document-aligned tiles] (qtiles.py): a CTA per entry of the tile table.
     m_blocks = (tuple(table_factors("M", spec.block_m)) if spec.aligned_tiles
@@ -388,7 +411,7 @@ class _Sm80Forward:
             self.tile_row0, self.row_end, self.key0, self.key_end = read_entry(
                 e, e.arg(qtiles_param().key), z, self.m_block, e.dim("M"), s.block_m)
             self.n_keys = e.max(e.sub(e.dim("N"), self.key0), 0)     # key0 > N where M > N
-        self.warp_row0 = e.mul(self.warp, s.rows_per_warp)
+        self.warp_row0 = e.mul(self.warp, 16 if s.atom_rows > 16 else s.rows_per_warp)
         if one_block:
             self._set_row0(self.m_block)
         self.col0 = e.shl(e.and_(self.lane, 3), 1)
@@ -446,11 +469,15 @@ class _Sm80Forward:
         return self.tile_row0 if self.tile_row0 is not None else self.e.mul(m_block, self.spec.block_m)
 
     def _set_masker(self) -> None:
+        self.masker = self._masker_from(self.row0)
+
+    def _masker_from(self, row0) -> ScoreMasker:
+        """The masker of score rows whose first (row g of the warp's first 16-row tile) is row0."""
         e, s = self.e, self.spec
-        coords = ElementCoords(e, self.row0, self.col0, s.block_n, self.key0)
+        coords = ElementCoords(e, row0, self.col0, s.block_n, self.key0, s.atom_rows)
         score_in = s.scale if s.score_mod_in is None else s.score_mod_in
-        self.masker = ScoreMasker(e, coords, self.b, self.h, s.scale, s.score_mod, self.keep_fn, s.score_bias,
-                                  score_in, s.row_interval, s.interval_test_form, s.row_residual)
+        return ScoreMasker(e, coords, self.b, self.h, s.scale, s.score_mod, self.keep_fn, s.score_bias,
+                           score_in, s.row_interval, s.interval_test_form, s.row_residual)
 
     def _tensor(self, name: str, b, h) -> GlobalPtr:
         e = self.e
@@ -517,16 +544,19 @@ class _Sm80Forward:
         return self.e.mul(self.e.rem(self.e.add(t, t_plus), stages), self.slot_bytes)
 
     # ------------------------------------------------------------ the two GEMMs
-    def _qk(self, slot):
-        """S = Q K^T for the K tile in `slot`: k16 steps fully unrolled, or (qk_unroll > 0)
-        a loop of qk_unroll steps per trip (Note [Rolled QK^T])."""
+    def _qk(self, slot, atoms=None):
+        """S = Q K^T for the K tile in `slot`, of the warp's 16-row tiles `atoms` (default:
+        all): k16 steps fully unrolled, or (qk_unroll > 0) a loop of qk_unroll steps per
+        trip (Note [Rolled QK^T])."""
         s = self.spec
+        atoms = range(s.m_atoms) if atoms is None else atoms
         zero = self.e.cf(0.0)
-        acc = [[[zero] * 4 for _ in range(s.block_n // 8)] for _ in range(s.m_atoms)]
+        n_atoms = s.block_n // 8
+        acc = [[[zero] * 4 for _ in range(n_atoms)] for _ in atoms]
         k_base = self.reader.at_slot(self.k_base, slot)
         steps, per_trip = s.head_dim_qk // 16, s.qk_steps_per_trip
         if not per_trip or per_trip >= steps:
-            return self._qk_steps(acc, self.q_base, k_base, range(steps))
+            return self._qk_steps(acc, self.q_base, k_base, range(steps), atoms)
         flat = [x for mi in acc for atom in mi for x in atom]
         loop = scf.ForOp(self.e.c32(0), self.e.c32(steps // per_trip), self.e.c32(1), flat)
         loop.operation.attributes["llvm.loop_annotation"] = ir.Attribute.parse(
@@ -535,28 +565,54 @@ class _Sm80Forward:
             group = loop.induction_variable
             q_base = self.reader.k_group_base(self.q_tile, self.q_base, group, per_trip)
             k_group = self.reader.k_group_base(self.k_tile, k_base, group, per_trip)
-            acc = self._qk_steps(self._unflatten(list(loop.inner_iter_args), s.block_n // 8),
-                                 q_base, k_group, range(per_trip))
+            acc = self._qk_steps(_tiles_of(list(loop.inner_iter_args), len(atoms), n_atoms),
+                                 q_base, k_group, range(per_trip), atoms)
             scf.yield_([x for mi in acc for atom in mi for x in atom])
-        return self._unflatten(list(loop.results), s.block_n // 8)
+        return _tiles_of(list(loop.results), len(atoms), n_atoms)
 
-    def _qk_steps(self, acc, q_base, k_base, steps):
+    def _qk_steps(self, acc, q_base, k_base, steps, atoms):
+        """acc[a] += the k16 `steps` of Q's 16-row tile atoms[a] times K."""
         s, mma, rd = self.spec, self.mma, self.reader
         for kk in steps:
-            q = [rd.a_operand(self.q_tile, q_base, mi, kk) for mi in range(s.m_atoms)]
+            q = [rd.a_operand(self.q_tile, q_base, mi, kk, s.atom_rows) for mi in atoms]
             for n_pair in range(s.block_n // 16):
                 k = rd.b_operand(self.k_tile, k_base, n_pair, kk)
-                for mi in range(s.m_atoms):
-                    acc[mi][2 * n_pair] = mma(q[mi], k[0:2], acc[mi][2 * n_pair])
-                    acc[mi][2 * n_pair + 1] = mma(q[mi], k[2:4], acc[mi][2 * n_pair + 1])
+                for a in range(len(atoms)):
+                    acc[a][2 * n_pair] = mma(q[a], k[0:2], acc[a][2 * n_pair])
+                    acc[a][2 * n_pair + 1] = mma(q[a], k[2:4], acc[a][2 * n_pair + 1])
         return acc
+
+    # ------------------------------------------------------------ Note [Dead rows]
+    def _live_atoms(self, n_block) -> list:
+        """Per 16-row tile of the warp, a warp-uniform i1: false where none of its rows
+        keeps a key of block n_block by the mask's row interval, or lies before the
+        tile's end (past it nothing is stored)."""
+        e, s = self.e, self.spec
+        coords = self.masker.coords
+        first = e.mul(n_block, s.block_n)
+        if self.key0 is not None:
+            first = e.add(first, self.key0)
+        last = e.sub(e.min(e.add(first, s.block_n), e.dim("N")), 1)
+        live = []
+        # Opaque: the mask's own rows, CSE'd with these, stayed live through QK^T (spills).
+        row0 = e.opaque(coords.first_row)
+        for mi in range(s.m_atoms):
+            lane_dead = None
+            for half in (0, 1):
+                i = e.add(row0, s.atom_rows * mi + 8 * half)
+                lo, hi = s.row_interval(e, self.b, self.h, i)
+                bottom = first if lo is None else e.max(lo, first)
+                row_dead = e.or_(e.lt(e.min(hi, last), bottom), e.ge(i, self.row_end))
+                lane_dead = row_dead if lane_dead is None else e.land(lane_dead, row_dead)
+            live.append(e.xor(warp_vote(e, lane_dead, "all"), e.true()))
+        return live
 
     def _pack_p(self, probs):
         """P as A operands of m16n8k16, in place of S's registers (Note [P as A operand]):
         p[mi][kk] = the 4 registers of rows g, g+8 and keys 16kk + {2t, 2t+8}."""
-        s, pack = self.spec, self.mma.pack
+        pack = self.mma.pack
         out = []
-        for mi in range(s.m_atoms):
+        for mi in range(len(probs) // 2):
             top, bottom = probs[2 * mi], probs[2 * mi + 1]
             out.append([[pack(top[c], top[c + 1]), pack(bottom[c], bottom[c + 1]),
                          pack(top[c + 2], top[c + 3]), pack(bottom[c + 2], bottom[c + 3])]
@@ -564,7 +620,8 @@ class _Sm80Forward:
         return out
 
     def _pv(self, p, acc_o, slot):
-        """O += P.V; with row sums on the tensor cores, O's last atom += P.1."""
+        """O += P.V; with row sums on the tensor cores, O's last atom += P.1 (acc_o and p:
+        of the warp's 16-row tiles, or of some of them)."""
         s, mma, rd = self.spec, self.mma, self.reader
         v_base = rd.at_slot(self.v_base, slot)
         if s.row_sum_on_mma:
@@ -572,16 +629,16 @@ class _Sm80Forward:
         for kk in range(s.block_n // 16):
             for d_pair in range(s.head_dim_v // 16):
                 v = rd.b_operand_trans(self.v_tile, v_base, d_pair, kk)
-                for mi in range(s.m_atoms):
+                for mi in range(len(acc_o)):
                     acc_o[mi][2 * d_pair] = mma(p[mi][kk], v[0:2], acc_o[mi][2 * d_pair])
                     acc_o[mi][2 * d_pair + 1] = mma(p[mi][kk], v[2:4], acc_o[mi][2 * d_pair + 1])
             if s.row_sum_on_mma:
-                for mi in range(s.m_atoms):
+                for mi in range(len(acc_o)):
                     acc_o[mi][-1] = mma(p[mi][kk], ones, acc_o[mi][-1])
         return acc_o
 
     # ------------------------------------------------------------ one KV step
-    def _step(self, t, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str):
+    def _step(self, t, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str, first: bool = False):
         """Step t visits n_block = kv.block(t). mode: 'partial' (masked; when the mask has
         `tile_partial`, only if it or the ragged N edge says so; a block `tile_skip` rules
         out is not computed, Note [Skipped blocks]) | 'full' (no mask, nothing asked)."""
@@ -602,6 +659,8 @@ class _Sm80Forward:
             v_block, exists = kv.ahead(e, t, n_block, s.stages - 1)
             self._load_kv_if("v", v_block, self._slot_offset(s.stages - 1, t), exists, ragged, ask_skip)
         slot = self._slot_offset(0, t)
+        if first:
+            return self._first_by_tiles(t, n_block, kv, slot, mode, skip, ragged, ask_skip)
         rows = self._scores(self._qk(slot), n_block, mode, skip)
         # Note [Where V is waited for]
         if s.stages == 1:
@@ -613,6 +672,36 @@ class _Sm80Forward:
         if alpha is not None:
             acc_o = self._rescale(acc_o, alpha, self.softmax.moved)
         return self._pv(p, acc_o, slot), state
+
+    def _first_by_tiles(self, t, n_block, kv: KvSchedule, slot, mode: str, skip, ragged, ask_skip):
+        """Note [Dead rows]: the first step (O zero, the softmax state initial) one 16-row
+        tile of the warp at a time, each in a branch that a tile whose rows keep no key
+        of the block skips: its O stays zero and its state initial."""
+        e, s = self.e, self.spec
+        live = self._live_atoms(n_block)
+        init = self.softmax.initial(2)
+        p_regs = 4 * (s.block_n // 16)
+        tiles = []
+        for mi in range(s.m_atoms):
+            def scored(mi=mi):
+                masker = self._masker_from(e.add(self.row0, s.atom_rows * mi))
+                rows = self._scores(self._qk(slot, [mi]), n_block, mode, skip, masker)
+                probs, state, _ = self._softmax_step(rows, init, mode)
+                p = [e.bitcast_i32(x) for kk in self._pack_p(probs)[0] for x in kk]
+                return p + state.m + state.l
+            tiles.append(values_if(live[mi], scored, [e.c32(0)] * p_regs + init.m + init.l))
+        self._wait_v_and_load_k(t, n_block, kv, slot, ragged, ask_skip)
+        zero = e.cf(0.0)
+        acc_o, m, l = [], [], []
+        for mi, values in enumerate(tiles):
+            p = [values[4 * kk:4 * kk + 4] for kk in range(s.block_n // 16)]
+            rows = values[p_regs:]
+            m, l = m + rows[:2], l + rows[2:]
+            zeros = [[zero] * 4 for _ in range(self.o_atoms)]
+            out = values_if(live[mi], lambda p=p, zeros=zeros: self._flat(self._pv([p], [zeros], slot)),
+                            self._flat([zeros]))
+            acc_o.append(_tiles_of(out, 1, self.o_atoms)[0])
+        return acc_o, SoftmaxState(m, l)
 
     def _rescale(self, acc_o, alpha, moved):
         """O *= alpha per row; with `moved` (Note [Lazy rescale]), only in a warp where
@@ -627,23 +716,25 @@ class _Sm80Forward:
         return self._unflatten(values_if(warp_vote(e, moved, "any"), lambda: self._flat(scaled()),
                                          self._flat(acc_o)))
 
-    def _scores(self, acc_s, n_block, mode: str, skip):
+    def _scores(self, acc_s, n_block, mode: str, skip, masker: ScoreMasker | None = None):
         """S of block n_block as rows, with the score_mod and (mode 'partial') the mask
-        applied; `skip`: the block's tile_skip answer, when asked."""
+        applied; `skip`: the block's tile_skip answer, when asked; `masker`: that of the
+        rows of acc_s (default: the warp's)."""
         e, s = self.e, self.spec
-        rows = self.masker.modify(rows_of(acc_s), n_block)
+        masker = masker or self.masker
+        rows = masker.modify(rows_of(acc_s), n_block)
         if mode != "partial":
             return rows
         if s.tile_partial is None and skip is None:
             # Every block is masked; tile_holds may still spare a part of the test.
             holds = s.tile_holds(e, self._ctx(), n_block) if s.mask_split else None
-            return self.masker.mask(rows, n_block, holds=holds)
-        partial = e.gt(self.masker.coords.block_end(n_block), e.dim("N"))
+            return masker.mask(rows, n_block, holds=holds)
+        partial = e.gt(masker.coords.block_end(n_block), e.dim("N"))
         ctx = self._ctx()
         if s.tile_partial is not None:
             partial = e.or_(s.tile_partial(e, ctx, n_block), partial)
         holds = s.tile_holds(e, ctx, n_block) if s.mask_split else None
-        return self.masker.mask_if(rows, n_block, partial if skip is None else e.or_(partial, skip), skip, holds)
+        return masker.mask_if(rows, n_block, partial if skip is None else e.or_(partial, skip), skip, holds)
 
     def _softmax_step(self, rows, state: SoftmaxState, mode: str):
         s = self.spec
@@ -668,16 +759,19 @@ class _Sm80Forward:
 
     def _loop(self, t_lo, t_hi, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str):
         """scf.for over steps [t_lo, t_hi), carrying O, m and l."""
-        loop = scf.ForOp(t_lo, t_hi, self.e.c32(1), self._flat(acc_o) + state.m + state.l)
+        loop = scf.ForOp(t_lo, t_hi, self.e.c32(1), self._carried(acc_o, state))
         with ir.InsertionPoint(loop.body):
             it = list(loop.inner_iter_args)
-            acc, st = self._step(loop.induction_variable, kv, *self._unpack_carried(it), mode)
-            scf.yield_(self._flat(acc) + st.m + st.l)
+            scf.yield_(self._carried(*self._step(loop.induction_variable, kv, *self._unpack_carried(it), mode)))
         return self._unpack_carried(list(loop.results))
 
     @staticmethod
     def _flat(acc_o) -> list:
         return [x for mi in acc_o for atom in mi for x in atom]
+
+    def _carried(self, acc_o, state: SoftmaxState) -> list:
+        """The flat list [O..., m..., l...] that `_unpack_carried` reads."""
+        return self._flat(acc_o) + state.m + state.l
 
     def _unpack_carried(self, values):
         """(O accumulators, softmax state) from the flat list [O..., m..., l...]."""
@@ -806,7 +900,14 @@ class _Sm80Forward:
         acc_o = [[[zero] * 4 for _ in range(self.o_atoms)] for _ in range(s.m_atoms)]
         state = self.softmax.initial(2 * s.m_atoms)
         t_full = kv.steps_above(e, kv.full_hi)
-        acc_o, state = self._loop(e.c32(0), t_full, kv, acc_o, state, "partial")
+        t_first = e.c32(0)
+        if s.skips_dead_rows:
+            # Note [Dead rows]: the first partial step, peeled
+            values = values_if(e.gt(t_full, 0), lambda: self._carried(*self._step(
+                t_first, kv, acc_o, state, "partial", first=True)), self._carried(acc_o, state))
+            acc_o, state = self._unpack_carried(values)
+            t_first = e.min(t_full, 1)
+        acc_o, state = self._loop(t_first, t_full, kv, acc_o, state, "partial")
         t_low = kv.steps_above(e, kv.full_lo if kv.full_lo is not None else kv.lo)
         acc_o, state = self._loop(t_full, t_low, kv, acc_o, state, "full")
         if kv.full_lo is not None:
@@ -827,8 +928,9 @@ class _Sm80Forward:
             self.bar.sync()
             rows = s.rows_per_warp
             stage = StagedRows(self.smem.address(e.mul(self.warp, rows * s.head_dim_v * 2)),
-                               e.add(self._first_row(self.m_block), self.warp_row0), rows)
-        epilogue = Epilogue(e, self.softmax, s.o_dtype, self.row0, self.col0, self.lane, stage, self.row_end)
+                               e.add(self._first_row(self.m_block), self.warp_row0), rows, s.atom_rows)
+        epilogue = Epilogue(e, self.softmax, s.o_dtype, self.row0, self.col0, self.lane, stage, self.row_end,
+                            s.atom_rows)
         epilogue.store(acc_o, state, self._tensor("o", self.b, self.h), e.arg("stride_o_2"),
                        self._tensor("lse", self.b, self.h) if s.with_lse else None, self._sink())
 
@@ -839,3 +941,9 @@ class _Sm80Forward:
             return None
         value = s.sink(self.e, self.h)
         return self.e.fmul(value, 1.0 / (s.score_mod_out if s.score_mod else s.scale))
+
+
+def _tiles_of(flat: list, tiles: int, n_atoms: int) -> list:
+    """flat [x...] -> acc[tile][atom][4] of `tiles` 16-row tiles of n_atoms n8 atoms."""
+    return [[flat[(mi * n_atoms + a) * 4:(mi * n_atoms + a + 1) * 4] for a in range(n_atoms)]
+            for mi in range(tiles)]

@@ -40,12 +40,20 @@ class StagedRows:
     base: ir.Value
     first_row: ir.Value
     rows: int
+    atom_rows: int = 16     # global rows from one of the warp's 16-row tiles to its next
+
+    def global_row(self, e: Emit, row):
+        """The global index of staged row `row` (its 16-row tile row // 16)."""
+        if self.atom_rows == 16:
+            return e.add(self.first_row, row)
+        return e.add(self.first_row, e.add(row, e.mul(e.shr(row, 4), self.atom_rows - 16)))
 
 
 class Epilogue:
     def __init__(self, e: Emit, softmax: OnlineSoftmax, out_dtype: str, first_row, first_col, lane,
-                 stage: StagedRows | None = None, row_end=None):
+                 stage: StagedRows | None = None, row_end=None, atom_rows: int = 16):
         self.e, self.softmax = e, softmax
+        self.atom_rows = atom_rows      # rows from one 16-row tile of the warp to its next
         self.out_dtype = out_dtype
         self.first_row, self.first_col, self.lane = first_row, first_col, lane
         self.stage = stage
@@ -53,7 +61,7 @@ class Epilogue:
 
     def store(self, acc_o, state: SoftmaxState, o: GlobalPtr, o_row_stride, lse: GlobalPtr | None,
               sink=None) -> None:
-        """acc_o[mi][dj][2*half + x] / l -> o[row, 8*dj + 2t + x], row = first_row + 16mi + 8half.
+        """acc_o[mi][dj][2*half + x] / l -> o[row, 8*dj + 2t + x], row = first_row + atom_rows mi + 8half.
         `sink`: the sink logit in raw score units (Note [Sinks] in sm80_softmax.py)."""
         inv, lse_values = self.softmax.finalize(state, sink)
         if self.stage is not None:
@@ -70,7 +78,7 @@ class Epilogue:
         for mi in range(len(acc_o)):
             for half in (0, 1):
                 r = 2 * mi + half
-                row = e.add(self.first_row, 16 * mi + 8 * half)
+                row = e.add(self.first_row, self.atom_rows * mi + 8 * half)
                 guard = scf.IfOp(e.lt(row, self.row_end))
                 with ir.InsertionPoint(guard.then_block):
                     if self.stage is None:
@@ -118,7 +126,7 @@ class Epilogue:
             row, chunk = e.div(q, chunks), e.rem(q, chunks)
             slot = e.xor(chunk, e.and_(row, swz - 1))
             value = ld_shared_v4(e, e.add(st.base, e.add(e.mul(row, row_bytes), e.shl(slot, 4))))
-            global_row = e.add(st.first_row, row)
+            global_row = st.global_row(e, row)
             inside = e.lt(global_row, self.row_end)
             if 32 * (k + 1) > total:
                 inside = e.land(inside, e.lt(q, total))

@@ -22,10 +22,11 @@ def rows_of(acc) -> list[list]:
 
 class ElementCoords:
     """Global query/key indices of the accumulator elements a lane holds: row g (+8,
-    +16 per row tile), columns 2t, 2t+1 (+8 per atom) of its warp's slice."""
+    +atom_rows per row tile), columns 2t, 2t+1 (+8 per atom) of its warp's slice."""
 
-    def __init__(self, e: Emit, first_row, first_col, block_n: int, key0=None):
+    def __init__(self, e: Emit, first_row, first_col, block_n: int, key0=None, atom_rows: int = 16):
         self.e = e
+        self.atom_rows = atom_rows      # rows from one 16-row MMA tile of the warp to its next
         self.first_row, self.first_col = first_row, first_col
         self.block_n = block_n
         self.key0 = key0        # key block n starts at key0 + n * block_n (None: 0)
@@ -47,7 +48,7 @@ class ElementCoords:
         addresses."""
         e = self.e
         mi, half = divmod(r, 2)
-        i = e.add(self.first_row, 16 * mi + 8 * half)
+        i = e.add(self.first_row, self.atom_rows * mi + 8 * half)
         add = e.add_nsw if nsw else e.add
         first = e.mul(n_block, self.block_n)
         if self.key0 is not None:

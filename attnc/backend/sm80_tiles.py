@@ -168,8 +168,9 @@ class FragmentReader:
         addr = base if c0 == 0 else self.e.xor(base, c0 << 4)
         return self.ldsm.x4(addr, offset, trans=trans)
 
-    def a_operand(self, tile, base, m_atom: int, k_step: int):
-        return self._x4(tile, base, 16 * m_atom, 2 * k_step, False)
+    def a_operand(self, tile, base, m_atom: int, k_step: int, atom_rows: int = 16):
+        """`atom_rows`: the rows from one of the warp's 16-row tiles to its next."""
+        return self._x4(tile, base, atom_rows * m_atom, 2 * k_step, False)
 
     def b_operand(self, tile, base, n_pair: int, k_step: int):
         return self._x4(tile, base, 16 * n_pair, 2 * k_step, False)

@@ -54,6 +54,7 @@ KERNEL_CHOICES: dict[str, tuple[str, type]] = {
     "lazy_rescale": ("sm80.lazy_rescale", bool),
     "mma_row_sum": ("sm80.mma_row_sum", bool),
     "tail_waves": ("sm80.tail_waves", int),
+    "dead_rows": ("sm80.dead_rows", bool),
 }
 
 
@@ -165,6 +166,11 @@ class LowerSm80(LowerKernel):
                "GEMM whose B operand is all ones, instead of FADDs per score (Note [Row sums on the tensor "
                "cores] in sm80_softmax.py; default: Sm80KernelSpec.row_sum_on_mma: for an affine score_mod, "
                "such as ALiBi's)"})
+    dead_rows: bool | None = field(default=None, metadata={
+        "doc": "interleave the warps' 16-row tiles of the query block (warp w owns rows 16w + 16 num_warps k) "
+               "and, in a masked key block, skip the MMAs of a tile whose rows keep no key of it (Note [Dead "
+               "rows] in sm80.py; default: Sm80KernelSpec.skips_dead_rows: wherever it can be -- two or more tiles "
+               "per warp, two or more K/V stages and a mask with a row interval)"})
 
 
 def lower_sm80(module, pass_target: str | None = None, **choices) -> None:
