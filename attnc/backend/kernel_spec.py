@@ -466,8 +466,14 @@ class Sm80KernelSpec:
 
     @property
     def skips_dead_rows(self) -> bool:
-        """dead_rows resolved (Note [Dead rows] in sm80.py): by default wherever it can be."""
-        return self._can_skip_dead_rows if self.dead_rows is None else self.dead_rows
+        """dead_rows resolved (Note [Dead rows] in sm80.py): by default wherever it can be
+        and a key block is shorter than the query block, so that a causal-like mask's
+        first block (the diagonal's) leaves whole 16-row tiles without a key. With longer
+        key blocks it has none to skip (window 1024 at head dim 64, 128x128 tiles: 40
+        bytes of spills for nothing)."""
+        if self.dead_rows is not None:
+            return self.dead_rows
+        return self._can_skip_dead_rows and self.block_n < self.block_m
 
     @property
     def _can_skip_dead_rows(self) -> bool:

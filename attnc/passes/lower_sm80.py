@@ -170,7 +170,8 @@ class LowerSm80(LowerKernel):
         "doc": "interleave the warps' 16-row tiles of the query block (warp w owns rows 16w + 16 num_warps k) "
                "and, in a masked key block, skip the MMAs of a tile whose rows keep no key of it (Note [Dead "
                "rows] in sm80.py; default: Sm80KernelSpec.skips_dead_rows: wherever it can be -- two or more tiles "
-               "per warp, two or more K/V stages and a mask with a row interval)"})
+               "per warp, two or more K/V stages and a mask with a row interval -- and key blocks are shorter "
+               "than query blocks)"})
 
 
 def lower_sm80(module, pass_target: str | None = None, **choices) -> None:

@@ -35,7 +35,9 @@ def test_on_by_default_where_a_warp_holds_two_tiles_and_the_mask_a_row_interval(
     assert Sm80KernelSpec(**D128, row_interval=interval).check().atom_rows == 64
     assert not Sm80KernelSpec(**D128).check().skips_dead_rows                           # no interval
     assert Sm80KernelSpec(**D128).check().atom_rows == 16
-    for fields in (dict(block_m=64), dict(stages=1), dict(dead_rows=False), dict(target="sm_90a", block_m=64)):
+    assert Sm80KernelSpec(**{**D128, "block_n": 128}, row_interval=interval, dead_rows=True).check().skips_dead_rows
+    for fields in (dict(block_m=64), dict(stages=1), dict(dead_rows=False), dict(target="sm_90a", block_m=64),
+                   dict(block_n=128)):
         assert not Sm80KernelSpec(**{**D128, "row_interval": interval, **fields}).check().skips_dead_rows
 
 
@@ -43,6 +45,7 @@ def test_on_by_default_where_a_warp_holds_two_tiles_and_the_mask_a_row_interval(
                                     dict(row_interval=interval, stages=1),
                                     dict(row_interval=interval, target="sm_90a", block_m=64)])
 def test_the_option_needs_two_tiles_a_warp_two_stages_and_an_interval(fields):
+    """(Longer key blocks than query blocks only turn the default off: the option may ask.)"""
     with pytest.raises(SpecError, match="dead_rows"):
         Sm80KernelSpec(**{**D128, **fields}, dead_rows=True).check()
 
