@@ -35,9 +35,10 @@ def test_on_by_default_where_a_warp_holds_two_tiles_and_the_mask_a_row_interval(
     assert Sm80KernelSpec(**D128, row_interval=interval).check().atom_rows == 64
     assert not Sm80KernelSpec(**D128).check().skips_dead_rows                           # no interval
     assert Sm80KernelSpec(**D128).check().atom_rows == 16
-    assert Sm80KernelSpec(**{**D128, "block_n": 128}, row_interval=interval, dead_rows=True).check().skips_dead_rows
-    for fields in (dict(block_m=64), dict(stages=1), dict(dead_rows=False), dict(target="sm_90a", block_m=64),
-                   dict(block_n=128)):
+    d64_128x128 = {**D128, "head_dim_qk": 64, "head_dim_v": 64, "block_n": 128}
+    assert not Sm80KernelSpec(**d64_128x128, row_interval=interval).check().skips_dead_rows
+    assert Sm80KernelSpec(**d64_128x128, row_interval=interval, dead_rows=True).check().skips_dead_rows
+    for fields in (dict(block_m=64), dict(stages=1), dict(dead_rows=False), dict(target="sm_90a", block_m=64)):
         assert not Sm80KernelSpec(**{**D128, "row_interval": interval, **fields}).check().skips_dead_rows
 
 
