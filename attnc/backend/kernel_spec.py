@@ -470,7 +470,7 @@ class Sm80KernelSpec:
         and a key block is shorter than the query block, so that a causal-like mask's
         first block (the diagonal's) leaves whole 16-row tiles without a key. With longer
         key blocks it has none to skip (window 1024 at head dim 64, 128x128 tiles: 40
-        bytes of spills for nothing)."""
+        bytes of spills, 0.950 -> 1.002 ms on an H200)."""
         if self.dead_rows is not None:
             return self.dead_rows
         return self._can_skip_dead_rows and self.block_n < self.block_m

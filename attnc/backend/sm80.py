@@ -163,16 +163,19 @@ warp of each tile's rows (the row interval empty on the block's keys, or the row
 the query block's end, where nothing is stored) skips the tile's QK^T, softmax and P.V,
 its O left zero and its softmax state initial -- which is what the step computes for
 rows that keep no key, to the bit. Only the first step: its O is zero and nothing is
-carried into the branches; the same branches on later steps carry O through them.
+carried into the branches; such branches on every masked step carry O through them
+(the first build of that spilled 112 bytes at 128x64 tiles, head dim 128; not timed).
 
-Measured on an H200 (M = N = 8192, bf16, head dim 128, 9 interleaved rounds, the same
-outputs to the bit; results/logs/session38_gpu.txt): documents + causal 0.477 -> 0.472
-ms, window 1024 0.821 -> 0.810. Less than the half block a query block saves, because
-the first step waits for its loads (Q and the first K/V, from memory) and the work it
-saves mostly turns into waiting for the next block's K; the SM's other CTA gets the
-rest. Tried first and not kept: every masked step's MMAs predicated on the vote (`@p
-mma.sync`, no branch): 40 bytes of spills and 0.478 against 0.472 ms, the interleaved
-tiles alone 0.476 (the predicated-off MMAs still cost their issue).
+Measured on an H200 (M = N = 8192, bf16, head dim 128, the same outputs to the bit;
+results/logs/session38_gpu.txt, sections 2 and 4): documents + causal 0.477 -> 0.472
+and 0.476 -> 0.473 ms (two A/Bs of 9 interleaved rounds), 0.474 -> 0.464 back to back
+for 3 s each; window 1024 0.821 -> 0.810, 0.818 -> 0.808 and 0.829 -> 0.805. Less than
+the half block a query block saves (documents: about 9 blocks a query block), likely
+because the first step waits for its loads (Q and the first K/V, from memory), so the
+work it saves turns into waiting for the next block's K, and only the SM's other CTA
+gains. Tried first and not kept (section 1): every masked step's MMAs predicated on the
+vote (`@p mma.sync`, no branch): 40 bytes of spills and 0.478 against 0.472 ms; the
+interleaved tiles alone 0.476.
 """
 from __future__ import annotations
 
