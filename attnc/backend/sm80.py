@@ -587,18 +587,17 @@ class _Sm80Forward:
 
     # ------------------------------------------------------------ Note [Dead rows]
     def _live_atoms(self, n_block) -> list:
-        """Per 16-row tile of the warp, a warp-uniform i1: false where none of its rows
-        keeps a key of block n_block by the mask's row interval, or lies before the
-        tile's end (past it nothing is stored)."""
+        """Per 16-row tile of the warp, a warp-uniform i1: false where each of its rows
+        keeps no key of block n_block by the mask's row interval or lies past the query
+        block's end (where nothing is stored)."""
         e, s = self.e, self.spec
-        coords = self.masker.coords
         first = e.mul(n_block, s.block_n)
         if self.key0 is not None:
             first = e.add(first, self.key0)
         last = e.sub(e.min(e.add(first, s.block_n), e.dim("N")), 1)
         live = []
         # Opaque: the mask's own rows, CSE'd with these, stayed live through QK^T (spills).
-        row0 = e.opaque(coords.first_row)
+        row0 = e.opaque(self.row0)
         for mi in range(s.m_atoms):
             lane_dead = None
             for half in (0, 1):
