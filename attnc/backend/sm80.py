@@ -783,10 +783,7 @@ class _Sm80Forward:
                                                            values[n_o + 2 * s.m_atoms:])
 
     def _unflatten(self, flat, atoms: int | None = None):
-        s = self.spec
-        atoms = atoms or self.o_atoms
-        return [[flat[(mi * atoms + a) * 4:(mi * atoms + a + 1) * 4] for a in range(atoms)]
-                for mi in range(s.m_atoms)]
+        return _tiles_of(flat, self.spec.m_atoms, atoms or self.o_atoms)
 
     # ------------------------------------------------------------ the kernel
     def emit(self) -> None:
