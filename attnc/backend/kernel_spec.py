@@ -513,10 +513,13 @@ class Sm80KernelSpec:
         other. Elsewhere it measured no gain or a loss: documents + causal at 128 0.477 /
         0.479 against 0.478 / 0.477 ms back to back for 3 s (the same clock and power),
         softcap + causal at 64 3.594 -> 3.740, the window and causal within their
-        rounds' spread (results/variants_h200.md, session 35). sm_90a's P.V is a wgmma."""
+        rounds' spread (results/variants_h200.md, session 35). sm_90a's P.V is a wgmma.
+        Never for a kernel that writes the LSE: the sum of rounded P is off the f32 sum by
+        up to bf16's rounding, which the LSE would keep (Note [Row sums on the tensor
+        cores])."""
         if self.mma_row_sum is not None:
             return self.mma_row_sum
-        return self.target == "sm_80" and self.score_bias is not None
+        return self.target == "sm_80" and self.score_bias is not None and not self.with_lse
 
     @property
     def exp2_on_fma(self) -> int:
@@ -653,6 +656,9 @@ class Sm80KernelSpec:
         _require(self.target in KERNEL_TARGETS, f"target {self.target!r}: expected one of {KERNEL_TARGETS}")
         _require(not self.row_sum_on_mma or self.target == "sm_80",
                  f"mma_row_sum sums P on mma.sync, an sm_80 kernel's P.V, not {self.target}'s")
+        _require(not (self.row_sum_on_mma and self.with_lse),
+                 f"mma_row_sum sums P as rounded to {self.dtype} for P.V, which the variant's LSE output "
+                 f"would keep (up to 2^-8 of l in bf16, 2^-11 in f16): drop mma_row_sum to sum in f32")
         if self.target == "sm_90a":
             self._check_sm90a()
         _require(not self.warp_specialized or self.target == "sm_90a",

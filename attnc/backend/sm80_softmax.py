@@ -105,6 +105,11 @@ LAZY_LOG2 = 8.0
 # softmax keeps no l of its own (`initial` and `step` carry an empty list) and `finalize`
 # takes the full sums from the kernel. The sum is of P as rounded for P.V (bf16 or f16)
 # rather than of the f32 exponentials: numerator and denominator see the same values.
+# That sum is off the f32 one by up to the rounding of P (2^-8 relative in bf16, where
+# one key holds most of the row), which o divides out but the LSE keeps: a generated
+# variant's LSE (property seed 191, ALiBi-like bias, a sink, 161 x 97) was 2.4e-3 off
+# the reference with it and 8e-7 with f32 sums (H200, session 39). The spec refuses it
+# in a kernel that writes the LSE.
 
 ONES_BF16X2 = 0x3F803F80    # a B fragment register of two 1.0s
 ONES_F16X2 = 0x3C003C00

@@ -165,7 +165,8 @@ class LowerSm80(LowerKernel):
         "doc": "sum each softmax row's probabilities on the tensor cores, as one more n8 column of the P.V "
                "GEMM whose B operand is all ones, instead of FADDs per score (Note [Row sums on the tensor "
                "cores] in sm80_softmax.py; default: Sm80KernelSpec.row_sum_on_mma: for an affine score_mod, "
-               "such as ALiBi's)"})
+               "such as ALiBi's, in a kernel without an LSE output; refused with one: the LSE would keep "
+               "the rounding of P)"})
     dead_rows: bool | None = field(default=None, metadata={
         "doc": "interleave the warps' 16-row tiles of the query block (warp w owns rows 16w + 16 num_warps k) "
                "and, in a masked key block, skip the MMAs of a tile whose rows keep no key of it (Note [Dead "

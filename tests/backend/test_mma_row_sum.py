@@ -104,3 +104,25 @@ def test_refused_on_sm90a():
     assert built(ALIBI, "sm_90a").manifest["specialization"]["mma_row_sum"] is False
     with pytest.raises(AttncError, match="mma_row_sum"):
         built(ALIBI, "sm_90a", (("mma_row_sum", 1),))
+
+
+ALIBI_LSE = ALIBI.replace("  out o: bf16[B, H, M, 128]\n", "  out o: bf16[B, H, M, 128]\n  out lse: f32[B, H, M]\n")
+
+
+def test_sum_of_rounded_p_moves_the_lse():
+    """The sum of bf16-rounded P is off the f32 sum by up to P's rounding, 2^-8 relative
+    where every probability in [0.5, 1) rounds the same way (here down by almost half
+    their ulp, 2^-9): the LSE moves past the GPU tests' tolerance (2e-3), o does not
+    (its numerator and denominator move together). Hence f32 sums in a kernel that
+    writes the LSE."""
+    p = np.float32([1.0] + [0.5 + 0.99 * 2.0 ** -9] * 8)
+    assert (bf16(p)[1:] == 0.5).all()
+    moved = abs(np.log(bf16(p).sum(dtype=np.float64)) - np.log(p.sum(dtype=np.float64)))
+    assert 2e-3 < moved < 2.0 ** -8
+
+
+def test_off_by_default_with_an_lse_and_refused_when_asked():
+    art = built(ALIBI_LSE, "sm_80")
+    assert art.manifest["specialization"]["mma_row_sum"] is False and ones_operands(art.ptx) == 0
+    with pytest.raises(AttncError, match="mma_row_sum sums P as rounded to bf16.*LSE"):
+        built(ALIBI_LSE, "sm_80", (("mma_row_sum", 1),))
