@@ -233,9 +233,9 @@ class Sm80KernelSpec:
                                           # tiles] in qtiles.py), set by the lowering with the map
                                           # or the runs
     tiles_per_head: bool = False           # the tile table has a slot per head (else per batch)
-    dead_rows: Optional[bool] = None       # warps' 16-row tiles interleaved, and a tile whose rows
-                                          # keep no key of a masked block skips its MMAs (Note
-                                          # [Dead rows] in sm80.py); None: skips_dead_rows
+    dead_rows: Optional[bool] = None       # warps' 16-row tiles interleaved, and in the first key
+                                          # step a tile whose rows keep none of its keys skips its
+                                          # MMAs (Note [Dead rows] in sm80.py); None: skips_dead_rows
 
     # -- derived
     @property
@@ -468,9 +468,9 @@ class Sm80KernelSpec:
     def skips_dead_rows(self) -> bool:
         """dead_rows resolved (Note [Dead rows] in sm80.py): by default wherever it can be
         and a key block is shorter than the query block, so that a causal-like mask's
-        first block (the diagonal's) leaves whole 16-row tiles without a key. With longer
-        key blocks it has none to skip (window 1024 at head dim 64, 128x128 tiles: 40
-        bytes of spills, 0.950 -> 1.002 ms on an H200)."""
+        first block (the diagonal's) leaves whole 16-row tiles without a key. With key
+        blocks as long as the query block it has none to skip (window 1024 at head dim 64,
+        128x128 tiles: 40 bytes of spills, 0.950 -> 1.002 ms on an H200)."""
         if self.dead_rows is not None:
             return self.dead_rows
         return self._can_skip_dead_rows and self.block_n < self.block_m
@@ -682,8 +682,8 @@ class Sm80KernelSpec:
                  "aligned_tiles needs a kernel whose key ranges are found at run time (a block map or the "
                  "table's runs), one query block per CTA and no producer warpgroup")
         _require(not self.skips_dead_rows or self._can_skip_dead_rows,
-                 "dead_rows needs an sm_80 kernel with two or more 16-row tiles per warp and a mask that keeps "
-                 "an interval of keys per row")
+                 "dead_rows needs an sm_80 kernel without a producer warpgroup, with two or more 16-row tiles "
+                 "per warp, two or more K/V stages and a mask that keeps an interval of keys per row")
         _require(not self.first_before_map or self._can_load_first_early,
                  "early_first needs an sm_80 kernel whose key ranges come from a block map (kv_hint given) "
                  "or a tile table")

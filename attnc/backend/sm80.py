@@ -414,7 +414,7 @@ class _Sm80Forward:
             self.tile_row0, self.row_end, self.key0, self.key_end = read_entry(
                 e, e.arg(qtiles_param().key), z, self.m_block, e.dim("M"), s.block_m)
             self.n_keys = e.max(e.sub(e.dim("N"), self.key0), 0)     # key0 > N where M > N
-        self.warp_row0 = e.mul(self.warp, 16 if s.atom_rows > 16 else s.rows_per_warp)
+        self.warp_row0 = e.mul(self.warp, 16 if s.skips_dead_rows else s.rows_per_warp)
         if one_block:
             self._set_row0(self.m_block)
         self.col0 = e.shl(e.and_(self.lane, 3), 1)
@@ -692,6 +692,7 @@ class _Sm80Forward:
                 p = [e.bitcast_i32(x) for kk in self._pack_p(probs)[0] for x in kk]
                 return p + state.m + state.l
             tiles.append(values_if(live[mi], scored, [e.c32(0)] * p_regs + init.m + init.l))
+        self.softmax.moved = None       # a tile's branch set it: a value of that branch only
         self._wait_v_and_load_k(t, n_block, kv, slot, ragged, ask_skip)
         zero = e.cf(0.0)
         acc_o, m, l = [], [], []
@@ -723,7 +724,7 @@ class _Sm80Forward:
         applied; `skip`: the block's tile_skip answer, when asked; `masker`: that of the
         rows of acc_s (default: the warp's)."""
         e, s = self.e, self.spec
-        masker = masker or self.masker
+        masker = self.masker if masker is None else masker
         rows = masker.modify(rows_of(acc_s), n_block)
         if mode != "partial":
             return rows

@@ -169,7 +169,7 @@ class LowerSm80(LowerKernel):
                "the rounding of P)"})
     dead_rows: bool | None = field(default=None, metadata={
         "doc": "interleave the warps' 16-row tiles of the query block (warp w owns rows 16w + 16 num_warps k) "
-               "and, in a masked key block, skip the MMAs of a tile whose rows keep no key of it (Note [Dead "
+               "and, in the first key step, skip the MMAs of a tile whose rows keep none of its keys (Note [Dead "
                "rows] in sm80.py; default: Sm80KernelSpec.skips_dead_rows: wherever it can be -- two or more tiles "
                "per warp, two or more K/V stages and a mask with a row interval -- and key blocks are shorter "
                "than query blocks)"})

@@ -46,7 +46,7 @@ def test_on_by_default_where_a_warp_holds_two_tiles_and_the_mask_a_row_interval(
                                     dict(row_interval=interval, stages=1),
                                     dict(row_interval=interval, target="sm_90a", block_m=64)])
 def test_the_option_needs_two_tiles_a_warp_two_stages_and_an_interval(fields):
-    """(Longer key blocks than query blocks only turn the default off: the option may ask.)"""
+    """(Key blocks as long as the query block only turn the default off: the option may ask.)"""
     with pytest.raises(SpecError, match="dead_rows"):
         Sm80KernelSpec(**{**D128, **fields}, dead_rows=True).check()
 
@@ -73,3 +73,27 @@ def test_sm_90a_is_unchanged_and_has_no_such_option():
 def test_the_option_is_refused_where_it_cannot_apply():
     with pytest.raises(AttncError, match="dead_rows"):
         build_with((EXAMPLES / "mha.attn").read_text(), "mha.attn", "sm_80", dead_rows="true")
+
+
+class _Ints:
+    """The integer arithmetic of an Emit, on Python ints."""
+    add = staticmethod(lambda a, b: a + b)
+    mul = staticmethod(lambda a, b: a * b)
+    shr = staticmethod(lambda a, b: a >> b)
+
+
+@pytest.mark.parametrize("atom_rows", [16, 64])
+def test_staged_rows_cover_the_query_block_once(atom_rows):
+    """Staged O (Note [Staged O]): warp w stages its two tiles' 32 rows contiguously;
+    staged row r goes to row warp_row0 + r of the block (warp_row0 = 32w) without
+    interleaving, and to warp_row0 + 64 (r // 16) + r % 16 (warp_row0 = 16w) with it
+    (Note [Dead rows]). The 4 warps' rows together are the 128-row block's, each once."""
+    from attnc.backend.sm80_epilogue import StagedRows
+    first, seen = 1000, []
+    for w in range(4):
+        warp_row0 = 16 * w if atom_rows > 16 else 32 * w
+        stage = StagedRows(None, first + warp_row0, 32, atom_rows)
+        rows = [stage.global_row(_Ints, r) - first for r in range(32)]
+        assert rows == [warp_row0 + atom_rows * k + x for k in range(2) for x in range(16)]
+        seen += rows
+    assert sorted(seen) == list(range(128))

@@ -107,6 +107,7 @@ def test_refused_on_sm90a():
 
 
 ALIBI_LSE = ALIBI.replace("  out o: bf16[B, H, M, 128]\n", "  out o: bf16[B, H, M, 128]\n  out lse: f32[B, H, M]\n")
+assert ALIBI_LSE != ALIBI
 
 
 def test_sum_of_rounded_p_moves_the_lse():
