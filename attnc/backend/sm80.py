@@ -591,9 +591,7 @@ class _Sm80Forward:
         keeps no key of block n_block by the mask's row interval or lies past the query
         block's end (where nothing is stored)."""
         e, s = self.e, self.spec
-        first = e.mul(n_block, s.block_n)
-        if self.key0 is not None:
-            first = e.add(first, self.key0)
+        first = self.masker.coords.block_start(n_block)
         last = e.sub(e.min(e.add(first, s.block_n), e.dim("N")), 1)
         live = []
         # Opaque: the mask's own rows, CSE'd with these, stayed live through QK^T (spills).

@@ -31,6 +31,11 @@ class ElementCoords:
         self.block_n = block_n
         self.key0 = key0        # key block n starts at key0 + n * block_n (None: 0)
 
+    def block_start(self, n_block, add=None):
+        """The first key of block n_block; `add`: the Emit's add that offsets it by key0."""
+        first = self.e.mul(n_block, self.block_n)
+        return first if self.key0 is None else (add or self.e.add)(first, self.key0)
+
     def block_end(self, n_block):
         """The key after block n_block's last."""
         end = self.e.mul(self.e.add(n_block, 1), self.block_n)
@@ -50,10 +55,7 @@ class ElementCoords:
         mi, half = divmod(r, 2)
         i = e.add(self.first_row, self.atom_rows * mi + 8 * half)
         add = e.add_nsw if nsw else e.add
-        first = e.mul(n_block, self.block_n)
-        if self.key0 is not None:
-            first = add(first, self.key0)
-        j = add(add(first, self.first_col), self.column(c))
+        j = add(add(self.block_start(n_block, add), self.first_col), self.column(c))
         return i, j
 
 
