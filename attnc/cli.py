@@ -11,11 +11,16 @@ Every user mistake is an `AttncError`, printed as `file:line:col: error: ...` wi
 the source line and a caret, exit status 1. Anything else is a compiler bug: one
 line saying so (the traceback with ATTNC_DEBUG=1), exit status 70 (EX_SOFTWARE)
 -- never a raw Python traceback. Usage mistakes are argparse's: exit status 2.
+Standard output closed by its reader (`attnc passes | head -1`) stops the command
+quietly with exit status 141, what a shell reports for a Unix tool that SIGPIPE
+ended (128 + 13): a pipeline's status stays `head`'s, and `set -o pipefail` still
+sees that attnc did not finish.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 import traceback
@@ -27,6 +32,7 @@ from attnc import config
 from attnc.errors import AttncError
 
 EXIT_ERROR, EXIT_ICE = 1, 70
+EXIT_PIPE = 128 + signal.SIGPIPE         # standard output closed by its reader
 
 DEBUG = config.DEBUG
 
@@ -65,9 +71,10 @@ def emit_cubin(result, out: Path | None) -> None:
 
 
 def emit_bundle(result, out: Path | None) -> None:
-    from attnc.backend.bundle import write_bundle
+    from attnc.backend.bundle import symbol_stem, write_bundle
     code = _code(result)
-    path = out or Path(f"{result.variant.name}.{code.manifest['target']}")
+    # a name too long for a file name is cut as the kernels' symbols are (Note [Kernel symbols])
+    path = out or Path(f"{symbol_stem(result.variant.name)}.{code.manifest['target']}")
     try:
         write_bundle(path, code.manifest, code.files)
     except OSError as e:
@@ -331,7 +338,11 @@ def main(argv: list[str] | None = None) -> int:
         cli.error("--emit cubin writes a binary: give the file with -o")     # exit status 2
     try:
         DEBUG.get()             # a malformed ATTNC_DEBUG is refused, as the other variables are
-        return args.run(args)
+        status = args.run(args)
+        sys.stdout.flush()      # a reader gone away shows here, not at the interpreter's exit
+        return status
+    except BrokenPipeError:
+        return _stdout_closed()
     except AttncError as e:
         print(e.render(), file=sys.stderr)
         if _debug() and e.__cause__ is not None:
@@ -348,6 +359,16 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print("attnc: set ATTNC_DEBUG=1 to see the traceback", file=sys.stderr)
         return EXIT_ICE
+
+
+def _stdout_closed() -> int:
+    """The reader of standard output went away: stop as quietly as a tool that SIGPIPE
+    ended. What is still buffered would fail again when the interpreter flushes it at
+    exit (with a message of its own): standard output becomes /dev/null first."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_PIPE
 
 
 def _debug() -> bool:

@@ -12,6 +12,15 @@ code files, and write a folder so that it appears whole or not at all.
     write_bundle("out/gemma2", manifest, {"attn_fwd.sm_80.cubin": cubin,
                                           "attn_fwd.compute_80.ptx": ptx})
 
+Note [Kernel symbols]: a kernel's symbol is `attnc_<variant>_<kernel>`, and LLVM names
+each of its parameters `<symbol>_param_<n>` in the PTX. The variant's name is the
+user's, of any length the grammar takes, and nvJitLink corrupts its heap on identifiers
+of some 100,000 characters (the process aborts). So a name longer than
+`SYMBOL_NAME_CHARS` enters the symbol as its first characters and a digest of the whole:
+bounded, still a PTX identifier, and distinct for distinct names. The manifest keeps the
+user's name under "variant" and each kernel's symbol beside it: the runtime looks a
+kernel up by the manifest's symbol, never by the variant's name.
+
 Note [Atomic bundle writes]: a bundle is written into a fresh temporary folder
 next to its destination (same filesystem) and renamed into place; a reader sees
 either no folder or a complete one. `replace=False` is first-writer-wins (the
@@ -33,8 +42,27 @@ import attnc
 from attnc_runtime.bundle import MANIFEST_NAME, Bundle, read_bundle
 from attnc_runtime.manifest import FORMAT, Manifest, parse_manifest, source_sha256
 
-__all__ = ["FORMAT", "MANIFEST_NAME", "Bundle", "code_files", "read_bundle", "validate_manifest",
-           "variant_manifest", "write_bundle"]
+__all__ = ["FORMAT", "MANIFEST_NAME", "Bundle", "code_files", "kernel_symbol", "read_bundle",
+           "symbol_stem", "validate_manifest", "variant_manifest", "write_bundle"]
+
+SYMBOL_NAME_CHARS = 64      # the most of a variant's name a symbol holds (Note [Kernel symbols])
+_DIGEST_CHARS = 16
+
+
+def symbol_stem(variant_name: str) -> str:
+    """The variant's name as it enters symbols and default file names: itself when short,
+    else its first characters and a digest of the whole (Note [Kernel symbols])."""
+    if len(variant_name) <= SYMBOL_NAME_CHARS and variant_name.isascii() and variant_name.isidentifier():
+        return variant_name
+    digest = hashlib.sha256(variant_name.encode("utf-8")).hexdigest()[:_DIGEST_CHARS]
+    prefix = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_"
+                     for c in variant_name[:SYMBOL_NAME_CHARS - _DIGEST_CHARS - 1])
+    return f"{prefix}_{digest}"
+
+
+def kernel_symbol(variant_name: str, kernel: str) -> str:
+    """The PTX/cubin symbol of `variant_name`'s `kernel` ("fwd", "blockmap", "qtiles")."""
+    return f"attnc_{symbol_stem(variant_name)}_{kernel}"
 
 
 def validate_manifest(manifest: Mapping[str, Any]) -> Manifest:

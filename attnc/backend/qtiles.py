@@ -128,6 +128,7 @@ from typing import Optional
 from mlir import ir
 from mlir.dialects import arith, gpu, llvm, nvvm, scf
 
+from attnc.backend.bundle import kernel_symbol
 from attnc.backend.hooks import load_param, size_dims
 from attnc.backend.kernel_spec import ExtraParam
 from attnc.backend.nvgpu_builders import CtaBarrier, Emit, GlobalPtr, Smem, _asm, _op, st_shared_b32
@@ -228,7 +229,7 @@ class QTilesPlan:
 
     @property
     def symbol(self) -> str:
-        return f"attnc_{self.variant}_qtiles"
+        return kernel_symbol(self.variant, "qtiles")
 
     @property
     def tiles(self) -> list:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from mlir import ir
 
+from attnc.backend.bundle import kernel_symbol
 from attnc.errors import AttncError
 from attnc.ir import MASK_MOD, attention_ops, error_at, get_bool, get_int, get_str, region_block
 from attnc.passes import plan_ir
@@ -99,7 +100,7 @@ def _lowering_from_ir(result) -> Sm80Lowering:
             block_m=block_m, block_n=block_n,
             num_warps=num_warps, stages=kv[0].stages, target=target,
             out_dtype=variant.output("o").dtype, with_lse=variant.has_lse,
-            softmax_scale=variant.scale, symbol=f"attnc_{variant.name}_fwd",
+            softmax_scale=variant.scale, symbol=kernel_symbol(variant.name, "fwd"),
             banded=get_bool(op, "has_mask_mod") and not runtime and banded_mask(op), blockmap=blockmap is not None,
             aligned_tiles=tiles, tiles_per_head=tiles and blockmap.per_head,
             **choices, **hooks.spec_fields())
