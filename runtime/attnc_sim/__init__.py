@@ -1,0 +1,48 @@
+"""attnc_sim: a functional emulator of the PTX attnc emits; runs a bundle with no GPU.
+
+    import attnc_runtime
+    kernel = attnc_runtime.load("bundles/gemma2.sm_80", device="sim")
+    out = kernel(q=q, k=k, v=v)                 # numpy in, numpy out
+
+    python -m attnc_sim BUNDLE --B 1 --H 2 --M 200 --N 333    # random inputs vs the reference
+
+Numpy only (no MLIR, no cuda-python). It is functional: every lane's values are what
+the PTX ISA says, but there is no timing, no bank conflicts, no caches.
+
+Modules, one concern each:
+  ptx         the parser: `Module` -> `Kernel` -> `Instruction` (opcode, operands, guard, line)
+  state       machine state: `GlobalMemory`, `Cta` (shared memory bytes, barriers), `Warp`
+              (32-lane register files with typed views, active mask, SIMT stack)
+  isa         the handler registry (`register`, `lookup`) and operand accessors (`Context`)
+  program     decoding a kernel once: a handler per instruction, reconvergence points
+  engine      `Launch`: runs CTAs, interleaves warps, SIMT stack, exits, deadlock
+  scheduler   seeded warp order and completion of `AsyncOp`s; `Report`s of races
+  isa_*       the instruction families (control, int, float, cvt, mem, warp, sync, mma, sm90)
+  device      the launch of a bundle's kernels on numpy arrays (attnc_runtime's device="sim")
+
+How an instruction family plugs in. A module registers a factory per opcode prefix:
+
+    from attnc_sim import isa
+
+    @isa.register("tcgen05.ld")
+    def tcgen05_ld(ins, ctx):                  # once per instruction, at decode
+        dst = [ctx.writer(r, "b32") for r in ctx.vec(ins.operands[0])]
+        taddr = ctx.reader(ins.operands[1], "b32")
+        def run(w):                            # every execution: one call per warp
+            ...; return None                   # or isa.JUMP / isa.BLOCK / isa.EXIT
+        return run
+
+and is named in `families.FAMILIES` (the sm_100a module `isa_sm100` is imported when
+present). `lookup` takes the longest registered prefix of the opcode's components.
+A handler writes registers only in the lanes `w.wmask` (ctx.writer does). Asynchronous
+operations subclass `scheduler.AsyncOp` and go to `w.cta.launch.scheduler.issue(op)`;
+the handler of the instruction that guarantees completion calls `op.complete()`.
+Races and protocol errors go to `w.cta.launch.report(kind, w, ins.where(), message)`.
+Per-CTA state a family needs lives in `cta.__dict__` under the family's own names
+(`Cta.mbarriers` is shared: mbarriers are used by cp.async, wgmma, TMA and tcgen05).
+"""
+from __future__ import annotations
+
+from attnc_sim.errors import SimError
+
+__all__ = ["SimError"]
