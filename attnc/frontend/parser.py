@@ -18,6 +18,7 @@ from lark import Token, Transformer, v_args
 
 from attnc.errors import AttncError, Span
 from attnc.frontend import ast
+from attnc.frontend.characters import continues_a_name, describe_non_ascii
 
 MAX_NESTING = 200
 INT_MAX = 2**31 - 1
@@ -159,7 +160,7 @@ def _parse_tree(text: str) -> lark.Tree:
     except lark.UnexpectedCharacters as e:
         raise AttncError(_unexpected_char_message(text[e.pos_in_stream]), Span(e.line, e.column)) from None
     except lark.UnexpectedToken as e:
-        known = _misplaced(e, text)
+        known = _name_cut_short(e.token, text) or _misplaced(e, text)
         if known is not None:
             raise known from None
         raise AttncError(_unexpected_token_message(e, text), _token_span(e.token, text)) from None
@@ -180,11 +181,23 @@ _OPERATOR_HINTS = {"&": "'and'", "|": "'or'", "!": "'not', or '!=' for inequalit
 def _unexpected_char_message(ch: str) -> str:
     if ch in _OPERATOR_HINTS:
         return f"unexpected character '{ch}': the language writes {_OPERATOR_HINTS[ch]}"
+    if not ch.isascii():
+        return describe_non_ascii(ch)
     if ch.isprintable() and not ch.isspace():
-        if ord(ch) > 127:
-            return f"unexpected character '{ch}' (names use ASCII letters, digits and '_')"
         return f"unexpected character '{ch}'"
     return f"unexpected character U+{ord(ch):04X}"
+
+
+def _name_cut_short(tok: Token, text: str) -> AttncError | None:
+    """A name the lexer ended at a letter of another script (`att` of `attеntion`, whose
+    `е` is Cyrillic): the parser refuses the name before the lexer reaches that letter,
+    which is the mistake. Reported at the letter."""
+    if tok.type != "NAME" or tok.end_pos is None or tok.end_pos >= len(text):
+        return None
+    ch = text[tok.end_pos]
+    if not continues_a_name(ch):
+        return None
+    return AttncError(_unexpected_char_message(ch), Span(tok.end_line, tok.end_column))
 
 
 HOOK_NAMES = ("score_mod", "mask_mod", "sink")
