@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import re
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -354,17 +355,37 @@ def _attnc_pass(p: ResolvedPass, after: Callable) -> Callable:
         except Exception as e:
             if p.origin == "built-in":
                 raise                     # a compiler bug: the CLI reports it as one
-            raise AttncError(f"pass '{p.spec.name}' (from {p.origin}) failed{_where_in(p.origin, e)}: "
-                             f"{type(e).__name__}: {e} (ATTNC_DEBUG=1 shows the traceback)") from e
+            raise AttncError(f"pass '{p.spec.name}' (from {p.origin}) failed{_user_failure(p.origin, e)} "
+                             f"(ATTNC_DEBUG=1 shows the traceback)") from e
         after(op)
     return run
 
 
-def _where_in(origin: str, e: BaseException) -> str:
-    """' at FILE:LINE', the last frame of the exception in the pass's own file, if any."""
+# MLIR's bindings re-raise an exception of a Python callback they called (an op walk's
+# visitor) as a RuntimeError whose message is the callback's whole traceback, as text.
+_CALLBACK_FAILED = "Exception raised in callback: Traceback (most recent call last):"
+_FRAME = re.compile(r'  File "(?P<file>[^"]+)", line (?P<line>\d+)')
+
+
+def _user_failure(origin: str, e: BaseException) -> str:
+    """' at FILE:LINE: Type: message' of a user pass's exception: the innermost
+    exception's message, at the deepest frame in the pass's own file -- also for one
+    raised in a callback, whose traceback MLIR passes on as text (no frames shown)."""
     import traceback
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if Path(f.filename) == Path(origin)]
-    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    frames = [(f.filename, f.lineno) for f in traceback.extract_tb(e.__traceback__)]
+    message = f"{type(e).__name__}: {e}"
+    text = str(e)
+    if isinstance(e, RuntimeError) and text.startswith(_CALLBACK_FAILED):
+        lines = text.splitlines()
+        rows = [n for n, line in enumerate(lines) if _FRAME.match(line)]
+        frames += [(m["file"], int(m["line"])) for m in map(_FRAME.match, (lines[n] for n in rows))]
+        # after the last frame: its source line and carets (indented), then the exception
+        rest = lines[rows[-1] + 1:] if rows else []
+        while rest and rest[0].startswith("    "):
+            rest.pop(0)
+        message = "\n".join(rest).strip() or message
+    own = [(file, line) for file, line in frames if Path(file) == Path(origin)]
+    return f" at {own[-1][0]}:{own[-1][1]}: {message}" if own else f": {message}"
 
 
 def _at_the_option(e: AttncError, p: ResolvedPass) -> AttncError:

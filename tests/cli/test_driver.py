@@ -9,6 +9,7 @@ import pytest
 from attnc.driver import CompileOptions, compile_file, compile_kernel, compile_mlir, optimize_mlir
 from attnc.errors import AttncError
 from attnc.ir import attention_ops, get_int, get_str
+from attnc.testing import run_attnc
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -139,6 +140,39 @@ def test_a_user_pass_that_raises_is_reported_as_its_failure(tmp_path):
     line = open(path).read().splitlines().index("        {}['missing']") + 1
     assert info.value.message == (f"pass 'user' (from {path}) failed at {path}:{line}: KeyError: 'missing' "
                                   f"(ATTNC_DEBUG=1 shows the traceback)")
+
+
+def test_a_user_pass_failing_in_a_walk_shows_the_innermost_exception_and_line(tmp_path):
+    """MLIR re-raises a walk visitor's exception as a RuntimeError holding the traceback
+    as text: the message is the visitor's own exception, at the deepest line of the file."""
+    path = _user_pass(tmp_path, """
+        def visit(op):
+            return {}["missing"]
+        module.walk(visit)
+        """)
+    with pytest.raises(AttncError) as info:
+        compile_file("examples/mha.attn", CompileOptions(load_passes=(path,), pass_pipeline="user"))
+    line = open(path).read().splitlines().index('            return {}["missing"]') + 1
+    assert info.value.message == (f"pass 'user' (from {path}) failed at {path}:{line}: KeyError: 'missing' "
+                                  f"(ATTNC_DEBUG=1 shows the traceback)")
+
+
+def test_a_user_pass_building_ir_without_a_context_is_one_line(tmp_path):
+    path = _user_pass(tmp_path, """
+        from mlir import ir
+        from mlir.dialects import arith
+        def visit(op):
+            arith.constant(ir.IntegerType.get_signless(32), 1)
+            return ir.WalkResult.ADVANCE
+        module.walk(visit)
+        """)
+    status, out, err = run_attnc(["compile", "examples/mha.attn", "--emit", "mlir", "--load-pass", path,
+                                  "--pass-pipeline", "user"])
+    line = open(path).read().splitlines().index("            arith.constant(ir.IntegerType.get_signless(32), 1)") + 1
+    assert (status, out) == (1, "")
+    assert err.startswith(f"examples/mha.attn: error: pass 'user' (from {path}) failed at {path}:{line}: "
+                          f"RuntimeError: An MLIR function requires a Context but none was provided")
+    assert err.count("\n") == 1 and "Traceback" not in err and 'File "' not in err
 
 
 def test_a_user_pass_that_breaks_the_ir_is_named(tmp_path):
