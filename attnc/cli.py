@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -122,6 +123,9 @@ def _code(result) -> _Code:
     key = cache_key(result.text, {"backend": "sm80"}, target)
     hit = cache.get(key)
     if hit is not None:
+        # on stderr: `-o -` keeps standard output for the code
+        print(f"attnc: note: served from the kernel cache ({cache.path(key)}); ATTNC_DISABLE_CACHE=1 "
+              f"builds it again", file=sys.stderr)
         # the bytes the cache checked against the manifest's digests, not the files read again
         manifest = dict(hit.manifest.raw)
         return _Code(manifest, {manifest["code"][kind]: blob for kind, blob in hit.code.items()})
@@ -214,10 +218,24 @@ def cmd_opt(args) -> int:
     _check_output_is_not_input(args)
     _check_dump_dir_keeps_input(args)
     text = _decode(read_source(args.file), args.file)
+    _check_not_attn_source(args.file, text)
     module = optimize_mlir(text, args.file, options, arch_given=args.arch is not None)
     from attnc.ir import to_text
     write_output(to_text(module), Path(args.output) if args.output else None)
     return 0
+
+
+# A `.attn` source: its comments, then `attention NAME` (MLIR text starts otherwise).
+_ATTN_SOURCE = re.compile(r"\ufeff?(?:\s*#[^\n]*\n)*\s*attention\s+\w")
+
+
+def _check_not_attn_source(filename: str, text: str) -> None:
+    """`attnc opt` on a variant's source would fail in MLIR's parser at its first word:
+    said for what it is, with the command that takes it."""
+    if not _ATTN_SOURCE.match(text):
+        return
+    raise AttncError(f"this is an .attn source, not MLIR: compile it with `attnc compile {filename}` "
+                     f"(with --emit mlir it prints the IR that `attnc opt` takes)", filename=filename)
 
 
 def _decode(data: bytes, filename: str) -> str:

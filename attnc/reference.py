@@ -176,6 +176,11 @@ class _Binder:
             numeric = False
         if not numeric:
             raise AttncError(f"input '{t.name}' must be a numeric array", t.span)
+        if t.role in ("q", "k", "v") and array.dtype.kind in "biu":
+            # Rounded to the declared dtype, integers would pass for scores silently.
+            raise AttncError(f"input '{t.name}' holds {array.dtype} values but is declared {t.dtype}: q, k and v "
+                             f"take a float array (any float dtype, rounded to {t.dtype}); convert it, e.g. "
+                             f"{t.name}.astype(np.float32)", t.span)
         if array.ndim != len(t.shape):
             raise AttncError(f"'{t.name}' is declared {_fmt_shape(t.shape)} ({len(t.shape)} dims) "
                              f"but the array has shape {array.shape}", t.span)

@@ -448,3 +448,13 @@ def test_opt_names_the_file_of_ir_without_locations(tmp_path):
     status, out, err = run_attnc(["opt", str(empty)])
     assert status == 1
     assert err.startswith(f"{empty}:1:1: error: attn-tile found no attn.attention op to tile\n")
+
+
+@pytest.mark.parametrize("name", ["mha.attn", "mha.txt"])
+def test_opt_on_an_attn_source_suggests_compile(tmp_path, name):
+    source = tmp_path / name
+    source.write_text((ROOT / "examples/mha.attn").read_text())
+    status, out, err = run_attnc(["opt", str(source)])
+    assert (status, out) == (1, "")
+    assert err == (f"{source}: error: this is an .attn source, not MLIR: compile it with `attnc compile {source}` "
+                   f"(with --emit mlir it prints the IR that `attnc opt` takes)\n")

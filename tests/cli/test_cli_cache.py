@@ -32,3 +32,18 @@ def test_other_options_miss_the_cache(tmp_path, monkeypatch):
     assert main(["compile", src, "-arch", "sm_80", "--pass-pipeline", pipeline,
                  "-o", str(tmp_path / "b")]) == 0
     assert calls == [1]
+
+
+def test_a_compile_served_from_the_cache_says_so_on_stderr(monkeypatch):
+    from attnc.backend.cache import KernelCache, cache_key
+    from attnc.driver import compile_file
+    from attnc.testing import run_attnc
+    monkeypatch.chdir(ROOT)
+    args = ["compile", "examples/mha.attn", "-arch", "sm_80", "--emit", "ptx", "-o", "-"]
+    status, built, err = run_attnc(args)
+    assert (status, err) == (0, "")
+    status, served, err = run_attnc(args)
+    key = cache_key(compile_file("examples/mha.attn").text, {"backend": "sm80"}, "sm_80")
+    assert (status, served) == (0, built)           # standard output holds the code alone
+    assert err == (f"attnc: note: served from the kernel cache ({KernelCache().path(key)}); "
+                   f"ATTNC_DISABLE_CACHE=1 builds it again\n")

@@ -130,6 +130,22 @@ def test_non_numeric_input():
     assert e.message == "input 'v' must be a numeric array"
 
 
+@pytest.mark.parametrize("name, dtype", [("q", np.int32), ("k", np.uint8), ("v", np.bool_)])
+def test_integer_and_bool_qkv_are_refused_at_their_declaration(name, dtype):
+    e = error_of(EXAMPLES / "mha.attn", **mha(**{name: np.ones(mha()[name].shape, dtype)}))
+    assert e.message == (f"input '{name}' holds {np.dtype(dtype)} values but is declared bf16: q, k and v take "
+                         f"a float array (any float dtype, rounded to bf16); convert it, e.g. "
+                         f"{name}.astype(np.float32)")
+    assert e.span.line == 3 + "qkv".index(name)
+
+
+def test_integer_params_are_still_taken():
+    q = zeros(1, 1, 2, 64)
+    out = reference(EXAMPLES / "docs_sink.attn", q=q, k=q, v=q, doc=np.array([[0, 1]], np.int64),
+                    sinks=zeros(1, dtype=np.float32))
+    assert out["o"].shape == (1, 1, 2, 64)
+
+
 def test_integer_param_with_fractional_values():
     q = zeros(1, 1, 2, 64)
     e = error_of(EXAMPLES / "docs_sink.attn", q=q, k=q, v=q, doc=np.array([[0.0, 0.5]]),
