@@ -99,8 +99,17 @@ def poison_requested(environ=os.environ) -> bool:
     return value in _TRUE
 
 
-def load(path: str | Path) -> "Kernel":
-    """The kernel of the bundle folder at `path`."""
+def load(path: str | Path, device: str = "cuda", **options) -> "Kernel":
+    """The kernel of the bundle folder at `path`: on the GPU (`device="cuda"`), or in the
+    PTX emulator (`device="sim"`: numpy arrays in and out, attnc_sim.device.SimKernel,
+    which takes `options` such as seed=, raise_reports=)."""
+    if device == "sim":
+        from attnc_sim.device import SimKernel
+        return SimKernel(read_bundle(path), **options)
+    if device != "cuda":
+        raise AttncRuntimeError(f"device={device!r}: expected 'cuda' or 'sim'")
+    if options:
+        raise AttncRuntimeError(f"load: unexpected options {sorted(options)} for device 'cuda'")
     return Kernel(read_bundle(path))
 
 

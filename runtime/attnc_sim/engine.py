@@ -12,6 +12,7 @@ import numpy as np
 
 from attnc_sim.errors import SimError
 from attnc_sim.isa import BLOCK, EXIT, JUMP
+from attnc_sim.isa_sync import recheck_barriers
 from attnc_sim.program import Program
 from attnc_sim.scheduler import Report, Scheduler
 from attnc_sim.state import LANES, WARP, Cta, GlobalMemory, Warp
@@ -97,6 +98,7 @@ class Launch:
             code = self._run_warp(w)
             if code == EXIT:
                 live.remove(w)
+                recheck_barriers(cta)
             sched.tick()
         for op in list(sched.pending):          # what a kernel left in flight lands before the launch ends
             op.complete()

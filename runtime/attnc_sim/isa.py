@@ -217,7 +217,7 @@ def _row_reader(attr: str, row: int):
 def _imm_value(op: Imm, ty: str):
     if ty in ("f32", "f64", "f16"):
         return op.value
-    if op.is_float and op.bits:            # 0fXXXXXXXX used as bits (mov.b32 %r, 0f3F800000)
+    if op.is_float and op.bits is not None:            # 0fXXXXXXXX used as bits (mov.b32 %r, 0f3F800000)
         return op.bits
     if op.is_float:
         raise SimError(f"float immediate {op.value} used as .{ty}")

@@ -29,7 +29,7 @@ class Reg:
 class Imm:
     value: int | float
     is_float: bool          # written 0f..., 0d... or with a decimal point
-    bits: int = 0           # for 0f / 0d: the raw bit pattern (32 or 64 bits)
+    bits: int | None = None  # for 0f / 0d: the raw bit pattern (32 or 64 bits)
 
 
 @dataclass(frozen=True)

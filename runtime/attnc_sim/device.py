@@ -1,0 +1,181 @@
+"""A bundle launched in the emulator on numpy arrays: attnc_runtime's `device="sim"`.
+
+    kernel = attnc_runtime.load(bundle, device="sim")       # -> SimKernel
+    out = kernel(q=q, k=k, v=v)                             # numpy in, numpy out
+
+The launch goes through attnc_runtime's own argument checks, grid rules and parameter
+values (`plan_launch`, `param_values`): only the memory is the emulator's. bf16 arrays
+are ml_dtypes.bfloat16 (or anything whose dtype is named 'bfloat16'). The emulated
+device is an H100/H200-like sm_90 or an A100-like sm_80 (`SimDevice`): its SM count
+picks a kernel's small grid as a GPU's would.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from attnc_runtime.arch import TARGETS, DeviceInfo
+from attnc_runtime.bundle import Bundle, read_bundle
+from attnc_runtime.checks import plan_launch
+from attnc_runtime.dtypes import DTYPES
+from attnc_runtime.errors import AttncRuntimeError
+from attnc_runtime.params import param_values
+from attnc_runtime.tensors import TensorView, contiguous_strides
+
+from attnc_sim.engine import Launch
+from attnc_sim.program import decode
+from attnc_sim.ptx import parse_module
+from attnc_sim.scheduler import Scheduler
+from attnc_sim.state import GlobalMemory
+
+
+@dataclass(frozen=True)
+class SimDevice:
+    """What the emulated GPU tells the argument checks."""
+    multiprocessors: int = 132          # an H200's
+    max_dynamic_smem_bytes: int = 227 * 1024
+
+    def info(self, target: str) -> DeviceInfo:
+        return DeviceInfo(ordinal=0, name=f"attnc_sim ({target})", capability=TARGETS[target].capability,
+                          max_dynamic_smem_bytes=self.max_dynamic_smem_bytes,
+                          multiprocessors=self.multiprocessors)
+
+
+class _Platform:
+    def __init__(self, info: DeviceInfo):
+        self.info = info
+
+    def device_info(self, ordinal: int) -> DeviceInfo:
+        return self.info
+
+    def pointer_device(self, ptr: int) -> int:
+        return 0
+
+
+class _SimArray:
+    """A numpy array copied into the emulator's global memory."""
+
+    def __init__(self, memory: GlobalMemory, array: np.ndarray, dtype: str, name: str):
+        self.array, self.dtype, self.name = array, dtype, name
+        self.ptr = memory.alloc(array.nbytes)
+        memory.put(self.ptr, np.ascontiguousarray(array))
+
+    def __attnc_view__(self) -> TensorView:
+        return TensorView(ptr=self.ptr, shape=tuple(self.array.shape),
+                          strides=contiguous_strides(tuple(self.array.shape)), dtype=self.dtype,
+                          dtype_text=str(self.array.dtype), device=0, location="cuda", library="sim")
+
+
+def _dtype_name(array) -> str | None:
+    name = np.asarray(array).dtype.name
+    return {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "int32": "i32"}.get(name)
+
+
+def numpy_dtype(name: str):
+    if name == "bf16":
+        import ml_dtypes
+        return ml_dtypes.bfloat16
+    return np.dtype(DTYPES[name].library_name)
+
+
+class SimKernel:
+    """A bundle in the emulator. `seed` drives the warp order and asynchronous completion;
+    `ctas`: CTA ids of the attention kernel to run (None: all; the mask kernels always run
+    whole); `raise_reports`: stop at the first race or protocol report (else collect them
+    in `last_reports`)."""
+
+    def __init__(self, bundle: Bundle, device: SimDevice | None = None, seed: int = 0,
+                 raise_reports: bool = True):
+        self.bundle, self.device, self.seed = bundle, device or SimDevice(), seed
+        self.raise_reports = raise_reports
+        self.last_reports: list = []
+        self.last_launches: list[Launch] = []
+        self._programs: dict = {}
+        code = bundle.manifest.code
+        if "ptx" not in code:
+            raise AttncRuntimeError(f"{bundle.manifest.variant}: the bundle has no PTX to emulate")
+        self._module = None
+
+    @property
+    def manifest(self):
+        return self.bundle.manifest
+
+    def program(self, symbol: str):
+        if self._module is None:
+            text = self.bundle.images["ptx"]
+            text = text.decode() if isinstance(text, (bytes, bytearray)) else text
+            self._module = parse_module(text.rstrip("\0"), f"{self.manifest.variant}.ptx")
+        if symbol not in self._programs:
+            if symbol not in self._module.kernels:
+                raise AttncRuntimeError(f"kernel {symbol} is not in the bundle's PTX")
+            self._programs[symbol] = decode(self._module.kernels[symbol])
+        return self._programs[symbol]
+
+    def __call__(self, *tensors, ctas=None, **args) -> dict[str, np.ndarray]:
+        manifest = self.manifest
+        named = dict(args)
+        for spec, t in zip(manifest.inputs, tensors):
+            named[spec.name] = t
+        memory = GlobalMemory()
+        tensor_names = {t.name for t in manifest.tensors}
+        sim_args = {}
+        for name, value in named.items():
+            if name in tensor_names and value is not None:
+                dtype = _dtype_name(value)
+                if dtype is None:
+                    raise AttncRuntimeError(f"{name}: expected a numpy array of f16, bf16, f32 or i32, "
+                                            f"got {np.asarray(value).dtype}")
+                sim_args[name] = _SimArray(memory, np.asarray(value), dtype, name)
+            else:
+                sim_args[name] = value
+        plan = plan_launch(manifest, sim_args, _Platform(self.device.info(manifest.target)))
+        outputs = {}
+        for spec, shape in plan.allocate:
+            arr = np.zeros(shape, numpy_dtype(spec.dtype))
+            outputs[spec.name] = sim_args[spec.name] = _SimArray(memory, arr, spec.dtype, spec.name)
+        views = {name: obj.__attnc_view__() for name, obj in sim_args.items() if isinstance(obj, _SimArray)}
+        scratch = {name: memory.alloc(nbytes) for name, nbytes in plan.scratch.items()}
+        scheduler = Scheduler(self.seed)
+        self.last_reports, self.last_launches = [], []
+        for i, (k, grid, symbol) in enumerate(zip(manifest.kernels, plan.grids, plan.symbols)):
+            if 0 in grid:
+                continue
+            program = self.program(symbol)
+            params = pack_params(program, param_values(k, plan.dims, views, scratch))
+            launch = Launch(program, grid, k.block, k.dynamic_smem_bytes, memory, params, scheduler,
+                            raise_reports=self.raise_reports)
+            launch.run(None if i in manifest.mask_kernels or ctas is None else ctas)
+            self.last_reports += launch.reports
+            self.last_launches.append(launch)
+        result = {}
+        for spec in manifest.outputs:
+            obj = sim_args[spec.name]
+            data = memory.get(obj.ptr, obj.array.nbytes).view(obj.array.dtype).reshape(obj.array.shape)
+            if isinstance(named.get(spec.name), np.ndarray):
+                named[spec.name][...] = data
+            result[spec.name] = data
+        return result
+
+
+def pack_params(program, values: list) -> bytes:
+    """The kernel's parameter buffer: each ctypes value at its PTX parameter's offset."""
+    params = program.kernel.params
+    if len(values) != len(params):
+        raise AttncRuntimeError(f"{program.kernel.name}: the manifest gives {len(values)} parameters, "
+                                f"the PTX declares {len(params)}")
+    buf = bytearray(max(program.param_size, 8))
+    for p, v in zip(params, values):
+        raw = bytes(v)
+        if len(raw) != p.size:
+            raise AttncRuntimeError(f"{program.kernel.name}: parameter {p.name} is {p.size} bytes in the PTX, "
+                                    f"{len(raw)} in the manifest's ABI")
+        off = program.param_offsets[p.name]
+        buf[off:off + len(raw)] = raw
+    return bytes(buf)
+
+
+def load(path: str | Path, **options) -> SimKernel:
+    return SimKernel(read_bundle(path), **options)

@@ -1,0 +1,237 @@
+"""Integer, bitwise, predicate and data-movement instructions: add, sub, mul, mad, div,
+rem, min, max, abs, neg, and, or, xor, not, shl, shr, bfe, setp, selp, mov.
+
+The arithmetic opcodes are shared with floating point: a floating type goes to
+isa_float's rules. Integer arithmetic wraps (numpy's fixed-width arithmetic).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from attnc_sim import isa, isa_float
+from attnc_sim.state import DTYPE, WIDTH
+
+INT_TYPES = {"b8", "u8", "s8", "b16", "u16", "s16", "b32", "u32", "s32", "b64", "u64", "s64"}
+FLOAT_TYPES = {"f16", "bf16", "f32", "f64", "f16x2", "bf16x2"}
+
+
+def type_of(ins) -> str:
+    return ins.opcode.rsplit(".", 1)[1]
+
+
+def binary(ins, ctx, ty, fn, out_ty=None):
+    a = ctx.reader(ins.operands[1], ty)
+    b = ctx.reader(ins.operands[2], ty)
+    d = ctx.writer(ins.operands[0], out_ty or ty)
+    return lambda w: d(w, fn(a(w), b(w)))
+
+
+def unary(ins, ctx, ty, fn, out_ty=None):
+    a = ctx.reader(ins.operands[1], ty)
+    d = ctx.writer(ins.operands[0], out_ty or ty)
+    return lambda w: d(w, fn(a(w)))
+
+
+def _wide(ty):
+    return {"u16": "u32", "s16": "s32", "u32": "u64", "s32": "s64"}[ty]
+
+
+@isa.register("add", "sub")
+def add_sub(ins, ctx):
+    ty = type_of(ins)
+    if ty in FLOAT_TYPES:
+        return isa_float.arith(ins, ctx, ty)
+    if "sat" in ins.parts:
+        raise ctx.error("saturating integer add/sub is not supported")
+    op = np.add if ins.parts[0] == "add" else np.subtract
+    return binary(ins, ctx, ty, op)
+
+
+@isa.register("mul")
+def mul(ins, ctx):
+    ty = type_of(ins)
+    if ty in FLOAT_TYPES:
+        return isa_float.arith(ins, ctx, ty)
+    mode = ins.parts[1]
+    if mode == "lo":
+        return binary(ins, ctx, ty, np.multiply)
+    if mode == "wide":
+        wt = _wide(ty)
+        wd = DTYPE[wt]
+        return binary(ins, ctx, ty, lambda a, b: a.astype(wd) * b.astype(wd), wt)
+    if mode == "hi" and WIDTH[ty] == 32:
+        wd = DTYPE[_wide(ty)]
+        return binary(ins, ctx, ty, lambda a, b: ((a.astype(wd) * b.astype(wd)) >> 32).astype(DTYPE[ty]))
+    raise ctx.error(f"{ins.opcode} is not supported")
+
+
+@isa.register("mad")
+def mad(ins, ctx):
+    ty = type_of(ins)
+    if ty in FLOAT_TYPES:
+        return isa_float.fma(ins, ctx)
+    a, b = ctx.reader(ins.operands[1], ty), ctx.reader(ins.operands[2], ty)
+    if ins.parts[1] == "lo":
+        c = ctx.reader(ins.operands[3], ty)
+        d = ctx.writer(ins.operands[0], ty)
+        return lambda w: d(w, a(w) * b(w) + c(w))
+    if ins.parts[1] == "wide":
+        wt = _wide(ty)
+        wd = DTYPE[wt]
+        c = ctx.reader(ins.operands[3], wt)
+        d = ctx.writer(ins.operands[0], wt)
+        return lambda w: d(w, a(w).astype(wd) * b(w).astype(wd) + c(w))
+    raise ctx.error(f"{ins.opcode} is not supported")
+
+
+def _div(a, b):
+    """PTX integer division: truncated toward zero; a zero divisor gives all ones."""
+    zero = b == 0
+    safe = np.where(zero, 1, b)
+    if a.dtype.kind == "u":
+        q = a // safe
+    else:
+        q = (np.abs(a.astype(np.int64)) // np.abs(safe.astype(np.int64))).astype(a.dtype)
+        q = np.where((a < 0) != (safe < 0), -q, q).astype(a.dtype)
+    return np.where(zero, a.dtype.type(-1) if a.dtype.kind == "i" else np.iinfo(a.dtype).max, q).astype(a.dtype)
+
+
+@isa.register("div")
+def div(ins, ctx):
+    ty = type_of(ins)
+    if ty in FLOAT_TYPES:
+        return isa_float.arith(ins, ctx, ty)
+    return binary(ins, ctx, ty, _div)
+
+
+@isa.register("rem")
+def rem(ins, ctx):
+    ty = type_of(ins)
+    return binary(ins, ctx, ty, lambda a, b: np.where(b == 0, a, a - _div(a, b) * b).astype(a.dtype))
+
+
+@isa.register("min", "max")
+def min_max(ins, ctx):
+    ty = type_of(ins)
+    if ty in FLOAT_TYPES:
+        return isa_float.arith(ins, ctx, ty)
+    op = np.minimum if ins.parts[0] == "min" else np.maximum
+    if "relu" in ins.parts:
+        return binary(ins, ctx, ty, lambda a, b: np.maximum(op(a, b), 0).astype(a.dtype))
+    return binary(ins, ctx, ty, op)
+
+
+@isa.register("abs", "neg")
+def abs_neg(ins, ctx):
+    ty = type_of(ins)
+    if ty in FLOAT_TYPES:
+        return isa_float.unary_op(ins, ctx, ty)
+    return unary(ins, ctx, ty, np.abs if ins.parts[0] == "abs" else np.negative)
+
+
+_BITWISE = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}
+
+
+@isa.register("and", "or", "xor")
+def bitwise(ins, ctx):
+    return binary(ins, ctx, type_of(ins), _BITWISE[ins.parts[0]])
+
+
+@isa.register("not")
+def not_(ins, ctx):
+    return unary(ins, ctx, type_of(ins), np.invert)
+
+
+@isa.register("shl", "shr")
+def shift(ins, ctx):
+    ty = type_of(ins)
+    width = WIDTH[ty]
+    a = ctx.reader(ins.operands[1], ty)
+    b = ctx.reader(ins.operands[2], "u32")
+    d = ctx.writer(ins.operands[0], ty)
+    dt = DTYPE[ty]
+    if ins.parts[0] == "shl":
+        def run(w):
+            n = b(w)
+            d(w, np.where(n >= width, 0, a(w) << np.minimum(n, width - 1).astype(dt)).astype(dt))
+    elif ty.startswith("s"):
+        def run(w):
+            d(w, a(w) >> np.minimum(b(w), width - 1).astype(dt))
+    else:
+        def run(w):
+            n = b(w)
+            d(w, np.where(n >= width, 0, a(w) >> np.minimum(n, width - 1).astype(dt)).astype(dt))
+    return run
+
+
+@isa.register("bfe")
+def bfe(ins, ctx):
+    ty = type_of(ins)
+    width = WIDTH[ty]
+    a = ctx.reader(ins.operands[1], ty)
+    pos = ctx.reader(ins.operands[2], "u32")
+    length = ctx.reader(ins.operands[3], "u32")
+    d = ctx.writer(ins.operands[0], ty)
+    ut = DTYPE["u" + ty[1:]]
+
+    def run(w):
+        p = np.minimum(pos(w) & 0xFF, width).astype(np.uint64)
+        n = np.minimum(length(w) & 0xFF, width).astype(np.uint64)
+        x = a(w).astype(ut).astype(np.uint64)
+        field = (x >> np.minimum(p, width - 1)) & ((np.uint64(1) << n) - np.uint64(1) if width < 64 else
+                                                   np.where(n >= 64, ~np.uint64(0), (np.uint64(1) << np.minimum(n, 63)) - np.uint64(1)))
+        field = np.where(p >= width, 0, field).astype(np.uint64)
+        if ty.startswith("s"):
+            msb = np.where(n == 0, 0, np.minimum(p + n - np.uint64(1), width - 1)).astype(np.uint64)
+            sign = (x >> msb) & np.uint64(1)
+            fill = np.where((sign == 1) & (n > 0), ~((np.uint64(1) << n) - np.uint64(1)), np.uint64(0))
+            field = field | fill
+        d(w, field.astype(ut))
+    return run
+
+
+_CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+        "ge": np.greater_equal, "lo": np.less, "ls": np.less_equal, "hi": np.greater, "hs": np.greater_equal}
+
+
+def compare(op: str, ty: str):
+    """The comparison `op` (setp's, set's) on operands of type `ty`."""
+    if ty in FLOAT_TYPES:
+        return isa_float.compare(op)
+    return _CMP[op]
+
+
+_COMBINE = {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}
+
+
+@isa.register("setp")
+def setp(ins, ctx):
+    parts = ins.parts
+    ty, cmp = parts[-1], compare(parts[1], parts[-1])
+    if ty == "f32" and "ftz" in parts:
+        cmp = isa_float.ftz_inputs(cmp)
+    a, b = ctx.reader(ins.operands[1], ty), ctx.reader(ins.operands[2], ty)
+    d = ctx.writer(ins.operands[0], "pred")
+    if len(ins.operands) == 4:
+        combine = _COMBINE[parts[2]]
+        c = ctx.reader(ins.operands[3], "pred")
+        return lambda w: d(w, combine(cmp(a(w), b(w)), c(w)))
+    return lambda w: d(w, cmp(a(w), b(w)))
+
+
+@isa.register("selp")
+def selp(ins, ctx):
+    ty = type_of(ins)
+    a, b = ctx.reader(ins.operands[1], ty), ctx.reader(ins.operands[2], ty)
+    c = ctx.reader(ins.operands[3], "pred")
+    d = ctx.writer(ins.operands[0], ty)
+    return lambda w: d(w, np.where(c(w), a(w), b(w)))
+
+
+@isa.register("mov")
+def mov(ins, ctx):
+    ty = type_of(ins)
+    dst, src = ins.operands
+    d = ctx.writer(dst, ty)
+    a = ctx.reader(src, ty)
+    return lambda w: d(w, a(w))
