@@ -86,13 +86,13 @@ def _mbarrier(w, addr: int, ins):
 def _complete_tx(w, addr: int, nbytes: int, ins) -> None:
     bar = _mbarrier(w, addr, ins)
     if bar is not None:
-        bar.complete_tx(nbytes, w, ins.where())
+        bar.complete_tx(w, nbytes, ins.where())
 
 
 def _arrive(w, addr: int, ins) -> None:
     bar = _mbarrier(w, addr, ins)
     if bar is not None:
-        bar.arrive(1, w, ins.where())
+        bar.arrive(w, 1, ins.where())
 
 
 # tensor-memory allocation -------------------------------------------------------------------

@@ -35,13 +35,13 @@ class RecordingMBarrier:
     def __init__(self):
         self.arrivals, self.tx, self.waiters = [], 0, []
 
-    def arrive(self, count, w, where):
+    def arrive(self, w, count, where):
         self.arrivals.append((w.index, where))
         for waiter in self.waiters:
             waiter.blocked = False
         self.waiters.clear()
 
-    def complete_tx(self, nbytes, w, where):
+    def complete_tx(self, w, nbytes, where):
         self.tx += nbytes
 
 
