@@ -57,6 +57,22 @@ def test_a_100000_character_name_compiles_and_the_manifest_keeps_it(tmp_path, ar
     assert f".entry attnc_{symbol_stem(LONG_NAME)}_fwd(" in ptx and LONG_NAME not in ptx
 
 
+@pytest.mark.xfail(strict=True, reason="BlockMapPlan.symbol (backend/blockmap.py) still writes the whole name: "
+                                        "it is to return kernel_symbol(self.variant, 'blockmap')")
+def test_a_100000_character_name_with_a_block_map_compiles(tmp_path):
+    """A mask that reads a param adds the block-map kernel, with a symbol of its own."""
+    source = tmp_path / "long.attn"
+    source.write_text(f"attention {LONG_NAME} {{\n  q: bf16[B, H, M, 64]\n  k: bf16[B, H, N, 64]\n"
+                      f"  v: bf16[B, H, N, 64]\n  param keep: i32[H, N]\n"
+                      f"  mask_mod(b, h, i, j) = keep[h, j] > 0 and j <= i\n  out o: bf16[B, H, M, 64]\n}}\n")
+    p = _attnc("compile", str(source), "-arch", "sm_80", "-o", str(tmp_path / "bundle"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    manifest = json.loads((tmp_path / "bundle/manifest.json").read_text())
+    assert manifest["variant"] == LONG_NAME
+    assert [k["symbol"] for k in manifest["kernels"]] == [kernel_symbol(LONG_NAME, "blockmap"),
+                                                          kernel_symbol(LONG_NAME, "fwd")]
+
+
 # --- a standard output nobody reads ------------------------------------------------------
 @pytest.mark.parametrize("args", [["passes"], ["check", "examples/mha.attn"]])
 def test_a_closed_standard_output_stops_quietly(args):
