@@ -374,18 +374,24 @@ def _user_failure(origin: str, e: BaseException) -> str:
     import traceback
     frames = [(f.filename, f.lineno) for f in traceback.extract_tb(e.__traceback__)]
     message = f"{type(e).__name__}: {e}"
-    text = str(e)
-    if isinstance(e, RuntimeError) and text.startswith(_CALLBACK_FAILED):
-        lines = text.splitlines()
-        rows = [n for n, line in enumerate(lines) if _FRAME.match(line)]
-        frames += [(m["file"], int(m["line"])) for m in map(_FRAME.match, (lines[n] for n in rows))]
-        # after the last frame: its source line and carets (indented), then the exception
-        rest = lines[rows[-1] + 1:] if rows else []
-        while rest and rest[0].startswith("    "):
-            rest.pop(0)
-        message = "\n".join(rest).strip() or message
+    if isinstance(e, RuntimeError) and str(e).startswith(_CALLBACK_FAILED):
+        inner_frames, inner_message = _read_traceback(str(e))
+        frames += inner_frames
+        message = inner_message or message
     own = [(file, line) for file, line in frames if Path(file) == Path(origin)]
     return f" at {own[-1][0]}:{own[-1][1]}: {message}" if own else f": {message}"
+
+
+def _read_traceback(text: str) -> tuple[list[tuple[str, int]], str]:
+    """The (file, line) frames of a traceback printed as text, and its last exception's
+    'Type: message' (what follows the last frame and its indented source lines)."""
+    lines = text.splitlines()
+    rows = [n for n, line in enumerate(lines) if _FRAME.match(line)]
+    frames = [(m["file"], int(m["line"])) for m in (_FRAME.match(lines[n]) for n in rows)]
+    rest = lines[rows[-1] + 1:] if rows else []
+    while rest and rest[0].startswith("    "):
+        rest.pop(0)
+    return frames, "\n".join(rest).strip()
 
 
 def _at_the_option(e: AttncError, p: ResolvedPass) -> AttncError:
