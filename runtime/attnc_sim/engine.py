@@ -74,8 +74,11 @@ class Launch:
         return [(x, y, z) for z in range(gz) for y in range(gy) for x in range(gx)]
 
     def run(self, ctas=None) -> None:
-        for ctaid in (self.all_ctas() if ctas is None else ctas):
-            self.run_cta(tuple(ctaid))
+        # inactive lanes compute on whatever their registers hold: numpy's warnings about
+        # them (a division by zero) say nothing about the kernel
+        with np.errstate(all="ignore"):
+            for ctaid in (self.all_ctas() if ctas is None else ctas):
+                self.run_cta(tuple(ctaid))
 
     def run_cta(self, ctaid: tuple[int, int, int]) -> Cta:
         cta = Cta(ctaid, self.smem_bytes)
@@ -105,6 +108,14 @@ class Launch:
         sched.pending.clear()
         return cta
 
+    def _pending_register(self, w: Warp, pc: int) -> None:
+        key = next(k for k in self.program.touches[pc] if k in w.pending_regs)
+        op = w.pending_regs[key]
+        name = next(n for n, r in self.program.layout.rows.items() if r == key)
+        self.report("read-before-complete", w, self.program.body[pc].where(),
+                    f"accesses {name} before the asynchronous operation writing it ({op.where}) completed")
+        op.complete()
+
     def _deadlock(self, cta: Cta, live: list[Warp]) -> None:
         waits = "; ".join(f"warp {w.index} waits for {w.waiting} at {self.program.body[w.pc].where()}"
                           for w in live)
@@ -113,7 +124,7 @@ class Launch:
 
     def _run_warp(self, w: Warp) -> int:
         """Run `w` until it blocks or exits."""
-        ops, guards = self.program.ops, self.program.guards
+        ops, guards, touches = self.program.ops, self.program.guards, self.program.touches
         count = 0
         try:
             while True:
@@ -124,6 +135,8 @@ class Launch:
                     continue
                 g = guards[pc]
                 count += 1
+                if w.pending_regs and touches[pc] and not touches[pc].isdisjoint(w.pending_regs):
+                    self._pending_register(w, pc)
                 if g is None:
                     code = ops[pc](w)
                 else:
