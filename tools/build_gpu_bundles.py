@@ -3,7 +3,7 @@
     python tools/build_gpu_bundles.py [--out .bundles/gpu] [--suites SUITE,...] [--jobs N]
                                       [--archs sm_80,sm_90a]
                                       [--property-count 240] [--property-seed 0]
-                                      [--allow-refusals] [--pack FILE.tar.xz]
+                                      [--allow-refusals] [--pack FILE.tar.xz] [--only REGEX]
 
 writes one bundle folder per variant and an index.json that tests/gpu and bench/ read
 on the GPU machine, where neither MLIR nor the compiler is installed. Each index entry
@@ -416,6 +416,7 @@ def main(argv=None) -> int:
     ap.add_argument("--allow-refusals", action="store_true",
                     help="exit 0 even when the compiler refuses or crashes on variants (they stay in the index)")
     ap.add_argument("--pack", help="also write the folder as a tarball (.tar.xz or .tar.gz) to carry")
+    ap.add_argument("--only", help="a regular expression: build only the bundles whose names it finds")
     args = ap.parse_args(argv)
     suites = [s for s in args.suites.split(",") if s]
     unknown = [s for s in suites if s not in SUITES]
@@ -435,6 +436,8 @@ def main(argv=None) -> int:
     per_arch = {"examples", "property", "reused_lets", "exact_ints", "bench_variants"}
     jobs = [job.for_arch(arch) for suite in suites for job in makers[suite]()
             for arch in (archs if suite in per_arch else [None])]
+    if args.only:
+        jobs = [job for job in jobs if re.search(args.only, job.name)]
     index_path = out / "index.json"
     old = json.loads(index_path.read_text()) if index_path.exists() else []
     for e in old:                   # the rebuilt suites' old bundles go
