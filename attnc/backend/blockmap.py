@@ -122,6 +122,7 @@ from mlir import ir
 from mlir.dialects import arith, gpu, llvm, nvvm, scf
 
 from attnc.analysis.to_arith import inline_function
+from attnc.backend.bundle import kernel_symbol
 from attnc.backend.blockmap_intervals import Ival, TileIntervals, Tri, WarpRange, point, unsupported
 from attnc.backend.hooks import MaskConjuncts, RegionCode, size_dims
 from attnc.backend.kernel_spec import ExtraParam, KvCtx, KvRange
@@ -179,7 +180,7 @@ class BlockMapPlan:
 
     @property
     def symbol(self) -> str:
-        return f"attnc_{self.variant}_blockmap"
+        return kernel_symbol(self.variant, "blockmap")
 
     @property
     def head_slots(self) -> DimValue:

@@ -57,8 +57,6 @@ def test_a_100000_character_name_compiles_and_the_manifest_keeps_it(tmp_path, ar
     assert f".entry attnc_{symbol_stem(LONG_NAME)}_fwd(" in ptx and LONG_NAME not in ptx
 
 
-@pytest.mark.xfail(strict=True, reason="BlockMapPlan.symbol (backend/blockmap.py) still writes the whole name: "
-                                        "it is to return kernel_symbol(self.variant, 'blockmap')")
 def test_a_100000_character_name_with_a_block_map_compiles(tmp_path):
     """A mask that reads a param adds the block-map kernel, with a symbol of its own."""
     source = tmp_path / "long.attn"
