@@ -40,3 +40,15 @@ def test_its_kernel_is_that_of_the_cap_written_in_the_source(tmp_path):
     assert status == 0, err
     assert "tanh.approx.f32" in by_pass
     assert by_pass == by_source
+
+
+def test_the_readme_shows_this_pass():
+    """The README's user-pass section is this file's code (its comments aside), so the
+    pass a reader copies is the one tested here."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("```python\n", readme.index("caps the scores after a variant's score_mod")) + len("```python\n")
+    shown = readme[start:readme.index("```", start)]
+    code = (ROOT / PASS_FILE).read_text()
+    code = code[code.index("from dataclasses"):]
+    without_comments = "".join(line for line in code.splitlines(keepends=True) if not line.lstrip().startswith("#"))
+    assert shown.strip() == without_comments.strip()
