@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Callable
 
 from attnc.analysis.domain import Interval
-from attnc.analysis.symbolic import Builder, Expr, as_const, symbols
+from attnc.analysis.symbolic import Builder, Expr, as_const
 
 
 def inner_interval(S: Builder, cond: Expr, x: Expr, domain: Interval,
@@ -40,10 +40,36 @@ class _Solver:
         self.name = atom.args[0]
         one = S.const(1)
         self.empty = Interval(S.add(domain.hi, one), domain.hi)
+        self._solved: dict[int, Interval] = {}
+        self._mentions: dict[int, bool] = {}
 
     def solve(self, cond: Expr) -> Interval:
+        """Once per expression: a condition shared by several parents (nested `where`s
+        share their conditions) is solved once, not once per path to it."""
+        hit = self._solved.get(cond.id)
+        if hit is None:
+            hit = self._solved[cond.id] = self._solve(cond)
+        return hit
+
+    def mentions_x(self, e: Expr) -> bool:
+        """Whether `e` depends on x, memoised over the DAG (`symbols` walks it whole)."""
+        memo = self._mentions
+        stack = [(e, False)]
+        while stack:
+            node, children_done = stack.pop()
+            if node.id in memo:
+                continue
+            kids = _children(node)
+            if not children_done:
+                stack.append((node, True))
+                stack.extend((k, False) for k in kids if k.id not in memo)
+                continue
+            memo[node.id] = (node.kind == "sym" and node.args[0] == self.name) or any(memo[k.id] for k in kids)
+        return memo[e.id]
+
+    def _solve(self, cond: Expr) -> Interval:
         S = self.S
-        if self.name not in symbols(cond):
+        if not self.mentions_x(cond):
             return Interval(S.select(cond, self.domain.lo, self.empty.lo), self.domain.hi)
         kind = cond.kind
         if kind == "le":
@@ -73,7 +99,7 @@ class _Solver:
     def _le(self, lin: Expr) -> Interval:
         """k * t + r <= 0 where t, the only term with x, is x or (s*x + e) // c."""
         S = self.S
-        with_x = [(t, k) for t, k in lin.args[1] if self.name in symbols(t)]
+        with_x = [(t, k) for t, k in lin.args[1] if self.mentions_x(t)]
         if len(with_x) != 1:
             return self.empty
         t, k = with_x[0]
@@ -83,7 +109,7 @@ class _Solver:
         c = as_const(t.args[1]) if t.kind == "fdiv" else None
         s = dict(t.args[0].args[1]).get(self.atom) if c else None
         e = S.add(t.args[0], S.sym(self.name), -s) if s in (1, -1) else None
-        if e is None or self.name in symbols(e):
+        if e is None or self.mentions_x(e):
             return self.empty
 
         def through_floor(lo, hi):
@@ -132,3 +158,9 @@ class _Solver:
             joined = S.select(touch, hull(x, y), S.select(pick_a, x, y))
             return S.select(a_empty, y, S.select(b_empty, x, joined))
         return Interval(bound(a.lo, b.lo, S.min), bound(a.hi, b.hi, S.max))
+
+
+def _children(e: Expr) -> list[Expr]:
+    if e.kind == "lin":
+        return [a for a, _ in e.args[1]]
+    return [a for a in e.args if isinstance(a, Expr)]
