@@ -41,6 +41,7 @@ class Sym:
 class Addr:
     base: Reg | Sym | None  # [%rd4+16], [param_0], [1024]
     offset: int
+    coords: tuple | None = None     # [tmap, {%r1, %r3}]: a tensor map and its coordinates (Reg, Imm)
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,22 @@ _FLOAT_BITS = re.compile(r"^0([fFdD])([0-9a-fA-F]+)$")
 _ADDR = re.compile(r"^(?:([%A-Za-z_$][\w$.@]*)([+-]-?(?:0x[0-9a-fA-F]+|\d+))?|(-?(?:0x[0-9a-fA-F]+|\d+)))$")
 _LINE_DIRECTIVES = {".version", ".target", ".address_size", ".loc", ".file", ".maxntid", ".minnctapersm",
                     ".reqntid", ".maxnreg", ".pragma"}
-_SPLIT = re.compile(r",(?![^{]*\})")     # commas outside a {...} vector
+
+
+def split_operands(text: str) -> list[str]:
+    """An instruction's operand list split at the commas outside [...] and {...}:
+    `[tmap, {%r1, %r3}], [%r5]` is two operands."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(text[start:i])
+            start = i + 1
+    out.append(text[start:])
+    return out
 
 
 def parse_module(text: str, name: str = "<ptx>") -> Module:
@@ -312,7 +328,7 @@ class _Parser:
             guard = (Reg(self._rename(g.lstrip("!"), scopes)), neg)
         parts = stmt.split(None, 1)
         opcode = parts[0]
-        ops = tuple(self._operand(line, o.strip(), scopes) for o in _SPLIT.split(parts[1])) if len(parts) > 1 else ()
+        ops = tuple(self._operand(line, o.strip(), scopes) for o in split_operands(parts[1])) if len(parts) > 1 else ()
         return Instruction(opcode, ops, guard, line, text, loc)
 
     def _rename(self, name: str, scopes: list) -> str:
@@ -324,6 +340,13 @@ class _Parser:
     def _operand(self, line: int, text: str, scopes: list):
         if text.startswith("{"):
             return Vec(tuple(self._operand(line, t.strip(), scopes) for t in text.strip("{} ").split(",")))
+        if text.startswith("[") and "{" in text:
+            head, _, vec = text[1:-1].partition(",")
+            coords = self._operand(line, vec.strip(), scopes)
+            base = self._operand(line, head.strip(), scopes)
+            if not isinstance(coords, Vec) or not isinstance(base, (Reg, Sym)):
+                raise self.error(line, f"cannot read the tensor address {text}")
+            return Addr(base, 0, coords.items)
         if text.startswith("["):
             inner = text[1:-1].replace(" ", "")
             m = _ADDR.match(inner)
