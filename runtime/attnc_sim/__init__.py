@@ -40,6 +40,26 @@ the handler of the instruction that guarantees completion calls `op.complete()`.
 Races and protocol errors go to `w.cta.launch.report(kind, w, ins.where(), message)`.
 Per-CTA state a family needs lives in `cta.__dict__` under the family's own names
 (`Cta.mbarriers` is shared: mbarriers are used by cp.async, wgmma, TMA and tcgen05).
+
+What the core offers every family:
+
+  pending registers   an asynchronous operation that writes registers marks them with
+                      `w.mark_pending(keys, op)` at issue and `w.release_pending(keys, op)`
+                      in its `_run` (keys: `ctx.reg(operand)` pairs, the shape of
+                      `w.pending_regs`). Every `ctx.reader` / `ctx.writer` checks the mark:
+                      a read is a 'read-before-complete' report, a write a
+                      'write-before-complete' report, naming the warp, the accessing PTX
+                      line and the issuing one; the operation then completes. A handler
+                      that indexes register rows itself calls `ctx.pending_check(operands,
+                      reading)` (mma.sync, ldmatrix, wgmma's A). wgmma's accumulators and
+                      tcgen05.ld's destinations use it (Note [Pending registers], state.py).
+  exit checks         a family module may define `check_exit(cta) -> [(kind, message)]`;
+                      the engine runs it after the CTA's last warp exited and every
+                      pending operation landed, and reports each pair at "CTA (x, y, z) at
+                      exit" (families.EXIT_CHECKS). isa_sm100's reports tensor memory
+                      still allocated.
+  tensor operands     `[tmap, {%r1, %r3}]` parses as `ptx.Addr(base, 0, coords)`: `base`
+                      the tensor map (Reg or Sym), `coords` the vector's items (Reg, Imm).
 """
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 from attnc_sim.errors import SimError
+from attnc_sim.families import EXIT_CHECKS
 from attnc_sim.isa import BLOCK, EXIT, JUMP
 from attnc_sim.isa_sync import recheck_barriers
 from attnc_sim.program import Program
@@ -106,15 +107,18 @@ class Launch:
         for op in list(sched.pending):          # what a kernel left in flight lands before the launch ends
             op.complete()
         sched.pending.clear()
+        self._check_exit(cta)
         return cta
 
-    def _pending_register(self, w: Warp, pc: int) -> None:
-        key = next(k for k in self.program.touches[pc] if k in w.pending_regs)
-        op = w.pending_regs[key]
-        name = next(n for n, r in self.program.layout.rows.items() if r == key)
-        self.report("read-before-complete", w, self.program.body[pc].where(),
-                    f"accesses {name} before the asynchronous operation writing it ({op.where}) completed")
-        op.complete()
+    def _check_exit(self, cta: Cta) -> None:
+        """Every family's end-of-CTA checks (families.EXIT_CHECKS)."""
+        for family, check in EXIT_CHECKS:
+            for item in check(cta) or ():
+                if isinstance(item, tuple) and len(item) == 2 and all(isinstance(x, str) for x in item):
+                    kind, message = item
+                else:                   # a check that returns bare items: name the family
+                    kind, message = "exit", f"{family}: state left at exit: {item}"
+                self.report(kind, None, f"CTA {cta.ctaid} at exit", message)
 
     def _deadlock(self, cta: Cta, live: list[Warp]) -> None:
         waits = "; ".join(f"warp {w.index} waits for {w.waiting} at {self.program.body[w.pc].where()}"
@@ -124,7 +128,7 @@ class Launch:
 
     def _run_warp(self, w: Warp) -> int:
         """Run `w` until it blocks or exits."""
-        ops, guards, touches = self.program.ops, self.program.guards, self.program.touches
+        ops, guards = self.program.ops, self.program.guards
         count = 0
         try:
             while True:
@@ -135,8 +139,6 @@ class Launch:
                     continue
                 g = guards[pc]
                 count += 1
-                if w.pending_regs and touches[pc] and not touches[pc].isdisjoint(w.pending_regs):
-                    self._pending_register(w, pc)
                 if g is None:
                     code = ops[pc](w)
                 else:

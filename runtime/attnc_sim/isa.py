@@ -107,14 +107,23 @@ class Context:
             if cls != ty:
                 raise self.error(f"{op.name} read as .{ty}")
             return lambda w: w.pred[row]
-        attr = VIEW[ty]
-        if WIDTH[ty] == cls or ty in ("b8", "u8", "s8") and cls == 16 and False:
-            return _row_reader(attr, row)
+        key, check = (cls, row), self.pending_check([op], reading=True)
+        if WIDTH[ty] == cls:
+            attr = VIEW[ty]
+
+            def read(w):
+                if w.pending_regs and key in w.pending_regs:
+                    check(w)
+                return getattr(w, attr)[row]
+            return read
         # a register of another width than the type: PTX's relaxed rules truncate or extend
         src = {16: "b16", 32: "b32", 64: "b64"}[cls]
-        if ty.startswith("s") and WIDTH[ty] < cls:
-            return lambda w: getattr(w, src)[row].astype(dtype)
-        return lambda w: getattr(w, src)[row].astype(dtype)
+
+        def read_cast(w):
+            if w.pending_regs and key in w.pending_regs:
+                check(w)
+            return getattr(w, src)[row].astype(dtype)
+        return read_cast
 
     def writer(self, op, ty: str) -> Callable[[Warp, np.ndarray], None]:
         """A function (warp, value) storing `value` (of `ty`'s dtype or castable to it) into
@@ -122,6 +131,7 @@ class Context:
         if isinstance(op, Sink):
             return lambda w, v: None
         cls, row = self.reg(op)
+        key, check = (cls, row), self.pending_check([op], reading=False)
         if cls == "pred":
             if ty != "pred":
                 raise self.error(f"{op.name} written as .{ty}")
@@ -132,6 +142,8 @@ class Context:
             attr = None
         if attr is not None:
             def put(w, v):
+                if w.pending_regs and key in w.pending_regs:
+                    check(w)
                 if w.wfull:
                     getattr(w, attr)[row] = v
                 else:
@@ -142,12 +154,35 @@ class Context:
         dtype = DTYPE[ty]
 
         def put_ext(w, v):
+            if w.pending_regs and key in w.pending_regs:
+                check(w)
             v = np.asarray(v).astype(dtype, copy=False)
             if w.wfull:
                 getattr(w, dst)[row] = v
             else:
                 np.copyto(getattr(w, dst)[row], v, where=w.wmask, casting="unsafe")
         return put_ext
+
+    def pending_check(self, ops, reading: bool) -> Callable[[Warp], None]:
+        """A function of the warp reporting an access to any register of `ops` that an
+        in-flight asynchronous operation still writes (Note [Pending registers] in
+        state.py). Handlers that index register rows directly (mma.sync, wgmma) call it
+        themselves; `reader` and `writer` call it for every register they touch."""
+        regs = [(self.reg(op), op.name) for op in ops if isinstance(op, Reg) and op.name in self.layout.rows]
+        where = self.ins.where() if self.ins is not None else "?"
+        kind, verb = ("read-before-complete", "reads") if reading else ("write-before-complete", "writes")
+
+        def check(w):
+            if not w.pending_regs:
+                return
+            for key, name in regs:
+                op = w.pending_regs.get(key)
+                if op is None or op.done:       # done: the operation is writing its results now
+                    continue
+                w.cta.launch.report(kind, w, where, f"{verb} {name} before the asynchronous operation "
+                                                    f"writing it completed (issued at {op.where})")
+                op.complete()
+        return check
 
     def vec(self, op) -> list:
         return list(op.items) if isinstance(op, Vec) else [op]

@@ -89,9 +89,14 @@ def mma_sync(ins, ctx):
     c_read = [ctx.reader(op, "f32") for op in c_ops]
     d_write = [ctx.writer(op, "f32") for op in d_ops]
     where = ins.where()
+    reads = ctx.pending_check(a_ops + b_ops, reading=True)
+    writes = ctx.pending_check(d_ops, reading=False)
 
     def run(w):
         require_converged(w, None, where)
+        if w.pending_regs:
+            reads(w)
+            writes(w)
         a = halves_to_f32(w.b32[a_rows], at).reshape(-1)[A_INV].reshape(16, 16)
         b = halves_to_f32(w.b32[b_rows], at).reshape(-1)[B_INV].reshape(16, 8)
         c = np.stack([r(w) for r in c_read]).reshape(-1)[C_INV].reshape(16, 8)
@@ -116,9 +121,12 @@ def ldmatrix(ins, ctx):
     addr = ctx.address(ins.operands[1])
     where = ins.where()
     k = np.arange(8)
+    writes = ctx.pending_check(ctx.vec(ins.operands[0]), reading=False)
 
     def run(w):
         require_converged(w, None, where)
+        if w.pending_regs:
+            writes(w)
         cta = w.cta
         rows_addr = addr(w)[:8 * n]                       # lane 8i+r gives row r of matrix i
         offs = cta.smem_offsets(rows_addr, 16, where)

@@ -60,8 +60,8 @@ class Wgmma(AsyncOp):
             races.check_read(w, span[::2] if False else np.unique(addrs.reshape(-1)), 2, where) if w.cta.n_inflight else None
             races.begin_read(w.cta, span)
             self.spans.append(span)
-        for row in d_rows:
-            w.pending_regs[(32, row)] = self
+        self.d_keys = [(32, int(row)) for row in d_rows]
+        w.mark_pending(self.d_keys, self)
 
     def _matrix(self, desc, rows, trans):
         smem = self.cta.smem
@@ -72,9 +72,7 @@ class Wgmma(AsyncOp):
         w = self.warp
         for span in self.spans:
             races.end_read(self.cta, span)
-        for row in self.d_rows:
-            if w.pending_regs.get((32, row)) is self:
-                del w.pending_regs[(32, row)]
+        w.release_pending(self.d_keys, self)
         sub = w.index % 4
         if self.a_desc is not None:
             a = self._matrix(self.a_desc, 64, self.trans_a)[16 * sub:16 * sub + 16]
@@ -121,19 +119,22 @@ def wgmma_mma_async(ins, ctx):
     neg_a, neg_b = imms[0] == -1, imms[1] == -1
     trans_a, trans_b = (0, imms[2]) if reg_a else (imms[2], imms[3])
     where = ins.where()
+    # the accumulators are this instruction's own: a wgmma chain accumulating into the
+    # registers in flight is the ISA's pattern; A in registers is read now
+    a_pending = ctx.pending_check(ctx.vec(ops[1]), reading=True) if reg_a else None
 
     def run(w):
         require_converged(w, None, where)
         lane0 = 0
         a = None
         if reg_a:
+            a_pending(w)
             a = halves_to_f32(w.b32[a_rows], at).reshape(-1)[A_INV].reshape(16, 16)
         ad = None if reg_a else smem_desc.decode_wgmma(int(a_desc(w)[lane0]))
         bd = smem_desc.decode_wgmma(int(b_desc(w)[lane0]))
         op = Wgmma(w, n, at, a, ad, bd, bool(scale_d(w)[lane0]), neg_a, neg_b, trans_a, trans_b, d_rows, where)
         _wg_state(w)["open"].append(op)
         w.cta.launch.scheduler.issue(op)
-    run.collective_registers = True
     return run
 
 

@@ -25,7 +25,6 @@ class Program:
     static_smem: int
     param_offsets: dict[str, int]
     param_size: int
-    touches: list = None        # touches[pc]: the registers instruction pc names (None: exempt)
 
 
 def decode(kernel: Kernel) -> Program:
@@ -47,20 +46,8 @@ def decode(kernel: Kernel) -> Program:
             reg, negated = ins.guard
             guards.append(ctx.reader(Reg(("!" if negated else "") + reg.name), "pred"))
     ctx.ins = None
-    touches = [None if getattr(op, "collective_registers", False) else _registers(ins, layout)
-               for op, ins in zip(ops, kernel.body)]
     return Program(kernel, layout, ops, guards, kernel.body, reconverge, shared_addrs, static,
-                   param_offsets, param_size, touches)
-
-
-def _registers(ins: Instruction, layout: RegLayout) -> frozenset:
-    """(register file, row) of every register the instruction names (for the check of
-    registers an in-flight operation writes: Note [wgmma in flight] in isa_sm90.py)."""
-    names = []
-    for op in ins.operands:
-        items = op.items if hasattr(op, "items") else (op.base,) if hasattr(op, "base") else (op,)
-        names += [x.name.lstrip("!") for x in items if isinstance(x, Reg)]
-    return frozenset(layout.rows[n] for n in names if n in layout.rows)
+                   param_offsets, param_size)
 
 
 def _shared_layout(kernel: Kernel) -> tuple[dict[str, int], int]:

@@ -95,6 +95,24 @@ class Warp:
         self.async_state: dict[str, object] = {}
         self.pending_regs: dict = {}                 # (file, row) -> the in-flight op writing it
 
+    # Note [Pending registers]: an asynchronous operation that writes registers (wgmma's
+    # accumulators, tcgen05.ld's destinations) marks them pending from its issue until it
+    # completes. The register readers and writers of isa.Context check the mark, so reading
+    # one, or writing one the operation will still overwrite, is reported with the reading
+    # instruction and the one that issued the operation; the operation then completes so
+    # the run goes on with defined values.
+
+    def mark_pending(self, keys, op) -> None:
+        """Registers `keys` ((file, row) pairs) are written by the in-flight `op`."""
+        for key in keys:
+            self.pending_regs[key] = op
+
+    def release_pending(self, keys, op) -> None:
+        """`op` completed: its registers among `keys` are no longer pending."""
+        for key in keys:
+            if self.pending_regs.get(key) is op:
+                del self.pending_regs[key]
+
     def set_mask(self, mask: np.ndarray) -> None:
         self.mask = mask
         self.full = bool(mask.all())
