@@ -28,6 +28,7 @@ from attnc.analysis.intervals import Box, Interpreter, opaque_nodes
 from attnc.analysis.region import Program
 from attnc.analysis.solve import inner_interval
 from attnc.analysis.symbolic import Builder, Expr, as_const, symbols
+from attnc.frontend.depth import run_deep
 
 SKIP, MIXED, FULL = 0, 1, 2
 TILE_ARGS = ("m_lo", "m_hi", "n_lo", "n_hi", "b", "h")
@@ -76,6 +77,10 @@ def summarize_mask(program: Program | None, dims: Mapping[str, Expr] | None = No
     S = builder or Builder()
     if program is None:
         return MaskSummary("none", S)
+    return run_deep(_summarize, program, S, dims, block_m, block_n, seq_q, seq_k)   # Note [Deep expressions]
+
+
+def _summarize(program: Program, S: Builder, dims, block_m: int, block_n: int, seq_q, seq_k) -> MaskSummary:
     dims = dims if dims is not None else _DimSymbols(S)
     seq_q, seq_k = (_as_expr(S, x) for x in (seq_q, seq_k))
     opaque = tuple(opaque_nodes(program))

@@ -446,18 +446,26 @@ def _once_per_value(walk):
     return once
 
 
-@_once_per_value
-def _j_coefficient(value: ir.Value, j: ir.Value, j_tainted: set, *, memo: dict) -> int | None:
-    """c when the i32 `value` is R + c * j with R independent of j, else None."""
+def _j_coefficient(value: ir.Value, j: ir.Value, j_tainted: set) -> int | None:
+    """c when the i32 `value` is R + c * j with R independent of j, else None. Each value
+    of j_tainted under `value` once, operands before their users: no recursion on the
+    depth of the expression (Note [Deep expressions] in attnc/frontend/depth.py)."""
+    memo: dict = {}
+    for v in _operands_first(value, j_tainted):
+        memo[v] = _j_coefficient_of(v, j, j_tainted, memo)
+    return memo.get(value, 0 if value not in j_tainted else None)
+
+
+def _j_coefficient_of(value: ir.Value, j: ir.Value, j_tainted: set, memo: dict) -> int | None:
+    """`_j_coefficient` of one value, that of its operands in `memo` (0: free of j)."""
     if value == j:
         return 1
-    if value not in j_tainted:
-        return 0
     op = defining_op(value)
     if op is None:
         return None
+    side = lambda v: memo[v] if v in j_tainted else 0  # noqa: E731
     if op.name in ("arith.addi", "arith.subi"):
-        x, y = (_j_coefficient(v, j, j_tainted, memo=memo) for v in op.operands)
+        x, y = (side(v) for v in op.operands)
         if x is None or y is None:
             return None
         return x + y if op.name == "arith.addi" else x - y
@@ -465,9 +473,29 @@ def _j_coefficient(value: ir.Value, j: ir.Value, j_tainted: set, *, memo: dict) 
         for v, w in ((op.operands[0], op.operands[1]), (op.operands[1], op.operands[0])):
             c = int_constant(w)
             if c is not None:
-                x = _j_coefficient(v, j, j_tainted, memo=memo)
+                x = side(v)
                 return None if x is None else x * c
     return None
+
+
+def _operands_first(value: ir.Value, within: set) -> list:
+    """The values of `within` that `value` is computed from (itself included), each once,
+    every one after the operands it has in `within`."""
+    order: list = []
+    done: set = set()
+    stack = [(value, False)]
+    while stack:
+        v, expanded = stack.pop()
+        if v in done or v not in within:
+            continue
+        op = defining_op(v)
+        if expanded or op is None:
+            done.add(v)
+            order.append(v)
+            continue
+        stack.append((v, True))
+        stack.extend((w, False) for w in reversed(list(op.operands)) if w not in done)
+    return order
 
 
 def _j_linear_split(block: ir.Block, bias: ir.Value):
@@ -710,6 +738,19 @@ def _linear_term(op: ir.Operation, j: ir.Value, tainted, negated: bool):
     return pred, ka - kb, a, b
 
 
+def _conjunct_operands(op: ir.Operation | None, negated: bool) -> list | None:
+    """The (value, negated) conjuncts `op`'s result stands for when it is an `and` (not
+    negated) or a `not` (xor with true), else None."""
+    if op is not None and op.name == "arith.andi" and not negated:
+        return [(v, False) for v in op.operands]
+    if op is not None and op.name == "arith.xori":
+        x, y = op.operands
+        for v, w in ((x, y), (y, x)):
+            if str(w.type) == "i1" and int_constant(w) == 1:
+                return [(v, not negated)]
+    return None
+
+
 def _truth(e: Emit, env: dict, value: ir.Value, negated: bool) -> ir.Value:
     """A conjunct of the region as emitted (`env`), negated when it stands under a `not`."""
     v = env.get(value, value)
@@ -740,31 +781,26 @@ class MaskConjuncts:
         residual: list = []
         seen: set = set()       # `c and c` is c: a conjunct reached twice is taken once
 
-        def conjuncts(value: ir.Value, negated: bool = False) -> None:
+        # Left to right, with a stack rather than recursion (an `and` chain may be deep).
+        stack = [(yielded(block), False)]
+        while stack:
+            value, negated = stack.pop()
             if (value, negated) in seen:
-                return
+                continue
             seen.add((value, negated))
             if value not in tainted:
                 free.append((value, negated))
-                return
+                continue
             op = defining_op(value)
-            if op is not None and op.name == "arith.andi" and not negated:
-                for v in op.operands:
-                    conjuncts(v)
-                return
-            if op is not None and op.name == "arith.xori":
-                x, y = op.operands
-                for v, w in ((x, y), (y, x)):
-                    if str(w.type) == "i1" and int_constant(w) == 1:
-                        conjuncts(v, not negated)
-                        return
+            inner = _conjunct_operands(op, negated)
+            if inner is not None:
+                stack.extend(reversed(inner))
+                continue
             term = _linear_term(op, j, tainted, negated) if op is not None else None
             if term is not None:
                 linear.append((value, negated, term))
             else:
                 residual.append((value, negated))
-
-        conjuncts(yielded(block))
         return cls(tuple(free), tuple(linear), tuple(residual))
 
     @property

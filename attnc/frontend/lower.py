@@ -31,6 +31,7 @@ from mlir.dialects import arith, func, math
 from attnc.errors import Span
 from attnc.frontend import ast
 from attnc.frontend.ast import BOOL, FLOAT, INT
+from attnc.frontend.depth import run_deep
 from attnc.frontend.variant import Hook, Tensor, Variant
 from attnc.ir import ATTENTION, DIM, PARAM, YIELD, int_constant, make_context
 
@@ -48,6 +49,10 @@ _MATH = {"exp": math.exp, "exp2": math.exp2, "log": math.log, "log2": math.log2,
 def lower(variant: Variant, ctx: ir.Context | None = None) -> ir.Module:
     """The L1 module of `variant`, built in `ctx` (a new context when None)."""
     ctx = ctx or make_context()
+    return run_deep(_build, variant, ctx)          # Note [Deep expressions]
+
+
+def _build(variant: Variant, ctx: ir.Context) -> ir.Module:
     with ctx, ir.Location.unknown():
         return _ModuleBuilder(variant).build()
 

@@ -16,6 +16,7 @@ import struct
 from attnc.errors import AttncError, AttncWarning, Span
 from attnc.frontend import ast
 from attnc.frontend.ast import BOOL, FLOAT, INT
+from attnc.frontend.depth import MAX_HOOK_DEPTH, run_deep
 from attnc.frontend.parser import nearest_f32
 from attnc.frontend.variant import Hook, Tensor, Variant
 from attnc_runtime.manifest import RESERVED_NAMES   # keywords of the runtime's Kernel.bind
@@ -48,7 +49,7 @@ BOOL_OPS = ("and", "or")
 
 def check(decl: ast.AttentionDecl, source: str = "", filename: str = "<input>") -> Variant:
     try:
-        return _Checker(decl).variant(source, filename)
+        return run_deep(_Checker(decl).variant, source, filename)     # Note [Deep expressions]
     except AttncError as e:
         raise e.located(filename, source) from None
 
@@ -291,11 +292,30 @@ class _Checker:
                 raise AttncError(f"parameter '{name}' of {h.name} shadows the tensor '{name}'", span)
             scope[name] = ty
         ty = _Typer(scope, param_tensors, set(self.tensors), aliases).type(h.body)
+        hook_depth(h.body)
         if h.name == "mask_mod" and ty != BOOL:
             raise AttncError(f"mask_mod must return a boolean, got {_type_name(ty)}", h.body.span)
         if h.name != "mask_mod" and ty == BOOL:
             raise AttncError(f"{h.name} must return a number, got a boolean", h.body.span)
         return Hook(h.name, h.params, h.body, h.span)
+
+
+def hook_depth(e: ast.Expr, lets: dict[str, int] | None = None) -> int:
+    """The levels of operations of `e` once its `let`s are substituted (a name bound by a
+    `let` is as deep as its value); an error at the first sub-expression deeper than
+    MAX_HOOK_DEPTH (Note [Deep expressions] in depth.py). Recursive on the source's
+    nesting only, which the parser bounds."""
+    lets = lets or {}
+    if isinstance(e, ast.Let):
+        return hook_depth(e.body, {**lets, e.name: hook_depth(e.value, lets)})
+    if isinstance(e, ast.Name):
+        return lets.get(e.id, 1)
+    depth = 1 + max((hook_depth(c, lets) for c in ast.children(e)), default=0)
+    if depth > MAX_HOOK_DEPTH:
+        raise AttncError(f"expression too deep: more than {MAX_HOOK_DEPTH} levels of operations, counting "
+                         f"each use of a `let` name as deep as its value (split a long chain into "
+                         f"independent parts, e.g. a sum into sums of fewer terms)", e.span)
+    return depth
 
 
 _SLOT_PLACES = {"B": "q's batch", "H": "q's heads", "M": "q's rows", "HKV": "k's heads", "N": "k's rows"}

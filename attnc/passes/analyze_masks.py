@@ -72,6 +72,7 @@ from typing import ClassVar
 from attnc.analysis.region import Program, read_region
 from attnc.analysis.tile_classes import KV_ARGS, TILE_ARGS, MaskSummary, summarize_mask, unanalysed
 from attnc.analysis.to_arith import emit_function, fits_64_bits
+from attnc.frontend.depth import run_deep
 from attnc.passes.registry import Pass
 
 TILE_SIZES = ("block_m", "block_n")
@@ -112,12 +113,17 @@ def analyze_masks(module) -> None:
         if "mask_kind" in op.attributes and _stale(op):
             _forget(op)
         if "mask_kind" not in op.attributes:
-            try:
-                _record(op, summarize_as(op))
-            except OverflowError as e:
-                from attnc.ir import error_at
-                raise error_at(op, f"the mask's integer arithmetic reaches beyond 64 bits ({e}): "
-                                   f"integers are exact up to 64 bits; rewrite it with smaller values") from None
+            run_deep(_analyze, op)          # Note [Deep expressions]
+
+
+def _analyze(op) -> None:
+    with op.context:
+        try:
+            _record(op, summarize_as(op))
+        except OverflowError as e:
+            from attnc.ir import error_at
+            raise error_at(op, f"the mask's integer arithmetic reaches beyond 64 bits ({e}): "
+                               f"integers are exact up to 64 bits; rewrite it with smaller values") from None
 
 
 def mask_functions(op) -> MaskFunctions:

@@ -10,6 +10,7 @@ Exact classes come from the reference's evaluation of mask_mod (`mask_oracle`).
 from __future__ import annotations
 
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -156,10 +157,12 @@ def analysis_calls(mask: str) -> int:
             calls[0] += 1
 
     sys.setprofile(count)
+    threading.setprofile(count)         # the analysis runs in a thread (Note [Deep expressions])
     try:
         analyze_source(source("shared", mask), 64, 64)
     finally:
         sys.setprofile(None)
+        threading.setprofile(None)
     return calls[0]
 
 
