@@ -184,6 +184,13 @@ class Context:
                 op.complete()
         return check
 
+    def pair(self, op) -> tuple:
+        """The two destinations of `d|p` (setp, shfl.sync), or (op, None)."""
+        if isinstance(op, Reg) and "|" in op.name:
+            first, second = op.name.split("|")
+            return Reg(first.strip()), Reg(second.strip())
+        return op, None
+
     def vec(self, op) -> list:
         return list(op.items) if isinstance(op, Vec) else [op]
 

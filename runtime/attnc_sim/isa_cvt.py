@@ -19,13 +19,18 @@ _INT_ROUND = {"rni": np.rint, "rzi": np.trunc, "rmi": np.floor, "rpi": np.ceil}
 
 
 def f32_to_bf16_bits(x: np.ndarray, mode: str = "rn") -> np.ndarray:
-    """float32 -> bf16 bits (uint16), round to nearest even (rn) or toward zero (rz); NaN
-    stays a quiet NaN."""
+    """float32 -> bf16 bits (uint16) in rounding mode rn (nearest even), rz, rm or rp; a NaN
+    stays a quiet NaN, an overflow goes to infinity or the largest finite value as the mode
+    says."""
     u = np.asarray(x, np.float32).view(np.uint32)
     if mode == "rn":
         r = (u + (np.uint32(0x7FFF) + ((u >> 16) & 1))) >> 16
-    elif mode == "rz":
-        r = u >> 16
+    elif mode in ("rz", "rm", "rp"):
+        r = u >> 16                                         # toward zero: drop the low bits
+        dropped = (u & 0xFFFF) != 0
+        negative = (u >> 31) != 0
+        away = {"rz": np.zeros_like(dropped), "rm": dropped & negative, "rp": dropped & ~negative}[mode]
+        r = r + away.astype(np.uint32)                      # one bf16 ulp away from zero
     else:
         raise ValueError(mode)
     nan = (u & 0x7FFFFFFF) > 0x7F800000
@@ -37,12 +42,20 @@ def bf16_bits_to_f32(b: np.ndarray) -> np.ndarray:
 
 
 def f32_to_f16_bits(x: np.ndarray, mode: str = "rn") -> np.ndarray:
+    """float32 -> f16 bits (uint16) in rounding mode rn, rz, rm or rp (numpy's cast is rn;
+    a directed mode steps the rn result one f16 ulp back where it went past the value)."""
+    x = np.asarray(x, np.float32)
+    h = x.astype(np.float16)
     if mode == "rn":
-        return np.asarray(x, np.float32).astype(np.float16).view(np.uint16)
-    h = np.asarray(x, np.float32).astype(np.float16)
+        return h.view(np.uint16)
     back = h.astype(np.float32)
     if mode == "rz":
-        h = np.where(np.abs(back) > np.abs(x), np.nextafter(h, np.float16(0)), h)
+        past = np.abs(back) > np.abs(x)
+        h = np.where(past, np.nextafter(h, np.float16(0)), h)
+    elif mode == "rm":
+        h = np.where(back > x, np.nextafter(h, np.float16(-np.inf)), h)
+    elif mode == "rp":
+        h = np.where(back < x, np.nextafter(h, np.float16(np.inf)), h)
     else:
         raise ValueError(mode)
     return h.astype(np.float16).view(np.uint16)
@@ -98,8 +111,13 @@ def _to_float_fn(ctx, src, dst, mode, ftz, sat):
             if sat:
                 v = saturate(v)
             return f32_to_f16_bits(v, mode or "rn").view(np.float16)
+        if mode in _INT_ROUND and src in _FLOAT:     # cvt.rmi.f32.f32: round to an integral value
+            r = _INT_ROUND[mode](v).astype(DTYPE[dst])
+            return saturate(r) if sat else r
         if dst == "f32":
-            if src in ("s64", "u64", "f64") or (src in ("s32", "u32") and mode not in (None, "rn")):
+            if src in ("s64", "u64") and mode in (None, "rn"):
+                r = x.astype(np.float32)            # the integer cast itself rounds to nearest
+            elif src in ("s64", "u64", "f64") or (src in ("s32", "u32") and mode not in (None, "rn")):
                 r = round_f32(v.astype(np.float64), mode or "rn")
             else:
                 r = v.astype(np.float32)

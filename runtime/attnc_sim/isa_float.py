@@ -3,9 +3,8 @@ and the approximations ex2, lg2, tanh, rcp, sqrt, rsqrt, sin, cos.
 
 Rounding: `.rn` is numpy's float32 arithmetic (IEEE round-to-nearest-even). The
 directed modes (`.rz`, `.rm`, `.rp`) compute in float64 and round the result toward
-the mode's direction. fma computes in float64 (an f32 product is exact there) and
-rounds once more: it can differ from a fused f32 fma in the last bit in rare cases of
-double rounding. `.ftz` flushes subnormal inputs and results to zero of the same sign,
+the mode's direction. An f32 fma is exactly rounded (`fma_f32`, Note [Exact fma]); an f64
+fma is numpy's unfused x * y + z. `.ftz` flushes subnormal inputs and results to zero of the same sign,
 as the hardware does; `.sat` clamps to [0, 1] (NaN to 0). The `.approx` functions use
 numpy's exact f32 function: the hardware's are within 2 ulp of it (ex2, lg2, rcp) and
 tanh.approx within its documented 2^-10.987 relative error, so results may differ from a
@@ -47,6 +46,53 @@ def round_f32(exact: np.ndarray, mode: str) -> np.ndarray:
     raise ValueError(mode)
 
 
+# Note [Exact fma]: an f32 product is exact in float64 (48 significant bits), so
+# fma(x, y, z) = RN32(p + z) with p = x * y exact. Adding in float64 gives s = RN64(p + z)
+# and TwoSum's e with p + z = s + e exactly. RN32(s) is the correct result unless s lies
+# exactly halfway between two f32 values and e != 0 (any other f32 rounding boundary
+# between s and p + z would be a float64 nearer to p + z than s): then the neighbour on
+# e's side is. The directed modes need the same correction where s itself is an f32
+# value and e != 0 (the exact result lies past it on e's side).
+
+def fma_f32(x: np.ndarray, y: np.ndarray, z: np.ndarray, mode: str = "rn") -> np.ndarray:
+    """The exactly rounded f32 fma of f32 arrays, in PTX rounding mode `mode`."""
+    p = x.astype(np.float64) * y.astype(np.float64)
+    z = z.astype(np.float64)
+    s = p + z
+    bb = s - p
+    e = (p - (s - bb)) + (z - bb)
+    e = np.where(np.isfinite(s), e, 0.0)
+    r = round_f32(s, mode)
+    back = r.astype(np.float64)
+    inexact = e != 0
+    if not inexact.any():
+        return r
+    if mode == "rn":
+        toward = np.nextafter(r, np.where(back < s, np.float32(np.inf), np.float32(-np.inf)).astype(np.float32))
+        midpoint = inexact & (back != s) & ((back + toward.astype(np.float64)) * 0.5 == s)
+        # the neighbour on e's side of s: the larger of the two for e > 0
+        hi, lo = np.maximum(r, toward), np.minimum(r, toward)
+        return np.where(midpoint, np.where(e > 0, hi, lo), r).astype(np.float32)
+    on_value = inexact & (back == s)
+    if mode == "rm":
+        fix = on_value & (e < 0)
+        return np.where(fix, np.nextafter(r, np.float32(-np.inf)), r).astype(np.float32)
+    if mode == "rp":
+        fix = on_value & (e > 0)
+        return np.where(fix, np.nextafter(r, np.float32(np.inf)), r).astype(np.float32)
+    fix = on_value & ((e > 0) != (s > 0))       # rz: the exact value is nearer zero than s
+    return np.where(fix, np.nextafter(r, np.float32(0)), r).astype(np.float32)
+
+
+def _canonical_nan(fn):
+    """min.NaN / max.NaN: a NaN input gives the canonical NaN."""
+    def run(a, b):
+        r = fn(a, b)
+        nan = np.isnan(r)
+        return np.where(nan, np.array(0x7FFFFFFF, np.uint32).view(np.float32), r).astype(r.dtype) if nan.any() else r
+    return run
+
+
 _OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
         "min": np.fmin, "max": np.fmax}
 _MODES = ("rn", "rz", "rm", "rp")
@@ -77,9 +123,10 @@ def arith(ins, ctx, ty):
         raise ctx.error(f"{ins.opcode}: only f32 and f64 arithmetic is supported")
     op = _OPS[parts[0]]
     if parts[0] == "min" or parts[0] == "max":
-        if "NaN" in parts or "xorsign" in parts:
+        if "xorsign" in parts:
             raise ctx.error(f"{ins.opcode} is not supported")
-        fn = op
+        # without .NaN, a NaN input gives the other input (fmin); with it, NaN (PTX ISA 9.7.3.11)
+        fn = _canonical_nan(np.minimum if parts[0] == "min" else np.maximum) if "NaN" in parts else op
     else:
         mode = next((m for m in _MODES if m in parts), "rn")
         if parts[0] == "div" and "approx" in parts or "full" in parts:
@@ -103,7 +150,7 @@ def fma(ins, ctx):
     d = ctx.writer(ins.operands[0], ty)
     if ty == "f32":
         def f(x, y, z):
-            return round_f32(x.astype(np.float64) * y + z, mode)
+            return fma_f32(x, y, z, mode)
     else:
         def f(x, y, z):
             return x * y + z

@@ -1,5 +1,5 @@
 """Integer, bitwise, predicate and data-movement instructions: add, sub, mul, mad, div,
-rem, min, max, abs, neg, and, or, xor, not, shl, shr, bfe, setp, selp, mov.
+rem, min, max, abs, neg, and, or, xor, not, shl, shr, bfe, bfi, prmt, setp, selp, mov.
 
 The arithmetic opcodes are shared with floating point: a floating type goes to
 isa_float's rules. Integer arithmetic wraps (numpy's fixed-width arithmetic).
@@ -59,10 +59,25 @@ def mul(ins, ctx):
         wt = _wide(ty)
         wd = DTYPE[wt]
         return binary(ins, ctx, ty, lambda a, b: a.astype(wd) * b.astype(wd), wt)
-    if mode == "hi" and WIDTH[ty] == 32:
-        wd = DTYPE[_wide(ty)]
-        return binary(ins, ctx, ty, lambda a, b: ((a.astype(wd) * b.astype(wd)) >> 32).astype(DTYPE[ty]))
+    if mode == "hi" and WIDTH[ty] in (16, 32):
+        wd, shift = DTYPE[_wide(ty)], WIDTH[ty]
+        return binary(ins, ctx, ty, lambda a, b: ((a.astype(wd) * b.astype(wd)) >> shift).astype(DTYPE[ty]))
+    if mode == "hi" and WIDTH[ty] == 64:
+        return binary(ins, ctx, ty, mul_hi_64)
     raise ctx.error(f"{ins.opcode} is not supported")
+
+
+def mul_hi_64(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The upper 64 bits of the 128-bit product (mul.hi.u64 / .s64), from 32-bit halves."""
+    ua, ub = a.view(np.uint64), b.view(np.uint64)
+    lo32 = np.uint64(0xFFFFFFFF)
+    a0, a1, b0, b1 = ua & lo32, ua >> np.uint64(32), ub & lo32, ub >> np.uint64(32)
+    mid1, mid2 = a1 * b0, a0 * b1
+    carry = ((a0 * b0 >> np.uint64(32)) + (mid1 & lo32) + (mid2 & lo32)) >> np.uint64(32)
+    hi = a1 * b1 + (mid1 >> np.uint64(32)) + (mid2 >> np.uint64(32)) + carry
+    if a.dtype.kind == "i":         # signed: subtract b (resp. a) where a (resp. b) is negative
+        hi = hi - np.where(a < 0, ub, np.uint64(0)) - np.where(b < 0, ua, np.uint64(0))
+    return hi.view(a.dtype)
 
 
 @isa.register("mad")
@@ -190,6 +205,69 @@ def bfe(ins, ctx):
     return run
 
 
+@isa.register("bfi")
+def bfi(ins, ctx):
+    """bfi.b32 d, a, b, pos, len: b with `len` bits at `pos` replaced by a's low bits (PTX ISA
+    9.7.1.21); pos and len are their low 8 bits, clamped to the width."""
+    ty = type_of(ins)
+    width = WIDTH[ty]
+    a, b = ctx.reader(ins.operands[1], ty), ctx.reader(ins.operands[2], ty)
+    pos, length = ctx.reader(ins.operands[3], "u32"), ctx.reader(ins.operands[4], "u32")
+    d = ctx.writer(ins.operands[0], ty)
+
+    def run(w):
+        p = np.minimum(pos(w) & 0xFF, width).astype(object if width == 64 else np.uint64)
+        n = np.minimum(length(w) & 0xFF, width).astype(p.dtype)
+        n = np.minimum(n, width - p)
+        ones = (np.ones(WARP, p.dtype) << n) - 1
+        field = ones << np.minimum(p, width - 1)
+        field = np.where(n == 0, 0, field)
+        av, bv = a(w).astype(np.uint64).astype(p.dtype), b(w).astype(np.uint64).astype(p.dtype)
+        out = (bv & ~field & ((1 << width) - 1)) | ((av << p) & field)
+        d(w, out.astype(np.uint64).astype(DTYPE[ty]))
+    return run
+
+
+# prmt's modes: for a selector c (its low two bits, 0..3), the byte of {b, a} (8 bytes, a's
+# lowest first) that each of d's bytes 0..3 takes (PTX ISA 9.7.8.7, prmt)
+_PRMT_MODES = {
+    "f4e": lambda c: [(c + i) & 7 for i in range(4)],       # forward 4 extract
+    "b4e": lambda c: [(c - i) & 7 for i in range(4)],       # backward 4 extract
+    "rc8": lambda c: [c] * 4,                               # replicate byte c
+    "ecl": lambda c: [max(i, c) for i in range(4)],         # edge clamp left
+    "ecr": lambda c: [min(i, c) for i in range(4)],         # edge clamp right
+    "rc16": lambda c: [2 * (c & 1), 2 * (c & 1) + 1] * 2,   # replicate half c & 1
+}
+
+
+@isa.register("prmt")
+def prmt(ins, ctx):
+    """prmt.b32{.mode} d, a, b, c: d's bytes picked from the 8 bytes {b, a}. Default mode: byte
+    i of d is selected by nibble i of c (bits 0-2 the byte, bit 3 replicate its sign)."""
+    mode = ins.parts[-1] if ins.parts[-1] in _PRMT_MODES else None
+    a, b = ctx.reader(ins.operands[1], "b32"), ctx.reader(ins.operands[2], "b32")
+    c = ctx.reader(ins.operands[3], "b32")
+    d = ctx.writer(ins.operands[0], "b32")
+    if mode is not None:
+        table = np.array([_PRMT_MODES[mode](k) for k in range(4)], np.uint64)     # c & 3 -> 4 bytes
+
+    def run(w):
+        src = (b(w).astype(np.uint64) << np.uint64(32)) | a(w).astype(np.uint64)
+        cv = c(w).astype(np.uint64)
+        out = np.zeros(WARP, np.uint64)
+        for i in range(4):
+            if mode is None:
+                nib = (cv >> np.uint64(4 * i)) & np.uint64(0xF)
+                sel, sign = nib & np.uint64(7), (nib & np.uint64(8)) != 0
+            else:
+                sel, sign = table[(cv & np.uint64(3)).astype(np.int64), i], False
+            byte = (src >> (np.uint64(8) * sel)) & np.uint64(0xFF)
+            byte = np.where(sign, np.where(byte & np.uint64(0x80), np.uint64(0xFF), np.uint64(0)), byte)
+            out |= byte.astype(np.uint64) << np.uint64(8 * i)
+        d(w, out.astype(np.uint32))
+    return run
+
+
 _CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
         "ge": np.greater_equal, "lo": np.less, "ls": np.less_equal, "hi": np.greater, "hs": np.greater_equal}
 
@@ -211,12 +289,27 @@ def setp(ins, ctx):
     if ty == "f32" and "ftz" in parts:
         cmp = isa_float.ftz_inputs(cmp)
     a, b = ctx.reader(ins.operands[1], ty), ctx.reader(ins.operands[2], ty)
-    d = ctx.writer(ins.operands[0], "pred")
-    if len(ins.operands) == 4:
+    first, second = ctx.pair(ins.operands[0])
+    p = ctx.writer(first, "pred")
+    q = ctx.writer(second, "pred") if second is not None else None
+    if len(ins.operands) == 4:                  # setp.cmp.bop: p = t bop c, q = !t bop c
         combine = _COMBINE[parts[2]]
         c = ctx.reader(ins.operands[3], "pred")
-        return lambda w: d(w, combine(cmp(a(w), b(w)), c(w)))
-    return lambda w: d(w, cmp(a(w), b(w)))
+    else:
+        combine, c = None, None
+
+    def run(w):
+        t = cmp(a(w), b(w))
+        if combine is None:
+            p(w, t)
+            if q is not None:
+                q(w, ~t)
+            return
+        cv = c(w)
+        p(w, combine(t, cv))
+        if q is not None:
+            q(w, combine(~t, cv))
+    return run
 
 
 @isa.register("selp")

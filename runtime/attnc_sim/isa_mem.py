@@ -1,10 +1,16 @@
-"""Memory instructions: ld, st (param, global, shared; vectors), atom, and cp.async with its
-groups and its mbarrier arrive.
+"""Memory instructions: ld, st (param, global, shared, local, generic; vectors), atom, red,
+cvta, and cp.async with its groups and its mbarrier arrive.
 
 Only the active lanes (`w.wmask`) touch memory; a misaligned address or one outside every
-allocation (global) or the CTA's shared memory is a SimError naming the line. A shared
-memory read of bytes an in-flight operation will still write, or a write of bytes one
-still reads or writes, is a race report (races.py).
+allocation (global), the CTA's shared memory or the thread's local memory is a SimError
+naming the line. A shared memory read of bytes an in-flight operation will still write, or
+a write of bytes one still reads or writes, is a race report (races.py).
+
+Generic addresses (PTX ISA 5.1.7, "Generic addressing"): the shared and local state spaces
+appear in the generic space as windows, `SHARED_WINDOW + offset` and `LOCAL_WINDOW + offset`;
+every other generic address is a global one. cvta converts between them; an ld, st, atom or
+red without a state space sorts each lane's address into its window. Local memory is each
+thread's own bytes (`Warp.local`, sized by the kernel's .local variables).
 """
 from __future__ import annotations
 
@@ -13,20 +19,86 @@ import numpy as np
 from attnc_sim import isa, races
 from attnc_sim.ptx import Vec
 from attnc_sim.scheduler import AsyncOp
-from attnc_sim.state import DTYPE, WARP
+from attnc_sim.errors import SimError
+from attnc_sim.state import DTYPE, LANES, WARP
 
 _SPACES = ("param", "global", "shared", "local", "const")
+SHARED_WINDOW = 1 << 44
+LOCAL_WINDOW = 1 << 45
+WINDOW = 1 << 32                # each window's size
 _BYTES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2, "b32": 4, "u32": 4,
           "s32": 4, "f32": 4, "f16x2": 4, "bf16x2": 4, "b64": 8, "u64": 8, "s64": 8, "f64": 8}
 
 
 def _space(ins, ctx) -> str:
-    space = next((p.split("::")[0] for p in ins.parts if p.split("::")[0] in _SPACES), None)
-    if space is None:
-        raise ctx.error(f"{ins.opcode}: generic addressing is not supported; name the state space")
-    if space in ("local", "const"):
-        raise ctx.error(f"{ins.opcode}: .{space} memory is not supported")
+    space = next((p.split("::")[0] for p in ins.parts if p.split("::")[0] in _SPACES), "generic")
+    if space == "const":
+        raise ctx.error(f"{ins.opcode}: .const memory is not supported")
     return space
+
+
+def _local_memory(w) -> np.ndarray:
+    if w.local is None:
+        w.local = np.zeros((WARP, max(w.cta.launch.program.local_size, 16)), np.uint8)
+    return w.local
+
+
+def _split(space: str, a: np.ndarray) -> list:
+    """(space, lane selector, addresses in that space) for the active lanes' addresses `a`."""
+    if space != "generic":
+        return [(space, slice(None), a)]
+    shared = (a >= SHARED_WINDOW) & (a < SHARED_WINDOW + WINDOW)
+    local = (a >= LOCAL_WINDOW) & (a < LOCAL_WINDOW + WINDOW)
+    if not shared.any() and not local.any():
+        return [("global", slice(None), a)]
+    out = [("global", ~(shared | local), a)]
+    if shared.any():
+        out.append(("shared", shared, a - SHARED_WINDOW))
+    if local.any():
+        out.append(("local", local, a - LOCAL_WINDOW))
+    return out
+
+
+def _local_index(w, lanes: np.ndarray, offs: np.ndarray, width: int, size: int, where: str) -> np.ndarray:
+    """Flat element indices (of `size`-byte elements) of local offsets `offs` of threads `lanes`."""
+    mem = _local_memory(w)
+    if offs.size and ((offs & (width - 1)).any() or offs.min() < 0 or offs.max() + width > mem.shape[1]):
+        bad = int(offs[((offs & (width - 1)) != 0) | (offs < 0) | (offs + width > mem.shape[1])][0])
+        raise SimError(f"{w.name()}: local access at {bad:#x} ({width} bytes) outside the thread's "
+                       f"{mem.shape[1]} bytes of local memory or misaligned: {where}")
+    return (lanes * mem.shape[1] + offs) // size
+
+
+def _gather(w, space, a, lanes, size, n, dtype, where) -> np.ndarray:
+    """(lanes, n) elements read at addresses `a` of `space` (not generic)."""
+    k = np.arange(n)
+    if space == "global":
+        mem = w.cta.launch.memory
+        return mem.view(dtype)[(mem.offsets(a, size * n, where) // size)[:, None] + k]
+    if space == "shared":
+        cta = w.cta
+        offs = cta.smem_offsets(a, size * n, where)
+        if cta.n_inflight:
+            races.check_read(w, offs, size * n, where)
+        return cta.smem_view(dtype)[(offs // size)[:, None] + k]
+    idx = _local_index(w, lanes, a, size * n, size, where)
+    return w.local.reshape(-1).view(dtype)[idx[:, None] + k]
+
+
+def _scatter(w, space, a, lanes, size, n, dtype, vals, where) -> None:
+    k = np.arange(n)
+    if space == "global":
+        mem = w.cta.launch.memory
+        mem.view(dtype)[(mem.offsets(a, size * n, where) // size)[:, None] + k] = vals
+    elif space == "shared":
+        cta = w.cta
+        offs = cta.smem_offsets(a, size * n, where)
+        if cta.n_inflight:
+            races.check_write(w, offs, size * n, where)
+        cta.smem_view(dtype)[(offs // size)[:, None] + k] = vals
+    else:
+        idx = _local_index(w, lanes, a, size * n, size, where)
+        w.local.reshape(-1).view(dtype)[idx[:, None] + k] = vals
 
 
 def _vector(ins) -> int:
@@ -50,7 +122,6 @@ def ld(ins, ctx):
     where = ins.where()
     if len(dests) != n:
         raise ctx.error(f"{ins.opcode} with {len(dests)} destinations")
-    lanes = np.arange(n)
     if space == "param":
         def ld_param(w):
             off = int(addr(w)[0])
@@ -61,16 +132,14 @@ def ld(ins, ctx):
 
     def load(w):
         a, m = lane_addresses(w, addr)
-        if space == "global":
-            mem = w.cta.launch.memory
-            offs = mem.offsets(a, size * n, where)
-            vals = mem.view(dtype)[(offs // size)[:, None] + lanes]
+        lanes = LANES if m is None else LANES[m]
+        parts = _split(space, a)
+        if len(parts) == 1:
+            vals = _gather(w, parts[0][0], a if space != "generic" else parts[0][2], lanes, size, n, dtype, where)
         else:
-            cta = w.cta
-            offs = cta.smem_offsets(a, size * n, where)
-            if cta.n_inflight:
-                races.check_read(w, offs, size * n, where)
-            vals = cta.smem_view(dtype)[(offs // size)[:, None] + lanes]
+            vals = np.zeros((a.size, n), dtype)
+            for sp, sel, aa in parts:
+                vals[sel] = _gather(w, sp, aa[sel], lanes[sel], size, n, dtype, where)
         for j, d in enumerate(dests):
             if m is None:
                 d(w, vals[:, j])
@@ -92,23 +161,18 @@ def st(ins, ctx):
     where = ins.where()
     if space == "param":
         raise ctx.error("st.param is not supported")
-    lanes = np.arange(n)
 
     def store(w):
         a, m = lane_addresses(w, addr)
         vals = np.stack([s(w) for s in srcs], axis=1)
+        lanes = LANES
         if m is not None:
-            vals = vals[m]
-        if space == "global":
-            mem = w.cta.launch.memory
-            offs = mem.offsets(a, size * n, where)
-            mem.view(dtype)[(offs // size)[:, None] + lanes] = vals
-        else:
-            cta = w.cta
-            offs = cta.smem_offsets(a, size * n, where)
-            if cta.n_inflight:
-                races.check_write(w, offs, size * n, where)
-            cta.smem_view(dtype)[(offs // size)[:, None] + lanes] = vals
+            vals, lanes = vals[m], LANES[m]
+        for sp, sel, aa in _split(space, a):
+            if isinstance(sel, slice):
+                _scatter(w, sp, aa, lanes, size, n, dtype, vals, where)
+            else:
+                _scatter(w, sp, aa[sel], lanes[sel], size, n, dtype, vals[sel], where)
     return store
 
 
@@ -137,20 +201,52 @@ def atom(ins, ctx):
     def run(w):
         a, bv, cv = addr(w), b(w), c(w)
         old = np.zeros(WARP, dtype)
-        if space == "global":
-            mem = w.cta.launch.memory
-            view = mem.view(dtype)
-            offs = lambda x: mem.offsets(np.array([x]), size, where)[0]
-        else:
-            view = w.cta.smem_view(dtype)
-            offs = lambda x: w.cta.smem_offsets(np.array([x]), size, where)[0]
         with np.errstate(over="ignore"):
             for lane in np.flatnonzero(w.wmask):
-                i = offs(a[lane]) // size
+                view, i = _element(w, space, int(a[lane]), int(lane), size, dtype, where)
                 old[lane] = view[i]
                 view[i] = dtype(fn(view[i], bv[lane], cv[lane]))
         if d is not None:
             d(w, old)
+    return run
+
+
+def _element(w, space: str, a: int, lane: int, size: int, dtype, where: str):
+    """(a typed view, the index in it) of the element at address `a` of `space` for one lane."""
+    space, _, (a,) = _split(space, np.array([a], np.int64))[-1] if space == "generic" else (space, 0, (a,))
+    if space == "global":
+        mem = w.cta.launch.memory
+        return mem.view(dtype), int(mem.offsets(np.array([a]), size, where)[0]) // size
+    if space == "shared":
+        return w.cta.smem_view(dtype), int(w.cta.smem_offsets(np.array([a]), size, where)[0]) // size
+    idx = _local_index(w, np.array([lane]), np.array([a]), size, size, where)
+    return w.local.reshape(-1).view(dtype), int(idx[0])
+
+
+@isa.register("cvta")
+def cvta(ins, ctx):
+    """cvta.space.size d, a (a state-space address to a generic one) and cvta.to.space.size
+    (a generic address to the space's own); .global addresses are generic addresses."""
+    parts = ins.parts
+    to = "to" in parts
+    space = next((p.split("::")[0] for p in parts if p.split("::")[0] in ("global", "shared", "local")), None)
+    if space is None:
+        raise ctx.error(f"{ins.opcode}: only .global, .shared and .local addresses convert")
+    ty = parts[-1]
+    a, d = ctx.reader(ins.operands[1], "u64"), ctx.writer(ins.operands[0], ty)
+    base = {"global": 0, "shared": SHARED_WINDOW, "local": LOCAL_WINDOW}[space]
+    where = ins.where()
+    if not to:
+        return lambda w: d(w, (a(w) + np.uint64(base)).astype(DTYPE[ty]))
+
+    def run(w):
+        v = a(w)
+        if base:
+            inside = (v >= base) & (v < base + WINDOW)
+            if not inside[w.wmask].all():
+                bad = int(v[w.wmask & ~inside][0])
+                raise SimError(f"{w.name()}: cvta.to.{space} of {bad:#x}, not a generic {space} address, at {where}")
+        d(w, (v - np.uint64(base)).astype(DTYPE[ty]))
     return run
 
 

@@ -44,11 +44,8 @@ def _member_reader(ctx, op):
 @isa.register("shfl.sync")
 def shfl(ins, ctx):
     mode = ins.parts[2]
-    dst = ins.operands[0]
-    pred_out = None
-    if hasattr(dst, "name") and "|" in dst.name:
-        name, pname = dst.name.split("|")
-        dst, pred_out = type(dst)(name), ctx.writer(type(dst)(pname), "pred")
+    dst, pred = ctx.pair(ins.operands[0])
+    pred_out = ctx.writer(pred, "pred") if pred is not None else None
     d = ctx.writer(dst, "b32")
     a = ctx.reader(ins.operands[1], "b32")
     b = ctx.reader(ins.operands[2], "u32")

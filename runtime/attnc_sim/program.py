@@ -25,6 +25,8 @@ class Program:
     static_smem: int
     param_offsets: dict[str, int]
     param_size: int
+    local_addrs: dict | None = None     # .local variable -> its offset in each thread's local memory
+    local_size: int = 0
 
 
 def decode(kernel: Kernel) -> Program:
@@ -33,7 +35,8 @@ def decode(kernel: Kernel) -> Program:
     layout = RegLayout.of(kernel.regs)
     shared_addrs, static = _shared_layout(kernel)
     param_offsets, param_size = _param_layout(kernel)
-    ctx = isa.Context(kernel, layout, shared_addrs, param_offsets, kernel.labels)
+    local_addrs, local_size = _local_layout(kernel)
+    ctx = isa.Context(kernel, layout, {**shared_addrs, **local_addrs}, param_offsets, kernel.labels)
     reconverge = _reconvergence(kernel)
     ops, guards = [], []
     ctx.reconverge = reconverge
@@ -47,7 +50,7 @@ def decode(kernel: Kernel) -> Program:
             guards.append(ctx.reader(Reg(("!" if negated else "") + reg.name), "pred"))
     ctx.ins = None
     return Program(kernel, layout, ops, guards, kernel.body, reconverge, shared_addrs, static,
-                   param_offsets, param_size)
+                   param_offsets, param_size, local_addrs, local_size)
 
 
 def _shared_layout(kernel: Kernel) -> tuple[dict[str, int], int]:
@@ -66,6 +69,16 @@ def _shared_layout(kernel: Kernel) -> tuple[dict[str, int], int]:
         if var.extern:
             addrs[var.name] = dyn
     return addrs, static
+
+
+def _local_layout(kernel: Kernel) -> tuple[dict[str, int], int]:
+    """Each .local variable's offset in a thread's local memory (the local window's bytes)."""
+    addrs, top = {}, 0
+    for var in kernel.local:
+        top = -(-top // var.align) * var.align
+        addrs[var.name] = top
+        top += var.size
+    return addrs, top
 
 
 def _param_layout(kernel: Kernel) -> tuple[dict[str, int], int]:

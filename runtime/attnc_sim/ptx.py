@@ -117,6 +117,7 @@ class Kernel:
     labels: dict[str, int]                  # label -> index in body of the next instruction
     shared: list[SharedVar]                 # module-level and kernel-level .shared variables
     maxntid: tuple[int, ...] | None = None
+    local: list[SharedVar] = field(default_factory=list)    # .local variables (per thread)
 
 
 @dataclass
@@ -289,6 +290,9 @@ class _Parser:
             if ".shared" in stmt.split()[:3]:
                 kernel.shared.append(self._shared(line, stmt))
                 continue
+            if stmt.startswith(".local"):
+                kernel.local.append(self._shared(line, stmt.replace(".local", ".shared", 1)))
+                continue
             if stmt.startswith("."):
                 continue                        # .pragma and other directives change no semantics here
             kernel.body.append(self._instruction(line, stmt, scopes, loc))
@@ -359,6 +363,8 @@ class _Parser:
                         else Sym(base), off)
         if text == "_":
             return Sink()
+        if "|" in text:                         # d|p: two destinations (setp, shfl.sync)
+            return Reg("|".join(self._rename(t.strip(), scopes) for t in text.split("|")))
         m = _FLOAT_BITS.match(text)
         if m:
             bits = int(m.group(2), 16)

@@ -94,6 +94,7 @@ class Warp:
         # asynchronous state (isa_mem.py: cp.async; isa_sm90.py: wgmma)
         self.async_state: dict[str, object] = {}
         self.pending_regs: dict = {}                 # (file, row) -> the in-flight op writing it
+        self.local: np.ndarray | None = None         # (32, bytes): each thread's local memory
 
     # Note [Pending registers]: an asynchronous operation that writes registers (wgmma's
     # accumulators, tcgen05.ld's destinations) marks them pending from its issue until it
