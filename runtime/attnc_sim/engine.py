@@ -1,5 +1,6 @@
 """Run a decoded kernel over a grid: CTAs one after another, each CTA's warps interleaved
-at synchronization points in a seeded order (scheduler.py).
+in a seeded order at synchronization points and at random points between them
+(scheduler.py).
 
     launch = Launch(program, grid, block, dynamic_smem, memory, params, scheduler)
     launch.run(ctas=None)       # every CTA; or a list of (x, y, z) CTA ids
@@ -99,7 +100,7 @@ class Launch:
                     continue
                 self._deadlock(cta, live)
             w = sched.pick(runnable)
-            code = self._run_warp(w)
+            code = self._run_warp(w, sched.slice())
             if code == EXIT:
                 live.remove(w)
                 recheck_barriers(cta)
@@ -126,12 +127,14 @@ class Launch:
         self.report("deadlock", None, f"CTA {cta.ctaid}", f"every live warp is waiting: {waits}")
         raise SimError(f"deadlock in CTA {cta.ctaid}: {waits}")
 
-    def _run_warp(self, w: Warp) -> int:
-        """Run `w` until it blocks or exits."""
+    def _run_warp(self, w: Warp, budget: int) -> int | None:
+        """Run `w` until it blocks, exits or has run `budget` instructions (None)."""
         ops, guards = self.program.ops, self.program.guards
         count = 0
         try:
             while True:
+                if count >= budget:
+                    return None
                 pc = w.pc
                 if pc == w.rpc:
                     if not _pop(w):

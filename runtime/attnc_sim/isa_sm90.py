@@ -70,6 +70,13 @@ class Wgmma(AsyncOp):
 
     def _run(self):
         w = self.warp
+        # a warp's wgmmas complete in issue order: a chain accumulating into the same
+        # registers (the first with scale-d 0) sums in that order
+        issued = _wg_state(w)["issued"]
+        while issued and issued[0] is not self:
+            issued[0].complete()
+        if issued and issued[0] is self:
+            issued.pop(0)
         for span in self.spans:
             races.end_read(self.cta, span)
         w.release_pending(self.d_keys, self)
@@ -94,7 +101,7 @@ class Wgmma(AsyncOp):
 def _wg_state(w):
     st = w.async_state.get("wgmma")
     if st is None:
-        st = w.async_state["wgmma"] = {"open": [], "groups": []}
+        st = w.async_state["wgmma"] = {"open": [], "groups": [], "issued": []}
     return st
 
 
@@ -133,7 +140,9 @@ def wgmma_mma_async(ins, ctx):
         ad = None if reg_a else smem_desc.decode_wgmma(int(a_desc(w)[lane0]))
         bd = smem_desc.decode_wgmma(int(b_desc(w)[lane0]))
         op = Wgmma(w, n, at, a, ad, bd, bool(scale_d(w)[lane0]), neg_a, neg_b, trans_a, trans_b, d_rows, where)
-        _wg_state(w)["open"].append(op)
+        st = _wg_state(w)
+        st["open"].append(op)
+        st["issued"].append(op)
         w.cta.launch.scheduler.issue(op)
     return run
 

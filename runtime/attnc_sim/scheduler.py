@@ -1,4 +1,9 @@
-"""The seeded scheduler: which warp runs next, and when asynchronous operations complete.
+"""The seeded scheduler: which warp runs next, for how long, and when asynchronous
+operations complete.
+
+A warp runs until it blocks (a barrier, an mbarrier wait), exits, or has run its slice: a
+seeded random number of instructions in [1, 2 * quantum] (`quantum` 0: no slices, warps
+switch at synchronization points only). Every switch is a scheduling point.
 
 An asynchronous operation (cp.async, wgmma, later TMA and tcgen05) is an `AsyncOp`:
 issued by a warp, it is `pending` until `complete()` runs it. The scheduler completes
@@ -43,21 +48,33 @@ class Report:
 
 @dataclass
 class Scheduler:
-    """Seeded choices: the next warp to run and early completion of pending operations.
-    `early`: the chance, at each scheduling point, that a pending operation completes then."""
+    """Seeded choices: the next warp to run, its slice, and early completion of pending
+    operations. `early`: the chance, at each scheduling point, that a pending operation
+    completes then; `quantum`: the mean slice in instructions (0: run to a synchronization
+    point); `record`: keep `trace`, the (CTA, warp, pc) of every slice's start."""
     seed: int = 0
     early: float = 0.25
+    quantum: int = 64
+    record: bool = False
     rng: random.Random = field(init=False)
     pending: list = field(default_factory=list)
+    trace: list = field(default_factory=list)
 
     def __post_init__(self):
         self.rng = random.Random(self.seed)
+
+    def slice(self) -> int:
+        """How many instructions the picked warp may run before the next switch."""
+        return self.rng.randint(1, 2 * self.quantum) if self.quantum > 0 else 1 << 62
 
     def issue(self, op: AsyncOp) -> None:
         self.pending.append(op)
 
     def pick(self, warps: list):
-        return warps[self.rng.randrange(len(warps))] if len(warps) > 1 else warps[0]
+        w = warps[self.rng.randrange(len(warps))] if len(warps) > 1 else warps[0]
+        if self.record:
+            self.trace.append((w.cta.ctaid, w.index, w.pc))
+        return w
 
     def tick(self) -> None:
         """A scheduling point: complete some pending operations, in random order."""
