@@ -81,21 +81,33 @@ def numpy_dtype(name: str):
     return np.dtype(DTYPES[name].library_name)
 
 
+# Outputs the launch allocates are filled with this byte before a launch of chosen CTAs
+# (`ctas=`): an element still holding it afterwards (a NaN of every float dtype) was written
+# by none of them (`SimKernel.last_written`).
+UNWRITTEN = 0xFF
+
+
 class SimKernel:
-    """A bundle in the emulator. `seed` drives the warp order and asynchronous completion;
-    `ctas`: CTA ids of the attention kernel to run (None: all; the mask kernels always run
-    whole); `raise_reports`: stop at the first race or protocol report (else collect them
-    in `last_reports`)."""
+    """A bundle in the emulator. `seed` drives the warp order, the slices and asynchronous
+    completion (`quantum`: the mean slice, Scheduler); `ctas`: CTA ids of the attention
+    kernel to run (None: all; the mask kernels always run whole); `raise_reports`: stop at
+    the first race or protocol report (else collect them in `last_reports`). After a call,
+    `last_written[name]` says which elements of each allocated output a kernel wrote (every
+    one when all CTAs ran)."""
 
     def __init__(self, bundle: Bundle, device: SimDevice | None = None, seed: int = 0,
-                 raise_reports: bool = True, ptx: str | None = None):
+                 raise_reports: bool = True, ptx: str | None = None, quantum: int = 64,
+                 record: bool = False):
         self.bundle, self.device, self.seed = bundle, device or SimDevice(), seed
+        self.quantum, self.record = quantum, record
+        self.last_written: dict[str, np.ndarray] = {}
+        self.last_scheduler: Scheduler | None = None
         self.raise_reports = raise_reports
         self.last_reports: list = []
         self.last_launches: list[Launch] = []
         self._programs: dict = {}
         code = bundle.manifest.code
-        if "ptx" not in code:
+        if "ptx" not in code and ptx is None:
             raise AttncRuntimeError(f"{bundle.manifest.variant}: the bundle has no PTX to emulate")
         # `ptx`: run this text instead of the bundle's (an edited kernel: a planted bug)
         self._module = None if ptx is None else parse_module(ptx, f"{bundle.manifest.variant}.ptx")
@@ -136,10 +148,12 @@ class SimKernel:
         outputs = {}
         for spec, shape in plan.allocate:
             arr = np.zeros(shape, numpy_dtype(spec.dtype))
+            if ctas is not None:
+                arr.view(np.uint8)[...] = UNWRITTEN
             outputs[spec.name] = sim_args[spec.name] = _SimArray(memory, arr, spec.dtype, spec.name)
         views = {name: obj.__attnc_view__() for name, obj in sim_args.items() if isinstance(obj, _SimArray)}
         scratch = {name: memory.alloc(nbytes) for name, nbytes in plan.scratch.items()}
-        scheduler = Scheduler(self.seed)
+        scheduler = self.last_scheduler = Scheduler(self.seed, quantum=self.quantum, record=self.record)
         self.last_reports, self.last_launches = [], []
         for i, (k, grid, symbol) in enumerate(zip(manifest.kernels, plan.grids, plan.symbols)):
             if 0 in grid:
@@ -158,6 +172,10 @@ class SimKernel:
             if isinstance(named.get(spec.name), np.ndarray):
                 named[spec.name][...] = data
             result[spec.name] = data
+            if spec.name in outputs:
+                raw = data.view(np.uint8).reshape(data.shape + (-1,))
+                self.last_written[spec.name] = (raw != UNWRITTEN).any(axis=-1) if ctas is not None \
+                    else np.ones(data.shape, bool)
         return result
 
 
