@@ -1,24 +1,29 @@
-"""The sm_100a family: tcgen05 (tensor memory, MMA, commit, ld/st, cp, fences), TMA tile copies
-(cp.async.bulk.tensor), bulk copies and their bulk groups, and elect.sync.
+"""The sm_100a tcgen05 family: tensor-memory allocation, tcgen05.mma (kind::f16), tcgen05.cp,
+tcgen05.commit, tcgen05.ld / st with their waits, and the tcgen05 fences. TMA, bulk copies and
+elect.sync are isa_bulk's (imported here, so loading this family loads both).
 
-The semantics live in `tmem.py` (tensor memory, fragments, MMA, cp) and `tma.py` (tensor maps,
-boxes); this module decides when they happen. Every asynchronous instruction is an `AsyncOp`
-the scheduler may complete early; the instruction the PTX ISA makes the completion point
-completes what is still pending:
+The semantics live in `tmem.py` (tensor memory, fragments, MMA, cp); this module decides when
+they happen. Every asynchronous instruction is an `AsyncOp` the scheduler may complete early;
+the instruction the PTX ISA makes the completion point completes what is still pending
+(PTX ISA 9.7.16.6 "Memory Consistency Model for 5th generation of TensorCore operations"):
 
     tcgen05.mma / tcgen05.cp    in issue order (one tensor-core pipe per CTA); complete at the
                                 latest when a tcgen05.commit that tracks them arrives
     tcgen05.commit              arrives once on its mbarrier after the issuing thread's earlier
                                 MMAs and copies completed
     tcgen05.ld / tcgen05.st     complete at the warp's tcgen05.wait::ld / wait::st
-    cp.async.bulk(.tensor) load complete_tx on the mbarrier with the bytes moved
-    bulk store                  completes at cp.async.bulk.wait_group(.read) of its group
 
-Hazards reported (`launch.report`): a tcgen05.ld of TMEM an in-flight MMA or copy still writes
-(the commit's mbarrier not waited), a tcgen05.st into TMEM an in-flight MMA reads or writes, an
-MMA reading TMEM a tcgen05.st has not finished (no wait::st) or shared memory a copy has not
-landed, tensor memory still allocated when the CTA's last warp exits. Registers of a pending
-tcgen05.ld are in `w.pending_regs` until it completes (the core reports reading them).
+Hazards reported (`launch.report`): reading or writing a register of a tcgen05.ld before its
+wait::ld ('read-before-complete' / 'write-before-complete', by the core's register accessors:
+Note [Pending registers] in state.py); a tcgen05.ld of TMEM an in-flight MMA or copy still
+writes (the commit's mbarrier not waited); a tcgen05.st into TMEM an in-flight MMA reads or
+writes; an MMA reading TMEM a tcgen05.st has not finished (no wait::st) or shared memory a copy
+has not landed; a shared-memory write into an in-flight MMA's operands (races.py); tensor memory
+still allocated when the CTA ends ('tensor-memory', from `check_exit`, which the engine runs).
+
+The fences (tcgen05.fence::before_thread_sync / after_thread_sync) order tcgen05 operations
+around thread synchronization; the emulator runs each warp in program order and completes
+asynchronous work only at the points above, so they change nothing here.
 
 Per-CTA state is `cta.__dict__["sm100"]` (an `_Sm100State`).
 """
@@ -28,9 +33,10 @@ import re
 
 import numpy as np
 
-from attnc_sim import isa, smem_desc, tma, tmem
+from attnc_sim import isa, smem_desc, tmem
 from attnc_sim.errors import SimError
-from attnc_sim.ptx import Addr, Imm, Reg
+from attnc_sim.isa_bulk import arrive, lane_state, report, uniform
+from attnc_sim.ptx import Addr
 from attnc_sim.scheduler import AsyncOp
 
 _TMEM_SHAPE = (tmem.LANES, tmem.COLUMNS)
@@ -39,6 +45,7 @@ _TMEM_SHAPE = (tmem.LANES, tmem.COLUMNS)
 class _Sm100State:
     def __init__(self):
         self.tmem = tmem.TensorMemory()
+        self.alloc_where: dict[int, str] = {}                # first column -> the tcgen05.alloc
         self.alloc_waiters: list = []
         self.pipe: list = []                                 # tcgen05.mma / cp in issue order
         self.mma_writes = np.zeros(_TMEM_SHAPE, np.int16)    # in-flight MMA / cp writes
@@ -53,46 +60,10 @@ def _state(w) -> _Sm100State:
     return s
 
 
-def _lane_state(w, key: str, lane: int) -> list:
-    return w.async_state.setdefault(key, {}).setdefault(lane, [])
-
-
 def _collective(w, ins) -> None:
     if not w.wfull:
         raise SimError(f"{w.name()}: {ins.opcode.split('.')[0]}.{ins.parts[1]} is .sync.aligned and "
                        f"needs every lane of the warp converged at {ins.where()}")
-
-
-def _uniform(values: np.ndarray, w, ins, what: str) -> int:
-    active = values[w.wmask]
-    if (active != active[0]).any():
-        raise SimError(f"{w.name()}: the {what} of {ins.opcode} differs between lanes at {ins.where()}")
-    return int(active[0])
-
-
-def _report(w, kind: str, ins, message: str) -> None:
-    w.cta.launch.report(kind, w, ins.where(), message)
-
-
-# mbarriers: the core's isa_sync.MBarrier, by shared address ----------------------------------
-
-def _mbarrier(w, addr: int, ins):
-    bar = w.cta.mbarriers.get(int(addr))
-    if bar is None:
-        _report(w, "mbarrier", ins, f"no initialized mbarrier at shared address {int(addr):#x}")
-    return bar
-
-
-def _complete_tx(w, addr: int, nbytes: int, ins) -> None:
-    bar = _mbarrier(w, addr, ins)
-    if bar is not None:
-        bar.complete_tx(w, nbytes, ins.where())
-
-
-def _arrive(w, addr: int, ins) -> None:
-    bar = _mbarrier(w, addr, ins)
-    if bar is not None:
-        bar.arrive(w, 1, ins.where())
 
 
 # tensor-memory allocation -------------------------------------------------------------------
@@ -106,14 +77,15 @@ def tcgen05_alloc(ins, ctx):
         _collective(w, ins)
         s = _state(w)
         try:
-            addr = s.tmem.try_alloc(_uniform(ncols(w), w, ins, "column count"))
+            addr = s.tmem.try_alloc(uniform(ncols(w), w, ins, "column count"))
         except tmem.TmemError as e:
             raise SimError(f"{w.name()}: {e} at {ins.where()}") from None
         if addr is None:
             w.waiting = "free tensor-memory columns"
             s.alloc_waiters.append(w)
             return isa.BLOCK
-        at = _uniform(dst(w), w, ins, "destination")
+        s.alloc_where[tmem.split(addr)[1]] = ins.where()
+        at = uniform(dst(w), w, ins, "destination")
         w.cta.smem[w.cta.smem_offsets(np.array([at]), 4, ins.where())[0]:][:4] = \
             np.frombuffer(np.uint32(addr).tobytes(), np.uint8)
         return None
@@ -128,8 +100,9 @@ def tcgen05_dealloc(ins, ctx):
     def run(w):
         _collective(w, ins)
         s = _state(w)
+        _check_dealloc(w, ins, s, uniform(taddr(w), w, ins, "address"), uniform(ncols(w), w, ins, "column count"))
         try:
-            s.tmem.dealloc(_uniform(taddr(w), w, ins, "address"), _uniform(ncols(w), w, ins, "column count"))
+            s.tmem.dealloc(uniform(taddr(w), w, ins, "address"), uniform(ncols(w), w, ins, "column count"))
         except tmem.TmemError as e:
             raise SimError(f"{w.name()}: {e} at {ins.where()}") from None
         for waiter in s.alloc_waiters:
@@ -137,6 +110,14 @@ def tcgen05_dealloc(ins, ctx):
         s.alloc_waiters.clear()
         return None
     return run
+
+
+def _check_dealloc(w, ins, s: _Sm100State, addr: int, ncols: int) -> None:
+    """Columns freed while an MMA, copy or tcgen05.st still writes or reads them."""
+    cols = slice(tmem.split(addr)[1], tmem.split(addr)[1] + ncols)
+    if s.mma_writes[:, cols].any() or s.mma_reads[:, cols].any() or s.st_writes[:, cols].any():
+        report(w, "write-while-read", ins, "tcgen05.dealloc frees tensor memory an in-flight tcgen05.mma, "
+               "tcgen05.cp or tcgen05.st still uses (its commit or wait not yet observed)")
 
 
 @isa.register("tcgen05.relinquish_alloc_permit")
@@ -154,10 +135,15 @@ def _cta_group_1(ins, ctx) -> None:
         raise ctx.error("tcgen05 with .cta_group::2 (CTA pairs) is not modelled")
 
 
-def check_exit(cta) -> list:
-    """Tensor memory a CTA still holds when it ends: (first column, columns) pairs."""
+def check_exit(cta) -> list[tuple[str, str]]:
+    """Tensor memory a CTA still holds when it ends, as ('tensor-memory', message) reports: every
+    allocation must be deallocated before the CTA exits (PTX ISA 9.7.16.7.1, tcgen05.alloc)."""
     s = cta.__dict__.get("sm100")
-    return s.tmem.leaks() if s else []
+    if s is None:
+        return []
+    return [("tensor-memory", f"{ncols} tensor-memory columns from column {start} are still allocated "
+                              f"when the CTA exits (allocated at {s.alloc_where.get(start, '?')})")
+            for start, ncols in s.tmem.leaks()]
 
 
 # tcgen05.mma / tcgen05.cp / tcgen05.commit --------------------------------------------------
@@ -173,6 +159,7 @@ class _PipeOp(AsyncOp):
         if reads is not None:
             np.add.at(state.mma_reads, reads, 1)
         np.add.at(cta.inflight_reads, smem_bytes, 1)
+        cta.n_inflight += 1
 
     def _run(self):
         pipe = self.state.pipe
@@ -184,6 +171,7 @@ class _PipeOp(AsyncOp):
         if self.reads is not None:
             np.add.at(self.state.mma_reads, self.reads, -1)
         np.add.at(self.cta.inflight_reads, self.smem_bytes, -1)
+        self.cta.n_inflight -= 1
         try:
             self.effect()
         except tmem.TmemError as e:         # e.g. the columns were deallocated while it was in flight
@@ -198,13 +186,16 @@ def _desc_bytes(desc, rows, cols, itemsize, major) -> np.ndarray:
 def _issue_pipe_op(w, ins, lane, effect, writes, reads, smem_bytes) -> None:
     s = _state(w)
     if (w.cta.inflight_writes[smem_bytes] > 0).any():
-        _report(w, "read-before-complete", ins,
+        report(w, "read-before-complete", ins,
                 "the instruction reads shared memory an asynchronous copy has not landed yet")
+    if (s.st_writes[writes] > 0).any():
+        report(w, "read-before-complete", ins, f"{ins.parts[0]}.{ins.parts[1]} writes tensor memory a "
+               "tcgen05.st has not finished (no tcgen05.wait::st)")
     if reads is not None and (s.st_writes[reads] > 0).any():
-        _report(w, "read-before-complete", ins,
+        report(w, "read-before-complete", ins,
                 "tcgen05.mma reads tensor memory a tcgen05.st has not finished (no tcgen05.wait::st)")
     op = _PipeOp(s, ins.where(), effect, writes, reads, smem_bytes, w.cta)
-    _lane_state(w, "tcgen05_uncommitted", lane).append(op)
+    lane_state(w, "tcgen05_uncommitted", lane).append(op)
     w.cta.launch.scheduler.issue(op)
 
 
@@ -242,13 +233,13 @@ def _issue_mma(w, ins, lane, d_addr, a_val, b_val, i_val, accumulate, a_tmem) ->
                                                      "MN" if idesc.a_mn_major else "K")])
         # where D (and A) lie, from a dry run's shapes, before the MMA itself runs
         lane0, col0 = tmem.split(d_addr)
-        rows = tmem._rows_to_lanes(idesc.m, lane0, "tcgen05.mma's D")
+        rows = tmem.rows_to_lanes(idesc.m, lane0, "tcgen05.mma's D")
         writes = np.ix_(rows, col0 + np.arange(idesc.n))
         s.tmem.check_allocated(rows, col0 + np.arange(idesc.n), "tcgen05.mma's D")
         reads = None
         if a_tmem:
             a_lane0, a_col0 = tmem.split(a_val)
-            a_rows = tmem._rows_to_lanes(idesc.m, a_lane0, "tcgen05.mma's A in tensor memory")
+            a_rows = tmem.rows_to_lanes(idesc.m, a_lane0, "tcgen05.mma's A in tensor memory")
             reads = np.ix_(a_rows, a_col0 + np.arange(tmem.MMA_K // 2))
     except (tmem.TmemError, smem_desc.DescriptorError) as e:
         raise SimError(f"{w.name()}: {e} at {ins.where()}") from None
@@ -262,7 +253,7 @@ def _issue_mma(w, ins, lane, d_addr, a_val, b_val, i_val, accumulate, a_tmem) ->
 @isa.register("tcgen05.cp")
 def tcgen05_cp(ins, ctx):
     _cta_group_1(ins, ctx)
-    shape = next((p for p in ins.parts if p in tmem._CP_SHAPES), None)
+    shape = next((p for p in ins.parts if p in tmem.CP_SHAPES), None)
     multicast = next((p for p in ins.parts if p.startswith("warpx")), None)
     if shape is None:
         raise ctx.error(f"{ins.opcode}: no tcgen05.cp shape")
@@ -281,7 +272,7 @@ def _issue_cp(w, ins, lane, addr, desc_val, shape, multicast) -> None:
     try:
         desc = smem_desc.decode_tcgen05(desc_val)
         sources, cols = tmem.cp_cells(shape, multicast)
-        rows = tmem._CP_SHAPES[shape][0]
+        rows = tmem.CP_SHAPES[shape][0]
         lane0, col0 = tmem.split(addr)
         lanes, columns = lane0 + np.arange(sources.size), col0 + np.arange(cols)
         s.tmem.check_allocated(lanes, columns, f"tcgen05.cp.{shape}")
@@ -301,7 +292,7 @@ class _CommitOp(AsyncOp):
     def _run(self):
         for op in self.tracked:
             op.complete()
-        _arrive(self.w, self.mbar, self.ins)
+        arrive(self.w, self.mbar, self.ins)
 
 
 @isa.register("tcgen05.commit")
@@ -313,7 +304,7 @@ def tcgen05_commit(ins, ctx):
 
     def run(w):
         for lane in np.flatnonzero(w.wmask):
-            tracked = _lane_state(w, "tcgen05_uncommitted", int(lane))
+            tracked = lane_state(w, "tcgen05_uncommitted", int(lane))
             op = _CommitOp(w, ins, list(tracked), int(mbar(w)[lane]))
             tracked.clear()
             w.cta.launch.scheduler.issue(op)
@@ -342,17 +333,19 @@ def _ld_st_form(ins, ctx) -> tuple[str, int]:
 
 
 class _LdOp(AsyncOp):
-    def __init__(self, w, values, writers, where):
-        self.w, self.values, self.writers, self.where = w, values, writers, where
+    """A tcgen05.ld: its destination registers are pending until tcgen05.wait::ld."""
+
+    def __init__(self, w, values, writers, keys, where):
+        self.w, self.values, self.writers, self.keys, self.where = w, values, writers, keys, where
+        w.mark_pending(keys, self)
 
     def _run(self):
         w = self.w
+        w.release_pending(self.keys, self)
         saved = w.wmask, w.wfull
         w.wmask, w.wfull = np.ones(32, bool), True
-        for j, (put, key) in enumerate(self.writers):
+        for j, put in enumerate(self.writers):
             put(w, self.values[:, j])
-            if w.pending_regs.get(key) is self:
-                del w.pending_regs[key]
         w.wmask, w.wfull = saved
 
 
@@ -362,25 +355,26 @@ def tcgen05_ld(ins, ctx):
     regs = ctx.vec(ins.operands[0])
     if len(regs) != tmem.registers_per_thread(shape, num):
         raise ctx.error(f"tcgen05.ld.{shape}.x{num} takes {tmem.registers_per_thread(shape, num)} registers, not {len(regs)}")
-    writers = [(ctx.writer(r, "b32"), ctx.reg(r)) for r in regs]
+    writers = [ctx.writer(r, "b32") for r in regs]
+    keys = [ctx.reg(r) for r in regs]
+    overwrite = ctx.pending_check(regs, reading=False)     # an earlier load into them still pending
     taddr = ctx.address(ins.operands[1])
     split = int(ins.operands[2].value) if len(ins.operands) > 2 else 0
 
     def run(w):
         _collective(w, ins)
         s = _state(w)
-        addr = _uniform(taddr(w), w, ins, "tensor-memory address")
+        addr = uniform(taddr(w), w, ins, "tensor-memory address")
         try:
             lanes, cols = tmem.ld_st_cells(shape, num, w.index, addr, split)
             s.tmem.check_allocated(lanes, cols, f"tcgen05.ld.{shape}")
         except tmem.TmemError as e:
             raise SimError(f"{w.name()}: {e} at {ins.where()}") from None
         if (s.mma_writes[lanes, cols] > 0).any():
-            _report(w, "read-before-complete", ins, "tcgen05.ld reads tensor memory an in-flight "
+            report(w, "read-before-complete", ins, "tcgen05.ld reads tensor memory an in-flight "
                     "tcgen05.mma or tcgen05.cp still writes (its tcgen05.commit not yet observed)")
-        op = _LdOp(w, s.tmem.cells[lanes, cols].copy(), writers, ins.where())
-        for _, key in writers:
-            w.pending_regs[key] = op
+        overwrite(w)
+        op = _LdOp(w, s.tmem.cells[lanes, cols].copy(), writers, keys, ins.where())
         w.async_state.setdefault("tcgen05_ld", []).append(op)
         w.cta.launch.scheduler.issue(op)
     return run
@@ -409,14 +403,14 @@ def tcgen05_st(ins, ctx):
     def run(w):
         _collective(w, ins)
         s = _state(w)
-        addr = _uniform(taddr(w), w, ins, "tensor-memory address")
+        addr = uniform(taddr(w), w, ins, "tensor-memory address")
         try:
             lanes, cols = tmem.ld_st_cells(shape, num, w.index, addr, split)
             s.tmem.check_allocated(lanes, cols, f"tcgen05.st.{shape}")
         except tmem.TmemError as e:
             raise SimError(f"{w.name()}: {e} at {ins.where()}") from None
         if (s.mma_writes[lanes, cols] > 0).any() or (s.mma_reads[lanes, cols] > 0).any():
-            _report(w, "write-while-read", ins, "tcgen05.st writes tensor memory an in-flight "
+            report(w, "write-while-read", ins, "tcgen05.st writes tensor memory an in-flight "
                     "tcgen05.mma still reads or writes")
         values = np.stack([r(w) for r in readers], axis=1).astype(np.uint32)
         op = _StOp(s, (lanes, cols), values, ins.where())
@@ -434,205 +428,3 @@ def tcgen05_wait(ins, ctx):
         for op in w.async_state.pop(key, []):
             op.complete()
     return run
-
-
-# elect.sync -----------------------------------------------------------------------------------
-
-@isa.register("elect.sync")
-def elect_sync(ins, ctx):
-    names = ins.operands[0].name.split("|") if isinstance(ins.operands[0], Reg) else []
-    if len(names) != 2:
-        raise ctx.error("elect.sync takes d|p, membermask")
-    put_lane = ctx.writer(Reg(names[0]), "b32") if names[0] != "_" else (lambda w, v: None)
-    put_pred = ctx.writer(Reg(names[1]), "pred")
-    members = ctx.reader(ins.operands[1], "b32")
-
-    def run(w):
-        mask = _uniform(members(w), w, ins, "membermask")
-        lanes = np.flatnonzero(w.wmask & (np.uint32(mask) >> np.arange(32, dtype=np.uint32) & 1).astype(bool))
-        if lanes.size == 0:
-            raise SimError(f"{w.name()}: elect.sync with no active lane in its membermask at {ins.where()}")
-        leader = int(lanes[0])
-        put_lane(w, np.full(32, leader, np.uint32))
-        put_pred(w, np.arange(32) == leader)
-    return run
-
-
-# TMA and bulk copies ------------------------------------------------------------------------
-
-class _GlobalBytes:
-    """tma's memory protocol over the core's GlobalMemory."""
-
-    def __init__(self, memory, where):
-        self.memory, self.where = memory, where
-
-    def read(self, addresses, itemsize):
-        offs = self.memory.offsets(addresses, itemsize, self.where)
-        return self.memory.data[offs[:, None] + np.arange(itemsize)]
-
-    def write(self, addresses, data):
-        offs = self.memory.offsets(addresses, data.shape[1], self.where)
-        self.memory.data[offs[:, None] + np.arange(data.shape[1])] = data
-
-
-_TENSOR_OPERAND = re.compile(r"\[\s*([^,\[\]]+?)\s*,\s*\{([^}]*)\}\s*\]")
-
-
-def _tensor_operand(ins, ctx):
-    """The `[tensorMap, {c0, ...}]` operand, read from the statement's text."""
-    m = _TENSOR_OPERAND.search(ins.text)
-    if not m:
-        raise ctx.error(f"{ins.opcode}: no [tensorMap, {{coordinates}}] operand")
-    name = m.group(1)
-    coords = [ctx.reader(Reg(c.strip()) if c.strip().startswith("%") else _imm(c), "s32")
-              for c in m.group(2).split(",")]
-    if name.startswith("%"):
-        base = ctx.reader(Reg(name), "u64")
-        return (lambda w: base(w)), coords
-    offset = ctx.symbol_value(name)
-    return (lambda w: np.full(32, -1 - offset, np.int64)), coords     # -1 - offset: a parameter
-
-
-def _imm(text):
-    return Imm(int(text.strip(), 0), False)
-
-
-def _tensor_map(w, value: int, ins) -> tma.TensorMap:
-    launch = w.cta.launch
-    if value < 0:                                   # a kernel parameter
-        raw = bytes(launch.params[-1 - value:][:tma.PACKED_SIZE])
-    else:                                           # a tensor map in global memory
-        raw = bytes(launch.memory.get(value, tma.PACKED_SIZE))
-    try:
-        return tma.TensorMap.unpack(raw)
-    except tma.TmaError as e:
-        raise SimError(f"{w.name()}: {e} at {ins.where()}") from None
-
-
-class _TmaLoadOp(AsyncOp):
-    def __init__(self, w, ins, tmap, coords, smem_addr, mbar):
-        self.w, self.ins, self.tmap, self.coords, self.smem_addr, self.mbar = w, ins, tmap, coords, smem_addr, mbar
-        self.where = ins.where()
-        self.bytes = (tma.shared_addresses(tmap, smem_addr).reshape(-1, 1)
-                      + np.arange(tmap.dtype.itemsize)).reshape(-1)
-        np.add.at(w.cta.inflight_writes, self.bytes, 1)
-
-    def _run(self):
-        cta = self.w.cta
-        np.add.at(cta.inflight_writes, self.bytes, -1)
-        moved = tma.load(self.tmap, self.coords, _GlobalBytes(cta.launch.memory, self.where),
-                         cta.smem, self.smem_addr)
-        _complete_tx(self.w, self.mbar, moved, self.ins)
-
-
-class _BulkStoreOp(AsyncOp):
-    def __init__(self, w, ins, smem_bytes, action):
-        self.w, self.where, self.smem_bytes, self.action = w, ins.where(), smem_bytes, action
-        np.add.at(w.cta.inflight_reads, smem_bytes, 1)
-
-    def _run(self):
-        np.add.at(self.w.cta.inflight_reads, self.smem_bytes, -1)
-        self.action()
-
-
-@isa.register("cp.async.bulk.tensor")
-def cp_async_bulk_tensor(ins, ctx):
-    tmap_of, coord_readers = _tensor_operand(ins, ctx)
-    load = ins.parts[-1].startswith("mbarrier") or "mbarrier::complete_tx::bytes" in ins.parts
-    if not load and "bulk_group" not in ins.parts:
-        raise ctx.error(f"{ins.opcode}: a load completes on an mbarrier, a store in a bulk group")
-    if "im2col" in ins.parts or any(p.startswith("multicast") for p in ins.parts):
-        raise ctx.error(f"{ins.opcode}: im2col and multicast TMA are not modelled")
-    addrs = [op for op in ins.operands if isinstance(op, Addr)]
-    if len(addrs) < 2:
-        raise ctx.error(f"{ins.opcode}: missing the shared-memory or mbarrier operand")
-    smem = ctx.address(addrs[0] if load else addrs[-1])
-    mbar = ctx.address(addrs[-1]) if load else None      # a load's last [..] is its mbarrier
-
-    def run(w):
-        for lane in np.flatnonzero(w.wmask):
-            lane = int(lane)
-            tmap = _tensor_map(w, int(tmap_of(w)[lane]), ins)
-            coords = [int(c(w)[lane]) for c in coord_readers]
-            at = int(smem(w)[lane])
-            try:
-                if load:
-                    w.cta.launch.scheduler.issue(_TmaLoadOp(w, ins, tmap, coords, at, int(mbar(w)[lane])))
-                else:
-                    _issue_tma_store(w, ins, lane, tmap, coords, at)
-            except tma.TmaError as e:
-                raise SimError(f"{w.name()}: {e} at {ins.where()}") from None
-    return run
-
-
-def _issue_tma_store(w, ins, lane, tmap, coords, at) -> None:
-    nbytes = (tma.shared_addresses(tmap, at).reshape(-1, 1) + np.arange(tmap.dtype.itemsize)).reshape(-1)
-    if (w.cta.inflight_writes[nbytes] > 0).any():
-        _report(w, "read-before-complete", ins, "a bulk store reads shared memory an asynchronous copy has not landed")
-    memory = _GlobalBytes(w.cta.launch.memory, ins.where())
-    op = _BulkStoreOp(w, ins, nbytes, lambda: tma.store(tmap, coords, memory, w.cta.smem, at))
-    _lane_state(w, "bulk_open", lane).append(op)
-    w.cta.launch.scheduler.issue(op)
-
-
-@isa.register("cp.async.bulk.commit_group")
-def bulk_commit(ins, ctx):
-    def run(w):
-        for lane in np.flatnonzero(w.wmask):
-            open_ops = _lane_state(w, "bulk_open", int(lane))
-            _lane_state(w, "bulk_groups", int(lane)).append(list(open_ops))
-            open_ops.clear()
-    return run
-
-
-@isa.register("cp.async.bulk.wait_group")
-def bulk_wait(ins, ctx):
-    allowed = int(ins.operands[0].value)
-
-    def run(w):
-        for lane in np.flatnonzero(w.wmask):
-            groups = _lane_state(w, "bulk_groups", int(lane))
-            while len(groups) > allowed:
-                for op in groups.pop(0):
-                    op.complete()
-    return run
-
-
-@isa.register("cp.async.bulk")
-def cp_async_bulk(ins, ctx):
-    """The non-tensor bulk copies: global -> shared on an mbarrier, shared -> global in a group."""
-    dst, src = ctx.address(ins.operands[0]), ctx.address(ins.operands[1])
-    size = ctx.reader(ins.operands[2], "u32")
-    to_shared = ins.parts[2].startswith("shared")
-    mbar = ctx.address(ins.operands[3]) if to_shared else None
-
-    def run(w):
-        for lane in np.flatnonzero(w.wmask):
-            lane = int(lane)
-            d, s_, n = int(dst(w)[lane]), int(src(w)[lane]), int(size(w)[lane])
-            if n % 16 or d % 16 or s_ % 16:
-                raise SimError(f"{w.name()}: cp.async.bulk needs 16-byte aligned addresses and size at {ins.where()}")
-            if to_shared:
-                w.cta.launch.scheduler.issue(_BulkLoadOp(w, ins, d, s_, n, int(mbar(w)[lane])))
-            else:
-                smem_bytes = s_ + np.arange(n)
-                memory = w.cta.launch.memory
-                op = _BulkStoreOp(w, ins, smem_bytes, lambda d=d, s_=s_, n=n: memory.put(d, w.cta.smem[s_:s_ + n]))
-                _lane_state(w, "bulk_open", lane).append(op)
-                w.cta.launch.scheduler.issue(op)
-    return run
-
-
-class _BulkLoadOp(AsyncOp):
-    def __init__(self, w, ins, dst, src, n, mbar):
-        self.w, self.ins, self.dst, self.src, self.n, self.mbar = w, ins, dst, src, n, mbar
-        self.where = ins.where()
-        w.cta.smem_offsets(np.array([dst]), 1, self.where)
-        np.add.at(w.cta.inflight_writes, dst + np.arange(n), 1)
-
-    def _run(self):
-        cta = self.w.cta
-        np.add.at(cta.inflight_writes, self.dst + np.arange(self.n), -1)
-        cta.launch.memory.offsets(np.array([self.src]), 1, self.where)
-        cta.smem[self.dst:self.dst + self.n] = cta.launch.memory.get(self.src, self.n)
-        _complete_tx(self.w, self.mbar, self.n, self.ins)

@@ -145,7 +145,7 @@ def ld_st_cells(shape: str, num: int, warp_id: int, addr: int, half_split: int =
     quarter = warp_id % 4
     if lanes.min() < QUARTER * quarter or lanes.max() >= QUARTER * (quarter + 1):
         raise TmemError(f"warp {warp_id} reaches lanes {QUARTER * quarter}-{QUARTER * quarter + 31} only "
-                        f"(warp id % 4 = {quarter}); tcgen05.{shape} at lane {lane0} touches lanes "
+                        f"(warp id % 4 = {quarter}); tcgen05.ld/st.{shape} at lane {lane0} touches lanes "
                         f"{int(lanes.min())}-{int(lanes.max())}")
     return lanes, cols
 
@@ -211,7 +211,7 @@ class InstrDesc:
 MMA_K = 16
 
 
-def _rows_to_lanes(m: int, lane0: int, what: str) -> np.ndarray:
+def rows_to_lanes(m: int, lane0: int, what: str) -> np.ndarray:
     rows = np.arange(m, dtype=np.int64)
     if m == 128:
         if lane0:
@@ -232,7 +232,7 @@ def half_to_f32(bits: np.ndarray, kind: str) -> np.ndarray:
 
 def _a_from_tmem(tmem: TensorMemory, addr: int, idesc: InstrDesc) -> tuple[np.ndarray, tuple]:
     lane0, col0 = split(addr)
-    lanes = _rows_to_lanes(idesc.m, lane0, "tcgen05.mma's A in tensor memory")
+    lanes = rows_to_lanes(idesc.m, lane0, "tcgen05.mma's A in tensor memory")
     cols = col0 + np.arange(MMA_K // 2)
     tmem.check_allocated(lanes, cols, "tcgen05.mma's A operand")
     words = tmem.cells[np.ix_(lanes, cols)]
@@ -259,7 +259,7 @@ def mma_f16(tmem: TensorMemory, smem: np.ndarray, d_addr: int, a, b_desc: SmemDe
     if idesc.negate_b:
         b_vals = -b_vals
     lane0, col0 = split(d_addr)
-    lanes = _rows_to_lanes(idesc.m, lane0, "tcgen05.mma's D")
+    lanes = rows_to_lanes(idesc.m, lane0, "tcgen05.mma's D")
     cols = col0 + np.arange(idesc.n)
     tmem.check_allocated(lanes, cols, "tcgen05.mma's D")
     product = a_vals.astype(np.float64) @ b_vals.astype(np.float64).T
@@ -272,7 +272,7 @@ def mma_f16(tmem: TensorMemory, smem: np.ndarray, d_addr: int, a, b_desc: SmemDe
 
 # tcgen05.cp -------------------------------------------------------------------------------
 
-_CP_SHAPES = {"128x256b": (128, 8), "4x256b": (4, 8), "128x128b": (128, 4), "64x128b": (64, 4),
+CP_SHAPES = {"128x256b": (128, 8), "4x256b": (4, 8), "128x128b": (128, 4), "64x128b": (64, 4),
               "32x128b": (32, 4)}
 _CP_MULTICAST = {"128x256b": {None}, "4x256b": {None}, "128x128b": {None},
                  "64x128b": {"warpx2::02_13", "warpx2::01_23"}, "32x128b": {"warpx4"}}
@@ -280,12 +280,12 @@ _CP_MULTICAST = {"128x256b": {None}, "4x256b": {None}, "128x128b": {None},
 
 def cp_cells(shape: str, multicast: str | None) -> tuple[np.ndarray, int]:
     """For each destination lane of a tcgen05.cp, the source row it receives; and the columns."""
-    if shape not in _CP_SHAPES:
+    if shape not in CP_SHAPES:
         raise TmemError(f"tcgen05.cp has no shape {shape}")
     if multicast not in _CP_MULTICAST[shape]:
         allowed = " or ".join(sorted(m or "no multicast" for m in _CP_MULTICAST[shape]))
         raise TmemError(f"tcgen05.cp.{shape} takes {allowed}, not {multicast or 'no multicast'}")
-    rows, cols = _CP_SHAPES[shape]
+    rows, cols = CP_SHAPES[shape]
     if multicast is None:
         return np.arange(rows), cols
     r = np.arange(QUARTER)
@@ -301,7 +301,7 @@ def cp(tmem: TensorMemory, smem: np.ndarray, addr: int, desc: SmemDesc, shape: s
     """Copy the source matrix (rows of 128 or 256 bits, 8-row core matrices as a K-major
     operand of 32-bit elements) into TMEM at `addr`; returns the (lanes, cols) written."""
     sources, cols = cp_cells(shape, multicast)
-    rows = _CP_SHAPES[shape][0]
+    rows = CP_SHAPES[shape][0]
     lane0, col0 = split(addr)
     source = read_matrix(smem, desc, rows, cols, np.uint32, "K")
     lanes = lane0 + np.arange(sources.size)

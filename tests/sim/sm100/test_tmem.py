@@ -114,7 +114,7 @@ def test_each_shape_covers_its_block_once(shape, lanes, span, num):
 def test_ld_st_rules():
     """A warp reaches only its quarter (warp id % 4); .num is a power of 2 up to the shape's max."""
     with pytest.raises(TmemError, match=r"warp 5 reaches lanes 32-63 only \(warp id % 4 = 1\); "
-                                        r"tcgen05.32x32b at lane 0 touches lanes 0-31"):
+                                        r"tcgen05.ld/st.32x32b at lane 0 touches lanes 0-31"):
         tm.ld_st_cells("32x32b", 1, 5, 0)
     with pytest.raises(TmemError, match="touches lanes 24-39"):
         tm.ld_st_cells("16x64b", 1, 0, tm.address(24, 0))
