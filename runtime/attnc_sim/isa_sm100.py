@@ -21,10 +21,6 @@ writes; an MMA reading TMEM a tcgen05.st has not finished (no wait::st) or share
 has not landed; a shared-memory write into an in-flight MMA's operands (races.py); tensor memory
 still allocated when the CTA ends ('tensor-memory', from `check_exit`, which the engine runs).
 
-The fences (tcgen05.fence::before_thread_sync / after_thread_sync) order tcgen05 operations
-around thread synchronization; the emulator runs each warp in program order and completes
-asynchronous work only at the points above, so they change nothing here.
-
 Per-CTA state is `cta.__dict__["sm100"]` (an `_Sm100State`).
 """
 from __future__ import annotations
@@ -100,9 +96,13 @@ def tcgen05_dealloc(ins, ctx):
     def run(w):
         _collective(w, ins)
         s = _state(w)
-        _check_dealloc(w, ins, s, uniform(taddr(w), w, ins, "address"), uniform(ncols(w), w, ins, "column count"))
+        addr, n = uniform(taddr(w), w, ins, "address"), uniform(ncols(w), w, ins, "column count")
+        cols = slice(tmem.split(addr)[1], tmem.split(addr)[1] + n)
+        if s.mma_writes[:, cols].any() or s.mma_reads[:, cols].any() or s.st_writes[:, cols].any():
+            report(w, "write-while-read", ins, "tcgen05.dealloc frees tensor memory an in-flight tcgen05.mma, "
+                   "tcgen05.cp or tcgen05.st still uses (its commit or wait not yet observed)")
         try:
-            s.tmem.dealloc(uniform(taddr(w), w, ins, "address"), uniform(ncols(w), w, ins, "column count"))
+            s.tmem.dealloc(addr, n)
         except tmem.TmemError as e:
             raise SimError(f"{w.name()}: {e} at {ins.where()}") from None
         for waiter in s.alloc_waiters:
@@ -110,14 +110,6 @@ def tcgen05_dealloc(ins, ctx):
         s.alloc_waiters.clear()
         return None
     return run
-
-
-def _check_dealloc(w, ins, s: _Sm100State, addr: int, ncols: int) -> None:
-    """Columns freed while an MMA, copy or tcgen05.st still writes or reads them."""
-    cols = slice(tmem.split(addr)[1], tmem.split(addr)[1] + ncols)
-    if s.mma_writes[:, cols].any() or s.mma_reads[:, cols].any() or s.st_writes[:, cols].any():
-        report(w, "write-while-read", ins, "tcgen05.dealloc frees tensor memory an in-flight tcgen05.mma, "
-               "tcgen05.cp or tcgen05.st still uses (its commit or wait not yet observed)")
 
 
 @isa.register("tcgen05.relinquish_alloc_permit")
@@ -178,11 +170,6 @@ class _PipeOp(AsyncOp):
             self.cta.launch.report("tensor-memory", None, self.where, f"the in-flight operation failed: {e}")
 
 
-def _desc_bytes(desc, rows, cols, itemsize, major) -> np.ndarray:
-    addrs = smem_desc.element_addresses(desc, rows, cols, itemsize, major)
-    return (addrs[..., None] + np.arange(itemsize)).reshape(-1)
-
-
 def _issue_pipe_op(w, ins, lane, effect, writes, reads, smem_bytes) -> None:
     s = _state(w)
     if (w.cta.inflight_writes[smem_bytes] > 0).any():
@@ -227,9 +214,9 @@ def _issue_mma(w, ins, lane, d_addr, a_val, b_val, i_val, accumulate, a_tmem) ->
         idesc.check()
         b_desc = smem_desc.decode_tcgen05(b_val)
         a_desc = None if a_tmem else smem_desc.decode_tcgen05(a_val)
-        smem = _desc_bytes(b_desc, idesc.n, tmem.MMA_K, 2, "MN" if idesc.b_mn_major else "K")
+        smem = smem_desc.element_bytes(b_desc, idesc.n, tmem.MMA_K, 2, "MN" if idesc.b_mn_major else "K")
         if a_desc is not None:
-            smem = np.concatenate([smem, _desc_bytes(a_desc, idesc.m, tmem.MMA_K, 2,
+            smem = np.concatenate([smem, smem_desc.element_bytes(a_desc, idesc.m, tmem.MMA_K, 2,
                                                      "MN" if idesc.a_mn_major else "K")])
         # where D (and A) lie, from a dry run's shapes, before the MMA itself runs
         lane0, col0 = tmem.split(d_addr)
@@ -276,7 +263,7 @@ def _issue_cp(w, ins, lane, addr, desc_val, shape, multicast) -> None:
         lane0, col0 = tmem.split(addr)
         lanes, columns = lane0 + np.arange(sources.size), col0 + np.arange(cols)
         s.tmem.check_allocated(lanes, columns, f"tcgen05.cp.{shape}")
-        smem = _desc_bytes(desc, rows, cols, 4, "K")
+        smem = smem_desc.element_bytes(desc, rows, cols, 4, "K")
     except (tmem.TmemError, smem_desc.DescriptorError) as e:
         raise SimError(f"{w.name()}: {e} at {ins.where()}") from None
 
@@ -313,23 +300,35 @@ def tcgen05_commit(ins, ctx):
 
 @isa.register("tcgen05.fence::before_thread_sync", "tcgen05.fence::after_thread_sync")
 def tcgen05_fence(ins, ctx):
-    # ordering only: the emulator runs each warp's instructions in program order
+    """The fences order tcgen05 operations around thread synchronization (9.7.16.6.2); the
+    emulator runs each warp in program order and completes asynchronous work only at the points
+    of the module docstring, so they change nothing here."""
     return lambda w: None
 
 
 # tcgen05.ld / tcgen05.st / tcgen05.wait ----------------------------------------------------
 
-_SHAPE = re.compile(r"^(32x32b|16x64b|16x128b|16x256b|16x32bx2)$")
-
-
-def _ld_st_form(ins, ctx) -> tuple[str, int]:
-    shape = next((p for p in ins.parts if _SHAPE.match(p)), None)
+def _ld_st_form(ins, ctx, regs) -> tuple[str, int]:
+    """The shape and .num of a tcgen05.ld / st, checked against its register vector."""
+    shape = next((p for p in ins.parts if p in tmem.LD_ST_SHAPES), None)
     num = next((int(p[1:]) for p in ins.parts if re.fullmatch(r"x\d+", p)), None)
     if shape is None or num is None:
         raise ctx.error(f"{ins.opcode}: needs a shape and a .num")
     if "pack::16b" in ins.parts or "unpack::16b" in ins.parts:
         raise ctx.error(f"{ins.opcode}: .pack::16b / .unpack::16b is not modelled")
+    if len(regs) != tmem.registers_per_thread(shape, num):
+        raise ctx.error(f"{ins.parts[0]}.{ins.parts[1]}.{shape}.x{num} takes "
+                        f"{tmem.registers_per_thread(shape, num)} registers, not {len(regs)}")
     return shape, num
+
+
+def _ld_st_cells(w, ins, s: _Sm100State, shape: str, num: int, addr: int, split: int):
+    try:
+        lanes, cols = tmem.ld_st_cells(shape, num, w.index, addr, split)
+        s.tmem.check_allocated(lanes, cols, f"{ins.parts[0]}.{ins.parts[1]}.{shape}")
+    except tmem.TmemError as e:
+        raise SimError(f"{w.name()}: {e} at {ins.where()}") from None
+    return lanes, cols
 
 
 class _LdOp(AsyncOp):
@@ -351,10 +350,8 @@ class _LdOp(AsyncOp):
 
 @isa.register("tcgen05.ld")
 def tcgen05_ld(ins, ctx):
-    shape, num = _ld_st_form(ins, ctx)
     regs = ctx.vec(ins.operands[0])
-    if len(regs) != tmem.registers_per_thread(shape, num):
-        raise ctx.error(f"tcgen05.ld.{shape}.x{num} takes {tmem.registers_per_thread(shape, num)} registers, not {len(regs)}")
+    shape, num = _ld_st_form(ins, ctx, regs)
     writers = [ctx.writer(r, "b32") for r in regs]
     keys = [ctx.reg(r) for r in regs]
     overwrite = ctx.pending_check(regs, reading=False)     # an earlier load into them still pending
@@ -364,12 +361,7 @@ def tcgen05_ld(ins, ctx):
     def run(w):
         _collective(w, ins)
         s = _state(w)
-        addr = uniform(taddr(w), w, ins, "tensor-memory address")
-        try:
-            lanes, cols = tmem.ld_st_cells(shape, num, w.index, addr, split)
-            s.tmem.check_allocated(lanes, cols, f"tcgen05.ld.{shape}")
-        except tmem.TmemError as e:
-            raise SimError(f"{w.name()}: {e} at {ins.where()}") from None
+        lanes, cols = _ld_st_cells(w, ins, s, shape, num, uniform(taddr(w), w, ins, "tensor-memory address"), split)
         if (s.mma_writes[lanes, cols] > 0).any():
             report(w, "read-before-complete", ins, "tcgen05.ld reads tensor memory an in-flight "
                     "tcgen05.mma or tcgen05.cp still writes (its tcgen05.commit not yet observed)")
@@ -392,23 +384,16 @@ class _StOp(AsyncOp):
 
 @isa.register("tcgen05.st")
 def tcgen05_st(ins, ctx):
-    shape, num = _ld_st_form(ins, ctx)
+    regs = ctx.vec(ins.operands[-1])
+    shape, num = _ld_st_form(ins, ctx, regs)
     taddr = ctx.address(ins.operands[0])
     split = int(ins.operands[1].value) if len(ins.operands) > 2 else 0
-    regs = ctx.vec(ins.operands[-1])
-    if len(regs) != tmem.registers_per_thread(shape, num):
-        raise ctx.error(f"tcgen05.st.{shape}.x{num} takes {tmem.registers_per_thread(shape, num)} registers, not {len(regs)}")
     readers = [ctx.reader(r, "b32") for r in regs]
 
     def run(w):
         _collective(w, ins)
         s = _state(w)
-        addr = uniform(taddr(w), w, ins, "tensor-memory address")
-        try:
-            lanes, cols = tmem.ld_st_cells(shape, num, w.index, addr, split)
-            s.tmem.check_allocated(lanes, cols, f"tcgen05.st.{shape}")
-        except tmem.TmemError as e:
-            raise SimError(f"{w.name()}: {e} at {ins.where()}") from None
+        lanes, cols = _ld_st_cells(w, ins, s, shape, num, uniform(taddr(w), w, ins, "tensor-memory address"), split)
         if (s.mma_writes[lanes, cols] > 0).any() or (s.mma_reads[lanes, cols] > 0).any():
             report(w, "write-while-read", ins, "tcgen05.st writes tensor memory an in-flight "
                     "tcgen05.mma still reads or writes")

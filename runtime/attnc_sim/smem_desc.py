@@ -15,6 +15,7 @@ Interface:
 * `element_addresses(desc, rows, cols, itemsize, major)`: a `(rows, cols)` integer array of the
   shared-memory byte address of each element of the matrix the MMA reads; `rows` is its M (or N)
   extent and `cols` its K extent whatever the major-ness; `major` is `"K"` or `"MN"`.
+* `element_bytes(...)`: the same, every byte of every element, flat (the race checks').
 * `read_matrix(smem, desc, rows, cols, dtype, major)`: that `(rows, cols)` matrix of `dtype`
   read from `smem` (a uint8 array holding the CTA's shared memory, indexed by shared address).
 * `write_matrix(smem, desc, matrix, major)`: the inverse: lays `matrix` out where
@@ -33,8 +34,20 @@ operand from 16-byte chunks. With `T` elements per chunk and `x` chunks per swiz
 and the swizzle then permutes the address. The swizzle acts on the absolute shared address,
 as TMA's does, so a descriptor whose start moves along K inside a swizzled row (the usual way to
 step K by one MMA) reads what a TMA load of the whole tile wrote. A pattern that does not start
-on its repeat boundary (1024/512/256 bytes) carries `base_offset = (pattern start >> 7) & 7`;
-this module takes a row's phase in the pattern as `(addr >> 7) - base_offset`.
+on its repeat boundary (1024/512/256 bytes) carries `base_offset = (pattern start >> 7) & 7`
+(confirmed: PTX ISA 9.7.16.4.1 "Shared Memory Descriptor", Tables 40-41, and 9.7.15.5.1.2.2 for
+wgmma). The ISA gives that encoding only, not how the hardware applies it: this module takes a
+row's phase in the pattern as `(addr >> 7) - base_offset` (INFERRED: subtracting the phase of
+the pattern's start makes a pattern placed off its boundary swizzle as one placed on it).
+
+Note [Swizzle units]: a swizzle XORs the index of a unit within a row with the row's phase,
+bits 7 and up of the address. The 128B, 64B and 32B modes use 16-byte units and 3, 2, 1 phase
+bits; tcgen05's mode 1, "128-Byte with 32B atomic swizzling" (PTX ISA 9.7.16.4.1, Table 40), and
+TMA's CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B use 32-byte units of a 128-byte row and 2 phase bits.
+The ISA draws these as figures; the bit functions are confirmed against CUTLASS
+(cute/arch/mma_sm100_desc.hpp and mma_sm90_desc.hpp: SWIZZLE_128B = Swizzle<3,4,3>, 64B =
+Swizzle<2,4,3>, 32B = Swizzle<1,4,3>, 128B_BASE32B = Swizzle<2,5,2>, i.e. address bits [M, M+B)
+XORed with bits [M+S, M+S+B)).
 """
 from __future__ import annotations
 
@@ -143,7 +156,8 @@ def encode_tcgen05(desc: SmemDesc) -> int:
 
 def swizzle_address(addr, swizzle: Swizzle, base_offset: int = 0):
     """The physical address of logical shared address `addr`: the index of its `atom`-byte unit
-    within a `width`-byte row is XORed with the row's phase in the pattern (bits 7 and up)."""
+    within a `width`-byte row is XORed with the row's phase in the pattern (bits 7 and up;
+    Note [Canonical layouts] for the base offset, Note [Swizzle units] for the units)."""
     if swizzle is Swizzle.NONE:
         return addr
     mask = (1 << swizzle.xor_bits) - 1
@@ -187,6 +201,12 @@ def element_addresses(desc: SmemDesc, rows: int, cols: int, itemsize: int, major
             offset = ((r % per_row) * itemsize + (r // per_row) * desc.lbo
                       + (k % 8) * width + (k // 8) * desc.sbo)
     return swizzle_address(desc.start + offset, desc.swizzle, desc.base_offset)
+
+
+def element_bytes(desc: SmemDesc, rows: int, cols: int, itemsize: int, major: str) -> np.ndarray:
+    """Every shared byte address the MMA reads through `desc` (for the race checks)."""
+    addrs = element_addresses(desc, rows, cols, itemsize, major)
+    return (addrs[..., None] + np.arange(itemsize)).reshape(-1)
 
 
 def _byte_indices(addresses: np.ndarray, itemsize: int, size: int) -> np.ndarray:

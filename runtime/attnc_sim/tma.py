@@ -103,8 +103,13 @@ class L2Promotion(enum.IntEnum):
 
 
 class OobFill(enum.IntEnum):
-    NONE = 0                    # zeros
-    NAN_REQUEST_ZERO_FMA = 1    # a NaN of the element type
+    """CUtensorMapFloatOOBfill. Out-of-bounds elements of a load are zeros, or with
+    NAN_REQUEST_ZERO_FMA a NaN (the driver API's cuTensorMapEncodeTiled; PTX ISA 5.5.4 "Out of
+    Bounds Access"). Which NaN is not documented: the emulator writes each type's canonical quiet
+    NaN (`DataType.nan_bits`: 0x7E00 f16, 0x7FC0 bf16, 0x7FC00000 f32) — INFERRED; a kernel
+    that only tests for NaN cannot tell."""
+    NONE = 0
+    NAN_REQUEST_ZERO_FMA = 1
 
 
 _SMEM_SWIZZLE = {TmaSwizzle.NONE: Swizzle.NONE, TmaSwizzle.B32: Swizzle.B32, TmaSwizzle.B64: Swizzle.B64,

@@ -22,14 +22,32 @@ Interface:
   tcgen05.cp from shared memory (`128x256b`, `4x256b`, `128x128b`, `64x128b` with
   `warpx2::02_13` / `warpx2::01_23`, `32x128b` with `warpx4`).
 
-Note [TMEM data path layouts]: an MMA with M = 128 (cta_group::1) keeps row r of D in lane r;
-with M = 64 it uses 16 lanes of each warp's 32-lane quarter, row r in lane
-`(r // 16) * 32 + r % 16` past the address's lane (0 or 16). D is f32, one column per element;
-A in TMEM holds two 16-bit elements per column, the lower-indexed K in the low half. The
-lane/register maps of the ld/st shapes follow the PTX ISA's matrix-fragment figures for
-tcgen05.ld/st ("Matrix fragments for shape ..."): 16x256b is the mma.sync accumulator pattern
-(thread t: lanes t/4 and t/4 + 8, columns 2(t%4) and +1), 16x128b the same with one column per
-thread, 16x64b pairs lanes t/4 and t/4 + 8 through the thread's low bit.
+Note [TMEM data path layouts]: what the PTX ISA text (or CUTLASS, for its figures) confirms and
+what the emulator infers.
+
+* M = 128, cta_group::1: row r of D (and of A in TMEM) in lane r. Confirmed: PTX ISA 9.7.16.10.5
+  "Data path layout organization", layout D.
+* M = 64, cta_group::1 (no .ws): 16 rows in each warp's 32-lane quarter, row r in lane
+  `(r // 16) * 32 + r % 16` past the address's lane. The 16-rows-per-quarter split is layout F of
+  9.7.16.10.5; that the address's lane (0 or 16) picks the low or high half of each quarter is
+  INFERRED: the layout is given as a figure only, and its summaries (TVM's tmem_datapath_layout:
+  "64 rows scattered 16-per-warp, half datapath") do not say which half.
+* A in TMEM holds two 16-bit elements per 32-bit column, the lower k in the low half: INFERRED
+  from the f16x2 packing of registers (mma.sync fragments); the ISA shows it in a figure only.
+* D is f32, one column per element: 9.7.16.10.9 (tcgen05.mma), confirmed.
+* The tcgen05.ld/st fragments (`_pattern`): 32x32b, thread t reads lane t, register j column j, is
+  in the text of 9.7.16.2.3.1.1. 16x64b, 16x128b, 16x256b and 16x32bx2 are figures (184-187);
+  the maps here are confirmed against CUTLASS's cute/atom/copy_traits_sm100.hpp, whose
+  Copy_Traits<SM100_TMEM_LOAD_16dp64b1x>, `_16dp128b1x`, `_16dp256b1x` and `_16dp32b1x` give
+  the (thread, value) -> (data path, bit) layouts: 16x64b thread t in lane t/4 + 8(t%2), column
+  (t/2)%2; 16x128b lanes t/4 and t/4 + 8, column t%4; 16x256b lanes t/4 and t/4 + 8, columns
+  2(t%4) and +1 (the mma.sync accumulator pattern); 16x32bx2 lane t%16, the second half-warp at
+  +immHalfSplitoff columns. `.num` repeats the pattern along the columns (the `_2x`.. traits:
+  a repetition is 2, 4, 8 columns).
+* Allocation: nCols a power of 2 from 32 to 512, and blocking while the columns are not free,
+  are in 9.7.16.7.1 (tcgen05.alloc). Where an allocation lands is not: the emulator hands out
+  the lowest free run aligned to its size (INFERRED; a kernel uses the address tcgen05.alloc
+  writes to shared memory, so only code that assumes an alignment could tell).
 """
 from __future__ import annotations
 
@@ -67,8 +85,9 @@ class TensorMemory:
         self.relinquished = False
 
     def try_alloc(self, ncols: int) -> int | None:
-        """tcgen05.alloc: the address of `ncols` fresh columns (lane 0), aligned to `ncols`, or
-        None while the free columns cannot hold them."""
+        """tcgen05.alloc: the address of `ncols` fresh columns (lane 0), aligned to `ncols` (an
+        inferred placement: Note [TMEM data path layouts]), or None while the free columns
+        cannot hold them."""
         ncols = int(ncols)
         if ncols < MIN_ALLOC or ncols > COLUMNS or ncols & (ncols - 1):
             raise TmemError(f"tcgen05.alloc of {ncols} columns: the count must be a power of 2 "
@@ -111,6 +130,7 @@ class TensorMemory:
 # tcgen05.ld / tcgen05.st ------------------------------------------------------------------
 
 _MAX_NUM = {"32x32b": 128, "16x64b": 128, "16x128b": 64, "16x256b": 32, "16x32bx2": 128}
+LD_ST_SHAPES = tuple(_MAX_NUM)
 _REGS_PER_NUM = {"32x32b": 1, "16x64b": 1, "16x128b": 2, "16x256b": 4, "16x32bx2": 1}
 
 
