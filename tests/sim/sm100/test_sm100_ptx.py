@@ -290,6 +290,21 @@ def test_tma_load_swizzled_box_lands_where_the_swizzle_says():
     assert launch.reports == []
 
 
+def test_tma_coordinates_in_an_inline_asm_scope():
+    """The coordinates of `[tmap, {%r1, %r2}]` are the registers of the enclosing scope: inside
+    `{ .reg .b32 %r1, %r2; ... }` (as inline asm emits it) they are the scope's, not the
+    kernel's %r1, %r2 (which stay 0 here, and would load rows 0..15)."""
+    text = (h.PTX / "tma_load.ptx").read_text()
+    first, last = "  ld.param.u32 %r1, [x];\n", "[tmap, {%r1, %r2}], [smem+8];\n"
+    i, j = text.index(first), text.index(last) + len(last)
+    text = text[:i] + "  {\n  .reg .b32 %r1, %r2;\n" + text[i:j] + "  }\n" + text[j:]
+    mem, src, out, params = tma_load_launch()
+    launch, _ = h.run("tma_load.ptx", 32, params, mem, text=text)
+    got = mem.get_array(out, (16, 128), np.uint8)
+    np.testing.assert_array_equal(got[0, :16].view(np.float16), src[32, :8])
+    assert launch.reports == []
+
+
 def test_tma_load_with_too_small_expect_tx_is_reported():
     """An mbarrier must not receive more transaction bytes than expected (9.7.13.15.2): arming it
     for 1024 bytes and loading a 2048-byte box is an mbarrier error at the copy's PTX line."""
