@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnc_sim import isa, isa_float
-from attnc_sim.state import DTYPE, WIDTH
+from attnc_sim.state import DTYPE, WARP, WIDTH
 
 INT_TYPES = {"b8", "u8", "s8", "b16", "u16", "s16", "b32", "u32", "s32", "b64", "u64", "s64"}
 FLOAT_TYPES = {"f16", "bf16", "f32", "f64", "f16x2", "bf16x2"}
@@ -181,6 +181,9 @@ def shift(ins, ctx):
 
 @isa.register("bfe")
 def bfe(ins, ctx):
+    """bfe d, a, pos, len (PTX ISA, Integer Arithmetic Instructions: bfe): bits pos..pos+len-1
+    of a, the positions past a's top bit and the bits above len filled with the sign bit
+    a[min(pos + len - 1, msb)] (signed types, len > 0) or zero; pos and len are their low 8 bits."""
     ty = type_of(ins)
     width = WIDTH[ty]
     a = ctx.reader(ins.operands[1], ty)
@@ -188,19 +191,20 @@ def bfe(ins, ctx):
     length = ctx.reader(ins.operands[3], "u32")
     d = ctx.writer(ins.operands[0], ty)
     ut = DTYPE["u" + ty[1:]]
+    signed = ty.startswith("s")
 
     def run(w):
-        p = np.minimum(pos(w) & 0xFF, width).astype(np.uint64)
-        n = np.minimum(length(w) & 0xFF, width).astype(np.uint64)
+        p = (pos(w) & 0xFF).astype(np.int64)
+        n = (length(w) & 0xFF).astype(np.int64)
         x = a(w).astype(ut).astype(np.uint64)
-        field = (x >> np.minimum(p, width - 1)) & ((np.uint64(1) << n) - np.uint64(1) if width < 64 else
-                                                   np.where(n >= 64, ~np.uint64(0), (np.uint64(1) << np.minimum(n, 63)) - np.uint64(1)))
-        field = np.where(p >= width, 0, field).astype(np.uint64)
-        if ty.startswith("s"):
-            msb = np.where(n == 0, 0, np.minimum(p + n - np.uint64(1), width - 1)).astype(np.uint64)
-            sign = (x >> msb) & np.uint64(1)
-            fill = np.where((sign == 1) & (n > 0), ~((np.uint64(1) << n) - np.uint64(1)), np.uint64(0))
-            field = field | fill
+        kept = np.clip(np.minimum(n, width - p), 0, width)          # bits taken from a
+        low = np.where(kept >= 64, ~np.uint64(0), (np.uint64(1) << np.minimum(kept, 63).astype(np.uint64)) - np.uint64(1))
+        field = (x >> np.minimum(p, width - 1).astype(np.uint64)) & low
+        field = np.where(kept > 0, field, np.uint64(0))
+        if signed:
+            top = np.minimum(p + n - 1, width - 1).astype(np.uint64)
+            sign = (n > 0) & (((x >> top) & np.uint64(1)) == 1)
+            field = np.where(sign, field | ~low, field)
         d(w, field.astype(ut))
     return run
 

@@ -283,7 +283,7 @@ class _Parser:
                         reg_name = scopes[-1][reg_name]
                     kernel.regs[reg_name] = ty
                 continue
-            if stmt.startswith(".loc"):
+            if stmt.split()[0] == ".loc":
                 f, ln, col = (re.findall(r"\d+", stmt) + ["0", "0", "0"])[:3]
                 loc = Loc(self.files.get(int(f), f), int(ln), int(col))
                 continue
