@@ -97,9 +97,9 @@ class SimKernel:
 
     def __init__(self, bundle: Bundle, device: SimDevice | None = None, seed: int = 0,
                  raise_reports: bool = True, ptx: str | None = None, quantum: int = 64,
-                 record: bool = False):
+                 record: bool = False, early: float = 0.25):
         self.bundle, self.device, self.seed = bundle, device or SimDevice(), seed
-        self.quantum, self.record = quantum, record
+        self.quantum, self.record, self.early = quantum, record, early
         self.last_written: dict[str, np.ndarray] = {}
         self.last_scheduler: Scheduler | None = None
         self.raise_reports = raise_reports
@@ -153,7 +153,8 @@ class SimKernel:
             outputs[spec.name] = sim_args[spec.name] = _SimArray(memory, arr, spec.dtype, spec.name)
         views = {name: obj.__attnc_view__() for name, obj in sim_args.items() if isinstance(obj, _SimArray)}
         scratch = {name: memory.alloc(nbytes) for name, nbytes in plan.scratch.items()}
-        scheduler = self.last_scheduler = Scheduler(self.seed, quantum=self.quantum, record=self.record)
+        scheduler = self.last_scheduler = Scheduler(self.seed, early=self.early, quantum=self.quantum,
+                                                          record=self.record)
         self.last_reports, self.last_launches = [], []
         for i, (k, grid, symbol) in enumerate(zip(manifest.kernels, plan.grids, plan.symbols)):
             if 0 in grid:

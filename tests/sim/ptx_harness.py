@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnc_sim.engine import Launch
+from attnc_sim.errors import SimError
 from attnc_sim.program import decode
 from attnc_sim.ptx import parse_module
 from attnc_sim.scheduler import Scheduler
@@ -53,6 +54,7 @@ class Result:
     launch: Launch
     arrays: list            # the array parameters after the launch
     reports: list
+    error: SimError | None = None       # what stopped the launch (a deadlock), if anything
 
 
 def run_kernel(body_or_ptx: str, arrays: list, threads: int = 32, grid=(1, 1, 1), smem: int = 0,
@@ -69,9 +71,15 @@ def run_kernel(body_or_ptx: str, arrays: list, threads: int = 32, grid=(1, 1, 1)
     params = b"".join(int(p).to_bytes(8, "little") for p in ptrs)
     launch = Launch(program, grid, (threads, 1, 1), smem, memory, params,
                     Scheduler(seed=seed, early=early, quantum=quantum), raise_reports=raise_reports)
-    launch.run()
+    error = None
+    try:
+        launch.run()
+    except SimError as e:
+        if raise_reports:
+            raise
+        error = e
     back = [memory.get(p, a.nbytes).view(a.dtype).reshape(a.shape) for p, a in zip(ptrs, arrays)]
-    return Result(launch, back, launch.reports)
+    return Result(launch, back, launch.reports, error)
 
 
 def line_of(text: str, needle: str) -> int:

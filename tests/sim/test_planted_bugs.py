@@ -40,3 +40,25 @@ def test_unplanted_kernel_runs_clean():
     kernel = SimKernel(bundle)
     kernel(**_inputs(bundle, 64, 512, np.random.default_rng(0)), ctas=[(0, 0, 0)])
     assert kernel.last_reports == []
+
+
+def _sm80_mha():
+    bundle = attnc.compile(MHA, arch="sm_80").bundle
+    ptx = bundle.images["ptx"]
+    return bundle, ptx.decode() if isinstance(ptx, (bytes, bytearray)) else ptx
+
+
+def test_weakened_cp_async_wait_is_a_read_before_complete():
+    """mha sm_80 with its first cp.async.wait_group allowing one more group in flight: a warp
+    reads K/V shared memory (ldmatrix) that a cp.async still writes."""
+    bundle, ptx = _sm80_mha()
+    wait = re.search(r"cp\.async\.wait_group\s+(\d+);", ptx)
+    planted = ptx[:wait.start()] + f"cp.async.wait_group {int(wait.group(1)) + 1};" + ptx[wait.end():]
+    kernel = SimKernel(bundle, ptx=planted, raise_reports=False, early=0.0)
+    kernel(**_inputs(bundle, 64, 200, np.random.default_rng(0)), ctas=[(0, 0, 0)])
+    first = kernel.last_reports[0]
+    assert first.kind == "read-before-complete" and re.fullmatch(r"CTA \(0, 0, 0\) warp [0-3]", first.warp)
+    line = int(re.match(r"PTX line (\d+): ", first.where).group(1))
+    wait_line = ptx[:wait.start()].count("\n") + 1
+    assert line > wait_line and re.search(r"ldmatrix|ld\.shared", planted.splitlines()[line - 1])
+    assert "before the asynchronous copy writing it completed" in first.message
