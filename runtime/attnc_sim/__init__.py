@@ -5,6 +5,7 @@
     out = kernel(q=q, k=k, v=v)                 # numpy in, numpy out
 
     python -m attnc_sim BUNDLE --B 1 --H 2 --M 200 --N 333    # random inputs vs the reference
+    python -m attnc_sim.sweep .bundles/gpu --jobs 2          # every bundle of an index.json
 
 Numpy only (no MLIR, no cuda-python). It is functional: every lane's values are what
 the PTX ISA says, but there is no timing, no bank conflicts, no caches.
@@ -15,10 +16,11 @@ Modules, one concern each:
               (32-lane register files with typed views, active mask, SIMT stack)
   isa         the handler registry (`register`, `lookup`) and operand accessors (`Context`)
   program     decoding a kernel once: a handler per instruction, reconvergence points
-  engine      `Launch`: runs CTAs, interleaves warps, SIMT stack, exits, deadlock
-  scheduler   seeded warp order and completion of `AsyncOp`s; `Report`s of races
+  engine      `Launch`: runs CTAs, interleaves warps, SIMT stack, exits, exit checks, deadlock
+  scheduler   seeded warp order and slices (`quantum`), completion of `AsyncOp`s; `Report`s
   isa_*       the instruction families (control, int, float, cvt, mem, warp, sync, mma, sm90)
   device      the launch of a bundle's kernels on numpy arrays (attnc_runtime's device="sim")
+  sweep       every bundle of a tools/build_gpu_bundles.py index against attnc.reference
 
 How an instruction family plugs in. A module registers a factory per opcode prefix:
 
