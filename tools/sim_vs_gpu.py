@@ -4,10 +4,10 @@
     python tools/build_gpu_bundles.py --out .bundles/sim --suites examples,property \\
         --property-count 48 --archs sm_80,sm_90a --pack .bundles/sim.tar.xz
     # on the GPU machine (runtime/, the frontend and lark importable):
-    python3 tools/sim_vs_gpu.py gpu --bundles .bundles/sim --out gpu_runs.npz
+    python3 tools/sim_vs_gpu.py gpu --bundles .bundles/sim --out gpu_runs
     # here again: every bundle of the file through the emulator, compared with the GPU's
     # outputs and with attnc.reference
-    python tools/sim_vs_gpu.py compare --bundles .bundles/sim --runs gpu_runs.npz
+    python tools/sim_vs_gpu.py compare --bundles .bundles/sim --runs gpu_runs_*.npz
 
 The GPU step draws each bundle's inputs (tests/gpu/gpu_support.make_case at one ragged
 shape), rounds q, k and v to the bundle's dtype, launches, and stores the inputs and the
@@ -70,14 +70,42 @@ def _variant(bundle_path: Path):
     return load_variant(manifest["source"], f"{manifest.get('name', bundle_path.name)}.attn")
 
 
+SHARD_BYTES = 14 << 20           # the device machine sends files of at most 16 MiB back
+
+
+def _bits(t) -> np.ndarray:
+    """A torch tensor's values as numpy: 16-bit floats as their raw bits (half the bytes of
+    float32, and exact), anything else as it is."""
+    import torch
+    if t.dtype in (torch.bfloat16, torch.float16):
+        return t.cpu().view(torch.int16).numpy().view(np.uint16)
+    return t.cpu().numpy()
+
+
+def _values(bits: np.ndarray, dtype: str) -> np.ndarray:
+    """`_bits`' inverse, as float32 for 16-bit floats."""
+    if bits.dtype != np.uint16:
+        return bits
+    if dtype == "f16":
+        return bits.view(np.float16).astype(np.float32)
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
 def cmd_gpu(args) -> int:
     import torch
 
     import attnc_runtime
     bundles = Path(args.bundles)
     index = json.loads((bundles / "index.json").read_text())
-    runs: dict[str, np.ndarray] = {}
-    names = []
+    shard: dict[str, np.ndarray] = {}
+    shards, names = 0, []
+
+    def flush():
+        nonlocal shard, shards
+        if shard:
+            np.savez(f"{args.out}_{shards}.npz", **shard)
+            shard, shards = {}, shards + 1
+
     for entry in chosen(index, args.property_count):
         path = bundles / entry["path"]
         variant = _variant(path)
@@ -87,7 +115,6 @@ def cmd_gpu(args) -> int:
         for name, value in case.items():
             if name in ("q", "k", "v"):
                 launch[name] = torch.from_numpy(value).to(qkv).cuda()
-                case[name] = launch[name].float().cpu().numpy()     # exactly what the GPU reads
             elif isinstance(value, np.ndarray):
                 launch[name] = torch.from_numpy(value).cuda()
             else:
@@ -96,14 +123,15 @@ def cmd_gpu(args) -> int:
         torch.cuda.synchronize()
         key = entry["name"]
         names.append(key)
-        for name, value in case.items():
-            runs[f"{key}/in/{name}"] = np.asarray(value)
-        for name, value in out.items():
-            runs[f"{key}/out/{name}"] = value.float().cpu().numpy()
+        record = {f"{key}/in/{name}": (_bits(value) if torch.is_tensor(value) else np.asarray(value))
+                  for name, value in launch.items()}
+        record.update({f"{key}/out/{name}": _bits(value) for name, value in out.items()})
+        if sum(a.nbytes for a in shard.values()) + sum(a.nbytes for a in record.values()) > SHARD_BYTES:
+            flush()
+        shard.update(record)
         print(f"{key}: {sizes}", flush=True)
-    runs["__names__"] = np.array(names)
-    np.savez_compressed(args.out, **runs)
-    print(f"{len(names)} bundles run on {torch.cuda.get_device_name()}; wrote {args.out}")
+    flush()
+    print(f"{len(names)} bundles run on {torch.cuda.get_device_name()}; wrote {shards} files {args.out}_*.npz")
     return 0
 
 
@@ -116,23 +144,34 @@ def ulps(got: np.ndarray, want: np.ndarray, dtype: str) -> np.ndarray:
     return np.abs(got.astype(np.float64) - want.astype(np.float64)) / ulp
 
 
+def _as_declared(inputs: dict, dtype: str) -> dict:
+    """q, k and v in their declared dtype, as the emulator takes them (bf16: ml_dtypes')."""
+    import ml_dtypes
+    numpy_dtype = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}[dtype]
+    return {k: (v.astype(numpy_dtype) if k in ("q", "k", "v") else v) for k, v in inputs.items()}
+
+
 def cmd_compare(args) -> int:
     import attnc
     import attnc_runtime
     bundles = Path(args.bundles)
-    runs = np.load(args.runs)
+    runs = {}
+    for path in args.runs:
+        with np.load(path) as shard:
+            runs.update({name: shard[name] for name in shard.files})
     index = {e["name"]: e for e in json.loads((bundles / "index.json").read_text())}
     rows, failed = [], 0
-    for key in map(str, runs["__names__"]):
+    for key in dict.fromkeys(name.split("/")[0] for name in runs):
         if args.only and not any(part in key for part in args.only.split(",")):
             continue
         path = bundles / index[key]["path"]
         variant = _variant(path)
-        inputs = {k.split("/")[-1]: runs[k] for k in runs.files if k.startswith(f"{key}/in/")}
-        inputs = {k: (int(v) if v.ndim == 0 else v) for k, v in inputs.items()}
-        gpu = {k.split("/")[-1]: runs[k] for k in runs.files if k.startswith(f"{key}/out/")}
+        inputs = {k.split("/")[-1]: runs[k] for k in runs if k.startswith(f"{key}/in/")}
+        inputs = {k: (int(v) if v.ndim == 0 else _values(v, variant.dtype)) for k, v in inputs.items()}
+        gpu = {k.split("/")[-1]: _values(runs[k], variant.output(k.split("/")[-1]).dtype)
+               for k in runs if k.startswith(f"{key}/out/")}
         start = time.perf_counter()
-        sim = attnc_runtime.load(path, device="sim")(**inputs)
+        sim = attnc_runtime.load(path, device="sim")(**_as_declared(inputs, variant.dtype))
         seconds = time.perf_counter() - start
         sim = {k: np.asarray(v, dtype=np.float32) for k, v in sim.items()}
         ref = attnc.reference(variant, **inputs)
@@ -167,12 +206,12 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     gpu = sub.add_parser("gpu", help="run the chosen bundles on the GPU, store inputs and outputs")
     gpu.add_argument("--bundles", required=True)
-    gpu.add_argument("--out", required=True)
+    gpu.add_argument("--out", required=True, help="a path prefix: files PREFIX_0.npz, PREFIX_1.npz, ...")
     gpu.add_argument("--property-count", type=int, default=48)
     gpu.add_argument("--seed", type=int, default=0)
     cmp = sub.add_parser("compare", help="run the same bundles in the emulator and compare")
     cmp.add_argument("--bundles", required=True)
-    cmp.add_argument("--runs", required=True)
+    cmp.add_argument("--runs", required=True, nargs="+", help="the gpu step's .npz files")
     cmp.add_argument("--only", help="comma-separated substrings of the bundle names to compare")
     cmp.add_argument("--o-ulps", type=float, default=2.0)
     cmp.add_argument("--lse-rtol", type=float, default=1e-5)
