@@ -175,6 +175,7 @@ class RegionCode:
     """One region (or single-block function) emitted at the current insertion point."""
 
     gpu_division = True     # False: arith.divf as it is (to run the code on a CPU in tests)
+    ARGS: tuple[str, ...] = ("b", "h", "i", "j")     # what the block's arguments are, for `hoist`
 
     def __init__(self, block: ir.Block, names: KernelNames, never_empty: frozenset[str] = frozenset(),
                  exact_ints: bool = True):
@@ -191,17 +192,72 @@ class RegionCode:
             return None
         return IntPlan.of(self.block, self.names.size_dims)
 
-    def __call__(self, e: Emit, *args) -> ir.Value:
-        return self.results(e, *args)[0]
+    def __call__(self, e: Emit, *args, given: Mapping | None = None) -> ir.Value:
+        return self.results(e, *args, given=given)[0]
 
     def __repr__(self) -> str:
         """What sets the emitted code apart (Sm80KernelSpec.cache_key): the ops, hashed."""
         text = "\n".join(str(op) for op in self.block.operations)
         return f"{type(self).__name__}({hashlib.sha256(text.encode()).hexdigest()[:16]})"
 
-    def results(self, e: Emit, *args) -> list[ir.Value]:
-        env = self._run(e, dict(zip(self.block.arguments, args)))
+    def results(self, e: Emit, *args, given: Mapping | None = None) -> list[ir.Value]:
+        env = self._run(e, self._start(args, given))
         return [env.get(v, v) for v in self._terminator().operands]
+
+    def _start(self, args, given: Mapping | None) -> dict:
+        """The values known before a call: those `given` (emitted by `hoist` for the same
+        arguments) and the arguments."""
+        env = dict(given) if given else {}
+        env.update(zip(self.block.arguments, args))
+        return env
+
+    # Note [Hoisted hook values]
+    # ~~~~~~~~~~~~~~~~~~~~~~~~~~
+    # A hook is called once per score a thread holds (64 to 128 per tile), but most of
+    # its values vary less: `w[h]`, `P - 1` or `N // 4` are the same for every score of
+    # the CTA, `doc[b, i]` for a row's, `doc[b, j]` for a column's. Emitted per score,
+    # a hook of 40 param reads became 10,240 loads that LLVM then had to fold back to 80,
+    # and most of a compile's time. So the caller of a tile's scores (ScoreMasker,
+    # sm80_masks.py) asks `hoist` for the values that depend on b and h only, then for
+    # those of each row (i) and each column (j), each emitted once where the tile's
+    # scores are computed, and calls the hook per score with them `given`: only the ops
+    # that read s, or both i and j, are emitted per score. Each op is emitted as before,
+    # on the same operands, in the same order of evaluation within its level: a value
+    # moves only when none of its operands varies at the finer level, so nothing is
+    # reassociated (`s + w0[h] + w1[h]` still adds per score, the loads do not). It is
+    # the same block of code, before the scores' ops, so nothing runs that did not.
+    @functools.cached_property
+    def _reads(self) -> dict:
+        """For each value of the block: the names (ARGS) of the arguments it is computed from."""
+        reads = {a: frozenset({n}) for a, n in zip(self.block.arguments, self.ARGS)}
+        for op in list(self.block.operations)[:-1]:
+            names = frozenset().union(*(reads.get(v, frozenset()) for v in op.operands))
+            reads.update((r, names) for r in op.results)
+        return reads
+
+    def hoist(self, e: Emit, given: Mapping, args: Mapping[str, ir.Value],
+              in_range: Mapping | None = None) -> dict:
+        """`given` and, emitted here, the values computed from the arguments `args` (by
+        name, e.g. {"b": b, "h": h, "i": i}) alone (Note [Hoisted hook values]);
+        `in_range` as `_run` takes it."""
+        known = frozenset(args)
+        later = frozenset(v for v, names in self._reads.items() if not names <= known)
+        env = dict(given)
+        env.update((a, args[n]) for a, n in zip(self.block.arguments, self.ARGS) if n in args)
+        return self._run(e, env, later, in_range)
+
+    def varies_alone(self, name: str) -> bool:
+        """Whether an op of the region is computed from the argument `name` and no other
+        but b and h: a value `hoist` computes once per row (i) or column (j)."""
+        level = frozenset({"b", "h", name})
+        return any(name in names and names <= level for v, names in self._reads.items()
+                   if not isinstance(v, ir.BlockArgument))
+
+    def known_in_range(self, j: ir.Value, j_below_n: bool) -> Mapping | None:
+        """The `in_range` of a key index j known to lie in [0, N) (Note [Indices known in
+        range]) when `j_below_n`, else None."""
+        seq_k = self.names.variant.seq_k
+        return {j: seq_k} if j_below_n and isinstance(seq_k, str) else None
 
     def _terminator(self) -> ir.Operation:
         ops = list(self.block.operations)
@@ -406,6 +462,8 @@ def affine_bias(block: ir.Block) -> tuple[ir.Value, bool] | None:
 class BiasCode(RegionCode):
     """The f of an affine score_mod s + f, compiled alone (the ops that read s are left out)."""
 
+    ARGS = ("s", "b", "h", "i", "j")
+
     def __init__(self, block: ir.Block, names: KernelNames, bias: ir.Value, negate: bool,
                  never_empty: frozenset[str] = frozenset()):
         super().__init__(block, names, never_empty)
@@ -414,8 +472,10 @@ class BiasCode(RegionCode):
 
         self.j_linear = _j_linear_split(block, bias)
 
-    def __call__(self, e: Emit, b, h, i, j) -> ir.Value:
-        env = self._run(e, dict(zip(list(self.block.arguments)[1:], (b, h, i, j))), self.tainted)
+    def __call__(self, e: Emit, b, h, i, j, given: Mapping | None = None) -> ir.Value:
+        env = dict(given) if given else {}
+        env.update(zip(list(self.block.arguments)[1:], (b, h, i, j)))
+        env = self._run(e, env, self.tainted)
         value = env.get(self.bias, self.bias)
         return arith.negf(value) if self.negate else value
 
@@ -531,6 +591,8 @@ class ScaledScoreCode(RegionCode):
     """A score_mod region with its constant scalings of s and of the result split off
     (Note [Score scalings]): called with s' = s * in_factor, returns score / out_factor."""
 
+    ARGS = ("s", "b", "h", "i", "j")
+
     def __init__(self, block: ir.Block, names: KernelNames, never_empty: frozenset[str] = frozenset()):
         super().__init__(block, names, never_empty)
         self.scaled_inputs, self.in_factor = _input_scalings(block)
@@ -541,8 +603,8 @@ class ScaledScoreCode(RegionCode):
         any s (Note [Bounded score_mod] in sm80_softmax.py), or None when unbounded."""
         return _interval(self.inner)
 
-    def __call__(self, e: Emit, s, b, h, i, j) -> ir.Value:
-        env = dict(zip(self.block.arguments, (s, b, h, i, j)))
+    def __call__(self, e: Emit, s, b, h, i, j, given: Mapping | None = None) -> ir.Value:
+        env = self._start((s, b, h, i, j), given)
         env.update({v: s for v in self.scaled_inputs})
         env = self._run(e, env)
         return env.get(self.inner, self.inner)
@@ -838,15 +900,14 @@ class RowInterval(RegionCode):
     def __repr__(self) -> str:
         return f"RowInterval({super().__repr__()})"
 
-    def residual_keep(self, e: Emit, b, h, i, j, j_below_n: bool = False) -> ir.Value:
+    def residual_keep(self, e: Emit, b, h, i, j, j_below_n: bool = False,
+                      given: Mapping | None = None) -> ir.Value:
         """The residual conjuncts at (b, h, i, j) (i1; Note [Residual conjuncts]); true
         when there are none. `j_below_n`: the caller knows 0 <= j < N (Note [Indices
         known in range])."""
         if not self.residual:
             return e.true()
-        seq_k = self.names.variant.seq_k
-        in_range = {j: seq_k} if j_below_n and isinstance(seq_k, str) else None
-        env = self._run(e, dict(zip(self.block.arguments, (b, h, i, j))), in_range=in_range)
+        env = self._run(e, self._start((b, h, i, j), given), in_range=self.known_in_range(j, j_below_n))
         return functools.reduce(e.land, (_truth(e, env, value, negated) for value, negated in self.residual))
 
     def bounds(self, e: Emit, b, h, i) -> tuple[ir.Value, ir.Value]:

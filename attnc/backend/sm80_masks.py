@@ -10,6 +10,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, scf
 
+from attnc.backend.hooks import RegionCode
 from attnc.backend.kernel_spec import KeepFn, RowIntervalFn, ScoreBiasFn, ScoreModFn
 from attnc.backend.nvgpu_builders import Emit
 
@@ -51,12 +52,46 @@ class ElementCoords:
         """(i, j) of row r, column c; `nsw`: j's adds cannot wrap (0 <= j < N, Note
         [Indices known in range] in hooks.py), which lets LLVM fold column offsets into
         addresses."""
-        e = self.e
+        return self.row(r), self.key(c, n_block, nsw)
+
+    def row(self, r: int):
+        """i of row r."""
         mi, half = divmod(r, 2)
-        i = e.add(self.first_row, self.atom_rows * mi + 8 * half)
-        add = e.add_nsw if nsw else e.add
-        j = add(add(self.block_start(n_block, add), self.first_col), self.column(c))
-        return i, j
+        return self.e.add(self.first_row, self.atom_rows * mi + 8 * half)
+
+    def key(self, c: int, n_block, nsw: bool = False):
+        """j of column c in block n_block (`nsw` as in `__call__`)."""
+        add = self.e.add_nsw if nsw else self.e.add
+        return add(add(self.block_start(n_block, add), self.first_col), self.column(c))
+
+
+
+class HookGrid:
+    """A hook over the scores of a tile of rows (Note [Hoisted hook values] in hooks.py):
+    its values that depend on b and h only, on one row's i (`row_i(r)`) or on one
+    column's j (`col_j(c)`) emitted here, once each; `grid(r, c, *args)` calls it for
+    the score at row r, column c with them. A hook that is not a region (the built-in
+    masks) is called as it is."""
+
+    def __init__(self, hook, e: Emit, b, h, rows: int, cols: int, row_i, col_j, j_below_n: bool = False):
+        self.hook, self.e = hook, e
+        self.rows = self.cols = None
+        code = getattr(hook, "__self__", hook)         # a RegionCode or a bound method of one
+        if not isinstance(code, RegionCode):
+            return
+        outer = code.hoist(e, {}, {"b": b, "h": h})
+        self.rows, self.cols = [outer] * rows, [{}] * cols
+        if code.varies_alone("i"):
+            self.rows = [code.hoist(e, outer, {"b": b, "h": h, "i": row_i(r)}) for r in range(rows)]
+        if code.varies_alone("j"):
+            keys = [col_j(c) for c in range(cols)]
+            self.cols = [code.hoist(e, outer, {"b": b, "h": h, "j": j}, code.known_in_range(j, j_below_n))
+                         for j in keys]
+
+    def __call__(self, r: int, c: int, *args, **kwargs):
+        if self.rows is not None:
+            kwargs["given"] = {**self.rows[r], **self.cols[c]} if self.cols[c] else self.rows[r]
+        return self.hook(self.e, *args, **kwargs)
 
 
 class ScoreMasker:
@@ -86,14 +121,22 @@ class ScoreMasker:
         e = self.e
         if self.score_bias and getattr(self.score_bias, "j_linear", None):
             return self._linear_bias(rows, n_block)
+        if not self.score_bias and not self.score_mod:
+            return rows
+        b, h = self.b, self.h
         if self.score_bias:
             inv_scale = e.cf(1.0 / self.scale)
-            return [[e.fma(self.score_bias(e, self.b, self.h, *self.coords(r, c, n_block)), inv_scale, x)
+            bias = self._grid(self.score_bias, rows, n_block)
+            return [[e.fma(bias(r, c, b, h, *self.coords(r, c, n_block)), inv_scale, x)
                      for c, x in enumerate(row)] for r, row in enumerate(rows)]
-        if not self.score_mod:
-            return rows
-        return [[self.score_mod(e, e.fmul(x, self.score_in), self.b, self.h, *self.coords(r, c, n_block))
+        score_mod = self._grid(self.score_mod, rows, n_block)
+        return [[score_mod(r, c, e.fmul(x, self.score_in), b, h, *self.coords(r, c, n_block))
                  for c, x in enumerate(row)] for r, row in enumerate(rows)]
+
+    def _grid(self, hook, rows, n_block, below_n: bool = False) -> HookGrid:
+        """`hook`'s HookGrid over `rows` of block n_block (`below_n`: its keys are below N)."""
+        return HookGrid(hook, self.e, self.b, self.h, len(rows), len(rows[0]), self.coords.row,
+                        lambda c: self.coords.key(c, n_block, below_n), j_below_n=below_n)
 
     def _linear_bias(self, rows, n_block):
         """s + bias / scale with the bias a * float(l + cj * d) (Note [Bias linear in j] in
@@ -123,9 +166,17 @@ class ScoreMasker:
         if self.row_interval is not None and holds is not None:
             return self._split(rows, n_block, bound, drop_all, *holds)
         if self.row_interval is not None:
-            return [self._masked_row(row, r, n_block, bound) for r, row in enumerate(rows)]
-        return [[self._masked(x, r, c, n_block, bound) for c, x in enumerate(row)]
+            residual = self._residual(rows, n_block, below_n=False)
+            return [self._masked_row(row, r, n_block, bound, residual=residual) for r, row in enumerate(rows)]
+        keep = self._grid(self.keep, rows, n_block) if self.keep else None
+        return [[self._masked(x, r, c, n_block, bound, keep) for c, x in enumerate(row)]
                 for r, row in enumerate(rows)]
+
+    def _residual(self, rows, n_block, below_n: bool) -> HookGrid | None:
+        """The residual's HookGrid for `_masked_row`, or None without a residual."""
+        if self.row_residual is None:
+            return None
+        return self._grid(self.row_residual, rows, n_block, below_n)
 
     def _split(self, rows, n_block, bound, drop_all, interval_holds, residual_holds):
         """Note [Conjuncts a tile holds] (blockmap.py): a block whose residual holds
@@ -137,14 +188,16 @@ class ScoreMasker:
             below_n = e.land(below_n, e.xor(drop_all, e.true()))
 
         def tested(interval: bool, residual: bool):
-            return lambda: [self._masked_row(row, r, n_block, bound, interval, residual)
-                            for r, row in enumerate(rows)]
+            def arm():
+                grid = self._residual(rows, n_block, below_n=not interval) if residual else None
+                return [self._masked_row(row, r, n_block, bound, interval, grid) for r, row in enumerate(rows)]
+            return arm
 
         return _branch(rows, residual_holds, tested(True, False),
                        lambda: _branch(rows, e.land(interval_holds, below_n), tested(False, True),
                                        tested(True, True)))
 
-    def _masked_row(self, row, r, n_block, bound, interval: bool = True, residual: bool = True):
+    def _masked_row(self, row, r, n_block, bound, interval: bool = True, residual=None):
         """Note [Row intervals] (hooks.py): the row keeps the keys [lo, min(hi, bound - 1)];
         column c of the lane is j0 plus the constant `ElementCoords.column(c)`.
 
@@ -161,16 +214,17 @@ class ScoreMasker:
         instructions per thread to 1492, at head dim 128 from 1288 (pair) to 1176,
         without more spills. Without a lower bound (lo None) "pair" and "range" are the
         one compare d <= hi. A residual (Note [Residual conjuncts], hooks.py) is ANDed with
-        the test of each score. `interval` / `residual` False: that part is known to hold
-        (`_split`; without the interval the caller guarantees the keys are below `bound`)."""
+        the test of each score. `interval` False: that part is known to hold (`_split`;
+        the caller then guarantees the keys are below `bound`); `residual`: `_residual`'s
+        grid of the residual, None where it holds or there is none."""
         e = self.e
 
         def masked(c, x, inside):
-            if residual and self.row_residual is not None:
+            if residual is not None:
                 # Residual only: the block lies below N (Note [Indices known in range]).
                 below_n = not interval
-                kept = self.row_residual(e, self.b, self.h, *self.coords(r, c, n_block, nsw=below_n),
-                                         j_below_n=below_n)
+                kept = residual(r, c, self.b, self.h, *self.coords(r, c, n_block, nsw=below_n),
+                                j_below_n=below_n)
                 inside = kept if inside is None else e.land(inside, kept)
             return x if inside is None else e.select(inside, x, e.neg_inf())
 
@@ -211,13 +265,14 @@ class ScoreMasker:
         kept = low_bits(below(e.add(hi, 1)))
         return kept if lo is None else e.and_(kept, e.xor(low_bits(below(lo)), -1))
 
-    def _masked(self, x, r, c, n_block, bound):
+    def _masked(self, x, r, c, n_block, bound, keep: HookGrid | None):
+        """x, or -inf where j >= bound or `keep` says no, at row r, column c."""
         e = self.e
         i, j = self.coords(r, c, n_block)
-        keep = e.lt(j, bound)
-        if self.keep:
-            keep = e.land(keep, self.keep(e, self.b, self.h, i, j))
-        return e.select(keep, x, e.neg_inf())
+        kept = e.lt(j, bound)
+        if keep is not None:
+            kept = e.land(kept, keep(r, c, self.b, self.h, i, j))
+        return e.select(kept, x, e.neg_inf())
 
     def mask_if(self, rows, n_block, partial, drop_all=None, holds=None):
         """`mask` when the runtime i1 `partial` holds, the rows unchanged otherwise."""

@@ -1,0 +1,121 @@
+"""Large and deep hooks compile, in time linear in their size (Notes [Hoisted hook values]
+in attnc/backend/hooks.py and [Deep expressions] in attnc/frontend/depth.py).
+
+No timing is asserted: what makes a compile grow faster than its hooks is checked as a
+count instead. A score_mod of 150 per-head param reads emits each param's load once per
+kernel and site, not once per score (before, 10,240 loads for 40 params reached LLVM);
+a mask of 150 nested `where`s, deeper than Python's default recursion allows, and an
+`or` of 150 equalities compile for both targets.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from attnc.driver import CompileOptions, compile_mlir
+from attnc.errors import AttncError
+from attnc.frontend import load
+from attnc.frontend.depth import MAX_HOOK_DEPTH
+
+TARGETS = ("sm_80", "sm_90a")
+TERMS = 150
+
+
+def variant(name: str, *, params: int = 0, score: str | None = None, mask: str | None = None) -> str:
+    lines = [f"attention {name} {{", "  q: f16[B, H, M, 64]", "  k: f16[B, H, N, 64]", "  v: f16[B, H, N, 64]"]
+    lines += [f"  param w{k}: f32[H]" for k in range(params)]
+    if score:
+        lines.append(f"  score_mod(s, b, h, i, j) = {score}")
+    if mask:
+        lines.append(f"  mask_mod(b, h, i, j) = {mask}")
+    return "\n".join(lines + ["  out o: f16[B, H, M, 64]", "}"]) + "\n"
+
+
+PARAM_READS = variant("reads", params=TERMS, score="s + " + " + ".join(f"w{k}[h]" for k in range(TERMS)))
+OR_MASK = variant("ors", mask=" or ".join(f"i - j == {k}" for k in range(TERMS)))
+
+
+def nested_wheres(depth: int) -> str:
+    e = "j <= i"
+    for k in range(depth):
+        e = f"where(i - j == {k}, j >= i, {e})"
+    return e
+
+
+def _llvm_loads(text: str) -> int:
+    return len(re.findall(r"= llvm\.load ", text))
+
+
+def ptx_of(source: str, arch: str) -> str:
+    """The PTX of `source` for `arch` (what a bundle holds, without assembling it)."""
+    from mlir import ir
+
+    from attnc.backend.ptx import to_ptx
+    from attnc.passes.lower_sm80 import lowered_gpu_module
+
+    result = compile_mlir(source, f"{arch}.attn", CompileOptions(arch=arch))
+    gpu_module = lowered_gpu_module(result.module)
+    kernels = ir.Module.parse(f"module attributes {{gpu.container_module}} {{\n{gpu_module}\n}}",
+                              result.module.context)
+    return to_ptx(kernels, arch, in_place=True)
+
+
+@pytest.mark.parametrize("arch", TARGETS)
+def test_param_reads_are_loaded_once_per_site_not_per_score(arch):
+    """150 per-head params: every load in the PTX is one of them, at most twice each
+    (two kernels in the sm_80 bundle), where a load per score would be 128 times more."""
+    ptx = ptx_of(PARAM_READS, arch)
+    loads = len(re.findall(r"\bld\.global(\.nc)?\.[a-z0-9]+\b", ptx))
+    assert TERMS <= loads <= 2 * TERMS, loads
+
+
+def test_the_hook_lowering_emits_each_param_read_once_per_tile():
+    """Before LLVM: the lowered kernel holds a param's load a few times per kernel (one
+    per place the scores of a tile are computed), not once per score a thread holds."""
+    from attnc.backend.sm80_lower import kernel_module_for
+    result = compile_mlir(PARAM_READS, "reads.attn", CompileOptions(arch="sm_80"))
+    text = str(kernel_module_for(result)[0])
+    loads = _llvm_loads(text)
+    assert TERMS <= loads <= 16 * TERMS, loads
+
+
+@pytest.mark.parametrize("arch", TARGETS)
+def test_an_or_of_150_equalities_compiles(arch):
+    ptx = ptx_of(OR_MASK, arch)
+    assert ".entry" in ptx
+
+
+@pytest.mark.parametrize("depth", [100, 150])
+def test_nested_wheres_compile(depth):
+    """Deeper than Python's default recursion limit allows the analyses to walk."""
+    source = variant("wheres", mask=nested_wheres(depth))
+    load(source, "wheres.attn")                    # attnc check
+    result = compile_mlir(source, "wheres.attn", CompileOptions(arch="sm_80"))
+    assert "attn.attention" in result.text or "gpu.module" in result.text
+
+
+def let_chain(lets: int, terms: int) -> str:
+    """A mask whose `let`s add `terms` constants each: as deep as all of them together."""
+    chain = " ".join(f"let a{n + 1} = a{n} " + " ".join(f"+ {k % 3}" for k in range(terms)) + " in"
+                     for n in range(lets))
+    return f"let a0 = i - j in {chain} a{lets} <= 1000"
+
+
+def test_a_let_chain_within_the_limit_compiles():
+    source = variant("chain", mask=let_chain(6, 150))          # 900 levels
+    compile_mlir(source, "chain.attn", CompileOptions(arch="sm_80"))
+
+
+def test_a_hook_deeper_than_the_limit_is_refused_at_check_where_it_passes_the_limit():
+    """The limit counts a `let` name as deep as its value; the error points at the
+    operator whose depth first passes it."""
+    source = variant("chain", mask=let_chain(7, 150))          # 1050 levels
+    with pytest.raises(AttncError) as info:
+        load(source, "chain.attn")
+    e = info.value
+    line = source.splitlines()[e.span.line - 1]
+    assert (e.span.line, line[e.span.col - 1:e.span.col + 6]) == (5, "a6 + 0 ")
+    assert str(e).startswith(f"chain.attn:5:{e.span.col}: error: expression too deep: more than "
+                             f"{MAX_HOOK_DEPTH} levels of operations, counting each use of a `let` name as "
+                             f"deep as its value")
