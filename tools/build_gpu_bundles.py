@@ -30,7 +30,7 @@ names its "suite":
 named; an sm_90a bundle's name ends in `_sm90a` and its index entry says "arch"
 (sm80_matrix and bench_sweep are sm_80's). Rebuilding some suites keeps the other
 suites' entries of an existing index. sm_80 bundles of the last three suites hold PTX
-only (an sm_80 cubin does not load on Hopper anyway), sm_90a bundles their cubin only,
+only (an sm_80 cubin does not load on Hopper anyway), sm_90a bundles their cubin and PTX,
 and the whole folder must travel to the GPU machine (64 MiB at most, the total is
 printed; --pack writes a compressed tarball to carry instead).
 
@@ -366,12 +366,13 @@ def build_one(job: Job, out: str) -> dict:
         options = CompileOptions(arch=job.arch, pass_pipeline=entry.get("pipeline"))
         art = build(compile_mlir(job.source, f"{job.name}.attn", options))
         manifest, files = art.manifest, dict(art.files)
-        # What runs on the GPU machine: sm_80's PTX (JIT-compiled for Hopper), sm_90a's cubin.
-        keep = "cubin" if job.arch == "sm_90a" else "ptx"
-        if job.ptx_only and keep in manifest["code"]:
-            manifest = {**manifest, "code": {keep: manifest["code"][keep]},
-                        "code_sha256": {keep: manifest["code_sha256"][keep]}}
-            files = {name: blob for name, blob in files.items() if name == manifest["code"][keep]}
+        # What runs on the GPU machine: sm_80's PTX (JIT-compiled for Hopper), sm_90a's cubin
+        # (and its PTX, which the emulator runs: tools/sim_vs_gpu.py).
+        keep = ("cubin", "ptx") if job.arch == "sm_90a" else ("ptx",)
+        if job.ptx_only and set(keep) <= set(manifest["code"]):
+            manifest = {**manifest, "code": {k: manifest["code"][k] for k in keep},
+                        "code_sha256": {k: manifest["code_sha256"][k] for k in keep}}
+            files = {name: blob for name, blob in files.items() if name in manifest["code"].values()}
         write_bundle(Path(out) / job.name, manifest, files)
     except AttncError as e:
         return {**entry, "refused": str(e), "crashed": False, "source": job.source}

@@ -164,8 +164,14 @@ def cmd_compare(args) -> int:
     for key in dict.fromkeys(name.split("/")[0] for name in runs):
         if args.only and not any(part in key for part in args.only.split(",")):
             continue
+        if key not in index:
+            print(f"{key}: not in {bundles}, left out", flush=True)
+            continue
         path = bundles / index[key]["path"]
         variant = _variant(path)
+        if "ptx" not in json.loads((path / "manifest.json").read_text())["code"]:
+            print(f"{key}: the bundle has no PTX to emulate, left out", flush=True)
+            continue
         inputs = {k.split("/")[-1]: runs[k] for k in runs if k.startswith(f"{key}/in/")}
         inputs = {k: (int(v) if v.ndim == 0 else _values(v, variant.dtype)) for k, v in inputs.items()}
         gpu = {k.split("/")[-1]: _values(runs[k], variant.output(k.split("/")[-1]).dtype)
