@@ -18,7 +18,8 @@ Modules, one concern each:
   program     decoding a kernel once: a handler per instruction, reconvergence points
   engine      `Launch`: runs CTAs, interleaves warps, SIMT stack, exits, exit checks, deadlock
   scheduler   seeded warp order and slices (`quantum`), completion of `AsyncOp`s; `Report`s
-  isa_*       the instruction families (control, int, float, cvt, mem, warp, sync, mma, sm90)
+  isa_*       the instruction families (control, int, float, cvt, mem, warp, sync, mma, sm90,
+              bulk: TMA and bulk copies, sm100: tcgen05 and tensor memory)
   device      the launch of a bundle's kernels on numpy arrays (attnc_runtime's device="sim")
   sweep       every bundle of a tools/build_gpu_bundles.py index against attnc.reference
 
@@ -34,8 +35,7 @@ How an instruction family plugs in. A module registers a factory per opcode pref
             ...; return None                   # or isa.JUMP / isa.BLOCK / isa.EXIT
         return run
 
-and is named in `families.FAMILIES` (the sm_100a module `isa_sm100` is imported when
-present). `lookup` takes the longest registered prefix of the opcode's components.
+and is named in `families.FAMILIES`. `lookup` takes the longest registered prefix of the opcode's components.
 A handler writes registers only in the lanes `w.wmask` (ctx.writer does). Asynchronous
 operations subclass `scheduler.AsyncOp` and go to `w.cta.launch.scheduler.issue(op)`;
 the handler of the instruction that guarantees completion calls `op.complete()`.

@@ -10,8 +10,7 @@ from __future__ import annotations
 import importlib
 
 FAMILIES = ("isa_control", "isa_int", "isa_float", "isa_cvt", "isa_mem", "isa_warp", "isa_sync",
-            "isa_mma", "isa_sm90")
-OPTIONAL = ("isa_sm100",)       # the sm_100a family, where present
+            "isa_mma", "isa_sm90", "isa_bulk", "isa_sm100")
 
 EXIT_CHECKS: list = []
 
@@ -24,9 +23,3 @@ def _load(name: str) -> None:
 
 for _name in FAMILIES:
     _load(_name)
-for _name in OPTIONAL:
-    try:
-        _load(_name)
-    except ModuleNotFoundError as e:
-        if e.name != f"attnc_sim.{_name}":
-            raise

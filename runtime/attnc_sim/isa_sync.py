@@ -264,10 +264,22 @@ def mbarrier_wait(ins, ctx):
             # try_wait may time out and return false; the emulator waits instead, so the
             # warp runs again only when the phase may have completed
             bar.waiters.append(w)
-            w.waiting = f"mbarrier at shared {a:#x} (parity {v & 1}, {bar.pending} arrivals and {bar.tx} tx bytes pending)"
+            w.waiting = _MbarrierWait(bar, a, v & 1)
             return isa.BLOCK
         d(w, np.full(WARP, ok, np.bool_))
     return run
+
+
+class _MbarrierWait:
+    """What a warp blocked on an mbarrier waits for, described when a report asks: the
+    arrivals and bytes still missing then, not when the wait began."""
+
+    def __init__(self, bar, address: int, parity: int):
+        self.bar, self.address, self.parity = bar, address, parity
+
+    def __str__(self) -> str:
+        return (f"mbarrier at shared {self.address:#x} (parity {self.parity}, {self.bar.pending} arrivals "
+                f"and {self.bar.tx} tx bytes pending)")
 
 
 # --- no-ops of a functional model ---------------------------------------------------------

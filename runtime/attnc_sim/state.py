@@ -89,7 +89,7 @@ class Warp:
         self.rpc = -1                                # the reconvergence pc of the running path
         self.stack: list[tuple[int, np.ndarray, int]] = []
         self.done = False
-        self.waiting: str | None = None              # what a blocked warp waits for, for reports
+        self.waiting: object = None                  # what a blocked warp waits for (its str), for reports
         self.special: dict[str, np.ndarray] = {}
         # asynchronous state (isa_mem.py: cp.async; isa_sm90.py: wgmma)
         self.async_state: dict[str, object] = {}

@@ -418,7 +418,7 @@ def test_planted_arrival_count_one_short_is_reported_not_hung():
     launch, error = h.run_until_error("bug_arrive_one_short.ptx", 128, params, mem)
     wait = at_line("bug_arrive_one_short.ptx", "mbarrier.try_wait.parity.shared::cta.b64 %p7")
     assert [r.kind for r in launch.reports] == ["deadlock"]
-    assert f"warp 0 waits for mbarrier at shared 0x10 (parity 0, " in launch.reports[0].message
+    assert "warp 0 waits for mbarrier at shared 0x10 (parity 0, 1 arrivals and 0 tx bytes pending)" in launch.reports[0].message
     assert launch.reports[0].message.endswith(f"at {wait}")
     assert str(error).startswith("deadlock in CTA (0, 0, 0): warp 0 waits for mbarrier at shared 0x10")
 
