@@ -108,9 +108,10 @@ def attention_attributes(v: Variant) -> dict[str, ir.Attribute]:
 
 # --- the module -------------------------------------------------------------------------
 # Note [Source in the module]
-# The L1 module carries its `.attn` text and file name as module attributes, so a
-# pass late in the pipeline (attn-lower-sm80) or `attnc opt` on a dumped file can
-# rebuild the checked Variant -- its hooks, spans and names -- from the IR alone.
+# The L1 module carries its `.attn` text and file name as module attributes, so an
+# error of a pass late in the pipeline, or of `attnc opt` on a dumped file, can show the
+# user's line. Nothing compiles from it: the lowerings build the kernel from the
+# attributes (Note [The variant from the IR] in attnc/ir/kernel.py).
 
 
 class _ModuleBuilder:

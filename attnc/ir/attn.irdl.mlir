@@ -43,11 +43,46 @@
 //     return %o, %lse
 //   }
 //
-// L2 (attn-tile adds these as plain attributes of attn.attention):
-//   target: string ("sm_80" | "sm_90a" | "sm_100a")
-//   block_m, block_n, stages, num_warps, q_tiles: i64
+// L2, the tile program (attn-tile builds it, attn-analyze-masks splits its KV loop;
+// builders and readers in attnc/ir/tiles.py and attnc/ir/kernel.py). attn-tile
+// replaces attn.attention by one attn.kernel with the same operands, results and L1
+// attributes plus the tile choice (target: string; block_m, block_n, stages,
+// num_warps, q_tiles: i64), whose one region is what one CTA runs for its query
+// block of batch b and head h. Values are tiles: !attn.tile<[rows, cols], element,
+// "space">, space one of "global", "smem", "reg", "tmem" (rows only for a row
+// vector such as the running max). The hook regions move onto the ops that run
+// them (score_mod, mask, finalize's sink):
+//
+//   %o, %lse = "attn.kernel"(%q, %k, %v) ({
+//   ^bb0(%b: i32, %h: i32, %m_block: i32):
+//     %q_tile = "attn.load"(%q, %b, %h, %m_block) {operand = "q"} -> tile<[128, 128], bf16, "smem">
+//     %m0 = "attn.fill"() {value = -inf} -> tile<[128], f32, "reg">    (and %l0 = 0, %acc0 = 0)
+//     %r:3 = scf.for %n = %lo to %hi step %c1 iter_args(%m = %m0, %l = %l0, %acc = %acc0) {
+//       %k_tile = "attn.load"(%k, %b, %h, %n) {operand = "k"}
+//       %s = "attn.mma"(%q_tile, %k_tile) {kind = "qk"}               S = Q K^T
+//       %s1 = "attn.score_mod"(%s, %b, %h, %m_block, %n) ({score_mod region})
+//       %s2 = "attn.mask"(%s1, %b, %h, %m_block, %n) ({mask_mod region})
+//       %p, %m1, %l1, %alpha = "attn.softmax_step"(%s2, %m, %l)
+//       %acc1 = "attn.rescale"(%acc, %alpha)
+//       %v_tile = "attn.load"(%v, %b, %h, %n) {operand = "v"}
+//       %acc2 = "attn.mma"(%p, %v_tile, %acc1) {kind = "pv"}            O += P V
+//       scf.yield %m1, %l1, %acc2
+//     }
+//     %o_tile, %lse_tile = "attn.finalize"(%r#2, %r#0, %r#1, %h) ({sink region})
+//     "attn.store"(%o_tile, %b, %h, %m_block) {operand = "o"}   (and "lse")
+//     "gpu.yield"() : () -> ()
+//   }) {...L1 attributes..., target, block_m, block_n, stages, num_warps, q_tiles}
+//
+// attn-tile's loop runs over [0, cdiv(N, block_n)) with the mask op where the
+// variant has a mask_mod. attn-analyze-masks reads the ranges from an attn.kv_range
+// op (a call of its @NAME_kv_range function) and replaces that loop by, per
+// segment, a loop over the mixed blocks before the fully kept ones (with
+// attn.mask), one over the fully kept ones (without), and one over the mixed ones
+// after them; a mask that reads params reads its block map in the mixed loops
+// (attn.block_map_read, whose class the mask op takes as a last operand) and, for
+// document ids, the tile table at the top (attn.tile_table_read).
 // Attributes not listed in an `irdl.attributes` below are allowed, so later passes
-// add theirs the same way.
+// add theirs the same way (mask_kind, tile_class_fn, kv_range_fn, kv_segments, ...).
 
 irdl.dialect @attn {
   // The whole variant: S = scale * Q K^T, score_mod, mask_mod, softmax with the
@@ -126,6 +161,186 @@ irdl.dialect @attn {
     %i32_value = irdl.is i32
     %element = irdl.any_of(%f32, %i32_value)
     irdl.results(value: %element)
+  }
+
+  // --- L2: the tile program -----------------------------------------------------
+  // A tile: [rows, cols] (or [rows] for a row vector) of `element` in `space`
+  // ("global", "smem", "reg" or "tmem").
+  irdl.type @tile {
+    %shape = irdl.base "#builtin.array"
+    %element = irdl.any
+    %space = irdl.base "#builtin.string"
+    irdl.parameters(shape: %shape, element: %element, space: %space)
+  }
+
+  // The CTA's program for query block %m_block of batch %b and head %h (region
+  // arguments), replacing attn.attention after attn-tile: the same operands,
+  // results and L1 attributes, plus the tile choice.
+  irdl.operation @kernel {
+    %q = irdl.base "!builtin.tensor"
+    %k = irdl.base "!builtin.tensor"
+    %v = irdl.base "!builtin.tensor"
+    irdl.operands(q: %q, k: %k, v: %v)
+    %o = irdl.base "!builtin.tensor"
+    %lse = irdl.base "!builtin.tensor"
+    irdl.results(o: %o, lse: optional %lse)
+    %i32 = irdl.is i32
+    %body = irdl.region(%i32, %i32, %i32) with size 1
+    irdl.regions(body: %body)
+    %variant = irdl.base "#builtin.string"
+    %dtype = irdl.base "#builtin.string"
+    %scale = irdl.base "#builtin.float"
+    %dims = irdl.base "#builtin.array"
+    %params = irdl.base "#builtin.array"
+    %outputs = irdl.base "#builtin.array"
+    %target = irdl.base "#builtin.string"
+    %block_m = irdl.base "#builtin.integer"
+    %block_n = irdl.base "#builtin.integer"
+    %stages = irdl.base "#builtin.integer"
+    %num_warps = irdl.base "#builtin.integer"
+    %q_tiles = irdl.base "#builtin.integer"
+    irdl.attributes {
+      "variant" = %variant, "dtype" = %dtype, "scale" = %scale, "dims" = %dims,
+      "params" = %params, "outputs" = %outputs, "target" = %target,
+      "block_m" = %block_m, "block_n" = %block_n, "stages" = %stages,
+      "num_warps" = %num_warps, "q_tiles" = %q_tiles
+    }
+  }
+
+  // A tile of q, k or v (`operand`) at the block coordinates (b, h, block index).
+  irdl.operation @load {
+    %source = irdl.base "!builtin.tensor"
+    %i32 = irdl.is i32
+    irdl.operands(source: %source, coords: variadic %i32)
+    %operand = irdl.base "#builtin.string"
+    irdl.attributes { "operand" = %operand }
+    %tile = irdl.base @attn::@tile
+    irdl.results(tile: %tile)
+  }
+
+  // A tile whose every element is `value` (the running max, sum and O at the start).
+  irdl.operation @fill {
+    %value = irdl.base "#builtin.float"
+    irdl.attributes { "value" = %value }
+    %tile = irdl.base @attn::@tile
+    irdl.results(tile: %tile)
+  }
+
+  // kind "qk": S = A B^T (Q K^T); kind "pv": acc + A B (O += P V).
+  irdl.operation @mma {
+    %a = irdl.base @attn::@tile
+    %b = irdl.base @attn::@tile
+    %acc = irdl.base @attn::@tile
+    irdl.operands(a: %a, b: %b, acc: optional %acc)
+    %kind = irdl.base "#builtin.string"
+    irdl.attributes { "kind" = %kind }
+    %result = irdl.base @attn::@tile
+    irdl.results(result: %result)
+  }
+
+  // The score_mod hook on every score of S; coords: b, h, m_block, n_block.
+  irdl.operation @score_mod {
+    %s = irdl.base @attn::@tile
+    %i32 = irdl.is i32
+    irdl.operands(s: %s, coords: variadic %i32)
+    %f32 = irdl.is f32
+    %i32_arg = irdl.is i32
+    %hook = irdl.region(%f32, %i32_arg, %i32_arg, %i32_arg, %i32_arg) with size 1
+    irdl.regions(hook: %hook)
+    %result = irdl.base @attn::@tile
+    irdl.results(result: %result)
+  }
+
+  // The mask_mod hook: dropped scores of S become -inf; coords: b, h, m_block,
+  // n_block, then the tile's class from attn.block_map_read where there is one.
+  irdl.operation @mask {
+    %s = irdl.base @attn::@tile
+    %i32 = irdl.is i32
+    irdl.operands(s: %s, coords: variadic %i32)
+    %i32_arg = irdl.is i32
+    %hook = irdl.region(%i32_arg, %i32_arg, %i32_arg, %i32_arg) with size 1
+    irdl.regions(hook: %hook)
+    %result = irdl.base @attn::@tile
+    irdl.results(result: %result)
+  }
+
+  // One step of the online softmax: the block's scores S and the running row max
+  // and sum in; P, the new max and sum, and the factor O is rescaled by out.
+  irdl.operation @softmax_step {
+    %s = irdl.base @attn::@tile
+    %max = irdl.base @attn::@tile
+    %sum = irdl.base @attn::@tile
+    irdl.operands(s: %s, max: %max, sum: %sum)
+    %p = irdl.base @attn::@tile
+    %new_max = irdl.base @attn::@tile
+    %new_sum = irdl.base @attn::@tile
+    %factor = irdl.base @attn::@tile
+    irdl.results(p: %p, new_max: %new_max, new_sum: %new_sum, factor: %factor)
+  }
+
+  // The O accumulator with each row multiplied by its factor.
+  irdl.operation @rescale {
+    %acc = irdl.base @attn::@tile
+    %factor = irdl.base @attn::@tile
+    irdl.operands(acc: %acc, factor: %factor)
+    %result = irdl.base @attn::@tile
+    irdl.results(result: %result)
+  }
+
+  // O = acc / (sum + the sink's share), LSE: the sink hook's region, run per head.
+  irdl.operation @finalize {
+    %acc = irdl.base @attn::@tile
+    %max = irdl.base @attn::@tile
+    %sum = irdl.base @attn::@tile
+    %i32 = irdl.is i32
+    irdl.operands(acc: %acc, max: %max, sum: %sum, h: %i32)
+    %i32_arg = irdl.is i32
+    %sink = irdl.region(%i32_arg) with size 1
+    irdl.regions(sink: %sink)
+    %o = irdl.base @attn::@tile
+    %lse = irdl.base @attn::@tile
+    irdl.results(o: %o, lse: %lse)
+  }
+
+  // Writes a tile of the output `operand` ("o" or "lse") at (b, h, m_block).
+  irdl.operation @store {
+    %tile = irdl.base @attn::@tile
+    %i32 = irdl.is i32
+    irdl.operands(tile: %tile, coords: variadic %i32)
+    %operand = irdl.base "#builtin.string"
+    irdl.attributes { "operand" = %operand }
+  }
+
+  // The KV block ranges of query block m_block: a call of the mask analysis'
+  // function `fn` (m_block, b, h, dims...) -> (start_0, end_0, ..., full_start, full_end).
+  irdl.operation @kv_range {
+    %i32 = irdl.is i32
+    irdl.operands(args: variadic %i32)
+    %fn = irdl.base "#builtin.symbol_ref"
+    irdl.attributes { "fn" = %fn }
+    %bound = irdl.is i32
+    irdl.results(bounds: variadic %bound)
+  }
+
+  // The class (0 skip, 1 mixed, 2 full) the block map gives the tile (m_block,
+  // n_block) of (b, h): args m_block, n_block, b, h.
+  irdl.operation @block_map_read {
+    %i32 = irdl.is i32
+    irdl.operands(args: variadic %i32)
+    %class = irdl.is i32
+    irdl.results(class: %class)
+  }
+
+  // The query tile of a document-aligned grid (Note [Document-aligned tiles] in
+  // attnc/backend/qtiles.py): its first row and row count, read from the tile table
+  // of `param`'s ids; args b, h, m_block.
+  irdl.operation @tile_table_read {
+    %i32 = irdl.is i32
+    irdl.operands(args: variadic %i32)
+    %param = irdl.base "#builtin.string"
+    irdl.attributes { "param" = %param }
+    %row = irdl.is i32
+    irdl.results(rows: variadic %row)
   }
 
   // --- L3-L5: the schedule, as attribute-only ops placed after attn.attention in

@@ -15,7 +15,7 @@ from mlir.dialects import irdl
 
 # Upstream dialects the attn IR uses; loaded eagerly so that ops built with
 # `Operation.create` by name are registered ones.
-UPSTREAM_DIALECTS = ("builtin", "func", "arith", "math", "gpu")
+UPSTREAM_DIALECTS = ("builtin", "func", "arith", "math", "gpu", "scf")
 
 
 @functools.lru_cache(maxsize=1)

@@ -11,6 +11,7 @@ from mlir import ir
 from attnc.ir.locations import error_at
 
 ATTENTION = "attn.attention"
+KERNEL = "attn.kernel"       # the L2 op attn-tile puts in attn.attention's place
 DIM = "attn.dim"
 PARAM = "attn.param"
 YIELD = "gpu.yield"          # see Note [Region terminators] in attn.irdl.mlir
@@ -20,11 +21,13 @@ REGION_NAMES = ("score_mod", "mask_mod", "sink")
 
 
 def attention_ops(root) -> list[ir.Operation]:
-    """Every attn.attention under `root` (a module or any op), in program order."""
+    """Every variant op under `root` (a module or any op), in program order: the
+    attn.attention ops of L1 and the attn.kernel ops attn-tile made of them, which
+    keep their attributes (attnc/ir/kernel.py answers what else a pass asks of one)."""
     found: list[ir.Operation] = []
 
     def visit(op):
-        if op.name == ATTENTION:
+        if op.name in (ATTENTION, KERNEL):
             found.append(op.operation)
         return ir.WalkResult.ADVANCE
 
@@ -33,8 +36,13 @@ def attention_ops(root) -> list[ir.Operation]:
 
 
 def region_block(op: ir.Operation, index: int) -> ir.Block:
-    """The single block of region `index` (SCORE_MOD, MASK_MOD or SINK), self-contained
-    (Note [Hoisted constants])."""
+    """The single block of hook region `index` (SCORE_MOD, MASK_MOD or SINK), self-contained
+    (Note [Hoisted constants]): attn.attention's region, or that of the op of an
+    attn.kernel's program that holds the hook (attnc/ir/kernel.py)."""
+    if op.name == KERNEL:
+        from attnc.ir.kernel import hook_holder
+        op = hook_holder(op, index)
+        index = 0
     block = op.regions[index].blocks[0]
     _sink_constants(op, block)
     return block

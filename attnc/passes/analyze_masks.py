@@ -2,9 +2,11 @@
 
 Targets: all (target-independent L2 pass). Runs after `attn-tile`.
 
-Expects: L2 IR (attnc/ir/attn.irdl.mlir) with `attn.attention` ops carrying `block_m`,
-`block_n` (from `attn-tile`), `dims` (the symbolic dims, in order), `q_shape`/`k_shape`
-(axis 2 gives M and N) and `has_mask_mod`; region 1 is `mask_mod(b, h, i, j: i32) -> i1`.
+Expects: L2 IR (attnc/ir/attn.irdl.mlir) with `attn.kernel` ops (or tiled
+`attn.attention` ops, of hand-written IR) carrying `block_m`, `block_n` (from
+`attn-tile`), `dims` (the symbolic dims, in order), `q_shape`/`k_shape` (axis 2 gives M
+and N) and `has_mask_mod`; the mask is `mask_mod(b, h, i, j: i32) -> i1`, the region of
+the program's attn.mask op.
 
 Leaves: the same ops with `mask_kind` set, and for a masked variant two functions next
 to the kernel's, written in `arith` (computed in i64) and referenced from the op:
@@ -52,6 +54,24 @@ FlashAttention peels the masked blocks at the diagonal and the window edge).
              0, min(m_block, (N + 127) // 128)) ...         full below the diagonal
       }
 
+On an attn.kernel, the KV loop is cut by what the analysis found (tile_program.py,
+split_kv_loops): an `attn.kv_range` op calls the kv_range function, and each segment
+gets a loop over its mixed blocks before the fully kept ones (with the attn.mask op),
+one over the fully kept ones (without it: no per-element mask) and one over the mixed
+blocks after them; skipped blocks are in no loop. For mask_kind "runtime" the mixed loops
+read each block's class from the block map (`attn.block_map_read`, whose result the
+mask op takes last), and a mask comparing document ids reads the tile table at the top
+of the program (`attn.tile_table_read`, Note [Document-aligned tiles] in
+attnc/backend/qtiles.py). Mask kind "none" leaves the one loop as attn-tile built it.
+
+    before (causal, in the kernel):
+      %r:3 = scf.for %n = %c0 to %blocks ... { ... "attn.mask"(...) ... } {kv_blocks = "all"}
+    after:
+      %kv:4 = "attn.kv_range"(%m_block, %b, %h, %B, %H, %M, %N) {fn = @causal_kv_range}
+      %r0:3 = scf.for %n = %kv#0 to %first_full ... { ... "attn.mask" ... } {kv_blocks = "mixed"}
+      %r1:3 = scf.for %n = %first_full to %after_full ... { no mask } {kv_blocks = "full"}
+      %r2:3 = scf.for %n = %after_full to %kv#1 ... { ... "attn.mask" ... } {kv_blocks = "mixed"}
+
 The analysis is `attnc.analysis` (a pure function of the region, see Note [Conditional
 narrowing] in attnc/analysis/intervals.py); this file reads the op and writes the IR.
 
@@ -73,6 +93,7 @@ from attnc.analysis.region import Program, read_region
 from attnc.analysis.tile_classes import KV_ARGS, TILE_ARGS, MaskSummary, summarize_mask, unanalysed
 from attnc.analysis.to_arith import emit_function, fits_64_bits
 from attnc.frontend.depth import run_deep
+from attnc.ir.ops import KERNEL
 from attnc.passes.registry import Pass
 
 TILE_SIZES = ("block_m", "block_n")
@@ -195,7 +216,9 @@ def check_integer_widths(op, sizes: frozenset) -> bool:
     from attnc.ir import MASK_MOD, error_at, region_block
 
     exact = True
-    for region in range(len(op.regions)):
+    from attnc.ir.kernel import hook_indices
+
+    for region in hook_indices(op):
         block = region_block(op, region)
         plan = IntPlan.of(block, sizes)
         for inner in block.operations:
@@ -300,6 +323,25 @@ def _record(op, summary: MaskSummary) -> None:
         for key, fn in (("tile_class_fn", tile), ("kv_range_fn", kv)):
             op.attributes[key] = ir.FlatSymbolRefAttr.get(ir.StringAttr(fn.attributes["sym_name"]).value)
     set_int(op, "kv_segments", len(summary.plan.segments))
+    if op.name == KERNEL:
+        _split_loops(op, summary)
+
+
+def _split_loops(op, summary: MaskSummary) -> None:
+    """The kernel's KV loops by tile class (tile_program.split_kv_loops); a mask that
+    reads params reads its block map in the mixed loops and, where it compares document
+    ids (Note [Document-aligned tiles] in attnc/backend/qtiles.py), the tile table."""
+    from mlir import ir
+    from attnc.backend.qtiles import segment_conjunct
+    from attnc.ir import MASK_MOD, region_block
+    from attnc.ir.kernel import kernel_variant
+    from attnc.passes.tile_program import read_tile_table, split_kv_loops
+
+    runtime = summary.kind == "runtime"
+    fn = ir.FlatSymbolRefAttr(op.attributes["kv_range_fn"]).value
+    split_kv_loops(op, fn, len(summary.plan.segments), mask_dims(op), runtime)
+    found = segment_conjunct(region_block(op, MASK_MOD), list(kernel_variant(op).params)) if runtime else None
+    read_tile_table(op, found[1].param if found else None)
 
 
 def mask_dims(op) -> tuple[str, ...]:

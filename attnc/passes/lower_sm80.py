@@ -3,14 +3,15 @@ dialects (L6).
 
 Targets: sm_80 (attn-lower-sm80), sm_90a (attn-lower-sm90a, lower_sm90a.py: the same
 kernel with its two GEMMs on wgmma). Expects L5 (tile attributes, mask analysis, roles/channels/buffers/
-barriers) on one attn.attention, in a module that carries its source (Note [Source
-in the module], attnc/frontend/lower.py). Leaves the module with a `gpu.module`
+barriers) on one attn.kernel; what the kernel is built from is the op's attributes,
+its hook ops' regions and the function's types (Note [The variant from the IR] in
+attnc/ir/kernel.py), never the `.attn` source. Leaves the module with a `gpu.module`
 holding the FlashAttention-2-style kernel (and, for masks that read params, the
 block-map kernel) in gpu/nvvm/llvm/scf/arith ops -- cp.async commit groups and
 waits, ldmatrix, mma.sync, the online softmax, the hooks' code -- and the launch
 ABI as a JSON attribute `attn.kernels` on it:
 
-    before:  func.func @mha(...) { "attn.attention"(...) ... "attn.barrier"() {...} }
+    before:  func.func @mha(...) { "attn.kernel"(...) ... "attn.barrier"() {...} }
     after:   module attributes {gpu.container_module, ...} {
                func.func @mha(...) { ...unchanged... }
                gpu.module @attnc_kernels attributes {attn.kernels = "[...]"} {
@@ -198,10 +199,10 @@ def lower_sm80(module, pass_target: str | None = None, **choices) -> None:
     unknown = set(choices) - set(KERNEL_CHOICES)
     if unknown:
         raise TypeError(f"lower_sm80: no option {', '.join(sorted(unknown))}")
+    result = compile_result_of(module, pass_name)      # first: attributes that contradict the types
     _check_default_plan(module, pass_name)
     for op in ops:
         record_choices(op, choices)
-    result = compile_result_of(module, pass_name)
     kernel_module, kernels, specialization = kernel_module_for(result)
     with _module_op(module).context:
         gpu_module = next(o.operation for o in kernel_module.body.operations
@@ -222,44 +223,24 @@ def lowered_gpu_module(module):
 
 
 def compile_result_of(module, pass_name: str = "attn-lower-sm80"):
-    """The (variant, module) pair the backend works on, the variant rebuilt from the
-    source the L1 module carries; `pass_name`: the pass that needs it, for the error."""
+    """The (variant, module) pair the backend works on, the variant read from the op's
+    attributes and types (Note [The variant from the IR] in attnc/ir/kernel.py); the
+    `.attn` text the module may carry only locates errors; `pass_name`: the pass that
+    needs it, for the error."""
     from mlir import ir
 
     from attnc.driver import CompileResult
     from attnc.errors import AttncError
-    from attnc.frontend import load
+    from attnc.ir import attention_ops
+    from attnc.ir.kernel import kernel_variant
 
+    ops = attention_ops(module)
+    if len(ops) != 1:
+        raise AttncError(f"{pass_name} builds one attn.kernel per module, found {len(ops)}")
     attrs = _module_op(module).attributes
-    if "attn.source" not in attrs:
-        raise AttncError(f"{pass_name} needs the .attn source the frontend records on the module "
-                         "(attribute attn.source); this IR has none")
-    source = ir.StringAttr(attrs["attn.source"]).value
+    source = ir.StringAttr(attrs["attn.source"]).value if "attn.source" in attrs else ""
     filename = ir.StringAttr(attrs["attn.filename"]).value if "attn.filename" in attrs else "<input>"
-    variant = load(source, filename)
-    _check_frontend_attributes(module, variant, pass_name)
-    return CompileResult(variant, _module_op(module))
-
-
-def _check_frontend_attributes(module, variant, pass_name: str) -> None:
-    """Refuse an attn.attention whose frontend attributes (scale, dtype, head dims, shapes,
-    ...) differ from what its recorded source gives: the backend builds those from the
-    source, so an edit of them in the IR would be silently ignored (found by a review).
-    The hook regions are compiled as the IR has them, and are not compared."""
-    from mlir import ir
-
-    from attnc.frontend.lower import attention_attributes
-    from attnc.ir import attention_ops, error_at
-
-    with _module_op(module).context, ir.Location.unknown():
-        wanted = attention_attributes(variant)
-    for op in attention_ops(module):
-        for key, made in wanted.items():
-            given = op.attributes[key] if key in op.attributes else None
-            if given is not None and str(given) != str(made):
-                raise error_at(op, f"{pass_name}: the attribute {key} = {given} differs from what the .attn "
-                                   f"source gives ({made}); the backend builds it from the source: edit the "
-                                   f".attn file instead")
+    return CompileResult(kernel_variant(ops[0], source, filename), _module_op(module))
 
 
 # The passes between the mask analysis and the verifier: what they write is the plan.

@@ -31,7 +31,7 @@ def plan_ops(attention: ir.Operation, kind: type) -> list[ir.Operation]:
     for op in attention.block.operations:
         if op.operation == attention:
             seen = True
-        elif seen and op.name == "attn.attention":
+        elif seen and op.name in ("attn.attention", "attn.kernel"):
             break
         elif seen and op.name == name:
             ops.append(op.operation)

@@ -1,14 +1,29 @@
-"""`attn-tile`: choose the CTA tile (block_m, block_n, stages, warps) for a target.
+"""`attn-tile`: choose the CTA tile (block_m, block_n, stages, warps) for a target, and
+build the CTA's tile program (L2).
 
 Targets: sm_80, sm_90a, sm_100a. Expects L1 (attnc/ir/attn.irdl.mlir): `attn.attention`
 ops with `head_dim_qk`, `head_dim_v`, `dtype`, `has_mask_mod` and `params` (hooks that
-read param tensors take the table's `block_n_params` where it has one). Leaves the same
-ops with the choice recorded as attributes (L2), nothing else changed:
+read param tensors take the table's `block_n_params` where it has one); or attn.kernel
+ops (tiled before: the new choice replaces the old one and the program is built anew).
+Leaves each op replaced by an `attn.kernel` with the same operands, results, location
+and attributes plus the choice, whose region is the program of one CTA
+(tile_program.py; the ops in attnc/ir/tiles.py): the Q tile, one KV loop over
+[0, cdiv(N, block_n)) carrying the running max, sum and O, the score_mod and mask ops
+holding the hooks' regions (only for the hooks the variant has), finalize holding the
+sink, and the stores. Which blocks the loop may skip is attn-analyze-masks' to say.
 
-    before:  %o = "attn.attention"(%q, %k, %v) (...) {head_dim_qk = 128 : i64, ...}
-    after:   %o = "attn.attention"(%q, %k, %v) (...) {head_dim_qk = 128 : i64, ...,
-                 target = "sm_100a", block_m = 128 : i64, block_n = 128 : i64,
-                 stages = 3 : i64, num_warps = 16 : i64, q_tiles = 2 : i64}
+    before:  %o = "attn.attention"(%q, %k, %v) ({score_mod}, {mask_mod}, {sink})
+                 {head_dim_qk = 128 : i64, ...}
+    after:   %o = "attn.kernel"(%q, %k, %v) ({
+             ^bb0(%b: i32, %h: i32, %m_block: i32):
+               %q_tile = "attn.load"(%q, %b, %h, %m_block) {operand = "q"}
+               %r:3 = scf.for %n = %c0 to %blocks step %c1 iter_args(max, sum, acc) {
+                 load k, mma qk, [score_mod], [mask], softmax_step, rescale, load v, mma pv
+               } {kv_blocks = "all"}
+               %o_tile, %lse = "attn.finalize"(%r#2, %r#0, %r#1, %h) ({sink})
+               "attn.store"(%o_tile, %b, %h, %m_block) {operand = "o"}
+             }) {head_dim_qk = 128 : i64, ..., target = "sm_100a", block_m = 128 : i64,
+                 block_n = 128 : i64, stages = 3 : i64, num_warps = 16 : i64, q_tiles = 2 : i64}
 
 The starting point is TILE_TABLE (tile_table.py); each option given overrides one
 field, and the result must be buildable on the target (else an `AttncError` at the
@@ -60,8 +75,12 @@ class Tile(Pass):
 
 
 def tile(module, target: str | None, overrides: dict[str, int]) -> None:
-    """Record a tile choice on every attn.attention under `module`."""
+    """Record a tile choice on every attn.attention under `module` and replace it by its
+    tile program (attn.kernel); an attn.kernel tiled again gets the new choice and one KV
+    loop over all blocks again (the mask analysis, run again, splits it anew)."""
     from attnc.ir import attention_ops, error_at
+    from attnc.ir.tiles import KERNEL
+    from attnc.passes.tile_program import rebuild_program, to_kernel
 
     ops = attention_ops(module)
     if not ops:
@@ -72,6 +91,7 @@ def tile(module, target: str | None, overrides: dict[str, int]) -> None:
         except TileError as e:
             raise error_at(op, str(e)) from None
         _record(op, target, config)
+        (rebuild_program if op.name == KERNEL else to_kernel)(op)
 
 
 @dataclass(frozen=True)
@@ -142,15 +162,16 @@ def _reads_params_per_element(op) -> bool:
     One indexed by b and h only (ALiBi's slopes[h]) is loaded once per CTA."""
     from attnc.ir import PARAM, depends_on
 
-    for region in op.regions:
-        for block in region.blocks:
-            n = len(block.arguments)
-            if n < 4:
-                continue
-            tainted = depends_on(block, n - 2, n - 1)
-            if any(inner.name == PARAM and any(v in tainted for v in list(inner.operands)[1:])
-                   for inner in block.operations):
-                return True
+    from attnc.ir import hook_blocks
+
+    for block in hook_blocks(op):
+        n = len(block.arguments)
+        if n < 4:
+            continue
+        tainted = depends_on(block, n - 2, n - 1)
+        if any(inner.name == PARAM and any(v in tainted for v in list(inner.operands)[1:])
+               for inner in block.operations):
+            return True
     return False
 
 

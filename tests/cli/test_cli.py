@@ -82,7 +82,7 @@ def test_compile_to_a_file(tmp_path):
     target = tmp_path / "out.mlir"
     status, out, err = run_attnc(["compile", "examples/mha.attn", "--emit", "mlir", "-o", str(target)])
     assert (status, out, err) == (0, "", "")
-    assert '"attn.attention"' in target.read_text()
+    assert '"attn.kernel"' in target.read_text()        # the L2 tile program attn-tile made
 
 
 # --- code for sm_80: --emit ptx, cubin, bundle -----------------------------------------
@@ -328,7 +328,7 @@ def test_process_compile_gemma2_sm100a():
                "--print-ir-after-all")
     assert p.returncode == 0, p.stderr
     assert p.stderr.count("// -----// IR Dump After") == 1 + len(PIPELINE)
-    assert '"attn.attention"' in p.stdout and 'loc("examples/gemma2.attn"' in p.stdout
+    assert '"attn.kernel"' in p.stdout and 'loc("examples/gemma2.attn"' in p.stdout
 
 
 def test_process_error_has_no_traceback():

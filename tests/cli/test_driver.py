@@ -185,7 +185,7 @@ def test_a_user_pass_that_breaks_the_ir_is_named(tmp_path):
         compile_file("examples/mha.attn",
                      CompileOptions(load_passes=(path,), pass_pipeline="attn-tile,user,attn-analyze-masks"))
     assert info.value.render() == (
-        "examples/mha.attn:2:1: error: the IR after pass 'user' is invalid: 'attn.attention' op "
+        "examples/mha.attn:2:1: error: the IR after pass 'user' is invalid: 'attn.kernel' op "
         "attribute \"dtype\" is expected but not provided\nattention mha {\n^")
 
 

@@ -7,7 +7,7 @@
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{num_warps=8 block_m=64 block_n=128 stages=2},attn-warp-specialize{consumers=1},attn-alloc-smem,attn-insert-pipelines" | filecheck %s --check-prefix=RING
 // RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines" | filecheck %s --check-prefix=SM100
 
-// SM80: "attn.attention"
+// SM80: "attn.kernel"
 // SM80: "attn.role"() {name = "compute", ops = [{{.*}}], regs = 0 : i64, warps = [0, 1, 2, 3]}
 // SM80-NEXT: "attn.channel"() {{{.*}}consumer = "compute", name = "q", producer = "compute", space = "smem", stages = 1 : i64, tile = ["q"], transport = "cp.async"}
 // SM80-NEXT: "attn.channel"() {{{.*}}name = "kv"{{.*}}stages = 2 : i64, tile = ["k", "v"], transport = "cp.async"}

@@ -168,10 +168,14 @@ def test_an_analysis_for_other_tiles_is_refused_or_redone():
 
 # The sliding window's 1024 in mask_mod becomes 4096.
 WIDEN_PASS = user_pass_source("test-widen-window-after-analysis", """\
-for inner in op.regions[1].blocks[0].operations:
-    if inner.name == "arith.constant" and str(inner.attributes["value"]) == "1024 : i32":
+def widen(inner):
+    # every copy of mask_mod: the attn.mask op of each loop over mixed blocks
+    if (inner.name == "arith.constant" and inner.parent.name == "attn.mask"
+            and str(inner.attributes["value"]) == "1024 : i32"):
         with inner.context:
-            inner.attributes["value"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 4096)""",
+            inner.attributes["value"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 4096)
+    return ir.WalkResult.ADVANCE
+op.walk(widen)""",
                               "from mlir import ir")
 
 

@@ -60,24 +60,45 @@ def test_a_tile_edited_to_no_rows_is_named(tmp_path, pass_name, value):
         f"examples/mha.attn:2:1: error: {pass_name}: the tile has block_m = {value}; it must be at least 1")
 
 
-@pytest.mark.parametrize("edit", [("scale = 0.0883883461 : f32", "scale = 5.000000e-01 : f32"),
-                                  ('dtype = "bf16"', 'dtype = "f16"')])
-def test_an_edited_frontend_attribute_is_refused(tmp_path, edit):
-    """Found by a review (session 27): the backend builds scale, dtypes, head dims and
-    shapes from the recorded .attn source, so an edit of them in a dump compiled as if
-    it had not been made. It is refused now, naming the attribute."""
-    specs = target_pipeline("sm_80")
+def _gemma2_plan(tmp_path) -> str:
+    """gemma2's IR after every sm_80 pass but the lowering, as --dump-dir writes it."""
     dump = tmp_path / "dump"
-    compile_file("examples/gemma2.attn", CompileOptions(arch="sm_80", pass_pipeline=format_pipeline(specs[:-1]),
-                                                        dump_dir=str(dump)))
-    plan = sorted(dump.glob("*.mlir"))[-1].read_text()
+    compile_file("examples/gemma2.attn", CompileOptions(
+        arch="sm_80", pass_pipeline=format_pipeline(target_pipeline("sm_80")[:-1]), dump_dir=str(dump)))
+    return sorted(dump.glob("*.mlir"))[-1].read_text()
+
+
+def test_an_edited_scale_is_compiled_as_edited(tmp_path):
+    """The backend builds the kernel from the op's attributes (Note [The variant from the
+    IR] in attnc/ir/kernel.py), not from the .attn source the module carries: a scale
+    edited in a dump is the kernel's scale."""
+    from attnc.backend.sm80_lower import spec_from_ir
+    from attnc.passes.lower_sm80 import compile_result_of
+
+    plan = _gemma2_plan(tmp_path)
+    old, new = "scale = 0.0883883461 : f32", "scale = 5.000000e-01 : f32"
+    assert plan.count(old) == 1
+    given = optimize_mlir(plan, "plan.mlir", CompileOptions(arch="sm_80", pass_pipeline="attn-verify-pipeline"))
+    edited = optimize_mlir(plan.replace(old, new), "plan.mlir",
+                           CompileOptions(arch="sm_80", pass_pipeline="attn-verify-pipeline"))
+    assert spec_from_ir(compile_result_of(given)).softmax_scale == pytest.approx(0.0883883461)
+    assert spec_from_ir(compile_result_of(edited)).softmax_scale == 0.5
+
+
+@pytest.mark.parametrize("edit, message", [
+    (('dtype = "bf16"', 'dtype = "f16"'), 'attribute dtype = "f16" but q is a tensor of bf16: they must agree'),
+    (("head_dim_v = 128 : i64", "head_dim_v = 64 : i64"),
+     "attribute head_dim_v = 64 but v_shape ends in 128: they must agree")])
+def test_an_attribute_that_disagrees_with_the_types_is_refused(tmp_path, edit, message):
+    """An attribute the kernel is built from, edited so that it contradicts the operands'
+    types, is refused at the op, naming both."""
+    plan = _gemma2_plan(tmp_path)
     old, new = edit
     assert plan.count(old) == 1
     with pytest.raises(AttncError) as info:
         optimize_mlir(plan.replace(old, new), "plan.mlir", CompileOptions(arch="sm_80", pass_pipeline="attn-lower-sm80"))
-    key = old.split(" =")[0]
-    assert info.value.message.startswith(f"attn-lower-sm80: the attribute {key} = ")
-    assert "edit the .attn file instead" in info.value.message
+    assert info.value.message == message
+    assert info.value.render().startswith("examples/gemma2.attn:2:1: error: ")
 
 
 def test_an_option_past_64_bits_is_an_error_not_a_crash():

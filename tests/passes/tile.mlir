@@ -8,6 +8,7 @@
 // RUN:   | filecheck %s --check-prefix=OVERRIDE
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{num_warps=8 block_m=64}" \
 // RUN:   | filecheck %s --check-prefix=SM90-ONE-CONSUMER
+// RUN: attnc opt %s -arch sm_80 --pass-pipeline attn-tile | filecheck %s --check-prefix=PROGRAM
 
 // Attributes print sorted by name: block_m, block_n, ..., num_warps, ..., q_tiles, ...,
 // stages, target.
@@ -28,9 +29,9 @@
 // SM90-LABEL: func.func @hd256_qk128_v
 // SM90: }) {block_m = 128 : i64, block_n = 80 : i64,{{.*}} num_warps = 12 : i64,{{.*}} stages = 2 : i64, target = "sm_90a"
 
-// The op, its regions and its location survive the pass.
+// attn.attention becomes attn.kernel, with its operands, attributes and location.
 // SM100-LABEL: func.func @hd128_unmasked
-// SM100: "attn.attention"(%arg0, %arg1, %arg2)
+// SM100: "attn.kernel"(%arg0, %arg1, %arg2)
 // SM100: gpu.yield
 // SM100: }) {block_m = 128 : i64, block_n = 128 : i64,{{.*}} num_warps = 16 : i64,{{.*}} q_tiles = 2 : i64,{{.*}} stages = 3 : i64, target = "sm_100a"
 // SM100-SAME: loc("tile.attn":2:1)
@@ -38,6 +39,52 @@
 // SM100: }) {block_m = 128 : i64, block_n = 128 : i64,{{.*}} num_warps = 16 : i64,{{.*}} q_tiles = 2 : i64,{{.*}} stages = 3 : i64, target = "sm_100a"
 // SM100-LABEL: func.func @hd256_qk128_v
 // SM100: }) {block_m = 128 : i64, block_n = 128 : i64,{{.*}} num_warps = 16 : i64,{{.*}} q_tiles = 1 : i64,{{.*}} stages = 2 : i64, target = "sm_100a"
+
+// The tile program: the Q tile, the running max, sum and O, one KV loop over
+// [0, cdiv(N, block_n)) carrying them, finalize and store. Without a mask_mod (or a
+// score_mod) there is no attn.mask (attn.score_mod) op; the tile types follow the tile.
+// PROGRAM-LABEL: func.func @hd128_unmasked
+// PROGRAM: "attn.kernel"(%arg0, %arg1, %arg2) ({
+// PROGRAM-NEXT: ^bb0(%[[B:.*]]: i32{{.*}}, %[[H:.*]]: i32{{.*}}, %[[M:.*]]: i32{{.*}}):
+// PROGRAM-NEXT: %[[Q:.*]] = "attn.load"(%arg0, %[[B]], %[[H]], %[[M]]) {operand = "q"} : {{.*}} -> !attn.tile<[128, 128], bf16, "smem">
+// PROGRAM-NEXT: %[[MAX0:.*]] = "attn.fill"() {value = 0xFF800000 : f32} : () -> !attn.tile<[128], f32, "reg">
+// PROGRAM-NEXT: %[[SUM0:.*]] = "attn.fill"() {value = 0.000000e+00 : f32} : () -> !attn.tile<[128], f32, "reg">
+// PROGRAM-NEXT: %[[ACC0:.*]] = "attn.fill"() {value = 0.000000e+00 : f32} : () -> !attn.tile<[128, 128], f32, "reg">
+// PROGRAM-NEXT: %[[N:.*]] = "attn.dim"() {name = "N"}
+// PROGRAM-NEXT: %[[BN:.*]] = arith.constant 64 : i32
+// PROGRAM: %[[BLOCKS:.*]] = arith.divsi %{{.*}}, %[[BN]] : i32
+// PROGRAM: %[[ZERO:.*]] = arith.constant 0 : i32
+// PROGRAM: %[[R:.*]]:3 = scf.for %[[NB:.*]] = %[[ZERO]] to %[[BLOCKS]] step %{{.*}} iter_args(%[[MAX:.*]] = %[[MAX0]], %[[SUM:.*]] = %[[SUM0]], %[[ACC:.*]] = %[[ACC0]])
+// PROGRAM-NEXT: %[[K:.*]] = "attn.load"(%arg1, %[[B]], %[[H]], %[[NB]]) {operand = "k"} : {{.*}} -> !attn.tile<[64, 128], bf16, "smem">
+// PROGRAM-NEXT: %[[S:.*]] = "attn.mma"(%[[Q]], %[[K]]) {kind = "qk"} : {{.*}} -> !attn.tile<[128, 64], f32, "reg">
+// PROGRAM-NEXT: %[[STEP:.*]]:4 = "attn.softmax_step"(%[[S]], %[[MAX]], %[[SUM]]) : {{.*}} -> (!attn.tile<[128, 64], bf16, "reg">, !attn.tile<[128], f32, "reg">, !attn.tile<[128], f32, "reg">, !attn.tile<[128], f32, "reg">)
+// PROGRAM-NEXT: %[[SCALED:.*]] = "attn.rescale"(%[[ACC]], %[[STEP]]#3)
+// PROGRAM-NEXT: %[[V:.*]] = "attn.load"(%arg2, %[[B]], %[[H]], %[[NB]]) {operand = "v"}
+// PROGRAM-NEXT: %[[PV:.*]] = "attn.mma"(%[[STEP]]#0, %[[V]], %[[SCALED]]) {kind = "pv"}
+// PROGRAM-NEXT: scf.yield %[[STEP]]#1, %[[STEP]]#2, %[[PV]]
+// PROGRAM-NEXT: } {kv_blocks = "all"}
+// PROGRAM-NEXT: %[[OUT:.*]]:2 = "attn.finalize"(%[[R]]#2, %[[R]]#0, %[[R]]#1, %[[H]]) ({
+// PROGRAM-NEXT: ^bb0(%{{.*}}: i32{{.*}}):
+// PROGRAM-NEXT: arith.constant 0xFF800000 : f32
+// PROGRAM-NEXT: gpu.yield
+// PROGRAM-NEXT: }) : {{.*}} -> (!attn.tile<[128, 128], bf16, "reg">, !attn.tile<[128], f32, "reg">)
+// PROGRAM-NEXT: "attn.store"(%[[OUT]]#0, %[[B]], %[[H]], %[[M]]) {operand = "o"}
+// PROGRAM-NEXT: gpu.yield
+// PROGRAM-NEXT: }) {block_m = 128 : i64, block_n = 64 : i64,
+// PROGRAM-NOT: attn.mask
+// PROGRAM-LABEL: func.func @hd64_masked
+// PROGRAM: scf.for
+// PROGRAM: "attn.mma"({{.*}}) {kind = "qk"}
+// PROGRAM-NEXT: "attn.mask"(%{{.*}}) ({
+// PROGRAM-NEXT: ^bb0(%{{.*}}: i32{{.*}}, %{{.*}}: i32{{.*}}, %[[I:.*]]: i32{{.*}}, %[[J:.*]]: i32{{.*}}):
+// PROGRAM-NEXT: arith.cmpi sle, %[[J]], %[[I]] : i32
+// PROGRAM: "attn.softmax_step"
+// PROGRAM: } {kv_blocks = "all"}
+// PROGRAM-LABEL: func.func @hd64_params
+// PROGRAM: "attn.score_mod"(%{{.*}}) ({
+// PROGRAM-NEXT: ^bb0(
+// PROGRAM-NEXT: "attn.param"
+// PROGRAM: "attn.softmax_step"
 
 // Options override the table field by field; target= wins over -arch.
 // OVERRIDE-LABEL: func.func @hd128_unmasked
