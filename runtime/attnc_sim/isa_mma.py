@@ -3,15 +3,15 @@
 Fragment layouts follow the PTX ISA's "Matrix Fragments for mma.m16n8k16" (groupID =
 lane / 4, threadID_in_group = lane % 4): each is a table (register, lane, half) ->
 (row, col), built once, so a handler gathers a whole matrix with one fancy index.
-Products accumulate in float32 (numpy's matmul); the hardware's order of the k-sum
-is unspecified, so results may differ from a GPU's in the last bits.
+Each D element is formed as the sm_90 tensor core forms it (`tensor_core_mma`, Note
+[Tensor-core accumulation]), not as a float32 sum in some order.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from attnc_sim import isa, races
-from attnc_sim.isa_cvt import bf16_bits_to_f32, f32_to_bf16_bits
+from attnc_sim.isa_cvt import bf16_bits_to_f32
 from attnc_sim.isa_warp import require_converged
 from attnc_sim.state import WARP
 
@@ -74,6 +74,68 @@ def halves_to_f32(regs: np.ndarray, ty: str) -> np.ndarray:
     return h.view(np.float16).astype(np.float32)
 
 
+# Note [Tensor-core accumulation]: how an sm_90 tensor core forms D = A B + C with 16-bit
+# (bf16 or f16) A, B and f32 C, D, for k = 16. The model is the parametrised one of Fasi,
+# Higham, Mikaitis and Pranesh, "Numerical behavior of NVIDIA tensor cores" (PeerJ Computer
+# Science, 2021) and of Khattak and Mikaitis, "Accurate models of NVIDIA tensor cores"
+# (arXiv:2512.07004, 2025), with its parameters fitted to an H200's results: it reproduces
+# every one of the 2^19 bf16 and 2^19 f16 D elements of tools/sim_isa_vs_gpu.py's mma
+# cases bit for bit (tests/sim/data/mma_h200_sample.npz keeps a sample). For each element:
+#
+#   1. the 16 products a_k b_k are exact; a product's reference exponent is ea + eb, the
+#      exponents of its factors (its significand lies in [1, 4)); C's is its own exponent;
+#   2. C joins the products in one block of 17 terms, and e is the largest reference
+#      exponent of a nonzero term;
+#   3. each term is truncated toward zero (sign and magnitude) to a multiple of 2^(e - 25),
+#      two bits below the last of 23 fraction bits at weight 2^e;
+#   4. the truncated terms are summed exactly;
+#   5. the sum is rounded to f32 toward zero.
+#
+# Each alternative the data can tell apart fails on between 7% and 78% of the elements:
+# 24 or 26 bits below 2^e, a reference exponent taken from the exact product instead of
+# ea + eb, truncation toward minus infinity (two's complement), blocks of 8 products,
+# rounding to nearest at the end, and C added to the rounded sum of the products.
+#
+# Not covered by the data (all its inputs are normal numbers and no sum is zero), so
+# modelled as below until a GPU says otherwise: a subnormal input keeps its value and has
+# its format's smallest normal exponent as reference exponent; an Inf or NaN term gives the
+# float sum's Inf or NaN; a zero sum is +0; a sum past FLT_MAX is Inf; a subnormal
+# result is truncated to a multiple of 2^-149, not flushed.
+
+_EMIN = {"bf16": -126, "f16": -14, "f32": -126}
+_KEPT_BITS = 25
+_NO_TERM = -1 << 20                            # reference exponent of a zero: below any other
+_F32_TRUNCATE = np.uint64((1 << 64) - (1 << 29))   # keeps float64's sign, exponent and 23 fraction bits
+_F32_TINY = float(np.finfo(np.float32).tiny)
+
+
+def _reference_exponent(x: np.ndarray, ty: str) -> np.ndarray:
+    """The exponent of each float32 `x` holding a `ty` value: subnormals at the format's
+    smallest normal exponent, zeros at _NO_TERM."""
+    e = ((x.view(np.int32) >> 23) & 0xFF) - 127
+    return np.where(x == 0, _NO_TERM, np.maximum(e, _EMIN[ty]))
+
+
+def tensor_core_mma(a: np.ndarray, b: np.ndarray, c: np.ndarray, ty: str) -> np.ndarray:
+    """D = A B + C as an sm_90 tensor core forms it for k = 16 (Note [Tensor-core accumulation]).
+
+    a: (M, 16) and b: (16, N) float32 arrays of `ty` ("bf16" or "f16") values, c: (M, N)
+    float32. Returns D, (M, N) float32."""
+    bt = b.T
+    ref = _reference_exponent(a, ty)[:, None, :] + _reference_exponent(bt, ty)[None, :, :]
+    e = np.maximum(ref.max(axis=2), _reference_exponent(c, "f32"))              # (M, N)
+    scale = np.ldexp(1.0, np.where(e < _NO_TERM // 2, 0, _KEPT_BITS - e))     # all zero: any scale
+    with np.errstate(invalid="ignore", over="ignore"):         # Inf * 0 is NaN, as in a float sum
+        terms = a.astype(np.float64)[:, None, :] * bt.astype(np.float64)[None, :, :]   # (M, N, K), exact
+        terms *= scale[:, :, None]
+        # a scaled term is below 2^27 in magnitude: whole numbers, summed exactly in float64
+        kept = np.trunc(terms, out=terms).sum(axis=2) + np.trunc(c * scale)
+        exact = kept / scale
+        if (np.abs(exact) < _F32_TINY).any():
+            exact = np.where(np.abs(exact) < _F32_TINY, np.trunc(np.ldexp(exact, 149)) * 2.0 ** -149, exact)
+        return (exact.view(np.uint64) & _F32_TRUNCATE).view(np.float64).astype(np.float32) + np.float32(0)
+
+
 @isa.register("mma.sync")
 def mma_sync(ins, ctx):
     parts = ins.parts
@@ -100,7 +162,7 @@ def mma_sync(ins, ctx):
         a = halves_to_f32(w.b32[a_rows], at).reshape(-1)[A_INV].reshape(16, 16)
         b = halves_to_f32(w.b32[b_rows], at).reshape(-1)[B_INV].reshape(16, 8)
         c = np.stack([r(w) for r in c_read]).reshape(-1)[C_INV].reshape(16, 8)
-        d = (a @ b + c).astype(np.float32).reshape(-1)[C_IDX]
+        d = tensor_core_mma(a, b, c, at).reshape(-1)[C_IDX]
         if w.wfull:
             w.f32[d_rows] = d
         else:

@@ -9,6 +9,13 @@ D (64 x N, f32) is spread over the warpgroup's 128 threads: warp w of the group 
 "Register Fragments and Shared Memory Matrix Layouts" for wgmma). Each warp computes its
 own 16 rows, so the four warps need not meet.
 
+Arithmetic: each D element is formed by isa_mma.tensor_core_mma, the model of mma.sync
+m16n8k16 fitted bit for bit to an H200 (Note [Tensor-core accumulation]), with the
+accumulator registers as C (C = 0 for scale-d false). That wgmma's k = 16 runs through
+the same datapath as one mma.sync m16n8k16 (16 products and C in one block, truncated
+alignment, rounding toward zero) is a hypothesis, not measured: the attention-level
+comparison with the GPU (tools/sim_vs_gpu.py) tests it.
+
 Asynchrony (Note [wgmma in flight]): the operation runs when its group is waited for
 (wgmma.wait_group) or earlier where the scheduler picks; until then its shared-memory
 operands are marked as read by an in-flight operation (a write to them is a report) and
@@ -20,7 +27,7 @@ import numpy as np
 
 from attnc_sim import isa, races, smem_desc
 from attnc_sim.isa_cvt import bf16_bits_to_f32
-from attnc_sim.isa_mma import A_INV, halves_to_f32
+from attnc_sim.isa_mma import A_INV, halves_to_f32, tensor_core_mma
 from attnc_sim.isa_warp import require_converged
 from attnc_sim.ptx import Vec
 from attnc_sim.scheduler import AsyncOp
@@ -90,12 +97,11 @@ class Wgmma(AsyncOp):
             a = -a
         if self.neg_b:
             b = -b
-        prod = (a @ b.T).astype(np.float32)                       # (16, N)
-        rows, cols = accumulator_layout(self.n)
-        d = prod[rows, cols]                                      # (N/2, 32)
+        rows, cols = accumulator_layout(self.n)                   # (N/2, 32) each
+        c = np.zeros((16, self.n), np.float32)
         if self.scale_d:
-            d = d + w.f32[self.d_rows]
-        w.f32[self.d_rows] = d
+            c[rows, cols] = w.f32[self.d_rows]
+        w.f32[self.d_rows] = tensor_core_mma(a, b.T, c, self.dtype)[rows, cols]
 
 
 def _wg_state(w):
