@@ -223,7 +223,7 @@ class BlockMapPlan:
 
 
 def blockmap_plan(result, block_m: int, block_n: int) -> BlockMapPlan:
-    """The block map of the (single) attn.attention of a compile result (after
+    """The block map of the (single) attn.kernel of a compile result (after
     attn-analyze-masks), at the attention kernel's tile sizes. Meant for masks that read
     params (`mask_kind = "runtime"`), it is right for any mask_mod."""
     op, variant = _attention(result), result.variant
@@ -246,7 +246,7 @@ def blockmap_plan(result, block_m: int, block_n: int) -> BlockMapPlan:
 def _attention(result) -> ir.Operation:
     ops = attention_ops(result.module)
     if len(ops) != 1:
-        raise AttncError(f"a block map is built for one attn.attention, found {len(ops)}")
+        raise AttncError(f"a block map is built for one attn.kernel, found {len(ops)}")
     return ops[0]
 
 

@@ -1,4 +1,4 @@
-"""`attn-lower-sm80` as a backend step: the L5 plan of one attn.attention -> an
+"""`attn-lower-sm80` as a backend step: the L5 plan of one attn.kernel -> an
 `Sm80KernelSpec` -> kernel module (sm80.py) -> PTX -> cubin -> bundle.
 
 The spec is read from the IR, never from the source: tile sizes and warps from the
@@ -73,7 +73,7 @@ def _lowering_from_ir(result) -> Sm80Lowering:
     variant = result.variant
     ops = attention_ops(result.module)
     if len(ops) != 1:
-        raise AttncError(f"the sm_80 backend builds one attn.attention per module, found {len(ops)}")
+        raise AttncError(f"the sm_80 backend builds one attn.kernel per module, found {len(ops)}")
     op = ops[0]
     kv = [c for c in plan_ir.read(op, Channel) if c.name == "kv"]
     target = get_str(op, "target") if "target" in op.attributes else None

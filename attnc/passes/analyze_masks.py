@@ -101,7 +101,7 @@ TILE_SIZES = ("block_m", "block_n")
 
 @dataclass(frozen=True)
 class MaskFunctions:
-    """What the pass recorded on one attn.attention, for the passes and backends after it.
+    """What the pass recorded on one attn.kernel (or tiled attn.attention), for the passes and backends after it.
 
     `tile_class` and `kv_range` are the func.func ops (None for kind 'none'); call them,
     or copy their bodies where needed with `attnc.analysis.to_arith.inline_function`.
@@ -117,7 +117,7 @@ class MaskFunctions:
 
 @dataclass(frozen=True)
 class AnalyzeMasks(Pass):
-    """Classify KV tiles as skip / full / mixed from mask_mod (emits tile_class and kv_range)."""
+    """Classify KV tiles as skip / full / mixed from mask_mod (tile_class, kv_range) and cut the KV loop by class."""
 
     name: ClassVar[str] = "attn-analyze-masks"
 
@@ -126,7 +126,7 @@ class AnalyzeMasks(Pass):
 
 
 def analyze_masks(module) -> None:
-    """Analyse every attn.attention under `module` not analysed yet (`mask_kind` unset),
+    """Analyse every attn.kernel (or tiled attn.attention) under `module` not analysed yet (`mask_kind` unset),
     or analysed for other tile sizes (attn-tile ran again since: the old functions go)."""
     from attnc.ir import attention_ops
 
@@ -153,7 +153,7 @@ def mask_functions(op) -> MaskFunctions:
     from attnc.ir import error_at, get_int, get_str
 
     if "mask_kind" not in op.attributes:
-        raise error_at(op, "attn.attention has no mask analysis: run attn-analyze-masks first")
+        raise error_at(op, f"{op.name} has no mask analysis: run attn-analyze-masks first")
     stale = _stale(op)
     if stale:
         raise error_at(op, stale)
@@ -362,7 +362,7 @@ def mask_program(op, region: int, dims: tuple[str, ...]) -> Program:
     program = read_region(block)
     for node in program.nodes:
         if node.op == "attn.dim" and node.attr not in dims:
-            raise error_at(node.loc, f"dim '{node.attr}' is not one of the dims of attn.attention "
+            raise error_at(node.loc, f"dim '{node.attr}' is not one of the dims of {op.name} "
                                      f"({', '.join(dims)})")
     return program
 

@@ -150,7 +150,7 @@ class LowerKernel(Pass):
 
 @dataclass(frozen=True)
 class LowerSm80(LowerKernel):
-    """Generate the sm_80 kernel (gpu.module) from the plan of attn.attention."""
+    """Generate the sm_80 kernel (gpu.module) from the plan of attn.kernel."""
 
     name: ClassVar[str] = "attn-lower-sm80"
     target: ClassVar[str] = "sm_80"

@@ -26,7 +26,7 @@ from attnc.passes.lower_sm80 import LowerKernel
 
 @dataclass(frozen=True)
 class LowerSm90a(LowerKernel):
-    """Generate the sm_90a kernel (gpu.module) from the plan of attn.attention."""
+    """Generate the sm_90a kernel (gpu.module) from the plan of attn.kernel."""
 
     name: ClassVar[str] = "attn-lower-sm90a"
     target: ClassVar[str] = "sm_90a"

@@ -1,5 +1,5 @@
 """The L3-L5 schedule in the IR: `attn.role`, `attn.channel`, `attn.buffer` and
-`attn.barrier` ops, written after an `attn.attention` op and read back.
+`attn.barrier` ops, written after an `attn.kernel` (or tiled `attn.attention`) op and read back.
 
 Each op is the IR form of one frozen value of attnc/schedule (`Role`, `Channel`,
 `Buffer`, `Barrier`): one attribute per field, so a pass reads what the previous

@@ -59,7 +59,7 @@ _CHOSEN = " (default: the target's choice for the head dims and the mask; --emit
 
 @dataclass(frozen=True)
 class Tile(Pass):
-    """Choose block_m, block_n, stages and warps per target and head dim (attributes on attn.attention)."""
+    """Choose block_m, block_n, stages and warps per target and head dim; build the tile program (attn.kernel)."""
 
     name: ClassVar[str] = "attn-tile"
     target: str | None = field(default=None, metadata={"doc": "sm_80, sm_90a or sm_100a (default: -arch)"})

@@ -1,7 +1,7 @@
 """`attn-verify-pipeline`: prove the L5 synchronization protocol sound (design.md section 6).
 
 Targets: all. Expects L5 (after `attn-insert-pipelines`: `attn.role`, `attn.buffer` and
-`attn.barrier` ops after each `attn.attention`). Changes nothing; an `AttncError` at the
+`attn.barrier` ops after each `attn.kernel`). Changes nothing; an `AttncError` at the
 attention op lists every violation. The plan is run as an abstract machine
 (attnc/schedule/verify.py): each mbarrier ring over two wraps, in every interleaving of
 its writers and readers (warps that run the same program counted once), must not

@@ -1,12 +1,12 @@
 """`attn-warp-specialize`: split the CTA program into warp roles joined by channels (L3).
 
 Targets: sm_80, sm_90a, sm_100a. Expects L2 (`target`, `num_warps`, `stages`,
-`q_tiles` on attn.attention, from attn-tile). Leaves the op unchanged and writes,
+`q_tiles` on attn.kernel, from attn-tile). Leaves the op unchanged and writes,
 after it, one `attn.role` per role and one `attn.channel` per value crossing
 roles, as the target's recipe (attnc/schedule/recipes.py) lays them out:
 
-    before:  %o = "attn.attention"(...) {target = "sm_80", num_warps = 4, stages = 2, ...}
-    after:   %o = "attn.attention"(...) {...}
+    before:  %o = "attn.kernel"(...) ({...}) {target = "sm_80", num_warps = 4, stages = 2, ...}
+    after:   %o = "attn.kernel"(...) ({...}) {...}
              "attn.role"() {name = "compute", warps = [0, 1, 2, 3], regs = 0, ops = [...]}
              "attn.channel"() {name = "kv", producer = "compute", consumer = "compute",
                                transport = "cp.async", space = "smem", stages = 2, tile = ["k", "v"]}

@@ -30,6 +30,13 @@ def test_filecheck_analyze_masks(monkeypatch):
     assert not failures, "\n".join(failures)
 
 
+def test_filecheck_the_loops_by_tile_class(monkeypatch):
+    """analyze_masks_loops.mlir: the tile program's KV loop cut by tile class."""
+    monkeypatch.chdir(ROOT)
+    failures = check_file("tests/passes/analyze_masks_loops.mlir")
+    assert not failures, "\n".join(failures)
+
+
 def test_running_twice_changes_nothing():
     text = (HERE / "analyze_masks.mlir").read_text()
     assert run_pass(text, times=2) == run_pass(text)
