@@ -2,6 +2,7 @@
 
     python3 tools/sim_isa_vs_gpu.py gpu --out isa_runs.npz      # on the GPU machine
     python tools/sim_isa_vs_gpu.py compare --runs isa_runs.npz  # here: the same kernels emulated
+    python3 tools/sim_isa_vs_gpu.py gpu --set sweep --out isa_sweep.npz     # the sweeps (below)
 
 Each case is a small PTX kernel around one instruction that attnc's kernels use where the
 PTX ISA leaves the result to the hardware: the `.approx` functions (ex2, tanh, lg2, rcp,
@@ -9,6 +10,12 @@ rsqrt) on inputs spread over the ranges the kernels feed them, and `mma.sync.m16
 (bf16 and f16 products, f32 sums) on register contents given lane by lane, so that no
 fragment layout is assumed here. The compare step prints, per case, how many results are
 bitwise equal and the largest difference in units in the last place of f32.
+
+`--set sweep` holds the cases that pin the approximations down exactly (Note [Sweeps]):
+whole binades of inputs, neighbours closer than the inputs' grid, integer parts, and mma
+inputs at the edges of the formats. Results of a case with more than 2^20 values are stored
+packed (`pack_bits`): the differences of consecutive result bit patterns, as int8 with the
+few larger ones apart, which zlib shrinks to a few MiB.
 """
 from __future__ import annotations
 
@@ -139,16 +146,164 @@ def mma_inputs(dtype: str, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return a, b, c
 
 
-def cases(seed: int):
-    """(name, ptx, inputs, output template, grid, block) of every case."""
+# Note [Sweeps]: what each sweep case answers (`--set sweep`).
+#   ex2.fraction.sweep   every x = +-k 2^-23, k < 2^23: the hardware's 2^f on (0, 1) and
+#                        2^-f, as two tables. The base cases show ex2.approx.ftz depends on
+#                        x only through n = trunc(|x|) and f = trunc(frac(|x|) 2^23) 2^-23
+#                        (sign and magnitude, not floor), and that ex2(-(n + f)) =
+#                        2^-n ex2(-f) exactly, but ex2(-2 + f) != ex2(f) / 4: the negative
+#                        side has its own table.
+#   ex2.integer.parts    the same 16-bit fractions at every integer part, both signs, up to
+#                        overflow and past the f32 underflow: is 2^n E(f) exact for n > 0
+#                        too, where does the result flush to 0, where is it Inf.
+#   ex2.neighbours       x with bits below 2^-23 (|x| < 1/2), subnormal x: truncation, not
+#                        rounding, of the fixed-point fraction on both sides.
+#   ex2.subnormal        ex2.approx.f32 (no .ftz) on x in [-150, -125]: how subnormal
+#                        results are formed (2^-n E(f) rounded how, or flushed).
+#   rcp/rsqrt/lg2.sweep  every mantissa of [1, 2) (rcp), [1, 4) (rsqrt), [1/2, 2) (lg2):
+#                        with the exact exponent reductions the base cases show for rcp and
+#                        rsqrt, a table of one (two) binades is the whole function; lg2's
+#                        two binades show the fixed-point log2(m) the result is formed from.
+#   tanh.neighbours      2048 x, each with its 8 lowest mantissa bits enumerated: how many
+#                        input bits tanh.approx reads.
+#   mma.*.edge           A, B with subnormals, zeros of both signs, Inf, NaN and exponents
+#                        up to the format's limits; C subnormal, huge or -0: the parts of Note
+#                        [Tensor-core accumulation] (isa_mma) that the random cases leave open.
+SWEEP_UNARY = ("ex2.fraction.sweep", "ex2.integer.parts", "ex2.neighbours", "ex2.subnormal",
+               "rcp.sweep", "rsqrt.sweep", "lg2.sweep", "tanh.neighbours")
+SWEEP_INSTRUCTION = {"ex2": "ex2.approx.ftz.f32", "rcp": "rcp.approx.ftz.f32", "rsqrt": "rsqrt.approx.ftz.f32",
+                     "lg2": "lg2.approx.ftz.f32", "tanh": "tanh.approx.f32"}
+PACK_ABOVE = 1 << 20
+
+
+def binade(lo: float, n_binades: int = 1) -> np.ndarray:
+    """Every float32 of [lo, lo * 2^n_binades), in order."""
+    start = int(np.float32(lo).view(np.uint32))
+    return np.arange(start, start + (n_binades << 23), dtype=np.uint32).view(np.float32)
+
+
+def sweep_inputs(name: str, rng) -> np.ndarray:
+    if name == "ex2.fraction.sweep":
+        f = np.arange(1 << 23, dtype=np.float64) * 2.0 ** -23
+        return np.concatenate([f, -f]).astype(np.float32)
+    if name == "ex2.integer.parts":
+        f = np.concatenate([[0.0, 2.0 ** -16, 0.5, 1 - 2.0 ** -16], rng.integers(0, 1 << 15, 252) * 2.0 ** -15])
+        n = np.arange(0, 151, dtype=np.float64)
+        x = (n[:, None] + f[None, :]).reshape(-1)
+        return np.concatenate([x[x <= 129], -x]).astype(np.float32)
+    if name == "ex2.neighbours":
+        grid = (rng.integers(1, 1 << 22, 4096) >> rng.integers(0, 22, 4096)) * 2.0 ** -23   # |x| < 1/2
+        below = rng.integers(0, 1 << 20, (4096, 15)) * 2.0 ** -43               # finer than 2^-23
+        x = (grid[:, None] + np.concatenate([np.zeros((4096, 1)), below], 1)).reshape(-1)
+        tiny = np.ldexp(1.0, -rng.integers(24, 149, 4096)) * rng.uniform(1, 2, 4096)
+        return np.concatenate([x, -x, tiny, -tiny, [1e-45, -1e-45]]).astype(np.float32)
+    if name == "ex2.subnormal":
+        return (-125.0 - np.arange(25 << 14) * 2.0 ** -14).astype(np.float32)
+    if name == "rcp.sweep":
+        return binade(1.0)
+    if name == "rsqrt.sweep":
+        return binade(1.0, 2)
+    if name == "lg2.sweep":
+        return binade(0.5, 2)
+    if name == "tanh.neighbours":
+        base = rng.normal(0, 3, 2048).astype(np.float32).view(np.uint32) & np.uint32(0xFFFFFF00)
+        return (base[:, None] | np.arange(256, dtype=np.uint32)).reshape(-1).view(np.float32)
+    raise ValueError(name)
+
+
+def mma_edge_inputs(dtype: str, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Register contents at the edges of the formats: each 16-bit value is, by chance,
+    a normal number over the whole exponent range, a subnormal, +-0, +-Inf or NaN (rare);
+    C a normal, subnormal, huge, +-0 or Inf value."""
+    warps = 1024
+    def halves(shape):
+        if dtype == "f16":
+            exp, man = rng.integers(0, 31, shape), rng.integers(0, 1 << 10, shape)
+            bits = (exp << 10) | man
+            pick = rng.random(shape)
+            bits = np.where(pick < 0.15, man, bits)                                   # subnormal
+            bits = np.where((pick >= 0.15) & (pick < 0.2), 0, bits)                   # zero
+            bits = np.where((pick >= 0.2) & (pick < 0.201), 0x7C00, bits)             # Inf
+            bits = np.where((pick >= 0.201) & (pick < 0.2015), 0x7E00, bits)          # NaN
+            return (bits | (rng.integers(0, 2, shape) << 15)).astype(np.uint16)
+        exp, man = rng.integers(0, 255, shape), rng.integers(0, 1 << 7, shape)
+        exp = np.where(rng.random(shape) < 0.6, rng.integers(100, 155, shape), exp)   # most near 2^0
+        bits = (exp << 7) | man
+        pick = rng.random(shape)
+        bits = np.where(pick < 0.15, man, bits)
+        bits = np.where((pick >= 0.15) & (pick < 0.2), 0, bits)
+        bits = np.where((pick >= 0.2) & (pick < 0.201), 0x7F80, bits)
+        bits = np.where((pick >= 0.201) & (pick < 0.2015), 0x7FC0, bits)
+        return (bits | (rng.integers(0, 2, shape) << 15)).astype(np.uint16)
+    a = halves((warps, 32, 8)).view(np.uint32).reshape(warps, 32, 4)
+    b = halves((warps, 32, 4)).view(np.uint32).reshape(warps, 32, 2)
+    shape = (warps, 32, 4)
+    pick = rng.random(shape)
+    c = rng.normal(0, 4, shape)
+    c = np.where(pick < 0.2, rng.uniform(-1, 1, shape) * 2.0 ** -127, c)              # subnormal
+    c = np.where((pick >= 0.2) & (pick < 0.3), rng.normal(0, 1, shape) * 2.0 ** 127, c)
+    c = np.where((pick >= 0.3) & (pick < 0.4), 0.0, c)
+    c = np.where((pick >= 0.4) & (pick < 0.5), -0.0, c)
+    c = np.where((pick >= 0.5) & (pick < 0.505), np.inf, c)
+    with np.errstate(over="ignore"):                    # normal * 2^127 past FLT_MAX: Inf, wanted
+        return a, b, c.astype(np.float32)
+
+
+def cases(seed: int, which: str = "base"):
+    """(name, ptx, inputs, output template, grid, block) of every case of the set `which`."""
+    if which == "sweep":
+        yield from sweep_cases(seed)
+        return
     rng = np.random.default_rng(seed)
     for name, (instruction, kind) in UNARY.items():
         x = unary_inputs(kind, rng)
-        n = x.size
-        yield name, unary_ptx(instruction), [x, np.zeros_like(x), np.uint32(n)], 1, ((n + THREADS - 1) // THREADS, THREADS)
+        yield unary_case(name, instruction, x)
     for name, dtype in MMA.items():
         a, b, c = mma_inputs(dtype, rng)
         yield name, mma_ptx(dtype), [a, b, c, np.zeros_like(c)], 3, (MMA_WARPS * 32 // THREADS, THREADS)
+
+
+def unary_case(name: str, instruction: str, x: np.ndarray):
+    n = x.size
+    return name, unary_ptx(instruction), [x, np.zeros_like(x), np.uint32(n)], 1, ((n + THREADS - 1) // THREADS, THREADS)
+
+
+def sweep_cases(seed: int):
+    for i, name in enumerate(SWEEP_UNARY):
+        x = sweep_inputs(name, np.random.default_rng([seed, i]))
+        instruction = "ex2.approx.f32" if name == "ex2.subnormal" else SWEEP_INSTRUCTION[name.split(".")[0]]
+        yield unary_case(name, instruction, x)
+    for i, (name, dtype) in enumerate(MMA.items()):
+        a, b, c = mma_edge_inputs(dtype, np.random.default_rng([seed, 100 + i]))
+        yield name + ".edge", mma_ptx(dtype), [a, b, c, np.zeros_like(c)], 3, (a.shape[0] * 32 // THREADS, THREADS)
+
+
+def pack_bits(out: np.ndarray) -> dict:
+    """A large f32 result as the differences of consecutive bit patterns: int8 where they
+    fit, the others as (index, difference) pairs."""
+    diff = np.diff(out.view(np.uint32).astype(np.int64), prepend=0)
+    wide = np.flatnonzero((diff < -128) | (diff > 127))
+    small = diff.copy()
+    small[wide] = 0
+    return {"diff8": small.astype(np.int8), "wide_at": wide.astype(np.int64), "wide": diff[wide]}
+
+
+def unpack_bits(packed: dict) -> np.ndarray:
+    diff = packed["diff8"].astype(np.int64)
+    diff[packed["wide_at"]] = packed["wide"]
+    return np.cumsum(diff).astype(np.uint32).view(np.float32)
+
+
+def stored(runs, name: str) -> np.ndarray:
+    """The results of case `name` in a runs file, unpacked."""
+    if name in runs.files:
+        return runs[name]
+    return unpack_bits({k: runs[f"{name}::{k}"] for k in ("diff8", "wide_at", "wide")})
+
+
+def selected(name: str, only: str | None) -> bool:
+    """Whether case `name` contains one of the comma-separated substrings `only`."""
+    return not only or any(part in name for part in only.split(","))
 
 
 def cmd_gpu(args) -> int:
@@ -160,7 +315,9 @@ def cmd_gpu(args) -> int:
     torch.cuda.init()
     torch.zeros(1, device="cuda")           # the primary context, current
     runs = {}
-    for name, ptx, inputs, out_index, (grid, block) in cases(args.seed):
+    for name, ptx, inputs, out_index, (grid, block) in cases(args.seed, args.set):
+        if not selected(name, args.only):
+            continue
         err, module = cu.cuModuleLoadData(ptx.encode() + b"\0")
         assert err == cu.CUresult.CUDA_SUCCESS, (name, err)
         err, func = cu.cuModuleGetFunction(module, b"k")
@@ -178,7 +335,10 @@ def cmd_gpu(args) -> int:
         assert err == cu.CUresult.CUDA_SUCCESS, (name, err)
         torch.cuda.synchronize()
         out = tensors[out_index].cpu().numpy().view(inputs[out_index].dtype).reshape(inputs[out_index].shape)
-        runs[name] = out
+        if out.size > PACK_ABOVE:
+            runs.update({f"{name}::{k}": v for k, v in pack_bits(out.reshape(-1)).items()})
+        else:
+            runs[name] = out
         print(f"{name}: {out.size} results", flush=True)
     runs["__device__"] = np.array(torch.cuda.get_device_name())
     np.savez_compressed(args.out, **runs)
@@ -206,8 +366,8 @@ def cmd_compare(args) -> int:
     runs = np.load(args.runs)
     print(f"GPU: {runs['__device__']}")
     worst = 0
-    for name, ptx, inputs, out_index, (grid, block) in cases(args.seed):
-        if args.only and args.only not in name:
+    for name, ptx, inputs, out_index, (grid, block) in cases(args.seed, args.set):
+        if not selected(name, args.only):
             continue
         program = decode(parse_module(ptx, f"{name}.ptx").kernels["k"])
         memory = GlobalMemory()
@@ -225,12 +385,12 @@ def cmd_compare(args) -> int:
         Launch(program, (grid, 1, 1), (block, 1, 1), 0, memory, params, Scheduler(seed=0)).run()
         template = inputs[out_index]
         sim = memory.get(pointers[out_index], template.nbytes).view(template.dtype).reshape(template.shape)
-        gpu = runs[name]
+        gpu = stored(runs, name).reshape(template.shape)
         ulps = f32_ulps(sim.reshape(-1), gpu.reshape(-1))
         equal = int((ulps == 0).sum())
         where = int(np.argmax(ulps))
         detail = ""
-        if name in UNARY:
+        if out_index == 1:
             x = inputs[0].reshape(-1)[where]
             detail = f" (x = {x!r}: GPU {gpu.reshape(-1)[where]!r}, emulator {sim.reshape(-1)[where]!r})"
         hist = {k: int((ulps == k).sum()) for k in (1, 2, 3)}
@@ -247,9 +407,11 @@ def main(argv=None) -> int:
     gpu.add_argument("--out", required=True)
     cmp = sub.add_parser("compare", help="run every case in the emulator and compare")
     cmp.add_argument("--runs", required=True)
-    cmp.add_argument("--only", help="a substring of the case names")
     for p in (gpu, cmp):
+        p.add_argument("--only", help="comma-separated substrings of the case names to run")
         p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--set", choices=("base", "sweep"), default="base",
+                       help="the base cases or the sweeps of Note [Sweeps]")
     args = ap.parse_args(argv)
     return cmd_gpu(args) if args.cmd == "gpu" else cmd_compare(args)
 
