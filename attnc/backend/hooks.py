@@ -783,6 +783,28 @@ def _int_range(value: ir.Value, abi_dims: frozenset, depth: int = 0, *, memo: di
     return r if fits_i32(r) else I32
 
 
+def solve_term(e: Emit, term: tuple, r: tuple[int, int], value) -> tuple[str, ir.Value, tuple[int, int], bool]:
+    """`a - b <pred> 0` with a - b = d0 + k * j (`term` = (pred, k, a, b); `r`: the range
+    of a - b at j = 0, `value`: a and b as emitted at j = 0) solved for j: (side, v, its
+    range, wide) with j == v (side "eq"), j <= v ("hi") or j >= v ("lo"); v is an i64
+    when `wide` (Note [Exact bounds]: unless the range keeps x - y and its +-1 in i32)."""
+    kind, k, x, y = term
+    x, y = value(x), value(y)
+    wide = not fits_i32(r, margin=1) or x.type != e.i32 or y.type != e.i32   # (Note [Exact integers])
+    d0 = e.sub(e.to_i64(x), e.to_i64(y)) if wide else e.sub(x, y)
+    # d0 + k * j  <pred>  0, solved for j (k = +1 or -1)
+    t, r = (e.sub(0, d0), (-r[1], -r[0])) if k == 1 else (d0, r)
+    strict = int(kind in ("slt", "sgt"))
+    if kind == "eq":
+        side, step = "eq", 0
+    elif (kind in ("slt", "sle")) == (k == 1):        # an upper bound on j
+        side, step = "hi", -strict
+    else:                                              # a lower bound on j
+        side, step = "lo", strict
+    v = e.add(t, 1) if step > 0 else e.sub(t, 1) if step < 0 else t
+    return side, v, (r[0] + step, r[1] + step), wide
+
+
 def _linear_term(op: ir.Operation, j: ir.Value, tainted, negated: bool):
     """(predicate, k, a, b) when `op` (negated or not) is `a - b <pred> 0` with a - b =
     d0 + k * j, k = +-1 and d0 free of j (Note [Row intervals]); else None."""
@@ -917,24 +939,10 @@ class RowInterval(RegionCode):
         for keep, negated in self.free:
             alive = e.land(alive, _truth(e, env, keep, negated))
         lows, highs = [], []          # (bound, its range)
-        for (kind, k, x, y), r in zip(self.linear, self.ranges):
-            # Note [Exact bounds]: in i64 unless the range keeps x - y and its +-1 in i32.
-            x, y = value(x), value(y)
-            wide = not fits_i32(r, margin=1) or x.type != e.i32 or y.type != e.i32   # (Note [Exact integers])
-            d0 = e.sub(e.to_i64(x), e.to_i64(y)) if wide else e.sub(x, y)
-            # d0 + k * j  <pred>  0, solved for j (k = +1 or -1)
-            t, r = (e.sub(0, d0), (-r[1], -r[0])) if k == 1 else (d0, r)
-            strict = int(kind in ("slt", "sgt"))
-            if kind == "eq":
-                sides, step = (lows, highs), 0
-            elif (kind in ("slt", "sle")) == (k == 1):        # an upper bound on j
-                sides, step = (highs,), -strict
-            else:                                              # a lower bound on j
-                sides, step = (lows,), strict
-            v = e.add(t, 1) if step > 0 else e.sub(t, 1) if step < 0 else t
-            r = (r[0] + step, r[1] + step)
-            for side in sides:
-                side.append((_clamp_far(e, v), (-_FAR, _FAR)) if wide else (v, r))
+        for term, r in zip(self.linear, self.ranges):
+            side, v, r, wide = solve_term(e, term, r, value)
+            for bounds in {"eq": (lows, highs), "hi": (highs,), "lo": (lows,)}[side]:
+                bounds.append((_clamp_far(e, v), (-_FAR, _FAR)) if wide else (v, r))
         hi = _clamp_far(e, *_reduce(e.min, min, highs)) if highs else e.c32(_FAR)
         if not lows and not self.free:
             return None, hi          # no lower bound (Note [One compare per score], sm80_masks.py)

@@ -13,6 +13,7 @@ from mlir.dialects import arith, scf
 from attnc.backend.hooks import RegionCode
 from attnc.backend.kernel_spec import KeepFn, RowIntervalFn, ScoreBiasFn, ScoreModFn
 from attnc.backend.nvgpu_builders import Emit
+from attnc.backend.row_bits import WORD, RowBits, below, low_bits
 
 
 def rows_of(acc) -> list[list]:
@@ -112,6 +113,8 @@ class ScoreMasker:
         self.score_in = scale if score_in is None else score_in
         self.score_mod, self.keep = score_mod, keep
         self.score_bias = score_bias
+        # Note [Row bit masks] (row_bits.py): a large mask of comparisons linear in j.
+        self.row_bits = RowBits.of(keep) if row_interval is None else None
 
     def modify(self, rows, n_block):
         """score_mod(score_in * s, b, h, i, j) on every element (score_in: the scale, or
@@ -168,6 +171,8 @@ class ScoreMasker:
         if self.row_interval is not None:
             residual = self._residual(rows, n_block, below_n=False)
             return [self._masked_row(row, r, n_block, bound, residual=residual) for r, row in enumerate(rows)]
+        if self.row_bits is not None:
+            return [self._bit_masked_row(row, r, n_block, bound) for r, row in enumerate(rows)]
         keep = self._grid(self.keep, rows, n_block) if self.keep else None
         return [[self._masked(x, r, c, n_block, bound, keep) for c, x in enumerate(row)]
                 for r, row in enumerate(rows)]
@@ -250,20 +255,20 @@ class ScoreMasker:
     def _kept_bits(self, lo, hi, slots: int):
         """Note [Kept bits]: bit c set when the lane's column(c) lies in [lo, hi] (both
         relative to its first column). column(c) = 8 (c // 2) + c % 2 grows with c, so
-        the kept slots are the run [below(lo), below(hi + 1)), with below(v) = the slots
-        whose column is < v = 2 (v // 8) + min(v % 8, 2) for v clamped to [0, 4 slots]."""
+        the kept slots are the run [below(lo), below(hi + 1)), with below(v) (row_bits.py)
+        the slots whose column is < v."""
         e = self.e
+        kept = low_bits(e, below(e, e.add(hi, 1), slots), slots)
+        return kept if lo is None else e.and_(kept, e.xor(low_bits(e, below(e, lo, slots), slots), -1))
 
-        def below(v):
-            v = e.max(e.min(v, 4 * slots), 0)
-            return e.add(e.shl(e.shr(v, 3), 1), e.min(e.and_(v, 7), 2))
-
-        def low_bits(n):        # the n lowest bits, 0 <= n <= 32 (a shift by 32 is undefined)
-            ones = e.sub(e.shl(1, e.min(n, 31)), 1)
-            return e.select(e.ge(n, 32), e.c32(-1), ones) if slots == 32 else ones
-
-        kept = low_bits(below(e.add(hi, 1)))
-        return kept if lo is None else e.and_(kept, e.xor(low_bits(below(lo)), -1))
+    def _bit_masked_row(self, row, r, n_block, bound):
+        """Note [Row bit masks] (row_bits.py): row r's kept keys below `bound` as one bit
+        mask per 32 scores, built once; each score tests its bit."""
+        e = self.e
+        i, j0 = self.coords(r, 0, n_block)
+        words = self.row_bits.words(e, self.b, self.h, i, j0, bound, len(row))
+        return [e.select(e.ne(e.and_(words[c // WORD], 1 << (c % WORD)), 0), x, e.neg_inf())
+                for c, x in enumerate(row)]
 
     def _masked(self, x, r, c, n_block, bound, keep: HookGrid | None):
         """x, or -inf where j >= bound or `keep` says no, at row r, column c."""
