@@ -1,8 +1,16 @@
 """Source text -> `ast.AttentionDecl`, with every syntax error as an `AttncError`.
 
 Hostile input is handled before Lark sees it: undecodable bytes, empty files and
-bracket nesting deeper than `MAX_NESTING` are reported with a position, so that no
-input can drive the parser or the later recursive stages into a Python traceback.
+bracket nesting deeper than `MAX_NESTING` are reported with a position, and after it:
+an expression deeper than `MAX_HOOK_DEPTH`, so that no input can drive the parser or
+the later recursive stages into a Python traceback (Note [Deep expressions] in
+depth.py; the tree is turned into the AST under `run_deep`).
+
+Note [Bracket nesting]: Lark's LALR parser and its tree building do not recurse (100,000
+nested parentheses parse, in about 6 s), so brackets need no limit of their own for
+Lark. Parentheses add no level to an expression, but nothing useful nests brackets
+deeper than a hook may be deep: `MAX_NESTING` = MAX_HOOK_DEPTH refuses deeper bracket
+nesting before parsing, at the bracket, which keeps the parse of hostile input short.
 """
 from __future__ import annotations
 
@@ -19,8 +27,9 @@ from lark import Token, Transformer, v_args
 from attnc.errors import AttncError, Span
 from attnc.frontend import ast
 from attnc.frontend.characters import continues_a_name, describe_non_ascii
+from attnc.frontend.depth import MAX_HOOK_DEPTH, run_deep
 
-MAX_NESTING = 200
+MAX_NESTING = MAX_HOOK_DEPTH        # brackets (Note [Bracket nesting])
 INT_MAX = 2**31 - 1
 MAX_SIZE = 2**30                    # the largest fixed size in a shape
 
@@ -61,7 +70,7 @@ def _without_bom(text: str) -> str:
 
 def _to_ast(tree: lark.Tree) -> ast.AttentionDecl:
     try:
-        decl = _ToAst().transform(tree)
+        decl = run_deep(_ToAst().transform, tree)       # recursive (Note [Deep expressions])
     except lark.exceptions.VisitError as e:
         if isinstance(e.orig_exc, AttncError):
             raise e.orig_exc from None
@@ -97,29 +106,39 @@ def _decode(source: str | bytes) -> str:
                          Span(line, col)) from None
 
 
+_MEANINGFUL_LINE = re.compile(r"^[^\S\n]*[^\s#]", re.MULTILINE)     # a line with more than blanks and a comment
+
+
 def _check_not_empty(text: str) -> None:
-    meaningful = [ln for ln in text.split("\n") if ln.strip() and not ln.strip().startswith("#")]
-    if not meaningful:
+    if not _MEANINGFUL_LINE.search(text):
         raise AttncError("empty file: expected 'attention NAME { ... }'", Span(1, 1))
 
 
+# A bracket, a newline, or a run of comment lines (and the indentation after each).
+_NESTING_MARKS = re.compile(r"[()\[\]\n]|(?:#[^\n]*\n[ \t]*)+|#")
+
+
 def _check_nesting(text: str) -> None:
-    """Reject bracket nesting deeper than MAX_NESTING before parsing (linear scan)."""
-    depth, line, col, in_comment = 0, 1, 0, False
-    for ch in text:
-        col += 1
-        if ch == "\n":
-            line, col, in_comment = line + 1, 0, False
-        elif in_comment:
-            continue
-        elif ch == "#":
-            in_comment = True
-        elif ch in "([":
+    """Reject bracket nesting deeper than MAX_NESTING before parsing (Note [Bracket
+    nesting]): a scan of the brackets, newlines and comments only, a run of comment
+    lines skipped as one match, so that long comments cost no Python work per
+    character or per line."""
+    depth, line, line_start, pos = 0, 1, 0, 0
+    while True:
+        m = _NESTING_MARKS.search(text, pos)
+        if m is None or m.group() == "#":           # none left, or a comment up to the end
+            return
+        mark, pos = m.group(), m.end()
+        if mark[0] == "#":                              # comment lines and indentation
+            line, line_start = line + mark.count("\n"), m.start() + mark.rfind("\n") + 1
+        elif mark == "\n":
+            line, line_start = line + 1, pos
+        elif mark in "([":
             depth += 1
             if depth > MAX_NESTING:
                 raise AttncError(f"expression nested too deeply (more than {MAX_NESTING} levels)",
-                                 Span(line, col))
-        elif ch in ")]":
+                                 Span(line, pos - line_start))
+        else:
             depth -= 1
 
 
@@ -128,30 +147,47 @@ def _check_nesting(text: str) -> None:
 _RUN_ON_NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d*)?)([A-Za-z_]\w*)")
 
 
+_COMMENT = re.compile(r"#[^\n]*")
+
+
 def _check_numbers(text: str) -> None:
-    for line_no, line in enumerate(text.split("\n"), 1):
-        code = line.split("#", 1)[0]
-        for m in _RUN_ON_NUMBER.finditer(code):
-            if re.fullmatch(r"[eE]\d+", m.group(2)) or (re.fullmatch(r"[eE]", m.group(2))
-                                                       and re.match(r"[+-]\d", code[m.end():])):
-                continue                    # an exponent: the lexer's FLOAT
-            if re.fullmatch(r"[eE]", m.group(2)):
-                raise AttncError(f"'{m.group(0)}{code[m.end():m.end() + 1].strip()}' is not a number: an exponent "
-                                 f"needs digits, like 1.5e3 or 2e-4", Span(line_no, m.start() + 1))
-            raise AttncError(f"'{m.group(0)}' is not a number: numbers are decimal, like 16 or 0.5 "
-                             f"(no hex, no '_' separators, no suffixes)", Span(line_no, m.start() + 1))
+    code = _COMMENT.sub("", text)           # the same lines and columns, without comments
+    for m in _RUN_ON_NUMBER.finditer(code):
+        line_start = code.rfind("\n", 0, m.start()) + 1
+        line_end = code.find("\n", m.end())
+        rest = code[m.end():line_end if line_end >= 0 else len(code)]
+        if re.fullmatch(r"[eE]\d+", m.group(2)) or (re.fullmatch(r"[eE]", m.group(2)) and re.match(r"[+-]\d", rest)):
+            continue                    # an exponent: the lexer's FLOAT
+        span = Span(code.count("\n", 0, m.start()) + 1, m.start() - line_start + 1)
+        if re.fullmatch(r"[eE]", m.group(2)):
+            raise AttncError(f"'{m.group(0)}{rest[:1].strip()}' is not a number: an exponent "
+                             f"needs digits, like 1.5e3 or 2e-4", span)
+        raise AttncError(f"'{m.group(0)}' is not a number: numbers are decimal, like 16 or 0.5 "
+                         f"(no hex, no '_' separators, no suffixes)", span)
 
 
 def _check_tree_depth(tree: lark.Tree) -> None:
-    """Reject deep trees the bracket scan cannot see (e.g. `- - - ... x`)."""
-    stack = [(tree, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > MAX_NESTING:
-            # A chain `a + b + ... ` is as deep as its operators: say so, and how to split it.
-            raise AttncError(f"expression too deep: more than {MAX_NESTING} levels of nesting or operators "
-                             f"in one chain (split a long chain with 'let')", Span.of(node.meta))
-        stack.extend((c, depth + 1) for c in node.children if isinstance(c, lark.Tree))
+    """Refuse an expression deeper than MAX_HOOK_DEPTH levels (operations, calls, indexing
+    and `let`s; parentheses add none) at the first sub-expression, bottom up, that is:
+    Note [Deep expressions] in depth.py. Heights are computed with a stack."""
+    roots = [d.children[-1] for d in tree.iter_subtrees_topdown() if d.data in ("hook_decl", "scale_decl")]
+    for root in roots:
+        if not isinstance(root, lark.Tree):
+            continue
+        height: dict[int, int] = {}
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            kids = [c for c in node.children if isinstance(c, lark.Tree)]
+            if not expanded:
+                stack.append((node, True))
+                stack.extend((c, False) for c in kids)
+                continue
+            height[id(node)] = 1 + max((height[id(c)] for c in kids), default=0)
+            if height[id(node)] > MAX_HOOK_DEPTH:
+                raise AttncError(f"expression too deep: more than {MAX_HOOK_DEPTH} levels of operations "
+                                 f"(split a long chain into independent parts, e.g. a sum into sums of "
+                                 f"fewer terms)", Span.of(node.meta))
 
 
 def _parse_tree(text: str) -> lark.Tree:
@@ -330,7 +366,8 @@ def _span(x) -> Span:
 
 
 class _ToAst(Transformer):
-    """Lark tree -> ast nodes. Depth is bounded by `_check_tree_depth`."""
+    """Lark tree -> ast nodes, recursively: depth bounded by `_check_tree_depth`, run
+    under `run_deep`."""
 
     @v_args(meta=True)
     def start(self, meta, children):

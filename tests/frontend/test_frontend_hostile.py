@@ -12,13 +12,14 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from attnc.errors import AttncError
 from attnc.frontend import load
+from attnc.frontend.depth import MAX_HOOK_DEPTH
 from frontend_diagnostics import expect_error
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MB = 1 << 20
-TOO_DEEP = "expression nested too deeply (more than 200 levels)"            # brackets
-TOO_DEEP_TREE = ("expression too deep: more than 200 levels of nesting or operators in one chain "
-                 "(split a long chain with 'let')")
+TOO_DEEP = "expression nested too deeply (more than 1000 levels)"            # brackets
+TOO_DEEP_TREE = ("expression too deep: more than 1000 levels of operations (split a long chain into "
+                 "independent parts, e.g. a sum into sums of fewer terms)")
 EMPTY = "empty file: expected 'attention NAME { ... }'"
 
 HEAD = """attention a {
@@ -56,13 +57,13 @@ def test_empty_source(source):
 def test_megabyte_of_nested_parentheses():
     depth = MB // 2
     err = expect_error(with_score_mod("(" * depth + "s" + ")" * depth), limit_s=5)
-    # The 201st '(' is the first one too deep.
-    assert (err.message, err.span.line, err.span.col) == (TOO_DEEP, 5, 30 + 200)
+    # The 1001st '(' is the first one too deep.
+    assert (err.message, err.span.line, err.span.col) == (TOO_DEEP, 5, 30 + 1000)
 
 
 def test_megabyte_of_unclosed_brackets_in_a_shape():
     err = expect_error("attention a {\n  q: bf16" + "[" * MB, limit_s=5)
-    assert (err.message, err.span.line, err.span.col) == (TOO_DEEP, 2, 9 + 201)
+    assert (err.message, err.span.line, err.span.col) == (TOO_DEEP, 2, 9 + 1001)
 
 
 def test_megabyte_of_closing_parentheses():
@@ -85,14 +86,15 @@ def test_megabyte_line_renders_a_short_window():
 def test_deep_unary_chain(op):
     body = f"{op} " * 50_000 + "s"
     err = expect_error(with_score_mod(body), limit_s=5)
-    # start -> attention -> hook_decl -> 198 unary nodes: the 199th is level 201.
-    assert (err.message, err.span.line, err.span.col) == (TOO_DEEP_TREE, 5, 30 + 198 * (len(op) + 1))
+    # Bottom up, `s` is level 1 and the 1000th unary from the inside level 1001: the
+    # 49,001st from the outside.
+    assert (err.message, err.span.line, err.span.col) == (TOO_DEEP_TREE, 5, 30 + 49_000 * (len(op) + 1))
 
 
 @pytest.mark.parametrize("body, message", [
-    ("abs(" * 300 + "s" + ")" * 300, TOO_DEEP),
-    ("".join(f"let x{n} = s in " for n in range(300)) + "s", TOO_DEEP_TREE),
-    ("s + " * 300 + "s", TOO_DEEP_TREE),
+    ("abs(" * 1001 + "s" + ")" * 1001, TOO_DEEP),
+    ("".join(f"let x{n} = s in " for n in range(1000)) + "s", TOO_DEEP_TREE),
+    ("s + " * 1000 + "s", TOO_DEEP_TREE),
 ])
 def test_deep_trees_without_deep_brackets(body, message):
     err = expect_error(with_score_mod(body))
@@ -100,8 +102,25 @@ def test_deep_trees_without_deep_brackets(body, message):
 
 
 def test_nesting_just_under_the_limit_loads():
-    load(with_score_mod("(" * 200 + "s" + ")" * 200))
-    load(with_score_mod("- " * 190 + "s"))
+    load(with_score_mod("(" * 1000 + "s" + ")" * 1000))
+    load(with_score_mod("- " * 999 + "s"))
+    load(with_score_mod("s" + " + s" * 999))
+
+
+def test_a_sum_one_term_past_the_limit_is_refused_where_it_starts():
+    """1001 terms, left-nested: the whole sum is level 1001 (Note [Deep expressions])."""
+    body = " + ".join(["i"] * (MAX_HOOK_DEPTH + 1))
+    err = expect_error(with_score_mod(f"s + float({body})"))
+    assert (err.message, err.span.line, err.span.col) == (TOO_DEEP_TREE, 5, 30 + len("s + float("))
+
+
+def test_comments_of_megabytes_load():
+    """Comments are skipped whole by the bracket scan and lexed as one token per run of
+    them (one line of 5 MB; 5 MB of 80-character lines with brackets)."""
+    load("# " + "(x" * (5 * MB // 2) + "\n" + HEAD + TAIL)
+    lines = "".join(f"# ( [ {n} " + "x" * 70 + "\n" for n in range(5 * MB // 80))
+    variant = load(lines + HEAD + "  # (\n" + lines + "  mask_mod(b, h, i, j) = j <= i  # [\n" + lines + TAIL)
+    assert variant.mask_mod is not None
 
 
 def test_brackets_in_comments_do_not_count():
