@@ -77,10 +77,13 @@ def compile_variant(variant: Variant, options: CompileOptions = CompileOptions()
             e.located(variant.filename, variant.source)
         raise
     except RecursionError:
-        # The parser bounds nesting, but an `or` of a few hundred terms still runs the
-        # mask analysis past Python's recursion limit: the user's to simplify, said so.
-        raise AttncError("this variant's hooks are nested too deeply for the compiler's analyses (Python's "
-                         "recursion limit): split long chains of `or`/`where` into fewer, flatter terms",
+        # A last resort: the frontend refuses hooks deeper than MAX_HOOK_DEPTH and the walks
+        # over them run with room for that (Note [Deep expressions], frontend/depth.py), so
+        # reaching Python's limit here is the compiler's fault, not the variant's.
+        from attnc.frontend.depth import MAX_HOOK_DEPTH
+        raise AttncError(f"internal compiler error: Python's recursion limit reached while compiling this "
+                         f"variant's hooks, which `attnc check` accepts (at most MAX_HOOK_DEPTH = "
+                         f"{MAX_HOOK_DEPTH} levels, Note [Deep expressions]); please report it",
                          filename=variant.filename) from None
     return CompileResult(variant, module, [p.spec for p in passes])
 
