@@ -5,7 +5,10 @@ No timing is asserted: what makes a compile grow faster than its hooks is checke
 count instead. A score_mod of 150 per-head param reads emits each param's load once per
 kernel and site, not once per score (before, 10,240 loads for 40 params reached LLVM);
 a mask of 150 nested `where`s, deeper than Python's default recursion allows, and an
-`or` of 150 equalities compile for both targets.
+`or` of 150 equalities compile for both targets, the `or` as per-row bit masks (Note
+[Row bit masks] in attnc/backend/row_bits.py; tests/backend/test_row_bits.py checks
+the keys they keep). A flat sum of 250 terms compiles; one past MAX_HOOK_DEPTH is
+refused where it starts, by `attnc check` and `attnc compile` alike.
 """
 from __future__ import annotations
 
@@ -119,3 +122,28 @@ def test_a_hook_deeper_than_the_limit_is_refused_at_check_where_it_passes_the_li
     assert str(e).startswith(f"chain.attn:5:{e.span.col}: error: expression too deep: more than "
                              f"{MAX_HOOK_DEPTH} levels of operations, counting each use of a `let` name as "
                              f"deep as its value")
+
+
+def flat_sum(terms: int) -> str:
+    return "s + float(" + " + ".join(["i"] * (terms - 1)) + ")"
+
+
+def test_a_flat_sum_of_250_terms_compiles():
+    source = variant("sum", score=flat_sum(250))
+    load(source, "sum.attn")
+    result = compile_mlir(source, "sum.attn", CompileOptions(arch="sm_80"))
+    assert "gpu.module" in result.text
+
+
+def test_a_sum_deeper_than_the_limit_is_refused_by_check_and_compile_alike():
+    """1001 levels: `float(...)` of 999 terms under `s + `, refused by the parser at the
+    whole expression, with the limit."""
+    source = variant("sum", score=flat_sum(MAX_HOOK_DEPTH))
+    col = source.splitlines()[4].index("s + float(") + 1
+    message = (f"sum.attn:5:{col}: error: expression too deep: more than {MAX_HOOK_DEPTH} levels of "
+               f"operations (split a long chain into independent parts, e.g. a sum into sums of fewer terms)")
+    for stage in (lambda: load(source, "sum.attn"),
+                  lambda: compile_mlir(source, "sum.attn", CompileOptions(arch="sm_80"))):
+        with pytest.raises(AttncError) as info:
+            stage()
+        assert str(info.value).split("\n")[0] == message
