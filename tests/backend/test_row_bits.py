@@ -56,9 +56,9 @@ def test_large_masks_of_comparisons_linear_in_j_take_row_bits():
         assert (RowBits.of(hooks.keep) is not None) == (bits and large), mask
 
 
-# Rows of 8, 32 and 64 scores (two words); the large masks at 128-key tiles only (a
+# Rows of 8, 24, 32 and 64 scores (two words); the large masks at 128-key tiles only (a
 # host function of theirs takes seconds to build).
-CASES = [(m, n) for m in sorted(MASKS, key=len) for n in ((128,) if len(m) > 200 else (32, 128, 256))]
+CASES = [(m, n) for m in sorted(MASKS, key=len) for n in ((128,) if len(m) > 200 else (32, 96, 128, 256))]
 
 
 @pytest.mark.parametrize("mask, block_n", CASES)
