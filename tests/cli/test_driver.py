@@ -213,9 +213,10 @@ def test_compile_kernel_refuses_targets_without_a_backend(tmp_path, monkeypatch)
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_recursion_limit_in_the_analyses_is_a_user_error(monkeypatch):
-    """An `or` of ~190 terms ran the mask analysis past Python's recursion limit (after a
-    minute): a message about the variant, not an internal error."""
+def test_a_recursion_limit_in_the_analyses_is_reported_as_the_compilers_fault(monkeypatch):
+    """The frontend refuses hooks deeper than MAX_HOOK_DEPTH and the walks over them have
+    room for that depth, so Python's recursion limit reached in a compile is the compiler's
+    fault: one located message that says so and names the limit, not a traceback."""
     import attnc.driver as driver
 
     def deep(*args, **kwargs):
@@ -223,7 +224,9 @@ def test_a_recursion_limit_in_the_analyses_is_a_user_error(monkeypatch):
     monkeypatch.setattr(driver, "_run_stages", deep)
     with pytest.raises(AttncError) as info:
         compile_file("examples/mha.attn", CompileOptions(arch="sm_80"))
-    assert info.value.message.startswith("this variant's hooks are nested too deeply")
+    assert info.value.message.startswith("internal compiler error: Python's recursion limit reached while "
+                                         "compiling this variant's hooks")
+    assert "MAX_HOOK_DEPTH = 1000" in info.value.message
     assert info.value.filename == "examples/mha.attn"
 
 
