@@ -25,7 +25,6 @@ from attnc.backend.bundle import kernel_symbol
 from attnc.errors import AttncError
 from attnc.ir import MASK_MOD, attention_ops, error_at, get_bool, get_int, get_str, region_block
 from attnc.passes import plan_ir
-from attnc.schedule.recipes import Channel
 from attnc.backend.sm80_variant import variant_hooks
 
 if TYPE_CHECKING:
@@ -75,7 +74,7 @@ def _lowering_from_ir(result) -> Sm80Lowering:
     if len(ops) != 1:
         raise AttncError(f"the sm_80 backend builds one attn.kernel per module, found {len(ops)}")
     op = ops[0]
-    kv = [c for c in plan_ir.read(op, Channel) if c.name == "kv"]
+    kv = [c for c in plan_ir.channels(op) if c.name == "kv"] if op.name == "attn.kernel" else []
     target = get_str(op, "target") if "target" in op.attributes else None
     if not kv or target not in KERNEL_TARGETS:
         raise error_at(op, f"this backend builds {' and '.join(KERNEL_TARGETS)} kernels from their plan "
@@ -192,7 +191,7 @@ def require_plan(module) -> None:
     """Code asked of a module whose pipeline stopped before the plan (no target, no K/V
     channel): say so, rather than what the lowering would find missing first."""
     for op in attention_ops(module):
-        if "target" not in op.attributes or not plan_ir.read(op, Channel):
+        if "target" not in op.attributes or op.name != "attn.kernel" or not plan_ir.channels(op):
             raise error_at(op, "the pass pipeline stops before the plan (attn-warp-specialize and the passes "
                                "after it) and has no lowering, so there is no kernel to emit: --emit mlir "
                                "shows the IR where it stops; for code, end it with the target's passes "

@@ -81,6 +81,28 @@
 // after them; a mask that reads params reads its block map in the mixed loops
 // (attn.block_map_read, whose class the mask op takes as a last operand) and, for
 // document ids, the tile table at the top (attn.tile_table_read).
+//
+// L3-L5 (attn-warp-specialize, attn-alloc-smem/-tmem, attn-insert-pipelines; builders and
+// readers in attnc/ir/roles.py): the kernel's region becomes one attn.warp_specialize
+// whose block declares the channels (!attn.chan values: name, producer and consumer
+// roles, transport, stages, tiles and their types; at L4 their `buffers`) and holds one
+// attn.role region per role (name, warps, regs). Tiles cross roles only by attn.put /
+// attn.get on a channel (L3); attn-insert-pipelines declares the mbarriers beside the
+// channels (!attn.mbar values) and replaces each put/get by slot writes and reads with
+// mbarrier waits, arrives, expect_tx, tcgen05 commits, cp.async groups or named
+// barriers, each ring's (stage, phase) i32 pair carried by the roles' loops (L5):
+//
+//   "attn.warp_specialize"() ({
+//     %kv = "attn.channel"() {name = "kv", producer = "producer", consumer = "consumer0", ...}
+//     %full = "attn.mbarrier_init"() {name = "mbar_kv_full", count = 1, stages = 2, ...}
+//     "attn.role"() ({
+//       %r:2 = scf.for ... iter_args(%stage = %c0, %phase = %c0) {
+//         "attn.mbarrier_wait"(%empty, %stage, %phase ^ 1); "attn.mbarrier_expect_tx"(%full, %stage)
+//         "attn.slot_write"(%kv, %stage, %k_tile, %full); ... "attn.ring_advance"(%stage, %phase) }
+//     }) {name = "producer", warps = [0, 1, 2, 3], regs = 24}
+//     "attn.role"() ({ ... }) {name = "consumer0", ...}
+//   })
+//
 // Attributes not listed in an `irdl.attributes` below are allowed, so later passes
 // add theirs the same way (mask_kind, tile_class_fn, kv_range_fn, kv_segments, ...).
 
@@ -343,17 +365,34 @@ irdl.dialect @attn {
     irdl.results(rows: variadic %row)
   }
 
-  // --- L3-L5: the schedule, as attribute-only ops placed after attn.attention in
-  // its function, in the order the passes add them (attnc/passes/plan_ir.py).
-  // L3 attn-warp-specialize: who runs what.
+  // --- L3-L5: roles, buffers and synchronization on the tile program ------------
+  // (attnc/ir/roles.py builds and reads them; header of that file: the IR per level).
+  // A channel: a value crossing from a producer role to a consumer role in `stages`
+  // slots; a !attn.mbar: an array of `stages` mbarriers.
+  irdl.type @chan {
+    irdl.parameters()
+  }
+  irdl.type @mbar {
+    irdl.parameters()
+  }
+
+  // L3: the CTA's roles. Its one block declares the channels (and, at L5, the
+  // mbarriers) and then holds one attn.role per role; it ends in gpu.yield.
+  irdl.operation @warp_specialize {
+    %body = irdl.region with size 1
+    irdl.regions(body: %body)
+  }
+  // One role: the program its warps run (one block ending in gpu.yield).
   irdl.operation @role {
+    %body = irdl.region with size 1
+    irdl.regions(body: %body)
     %name = irdl.base "#builtin.string"
     %warps = irdl.base "#builtin.array"
     %regs = irdl.base "#builtin.integer"
-    %ops = irdl.base "#builtin.array"
-    irdl.attributes { "name" = %name, "warps" = %warps, "regs" = %regs, "ops" = %ops }
+    irdl.attributes { "name" = %name, "warps" = %warps, "regs" = %regs }
   }
-  // L3: a value crossing from a producer role to a consumer role in `stages` slots.
+  // A channel declaration: tiles (`tile`, their types `types`) from `producer` to
+  // `consumer` through `stages` slots moved by `transport`; at L4 its `buffers`.
   irdl.operation @channel {
     %name = irdl.base "#builtin.string"
     %producer = irdl.base "#builtin.string"
@@ -362,40 +401,119 @@ irdl.dialect @attn {
     %space = irdl.base "#builtin.string"
     %stages = irdl.base "#builtin.integer"
     %tile = irdl.base "#builtin.array"
+    %types = irdl.base "#builtin.array"
     irdl.attributes { "name" = %name, "producer" = %producer, "consumer" = %consumer,
                       "transport" = %transport, "space" = %space, "stages" = %stages,
-                      "tile" = %tile }
+                      "tile" = %tile, "types" = %types }
+    %chan = irdl.base @attn::@chan
+    irdl.results(channel: %chan)
   }
-  // L4 attn-alloc-smem / attn-alloc-tmem: where a channel's slots live.
-  irdl.operation @buffer {
-    %name = irdl.base "#builtin.string"
-    %channel = irdl.base "#builtin.string"
-    %space = irdl.base "#builtin.string"
-    %offset = irdl.base "#builtin.integer"
-    %size = irdl.base "#builtin.integer"
-    %stages = irdl.base "#builtin.integer"
-    %align = irdl.base "#builtin.integer"
-    %swizzle = irdl.base "#builtin.string"
-    irdl.attributes { "name" = %name, "channel" = %channel, "space" = %space,
-                      "offset" = %offset, "size" = %size, "stages" = %stages,
-                      "align" = %align, "swizzle" = %swizzle }
+  // L3: the producer role hands `value` (tile `tile` of the channel) to the channel.
+  irdl.operation @put {
+    %chan = irdl.base @attn::@chan
+    %value = irdl.base @attn::@tile
+    irdl.operands(channel: %chan, value: %value)
+    %tile = irdl.base "#builtin.string"
+    irdl.attributes { "tile" = %tile }
   }
-  // L5 attn-insert-pipelines: how a channel is synchronized (cp.async groups,
-  // mbarriers with arrive counts and transaction bytes, named barriers).
-  irdl.operation @barrier {
+  // L3: the consumer role takes tile `tile` of the channel's next slot.
+  irdl.operation @get {
+    %chan = irdl.base @attn::@chan
+    irdl.operands(channel: %chan)
+    %tile = irdl.base "#builtin.string"
+    irdl.attributes { "tile" = %tile }
+    %value = irdl.base @attn::@tile
+    irdl.results(value: %value)
+  }
+
+  // L5: `stages` mbarriers of arrive count `count` (`channel`, `side`: full or empty).
+  irdl.operation @mbarrier_init {
     %name = irdl.base "#builtin.string"
-    %channel = irdl.base "#builtin.string"
-    %kind = irdl.base "#builtin.string"
+    %count = irdl.base "#builtin.integer"
     %stages = irdl.base "#builtin.integer"
-    %arrive_count = irdl.base "#builtin.integer"
-    // bytes per fill, in turn (Note [Bytes per fill] in attnc/schedule/sync.py): an
-    // array of integers, or a single integer (as dumps before that note wrote it), which
-    // reads as a list of one; attn-verify-pipeline names any other value.
-    %tx_bytes = irdl.any
-    %arrivers = irdl.base "#builtin.string"
-    %waiters = irdl.base "#builtin.string"
-    irdl.attributes { "name" = %name, "channel" = %channel, "kind" = %kind,
-                      "stages" = %stages, "arrive_count" = %arrive_count,
-                      "tx_bytes" = %tx_bytes, "arrivers" = %arrivers, "waiters" = %waiters }
+    irdl.attributes { "name" = %name, "count" = %count, "stages" = %stages }
+    %bar = irdl.base @attn::@mbar
+    irdl.results(barrier: %bar)
+  }
+  // L5: try_wait.parity on mbarrier[stage] until the phase of `parity` completed.
+  irdl.operation @mbarrier_wait {
+    %bar = irdl.base @attn::@mbar
+    %i32 = irdl.is i32
+    irdl.operands(barrier: %bar, stage: %i32, parity: %i32)
+  }
+  // L5: arrive on mbarrier[stage]: once per warp of the role (`per` = "warp") or once
+  // (`per` = "elected").
+  irdl.operation @mbarrier_arrive {
+    %bar = irdl.base @attn::@mbar
+    %i32 = irdl.is i32
+    irdl.operands(barrier: %bar, stage: %i32)
+    %per = irdl.base "#builtin.string"
+    irdl.attributes { "per" = %per }
+  }
+  // L5: one elected thread's arrive.expect_tx(bytes) on mbarrier[stage].
+  irdl.operation @mbarrier_expect_tx {
+    %bar = irdl.base @attn::@mbar
+    %i32 = irdl.is i32
+    irdl.operands(barrier: %bar, stage: %i32)
+    %bytes = irdl.base "#builtin.integer"
+    irdl.attributes { "bytes" = %bytes }
+  }
+  // L5: tcgen05.commit: mbarrier[stage] gets one arrival once the MMAs issued land.
+  irdl.operation @tcgen05_commit {
+    %bar = irdl.base @attn::@mbar
+    %i32 = irdl.is i32
+    irdl.operands(barrier: %bar, stage: %i32)
+  }
+  // L5: the ring state (stage, phase) of the next slot of a ring of `stages` slots.
+  irdl.operation @ring_advance {
+    %i32 = irdl.is i32
+    irdl.operands(stage: %i32, phase: %i32)
+    %stages = irdl.base "#builtin.integer"
+    irdl.attributes { "stages" = %stages }
+    %next = irdl.is i32
+    irdl.results(next_stage: %next, next_phase: %next)
+  }
+  // L5: `value` written into slot `stage` of the channel; `completes`: how its bytes
+  // land ("mbarrier": complete_tx on the channel's full mbarrier `barrier`, "group": a
+  // cp.async group, "store": st.shared, done when the op is).
+  irdl.operation @slot_write {
+    %chan = irdl.base @attn::@chan
+    %i32 = irdl.is i32
+    %value = irdl.base @attn::@tile
+    %bar = irdl.base @attn::@mbar
+    irdl.operands(channel: %chan, stage: %i32, value: %value, barrier: optional %bar)
+    %tile = irdl.base "#builtin.string"
+    %completes = irdl.base "#builtin.string"
+    irdl.attributes { "tile" = %tile, "completes" = %completes }
+  }
+  // L5: tile `tile` read from slot `stage` of the channel.
+  irdl.operation @slot_read {
+    %chan = irdl.base @attn::@chan
+    %i32 = irdl.is i32
+    irdl.operands(channel: %chan, stage: %i32)
+    %tile = irdl.base "#builtin.string"
+    irdl.attributes { "tile" = %tile }
+    %value = irdl.base @attn::@tile
+    irdl.results(value: %value)
+  }
+  // L5 (sm_80): cp.async.commit_group; cp.async.wait_group(pending); bar.sync 0.
+  irdl.operation @cp_async_commit {
+  }
+  irdl.operation @cp_async_wait {
+    %pending = irdl.base "#builtin.integer"
+    irdl.attributes { "pending" = %pending }
+  }
+  irdl.operation @cta_barrier {
+  }
+  // L5: named barrier `id` of `threads` threads: bar.arrive (no wait) and bar.sync.
+  irdl.operation @named_barrier_arrive {
+    %id = irdl.base "#builtin.integer"
+    %threads = irdl.base "#builtin.integer"
+    irdl.attributes { "id" = %id, "threads" = %threads }
+  }
+  irdl.operation @named_barrier_sync {
+    %id = irdl.base "#builtin.integer"
+    %threads = irdl.base "#builtin.integer"
+    irdl.attributes { "id" = %id, "threads" = %threads }
   }
 }

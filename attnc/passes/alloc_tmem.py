@@ -1,13 +1,13 @@
 """`attn-alloc-tmem`: tensor-memory columns for S, P and O (L4, sm_100a).
 
-Targets: sm_100a (on targets without tensor memory it writes nothing). Expects L3.
-Writes one `attn.buffer` with space "tmem" per accumulator: S and O per Q tile
-(fp32, one column per element of a row) and P aliased inside S (two 16-bit
-values per column), checked against the 512 columns of one SM:
+Targets: sm_100a (on targets without tensor memory it adds nothing). Expects L3.
+Adds to the `buffers` of the tensor-memory channels one dictionary with space "tmem"
+per accumulator (attnc/schedule/alloc.py): S and O per Q tile (fp32, one column per
+element of a row) and P aliased inside S (two 16-bit values per column), checked
+against the 512 columns of one SM; O's columns go on every TMEM channel carrying O:
 
-    "attn.buffer"() {name = "tS0", channel = "s0", space = "tmem", offset = 0, size = 128, ...}
-    "attn.buffer"() {name = "tP0", channel = "p0", space = "tmem", offset = 64, size = 64,
-                     ..., alias_of = "tS0"}
+    %s0 = "attn.channel"() {buffers = [{name = "tS0", offset = 0, size = 128, space = "tmem", ...}], ...}
+    %p0 = "attn.channel"() {buffers = [{alias_of = "tS0", name = "tP0", offset = 64, size = 64, ...}], ...}
 """
 from __future__ import annotations
 

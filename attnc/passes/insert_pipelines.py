@@ -1,19 +1,23 @@
-"""`attn-insert-pipelines`: turn channels into synchronization (L5).
+"""`attn-insert-pipelines`: replace each put/get by its channel's synchronization, inside
+the roles (L5).
 
-Targets: sm_80, sm_90a, sm_100a. Expects L4 (channels with their buffers). Writes
-one `attn.barrier` per synchronization object, following the protocol of each
-channel's transport (attnc/schedule/sync.py):
+Targets: sm_80, sm_90a, sm_100a. Expects L4 (role regions with put/get, every shared- or
+tensor-memory channel with its `buffers`). Leaves no put/get: the mbarriers are declared
+beside the channels (`attn.mbarrier_init`: count, stages), and in the roles each put/get
+is a slot write/read with the waits, arrives, expect_tx, tcgen05 commits, cp.async
+groups or named barriers of its channel's protocol (attnc/schedule/sync.py for the
+counts and bytes, attnc/schedule/sync_ir.py for the ops), each ring walked with an
+explicit (stage, phase) carried by the roles' loops (Note [Ring state in the loops]):
 
-    cp.async  ->  "attn.barrier"() {name = "cp_async_kv", kind = "cp.async.group",
-                                    stages = 2, arrive_count = 0, tx_bytes = [32768], ...}
-    tma       ->  mbar_kv_full  {kind = "mbarrier", arrive_count = 1, tx_bytes = [<fill bytes>]}
-                  mbar_kv_empty {kind = "mbarrier", arrive_count = <consumer warps>}
-    tcgen05   ->  full (count 1: one tcgen05.commit) / empty (count: consumer warps)
-
-`tx_bytes` holds the bytes of each fill in turn: one value, or for sm_100a's alternating
-K, V ring one per tile (Note [Bytes per fill] in attnc/schedule/sync.py). Rings are
-walked with an explicit (stage, phase) state; waits on `full` use the
-phase, waits on `empty` its complement, so the first pass does not block.
+    before:  scf.for %n = ... {  %k = attn.load ...; "attn.put"(%kv, %k) {tile = "k"} ... }
+    after:   %full = "attn.mbarrier_init"() {count = 1, name = "mbar_kv_full", stages = 2, ...}
+             %r:2 = scf.for %n = ... iter_args(%stage = %c0, %phase = %c0) {
+               %flip = arith.xori %phase, %c1
+               "attn.mbarrier_wait"(%empty, %stage, %flip)
+               "attn.mbarrier_expect_tx"(%full, %stage) {bytes = 65536}
+               %k = attn.load ...; "attn.slot_write"(%kv, %stage, %k, %full) {completes = "mbarrier", tile = "k"}
+               ... %next:2 = "attn.ring_advance"(%stage, %phase) {stages = 2}
+               scf.yield %next#0, %next#1 }
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from attnc.passes.registry import Pass
 
 @dataclass(frozen=True)
 class InsertPipelines(Pass):
-    """Turn channels into cp.async groups or mbarrier rings with counts and tx bytes."""
+    """Replace put/get by mbarrier, cp.async and named-barrier ops with (stage, phase) state."""
 
     name: ClassVar[str] = "attn-insert-pipelines"
 
@@ -35,19 +39,25 @@ class InsertPipelines(Pass):
 
 def insert(module) -> None:
     from attnc.ir import attention_ops, error_at
+    from attnc.ir.roles import mbarrier_ops
     from attnc.passes import plan_ir
-    from attnc.schedule.alloc import Buffer
-    from attnc.schedule.recipes import Channel
-    from attnc.schedule.sync import Barrier, insert_pipelines
+    from attnc.schedule.sync_ir import Pipelines
 
     for op in attention_ops(module):
-        if plan_ir.read(op, Barrier):
+        plan_ir.require_roles(op, InsertPipelines.name)
+        if mbarrier_ops(op) or _synchronized(op):
             raise error_at(op, "attn-insert-pipelines ran twice on this op")
         recipe = plan_ir.recipe_of(op, InsertPipelines.name)
-        buffers = {b.channel for b in plan_ir.read(op, Buffer)}
-        unplaced = [c.name for c in plan_ir.read(op, Channel)
-                    if c.space in ("smem", "tmem") and c.name not in buffers]
+        placed = {b.channel for b in plan_ir.buffers(op)}
+        unplaced = [c.name for c in recipe.channels if c.space in ("smem", "tmem") and c.name not in placed]
         if unplaced:
             raise error_at(op, f"attn-insert-pipelines: channel(s) {', '.join(unplaced)} have no "
                                f"buffer; run attn-alloc-smem (and attn-alloc-tmem) first")
-        plan_ir.write(op, insert_pipelines(recipe, plan_ir.tile_of(op, InsertPipelines.name)))
+        with op.context:
+            Pipelines(recipe, plan_ir.tile_of(op, InsertPipelines.name), op).run()
+
+
+def _synchronized(kernel) -> bool:
+    """No put or get is left (the sm_80 plan has no mbarrier to tell)."""
+    from attnc.ir import roles as R
+    return not any(R.ops_in(R.role_block(role), (R.PUT, R.GET)) for role in R.role_ops(kernel))

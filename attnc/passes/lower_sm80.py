@@ -2,8 +2,8 @@
 dialects (L6).
 
 Targets: sm_80 (attn-lower-sm80), sm_90a (attn-lower-sm90a, lower_sm90a.py: the same
-kernel with its two GEMMs on wgmma). Expects L5 (tile attributes, mask analysis, roles/channels/buffers/
-barriers) on one attn.kernel; what the kernel is built from is the op's attributes,
+kernel with its two GEMMs on wgmma). Expects L5 (tile attributes, mask analysis, role regions, channels with
+their buffers, mbarriers) on one attn.kernel; what the kernel is built from is the op's attributes,
 its hook ops' regions and the function's types (Note [The variant from the IR] in
 attnc/ir/kernel.py), never the `.attn` source. Leaves the module with a `gpu.module`
 holding the FlashAttention-2-style kernel (and, for masks that read params, the
@@ -11,7 +11,7 @@ block-map kernel) in gpu/nvvm/llvm/scf/arith ops -- cp.async commit groups and
 waits, ldmatrix, mma.sync, the online softmax, the hooks' code -- and the launch
 ABI as a JSON attribute `attn.kernels` on it:
 
-    before:  func.func @mha(...) { "attn.kernel"(...) ... "attn.barrier"() {...} }
+    before:  func.func @mha(...) { "attn.kernel"(...) ({ "attn.warp_specialize"() ({...}) }) }
     after:   module attributes {gpu.container_module, ...} {
                func.func @mha(...) { ...unchanged... }
                gpu.module @attnc_kernels attributes {attn.kernels = "[...]"} {
@@ -250,60 +250,46 @@ PLAN_PASSES = ("attn-warp-specialize", "attn-alloc-smem", "attn-alloc-tmem", "at
 def _check_default_plan(module, pass_name: str) -> None:
     """Note [The lowerings build the default plan]: the kernels of attn-lower-sm80 and
     attn-lower-sm90a are built from the tile (attn-tile's attributes), the mask analysis
-    and their own options; of the L3-L5 plan they read only the K/V channel's stages,
-    and their kernel is the plan PLAN_PASSES make with their defaults. So a plan that is
-    not that one -- made with other options of those passes (`consumers=1`), or edited
-    by hand (a buffer's offset, a role's registers, a channel's stages) -- would be
-    silently built as the default: it is refused instead, naming the first difference.
-    The plan passes are run again with their defaults on a copy of the module whose plan
-    ops are removed, and every plan op's attributes are compared. A researcher changes
-    the kernel through the tile (attn-tile's options) and the lowering's options; a
-    lowering that follows any plan is work to come."""
-    from mlir import ir
-
+    and their own options; of the L3-L5 IR they read only the K/V channel's stages, and
+    their kernel is the plan PLAN_PASSES make with their defaults. So a plan that is not
+    that one -- made with other options of those passes (`consumers=1`), or edited by
+    hand (a buffer's offset, a role's registers, a channel's stages, an mbarrier's
+    count) -- would be silently built as the default: it is refused instead, naming the
+    first difference. The plan is summed up from the IR (the roles, the channels with
+    their buffers, the mbarriers and named barriers) and compared with the summary of
+    the default plan for the kernel's tile (attnc/schedule: recipe, alloc, sync). A
+    researcher changes the kernel through the tile (attn-tile's options) and the
+    lowering's options; a lowering that follows any plan is work to come."""
     from attnc.ir import attention_ops, error_at
-    from attnc.passes import registry
-    from attnc.passes.plan_ir import OP_OF, plan_ops, tile_of
+    from attnc.passes.plan_ir import plan_summary, default_plan_summary, tile_of
 
-    for attention in attention_ops(module):
-        tile_of(attention, pass_name)       # a tile no pass can plan, named as the lowering's
-    op = _module_op(module)
-    with op.context:
-        # with its locations: an error of the plan passes on the copy points at the source
-        copy = ir.Module.parse(op.get_asm(enable_debug_info=True))
-    for attention in attention_ops(copy):
-        for kind in OP_OF:
-            for planned in plan_ops(attention, kind):
-                planned.erase()
-    for name in PLAN_PASSES:
-        registry.instantiate(registry.lookup(name), {})(copy.operation)
-    for given, default in zip(attention_ops(module), attention_ops(copy)):
-        for kind, op_name in OP_OF.items():
-            ours = [_attributes(o) for o in plan_ops(given, kind)]
-            theirs = [_attributes(o) for o in plan_ops(default, kind)]
-            if ours == theirs:
+    for kernel in attention_ops(module):
+        tile = tile_of(kernel, pass_name)       # a tile no pass can plan, named as the lowering's
+        ours, theirs = plan_summary(kernel), default_plan_summary(kernel, tile, pass_name)
+        for kind in theirs:
+            if ours.get(kind) == theirs[kind]:
                 continue
-            why = _first_difference(op_name, ours, theirs)
-            raise error_at(given, f"{pass_name} builds the plan that {', '.join(PLAN_PASSES)} make with their "
-                                  f"default options for this tile, and this plan is another: {why}. Change the "
-                                  f"kernel through attn-tile's options or the lowering's (Note [The lowerings "
-                                  f"build the default plan])")
+            why = _first_difference(kind, ours.get(kind, []), theirs[kind])
+            raise error_at(kernel, f"{pass_name} builds the plan that {', '.join(PLAN_PASSES)} make with their "
+                                   f"default options for this tile, and this plan is another: {why}. Change the "
+                                   f"kernel through attn-tile's options or the lowering's (Note [The lowerings "
+                                   f"build the default plan])")
 
 
-def _attributes(op) -> dict[str, str]:
-    return {name: str(op.attributes[name]) for name in op.attributes}
-
-
-def _first_difference(op_name: str, ours: list[dict], theirs: list[dict]) -> str:
+def _first_difference(kind: str, ours: list[dict], theirs: list[dict]) -> str:
     if len(ours) != len(theirs):
-        return f"it has {len(ours)} {op_name} ops, the default plan {len(theirs)}"
+        return f"it has {len(ours)} {kind} ops, the default plan {len(theirs)}"
     for mine, default in zip(ours, theirs):
         for key in sorted(mine.keys() | default.keys()):
             if mine.get(key) != default.get(key):
                 label = mine.get("name", default.get("name", ""))
-                return (f"{op_name} {label} has {key} = {mine.get(key, '(none)')}, the default plan "
-                        f"{default.get(key, '(none)')}")
-    return f"its {op_name} ops are in another order"
+                return (f"{kind} \"{label}\" has {key} = {_text(mine.get(key, '(none)'))}, the default plan "
+                        f"{_text(default.get(key, '(none)'))}")
+    return f"its {kind} ops are in another order"
+
+
+def _text(value) -> str:
+    return str(list(value)) if isinstance(value, tuple) else str(value)
 
 
 def _module_op(module):

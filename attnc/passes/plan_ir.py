@@ -1,70 +1,131 @@
-"""The L3-L5 schedule in the IR: `attn.role`, `attn.channel`, `attn.buffer` and
-`attn.barrier` ops, written after an `attn.kernel` (or tiled `attn.attention`) op and read back.
+"""The L3-L5 plan as the IR states it, read back as attnc/schedule's frozen values.
 
-Each op is the IR form of one frozen value of attnc/schedule (`Role`, `Channel`,
-`Buffer`, `Barrier`): one attribute per field, so a pass reads what the previous
-pass wrote, never recomputes it, and a researcher can edit the plan in a dumped
-`.mlir` file and re-run the later plan passes and the verifier on it (`attnc opt`).
-The lowerings build only the plan the plan passes make by default, and refuse
-another (Note [The lowerings build the default plan] in lower_sm80.py).
+attn-warp-specialize leaves role regions (`attn.role`: name, warps, regs) and channel
+declarations (`attn.channel`) in the kernel's `attn.warp_specialize`; the alloc passes
+put each channel's buffers on its op (`buffers`: one dictionary per buffer). The later
+passes read them here as `Recipe`, `Channel` and `Buffer` values, never recomputing
+them, so a plan edited in a dumped `.mlir` file is the plan they work on.
 """
 from __future__ import annotations
 
-import dataclasses
-
 from mlir import ir
 
-from attnc.errors import AttncError
 from attnc.ir import error_at, get_int, get_str
+from attnc.ir import roles as R
 from attnc.schedule.alloc import Buffer, Tile
 from attnc.schedule.recipes import SMEM_BYTES, Channel, Recipe, Role
-from attnc.schedule.sync import Barrier
 
-OP_OF = {Role: "attn.role", Channel: "attn.channel", Buffer: "attn.buffer", Barrier: "attn.barrier"}
 TMEM_COLUMNS = {"sm_100a": 512}
+_BUFFER_FIELDS = ("name", "space", "offset", "size", "stages", "align", "swizzle")
 
 
-def plan_ops(attention: ir.Operation, kind: type) -> list[ir.Operation]:
-    """The plan ops of `kind` that belong to `attention` (same block, after it)."""
-    name = OP_OF[kind]
-    ops, seen = [], False
-    for op in attention.block.operations:
-        if op.operation == attention:
-            seen = True
-        elif seen and op.name in ("attn.attention", "attn.kernel"):
-            break
-        elif seen and op.name == name:
-            ops.append(op.operation)
-    return ops
+def require_roles(kernel: ir.Operation, pass_name: str) -> ir.Operation:
+    """The kernel's attn.warp_specialize, or an error naming the pass that makes it."""
+    ws = R.warp_specialize_of(kernel) if kernel.name == "attn.kernel" else None
+    if ws is None:
+        raise error_at(kernel, f"{pass_name} needs the role regions that attn-warp-specialize makes; "
+                               f"run attn-warp-specialize first")
+    return ws
 
 
-def write(attention: ir.Operation, values) -> None:
-    """Insert one plan op per value, before the terminator of the attention op's block."""
-    block = attention.block
-    with attention.context, attention.location, ir.InsertionPoint.at_block_terminator(block):
-        for value in values:
-            ir.Operation.create(OP_OF[type(value)], attributes=_attributes(value))
+def roles(kernel: ir.Operation) -> list[Role]:
+    out = []
+    for op in R.role_ops(kernel):
+        a = R.attrs_of(op)
+        out.append(Role(a["name"], tuple(a["warps"]), a["regs"] or None, ()))
+    return out
 
 
-def read(attention: ir.Operation, kind: type) -> list:
-    return [_value(op, kind) for op in plan_ops(attention, kind)]
+def channel(op: ir.Operation) -> Channel:
+    a = R.attrs_of(op)
+    for key in ("name", "producer", "consumer", "transport", "space", "stages", "tile"):
+        if key not in a:
+            raise error_at(op, f"attn.channel is missing its '{key}' attribute")
+    return Channel(a["name"], a["producer"], a["consumer"], a["transport"], a["space"], a["stages"],
+                   tuple(a["tile"]), bool(a.get("alternating", False)))
 
 
-def require(attention: ir.Operation, kind: type, pass_name: str, producer: str) -> list:
-    values = read(attention, kind)
-    if not values:
-        raise error_at(attention, f"{pass_name} needs the {OP_OF[kind]} ops that {producer} "
-                                  f"writes; run {producer} first")
-    return values
+def channels(kernel: ir.Operation) -> list[Channel]:
+    return [channel(op) for op in R.channel_ops(kernel)]
 
 
-def recipe_of(attention: ir.Operation, pass_name: str) -> Recipe:
+def buffers(kernel: ir.Operation) -> list[Buffer]:
+    """Every channel's buffers (L4), in channel order."""
+    out = []
+    for op in R.channel_ops(kernel):
+        if "buffers" not in op.attributes:
+            continue
+        for b in R.value_of(op.attributes["buffers"]):
+            missing = [k for k in _BUFFER_FIELDS if k not in b]
+            if missing:
+                raise error_at(op, f"a buffer of channel '{R.name_of(op)}' has no {', '.join(missing)}")
+            out.append(Buffer(b["name"], R.name_of(op), b["space"], b["offset"], b["size"], b["stages"],
+                              b["align"], b["swizzle"], b.get("alias_of") or None))
+    return out
+
+
+def set_buffers(op: ir.Operation, placed: list[Buffer]) -> None:
+    """Add `placed` to the `buffers` of channel `op`."""
+    old = list(ir.ArrayAttr(op.attributes["buffers"])) if "buffers" in op.attributes else []
+    new = [R.attr({**{k: getattr(b, k) for k in _BUFFER_FIELDS},
+                   **({"alias_of": b.alias_of} if b.alias_of else {})}) for b in placed]
+    op.attributes["buffers"] = ir.ArrayAttr.get(old + new)
+
+
+def recipe_of(kernel: ir.Operation, pass_name: str) -> Recipe:
     """The recipe as the IR states it: roles and channels from L3, budgets from the target."""
-    target = required_attr(attention, "target", pass_name)
-    roles = require(attention, Role, pass_name, "attn-warp-specialize")
-    channels = read(attention, Channel)
-    return Recipe(target, tuple(roles), tuple(channels), SMEM_BYTES[target],
+    target = required_attr(kernel, "target", pass_name)
+    require_roles(kernel, pass_name)
+    return Recipe(target, tuple(roles(kernel)), tuple(channels(kernel)), SMEM_BYTES[target],
                   TMEM_COLUMNS.get(target, 0))
+
+
+def plan_summary(kernel: ir.Operation) -> dict[str, list[dict]]:
+    """The plan of the L3-L5 IR as plain values: what the lowerings compare with the
+    default plan (Note [The lowerings build the default plan] in lower_sm80.py)."""
+    named = [R.attrs_of(op) for role in R.role_ops(kernel)
+             for op in R.ops_in(R.role_block(role), (R.NAMED_BARRIER_ARRIVE,))]
+    return {
+        "attn.role": [{k: R.attrs_of(op)[k] for k in ("name", "warps", "regs")} for op in R.role_ops(kernel)],
+        "attn.channel": [_channel_fields(c) for c in channels(kernel)],
+        "buffer": [_buffer_fields(b) for b in buffers(kernel)],
+        "attn.mbarrier_init": [{k: R.attrs_of(op).get(k) for k in ("name", "count", "stages")}
+                               for op in R.mbarrier_ops(kernel)],
+        "named barrier": [{"name": f"bar_{a['channel']}", "threads": a["threads"]} for a in named],
+    }
+
+
+def default_plan_summary(kernel: ir.Operation, tile: Tile, pass_name: str) -> dict[str, list[dict]]:
+    """`plan_summary` of the plan the plan passes make with their default options."""
+    from attnc.schedule.alloc import alloc_smem, alloc_tmem
+    from attnc.schedule.recipes import recipe
+    from attnc.schedule.sync import insert_pipelines
+
+    target = required_attr(kernel, "target", pass_name)
+    r = recipe(target, num_warps=get_int(kernel, "num_warps"), kv_stages=get_int(kernel, "stages"),
+               q_tiles=tile.q_tiles)
+    placed = [*alloc_smem(r, tile), *alloc_tmem(r, tile)]
+    order = [c.name for c in r.channels]
+    placed.sort(key=lambda b: order.index(b.channel))
+    barriers = insert_pipelines(r, tile)
+    return {
+        "attn.role": [{"name": x.name, "warps": x.warps, "regs": x.regs or 0} for x in r.roles],
+        "attn.channel": [_channel_fields(c) for c in r.channels],
+        "buffer": [_buffer_fields(b) for b in placed],
+        "attn.mbarrier_init": [{"name": b.name, "count": b.arrive_count, "stages": b.stages}
+                               for b in barriers if b.kind == "mbarrier"],
+        "named barrier": [{"name": b.name, "threads": b.arrive_count} for b in barriers if b.kind == "named"],
+    }
+
+
+def _channel_fields(c: Channel) -> dict:
+    return {"name": c.name, "producer": c.producer, "consumer": c.consumer, "transport": c.transport,
+            "space": c.space, "stages": c.stages, "tile": c.tile}
+
+
+def _buffer_fields(b: Buffer) -> dict:
+    return {"name": b.name, "channel": b.channel, "space": b.space, "offset": b.offset, "size": b.size,
+            "stages": b.stages, "swizzle": b.swizzle, "alias_of": b.alias_of}
 
 
 def tile_of(attention: ir.Operation, pass_name: str) -> Tile:
@@ -90,54 +151,3 @@ def required_attr(attention, key: str, pass_name: str, integer: bool = False):
         raise error_at(attention, f"{pass_name} needs the '{key}' attribute that attn-tile "
                                   f"records; run attn-tile first")
     return get_int(attention, key) if integer else get_str(attention, key)
-
-
-def _attributes(value) -> dict[str, ir.Attribute]:
-    attrs = {}
-    for f in dataclasses.fields(value):
-        x = getattr(value, f.name)
-        if f.name == "alias_of":
-            continue
-        attrs[f.name] = _to_attr(0 if x is None else x)
-    if isinstance(value, Buffer) and value.alias_of:
-        attrs["alias_of"] = ir.StringAttr.get(value.alias_of)
-    return attrs
-
-
-def _to_attr(x) -> ir.Attribute:
-    if isinstance(x, bool):
-        return ir.BoolAttr.get(x)
-    if isinstance(x, int):
-        return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), x)
-    if isinstance(x, str):
-        return ir.StringAttr.get(x)
-    if isinstance(x, tuple):
-        return ir.ArrayAttr.get([_to_attr(e) for e in x])
-    raise AttncError(f"cannot store {x!r} in a plan op")
-
-
-def _from_attr(attr: ir.Attribute):
-    if isinstance(attr, ir.BoolAttr):
-        return attr.value
-    if isinstance(attr, ir.IntegerAttr):
-        return attr.value
-    if isinstance(attr, ir.StringAttr):
-        return attr.value
-    if isinstance(attr, ir.ArrayAttr):
-        return tuple(_from_attr(e) for e in attr)
-    return str(attr)
-
-
-def _value(op: ir.Operation, kind: type):
-    attrs = {name: _from_attr(op.attributes[name]) for name in op.attributes}
-    kwargs = {}
-    for f in dataclasses.fields(kind):
-        if f.name in attrs:
-            kwargs[f.name] = attrs[f.name]
-        elif f.default is dataclasses.MISSING:
-            raise error_at(op, f"{op.name} is missing its '{f.name}' attribute")
-    if kind is Role and kwargs.get("regs") == 0:
-        kwargs["regs"] = None
-    if kind is Barrier and isinstance(kwargs.get("tx_bytes"), int):
-        kwargs["tx_bytes"] = (kwargs["tx_bytes"],)      # a dump from before Note [Bytes per fill]
-    return kind(**kwargs)

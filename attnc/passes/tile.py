@@ -293,7 +293,8 @@ def smem_parts(target: str, shape: ProblemShape, c: TileConfig) -> dict[str, int
     parts = {"Q": 0, "K/V": 0, "O": 0}
     for b in buffers:
         if b.alias_of is None:
-            parts[_SMEM_PART[b.channel]] += b.size
+            part = _SMEM_PART.get(b.channel, "row statistics")     # sm_100a's softmax -> correction
+            parts[part] = parts.get(part, 0) + b.size
     parts["padding"] = total - sum(parts.values())
     return parts
 

@@ -1,18 +1,19 @@
-"""`attn-verify-pipeline`: prove the L5 synchronization protocol sound (design.md section 6).
+"""`attn-verify-pipeline`: prove the L5 synchronization of the role regions sound
+(design.md section 6.2).
 
-Targets: all. Expects L5 (after `attn-insert-pipelines`: `attn.role`, `attn.buffer` and
-`attn.barrier` ops after each `attn.kernel`). Changes nothing; an `AttncError` at the
-attention op lists every violation. The plan is run as an abstract machine
-(attnc/schedule/verify.py): each mbarrier ring over two wraps, in every interleaving of
-its writers and readers (warps that run the same program counted once), must not
-deadlock, must not overwrite a slot before all its readers released it, and must not
-let a reader in before the slot's data landed (a `tx_bytes` other than a fill's bytes,
-an arrive count above or below the arrivals the lowering makes). Named barriers must
-count every thread that takes part. This is what stands in for a GPU on sm_100a, and a
-check of a plan edited by hand in a dumped .mlir file (`attnc opt`).
+Targets: all. Expects L5 (after `attn-insert-pipelines`: mbarriers declared in
+attn.warp_specialize, the roles' slot writes and reads with their waits, arrives,
+expect_tx, tcgen05 commits, cp.async groups and named barriers). Changes nothing. Each
+role region is a process running its ops as they stand, loops unrolled over enough
+iterations to wrap every ring twice, explored in every interleaving
+(attnc/schedule/verify.py): no deadlock, no slot written before its readers released
+its previous fill, no read before its fill landed, no mbarrier with more arrivals than
+its count or more bytes than announced. The error names the op at fault -- its
+`file:line:col`, the `.attn` line of an op a pass made or the line of a hand-edited
+`.mlir` file:
 
-    error: attn-verify-pipeline: ring 'kv': slot 0 is overwritten by fill 2 before all 8
-           readers of fill 0 released it (4 did): mbar_kv_empty counts 4
+    gemma2.attn:2:1: error: attn-verify-pipeline: channel 'kv' deadlocks: producer waits at
+    attn.mbarrier_wait on mbar_kv_empty[0] for parity 0 (its phase 0, 4 of 8 arrivals)
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from attnc.passes.registry import Pass
 
 @dataclass(frozen=True)
 class VerifyPipeline(Pass):
-    """Check the mbarrier / named-barrier protocol of the plan by exhaustive simulation."""
+    """Check the roles' mbarrier / cp.async / named-barrier ops by exhaustive simulation."""
 
     name: ClassVar[str] = "attn-verify-pipeline"
 
@@ -33,16 +34,25 @@ class VerifyPipeline(Pass):
 
 
 def verify_pipeline(module) -> None:
+    from attnc.errors import AttncError
     from attnc.ir import attention_ops, error_at
+    from attnc.ir.roles import PUT, GET, ops_in, role_block, role_ops
     from attnc.passes import plan_ir
-    from attnc.schedule.alloc import Buffer
-    from attnc.schedule.sync import Barrier
-    from attnc.schedule.verify import verify
+    from attnc.schedule.recipes import check_register_budget
+    from attnc.schedule.verify import verify_kernel
 
     for op in attention_ops(module):
-        barriers = plan_ir.require(op, Barrier, VerifyPipeline.name, "attn-insert-pipelines")
-        recipe = plan_ir.recipe_of(op, VerifyPipeline.name)
-        tile = plan_ir.tile_of(op, VerifyPipeline.name)
-        violations = verify(recipe, barriers, plan_ir.read(op, Buffer), tile)
+        plan_ir.require_roles(op, VerifyPipeline.name)
+        plan_ir.tile_of(op, VerifyPipeline.name)
+        left = [o for role in role_ops(op) for o in ops_in(role_block(role), (PUT, GET))]
+        if left:
+            raise error_at(left[0], f"{VerifyPipeline.name} needs the synchronization attn-insert-pipelines "
+                                    f"makes of {left[0].name}; run attn-insert-pipelines first")
+        try:
+            check_register_budget(plan_ir.recipe_of(op, VerifyPipeline.name))
+        except AttncError as e:
+            raise error_at(op, f"{VerifyPipeline.name}: {e.message}") from None
+        with op.context:
+            violations = verify_kernel(op)
         if violations:
-            raise error_at(op, f"{VerifyPipeline.name}: " + "; ".join(v.message for v in violations))
+            raise error_at(violations[0].op, f"{VerifyPipeline.name}: {violations[0].message}")

@@ -50,7 +50,12 @@ def swizzle_for(row_elems: int, elem_bytes: int) -> str:
     return "none"
 
 
+ROW_TILES = ("m", "l", "alpha", "lse")      # fp32 row vectors (sm_100a's softmax -> correction)
+
+
 def _tile_rows_cols(tile: Tile, name: str) -> tuple[int, int]:
+    if name in ROW_TILES:
+        return (tile.block_m, 4 // DTYPE_BYTES[tile.dtype])     # 4 bytes a row, in elements
     return {
         "q": (tile.block_m, tile.head_dim_qk),
         "k": (tile.block_n, tile.head_dim_qk),

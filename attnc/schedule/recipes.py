@@ -103,9 +103,11 @@ def _sm90a(*, kv_stages: int, consumers: int, **_) -> Recipe:
 
 
 def _sm100a(*, kv_stages: int, q_tiles: int, **_) -> Recipe:
+    # With one Q tile (large head dims) the second softmax warpgroup has nothing to run.
+    softmax = ("score_mod", "mask", "softmax")
     roles = (
-        Role("softmax0", (0, 1, 2, 3), 192, ("score_mod", "mask", "softmax")),
-        Role("softmax1", (4, 5, 6, 7), 192, ("score_mod", "mask", "softmax")),
+        Role("softmax0", (0, 1, 2, 3), 192, softmax),
+        Role("softmax1", (4, 5, 6, 7), 192, softmax if q_tiles > 1 else ()),
         Role("correction", (8, 9, 10, 11), 80, ("rescale", "finalize")),
         Role("mma", (12,), 48, ("mma_qk", "mma_pv")),
         Role("load", (13,), 48, ("load_q", "load_kv")),
@@ -121,9 +123,25 @@ def _sm100a(*, kv_stages: int, q_tiles: int, **_) -> Recipe:
         Channel("p1", "softmax1", "mma", "tcgen05", "tmem", 1, ("p",)),
         Channel("o", "correction", "epilogue", "st.shared", "smem", q_tiles, ("o",)),
     )
-    # With one Q tile (large head dims) the second S/P pair has no producer.
-    channels = tuple(c for c in channels if c.name[0] not in "sp" or int(c.name[1]) < q_tiles)
+    # Per Q tile: the softmax's rescale factor each block and its row max and sum at the
+    # end, to the correction warpgroup through shared memory; O, accumulated in TMEM by
+    # the MMA warp and rescaled there by the correction warpgroup.
+    for q in range(2):
+        channels += (
+            Channel(f"alpha{q}", f"softmax{q}", "correction", "st.shared", "smem", 1, ("alpha",)),
+            Channel(f"row{q}", f"softmax{q}", "correction", "st.shared", "smem", 1, ("m", "l")),
+            Channel(f"o{q}_acc", "mma", "correction", "tcgen05", "tmem", 1, ("o",)),
+            Channel(f"o{q}_scaled", "correction", "mma", "tcgen05", "tmem", 1, ("o",)),
+        )
+    # With one Q tile (large head dims) the second softmax's and O's channels have no ends.
+    channels = tuple(c for c in channels if _q_tile_of(c.name) < q_tiles)
     return Recipe("sm_100a", roles, channels, SMEM_BYTES["sm_100a"], tmem_columns=512)
+
+
+def _q_tile_of(channel: str) -> int:
+    """The Q tile a per-tile channel serves (the digit in its name: s1, o0_acc), else 0."""
+    digits = [ch for ch in channel if ch.isdigit()]
+    return int(digits[0]) if digits else 0
 
 
 _RECIPES = {"sm_80": _sm80, "sm_90a": _sm90a, "sm_100a": _sm100a}

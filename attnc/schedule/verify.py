@@ -1,30 +1,26 @@
-"""The L5 protocol as an abstract machine (design.md section 6): every mbarrier ring of a
-plan is run over enough fills to wrap it twice, in every interleaving of its processes,
-and must neither deadlock nor let a slot be overwritten before all its readers released
-it, nor read before its data landed.
+"""The L5 protocol check (design.md section 6.2): the role regions of attn.warp_specialize
+run as processes over their synchronization ops as they stand in the IR, in every
+interleaving, over enough KV iterations to wrap every ring.
 
-What the machine takes from the plan (the IR's `attn.role`, `attn.buffer`,
-`attn.barrier` ops, as a researcher may have edited them) and what from the lowering:
+What is read from the IR, op by op (attnc/ir/roles.py names them): each role's program
+with its loops unrolled (the first KV loop of a role `2 * max stages` times, each later
+one once) and its i32 stage and parity values evaluated (arith constants and xori,
+`attn.ring_advance`, the loops' iter_args); the mbarriers' counts and stages
+(`attn.mbarrier_init`); each role's warps (an arrive `per = "warp"` counts one per
+warp, an expect_tx or tcgen05_commit one); each slot write's bytes (its tile's type)
+and how it lands: on an mbarrier's transaction count, with a cp.async group, or at once.
 
-* the plan: each barrier's `arrive_count`, `tx_bytes`, `stages` and its `arrivers` /
-  `waiters` roles; each role's warps; each channel's buffers (their bytes per slot);
-* the lowering's conduct, the facts this checks the plan against: fill t of a TMA ring is
-  one elected thread's `arrive.expect_tx(tx_bytes[t % len(tx_bytes)])` and then the
-  copies' complete_tx of the tiles' real bytes (every tile of the channel at once, or for
-  an alternating ring tile t % 2 alone: Note [Bytes per fill] in sync.py), which the
-  slot, the channel's buffers' size / stages, must hold; the `mma` role signals with one `tcgen05.commit`; any
-  other role arrives once per warp; a producer waits on `empty` with the phase's
-  complement (the first pass does not block), a consumer on `full` with the phase.
+Note [One ring at a time]: a process is a role (its warps run one program in step: an
+arrive per warp is their arrivals at once). The events of one channel -- its slot
+writes and reads, its mbarriers' waits and arrivals, its cp.async groups and named
+barrier, the CTA barriers -- are explored together, breadth first, so a violation comes
+with a shortest schedule; channels are explored one after the other, as the rings of
+the recipes never wait on each other inside one role's step.
 
-Note [State space]: the processes of a ring are the producer side (one process, or one
-per warp) and the consumer side (likewise, over all the consumer roles); warps that run
-the same program are interchangeable, so a state keeps their program counters sorted
-(symmetry reduction). The explored states are the reachable ones, breadth first, so a
-reported deadlock or race comes with a shortest schedule that reaches it.
-
-`named` barriers (bar.sync) and cp.async groups have no ring: a named barrier's count
-must be the threads of every role that takes part, a cp.async ring must stay inside one
-role.
+A violation is a deadlock (no role can move and one has not finished: named at the op
+it waits at), a slot written while a reader has not read or released its previous fill,
+a slot read before its fill landed or holding another fill, or an mbarrier that gets
+more arrivals than its count or more bytes than it expects (named at that op).
 """
 from __future__ import annotations
 
@@ -32,300 +28,368 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from attnc.schedule.alloc import DTYPE_BYTES, Buffer, Tile
-from attnc.errors import AttncError
-from attnc.schedule.recipes import Recipe, Role, check_register_budget
-from attnc.schedule.sync import Barrier, fill_bytes, fill_tiles
+from mlir import ir
 
-MAX_STATES = 2_000_000
-TILE_NAMES = ("q", "k", "v", "o", "s", "p")     # what a channel's slot may carry
+from attnc.ir import roles as R
+
+MAX_STATES = 400_000
+BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4}
 
 
 @dataclass(frozen=True)
 class Violation:
-    barrier: str                    # the ring's `full` barrier (or the barrier at fault)
+    op: ir.Operation
     message: str
 
 
 @dataclass(frozen=True)
-class _Side:
-    roles: tuple[str, ...]
-    processes: int                  # interchangeable processes on this side
-    arrivals: int                   # arrivals each process makes per phase it signals
+class Event:
+    kind: str          # wait, arrive, write, read, commit, wait_group, cta, bar_arrive, bar_sync
+    channel: str | None
+    op: ir.Operation
+    bar: str = ""
+    stage: int = 0
+    value: int = 0     # parity, arrivals, bytes, pending groups or threads
+    tile: str = ""
+    fill: int = 0
+    lands: str = ""    # write: mbarrier, group or store
+    tx: int = 0        # write: bytes the copy delivers
 
 
-def verify(recipe: Recipe, barriers: list[Barrier], buffers: list[Buffer], tile: Tile) -> list[Violation]:
-    """Every violation of the plan's protocol (empty: it is sound); `tile` gives the bytes
-    each fill's copies deliver."""
-    out = _impossible(recipe, barriers, buffers, tile)
-    if out:
-        return out          # the machine below would divide by them, or walk nothing
-    by_role = {r.name: r for r in recipe.roles}
-    channels = {c.name: c for c in recipe.channels}
-    rings: dict[str, dict[str, Barrier]] = {}
-    for b in barriers:
-        if b.kind == "mbarrier":
-            rings.setdefault(b.channel, {})["full" if b.name.endswith("_full") else "empty"] = b
-        elif b.kind == "named":
-            threads = 32 * sum(len(by_role[r].warps) for r in _roles(b.arrivers) + _roles(b.waiters))
-            if b.arrive_count != threads:
-                outcome = "hang" if b.arrive_count > threads else "release early"
-                out.append(Violation(b.name, f"named barrier counts {b.arrive_count} threads but "
-                                             f"{b.arrivers} and {b.waiters} bring {threads}: "
-                                             f"bar.sync would {outcome}"))
-        elif b.kind == "cp.async.group" and b.arrivers != b.waiters:
-            out.append(Violation(b.name, f"cp.async groups are waited for by the thread that committed "
-                                         f"them, not by another role ({b.arrivers} -> {b.waiters})"))
-    for channel, ring in rings.items():
-        if set(ring) != {"full", "empty"}:
-            missing = ({"full", "empty"} - set(ring)).pop()
-            out.append(Violation(next(iter(ring.values())).name,
-                                 f"channel {channel!r} has no {missing} mbarrier: its ring cannot be walked"))
-            continue
-        full, empty = ring["full"], ring["empty"]
-        if (_roles(empty.arrivers), _roles(empty.waiters)) != (_roles(full.waiters), _roles(full.arrivers)):
-            out.append(Violation(empty.name, f"{empty.name} is signalled by {empty.arrivers} for "
-                                             f"{empty.waiters}, but {full.name}'s readers are {full.waiters} "
-                                             f"and its writer {full.arrivers}: the readers release the slot "
-                                             f"to the writer"))
-            continue
-        ch = channels.get(channel)
-        tma = ch is not None and ch.transport == "tma"
-        fills = fill_bytes(ch, tile) if tma else (0,)
-        slot = _slot_bytes(channel, buffers, ch.alternating) if tma else 0
-        if slot < max(fills):
-            out.append(Violation(full.name, f"a slot of channel {channel!r} holds {slot} bytes but a fill "
-                                            f"delivers {max(fills)}: the copy would overrun the slot"))
-            continue
-        names = tuple("+".join(f).upper() for f in fill_tiles(ch)) if ch else ("",)
-        out.extend(_Ring(full, empty, by_role, fills, names, tma).run())
-    return out
+class Unevaluated(Exception):
+    def __init__(self, op, what):
+        self.op, self.what = op, what
 
 
-def _impossible(recipe: Recipe, barriers: list[Barrier], buffers: list[Buffer], tile: Tile) -> list[Violation]:
-    """Values no plan can hold (a plan edited by hand): counts below 1, negative sizes,
-    tiles and dtypes no channel carries, register budgets setmaxnreg cannot set or the
-    register file cannot hold."""
+# --- the roles' programs as events -----------------------------------------------------
+class _Trace:
+    def __init__(self, warps: int, stages: int, bars: dict):
+        self.warps, self.trips, self.bars = warps, 2 * stages, bars
+        self.env: dict = {}
+        self.events: list[Event] = []
+        self.fills: dict = {}
+        self.loops = 0
+
+    def block(self, block: ir.Block) -> None:
+        for op in block.operations:
+            self.op(op.operation)
+
+    def get(self, op, v: ir.Value) -> int:
+        if v not in self.env:
+            raise Unevaluated(op, v)
+        return self.env[v]
+
+    def op(self, op: ir.Operation) -> None:
+        name = op.name
+        if name == "arith.constant" and isinstance(op.attributes["value"], ir.IntegerAttr):
+            self.env[op.result] = ir.IntegerAttr(op.attributes["value"]).value
+        elif name in _ARITH and all(v in self.env for v in op.operands):
+            self.env[op.result] = _ARITH[name](*(self.env[v] for v in op.operands))
+        elif name == R.RING_ADVANCE:
+            stage, phase = self.get(op, op.operands[0]), self.get(op, op.operands[1])
+            stages = ir.IntegerAttr(op.attributes["stages"]).value
+            wrap = stage + 1 >= stages
+            self.env[op.results[0]] = 0 if wrap else stage + 1
+            self.env[op.results[1]] = phase ^ 1 if wrap else phase
+        elif name == "scf.for":
+            self.loop(op)
+        elif name in _SYNC:
+            self.events.append(_SYNC[name](self, op))
+
+    def loop(self, op: ir.Operation) -> None:
+        body = op.regions[0].blocks[0]
+        trips = self.trips if self.loops == 0 else 1
+        self.loops += 1
+        values = [self.env.get(v) for v in list(op.operands)[3:]]
+        args = list(body.arguments)
+        terminator = list(body.operations)[-1]
+        for n in range(trips):
+            self.env[args[0]] = n
+            for a, v in zip(args[1:], values):
+                if v is None:
+                    self.env.pop(a, None)
+                else:
+                    self.env[a] = v
+            for inner in list(body.operations)[:-1]:
+                self.op(inner.operation)
+            values = [self.env.get(v) for v in terminator.operands]
+        for r, v in zip(op.results, values):
+            if v is not None:
+                self.env[r] = v
+
+    def mbar(self, op, kind: str, value: int) -> Event:
+        bar = R.name_of(op.operands[0].owner)
+        stage = self.get(op, op.operands[1])
+        return Event(kind, self.bars[bar][0], op, bar, stage, value)
+
+
+def _wait(t: _Trace, op) -> Event:
+    e = t.mbar(op, "wait", 0)
+    return Event("wait", e.channel, op, e.bar, e.stage, t.get(op, op.operands[2]) & 1)
+
+
+def _slot(t: _Trace, op, kind: str) -> Event:
+    chan = R.name_of(op.operands[0].owner)
+    tile = ir.StringAttr(op.attributes["tile"]).value
+    fill = t.fills.get((chan, tile, kind), 0)
+    t.fills[(chan, tile, kind)] = fill + 1
+    stage = t.get(op, op.operands[1])
+    if kind == "read":
+        return Event("read", chan, op, stage=stage, tile=tile, fill=fill)
+    lands = ir.StringAttr(op.attributes["completes"]).value
+    bar = R.name_of(op.operands[3].owner) if len(op.operands) > 3 else ""
+    return Event("write", chan, op, bar, stage, tile=tile, fill=fill, lands=lands, tx=_tile_bytes(op.operands[2].type))
+
+
+def _attr(op, key) -> int:
+    return ir.IntegerAttr(op.attributes[key]).value
+
+
+def _channel_attr(op) -> str | None:
+    return ir.StringAttr(op.attributes["channel"]).value if "channel" in op.attributes else None
+
+
+_ARITH = {"arith.xori": lambda a, b: a ^ b, "arith.addi": lambda a, b: a + b, "arith.subi": lambda a, b: a - b,
+          "arith.andi": lambda a, b: a & b, "arith.ori": lambda a, b: a | b, "arith.muli": lambda a, b: a * b}
+_SYNC = {
+    R.MBARRIER_WAIT: _wait,
+    R.MBARRIER_ARRIVE: lambda t, op: t.mbar(op, "arrive", t.warps if _per_warp(op) else 1),
+    R.MBARRIER_EXPECT_TX: lambda t, op: t.mbar(op, "expect", _attr(op, "bytes")),
+    R.TCGEN05_COMMIT: lambda t, op: t.mbar(op, "arrive", 1),
+    R.SLOT_WRITE: lambda t, op: _slot(t, op, "write"),
+    R.SLOT_READ: lambda t, op: _slot(t, op, "read"),
+    R.CP_ASYNC_COMMIT: lambda t, op: Event("commit", _channel_attr(op), op),
+    R.CP_ASYNC_WAIT: lambda t, op: Event("wait_group", _channel_attr(op), op, value=_attr(op, "pending")),
+    R.CTA_BARRIER: lambda t, op: Event("cta", None, op),
+    R.NAMED_BARRIER_ARRIVE: lambda t, op: Event("bar_arrive", _channel_attr(op), op, f"bar{_attr(op, 'id')}",
+                                                value=_attr(op, "threads")),
+    R.NAMED_BARRIER_SYNC: lambda t, op: Event("bar_sync", _channel_attr(op), op, f"bar{_attr(op, 'id')}",
+                                              value=_attr(op, "threads")),
+}
+
+
+def _per_warp(op) -> bool:
+    return "per" not in op.attributes or ir.StringAttr(op.attributes["per"]).value == "warp"
+
+
+def _tile_bytes(t: ir.Type) -> int:
+    text = str(t)                       # !attn.tile<[128, 64], bf16, "smem">
+    shape = text[text.index("[") + 1:text.index("]")]
+    element = text[text.index("]") + 1:].split(",")[1].strip()
+    return math.prod(int(x) for x in shape.split(",") if x.strip()) * BYTES.get(element, 4)
+
+
+# --- the check -------------------------------------------------------------------------
+def verify_kernel(kernel: ir.Operation) -> list[Violation]:
+    """Every violation of the L5 protocol of `kernel` (empty: sound)."""
+    inits = R.mbarrier_ops(kernel)
+    bars = {}
     out = []
-    if tile.dtype not in DTYPE_BYTES:
-        out.append(Violation("tile", f"the tile's dtype {tile.dtype!r} is none of {', '.join(DTYPE_BYTES)}"))
-    for c in recipe.channels:
-        if c.stages < 1:
-            out.append(Violation(c.name, f"channel {c.name!r} has {c.stages} stages: at least 1"))
-        unknown = [t for t in c.tile if t not in TILE_NAMES]
-        if unknown or not c.tile:
-            out.append(Violation(c.name, f"channel {c.name!r} carries tiles {list(c.tile)}: one or more of "
-                                         f"{', '.join(TILE_NAMES)}"))
-    for b in buffers:
-        if b.stages < 1 or b.size <= 0 or b.offset < 0:
-            out.append(Violation(b.name, f"buffer {b.name!r} has offset {b.offset}, size {b.size}, "
-                                         f"{b.stages} stages: the offset must be at least 0, the size and "
-                                         f"the stages at least 1"))
-    for b in barriers:
-        counts = isinstance(b.tx_bytes, tuple) and all(type(x) is int for x in b.tx_bytes)
-        if b.stages < 1 or b.arrive_count < 0 or not counts or not b.tx_bytes or min(b.tx_bytes) < 0:
-            out.append(Violation(b.name, f"barrier {b.name!r} has {b.stages} stages, arrive count "
-                                         f"{b.arrive_count}, tx_bytes {b.tx_bytes}: the stages must be at "
-                                         f"least 1, the others at least 0 (tx_bytes: a list of one or more integers)"))
-    try:
-        check_register_budget(recipe)       # what attn-warp-specialize checks of its own budgets
-    except AttncError as e:
-        out.append(Violation("registers", e.message))
+    for op in inits:
+        a = R.attrs_of(op)
+        if a.get("count", 0) < 1 or a.get("stages", 0) < 1:
+            out.append(Violation(op, f"mbarrier {a['name']!r} has count {a.get('count')} and "
+                                     f"{a.get('stages')} stages: both must be at least 1"))
+        bars[a["name"]] = (a.get("channel"), a.get("count", 1), a.get("stages", 1))
+    if out:
+        return out
+    stages = max([c.get("stages", 1) for c in map(R.attrs_of, R.channel_ops(kernel))] or [1])
+    programs: dict[str, list[Event]] = {}
+    threads: dict[str, int] = {}
+    for role in R.role_ops(kernel):
+        a = R.attrs_of(role)
+        trace = _Trace(len(a["warps"]), stages, bars)
+        try:
+            trace.block(R.role_block(role))
+        except Unevaluated as e:
+            return [Violation(e.op, f"role {a['name']!r}: the stage or parity of {e.op.name} is not a "
+                                    f"value the loops and arith ops make (an iter_arg, a constant, "
+                                    f"attn.ring_advance, arith.xori)")]
+        programs[a["name"]] = trace.events
+        threads[a["name"]] = 32 * len(a["warps"])
+    for chan in [R.name_of(op) for op in R.channel_ops(kernel)]:
+        projected = {r: [e for e in events if e.channel in (chan, None)] for r, events in programs.items()}
+        projected = {r: ev for r, ev in projected.items() if any(e.channel == chan for e in ev)}
+        if projected:
+            found = _Explorer(chan, projected, bars, threads).run()
+            if found:
+                out.append(found)
     return out
 
 
-def _roles(text: str) -> list[str]:
-    return [r for r in text.split(",") if r]
+class _Explorer:
+    """One channel's processes (Note [One ring at a time])."""
 
+    def __init__(self, chan: str, programs: dict, bars: dict, threads: dict):
+        self.chan = chan
+        self.roles = sorted(programs)
+        self.programs = [programs[r] for r in self.roles]
+        self.threads = [threads[r] for r in self.roles]
+        self.bar_keys = sorted({(e.bar, e.stage) for p in self.programs for e in p if e.bar})
+        self.bars = bars
+        self.slot_keys = sorted({(e.stage, e.tile) for p in self.programs for e in p if e.kind in ("write", "read")})
+        self.readers = frozenset(k for k, p in enumerate(self.programs) if any(e.kind == "read" for e in p))
 
-def _side(roles: list[str], by_role: dict[str, Role], tma: bool) -> _Side:
-    """The lowering's conduct: TMA and tcgen05.commit arrive once, other roles once a warp."""
-    if tma or roles == ["mma"]:
-        return _Side(tuple(roles), 1, 1)
-    return _Side(tuple(roles), sum(len(by_role[r].warps) for r in roles), 1)
+    def _count(self, bar: str) -> int:
+        return self.bars[bar][1] if bar in self.bars else 0
 
-
-def _slot_bytes(channel: str, buffers: list[Buffer], alternating: bool) -> int:
-    sizes = [b.size // b.stages for b in buffers
-             if b.channel == channel and b.space == "smem" and not b.alias_of]
-    if not sizes:
-        return 0
-    return max(sizes) if alternating else sum(sizes)
-
-
-class _Ring:
-    """One channel's full/empty ring (Note [State space]). Producer program per fill t:
-    wait empty[t % S] (parity phase ^ 1), write, arrive full (with expect_tx for TMA);
-    consumer program: wait full[t % S] (parity phase), read, arrive empty."""
-
-    def __init__(self, full: Barrier, empty: Barrier, by_role: dict[str, Role],
-                 delivered: tuple[int, ...], names: tuple[str, ...], tma: bool):
-        self.full, self.empty = full, empty
-        self.stages = full.stages
-        # every slot used with both parities: one period of the (slot, phase, tile) of a
-        # fill, as an alternating ring's two tiles repeat every 2 fills (Note [Bytes per fill])
-        self.fills = 2 * self.stages
-        self.tma = tma                  # the channel's transport, whatever tx_bytes says
-        self.prod = _side(_roles(full.arrivers), by_role, self.tma)
-        self.cons = _side(_roles(full.waiters), by_role, False)
-        self.delivered = delivered
-        self.names = names
-
-    def _expected(self, t: int) -> int:
-        return self.full.tx_bytes[t % len(self.full.tx_bytes)]
-
-    def _landing(self, t: int) -> int:
-        return self.delivered[t % len(self.delivered)]
-
-    def run(self) -> list[Violation]:
-        static = self._static()
-        if static:
-            return static
-        S = self.stages
-        # state: (producer pcs, consumer pcs, per stage (arrivals, phases, pending tx) of
-        #         full and of empty, per stage (fill, writes done, releases), copies in flight)
-        start = ((0,) * self.prod.processes, (0,) * self.cons.processes,
-                 ((0, 0, 0),) * S, ((0, 0, 0),) * S, ((-1, 0, self.cons.processes),) * S, ())
-        seen = {start: None}
+    def run(self) -> Violation | None:
+        n = len(self.programs)
+        start = ((0,) * n, ((0, 0, 0),) * len(self.bar_keys),
+                 ((-1, False, frozenset()),) * len(self.slot_keys), (), ((),) * n, ((),) * n,
+                 frozenset(), (-1,) * n)
+        seen = {start}
         queue = deque([start])
         while queue:
             state = queue.popleft()
             moves = list(self._moves(state))
-            if not moves and not self._done(state):
-                return [Violation(self.full.name, f"ring {self.full.channel!r} deadlocks: "
-                                                  f"{self._describe(state)}")]
-            for label, nxt in moves:
-                if isinstance(nxt, str):
-                    return [Violation(self.full.name, f"ring {self.full.channel!r}: {nxt} "
-                                                      f"(after {label})")]
+            if not moves and any(pc < len(p) for pc, p in zip(state[0], self.programs)):
+                return self._deadlock(state)
+            for nxt in moves:
+                if isinstance(nxt, Violation):
+                    return nxt
                 if nxt not in seen:
                     if len(seen) >= MAX_STATES:
-                        return [Violation(self.full.name, f"ring {self.full.channel!r}: more than "
-                                                          f"{MAX_STATES} states, not verified")]
-                    seen[nxt] = state
+                        return Violation(self.programs[0][0].op, f"channel {self.chan!r}: more than "
+                                                                 f"{MAX_STATES} states, not verified")
+                    seen.add(nxt)
                     queue.append(nxt)
-        return []
+        return None
 
-    def _static(self) -> list[Violation]:
-        out = []
-        if self.full.stages != self.empty.stages:
-            out.append(Violation(self.full.name, f"{self.full.name} has {self.full.stages} stages, "
-                                                 f"{self.empty.name} {self.empty.stages}"))
-        if not self.tma:
-            return out
-        for t in range(math.lcm(len(self.full.tx_bytes), len(self.delivered))):
-            expected, landing = self._expected(t), self._landing(t)
-            if expected != landing:
-                outcome = "never complete" if expected > landing else "complete before the data lands"
-                what = self.names[t % len(self.names)]
-                out.append(Violation(self.full.name, f"{self.full.name} expects {expected} bytes on fill "
-                                                     f"{t} but that fill of channel {self.full.channel!r}"
-                                                     f"{f' ({what})' if what else ''} delivers {landing}: "
-                                                     f"the phase would {outcome}"))
-                break
-        return out
+    def _deadlock(self, state) -> Violation:
+        pcs, bars = state[0], state[1]
+        stuck = [(k, self.programs[k][pc]) for k, pc in enumerate(pcs) if pc < len(self.programs[k])]
+        parts = []
+        for k, e in stuck:
+            where = f"{self.roles[k]} waits at {e.op.name}"
+            if e.kind == "wait":
+                arrivals, phases, pending = bars[self.bar_keys.index((e.bar, e.stage))]
+                where += (f" on {e.bar}[{e.stage}] for parity {e.value} (its phase {phases}, {arrivals} "
+                          f"of {self._count(e.bar)} arrivals{f', {pending} bytes due' if pending else ''})")
+            parts.append(where)
+        return Violation(stuck[0][1].op, f"channel {self.chan!r} deadlocks: " + "; ".join(parts))
 
-    def _done(self, state) -> bool:
-        prod, cons, flying = state[0], state[1], state[5]
-        return not flying and all(pc == 2 * self.fills for pc in prod + cons)
+    def _moves(self, state):
+        pcs, bars, slots, flight, groups, open_groups, holds, entered = state
+        for k, pc in enumerate(pcs):
+            if pc < len(self.programs[k]):
+                yield from self._step(k, self.programs[k][pc], state)
+        for i, (slot, bar, tx) in enumerate(flight):
+            rest = flight[:i] + flight[i + 1:]
+            new_bars = bars
+            if bar:
+                b = self.bar_keys.index(bar)
+                arrivals, phases, pending = bars[b]
+                pending -= tx
+                if pending < 0:
+                    yield Violation(self._writer_op(slot), f"{bar[0]}[{bar[1]}] receives more bytes than "
+                                                           f"its expect_tx announced")
+                    return
+                new_bars = _set(bars, b, self._settle(bar[0], arrivals, phases, pending))
+            fill, _, readers = slots[slot]
+            yield (pcs, new_bars, _set(slots, slot, (fill, True, readers)), rest, groups, open_groups, holds, entered)
+        for k, pending in enumerate(groups):
+            for g, group in enumerate(pending):
+                new_slots = slots
+                for slot in group:
+                    fill, _, readers = new_slots[slot]
+                    new_slots = _set(new_slots, slot, (fill, True, readers))
+                yield (pcs, bars, new_slots, flight, _set(groups, k, pending[:g] + pending[g + 1:]),
+                       open_groups, holds, entered)
 
-    @staticmethod
-    def _phase_open(bar, parity: int) -> bool:
-        """try_wait.parity(p) passes once the phase of parity p has completed, i.e. while
-        the current phase's parity differs from p."""
-        return (bar[1] & 1) != parity
+    def _writer_op(self, slot: int):
+        stage, tile = self.slot_keys[slot]
+        return next(e.op for p in self.programs for e in p if e.kind == "write" and (e.stage, e.tile) == (stage, tile))
 
-    def _arrive(self, bar, count: int, tx: int = 0):
-        arrivals, phases, pending = bar
-        arrivals += 1
-        pending += tx
-        if arrivals > count:
-            return None
-        if arrivals == count and pending == 0:
+    def _settle(self, bar: str, arrivals: int, phases: int, pending: int):
+        if arrivals == self._count(bar) and pending == 0:
             return (0, phases + 1, 0)
         return (arrivals, phases, pending)
 
-    def _moves(self, state):
-        prod, cons, full, empty, slots, flying = state
-        S = self.stages
-        for k, pc in enumerate(prod):
-            if pc == 2 * self.fills or (k and prod[k - 1] == pc):
-                continue                            # finished, or a twin already moved
-            t, step = divmod(pc, 2)
-            s, phase = t % S, (t // S) & 1
-            if step == 0:                           # wait empty, then write the slot
-                if not self._phase_open(empty[s], phase ^ 1):
-                    continue
-                fill, writes, released = slots[s]
-                if fill != t and released < self.cons.processes:
-                    yield f"fill {t}", (f"slot {s} is overwritten by fill {t} before all "
-                                        f"{self.cons.processes} readers of fill {fill} released it "
-                                        f"({released} did): {self.empty.name} counts "
-                                        f"{self.empty.arrive_count}")
-                    return
-                written = (t, 0 if self.tma else 1, 0) if fill != t else (t, writes + 1, released)
-                yield f"fill {t}", (_step(prod, k), cons, full, empty, _set(slots, s, written), flying)
-            else:                                   # arrive on full
-                tx = self._expected(t) if self.tma else 0
-                bar = self._arrive(full[s], self.full.arrive_count, tx)
-                if bar is None:
-                    yield f"fill {t}", f"{self.full.name} gets more arrivals than its count " \
-                                       f"{self.full.arrive_count}"
-                    return
-                new_flying = tuple(sorted(flying + (s,))) if self.tma else flying
-                yield f"arrive {t}", (_step(prod, k), cons, _set(full, s, bar), empty, slots, new_flying)
-        for s in sorted(set(flying)):               # a TMA copy lands: complete_tx
-            arrivals, phases, pending = full[s]
-            pending -= self._landing(slots[s][0])
-            if pending < 0:
-                yield "a copy landed", f"{self.full.name} received more bytes than it expected"
+    def _step(self, k: int, e: Event, state):
+        pcs, bars, slots, flight, groups, open_groups, holds, entered = state
+        nxt = _set(pcs, k, pcs[k] + 1)
+        if e.kind == "wait":
+            if (bars[self.bar_keys.index((e.bar, e.stage))][1] & 1) != e.value:
+                yield (nxt, *state[1:])
+        elif e.kind in ("arrive", "expect"):
+            b = self.bar_keys.index((e.bar, e.stage))
+            arrivals, phases, pending = bars[b]
+            arrivals += 1 if e.kind == "expect" else e.value
+            pending += e.value if e.kind == "expect" else 0
+            if arrivals > self._count(e.bar):
+                yield Violation(e.op, f"{e.bar}[{e.stage}] gets {arrivals} arrivals in one phase, more than "
+                                      f"its count {self._count(e.bar)}")
                 return
-            complete = arrivals == self.full.arrive_count and pending == 0
-            bar = (0, phases + 1, 0) if complete else (arrivals, phases, pending)
-            fill, writes, released = slots[s]
-            rest = list(flying)
-            rest.remove(s)
-            yield f"copy {fill} landed", (prod, cons, _set(full, s, bar), empty,
-                                          _set(slots, s, (fill, writes + 1, released)), tuple(rest))
-        for k, pc in enumerate(cons):
-            if pc == 2 * self.fills or (k and cons[k - 1] == pc):
-                continue
-            t, step = divmod(pc, 2)
-            s, phase = t % S, (t // S) & 1
-            if step == 0:                           # wait full, then read the slot
-                if not self._phase_open(full[s], phase):
-                    continue
-                fill, writes, _ = slots[s]
-                if fill != t or writes < (1 if self.tma else self.prod.processes):
-                    yield f"read {t}", (f"fill {t} is read from slot {s} before its data landed: "
-                                        f"{self.full.name} counts {self.full.arrive_count}")
-                    return
-                yield f"read {t}", (prod, _step(cons, k), full, empty, slots, flying)
-            else:                                   # arrive on empty: release
-                bar = self._arrive(empty[s], self.empty.arrive_count)
-                if bar is None:
-                    yield f"release {t}", f"{self.empty.name} gets more arrivals than its count " \
-                                          f"{self.empty.arrive_count}"
-                    return
-                fill, writes, released = slots[s]
-                yield f"release {t}", (prod, _step(cons, k), full, _set(empty, s, bar),
-                                       _set(slots, s, (fill, writes, released + 1)), flying)
+            released = frozenset(h for h in holds if h[0] != k) if e.kind == "arrive" else holds
+            yield (nxt, _set(bars, b, self._settle(e.bar, arrivals, phases, pending)), slots, flight, groups,
+                   open_groups, released, entered)
+        elif e.kind == "write":
+            yield self._write(k, e, state, nxt)
+        elif e.kind == "read":
+            s = self.slot_keys.index((e.stage, e.tile))
+            fill, landed, readers = slots[s]
+            if fill != e.fill or not landed:
+                what = ("before its data landed" if fill == e.fill else
+                        "before any fill was written to it" if fill < 0 else f"while it holds fill {fill}")
+                yield Violation(e.op, f"{self.roles[k]} reads fill {e.fill} of {self.chan!r} ({e.tile}) "
+                                      f"from slot {e.stage} {what}")
+                return
+            yield (nxt, bars, _set(slots, s, (fill, landed, readers | {k})), flight, groups, open_groups,
+                   holds | {(k, s)}, entered)
+        elif e.kind == "commit":
+            yield (nxt, bars, slots, flight, _set(groups, k, groups[k] + (open_groups[k],)),
+                   _set(open_groups, k, ()), holds, entered)
+        elif e.kind == "wait_group":
+            if len(groups[k]) <= e.value:
+                yield (nxt, *state[1:])
+        elif e.kind == "cta":
+            yield (nxt, bars, slots, flight, groups, open_groups, frozenset(h for h in holds if h[0] != k), entered)
+        else:
+            yield from self._named(k, e, state, nxt)
 
-    def _describe(self, state) -> str:
-        prod, cons, full, empty = state[:4]
-        def where(pcs, what) -> str:
-            return ", ".join(sorted({f"{what[pc % 2]} {pc // 2}" if pc < 2 * self.fills else "done"
-                                     for pc in pcs}))
-        producer = where(prod, ("wait empty for fill", "arrive full for fill"))
-        consumers = where(cons, ("wait full for fill", "release fill"))
-        return (f"the producer ({'/'.join(self.prod.roles)}) is at [{producer}], the consumers "
-                f"({'/'.join(self.cons.roles)}) at [{consumers}]; {self.full.name} counts "
-                f"{self.full.arrive_count}, {self.empty.name} {self.empty.arrive_count} "
-                f"({self.cons.processes} releasing processes)")
+    def _write(self, k: int, e: Event, state, nxt):
+        pcs, bars, slots, flight, groups, open_groups, holds, entered = state
+        s = self.slot_keys.index((e.stage, e.tile))
+        fill, _, readers = slots[s]
+        holders = {h[0] for h in holds if h[1] == s}
+        if fill >= 0 and (not self.readers <= readers or holders):
+            late = sorted(self.roles[r] for r in (self.readers - readers) | holders)
+            return Violation(e.op, f"{self.roles[k]} overwrites slot {e.stage} of {self.chan!r} ({e.tile}) with "
+                                   f"fill {e.fill} before {', '.join(late)} released fill {fill}")
+        if e.lands == "mbarrier":
+            bar = (e.bar, e.stage)
+            return (nxt, bars, _set(slots, s, (e.fill, False, frozenset())),
+                    tuple(sorted(flight + ((s, bar, e.tx),))), groups, open_groups, holds, entered)
+        if e.lands == "group":
+            return (nxt, bars, _set(slots, s, (e.fill, False, frozenset())), flight, groups,
+                    _set(open_groups, k, open_groups[k] + (s,)), holds, entered)
+        return (nxt, bars, _set(slots, s, (e.fill, True, frozenset())), flight, groups, open_groups, holds, entered)
 
-
-def _step(pcs: tuple, k: int) -> tuple:
-    return tuple(sorted(pcs[:k] + (pcs[k] + 1,) + pcs[k + 1:]))
+    def _named(self, k: int, e: Event, state, nxt):
+        """bar.arrive adds the role's threads; bar.sync adds them once and waits for the
+        barrier's generation to move on (entered[k]: the generation it joined)."""
+        pcs, bars, slots, flight, groups, open_groups, holds, entered = state
+        key = (e.bar, 0)
+        if key not in self.bar_keys:
+            self.bar_keys.append(key)
+            bars = bars + ((0, 0, 0),)
+        b = self.bar_keys.index(key)
+        arrived, generation, _ = bars[b]
+        if e.kind == "bar_sync" and entered[k] >= 0:
+            if generation > entered[k]:
+                yield (nxt, bars, slots, flight, groups, open_groups, holds, _set(entered, k, -1))
+            return
+        arrived += self.threads[k]
+        if arrived > e.value:
+            yield Violation(e.op, f"named barrier {e.bar[3:]} counts {e.value} threads but gets {arrived}")
+            return
+        done = arrived == e.value
+        bar = (0, generation + 1, 0) if done else (arrived, generation, 0)
+        if e.kind == "bar_arrive":
+            yield (nxt, _set(bars, b, bar), slots, flight, groups, open_groups, holds, entered)
+        else:
+            yield (pcs, _set(bars, b, bar), slots, flight, groups, open_groups, holds, _set(entered, k, generation))
 
 
 def _set(values: tuple, k: int, value) -> tuple:

@@ -73,7 +73,7 @@ def test_compile_print_ir_after_all():
     assert "block_m" not in dumps[0] and "block_m = 128 : i64" in dumps[1]
     assert out.startswith("module attributes {attn.filename = \"examples/gemma2.attn\", attn.source = ")
     assert 'mask_kind = "static"' in out
-    assert '"attn.role"' in out and '"attn.buffer"' in out and '"attn.barrier"' in out
+    assert '"attn.role"' in out and "buffers = [" in out and '"attn.mbarrier_init"' in out
     assert dumps[-1].split("\n", 1)[1].rstrip("\n") == out.rstrip("\n")
     assert 'loc("examples/gemma2.attn":8:28)' in out
 
@@ -273,7 +273,7 @@ def test_passes_lists_passes_options_and_pipelines():
     assert "    block_m: int  query rows per Q tile (default: the target's choice for the head dims and the mask; --emit mlir shows it)\n" in out
     assert "attn-analyze-masks\n    Classify KV tiles as skip / full / mixed from mask_mod" in out
     assert ("attn-warp-specialize\n"
-            "    Lay out warp roles and the channels between them (attn.role, attn.channel).\n"
+            "    Split the tile program into role regions with put/get on channels (attn.role, attn.channel).\n"
             "    consumers: int  consumer warpgroups on sm_90a, 1 or 2 (default 2; no other target has them)\n") in out
     assert ("attn-alloc-smem\n"
             "    Place Q, K, V (and O) tiles in shared memory with swizzle, alignment and a budget "
@@ -281,7 +281,7 @@ def test_passes_lists_passes_options_and_pipelines():
     assert ("attn-alloc-tmem\n"
             "    Place S, P and O accumulators in tensor memory columns (sm_100a).\n") in out
     assert ("attn-insert-pipelines\n"
-            "    Turn channels into cp.async groups or mbarrier rings with counts and tx bytes.\n") in out
+            "    Replace put/get by mbarrier, cp.async and named-barrier ops with (stage, phase) state.\n") in out
     # each pass's summary is its docstring's first line
     for name in PIPELINE:
         info = registry.lookup(name)

@@ -1,5 +1,5 @@
 // attn-lower-sm80: the sm_80 plan becomes a gpu.module with the FlashAttention-2
-// kernel in upstream dialects, the cp.async queue of attn-insert-pipelines now
+// kernel in upstream dialects, the cp.async groups of attn-insert-pipelines now
 // explicit commit groups and waits, and the launch ABI recorded on the module.
 //
 // RUN: attnc compile examples/mha.attn -arch sm_80 --emit mlir | filecheck %s
@@ -9,7 +9,7 @@
 // RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-insert-pipelines,attn-lower-sm80" 2>&1 | filecheck %s --check-prefix=NOSOURCE
 
 // CHECK: module attributes {attn.filename = "examples/mha.attn", attn.source = "{{.*}}", gpu.container_module}
-// CHECK: "attn.barrier"() {{{.*}}kind = "cp.async.group", name = "cp_async_kv", stages = 2
+// CHECK: "attn.cp_async_commit"() {channel = "kv"}
 // CHECK: gpu.module @attnc_kernels attributes {attn.kernels = "[{\22name\22: \22attn_fwd\22, \22symbol\22: \22attnc_mha_fwd\22
 // CHECK: gpu.func @attnc_mha_fwd(
 // CHECK-SAME: kernel

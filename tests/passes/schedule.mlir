@@ -1,45 +1,136 @@
-// attn-warp-specialize, attn-alloc-smem, attn-alloc-tmem and attn-insert-pipelines:
-// the same four passes lay out the sm_80 recipe (one cooperative role, cp.async
-// queue), a two-role producer/consumer plan with an mbarrier ring (sm_90a with one
-// consumer warpgroup) and the 16-warp sm_100a recipe with tensor memory.
+// attn-warp-specialize, attn-alloc-smem, attn-alloc-tmem and attn-insert-pipelines, each
+// after the one before: role regions exchanging tiles through put/get on channels (L3),
+// the channels' buffers (L4), then the synchronization ops with their (stage, phase)
+// values (L5), for the sm_80 recipe (one cooperative role, cp.async channels), a
+// producer/consumer plan (sm_90a with one consumer warpgroup and two K/V stages), the
+// default sm_90a plan at head dim 128 (a producer and two consumer warpgroups) and the
+// FA4 roles of sm_100a.
 //
-// RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines" | filecheck %s --check-prefix=SM80
+// RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize" | filecheck %s --check-prefix=WS80
+// RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize" | filecheck %s --check-prefix=WS90
+// RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-warp-specialize" | filecheck %s --check-prefix=WS100
+// RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem" | filecheck %s --check-prefix=ALLOC80
+// RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem" | filecheck %s --check-prefix=ALLOC100
+// RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines" | filecheck %s --check-prefix=SYNC80
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{num_warps=8 block_m=64 block_n=128 stages=2},attn-warp-specialize{consumers=1},attn-alloc-smem,attn-insert-pipelines" | filecheck %s --check-prefix=RING
-// RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines" | filecheck %s --check-prefix=SM100
+// RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines" | filecheck %s --check-prefix=SYNC100
 
-// SM80: "attn.kernel"
-// SM80: "attn.role"() {name = "compute", ops = [{{.*}}], regs = 0 : i64, warps = [0, 1, 2, 3]}
-// SM80-NEXT: "attn.channel"() {{{.*}}consumer = "compute", name = "q", producer = "compute", space = "smem", stages = 1 : i64, tile = ["q"], transport = "cp.async"}
-// SM80-NEXT: "attn.channel"() {{{.*}}name = "kv"{{.*}}stages = 2 : i64, tile = ["k", "v"], transport = "cp.async"}
-// SM80-NEXT: "attn.buffer"() {align = 128 : i64, channel = "q", name = "sQ", offset = 0 : i64, size = 32768 : i64, space = "smem", stages = 1 : i64, swizzle = "xor128B"}
-// SM80-NEXT: "attn.buffer"() {align = 128 : i64, channel = "kv", name = "sK", offset = 32768 : i64, size = 32768 : i64, space = "smem", stages = 2 : i64, swizzle = "xor128B"}
-// SM80-NEXT: "attn.buffer"() {align = 128 : i64, channel = "kv", name = "sV", offset = 65536 : i64, size = 32768 : i64, space = "smem", stages = 2 : i64, swizzle = "xor128B"}
-// SM80-NOT: space = "tmem"
-// SM80: "attn.barrier"() {{{.*}}kind = "cp.async.group", name = "cp_async_q", stages = 1 : i64, tx_bytes = [32768]
-// SM80-NEXT: "attn.barrier"() {{{.*}}kind = "cp.async.group", name = "cp_async_kv", stages = 2 : i64, tx_bytes = [32768]
-// SM80-NOT: mbarrier
+// L3, sm_80: one cooperative role whose loads go through its own cp.async channels.
+// WS80: "attn.warp_specialize"() ({
+// WS80-NEXT: %[[Q:[0-9]+]] = "attn.channel"() {consumer = "compute", name = "q", producer = "compute", space = "smem", stages = 1 : i64, tile = ["q"], transport = "cp.async", types = [!attn.tile<[128, 128], bf16, "smem">]}
+// WS80-NEXT: %[[KV:[0-9]+]] = "attn.channel"() {consumer = "compute", name = "kv", producer = "compute", space = "smem", stages = 2 : i64, tile = ["k", "v"], transport = "cp.async"
+// WS80-NEXT: "attn.role"() ({
+// WS80: "attn.put"(%[[Q]], %{{[0-9]+}}) {tile = "q"}
+// WS80: scf.for
+// WS80: %[[K:[0-9]+]] = "attn.load"(%arg1, {{.*}}) {operand = "k"}
+// WS80-NEXT: "attn.put"(%[[KV]], %[[K]]) {tile = "k"}
+// WS80-NEXT: "attn.get"(%[[KV]]) {tile = "k"}
+// WS80: }) {name = "compute", regs = 0 : i64, warps = [0, 1, 2, 3]}
+// WS80-NOT: "attn.role"
 
-// Two roles: a producer warpgroup and one consumer warpgroup, with setmaxnreg budgets.
-// RING: "attn.role"() {name = "producer", ops = ["load_q", "load_kv", "store_o"], regs = 24 : i64, warps = [0, 1, 2, 3]}
-// RING-NEXT: "attn.role"() {name = "consumer0", ops = [{{.*}}], regs = 240 : i64, warps = [4, 5, 6, 7]}
-// RING-NOT: "attn.role"
-// RING: "attn.channel"() {{{.*}}consumer = "consumer0", name = "kv", producer = "producer", space = "smem", stages = 2 : i64, tile = ["k", "v"], transport = "tma"}
-// RING: "attn.buffer"() {{{.*}}name = "sK"{{.*}}size = 65536 : i64, space = "smem", stages = 2 : i64
-// RING: "attn.buffer"() {{{.*}}alias_of = "sQ"{{.*}}name = "sO"
-// The ring: one full barrier per slot armed with the slot's bytes by one producer
-// arrive, one empty barrier per slot released by the consumer's 4 warps.
-// RING: "attn.barrier"() {arrive_count = 1 : i64, arrivers = "producer", channel = "kv", kind = "mbarrier", name = "mbar_kv_full", stages = 2 : i64, tx_bytes = [65536], waiters = "consumer0"}
-// RING-NEXT: "attn.barrier"() {arrive_count = 4 : i64, arrivers = "consumer0", channel = "kv", kind = "mbarrier", name = "mbar_kv_empty", stages = 2 : i64, tx_bytes = [0], waiters = "producer"}
+// L3, sm_90a at head dim 128: the producer warpgroup loads and puts K and V; two consumer
+// warpgroups get them and run the GEMMs, hooks and softmax; consumer0 hands O back.
+// WS90: %[[KV:[0-9]+]] = "attn.channel"() {consumer = "consumer0", name = "kv", producer = "producer", space = "smem", stages = 3 : i64, tile = ["k", "v"], transport = "tma"
+// WS90: %[[O:[0-9]+]] = "attn.channel"() {consumer = "producer", name = "o", producer = "consumer0", space = "smem", stages = 1 : i64, tile = ["o"], transport = "regs"
+// WS90: scf.for
+// WS90: "attn.put"(%[[KV]], %{{[0-9]+}}) {tile = "k"}
+// WS90: "attn.put"(%[[KV]], %{{[0-9]+}}) {tile = "v"}
+// WS90: "attn.get"(%[[O]]) {tile = "o"}
+// WS90-NEXT: "attn.store"
+// WS90: }) {name = "producer", regs = 24 : i64, warps = [0, 1, 2, 3]}
+// WS90: "attn.get"(%[[KV]]) {tile = "k"}
+// WS90-NEXT: "attn.mma"
+// WS90: "attn.put"(%[[O]], %{{[0-9]+}}#0) {tile = "o"}
+// WS90: }) {name = "consumer0", regs = 240 : i64, warps = [4, 5, 6, 7]}
+// WS90: "attn.get"(%[[KV]]) {tile = "k"}
+// WS90-NOT: "attn.put"
+// WS90: }) {name = "consumer1", regs = 240 : i64, warps = [8, 9, 10, 11]}
 
-// SM100-COUNT-7: "attn.role"
-// SM100: "attn.buffer"() {{{.*}}name = "sKV"{{.*}}size = 98304 : i64, space = "smem", stages = 3 : i64
-// SM100: "attn.buffer"() {{{.*}}name = "tS0", offset = 0 : i64, size = 128 : i64, space = "tmem"
-// SM100-NEXT: "attn.buffer"() {alias_of = "tS0"{{.*}}name = "tP0", offset = 64 : i64, size = 64 : i64, space = "tmem"
-// SM100: "attn.buffer"() {{{.*}}name = "tO1", offset = 384 : i64, size = 128 : i64, space = "tmem"
-// The K, V ring announces each fill's bytes in turn (Note [Bytes per fill]): K's, then V's.
-// SM100: "attn.barrier"() {arrive_count = 1 : i64, arrivers = "load", channel = "kv", kind = "mbarrier", name = "mbar_kv_full", stages = 3 : i64, tx_bytes = [32768, 32768], waiters = "mma"}
-// SM100: "attn.barrier"() {arrive_count = 1 : i64, arrivers = "mma", channel = "s0", kind = "mbarrier", name = "mbar_s0_full"
-// SM100-NEXT: "attn.barrier"() {arrive_count = 4 : i64, arrivers = "softmax0", channel = "s0", kind = "mbarrier", name = "mbar_s0_empty"
+// L3, sm_100a: FA4's roles; S and P between the MMA warp and the softmax warpgroups, O
+// between the MMA warp and the correction warpgroup, all in TMEM.
+// WS100: %[[S0:[0-9]+]] = "attn.channel"() {consumer = "softmax0", name = "s0", producer = "mma", space = "tmem", stages = 1 : i64, tile = ["s"], transport = "tcgen05"
+// WS100: %[[P0:[0-9]+]] = "attn.channel"() {consumer = "mma", name = "p0", producer = "softmax0", space = "tmem"
+// WS100: %[[ACC:[0-9]+]] = "attn.channel"() {consumer = "correction", name = "o0_acc", producer = "mma", space = "tmem"
+// WS100: "attn.get"(%[[S0]]) {tile = "s"}
+// WS100: "attn.put"(%[[P0]], %{{[0-9]+}}#0) {tile = "p"}
+// WS100: }) {name = "softmax0", regs = 192 : i64, warps = [0, 1, 2, 3]}
+// WS100: }) {name = "softmax1", regs = 192 : i64, warps = [4, 5, 6, 7]}
+// WS100: "attn.get"(%[[ACC]]) {tile = "o"}
+// WS100: "attn.rescale"
+// WS100: }) {name = "correction", regs = 80 : i64, warps = [8, 9, 10, 11]}
+// WS100: "attn.put"(%[[ACC]], %arg{{[0-9]+}}) {tile = "o"}
+// WS100: "attn.put"(%[[S0]], %{{[0-9]+}}) {tile = "s"}
+// WS100: "attn.get"(%[[P0]]) {tile = "p"}
+// WS100: }) {name = "mma", regs = 48 : i64, warps = [12]}
+// WS100: }) {name = "load", regs = 48 : i64, warps = [13]}
+// WS100: }) {name = "epilogue", regs = 48 : i64, warps = [14]}
+// WS100: "attn.role"() ({
+// WS100-NEXT: gpu.yield
+// WS100-NEXT: }) {name = "empty", regs = 24 : i64, warps = [15]}
+
+// L4: the buffers on the channels.
+// ALLOC80: "attn.channel"() {buffers = [{align = 128 : i64, name = "sQ", offset = 0 : i64, size = 32768 : i64, space = "smem", stages = 1 : i64, swizzle = "xor128B"}], {{.*}}name = "q"
+// ALLOC80-NEXT: "attn.channel"() {buffers = [{align = 128 : i64, name = "sK", offset = 32768 : i64, size = 32768 : i64, space = "smem", stages = 2 : i64, swizzle = "xor128B"}, {align = 128 : i64, name = "sV", offset = 65536 : i64, size = 32768 : i64, space = "smem", stages = 2 : i64, swizzle = "xor128B"}], {{.*}}name = "kv"
+// ALLOC80-NOT: space = "tmem"
+// ALLOC100: "attn.channel"() {alternating = true, buffers = [{align = 128 : i64, name = "sKV", {{.*}}size = 98304 : i64, space = "smem", stages = 3 : i64
+// ALLOC100: "attn.channel"() {buffers = [{align = 32 : i64, name = "tS0", offset = 0 : i64, size = 128 : i64, space = "tmem"
+// ALLOC100: "attn.channel"() {buffers = [{alias_of = "tS0", align = 32 : i64, name = "tP0", offset = 64 : i64, size = 64 : i64, space = "tmem"
+// ALLOC100: "attn.channel"() {buffers = [{align = 32 : i64, name = "tO0", offset = 256 : i64, size = 128 : i64, space = "tmem"{{.*}}name = "o0_acc"
+
+// L5, sm_80: cp.async groups; each read waits for its group and a CTA barrier, each
+// write waits for the slot's readers at a CTA barrier; the ring state (stage, phase) is
+// carried by the loop.
+// SYNC80: %[[KV:[0-9]+]] = "attn.channel"() {{.*}}name = "kv"
+// SYNC80: %[[C0:c0_i32[_0-9]*]] = arith.constant 0 : i32
+// SYNC80: scf.for %{{.*}} iter_args({{.*}}%[[RS:arg[0-9]+]] = %[[C0]], %[[RP:arg[0-9]+]] = %[[C0]], %[[WS:arg[0-9]+]] = %[[C0]], %[[WP:arg[0-9]+]] = %[[C0]])
+// SYNC80: "attn.cta_barrier"() {channel = "kv"}
+// SYNC80-NEXT: "attn.slot_write"(%[[KV]], %[[WS]], %{{[0-9]+}}) {completes = "group", tile = "k"}
+// SYNC80-NEXT: "attn.cp_async_commit"() {channel = "kv"}
+// SYNC80-NEXT: "attn.cp_async_wait"() {channel = "kv", pending = 0 : i64}
+// SYNC80-NEXT: "attn.cta_barrier"() {channel = "kv"}
+// SYNC80-NEXT: "attn.slot_read"(%[[KV]], %[[RS]]) {tile = "k"}
+// SYNC80: "attn.slot_write"(%[[KV]], %[[WS]], %{{[0-9]+}}) {completes = "group", tile = "v"}
+// SYNC80-NEXT: "attn.cp_async_commit"() {channel = "kv"}
+// SYNC80-NEXT: "attn.ring_advance"(%[[WS]], %[[WP]]) {stages = 2 : i64}
+// SYNC80: "attn.slot_read"(%[[KV]], %[[RS]]) {tile = "v"}
+// SYNC80-NEXT: "attn.ring_advance"(%[[RS]], %[[RP]]) {stages = 2 : i64}
+// SYNC80-NOT: mbarrier
+
+// L5, two roles on an mbarrier ring of 2 slots: the producer waits for the slot's
+// release on the flipped phase, announces the fill's bytes and writes K and V; the
+// consumer waits for the fill on the phase and releases the slot after its last use.
+// RING: %[[KV:[0-9]+]] = "attn.channel"() {{.*}}name = "kv"
+// RING: %[[FULL:[0-9]+]] = "attn.mbarrier_init"() {channel = "kv", count = 1 : i64, name = "mbar_kv_full", side = "full", stages = 2 : i64}
+// RING-NEXT: %[[EMPTY:[0-9]+]] = "attn.mbarrier_init"() {channel = "kv", count = 4 : i64, name = "mbar_kv_empty", side = "empty", stages = 2 : i64}
+// RING: scf.for {{.*}} iter_args(%[[S:arg[0-9]+]] = %c0_i32, %[[P:arg[0-9]+]] = %c0_i32) -> (i32, i32)
+// RING-NEXT: "attn.load"{{.*}}{operand = "k"}
+// RING-NEXT: %[[FLIP:[0-9]+]] = arith.xori %[[P]], %c1_i32
+// RING-NEXT: "attn.mbarrier_wait"(%[[EMPTY]], %[[S]], %[[FLIP]])
+// RING-NEXT: "attn.mbarrier_expect_tx"(%[[FULL]], %[[S]]) {bytes = 65536 : i64}
+// RING: "attn.slot_write"(%[[KV]], %[[S]], %{{[0-9]+}}, %[[FULL]]) {completes = "mbarrier", tile = "k"}
+// RING: "attn.slot_write"(%[[KV]], %[[S]], %{{[0-9]+}}, %[[FULL]]) {completes = "mbarrier", tile = "v"}
+// RING-NEXT: %[[NEXT:[0-9]+]]:2 = "attn.ring_advance"(%[[S]], %[[P]]) {stages = 2 : i64}
+// RING-NEXT: scf.yield %[[NEXT]]#0, %[[NEXT]]#1
+// RING: }) {name = "producer"
+// RING: scf.for {{.*}}, %[[CS:arg[0-9]+]] = %c0_i32, %[[CP:arg[0-9]+]] = %c0_i32)
+// RING-NEXT: "attn.mbarrier_wait"(%[[FULL]], %[[CS]], %[[CP]])
+// RING-NEXT: "attn.slot_read"(%[[KV]], %[[CS]]) {tile = "k"}
+// RING: "attn.mma"{{.*}}{kind = "pv"}
+// RING-NEXT: "attn.mbarrier_arrive"(%[[EMPTY]], %[[CS]]) {per = "warp"}
+// RING: "attn.named_barrier_arrive"() {channel = "o", id = 1 : i64, threads = 256 : i64}
+// RING: }) {name = "consumer0"
+
+// L5, sm_100a: the MMA warp signals through tcgen05 commits; K and V alternate in one
+// ring, each fill announcing its own bytes.
+// SYNC100: "attn.mbarrier_init"() {channel = "kv", count = 1 : i64, name = "mbar_kv_full", side = "full", stages = 3 : i64}
+// SYNC100: "attn.mbarrier_init"() {channel = "s0", count = 1 : i64, name = "mbar_s0_full"
+// SYNC100-NEXT: "attn.mbarrier_init"() {channel = "s0", count = 4 : i64, name = "mbar_s0_empty"
+// SYNC100: "attn.mbarrier_arrive"({{.*}}) {per = "warp"}
+// SYNC100: }) {name = "softmax0"
+// SYNC100: "attn.tcgen05_commit"
+// SYNC100: }) {name = "mma"
+// SYNC100: "attn.mbarrier_expect_tx"({{.*}}) {bytes = 32768 : i64}
+// SYNC100: }) {name = "load"
 
 func.func @hd128_unmasked(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v: tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> {
   %o = "attn.attention"(%q, %k, %v) ({

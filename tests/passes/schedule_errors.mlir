@@ -9,10 +9,18 @@
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{consumers=3}" 2>&1 | filecheck %s --check-prefix=CONSUMERS
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize{consumers=1}" 2>&1 | filecheck %s --check-prefix=CONSUMERS80
 // The budget check of attn-alloc-smem, on a hand-tiled op that attn-tile would refuse:
-// RUN: not attnc opt tests/passes/schedule_pretiled.mlir -arch sm_90a --pass-pipeline "attn-warp-specialize,attn-alloc-smem" 2>&1 | filecheck %s --check-prefix=SMEM
+// RUN: not attnc opt tests/passes/schedule_pretiled.mlir -arch sm_90a --pass-pipeline "attn-warp-specialize" 2>&1 | filecheck %s --check-prefix=NOKERNEL
+// RUN: not attnc opt tests/passes/schedule_overbudget.mlir -arch sm_90a --pass-pipeline "attn-alloc-smem" 2>&1 | filecheck %s --check-prefix=SMEM
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-insert-pipelines" 2>&1 | filecheck %s --check-prefix=SYNCNOROLES
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-verify-pipeline" 2>&1 | filecheck %s --check-prefix=VERIFYNOROLES
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-verify-pipeline" 2>&1 | filecheck %s --check-prefix=VERIFYNOSYNC
 
 // NOTILE: schedule.attn:2:1: error: attn-warp-specialize needs the 'target' attribute that attn-tile records; run attn-tile first
-// NOROLES: schedule.attn:2:1: error: attn-alloc-smem needs the attn.role ops that attn-warp-specialize writes; run attn-warp-specialize first
+// NOROLES: schedule.attn:2:1: error: attn-alloc-smem needs the role regions that attn-warp-specialize makes; run attn-warp-specialize first
+// SYNCNOROLES: schedule.attn:2:1: error: attn-insert-pipelines needs the role regions that attn-warp-specialize makes; run attn-warp-specialize first
+// VERIFYNOROLES: schedule.attn:2:1: error: attn-verify-pipeline needs the role regions that attn-warp-specialize makes; run attn-warp-specialize first
+// VERIFYNOSYNC: schedule.attn:2:1: error: attn-verify-pipeline needs the synchronization attn-insert-pipelines makes of attn.put; run attn-insert-pipelines first
+// NOKERNEL: schedule.attn:2:1: error: attn-warp-specialize needs the tile program of attn.kernel; run attn-tile first
 // NOBUFFERS: schedule.attn:2:1: error: attn-insert-pipelines: channel(s) q, kv have no buffer; run attn-alloc-smem (and attn-alloc-tmem) first
 // TWICE: schedule.attn:2:1: error: attn-warp-specialize ran twice on this op
 // ALLOCTWICE: schedule.attn:2:1: error: attn-alloc-smem ran twice on this op

@@ -19,10 +19,12 @@ def test_another_plan_pass_option_is_refused():
 
 
 @pytest.mark.parametrize("edit, difference", [
-    (('name = "sK", offset = 32768', 'name = "sK", offset = 0'), "attn.buffer \"sK\" has offset = 0 : i64, the "
-                                                                  "default plan 32768 : i64"),
+    (('name = "sK", offset = 32768', 'name = "sK", offset = 0'), "buffer \"sK\" has offset = 0, the default "
+                                                                  "plan 32768"),
     (("stages = 2 : i64, tile = [\"k\", \"v\"]", "stages = 3 : i64, tile = [\"k\", \"v\"]"),
-     "attn.channel \"kv\" has stages = 3 : i64, the default plan 2 : i64"),
+     "attn.channel \"kv\" has stages = 3, the default plan 2"),
+    (("warps = [0, 1, 2, 3]", "warps = [0, 1, 2]"),
+     "attn.role \"compute\" has warps = [0, 1, 2], the default plan [0, 1, 2, 3]"),
 ])
 def test_a_plan_edited_by_hand_is_refused(tmp_path, edit, difference):
     specs = target_pipeline("sm_80")

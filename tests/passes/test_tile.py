@@ -36,10 +36,9 @@ def test_attn_tile_weighs_the_layout_attn_alloc_smem_makes(target, hd):
     text = (f"attention t {{\n  q: bf16[B, H, M, {hd}]\n  k: bf16[B, H, N, {hd}]\n  v: bf16[B, H, N, {hd}]\n"
             f"  mask_mod(b, h, i, j) = j <= i\n  out o: bf16[B, H, M, {hd}]\n}}\n")
     from attnc.passes import plan_ir
-    from attnc.schedule.alloc import Buffer
     shape = ProblemShape(hd, hd, "bf16", True)
     result = compile_mlir(text, "t.attn", CompileOptions(arch=target))      # raised before the fix
-    buffers = [b for b in plan_ir.read(attention_ops(result.module)[0], Buffer) if b.space == "smem"]
+    buffers = [b for b in plan_ir.buffers(attention_ops(result.module)[0]) if b.space == "smem"]
     end = max(b.offset + b.size for b in buffers)
     assert end == smem_bytes(target, shape, choose_tile(target, shape, {})) <= TARGET_LIMITS[target].smem_bytes
 

@@ -1,0 +1,168 @@
+"""Builders and readers of the L3-L5 ops (attn.irdl.mlir, "L3-L5"): roles, channels,
+buffers and synchronization on the tile program.
+
+L3 (attn-warp-specialize): the kernel's program becomes one attn.warp_specialize whose
+block declares the channels and holds one attn.role per role; a value crossing roles
+goes through `attn.put` / `attn.get` on a channel:
+
+    "attn.warp_specialize"() ({
+      %kv = "attn.channel"() {name = "kv", producer = "producer", consumer = "consumer0",
+                              transport = "tma", space = "smem", stages = 2, tile = ["k", "v"], ...}
+      "attn.role"() ({  scf.for ... { %k = attn.load ...; "attn.put"(%kv, %k) {tile = "k"} } })
+                    {name = "producer", warps = [0, 1, 2, 3], regs = 24}
+      "attn.role"() ({  scf.for ... { %k = "attn.get"(%kv) {tile = "k"}; attn.mma ... } })
+                    {name = "consumer0", warps = [4, 5, 6, 7], regs = 240}
+    })
+
+L4 (attn-alloc-smem / -tmem): `buffers` on each channel op, one dictionary per buffer.
+L5 (attn-insert-pipelines): attn.mbarrier_init values beside the channels; in the roles,
+put/get replaced by mbarrier waits / arrives / expect_tx, slot writes and reads and
+cp.async groups, with each ring's (stage, phase) as i32 values carried by the loops.
+"""
+from __future__ import annotations
+
+from mlir import ir
+
+WARP_SPECIALIZE = "attn.warp_specialize"
+ROLE = "attn.role"
+CHANNEL = "attn.channel"
+PUT = "attn.put"
+GET = "attn.get"
+MBARRIER_INIT = "attn.mbarrier_init"
+MBARRIER_WAIT = "attn.mbarrier_wait"
+MBARRIER_ARRIVE = "attn.mbarrier_arrive"
+MBARRIER_EXPECT_TX = "attn.mbarrier_expect_tx"
+TCGEN05_COMMIT = "attn.tcgen05_commit"
+RING_ADVANCE = "attn.ring_advance"
+SLOT_WRITE = "attn.slot_write"
+SLOT_READ = "attn.slot_read"
+CP_ASYNC_COMMIT = "attn.cp_async_commit"
+CP_ASYNC_WAIT = "attn.cp_async_wait"
+CTA_BARRIER = "attn.cta_barrier"
+NAMED_BARRIER_ARRIVE = "attn.named_barrier_arrive"
+NAMED_BARRIER_SYNC = "attn.named_barrier_sync"
+YIELD = "gpu.yield"
+
+# The L3-L5 ops a pass after attn-tile may find in a kernel: none of them is a tile op.
+SCHEDULE_OPS = (WARP_SPECIALIZE, ROLE, CHANNEL, PUT, GET, MBARRIER_INIT, MBARRIER_WAIT, MBARRIER_ARRIVE,
+                MBARRIER_EXPECT_TX, TCGEN05_COMMIT, RING_ADVANCE, SLOT_WRITE, SLOT_READ, CP_ASYNC_COMMIT,
+                CP_ASYNC_WAIT, CTA_BARRIER, NAMED_BARRIER_ARRIVE, NAMED_BARRIER_SYNC)
+
+
+def i64(x: int) -> ir.Attribute:
+    return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(x))
+
+
+def attr(x) -> ir.Attribute:
+    """A Python value (bool, int, str, tuple, dict) as an attribute."""
+    if isinstance(x, ir.Attribute):
+        return x
+    if isinstance(x, bool):
+        return ir.BoolAttr.get(x)
+    if isinstance(x, int):
+        return i64(x)
+    if isinstance(x, str):
+        return ir.StringAttr.get(x)
+    if isinstance(x, (tuple, list)):
+        return ir.ArrayAttr.get([attr(e) for e in x])
+    if isinstance(x, dict):
+        return ir.DictAttr.get({k: attr(v) for k, v in x.items()})
+    raise TypeError(f"no attribute for {x!r}")
+
+
+def value_of(a: ir.Attribute):
+    """The Python value of an attribute `attr` makes (and of a TypeAttr: its text)."""
+    if isinstance(a, ir.BoolAttr):
+        return a.value
+    if isinstance(a, ir.IntegerAttr):
+        return a.value
+    if isinstance(a, ir.StringAttr):
+        return a.value
+    if isinstance(a, ir.ArrayAttr):
+        return tuple(value_of(e) for e in a)
+    if isinstance(a, ir.DictAttr):
+        return {a[i].name: value_of(a[i].attr) for i in range(len(a))}
+    return str(a)
+
+
+def attrs_of(op: ir.Operation) -> dict:
+    return {name: value_of(op.attributes[name]) for name in op.attributes}
+
+
+def create(name: str, results=(), operands=(), attributes=None, regions: int = 0) -> ir.Operation:
+    return ir.Operation.create(name, results=list(results), operands=list(operands),
+                               attributes={k: attr(v) for k, v in (attributes or {}).items()},
+                               regions=regions)
+
+
+def chan_type() -> ir.Type:
+    return ir.Type.parse("!attn.chan")
+
+
+def mbar_type() -> ir.Type:
+    return ir.Type.parse("!attn.mbar")
+
+
+def region_op(name: str, attributes=None) -> tuple[ir.Operation, ir.Block]:
+    """An op with one region of one block (no arguments) ending in gpu.yield; its block."""
+    op = create(name, attributes=attributes, regions=1)
+    block = op.regions[0].blocks.append()
+    with ir.InsertionPoint(block):
+        create(YIELD)
+    return op, block
+
+
+# --- readers ------------------------------------------------------------------------
+def warp_specialize_of(kernel: ir.Operation) -> ir.Operation | None:
+    """The attn.warp_specialize of an attn.kernel (L3 and later), or None (L2)."""
+    for op in kernel.regions[0].blocks[0].operations:
+        if op.operation.name == WARP_SPECIALIZE:
+            return op.operation
+    return None
+
+
+def _ops_named(kernel: ir.Operation, name: str) -> list[ir.Operation]:
+    ws = warp_specialize_of(kernel)
+    if ws is None:
+        return []
+    return [op.operation for op in ws.regions[0].blocks[0].operations if op.operation.name == name]
+
+
+def role_ops(kernel: ir.Operation) -> list[ir.Operation]:
+    return _ops_named(kernel, ROLE)
+
+
+def channel_ops(kernel: ir.Operation) -> list[ir.Operation]:
+    return _ops_named(kernel, CHANNEL)
+
+
+def mbarrier_ops(kernel: ir.Operation) -> list[ir.Operation]:
+    return _ops_named(kernel, MBARRIER_INIT)
+
+
+def name_of(op: ir.Operation) -> str:
+    return ir.StringAttr(op.attributes["name"]).value
+
+
+def role_block(role: ir.Operation) -> ir.Block:
+    return role.regions[0].blocks[0]
+
+
+def ops_in(block: ir.Block, names) -> list[ir.Operation]:
+    """Every op named one of `names` in `block` and the regions under it, in program order."""
+    found = []
+
+    def visit(op):
+        if op.name in names:
+            found.append(op.operation)
+        return ir.WalkResult.ADVANCE
+
+    for op in block.operations:
+        op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return found
+
+
+def pass_loc(pass_name: str, near: ir.Operation | ir.Location) -> ir.Location:
+    """The location of an op `pass_name` creates for `near`: the pass's name around it."""
+    loc = near if isinstance(near, ir.Location) else near.location
+    return ir.Location.name(pass_name, childLoc=loc)
