@@ -96,9 +96,8 @@ class Partition:
 
     def owners(self, v: ir.Value) -> tuple[str, ...]:
         """The roles that compute `v` (empty: every role may compute it itself)."""
-        key = _key(v)
-        if key not in self._owners:
-            self._owners[key] = ()          # a loop-carried value yielding itself
+        if v not in self._owners:
+            self._owners[v] = ()            # a loop-carried value yielding itself
             if _is_arg(v):
                 arg = ir.BlockArgument(v)
                 owner = arg.owner.owner
@@ -108,8 +107,8 @@ class Partition:
                 found = self.owners(_yielded(ir.OpResult(v).owner, ir.OpResult(v).result_number))
             else:
                 found = self.roles_of(ir.OpResult(v).owner)
-            self._owners[key] = found
-        return self._owners[key]
+            self._owners[v] = found
+        return self._owners[v]
 
     def users(self, v: ir.Value) -> set[str]:
         """The roles that read `v`: its tile ops' roles and, for a loop's initial value,
@@ -176,7 +175,7 @@ class Partition:
         return op
 
     def _map(self, role: str, v: ir.Value) -> ir.Value:
-        return self.env[role].get(_key(v), v)
+        return self.env[role].get(v, v)
 
     def _clone(self, op: ir.Operation, role: str) -> ir.Operation:
         with self.ip[role]:
@@ -186,7 +185,7 @@ class Partition:
             if mapped != v:
                 new.operands[i] = mapped
         for old, res in zip(op.results, new.results):
-            self.env[role][_key(old)] = res
+            self.env[role][old] = res
         return new
 
     def _walk(self, ops: list[ir.Operation], active: list[str]) -> None:
@@ -220,9 +219,9 @@ class Partition:
                     new.operation.attributes[name] = loop.attributes[name]
             new_loops[r] = new
             env = self.env[r]
-            env[_key(body.arguments[0])] = new.induction_variable
+            env[body.arguments[0]] = new.induction_variable
             for j, i in enumerate(kept[r]):
-                env[_key(carried[i])] = new.inner_iter_args[j]
+                env[carried[i]] = new.inner_iter_args[j]
             with ir.InsertionPoint(new.body), loop.location:
                 yield_op = R.create("scf.yield")
             after[r] = self.ip[r]
@@ -241,7 +240,7 @@ class Partition:
             new = new_loops[r]
             self.ip[r] = after[r]
             for j, i in enumerate(kept[r]):
-                self.env[r][_key(loop.results[i])] = new.results[j]
+                self.env[r][loop.results[i]] = new.results[j]
         for v in loop.results:
             self._cross(v, at=loop)
 
@@ -267,7 +266,7 @@ class Partition:
                         R.create(R.PUT, operands=[chan.result, self._map(producer, v)], attributes={"tile": tile})
                 with self.ip[user], loc:
                     got = R.create(R.GET, [v.type], [chan.result], {"tile": tile}).result
-                self.env[user].setdefault(_key(v), got)
+                self.env[user].setdefault(v, got)
                 self._record_type(chan, tile, v.type)
 
     def _channels_for(self, tile: str, owners, user: str, v: ir.Value) -> list[ir.Operation]:
@@ -305,10 +304,6 @@ def _yielded(loop: ir.Operation, index: int) -> ir.Value:
     body = loop.regions[0].blocks[0]
     terminator = list(body.operations)[-1]
     return terminator.operands[index]
-
-
-def _key(v: ir.Value):
-    return v
 
 
 def _is_arg(v: ir.Value) -> bool:
