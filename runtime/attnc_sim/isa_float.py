@@ -5,15 +5,17 @@ Rounding: `.rn` is numpy's float32 arithmetic (IEEE round-to-nearest-even). The
 directed modes (`.rz`, `.rm`, `.rp`) compute in float64 and round the result toward
 the mode's direction. An f32 fma is exactly rounded (`fma_f32`, Note [Exact fma]); an f64
 fma is numpy's unfused x * y + z. `.ftz` flushes subnormal inputs and results to zero of the same sign,
-as the hardware does; `.sat` clamps to [0, 1] (NaN to 0). The `.approx` functions use
-numpy's exact f32 function: the hardware's are within 2 ulp of it (ex2, lg2, rcp) and
-tanh.approx within its documented 2^-10.987 relative error, so results may differ from a
-GPU's by that much.
+as the hardware does; `.sat` clamps to [0, 1] (NaN to 0). ex2.approx.f32 (with or without
+.ftz) and rcp, rsqrt, lg2 `.approx.ftz.f32` give an sm_90 GPU's results bit for bit
+(attnc_sim.approx). The other `.approx` functions (tanh, sin, cos, sqrt, and rcp, rsqrt, lg2
+without .ftz) use numpy's exact function: tanh.approx is within its documented 2^-10.987
+relative error of it, the others within 2 ulp, so results may differ from a GPU's by that much.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from attnc_sim import approx as approx_sfu
 from attnc_sim import isa
 
 _TINY = {np.float32: np.float32(np.finfo(np.float32).tiny), np.float64: np.float64(np.finfo(np.float64).tiny)}
@@ -171,12 +173,21 @@ _APPROX = {"ex2": np.exp2, "lg2": np.log2, "tanh": np.tanh, "rcp": lambda x: np.
            "sqrt": np.sqrt, "rsqrt": lambda x: np.float32(1) / np.sqrt(x), "sin": np.sin, "cos": np.cos}
 
 
+# the sm_90 hardware's own results, bit for bit (attnc_sim.approx): (name, ftz) -> function
+_HARDWARE = {("ex2", True): approx_sfu.ex2_ftz, ("ex2", False): approx_sfu.ex2,
+             ("rcp", True): approx_sfu.rcp_ftz, ("rsqrt", True): approx_sfu.rsqrt_ftz,
+             ("lg2", True): approx_sfu.lg2_ftz}
+
+
 @isa.register("ex2", "lg2", "tanh", "rcp", "sqrt", "rsqrt", "sin", "cos")
 def approx(ins, ctx):
     from attnc_sim.isa_int import unary
     ty = ins.parts[-1]
     if ty not in ("f32", "f64"):
         raise ctx.error(f"{ins.opcode}: only f32 and f64 are supported")
+    hardware = _HARDWARE.get((ins.parts[0], "ftz" in ins.parts))
+    if ty == "f32" and "approx" in ins.parts and hardware is not None:
+        return unary(ins, ctx, ty, hardware)
     base = _APPROX[ins.parts[0]]
     mode = next((m for m in _MODES if m in ins.parts), None)
     if mode not in (None, "rn") and ty == "f32":
