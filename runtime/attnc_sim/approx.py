@@ -97,6 +97,19 @@ def _with_nans(x: np.ndarray, out: np.ndarray) -> np.ndarray:
     return np.where(nan, _NAN32, out) if nan.any() else out
 
 
+# Note [ex2.approx]: x is read as sign and magnitude, the magnitude as a fixed-point number
+# with 23 fraction bits, truncated: n = trunc(|x|), k = trunc(frac(|x|) 2^23). For x >= 0 the
+# result is 2^n E(k), E the quadratic on [1, 2). For x < 0 the fraction is negated by
+# complementing its bits, as sign-magnitude hardware does cheaply: 2^-(n + f) =
+# 2^-(n + 1) 2^(1 - f), and 1 - f is taken as ~k = 2^23 - 1 - k, one step below; k = 0 gives
+# 2^-n exactly. So ex2(-f) is E at the mirrored fraction minus one step, halved: not E(k)
+# reflected, and not E(1 - f) / 2. Results of 2^128 and up are Inf; below 2^-126 .ftz gives
+# +0. Without .ftz, x < -126 is computed as ex2.ftz(x / 2)^2, the square rounded to nearest
+# with subnormal results (the compiler's expansion): so ex2(-127) = 2^-127 - 2^-149
+# (ex2(-63.5) is a little below 2^-63.5), ex2(-149) = 2^-149, ex2(-150) = 0. Subnormal x
+# reads as 0 (result 1); NaN gives the canonical NaN, -Inf gives +0. The tables below hold
+# E and the mirrored E for every k, and 2^+-n, so that an instruction costs a few gathers.
+
 @functools.cache
 def _ex2_tables():
     """(significands, scales): significands[sign 2^23 + k] is the significand in [1/2, 2)
