@@ -96,17 +96,20 @@ def halves_to_f32(regs: np.ndarray, ty: str) -> np.ndarray:
 # ea + eb, truncation toward minus infinity (two's complement), blocks of 8 products,
 # rounding to nearest at the end, and C added to the rounded sum of the products.
 #
-# Not covered by the data (all its inputs are normal numbers and no sum is zero), so
-# modelled as below until a GPU says otherwise: a subnormal input keeps its value and has
-# its format's smallest normal exponent as reference exponent; an Inf or NaN term gives the
-# float sum's Inf or NaN; a zero sum is +0; a sum past FLT_MAX is Inf; a subnormal
-# result is truncated to a multiple of 2^-149, not flushed.
+# At the formats' edges (the mma.*.edge sweeps, 2^17 elements per type, all reproduced bit
+# for bit): a subnormal input keeps its value and has its format's smallest normal exponent
+# as reference exponent; an Inf or NaN term gives the float sum's Inf or NaN, and every NaN
+# result is the canonical 0x7FFFFFFF; a sum past FLT_MAX is Inf (not FLT_MAX, despite the
+# rounding toward zero). Not covered yet (no such result in the data), so modelled as below
+# until a GPU says otherwise (the mma.*.zeros sweeps ask): a zero sum is +0, and a
+# subnormal result is truncated to a multiple of 2^-149, not flushed.
 
 _EMIN = {"bf16": -126, "f16": -14, "f32": -126}
 _KEPT_BITS = 25
 _NO_TERM = -1 << 20                            # reference exponent of a zero: below any other
 _F32_TRUNCATE = np.uint64((1 << 64) - (1 << 29))   # keeps float64's sign, exponent and 23 fraction bits
 _F32_TINY = float(np.finfo(np.float32).tiny)
+_CANONICAL_NAN = np.uint32(0x7FFFFFFF).view(np.float32)
 
 
 def _reference_exponent(x: np.ndarray, ty: str) -> np.ndarray:
@@ -133,7 +136,9 @@ def tensor_core_mma(a: np.ndarray, b: np.ndarray, c: np.ndarray, ty: str) -> np.
         exact = kept / scale
         if (np.abs(exact) < _F32_TINY).any():
             exact = np.where(np.abs(exact) < _F32_TINY, np.trunc(np.ldexp(exact, 149)) * 2.0 ** -149, exact)
-        return (exact.view(np.uint64) & _F32_TRUNCATE).view(np.float64).astype(np.float32) + np.float32(0)
+        d = (exact.view(np.uint64) & _F32_TRUNCATE).view(np.float64).astype(np.float32) + np.float32(0)
+    nan = np.isnan(d)
+    return np.where(nan, _CANONICAL_NAN, d) if nan.any() else d
 
 
 @isa.register("mma.sync")

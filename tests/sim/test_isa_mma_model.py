@@ -18,6 +18,9 @@ from attnc_sim.isa_mma import A_INV, B_INV, C_INV, halves_to_f32, tensor_core_mm
 from tests.sim.ptx_harness import run_kernel
 
 SAMPLE = Path(__file__).parent / "data" / "mma_h200_sample.npz"
+# 16 warps per type of the mma.*.edge sweeps (subnormal, zero, Inf and NaN inputs, huge C):
+# those with NaN results, those with sums past FLT_MAX, and others; same layout as SAMPLE
+EDGE_SAMPLE = Path(__file__).parent / "data" / "mma_edge_h200_sample.npz"
 
 _MMA = """
     mul.wide.u32 %rd2, %tid, 16;
@@ -44,11 +47,13 @@ def _matrices(a, b, c, ty):
     return am, bm, c.T.reshape(-1)[C_INV].reshape(16, 8)
 
 
+@pytest.mark.parametrize("path", [SAMPLE, EDGE_SAMPLE], ids=["random", "edge"])
 @pytest.mark.parametrize("ty", ["bf16", "f16"])
-def test_mma_sync_matches_h200_bit_for_bit(ty):
+def test_mma_sync_matches_h200_bit_for_bit(ty, path):
     """mma.sync run by the emulator gives the H200's D registers exactly, for every lane of
-    every sampled warp (3072 elements per type)."""
-    sample = np.load(SAMPLE)
+    every sampled warp (3072 elements per type, 2048 at the formats' edges), NaN payloads
+    and Inf included."""
+    sample = np.load(path)
     a, b, c, want = (sample[f"{ty}_{k}"] for k in "abcd")
     warps = a.shape[0]
     got = run_kernel(_MMA.replace("{t}", ty), [np.zeros_like(want), a, b, c], threads=32 * warps).arrays[0]
@@ -128,3 +133,26 @@ def test_exact_sums_are_exact():
     assert _one_row([32.0, -32.0, 2.0 ** -5, 2.0 ** -4], [32.0, 32.0, 2.0 ** -5, 2.0 ** -5]) == 3 * 2.0 ** -10
     d = _one_row([1.0, -1.0], [1.0, 1.0])
     assert d == 0.0 and not np.signbit(d)
+
+
+def test_nan_results_are_canonical_and_overflow_is_inf():
+    """A NaN term (or Inf - Inf) gives the canonical NaN 0x7FFFFFFF, as on the GPU; a sum
+    past FLT_MAX is Inf although the sum is otherwise rounded toward zero."""
+    nan = np.float32(np.nan)
+    for row in ([nan, 1.0], [np.inf, -np.inf]):
+        d = np.float32(_one_row(row, [1.0, 1.0]))
+        assert d.view(np.uint32) == 0x7FFFFFFF
+    big = 2.0 ** 127
+    assert _one_row([1.0], [1.0], c=np.float32(big) * 1.5) == 1.5 * big
+    assert _one_row([2.0 ** 120], [2.0 ** 7], c=np.float32(big) * 1.5) == np.inf
+    assert _one_row([-(2.0 ** 120)], [2.0 ** 7], c=np.float32(-big) * 1.5) == -np.inf
+
+
+def test_edge_sample_separates_nan_payloads():
+    """The edge sample can fail a model that lets NaNs through as numpy makes them: some of
+    its GPU results are NaN, all of them 0x7FFFFFFF."""
+    sample = np.load(EDGE_SAMPLE)
+    d = np.concatenate([sample["bf16_d"].reshape(-1), sample["f16_d"].reshape(-1)])
+    nan = np.isnan(d)
+    assert nan.sum() > 100 and (d[nan].view(np.uint32) == 0x7FFFFFFF).all()
+    assert np.float32(np.nan).view(np.uint32) != 0x7FFFFFFF        # numpy's own NaN is another
