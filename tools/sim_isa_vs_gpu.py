@@ -9,7 +9,8 @@ PTX ISA leaves the result to the hardware: the `.approx` functions (ex2, tanh, l
 rsqrt) on inputs spread over the ranges the kernels feed them, and `mma.sync.m16n8k16`
 (bf16 and f16 products, f32 sums) on register contents given lane by lane, so that no
 fragment layout is assumed here. The compare step prints, per case, how many results are
-bitwise equal and the largest difference in units in the last place of f32.
+bitwise equal (NaN payloads and the signs of zeros count) and the largest difference in units
+in the last place of f32 (NaNs equal, zeros equal).
 
 `--set sweep` holds the cases that pin the approximations down exactly (Note [Sweeps]):
 whole binades of inputs, neighbours closer than the inputs' grid, integer parts, and mma
@@ -169,8 +170,15 @@ def mma_inputs(dtype: str, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 #   mma.*.edge           A, B with subnormals, zeros of both signs, Inf, NaN and exponents
 #                        up to the format's limits; C subnormal, huge or -0: the parts of Note
 #                        [Tensor-core accumulation] (isa_mma) that the random cases leave open.
+#   rcp/rsqrt/lg2.powers every power of 2 of the normal range and its two neighbours: which
+#                        exact powers are special cases (rsqrt(1) = 1 and lg2(1) = 0 are, the
+#                        binade sweeps hold no other power of 4 or of 2).
+#   mma.*.zeros          sums that cancel exactly (products +-1 and +-0, C +-0), products all
+#                        -0, and (bf16) products and C in the subnormal range: the sign of a
+#                        zero D and how subnormal results are formed, which .edge never gives.
 SWEEP_UNARY = ("ex2.fraction.sweep", "ex2.integer.parts", "ex2.neighbours", "ex2.subnormal",
-               "rcp.sweep", "rsqrt.sweep", "lg2.sweep", "tanh.neighbours")
+               "rcp.sweep", "rsqrt.sweep", "lg2.sweep", "tanh.neighbours",
+               "rcp.powers", "rsqrt.powers", "lg2.powers")
 SWEEP_INSTRUCTION = {"ex2": "ex2.approx.ftz.f32", "rcp": "rcp.approx.ftz.f32", "rsqrt": "rsqrt.approx.ftz.f32",
                      "lg2": "lg2.approx.ftz.f32", "tanh": "tanh.approx.f32"}
 PACK_ABOVE = 1 << 20
@@ -205,6 +213,9 @@ def sweep_inputs(name: str, rng) -> np.ndarray:
         return binade(1.0, 2)
     if name == "lg2.sweep":
         return binade(0.5, 2)
+    if name.endswith(".powers"):
+        powers = np.arange(1, 255, dtype=np.uint32) << 23
+        return np.concatenate([powers, powers - 1, powers + 1]).view(np.float32)
     if name == "tanh.neighbours":
         base = rng.normal(0, 3, 2048).astype(np.float32).view(np.uint32) & np.uint32(0xFFFFFF00)
         return (base[:, None] | np.arange(256, dtype=np.uint32)).reshape(-1).view(np.float32)
@@ -249,6 +260,33 @@ def mma_edge_inputs(dtype: str, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray
         return a, b, c.astype(np.float32)
 
 
+def mma_zero_inputs(dtype: str, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Register contents whose D elements are often exactly zero, of either sign, or (bf16)
+    subnormal: per warp one of three kinds (Note [Sweeps], mma.*.zeros)."""
+    warps = 768
+    one, tiny = (0x3F80, 0x1C80) if dtype == "bf16" else (0x3C00, 0x0400)     # 1.0; bf16 2^-70
+    def halves(shape, kind):
+        sign = rng.integers(0, 2, shape) << 15
+        if kind == 0:                                    # +-1 and +-0: products cancel
+            return (np.where(rng.random(shape) < 0.8, one, 0) | sign).astype(np.uint16)
+        if kind == 1:                                    # A +-0 and B +-1: every product +-0
+            return sign.astype(np.uint16)
+        mantissa = rng.integers(0, 1 << 7, shape) if dtype == "bf16" else 0
+        return ((tiny + mantissa) | sign).astype(np.uint16)
+    a = np.zeros((warps, 32, 8), np.uint16)
+    b = np.zeros((warps, 32, 4), np.uint16)
+    c = np.zeros((warps, 32, 4), np.float32)
+    for w in range(warps):
+        kind = w % 3
+        a[w] = halves((32, 8), kind)
+        b[w] = halves((32, 4), 0 if kind == 1 else kind)
+        if kind == 2:
+            c[w] = rng.integers(-1 << 20, 1 << 20, (32, 4)) * np.float32(2.0 ** -149)
+        else:
+            c[w] = np.where(rng.random((32, 4)) < 0.5, np.float32(-0.0), np.float32(0.0))
+    return a.view(np.uint32).reshape(warps, 32, 4), b.view(np.uint32).reshape(warps, 32, 2), c
+
+
 def cases(seed: int, which: str = "base"):
     """(name, ptx, inputs, output template, grid, block) of every case of the set `which`."""
     if which == "sweep":
@@ -276,6 +314,9 @@ def sweep_cases(seed: int):
     for i, (name, dtype) in enumerate(MMA.items()):
         a, b, c = mma_edge_inputs(dtype, np.random.default_rng([seed, 100 + i]))
         yield name + ".edge", mma_ptx(dtype), [a, b, c, np.zeros_like(c)], 3, (a.shape[0] * 32 // THREADS, THREADS)
+    for i, (name, dtype) in enumerate(MMA.items()):
+        a, b, c = mma_zero_inputs(dtype, np.random.default_rng([seed, 200 + i]))
+        yield name + ".zeros", mma_ptx(dtype), [a, b, c, np.zeros_like(c)], 3, (a.shape[0] * 32 // THREADS, THREADS)
 
 
 def pack_bits(out: np.ndarray) -> dict:
@@ -369,6 +410,9 @@ def cmd_compare(args) -> int:
     for name, ptx, inputs, out_index, (grid, block) in cases(args.seed, args.set):
         if not selected(name, args.only):
             continue
+        if name not in runs.files and f"{name}::diff8" not in runs.files:
+            print(f"{name}: not in {args.runs}", flush=True)
+            continue
         program = decode(parse_module(ptx, f"{name}.ptx").kernels["k"])
         memory = GlobalMemory()
         params = b""
@@ -387,7 +431,7 @@ def cmd_compare(args) -> int:
         sim = memory.get(pointers[out_index], template.nbytes).view(template.dtype).reshape(template.shape)
         gpu = stored(runs, name).reshape(template.shape)
         ulps = f32_ulps(sim.reshape(-1), gpu.reshape(-1))
-        equal = int((ulps == 0).sum())
+        equal = int((sim.reshape(-1).view(np.uint32) == gpu.reshape(-1).view(np.uint32)).sum())
         where = int(np.argmax(ulps))
         detail = ""
         if out_index == 1:
