@@ -15,9 +15,21 @@ time. We rewrite those ops first into the hardware's approximate instructions
 (`ex2.approx.ftz.f32`, `lg2.approx.ftz.f32`, `tanh.approx.f32`, `rcp.approx`,
 `rsqrt.approx`), which is also what attention kernels want for speed, and refuse a
 module that would still need libdevice.
+
+Note [Recent PTX]: sm_90a's register bound (Note [CTAs per SM] in kernel_spec.py) is
+kept only where a trial compile of the kernel does not spill, so a kernel that keeps it
+was lowered through LLVM twice: once for the trial, once for the bundle, the two modules
+differing only in the attributes attn-lower-sm80 then puts on the gpu.module (`attn.*`:
+the kernels' ABI and specialization, which no pass to LLVM reads). So the trial asks
+`to_ptx` to keep its PTX (`keep`), by a digest of the module's text without those
+attributes (and without locations) and of the options, and the bundle's compile of the
+same kernel is the trial's PTX, byte for byte. A few are kept, for trials whose kernel
+spilled and was built again without the bound.
 """
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from mlir import ir, passmanager
@@ -177,15 +189,53 @@ def _object_assembly(obj: ir.Attribute) -> str:
     return bytes(gpu.ObjectAttr(obj).object).decode()
 
 
+RECENT_PTX = 4          # modules whose PTX is kept (Note [Recent PTX])
+_recent: OrderedDict[str, str] = OrderedDict()
+
+
 def to_ptx(module: ir.Module, target: str = "sm_80", *, opt_level: int = 3,
-           ptx_feature: str | None = None, in_place: bool = False) -> str:
+           ptx_feature: str | None = None, in_place: bool = False, keep: bool = False) -> str:
     """PTX for the single `gpu.module` of `module`, compiled for `target`.
 
     The module is cloned first unless `in_place`; an MLIR failure raises `PtxError`
-    carrying the diagnostics.
+    carrying the diagnostics. `keep`: the PTX is kept for the next call on the same
+    module (Note [Recent PTX]), which then returns it without lowering anything.
     """
     options = PtxOptions(target, opt_level, ptx_feature)
-    work = module if in_place else ir.Module.parse(str(module), module.context)
+    key = _digest(module, options) if keep or _recent else None
+    if key in _recent:
+        return _recent.pop(key)
+    ptx = _lower(module if in_place else ir.Module.parse(str(module), module.context), options)
+    if keep:
+        _recent[key] = ptx
+        if len(_recent) > RECENT_PTX:
+            _recent.popitem(last=False)
+    return ptx
+
+
+def _digest(module: ir.Module, options: PtxOptions) -> str:
+    """The module's text without the gpu.modules' `attn.*` attributes, and the options.
+    Locations are left out: a module parsed from text has its text's positions, and
+    without debug-info scopes (attnc makes none) they do not reach the PTX."""
+    def attributes(op) -> bytes:
+        return repr(sorted((name, str(op.attributes[name])) for name in op.attributes
+                           if not name.startswith("attn."))).encode()
+
+    h = hashlib.sha256(repr(options).encode())
+    h.update(attributes(module.operation))
+    for op in module.body.operations:
+        op = op.operation
+        if op.name != "gpu.module":
+            h.update(op.get_asm(binary=True))
+            continue
+        h.update(attributes(op))
+        for inner in op.regions[0].blocks[0].operations:
+            h.update(inner.operation.get_asm(binary=True))
+    return h.hexdigest()
+
+
+def _lower(work: ir.Module, options: PtxOptions) -> str:
+    target = options.target
     lower_math_to_approx(work)
     try:
         passmanager.PassManager.parse(to_llvm_pipeline(options), work.context).run(work.operation)

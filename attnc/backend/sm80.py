@@ -298,14 +298,15 @@ def _spills(module: ir.Module, spec: Sm80KernelSpec) -> bool:
     """Whether the kernel spills registers, by nvJitLink's report; True when that cannot
     be asked (then no register bound is kept). The PTX is made in a context of its own:
     this runs inside attn-lower-sm80's pass, where a second pass manager on the same
-    context aborts."""
+    context aborts. It is kept for the bundle's compile of the same kernel (Note [Recent
+    PTX] in ptx.py)."""
     from attnc.backend.cubin import CubinError, resource_usage
     from attnc.backend.ptx import PtxError, to_ptx
     from attnc.ir.context import make_context
     try:
         with make_context() as ctx:
             copy = ir.Module.parse(str(module), ctx)
-            usage = resource_usage(to_ptx(copy, spec.target, in_place=True), spec.target)
+            usage = resource_usage(to_ptx(copy, spec.target, in_place=True, keep=True), spec.target)
     except (CubinError, PtxError, ImportError, OSError):
         return True
     return any(u.spills for name, u in usage.items() if name == spec.symbol)
