@@ -80,10 +80,10 @@ class _Quadratic:
 
     def table(self) -> np.ndarray:
         if self._table is None:
-            n = len(self.c0) << self.xl_bits
-            chunks = [self.evaluate(np.arange(i, min(n, i + (1 << 20)), dtype=np.int64))
-                      for i in range(0, n, 1 << 20)]
-            self._table = np.concatenate(chunks)
+            xl = np.arange(1 << self.xl_bits, dtype=np.int64)
+            q = self.c1[:, None] * xl + self.c2[:, None] * self.sq
+            q += self.c0[:, None]
+            self._table = (q >> self.shift).reshape(-1)
         return self._table
 
 
@@ -121,8 +121,8 @@ def _ex2_tables():
     """(significands, scales): significands[sign 2^23 + k] is the significand in [1/2, 2)
     of 2^(+-(n + f)) / 2^(+-n); scales[sign 1024 + n] is 2^(+-n), Inf or 0 past the f32
     range (.ftz)."""
-    e = _EX2.table().astype(np.float64) * 2.0 ** -23
-    mirrored = np.concatenate([[1.0], e[::-1][1:] * 0.5])   # k -> E(2^23 - 1 - k) / 2, k > 0
+    e = _EX2.table().astype(np.float32) * np.float32(2.0 ** -23)             # exact: 24 bits
+    mirrored = np.concatenate([[np.float32(1)], e[-2::-1] * np.float32(0.5)])   # E(2^23 - 1 - k) / 2
     n = np.arange(1024, dtype=np.float64)
     with np.errstate(over="ignore"):
         up = np.where(n <= 127, np.exp2(n), np.inf)
@@ -171,7 +171,7 @@ _F32_TINY = np.float32(np.finfo(np.float32).tiny)
 def _rcp_tables():
     """(R(k) in (1/2, 1] for every fraction k, scale[sign and biased exponent of x]:
     +-2^-e, +-Inf for zeros and subnormals, +-0 for infinities)."""
-    r = _RCP.table().astype(np.float64) * 2.0 ** -24
+    r = _RCP.table().astype(np.float32) * np.float32(2.0 ** -24)
     e = np.arange(256) - 127
     scale = np.where(e == -127, np.inf, np.exp2(-e.clip(-126, 127).astype(np.float64)))
     scale[-1] = 0.0
@@ -193,7 +193,7 @@ def _rsqrt_tables():
     """(rsqrt on [1, 4) indexed by parity 2^23 + fraction, with rsqrt(1) = 1;
     scale[biased exponent of x >= 0]: 2^-(e - e mod 2)/2, Inf for zeros and subnormals,
     0 for Inf)."""
-    r = _RSQRT.table().astype(np.float64) * 2.0 ** -24
+    r = _RSQRT.table().astype(np.float32) * np.float32(2.0 ** -24)
     r[0] = 1.0
     e = np.arange(256) - 127
     scale = np.exp2(-((e - (e & 1)) // 2).astype(np.float64))
