@@ -6,11 +6,8 @@ unit's piecewise quadratic on it in fixed point (Note [SFU quadratic interpolati
 the exponent back; the Notes below say how, per function. The tables are in
 `approx_tables`. All of it is integer arithmetic on whole arrays.
 
-tanh.approx.f32 is not modelled (isa_float uses numpy's tanh): an H200's results are within
-2^-16.5 relative of tanh, and its input is read with a resolution of 2^-20 on [1/2, 4) (the
-lowest 4, 3 and 2 mantissa bits of [1/2, 1), [1, 2), [2, 4) change nothing) and of 19
-significant bits on [1/8, 1/2), with no exponent reduction visible: not one quadratic on a
-reduced fraction like the functions here.
+tanh.approx.f32 uses the same interpolator on per-binade segments of |x| instead of a reduced
+fraction (Note [tanh.approx]).
 """
 from __future__ import annotations
 
@@ -235,3 +232,59 @@ def lg2_ftz(x: np.ndarray) -> np.ndarray:
     out = np.where(np.isposinf(x), np.float32(np.inf), out)
     bad = np.isnan(x) | ((x < 0) & ~zero)
     return np.where(bad, _NAN32, out) if bad.any() else out
+
+
+# Note [tanh.approx]: tanh is odd and read as sign and magnitude: tanh(-x) = -tanh(x) bit
+# for bit. |x| < 2^-8 (zeros and subnormals included) gives x itself, |x| >= 8 gives 1,
+# NaN the canonical NaN. On each binade 2^e <= |x| < 2^(e+1), e = -8 .. 2, the mantissa's top
+# m_e + 17 bits are read (the rest is ignored): the top m_e pick one of 2^m_e segments, the
+# other 17 are xl, and Q = C0 + C1 xl + C2 sq(xl) is evaluated as in Note [SFU quadratic
+# interpolation] (the same squarer, L = 17); the result is Q 2^-G_e converted to f32
+# rounding toward zero, with no other rounding. m_e and G_e:
+#
+#     e      -8  -7  -6  -5  -4  -3  -2  -1   0   1   2
+#     m_e     0   0   0   1   1   2   2   2   3   4   3
+#     G_e    41  40  39  38  37  37  37  36  37  39  37
+#
+# So above 1/2 the segments are 1/8 wide (1/2 on [4, 8)) and xl steps 2^-20 (2^-18 on
+# [4, 8)). The segment layout shows in the error against tanh, a cubic ripple of one period
+# per segment; the squarer's truncation shows as the steps of the residual of a plain
+# quadratic fit. The coefficients (approx_tables) are integers with which every stored H200
+# result of a segment is Q 2^-G_e truncated, found per segment as approx_tables says. The
+# stored results do not hold every input: coefficients fitted to a random half of them give
+# the other half exactly on [1/8, 2) and miss 6 in 10^4 on [1/16, 1/8), 1 in 10^4 on [2, 8)
+# (binades below 1/16 hold too few results to tell), so on inputs no run has held the model
+# may be an ulp off. G_e is the smallest shift with which integer coefficients fit every
+# result of the binade in a search (from e = -4 down, the first one tried), not a rule read off the
+# hardware; C0 is the middle of the values that fit.
+
+_TANH_SEGMENT_BITS = (0, 0, 0, 1, 1, 2, 2, 2, 3, 4, 3)                # m_e for e = -8 .. 2
+_TANH_SHIFTS = (41, 40, 39, 38, 37, 37, 37, 36, 37, 39, 37)            # G_e
+
+
+@functools.cache
+def _tanh_tables():
+    """(C0, C1, C2 per segment; first segment, m_e and 2^-G_e per biased exponent 119 .. 129)."""
+    bits = np.array(_TANH_SEGMENT_BITS, np.int64)
+    first = np.concatenate([[0], np.cumsum(1 << bits)[:-1]])
+    scales = np.exp2(-np.array(_TANH_SHIFTS, np.float64))
+    coefficients = [np.array(c, np.int64) for c in (tables.TANH_C0, tables.TANH_C1, tables.TANH_C2)]
+    return coefficients, first, bits, scales
+
+
+def tanh(x: np.ndarray) -> np.ndarray:
+    """tanh.approx.f32: Note [tanh.approx]."""
+    x = np.asarray(x, np.float32)
+    (c0, c1, c2), first, segment_bits, scales = _tanh_tables()
+    magnitude = x.view(np.uint32) & np.uint32(0x7FFFFFFF)
+    binade = ((magnitude >> 23).astype(np.int64) - 119).clip(0, 10)    # e + 8
+    m = segment_bits[binade]
+    kept = (magnitude & _MASK23).astype(np.int64) >> (6 - m)            # the top m + 17 bits
+    row = first[binade] + (kept >> 17)
+    xl = kept & ((1 << 17) - 1)
+    q = c0[row] + c1[row] * xl + c2[row] * _EX2.sq[xl]                   # ex2's squarer: L = 17
+    value = (q.astype(np.float64) * scales[binade]).view(np.uint64) & _F32_TRUNCATE
+    out = np.minimum(value.view(np.float64), 1.0).astype(np.float32)
+    out = np.where(magnitude < np.uint32(0x3B800000), np.abs(x), out)   # below 2^-8
+    out = np.where(magnitude >= np.uint32(0x41000000), np.float32(1), out)   # 8 and up, Inf
+    return _with_nans(x, np.copysign(out, x))

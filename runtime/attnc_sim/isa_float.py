@@ -6,10 +6,9 @@ directed modes (`.rz`, `.rm`, `.rp`) compute in float64 and round the result tow
 the mode's direction. An f32 fma is exactly rounded (`fma_f32`, Note [Exact fma]); an f64
 fma is numpy's unfused x * y + z. `.ftz` flushes subnormal inputs and results to zero of the same sign,
 as the hardware does; `.sat` clamps to [0, 1] (NaN to 0). ex2.approx.f32 (with or without
-.ftz) and rcp, rsqrt, lg2 `.approx.ftz.f32` give an sm_90 GPU's results bit for bit
-(attnc_sim.approx). The other `.approx` functions (tanh, sin, cos, sqrt, and rcp, rsqrt, lg2
-without .ftz) use numpy's exact function: tanh.approx is within its documented 2^-10.987
-relative error of it, the others within 2 ulp, so results may differ from a GPU's by that much.
+.ftz), tanh.approx.f32 and rcp, rsqrt, lg2 `.approx.ftz.f32` give an sm_90 GPU's results bit
+for bit (attnc_sim.approx). The other `.approx` functions (sin, cos, sqrt, and rcp, rsqrt, lg2
+without .ftz) use numpy's exact function, within 2 ulp of the hardware's.
 """
 from __future__ import annotations
 
@@ -176,7 +175,7 @@ _APPROX = {"ex2": np.exp2, "lg2": np.log2, "tanh": np.tanh, "rcp": lambda x: np.
 # the sm_90 hardware's own results, bit for bit (attnc_sim.approx): (name, ftz) -> function
 _HARDWARE = {("ex2", True): approx_sfu.ex2_ftz, ("ex2", False): approx_sfu.ex2,
              ("rcp", True): approx_sfu.rcp_ftz, ("rsqrt", True): approx_sfu.rsqrt_ftz,
-             ("lg2", True): approx_sfu.lg2_ftz}
+             ("lg2", True): approx_sfu.lg2_ftz, ("tanh", False): approx_sfu.tanh}
 
 
 @isa.register("ex2", "lg2", "tanh", "rcp", "sqrt", "rsqrt", "sin", "cos")

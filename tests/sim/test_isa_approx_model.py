@@ -5,6 +5,9 @@ tools/sim_isa_vs_gpu.py's sweeps (every fraction of ex2 on both signs, integer p
 below 2^-23, subnormal results; one binade of rcp, two of rsqrt and lg2) and base cases
 (special values among them), with the first and last fraction of every segment of each
 function's quadratics. A wrong coefficient, squarer column or truncation changes some of them.
+data/tanh_h200_sample.npz holds 9,136 of tanh.approx.f32's base-case and tanh.neighbours
+results: the smallest and largest input held in every segment, the edges of the ranges where
+tanh(x) = x and tanh(x) = 1, special values, and a random draw.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from attnc_sim import approx
 from ptx_harness import f32_bits, run_kernel
 
 SAMPLE = Path(__file__).parent / "data" / "approx_h200_sample.npz"
+TANH_SAMPLE = Path(__file__).parent / "data" / "tanh_h200_sample.npz"
 FUNCTIONS = {"ex2.ftz": approx.ex2_ftz, "ex2": approx.ex2, "rcp.ftz": approx.rcp_ftz,
              "rsqrt.ftz": approx.rsqrt_ftz, "lg2.ftz": approx.lg2_ftz}
 INF = np.float32(np.inf)
@@ -35,6 +39,26 @@ def test_sample_bit_exact(sample, name):
     got = FUNCTIONS[name](x)
     wrong = np.flatnonzero(f32_bits(got) != f32_bits(gpu))
     assert wrong.size == 0, [(x[i], gpu[i], got[i]) for i in wrong[:5]]
+
+
+def test_tanh_sample_bit_exact():
+    sample = np.load(TANH_SAMPLE)
+    x, gpu = sample["x"], sample["y"]
+    got = approx.tanh(x)
+    wrong = np.flatnonzero(f32_bits(got) != f32_bits(gpu))
+    assert wrong.size == 0, [(x[i], gpu[i], got[i]) for i in wrong[:5]]
+
+
+def test_tanh_odd_identity_and_saturation():
+    """tanh(-x) = -tanh(x) bit for bit; x itself below 2^-8, 1 from 8 up (Note
+    [tanh.approx]); the last input below 8 is not 1."""
+    x = np.random.default_rng(2).normal(0, 3, 4096).astype(np.float32)
+    assert (f32_bits(approx.tanh(-x)) == f32_bits(-approx.tanh(x))).all()
+    below_8 = np.nextafter(np.float32(8), np.float32(0))
+    assert _bits(approx.tanh, [0.0, -0.0, 1e-40, 2.0 ** -9, 8.0, -8.0, INF, -INF, np.nan]) == \
+        [0, 0x80000000, f32_bits(np.float32(1e-40)).item(), 0x3B000000, 0x3F800000, 0xBF800000,
+         0x3F800000, 0xBF800000, NAN_BITS]
+    assert approx.tanh(np.array([below_8]))[0] < 1
 
 
 def _bits(fn, xs):
@@ -91,10 +115,15 @@ def test_exponent_reduction_is_exact():
 @pytest.mark.parametrize("instruction, name", [("ex2.approx.ftz.f32", "ex2.ftz"), ("ex2.approx.f32", "ex2"),
                                                ("rcp.approx.ftz.f32", "rcp.ftz"),
                                                ("rsqrt.approx.ftz.f32", "rsqrt.ftz"),
-                                               ("lg2.approx.ftz.f32", "lg2.ftz")])
+                                               ("lg2.approx.ftz.f32", "lg2.ftz"),
+                                               ("tanh.approx.f32", "tanh")])
 def test_emulated_instruction_is_the_model(sample, instruction, name):
     """The emulator's instruction gives the GPU's bits (32 lanes of the sample)."""
-    x, gpu = sample[name + ".x"][-32:], sample[name + ".y"][-32:]
+    if name == "tanh":
+        tanh = np.load(TANH_SAMPLE)
+        x, gpu = tanh["x"][4000:4032], tanh["y"][4000:4032]
+    else:
+        x, gpu = sample[name + ".x"][-32:], sample[name + ".y"][-32:]
     body = f"""
     ld.global.f32 %f1, [%a1];
     {instruction} %f2, %f1;
