@@ -250,13 +250,13 @@ def lg2_ftz(x: np.ndarray) -> np.ndarray:
 # [4, 8)). The segment layout shows in the error against tanh, a cubic ripple of one period
 # per segment; the squarer's truncation shows as the steps of the residual of a plain
 # quadratic fit. The coefficients (approx_tables) are integers with which every stored H200
-# result of a segment is Q 2^-G_e truncated, found per segment as approx_tables says. The
-# stored results do not hold every input: coefficients fitted to a random half of them give
-# the other half exactly on [1/8, 2) and miss 6 in 10^4 on [1/16, 1/8), 1 in 10^4 on [2, 8)
-# (binades below 1/16 hold too few results to tell), so on inputs no run has held the model
-# may be an ulp off. G_e is the smallest shift with which integer coefficients fit every
-# result of the binade in a search (from e = -4 down, the first one tried), not a rule read off the
-# hardware; C0 is the middle of the values that fit.
+# result of a segment is Q 2^-G_e truncated: C1 and C2 searched near a least-squares fit for
+# a nonempty range of such C0, C0 the middle of that range. The stored results do not hold
+# every input: coefficients fitted to a random half of them give the other half exactly on
+# [1/8, 2) and miss 6 in 10^4 on [1/16, 1/8), 1 in 10^4 on [2, 8) (binades below 1/16 hold
+# too few results to tell), so on inputs no run has held the model may be an ulp off. G_e is
+# the smallest shift for which that search succeeded (from e = -4 down, the first one
+# tried), not a rule read off the hardware.
 
 _TANH_SEGMENT_BITS = (0, 0, 0, 1, 1, 2, 2, 2, 3, 4, 3)                # m_e for e = -8 .. 2
 _TANH_SHIFTS = (41, 40, 39, 38, 37, 37, 37, 36, 37, 39, 37)            # G_e
