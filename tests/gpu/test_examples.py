@@ -1,4 +1,4 @@
-"""Every example of examples/ on a real GPU against attnc.reference (issue 4, item 3).
+"""Every example of examples/ on a real GPU against attnc.reference.
 
 Each example as bf16 and fp16 at head dims 64 and 128 (diff_head_dims: QK/V 128/64 and
 64/128), one bundle each (tools/build_gpu_bundles.py --suites examples), at ragged

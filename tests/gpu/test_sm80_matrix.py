@@ -1,4 +1,4 @@
-"""The sm_80 correctness matrix of issue 3, on a real GPU, against attnc.reference.
+"""The sm_80 correctness matrix, on a real GPU, against attnc.reference.
 
 fp16 and bf16 x head dims 64/96/128/256 x {no mask, causal, bottom-right causal}
 (one bundle each) x shapes {M = N = 1, 17, 128, 1000, 4096; M = 1, N = 4096;

@@ -1,4 +1,4 @@
-"""Random `.attn` variants for the GPU property test (issue 4, item 3).
+"""Random `.attn` variants for the GPU property test.
 
     from variant_gen import generate
     v = generate(17)        # the same variant for the same seed, on any machine

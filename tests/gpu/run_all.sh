@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 4 on a GPU machine in one go: the benchmark (bench/bench_variants.py), then every
+# Every GPU check on a GPU machine in one go: the benchmark (bench/bench_variants.py), then every
 # GPU suite (tests/gpu) in parallel workers. Run from the repository root, with lark, the
 # repository and runtime/ on PYTHONPATH and the bundles of tools/build_gpu_bundles.py in
 # $ATTNC_GPU_BUNDLES (default .bundles/gpu), or unpacked there from the tarball PACK.
