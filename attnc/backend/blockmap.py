@@ -89,7 +89,7 @@ the residual alone is tested only in a block wholly below N. Every reader of the
 masks the byte with CLASS_BITS. On an H200 (B = 4,
 M = N = 8192, documents of 1000), against the same kernels testing both parts (same
 outputs to the bit): 0.586 -> 0.563 ms at d = 128 and 0.677 -> 0.659 at d = 64 on
-sm_80, 0.442 -> 0.430 at d = 128 on sm_90a (results/logs/session12_ab_split.txt).
+sm_80, 0.442 -> 0.430 at d = 128 on sm_90a (results/variants_h200.md).
 
 Note [Full range from the map]: the attention kernel's `kv_range` (blockmap_hooks) scans
 the map's row of its query block, each lane every 32nd block (all warps alike), for the

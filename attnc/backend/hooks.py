@@ -18,7 +18,7 @@ are not copied as they are:
   [Division]).
 
 Note [Division]: dsl.md's float arithmetic is f32's, and the reference divides as IEEE
-does. Until session 27 a division by a constant c was a multiplication by f32(1/c) and
+does. Earlier, a division by a constant c was a multiplication by f32(1/c) and
 any other the approximate div.full.f32 (2 ulp), which a review found moving masks:
 int(float(i) / 41.0) is 0 at i = 41 that way (41 * f32(1/41) = 0.99999994), so
 `int(float(i) / 41.0) == int(float(j) / 41.0)` kept (40, 41); 204,570 of 4.19M exact
@@ -43,7 +43,7 @@ Measured against one alternative (H200, M = N = 8192, ALiBi + causal, median of 
 interleaved rounds): adding only the bias of the lane's first row per column (an
 IADD, an I2F and an FMUL per column, one FADD per score, each row's constant remainder
 put back into its running max at the end) was slower, 3.774 against 3.656 ms on sm_80
-and 2.922 against 2.786 on sm_90a at head dim 64 (results/logs/session7_ab_bias_by_row.txt).
+and 2.922 against 2.786 on sm_90a at head dim 64 (results/variants_h200.md).
 
 A float op whose operands are all constants (`log(128.0 / 8.0)` in a T5 bucket) is
 evaluated here, in f32: a constant in the kernel rather than an instruction per score.

@@ -498,7 +498,7 @@ class Sm80KernelSpec:
         consumer then spills (the window at d128: 0 -> 76 bytes, 0.612 -> 0.620 ms). At 64
         the vote and branch spilled 12-36 bytes on sm_80 and measured no gain on either
         target (sm_80 ALiBi 3.660 -> 3.734; sm_90a documents 0.488 -> 0.503;
-        results/variants_h200.md, session 30). A kernel with a constant max (static_max)
+        results/variants_h200.md). A kernel with a constant max (static_max)
         has no rescale to skip."""
         asked = (self.lazy_rescale if self.lazy_rescale is not None
                  else self.head_dim_v > 64 and not (self.target == "sm_90a" and self.persistent_ctas))
@@ -513,7 +513,7 @@ class Sm80KernelSpec:
         other. Elsewhere it measured no gain or a loss: documents + causal at 128 0.477 /
         0.479 against 0.478 / 0.477 ms back to back for 3 s (the same clock and power),
         softcap + causal at 64 3.594 -> 3.740, the window and causal within their
-        rounds' spread (results/variants_h200.md, session 35). sm_90a's P.V is a wgmma.
+        rounds' spread (results/variants_h200.md). sm_90a's P.V is a wgmma.
         Never for a kernel that writes the LSE: the sum of rounded P is off the f32 sum by
         up to bf16's rounding, which the LSE would keep (Note [Row sums on the tensor
         cores])."""

@@ -42,7 +42,7 @@ layout, derived from the mask instead of given as cumulative lengths):
   385-409 positions) the tiles then visit their own few key blocks, each MIXED, instead
   of the whole causal range: documents of 96 + causal, M = N = 8192, head dim 128, sm_80
   on an H200 ran 3.49 ms with key0 = 0 (the causal kernel: 2.99 ms) and 0.21 ms with it
-  (results/logs/session36_gpu.txt).
+  (results/variants_h200.md).
 
 The table holds SPARE_NUM * cdiv(M, SPARE_DEN * block_m) tiles, 5/4 of the grid's: room
 for a partial tile per run when runs are 4 * block_m long on average (documents of 1000
@@ -52,9 +52,8 @@ and a CTA past the last tile returns at once.
 Where the table is the default (sm80_lower.py): a kernel of one query block per CTA
 without a producer warpgroup, on sm_80 and on sm_90a (whose one-warpgroup kernel takes its
 rows and key origin the same way). Documents of 1000 + causal, M = N = 8192, against the
-same kernel on the grid: sm_80 at 128x64 tiles 0.555 -> 0.493 ms at head dim 128 (H100,
-session 19); sm_90a at 64x64 tiles 0.453 -> 0.427 ms at head dim 128 and 0.506 -> 0.471
-at 64 (H100, session 22, each timing over the clock's swings).
+same kernel on the grid: sm_80 at 128x64 tiles 0.555 -> 0.493 ms at head dim 128
+(H100); sm_90a at 64x64 tiles 0.453 -> 0.427 ms at head dim 128 and 0.506 -> 0.471 at 64 (H100, each timing over the clock's swings).
 
 The table's order is the order the tiles were found in (but for the end of the last
 batch's: Note [Longest tiles last]), and the attention kernel takes it
@@ -64,7 +63,7 @@ the L2. Sorting the table by work instead (longest first over all documents, whi
 list-scheduling model says shortens the grid's tail from 4-5 % to under 1 %) ran the k-th
 tile of every document together, whose keys do not fit in the L2: documents + causal on
 sm_80 0.523 -> 0.549 ms at head dim 128, 0.642 -> 0.705 at 64, sm_90a unchanged (H100,
-session 24, results/variants_h200.md).
+results/variants_h200.md).
 
 Note [Longest tiles last]: the grid's last CTAs decide when it ends. On the heads-first
 grid (Note [Heads first] in sm80.py: every head of one entry, then the next entry, batch
@@ -90,7 +89,7 @@ grid instead (Note [Small grids] in sm80.py: its order starts every (b, h)'s lon
 first already), which it tells from the grid's CTAs against %nsmid as the runtime does
 from the SM count. (%nsmid may exceed the SM count: R and the small-grid bound then err
 on the large side, which costs nothing but order.)
-H100, session 32 (results/logs/session32_gpu.txt), the same attention kernel with tables
+H100 (results/variants_h200.md), the same attention kernel with tables
 of k = 0, 2 and 4 (tail_waves 0, 1, 2): idle after the last CTA 4.7 / 1.7 / 1.3 %, tail
 32.9 / 11.6 / 8.6 us; the launch 0.492 / 0.482 / 0.483 ms (11 rounds; a first version of
 the step) and, the committed step, 0.507 / 0.498 / 0.496 ms on another machine; at head

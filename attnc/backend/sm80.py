@@ -73,7 +73,7 @@ qtiles.py). In the default orders the last batch's heaviest blocks start last, s
 launch of a few waves ends on them. The query blocks on z are at most 65535 (M up to
 8.4M at 128-row blocks, about 6.7M on a tile table). The attention kernel's busy time,
 sm_80, H100, bf16, B = 4, H = 16 at head dim 128 and 32 at 64 (bench/launch_breakdown.py
---seqs; results/logs/session31_gpu.txt), M = N = 1024 / 2048 / 4096, then 8192 timed over
+--seqs; results/variants_h200.md), M = N = 1024 / 2048 / 4096, then 8192 timed over
 the clock's swings (bench/ab_bundles.py, 7 rounds):
 
     causal d = 128     84.4 -> 63.8 us, 240 -> 201, 802 -> 758;   3.020 -> 3.049 ms
@@ -144,7 +144,7 @@ around the copies instead cost the gain at head dim 128). An empty range reads i
 guessed block and never uses it. H100, M = N = 8192, documents + causal, against the
 same kernel without it (same outputs to the bit), three interleaved A/B runs:
 0.562-0.563 -> 0.551-0.555 ms at head dim 128; at 64 within noise (0.655-0.670 against
-0.660-0.664; results/logs/session18_gpu.txt).
+0.660-0.664; results/variants_h200.md).
 
 Note [cp.async group counting]: every step commits exactly one group even when it has
 nothing to load (an empty group), so the K of step t is always followed by exactly
@@ -167,7 +167,7 @@ carried into the branches; such branches on every masked step carry O through th
 (the first build of that spilled 112 bytes at 128x64 tiles, head dim 128; not timed).
 
 Measured on an H200 (M = N = 8192, bf16, head dim 128, the same outputs to the bit;
-results/logs/session38_gpu.txt, sections 2 and 4): documents + causal 0.477 -> 0.472
+results/variants_h200.md): documents + causal 0.477 -> 0.472
 and 0.476 -> 0.473 ms (two A/Bs of 9 interleaved rounds), 0.474 -> 0.464 back to back
 for 3 s each; window 1024 0.821 -> 0.810, 0.818 -> 0.808 and 0.829 -> 0.805. Less than
 the half block a query block saves (documents: about 9 blocks a query block), likely
