@@ -53,7 +53,8 @@ Where the table is the default (sm80_lower.py): a kernel of one query block per 
 without a producer warpgroup, on sm_80 and on sm_90a (whose one-warpgroup kernel takes its
 rows and key origin the same way). Documents of 1000 + causal, M = N = 8192, against the
 same kernel on the grid: sm_80 at 128x64 tiles 0.555 -> 0.493 ms at head dim 128
-(H100); sm_90a at 64x64 tiles 0.453 -> 0.427 ms at head dim 128 and 0.506 -> 0.471 at 64 (H100, each timing over the clock's swings).
+(H100); sm_90a at 64x64 tiles 0.453 -> 0.427 ms at head dim 128 and 0.506 -> 0.471 at
+64 (H100, each timing over the clock's swings).
 
 The table's order is the order the tiles were found in (but for the end of the last
 batch's: Note [Longest tiles last]), and the attention kernel takes it
