@@ -1,10 +1,13 @@
-"""The bundle manifest: its schema, as frozen value objects, and its validation.
+"""The bundle manifest: its schema and its validation, `parse_manifest`.
 
 A manifest says everything a launch needs and nothing the runtime must guess
 (design.md section 5). `parse_manifest` turns the JSON object into a `Manifest`
 or raises `ManifestError` naming the field at fault, e.g.
 
     manifest: kernels[0].params[3].tensor: unknown tensor 'x' (tensors: q, k, v, o)
+
+The value objects it returns are in manifest_schema.py (importable from here too: every
+name of `__all__`), the rules across fields in manifest_checks.py.
 
 The schema, format "attnc-bundle/3" (every key below is required unless marked; formats
 still read: "attnc-bundle/2", the same without a kernel's `small_grid`, and
@@ -58,219 +61,29 @@ read its scratch but never write it (the compiler's promise; the rest is checked
 """
 from __future__ import annotations
 
-import functools
-import hashlib
 import re
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Union
+from typing import Any, Mapping
 
 from attnc_runtime.arch import TARGETS
 from attnc_runtime.dtypes import DTYPES
 from attnc_runtime.errors import ManifestError
+from attnc_runtime.manifest_checks import (_check_mask_kernels, _check_scratch_agree, _check_small_grids,
+                                           _check_tensor_set)
+from attnc_runtime.manifest_schema import (CODE_KINDS, CONSTRAINT_KINDS, FORMAT, INPUT_ROLES,
+                                           INT_TYPES, KERNEL_ROLES, MAX_BLOCK_Z,
+                                           MAX_THREADS_PER_BLOCK, OUTPUT_ROLES, READ_FORMATS,
+                                           RESERVED_NAMES, VECTOR_ROLES, Cdiv, ConstParam,
+                                           Constraint, DimParam, Factor, KernelSpec, Manifest,
+                                           MinSms, Param, PtrParam, ScratchParam, ShapeEntry,
+                                           SmallGrid, StrideParam, TensorSpec, source_sha256)
 
-FORMAT = "attnc-bundle/3"                               # what attnc writes
-READ_FORMATS = ("attnc-bundle/1", "attnc-bundle/2", FORMAT)     # what this runtime reads
-CODE_KINDS = ("cubin", "ptx")
-INPUT_ROLES = ("q", "k", "v", "param")
-OUTPUT_ROLES = ("o", "lse")
-VECTOR_ROLES = ("q", "k", "v", "o")     # read and written with 16-byte vectors
-INT_TYPES = {"i32": 32, "i64": 64}
-CONSTRAINT_KINDS = ("divisible", "equal")
-MAX_THREADS_PER_BLOCK = 1024
-MAX_BLOCK_Z = 64                    # a block's z extent (x and y go to 1024)
-KERNEL_ROLES = ("mask",)
-RESERVED_NAMES = ("mask_from",)         # keywords of Kernel.bind, not tensors
-_ROLE_COUNTS = (("inputs", "q", "exactly"), ("inputs", "k", "exactly"), ("inputs", "v", "exactly"),
-                ("outputs", "o", "exactly"), ("outputs", "lse", "at most"))
+__all__ = ["CODE_KINDS", "CONSTRAINT_KINDS", "Cdiv", "ConstParam", "Constraint", "DimParam",
+           "FORMAT", "Factor", "INPUT_ROLES", "INT_TYPES", "KERNEL_ROLES", "KernelSpec",
+           "MAX_BLOCK_Z", "MAX_THREADS_PER_BLOCK", "Manifest", "MinSms", "OUTPUT_ROLES", "Param",
+           "PtrParam", "READ_FORMATS", "RESERVED_NAMES", "ScratchParam", "ShapeEntry", "SmallGrid",
+           "StrideParam", "TensorSpec", "VECTOR_ROLES", "parse_manifest", "source_sha256"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-
-@dataclass(frozen=True)
-class Cdiv:
-    """`ceil(dim / by)`."""
-    dim: str
-    by: int
-
-
-@dataclass(frozen=True)
-class MinSms:
-    """`min(product(factors), the device's SM count)`: a persistent kernel's grid."""
-    factors: tuple
-
-
-Factor = Union[int, str, Cdiv, MinSms]
-ShapeEntry = Union[int, str]
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    name: str
-    role: str
-    dtype: str
-    shape: tuple[ShapeEntry, ...]
-    align: int
-
-    @property
-    def rank(self) -> int:
-        return len(self.shape)
-
-    @property
-    def itemsize(self) -> int:
-        return DTYPES[self.dtype].itemsize
-
-
-@dataclass(frozen=True)
-class PtrParam:
-    tensor: str
-
-
-@dataclass(frozen=True)
-class DimParam:
-    name: str
-    type: str
-
-
-@dataclass(frozen=True)
-class StrideParam:
-    tensor: str
-    axis: int
-    type: str
-
-
-@dataclass(frozen=True)
-class ScratchParam:
-    name: str
-    bytes: tuple[Factor, ...]
-
-
-@dataclass(frozen=True)
-class ConstParam:
-    """A size fixed at compile time that the kernel still takes as an argument
-    (e.g. HKV = 1 for MQA where the kernel's ABI has a heads-per-KV parameter)."""
-    value: int
-    type: str
-
-
-Param = Union[PtrParam, DimParam, StrideParam, ScratchParam, ConstParam]
-
-
-@dataclass(frozen=True)
-class Constraint:
-    kind: str
-    a: ShapeEntry
-    b: ShapeEntry
-
-
-@dataclass(frozen=True)
-class KernelSpec:
-    name: str
-    symbol: str
-    block: tuple[int, int, int]
-    cluster: tuple[int, int, int]
-    dynamic_smem_bytes: int
-    grid: tuple[tuple[Factor, ...], tuple[Factor, ...], tuple[Factor, ...]]
-    params: tuple[Param, ...]
-    role: str | None = None             # "mask": Note [Reused masks] (kernel.py)
-    fills: tuple[str, ...] = ()         # a mask kernel's scratch that it writes
-    small_grid: "SmallGrid | None" = None
-
-
-@dataclass(frozen=True)
-class SmallGrid:
-    """The kernel launched instead where the grid has at most up_to_ctas_per_sm CTAs per SM."""
-    symbol: str
-    grid: tuple[tuple[Factor, ...], tuple[Factor, ...], tuple[Factor, ...]]
-    up_to_ctas_per_sm: int
-
-
-@dataclass(frozen=True)
-class Manifest:
-    compiler_name: str
-    compiler_version: str
-    variant: str
-    source: str
-    source_sha256: str
-    target: str
-    code: Mapping[str, str]
-    code_sha256: Mapping[str, str]          # kind -> the sha256 its file must have (may be empty)
-    dims: tuple[str, ...]
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
-    constraints: tuple[Constraint, ...]
-    kernels: tuple[KernelSpec, ...]
-    specialization: Mapping[str, Any]
-    raw: Mapping[str, Any] = field(repr=False, compare=False)
-
-    @property
-    def tensors(self) -> tuple[TensorSpec, ...]:
-        return self.inputs + self.outputs
-
-    def tensor(self, name: str) -> TensorSpec:
-        return next(t for t in self.tensors if t.name == name)
-
-    def role(self, role: str) -> TensorSpec | None:
-        return next((t for t in self.tensors if t.role == role), None)
-
-    @property
-    def mask_kernels(self) -> tuple[int, ...]:
-        """Launch-order indices of the kernels of role "mask": each fills its scratch from
-        params and dims alone (the block map of a mask that reads params)."""
-        return tuple(i for i, k in enumerate(self.kernels) if k.role == "mask")
-
-    @property
-    def mask_scratch(self) -> tuple[str, ...]:
-        """The scratch the mask kernels fill, sorted: what a launch may keep."""
-        return tuple(sorted({p.name for i in self.mask_kernels for p in self.kernels[i].params
-                             if isinstance(p, ScratchParam)}))
-
-    @property
-    def mask_params(self) -> tuple[str, ...]:
-        """The param tensors the mask kernels read, sorted: what a kept mask depends on."""
-        return tuple(sorted({p.tensor for i in self.mask_kernels for p in self.kernels[i].params
-                             if isinstance(p, PtrParam)}))
-
-    @functools.cached_property
-    def read_dims(self) -> frozenset[str]:
-        """The dims something of the launch depends on: a tensor's shape, a constraint, a
-        kernel's grid, scratch size or parameter. A declared dim outside them (one the
-        variant never uses) may be left out of a launch."""
-        used = {d for t in self.tensors for d in t.shape if isinstance(d, str)}
-        used |= {x for c in self.constraints for x in (c.a, c.b) if isinstance(x, str)}
-        for k in self.kernels:
-            used |= _factor_dims(f for axis in k.grid for f in axis)
-            if k.small_grid is not None:
-                used |= _factor_dims(f for axis in k.small_grid.grid for f in axis)
-            for p in k.params:
-                if isinstance(p, DimParam):
-                    used.add(p.name)
-                elif isinstance(p, ScratchParam):
-                    used |= _factor_dims(p.bytes)
-        return frozenset(used)
-
-    @property
-    def scalar_dims(self) -> tuple[str, ...]:
-        """Dims no input shape carries: passed as keyword ints at launch (those in
-        `read_dims`; the others may be left out)."""
-        shaped = {d for t in self.inputs for d in t.shape if isinstance(d, str)}
-        return tuple(d for d in self.dims if d not in shaped)
-
-
-def _factor_dims(factors) -> set[str]:
-    """The dims a product of factors reads."""
-    out = set()
-    for f in factors:
-        if isinstance(f, str):
-            out.add(f)
-        elif isinstance(f, Cdiv):
-            out.add(f.dim)
-        elif isinstance(f, MinSms):
-            out |= _factor_dims(f.factors)
-    return out
-
-
-def source_sha256(source: str) -> str:
-    return hashlib.sha256(source.encode("utf-8")).hexdigest()
 
 
 def parse_manifest(raw: Any) -> Manifest:
@@ -353,23 +166,6 @@ def _tensor(raw: Any, path: str, dims: tuple[str, ...], *, output: bool) -> Tens
     return TensorSpec(name, role, dtype, shape, align)
 
 
-def _check_tensor_set(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -> None:
-    seen: set[str] = set()
-    for group, specs in (("inputs", inputs), ("outputs", outputs)):
-        for i, t in enumerate(specs):
-            if t.name in seen:
-                raise ManifestError(f"manifest: {group}[{i}].name: tensor {t.name!r} is declared twice")
-            if t.name in RESERVED_NAMES:
-                raise ManifestError(f"manifest: {group}[{i}].name: {t.name!r} is a keyword of Kernel.bind, "
-                                    "not a tensor name")
-            seen.add(t.name)
-    for group, role, bound in _ROLE_COUNTS:
-        count = sum(t.role == role for t in (inputs if group == "inputs" else outputs))
-        if count > 1 or (count == 0 and bound == "exactly"):
-            raise ManifestError(f"manifest: {group}: expected {bound} one tensor with role {role!r}, "
-                                f"found {count}")
-
-
 def _kernel(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, TensorSpec]) -> KernelSpec:
     fields = _obj(raw, path, required=("name", "symbol", "block", "dynamic_smem_bytes", "grid", "params"),
                   optional=("cluster", "role", "fills", "small_grid"))
@@ -393,22 +189,6 @@ def _kernel(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, Te
         fills=tuple(_ident(x, f"{path}.fills[{i}]") for i, x in enumerate(_list(fields.get("fills", []),
                                                                                  f"{path}.fills"))),
         small_grid=_small_grid(fields["small_grid"], f"{path}.small_grid", dims) if "small_grid" in fields else None)
-
-
-def _check_small_grids(kernels: tuple[KernelSpec, ...], fmt: str) -> None:
-    """A small grid (format 3) names a symbol of its own, on a kernel that is not a mask
-    kernel (whose scratch a later launch may keep) and has no cluster."""
-    symbols = [k.symbol for k in kernels]
-    for i, k in enumerate(kernels):
-        if k.small_grid is None:
-            continue
-        path = f"manifest: kernels[{i}].small_grid"
-        if fmt != FORMAT:
-            raise ManifestError(f"{path}: not a field of format {fmt!r}")
-        if k.role is not None or k.cluster != (1, 1, 1):
-            raise ManifestError(f"{path}: only a kernel without a role and a cluster may have one")
-        if k.small_grid.symbol in symbols + [x.small_grid.symbol for x in kernels[:i] if x.small_grid]:
-            raise ManifestError(f"{path}.symbol: {k.small_grid.symbol!r} names another kernel too")
 
 
 def _small_grid(raw: Any, path: str, dims: tuple[str, ...]) -> SmallGrid:
@@ -447,47 +227,6 @@ def _param(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, Ten
     fields = _obj(raw, path, required=("kind", "name", "bytes"))
     return ScratchParam(_ident(fields["name"], f"{path}.name"),
                         _factors(fields["bytes"], f"{path}.bytes", dims))
-
-
-def _check_scratch_agree(kernels: tuple[KernelSpec, ...]) -> None:
-    sizes: dict[str, tuple[Factor, ...]] = {}
-    for i, kernel in enumerate(kernels):
-        for j, p in enumerate(kernel.params):
-            if isinstance(p, ScratchParam) and sizes.setdefault(p.name, p.bytes) != p.bytes:
-                raise ManifestError(f"manifest: kernels[{i}].params[{j}].bytes: scratch {p.name!r} "
-                                    "is sized differently by another param")
-
-
-def _check_mask_kernels(kernels: tuple[KernelSpec, ...], tensors: Mapping[str, TensorSpec]) -> None:
-    """A mask kernel reads params and dims only, fills scratch that no earlier kernel took,
-    and reads no scratch but what an earlier mask kernel filled."""
-    taken: set[str] = set()             # by any earlier kernel
-    filled: set[str] = set()            # by earlier mask kernels
-    for i, kernel in enumerate(kernels):
-        path = f"manifest: kernels[{i}]"
-        scratch = {p.name for p in kernel.params if isinstance(p, ScratchParam)}
-        if kernel.role != "mask":
-            if kernel.fills:
-                raise ManifestError(f"{path}.fills: only a kernel of role 'mask' fills scratch")
-            taken |= scratch
-            continue
-        reads = sorted(p.tensor for p in kernel.params
-                       if isinstance(p, PtrParam) and tensors[p.tensor].role != "param")
-        if reads:
-            raise ManifestError(f"{path}: a mask kernel reads params only, not {', '.join(reads)}")
-        if not kernel.fills:
-            raise ManifestError(f"{path}: a mask kernel fills scratch, and names none in 'fills'")
-        for name in kernel.fills:
-            if name not in scratch:
-                raise ManifestError(f"{path}.fills: {name!r} is not a scratch param of the kernel")
-            if name in taken:
-                raise ManifestError(f"{path}: scratch {name!r} is taken by an earlier kernel; "
-                                    "a mask kernel fills its own")
-        unfilled = sorted(scratch - set(kernel.fills) - filled)
-        if unfilled:
-            raise ManifestError(f"{path}: reads scratch {unfilled[0]!r}, which no earlier mask kernel fills")
-        taken |= scratch
-        filled |= set(kernel.fills)
 
 
 def _constraint(raw: Any, path: str, dims: tuple[str, ...]) -> Constraint:
