@@ -1,5 +1,5 @@
 """attnc's variant kernels vs FlexAttention (torch.compile) and vs themselves without the mod,
-in one run (issue 4, item 4).
+in one run (the results: results/sm80_h200.md and results/sm90a_h200.md).
 
     python bench/bench_variants.py [--bundles .bundles/gpu] [--json out.json] [--iters 20] [--rounds 5]
                                    [--warmup-ms 100] [--min-ms 200]
@@ -24,7 +24,7 @@ goals keep the whole launch. CUDA events: WARMUP launches and --warmup-ms (defau
 more of the same function, then the mean of --iters calls (at least 20) or of as many as
 take --min-ms of GPU time (default 200), in --rounds rounds (default 5) that each time
 every kernel once; a time is the median of its rounds (the JSON keeps them all, the table
-prints their range); `--warmup-ms 0 --min-ms 0` is the method of sessions 6 to 21.
+prints their range); `--warmup-ms 0 --min-ms 0` times five warm-up launches and 20 calls.
 TFLOP/s of useful work: 4*B*H*M*N*D times the fraction of (i, j) pairs the mask keeps,
 counted exactly. Before timing, each attnc output is compared with FlexAttention's (max
 |difference| printed). Causal is also timed, in the same rounds, on torch SDPA's cuDNN
@@ -32,7 +32,7 @@ and flash (FA2) backends, and the window and documents on the flash backend's FA
 (its sliding window and its varlen layout: `fa2_runner`). Beside each row, the median SM
 clock and board power nvidia-smi logged while attnc's and FlexAttention's kernels were
 timed (Note [Clock under the power cap] in smi_log.py; also in the JSON). Prints a table,
-then the issue's goals with each ratio:
+then the speed goals with each ratio:
 
     score_mod overhead over causal       softcap, ALiBi          <= 10 %
     speed-up over causal                 window1024              >= 3.5x
@@ -42,39 +42,28 @@ then the issue's goals with each ratio:
 Note [Warm-up to the kernel's own clocks]: under its power cap the GPU sets its clock
 from what ran in the last tens of milliseconds. With five warm-up launches, a 1 ms kernel
 is timed over 20 ms that follow 70 ms or more of another kernel of the round, and its
-time depends on which: in session 18 the sm_80 window kernel ran 0.907 ms timed alone and
-1.111 ms right after the sm_90a causal kernel (results/variants_h200.md), while a 3 ms
-kernel's 60 ms mostly run at its own clocks. So each function first runs --warmup-ms of
-GPU time by itself (the way triton.testing.do_bench warms up for a time, not a count),
-peers and attnc alike. Measured on an H100 (session 21, results/variants_h200.md), 200 ms
-left the window where it was (1.010 ms against 1.011 with five launches), so the
-preceding kernel does not explain the window's miss; FlexAttention's documents kernel
-ran 0.644 against 0.680 ms at d = 128 (one run each).
+time depends on which (the sm_80 window kernel ran a fifth longer right after the sm_90a
+causal kernel than alone), while a 3 ms kernel's 60 ms mostly run at its own clocks. So
+each function first runs --warmup-ms of GPU time by itself (the way
+triton.testing.do_bench warms up for a time, not a count), peers and attnc alike.
 
-Note [Timing over the clock's swings]: at the 700 W cap of an H100 the SM clock does not
-settle; it swings between about 1.41 and 1.83 GHz every 100-200 ms (nvidia-smi at 100 ms
-while one kernel runs back to back, session 22, results/variants_h200.md). Twenty calls
-of a 1 ms kernel span 20 ms, one phase of a swing, which the kernels timed before it
-choose: the sm_80 window at head dim 64 ran 0.908 ms in a run of the sm_80 kernels and
-their peers and 0.979-0.981 ms in a run with the sm_90a kernels too, while causal (70 ms a
-timing) ran 3.35-3.37 ms in both; FlexAttention's 0.6-1 ms kernels move the same way.
-So since session 22 each timing spans at least --min-ms of GPU time (200), after
---warmup-ms (100) of the same function: a short kernel is timed over whole swings at its
-own sustained clock, as a long one is, whatever ran before it. The rounds then spread
-0.5-3 % around their median instead of up to 4-14 %. It favours no one side: in session
-22's runs it moved the window at head dim 64 from 3.42x to 3.53-3.56x causal, and
-documents at 128 from 1.33x to 1.18-1.20x FlexAttention (whose 0.6 ms kernel had lost
-more to its neighbours than attnc's). What it does not remove: the run's history (the
-chip's temperature, the kernels of the rounds) still moves a 0.5 ms kernel by up to about
-10 % between contexts (sm_90a documents at head dim 64: 0.471 ms in 300 launches back to
-back, 0.537 in a benchmark run), so a goal that close to its bound is read over runs. Nor
-the neighbour: in sessions 29-31 the sm_80 documents kernel at head dim 128 with its map
-reused, always timed right after the same kernel building it, came out 1-4 % slower than
-that one although it runs one kernel less; timed in alternating order the reused launch
-was faster in three pairs of four (session 32, results/logs/session32_gpu.txt). So since
-session 32 the rounds alternate between the given order and its reverse, which takes a
-fixed neighbour out of the comparison (the first such run still had reused 1 % slower:
-differences of 1 % are below what these timings resolve).
+Note [Timing over the clock's swings]: at the 700 W cap the SM clock does not settle; it
+swings between about 1.41 and 1.83 GHz every 100-200 ms while one kernel runs back to back
+(clock_trace.py). Twenty calls of a 1 ms kernel span 20 ms, one phase of a swing, which the
+kernels timed before it choose; FlexAttention's 0.6-1 ms kernels move the same way. So
+each timing spans at least --min-ms of GPU time (200), after --warmup-ms (100) of the same
+function: a short kernel is timed over whole swings at its own sustained clock, as a long
+one is, whatever ran before it. The rounds then spread 0.5-3 % around their median
+instead of up to 4-14 %, and no side is favoured (attnc's short kernels and
+FlexAttention's moved both ways). What it does not remove: the run's history (the chip's
+temperature, the kernels of the rounds) still moves a 0.5 ms kernel by up to about 10 %
+between contexts, so a goal that close to its bound is read over runs. Nor the
+neighbour: the documents launch with its map reused, timed always right after the same
+kernel building its map, came out 1-4 % slower than that one although it runs one kernel
+less, and mostly faster in alternating order; so the rounds alternate between the given
+order and its reverse, which takes a fixed neighbour out of the comparison (differences
+of 1 % are still below what these timings resolve). The measurements:
+results/sm80_h200.md, "Benchmark timing".
 
 FlexAttention on an H100/H200 runs wgmma code, which sm_80 kernels cannot; beside it the
 sm_80 kernels are also compared, on softcap and doc_causal, with FlexAttention as Triton
@@ -237,11 +226,11 @@ def main() -> int:
                     help="timing rounds over all kernels, interleaved; a time is their median (default 5)")
     ap.add_argument("--warmup-ms", type=float, default=WARMUP_MS,
                     help="GPU time each function runs before it is timed, after its first "
-                         f"{WARMUP} calls (default {WARMUP_MS:g}; 0: those {WARMUP} calls only, the "
-                         "method of sessions 6 to 21); Note [Warm-up to the kernel's own clocks]")
+                         f"{WARMUP} calls (default {WARMUP_MS:g}; 0: those {WARMUP} calls only); "
+                         "Note [Warm-up to the kernel's own clocks]")
     ap.add_argument("--min-ms", type=float, default=MIN_MS,
                     help="GPU time each timing spans at least, in as many calls as that takes beyond --iters "
-                         f"(default {MIN_MS:g}; 0: --iters calls, the method of sessions 6 to 21); "
+                         f"(default {MIN_MS:g}; 0: --iters calls); "
                          "Note [Timing over the clock's swings]")
     ap.add_argument("--no-flex-mma-v2", action="store_true",
                     help="leave out FlexAttention built without wgmma (flex_mma_v2.py), the sm_80 kernels' peer")
@@ -461,9 +450,9 @@ def spread(values: list[float]) -> str:
 def report_goals(rows: list[dict], arch: str) -> list[dict]:
     by = {(r["head_dim"], r["case"]): r for r in rows}
     goals = []
-    whose = "" if arch == "sm_80" else " (issue 4 sets them for the sm_80 kernels; shown for comparison)"
-    at = "" if N == 8192 else f", at M = N = {N} (the issue sets them at 8192)"
-    print(f"\nissue 4 goals, {arch} kernels{whose}{at} (times of the same run):")
+    whose = "" if arch == "sm_80" else " (set for the sm_80 kernels; shown for comparison)"
+    at = "" if N == 8192 else f", at M = N = {N} (they are set at 8192)"
+    print(f"\nspeed goals, {arch} kernels{whose}{at} (times of the same run):")
     for d in SHAPES:
         for what, case, base, kind, bound in GOALS:
             row, ref = by.get((d, case)), by.get((d, base))

@@ -8,8 +8,8 @@ sm_80,sm_90a), binds them on bench_variants.py's inputs and runs a fixed schedul
 phases, each launching one kernel back to back for 2-3 s and timing it in chunks of 20
 launches (CUDA events); nvidia-smi logs the SM clock, power, temperature and the active
 clock-event reasons every 100 ms into OUT_DIR/smi.csv. Each phase prints its first, median
-and last chunks. What it showed (session 22, results/variants_h200.md): Note [Timing over
-the clock's swings] in bench_variants.py. A measuring tool: it asserts nothing.
+and last chunks. What it showed: Note [Timing over the clock's swings] in bench_variants.py
+(results/sm80_h200.md, "Benchmark timing"). A measuring tool: it asserts nothing.
 """
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ retirement. From the stamps of the last of --launches launches:
   (the grid's end); busy = CTA time over SMs x slots x the launch's span.
 
 %globaltimer counts nanoseconds but advances in steps, which the tool measures first
-(`globaltimer_steps_ns`, printed and in the JSON; 32 ns on an H100, session 30): a
+(`globaltimer_steps_ns`, printed and in the JSON; 32 ns on an H100): a
 single CTA's figures are as coarse as a step, the means over thousands are what the
 tool reports. Only the low 32 bits are kept for the two middle stamps (a CTA is far
 shorter than 4 s). The unpatched bundle is timed with CUDA events beside it; the

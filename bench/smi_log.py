@@ -5,14 +5,13 @@ wall-clock windows in which a kernel ran (bench_variants.py, power_probe.py).
         t0 = time.time(); ...run a kernel...; windows.append((t0, time.time()))
     print(smi.summary(windows))
 
-Note [Clock under the power cap]: an H100 at its 700 W cap lowers the SM clock until the
-board's power fits (nvidia-smi's clocks_event_reasons bit 0x4, the software power cap), so
-two kernels timed on the same GPU may run at different clocks: on the documents + causal
-variant at head dim 128 the sm_80 kernel ran at a median 1815 MHz, 693 W, FlexAttention's
-at 1965 MHz (the maximum is 1980), 690 W (bench/power_probe.py, H100, session 34,
-results/logs/session34_gpu.txt, section 4). A kernel there is as fast as the energy it spends per
-launch lets it be, whatever its latencies. Without nvidia-smi, nothing is logged and every
-summary is None.
+Note [Clock under the power cap]: an H100 or H200 at its 700 W cap lowers the SM clock
+until the board's power fits (nvidia-smi's clocks_event_reasons bit 0x4, the software
+power cap), so two kernels timed on the same GPU may run at different clocks: on the
+documents + causal variant at head dim 128 the sm_80 kernel runs at the cap, below
+FlexAttention's clock near the maximum (power_probe.py; results/sm80_h200.md, "Benchmark
+timing"). A kernel there is as fast as the energy it spends per launch lets it be,
+whatever its latencies. Without nvidia-smi, nothing is logged and every summary is None.
 """
 from __future__ import annotations
 

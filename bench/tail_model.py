@@ -7,8 +7,9 @@ attnc/backend/qtiles.py). CPU only; it measures nothing on a GPU.
 
 The slots (SMs x the CTAs an SM holds) take the CTAs in launch order, each the moment one
 is free, as the hardware's CTA scheduler does; a CTA takes `fixed` + its key blocks, in
-units of one key block's time (session 30's CTA time line: prologue and epilogue about
-1.33 blocks at head dim 128), a CTA past the table's last tile 0.05. The tail is the
+units of one key block's time (cta_timeline.py's prologue and epilogue at head dim 128,
+about 1.33 blocks: results/sm80_h200.md, "Documents at head dim 128: where the time
+goes"), a CTA past the table's last tile 0.05. The tail is the
 makespan over the work's bound (the work spread evenly over the slots), in percent. The
 orders: the table's (heads first: every head of an entry, the entries from the last to
 the first, batch by batch), the same with the last batch's first R entries longest first
