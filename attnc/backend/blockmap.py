@@ -16,12 +16,11 @@ writes the kernel, `blockmap_hooks` answers the attention kernel's mask question
 Note [Block map kernel]: one CTA of 128 threads per GROUPS = 4 groups of TILES = 4
 consecutive key blocks of a query block, grid (cdiv(N, 16 * block_n), cdiv(M, block_m)
 or the table's tiles, B * H_m) (z = b * H_m + h_m): a CTA per tile made the launch
-itself the cost (32768 CTAs at B = 4, M = N = 8192, 128x64: 21 us on an H200 with no
-work in them), and the first two steps need one warp per tile. The CTA takes its groups
+itself the cost (32768 CTAs at B = 4, M = N = 8192, 128x64: 21 us with no work in them),
+and the first two steps need one warp per tile. The CTA takes its groups
 one after the other (those that hold a block below the row's end); in group g, warp w
-takes key block 4 * (4 * blockIdx.x + g) + w. (One group a CTA, on an H100, B = 4, M = N
-= 8192, documents of 1000: 8.0 us at 128x64 tiles, 14.0 at 64x64, 16.9 on sm_90a; four
-groups 6.1, 8.3 and 14.7; eight 7.0, 8.9, 15.2.) In each group:
+takes key block 4 * (4 * blockIdx.x + g) + w (four groups a CTA ran fastest against one
+and eight: results/sm80_h200.md, "Block map kernel"). In each group:
 
 1. The tile class of `attn-analyze-masks`: a tile it proves SKIP or FULL (e.g. the upper
    triangle of a causal mask) is decided without evaluating anything.
@@ -66,9 +65,9 @@ it, so only the tiles whose samples all agree while the intervals cannot decide 
 left to the element walk. The samples' loads are issued with the first trips of the
 interval walks, before any value is used (Note [Loads first]).
 
-Measured on an H200 (B = 4, M = N = 8192, 128x64, documents of 1000 tokens): the map
-took 87 us with the element walk alone, 22 us with one CTA per tile and the intervals,
-9.3 us as above (the same whatever the documents' length).
+With the intervals and the samples the map of documents of 1000 at M = N = 8192 takes
+about a ninth of the element walk's time, whatever the documents' length
+(results/sm80_h200.md, "Block map kernel").
 
 Note [Conjuncts a tile holds]: a mask with a row interval and a residual (Notes [Row
 intervals] and [Residual conjuncts] in hooks.py: `doc[b, i] == doc[b, j] and j <= i`) is
@@ -86,10 +85,9 @@ otherwise (the element walk's tiles, the static class's): the attention kernel
 part. It must still drop the keys >= N itself: a ragged last key block may hold its
 interval part on its keys < N (rows past N that read the last document id, M > N), so
 the residual alone is tested only in a block wholly below N. Every reader of the class
-masks the byte with CLASS_BITS. On an H200 (B = 4,
-M = N = 8192, documents of 1000), against the same kernels testing both parts (same
-outputs to the bit): 0.586 -> 0.563 ms at d = 128 and 0.677 -> 0.659 at d = 64 on
-sm_80, 0.442 -> 0.430 at d = 128 on sm_90a (results/variants_h200.md).
+masks the byte with CLASS_BITS. Against the same kernels testing both parts (the same
+outputs to the bit), documents + causal ran 3-4 % faster on sm_80 and 3 % on sm_90a at
+head dim 128 (results/sm80_h200.md and sm90a_h200.md, "Conjuncts a tile holds").
 
 Note [Full range from the map]: the attention kernel's `kv_range` (blockmap_hooks) scans
 the map's row of its query block, each lane every 32nd block (all warps alike), for the

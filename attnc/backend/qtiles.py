@@ -40,9 +40,9 @@ layout, derived from the mask instead of given as cumulative lengths):
   With documents the table cannot hold (a partial tile each that outgrows the spare
   quarter: at M = 8192 and block_m = 128, equal documents of 1-102, 129-204, 257-305 or
   385-409 positions) the tiles then visit their own few key blocks, each MIXED, instead
-  of the whole causal range: documents of 96 + causal, M = N = 8192, head dim 128, sm_80
-  on an H200 ran 3.49 ms with key0 = 0 (the causal kernel: 2.99 ms) and 0.21 ms with it
-  (results/variants_h200.md).
+  of the whole causal range: documents of 96 + causal, M = N = 8192, head dim 128, ran
+  slower than the causal kernel with key0 = 0 and 17 times faster with it
+  (results/sm80_h200.md, "Document-aligned tiles").
 
 The table holds SPARE_NUM * cdiv(M, SPARE_DEN * block_m) tiles, 5/4 of the grid's: room
 for a partial tile per run when runs are 4 * block_m long on average (documents of 1000
@@ -51,10 +51,9 @@ and a CTA past the last tile returns at once.
 
 Where the table is the default (sm80_lower.py): a kernel of one query block per CTA
 without a producer warpgroup, on sm_80 and on sm_90a (whose one-warpgroup kernel takes its
-rows and key origin the same way). Documents of 1000 + causal, M = N = 8192, against the
-same kernel on the grid: sm_80 at 128x64 tiles 0.555 -> 0.493 ms at head dim 128
-(H100); sm_90a at 64x64 tiles 0.453 -> 0.427 ms at head dim 128 and 0.506 -> 0.471 at
-64 (H100, each timing over the clock's swings).
+rows and key origin the same way). Documents of 1000 + causal ran 6-11 % faster than the
+same kernel on the grid, on both targets (results/sm80_h200.md and sm90a_h200.md,
+"Document-aligned tiles").
 
 The table's order is the order the tiles were found in (but for the end of the last
 batch's: Note [Longest tiles last]), and the attention kernel takes it
@@ -63,17 +62,17 @@ heaviest first, neighbouring tiles of a document running together and sharing it
 the L2. Sorting the table by work instead (longest first over all documents, which a
 list-scheduling model says shortens the grid's tail from 4-5 % to under 1 %) ran the k-th
 tile of every document together, whose keys do not fit in the L2: documents + causal on
-sm_80 0.523 -> 0.549 ms at head dim 128, 0.642 -> 0.705 at 64, sm_90a unchanged (H100,
-results/variants_h200.md).
+sm_80 ran 5-10 % slower, sm_90a the same (results/sm80_h200.md, "Document-aligned
+tiles").
 
 Note [Longest tiles last]: the grid's last CTAs decide when it ends. On the heads-first
 grid (Note [Heads first] in sm80.py: every head of one entry, then the next entry, batch
 by batch) the last CTAs to start are the last batch's first entries: documents' tiles of
 every length, each document's longest first. A slot that starts a long one late runs on
 after the others have run out of work: documents of 1000 + causal at M = N = 8192, head
-dim 128 on sm_80, the slots sat idle 4.7 % of the launch after their last CTA (32.9 us of
-tail; bench/cta_timeline.py), which a list-scheduling model of the grid reproduces (4.3 %,
-bench/tail_model.py), and in which the model's longest-first order over the whole grid
+dim 128 on sm_80, the slots sat idle 4.7 % of the launch after their last CTA
+(bench/cta_timeline.py), which a list-scheduling model of the grid reproduces
+(bench/tail_model.py), and in which the model's longest-first order over the whole grid
 leaves 0.6 %. (At head dim 64, 64-row tiles and 32 heads, the model's tail is 0.4 %:
 nothing to gain there.) Over the
 whole grid that order runs every document's k-th tile together, whose keys do not fit in
@@ -90,12 +89,9 @@ grid instead (Note [Small grids] in sm80.py: its order starts every (b, h)'s lon
 first already), which it tells from the grid's CTAs against %nsmid as the runtime does
 from the SM count. (%nsmid may exceed the SM count: R and the small-grid bound then err
 on the large side, which costs nothing but order.)
-H100 (results/variants_h200.md), the same attention kernel with tables
-of k = 0, 2 and 4 (tail_waves 0, 1, 2): idle after the last CTA 4.7 / 1.7 / 1.3 %, tail
-32.9 / 11.6 / 8.6 us; the launch 0.492 / 0.482 / 0.483 ms (11 rounds; a first version of
-the step) and, the committed step, 0.507 / 0.498 / 0.496 ms on another machine; at head
-dim 64 0.635 -> 0.632 ms, within the rounds' spread. The step adds about 0.5 us to the
-table kernel at 8192 (7.1-7.8 us against 6.8-7.2).
+With tail_waves 2 the idle end falls to 1.3 % and the launch runs about 2 % faster at
+head dim 128 (within the rounds' spread at 64), for about 0.5 us more in the table kernel
+(results/sm80_h200.md, "Longest tiles last").
 
 Note [Tile table kernel]: one CTA of THREADS threads per (b, h_m); thread t walks the
 rows [t * C, (t + 1) * C), C = cdiv(M, THREADS) rounded up to whole trips of UNROLL rows
@@ -112,8 +108,8 @@ tiles (the tiles are contiguous), thread 0 that of the last;
 (the next has another key0) writes its row_end as the key_end of the run's first tile,
 t - (row0 - key0) / block_m; after another, the run's other tiles copy it from there.
 (Written in (2), key_end took a loop per run start inside the unrolled walk, which
-spilled the kernel's registers and took 3 us more on an H100; a store per run start
-there still spilled.)
+spilled the kernel's registers and made it slower; a store per run start there still
+spilled: results/sm80_h200.md, "Tile table kernel".)
 (4) in the last batch's tables, Note [Longest tiles last]: after a barrier, thread t < R
 puts the weight of entry t in shared memory; after another it counts there the entries
 to start before its own, and writes entry t (held in its registers) to its place.

@@ -45,20 +45,13 @@ params keep the map. So, by default, do
     is kept, so it does not count).
 The option `run_ranges` of attn-lower-sm80 / attn-lower-sm90a turns it on or off.
 
-Measured on an H100 (M = N = 8192, documents of 1000 + causal, bf16; 7 interleaved
-rounds timed over the clock's swings; the same outputs to the bit as with the map;
-results/logs/session29_gpu.txt, section 7; busy time from section 5):
-
-    sm_80,  d = 128   0.523 -> 0.502 ms (a launch's busy time 482.0 -> 471.3 us: the map
-                      kernel's 5.9 us gone, the attention kernel 466.8 -> 462.0); without
-                      the early diagonal the attention kernel took 16 us more (section 2)
-    sm_80,  d = 64    0.642 -> 0.623
-    sm_90a, d = 128   0.434 -> 0.422
-    sm_90a, d = 64    0.482 -> 0.528: the kernel spills under its register bound of four
-                      CTAs an SM (Note [CTAs per SM] in kernel_spec.py), which
-                      build_sm80_module then drops (163 registers); with the bound forced
-                      (min_ctas_per_sm=4), 0.484 against 0.483 (section 3). Hence not the
-                      default at that register floor.
+Against the same kernels with the map (documents of 1000 + causal, the same outputs to
+the bit), sm_80 ran 3-4 % faster and sm_90a 3 % at head dim 128 (results/sm80_h200.md and
+sm90a_h200.md, "Ranges from the runs"). sm_90a at head dim 64 spilled under its register
+bound of four CTAs an SM (Note [CTAs per SM] in kernel_spec.py), which build_sm80_module
+then drops (163 registers), and ran 10 % slower; with the bound forced
+(min_ctas_per_sm=4) it ran as fast as the map. Hence not the default at that register
+floor.
 
 There is no `tile_skip`: a block between the first and the last kept one that keeps
 nothing (a rest such as `j < 10 or j <= i`, whose holes the analysis does not split under

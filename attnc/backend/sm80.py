@@ -26,9 +26,9 @@ row (the mask drops every score, whatever S holds) and P.V with P = 0 and V = 0,
 changes nothing. Such blocks are rare (the kv range is the hull of the kept keys, and
 holes between the segments of a mask, KvRange.segments, are never visited), so no
 branch is spent on them: one around QK^T alone cost 61 SASS instructions per partial
-step of window1024 (head dim 64; 0.961 against 0.954 ms without it on an H200, the
-other bench_variants kernels within 1 %); one around the whole step would carry the O
-accumulators through an scf.if, which spilled at 128x64 tiles, head dim 128.
+step of window1024 and made it slower (results/sm80_h200.md, "Skipped blocks"); one
+around the whole step would carry the O accumulators through an scf.if, which spilled at
+128x64 tiles, head dim 128.
 
 Note [P as A operand]: the m16n8k16 accumulator of rows g, g+8 and columns 2t, 2t+1 of
 two adjacent n8 atoms is exactly the A fragment of a k16 step (rows g, g+8; k 2t, 2t+8),
@@ -71,25 +71,15 @@ causal mask, the longest-first order a list scheduler would pick; a tile table's
 go the same way, each (b, h)'s from its last, Note [Document-aligned tiles] in
 qtiles.py). In the default orders the last batch's heaviest blocks start last, so a
 launch of a few waves ends on them. The query blocks on z are at most 65535 (M up to
-8.4M at 128-row blocks, about 6.7M on a tile table). The attention kernel's busy time,
-sm_80, H100, bf16, B = 4, H = 16 at head dim 128 and 32 at 64 (bench/launch_breakdown.py
---seqs; results/variants_h200.md), M = N = 1024 / 2048 / 4096, then 8192 timed over
-the clock's swings (bench/ab_bundles.py, 7 rounds):
-
-    causal d = 128     84.4 -> 63.8 us, 240 -> 201, 802 -> 758;   3.020 -> 3.049 ms
-    ALiBi d = 128      91.7 -> 69.0,    267 -> 224, 877 -> 827;   3.193 -> 3.205
-    documents d = 128  77.7 -> 65.3,    134 -> 121, 249 -> 230;   0.498 -> 0.498
-    causal d = 64      84.2 -> 72.1,    255 -> 236, 896 -> 892;   3.400 -> 3.601
-    ALiBi d = 64       91.7 -> 79.0,    285 -> 262, 1008 -> 951;  3.630 -> 3.791
-    the window, d = 128  81.0 -> 63.7,  175 -> 170, 383 -> 381;   0.839 -> 0.852
-
-(at 8192 the same outputs to the bit as the default order's). Not the default: at 8192,
-15-31 waves of two CTAs an SM, the CTAs resident together read the keys of every (b, h)
-at once, and the kernels at head dim 64 ran 4-6 % slower; on sm_90a documents ran slower
-from M = 2048 on (0.410 -> 0.441 ms at 8192). Choosing in the kernel by the grid's waves
-(its CTAs against %nsmid) cost 0.6-2.6 % at 8192, where it kept the default order, in
-five of nine kernels (selects in place of the ctaid reads ptxas recomputes where it
-needs them; the window's kernel at head dim 64 then spilled). Hence Note [Small grids].
+8.4M at 128-row blocks, about 6.7M on a tile table). At M = N = 1024 to 4096 the
+attention kernels of causal, ALiBi and documents ran 14-25 % shorter so (H100). Not the
+default: at 8192, 15-31 waves of two CTAs an SM, the CTAs resident together read the keys
+of every (b, h) at once, and the kernels at head dim 64 ran 4-6 % slower; on sm_90a
+documents ran slower from M = 2048 on. Choosing in the kernel by the grid's waves (its
+CTAs against %nsmid) cost up to 2.6 % at 8192, where it kept the default order (selects
+in place of the ctaid reads ptxas recomputes where it needs them; the window's kernel at
+head dim 64 then spilled). Hence Note [Small grids]. The numbers: results/sm80_h200.md,
+"Tiles last and small grids".
 
 Note [Small grids]: an sm_80 kernel of one query block per CTA whose blocks' work differs
 (a mask, not a band; `Sm80KernelSpec.has_small_grid_kernel`: neither grid order given) is
@@ -113,18 +103,16 @@ the steps of two kinds of kernel lean, on sm_80:
 
 * a block map's, whose range lies inside the map's row (cdiv(N, block_n) blocks, or from a
   table tile's key origin on, cdiv(N - key0, block_n)); a block
-  the map skips is then all or nothing, one predicate for every copy: documents + causal
-  at head dim 128 measured 0.604 -> 0.578 and 0.613 -> 0.586 ms in two interleaved A/B
-  runs (H200; 0.683 -> 0.687, 0.690 -> 0.688 at 64);
+  the map skips is then all or nothing, one predicate for every copy (documents + causal
+  at head dim 128 4 % faster, at 64 the same);
 * a band's (Sm80KernelSpec.banded), whose range `schedule` clamps below cdiv(N, block_n),
   and whose steps do not ask tile_skip either (asks_tile_skip): a band's few blocks
   nearly always keep keys, and one that keeps none is still computed right, masked whole
-  as tile_partial (every class but FULL) says. window1024 measured 0.948 -> 0.938 ms (head
-  dim 64) and 0.835 -> 0.810 (128).
+  as tile_partial (every class but FULL) says (window 1024 1-3 % faster).
 
 The same loads in every other sm_80 kernel (the range clamped) measured slower for causal
-(3.061 -> 3.103) and, still asking tile_skip, for the window at head dim 128 (0.839 ->
-0.862, where ptxas then spilled).
+and, still asking tile_skip, for the window at head dim 128, where ptxas then spilled
+(results/sm80_h200.md, "Lean step loads").
 
 Note [First block before the map]: a block map's range is known only once the map's row
 has been read and scanned (Note [Full range from the map], blockmap.py), and the first
@@ -141,10 +129,8 @@ counting]). The first visited block is never SKIP (a map's range ends at its las
 non-SKIP block), so neither load asks tile_skip. With N = 0 every guessed copy is empty
 (rows >= N) and points at Q's first row, as an empty copy must point in bounds (a branch
 around the copies instead cost the gain at head dim 128). An empty range reads its
-guessed block and never uses it. H100, M = N = 8192, documents + causal, against the
-same kernel without it (same outputs to the bit), three interleaved A/B runs:
-0.562-0.563 -> 0.551-0.555 ms at head dim 128; at 64 within noise (0.655-0.670 against
-0.660-0.664; results/variants_h200.md).
+guessed block and never uses it. Documents + causal ran 1.3-2 % faster at head dim 128,
+the same at 64 (results/sm80_h200.md, "First block before the map").
 
 Note [cp.async group counting]: every step commits exactly one group even when it has
 nothing to load (an empty group), so the K of step t is always followed by exactly
@@ -166,16 +152,13 @@ rows that keep no key, to the bit. Only the first step: its O is zero and nothin
 carried into the branches; such branches on every masked step carry O through them
 (the first build of that spilled 112 bytes at 128x64 tiles, head dim 128; not timed).
 
-Measured on an H200 (M = N = 8192, bf16, head dim 128, the same outputs to the bit;
-results/variants_h200.md): documents + causal 0.477 -> 0.472
-and 0.476 -> 0.473 ms (two A/Bs of 9 interleaved rounds), 0.474 -> 0.464 back to back
-for 3 s each; window 1024 0.821 -> 0.810, 0.818 -> 0.808 and 0.829 -> 0.805. Less than
-the half block a query block saves (documents: about 9 blocks a query block), likely
+Against the same kernel without it (the same outputs to the bit), documents + causal and
+window 1024 at head dim 128 ran 1-3 % faster (results/sm80_h200.md, "Dead rows"): less
+than the half block a query block saves (documents: about 9 blocks a query block), likely
 because the first step waits for its loads (Q and the first K/V, from memory), so the
 work it saves turns into waiting for the next block's K, and only the SM's other CTA
-gains. Tried first and not kept (section 1): every masked step's MMAs predicated on the
-vote (`@p mma.sync`, no branch): 40 bytes of spills and 0.478 against 0.472 ms; the
-interleaved tiles alone 0.476.
+gains. Every masked step's MMAs predicated on the vote instead (`@p mma.sync`, no
+branch) spilled and ran slower.
 """
 from __future__ import annotations
 

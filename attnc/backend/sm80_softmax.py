@@ -66,9 +66,10 @@ class SoftmaxState:
 # FlashAttention-4 does instead (`exp2_fma` in nvgpu_builders.py): 8 instructions
 # (FMNMX, FADD.RM, 2 FADD, 3 FFMA, LEA), 6 of them on the FMA pipe, in place of one
 # MUFU. k = 4 moves that loop to 12 SFU cycles and 11 issue slots per score: near
-# balance, where the best k is for the GPU to say. Only the probabilities: alpha and
-# `finalize` keep ex2.approx (one per row, not per score); k = 0 is the SFU-only
-# kernel, the same PTX.
+# balance, where the best k is for the GPU to say (Sm80KernelSpec.exp2_on_fma; results/
+# sm90a_h200.md and sm80_h200.md, "Exponentials on the FMA pipe"). Only the
+# probabilities: alpha and `finalize` keep ex2.approx (one per row, not per score);
+# k = 0 is the SFU-only kernel, the same PTX.
 # Accuracy: the cubic's relative error is at most 8.8e-5 for x in [-126, 8] (a float32
 # emulation of the same operations, tests/backend/test_exp2_fma.py), below P's rounding
 # to bf16 (2^-9) or f16 (2^-11) for P.V; the row sum sees the same values. x <= -127 and
@@ -87,7 +88,8 @@ class SoftmaxState:
 # (vote.any; `step` leaves this thread's part in `moved`), as a branch around them. A row
 # with nothing kept so far (m' = -inf) keeps m = -inf. sm_90a's kernels carry `moved` with
 # the step's alpha to their delayed rescale (`_scaled` in sm90.py). By default above head
-# dim 64, where it was measured to pay (Sm80KernelSpec.rescale_lazily).
+# dim 64, where it was measured to pay (Sm80KernelSpec.rescale_lazily; results/
+# sm80_h200.md and sm90a_h200.md, "Lazy rescale").
 
 
 LAZY_LOG2 = 8.0
@@ -108,8 +110,9 @@ LAZY_LOG2 = 8.0
 # That sum is off the f32 one by up to the rounding of P (2^-8 relative in bf16, where
 # one key holds most of the row), which o divides out but the LSE keeps: a generated
 # variant's LSE (property seed 191, ALiBi-like bias, a sink, 161 x 97) was 2.4e-3 off
-# the reference with it and 8e-7 with f32 sums (H200, session 39). The spec refuses it
-# in a kernel that writes the LSE.
+# the reference with it and 8e-7 with f32 sums (results/sm80_h200.md, "Row sums on the
+# tensor cores", which has where it pays). The spec refuses it in a kernel that writes
+# the LSE.
 
 ONES_BF16X2 = 0x3F803F80    # a B fragment register of two 1.0s
 ONES_F16X2 = 0x3C003C00
