@@ -9,8 +9,8 @@ writes one bundle folder per variant and an index.json that tests/gpu and bench/
 on the GPU machine, where neither MLIR nor the compiler is installed. Each index entry
 names its "suite":
 
-    sm80_matrix     dtype x head dim x {no mask, causal, bottom-right causal} (issue 3;
-                    cubin and PTX)                         -> tests/gpu/test_sm80_matrix.py
+    sm80_matrix     dtype x head dim x {no mask, causal, bottom-right causal} (cubin
+                    and PTX)                               -> tests/gpu/test_sm80_matrix.py
     examples        every examples/*.attn as bf16 and f16, head dims 64 and 128 (QK/V 128/64
                     and 64/128 for diff_head_dims), each also with attn-lower-sm80's
                     other choices (other_choices)          -> tests/gpu/test_examples.py
