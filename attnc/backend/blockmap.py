@@ -122,7 +122,8 @@ from mlir.dialects import arith, gpu, llvm, nvvm, scf
 from attnc.analysis.to_arith import inline_function
 from attnc.backend.bundle import kernel_symbol
 from attnc.backend.blockmap_intervals import Ival, TileIntervals, Tri, WarpRange, point, unsupported
-from attnc.backend.hooks import MaskConjuncts, RegionCode, size_dims
+from attnc.backend.hook_walks import MaskConjuncts
+from attnc.backend.hooks import RegionCode, size_dims
 from attnc.backend.kernel_spec import ExtraParam, KvCtx, KvRange
 from attnc.backend.nvgpu_builders import Emit, GlobalPtr, warp_vote
 from attnc.backend.qtiles import SCRATCH as QTILES, QTilesPlan, cdiv_factor, read_entry, tile_count

@@ -125,7 +125,7 @@ _BUILDERS = {"arith.addi": arith.addi, "arith.subi": arith.subi, "arith.muli": a
 
 
 def _build(e: Emit, op: ir.Operation, args: list) -> ir.Value:
-    from attnc.backend.hooks import floordiv
+    from attnc.backend.hook_arith import floordiv
 
     if op.name in _BUILDERS:
         return _BUILDERS[op.name](*args)

@@ -164,7 +164,7 @@ def segment_ids(block: ir.Block, params: list[Tensor]) -> Optional[SegmentIds]:
 
 def segment_conjunct(block: ir.Block, params: list[Tensor]) -> Optional[tuple[ir.Value, SegmentIds]]:
     """(the i1 of the conjunct, its ids) of `segment_ids`, or None."""
-    from attnc.backend.hooks import MaskConjuncts
+    from attnc.backend.hook_walks import MaskConjuncts
     args = list(block.arguments)
     for value, negated in MaskConjuncts.of(block).residual:
         op = defining_op(value)

@@ -32,9 +32,10 @@ from dataclasses import dataclass
 
 from mlir import ir
 
-from attnc.backend.hooks import (RegionCode, _clamp_far, _int_range, _j_coefficient_of, _operands_first,
-                                 _sub, solve_term)
+from attnc.backend.hook_walks import _int_range, _j_coefficient_of, _operands_first, _sub
+from attnc.backend.hooks import RegionCode
 from attnc.backend.nvgpu_builders import Emit
+from attnc.backend.row_intervals import _clamp_far, solve_term
 from attnc.ir import cmpi_predicate, defining_op, depends_on, yielded
 
 MIN_COMPARISONS = 8         # fewer: the per-score code (Note [Row bit masks])

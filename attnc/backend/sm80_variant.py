@@ -30,9 +30,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from attnc.backend.hooks import (BiasCode, KernelNames, RegionCode, RowInterval, ScaledScoreCode, affine_bias,
-                                 role_dims)
+from attnc.backend.hooks import KernelNames, RegionCode, role_dims
 from attnc.backend.kernel_spec import ExtraParam, KvCtx, KvRange
+from attnc.backend.row_intervals import RowInterval
+from attnc.backend.score_forms import BiasCode, ScaledScoreCode, affine_bias
 from attnc.ir import MASK_MOD, SCORE_MOD, SINK, get_bool, region_block, yielded
 from attnc.passes.analyze_masks import mask_functions
 from attnc.analysis.tile_classes import KV_ARGS, TILE_ARGS

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnc.backend.hooks import divide
+from attnc.backend.hook_arith import divide
 from attnc.ir.context import make_context
 from tests.backend.host_jit import host_function
 

@@ -577,7 +577,7 @@ def test_hooks_walk_a_value_that_lets_reuse_once(walk, monkeypatch):
     """`_int_range`, `MaskConjuncts`, `_j_coefficient` and `_interval` visit each value of
     a region once, however often `let`s reuse it (`_once_per_value`): their work grows
     with the number of lets, not with the 2^n paths (each walk was exponential once)."""
-    from attnc.backend import hooks as hooks_module
+    from attnc.backend import hook_walks as hooks_module
     hook, first, step, last = SHARED_WALKS[walk]
     args = "s, b, h, i, j" if hook == "score_mod" else "b, h, i, j"
     calls = {}
