@@ -2,8 +2,8 @@
 and the approximations ex2, lg2, tanh, rcp, sqrt, rsqrt, sin, cos.
 
 Rounding: `.rn` is numpy's float32 arithmetic (IEEE round-to-nearest-even). The
-directed modes (`.rz`, `.rm`, `.rp`) compute in float64 and round the result toward
-the mode's direction. An f32 fma is exactly rounded (`fma_f32`, Note [Exact fma]); an f64
+directed modes (`.rz`, `.rm`, `.rp`) of add and sub are exactly rounded fmas (x * 1 + y);
+of mul and div they compute in float64 and round the result toward the mode's direction. An f32 fma is exactly rounded (`fma_f32`, Note [Exact fma]); an f64
 fma is numpy's unfused x * y + z. `.ftz` flushes subnormal inputs and results to zero of the same sign,
 as the hardware does; `.sat` clamps to [0, 1] (NaN to 0). ex2.approx.f32 (with or without
 .ftz), tanh.approx.f32 and rcp, rsqrt, lg2 `.approx.ftz.f32` give an sm_90 GPU's results bit
@@ -136,7 +136,13 @@ def arith(ins, ctx, ty):
             if ty == "f64" and mode != "rn":
                 raise ctx.error(f"{ins.opcode}: directed rounding of f64 is not supported")
             fn = op
-        else:
+        elif parts[0] in ("add", "sub"):
+            # Note [Exact fma]'s correction: a float64 sum is not exact where the addends'
+            # exponents lie more than 29 apart, and a directed rounding needs the exact sign
+            # of what the sum dropped (x + 1.5 * 2^23 rounded down is floor(x) for x = -2^-31).
+            sign = np.float32(1 if parts[0] == "add" else -1)
+            fn = lambda a, b: fma_f32(a, np.float32(1), sign * b, mode)
+        else:       # mul: a product of two f32 values is exact in float64
             fn = lambda a, b: round_f32(op(a.astype(np.float64), b.astype(np.float64)), mode)
     return binary(ins, ctx, ty, _with_modifiers(fn, parts, ty, 2))
 

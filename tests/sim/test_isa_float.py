@@ -121,3 +121,17 @@ def test_fma_is_exactly_rounded(mode):
     got = fma_f32(a, b, c, mode)
     want = np.array([_exact_fma(x, y, z, mode) for x, y, z in zip(a, b, c)], np.float32)
     assert (got.view(np.uint32) == want.view(np.uint32)).all()
+
+
+@pytest.mark.parametrize("mode", ["rz", "rm", "rp"])
+def test_directed_add_and_sub_are_exactly_rounded(mode):
+    """add/sub with .rz/.rm/.rp round the exact sum: x + 1.5 * 2^23 rounded down is floor(x)
+    even for x = -2^-31, whose float64 sum with the shifter rounds to the shifter itself (the
+    FMA-pipe exp2's floor, Note [Exponentials on the FMA pipe]: a GPU run of a kernel once
+    disagreed with the emulator in one row through it)."""
+    shifter = np.float32(12582912.0)
+    xs = np.array([-2.0 ** -31, 2.0 ** -31, -2.0 ** -29, -1e-30, 1e-30, 0.0, -0.0, -3.5, 1e-40], np.float32)
+    for op, sign in (("add", 1), ("sub", -1)):
+        got = _binary(f"{op}.{mode}.f32", xs, np.full(len(xs), sign * shifter, np.float32))
+        want = [_exact_fma(x, np.float32(1), shifter, mode) for x in xs]
+        assert got.view(np.uint32).tolist() == np.array(want, np.float32).view(np.uint32).tolist(), op
