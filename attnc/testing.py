@@ -140,13 +140,13 @@ def variant_source(name: str, d: int, mask: str | None = "j <= i", score_mod: st
 
 def build_with(source: str, filename: str, arch: str = "sm_80", **options):
     """The bundle artifacts (`attnc.backend.sm80_lower.build`) of `source` compiled for
-    `arch`, with `options` given to the target's lowering pass (attn-lower-sm80 or
-    attn-lower-sm90a)."""
+    `arch`, with `options` given to the passes of the target's pipeline that have them
+    (attn-warp-specialize's `producer`, the lowering's `staged_o`, ...)."""
     from attnc.backend.sm80_lower import build
     from attnc.driver import CompileOptions, compile_mlir
-    from attnc.passes.pipelines import LOWERING, pipeline_with
+    from attnc.passes.pipelines import pipeline_with_options
 
-    pipeline = pipeline_with(arch, {LOWERING[arch]: options})
+    pipeline = pipeline_with_options(arch, options)
     return build(compile_mlir(source, filename, CompileOptions(arch=arch, pass_pipeline=pipeline)))
 
 

@@ -25,6 +25,9 @@ names its "suite":
     bench_sweep     causal sliding windows of 256 .. 4096 keys, head dims 64 and 128: time
                     against the kept fraction (bench/profile_variants.py)
     bench_sweep_sm90  sm_90a kernels of bench_variants' cases with other tiles and options
+    schedules       examples under other plans of the plan passes (SCHEDULES: K/V ring depths,
+                    one consumer warpgroup, ping-pong, examples/passes/v_before_k.py), each for
+                    its own target                         -> tests/gpu/test_schedules.py
 
 --archs (default sm_80) builds examples, property, reused_lets, exact_ints and bench_variants for each target
 named; an sm_90a bundle's name ends in `_sm90a` and its index entry says "arch"
@@ -58,11 +61,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "runtime"), str(ROOT / "tests" / "gpu")]
 
-from attnc.passes.pipelines import LOWERING, pipeline_with  # noqa: E402  (the targets with kernels)
+from attnc.passes.pipelines import LOWERING, pipeline_with, pipeline_with_options  # noqa: E402  (the targets with kernels)
 from attnc.testing import let_chain  # noqa: E402
 
 SUITES = ("sm80_matrix", "examples", "property", "reused_lets", "exact_ints", "bench_variants", "bench_sweep",
-          "bench_sweep_sm90")
+          "bench_sweep_sm90", "schedules")
 TRAVEL_LIMIT = 64 << 20         # bytes the device machine takes with the working tree
 
 # --- sm80_matrix -------------------------------------------------------------------------
@@ -147,7 +150,7 @@ def tiles_last_choices(spec) -> dict:
     """attn-lower-sm80's (or -sm90a's) options for a `_tiles` bundle of `spec`'s example."""
     choices = {"tiles_last": True}
     if spec.warp_specialized:
-        choices["producer_warpgroup"] = False
+        choices["producer"] = False         # attn-warp-specialize's
     elif spec.blocks_per_cta != 1:
         choices["q_blocks_per_cta"] = 1
     return choices
@@ -277,14 +280,16 @@ BENCH_CASES = {
 SWEEP_WINDOWS = (256, 512, 1024, 2048, 4096)
 SWEEP_CASES = {f"window{w}": ("", None, f"j <= i and i - j < {w}", {}) for w in SWEEP_WINDOWS}
 # Cases only experiment bundles build (tools/build_exp_bundles.py): documents without
-# the causal bound, tiles without a diagonal to mask (bench/doc_scaling.py).
-EXP_CASES = {"doc_only": ("  param doc: i32[B, N]\n", None, "doc[b, i] == doc[b, j]", {})}
+# the causal bound, tiles without a diagonal to mask (bench/doc_scaling.py); no mask at
+# all (bench/bench_sm80.py's unmasked kernels).
+EXP_CASES = {"doc_only": ("  param doc: i32[B, N]\n", None, "doc[b, i] == doc[b, j]", {}),
+             "full": ("", None, None, {})}
 
 
 def bench_source(name: str, d: int, case: str) -> str:
     params, score_mod, mask_mod, _ = {**BENCH_CASES, **SWEEP_CASES, **EXP_CASES}[case]
     hooks = f"  score_mod(s, b, h, i, j) = {score_mod}\n" if score_mod else ""
-    hooks += f"  mask_mod(b, h, i, j) = {mask_mod}\n"
+    hooks += f"  mask_mod(b, h, i, j) = {mask_mod}\n" if mask_mod else ""
     return (f"attention {name} {{\n"
             f"  q: bf16[B, H, M, {d}]\n  k: bf16[B, H, N, {d}]\n  v: bf16[B, H, N, {d}]\n"
             f"{params}{hooks}  out o: bf16[B, H, M, {d}]\n}}\n")
@@ -329,6 +334,47 @@ SWEEP_SM90 = [
 ]
 
 
+# Plans the plan passes make with other options (Note [The plan the lowerings follow] in
+# attnc/passes/lower_sm80.py): (target, tag, options of the pipeline's passes, user passes
+# inserted after attn-warp-specialize), each built for SCHEDULE_EXAMPLES at bf16, head dim 128.
+SCHEDULES = [
+    ("sm_80", "stages2", {"stages": 2}, ()),
+    ("sm_80", "stages3", {"stages": 3}, ()),
+    ("sm_90a", "stages2", {"stages": 2, "block_n": 64}, ()),
+    ("sm_90a", "stages3", {"stages": 3, "block_n": 64}, ()),
+    ("sm_90a", "stages4", {"stages": 4, "block_n": 64}, ()),
+    ("sm_90a", "consumers1", {"block_m": 64, "producer": True}, ()),
+    ("sm_90a", "consumers2", {"block_m": 128, "producer": True}, ()),
+    ("sm_90a", "pingpong", {"pingpong": True}, ()),
+    ("sm_90a", "nopingpong", {"pingpong": False}, ()),
+    ("sm_90a", "v_before_k", {}, ("examples/passes/v_before_k.py",)),
+]
+SCHEDULE_EXAMPLES = ("mha", "alibi", "gemma2", "docs_sink")
+
+
+def schedule_pipeline(arch: str, options: dict, user_passes: tuple[str, ...]) -> str:
+    """The target's pipeline with `options` and the user passes' own pass (named as their
+    file, with dashes) right after attn-warp-specialize."""
+    pipeline = pipeline_with_options(arch, options)
+    names = [Path(p).stem.replace("_", "-") for p in user_passes]
+    return pipeline.replace("attn-warp-specialize", ",".join(["attn-warp-specialize", *names]), 1) if names \
+        else pipeline
+
+
+def schedule_jobs() -> list[Job]:
+    jobs = []
+    for stem in SCHEDULE_EXAMPLES:
+        text = rewrite_example((ROOT / "examples" / f"{stem}.attn").read_text(), "bf16", 128, 128)
+        for arch, tag, options, user_passes in SCHEDULES:
+            name = f"sched_{stem}_{tag}_{arch.replace('_', '')}"
+            meta = {"example": stem, "dtype": "bf16", "head_dim": [128, 128], "fills": EXAMPLE_FILLS.get(stem, {}),
+                    "square": stem in SQUARE, "schedule": tag, "arch": arch,
+                    "pipeline": schedule_pipeline(arch, options, user_passes),
+                    "load_passes": list(user_passes)}
+            jobs.append(Job("schedules", name, text, meta, arch=arch))
+    return jobs
+
+
 def sweep_sm90_jobs() -> list[Job]:
     jobs = []
     for case, d, tile, lower in SWEEP_SM90:
@@ -362,8 +408,9 @@ def build_one(job: Job, out: str) -> dict:
             default = spec_from_ir(compile_mlir(job.source, f"{job.name}.attn", CompileOptions(arch=job.arch)))
             entry["choices"] = (other_choices(default, job.meta["dtype"]) if job.meta.get("other_choices")
                                 else tiles_last_choices(default))
-            entry["pipeline"] = pipeline_with(job.arch, {LOWERING[job.arch]: entry["choices"]})
-        options = CompileOptions(arch=job.arch, pass_pipeline=entry.get("pipeline"))
+            entry["pipeline"] = pipeline_with_options(job.arch, entry["choices"])
+        options = CompileOptions(arch=job.arch, pass_pipeline=entry.get("pipeline"),
+                                 load_passes=tuple(str(ROOT / p) for p in job.meta.get("load_passes", ())))
         art = build(compile_mlir(job.source, f"{job.name}.attn", options))
         manifest, files = art.manifest, dict(art.files)
         # What runs on the GPU machine: sm_80's PTX (JIT-compiled for Hopper), sm_90a's cubin
@@ -428,7 +475,7 @@ def main(argv=None) -> int:
 
     makers = {"sm80_matrix": matrix_jobs, "examples": example_jobs, "bench_variants": bench_jobs,
               "bench_sweep": sweep_jobs, "bench_sweep_sm90": sweep_sm90_jobs,
-              "reused_lets": reused_lets_jobs, "exact_ints": exact_ints_jobs,
+              "reused_lets": reused_lets_jobs, "exact_ints": exact_ints_jobs, "schedules": schedule_jobs,
               "property": lambda: property_jobs(args.property_seed, args.property_count, seeds)}
     seeds = [int(x) for x in args.property_seeds.split(",")] if args.property_seeds else None
     archs = [a for a in args.archs.split(",") if a]

@@ -202,6 +202,10 @@ class Sm80KernelSpec:
                                           # num_warps computing ones (Note [Producer warpgroup] in
                                           # sm90_ws.py); None: warp_specialized decides
     pingpong: bool = False                 # with it: two consumer warpgroups take turns at the GEMMs
+    producer_regs: Optional[int] = None    # with it: setmaxnreg budgets of the producer and each
+    consumer_regs: Optional[int] = None    # consumer thread (two consumer warpgroups); None: the
+                                          # recipe's (attnc/schedule/recipes.py)
+    v_first: bool = False                  # with it: each producer step issues V before K
     persistent: Optional[bool] = None      # with a producer warpgroup: one CTA per SM loops over
                                           # the query blocks (Note [Persistent CTAs] in sm90_ws.py);
                                           # None: persistent_ctas decides
@@ -270,17 +274,16 @@ class Sm80KernelSpec:
     @property
     def blocks_per_cta(self) -> int:
         """q_blocks_per_cta resolved. Two for a kernel with a constant max and 128-key
-        tiles: softcap + causal at M = N = 8192 on an H200 ran 3.82 -> 3.62 ms at head dim
-        64 (128x128 tiles), but only 3.23 -> 3.20 ms at 128 (128x64, where the sm_80
-        assembly of the dense softcap example spilled 108 bytes); causal, ALiBi and the
-        window ran 1-8 % slower with two, so one block stays their default."""
+        tiles: softcap + causal ran 5 % faster at head dim 64 (128x128 tiles), hardly at
+        128 (128x64, where the sm_80 assembly of the dense softcap example spilled 108
+        bytes); causal, ALiBi and the window ran 1-8 % slower with two, so one block stays
+        their default (results/sm80_h200.md, "Two query blocks per CTA")."""
         if self.q_blocks_per_cta is not None:
             return self.q_blocks_per_cta
         if self.target == "sm_90a":
-            # sm_90a's wgmma kernel (H200): one everywhere. Two ran softcap slower (3.92
-            # against 3.89 ms at 128x128, d = 64), and documents + causal at 64x64, d =
-            # 128, at 0.473-0.477 ms in three runs but 0.568-0.569 in two, against
-            # 0.480-0.487 with one in all five.
+            # sm_90a's wgmma kernel: one everywhere. Two ran softcap slower, and documents
+            # + causal fast in some runs and a fifth slower in others, where one block a
+            # CTA held its time (results/sm90a_h200.md, "One query block per CTA").
             return 1
         return 2 if self.static_max is not None and self.block_n >= 128 else 1
 
@@ -293,10 +296,9 @@ class Sm80KernelSpec:
         softmax and GEMMs interleave on an SM only if several are resident. Left alone,
         ptxas gives the 64x128-tile kernels at head dim 64 187 to 238 registers, two CTAs
         per SM, where shared memory has room for three; bounded to three (168 registers,
-        no spills for causal and ALiBi, 16 bytes for softcap) they ran 2.58 -> 2.40 ms
-        (causal), 3.19 -> 3.04 (softcap); the 64x64 kernels (window, documents) at four
-        (128 registers): 0.713 -> 0.676 and 0.555 -> 0.515 ms (H100, M = N = 8192,
-        bench/profile_variants.py). So on sm_90a the bound is the CTAs shared memory
+        no spills for causal and ALiBi, 16 bytes for softcap) they ran 5-7 % faster, and
+        so did the 64x64 kernels (window, documents) at four (128 registers): see
+        results/sm90a_h200.md, "CTAs per SM". So on sm_90a the bound is the CTAs shared memory
         holds, but no more than leave 128 registers per thread (below that the S and O
         accumulators spill). sm_80 keeps ptxas's choice: its kernels were tuned on it,
         and its occupancy depends on the GPU's shared memory (A100 or later)."""
@@ -328,30 +330,27 @@ class Sm80KernelSpec:
     @property
     def warp_specialized(self) -> bool:
         """producer_warpgroup resolved. By default on sm_90a where two consumer warpgroups
-        share a 128-row Q tile at head dim 128 (one CTA per SM): causal 2.324 -> 1.923 ms,
-        softcap 2.579 -> 2.013, ALiBi 2.479 -> 2.032 (H200, M = N = 8192, bf16, B = 4,
-        H = 16, median of 5 interleaved rounds). Not with one consumer warpgroup (64-row
-        tiles, several CTAs per SM, which overlap each other already): at head dim 64
-        causal 2.450 -> 4.100 ms, documents at d = 128 (64x64) 0.480 -> 0.728; nor at head
-        dim 64 on 128-row tiles (causal 2.884, softcap 3.269 against 2.450 and 3.289 at
-        64x128 without)."""
+        share a 128-row Q tile at head dim 128 (one CTA per SM): causal, softcap and ALiBi
+        14-22 % faster. Not with one consumer warpgroup (64-row tiles, several CTAs per
+        SM, which overlap each other already), nor at head dim 64 on 128-row tiles, where
+        it measured slower (results/sm90a_h200.md, "Producer warpgroup")."""
+        from attnc.schedule.recipes import default_producer
+
         if self.producer_warpgroup is not None:
             return self.producer_warpgroup
-        return (self.target == "sm_90a" and self.consumer_warpgroups == 2 and self.stages >= 2
-                and max(self.head_dim_qk, self.head_dim_v) == 128 and self.q_blocks_per_cta in (None, 1))
+        return (self.target == "sm_90a" and self.q_blocks_per_cta in (None, 1)
+                and default_producer(self.consumer_warpgroups, self.stages, (self.head_dim_qk, self.head_dim_v)))
 
     @property
     def persistent_ctas(self) -> bool:
         """persistent resolved: by default for a band (a sliding window) in the producer
         warpgroup's kernel, where every query block is the same few steps, so that its
-        prologue and epilogue weigh most. Window 1024 at head dim 128 (H200, M = N =
-        8192, bf16): 0.675 ms at the 64x64 tiles it had, 0.636-0.662 at 128x128 with the
-        producer warpgroup, 0.615 persistent, and 0.631 -> 0.602 in a later A/B once the
-        consumers store O under the next block's first QK^T (Note [The next block's
-        first QK^T] in sm90_ws.py). Not for the others: causal ran as fast as without
-        (1.988 against 1.984 ms), softcap and ALiBi 4 % slower (2.199 against 2.121,
-        2.124 against 2.031: their persistent consumers spill), documents + causal slower
-        than at its 64x64 tiles (0.575 against 0.495 ms)."""
+        prologue and epilogue weigh most: window 1024 at head dim 128 about 10 % faster
+        than at the 64x64 tiles it had, with the consumers storing O under the next
+        block's first QK^T (Note [The next block's first QK^T] in sm90_ws.py). Not for the
+        others: causal ran as fast as without, softcap and ALiBi 4 % slower (their
+        persistent consumers spill), documents + causal slower than at its 64x64 tiles
+        (results/sm90a_h200.md, "Persistent CTAs")."""
         if self.persistent is not None:
             return self.persistent
         return self.warp_specialized and self.banded
@@ -375,15 +374,12 @@ class Sm80KernelSpec:
     def grid_heads_first(self) -> bool:
         """heads_first resolved (Note [Heads first] in sm80.py): by default in sm_80's
         kernels for a band or a block map, whose query blocks each read a few key blocks
-        of their own head. H200, M = N = 8192, bf16, medians of 5 interleaved rounds in
-        two runs: window1024 0.971 / 0.980 -> 0.957 / 0.965 ms (head dim 64), 0.862 /
-        0.872 -> 0.848 / 0.858 (128); documents + causal 0.714 / 0.712 -> 0.709 / 0.706
-        (64), 0.637 / 0.642 -> 0.622 / 0.629 (128). Not on sm_90a, where the
-        window at head dim 64 (64x64 tiles, four CTAs per SM) ran 0.762 -> 0.824 and
-        documents gained under 2 %; nor for other masks, whose blocks read keys from the
-        start of the sequence, so that the keys of all heads at once would stream
-        through L2 (causal at head dim 64 ran 3.428 -> 3.347 ms at N = 8192, where the
-        keys of 128 heads take 256 MiB already; a longer sequence only adds to them)."""
+        of their own head: 1-2 % faster (results/sm80_h200.md, "Heads first"). Not on
+        sm_90a, where the window at head dim 64 (64x64 tiles, four CTAs per SM) ran 8 %
+        slower and documents gained under 2 %; nor for other masks, whose blocks read keys
+        from the start of the sequence, so that the keys of all heads at once would stream
+        through L2 (causal at head dim 64 ran 2 % faster at N = 8192, where the keys of 128
+        heads take 256 MiB already; a longer sequence only adds to them)."""
         if self.heads_first is not None:
             return self.heads_first
         return (self.target == "sm_80" and (self.banded or self.blockmap) and self.blocks_per_cta == 1
@@ -444,15 +440,11 @@ class Sm80KernelSpec:
     @property
     def o_staged(self) -> bool:
         """staged_o resolved (Note [Staged O] in sm80_epilogue.py): by default on sm_80
-        wherever it can be, on sm_90a for bands and block maps. H200, M = N = 8192, bf16,
-        interleaved A/B against the direct store (same outputs to the bit): sm_80
-        window1024 0.948 -> 0.938 ms (head dim 64), 0.848 -> 0.801 (128); documents +
-        causal 0.703 -> 0.684 (64), 0.623 -> 0.606 (128); ALiBi 3.649 -> 3.623 (64), 3.244
-        -> 3.193 (128); causal 3.104 -> 3.036 (128) but 3.350 -> 3.398 (64: ptxas schedules
-        its whole loop differently). sm_90a, the kernels without a producer warpgroup:
-        documents 0.556 -> 0.538 (64), 0.471 -> 0.437 (128), window1024 0.766 -> 0.741 (64),
-        but ALiBi 2.766 -> 2.923 (64), causal and softcap within noise: there a query
-        block's long key loop leaves the O store a small share."""
+        wherever it can be (1-6 % faster, but causal at head dim 64 1.5 % slower: ptxas
+        schedules its whole loop differently), on sm_90a for bands and block maps (3-7 %);
+        not sm_90a's other kernels (ALiBi at head dim 64 6 % slower, causal and softcap
+        within noise: there a query block's long key loop leaves the O store a small
+        share). results/sm80_h200.md and sm90a_h200.md, "Staged O"."""
         if self.staged_o is not None:
             return self.staged_o
         return self._can_stage_o and (self.target == "sm_80" or self.banded or self.blockmap)
@@ -470,7 +462,7 @@ class Sm80KernelSpec:
         and a key block is shorter than the query block, so that a causal-like mask's
         first block (the diagonal's) leaves whole 16-row tiles without a key. With key
         blocks as long as the query block it has none to skip (window 1024 at head dim 64,
-        128x128 tiles: 40 bytes of spills, 0.950 -> 1.002 ms on an H200)."""
+        128x128 tiles: it spilled and ran 5 % slower; results/sm80_h200.md, "Dead rows")."""
         if self.dead_rows is not None:
             return self.dead_rows
         return self._can_skip_dead_rows and self.block_n < self.block_m
@@ -492,14 +484,12 @@ class Sm80KernelSpec:
     @property
     def rescale_lazily(self) -> bool:
         """lazy_rescale resolved (Note [Lazy rescale] in sm80_softmax.py): by default above
-        head dim 64, where O's rescale is 64 FMULs a row pair and skipping it paid on an
-        H100 (7 rounds): sm_80 causal 3.174 -> 3.038 ms; sm_90a causal 2.041 -> 1.981,
-        documents 0.425 -> 0.415, but not in sm_90a's persistent CTAs, whose rotated
-        consumer then spills (the window at d128: 0 -> 76 bytes, 0.612 -> 0.620 ms). At 64
-        the vote and branch spilled 12-36 bytes on sm_80 and measured no gain on either
-        target (sm_80 ALiBi 3.660 -> 3.734; sm_90a documents 0.488 -> 0.503;
-        results/variants_h200.md). A kernel with a constant max (static_max)
-        has no rescale to skip."""
+        head dim 64, where O's rescale is 64 FMULs a row pair and skipping it paid (sm_80
+        causal 4 % faster, sm_90a causal 3 % and documents 2 %), but not in sm_90a's
+        persistent CTAs, whose rotated consumer then spills. At 64 the vote and branch
+        spilled on sm_80 and measured no gain on either target (results/sm80_h200.md and
+        sm90a_h200.md, "Lazy rescale"). A kernel with a constant max (static_max) has no
+        rescale to skip."""
         asked = (self.lazy_rescale if self.lazy_rescale is not None
                  else self.head_dim_v > 64 and not (self.target == "sm_90a" and self.persistent_ctas))
         return asked and self.static_max is None
@@ -507,13 +497,10 @@ class Sm80KernelSpec:
     @property
     def row_sum_on_mma(self) -> bool:
         """mma_row_sum resolved (Note [Row sums on the tensor cores] in sm80_softmax.py): by
-        default on sm_80 for an affine score_mod (score_bias), where it measured faster on
-        an H200 (7 rounds, M = N = 8192, bf16): ALiBi + causal 3.192 -> 3.143 ms at head
-        dim 128 and 3.671 -> 3.627 at 64, every round of one below every round of the
-        other. Elsewhere it measured no gain or a loss: documents + causal at 128 0.477 /
-        0.479 against 0.478 / 0.477 ms back to back for 3 s (the same clock and power),
-        softcap + causal at 64 3.594 -> 3.740, the window and causal within their
-        rounds' spread (results/variants_h200.md). sm_90a's P.V is a wgmma.
+        default on sm_80 for an affine score_mod (score_bias), where it measured 1.2-1.5 %
+        faster, every round of one below every round of the other; elsewhere no gain or a
+        loss (results/sm80_h200.md, "Row sums on the tensor cores"). sm_90a's P.V is a
+        wgmma.
         Never for a kernel that writes the LSE: the sum of rounded P is off the f32 sum by
         up to bf16's rounding, which the LSE would keep (Note [Row sums on the tensor
         cores])."""
@@ -524,19 +511,14 @@ class Sm80KernelSpec:
     @property
     def exp2_on_fma(self) -> int:
         """exp2_fma resolved (Note [Exponentials on the FMA pipe] in sm80_softmax.py), as
-        measured (H200, M = N = 8192, bf16, median of 5 interleaved rounds):
+        measured (results/sm90a_h200.md and sm80_h200.md, "Exponentials on the FMA pipe"):
           * 2 of 8 in sm_90a's one-warpgroup kernels with a constant softmax max
             (softcap), whose scores take two SFU operations: softcap + causal at head
-            dim 64 ran 3.322 -> 3.164 and 3.356 -> 3.103 ms (4 of 8: 3.181; the register
-            bound of Note [CTAs per SM] then holds three CTAs per SM, which alone gave
-            3.222);
-          * 1 of 8 in the producer warpgroup's kernel with a score_mod: at head dim 128
-            softcap 2.165 -> 2.101 ms (2 of 8: 2.131-2.187, 4 of 8 slower than none),
-            ALiBi 2.137 -> 2.077 (2 of 8: 2.070-2.105 against 2.122-2.162 in three runs);
-          * none elsewhere, where it measured slower: causal at head dim 128 1.984 ->
-            2.050 and 2.006 -> 2.098 ms (2 of 8), window 1024 0.590 -> 0.607, at head
-            dim 64 causal 2.58 -> 2.81 and window 0.777 -> 0.843, the sm_80 kernels
-            4-13 %."""
+            dim 64 5-8 % faster, partly because the register bound of Note [CTAs per SM]
+            then holds three CTAs per SM;
+          * 1 of 8 in the producer warpgroup's kernel with a score_mod (softcap and ALiBi
+            at head dim 128, about 3 %; 2 and 4 of 8 no better);
+          * none elsewhere, where it measured slower (the sm_80 kernels 4-13 %)."""
         if self.exp2_fma is not None:
             return self.exp2_fma
         one_warpgroup = self.target == "sm_90a" and self.consumer_warpgroups == 1 and not self.warp_specialized
@@ -632,7 +614,7 @@ class Sm80KernelSpec:
                  f"block_m={self.block_m} must be a multiple of 16*num_warps={16 * self.num_warps}")
         _require(self.block_n % 16 == 0 and self.block_n >= 16,
                  f"block_n={self.block_n} must be a positive multiple of 16")
-        _require(self.stages in (1, 2, 3), f"stages={self.stages}: expected 1, 2 or 3")
+        _require(self.stages in (1, 2, 3, 4), f"stages={self.stages}: expected 1 to 4")
         _require(self.q_blocks_per_cta in (None, 1, 2), f"q_blocks_per_cta={self.q_blocks_per_cta}: expected 1 or 2")
         _require(self.min_ctas_per_sm is None or 0 <= self.min_ctas_per_sm <= 32,
                  f"min_ctas_per_sm={self.min_ctas_per_sm}: expected 0 to 32")
@@ -665,9 +647,10 @@ class Sm80KernelSpec:
                  f"a producer warpgroup is an sm_90a kernel's (mbarriers), not {self.target}'s")
         _require(not self.pingpong or (self.warp_specialized and self.consumer_warpgroups == 2),
                  f"pingpong takes turns between two consumer warpgroups (block_m=128) and needs the "
-                 f"producer warpgroup: block_m={self.block_m}, producer_warpgroup={self.warp_specialized}")
+                 f"producer warpgroup: block_m={self.block_m}, producer={int(self.warp_specialized)}")
         _require(not self.warp_specialized or self.blocks_per_cta == 1,
-                 "with a producer warpgroup each CTA runs one query block (q_blocks_per_cta=1)")
+                 "with a producer warpgroup each CTA runs one query block (q_blocks_per_cta=1); for two, "
+                 "a plan without one (attn-warp-specialize{producer=0})")
         _require(not self.grid_tiles_last or (self.blocks_per_cta == 1 and not self.warp_specialized
                                                and not self.persistent_ctas),
                  "tiles_last needs a kernel with one query block per CTA, no producer warpgroup and no "
@@ -696,7 +679,8 @@ class Sm80KernelSpec:
         _require(self.tile_holds is None or (self.row_interval is not None and self.row_residual is not None),
                  "tile_holds needs row_interval and row_residual")
         _require(not self.persistent_ctas or self.warp_specialized,
-                 "persistent CTAs are the producer warpgroup's kernel: set producer_warpgroup")
+                 "persistent CTAs are the producer warpgroup's kernel: a plan with a producer role "
+                 "(attn-warp-specialize{producer=1})")
         _require(not self.warp_specialized or self.stages >= 2,
                  "a producer warpgroup needs at least two K/V stages")
         _require(self.acc_registers <= MAX_ACC_REGS,
@@ -729,9 +713,10 @@ def _require(cond: bool, message: str) -> None:
 # ---------------------------------------------------------------- default tiles
 
 # max(head_dim_qk, head_dim_v) -> block_m, block_n, num_warps, stages. FA2's A100
-# table, adjusted by what ran fastest with zero sm_80 spills (H200, M = N = 4096; see the
-# sm80 report): 64 and 96 keep the QK^T loop rolled (Note [Rolled QK^T] in sm80.py), 256
-# single-buffers K/V (96 KB: two CTAs per SM where 228 KB are available).
+# table, adjusted by what ran fastest with zero sm_80 spills (H200, M = N = 4096;
+# results/sm80_h200.md, "Tiles"): 64 and 96 keep the QK^T loop rolled (Note [Rolled
+# QK^T] in sm80.py), 256 single-buffers
+# K/V (96 KB: two CTAs per SM where 228 KB are available).
 _TILES = {
     64: dict(block_m=128, block_n=128, num_warps=4, stages=2),
     96: dict(block_m=128, block_n=64, num_warps=4, stages=2),
@@ -796,7 +781,7 @@ _MASK_HOOKS = {
 def mask_hooks(spec: Sm80KernelSpec) -> tuple[KvRangeFn, Optional[KeepFn]]:
     """The (kv_range, keep) hooks of `spec`: its own, else those of its mask mode. The
     built-in causal masks have no row interval (they keep their compare per score): as
-    [-inf, i] they measured no faster, and slower next to a score_mod (ALiBi d = 64 3.66
-    -> 3.87 ms, softcap 3.83 -> 3.88 ms on an H200, bench/profile_variants.py)."""
+    [-inf, i] they measured no faster, and slower next to a score_mod
+    (results/sm80_h200.md, "Built-in causal mask")."""
     kv_range, keep = _MASK_HOOKS[spec.mask]
     return spec.kv_range or kv_range, spec.keep or keep

@@ -67,7 +67,9 @@ def _lowering_from_ir(result) -> Sm80Lowering:
     from attnc.backend.kernel_spec import KERNEL_TARGETS, Sm80KernelSpec, SpecError
     from attnc.passes.lower_sm80 import recorded_choices
     from attnc.passes.analyze_masks import mask_functions
+    from attnc.passes.pipelines import LOWERING
     from attnc.passes.tile import banded_mask
+    from attnc.schedule.recipes import check_producer_registers
 
     variant = result.variant
     ops = attention_ops(result.module)
@@ -81,8 +83,24 @@ def _lowering_from_ir(result) -> Sm80Lowering:
                            f"(attn-tile, attn-warp-specialize, ...), which the pipeline did not make: run "
                            f"the target's passes (`attnc passes` lists them), or --emit mlir for the IR")
     block_m, block_n = get_int(op, "block_m"), get_int(op, "block_n")
-    # sm_90a: the consumer warpgroups, 64 rows each; their loads are their own (sm90.py).
-    num_warps = get_int(op, "num_warps") if target == "sm_80" else block_m // 16
+    # Note [The plan the lowerings follow] (lower_sm80.py): the roles, stages, budgets,
+    # ping-pong and the producer's K/V order are the IR's.
+    plan = plan_ir.followed_plan(op, LOWERING[target])
+    regs = dict(plan.regs)
+    followed = dict(num_warps=plan.warps, stages=plan.stages)
+    if target == "sm_90a":
+        followed.update(producer_warpgroup=plan.producer, pingpong=plan.pingpong, v_first=plan.v_first)
+        if plan.producer:
+            consumer_regs = {regs[name] for name in regs if name.startswith("consumer")}
+            if len(consumer_regs) != 1:
+                raise error_at(op, f"the consumer roles have different register budgets ({sorted(consumer_regs)}); "
+                                   f"setmaxnreg gives every consumer warpgroup one")
+            try:
+                check_producer_registers(regs["producer"], consumer_regs.pop(), plan.consumers)
+            except AttncError as e:
+                raise error_at(op, e.message) from None
+            followed.update(producer_regs=regs["producer"] or None,
+                            consumer_regs=regs["consumer0"] or None)
     mode = mask_mode(op, variant)
     runtime = mode is None and mask_functions(op).kind == "runtime"
     blockmap = blockmap_plan(result, block_m, block_n) if runtime else None
@@ -97,7 +115,7 @@ def _lowering_from_ir(result) -> Sm80Lowering:
         spec = Sm80KernelSpec(
             dtype=variant.dtype, head_dim_qk=variant.head_dim_qk, head_dim_v=variant.head_dim_v,
             block_m=block_m, block_n=block_n,
-            num_warps=num_warps, stages=kv[0].stages, target=target,
+            target=target, **followed,
             out_dtype=variant.output("o").dtype, with_lse=variant.has_lse,
             softmax_scale=variant.scale, symbol=kernel_symbol(variant.name, "fwd"),
             banded=get_bool(op, "has_mask_mod") and not runtime and banded_mask(op), blockmap=blockmap is not None,

@@ -30,9 +30,9 @@ syncs, the other arrives), so that one's softmax runs while the other's GEMMs do
 Warpgroup 1 arrives once at the start to go first; warpgroup 0 syncs once more at the
 end, which keeps both barriers' counts balanced.
 
-Registers (setmaxnreg): with two or more consumer warpgroups the producer keeps 24
-registers per thread and the consumers share the rest (240 each for two), as the CTA
-is one per SM. ptxas keeps setmaxnreg only in a kernel declared one CTA per SM
+Registers (setmaxnreg): with two or more consumer warpgroups the CTA is one per SM and
+the roles' budgets are the plan's `regs` (by default the producer keeps 24 registers per
+thread and the consumers share the rest, 240 each for two: attnc/schedule/recipes.py). ptxas keeps setmaxnreg only in a kernel declared one CTA per SM
 (.minnctapersm 1, sm80.py) and assembled as a whole program (Note [Whole-program
 assembly] in cubin.py). The consumers' wgmma reads the tiles through the async proxy
 after waiting on the full barrier, and fence.proxy.async orders the cp.async writes
@@ -59,9 +59,9 @@ Note [The next block's first QK^T]: without ping-pong the persistent consumers r
 rotated loop (_consume_rotated): an iteration issues its block's first QK^T, stores
 the previous block's O while that runs (O and its softmax state carried from the last
 iteration; the last block's after the loop), then waits for it and runs the block's
-steps, so that the tensor cores are not idle through the epilogue. Window 1024 at head
-dim 128 (H200, M = N = 8192, bf16): 0.631 -> 0.602 ms; causal, persistent, 2.022 ->
-1.988. S must not leave the branch that issued it: with step 0's S passed out of an
+steps, so that the tensor cores are not idle through the epilogue: window 1024 at head
+dim 128 5 % faster, persistent causal 2 % (results/sm90a_h200.md, "The next block's first
+QK^T"). S must not leave the branch that issued it: with step 0's S passed out of an
 scf.if (or carried around the loop) instead of into the steps in the same branch,
 ptxas kept the consumers' S twice, spilled 700 bytes and serialized the wgmma.
 """
@@ -70,39 +70,11 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import nvvm, scf
 
-from attnc.backend.kernel_spec import MBARRIER_BYTES, PRODUCER_THREADS, SLOT_BARRIERS, SM90_REGISTERS_PER_SM
+from attnc.backend.kernel_spec import MBARRIER_BYTES, PRODUCER_THREADS, SLOT_BARRIERS
 from attnc.backend.nvgpu_builders import MBarrier, NamedBarrier, fence_async_proxy, set_max_registers
 from attnc.backend.sm80_tiles import TileLoader
 from attnc.backend.sm90 import Sm90Forward
-
-PRODUCER_REGISTERS = 24
-MAX_PRODUCER_REGISTERS = 56
-MAX_CONSUMER_REGISTERS = 240
-
-
-def _launch_pool(consumer_warpgroups: int) -> int:
-    """The CTA's registers at launch: the SM's 64K over its threads, rounded down to a
-    multiple of 8 per thread (ptxas's count, as .minnctapersm 1 lets it take them all)."""
-    threads = PRODUCER_THREADS * (1 + consumer_warpgroups)
-    return threads * (SM90_REGISTERS_PER_SM // threads // 8 * 8)
-
-
-def consumer_registers(consumer_warpgroups: int) -> int:
-    """Registers per consumer thread after setmaxnreg: what the producer's 24 leave of
-    the launch pool, a multiple of 8, at most 240. setmaxnreg.inc waits until the CTA's
-    pool holds what it asks for: asking for more than the producer freed hangs."""
-    free = _launch_pool(consumer_warpgroups) - PRODUCER_THREADS * PRODUCER_REGISTERS
-    return min(MAX_CONSUMER_REGISTERS, free // (PRODUCER_THREADS * consumer_warpgroups) // 8 * 8)
-
-
-def producer_registers(consumer_warpgroups: int) -> int:
-    """What the consumers' share leaves the producer, a multiple of 8 from 24 to 56:
-    24 with two consumer warpgroups (240 each), 32 with three (160 each), whose share
-    rounded down to a multiple of 8 would otherwise leave 8 per producer thread unused."""
-    c = consumer_warpgroups
-    left = _launch_pool(c) - PRODUCER_THREADS * c * consumer_registers(c)
-    return max(PRODUCER_REGISTERS, min(MAX_PRODUCER_REGISTERS, left // PRODUCER_THREADS // 8 * 8))
-
+from attnc.schedule.recipes import consumer_registers, producer_registers
 
 class Sm90WsForward(Sm90Forward):
     """Emits the producer/consumer kernel body at the current insertion point."""
@@ -205,7 +177,8 @@ class Sm90WsForward(Sm90Forward):
     def _producer(self, tid) -> None:
         e = self.e
         if self._sets_registers:
-            set_max_registers(producer_registers(self.spec.consumer_warpgroups), increase=False)
+            s = self.spec
+            set_max_registers(s.producer_regs or producer_registers(s.consumer_warpgroups), increase=False)
         self.tid = tid
         self.loader = TileLoader(e, self.cp, self.smem, tid, PRODUCER_THREADS)
         self._for_each_item(self._produce_block)
@@ -214,7 +187,8 @@ class Sm90WsForward(Sm90Forward):
         self.cp.wait(0)
 
     def _produce_block(self, rnd, carried):
-        """Q, then K0, K1, V0, K2, V1, ...: each into its slot once the consumers
+        """Q, then K0, K1, V0, K2, V1, ... (with v_first, the order the plan's producer
+        loop puts them in: K0, V0, K1, V1, K2, ...): each into its slot once the consumers
         released it, each followed by this thread's arrival on its full barrier."""
         e = self.e
         parity = e.and_(rnd, 1)
@@ -233,12 +207,15 @@ class Sm90WsForward(Sm90Forward):
             loop = scf.ForOp(e.c32(0), total, e.c32(1))
             with ir.InsertionPoint(loop.body):
                 t = loop.induction_variable
+                if self.spec.v_first:
+                    self._produce("v", kv, t)
                 following = e.add(t, 1)
                 more = scf.IfOp(e.lt(following, total))
                 with ir.InsertionPoint(more.then_block):
                     self._produce("k", kv, following)
                     scf.yield_([])
-                self._produce("v", kv, t)
+                if not self.spec.v_first:
+                    self._produce("v", kv, t)
                 scf.yield_([])
             scf.yield_([])
         return total, []
@@ -259,7 +236,7 @@ class Sm90WsForward(Sm90Forward):
     def _consumer(self, ctid) -> None:
         e, s = self.e, self.spec
         if self._sets_registers:
-            set_max_registers(consumer_registers(s.consumer_warpgroups), increase=True)
+            set_max_registers(s.consumer_regs or consumer_registers(s.consumer_warpgroups), increase=True)
         self.tid = ctid
         self.warp = e.shr(ctid, 5)
         self.lane = e.and_(ctid, 31)

@@ -42,6 +42,9 @@ CTA_BARRIER = "attn.cta_barrier"
 NAMED_BARRIER_ARRIVE = "attn.named_barrier_arrive"
 NAMED_BARRIER_SYNC = "attn.named_barrier_sync"
 YIELD = "gpu.yield"
+PINGPONG = "pingpong"            # on attn.warp_specialize: the consumer warpgroups take turns
+KV_WRITES = (PUT, SLOT_WRITE)    # where a role hands a tile to a channel (L3, L5)
+PROGRAMS = "programs"            # on attn.warp_specialize: each role's program_digest as made
 
 # The L3-L5 ops a pass after attn-tile may find in a kernel: none of them is a tile op.
 SCHEDULE_OPS = (WARP_SPECIALIZE, ROLE, CHANNEL, PUT, GET, MBARRIER_INIT, MBARRIER_WAIT, MBARRIER_ARRIVE,
@@ -166,3 +169,53 @@ def pass_loc(pass_name: str, near: ir.Operation | ir.Location) -> ir.Location:
     """The location of an op `pass_name` creates for `near`: the pass's name around it."""
     loc = near if isinstance(near, ir.Location) else near.location
     return ir.Location.name(pass_name, childLoc=loc)
+
+
+# Note [Role programs]: what a role does, in order, as its tile ops, the tiles it hands
+# to and takes from channels (put/get at L3, slot writes/reads at L5) and the loops and
+# branches around them; the synchronization attn-insert-pipelines adds and the index
+# arithmetic are left out, so one digest holds from L3 to L5. attn-warp-specialize
+# records every role's (`programs` on attn.warp_specialize); a lowering that does not follow an op order compares it
+# (Note [The plan the lowerings follow] in attnc/passes/lower_sm80.py). The producer's
+# K/V order, which the lowering follows, is read as K first.
+_TILE_KEYS = {"attn.load": "operand", "attn.mma": "kind", "attn.store": "operand"}
+_EXCHANGES = {PUT: "put", SLOT_WRITE: "put", GET: "get", SLOT_READ: "get"}
+_PROGRAM_OPS = ("attn.load", "attn.mma", "attn.score_mod", "attn.mask", "attn.softmax_step", "attn.rescale",
+                "attn.finalize", "attn.store", "attn.block_map_read", "attn.tile_table_read", "scf.for", "scf.if")
+
+
+def program_digest(role: ir.Operation) -> str:
+    import hashlib
+
+    steps: list[list[str]] = [[]]
+
+    def visit(op):
+        name = op.name
+        if name in _EXCHANGES:
+            steps[-1].append(f"{_EXCHANGES[name]} {ir.StringAttr(op.attributes['tile']).value}")
+        elif name in _PROGRAM_OPS:
+            key = _TILE_KEYS.get(name)
+            steps[-1].append(f"{name} {ir.StringAttr(op.attributes[key]).value}" if key else name)
+        return ir.WalkResult.ADVANCE
+
+    for op in role_block(role).operations:
+        op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+    seq = steps[0]
+    if name_of(role) == "producer":
+        seq = _kv_first(seq)
+    return hashlib.sha256("\n".join(seq).encode()).hexdigest()[:16]
+
+
+def _kv_first(seq: list[str]) -> list[str]:
+    """Each run of K and V loads and puts in a fixed order (K's, then V's)."""
+    kv = {"attn.load k", "put k", "attn.load v", "put v"}
+    out, run = [], []
+    for step in [*seq, None]:
+        if step in kv:
+            run.append(step)
+            continue
+        out += sorted(run, key=lambda x: (x.endswith("v"), x.startswith("put")))
+        run = []
+        if step is not None:
+            out.append(step)
+    return out

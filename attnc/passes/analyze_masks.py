@@ -239,8 +239,7 @@ def _stale(op) -> str | None:
     """Why the recorded analysis does not hold for the op as it is now, or None: its
     functions answer for other tiles (attn-tile ran again, or a dump was edited), or for
     another mask (a pass after the analysis rewrote mask_mod). An analysis that recorded
-    no sizes (a dump from before session 27) or no digest (before session 28) is taken as
-    it is."""
+    no sizes or no digest (a dump of an older attnc) is taken as it is."""
     from attnc.ir import get_int, get_str
 
     if "mask_block_m" in op.attributes:

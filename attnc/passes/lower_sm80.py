@@ -40,8 +40,6 @@ KERNEL_CHOICES: dict[str, tuple[str, type]] = {
     "q_blocks_per_cta": ("sm80.q_blocks_per_cta", int),
     "interval_test": ("sm80.interval_test", str),
     "min_ctas_per_sm": ("sm80.min_ctas_per_sm", int),
-    "producer_warpgroup": ("sm90.producer_warpgroup", bool),
-    "pingpong": ("sm90.pingpong", bool),
     "persistent": ("sm90.persistent", bool),
     "exp2_fma": ("sm80.exp2_fma", int),
     "heads_first": ("sm80.heads_first", bool),
@@ -179,8 +177,8 @@ class LowerSm80(LowerKernel):
 def lower_sm80(module, pass_target: str | None = None, **choices) -> None:
     """Lower the plan of `module` to its target's kernel; `pass_target`: the target
     the calling pass builds for, which the plan must have; `choices`: options named in
-    KERNEL_CHOICES (None: the default), `producer_warpgroup`, `pingpong` and `persistent`
-    attn-lower-sm90a's (Notes [Producer warpgroup] and [Persistent CTAs] in sm90_ws.py)."""
+    KERNEL_CHOICES (None: the default), `persistent` attn-lower-sm90a's (Note [Persistent
+    CTAs] in sm90_ws.py)."""
     from mlir import ir
 
     from attnc.backend.sm80_lower import kernel_module_for
@@ -200,7 +198,7 @@ def lower_sm80(module, pass_target: str | None = None, **choices) -> None:
     if unknown:
         raise TypeError(f"lower_sm80: no option {', '.join(sorted(unknown))}")
     result = compile_result_of(module, pass_name)      # first: attributes that contradict the types
-    _check_default_plan(module, pass_name)
+    _check_plan(module, pass_name)
     for op in ops:
         record_choices(op, choices)
     kernel_module, kernels, specialization = kernel_module_for(result)
@@ -247,43 +245,55 @@ def compile_result_of(module, pass_name: str = "attn-lower-sm80"):
 PLAN_PASSES = ("attn-warp-specialize", "attn-alloc-smem", "attn-alloc-tmem", "attn-insert-pipelines")
 
 
-def _check_default_plan(module, pass_name: str) -> None:
-    """Note [The lowerings build the default plan]: the kernels of attn-lower-sm80 and
-    attn-lower-sm90a are built from the tile (attn-tile's attributes), the mask analysis
-    and their own options; of the L3-L5 IR they read only the K/V channel's stages, and
-    their kernel is the plan PLAN_PASSES make with their defaults. So a plan that is not
-    that one -- made with other options of those passes (`consumers=1`), or edited by
-    hand (a buffer's offset, a role's registers, a channel's stages, an mbarrier's
-    count) -- would be silently built as the default: it is refused instead, naming the
-    first difference. The plan is summed up from the IR (the roles, the channels with
-    their buffers, the mbarriers and named barriers) and compared with the summary of
-    the default plan for the kernel's tile (attnc/schedule: recipe, alloc, sync). A
-    researcher changes the kernel through the tile (attn-tile's options) and the
-    lowering's options; a lowering that follows any plan is work to come."""
+def _check_plan(module, pass_name: str) -> None:
+    """Note [The plan the lowerings follow]: the kernels of attn-lower-sm80 and
+    attn-lower-sm90a follow these choices of the L3-L5 IR (plan_ir.followed_plan): the
+    roles -- sm_90a's producer warpgroup or none, its consumer warpgroups, each role's
+    setmaxnreg budget (`regs`), ping-pong (`pingpong` on attn.warp_specialize) -- the K/V
+    channel's stages, and the order in which the producer's KV loops put K and V. Those
+    come from the plan passes' options (attn-tile, attn-warp-specialize), from a user pass,
+    or from a dump edited by hand. The rest of the plan -- buffer placement, barrier
+    counts, where the synchronization ops stand, the order of the other ops -- the
+    lowering builds as the plan passes make it for those choices; a plan that differs
+    there would be silently built as that one, so it is refused, naming the first
+    difference, and a role whose ops moved since attn-warp-specialize is refused at the
+    role (Note [Role programs] in attnc/ir/roles.py). The plan is summed up from the IR (roles, channels with their buffers,
+    mbarriers, named barriers) and compared with the summary of the plan for the
+    followed choices (attnc/schedule: recipe, alloc, sync)."""
     from attnc.ir import attention_ops, error_at
-    from attnc.passes.plan_ir import plan_summary, default_plan_summary, tile_of
+    from attnc.ir import roles as R
+    from attnc.passes.plan_ir import followed_plan, plan_summary, planned_summary, tile_of
 
     for kernel in attention_ops(module):
         tile = tile_of(kernel, pass_name)       # a tile no pass can plan, named as the lowering's
-        ours, theirs = plan_summary(kernel), default_plan_summary(kernel, tile, pass_name)
+        plan = followed_plan(kernel, pass_name)
+        ws = R.warp_specialize_of(kernel)
+        made = R.value_of(ws.attributes[R.PROGRAMS]) if R.PROGRAMS in ws.attributes else {}
+        for role in R.role_ops(kernel):         # Note [Role programs]
+            if R.name_of(role) in made and made[R.name_of(role)] != R.program_digest(role):
+                raise error_at(role, f"{pass_name} builds the ops of role '{R.name_of(role)}' in the order "
+                                     f"attn-warp-specialize made them (of an op order it follows only which of "
+                                     f"K and V the producer puts first), and this role's ops were reordered, "
+                                     f"added or removed since (Note [The plan the lowerings follow])")
+        ours, theirs = plan_summary(kernel), planned_summary(kernel, tile, plan)
         for kind in theirs:
             if ours.get(kind) == theirs[kind]:
                 continue
             why = _first_difference(kind, ours.get(kind, []), theirs[kind])
-            raise error_at(kernel, f"{pass_name} builds the plan that {', '.join(PLAN_PASSES)} make with their "
-                                   f"default options for this tile, and this plan is another: {why}. Change the "
-                                   f"kernel through attn-tile's options or the lowering's (Note [The lowerings "
-                                   f"build the default plan])")
+            raise error_at(kernel, f"{pass_name} follows the plan's roles, stages, register budgets, ping-pong "
+                                   f"and the producer's K/V order, and builds the rest as the plan passes make "
+                                   f"it for them; this plan differs there: {why} (Note [The plan the lowerings "
+                                   f"follow])")
 
 
 def _first_difference(kind: str, ours: list[dict], theirs: list[dict]) -> str:
     if len(ours) != len(theirs):
-        return f"it has {len(ours)} {kind} ops, the default plan {len(theirs)}"
+        return f"it has {len(ours)} {kind} ops, the plan {len(theirs)}"
     for mine, default in zip(ours, theirs):
         for key in sorted(mine.keys() | default.keys()):
             if mine.get(key) != default.get(key):
                 label = mine.get("name", default.get("name", ""))
-                return (f"{kind} \"{label}\" has {key} = {_text(mine.get(key, '(none)'))}, the default plan "
+                return (f"{kind} \"{label}\" has {key} = {_text(mine.get(key, '(none)'))}, the plan "
                         f"{_text(default.get(key, '(none)'))}")
     return f"its {kind} ops are in another order"
 

@@ -5,16 +5,15 @@ the kernel of attnc/backend/sm90.py: the sm_80 kernel's cp.async loads, masks, o
 softmax and epilogue around wgmma GEMMs (Q and K, V from the swizzled shared-memory
 tiles through descriptors, P from registers), in warpgroups of 64 query rows.
 
-Two kernels: with 64-row Q tiles (one warpgroup, several CTAs per SM) block_m/16 warps
-all load and compute (sm90.py); with two warpgroups of 64 rows at head dim 128, a
-producer warpgroup loads into an mbarrier ring that the consumer warpgroups read, and
-setmaxnreg moves registers from it to them (sm90_ws.py, Note [Producer warpgroup]), the
-plan attn-warp-specialize and attn-insert-pipelines make by default (another plan is
-refused: Note [The lowerings build the default plan] in lower_sm80.py); for a band (a sliding
-window) its CTAs are persistent, one per SM looping over the query blocks (Note
-[Persistent CTAs], option `persistent`). Not yet: TMA (the
-producer's copies are cp.async) and, by default, the consumers' ping-pong (the option
-`pingpong` builds it; at head dim 128 it measured slower than without).
+Two kernels, as the plan's roles say (Note [The plan the lowerings follow] in
+lower_sm80.py): a cooperative role of block_m/16 warps that all load and compute
+(sm90.py); or a producer warpgroup that loads into an mbarrier ring that one or two
+consumer warpgroups read, with the roles' setmaxnreg budgets (sm90_ws.py, Note
+[Producer warpgroup]) and, where attn.warp_specialize says `pingpong`, the consumers
+taking turns at the GEMMs. For a band (a sliding window) the producer kernel's CTAs are
+persistent, one per SM looping over the query blocks (Note [Persistent CTAs], option
+`persistent`). Not yet: TMA (the producer's copies are cp.async, where the plan's
+channels say tma).
 """
 from __future__ import annotations
 
@@ -30,14 +29,7 @@ class LowerSm90a(LowerKernel):
 
     name: ClassVar[str] = "attn-lower-sm90a"
     target: ClassVar[str] = "sm_90a"
-    producer_warpgroup: bool | None = field(default=None, metadata={
-        "doc": "a warpgroup that only loads (cp.async into an mbarrier ring) besides the computing ones, "
-               "which set their registers with setmaxnreg (Note [Producer warpgroup]; default: on for two "
-               "consumer warpgroups at head dim 128, Sm80KernelSpec.warp_specialized)"})
-    pingpong: bool | None = field(default=None, metadata={
-        "doc": "with producer_warpgroup and block_m=128: the two consumer warpgroups take turns at "
-               "the GEMMs (default: off)"})
     persistent: bool | None = field(default=None, metadata={
-        "doc": "with producer_warpgroup: one CTA per SM loops over the query blocks, loading the next "
+        "doc": "with a producer warpgroup: one CTA per SM loops over the query blocks, loading the next "
                "block's tiles during the last one's epilogue (Note [Persistent CTAs] in sm90_ws.py; "
                "default: on for a band, a sliding window)"})

@@ -70,6 +70,22 @@ def pipeline_with(target: str, options: dict[str, dict]) -> str:
                             for p in target_pipeline(target)])
 
 
+def pipeline_with_options(target: str, options: dict) -> str:
+    """The pipeline of `target` with each of `options` set on the pass of that pipeline
+    that has an option of its name (attn-tile first, so `stages` is attn-tile's)."""
+    from attnc.passes.registry import lookup
+
+    owners = {}
+    for spec in reversed(target_pipeline(target)):
+        owners.update({o.name: spec.name for o in lookup(spec.name).options})
+    by_pass: dict[str, dict] = {}
+    for name, value in options.items():
+        if name not in owners:
+            raise AttncError(f"no pass of the {target} pipeline has an option '{name}'")
+        by_pass.setdefault(owners[name], {})[name] = value
+    return pipeline_with(target, by_pass)
+
+
 def parse_pipeline(text: str) -> list[PassSpec]:
     """`a{k=v},b` -> [PassSpec('a', {'k': 'v'}), PassSpec('b')]; errors point into `text`.
     An empty text is the empty pipeline (the IR is left as it is)."""

@@ -8,6 +8,8 @@ them, so a plan edited in a dumped `.mlir` file is the plan they work on.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from mlir import ir
 
 from attnc.ir import error_at, get_int, get_str
@@ -82,7 +84,7 @@ def recipe_of(kernel: ir.Operation, pass_name: str) -> Recipe:
 
 def plan_summary(kernel: ir.Operation) -> dict[str, list[dict]]:
     """The plan of the L3-L5 IR as plain values: what the lowerings compare with the
-    default plan (Note [The lowerings build the default plan] in lower_sm80.py)."""
+    plan it follows (Note [The plan the lowerings follow] in lower_sm80.py)."""
     named = [R.attrs_of(op) for role in R.role_ops(kernel)
              for op in R.ops_in(R.role_block(role), (R.NAMED_BARRIER_ARRIVE,))]
     return {
@@ -95,21 +97,76 @@ def plan_summary(kernel: ir.Operation) -> dict[str, list[dict]]:
     }
 
 
-def default_plan_summary(kernel: ir.Operation, tile: Tile, pass_name: str) -> dict[str, list[dict]]:
-    """`plan_summary` of the plan the plan passes make with their default options."""
+@dataclass(frozen=True)
+class FollowedPlan:
+    """What of the L3-L5 plan the lowerings build as the IR states it (Note [The plan the
+    lowerings follow] in lower_sm80.py)."""
+    target: str
+    stages: int                 # the K/V channel's
+    warps: int                  # the computing warps: the cooperative role's, or the consumers'
+    consumers: int              # sm_90a: consumer warpgroups (the cooperative role's warpgroups)
+    producer: bool              # sm_90a: a role named `producer`
+    pingpong: bool              # sm_90a: `pingpong` on attn.warp_specialize
+    regs: tuple[tuple[str, int], ...]   # each role's setmaxnreg budget (0: none)
+    v_first: bool = False       # the producer's K/V loop puts V before K
+
+
+def followed_plan(kernel: ir.Operation, pass_name: str) -> FollowedPlan:
+    """The choices of the L3-L5 IR the lowering follows, read from the roles and channels."""
+    ws = require_roles(kernel, pass_name)
+    target = required_attr(kernel, "target", pass_name)
+    kv = [c for c in channels(kernel) if c.name == "kv"]
+    if not kv:
+        raise error_at(ws, f"{pass_name}: the plan has no K/V channel ('kv')")
+    found = roles(kernel)
+    names = [r.name for r in found]
+    producer = "producer" in names
+    consumers = [r for r in found if r.name.startswith("consumer")]
+    if producer:
+        if not consumers or len(names) != 1 + len(consumers):
+            raise error_at(ws, f"{pass_name}: a producer plan has the roles producer, consumer0, ...; this one "
+                               f"has {', '.join(names)}")
+        warps = sum(len(r.warps) for r in consumers)
+    elif names == ["compute"]:
+        warps = len(found[0].warps)
+    else:
+        raise error_at(ws, f"{pass_name}: {target} builds a cooperative role 'compute' or (sm_90a) a producer "
+                           f"and consumer warpgroups; this plan has the roles {', '.join(names)}")
+    pingpong = R.PINGPONG in ws.attributes and bool(R.value_of(ws.attributes[R.PINGPONG]))
+    return FollowedPlan(target, kv[0].stages, warps, max(1, warps // 4), producer, pingpong,
+                        tuple((r.name, r.regs or 0) for r in found), _v_first(kernel) if producer else False)
+
+
+def _v_first(kernel: ir.Operation) -> bool:
+    """Whether the producer's KV loops put V before K (each loop's first put of either)."""
+    role = next(op for op in R.role_ops(kernel) if R.name_of(op) == "producer")
+    order = []
+    for loop in R.ops_in(R.role_block(role), ("scf.for",)):
+        tiles = [R.attrs_of(op).get("tile") for op in R.ops_in(loop.regions[0].blocks[0], R.KV_WRITES)]
+        tiles = [t for t in tiles if t in ("k", "v")]
+        if tiles:
+            order.append(tiles[0] == "v")
+    if len(set(order)) > 1:
+        raise error_at(role, "the producer's KV loops put K and V in different orders; the lowering issues "
+                             "every step's two loads in one order")
+    return bool(order and order[0])
+
+
+def planned_summary(kernel: ir.Operation, tile: Tile, plan: FollowedPlan) -> dict[str, list[dict]]:
+    """`plan_summary` of the plan the plan passes make for `plan`'s choices, with the roles'
+    register budgets as `plan` has them."""
     from attnc.schedule.alloc import alloc_smem, alloc_tmem
     from attnc.schedule.recipes import recipe
     from attnc.schedule.sync import insert_pipelines
 
-    target = required_attr(kernel, "target", pass_name)
-    r = recipe(target, num_warps=get_int(kernel, "num_warps"), kv_stages=get_int(kernel, "stages"),
-               q_tiles=tile.q_tiles)
+    r = recipe(plan.target, num_warps=plan.warps, kv_stages=plan.stages, q_tiles=tile.q_tiles, consumers=plan.consumers, producer=plan.producer)
     placed = [*alloc_smem(r, tile), *alloc_tmem(r, tile)]
     order = [c.name for c in r.channels]
     placed.sort(key=lambda b: order.index(b.channel))
     barriers = insert_pipelines(r, tile)
+    regs = dict(plan.regs)
     return {
-        "attn.role": [{"name": x.name, "warps": x.warps, "regs": x.regs or 0} for x in r.roles],
+        "attn.role": [{"name": x.name, "warps": x.warps, "regs": regs.get(x.name, x.regs or 0)} for x in r.roles],
         "attn.channel": [_channel_fields(c) for c in r.channels],
         "buffer": [_buffer_fields(b) for b in placed],
         "attn.mbarrier_init": [{"name": b.name, "count": b.arrive_count, "stages": b.stages}

@@ -188,6 +188,10 @@ def choose_tile(target: str | None, shape: ProblemShape, overrides: dict[str, in
     """The table's tile for `target` and `shape` with `overrides` applied, checked."""
     limits = _limits(target)
     config = dataclasses.replace(table_choice(target, shape), **overrides)
+    if limits.block_m_unit == "consumer_wg64" and "block_m" in overrides and "num_warps" not in overrides \
+            and config.block_m % 64 == 0:
+        # a consumer warpgroup per 64 rows, besides the producer's warps
+        config = dataclasses.replace(config, num_warps=limits.producer_warps + 4 * (config.block_m // 64))
     for check in (_check_positive, _check_warps, _check_block_m, _check_block_n,
                   _check_stages, _check_q_tiles, _check_smem, _check_tmem, _check_registers):
         check(target, limits, shape, config)

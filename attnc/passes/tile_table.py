@@ -52,7 +52,7 @@ TARGET_LIMITS: dict[str, TargetLimits] = {
                           min_stages=1, max_stages=3, q_tiles=(1,), accumulator_registers=192),
     # H100: 227 KB; one producer warpgroup + 1..3 consumer warpgroups of wgmma M=64.
     "sm_90a": TargetLimits(smem_bytes=227 * 1024, num_warps=(8, 12, 16),
-                           block_m_unit="consumer_wg64", min_stages=2, max_stages=3, q_tiles=(1,),
+                           block_m_unit="consumer_wg64", min_stages=2, max_stages=4, q_tiles=(1,),
                            producer_warps=4, accumulator_registers=192),
     # B200: 227 KB; the fixed 16-warp role layout; tcgen05.mma M=128, S and O in TMEM.
     "sm_100a": TargetLimits(smem_bytes=227 * 1024, num_warps=(16,), block_m_unit="m128",
@@ -64,15 +64,14 @@ TARGET_LIMITS: dict[str, TargetLimits] = {
 TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
     "sm_80": {
         # FA2's 128x128 at d=64: spill-free (255 registers) and 1.04-1.14x FA2 on an H200,
-        # where 128x64 measured 0.95-1.04x (results/sm80_h200.md). Param loads in the
+        # where 128x64 measured 0.95-1.04x (results/sm80_h200.md, "Tiles"). Param loads in the
         # score tile (ALiBi slopes, a T5 bias table, document ids) spill it at 128 keys
         # (20 to 1700 bytes in nvJitLink's report); 64 keys are spill-free. Only params read
         # at an index that depends on i or j count (tile.py): ALiBi's slopes[h], loaded once
-        # per CTA, keeps 128x128 (3.64 ms against 4.02 at 128x64 on an H200, bench_variants).
+        # per CTA, keeps 128x128 (10 % faster than at 128x64).
         # A mask that reads params (documents) is there to drop work: 64-row query blocks
-        # follow its boundaries more tightly (documents of 1000 + causal, M = N = 8192:
-        # 0.722 ms at 64x64 against 0.834 at 128x64, results/profile_variants_h200.json;
-        # at head dim 128, 128x64 stays ahead: 0.613 against 0.720).
+        # follow its boundaries more tightly (documents of 1000 + causal 13 % faster at
+        # 64x64 than at 128x64; at head dim 128, 128x64 stays ahead by 15 %).
         (64, 64): TableRow(TileConfig(128, 128, stages=2, num_warps=4), block_n_params=64,
                            mask_params=dict(block_m=64)),
         (96, 96): TableRow(TileConfig(128, 64, stages=2, num_warps=4)),
@@ -80,15 +79,13 @@ TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
         (256, 256): TableRow(TileConfig(64, 64, stages=2, num_warps=4)),
     },
     "sm_90a": {
-        # attn-lower-sm90a's kernel (H200, M = N = 8192, bf16; results/profile/
-        # sweep_sm90_*_h200.json). At head dim 64 one consumer warpgroup of 64 rows per
-        # CTA, so that several CTAs share an SM and hide each other's loads and epilogue:
-        # causal 2.68 ms at 64x128 against 3.11 at 128x128, softcap 3.28 against 3.89.
-        # A band (a sliding window) or a mask that reads params (documents of 1000 +
-        # causal) is short work per query block, where that matters most: 64x64, window
-        # 1024 0.730 ms (d = 64) and 0.597 (d = 128) against 0.966 and 0.668 at 128x128
-        # (before the persistent kernel, which took the band at d = 128: below),
-        # documents 0.580 and 0.484 against 0.899 and 0.605.
+        # attn-lower-sm90a's kernel (results/sm90a_h200.md, "Tiles"). At head dim 64 one
+        # consumer warpgroup of 64 rows per CTA, so that several CTAs share an SM and hide
+        # each other's loads and epilogue: causal and softcap 14-16 % faster than at
+        # 128x128. A band (a sliding window) or a mask that reads params (documents of
+        # 1000 + causal) is short work per query block, where that matters most: 64x64,
+        # the window 11-24 % and documents 20-35 % faster than at 128x128 (before the
+        # persistent kernel, which took the band at d = 128: below).
         (64, 64): TableRow(TileConfig(64, 128, stages=2, num_warps=8),
                            banded=dict(block_n=64), mask_params=dict(block_n=64)),
         (96, 96): TableRow(TileConfig(128, 128, stages=2, num_warps=12)),
@@ -96,12 +93,11 @@ TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
         # line up with the 128-row Q tiles), with its consumers' registers raised by
         # setmaxnreg. attn-lower-sm90a's kernel (before its producer warpgroup, which
         # is the default here: Sm80KernelSpec.warp_specialized): 128 keys,
-        # and three K/V stages (loads two steps ahead): causal 2.306 -> 2.228 ms, ALiBi
-        # 2.393 -> 2.246, softcap 2.583 -> 2.507 (results/profile/sweep_sm90_stages3_h200.json;
-        # at head dim 64 and at 64x64 tiles three stages measured 4-35 % slower).
+        # and three K/V stages (loads two steps ahead): causal, ALiBi and softcap 3-6 %
+        # faster (at head dim 64 and at 64x64 tiles three stages measured 4-35 % slower).
         # A band (window 1024, d = 128) runs this tile too since the persistent CTAs of
-        # the producer warpgroup's kernel (Sm80KernelSpec.persistent_ctas): 0.615 ms
-        # against 0.675 at 64x64 (H200); documents keep 64x64 (0.484 against 0.581).
+        # the producer warpgroup's kernel (Sm80KernelSpec.persistent_ctas), 9 % faster than
+        # at 64x64; documents keep 64x64 (17 % faster than 128x128 persistent).
         (128, 128): TableRow(TileConfig(128, 128, stages=3, num_warps=12),
                              mask_params=dict(block_m=64, block_n=64, num_warps=8, stages=2)),
         (256, 256): TableRow(TileConfig(128, 80, stages=2, num_warps=12)),

@@ -8,10 +8,14 @@ one `attn.role` region per role of the target's recipe (attnc/schedule/recipes.p
 its warps and register budget; a tile made in one role and used in another goes through
 `attn.put` / `attn.get` on a channel (attnc/schedule/partition.py, Note [Where values
 cross]). sm_80: one cooperative role `compute` whose Q and K/V go through cp.async
-channels; sm_90a: a `producer` role (the loads, O's store) and `consumers` consumer
-warpgroups (the GEMMs, hooks, softmax, epilogue) on TMA channels; sm_100a: the FA4
-roles (load, mma, softmax0/1, correction, epilogue, empty) with S and P through TMEM.
-The K/V channel's `stages` is attn-tile's `stages`. Register budgets are checked here.
+channels; sm_90a: `consumers` warpgroups of 64 query rows and, with `producer`, a
+`producer` role (the loads, O's store) feeding the consumer roles (the GEMMs, hooks,
+softmax, epilogue) through mbarrier rings, with their setmaxnreg budgets as `regs`
+(`pingpong` recorded on attn.warp_specialize); without it one cooperative role as on
+sm_80; sm_100a: the FA4 roles (load, mma, softmax0/1, correction, epilogue, empty) with
+S and P through TMEM. The K/V channel's `stages` is attn-tile's `stages`. Register
+budgets are checked here. What the lowering builds follows these choices (Note [The
+plan the lowerings follow] in lower_sm80.py).
 
     before:  "attn.kernel"(...) ({ %q = attn.load ...; scf.for { %k = attn.load ...; attn.mma ... } })
     after:   "attn.kernel"(...) ({ "attn.warp_specialize"() ({
@@ -36,15 +40,53 @@ class WarpSpecialize(Pass):
 
     name: ClassVar[str] = "attn-warp-specialize"
     consumers: int | None = field(default=None, metadata={
-        "doc": "consumer warpgroups on sm_90a, 1 or 2 (default 2; no other target has them)"})
+        "doc": "consumer warpgroups on sm_90a, 64 query rows each: 1 or 2, block_m / 64 (default: that; "
+               "no other target has them)"})
+    producer: bool | None = field(default=None, metadata={
+        "doc": "sm_90a: a producer warpgroup that only loads, into an mbarrier ring the consumers read, "
+               "with setmaxnreg budgets where there are two consumers (Note [Producer warpgroup] in "
+               "sm90_ws.py; default: on for two consumer warpgroups, two or more K/V stages and head dim "
+               "128; results/sm90a_h200.md, 'producer warpgroup')"})
+    pingpong: bool | None = field(default=None, metadata={
+        "doc": "sm_90a, with the producer and two consumer warpgroups: they take turns at the GEMMs, "
+               "recorded as `pingpong` on attn.warp_specialize (default: off, measured slower at head "
+               "dim 128)"})
 
     def run(self, module) -> None:
-        warp_specialize(module, self.consumers)
+        warp_specialize(module, self.consumers, self.producer, self.pingpong)
 
 
-def warp_specialize(module, consumers: int | None) -> None:
+def sm90a_roles(op, tile, consumers: int | None, producer: bool | None, pingpong: bool | None):
+    """(consumers, producer, pingpong) of an sm_90a kernel: the options, else the defaults."""
+    from attnc.ir import error_at, get_int
+    from attnc.schedule.recipes import default_producer
+
+    block_m = tile.block_m
+    if consumers is None:
+        if block_m not in (64, 128):
+            raise error_at(op, f"block_m={block_m}: sm_90a's consumer warpgroups run "
+                               f"64 query rows each, 1 or 2 of them: block_m 64 or 128 (attn-tile)")
+        consumers = block_m // 64
+    elif consumers in (1, 2) and consumers * 64 != block_m:
+        raise error_at(op, f"consumers={consumers} runs {64 * consumers} query rows "
+                           f"(64 a warpgroup), and the tile has block_m={block_m}: set attn-tile{{block_m="
+                           f"{64 * consumers}}}")
+    stages = get_int(op, "stages")
+    if producer is None:
+        producer = default_producer(consumers, stages, (tile.head_dim_qk, tile.head_dim_v))
+    if pingpong and not (producer and consumers == 2):
+        raise error_at(op, f"pingpong=1: the consumers take turns when there are two fed by the producer; "
+                           f"this plan has consumers={consumers}, producer={int(producer)}")
+    return consumers, producer, bool(pingpong)
+
+
+def warp_specialize(module, consumers: int | None, producer: bool | None = None,
+                    pingpong: bool | None = None) -> None:
+    from mlir import ir
+
     from attnc.errors import AttncError
     from attnc.ir import attention_ops, error_at, get_int
+    from attnc.ir import roles as R
     from attnc.ir.roles import warp_specialize_of
     from attnc.passes import plan_ir
     from attnc.schedule.partition import Partition
@@ -57,14 +99,24 @@ def warp_specialize(module, consumers: int | None) -> None:
         tile = plan_ir.tile_of(op, WarpSpecialize.name)
         if op.name != "attn.kernel":
             raise error_at(op, "attn-warp-specialize needs the tile program of attn.kernel; run attn-tile first")
-        if consumers is not None and target != "sm_90a":
-            raise error_at(op, f"consumers={consumers}: only sm_90a has consumer warpgroups to count; "
-                               f"{target}'s roles are fixed by its recipe")
+        if target != "sm_90a":
+            for name, value in (("consumers", consumers), ("producer", producer), ("pingpong", pingpong)):
+                if value is not None:
+                    raise error_at(op, f"{name}={int(value)}: only sm_90a has a producer and consumer "
+                                       f"warpgroups; {target}'s roles are fixed by its recipe")
         try:
+            if target == "sm_90a" and consumers not in (None, 1, 2):
+                raise AttncError(f"consumers={consumers}: sm_90a has 1 or 2 consumer warpgroups")
+            if target == "sm_90a":
+                n, has_producer, turns = sm90a_roles(op, tile, consumers, producer, pingpong)
+            else:
+                n, has_producer, turns = 2, True, False
             r = recipe(target, num_warps=get_int(op, "num_warps"), kv_stages=get_int(op, "stages"),
-                       q_tiles=tile.q_tiles, consumers=2 if consumers is None else consumers)
+                       q_tiles=tile.q_tiles, consumers=n, producer=has_producer)
             check_register_budget(r)
             with op.context:
-                Partition(r, op).run()
+                ws = Partition(r, op).run()
+                if turns:
+                    ws.attributes[R.PINGPONG] = ir.BoolAttr.get(True)
         except AttncError as e:
             raise error_at(op, e.message) from None

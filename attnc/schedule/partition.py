@@ -162,6 +162,8 @@ class Partition:
         for r in self.names:
             _erase_unused(self.shared[r])
         self._write_types()
+        self.ws.attributes[R.PROGRAMS] = ir.DictAttr.get(       # Note [Role programs]
+            {R.name_of(role): ir.StringAttr.get(R.program_digest(role)) for role in R.role_ops(self.kernel)})
         return self.ws
 
     def _declare(self, ch: Channel, types=()) -> ir.Operation:

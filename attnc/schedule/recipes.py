@@ -66,36 +66,108 @@ SMEM_BYTES = {"sm_80": 166912, "sm_90a": 232448, "sm_100a": 232448}
 
 
 def recipe(target: str, *, num_warps: int, kv_stages: int, q_tiles: int = 1,
-           consumers: int = 2) -> Recipe:
+           consumers: int = 2, producer: bool = True) -> Recipe:
     """The recipe for `target` with the tile choices made by attn-tile.
 
-    `consumers` is the number of consumer warpgroups on sm_90a (1 or 2).
+    sm_90a: `consumers` warpgroups of 64 query rows (1 or 2) and, with `producer`, a
+    warpgroup that only loads (Note [Producer warpgroup] in attnc/backend/sm90_ws.py);
+    without it the consumers load for themselves, one cooperative role as on sm_80.
     """
     build = _RECIPES.get(target)
     if build is None:
         raise AttncError(f"unknown target '{target}'; targets are {', '.join(_RECIPES)}")
     if target == "sm_90a" and consumers not in (1, 2):
         raise AttncError(f"consumers={consumers}: sm_90a has 1 or 2 consumer warpgroups")
-    return build(num_warps=num_warps, kv_stages=kv_stages, q_tiles=q_tiles, consumers=consumers)
+    return build(num_warps=num_warps, kv_stages=kv_stages, q_tiles=q_tiles, consumers=consumers,
+                 producer=producer)
+
+
+_COOPERATIVE_OPS = ("load_q", "load_kv", "mma_qk", "score_mod", "mask", "softmax", "mma_pv", "finalize",
+                    "store_o")
+
+
+def _cooperative(target: str, num_warps: int, kv_stages: int) -> Recipe:
+    """One role of `num_warps` warps that loads through cp.async and computes."""
+    compute = Role("compute", tuple(range(num_warps)), None, _COOPERATIVE_OPS)
+    return Recipe(target, (compute,), (
+        Channel("q", "compute", "compute", "cp.async", "smem", 1, ("q",)),
+        Channel("kv", "compute", "compute", "cp.async", "smem", kv_stages, ("k", "v")),
+    ), SMEM_BYTES[target])
 
 
 def _sm80(*, num_warps: int, kv_stages: int, **_) -> Recipe:
-    compute = Role("compute", tuple(range(num_warps)), None,
-                   ("load_q", "load_kv", "mma_qk", "score_mod", "mask", "softmax",
-                    "mma_pv", "finalize", "store_o"))
-    return Recipe("sm_80", (compute,), (
-        Channel("q", "compute", "compute", "cp.async", "smem", 1, ("q",)),
-        Channel("kv", "compute", "compute", "cp.async", "smem", kv_stages, ("k", "v")),
-    ), SMEM_BYTES["sm_80"])
+    return _cooperative("sm_80", num_warps, kv_stages)
 
 
-def _sm90a(*, kv_stages: int, consumers: int, **_) -> Recipe:
-    producer = Role("producer", (0, 1, 2, 3), 24, ("load_q", "load_kv", "store_o"))
+# sm_90a's warpgroups and register file (setmaxnreg moves registers between them).
+WARPGROUP_THREADS = 128
+PRODUCER_REGISTERS = 24
+MAX_PRODUCER_REGISTERS = 56
+MAX_CONSUMER_REGISTERS = 240
+
+
+def default_producer(consumers: int, kv_stages: int, head_dims: tuple[int, int]) -> bool:
+    """Where sm_90a gets a producer warpgroup by default: two consumer warpgroups (a CTA
+    alone on its SM), a ring of two or more stages, head dim 128 (the measurements:
+    Sm80KernelSpec.warp_specialized in attnc/backend/kernel_spec.py)."""
+    return consumers == 2 and kv_stages >= 2 and max(head_dims) == 128
+
+
+def launch_pool(consumers: int) -> int:
+    """A producer CTA's registers at launch: the SM's register file over its threads,
+    rounded down to a multiple of 8 per thread (ptxas's count, as .minnctapersm 1 lets
+    it take them all)."""
+    threads = WARPGROUP_THREADS * (1 + consumers)
+    return threads * (REGISTER_FILE // threads // 8 * 8)
+
+
+def consumer_registers(consumers: int) -> int:
+    """Registers per consumer thread after setmaxnreg: what the producer's 24 leave of
+    the launch pool, a multiple of 8, at most 240. setmaxnreg.inc waits until the CTA's
+    pool holds what it asks for: asking for more than the producer freed hangs."""
+    free = launch_pool(consumers) - WARPGROUP_THREADS * PRODUCER_REGISTERS
+    return min(MAX_CONSUMER_REGISTERS, free // (WARPGROUP_THREADS * consumers) // 8 * 8)
+
+
+def producer_registers(consumers: int) -> int:
+    """What the consumers' share leaves the producer, a multiple of 8 from 24 to 56:
+    24 with two consumer warpgroups (240 each), 32 with three (160 each), whose share
+    rounded down to a multiple of 8 would otherwise leave 8 per producer thread unused."""
+    left = launch_pool(consumers) - WARPGROUP_THREADS * consumers * consumer_registers(consumers)
+    return max(PRODUCER_REGISTERS, min(MAX_PRODUCER_REGISTERS, left // WARPGROUP_THREADS // 8 * 8))
+
+
+def check_producer_registers(producer_regs: int, consumer_regs: int, consumers: int) -> None:
+    """The producer plan's setmaxnreg budgets (regs 0: none). Only a CTA that is one per SM
+    (two consumer warpgroups) rebalances; the consumers' raise must fit what the producer
+    gives back, or setmaxnreg.inc waits for ever."""
+    if consumers < 2:
+        if producer_regs or consumer_regs:
+            raise AttncError(f"setmaxnreg budgets (regs = {producer_regs}, {consumer_regs}) need two consumer "
+                             f"warpgroups, a CTA alone on its SM; with {consumers} the roles' regs must be 0")
+        return
+    for role, regs in (("producer", producer_regs), ("consumer", consumer_regs)):
+        if regs % 8 or not 24 <= regs <= 256:
+            raise AttncError(f"the {role} role's register budget {regs} must be a multiple of 8 in [24, 256] "
+                             f"(setmaxnreg)")
+    need = WARPGROUP_THREADS * (producer_regs + consumers * consumer_regs)
+    if need > launch_pool(consumers):
+        raise AttncError(f"the roles' register budgets take {need} registers, more than the "
+                         f"{launch_pool(consumers)} the CTA starts with (setmaxnreg.inc would wait for ever): "
+                         f"lower a consumer role's or the producer's regs")
+
+
+def _sm90a(*, num_warps: int, kv_stages: int, consumers: int, producer: bool, **_) -> Recipe:
+    if not producer:
+        return _cooperative("sm_90a", 4 * consumers, kv_stages)
+    sets = consumers >= 2           # Note [Producer warpgroup]: setmaxnreg only one CTA per SM
+    producer_role = Role("producer", (0, 1, 2, 3), producer_registers(consumers) if sets else None,
+                         ("load_q", "load_kv", "store_o"))
     consumer_roles = tuple(
-        Role(f"consumer{c}", tuple(range(4 * (c + 1), 4 * (c + 2))), 240,
+        Role(f"consumer{c}", tuple(range(4 * (c + 1), 4 * (c + 2))), consumer_registers(consumers) if sets else None,
              ("mma_qk", "score_mod", "mask", "softmax", "mma_pv", "finalize"))
         for c in range(consumers))
-    return Recipe("sm_90a", (producer, *consumer_roles), (
+    return Recipe("sm_90a", (producer_role, *consumer_roles), (
         Channel("q", "producer", "consumer0", "tma", "smem", 1, ("q",)),
         Channel("kv", "producer", "consumer0", "tma", "smem", kv_stages, ("k", "v")),
         Channel("o", "consumer0", "producer", "regs", "smem", 1, ("o",)),

@@ -78,12 +78,13 @@ class Pipelines:
     # --- the roles' blocks ------------------------------------------------------------
     def _block(self, block: ir.Block, state: dict) -> None:
         fills: dict = {}
+        done: dict = {}         # per ring: tiles of its current slot already put or got
         for op in list(block.operations):
             op = op.operation
             if op.name == "scf.for":
                 self._loop(op, state)
             elif op.name in (R.PUT, R.GET):
-                self._exchange(op, state, fills)
+                self._exchange(op, state, fills, done)
 
     def _loop(self, loop: ir.Operation, state: dict) -> None:
         body = loop.regions[0].blocks[0]
@@ -121,11 +122,15 @@ class Pipelines:
     def _state(self, state: dict, channel: str):
         return state.get(channel, (self.zero, self.zero))
 
-    def _exchange(self, op: ir.Operation, state: dict, fills: dict) -> None:
+    def _exchange(self, op: ir.Operation, state: dict, fills: dict, done: dict) -> None:
         ch = self.channels[_channel_name(op)]
         tile = ir.StringAttr(op.attributes["tile"]).value
-        first = ch.alternating or tile == ch.tile[0]
-        last = ch.alternating or tile == ch.tile[-1]
+        # A slot's tiles in the order the role exchanges them (a pass may have put V
+        # before K): the first waits for the slot, the last advances the ring.
+        count = done.get(_ring(op), 0)
+        first = ch.alternating or count == 0
+        last = ch.alternating or count + 1 == len(ch.tile)
+        done[_ring(op)] = 0 if last else count + 1
         stage, phase = self._state(state, _ring(op))
         with ir.InsertionPoint(op), R.pass_loc(PASS, op):
             if op.name == R.PUT:

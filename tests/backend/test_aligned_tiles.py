@@ -130,11 +130,11 @@ def test_sm90a_one_warpgroup_kernel_takes_its_tiles_from_the_table():
 
 def test_a_producer_warpgroup_keeps_the_grid():
     mask = "doc[b, i] == doc[b, j] and j <= i"
-    artifacts = _build(mask, "sm_90a", producer_warpgroup=True)
+    artifacts = _build(mask, "sm_90a", producer=True)
     assert _kernels(artifacts) == ["blockmap", "attn_fwd"]
     assert artifacts.manifest["specialization"]["aligned_tiles"] is False
     with pytest.raises(AttncError, match="aligned_tiles needs a kernel with one query block per CTA and no producer"):
-        _build(mask, "sm_90a", aligned_tiles=True, producer_warpgroup=True)
+        _build(mask, "sm_90a", aligned_tiles=True, producer=True)
 
 
 def test_the_tile_table_kernel_reads_the_ids_param_only():

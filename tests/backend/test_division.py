@@ -2,7 +2,7 @@
 (and the reference) do, from a reciprocal that may be a few ulps off. Run on the CPU
 (host_jit.py) against numpy's f32 division, bit for bit.
 
-Found by a review (session 27): a division by a constant was a multiplication by its
+Found by a review: a division by a constant was a multiplication by its
 rounded reciprocal (41 * f32(1/41) = 0.99999994, so `int(float(i) / 41.0)` was 0 at
 i = 41 and a block-diagonal mask kept (40, 41)), and any other division div.full.f32.
 """

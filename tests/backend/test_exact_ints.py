@@ -142,7 +142,7 @@ def test_tile_intervals_take_top_of_a_wide_value_as_unbounded():
     assert run(**box, w=np.array([10, 10], dtype=np.int32)) == [0, 1]          # keeps none
 
 
-# Found by a review (session 27), each at the points that showed it. f32 rounding of a
+# Found by a review, each at the points that showed it. f32 rounding of a
 # product (Note [Float rounding in ranges]): the sum stayed in i32 and wrapped. The smallest
 # integer % -1 (hooks.floordiv): a hardware division overflowed (SIGFPE here, undefined on
 # the GPU). A division by 41 (Note [Division] in hooks.py): 41 * f32(1/41) < 1.

@@ -3,7 +3,7 @@ first key block's K and V (the top of the static mask analysis' hull) right afte
 before the map's row is read, and loads them again only where the map's range starts at
 another block. The numerics run on a GPU: every example and property variant with a block
 map takes it (tests/gpu), and a kernel that skips the reload fails 38 of the property
-test's 158 block-map cases (results/logs/session18_gpu.txt)."""
+test's 158 block-map cases."""
 from __future__ import annotations
 
 import re

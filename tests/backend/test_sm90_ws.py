@@ -15,7 +15,7 @@ from mlir import ir
 from attnc.backend import cubin, ptx
 from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
 from attnc.backend.sm80 import build_sm80_module, kernel_abi
-from attnc.backend.sm90_ws import consumer_registers, producer_registers
+from attnc.schedule.recipes import consumer_registers, producer_registers
 from attnc.testing import build_with, variant_source
 
 SYMBOL = "attnc_ws_test"
@@ -120,10 +120,11 @@ SOURCE = variant_source("ws", 128, score_mod="30.0 * tanh(s / 30.0)")
 
 @pytest.mark.parametrize("options, producer, pingpong", [
     ({}, True, False),
-    ({"producer_warpgroup": "false"}, False, False),
+    ({"producer": "false"}, False, False),
     ({"pingpong": "true"}, True, True),
 ])
-def test_lowering_options_reach_the_manifest(options, producer, pingpong):
+def test_plan_options_reach_the_manifest(options, producer, pingpong):
+    """attn-warp-specialize's producer and pingpong: the plan's roles, which the lowering follows."""
     art = build_with(SOURCE, "ws.attn", "sm_90a", **options)
     sp = art.manifest["specialization"]
     assert (sp["producer_warpgroup"], sp["pingpong"]) == (producer, pingpong)

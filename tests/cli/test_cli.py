@@ -164,7 +164,7 @@ def test_a_bundle_never_replaces_what_is_not_one(tmp_path):
 
 @pytest.mark.parametrize("pipeline", ["attn-tile{block_m=64},attn-analyze-masks", ""])
 def test_code_of_a_pipeline_that_stops_before_the_plan(tmp_path, pipeline):
-    """Found by a review (session 27): the errors were about what the lowering found
+    """Found by a review: the errors were about what the lowering found
     missing ('0 attn.role ops', "no 'target' attribute")."""
     status, out, err = run_attnc(["compile", "examples/alibi.attn", "-arch", "sm_80", "--emit", "ptx",
                                   "--pass-pipeline", pipeline])
@@ -441,7 +441,7 @@ def test_dash_is_standard_output_for_text(tmp_path, monkeypatch):
 
 
 def test_opt_names_the_file_of_ir_without_locations(tmp_path):
-    """Found by a review (session 27): MLIR names parsed text "-", and the errors of the
+    """Found by a review: MLIR names parsed text "-", and the errors of the
     passes on IR with no locations said "-:1:1"."""
     empty = tmp_path / "empty.mlir"
     empty.write_text("module {}\n")

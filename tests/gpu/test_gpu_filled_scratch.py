@@ -14,8 +14,8 @@ test_gpu_aligned_tiles.py (long runs: table tiles; unsorted: the grid):
   out); that the kernel writes every entry the attention kernel reads is
   test_gpu_aligned_tiles.py's table check, run over the poison.
 
-The other GPU suites run under ATTNC_POISON_SCRATCH=1 too (results/variants_h200.md,
-session 21), against the reference.
+The other GPU suites run under ATTNC_POISON_SCRATCH=1 too (results/sm80_h200.md, "GPU
+test suites"), against the reference.
 """
 from __future__ import annotations
 

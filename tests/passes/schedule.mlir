@@ -3,8 +3,9 @@
 // the channels' buffers (L4), then the synchronization ops with their (stage, phase)
 // values (L5), for the sm_80 recipe (one cooperative role, cp.async channels), a
 // producer/consumer plan (sm_90a with one consumer warpgroup and two K/V stages), the
-// default sm_90a plan at head dim 128 (a producer and two consumer warpgroups) and the
-// FA4 roles of sm_100a.
+// default sm_90a plan at head dim 128 (a producer and two consumer warpgroups), sm_90a's
+// cooperative plan of a 64-row tile, ping-pong, a producer putting V before K (the user
+// pass examples/passes/v_before_k.py) and the FA4 roles of sm_100a.
 //
 // RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize" | filecheck %s --check-prefix=WS80
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize" | filecheck %s --check-prefix=WS90
@@ -12,7 +13,10 @@
 // RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem" | filecheck %s --check-prefix=ALLOC80
 // RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem" | filecheck %s --check-prefix=ALLOC100
 // RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines" | filecheck %s --check-prefix=SYNC80
-// RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{num_warps=8 block_m=64 block_n=128 stages=2},attn-warp-specialize{consumers=1},attn-alloc-smem,attn-insert-pipelines" | filecheck %s --check-prefix=RING
+// RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{num_warps=8 block_m=64 block_n=128 stages=2},attn-warp-specialize{consumers=1 producer=1},attn-alloc-smem,attn-insert-pipelines" | filecheck %s --check-prefix=RING
+// RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{block_m=64},attn-warp-specialize" | filecheck %s --check-prefix=COOP90
+// RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{pingpong=1}" | filecheck %s --check-prefix=PINGPONG
+// RUN: attnc opt %s -arch sm_90a --load-pass examples/passes/v_before_k.py --pass-pipeline "attn-tile,attn-warp-specialize,v-before-k,attn-alloc-smem,attn-insert-pipelines" | filecheck %s --check-prefix=VFIRST
 // RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines" | filecheck %s --check-prefix=SYNC100
 
 // L3, sm_80: one cooperative role whose loads go through its own cp.async channels.
@@ -152,3 +156,27 @@ func.func @hd128_unmasked(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>
       : (tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> loc("schedule.attn":2:1)
   return %o : tensor<?x?x?x128xbf16>
 }
+
+// sm_90a, a 64-row tile: one consumer warpgroup, and by default no producer: one
+// cooperative role of 4 warps that loads through cp.async, as on sm_80.
+// COOP90: "attn.channel"() {consumer = "compute", name = "q", producer = "compute", space = "smem", stages = 1 : i64, tile = ["q"], transport = "cp.async"
+// COOP90: }) {name = "compute", regs = 0 : i64, warps = [0, 1, 2, 3]}
+// COOP90-NOT: "attn.role"
+
+// Ping-pong: recorded on attn.warp_specialize, beside the producer and two consumers.
+// PINGPONG: }) {name = "producer", regs = 24 : i64, warps = [0, 1, 2, 3]}
+// PINGPONG: }) {name = "consumer0", regs = 240 : i64, warps = [4, 5, 6, 7]}
+// PINGPONG: }) {name = "consumer1", regs = 240 : i64, warps = [8, 9, 10, 11]}
+// PINGPONG: }) {pingpong = true, programs = {
+
+// V before K: the producer's first write of a slot (V now) waits for the empty slot and
+// announces the slot's bytes; its last (K) advances the ring.
+// VFIRST: scf.for {{.*}} iter_args(%[[S:arg[0-9]+]] = %c0_i32, %[[P:arg[0-9]+]] = %c0_i32) -> (i32, i32)
+// VFIRST-NEXT: "attn.load"{{.*}}{operand = "v"}
+// VFIRST-NEXT: %[[FLIP:[0-9]+]] = arith.xori %[[P]], %c1_i32
+// VFIRST-NEXT: "attn.mbarrier_wait"(%{{[0-9]+}}, %[[S]], %[[FLIP]])
+// VFIRST-NEXT: "attn.mbarrier_expect_tx"(%{{[0-9]+}}, %[[S]]) {bytes = 65536 : i64}
+// VFIRST-NEXT: "attn.slot_write"({{.*}}) {completes = "mbarrier", tile = "v"}
+// VFIRST-NEXT: "attn.load"{{.*}}{operand = "k"}
+// VFIRST-NEXT: "attn.slot_write"({{.*}}) {completes = "mbarrier", tile = "k"}
+// VFIRST-NEXT: "attn.ring_advance"(%[[S]], %[[P]])

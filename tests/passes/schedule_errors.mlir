@@ -8,6 +8,10 @@
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-insert-pipelines,attn-insert-pipelines" 2>&1 | filecheck %s --check-prefix=SYNCTWICE
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{consumers=3}" 2>&1 | filecheck %s --check-prefix=CONSUMERS
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize{consumers=1}" 2>&1 | filecheck %s --check-prefix=CONSUMERS80
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize{producer=1}" 2>&1 | filecheck %s --check-prefix=PRODUCER80
+// RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{consumers=1}" 2>&1 | filecheck %s --check-prefix=COVER
+// RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{block_m=64},attn-warp-specialize{pingpong=1}" 2>&1 | filecheck %s --check-prefix=PINGPONG1
+// RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{block_m=192 block_n=64},attn-warp-specialize" 2>&1 | filecheck %s --check-prefix=ROWS
 // The budget check of attn-alloc-smem, on a hand-tiled op that attn-tile would refuse:
 // RUN: not attnc opt tests/passes/schedule_pretiled.mlir -arch sm_90a --pass-pipeline "attn-warp-specialize" 2>&1 | filecheck %s --check-prefix=NOKERNEL
 // RUN: not attnc opt tests/passes/schedule_overbudget.mlir -arch sm_90a --pass-pipeline "attn-alloc-smem" 2>&1 | filecheck %s --check-prefix=SMEM
@@ -26,7 +30,11 @@
 // ALLOCTWICE: schedule.attn:2:1: error: attn-alloc-smem ran twice on this op
 // SYNCTWICE: schedule.attn:2:1: error: attn-insert-pipelines ran twice on this op
 // CONSUMERS: --pass-pipeline:1:32: error: attn-warp-specialize: consumers=3: sm_90a has 1 or 2 consumer warpgroups
-// CONSUMERS80: --pass-pipeline:1:32: error: attn-warp-specialize: consumers=1: only sm_90a has consumer warpgroups to count; sm_80's roles are fixed by its recipe
+// CONSUMERS80: --pass-pipeline:1:32: error: attn-warp-specialize: consumers=1: only sm_90a has a producer and consumer warpgroups; sm_80's roles are fixed by its recipe
+// PRODUCER80: --pass-pipeline:1:32: error: attn-warp-specialize: producer=1: only sm_90a has a producer and consumer warpgroups; sm_80's roles are fixed by its recipe
+// COVER: --pass-pipeline:1:32: error: attn-warp-specialize: consumers=1 runs 64 query rows (64 a warpgroup), and the tile has block_m=128: set attn-tile{block_m=64}
+// PINGPONG1: --pass-pipeline:1:44: error: attn-warp-specialize: pingpong=1: the consumers take turns when there are two fed by the producer; this plan has consumers=1, producer=0
+// ROWS: schedule.attn:2:1: error: block_m=192: sm_90a's consumer warpgroups run 64 query rows each, 1 or 2 of them: block_m 64 or 128 (attn-tile)
 // SMEM: schedule.attn:2:1: error: shared memory plan needs 294912 bytes (sQ 32768, sK 131072, sV 131072) but sm_90a allows 232448; lower 'stages' or 'block_n' (attn-tile)
 
 func.func @hd128_unmasked(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v: tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> {

@@ -115,7 +115,7 @@ def test_a_mask_whose_analysis_needs_constants_past_64_bits_proves_nothing():
     """x63 = (i - j) * 2^63 fits only where i = j, and the analysis' tile bounds would need
     2^63 itself: the analysis proves nothing (every tile MIXED, every key block visited),
     and the per-element test computes x63 as the kernels and the reference do (wrapping at
-    64 bits). Before session 27 this was refused; before that it crashed the constant builder."""
+    64 bits), where it was once refused and, before that, crashed the constant builder."""
     from attnc.analysis.interp import compile_function
     from attnc.driver import compile_mlir
     lets = " ".join(f"let x{k + 1} = x{k} + x{k} in" for k in range(63))
@@ -147,7 +147,7 @@ def _refused_then_redone(run, edits: str, message: str):
 
 
 def test_an_analysis_for_other_tiles_is_refused_or_redone():
-    """Found by a review (session 27): attn-tile run again after attn-analyze-masks left
+    """Found by a review: attn-tile run again after attn-analyze-masks left
     the functions of the old tile sizes, and the kernel used them (query block 100 of a
     causal mask visited no key block). The lowering now refuses such an analysis, and
     attn-analyze-masks run again redoes it, dropping the old functions."""
@@ -187,7 +187,7 @@ op.walk(widen)""",
 
 
 def test_an_analysis_of_another_mask_is_refused_or_redone(tmp_path):
-    """Found by a review (session 28): a user's pass that rewrote mask_mod after
+    """Found by a review: a user's pass that rewrote mask_mod after
     attn-analyze-masks (a window of 1024 widened to 4096) got a kernel that tested the new
     mask per element inside the old mask's key ranges. The lowering now refuses the
     analysis (Note [What the analysis holds for]), and attn-analyze-masks run again redoes it."""

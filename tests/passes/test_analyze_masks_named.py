@@ -193,7 +193,7 @@ def test_masks_with_reused_values_are_classified_soundly(analyzed, name, M, N, b
         assert not report.inexact, str(report)
 
 
-# Found by a review (session 27): the analysis' bounds are exact on unbounded integers,
+# Found by a review: the analysis' bounds are exact on unbounded integers,
 # and its rewrites multiply them (`x // c + rest <= 0` -> `x + c * rest + 1 - c <= 0`, a
 # runtime divisor undone by a product), so the emitted i64 functions wrapped: tiles that
 # keep keys came out SKIP and rows lost every key. And a mask whose values may themselves

@@ -7,7 +7,7 @@
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile{num_warps=6}" 2>&1 | filecheck %s --check-prefix=WARPS80
 // RUN: not attnc opt %s -arch sm_100a --pass-pipeline "attn-tile{num_warps=8}" 2>&1 | filecheck %s --check-prefix=WARPS100
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile{block_m=96}" 2>&1 | filecheck %s --check-prefix=BLOCKM80
-// RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{block_m=64}" 2>&1 | filecheck %s --check-prefix=BLOCKM90
+// RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{block_m=64 num_warps=12}" 2>&1 | filecheck %s --check-prefix=BLOCKM90
 // RUN: not attnc opt %s -arch sm_100a --pass-pipeline "attn-tile{block_m=64}" 2>&1 | filecheck %s --check-prefix=BLOCKM100
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile{block_n=40}" 2>&1 | filecheck %s --check-prefix=BLOCKN
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{block_n=272}" 2>&1 | filecheck %s --check-prefix=BLOCKNMAX

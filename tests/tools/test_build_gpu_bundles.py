@@ -205,7 +205,7 @@ def test_an_o_coarser_than_the_inputs_gets_the_coarser_tolerance():
 @pytest.mark.parametrize("name, arch, extra", [
     ("ex_alibi_bf16_d128x128_tiles", "sm_80", {}),
     ("ex_docs_sink_f16_d64x64_tiles", "sm_90a", {}),                          # the table's tiles on z
-    ("ex_alibi_bf16_d128x128_tiles", "sm_90a", {"producer_warpgroup": False}),  # default: a producer
+    ("ex_alibi_bf16_d128x128_tiles", "sm_90a", {"producer": False}),  # default: a producer
 ])
 def test_a_tiles_bundle_orders_its_grid_tiles_last(tmp_path, name, arch, extra):
     """Note [Tiles last]: the `_tiles` bundles take tiles_last, with what it needs."""

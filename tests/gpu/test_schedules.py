@@ -1,0 +1,23 @@
+"""The examples under other plans of the plan passes on a real GPU against attnc.reference:
+K/V ring depths 2 and 3 on sm_80 and 2, 3 and 4 on sm_90a, one and two consumer
+warpgroups with a producer, ping-pong on and off, and a producer putting V before K (the
+user pass examples/passes/v_before_k.py) -- tools/build_gpu_bundles.py --suites schedules
+(SCHEDULES). Each at the ragged shapes of test_examples.py; o and lse within gpu_support's
+tolerances.
+"""
+from __future__ import annotations
+
+import pytest
+
+from gpu_support import bundle_cases, check_against_reference
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(333, 333), (200, 517), (517, 200)]
+SQUARE_SHAPES = [(333, 333), (517, 517)]
+
+
+@pytest.mark.parametrize("entry,m,n", list(bundle_cases("schedules", lambda e: SQUARE_SHAPES if e.get("square")
+                                                                   else SHAPES)))
+def test_schedule_matches_reference(gpu, entry, m, n):
+    check_against_reference(entry, m, n, seed=m * 7919 + n)

@@ -1,0 +1,172 @@
+"""Note [The plan the lowerings follow] (lower_sm80.py): the lowering builds the roles,
+stages, register budgets, ping-pong and producer K/V order the IR states, and refuses a
+plan that differs elsewhere rather than silently building another (found by a review)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from attnc.backend.sm80_lower import build
+from attnc.driver import CompileOptions, compile_file, optimize_mlir
+from attnc.errors import AttncError
+from attnc.passes.lower_sm80 import compile_result_of
+from attnc.passes.pipelines import format_pipeline, pipeline_with, target_pipeline
+
+
+def _plan(tmp_path, example: str, arch: str, options: dict | None = None) -> str:
+    """The IR after every pass of `arch` but the lowering, as --dump-dir writes it."""
+    specs = target_pipeline(arch)
+    pipeline = pipeline_with(arch, options or {}).rsplit(",", 1)[0]
+    dump = tmp_path / "dump"
+    compile_file(f"examples/{example}.attn", CompileOptions(arch=arch, pass_pipeline=pipeline, dump_dir=str(dump)))
+    assert len(list(dump.glob("*.mlir"))) == len(specs)
+    return sorted(dump.glob("*.mlir"))[-1].read_text()
+
+
+def _lowered(plan: str, arch: str):
+    lowering = target_pipeline(arch)[-1].name
+    return build(compile_result_of(optimize_mlir(plan, "plan.mlir", CompileOptions(arch=arch,
+                                                                                   pass_pipeline=lowering))))
+
+
+def test_consumers_must_cover_the_tile():
+    pipeline = pipeline_with("sm_90a", {"attn-warp-specialize": {"consumers": 1}})
+    with pytest.raises(AttncError, match=re.escape("consumers=1 runs 64 query rows (64 a warpgroup), and the tile "
+                                                   "has block_m=128: set attn-tile{block_m=64}")):
+        compile_file("examples/mha.attn", CompileOptions(arch="sm_90a", pass_pipeline=pipeline))
+
+
+@pytest.mark.parametrize("edit, difference", [
+    (('name = "sK", offset = 32768', 'name = "sK", offset = 0'), 'buffer "sK" has offset = 0, the plan 32768'),
+    (("stages = 2 : i64, tile = [\"k\", \"v\"]", "stages = 3 : i64, tile = [\"k\", \"v\"]"),
+     'buffer "sK" has size = 32768, the plan 49152'),
+])
+def test_a_plan_edited_where_the_lowering_does_not_follow_is_refused(tmp_path, edit, difference):
+    plan = _plan(tmp_path, "mha", "sm_80")
+    assert plan.count(edit[0]) == 1
+    with pytest.raises(AttncError, match=re.escape(difference)):
+        _lowered(plan.replace(*edit), "sm_80")
+
+
+def test_an_edited_role_is_built_as_edited(tmp_path):
+    """The cooperative role's warps, edited from 4 to 8: a kernel of 256 threads."""
+    plan = _plan(tmp_path, "mha", "sm_80")
+    old, new = "warps = [0, 1, 2, 3]", "warps = [0, 1, 2, 3, 4, 5, 6, 7]"
+    assert plan.count(old) == 1
+    assert _lowered(plan, "sm_80").manifest["kernels"][-1]["block"] == [128, 1, 1]
+    assert _lowered(plan.replace(old, new), "sm_80").manifest["kernels"][-1]["block"] == [256, 1, 1]
+    with pytest.raises(AttncError, match=re.escape("num_warps=3: expected one of (1, 2, 4, 8)")):
+        _lowered(plan.replace(old, "warps = [0, 1, 2]"), "sm_80")
+
+
+def test_edited_register_budgets_are_the_kernels(tmp_path):
+    plan = _plan(tmp_path, "mha", "sm_90a")
+    assert plan.count("regs = 240 : i64") == 2 and plan.count("regs = 24 : i64") == 1
+    edited = plan.replace("regs = 240 : i64", "regs = 232 : i64").replace("regs = 24 : i64", "regs = 40 : i64")
+    ptx = _lowered(edited, "sm_90a").ptx
+    assert "setmaxnreg.inc.sync.aligned.u32 232;" in ptx and "setmaxnreg.dec.sync.aligned.u32 40;" in ptx
+    with pytest.raises(AttncError, match=re.escape("the roles' register budgets take 65536 registers, more than "
+                                                   "the 64512 the CTA starts with")):
+        _lowered(plan.replace("regs = 24 : i64", "regs = 32 : i64"), "sm_90a")
+    with pytest.raises(AttncError, match="different register budgets"):
+        _lowered(plan.replace("regs = 240 : i64", "regs = 232 : i64", 1), "sm_90a")
+
+
+def test_the_default_plan_lowers():
+    specs = target_pipeline("sm_80")
+    module = compile_file("examples/mha.attn", CompileOptions(arch="sm_80", pass_pipeline=format_pipeline(specs))).module
+    assert "gpu.module" in str(module)
+
+
+@pytest.mark.parametrize("pass_name", ["attn-verify-pipeline", "attn-lower-sm80"])
+@pytest.mark.parametrize("value", [0, -64])
+def test_a_tile_edited_to_no_rows_is_named(tmp_path, pass_name, value):
+    """`block_m = 0` in a dump was reported as a barrier expecting bytes a fill does not
+    deliver (found by a review); the lowering's error came from its copy of the module,
+    at no source location."""
+    specs = target_pipeline("sm_80")
+    dump = tmp_path / "dump"
+    compile_file("examples/mha.attn", CompileOptions(arch="sm_80", pass_pipeline=format_pipeline(specs[:-1]),
+                                                     dump_dir=str(dump)))
+    plan = sorted(dump.glob("*.mlir"))[-1].read_text()
+    assert plan.count("{block_m = 128 : i64") == 1         # the tile's (not the analysis' mask_block_m)
+    with pytest.raises(AttncError) as info:
+        optimize_mlir(plan.replace("{block_m = 128 : i64", f"{{block_m = {value} : i64"), "plan.mlir",
+                      CompileOptions(arch="sm_80", pass_pipeline=pass_name))
+    assert info.value.render().startswith(
+        f"examples/mha.attn:2:1: error: {pass_name}: the tile has block_m = {value}; it must be at least 1")
+
+
+def _gemma2_plan(tmp_path) -> str:
+    """gemma2's IR after every sm_80 pass but the lowering, as --dump-dir writes it."""
+    dump = tmp_path / "dump"
+    compile_file("examples/gemma2.attn", CompileOptions(
+        arch="sm_80", pass_pipeline=format_pipeline(target_pipeline("sm_80")[:-1]), dump_dir=str(dump)))
+    return sorted(dump.glob("*.mlir"))[-1].read_text()
+
+
+def test_an_edited_scale_is_compiled_as_edited(tmp_path):
+    """The backend builds the kernel from the op's attributes (Note [The variant from the
+    IR] in attnc/ir/kernel.py), not from the .attn source the module carries: a scale
+    edited in a dump is the kernel's scale."""
+    from attnc.backend.sm80_lower import spec_from_ir
+    from attnc.passes.lower_sm80 import compile_result_of
+
+    plan = _gemma2_plan(tmp_path)
+    old, new = "scale = 0.0883883461 : f32", "scale = 5.000000e-01 : f32"
+    assert plan.count(old) == 1
+    given = optimize_mlir(plan, "plan.mlir", CompileOptions(arch="sm_80", pass_pipeline="attn-verify-pipeline"))
+    edited = optimize_mlir(plan.replace(old, new), "plan.mlir",
+                           CompileOptions(arch="sm_80", pass_pipeline="attn-verify-pipeline"))
+    assert spec_from_ir(compile_result_of(given)).softmax_scale == pytest.approx(0.0883883461)
+    assert spec_from_ir(compile_result_of(edited)).softmax_scale == 0.5
+
+
+@pytest.mark.parametrize("edit, message", [
+    (('dtype = "bf16"', 'dtype = "f16"'), 'attribute dtype = "f16" but q is a tensor of bf16: they must agree'),
+    (("head_dim_v = 128 : i64", "head_dim_v = 64 : i64"),
+     "attribute head_dim_v = 64 but v_shape ends in 128: they must agree")])
+def test_an_attribute_that_disagrees_with_the_types_is_refused(tmp_path, edit, message):
+    """An attribute the kernel is built from, edited so that it contradicts the operands'
+    types, is refused at the op, naming both."""
+    plan = _gemma2_plan(tmp_path)
+    old, new = edit
+    assert plan.count(old) == 1
+    with pytest.raises(AttncError) as info:
+        optimize_mlir(plan.replace(old, new), "plan.mlir", CompileOptions(arch="sm_80", pass_pipeline="attn-lower-sm80"))
+    assert info.value.message == message
+    assert info.value.render().startswith("examples/gemma2.attn:2:1: error: ")
+
+
+def test_an_option_past_64_bits_is_an_error_not_a_crash():
+    with pytest.raises(AttncError) as info:
+        compile_file("examples/mha.attn", CompileOptions(arch="sm_80", pass_pipeline=format_pipeline(
+            target_pipeline("sm_80")[:-1]) + ",attn-lower-sm80{min_ctas_per_sm=9223372036854775808}"))
+    assert info.value.message == "option min_ctas_per_sm = 9223372036854775808 is out of range"
+
+
+def test_ops_reordered_where_the_lowering_does_not_follow_are_refused(tmp_path):
+    """Note [Role programs]: the stores of O and the LSE swapped in a dump."""
+    plan = _plan(tmp_path, "gemma2", "sm_80")
+    lines = plan.splitlines()
+    o, lse = ([i for i, line in enumerate(lines) if '"attn.store"' in line and f'{{operand = "{x}"}}' in line]
+              for x in ("o", "lse"))
+    assert len(o) == len(lse) == 1
+    lines[o[0]], lines[lse[0]] = lines[lse[0]], lines[o[0]]
+    with pytest.raises(AttncError, match=re.escape("this role's ops were reordered, added or removed since")):
+        _lowered("\n".join(lines), "sm_80")
+
+
+def test_a_producer_putting_v_first_is_followed(tmp_path):
+    """The K/V order of the producer's loops is the kernel's (examples/passes/v_before_k.py)."""
+    from attnc.passes.registry import load_pass_file
+
+    load_pass_file("examples/passes/v_before_k.py")
+    options = CompileOptions(arch="sm_90a", load_passes=("examples/passes/v_before_k.py",),
+                             pass_pipeline=pipeline_with("sm_90a", {}).replace(
+                                 "attn-warp-specialize", "attn-warp-specialize,v-before-k"))
+    moved = build(compile_file("examples/mha.attn", options))
+    default = build(compile_file("examples/mha.attn", CompileOptions(arch="sm_90a")))
+    assert moved.spec.v_first and not default.spec.v_first
+    assert moved.ptx != default.ptx
