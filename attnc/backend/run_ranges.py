@@ -68,7 +68,8 @@ from mlir import ir
 from attnc.analysis.region import Node, Program
 from attnc.analysis.tile_classes import TILE_ARGS
 from attnc.analysis.to_arith import emit_function
-from attnc.backend.blockmap import FULL, MIXED, SKIP, warp_range      # the analysis' classes too
+from attnc.backend.blockmap import FULL, MIXED, SKIP      # the analysis' classes too
+from attnc.backend.blockmap_hooks import warp_range
 from attnc.backend.hook_walks import MaskConjuncts
 from attnc.backend.hooks import KernelNames, RegionCode
 from attnc.backend.kernel_spec import KvCtx, KvRange

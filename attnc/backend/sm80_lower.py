@@ -171,7 +171,7 @@ def _lowering_from_ir(result) -> Sm80Lowering:
 def kernel_module_for(result):
     """The kernel module of a compiled (L5) module, the manifest entries of its kernels
     in launch order, and the specialization record; what attn-lower-sm80 inserts."""
-    from attnc.backend.blockmap import emit_blockmap_kernel
+    from attnc.backend.blockmap_kernel import emit_blockmap_kernel
     from attnc.backend.qtiles import emit_qtiles_kernel
     from attnc.backend.sm80 import SMEM_SYMBOL, add_small_grid_kernel, build_sm80_module
 

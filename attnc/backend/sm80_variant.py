@@ -95,7 +95,7 @@ def variant_hooks(op, variant, mask_mode: str | None, blockmap=None, module=None
                       **runs.fields(split=fields.get("row_residual") is not None))
     extra = names.extra_params()
     if blockmap is not None and blockmap.built:
-        from attnc.backend.blockmap import blockmap_holds, blockmap_hooks, blockmap_skip
+        from attnc.backend.blockmap_hooks import blockmap_holds, blockmap_hooks, blockmap_skip
         kv_range, tile_partial, map_params = blockmap_hooks(blockmap)
         # The analysis' range stays as the hint of the first block (Note [First block before the map]).
         fields.update(kv_range=kv_range, kv_hint=fields["kv_range"], tile_partial=tile_partial,

@@ -14,8 +14,9 @@ from mlir import ir
 from mlir.dialects import func
 
 from attnc.backend import cubin, ptx
-from attnc.backend.blockmap import (BlockMapPlan, MapNames, blockmap_hooks, blockmap_plan,
-                                    blockmap_skip, build_blockmap_module, emit_mask)
+from attnc.backend.blockmap import BlockMapPlan, MapNames, blockmap_plan, emit_mask
+from attnc.backend.blockmap_hooks import blockmap_hooks, blockmap_skip
+from attnc.backend.blockmap_kernel import build_blockmap_module
 from attnc.backend.blockmap_intervals import RANGE_UNROLL
 from attnc.backend.bundle import code_files, variant_manifest
 from attnc.backend.kernel_spec import KvCtx, default_sm80_spec

@@ -57,7 +57,8 @@ SHAPES = [(2, 3, 1000, 1000), (2, 3, 700, 1300), (1, 2, 129, 65), (3, 1, 1, 1), 
 # ---------------------------------------------------------------- build (needs MLIR)
 
 def build(out: Path) -> None:
-    from attnc.backend.blockmap import (blockmap_plan, build_blockmap_module, emit_blockmap_kernel)
+    from attnc.backend.blockmap import blockmap_plan
+    from attnc.backend.blockmap_kernel import build_blockmap_module, emit_blockmap_kernel
     from attnc.backend.bundle import code_files, variant_manifest, write_bundle
     from attnc.backend.cubin import ptx_to_cubin, resource_usage
     from attnc.backend.ptx import to_ptx
@@ -92,7 +93,8 @@ def build(out: Path) -> None:
 def _attention_module(plan, result):
     """The sm_80 kernel reading the map, as a manifest kernel whose blockmap param is the
     scratch (Note [Block map ABI])."""
-    from attnc.backend.blockmap import MapNames, blockmap_hooks, blockmap_skip, emit_mask
+    from attnc.backend.blockmap import MapNames, emit_mask
+    from attnc.backend.blockmap_hooks import blockmap_hooks, blockmap_skip
     from attnc.backend.kernel_spec import ExtraParam, default_sm80_spec
     from attnc.backend.sm80 import build_sm80_module
     from attnc.ir import MASK_MOD, attention_ops, region_block

@@ -27,9 +27,10 @@ from mlir.dialects import arith, llvm
 
 from attnc.backend import blockmap_intervals as I
 from attnc.backend import cubin, ptx
-from attnc.backend.blockmap import (FULL, MIXED, SKIP, GlobalPtr, MapNames, _load_class,
-                                    blockmap_plan, build_blockmap_module, row_range, sample_element,
-                                    scan_row)
+from attnc.backend.blockmap import FULL, MIXED, SKIP, MapNames, blockmap_plan
+from attnc.backend.blockmap_hooks import _load_class, row_range, scan_row
+from attnc.backend.blockmap_kernel import build_blockmap_module, sample_element
+from attnc.backend.nvgpu_builders import GlobalPtr
 from attnc.driver import compile_mlir
 from attnc.ir import MASK_MOD, attention_ops, region_block
 from tests.backend.host_jit import host_function
@@ -236,7 +237,7 @@ def tile_truth(source: str, cap: int = I.PARAM_CAP, holds: bool = False):
     may_false] of the mask region over that box (one lane), the params read as the
     block-map kernel reads them (contiguous, MapNames); with `holds`, [may_true,
     may_false, holds bits] of `blockmap.tile_truths` (Note [Conjuncts a tile holds])."""
-    from attnc.backend.blockmap import tile_truths
+    from attnc.backend.blockmap_kernel import tile_truths
 
     result = compiled(source)
     names = MapNames(result.variant.params, blockmap_plan(result, 128, 64).never_empty)
