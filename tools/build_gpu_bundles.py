@@ -356,10 +356,12 @@ SCHEDULE_EXAMPLES = ("mha", "alibi", "gemma2", "docs_sink")
 def schedule_pipeline(arch: str, options: dict, user_passes: tuple[str, ...]) -> str:
     """The target's pipeline with `options` and the user passes' own pass (named as their
     file, with dashes) right after attn-warp-specialize."""
-    pipeline = pipeline_with_options(arch, options)
-    names = [Path(p).stem.replace("_", "-") for p in user_passes]
-    return pipeline.replace("attn-warp-specialize", ",".join(["attn-warp-specialize", *names]), 1) if names \
-        else pipeline
+    from attnc.passes.pipelines import PassSpec, format_pipeline, parse_pipeline
+
+    specs = parse_pipeline(pipeline_with_options(arch, options))
+    at = 1 + next(i for i, spec in enumerate(specs) if spec.name == "attn-warp-specialize")
+    specs[at:at] = [PassSpec(Path(p).stem.replace("_", "-")) for p in user_passes]
+    return format_pipeline(specs)
 
 
 def schedule_jobs() -> list[Job]:
