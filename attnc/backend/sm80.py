@@ -1,9 +1,9 @@
 """The sm_80 forward kernel (FlashAttention-2 style), built directly in upstream dialects.
 
 One CTA per (m_block, h, b) (m_block = gridDim.x - 1 - blockIdx.x, or on y or z as Notes
-[Heads first] and [Tiles last] say; two blocks per CTA with Note [Two query blocks per
-CTA]); `num_warps` warps, warp w owning rows [w*block_m/num_warps, (w+1)*block_m/num_warps)
-of the Q tile in 16-row MMA tiles.
+[Heads first] and [Tiles last] in kernel_abi.py say; two blocks per CTA with Note [Two
+query blocks per CTA]); `num_warps` warps, warp w owning rows [w*block_m/num_warps,
+(w+1)*block_m/num_warps) of the Q tile in 16-row MMA tiles.
 
     load Q[m_block]                             ─┐ cp.async group (Note [Q before the range])
     load K[n0], V[n0], K[n1], ..., K[n_{S-1}]    ─┘ one group each (S = stages)
@@ -18,6 +18,10 @@ of the Q tile in 16-row MMA tiles.
         O = O * alpha + P V[n]                  # P re-packed in registers as the A operand
     [sink folded into m, l]
     O /= l; store O (and lse = m*scale + ln l)
+
+Here the kernel's body, `_Sm80Forward` (sm90.py's kernels extend it); how it is launched,
+its parameters and grid, is kernel_abi.py's (`kernel_abi`), and kernel_module.py builds it
+into a gpu.module (`build_sm80_module`).
 
 Note [Skipped blocks]: a block that the mask's `tile_skip` rules out inside [lo, hi) is
 not read from global memory (its K/V tiles are zero-filled by cp.async, which keeps the
@@ -57,43 +61,6 @@ hides their latency behind the normalisation and the O stores. Both blocks are
 block's addresses and ranges out of the loop and hold them in registers throughout
 (300 bytes of spills at head dim 64).
 
-Note [Heads first]: the grid is (query blocks, H, B) with the query blocks fastest, so
-that the CTAs resident at once work on a few heads and share their keys in L2; with
-`heads_first` it is (H, query blocks, B): the hardware starts the heaviest query block
-of every head before the next heaviest of any, so the light blocks (the first ones of a
-band or a causal mask) run last, where they fill the tail that equal blocks leave
-ragged, at the price of the CTAs of all heads at once reading their own keys. Where
-that is the default: Sm80KernelSpec.grid_heads_first.
-
-Note [Tiles last]: with `tiles_last` the grid is (H, B, query blocks): the hardware
-starts the heaviest query block of every (b, h) before the next heaviest of any (under a
-causal mask, the longest-first order a list scheduler would pick; a tile table's entries
-go the same way, each (b, h)'s from its last, Note [Document-aligned tiles] in
-qtiles.py). In the default orders the last batch's heaviest blocks start last, so a
-launch of a few waves ends on them. The query blocks on z are at most 65535 (M up to
-8.4M at 128-row blocks, about 6.7M on a tile table). At M = N = 1024 to 4096 the
-attention kernels of causal, ALiBi and documents ran 14-25 % shorter so (H100). Not the
-default: at 8192, 15-31 waves of two CTAs an SM, the CTAs resident together read the keys
-of every (b, h) at once, and the kernels at head dim 64 ran 4-6 % slower; on sm_90a
-documents ran slower from M = 2048 on. Choosing in the kernel by the grid's waves (its
-CTAs against %nsmid) cost up to 2.6 % at 8192, where it kept the default order (selects
-in place of the ctaid reads ptxas recomputes where it needs them; the window's kernel at
-head dim 64 then spilled). Hence Note [Small grids]. The numbers: results/sm80_h200.md,
-"Tiles last and small grids".
-
-Note [Small grids]: an sm_80 kernel of one query block per CTA whose blocks' work differs
-(a mask, not a band; `Sm80KernelSpec.has_small_grid_kernel`: neither grid order given) is
-built twice into the bundle's module: as is, and with tiles_last under the symbol
-`<symbol>_tiles_last`. Its manifest entry names the second as its `small_grid`, with
-`up_to_ctas_per_sm` = SMALL_GRID_CTAS_PER_SM: the runtime launches it where the first's
-grid has at most that many CTAs per SM of the device, and at least one (runtime/
-attnc_runtime/checks.py). That is 10 waves of the two CTAs an SM most of these kernels
-run (those of 64-row tiles run more, and reach the bound in fewer waves): every measured
-gain of Note [Tiles last] is at or below it (causal at 128 at 4096: 15.5 CTAs an SM;
-documents at 128: 19.4), and every kernel slower with tiles_last above it (at 8192: 31 at
-head dim 64, 38.8 for documents at 128). Each launch runs one kernel, of the same
-computation to the bit, so the default order's code is unchanged where it runs.
-
 Note [Lean step loads]: only the last key block, cdiv(N, block_n) - 1, may hold rows >= N,
 and a step visits blocks in strictly decreasing order, so the block a step loads for a
 later step (V of step t + S - 1, K of t + S) ends below N whenever the schedule's top
@@ -115,7 +82,7 @@ and, still asking tile_skip, for the window at head dim 128, where ptxas then sp
 (results/sm80_h200.md, "Lean step loads").
 
 Note [First block before the map]: a block map's range is known only once the map's row
-has been read and scanned (Note [Full range from the map], blockmap.py), and the first
+has been read and scanned (Note [Full range from the map], blockmap_hooks.py), and the first
 K/V loads wait for it. The static analysis' hull of the same mask (`kv_hint`) contains the
 map's range and is plain arithmetic, and its top block is often the map's first one
 (documents + causal: always, the diagonal block), so its K and V are issued right after
@@ -162,17 +129,15 @@ branch) spilled and ran slower.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass, field
 
 from mlir import ir
-from mlir.dialects import arith, gpu, llvm, nvvm, scf
+from mlir.dialects import arith, llvm, nvvm, scf
 
 from attnc.backend.kernel_spec import KvCtx, Sm80KernelSpec, mask_hooks
 from attnc.backend.nvgpu_builders import (Approx, CpAsync, CtaBarrier, Emit, GlobalPtr, LdMatrix, MmaSync,
                                           Quad, Smem, values_if, warp_vote)
-from attnc.backend.qtiles import qtiles_param, read_entry, table_factors
+from attnc.backend.qtiles import qtiles_param, read_entry
 from attnc.backend.sm80_epilogue import Epilogue, StagedRows
 from attnc.backend.sm80_kv import KvSchedule, schedule
 from attnc.backend.sm80_masks import ElementCoords, ScoreMasker, rows_of
@@ -181,176 +146,6 @@ from attnc.backend.sm80_tiles import FragmentReader, SwizzledTile, TileLoader
 
 LOG2E = math.log2(math.e)
 SMEM_SYMBOL = "attnc_dynamic_smem"
-SMALL_GRID_CTAS_PER_SM = 20     # Note [Small grids]
-GPU_MODULE = "attnc_kernels"
-
-
-@dataclass(frozen=True)
-class KernelAbi:
-    """How to launch the kernel: its parameters in order (manifest format, see
-    runtime/attnc_runtime/manifest.py), block, dynamic shared memory and grid rule."""
-    symbol: str
-    params: tuple[dict, ...]
-    block: tuple[int, int, int]
-    dynamic_smem_bytes: int
-    grid: tuple[tuple, tuple, tuple]
-    specialization: dict = field(default_factory=dict, compare=False)
-
-    def manifest_kernel(self, name: str = "fwd") -> dict:
-        return {"name": name, "symbol": self.symbol, "block": list(self.block),
-                "dynamic_smem_bytes": self.dynamic_smem_bytes,
-                "grid": [list(g) for g in self.grid], "params": [dict(p) for p in self.params]}
-
-
-def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
-    tensors = ["q", "k", "v", "o"] + (["lse"] if spec.with_lse else [])
-    params = [{"kind": "ptr", "tensor": t} for t in tensors]
-    dims = ("M", "N", "H", "HKV") + (("B",) if spec.persistent_ctas else ())
-    params += [{"kind": "dim", "name": d, "type": "i32"} for d in dims]
-    for t in tensors:
-        params += [{"kind": "stride", "tensor": t, "axis": a, "type": "i64"}
-                   for a in range(2 if t == "lse" else 3)]
-    params += [x.manifest() for x in spec.extra_params]
-    specialization = {"target": spec.target, "dtype": spec.dtype, "out_dtype": spec.o_dtype, "head_dim_qk": spec.head_dim_qk,
-                      "head_dim_v": spec.head_dim_v, "block_m": spec.block_m, "block_n": spec.block_n,
-                      "num_warps": spec.num_warps, "stages": spec.stages, "qk_unroll": spec.qk_steps_per_trip,
-                      "mask": spec.mask, "score_mod": _score_kind(spec), "sink": spec.sink is not None,
-                      "with_lse": spec.with_lse, "softmax_scale": spec.scale,
-                      "q_blocks_per_cta": spec.blocks_per_cta, "min_ctas_per_sm": spec.min_ctas,
-                      "producer_warpgroup": spec.warp_specialized, "pingpong": spec.pingpong,
-                      "persistent": spec.persistent_ctas, "heads_first": spec.grid_heads_first,
-                      "tiles_last": spec.grid_tiles_last,
-                      "staged_o": spec.o_staged, "lean_loads": spec.step_loads_lean, "split_mask": spec.mask_split,
-                      "early_first": spec.first_before_map, "aligned_tiles": spec.aligned_tiles,
-                      "exp2_fma": spec.exp2_on_fma, "lazy_rescale": spec.rescale_lazily,
-                      "mma_row_sum": spec.row_sum_on_mma, "dead_rows": spec.skips_dead_rows,
-                      "interval_test": spec.interval_test_form if spec.row_interval is not None else None}
-    # Note [Document-aligned tiles] (qtiles.py): a CTA per entry of the tile table.
-    m_blocks = (tuple(table_factors("M", spec.block_m)) if spec.aligned_tiles
-                else (["cdiv", "M", spec.block_m * spec.blocks_per_cta],))
-    # Note [Persistent CTAs] (sm90_ws.py): a CTA per SM at most, each looping over blocks.
-    grid = (((["min_sms", *m_blocks, "H", "B"],), (1,), (1,)) if spec.persistent_ctas
-            else (("H",), ("B",), m_blocks) if spec.grid_tiles_last  # Note [Tiles last]
-            else (("H",), m_blocks, ("B",)) if spec.grid_heads_first  # Note [Heads first]
-            else (m_blocks, ("H",), ("B",)))
-    return KernelAbi(spec.symbol, tuple(params), (spec.threads, 1, 1), spec.smem_bytes, grid, specialization)
-
-
-def add_small_grid_kernel(module: ir.Module, spec: Sm80KernelSpec) -> dict:
-    """Build `spec`'s kernel with tiles_last, as `<symbol>_tiles_last`, into the gpu.module
-    of `module` (build_sm80_module's, of `spec`), and return its manifest entry's
-    `small_grid` (Note [Small grids])."""
-    small = dataclasses.replace(spec, tiles_last=True, symbol=f"{spec.symbol}_tiles_last")
-    abi = kernel_abi(small.check())
-    gpu_module = next(o for o in module.body.operations if o.operation.name == "gpu.module")
-    with module.context, ir.Location.name(small.symbol):
-        _emit_kernel(small, abi, gpu_module.regions[0].blocks[0])
-        if not module.operation.verify():
-            raise RuntimeError(f"the sm_80 kernel {small.symbol} does not verify")
-    return {"symbol": small.symbol, "grid": [list(g) for g in abi.grid],
-            "up_to_ctas_per_sm": SMALL_GRID_CTAS_PER_SM}
-
-
-def _score_kind(spec: Sm80KernelSpec) -> str:
-    return "bias" if spec.score_bias else "mod" if spec.score_mod else "none"
-
-
-def _param_name(p: dict) -> str:
-    if p["kind"] == "stride":
-        return f"stride_{p['tensor']}_{p['axis']}"
-    return p.get("tensor") or p["name"]
-
-
-def _param_type(p: dict) -> ir.Type:
-    if p["kind"] in ("ptr", "scratch"):
-        return ir.Type.parse("!llvm.ptr<1>")
-    return ir.IntegerType.get_signless(32 if p["type"] == "i32" else 64)
-
-
-def build_sm80_module(spec: Sm80KernelSpec, context: ir.Context | None = None) -> tuple[ir.Module, KernelAbi]:
-    """The kernel of `spec` as a `gpu.container_module` holding one `gpu.module`, and its ABI.
-    A default register bound (Note [CTAs per SM] in kernel_spec.py) is kept only where
-    nvJitLink reports that the kernel assembles without spills under it."""
-    module, abi = _build_module(spec, context)
-    if spec.min_ctas_per_sm is None and spec.min_ctas and _spills(module, spec):
-        module, abi = _build_module(dataclasses.replace(spec, min_ctas_per_sm=0), context)
-    return module, abi
-
-
-def _spills(module: ir.Module, spec: Sm80KernelSpec) -> bool:
-    """Whether the kernel spills registers, by nvJitLink's report; True when that cannot
-    be asked (then no register bound is kept). The PTX is made in a context of its own:
-    this runs inside attn-lower-sm80's pass, where a second pass manager on the same
-    context aborts. It is kept for the bundle's compile of the same kernel (Note [Recent
-    PTX] in ptx.py)."""
-    from attnc.backend.cubin import CubinError, resource_usage
-    from attnc.backend.ptx import PtxError, to_ptx
-    from attnc.ir.context import make_context
-    try:
-        with make_context() as ctx:
-            copy = ir.Module.parse(str(module), ctx)
-            usage = resource_usage(to_ptx(copy, spec.target, in_place=True, keep=True), spec.target)
-    except (CubinError, PtxError, ImportError, OSError):
-        return True
-    return any(u.spills for name, u in usage.items() if name == spec.symbol)
-
-
-def _build_module(spec: Sm80KernelSpec, context: ir.Context | None) -> tuple[ir.Module, KernelAbi]:
-    spec.check()
-    abi = kernel_abi(spec)
-    ctx = context or _current_context() or ir.Context()
-    with ctx, ir.Location.name(spec.symbol):
-        module = ir.Module.create()
-        module.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
-        with ir.InsertionPoint(module.body):
-            gpu_module = gpu.GPUModuleOp(GPU_MODULE)
-            gpu_module.bodyRegion.blocks.append()
-        with ir.InsertionPoint(gpu_module.bodyRegion.blocks[0]):
-            # sm_90a's wgmma reads 128B-swizzled tiles in 1024-byte atoms (Note [wgmma operands]).
-            Smem.declare(SMEM_SYMBOL, alignment=1024 if spec.target == "sm_90a" else Smem.ALIGN)
-        _emit_kernel(spec, abi, gpu_module.bodyRegion.blocks[0])
-        if not module.operation.verify():
-            raise RuntimeError(f"the sm_80 kernel {spec.symbol} does not verify")
-    return module, abi
-
-
-def _emit_kernel(spec: Sm80KernelSpec, abi: KernelAbi, block: ir.Block) -> None:
-    """`spec`'s kernel (the parameters of `abi`) as a gpu.func at the end of `block`."""
-    with ir.InsertionPoint(block):
-        arg_types = [_param_type(p) for p in abi.params]
-        func = gpu.GPUFuncOp(ir.TypeAttr.get(ir.FunctionType.get(arg_types, [])), spec.symbol,
-                             kernel=True, known_block_size=list(abi.block))
-        # A producer warpgroup's setmaxnreg takes effect only in a kernel that ptxas
-        # knows runs one CTA per SM (.minnctapersm 1; without it ptxas drops it).
-        min_ctas = 1 if spec.warp_specialized and not spec.min_ctas else spec.min_ctas
-        if min_ctas:
-            func.operation.attributes["nvvm.minctasm"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32),
-                                                                           min_ctas)
-        entry = func.body.blocks.append(*arg_types)
-    with ir.InsertionPoint(entry):
-        args = {_param_name(p): a for p, a in zip(abi.params, entry.arguments)}
-        extra = entry.arguments[len(abi.params) - len(spec.extra_params):]
-        # Hook parameters by `kind:name` too, which no ABI name can shadow.
-        args.update({x.key: a for x, a in zip(spec.extra_params, extra)})
-        _forward_class(spec)(spec, args).emit()
-        gpu.ReturnOp([])
-
-
-def _forward_class(spec: Sm80KernelSpec):
-    if spec.warp_specialized:
-        from attnc.backend.sm90_ws import Sm90WsForward
-        return Sm90WsForward
-    if spec.target == "sm_90a":
-        from attnc.backend.sm90 import Sm90Forward
-        return Sm90Forward
-    return _Sm80Forward
-
-
-def _current_context() -> ir.Context | None:
-    try:
-        return ir.Context.current
-    except ValueError:
-        return None
 
 
 class _Sm80Forward:

@@ -62,7 +62,7 @@ def _lowering_from_ir(result) -> Sm80Lowering:
 
     from attnc.backend.blockmap import blockmap_plan
     from attnc.backend.qtiles import MAX_TAIL_WAVES, TAIL_WAVES, qtiles_plan, segment_conjunct
-    from attnc.backend.sm80 import SMALL_GRID_CTAS_PER_SM
+    from attnc.backend.kernel_abi import SMALL_GRID_CTAS_PER_SM
     from attnc.backend.run_ranges import run_rest
     from attnc.backend.kernel_spec import KERNEL_TARGETS, Sm80KernelSpec, SpecError
     from attnc.passes.lower_sm80 import recorded_choices
@@ -173,7 +173,8 @@ def kernel_module_for(result):
     in launch order, and the specialization record; what attn-lower-sm80 inserts."""
     from attnc.backend.blockmap_kernel import emit_blockmap_kernel
     from attnc.backend.qtiles import emit_qtiles_kernel
-    from attnc.backend.sm80 import SMEM_SYMBOL, add_small_grid_kernel, build_sm80_module
+    from attnc.backend.kernel_module import add_small_grid_kernel, build_sm80_module
+    from attnc.backend.sm80 import SMEM_SYMBOL
 
     lowered = lowering_from_ir(result)
     spec, blockmap = lowered.spec, lowered.blockmap

@@ -31,7 +31,7 @@ refuses a newer one's fields as unknown):
                 in order; where `grid` has at most up_to_ctas_per_sm CTAs per SM of the device,
                 the kernel `small_grid.symbol` runs instead on its own grid, with the same
                 block, shared memory and params (the same computation, its CTAs in another
-                order: Note [Small grids] in attnc/backend/sm80.py)
+                order: Note [Small grids] in attnc/backend/kernel_abi.py)
     specialization  free-form object (optional)
 
 A shape entry is a dim name or a fixed size. A factor is an int, a dim name,

@@ -61,7 +61,7 @@ def build(out: str) -> None:
     from mlir import ir
     from attnc.backend import cubin, ptx
     from attnc.backend.kernel_spec import Sm80KernelSpec, default_sm80_spec
-    from attnc.backend.sm80 import build_sm80_module
+    from attnc.backend.kernel_module import build_sm80_module
 
     peeled, asked = window_softcap_hooks()
     defaults = {

@@ -21,7 +21,7 @@ from attnc.backend.blockmap_intervals import RANGE_UNROLL
 from attnc.backend.bundle import code_files, variant_manifest
 from attnc.backend.kernel_spec import KvCtx, default_sm80_spec
 from attnc.backend.nvgpu_builders import Emit
-from attnc.backend.sm80 import build_sm80_module
+from attnc.backend.kernel_module import build_sm80_module
 from attnc.driver import compile_mlir
 from attnc.errors import AttncError
 from attnc.ir import MASK_MOD, attention_ops, region_block

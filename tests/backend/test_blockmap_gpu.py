@@ -96,7 +96,7 @@ def _attention_module(plan, result):
     from attnc.backend.blockmap import MapNames, emit_mask
     from attnc.backend.blockmap_hooks import blockmap_hooks, blockmap_skip
     from attnc.backend.kernel_spec import ExtraParam, default_sm80_spec
-    from attnc.backend.sm80 import build_sm80_module
+    from attnc.backend.kernel_module import build_sm80_module
     from attnc.ir import MASK_MOD, attention_ops, region_block
 
     variant = result.variant

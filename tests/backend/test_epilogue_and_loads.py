@@ -12,7 +12,7 @@ from mlir import ir
 
 from attnc.backend import ptx
 from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
-from attnc.backend.sm80 import build_sm80_module
+from attnc.backend.kernel_module import build_sm80_module
 
 D64 = dict(dtype="bf16", head_dim_qk=64, head_dim_v=64, block_m=128, block_n=128, num_warps=4, mask="causal")
 

@@ -11,7 +11,8 @@ from mlir import ir
 
 from attnc.backend import ptx
 from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
-from attnc.backend.sm80 import build_sm80_module, kernel_abi
+from attnc.backend.kernel_abi import kernel_abi
+from attnc.backend.kernel_module import build_sm80_module
 from attnc.testing import build_with
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -378,7 +378,7 @@ def test_a_spec_outlives_its_compile_result():
     import gc
 
     from attnc.backend import ptx
-    from attnc.backend.sm80 import build_sm80_module
+    from attnc.backend.kernel_module import build_sm80_module
 
     spec = spec_from_ir(compile_file(ROOT / "examples/gemma2.attn", CompileOptions(arch="sm_80")))
     gc.collect()

@@ -12,7 +12,8 @@ from mlir import ir
 from attnc.backend import cubin, ptx
 from attnc.backend.kernel_spec import (HEAD_DIMS, KvRange, Sm80KernelSpec, SpecError,
                                        default_sm80_spec)
-from attnc.backend.sm80 import build_sm80_module, kernel_abi
+from attnc.backend.kernel_abi import kernel_abi
+from attnc.backend.kernel_module import build_sm80_module
 from tests.backend.sm80_gpu_check import window_softcap_hooks
 
 

@@ -14,7 +14,7 @@ from mlir import ir
 
 from attnc.backend import cubin, ptx
 from attnc.backend.kernel_spec import KvRange, Sm80KernelSpec, SpecError
-from attnc.backend.sm80 import build_sm80_module
+from attnc.backend.kernel_module import build_sm80_module
 from attnc.backend.sm80_lower import build
 from attnc.driver import CompileOptions, compile_file
 

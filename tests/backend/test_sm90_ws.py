@@ -14,7 +14,8 @@ from mlir import ir
 
 from attnc.backend import cubin, ptx
 from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
-from attnc.backend.sm80 import build_sm80_module, kernel_abi
+from attnc.backend.kernel_abi import kernel_abi
+from attnc.backend.kernel_module import build_sm80_module
 from attnc.schedule.recipes import consumer_registers, producer_registers
 from attnc.testing import build_with, variant_source
 

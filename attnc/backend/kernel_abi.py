@@ -1,0 +1,107 @@
+"""How a forward kernel is launched: `KernelAbi`, its parameters in the manifest's terms,
+block, dynamic shared memory and grid, as `kernel_abi` derives them from a
+`Sm80KernelSpec` (every target's kernels: sm80.py, sm90.py, sm90_ws.py), and the grid's
+order (Notes [Heads first] and [Tiles last], read back by `_Sm80Forward._grid_item`) with
+the second kernel of small grids (Note [Small grids]; kernel_module.add_small_grid_kernel
+builds it).
+
+Note [Heads first]: the grid is (query blocks, H, B) with the query blocks fastest, so
+that the CTAs resident at once work on a few heads and share their keys in L2; with
+`heads_first` it is (H, query blocks, B): the hardware starts the heaviest query block
+of every head before the next heaviest of any, so the light blocks (the first ones of a
+band or a causal mask) run last, where they fill the tail that equal blocks leave
+ragged, at the price of the CTAs of all heads at once reading their own keys. Where
+that is the default: Sm80KernelSpec.grid_heads_first.
+
+Note [Tiles last]: with `tiles_last` the grid is (H, B, query blocks): the hardware
+starts the heaviest query block of every (b, h) before the next heaviest of any (under a
+causal mask, the longest-first order a list scheduler would pick; a tile table's entries
+go the same way, each (b, h)'s from its last, Note [Document-aligned tiles] in
+qtiles.py). In the default orders the last batch's heaviest blocks start last, so a
+launch of a few waves ends on them. The query blocks on z are at most 65535 (M up to
+8.4M at 128-row blocks, about 6.7M on a tile table). At M = N = 1024 to 4096 the
+attention kernels of causal, ALiBi and documents ran 14-25 % shorter so (H100). Not the
+default: at 8192, 15-31 waves of two CTAs an SM, the CTAs resident together read the keys
+of every (b, h) at once, and the kernels at head dim 64 ran 4-6 % slower; on sm_90a
+documents ran slower from M = 2048 on. Choosing in the kernel by the grid's waves (its
+CTAs against %nsmid) cost up to 2.6 % at 8192, where it kept the default order (selects
+in place of the ctaid reads ptxas recomputes where it needs them; the window's kernel at
+head dim 64 then spilled). Hence Note [Small grids]. The numbers: results/sm80_h200.md,
+"Tiles last and small grids".
+
+Note [Small grids]: an sm_80 kernel of one query block per CTA whose blocks' work differs
+(a mask, not a band; `Sm80KernelSpec.has_small_grid_kernel`: neither grid order given) is
+built twice into the bundle's module: as is, and with tiles_last under the symbol
+`<symbol>_tiles_last`. Its manifest entry names the second as its `small_grid`, with
+`up_to_ctas_per_sm` = SMALL_GRID_CTAS_PER_SM: the runtime launches it where the first's
+grid has at most that many CTAs per SM of the device, and at least one (runtime/
+attnc_runtime/checks.py). That is 10 waves of the two CTAs an SM most of these kernels
+run (those of 64-row tiles run more, and reach the bound in fewer waves): every measured
+gain of Note [Tiles last] is at or below it (causal at 128 at 4096: 15.5 CTAs an SM;
+documents at 128: 19.4), and every kernel slower with tiles_last above it (at 8192: 31 at
+head dim 64, 38.8 for documents at 128). Each launch runs one kernel, of the same
+computation to the bit, so the default order's code is unchanged where it runs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from attnc.backend.kernel_spec import Sm80KernelSpec
+from attnc.backend.qtiles import table_factors
+
+SMALL_GRID_CTAS_PER_SM = 20     # Note [Small grids]
+
+
+@dataclass(frozen=True)
+class KernelAbi:
+    """How to launch the kernel: its parameters in order (manifest format, see
+    runtime/attnc_runtime/manifest.py), block, dynamic shared memory and grid rule."""
+    symbol: str
+    params: tuple[dict, ...]
+    block: tuple[int, int, int]
+    dynamic_smem_bytes: int
+    grid: tuple[tuple, tuple, tuple]
+    specialization: dict = field(default_factory=dict, compare=False)
+
+    def manifest_kernel(self, name: str = "fwd") -> dict:
+        return {"name": name, "symbol": self.symbol, "block": list(self.block),
+                "dynamic_smem_bytes": self.dynamic_smem_bytes,
+                "grid": [list(g) for g in self.grid], "params": [dict(p) for p in self.params]}
+
+
+def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
+    tensors = ["q", "k", "v", "o"] + (["lse"] if spec.with_lse else [])
+    params = [{"kind": "ptr", "tensor": t} for t in tensors]
+    dims = ("M", "N", "H", "HKV") + (("B",) if spec.persistent_ctas else ())
+    params += [{"kind": "dim", "name": d, "type": "i32"} for d in dims]
+    for t in tensors:
+        params += [{"kind": "stride", "tensor": t, "axis": a, "type": "i64"}
+                   for a in range(2 if t == "lse" else 3)]
+    params += [x.manifest() for x in spec.extra_params]
+    specialization = {"target": spec.target, "dtype": spec.dtype, "out_dtype": spec.o_dtype, "head_dim_qk": spec.head_dim_qk,
+                      "head_dim_v": spec.head_dim_v, "block_m": spec.block_m, "block_n": spec.block_n,
+                      "num_warps": spec.num_warps, "stages": spec.stages, "qk_unroll": spec.qk_steps_per_trip,
+                      "mask": spec.mask, "score_mod": _score_kind(spec), "sink": spec.sink is not None,
+                      "with_lse": spec.with_lse, "softmax_scale": spec.scale,
+                      "q_blocks_per_cta": spec.blocks_per_cta, "min_ctas_per_sm": spec.min_ctas,
+                      "producer_warpgroup": spec.warp_specialized, "pingpong": spec.pingpong,
+                      "persistent": spec.persistent_ctas, "heads_first": spec.grid_heads_first,
+                      "tiles_last": spec.grid_tiles_last,
+                      "staged_o": spec.o_staged, "lean_loads": spec.step_loads_lean, "split_mask": spec.mask_split,
+                      "early_first": spec.first_before_map, "aligned_tiles": spec.aligned_tiles,
+                      "exp2_fma": spec.exp2_on_fma, "lazy_rescale": spec.rescale_lazily,
+                      "mma_row_sum": spec.row_sum_on_mma, "dead_rows": spec.skips_dead_rows,
+                      "interval_test": spec.interval_test_form if spec.row_interval is not None else None}
+    # Note [Document-aligned tiles] (qtiles.py): a CTA per entry of the tile table.
+    m_blocks = (tuple(table_factors("M", spec.block_m)) if spec.aligned_tiles
+                else (["cdiv", "M", spec.block_m * spec.blocks_per_cta],))
+    # Note [Persistent CTAs] (sm90_ws.py): a CTA per SM at most, each looping over blocks.
+    grid = (((["min_sms", *m_blocks, "H", "B"],), (1,), (1,)) if spec.persistent_ctas
+            else (("H",), ("B",), m_blocks) if spec.grid_tiles_last  # Note [Tiles last]
+            else (("H",), m_blocks, ("B",)) if spec.grid_heads_first  # Note [Heads first]
+            else (m_blocks, ("H",), ("B",)))
+    return KernelAbi(spec.symbol, tuple(params), (spec.threads, 1, 1), spec.smem_bytes, grid, specialization)
+
+
+def _score_kind(spec: Sm80KernelSpec) -> str:
+    return "bias" if spec.score_bias else "mod" if spec.score_mod else "none"

@@ -1,0 +1,132 @@
+"""A forward kernel built into a `gpu.container_module` (`build_sm80_module`, for every
+target: `_forward_class` picks sm80.py's, sm90.py's or sm90_ws.py's body), with the register
+bound kept only where the kernel assembles without spills (`_spills`), and the second,
+tiles_last kernel of Note [Small grids] (kernel_abi.py) added to such a module
+(`add_small_grid_kernel`).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from mlir import ir
+from mlir.dialects import gpu
+
+from attnc.backend.kernel_abi import SMALL_GRID_CTAS_PER_SM, KernelAbi, kernel_abi
+from attnc.backend.kernel_spec import Sm80KernelSpec
+from attnc.backend.nvgpu_builders import Smem
+from attnc.backend.sm80 import SMEM_SYMBOL, _Sm80Forward
+
+GPU_MODULE = "attnc_kernels"
+
+
+def build_sm80_module(spec: Sm80KernelSpec, context: ir.Context | None = None) -> tuple[ir.Module, KernelAbi]:
+    """The kernel of `spec` as a `gpu.container_module` holding one `gpu.module`, and its ABI.
+    A default register bound (Note [CTAs per SM] in kernel_spec.py) is kept only where
+    nvJitLink reports that the kernel assembles without spills under it."""
+    module, abi = _build_module(spec, context)
+    if spec.min_ctas_per_sm is None and spec.min_ctas and _spills(module, spec):
+        module, abi = _build_module(dataclasses.replace(spec, min_ctas_per_sm=0), context)
+    return module, abi
+
+
+def _spills(module: ir.Module, spec: Sm80KernelSpec) -> bool:
+    """Whether the kernel spills registers, by nvJitLink's report; True when that cannot
+    be asked (then no register bound is kept). The PTX is made in a context of its own:
+    this runs inside attn-lower-sm80's pass, where a second pass manager on the same
+    context aborts. It is kept for the bundle's compile of the same kernel (Note [Recent
+    PTX] in ptx.py)."""
+    from attnc.backend.cubin import CubinError, resource_usage
+    from attnc.backend.ptx import PtxError, to_ptx
+    from attnc.ir.context import make_context
+    try:
+        with make_context() as ctx:
+            copy = ir.Module.parse(str(module), ctx)
+            usage = resource_usage(to_ptx(copy, spec.target, in_place=True, keep=True), spec.target)
+    except (CubinError, PtxError, ImportError, OSError):
+        return True
+    return any(u.spills for name, u in usage.items() if name == spec.symbol)
+
+
+def _build_module(spec: Sm80KernelSpec, context: ir.Context | None) -> tuple[ir.Module, KernelAbi]:
+    spec.check()
+    abi = kernel_abi(spec)
+    ctx = context or _current_context() or ir.Context()
+    with ctx, ir.Location.name(spec.symbol):
+        module = ir.Module.create()
+        module.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
+        with ir.InsertionPoint(module.body):
+            gpu_module = gpu.GPUModuleOp(GPU_MODULE)
+            gpu_module.bodyRegion.blocks.append()
+        with ir.InsertionPoint(gpu_module.bodyRegion.blocks[0]):
+            # sm_90a's wgmma reads 128B-swizzled tiles in 1024-byte atoms (Note [wgmma operands]).
+            Smem.declare(SMEM_SYMBOL, alignment=1024 if spec.target == "sm_90a" else Smem.ALIGN)
+        _emit_kernel(spec, abi, gpu_module.bodyRegion.blocks[0])
+        if not module.operation.verify():
+            raise RuntimeError(f"the sm_80 kernel {spec.symbol} does not verify")
+    return module, abi
+
+
+def add_small_grid_kernel(module: ir.Module, spec: Sm80KernelSpec) -> dict:
+    """Build `spec`'s kernel with tiles_last, as `<symbol>_tiles_last`, into the gpu.module
+    of `module` (build_sm80_module's, of `spec`), and return its manifest entry's
+    `small_grid` (Note [Small grids])."""
+    small = dataclasses.replace(spec, tiles_last=True, symbol=f"{spec.symbol}_tiles_last")
+    abi = kernel_abi(small.check())
+    gpu_module = next(o for o in module.body.operations if o.operation.name == "gpu.module")
+    with module.context, ir.Location.name(small.symbol):
+        _emit_kernel(small, abi, gpu_module.regions[0].blocks[0])
+        if not module.operation.verify():
+            raise RuntimeError(f"the sm_80 kernel {small.symbol} does not verify")
+    return {"symbol": small.symbol, "grid": [list(g) for g in abi.grid],
+            "up_to_ctas_per_sm": SMALL_GRID_CTAS_PER_SM}
+
+
+def _emit_kernel(spec: Sm80KernelSpec, abi: KernelAbi, block: ir.Block) -> None:
+    """`spec`'s kernel (the parameters of `abi`) as a gpu.func at the end of `block`."""
+    with ir.InsertionPoint(block):
+        arg_types = [_param_type(p) for p in abi.params]
+        func = gpu.GPUFuncOp(ir.TypeAttr.get(ir.FunctionType.get(arg_types, [])), spec.symbol,
+                             kernel=True, known_block_size=list(abi.block))
+        # A producer warpgroup's setmaxnreg takes effect only in a kernel that ptxas
+        # knows runs one CTA per SM (.minnctapersm 1; without it ptxas drops it).
+        min_ctas = 1 if spec.warp_specialized and not spec.min_ctas else spec.min_ctas
+        if min_ctas:
+            func.operation.attributes["nvvm.minctasm"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32),
+                                                                           min_ctas)
+        entry = func.body.blocks.append(*arg_types)
+    with ir.InsertionPoint(entry):
+        args = {_param_name(p): a for p, a in zip(abi.params, entry.arguments)}
+        extra = entry.arguments[len(abi.params) - len(spec.extra_params):]
+        # Hook parameters by `kind:name` too, which no ABI name can shadow.
+        args.update({x.key: a for x, a in zip(spec.extra_params, extra)})
+        _forward_class(spec)(spec, args).emit()
+        gpu.ReturnOp([])
+
+
+def _param_name(p: dict) -> str:
+    if p["kind"] == "stride":
+        return f"stride_{p['tensor']}_{p['axis']}"
+    return p.get("tensor") or p["name"]
+
+
+def _param_type(p: dict) -> ir.Type:
+    if p["kind"] in ("ptr", "scratch"):
+        return ir.Type.parse("!llvm.ptr<1>")
+    return ir.IntegerType.get_signless(32 if p["type"] == "i32" else 64)
+
+
+def _forward_class(spec: Sm80KernelSpec):
+    if spec.warp_specialized:
+        from attnc.backend.sm90_ws import Sm90WsForward
+        return Sm90WsForward
+    if spec.target == "sm_90a":
+        from attnc.backend.sm90 import Sm90Forward
+        return Sm90Forward
+    return _Sm80Forward
+
+
+def _current_context() -> ir.Context | None:
+    try:
+        return ir.Context.current
+    except ValueError:
+        return None
