@@ -1,7 +1,8 @@
 """The attention kernel's mask hooks (Note [Mask hooks] in kernel_spec.py) answered from the
-block map (blockmap.py, Note [Block map ABI]): `blockmap_hooks` (kv_range, tile_partial and
-the map's parameter), `blockmap_skip` and `blockmap_holds`, and the warp's scan of a map row
-that run_ranges.py shares (`warp_range`, `scan_row`, `row_range`).
+block map (blockmap.py, Notes [Block map ABI] and [Conjuncts a tile holds]): `blockmap_hooks`
+(kv_range, tile_partial and the map's parameter), `blockmap_skip` and `blockmap_holds`, and
+the warp's scan of a map row that run_ranges.py shares (`warp_range`, `scan_row`,
+`row_range`).
 
 Note [Full range from the map]: the attention kernel's `kv_range` (blockmap_hooks) scans
 the map's row of its query block, each lane every 32nd block (all warps alike), for the

@@ -1,6 +1,7 @@
 """The block-map kernel (blockmap.py says what the map holds and `blockmap_plan` its shapes):
 `emit_blockmap_kernel` adds it to a gpu.module, `build_blockmap_module` builds a module of
-it alone.
+it alone. Notes [Conjuncts a tile holds] and [Block map ABI] are blockmap.py's, [Loads
+first] and [Interval transfer functions] blockmap_intervals.py's.
 
 Note [Block map kernel]: one CTA of 128 threads per GROUPS = 4 groups of TILES = 4
 consecutive key blocks of a query block, grid (cdiv(N, 16 * block_n), cdiv(M, block_m)
