@@ -27,10 +27,13 @@ import tempfile
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from attnc import config
 from attnc.errors import AttncError
+
+if TYPE_CHECKING:
+    from attnc.backend.cache import KernelCache
 
 EXIT_ERROR, EXIT_ICE = 1, 70
 EXIT_PIPE = 128 + signal.SIGPIPE         # standard output closed by its reader
@@ -39,19 +42,6 @@ DEBUG = config.DEBUG
 
 
 # --- what `--emit` produces -------------------------------------------------------------
-@dataclass(frozen=True)
-class Unavailable:
-    """An --emit kind whose backend has not landed: a clear error, before compiling."""
-    what: str
-
-    def message(self, kind: str) -> str:
-        return f"--emit {kind} is not available yet: it needs {self.what}; --emit mlir works"
-
-
-def emit_mlir(result, out: Path | None) -> None:
-    write_output(result.text, out)
-
-
 def write_output(text: str, out: Path | None) -> None:
     """IR text to `out`, or to standard output when there is none."""
     text += "\n"
@@ -61,31 +51,9 @@ def write_output(text: str, out: Path | None) -> None:
         _write_atomically(out, text)
 
 
-def emit_ptx(result, out: Path | None) -> None:
-    write_output(_code(result).ptx, out)
-
-
-def emit_cubin(result, out: Path | None) -> None:
-    if out is None:
-        raise AttncError("--emit cubin writes a binary: give the file with -o", filename="attnc")
-    _write_atomically(out, _code(result).cubin)
-
-
-def emit_bundle(result, out: Path | None) -> None:
-    from attnc.backend.bundle import symbol_stem, write_bundle
-    code = _code(result)
-    # a name too long for a file name is cut as the kernels' symbols are (Note [Kernel symbols])
-    path = out or Path(f"{symbol_stem(result.variant.name)}.{code.manifest['target']}")
-    try:
-        write_bundle(path, code.manifest, code.files)
-    except OSError as e:
-        reason = str(e) if isinstance(e, FileExistsError) else e.strerror or str(e)
-        raise AttncError(f"cannot write the bundle '{path}': {reason}", filename="attnc") from None
-    print(f"wrote {path}/: " + ", ".join(["manifest.json", *sorted(code.files)]))
-
-
 @dataclass(frozen=True)
 class _Code:
+    """A compiled kernel's bundle: its manifest and files (file name -> bytes)."""
     manifest: dict
     files: dict
 
@@ -101,12 +69,39 @@ class _Code:
         return self._kind("cubin")
 
 
-def _code(result) -> _Code:
-    """The code of a compiled module from its target's backend, through the kernel cache.
+def emit_ptx(code: _Code, out: Path | None) -> None:
+    write_output(code.ptx, out)
 
-    The key is the final IR (it holds the source, the options and every pass's
-    decisions), the target and the compiler version: a repeated compile of the same
-    thing skips kernel generation, PTX and nvJitLink."""
+
+def emit_cubin(code: _Code, out: Path | None) -> None:
+    if out is None:
+        raise AttncError("--emit cubin writes a binary: give the file with -o", filename="attnc")
+    _write_atomically(out, code.cubin)
+
+
+def emit_bundle(code: _Code, out: Path | None) -> None:
+    from attnc.backend.bundle import symbol_stem, write_bundle
+    # a name too long for a file name is cut as the kernels' symbols are (Note [Kernel symbols])
+    path = out or Path(f"{symbol_stem(code.manifest['variant'])}.{code.manifest['target']}")
+    try:
+        write_bundle(path, code.manifest, code.files)
+    except OSError as e:
+        reason = str(e) if isinstance(e, FileExistsError) else e.strerror or str(e)
+        raise AttncError(f"cannot write the bundle '{path}': {reason}", filename="attnc") from None
+    print(f"wrote {path}/: " + ", ".join(["manifest.json", *sorted(code.files)]))
+
+
+# kind -> writer(code, out); `--emit mlir` writes the IR, not code.
+CODE_EMITTERS: dict[str, Callable[[_Code, Path | None], None]] = {
+    "ptx": emit_ptx,
+    "cubin": emit_cubin,
+    "bundle": emit_bundle,
+}
+EMIT_KINDS = ("mlir", *CODE_EMITTERS)
+
+
+def build_code(result) -> _Code:
+    """The code of a compiled module from its target's backend."""
     from attnc.backend.sm80_lower import require_plan
     from attnc.ir import attention_ops, get_str
     ops = attention_ops(result.module)
@@ -118,30 +113,9 @@ def _code(result) -> _Code:
         raise AttncError(f"code generation for {target} is not built yet: --emit mlir shows its "
                          f"plan; -arch {' and -arch '.join(LOWERING)} produce PTX, cubins and bundles",
                          filename="attnc")
-    from attnc.backend.cache import KernelCache, cache_key
-    cache = KernelCache()
-    key = cache_key(result.text, {"backend": "sm80"}, target)
-    hit = cache.get(key)
-    if hit is not None:
-        # on stderr: `-o -` keeps standard output for the code
-        print(f"attnc: note: served from the kernel cache ({cache.path(key)}); ATTNC_DISABLE_CACHE=1 "
-              f"builds it again", file=sys.stderr)
-        # the bytes the cache checked against the manifest's digests, not the files read again
-        manifest = dict(hit.manifest.raw)
-        return _Code(manifest, {manifest["code"][kind]: blob for kind, blob in hit.code.items()})
     from attnc.backend.sm80_lower import build
     art = build(result)
-    cache.put(key, art.manifest, art.files)
     return _Code(art.manifest, art.files)
-
-
-# kind -> writer(result, out) or Unavailable.
-EMITTERS: dict[str, Callable | Unavailable] = {
-    "mlir": emit_mlir,
-    "ptx": emit_ptx,
-    "cubin": emit_cubin,
-    "bundle": emit_bundle,
-}
 
 
 # --- commands ---------------------------------------------------------------------------
@@ -159,21 +133,117 @@ def _print_warnings(variant) -> None:
 
 
 def cmd_compile(args) -> int:
+    if not args.time_passes:
+        return _compile(args)
+    from attnc import timing
+    with timing.recording() as report:
+        status = _compile(args)
+    print(report.render(), file=sys.stderr)
+    return status
+
+
+def _compile(args) -> int:
+    from attnc import timing
+    _check_output_is_not_input(args)
+    out = Path(args.output) if args.output else None
+    with timing.step("kernel cache lookup"):
+        slot = cache_slot(args)
+        hit = slot.cache.get(slot.key) if slot is not None else None
+    if hit is not None:
+        code = _served(slot, hit)
+        with timing.step(f"writing the {args.emit}"):
+            CODE_EMITTERS[args.emit](code, out)
+        return 0
     from attnc.driver import CompileOptions, check_target, compile_variant
     from attnc.frontend import load, read_source
-    emitter = EMITTERS[args.emit]
-    if isinstance(emitter, Unavailable):
-        raise AttncError(emitter.message(args.emit), filename="attnc")
-    options = CompileOptions(arch=args.arch, pass_pipeline=args.pass_pipeline,
-                             load_passes=tuple(args.load_pass),
+    # The pass files were loaded for the key already: loading them again would run them twice.
+    load_passes = () if slot is not None and slot.passes_loaded else tuple(args.load_pass)
+    options = CompileOptions(arch=args.arch, pass_pipeline=args.pass_pipeline, load_passes=load_passes,
                              print_ir_after_all=args.print_ir_after_all, dump_dir=args.dump_dir)
-    _check_output_is_not_input(args)
-    variant = load(read_source(args.file), args.file)
+    with timing.step("frontend: parse and check"):
+        # the bytes the key was made of: a file saved again during the compile misses next time
+        variant = load(slot.source if slot is not None else read_source(args.file), args.file)
     _print_warnings(variant)                    # before any pass may fail
     result = compile_variant(variant, options)
     check_target(result, args.arch)
-    emitter(result, Path(args.output) if args.output else None)
+    if args.emit == "mlir":
+        with timing.step("writing the IR"):
+            write_output(result.text, out)
+        return 0
+    with timing.step("backend"):
+        code = build_code(result)
+    if slot is not None:
+        with timing.step("kernel cache store"):
+            slot.cache.put(slot.key, code.manifest, code.files,
+                           warnings=[w.render() for w in variant.warnings])
+    with timing.step(f"writing the {args.emit}"):
+        CODE_EMITTERS[args.emit](code, out)
     return 0
+
+
+# --- the kernel cache, looked up first --------------------------------------------------
+# Note [The kernel cache first]: a repeated `attnc compile` is answered from the kernel
+# cache before anything is parsed, built or imported that a hit does not need (not MLIR,
+# not the grammar): its key is what decides the code before any pass runs -- the source
+# text, the file's name as given (warnings and the IR's locations name it), -arch, the
+# --pass-pipeline text with its options, the --emit kind, the content of every
+# --load-pass file and of the user's modules that loading them imported, and the
+# compiler and toolchain (cache_key). The frontend's warnings are kept in the entry and
+# printed again on a hit. A compile asked to show or dump its IR, or --emit mlir, runs
+# every pass and takes nothing from the cache.
+@dataclass(frozen=True)
+class CacheSlot:
+    cache: KernelCache
+    key: str
+    source: bytes               # the source as read for the key
+    passes_loaded: bool         # the --load-pass files were loaded to make the key
+
+
+def cache_slot(args) -> CacheSlot | None:
+    """Where the code of this compile is kept in the kernel cache; None when it does not
+    go through the cache (Note [The kernel cache first]), or when the source or a pass file
+    cannot be read or loaded: the compile then reports that where it would have."""
+    from attnc.backend.cache import KernelCache, cache_key
+    if args.emit == "mlir" or args.print_ir_after_all or args.dump_dir is not None:
+        return None
+    cache = KernelCache()
+    if not cache.enabled:
+        return None
+    try:
+        source = Path(args.file).read_bytes()
+        text = source.decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    pass_files = []
+    if args.load_pass:
+        from attnc.passes import registry
+        try:
+            pass_files = [[str(f), _sha256(f)] for f in registry.load_pass_files(args.load_pass)]
+        except (AttncError, OSError):
+            return None
+    options = {"command": "compile", "filename": args.file, "pass_pipeline": args.pass_pipeline,
+               "pass_files": pass_files, "emit": args.emit}
+    return CacheSlot(cache, cache_key(text, options, args.arch), source, bool(args.load_pass))
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _served(slot: CacheSlot, hit) -> _Code:
+    """A cache entry's code, after its warnings and the note that it was cached (on stderr:
+    `-o -` keeps standard output for the code)."""
+    from attnc import timing
+    for warning in slot.cache.warnings(slot.key):
+        print(warning, file=sys.stderr)
+    where = slot.cache.path(slot.key)
+    print(f"attnc: note: served from the kernel cache ({where}); ATTNC_DISABLE_CACHE=1 builds it again",
+          file=sys.stderr)
+    timing.note(f"served from the kernel cache ({where}): no pass ran")
+    # the bytes the cache checked against the manifest's digests, not the files read again
+    manifest = dict(hit.manifest.raw)
+    return _Code(manifest, {manifest["code"][kind]: blob for kind, blob in hit.code.items()})
 
 
 def _check_output_is_not_input(args) -> None:
@@ -296,7 +366,7 @@ def summary(v) -> str:
 def parser() -> argparse.ArgumentParser:
     from attnc.passes.pipelines import TARGETS
     p = argparse.ArgumentParser(prog="attnc", description="A compiler for attention kernels.")
-    p.add_argument("--version", action="version", version=f"attnc {_version()}")
+    p.add_argument("--version", action=_Version, nargs=0, help="show attnc's version and exit")
     sub = p.add_subparsers(dest="command", required=True, metavar="{check,compile,opt,passes}")
 
     check = sub.add_parser("check", help="parse and check a .attn file, print a summary")
@@ -305,9 +375,13 @@ def parser() -> argparse.ArgumentParser:
 
     comp = sub.add_parser("compile", help="compile a .attn file for a target")
     comp.add_argument("file")
-    comp.add_argument("--emit", choices=tuple(EMITTERS), default="bundle",
+    comp.add_argument("--emit", choices=EMIT_KINDS, default="bundle",
                       help="what to produce (default: bundle)")
     _pipeline_arguments(comp, TARGETS)
+    comp.add_argument("--time-passes", action="store_true",
+                      help="print to stderr where the compile's time went: each pass, the backend's "
+                           "steps (MLIR -> PTX, PTX -> cubin, writing the output) and the total; a "
+                           "compile served from the kernel cache says so")
     comp.set_defaults(run=cmd_compile)
 
     opt = sub.add_parser("opt", help="run passes on attn IR (e.g. a --dump-dir file)")
@@ -319,6 +393,15 @@ def parser() -> argparse.ArgumentParser:
     passes.add_argument("--load-pass", metavar="FILE", action="append", default=[])
     passes.set_defaults(run=cmd_passes)
     return p
+
+
+class _Version(argparse.Action):
+    """argparse's "version" action, asking the installed version only when used
+    (importlib.metadata costs a compile served from the kernel cache a third of its time)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"attnc {_version()}")
+        parser.exit()
 
 
 def _version() -> str:

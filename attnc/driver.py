@@ -16,11 +16,13 @@ import functools
 import os
 import re
 import sys
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO
 
+from attnc import timing
 from attnc.errors import AttncError
 from attnc.frontend import Variant, load, read_source
 from attnc.passes import registry
@@ -68,9 +70,11 @@ def compile_variant(variant: Variant, options: CompileOptions = CompileOptions()
                     ir_stream: TextIO | None = None) -> CompileResult:
     """The pipeline on a checked variant (what compile_mlir runs after the frontend)."""
     _check_arch(options.arch)
-    passes = resolve_pipeline(options)
+    with timing.step("resolve the pipeline (imports its passes)"):
+        passes = resolve_pipeline(options)
     try:
-        module = lower_variant(variant)
+        with timing.step("frontend: lower to the attn dialect"):
+            module = lower_variant(variant)
         _run_stages(module, FRONTEND_STAGE, passes, options, ir_stream)
     except AttncError as e:
         if e.filename in (variant.filename, "<input>"):
@@ -324,15 +328,17 @@ def run_passes(module, passes: list[ResolvedPass], observe: Observer) -> None:
         return
     pm = passmanager.PassManager(context=module.context)
     pm.enable_verifier(False)         # verified after each pass below, naming the pass
+    clock = _PassClock()
     for index, p in enumerate(passes, 1):
-        after = _after_pass(index, p.spec.name, observe)
+        after = clock.after(_after_pass(index, p.spec.name, observe))
         if p.upstream is not None:
             pm.add(p.upstream)
-            pm.add(lambda op, _pass, after=after: after(op), name=f"{p.spec.name}-done")
+            pm.add(lambda op, _pass, after=after, name=p.spec.name: after(op, name), name=f"{p.spec.name}-done")
             continue
         pm.add(_attnc_pass(p, after), name=p.spec.name, argument=p.spec.name)
     from mlir import ir
     try:
+        clock.start()
         pm.run(module.operation)
     except ir.MLIRError as e:
         upstream = [p.spec.name for p in passes if p.upstream is not None]
@@ -349,10 +355,32 @@ def _diagnostic_lines(diag) -> str:
     return " ".join(line.split("\n", 1)[0].strip() for line in lines if line.strip())
 
 
+class _PassClock:
+    """Each pass's wall time for --time-passes (`attnc.timing`): an attnc pass is timed
+    around its call, where the steps it runs nest; an upstream pass, which MLIR runs
+    without a callback around it, as the time from the previous pass's end to its own."""
+
+    def __init__(self) -> None:
+        self.last = 0.0
+
+    def start(self) -> None:
+        self.last = time.perf_counter()
+
+    def after(self, check: Callable) -> Callable:
+        def after(op, upstream: str | None = None) -> None:
+            if upstream is not None:
+                timing.add(upstream, time.perf_counter() - self.last)
+            with timing.step("verify the IR after each pass"):
+                check(op)
+            self.last = time.perf_counter()
+        return after
+
+
 def _attnc_pass(p: ResolvedPass, after: Callable) -> Callable:
     def run(op, pass_) -> None:
         try:
-            p.run(op, pass_)
+            with timing.step(p.spec.name):
+                p.run(op, pass_)
         except AttncError as e:
             raise _at_the_option(e, p) from None
         except Exception as e:

@@ -23,11 +23,14 @@ import dataclasses
 import functools
 import hashlib
 import json
+import os
 import re
 import shutil
 import sys
+import tempfile
+import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import attnc
 from attnc import config
@@ -35,6 +38,8 @@ from attnc.backend.bundle import FORMAT, Bundle, read_bundle, write_bundle
 from attnc_runtime.errors import AttncRuntimeError
 
 _SHARD = re.compile(r"[0-9a-f]{2}")
+WARNINGS_FILE = "warnings.txt"          # beside an entry's bundle files; no code file has the name
+_WARNING_SEPARATOR = "\0"               # a rendered warning is text of several lines, never a NUL
 
 BuildResult = tuple[Mapping[str, Any], Mapping[str, bytes]]     # (manifest, files)
 
@@ -56,7 +61,77 @@ def toolchain() -> dict[str, str | None]:
     and the ptxas of whole-program assembly, or None where there is none (without it a
     kernel that sets its registers is assembled by nvJitLink and spills: Note
     [Whole-program assembly] in cubin.py). Found by a review: a cubin built without ptxas
-    was served from the cache after ptxas was installed."""
+    was served from the cache after ptxas was installed. Kept in the cache folder between
+    runs (Note [Toolchain memo])."""
+    stamp = _toolchain_stamp()
+    memo = _read_toolchain_memo(stamp)
+    if memo is not None:
+        return memo
+    found = _ask_toolchain()
+    _write_toolchain_memo(stamp, found)
+    return found
+
+
+# Note [Toolchain memo]: asking the toolchain's versions costs about as much as the rest
+# of a cache hit (importlib.metadata, a `ptxas --version` process), so the answer is kept in
+# `<cache>/toolchain.json` with a stamp of what it was read from, and used while the stamp
+# holds. The versions come from the distributions' `*.dist-info` folders in sys.path's
+# directories, which pip adds, removes or renames on every install, upgrade or removal,
+# changing the directory's mtime; and from the ptxas binary that whole_program_ptxas finds,
+# another one being another path, or the same path with another mtime, size or inode. So the
+# stamp is sys.path with each directory's mtime, and ptxas's path and stat. A change made
+# within the same clock tick as the stamp's reading would not show in it (git's "racily
+# clean" files): no memo is written while a stamped time is less than two seconds old.
+TOOLCHAIN_MEMO = "toolchain.json"
+_RACY_NS = 2_000_000_000
+
+
+def _toolchain_stamp() -> dict[str, Any]:
+    from attnc.backend.cubin import whole_program_ptxas
+
+    def stat(path: str) -> list[int] | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return [st.st_mtime_ns, st.st_size, st.st_ino]
+
+    ptxas = whole_program_ptxas()
+    return {"sys.path": [[entry, stat(entry or ".")] for entry in sys.path],
+            "ptxas": [ptxas, stat(ptxas) if ptxas else None]}
+
+
+def _memo_path() -> Path | None:
+    return None if config.cache_disabled() else config.cache_dir() / TOOLCHAIN_MEMO
+
+
+def _read_toolchain_memo(stamp: dict[str, Any]) -> dict[str, str | None] | None:
+    path = _memo_path()
+    try:
+        memo = json.loads(path.read_text(encoding="utf-8")) if path is not None else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(memo, dict) or memo.get("stamp") != stamp or not isinstance(memo.get("toolchain"), dict):
+        return None
+    return memo["toolchain"]
+
+
+def _write_toolchain_memo(stamp: dict[str, Any], found: dict[str, str | None]) -> None:
+    path = _memo_path()
+    times = [st[0] for _, st in [*stamp["sys.path"], stamp["ptxas"]] if st is not None]
+    if path is None or any(time.time_ns() - t < _RACY_NS for t in times):
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"stamp": stamp, "toolchain": found}, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass            # a cache folder that cannot be written costs the memo, not the compile
+
+
+def _ask_toolchain() -> dict[str, str | None]:
     import importlib.metadata
     import subprocess
 
@@ -127,11 +202,23 @@ class KernelCache:
         except (AttncRuntimeError, OSError):    # broken, or replaced while read (another writer)
             return None
 
-    def put(self, key: str, manifest: Mapping[str, Any], files: Mapping[str, bytes]) -> Bundle:
-        """Store a bundle under `key`; when another writer got there first, theirs is returned."""
+    def warnings(self, key: str) -> list[str]:
+        """The warnings stored with the entry of `key` (`put`), one rendered warning each."""
+        try:
+            text = (self.path(key) / WARNINGS_FILE).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return []
+        return text.split(_WARNING_SEPARATOR) if text else []
+
+    def put(self, key: str, manifest: Mapping[str, Any], files: Mapping[str, bytes], *,
+            warnings: Sequence[str] = ()) -> Bundle:
+        """Store a bundle under `key`, with the compile's `warnings` (the frontend's, which a
+        hit prints again); when another writer got there first, theirs is returned."""
         if not self.enabled:
             return Bundle.from_files(manifest, files)
         entry = self.path(key)
+        if warnings:
+            files = {**files, WARNINGS_FILE: _WARNING_SEPARATOR.join(warnings).encode("utf-8")}
         try:
             return write_bundle(entry, manifest, files, replace=False)
         except FileExistsError:

@@ -28,7 +28,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from cuda.bindings import nvjitlink
+from attnc import timing
 
 
 class CubinError(RuntimeError):
@@ -99,7 +99,7 @@ def _assemble_whole_program(ptx: str, arch: str, options: tuple[str, ...]) -> Cu
 
 def _run_ptxas(ptxas: str, ptx: str, arch: str, options: tuple[str, ...] = ()) -> CubinResult:
     """`ptxas -v` on `ptx` as a whole program: the cubin and its info lines."""
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, timing.step("PTX -> cubin (ptxas)"):
         src, out = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
         src.write_text(ptx)
         proc = subprocess.run([ptxas, _arch_flag(arch), *options, "-v", str(src), "-o", str(out)],
@@ -121,6 +121,12 @@ def whole_program_ptxas() -> str | None:
 
 @functools.lru_cache(maxsize=8)
 def _assemble(ptx: str, arch: str, verbose: bool, options: tuple[str, ...]) -> CubinResult:
+    with timing.step("PTX -> cubin (nvJitLink)"):
+        return _nvjitlink(ptx, arch, verbose, options)
+
+
+def _nvjitlink(ptx: str, arch: str, verbose: bool, options: tuple[str, ...]) -> CubinResult:
+    from cuda.bindings import nvjitlink
     opts = [_arch_flag(arch), *options] + (["-verbose"] if verbose else [])
     handle = nvjitlink.create(len(opts), opts)
     try:

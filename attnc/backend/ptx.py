@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from mlir import ir, passmanager
 from mlir.dialects import arith, gpu, llvm
 
+from attnc import timing
+
 TARGETS = {
     # target: (chip, PTX ISA feature) -- the lowest PTX ISA that knows the chip.
     "sm_80": ("sm_80", "+ptx70"),
@@ -202,10 +204,14 @@ def to_ptx(module: ir.Module, target: str = "sm_80", *, opt_level: int = 3,
     module (Note [Recent PTX]), which then returns it without lowering anything.
     """
     options = PtxOptions(target, opt_level, ptx_feature)
-    key = _digest(module, options) if keep or _recent else None
+    key = None
+    if keep or _recent:
+        with timing.step("MLIR -> PTX: the module's digest (Note [Recent PTX])"):
+            key = _digest(module, options)
     if key in _recent:
         return _recent.pop(key)
-    ptx = _lower(module if in_place else ir.Module.parse(str(module), module.context), options)
+    with timing.step("MLIR -> PTX"):
+        ptx = _lower(module if in_place else ir.Module.parse(str(module), module.context), options)
     if keep:
         _recent[key] = ptx
         if len(_recent) > RECENT_PTX:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import importlib
 import importlib.util
 import sys
@@ -134,16 +135,42 @@ def _replaceable(name: str) -> bool:
     return _batch is not None and name in _from_files and name not in _batch
 
 
-def load_pass_files(paths) -> None:
-    """Load the pass files of one compile (Note [Pass files of one compile])."""
+def load_pass_files(paths) -> list[Path]:
+    """Load the pass files of one compile (Note [Pass files of one compile]); the Python
+    files that ran: the pass files, and the modules of the user's that they imported
+    (what the kernel cache's key must cover besides attnc and the installed packages:
+    Note [The kernel cache first] in cli.py)."""
     global _batch
     _batch = set()
+    before = set(sys.modules)
     try:
         for path in paths:
             load_pass_file(path)
     finally:
         _from_files.update(_batch)      # a later file's failure leaves the earlier ones loaded
         _batch = None
+    files = list(dict.fromkeys(Path(p).resolve() for p in paths))
+    files += sorted({file for name in set(sys.modules) - before
+                     if (file := _user_file(sys.modules[name])) is not None} - set(files))
+    return files
+
+
+def _user_file(module) -> Path | None:
+    """The file of a module of the user's; None for one of attnc's (the cache key's compiler
+    digest covers them), the standard library's or an installed package's (whose versions,
+    where they make code, are the key's toolchain)."""
+    name = getattr(module, "__file__", None)
+    if not name:
+        return None
+    file = Path(name).resolve()
+    return None if any(file.is_relative_to(root) for root in _not_the_users()) else file
+
+
+@functools.lru_cache(maxsize=1)
+def _not_the_users() -> tuple[Path, ...]:
+    import sysconfig
+    libraries = ("stdlib", "platstdlib", "purelib", "platlib")
+    return (Path(__file__).resolve().parents[1], *(Path(sysconfig.get_path(n)).resolve() for n in libraries))
 
 
 def load_pass_file(path: str | Path) -> list[str]:
