@@ -23,8 +23,14 @@ differing only in the attributes attn-lower-sm80 then puts on the gpu.module (`a
 the kernels' ABI and specialization, which no pass to LLVM reads). So the trial asks
 `to_ptx` to keep its PTX (`keep`), by a digest of the module's text without those
 attributes (and without locations) and of the options, and the bundle's compile of the
-same kernel is the trial's PTX, byte for byte. A few are kept, for trials whose kernel
-spilled and was built again without the bound.
+same kernel is the trial's PTX, byte for byte. A kernel that spilled under the bound is
+built again without it, which differs from the trial's in one more attribute: its
+gpu.func's `nvvm.minctasm`, the bound, which LLVM's NVPTX backend reads only to print
+the kernel's `.minnctapersm` directive (PTX has no physical registers: ptxas applies the
+bound). So the digest leaves the bounds out too, the PTX is kept with the bounds it was
+made with, and a module that wants a kernel unbounded gets the kept PTX without that
+kernel's `.minnctapersm` line; any other difference of bounds is lowered afresh. A few
+are kept, for trials of several kernels in one process.
 """
 from __future__ import annotations
 
@@ -192,7 +198,9 @@ def _object_assembly(obj: ir.Attribute) -> str:
 
 
 RECENT_PTX = 4          # modules whose PTX is kept (Note [Recent PTX])
-_recent: OrderedDict[str, str] = OrderedDict()
+MIN_CTAS = "nvvm.minctasm"
+Bounds = dict[str, int]                                 # kernel symbol -> its nvvm.minctasm
+_recent: OrderedDict[str, tuple[str, Bounds]] = OrderedDict()
 
 
 def to_ptx(module: ir.Module, target: str = "sm_80", *, opt_level: int = 3,
@@ -204,31 +212,35 @@ def to_ptx(module: ir.Module, target: str = "sm_80", *, opt_level: int = 3,
     module (Note [Recent PTX]), which then returns it without lowering anything.
     """
     options = PtxOptions(target, opt_level, ptx_feature)
-    key = None
+    key = bounds = None
     if keep or _recent:
         with timing.step("MLIR -> PTX: the module's digest (Note [Recent PTX])"):
-            key = _digest(module, options)
+            key, bounds = _digest(module, options)
     if key in _recent:
-        return _recent.pop(key)
+        ptx = _with_bounds(*_recent.pop(key), bounds)
+        if ptx is not None:
+            return ptx
     with timing.step("MLIR -> PTX"):
         ptx = _lower(module if in_place else ir.Module.parse(str(module), module.context), options)
     if keep:
-        _recent[key] = ptx
+        _recent[key] = (ptx, bounds)
         if len(_recent) > RECENT_PTX:
             _recent.popitem(last=False)
     return ptx
 
 
-def _digest(module: ir.Module, options: PtxOptions) -> str:
-    """The module's text without the gpu.modules' `attn.*` attributes, and the options.
-    Locations are left out: a module parsed from text has its text's positions, and
-    without debug-info scopes (attnc makes none) they do not reach the PTX."""
+def _digest(module: ir.Module, options: PtxOptions) -> tuple[str, Bounds]:
+    """The module's text without the gpu.modules' `attn.*` attributes and its kernels'
+    register bounds, and the options; and those bounds. Locations are left out: a module
+    parsed from text has its text's positions, and without debug-info scopes (attnc makes
+    none) they do not reach the PTX."""
     def attributes(op) -> bytes:
         return repr(sorted((name, str(op.attributes[name])) for name in op.attributes
                            if not name.startswith("attn."))).encode()
 
     h = hashlib.sha256(repr(options).encode())
     h.update(attributes(module.operation))
+    bounds: Bounds = {}
     for op in module.body.operations:
         op = op.operation
         if op.name != "gpu.module":
@@ -236,8 +248,50 @@ def _digest(module: ir.Module, options: PtxOptions) -> str:
             continue
         h.update(attributes(op))
         for inner in op.regions[0].blocks[0].operations:
-            h.update(inner.operation.get_asm(binary=True))
-    return h.hexdigest()
+            h.update(_asm_unbounded(inner.operation, bounds))
+    return h.hexdigest(), bounds
+
+
+def _asm_unbounded(op: ir.Operation, bounds: Bounds) -> bytes:
+    """`op` as bytecode without its register bound, which goes to `bounds`."""
+    if op.name != "gpu.func" or MIN_CTAS not in op.attributes:
+        return op.get_asm(binary=True)
+    bound = op.attributes[MIN_CTAS]
+    bounds[ir.StringAttr(op.attributes["sym_name"]).value] = ir.IntegerAttr(bound).value
+    del op.attributes[MIN_CTAS]
+    try:
+        return op.get_asm(binary=True)
+    finally:
+        op.attributes[MIN_CTAS] = bound
+
+
+def _with_bounds(ptx: str, made_with: Bounds, wanted: Bounds) -> str | None:
+    """The kept `ptx`, made with the bounds `made_with`, for a module that wants `wanted`:
+    the kernels that want none lose their `.minnctapersm` line; None when any other bound
+    differs (Note [Recent PTX])."""
+    for kernel in made_with.keys() | wanted.keys():
+        if made_with.get(kernel) == wanted.get(kernel):
+            continue
+        if kernel in wanted:
+            return None
+        ptx = _without_directive(ptx, kernel, f".minnctapersm {made_with[kernel]}")
+        if ptx is None:
+            return None
+    return ptx
+
+
+def _without_directive(ptx: str, kernel: str, directive: str) -> str | None:
+    """`ptx` less the line `directive` among `kernel`'s directives (between its `.entry`
+    and its body's `{`); None when the line is not there once."""
+    entry = ptx.find(f".entry {kernel}(")
+    body = ptx.find("\n{\n", entry)
+    if entry < 0 or body < 0:
+        return None
+    head = ptx[entry:body + 1]
+    line = f"\n{directive}\n"
+    if head.count(line) != 1:
+        return None
+    return ptx[:entry] + head.replace(line, "\n") + ptx[body + 1:]
 
 
 def _lower(work: ir.Module, options: PtxOptions) -> str:

@@ -1,0 +1,63 @@
+"""Note [Recent PTX] in attnc/backend/ptx.py, for a trial whose kernel spilled: the module
+built again without the register bound gets the trial's PTX less its `.minnctapersm`
+line -- the PTX that lowering it afresh gives, byte for byte -- and LLVM runs once; any
+other change of bounds is lowered afresh."""
+from __future__ import annotations
+
+from mlir import ir
+
+from attnc.backend import ptx
+
+KERNEL = """
+module attributes {gpu.container_module} { gpu.module @m { gpu.func @k(%p: !llvm.ptr<1>, %x: f32) kernel BOUND {
+  %a = math.exp %x : f32
+  %b = arith.mulf %a, %x : f32
+  llvm.store %b, %p : f32, !llvm.ptr<1>
+  gpu.return } } }
+"""
+
+
+def module(bound: int | None) -> ir.Module:
+    attrs = "" if bound is None else f"attributes {{nvvm.minctasm = {bound} : i32}}"
+    return ir.Module.parse(KERNEL.replace("BOUND", attrs))
+
+
+def counting_lowerings(monkeypatch) -> list:
+    calls = []
+    lower = ptx._lower
+
+    def counted(work, options):
+        calls.append(options.target)
+        return lower(work, options)
+    monkeypatch.setattr(ptx, "_lower", counted)
+    monkeypatch.setattr(ptx, "_recent", type(ptx._recent)())
+    return calls
+
+
+def test_the_unbounded_kernel_gets_the_trials_ptx_less_its_bound(monkeypatch):
+    with ir.Context():
+        fresh = ptx.to_ptx(module(None), "sm_90a")
+        calls = counting_lowerings(monkeypatch)
+        trial = ptx.to_ptx(module(3), "sm_90a", keep=True)
+        assert ".minnctapersm 3\n" in trial and ".minnctapersm" not in fresh
+        assert ptx.to_ptx(module(None), "sm_90a", in_place=True) == fresh
+    assert calls == ["sm_90a"]
+
+
+def test_another_bound_is_lowered_afresh(monkeypatch):
+    with ir.Context():
+        calls = counting_lowerings(monkeypatch)
+        ptx.to_ptx(module(3), "sm_90a", keep=True)
+        assert ".minnctapersm 2\n" in ptx.to_ptx(module(2), "sm_90a")
+        ptx.to_ptx(module(None), "sm_90a", keep=True)
+        assert ".minnctapersm 3\n" in ptx.to_ptx(module(3), "sm_90a")
+    assert len(calls) == 4
+
+
+def test_the_digest_leaves_the_module_as_it_was(monkeypatch):
+    counting_lowerings(monkeypatch)
+    with ir.Context():
+        bounded = module(3)
+        before = str(bounded)
+        ptx.to_ptx(bounded, "sm_90a", keep=True)
+        assert str(bounded) == before
