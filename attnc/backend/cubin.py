@@ -15,11 +15,21 @@ setmaxnreg is assembled by the `ptxas` binary as a whole program, which keeps it
 the one of the `nvidia-cuda-nvcc` wheel (a dependency, the same release as the
 nvJitLink wheel), else one on PATH; with neither, nvJitLink's cubin with a warning
 (correct, and slow).
+
+Note [Assembled beside the trial]: sm_90a's register-bound trial (Note [CTAs per SM] in
+kernel_spec.py) asks the resources of its kernel's PTX under the bound; where that
+spills, the bundle takes the kernel without the bound, whose PTX is the trial's less its
+`.minnctapersm` lines (Note [Recent PTX] in ptx.py). nvJitLink lets go of the GIL, so
+`resource_usage` of PTX with a bound has that PTX assembled on a second thread meanwhile,
+where the process has a second core, and the bundle's `ptx_to_cubin` of it takes that
+cubin. Where the bound is kept, or the bundle's module holds more kernels than the
+trial's, the second assembly was for nothing, and cost no wall time.
 """
 from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -27,8 +37,12 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnc import timing
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 
 class CubinError(RuntimeError):
@@ -78,6 +92,10 @@ def ptx_to_cubin(ptx: str, arch: str, *, verbose: bool = True,
     bundle then assembles again."""
     if _needs_whole_program(ptx):
         return _assemble_whole_program(ptx, arch, tuple(options))
+    beside = _beside.pop((ptx, arch, verbose, tuple(options)), None)
+    if beside is not None:
+        with timing.step("PTX -> cubin (nvJitLink, assembled beside the trial)"):
+            return beside.result()
     return _assemble(ptx, arch, verbose, tuple(options))
 
 
@@ -173,10 +191,36 @@ def ptxas_path() -> str | None:
 
 
 def resource_usage(ptx: str, arch: str, *, prefer_ptxas: bool = False) -> dict[str, ResourceUsage]:
-    """Registers/spills per kernel of `ptx` compiled for `arch`."""
-    log = (_run_ptxas(ptxas_path(), ptx, arch).info_log if prefer_ptxas and ptxas_path()
-           else ptx_to_cubin(ptx, arch, verbose=True).info_log)
+    """Registers/spills per kernel of `ptx` compiled for `arch`; PTX that bounds its
+    registers has its unbounded form assembled meanwhile (Note [Assembled beside the
+    trial])."""
+    if prefer_ptxas and ptxas_path():
+        log = _run_ptxas(ptxas_path(), ptx, arch).info_log
+    else:
+        _assemble_beside(ptx, arch)
+        log = ptx_to_cubin(ptx, arch, verbose=True).info_log
     usage = parse_resource_usage(log)
     if not usage:
         raise CubinError(f"no 'ptxas info' lines in the log for {arch}:\n{log}")
     return usage
+
+
+_beside: dict[tuple, Future] = {}           # ptx_to_cubin's arguments -> the cubin on its way
+_BESIDE_KEPT = 2
+
+
+def _assemble_beside(ptx: str, arch: str) -> None:
+    from attnc.backend.ptx import without_bounds
+    unbounded = without_bounds(ptx)
+    key = (unbounded, arch, True, ("-O3",))
+    if unbounded == ptx or _needs_whole_program(ptx) or key in _beside or len(os.sched_getaffinity(0)) < 2:
+        return
+    while len(_beside) >= _BESIDE_KEPT:
+        _beside.pop(next(iter(_beside)))
+    _beside[key] = _second_thread().submit(_nvjitlink, *key)
+
+
+@functools.lru_cache(maxsize=1)
+def _second_thread() -> ThreadPoolExecutor:
+    from concurrent.futures import ThreadPoolExecutor
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnc-nvjitlink")

@@ -35,6 +35,7 @@ are kept, for trials of several kernels in one process.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -278,6 +279,15 @@ def _with_bounds(ptx: str, made_with: Bounds, wanted: Bounds) -> str | None:
         if ptx is None:
             return None
     return ptx
+
+
+def without_bounds(ptx: str) -> str:
+    """`ptx` without its kernels' `.minnctapersm` lines: the PTX of the same kernels built
+    without register bounds (Note [Recent PTX])."""
+    return _BOUND_LINE.sub("", ptx)
+
+
+_BOUND_LINE = re.compile(r"^\.minnctapersm \d+\n", re.M)
 
 
 def _without_directive(ptx: str, kernel: str, directive: str) -> str | None:

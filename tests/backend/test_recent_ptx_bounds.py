@@ -61,3 +61,41 @@ def test_the_digest_leaves_the_module_as_it_was(monkeypatch):
         before = str(bounded)
         ptx.to_ptx(bounded, "sm_90a", keep=True)
         assert str(bounded) == before
+
+
+def bounded_and_unbounded_ptx() -> tuple[str, str]:
+    with ir.Context():
+        return ptx.to_ptx(module(3), "sm_90a"), ptx.to_ptx(module(None), "sm_90a")
+
+
+def counting_assemblies(monkeypatch, cores: int) -> list:
+    """Note [Assembled beside the trial] in attnc/backend/cubin.py, on `cores` cores."""
+    from attnc.backend import cubin
+    calls = []
+    assemble = cubin._assemble
+    monkeypatch.setattr(cubin, "_assemble", lambda ptx, *rest: calls.append(ptx) or assemble(ptx, *rest))
+    monkeypatch.setattr(cubin, "_beside", {})
+    monkeypatch.setattr(cubin.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    return calls
+
+
+def test_the_unbounded_kernel_is_assembled_beside_the_trials(monkeypatch):
+    from attnc.backend import cubin
+    bounded, unbounded = bounded_and_unbounded_ptx()
+    assert ptx.without_bounds(bounded) == unbounded
+    calls = counting_assemblies(monkeypatch, cores=2)
+    cubin.resource_usage(bounded, "sm_90a")
+    got = cubin.ptx_to_cubin(unbounded, "sm_90a")
+    assert calls == [bounded]                                   # the unbounded one came from the other thread
+    assert got.cubin == cubin._nvjitlink(unbounded, "sm_90a", True, ("-O3",)).cubin
+
+
+def test_one_core_or_no_bound_assembles_nothing_beside(monkeypatch):
+    from attnc.backend import cubin
+    bounded, unbounded = bounded_and_unbounded_ptx()
+    counting_assemblies(monkeypatch, cores=1)
+    cubin.resource_usage(bounded, "sm_90a")
+    assert cubin._beside == {}
+    counting_assemblies(monkeypatch, cores=2)
+    cubin.resource_usage(unbounded, "sm_90a")
+    assert cubin._beside == {}
