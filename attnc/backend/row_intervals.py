@@ -33,8 +33,9 @@ from attnc.backend.nvgpu_builders import Emit
 # causal (`doc[b, i] == doc[b, j] and j <= i`) then cost per score one compare of the two
 # ids, the interval's bit test and two selects, where the whole region cost two to three
 # compares and three selects (SASS of the sm_90a partial step at 64x64 tiles, d = 128:
-# 135 ISETP, LOP3 and FSEL per thread and tile, was 178; documents d = 128 on an H200:
-# 0.483 -> 0.462-0.470 ms). A mask with no linear comparison keeps the per-element region.
+# 135 ISETP, LOP3 and FSEL per thread and tile, was 178; documents at head dim 128 3-4 %
+# faster: results/sm90a_h200.md, "Residual conjuncts"). A mask with no linear
+# comparison keeps the per-element region.
 # With a block map, a tile that the map proves to hold either part whole tests only the
 # other (Note [Conjuncts a tile holds] in blockmap.py; `MaskConjuncts` is the split).
 _FAR = 1 << 30              # beyond any key: hi without an upper bound, lo of a dropped row,

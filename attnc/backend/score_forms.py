@@ -10,11 +10,10 @@ l = L at the row's first column j0 (an I2F per row), and per score a * (float(l)
 (d: the column's constant offset from j0) as one FADD of an immediate and one FFMA. The
 float sum is exact while |L| < 2^24, as the per-score conversion is.
 
-Measured against one alternative (H200, M = N = 8192, ALiBi + causal, median of 5
-interleaved rounds): adding only the bias of the lane's first row per column (an
-IADD, an I2F and an FMUL per column, one FADD per score, each row's constant remainder
-put back into its running max at the end) was slower, 3.774 against 3.656 ms on sm_80
-and 2.922 against 2.786 on sm_90a at head dim 64 (results/variants_h200.md).
+Measured against one alternative: adding only the bias of the lane's first row per
+column (an IADD, an I2F and an FMUL per column, one FADD per score, each row's constant
+remainder put back into its running max at the end) was 3-5 % slower at head dim 64 on
+both targets (results/sm80_h200.md, "Bias linear in j").
 
 Note [Score scalings]: a score_mod such as softcap, 30 * tanh(s / 30), scales s by a
 constant on the way in and its result on the way out. Both fold into multiplications

@@ -72,17 +72,17 @@ def pipeline_with(target: str, options: dict[str, dict]) -> str:
 
 def pipeline_with_options(target: str, options: dict) -> str:
     """The pipeline of `target` with each of `options` set on the pass of that pipeline
-    that has an option of its name (attn-tile first, so `stages` is attn-tile's)."""
+    that has an option of its name (attn-tile first, so `stages` is attn-tile's); one no
+    pass has goes to the lowering, whose error names it."""
     from attnc.passes.registry import lookup
 
+    specs = target_pipeline(target)
     owners = {}
-    for spec in reversed(target_pipeline(target)):
+    for spec in reversed(specs):
         owners.update({o.name: spec.name for o in lookup(spec.name).options})
     by_pass: dict[str, dict] = {}
     for name, value in options.items():
-        if name not in owners:
-            raise AttncError(f"no pass of the {target} pipeline has an option '{name}'")
-        by_pass.setdefault(owners[name], {})[name] = value
+        by_pass.setdefault(owners.get(name, specs[-1].name), {})[name] = value
     return pipeline_with(target, by_pass)
 
 

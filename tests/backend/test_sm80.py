@@ -106,7 +106,7 @@ def test_hooks_score_mod_window_and_tile_partial_compile():
     (dict(block_m=96), "block_m"),
     (dict(block_n=40), "block_n"),
     (dict(block_m=256, block_n=128), "lower block_n or block_m"),
-    (dict(stages=4), "stages"),
+    (dict(stages=5), "stages"),
     (dict(mask="sliding"), "mask"),
     (dict(dtype="f32"), "dtype"),
     (dict(head_dim_qk=256, head_dim_v=256, block_m=128, block_n=128, num_warps=8), "shared memory"),
