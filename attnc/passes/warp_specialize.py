@@ -46,11 +46,11 @@ class WarpSpecialize(Pass):
         "doc": "sm_90a: a producer warpgroup that only loads, into an mbarrier ring the consumers read, "
                "with setmaxnreg budgets where there are two consumers (Note [Producer warpgroup] in "
                "sm90_ws.py; default: on for two consumer warpgroups, two or more K/V stages and head dim "
-               "128; results/sm90a_h200.md, 'producer warpgroup')"})
+               "128; results/sm90a_h200.md, \"Producer warpgroup\")"})
     pingpong: bool | None = field(default=None, metadata={
         "doc": "sm_90a, with the producer and two consumer warpgroups: they take turns at the GEMMs, "
-               "recorded as `pingpong` on attn.warp_specialize (default: off, measured slower at head "
-               "dim 128)"})
+               "recorded as `pingpong` on attn.warp_specialize (default: off, measured slower: "
+               "results/sm90a_h200.md, \"Ping-pong\")"})
 
     def run(self, module) -> None:
         warp_specialize(module, self.consumers, self.producer, self.pingpong)
