@@ -24,6 +24,13 @@ spills, the bundle takes the kernel without the bound, whose PTX is the trial's 
 where the process has a second core, and the bundle's `ptx_to_cubin` of it takes that
 cubin. Where the bound is kept, or the bundle's module holds more kernels than the
 trial's, the second assembly was for nothing, and cost no wall time.
+
+Note [Split compile]: ptxas compiles a module's kernels one after the other, and a
+module may hold two or three (sm_80's tiles_last kernel, Note [Small grids]; a block map
+and a tile table); `--split-compile=0` has it compile them on every core. Each kernel's
+code (its `.text.<kernel>` section) is the same byte for byte; the cubin's tables list
+the kernels in another order, and nvJitLink's log lacks ptxas's advisories (C7504). A
+module of one kernel has nothing to split, and is assembled as it was.
 """
 from __future__ import annotations
 
@@ -84,12 +91,23 @@ def _log(getter_size, getter, handle) -> str:
     return bytes(buf).rstrip(b"\0").decode(errors="replace")
 
 
+OPTIONS = ("-O3",)
+SPLIT = ("-Xptxas=--split-compile=0",)              # Note [Split compile]
+_ENTRY = re.compile(r"^(?:\.\w+\s+)*\.entry\s", re.M)
+
+
+def default_options(ptx: str) -> tuple[str, ...]:
+    """OPTIONS, and SPLIT for PTX of several kernels."""
+    return OPTIONS + SPLIT if len(_ENTRY.findall(ptx)) > 1 else OPTIONS
+
+
 def ptx_to_cubin(ptx: str, arch: str, *, verbose: bool = True,
-                 options: tuple[str, ...] = ("-O3",)) -> CubinResult:
+                 options: tuple[str, ...] | None = None) -> CubinResult:
     """Assemble `ptx` for `arch` (e.g. "sm_80") with nvJitLink (PTX that uses setmaxnreg:
     Note [Whole-program assembly]); the info log holds the `ptxas info` lines when `verbose`. The last few results are kept: the sm_90a
     kernel's register-bound check (Note [CTAs per SM]) assembles the same PTX that the
     bundle then assembles again."""
+    options = default_options(ptx) if options is None else options
     if _needs_whole_program(ptx):
         return _assemble_whole_program(ptx, arch, tuple(options))
     beside = _beside.pop((ptx, arch, verbose, tuple(options)), None)
@@ -112,7 +130,8 @@ def _assemble_whole_program(ptx: str, arch: str, options: tuple[str, ...]) -> Cu
                       "ignores; no ptxas binary found (pip install nvidia-cuda-nvcc, or put one on PATH), "
                       "so it is assembled without: correct, but it spills", RuntimeWarning, stacklevel=3)
         return _assemble(ptx, arch, True, options)
-    return _run_ptxas(ptxas, ptx, arch, options)
+    # nvJitLink's options: those it passes to ptxas (-Xptxas=...) are ptxas's own
+    return _run_ptxas(ptxas, ptx, arch, tuple(o.removeprefix("-Xptxas=") for o in options))
 
 
 def _run_ptxas(ptxas: str, ptx: str, arch: str, options: tuple[str, ...] = ()) -> CubinResult:
@@ -212,7 +231,7 @@ _BESIDE_KEPT = 2
 def _assemble_beside(ptx: str, arch: str) -> None:
     from attnc.backend.ptx import without_bounds
     unbounded = without_bounds(ptx)
-    key = (unbounded, arch, True, ("-O3",))
+    key = (unbounded, arch, True, default_options(unbounded))
     if unbounded == ptx or _needs_whole_program(ptx) or key in _beside or len(os.sched_getaffinity(0)) < 2:
         return
     while len(_beside) >= _BESIDE_KEPT:
