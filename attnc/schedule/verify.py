@@ -218,7 +218,11 @@ def verify_kernel(kernel: ir.Operation) -> list[Violation]:
 
 
 class _Explorer:
-    """One channel's processes (Note [One ring at a time])."""
+    """One channel's processes (Note [One ring at a time]). A state is (program counters,
+    mbarriers as (arrivals, phases, pending bytes), slots as (fill, landed, readers), copies
+    in flight, each role's committed cp.async groups, its open group, the slots read and
+    not yet released, the named-barrier generation each role waits on); each event knows
+    its mbarrier's and its slot's index in them beforehand."""
 
     def __init__(self, chan: str, programs: dict, bars: dict, threads: dict):
         self.chan = chan
@@ -229,6 +233,12 @@ class _Explorer:
         self.bars = bars
         self.slot_keys = sorted({(e.stage, e.tile) for p in self.programs for e in p if e.kind in ("write", "read")})
         self.readers = frozenset(k for k, p in enumerate(self.programs) if any(e.kind == "read" for e in p))
+        self.bar_index = {key: b for b, key in enumerate(self.bar_keys)}
+        slot_index = {key: s for s, key in enumerate(self.slot_keys)}
+        self.counts = [self._count(bar) for bar, _ in self.bar_keys]
+        self.lengths = [len(p) for p in self.programs]
+        self.events = [[(e, self.bar_index.get((e.bar, e.stage), -1), slot_index.get((e.stage, e.tile), -1))
+                        for e in p] for p in self.programs]
 
     def _count(self, bar: str) -> int:
         return self.bars[bar][1] if bar in self.bars else 0
@@ -240,12 +250,12 @@ class _Explorer:
                  frozenset(), (-1,) * n)
         seen = {start}
         queue = deque([start])
+        lengths = self.lengths
         while queue:
             state = queue.popleft()
-            moves = list(self._moves(state))
-            if not moves and any(pc < len(p) for pc, p in zip(state[0], self.programs)):
-                return self._deadlock(state)
-            for nxt in moves:
+            moved = False
+            for nxt in self._moves(state):
+                moved = True
                 if isinstance(nxt, Violation):
                     return nxt
                 if nxt not in seen:
@@ -254,6 +264,8 @@ class _Explorer:
                                                                  f"{MAX_STATES} states, not verified")
                     seen.add(nxt)
                     queue.append(nxt)
+            if not moved and any(pc < length for pc, length in zip(state[0], lengths)):
+                return self._deadlock(state)
         return None
 
     def _deadlock(self, state) -> Violation:
@@ -263,29 +275,32 @@ class _Explorer:
         for k, e in stuck:
             where = f"{self.roles[k]} waits at {e.op.name}"
             if e.kind == "wait":
-                arrivals, phases, pending = bars[self.bar_keys.index((e.bar, e.stage))]
+                arrivals, phases, pending = bars[self.bar_index[(e.bar, e.stage)]]
                 where += (f" on {e.bar}[{e.stage}] for parity {e.value} (its phase {phases}, {arrivals} "
                           f"of {self._count(e.bar)} arrivals{f', {pending} bytes due' if pending else ''})")
             parts.append(where)
         return Violation(stuck[0][1].op, f"channel {self.chan!r} deadlocks: " + "; ".join(parts))
 
     def _moves(self, state):
+        """The successors of `state`, each role's step first, then each copy landing, then
+        each cp.async group completing; a Violation ends them."""
         pcs, bars, slots, flight, groups, open_groups, holds, entered = state
+        lengths, events = self.lengths, self.events
         for k, pc in enumerate(pcs):
-            if pc < len(self.programs[k]):
-                yield from self._step(k, self.programs[k][pc], state)
+            if pc < lengths[k]:
+                nxt = self._step(k, events[k][pc], state)
+                if nxt is not None:
+                    yield nxt
         for i, (slot, bar, tx) in enumerate(flight):
             rest = flight[:i] + flight[i + 1:]
-            new_bars = bars
-            if bar:
-                b = self.bar_keys.index(bar)
-                arrivals, phases, pending = bars[b]
-                pending -= tx
-                if pending < 0:
-                    yield Violation(self._writer_op(slot), f"{bar[0]}[{bar[1]}] receives more bytes than "
-                                                           f"its expect_tx announced")
-                    return
-                new_bars = _set(bars, b, self._settle(bar[0], arrivals, phases, pending))
+            b = self.bar_index[bar]
+            arrivals, phases, pending = bars[b]
+            pending -= tx
+            if pending < 0:
+                yield Violation(self._writer_op(slot), f"{bar[0]}[{bar[1]}] receives more bytes than "
+                                                       f"its expect_tx announced")
+                return
+            new_bars = _set(bars, b, self._settle(b, arrivals, phases, pending))
             fill, _, readers = slots[slot]
             yield (pcs, new_bars, _set(slots, slot, (fill, True, readers)), rest, groups, open_groups, holds, entered)
         for k, pending in enumerate(groups):
@@ -301,56 +316,52 @@ class _Explorer:
         stage, tile = self.slot_keys[slot]
         return next(e.op for p in self.programs for e in p if e.kind == "write" and (e.stage, e.tile) == (stage, tile))
 
-    def _settle(self, bar: str, arrivals: int, phases: int, pending: int):
-        if arrivals == self._count(bar) and pending == 0:
+    def _settle(self, b: int, arrivals: int, phases: int, pending: int):
+        if arrivals == self.counts[b] and pending == 0:
             return (0, phases + 1, 0)
         return (arrivals, phases, pending)
 
-    def _step(self, k: int, e: Event, state):
+    def _step(self, k: int, event: tuple, state):
+        """Role k's next event `(event, its mbarrier's index, its slot's index)`: the
+        successor, a Violation, or None where the role waits."""
+        e, b, s = event
         pcs, bars, slots, flight, groups, open_groups, holds, entered = state
-        nxt = _set(pcs, k, pcs[k] + 1)
-        if e.kind == "wait":
-            if (bars[self.bar_keys.index((e.bar, e.stage))][1] & 1) != e.value:
-                yield (nxt, *state[1:])
-        elif e.kind in ("arrive", "expect"):
-            b = self.bar_keys.index((e.bar, e.stage))
+        kind = e.kind
+        nxt = pcs[:k] + (pcs[k] + 1,) + pcs[k + 1:]
+        if kind == "wait":
+            return (nxt, *state[1:]) if (bars[b][1] & 1) != e.value else None
+        if kind in ("arrive", "expect"):
             arrivals, phases, pending = bars[b]
-            arrivals += 1 if e.kind == "expect" else e.value
-            pending += e.value if e.kind == "expect" else 0
-            if arrivals > self._count(e.bar):
-                yield Violation(e.op, f"{e.bar}[{e.stage}] gets {arrivals} arrivals in one phase, more than "
-                                      f"its count {self._count(e.bar)}")
-                return
-            released = frozenset(h for h in holds if h[0] != k) if e.kind == "arrive" else holds
-            yield (nxt, _set(bars, b, self._settle(e.bar, arrivals, phases, pending)), slots, flight, groups,
-                   open_groups, released, entered)
-        elif e.kind == "write":
-            yield self._write(k, e, state, nxt)
-        elif e.kind == "read":
-            s = self.slot_keys.index((e.stage, e.tile))
+            arrivals += 1 if kind == "expect" else e.value
+            pending += e.value if kind == "expect" else 0
+            if arrivals > self.counts[b]:
+                return Violation(e.op, f"{e.bar}[{e.stage}] gets {arrivals} arrivals in one phase, more than "
+                                       f"its count {self.counts[b]}")
+            released = frozenset(h for h in holds if h[0] != k) if kind == "arrive" else holds
+            return (nxt, _set(bars, b, self._settle(b, arrivals, phases, pending)), slots, flight, groups,
+                    open_groups, released, entered)
+        if kind == "write":
+            return self._write(k, e, s, state, nxt)
+        if kind == "read":
             fill, landed, readers = slots[s]
             if fill != e.fill or not landed:
                 what = ("before its data landed" if fill == e.fill else
                         "before any fill was written to it" if fill < 0 else f"while it holds fill {fill}")
-                yield Violation(e.op, f"{self.roles[k]} reads fill {e.fill} of {self.chan!r} ({e.tile}) "
-                                      f"from slot {e.stage} {what}")
-                return
-            yield (nxt, bars, _set(slots, s, (fill, landed, readers | {k})), flight, groups, open_groups,
-                   holds | {(k, s)}, entered)
-        elif e.kind == "commit":
-            yield (nxt, bars, slots, flight, _set(groups, k, groups[k] + (open_groups[k],)),
-                   _set(open_groups, k, ()), holds, entered)
-        elif e.kind == "wait_group":
-            if len(groups[k]) <= e.value:
-                yield (nxt, *state[1:])
-        elif e.kind == "cta":
-            yield (nxt, bars, slots, flight, groups, open_groups, frozenset(h for h in holds if h[0] != k), entered)
-        else:
-            yield from self._named(k, e, state, nxt)
+                return Violation(e.op, f"{self.roles[k]} reads fill {e.fill} of {self.chan!r} ({e.tile}) "
+                                       f"from slot {e.stage} {what}")
+            return (nxt, bars, _set(slots, s, (fill, landed, readers | {k})), flight, groups, open_groups,
+                    holds | {(k, s)}, entered)
+        if kind == "commit":
+            return (nxt, bars, slots, flight, _set(groups, k, groups[k] + (open_groups[k],)),
+                    _set(open_groups, k, ()), holds, entered)
+        if kind == "wait_group":
+            return (nxt, *state[1:]) if len(groups[k]) <= e.value else None
+        if kind == "cta":
+            return (nxt, bars, slots, flight, groups, open_groups, frozenset(h for h in holds if h[0] != k), entered)
+        return self._named(k, e, b, state, nxt)
 
-    def _write(self, k: int, e: Event, state, nxt):
+    def _write(self, k: int, e: Event, s: int, state, nxt):
         pcs, bars, slots, flight, groups, open_groups, holds, entered = state
-        s = self.slot_keys.index((e.stage, e.tile))
         fill, _, readers = slots[s]
         holders = {h[0] for h in holds if h[1] == s}
         if fill >= 0 and (not self.readers <= readers or holders):
@@ -366,30 +377,23 @@ class _Explorer:
                     _set(open_groups, k, open_groups[k] + (s,)), holds, entered)
         return (nxt, bars, _set(slots, s, (e.fill, True, frozenset())), flight, groups, open_groups, holds, entered)
 
-    def _named(self, k: int, e: Event, state, nxt):
+    def _named(self, k: int, e: Event, b: int, state, nxt):
         """bar.arrive adds the role's threads; bar.sync adds them once and waits for the
         barrier's generation to move on (entered[k]: the generation it joined)."""
         pcs, bars, slots, flight, groups, open_groups, holds, entered = state
-        key = (e.bar, 0)
-        if key not in self.bar_keys:
-            self.bar_keys.append(key)
-            bars = bars + ((0, 0, 0),)
-        b = self.bar_keys.index(key)
         arrived, generation, _ = bars[b]
         if e.kind == "bar_sync" and entered[k] >= 0:
             if generation > entered[k]:
-                yield (nxt, bars, slots, flight, groups, open_groups, holds, _set(entered, k, -1))
-            return
+                return (nxt, bars, slots, flight, groups, open_groups, holds, _set(entered, k, -1))
+            return None
         arrived += self.threads[k]
         if arrived > e.value:
-            yield Violation(e.op, f"named barrier {e.bar[3:]} counts {e.value} threads but gets {arrived}")
-            return
+            return Violation(e.op, f"named barrier {e.bar[3:]} counts {e.value} threads but gets {arrived}")
         done = arrived == e.value
         bar = (0, generation + 1, 0) if done else (arrived, generation, 0)
         if e.kind == "bar_arrive":
-            yield (nxt, _set(bars, b, bar), slots, flight, groups, open_groups, holds, entered)
-        else:
-            yield (pcs, _set(bars, b, bar), slots, flight, groups, open_groups, holds, _set(entered, k, generation))
+            return (nxt, _set(bars, b, bar), slots, flight, groups, open_groups, holds, entered)
+        return (pcs, _set(bars, b, bar), slots, flight, groups, open_groups, holds, _set(entered, k, generation))
 
 
 def _set(values: tuple, k: int, value) -> tuple:
