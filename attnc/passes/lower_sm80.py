@@ -34,26 +34,26 @@ KERNELS_ATTR = "attn.kernels"
 SPECIALIZATION_ATTR = "attn.specialization"
 
 
-# Kernel choices the options record on attn.attention, read back by sm80_lower.py: each
+# Kernel choices the options record on attn.kernel, read back by sm80_lower.py: each
 # option's name is its Sm80KernelSpec field's, with the attribute and the value's type.
 KERNEL_CHOICES: dict[str, tuple[str, type]] = {
-    "q_blocks_per_cta": ("sm80.q_blocks_per_cta", int),
-    "interval_test": ("sm80.interval_test", str),
-    "min_ctas_per_sm": ("sm80.min_ctas_per_sm", int),
-    "persistent": ("sm90.persistent", bool),
-    "exp2_fma": ("sm80.exp2_fma", int),
-    "heads_first": ("sm80.heads_first", bool),
-    "tiles_last": ("sm80.tiles_last", bool),
-    "staged_o": ("sm80.staged_o", bool),
-    "lean_loads": ("sm80.lean_loads", bool),
-    "split_mask": ("sm80.split_mask", bool),
-    "early_first": ("sm80.early_first", bool),
-    "aligned_tiles": ("sm80.aligned_tiles", bool),
-    "run_ranges": ("sm80.run_ranges", bool),
-    "lazy_rescale": ("sm80.lazy_rescale", bool),
-    "mma_row_sum": ("sm80.mma_row_sum", bool),
-    "tail_waves": ("sm80.tail_waves", int),
-    "dead_rows": ("sm80.dead_rows", bool),
+    "q_blocks_per_cta": ("kernel.q_blocks_per_cta", int),
+    "interval_test": ("kernel.interval_test", str),
+    "min_ctas_per_sm": ("kernel.min_ctas_per_sm", int),
+    "persistent": ("kernel.persistent", bool),
+    "exp2_fma": ("kernel.exp2_fma", int),
+    "heads_first": ("kernel.heads_first", bool),
+    "tiles_last": ("kernel.tiles_last", bool),
+    "staged_o": ("kernel.staged_o", bool),
+    "lean_loads": ("kernel.lean_loads", bool),
+    "split_mask": ("kernel.split_mask", bool),
+    "early_first": ("kernel.early_first", bool),
+    "aligned_tiles": ("kernel.aligned_tiles", bool),
+    "run_ranges": ("kernel.run_ranges", bool),
+    "lazy_rescale": ("kernel.lazy_rescale", bool),
+    "mma_row_sum": ("kernel.mma_row_sum", bool),
+    "tail_waves": ("kernel.tail_waves", int),
+    "dead_rows": ("kernel.dead_rows", bool),
 }
 
 
