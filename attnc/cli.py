@@ -3,6 +3,7 @@
     attnc check FILE
     attnc compile FILE -arch {sm_80,sm_90a,sm_100a} --emit {mlir,ptx,cubin,bundle} [-o OUT]
           [--print-ir-after-all] [--dump-dir DIR] [--pass-pipeline TEXT] [--load-pass FILE]
+          [--time-passes]                     # where the time went, on stderr
     attnc opt FILE.mlir [-arch ...] [--pass-pipeline TEXT] [-o OUT] [--print-ir-after-all]
           [--dump-dir DIR] [--load-pass FILE]     # re-run passes on saved IR
     attnc passes [--load-pass FILE]
