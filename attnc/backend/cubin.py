@@ -21,9 +21,10 @@ kernel_spec.py) asks the resources of its kernel's PTX under the bound; where th
 spills, the bundle takes the kernel without the bound, whose PTX is the trial's less its
 `.minnctapersm` lines (Note [Recent PTX] in ptx.py). nvJitLink lets go of the GIL, so
 `resource_usage` of PTX with a bound has that PTX assembled on a second thread meanwhile,
-where the process has a second core, and the bundle's `ptx_to_cubin` of it takes that
-cubin. Where the bound is kept, or the bundle's module holds more kernels than the
-trial's, the second assembly was for nothing, and cost no wall time.
+where the process has a second core that the load average says is idle, and the bundle's
+`ptx_to_cubin` of it takes that cubin. Where the bound is kept, or the bundle's module
+holds more kernels than the trial's, the second assembly was for nothing, and cost no
+wall time (on a busy machine it would: hence the load average).
 
 Note [Split compile]: ptxas compiles a module's kernels one after the other, and a
 module may hold two or three (sm_80's tiles_last kernel, Note [Small grids]; a block map
@@ -232,11 +233,16 @@ def _assemble_beside(ptx: str, arch: str) -> None:
     from attnc.backend.ptx import without_bounds
     unbounded = without_bounds(ptx)
     key = (unbounded, arch, True, default_options(unbounded))
-    if unbounded == ptx or _needs_whole_program(ptx) or key in _beside or len(os.sched_getaffinity(0)) < 2:
+    if unbounded == ptx or _needs_whole_program(ptx) or key in _beside or not _idle_core():
         return
     while len(_beside) >= _BESIDE_KEPT:
         _beside.pop(next(iter(_beside)))
     _beside[key] = _second_thread().submit(_nvjitlink, *key)
+
+
+def _idle_core() -> bool:
+    cores = len(os.sched_getaffinity(0))
+    return cores >= 2 and os.getloadavg()[0] <= cores - 1
 
 
 @functools.lru_cache(maxsize=1)

@@ -68,14 +68,16 @@ def bounded_and_unbounded_ptx() -> tuple[str, str]:
         return ptx.to_ptx(module(3), "sm_90a"), ptx.to_ptx(module(None), "sm_90a")
 
 
-def counting_assemblies(monkeypatch, cores: int) -> list:
-    """Note [Assembled beside the trial] in attnc/backend/cubin.py, on `cores` cores."""
+def counting_assemblies(monkeypatch, cores: int, load: float = 0.0) -> list:
+    """Note [Assembled beside the trial] in attnc/backend/cubin.py, on `cores` cores with
+    a load average of `load`."""
     from attnc.backend import cubin
     calls = []
     assemble = cubin._assemble
     monkeypatch.setattr(cubin, "_assemble", lambda ptx, *rest: calls.append(ptx) or assemble(ptx, *rest))
     monkeypatch.setattr(cubin, "_beside", {})
     monkeypatch.setattr(cubin.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(cubin.os, "getloadavg", lambda: (load, load, load))
     return calls
 
 
@@ -90,10 +92,13 @@ def test_the_unbounded_kernel_is_assembled_beside_the_trials(monkeypatch):
     assert got.cubin == cubin._nvjitlink(unbounded, "sm_90a", True, ("-O3",)).cubin
 
 
-def test_one_core_or_no_bound_assembles_nothing_beside(monkeypatch):
+def test_one_core_a_busy_machine_or_no_bound_assembles_nothing_beside(monkeypatch):
     from attnc.backend import cubin
     bounded, unbounded = bounded_and_unbounded_ptx()
     counting_assemblies(monkeypatch, cores=1)
+    cubin.resource_usage(bounded, "sm_90a")
+    assert cubin._beside == {}
+    counting_assemblies(monkeypatch, cores=2, load=1.5)
     cubin.resource_usage(bounded, "sm_90a")
     assert cubin._beside == {}
     counting_assemblies(monkeypatch, cores=2)
