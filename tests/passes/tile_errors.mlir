@@ -26,7 +26,7 @@
 // BLOCKM100: --pass-pipeline:1:11: error: attn-tile: block_m=64 is not possible on sm_100a: a Q tile is one tcgen05.mma of 128 rows (one row per softmax thread)
 // BLOCKN: --pass-pipeline:1:11: error: attn-tile: block_n=40 is not possible on sm_80: it must be a multiple of 16 (the k-step of P.V) and at most 256
 // BLOCKNMAX: --pass-pipeline:1:11: error: attn-tile: block_n=272 is not possible on sm_90a: it must be a multiple of 16 (the k-step of P.V) and at most 256
-// STAGES: --pass-pipeline:1:11: error: attn-tile: stages=1 is not possible on sm_90a: the K/V pipeline needs 2 to 3 stages
+// STAGES: --pass-pipeline:1:11: error: attn-tile: stages=1 is not possible on sm_90a: the K/V pipeline needs 2 to 4 stages
 // QTILES: --pass-pipeline:1:11: error: attn-tile: q_tiles=2 is not possible on sm_80: a CTA holds 1 Q tile(s)
 // SMEM: tile_errors.attn:2:1: error: the tile needs 416 KB of shared memory (Q 32 KB + K/V 384 KB) but sm_80 has 163 KB: lower block_n, stages or block_m
 // TMEM: tile_errors.attn:2:1: error: S and O need 640 TMEM columns (2 x (192 + 128)) but sm_100a has 512: lower block_n or q_tiles
