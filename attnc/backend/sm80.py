@@ -5,7 +5,7 @@ One CTA per (m_block, h, b) (m_block = gridDim.x - 1 - blockIdx.x, or on y or z 
 query blocks per CTA]); `num_warps` warps, warp w owning rows [w*block_m/num_warps,
 (w+1)*block_m/num_warps) of the Q tile in 16-row MMA tiles.
 
-    load Q[m_block]                             ─┐ cp.async group (Note [Q before the range])
+    load Q[m_block]                             ─┐ cp.async groups (the prologue: sm80_loads.py)
     load K[n0], V[n0], K[n1], ..., K[n_{S-1}]    ─┘ one group each (S = stages)
     for t, n in enumerate(hi-1 down to lo):     # partial blocks first (peeled), then full
         wait K[n]; bar.sync                     # (n: the t-th block of the schedule, sm80_kv.py)
@@ -19,20 +19,12 @@ query blocks per CTA]); `num_warps` warps, warp w owning rows [w*block_m/num_war
     [sink folded into m, l]
     O /= l; store O (and lse = m*scale + ln l)
 
-Here the kernel's body, `_Sm80Forward` (sm90.py's kernels extend it); how it is launched,
-its parameters and grid, is kernel_abi.py's (`kernel_abi`), and kernel_module.py builds it
+Here the kernel's body, `_Sm80Forward` (sm90.py's kernels extend it); its copies from
+global memory, the prologue's and the steps' (Notes [Q before the range], [cp.async group
+counting], [Lean step loads], [Skipped blocks], [First block before the map]), are
+sm80_loads.py's (`ForwardLoads`, which it derives from); how it is launched, its
+parameters and grid, is kernel_abi.py's (`kernel_abi`), and kernel_module.py builds it
 into a gpu.module (`build_sm80_module`).
-
-Note [Skipped blocks]: a block that the mask's `tile_skip` rules out inside [lo, hi) is
-not read from global memory (its K/V tiles are zero-filled by cp.async, which keeps the
-group counting); its step still runs QK^T on the zero K tile, the softmax on an all -inf
-row (the mask drops every score, whatever S holds) and P.V with P = 0 and V = 0, which
-changes nothing. Such blocks are rare (the kv range is the hull of the kept keys, and
-holes between the segments of a mask, KvRange.segments, are never visited), so no
-branch is spent on them: one around QK^T alone cost 61 SASS instructions per partial
-step of window1024 and made it slower (results/sm80_h200.md, "Skipped blocks"); one
-around the whole step would carry the O accumulators through an scf.if, which spilled at
-128x64 tiles, head dim 128.
 
 Note [P as A operand]: the m16n8k16 accumulator of rows g, g+8 and columns 2t, 2t+1 of
 two adjacent n8 atoms is exactly the A fragment of a k16 step (rows g, g+8; k 2t, 2t+8),
@@ -60,49 +52,6 @@ hides their latency behind the normalisation and the O stores. Both blocks are
 `select`s of the loop counter: a loop-invariant block index let LLVM hoist the second
 block's addresses and ranges out of the loop and hold them in registers throughout
 (300 bytes of spills at head dim 64).
-
-Note [Lean step loads]: only the last key block, cdiv(N, block_n) - 1, may hold rows >= N,
-and a step visits blocks in strictly decreasing order, so the block a step loads for a
-later step (V of step t + S - 1, K of t + S) ends below N whenever the schedule's top
-block is below cdiv(N, block_n): then no load but the prologue's (and, with one stage, a
-step's V of its own block) needs row predicates. `Sm80KernelSpec.step_loads_lean` makes
-the steps of two kinds of kernel lean, on sm_80:
-
-* a block map's, whose range lies inside the map's row (cdiv(N, block_n) blocks, or from a
-  table tile's key origin on, cdiv(N - key0, block_n)); a block
-  the map skips is then all or nothing, one predicate for every copy (documents + causal
-  at head dim 128 4 % faster, at 64 the same);
-* a band's (Sm80KernelSpec.banded), whose range `schedule` clamps below cdiv(N, block_n),
-  and whose steps do not ask tile_skip either (asks_tile_skip): a band's few blocks
-  nearly always keep keys, and one that keeps none is still computed right, masked whole
-  as tile_partial (every class but FULL) says (window 1024 1-3 % faster).
-
-The same loads in every other sm_80 kernel (the range clamped) measured slower for causal
-and, still asking tile_skip, for the window at head dim 128, where ptxas then spilled
-(results/sm80_h200.md, "Lean step loads").
-
-Note [First block before the map]: a block map's range is known only once the map's row
-has been read and scanned (Note [Full range from the map], blockmap_hooks.py), and the first
-K/V loads wait for it. The static analysis' hull of the same mask (`kv_hint`) contains the
-map's range and is plain arithmetic, and its top block is often the map's first one
-(documents + causal: always, the diagonal block), so its K and V are issued right after
-Q, before the map is read (with one stage, as the prologue's loads always are, K alone).
-A tile table's tile guesses its diagonal block, with a map or with the table's runs,
-whose range is a scan of computed classes (Note [Ranges from the runs], run_ranges.py).
-Where the map's range starts at another block, the prologue waits for every copy
-(cp.async.wait_group 0) and loads that block's K and V into slot 0 again, in new groups:
-the groups before them have landed, so no wait count changes (Note [cp.async group
-counting]). The first visited block is never SKIP (a map's range ends at its last
-non-SKIP block), so neither load asks tile_skip. With N = 0 every guessed copy is empty
-(rows >= N) and points at Q's first row, as an empty copy must point in bounds (a branch
-around the copies instead cost the gain at head dim 128). An empty range reads its
-guessed block and never uses it. Documents + causal ran 1.3-2 % faster at head dim 128,
-the same at 64 (results/sm80_h200.md, "First block before the map").
-
-Note [cp.async group counting]: every step commits exactly one group even when it has
-nothing to load (an empty group), so the K of step t is always followed by exactly
-2S-2 younger groups when step t waits for it, and so is its V: `cp.async.wait_group
-2S-2` is a constant. For S = 1 this is FA2's alternating K/V schedule.
 
 Note [Dead rows]: the steps run from the top of the key range down, so a causal-like mask
 (a row interval whose end grows with the row) puts the diagonal in the first block, and
@@ -132,7 +81,7 @@ from __future__ import annotations
 import math
 
 from mlir import ir
-from mlir.dialects import arith, llvm, nvvm, scf
+from mlir.dialects import nvvm, scf
 
 from attnc.backend.kernel_spec import KvCtx, Sm80KernelSpec, mask_hooks
 from attnc.backend.nvgpu_builders import (Approx, CpAsync, CtaBarrier, Emit, GlobalPtr, LdMatrix, MmaSync,
@@ -140,6 +89,7 @@ from attnc.backend.nvgpu_builders import (Approx, CpAsync, CtaBarrier, Emit, Glo
 from attnc.backend.qtiles import qtiles_param, read_entry
 from attnc.backend.sm80_epilogue import Epilogue, StagedRows
 from attnc.backend.sm80_kv import KvSchedule, schedule
+from attnc.backend.sm80_loads import ForwardLoads
 from attnc.backend.sm80_masks import ElementCoords, ScoreMasker, rows_of
 from attnc.backend.sm80_softmax import ONES_BF16X2, ONES_F16X2, OnlineSoftmax, SoftmaxState
 from attnc.backend.sm80_tiles import FragmentReader, SwizzledTile, TileLoader
@@ -148,7 +98,7 @@ LOG2E = math.log2(math.e)
 SMEM_SYMBOL = "attnc_dynamic_smem"
 
 
-class _Sm80Forward:
+class _Sm80Forward(ForwardLoads):
     """Emits the kernel body at the current insertion point."""
 
     def __init__(self, spec: Sm80KernelSpec, args: dict[str, ir.Value]):
@@ -271,59 +221,10 @@ class _Sm80Forward:
         """The hook's range for `m_block` (default: the current block) as a schedule (Note
         [Mask hooks], sm80_kv.py)."""
         e, s = self.e, self.spec
-        # Note [Lean step loads]: a block map's range is inside the map, a band's is clamped.
+        # Note [Lean step loads] (sm80_loads.py): a block map's range is inside the map, a
+        # band's is clamped.
         clamp_top = s.step_loads_lean and not s.blockmap
         return schedule(e, self.kv_range_fn(e, self._ctx(m_block)), self.n_keys, s.block_n, clamp_top)
-
-    # ------------------------------------------------------------ loads
-    def _load_q(self, m_block) -> None:
-        e = self.e
-        q = self._tensor("q", self.b, self.h)
-        first = self._first_row(m_block)
-        q = q.offset(e.mul(e.to_i64(first), e.arg("stride_q_2")))
-        self.loader.load(self.q_tile, 0, q, e.arg("stride_q_2"), e.sub(e.dim("M"), first))
-
-    def _load_kv(self, name: str, n_block, slot_offset, ragged: bool, skip=None,
-                 base: GlobalPtr | None = None) -> None:
-        """Load block n_block of K or V (from `base`, default the head's K or V); `ragged`:
-        the block may hold rows >= N; `skip` (i1): the mask keeps nothing there, so nothing
-        is read and the tile is zeroed (Note [Skipped blocks])."""
-        e, s = self.e, self.spec
-        first = e.mul(n_block, s.block_n)
-        stride = e.arg(f"stride_{name}_2")
-        src = (base or self.kv_ptr[name]).offset(e.mul(e.to_i64(first), stride))
-        tile = self.k_tile if name == "k" else self.v_tile
-        if not ragged and skip is not None:
-            # Every row is below N (Note [Lean step loads]): a skipped block is all or
-            # nothing, one predicate.
-            self.loader.load(tile, slot_offset, src, stride, valid=arith.xori(skip, e.true()))
-            return
-        rows = e.sub(self.n_keys, first) if ragged or skip is not None else None
-        if skip is not None:
-            rows = e.select(skip, e.c32(0), rows)
-        self.loader.load(tile, slot_offset, src, stride, rows)
-
-    def _load_kv_if(self, name: str, n_block, slot_offset, exists, ragged: bool, ask_skip: bool = False,
-                    m_block=None) -> None:
-        """Load when `exists(n_block)` (the step is in the schedule), then commit a group
-        either way (Note [cp.async group counting]); with `ask_skip`, a block the mask
-        skips (for query block `m_block`, default the current one) is zero-filled
-        instead of read."""
-        guard = scf.IfOp(exists(n_block))
-        with ir.InsertionPoint(guard.then_block):
-            self._load_kv(name, n_block, slot_offset, ragged, self._skip(n_block, m_block) if ask_skip else None)
-            scf.yield_([])
-        self.cp.commit()
-
-    def _skip(self, n_block, m_block=None):
-        return self.spec.tile_skip(self.e, self._ctx(m_block), self.e.max(n_block, 0))
-
-    def _slot_offset(self, t_plus: int, t):
-        """Byte offset of the K/V slot of step t + t_plus."""
-        stages = self.spec.stages
-        if stages == 1:
-            return 0
-        return self.e.mul(self.e.rem(self.e.add(t, t_plus), stages), self.slot_bytes)
 
     # ------------------------------------------------------------ the two GEMMs
     def _qk(self, slot, atoms=None):
@@ -420,7 +321,8 @@ class _Sm80Forward:
     def _step(self, t, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str, first: bool = False):
         """Step t visits n_block = kv.block(t). mode: 'partial' (masked; when the mask has
         `tile_partial`, only if it or the ragged N edge says so; a block `tile_skip` rules
-        out is not computed, Note [Skipped blocks]) | 'full' (no mask, nothing asked)."""
+        out is not computed, Note [Skipped blocks] in sm80_loads.py) | 'full' (no mask,
+        nothing asked)."""
         e, s = self.e, self.spec
         n_block = kv.block(e, t)
         self.cp.wait(2 * s.stages - 2)
@@ -522,14 +424,6 @@ class _Sm80Forward:
         scored = s.score_mod is not None or s.score_bias is not None
         return self.softmax.step(rows, state, check_inf=mode != "full" or scored)
 
-    def _wait_v_and_load_k(self, t, n_block, kv: KvSchedule, slot, ragged, ask_skip) -> None:
-        """Wait for V[n]; after the barrier no warp reads K[n]'s slot: refill it."""
-        s = self.spec
-        self.cp.wait(2 * s.stages - 2)
-        self.bar.sync()
-        k_block, exists = kv.ahead(self.e, t, n_block, s.stages)
-        self._load_kv_if("k", k_block, slot, exists, ragged, ask_skip)
-
     def _ctx(self, m_block=None) -> KvCtx:
         e, s = self.e, self.spec
         m_block = self.m_block if m_block is None else m_block
@@ -609,66 +503,6 @@ class _Sm80Forward:
         acc_o, state = self._steps(kv)
         self.cp.wait(0)
         self._epilogue(acc_o, state)
-
-    def _prologue(self, m_block) -> KvSchedule:
-        """Issue the loads that the steps of `m_block` start with, and return its schedule:
-        groups Q, then K0, V0, K1, ..., V_{S-2}, K_{S-1}. With first_before_map, K0 and V0
-        are the guessed block's, issued before the range is read, and a miss adds K0, V0
-        again after a wait for every group (Note [First block before the map]).
-
-        Note [Q before the range]: Q's address does not depend on the key range, and a
-        range read from a block map (blockmap_hooks) waits for global loads, so Q's copies
-        are issued first, as their own cp.async group, and fly while the range is
-        computed. The commit matters: ptxas sank uncommitted copies below the map's row
-        scan. A group older than every K/V group changes no wait count (a step waits
-        until at most its 2S - 2 younger groups are pending, which also lands Q's)."""
-        e, s = self.e, self.spec
-        self._load_q(m_block)
-        self.cp.commit()
-        guess = self._first_guess(m_block) if s.first_before_map else None
-        if guess is not None:
-            self._load_first(guess, guessed=True)
-        kv = self._kv_range(m_block)
-        ask_skip = s.asks_tile_skip
-        if guess is not None:
-            n_block, exists = kv.first(e, 0)
-            missed = scf.IfOp(e.land(exists(n_block), e.ne(n_block, guess)))
-            with ir.InsertionPoint(missed.then_block):
-                self.cp.wait(0)         # the guessed copies land before their slot is refilled
-                self._load_first(n_block)
-                scf.yield_([])
-        for i in range(0 if guess is None else 1, s.stages):
-            n_block, exists = kv.first(e, i)
-            self._load_kv_if("k", n_block, i * self.slot_bytes, exists, True, ask_skip, m_block)
-            if i < s.stages - 1:
-                self._load_kv_if("v", n_block, i * self.slot_bytes, exists, True, ask_skip, m_block)
-        return kv
-
-    def _first_guess(self, m_block):
-        """The top block of the static hull (kv_hint), clamped into the blocks of the keys
-        [key0, N) (key0 = 0 but for a table's tile): Note [First block before the map]."""
-        e, s = self.e, self.spec
-        if s.aligned_tiles:
-            # The hull is of grid blocks; a table's tile guesses the block of its last row's
-            # key (the diagonal: a documents + causal tile's top block).
-            top = e.div(e.sub(e.sub(e.min(self.row_end, e.dim("N")), 1), self.key0), s.block_n)
-        else:
-            top = e.sub(s.kv_hint(e, self._ctx(m_block)).hi, 1)
-        return e.max(e.min(top, e.sub(e.cdiv(self.n_keys, s.block_n), 1)), 0)
-
-    def _load_first(self, n_block, guessed: bool = False) -> None:
-        """K (and with two or more stages V) of block n_block into slot 0, a group each,
-        rows >= N predicated. The first visited block is never SKIP (it is the map's last
-        non-SKIP one), so tile_skip is not asked. `guessed`: loaded before the range is
-        known, so also where N = 0, when the copies (all empty) point at Q's first row."""
-        e = self.e
-        q_row0 = self._tensor("q", self.b, self.h).ptr if guessed else None
-        for name in ("k", "v")[:1 + (self.spec.stages > 1)]:
-            base = self.kv_ptr[name]
-            if guessed:
-                base = GlobalPtr(e, llvm.select(e.gt(self.n_keys, 0), base.ptr, q_row0), 16)
-            self._load_kv(name, n_block, 0, True, base=base)
-            self.cp.commit()
 
     def _steps(self, kv: KvSchedule):
         """Every KV step of the current block: (O accumulators, softmax state)."""

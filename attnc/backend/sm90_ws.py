@@ -223,7 +223,7 @@ class Sm90WsForward(Sm90Forward):
     def _produce(self, name: str, kv, t) -> None:
         """Load K or V of step t into its slot once it is empty, then arrive on its full
         barrier. Rows at or past N are zero-filled, and so is a block the mask skips
-        (Note [Skipped blocks] in sm80.py)."""
+        (Note [Skipped blocks] in sm80_loads.py)."""
         e, s = self.e, self.spec
         slot, parity = self._use(t)
         self.mbar.wait(self._barrier(f"{name}_empty", slot), e.xor(parity, 1))
