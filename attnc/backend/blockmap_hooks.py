@@ -1,4 +1,4 @@
-"""The attention kernel's mask hooks (Note [Mask hooks] in kernel_spec.py) answered from the
+"""The attention kernel's mask hooks (Note [Mask hooks] in mask_hooks.py) answered from the
 block map (blockmap.py, Notes [Block map ABI] and [Conjuncts a tile holds]): `blockmap_hooks`
 (kv_range, tile_partial and the map's parameter), `blockmap_skip` and `blockmap_holds`, and
 the warp's scan of a map row that run_ranges.py shares (`warp_range`, `scan_row`,
@@ -20,7 +20,7 @@ from mlir.dialects import arith, llvm, nvvm, scf
 
 from attnc.backend.blockmap import (CLASS_BITS, FULL, INTERVAL_HOLDS, RESIDUAL_HOLDS, SCRATCH, SKIP, BlockMapPlan,
                                     _i8, _redux)
-from attnc.backend.kernel_spec import ExtraParam, KvCtx, KvRange
+from attnc.backend.mask_hooks import ExtraParam, KvCtx, KvRange
 from attnc.backend.nvgpu_builders import Emit, GlobalPtr
 from attnc.backend.qtiles import tile_count
 from attnc.errors import AttncError
@@ -35,7 +35,7 @@ def blockmap_param(plan: BlockMapPlan) -> ExtraParam:
 
 def blockmap_hooks(plan: BlockMapPlan):
     """(kv_range, tile_partial, extra_params) for the attention kernel (Note [Mask hooks]
-    in kernel_spec.py), reading the map (Note [Block map ABI]): kv_range visits the first
+    in mask_hooks.py), reading the map (Note [Block map ABI]): kv_range visits the first
     to the last non-SKIP block of the query block's row, with the row's FULL blocks as the
     full range when they are one contiguous run (Note [Full range from the map]), else an
     empty one; tile_partial (class != FULL) is asked about every block outside it;

@@ -80,7 +80,7 @@ from mlir.dialects import arith, llvm, scf
 
 from attnc.backend.exact_ints import WIDTH_OPS, IntPlan
 from attnc.backend.hook_arith import _fabs, _fold, _power_of_two, _reciprocal, divide, floordiv
-from attnc.backend.kernel_spec import ExtraParam
+from attnc.backend.mask_hooks import ExtraParam
 from attnc.backend.nvgpu_builders import Approx, Emit
 from attnc.ir import DIM, PARAM, YIELD
 

@@ -57,7 +57,7 @@ same kernel on the grid, on both targets (results/sm80_h200.md and sm90a_h200.md
 
 The table's order is the order the tiles were found in (but for the end of the last
 batch's: Note [Longest tiles last]), and the attention kernel takes it
-from the last entry to the first (Note [Heads first] in sm80.py): each document's tiles
+from the last entry to the first (Note [Heads first] in kernel_abi.py): each document's tiles
 heaviest first, neighbouring tiles of a document running together and sharing its keys in
 the L2. Sorting the table by work instead (longest first over all documents, which a
 list-scheduling model says shortens the grid's tail from 4-5 % to under 1 %) ran the k-th
@@ -66,7 +66,7 @@ sm_80 ran 5-10 % slower, sm_90a the same (results/sm80_h200.md, "Document-aligne
 tiles").
 
 Note [Longest tiles last]: the grid's last CTAs decide when it ends. On the heads-first
-grid (Note [Heads first] in sm80.py: every head of one entry, then the next entry, batch
+grid (Note [Heads first] in kernel_abi.py: every head of one entry, then the next entry, batch
 by batch) the last CTAs to start are the last batch's first entries: documents' tiles of
 every length, each document's longest first. A slot that starts a long one late runs on
 after the others have run out of work: documents of 1000 + causal at M = N = 8192, head
@@ -85,7 +85,7 @@ a guess than the table's order elsewhere), the longest at the highest index, whi
 first; equal ones keep their order. Any order of the entries is correct: a CTA reads only
 its own, and a block map is built over the table as it is then. The table kernel does it
 last, step (4) of Note [Tile table kernel], and not where the runtime launches the small
-grid instead (Note [Small grids] in sm80.py: its order starts every (b, h)'s longest tile
+grid instead (Note [Small grids] in kernel_abi.py: its order starts every (b, h)'s longest tile
 first already), which it tells from the grid's CTAs against %nsmid as the runtime does
 from the SM count. (%nsmid may exceed the SM count: R and the small-grid bound then err
 on the large side, which costs nothing but order.)
@@ -126,7 +126,7 @@ from mlir.dialects import arith, gpu, llvm, nvvm, scf
 
 from attnc.backend.bundle import kernel_symbol
 from attnc.backend.hooks import load_param, size_dims
-from attnc.backend.kernel_spec import ExtraParam
+from attnc.backend.mask_hooks import ExtraParam
 from attnc.backend.nvgpu_builders import CtaBarrier, Emit, GlobalPtr, Smem, _asm, _op, st_shared_b32
 from attnc.frontend.variant import Tensor
 from attnc.ir import PARAM, defining_op, int_constant
@@ -157,7 +157,7 @@ class SegmentIds:
 
 def segment_ids(block: ir.Block, params: list[Tensor]) -> Optional[SegmentIds]:
     """The first top-level conjunct of the mask region `block` of the form P[.., i, ..]
-    == P[.., j, ..] with P an i32 param (hooks.MaskConjuncts), else None."""
+    == P[.., j, ..] with P an i32 param (hook_walks.MaskConjuncts), else None."""
     found = segment_conjunct(block, params)
     return found[1] if found else None
 

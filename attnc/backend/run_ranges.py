@@ -17,19 +17,20 @@ classifies any tile of rows and keys exactly as it does the grid's. So block n o
     MIXED  otherwise,
 
 computed in the attention kernel instead of read from a map: the range is a warp's scan
-of the blocks of the tile's run (each lane a block, as blockmap.scan_row scans a map
-row), the FULL blocks as the full range when they are one run (blockmap.row_range). The
-steps ask nothing more: every block outside the full range is masked (no tile_partial),
-and of a masked block's conjuncts (Note [Conjuncts a tile holds] in blockmap.py) only the
-ids' is known to hold, below the run's first block that reaches past key_end -- one
-value per tile, where asking each block's class again kept the tile's rows and keys live
-through the loop (196 bytes of spills at 128x64 tiles, head dim 128). A table on the
-grid (ids not sorted: key_end = -1) knows nothing of the conjunct, and every block the
-rest keeps is MIXED, the ids compared per score: right, as slow as the mask is.
+of the blocks of the tile's run (each lane a block, as blockmap_hooks.scan_row scans a
+map row), the FULL blocks as the full range when they are one run
+(blockmap_hooks.row_range). The steps ask nothing more: every block outside the full
+range is masked (no tile_partial), and of a masked block's conjuncts (Note [Conjuncts a
+tile holds] in blockmap.py) only the ids' is known to hold, below the run's first block
+that reaches past key_end -- one value per tile, where asking each block's class again
+kept the tile's rows and keys live through the loop (196 bytes of spills at 128x64
+tiles, head dim 128). A table on the grid (ids not sorted: key_end = -1) knows nothing
+of the conjunct, and every block the rest keeps is MIXED, the ids compared per score:
+right, as slow as the mask is.
 
 The range is known only after the entry is read and the scan done, so the sm_80 kernel
 issues the diagonal's K and V first, as it does before a map's row is read (Note [First
-block before the map] in sm80.py).
+block before the map] in sm80_loads.py).
 
 Where: a mask with the ids' conjunct whose rest reads no param and no float (the rest is
 "static" to the analysis), on the aligned tiles (`BlockMapPlan.built` False: the bundle
@@ -56,7 +57,7 @@ floor.
 There is no `tile_skip`: a block between the first and the last kept one that keeps
 nothing (a rest such as `j < 10 or j <= i`, whose holes the analysis does not split under
 the conjunction) is still computed right, masked whole (Note [Lean step loads] in
-sm80.py says the same of a band's).
+sm80_loads.py says the same of a band's).
 """
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ from attnc.backend.blockmap import FULL, MIXED, SKIP      # the analysis' classe
 from attnc.backend.blockmap_hooks import warp_range
 from attnc.backend.hook_walks import MaskConjuncts
 from attnc.backend.hooks import KernelNames, RegionCode
-from attnc.backend.kernel_spec import KvCtx, KvRange
+from attnc.backend.mask_hooks import KvCtx, KvRange
 from attnc.backend.nvgpu_builders import Emit
 
 
@@ -81,7 +82,7 @@ from attnc.backend.nvgpu_builders import Emit
 class RunRest:
     """The mask with the ids' conjunct taken as true, analysed: its tile class as a
     function (in a module of its own, kept alive here), and whether the ids' conjunct is
-    the mask's only residual (Note [Residual conjuncts], hooks.py)."""
+    the mask's only residual (Note [Residual conjuncts], row_intervals.py)."""
     module: ir.Module
     tile_class: object              # func.func (TILE_ARGS + dims) -> i32
     dims: tuple[str, ...]

@@ -83,7 +83,8 @@ import math
 from mlir import ir
 from mlir.dialects import nvvm, scf
 
-from attnc.backend.kernel_spec import KvCtx, Sm80KernelSpec, mask_hooks
+from attnc.backend.kernel_spec import Sm80KernelSpec
+from attnc.backend.mask_hooks import KvCtx, mask_hooks
 from attnc.backend.nvgpu_builders import (Approx, CpAsync, CtaBarrier, Emit, GlobalPtr, LdMatrix, MmaSync,
                                           Quad, Smem, values_if, warp_vote)
 from attnc.backend.qtiles import qtiles_param, read_entry
@@ -219,7 +220,7 @@ class _Sm80Forward(ForwardLoads):
 
     def _kv_range(self, m_block=None) -> KvSchedule:
         """The hook's range for `m_block` (default: the current block) as a schedule (Note
-        [Mask hooks], sm80_kv.py)."""
+        [Mask hooks] in mask_hooks.py, sm80_kv.py)."""
         e, s = self.e, self.spec
         # Note [Lean step loads] (sm80_loads.py): a block map's range is inside the map, a
         # band's is clamped.

@@ -1,5 +1,5 @@
 """Which key blocks the sm_80 kernel visits, and in which order (Note [Mask hooks] in
-kernel_spec.py gives what a mask answers; this turns the answer into loop bounds).
+mask_hooks.py gives what a mask answers; this turns the answer into loop bounds).
 
 Step t = 0, 1, ... of the KV loop visits the t-th visited block counting down from the
 top, so that the partial blocks at the diagonal and the ragged N edge come first:
@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from mlir import ir
 
-from attnc.backend.kernel_spec import KvRange
+from attnc.backend.mask_hooks import KvRange
 from attnc.backend.nvgpu_builders import Emit
 
 
@@ -77,7 +77,7 @@ def schedule(e: Emit, r: KvRange, N, block_n: int, clamp_top: bool = False) -> K
     """A mask's answer clamped to lo <= full_lo <= full_hi <= hi, with full blocks below
     N / block_n (they hold no row >= N whatever the hook says: their loads are unpredicated);
     `clamp_top`: also hi <= cdiv(N, block_n), as segments always are (Note [Lean step loads]
-    in sm80.py)."""
+    in sm80_loads.py)."""
     as_value = lambda v: v if isinstance(v, ir.Value) else e.c32(v)  # noqa: E731
     if r.segments:
         full_hi = e.min(as_value(r.full_hi), e.div(N, block_n))

@@ -61,10 +61,11 @@ def _lowering_from_ir(result) -> Sm80Lowering:
     from dataclasses import replace
 
     from attnc.backend.blockmap import blockmap_plan
-    from attnc.backend.qtiles import MAX_TAIL_WAVES, TAIL_WAVES, qtiles_plan, segment_conjunct
     from attnc.backend.kernel_abi import SMALL_GRID_CTAS_PER_SM
+    from attnc.backend.kernel_spec import Sm80KernelSpec
+    from attnc.backend.qtiles import MAX_TAIL_WAVES, TAIL_WAVES, qtiles_plan, segment_conjunct
     from attnc.backend.run_ranges import run_rest
-    from attnc.backend.kernel_spec import KERNEL_TARGETS, Sm80KernelSpec, SpecError
+    from attnc.backend.spec_checks import KERNEL_TARGETS, SpecError
     from attnc.passes.lower_sm80 import recorded_choices
     from attnc.passes.analyze_masks import mask_functions
     from attnc.passes.pipelines import LOWERING
@@ -180,7 +181,7 @@ def kernel_module_for(result):
     spec, blockmap = lowered.spec, lowered.blockmap
     with result.module.context:
         kernel_module, abi = build_sm80_module(spec, result.module.context)
-        # Note [Small grids] (sm80.py); an sm_80 kernel has no default register bound to drop.
+        # Note [Small grids] (kernel_abi.py); an sm_80 kernel has no default register bound to drop.
         small = add_small_grid_kernel(kernel_module, spec) if spec.has_small_grid_kernel else None
         if blockmap is not None:
             gpu_module = next(o for o in kernel_module.body.operations if o.operation.name == "gpu.module")

@@ -11,7 +11,7 @@ from mlir import ir
 from mlir.dialects import arith, scf
 
 from attnc.backend.hooks import RegionCode
-from attnc.backend.kernel_spec import KeepFn, RowIntervalFn, ScoreBiasFn, ScoreModFn
+from attnc.backend.mask_hooks import KeepFn, RowIntervalFn, ScoreBiasFn, ScoreModFn
 from attnc.backend.nvgpu_builders import Emit
 from attnc.backend.row_bits import WORD, RowBits, below, low_bits
 
@@ -143,7 +143,7 @@ class ScoreMasker:
 
     def _linear_bias(self, rows, n_block):
         """s + bias / scale with the bias a * float(l + cj * d) (Note [Bias linear in j] in
-        hooks.py): per row one I2F, per score an FADD of an immediate and an FFMA."""
+        score_forms.py): per row one I2F, per score an FADD of an immediate and an FFMA."""
         e = self.e
         out = []
         for r, row in enumerate(rows):
@@ -203,23 +203,23 @@ class ScoreMasker:
                                        tested(True, True)))
 
     def _masked_row(self, row, r, n_block, bound, interval: bool = True, residual=None):
-        """Note [Row intervals] (hooks.py): the row keeps the keys [lo, min(hi, bound - 1)];
-        column c of the lane is j0 plus the constant `ElementCoords.column(c)`.
+        """Note [Row intervals] (row_intervals.py): the row keeps the keys [lo, min(hi,
+        bound - 1)]; column c of the lane is j0 plus the constant `ElementCoords.column(c)`.
 
         Note [One compare per score]: LLVM turns select(a and b, x, y) into two nested
         selects, so testing lo <= d and d <= hi per score ("pair") costs two ISETP and
         two FSEL in SASS. "range" keeps the score at column d when d - lo < width as
         unsigned numbers, with width = max(hi - lo + 1, 0) per row (a d below lo wraps to
         a huge value): one add, one compare, one select. RowInterval.bounds clamps lo
-        and hi to [-2^30, 2^30] (hooks._FAR) and N < 2^30, so nothing overflows. "bits"
-        (the default up to 128-key tiles, 32 scores per row and lane) builds the row's
+        and hi to [-2^30, 2^30] (row_intervals._FAR) and N < 2^30, so nothing overflows.
+        "bits" (the default up to 128-key tiles, 32 scores per row and lane) builds the row's
         kept columns as a 32-bit mask once (Note [Kept bits]) and tests bit c of it per
         score, which ptxas turns into one R2P per 7 scores and an FSEL each: the partial
         tile of window1024 at head dim 64 drops from 1751 (pair) and 1627 (range) SASS
         instructions per thread to 1492, at head dim 128 from 1288 (pair) to 1176,
         without more spills. Without a lower bound (lo None) "pair" and "range" are the
-        one compare d <= hi. A residual (Note [Residual conjuncts], hooks.py) is ANDed with
-        the test of each score. `interval` False: that part is known to hold (`_split`;
+        one compare d <= hi. A residual (Note [Residual conjuncts], row_intervals.py) is
+        ANDed with the test of each score. `interval` False: that part is known to hold (`_split`;
         the caller then guarantees the keys are below `bound`); `residual`: `_residual`'s
         grid of the residual, None where it holds or there is none."""
         e = self.e

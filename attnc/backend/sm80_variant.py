@@ -1,4 +1,4 @@
-"""A variant's hooks for `Sm80KernelSpec` (Note [Mask hooks] in kernel_spec.py), read from
+"""A variant's hooks for `Sm80KernelSpec` (Note [Mask hooks] in mask_hooks.py), read from
 the L2+ IR of its `attn.attention`: the regions compiled by hooks.py, and the per-tile
 answers of `attn-analyze-masks`.
 
@@ -13,7 +13,8 @@ answers of `attn-analyze-masks`.
                   tile_partial @<f>_tile_class != 2  (FULL blocks run unmasked)
                   keep         the mask_mod region, per element of partial blocks
                   row_interval the keys [lo, hi] of each row, when the mask is a conjunction
-                               with comparisons linear in j (Note [Row intervals], hooks.py)
+                               with comparisons linear in j (Note [Row intervals],
+                               row_intervals.py)
                   row_residual its other conjuncts, per element (Note [Residual conjuncts])
     sink        the sink region at h, folded in at the end
 
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from attnc.backend.hooks import KernelNames, RegionCode, role_dims
-from attnc.backend.kernel_spec import ExtraParam, KvCtx, KvRange
+from attnc.backend.mask_hooks import ExtraParam, KvCtx, KvRange
 from attnc.backend.row_intervals import RowInterval
 from attnc.backend.score_forms import BiasCode, ScaledScoreCode, affine_bias
 from attnc.ir import MASK_MOD, SCORE_MOD, SINK, get_bool, region_block, yielded
@@ -101,7 +102,7 @@ def variant_hooks(op, variant, mask_mode: str | None, blockmap=None, module=None
         fields.update(kv_range=kv_range, kv_hint=fields["kv_range"], tile_partial=tile_partial,
                       tile_skip=blockmap_skip(blockmap))
         if blockmap.holds:
-            # The map and the kernel split the mask alike (hooks.MaskConjuncts).
+            # The map and the kernel split the mask alike (hook_walks.MaskConjuncts).
             assert fields.get("row_residual") is not None, "a map that records conjuncts needs a residual"
             fields["tile_holds"] = blockmap_holds(blockmap)
         extra += tuple(map_params)

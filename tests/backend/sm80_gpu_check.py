@@ -29,7 +29,7 @@ def window_softcap_hooks():
     (the range's partial blocks at both ends, known) and `asked` (no block known full,
     tile_partial asked about each). test_sm80.py compiles them too."""
     from mlir.dialects import math as mmath
-    from attnc.backend.kernel_spec import KvRange
+    from attnc.backend.mask_hooks import KvRange
 
     def window_kv_range(e, c):
         r0 = e.mul(c.m_block, c.block_m)
@@ -60,8 +60,8 @@ def window_softcap_hooks():
 def build(out: str) -> None:
     from mlir import ir
     from attnc.backend import cubin, ptx
-    from attnc.backend.kernel_spec import Sm80KernelSpec, default_sm80_spec
     from attnc.backend.kernel_module import build_sm80_module
+    from attnc.backend.kernel_spec import Sm80KernelSpec, default_sm80_spec
 
     peeled, asked = window_softcap_hooks()
     defaults = {

@@ -154,7 +154,7 @@ def test_each_mask_kernel_names_what_it_fills_and_the_map_reads_the_table():
 def test_the_grid_hooks_refuse_a_table_tile():
     """The static analysis' range is of grid blocks: asked about a table's tile (whose
     m_block is a table index), it refuses instead of answering for the wrong rows."""
-    from attnc.backend.kernel_spec import KvCtx
+    from attnc.backend.mask_hooks import KvCtx
     spec = _build("doc[b, i] == doc[b, j] and j <= i", run_ranges=False).spec
     assert spec.aligned_tiles and spec.kv_hint is not None
     with pytest.raises(AssertionError, match="not a tile table's tiles"):

@@ -16,12 +16,13 @@ from mlir.dialects import func
 from attnc.backend import cubin, ptx
 from attnc.backend.blockmap import BlockMapPlan, MapNames, blockmap_plan, emit_mask
 from attnc.backend.blockmap_hooks import blockmap_hooks, blockmap_skip
-from attnc.backend.blockmap_kernel import build_blockmap_module
 from attnc.backend.blockmap_intervals import RANGE_UNROLL
+from attnc.backend.blockmap_kernel import build_blockmap_module
 from attnc.backend.bundle import code_files, variant_manifest
-from attnc.backend.kernel_spec import KvCtx, default_sm80_spec
-from attnc.backend.nvgpu_builders import Emit
 from attnc.backend.kernel_module import build_sm80_module
+from attnc.backend.kernel_spec import default_sm80_spec
+from attnc.backend.mask_hooks import KvCtx
+from attnc.backend.nvgpu_builders import Emit
 from attnc.driver import compile_mlir
 from attnc.errors import AttncError
 from attnc.ir import MASK_MOD, attention_ops, region_block
@@ -248,7 +249,7 @@ def test_hooks_build_into_the_sm80_kernel():
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 def test_q_is_in_flight_while_the_map_row_is_read(target):
-    """Note [Q before the range] (sm80.py): Q's copies are issued and committed as a group
+    """Note [Q before the range] (sm80_loads.py): Q's copies are issued and committed as a group
     before the map's row is read, so they fly while the range is computed."""
     plan = blockmap_plan(compiled(DOCS_SINK), 64, 64)
     kv_range, tile_partial, extra = blockmap_hooks(plan)

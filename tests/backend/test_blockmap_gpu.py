@@ -95,8 +95,9 @@ def _attention_module(plan, result):
     scratch (Note [Block map ABI])."""
     from attnc.backend.blockmap import MapNames, emit_mask
     from attnc.backend.blockmap_hooks import blockmap_hooks, blockmap_skip
-    from attnc.backend.kernel_spec import ExtraParam, default_sm80_spec
     from attnc.backend.kernel_module import build_sm80_module
+    from attnc.backend.kernel_spec import default_sm80_spec
+    from attnc.backend.mask_hooks import ExtraParam
     from attnc.ir import MASK_MOD, attention_ops, region_block
 
     variant = result.variant

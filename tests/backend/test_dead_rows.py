@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
+from attnc.backend.kernel_spec import Sm80KernelSpec
+from attnc.backend.spec_checks import SpecError
 from attnc.errors import AttncError
 from attnc.testing import build_with, kernel_ptx
 

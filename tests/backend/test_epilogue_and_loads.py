@@ -1,4 +1,4 @@
-"""Note [Staged O] (sm80_epilogue.py) and Note [Lean step loads] (sm80.py): which kernels
+"""Note [Staged O] (sm80_epilogue.py) and Note [Lean step loads] (sm80_loads.py): which kernels
 write O through shared memory or load later key blocks without row predicates, the
 PTX that gives, the option and its errors. The numerics run on a GPU (tests/gpu: every
 example and property variant of a kernel with one query block per CTA takes it, ragged M
@@ -11,8 +11,9 @@ import pytest
 from mlir import ir
 
 from attnc.backend import ptx
-from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
 from attnc.backend.kernel_module import build_sm80_module
+from attnc.backend.kernel_spec import Sm80KernelSpec
+from attnc.backend.spec_checks import SpecError
 
 D64 = dict(dtype="bf16", head_dim_qk=64, head_dim_v=64, block_m=128, block_n=128, num_warps=4, mask="causal")
 

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from attnc.backend import cubin
-from attnc.backend.kernel_spec import SpecError, default_sm80_spec
+from attnc.backend.kernel_spec import default_sm80_spec
 from attnc.backend.nvgpu_builders import EXP2_POLY, EXP2_SHIFTER
+from attnc.backend.spec_checks import SpecError
 from attnc.errors import AttncError
 from attnc.testing import build_with, variant_source
 

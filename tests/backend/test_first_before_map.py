@@ -1,4 +1,4 @@
-"""Note [First block before the map] (sm80.py): a block map's kernel on sm_80 issues the
+"""Note [First block before the map] (sm80_loads.py): a block map's kernel on sm_80 issues the
 first key block's K and V (the top of the static mask analysis' hull) right after Q,
 before the map's row is read, and loads them again only where the map's range starts at
 another block. The numerics run on a GPU: every example and property variant with a block
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
+from attnc.backend.kernel_spec import Sm80KernelSpec
+from attnc.backend.spec_checks import SpecError
 from attnc.errors import AttncError
 from attnc.testing import build_with
 

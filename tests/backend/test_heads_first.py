@@ -1,4 +1,4 @@
-"""Note [Heads first] (sm80.py): which kernels order their grid by head first, what the
+"""Note [Heads first] (kernel_abi.py): which kernels order their grid by head first, what the
 manifest and the PTX then say, and the option. The numerics of the reordered kernels
 run on a GPU (tests/gpu: the sliding-window and documents examples and property
 variants with bands or block maps take it on sm_80)."""
@@ -10,9 +10,10 @@ import pytest
 from mlir import ir
 
 from attnc.backend import ptx
-from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
 from attnc.backend.kernel_abi import kernel_abi
 from attnc.backend.kernel_module import build_sm80_module
+from attnc.backend.kernel_spec import Sm80KernelSpec
+from attnc.backend.spec_checks import SpecError
 from attnc.testing import build_with
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -261,7 +261,7 @@ def test_inlined_tile_answers_are_sound(name):
     args = {**_arg_types(result, hooks), "m_block": "i32", "n_block": "i32", "b": "i32", "h": "i32"}
 
     def body(e, a):
-        from attnc.backend.kernel_spec import KvCtx
+        from attnc.backend.mask_hooks import KvCtx
         c = KvCtx(a["m_block"], a["b"], a["h"], a["M"], a["N"], bm, bn)
         r = tiles.kv_range(e, c)
         segs = r.segments or ((r.lo, r.hi),)
@@ -659,7 +659,7 @@ def test_int_of_a_float_is_the_saturating_conversion_in_the_kernel():
 
 
 def test_a_runtime_division_goes_through_the_rounded_divide(monkeypatch):
-    """Note [Division]: x / y of a runtime y is hooks.divide's nearest quotient from an
+    """Note [Division]: x / y of a runtime y is hook_arith.divide's nearest quotient from an
     approximate reciprocal, not x * rcp(y). On the CPU rcp.approx cannot run (hence
     gpu_division = False elsewhere here), so it is stood in for by 1/y made 2 ulps wrong:
     the quotients must still be numpy's f32 ones to the bit (found by a review: with the

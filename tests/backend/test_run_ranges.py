@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnc.backend.kernel_spec import KvCtx
+from attnc.backend.mask_hooks import KvCtx
 from attnc.testing import build_with
 from tests.backend.host_jit import host_function
 

@@ -10,10 +10,11 @@ import pytest
 from mlir import ir
 
 from attnc.backend import cubin, ptx
-from attnc.backend.kernel_spec import (HEAD_DIMS, KvRange, Sm80KernelSpec, SpecError,
-                                       default_sm80_spec)
 from attnc.backend.kernel_abi import kernel_abi
 from attnc.backend.kernel_module import build_sm80_module
+from attnc.backend.kernel_spec import Sm80KernelSpec, default_sm80_spec
+from attnc.backend.mask_hooks import KvRange
+from attnc.backend.spec_checks import HEAD_DIMS, SpecError
 from tests.backend.sm80_gpu_check import window_softcap_hooks
 
 
@@ -133,7 +134,7 @@ def test_cache_key_covers_every_field():
 
 def test_extra_params_reach_the_abi_and_the_hooks():
     """A runtime dim a hook reads (prefix-LM: keep j < P or j <= i) is a kernel parameter."""
-    from attnc.backend.kernel_spec import ExtraParam
+    from attnc.backend.mask_hooks import ExtraParam
 
     def keep(e, b, h, i, j):
         return e.or_(e.lt(j, e.arg("P")), e.le(j, i))

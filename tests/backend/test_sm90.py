@@ -13,9 +13,11 @@ import pytest
 from mlir import ir
 
 from attnc.backend import cubin, ptx
-from attnc.backend.kernel_spec import KvRange, Sm80KernelSpec, SpecError
 from attnc.backend.kernel_module import build_sm80_module
+from attnc.backend.kernel_spec import Sm80KernelSpec
+from attnc.backend.mask_hooks import KvRange
 from attnc.backend.sm80_lower import build
+from attnc.backend.spec_checks import SpecError
 from attnc.driver import CompileOptions, compile_file
 
 SERIALIZED = "wgmma.mma_async instructions are serialized"

@@ -13,9 +13,10 @@ import pytest
 from mlir import ir
 
 from attnc.backend import cubin, ptx
-from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
 from attnc.backend.kernel_abi import kernel_abi
 from attnc.backend.kernel_module import build_sm80_module
+from attnc.backend.kernel_spec import Sm80KernelSpec
+from attnc.backend.spec_checks import SpecError
 from attnc.schedule.recipes import consumer_registers, producer_registers
 from attnc.testing import build_with, variant_source
 

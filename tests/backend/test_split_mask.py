@@ -13,8 +13,9 @@ import pytest
 from attnc.backend.blockmap import blockmap_plan
 from attnc.backend.hook_walks import MaskConjuncts
 from attnc.backend.hooks import KernelNames
-from attnc.backend.kernel_spec import Sm80KernelSpec, SpecError
+from attnc.backend.kernel_spec import Sm80KernelSpec
 from attnc.backend.row_intervals import RowInterval
+from attnc.backend.spec_checks import SpecError
 from attnc.ir import MASK_MOD, attention_ops, region_block
 from attnc.testing import build_with
 from tests.backend.test_blockmap import compiled, emit_i1_function, variant

@@ -1,0 +1,163 @@
+"""The feasibility checks of a kernel spec (`Sm80KernelSpec.check` in kernel_spec.py), done
+before anything is built: each failure is a `SpecError` that names the knob to change.
+`check_spec` runs them in a fixed order, so that a spec with several faults always
+reports the same one: its values, then its tiles and target, then the options that
+need a kind of kernel, then its registers and shared memory.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from attnc.backend.mask_hooks import MASK_MODES
+
+if TYPE_CHECKING:
+    from attnc.backend.kernel_spec import Sm80KernelSpec
+
+DTYPES = ("f16", "bf16")
+OUT_DTYPES = ("f16", "bf16", "f32")
+HEAD_DIMS = (64, 96, 128, 256)
+INTERVAL_TESTS = ("range", "pair", "bits")  # Note [One compare per score] in sm80_masks.py
+# The instruction set the kernel's two GEMMs use: mma.sync (sm_80, runs on every GPU
+# since) or wgmma from swizzled shared memory (sm_90a, Note [wgmma steps] in sm90.py).
+KERNEL_TARGETS = ("sm_80", "sm_90a")
+MAX_ACC_REGS = 192                  # f32 accumulators (S + O) per thread before spilling
+
+
+class SpecError(ValueError):
+    """A specialization that cannot be built, with the knob to change."""
+
+
+def check_spec(spec: Sm80KernelSpec) -> Sm80KernelSpec:
+    """Raise SpecError unless `spec` can be built; return it."""
+    _check_values(spec)
+    _check_tiles(spec)
+    _check_options(spec)
+    _check_resources(spec)
+    return spec
+
+
+def _check_values(spec: Sm80KernelSpec) -> None:
+    """Element types, head dims, the mask and the score hooks."""
+    _require(spec.dtype in DTYPES, f"dtype {spec.dtype!r}: expected one of {DTYPES}")
+    _require(spec.o_dtype in OUT_DTYPES, f"out_dtype {spec.o_dtype!r}: expected one of {OUT_DTYPES}")
+    for name in ("head_dim_qk", "head_dim_v"):
+        _require(getattr(spec, name) in HEAD_DIMS,
+                 f"{name}={getattr(spec, name)}: supported head dims are {HEAD_DIMS}")
+    _require(spec.mask in MASK_MODES, f"mask {spec.mask!r}: expected one of {MASK_MODES}")
+    _require(spec.mask != "mask_mod" or (spec.kv_range is not None and spec.keep is not None),
+             "mask 'mask_mod' needs the kv_range and keep hooks")
+    _require(spec.score_mod_out > 0, f"score_mod_out={spec.score_mod_out}: must be positive")
+    _require(spec.score_mod is None or spec.score_bias is None,
+             "give score_mod or score_bias (an affine score_mod), not both")
+    _require(all(x.kind in ("dim", "ptr", "scratch") for x in spec.extra_params),
+             "extra_params: kind must be 'dim', 'ptr' or 'scratch'")
+
+
+def _check_tiles(spec: Sm80KernelSpec) -> None:
+    """Warps, tile shapes, stages and the per-tile knobs, against the target."""
+    warps = (4, 8, 12, 16) if spec.target == "sm_90a" else (1, 2, 4, 8)
+    _require(spec.num_warps in warps, f"num_warps={spec.num_warps}: expected one of {warps} on {spec.target}")
+    _require(spec.block_m % (16 * spec.num_warps) == 0,
+             f"block_m={spec.block_m} must be a multiple of 16*num_warps={16 * spec.num_warps}")
+    _require(spec.block_n % 16 == 0 and spec.block_n >= 16,
+             f"block_n={spec.block_n} must be a positive multiple of 16")
+    _require(spec.stages in (1, 2, 3, 4), f"stages={spec.stages}: expected 1 to 4")
+    _require(spec.q_blocks_per_cta in (None, 1, 2), f"q_blocks_per_cta={spec.q_blocks_per_cta}: expected 1 or 2")
+    _require(spec.min_ctas_per_sm is None or 0 <= spec.min_ctas_per_sm <= 32,
+             f"min_ctas_per_sm={spec.min_ctas_per_sm}: expected 0 to 32")
+    _require(isinstance(spec.exp2_on_fma, int) and 0 <= spec.exp2_on_fma <= 8,
+             f"exp2_fma={spec.exp2_fma!r}: expected 0 to 8 (of every 8 scores of a row, those "
+             f"whose exp2 runs on the FMA pipe)")
+    _require(spec.interval_test in (None, *INTERVAL_TESTS),
+             f"interval_test={spec.interval_test!r}: expected one of {INTERVAL_TESTS}")
+    _require(spec.interval_test != "bits" or spec.block_n <= 128,
+             f"interval_test='bits' needs block_n <= 128 (32 scores per row and lane), not {spec.block_n}: "
+             f"use 'range' or 'pair'")
+    half_page = spec.page_width(spec.head_dim_qk) // 16
+    _require(spec.qk_steps_per_trip == 0 or (half_page % spec.qk_steps_per_trip == 0),
+             f"qk_unroll={spec.qk_unroll} must divide {half_page} (k16 steps per smem page), or be 0")
+    _require(spec.scale > 0, f"softmax_scale={spec.scale}: must be positive")
+    for d in {spec.head_dim_qk, spec.head_dim_v}:
+        per_pass = spec.loader_threads * 8 // spec.page_width(d)
+        _require(per_pass % 8 == 0,
+                 f"{spec.loader_threads} threads copy rows of head dim {d} in passes of {per_pass} rows, "
+                 f"which breaks the 8-row swizzle: raise num_warps")
+    _require(spec.target in KERNEL_TARGETS, f"target {spec.target!r}: expected one of {KERNEL_TARGETS}")
+    _require(not spec.row_sum_on_mma or spec.target == "sm_80",
+             f"mma_row_sum sums P on mma.sync, an sm_80 kernel's P.V, not {spec.target}'s")
+    _require(not (spec.row_sum_on_mma and spec.with_lse),
+             f"mma_row_sum sums P as rounded to {spec.dtype} for P.V, which the variant's LSE output "
+             f"would keep (up to 2^-8 of l in bf16, 2^-11 in f16): drop mma_row_sum to sum in f32")
+    if spec.target == "sm_90a":
+        _check_sm90a(spec)
+
+
+def _check_sm90a(spec: Sm80KernelSpec) -> None:
+    """Warpgroups of 64 rows, and wgmma's N."""
+    _require(spec.num_warps % 4 == 0 and spec.rows_per_warp == 16,
+             f"sm_90a runs warpgroups of 4 warps and 64 rows: block_m={spec.block_m} with "
+             f"num_warps={spec.num_warps} gives {spec.rows_per_warp} rows per warp, not 16")
+    _require(spec.block_n <= 256 and spec.head_dim_v <= 256,
+             f"wgmma's N is at most 256: block_n={spec.block_n}, head_dim_v={spec.head_dim_v}")
+
+
+def _check_options(spec: Sm80KernelSpec) -> None:
+    """The options that only a kind of kernel has (a producer warpgroup, a grid order, a
+    block map, ...)."""
+    _require(not spec.warp_specialized or spec.target == "sm_90a",
+             f"a producer warpgroup is an sm_90a kernel's (mbarriers), not {spec.target}'s")
+    _require(not spec.pingpong or (spec.warp_specialized and spec.consumer_warpgroups == 2),
+             f"pingpong takes turns between two consumer warpgroups (block_m=128) and needs the "
+             f"producer warpgroup: block_m={spec.block_m}, producer={int(spec.warp_specialized)}")
+    _require(not spec.warp_specialized or spec.blocks_per_cta == 1,
+             "with a producer warpgroup each CTA runs one query block (q_blocks_per_cta=1); for two, "
+             "a plan without one (attn-warp-specialize{producer=0})")
+    _require(not spec.grid_tiles_last or (spec.blocks_per_cta == 1 and not spec.warp_specialized
+                                           and not spec.persistent_ctas),
+             "tiles_last needs a kernel with one query block per CTA, no producer warpgroup and no "
+             "persistent CTAs")
+    _require(not (spec.grid_tiles_last and spec.heads_first),
+             "tiles_last and heads_first are two orders of the grid: give one")
+    _require(not spec.grid_heads_first or (spec.blocks_per_cta == 1 and not spec.warp_specialized),
+             "heads_first needs a kernel with one query block per CTA and no producer warpgroup")
+    _require(not spec.step_loads_lean or spec.can_lean_loads,
+             "lean_loads needs an sm_80 kernel whose key ranges come from a block map or a band")
+    _require(not spec.aligned_tiles or (spec.blockmap and spec.takes_tile_table),
+             "aligned_tiles needs a kernel whose key ranges are found at run time (a block map or the "
+             "table's runs), one query block per CTA and no producer warpgroup")
+    _require(not spec.skips_dead_rows or spec.can_skip_dead_rows,
+             "dead_rows needs an sm_80 kernel without a producer warpgroup, with two or more 16-row tiles "
+             "per warp, two or more K/V stages and a mask that keeps an interval of keys per row")
+    _require(not spec.first_before_map or spec.can_load_first_early,
+             "early_first needs an sm_80 kernel whose key ranges come from a block map (kv_hint given) "
+             "or a tile table")
+    _require(not spec.o_staged or spec.can_stage_o,
+             "staged_o needs a kernel with one query block per CTA, no producer warpgroup and a 16-bit O "
+             "that fits in its tiles' shared memory")
+    _require(not spec.split_mask or spec.tile_holds is not None,
+             "split_mask needs a mask read from a block map whose MIXED tiles record the conjuncts they hold "
+             "(a row interval and a residual, Note [Conjuncts a tile holds])")
+    _require(spec.tile_holds is None or (spec.row_interval is not None and spec.row_residual is not None),
+             "tile_holds needs row_interval and row_residual")
+    _require(not spec.persistent_ctas or spec.warp_specialized,
+             "persistent CTAs are the producer warpgroup's kernel: a plan with a producer role "
+             "(attn-warp-specialize{producer=1})")
+    _require(not spec.warp_specialized or spec.stages >= 2,
+             "a producer warpgroup needs at least two K/V stages")
+
+
+def _check_resources(spec: Sm80KernelSpec) -> None:
+    """Accumulator registers, shared memory and the symbol."""
+    _require(spec.acc_registers <= MAX_ACC_REGS,
+             f"{spec.acc_registers} f32 accumulator registers per thread (S {spec.block_n} wide, "
+             f"O {spec.head_dim_v} wide, {spec.m_atoms} row tiles per warp) exceed {MAX_ACC_REGS}: "
+             f"lower block_n or block_m, or raise num_warps")
+    _require(spec.smem_bytes <= spec.max_smem_bytes,
+             f"{spec.smem_bytes} bytes of shared memory exceed {spec.max_smem_bytes}: "
+             f"lower stages, block_n or block_m")
+    _require(spec.symbol.isidentifier(), f"symbol {spec.symbol!r} is not an identifier")
+
+
+def _require(cond: bool, message: str) -> None:
+    if not cond:
+        raise SpecError(message)
