@@ -36,7 +36,7 @@ from attnc.frontend.variant import Hook
 # A hook is evaluated for every (b, h, i, j), including positions whose value is later
 # masked away, so evaluation must never fail or warn. Float operations follow IEEE 754
 # (log(0) = -inf, x / 0 = +-inf or nan, exp overflow = inf); integer `//` and `%` by
-# zero give 0 (numpy's convention, which the kernels follow: hooks.floordiv and the
+# zero give 0 (numpy's convention, which the kernels follow: hook_arith.floordiv and the
 # frontend's `%` lowering); int() saturates at the i32 bounds and takes nan to 0 (Note
 # [Saturating int] in attnc/backend/hooks.py). Warnings are silenced
 # only around user expressions; the softmax in attnc/reference.py avoids them by

@@ -164,7 +164,7 @@ def user_pass_source(name: str, body: str, imports: str = "") -> str:
 
 def kernel_ptx(ptx: str, symbol: str) -> str:
     """The text of the entry `symbol` of a PTX module, from `.entry` to its closing brace
-    (a bundle's module may hold more kernels: Note [Small grids] in backend/sm80.py)."""
+    (a bundle's module may hold more kernels: Note [Small grids] in backend/kernel_abi.py)."""
     start = ptx.index(f".entry {symbol}(")
     depth, i = 0, ptx.index("{", ptx.index(")", start))
     while True:

@@ -17,8 +17,9 @@ retirement. From the stamps of the last of --launches launches:
 
 * prologue (entry to the first step's top), epilogue (its wait to the end), and the steps
   between against the CTA's key blocks (from the grid order, Note [Heads first] in
-  sm80.py, and the bench's mask: causal, or documents of 1000 + causal on the tile table
-  the GPU wrote, Notes [Document-aligned tiles] and [Longest tiles last]): a least-squares line intercept + per_block * blocks;
+  kernel_abi.py, and the bench's mask: causal, or documents of 1000 + causal on the tile
+  table the GPU wrote, Notes [Document-aligned tiles] and [Longest tiles last]): a
+  least-squares line intercept + per_block * blocks;
 * per SM, a sweep of its CTAs' starts and ends: its slots (the most CTAs at once), their
   idle time while more CTAs were still to start on it (gaps) and after its last start
   (the grid's end); busy = CTA time over SMs x slots x the launch's span.
@@ -174,8 +175,8 @@ def read_stamps(digest: str, ctas: int) -> np.ndarray:
 
 def blocks_of(case: str, grid: tuple, spec: dict, M: int, table: np.ndarray | None = None) -> np.ndarray:
     """Key blocks of every CTA (linear id x + nx * (y + ny * z)), from the grid's order
-    (Note [Heads first] in sm80.py: heads on x and the query tile, from the last, on y;
-    Note [Tiles last]: heads on x, the batch on y, the query tile, from the last, on z;
+    (Note [Heads first] in kernel_abi.py: heads on x and the query tile, from the last, on
+    y; Note [Tiles last]: heads on x, the batch on y, the query tile, from the last, on z;
     or the query block, from the last, on x and heads on y) and the bench's mask:
     causal, or documents of DOC + causal on the tile table (Note [Document-aligned tiles]):
     `table` (batch, entry, 4), the one the GPU wrote, whose last batch may be reordered

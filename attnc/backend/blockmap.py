@@ -14,7 +14,7 @@ cdiv(N - key0, block_n) blocks of such a row are written, and read.
 Here `blockmap_plan` decides the shapes and the launch; `emit_blockmap_kernel`
 (blockmap_kernel.py: Notes [Block map kernel], [Tile intervals] and [Sampled elements])
 writes the kernel, and `blockmap_hooks` (blockmap_hooks.py: Note [Full range from the
-map]) answers the attention kernel's mask questions (Note [Mask hooks] in kernel_spec.py)
+map]) answers the attention kernel's mask questions (Note [Mask hooks] in mask_hooks.py)
 from the map.
 
 Note [Conjuncts a tile holds]: a mask with a row interval and a residual (Notes [Row

@@ -1,6 +1,6 @@
 """The mask region evaluated over a whole tile at run time, on intervals: the block-map
 kernel's step between the static tile class and the element walk (Note [Tile intervals]
-in blockmap.py says where it runs and why).
+in blockmap_kernel.py says where it runs and why).
 
     unsupported(block, params)   -> None, or why this region has no interval evaluation
     TileIntervals(e, block, ranges).truth([b, h, i, j])  -> Tri(may_true, may_false)

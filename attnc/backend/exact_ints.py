@@ -163,7 +163,7 @@ def _transfer(op: ir.Operation, ranges: dict, size_dims: frozenset) -> Range:
     if name == "math.absi":
         lo, hi = r[0]
         return (lo, hi) if lo >= 0 else (-hi, -lo) if hi <= 0 else (0, max(-lo, hi))
-    # floordivsi: Python's floor division, 0 for a divisor 0 (hooks.floordiv)
+    # floordivsi: Python's floor division, 0 for a divisor 0 (hook_arith.floordiv)
     divisor = int_constant(op.operands[1])
     if divisor == 0:
         return (0, 0)

@@ -9,7 +9,7 @@ Note [Row bit masks]
 ~~~~~~~~~~~~~~~~~~~~
 A mask_mod that is a boolean combination (and, or, not, xor, `where` of booleans) of
 comparisons each linear in j with coefficient +-1 (`i - j == 3`, `j <= i + c`, `j != i`;
-Note [Row intervals] in hooks.py solves each for j) and of values free of j keeps, per
+Note [Row intervals] in row_intervals.py solves each for j) and of values free of j keeps, per
 row, keys that each comparison gives as an interval or a point in j. So in a partial
 tile the kernel builds, once per score row, one 32-bit mask per comparison over the
 lane's columns (a point is one shifted bit, an interval a run of low bits: Note [Kept

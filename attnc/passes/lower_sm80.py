@@ -108,7 +108,8 @@ class LowerKernel(Pass):
                "Sm80KernelSpec.grid_heads_first: on sm_80 for a band or a block map)"})
     tiles_last: bool | None = field(default=None, metadata={
         "doc": "order the grid's CTAs by head, then batch, then query block, so that every (b, h) starts "
-               "its heaviest query block before any starts its next (Note [Tiles last] in sm80.py; default: off)"})
+               "its heaviest query block before any starts its next (Note [Tiles last] in kernel_abi.py; "
+               "default: off)"})
     split_mask: bool | None = field(default=None, metadata={
         "doc": "in a block map's MIXED tiles, test only the conjuncts (row interval or residual) the map "
                "does not prove to hold on the whole tile (Note [Conjuncts a tile holds]; default: on wherever "

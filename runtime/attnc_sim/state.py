@@ -67,7 +67,7 @@ class Warp:
 
     `mask` is the active lanes at `pc`; `wmask`/`wfull` the lanes an instruction
     writes (the active mask and its guard predicate); `stack` holds (pc, mask,
-    reconvergence pc) entries of paths not yet run (Note [Reconvergence] in engine.py)."""
+    reconvergence pc) entries of paths not yet run (Note [Reconvergence] in program.py)."""
 
     def __init__(self, cta: "Cta", index: int, layout: RegLayout, nthreads: int):
         self.cta, self.index = cta, index

@@ -1,4 +1,4 @@
-"""The block map's interval step (Note [Tile intervals] in blockmap.py) and its full-range
+"""The block map's interval step (Note [Tile intervals] in blockmap_kernel.py) and its full-range
 scan (Note [Full range from the map]), run on the CPU (host_jit.py):
 
 * every transfer function of blockmap_intervals.py against brute force over small random
@@ -236,7 +236,7 @@ def tile_truth(source: str, cap: int = I.PARAM_CAP, holds: bool = False):
     """A host function: (dims, b, h, i_lo, i_hi, j_lo, j_hi, params) -> [may_true,
     may_false] of the mask region over that box (one lane), the params read as the
     block-map kernel reads them (contiguous, MapNames); with `holds`, [may_true,
-    may_false, holds bits] of `blockmap.tile_truths` (Note [Conjuncts a tile holds])."""
+    may_false, holds bits] of `blockmap_kernel.tile_truths` (Note [Conjuncts a tile holds])."""
     from attnc.backend.blockmap_kernel import tile_truths
 
     result = compiled(source)

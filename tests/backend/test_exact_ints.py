@@ -144,7 +144,7 @@ def test_tile_intervals_take_top_of_a_wide_value_as_unbounded():
 
 # Found by a review, each at the points that showed it. f32 rounding of a
 # product (Note [Float rounding in ranges]): the sum stayed in i32 and wrapped. The smallest
-# integer % -1 (hooks.floordiv): a hardware division overflowed (SIGFPE here, undefined on
+# integer % -1 (hook_arith.floordiv): a hardware division overflowed (SIGFPE here, undefined on
 # the GPU). A division by 41 (Note [Division] in hooks.py): 41 * f32(1/41) < 1.
 POINTS = {
     "f32_product": ("mask_mod(b, h, i, j) = int(float(min(i, 999)) * 2149015.0) + 617661 > 0",

@@ -46,7 +46,7 @@ def test_a_persistent_grid_is_at_most_one_cta_per_sm():
 
 
 def test_a_small_grid_launches_its_own_kernel():
-    """`small_grid` (Note [Small grids] in attnc/backend/sm80.py): at most
+    """`small_grid` (Note [Small grids] in attnc/backend/kernel_abi.py): at most
     up_to_ctas_per_sm CTAs per SM on the kernel's grid launch the other symbol on its grid."""
     manifest = synthetic_manifest()
     manifest["kernels"][1]["small_grid"] = {"symbol": "attnc_synthetic_fwd_tiles_last",

@@ -169,7 +169,7 @@ def test_format_2_needs_the_code_digests():
 
 
 def test_format_2_bundles_are_still_read_without_small_grids():
-    """attnc-bundle/3 added a kernel's small_grid (Note [Small grids] in attnc/backend/sm80.py)."""
+    """attnc-bundle/3 added a kernel's small_grid (Note [Small grids] in attnc/backend/kernel_abi.py)."""
     raw = {**synthetic_manifest(), "format": "attnc-bundle/2"}
     assert parse_manifest(raw).variant == "synthetic"
     raw["kernels"][1]["small_grid"] = {"symbol": "s", "grid": [[1], [1], [1]], "up_to_ctas_per_sm": 2}
