@@ -8,13 +8,15 @@ the `attnc` compiler -- so it runs where the compiler cannot be installed
     kernel = attnc_runtime.load("bundles/gemma2.sm_80")
     out = kernel(q=q, k=k, v=v)             # {'o': ..., 'lse': ...}
 
-Modules, one concern each: `manifest` (schema and validation), `bundle` (reading
-a bundle folder), `tensors` (what a tensor is, whatever library made it),
-`checks` (every argument against the manifest, before any launch), `arch` (which
-code object runs on which GPU), `shapes` (grid arithmetic), `params` (kernel ABI
-packing), `libraries` (allocating like the inputs; streams), `driver` (the CUDA
-driver), `device_array` (memory the runtime owns), `kernel` (`Kernel`), and the
-command line `python -m attnc_runtime.run`.
+Modules, one concern each: `manifest` (the schema and `parse_manifest`),
+`manifest_schema` (the value objects it returns and the format's constants),
+`manifest_checks` (its rules across fields), `bundle` (reading a bundle folder),
+`tensors` (what a tensor is, whatever library made it), `checks` (every argument
+against the manifest, before any launch), `arch` (which code object runs on which
+GPU), `shapes` (grid arithmetic), `params` (kernel ABI packing), `libraries`
+(allocating like the inputs; streams), `driver` (the CUDA driver), `device_array`
+(memory the runtime owns), `kernel` (`Kernel`), and the command line
+`python -m attnc_runtime.run`.
 """
 from __future__ import annotations
 
