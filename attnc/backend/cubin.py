@@ -241,8 +241,10 @@ def _assemble_beside(ptx: str, arch: str) -> None:
 
 
 def _idle_core() -> bool:
+    """A second core, which the load average (this process's own share included) leaves
+    mostly idle."""
     cores = len(os.sched_getaffinity(0))
-    return cores >= 2 and os.getloadavg()[0] <= cores - 1
+    return cores >= 2 and os.getloadavg()[0] < cores - 0.5
 
 
 @functools.lru_cache(maxsize=1)
