@@ -103,7 +103,7 @@ EMIT_KINDS = ("mlir", *CODE_EMITTERS)
 
 def build_code(result) -> _Code:
     """The code of a compiled module from its target's backend."""
-    from attnc.backend.sm80_lower import require_plan
+    from attnc.backend.lowering import require_plan
     from attnc.ir import attention_ops, get_str
     ops = attention_ops(result.module)
     if ops and "target" not in ops[0].attributes:
@@ -114,7 +114,7 @@ def build_code(result) -> _Code:
         raise AttncError(f"code generation for {target} is not built yet: --emit mlir shows its "
                          f"plan; -arch {' and -arch '.join(LOWERING)} produce PTX, cubins and bundles",
                          filename="attnc")
-    from attnc.backend.sm80_lower import build
+    from attnc.backend.lowering import build
     art = build(result)
     return _Code(art.manifest, art.files)
 

@@ -184,7 +184,7 @@ def compile_kernel(source, arch: str = "sm_80", **options):
     file or several, ...)."""
     import attnc_runtime
     from attnc.backend.cache import KernelCache, cache_key
-    from attnc.backend.sm80_lower import build
+    from attnc.backend.lowering import build
 
     text, filename = _source_of(source)
     variant = load(text, filename)

@@ -128,7 +128,7 @@ def rewrite_example(text: str, dtype: str, d_qk: int, d_v: int) -> str:
 
 
 # Every example runs a second time with the kernel choices attn-lower-sm80 did not make
-# (Sm80KernelSpec.blocks_per_cta, .interval_test_form, .exp2_on_fma, and in the
+# (ForwardSpec.blocks_per_cta, .interval_test_form, .exp2_on_fma, and in the
 # producer warpgroup's kernel .persistent_ctas): the other number of query blocks per
 # CTA (the producer warpgroup's kernel runs one: there, the other persistence), a
 # row-interval test other than the default "bits" ("range" for bf16, "pair" for f16),
@@ -244,7 +244,7 @@ EXACT_INTS = {
     "over_41": ("mask_mod", "int(float(i) / 41.0) == int(float(j) / 41.0) or j - i > 65000"),
     "over_index": ("mask_mod", "int(float(j) / float(i + 1)) % 7 == 0 and j < 70000"),
     # row 7's scores all below -f32max / log2(e): an empty row, o = 0, lse = -inf, no NaN
-    # (Note [Empty rows], sm80_softmax.py; the test replaces the reference's row 7)
+    # (Note [Empty rows], softmax.py; the test replaces the reference's row 7)
     "empty_by_score": ("score_mod", "where(i == 7, -3.0e38, s)"),
     # min and max order -0.0 below +0.0 (Note [Signed zeros in min and max],
     # attnc/reference_eval.py); s * 0.0 is -0.0 where s < 0
@@ -395,7 +395,7 @@ def sweep_sm90_jobs() -> list[Job]:
 def build_one(job: Job, out: str) -> dict:
     """Compile one job into out/job.name; the index entry, or one with 'refused' and 'crashed'."""
     from attnc.backend.bundle import write_bundle
-    from attnc.backend.sm80_lower import build
+    from attnc.backend.lowering import build
     from attnc.driver import CompileOptions, compile_mlir
     from attnc.errors import AttncError
 
@@ -403,11 +403,11 @@ def build_one(job: Job, out: str) -> dict:
     start = time.perf_counter()
     try:
         if job.meta.get("flip_ranges"):
-            from attnc.backend.sm80_lower import lowering_from_ir
+            from attnc.backend.lowering import lowering_from_ir
             default = lowering_from_ir(compile_mlir(job.source, f"{job.name}.attn", CompileOptions(arch=job.arch)))
             entry["pipeline"] = pipeline_with(job.arch, {LOWERING[job.arch]: {"run_ranges": default.blockmap.built}})
         if job.meta.get("other_choices") or job.meta.get("tiles_last"):
-            from attnc.backend.sm80_lower import spec_from_ir
+            from attnc.backend.lowering import spec_from_ir
             default = spec_from_ir(compile_mlir(job.source, f"{job.name}.attn", CompileOptions(arch=job.arch)))
             entry["choices"] = (other_choices(default, job.meta["dtype"]) if job.meta.get("other_choices")
                                 else tiles_last_choices(default))

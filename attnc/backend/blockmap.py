@@ -29,7 +29,7 @@ residual conjunct may fail nowhere on the tile and INTERVAL_HOLDS when no free o
 conjunct may (`BlockMapPlan.holds`: only masks with both parts and the interval step).
 The bits are proofs over the tile's rows and keys clamped to M and N, and never set
 otherwise (the element walk's tiles, the static class's): the attention kernel
-(`blockmap_holds` here, `ScoreMasker._split` in sm80_masks.py) then tests only the other
+(`blockmap_holds` here, `ScoreMasker._split` in score_masks.py) then tests only the other
 part. It must still drop the keys >= N itself: a ragged last key block may hold its
 interval part on its keys < N (rows past N that read the last document id, M > N), so
 the residual alone is tested only in a block wholly below N. Every reader of the class

@@ -139,7 +139,7 @@ def blockmap_skip(plan: BlockMapPlan):
 
 
 def _tag(plan: BlockMapPlan) -> str:
-    """What sets the hooks' code apart (for Sm80KernelSpec.cache_key)."""
+    """What sets the hooks' code apart (for ForwardSpec.cache_key)."""
     return (f"blockmap({plan.variant}, {plan.block_m}x{plan.block_n}, per_head={plan.per_head}, "
             f"aligned={plan.qtiles is not None})")
 

@@ -1,7 +1,7 @@
 """Walks over a hook region's values that the kernel code is built from, emitting nothing:
 the coefficient of j in an i32 (`_j_coefficient`), the range of an i32 at j = 0
 (`_int_range`, Note [Exact bounds] in row_intervals.py), a finite interval holding a
-float (`_interval`, Note [Bounded score_mod] in sm80_softmax.py) and the top-level
+float (`_interval`, Note [Bounded score_mod] in softmax.py) and the top-level
 conjuncts of a mask (`MaskConjuncts`, Notes [Row intervals] and [Residual conjuncts] in
 row_intervals.py).
 

@@ -188,7 +188,7 @@ class RegionCode:
         return self.results(e, *args, given=given)[0]
 
     def __repr__(self) -> str:
-        """What sets the emitted code apart (Sm80KernelSpec.cache_key): the ops, hashed."""
+        """What sets the emitted code apart (ForwardSpec.cache_key): the ops, hashed."""
         text = "\n".join(str(op) for op in self.block.operations)
         return f"{type(self).__name__}({hashlib.sha256(text.encode()).hexdigest()[:16]})"
 
@@ -210,7 +210,7 @@ class RegionCode:
     # the CTA, `doc[b, i]` for a row's, `doc[b, j]` for a column's. Emitted per score,
     # a hook of 40 param reads became 10,240 loads that LLVM then had to fold back to 80,
     # and most of a compile's time. So the caller of a tile's scores (ScoreMasker,
-    # sm80_masks.py) asks `hoist` for the values that depend on b and h only, then for
+    # score_masks.py) asks `hoist` for the values that depend on b and h only, then for
     # those of each row (i) and each column (j), each emitted once where the tile's
     # scores are computed, and calls the hook per score with them `given`: only the ops
     # that read s, or both i and j, are emitted per score. Each op is emitted as before,

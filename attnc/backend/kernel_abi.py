@@ -1,6 +1,6 @@
 """How a forward kernel is launched: `KernelAbi`, its parameters in the manifest's terms,
 block, dynamic shared memory and grid, as `kernel_abi` derives them from a
-`Sm80KernelSpec` (every target's kernels: sm80.py, sm90.py, sm90_ws.py), and the grid's
+`ForwardSpec` (every target's kernels: sm80.py, sm90.py, sm90_ws.py), and the grid's
 order (Notes [Heads first] and [Tiles last], read back by `_Sm80Forward._grid_item`) with
 the second kernel of small grids (Note [Small grids]; kernel_module.add_small_grid_kernel
 builds it).
@@ -11,7 +11,7 @@ that the CTAs resident at once work on a few heads and share their keys in L2; w
 of every head before the next heaviest of any, so the light blocks (the first ones of a
 band or a causal mask) run last, where they fill the tail that equal blocks leave
 ragged, at the price of the CTAs of all heads at once reading their own keys. Where
-that is the default: Sm80KernelSpec.grid_heads_first.
+that is the default: ForwardSpec.grid_heads_first.
 
 Note [Tiles last]: with `tiles_last` the grid is (H, B, query blocks): the hardware
 starts the heaviest query block of every (b, h) before the next heaviest of any (under a
@@ -30,7 +30,7 @@ head dim 64 then spilled). Hence Note [Small grids]. The numbers: results/sm80_h
 "Tiles last and small grids".
 
 Note [Small grids]: an sm_80 kernel of one query block per CTA whose blocks' work differs
-(a mask, not a band; `Sm80KernelSpec.has_small_grid_kernel`: neither grid order given) is
+(a mask, not a band; `ForwardSpec.has_small_grid_kernel`: neither grid order given) is
 built twice into the bundle's module: as is, and with tiles_last under the symbol
 `<symbol>_tiles_last`. Its manifest entry names the second as its `small_grid`, with
 `up_to_ctas_per_sm` = SMALL_GRID_CTAS_PER_SM: the runtime launches it where the first's
@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from attnc.backend.kernel_spec import Sm80KernelSpec
+from attnc.backend.kernel_spec import ForwardSpec
 from attnc.backend.qtiles import table_factors
 
 SMALL_GRID_CTAS_PER_SM = 20     # Note [Small grids]
@@ -69,7 +69,7 @@ class KernelAbi:
                 "grid": [list(g) for g in self.grid], "params": [dict(p) for p in self.params]}
 
 
-def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
+def kernel_abi(spec: ForwardSpec) -> KernelAbi:
     tensors = ["q", "k", "v", "o"] + (["lse"] if spec.with_lse else [])
     params = [{"kind": "ptr", "tensor": t} for t in tensors]
     dims = ("M", "N", "H", "HKV") + (("B",) if spec.persistent_ctas else ())
@@ -103,5 +103,5 @@ def kernel_abi(spec: Sm80KernelSpec) -> KernelAbi:
     return KernelAbi(spec.symbol, tuple(params), (spec.threads, 1, 1), spec.smem_bytes, grid, specialization)
 
 
-def _score_kind(spec: Sm80KernelSpec) -> str:
+def _score_kind(spec: ForwardSpec) -> str:
     return "bias" if spec.score_bias else "mod" if spec.score_mod else "none"

@@ -1,4 +1,4 @@
-"""A forward kernel built into a `gpu.container_module` (`build_sm80_module`, for every
+"""A forward kernel built into a `gpu.container_module` (`build_kernel_module`, for every
 target: `_forward_class` picks sm80.py's, sm90.py's or sm90_ws.py's body), with the register
 bound kept only where the kernel assembles without spills (`_spills`), and the second,
 tiles_last kernel of Note [Small grids] (kernel_abi.py) added to such a module
@@ -12,14 +12,14 @@ from mlir import ir
 from mlir.dialects import gpu
 
 from attnc.backend.kernel_abi import SMALL_GRID_CTAS_PER_SM, KernelAbi, kernel_abi
-from attnc.backend.kernel_spec import Sm80KernelSpec
+from attnc.backend.kernel_spec import ForwardSpec
 from attnc.backend.nvgpu_builders import Smem
 from attnc.backend.sm80 import SMEM_SYMBOL, _Sm80Forward
 
 GPU_MODULE = "attnc_kernels"
 
 
-def build_sm80_module(spec: Sm80KernelSpec, context: ir.Context | None = None) -> tuple[ir.Module, KernelAbi]:
+def build_kernel_module(spec: ForwardSpec, context: ir.Context | None = None) -> tuple[ir.Module, KernelAbi]:
     """The kernel of `spec` as a `gpu.container_module` holding one `gpu.module`, and its ABI.
     A default register bound (Note [CTAs per SM] in kernel_spec.py) is kept only where
     nvJitLink reports that the kernel assembles without spills under it."""
@@ -29,7 +29,7 @@ def build_sm80_module(spec: Sm80KernelSpec, context: ir.Context | None = None) -
     return module, abi
 
 
-def _spills(module: ir.Module, spec: Sm80KernelSpec) -> bool:
+def _spills(module: ir.Module, spec: ForwardSpec) -> bool:
     """Whether the kernel spills registers, by nvJitLink's report; True when that cannot
     be asked (then no register bound is kept). The PTX is made in a context of its own:
     this runs inside attn-lower-sm80's pass, where a second pass manager on the same
@@ -47,7 +47,7 @@ def _spills(module: ir.Module, spec: Sm80KernelSpec) -> bool:
     return any(u.spills for name, u in usage.items() if name == spec.symbol)
 
 
-def _build_module(spec: Sm80KernelSpec, context: ir.Context | None) -> tuple[ir.Module, KernelAbi]:
+def _build_module(spec: ForwardSpec, context: ir.Context | None) -> tuple[ir.Module, KernelAbi]:
     spec.check()
     abi = kernel_abi(spec)
     ctx = context or _current_context() or ir.Context()
@@ -66,9 +66,9 @@ def _build_module(spec: Sm80KernelSpec, context: ir.Context | None) -> tuple[ir.
     return module, abi
 
 
-def add_small_grid_kernel(module: ir.Module, spec: Sm80KernelSpec) -> dict:
+def add_small_grid_kernel(module: ir.Module, spec: ForwardSpec) -> dict:
     """Build `spec`'s kernel with tiles_last, as `<symbol>_tiles_last`, into the gpu.module
-    of `module` (build_sm80_module's, of `spec`), and return its manifest entry's
+    of `module` (build_kernel_module's, of `spec`), and return its manifest entry's
     `small_grid` (Note [Small grids])."""
     small = dataclasses.replace(spec, tiles_last=True, symbol=f"{spec.symbol}_tiles_last")
     abi = kernel_abi(small.check())
@@ -81,7 +81,7 @@ def add_small_grid_kernel(module: ir.Module, spec: Sm80KernelSpec) -> dict:
             "up_to_ctas_per_sm": SMALL_GRID_CTAS_PER_SM}
 
 
-def _emit_kernel(spec: Sm80KernelSpec, abi: KernelAbi, block: ir.Block) -> None:
+def _emit_kernel(spec: ForwardSpec, abi: KernelAbi, block: ir.Block) -> None:
     """`spec`'s kernel (the parameters of `abi`) as a gpu.func at the end of `block`."""
     with ir.InsertionPoint(block):
         arg_types = [_param_type(p) for p in abi.params]
@@ -115,7 +115,7 @@ def _param_type(p: dict) -> ir.Type:
     return ir.IntegerType.get_signless(32 if p["type"] == "i32" else 64)
 
 
-def _forward_class(spec: Sm80KernelSpec):
+def _forward_class(spec: ForwardSpec):
     if spec.warp_specialized:
         from attnc.backend.sm90_ws import Sm90WsForward
         return Sm90WsForward

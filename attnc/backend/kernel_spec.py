@@ -1,11 +1,11 @@
 """One specialization of the forward kernel (every target's: sm80.py, sm90.py, sm90_ws.py).
 
-`Sm80KernelSpec` is a frozen value: every field changes the generated code, and
+`ForwardSpec` is a frozen value: every field changes the generated code, and
 `cache_key()` covers them all. Its hooks (the mask's questions and the score's
 rewrites, Note [Mask hooks]) are mask_hooks.py's; the options left None are resolved by
 the derived properties here, each saying where its default comes from; `check()` does
 every feasibility check before anything is built (spec_checks.py), naming the knob to
-change; `default_sm80_spec` gives a checked spec with the default tiles of its head dims.
+change; `default_forward_spec` gives a checked spec with the default tiles of its head dims.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from attnc.backend.mask_hooks import (ExtraParam, KeepFn, KvRangeFn, RowInterval
                                       SinkFn, TileHoldsFn, TilePartialFn)
 from attnc.backend.spec_checks import check_spec
 
-STATIC_MAX_SPREAD = 64.0            # Note [Bounded score_mod] in sm80_softmax.py
+STATIC_MAX_SPREAD = 64.0            # Note [Bounded score_mod] in softmax.py
 SM80_MAX_DYNAMIC_SMEM = 166912      # bytes per block on A100 (163 KB)
 SM90_MAX_DYNAMIC_SMEM = 232448      # bytes per block on H100/H200 (227 KB)
 SM90_SMEM_PER_SM = 228 * 1024       # H100/H200: shared memory per SM
@@ -30,7 +30,7 @@ MBARRIER_BYTES = 8
 
 
 @dataclass(frozen=True)
-class Sm80KernelSpec:
+class ForwardSpec:
     """The FlashAttention-2-shaped forward kernel: one cooperative role of `num_warps`
     warps loading with cp.async; `target` picks its GEMMs (mma.sync on sm_80, wgmma on
     sm_90a, where every 4 warps form a warpgroup of 64 rows)."""
@@ -67,7 +67,7 @@ class Sm80KernelSpec:
                                           # (static_max) at block_n >= 128, else 1; on sm_90a 1
     interval_test: Optional[str] = None    # a row interval's per-score test: "bits", "range"
                                           # or "pair" (Note [One compare per score] in
-                                          # sm80_masks.py); None: bits up to block_n 128
+                                          # score_masks.py); None: bits up to block_n 128
     min_ctas_per_sm: Optional[int] = None  # .minnctapersm (0: none); None: min_ctas decides
     target: str = "sm_80"                  # one of KERNEL_TARGETS (spec_checks.py)
     producer_warpgroup: Optional[bool] = None  # sm_90a: a warpgroup that only loads, besides the
@@ -83,7 +83,7 @@ class Sm80KernelSpec:
                                           # None: persistent_ctas decides
     exp2_fma: Optional[int] = None         # of every 8 scores of a row, how many take their exp2 on
                                           # the FMA pipe, 0..8 (Note [Exponentials on the FMA pipe]
-                                          # in sm80_softmax.py); None: exp2_on_fma decides
+                                          # in softmax.py); None: exp2_on_fma decides
     banded: bool = False                   # the mask keeps a band of keys per row (tile.banded_mask)
     blockmap: bool = False                 # the key ranges are found at run time: from a block map,
                                           # or from a tile table's runs (run_ranges.py)
@@ -94,19 +94,19 @@ class Sm80KernelSpec:
                                           # (b, h) before the next (Note [Tiles last] in
                                           # kernel_abi.py); None: off
     lean_loads: Optional[bool] = None      # lean KV steps for block maps and bands (Note
-                                          # [Lean step loads] in sm80_loads.py); None:
+                                          # [Lean step loads] in forward_loads.py); None:
                                           # step_loads_lean
     staged_o: Optional[bool] = None        # O written through shared memory in 16-byte stores
-                                          # (Note [Staged O] in sm80_epilogue.py); None: o_staged
+                                          # (Note [Staged O] in epilogue.py); None: o_staged
     split_mask: Optional[bool] = None      # partial blocks test only the conjuncts tile_holds does
                                           # not prove (Note [Conjuncts a tile holds]); None: mask_split
-    lazy_rescale: Optional[bool] = None    # Note [Lazy rescale] in sm80_softmax.py; None: rescale_lazily
-    mma_row_sum: Optional[bool] = None     # Note [Row sums on the tensor cores] in sm80_softmax.py;
+    lazy_rescale: Optional[bool] = None    # Note [Lazy rescale] in softmax.py; None: rescale_lazily
+    mma_row_sum: Optional[bool] = None     # Note [Row sums on the tensor cores] in softmax.py;
                                           # None: row_sum_on_mma
     early_first: Optional[bool] = None     # load the top block of kv_hint (a table tile: its diagonal)
                                           # before the range is read from a map or scanned from the
                                           # runs (Note [First block before the map] in
-                                          # sm80_loads.py); None: first_before_map
+                                          # forward_loads.py); None: first_before_map
     aligned_tiles: bool = False            # query tiles from a tile table (Note [Document-aligned
                                           # tiles] in qtiles.py), set by the lowering with the map
                                           # or the runs
@@ -135,7 +135,7 @@ class Sm80KernelSpec:
     @property
     def static_max(self) -> Optional[float]:
         """The constant running max of a bounded score_mod (Note [Bounded score_mod] in
-        sm80_softmax.py), or None: bf16 only, and (hi - lo) in natural units at most
+        softmax.py), or None: bf16 only, and (hi - lo) in natural units at most
         STATIC_MAX_SPREAD."""
         bounds = getattr(self.score_mod, "bounds", None)
         if self.dtype != "bf16" or bounds is None:
@@ -196,7 +196,7 @@ class Sm80KernelSpec:
     @property
     def interval_test_form(self) -> str:
         """interval_test resolved: "bits" while a lane's row holds at most 32 scores
-        (block_n <= 128), else "range" (Note [One compare per score] in sm80_masks.py)."""
+        (block_n <= 128), else "range" (Note [One compare per score] in score_masks.py)."""
         if self.interval_test is not None:
             return self.interval_test
         return "bits" if self.block_n <= 128 else "range"
@@ -262,7 +262,7 @@ class Sm80KernelSpec:
 
     @property
     def step_loads_lean(self) -> bool:
-        """lean_loads resolved (Note [Lean step loads] in sm80_loads.py): by default for a block
+        """lean_loads resolved (Note [Lean step loads] in forward_loads.py): by default for a block
         map or a band on sm_80."""
         return self.can_lean_loads if self.lean_loads is None else self.lean_loads
 
@@ -314,7 +314,7 @@ class Sm80KernelSpec:
 
     @property
     def o_staged(self) -> bool:
-        """staged_o resolved (Note [Staged O] in sm80_epilogue.py): by default on sm_80
+        """staged_o resolved (Note [Staged O] in epilogue.py): by default on sm_80
         wherever it can be (1-6 % faster, but causal at head dim 64 1.5 % slower: ptxas
         schedules its whole loop differently), on sm_90a for bands and block maps (3-7 %);
         not sm_90a's other kernels (ALiBi at head dim 64 6 % slower, causal and softcap
@@ -358,7 +358,7 @@ class Sm80KernelSpec:
 
     @property
     def rescale_lazily(self) -> bool:
-        """lazy_rescale resolved (Note [Lazy rescale] in sm80_softmax.py): by default above
+        """lazy_rescale resolved (Note [Lazy rescale] in softmax.py): by default above
         head dim 64, where O's rescale is 64 FMULs a row pair and skipping it paid (sm_80
         causal 4 % faster, sm_90a causal 3 % and documents 2 %), but not in sm_90a's
         persistent CTAs, whose rotated consumer then spills. At 64 the vote and branch
@@ -371,7 +371,7 @@ class Sm80KernelSpec:
 
     @property
     def row_sum_on_mma(self) -> bool:
-        """mma_row_sum resolved (Note [Row sums on the tensor cores] in sm80_softmax.py): by
+        """mma_row_sum resolved (Note [Row sums on the tensor cores] in softmax.py): by
         default on sm_80 for an affine score_mod (score_bias), where it measured 1.2-1.5 %
         faster, every round of one below every round of the other; elsewhere no gain or a
         loss (results/sm80_h200.md, "Row sums on the tensor cores"). sm_90a's P.V is a
@@ -385,7 +385,7 @@ class Sm80KernelSpec:
 
     @property
     def exp2_on_fma(self) -> int:
-        """exp2_fma resolved (Note [Exponentials on the FMA pipe] in sm80_softmax.py), as
+        """exp2_fma resolved (Note [Exponentials on the FMA pipe] in softmax.py), as
         measured (results/sm90a_h200.md and sm80_h200.md, "Exponentials on the FMA pipe"):
           * 2 of 8 in sm_90a's one-warpgroup kernels with a constant softmax max
             (softcap), whose scores take two SFU operations: softcap + causal at head
@@ -468,7 +468,7 @@ class Sm80KernelSpec:
             parts.append(f"{f.name}={v}")
         return ";".join(parts)
 
-    def check(self) -> "Sm80KernelSpec":
+    def check(self) -> "ForwardSpec":
         """Raise SpecError (spec_checks.py) unless this specialization can be built; return self."""
         return check_spec(self)
 
@@ -492,12 +492,12 @@ _TILES = {
 }
 
 
-def default_sm80_spec(dtype: str, head_dim_qk: int, head_dim_v: int | None = None, **overrides) -> Sm80KernelSpec:
+def default_forward_spec(dtype: str, head_dim_qk: int, head_dim_v: int | None = None, **overrides) -> ForwardSpec:
     """A checked spec with the tiles of `_TILES` for these head dims and `overrides` applied.
     Unequal head dims up to 128 take 32-key tiles (at 64, e.g. d_qk=96/d_v=128 spills)."""
     head_dim_v = head_dim_v or head_dim_qk
     tiles = dict(_TILES[max(head_dim_qk, head_dim_v)])
     if head_dim_qk != head_dim_v and max(head_dim_qk, head_dim_v) <= 128:
         tiles.update(block_n=32)
-    return Sm80KernelSpec(**{"dtype": dtype, "head_dim_qk": head_dim_qk, "head_dim_v": head_dim_v,
+    return ForwardSpec(**{"dtype": dtype, "head_dim_qk": head_dim_qk, "head_dim_v": head_dim_v,
                              **tiles, **overrides}).check()

@@ -1,4 +1,4 @@
-"""The hooks a kernel spec is built with (`Sm80KernelSpec` in kernel_spec.py): what they
+"""The hooks a kernel spec is built with (`ForwardSpec` in kernel_spec.py): what they
 read (`KvCtx`), what a mask answers (`KvRange`), their signatures, the parameters they
 add to the kernel (`ExtraParam`), and the hooks of the built-in masks (`mask_hooks`).
 
@@ -15,7 +15,7 @@ answer them later):
   and a window); the loop then walks the union downwards, loading nothing in the holes.
 * `kv_hint(e, ctx) -> KvRange` (optional, with a block map's kv_range): the static
   analysis' hull of the same mask, whose top block the kernel loads before the map is
-  read (Note [First block before the map] in sm80_loads.py).
+  read (Note [First block before the map] in forward_loads.py).
 * `tile_partial(e, ctx, n_block) -> i1` (optional): whether a block outside the full
   range [full_lo, full_hi) needs the predicate after all (the kernel adds the ragged
   last block itself); without it every such block is masked. Blocks inside the full
@@ -32,7 +32,7 @@ answer them later):
   N, Note [Indices known in range] in hooks.py); partial blocks then test each score's column
   against the row's bounds (and the residual) instead of calling keep (Notes [Row
   intervals] and [Residual conjuncts] in row_intervals.py, Note [One compare per score]
-  in sm80_masks.py).
+  in score_masks.py).
 * `tile_holds(e, ctx, n_block) -> (interval, residual)` (optional, with row_interval
   and row_residual): i1s that say the row interval's conjuncts, or the residual's, hold
   on every element of block n_block (rows < M, keys < N); a partial block then tests
@@ -48,7 +48,7 @@ and on scores, on every visited block (natural-log units, as dsl.md defines them
   constant scalings of a score_mod into multiplications the kernel does anyway);
 * or `score_bias(e, b, h, i, j) -> f32`, a score_mod that is s + bias: the kernel keeps
   the raw score and the folded scale, adding bias/scale with one FMA (Note [Folded
-  scale] in sm80_softmax.py);
+  scale] in softmax.py);
 * `sink(e, h) -> f32`: the sink logit of head h, folded into the row sum at the end.
 
 `e` is the kernel's `Emit` (nvgpu_builders.py); hooks may also call `arith`/`math`
@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 if TYPE_CHECKING:
-    from attnc.backend.kernel_spec import Sm80KernelSpec
+    from attnc.backend.kernel_spec import ForwardSpec
 
 # "mask_mod": a DSL mask compiled into the hooks (kv_range and keep given by the spec).
 MASK_MODES = ("none", "causal", "causal_bottom_right", "mask_mod")
@@ -180,7 +180,7 @@ _MASK_HOOKS = {
 }
 
 
-def mask_hooks(spec: Sm80KernelSpec) -> tuple[KvRangeFn, Optional[KeepFn]]:
+def mask_hooks(spec: ForwardSpec) -> tuple[KvRangeFn, Optional[KeepFn]]:
     """The (kv_range, keep) hooks of `spec`: its own, else those of its mask mode. The
     built-in causal masks have no row interval (they keep their compare per score): as
     [-inf, i] they measured no faster, and slower next to a score_mod

@@ -171,7 +171,7 @@ EXP2_SHIFTER = 12582912.0     # 0x4B400000 = 2^23 + 2^22: its ulp is 1 for the s
 
 def exp2_fma(e: Emit, x: ir.Value) -> ir.Value:
     """2^x for f32 x <= 8 (above 0 only under a lazy max, Note [Lazy rescale]) without
-    the SFU (Note [Exponentials on the FMA pipe] in sm80_softmax.py): x clamped at -127 (so -inf gives 0); r = x + shifter rounded
+    the SFU (Note [Exponentials on the FMA pipe] in softmax.py): x clamped at -127 (so -inf gives 0); r = x + shifter rounded
     down holds floor(x) in its low mantissa bits; f = x - floor(x) in [0, 1);
     p = 2^f by the cubic EXP2_POLY (three FMAs); floor(x) is added to p's exponent
     as an integer (r << 23 leaves floor(x) << 23: the shifter's bits shift out)."""

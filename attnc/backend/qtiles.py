@@ -49,7 +49,7 @@ for a partial tile per run when runs are 4 * block_m long on average (documents 
 at block_m = 128 need 66 of the 80 at M = 8192); the attention kernel's grid is as long,
 and a CTA past the last tile returns at once.
 
-Where the table is the default (sm80_lower.py): a kernel of one query block per CTA
+Where the table is the default (lowering.py): a kernel of one query block per CTA
 without a producer warpgroup, on sm_80 and on sm_90a (whose one-warpgroup kernel takes its
 rows and key origin the same way). Documents of 1000 + causal ran 6-11 % faster than the
 same kernel on the grid, on both targets (results/sm80_h200.md and sm90a_h200.md,
@@ -77,7 +77,7 @@ leaves 0.6 %. (At head dim 64, 64-row tiles and 32 heads, the model's tail is 0.
 nothing to gain there.) Over the
 whole grid that order runs every document's k-th tile together, whose keys do not fit in
 the L2 (above: slower). So only the end is reordered: with `tail_per_sm` = k (QTilesPlan;
-the lowering's tail_waves times Sm80KernelSpec.resident_ctas), the tables of the last
+the lowering's tail_waves times ForwardSpec.resident_ctas), the tables of the last
 batch move their first R = min(total, cdiv(k * %nsmid, H), THREADS) entries (total: the
 tiles written), the last R * H CTAs to start, into order of row_end - key0 (the keys from
 the run's start to the tile's end: a tile's key blocks under a causal mask, and no worse

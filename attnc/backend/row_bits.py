@@ -1,7 +1,7 @@
 """A mask's keys per row as bit masks over a lane's columns (Note [Row bit masks]).
 
 A lane holds, in each score row, the columns column(c) = 8 (c // 2) + c % 2 of its
-tile's first one (sm80_masks.ElementCoords), slot c of the row. `low_bits`, `below`
+tile's first one (score_masks.ElementCoords), slot c of the row. `low_bits`, `below`
 and `point_bit` build 32-bit masks of those slots from column offsets; `RowBits` builds
 a mask_mod's per row from them.
 
@@ -13,7 +13,7 @@ Note [Row intervals] in row_intervals.py solves each for j) and of values free o
 row, keys that each comparison gives as an interval or a point in j. So in a partial
 tile the kernel builds, once per score row, one 32-bit mask per comparison over the
 lane's columns (a point is one shifted bit, an interval a run of low bits: Note [Kept
-bits] in sm80_masks.py), combines them with the mask's own and/or/not as bitwise ops,
+bits] in score_masks.py), combines them with the mask's own and/or/not as bitwise ops,
 ANDs the keys below N, and per score tests one bit. The per-score code no longer
 grows with the mask: an `or` of 150 equalities was 300 ops per score, unrolled for
 the 64 to 128 scores a thread holds at each of the kernel's mask sites, and most of

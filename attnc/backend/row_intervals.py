@@ -22,7 +22,7 @@ from attnc.backend.nvgpu_builders import Emit
 # keeps, for each row, exactly the keys of one interval [lo(b, h, i), hi(b, h, i)]. In a
 # partial tile the kernel then computes lo and hi once per accumulator row (the region
 # evaluated at j = 0 gives each d0) and tests each score's column, a constant offset
-# from the tile's first one, against them (Note [One compare per score], sm80_masks.py),
+# from the tile's first one, against them (Note [One compare per score], score_masks.py),
 # instead of the region's ops (and the j < N test) per score.
 #
 # Note [Residual conjuncts]: the other conjuncts that depend on j (`or`, `!=`, a j
@@ -154,6 +154,6 @@ class RowInterval(RegionCode):
                 bounds.append((_clamp_far(e, v), (-_FAR, _FAR)) if wide else (v, r))
         hi = _clamp_far(e, *_reduce(e.min, min, highs)) if highs else e.c32(_FAR)
         if not lows and not self.free:
-            return None, hi          # no lower bound (Note [One compare per score], sm80_masks.py)
+            return None, hi          # no lower bound (Note [One compare per score], score_masks.py)
         lo = _clamp_far(e, *_reduce(e.max, max, lows)) if lows else e.c32(-_FAR)
         return e.select(alive, lo, e.c32(_FAR)), hi

@@ -30,7 +30,7 @@ right, as slow as the mask is.
 
 The range is known only after the entry is read and the scan done, so the sm_80 kernel
 issues the diagonal's K and V first, as it does before a map's row is read (Note [First
-block before the map] in sm80_loads.py).
+block before the map] in forward_loads.py).
 
 Where: a mask with the ids' conjunct whose rest reads no param and no float (the rest is
 "static" to the analysis), on the aligned tiles (`BlockMapPlan.built` False: the bundle
@@ -40,7 +40,7 @@ params keep the map. So, by default, do
     == doc[b, j] and j <= i and (i - j) % 3 == 0`), whose map records which part a MIXED
     tile holds (Note [Conjuncts a tile holds]), where the runs can say it only of the ids
     (unless split_mask=false: then the map's record is not read);
-  * kernels at the 128-register floor of Note [CTAs per SM] (Sm80KernelSpec.
+  * kernels at the 128-register floor of Note [CTAs per SM] (ForwardSpec.
     registers_at_floor: sm_90a's 64x64 tiles at head dim 64, four CTAs an SM), where the
     runs' kernel spilled and lost its bound (below; a bound given as min_ctas_per_sm
     is kept, so it does not count).
@@ -49,7 +49,7 @@ The option `run_ranges` of attn-lower-sm80 / attn-lower-sm90a turns it on or off
 Against the same kernels with the map (documents of 1000 + causal, the same outputs to
 the bit), sm_80 ran 3-4 % faster and sm_90a 3 % at head dim 128 (results/sm80_h200.md and
 sm90a_h200.md, "Ranges from the runs"). sm_90a at head dim 64 spilled under its register
-bound of four CTAs an SM (Note [CTAs per SM] in kernel_spec.py), which build_sm80_module
+bound of four CTAs an SM (Note [CTAs per SM] in kernel_spec.py), which build_kernel_module
 then drops (163 registers), and ran 10 % slower; with the bound forced
 (min_ctas_per_sm=4) it ran as fast as the map. Hence not the default at that register
 floor.
@@ -57,7 +57,7 @@ floor.
 There is no `tile_skip`: a block between the first and the last kept one that keeps
 nothing (a rest such as `j < 10 or j <= i`, whose holes the analysis does not split under
 the conjunction) is still computed right, masked whole (Note [Lean step loads] in
-sm80_loads.py says the same of a band's).
+forward_loads.py says the same of a band's).
 """
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ class RunHooks:
         return lo, e.min(e.add(lo, c.block_n), c.N)
 
     def _rest(self, e: Emit, c: KvCtx, n_block):
-        from attnc.backend.sm80_variant import analysis_dims
+        from attnc.backend.variant_hooks import analysis_dims
         lo, hi = self._keys(e, c, n_block)
         dims = analysis_dims(e, self.names, self.code, self.rest.dims, len(TILE_ARGS))
         return self.code(e, c.row0, e.min(c.row_end, c.M), lo, hi, c.b, c.h, *dims)

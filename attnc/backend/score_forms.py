@@ -125,7 +125,7 @@ class ScaledScoreCode(RegionCode):
 
     def bounds(self) -> tuple[float, float] | None:
         """(lo, hi) that every value of the returned g = score / out_factor lies in, for
-        any s (Note [Bounded score_mod] in sm80_softmax.py), or None when unbounded."""
+        any s (Note [Bounded score_mod] in softmax.py), or None when unbounded."""
         return _interval(self.inner)
 
     def __call__(self, e: Emit, s, b, h, i, j, given: Mapping | None = None) -> ir.Value:

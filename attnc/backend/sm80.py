@@ -5,10 +5,10 @@ One CTA per (m_block, h, b) (m_block = gridDim.x - 1 - blockIdx.x, or on y or z 
 query blocks per CTA]); `num_warps` warps, warp w owning rows [w*block_m/num_warps,
 (w+1)*block_m/num_warps) of the Q tile in 16-row MMA tiles.
 
-    load Q[m_block]                             ─┐ cp.async groups (the prologue: sm80_loads.py)
+    load Q[m_block]                             ─┐ cp.async groups (the prologue: forward_loads.py)
     load K[n0], V[n0], K[n1], ..., K[n_{S-1}]    ─┘ one group each (S = stages)
     for t, n in enumerate(hi-1 down to lo):     # partial blocks first (peeled), then full
-        wait K[n]; bar.sync                     # (n: the t-th block of the schedule, sm80_kv.py)
+        wait K[n]; bar.sync                     # (n: the t-th block of the schedule, kv_schedule.py)
         load V[n+S-1 steps] -> its slot; commit
         S = Q K[n]^T                            # ldmatrix.x4 + mma.m16n8k16, f32 acc
         [score_mod; keep/bound mask: partial blocks only]
@@ -22,9 +22,9 @@ query blocks per CTA]); `num_warps` warps, warp w owning rows [w*block_m/num_war
 Here the kernel's body, `_Sm80Forward` (sm90.py's kernels extend it); its copies from
 global memory, the prologue's and the steps' (Notes [Q before the range], [cp.async group
 counting], [Lean step loads], [Skipped blocks], [First block before the map]), are
-sm80_loads.py's (`ForwardLoads`, which it derives from); how it is launched, its
+forward_loads.py's (`ForwardLoads`, which it derives from); how it is launched, its
 parameters and grid, is kernel_abi.py's (`kernel_abi`), and kernel_module.py builds it
-into a gpu.module (`build_sm80_module`).
+into a gpu.module (`build_kernel_module`).
 
 Note [P as A operand]: the m16n8k16 accumulator of rows g, g+8 and columns 2t, 2t+1 of
 two adjacent n8 atoms is exactly the A fragment of a k16 step (rows g, g+8; k 2t, 2t+8),
@@ -83,17 +83,17 @@ import math
 from mlir import ir
 from mlir.dialects import nvvm, scf
 
-from attnc.backend.kernel_spec import Sm80KernelSpec
+from attnc.backend.kernel_spec import ForwardSpec
 from attnc.backend.mask_hooks import KvCtx, mask_hooks
 from attnc.backend.nvgpu_builders import (Approx, CpAsync, CtaBarrier, Emit, GlobalPtr, LdMatrix, MmaSync,
                                           Quad, Smem, values_if, warp_vote)
 from attnc.backend.qtiles import qtiles_param, read_entry
-from attnc.backend.sm80_epilogue import Epilogue, StagedRows
-from attnc.backend.sm80_kv import KvSchedule, schedule
-from attnc.backend.sm80_loads import ForwardLoads
-from attnc.backend.sm80_masks import ElementCoords, ScoreMasker, rows_of
-from attnc.backend.sm80_softmax import ONES_BF16X2, ONES_F16X2, OnlineSoftmax, SoftmaxState
-from attnc.backend.sm80_tiles import FragmentReader, SwizzledTile, TileLoader
+from attnc.backend.epilogue import Epilogue, StagedRows
+from attnc.backend.kv_schedule import KvSchedule, schedule
+from attnc.backend.forward_loads import ForwardLoads
+from attnc.backend.score_masks import ElementCoords, ScoreMasker, rows_of
+from attnc.backend.softmax import ONES_BF16X2, ONES_F16X2, OnlineSoftmax, SoftmaxState
+from attnc.backend.smem_tiles import FragmentReader, SwizzledTile, TileLoader
 
 LOG2E = math.log2(math.e)
 SMEM_SYMBOL = "attnc_dynamic_smem"
@@ -102,7 +102,7 @@ SMEM_SYMBOL = "attnc_dynamic_smem"
 class _Sm80Forward(ForwardLoads):
     """Emits the kernel body at the current insertion point."""
 
-    def __init__(self, spec: Sm80KernelSpec, args: dict[str, ir.Value]):
+    def __init__(self, spec: ForwardSpec, args: dict[str, ir.Value]):
         self.spec = spec
         self.e = e = Emit(args)
         self.cp = CpAsync(e)
@@ -114,7 +114,7 @@ class _Sm80Forward(ForwardLoads):
         self.softmax = OnlineSoftmax(e, Approx(e), Quad(e), scale_log2, spec.static_max, spec.exp2_on_fma,
                                      spec.rescale_lazily, spec.row_sum_on_mma)
         # O's n8 atoms per 16-row atom; with row sums on the tensor cores one more, P.1
-        # (Note [Row sums on the tensor cores] in sm80_softmax.py)
+        # (Note [Row sums on the tensor cores] in softmax.py)
         self.o_atoms = spec.head_dim_v // 8 + spec.row_sum_on_mma
         self.q_tile = SwizzledTile(0, spec.block_m, spec.head_dim_qk)
         self.k_tile = SwizzledTile(spec.q_tile_bytes, spec.block_n, spec.head_dim_qk)
@@ -220,9 +220,9 @@ class _Sm80Forward(ForwardLoads):
 
     def _kv_range(self, m_block=None) -> KvSchedule:
         """The hook's range for `m_block` (default: the current block) as a schedule (Note
-        [Mask hooks] in mask_hooks.py, sm80_kv.py)."""
+        [Mask hooks] in mask_hooks.py, kv_schedule.py)."""
         e, s = self.e, self.spec
-        # Note [Lean step loads] (sm80_loads.py): a block map's range is inside the map, a
+        # Note [Lean step loads] (forward_loads.py): a block map's range is inside the map, a
         # band's is clamped.
         clamp_top = s.step_loads_lean and not s.blockmap
         return schedule(e, self.kv_range_fn(e, self._ctx(m_block)), self.n_keys, s.block_n, clamp_top)
@@ -322,7 +322,7 @@ class _Sm80Forward(ForwardLoads):
     def _step(self, t, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str, first: bool = False):
         """Step t visits n_block = kv.block(t). mode: 'partial' (masked; when the mask has
         `tile_partial`, only if it or the ragged N edge says so; a block `tile_skip` rules
-        out is not computed, Note [Skipped blocks] in sm80_loads.py) | 'full' (no mask,
+        out is not computed, Note [Skipped blocks] in forward_loads.py) | 'full' (no mask,
         nothing asked)."""
         e, s = self.e, self.spec
         n_block = kv.block(e, t)
@@ -547,7 +547,7 @@ class _Sm80Forward(ForwardLoads):
                        self._tensor("lse", self.b, self.h) if s.with_lse else None, self._sink())
 
     def _sink(self):
-        """The sink logit in the running max's units (Note [Sinks] in sm80_softmax.py)."""
+        """The sink logit in the running max's units (Note [Sinks] in softmax.py)."""
         s = self.spec
         if s.sink is None:
             return None

@@ -1,13 +1,13 @@
 """The sm_90a forward kernel: sm80.py's kernel with its two GEMMs on wgmma.
 
 Everything but the GEMMs is the sm_80 kernel's: the CTA's cp.async loads into the
-swizzled tiles (sm80_tiles.py), the K/V stages and their waits, the mask hooks, the
+swizzled tiles (smem_tiles.py), the K/V stages and their waits, the mask hooks, the
 online softmax and the epilogue. `num_warps` warps form num_warps/4 warpgroups of 64
 query rows each; warp w still owns rows [16w, 16w + 16), which is where a wgmma m64
 accumulator puts them (Note [wgmma accumulators] in nvgpu_builders.py), so the
 softmax and the masks see the registers they see on sm_80 with one m16 tile per warp.
 
-Note [wgmma operands]: the swizzled tile layout of sm80_tiles.py -- pages of rows x W
+Note [wgmma operands]: the swizzled tile layout of smem_tiles.py -- pages of rows x W
 elements, 2W-byte rows, 16-byte chunk c of row r at chunk c ^ swz(r) (W = 64: r mod 8;
 W = 32: (r >> 1) mod 4) -- is exactly wgmma's 128-byte (W = 64) or 64-byte (W = 32)
 swizzle: both XOR the chunk bits of the byte address with the bits above a 128-byte
@@ -64,7 +64,7 @@ from mlir.dialects import llvm, scf
 
 from attnc.backend.nvgpu_builders import Wgmma, values_if, warp_vote
 from attnc.backend.sm80 import _Sm80Forward
-from attnc.backend.sm80_softmax import SoftmaxState
+from attnc.backend.softmax import SoftmaxState
 
 WARPGROUP_ROWS = 64
 
@@ -262,7 +262,7 @@ class Sm90Forward(_Sm80Forward):
 
     def _scaled(self, acc_o: list, flight: "_InFlight") -> list:
         """O (flat) times the carried step's alpha per row; with a lazy softmax only in a
-        warp where a row moved (Note [Lazy rescale] in sm80_softmax.py)."""
+        warp where a row moved (Note [Lazy rescale] in softmax.py)."""
         e = self.e
 
         def scaled():

@@ -8,7 +8,7 @@ mbarriers in shared memory (after the tiles), one per event:
     k_full[s], v_full[s]    slot s holds the K (V) of its step     producer -> consumers
     k_empty[s], v_empty[s]  every consumer warp is done with it    consumers -> producer
 
-The producer's copies are sm80_tiles.py's cp.async into the same swizzled tiles; each
+The producer's copies are smem_tiles.py's cp.async into the same swizzled tiles; each
 of its 128 threads then arrives on the full barrier with `cp.async.mbarrier.arrive
 .noinc`, which counts once that thread's copies have landed (so a full barrier expects
 128 arrivals). A consumer warp releases a slot with one arrival (lane 0) once the wgmma
@@ -37,7 +37,7 @@ thread and the consumers share the rest, 240 each for two: attnc/schedule/recipe
 assembly] in cubin.py). The consumers' wgmma reads the tiles through the async proxy
 after waiting on the full barrier, and fence.proxy.async orders the cp.async writes
 (the generic proxy) before them. A producer thread waits for all its copies before it
-exits. Where this kernel is the default, and what it measured: Sm80KernelSpec.warp_specialized.
+exits. Where this kernel is the default, and what it measured: ForwardSpec.warp_specialized.
 
 Note [Persistent CTAs]: with `persistent` the grid is at most one CTA per SM
 (manifest grid factor min_sms), and each CTA loops over query blocks w = ctaid.x,
@@ -53,7 +53,7 @@ addresses are computed per block (an opaque copy of tid): hoisted out of the loo
 blocks, LLVM kept them live through it and ptxas spilled them. (The causal kernel's
 producer, in 24 registers, still spills 284 bytes at head dim 128; the window's
 spills nothing.) Where it is the default, and what it measured:
-Sm80KernelSpec.persistent_ctas.
+ForwardSpec.persistent_ctas.
 
 Note [The next block's first QK^T]: without ping-pong the persistent consumers run a
 rotated loop (_consume_rotated): an iteration issues its block's first QK^T, stores
@@ -72,7 +72,7 @@ from mlir.dialects import nvvm, scf
 
 from attnc.backend.kernel_spec import MBARRIER_BYTES, PRODUCER_THREADS, SLOT_BARRIERS
 from attnc.backend.nvgpu_builders import MBarrier, NamedBarrier, fence_async_proxy, set_max_registers
-from attnc.backend.sm80_tiles import TileLoader
+from attnc.backend.smem_tiles import TileLoader
 from attnc.backend.sm90 import Sm90Forward
 from attnc.schedule.recipes import consumer_registers, producer_registers
 
@@ -223,7 +223,7 @@ class Sm90WsForward(Sm90Forward):
     def _produce(self, name: str, kv, t) -> None:
         """Load K or V of step t into its slot once it is empty, then arrive on its full
         barrier. Rows at or past N are zero-filled, and so is a block the mask skips
-        (Note [Skipped blocks] in sm80_loads.py)."""
+        (Note [Skipped blocks] in forward_loads.py)."""
         e, s = self.e, self.spec
         slot, parity = self._use(t)
         self.mbar.wait(self._barrier(f"{name}_empty", slot), e.xor(parity, 1))

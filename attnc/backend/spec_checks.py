@@ -1,4 +1,4 @@
-"""The feasibility checks of a kernel spec (`Sm80KernelSpec.check` in kernel_spec.py), done
+"""The feasibility checks of a kernel spec (`ForwardSpec.check` in kernel_spec.py), done
 before anything is built: each failure is a `SpecError` that names the knob to change.
 `check_spec` runs them in a fixed order, so that a spec with several faults always
 reports the same one: its values, then its tiles and target, then the options that
@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 from attnc.backend.mask_hooks import MASK_MODES
 
 if TYPE_CHECKING:
-    from attnc.backend.kernel_spec import Sm80KernelSpec
+    from attnc.backend.kernel_spec import ForwardSpec
 
 DTYPES = ("f16", "bf16")
 OUT_DTYPES = ("f16", "bf16", "f32")
 HEAD_DIMS = (64, 96, 128, 256)
-INTERVAL_TESTS = ("range", "pair", "bits")  # Note [One compare per score] in sm80_masks.py
+INTERVAL_TESTS = ("range", "pair", "bits")  # Note [One compare per score] in score_masks.py
 # The instruction set the kernel's two GEMMs use: mma.sync (sm_80, runs on every GPU
 # since) or wgmma from swizzled shared memory (sm_90a, Note [wgmma steps] in sm90.py).
 KERNEL_TARGETS = ("sm_80", "sm_90a")
@@ -27,7 +27,7 @@ class SpecError(ValueError):
     """A specialization that cannot be built, with the knob to change."""
 
 
-def check_spec(spec: Sm80KernelSpec) -> Sm80KernelSpec:
+def check_spec(spec: ForwardSpec) -> ForwardSpec:
     """Raise SpecError unless `spec` can be built; return it."""
     _check_values(spec)
     _check_tiles(spec)
@@ -36,7 +36,7 @@ def check_spec(spec: Sm80KernelSpec) -> Sm80KernelSpec:
     return spec
 
 
-def _check_values(spec: Sm80KernelSpec) -> None:
+def _check_values(spec: ForwardSpec) -> None:
     """Element types, head dims, the mask and the score hooks."""
     _require(spec.dtype in DTYPES, f"dtype {spec.dtype!r}: expected one of {DTYPES}")
     _require(spec.o_dtype in OUT_DTYPES, f"out_dtype {spec.o_dtype!r}: expected one of {OUT_DTYPES}")
@@ -53,7 +53,7 @@ def _check_values(spec: Sm80KernelSpec) -> None:
              "extra_params: kind must be 'dim', 'ptr' or 'scratch'")
 
 
-def _check_tiles(spec: Sm80KernelSpec) -> None:
+def _check_tiles(spec: ForwardSpec) -> None:
     """Warps, tile shapes, stages and the per-tile knobs, against the target."""
     warps = (4, 8, 12, 16) if spec.target == "sm_90a" else (1, 2, 4, 8)
     _require(spec.num_warps in warps, f"num_warps={spec.num_warps}: expected one of {warps} on {spec.target}")
@@ -92,7 +92,7 @@ def _check_tiles(spec: Sm80KernelSpec) -> None:
         _check_sm90a(spec)
 
 
-def _check_sm90a(spec: Sm80KernelSpec) -> None:
+def _check_sm90a(spec: ForwardSpec) -> None:
     """Warpgroups of 64 rows, and wgmma's N."""
     _require(spec.num_warps % 4 == 0 and spec.rows_per_warp == 16,
              f"sm_90a runs warpgroups of 4 warps and 64 rows: block_m={spec.block_m} with "
@@ -101,7 +101,7 @@ def _check_sm90a(spec: Sm80KernelSpec) -> None:
              f"wgmma's N is at most 256: block_n={spec.block_n}, head_dim_v={spec.head_dim_v}")
 
 
-def _check_options(spec: Sm80KernelSpec) -> None:
+def _check_options(spec: ForwardSpec) -> None:
     """The options that only a kind of kernel has (a producer warpgroup, a grid order, a
     block map, ...)."""
     _require(not spec.warp_specialized or spec.target == "sm_90a",
@@ -146,7 +146,7 @@ def _check_options(spec: Sm80KernelSpec) -> None:
              "a producer warpgroup needs at least two K/V stages")
 
 
-def _check_resources(spec: Sm80KernelSpec) -> None:
+def _check_resources(spec: ForwardSpec) -> None:
     """Accumulator registers, shared memory and the symbol."""
     _require(spec.acc_registers <= MAX_ACC_REGS,
              f"{spec.acc_registers} f32 accumulator registers per thread (S {spec.block_n} wide, "

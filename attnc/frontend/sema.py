@@ -268,7 +268,7 @@ class _Checker:
             raise AttncError(f"scale must be a finite number (it is {value:g})", self.scale.expr.span)
         if value <= 0:
             # The kernels keep the running max of unscaled scores (Note [Folded scale],
-            # sm80_softmax.py), which is the max of the scaled ones only for a positive scale.
+            # softmax.py), which is the max of the scaled ones only for a positive scale.
             what = "0 in f32, the precision it is computed in" if value == 0 else f"{value:g}"
             raise AttncError(f"scale must be positive (it is {what})", self.scale.expr.span)
         return value

@@ -34,8 +34,8 @@ KERNELS_ATTR = "attn.kernels"
 SPECIALIZATION_ATTR = "attn.specialization"
 
 
-# Kernel choices the options record on attn.kernel, read back by sm80_lower.py: each
-# option's name is its Sm80KernelSpec field's, with the attribute and the value's type.
+# Kernel choices the options record on attn.kernel, read back by lowering.py: each
+# option's name is its ForwardSpec field's, with the attribute and the value's type.
 KERNEL_CHOICES: dict[str, tuple[str, type]] = {
     "q_blocks_per_cta": ("kernel.q_blocks_per_cta", int),
     "interval_test": ("kernel.interval_test", str),
@@ -73,7 +73,7 @@ def record_choices(op, choices: dict) -> None:
 
 
 def recorded_choices(op) -> dict:
-    """The Sm80KernelSpec fields `record_choices` left on `op` (the others keep the spec's defaults)."""
+    """The ForwardSpec fields `record_choices` left on `op` (the others keep the spec's defaults)."""
     from attnc.ir import get_int, get_str
 
     return {name: get_str(op, attr) if kind is str else kind(get_int(op, attr))
@@ -100,12 +100,12 @@ class LowerKernel(Pass):
     exp2_fma: int | None = field(default=None, metadata={
         "doc": "of every 8 scores of a softmax row, how many take their exp2 on the FMA pipe (a cubic "
                "and exponent bits) instead of the SFU, 0 to 8 (Note [Exponentials on the FMA pipe]; "
-               "default: Sm80KernelSpec.exp2_on_fma: 2 in sm_90a's one-warpgroup softcap kernels, 1 in its "
+               "default: ForwardSpec.exp2_on_fma: 2 in sm_90a's one-warpgroup softcap kernels, 1 in its "
                "producer warpgroup's kernels with a score_mod, else 0)"})
 
     heads_first: bool | None = field(default=None, metadata={
         "doc": "order the grid's CTAs by head first, query block second (Note [Heads first]; default: "
-               "Sm80KernelSpec.grid_heads_first: on sm_80 for a band or a block map)"})
+               "ForwardSpec.grid_heads_first: on sm_80 for a band or a block map)"})
     tiles_last: bool | None = field(default=None, metadata={
         "doc": "order the grid's CTAs by head, then batch, then query block, so that every (b, h) starts "
                "its heaviest query block before any starts its next (Note [Tiles last] in kernel_abi.py; "
@@ -130,7 +130,7 @@ class LowerKernel(Pass):
     lazy_rescale: bool | None = field(default=None, metadata={
         "doc": "keep a softmax row's running max until a block's scores exceed it by more than a factor of 2^8, "
                "and skip a warp's rescale of O where no row of it moved (Note [Lazy rescale] in "
-               "sm80_softmax.py; default: Sm80KernelSpec.rescale_lazily: on above head dim 64 wherever the max "
+               "softmax.py; default: ForwardSpec.rescale_lazily: on above head dim 64 wherever the max "
                "is not a constant, but for sm_90a's persistent CTAs)"})
     tail_waves: int | None = field(default=None, metadata={
         "doc": "on the aligned tiles with the heads-first grid, the last this many resident grids' worth of CTAs "
@@ -138,7 +138,7 @@ class LowerKernel(Pass):
                "default: 2 there)"})
     staged_o: bool | None = field(default=None, metadata={
         "doc": "write O through shared memory in coalesced 16-byte stores instead of 4-byte stores "
-               "from the accumulators (Note [Staged O]; default: Sm80KernelSpec.o_staged: where it can -- one query "
+               "from the accumulators (Note [Staged O]; default: ForwardSpec.o_staged: where it can -- one query "
                "block per CTA, no producer warpgroup, a 16-bit O -- on sm_80, and on sm_90a for a band or a "
                "block map)"})
 
@@ -156,21 +156,21 @@ class LowerSm80(LowerKernel):
     lean_loads: bool | None = field(default=None, metadata={
         "doc": "in the KV steps, load later key blocks without row predicates, and for a band do not "
                "ask tile_skip (Note [Lean step loads]; only for a block map or a band; default: "
-               "Sm80KernelSpec.step_loads_lean: on sm_80 for both)"})
+               "ForwardSpec.step_loads_lean: on sm_80 for both)"})
     early_first: bool | None = field(default=None, metadata={
         "doc": "for a block map, load the first key block the static mask analysis puts on top before "
                "the map's row is read, and reload it only where the map's range starts elsewhere (Note "
-               "[First block before the map]; default: Sm80KernelSpec.first_before_map: on sm_80 for a block map)"})
+               "[First block before the map]; default: ForwardSpec.first_before_map: on sm_80 for a block map)"})
     mma_row_sum: bool | None = field(default=None, metadata={
         "doc": "sum each softmax row's probabilities on the tensor cores, as one more n8 column of the P.V "
                "GEMM whose B operand is all ones, instead of FADDs per score (Note [Row sums on the tensor "
-               "cores] in sm80_softmax.py; default: Sm80KernelSpec.row_sum_on_mma: for an affine score_mod, "
+               "cores] in softmax.py; default: ForwardSpec.row_sum_on_mma: for an affine score_mod, "
                "such as ALiBi's, in a kernel without an LSE output; refused with one: the LSE would keep "
                "the rounding of P)"})
     dead_rows: bool | None = field(default=None, metadata={
         "doc": "interleave the warps' 16-row tiles of the query block (warp w owns rows 16w + 16 num_warps k) "
                "and, in the first key step, skip the MMAs of a tile whose rows keep none of its keys (Note [Dead "
-               "rows] in sm80.py; default: Sm80KernelSpec.skips_dead_rows: wherever it can be -- two or more tiles "
+               "rows] in sm80.py; default: ForwardSpec.skips_dead_rows: wherever it can be -- two or more tiles "
                "per warp, two or more K/V stages and a mask with a row interval -- and key blocks are shorter "
                "than query blocks)"})
 
@@ -182,7 +182,7 @@ def lower_sm80(module, pass_target: str | None = None, **choices) -> None:
     CTAs] in sm90_ws.py)."""
     from mlir import ir
 
-    from attnc.backend.sm80_lower import kernel_module_for
+    from attnc.backend.lowering import kernel_module_for
     from attnc.ir import attention_ops, error_at, get_str
     from attnc.passes.pipelines import LOWERING
 

@@ -109,7 +109,7 @@ MAX_CONSUMER_REGISTERS = 240
 def default_producer(consumers: int, kv_stages: int, head_dims: tuple[int, int]) -> bool:
     """Where sm_90a gets a producer warpgroup by default: two consumer warpgroups (a CTA
     alone on its SM), a ring of two or more stages, head dim 128 (the measurements:
-    Sm80KernelSpec.warp_specialized in attnc/backend/kernel_spec.py)."""
+    ForwardSpec.warp_specialized in attnc/backend/kernel_spec.py)."""
     return consumers == 2 and kv_stages >= 2 and max(head_dims) == 128
 
 

@@ -66,7 +66,7 @@ def sources() -> dict[str, str]:
 def build(out: str) -> None:
     from attnc.backend import cubin
     from attnc.backend.bundle import write_bundle
-    from attnc.backend.sm80_lower import build as build_sm80
+    from attnc.backend.lowering import build as build_sm80
     from attnc.driver import CompileOptions, compile_mlir
 
     for name, text in sources().items():

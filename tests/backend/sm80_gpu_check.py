@@ -60,8 +60,8 @@ def window_softcap_hooks():
 def build(out: str) -> None:
     from mlir import ir
     from attnc.backend import cubin, ptx
-    from attnc.backend.kernel_module import build_sm80_module
-    from attnc.backend.kernel_spec import Sm80KernelSpec, default_sm80_spec
+    from attnc.backend.kernel_module import build_kernel_module
+    from attnc.backend.kernel_spec import ForwardSpec, default_forward_spec
 
     peeled, asked = window_softcap_hooks()
     defaults = {
@@ -78,23 +78,23 @@ def build(out: str) -> None:
         "t_def_d96": ("f16", 96, 96, {}),
         "t_def_d256": ("f16", 256, 256, {}),
     }
-    specs = {name: default_sm80_spec(dt, d, dv, symbol=f"fwd_{name}", **kw)
+    specs = {name: default_forward_spec(dt, d, dv, symbol=f"fwd_{name}", **kw)
              for name, (dt, d, dv, kw) in defaults.items()}
     specs.update({
-        "window_softcap_f16_d64": Sm80KernelSpec("f16", 64, 64, block_m=64, block_n=32, with_lse=True,
+        "window_softcap_f16_d64": ForwardSpec("f16", 64, 64, block_m=64, block_n=32, with_lse=True,
                                                  symbol="fwd_window_softcap", **peeled),
-        "window_softcap_tile_partial_bf16_d128": Sm80KernelSpec(
+        "window_softcap_tile_partial_bf16_d128": ForwardSpec(
             "bf16", 128, 128, block_m=128, block_n=32, with_lse=True, symbol="fwd_window_tp", **asked),
-        "f16_d64_s3": Sm80KernelSpec("f16", 64, 64, block_m=64, block_n=64, stages=3, mask="causal",
+        "f16_d64_s3": ForwardSpec("f16", 64, 64, block_m=64, block_n=64, stages=3, mask="causal",
                                      with_lse=True, symbol="fwd_s3"),
-        "f16_d128_s1_br": Sm80KernelSpec("f16", 128, 128, block_m=128, block_n=32, stages=1,
+        "f16_d128_s1_br": ForwardSpec("f16", 128, 128, block_m=128, block_n=32, stages=1,
                                          mask="causal_bottom_right", with_lse=True, symbol="fwd_s1"),
     })
     os.makedirs(out, exist_ok=True)
     index = {}
     for name, spec in specs.items():
         with ir.Context():
-            module, abi = build_sm80_module(spec)
+            module, abi = build_kernel_module(spec)
             text = ptx.to_ptx(module, "sm_80")
         sm80 = cubin.resource_usage(text, "sm_80")[spec.symbol]
         sm90 = cubin.ptx_to_cubin(text, "sm_90")

@@ -19,8 +19,8 @@ from attnc.backend.blockmap_hooks import blockmap_hooks, blockmap_skip
 from attnc.backend.blockmap_intervals import RANGE_UNROLL
 from attnc.backend.blockmap_kernel import build_blockmap_module
 from attnc.backend.bundle import code_files, variant_manifest
-from attnc.backend.kernel_module import build_sm80_module
-from attnc.backend.kernel_spec import default_sm80_spec
+from attnc.backend.kernel_module import build_kernel_module
+from attnc.backend.kernel_spec import default_forward_spec
 from attnc.backend.mask_hooks import KvCtx
 from attnc.backend.nvgpu_builders import Emit
 from attnc.driver import compile_mlir
@@ -234,10 +234,10 @@ def test_emit_mask_guards_a_param_that_may_be_empty():
 def test_hooks_build_into_the_sm80_kernel():
     plan = blockmap_plan(compiled(DOCS_SINK), 128, 64)
     kv_range, tile_partial, extra = blockmap_hooks(plan)
-    spec = default_sm80_spec("bf16", 64, block_n=64, kv_range=kv_range, tile_partial=tile_partial,
+    spec = default_forward_spec("bf16", 64, block_n=64, kv_range=kv_range, tile_partial=tile_partial,
                              tile_skip=blockmap_skip(plan), extra_params=extra)
     with compiled(DOCS_SINK).module.context:
-        module, abi = build_sm80_module(spec)
+        module, abi = build_kernel_module(spec)
         text = ptx.to_ptx(module, "sm_80")
     assert abi.params[-1] == plan.scratch
     usage = cubin.resource_usage(text, "sm_80")[spec.symbol]
@@ -249,15 +249,15 @@ def test_hooks_build_into_the_sm80_kernel():
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 def test_q_is_in_flight_while_the_map_row_is_read(target):
-    """Note [Q before the range] (sm80_loads.py): Q's copies are issued and committed as a group
+    """Note [Q before the range] (forward_loads.py): Q's copies are issued and committed as a group
     before the map's row is read, so they fly while the range is computed."""
     plan = blockmap_plan(compiled(DOCS_SINK), 64, 64)
     kv_range, tile_partial, extra = blockmap_hooks(plan)
-    spec = default_sm80_spec("bf16", 64, block_m=64, block_n=64, num_warps=4, target=target,
+    spec = default_forward_spec("bf16", 64, block_m=64, block_n=64, num_warps=4, target=target,
                              kv_range=kv_range, tile_partial=tile_partial, tile_skip=blockmap_skip(plan),
                              extra_params=extra)
     with compiled(DOCS_SINK).module.context:
-        module, _ = build_sm80_module(spec)
+        module, _ = build_kernel_module(spec)
         text = ptx.to_ptx(module, target)
     before = text[text.index(".entry"):text.index("ld.global.nc.b8")]
     assert before.count("cp.async.cg.shared.global") == 64 * 64 * 2 // 16 // spec.threads     # all of Q

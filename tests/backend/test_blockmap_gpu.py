@@ -95,8 +95,8 @@ def _attention_module(plan, result):
     scratch (Note [Block map ABI])."""
     from attnc.backend.blockmap import MapNames, emit_mask
     from attnc.backend.blockmap_hooks import blockmap_hooks, blockmap_skip
-    from attnc.backend.kernel_module import build_sm80_module
-    from attnc.backend.kernel_spec import default_sm80_spec
+    from attnc.backend.kernel_module import build_kernel_module
+    from attnc.backend.kernel_spec import default_forward_spec
     from attnc.backend.mask_hooks import ExtraParam
     from attnc.ir import MASK_MOD, attention_ops, region_block
 
@@ -110,11 +110,11 @@ def _attention_module(plan, result):
     def keep(e, b, h, i, j):
         return emit_mask(e, block, [b, h, i, j], names)
 
-    spec = default_sm80_spec("bf16", 64, block_m=plan.block_m, block_n=plan.block_n,
+    spec = default_forward_spec("bf16", 64, block_m=plan.block_m, block_n=plan.block_n,
                              kv_range=kv_range, tile_partial=tile_partial, tile_skip=blockmap_skip(plan),
                              keep=keep, symbol="attnc_docs_fwd",
                              extra_params=extra + (ExtraParam("dim", "B"), ExtraParam("ptr", "doc")))
-    module, abi = build_sm80_module(spec)
+    module, abi = build_kernel_module(spec)
     roles = {"M": variant.seq_q, "N": variant.seq_k, "H": variant.heads, "HKV": variant.heads_kv}
     kernel = abi.manifest_kernel("attn_fwd")
     kernel["params"] = [{**p, "name": roles.get(p["name"], p["name"])} if p["kind"] == "dim" else p

@@ -79,7 +79,7 @@ def test_param_reads_are_loaded_once_per_site_not_per_score(arch):
 def test_the_hook_lowering_emits_each_param_read_once_per_tile():
     """Before LLVM: the lowered kernel holds a param's load a few times per kernel (one
     per place the scores of a tile are computed), not once per score a thread holds."""
-    from attnc.backend.sm80_lower import kernel_module_for
+    from attnc.backend.lowering import kernel_module_for
     result = compile_mlir(PARAM_READS, "reads.attn", CompileOptions(arch="sm_80"))
     text = str(kernel_module_for(result)[0])
     loads = _llvm_loads(text)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from attnc.backend.kernel_spec import Sm80KernelSpec
+from attnc.backend.kernel_spec import ForwardSpec
 from attnc.backend.spec_checks import SpecError
 from attnc.errors import AttncError
 from attnc.testing import build_with, kernel_ptx
@@ -32,15 +32,15 @@ def mma_count(built) -> int:
 
 
 def test_on_by_default_where_a_warp_holds_two_tiles_and_the_mask_a_row_interval():
-    assert Sm80KernelSpec(**D128, row_interval=interval).check().skips_dead_rows
-    assert Sm80KernelSpec(**D128, row_interval=interval).check().atom_rows == 64
-    assert not Sm80KernelSpec(**D128).check().skips_dead_rows                           # no interval
-    assert Sm80KernelSpec(**D128).check().atom_rows == 16
+    assert ForwardSpec(**D128, row_interval=interval).check().skips_dead_rows
+    assert ForwardSpec(**D128, row_interval=interval).check().atom_rows == 64
+    assert not ForwardSpec(**D128).check().skips_dead_rows                           # no interval
+    assert ForwardSpec(**D128).check().atom_rows == 16
     d64_128x128 = {**D128, "head_dim_qk": 64, "head_dim_v": 64, "block_n": 128}
-    assert not Sm80KernelSpec(**d64_128x128, row_interval=interval).check().skips_dead_rows
-    assert Sm80KernelSpec(**d64_128x128, row_interval=interval, dead_rows=True).check().skips_dead_rows
+    assert not ForwardSpec(**d64_128x128, row_interval=interval).check().skips_dead_rows
+    assert ForwardSpec(**d64_128x128, row_interval=interval, dead_rows=True).check().skips_dead_rows
     for fields in (dict(block_m=64), dict(stages=1), dict(dead_rows=False), dict(target="sm_90a", block_m=64)):
-        assert not Sm80KernelSpec(**{**D128, "row_interval": interval, **fields}).check().skips_dead_rows
+        assert not ForwardSpec(**{**D128, "row_interval": interval, **fields}).check().skips_dead_rows
 
 
 @pytest.mark.parametrize("fields", [dict(), dict(row_interval=interval, block_m=64),
@@ -49,7 +49,7 @@ def test_on_by_default_where_a_warp_holds_two_tiles_and_the_mask_a_row_interval(
 def test_the_option_needs_two_tiles_a_warp_two_stages_and_an_interval(fields):
     """(Key blocks as long as the query block only turn the default off: the option may ask.)"""
     with pytest.raises(SpecError, match="dead_rows"):
-        Sm80KernelSpec(**{**D128, **fields}, dead_rows=True).check()
+        ForwardSpec(**{**D128, **fields}, dead_rows=True).check()
 
 
 def test_the_first_step_runs_each_tile_in_its_own_branch():
@@ -89,7 +89,7 @@ def test_staged_rows_cover_the_query_block_once(atom_rows):
     staged row r goes to row warp_row0 + r of the block (warp_row0 = 32w) without
     interleaving, and to warp_row0 + 64 (r // 16) + r % 16 (warp_row0 = 16w) with it
     (Note [Dead rows]). The 4 warps' rows together are the 128-row block's, each once."""
-    from attnc.backend.sm80_epilogue import StagedRows
+    from attnc.backend.epilogue import StagedRows
     first, seen = 1000, []
     for w in range(4):
         warp_row0 = 16 * w if atom_rows > 16 else 32 * w

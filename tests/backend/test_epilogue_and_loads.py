@@ -1,4 +1,4 @@
-"""Note [Staged O] (sm80_epilogue.py) and Note [Lean step loads] (sm80_loads.py): which kernels
+"""Note [Staged O] (epilogue.py) and Note [Lean step loads] (forward_loads.py): which kernels
 write O through shared memory or load later key blocks without row predicates, the
 PTX that gives, the option and its errors. The numerics run on a GPU (tests/gpu: every
 example and property variant of a kernel with one query block per CTA takes it, ragged M
@@ -11,17 +11,17 @@ import pytest
 from mlir import ir
 
 from attnc.backend import ptx
-from attnc.backend.kernel_module import build_sm80_module
-from attnc.backend.kernel_spec import Sm80KernelSpec
+from attnc.backend.kernel_module import build_kernel_module
+from attnc.backend.kernel_spec import ForwardSpec
 from attnc.backend.spec_checks import SpecError
 
 D64 = dict(dtype="bf16", head_dim_qk=64, head_dim_v=64, block_m=128, block_n=128, num_warps=4, mask="causal")
 
 
 def ptx_of(**kw) -> str:
-    sp = Sm80KernelSpec(**{**D64, "symbol": "staged_test", **kw}).check()
+    sp = ForwardSpec(**{**D64, "symbol": "staged_test", **kw}).check()
     with ir.Context():
-        module, _ = build_sm80_module(sp)
+        module, _ = build_kernel_module(sp)
         return ptx.to_ptx(module, "sm_80")
 
 
@@ -31,19 +31,19 @@ def counts(text: str) -> dict[str, int]:
 
 
 def test_staged_by_default_where_every_tile_is_dead_at_the_epilogue():
-    assert Sm80KernelSpec(**D64).check().o_staged
+    assert ForwardSpec(**D64).check().o_staged
     # sm_90a: for bands and block maps (a short key loop per query block).
     sm90 = {**D64, "target": "sm_90a", "block_m": 64}
-    assert Sm80KernelSpec(**sm90, banded=True).check().o_staged
-    assert Sm80KernelSpec(**sm90, blockmap=True).check().o_staged
-    assert not Sm80KernelSpec(**sm90).check().o_staged
-    assert Sm80KernelSpec(**sm90, staged_o=True).check().o_staged
+    assert ForwardSpec(**sm90, banded=True).check().o_staged
+    assert ForwardSpec(**sm90, blockmap=True).check().o_staged
+    assert not ForwardSpec(**sm90).check().o_staged
+    assert ForwardSpec(**sm90, staged_o=True).check().o_staged
     # Two query blocks per CTA: the next block's loads fly during the epilogue.
-    assert not Sm80KernelSpec(**D64, q_blocks_per_cta=2).check().o_staged
+    assert not ForwardSpec(**D64, q_blocks_per_cta=2).check().o_staged
     # A producer warpgroup (sm_90a, 128-row blocks) may still be loading.
-    assert not Sm80KernelSpec(**{**D64, "target": "sm_90a", "num_warps": 8, "head_dim_qk": 128,
+    assert not ForwardSpec(**{**D64, "target": "sm_90a", "num_warps": 8, "head_dim_qk": 128,
                                  "head_dim_v": 128}).check().o_staged
-    assert not Sm80KernelSpec(**D64, out_dtype="f32").check().o_staged
+    assert not ForwardSpec(**D64, out_dtype="f32").check().o_staged
 
 
 def test_staged_o_writes_whole_rows_16_bytes_a_lane():
@@ -73,9 +73,9 @@ def test_staged_o_at_other_value_head_dims(dv, warps, reads):
 
 def test_staged_o_option_errors():
     with pytest.raises(SpecError, match="staged_o"):
-        Sm80KernelSpec(**D64, q_blocks_per_cta=2, staged_o=True).check()
+        ForwardSpec(**D64, q_blocks_per_cta=2, staged_o=True).check()
     with pytest.raises(SpecError, match="staged_o"):
-        Sm80KernelSpec(**D64, out_dtype="f32", staged_o=True).check()
+        ForwardSpec(**D64, out_dtype="f32", staged_o=True).check()
 
 
 # ---------------------------------------------------------------- Note [Lean step loads]
@@ -87,15 +87,15 @@ def _predicated_copies(text: str) -> int:
 
 def test_lean_step_loads_are_the_default_of_block_maps_and_bands_on_sm_80():
     never = lambda e, c, n: e.true()            # noqa: E731 (a tile_skip hook)
-    assert Sm80KernelSpec(**D64, blockmap=True).check().step_loads_lean
-    assert Sm80KernelSpec(**D64, blockmap=True, tile_skip=never).check().asks_tile_skip
-    band = Sm80KernelSpec(**D64, banded=True, tile_skip=never).check()
+    assert ForwardSpec(**D64, blockmap=True).check().step_loads_lean
+    assert ForwardSpec(**D64, blockmap=True, tile_skip=never).check().asks_tile_skip
+    band = ForwardSpec(**D64, banded=True, tile_skip=never).check()
     assert band.step_loads_lean and not band.asks_tile_skip
-    assert Sm80KernelSpec(**D64, banded=True, tile_skip=never, lean_loads=False).check().asks_tile_skip
-    assert not Sm80KernelSpec(**D64).check().step_loads_lean
-    assert not Sm80KernelSpec(**{**D64, "target": "sm_90a", "block_m": 64}, blockmap=True).check().step_loads_lean
+    assert ForwardSpec(**D64, banded=True, tile_skip=never, lean_loads=False).check().asks_tile_skip
+    assert not ForwardSpec(**D64).check().step_loads_lean
+    assert not ForwardSpec(**{**D64, "target": "sm_90a", "block_m": 64}, blockmap=True).check().step_loads_lean
     with pytest.raises(SpecError, match="lean_loads"):
-        Sm80KernelSpec(**D64, lean_loads=True).check()
+        ForwardSpec(**D64, lean_loads=True).check()
 
 
 def test_lean_step_loads_drop_the_row_predicates_of_later_blocks():

@@ -1,4 +1,4 @@
-"""exp2 on the FMA pipe (Note [Exponentials on the FMA pipe] in sm80_softmax.py): the
+"""exp2 on the FMA pipe (Note [Exponentials on the FMA pipe] in softmax.py): the
 algorithm of `exp2_fma` (nvgpu_builders.py) in a float32 emulation against numpy's
 exp2; the option `exp2_fma` of attn-lower-sm80/sm90a: its instruction mix in the PTX,
 the unchanged kernel at 0, its check, the manifest, and that the kernels assemble. Its
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from attnc.backend import cubin
-from attnc.backend.kernel_spec import default_sm80_spec
+from attnc.backend.kernel_spec import default_forward_spec
 from attnc.backend.nvgpu_builders import EXP2_POLY, EXP2_SHIFTER
 from attnc.backend.spec_checks import SpecError
 from attnc.errors import AttncError
@@ -94,7 +94,7 @@ def counts(ptx: str) -> tuple[int, int]:
     (CAUSAL_D64, "sm_80", 0),
 ])
 def test_the_default_and_zero(source, arch, default):
-    """Sm80KernelSpec.exp2_on_fma: 2 of 8 in sm_90a's one-warpgroup kernels with a
+    """ForwardSpec.exp2_on_fma: 2 of 8 in sm_90a's one-warpgroup kernels with a
     constant max (softcap), 1 of 8 in its producer warpgroup's kernels with a score_mod,
     else none, as measured; exp2_fma=0 has no add.rm at all, and the
     explicit default builds the default kernel."""
@@ -141,7 +141,7 @@ def test_each_emulated_exp2_is_the_algorithm():
 def test_exp2_fma_is_checked(k):
     message = f"exp2_fma={k}: expected 0 to 8 (of every 8 scores of a row, those whose exp2 runs on the FMA pipe)"
     with pytest.raises(SpecError, match=re.escape(message)):
-        default_sm80_spec("bf16", 64, exp2_fma=k)
+        default_forward_spec("bf16", 64, exp2_fma=k)
     with pytest.raises(AttncError, match=re.escape(f"the sm_90a kernel cannot be built: {message}")):
         built(SOFTCAP_D64, "sm_90a", (("exp2_fma", k),))
 

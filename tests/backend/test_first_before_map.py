@@ -1,4 +1,4 @@
-"""Note [First block before the map] (sm80_loads.py): a block map's kernel on sm_80 issues the
+"""Note [First block before the map] (forward_loads.py): a block map's kernel on sm_80 issues the
 first key block's K and V (the top of the static mask analysis' hull) right after Q,
 before the map's row is read, and loads them again only where the map's range starts at
 another block. The numerics run on a GPU: every example and property variant with a block
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from attnc.backend.kernel_spec import Sm80KernelSpec
+from attnc.backend.kernel_spec import ForwardSpec
 from attnc.backend.spec_checks import SpecError
 from attnc.errors import AttncError
 from attnc.testing import build_with
@@ -34,19 +34,19 @@ def docs_sink(arch: str = "sm_80", **options):
 
 
 def test_on_by_default_for_a_block_map_on_sm_80():
-    assert Sm80KernelSpec(**D64, blockmap=True, kv_hint=hint).check().first_before_map
-    assert not Sm80KernelSpec(**D64, blockmap=True).check().first_before_map      # nothing to guess from
-    assert not Sm80KernelSpec(**D64, kv_hint=hint).check().first_before_map       # the range is at hand
-    assert not Sm80KernelSpec(**D64, blockmap=True, kv_hint=hint, early_first=False).check().first_before_map
+    assert ForwardSpec(**D64, blockmap=True, kv_hint=hint).check().first_before_map
+    assert not ForwardSpec(**D64, blockmap=True).check().first_before_map      # nothing to guess from
+    assert not ForwardSpec(**D64, kv_hint=hint).check().first_before_map       # the range is at hand
+    assert not ForwardSpec(**D64, blockmap=True, kv_hint=hint, early_first=False).check().first_before_map
     sm90 = {**D64, "target": "sm_90a", "block_m": 64}
-    assert not Sm80KernelSpec(**sm90, blockmap=True, kv_hint=hint).check().first_before_map
+    assert not ForwardSpec(**sm90, blockmap=True, kv_hint=hint).check().first_before_map
 
 
 @pytest.mark.parametrize("fields", [dict(early_first=True), dict(early_first=True, kv_hint=hint),
                                     dict(early_first=True, blockmap=True)])
 def test_the_option_needs_a_block_map_and_a_hint(fields):
     with pytest.raises(SpecError, match="early_first"):
-        Sm80KernelSpec(**D64, **fields).check()
+        ForwardSpec(**D64, **fields).check()
 
 
 def _kernel(text: str) -> str:

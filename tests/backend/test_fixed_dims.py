@@ -2,7 +2,7 @@
 the manifest's grid and ABI use constants where the variant fixes a size, and the
 L1 regions of score_mod and sink return f32 whatever the expression's type."""
 from attnc.backend.blockmap import GROUPS, TILES
-from attnc.backend.sm80_lower import build
+from attnc.backend.lowering import build
 from attnc.driver import CompileOptions, compile_mlir
 from attnc.ir import SCORE_MOD, SINK, attention_ops, region_block, yielded
 from attnc.passes.pipelines import pipeline_with

@@ -11,8 +11,8 @@ from mlir import ir
 
 from attnc.backend import ptx
 from attnc.backend.kernel_abi import kernel_abi
-from attnc.backend.kernel_module import build_sm80_module
-from attnc.backend.kernel_spec import Sm80KernelSpec
+from attnc.backend.kernel_module import build_kernel_module
+from attnc.backend.kernel_spec import ForwardSpec
 from attnc.backend.spec_checks import SpecError
 from attnc.testing import build_with
 
@@ -51,7 +51,7 @@ def test_masks_that_read_keys_from_the_start_keep_query_blocks_first():
 
 def test_sm_90a_keeps_query_blocks_first():
     """At head dim 64 (the one-warpgroup kernel, 64-row blocks) the window measured slower."""
-    sp = Sm80KernelSpec("bf16", 64, 64, block_m=64, block_n=64, num_warps=4, target="sm_90a", banded=True)
+    sp = ForwardSpec("bf16", 64, 64, block_m=64, block_n=64, num_warps=4, target="sm_90a", banded=True)
     assert sp.check().grid_heads_first is False
     assert kernel_abi(sp).grid == ((["cdiv", "M", 64],), ("H",), ("B",))
 
@@ -61,9 +61,9 @@ def test_a_grid_order_needs_one_block_per_cta_and_no_producer(order):
     base = dict(dtype="bf16", head_dim_qk=128, head_dim_v=128, block_m=128, block_n=128, num_warps=8,
                 target="sm_90a", **{order: True})
     with pytest.raises(SpecError, match=order):
-        Sm80KernelSpec(**base).check()                          # the producer warpgroup's kernel
+        ForwardSpec(**base).check()                          # the producer warpgroup's kernel
     with pytest.raises(SpecError, match=order):
-        Sm80KernelSpec(**{**base, "target": "sm_80", "num_warps": 4, "q_blocks_per_cta": 2}).check()
+        ForwardSpec(**{**base, "target": "sm_80", "num_warps": 4, "q_blocks_per_cta": 2}).check()
 
 
 def _reads(text: str) -> set[str]:
@@ -73,10 +73,10 @@ def _reads(text: str) -> set[str]:
 def test_the_kernel_reads_its_query_block_from_grid_y():
     """Heads first: the query block is nctaid.y - 1 - ctaid.y and the head ctaid.x."""
     def ptx_of(**kw) -> str:
-        sp = Sm80KernelSpec("bf16", 64, 64, block_m=128, block_n=128, num_warps=4, symbol="hf_test",
+        sp = ForwardSpec("bf16", 64, 64, block_m=128, block_n=128, num_warps=4, symbol="hf_test",
                             mask="causal", **kw).check()
         with ir.Context():
-            module, _ = build_sm80_module(sp)
+            module, _ = build_kernel_module(sp)
             return ptx.to_ptx(module, "sm_80")
     assert _reads(ptx_of(heads_first=True)) == {"%ctaid.x", "%ctaid.y", "%nctaid.y"}
     assert _reads(ptx_of(heads_first=False)) == {"%ctaid.x", "%ctaid.y", "%nctaid.x"}
@@ -99,10 +99,10 @@ def test_tiles_last_orders_the_grid_head_batch_query_block():
 
 
 def test_the_kernel_reads_its_query_block_from_grid_z_with_tiles_last():
-    sp = Sm80KernelSpec("bf16", 64, 64, block_m=128, block_n=128, num_warps=4, symbol="tl_test",
+    sp = ForwardSpec("bf16", 64, 64, block_m=128, block_n=128, num_warps=4, symbol="tl_test",
                         mask="causal", tiles_last=True).check()
     with ir.Context():
-        module, _ = build_sm80_module(sp)
+        module, _ = build_kernel_module(sp)
         text = ptx.to_ptx(module, "sm_80")
     assert {r for r in ("%ctaid.x", "%ctaid.y", "%ctaid.z", "%nctaid.x", "%nctaid.y", "%nctaid.z")
             if r in text} == {"%ctaid.x", "%ctaid.y", "%ctaid.z", "%nctaid.z"}
@@ -111,7 +111,7 @@ def test_the_kernel_reads_its_query_block_from_grid_z_with_tiles_last():
 
 def test_tiles_last_and_heads_first_are_not_given_together():
     with pytest.raises(SpecError, match="two orders"):
-        Sm80KernelSpec("bf16", 128, 128, block_m=128, block_n=64, num_warps=4, tiles_last=True,
+        ForwardSpec("bf16", 128, 128, block_m=128, block_n=64, num_warps=4, tiles_last=True,
                        heads_first=True).check()
 
 

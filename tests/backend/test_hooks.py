@@ -1,4 +1,4 @@
-"""The DSL hooks compiled into the sm_80 kernel (hooks.py, sm80_variant.py), without a GPU:
+"""The DSL hooks compiled into the sm_80 kernel (hooks.py, variant_hooks.py), without a GPU:
 
 * every example builds a bundle whose kernel assembles with zero spills and holds the
   instructions its hooks call for;
@@ -22,8 +22,8 @@ import pytest
 
 from attnc.backend import cubin
 from attnc.backend.hooks import RegionCode
-from attnc.backend.sm80_lower import build, mask_mode, spec_from_ir
-from attnc.backend.sm80_variant import AnalysedTiles, variant_hooks
+from attnc.backend.lowering import build, mask_mode, spec_from_ir
+from attnc.backend.variant_hooks import AnalysedTiles, variant_hooks
 from attnc.driver import CompileOptions, compile_file, compile_mlir
 from attnc.ir import attention_ops
 from attnc.reference_eval import Evaluator
@@ -334,9 +334,9 @@ def test_global_tokens_and_a_window_walk_two_segments():
 # ------------------------------------------------------------------ the KV schedule
 
 def test_segmented_schedule_walks_the_union_downwards():
-    """sm80_kv: step t visits the t-th block of the union of the (normalised) segments,
+    """kv_schedule: step t visits the t-th block of the union of the (normalised) segments,
     counting down; steps_above(x) counts the visited blocks >= x."""
-    from attnc.backend.sm80_kv import normalise
+    from attnc.backend.kv_schedule import normalise
     from attnc.ir import make_context
 
     names = {f"{a}{k}": "i32" for k in range(3) for a in "se"}
@@ -378,12 +378,12 @@ def test_a_spec_outlives_its_compile_result():
     import gc
 
     from attnc.backend import ptx
-    from attnc.backend.kernel_module import build_sm80_module
+    from attnc.backend.kernel_module import build_kernel_module
 
     spec = spec_from_ir(compile_file(ROOT / "examples/gemma2.attn", CompileOptions(arch="sm_80")))
     gc.collect()
     assert spec.cache_key() == spec_from_ir(example("gemma2")).cache_key()
-    module, _ = build_sm80_module(spec, spec.keep.names.module.context)
+    module, _ = build_kernel_module(spec, spec.keep.names.module.context)
     # The softcap's tanh on a lane's 64 scores in each of the three loops' steps, and on
     # each 16-row tile's 32 in the peeled first step (Note [Dead rows]).
     assert spec.skips_dead_rows
@@ -427,7 +427,7 @@ def _softcap_causal(dtype: str, hd: int, cap: float = 30.0, pipeline: str | None
 @pytest.mark.parametrize("dtype, hd, cap, blocks", [("bf16", 64, 30.0, 2), ("bf16", 128, 30.0, 1),
                                                     ("f16", 64, 30.0, 1), ("bf16", 64, 50.0, 1)])
 def test_two_query_blocks_per_cta_for_a_constant_max_at_128_key_tiles(dtype, hd, cap, blocks):
-    """Sm80KernelSpec.blocks_per_cta: two blocks per CTA where the softmax max is the
+    """ForwardSpec.blocks_per_cta: two blocks per CTA where the softmax max is the
     constant cap (bf16, spread 2 * cap <= 64) and tiles are 128 keys wide (head dim 64)."""
     spec = spec_from_ir(_softcap_causal(dtype, hd, cap))
     assert (spec.static_max is not None) == (dtype == "bf16" and cap == 30.0)
@@ -437,13 +437,13 @@ def test_two_query_blocks_per_cta_for_a_constant_max_at_128_key_tiles(dtype, hd,
 
 
 def test_interval_test_defaults_by_tile_width():
-    """Sm80KernelSpec.interval_test_form: the kept-bits test while a lane's row holds at
+    """ForwardSpec.interval_test_form: the kept-bits test while a lane's row holds at
     most 32 scores."""
-    from attnc.backend.kernel_spec import default_sm80_spec
-    assert default_sm80_spec("bf16", 64).interval_test_form == "bits"        # 128x128
-    assert default_sm80_spec("bf16", 128).interval_test_form == "bits"       # 128x64
-    assert default_sm80_spec("bf16", 64, block_n=256, block_m=64).interval_test_form == "range"
-    assert default_sm80_spec("bf16", 128, interval_test="pair").interval_test_form == "pair"
+    from attnc.backend.kernel_spec import default_forward_spec
+    assert default_forward_spec("bf16", 64).interval_test_form == "bits"        # 128x128
+    assert default_forward_spec("bf16", 128).interval_test_form == "bits"       # 128x64
+    assert default_forward_spec("bf16", 64, block_n=256, block_m=64).interval_test_form == "range"
+    assert default_forward_spec("bf16", 128, interval_test="pair").interval_test_form == "pair"
 
 
 @pytest.mark.parametrize("options, message", [("q_blocks_per_cta=3", "q_blocks_per_cta=3: expected 1 or 2"),
@@ -599,11 +599,11 @@ def test_hooks_walk_a_value_that_lets_reuse_once(walk, monkeypatch):
 @pytest.mark.parametrize("form", ["range", "pair", "bits"])
 @pytest.mark.parametrize("mask", sorted(m for m, (rows, _) in ROW_MASKS.items() if rows))
 def test_every_interval_test_keeps_exactly_the_masked_keys(mask, form, block_n):
-    """Note [One compare per score] (sm80_masks.py): each per-score test of a row
+    """Note [One compare per score] (score_masks.py): each per-score test of a row
     interval (and its residual, Note [Residual conjuncts]) keeps a score exactly when the
     mask keeps it and j < N, in rows whose interval is empty, far below or above the
     tile as well as across it."""
-    from attnc.backend.sm80_masks import ElementCoords, ScoreMasker
+    from attnc.backend.score_masks import ElementCoords, ScoreMasker
     result = _row_mask(mask)
     op, hooks = _hooks(result)
     columns = block_n // 4             # block_n / 8 n8 atoms: columns 2t, 2t+1 of each

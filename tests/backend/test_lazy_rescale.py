@@ -1,4 +1,4 @@
-"""The lazy rescale (Note [Lazy rescale] in sm80_softmax.py): the online softmax with a
+"""The lazy rescale (Note [Lazy rescale] in softmax.py): the online softmax with a
 row's max kept until a block passes it by a factor of 2^8, in a float32 emulation of the
 kernel's step against the exact softmax; the option `lazy_rescale`: its defaults on both
 targets, the warp's vote and branch in the PTX, the kernels it does not apply to. Its
@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 
-from attnc.backend.sm80_softmax import LAZY_LOG2
+from attnc.backend.softmax import LAZY_LOG2
 from attnc.testing import build_with, variant_source
 
 F32 = np.float32
@@ -21,7 +21,7 @@ C = F32(0.125 * np.log2(np.e))          # the folded scale (Note [Folded scale])
 def online(blocks: list[np.ndarray], v_blocks: list[np.ndarray], lazy: bool):
     """(o, lse in exp2 units, rescales) of the kernel's steps over score blocks (rows x
     keys, raw units, -inf masked), in float32: the running max, the lazy keep test and
-    alpha as sm80_softmax.py's `step` emits them, O rescaled only where a row moved."""
+    alpha as softmax.py's `step` emits them, O rescaled only where a row moved."""
     rows = blocks[0].shape[0]
     m = np.full(rows, -np.inf, F32)
     l = np.zeros(rows, F32)
@@ -82,7 +82,7 @@ def test_lazy_steps_give_the_softmax(jump):
 def test_no_lazy_rescale_where_its_threshold_is_not_a_finite_f32():
     """A scale below about 2e-38 would make the threshold in raw units +inf: no row would
     leave -inf (a review found the kernel's O NaN there); such a softmax is not lazy."""
-    from attnc.backend.sm80_softmax import OnlineSoftmax
+    from attnc.backend.softmax import OnlineSoftmax
     assert OnlineSoftmax(None, None, None, 0.125, lazy=True).lazy
     assert not OnlineSoftmax(None, None, None, 1e-39, lazy=True).lazy
     assert not OnlineSoftmax(None, None, None, 0.125, lazy=False).lazy

@@ -1,4 +1,4 @@
-"""Row sums on the tensor cores (Note [Row sums on the tensor cores] in sm80_softmax.py):
+"""Row sums on the tensor cores (Note [Row sums on the tensor cores] in softmax.py):
 the sum of P as rounded for P.V, in a numpy emulation against the exact softmax; the
 option `mma_row_sum`: its defaults, the MMAs it adds and the FADDs it takes away in the
 PTX, the targets it is refused on. Its numerics on a GPU: the ALiBi and relative-bias
@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 
-from attnc.backend.sm80_softmax import ONES_BF16X2, ONES_F16X2
+from attnc.backend.softmax import ONES_BF16X2, ONES_F16X2
 from attnc_runtime.device_array import float32_to_bf16_bits
 from attnc.errors import AttncError
 from attnc.testing import build_with, variant_source

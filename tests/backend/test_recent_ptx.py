@@ -57,7 +57,7 @@ def test_the_sm90_bundle_of_a_kernel_that_keeps_its_bound_is_lowered_once(monkey
     """Head dim 64 on sm_90a: the register-bound trial runs (Note [CTAs per SM]) and keeps
     the bound; the bundle's PTX is the trial's, and the same as lowering the bundle's
     gpu.module afresh."""
-    from attnc.backend.sm80_lower import build
+    from attnc.backend.lowering import build
     from attnc.driver import CompileOptions, compile_mlir
     from attnc.passes.lower_sm80 import lowered_gpu_module
 

@@ -63,7 +63,7 @@ CASES = [(m, n) for m in sorted(MASKS, key=len) for n in ((128,) if len(m) > 200
 
 @pytest.mark.parametrize("mask, block_n", CASES)
 def test_row_bits_keep_exactly_the_masked_keys_below_n(mask, block_n, monkeypatch):
-    from attnc.backend.sm80_masks import ElementCoords, ScoreMasker
+    from attnc.backend.score_masks import ElementCoords, ScoreMasker
     monkeypatch.setattr(row_bits, "MIN_COMPARISONS", 1)
     result = _compiled(mask)
     _, hooks = _hooks(result)
@@ -99,7 +99,7 @@ def test_row_bits_keep_exactly_the_masked_keys_below_n(mask, block_n, monkeypatc
 def test_the_or_of_150_equalities_is_tested_per_row_in_the_kernel():
     """The lowered kernel holds the mask's bits per row, not its 150 compares per score:
     far fewer `arith.cmpi eq` than 150 per score."""
-    from attnc.backend.sm80_lower import kernel_module_for
+    from attnc.backend.lowering import kernel_module_for
     result = compile_mlir(OR_MASK, "ors.attn", CompileOptions(arch="sm_80"))
     text = str(kernel_module_for(result)[0])
     compares = text.count("arith.cmpi eq")

@@ -11,17 +11,17 @@ from mlir import ir
 
 from attnc.backend import cubin, ptx
 from attnc.backend.kernel_abi import kernel_abi
-from attnc.backend.kernel_module import build_sm80_module
-from attnc.backend.kernel_spec import Sm80KernelSpec, default_sm80_spec
+from attnc.backend.kernel_module import build_kernel_module
+from attnc.backend.kernel_spec import ForwardSpec, default_forward_spec
 from attnc.backend.mask_hooks import KvRange
 from attnc.backend.spec_checks import HEAD_DIMS, SpecError
 from tests.backend.sm80_gpu_check import window_softcap_hooks
 
 
 @functools.lru_cache(maxsize=None)
-def compiled(spec: Sm80KernelSpec) -> tuple[str, cubin.ResourceUsage]:
+def compiled(spec: ForwardSpec) -> tuple[str, cubin.ResourceUsage]:
     with ir.Context():
-        module, _ = build_sm80_module(spec)
+        module, _ = build_kernel_module(spec)
         text = ptx.to_ptx(module, "sm_80")
     return text, cubin.resource_usage(text, "sm_80")[spec.symbol]
 
@@ -29,7 +29,7 @@ def compiled(spec: Sm80KernelSpec) -> tuple[str, cubin.ResourceUsage]:
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 def test_default_specs_assemble_without_spills(dtype, head_dim):
-    spec = default_sm80_spec(dtype, head_dim, mask="causal" if head_dim == 96 else "none",
+    spec = default_forward_spec(dtype, head_dim, mask="causal" if head_dim == 96 else "none",
                              with_lse=head_dim == 128)
     _, usage = compiled(spec)
     assert not usage.spills, f"{spec}: {usage}"
@@ -38,13 +38,13 @@ def test_default_specs_assemble_without_spills(dtype, head_dim):
 
 
 def test_different_qk_and_v_head_dims_with_f32_output():
-    spec = default_sm80_spec("bf16", 64, 128, out_dtype="f32", with_lse=True, mask="causal_bottom_right")
+    spec = default_forward_spec("bf16", 64, 128, out_dtype="f32", with_lse=True, mask="causal_bottom_right")
     _, usage = compiled(spec)
     assert not usage.spills, usage
 
 
 def test_instruction_mix():
-    text, _ = compiled(default_sm80_spec("f16", 128, mask="causal", with_lse=True))
+    text, _ = compiled(default_forward_spec("f16", 128, mask="causal", with_lse=True))
     for needle in ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
                    "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
                    "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
@@ -60,13 +60,13 @@ def test_instruction_mix():
 
 
 def test_bf16_uses_bf16_mma():
-    text, _ = compiled(default_sm80_spec("bf16", 64))
+    text, _ = compiled(default_forward_spec("bf16", 64))
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in text
     assert "cvt.rn.bf16x2.f32" in text
 
 
 def test_abi_order_grid_and_smem():
-    spec = default_sm80_spec("f16", 128, with_lse=True)
+    spec = default_forward_spec("f16", 128, with_lse=True)
     abi = kernel_abi(spec)
     kinds = [(p["kind"], p.get("tensor") or p.get("name")) for p in abi.params]
     assert kinds[:5] == [("ptr", "q"), ("ptr", "k"), ("ptr", "v"), ("ptr", "o"), ("ptr", "lse")]
@@ -82,9 +82,9 @@ def test_abi_order_grid_and_smem():
 
 
 def test_kernel_signature_matches_abi():
-    spec = default_sm80_spec("f16", 64)
+    spec = default_forward_spec("f16", 64)
     with ir.Context():
-        module, abi = build_sm80_module(spec)
+        module, abi = build_kernel_module(spec)
         text = str(module)
     assert f"gpu.func @{spec.symbol}(" in text and "kernel" in text
     header = text[text.index(f"@{spec.symbol}("):].split(")")[0]
@@ -97,7 +97,7 @@ def test_hooks_score_mod_window_and_tile_partial_compile():
     of the range, and the same asked per block through tile_partial."""
     peeled, asked = window_softcap_hooks()
     for hooks, extra in ((peeled, dict(with_lse=True)), (asked, {})):
-        spec = Sm80KernelSpec("f16", 64, 64, block_m=64, block_n=32, **hooks, **extra)
+        spec = ForwardSpec("f16", 64, 64, block_m=64, block_n=32, **hooks, **extra)
         text, usage = compiled(spec)
         assert "tanh.approx.f32" in text and not usage.spills
 
@@ -115,7 +115,7 @@ def test_hooks_score_mod_window_and_tile_partial_compile():
 def test_spec_check_names_the_knob(change, knob):
     base = dict(dtype="f16", head_dim_qk=128, head_dim_v=128, block_m=128, block_n=64)
     with pytest.raises(SpecError, match=re.escape(knob)):
-        Sm80KernelSpec(**{**base, **change}).check()
+        ForwardSpec(**{**base, **change}).check()
 
 
 def test_cache_key_covers_every_field():
@@ -123,9 +123,9 @@ def test_cache_key_covers_every_field():
     the test changed two fields only, and a key of those two passed)."""
     import copy
     import dataclasses
-    a = default_sm80_spec("f16", 128)
-    assert a.cache_key() == default_sm80_spec("f16", 128).cache_key()
-    assert a.cache_key() != default_sm80_spec("f16", 128, with_lse=True).cache_key()
+    a = default_forward_spec("f16", 128)
+    assert a.cache_key() == default_forward_spec("f16", 128).cache_key()
+    assert a.cache_key() != default_forward_spec("f16", 128, with_lse=True).cache_key()
     for f in dataclasses.fields(a):
         b = copy.copy(a)
         object.__setattr__(b, f.name, f"<another {f.name}>")
@@ -142,7 +142,7 @@ def test_extra_params_reach_the_abi_and_the_hooks():
     def kv_range(e, c):          # every block may be kept; none is known to be full
         return KvRange(0, 0, 0, e.cdiv(c.N, c.block_n))
 
-    spec = Sm80KernelSpec("f16", 64, 64, block_m=64, block_n=64, keep=keep, kv_range=kv_range,
+    spec = ForwardSpec("f16", 64, 64, block_m=64, block_n=64, keep=keep, kv_range=kv_range,
                           extra_params=(ExtraParam("dim", "P"),))
     assert kernel_abi(spec).params[-1] == {"kind": "dim", "name": "P", "type": "i32"}
     text, usage = compiled(spec)

@@ -13,26 +13,26 @@ import pytest
 from mlir import ir
 
 from attnc.backend import cubin, ptx
-from attnc.backend.kernel_module import build_sm80_module
-from attnc.backend.kernel_spec import Sm80KernelSpec
+from attnc.backend.kernel_module import build_kernel_module
+from attnc.backend.kernel_spec import ForwardSpec
 from attnc.backend.mask_hooks import KvRange
-from attnc.backend.sm80_lower import build
+from attnc.backend.lowering import build
 from attnc.backend.spec_checks import SpecError
 from attnc.driver import CompileOptions, compile_file
 
 SERIALIZED = "wgmma.mma_async instructions are serialized"
 
 
-def spec(dtype="bf16", d=128, d_v=None, block_m=128, block_n=128, **kw) -> Sm80KernelSpec:
-    return Sm80KernelSpec(dtype=dtype, head_dim_qk=d, head_dim_v=d_v or d, block_m=block_m, block_n=block_n,
+def spec(dtype="bf16", d=128, d_v=None, block_m=128, block_n=128, **kw) -> ForwardSpec:
+    return ForwardSpec(dtype=dtype, head_dim_qk=d, head_dim_v=d_v or d, block_m=block_m, block_n=block_n,
                           num_warps=block_m // 16, stages=kw.pop("stages", 2), target="sm_90a",
                           symbol=kw.pop("symbol", "attnc_sm90_test"), **kw).check()
 
 
 @functools.lru_cache(maxsize=None)
-def compiled(s: Sm80KernelSpec) -> tuple[str, str]:
+def compiled(s: ForwardSpec) -> tuple[str, str]:
     with ir.Context():
-        module, _ = build_sm80_module(s)
+        module, _ = build_kernel_module(s)
         text = ptx.to_ptx(module, "sm_90a")
     return text, cubin.ptx_to_cubin(text, "sm_90a", verbose=True).info_log
 
@@ -98,7 +98,7 @@ def test_sm90a_specs_are_checked(fields, message):
     base = dict(dtype="bf16", head_dim_qk=64, head_dim_v=64, block_m=128, block_n=128, num_warps=8,
                 target="sm_90a")
     with pytest.raises(SpecError, match=re.escape(message)):
-        Sm80KernelSpec(**{**base, **fields}).check()
+        ForwardSpec(**{**base, **fields}).check()
 
 
 def test_twelve_warps_and_a_partial_copy_pass():
@@ -138,7 +138,7 @@ def test_the_default_register_bound_is_what_shared_memory_allows(kw, smem_ctas):
     option overrides."""
     s = spec(**kw)
     assert s.min_ctas == (0 if smem_ctas < 2 else min(smem_ctas, 65536 // (s.threads * 128)))
-    assert Sm80KernelSpec(**{**s.__dict__, "target": "sm_80", "num_warps": 4}).min_ctas == 0
+    assert ForwardSpec(**{**s.__dict__, "target": "sm_80", "num_warps": 4}).min_ctas == 0
     assert spec(**kw, min_ctas_per_sm=1).min_ctas == 1
 
 

@@ -14,8 +14,8 @@ from mlir import ir
 
 from attnc.backend import cubin, ptx
 from attnc.backend.kernel_abi import kernel_abi
-from attnc.backend.kernel_module import build_sm80_module
-from attnc.backend.kernel_spec import Sm80KernelSpec
+from attnc.backend.kernel_module import build_kernel_module
+from attnc.backend.kernel_spec import ForwardSpec
 from attnc.backend.spec_checks import SpecError
 from attnc.schedule.recipes import consumer_registers, producer_registers
 from attnc.testing import build_with, variant_source
@@ -23,17 +23,17 @@ from attnc.testing import build_with, variant_source
 SYMBOL = "attnc_ws_test"
 
 
-def spec(d=128, block_m=128, block_n=128, **kw) -> Sm80KernelSpec:
-    return Sm80KernelSpec(dtype="bf16", head_dim_qk=d, head_dim_v=kw.pop("d_v", d), block_m=block_m,
+def spec(d=128, block_m=128, block_n=128, **kw) -> ForwardSpec:
+    return ForwardSpec(dtype="bf16", head_dim_qk=d, head_dim_v=kw.pop("d_v", d), block_m=block_m,
                           block_n=block_n, num_warps=block_m // 16, stages=kw.pop("stages", 3),
                           target=kw.pop("target", "sm_90a"), symbol=SYMBOL, mask=kw.pop("mask", "causal"),
                           **kw)
 
 
 @functools.lru_cache(maxsize=None)
-def compiled(s: Sm80KernelSpec) -> tuple[str, str]:
+def compiled(s: ForwardSpec) -> tuple[str, str]:
     with ir.Context():
-        module, _ = build_sm80_module(s.check())
+        module, _ = build_kernel_module(s.check())
         text = ptx.to_ptx(module, "sm_90a")
     return text, cubin.ptx_to_cubin(text, "sm_90a", verbose=True).info_log
 

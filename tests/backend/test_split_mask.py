@@ -13,7 +13,7 @@ import pytest
 from attnc.backend.blockmap import blockmap_plan
 from attnc.backend.hook_walks import MaskConjuncts
 from attnc.backend.hooks import KernelNames
-from attnc.backend.kernel_spec import Sm80KernelSpec
+from attnc.backend.kernel_spec import ForwardSpec
 from attnc.backend.row_intervals import RowInterval
 from attnc.backend.spec_checks import SpecError
 from attnc.ir import MASK_MOD, attention_ops, region_block
@@ -53,15 +53,15 @@ def test_split_mask_needs_tile_holds_and_tile_holds_a_residual():
     holds = lambda e, c, n: (e.true(), e.true())            # noqa: E731
     interval = lambda e, b, h, i: (None, i)                  # noqa: E731
     residual = lambda e, b, h, i, j: e.true()                # noqa: E731
-    spec = Sm80KernelSpec(**base, row_interval=interval, row_residual=residual, tile_holds=holds).check()
+    spec = ForwardSpec(**base, row_interval=interval, row_residual=residual, tile_holds=holds).check()
     assert spec.mask_split
-    assert not Sm80KernelSpec(**base, row_interval=interval, row_residual=residual, tile_holds=holds,
+    assert not ForwardSpec(**base, row_interval=interval, row_residual=residual, tile_holds=holds,
                               split_mask=False).check().mask_split
-    assert not Sm80KernelSpec(**base).check().mask_split
+    assert not ForwardSpec(**base).check().mask_split
     with pytest.raises(SpecError, match="split_mask"):
-        Sm80KernelSpec(**base, split_mask=True).check()
+        ForwardSpec(**base, split_mask=True).check()
     with pytest.raises(SpecError, match="tile_holds needs row_interval and row_residual"):
-        Sm80KernelSpec(**base, row_interval=interval, tile_holds=holds).check()
+        ForwardSpec(**base, row_interval=interval, tile_holds=holds).check()
 
 
 def _build(path: Path, arch: str, **options):

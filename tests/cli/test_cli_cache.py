@@ -3,7 +3,7 @@ source with the same options reuses the code and generates no kernel."""
 import re
 from pathlib import Path
 
-import attnc.backend.sm80_lower as sm80_lower
+import attnc.backend.lowering as lowering
 from attnc.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -16,7 +16,7 @@ def test_second_compile_is_served_from_the_cache(tmp_path, monkeypatch, capsys):
 
     def no_build(result):
         raise AssertionError("the kernel was generated again")
-    monkeypatch.setattr(sm80_lower, "build", no_build)
+    monkeypatch.setattr(lowering, "build", no_build)
     assert main(["compile", src, "-arch", "sm_80", "-o", str(tmp_path / "b")]) == 0
     for name in ("manifest.json", "attn_fwd.sm_80.cubin", "attn_fwd.compute_80.ptx"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
@@ -26,8 +26,8 @@ def test_other_options_miss_the_cache(tmp_path, monkeypatch):
     src = str(ROOT / "examples/mha.attn")
     assert main(["compile", src, "-arch", "sm_80", "-o", str(tmp_path / "a")]) == 0
     calls = []
-    real = sm80_lower.build
-    monkeypatch.setattr(sm80_lower, "build", lambda r: calls.append(1) or real(r))
+    real = lowering.build
+    monkeypatch.setattr(lowering, "build", lambda r: calls.append(1) or real(r))
     pipeline = ("attn-tile{block_n=32},attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,"
                 "attn-alloc-tmem,attn-insert-pipelines")
     assert main(["compile", src, "-arch", "sm_80", "--pass-pipeline", pipeline,

@@ -165,7 +165,7 @@ def test_upstream_passes_before_the_attn_passes_change_nothing(upstream):
     same (before, the lowering failed verification and the analysis lost the window)."""
     from pathlib import Path
 
-    from attnc.backend.sm80_lower import build
+    from attnc.backend.lowering import build
     from attnc.driver import CompileOptions, compile_mlir
 
     source = (Path(__file__).resolve().parents[2] / "examples/gemma2.attn").read_text()

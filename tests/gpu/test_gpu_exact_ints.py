@@ -8,7 +8,7 @@ modulo 1000, a product picked by `where` and divided, a squared distance as a bi
 kernels compute those values in 64 bits. Two more convert floats out of range: `int(x)`
 saturates at the i32 bounds and takes NaN to 0 (Note [Saturating int], hooks.py). Two
 divide to decide keys (Note [Division], hooks.py), one empties a row by its scores
-(Note [Empty rows], sm80_softmax.py), and one tells -0.0 from +0.0 through min and max
+(Note [Empty rows], softmax.py), and one tells -0.0 from +0.0 through min and max
 (Note [Signed zeros in min and max], attnc/reference_eval.py).
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ def test_integers_past_32_bits_match_reference(gpu, entry, m, n):
 @pytest.mark.parametrize("entry,m,n", list(bundle_cases("exact_ints", lambda entry: [(200, 3000)])))
 def test_a_row_below_the_lowest_max_is_empty(gpu, entry, m, n):
     """score_mod where(i == 7, -3.0e38, s): row 7's max is below -f32max / log2(e), where
-    the kernels' exp2 folding cannot reach (Note [Empty rows] in sm80_softmax.py). It was
+    the kernels' exp2 folding cannot reach (Note [Empty rows] in softmax.py). It was
     NaN; it is an empty row now (o = 0, lse = -inf), as README says, and every other row
     is the reference's."""
     if entry.get("case") != "empty_by_score":

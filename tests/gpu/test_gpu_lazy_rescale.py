@@ -1,4 +1,4 @@
-"""Lazy rescale on a real GPU (Note [Lazy rescale] in attnc/backend/sm80_softmax.py):
+"""Lazy rescale on a real GPU (Note [Lazy rescale] in attnc/backend/softmax.py):
 inputs whose scores climb toward the first keys, which the kernels visit last (key blocks
 from the top down), so that rows' maxima move by far more than 2^8 in the middle of a row,
 on every step, while rows weighted 0.05 stay under the threshold after their first block:

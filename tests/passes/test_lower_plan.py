@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from attnc.backend.sm80_lower import build
+from attnc.backend.lowering import build
 from attnc.driver import CompileOptions, compile_file, optimize_mlir
 from attnc.errors import AttncError
 from attnc.passes.lower_sm80 import compile_result_of
@@ -110,7 +110,7 @@ def test_an_edited_scale_is_compiled_as_edited(tmp_path):
     """The backend builds the kernel from the op's attributes (Note [The variant from the
     IR] in attnc/ir/kernel.py), not from the .attn source the module carries: a scale
     edited in a dump is the kernel's scale."""
-    from attnc.backend.sm80_lower import spec_from_ir
+    from attnc.backend.lowering import spec_from_ir
     from attnc.passes.lower_sm80 import compile_result_of
 
     plan = _gemma2_plan(tmp_path)

@@ -19,7 +19,7 @@ pytest.importorskip("mlir")
 
 
 def _compiled(arch: str, options: dict, user_passes: tuple[str, ...] = ()):
-    from attnc.backend.sm80_lower import build
+    from attnc.backend.lowering import build
     from attnc.driver import CompileOptions, compile_mlir
 
     source = builder.rewrite_example((ROOT / "examples" / "mha.attn").read_text(), "bf16", 128, 128)

@@ -77,7 +77,7 @@ def schedule(e: Emit, r: KvRange, N, block_n: int, clamp_top: bool = False) -> K
     """A mask's answer clamped to lo <= full_lo <= full_hi <= hi, with full blocks below
     N / block_n (they hold no row >= N whatever the hook says: their loads are unpredicated);
     `clamp_top`: also hi <= cdiv(N, block_n), as segments always are (Note [Lean step loads]
-    in sm80_loads.py)."""
+    in forward_loads.py)."""
     as_value = lambda v: v if isinstance(v, ir.Value) else e.c32(v)  # noqa: E731
     if r.segments:
         full_hi = e.min(as_value(r.full_hi), e.div(N, block_n))

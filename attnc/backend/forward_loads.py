@@ -17,14 +17,14 @@ Note [Lean step loads]: only the last key block, cdiv(N, block_n) - 1, may hold 
 and a step visits blocks in strictly decreasing order, so the block a step loads for a
 later step (V of step t + S - 1, K of t + S) ends below N whenever the schedule's top
 block is below cdiv(N, block_n): then no load but the prologue's (and, with one stage, a
-step's V of its own block) needs row predicates. `Sm80KernelSpec.step_loads_lean` makes
+step's V of its own block) needs row predicates. `ForwardSpec.step_loads_lean` makes
 the steps of two kinds of kernel lean, on sm_80:
 
 * a block map's, whose range lies inside the map's row (cdiv(N, block_n) blocks, or from a
   table tile's key origin on, cdiv(N - key0, block_n)); a block the map skips is then all
   or nothing, one predicate for every copy (documents + causal at head dim 128 4 %
   faster, at 64 the same);
-* a band's (Sm80KernelSpec.banded), whose range `schedule` clamps below cdiv(N, block_n),
+* a band's (ForwardSpec.banded), whose range `schedule` clamps below cdiv(N, block_n),
   and whose steps do not ask tile_skip either (asks_tile_skip): a band's few blocks
   nearly always keep keys, and one that keeps none is still computed right, masked whole
   as tile_partial (every class but FULL) says (window 1024 1-3 % faster).
@@ -62,7 +62,7 @@ from mlir import ir
 from mlir.dialects import arith, llvm, scf
 
 from attnc.backend.nvgpu_builders import GlobalPtr
-from attnc.backend.sm80_kv import KvSchedule
+from attnc.backend.kv_schedule import KvSchedule
 
 
 class ForwardLoads:

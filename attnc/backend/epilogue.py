@@ -29,7 +29,7 @@ from mlir import ir
 from mlir.dialects import llvm, scf
 
 from attnc.backend.nvgpu_builders import Emit, GlobalPtr, MmaSync, ld_shared_v4, st_shared_b32, warp_sync
-from attnc.backend.sm80_softmax import OnlineSoftmax, SoftmaxState
+from attnc.backend.softmax import OnlineSoftmax, SoftmaxState
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class Epilogue:
     def store(self, acc_o, state: SoftmaxState, o: GlobalPtr, o_row_stride, lse: GlobalPtr | None,
               sink=None) -> None:
         """acc_o[mi][dj][2*half + x] / l -> o[row, 8*dj + 2t + x], row = first_row + atom_rows mi + 8half.
-        `sink`: the sink logit in raw score units (Note [Sinks] in sm80_softmax.py)."""
+        `sink`: the sink logit in raw score units (Note [Sinks] in softmax.py)."""
         inv, lse_values = self.softmax.finalize(state, sink)
         if self.stage is not None:
             self._stage(acc_o, inv)

@@ -1,4 +1,4 @@
-"""A variant's hooks for `Sm80KernelSpec` (Note [Mask hooks] in mask_hooks.py), read from
+"""A variant's hooks for `ForwardSpec` (Note [Mask hooks] in mask_hooks.py), read from
 the L2+ IR of its `attn.attention`: the regions compiled by hooks.py, and the per-tile
 answers of `attn-analyze-masks`.
 
@@ -48,7 +48,7 @@ _SINK_ROLES = ("batch", "heads", "heads_kv", "seq_q")
 
 @dataclass(frozen=True)
 class VariantHooks:
-    """The Sm80KernelSpec fields a variant's hooks give (None: the kernel's default)."""
+    """The ForwardSpec fields a variant's hooks give (None: the kernel's default)."""
     mask: str = "none"
     kv_range: Optional[Callable] = None
     kv_hint: Optional[Callable] = None
@@ -71,7 +71,7 @@ class VariantHooks:
 
 def variant_hooks(op, variant, mask_mode: str | None, blockmap=None, module=None) -> VariantHooks:
     """The hooks of `op` (after attn-analyze-masks); `mask_mode`: a built-in mask mode
-    recognised exactly (sm80_lower.mask_mode), or None for the analysed mask; `blockmap`:
+    recognised exactly (lowering.mask_mode), or None for the analysed mask; `blockmap`:
     the block map (blockmap.BlockMapPlan) that answers the tile questions of a mask that
     reads params; `module`: the ir.Module of `op`, kept alive by the hooks (they clone its
     regions whenever a kernel is built)."""

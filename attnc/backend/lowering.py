@@ -1,10 +1,10 @@
 """`attn-lower-sm80` as a backend step: the L5 plan of one attn.kernel -> an
-`Sm80KernelSpec` -> kernel module (sm80.py) -> PTX -> cubin -> bundle.
+`ForwardSpec` -> kernel module (sm80.py) -> PTX -> cubin -> bundle.
 
 The spec is read from the IR, never from the source: tile sizes and warps from the
 attributes attn-tile recorded, the K/V stage count from the `kv` channel that
 attn-warp-specialize wrote, the hooks from the regions and from what
-attn-analyze-masks recorded (sm80_variant.py). A mask that is exactly no mask, causal
+attn-analyze-masks recorded (variant_hooks.py). A mask that is exactly no mask, causal
 (`j <= i`) or bottom-right causal (`j <= i + (N - M)`) keeps the kernel's built-in
 mask code; every other one runs through the analysis' tile classes and the mask_mod
 region, and one that reads params (mask_kind "runtime") through a block map: a second
@@ -25,15 +25,15 @@ from attnc.backend.bundle import kernel_symbol
 from attnc.errors import AttncError
 from attnc.ir import MASK_MOD, attention_ops, error_at, get_bool, get_int, get_str, region_block
 from attnc.passes import plan_ir
-from attnc.backend.sm80_variant import variant_hooks
+from attnc.backend.variant_hooks import variant_hooks
 
 if TYPE_CHECKING:
-    from attnc.backend.kernel_spec import Sm80KernelSpec
+    from attnc.backend.kernel_spec import ForwardSpec
 
 
 @dataclass(frozen=True)
-class Sm80Artifacts:
-    spec: object            # Sm80KernelSpec
+class BundleArtifacts:
+    spec: object            # ForwardSpec
     ptx: str
     cubin: bytes
     manifest: dict
@@ -41,28 +41,28 @@ class Sm80Artifacts:
 
 
 @dataclass(frozen=True)
-class Sm80Lowering:
-    spec: object            # Sm80KernelSpec
+class ForwardLowering:
+    spec: object            # ForwardSpec
     blockmap: object        # blockmap.BlockMapPlan, for a mask that reads params; else None
 
 
-def spec_from_ir(result) -> "Sm80KernelSpec":
+def spec_from_ir(result) -> "ForwardSpec":
     return lowering_from_ir(result).spec
 
 
-def lowering_from_ir(result) -> Sm80Lowering:
+def lowering_from_ir(result) -> ForwardLowering:
     try:
         return _lowering_from_ir(result)
     except AttncError as e:
         raise e.located(result.variant.filename, result.variant.source) from None
 
 
-def _lowering_from_ir(result) -> Sm80Lowering:
+def _lowering_from_ir(result) -> ForwardLowering:
     from dataclasses import replace
 
     from attnc.backend.blockmap import blockmap_plan
     from attnc.backend.kernel_abi import SMALL_GRID_CTAS_PER_SM
-    from attnc.backend.kernel_spec import Sm80KernelSpec
+    from attnc.backend.kernel_spec import ForwardSpec
     from attnc.backend.qtiles import MAX_TAIL_WAVES, TAIL_WAVES, qtiles_plan, segment_conjunct
     from attnc.backend.run_ranges import run_rest
     from attnc.backend.spec_checks import KERNEL_TARGETS, SpecError
@@ -110,10 +110,10 @@ def _lowering_from_ir(result) -> Sm80Lowering:
     runs_asked = choices.pop("run_ranges", None)
     tail_waves = choices.pop("tail_waves", None)
 
-    def lowering(blockmap) -> Sm80Lowering:
+    def lowering(blockmap) -> ForwardLowering:
         hooks = variant_hooks(op, variant, mode, blockmap, result.module)
         tiles = blockmap is not None and blockmap.qtiles is not None
-        spec = Sm80KernelSpec(
+        spec = ForwardSpec(
             dtype=variant.dtype, head_dim_qk=variant.head_dim_qk, head_dim_v=variant.head_dim_v,
             block_m=block_m, block_n=block_n,
             target=target, **followed,
@@ -123,7 +123,7 @@ def _lowering_from_ir(result) -> Sm80Lowering:
             aligned_tiles=tiles, tiles_per_head=tiles and blockmap.per_head,
             **choices, **hooks.spec_fields())
         try:
-            return Sm80Lowering(spec.check(), blockmap)
+            return ForwardLowering(spec.check(), blockmap)
         except SpecError as e:
             raise error_at(op, f"the {target} kernel cannot be built: {e}") from None
 
@@ -174,13 +174,13 @@ def kernel_module_for(result):
     in launch order, and the specialization record; what attn-lower-sm80 inserts."""
     from attnc.backend.blockmap_kernel import emit_blockmap_kernel
     from attnc.backend.qtiles import emit_qtiles_kernel
-    from attnc.backend.kernel_module import add_small_grid_kernel, build_sm80_module
+    from attnc.backend.kernel_module import add_small_grid_kernel, build_kernel_module
     from attnc.backend.sm80 import SMEM_SYMBOL
 
     lowered = lowering_from_ir(result)
     spec, blockmap = lowered.spec, lowered.blockmap
     with result.module.context:
-        kernel_module, abi = build_sm80_module(spec, result.module.context)
+        kernel_module, abi = build_kernel_module(spec, result.module.context)
         # Note [Small grids] (kernel_abi.py); an sm_80 kernel has no default register bound to drop.
         small = add_small_grid_kernel(kernel_module, spec) if spec.has_small_grid_kernel else None
         if blockmap is not None:
@@ -218,7 +218,7 @@ def require_plan(module) -> None:
                                "(`attnc passes` lists them)")
 
 
-def build(result) -> Sm80Artifacts:
+def build(result) -> BundleArtifacts:
     """Everything an sm_80 bundle holds, from the gpu.module attn-lower-sm80 put in the
     module (running that pass first if the pipeline did not)."""
     import json
@@ -248,7 +248,7 @@ def build(result) -> Sm80Artifacts:
     manifest = variant_manifest(result.variant, target=target, kernels=kernels, code=names,
                                 blobs=blobs, specialization=specialization)
     files = {names[kind]: blob for kind, blob in blobs.items()}
-    return Sm80Artifacts(lowering_from_ir(result).spec, ptx, cubin, manifest, files)
+    return BundleArtifacts(lowering_from_ir(result).spec, ptx, cubin, manifest, files)
 
 
 # The kernel's ABI names the roles of the dims; the variant names them its own way
