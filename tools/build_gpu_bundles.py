@@ -141,7 +141,7 @@ OTHER_INTERVAL_TEST = {"bf16": "range", "f16": "pair"}
 # whichever the default is not): `_ranges`, with only run_ranges flipped.
 RANGES_BOTH_WAYS = ("docs_sink",)
 # These examples also run with the grid in the order of Note [Tiles last] (attnc/backend/
-# sm80.py): `_tiles`, with tiles_last on and, where the default kernel cannot take it, one
+# kernel_abi.py): `_tiles`, with tiles_last on and, where the default kernel cannot take it, one
 # query block per CTA and no producer warpgroup (`tiles_last_choices`).
 TILES_LAST = ("alibi", "docs_sink", "sliding_window")
 

@@ -27,7 +27,7 @@ holds more kernels than the trial's, the second assembly was for nothing, and co
 wall time (on a busy machine it would: hence the load average).
 
 Note [Split compile]: ptxas compiles a module's kernels one after the other, and a
-module may hold two or three (sm_80's tiles_last kernel, Note [Small grids]; a block map
+module may hold two or three (sm_80's tiles_last kernel, Note [Small grids] in kernel_abi.py; a block map
 and a tile table); `--split-compile=0` has it compile them on every core. Each kernel's
 code (its `.text.<kernel>` section) is the same byte for byte; the cubin's tables list
 the kernels in another order, and nvJitLink's log lacks ptxas's advisories (C7504). A
