@@ -238,8 +238,10 @@ def build(result) -> BundleArtifacts:
     gpu_module = lowered_gpu_module(result.module)
     kernels = json.loads(ir.StringAttr(gpu_module.attributes[KERNELS_ATTR]).value)
     specialization = json.loads(ir.StringAttr(gpu_module.attributes[SPECIALIZATION_ATTR]).value)
-    kernel_module = ir.Module.parse(f"module attributes {{gpu.container_module}} {{\n{gpu_module}\n}}",
-                                    result.module.context)
+    with result.module.context, ir.Location.unknown():      # a copy, not the text printed and parsed
+        kernel_module = ir.Module.create()
+        kernel_module.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
+        gpu_module.clone(ip=ir.InsertionPoint(kernel_module.body))
     target = specialization["target"]
     ptx = to_ptx(kernel_module, target, in_place=True)
     cubin = ptx_to_cubin(ptx, target).cubin
