@@ -102,6 +102,9 @@ def _lowering_from_ir(result) -> ForwardLowering:
                 raise error_at(op, e.message) from None
             followed.update(producer_regs=regs["producer"] or None,
                             consumer_regs=regs["consumer0"] or None)
+    if not plan.producer and regs.get("compute"):
+        raise error_at(op, f"the cooperative role 'compute' has a register budget (regs = {regs['compute']}); "
+                           f"setmaxnreg moves registers between a producer and its consumers, so it must be 0")
     mode = mask_mode(op, variant)
     runtime = mode is None and mask_functions(op).kind == "runtime"
     blockmap = blockmap_plan(result, block_m, block_n) if runtime else None

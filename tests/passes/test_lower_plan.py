@@ -60,6 +60,16 @@ def test_an_edited_role_is_built_as_edited(tmp_path):
         _lowered(plan.replace(old, "warps = [0, 1, 2]"), "sm_80")
 
 
+def test_a_budget_on_the_cooperative_role_is_refused(tmp_path):
+    """A cooperative role sets no registers: a budget edited onto it is not silently dropped."""
+    plan = _plan(tmp_path, "mha", "sm_80")
+    old = 'name = "compute", regs = 0 : i64'
+    assert plan.count(old) == 1
+    with pytest.raises(AttncError, match=re.escape("the cooperative role 'compute' has a register budget "
+                                                   "(regs = 200)")):
+        _lowered(plan.replace(old, 'name = "compute", regs = 200 : i64'), "sm_80")
+
+
 def test_edited_register_budgets_are_the_kernels(tmp_path):
     plan = _plan(tmp_path, "mha", "sm_90a")
     assert plan.count("regs = 240 : i64") == 2 and plan.count("regs = 24 : i64") == 1
