@@ -102,6 +102,8 @@ def _lowering_from_ir(result) -> ForwardLowering:
                 raise error_at(op, e.message) from None
             followed.update(producer_regs=regs["producer"] or None,
                             consumer_regs=regs["consumer0"] or None)
+    elif plan.pingpong:
+        raise error_at(op, f"pingpong on attn.warp_specialize: {target} has no consumer warpgroups to take turns")
     if not plan.producer and regs.get("compute"):
         raise error_at(op, f"the cooperative role 'compute' has a register budget (regs = {regs['compute']}); "
                            f"setmaxnreg moves registers between a producer and its consumers, so it must be 0")

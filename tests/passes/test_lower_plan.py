@@ -70,6 +70,15 @@ def test_a_budget_on_the_cooperative_role_is_refused(tmp_path):
         _lowered(plan.replace(old, 'name = "compute", regs = 200 : i64'), "sm_80")
 
 
+def test_pingpong_edited_onto_an_sm80_plan_is_refused(tmp_path):
+    plan = _plan(tmp_path, "mha", "sm_80")
+    old = '}) {programs = {'
+    assert plan.count(old) == 1
+    with pytest.raises(AttncError, match=re.escape("pingpong on attn.warp_specialize: sm_80 has no consumer "
+                                                   "warpgroups to take turns")):
+        _lowered(plan.replace(old, '}) {pingpong = true, programs = {'), "sm_80")
+
+
 def test_edited_register_budgets_are_the_kernels(tmp_path):
     plan = _plan(tmp_path, "mha", "sm_90a")
     assert plan.count("regs = 240 : i64") == 2 and plan.count("regs = 24 : i64") == 1
