@@ -7,6 +7,7 @@ from __future__ import annotations
 from mlir import ir
 
 from attnc.backend import ptx
+from tests.backend.test_recent_ptx import counting_lowerings
 
 KERNEL = """
 module attributes {gpu.container_module} { gpu.module @m { gpu.func @k(%p: !llvm.ptr<1>, %x: f32) kernel BOUND {
@@ -20,18 +21,6 @@ module attributes {gpu.container_module} { gpu.module @m { gpu.func @k(%p: !llvm
 def module(bound: int | None) -> ir.Module:
     attrs = "" if bound is None else f"attributes {{nvvm.minctasm = {bound} : i32}}"
     return ir.Module.parse(KERNEL.replace("BOUND", attrs))
-
-
-def counting_lowerings(monkeypatch) -> list:
-    calls = []
-    lower = ptx._lower
-
-    def counted(work, options):
-        calls.append(options.target)
-        return lower(work, options)
-    monkeypatch.setattr(ptx, "_lower", counted)
-    monkeypatch.setattr(ptx, "_recent", type(ptx._recent)())
-    return calls
 
 
 def test_the_unbounded_kernel_gets_the_trials_ptx_less_its_bound(monkeypatch):
