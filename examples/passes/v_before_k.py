@@ -25,6 +25,7 @@ from typing import ClassVar
 from mlir import ir
 
 from attnc.ir import attention_ops, error_at
+from attnc.ir.roles import name_of, role_block, role_ops
 from attnc.passes import Pass, register
 
 
@@ -42,11 +43,11 @@ class VBeforeK(Pass):
 
     def run(self, module):
         for kernel in attention_ops(module):
-            producer = [r for r in _roles(kernel) if ir.StringAttr(r.attributes["name"]).value == "producer"]
+            producer = [r for r in role_ops(kernel) if name_of(r) == "producer"]
             if not producer:
                 raise error_at(kernel, "v-before-k: the plan has no producer role (sm_90a, after "
                                        "attn-warp-specialize with a producer warpgroup)")
-            for loop in producer[0].regions[0].blocks[0].operations:
+            for loop in role_block(producer[0]).operations:
                 if loop.name != "scf.for":
                     continue
                 body = list(loop.regions[0].blocks[0].operations)
@@ -54,14 +55,3 @@ class VBeforeK(Pass):
                 for op in [op for op in body if _tile(op) == "v"]:
                     op.move_before(first_k)
 
-
-def _roles(kernel):
-    found = []
-
-    def visit(op):
-        if op.name == "attn.role":
-            found.append(op.operation)
-        return ir.WalkResult.ADVANCE
-
-    kernel.walk(visit, ir.WalkOrder.PRE_ORDER)
-    return found
