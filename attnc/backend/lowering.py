@@ -16,6 +16,7 @@ conjuncts read only indices mostly no map: the table's runs give the ranges (Not
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -33,11 +34,16 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class BundleArtifacts:
-    spec: object            # ForwardSpec
+    result: object          # the CompileResult the bundle was built from
     ptx: str
     cubin: bytes
     manifest: dict
     files: dict[str, bytes]
+
+    @functools.cached_property
+    def spec(self):
+        """The kernel's ForwardSpec, read again from the IR when asked (the bundle does not need it)."""
+        return lowering_from_ir(self.result).spec
 
 
 @dataclass(frozen=True)
@@ -255,7 +261,7 @@ def build(result) -> BundleArtifacts:
     manifest = variant_manifest(result.variant, target=target, kernels=kernels, code=names,
                                 blobs=blobs, specialization=specialization)
     files = {names[kind]: blob for kind, blob in blobs.items()}
-    return BundleArtifacts(lowering_from_ir(result).spec, ptx, cubin, manifest, files)
+    return BundleArtifacts(result, ptx, cubin, manifest, files)
 
 
 # The kernel's ABI names the roles of the dims; the variant names them its own way
