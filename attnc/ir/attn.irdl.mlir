@@ -89,16 +89,18 @@
 // attn.role region per role (name, warps, regs). Tiles cross roles only by attn.put /
 // attn.get on a channel (L3); attn-insert-pipelines declares the mbarriers beside the
 // channels (!attn.mbar values) and replaces each put/get by slot writes and reads with
-// mbarrier waits, arrives, expect_tx, tcgen05 commits, cp.async groups or named
-// barriers, each ring's (stage, phase) i32 pair carried by the roles' loops (L5):
+// mbarrier waits, arrives, expect_tx, cp.async arrivals, tcgen05 commits, cp.async
+// groups or named barriers, each ring's (stage, phase) i32 pair carried by the roles'
+// loops (L5):
 //
 //   "attn.warp_specialize"() ({
 //     %kv = "attn.channel"() {name = "kv", producer = "producer", consumer = "consumer0", ...}
-//     %full = "attn.mbarrier_init"() {name = "mbar_kv_full", count = 1, stages = 2, ...}
+//     %k_full = "attn.mbarrier_init"() {name = "mbar_k_full", count = 128, stages = 2, tile = "k", ...}
 //     "attn.role"() ({
 //       %r:2 = scf.for ... iter_args(%stage = %c0, %phase = %c0) {
-//         "attn.mbarrier_wait"(%empty, %stage, %phase ^ 1); "attn.mbarrier_expect_tx"(%full, %stage)
-//         "attn.slot_write"(%kv, %stage, %k_tile, %full); ... "attn.ring_advance"(%stage, %phase) }
+//         "attn.mbarrier_wait"(%k_empty, %stage, %phase ^ 1)
+//         "attn.slot_write"(%kv, %stage, %k_tile) {completes = "arrive"}
+//         "attn.cp_async_mbarrier_arrive"(%k_full, %stage); ... "attn.ring_advance"(%stage, %phase) }
 //     }) {name = "producer", warps = [0, 1, 2, 3], regs = 24}
 //     "attn.role"() ({ ... }) {name = "consumer0", ...}
 //   })
@@ -426,7 +428,8 @@ irdl.dialect @attn {
     irdl.results(value: %value)
   }
 
-  // L5: `stages` mbarriers of arrive count `count` (`channel`, `side`: full or empty).
+  // L5: `stages` mbarriers of arrive count `count` (`channel`, `side`: full or empty;
+  // `tile`: the one tile of the channel's slots they guard, where each tile has its own).
   irdl.operation @mbarrier_init {
     %name = irdl.base "#builtin.string"
     %count = irdl.base "#builtin.integer"
@@ -458,6 +461,14 @@ irdl.dialect @attn {
     %bytes = irdl.base "#builtin.integer"
     irdl.attributes { "bytes" = %bytes }
   }
+  // L5: each thread of the role: cp.async.mbarrier.arrive.noinc on mbarrier[stage], one
+  // arrival per thread (the barrier's count includes them), made once the thread's
+  // earlier cp.async copies (slot writes that complete "arrive") have landed.
+  irdl.operation @cp_async_mbarrier_arrive {
+    %bar = irdl.base @attn::@mbar
+    %i32 = irdl.is i32
+    irdl.operands(barrier: %bar, stage: %i32)
+  }
   // L5: tcgen05.commit: mbarrier[stage] gets one arrival once the MMAs issued land.
   irdl.operation @tcgen05_commit {
     %bar = irdl.base @attn::@mbar
@@ -475,7 +486,8 @@ irdl.dialect @attn {
   }
   // L5: `value` written into slot `stage` of the channel; `completes`: how its bytes
   // land ("mbarrier": complete_tx on the channel's full mbarrier `barrier`, "group": a
-  // cp.async group, "store": st.shared, done when the op is).
+  // cp.async group, "arrive": cp.async copies whose landing the role's next
+  // attn.cp_async_mbarrier_arrive reports, "store": st.shared, done when the op is).
   irdl.operation @slot_write {
     %chan = irdl.base @attn::@chan
     %i32 = irdl.is i32

@@ -7,7 +7,8 @@ goes through `attn.put` / `attn.get` on a channel:
 
     "attn.warp_specialize"() ({
       %kv = "attn.channel"() {name = "kv", producer = "producer", consumer = "consumer0",
-                              transport = "tma", space = "smem", stages = 2, tile = ["k", "v"], ...}
+                              transport = "cp.async.mbarrier", space = "smem", stages = 2,
+                              tile = ["k", "v"], ...}
       "attn.role"() ({  scf.for ... { %k = attn.load ...; "attn.put"(%kv, %k) {tile = "k"} } })
                     {name = "producer", warps = [0, 1, 2, 3], regs = 24}
       "attn.role"() ({  scf.for ... { %k = "attn.get"(%kv) {tile = "k"}; attn.mma ... } })
@@ -16,8 +17,9 @@ goes through `attn.put` / `attn.get` on a channel:
 
 L4 (attn-alloc-smem / -tmem): `buffers` on each channel op, one dictionary per buffer.
 L5 (attn-insert-pipelines): attn.mbarrier_init values beside the channels; in the roles,
-put/get replaced by mbarrier waits / arrives / expect_tx, slot writes and reads and
-cp.async groups, with each ring's (stage, phase) as i32 values carried by the loops.
+put/get replaced by mbarrier waits / arrives / expect_tx, cp.async arrivals on mbarriers,
+slot writes and reads and cp.async groups, with each ring's (stage, phase) as i32 values
+carried by the loops.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ MBARRIER_WAIT = "attn.mbarrier_wait"
 MBARRIER_ARRIVE = "attn.mbarrier_arrive"
 MBARRIER_EXPECT_TX = "attn.mbarrier_expect_tx"
 TCGEN05_COMMIT = "attn.tcgen05_commit"
+CP_ASYNC_MBARRIER_ARRIVE = "attn.cp_async_mbarrier_arrive"
 RING_ADVANCE = "attn.ring_advance"
 SLOT_WRITE = "attn.slot_write"
 SLOT_READ = "attn.slot_read"
@@ -43,13 +46,14 @@ NAMED_BARRIER_ARRIVE = "attn.named_barrier_arrive"
 NAMED_BARRIER_SYNC = "attn.named_barrier_sync"
 YIELD = "gpu.yield"
 PINGPONG = "pingpong"            # on attn.warp_specialize: the consumer warpgroups take turns
+PERSISTENT = "persistent"        # on attn.warp_specialize: each CTA runs several query blocks
 KV_WRITES = (PUT, SLOT_WRITE)    # where a role hands a tile to a channel (L3, L5)
 PROGRAMS = "programs"            # on attn.warp_specialize: each role's program_digest as made
 
 # The L3-L5 ops a pass after attn-tile may find in a kernel: none of them is a tile op.
 SCHEDULE_OPS = (WARP_SPECIALIZE, ROLE, CHANNEL, PUT, GET, MBARRIER_INIT, MBARRIER_WAIT, MBARRIER_ARRIVE,
-                MBARRIER_EXPECT_TX, TCGEN05_COMMIT, RING_ADVANCE, SLOT_WRITE, SLOT_READ, CP_ASYNC_COMMIT,
-                CP_ASYNC_WAIT, CTA_BARRIER, NAMED_BARRIER_ARRIVE, NAMED_BARRIER_SYNC)
+                MBARRIER_EXPECT_TX, TCGEN05_COMMIT, CP_ASYNC_MBARRIER_ARRIVE, RING_ADVANCE, SLOT_WRITE, SLOT_READ,
+                CP_ASYNC_COMMIT, CP_ASYNC_WAIT, CTA_BARRIER, NAMED_BARRIER_ARRIVE, NAMED_BARRIER_SYNC)
 
 
 def i64(x: int) -> ir.Attribute:

@@ -3,17 +3,18 @@
 
 Targets: all. Expects L5 (after `attn-insert-pipelines`: mbarriers declared in
 attn.warp_specialize, the roles' slot writes and reads with their waits, arrives,
-expect_tx, tcgen05 commits, cp.async groups and named barriers). Changes nothing. Each
-role region is a process running its ops as they stand, loops unrolled over enough
-iterations to wrap every ring twice, explored in every interleaving
-(attnc/schedule/verify.py): no deadlock, no slot written before its readers released
-its previous fill, no read before its fill landed, no mbarrier with more arrivals than
-its count or more bytes than announced. The error names the op at fault -- its
-`file:line:col`, the `.attn` line of an op a pass made or the line of a hand-edited
-`.mlir` file:
+expect_tx, cp.async arrivals, tcgen05 commits, cp.async groups and named barriers).
+Changes nothing. Each role region is a process running its ops as they stand, loops
+unrolled over enough iterations to wrap every ring twice, explored in every
+interleaving (attnc/schedule/verify.py): no deadlock, no slot written before its
+readers released its previous fill, no read before its fill landed (a cp.async copy
+lands when its thread's cp.async.mbarrier.arrive does: Note [cp.async arrivals]), no
+mbarrier with more arrivals than its count or more bytes than announced. The error
+names the op at fault -- its `file:line:col`, the `.attn` line of an op a pass made or
+the line of a hand-edited `.mlir` file:
 
     gemma2.attn:2:1: error: attn-verify-pipeline: channel 'kv' deadlocks: producer waits at
-    attn.mbarrier_wait on mbar_kv_empty[0] for parity 0 (its phase 0, 4 of 8 arrivals)
+    attn.mbarrier_wait on mbar_k_empty[0] for parity 0 (its phase 0, 4 of 8 arrivals)
 """
 from __future__ import annotations
 

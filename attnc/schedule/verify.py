@@ -5,10 +5,21 @@ interleaving, over enough KV iterations to wrap every ring.
 What is read from the IR, op by op (attnc/ir/roles.py names them): each role's program
 with its loops unrolled (the first KV loop of a role `2 * max stages` times, each later
 one once) and its i32 stage and parity values evaluated (arith constants and xori,
-`attn.ring_advance`, the loops' iter_args); the mbarriers' counts and stages
+`attn.ring_advance`, the loops' iter_args); the mbarriers' counts, stages and tiles
 (`attn.mbarrier_init`); each role's warps (an arrive `per = "warp"` counts one per
-warp, an expect_tx or tcgen05_commit one); each slot write's bytes (its tile's type)
-and how it lands: on an mbarrier's transaction count, with a cp.async group, or at once.
+warp, an expect_tx or tcgen05_commit one, a cp_async_mbarrier_arrive one per thread);
+each slot write's bytes (its tile's type) and how it lands: on an mbarrier's transaction
+count, with a cp.async group, with the role's next cp.async arrival on an mbarrier, or
+at once.
+
+Note [cp.async arrivals]: `cp.async.mbarrier.arrive.noinc` makes each thread's arrival
+once every cp.async the thread issued before it has landed. A role's slot writes that
+complete "arrive" are its open copies; its attn.cp_async_mbarrier_arrive takes them all
+in flight with its threads' arrivals, and when that lands (at any later point of the
+interleaving) the slots hold their data and the mbarrier gets the arrivals at once, so a
+full barrier counting one thread too many never completes and one counting one too few
+gets more arrivals than its count. A consumer's arrival on an empty mbarrier releases the
+slots of its stage that the barrier guards (one tile's, where the barrier names one).
 
 Note [One ring at a time]: a process is a role (its warps run one program in step: an
 arrive per warp is their arrivals at once). The events of one channel -- its slot
@@ -44,7 +55,8 @@ class Violation:
 
 @dataclass(frozen=True)
 class Event:
-    kind: str          # wait, arrive, write, read, commit, wait_group, cta, bar_arrive, bar_sync
+    kind: str          # wait, arrive, expect, copies, write, read, commit, wait_group, cta, bar_arrive,
+                       # bar_sync
     channel: str | None
     op: ir.Operation
     bar: str = ""
@@ -156,6 +168,7 @@ _SYNC = {
     R.MBARRIER_ARRIVE: lambda t, op: t.mbar(op, "arrive", t.warps if _per_warp(op) else 1),
     R.MBARRIER_EXPECT_TX: lambda t, op: t.mbar(op, "expect", _attr(op, "bytes")),
     R.TCGEN05_COMMIT: lambda t, op: t.mbar(op, "arrive", 1),
+    R.CP_ASYNC_MBARRIER_ARRIVE: lambda t, op: t.mbar(op, "copies", 32 * t.warps),
     R.SLOT_WRITE: lambda t, op: _slot(t, op, "write"),
     R.SLOT_READ: lambda t, op: _slot(t, op, "read"),
     R.CP_ASYNC_COMMIT: lambda t, op: Event("commit", _channel_attr(op), op),
@@ -190,7 +203,7 @@ def verify_kernel(kernel: ir.Operation) -> list[Violation]:
         if a.get("count", 0) < 1 or a.get("stages", 0) < 1:
             out.append(Violation(op, f"mbarrier {a['name']!r} has count {a.get('count')} and "
                                      f"{a.get('stages')} stages: both must be at least 1"))
-        bars[a["name"]] = (a.get("channel"), a.get("count", 1), a.get("stages", 1))
+        bars[a["name"]] = (a.get("channel"), a.get("count", 1), a.get("stages", 1), a.get("tile"))
     if out:
         return out
     stages = max([c.get("stages", 1) for c in map(R.attrs_of, R.channel_ops(kernel))] or [1])
@@ -219,10 +232,12 @@ def verify_kernel(kernel: ir.Operation) -> list[Violation]:
 
 class _Explorer:
     """One channel's processes (Note [One ring at a time]). A state is (program counters,
-    mbarriers as (arrivals, phases, pending bytes), slots as (fill, landed, readers), copies
-    in flight, each role's committed cp.async groups, its open group, the slots read and
+    mbarriers as (arrivals, phases, pending bytes), slots as (fill, landed, readers), what
+    is in flight to an mbarrier (slots, mbarrier, bytes, arrivals, the role and event that
+    sent it), each role's committed cp.async groups, its open copies, the slots read and
     not yet released, the named-barrier generation each role waits on); each event knows
-    its mbarrier's and its slot's index in them beforehand."""
+    its mbarrier's and its slot's index in them beforehand, and an arrival the slots it
+    releases."""
 
     def __init__(self, chan: str, programs: dict, bars: dict, threads: dict):
         self.chan = chan
@@ -237,8 +252,15 @@ class _Explorer:
         slot_index = {key: s for s, key in enumerate(self.slot_keys)}
         self.counts = [self._count(bar) for bar, _ in self.bar_keys]
         self.lengths = [len(p) for p in self.programs]
-        self.events = [[(e, self.bar_index.get((e.bar, e.stage), -1), slot_index.get((e.stage, e.tile), -1))
-                        for e in p] for p in self.programs]
+        self.events = [[(e, self.bar_index.get((e.bar, e.stage), -1), slot_index.get((e.stage, e.tile), -1),
+                         self._released(e, slot_index)) for e in p] for p in self.programs]
+
+    def _released(self, e: Event, slot_index: dict) -> frozenset:
+        """The slots an arrival on an mbarrier hands back (Note [cp.async arrivals])."""
+        if e.kind != "arrive":
+            return frozenset()
+        tile = self.bars[e.bar][3] if e.bar in self.bars else None
+        return frozenset(s for (stage, t), s in slot_index.items() if stage == e.stage and tile in (None, t))
 
     def _count(self, bar: str) -> int:
         return self.bars[bar][1] if bar in self.bars else 0
@@ -291,18 +313,26 @@ class _Explorer:
                 nxt = self._step(k, events[k][pc], state)
                 if nxt is not None:
                     yield nxt
-        for i, (slot, bar, tx) in enumerate(flight):
+        for i, (landing, b, tx, count, k, pc) in enumerate(flight):
             rest = flight[:i] + flight[i + 1:]
-            b = self.bar_index[bar]
             arrivals, phases, pending = bars[b]
             pending -= tx
+            arrivals += count
+            bar, stage = self.bar_keys[b]
             if pending < 0:
-                yield Violation(self._writer_op(slot), f"{bar[0]}[{bar[1]}] receives more bytes than "
-                                                       f"its expect_tx announced")
+                yield Violation(self.programs[k][pc].op, f"{bar}[{stage}] receives more bytes than its "
+                                                         f"expect_tx announced")
+                return
+            if arrivals > self.counts[b]:
+                yield Violation(self.programs[k][pc].op, f"{bar}[{stage}] gets {arrivals} arrivals in one phase, "
+                                                         f"more than its count {self.counts[b]}")
                 return
             new_bars = _set(bars, b, self._settle(b, arrivals, phases, pending))
-            fill, _, readers = slots[slot]
-            yield (pcs, new_bars, _set(slots, slot, (fill, True, readers)), rest, groups, open_groups, holds, entered)
+            new_slots = slots
+            for slot in landing:
+                fill, _, readers = new_slots[slot]
+                new_slots = _set(new_slots, slot, (fill, True, readers))
+            yield (pcs, new_bars, new_slots, rest, groups, open_groups, holds, entered)
         for k, pending in enumerate(groups):
             for g, group in enumerate(pending):
                 new_slots = slots
@@ -312,19 +342,15 @@ class _Explorer:
                 yield (pcs, bars, new_slots, flight, _set(groups, k, pending[:g] + pending[g + 1:]),
                        open_groups, holds, entered)
 
-    def _writer_op(self, slot: int):
-        stage, tile = self.slot_keys[slot]
-        return next(e.op for p in self.programs for e in p if e.kind == "write" and (e.stage, e.tile) == (stage, tile))
-
     def _settle(self, b: int, arrivals: int, phases: int, pending: int):
         if arrivals == self.counts[b] and pending == 0:
             return (0, phases + 1, 0)
         return (arrivals, phases, pending)
 
     def _step(self, k: int, event: tuple, state):
-        """Role k's next event `(event, its mbarrier's index, its slot's index)`: the
-        successor, a Violation, or None where the role waits."""
-        e, b, s = event
+        """Role k's next event `(event, its mbarrier's index, its slot's index, the slots
+        it releases)`: the successor, a Violation, or None where the role waits."""
+        e, b, s, releases = event
         pcs, bars, slots, flight, groups, open_groups, holds, entered = state
         kind = e.kind
         nxt = pcs[:k] + (pcs[k] + 1,) + pcs[k + 1:]
@@ -337,9 +363,13 @@ class _Explorer:
             if arrivals > self.counts[b]:
                 return Violation(e.op, f"{e.bar}[{e.stage}] gets {arrivals} arrivals in one phase, more than "
                                        f"its count {self.counts[b]}")
-            released = frozenset(h for h in holds if h[0] != k) if kind == "arrive" else holds
+            released = frozenset(h for h in holds if h[0] != k or h[1] not in releases)
             return (nxt, _set(bars, b, self._settle(b, arrivals, phases, pending)), slots, flight, groups,
                     open_groups, released, entered)
+        if kind == "copies":            # Note [cp.async arrivals]
+            sent = (open_groups[k], b, 0, e.value, k, pcs[k])
+            return (nxt, bars, slots, tuple(sorted(flight + (sent,))), groups, _set(open_groups, k, ()), holds,
+                    entered)
         if kind == "write":
             return self._write(k, e, s, state, nxt)
         if kind == "read":
@@ -369,10 +399,10 @@ class _Explorer:
             return Violation(e.op, f"{self.roles[k]} overwrites slot {e.stage} of {self.chan!r} ({e.tile}) with "
                                    f"fill {e.fill} before {', '.join(late)} released fill {fill}")
         if e.lands == "mbarrier":
-            bar = (e.bar, e.stage)
+            sent = ((s,), self.bar_index[(e.bar, e.stage)], e.tx, 0, k, pcs[k])
             return (nxt, bars, _set(slots, s, (e.fill, False, frozenset())),
-                    tuple(sorted(flight + ((s, bar, e.tx),))), groups, open_groups, holds, entered)
-        if e.lands == "group":
+                    tuple(sorted(flight + (sent,))), groups, open_groups, holds, entered)
+        if e.lands in ("group", "arrive"):
             return (nxt, bars, _set(slots, s, (e.fill, False, frozenset())), flight, groups,
                     _set(open_groups, k, open_groups[k] + (s,)), holds, entered)
         return (nxt, bars, _set(slots, s, (e.fill, True, frozenset())), flight, groups, open_groups, holds, entered)
