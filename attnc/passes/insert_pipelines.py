@@ -4,18 +4,20 @@ the roles (L5).
 Targets: sm_80, sm_90a, sm_100a. Expects L4 (role regions with put/get, every shared- or
 tensor-memory channel with its `buffers`). Leaves no put/get: the mbarriers are declared
 beside the channels (`attn.mbarrier_init`: count, stages), and in the roles each put/get
-is a slot write/read with the waits, arrives, expect_tx, tcgen05 commits, cp.async
-groups or named barriers of its channel's protocol (attnc/schedule/sync.py for the
-counts and bytes, attnc/schedule/sync_ir.py for the ops), each ring walked with an
-explicit (stage, phase) carried by the roles' loops (Note [Ring state in the loops]):
+is a slot write/read with the waits, arrives, expect_tx, cp.async arrivals, tcgen05
+commits, cp.async groups or named barriers of its channel's protocol
+(attnc/schedule/sync.py for the counts and bytes, attnc/schedule/sync_ir.py for the
+ops), each ring walked with an explicit (stage, phase) carried by the roles' loops (Note
+[Ring state in the loops]). sm_90a's producer, whose threads copy K with cp.async and
+report it on K's own full mbarrier (Note [Barriers per tile] in sync.py):
 
     before:  scf.for %n = ... {  %k = attn.load ...; "attn.put"(%kv, %k) {tile = "k"} ... }
-    after:   %full = "attn.mbarrier_init"() {count = 1, name = "mbar_kv_full", stages = 2, ...}
+    after:   %k_full = "attn.mbarrier_init"() {count = 128, name = "mbar_k_full", stages = 2, tile = "k", ...}
              %r:2 = scf.for %n = ... iter_args(%stage = %c0, %phase = %c0) {
-               %flip = arith.xori %phase, %c1
-               "attn.mbarrier_wait"(%empty, %stage, %flip)
-               "attn.mbarrier_expect_tx"(%full, %stage) {bytes = 65536}
-               %k = attn.load ...; "attn.slot_write"(%kv, %stage, %k, %full) {completes = "mbarrier", tile = "k"}
+               %k = attn.load ...; %flip = arith.xori %phase, %c1
+               "attn.mbarrier_wait"(%k_empty, %stage, %flip)
+               "attn.slot_write"(%kv, %stage, %k) {completes = "arrive", tile = "k"}
+               "attn.cp_async_mbarrier_arrive"(%k_full, %stage)
                ... %next:2 = "attn.ring_advance"(%stage, %phase) {stages = 2}
                scf.yield %next#0, %next#1 }
 """

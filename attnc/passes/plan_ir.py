@@ -77,9 +77,14 @@ def set_buffers(op: ir.Operation, placed: list[Buffer]) -> None:
 def recipe_of(kernel: ir.Operation, pass_name: str) -> Recipe:
     """The recipe as the IR states it: roles and channels from L3, budgets from the target."""
     target = required_attr(kernel, "target", pass_name)
-    require_roles(kernel, pass_name)
+    ws = require_roles(kernel, pass_name)
     return Recipe(target, tuple(roles(kernel)), tuple(channels(kernel)), SMEM_BYTES[target],
-                  TMEM_COLUMNS.get(target, 0))
+                  TMEM_COLUMNS.get(target, 0), _flag(ws, R.PERSISTENT))
+
+
+def _flag(ws: ir.Operation, name: str) -> bool:
+    """A boolean choice recorded on attn.warp_specialize (absent: false)."""
+    return name in ws.attributes and bool(R.value_of(ws.attributes[name]))
 
 
 def plan_summary(kernel: ir.Operation) -> dict[str, list[dict]]:
@@ -109,10 +114,14 @@ class FollowedPlan:
     pingpong: bool              # sm_90a: `pingpong` on attn.warp_specialize
     regs: tuple[tuple[str, int], ...]   # each role's setmaxnreg budget (0: none)
     v_first: bool = False       # the producer's K/V loop puts V before K
+    persistent: bool = False    # sm_90a: `persistent` on attn.warp_specialize (Note [Persistent
+                                # CTAs] in sm90_ws.py): Q's slot has an empty mbarrier
 
 
 def followed_plan(kernel: ir.Operation, pass_name: str) -> FollowedPlan:
     """The choices of the L3-L5 IR the lowering follows, read from the roles and channels."""
+    from attnc.passes.warp_specialize import banded
+
     ws = require_roles(kernel, pass_name)
     target = required_attr(kernel, "target", pass_name)
     kv = [c for c in channels(kernel) if c.name == "kv"]
@@ -132,9 +141,16 @@ def followed_plan(kernel: ir.Operation, pass_name: str) -> FollowedPlan:
     else:
         raise error_at(ws, f"{pass_name}: {target} builds a cooperative role 'compute' or (sm_90a) a producer "
                            f"and consumer warpgroups; this plan has the roles {', '.join(names)}")
-    pingpong = R.PINGPONG in ws.attributes and bool(R.value_of(ws.attributes[R.PINGPONG]))
-    return FollowedPlan(target, kv[0].stages, warps, max(1, warps // 4), producer, pingpong,
-                        tuple((r.name, r.regs or 0) for r in found), _v_first(kernel) if producer else False)
+    persistent = _flag(ws, R.PERSISTENT)
+    if persistent != (producer and banded(kernel)):
+        # The lowering makes the CTAs of a band's producer plan persistent, those of no
+        # other plan, unless its own option says otherwise: it does not read this attribute.
+        raise error_at(ws, f"{pass_name}: persistent = {str(persistent).lower()} on attn.warp_specialize; the "
+                           f"lowering builds persistent CTAs for the producer plan of a band and for no other "
+                           f"(its option `persistent` changes that), as attn-warp-specialize plans them")
+    return FollowedPlan(target, kv[0].stages, warps, max(1, warps // 4), producer, _flag(ws, R.PINGPONG),
+                        tuple((r.name, r.regs or 0) for r in found), _v_first(kernel) if producer else False,
+                        persistent)
 
 
 def _v_first(kernel: ir.Operation) -> bool:
@@ -159,7 +175,8 @@ def planned_summary(kernel: ir.Operation, tile: Tile, plan: FollowedPlan) -> dic
     from attnc.schedule.recipes import recipe
     from attnc.schedule.sync import insert_pipelines
 
-    r = recipe(plan.target, num_warps=plan.warps, kv_stages=plan.stages, q_tiles=tile.q_tiles, consumers=plan.consumers, producer=plan.producer)
+    r = recipe(plan.target, num_warps=plan.warps, kv_stages=plan.stages, q_tiles=tile.q_tiles,
+               consumers=plan.consumers, producer=plan.producer, persistent=plan.persistent)
     placed = [*alloc_smem(r, tile), *alloc_tmem(r, tile)]
     order = [c.name for c in r.channels]
     placed.sort(key=lambda b: order.index(b.channel))

@@ -10,17 +10,18 @@ its warps and register budget; a tile made in one role and used in another goes 
 cross]). sm_80: one cooperative role `compute` whose Q and K/V go through cp.async
 channels; sm_90a: `consumers` warpgroups of 64 query rows and, with `producer`, a
 `producer` role (the loads, O's store) feeding the consumer roles (the GEMMs, hooks,
-softmax, epilogue) through mbarrier rings, with their setmaxnreg budgets as `regs`
-(`pingpong` recorded on attn.warp_specialize); without it one cooperative role as on
-sm_80; sm_100a: the FA4 roles (load, mma, softmax0/1, correction, epilogue, empty) with
-S and P through TMEM. The K/V channel's `stages` is attn-tile's `stages`. Register
-budgets are checked here. What the lowering builds follows these choices (Note [The
-plan the lowerings follow] in lower_sm80.py).
+softmax, epilogue) through mbarrier rings it fills with cp.async, with their setmaxnreg
+budgets as `regs` (`pingpong` recorded on attn.warp_specialize, and `persistent` where
+the CTAs are: by default for a band, a mask that keeps a narrow band of keys per row);
+without it one cooperative role as on sm_80; sm_100a: the FA4 roles (load, mma,
+softmax0/1, correction, epilogue, empty) with S and P through TMEM. The K/V channel's
+`stages` is attn-tile's `stages`. Register budgets are checked here. What the lowering
+builds follows these choices (Note [The plan the lowerings follow] in lower_sm80.py).
 
     before:  "attn.kernel"(...) ({ %q = attn.load ...; scf.for { %k = attn.load ...; attn.mma ... } })
     after:   "attn.kernel"(...) ({ "attn.warp_specialize"() ({
                %kv = "attn.channel"() {name = "kv", producer = "producer", consumer = "consumer0",
-                                       stages = 2, tile = ["k", "v"], transport = "tma", ...}
+                                       stages = 2, tile = ["k", "v"], transport = "cp.async.mbarrier", ...}
                "attn.role"() ({ scf.for { %k = attn.load ...; "attn.put"(%kv, %k) {tile = "k"} ... } })
                              {name = "producer", regs = 24, warps = [0, 1, 2, 3]}
                "attn.role"() ({ scf.for { %k = "attn.get"(%kv) {tile = "k"}; attn.mma ... } })
@@ -111,12 +112,29 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
                 n, has_producer, turns = sm90a_roles(op, tile, consumers, producer, pingpong)
             else:
                 n, has_producer, turns = 2, True, False
+            # By default the producer plan of a band runs persistent CTAs, as the lowering
+            # measured (ForwardSpec.persistent_ctas in attnc/backend/kernel_spec.py).
+            persistent = target == "sm_90a" and has_producer and banded(op)
             r = recipe(target, num_warps=get_int(op, "num_warps"), kv_stages=get_int(op, "stages"),
-                       q_tiles=tile.q_tiles, consumers=n, producer=has_producer)
+                       q_tiles=tile.q_tiles, consumers=n, producer=has_producer, persistent=persistent)
             check_register_budget(r)
             with op.context:
                 ws = Partition(r, op).run()
-                if turns:
-                    ws.attributes[R.PINGPONG] = ir.BoolAttr.get(True)
+                for name, chosen in ((R.PINGPONG, turns), (R.PERSISTENT, persistent)):
+                    if chosen:
+                        ws.attributes[name] = ir.BoolAttr.get(True)
         except AttncError as e:
             raise error_at(op, e.message) from None
+
+
+def banded(op) -> bool:
+    """Whether mask_mod keeps a band of keys per row, as the lowering finds it (a mask
+    that reads params never is: its key ranges are the block map's)."""
+    from attnc.ir import get_bool, get_str
+    from attnc.passes.tile import banded_mask
+
+    if not get_bool(op, "has_mask_mod"):
+        return False
+    if "mask_kind" in op.attributes and get_str(op, "mask_kind") == "runtime":
+        return False
+    return banded_mask(op)

@@ -5,13 +5,15 @@ A recipe names who does what inside one CTA:
 * a `Role` is a set of warps with a register budget (`setmaxnreg`, or None when
   the target does not rebalance registers) and the tile ops it runs;
 * a `Channel` is a value that crosses from a producer role to a consumer role
-  through a buffer with `stages` slots, and says how it is moved (`cp.async`,
-  `tma`, `tcgen05` commit, or `regs` for a hand-off inside one role) and where the
-  buffer lives (`smem` or `tmem`).
+  through a buffer with `stages` slots, and says how it is moved (`cp.async` in
+  commit groups, `cp.async.mbarrier`: cp.async whose landing each thread reports on an
+  mbarrier, `tma`, `tcgen05` commit, `st.shared`, or `regs` for a hand-off through a
+  named barrier) and where the buffer lives (`smem` or `tmem`).
 
 The sm_80 recipe is one cooperative role whose K/V channel is a cp.async queue;
-sm_90a adds a producer warp and two consumer warpgroups on mbarrier rings; sm_100a
-is FlashAttention-4's 16-warp layout with TMEM. The same passes handle all three.
+sm_90a adds a producer warpgroup and one or two consumer warpgroups on mbarrier rings
+the producer fills with cp.async; sm_100a is FlashAttention-4's 16-warp layout with
+TMA and TMEM. The same passes handle all three.
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ class Channel:
     name: str                   # 'q', 'kv', 's0', 'p0', 'o', ...
     producer: str
     consumer: str
-    transport: str              # 'cp.async', 'tma', 'tcgen05', 'st.shared', 'regs'
+    transport: str              # 'cp.async', 'cp.async.mbarrier', 'tma', 'tcgen05', 'st.shared', 'regs'
     space: str                  # 'smem', 'tmem', 'regs'
     stages: int
     tile: tuple[str, ...]       # which tiles one slot holds, e.g. ('k', 'v')
@@ -53,6 +55,8 @@ class Recipe:
     channels: tuple[Channel, ...]
     smem_bytes: int             # dynamic shared memory a CTA may use
     tmem_columns: int = 0       # tensor memory columns (sm_100a)
+    persistent: bool = False    # sm_90a's producer plan: each CTA runs several query blocks
+                                # (Note [Persistent CTAs] in attnc/backend/sm90_ws.py)
 
     @property
     def num_warps(self) -> int:
@@ -63,23 +67,27 @@ class Recipe:
 
 
 SMEM_BYTES = {"sm_80": 166912, "sm_90a": 232448, "sm_100a": 232448}
+CP_ASYNC_MBARRIER = "cp.async.mbarrier"     # cp.async, each thread's landing reported on an mbarrier
 
 
 def recipe(target: str, *, num_warps: int, kv_stages: int, q_tiles: int = 1,
-           consumers: int = 2, producer: bool = True) -> Recipe:
+           consumers: int = 2, producer: bool = True, persistent: bool = False) -> Recipe:
     """The recipe for `target` with the tile choices made by attn-tile.
 
     sm_90a: `consumers` warpgroups of 64 query rows (1 or 2) and, with `producer`, a
-    warpgroup that only loads (Note [Producer warpgroup] in attnc/backend/sm90_ws.py);
-    without it the consumers load for themselves, one cooperative role as on sm_80.
+    warpgroup that only loads (Note [Producer warpgroup] in attnc/backend/sm90_ws.py),
+    its CTAs `persistent` or not; without it the consumers load for themselves, one
+    cooperative role as on sm_80.
     """
     build = _RECIPES.get(target)
     if build is None:
         raise AttncError(f"unknown target '{target}'; targets are {', '.join(_RECIPES)}")
     if target == "sm_90a" and consumers not in (1, 2):
         raise AttncError(f"consumers={consumers}: sm_90a has 1 or 2 consumer warpgroups")
+    if persistent and not (target == "sm_90a" and producer):
+        raise AttncError("persistent CTAs are sm_90a's producer warpgroup's kernel: a plan with a producer role")
     return build(num_warps=num_warps, kv_stages=kv_stages, q_tiles=q_tiles, consumers=consumers,
-                 producer=producer)
+                 producer=producer, persistent=persistent)
 
 
 _COOPERATIVE_OPS = ("load_q", "load_kv", "mma_qk", "score_mod", "mask", "softmax", "mma_pv", "finalize",
@@ -157,7 +165,8 @@ def check_producer_registers(producer_regs: int, consumer_regs: int, consumers: 
                          f"lower a consumer role's or the producer's regs")
 
 
-def _sm90a(*, num_warps: int, kv_stages: int, consumers: int, producer: bool, **_) -> Recipe:
+def _sm90a(*, num_warps: int, kv_stages: int, consumers: int, producer: bool, persistent: bool,
+           **_) -> Recipe:
     if not producer:
         return _cooperative("sm_90a", 4 * consumers, kv_stages)
     sets = consumers >= 2           # Note [Producer warpgroup]: setmaxnreg only one CTA per SM
@@ -167,11 +176,13 @@ def _sm90a(*, num_warps: int, kv_stages: int, consumers: int, producer: bool, **
         Role(f"consumer{c}", tuple(range(4 * (c + 1), 4 * (c + 2))), consumer_registers(consumers) if sets else None,
              ("mma_qk", "score_mod", "mask", "softmax", "mma_pv", "finalize"))
         for c in range(consumers))
+    # The producer's threads copy Q, K and V with cp.async and report each tile's landing
+    # on its own mbarrier (Note [Barriers per tile] in sync.py).
     return Recipe("sm_90a", (producer_role, *consumer_roles), (
-        Channel("q", "producer", "consumer0", "tma", "smem", 1, ("q",)),
-        Channel("kv", "producer", "consumer0", "tma", "smem", kv_stages, ("k", "v")),
+        Channel("q", "producer", "consumer0", CP_ASYNC_MBARRIER, "smem", 1, ("q",)),
+        Channel("kv", "producer", "consumer0", CP_ASYNC_MBARRIER, "smem", kv_stages, ("k", "v")),
         Channel("o", "consumer0", "producer", "regs", "smem", 1, ("o",)),
-    ), SMEM_BYTES["sm_90a"])
+    ), SMEM_BYTES["sm_90a"], persistent=persistent)
 
 
 def _sm100a(*, kv_stages: int, q_tiles: int, **_) -> Recipe:

@@ -5,6 +5,8 @@ For each channel with `stages` slots this decides the protocol the code follows:
 * `cp.async` (one role is both producer and consumer): commit one group per slot
   filled, wait until at most `stages - 1` groups are in flight before reading,
   and a CTA barrier so every thread sees every other thread's copies.
+* `cp.async.mbarrier` (sm_90a's producer warpgroup): a `full` and an `empty` mbarrier
+  per slot for each tile of the channel (Note [Barriers per tile]).
 * `tma`: a `full` mbarrier per slot (arrive count 1: the producer's
   arrive.expect_tx, plus the transaction bytes of the fill) and an `empty`
   mbarrier per slot (arrive count = consumer warps that release it).
@@ -28,6 +30,18 @@ value where every fill is alike. One value of the larger tile, as the plan had b
 would leave every V fill's phase waiting for bytes that never come: the MMA warp would
 hang. (The slots are all as large as the larger tile; FlashAttention-4's uneven ring,
 which packs them tighter, is not planned.)
+
+Note [Barriers per tile]: sm_90a's producer warpgroup copies each tile with cp.async, and
+each of its threads then arrives on the tile's full mbarrier with `cp.async.mbarrier.arrive
+.noinc`, an arrival made once that thread's copies have landed (Note [Producer warpgroup]
+in attnc/backend/sm90_ws.py). So a full mbarrier counts the producer's threads (128), no
+bytes, and a slot's K and V each have their own (`mbar_k_full`, `mbar_v_full`): the
+consumers wait for K before QK^T and for V only before P.V, so QK^T does not wait for
+V's copies. Each tile's slot is released on its own empty mbarrier (`mbar_k_empty`
+after QK^T, `mbar_v_empty` after P.V), one arrival per consumer warp. Q's slot has a full
+mbarrier and, only where CTAs are persistent (`Recipe.persistent`), an empty one: the
+next query block's Q waits for the consumers to be done with the last; a CTA of one query
+block fills it once.
 """
 from __future__ import annotations
 
@@ -35,12 +49,12 @@ import math
 from dataclasses import dataclass
 
 from attnc.schedule.alloc import DTYPE_BYTES, Tile, _tile_rows_cols
-from attnc.schedule.recipes import Channel, Recipe
+from attnc.schedule.recipes import CP_ASYNC_MBARRIER, Channel, Recipe
 
 
 @dataclass(frozen=True)
 class Barrier:
-    name: str                   # 'mbar_kv_full', 'mbar_kv_empty', 'cp_async_kv', ...
+    name: str                   # 'mbar_kv_full', 'mbar_k_empty', 'cp_async_kv', 'bar_o', ...
     channel: str
     kind: str                   # 'mbarrier', 'cp.async.group', 'named'
     stages: int
@@ -49,6 +63,7 @@ class Barrier:
                                 # expect_tx; Note [Bytes per fill])
     arrivers: str               # role(s) that arrive / commit
     waiters: str                # role(s) that wait
+    tile: str | None = None     # the one tile whose slots it guards (Note [Barriers per tile])
 
 
 def insert_pipelines(recipe: Recipe, tile: Tile) -> tuple[Barrier, ...]:
@@ -77,6 +92,8 @@ def _protocol(recipe: Recipe, ch: Channel, tile: Tile) -> list[Barrier]:
         return [Barrier(f"cp_async_{ch.name}", ch.name, "cp.async.group", ch.stages,
                         0, fill_bytes(ch, tile), ch.producer, ch.consumer)]
     consumers = _consumers_of(recipe, ch)
+    if ch.transport == CP_ASYNC_MBARRIER:
+        return _per_tile(recipe, ch, consumers)
     if ch.transport == "regs":
         threads = 32 * sum(len(recipe.role(r).warps) for r in {ch.producer, *consumers})
         return [Barrier(f"bar_{ch.name}", ch.name, "named", 1, threads, (0,), ch.producer,
@@ -90,6 +107,20 @@ def _protocol(recipe: Recipe, ch: Channel, tile: Tile) -> list[Barrier]:
         Barrier(f"mbar_{ch.name}_empty", ch.name, "mbarrier", ch.stages, empty, (0,),
                 ",".join(consumers), ch.producer),
     ]
+
+
+def _per_tile(recipe: Recipe, ch: Channel, consumers: list[str]) -> list[Barrier]:
+    """Note [Barriers per tile]: the full barriers of the channel's tiles, then their
+    empty ones (the kernel's order: SLOT_BARRIERS in attnc/backend/kernel_spec.py)."""
+    waiters = ",".join(consumers)
+    threads = recipe.role(ch.producer).threads
+    full = [Barrier(f"mbar_{t}_full", ch.name, "mbarrier", ch.stages, threads, (0,), ch.producer, waiters, t)
+            for t in ch.tile]
+    if "q" in ch.tile and not recipe.persistent:
+        return full
+    warps = _arrivals(recipe, consumers, "release")
+    return full + [Barrier(f"mbar_{t}_empty", ch.name, "mbarrier", ch.stages, warps, (0,), waiters, ch.producer, t)
+                   for t in ch.tile]
 
 
 def _arrivals(recipe: Recipe, roles: list[str], how: str) -> int:

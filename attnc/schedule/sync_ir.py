@@ -2,8 +2,15 @@
 
 Each channel's protocol is sync.py's (`insert_pipelines`: its barriers, counts and bytes
 per fill); this writes it as ops. The mbarriers are declared beside the channels
-(`attn.mbarrier_init`: name, count, stages, channel, side), and in each role:
+(`attn.mbarrier_init`: name, count, stages, channel, side, and the tile of a barrier per
+tile), and in each role:
 
+    put (cp.async.mbarrier)  per tile, with that tile's barriers (Note [Barriers per tile]):
+                    wait(empty[stage], phase ^ 1) (none for Q's slot without one);
+                    slot_write(stage, value) -- the threads' cp.async copies;
+                    cp_async_mbarrier_arrive(full[stage]) -- each thread's arrive.noinc
+    get (cp.async.mbarrier)  per tile: wait(full[stage], phase); slot_read; ... the read's
+                    last use ...; arrive(empty[stage]) once per warp
     put (tma)       wait(empty[stage], phase ^ 1); expect_tx(full[stage], bytes);
                     slot_write(stage, value, full)  -- the copy lands on full's tx count
     put (tcgen05 / st.shared)
@@ -34,7 +41,7 @@ from mlir.dialects import arith, scf
 
 from attnc.ir import roles as R
 from attnc.schedule.alloc import Tile
-from attnc.schedule.recipes import Channel, Recipe
+from attnc.schedule.recipes import CP_ASYNC_MBARRIER, Channel, Recipe
 from attnc.schedule.sync import Barrier, insert_pipelines
 
 PASS = "attn-insert-pipelines"
@@ -70,7 +77,8 @@ class Pipelines:
         if b.kind == "mbarrier":
             side = "full" if b.name.endswith("_full") else "empty"
             op = R.create(R.MBARRIER_INIT, [R.mbar_type()], attributes={
-                "name": b.name, "count": b.arrive_count, "stages": b.stages, "channel": b.channel, "side": side})
+                "name": b.name, "count": b.arrive_count, "stages": b.stages, "channel": b.channel, "side": side,
+                **({"tile": b.tile} if b.tile else {})})
             self.mbar[b.name] = op.result
         elif b.kind == "named":
             self.named[b.channel] = (1 + len(self.named), b.arrive_count)
@@ -126,26 +134,31 @@ class Pipelines:
         ch = self.channels[_channel_name(op)]
         tile = ir.StringAttr(op.attributes["tile"]).value
         # A slot's tiles in the order the role exchanges them (a pass may have put V
-        # before K): the first waits for the slot, the last advances the ring.
+        # before K): the first waits for the slot, the last advances the ring; with
+        # barriers per tile, each tile waits and signals on its own.
         count = done.get(_ring(op), 0)
         first = ch.alternating or count == 0
         last = ch.alternating or count + 1 == len(ch.tile)
         done[_ring(op)] = 0 if last else count + 1
+        own = ch.transport == CP_ASYNC_MBARRIER
         stage, phase = self._state(state, _ring(op))
         with ir.InsertionPoint(op), R.pass_loc(PASS, op):
             if op.name == R.PUT:
-                self._put(op, ch, tile, stage, phase, first, last)
+                self._put(op, ch, tile, stage, phase, first or own, last or own)
             else:
-                read = self._get(op, ch, stage, phase, first)
-                fills.setdefault(ch.name, []).append(read)
+                read = self._get(op, ch, tile, stage, phase, first or own)
+                if not own:
+                    fills.setdefault(ch.name, []).append(read)
             if last:
                 advance = R.create(R.RING_ADVANCE, [stage.type, stage.type], [stage, phase],
                                    {"stages": ch.stages})
                 state[_ring(op)] = (advance.results[0], advance.results[1])
         if op.name == R.GET:
             op.result.replace_all_uses_with(read)
-            if last and ch.transport not in ("cp.async", "regs"):
-                self._release(ch, stage, fills.pop(ch.name), op)
+            if own:
+                self._release(ch, tile, stage, [read], op)
+            elif last and ch.transport not in ("cp.async", "regs"):
+                self._release(ch, None, stage, fills.pop(ch.name), op)
         op.erase()
 
     def _put(self, op, ch: Channel, tile: str, stage, phase, first: bool, last: bool) -> None:
@@ -161,10 +174,14 @@ class Pipelines:
                 ident, threads = self.named[ch.name]
                 R.create(R.NAMED_BARRIER_ARRIVE, attributes={"id": ident, "threads": threads, "channel": ch.name})
             return
-        full, empty = self.mbar[f"mbar_{ch.name}_full"], self.mbar[f"mbar_{ch.name}_empty"]
-        if first:
+        full, empty = self._barrier(ch, "full", tile), self._barrier(ch, "empty", tile)
+        if first and empty is not None:
             flipped = arith.XOrIOp(phase, self.one).result
             R.create(R.MBARRIER_WAIT, operands=[empty, stage, flipped])
+        if ch.transport == CP_ASYNC_MBARRIER:
+            R.create(R.SLOT_WRITE, operands=[chan, stage, value], attributes={"tile": tile, "completes": "arrive"})
+            R.create(R.CP_ASYNC_MBARRIER_ARRIVE, operands=[full, stage])
+            return
         if ch.transport == "tma":
             if first:
                 R.create(R.MBARRIER_EXPECT_TX, operands=[full, stage], attributes={"bytes": self._bytes(ch, tile)})
@@ -175,9 +192,8 @@ class Pipelines:
         if last:
             self._signal(full, stage)
 
-    def _get(self, op, ch: Channel, stage, phase, first: bool) -> ir.Value:
+    def _get(self, op, ch: Channel, tile: str, stage, phase, first: bool) -> ir.Value:
         chan = op.operands[0]
-        tile = ir.StringAttr(op.attributes["tile"]).value
         if ch.transport == "cp.async":        # every tile is a group of its own
             R.create(R.CP_ASYNC_WAIT, attributes={"pending": 0, "channel": ch.name})
             R.create(R.CTA_BARRIER, attributes={"channel": ch.name})
@@ -185,11 +201,22 @@ class Pipelines:
             ident, threads = self.named[ch.name]
             R.create(R.NAMED_BARRIER_SYNC, attributes={"id": ident, "threads": threads, "channel": ch.name})
         elif ch.transport not in ("cp.async", "regs") and first:
-            R.create(R.MBARRIER_WAIT, operands=[self.mbar[f"mbar_{ch.name}_full"], stage, phase])
+            R.create(R.MBARRIER_WAIT, operands=[self._barrier(ch, "full", tile), stage, phase])
         return R.create(R.SLOT_READ, [op.result.type], [chan, stage], {"tile": tile}).result
 
-    def _release(self, ch: Channel, stage, reads: list, near: ir.Operation) -> None:
-        """arrive(empty[stage]) after the last use of the fill's reads in their block."""
+    def _barrier(self, ch: Channel, side: str, tile: str) -> ir.Value | None:
+        """The mbarriers of `side` that guard `tile` of `ch`'s slots: the tile's own (Note
+        [Barriers per tile]) or the channel's; None where the plan has none (Q's empty
+        slot without persistent CTAs)."""
+        owner = tile if ch.transport == CP_ASYNC_MBARRIER else ch.name
+        return self.mbar.get(f"mbar_{owner}_{side}")
+
+    def _release(self, ch: Channel, tile: str | None, stage, reads: list, near: ir.Operation) -> None:
+        """arrive(empty[stage]) after the last use of the fill's reads in their block
+        (`tile`: the one tile the reads are, where it has its own barriers)."""
+        empty = self._barrier(ch, "empty", tile)
+        if empty is None:
+            return
         block = near.block
         order = {op.operation: i for i, op in enumerate(block.operations)}
         last = max((order[_ancestor_in(use.owner, block)] for v in reads for use in v.uses
@@ -198,7 +225,7 @@ class Pipelines:
         after = list(block.operations)[last]
         following = list(block.operations)[last + 1]
         with ir.InsertionPoint(following), R.pass_loc(PASS, after):
-            self._signal(self.mbar[f"mbar_{ch.name}_empty"], stage)
+            self._signal(empty, stage)
 
     def _signal(self, bar, stage) -> None:
         """The MMA role signals through tcgen05.commit, any other role once per warp."""

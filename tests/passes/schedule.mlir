@@ -34,7 +34,7 @@
 
 // L3, sm_90a at head dim 128: the producer warpgroup loads and puts K and V; two consumer
 // warpgroups get them and run the GEMMs, hooks and softmax; consumer0 hands O back.
-// WS90: %[[KV:[0-9]+]] = "attn.channel"() {consumer = "consumer0", name = "kv", producer = "producer", space = "smem", stages = 3 : i64, tile = ["k", "v"], transport = "tma"
+// WS90: %[[KV:[0-9]+]] = "attn.channel"() {consumer = "consumer0", name = "kv", producer = "producer", space = "smem", stages = 3 : i64, tile = ["k", "v"], transport = "cp.async.mbarrier"
 // WS90: %[[O:[0-9]+]] = "attn.channel"() {consumer = "producer", name = "o", producer = "consumer0", space = "smem", stages = 1 : i64, tile = ["o"], transport = "regs"
 // WS90: scf.for
 // WS90: "attn.put"(%[[KV]], %{{[0-9]+}}) {tile = "k"}
@@ -100,27 +100,48 @@
 // SYNC80-NEXT: "attn.ring_advance"(%[[RS]], %[[RP]]) {stages = 2 : i64}
 // SYNC80-NOT: mbarrier
 
-// L5, two roles on an mbarrier ring of 2 slots: the producer waits for the slot's
-// release on the flipped phase, announces the fill's bytes and writes K and V; the
-// consumer waits for the fill on the phase and releases the slot after its last use.
-// RING: %[[KV:[0-9]+]] = "attn.channel"() {{.*}}name = "kv"
-// RING: %[[FULL:[0-9]+]] = "attn.mbarrier_init"() {channel = "kv", count = 1 : i64, name = "mbar_kv_full", side = "full", stages = 2 : i64}
-// RING-NEXT: %[[EMPTY:[0-9]+]] = "attn.mbarrier_init"() {channel = "kv", count = 4 : i64, name = "mbar_kv_empty", side = "empty", stages = 2 : i64}
+// L5, two roles on mbarrier rings of 2 slots, one pair of barriers per tile (Note
+// [Barriers per tile] in sync.py): the producer waits for the tile's slot to be released
+// on the flipped phase, copies the tile with cp.async and has each of its 128 threads
+// arrive on the tile's full barrier once its copies landed (.noinc); the consumer waits
+// for K before QK^T and releases K's slot after it, then V before P.V and V's slot after.
+// RING: %[[Q:[0-9]+]] = "attn.channel"() {{.*}}name = "q", producer = "producer", space = "smem", stages = 1 : i64, tile = ["q"], transport = "cp.async.mbarrier"
+// RING: %[[KV:[0-9]+]] = "attn.channel"() {{.*}}name = "kv", producer = "producer", space = "smem", stages = 2 : i64, tile = ["k", "v"], transport = "cp.async.mbarrier"
+// RING: %[[QFULL:[0-9]+]] = "attn.mbarrier_init"() {channel = "q", count = 128 : i64, name = "mbar_q_full", side = "full", stages = 1 : i64, tile = "q"}
+// RING-NEXT: %[[KFULL:[0-9]+]] = "attn.mbarrier_init"() {channel = "kv", count = 128 : i64, name = "mbar_k_full", side = "full", stages = 2 : i64, tile = "k"}
+// RING-NEXT: %[[VFULL:[0-9]+]] = "attn.mbarrier_init"() {channel = "kv", count = 128 : i64, name = "mbar_v_full", side = "full", stages = 2 : i64, tile = "v"}
+// RING-NEXT: %[[KEMPTY:[0-9]+]] = "attn.mbarrier_init"() {channel = "kv", count = 4 : i64, name = "mbar_k_empty", side = "empty", stages = 2 : i64, tile = "k"}
+// RING-NEXT: %[[VEMPTY:[0-9]+]] = "attn.mbarrier_init"() {channel = "kv", count = 4 : i64, name = "mbar_v_empty", side = "empty", stages = 2 : i64, tile = "v"}
+// RING-NOT: mbar_q_empty
+// RING: "attn.slot_write"(%[[Q]], %c0_i32, %{{[0-9]+}}) {completes = "arrive", tile = "q"}
+// RING-NEXT: "attn.cp_async_mbarrier_arrive"(%[[QFULL]], %c0_i32)
 // RING: scf.for {{.*}} iter_args(%[[S:arg[0-9]+]] = %c0_i32, %[[P:arg[0-9]+]] = %c0_i32) -> (i32, i32)
 // RING-NEXT: "attn.load"{{.*}}{operand = "k"}
 // RING-NEXT: %[[FLIP:[0-9]+]] = arith.xori %[[P]], %c1_i32
-// RING-NEXT: "attn.mbarrier_wait"(%[[EMPTY]], %[[S]], %[[FLIP]])
-// RING-NEXT: "attn.mbarrier_expect_tx"(%[[FULL]], %[[S]]) {bytes = 65536 : i64}
-// RING: "attn.slot_write"(%[[KV]], %[[S]], %{{[0-9]+}}, %[[FULL]]) {completes = "mbarrier", tile = "k"}
-// RING: "attn.slot_write"(%[[KV]], %[[S]], %{{[0-9]+}}, %[[FULL]]) {completes = "mbarrier", tile = "v"}
+// RING-NEXT: "attn.mbarrier_wait"(%[[KEMPTY]], %[[S]], %[[FLIP]])
+// RING-NEXT: "attn.slot_write"(%[[KV]], %[[S]], %{{[0-9]+}}) {completes = "arrive", tile = "k"}
+// RING-NEXT: "attn.cp_async_mbarrier_arrive"(%[[KFULL]], %[[S]])
+// RING-NEXT: "attn.load"{{.*}}{operand = "v"}
+// RING-NEXT: %[[FLIPV:[0-9]+]] = arith.xori %[[P]], %c1_i32
+// RING-NEXT: "attn.mbarrier_wait"(%[[VEMPTY]], %[[S]], %[[FLIPV]])
+// RING-NEXT: "attn.slot_write"(%[[KV]], %[[S]], %{{[0-9]+}}) {completes = "arrive", tile = "v"}
+// RING-NEXT: "attn.cp_async_mbarrier_arrive"(%[[VFULL]], %[[S]])
 // RING-NEXT: %[[NEXT:[0-9]+]]:2 = "attn.ring_advance"(%[[S]], %[[P]]) {stages = 2 : i64}
 // RING-NEXT: scf.yield %[[NEXT]]#0, %[[NEXT]]#1
 // RING: }) {name = "producer"
+// RING: "attn.mbarrier_wait"(%[[QFULL]], %c0_i32, %c0_i32)
+// RING-NEXT: "attn.slot_read"(%[[Q]], %c0_i32) {tile = "q"}
 // RING: scf.for {{.*}}, %[[CS:arg[0-9]+]] = %c0_i32, %[[CP:arg[0-9]+]] = %c0_i32)
-// RING-NEXT: "attn.mbarrier_wait"(%[[FULL]], %[[CS]], %[[CP]])
+// RING-NEXT: "attn.mbarrier_wait"(%[[KFULL]], %[[CS]], %[[CP]])
 // RING-NEXT: "attn.slot_read"(%[[KV]], %[[CS]]) {tile = "k"}
-// RING: "attn.mma"{{.*}}{kind = "pv"}
-// RING-NEXT: "attn.mbarrier_arrive"(%[[EMPTY]], %[[CS]]) {per = "warp"}
+// RING-NEXT: "attn.mma"{{.*}}{kind = "qk"}
+// RING-NEXT: "attn.mbarrier_arrive"(%[[KEMPTY]], %[[CS]]) {per = "warp"}
+// RING: "attn.mbarrier_wait"(%[[VFULL]], %[[CS]], %[[CP]])
+// RING-NEXT: "attn.slot_read"(%[[KV]], %[[CS]]) {tile = "v"}
+// RING-NEXT: "attn.ring_advance"(%[[CS]], %[[CP]]) {stages = 2 : i64}
+// RING-NEXT: "attn.mma"{{.*}}{kind = "pv"}
+// RING-NEXT: "attn.mbarrier_arrive"(%[[VEMPTY]], %[[CS]]) {per = "warp"}
+// RING-NOT: %[[QFULL]]
 // RING: "attn.named_barrier_arrive"() {channel = "o", id = 1 : i64, threads = 256 : i64}
 // RING: }) {name = "consumer0"
 
@@ -169,14 +190,21 @@ func.func @hd128_unmasked(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>
 // PINGPONG: }) {name = "consumer1", regs = 240 : i64, warps = [8, 9, 10, 11]}
 // PINGPONG: }) {pingpong = true, programs = {
 
-// V before K: the producer's first write of a slot (V now) waits for the empty slot and
-// announces the slot's bytes; its last (K) advances the ring.
+// V before K: the producer fills V's slot first, on V's own barriers, then K's; the
+// last (K) advances the ring.
+// VFIRST: %[[KFULL:[0-9]+]] = "attn.mbarrier_init"() {{{.*}}name = "mbar_k_full"
+// VFIRST-NEXT: %[[VFULL:[0-9]+]] = "attn.mbarrier_init"() {{{.*}}name = "mbar_v_full"
+// VFIRST-NEXT: %[[KEMPTY:[0-9]+]] = "attn.mbarrier_init"() {{{.*}}name = "mbar_k_empty"
+// VFIRST-NEXT: %[[VEMPTY:[0-9]+]] = "attn.mbarrier_init"() {{{.*}}name = "mbar_v_empty"
 // VFIRST: scf.for {{.*}} iter_args(%[[S:arg[0-9]+]] = %c0_i32, %[[P:arg[0-9]+]] = %c0_i32) -> (i32, i32)
 // VFIRST-NEXT: "attn.load"{{.*}}{operand = "v"}
 // VFIRST-NEXT: %[[FLIP:[0-9]+]] = arith.xori %[[P]], %c1_i32
-// VFIRST-NEXT: "attn.mbarrier_wait"(%{{[0-9]+}}, %[[S]], %[[FLIP]])
-// VFIRST-NEXT: "attn.mbarrier_expect_tx"(%{{[0-9]+}}, %[[S]]) {bytes = 65536 : i64}
-// VFIRST-NEXT: "attn.slot_write"({{.*}}) {completes = "mbarrier", tile = "v"}
+// VFIRST-NEXT: "attn.mbarrier_wait"(%[[VEMPTY]], %[[S]], %[[FLIP]])
+// VFIRST-NEXT: "attn.slot_write"({{.*}}) {completes = "arrive", tile = "v"}
+// VFIRST-NEXT: "attn.cp_async_mbarrier_arrive"(%[[VFULL]], %[[S]])
 // VFIRST-NEXT: "attn.load"{{.*}}{operand = "k"}
-// VFIRST-NEXT: "attn.slot_write"({{.*}}) {completes = "mbarrier", tile = "k"}
+// VFIRST-NEXT: %[[FLIPK:[0-9]+]] = arith.xori %[[P]], %c1_i32
+// VFIRST-NEXT: "attn.mbarrier_wait"(%[[KEMPTY]], %[[S]], %[[FLIPK]])
+// VFIRST-NEXT: "attn.slot_write"({{.*}}) {completes = "arrive", tile = "k"}
+// VFIRST-NEXT: "attn.cp_async_mbarrier_arrive"(%[[KFULL]], %[[S]])
 // VFIRST-NEXT: "attn.ring_advance"(%[[S]], %[[P]])

@@ -1,8 +1,9 @@
 """attn-verify-pipeline (attnc/schedule/verify.py) on the L5 IR: every kernel the
 pipelines make is sound on every target, and bugs planted in the IR's synchronization
-ops -- a removed arrive, a wrong count, a wrong parity, wrong transaction bytes, a named
-barrier short of threads, a cp.async read with its group in flight -- are each refused
-with what breaks, at the op. (The same through `attnc opt` on hand-edited files:
+ops -- a removed arrive, a wrong count, a cp.async noinc count off by one, an arrival
+above the copies it reports, a wrong parity, wrong transaction bytes, a named barrier
+short of threads, a cp.async read with its group in flight -- are each refused with
+what breaks, at the op. (The same through `attnc opt` on hand-edited files:
 test_verify_pipeline_filecheck.py.)"""
 from __future__ import annotations
 
@@ -62,27 +63,57 @@ def test_every_kernel_is_sound(example, arch):
 
 def test_a_removed_arrive_deadlocks():
     op = kernel("gemma2", "sm_90a")
-    for arrive in ops(op, "consumer1", R.MBARRIER_ARRIVE, "mbar_kv_empty"):
+    for arrive in ops(op, "consumer1", R.MBARRIER_ARRIVE, "mbar_k_empty"):
         arrive.erase()
-    assert ("channel 'kv' deadlocks: consumer0 waits at attn.mbarrier_wait on mbar_kv_full[0] for parity 1 "
-            "(its phase 1, 0 of 1 arrivals)") in messages(op)
-    assert "producer waits at attn.mbarrier_wait on mbar_kv_empty[0] for parity 0 (its phase 0, 4 of 8 arrivals)" \
+    assert ("channel 'kv' deadlocks: consumer0 waits at attn.mbarrier_wait on mbar_k_full[0] for parity 1 "
+            "(its phase 1, 0 of 128 arrivals)") in messages(op)
+    assert "producer waits at attn.mbarrier_wait on mbar_k_empty[0] for parity 0 (its phase 0, 4 of 8 arrivals)" \
         in messages(op)
 
 
-@pytest.mark.parametrize("count, expect", [
-    (9, "channel 'kv' deadlocks"),          # one arrival more than the two warpgroups' 8: never released
-    (4, "producer overwrites slot 0 of 'kv' (k) with fill 3 before consumer1 released fill 0"),   # 3 stages
-])
-def test_a_wrong_count_is_caught(count, expect):
+def test_a_removed_cp_async_arrive_deadlocks():
+    """V's copies are never reported: the consumers wait for V's first fill for ever."""
     op = kernel("gemma2", "sm_90a")
-    set_int(init(op, "mbar_kv_empty"), "count", count)
+    for arrive in ops(op, "producer", R.CP_ASYNC_MBARRIER_ARRIVE, "mbar_v_full"):
+        arrive.erase()
+    assert ("channel 'kv' deadlocks: consumer0 waits at attn.mbarrier_wait on mbar_v_full[0] for parity 0 "
+            "(its phase 0, 0 of 128 arrivals)") in messages(op)
+
+
+def test_an_arrive_above_its_copies_lets_a_read_in_early():
+    """cp.async.mbarrier.arrive reports only the copies issued before it (Note [cp.async
+    arrivals]): moved above K's copies, it completes K's phase before they land."""
+    op = kernel("gemma2", "sm_90a")
+    arrive = ops(op, "producer", R.CP_ASYNC_MBARRIER_ARRIVE, "mbar_k_full")[0]
+    arrive.move_before(next(o for o in ops(op, "producer", R.SLOT_WRITE) if R.attrs_of(o)["tile"] == "k"))
+    assert "consumer0 reads fill 0 of 'kv' (k) from slot 0 before any fill was written to it" in messages(op)
+
+
+@pytest.mark.parametrize("bar, count, expect", [
+    ("mbar_k_empty", 9, "channel 'kv' deadlocks"),      # one arrival more than the two warpgroups' 8: never released
+    ("mbar_k_empty", 4, "producer overwrites slot 0 of 'kv' (k) with fill 3 before consumer1 released fill 0"),
+    # the producer's 128 threads each arrive once (cp.async.mbarrier.arrive.noinc)
+    ("mbar_k_full", 129, "consumer0 waits at attn.mbarrier_wait on mbar_k_full[0] for parity 0 (its phase 0, "
+                         "128 of 129 arrivals)"),
+    ("mbar_k_full", 127, "mbar_k_full[0] gets 128 arrivals in one phase, more than its count 127"),
+])
+def test_a_wrong_count_is_caught(bar, count, expect):
+    op = kernel("gemma2", "sm_90a")
+    set_int(init(op, bar), "count", count)
     assert expect in messages(op)
+
+
+def test_a_release_on_the_other_tiles_barrier_is_caught():
+    """consumer0 hands V's slot back on K's empty barrier: K's slot looks free too early."""
+    op = kernel("gemma2", "sm_90a")
+    for arrive in ops(op, "consumer0", R.MBARRIER_ARRIVE, "mbar_v_empty"):
+        arrive.operands[0] = init(op, "mbar_k_empty").result
+    assert "producer overwrites slot 0 of 'kv' (k) with fill 3 before consumer1 released fill 0" in messages(op)
 
 
 def test_a_wait_on_the_wrong_parity_reads_early():
     op = kernel("gemma2", "sm_90a")
-    wait = ops(op, "consumer0", R.MBARRIER_WAIT, "mbar_kv_full")[0]
+    wait = ops(op, "consumer0", R.MBARRIER_WAIT, "mbar_k_full")[0]
     with op.context, ir.InsertionPoint(wait), wait.location:
         from mlir.dialects import arith
         one = arith.ConstantOp(ir.IntegerType.get_signless(32), 1).result
@@ -95,8 +126,8 @@ def test_a_wait_on_the_wrong_parity_reads_early():
     (-16, "mbar_kv_full[0] receives more bytes than its expect_tx announced"),
 ])
 def test_wrong_transaction_bytes_are_caught(delta, expect):
-    op = kernel("gemma2", "sm_90a")
-    expect_tx = ops(op, "producer", R.MBARRIER_EXPECT_TX, "mbar_kv_full")[0]
+    op = kernel("gemma2", "sm_100a")
+    expect_tx = ops(op, "load", R.MBARRIER_EXPECT_TX, "mbar_kv_full")[0]
     set_int(expect_tx, "bytes", ir.IntegerAttr(expect_tx.attributes["bytes"]).value + delta)
     assert expect in messages(op)
 
@@ -131,7 +162,7 @@ def test_sm80_read_with_its_group_in_flight_is_caught():
 
 def test_an_unevaluable_stage_is_named():
     op = kernel("mha", "sm_90a")
-    wait = ops(op, "producer", R.MBARRIER_WAIT, "mbar_kv_empty")[0]
+    wait = ops(op, "producer", R.MBARRIER_WAIT, "mbar_k_empty")[0]
     loop = wait.parent
     with op.context:
         wait.operands[1] = loop.regions[0].blocks[0].arguments[0].owner.owner.operands[1]
@@ -140,5 +171,5 @@ def test_an_unevaluable_stage_is_named():
 
 def test_a_count_below_one_is_named():
     op = kernel("mha", "sm_90a")
-    set_int(init(op, "mbar_kv_full"), "count", 0)
-    assert "mbarrier 'mbar_kv_full' has count 0 and 3 stages: both must be at least 1" in messages(op)
+    set_int(init(op, "mbar_k_full"), "count", 0)
+    assert "mbarrier 'mbar_k_full' has count 0 and 3 stages: both must be at least 1" in messages(op)

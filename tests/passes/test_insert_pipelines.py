@@ -1,0 +1,135 @@
+"""attn-insert-pipelines states the synchronization each target's kernel runs: on sm_90a
+the producer warpgroup's (Note [Producer warpgroup] in attnc/backend/sm90_ws.py) --
+cp.async copies each producer thread reports on the tile's full mbarrier with
+cp.async.mbarrier.arrive.noinc, K and V each on barriers of their own with the kernel's
+names and counts, Q's empty barrier exactly where the lowering makes the CTAs persistent
+-- while sm_100a keeps FlashAttention-4's TMA ring and sm_80 its cp.async groups."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from attnc.backend.kernel_spec import PRODUCER_THREADS, SLOT_BARRIERS
+from attnc.backend.lowering import spec_from_ir
+from attnc.driver import CompileOptions, compile_mlir, optimize_mlir
+from attnc.errors import AttncError
+from attnc.ir import attention_ops
+from attnc.ir import roles as R
+from attnc.passes.lower_sm80 import compile_result_of
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.attn"))
+L5 = "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines"
+
+_KEPT = []        # the results whose kernels the tests hold
+
+
+def plan(example: str, arch: str = "sm_90a"):
+    result = compile_mlir((ROOT / f"examples/{example}.attn").read_text(), f"examples/{example}.attn",
+                          CompileOptions(arch=arch, pass_pipeline=L5))
+    _KEPT.append(result)
+    return result, attention_ops(result.module)[0]
+
+
+def barriers(kernel) -> dict[str, dict]:
+    return {R.name_of(op): R.attrs_of(op) for op in R.mbarrier_ops(kernel)}
+
+
+def transports(kernel) -> dict[str, str]:
+    return {R.name_of(op): R.attrs_of(op)["transport"] for op in R.channel_ops(kernel)}
+
+
+def test_sm90a_barriers_are_the_kernels():
+    """gemma2 (two consumer warpgroups, 8 warps): Q's full barrier, then per K/V slot the
+    kernel's SLOT_BARRIERS; full ones count the producer's threads, empty ones the
+    consumers' warps."""
+    _, kernel = plan("gemma2")
+    found = barriers(kernel)
+    assert list(found) == ["mbar_q_full", *(f"mbar_{name}" for name in SLOT_BARRIERS)]
+    assert {name: a["count"] for name, a in found.items()} == {
+        "mbar_q_full": PRODUCER_THREADS, "mbar_k_full": PRODUCER_THREADS, "mbar_v_full": PRODUCER_THREADS,
+        "mbar_k_empty": 8, "mbar_v_empty": 8}
+    assert {a["tile"] for a in found.values()} == {"q", "k", "v"}
+    assert transports(kernel) == {"q": "cp.async.mbarrier", "kv": "cp.async.mbarrier", "o": "regs"}
+    producer = next(r for r in R.role_ops(kernel) if R.name_of(r) == "producer")
+    assert not R.ops_in(R.role_block(producer), (R.MBARRIER_EXPECT_TX,))
+
+
+def _trip(kernel, role: str) -> list[str]:
+    """The synchronization and GEMMs of the role's first KV loop's body, in order."""
+    block = R.role_block(next(r for r in R.role_ops(kernel) if R.name_of(r) == role))
+    loop = next(op for op in block.operations if op.operation.name == "scf.for")
+    steps = []
+    for op in loop.regions[0].blocks[0].operations:
+        op = op.operation
+        if op.name in (R.MBARRIER_WAIT, R.MBARRIER_ARRIVE, R.CP_ASYNC_MBARRIER_ARRIVE):
+            steps.append(f"{op.name[5:]} {R.name_of(op.operands[0].owner)}")
+        elif op.name in (R.SLOT_WRITE, R.SLOT_READ):
+            steps.append(f"{op.name[5:]} {R.attrs_of(op)['tile']}")
+        elif op.name == "attn.mma":
+            steps.append(f"mma {R.attrs_of(op)['kind']}")
+    return steps
+
+
+def test_sm90a_tiles_are_waited_for_before_their_gemm_and_released_after_it():
+    _, kernel = plan("gemma2")
+    assert _trip(kernel, "producer") == [
+        "mbarrier_wait mbar_k_empty", "slot_write k", "cp_async_mbarrier_arrive mbar_k_full",
+        "mbarrier_wait mbar_v_empty", "slot_write v", "cp_async_mbarrier_arrive mbar_v_full"]
+    for consumer in ("consumer0", "consumer1"):
+        assert _trip(kernel, consumer) == [
+            "mbarrier_wait mbar_k_full", "slot_read k", "mma qk", "mbarrier_arrive mbar_k_empty",
+            "mbarrier_wait mbar_v_full", "slot_read v", "mma pv", "mbarrier_arrive mbar_v_empty"]
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_q_is_released_where_the_ctas_are_persistent(example):
+    """Only a persistent CTA refills Q's slot (Note [Persistent CTAs] in sm90_ws.py): the
+    plan's `persistent`, its mbar_q_empty and the lowering's persistent_ctas agree."""
+    result, kernel = plan(example)
+    ws = R.warp_specialize_of(kernel)
+    persistent = R.PERSISTENT in ws.attributes
+    assert ("mbar_q_empty" in barriers(kernel)) is persistent
+    lowered = compile_mlir((ROOT / f"examples/{example}.attn").read_text(), f"examples/{example}.attn",
+                           CompileOptions(arch="sm_90a", pass_pipeline=f"{L5},attn-verify-pipeline"))
+    assert spec_from_ir(compile_result_of(lowered.module)).persistent_ctas is persistent
+    assert persistent is (example == "sliding_window")
+
+
+def test_a_persistent_plan_releases_q_after_the_last_qk():
+    _, kernel = plan("sliding_window")
+    assert barriers(kernel)["mbar_q_empty"]["count"] == 8
+    for consumer in ("consumer0", "consumer1"):
+        block = R.role_block(next(r for r in R.role_ops(kernel) if R.name_of(r) == consumer))
+        names = [op.operation.name for op in block.operations]
+        arrive = next(i for i, op in enumerate(block.operations) if op.operation.name == R.MBARRIER_ARRIVE)
+        assert R.name_of(list(block.operations)[arrive].operands[0].owner) == "mbar_q_empty"
+        assert "scf.for" not in names[arrive:] and "attn.finalize" in names[arrive:]
+    producer = next(r for r in R.role_ops(kernel) if R.name_of(r) == "producer")
+    first_wait = R.ops_in(R.role_block(producer), (R.MBARRIER_WAIT,))[0]
+    assert R.name_of(first_wait.operands[0].owner) == "mbar_q_empty"
+
+
+def test_an_edited_persistent_choice_is_refused_at_the_lowering(tmp_path):
+    """The lowering makes a band's producer plan persistent and no other; a plan that says
+    otherwise would be built as it does, so it is refused."""
+    result, _ = plan("mha")
+    text = str(result.module)
+    assert text.count("}) {programs = {") == 1
+    edited = text.replace("}) {programs = {", "}) {persistent = true, programs = {")
+    with pytest.raises(AttncError, match=re.escape(
+            "attn-lower-sm90a: persistent = true on attn.warp_specialize; the lowering builds persistent CTAs "
+            "for the producer plan of a band and for no other")):
+        optimize_mlir(edited, "plan.mlir", CompileOptions(arch="sm_90a", pass_pipeline="attn-lower-sm90a"))
+
+
+@pytest.mark.parametrize("arch, kv, kv_barriers", [
+    ("sm_100a", "tma", {"mbar_kv_full": 1, "mbar_kv_empty": 1}),   # FlashAttention-4's: arrive.expect_tx, commit
+    ("sm_80", "cp.async", {}),                                      # commit groups, no mbarrier
+])
+def test_the_other_targets_keep_their_protocols(arch, kv, kv_barriers):
+    _, kernel = plan("gemma2", arch)
+    assert transports(kernel)["kv"] == kv
+    assert {name: a["count"] for name, a in barriers(kernel).items() if a["channel"] == "kv"} == kv_barriers
