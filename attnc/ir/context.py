@@ -11,11 +11,21 @@ import functools
 from importlib import resources
 
 from mlir import ir
+from mlir._mlir_libs import _mlir
 from mlir.dialects import irdl
 
 # Upstream dialects the attn IR uses; loaded eagerly so that ops built with
 # `Operation.create` by name are registered ones.
 UPSTREAM_DIALECTS = ("builtin", "func", "arith", "math", "gpu", "scf")
+
+# Note [Dialect modules]: MLIR's bindings give an op of dialect D its Python class from
+# the module `<prefix>.D` of the first search prefix that has one, and remember only a
+# module found: for attn, which has no module in mlir.dialects, every access to an op
+# (a walk's visit, an operand's owner) tried the import again, about two thousand
+# failed imports per compile. attnc.ir.dialects.attn is found once and remembered.
+DIALECT_MODULES = "attnc.ir.dialects"
+if DIALECT_MODULES not in _mlir.globals.dialect_search_modules:
+    _mlir.globals.append_dialect_search_prefix(DIALECT_MODULES)
 
 
 @functools.lru_cache(maxsize=1)

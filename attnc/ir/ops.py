@@ -15,6 +15,7 @@ KERNEL = "attn.kernel"       # the L2 op attn-tile puts in attn.attention's plac
 DIM = "attn.dim"
 PARAM = "attn.param"
 YIELD = "gpu.yield"          # see Note [Region terminators] in attn.irdl.mlir
+GPU_MODULE = "gpu.module"    # where the lowering puts the kernels (upstream dialects only)
 
 SCORE_MOD, MASK_MOD, SINK = 0, 1, 2
 REGION_NAMES = ("score_mod", "mask_mod", "sink")
@@ -23,13 +24,17 @@ REGION_NAMES = ("score_mod", "mask_mod", "sink")
 def attention_ops(root) -> list[ir.Operation]:
     """Every variant op under `root` (a module or any op), in program order: the
     attn.attention ops of L1 and the attn.kernel ops attn-tile made of them, which
-    keep their attributes (attnc/ir/kernel.py answers what else a pass asks of one)."""
+    keep their attributes (attnc/ir/kernel.py answers what else a pass asks of one).
+    The walk enters neither a variant op (none nests another) nor a gpu.module: the
+    lowering's kernels are thousands of ops, and hold no variant."""
     found: list[ir.Operation] = []
 
     def visit(op):
-        if op.name in (ATTENTION, KERNEL):
+        name = op.name
+        if name in (ATTENTION, KERNEL):
             found.append(op.operation)
-        return ir.WalkResult.ADVANCE
+            return ir.WalkResult.SKIP
+        return ir.WalkResult.SKIP if name == GPU_MODULE else ir.WalkResult.ADVANCE
 
     getattr(root, "operation", root).walk(visit, ir.WalkOrder.PRE_ORDER)
     return found

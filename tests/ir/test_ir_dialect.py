@@ -119,3 +119,37 @@ def test_error_at_renders_with_the_attn_file():
     source = "\n\nattention t {\n"
     assert error.located("t.attn", source).render() == (
         "t.attn:3:1: error: something is wrong\nattention t {\n^")
+
+
+def test_an_attn_op_finds_its_dialect_module_once():
+    """Note [Dialect modules] in attnc/ir/context.py: no import is tried again per op access."""
+    import sys
+
+    tried = []
+
+    class Watch:
+        def find_spec(self, name, path=None, target=None):
+            tried.append(name)
+            return None
+
+    module = parse_module(attention(GOOD_REGIONS))
+    attention_ops(module)
+    sys.meta_path.insert(0, Watch())
+    try:
+        for _ in range(3):
+            (op,) = attention_ops(module)
+            assert [o.name for o in op.regions[1].blocks[0].operations][0] == "attn.dim"
+    finally:
+        sys.meta_path.pop(0)
+    assert tried == []
+
+
+def test_attention_ops_leave_the_kernels_gpu_module_out():
+    """The walk does not enter a gpu.module (the lowering's kernels, thousands of ops and no
+    variant): a variant op put in one, as no pass does, is not found."""
+    outer = attention(GOOD_REGIONS)
+    inner = attention(GOOD_REGIONS).replace("func.func @t", "gpu.func @t").replace(f") -> {T} {{", ") {")
+    inner = inner.replace(f"return %o : {T}", "gpu.return")
+    module = parse_module(f"module attributes {{gpu.container_module}} {{ {outer} gpu.module @k {{ {inner} }} }}")
+    ops = attention_ops(module)
+    assert len(ops) == 1 and ops[0].parent.name == "func.func"
