@@ -20,29 +20,39 @@ Note [Recent PTX]: sm_90a's register bound (Note [CTAs per SM] in kernel_spec.py
 kept only where a trial compile of the kernel does not spill, so a kernel that keeps it
 was lowered through LLVM twice: once for the trial, once for the bundle, the two modules
 differing only in the attributes attn-lower-sm80 then puts on the gpu.module (`attn.*`:
-the kernels' ABI and specialization, which no pass to LLVM reads). So the trial asks
-`to_ptx` to keep its PTX (`keep`), by a digest of the module's text without those
-attributes (and without locations) and of the options, and the bundle's compile of the
-same kernel is the trial's PTX, byte for byte. A kernel that spilled under the bound is
-built again without it, which differs from the trial's in one more attribute: its
-gpu.func's `nvvm.minctasm`, the bound, which LLVM's NVPTX backend reads only to print
-the kernel's `.minnctapersm` directive (PTX has no physical registers: ptxas applies the
-bound). So the digest leaves the bounds out too, the PTX is kept with the bounds it was
-made with, and a module that wants a kernel unbounded gets the kept PTX without that
-kernel's `.minnctapersm` line; any other difference of bounds is lowered afresh. A few
-are kept, for trials of several kernels in one process.
+the kernels' ABI and specialization, which no pass to LLVM reads) and in the kernels it
+adds after the trial's (a block map, a tile table). So the trial asks `to_ptx` to keep
+its PTX (`keep`), kernel by kernel (Note [Kernels apart] in ptx_kernels.py), each by a
+digest of the options, the module's text but the kernels and those attributes (and
+without locations), the kernel's position and its text; the bundle's compile takes the
+kept PTX of each kernel with the same digest, byte for byte, and lowers only the others.
+A kernel that spilled under the bound is built again without it, which differs from the
+trial's in one more attribute: its gpu.func's `nvvm.minctasm`, the bound, which LLVM's
+NVPTX backend reads only to print the kernel's `.minnctapersm` directive (PTX has no
+physical registers: ptxas applies the bound). So the digest leaves the bound out too, a
+kernel's PTX is kept with the bound it was made with, and a kernel wanted unbounded gets
+the kept PTX without its `.minnctapersm` line; any other difference of bounds is lowered
+afresh. A few are kept, for trials of several kernels in one process.
 """
 from __future__ import annotations
 
-import hashlib
+import functools
+import io
+import os
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mlir import ir, passmanager
 from mlir.dialects import arith, gpu, llvm
 
 from attnc import timing
+from attnc.backend import unlocked
+from attnc.backend.ptx_kernels import Kernels, joined_head, split_ptx
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 TARGETS = {
     # target: (chip, PTX ISA feature) -- the lowest PTX ISA that knows the chip.
@@ -198,87 +208,154 @@ def _object_assembly(obj: ir.Attribute) -> str:
     return bytes(gpu.ObjectAttr(obj).object).decode()
 
 
-RECENT_PTX = 4          # modules whose PTX is kept (Note [Recent PTX])
-MIN_CTAS = "nvvm.minctasm"
-Bounds = dict[str, int]                                 # kernel symbol -> its nvvm.minctasm
-_recent: OrderedDict[str, tuple[str, Bounds]] = OrderedDict()
+RECENT_KERNELS = 8      # kernels whose PTX is kept (Note [Recent PTX])
+
+
+@dataclass(frozen=True)
+class _Kept:
+    head: str                   # the PTX's head (Note [Kernels apart])
+    entry: str                  # the kernel's entry
+    bound: int | None           # the register bound it was made with
+
+
+_recent: OrderedDict[str, _Kept] = OrderedDict()
 
 
 def to_ptx(module: ir.Module, target: str = "sm_80", *, opt_level: int = 3,
            ptx_feature: str | None = None, in_place: bool = False, keep: bool = False) -> str:
     """PTX for the single `gpu.module` of `module`, compiled for `target`.
 
-    The module is cloned first unless `in_place`; an MLIR failure raises `PtxError`
-    carrying the diagnostics. `keep`: the PTX is kept for the next call on the same
-    module (Note [Recent PTX]), which then returns it without lowering anything.
+    The module is left as it was unless `in_place`; an MLIR failure raises `PtxError`
+    carrying the diagnostics. Its kernels are lowered apart where that is quicker (Note
+    [Kernels apart] in ptx_kernels.py). `keep`: each kernel's PTX is kept for the next
+    call on a module with the same kernel (Note [Recent PTX]), which does not lower it again.
     """
     options = PtxOptions(target, opt_level, ptx_feature)
-    key = bounds = None
-    if keep or _recent:
-        with timing.step("MLIR -> PTX: the module's digest (Note [Recent PTX])"):
-            key, bounds = _digest(module, options)
-    if key in _recent:
-        ptx = _with_bounds(*_recent.pop(key), bounds)
-        if ptx is not None:
-            return ptx
-    with timing.step("MLIR -> PTX"):
-        ptx = _lower(module if in_place else ir.Module.parse(str(module), module.context), options)
+    options.attach_target()                     # an unknown target, refused before anything runs
+    kernels = Kernels.of(module)
+    keys = None
+    if kernels is not None and (keep or _recent):
+        with timing.step("MLIR -> PTX: the kernels' digests (Note [Recent PTX])"):
+            keys = kernels.digests(options)
+    found = _take_kept(keys, kernels.names) if keys is not None else {}
+    missing = [k for k in range(len(kernels.names)) if k not in found] if kernels is not None else []
+    if kernels is None or (len(missing) == len(kernels.names) and _lanes(len(missing)) == 1):
+        with timing.step("MLIR -> PTX"):
+            ptx = _lower(module if in_place else _copy(module), options)
+        if keep and kernels is not None:
+            _keep(keys, split_ptx(ptx, kernels.names), missing)
+        return ptx
+    if missing:
+        with timing.step("MLIR -> PTX"):
+            lowered = _lower_apart(kernels, missing, options)
+        found = {**found, **lowered} if lowered is not None else {}
+    head = joined_head([head for head, _ in found.values()]) if len(found) == len(kernels.names) else None
+    if head is None:                            # Note [Kernels apart]: lowered as a whole
+        with timing.step("MLIR -> PTX"):
+            return _lower(module if in_place else _copy(module), options)
+    entries = [found[k][1] for k in range(len(kernels.names))]
     if keep:
-        _recent[key] = (ptx, bounds)
-        if len(_recent) > RECENT_PTX:
-            _recent.popitem(last=False)
-    return ptx
+        _keep(keys, (head, entries), missing)
+    return head + "".join(entries)
 
 
-def _digest(module: ir.Module, options: PtxOptions) -> tuple[str, Bounds]:
-    """The module's text without the gpu.modules' `attn.*` attributes and its kernels'
-    register bounds, and the options; and those bounds. Locations are left out: a module
-    parsed from text has its text's positions, and without debug-info scopes (attnc makes
-    none) they do not reach the PTX."""
-    def attributes(op) -> bytes:
-        return repr(sorted((name, str(op.attributes[name])) for name in op.attributes
-                           if not name.startswith("attn."))).encode()
-
-    h = hashlib.sha256(repr(options).encode())
-    h.update(attributes(module.operation))
-    bounds: Bounds = {}
-    for op in module.body.operations:
-        op = op.operation
-        if op.name != "gpu.module":
-            h.update(op.get_asm(binary=True))
-            continue
-        h.update(attributes(op))
-        for inner in op.regions[0].blocks[0].operations:
-            h.update(_asm_unbounded(inner.operation, bounds))
-    return h.hexdigest(), bounds
+def _copy(module: ir.Module) -> ir.Module:
+    with module.context, ir.Location.unknown():
+        copy = ir.Module.create()
+        for name, value in module.operation.attributes.items():
+            copy.operation.attributes[name] = value
+        for op in module.body.operations:
+            op.operation.clone(ip=ir.InsertionPoint(copy.body))
+    return copy
 
 
-def _asm_unbounded(op: ir.Operation, bounds: Bounds) -> bytes:
-    """`op` as bytecode without its register bound, which goes to `bounds`."""
-    if op.name != "gpu.func" or MIN_CTAS not in op.attributes:
-        return op.get_asm(binary=True)
-    bound = op.attributes[MIN_CTAS]
-    bounds[ir.StringAttr(op.attributes["sym_name"]).value] = ir.IntegerAttr(bound).value
-    del op.attributes[MIN_CTAS]
+def _lanes(count: int) -> int:
+    """How many threads lower `count` kernels (Note [Kernels apart]): one per core."""
+    if count < 2 or not unlocked.available():
+        return 1
+    return min(count, len(os.sched_getaffinity(0)))
+
+
+def _lower_apart(kernels: Kernels, missing: list[int], options: PtxOptions) -> dict[int, tuple[str, str]] | None:
+    """(head, entry) of each kernel of `missing`, their parts lowered side by side; None
+    where a part fails or its PTX does not split (the module is then lowered whole)."""
+    lanes = _lanes(len(missing))
+    groups = [missing[k::lanes] for k in range(lanes)]
+    if lanes == 1:
+        try:
+            ptxs = [_lower(kernels.part(groups[0]), options)]
+        except PtxError:
+            return None
+    else:
+        payloads = [_bytecode(kernels.part(group)) for group in groups]
+        beside = [_threads().submit(_lower_unlocked, payload, options) for payload in payloads[1:]]
+        ptxs = [_lower_unlocked(payloads[0], options)] + [f.result() for f in beside]
+    pieces = {}
+    for group, ptx in zip(groups, ptxs):
+        split = split_ptx(ptx, kernels.names[:group[-1] + 1]) if ptx is not None else None
+        if split is None:
+            return None
+        head, entries = split
+        pieces.update({k: (head, entries[k]) for k in group})
+    return pieces
+
+
+def _bytecode(module: ir.Module) -> bytes:
+    out = io.BytesIO()
+    module.operation.write_bytecode(out)
+    return out.getvalue()
+
+
+def _lower_unlocked(payload: bytes, options: PtxOptions) -> str | None:
+    """The PTX of a part (as bytecode), lowered in a private context without the GIL
+    (Note [Unlocked runs]); None where that fails."""
     try:
-        return op.get_asm(binary=True)
-    finally:
-        op.attributes[MIN_CTAS] = bound
+        return _lower(ir.Module.parse(payload, unlocked.private_context()), options, without_gil=True)
+    except (PtxError, ir.MLIRError):
+        return None
 
 
-def _with_bounds(ptx: str, made_with: Bounds, wanted: Bounds) -> str | None:
-    """The kept `ptx`, made with the bounds `made_with`, for a module that wants `wanted`:
-    the kernels that want none lose their `.minnctapersm` line; None when any other bound
-    differs (Note [Recent PTX])."""
-    for kernel in made_with.keys() | wanted.keys():
-        if made_with.get(kernel) == wanted.get(kernel):
-            continue
-        if kernel in wanted:
-            return None
-        ptx = _without_directive(ptx, kernel, f".minnctapersm {made_with[kernel]}")
-        if ptx is None:
-            return None
-    return ptx
+@functools.lru_cache(maxsize=1)
+def _threads() -> ThreadPoolExecutor:
+    from concurrent.futures import ThreadPoolExecutor
+    return ThreadPoolExecutor(max_workers=max(1, len(os.sched_getaffinity(0)) - 1), thread_name_prefix="attnc-ptx")
+
+
+def _take_kept(keys: list[tuple[str, int | None]], names: list[str]) -> dict[int, tuple[str, str]]:
+    """(head, entry) of each kernel whose PTX is kept with the bound it wants (Note [Recent
+    PTX]), by position; each is taken out of the kept ones."""
+    found = {}
+    for position, (key, bound) in enumerate(keys):
+        kept = _recent.get(key)
+        entry = _with_bound(kept, names[position], bound) if kept is not None else None
+        if entry is not None:
+            del _recent[key]
+            found[position] = (kept.head, entry)
+    return found
+
+
+def _keep(keys: list[tuple[str, int | None]], split: tuple[str, list[str]] | None, positions: list[int]) -> None:
+    """Keep the PTX of the kernels at `positions` of a module split into (head, entries)."""
+    if split is None:
+        return
+    head, entries = split
+    for k in positions:
+        key, bound = keys[k]
+        _recent[key] = _Kept(head, entries[k], bound)
+        _recent.move_to_end(key)
+    while len(_recent) > RECENT_KERNELS:
+        _recent.popitem(last=False)
+
+
+def _with_bound(kept: _Kept, kernel: str, wanted: int | None) -> str | None:
+    """The kept entry of `kernel`, made with the bound `kept.bound`, for a kernel that wants
+    `wanted`: without its `.minnctapersm` line where it wants none; None where it wants
+    another (Note [Recent PTX])."""
+    if kept.bound == wanted:
+        return kept.entry
+    if wanted is not None:
+        return None
+    return _without_directive(kept.entry, kernel, f".minnctapersm {kept.bound}")
 
 
 def without_bounds(ptx: str) -> str:
@@ -304,13 +381,15 @@ def _without_directive(ptx: str, kernel: str, directive: str) -> str | None:
     return ptx[:entry] + head.replace(line, "\n") + ptx[body + 1:]
 
 
-def _lower(work: ir.Module, options: PtxOptions) -> str:
+def _lower(work: ir.Module, options: PtxOptions, *, without_gil: bool = False) -> str:
+    """The PTX of `work`, lowered in place; `without_gil`: with the GIL let go (a private
+    context's module, Note [Unlocked runs] in unlocked.py), a failure without its diagnostics."""
     target = options.target
     lower_math_to_approx(work)
     try:
-        passmanager.PassManager.parse(to_llvm_pipeline(options), work.context).run(work.operation)
+        _run(to_llvm_pipeline(options), work, without_gil)
         attach_loop_annotations(work)
-        passmanager.PassManager.parse(BINARY_PIPELINE, work.context).run(work.operation)
+        _run(BINARY_PIPELINE, work, without_gil)
     except ir.MLIRError as e:
         raise PtxError(f"lowering to PTX for {target} failed:\n{e}") from None
     binaries = ptx_of_binary(work)
@@ -320,3 +399,11 @@ def _lower(work: ir.Module, options: PtxOptions) -> str:
     if "__nv_" in ptx:
         raise PtxError("the module still calls libdevice (__nv_*); see Note [No libdevice]")
     return ptx
+
+
+def _run(pipeline: str, work: ir.Module, without_gil: bool) -> None:
+    pm = passmanager.PassManager.parse(pipeline, work.context)
+    if not without_gil:
+        pm.run(work.operation)
+    elif not unlocked.run(pm, work.operation):
+        raise PtxError(f"lowering to PTX for {pipeline} failed")

@@ -20,9 +20,9 @@ def counting_lowerings(monkeypatch) -> list:
     calls = []
     lower = ptx._lower
 
-    def counted(work, options):
+    def counted(work, options, **how):
         calls.append(options.target)
-        return lower(work, options)
+        return lower(work, options, **how)
     monkeypatch.setattr(ptx, "_lower", counted)
     monkeypatch.setattr(ptx, "_recent", type(ptx._recent)())
     return calls
