@@ -65,7 +65,8 @@ class Kernels:
         """Each kernel's key for the PTX it lowers to, and its register bound: the digest
         of the options, the module's and gpu.module's attributes but the `attn.*` ones,
         the globals, the kernel's position and its text without the bound. Locations are
-        left out: without debug-info scopes (attnc makes none) they do not reach the PTX."""
+        left out: without debug-info scopes (attnc makes none) they do not reach the PTX.
+        (Text, not bytecode: two contexts write the same IR's bytecode apart.)"""
         head = hashlib.sha256(repr(options).encode())
         head.update(_attributes(self.module.operation))
         head.update(_attributes(self.gpu_module))
