@@ -12,7 +12,7 @@ names its "suite":
     sm80_matrix     dtype x head dim x {no mask, causal, bottom-right causal} (cubin
                     and PTX)                               -> tests/gpu/test_sm80_matrix.py
     examples        every examples/*.attn as bf16 and f16, head dims 64 and 128 (QK/V 128/64
-                    and 64/128 for diff_head_dims), each also with attn-lower-sm80's
+                    and 64/128 for diff_head_dims), each also with attn-kernel-choices'
                     other choices (other_choices)          -> tests/gpu/test_examples.py
     property        variants from tests/gpu/variant_gen.py, seeds --property-seed onwards
                                                            -> tests/gpu/test_property.py
@@ -61,7 +61,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "runtime"), str(ROOT / "tests" / "gpu")]
 
-from attnc.passes.pipelines import LOWERING, pipeline_with, pipeline_with_options  # noqa: E402  (the targets with kernels)
+from attnc.passes.pipelines import CHOICES, LOWERING, pipeline_with, pipeline_with_options  # noqa: E402  (the targets with kernels)
 from attnc.testing import let_chain  # noqa: E402
 
 SUITES = ("sm80_matrix", "examples", "property", "reused_lets", "exact_ints", "bench_variants", "bench_sweep",
@@ -127,7 +127,7 @@ def rewrite_example(text: str, dtype: str, d_qk: int, d_v: int) -> str:
     return f"# {dtype}, head dims {d_qk}/{d_v} (rewritten by tools/build_gpu_bundles.py)\n{rewritten}"
 
 
-# Every example runs a second time with the kernel choices attn-lower-sm80 did not make
+# Every example runs a second time with the kernel choices attn-kernel-choices did not make
 # (ForwardSpec.blocks_per_cta, .interval_test_form, .exp2_on_fma, and in the
 # producer warpgroup's kernel .persistent_ctas): the other number of query blocks per
 # CTA (the producer warpgroup's kernel runs one: there, the other persistence), a
@@ -147,17 +147,19 @@ TILES_LAST = ("alibi", "docs_sink", "sliding_window")
 
 
 def tiles_last_choices(spec) -> dict:
-    """attn-lower-sm80's (or -sm90a's) options for a `_tiles` bundle of `spec`'s example."""
+    """The pipeline's options (attn-kernel-choices', attn-warp-specialize's) for a `_tiles`
+    bundle of `spec`'s example."""
     choices = {"tiles_last": True}
     if spec.warp_specialized:
-        choices["producer"] = False         # attn-warp-specialize's
+        choices["producer"] = False
     elif spec.blocks_per_cta != 1:
         choices["q_blocks_per_cta"] = 1
     return choices
 
 
 def other_choices(spec, dtype: str) -> dict:
-    """attn-lower-sm80's (or -sm90a's) options that differ from what it chose for `spec`."""
+    """The pipeline's options (attn-kernel-choices', and attn-warp-specialize's `persistent`)
+    that differ from what the defaults chose for `spec`."""
     shared = {"interval_test": OTHER_INTERVAL_TEST[dtype], "exp2_fma": 0 if spec.exp2_on_fma else 4}
     if spec.warp_specialized:
         return {"persistent": not spec.persistent_ctas, **shared}
@@ -383,7 +385,7 @@ def sweep_sm90_jobs() -> list[Job]:
     for case, d, tile, lower in SWEEP_SM90:
         tag = "_".join(f"{k}{v}" for k, v in {**tile, **lower}.items())
         name = f"sweep90_{case}_d{d}_{tag}"
-        pipeline = pipeline_with("sm_90a", {"attn-tile": tile, "attn-lower-sm90a": lower})
+        pipeline = pipeline_with("sm_90a", {"attn-tile": tile, CHOICES: lower})
         jobs.append(Job("bench_sweep_sm90", name, bench_source(name, d, case),
                         {"case": case, "head_dim": d, "dtype": "bf16", "fills": BENCH_CASES[case][3],
                          "pipeline": pipeline, "arch": "sm_90a"}, arch="sm_90a"))
@@ -405,7 +407,7 @@ def build_one(job: Job, out: str) -> dict:
         if job.meta.get("flip_ranges"):
             from attnc.backend.lowering import lowering_from_ir
             default = lowering_from_ir(compile_mlir(job.source, f"{job.name}.attn", CompileOptions(arch=job.arch)))
-            entry["pipeline"] = pipeline_with(job.arch, {LOWERING[job.arch]: {"run_ranges": default.blockmap.built}})
+            entry["pipeline"] = pipeline_with(job.arch, {CHOICES: {"run_ranges": default.blockmap.built}})
         if job.meta.get("other_choices") or job.meta.get("tiles_last"):
             from attnc.backend.lowering import spec_from_ir
             default = spec_from_ir(compile_mlir(job.source, f"{job.name}.attn", CompileOptions(arch=job.arch)))

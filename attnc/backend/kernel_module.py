@@ -24,8 +24,9 @@ def build_kernel_module(spec: ForwardSpec, context: ir.Context | None = None) ->
     A default register bound (Note [CTAs per SM] in kernel_spec.py) is kept only where
     nvJitLink reports that the kernel assembles without spills under it."""
     module, abi = _build_module(spec, context)
-    if spec.min_ctas_per_sm is None and spec.min_ctas and _spills(module, spec):
-        module, abi = _build_module(dataclasses.replace(spec, min_ctas_per_sm=0), context)
+    if spec.bound_unless_spills and spec.min_ctas and _spills(module, spec):
+        module, abi = _build_module(dataclasses.replace(spec, min_ctas_per_sm=0, min_ctas_unless_spills=False),
+                                    context)
     return module, abi
 
 
@@ -70,7 +71,8 @@ def add_small_grid_kernel(module: ir.Module, spec: ForwardSpec) -> dict:
     """Build `spec`'s kernel with tiles_last, as `<symbol>_tiles_last`, into the gpu.module
     of `module` (build_kernel_module's, of `spec`), and return its manifest entry's
     `small_grid` (Note [Small grids])."""
-    small = dataclasses.replace(spec, tiles_last=True, symbol=f"{spec.symbol}_tiles_last")
+    small = dataclasses.replace(spec, tiles_last=True, heads_first=False, small_grid=False,
+                                symbol=f"{spec.symbol}_tiles_last")
     abi = kernel_abi(small.check())
     gpu_module = next(o for o in module.body.operations if o.operation.name == "gpu.module")
     with module.context, ir.Location.name(small.symbol):

@@ -69,6 +69,8 @@ class ForwardSpec:
                                           # or "pair" (Note [One compare per score] in
                                           # score_masks.py); None: bits up to block_n 128
     min_ctas_per_sm: Optional[int] = None  # .minnctapersm (0: none); None: min_ctas decides
+    min_ctas_unless_spills: bool = False   # min_ctas_per_sm is kept only where the kernel does not
+                                          # spill under it (as min_ctas' default is)
     target: str = "sm_80"                  # one of KERNEL_TARGETS (spec_checks.py)
     producer_warpgroup: Optional[bool] = None  # sm_90a: a warpgroup that only loads, besides the
                                           # num_warps computing ones (Note [Producer warpgroup] in
@@ -93,6 +95,9 @@ class ForwardSpec:
     tiles_last: Optional[bool] = None      # grid (H, B, query blocks): each query block of every
                                           # (b, h) before the next (Note [Tiles last] in
                                           # kernel_abi.py); None: off
+    small_grid: Optional[bool] = None      # the bundle also holds the kernel with tiles_last (Note
+                                          # [Small grids] in kernel_abi.py); None:
+                                          # has_small_grid_kernel decides
     lean_loads: Optional[bool] = None      # lean KV steps for block maps and bands (Note
                                           # [Lean step loads] in forward_loads.py); None:
                                           # step_loads_lean
@@ -186,11 +191,17 @@ class ForwardSpec:
         return ctas if ctas >= 2 else 0
 
     @property
+    def bound_unless_spills(self) -> bool:
+        """Whether the register bound of min_ctas is dropped where the kernel spills under it:
+        the default's (Note [CTAs per SM]), not a bound given as min_ctas_per_sm."""
+        return self.min_ctas_per_sm is None or self.min_ctas_unless_spills
+
+    @property
     def registers_at_floor(self) -> bool:
         """Whether the default register bound of Note [CTAs per SM] leaves a thread just the
         128 registers below which the accumulators spill (a bound given as min_ctas_per_sm
         is the user's, kept whatever ptxas reports: never at the floor in this sense)."""
-        return (self.min_ctas_per_sm is None and self.min_ctas >= 2
+        return (self.bound_unless_spills and self.min_ctas >= 2
                 and self.min_ctas * self.threads * 128 >= SM90_REGISTERS_PER_SM)
 
     @property
@@ -241,6 +252,8 @@ class ForwardSpec:
         launch on small grids (Note [Small grids] in kernel_abi.py): sm_80's kernels of one query
         block per CTA whose query blocks' work differs (a mask, not a band), neither
         tiles_last nor heads_first given."""
+        if self.small_grid is not None:
+            return self.small_grid
         return (self.tiles_last is None and self.heads_first is None and self.target == "sm_80"
                 and self.blocks_per_cta == 1 and self.mask != "none" and not self.banded
                 and not self.warp_specialized and not self.persistent_ctas)

@@ -50,6 +50,7 @@ class BundleArtifacts:
 class ForwardLowering:
     spec: object            # ForwardSpec
     blockmap: object        # blockmap.BlockMapPlan, for a mask that reads params; else None
+    tail_waves: int = 0     # Note [Longest tiles last] (qtiles.py): on the aligned tiles
 
 
 def spec_from_ir(result) -> "ForwardSpec":
@@ -72,7 +73,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
     from attnc.backend.qtiles import MAX_TAIL_WAVES, TAIL_WAVES, qtiles_plan, segment_conjunct
     from attnc.backend.run_ranges import run_rest
     from attnc.backend.spec_checks import KERNEL_TARGETS, SpecError
-    from attnc.passes.lower_sm80 import recorded_choices
+    from attnc.passes import kernel_choices
     from attnc.passes.analyze_masks import mask_functions
     from attnc.passes.pipelines import LOWERING
     from attnc.passes.tile import banded_mask
@@ -96,7 +97,8 @@ def _lowering_from_ir(result) -> ForwardLowering:
     regs = dict(plan.regs)
     followed = dict(num_warps=plan.warps, stages=plan.stages)
     if target == "sm_90a":
-        followed.update(producer_warpgroup=plan.producer, pingpong=plan.pingpong, v_first=plan.v_first)
+        followed.update(producer_warpgroup=plan.producer, pingpong=plan.pingpong, v_first=plan.v_first,
+                        persistent=plan.persistent)
         if plan.producer:
             consumer_regs = {regs[name] for name in regs if name.startswith("consumer")}
             if len(consumer_regs) != 1:
@@ -116,12 +118,12 @@ def _lowering_from_ir(result) -> ForwardLowering:
     mode = mask_mode(op, variant)
     runtime = mode is None and mask_functions(op).kind == "runtime"
     blockmap = blockmap_plan(result, block_m, block_n) if runtime else None
-    choices = recorded_choices(op)
+    choices = kernel_choices.read(op)       # Note [Kernel choices]
     aligned = choices.pop("aligned_tiles", None)
     runs_asked = choices.pop("run_ranges", None)
     tail_waves = choices.pop("tail_waves", None)
 
-    def lowering(blockmap) -> ForwardLowering:
+    def lowering(blockmap, waves: int = 0) -> ForwardLowering:
         hooks = variant_hooks(op, variant, mode, blockmap, result.module)
         tiles = blockmap is not None and blockmap.qtiles is not None
         spec = ForwardSpec(
@@ -134,7 +136,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
             aligned_tiles=tiles, tiles_per_head=tiles and blockmap.per_head,
             **choices, **hooks.spec_fields())
         try:
-            return ForwardLowering(spec.check(), blockmap)
+            return ForwardLowering(spec.check(), blockmap, waves)
         except SpecError as e:
             raise error_at(op, f"the {target} kernel cannot be built: {e}") from None
 
@@ -177,7 +179,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
     if (runs_asked is None and runs is not None and blockmap.holds and not runs.ids_only_residual
             and choices.get("split_mask") is not False):
         runs = None
-    return lowering(replace(tiles, runs=runs))
+    return lowering(replace(tiles, runs=runs), waves)
 
 
 def kernel_module_for(result):

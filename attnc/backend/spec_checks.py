@@ -116,6 +116,10 @@ def _check_options(spec: ForwardSpec) -> None:
                                            and not spec.persistent_ctas),
              "tiles_last needs a kernel with one query block per CTA, no producer warpgroup and no "
              "persistent CTAs")
+    _require(not spec.has_small_grid_kernel or (spec.blocks_per_cta == 1 and not spec.warp_specialized
+                                                 and not spec.persistent_ctas and not spec.grid_tiles_last),
+             "small_grid adds the kernel with tiles_last: it needs a kernel with one query block per CTA, no "
+             "producer warpgroup, no persistent CTAs, and not tiles_last itself")
     _require(not (spec.grid_tiles_last and spec.heads_first),
              "tiles_last and heads_first are two orders of the grid: give one")
     _require(not spec.grid_heads_first or (spec.blocks_per_cta == 1 and not spec.warp_specialized),

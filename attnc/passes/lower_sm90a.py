@@ -10,14 +10,15 @@ lower_sm80.py): a cooperative role of block_m/16 warps that all load and compute
 (sm90.py); or a producer warpgroup that loads into an mbarrier ring that one or two
 consumer warpgroups read, with the roles' setmaxnreg budgets (sm90_ws.py, Note
 [Producer warpgroup]) and, where attn.warp_specialize says `pingpong`, the consumers
-taking turns at the GEMMs. For a band (a sliding window) the producer kernel's CTAs are
-persistent, one per SM looping over the query blocks (Note [Persistent CTAs], option
-`persistent`). Not yet: TMA (the producer's copies are cp.async, where the plan's
-channels say tma).
+taking turns at the GEMMs, and where it says `persistent`, CTAs that stay on their SM
+looping over the query blocks (Note [Persistent CTAs]; attn-warp-specialize plans them
+for a band, a sliding window). The plan's channels say `cp.async.mbarrier`: the
+producer's threads copy with cp.async and report each tile on its full mbarrier (Note
+[Barriers per tile] in attnc/schedule/sync.py); TMA is not used.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 from attnc.passes.lower_sm80 import LowerKernel
@@ -29,7 +30,3 @@ class LowerSm90a(LowerKernel):
 
     name: ClassVar[str] = "attn-lower-sm90a"
     target: ClassVar[str] = "sm_90a"
-    persistent: bool | None = field(default=None, metadata={
-        "doc": "with a producer warpgroup: one CTA per SM loops over the query blocks, loading the next "
-               "block's tiles during the last one's epilogue (Note [Persistent CTAs] in sm90_ws.py; "
-               "default: on for a band, a sliding window)"})

@@ -19,7 +19,8 @@ TARGETS = ("sm_80", "sm_90a", "sm_100a")
 
 # Every target plans with the same passes; they differ in the recipes and tables the
 # passes consult (attnc/schedule/recipes.py, tile_table.py). sm_80 and sm_90a then
-# lower the plan to their kernel (L6); sm_100a stops at the plan for now.
+# record the kernel's other choices and lower the plan to their kernel (L6); sm_100a
+# stops at the plan for now.
 _PLAN = [
     ("attn-tile", {}),
     ("attn-analyze-masks", {}),
@@ -32,9 +33,12 @@ _PLAN = [
 
 # The targets with code generation, and the pass that lowers their plan to a kernel.
 LOWERING: dict[str, str] = {"sm_80": "attn-lower-sm80", "sm_90a": "attn-lower-sm90a"}
+# What the lowering chooses beyond the plan, recorded on the ops first (Note [Kernel choices]).
+CHOICES = "attn-kernel-choices"
 
 PIPELINES: dict[str, list[tuple[str, dict[str, str]]]] = {
-    target: [*_PLAN, *([(LOWERING[target], {})] if target in LOWERING else [])] for target in TARGETS}
+    target: [*_PLAN, *([(CHOICES, {}), (LOWERING[target], {})] if target in LOWERING else [])]
+    for target in TARGETS}
 
 PIPELINE_SOURCE = "--pass-pipeline"      # the "file name" errors in a pipeline text render with
 

@@ -120,8 +120,6 @@ class FollowedPlan:
 
 def followed_plan(kernel: ir.Operation, pass_name: str) -> FollowedPlan:
     """The choices of the L3-L5 IR the lowering follows, read from the roles and channels."""
-    from attnc.passes.warp_specialize import banded
-
     ws = require_roles(kernel, pass_name)
     target = required_attr(kernel, "target", pass_name)
     kv = [c for c in channels(kernel) if c.name == "kv"]
@@ -142,12 +140,9 @@ def followed_plan(kernel: ir.Operation, pass_name: str) -> FollowedPlan:
         raise error_at(ws, f"{pass_name}: {target} builds a cooperative role 'compute' or (sm_90a) a producer "
                            f"and consumer warpgroups; this plan has the roles {', '.join(names)}")
     persistent = _flag(ws, R.PERSISTENT)
-    if persistent != (producer and banded(kernel)):
-        # The lowering makes the CTAs of a band's producer plan persistent, those of no
-        # other plan, unless its own option says otherwise: it does not read this attribute.
-        raise error_at(ws, f"{pass_name}: persistent = {str(persistent).lower()} on attn.warp_specialize; the "
-                           f"lowering builds persistent CTAs for the producer plan of a band and for no other "
-                           f"(its option `persistent` changes that), as attn-warp-specialize plans them")
+    if persistent and not producer:
+        raise error_at(ws, f"{pass_name}: persistent = true on attn.warp_specialize; persistent CTAs are the "
+                           f"producer warpgroup's kernel, and this plan has no producer role")
     return FollowedPlan(target, kv[0].stages, warps, max(1, warps // 4), producer, _flag(ws, R.PINGPONG),
                         tuple((r.name, r.regs or 0) for r in found), _v_first(kernel) if producer else False,
                         persistent)

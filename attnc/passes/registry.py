@@ -49,6 +49,7 @@ BUILTIN: dict[str, str] = {
     "attn-alloc-tmem": "attnc.passes.alloc_tmem:AllocTmem",
     "attn-insert-pipelines": "attnc.passes.insert_pipelines:InsertPipelines",
     "attn-verify-pipeline": "attnc.passes.verify_pipeline:VerifyPipeline",
+    "attn-kernel-choices": "attnc.passes.kernel_choices:KernelChoices",
     "attn-lower-sm80": "attnc.passes.lower_sm80:LowerSm80",
     "attn-lower-sm90a": "attnc.passes.lower_sm90a:LowerSm90a",
 }

@@ -52,9 +52,14 @@ class WarpSpecialize(Pass):
         "doc": "sm_90a, with the producer and two consumer warpgroups: they take turns at the GEMMs, "
                "recorded as `pingpong` on attn.warp_specialize (default: off, measured slower: "
                "results/sm90a_h200.md, \"Ping-pong\")"})
+    persistent: bool | None = field(default=None, metadata={
+        "doc": "sm_90a, with the producer: one CTA per SM loops over the query blocks, loading the next "
+               "block's tiles during the last one's epilogue, recorded as `persistent` on "
+               "attn.warp_specialize (Note [Persistent CTAs] in sm90_ws.py; default: on for a band, a "
+               "sliding window; results/sm90a_h200.md, \"Persistent CTAs\")"})
 
     def run(self, module) -> None:
-        warp_specialize(module, self.consumers, self.producer, self.pingpong)
+        warp_specialize(module, self.consumers, self.producer, self.pingpong, self.persistent)
 
 
 def sm90a_roles(op, tile, consumers: int | None, producer: bool | None, pingpong: bool | None):
@@ -82,7 +87,7 @@ def sm90a_roles(op, tile, consumers: int | None, producer: bool | None, pingpong
 
 
 def warp_specialize(module, consumers: int | None, producer: bool | None = None,
-                    pingpong: bool | None = None) -> None:
+                    pingpong: bool | None = None, persistent: bool | None = None) -> None:
     from mlir import ir
 
     from attnc.errors import AttncError
@@ -101,7 +106,8 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
         if op.name != "attn.kernel":
             raise error_at(op, "attn-warp-specialize needs the tile program of attn.kernel; run attn-tile first")
         if target != "sm_90a":
-            for name, value in (("consumers", consumers), ("producer", producer), ("pingpong", pingpong)):
+            for name, value in (("consumers", consumers), ("producer", producer), ("pingpong", pingpong),
+                                ("persistent", persistent)):
                 if value is not None:
                     raise error_at(op, f"{name}={int(value)}: only sm_90a has a producer and consumer "
                                        f"warpgroups; {target}'s roles are fixed by its recipe")
@@ -112,9 +118,13 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
                 n, has_producer, turns = sm90a_roles(op, tile, consumers, producer, pingpong)
             else:
                 n, has_producer, turns = 2, True, False
-            # By default the producer plan of a band runs persistent CTAs, as the lowering
-            # measured (ForwardSpec.persistent_ctas in attnc/backend/kernel_spec.py).
-            persistent = target == "sm_90a" and has_producer and banded(op)
+            if persistent and not has_producer:
+                raise AttncError("persistent=1: persistent CTAs are the producer warpgroup's kernel; this plan "
+                                 "has none (producer=1)")
+            if persistent is None:
+                # By default the producer plan of a band (ForwardSpec.persistent_ctas in
+                # attnc/backend/kernel_spec.py says what was measured).
+                persistent = target == "sm_90a" and has_producer and banded(op)
             r = recipe(target, num_warps=get_int(op, "num_warps"), kv_stages=get_int(op, "stages"),
                        q_tiles=tile.q_tiles, consumers=n, producer=has_producer, persistent=persistent)
             check_register_budget(r)

@@ -33,7 +33,7 @@ def test_fixed_sizes_become_constants_in_grid_and_abi():
     manifest = parse_manifest(art.manifest)
     table, attention = art.manifest["kernels"]      # the table's runs give the ranges: no map
     mapped = build(compile_mlir(FIXED, "fixed.attn", CompileOptions(
-        arch="sm_80", pass_pipeline=pipeline_with("sm_80", {"attn-lower-sm80": {"run_ranges": "false"}}))))
+        arch="sm_80", pass_pipeline=pipeline_with("sm_80", {"attn-kernel-choices": {"run_ranges": "false"}}))))
     blockmap = mapped.manifest["kernels"][1]
     assert parse_manifest(mapped.manifest).dims == ("N",)
     # H, the tile table's length, B: a block map's kernel takes its heads first (Note [Heads

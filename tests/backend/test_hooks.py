@@ -448,10 +448,10 @@ def test_interval_test_defaults_by_tile_width():
 
 @pytest.mark.parametrize("options, message", [("q_blocks_per_cta=3", "q_blocks_per_cta=3: expected 1 or 2"),
                                               ("interval_test=both", "interval_test='both': expected one of")])
-def test_lower_sm80_options_are_checked(options, message):
+def test_kernel_choices_are_checked(options, message):
     from attnc.errors import AttncError
     pipeline = ("attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,"
-                f"attn-insert-pipelines,attn-lower-sm80{{{options}}}")
+                f"attn-insert-pipelines,attn-kernel-choices{{{options}}},attn-lower-sm80")
     with pytest.raises(AttncError, match=message):
         _softcap_causal("bf16", 64, pipeline=pipeline)
 

@@ -212,7 +212,7 @@ def test_dump_dir(tmp_path):
                               "--dump-dir", str(tmp_path / "dumps")])
     assert status == 0
     assert sorted(p.name for p in (tmp_path / "dumps").iterdir()) == \
-        ["00-frontend.mlir"] + [f"{i:02d}-{name}.mlir" for i, name in enumerate(PIPELINE + ["attn-lower-sm90a"], 1)]
+        ["00-frontend.mlir"] + [f"{i:02d}-{name}.mlir" for i, name in enumerate(PIPELINE + ["attn-kernel-choices", "attn-lower-sm90a"], 1)]
 
 
 def test_pass_pipeline_option():
@@ -286,8 +286,8 @@ def test_passes_lists_passes_options_and_pipelines():
     for name in PIPELINE:
         info = registry.lookup(name)
         assert f"{name}\n    {info.cls.__doc__.strip().splitlines()[0]}\n" in out
-    assert out.endswith("\npipelines:\n" + f"  sm_80: {','.join(PIPELINE)},attn-lower-sm80\n"
-                        + f"  sm_90a: {','.join(PIPELINE)},attn-lower-sm90a\n"
+    assert out.endswith("\npipelines:\n" + f"  sm_80: {','.join(PIPELINE)},attn-kernel-choices,attn-lower-sm80\n"
+                        + f"  sm_90a: {','.join(PIPELINE)},attn-kernel-choices,attn-lower-sm90a\n"
                         + f"  sm_100a: {','.join(PIPELINE)}\n")
 
 

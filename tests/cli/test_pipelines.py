@@ -44,7 +44,8 @@ FULL_PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-warp-specialize", "att
 def test_every_target_pipeline_is_the_full_plan():
     assert set(PIPELINES) == set(TARGETS)
     for target in TARGETS:
-        lowering = {"sm_80": ["attn-lower-sm80"], "sm_90a": ["attn-lower-sm90a"]}.get(target, [])
+        lowering = {"sm_80": ["attn-kernel-choices", "attn-lower-sm80"],
+                    "sm_90a": ["attn-kernel-choices", "attn-lower-sm90a"]}.get(target, [])
         assert PIPELINES[target] == [(name, {}) for name in FULL_PIPELINE + lowering]
         for name, _ in PIPELINES[target]:
             info = registry.lookup(name)
@@ -188,19 +189,16 @@ def test_bad_options_of_an_upstream_pass_are_named_as_such(options, reason):
     assert info.value.span.col == 11
 
 
-def test_the_readme_lists_every_lowering_option():
-    """README's table of the lowerings' options names each option of attn-lower-sm80 and
-    attn-lower-sm90a once, under the lowering(s) that accept it."""
-    from attnc.passes.lower_sm80 import LowerSm80
-    from attnc.passes.lower_sm90a import LowerSm90a
+def test_the_readme_lists_every_kernel_choice():
+    """README's table of attn-kernel-choices' options names each once, under the kernels that
+    take it (an option documented as "sm_80: ..." is sm_80's)."""
+    from attnc.passes.kernel_choices import KernelChoices
     readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
     rows = dict(re.findall(r"^\| `(\w+)` \| (both|sm_80|sm_90a) \|", readme, re.M))
-    sm80 = {o.name for o in registry.options_of(LowerSm80)}
-    sm90 = {o.name for o in registry.options_of(LowerSm90a)}
-    assert set(rows) == sm80 | sm90
+    options = {o.name: o for o in registry.options_of(KernelChoices)}
+    assert set(rows) == set(options)
     for name, where in rows.items():
-        expected = "both" if name in sm80 & sm90 else "sm_80" if name in sm80 else "sm_90a"
-        assert where == expected, name
+        assert where == ("sm_80" if options[name].doc.startswith("sm_80:") else "both"), name
 
 
 def test_a_pass_constructor_that_raises_is_a_pipeline_error(tmp_path):

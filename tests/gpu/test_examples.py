@@ -11,7 +11,7 @@ kernel must still cut at N (Note [Conjuncts a tile holds]). Params: ALiBi slopes
 2**(-8 (h + 1) / H), document ids sorted small integers per batch with the last 4 keys a
 document of their own (so that the ragged key block straddles a document start), other
 f32 params uniform in [-1, 1]; a dim no tensor carries (P of prefix_lm) at random in [1, N]. o and lse must match within gpu_support's tolerances.
-Each example's `_other` bundle (attn-lower-sm80's other choices) also runs at M = 64 (one
+Each example's `_other` bundle (attn-kernel-choices' other choices) also runs at M = 64 (one
 query block) and M = 256 (two whole blocks of 128 rows).
 """
 from __future__ import annotations

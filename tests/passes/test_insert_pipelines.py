@@ -112,19 +112,6 @@ def test_a_persistent_plan_releases_q_after_the_last_qk():
     assert R.name_of(first_wait.operands[0].owner) == "mbar_q_empty"
 
 
-def test_an_edited_persistent_choice_is_refused_at_the_lowering(tmp_path):
-    """The lowering makes a band's producer plan persistent and no other; a plan that says
-    otherwise would be built as it does, so it is refused."""
-    result, _ = plan("mha")
-    text = str(result.module)
-    assert text.count("}) {programs = {") == 1
-    edited = text.replace("}) {programs = {", "}) {persistent = true, programs = {")
-    with pytest.raises(AttncError, match=re.escape(
-            "attn-lower-sm90a: persistent = true on attn.warp_specialize; the lowering builds persistent CTAs "
-            "for the producer plan of a band and for no other")):
-        optimize_mlir(edited, "plan.mlir", CompileOptions(arch="sm_90a", pass_pipeline="attn-lower-sm90a"))
-
-
 @pytest.mark.parametrize("arch, kv, kv_barriers", [
     ("sm_100a", "tma", {"mbar_kv_full": 1, "mbar_kv_empty": 1}),   # FlashAttention-4's: arrive.expect_tx, commit
     ("sm_80", "cp.async", {}),                                      # commit groups, no mbarrier

@@ -45,7 +45,7 @@ def test_every_example_gets_both_dtypes_and_two_head_dim_pairs():
 
 
 def test_every_example_also_runs_with_the_other_kernel_choices():
-    """Each example's second job differs only by asking for attn-lower-sm80's other
+    """Each example's second job differs only by asking for attn-kernel-choices' other
     choices, which the builder resolves from the default spec."""
     jobs = [j for j in builder.example_jobs() if not j.meta.get("flip_ranges") and not j.meta.get("tiles_last")]
     for a, b in zip(jobs[0::2], jobs[1::2]):
@@ -79,8 +79,8 @@ def test_the_other_kernel_choices_reach_the_manifest(tmp_path, name, blocks, tes
     job = next(j for j in builder.example_jobs() if j.name == name)
     entry = builder.build_one(job, str(tmp_path))
     assert "refused" not in entry, entry.get("refused")
-    assert entry["pipeline"].endswith(f"attn-lower-sm80{{q_blocks_per_cta={blocks} interval_test="
-                                      f"{builder.OTHER_INTERVAL_TEST[job.meta['dtype']]} exp2_fma=4}}")
+    assert entry["pipeline"].endswith(f"attn-kernel-choices{{q_blocks_per_cta={blocks} interval_test="
+                                      f"{builder.OTHER_INTERVAL_TEST[job.meta['dtype']]} exp2_fma=4}},attn-lower-sm80")
     manifest = json.loads((tmp_path / job.name / "manifest.json").read_text())
     spec = manifest["specialization"]
     assert (spec["q_blocks_per_cta"], spec["interval_test"], spec["exp2_fma"]) == (blocks, test, 4)

@@ -1,0 +1,266 @@
+"""`attn-kernel-choices`: every choice the kernel makes beyond the plan, as an attribute
+on the op it concerns (L5 -> L5).
+
+Targets: sm_80, sm_90a (the targets with a lowering). Expects the L5 plan of one
+attn.kernel (attn-insert-pipelines); leaves the same IR with the choices of CHOICES
+on their ops: each given as an option of this pass, else its default for this
+kernel (the measured defaults of attnc/backend/kernel_spec.py, each saying where its
+numbers are). The lowering builds what the attributes say (Note [Kernel choices]).
+
+    before:  %a = "attn.rescale"(%acc, %alpha)
+             %s = "attn.softmax_step"(%x, %m, %l)
+    after:   %a = "attn.rescale"(%acc, %alpha) {lazy = true}
+             %s = "attn.softmax_step"(%x, %m, %l) {exp2_fma = 1 : i64}
+
+Note [Kernel choices]: the choices of a kernel that are not its plan (roles, stages,
+budgets, buffers, synchronization: L3-L5) sit on the ops they concern -- the grid
+order and CTAs per SM on attn.kernel, the per-score mask test on attn.mask, the
+exp2 split on attn.softmax_step, the lazy rescale on attn.rescale, the row sums on
+the P.V mma, the step loads on the K and V loads, the staged epilogue on O's store.
+attn-lower-sm80 and attn-lower-sm90a read them there and nowhere else: an attribute
+edited by hand or by a user pass gives that kernel, or a located error naming the
+condition it breaks; where one is absent (a pipeline without this pass, or an op the
+pass did not find) the lowering takes the default this pass would have written. A
+kernel is one program, so every op of a kind holds the same value of a choice;
+ops that disagree are refused at the first that differs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Callable, ClassVar
+
+from attnc.passes.registry import Pass
+
+NAME = "attn-kernel-choices"
+
+
+@dataclass(frozen=True)
+class Choice:
+    option: str                 # the pass option, the ForwardSpec field and the lowering's name
+    attr: str                   # the attribute on its ops
+    kind: type                  # bool, int or str
+    op: str                     # the ops it sits on
+    tiles: tuple[str, ...] = ()  # of those, the ones with this operand (load, store) or kind (mma)
+    resolved: Callable = None   # ForwardLowering -> the value the kernel takes
+
+
+def _spec(name: str) -> Callable:
+    return lambda lowered: getattr(lowered.spec, name)
+
+
+CHOICES: tuple[Choice, ...] = (
+    Choice("q_blocks_per_cta", "q_blocks_per_cta", int, "attn.kernel", resolved=_spec("blocks_per_cta")),
+    Choice("min_ctas_per_sm", "min_ctas_per_sm", int, "attn.kernel", resolved=_spec("min_ctas")),
+    Choice("min_ctas_unless_spills", "min_ctas_unless_spills", bool, "attn.kernel",
+           resolved=lambda lowered: lowered.spec.min_ctas_per_sm is None and lowered.spec.min_ctas > 0),
+    Choice("heads_first", "heads_first", bool, "attn.kernel", resolved=_spec("grid_heads_first")),
+    Choice("tiles_last", "tiles_last", bool, "attn.kernel", resolved=_spec("grid_tiles_last")),
+    Choice("small_grid", "small_grid", bool, "attn.kernel", resolved=_spec("has_small_grid_kernel")),
+    Choice("aligned_tiles", "aligned_tiles", bool, "attn.kernel", resolved=_spec("aligned_tiles")),
+    Choice("run_ranges", "run_ranges", bool, "attn.kernel",
+           resolved=lambda lowered: lowered.spec.aligned_tiles and lowered.blockmap.runs is not None),
+    Choice("tail_waves", "tail_waves", int, "attn.kernel", resolved=lambda lowered: lowered.tail_waves),
+    Choice("dead_rows", "dead_rows", bool, "attn.kernel", resolved=_spec("skips_dead_rows")),
+    Choice("interval_test", "interval_test", str, "attn.mask", resolved=_spec("interval_test_form")),
+    Choice("split_mask", "split", bool, "attn.mask", resolved=_spec("mask_split")),
+    Choice("exp2_fma", "exp2_fma", int, "attn.softmax_step", resolved=_spec("exp2_on_fma")),
+    Choice("lazy_rescale", "lazy", bool, "attn.rescale", resolved=_spec("rescale_lazily")),
+    Choice("mma_row_sum", "row_sum", bool, "attn.mma", ("pv",), resolved=_spec("row_sum_on_mma")),
+    Choice("lean_loads", "lean", bool, "attn.load", ("k", "v"), resolved=_spec("step_loads_lean")),
+    Choice("early_first", "early_first", bool, "attn.load", ("k",), resolved=_spec("first_before_map")),
+    Choice("staged_o", "staged", bool, "attn.store", ("o",), resolved=_spec("o_staged")),
+)
+BY_OPTION = {c.option: c for c in CHOICES}
+
+
+@dataclass(frozen=True)
+class KernelChoices(Pass):
+    """Record the kernel's choices (grid order, CTAs per SM, mask tests, exp2 split, lazy rescale, ...) on the ops they concern."""
+
+    name: ClassVar[str] = NAME
+    q_blocks_per_cta: int | None = field(default=None, metadata={
+        "doc": "query blocks each CTA runs in turn, 1 or 2 (Note [Two query blocks per CTA] in sm80.py; "
+               "default on sm_80: 2 where the softmax max is a constant -- a bf16 score_mod bounded within "
+               "64 -- at 128-key tiles, else 1; on sm_90a: 1)"})
+    interval_test: str | None = field(default=None, metadata={
+        "doc": "a row-interval mask's test per score: bits, range or pair (default: bits up "
+               "to 128-key tiles, else range)"})
+    min_ctas_per_sm: int | None = field(default=None, metadata={
+        "doc": "CTAs the kernel's registers must leave room for on one SM (PTX .minnctapersm; 0: no "
+               "bound; Note [CTAs per SM] in kernel_spec.py; default: none on sm_80 and for a producer "
+               "warpgroup; on sm_90a the CTAs its shared memory holds, at most down to 128 registers a "
+               "thread, dropped where the kernel would then spill: min_ctas_unless_spills)"})
+    exp2_fma: int | None = field(default=None, metadata={
+        "doc": "of every 8 scores of a softmax row, how many take their exp2 on the FMA pipe (a cubic "
+               "and exponent bits) instead of the SFU, 0 to 8 (Note [Exponentials on the FMA pipe]; "
+               "default: ForwardSpec.exp2_on_fma: 2 in sm_90a's one-warpgroup softcap kernels, 1 in its "
+               "producer warpgroup's kernels with a score_mod, else 0)"})
+    heads_first: bool | None = field(default=None, metadata={
+        "doc": "order the grid's CTAs by head first, query block second (Note [Heads first]; default: "
+               "ForwardSpec.grid_heads_first: on sm_80 for a band or a block map)"})
+    tiles_last: bool | None = field(default=None, metadata={
+        "doc": "order the grid's CTAs by head, then batch, then query block, so that every (b, h) starts "
+               "its heaviest query block before any starts its next (Note [Tiles last] in kernel_abi.py; "
+               "default: off)"})
+    small_grid: bool | None = field(default=None, metadata={
+        "doc": "add the kernel with tiles_last to the bundle, for the runtime to launch on grids of a few "
+               "CTAs per SM (Note [Small grids] in kernel_abi.py; default: for sm_80's kernels of one query "
+               "block per CTA with a mask that is not a band, where neither grid order is given)"})
+    split_mask: bool | None = field(default=None, metadata={
+        "doc": "in a block map's MIXED tiles, test only the conjuncts (row interval or residual) the map "
+               "does not prove to hold on the whole tile (Note [Conjuncts a tile holds]; default: on wherever "
+               "the map records them -- a mask with a row interval and a residual)"})
+    aligned_tiles: bool | None = field(default=None, metadata={
+        "doc": "for a block map whose mask has a conjunct P[.., i] == P[.., j] (document ids), query tiles "
+               "and key blocks that start where the ids' runs start, from a table a third kernel fills at "
+               "run time; unsorted ids fall back to the grid (Note [Document-aligned tiles] in qtiles.py; "
+               "default: wherever the mask has that conjunct and a CTA runs one query block without a "
+               "producer warpgroup, on sm_80 and sm_90a)"})
+    run_ranges: bool | None = field(default=None, metadata={
+        "doc": "on the aligned tiles, compute each key block's class from the tile's run of equal ids and "
+               "the static analysis of the rest of the mask, with no block map kernel (Note [Ranges from the "
+               "runs] in run_ranges.py; default: wherever the tiles are aligned and the mask's other "
+               "conjuncts read no param and no float, but for a kernel at the 128-register floor of "
+               "its CTAs per SM (sm_90a at head dim 64) and a mask with another residual conjunct "
+               "beside the ids' whose map records what a tile holds)"})
+    lazy_rescale: bool | None = field(default=None, metadata={
+        "doc": "keep a softmax row's running max until a block's scores exceed it by more than a factor of 2^8, "
+               "and skip a warp's rescale of O where no row of it moved (Note [Lazy rescale] in "
+               "softmax.py; default: ForwardSpec.rescale_lazily: on above head dim 64 wherever the max "
+               "is not a constant, but for sm_90a's persistent CTAs)"})
+    tail_waves: int | None = field(default=None, metadata={
+        "doc": "on the aligned tiles with the heads-first grid, the last this many resident grids' worth of CTAs "
+               "start their query tiles longest first (Note [Longest tiles last] in qtiles.py; 0: off, at most 64; "
+               "default: 2 there)"})
+    staged_o: bool | None = field(default=None, metadata={
+        "doc": "write O through shared memory in coalesced 16-byte stores instead of 4-byte stores "
+               "from the accumulators (Note [Staged O]; default: ForwardSpec.o_staged: where it can -- one query "
+               "block per CTA, no producer warpgroup, a 16-bit O -- on sm_80, and on sm_90a for a band or a "
+               "block map)"})
+    lean_loads: bool | None = field(default=None, metadata={
+        "doc": "sm_80: in the KV steps, load later key blocks without row predicates, and for a band do not "
+               "ask tile_skip (Note [Lean step loads]; only for a block map or a band; default: "
+               "ForwardSpec.step_loads_lean: on sm_80 for both)"})
+    early_first: bool | None = field(default=None, metadata={
+        "doc": "sm_80: for a block map, load the first key block the static mask analysis puts on top before "
+               "the map's row is read, and reload it only where the map's range starts elsewhere (Note "
+               "[First block before the map]; default: ForwardSpec.first_before_map: on sm_80 for a block map)"})
+    mma_row_sum: bool | None = field(default=None, metadata={
+        "doc": "sm_80: sum each softmax row's probabilities on the tensor cores, as one more n8 column of the "
+               "P.V GEMM whose B operand is all ones, instead of FADDs per score (Note [Row sums on the tensor "
+               "cores] in softmax.py; default: ForwardSpec.row_sum_on_mma: for an affine score_mod, "
+               "such as ALiBi's, in a kernel without an LSE output; refused with one: the LSE would keep "
+               "the rounding of P)"})
+    dead_rows: bool | None = field(default=None, metadata={
+        "doc": "sm_80: interleave the warps' 16-row tiles of the query block (warp w owns rows 16w + 16 "
+               "num_warps k) and, in the first key step, skip the MMAs of a tile whose rows keep none of its "
+               "keys (Note [Dead rows] in sm80.py; default: ForwardSpec.skips_dead_rows: wherever it can be -- "
+               "two or more tiles per warp, two or more K/V stages and a mask with a row interval -- and key "
+               "blocks are shorter than query blocks)"})
+
+    def run(self, module) -> None:
+        choose(module, **{f.name: getattr(self, f.name) for f in fields(self)})
+
+
+def choose(module, **given) -> None:
+    """Record `given` (None: not given) and the defaults of the rest on the kernel's ops."""
+    from attnc.backend.lowering import lowering_from_ir
+    from attnc.ir import attention_ops, error_at
+    from attnc.passes.lower_sm80 import compile_result_of
+    from attnc.passes.pipelines import LOWERING
+    from attnc.ir.roles import GET, PUT, ops_in, role_block, role_ops
+    from attnc.passes.plan_ir import required_attr, require_roles
+
+    result = compile_result_of(module, NAME)
+    op = attention_ops(module)[0]
+    target = required_attr(op, "target", NAME)
+    if target not in LOWERING:
+        raise error_at(op, f"{NAME} records the choices of the {' and '.join(LOWERING)} lowerings; {target} has "
+                           f"no lowering yet")
+    require_roles(op, NAME)
+    left = [o for role in role_ops(op) for o in ops_in(role_block(role), (PUT, GET))]
+    if left:
+        raise error_at(left[0], f"{NAME} needs the synchronization attn-insert-pipelines makes of attn.put; "
+                                f"run attn-insert-pipelines first")
+    write(op, {name: value for name, value in given.items() if value is not None})
+    lowered = lowering_from_ir(result)        # the defaults, for what the options leave open
+    write(op, {c.option: c.resolved(lowered) for c in CHOICES if c.option not in given or given[c.option] is None})
+
+
+def write(kernel, values: dict) -> None:
+    """Set each choice of `values` ({option: value}) on every op of `kernel` it sits on."""
+    from mlir import ir
+
+    from attnc.ir import error_at
+
+    with kernel.context:
+        for name, value in values.items():
+            choice = BY_OPTION[name]
+            if choice.kind is str:
+                attr = ir.StringAttr.get(value)
+            elif choice.kind is bool:
+                attr = ir.BoolAttr.get(bool(value))
+            elif not -(1 << 63) <= int(value) < 1 << 63:
+                raise error_at(kernel, f"option {name} = {value} is out of range")
+            else:
+                attr = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(value))
+            for op in _ops_of(kernel, choice):
+                op.attributes[choice.attr] = attr
+
+
+def read(kernel) -> dict:
+    """The choices recorded on `kernel`'s ops ({option: value}); each op of a kind must agree."""
+    from attnc.ir import error_at
+
+    found = {}
+    for choice in CHOICES:
+        seen = None
+        for op in _ops_of(kernel, choice):
+            if choice.attr not in op.attributes:
+                continue
+            value = _value(op, choice)
+            if seen is not None and value != seen[1]:
+                raise error_at(op, f"{choice.attr} = {_text(value)} on this {op.name}, {_text(seen[1])} on an "
+                                   f"earlier one: the kernel lowers every {op.name} of a kernel one way (Note "
+                                   f"[Kernel choices] in attnc/passes/kernel_choices.py)")
+            seen = (op, value)
+        if seen is not None:
+            found[choice.option] = seen[1]
+    return found
+
+
+def _value(op, choice: Choice):
+    from mlir import ir
+
+    from attnc.ir import error_at
+
+    attr = op.attributes[choice.attr]
+    expected = {bool: ir.BoolAttr, int: ir.IntegerAttr, str: ir.StringAttr}[choice.kind]
+    if not isinstance(attr, expected) or (choice.kind is int and isinstance(attr, ir.BoolAttr)):
+        words = {bool: "true or false", int: "an integer", str: "a string"}[choice.kind]
+        raise error_at(op, f"{choice.attr} on {op.name} must be {words}, got {attr}")
+    return attr.value
+
+
+def _text(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _ops_of(kernel, choice: Choice) -> list:
+    """The ops of `kernel` (itself included) a choice sits on, in program order."""
+    from mlir import ir
+
+    if choice.op == "attn.kernel":
+        return [kernel]
+    key = "kind" if choice.op == "attn.mma" else "operand"
+    out = []
+
+    def visit(op):
+        if op.name == choice.op and (not choice.tiles or ir.StringAttr(op.attributes[key]).value in choice.tiles):
+            out.append(op)
+        return ir.WalkResult.ADVANCE
+
+    for block in kernel.regions[0].blocks:
+        for op in block.operations:
+            op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return out

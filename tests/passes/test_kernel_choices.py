@@ -1,0 +1,107 @@
+"""Note [Kernel choices] (attnc/passes/kernel_choices.py): the kernel the lowering builds
+is the one the choice attributes describe -- the defaults attn-kernel-choices writes are
+the kernel a pipeline without it gets, an edited attribute gives the kernel its option
+gives, and attributes the lowering cannot follow are refused at their op."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from attnc.backend.lowering import build, spec_from_ir
+from attnc.driver import CompileOptions, compile_file, optimize_mlir
+from attnc.errors import AttncError
+from attnc.passes.lower_sm80 import compile_result_of, lowered_gpu_module
+from attnc.passes.pipelines import CHOICES, LOWERING, format_pipeline, pipeline_with, target_pipeline
+
+
+def _kernel(example: str, arch: str, pipeline: str) -> str:
+    """The gpu.module the pipeline leaves, as text."""
+    module = compile_file(f"examples/{example}.attn", CompileOptions(arch=arch, pass_pipeline=pipeline)).module
+    return str(lowered_gpu_module(module))
+
+
+def _plan(example: str, arch: str, options: dict | None = None) -> str:
+    """The IR after attn-kernel-choices, as a dump holds it."""
+    pipeline = pipeline_with(arch, {CHOICES: options or {}}).rsplit(",", 1)[0]
+    return compile_file(f"examples/{example}.attn", CompileOptions(arch=arch, pass_pipeline=pipeline)).text
+
+
+def _lower(plan: str, arch: str):
+    return optimize_mlir(plan, "plan.mlir", CompileOptions(arch=arch, pass_pipeline=LOWERING[arch]))
+
+
+# A kernel of each kind of default: row sums and the small grid's kernel (ALiBi, sm_80),
+# aligned tiles with ranges from the runs (documents, sm_80), the register bound kept
+# where the kernel does not spill (softcap, sm_90a), persistent CTAs (window, sm_90a),
+# and the FMA exp2 of the producer's kernel (gemma2, sm_90a).
+@pytest.mark.parametrize("example, arch", [("alibi", "sm_80"), ("docs_sink", "sm_80"), ("softcap", "sm_90a"),
+                                           ("sliding_window", "sm_90a"), ("gemma2", "sm_90a")])
+def test_the_written_defaults_are_the_kernel_without_them(example, arch):
+    specs = target_pipeline(arch)
+    assert [s.name for s in specs[-2:]] == [CHOICES, LOWERING[arch]]
+    without = format_pipeline([s for s in specs if s.name != CHOICES])
+    assert _kernel(example, arch, format_pipeline(specs)) == _kernel(example, arch, without)
+
+
+def test_an_edited_choice_is_the_kernel_of_its_option():
+    plan = _plan("alibi", "sm_80")
+    assert plan.count("row_sum = true") >= 2 and plan.count("staged = true") == 1
+    edited = plan.replace("row_sum = true", "row_sum = false").replace("staged = true", "staged = false")
+    by_option = _plan("alibi", "sm_80", {"mma_row_sum": 0, "staged_o": 0})
+    ptx = build(compile_result_of(_lower(edited, "sm_80"))).ptx
+    assert ptx == build(compile_result_of(_lower(by_option, "sm_80"))).ptx
+    assert ptx != build(compile_result_of(_lower(plan, "sm_80"))).ptx
+    spec = spec_from_ir(compile_result_of(_lower(edited, "sm_80")))
+    assert not spec.row_sum_on_mma and not spec.o_staged
+
+
+def test_ops_that_disagree_are_refused_at_the_second():
+    plan = _plan("alibi", "sm_80")
+    assert plan.count("{lazy = false}") >= 2
+    edited = plan.replace("{lazy = false}", "{lazy = true}", 1)
+    with pytest.raises(AttncError) as info:
+        _lower(edited, "sm_80")
+    assert re.search(r"error: lazy = false on this attn\.rescale, true on an earlier one: the kernel lowers every "
+                     r"attn\.rescale of a kernel one way", info.value.render())
+
+
+def test_a_choice_of_the_wrong_type_is_refused():
+    plan = _plan("alibi", "sm_80")
+    with pytest.raises(AttncError, match=re.escape('exp2_fma on attn.softmax_step must be an integer, got "two"')):
+        _lower(plan.replace("exp2_fma = 0 : i64", 'exp2_fma = "two"'), "sm_80")
+
+
+def test_a_choice_the_kernel_cannot_take_names_its_condition():
+    """Two query blocks per CTA, edited in, against the small grid's kernel the pass chose
+    for one: refused at the kernel's .attn location, naming the condition."""
+    plan = _plan("alibi", "sm_80")
+    with pytest.raises(AttncError) as info:
+        _lower(plan.replace("q_blocks_per_cta = 1 : i64", "q_blocks_per_cta = 2 : i64"), "sm_80")
+    assert info.value.render().startswith(
+        "examples/alibi.attn:2:1: error: the sm_80 kernel cannot be built: small_grid adds the kernel with "
+        "tiles_last: it needs a kernel with one query block per CTA")
+
+
+def test_persistent_ctas_are_the_plans():
+    """`persistent` is attn-warp-specialize's (it changes the plan: Q's empty mbarrier);
+    the lowering builds the CTAs the plan states."""
+    def persistent(options: dict):
+        pipeline = pipeline_with("sm_90a", {"attn-warp-specialize": options}).rsplit(",", 1)[0]
+        result = compile_file("examples/mha.attn", CompileOptions(arch="sm_90a", pass_pipeline=pipeline))
+        return "mbar_q_empty" in str(result.module), spec_from_ir(compile_result_of(result.module)).persistent_ctas
+
+    assert persistent({}) == (False, False)
+    assert persistent({"persistent": 1}) == (True, True)
+    with pytest.raises(AttncError, match=re.escape("persistent=1: persistent CTAs are the producer warpgroup's")):
+        persistent({"persistent": 1, "producer": 0})
+    with pytest.raises(AttncError, match=re.escape("persistent=1: only sm_90a has a producer")):
+        compile_file("examples/mha.attn", CompileOptions(arch="sm_80", pass_pipeline=pipeline_with(
+            "sm_80", {"attn-warp-specialize": {"persistent": 1}})))
+
+
+def test_persistent_edited_without_its_barrier_is_refused():
+    plan = _plan("mha", "sm_90a")
+    assert plan.count("}) {programs = {") == 1
+    with pytest.raises(AttncError, match=re.escape("it has 5 attn.mbarrier_init ops, the plan 6")):
+        _lower(plan.replace("}) {programs = {", "}) {persistent = true, programs = {"), "sm_90a")
