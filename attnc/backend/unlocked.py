@@ -34,7 +34,8 @@ _DIAGNOSTIC_HANDLER = ctypes.CFUNCTYPE(_RESULT, _Handle, ctypes.c_void_p)
 
 @functools.lru_cache(maxsize=1)
 def _capi():
-    """The bindings' C API library with the three functions typed, or None."""
+    """The bindings' C API library, the two functions called typed; None where it is not
+    there to call."""
     import mlir._mlir_libs as libs
     try:
         lib = ctypes.CDLL(str(Path(libs.__file__).parent / "libMLIRPythonCAPI.so"))
@@ -48,10 +49,14 @@ def _capi():
     return lib
 
 
+# A function object of our own (ctypes.pythonapi's is shared, its types anyone's to set).
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+
+
 def _pointer(obj, kind: str) -> _Handle:
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-    return _Handle(get(obj._CAPIPtr, f"mlir.{kind}._CAPIPtr".encode()))
+    """The C handle a bindings object carries (`kind`: its class, as its capsule names it)."""
+    return _Handle(_capsule_pointer(obj._CAPIPtr, f"mlir.{kind}._CAPIPtr".encode()))
 
 
 @_DIAGNOSTIC_HANDLER
