@@ -218,6 +218,7 @@ class RegionCode:
     # moves only when none of its operands varies at the finer level, so nothing is
     # reassociated (`s + w0[h] + w1[h]` still adds per score, the loads do not). It is
     # the same block of code, before the scores' ops, so nothing runs that did not.
+    # Where each value goes is attn-hoist's `attn.level` on its op, when the pass ran.
     @functools.cached_property
     def _reads(self) -> dict:
         """For each value of the block: the names (ARGS) of the arguments it is computed from."""
@@ -227,13 +228,39 @@ class RegionCode:
             reads.update((r, names) for r in op.results)
         return reads
 
+    @functools.cached_property
+    def _placed(self) -> dict:
+        """For each value of the block: the arguments (ARGS) of the level it is computed at.
+        By default what it reads (`_reads`); an op's `attn.level` (attn-hoist, attnc/passes/
+        hoist.py) places it there instead, which may be finer, never coarser, than its
+        operands' levels."""
+        from attnc.ir import error_at
+        from attnc.passes.hoist import LEVEL, LEVELS, PER, level_of
+
+        placed = dict(self._reads)
+        args = frozenset(self.ARGS)
+        for op in list(self.block.operations)[:-1]:
+            if LEVEL not in op.attributes:
+                continue
+            level = ir.StringAttr(op.attributes[LEVEL]).value if isinstance(op.attributes[LEVEL], ir.StringAttr) \
+                else None
+            if level not in LEVELS:
+                raise error_at(op, f"{LEVEL} = {op.attributes[LEVEL]}: expected one of {', '.join(LEVELS)}")
+            used = frozenset().union(*(placed.get(v, frozenset()) for v in op.operands))
+            if not used <= LEVELS[level]:
+                raise error_at(op, f'{LEVEL} = "{level}" computes this {op.name} once per {PER[level]}, but its '
+                                   f"operands vary per {PER[level_of(used)]}: it reads "
+                                   f"{', '.join(sorted(used - LEVELS[level]))}")
+            placed.update((r, LEVELS[level] & args) for r in op.results)
+        return placed
+
     def hoist(self, e: Emit, given: Mapping, args: Mapping[str, ir.Value],
               in_range: Mapping | None = None) -> dict:
-        """`given` and, emitted here, the values computed from the arguments `args` (by
-        name, e.g. {"b": b, "h": h, "i": i}) alone (Note [Hoisted hook values]);
+        """`given` and, emitted here, the values placed at the level of the arguments `args`
+        (by name, e.g. {"b": b, "h": h, "i": i}) or above (Note [Hoisted hook values]);
         `in_range` as `_run` takes it."""
         known = frozenset(args)
-        later = frozenset(v for v, names in self._reads.items() if not names <= known)
+        later = frozenset(v for v, names in self._placed.items() if not names <= known)
         env = dict(given)
         env.update((a, args[n]) for a, n in zip(self.block.arguments, self.ARGS) if n in args)
         return self._run(e, env, later, in_range)
@@ -242,7 +269,7 @@ class RegionCode:
         """Whether an op of the region is computed from the argument `name` and no other
         but b and h: a value `hoist` computes once per row (i) or column (j)."""
         level = frozenset({"b", "h", name})
-        return any(name in names and names <= level for v, names in self._reads.items()
+        return any(name in names and names <= level for v, names in self._placed.items()
                    if not isinstance(v, ir.BlockArgument))
 
     def known_in_range(self, j: ir.Value, j_below_n: bool) -> Mapping | None:

@@ -258,7 +258,7 @@ def _mask_digest(op) -> str:
     """A digest of the value mask_mod yields as an expression: each value is named by its
     operation, attributes, result type and operands' names, so the digest is the same
     whatever the order of the operations and however often a constant is repeated, and
-    leaves out locations. (canonicalize, which README lets run anywhere, moves the
+    leaves out locations and attn-hoist's levels. (canonicalize, which README lets run anywhere, moves the
     region's constants out and Note [Hoisted constants] brings them back in another order:
     a digest of the operations in order called the same mask another; found by a review.)"""
     import hashlib
@@ -270,7 +270,8 @@ def _mask_digest(op) -> str:
     block = region_block(op, MASK_MOD)
     names = {arg: f"arg{k}:{arg.type}" for k, arg in enumerate(block.arguments)}
     for inner in block.operations:
-        attrs = sorted((key, str(inner.attributes[key])) for key in inner.attributes)
+        # (where attn-hoist computes a value does not change the mask)
+        attrs = sorted((key, str(inner.attributes[key])) for key in inner.attributes if key != "attn.level")
         text = repr((inner.name, attrs, [names.get(v, f"outside:{v.type}") for v in inner.operands],
                      [str(r.type) for r in inner.results]))
         name = hashlib.sha256(text.encode()).hexdigest()

@@ -60,7 +60,7 @@ def test_missing_file():
     assert (status, out, err) == (1, "", "attnc: error: no such file: 'examples/nope.attn'\n")
 
 
-PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-warp-specialize", "attn-alloc-smem",
+PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-hoist", "attn-warp-specialize", "attn-alloc-smem",
             "attn-alloc-tmem", "attn-insert-pipelines", "attn-verify-pipeline"]
 
 

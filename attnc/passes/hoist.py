@@ -1,0 +1,93 @@
+"""`attn-hoist`: place every value of the hooks at the level of what it reads (L2 -> L2).
+
+Targets: all. Expects the tile program (attn-tile): attn.score_mod and attn.mask ops
+holding their hook regions. Leaves each op of those regions (but the terminator) with
+`attn.level`, where the kernel computes its value once (Note [Hoisted hook values] in
+attnc/backend/hooks.py):
+
+  * "cta": it reads b, h, the dims, params indexed by them, or nothing (`w[h]`, `P - 1`);
+  * "row": it also reads i, one query row's (`doc[b, i]`);
+  * "col": it also reads j, one key column's (`doc[b, j]`);
+  * "score": it reads s, or both i and j (`j - i`, `s + w[h]`).
+
+    before:  %w = "attn.param"(%slopes, %h)
+             %x = arith.mulf %w, %d : f32
+    after:   %w = "attn.param"(%slopes, %h) {attn.level = "cta"}
+             %x = arith.mulf %w, %d {attn.level = "score"} : f32
+
+Option `hoist=false` places every value at "score" (computed per score, as a hook
+written out by hand would be). A level can be edited finer than what the op reads --
+computed more often, e.g. "score" to keep a load per score -- but not coarser than its
+operands' (i is not known once per CTA): the lowering refuses that at the op.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from attnc.passes.registry import Pass
+
+LEVEL = "attn.level"
+# The region arguments each level's values may read, by the hook's argument names.
+LEVELS: dict[str, frozenset[str]] = {
+    "cta": frozenset({"b", "h"}),
+    "row": frozenset({"b", "h", "i"}),
+    "col": frozenset({"b", "h", "j"}),
+    "score": frozenset({"s", "b", "h", "i", "j"}),
+}
+PER = {"cta": "CTA", "row": "query row", "col": "key column", "score": "score"}
+# The hook ops of the tile program and their regions' argument names.
+HOOK_ARGS = {"attn.score_mod": ("s", "b", "h", "i", "j"), "attn.mask": ("b", "h", "i", "j")}
+
+
+@dataclass(frozen=True)
+class Hoist(Pass):
+    """Place every value of the score_mod and mask hooks at the level of what it reads: per CTA, query row, key column or score."""
+
+    name: ClassVar[str] = "attn-hoist"
+    hoist: bool = field(default=True, metadata={
+        "doc": "place values at the coarsest level their operands allow; false: every value per score "
+               "(Note [Hoisted hook values] in attnc/backend/hooks.py)"})
+
+    def run(self, module) -> None:
+        hoist(module, self.hoist)
+
+
+def hoist(module, coarsest: bool = True) -> None:
+    from mlir import ir
+
+    from attnc.ir import attention_ops, error_at
+
+    for kernel in attention_ops(module):
+        if kernel.name != "attn.kernel":
+            raise error_at(kernel, "attn-hoist places the values of the tile program's hooks; run attn-tile first")
+        holders = []
+
+        def visit(op):
+            if op.name in HOOK_ARGS:
+                holders.append(op.operation)
+            return ir.WalkResult.ADVANCE
+
+        for op in kernel.regions[0].blocks[0].operations:
+            op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+        with kernel.context:
+            for holder in holders:
+                for op, level in levels(holder.regions[0].blocks[0], HOOK_ARGS[holder.name], coarsest).items():
+                    op.attributes[LEVEL] = ir.StringAttr.get(level)
+
+
+def levels(block, names: tuple[str, ...], coarsest: bool = True) -> dict:
+    """{op: level} for the ops of `block` but its terminator, whose arguments are `names`."""
+    reads = {arg: frozenset({name}) for arg, name in zip(block.arguments, names)}
+    out = {}
+    for op in list(block.operations)[:-1]:
+        used = frozenset().union(*(reads.get(v, frozenset()) for v in op.operands))
+        level = level_of(used) if coarsest else "score"
+        out[op.operation] = level
+        reads.update((r, LEVELS[level] & frozenset(names)) for r in op.results)
+    return out
+
+
+def level_of(reads: frozenset[str]) -> str:
+    """The coarsest level whose values may read `reads`."""
+    return next(level for level, allowed in LEVELS.items() if reads <= allowed)
