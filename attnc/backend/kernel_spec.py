@@ -248,10 +248,10 @@ class ForwardSpec:
 
     @property
     def has_small_grid_kernel(self) -> bool:
-        """Whether the bundle also holds this kernel with tiles_last, for the runtime to
-        launch on small grids (Note [Small grids] in kernel_abi.py): sm_80's kernels of one query
-        block per CTA whose query blocks' work differs (a mask, not a band), neither
-        tiles_last nor heads_first given."""
+        """small_grid resolved: whether the bundle also holds this kernel with tiles_last, for
+        the runtime to launch on small grids (Note [Small grids] in kernel_abi.py); by default
+        sm_80's kernels of one query block per CTA whose query blocks' work differs (a mask,
+        not a band), neither tiles_last nor heads_first given."""
         if self.small_grid is not None:
             return self.small_grid
         return (self.tiles_last is None and self.heads_first is None and self.target == "sm_80"
