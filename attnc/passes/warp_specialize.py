@@ -9,12 +9,12 @@ its warps and register budget; a tile made in one role and used in another goes 
 `attn.put` / `attn.get` on a channel (attnc/schedule/partition.py, Note [Where values
 cross]). sm_80: one cooperative role `compute` whose Q and K/V go through cp.async
 channels; sm_90a: `consumers` warpgroups of 64 query rows and, with `producer`, a
-`producer` role (the loads, O's store) feeding the consumer roles (the GEMMs, hooks,
-softmax, epilogue) through mbarrier rings it fills with cp.async, with their setmaxnreg
-budgets as `regs` (`pingpong` recorded on attn.warp_specialize, and `persistent` where
-the CTAs are: by default for a band, a mask that keeps a narrow band of keys per row);
-without it one cooperative role as on sm_80; sm_100a: the FA4 roles (load, mma,
-softmax0/1, correction, epilogue, empty) with S and P through TMEM. The K/V channel's
+`producer` role (the loads) feeding the consumer roles (the GEMMs, hooks, softmax and
+the stores of their rows' O and LSE) through mbarrier rings it fills with cp.async, with
+their setmaxnreg budgets as `regs` (`pingpong` recorded on attn.warp_specialize, and
+`persistent` where the CTAs are: by default for a band, a mask that keeps a narrow band
+of keys per row); without it one cooperative role as on sm_80; sm_100a: the FA4 roles
+(load, mma, softmax0/1, correction, epilogue, empty) with S and P through TMEM. The K/V channel's
 `stages` is attn-tile's `stages`. Register budgets are checked here. What the lowering
 builds follows these choices (Note [The plan the lowerings follow] in lower_sm80.py).
 

@@ -7,8 +7,8 @@ A recipe names who does what inside one CTA:
 * a `Channel` is a value that crosses from a producer role to a consumer role
   through a buffer with `stages` slots, and says how it is moved (`cp.async` in
   commit groups, `cp.async.mbarrier`: cp.async whose landing each thread reports on an
-  mbarrier, `tma`, `tcgen05` commit, `st.shared`, or `regs` for a hand-off through a
-  named barrier) and where the buffer lives (`smem` or `tmem`).
+  mbarrier, `tma`, `tcgen05` commit or `st.shared`) and where the buffer lives (`smem`
+  or `tmem`).
 
 The sm_80 recipe is one cooperative role whose K/V channel is a cp.async queue;
 sm_90a adds a producer warpgroup and one or two consumer warpgroups on mbarrier rings
@@ -41,8 +41,8 @@ class Channel:
     name: str                   # 'q', 'kv', 's0', 'p0', 'o', ...
     producer: str
     consumer: str
-    transport: str              # 'cp.async', 'cp.async.mbarrier', 'tma', 'tcgen05', 'st.shared', 'regs'
-    space: str                  # 'smem', 'tmem', 'regs'
+    transport: str              # 'cp.async', 'cp.async.mbarrier', 'tma', 'tcgen05', 'st.shared'
+    space: str                  # 'smem', 'tmem'
     stages: int
     tile: tuple[str, ...]       # which tiles one slot holds, e.g. ('k', 'v')
     alternating: bool = False   # a slot holds one of `tile` at a time (K, V, K, ... in one ring)
@@ -171,17 +171,17 @@ def _sm90a(*, num_warps: int, kv_stages: int, consumers: int, producer: bool, pe
         return _cooperative("sm_90a", 4 * consumers, kv_stages)
     sets = consumers >= 2           # Note [Producer warpgroup]: setmaxnreg only one CTA per SM
     producer_role = Role("producer", (0, 1, 2, 3), producer_registers(consumers) if sets else None,
-                         ("load_q", "load_kv", "store_o"))
+                         ("load_q", "load_kv"))
+    # Each consumer warpgroup stores its own rows of O (and the LSE) from its registers.
     consumer_roles = tuple(
         Role(f"consumer{c}", tuple(range(4 * (c + 1), 4 * (c + 2))), consumer_registers(consumers) if sets else None,
-             ("mma_qk", "score_mod", "mask", "softmax", "mma_pv", "finalize"))
+             ("mma_qk", "score_mod", "mask", "softmax", "mma_pv", "finalize", "store_o"))
         for c in range(consumers))
     # The producer's threads copy Q, K and V with cp.async and report each tile's landing
     # on its own mbarrier (Note [Barriers per tile] in sync.py).
     return Recipe("sm_90a", (producer_role, *consumer_roles), (
         Channel("q", "producer", "consumer0", CP_ASYNC_MBARRIER, "smem", 1, ("q",)),
         Channel("kv", "producer", "consumer0", CP_ASYNC_MBARRIER, "smem", kv_stages, ("k", "v")),
-        Channel("o", "consumer0", "producer", "regs", "smem", 1, ("o",)),
     ), SMEM_BYTES["sm_90a"], persistent=persistent)
 
 

@@ -12,7 +12,6 @@ For each channel with `stages` slots this decides the protocol the code follows:
   mbarrier per slot (arrive count = consumer warps that release it).
 * `tcgen05`: the MMA warp's `tcgen05.commit` arrives once on `full`; the consumer
   warpgroup arrives on `empty` (count = its warps).
-* `regs`: a named barrier over the two roles' threads.
 
 Each ring is walked with an explicit (stage, phase) state: stage advances per
 slot, phase flips when stage wraps. Waits on `full` use `phase`, waits on `empty`
@@ -54,9 +53,9 @@ from attnc.schedule.recipes import CP_ASYNC_MBARRIER, Channel, Recipe
 
 @dataclass(frozen=True)
 class Barrier:
-    name: str                   # 'mbar_kv_full', 'mbar_k_empty', 'cp_async_kv', 'bar_o', ...
+    name: str                   # 'mbar_kv_full', 'mbar_k_empty', 'cp_async_kv', ...
     channel: str
-    kind: str                   # 'mbarrier', 'cp.async.group', 'named'
+    kind: str                   # 'mbarrier', 'cp.async.group'
     stages: int
     arrive_count: int
     tx_bytes: tuple[int, ...]   # bytes fill t of a slot delivers: tx_bytes[t % len] (mbarrier
@@ -94,10 +93,6 @@ def _protocol(recipe: Recipe, ch: Channel, tile: Tile) -> list[Barrier]:
     consumers = _consumers_of(recipe, ch)
     if ch.transport == CP_ASYNC_MBARRIER:
         return _per_tile(recipe, ch, consumers)
-    if ch.transport == "regs":
-        threads = 32 * sum(len(recipe.role(r).warps) for r in {ch.producer, *consumers})
-        return [Barrier(f"bar_{ch.name}", ch.name, "named", 1, threads, (0,), ch.producer,
-                        ",".join(consumers))]
     tx = fill_bytes(ch, tile) if ch.transport == "tma" else (0,)
     full = _arrivals(recipe, [ch.producer], ch.transport)
     empty = _arrivals(recipe, consumers, "release")

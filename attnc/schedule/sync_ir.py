@@ -20,7 +20,6 @@ tile), and in each role:
                     arrive(empty[stage]) once per warp (tcgen05_commit from the MMA role)
     put (cp.async)  cta_barrier; slot_write(stage, value) in a group; cp_async_commit
     get (cp.async)  cp_async_wait(pending = 0); cta_barrier; slot_read
-    put / get (regs)  slot_write; named_barrier_arrive  /  named_barrier_sync; slot_read
 
 Note [Ring state in the loops]: each role walks each ring it writes (and, apart, each
 ring it reads) with an explicit (stage, phase) pair of i32 values: (0, 0) at the role's start, `attn.ring_advance` after the
@@ -54,7 +53,6 @@ class Pipelines:
         self.barriers = insert_pipelines(recipe, tile)
         self.channels = {c.name: c for c in recipe.channels}
         self.mbar: dict[str, ir.Value] = {}
-        self.named: dict[str, tuple[int, int]] = {}
 
     def run(self) -> None:
         roles = R.role_ops(self.kernel)
@@ -80,8 +78,6 @@ class Pipelines:
                 "name": b.name, "count": b.arrive_count, "stages": b.stages, "channel": b.channel, "side": side,
                 **({"tile": b.tile} if b.tile else {})})
             self.mbar[b.name] = op.result
-        elif b.kind == "named":
-            self.named[b.channel] = (1 + len(self.named), b.arrive_count)
 
     # --- the roles' blocks ------------------------------------------------------------
     def _block(self, block: ir.Block, state: dict) -> None:
@@ -157,7 +153,7 @@ class Pipelines:
             op.result.replace_all_uses_with(read)
             if own:
                 self._release(ch, tile, stage, [read], op)
-            elif last and ch.transport not in ("cp.async", "regs"):
+            elif last and ch.transport != "cp.async":
                 self._release(ch, None, stage, fills.pop(ch.name), op)
         op.erase()
 
@@ -167,12 +163,6 @@ class Pipelines:
             R.create(R.CTA_BARRIER, attributes={"channel": ch.name})
             R.create(R.SLOT_WRITE, operands=[chan, stage, value], attributes={"tile": tile, "completes": "group"})
             R.create(R.CP_ASYNC_COMMIT, attributes={"channel": ch.name})
-            return
-        if ch.transport == "regs":
-            R.create(R.SLOT_WRITE, operands=[chan, stage, value], attributes={"tile": tile, "completes": "store"})
-            if last:
-                ident, threads = self.named[ch.name]
-                R.create(R.NAMED_BARRIER_ARRIVE, attributes={"id": ident, "threads": threads, "channel": ch.name})
             return
         full, empty = self._barrier(ch, "full", tile), self._barrier(ch, "empty", tile)
         if first and empty is not None:
@@ -197,10 +187,7 @@ class Pipelines:
         if ch.transport == "cp.async":        # every tile is a group of its own
             R.create(R.CP_ASYNC_WAIT, attributes={"pending": 0, "channel": ch.name})
             R.create(R.CTA_BARRIER, attributes={"channel": ch.name})
-        elif ch.transport == "regs" and first:
-            ident, threads = self.named[ch.name]
-            R.create(R.NAMED_BARRIER_SYNC, attributes={"id": ident, "threads": threads, "channel": ch.name})
-        elif ch.transport not in ("cp.async", "regs") and first:
+        elif first:
             R.create(R.MBARRIER_WAIT, operands=[self._barrier(ch, "full", tile), stage, phase])
         return R.create(R.SLOT_READ, [op.result.type], [chan, stage], {"tile": tile}).result
 

@@ -33,20 +33,23 @@
 // WS80-NOT: "attn.role"
 
 // L3, sm_90a at head dim 128: the producer warpgroup loads and puts K and V; two consumer
-// warpgroups get them and run the GEMMs, hooks and softmax; consumer0 hands O back.
+// warpgroups get them, run the GEMMs, hooks and softmax and store their rows of O.
 // WS90: %[[KV:[0-9]+]] = "attn.channel"() {consumer = "consumer0", name = "kv", producer = "producer", space = "smem", stages = 3 : i64, tile = ["k", "v"], transport = "cp.async.mbarrier"
-// WS90: %[[O:[0-9]+]] = "attn.channel"() {consumer = "producer", name = "o", producer = "consumer0", space = "smem", stages = 1 : i64, tile = ["o"], transport = "regs"
+// WS90-NEXT: "attn.role"() ({
 // WS90: scf.for
 // WS90: "attn.put"(%[[KV]], %{{[0-9]+}}) {tile = "k"}
 // WS90: "attn.put"(%[[KV]], %{{[0-9]+}}) {tile = "v"}
-// WS90: "attn.get"(%[[O]]) {tile = "o"}
-// WS90-NEXT: "attn.store"
+// WS90-NOT: "attn.store"
 // WS90: }) {name = "producer", regs = 24 : i64, warps = [0, 1, 2, 3]}
 // WS90: "attn.get"(%[[KV]]) {tile = "k"}
 // WS90-NEXT: "attn.mma"
-// WS90: "attn.put"(%[[O]], %{{[0-9]+}}#0) {tile = "o"}
+// WS90: %[[O0:[0-9]+]]:2 = "attn.finalize"
+// WS90: "attn.store"(%[[O0]]#0, {{.*}}) {operand = "o"}
+// WS90-NOT: "attn.put"
 // WS90: }) {name = "consumer0", regs = 240 : i64, warps = [4, 5, 6, 7]}
 // WS90: "attn.get"(%[[KV]]) {tile = "k"}
+// WS90: %[[O1:[0-9]+]]:2 = "attn.finalize"
+// WS90: "attn.store"(%[[O1]]#0, {{.*}}) {operand = "o"}
 // WS90-NOT: "attn.put"
 // WS90: }) {name = "consumer1", regs = 240 : i64, warps = [8, 9, 10, 11]}
 
@@ -142,7 +145,8 @@
 // RING-NEXT: "attn.mma"{{.*}}{kind = "pv"}
 // RING-NEXT: "attn.mbarrier_arrive"(%[[VEMPTY]], %[[CS]]) {per = "warp"}
 // RING-NOT: %[[QFULL]]
-// RING: "attn.named_barrier_arrive"() {channel = "o", id = 1 : i64, threads = 256 : i64}
+// RING: "attn.store"{{.*}}{operand = "o"}
+// RING-NOT: "attn.named_barrier
 // RING: }) {name = "consumer0"
 
 // L5, sm_100a: the MMA warp signals through tcgen05 commits; K and V alternate in one

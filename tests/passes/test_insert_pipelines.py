@@ -52,7 +52,7 @@ def test_sm90a_barriers_are_the_kernels():
         "mbar_q_full": PRODUCER_THREADS, "mbar_k_full": PRODUCER_THREADS, "mbar_v_full": PRODUCER_THREADS,
         "mbar_k_empty": 8, "mbar_v_empty": 8}
     assert {a["tile"] for a in found.values()} == {"q", "k", "v"}
-    assert transports(kernel) == {"q": "cp.async.mbarrier", "kv": "cp.async.mbarrier", "o": "regs"}
+    assert transports(kernel) == {"q": "cp.async.mbarrier", "kv": "cp.async.mbarrier"}
     producer = next(r for r in R.role_ops(kernel) if R.name_of(r) == "producer")
     assert not R.ops_in(R.role_block(producer), (R.MBARRIER_EXPECT_TX,))
 
@@ -82,6 +82,17 @@ def test_sm90a_tiles_are_waited_for_before_their_gemm_and_released_after_it():
         assert _trip(kernel, consumer) == [
             "mbarrier_wait mbar_k_full", "slot_read k", "mma qk", "mbarrier_arrive mbar_k_empty",
             "mbarrier_wait mbar_v_full", "slot_read v", "mma pv", "mbarrier_arrive mbar_v_empty"]
+
+
+def test_sm90a_consumers_store_their_own_o():
+    """The kernel's consumer warpgroups store O and the LSE from their registers
+    (sm90_ws.py's _epilogue): no channel hands O to the producer, no named barrier."""
+    _, kernel = plan("gemma2")
+    assert "o" not in transports(kernel)
+    for role in R.role_ops(kernel):
+        stores = [R.attrs_of(op)["operand"] for op in R.ops_in(R.role_block(role), ("attn.store",))]
+        assert stores == ([] if R.name_of(role) == "producer" else ["o", "lse"])
+        assert not R.ops_in(R.role_block(role), (R.NAMED_BARRIER_ARRIVE, R.NAMED_BARRIER_SYNC))
 
 
 @pytest.mark.parametrize("example", EXAMPLES)

@@ -133,9 +133,13 @@ def test_wrong_transaction_bytes_are_caught(delta, expect):
 
 
 def test_a_named_barrier_short_of_threads_is_caught():
+    """The producer syncing with consumer0 on a named barrier that counts one warp too few."""
     op = kernel("gemma2", "sm_90a")
-    for o in ops(op, "producer", R.NAMED_BARRIER_SYNC) + ops(op, "consumer0", R.NAMED_BARRIER_ARRIVE):
-        set_int(o, "threads", 224)
+    with op.context, ir.Location.unknown():
+        for name, kind in (("producer", R.NAMED_BARRIER_SYNC), ("consumer0", R.NAMED_BARRIER_ARRIVE)):
+            block = R.role_block(role(op, name))
+            with ir.InsertionPoint(list(block.operations)[-1]):
+                R.create(kind, attributes={"id": 1, "threads": 224})
     assert "named barrier 1 counts 224 threads but gets 256" in messages(op)
 
 
