@@ -517,7 +517,8 @@ irdl.dialect @attn {
   }
   irdl.operation @cta_barrier {
   }
-  // L5: named barrier `id` of `threads` threads: bar.arrive (no wait) and bar.sync.
+  // L5: named barrier `id` of `threads` threads: bar.arrive (no wait) and bar.sync, which
+  // waits until `threads` threads arrived or synced (sm_90a's ping-pong turns).
   irdl.operation @named_barrier_arrive {
     %id = irdl.base "#builtin.integer"
     %threads = irdl.base "#builtin.integer"

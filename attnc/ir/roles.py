@@ -19,7 +19,7 @@ L4 (attn-alloc-smem / -tmem): `buffers` on each channel op, one dictionary per b
 L5 (attn-insert-pipelines): attn.mbarrier_init values beside the channels; in the roles,
 put/get replaced by mbarrier waits / arrives / expect_tx, cp.async arrivals on mbarriers,
 slot writes and reads and cp.async groups, with each ring's (stage, phase) as i32 values
-carried by the loops.
+carried by the loops; with ping-pong, the consumers' named barriers around their GEMMs.
 """
 from __future__ import annotations
 

@@ -5,11 +5,13 @@ Targets: sm_80, sm_90a, sm_100a. Expects L4 (role regions with put/get, every sh
 tensor-memory channel with its `buffers`). Leaves no put/get: the mbarriers are declared
 beside the channels (`attn.mbarrier_init`: count, stages), and in the roles each put/get
 is a slot write/read with the waits, arrives, expect_tx, cp.async arrivals, tcgen05
-commits or cp.async groups of its channel's protocol
-(attnc/schedule/sync.py for the counts and bytes, attnc/schedule/sync_ir.py for the
-ops), each ring walked with an explicit (stage, phase) carried by the roles' loops (Note
-[Ring state in the loops]). sm_90a's producer, whose threads copy K with cp.async and
-report it on K's own full mbarrier (Note [Barriers per tile] in sync.py):
+commits or cp.async groups of its channel's protocol (attnc/schedule/sync.py for the
+counts and bytes, attnc/schedule/sync_ir.py for the ops), each ring walked with an
+explicit (stage, phase) carried by the roles' loops (Note [Ring state in the loops]);
+where attn.warp_specialize says `pingpong`, the consumer roles' turns at the GEMMs are
+named barriers (Note [Ping-pong turns] in sync.py). sm_90a's producer, whose threads
+copy K with cp.async and report it on K's own full mbarrier (Note [Barriers per tile]
+in sync.py):
 
     before:  scf.for %n = ... {  %k = attn.load ...; "attn.put"(%kv, %k) {tile = "k"} ... }
     after:   %k_full = "attn.mbarrier_init"() {count = 128, name = "mbar_k_full", stages = 2, tile = "k", ...}

@@ -79,7 +79,7 @@ def recipe_of(kernel: ir.Operation, pass_name: str) -> Recipe:
     target = required_attr(kernel, "target", pass_name)
     ws = require_roles(kernel, pass_name)
     return Recipe(target, tuple(roles(kernel)), tuple(channels(kernel)), SMEM_BYTES[target],
-                  TMEM_COLUMNS.get(target, 0), _flag(ws, R.PERSISTENT))
+                  TMEM_COLUMNS.get(target, 0), _flag(ws, R.PERSISTENT), _flag(ws, R.PINGPONG))
 
 
 def _flag(ws: ir.Operation, name: str) -> bool:
@@ -90,15 +90,16 @@ def _flag(ws: ir.Operation, name: str) -> bool:
 def plan_summary(kernel: ir.Operation) -> dict[str, list[dict]]:
     """The plan of the L3-L5 IR as plain values: what the lowerings compare with the
     plan it follows (Note [The plan the lowerings follow] in lower_sm80.py)."""
-    named = [R.attrs_of(op) for role in R.role_ops(kernel)
-             for op in R.ops_in(R.role_block(role), (R.NAMED_BARRIER_ARRIVE,))]
+    named = {(a["id"], a["threads"]) for a in (R.attrs_of(op) for role in R.role_ops(kernel) for op in
+                                               R.ops_in(R.role_block(role), (R.NAMED_BARRIER_ARRIVE,
+                                                                             R.NAMED_BARRIER_SYNC)))}
     return {
         "attn.role": [{k: R.attrs_of(op)[k] for k in ("name", "warps", "regs")} for op in R.role_ops(kernel)],
         "attn.channel": [_channel_fields(c) for c in channels(kernel)],
         "buffer": [_buffer_fields(b) for b in buffers(kernel)],
         "attn.mbarrier_init": [{k: R.attrs_of(op).get(k) for k in ("name", "count", "stages")}
                                for op in R.mbarrier_ops(kernel)],
-        "named barrier": [{"name": f"bar_{a['channel']}", "threads": a["threads"]} for a in named],
+        "named barrier": [{"name": str(ident), "threads": threads} for ident, threads in sorted(named)],
     }
 
 
@@ -171,7 +172,8 @@ def planned_summary(kernel: ir.Operation, tile: Tile, plan: FollowedPlan) -> dic
     from attnc.schedule.sync import insert_pipelines
 
     r = recipe(plan.target, num_warps=plan.warps, kv_stages=plan.stages, q_tiles=tile.q_tiles,
-               consumers=plan.consumers, producer=plan.producer, persistent=plan.persistent)
+               consumers=plan.consumers, producer=plan.producer, persistent=plan.persistent,
+               pingpong=plan.pingpong)
     placed = [*alloc_smem(r, tile), *alloc_tmem(r, tile)]
     order = [c.name for c in r.channels]
     placed.sort(key=lambda b: order.index(b.channel))
@@ -183,7 +185,7 @@ def planned_summary(kernel: ir.Operation, tile: Tile, plan: FollowedPlan) -> dic
         "buffer": [_buffer_fields(b) for b in placed],
         "attn.mbarrier_init": [{"name": b.name, "count": b.arrive_count, "stages": b.stages}
                                for b in barriers if b.kind == "mbarrier"],
-        "named barrier": [{"name": b.name, "threads": b.arrive_count} for b in barriers if b.kind == "named"],
+        "named barrier": [{"name": str(b.ident), "threads": b.arrive_count} for b in barriers if b.kind == "named"],
     }
 
 

@@ -126,7 +126,8 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
                 # attnc/backend/kernel_spec.py says what was measured).
                 persistent = target == "sm_90a" and has_producer and banded(op)
             r = recipe(target, num_warps=get_int(op, "num_warps"), kv_stages=get_int(op, "stages"),
-                       q_tiles=tile.q_tiles, consumers=n, producer=has_producer, persistent=persistent)
+                       q_tiles=tile.q_tiles, consumers=n, producer=has_producer, persistent=persistent,
+                       pingpong=turns)
             check_register_budget(r)
             with op.context:
                 ws = Partition(r, op).run()

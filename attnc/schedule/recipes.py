@@ -57,6 +57,8 @@ class Recipe:
     tmem_columns: int = 0       # tensor memory columns (sm_100a)
     persistent: bool = False    # sm_90a's producer plan: each CTA runs several query blocks
                                 # (Note [Persistent CTAs] in attnc/backend/sm90_ws.py)
+    pingpong: bool = False      # sm_90a's two consumer warpgroups take turns at the GEMMs
+                                # (Note [Ping-pong turns] in sync.py)
 
     @property
     def num_warps(self) -> int:
@@ -71,13 +73,16 @@ CP_ASYNC_MBARRIER = "cp.async.mbarrier"     # cp.async, each thread's landing re
 
 
 def recipe(target: str, *, num_warps: int, kv_stages: int, q_tiles: int = 1,
-           consumers: int = 2, producer: bool = True, persistent: bool = False) -> Recipe:
+           consumers: int = 2, producer: bool = True, persistent: bool = False,
+           pingpong: bool = False) -> Recipe:
     """The recipe for `target` with the tile choices made by attn-tile.
 
     sm_90a: `consumers` warpgroups of 64 query rows (1 or 2) and, with `producer`, a
     warpgroup that only loads (Note [Producer warpgroup] in attnc/backend/sm90_ws.py),
-    its CTAs `persistent` or not; without it the consumers load for themselves, one
-    cooperative role as on sm_80.
+    its CTAs `persistent` or not, its consumers taking turns at the GEMMs with
+    `pingpong` (which only two consumer warpgroups do; attn-warp-specialize refuses it
+    elsewhere); without it the consumers load for themselves, one cooperative role as on
+    sm_80.
     """
     build = _RECIPES.get(target)
     if build is None:
@@ -87,7 +92,7 @@ def recipe(target: str, *, num_warps: int, kv_stages: int, q_tiles: int = 1,
     if persistent and not (target == "sm_90a" and producer):
         raise AttncError("persistent CTAs are sm_90a's producer warpgroup's kernel: a plan with a producer role")
     return build(num_warps=num_warps, kv_stages=kv_stages, q_tiles=q_tiles, consumers=consumers,
-                 producer=producer, persistent=persistent)
+                 producer=producer, persistent=persistent, pingpong=pingpong)
 
 
 _COOPERATIVE_OPS = ("load_q", "load_kv", "mma_qk", "score_mod", "mask", "softmax", "mma_pv", "finalize",
@@ -166,7 +171,7 @@ def check_producer_registers(producer_regs: int, consumer_regs: int, consumers: 
 
 
 def _sm90a(*, num_warps: int, kv_stages: int, consumers: int, producer: bool, persistent: bool,
-           **_) -> Recipe:
+           pingpong: bool, **_) -> Recipe:
     if not producer:
         return _cooperative("sm_90a", 4 * consumers, kv_stages)
     sets = consumers >= 2           # Note [Producer warpgroup]: setmaxnreg only one CTA per SM
@@ -182,7 +187,7 @@ def _sm90a(*, num_warps: int, kv_stages: int, consumers: int, producer: bool, pe
     return Recipe("sm_90a", (producer_role, *consumer_roles), (
         Channel("q", "producer", "consumer0", CP_ASYNC_MBARRIER, "smem", 1, ("q",)),
         Channel("kv", "producer", "consumer0", CP_ASYNC_MBARRIER, "smem", kv_stages, ("k", "v")),
-    ), SMEM_BYTES["sm_90a"], persistent=persistent)
+    ), SMEM_BYTES["sm_90a"], persistent=persistent, pingpong=pingpong and consumers == 2)
 
 
 def _sm100a(*, kv_stages: int, q_tiles: int, **_) -> Recipe:

@@ -13,6 +13,9 @@ For each channel with `stages` slots this decides the protocol the code follows:
 * `tcgen05`: the MMA warp's `tcgen05.commit` arrives once on `full`; the consumer
   warpgroup arrives on `empty` (count = its warps).
 
+With `pingpong` (Recipe.pingpong) the two consumer warpgroups also take turns at the
+GEMMs through two named barriers (Note [Ping-pong turns]).
+
 Each ring is walked with an explicit (stage, phase) state: stage advances per
 slot, phase flips when stage wraps. Waits on `full` use `phase`, waits on `empty`
 use `phase ^ 1` so the first pass through the ring does not block.
@@ -41,6 +44,19 @@ after QK^T, `mbar_v_empty` after P.V), one arrival per consumer warp. Q's slot h
 mbarrier and, only where CTAs are persistent (`Recipe.persistent`), an empty one: the
 next query block's Q waits for the consumers to be done with the last; a CTA of one query
 block fills it once.
+
+Note [Ping-pong turns]: sm_90a's two consumer warpgroups take turns at issuing their GEMMs
+(Note [Producer warpgroup] in attnc/backend/sm90_ws.py): consumer0 waits for its turn at
+named barrier 1 and ends it by arriving at named barrier 2, consumer1 the other way round,
+each barrier counting both warpgroups' 256 threads. A turn holds a step's QK^T and the
+previous step's P.V (Note [wgmma overlap] in sm90.py): it begins before one step's P.V and
+ends after the next step's QK^T, so in the L5 loops, which run each step's GEMMs in one
+trip, the turn is taken (named_barrier_sync) before the P.V and handed over
+(named_barrier_arrive) after the QK^T -- the first before the KV loops (step 0's QK^T),
+the last after them (the last step's P.V). consumer1 arrives once at the start so that
+consumer0 goes first, and consumer0 syncs once more at the end, which balances both
+barriers. (The kernel waits for the next step's K before it takes the turn; the loops,
+whose trip ends with the P.V, wait for it inside the turn.)
 """
 from __future__ import annotations
 
@@ -53,9 +69,9 @@ from attnc.schedule.recipes import CP_ASYNC_MBARRIER, Channel, Recipe
 
 @dataclass(frozen=True)
 class Barrier:
-    name: str                   # 'mbar_kv_full', 'mbar_k_empty', 'cp_async_kv', ...
+    name: str                   # 'mbar_kv_full', 'mbar_k_empty', 'cp_async_kv', 'bar_turn0', ...
     channel: str
-    kind: str                   # 'mbarrier', 'cp.async.group'
+    kind: str                   # 'mbarrier', 'cp.async.group', 'named'
     stages: int
     arrive_count: int
     tx_bytes: tuple[int, ...]   # bytes fill t of a slot delivers: tx_bytes[t % len] (mbarrier
@@ -63,13 +79,24 @@ class Barrier:
     arrivers: str               # role(s) that arrive / commit
     waiters: str                # role(s) that wait
     tile: str | None = None     # the one tile whose slots it guards (Note [Barriers per tile])
+    ident: int = 0              # a named barrier's id (bar.sync / bar.arrive)
 
 
 def insert_pipelines(recipe: Recipe, tile: Tile) -> tuple[Barrier, ...]:
     out: list[Barrier] = []
     for ch in recipe.channels:
         out.extend(_protocol(recipe, ch, tile))
-    return tuple(out)
+    return tuple(out) + turns(recipe)
+
+
+def turns(recipe: Recipe) -> tuple[Barrier, ...]:
+    """Note [Ping-pong turns]: bar_turn{c} is consumer{c}'s turn, the barrier it syncs on
+    and the other consumer arrives at (ids from 1: barrier 0 is the CTA's bar.sync)."""
+    if not (recipe.pingpong and {"consumer0", "consumer1"} <= _names(recipe)):
+        return ()
+    threads = recipe.role("consumer0").threads + recipe.role("consumer1").threads
+    return tuple(Barrier(f"bar_turn{c}", "", "named", 1, threads, (0,), f"consumer{1 - c}", f"consumer{c}",
+                         ident=1 + c) for c in (0, 1))
 
 
 def fill_tiles(ch: Channel) -> tuple[tuple[str, ...], ...]:

@@ -21,6 +21,10 @@ tile), and in each role:
     put (cp.async)  cta_barrier; slot_write(stage, value) in a group; cp_async_commit
     get (cp.async)  cp_async_wait(pending = 0); cta_barrier; slot_read
 
+and, with ping-pong, each consumer role's turns at the GEMMs (Note [Ping-pong turns] in
+sync.py): named_barrier_sync on its own turn's barrier before each P.V and before the KV
+loops, named_barrier_arrive on the other's after each QK^T and after the loops.
+
 Note [Ring state in the loops]: each role walks each ring it writes (and, apart, each
 ring it reads) with an explicit (stage, phase) pair of i32 values: (0, 0) at the role's start, `attn.ring_advance` after the
 last tile of each fill, and carried through every scf.for that puts or gets on the
@@ -66,6 +70,7 @@ class Pipelines:
                 self.zero = arith.ConstantOp(ir.IntegerType.get_signless(32), 0).result
                 self.one = arith.ConstantOp(ir.IntegerType.get_signless(32), 1).result
             self._block(block, {})
+            self._take_turns(block)
             if not list(self.zero.uses):
                 self.zero.owner.erase()
             if not list(self.one.uses):
@@ -78,6 +83,35 @@ class Pipelines:
                 "name": b.name, "count": b.arrive_count, "stages": b.stages, "channel": b.channel, "side": side,
                 **({"tile": b.tile} if b.tile else {})})
             self.mbar[b.name] = op.result
+
+    def _take_turns(self, block: ir.Block) -> None:
+        """Note [Ping-pong turns] in sync.py, for the role being rewritten."""
+        named = [b for b in self.barriers if b.kind == "named"]
+        own = next((b for b in named if b.waiters == self.role), None)
+        if own is None:
+            return
+        other = next(b for b in named if b.arrivers == self.role)
+        loops = [op.operation for op in block.operations
+                 if op.operation.name == "scf.for" and R.ops_in(op.operation.regions[0].blocks[0], ("attn.mma",))]
+        if self.role == "consumer1":    # it hands consumer0 the first turn
+            with ir.InsertionPoint.at_block_begin(block), R.pass_loc(PASS, block.owner):
+                _named(R.NAMED_BARRIER_ARRIVE, other)
+        for loop in loops:
+            for mma in R.ops_in(loop.regions[0].blocks[0], ("attn.mma",)):
+                if R.attrs_of(mma)["kind"] == "qk":
+                    with ir.InsertionPoint(mma.block.operations[_index(mma) + 1]), R.pass_loc(PASS, mma):
+                        _named(R.NAMED_BARRIER_ARRIVE, other)
+                else:
+                    with ir.InsertionPoint(mma), R.pass_loc(PASS, mma):
+                        _named(R.NAMED_BARRIER_SYNC, own)
+        if not loops:
+            return
+        with ir.InsertionPoint(loops[0]), R.pass_loc(PASS, loops[0]):
+            _named(R.NAMED_BARRIER_SYNC, own)
+        with ir.InsertionPoint(block.operations[_index(loops[-1]) + 1]), R.pass_loc(PASS, loops[-1]):
+            _named(R.NAMED_BARRIER_ARRIVE, other)
+            if self.role == "consumer0":    # its last sync balances consumer1's first arrive
+                _named(R.NAMED_BARRIER_SYNC, own)
 
     # --- the roles' blocks ------------------------------------------------------------
     def _block(self, block: ir.Block, state: dict) -> None:
@@ -224,6 +258,15 @@ class Pipelines:
     def _bytes(self, ch: Channel, tile: str) -> int:
         tx = next(b.tx_bytes for b in self.barriers if b.name == f"mbar_{ch.name}_full")
         return tx[ch.tile.index(tile) % len(tx)] if ch.alternating else tx[0]
+
+
+def _named(kind: str, b: Barrier) -> None:
+    R.create(kind, attributes={"id": b.ident, "threads": b.arrive_count})
+
+
+def _index(op: ir.Operation) -> int:
+    """`op`'s position in its block."""
+    return next(i for i, o in enumerate(op.block.operations) if o.operation == op)
 
 
 def _channel_name(op: ir.Operation) -> str:

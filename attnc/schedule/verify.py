@@ -23,10 +23,12 @@ slots of its stage that the barrier guards (one tile's, where the barrier names 
 
 Note [One ring at a time]: a process is a role (its warps run one program in step: an
 arrive per warp is their arrivals at once). The events of one channel -- its slot
-writes and reads, its mbarriers' waits and arrivals, its cp.async groups and named
-barrier, the CTA barriers -- are explored together, breadth first, so a violation comes
-with a shortest schedule; channels are explored one after the other, as the rings of
-the recipes never wait on each other inside one role's step.
+writes and reads, its mbarriers' waits and arrivals, its cp.async groups -- and the
+barriers of no channel -- the CTA barriers, the named barriers of sm_90a's ping-pong
+(a bar.sync waits until the barrier's thread count has arrived or synced) -- are
+explored together, breadth first, so a violation comes with a shortest schedule;
+channels are explored one after the other, as the rings of the recipes never wait on
+each other inside one role's step.
 
 A violation is a deadlock (no role can move and one has not finished: named at the op
 it waits at), a slot written while a reader has not read or released its previous fill,
@@ -300,8 +302,13 @@ class _Explorer:
                 arrivals, phases, pending = bars[self.bar_index[(e.bar, e.stage)]]
                 where += (f" on {e.bar}[{e.stage}] for parity {e.value} (its phase {phases}, {arrivals} "
                           f"of {self._count(e.bar)} arrivals{f', {pending} bytes due' if pending else ''})")
+            elif e.kind == "bar_sync":
+                arrived = bars[self.bar_index[(e.bar, e.stage)]][0]
+                where += f" on named barrier {e.bar[3:]} ({arrived} of its {e.value} threads there)"
             parts.append(where)
-        return Violation(stuck[0][1].op, f"channel {self.chan!r} deadlocks: " + "; ".join(parts))
+        named = all(e.kind == "bar_sync" for _, e in stuck)
+        what = "the named barriers deadlock" if named else f"channel {self.chan!r} deadlocks"
+        return Violation(stuck[0][1].op, f"{what}: " + "; ".join(parts))
 
     def _moves(self, state):
         """The successors of `state`, each role's step first, then each copy landing, then

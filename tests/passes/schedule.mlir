@@ -16,6 +16,7 @@
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{num_warps=8 block_m=64 block_n=128 stages=2},attn-warp-specialize{consumers=1 producer=1},attn-alloc-smem,attn-insert-pipelines" | filecheck %s --check-prefix=RING
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{block_m=64},attn-warp-specialize" | filecheck %s --check-prefix=COOP90
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{pingpong=1}" | filecheck %s --check-prefix=PINGPONG
+// RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{pingpong=1},attn-alloc-smem,attn-insert-pipelines" | filecheck %s --check-prefix=TURNS
 // RUN: attnc opt %s -arch sm_90a --load-pass examples/passes/v_before_k.py --pass-pipeline "attn-tile,attn-warp-specialize,v-before-k,attn-alloc-smem,attn-insert-pipelines" | filecheck %s --check-prefix=VFIRST
 // RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines" | filecheck %s --check-prefix=SYNC100
 
@@ -193,6 +194,39 @@ func.func @hd128_unmasked(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>
 // PINGPONG: }) {name = "consumer0", regs = 240 : i64, warps = [4, 5, 6, 7]}
 // PINGPONG: }) {name = "consumer1", regs = 240 : i64, warps = [8, 9, 10, 11]}
 // PINGPONG: }) {pingpong = true, programs = {
+
+// Ping-pong at L5 (Note [Ping-pong turns] in attnc/schedule/sync.py): consumer0 takes its
+// turns on named barrier 1 and hands them over on 2, consumer1 the other way round, both
+// counting the two warpgroups' 256 threads; a turn runs from before one step's P.V to after
+// the next step's QK^T. consumer1 arrives once first, consumer0 syncs once more last.
+// TURNS-NOT: "attn.named_barrier
+// TURNS: }) {name = "producer"
+// TURNS: "attn.named_barrier_sync"() {id = 1 : i64, threads = 256 : i64}
+// TURNS-NEXT: scf.for
+// TURNS: "attn.mma"{{.*}}{kind = "qk"}
+// TURNS-NEXT: "attn.named_barrier_arrive"() {id = 2 : i64, threads = 256 : i64}
+// TURNS: "attn.slot_read"{{.*}}{tile = "v"}
+// TURNS: "attn.named_barrier_sync"() {id = 1 : i64, threads = 256 : i64}
+// TURNS-NEXT: "attn.mma"{{.*}}{kind = "pv"}
+// TURNS: scf.yield
+// TURNS-NEXT: }
+// TURNS-NEXT: "attn.named_barrier_arrive"() {id = 2 : i64, threads = 256 : i64}
+// TURNS-NEXT: "attn.named_barrier_sync"() {id = 1 : i64, threads = 256 : i64}
+// TURNS-NEXT: "attn.finalize"
+// TURNS: }) {name = "consumer0"
+// TURNS-NEXT: "attn.role"() ({
+// TURNS-NEXT: "attn.named_barrier_arrive"() {id = 1 : i64, threads = 256 : i64}
+// TURNS: "attn.named_barrier_sync"() {id = 2 : i64, threads = 256 : i64}
+// TURNS-NEXT: scf.for
+// TURNS: "attn.mma"{{.*}}{kind = "qk"}
+// TURNS-NEXT: "attn.named_barrier_arrive"() {id = 1 : i64, threads = 256 : i64}
+// TURNS: "attn.named_barrier_sync"() {id = 2 : i64, threads = 256 : i64}
+// TURNS-NEXT: "attn.mma"{{.*}}{kind = "pv"}
+// TURNS: scf.yield
+// TURNS-NEXT: }
+// TURNS-NEXT: "attn.named_barrier_arrive"() {id = 1 : i64, threads = 256 : i64}
+// TURNS-NEXT: "attn.finalize"
+// TURNS: }) {name = "consumer1"
 
 // V before K: the producer fills V's slot first, on V's own barriers, then K's; the
 // last (K) advances the ring.

@@ -79,6 +79,20 @@ def test_edited_register_budgets_are_the_kernels(tmp_path):
         _lowered(plan.replace("regs = 240 : i64", "regs = 232 : i64", 1), "sm_90a")
 
 
+def test_pingpong_is_followed_with_its_named_barriers(tmp_path):
+    """`pingpong` on attn.warp_specialize and the consumers' named barriers (Note [Ping-pong
+    turns] in attnc/schedule/sync.py) go together: either one edited in alone is refused."""
+    plain = _plan(tmp_path / "plain", "mha", "sm_90a")
+    turns = _plan(tmp_path / "turns", "mha", "sm_90a", {"attn-warp-specialize": {"pingpong": 1}})
+    assert "attn.named_barrier" not in plain and turns.count('"attn.named_barrier_sync"') == 5
+    assert _lowered(turns, "sm_90a").spec.pingpong
+    attribute = ("}) {programs = {", "}) {pingpong = true, programs = {")
+    with pytest.raises(AttncError, match=re.escape("it has 0 named barrier ops, the plan 2")):
+        _lowered(plain.replace(*attribute), "sm_90a")
+    with pytest.raises(AttncError, match=re.escape("it has 2 named barrier ops, the plan 0")):
+        _lowered(turns.replace(attribute[1], attribute[0]), "sm_90a")
+
+
 def test_the_default_plan_lowers():
     specs = target_pipeline("sm_80")
     module = compile_file("examples/mha.attn", CompileOptions(arch="sm_80", pass_pipeline=format_pipeline(specs))).module

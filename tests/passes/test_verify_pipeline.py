@@ -1,9 +1,9 @@
 """attn-verify-pipeline (attnc/schedule/verify.py) on the L5 IR: every kernel the
 pipelines make is sound on every target, and bugs planted in the IR's synchronization
 ops -- a removed arrive, a wrong count, a cp.async noinc count off by one, an arrival
-above the copies it reports, a wrong parity, wrong transaction bytes, a named barrier
-short of threads, a cp.async read with its group in flight -- are each refused with
-what breaks, at the op. (The same through `attnc opt` on hand-edited files:
+above the copies it reports, a wrong parity, wrong transaction bytes, a ping-pong named
+barrier short of threads or without its first arrive, a cp.async read with its group in
+flight -- are each refused with what breaks, at the op. (The same through `attnc opt` on hand-edited files:
 test_verify_pipeline_filecheck.py.)"""
 from __future__ import annotations
 
@@ -132,15 +132,39 @@ def test_wrong_transaction_bytes_are_caught(delta, expect):
     assert expect in messages(op)
 
 
+PINGPONG = L5.replace("attn-warp-specialize", "attn-warp-specialize{pingpong=1}")
+
+
+@pytest.mark.parametrize("example", ["mha", "gemma2", "sliding_window"])
+def test_the_pingpong_turns_are_sound(example):
+    """Note [Ping-pong turns] in sync.py: the consumers' named barriers, with the producer's
+    ring (and, for the window, persistent CTAs' Q barrier)."""
+    op = kernel(example, "sm_90a", PINGPONG)
+    loops = [o for o in R.role_block(role(op, "consumer0")).operations if o.operation.name == "scf.for"]
+    assert len(ops(op, "consumer0", R.NAMED_BARRIER_SYNC)) == len(loops) + 2
+    assert messages(op) == ""
+
+
 def test_a_named_barrier_short_of_threads_is_caught():
-    """The producer syncing with consumer0 on a named barrier that counts one warp too few."""
-    op = kernel("gemma2", "sm_90a")
-    with op.context, ir.Location.unknown():
-        for name, kind in (("producer", R.NAMED_BARRIER_SYNC), ("consumer0", R.NAMED_BARRIER_ARRIVE)):
-            block = R.role_block(role(op, name))
-            with ir.InsertionPoint(list(block.operations)[-1]):
-                R.create(kind, attributes={"id": 1, "threads": 224})
+    """Consumer0's turn barrier counting one warp too few."""
+    op = kernel("gemma2", "sm_90a", PINGPONG)
+    for name in ("consumer0", "consumer1"):
+        for o in ops(op, name, R.NAMED_BARRIER_SYNC) + ops(op, name, R.NAMED_BARRIER_ARRIVE):
+            if R.attrs_of(o)["id"] == 1:
+                set_int(o, "threads", 224)
     assert "named barrier 1 counts 224 threads but gets 256" in messages(op)
+
+
+def test_a_removed_turn_arrive_deadlocks_the_consumers():
+    """Without consumer1's first arrive, consumer0 never gets its first turn and consumer1
+    waits for consumer0 to hand it one."""
+    op = kernel("gemma2", "sm_90a", PINGPONG)
+    first = ops(op, "consumer1", R.NAMED_BARRIER_ARRIVE)[0]
+    first.erase()
+    assert messages(op).startswith(
+        "the named barriers deadlock: consumer0 waits at attn.named_barrier_sync on named barrier 1 (128 of its "
+        "256 threads there); consumer1 waits at attn.named_barrier_sync on named barrier 2 (128 of its 256 "
+        "threads there)")
 
 
 def test_sm100_p_published_with_too_small_a_count():
