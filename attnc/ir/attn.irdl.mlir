@@ -231,7 +231,10 @@ irdl.dialect @attn {
     }
   }
 
-  // A tile of q, k or v (`operand`) at the block coordinates (b, h, block index).
+  // A tile of q, k or v (`operand`) at the block coordinates (b, h, block index). With
+  // `ahead` (sm_80's cooperative role, L3 on): the K or V of the key block `ahead` KV steps
+  // after the step of that block index, none past the last step (Note [cp.async prefetch]
+  // in attnc/schedule/prefetch.py).
   irdl.operation @load {
     %source = irdl.base "!builtin.tensor"
     %i32 = irdl.is i32
@@ -508,7 +511,9 @@ irdl.dialect @attn {
     %value = irdl.base @attn::@tile
     irdl.results(value: %value)
   }
-  // L5 (sm_80): cp.async.commit_group; cp.async.wait_group(pending); bar.sync 0.
+  // L5 (sm_80): cp.async.commit_group (`channel`: whose copies the group holds);
+  // cp.async.wait_group(pending): every group of the thread but the `pending` youngest
+  // has landed; bar.sync 0.
   irdl.operation @cp_async_commit {
   }
   irdl.operation @cp_async_wait {

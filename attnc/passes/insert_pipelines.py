@@ -9,9 +9,10 @@ commits or cp.async groups of its channel's protocol (attnc/schedule/sync.py for
 counts and bytes, attnc/schedule/sync_ir.py for the ops), each ring walked with an
 explicit (stage, phase) carried by the roles' loops (Note [Ring state in the loops]);
 where attn.warp_specialize says `pingpong`, the consumer roles' turns at the GEMMs are
-named barriers (Note [Ping-pong turns] in sync.py). sm_90a's producer, whose threads
-copy K with cp.async and report it on K's own full mbarrier (Note [Barriers per tile]
-in sync.py):
+named barriers (Note [Ping-pong turns] in sync.py); sm_80's cooperative role waits for
+its cp.async groups with its kernel's counts (cp_async_pending in sync.py). sm_90a's
+producer, whose threads copy K with cp.async and report it on K's own full mbarrier
+(Note [Barriers per tile] in sync.py):
 
     before:  scf.for %n = ... {  %k = attn.load ...; "attn.put"(%kv, %k) {tile = "k"} ... }
     after:   %k_full = "attn.mbarrier_init"() {count = 128, name = "mbar_k_full", stages = 2, tile = "k", ...}

@@ -79,7 +79,8 @@ def recipe_of(kernel: ir.Operation, pass_name: str) -> Recipe:
     target = required_attr(kernel, "target", pass_name)
     ws = require_roles(kernel, pass_name)
     return Recipe(target, tuple(roles(kernel)), tuple(channels(kernel)), SMEM_BYTES[target],
-                  TMEM_COLUMNS.get(target, 0), _flag(ws, R.PERSISTENT), _flag(ws, R.PINGPONG))
+                  TMEM_COLUMNS.get(target, 0), _flag(ws, R.PERSISTENT), _flag(ws, R.PINGPONG),
+                  loads_ahead=target == "sm_80")
 
 
 def _flag(ws: ir.Operation, name: str) -> bool:

@@ -8,7 +8,8 @@ one `attn.role` region per role of the target's recipe (attnc/schedule/recipes.p
 its warps and register budget; a tile made in one role and used in another goes through
 `attn.put` / `attn.get` on a channel (attnc/schedule/partition.py, Note [Where values
 cross]). sm_80: one cooperative role `compute` whose Q and K/V go through cp.async
-channels; sm_90a: `consumers` warpgroups of 64 query rows and, with `producer`, a
+channels, K and V loaded stages - 1 steps ahead as its kernel loads them (Note [cp.async
+prefetch] in attnc/schedule/prefetch.py); sm_90a: `consumers` warpgroups of 64 query rows and, with `producer`, a
 `producer` role (the loads) feeding the consumer roles (the GEMMs, hooks, softmax and
 the stores of their rows' O and LSE) through mbarrier rings it fills with cp.async, with
 their setmaxnreg budgets as `regs` (`pingpong` recorded on attn.warp_specialize, and

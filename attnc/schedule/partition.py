@@ -17,7 +17,8 @@ sync.py's protocol has it); where the recipe has none (sm_100a's row statistics 
 accumulator between the softmax, MMA and correction roles) an implied one-slot channel
 is declared, through TMEM when the MMA role is one end, else through shared memory.
 Loaded Q, K and V always go through their channel, even inside one role (sm_80's
-cp.async queue): the channel is the shared-memory staging of the load.
+cp.async queue): the channel is the shared-memory staging of the load. sm_80's role then
+loads K and V ahead of the steps that read them (Note [cp.async prefetch] in prefetch.py).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from mlir.dialects import scf
 
 from attnc.errors import AttncError
 from attnc.ir import roles as R
+from attnc.schedule.prefetch import prefetch
 from attnc.schedule.recipes import Channel, Recipe
 
 PASS = "attn-warp-specialize"
@@ -161,6 +163,8 @@ class Partition:
             op.erase()
         for r in self.names:
             _erase_unused(self.shared[r])
+        if self.recipe.loads_ahead:          # Note [cp.async prefetch]
+            prefetch(R.role_ops(self.kernel)[0], next(c.stages for c in self.recipe.channels if c.name == "kv"))
         self._write_types()
         self.ws.attributes[R.PROGRAMS] = ir.DictAttr.get(       # Note [Role programs]
             {R.name_of(role): ir.StringAttr.get(R.program_digest(role)) for role in R.role_ops(self.kernel)})

@@ -2,8 +2,8 @@
 
 For each channel with `stages` slots this decides the protocol the code follows:
 
-* `cp.async` (one role is both producer and consumer): commit one group per slot
-  filled, wait until at most `stages - 1` groups are in flight before reading,
+* `cp.async` (one role is both producer and consumer): commit one group per tile
+  copied, wait until at most `cp_async_pending` groups are in flight before reading,
   and a CTA barrier so every thread sees every other thread's copies.
 * `cp.async.mbarrier` (sm_90a's producer warpgroup): a `full` and an `empty` mbarrier
   per slot for each tile of the channel (Note [Barriers per tile]).
@@ -97,6 +97,16 @@ def turns(recipe: Recipe) -> tuple[Barrier, ...]:
     threads = recipe.role("consumer0").threads + recipe.role("consumer1").threads
     return tuple(Barrier(f"bar_turn{c}", "", "named", 1, threads, (0,), f"consumer{1 - c}", f"consumer{c}",
                          ident=1 + c) for c in (0, 1))
+
+
+def cp_async_pending(recipe: Recipe) -> int:
+    """The cp.async groups a cooperative role's wait before a step's reads leaves in
+    flight: with its loads ahead (Note [cp.async prefetch] in prefetch.py) those of the
+    S - 1 steps ahead, K and V a group each, which every step commits even where it
+    copies nothing (Note [cp.async group counting] in attnc/backend/forward_loads.py);
+    else none, each read right after its copies."""
+    kv = [c.stages for c in recipe.channels if c.name == "kv" and c.transport == "cp.async"]
+    return 2 * kv[0] - 2 if recipe.loads_ahead and kv else 0
 
 
 def fill_tiles(ch: Channel) -> tuple[tuple[str, ...], ...]:

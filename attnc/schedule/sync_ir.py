@@ -18,8 +18,12 @@ tile), and in each role:
                     from the MMA role, else arrive(full[stage]) once per warp
     get             wait(full[stage], phase); slot_read; ... the reads' last use ...;
                     arrive(empty[stage]) once per warp (tcgen05_commit from the MMA role)
-    put (cp.async)  cta_barrier; slot_write(stage, value) in a group; cp_async_commit
-    get (cp.async)  cp_async_wait(pending = 0); cta_barrier; slot_read
+    put (cp.async)  slot_write(stage, value) in a group; cp_async_commit (where the loads
+                    are not ahead of their steps, a cta_barrier first)
+    get (cp.async)  cp_async_wait(pending); cta_barrier; slot_read -- one wait for the gets
+                    of one point (sm_80's K and Q), `pending` the groups of the steps ahead
+                    (cp_async_pending in sync.py); after the role's last KV loop,
+                    cp_async_wait(pending = 0)
 
 and, with ping-pong, each consumer role's turns at the GEMMs (Note [Ping-pong turns] in
 sync.py): named_barrier_sync on its own turn's barrier before each P.V and before the KV
@@ -30,12 +34,14 @@ ring it reads) with an explicit (stage, phase) pair of i32 values: (0, 0) at the
 last tile of each fill, and carried through every scf.for that puts or gets on the
 ring as two more iter_args (and out of it as two more results), so the next loop of
 the role starts where the last one stopped. A slot's fill is the channel's tiles
-together (K and V of one KV block), or one tile for an alternating ring.
+together (K and V of one KV block), or one tile for an alternating ring; sm_80's role,
+which puts V and K of one block at different steps (Note [cp.async prefetch] in
+prefetch.py), writes each tile's slots on a ring of its own.
 
-Note [No prefetch at L5]: the tile program reads each slot right after its own role
-wrote it (sm_80's cooperative role), so the cp.async wait before a read allows no
-group in flight; the lowering's prefetch distance (stages - 1 groups) is its own
-schedule of the same ring.
+Note [Re-reads]: a role that gets a one-role channel's tile inside a loop that does not
+put it (sm_80's Q, read from its slot at every step) reads the same fill at every trip:
+the get does not advance the ring, and attn-verify-pipeline takes a read's fill to be
+the number of times its ring advanced before it.
 """
 from __future__ import annotations
 
@@ -45,7 +51,7 @@ from mlir.dialects import arith, scf
 from attnc.ir import roles as R
 from attnc.schedule.alloc import Tile
 from attnc.schedule.recipes import CP_ASYNC_MBARRIER, Channel, Recipe
-from attnc.schedule.sync import Barrier, insert_pipelines
+from attnc.schedule.sync import Barrier, cp_async_pending, insert_pipelines
 
 PASS = "attn-insert-pipelines"
 
@@ -57,6 +63,7 @@ class Pipelines:
         self.barriers = insert_pipelines(recipe, tile)
         self.channels = {c.name: c for c in recipe.channels}
         self.mbar: dict[str, ir.Value] = {}
+        self.pending = cp_async_pending(recipe)
 
     def run(self) -> None:
         roles = R.role_ops(self.kernel)
@@ -70,6 +77,7 @@ class Pipelines:
                 self.zero = arith.ConstantOp(ir.IntegerType.get_signless(32), 0).result
                 self.one = arith.ConstantOp(ir.IntegerType.get_signless(32), 1).result
             self._block(block, {})
+            self._drain(block)
             self._take_turns(block)
             if not list(self.zero.uses):
                 self.zero.owner.erase()
@@ -113,6 +121,17 @@ class Pipelines:
             if self.role == "consumer0":    # its last sync balances consumer1's first arrive
                 _named(R.NAMED_BARRIER_SYNC, own)
 
+    def _drain(self, block: ir.Block) -> None:
+        """Every copy lands after the last KV loop of a role whose loads run ahead (the
+        kernel's wait before its epilogue)."""
+        if not self.recipe.loads_ahead:
+            return
+        loops = [op.operation for op in block.operations
+                 if op.operation.name == "scf.for" and R.ops_in(op.operation.regions[0].blocks[0], (R.SLOT_READ,))]
+        if loops:
+            with ir.InsertionPoint(block.operations[_index(loops[-1]) + 1]), R.pass_loc(PASS, loops[-1]):
+                R.create(R.CP_ASYNC_WAIT, attributes={"pending": 0})
+
     # --- the roles' blocks ------------------------------------------------------------
     def _block(self, block: ir.Block, state: dict) -> None:
         fills: dict = {}
@@ -126,7 +145,7 @@ class Pipelines:
 
     def _loop(self, loop: ir.Operation, state: dict) -> None:
         body = loop.regions[0].blocks[0]
-        used = sorted({_ring(op) for op in R.ops_in(body, (R.PUT, R.GET))})
+        used = sorted({self._ring(op) for op in R.ops_in(body, (R.PUT, R.GET))})
         if not used:
             return
         extra = [v for c in used for v in self._state(state, c)]
@@ -160,18 +179,28 @@ class Pipelines:
     def _state(self, state: dict, channel: str):
         return state.get(channel, (self.zero, self.zero))
 
+    def _ring(self, op: ir.Operation) -> tuple:
+        """A role's ring state: one per channel and side (sm_80's role both writes and
+        reads), and per tile where the role's puts of one fill are steps apart."""
+        ring = (_channel_name(op), op.name)
+        if op.name == R.PUT and self.recipe.loads_ahead:
+            return (*ring, ir.StringAttr(op.attributes["tile"]).value)
+        return ring
+
     def _exchange(self, op: ir.Operation, state: dict, fills: dict, done: dict) -> None:
         ch = self.channels[_channel_name(op)]
         tile = ir.StringAttr(op.attributes["tile"]).value
+        ring = self._ring(op)
         # A slot's tiles in the order the role exchanges them (a pass may have put V
         # before K): the first waits for the slot, the last advances the ring; with
         # barriers per tile, each tile waits and signals on its own.
-        count = done.get(_ring(op), 0)
-        first = ch.alternating or count == 0
-        last = ch.alternating or count + 1 == len(ch.tile)
-        done[_ring(op)] = 0 if last else count + 1
+        one_tile = ch.alternating or len(ring) > 2      # a fill is one tile (a ring per tile)
+        count = done.get(ring, 0)
+        first = one_tile or count == 0
+        last = one_tile or count + 1 == len(ch.tile)
+        done[ring] = 0 if last else count + 1
         own = ch.transport == CP_ASYNC_MBARRIER
-        stage, phase = self._state(state, _ring(op))
+        stage, phase = self._state(state, ring)
         with ir.InsertionPoint(op), R.pass_loc(PASS, op):
             if op.name == R.PUT:
                 self._put(op, ch, tile, stage, phase, first or own, last or own)
@@ -179,10 +208,10 @@ class Pipelines:
                 read = self._get(op, ch, tile, stage, phase, first or own)
                 if not own:
                     fills.setdefault(ch.name, []).append(read)
-            if last:
+            if last and not (op.name == R.GET and _rereads(op, ch)):
                 advance = R.create(R.RING_ADVANCE, [stage.type, stage.type], [stage, phase],
                                    {"stages": ch.stages})
-                state[_ring(op)] = (advance.results[0], advance.results[1])
+                state[ring] = (advance.results[0], advance.results[1])
         if op.name == R.GET:
             op.result.replace_all_uses_with(read)
             if own:
@@ -194,7 +223,8 @@ class Pipelines:
     def _put(self, op, ch: Channel, tile: str, stage, phase, first: bool, last: bool) -> None:
         chan, value = op.operands[0], op.operands[1]
         if ch.transport == "cp.async":
-            R.create(R.CTA_BARRIER, attributes={"channel": ch.name})
+            if not self.recipe.loads_ahead:
+                R.create(R.CTA_BARRIER)
             R.create(R.SLOT_WRITE, operands=[chan, stage, value], attributes={"tile": tile, "completes": "group"})
             R.create(R.CP_ASYNC_COMMIT, attributes={"channel": ch.name})
             return
@@ -218,9 +248,10 @@ class Pipelines:
 
     def _get(self, op, ch: Channel, tile: str, stage, phase, first: bool) -> ir.Value:
         chan = op.operands[0]
-        if ch.transport == "cp.async":        # every tile is a group of its own
-            R.create(R.CP_ASYNC_WAIT, attributes={"pending": 0, "channel": ch.name})
-            R.create(R.CTA_BARRIER, attributes={"channel": ch.name})
+        if ch.transport == "cp.async":
+            if not _after_read(op):
+                R.create(R.CP_ASYNC_WAIT, attributes={"pending": self.pending})
+                R.create(R.CTA_BARRIER)
         elif first:
             R.create(R.MBARRIER_WAIT, operands=[self._barrier(ch, "full", tile), stage, phase])
         return R.create(R.SLOT_READ, [op.result.type], [chan, stage], {"tile": tile}).result
@@ -273,9 +304,21 @@ def _channel_name(op: ir.Operation) -> str:
     return R.name_of(op.operands[0].owner)
 
 
-def _ring(op: ir.Operation) -> tuple[str, str]:
-    """A role's ring state: one per channel and side (sm_80's role both writes and reads)."""
-    return (_channel_name(op), op.name)
+def _rereads(get: ir.Operation, ch: Channel) -> bool:
+    """Note [Re-reads]: a one-role channel got inside a loop that does not put it."""
+    loop = get.block.owner
+    loop = getattr(loop, "operation", loop)
+    if ch.producer != ch.consumer or loop is None or loop.name != "scf.for":
+        return False
+    chan = get.operands[0]
+    return not any(op.operands[0] == chan for op in R.ops_in(get.block, (R.PUT, R.SLOT_WRITE)))
+
+
+def _after_read(get: ir.Operation) -> bool:
+    """Whether `get` follows a read of a cp.async slot, whose wait it shares."""
+    ops = [o.operation for o in get.block.operations]
+    at = ops.index(get)
+    return at > 0 and ops[at - 1].name == R.SLOT_READ
 
 
 def _ancestor_in(op, block: ir.Block):

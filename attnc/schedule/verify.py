@@ -23,12 +23,14 @@ slots of its stage that the barrier guards (one tile's, where the barrier names 
 
 Note [One ring at a time]: a process is a role (its warps run one program in step: an
 arrive per warp is their arrivals at once). The events of one channel -- its slot
-writes and reads, its mbarriers' waits and arrivals, its cp.async groups -- and the
-barriers of no channel -- the CTA barriers, the named barriers of sm_90a's ping-pong
-(a bar.sync waits until the barrier's thread count has arrived or synced) -- are
-explored together, breadth first, so a violation comes with a shortest schedule;
-channels are explored one after the other, as the rings of the recipes never wait on
-each other inside one role's step.
+writes and reads, its mbarriers' waits and arrivals -- and what belongs to no channel
+-- the CTA barriers, the cp.async groups (a thread's, whichever channel's copies they
+hold: a wait_group waits until every group but its `pending` youngest has landed, the
+groups landing in any order), the named barriers of sm_90a's ping-pong (a bar.sync
+waits until the barrier's thread count has arrived or synced) -- are explored together,
+breadth first, so a violation comes with a shortest schedule; channels are explored one
+after the other, as the rings of the recipes never wait on each other inside one role's
+step.
 
 A violation is a deadlock (no role can move and one has not finished: named at the op
 it waits at), a slot written while a reader has not read or released its previous fill,
@@ -68,6 +70,7 @@ class Event:
     fill: int = 0
     lands: str = ""    # write: mbarrier, group or store
     tx: int = 0        # write: bytes the copy delivers
+    groups: int = 0    # commit, wait_group: the role's cp.async groups committed before it
 
 
 class Unevaluated(Exception):
@@ -81,7 +84,10 @@ class _Trace:
         self.warps, self.trips, self.bars = warps, 2 * stages, bars
         self.env: dict = {}
         self.events: list[Event] = []
-        self.fills: dict = {}
+        self.fills: dict = {}           # (channel, tile): fills written
+        self.read: dict = {}            # (channel, tile): its ring's advances since the first read
+        self.unadvanced: dict = {}      # stage value: the (channel, tile)s read at it, ring not advanced
+        self.groups = 0
         self.loops = 0
 
     def block(self, block: ir.Block) -> None:
@@ -100,6 +106,8 @@ class _Trace:
         elif name in _ARITH and all(v in self.env for v in op.operands):
             self.env[op.result] = _ARITH[name](*(self.env[v] for v in op.operands))
         elif name == R.RING_ADVANCE:
+            for key in self.unadvanced.pop(op.operands[0], ()):
+                self.read[key] = self.read.get(key, 0) + 1
             stage, phase = self.get(op, op.operands[0]), self.get(op, op.operands[1])
             stages = ir.IntegerAttr(op.attributes["stages"]).value
             wrap = stage + 1 >= stages
@@ -143,13 +151,17 @@ def _wait(t: _Trace, op) -> Event:
 
 
 def _slot(t: _Trace, op, kind: str) -> Event:
+    """A slot write (fill: the writes of the tile before it) or read (fill: the times its
+    ring advanced before it, Note [Re-reads] in sync_ir.py: the ring_advance of the stage
+    value it reads at)."""
     chan = R.name_of(op.operands[0].owner)
     tile = ir.StringAttr(op.attributes["tile"]).value
-    fill = t.fills.get((chan, tile, kind), 0)
-    t.fills[(chan, tile, kind)] = fill + 1
     stage = t.get(op, op.operands[1])
     if kind == "read":
-        return Event("read", chan, op, stage=stage, tile=tile, fill=fill)
+        t.unadvanced.setdefault(op.operands[1], set()).add((chan, tile))
+        return Event("read", chan, op, stage=stage, tile=tile, fill=t.read.get((chan, tile), 0))
+    fill = t.fills.get((chan, tile), 0)
+    t.fills[(chan, tile)] = fill + 1
     lands = ir.StringAttr(op.attributes["completes"]).value
     bar = R.name_of(op.operands[3].owner) if len(op.operands) > 3 else ""
     return Event("write", chan, op, bar, stage, tile=tile, fill=fill, lands=lands, tx=_tile_bytes(op.operands[2].type))
@@ -173,14 +185,19 @@ _SYNC = {
     R.CP_ASYNC_MBARRIER_ARRIVE: lambda t, op: t.mbar(op, "copies", 32 * t.warps),
     R.SLOT_WRITE: lambda t, op: _slot(t, op, "write"),
     R.SLOT_READ: lambda t, op: _slot(t, op, "read"),
-    R.CP_ASYNC_COMMIT: lambda t, op: Event("commit", _channel_attr(op), op),
-    R.CP_ASYNC_WAIT: lambda t, op: Event("wait_group", _channel_attr(op), op, value=_attr(op, "pending")),
+    R.CP_ASYNC_COMMIT: lambda t, op: _commit(t, op),
+    R.CP_ASYNC_WAIT: lambda t, op: Event("wait_group", None, op, value=_attr(op, "pending"), groups=t.groups),
     R.CTA_BARRIER: lambda t, op: Event("cta", None, op),
     R.NAMED_BARRIER_ARRIVE: lambda t, op: Event("bar_arrive", _channel_attr(op), op, f"bar{_attr(op, 'id')}",
                                                 value=_attr(op, "threads")),
     R.NAMED_BARRIER_SYNC: lambda t, op: Event("bar_sync", _channel_attr(op), op, f"bar{_attr(op, 'id')}",
                                               value=_attr(op, "threads")),
 }
+
+
+def _commit(t: _Trace, op) -> Event:
+    t.groups += 1
+    return Event("commit", None, op, groups=t.groups - 1)
 
 
 def _per_warp(op) -> bool:
@@ -341,7 +358,7 @@ class _Explorer:
                 new_slots = _set(new_slots, slot, (fill, True, readers))
             yield (pcs, new_bars, new_slots, rest, groups, open_groups, holds, entered)
         for k, pending in enumerate(groups):
-            for g, group in enumerate(pending):
+            for g, (_, group) in enumerate(pending):
                 new_slots = slots
                 for slot in group:
                     fill, _, readers = new_slots[slot]
@@ -389,10 +406,11 @@ class _Explorer:
             return (nxt, bars, _set(slots, s, (fill, landed, readers | {k})), flight, groups, open_groups,
                     holds | {(k, s)}, entered)
         if kind == "commit":
-            return (nxt, bars, slots, flight, _set(groups, k, groups[k] + (open_groups[k],)),
+            return (nxt, bars, slots, flight, _set(groups, k, groups[k] + ((e.groups, open_groups[k]),)),
                     _set(open_groups, k, ()), holds, entered)
-        if kind == "wait_group":
-            return (nxt, *state[1:]) if len(groups[k]) <= e.value else None
+        if kind == "wait_group":            # every group but the `value` youngest has landed
+            landed = all(seq >= e.groups - e.value for seq, _ in groups[k])
+            return (nxt, *state[1:]) if landed else None
         if kind == "cta":
             return (nxt, bars, slots, flight, groups, open_groups, frozenset(h for h in holds if h[0] != k), entered)
         return self._named(k, e, b, state, nxt)

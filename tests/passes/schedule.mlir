@@ -20,16 +20,34 @@
 // RUN: attnc opt %s -arch sm_90a --load-pass examples/passes/v_before_k.py --pass-pipeline "attn-tile,attn-warp-specialize,v-before-k,attn-alloc-smem,attn-insert-pipelines" | filecheck %s --check-prefix=VFIRST
 // RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines" | filecheck %s --check-prefix=SYNC100
 
-// L3, sm_80: one cooperative role whose loads go through its own cp.async channels.
+// L3, sm_80: one cooperative role whose loads go through its own cp.async channels, K
+// and V issued ahead of their steps as the kernel issues them (Note [cp.async prefetch] in
+// attnc/schedule/prefetch.py, two stages): before the loop Q, K and V of step 0 and K of
+// step 1; at step t, V of step t + 1 once K(t) is got, K of step t + 2 once V(t) is got.
 // WS80: "attn.warp_specialize"() ({
 // WS80-NEXT: %[[Q:[0-9]+]] = "attn.channel"() {consumer = "compute", name = "q", producer = "compute", space = "smem", stages = 1 : i64, tile = ["q"], transport = "cp.async", types = [!attn.tile<[128, 128], bf16, "smem">]}
 // WS80-NEXT: %[[KV:[0-9]+]] = "attn.channel"() {consumer = "compute", name = "kv", producer = "compute", space = "smem", stages = 2 : i64, tile = ["k", "v"], transport = "cp.async"
 // WS80-NEXT: "attn.role"() ({
 // WS80: "attn.put"(%[[Q]], %{{[0-9]+}}) {tile = "q"}
-// WS80: scf.for
-// WS80: %[[K:[0-9]+]] = "attn.load"(%arg1, {{.*}}) {operand = "k"}
-// WS80-NEXT: "attn.put"(%[[KV]], %[[K]]) {tile = "k"}
-// WS80-NEXT: "attn.get"(%[[KV]]) {tile = "k"}
+// WS80-NOT: "attn.get"
+// WS80: %[[K0:[0-9]+]] = "attn.load"(%arg1, %arg3, %arg4, %[[LO:[a-z0-9_]+]]) {ahead = 0 : i64, operand = "k"}
+// WS80-NEXT: "attn.put"(%[[KV]], %[[K0]]) {tile = "k"}
+// WS80-NEXT: %[[V0:[0-9]+]] = "attn.load"(%arg2, %arg3, %arg4, %[[LO]]) {ahead = 0 : i64, operand = "v"}
+// WS80-NEXT: "attn.put"(%[[KV]], %[[V0]]) {tile = "v"}
+// WS80-NEXT: %[[K1:[0-9]+]] = "attn.load"(%arg1, %arg3, %arg4, %[[LO]]) {ahead = 1 : i64, operand = "k"}
+// WS80-NEXT: "attn.put"(%[[KV]], %[[K1]]) {tile = "k"}
+// WS80-NEXT: scf.for %[[N:arg[0-9]+]] = %[[LO]] to
+// WS80-NEXT: %[[K:[0-9]+]] = "attn.get"(%[[KV]]) {tile = "k"}
+// WS80-NEXT: %[[QT:[0-9]+]] = "attn.get"(%[[Q]]) {tile = "q"}
+// WS80-NEXT: %[[VA:[0-9]+]] = "attn.load"(%arg2, %arg3, %arg4, %[[N]]) {ahead = 1 : i64, operand = "v"}
+// WS80-NEXT: "attn.put"(%[[KV]], %[[VA]]) {tile = "v"}
+// WS80-NEXT: "attn.mma"(%[[QT]], %[[K]]) {kind = "qk"}
+// WS80-NEXT: "attn.softmax_step"
+// WS80-NEXT: %[[V:[0-9]+]] = "attn.get"(%[[KV]]) {tile = "v"}
+// WS80-NEXT: %[[KA:[0-9]+]] = "attn.load"(%arg1, %arg3, %arg4, %[[N]]) {ahead = 2 : i64, operand = "k"}
+// WS80-NEXT: "attn.put"(%[[KV]], %[[KA]]) {tile = "k"}
+// WS80-NEXT: "attn.rescale"
+// WS80-NEXT: "attn.mma"(%{{[0-9]+}}#0, %[[V]], %{{[0-9]+}}) {kind = "pv"}
 // WS80: }) {name = "compute", regs = 0 : i64, warps = [0, 1, 2, 3]}
 // WS80-NOT: "attn.role"
 
@@ -85,23 +103,51 @@
 // ALLOC100: "attn.channel"() {buffers = [{alias_of = "tS0", align = 32 : i64, name = "tP0", offset = 64 : i64, size = 64 : i64, space = "tmem"
 // ALLOC100: "attn.channel"() {buffers = [{align = 32 : i64, name = "tO0", offset = 256 : i64, size = 128 : i64, space = "tmem"{{.*}}name = "o0_acc"
 
-// L5, sm_80: cp.async groups; each read waits for its group and a CTA barrier, each
-// write waits for the slot's readers at a CTA barrier; the ring state (stage, phase) is
-// carried by the loop.
+// L5, sm_80: the kernel's cp.async schedule. Each copy is a group of its own; a step waits
+// until at most the groups of the step ahead (2 * stages - 2 = 2) are in flight, then a
+// CTA barrier, before it reads K (and Q, from its one slot at every step without
+// advancing its ring) and again before V; the copies of later steps go into slots the
+// barrier just released, K's and V's each on a write ring of its own; every copy lands
+// before the epilogue.
+// SYNC80: %[[Q:[0-9]+]] = "attn.channel"() {{.*}}name = "q"
 // SYNC80: %[[KV:[0-9]+]] = "attn.channel"() {{.*}}name = "kv"
 // SYNC80: %[[C0:c0_i32[_0-9]*]] = arith.constant 0 : i32
-// SYNC80: scf.for %{{.*}} iter_args({{.*}}%[[RS:arg[0-9]+]] = %[[C0]], %[[RP:arg[0-9]+]] = %[[C0]], %[[WS:arg[0-9]+]] = %[[C0]], %[[WP:arg[0-9]+]] = %[[C0]])
-// SYNC80: "attn.cta_barrier"() {channel = "kv"}
-// SYNC80-NEXT: "attn.slot_write"(%[[KV]], %[[WS]], %{{[0-9]+}}) {completes = "group", tile = "k"}
+// SYNC80: "attn.slot_write"(%[[Q]], %[[C0]], %{{[0-9]+}}) {completes = "group", tile = "q"}
+// SYNC80-NEXT: "attn.cp_async_commit"() {channel = "q"}
+// SYNC80-NOT: "attn.cp_async_wait"
+// SYNC80: "attn.slot_write"(%[[KV]], %[[C0]], %{{[0-9]+}}) {completes = "group", tile = "k"}
 // SYNC80-NEXT: "attn.cp_async_commit"() {channel = "kv"}
-// SYNC80-NEXT: "attn.cp_async_wait"() {channel = "kv", pending = 0 : i64}
-// SYNC80-NEXT: "attn.cta_barrier"() {channel = "kv"}
+// SYNC80-NEXT: %[[K1:[0-9]+]]:2 = "attn.ring_advance"(%[[C0]], %[[C0]]) {stages = 2 : i64}
+// SYNC80: "attn.slot_write"(%[[KV]], %[[C0]], %{{[0-9]+}}) {completes = "group", tile = "v"}
+// SYNC80-NEXT: "attn.cp_async_commit"() {channel = "kv"}
+// SYNC80-NEXT: %[[V1:[0-9]+]]:2 = "attn.ring_advance"(%[[C0]], %[[C0]]) {stages = 2 : i64}
+// SYNC80: "attn.slot_write"(%[[KV]], %[[K1]]#0, %{{[0-9]+}}) {completes = "group", tile = "k"}
+// SYNC80-NEXT: "attn.cp_async_commit"() {channel = "kv"}
+// SYNC80-NEXT: %[[K2:[0-9]+]]:2 = "attn.ring_advance"(%[[K1]]#0, %[[K1]]#1) {stages = 2 : i64}
+// SYNC80-NEXT: scf.for %{{.*}} iter_args({{.*}}%[[RS:arg[0-9]+]] = %[[C0]], %[[RP:arg[0-9]+]] = %[[C0]], %[[KS:arg[0-9]+]] = %[[K2]]#0, %[[KP:arg[0-9]+]] = %[[K2]]#1, %[[VS:arg[0-9]+]] = %[[V1]]#0, %[[VP:arg[0-9]+]] = %[[V1]]#1, %[[QS:arg[0-9]+]] = %[[C0]], %[[QP:arg[0-9]+]] = %[[C0]])
+// SYNC80-NEXT: "attn.cp_async_wait"() {pending = 2 : i64}
+// SYNC80-NEXT: "attn.cta_barrier"()
 // SYNC80-NEXT: "attn.slot_read"(%[[KV]], %[[RS]]) {tile = "k"}
-// SYNC80: "attn.slot_write"(%[[KV]], %[[WS]], %{{[0-9]+}}) {completes = "group", tile = "v"}
+// SYNC80-NEXT: "attn.slot_read"(%[[Q]], %[[QS]]) {tile = "q"}
+// SYNC80-NEXT: "attn.load"{{.*}}{ahead = 1 : i64, operand = "v"}
+// SYNC80-NEXT: "attn.slot_write"(%[[KV]], %[[VS]], %{{[0-9]+}}) {completes = "group", tile = "v"}
 // SYNC80-NEXT: "attn.cp_async_commit"() {channel = "kv"}
-// SYNC80-NEXT: "attn.ring_advance"(%[[WS]], %[[WP]]) {stages = 2 : i64}
-// SYNC80: "attn.slot_read"(%[[KV]], %[[RS]]) {tile = "v"}
+// SYNC80-NEXT: "attn.ring_advance"(%[[VS]], %[[VP]]) {stages = 2 : i64}
+// SYNC80-NEXT: "attn.mma"
+// SYNC80-NEXT: "attn.softmax_step"
+// SYNC80-NEXT: "attn.cp_async_wait"() {pending = 2 : i64}
+// SYNC80-NEXT: "attn.cta_barrier"()
+// SYNC80-NEXT: "attn.slot_read"(%[[KV]], %[[RS]]) {tile = "v"}
 // SYNC80-NEXT: "attn.ring_advance"(%[[RS]], %[[RP]]) {stages = 2 : i64}
+// SYNC80-NEXT: "attn.load"{{.*}}{ahead = 2 : i64, operand = "k"}
+// SYNC80-NEXT: "attn.slot_write"(%[[KV]], %[[KS]], %{{[0-9]+}}) {completes = "group", tile = "k"}
+// SYNC80-NEXT: "attn.cp_async_commit"() {channel = "kv"}
+// SYNC80-NEXT: "attn.ring_advance"(%[[KS]], %[[KP]]) {stages = 2 : i64}
+// SYNC80-NEXT: "attn.rescale"
+// SYNC80-NEXT: "attn.mma"
+// SYNC80-NEXT: scf.yield {{.*}}, %[[QS]], %[[QP]] :
+// SYNC80-NEXT: }
+// SYNC80-NEXT: "attn.cp_async_wait"() {pending = 0 : i64}
 // SYNC80-NOT: mbarrier
 
 // L5, two roles on mbarrier rings of 2 slots, one pair of barriers per tile (Note

@@ -3,7 +3,8 @@ the producer warpgroup's (Note [Producer warpgroup] in attnc/backend/sm90_ws.py)
 cp.async copies each producer thread reports on the tile's full mbarrier with
 cp.async.mbarrier.arrive.noinc, K and V each on barriers of their own with the kernel's
 names and counts, Q's empty barrier exactly where the lowering makes the CTAs persistent
--- while sm_100a keeps FlashAttention-4's TMA ring and sm_80 its cp.async groups."""
+-- while sm_100a keeps FlashAttention-4's TMA ring, and sm_80's cp.async schedule is its
+kernel's: K and V issued ahead of their steps, waits with the kernel's group counts."""
 from __future__ import annotations
 
 import re
@@ -131,3 +132,51 @@ def test_the_other_targets_keep_their_protocols(arch, kv, kv_barriers):
     _, kernel = plan("gemma2", arch)
     assert transports(kernel)["kv"] == kv
     assert {name: a["count"] for name, a in barriers(kernel).items() if a["channel"] == "kv"} == kv_barriers
+
+
+def _sm80_steps(kernel) -> tuple[list[str], list[str]]:
+    """The compute role's cp.async schedule: before its first KV loop, and one trip of it."""
+    def steps(block) -> list[str]:
+        out = []
+        for op in block.operations:
+            op = op.operation
+            a = R.attrs_of(op)
+            if op.name == R.SLOT_WRITE:
+                out.append(f"put {a['tile']}")
+            elif op.name == R.SLOT_READ:
+                out.append(f"get {a['tile']}")
+            elif op.name == R.CP_ASYNC_WAIT:
+                out.append(f"wait {a['pending']}")
+            elif op.name == R.CTA_BARRIER:
+                out.append("bar")
+            elif op.name == "attn.load" and "ahead" in a:
+                out.append(f"{a['operand']} +{a['ahead']}")
+            elif op.name in ("attn.mma", "attn.softmax_step", "attn.rescale"):
+                out.append(a.get("kind", op.name[5:]))
+            elif op.name == "scf.for":
+                break
+        return out
+
+    block = R.role_block(R.role_ops(kernel)[0])
+    loop = next(op.operation for op in block.operations if op.operation.name == "scf.for")
+    return steps(block), steps(loop.regions[0].blocks[0])
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3])
+def test_sm80_states_the_kernels_prefetch(stages):
+    """sm80.py's `_step` and forward_loads.py's `_prologue`: Q, then K(0), V(0), ..., K(S-1)
+    before the steps; a step waits until the 2S - 2 groups of the steps ahead are in
+    flight, reads K and Q, puts V(t + S - 1), and after the softmax (one slot: before it)
+    waits again, reads V and puts K(t + S) (Note [Where V is waited for])."""
+    result = compile_mlir((ROOT / "examples/mha.attn").read_text(), "examples/mha.attn", CompileOptions(
+        arch="sm_80", pass_pipeline=L5.replace("attn-tile", f"attn-tile{{stages={stages}}}")))
+    _KEPT.append(result)
+    prologue, trip = _sm80_steps(attention_ops(result.module)[0])
+    ahead = ["put q"] + [x for i in range(stages) for x in (f"k +{i}", "put k", f"v +{i}", "put v")][:-2]
+    assert [x for x in prologue if x.startswith(("put", "k", "v"))] == ahead
+    assert "wait" not in " ".join(prologue)
+    pending = f"wait {2 * stages - 2}"
+    v_step = [pending, "bar", "get v", f"k +{stages}", "put k"]
+    assert trip == ([pending, "bar", "get k", "get q", f"v +{stages - 1}", "put v", "qk"]
+                    + (v_step + ["softmax_step"] if stages == 1 else ["softmax_step"] + v_step)
+                    + ["rescale", "pv"])
