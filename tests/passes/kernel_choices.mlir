@@ -14,8 +14,8 @@
 
 // ALiBi on sm_80 (head dim 64, an affine score_mod, no LSE): row sums on the tensor cores,
 // no lazy rescale below head dim 128, O staged through shared memory, the mask's bit test.
-// CHECK: "attn.load"({{.*}}) {early_first = false, lean = false, operand = "k"}
-// CHECK: "attn.load"({{.*}}) {lean = false, operand = "v"}
+// CHECK: "attn.load"({{.*}}) {ahead = 0 : i64, early_first = false, lean = false, operand = "k"}
+// CHECK: "attn.load"({{.*}}) {ahead = 0 : i64, lean = false, operand = "v"}
 // CHECK: "attn.softmax_step"({{.*}}) {exp2_fma = 0 : i64}
 // CHECK: "attn.rescale"({{.*}}) {lazy = false}
 // CHECK: "attn.mma"({{.*}}) {kind = "pv", row_sum = true}
@@ -29,10 +29,10 @@
 
 // Gemma-2 on sm_90a (the producer warpgroup's kernel with a score_mod): one of 8 exp2 on
 // the FMA pipe, the lazy rescale at head dim 128, O stored from the registers.
-// GEMMA: "attn.store"({{.*}}) {operand = "o", staged = false}
 // GEMMA: }) {name = "producer"
 // GEMMA: "attn.softmax_step"({{.*}}) {exp2_fma = 1 : i64}
 // GEMMA: "attn.rescale"({{.*}}) {lazy = true}
+// GEMMA: "attn.store"({{.*}}) {operand = "o", staged = false}
 // GEMMA: }) {name = "consumer0"
 
 // SM100: alibi.attn:2:1: error: attn-kernel-choices records the choices of the sm_80 and sm_90a lowerings; sm_100a has no lowering yet
