@@ -49,6 +49,7 @@ PINGPONG = "pingpong"            # on attn.warp_specialize: the consumer warpgro
 PERSISTENT = "persistent"        # on attn.warp_specialize: each CTA runs several query blocks
 KV_WRITES = (PUT, SLOT_WRITE)    # where a role hands a tile to a channel (L3, L5)
 PROGRAMS = "programs"            # on attn.warp_specialize: each role's program_digest as made
+SCHEDULES = "schedules"          # on attn.warp_specialize: each role's schedule_digest as made
 
 # The L3-L5 ops a pass after attn-tile may find in a kernel: none of them is a tile op.
 SCHEDULE_OPS = (WARP_SPECIALIZE, ROLE, CHANNEL, PUT, GET, MBARRIER_INIT, MBARRIER_WAIT, MBARRIER_ARRIVE,
@@ -208,6 +209,40 @@ def program_digest(role: ir.Operation) -> str:
     if name_of(role) == "producer":
         seq = _kv_first(seq)
     return hashlib.sha256("\n".join(seq).encode()).hexdigest()[:16]
+
+
+# Note [Role schedules]: what attn-insert-pipelines makes of a role -- where its waits,
+# arrives, barriers, cp.async groups, slot writes and reads and ring advances stand,
+# their attributes (counts, ids, `pending`, tiles), the barrier or channel each one is on,
+# and how far ahead each load is -- digested with the program ops around them. The pass
+# records every role's (`schedules` on attn.warp_specialize) and the lowerings, which
+# build that synchronization as the plan passes make it, compare it: an edit there is
+# refused at the role rather than built as the default (Note [The plan the lowerings
+# follow]). The choices attn-kernel-choices records later on the program ops are not in it.
+def schedule_digest(role: ir.Operation) -> str:
+    import hashlib
+
+    steps: list[str] = []
+
+    def source(value) -> str:
+        owner = value.owner
+        name = getattr(owner, "name", "")
+        return attrs_of(owner).get("name", name) if name in (MBARRIER_INIT, CHANNEL) else ""
+
+    def visit(op):
+        name = op.name
+        if name in SCHEDULE_OPS:
+            a = attrs_of(op)
+            steps.append(f"{name} {sorted(a.items())} {[source(v) for v in op.operands]}")
+        elif name in _PROGRAM_OPS:
+            key = _TILE_KEYS.get(name)
+            ahead = attrs_of(op).get("ahead") if name == "attn.load" else None
+            steps.append(f"{name} {ir.StringAttr(op.attributes[key]).value if key else ''} {ahead}")
+        return ir.WalkResult.ADVANCE
+
+    for op in role_block(role).operations:
+        op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return hashlib.sha256("\n".join(steps).encode()).hexdigest()[:16]
 
 
 def _kv_first(seq: list[str]) -> list[str]:

@@ -43,7 +43,10 @@ class InsertPipelines(Pass):
 
 
 def insert(module) -> None:
+    from mlir import ir
+
     from attnc.ir import attention_ops, error_at
+    from attnc.ir import roles as R
     from attnc.ir.roles import mbarrier_ops
     from attnc.passes import plan_ir
     from attnc.schedule.sync_ir import Pipelines
@@ -60,6 +63,9 @@ def insert(module) -> None:
                                f"buffer; run attn-alloc-smem (and attn-alloc-tmem) first")
         with op.context:
             Pipelines(recipe, plan_ir.tile_of(op, InsertPipelines.name), op).run()
+            ws = R.warp_specialize_of(op)
+            ws.attributes[R.SCHEDULES] = ir.DictAttr.get(        # Note [Role schedules]
+                {R.name_of(role): ir.StringAttr.get(R.schedule_digest(role)) for role in R.role_ops(op)})
 
 
 def _synchronized(kernel) -> bool:

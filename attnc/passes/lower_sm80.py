@@ -143,12 +143,19 @@ def _check_plan(module, pass_name: str) -> None:
         plan = followed_plan(kernel, pass_name)
         ws = R.warp_specialize_of(kernel)
         made = R.value_of(ws.attributes[R.PROGRAMS]) if R.PROGRAMS in ws.attributes else {}
+        synced = R.value_of(ws.attributes[R.SCHEDULES]) if R.SCHEDULES in ws.attributes else {}
         for role in R.role_ops(kernel):         # Note [Role programs]
-            if R.name_of(role) in made and made[R.name_of(role)] != R.program_digest(role):
-                raise error_at(role, f"{pass_name} builds the ops of role '{R.name_of(role)}' in the order "
+            name = R.name_of(role)
+            if name in made and made[name] != R.program_digest(role):
+                raise error_at(role, f"{pass_name} builds the ops of role '{name}' in the order "
                                      f"attn-warp-specialize made them (of an op order it follows only which of "
                                      f"K and V the producer puts first), and this role's ops were reordered, "
                                      f"added or removed since (Note [The plan the lowerings follow])")
+            if name in synced and synced[name] != R.schedule_digest(role):      # Note [Role schedules]
+                raise error_at(role, f"{pass_name} builds the synchronization of role '{name}' as "
+                                     f"attn-insert-pipelines made it -- where its waits, arrives, barriers and "
+                                     f"cp.async groups stand, their counts, how far ahead its loads are -- and "
+                                     f"this role's changed since (Note [The plan the lowerings follow])")
         ours, theirs = plan_summary(kernel), planned_summary(kernel, tile, plan)
         for kind in theirs:
             if ours.get(kind) == theirs[kind]:

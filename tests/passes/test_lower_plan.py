@@ -190,3 +190,17 @@ def test_a_producer_putting_v_first_is_followed(tmp_path):
     default = build(compile_file("examples/mha.attn", CompileOptions(arch="sm_90a")))
     assert moved.spec.v_first and not default.spec.v_first
     assert moved.ptx != default.ptx
+
+
+def test_a_sound_edit_of_the_synchronization_is_refused_not_built_as_the_default(tmp_path):
+    """Note [Role schedules]: a step's cp.async wait edited to wait for one more group is
+    sound (attn-verify-pipeline accepts it), but the lowering builds the waits where and as
+    attn-insert-pipelines made them, so it refuses the edit rather than ignore it."""
+    plan = _plan(tmp_path, "mha", "sm_80")
+    old = '"attn.cp_async_wait"() {pending = 2 : i64}'
+    assert plan.count(old) >= 2
+    edited = plan.replace(old, '"attn.cp_async_wait"() {pending = 1 : i64}', 1)
+    optimize_mlir(edited, "plan.mlir", CompileOptions(arch="sm_80", pass_pipeline="attn-verify-pipeline"))
+    with pytest.raises(AttncError, match=re.escape("builds the synchronization of role 'compute' as "
+                                                   "attn-insert-pipelines made it")):
+        _lowered(edited, "sm_80")
