@@ -21,10 +21,11 @@ kernel_spec.py) asks the resources of its kernel's PTX under the bound; where th
 spills, the bundle takes the kernel without the bound, whose PTX is the trial's less its
 `.minnctapersm` lines (Note [Recent PTX] in ptx.py). nvJitLink lets go of the GIL, so
 `resource_usage` of PTX with a bound has that PTX assembled on a second thread meanwhile,
-where the process has a second core that the load average says is idle, and the bundle's
+where the process has a second core that nothing else wants now, and the bundle's
 `ptx_to_cubin` of it takes that cubin. Where the bound is kept, or the bundle's module
 holds more kernels than the trial's, the second assembly was for nothing, and cost no
-wall time (on a busy machine it would: hence the load average).
+wall time (on a busy machine it would: hence the count of the tasks ready to run now;
+the load average, of the last minute, still counts a compile that ended seconds ago).
 
 Note [Split compile]: ptxas compiles a module's kernels one after the other, and a
 module may hold two or three (sm_80's tiles_last kernel, Note [Small grids] in kernel_abi.py; a block map
@@ -241,10 +242,20 @@ def _assemble_beside(ptx: str, arch: str) -> None:
 
 
 def _idle_core() -> bool:
-    """A second core, which the load average (this process's own share included) leaves
-    mostly idle."""
+    """A second core that nothing else wants now: fewer tasks ready to run than cores,
+    this process's running thread among them."""
     cores = len(os.sched_getaffinity(0))
-    return cores >= 2 and os.getloadavg()[0] < cores - 0.5
+    return cores >= 2 and _ready_tasks() < cores
+
+
+def _ready_tasks() -> float:
+    """The tasks ready to run now (Linux's /proc/loadavg: running and waiting for a core),
+    this thread included; elsewhere, the load average of the last minute."""
+    try:
+        with open("/proc/loadavg") as f:
+            return int(f.read().split()[3].split("/")[0])
+    except (OSError, IndexError, ValueError):
+        return os.getloadavg()[0] + 0.5
 
 
 @functools.lru_cache(maxsize=1)

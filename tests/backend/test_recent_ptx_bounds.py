@@ -59,16 +59,16 @@ def bounded_and_unbounded_ptx() -> tuple[str, str]:
         return ptx.to_ptx(module(3), "sm_90a"), ptx.to_ptx(module(None), "sm_90a")
 
 
-def counting_assemblies(monkeypatch, cores: int, load: float = 0.0) -> list:
+def counting_assemblies(monkeypatch, cores: int, ready: int = 1) -> list:
     """Note [Assembled beside the trial] in attnc/backend/cubin.py, on `cores` cores with
-    a load average of `load`."""
+    `ready` tasks ready to run (this one among them)."""
     from attnc.backend import cubin
     calls = []
     assemble = cubin._assemble
     monkeypatch.setattr(cubin, "_assemble", lambda ptx, *rest: calls.append(ptx) or assemble(ptx, *rest))
     monkeypatch.setattr(cubin, "_beside", {})
     monkeypatch.setattr(cubin.os, "sched_getaffinity", lambda pid: set(range(cores)))
-    monkeypatch.setattr(cubin.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(cubin, "_ready_tasks", lambda: ready)
     return calls
 
 
@@ -89,7 +89,7 @@ def test_one_core_a_busy_machine_or_no_bound_assembles_nothing_beside(monkeypatc
     counting_assemblies(monkeypatch, cores=1)
     cubin.resource_usage(bounded, "sm_90a")
     assert cubin._beside == {}
-    counting_assemblies(monkeypatch, cores=2, load=1.5)
+    counting_assemblies(monkeypatch, cores=2, ready=2)
     cubin.resource_usage(bounded, "sm_90a")
     assert cubin._beside == {}
     counting_assemblies(monkeypatch, cores=2)
