@@ -141,7 +141,7 @@ def variant_source(name: str, d: int, mask: str | None = "j <= i", score_mod: st
 def build_with(source: str, filename: str, arch: str = "sm_80", **options):
     """The bundle artifacts (`attnc.backend.lowering.build`) of `source` compiled for
     `arch`, with `options` given to the passes of the target's pipeline that have them
-    (attn-warp-specialize's `producer`, the lowering's `staged_o`, ...)."""
+    (attn-warp-specialize's `producer`, attn-kernel-choices' `staged_o`, ...)."""
     from attnc.backend.lowering import build
     from attnc.driver import CompileOptions, compile_mlir
     from attnc.passes.pipelines import pipeline_with_options

@@ -75,7 +75,7 @@ def orders(seq: int, doc: int, block_m: int, block_n: int, heads: int, batch: in
     tiles = sum(e is not None for e in entries)
     base = heads_first([entries] * batch, heads, fixed)
     out = {"table order (heads first)": tail(base, slots)}
-    for waves in (1, 2):                # the lowering's tail_waves
+    for waves in (1, 2):                # attn-kernel-choices' tail_waves
         count = min(tiles, -(-waves * slots // heads))
         last = [entries] * (batch - 1) + [longest_last(entries, count)]
         out[f"last batch's first {count} entries longest first (tail_waves {waves})"] = tail(

@@ -6,7 +6,7 @@ Each spec builds one bundle named exp_TAG_CASE_dD_ARCH into OUT (its index.json 
 an entry of suite "exp" with the tag): CASE one of build_gpu_bundles.BENCH_CASES (or a
 windowW of the sweep, or one of its EXP_CASES: doc_only), D its head dim, TILE_JSON
 options of attn-tile and LOWER_JSON those of the later passes (attn-warp-specialize's
-consumers, producer, pingpong; the lowering's), both may be empty, e.g.
+consumers, producer, pingpong, persistent; attn-kernel-choices'), both may be empty, e.g.
 
     'sm_90a|ws|causal|128||{"producer":1}'
     'sm_80|t64x64|window1024|64|{"block_m":64,"block_n":64}|'

@@ -61,7 +61,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "runtime"), str(ROOT / "tests" / "gpu")]
 
-from attnc.passes.pipelines import CHOICES, LOWERING, pipeline_with, pipeline_with_options  # noqa: E402  (the targets with kernels)
+from attnc.passes.pipelines import CHOICES_PASS, LOWERING, pipeline_with, pipeline_with_options  # noqa: E402  (the targets with kernels)
 from attnc.testing import let_chain  # noqa: E402
 
 SUITES = ("sm80_matrix", "examples", "property", "reused_lets", "exact_ints", "bench_variants", "bench_sweep",
@@ -322,7 +322,7 @@ def sweep_jobs() -> list[Job]:
     return jobs
 
 
-# sm_90a: (case, head dim, attn-tile options, attn-lower-sm90a options) around the defaults.
+# sm_90a: (case, head dim, attn-tile options, attn-kernel-choices options) around the defaults.
 SWEEP_SM90 = [
     ("doc_causal", 128, {"block_m": 128, "block_n": 128, "num_warps": 12}, {}),
     ("doc_causal", 128, {}, {"q_blocks_per_cta": 2}),
@@ -385,7 +385,7 @@ def sweep_sm90_jobs() -> list[Job]:
     for case, d, tile, lower in SWEEP_SM90:
         tag = "_".join(f"{k}{v}" for k, v in {**tile, **lower}.items())
         name = f"sweep90_{case}_d{d}_{tag}"
-        pipeline = pipeline_with("sm_90a", {"attn-tile": tile, CHOICES: lower})
+        pipeline = pipeline_with("sm_90a", {"attn-tile": tile, CHOICES_PASS: lower})
         jobs.append(Job("bench_sweep_sm90", name, bench_source(name, d, case),
                         {"case": case, "head_dim": d, "dtype": "bf16", "fills": BENCH_CASES[case][3],
                          "pipeline": pipeline, "arch": "sm_90a"}, arch="sm_90a"))
@@ -407,7 +407,7 @@ def build_one(job: Job, out: str) -> dict:
         if job.meta.get("flip_ranges"):
             from attnc.backend.lowering import lowering_from_ir
             default = lowering_from_ir(compile_mlir(job.source, f"{job.name}.attn", CompileOptions(arch=job.arch)))
-            entry["pipeline"] = pipeline_with(job.arch, {CHOICES: {"run_ranges": default.blockmap.built}})
+            entry["pipeline"] = pipeline_with(job.arch, {CHOICES_PASS: {"run_ranges": default.blockmap.built}})
         if job.meta.get("other_choices") or job.meta.get("tiles_last"):
             from attnc.backend.lowering import spec_from_ir
             default = spec_from_ir(compile_mlir(job.source, f"{job.name}.attn", CompileOptions(arch=job.arch)))

@@ -220,38 +220,15 @@ class RegionCode:
     # the same block of code, before the scores' ops, so nothing runs that did not.
     # Where each value goes is attn-hoist's `attn.level` on its op, when the pass ran.
     @functools.cached_property
-    def _reads(self) -> dict:
-        """For each value of the block: the names (ARGS) of the arguments it is computed from."""
-        reads = {a: frozenset({n}) for a, n in zip(self.block.arguments, self.ARGS)}
-        for op in list(self.block.operations)[:-1]:
-            names = frozenset().union(*(reads.get(v, frozenset()) for v in op.operands))
-            reads.update((r, names) for r in op.results)
-        return reads
-
-    @functools.cached_property
     def _placed(self) -> dict:
-        """For each value of the block: the arguments (ARGS) of the level it is computed at.
-        By default what it reads (`_reads`); an op's `attn.level` (attn-hoist, attnc/passes/
-        hoist.py) places it there instead, which may be finer, never coarser, than its
-        operands' levels."""
-        from attnc.ir import error_at
-        from attnc.passes.hoist import LEVEL, LEVELS, PER, level_of
+        """For each value of the block: the arguments (ARGS) of the level it is computed at:
+        its op's `attn.level` (attn-hoist, attnc/passes/hoist.py), else the level of what it
+        reads."""
+        from attnc.passes.hoist import LEVELS, placed_levels
 
-        placed = dict(self._reads)
-        args = frozenset(self.ARGS)
-        for op in list(self.block.operations)[:-1]:
-            if LEVEL not in op.attributes:
-                continue
-            level = ir.StringAttr(op.attributes[LEVEL]).value if isinstance(op.attributes[LEVEL], ir.StringAttr) \
-                else None
-            if level not in LEVELS:
-                raise error_at(op, f"{LEVEL} = {op.attributes[LEVEL]}: expected one of {', '.join(LEVELS)}")
-            used = frozenset().union(*(placed.get(v, frozenset()) for v in op.operands))
-            if not used <= LEVELS[level]:
-                raise error_at(op, f'{LEVEL} = "{level}" computes this {op.name} once per {PER[level]}, but its '
-                                   f"operands vary per {PER[level_of(used)]}: it reads "
-                                   f"{', '.join(sorted(used - LEVELS[level]))}")
-            placed.update((r, LEVELS[level] & args) for r in op.results)
+        placed = {a: frozenset({n}) for a, n in zip(self.block.arguments, self.ARGS)}
+        for op, level in placed_levels(self.block, self.ARGS):
+            placed.update((r, LEVELS[level] & frozenset(self.ARGS)) for r in op.results)
         return placed
 
     def hoist(self, e: Emit, given: Mapping, args: Mapping[str, ir.Value],
@@ -331,6 +308,8 @@ class RegionCode:
         copy = op.clone()
         for k, v in enumerate(operands):
             copy.operands[k] = v
+        if "attn.level" in copy.attributes:         # attn-hoist's, said by where the copy stands
+            del copy.attributes["attn.level"]
         return copy.results[0]
 
 

@@ -74,9 +74,10 @@ def _lowering_from_ir(result) -> ForwardLowering:
     from attnc.backend.run_ranges import run_rest
     from attnc.backend.spec_checks import KERNEL_TARGETS, SpecError
     from attnc.passes import kernel_choices
+    from attnc.passes.hoist import check_levels
     from attnc.passes.analyze_masks import mask_functions
     from attnc.passes.pipelines import LOWERING
-    from attnc.passes.tile import banded_mask
+    from attnc.passes.warp_specialize import banded
     from attnc.schedule.recipes import check_producer_registers
 
     variant = result.variant
@@ -115,6 +116,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
     if not plan.producer and regs.get("compute"):
         raise error_at(op, f"the cooperative role 'compute' has a register budget (regs = {regs['compute']}); "
                            f"setmaxnreg moves registers between a producer and its consumers, so it must be 0")
+    check_levels(op)            # attn-hoist's, on every copy of the hooks
     mode = mask_mode(op, variant)
     runtime = mode is None and mask_functions(op).kind == "runtime"
     blockmap = blockmap_plan(result, block_m, block_n) if runtime else None
@@ -132,7 +134,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
             target=target, **followed,
             out_dtype=variant.output("o").dtype, with_lse=variant.has_lse,
             softmax_scale=variant.scale, symbol=kernel_symbol(variant.name, "fwd"),
-            banded=get_bool(op, "has_mask_mod") and not runtime and banded_mask(op), blockmap=blockmap is not None,
+            banded=banded(op), blockmap=blockmap is not None,
             aligned_tiles=tiles, tiles_per_head=tiles and blockmap.per_head,
             **choices, **hooks.spec_fields())
         try:

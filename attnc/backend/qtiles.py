@@ -77,7 +77,7 @@ leaves 0.6 %. (At head dim 64, 64-row tiles and 32 heads, the model's tail is 0.
 nothing to gain there.) Over the
 whole grid that order runs every document's k-th tile together, whose keys do not fit in
 the L2 (above: slower). So only the end is reordered: with `tail_per_sm` = k (QTilesPlan;
-the lowering's tail_waves times ForwardSpec.resident_ctas), the tables of the last
+attn-kernel-choices' tail_waves times ForwardSpec.resident_ctas), the tables of the last
 batch move their first R = min(total, cdiv(k * %nsmid, H), THREADS) entries (total: the
 tiles written), the last R * H CTAs to start, into order of row_end - key0 (the keys from
 the run's start to the tile's end: a tile's key blocks under a causal mask, and no worse

@@ -18,7 +18,10 @@ attnc/backend/hooks.py):
 Option `hoist=false` places every value at "score" (computed per score, as a hook
 written out by hand would be). A level can be edited finer than what the op reads --
 computed more often, e.g. "score" to keep a load per score -- but not coarser than its
-operands' (i is not known once per CTA): the lowering refuses that at the op.
+operands' (i is not known once per CTA): the lowering refuses that at the op
+(`check_levels`), as it refuses copies of a hook whose levels differ. A hook the lowering
+compiles to a form of its own -- a key interval per row, a bias linear in j, causal --
+computes its values where that form does: its levels are checked, not followed.
 """
 from __future__ import annotations
 
@@ -88,6 +91,61 @@ def levels(block, names: tuple[str, ...], coarsest: bool = True) -> dict:
     return out
 
 
+def check_levels(kernel) -> None:
+    """Refuse levels the kernel cannot follow, at the op: a level that is none of LEVELS,
+    one coarser than its operands', and copies of a hook (one per KV loop and role) whose
+    levels differ -- the kernel compiles each hook once."""
+    from mlir import ir
+
+    from attnc.ir import error_at
+
+    holders: dict[str, list] = {name: [] for name in HOOK_ARGS}
+
+    def visit(op):
+        if op.name in HOOK_ARGS:
+            holders[op.name].append(op.operation)
+        return ir.WalkResult.ADVANCE
+
+    for op in kernel.regions[0].blocks[0].operations:
+        op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+    for name, found in holders.items():
+        first = None
+        for holder in found:
+            placed = placed_levels(holder.regions[0].blocks[0], HOOK_ARGS[name])
+            if first is None:
+                first = placed
+                continue
+            for (op, level), (_, theirs) in zip(placed, first):
+                if level != theirs:
+                    raise error_at(op, f'{LEVEL} = "{level}" here, "{theirs}" on the same value in the first {name}: '
+                                       f"the kernel computes each hook once, so its copies place their values alike")
+
+
+def placed_levels(block, names: tuple[str, ...]) -> list[tuple]:
+    """[(op, level)] of `block`'s ops, each level valid and no coarser than its operands'."""
+    from mlir import ir
+
+    from attnc.ir import error_at
+
+    reads = {arg: frozenset({name}) for arg, name in zip(block.arguments, names)}
+    out = []
+    for op in list(block.operations)[:-1]:
+        used = frozenset().union(*(reads.get(v, frozenset()) for v in op.operands))
+        level = level_of(used)
+        if LEVEL in op.attributes:
+            attr = op.attributes[LEVEL]
+            level = attr.value if isinstance(attr, ir.StringAttr) else None
+            if level not in LEVELS:
+                raise error_at(op, f"{LEVEL} = {attr}: expected one of {', '.join(LEVELS)}")
+            if not used <= LEVELS[level]:
+                raise error_at(op, f'{LEVEL} = "{level}" computes this {op.name} once per {PER[level]}, but its '
+                                   f"operands vary per {PER[level_of(used)]}: it reads "
+                                   f"{', '.join(sorted(used - LEVELS[level]))}")
+        reads.update((r, LEVELS[level] & frozenset(names)) for r in op.results)
+        out.append((op.operation, level))
+    return out
+
+
 def level_of(reads: frozenset[str]) -> str:
     """The coarsest level whose values may read `reads`."""
-    return next(level for level, allowed in LEVELS.items() if reads <= allowed)
+    return next((level for level, allowed in LEVELS.items() if reads <= allowed), "score")

@@ -19,10 +19,14 @@ exp2 split on attn.softmax_step, the lazy rescale on attn.rescale, the row sums 
 the P.V mma, the step loads on the K and V loads, the staged epilogue on O's store.
 attn-lower-sm80 and attn-lower-sm90a read them there and nowhere else: an attribute
 edited by hand or by a user pass gives that kernel, or a located error naming the
-condition it breaks; where one is absent (a pipeline without this pass, or an op the
-pass did not find) the lowering takes the default this pass would have written. A
-kernel is one program, so every op of a kind holds the same value of a choice;
-ops that disagree are refused at the first that differs.
+condition it breaks; where one is absent (a pipeline without this pass) the lowering
+takes its default given the others as they stand -- defaults depend on each other (the
+small grid's kernel is added only where no grid order is given), so after editing one
+choice, run this pass again with it as an option: a run chooses afresh every choice it
+is not given. A kernel is one program, so every op of a kind holds the same value of a
+choice; ops that disagree are refused at the second. `min_ctas_unless_spills` is no
+option: it says whether min_ctas_per_sm is the default bound, dropped where the kernel
+spills under it.
 """
 from __future__ import annotations
 
@@ -36,12 +40,12 @@ NAME = "attn-kernel-choices"
 
 @dataclass(frozen=True)
 class Choice:
-    option: str                 # the pass option, the ForwardSpec field and the lowering's name
+    option: str                 # the ForwardSpec field, and the pass option (but min_ctas_unless_spills)
     attr: str                   # the attribute on its ops
     kind: type                  # bool, int or str
     op: str                     # the ops it sits on
     tiles: tuple[str, ...] = ()  # of those, the ones with this operand (load, store) or kind (mma)
-    resolved: Callable = None   # ForwardLowering -> the value the kernel takes
+    resolved: Callable | None = None    # ForwardLowering -> the value the kernel takes
 
 
 def _spec(name: str) -> Callable:
@@ -182,6 +186,10 @@ def choose(module, **given) -> None:
     if left:
         raise error_at(left[0], f"{NAME} needs the synchronization attn-insert-pipelines makes of attn.put; "
                                 f"run attn-insert-pipelines first")
+    for choice in CHOICES:                    # a second run (on a dump) chooses afresh
+        for holder in _ops_of(op, choice):
+            if choice.attr in holder.attributes:
+                del holder.attributes[choice.attr]
     write(op, {name: value for name, value in given.items() if value is not None})
     lowered = lowering_from_ir(result)        # the defaults, for what the options leave open
     write(op, {c.option: c.resolved(lowered) for c in CHOICES if c.option not in given or given[c.option] is None})

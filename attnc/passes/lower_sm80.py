@@ -155,7 +155,8 @@ def _check_plan(module, pass_name: str) -> None:
                 raise error_at(role, f"{pass_name} builds the synchronization of role '{name}' as "
                                      f"attn-insert-pipelines made it -- where its waits, arrives, barriers and "
                                      f"cp.async groups stand, their counts, how far ahead its loads are -- and "
-                                     f"this role's changed since (Note [The plan the lowerings follow])")
+                                     f"this role's synchronization was edited since (Note [The plan the "
+                                     f"lowerings follow])")
         ours, theirs = plan_summary(kernel), planned_summary(kernel, tile, plan)
         for kind in theirs:
             if ours.get(kind) == theirs[kind]:

@@ -35,10 +35,10 @@ _PLAN = [
 # The targets with code generation, and the pass that lowers their plan to a kernel.
 LOWERING: dict[str, str] = {"sm_80": "attn-lower-sm80", "sm_90a": "attn-lower-sm90a"}
 # What the lowering chooses beyond the plan, recorded on the ops first (Note [Kernel choices]).
-CHOICES = "attn-kernel-choices"
+CHOICES_PASS = "attn-kernel-choices"
 
 PIPELINES: dict[str, list[tuple[str, dict[str, str]]]] = {
-    target: [*_PLAN, *([(CHOICES, {}), (LOWERING[target], {})] if target in LOWERING else [])]
+    target: [*_PLAN, *([(CHOICES_PASS, {}), (LOWERING[target], {})] if target in LOWERING else [])]
     for target in TARGETS}
 
 PIPELINE_SOURCE = "--pass-pipeline"      # the "file name" errors in a pipeline text render with
@@ -78,7 +78,7 @@ def pipeline_with(target: str, options: dict[str, dict]) -> str:
 def pipeline_with_options(target: str, options: dict) -> str:
     """The pipeline of `target` with each of `options` set on the pass of that pipeline
     that has an option of its name (attn-tile first, so `stages` is attn-tile's); one no
-    pass has goes to the lowering, whose error names it."""
+    pass has goes to the last pass, whose error names it."""
     from attnc.passes.registry import lookup
 
     specs = target_pipeline(target)

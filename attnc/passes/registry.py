@@ -293,7 +293,10 @@ def instantiate(info: PassInfo, options: dict[str, str]) -> Any:
     for key, text in options.items():
         if key not in known:
             names = ", ".join(known) or "none"
-            raise AttncError(f"pass '{info.name}' has no option '{key}' (its options: {names})")
+            owners = [name for name in BUILTIN if name != info.name
+                      and any(o.name == key for o in lookup(name).options)]
+            where = f"; {' and '.join(owners)} {'has' if len(owners) == 1 else 'have'} it" if owners else ""
+            raise AttncError(f"pass '{info.name}' has no option '{key}' (its options: {names}){where}")
         values[key] = parse_option(info.name, known[key], text)
     try:
         return info.cls(**values)

@@ -122,17 +122,16 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
             if persistent and not has_producer:
                 raise AttncError("persistent=1: persistent CTAs are the producer warpgroup's kernel; this plan "
                                  "has none (producer=1)")
-            if persistent is None:
-                # By default the producer plan of a band (ForwardSpec.persistent_ctas in
-                # attnc/backend/kernel_spec.py says what was measured).
-                persistent = target == "sm_90a" and has_producer and banded(op)
+            # By default the producer plan of a band (ForwardSpec.persistent_ctas in
+            # attnc/backend/kernel_spec.py says what was measured).
+            stays = persistent if persistent is not None else target == "sm_90a" and has_producer and banded(op)
             r = recipe(target, num_warps=get_int(op, "num_warps"), kv_stages=get_int(op, "stages"),
-                       q_tiles=tile.q_tiles, consumers=n, producer=has_producer, persistent=persistent,
+                       q_tiles=tile.q_tiles, consumers=n, producer=has_producer, persistent=stays,
                        pingpong=turns)
             check_register_budget(r)
             with op.context:
                 ws = Partition(r, op).run()
-                for name, chosen in ((R.PINGPONG, turns), (R.PERSISTENT, persistent)):
+                for name, chosen in ((R.PINGPONG, turns), (R.PERSISTENT, stays)):
                     if chosen:
                         ws.attributes[name] = ir.BoolAttr.get(True)
         except AttncError as e:

@@ -65,9 +65,9 @@ def test_the_first_step_runs_each_tile_in_its_own_branch():
     assert votes[0] - votes[1] == 2
 
 
-def test_sm_90a_is_unchanged_and_has_no_such_option():
+def test_sm_90a_is_unchanged_and_refuses_the_choice():
     assert window("sm_90a").manifest["specialization"]["dead_rows"] is False
-    with pytest.raises(AttncError, match="pass 'attn-lower-sm90a' has no option 'dead_rows'"):
+    with pytest.raises(AttncError, match="the sm_90a kernel cannot be built: dead_rows needs an sm_80 kernel"):
         window("sm_90a", dead_rows="true")
 
 

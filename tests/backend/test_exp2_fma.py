@@ -1,6 +1,6 @@
 """exp2 on the FMA pipe (Note [Exponentials on the FMA pipe] in softmax.py): the
 algorithm of `exp2_fma` (nvgpu_builders.py) in a float32 emulation against numpy's
-exp2; the option `exp2_fma` of attn-lower-sm80/sm90a: its instruction mix in the PTX,
+exp2; the option `exp2_fma` of attn-kernel-choices: its instruction mix in the PTX,
 the unchanged kernel at 0, its check, the manifest, and that the kernels assemble. Its
 numerics on a GPU: tests/gpu with bundles built with the option."""
 from __future__ import annotations
@@ -76,7 +76,7 @@ CAUSAL = CAUSAL_D64.replace("64]", "128]")
 
 @functools.lru_cache(maxsize=None)
 def built(source: str, arch: str, lower: tuple = ()):
-    """The bundle artifacts of `source` for `arch`, with options of the lowering pass."""
+    """The bundle artifacts of `source` for `arch`, with options of attn-kernel-choices."""
     return build_with(source, "exp2.attn", arch, **dict(lower))
 
 

@@ -55,3 +55,22 @@ def test_a_level_coarser_than_its_operands_is_refused_at_the_op():
     assert info.value.render().startswith(
         'examples/docs_sink.attn:8:26: error: attn.level = "cta" computes this attn.param once per CTA, but its '
         'operands vary per query row: it reads i')
+
+
+@pytest.mark.parametrize("edit, message", [
+    (('{attn.level = "row"}', '{attn.level = "rows"}', 1), 'attn.level = "rows": expected one of cta, row, col, score'),
+    # the second copy of the mask (another KV loop) placed unlike the first
+    (('{attn.level = "col"}', '{attn.level = "score"}', 2), 'attn.level = "score" here, "col" on the same value in '
+                                                         'the first attn.mask'),
+])
+def test_levels_the_kernel_cannot_follow_are_refused(edit, message):
+    specs = target_pipeline("sm_80")
+    plan = compile_file("examples/docs_sink.attn", CompileOptions(
+        arch="sm_80", pass_pipeline=format_pipeline(specs[:-1]))).text
+    old, new, nth = edit
+    assert plan.count(old) >= nth
+    head, _, tail = plan.partition(old) if nth == 1 else (plan[:plan.index(old, plan.index(old) + 1)], old,
+                                                           plan[plan.index(old, plan.index(old) + 1) + len(old):])
+    with pytest.raises(AttncError, match=re.escape(message)):
+        build(compile_result_of(optimize_mlir(head + new + tail, "plan.mlir",
+                                              CompileOptions(arch="sm_80", pass_pipeline=specs[-1].name))))

@@ -12,7 +12,7 @@ from attnc.backend.lowering import build, spec_from_ir
 from attnc.driver import CompileOptions, compile_file, optimize_mlir
 from attnc.errors import AttncError
 from attnc.passes.lower_sm80 import compile_result_of, lowered_gpu_module
-from attnc.passes.pipelines import CHOICES, LOWERING, format_pipeline, pipeline_with, target_pipeline
+from attnc.passes.pipelines import CHOICES_PASS as CHOICES, LOWERING, format_pipeline, pipeline_with, target_pipeline
 
 
 def _kernel(example: str, arch: str, pipeline: str) -> str:
@@ -104,4 +104,23 @@ def test_persistent_edited_without_its_barrier_is_refused():
     plan = _plan("mha", "sm_90a")
     assert plan.count("}) {programs = {") == 1
     with pytest.raises(AttncError, match=re.escape("it has 5 attn.mbarrier_init ops, the plan 6")):
+        _lower(plan.replace("}) {programs = {", "}) {persistent = true, programs = {"), "sm_90a")
+
+
+def test_a_second_run_chooses_afresh_what_it_is_not_given():
+    """On a dump whose choices are all written, the option alone changes the kernel: the
+    defaults that depend on it (the small grid's kernel) follow."""
+    plan = _plan("alibi", "sm_80")
+    rerun = optimize_mlir(plan, "plan.mlir", CompileOptions(arch="sm_80", pass_pipeline=(
+        f"{CHOICES}{{q_blocks_per_cta=2}},{LOWERING['sm_80']}")))
+    spec = spec_from_ir(compile_result_of(rerun))
+    assert spec.blocks_per_cta == 2 and not spec.has_small_grid_kernel
+
+
+def test_persistent_edited_into_a_plan_without_a_producer_is_refused():
+    pipeline = pipeline_with("sm_90a", {"attn-warp-specialize": {"producer": 0}}).rsplit(",", 1)[0]
+    plan = compile_file("examples/mha.attn", CompileOptions(arch="sm_90a", pass_pipeline=pipeline)).text
+    assert plan.count("}) {programs = {") == 1
+    with pytest.raises(AttncError, match=re.escape("attn-lower-sm90a: persistent = true on attn.warp_specialize; "
+                                                   "persistent CTAs are the producer warpgroup's kernel")):
         _lower(plan.replace("}) {programs = {", "}) {persistent = true, programs = {"), "sm_90a")
