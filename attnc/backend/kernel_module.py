@@ -25,8 +25,14 @@ def build_kernel_module(spec: ForwardSpec, context: ir.Context | None = None) ->
     nvJitLink reports that the kernel assembles without spills under it."""
     module, abi = _build_module(spec, context)
     if spec.bound_unless_spills and spec.min_ctas and _spills(module, spec):
-        module, abi = _build_module(dataclasses.replace(spec, min_ctas_per_sm=0, min_ctas_unless_spills=False),
-                                    context)
+        # The kernel's code does not read the bound: only its gpu.func's nvvm.minctasm says
+        # it (Note [Recent PTX] in ptx.py), so the unbounded kernel is this one without it.
+        unbounded = dataclasses.replace(spec, min_ctas_per_sm=0, min_ctas_unless_spills=False).check()
+        func = next(op for op in _gpu_module(module).regions[0].blocks[0].operations
+                    if op.operation.name == "gpu.func"
+                    and ir.StringAttr(op.operation.attributes["sym_name"]).value == spec.symbol)
+        del func.operation.attributes["nvvm.minctasm"]
+        abi = kernel_abi(unbounded)
     return module, abi
 
 
@@ -74,13 +80,17 @@ def add_small_grid_kernel(module: ir.Module, spec: ForwardSpec) -> dict:
     small = dataclasses.replace(spec, tiles_last=True, heads_first=False, small_grid=False,
                                 symbol=f"{spec.symbol}_tiles_last")
     abi = kernel_abi(small.check())
-    gpu_module = next(o for o in module.body.operations if o.operation.name == "gpu.module")
+    gpu_module = _gpu_module(module)
     with module.context, ir.Location.name(small.symbol):
         _emit_kernel(small, abi, gpu_module.regions[0].blocks[0])
         if not module.operation.verify():
             raise RuntimeError(f"the sm_80 kernel {small.symbol} does not verify")
     return {"symbol": small.symbol, "grid": [list(g) for g in abi.grid],
             "up_to_ctas_per_sm": SMALL_GRID_CTAS_PER_SM}
+
+
+def _gpu_module(module: ir.Module):
+    return next(o for o in module.body.operations if o.operation.name == "gpu.module")
 
 
 def _emit_kernel(spec: ForwardSpec, abi: KernelAbi, block: ir.Block) -> None:
