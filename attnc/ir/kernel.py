@@ -2,6 +2,7 @@
 place: where a hook's region is, and the variant the op describes.
 
     hook_holder(kernel, MASK_MOD)     # the first attn.mask op of the program
+    program_ops(kernel, names)        # the program's ops of those names, in order
     hook_blocks(op)                   # the blocks of the hooks op has (L1 or L2)
     kernel_variant(op)                # a KernelVariant: name, dtypes, shapes, dims, params, ...
 
@@ -45,6 +46,21 @@ def hook_holder(kernel: ir.Operation, index: int) -> ir.Operation:
     if not found:
         raise error_at(kernel, f"attn.kernel has no {HOLDERS[index]} op holding its {REGION_NAMES[index]}")
     return found[0]
+
+
+def program_ops(kernel: ir.Operation, names) -> dict[str, list[ir.Operation]]:
+    """The ops of the kernel's program named in `names`, by name, each list in program order
+    (one walk)."""
+    found: dict[str, list[ir.Operation]] = {name: [] for name in names}
+
+    def visit(op):
+        if op.name in found:
+            found[op.name].append(op.operation)
+        return ir.WalkResult.ADVANCE
+
+    for op in kernel.regions[0].blocks[0].operations:
+        op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return found
 
 
 def hook_indices(op: ir.Operation) -> list[int]:

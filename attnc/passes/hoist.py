@@ -60,57 +60,29 @@ def hoist(module, coarsest: bool = True) -> None:
     from mlir import ir
 
     from attnc.ir import attention_ops, error_at
+    from attnc.ir.kernel import program_ops
 
     for kernel in attention_ops(module):
         if kernel.name != "attn.kernel":
             raise error_at(kernel, "attn-hoist places the values of the tile program's hooks; run attn-tile first")
-        holders = []
-
-        def visit(op):
-            if op.name in HOOK_ARGS:
-                holders.append(op.operation)
-            return ir.WalkResult.ADVANCE
-
-        for op in kernel.regions[0].blocks[0].operations:
-            op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
         with kernel.context:
-            for holder in holders:
-                for op, level in levels(holder.regions[0].blocks[0], HOOK_ARGS[holder.name], coarsest).items():
-                    op.attributes[LEVEL] = ir.StringAttr.get(level)
-
-
-def levels(block, names: tuple[str, ...], coarsest: bool = True) -> dict:
-    """{op: level} for the ops of `block` but its terminator, whose arguments are `names`."""
-    reads = {arg: frozenset({name}) for arg, name in zip(block.arguments, names)}
-    out = {}
-    for op in list(block.operations)[:-1]:
-        used = frozenset().union(*(reads.get(v, frozenset()) for v in op.operands))
-        level = level_of(used) if coarsest else "score"
-        out[op.operation] = level
-        reads.update((r, LEVELS[level] & frozenset(names)) for r in op.results)
-    return out
+            for name, holders in program_ops(kernel, HOOK_ARGS).items():
+                for holder in holders:
+                    for op, level in placed_levels(holder.regions[0].blocks[0], HOOK_ARGS[name],
+                                                   given=False, coarsest=coarsest):
+                        op.attributes[LEVEL] = ir.StringAttr.get(level)
 
 
 def check_levels(kernel) -> None:
     """Refuse levels the kernel cannot follow, at the op: a level that is none of LEVELS,
     one coarser than its operands', and copies of a hook (one per KV loop and role) whose
     levels differ -- the kernel compiles each hook once."""
-    from mlir import ir
-
     from attnc.ir import error_at
+    from attnc.ir.kernel import program_ops
 
-    holders: dict[str, list] = {name: [] for name in HOOK_ARGS}
-
-    def visit(op):
-        if op.name in HOOK_ARGS:
-            holders[op.name].append(op.operation)
-        return ir.WalkResult.ADVANCE
-
-    for op in kernel.regions[0].blocks[0].operations:
-        op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
-    for name, found in holders.items():
+    for name, holders in program_ops(kernel, HOOK_ARGS).items():
         first = None
-        for holder in found:
+        for holder in holders:
             placed = placed_levels(holder.regions[0].blocks[0], HOOK_ARGS[name])
             if first is None:
                 first = placed
@@ -121,8 +93,10 @@ def check_levels(kernel) -> None:
                                        f"the kernel computes each hook once, so its copies place their values alike")
 
 
-def placed_levels(block, names: tuple[str, ...]) -> list[tuple]:
-    """[(op, level)] of `block`'s ops, each level valid and no coarser than its operands'."""
+def placed_levels(block, names: tuple[str, ...], given: bool = True, coarsest: bool = True) -> list[tuple]:
+    """[(op, level)] of `block`'s ops but its terminator, whose arguments are `names`: each
+    op's `attn.level` where `given` and it has one (checked: valid, no coarser than its
+    operands'), else the coarsest level of what it reads (`coarsest`) or "score"."""
     from mlir import ir
 
     from attnc.ir import error_at
@@ -131,8 +105,8 @@ def placed_levels(block, names: tuple[str, ...]) -> list[tuple]:
     out = []
     for op in list(block.operations)[:-1]:
         used = frozenset().union(*(reads.get(v, frozenset()) for v in op.operands))
-        level = level_of(used)
-        if LEVEL in op.attributes:
+        level = level_of(used) if coarsest else "score"
+        if given and LEVEL in op.attributes:
             attr = op.attributes[LEVEL]
             level = attr.value if isinstance(attr, ir.StringAttr) else None
             if level not in LEVELS:

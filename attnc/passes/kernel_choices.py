@@ -186,21 +186,25 @@ def choose(module, **given) -> None:
     if left:
         raise error_at(left[0], f"{NAME} needs the synchronization attn-insert-pipelines makes of attn.put; "
                                 f"run attn-insert-pipelines first")
+    sites = _sites(op)
     for choice in CHOICES:                    # a second run (on a dump) chooses afresh
-        for holder in _ops_of(op, choice):
+        for holder in sites[choice.option]:
             if choice.attr in holder.attributes:
                 del holder.attributes[choice.attr]
-    write(op, {name: value for name, value in given.items() if value is not None})
+    write(op, {name: value for name, value in given.items() if value is not None}, sites)
     lowered = lowering_from_ir(result)        # the defaults, for what the options leave open
-    write(op, {c.option: c.resolved(lowered) for c in CHOICES if c.option not in given or given[c.option] is None})
+    write(op, {c.option: c.resolved(lowered) for c in CHOICES if c.option not in given or given[c.option] is None},
+          sites)
 
 
-def write(kernel, values: dict) -> None:
-    """Set each choice of `values` ({option: value}) on every op of `kernel` it sits on."""
+def write(kernel, values: dict, sites: dict | None = None) -> None:
+    """Set each choice of `values` ({option: value}) on every op of `kernel` it sits on
+    (`sites`: `_sites(kernel)`, when the caller has it)."""
     from mlir import ir
 
     from attnc.ir import error_at
 
+    sites = sites or _sites(kernel)
     with kernel.context:
         for name, value in values.items():
             choice = BY_OPTION[name]
@@ -212,7 +216,7 @@ def write(kernel, values: dict) -> None:
                 raise error_at(kernel, f"option {name} = {value} is out of range")
             else:
                 attr = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(value))
-            for op in _ops_of(kernel, choice):
+            for op in sites[name]:
                 op.attributes[choice.attr] = attr
 
 
@@ -221,9 +225,10 @@ def read(kernel) -> dict:
     from attnc.ir import error_at
 
     found = {}
+    sites = _sites(kernel)
     for choice in CHOICES:
         seen = None
-        for op in _ops_of(kernel, choice):
+        for op in sites[choice.option]:
             if choice.attr not in op.attributes:
                 continue
             value = _value(op, choice)
@@ -254,21 +259,16 @@ def _text(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _ops_of(kernel, choice: Choice) -> list:
-    """The ops of `kernel` (itself included) a choice sits on, in program order."""
+def _sites(kernel) -> dict[str, list]:
+    """{option: the ops of `kernel` (itself included) its choice sits on, in program order}."""
     from mlir import ir
 
-    if choice.op == "attn.kernel":
-        return [kernel]
-    key = "kind" if choice.op == "attn.mma" else "operand"
-    out = []
+    from attnc.ir.kernel import program_ops
 
-    def visit(op):
-        if op.name == choice.op and (not choice.tiles or ir.StringAttr(op.attributes[key]).value in choice.tiles):
-            out.append(op)
-        return ir.WalkResult.ADVANCE
-
-    for block in kernel.regions[0].blocks:
-        for op in block.operations:
-            op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+    found = program_ops(kernel, {c.op for c in CHOICES if c.op != "attn.kernel"})
+    out = {}
+    for c in CHOICES:
+        key = "kind" if c.op == "attn.mma" else "operand"
+        out[c.option] = [kernel] if c.op == "attn.kernel" else [
+            op for op in found[c.op] if not c.tiles or ir.StringAttr(op.attributes[key]).value in c.tiles]
     return out
