@@ -190,25 +190,17 @@ _PROGRAM_OPS = ("attn.load", "attn.mma", "attn.score_mod", "attn.mask", "attn.so
 
 
 def program_digest(role: ir.Operation) -> str:
-    import hashlib
-
-    steps: list[list[str]] = [[]]
-
-    def visit(op):
+    def step(op) -> str | None:
         name = op.name
         if name in _EXCHANGES:
-            steps[-1].append(f"{_EXCHANGES[name]} {ir.StringAttr(op.attributes['tile']).value}")
-        elif name in _PROGRAM_OPS:
+            return f"{_EXCHANGES[name]} {ir.StringAttr(op.attributes['tile']).value}"
+        if name in _PROGRAM_OPS:
             key = _TILE_KEYS.get(name)
-            steps[-1].append(f"{name} {ir.StringAttr(op.attributes[key]).value}" if key else name)
-        return ir.WalkResult.ADVANCE
+            return f"{name} {ir.StringAttr(op.attributes[key]).value}" if key else name
+        return None
 
-    for op in role_block(role).operations:
-        op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
-    seq = steps[0]
-    if name_of(role) == "producer":
-        seq = _kv_first(seq)
-    return hashlib.sha256("\n".join(seq).encode()).hexdigest()[:16]
+    seq = _steps(role, step)
+    return _digest(_kv_first(seq) if name_of(role) == "producer" else seq)
 
 
 # Note [Role schedules]: what attn-insert-pipelines makes of a role -- where its waits,
@@ -220,29 +212,43 @@ def program_digest(role: ir.Operation) -> str:
 # refused at the role rather than built as the default (Note [The plan the lowerings
 # follow]). The choices attn-kernel-choices records later on the program ops are not in it.
 def schedule_digest(role: ir.Operation) -> str:
-    import hashlib
-
-    steps: list[str] = []
-
     def source(value) -> str:
         owner = value.owner
         name = getattr(owner, "name", "")
         return attrs_of(owner).get("name", name) if name in (MBARRIER_INIT, CHANNEL) else ""
 
-    def visit(op):
+    def step(op) -> str | None:
         name = op.name
         if name in SCHEDULE_OPS:
-            a = attrs_of(op)
-            steps.append(f"{name} {sorted(a.items())} {[source(v) for v in op.operands]}")
-        elif name in _PROGRAM_OPS:
+            return f"{name} {sorted(attrs_of(op).items())} {[source(v) for v in op.operands]}"
+        if name in _PROGRAM_OPS:
             key = _TILE_KEYS.get(name)
             ahead = attrs_of(op).get("ahead") if name == "attn.load" else None
-            steps.append(f"{name} {ir.StringAttr(op.attributes[key]).value if key else ''} {ahead}")
+            return f"{name} {ir.StringAttr(op.attributes[key]).value if key else ''} {ahead}"
+        return None
+
+    return _digest(_steps(role, step))
+
+
+def _steps(role: ir.Operation, step) -> list[str]:
+    """`step(op)` of every op of the role (pre-order) for which it is not None."""
+    out: list[str] = []
+
+    def visit(op):
+        text = step(op)
+        if text is not None:
+            out.append(text)
         return ir.WalkResult.ADVANCE
 
     for op in role_block(role).operations:
         op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
-    return hashlib.sha256("\n".join(steps).encode()).hexdigest()[:16]
+    return out
+
+
+def _digest(seq: list[str]) -> str:
+    import hashlib
+
+    return hashlib.sha256("\n".join(seq).encode()).hexdigest()[:16]
 
 
 def _kv_first(seq: list[str]) -> list[str]:
