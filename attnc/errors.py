@@ -46,8 +46,9 @@ class AttncError(Exception):
         self.source = source
 
     def located(self, filename: str, source: str) -> "AttncError":
-        """Attach the file this error belongs to (keeps an already set file)."""
-        if self.source is None:
+        """Attach the file this error belongs to, unless it names another (an op of a
+        `.mlir` file, whose location is in that file)."""
+        if self.source is None and self.filename in ("<input>", filename):
             self.filename, self.source = filename, source
         return self
 

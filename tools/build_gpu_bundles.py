@@ -26,7 +26,8 @@ names its "suite":
                     against the kept fraction (bench/profile_variants.py)
     bench_sweep_sm90  sm_90a kernels of bench_variants' cases with other tiles and options
     schedules       examples under other plans of the plan passes (SCHEDULES: K/V ring depths,
-                    one consumer warpgroup, ping-pong, examples/passes/v_before_k.py), each for
+                    one consumer warpgroup, ping-pong, examples/passes/v_before_k.py and
+                    wait_v_early.py), each for
                     its own target                         -> tests/gpu/test_schedules.py
 
 --archs (default sm_80) builds examples, property, reused_lets, exact_ints and bench_variants for each target
@@ -337,8 +338,8 @@ SWEEP_SM90 = [
 
 
 # Plans the plan passes make with other options (Note [The plan the lowerings follow] in
-# attnc/passes/lower_sm80.py): (target, tag, options of the pipeline's passes, user passes
-# inserted after attn-warp-specialize), each built for SCHEDULE_EXAMPLES at bf16, head dim 128.
+# attnc/passes/lower_sm80.py) and of user passes: (target, tag, options of the pipeline's
+# passes, user passes), each built for SCHEDULE_EXAMPLES at bf16, head dim 128.
 SCHEDULES = [
     ("sm_80", "stages2", {"stages": 2}, ()),
     ("sm_80", "stages3", {"stages": 3}, ()),
@@ -351,18 +352,24 @@ SCHEDULES = [
     ("sm_90a", "pingpong", {"block_m": 128, "pingpong": True}, ()),
     ("sm_90a", "nopingpong", {"block_m": 128, "pingpong": False}, ()),
     ("sm_90a", "v_before_k", {"block_m": 128, "producer": True}, ("examples/passes/v_before_k.py",)),
+    ("sm_80", "wait_v_early", {"stages": 2}, ("examples/passes/wait_v_early.py",)),
+    ("sm_80", "wait_v_early3", {"stages": 3}, ("examples/passes/wait_v_early.py",)),
 ]
+# The pass each user pass runs after (default: attn-warp-specialize, at L3).
+USER_PASS_AFTER = {"examples/passes/wait_v_early.py": "attn-insert-pipelines"}
 SCHEDULE_EXAMPLES = ("mha", "alibi", "gemma2", "docs_sink")
 
 
 def schedule_pipeline(arch: str, options: dict, user_passes: tuple[str, ...]) -> str:
     """The target's pipeline with `options` and the user passes' own pass (named as their
-    file, with dashes) right after attn-warp-specialize."""
+    file, with dashes) right after the pass USER_PASS_AFTER names."""
     from attnc.passes.pipelines import PassSpec, format_pipeline, parse_pipeline
 
     specs = parse_pipeline(pipeline_with_options(arch, options))
-    at = 1 + next(i for i, spec in enumerate(specs) if spec.name == "attn-warp-specialize")
-    specs[at:at] = [PassSpec(Path(p).stem.replace("_", "-")) for p in user_passes]
+    for p in user_passes:
+        after = USER_PASS_AFTER.get(p, "attn-warp-specialize")
+        at = 1 + next(i for i, spec in enumerate(specs) if spec.name == after)
+        specs[at:at] = [PassSpec(Path(p).stem.replace("_", "-"))]
     return format_pipeline(specs)
 
 

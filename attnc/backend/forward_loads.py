@@ -105,11 +105,16 @@ class ForwardLoads:
         either way (Note [cp.async group counting]); with `ask_skip`, a block the mask
         skips (for query block `m_block`, default the current one) is zero-filled
         instead of read."""
+        self._load_kv_guarded(name, n_block, slot_offset, exists, ragged, ask_skip, m_block)
+        self.cp.commit()
+
+    def _load_kv_guarded(self, name: str, n_block, slot_offset, exists, ragged: bool, ask_skip: bool = False,
+                         m_block=None) -> None:
+        """`_load_kv_if`'s load, without the commit."""
         guard = scf.IfOp(exists(n_block))
         with ir.InsertionPoint(guard.then_block):
             self._load_kv(name, n_block, slot_offset, ragged, self._skip(n_block, m_block) if ask_skip else None)
             scf.yield_([])
-        self.cp.commit()
 
     def _skip(self, n_block, m_block=None):
         return self.spec.tile_skip(self.e, self._ctx(m_block), self.e.max(n_block, 0))

@@ -15,6 +15,7 @@ from typing import Optional
 
 from attnc.backend.mask_hooks import (ExtraParam, KeepFn, KvRangeFn, RowIntervalFn, ScoreBiasFn, ScoreModFn,
                                       SinkFn, TileHoldsFn, TilePartialFn)
+from attnc.backend.kv_steps import KvSteps
 from attnc.backend.spec_checks import check_spec
 
 STATIC_MAX_SPREAD = 64.0            # Note [Bounded score_mod] in softmax.py
@@ -119,6 +120,8 @@ class ForwardSpec:
     dead_rows: Optional[bool] = None       # warps' 16-row tiles interleaved, and in the first key
                                           # step a tile whose rows keep none of its keys skips its
                                           # MMAs (Note [Dead rows] in sm80.py); None: skips_dead_rows
+    kv_steps: Optional[KvSteps] = None     # the KV loops' bodies, lowered op by op on sm_80 (Note
+                                          # [Steps op by op] in kv_steps.py); None: KvSteps.default
 
     # -- derived
     @property
@@ -361,7 +364,13 @@ class ForwardSpec:
         slots (V waited for after the softmax) and a mask that keeps an interval of keys
         per row (the test of a tile's rows)."""
         return (self.target == "sm_80" and not self.warp_specialized and self.m_atoms > 1 and self.stages > 1
-                and self.row_interval is not None)
+                and self.row_interval is not None and self.steps_in_default_order)
+
+    @property
+    def steps_in_default_order(self) -> bool:
+        """The KV steps' ops stand in the order the plan passes make (Note [Steps op by
+        op] in kv_steps.py): Note [Dead rows]' first step is built in that order."""
+        return self.kv_steps is None or self.kv_steps.in_default_order(self.stages)
 
     @property
     def atom_rows(self) -> int:

@@ -70,9 +70,11 @@ def _lowering_from_ir(result) -> ForwardLowering:
     from attnc.backend.blockmap import blockmap_plan
     from attnc.backend.kernel_abi import SMALL_GRID_CTAS_PER_SM
     from attnc.backend.kernel_spec import ForwardSpec
+    from attnc.backend.kv_steps import kv_steps
     from attnc.backend.qtiles import MAX_TAIL_WAVES, TAIL_WAVES, qtiles_plan, segment_conjunct
     from attnc.backend.run_ranges import run_rest
     from attnc.backend.spec_checks import KERNEL_TARGETS, SpecError
+    from attnc.ir import roles as R
     from attnc.passes import kernel_choices
     from attnc.passes.hoist import check_levels
     from attnc.passes.analyze_masks import mask_functions
@@ -117,6 +119,8 @@ def _lowering_from_ir(result) -> ForwardLowering:
         raise error_at(op, f"the cooperative role 'compute' has a register budget (regs = {regs['compute']}); "
                            f"setmaxnreg moves registers between a producer and its consumers, so it must be 0")
     check_levels(op)            # attn-hoist's, on every copy of the hooks
+    # Note [Steps op by op] (kv_steps.py): sm_80's steps are the compute role's KV loops.
+    steps = kv_steps(next(r for r in R.role_ops(op) if R.name_of(r) == "compute")) if target == "sm_80" else None
     mode = mask_mode(op, variant)
     runtime = mode is None and mask_functions(op).kind == "runtime"
     blockmap = blockmap_plan(result, block_m, block_n) if runtime else None
@@ -135,7 +139,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
             out_dtype=variant.output("o").dtype, with_lse=variant.has_lse,
             softmax_scale=variant.scale, symbol=kernel_symbol(variant.name, "fwd"),
             banded=banded(op), blockmap=blockmap is not None,
-            aligned_tiles=tiles, tiles_per_head=tiles and blockmap.per_head,
+            aligned_tiles=tiles, tiles_per_head=tiles and blockmap.per_head, kv_steps=steps,
             **choices, **hooks.spec_fields())
         try:
             return ForwardLowering(spec.check(), blockmap, waves)

@@ -19,7 +19,9 @@ query blocks per CTA]); `num_warps` warps, warp w owning rows [w*block_m/num_war
     [sink folded into m, l]
     O /= l; store O (and lse = m*scale + ln l)
 
-Here the kernel's body, `_Sm80Forward` (sm90.py's kernels extend it); its copies from
+That is the plan's step; each step is built from the ops of the IR's KV loop, a pattern
+per op (`_lower_<op>`), in the order they stand there (Note [Steps op by op] in
+kv_steps.py). Here the kernel's body, `_Sm80Forward` (sm90.py's kernels extend it); its copies from
 global memory, the prologue's and the steps' (Notes [Q before the range], [cp.async group
 counting], [Lean step loads], [Skipped blocks], [First block before the map]), are
 forward_loads.py's (`ForwardLoads`, which it derives from); how it is launched, its
@@ -90,6 +92,7 @@ from attnc.backend.nvgpu_builders import (Approx, CpAsync, CtaBarrier, Emit, Glo
 from attnc.backend.qtiles import qtiles_param, read_entry
 from attnc.backend.epilogue import Epilogue, StagedRows
 from attnc.backend.kv_schedule import KvSchedule, schedule
+from attnc.backend.kv_steps import KvSteps, StepOp
 from attnc.backend.forward_loads import ForwardLoads
 from attnc.backend.score_masks import ElementCoords, ScoreMasker, rows_of
 from attnc.backend.softmax import ONES_BF16X2, ONES_F16X2, OnlineSoftmax, SoftmaxState
@@ -110,6 +113,7 @@ class _Sm80Forward(ForwardLoads):
         self.mma = MmaSync(e, spec.dtype)
         self.smem = Smem(e, SMEM_SYMBOL)
         self.kv_range_fn, self.keep_fn = mask_hooks(spec)
+        self.steps = spec.kv_steps or KvSteps.default(spec.stages)      # Note [Steps op by op]
         scale_log2 = LOG2E * spec.score_mod_out if spec.score_mod else spec.scale * LOG2E
         self.softmax = OnlineSoftmax(e, Approx(e), Quad(e), scale_log2, spec.static_max, spec.exp2_on_fma,
                                      spec.rescale_lazily, spec.row_sum_on_mma)
@@ -318,42 +322,78 @@ class _Sm80Forward(ForwardLoads):
                     acc_o[mi][-1] = mma(p[mi][kk], ones, acc_o[mi][-1])
         return acc_o
 
-    # ------------------------------------------------------------ one KV step
-    def _step(self, t, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str, first: bool = False):
-        """Step t visits n_block = kv.block(t). mode: 'partial' (masked; when the mask has
-        `tile_partial`, only if it or the ragged N edge says so; a block `tile_skip` rules
-        out is not computed, Note [Skipped blocks] in forward_loads.py) | 'full' (no mask,
-        nothing asked)."""
-        e, s = self.e, self.spec
-        n_block = kv.block(e, t)
-        self.cp.wait(2 * s.stages - 2)
+    # ------------------------------------------------------------ one KV step, op by op
+    def _step(self, t, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str, first: bool = False,
+              top: bool = True):
+        """Step t visits n_block = kv.block(t), lowered from the ops of the KV loop body of
+        its kind, in their order (Note [Steps op by op] in kv_steps.py). mode: 'partial'
+        (masked; when the mask has `tile_partial`, only if it or the ragged N edge says so;
+        a block `tile_skip` rules out is not computed, Note [Skipped blocks] in
+        forward_loads.py) | 'full' (no mask, nothing asked); `top`: of the range's top
+        partial blocks, not its bottom ones; `first`: the first step, by tiles (Note
+        [Dead rows])."""
+        body = self.steps.body(mode, top)
+        step = _Step(self, t, kv, mode, acc_o, state, body)
+        for op in body:
+            if first and op.name == "mma" and op.what == "qk":
+                return self._first_by_tiles(t, step.n_block, kv, step.slot(0), mode, step.skip(), step.ragged,
+                                            step.ask_skip)
+            getattr(self, f"_lower_{op.name}")(op, step)
+            if op is step.scores_end:
+                step.finish_scores()
+        return step.acc_o, step.state
+
+    def _lower_cp_async_wait(self, op, step) -> None:
+        self.cp.wait(op.count)
+
+    def _lower_cta_barrier(self, op, step) -> None:
         self.bar.sync()
-        # Full steps only ever load blocks below full_hi <= N / block_n: no row predicates;
-        # with lean loads, no step's loads of later blocks either (Note [Lean step loads]).
-        partial = mode != "full"
-        ragged = partial and not s.step_loads_lean
-        ask_skip = partial and s.asks_tile_skip
-        skip = self._skip(n_block) if ask_skip else None
-        if s.stages == 1:
-            self._load_kv("v", n_block, 0, partial, skip)       # this step's own block
-            self.cp.commit()
+
+    def _lower_cp_async_commit(self, op, step) -> None:
+        self.cp.commit()
+
+    def _lower_slot_read(self, op, step) -> None:
+        step.skip()         # the step's tile_skip answer, once its loads may be issued
+
+    def _lower_load(self, op, step) -> None:
+        step.skip()
+        step.ahead[op.what] = op.count
+
+    def _lower_slot_write(self, op, step) -> None:
+        """The copy of the load this slot write takes: of the step's own block (ahead 0)
+        or of the block `ahead` steps later, where the schedule has one (then a group is
+        committed either way: Note [cp.async group counting])."""
+        e, name, ahead = self.e, op.what, step.ahead[op.what]
+        if ahead == 0:
+            self._load_kv(name, step.n_block, step.slot(0), step.partial, step.skip())
+            return
+        n_block, exists = step.kv.ahead(e, step.t, step.n_block, ahead)
+        self._load_kv_guarded(name, n_block, step.slot(ahead), exists, step.ragged, step.ask_skip)
+
+    def _lower_mma(self, op, step) -> None:
+        if op.what == "qk":
+            step.rows = rows_of(self._qk(step.slot(0)))
         else:
-            v_block, exists = kv.ahead(e, t, n_block, s.stages - 1)
-            self._load_kv_if("v", v_block, self._slot_offset(s.stages - 1, t), exists, ragged, ask_skip)
-        slot = self._slot_offset(0, t)
-        if first:
-            return self._first_by_tiles(t, n_block, kv, slot, mode, skip, ragged, ask_skip)
-        rows = self._scores(self._qk(slot), n_block, mode, skip)
-        # Note [Where V is waited for]
-        if s.stages == 1:
-            self._wait_v_and_load_k(t, n_block, kv, slot, ragged, ask_skip)
-        probs, state, alpha = self._softmax_step(rows, state, mode)
-        p = self._pack_p(probs)
-        if s.stages > 1:
-            self._wait_v_and_load_k(t, n_block, kv, slot, ragged, ask_skip)
-        if alpha is not None:
-            acc_o = self._rescale(acc_o, alpha, self.softmax.moved)
-        return self._pv(p, acc_o, slot), state
+            step.acc_o = self._pv(step.p, step.acc_o, step.slot(0))
+
+    def _lower_score_mod(self, op, step) -> None:
+        step.modify()
+
+    def _lower_mask(self, op, step) -> None:
+        step.finish_scores()
+
+    def _lower_block_map_read(self, op, step) -> None:
+        """The block's class in the map is read where the step asks it: whether the block
+        is skipped with the step's first slot read or load, whether it is partial at the
+        mask (tile_skip, tile_partial: blockmap_hooks.py)."""
+
+    def _lower_softmax_step(self, op, step) -> None:
+        probs, step.state, step.alpha = self._softmax_step(step.rows, step.state, step.mode)
+        step.p = self._pack_p(probs)
+
+    def _lower_rescale(self, op, step) -> None:
+        if step.alpha is not None:
+            step.acc_o = self._rescale(step.acc_o, step.alpha, self.softmax.moved)
 
     def _first_by_tiles(self, t, n_block, kv: KvSchedule, slot, mode: str, skip, ragged, ask_skip):
         """Note [Dead rows]: the first step (O zero, the softmax state initial) one 16-row
@@ -403,9 +443,13 @@ class _Sm80Forward(ForwardLoads):
         """S of block n_block as rows, with the score_mod and (mode 'partial') the mask
         applied; `skip`: the block's tile_skip answer, when asked; `masker`: that of the
         rows of acc_s (default: the warp's)."""
+        masker = self.masker if masker is None else masker
+        return self._masked(masker.modify(rows_of(acc_s), n_block), n_block, mode, skip, masker)
+
+    def _masked(self, rows, n_block, mode: str, skip, masker: ScoreMasker | None = None):
+        """`rows` of block n_block with (mode 'partial') the mask applied."""
         e, s = self.e, self.spec
         masker = self.masker if masker is None else masker
-        rows = masker.modify(rows_of(acc_s), n_block)
         if mode != "partial":
             return rows
         if s.tile_partial is None and skip is None:
@@ -432,12 +476,13 @@ class _Sm80Forward(ForwardLoads):
                      aligned=s.aligned_tiles, n_keys=self.n_keys, row0=self.tile_row0, row_end=self.row_end,
                      key0=self.key0, key_end=self.key_end)
 
-    def _loop(self, t_lo, t_hi, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str):
+    def _loop(self, t_lo, t_hi, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str, top: bool = True):
         """scf.for over steps [t_lo, t_hi), carrying O, m and l."""
         loop = scf.ForOp(t_lo, t_hi, self.e.c32(1), self._carried(acc_o, state))
         with ir.InsertionPoint(loop.body):
             it = list(loop.inner_iter_args)
-            scf.yield_(self._carried(*self._step(loop.induction_variable, kv, *self._unpack_carried(it), mode)))
+            scf.yield_(self._carried(*self._step(loop.induction_variable, kv, *self._unpack_carried(it), mode,
+                                                 top=top)))
         return self._unpack_carried(list(loop.results))
 
     @staticmethod
@@ -523,7 +568,7 @@ class _Sm80Forward(ForwardLoads):
         t_low = kv.steps_above(e, kv.full_lo if kv.full_lo is not None else kv.lo)
         acc_o, state = self._loop(t_full, t_low, kv, acc_o, state, "full")
         if kv.full_lo is not None:
-            acc_o, state = self._loop(t_low, kv.total(e), kv, acc_o, state, "partial")
+            acc_o, state = self._loop(t_low, kv.total(e), kv, acc_o, state, "partial", top=False)
         return acc_o, state
 
     def _epilogue(self, acc_o, state: SoftmaxState) -> None:
@@ -553,6 +598,58 @@ class _Sm80Forward(ForwardLoads):
             return None
         value = s.sink(self.e, self.h)
         return self.e.fmul(value, 1.0 / (s.score_mod_out if s.score_mod else s.scale))
+
+
+class _Step:
+    """What the patterns of one KV step share (`_Sm80Forward._step`): the step's block
+    and kind, the values its ops leave for the next (S as rows, P, the softmax state and
+    alpha, O) and, made once when first asked, its tile_skip answer and slot offsets."""
+
+    def __init__(self, kernel: _Sm80Forward, t, kv: KvSchedule, mode: str, acc_o, state: SoftmaxState,
+                 body: tuple[StepOp, ...]):
+        e, s = kernel.e, kernel.spec
+        self.kernel, self.t, self.kv, self.mode = kernel, t, kv, mode
+        self.n_block = kv.block(e, t)
+        # Full steps only ever load blocks below full_hi <= N / block_n: no row predicates;
+        # with lean loads, no step's loads of later blocks either (Note [Lean step loads]).
+        self.partial = mode != "full"
+        self.ragged = self.partial and not s.step_loads_lean
+        self.ask_skip = self.partial and s.asks_tile_skip
+        self.acc_o, self.state = acc_o, state
+        self.rows = self.p = self.alpha = None
+        self.modded = self.masked = False
+        self.ahead: dict[str, int] = {}
+        # After the last of QK^T, score_mod and mask, S is masked (finish_scores).
+        self.scores_end = [op for op in body if op.name in ("score_mod", "mask") or op.what == "qk"][-1]
+        self._slots: dict[int, object] = {}
+        self._skip = self
+
+    def skip(self):
+        """The block's tile_skip answer, when the step asks it (else None)."""
+        if self._skip is self:
+            self._skip = self.kernel._skip(self.n_block) if self.ask_skip else None
+        return self._skip
+
+    def slot(self, ahead: int):
+        """The byte offset of the K/V slot of step t + ahead."""
+        stages = self.kernel.spec.stages
+        key = ahead % stages
+        if key not in self._slots:
+            self._slots[key] = self.kernel._slot_offset(key, self.t)
+        return self._slots[key]
+
+    def modify(self) -> None:
+        """The score_mod on S (once)."""
+        if not self.modded:
+            self.rows = self.kernel.masker.modify(self.rows, self.n_block)
+            self.modded = True
+
+    def finish_scores(self) -> None:
+        """The score_mod and the mask on S, those not yet applied."""
+        self.modify()
+        if not self.masked:
+            self.rows = self.kernel._masked(self.rows, self.n_block, self.mode, self.skip())
+            self.masked = True
 
 
 def _tiles_of(flat: list, tiles: int, n_atoms: int) -> list:

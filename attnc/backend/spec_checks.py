@@ -131,7 +131,8 @@ def _check_options(spec: ForwardSpec) -> None:
              "table's runs), one query block per CTA and no producer warpgroup")
     _require(not spec.skips_dead_rows or spec.can_skip_dead_rows,
              "dead_rows needs an sm_80 kernel without a producer warpgroup, with two or more 16-row tiles "
-             "per warp, two or more K/V stages and a mask that keeps an interval of keys per row")
+             "per warp, two or more K/V stages, a mask that keeps an interval of keys per row, and the KV "
+             "steps' ops in the order the plan passes make (its first step is built in that order)")
     _require(not spec.first_before_map or spec.can_load_first_early,
              "early_first needs an sm_80 kernel whose key ranges come from a block map (kv_hint given) "
              "or a tile table")

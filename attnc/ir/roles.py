@@ -45,6 +45,7 @@ CTA_BARRIER = "attn.cta_barrier"
 NAMED_BARRIER_ARRIVE = "attn.named_barrier_arrive"
 NAMED_BARRIER_SYNC = "attn.named_barrier_sync"
 YIELD = "gpu.yield"
+KV_LOOP = "kv_blocks"            # on an scf.for: a KV loop, and which blocks it runs
 PINGPONG = "pingpong"            # on attn.warp_specialize: the consumer warpgroups take turns
 PERSISTENT = "persistent"        # on attn.warp_specialize: each CTA runs several query blocks
 KV_WRITES = (PUT, SLOT_WRITE)    # where a role hands a tile to a channel (L3, L5)
@@ -180,9 +181,12 @@ def pass_loc(pass_name: str, near: ir.Operation | ir.Location) -> ir.Location:
 # to and takes from channels (put/get at L3, slot writes/reads at L5) and the loops and
 # branches around them; the synchronization attn-insert-pipelines adds and the index
 # arithmetic are left out, so one digest holds from L3 to L5. attn-warp-specialize
-# records every role's (`programs` on attn.warp_specialize); a lowering that does not follow an op order compares it
-# (Note [The plan the lowerings follow] in attnc/passes/lower_sm80.py). The producer's
-# K/V order, which the lowering follows, is read as K first.
+# records every role's (`programs` on attn.warp_specialize); a lowering that does not
+# follow an op order compares it (Note [The plan the lowerings follow] in
+# attnc/passes/lower_sm80.py). What a lowering does follow is left out: the producer's
+# K/V order is read as K first, and the ops of a KV loop that sm_80's lowering builds op
+# by op count as a set (Note [Steps op by op] in attnc/backend/kv_steps.py), here and in
+# the schedule digest.
 _TILE_KEYS = {"attn.load": "operand", "attn.mma": "kind", "attn.store": "operand"}
 _EXCHANGES = {PUT: "put", SLOT_WRITE: "put", GET: "get", SLOT_READ: "get"}
 _PROGRAM_OPS = ("attn.load", "attn.mma", "attn.score_mod", "attn.mask", "attn.softmax_step", "attn.rescale",
@@ -231,18 +235,38 @@ def schedule_digest(role: ir.Operation) -> str:
 
 
 def _steps(role: ir.Operation, step) -> list[str]:
-    """`step(op)` of every op of the role (pre-order) for which it is not None."""
+    """`step(op)` of every op of the role (pre-order) for which it is not None; the ops
+    of a KV loop that the lowering builds op by op as one step, in no order (Note [Steps
+    op by op] in attnc/backend/kv_steps.py)."""
     out: list[str] = []
+    loose = follows_step_order(role)
 
-    def visit(op):
-        text = step(op)
-        if text is not None:
-            out.append(text)
-        return ir.WalkResult.ADVANCE
+    def walk(op, into: list[str]) -> None:
+        def visit(o):
+            text = step(o)
+            if text is not None:
+                into.append(text)
+            return ir.WalkResult.ADVANCE
+        op.walk(visit, ir.WalkOrder.PRE_ORDER)
 
     for op in role_block(role).operations:
-        op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+        op = op.operation
+        if loose and op.name == "scf.for" and KV_LOOP in op.attributes:
+            body: list[str] = []
+            for inner in op.regions[0].blocks[0].operations:
+                walk(inner.operation, body)
+            out.append(f"{step(op)} {{{'; '.join(sorted(body))}}}")
+        else:
+            walk(op, out)
     return out
+
+
+def follows_step_order(role: ir.Operation) -> bool:
+    """Whether the lowering of `role`'s kernel builds its KV loops' bodies op by op, in
+    the order they stand (sm_80's cooperative role: Note [Steps op by op])."""
+    kernel = role.parent.parent if role.parent is not None else None
+    target = attrs_of(kernel).get("target") if kernel is not None else None
+    return target == "sm_80" and name_of(role) == "compute"
 
 
 def _digest(seq: list[str]) -> str:

@@ -122,8 +122,9 @@ def _check_plan(module, pass_name: str) -> None:
     attn-lower-sm90a follow these choices of the L3-L5 IR (plan_ir.followed_plan): the
     roles -- sm_90a's producer warpgroup or none, its consumer warpgroups, each role's
     setmaxnreg budget (`regs`), ping-pong and persistent CTAs (`pingpong`, `persistent`
-    on attn.warp_specialize) -- the K/V channel's stages, and the order in which the
-    producer's KV loops put K and V. Those come from the plan passes' options (attn-tile,
+    on attn.warp_specialize) -- the K/V channel's stages, the order in which the
+    producer's KV loops put K and V, and on sm_80 the order of the ops in the KV loops
+    (Note [Steps op by op] in attnc/backend/kv_steps.py). Those come from the plan passes' options (attn-tile,
     attn-warp-specialize), from a user pass, or from a dump edited by hand. The rest of
     the plan -- buffer placement, barrier counts, where the synchronization ops stand,
     the order of the other ops -- the lowering builds as the plan passes make it for
@@ -149,7 +150,7 @@ def _check_plan(module, pass_name: str) -> None:
             if name in made and made[name] != R.program_digest(role):
                 raise error_at(role, f"{pass_name} builds the ops of role '{name}' in the order "
                                      f"attn-warp-specialize made them (of an op order it follows only which of "
-                                     f"K and V the producer puts first), and this role's ops were reordered, "
+                                     f"K and V the producer puts first, and on sm_80 the order in a KV loop), and this role's ops were reordered, "
                                      f"added or removed since (Note [The plan the lowerings follow])")
             if name in synced and synced[name] != R.schedule_digest(role):      # Note [Role schedules]
                 raise error_at(role, f"{pass_name} builds the synchronization of role '{name}' as "

@@ -11,3 +11,10 @@ def test_lower_sm80(monkeypatch):
     monkeypatch.chdir(ROOT)
     failures = check_file(Path("tests/passes/lower_sm80.mlir"))
     assert not failures, "\n".join(failures)
+
+
+def test_lower_sm80_steps(monkeypatch):
+    """tests/passes/lower_sm80_steps.mlir: the KV steps built op by op, and refused edits."""
+    monkeypatch.chdir(ROOT)
+    failures = check_file(Path("tests/passes/lower_sm80_steps.mlir"))
+    assert not failures, "\n".join(failures)
