@@ -8,7 +8,7 @@ same `ptxas info` lines).
 
 Note [Whole-program assembly]: nvJitLink assembles PTX as one unit of a link, and ptxas
 then ignores `setmaxnreg` ("(C7504) 'setmaxnreg' ignored to maintain compatibility
-across compilation units"). The sm_90a kernel with a producer warpgroup (sm90_ws.py)
+across compilation units"). The sm_90a kernel with a producer warpgroup (sm90a_ws.py)
 lives on it: without it its consumers keep the launch's 168 registers, spill 524
 bytes and have their wgmma serialized (C7512), at head dim 128. So PTX that uses
 setmaxnreg is assembled by the `ptxas` binary as a whole program, which keeps it:

@@ -1,5 +1,5 @@
-"""The forward kernel's copies from global to shared memory (sm80.py's `_Sm80Forward`
-derives from `ForwardLoads`): the Q tile, each step's K and V into their slots, and the
+"""The forward kernel's copies from global to shared memory (forward.py's
+`ForwardKernel` derives from `ForwardLoads`): the Q tile, each step's K and V into their slots, and the
 prologue that issues the first ones before the steps.
 
 Note [Skipped blocks]: a block that the mask's `tile_skip` rules out inside [lo, hi) is

@@ -1,7 +1,7 @@
 """How a forward kernel is launched: `KernelAbi`, its parameters in the manifest's terms,
 block, dynamic shared memory and grid, as `kernel_abi` derives them from a
-`ForwardSpec` (every target's kernels: sm80.py, sm90.py, sm90_ws.py), and the grid's
-order (Notes [Heads first] and [Tiles last], read back by `_Sm80Forward._grid_item`) with
+`ForwardSpec` (every target's kernels: sm80.py, sm90a.py, sm90a_ws.py), and the grid's
+order (Notes [Heads first] and [Tiles last], read back by `ForwardKernel._grid_item`) with
 the second kernel of small grids (Note [Small grids]; kernel_module.add_small_grid_kernel
 builds it).
 
@@ -95,7 +95,7 @@ def kernel_abi(spec: ForwardSpec) -> KernelAbi:
     # Note [Document-aligned tiles] (qtiles.py): a CTA per entry of the tile table.
     m_blocks = (tuple(table_factors("M", spec.block_m)) if spec.aligned_tiles
                 else (["cdiv", "M", spec.block_m * spec.blocks_per_cta],))
-    # Note [Persistent CTAs] (sm90_ws.py): a CTA per SM at most, each looping over blocks.
+    # Note [Persistent CTAs] (sm90a_ws.py): a CTA per SM at most, each looping over blocks.
     grid = (((["min_sms", *m_blocks, "H", "B"],), (1,), (1,)) if spec.persistent_ctas
             else (("H",), ("B",), m_blocks) if spec.grid_tiles_last  # Note [Tiles last]
             else (("H",), m_blocks, ("B",)) if spec.grid_heads_first  # Note [Heads first]

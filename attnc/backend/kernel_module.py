@@ -1,5 +1,5 @@
 """A forward kernel built into a `gpu.container_module` (`build_kernel_module`, for every
-target: `_forward_class` picks sm80.py's, sm90.py's or sm90_ws.py's body), with the register
+target: `_forward_class` picks sm80.py's, sm90a.py's or sm90a_ws.py's body), with the register
 bound kept only where the kernel assembles without spills (`_spills`), and the second,
 tiles_last kernel of Note [Small grids] (kernel_abi.py) added to such a module
 (`add_small_grid_kernel`).
@@ -14,7 +14,8 @@ from mlir.dialects import gpu
 from attnc.backend.kernel_abi import SMALL_GRID_CTAS_PER_SM, KernelAbi, kernel_abi
 from attnc.backend.kernel_spec import ForwardSpec
 from attnc.backend.nvgpu_builders import Smem
-from attnc.backend.sm80 import SMEM_SYMBOL, _Sm80Forward
+from attnc.backend.forward import SMEM_SYMBOL
+from attnc.backend.sm80 import Sm80Forward
 
 GPU_MODULE = "attnc_kernels"
 
@@ -129,12 +130,12 @@ def _param_type(p: dict) -> ir.Type:
 
 def _forward_class(spec: ForwardSpec):
     if spec.warp_specialized:
-        from attnc.backend.sm90_ws import Sm90WsForward
-        return Sm90WsForward
+        from attnc.backend.sm90a_ws import Sm90aWsForward
+        return Sm90aWsForward
     if spec.target == "sm_90a":
-        from attnc.backend.sm90 import Sm90Forward
-        return Sm90Forward
-    return _Sm80Forward
+        from attnc.backend.sm90a import Sm90aForward
+        return Sm90aForward
+    return Sm80Forward
 
 
 def _current_context() -> ir.Context | None:

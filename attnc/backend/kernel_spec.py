@@ -1,4 +1,4 @@
-"""One specialization of the forward kernel (every target's: sm80.py, sm90.py, sm90_ws.py).
+"""One specialization of the forward kernel (every target's: sm80.py, sm90a.py, sm90a_ws.py).
 
 `ForwardSpec` is a frozen value: every field changes the generated code, and
 `cache_key()` covers them all. Its hooks (the mask's questions and the score's
@@ -25,7 +25,7 @@ SM90_SMEM_PER_SM = 228 * 1024       # H100/H200: shared memory per SM
 SM90_SMEM_RESERVED_PER_CTA = 1024   # the driver's reserve per resident CTA
 SM90_REGISTERS_PER_SM = 65536       # 32-bit registers per SM
 PRODUCER_THREADS = 128              # sm_90a: the producer warpgroup (one warpgroup of 4 warps)
-# Its mbarriers, 8 bytes each after the tiles: Q's, then per K/V slot these (sm90_ws.py).
+# Its mbarriers, 8 bytes each after the tiles: Q's, then per K/V slot these (sm90a_ws.py).
 SLOT_BARRIERS = ("k_full", "v_full", "k_empty", "v_empty")
 MBARRIER_BYTES = 8
 
@@ -63,7 +63,7 @@ class ForwardSpec:
     score_bias: Optional[ScoreBiasFn] = None
     sink: Optional[SinkFn] = None
     extra_params: tuple[ExtraParam, ...] = field(default=())
-    q_blocks_per_cta: Optional[int] = None  # 1 or 2 (Note [Two query blocks per CTA] in sm80.py);
+    q_blocks_per_cta: Optional[int] = None  # 1 or 2 (Note [Two query blocks per CTA] in forward.py);
                                           # None: on sm_80 2 with a constant softmax max
                                           # (static_max) at block_n >= 128, else 1; on sm_90a 1
     interval_test: Optional[str] = None    # a row interval's per-score test: "bits", "range"
@@ -75,14 +75,14 @@ class ForwardSpec:
     target: str = "sm_80"                  # one of KERNEL_TARGETS (spec_checks.py)
     producer_warpgroup: Optional[bool] = None  # sm_90a: a warpgroup that only loads, besides the
                                           # num_warps computing ones (Note [Producer warpgroup] in
-                                          # sm90_ws.py); None: warp_specialized decides
+                                          # sm90a_ws.py); None: warp_specialized decides
     pingpong: bool = False                 # with it: two consumer warpgroups take turns at the GEMMs
     producer_regs: Optional[int] = None    # with it: setmaxnreg budgets of the producer and each
     consumer_regs: Optional[int] = None    # consumer thread (two consumer warpgroups); None: the
                                           # recipe's (attnc/schedule/recipes.py)
     v_first: bool = False                  # with it: each producer step issues V before K
     persistent: Optional[bool] = None      # with a producer warpgroup: one CTA per SM loops over
-                                          # the query blocks (Note [Persistent CTAs] in sm90_ws.py);
+                                          # the query blocks (Note [Persistent CTAs] in sm90a_ws.py);
                                           # None: persistent_ctas decides
     exp2_fma: Optional[int] = None         # of every 8 scores of a row, how many take their exp2 on
                                           # the FMA pipe, 0..8 (Note [Exponentials on the FMA pipe]
@@ -235,7 +235,7 @@ class ForwardSpec:
         warpgroup's kernel, where every query block is the same few steps, so that its
         prologue and epilogue weigh most: window 1024 at head dim 128 about 10 % faster
         than at the 64x64 tiles it had, with the consumers storing O under the next
-        block's first QK^T (Note [The next block's first QK^T] in sm90_ws.py). Not for the
+        block's first QK^T (Note [The next block's first QK^T] in sm90a_ws.py). Not for the
         others: causal ran as fast as without, softcap and ALiBi 4 % slower (their
         persistent consumers spill), documents + causal slower than at its 64x64 tiles
         (results/sm90a_h200.md, "Persistent CTAs")."""

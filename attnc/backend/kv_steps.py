@@ -1,7 +1,7 @@
 """The KV step as a lowering that builds it op by op reads it from the L5 IR (sm80.py).
 
 Note [Steps op by op]: sm_80's KV step is lowered from the ops of its KV loop's body, in
-the order they stand there: a pattern per op (`_Sm80Forward._lower_<op>`), so a
+the order they stand there: a pattern per op (`Sm80Forward._lower_<op>`), so a
 reordered body -- a wait moved, a load issued sooner, the rescale before the V wait --
 is a different kernel, and the lowering no longer compares the body's order with the
 plan's (Note [Role programs] in attnc/ir/roles.py digests a KV loop's body as the set

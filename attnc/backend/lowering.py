@@ -194,7 +194,7 @@ def kernel_module_for(result):
     from attnc.backend.blockmap_kernel import emit_blockmap_kernel
     from attnc.backend.qtiles import emit_qtiles_kernel
     from attnc.backend.kernel_module import add_small_grid_kernel, build_kernel_module
-    from attnc.backend.sm80 import SMEM_SYMBOL
+    from attnc.backend.forward import SMEM_SYMBOL
 
     lowered = lowering_from_ir(result)
     spec, blockmap = lowered.spec, lowered.blockmap

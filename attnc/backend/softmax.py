@@ -87,7 +87,7 @@ class SoftmaxState:
 # its O accumulators (head_dim_v / 2 FMULs a row pair) unless some row of it moved
 # (vote.any; `step` leaves this thread's part in `moved`), as a branch around them. A row
 # with nothing kept so far (m' = -inf) keeps m = -inf. sm_90a's kernels carry `moved` with
-# the step's alpha to their delayed rescale (`_scaled` in sm90.py). By default above head
+# the step's alpha to their delayed rescale (`_scaled` in sm90a.py). By default above head
 # dim 64, where it was measured to pay (ForwardSpec.rescale_lazily; results/
 # sm80_h200.md and sm90a_h200.md, "Lazy rescale").
 

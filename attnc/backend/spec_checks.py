@@ -18,7 +18,7 @@ OUT_DTYPES = ("f16", "bf16", "f32")
 HEAD_DIMS = (64, 96, 128, 256)
 INTERVAL_TESTS = ("range", "pair", "bits")  # Note [One compare per score] in score_masks.py
 # The instruction set the kernel's two GEMMs use: mma.sync (sm_80, runs on every GPU
-# since) or wgmma from swizzled shared memory (sm_90a, Note [wgmma steps] in sm90.py).
+# since) or wgmma from swizzled shared memory (sm_90a, Note [wgmma steps] in sm90a.py).
 KERNEL_TARGETS = ("sm_80", "sm_90a")
 MAX_ACC_REGS = 192                  # f32 accumulators (S + O) per thread before spilling
 
@@ -149,6 +149,9 @@ def _check_options(spec: ForwardSpec) -> None:
              "(attn-warp-specialize{producer=1})")
     _require(not spec.warp_specialized or spec.stages >= 2,
              "a producer warpgroup needs at least two K/V stages")
+    _require(spec.target != "sm_90a" or spec.stages >= 2,
+             "sm_90a's kernel needs two or more K/V stages: its steps overlap one step's QK^T with the "
+             "last one's P.V (Note [wgmma overlap])")
 
 
 def _check_resources(spec: ForwardSpec) -> None:

@@ -83,7 +83,7 @@ class KernelChoices(Pass):
 
     name: ClassVar[str] = NAME
     q_blocks_per_cta: int | None = field(default=None, metadata={
-        "doc": "query blocks each CTA runs in turn, 1 or 2 (Note [Two query blocks per CTA] in sm80.py; "
+        "doc": "query blocks each CTA runs in turn, 1 or 2 (Note [Two query blocks per CTA] in forward.py; "
                "default on sm_80: 2 where the softmax max is a constant -- a bf16 score_mod bounded within "
                "64 -- at 128-key tiles, else 1; on sm_90a: 1)"})
     interval_test: str | None = field(default=None, metadata={

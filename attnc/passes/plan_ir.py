@@ -117,7 +117,7 @@ class FollowedPlan:
     regs: tuple[tuple[str, int], ...]   # each role's setmaxnreg budget (0: none)
     v_first: bool = False       # the producer's K/V loop puts V before K
     persistent: bool = False    # sm_90a: `persistent` on attn.warp_specialize (Note [Persistent
-                                # CTAs] in sm90_ws.py): Q's slot has an empty mbarrier
+                                # CTAs] in sm90a_ws.py): Q's slot has an empty mbarrier
 
 
 def followed_plan(kernel: ir.Operation, pass_name: str) -> FollowedPlan:

@@ -47,7 +47,7 @@ class WarpSpecialize(Pass):
     producer: bool | None = field(default=None, metadata={
         "doc": "sm_90a: a producer warpgroup that only loads, into an mbarrier ring the consumers read, "
                "with setmaxnreg budgets where there are two consumers (Note [Producer warpgroup] in "
-               "sm90_ws.py; default: on for two consumer warpgroups, two or more K/V stages and head dim "
+               "sm90a_ws.py; default: on for two consumer warpgroups, two or more K/V stages and head dim "
                "128; results/sm90a_h200.md, \"Producer warpgroup\")"})
     pingpong: bool | None = field(default=None, metadata={
         "doc": "sm_90a, with the producer and two consumer warpgroups: they take turns at the GEMMs, "
@@ -56,7 +56,7 @@ class WarpSpecialize(Pass):
     persistent: bool | None = field(default=None, metadata={
         "doc": "sm_90a, with the producer: one CTA per SM loops over the query blocks, loading the next "
                "block's tiles during the last one's epilogue, recorded as `persistent` on "
-               "attn.warp_specialize (Note [Persistent CTAs] in sm90_ws.py; default: on for a band, a "
+               "attn.warp_specialize (Note [Persistent CTAs] in sm90a_ws.py; default: on for a band, a "
                "sliding window; results/sm90a_h200.md, \"Persistent CTAs\")"})
 
     def run(self, module) -> None:

@@ -56,7 +56,7 @@ class Recipe:
     smem_bytes: int             # dynamic shared memory a CTA may use
     tmem_columns: int = 0       # tensor memory columns (sm_100a)
     persistent: bool = False    # sm_90a's producer plan: each CTA runs several query blocks
-                                # (Note [Persistent CTAs] in attnc/backend/sm90_ws.py)
+                                # (Note [Persistent CTAs] in attnc/backend/sm90a_ws.py)
     pingpong: bool = False      # sm_90a's two consumer warpgroups take turns at the GEMMs
                                 # (Note [Ping-pong turns] in sync.py)
     loads_ahead: bool = False   # sm_80: the cooperative role loads K and V stages - 1 steps
@@ -80,7 +80,7 @@ def recipe(target: str, *, num_warps: int, kv_stages: int, q_tiles: int = 1,
     """The recipe for `target` with the tile choices made by attn-tile.
 
     sm_90a: `consumers` warpgroups of 64 query rows (1 or 2) and, with `producer`, a
-    warpgroup that only loads (Note [Producer warpgroup] in attnc/backend/sm90_ws.py),
+    warpgroup that only loads (Note [Producer warpgroup] in attnc/backend/sm90a_ws.py),
     its CTAs `persistent` or not, its consumers taking turns at the GEMMs with
     `pingpong` (which only two consumer warpgroups do; attn-warp-specialize refuses it
     elsewhere); without it the consumers load for themselves, one cooperative role as on

@@ -36,7 +36,7 @@ which packs them tighter, is not planned.)
 Note [Barriers per tile]: sm_90a's producer warpgroup copies each tile with cp.async, and
 each of its threads then arrives on the tile's full mbarrier with `cp.async.mbarrier.arrive
 .noinc`, an arrival made once that thread's copies have landed (Note [Producer warpgroup]
-in attnc/backend/sm90_ws.py). So a full mbarrier counts the producer's threads (128), no
+in attnc/backend/sm90a_ws.py). So a full mbarrier counts the producer's threads (128), no
 bytes, and a slot's K and V each have their own (`mbar_k_full`, `mbar_v_full`): the
 consumers wait for K before QK^T and for V only before P.V, so QK^T does not wait for
 V's copies. Each tile's slot is released on its own empty mbarrier (`mbar_k_empty`
@@ -46,10 +46,10 @@ next query block's Q waits for the consumers to be done with the last; a CTA of 
 block fills it once.
 
 Note [Ping-pong turns]: sm_90a's two consumer warpgroups take turns at issuing their GEMMs
-(Note [Producer warpgroup] in attnc/backend/sm90_ws.py): consumer0 waits for its turn at
+(Note [Producer warpgroup] in attnc/backend/sm90a_ws.py): consumer0 waits for its turn at
 named barrier 1 and ends it by arriving at named barrier 2, consumer1 the other way round,
 each barrier counting both warpgroups' 256 threads. A turn holds a step's QK^T and the
-previous step's P.V (Note [wgmma overlap] in sm90.py): it begins before one step's P.V and
+previous step's P.V (Note [wgmma overlap] in sm90a.py): it begins before one step's P.V and
 ends after the next step's QK^T, so in the L5 loops, which run each step's GEMMs in one
 trip, the turn is taken (named_barrier_sync) before the P.V and handed over
 (named_barrier_arrive) after the QK^T -- the first before the KV loops (step 0's QK^T),

@@ -1,4 +1,4 @@
-"""The sm_90a kernel with a producer warpgroup (sm90_ws.py, Note [Producer warpgroup])
+"""The sm_90a kernel with a producer warpgroup (sm90a_ws.py, Note [Producer warpgroup])
 without a GPU: when it is the default, what its PTX synchronizes with, that ptxas keeps
 its register split (Note [Whole-program assembly] in cubin.py), and the options. Its
 numerics run on a GPU (tests/gpu with --archs sm_90a bundles: every head-dim-128
@@ -112,7 +112,7 @@ def test_pingpong_takes_turns_on_two_named_barriers():
 ])
 def test_producer_specs_are_checked(kw, message):
     """(Where the default would break one of these rules, it is off: q_blocks_per_cta=2
-    and stages=1 build the cooperative kernel.)"""
+    builds the cooperative kernel.)"""
     with pytest.raises(SpecError, match=re.escape(message)):
         spec(**kw).check()
 

@@ -1,5 +1,5 @@
 """attn-insert-pipelines states the synchronization each target's kernel runs: on sm_90a
-the producer warpgroup's (Note [Producer warpgroup] in attnc/backend/sm90_ws.py) --
+the producer warpgroup's (Note [Producer warpgroup] in attnc/backend/sm90a_ws.py) --
 cp.async copies each producer thread reports on the tile's full mbarrier with
 cp.async.mbarrier.arrive.noinc, K and V each on barriers of their own with the kernel's
 names and counts, Q's empty barrier exactly where the lowering makes the CTAs persistent
@@ -87,7 +87,7 @@ def test_sm90a_tiles_are_waited_for_before_their_gemm_and_released_after_it():
 
 def test_sm90a_consumers_store_their_own_o():
     """The kernel's consumer warpgroups store O and the LSE from their registers
-    (sm90_ws.py's _epilogue): no channel hands O to the producer, no named barrier."""
+    (sm90a_ws.py's _epilogue): no channel hands O to the producer, no named barrier."""
     _, kernel = plan("gemma2")
     assert "o" not in transports(kernel)
     for role in R.role_ops(kernel):
@@ -98,7 +98,7 @@ def test_sm90a_consumers_store_their_own_o():
 
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_q_is_released_where_the_ctas_are_persistent(example):
-    """Only a persistent CTA refills Q's slot (Note [Persistent CTAs] in sm90_ws.py): the
+    """Only a persistent CTA refills Q's slot (Note [Persistent CTAs] in sm90a_ws.py): the
     plan's `persistent`, its mbar_q_empty and the lowering's persistent_ctas agree."""
     result, kernel = plan(example)
     ws = R.warp_specialize_of(kernel)

@@ -1,6 +1,8 @@
-"""The sm_90a forward kernel: sm80.py's kernel with its two GEMMs on wgmma.
+"""The sm_90a forward kernel: forward.py's kernel with its two GEMMs on wgmma, in steps
+that overlap them (`Sm90aForward`).
 
-Everything but the GEMMs is the sm_80 kernel's: the CTA's cp.async loads into the
+Everything but the GEMMs and the steps is what the sm_80 kernel has too (forward.py,
+forward_loads.py): the CTA's cp.async loads into the
 swizzled tiles (smem_tiles.py), the K/V stages and their waits, the mask hooks, the
 online softmax and the epilogue. `num_warps` warps form num_warps/4 warpgroups of 64
 query rows each; warp w still owns rows [16w, 16w + 16), which is where a wgmma m64
@@ -35,7 +37,7 @@ head_dim_v x k16 with P from registers). With one K/V stage a step issues QK^T,
 waits, runs the softmax, issues P.V and waits (the sm_80 step, sm80.py); with S >= 2,
 the steps overlap as Note [wgmma overlap] says, loads issued S - 1 steps ahead. Here
 the loads are the CTA's own cp.async, waited for with cp.async groups and CTA
-barriers; sm90_ws.py (Note [Producer warpgroup]) keeps these steps and replaces what
+barriers; sm90a_ws.py (Note [Producer warpgroup]) keeps these steps and replaces what
 they wait for (the _await_* methods) with a producer warpgroup's mbarrier ring.
 
 Note [wgmma overlap]: iteration u (u >= 1) of the KV loop
@@ -63,19 +65,19 @@ from mlir import ir
 from mlir.dialects import llvm, scf
 
 from attnc.backend.nvgpu_builders import Wgmma, values_if, warp_vote
-from attnc.backend.sm80 import _Sm80Forward
+from attnc.backend.forward import ForwardKernel
 from attnc.backend.softmax import SoftmaxState
 
 WARPGROUP_ROWS = 64
 
 
-class Sm90Forward(_Sm80Forward):
+class Sm90aForward(ForwardKernel):
     """Emits the sm_90a kernel body at the current insertion point."""
 
     def __init__(self, spec, args):
         super().__init__(spec, args)
         self.wgmma = Wgmma(self.e, spec.dtype)
-        self._first_scores = None       # S of step 0, when computed before the steps (sm90_ws.py)
+        self._first_scores = None       # S of step 0, when computed before the steps (sm90a_ws.py)
 
     def _operand_bases(self) -> None:
         """The warpgroup's Q descriptor (K's and V's depend on the slot: _desc)."""
@@ -96,10 +98,6 @@ class Sm90Forward(_Sm80Forward):
         page, within = divmod(kk, tile.page_width // 16)
         return self.wgmma.advance(desc, page * tile.page_bytes + within * 32)
 
-    def _qk(self, slot):
-        self.wgmma.fence()
-        return self._unflatten(self.wgmma.wait(self._qk_issue(slot)), self.spec.block_n // 8)
-
     def _qk_issue(self, slot) -> list:
         """Issue S = Q K^T for the K tile in `slot` as one wgmma group: S's registers,
         in flight."""
@@ -111,14 +109,6 @@ class Sm90Forward(_Sm80Forward):
                           a_desc=self._k_major_step(self.q_desc, self.q_tile, kk))
         mma.commit()
         return acc
-
-    def _pv(self, p, acc_o, slot):
-        self.wgmma.fence()
-        return self._pv_issue_wait(p[0], acc_o, slot)
-
-    def _pv_issue_wait(self, p, acc_o, slot):
-        acc = self._pv_issue(p, acc_o, slot)
-        return self._unflatten(self.wgmma.wait(acc, through=_flat(p))[:len(acc)])
 
     def _pv_issue(self, p, acc_o, slot) -> list:
         """Issue O += P V for the V tile in `slot` as one wgmma group (p[kk]: the A
@@ -134,8 +124,6 @@ class Sm90Forward(_Sm80Forward):
 
     # ------------------------------------------------------------ Note [wgmma overlap]
     def _steps(self, kv):
-        if self.spec.stages < 2:
-            return super()._steps(kv)
         e = self.e
         total = kv.total(e)
         zero = e.cf(0.0)
@@ -190,7 +178,7 @@ class Sm90Forward(_Sm80Forward):
         self._drained(last)
         return acc_o, state
 
-    # -- what the steps wait for: the CTA's own cp.async loads (overridden in sm90_ws.py)
+    # -- what the steps wait for: the CTA's own cp.async loads (overridden in sm90a_ws.py)
     def _await_first(self) -> None:
         """Before step 0's QK^T: its K is the prologue's first K/V group (groups Q, K0,
         V0, K1, ..., V(S-2), K(S-1)), followed by 2S - 2 younger ones."""
@@ -234,7 +222,7 @@ class Sm90Forward(_Sm80Forward):
         """The block's last P.V (of step `last`) has been waited for."""
 
     def _turn_begin(self) -> None:
-        """Before a warpgroup issues its GEMMs (ping-pong turns, sm90_ws.py)."""
+        """Before a warpgroup issues its GEMMs (ping-pong turns, sm90a_ws.py)."""
 
     def _turn_end(self) -> None:
         """After a warpgroup issued its GEMMs."""

@@ -18,7 +18,7 @@ t mod S for the (t div S)-th time: consumers wait for the full phase of parity
 barrier has already "completed" (the first S loads do not wait).
 
 The producer issues K one step ahead of V -- K0, K1, V0, K2, V1, ... -- as the
-consumers read them: iteration u of Note [wgmma overlap] (sm90.py) runs QK^T(u) with
+consumers read them: iteration u of Note [wgmma overlap] (sm90a.py) runs QK^T(u) with
 P.V(u - 1). K(u)'s slot frees when QK^T(u) was waited for, V(u)'s when P.V(u) was
 (iteration u + 2, after the wait at its top), so with S stages K is loaded up to S
 steps ahead and V S - 1.
@@ -73,10 +73,10 @@ from mlir.dialects import nvvm, scf
 from attnc.backend.kernel_spec import MBARRIER_BYTES, PRODUCER_THREADS, SLOT_BARRIERS
 from attnc.backend.nvgpu_builders import MBarrier, NamedBarrier, fence_async_proxy, set_max_registers
 from attnc.backend.smem_tiles import TileLoader
-from attnc.backend.sm90 import Sm90Forward
+from attnc.backend.sm90a import Sm90aForward
 from attnc.schedule.recipes import consumer_registers, producer_registers
 
-class Sm90WsForward(Sm90Forward):
+class Sm90aWsForward(Sm90aForward):
     """Emits the producer/consumer kernel body at the current insertion point."""
 
     def __init__(self, spec, args):
