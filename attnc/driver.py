@@ -211,7 +211,7 @@ def compile_kernel(source, arch: str = "sm_80", **options):
         # a review: an edited pass served the bundle of the old one).
         result = compile_variant(variant, opts)
         check_target(result, opts.arch, "arch")
-        key = cache_key(result.text, {"backend": "sm80"}, opts.arch)
+        key = cache_key(result.text, {"backend": "forward"}, opts.arch)
         compiled = lambda: result       # noqa: E731
 
     def build_bundle():

@@ -338,7 +338,7 @@ SWEEP_SM90 = [
 
 
 # Plans the plan passes make with other options (Note [The plan the lowerings follow] in
-# attnc/passes/lower_sm80.py) and of user passes: (target, tag, options of the pipeline's
+# attnc/passes/lower_kernel.py) and of user passes: (target, tag, options of the pipeline's
 # passes, user passes), each built for SCHEDULE_EXAMPLES at bf16, head dim 128.
 SCHEDULES = [
     ("sm_80", "stages2", {"stages": 2}, ()),

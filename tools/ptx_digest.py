@@ -41,7 +41,7 @@ def ptx_of(filename: str, source: str, arch: str) -> str:
 
     from attnc.backend.ptx import to_ptx
     from attnc.driver import CompileOptions, compile_mlir
-    from attnc.passes.lower_sm80 import SPECIALIZATION_ATTR, lowered_gpu_module
+    from attnc.passes.lower_kernel import SPECIALIZATION_ATTR, lowered_gpu_module
 
     result = compile_mlir(source, filename, CompileOptions(arch=arch))
     gpu_module = lowered_gpu_module(result.module)

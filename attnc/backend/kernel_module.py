@@ -70,7 +70,7 @@ def _build_module(spec: ForwardSpec, context: ir.Context | None) -> tuple[ir.Mod
             Smem.declare(SMEM_SYMBOL, alignment=1024 if spec.target == "sm_90a" else Smem.ALIGN)
         _emit_kernel(spec, abi, gpu_module.bodyRegion.blocks[0])
         if not module.operation.verify():
-            raise RuntimeError(f"the sm_80 kernel {spec.symbol} does not verify")
+            raise RuntimeError(f"the kernel {spec.symbol} does not verify")
     return module, abi
 
 
@@ -85,7 +85,7 @@ def add_small_grid_kernel(module: ir.Module, spec: ForwardSpec) -> dict:
     with module.context, ir.Location.name(small.symbol):
         _emit_kernel(small, abi, gpu_module.regions[0].blocks[0])
         if not module.operation.verify():
-            raise RuntimeError(f"the sm_80 kernel {small.symbol} does not verify")
+            raise RuntimeError(f"the kernel {small.symbol} does not verify")
     return {"symbol": small.symbol, "grid": [list(g) for g in abi.grid],
             "up_to_ctas_per_sm": SMALL_GRID_CTAS_PER_SM}
 

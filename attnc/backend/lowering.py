@@ -1,5 +1,6 @@
-"""`attn-lower-sm80` as a backend step: the L5 plan of one attn.kernel -> an
-`ForwardSpec` -> kernel module (sm80.py) -> PTX -> cubin -> bundle.
+"""`attn-lower-sm80` and `attn-lower-sm90a` as a backend step: the L5 plan of one
+attn.kernel -> a `ForwardSpec` -> kernel module (forward.py with sm80.py's or sm90a.py's
+GEMMs and steps) -> PTX -> cubin -> bundle.
 
 The spec is read from the IR, never from the source: tile sizes and warps from the
 attributes attn-tile recorded, the K/V stage count from the `kv` channel that
@@ -85,7 +86,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
     variant = result.variant
     ops = attention_ops(result.module)
     if len(ops) != 1:
-        raise AttncError(f"the sm_80 backend builds one attn.kernel per module, found {len(ops)}")
+        raise AttncError(f"the backend builds one attn.kernel per module, found {len(ops)}")
     op = ops[0]
     kv = [c for c in plan_ir.channels(op) if c.name == "kv"] if op.name == "attn.kernel" else []
     target = get_str(op, "target") if "target" in op.attributes else None
@@ -94,7 +95,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
                            f"(attn-tile, attn-warp-specialize, ...), which the pipeline did not make: run "
                            f"the target's passes (`attnc passes` lists them), or --emit mlir for the IR")
     block_m, block_n = get_int(op, "block_m"), get_int(op, "block_n")
-    # Note [The plan the lowerings follow] (lower_sm80.py): the roles, stages, budgets,
+    # Note [The plan the lowerings follow] (lower_kernel.py): the roles, stages, budgets,
     # ping-pong and the producer's K/V order are the IR's.
     plan = plan_ir.followed_plan(op, LOWERING[target])
     regs = dict(plan.regs)
@@ -238,20 +239,20 @@ def require_plan(module) -> None:
 
 
 def build(result) -> BundleArtifacts:
-    """Everything an sm_80 bundle holds, from the gpu.module attn-lower-sm80 put in the
-    module (running that pass first if the pipeline did not)."""
+    """Everything a bundle holds, from the gpu.module attn-lower-sm80 or attn-lower-sm90a
+    put in the module (running the plan's lowering first if the pipeline did not)."""
     import json
 
     from attnc.backend.bundle import code_files, variant_manifest
     from attnc.backend.cubin import ptx_to_cubin
     from attnc.backend.ptx import to_ptx
-    from attnc.passes.lower_sm80 import (KERNELS_ATTR, SPECIALIZATION_ATTR, lower_sm80,
+    from attnc.passes.lower_kernel import (KERNELS_ATTR, SPECIALIZATION_ATTR, lower_kernel,
                                          lowered_gpu_module)
 
     try:
         if lowered_gpu_module(result.module) is None:
             require_plan(result.module)
-            lower_sm80(result.module)
+            lower_kernel(result.module)
     except AttncError as e:
         raise e.located(result.variant.filename, result.variant.source) from None
     gpu_module = lowered_gpu_module(result.module)

@@ -183,7 +183,7 @@ def pass_loc(pass_name: str, near: ir.Operation | ir.Location) -> ir.Location:
 # arithmetic are left out, so one digest holds from L3 to L5. attn-warp-specialize
 # records every role's (`programs` on attn.warp_specialize); a lowering that does not
 # follow an op order compares it (Note [The plan the lowerings follow] in
-# attnc/passes/lower_sm80.py). What a lowering does follow is left out: the producer's
+# attnc/passes/lower_kernel.py). What a lowering does follow is left out: the producer's
 # K/V order is read as K first, and the ops of a KV loop that sm_80's lowering builds op
 # by op count as a set (Note [Steps op by op] in attnc/backend/kv_steps.py), here and in
 # the schedule digest.

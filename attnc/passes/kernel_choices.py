@@ -170,7 +170,7 @@ def choose(module, **given) -> None:
     """Record `given` (None: not given) and the defaults of the rest on the kernel's ops."""
     from attnc.backend.lowering import lowering_from_ir
     from attnc.ir import attention_ops, error_at
-    from attnc.passes.lower_sm80 import compile_result_of
+    from attnc.passes.lower_kernel import compile_result_of
     from attnc.passes.pipelines import LOWERING
     from attnc.ir.roles import GET, PUT, ops_in, role_block, role_ops
     from attnc.passes.plan_ir import required_attr, require_roles

@@ -1,8 +1,7 @@
-"""`attn-lower-sm80` and `attn-lower-sm90a`: the L5 plan -> the kernel in upstream
-dialects (L6).
+"""`attn-lower-sm80`: the L5 plan -> the sm_80 kernel in upstream dialects (L6).
 
-Targets: sm_80 (attn-lower-sm80), sm_90a (attn-lower-sm90a, lower_sm90a.py: the same
-kernel with its two GEMMs on wgmma). Expects L5 (tile attributes, mask analysis, role regions, channels with
+Targets: sm_80 (sm_90a's is attn-lower-sm90a, lower_sm90a.py; what the two share is
+lower_kernel.py's). Expects L5 (tile attributes, mask analysis, role regions, channels with
 their buffers, mbarriers) on one attn.kernel; what the kernel is built from is the op's attributes,
 its hook ops' regions and the function's types (Note [The variant from the IR] in
 attnc/ir/kernel.py), never the `.attn` source. Leaves the module with a `gpu.module`
@@ -24,25 +23,10 @@ ABI as a JSON attribute `attn.kernels` on it:
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import ClassVar
 
-from attnc.passes.registry import Pass
-
-KERNELS_ATTR = "attn.kernels"
-SPECIALIZATION_ATTR = "attn.specialization"
-
-
-@dataclass(frozen=True)
-class LowerKernel(Pass):
-    """What attn-lower-sm80 and attn-lower-sm90a share: no options (the kernel's choices are
-    the IR's: the plan, and attn-kernel-choices' attributes, Note [Kernel choices])."""
-
-    target: ClassVar[str]
-
-    def run(self, module) -> None:
-        lower_sm80(module, pass_target=self.target)
+from attnc.passes.lower_kernel import LowerKernel
 
 
 @dataclass(frozen=True)
@@ -51,143 +35,3 @@ class LowerSm80(LowerKernel):
 
     name: ClassVar[str] = "attn-lower-sm80"
     target: ClassVar[str] = "sm_80"
-
-
-def lower_sm80(module, pass_target: str | None = None) -> None:
-    """Lower the plan of `module` to its target's kernel; `pass_target`: the target
-    the calling pass builds for, which the plan must have."""
-    from mlir import ir
-
-    from attnc.backend.lowering import kernel_module_for
-    from attnc.ir import attention_ops, error_at, get_str
-    from attnc.passes.pipelines import LOWERING
-
-    ops = attention_ops(module)
-    pass_name = LOWERING[pass_target or "sm_80"]
-    if lowered_gpu_module(module) is not None:
-        raise error_at(ops[0] if ops else module, f"{pass_name} ran twice on this module")
-    for op in ops:
-        planned = get_str(op, "target") if "target" in op.attributes else None
-        if pass_target is not None and planned is not None and planned != pass_target:
-            instead = f"use {LOWERING[planned]}" if planned in LOWERING else "it has no lowering yet"
-            raise error_at(op, f"{pass_name} lowers {pass_target} plans; this one is for {planned}: {instead}")
-    result = compile_result_of(module, pass_name)      # first: attributes that contradict the types
-    _check_plan(module, pass_name)
-    kernel_module, kernels, specialization = kernel_module_for(result)
-    with _module_op(module).context:
-        gpu_module = next(o.operation for o in kernel_module.body.operations
-                          if o.operation.name == "gpu.module")
-        gpu_module.attributes[KERNELS_ATTR] = ir.StringAttr.get(json.dumps(kernels))
-        gpu_module.attributes[SPECIALIZATION_ATTR] = ir.StringAttr.get(json.dumps(specialization))
-        gpu_module.detach_from_parent()
-        ir.InsertionPoint(_module_body(module)).insert(gpu_module)
-        _module_op(module).attributes["gpu.container_module"] = ir.UnitAttr.get()
-
-
-def lowered_gpu_module(module):
-    """The gpu.module attn-lower-sm80 added, or None."""
-    for op in _module_body(module).operations:
-        if op.operation.name == "gpu.module" and KERNELS_ATTR in op.operation.attributes:
-            return op.operation
-    return None
-
-
-def compile_result_of(module, pass_name: str = "attn-lower-sm80"):
-    """The (variant, module) pair the backend works on, the variant read from the op's
-    attributes and types (Note [The variant from the IR] in attnc/ir/kernel.py); the
-    `.attn` text the module may carry only locates errors; `pass_name`: the pass that
-    needs it, for the error."""
-    from mlir import ir
-
-    from attnc.driver import CompileResult
-    from attnc.errors import AttncError
-    from attnc.ir import attention_ops
-    from attnc.ir.kernel import kernel_variant
-
-    ops = attention_ops(module)
-    if len(ops) != 1:
-        raise AttncError(f"{pass_name} builds one attn.kernel per module, found {len(ops)}")
-    attrs = _module_op(module).attributes
-    source = ir.StringAttr(attrs["attn.source"]).value if "attn.source" in attrs else ""
-    filename = ir.StringAttr(attrs["attn.filename"]).value if "attn.filename" in attrs else "<input>"
-    return CompileResult(kernel_variant(ops[0], source, filename), _module_op(module))
-
-
-# The passes between the mask analysis and the verifier: what they write is the plan.
-PLAN_PASSES = ("attn-warp-specialize", "attn-alloc-smem", "attn-alloc-tmem", "attn-insert-pipelines")
-
-
-def _check_plan(module, pass_name: str) -> None:
-    """Note [The plan the lowerings follow]: the kernels of attn-lower-sm80 and
-    attn-lower-sm90a follow these choices of the L3-L5 IR (plan_ir.followed_plan): the
-    roles -- sm_90a's producer warpgroup or none, its consumer warpgroups, each role's
-    setmaxnreg budget (`regs`), ping-pong and persistent CTAs (`pingpong`, `persistent`
-    on attn.warp_specialize) -- the K/V channel's stages, the order in which the
-    producer's KV loops put K and V, and on sm_80 the order of the ops in the KV loops
-    (Note [Steps op by op] in attnc/backend/kv_steps.py). Those come from the plan passes' options (attn-tile,
-    attn-warp-specialize), from a user pass, or from a dump edited by hand. The rest of
-    the plan -- buffer placement, barrier counts, where the synchronization ops stand,
-    the order of the other ops -- the lowering builds as the plan passes make it for
-    those choices; a plan that differs there would be silently built as that one, so it
-    is refused, naming the first difference, and a role whose ops moved since
-    attn-warp-specialize is refused at the role (Note [Role programs] in
-    attnc/ir/roles.py). The plan is summed up from the IR (roles, channels with their
-    buffers, mbarriers, named barriers) and compared with the summary of the plan for
-    the followed choices (attnc/schedule: recipe, alloc, sync). The kernel's other
-    choices are attn-kernel-choices' attributes (Note [Kernel choices])."""
-    from attnc.ir import attention_ops, error_at
-    from attnc.ir import roles as R
-    from attnc.passes.plan_ir import followed_plan, plan_summary, planned_summary, tile_of
-
-    for kernel in attention_ops(module):
-        tile = tile_of(kernel, pass_name)       # a tile no pass can plan, named as the lowering's
-        plan = followed_plan(kernel, pass_name)
-        ws = R.warp_specialize_of(kernel)
-        made = R.value_of(ws.attributes[R.PROGRAMS]) if R.PROGRAMS in ws.attributes else {}
-        synced = R.value_of(ws.attributes[R.SCHEDULES]) if R.SCHEDULES in ws.attributes else {}
-        for role in R.role_ops(kernel):         # Note [Role programs]
-            name = R.name_of(role)
-            if name in made and made[name] != R.program_digest(role):
-                raise error_at(role, f"{pass_name} builds the ops of role '{name}' in the order "
-                                     f"attn-warp-specialize made them (of an op order it follows only which of "
-                                     f"K and V the producer puts first, and on sm_80 the order in a KV loop), and this role's ops were reordered, "
-                                     f"added or removed since (Note [The plan the lowerings follow])")
-            if name in synced and synced[name] != R.schedule_digest(role):      # Note [Role schedules]
-                raise error_at(role, f"{pass_name} builds the synchronization of role '{name}' as "
-                                     f"attn-insert-pipelines made it -- where its waits, arrives, barriers and "
-                                     f"cp.async groups stand, their counts, how far ahead its loads are -- and "
-                                     f"this role's synchronization was edited since (Note [The plan the "
-                                     f"lowerings follow])")
-        ours, theirs = plan_summary(kernel), planned_summary(kernel, tile, plan)
-        for kind in theirs:
-            if ours.get(kind) == theirs[kind]:
-                continue
-            why = _first_difference(kind, ours.get(kind, []), theirs[kind])
-            raise error_at(kernel, f"{pass_name} follows the plan's roles, stages, register budgets, ping-pong "
-                                   f"and the producer's K/V order, and builds the rest as the plan passes make "
-                                   f"it for them; this plan differs there: {why} (Note [The plan the lowerings "
-                                   f"follow])")
-
-
-def _first_difference(kind: str, ours: list[dict], theirs: list[dict]) -> str:
-    if len(ours) != len(theirs):
-        return f"it has {len(ours)} {kind} ops, the plan {len(theirs)}"
-    for mine, default in zip(ours, theirs):
-        for key in sorted(mine.keys() | default.keys()):
-            if mine.get(key) != default.get(key):
-                label = mine.get("name", default.get("name", ""))
-                return (f"{kind} \"{label}\" has {key} = {_text(mine.get(key, '(none)'))}, the plan "
-                        f"{_text(default.get(key, '(none)'))}")
-    return f"its {kind} ops are in another order"
-
-
-def _text(value) -> str:
-    return str(list(value)) if isinstance(value, tuple) else str(value)
-
-
-def _module_op(module):
-    return getattr(module, "operation", module)
-
-
-def _module_body(module):
-    return _module_op(module).regions[0].blocks[0]

@@ -90,7 +90,7 @@ def _flag(ws: ir.Operation, name: str) -> bool:
 
 def plan_summary(kernel: ir.Operation) -> dict[str, list[dict]]:
     """The plan of the L3-L5 IR as plain values: what the lowerings compare with the
-    plan it follows (Note [The plan the lowerings follow] in lower_sm80.py)."""
+    plan it follows (Note [The plan the lowerings follow] in lower_kernel.py)."""
     named = {(a["id"], a["threads"]) for a in (R.attrs_of(op) for role in R.role_ops(kernel) for op in
                                                R.ops_in(R.role_block(role), (R.NAMED_BARRIER_ARRIVE,
                                                                              R.NAMED_BARRIER_SYNC)))}
@@ -107,7 +107,7 @@ def plan_summary(kernel: ir.Operation) -> dict[str, list[dict]]:
 @dataclass(frozen=True)
 class FollowedPlan:
     """What of the L3-L5 plan the lowerings build as the IR states it (Note [The plan the
-    lowerings follow] in lower_sm80.py)."""
+    lowerings follow] in lower_kernel.py)."""
     target: str
     stages: int                 # the K/V channel's
     warps: int                  # the computing warps: the cooperative role's, or the consumers'

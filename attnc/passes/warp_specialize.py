@@ -17,7 +17,7 @@ their setmaxnreg budgets as `regs` (`pingpong` recorded on attn.warp_specialize,
 of keys per row); without it one cooperative role as on sm_80; sm_100a: the FA4 roles
 (load, mma, softmax0/1, correction, epilogue, empty) with S and P through TMEM. The K/V channel's
 `stages` is attn-tile's `stages`. Register budgets are checked here. What the lowering
-builds follows these choices (Note [The plan the lowerings follow] in lower_sm80.py).
+builds follows these choices (Note [The plan the lowerings follow] in lower_kernel.py).
 
     before:  "attn.kernel"(...) ({ %q = attn.load ...; scf.for { %k = attn.load ...; attn.mma ... } })
     after:   "attn.kernel"(...) ({ "attn.warp_specialize"() ({

@@ -3,7 +3,7 @@
 A scheduling pass on the L3 IR (after attn-warp-specialize, before attn-insert-pipelines):
 inside every KV loop of the `producer` role it moves V's load and its `attn.put` above
 K's. The lowering issues each step's two loads in the order the producer's loops put
-them (Note [The plan the lowerings follow] in attnc/passes/lower_sm80.py), so the kernel
+them (Note [The plan the lowerings follow] in attnc/passes/lower_kernel.py), so the kernel
 changes with the IR:
 
     attnc compile examples/mha.attn -arch sm_90a --emit ptx \\

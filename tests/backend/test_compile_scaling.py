@@ -58,7 +58,7 @@ def ptx_of(source: str, arch: str) -> str:
     from mlir import ir
 
     from attnc.backend.ptx import to_ptx
-    from attnc.passes.lower_sm80 import lowered_gpu_module
+    from attnc.passes.lower_kernel import lowered_gpu_module
 
     result = compile_mlir(source, f"{arch}.attn", CompileOptions(arch=arch))
     gpu_module = lowered_gpu_module(result.module)

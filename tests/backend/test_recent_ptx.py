@@ -59,7 +59,7 @@ def test_the_sm90_bundle_of_a_kernel_that_keeps_its_bound_is_lowered_once(monkey
     gpu.module afresh."""
     from attnc.backend.lowering import build
     from attnc.driver import CompileOptions, compile_mlir
-    from attnc.passes.lower_sm80 import lowered_gpu_module
+    from attnc.passes.lower_kernel import lowered_gpu_module
 
     calls = counting_lowerings(monkeypatch)
     source = """attention banded {

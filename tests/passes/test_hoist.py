@@ -11,7 +11,7 @@ import pytest
 from attnc.backend.lowering import build, kernel_module_for
 from attnc.driver import CompileOptions, compile_file, compile_mlir, optimize_mlir
 from attnc.errors import AttncError
-from attnc.passes.lower_sm80 import compile_result_of
+from attnc.passes.lower_kernel import compile_result_of
 from attnc.passes.pipelines import format_pipeline, pipeline_with, target_pipeline
 
 PARAMS = 3

@@ -18,7 +18,7 @@ from attnc.driver import CompileOptions, compile_mlir, optimize_mlir
 from attnc.errors import AttncError
 from attnc.ir import attention_ops
 from attnc.ir import roles as R
-from attnc.passes.lower_sm80 import compile_result_of
+from attnc.passes.lower_kernel import compile_result_of
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.attn"))

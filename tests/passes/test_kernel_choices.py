@@ -11,7 +11,7 @@ import pytest
 from attnc.backend.lowering import build, spec_from_ir
 from attnc.driver import CompileOptions, compile_file, optimize_mlir
 from attnc.errors import AttncError
-from attnc.passes.lower_sm80 import compile_result_of, lowered_gpu_module
+from attnc.passes.lower_kernel import compile_result_of, lowered_gpu_module
 from attnc.passes.pipelines import CHOICES_PASS as CHOICES, LOWERING, format_pipeline, pipeline_with, target_pipeline
 
 

@@ -14,7 +14,7 @@ from attnc.driver import CompileOptions, compile_file, optimize_mlir
 from attnc.errors import AttncError
 from attnc.ir import attention_ops
 from attnc.ir import roles as R
-from attnc.passes.lower_sm80 import compile_result_of
+from attnc.passes.lower_kernel import compile_result_of
 from attnc.passes.pipelines import CHOICES_PASS, LOWERING, format_pipeline, target_pipeline
 
 PASS_FILE = "examples/passes/wait_v_early.py"

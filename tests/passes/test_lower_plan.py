@@ -1,4 +1,4 @@
-"""Note [The plan the lowerings follow] (lower_sm80.py): the lowering builds the roles,
+"""Note [The plan the lowerings follow] (lower_kernel.py): the lowering builds the roles,
 stages, register budgets, ping-pong and producer K/V order the IR states, and refuses a
 plan that differs elsewhere rather than silently building another (found by a review)."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from attnc.backend.lowering import build
 from attnc.driver import CompileOptions, compile_file, optimize_mlir
 from attnc.errors import AttncError
-from attnc.passes.lower_sm80 import compile_result_of
+from attnc.passes.lower_kernel import compile_result_of
 from attnc.passes.pipelines import format_pipeline, pipeline_with, target_pipeline
 
 
@@ -131,7 +131,7 @@ def test_an_edited_scale_is_compiled_as_edited(tmp_path):
     IR] in attnc/ir/kernel.py), not from the .attn source the module carries: a scale
     edited in a dump is the kernel's scale."""
     from attnc.backend.lowering import spec_from_ir
-    from attnc.passes.lower_sm80 import compile_result_of
+    from attnc.passes.lower_kernel import compile_result_of
 
     plan = _gemma2_plan(tmp_path)
     old, new = "scale = 0.0883883461 : f32", "scale = 5.000000e-01 : f32"

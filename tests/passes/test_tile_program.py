@@ -19,7 +19,7 @@ def _ptx(module) -> str:
     from mlir import ir
 
     from attnc.backend.ptx import to_ptx
-    from attnc.passes.lower_sm80 import SPECIALIZATION_ATTR, lowered_gpu_module
+    from attnc.passes.lower_kernel import SPECIALIZATION_ATTR, lowered_gpu_module
 
     gpu_module = lowered_gpu_module(module)
     target = json.loads(ir.StringAttr(gpu_module.attributes[SPECIALIZATION_ATTR]).value)["target"]

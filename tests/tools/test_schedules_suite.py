@@ -1,5 +1,5 @@
 """Scheduling research through the plan passes (Note [The plan the lowerings follow] in
-attnc/passes/lower_sm80.py): each plan of the GPU suite `schedules` (build_gpu_bundles'
+attnc/passes/lower_kernel.py): each plan of the GPU suite `schedules` (build_gpu_bundles'
 SCHEDULES: K/V ring depths, one or two consumer warpgroups, ping-pong, a producer putting V
 before K) is in the IR the lowering reads, and gives its own kernel."""
 from __future__ import annotations
