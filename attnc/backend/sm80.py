@@ -43,9 +43,10 @@ at 128x64 tiles, head dim 128).
 
 Note [Rolled QK^T]: fully unrolled, the QK^T k-steps let ptxas hoist every K fragment
 of the tile into registers ahead of the MMAs (64 registers at 64x64 K tiles) and then
-spill the softmax state. With qk_unroll = u > 0, the k-steps run as a loop of u steps per
-trip, kept rolled by `#llvm.loop_unroll<disable>` (PTX `.pragma "nounroll"`), which
-bounds that look-ahead to u steps.
+spill the softmax state. With qk_unroll = u > 0 (`unroll` on the QK^T attn.mma,
+attn-kernel-choices' option), the k-steps run as a loop of u steps per trip, kept rolled
+by `#llvm.loop_unroll<disable>` (PTX `.pragma "nounroll"`), which bounds that look-ahead
+to u steps.
 
 Note [Dead rows]: the steps run from the top of the key range down, so a causal-like mask
 (a row interval whose end grows with the row) puts the diagonal in the first block, and

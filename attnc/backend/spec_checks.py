@@ -74,6 +74,10 @@ def _check_tiles(spec: ForwardSpec) -> None:
              f"interval_test='bits' needs block_n <= 128 (32 scores per row and lane), not {spec.block_n}: "
              f"use 'range' or 'pair'")
     half_page = spec.page_width(spec.head_dim_qk) // 16
+    _require(spec.qk_unroll is None or spec.qk_unroll >= 0, f"qk_unroll={spec.qk_unroll}: expected 0 or more")
+    _require(not spec.qk_unroll or spec.target == "sm_80",
+             f"qk_unroll={spec.qk_unroll}: it rolls sm_80's QK^T k16 steps into a loop; {spec.target} issues "
+             f"QK^T as one wgmma group (0 there)")
     _require(spec.qk_steps_per_trip == 0 or (half_page % spec.qk_steps_per_trip == 0),
              f"qk_unroll={spec.qk_unroll} must divide {half_page} (k16 steps per smem page), or be 0")
     _require(spec.scale > 0, f"softmax_scale={spec.scale}: must be positive")

@@ -16,7 +16,7 @@ Note [Kernel choices]: the choices of a kernel that are not its plan (roles, sta
 budgets, buffers, synchronization: L3-L5) sit on the ops they concern -- the grid
 order and CTAs per SM on attn.kernel, the per-score mask test on attn.mask, the
 exp2 split on attn.softmax_step, the lazy rescale on attn.rescale, the row sums on
-the P.V mma, the step loads on the K and V loads, the staged epilogue on O's store.
+the P.V mma, the rolled k-steps on the QK^T mma, the step loads on the K and V loads, the staged epilogue on O's store.
 attn-lower-sm80 and attn-lower-sm90a read them there and nowhere else: an attribute
 edited by hand or by a user pass gives that kernel, or a located error naming the
 condition it breaks; where one is absent (a pipeline without this pass) the lowering
@@ -73,6 +73,7 @@ CHOICES: tuple[Choice, ...] = (
     Choice("lean_loads", "lean", bool, "attn.load", ("k", "v"), resolved=_spec("step_loads_lean")),
     Choice("early_first", "early_first", bool, "attn.load", ("k",), resolved=_spec("first_before_map")),
     Choice("staged_o", "staged", bool, "attn.store", ("o",), resolved=_spec("o_staged")),
+    Choice("qk_unroll", "unroll", int, "attn.mma", ("qk",), resolved=_spec("qk_steps_per_trip")),
 )
 BY_OPTION = {c.option: c for c in CHOICES}
 
@@ -155,6 +156,10 @@ class KernelChoices(Pass):
                "cores] in softmax.py; default: ForwardSpec.row_sum_on_mma: for an affine score_mod, "
                "such as ALiBi's, in a kernel without an LSE output; refused with one: the LSE would keep "
                "the rounding of P)"})
+    qk_unroll: int | None = field(default=None, metadata={
+        "doc": "sm_80: the QK^T k16 steps as a loop of this many steps per trip, kept rolled (0: fully "
+               "unrolled; it must divide the k16 steps of a shared-memory page) (Note [Rolled QK^T] in sm80.py; "
+               "default: ForwardSpec.qk_steps_per_trip: 1 up to head dim 96, where it removed spills, else 0)"})
     dead_rows: bool | None = field(default=None, metadata={
         "doc": "sm_80: interleave the warps' 16-row tiles of the query block (warp w owns rows 16w + 16 "
                "num_warps k) and, in the first key step, skip the MMAs of a tile whose rows keep none of its "

@@ -56,6 +56,19 @@ def test_an_edited_choice_is_the_kernel_of_its_option():
     assert not spec.row_sum_on_mma and not spec.o_staged
 
 
+def test_an_edited_unroll_is_the_kernel_of_its_option():
+    """The QK^T k-steps of ALiBi (head dim 64: rolled, one step a trip, by default) fully
+    unrolled by an edit of the QK^T mma's `unroll`: the option's kernel, without the
+    loop's nounroll pragma."""
+    plan = _plan("alibi", "sm_80")
+    assert plan.count('kind = "qk", unroll = 1 : i64') >= 2
+    edited = plan.replace('kind = "qk", unroll = 1 : i64', 'kind = "qk", unroll = 0 : i64')
+    ptx = build(compile_result_of(_lower(edited, "sm_80"))).ptx
+    assert ptx == build(compile_result_of(_lower(_plan("alibi", "sm_80", {"qk_unroll": 0}), "sm_80"))).ptx
+    rolled = build(compile_result_of(_lower(plan, "sm_80"))).ptx
+    assert '.pragma "nounroll"' in rolled and '.pragma "nounroll"' not in ptx
+
+
 def test_ops_that_disagree_are_refused_at_the_second():
     plan = _plan("alibi", "sm_80")
     assert plan.count("{lazy = false}") >= 2
