@@ -1,15 +1,18 @@
 """Experiment bundles: bench_variants cases with pass options, for bench/ab_bundles.py.
 
-    .venv/bin/python tools/build_exp_bundles.py OUT "ARCH|TAG|CASE|D|TILE_JSON|LOWER_JSON" ...
+    .venv/bin/python tools/build_exp_bundles.py OUT "ARCH|TAG|CASE|D|TILE_JSON|LOWER_JSON[|PASSES]" ...
 
 Each spec builds one bundle named exp_TAG_CASE_dD_ARCH into OUT (its index.json gains
 an entry of suite "exp" with the tag): CASE one of build_gpu_bundles.BENCH_CASES (or a
 windowW of the sweep, or one of its EXP_CASES: doc_only), D its head dim, TILE_JSON
 options of attn-tile and LOWER_JSON those of the later passes (attn-warp-specialize's
-consumers, producer, pingpong, persistent; attn-kernel-choices'), both may be empty, e.g.
+consumers, producer, pingpong, persistent; attn-kernel-choices'), both may be empty, and
+PASSES user pass files (comma-separated) run where build_gpu_bundles.USER_PASS_AFTER
+puts them, e.g.
 
     'sm_90a|ws|causal|128||{"producer":1}'
     'sm_80|t64x64|window1024|64|{"block_m":64,"block_n":64}|'
+    'sm_80|wve|causal|128|||examples/passes/wait_v_early.py'
 
 Give the tag `base` to the default build of a case: bench/ab_bundles.py compares the
 other tags of the case with it. With `--compiler ROOT` first, the bundles come from the
@@ -32,16 +35,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "runtime"), str(ROOT / "tools")]
 
-from build_gpu_bundles import BENCH_CASES, Job, bench_source, build_one  # noqa: E402
+from build_gpu_bundles import BENCH_CASES, Job, bench_source, build_one, schedule_pipeline  # noqa: E402
 from attnc.passes.pipelines import pipeline_with_options  # noqa: E402
 
 
 def job(spec: str) -> Job:
-    arch, tag, case, d, tile, lower = spec.split("|", 5)
+    arch, tag, case, d, tile, lower, *passes = spec.split("|", 6)
     name = f"exp_{tag}_{case}_d{d}_{arch.replace('_', '')}"
-    pipeline = pipeline_with_options(arch, {**json.loads(tile or "{}"), **json.loads(lower or "{}")})
+    user_passes = tuple(p for p in (passes[0] if passes else "").split(",") if p)
+    pipeline = schedule_pipeline(arch, {**json.loads(tile or "{}"), **json.loads(lower or "{}")}, user_passes)
     meta = {"case": case, "head_dim": int(d), "dtype": "bf16", "fills": BENCH_CASES.get(case, ("", "", "", {}))[3],
-            "pipeline": pipeline, "arch": arch, "tag": tag}
+            "pipeline": pipeline, "arch": arch, "tag": tag, "load_passes": list(user_passes)}
     return Job("exp", name, bench_source(name, int(d), case), meta, arch=arch)
 
 
