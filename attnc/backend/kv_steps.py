@@ -3,9 +3,9 @@
 Note [Steps op by op]: sm_80's KV step is lowered from the ops of its KV loop's body, in
 the order they stand there: a pattern per op (`Sm80Forward._lower_<op>`), so a
 reordered body -- a wait moved, a load issued sooner, the rescale before the V wait --
-is a different kernel, and the lowering no longer compares the body's order with the
-plan's (Note [Role programs] in attnc/ir/roles.py digests a KV loop's body as the set
-of its ops on sm_80). What stays fixed is what the ops are and how values flow between
+is a different kernel, and so is an edited wait (`pending`) or load (`ahead`); the
+lowering no longer compares the body with the plan's (Notes [Role programs] and [Role
+schedules] in attnc/ir/roles.py leave out what stands in a KV loop on sm_80). What stays fixed is what the ops are and how values flow between
 them: one QK^T and one P.V, reading the slots and the Q the step reads; the score_mod
 and mask on S in that order; the softmax on them and the carried m and l; the rescale
 of the carried O by the softmax's alpha; P.V on the softmax's P and the rescaled O. A
@@ -15,10 +15,11 @@ rows], the partial, full and partial loops of the key range) is the kernel's; ea
 is built from the IR loop of its kind (`KvSteps.body`).
 
 The synchronization in a body -- cp.async waits with their `pending`, CTA barriers,
-commits -- is lowered as it stands, and attn-verify-pipeline checks it on the same IR.
-Slots are not read from the ring values: a load `ahead` a steps fills the slot of step
-t + a, which is the ring's stage there (the schedule digest still refuses an edited
-`ahead` or `pending`, Note [Role schedules]).
+commits, how far ahead each load is -- is lowered as it stands, and the lowering has
+attn-verify-pipeline's check run on the same IR first, so an unsound edit is refused at
+its op. Slots are not read from the ring values: a load `ahead` a steps fills the slot
+of step t + a, and the step reads K and V from the slot of step t, which are the rings'
+stages there (the step's reads of K and V must read one stage).
 """
 from __future__ import annotations
 
@@ -135,6 +136,10 @@ def _body(loop) -> tuple[StepOp, ...]:
                                  f"needs (Note [Steps op by op])")
     _check_scores(seen, made)
     _check_carried(block, made)
+    k_read, v_read = seen[(R.SLOT_READ, "k")], seen[(R.SLOT_READ, "v")]
+    if k_read.operands[1] != v_read.operands[1]:
+        raise error_at(v_read, "the step reads K and V from the slot of its own step: one ring stage (Note [Steps "
+                               "op by op])")
     return tuple(ops)
 
 

@@ -184,9 +184,9 @@ def pass_loc(pass_name: str, near: ir.Operation | ir.Location) -> ir.Location:
 # records every role's (`programs` on attn.warp_specialize); a lowering that does not
 # follow an op order compares it (Note [The plan the lowerings follow] in
 # attnc/passes/lower_kernel.py). What a lowering does follow is left out: the producer's
-# K/V order is read as K first, and the ops of a KV loop that sm_80's lowering builds op
-# by op count as a set (Note [Steps op by op] in attnc/backend/kv_steps.py), here and in
-# the schedule digest.
+# K/V order is read as K first, and what stands inside a KV loop that sm_80's lowering
+# builds op by op is left out (Note [Steps op by op] in attnc/backend/kv_steps.py), here
+# and in the schedule digest.
 _TILE_KEYS = {"attn.load": "operand", "attn.mma": "kind", "attn.store": "operand"}
 _EXCHANGES = {PUT: "put", SLOT_WRITE: "put", GET: "get", SLOT_READ: "get"}
 _PROGRAM_OPS = ("attn.load", "attn.mma", "attn.score_mod", "attn.mask", "attn.softmax_step", "attn.rescale",
@@ -214,7 +214,8 @@ def program_digest(role: ir.Operation) -> str:
 # records every role's (`schedules` on attn.warp_specialize) and the lowerings, which
 # build that synchronization as the plan passes make it, compare it: an edit there is
 # refused at the role rather than built as the default (Note [The plan the lowerings
-# follow]). The choices attn-kernel-choices records later on the program ops are not in it.
+# follow]) -- but in sm_80's KV loops, whose synchronization is built as it stands once
+# verified (Note [Steps op by op]). The choices attn-kernel-choices records later on the program ops are not in it.
 def schedule_digest(role: ir.Operation) -> str:
     def source(value) -> str:
         owner = value.owner
@@ -235,9 +236,10 @@ def schedule_digest(role: ir.Operation) -> str:
 
 
 def _steps(role: ir.Operation, step) -> list[str]:
-    """`step(op)` of every op of the role (pre-order) for which it is not None; the ops
-    of a KV loop that the lowering builds op by op as one step, in no order (Note [Steps
-    op by op] in attnc/backend/kv_steps.py)."""
+    """`step(op)` of every op of the role (pre-order) for which it is not None; of a KV
+    loop that the lowering builds op by op, only the loop (Note [Steps op by op] in
+    attnc/backend/kv_steps.py: the lowering checks its ops and their data flow, and has
+    its synchronization verified)."""
     out: list[str] = []
     loose = follows_step_order(role)
 
@@ -252,10 +254,7 @@ def _steps(role: ir.Operation, step) -> list[str]:
     for op in role_block(role).operations:
         op = op.operation
         if loose and op.name == "scf.for" and KV_LOOP in op.attributes:
-            body: list[str] = []
-            for inner in op.regions[0].blocks[0].operations:
-                walk(inner.operation, body)
-            out.append(f"{step(op)} {{{'; '.join(sorted(body))}}}")
+            out.append(f"{step(op)} {attrs_of(op)[KV_LOOP]}")
         else:
             walk(op, out)
     return out

@@ -98,8 +98,9 @@ def _check_plan(module, pass_name: str) -> None:
     roles -- sm_90a's producer warpgroup or none, its consumer warpgroups, each role's
     setmaxnreg budget (`regs`), ping-pong and persistent CTAs (`pingpong`, `persistent`
     on attn.warp_specialize) -- the K/V channel's stages, the order in which the
-    producer's KV loops put K and V, and on sm_80 the order of the ops in the KV loops
-    (Note [Steps op by op] in attnc/backend/kv_steps.py). Those come from the plan passes' options (attn-tile,
+    producer's KV loops put K and V, and on sm_80 what stands in the KV loops, in its
+    order, synchronization included, which the lowering has the verifier check (Note
+    [Steps op by op] in attnc/backend/kv_steps.py). Those come from the plan passes' options (attn-tile,
     attn-warp-specialize), from a user pass, or from a dump edited by hand. The rest of
     the plan -- buffer placement, barrier counts, where the synchronization ops stand,
     the order of the other ops -- the lowering builds as the plan passes make it for
@@ -133,6 +134,11 @@ def _check_plan(module, pass_name: str) -> None:
                                      f"cp.async groups stand, their counts, how far ahead its loads are -- and "
                                      f"this role's synchronization was edited since (Note [The plan the "
                                      f"lowerings follow])")
+        if any(R.follows_step_order(role) for role in R.role_ops(kernel)):
+            # Note [Steps op by op]: what stands in the KV loops is built as it stands, once
+            # the verifier has found it sound.
+            from attnc.passes.verify_pipeline import verify_pipeline
+            verify_pipeline(module)
         ours, theirs = plan_summary(kernel), planned_summary(kernel, tile, plan)
         for kind in theirs:
             if ours.get(kind) == theirs[kind]:

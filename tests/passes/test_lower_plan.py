@@ -192,15 +192,18 @@ def test_a_producer_putting_v_first_is_followed(tmp_path):
     assert moved.ptx != default.ptx
 
 
-def test_a_sound_edit_of_the_synchronization_is_refused_not_built_as_the_default(tmp_path):
-    """Note [Role schedules]: a step's cp.async wait edited to wait for one more group is
-    sound (attn-verify-pipeline accepts it), but the lowering builds the waits where and as
-    attn-insert-pipelines made them, so it refuses the edit rather than ignore it."""
+def test_an_edit_of_sm80s_step_synchronization_is_built_once_verified(tmp_path):
+    """Note [Steps op by op]: a step's cp.async wait edited to wait for one more group is
+    sound, and sm_80's lowering builds it as it stands; one that waits for a group too few
+    is refused at the wait by the verifier the lowering runs (sm_90a refuses any edit of
+    its synchronization: tests/passes/test_kv_steps.py)."""
     plan = _plan(tmp_path, "mha", "sm_80")
     old = '"attn.cp_async_wait"() {pending = 2 : i64}'
     assert plan.count(old) >= 2
     edited = plan.replace(old, '"attn.cp_async_wait"() {pending = 1 : i64}', 1)
-    optimize_mlir(edited, "plan.mlir", CompileOptions(arch="sm_80", pass_pipeline="attn-verify-pipeline"))
-    with pytest.raises(AttncError, match=re.escape("builds the synchronization of role 'compute' as "
-                                                   "attn-insert-pipelines made it")):
-        _lowered(edited, "sm_80")
+    built = _lowered(edited, "sm_80").ptx
+    assert "cp.async.wait_group \t1;" in built and "cp.async.wait_group \t1;" not in _lowered(plan, "sm_80").ptx
+    unsound = plan.replace(old, '"attn.cp_async_wait"() {pending = 3 : i64}', 1)
+    with pytest.raises(AttncError, match="attn-verify-pipeline: compute reads fill 0 of 'kv' \\(k\\) from slot 0 "
+                                         "before its data landed"):
+        _lowered(unsound, "sm_80")
