@@ -355,8 +355,8 @@ SCHEDULES = [
     ("sm_80", "wait_v_early", {"stages": 2}, ("examples/passes/wait_v_early.py",)),
     ("sm_80", "wait_v_early3", {"stages": 3}, ("examples/passes/wait_v_early.py",)),
 ]
-# The pass each user pass runs after (default: attn-warp-specialize, at L3).
-USER_PASS_AFTER = {"examples/passes/wait_v_early.py": "attn-insert-pipelines"}
+# The pass each user pass (by its file's name) runs after (default: attn-warp-specialize, at L3).
+USER_PASS_AFTER = {"wait_v_early.py": "attn-insert-pipelines"}
 SCHEDULE_EXAMPLES = ("mha", "alibi", "gemma2", "docs_sink")
 
 
@@ -367,7 +367,7 @@ def schedule_pipeline(arch: str, options: dict, user_passes: tuple[str, ...]) ->
 
     specs = parse_pipeline(pipeline_with_options(arch, options))
     for p in user_passes:
-        after = USER_PASS_AFTER.get(p, "attn-warp-specialize")
+        after = USER_PASS_AFTER.get(Path(p).name, "attn-warp-specialize")
         at = 1 + next(i for i, spec in enumerate(specs) if spec.name == after)
         specs[at:at] = [PassSpec(Path(p).stem.replace("_", "-"))]
     return format_pipeline(specs)

@@ -2,28 +2,36 @@
 
 Note [Steps op by op]: sm_80's KV step is lowered from the ops of its KV loop's body, in
 the order they stand there: a pattern per op (`Sm80Forward._lower_<op>`), so a
-reordered body -- a wait moved, a load issued sooner, the rescale before the V wait --
-is a different kernel, and so is an edited wait (`pending`) or load (`ahead`); the
-lowering no longer compares the body with the plan's (Notes [Role programs] and [Role
-schedules] in attnc/ir/roles.py leave out what stands in a KV loop on sm_80). What stays fixed is what the ops are and how values flow between
-them: one QK^T and one P.V, reading the slots and the Q the step reads; the score_mod
-and mask on S in that order; the softmax on them and the carried m and l; the rescale
-of the carried O by the softmax's alpha; P.V on the softmax's P and the rescaled O. A
-body that differs there is refused at the op, and so are ops the lowering has no
-pattern for. The loop structure around the bodies (the peeled first step of Note [Dead
-rows], the partial, full and partial loops of the key range) is the kernel's; each loop
-is built from the IR loop of its kind (`KvSteps.body`).
+reordered body -- a wait moved, the rescale before the V wait -- or an edited wait
+(`pending`) is a different kernel. The lowering does not compare what stands in a KV
+loop with the plan (Notes [Role programs] and [Role schedules] in attnc/ir/roles.py
+leave it out on sm_80); it checks it (`kv_steps`) and builds it. What stays fixed:
 
-The synchronization in a body -- cp.async waits with their `pending`, CTA barriers,
-commits, how far ahead each load is -- is lowered as it stands, and the lowering has
-attn-verify-pipeline's check run on the same IR first, so an unsound edit is refused at
-its op. Slots are not read from the ring values: a load `ahead` a steps fills the slot
-of step t + a, and the step reads K and V from the slot of step t, which are the rings'
-stages there (the step's reads of K and V must read one stage).
+  * the ops: one QK^T and one P.V, reads of Q, K and V, loads of K and V (of the step's
+    block, from the kernel's K and V), the softmax step and the rescale, the score_mod
+    and mask where the variant has them (the mask but in a loop of full blocks), and
+    cp.async waits, CTA barriers and commits; no op without a pattern;
+  * how values flow: QK^T on the reads of Q and K; the score_mod and mask on S in that
+    order; the softmax on them and the carried m and l; the rescale of the carried O by
+    the softmax's alpha; P.V on the softmax's P, the read of V and the rescaled O; m, l
+    and O carried from -inf, 0 and 0 through the KV loops in turn;
+  * how far ahead each load is (V S - 1 steps, K S): a load `ahead` a steps fills the
+    slot of step t + a, where the verifier sees the slot its ring value names, so the
+    two must not part; the reads of K and V read the slot of step t, one ring stage.
+
+Anything else is refused at its op. The synchronization as it stands -- where the waits,
+barriers and commits are, and the waits' `pending` -- is checked by attn-verify-pipeline,
+which the lowering runs on the same IR first, so an unsound edit is refused at its op.
+The loop structure around the bodies (the peeled first step of Note [Dead rows], the
+partial, full and partial loops of the key range) is the kernel's: each of its loops is
+built from the IR loop of its kind (`KvSteps.body`), and an IR loop of a kind the key
+range gives no steps is not built.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from mlir import ir
 
 from attnc.errors import AttncError
 from attnc.ir import error_at
@@ -90,20 +98,36 @@ class KvSteps:
         return all([op for op in body if op.name not in hooks] == ops for _, body in self.loops)
 
 
-def kv_steps(role) -> KvSteps:
-    """The KV loops' bodies of the cooperative role `role` (L5), each checked for the ops
-    and the data flow the lowering builds (Note [Steps op by op])."""
-    loops = []
+def kv_steps(role, kernel) -> KvSteps:
+    """The KV loops' bodies of the cooperative role `role` of `kernel` (L5), each checked
+    for the ops and the data flow the lowering builds (Note [Steps op by op])."""
+    stages = int(next(R.attrs_of(c)["stages"] for c in R.channel_ops(kernel) if R.name_of(c) == "kv"))
+    hooks = {"attn.score_mod": R.attrs_of(kernel).get("has_score_mod", False),
+             "attn.mask": R.attrs_of(kernel).get("has_mask_mod", False)}
+    loops, carried = [], None
     for op in R.role_block(role).operations:
         op = op.operation
         if op.name == "scf.for" and KV_LOOP in op.attributes:
-            loops.append((R.value_of(op.attributes[KV_LOOP]), _body(op)))
+            kind = R.value_of(op.attributes[KV_LOOP])
+            body, positions = _body(op, kernel, stages, hooks, kind)
+            _check_chain(op, positions, carried)
+            carried = (op, positions)
+            loops.append((kind, body))
     if not loops:
         raise error_at(role, f"role '{R.name_of(role)}' has no KV loop (scf.for with {KV_LOOP})")
     return KvSteps(tuple(loops))
 
 
-def _body(loop) -> tuple[StepOp, ...]:
+# Ops of other dialects a body may hold that lower to nothing of their own: index arithmetic
+# (the lowering computes its blocks and slots itself).
+_ARITH = ("arith.",)
+_ONE_EACH = ("attn.mma", "attn.load", R.SLOT_READ, R.SLOT_WRITE, "attn.score_mod", "attn.mask",
+             "attn.softmax_step", "attn.rescale")
+_TILES = {"attn.mma": ("qk", "pv"), "attn.load": ("k", "v"), R.SLOT_WRITE: ("k", "v"), R.SLOT_READ: ("q", "k", "v")}
+
+
+def _body(loop, kernel, stages: int, hooks: dict, kind: str) -> tuple[tuple[StepOp, ...], tuple[int, ...]]:
+    """The body's ops, and the positions of m, l and O among the loop's carried values."""
     block = loop.regions[0].blocks[0]
     made: dict = {}         # value -> (op name, what, result index)
     for i, arg in enumerate(block.arguments):
@@ -113,34 +137,61 @@ def _body(loop) -> tuple[StepOp, ...]:
     for op in block.operations:
         op = op.operation
         name = op.name
-        if name in _NOTHING or (not name.startswith("attn.") and not op.regions):
+        if name in _NOTHING or (name.startswith(_ARITH) and not op.regions):
             continue
         if name not in _LOWERED:
             raise error_at(op, f"the sm_80 lowering builds a KV step op by op and has no pattern for {name} "
                                f"in a KV loop (Note [Steps op by op])")
         attrs = R.attrs_of(op)
         what = str(attrs.get(_WHAT.get(name, ""), ""))
+        if name in _TILES and what not in _TILES[name]:
+            raise error_at(op, f"a KV step's {name} is of {' or '.join(_TILES[name])}, not {what!r} (Note "
+                               f"[Steps op by op])")
         key = (name, what)
-        if key in seen and name in ("attn.mma", "attn.load", R.SLOT_READ, R.SLOT_WRITE, "attn.score_mod",
-                                    "attn.mask", "attn.softmax_step", "attn.rescale"):
+        if key in seen and name in _ONE_EACH:
             raise error_at(op, f"a KV step has one {name} {what}".rstrip() + " (Note [Steps op by op])")
         seen[key] = op
         _check_flow(op, what, made)
+        if name == "attn.load":
+            _check_load(op, what, kernel, block, stages)
         for k, result in enumerate(op.results):
             made[result] = (name, what, k)
         ops.append(StepOp(name.removeprefix("attn."), what, int(attrs.get(_COUNT.get(name, ""), 0))))
     for needed in (("attn.mma", "qk"), ("attn.mma", "pv"), ("attn.softmax_step", ""), ("attn.rescale", ""),
-                   (R.SLOT_READ, "q"), (R.SLOT_READ, "k"), (R.SLOT_READ, "v")):
+                   (R.SLOT_READ, "q"), (R.SLOT_READ, "k"), (R.SLOT_READ, "v"), ("attn.load", "k"),
+                   ("attn.load", "v"), (R.SLOT_WRITE, "k"), (R.SLOT_WRITE, "v")):
         if needed not in seen:
             raise error_at(loop, f"this KV loop has no {' '.join(needed).strip()}, which the lowering's step "
                                  f"needs (Note [Steps op by op])")
-    _check_scores(seen, made)
-    _check_carried(block, made)
+    for hook, wanted in hooks.items():
+        wanted = wanted and (hook != "attn.mask" or kind != "full")
+        if ((hook, "") in seen) != bool(wanted):
+            where = seen.get((hook, ""), loop)
+            raise error_at(where, f"a {kind} KV loop of this kernel has {'an' if wanted else 'no'} {hook} op: the "
+                                  f"kernel applies the variant's hooks where attn-tile and attn-analyze-masks put "
+                                  f"them (Note [Steps op by op])")
+    _check_scores(seen)
     k_read, v_read = seen[(R.SLOT_READ, "k")], seen[(R.SLOT_READ, "v")]
     if k_read.operands[1] != v_read.operands[1]:
         raise error_at(v_read, "the step reads K and V from the slot of its own step: one ring stage (Note [Steps "
                                "op by op])")
-    return tuple(ops)
+    return tuple(ops), _check_carried(block, made)
+
+
+def _check_load(op, what: str, kernel, block, stages: int) -> None:
+    """A step's load of K or V reads its tensor at the step's block, `ahead` as the plan
+    has it (V's S - 1 steps, K's S: Note [cp.async prefetch]): the lowering takes the
+    slot from `ahead`, the verifier from the rings, so the two must not part."""
+    tensor = kernel.operands[1 if what == "k" else 2]
+    if op.operands[0] != tensor or op.operands[3] != block.arguments[0]:
+        raise error_at(op, f"a KV step loads {what.upper()} from the kernel's {what} at the block of its own "
+                           f"step (the loop's induction variable) (Note [Steps op by op])")
+    ahead = int(R.attrs_of(op).get("ahead", -1))
+    planned = stages if what == "k" else stages - 1
+    if ahead != planned:
+        raise error_at(op, f"ahead = {ahead}: with {stages} K/V stages a step loads {what.upper()} {planned} steps "
+                           f"ahead, into the slot the ring frees there; another distance is another stage count "
+                           f"(attn-tile{{stages}}) (Note [Steps op by op])")
 
 
 def _check_flow(op, what: str, made: dict) -> None:
@@ -165,13 +216,12 @@ def _check_flow(op, what: str, made: dict) -> None:
             raise _flow_error(op, k)
 
 
-def _check_scores(seen: dict, made: dict) -> None:
+def _check_scores(seen: dict) -> None:
     """S flows from QK^T through the score_mod, then the mask (those the body has) into
     the softmax."""
     chain = [seen[key] for key in (("attn.mma", "qk"), ("attn.score_mod", ""), ("attn.mask", "")) if key in seen]
     for before, op in zip(chain, chain[1:] + [seen[("attn.softmax_step", "")]]):
-        source = made.get(op.operands[0])
-        if source is None or source[:2] != (before.name, R.attrs_of(before).get("kind", "")) or source[2] != 0:
+        if op.operands[0] != before.results[0]:
             raise _flow_error(op, 0)
 
 
@@ -180,9 +230,9 @@ def _flow_error(op, k: int):
                         f"{k} of this {op.name} is not what it reads there (Note [Steps op by op])")
 
 
-def _check_carried(block, made: dict) -> None:
+def _check_carried(block, made: dict) -> tuple[int, ...]:
     """m, l and O go round the loop: the softmax's new m and l and P.V's O are yielded
-    where the softmax and the rescale read them."""
+    where the softmax and the rescale read them. Their positions among the carried values."""
     ops = [op.operation for op in block.operations]
     softmax = next(op for op in ops if op.name == "attn.softmax_step")
     rescale = next(op for op in ops if op.name == "attn.rescale")
@@ -190,8 +240,33 @@ def _check_carried(block, made: dict) -> None:
     yielded = list(ops[-1].operands)
     carried = [(softmax.operands[1], softmax.results[1]), (softmax.operands[2], softmax.results[2]),
                (rescale.operands[0], pv.results[0])]
+    positions = []
     for arg, new in carried:
         index = made[arg][2] - 1        # block argument 0 is the induction variable
         if index < 0 or yielded[index] != new:
             raise error_at(ops[-1], "the KV loop carries m, l and O from the softmax step and P.V to the next "
                                     "trip's softmax step and rescale (Note [Steps op by op])")
+        positions.append(index)
+    return tuple(positions)
+
+
+# m starts at -inf, l and O at 0 (the values the kernel starts its steps with).
+_START = (float("-inf"), 0.0, 0.0)
+
+
+def _check_chain(loop, positions: tuple[int, ...], before) -> None:
+    """The first KV loop starts m, l and O from attn.fill ops of -inf, 0 and 0, and each
+    later one from where the loop before it left them."""
+    for k, (at, start) in enumerate(zip(positions, _START)):
+        init = loop.operands[3 + at]           # lower bound, upper bound, step, then the carried values
+        if before is None:
+            owner = init.owner
+            fill = getattr(owner, "name", "") == "attn.fill" and isinstance(owner.attributes["value"], ir.FloatAttr)
+            ok = fill and ir.FloatAttr(owner.attributes["value"]).value == start
+        else:
+            prev, prev_positions = before
+            ok = init == prev.results[prev_positions[k]]
+        if not ok:
+            source = f"an attn.fill of {start}" if before is None else "the results of the KV loop before"
+            raise error_at(loop, f"a KV loop starts {'mlO'[k]} from {source}, as the kernel's steps do (Note "
+                                 f"[Steps op by op])")

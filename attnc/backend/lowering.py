@@ -121,7 +121,9 @@ def _lowering_from_ir(result) -> ForwardLowering:
                            f"setmaxnreg moves registers between a producer and its consumers, so it must be 0")
     check_levels(op)            # attn-hoist's, on every copy of the hooks
     # Note [Steps op by op] (kv_steps.py): sm_80's steps are the compute role's KV loops.
-    steps = kv_steps(next(r for r in R.role_ops(op) if R.name_of(r) == "compute")) if target == "sm_80" else None
+    steps = None
+    if target == "sm_80":
+        steps = kv_steps(next(r for r in R.role_ops(op) if R.name_of(r) == "compute"), op)
     mode = mask_mode(op, variant)
     runtime = mode is None and mask_functions(op).kind == "runtime"
     blockmap = blockmap_plan(result, block_m, block_n) if runtime else None

@@ -33,9 +33,8 @@ are whole numbers of atoms.
 
 Note [wgmma steps]: a GEMM is issued as one wgmma group (QK^T: head_dim_qk/16
 instructions of m64 x block_n x k16 from descriptors; P.V: block_n/16 of m64 x
-head_dim_v x k16 with P from registers). With one K/V stage a step issues QK^T,
-waits, runs the softmax, issues P.V and waits (the sm_80 step, sm80.py); with S >= 2,
-the steps overlap as Note [wgmma overlap] says, loads issued S - 1 steps ahead. Here
+head_dim_v x k16 with P from registers). With S >= 2 K/V stages (the kernel needs
+two) the steps overlap as Note [wgmma overlap] says, loads issued S - 1 steps ahead. Here
 the loads are the CTA's own cp.async, waited for with cp.async groups and CTA
 barriers; sm90a_ws.py (Note [Producer warpgroup]) keeps these steps and replaces what
 they wait for (the _await_* methods) with a producer warpgroup's mbarrier ring.

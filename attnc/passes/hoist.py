@@ -76,21 +76,45 @@ def hoist(module, coarsest: bool = True) -> None:
 def check_levels(kernel) -> None:
     """Refuse levels the kernel cannot follow, at the op: a level that is none of LEVELS,
     one coarser than its operands', and copies of a hook (one per KV loop and role) whose
-    levels differ -- the kernel compiles each hook once."""
+    ops or levels differ -- the kernel compiles each hook once, from its first copy."""
     from attnc.ir import error_at
     from attnc.ir.kernel import program_ops
 
     for name, holders in program_ops(kernel, HOOK_ARGS).items():
-        first = None
+        first = shape = None
         for holder in holders:
-            placed = placed_levels(holder.regions[0].blocks[0], HOOK_ARGS[name])
+            block = holder.regions[0].blocks[0]
+            placed = placed_levels(block, HOOK_ARGS[name])
             if first is None:
-                first = placed
+                first, shape = placed, _shape(block)
                 continue
+            for op, mine, theirs in zip([*block.operations], _shape(block), shape):
+                if mine != theirs:
+                    raise error_at(op, f"this op of a copy of the {name} region differs from the first copy's: the "
+                                       f"kernel computes each hook once, from its first copy, so its copies are alike")
+            if len(_shape(block)) != len(shape):
+                raise error_at(holder, f"this copy of the {name} region has other ops than the first copy: the kernel "
+                                       f"computes each hook once, from its first copy, so its copies are alike")
             for (op, level), (_, theirs) in zip(placed, first):
                 if level != theirs:
                     raise error_at(op, f'{LEVEL} = "{level}" here, "{theirs}" on the same value in the first {name}: '
                                        f"the kernel computes each hook once, so its copies place their values alike")
+
+
+def _shape(block) -> list[tuple]:
+    """Each op of `block` as (name, attributes but its level, operands as positions: an
+    argument's or an earlier op's result's), for comparing copies of a hook."""
+    from attnc.ir import roles as R
+
+    where = {arg: ("arg", k) for k, arg in enumerate(block.arguments)}
+    out = []
+    for i, op in enumerate(block.operations):
+        attrs = {k: v for k, v in R.attrs_of(op.operation).items() if k != LEVEL}
+        out.append((op.operation.name, sorted(attrs.items()), [where.get(v, ("outside", str(v.type)))
+                                                               for v in op.operands]))
+        for k, result in enumerate(op.results):
+            where[result] = (i, k)
+    return out
 
 
 def placed_levels(block, names: tuple[str, ...], given: bool = True, coarsest: bool = True) -> list[tuple]:

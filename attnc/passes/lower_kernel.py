@@ -126,8 +126,9 @@ def _check_plan(module, pass_name: str) -> None:
             if name in made and made[name] != R.program_digest(role):
                 raise error_at(role, f"{pass_name} builds the ops of role '{name}' in the order "
                                      f"attn-warp-specialize made them (of an op order it follows only which of "
-                                     f"K and V the producer puts first, and on sm_80 the order in a KV loop), and this role's ops were reordered, "
-                                     f"added or removed since (Note [The plan the lowerings follow])")
+                                     f"K and V the producer puts first, and on sm_80 the order in a KV loop), "
+                                     f"and this role's ops were reordered, added or removed since (Note [The "
+                                     f"plan the lowerings follow])")
             if name in synced and synced[name] != R.schedule_digest(role):      # Note [Role schedules]
                 raise error_at(role, f"{pass_name} builds the synchronization of role '{name}' as "
                                      f"attn-insert-pipelines made it -- where its waits, arrives, barriers and "

@@ -42,13 +42,16 @@ class WaitVEarly(Pass):
             if not compute:
                 raise error_at(kernel, "wait-v-early: the plan has no cooperative role 'compute' (sm_80, after "
                                        "attn-insert-pipelines)")
-            for loop in role_block(compute[0]).operations:
-                if loop.name != "scf.for":
-                    continue
+            loops = [op for op in role_block(compute[0]).operations if "kv_blocks" in op.attributes]
+            for loop in loops:
                 body = [op.operation for op in loop.regions[0].blocks[0].operations]
                 waits = [k for k, op in enumerate(body) if op.name == CP_ASYNC_WAIT]
-                softmax = next(op for op in body if op.name == "attn.softmax_step")
-                if len(waits) != 2 or waits[1] < body.index(softmax):
+                softmax = [op for op in body if op.name == "attn.softmax_step"]
+                if len(waits) != 2 or len(softmax) != 1:
+                    raise error_at(loop, "wait-v-early: expected a KV loop with two cp.async waits and a softmax "
+                                         "step (sm_80, after attn-insert-pipelines)")
+                softmax = softmax[0]
+                if waits[1] < body.index(softmax):
                     continue            # one stage: V is waited for before the softmax already
                 # The V wait, through the ring advance after K's put into the freed slot.
                 write = next(k for k in range(waits[1], len(body)) if body[k].name == SLOT_WRITE)

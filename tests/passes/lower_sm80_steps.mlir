@@ -15,14 +15,17 @@
 // EARLY: scf.for
 // EARLY: "attn.mma"{{.*}}kind = "qk"
 // EARLY: "attn.mask"
+// EARLY-NOT: "attn.softmax_step"
 // EARLY: "attn.cp_async_wait"() {pending = 2 : i64}
+// EARLY-NOT: scf.yield
 // EARLY: "attn.load"{{.*}}ahead = 2 : i64{{.*}}operand = "k"
+// EARLY-NOT: scf.yield
 // EARLY: "attn.softmax_step"
+// EARLY-NOT: scf.yield
 // EARLY: "attn.rescale"
 // EARLY: dead_rows = false
 // BUILT: gpu.func @attnc_gemma2_fwd(
 // DEAD: examples/gemma2.attn:2:1: error: the sm_80 kernel cannot be built: dead_rows needs {{.*}} the KV steps' ops in the order the plan passes make
-// FLOW: lower_sm80_steps.mlir:82:{{[0-9]+}}: error: the sm_80 lowering builds a KV step's data flow as attn-tile makes it, and operand 2 of this attn.mma is not what it reads there
 module attributes {attn.filename = "examples/mha.attn", attn.source = "# Plain multi-head attention. Dims in capitals are symbolic (runtime); numbers are fixed.\0Aattention mha {\0A  q: bf16[B, H, M, 128]\0A  k: bf16[B, H, N, 128]\0A  v: bf16[B, H, N, 128]\0A  out o: bf16[B, H, M, 128]\0A}\0A"} {
   func.func @mha(%arg0: tensor<?x?x?x128xbf16> loc("examples/mha.attn":3:3), %arg1: tensor<?x?x?x128xbf16> loc("examples/mha.attn":4:3), %arg2: tensor<?x?x?x128xbf16> loc("examples/mha.attn":5:3)) -> tensor<?x?x?x128xbf16> {
     %0 = "attn.kernel"(%arg0, %arg1, %arg2) ({
@@ -79,6 +82,7 @@ module attributes {attn.filename = "examples/mha.attn", attn.source = "# Plain m
             "attn.cp_async_commit"() {channel = "kv"} : () -> () loc("attn-insert-pipelines"("attn-warp-specialize"("examples/mha.attn":2:1)))
             %29:2 = "attn.ring_advance"(%arg12, %arg13) {stages = 2 : i64} : (i32, i32) -> (i32, i32) loc("attn-insert-pipelines"("attn-warp-specialize"("examples/mha.attn":2:1)))
             %30 = "attn.rescale"(%arg9, %25#3) : (!attn.tile<[128, 128], f32, "reg">, !attn.tile<[128], f32, "reg">) -> !attn.tile<[128, 128], f32, "reg"> loc("examples/mha.attn":2:1)
+            // FLOW: lower_sm80_steps.mlir:[[# @LINE + 1]]:{{[0-9]+}}: error: the sm_80 lowering builds a KV step's data flow as attn-tile makes it, and operand 2 of this attn.mma is not what it reads there
             %31 = "attn.mma"(%25#0, %26, %arg9) {kind = "pv"} : (!attn.tile<[128, 64], bf16, "reg">, !attn.tile<[64, 128], bf16, "smem">, !attn.tile<[128, 128], f32, "reg">) -> !attn.tile<[128, 128], f32, "reg">
             scf.yield %25#1, %25#2, %31, %27#0, %27#1, %29#0, %29#1, %23#0, %23#1, %arg16, %arg17 : !attn.tile<[128], f32, "reg">, !attn.tile<[128], f32, "reg">, !attn.tile<[128, 128], f32, "reg">, i32, i32, i32, i32, i32, i32, i32, i32 loc("examples/mha.attn":2:1)
           } {kv_blocks = "all"} loc("examples/mha.attn":2:1)

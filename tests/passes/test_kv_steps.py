@@ -55,7 +55,7 @@ def test_the_plan_makes_the_default_steps(example, stages):
         result = _compile(example, _pipeline(stages, until="attn-insert-pipelines"))
     except AttncError as e:
         pytest.skip(f"no {stages}-stage plan: {e.message}")
-    steps = kv_steps(_compute(result.module))
+    steps = kv_steps(_compute(result.module), attention_ops(result.module)[0])
     assert steps.in_default_order(stages)
     assert R.follows_step_order(_compute(result.module))
     default = KvSteps.default(stages).loops[0][1]
@@ -116,6 +116,73 @@ def test_data_flow_edits_are_refused_at_the_op():
     edited = plan.replace(pv.group(0), pv.group(0).replace(f", {pv.group(3)})", f", {carried})"))
     with pytest.raises(AttncError, match="operand 2 of this attn.mma is not what it reads there"):
         _lower(edited)
+
+
+def _loop_line(plan: str, needle: str, nth: int = 0) -> tuple[int, int]:
+    """(start, end) of the nth line of the plan's first KV loop holding `needle`."""
+    start = plan.index("scf.for")
+    end = plan.index("kv_blocks", start)
+    at = start
+    for _ in range(nth + 1):
+        at = plan.index(needle, at + 1)
+        assert at < end, needle
+    return plan.rindex("\n", 0, at) + 1, plan.index("\n", at) + 1
+
+
+def _replace_in_loop(plan: str, needle: str, old: str, new: str) -> str:
+    start, end = _loop_line(plan, needle)
+    line = plan[start:end]
+    assert old in line, (old, line)
+    return plan[:start] + line.replace(old, new, 1) + plan[end:]
+
+
+@pytest.mark.parametrize("needle, old, new, message", [
+    # a load's distance: the slot the lowering takes from it and the ring the verifier reads would part
+    ('operand = "k"', "ahead = 2 : i64", "ahead = 3 : i64",
+     "ahead = 3: with 2 K/V stages a step loads K 2 steps ahead"),
+    ('operand = "v"', "ahead = 1 : i64", "ahead = 0 : i64",
+     "ahead = 0: with 2 K/V stages a step loads V 1 steps ahead"),
+    # V from K's tensor
+    ('operand = "v"', '"attn.load"(%arg2,', '"attn.load"(%arg1,',
+     "loads V from the kernel's v at the block of its own"),
+    # a GEMM of an unknown kind, a load of Q
+    ('kind = "qk"', 'kind = "qk"', 'kind = "xx"', "a KV step's attn.mma is of qk or pv, not 'xx'"),
+])
+def test_edits_the_lowering_cannot_follow_are_refused_at_the_op(needle, old, new, message):
+    with pytest.raises(AttncError, match=re.escape(message)) as info:
+        _lower(_replace_in_loop(_plan(), needle, old, new))
+    assert info.value.span is not None
+
+
+def test_an_op_of_another_dialect_in_a_step_is_refused():
+    plan = _plan()
+    start, _ = _loop_line(plan, '"attn.rescale"')
+    with pytest.raises(AttncError, match="has no pattern for gpu.barrier in a KV loop"):
+        _lower(plan[:start] + "            gpu.barrier\n" + plan[start:])
+
+
+def test_hooks_stand_where_the_analysis_put_them():
+    """A mask taken out of a mixed loop, or put into a full one, would be built as before:
+    refused. So is a copy of a hook region that differs from the first."""
+    text = _compile("sliding_window", _pipeline(until=CHOICES_PASS)).text
+    mask = re.search(r'\n( *)%(\d+) = "attn.mask"\((%\d+), .*?\n\1\}\) \{[^\n]*\n', text, re.S)
+    assert mask is not None
+    cut = text[:mask.start()] + "\n" + text[mask.end():].replace(f"%{mask.group(2)}", mask.group(3), 1)
+    with pytest.raises(AttncError, match="a mixed KV loop of this kernel has an attn.mask op"):
+        _lower(cut)
+    copies = text.count("arith.constant {attn.level = \"cta\"} 1024 : i32")
+    assert copies >= 2
+    at = text.rindex("arith.constant {attn.level = \"cta\"} 1024 : i32")
+    edited = text[:at] + text[at:].replace("1024 : i32", "512 : i32", 1)
+    with pytest.raises(AttncError, match="differs from the first copy's: the kernel computes each hook once"):
+        _lower(edited)
+
+
+def test_the_carried_values_start_where_the_kernel_starts_them():
+    plan = _plan()
+    assert plan.count("attn.fill") == 3
+    with pytest.raises(AttncError, match="a KV loop starts m from an attn.fill of -inf"):
+        _lower(plan.replace("value = 0xFF800000 : f32", "value = 0.000000e+00 : f32", 1))
 
 
 def test_sm90a_steps_keep_the_plans_order():
