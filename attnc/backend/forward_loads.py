@@ -150,11 +150,24 @@ class ForwardLoads:
         e, s = self.e, self.spec
         self._load_q(m_block)
         self.cp.commit()
-        guess = self._first_guess(m_block) if s.first_before_map else None
+        kv, guess = self._range_after_guess(m_block)
+        ask_skip = s.asks_tile_skip
+        for i in range(0 if guess is None else 1, s.stages):
+            n_block, exists = kv.first(e, i)
+            self._load_kv_if("k", n_block, i * self.slot_bytes, exists, True, ask_skip, m_block)
+            if i < s.stages - 1:
+                self._load_kv_if("v", n_block, i * self.slot_bytes, exists, True, ask_skip, m_block)
+        return kv
+
+    def _range_after_guess(self, m_block):
+        """The key range of `m_block` as a schedule, and with first_before_map the guessed
+        first block, whose K and V are issued before the range is read and again after it
+        where the range starts elsewhere (else None)."""
+        e = self.e
+        guess = self._first_guess(m_block) if self.spec.first_before_map else None
         if guess is not None:
             self._load_first(guess, guessed=True)
         kv = self._kv_range(m_block)
-        ask_skip = s.asks_tile_skip
         if guess is not None:
             n_block, exists = kv.first(e, 0)
             missed = scf.IfOp(e.land(exists(n_block), e.ne(n_block, guess)))
@@ -162,12 +175,7 @@ class ForwardLoads:
                 self.cp.wait(0)         # the guessed copies land before their slot is refilled
                 self._load_first(n_block)
                 scf.yield_([])
-        for i in range(0 if guess is None else 1, s.stages):
-            n_block, exists = kv.first(e, i)
-            self._load_kv_if("k", n_block, i * self.slot_bytes, exists, True, ask_skip, m_block)
-            if i < s.stages - 1:
-                self._load_kv_if("v", n_block, i * self.slot_bytes, exists, True, ask_skip, m_block)
-        return kv
+        return kv, guess
 
     def _first_guess(self, m_block):
         """The top block of the static hull (kv_hint), clamped into the blocks of the keys

@@ -61,6 +61,7 @@ class KvSteps:
     """The bodies of a role's KV loops in program order: (kv_blocks, ops)."""
 
     loops: tuple[tuple[str, tuple[StepOp, ...]], ...]
+    prologue: tuple[StepOp, ...] = ()       # the ops before the KV loops (Note [The role op by op])
 
     def body(self, mode: str, top: bool = True) -> tuple[StepOp, ...]:
         """The ops of the kernel's `mode` steps ('partial': blocks the mask cuts or the
@@ -87,7 +88,11 @@ class KvSteps:
         v_wait = [wait, bar, StepOp("slot_read", "v"), *load("k", stages)]
         softmax = [StepOp("softmax_step")]
         middle = v_wait + softmax if stages == 1 else softmax + v_wait
-        return KvSteps((("all", tuple(head + middle + [StepOp("rescale"), StepOp("mma", "pv")])),))
+        body = tuple(head + middle + [StepOp("rescale"), StepOp("mma", "pv")])
+        first = [StepOp("load", "q"), StepOp("slot_write", "q"), StepOp("cp_async_commit"), StepOp("kv_range")]
+        for i in range(stages):
+            first += load("k", i) + (load("v", i) if i < stages - 1 else [])
+        return KvSteps((("all", body),), tuple(first))
 
     def in_default_order(self, stages: int) -> bool:
         """Whether every body has the ops of `default(stages)` in its order (the hooks'
@@ -104,18 +109,103 @@ def kv_steps(role, kernel) -> KvSteps:
     stages = int(next(R.attrs_of(c)["stages"] for c in R.channel_ops(kernel) if R.name_of(c) == "kv"))
     hooks = {"attn.score_mod": R.attrs_of(kernel).get("has_score_mod", False),
              "attn.mask": R.attrs_of(kernel).get("has_mask_mod", False)}
-    loops, carried = [], None
-    for op in R.role_block(role).operations:
-        op = op.operation
-        if op.name == "scf.for" and KV_LOOP in op.attributes:
-            kind = R.value_of(op.attributes[KV_LOOP])
-            body, positions = _body(op, kernel, stages, hooks, kind)
-            _check_chain(op, positions, carried)
-            carried = (op, positions)
-            loops.append((kind, body))
-    if not loops:
+    ops = [op.operation for op in R.role_block(role).operations]
+    at = [k for k, op in enumerate(ops) if op.name == "scf.for" and KV_LOOP in op.attributes]
+    if not at:
         raise error_at(role, f"role '{R.name_of(role)}' has no KV loop (scf.for with {KV_LOOP})")
-    return KvSteps(tuple(loops))
+    loops, carried = [], None
+    for k in at:
+        op = ops[k]
+        kind = R.value_of(op.attributes[KV_LOOP])
+        body, positions = _body(op, kernel, stages, hooks, kind)
+        _check_chain(op, positions, carried)
+        carried = (op, positions)
+        loops.append((kind, body))
+    for op in ops[at[0]:at[-1]]:
+        if op.name != "scf.for" and not op.name.startswith(_ARITH):
+            raise error_at(op, f"the sm_80 lowering builds the KV loops one after the other, with nothing but "
+                               f"index arithmetic between them, not {op.name} (Note [The role op by op])")
+    first = _prologue(ops[:at[0]], ops[at[0]], kernel, stages)
+    _check_epilogue(ops[at[-1] + 1:], carried, role)
+    return KvSteps(tuple(loops), first)
+
+
+# Note [The role op by op]: what sm_80's role does before its KV loops is lowered op by op
+# too, in the order the ops stand (`Sm80Forward._prologue`): Q's load and its group, the
+# key range (read where its op stands, or without one -- no mask -- before the first K or
+# V load), and the K and V loads of the first steps, each `ahead` i filling slot i (so
+# each tile's loads stand in the order of their `ahead`, as the ring fills its slots). The
+# ops after the KV loops are the epilogue the kernel builds: a wait for every copy, the
+# finalize, O's store and the LSE's, checked to be those. With the KV loops (Note [Steps
+# op by op]) the whole role is followed or refused at an op: the lowering does not compare
+# sm_80's role with the plan (Notes [Role programs] and [Role schedules]).
+_PROLOGUE = ("attn.load", R.SLOT_WRITE, R.CP_ASYNC_COMMIT, "attn.kv_range")
+_QUIET = (R.RING_ADVANCE, "attn.fill", "attn.dim")      # their values the kernel computes itself
+
+
+def _prologue(ops: list, loop, kernel, stages: int) -> tuple[StepOp, ...]:
+    out: list[StepOp] = []
+    made: dict = {}
+    next_ahead = {"k": 0, "v": 0}
+    kv_range = None
+    for op in ops:
+        name = op.name
+        if name in _QUIET or name.startswith(_ARITH):
+            continue
+        if name not in _PROLOGUE:
+            raise error_at(op, f"the sm_80 lowering has no pattern for {name} before the KV loops (Note [The role "
+                               f"op by op])")
+        attrs = R.attrs_of(op)
+        what = str(attrs.get(_WHAT.get(name, ""), ""))
+        if name == "attn.kv_range":
+            if kv_range is not None:
+                raise error_at(op, "the role reads its key range once (Note [The role op by op])")
+            kv_range = op
+        elif name == "attn.load":
+            if what == "q":
+                if op.operands[0] != kernel.operands[0] or ("attn.load", "q", 0) in made.values():
+                    raise error_at(op, "the role loads Q once, from the kernel's q (Note [The role op by op])")
+            elif what in next_ahead:
+                ahead = int(attrs.get("ahead", -1))
+                if (op.operands[0] != kernel.operands[1 if what == "k" else 2] or op.operands[3] != loop.operands[0]
+                        or ahead != next_ahead[what]):
+                    raise error_at(op, f"before the KV loops the role loads {what.upper()} of the first steps in turn "
+                                       f"(ahead = {next_ahead[what]} next), from the kernel's {what}, at the first "
+                                       f"KV loop's first block (Note [The role op by op])")
+                next_ahead[what] += 1
+            else:
+                raise error_at(op, f"no load of {what!r} before the KV loops (Note [The role op by op])")
+        elif name == R.SLOT_WRITE:
+            _check_flow(op, what, made)
+        for k, result in enumerate(op.results):
+            made[result] = (name, what, k)
+        out.append(StepOp(name.removeprefix("attn."), what, int(attrs.get(_COUNT.get(name, ""), 0))))
+    if ("attn.load", "q", 0) not in made.values():
+        raise error_at(loop, "before its KV loops the role loads Q (Note [The role op by op])")
+    if next_ahead != {"k": stages, "v": stages - 1}:
+        raise error_at(loop, f"before the KV loops the role loads K of the first {stages} steps and V of the "
+                             f"first {stages - 1}, one per slot ahead (Note [The role op by op])")
+    return tuple(out)
+
+
+def _check_epilogue(ops: list, carried, role) -> None:
+    """A wait for every copy, the finalize of the last loop's O, m and l, O's store and
+    (with it) the LSE's."""
+    loop, positions = carried
+    body = [op for op in ops if not op.name.startswith(_ARITH) and op.name != R.YIELD]
+    names = [(op.name, str(R.attrs_of(op).get("operand", R.attrs_of(op).get("pending", "")))) for op in body]
+    wanted = [(R.CP_ASYNC_WAIT, "0"), ("attn.finalize", ""), ("attn.store", "o")]
+    if names not in (wanted, wanted + [("attn.store", "lse")]):
+        raise error_at(body[0] if body else role, "after its KV loops the role waits for every copy "
+                                                  "(pending = 0), finalizes, and stores O, then the LSE (Note [The "
+                                                  "role op by op])")
+    finalize = body[1]
+    results = [loop.results[positions[2]], loop.results[positions[0]], loop.results[positions[1]]]
+    if list(finalize.operands)[:3] != results:
+        raise error_at(finalize, "the finalize takes O, m and l from the last KV loop (Note [The role op by op])")
+    for store, k in zip(body[2:], (0, 1)):
+        if store.operands[0] != finalize.results[k]:
+            raise error_at(store, "the stores take O and the LSE from the finalize (Note [The role op by op])")
 
 
 # Ops of other dialects a body may hold that lower to nothing of their own: index arithmetic

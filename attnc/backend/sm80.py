@@ -178,6 +178,38 @@ class Sm80Forward(ForwardKernel):
                     acc_o[mi][-1] = mma(p[mi][kk], ones, acc_o[mi][-1])
         return acc_o
 
+    def _prologue(self, m_block) -> KvSchedule:
+        """The role's ops before its KV loops for query block `m_block`, in their order
+        (Note [The role op by op] in kv_steps.py): Q's copies, the key range and the first
+        steps' K and V, as forward_loads.py's `_prologue` builds them (Notes [Q before the
+        range], [First block before the map]); the block's schedule."""
+        e, s = self.e, self.spec
+        state = _Prologue(m_block)
+        for op in self.steps.prologue or KvSteps.default(s.stages).prologue:
+            if op.name == "load":
+                state.ahead[op.what] = op.count
+            elif op.name == "slot_write" and op.what == "q":
+                self._load_q(m_block)
+            elif op.name == "slot_write":
+                if state.kv is None:            # no attn.kv_range: the range of no mask
+                    state.kv, state.guess = self._range_after_guess(m_block)
+                ahead = state.ahead[op.what]
+                if state.guess is not None and ahead == 0:
+                    state.skip_commit = True    # the first block's loads are the guess's (and its miss's)
+                    continue
+                if ahead not in state.first:
+                    state.first[ahead] = state.kv.first(e, ahead)
+                n_block, exists = state.first[ahead]
+                self._load_kv_guarded(op.what, n_block, ahead * self.slot_bytes, exists, True, s.asks_tile_skip,
+                                      m_block)
+            elif op.name == "cp_async_commit":
+                if not state.skip_commit:
+                    self.cp.commit()
+                state.skip_commit = False
+            elif op.name == "kv_range":
+                state.kv, state.guess = self._range_after_guess(m_block)
+        return state.kv
+
     def _step(self, t, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str, first: bool = False,
               top: bool = True):
         """Step t visits n_block = kv.block(t), lowered from the ops of the KV loop body of
@@ -323,6 +355,18 @@ class Sm80Forward(ForwardKernel):
         if kv.full_lo is not None:
             acc_o, state = self._loop(t_low, kv.total(e), kv, acc_o, state, "partial", top=False)
         return acc_o, state
+
+class _Prologue:
+    """What the patterns of the prologue share: the block, each tile's `ahead`, the guessed
+    first block, the schedule once read, and each step's first block and its test."""
+
+    def __init__(self, m_block):
+        self.m_block = m_block
+        self.ahead: dict[str, int] = {}
+        self.guess = self.kv = None
+        self.first: dict[int, tuple] = {}
+        self.skip_commit = False
+
 
 class _Step:
     """What the patterns of one KV step share (`Sm80Forward._step`): the step's block

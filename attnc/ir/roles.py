@@ -184,9 +184,8 @@ def pass_loc(pass_name: str, near: ir.Operation | ir.Location) -> ir.Location:
 # records every role's (`programs` on attn.warp_specialize); a lowering that does not
 # follow an op order compares it (Note [The plan the lowerings follow] in
 # attnc/passes/lower_kernel.py). What a lowering does follow is left out: the producer's
-# K/V order is read as K first, and what stands inside a KV loop that sm_80's lowering
-# builds op by op is left out (Note [Steps op by op] in attnc/backend/kv_steps.py), here
-# and in the schedule digest.
+# K/V order is read as K first. sm_80's role, which its lowering builds op by op (Note
+# [The role op by op] in attnc/backend/kv_steps.py), is not compared.
 _TILE_KEYS = {"attn.load": "operand", "attn.mma": "kind", "attn.store": "operand"}
 _EXCHANGES = {PUT: "put", SLOT_WRITE: "put", GET: "get", SLOT_READ: "get"}
 _PROGRAM_OPS = ("attn.load", "attn.mma", "attn.score_mod", "attn.mask", "attn.softmax_step", "attn.rescale",
@@ -214,7 +213,7 @@ def program_digest(role: ir.Operation) -> str:
 # records every role's (`schedules` on attn.warp_specialize) and the lowerings, which
 # build that synchronization as the plan passes make it, compare it: an edit there is
 # refused at the role rather than built as the default (Note [The plan the lowerings
-# follow]) -- but in sm_80's KV loops, whose synchronization is built as it stands once
+# follow]) -- but for sm_80's role, whose synchronization is built as it stands once
 # verified (Note [Steps op by op]). The choices attn-kernel-choices records later on the program ops are not in it.
 def schedule_digest(role: ir.Operation) -> str:
     def source(value) -> str:
@@ -236,33 +235,24 @@ def schedule_digest(role: ir.Operation) -> str:
 
 
 def _steps(role: ir.Operation, step) -> list[str]:
-    """`step(op)` of every op of the role (pre-order) for which it is not None; of a KV
-    loop that the lowering builds op by op, only the loop (Note [Steps op by op] in
-    attnc/backend/kv_steps.py: the lowering checks its ops and their data flow, and has
-    its synchronization verified)."""
+    """`step(op)` of every op of the role (pre-order) for which it is not None."""
     out: list[str] = []
-    loose = follows_step_order(role)
 
-    def walk(op, into: list[str]) -> None:
-        def visit(o):
-            text = step(o)
-            if text is not None:
-                into.append(text)
-            return ir.WalkResult.ADVANCE
-        op.walk(visit, ir.WalkOrder.PRE_ORDER)
+    def visit(op):
+        text = step(op)
+        if text is not None:
+            out.append(text)
+        return ir.WalkResult.ADVANCE
 
     for op in role_block(role).operations:
-        op = op.operation
-        if loose and op.name == "scf.for" and KV_LOOP in op.attributes:
-            out.append(f"{step(op)} {attrs_of(op)[KV_LOOP]}")
-        else:
-            walk(op, out)
+        op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
     return out
 
 
-def follows_step_order(role: ir.Operation) -> bool:
-    """Whether the lowering of `role`'s kernel builds its KV loops' bodies op by op, in
-    the order they stand (sm_80's cooperative role: Note [Steps op by op])."""
+def built_op_by_op(role: ir.Operation) -> bool:
+    """Whether the lowering of `role`'s kernel builds the role op by op, in the order its
+    ops stand (sm_80's cooperative role: Notes [Steps op by op] and [The role op by op] in
+    attnc/backend/kv_steps.py)."""
     kernel = role.parent.parent if role.parent is not None else None
     target = attrs_of(kernel).get("target") if kernel is not None else None
     return target == "sm_80" and name_of(role) == "compute"

@@ -98,10 +98,11 @@ def _check_plan(module, pass_name: str) -> None:
     roles -- sm_90a's producer warpgroup or none, its consumer warpgroups, each role's
     setmaxnreg budget (`regs`), ping-pong and persistent CTAs (`pingpong`, `persistent`
     on attn.warp_specialize) -- the K/V channel's stages, the order in which the
-    producer's KV loops put K and V, and on sm_80 what stands in the KV loops, in its
-    order, synchronization included, which the lowering has the verifier check (Note
-    [Steps op by op] in attnc/backend/kv_steps.py). Those come from the plan passes' options (attn-tile,
-    attn-warp-specialize), from a user pass, or from a dump edited by hand. The rest of
+    producer's KV loops put K and V, and on sm_80 the whole role as it stands, in its
+    order, synchronization included, which the lowering has the verifier check (Notes
+    [Steps op by op] and [The role op by op] in attnc/backend/kv_steps.py). Those come
+    from the plan passes' options (attn-tile, attn-warp-specialize), from a user pass, or
+    from a dump edited by hand. The rest of
     the plan -- buffer placement, barrier counts, where the synchronization ops stand,
     the order of the other ops -- the lowering builds as the plan passes make it for
     those choices; a plan that differs there would be silently built as that one, so it
@@ -123,10 +124,12 @@ def _check_plan(module, pass_name: str) -> None:
         synced = R.value_of(ws.attributes[R.SCHEDULES]) if R.SCHEDULES in ws.attributes else {}
         for role in R.role_ops(kernel):         # Note [Role programs]
             name = R.name_of(role)
+            if R.built_op_by_op(role):
+                continue            # its ops are checked as they are built (Note [The role op by op])
             if name in made and made[name] != R.program_digest(role):
                 raise error_at(role, f"{pass_name} builds the ops of role '{name}' in the order "
                                      f"attn-warp-specialize made them (of an op order it follows only which of "
-                                     f"K and V the producer puts first, and on sm_80 the order in a KV loop), "
+                                     f"K and V the producer puts first), "
                                      f"and this role's ops were reordered, added or removed since (Note [The "
                                      f"plan the lowerings follow])")
             if name in synced and synced[name] != R.schedule_digest(role):      # Note [Role schedules]
@@ -135,9 +138,9 @@ def _check_plan(module, pass_name: str) -> None:
                                      f"cp.async groups stand, their counts, how far ahead its loads are -- and "
                                      f"this role's synchronization was edited since (Note [The plan the "
                                      f"lowerings follow])")
-        if any(R.follows_step_order(role) for role in R.role_ops(kernel)):
-            # Note [Steps op by op]: what stands in the KV loops is built as it stands, once
-            # the verifier has found it sound.
+        if any(R.built_op_by_op(role) for role in R.role_ops(kernel)):
+            # Note [Steps op by op]: the role is built as it stands, once the verifier has
+            # found its synchronization sound.
             from attnc.passes.verify_pipeline import verify_pipeline
             verify_pipeline(module)
         ours, theirs = plan_summary(kernel), planned_summary(kernel, tile, plan)

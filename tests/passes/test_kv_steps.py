@@ -57,7 +57,7 @@ def test_the_plan_makes_the_default_steps(example, stages):
         pytest.skip(f"no {stages}-stage plan: {e.message}")
     steps = kv_steps(_compute(result.module), attention_ops(result.module)[0])
     assert steps.in_default_order(stages)
-    assert R.follows_step_order(_compute(result.module))
+    assert R.built_op_by_op(_compute(result.module))
     default = KvSteps.default(stages).loops[0][1]
     for _, body in steps.loops:
         assert [op for op in default if op in body or op.name not in ("score_mod", "mask")] == \
@@ -185,11 +185,42 @@ def test_the_carried_values_start_where_the_kernel_starts_them():
         _lower(plan.replace("value = 0xFF800000 : f32", "value = 0.000000e+00 : f32", 1))
 
 
+def _moved_q(plan: str, after: str) -> str:
+    """The plan with Q's load, slot write, commit and ring advance moved below the first
+    line holding `after` after them (Note [Q before the range])."""
+    lines = plan.splitlines()
+    first = next(i for i, line in enumerate(lines) if '{operand = "q"}' in line and '"attn.load"' in line)
+    moved, rest = lines[first:first + 4], lines[:first] + lines[first + 4:]
+    assert [m.split('"')[1] for m in moved] == ["attn.load", "attn.slot_write", "attn.cp_async_commit",
+                                                "attn.ring_advance"]
+    at = next(i for i, line in enumerate(rest) if i >= first and after in line) + 1
+    return "\n".join(rest[:at] + moved + rest[at:])
+
+
+def test_the_prologue_is_built_in_its_order():
+    """Note [The role op by op]: Q's copies issued after the key range is read, not before
+    (Note [Q before the range]), is another kernel; issued after the first K's, Q would be
+    read before it landed: refused at the read by the verifier the lowering runs."""
+    plan = _compile("gemma2", _pipeline(until=CHOICES_PASS)).text
+    after_range = _moved_q(plan, '"attn.kv_range"')
+    assert build(compile_result_of(_lower(after_range))).ptx != build(compile_result_of(_lower(plan))).ptx
+    with pytest.raises(AttncError, match="attn-verify-pipeline: compute reads fill 0 of 'q' \\(q\\) from slot 0 "
+                                         "before its data landed"):
+        _lower(_q_after_the_first_loads(plan))
+
+
+def _q_after_the_first_loads(plan: str) -> str:
+    """Q's copies moved to just before the first KV loop, after the first steps' K and V."""
+    lines = plan.splitlines()
+    loop = next(i for i, line in enumerate(lines) if "scf.for" in line)
+    return _moved_q(plan, lines[loop - 1].strip())
+
+
 def test_sm90a_steps_keep_the_plans_order():
     """sm_90a's steps are not built op by op: a reordered consumer is refused at its role."""
     result = compile_file("examples/mha.attn", CompileOptions(arch="sm_90a", pass_pipeline=_sm90a_until_sync()))
     roles = R.role_ops(attention_ops(result.module)[0])
-    assert roles and not any(R.follows_step_order(r) for r in roles)
+    assert roles and not any(R.built_op_by_op(r) for r in roles)
     text = result.text
     softmax = text.rindex("\n", 0, text.index('"attn.softmax_step"')) + 1
     wait = text.rindex("\n", 0, text.index('"attn.mbarrier_wait"', softmax)) + 1

@@ -166,16 +166,23 @@ def test_an_option_past_64_bits_is_an_error_not_a_crash():
     assert info.value.message == "option min_ctas_per_sm = 9223372036854775808 is out of range"
 
 
-def test_ops_reordered_where_the_lowering_does_not_follow_are_refused(tmp_path):
-    """Note [Role programs]: the stores of O and the LSE swapped in a dump."""
-    plan = _plan(tmp_path, "gemma2", "sm_80")
+@pytest.mark.parametrize("arch, message", [
+    # Note [Role programs]: sm_90a's roles are compared with the plan's
+    ("sm_90a", "this role's ops were reordered, added or removed since"),
+    # Note [The role op by op]: sm_80's epilogue is checked to be the one the kernel builds
+    ("sm_80", "after its KV loops the role waits for every copy (pending = 0), finalizes, and stores O, then the LSE"),
+])
+def test_ops_reordered_where_the_lowering_does_not_follow_are_refused(tmp_path, arch, message):
+    """The stores of O and the LSE swapped in a dump."""
+    plan = _plan(tmp_path, "gemma2", arch)
     lines = plan.splitlines()
     o, lse = ([i for i, line in enumerate(lines) if '"attn.store"' in line and f'operand = "{x}"' in line]
               for x in ("o", "lse"))
-    assert len(o) == len(lse) == 1
-    lines[o[0]], lines[lse[0]] = lines[lse[0]], lines[o[0]]
-    with pytest.raises(AttncError, match=re.escape("this role's ops were reordered, added or removed since")):
-        _lowered("\n".join(lines), "sm_80")
+    assert len(o) == len(lse)
+    for a, b in zip(o, lse):
+        lines[a], lines[b] = lines[b], lines[a]
+    with pytest.raises(AttncError, match=re.escape(message)):
+        _lowered("\n".join(lines), arch)
 
 
 def test_a_producer_putting_v_first_is_followed(tmp_path):
