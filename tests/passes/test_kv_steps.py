@@ -154,6 +154,38 @@ def test_edits_the_lowering_cannot_follow_are_refused_at_the_op(needle, old, new
     assert info.value.span is not None
 
 
+@pytest.mark.parametrize("old, new, message", [
+    # the prologue: the first steps' K in turn, Q from the kernel's q, no op without a pattern
+    ('{ahead = 1 : i64, early_first = false, lean = false, operand = "k"}',
+     '{ahead = 2 : i64, early_first = false, lean = false, operand = "k"}',
+     "before the KV loops the role loads K of the first steps in turn (ahead = 1 next)"),
+    ('"attn.load"(%arg0, %arg3, %arg4, %arg5) {operand = "q"}', '"attn.load"(%arg1, %arg3, %arg4, %arg5) {operand = "q"}',
+     "the role loads Q once, from the kernel's q"),
+    ('          %5 = "attn.fill"', '          gpu.barrier\n          %5 = "attn.fill"',
+     "has no pattern for gpu.barrier before the KV loops"),
+    # the step: V from the stage the verifier finds, one rescale, O carried from P.V
+    ('"attn.slot_read"(%2, %arg10) {tile = "v"}', '"attn.slot_read"(%2, %arg14) {tile = "v"}',
+     "attn-verify-pipeline: compute reads fill 0 of 'kv' (v) from slot 1 while it holds fill 1"),
+    ('            %31 = "attn.mma"', '            %again = "attn.rescale"(%arg9, %25#3) {lazy = true} : '
+     '(!attn.tile<[128, 128], f32, "reg">, !attn.tile<[128], f32, "reg">) -> !attn.tile<[128, 128], f32, "reg">\n'
+     '            %31 = "attn.mma"', "a KV step has one attn.rescale"),
+    ("scf.yield %25#1, %25#2, %31,", "scf.yield %25#1, %25#2, %30,",
+     "the KV loop carries m, l and O from the softmax step and P.V"),
+    # the epilogue: a wait for every copy, the finalize of the last loop's O, m and l
+    ('"attn.cp_async_wait"() {pending = 0 : i64}', '"attn.cp_async_wait"() {pending = 1 : i64}',
+     "after its KV loops the role waits for every copy (pending = 0)"),
+    ('"attn.finalize"(%18#2, %18#0, %18#1', '"attn.finalize"(%18#2, %18#1, %18#0',
+     "the finalize takes O, m and l from the last KV loop"),
+])
+def test_the_role_as_the_kernel_builds_it_or_refused_at_the_op(old, new, message):
+    """Note [The role op by op]: mha's sm_80 plan, edited where the kernel cannot follow."""
+    plan = _plan()
+    assert plan.count(old) >= 1, old
+    with pytest.raises(AttncError, match=re.escape(message)) as info:
+        _lower(plan.replace(old, new, 1))
+    assert info.value.span is not None
+
+
 def test_an_op_of_another_dialect_in_a_step_is_refused():
     plan = _plan()
     start, _ = _loop_line(plan, '"attn.rescale"')
