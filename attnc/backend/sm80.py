@@ -19,9 +19,9 @@ query blocks per CTA]); `num_warps` warps, warp w owning rows [w*block_m/num_war
     [sink folded into m, l]
     O /= l; store O (and lse = m*scale + ln l)
 
-That is the plan's step; each step is built from the ops of the IR's KV loop, a pattern
-per op (`_lower_<op>`), in the order they stand there (Note [Steps op by op] in
-kv_steps.py). Here the kernel's GEMMs and steps, `Sm80Forward`; what it shares with
+That is the plan's order; each step is built from the ops of the IR's KV loop, a pattern
+per op (`_lower_<op>`), in the order they stand there, and so is what comes before the
+loops (`_prologue`) (Notes [Steps op by op] and [The role op by op] in kv_steps.py). Here the kernel's GEMMs and steps, `Sm80Forward`; what it shares with
 sm_90a's kernel -- the CTA's coordinates, the scores' hooks, the softmax step, the
 query blocks a CTA runs, the epilogue -- is forward.py's (`ForwardKernel`, which it
 derives from), and its copies from global memory, the prologue's and the steps' (Notes
