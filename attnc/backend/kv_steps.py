@@ -1,4 +1,5 @@
-"""The KV step as a lowering that builds it op by op reads it from the L5 IR (sm80.py).
+"""sm_80's cooperative role as its lowering, which builds it op by op (sm80.py), reads it
+from the L5 IR: the KV loops' steps, and the ops before them (`kv_steps`).
 
 Note [Steps op by op]: sm_80's KV step is lowered from the ops of its KV loop's body, in
 the order they stand there: a pattern per op (`Sm80Forward._lower_<op>`), so a
@@ -104,8 +105,9 @@ class KvSteps:
 
 
 def kv_steps(role, kernel) -> KvSteps:
-    """The KV loops' bodies of the cooperative role `role` of `kernel` (L5), each checked
-    for the ops and the data flow the lowering builds (Note [Steps op by op])."""
+    """The KV loops' bodies of the cooperative role `role` of `kernel` (L5) and the ops
+    before them, checked for the ops and the data flow the lowering builds, with the ops
+    after them (Notes [Steps op by op] and [The role op by op])."""
     stages = int(next(R.attrs_of(c)["stages"] for c in R.channel_ops(kernel) if R.name_of(c) == "kv"))
     hooks = {"attn.score_mod": R.attrs_of(kernel).get("has_score_mod", False),
              "attn.mask": R.attrs_of(kernel).get("has_mask_mod", False)}
