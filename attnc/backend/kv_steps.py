@@ -37,8 +37,8 @@ from mlir import ir
 from attnc.errors import AttncError
 from attnc.ir import error_at
 from attnc.ir import roles as R
+from attnc.passes.tile_program import KV_LOOP
 
-KV_LOOP = R.KV_LOOP
 # The ops of a step body the lowering has patterns for, with the attribute each keeps
 # (a tile, an operand or a GEMM's kind), and its count (`pending`, `ahead`).
 _WHAT = {R.SLOT_READ: "tile", R.SLOT_WRITE: "tile", "attn.load": "operand", "attn.mma": "kind"}
@@ -145,20 +145,29 @@ _PROLOGUE = ("attn.load", R.SLOT_WRITE, R.CP_ASYNC_COMMIT, "attn.kv_range")
 _QUIET = (R.RING_ADVANCE, "attn.fill", "attn.dim")      # their values the kernel computes itself
 
 
+def _pattern_op(op, quiet, lowered: tuple[str, ...], where: str, note: str):
+    """(attributes, tile/operand/kind) of an op a pattern lowers; None for one that lowers
+    to nothing (`quiet(name)`); refused at the op where no pattern takes it."""
+    name = op.name
+    if quiet(name):
+        return None
+    if name not in lowered:
+        raise error_at(op, f"the sm_80 lowering has no pattern for {name} {where} (Note [{note}])")
+    attrs = R.attrs_of(op)
+    return attrs, str(attrs.get(_WHAT.get(name, ""), ""))
+
+
 def _prologue(ops: list, loop, kernel, stages: int) -> tuple[StepOp, ...]:
     out: list[StepOp] = []
     made: dict = {}
     next_ahead = {"k": 0, "v": 0}
     kv_range = None
     for op in ops:
-        name = op.name
-        if name in _QUIET or name.startswith(_ARITH):
+        found = _pattern_op(op, lambda n: n in _QUIET or n.startswith(_ARITH), _PROLOGUE, "before the KV loops",
+                            "The role op by op")
+        if found is None:
             continue
-        if name not in _PROLOGUE:
-            raise error_at(op, f"the sm_80 lowering has no pattern for {name} before the KV loops (Note [The role "
-                               f"op by op])")
-        attrs = R.attrs_of(op)
-        what = str(attrs.get(_WHAT.get(name, ""), ""))
+        (attrs, what), name = found, op.name
         if name == "attn.kv_range":
             if kv_range is not None:
                 raise error_at(op, "the role reads its key range once (Note [The role op by op])")
@@ -228,14 +237,11 @@ def _body(loop, kernel, stages: int, hooks: dict, kind: str) -> tuple[tuple[Step
     seen: dict[tuple[str, str], object] = {}
     for op in block.operations:
         op = op.operation
-        name = op.name
-        if name in _NOTHING or (name.startswith(_ARITH) and not op.regions):
+        found = _pattern_op(op, lambda n: n in _NOTHING or (n.startswith(_ARITH) and not op.regions), _LOWERED,
+                            "in a KV loop", "Steps op by op")
+        if found is None:
             continue
-        if name not in _LOWERED:
-            raise error_at(op, f"the sm_80 lowering builds a KV step op by op and has no pattern for {name} "
-                               f"in a KV loop (Note [Steps op by op])")
-        attrs = R.attrs_of(op)
-        what = str(attrs.get(_WHAT.get(name, ""), ""))
+        (attrs, what), name = found, op.name
         if name in _TILES and what not in _TILES[name]:
             raise error_at(op, f"a KV step's {name} is of {' or '.join(_TILES[name])}, not {what!r} (Note "
                                f"[Steps op by op])")

@@ -45,7 +45,6 @@ CTA_BARRIER = "attn.cta_barrier"
 NAMED_BARRIER_ARRIVE = "attn.named_barrier_arrive"
 NAMED_BARRIER_SYNC = "attn.named_barrier_sync"
 YIELD = "gpu.yield"
-KV_LOOP = "kv_blocks"            # on an scf.for: a KV loop, and which blocks it runs
 PINGPONG = "pingpong"            # on attn.warp_specialize: the consumer warpgroups take turns
 PERSISTENT = "persistent"        # on attn.warp_specialize: each CTA runs several query blocks
 KV_WRITES = (PUT, SLOT_WRITE)    # where a role hands a tile to a channel (L3, L5)
@@ -214,7 +213,8 @@ def program_digest(role: ir.Operation) -> str:
 # build that synchronization as the plan passes make it, compare it: an edit there is
 # refused at the role rather than built as the default (Note [The plan the lowerings
 # follow]) -- but for sm_80's role, whose synchronization is built as it stands once
-# verified (Note [Steps op by op]). The choices attn-kernel-choices records later on the program ops are not in it.
+# verified (Note [Steps op by op]). The choices attn-kernel-choices records later on the
+# program ops are not in it.
 def schedule_digest(role: ir.Operation) -> str:
     def source(value) -> str:
         owner = value.owner
