@@ -253,7 +253,9 @@ irdl.dialect @attn {
     irdl.results(tile: %tile)
   }
 
-  // kind "qk": S = A B^T (Q K^T); kind "pv": acc + A B (O += P V).
+  // kind "qk": S = A B^T (Q K^T); kind "pv": acc + A B (O += P V). With `async` (L5, sm_90a's
+  // overlapped consumers: a wgmma group) the result is in flight until an attn.mma_wait
+  // lands it, and the shared-memory operands are read until then.
   irdl.operation @mma {
     %a = irdl.base @attn::@tile
     %b = irdl.base @attn::@tile
@@ -440,6 +442,17 @@ irdl.dialect @attn {
     irdl.attributes { "name" = %name, "count" = %count, "stages" = %stages }
     %bar = irdl.base @attn::@mbar
     irdl.results(barrier: %bar)
+  }
+  // L5 (sm_90a): wait until at most `pending` of the role's async attn.mma ops are in
+  // flight (wgmma.wait_group); the operands, GEMMs that have landed then, are the results
+  // as landed (Note [Asynchronous GEMMs] in attnc/schedule/verify.py).
+  irdl.operation @mma_wait {
+    %tile = irdl.base @attn::@tile
+    irdl.operands(tiles: variadic %tile)
+    %pending = irdl.base "#builtin.integer"
+    irdl.attributes { "pending" = %pending }
+    %landed = irdl.base @attn::@tile
+    irdl.results(landed: variadic %landed)
   }
   // L5: try_wait.parity on mbarrier[stage] until the phase of `parity` completed.
   irdl.operation @mbarrier_wait {

@@ -122,6 +122,7 @@ def _check_plan(module, pass_name: str) -> None:
         ws = R.warp_specialize_of(kernel)
         made = R.value_of(ws.attributes[R.PROGRAMS]) if R.PROGRAMS in ws.attributes else {}
         synced = R.value_of(ws.attributes[R.SCHEDULES]) if R.SCHEDULES in ws.attributes else {}
+        _check_overlapped(kernel, pass_name)
         for role in R.role_ops(kernel):         # Note [Role programs]
             name = R.name_of(role)
             if R.built_op_by_op(role):
@@ -152,6 +153,26 @@ def _check_plan(module, pass_name: str) -> None:
                                    f"and the producer's K/V order, and builds the rest as the plan passes make "
                                    f"it for them; this plan differs there: {why} (Note [The plan the lowerings "
                                    f"follow])")
+
+
+def _check_overlapped(kernel, pass_name: str) -> None:
+    """sm_90a's consumer warpgroups fed by a producer run their steps overlapped, as
+    attn-overlap-gemms writes them (Note [Overlapped steps in the IR] in
+    attnc/schedule/overlap.py); the lowering builds no other steps for them."""
+    from attnc.ir import error_at
+    from attnc.ir import roles as R
+    from attnc.schedule.overlap import MMA_WAIT
+
+    roles = R.role_ops(kernel)
+    if pass_name != "attn-lower-sm90a" or not any(R.name_of(role) == "producer" for role in roles):
+        return
+    for role in roles:
+        if R.name_of(role).startswith("consumer") and not R.ops_in(R.role_block(role), (MMA_WAIT,)):
+            raise error_at(role, f"{pass_name} builds the KV steps of a consumer warpgroup with its GEMMs "
+                                 f"overlapped, as attn-overlap-gemms writes them (Note [Overlapped steps in "
+                                 f"the IR] in attnc/schedule/overlap.py), and role '{R.name_of(role)}' has "
+                                 f"them one after the other: run attn-overlap-gemms after "
+                                 f"attn-insert-pipelines")
 
 
 def _first_difference(kind: str, ours: list[dict], theirs: list[dict]) -> str:

@@ -37,8 +37,22 @@ LOWERING: dict[str, str] = {"sm_80": "attn-lower-sm80", "sm_90a": "attn-lower-sm
 # What the lowering chooses beyond the plan, recorded on the ops first (Note [Kernel choices]).
 CHOICES_PASS = "attn-kernel-choices"
 
+# sm_90a's consumer warpgroups overlap their GEMMs (Note [Overlapped steps in the IR]),
+# written after the synchronization and checked with it.
+_TARGET_PASSES = {"sm_90a": {"attn-insert-pipelines": "attn-overlap-gemms"}}
+
+
+def _plan(target: str) -> list[tuple[str, dict[str, str]]]:
+    out = []
+    for name, options in _PLAN:
+        out.append((name, options))
+        if name in _TARGET_PASSES.get(target, {}):
+            out.append((_TARGET_PASSES[target][name], {}))
+    return out
+
+
 PIPELINES: dict[str, list[tuple[str, dict[str, str]]]] = {
-    target: [*_PLAN, *([(CHOICES_PASS, {}), (LOWERING[target], {})] if target in LOWERING else [])]
+    target: [*_plan(target), *([(CHOICES_PASS, {}), (LOWERING[target], {})] if target in LOWERING else [])]
     for target in TARGETS}
 
 PIPELINE_SOURCE = "--pass-pipeline"      # the "file name" errors in a pipeline text render with

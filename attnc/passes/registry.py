@@ -49,6 +49,7 @@ BUILTIN: dict[str, str] = {
     "attn-alloc-smem": "attnc.passes.alloc_smem:AllocSmem",
     "attn-alloc-tmem": "attnc.passes.alloc_tmem:AllocTmem",
     "attn-insert-pipelines": "attnc.passes.insert_pipelines:InsertPipelines",
+    "attn-overlap-gemms": "attnc.passes.overlap_gemms:OverlapGemms",
     "attn-verify-pipeline": "attnc.passes.verify_pipeline:VerifyPipeline",
     "attn-kernel-choices": "attnc.passes.kernel_choices:KernelChoices",
     "attn-lower-sm80": "attnc.passes.lower_sm80:LowerSm80",

@@ -3,8 +3,8 @@ run as processes over their synchronization ops as they stand in the IR, in ever
 interleaving, over enough KV iterations to wrap every ring.
 
 What is read from the IR, op by op (attnc/ir/roles.py names them): each role's program
-with its loops unrolled (the first KV loop of a role `2 * max stages` times, each later
-one once) and its i32 stage and parity values evaluated (arith constants and xori,
+with its loops unrolled and its branches taken as Note [Key blocks the check runs] says,
+and its i32 stage and parity values evaluated (arith constants and integer ops,
 `attn.ring_advance`, the loops' iter_args); the mbarriers' counts, stages and tiles
 (`attn.mbarrier_init`); each role's warps (an arrive `per = "warp"` counts one per
 warp, an expect_tx or tcgen05_commit one, a cp_async_mbarrier_arrive one per thread);
@@ -32,6 +32,16 @@ breadth first, so a violation comes with a shortest schedule; channels are explo
 after the other, as the rings of the recipes never wait on each other inside one role's
 step.
 
+Note [Key blocks the check runs]: every role reads the same key range, which the check
+fixes at 2S + 2 blocks (S: the most stages of a channel): `attn.kv_range` gives lo = 0,
+hi = 2S + 2 and its fully kept blocks [2S, 2S + 1) -- 2S mixed blocks, one full one, one
+mixed one, so the first loop of the range wraps every ring twice; a range of two
+segments, [0, S + 1) and [S + 1, 2S + 2) -- and the dim N that many key blocks. A loop whose bounds the trace evaluates (those values through the
+arith ops, as the roles compute them) runs those trips, and an scf.if the branch its
+condition takes; a loop whose bounds it cannot evaluate runs 2S trips if it is the
+role's first, else one. So a role that peels a step off its loops (the overlapped
+consumers of attnc/schedule/overlap.py) still meets the producer's fills one for one.
+
 A violation is a deadlock (no role can move and one has not finished: named at the op
 it waits at), a slot written while a reader has not read or released its previous fill,
 a slot read before its fill landed or holding another fill, or an mbarrier that gets
@@ -47,6 +57,7 @@ from mlir import ir
 
 from attnc.ir import roles as R
 
+MMA_WAIT = "attn.mma_wait"
 MAX_STATES = 400_000
 BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4}
 
@@ -80,10 +91,17 @@ class Unevaluated(Exception):
 
 # --- the roles' programs as events -----------------------------------------------------
 class _Trace:
-    def __init__(self, warps: int, stages: int, bars: dict):
+    def __init__(self, warps: int, stages: int, bars: dict, block_n: int = 0):
         self.warps, self.trips, self.bars = warps, 2 * stages, bars
+        # Note [Key blocks the check runs]: the key range every role reads
+        self.blocks = 2 * stages + 2
+        self.dims = {"N": self.blocks * block_n} if block_n else {}
         self.env: dict = {}
         self.events: list[Event] = []
+        self.violations: list[Violation] = []
+        self.in_flight: list = []       # Note [Asynchronous GEMMs]: (result, slots read), oldest first
+        self.slots_of: dict = {}        # a slot read's value -> (channel, tile, stage)
+        self.gemms = 0
         self.fills: dict = {}           # (channel, tile): fills written
         self.read: dict = {}            # (channel, tile): its ring's advances since the first read
         self.unadvanced: dict = {}      # stage value: the (channel, tile)s read at it, ring not advanced
@@ -113,19 +131,39 @@ class _Trace:
             wrap = stage + 1 >= stages
             self.env[op.results[0]] = 0 if wrap else stage + 1
             self.env[op.results[1]] = phase ^ 1 if wrap else phase
+        elif name == "arith.cmpi" and all(v in self.env for v in op.operands) and _predicate(op) in _CMPI:
+            self.env[op.result] = int(_CMPI[_predicate(op)](*(self.env[v] for v in op.operands)))
+        elif name == "arith.select" and all(v in self.env for v in op.operands):
+            cond, a, b = (self.env[v] for v in op.operands)
+            self.env[op.result] = a if cond else b
+        elif name == "attn.kv_range":
+            for r, v in zip(op.results, _key_range(len(op.results), self.blocks)):
+                self.env[r] = v
+        elif name == "attn.dim" and ir.StringAttr(op.attributes["name"]).value in self.dims:
+            self.env[op.result] = self.dims[ir.StringAttr(op.attributes["name"]).value]
         elif name == "scf.for":
             self.loop(op)
+        elif name == "scf.if":
+            self.branch(op)
+        elif name == "attn.mma":
+            self.mma(op)
+        elif name == MMA_WAIT:
+            self.mma_wait(op)
         elif name in _SYNC:
+            if name == R.MBARRIER_ARRIVE:
+                self.released(op)
             self.events.append(_SYNC[name](self, op))
 
     def loop(self, op: ir.Operation) -> None:
         body = op.regions[0].blocks[0]
-        trips = self.trips if self.loops == 0 else 1
+        lo, hi, step = (self.env.get(v) for v in list(op.operands)[:3])
+        if None in (lo, hi) or step != 1:
+            lo, hi = 0, self.trips if self.loops == 0 else 1
         self.loops += 1
         values = [self.env.get(v) for v in list(op.operands)[3:]]
         args = list(body.arguments)
         terminator = list(body.operations)[-1]
-        for n in range(trips):
+        for n in range(lo, hi):
             self.env[args[0]] = n
             for a, v in zip(args[1:], values):
                 if v is None:
@@ -138,6 +176,58 @@ class _Trace:
         for r, v in zip(op.results, values):
             if v is not None:
                 self.env[r] = v
+
+    def branch(self, op: ir.Operation) -> None:
+        """An scf.if runs the branch its condition (a value the trace evaluates) takes."""
+        taken = self.get(op, op.operands[0])
+        if not taken and not op.regions[1].blocks:
+            return
+        block = op.regions[0 if taken else 1].blocks[0]
+        ops = list(block.operations)
+        for inner in ops[:-1]:
+            self.op(inner.operation)
+        for r, v in zip(op.results, ops[-1].operands):
+            if v in self.env:
+                self.env[r] = self.env[v]
+
+    # Note [Asynchronous GEMMs]: an attn.mma with `async` (sm_90a's wgmma, issued and
+    # committed as a group) reads its shared-memory operands until an attn.mma_wait lands
+    # it: a wait of `pending` = n lands every async GEMM of the role but the n youngest.
+    # A slot an async GEMM reads must not be released (an arrive on an mbarrier guarding
+    # it) before that GEMM has landed, and a wait's operands must be GEMMs it lands.
+    def mma(self, op: ir.Operation) -> None:
+        if "async" not in op.attributes:
+            return
+        slots = [self.slots_of[v] for v in op.operands if v in self.slots_of]
+        self.gemms += 1
+        token = ("gemm", self.gemms)        # carried through the loops like a stage value
+        self.env[op.result] = token
+        self.in_flight.append((token, slots))
+
+    def mma_wait(self, op: ir.Operation) -> None:
+        pending = _attr(op, "pending")
+        landing = self.in_flight[:max(0, len(self.in_flight) - pending)]
+        self.in_flight = self.in_flight[len(landing):]
+        left = {token for token, _ in self.in_flight}
+        for k, v in enumerate(op.operands):
+            if self.env.get(v) in left:
+                self.violations.append(Violation(op, f"{MMA_WAIT} (pending = {pending}): operand {k} is among "
+                                                     f"the {pending} youngest GEMMs the wait leaves in flight"))
+                return
+
+    def released(self, op: ir.Operation) -> None:
+        bar = self.bars.get(R.name_of(op.operands[0].owner))
+        if bar is None:
+            return
+        channel, tile, stage = bar[0], bar[3], self.get(op, op.operands[1])
+        for _, slots in self.in_flight:
+            for read in slots:
+                if read[0] == channel and read[2] == stage and tile in (None, read[1]):
+                    self.violations.append(Violation(op, f"this arrive releases slot {stage} of {channel!r} "
+                                                         f"({read[1]}) while an async attn.mma reading it is in "
+                                                         f"flight: land it with attn.mma_wait first (Note "
+                                                         f"[Asynchronous GEMMs] in attnc/schedule/verify.py)"))
+                    return
 
     def mbar(self, op, kind: str, value: int) -> Event:
         bar = R.name_of(op.operands[0].owner)
@@ -159,6 +249,7 @@ def _slot(t: _Trace, op, kind: str) -> Event:
     stage = t.get(op, op.operands[1])
     if kind == "read":
         t.unadvanced.setdefault(op.operands[1], set()).add((chan, tile))
+        t.slots_of[op.result] = (chan, tile, stage)
         return Event("read", chan, op, stage=stage, tile=tile, fill=t.read.get((chan, tile), 0))
     fill = t.fills.get((chan, tile), 0)
     t.fills[(chan, tile)] = fill + 1
@@ -175,8 +266,27 @@ def _channel_attr(op) -> str | None:
     return ir.StringAttr(op.attributes["channel"]).value if "channel" in op.attributes else None
 
 
-_ARITH = {"arith.xori": lambda a, b: a ^ b, "arith.addi": lambda a, b: a + b, "arith.subi": lambda a, b: a - b,
+_ARITH = {"arith.maxsi": max, "arith.minsi": min, "arith.divsi": lambda a, b: int(a / b) if b else 0,
+          "arith.xori": lambda a, b: a ^ b, "arith.addi": lambda a, b: a + b, "arith.subi": lambda a, b: a - b,
           "arith.andi": lambda a, b: a & b, "arith.ori": lambda a, b: a | b, "arith.muli": lambda a, b: a * b}
+def _key_range(results: int, blocks: int) -> list[int]:
+    """attn.kv_range's values (Note [Key blocks the check runs]): its segments' (lo, hi),
+    [0, blocks) cut in as many runs, then the fully kept blocks [blocks - 2, blocks - 1)."""
+    segments = max(1, (results - 2) // 2)
+    cuts = [blocks * k // segments for k in range(segments + 1)]
+    out = [v for k in range(segments) for v in (cuts[k], cuts[k + 1])]
+    return out + [blocks - 2, blocks - 1]
+
+
+_CMPI = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "slt": lambda a, b: a < b,
+         "sle": lambda a, b: a <= b, "sgt": lambda a, b: a > b, "sge": lambda a, b: a >= b}
+
+
+def _predicate(op) -> str:
+    from attnc.ir.ops import cmpi_predicate
+    return cmpi_predicate(op)
+
+
 _SYNC = {
     R.MBARRIER_WAIT: _wait,
     R.MBARRIER_ARRIVE: lambda t, op: t.mbar(op, "arrive", t.warps if _per_warp(op) else 1),
@@ -230,9 +340,11 @@ def verify_kernel(kernel: ir.Operation) -> list[Violation]:
     threads: dict[str, int] = {}
     for role in R.role_ops(kernel):
         a = R.attrs_of(role)
-        trace = _Trace(len(a["warps"]), stages, bars)
+        trace = _Trace(len(a["warps"]), stages, bars, R.attrs_of(kernel).get("block_n", 0))
         try:
             trace.block(R.role_block(role))
+            if trace.violations:
+                return trace.violations[:1]
         except Unevaluated as e:
             return [Violation(e.op, f"role {a['name']!r}: the stage or parity of {e.op.name} is not a "
                                     f"value the loops and arith ops make (an iter_arg, a constant, "

@@ -63,7 +63,7 @@ def test_print_ir_after_all_shows_l1_then_every_pass():
 def test_dump_dir_writes_every_stage_and_opt_replays_it(tmp_path):
     compile_file("examples/sliding_window.attn", CompileOptions(arch="sm_90a", dump_dir=str(tmp_path)))
     names = sorted(p.name for p in tmp_path.iterdir())
-    stages = PIPELINE + ["attn-kernel-choices", "attn-lower-sm90a"]
+    stages = PIPELINE[:7] + ["attn-overlap-gemms"] + PIPELINE[7:] + ["attn-kernel-choices", "attn-lower-sm90a"]
     assert names == ["00-frontend.mlir"] + [f"{i:02d}-{name}.mlir" for i, name in enumerate(stages, 1)]
     from attnc.ir import to_text
     # every stage is the previous one with its pass re-run by `attnc opt`

@@ -46,7 +46,8 @@ def test_every_target_pipeline_is_the_full_plan():
     for target in TARGETS:
         lowering = {"sm_80": ["attn-kernel-choices", "attn-lower-sm80"],
                     "sm_90a": ["attn-kernel-choices", "attn-lower-sm90a"]}.get(target, [])
-        assert PIPELINES[target] == [(name, {}) for name in FULL_PIPELINE + lowering]
+        plan = FULL_PIPELINE[:7] + ["attn-overlap-gemms"] + FULL_PIPELINE[7:] if target == "sm_90a" else FULL_PIPELINE
+        assert PIPELINES[target] == [(name, {}) for name in plan + lowering]
         for name, _ in PIPELINES[target]:
             info = registry.lookup(name)
             assert info is not None and info.name == name and info.origin == "built-in"

@@ -1,0 +1,72 @@
+"""`attn-overlap-gemms`: rotate sm_90a's consumer warpgroups' KV steps so that each
+step's QK^T is issued with the previous step's P.V, both asynchronous (L5).
+
+Targets: sm_90a. Expects L5 (after attn-insert-pipelines). In a plan with a producer
+warpgroup, every consumer role's KV loops become the overlapped steps of Note
+[Overlapped steps in the IR] (attnc/schedule/overlap.py): step lo peeled, loops over the
+rest carrying the previous step's P and factor and the P.V in flight, the last P.V after
+them; the GEMMs are `async` attn.mma ops landed by attn.mma_wait, which
+attn-verify-pipeline checks with the slots they read (Note [Asynchronous GEMMs]). The
+cooperative kernel's role (no producer warpgroup) is left as it is. One trip, before
+and after:
+
+    wait K; QK^T; release K; scores; softmax      O = land(O in flight); O *= factor
+    O *= factor; wait V; P.V; release V           release V(n - 2); wait K(n); wait V(n - 1)
+                                                  S = QK^T (async); O += P V (async)
+                                                  S = land(S) {pending = 1}; release K
+                                                  scores; softmax
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from attnc.passes.registry import Pass
+
+
+@dataclass(frozen=True)
+class OverlapGemms(Pass):
+    """Issue each consumer step's QK^T with the previous step's P.V (sm_90a, L5)."""
+
+    name: ClassVar[str] = "attn-overlap-gemms"
+
+    def run(self, module) -> None:
+        overlap(module)
+
+
+def overlap(module) -> None:
+    from mlir import ir
+
+    from attnc.ir import attention_ops, error_at, get_str
+    from attnc.ir import roles as R
+    from attnc.passes import plan_ir
+    from attnc.schedule.overlap import overlap_role
+
+    for op in attention_ops(module):
+        ws = plan_ir.require_roles(op, OverlapGemms.name)
+        target = get_str(op, "target")
+        if target != "sm_90a":
+            raise error_at(op, f"{OverlapGemms.name} overlaps the GEMMs of sm_90a's consumer warpgroups "
+                               f"(wgmma); this plan is for {target}")
+        if any(R.ops_in(R.role_block(role), (R.PUT, R.GET)) for role in R.role_ops(op)):
+            raise error_at(op, f"{OverlapGemms.name} needs the synchronization attn-insert-pipelines makes; "
+                               f"run attn-insert-pipelines first")
+        roles = R.role_ops(op)
+        if not any(R.name_of(role) == "producer" for role in roles):
+            continue
+        made = R.value_of(ws.attributes[R.PROGRAMS]) if R.PROGRAMS in ws.attributes else {}
+        synced = R.value_of(ws.attributes[R.SCHEDULES]) if R.SCHEDULES in ws.attributes else {}
+        with op.context:
+            for role in roles:
+                name = R.name_of(role)
+                if not name.startswith("consumer"):
+                    continue
+                # The digests follow the rotation only where the role was the plan's: an edit
+                # made before stays one the lowering sees (Note [Role programs]).
+                as_made = made.get(name) == R.program_digest(role) and synced.get(name) == R.schedule_digest(role)
+                overlap_role(role, op)
+                if as_made:
+                    made[name], synced[name] = R.program_digest(role), R.schedule_digest(role)
+            for key, digests in ((R.PROGRAMS, made), (R.SCHEDULES, synced)):
+                if digests:
+                    ws.attributes[key] = ir.DictAttr.get({k: ir.StringAttr.get(v) for k, v in digests.items()})

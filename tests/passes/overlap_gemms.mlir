@@ -1,0 +1,128 @@
+// attn-overlap-gemms on L5 IR as attn-insert-pipelines leaves it (mha, sm_90a, one consumer
+// warpgroup fed by the producer, locations dropped): the consumer's KV loop becomes the
+// overlapped steps of Note [Overlapped steps in the IR] (attnc/schedule/overlap.py) --
+// the first step's QK^T before the loop, each trip landing the P.V of two steps back,
+// issuing QK^T(n) and P.V(n - 1) together and landing S with the P.V left in flight, the
+// last P.V after the loop -- which attn-verify-pipeline finds sound. The producer is
+// left as it is.
+//
+// RUN: attnc opt %s -arch sm_90a --pass-pipeline attn-overlap-gemms,attn-verify-pipeline | filecheck %s
+
+// CHECK-LABEL: name = "producer"
+// CHECK-NOT: attn.mma_wait
+// CHECK: %[[TOTAL:[0-9]+]] = arith.maxsi
+// CHECK: %[[SOME:[0-9]+]] = arith.cmpi sgt, %[[TOTAL]]
+// CHECK: scf.if %[[SOME]]
+// CHECK: %[[S0:[0-9]+]] = "attn.mma"(%{{[0-9]+}}, %{{[0-9]+}}) {async, kind = "qk"}
+// CHECK-NEXT: "attn.mma_wait"(%[[S0]]) {pending = 0 : i64}
+// CHECK-NEXT: "attn.mbarrier_arrive"
+// CHECK: "attn.softmax_step"
+// CHECK: scf.for %{{arg[0-9]+}} = {{.*}} iter_args(%[[M:arg[0-9]+]] = %{{[^,]+}}, %{{arg[0-9]+}} = %{{[^,]+}}, %[[O:arg[0-9]+]] = %{{[^,]+}}, %[[P:arg[0-9]+]] = %{{[^,]+}}, %[[F:arg[0-9]+]] = %{{[^,]+}}, {{.*}}, %[[T:arg[0-9]+]] = %c1_i32{{[_0-9]*}})
+// CHECK-NEXT: %[[LANDED:[0-9]+]] = "attn.mma_wait"(%[[O]]) {pending = 0 : i64}
+// CHECK-NEXT: %[[SCALED:[0-9]+]] = "attn.rescale"(%[[LANDED]], %[[F]])
+// CHECK: arith.cmpi sge, %[[T]]
+// CHECK-NEXT: scf.if
+// CHECK-NEXT: "attn.mbarrier_arrive"
+// CHECK: "attn.mbarrier_wait"
+// CHECK-NEXT: %[[K:[0-9]+]] = "attn.slot_read"({{.*}}) {tile = "k"}
+// CHECK-NEXT: "attn.mbarrier_wait"
+// CHECK-NEXT: %[[V:[0-9]+]] = "attn.slot_read"({{.*}}) {tile = "v"}
+// CHECK-NEXT: %[[S:[0-9]+]] = "attn.mma"(%{{[0-9]+}}, %[[K]]) {async, kind = "qk"}
+// CHECK-NEXT: %[[PV:[0-9]+]] = "attn.mma"(%[[P]], %[[V]], %[[SCALED]]) {async, kind = "pv"}
+// CHECK-NEXT: %[[SL:[0-9]+]] = "attn.mma_wait"(%[[S]]) {pending = 1 : i64}
+// CHECK-NEXT: "attn.mbarrier_arrive"
+// CHECK-NEXT: "attn.softmax_step"(%[[SL]], %[[M]]
+// CHECK: scf.yield {{.*}}, %[[PV]],
+// CHECK: "attn.mma_wait"({{.*}}) {pending = 0 : i64}
+// CHECK-NEXT: "attn.rescale"
+// CHECK: "attn.mma"({{.*}}) {async, kind = "pv"}
+// CHECK-NEXT: "attn.mma_wait"({{.*}}) {pending = 0 : i64}
+// CHECK: "attn.finalize"
+module {
+  func.func @mha(%arg0: tensor<?x?x?x128xbf16> loc("examples/mha.attn":3:3), %arg1: tensor<?x?x?x128xbf16> loc("examples/mha.attn":4:3), %arg2: tensor<?x?x?x128xbf16> loc("examples/mha.attn":5:3)) -> tensor<?x?x?x128xbf16> {
+    %0 = "attn.kernel"(%arg0, %arg1, %arg2) ({
+    ^bb0(%arg3: i32 loc("examples/mha.attn":2:1), %arg4: i32 loc("examples/mha.attn":2:1), %arg5: i32 loc("examples/mha.attn":2:1)):
+      "attn.warp_specialize"() ({
+        %1 = "attn.channel"() {buffers = [{align = 128 : i64, name = "sQ", offset = 0 : i64, size = 16384 : i64, space = "smem", stages = 1 : i64, swizzle = "xor128B"}], consumer = "consumer0", name = "q", producer = "producer", space = "smem", stages = 1 : i64, tile = ["q"], transport = "cp.async.mbarrier", types = [!attn.tile<[64, 128], bf16, "smem">]} : () -> !attn.chan
+        %2 = "attn.channel"() {buffers = [{align = 128 : i64, name = "sK", offset = 16384 : i64, size = 98304 : i64, space = "smem", stages = 3 : i64, swizzle = "xor128B"}, {align = 128 : i64, name = "sV", offset = 114688 : i64, size = 98304 : i64, space = "smem", stages = 3 : i64, swizzle = "xor128B"}], consumer = "consumer0", name = "kv", producer = "producer", space = "smem", stages = 3 : i64, tile = ["k", "v"], transport = "cp.async.mbarrier", types = [!attn.tile<[128, 128], bf16, "smem">, !attn.tile<[128, 128], bf16, "smem">]} : () -> !attn.chan
+        %3 = "attn.mbarrier_init"() {channel = "q", count = 128 : i64, name = "mbar_q_full", side = "full", stages = 1 : i64, tile = "q"} : () -> !attn.mbar
+        %4 = "attn.mbarrier_init"() {channel = "kv", count = 128 : i64, name = "mbar_k_full", side = "full", stages = 3 : i64, tile = "k"} : () -> !attn.mbar
+        %5 = "attn.mbarrier_init"() {channel = "kv", count = 128 : i64, name = "mbar_v_full", side = "full", stages = 3 : i64, tile = "v"} : () -> !attn.mbar
+        %6 = "attn.mbarrier_init"() {channel = "kv", count = 4 : i64, name = "mbar_k_empty", side = "empty", stages = 3 : i64, tile = "k"} : () -> !attn.mbar
+        %7 = "attn.mbarrier_init"() {channel = "kv", count = 4 : i64, name = "mbar_v_empty", side = "empty", stages = 3 : i64, tile = "v"} : () -> !attn.mbar
+        "attn.role"() ({
+          %c0_i32 = arith.constant 0 : i32
+          %c1_i32 = arith.constant 1 : i32
+          %8 = "attn.load"(%arg0, %arg3, %arg4, %arg5) {operand = "q"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[64, 128], bf16, "smem">
+          "attn.slot_write"(%1, %c0_i32, %8) {completes = "arrive", tile = "q"} : (!attn.chan, i32, !attn.tile<[64, 128], bf16, "smem">) -> ()
+          "attn.cp_async_mbarrier_arrive"(%3, %c0_i32) : (!attn.mbar, i32) -> ()
+          %9:2 = "attn.ring_advance"(%c0_i32, %c0_i32) {stages = 1 : i64} : (i32, i32) -> (i32, i32)
+          %10 = "attn.dim"() {name = "N"} : () -> i32
+          %c128_i32 = arith.constant 128 : i32
+          %c1_i32_0 = arith.constant 1 : i32
+          %11 = arith.subi %c128_i32, %c1_i32_0 : i32
+          %12 = arith.addi %10, %11 : i32
+          %13 = arith.divsi %12, %c128_i32 : i32
+          %c0_i32_1 = arith.constant 0 : i32
+          %c1_i32_2 = arith.constant 1 : i32
+          %14:2 = scf.for %arg6 = %c0_i32_1 to %13 step %c1_i32_2 iter_args(%arg7 = %c0_i32, %arg8 = %c0_i32) -> (i32, i32)  : i32 {
+            %15 = "attn.load"(%arg1, %arg3, %arg4, %arg6) {operand = "k"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[128, 128], bf16, "smem">
+            %16 = arith.xori %arg8, %c1_i32 : i32
+            "attn.mbarrier_wait"(%6, %arg7, %16) : (!attn.mbar, i32, i32) -> ()
+            "attn.slot_write"(%2, %arg7, %15) {completes = "arrive", tile = "k"} : (!attn.chan, i32, !attn.tile<[128, 128], bf16, "smem">) -> ()
+            "attn.cp_async_mbarrier_arrive"(%4, %arg7) : (!attn.mbar, i32) -> ()
+            %17 = "attn.load"(%arg2, %arg3, %arg4, %arg6) {operand = "v"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[128, 128], bf16, "smem">
+            %18 = arith.xori %arg8, %c1_i32 : i32
+            "attn.mbarrier_wait"(%7, %arg7, %18) : (!attn.mbar, i32, i32) -> ()
+            "attn.slot_write"(%2, %arg7, %17) {completes = "arrive", tile = "v"} : (!attn.chan, i32, !attn.tile<[128, 128], bf16, "smem">) -> ()
+            "attn.cp_async_mbarrier_arrive"(%5, %arg7) : (!attn.mbar, i32) -> ()
+            %19:2 = "attn.ring_advance"(%arg7, %arg8) {stages = 3 : i64} : (i32, i32) -> (i32, i32)
+            scf.yield %19#0, %19#1 : i32, i32
+          } {kv_blocks = "all"}
+          gpu.yield
+        }) {name = "producer", regs = 0 : i64, warps = [0, 1, 2, 3]} : () -> ()
+        "attn.role"() ({
+          %c0_i32 = arith.constant 0 : i32
+          "attn.mbarrier_wait"(%3, %c0_i32, %c0_i32) : (!attn.mbar, i32, i32) -> ()
+          %8 = "attn.slot_read"(%1, %c0_i32) {tile = "q"} : (!attn.chan, i32) -> !attn.tile<[64, 128], bf16, "smem">
+          %9:2 = "attn.ring_advance"(%c0_i32, %c0_i32) {stages = 1 : i64} : (i32, i32) -> (i32, i32)
+          %10 = "attn.fill"() {value = 0xFF800000 : f32} : () -> !attn.tile<[64], f32, "reg">
+          %11 = "attn.fill"() {value = 0.000000e+00 : f32} : () -> !attn.tile<[64], f32, "reg">
+          %12 = "attn.fill"() {value = 0.000000e+00 : f32} : () -> !attn.tile<[64, 128], f32, "reg">
+          %13 = "attn.dim"() {name = "N"} : () -> i32
+          %c128_i32 = arith.constant 128 : i32
+          %c1_i32 = arith.constant 1 : i32
+          %14 = arith.subi %c128_i32, %c1_i32 : i32
+          %15 = arith.addi %13, %14 : i32
+          %16 = arith.divsi %15, %c128_i32 : i32
+          %c0_i32_0 = arith.constant 0 : i32
+          %c1_i32_1 = arith.constant 1 : i32
+          %17:5 = scf.for %arg6 = %c0_i32_0 to %16 step %c1_i32_1 iter_args(%arg7 = %10, %arg8 = %11, %arg9 = %12, %arg10 = %c0_i32, %arg11 = %c0_i32) -> (!attn.tile<[64], f32, "reg">, !attn.tile<[64], f32, "reg">, !attn.tile<[64, 128], f32, "reg">, i32, i32)  : i32 {
+            "attn.mbarrier_wait"(%4, %arg10, %arg11) : (!attn.mbar, i32, i32) -> ()
+            %19 = "attn.slot_read"(%2, %arg10) {tile = "k"} : (!attn.chan, i32) -> !attn.tile<[128, 128], bf16, "smem">
+            %20 = "attn.mma"(%8, %19) {kind = "qk"} : (!attn.tile<[64, 128], bf16, "smem">, !attn.tile<[128, 128], bf16, "smem">) -> !attn.tile<[64, 128], f32, "reg">
+            "attn.mbarrier_arrive"(%6, %arg10) {per = "warp"} : (!attn.mbar, i32) -> ()
+            %21:4 = "attn.softmax_step"(%20, %arg7, %arg8) : (!attn.tile<[64, 128], f32, "reg">, !attn.tile<[64], f32, "reg">, !attn.tile<[64], f32, "reg">) -> (!attn.tile<[64, 128], bf16, "reg">, !attn.tile<[64], f32, "reg">, !attn.tile<[64], f32, "reg">, !attn.tile<[64], f32, "reg">)
+            %22 = "attn.rescale"(%arg9, %21#3) : (!attn.tile<[64, 128], f32, "reg">, !attn.tile<[64], f32, "reg">) -> !attn.tile<[64, 128], f32, "reg">
+            "attn.mbarrier_wait"(%5, %arg10, %arg11) : (!attn.mbar, i32, i32) -> ()
+            %23 = "attn.slot_read"(%2, %arg10) {tile = "v"} : (!attn.chan, i32) -> !attn.tile<[128, 128], bf16, "smem">
+            %24:2 = "attn.ring_advance"(%arg10, %arg11) {stages = 3 : i64} : (i32, i32) -> (i32, i32)
+            %25 = "attn.mma"(%21#0, %23, %22) {kind = "pv"} : (!attn.tile<[64, 128], bf16, "reg">, !attn.tile<[128, 128], bf16, "smem">, !attn.tile<[64, 128], f32, "reg">) -> !attn.tile<[64, 128], f32, "reg">
+            "attn.mbarrier_arrive"(%7, %arg10) {per = "warp"} : (!attn.mbar, i32) -> ()
+            scf.yield %21#1, %21#2, %25, %24#0, %24#1 : !attn.tile<[64], f32, "reg">, !attn.tile<[64], f32, "reg">, !attn.tile<[64, 128], f32, "reg">, i32, i32
+          } {kv_blocks = "all"}
+          %18:2 = "attn.finalize"(%17#2, %17#0, %17#1, %arg4) ({
+          ^bb0(%arg6: i32 loc("examples/mha.attn":2:1)):
+            %cst = arith.constant 0xFF800000 : f32
+            gpu.yield %cst : f32
+          }) : (!attn.tile<[64, 128], f32, "reg">, !attn.tile<[64], f32, "reg">, !attn.tile<[64], f32, "reg">, i32) -> (!attn.tile<[64, 128], bf16, "reg">, !attn.tile<[64], f32, "reg">)
+          "attn.store"(%18#0, %arg3, %arg4, %arg5) {operand = "o"} : (!attn.tile<[64, 128], bf16, "reg">, i32, i32, i32) -> ()
+          gpu.yield
+        }) {name = "consumer0", regs = 0 : i64, warps = [4, 5, 6, 7]} : () -> ()
+        gpu.yield
+      }) {programs = {consumer0 = "abd2ed170c3f4d53", producer = "c5f2dcdf5449c3b0"}} : () -> ()
+      gpu.yield
+    }) {block_m = 64 : i64, block_n = 128 : i64, dims = ["B", "H", "M", "N"], dtype = "bf16", gqa = false, has_mask_mod = false, has_score_mod = false, has_sink = false, head_dim_qk = 128 : i64, head_dim_v = 128 : i64, k_shape = ["B", "H", "N", 128], mask_block_m = 64 : i64, mask_block_n = 128 : i64, mask_digest = "none", mask_kind = "none", num_warps = 8 : i64, outputs = ["o"], param_dtypes = [], param_shapes = [], params = [], q_shape = ["B", "H", "M", 128], q_tiles = 1 : i64, scale = 0.0883883461 : f32, stages = 3 : i64, target = "sm_90a", v_shape = ["B", "H", "N", 128], variant = "mha"} : (tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16>
+    return %0 : tensor<?x?x?x128xbf16>
+  }
+}

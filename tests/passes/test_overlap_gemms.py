@@ -1,0 +1,138 @@
+"""attn-overlap-gemms (attnc/schedule/overlap.py, Note [Overlapped steps in the IR]): the
+consumer warpgroups' KV steps rotated so that QK^T(n) and P.V(n - 1) are issued together,
+checked by attn-verify-pipeline with the slots the async GEMMs read (Note [Asynchronous
+GEMMs]); the plans it refuses; and the lowering's refusal of steps not overlapped."""
+from pathlib import Path
+
+import pytest
+from mlir import ir
+
+from attnc.driver import CompileOptions, compile_mlir
+from attnc.errors import AttncError
+from attnc.ir import attention_ops, set_int
+from attnc.ir import roles as R
+from attnc.schedule.overlap import MMA_WAIT
+from attnc.schedule.verify import verify_kernel
+from attnc.testing import check_file
+
+ROOT = Path(__file__).resolve().parents[2]
+L5 = "attn-tile,attn-analyze-masks,attn-hoist,attn-warp-specialize{%s},attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines"
+_KEPT: list = []        # the results whose modules the returned ops live in
+
+
+def kernel(example: str, arch: str = "sm_90a", pipeline: str = L5 % "", tile: str = ""):
+    text = pipeline.replace("attn-tile", f"attn-tile{{{tile}}}" if tile else "attn-tile")
+    result = compile_mlir((ROOT / f"examples/{example}.attn").read_text(), f"{example}.attn",
+                          CompileOptions(arch=arch, pass_pipeline=text))
+    _KEPT.append(result)
+    return attention_ops(result.module)[0]
+
+
+def messages(op) -> str:
+    with op.context:
+        return " | ".join(v.message for v in verify_kernel(op))
+
+
+def consumer(op, name: str = "consumer0") -> ir.Operation:
+    return next(r for r in R.role_ops(op) if R.name_of(r) == name)
+
+
+def loop_ops(op, name: str, role: str = "consumer0") -> list[ir.Operation]:
+    """The ops named `name` in the consumer's first KV loop."""
+    loop = R.ops_in(R.role_block(consumer(op, role)), ("scf.for",))[0]
+    return [o.operation for o in loop.regions[0].blocks[0].operations if o.operation.name == name]
+
+
+def test_filecheck(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    failures = check_file(Path("tests/passes/overlap_gemms.mlir"))
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("example,options,tile", [
+    ("gemma2", "", ""), ("gemma2", "", "stages=2"), ("mha", "pingpong=true", ""),
+    ("mha", "persistent=true", "stages=4 block_n=64"), ("sliding_window", "pingpong=true persistent=true", ""),
+    ("prefix_lm", "consumers=1 producer=true", "block_m=64"), ("softcap", "", "")])
+def test_overlapped_plans_are_sound(example, options, tile):
+    """Every consumer role is rotated and the whole plan verifies, with ping-pong's turns,
+    persistent CTAs' releases of Q and the last V slots, and 2 to 4 stages."""
+    op = kernel(example, pipeline=L5 % options + ",attn-overlap-gemms", tile=tile)
+    consumers = [r for r in R.role_ops(op) if R.name_of(r).startswith("consumer")]
+    assert consumers and all(R.ops_in(R.role_block(r), (MMA_WAIT,)) for r in consumers)
+    assert not R.ops_in(R.role_block(next(r for r in R.role_ops(op) if R.name_of(r) == "producer")), (MMA_WAIT,))
+    assert messages(op) == ""
+
+
+def test_the_cooperative_kernel_is_left_as_it_is():
+    op = kernel("alibi", pipeline=L5 % "" + ",attn-overlap-gemms")
+    assert [R.name_of(r) for r in R.role_ops(op)] == ["compute"]
+    assert not R.ops_in(R.role_block(R.role_ops(op)[0]), (MMA_WAIT,))
+
+
+def test_two_segments_peel_the_first_block_of_either():
+    """A range of two segments (kv_segments = 2): the first step's block is the first of
+    the first segment that has blocks, and the loops of that segment start past it."""
+    from tests.gpu.variant_gen import generate
+
+    source = generate(19).source
+    result = compile_mlir(source, "gen019.attn", CompileOptions(arch="sm_90a", pass_pipeline=L5 % ""
+                                                                + ",attn-overlap-gemms,attn-verify-pipeline"))
+    op = attention_ops(result.module)[0]
+    assert R.attrs_of(op)["kv_segments"] == 2
+    assert len(R.ops_in(R.role_block(consumer(op)), ("arith.select",))) >= 2
+
+
+def test_release_before_landing_is_caught():
+    """K's slot released above the wait that lands the QK^T reading it."""
+    op = kernel("mha", pipeline=L5 % "" + ",attn-overlap-gemms")
+    release = next(o for o in loop_ops(op, R.MBARRIER_ARRIVE)
+                   if R.name_of(o.operands[0].owner) == "mbar_k_empty")
+    release.move_before(loop_ops(op, MMA_WAIT)[1])
+    assert "releases slot" in messages(op) and "while an async attn.mma reading it is in flight" in messages(op)
+
+
+def test_landing_a_gemm_left_in_flight_is_caught():
+    """S landed by a wait that leaves two GEMMs in flight: S is one of them."""
+    op = kernel("mha", pipeline=L5 % "" + ",attn-overlap-gemms")
+    set_int(loop_ops(op, MMA_WAIT)[1], "pending", 2)
+    assert messages(op) == "attn.mma_wait (pending = 2): operand 0 is among the 2 youngest GEMMs the wait leaves " \
+                           "in flight"
+
+
+@pytest.mark.parametrize("pipeline,arch,message", [
+    (L5 % "" + ",attn-overlap-gemms", "sm_80", "overlaps the GEMMs of sm_90a's consumer warpgroups (wgmma); "
+                                              "this plan is for sm_80"),
+    ("attn-tile,attn-analyze-masks,attn-warp-specialize,attn-overlap-gemms", "sm_90a",
+     "needs the synchronization attn-insert-pipelines makes; run attn-insert-pipelines first"),
+    ("attn-tile,attn-analyze-masks,attn-overlap-gemms", "sm_90a", "needs the role regions"),
+    (L5 % "" + ",attn-overlap-gemms,attn-overlap-gemms", "sm_90a", "attn-overlap-gemms ran twice on role"),
+])
+def test_refused_plans(pipeline, arch, message):
+    with pytest.raises(AttncError) as err:
+        kernel("mha", arch=arch, pipeline=pipeline)
+    assert message in str(err.value)
+
+
+def test_an_edited_step_is_refused_at_its_op():
+    """A step whose P.V reads the O it was given, not the rescaled one: not the step the
+    pass rotates."""
+    op = kernel("mha")
+    loop = R.ops_in(R.role_block(consumer(op)), ("scf.for",))[0]
+    body = loop.regions[0].blocks[0]
+    pv = next(o.operation for o in body.operations if o.operation.name == "attn.mma"
+              and ir.StringAttr(o.operation.attributes["kind"]).value == "pv")
+    with op.context:
+        pv.operands[2] = body.arguments[3]
+    from attnc.passes.overlap_gemms import overlap
+    with pytest.raises(AttncError) as err:
+        overlap(_KEPT[-1].module)
+    assert "this attn.mma differs" in str(err.value)
+
+
+def test_the_lowering_refuses_steps_not_overlapped():
+    """attn-lower-sm90a builds a producer plan's consumers overlapped only."""
+    pipeline = (L5 % "" + ",attn-verify-pipeline,attn-kernel-choices,attn-lower-sm90a")
+    with pytest.raises(AttncError) as err:
+        kernel("mha", pipeline=pipeline)
+    assert "role 'consumer0' has them one after the other: run attn-overlap-gemms after attn-insert-pipelines" \
+        in str(err.value)
