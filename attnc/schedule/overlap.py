@@ -212,13 +212,13 @@ class _Chain:
         for lo, hi in bounds:
             count = arith.MaxSIOp(arith.SubIOp(hi, lo).result, zero).result
             total = count if total is None else arith.AddIOp(total, count).result
-        some = scf.IfOp(self.cmp("sgt", total, zero), [o0.type, m0.type, l0.type], has_else=True)
+        some = scf.IfOp(self.cmp("sgt", total, zero), [m0.type, l0.type, o0.type], has_else=True)
         with ir.InsertionPoint(some.then_block):
             scf.YieldOp(self._steps(segments, bounds, total, m0, l0, o0, stage0, phase0))
         with ir.InsertionPoint(some.else_block):
             if self.q_release is not None:
                 self.q_release.clone()
-            scf.YieldOp([o0, m0, l0])
+            scf.YieldOp([m0, l0, o0])
         return list(some.results)
 
     def _steps(self, segments, bounds, total, m0, l0, o0, stage0, phase0) -> list:
@@ -274,7 +274,7 @@ class _Chain:
         if self.persistent:
             self._when(self.cmp("sge", total, self.const(2)), lambda: self._arrive(body, "v", v_prev))
             self._arrive(body, "v", v_stage)
-        return [o, m, l]
+        return [m, l, o]
 
     def _step(self, b: _Body, loop, last_step) -> list:
         """One trip: step t (counted from the first, carried) of block n."""

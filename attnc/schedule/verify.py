@@ -36,11 +36,12 @@ Note [Key blocks the check runs]: every role reads the same key range, which the
 fixes at 2S + 2 blocks (S: the most stages of a channel): `attn.kv_range` gives lo = 0,
 hi = 2S + 2 and its fully kept blocks [2S, 2S + 1) -- 2S mixed blocks, one full one, one
 mixed one, so the first loop of the range wraps every ring twice; a range of two
-segments, [0, S + 1) and [S + 1, 2S + 2) -- and the dim N that many key blocks. A loop whose bounds the trace evaluates (those values through the
-arith ops, as the roles compute them) runs those trips, and an scf.if the branch its
-condition takes; a loop whose bounds it cannot evaluate runs 2S trips if it is the
-role's first, else one. So a role that peels a step off its loops (the overlapped
-consumers of attnc/schedule/overlap.py) still meets the producer's fills one for one.
+segments, [0, S + 1) and [S + 1, 2S + 2) -- and the dim N that many key blocks. A loop
+whose bounds the trace evaluates (those values through the arith ops, as the roles
+compute them) runs those trips, and an scf.if the branch its condition takes; a loop
+whose bounds it cannot evaluate runs 2S trips if it is the role's first, else one. So a
+role that peels a step off its loops (the overlapped consumers of
+attnc/schedule/overlap.py) still meets the producer's fills one for one.
 
 A violation is a deadlock (no role can move and one has not finished: named at the op
 it waits at), a slot written while a reader has not read or released its previous fill,
@@ -194,7 +195,8 @@ class _Trace:
     # committed as a group) reads its shared-memory operands until an attn.mma_wait lands
     # it: a wait of `pending` = n lands every async GEMM of the role but the n youngest.
     # A slot an async GEMM reads must not be released (an arrive on an mbarrier guarding
-    # it) before that GEMM has landed, and a wait's operands must be GEMMs it lands.
+    # it) before that GEMM has landed, and a wait's operands, the GEMMs whose results it
+    # gives, must not be among those it leaves in flight.
     def mma(self, op: ir.Operation) -> None:
         if "async" not in op.attributes:
             return

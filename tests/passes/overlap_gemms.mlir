@@ -12,7 +12,7 @@
 // CHECK-NOT: attn.mma_wait
 // CHECK: %[[TOTAL:[0-9]+]] = arith.maxsi
 // CHECK: %[[SOME:[0-9]+]] = arith.cmpi sgt, %[[TOTAL]]
-// CHECK: scf.if %[[SOME]]
+// CHECK: %[[STEPS:[0-9]+]]:3 = scf.if %[[SOME]]
 // CHECK: %[[S0:[0-9]+]] = "attn.mma"(%{{[0-9]+}}, %{{[0-9]+}}) {async, kind = "qk"}
 // CHECK-NEXT: "attn.mma_wait"(%[[S0]]) {pending = 0 : i64}
 // CHECK-NEXT: "attn.mbarrier_arrive"
@@ -37,7 +37,7 @@
 // CHECK-NEXT: "attn.rescale"
 // CHECK: "attn.mma"({{.*}}) {async, kind = "pv"}
 // CHECK-NEXT: "attn.mma_wait"({{.*}}) {pending = 0 : i64}
-// CHECK: "attn.finalize"
+// CHECK: "attn.finalize"(%[[STEPS]]#2, %[[STEPS]]#0, %[[STEPS]]#1,
 module {
   func.func @mha(%arg0: tensor<?x?x?x128xbf16> loc("examples/mha.attn":3:3), %arg1: tensor<?x?x?x128xbf16> loc("examples/mha.attn":4:3), %arg2: tensor<?x?x?x128xbf16> loc("examples/mha.attn":5:3)) -> tensor<?x?x?x128xbf16> {
     %0 = "attn.kernel"(%arg0, %arg1, %arg2) ({

@@ -16,7 +16,8 @@ from attnc.schedule.verify import verify_kernel
 from attnc.testing import check_file
 
 ROOT = Path(__file__).resolve().parents[2]
-L5 = "attn-tile,attn-analyze-masks,attn-hoist,attn-warp-specialize{%s},attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines"
+L5 = ("attn-tile,attn-analyze-masks,attn-hoist,attn-warp-specialize{%s},attn-alloc-smem,attn-alloc-tmem,"
+      "attn-insert-pipelines")
 _KEPT: list = []        # the results whose modules the returned ops live in
 
 
@@ -61,6 +62,17 @@ def test_overlapped_plans_are_sound(example, options, tile):
     assert consumers and all(R.ops_in(R.role_block(r), (MMA_WAIT,)) for r in consumers)
     assert not R.ops_in(R.role_block(next(r for r in R.role_ops(op) if R.name_of(r) == "producer")), (MMA_WAIT,))
     assert messages(op) == ""
+    for role in consumers:      # the finalize takes O, m and l from the overlapped steps, in its order
+        finalize = R.ops_in(R.role_block(role), ("attn.finalize",))[0]
+        steps = finalize.operands[0].owner
+        assert steps.name == "scf.if" and [v.owner for v in list(finalize.operands)[:3]] == [steps] * 3
+        then, otherwise = (list(steps.regions[k].blocks[0].operations)[-1] for k in (0, 1))
+        taken = [v.result_number for v in list(finalize.operands)[:3]]
+        assert then.operands[taken[0]].owner.name == MMA_WAIT            # O: the last P.V landed
+        assert [then.operands[k].owner.name for k in taken[1:]] == ["attn.softmax_step"] * 2 or \
+            [then.operands[k].owner.name for k in taken[1:]] == ["scf.for"] * 2
+        starts = [ir.FloatAttr(otherwise.operands[k].owner.attributes["value"]).value for k in taken]
+        assert starts == [0.0, float("-inf"), 0.0]
 
 
 def test_the_cooperative_kernel_is_left_as_it_is():
