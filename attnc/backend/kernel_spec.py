@@ -16,6 +16,7 @@ from typing import Optional
 from attnc.backend.mask_hooks import (ExtraParam, KeepFn, KvRangeFn, RowIntervalFn, ScoreBiasFn, ScoreModFn,
                                       SinkFn, TileHoldsFn, TilePartialFn)
 from attnc.backend.kv_steps import KvSteps
+from attnc.backend.wgmma_steps import WgmmaSteps
 from attnc.backend.spec_checks import check_spec
 
 STATIC_MAX_SPREAD = 64.0            # Note [Bounded score_mod] in softmax.py
@@ -120,6 +121,8 @@ class ForwardSpec:
     dead_rows: Optional[bool] = None       # warps' 16-row tiles interleaved, and in the first key
                                           # step a tile whose rows keep none of its keys skips its
                                           # MMAs (Note [Dead rows] in sm80.py); None: skips_dead_rows
+    wgmma_steps: Optional[WgmmaSteps] = None  # sm_90a consumers' overlapped trips, lowered op by op
+                                          # (Note [Overlapped steps op by op]); None: the default
     kv_steps: Optional[KvSteps] = None     # the KV loops' bodies, lowered op by op on sm_80 (Note
                                           # [Steps op by op] in kv_steps.py); None: KvSteps.default
 

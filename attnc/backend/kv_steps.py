@@ -65,16 +65,7 @@ class KvSteps:
     prologue: tuple[StepOp, ...] = ()       # the ops before the KV loops (Note [The role op by op])
 
     def body(self, mode: str, top: bool = True) -> tuple[StepOp, ...]:
-        """The ops of the kernel's `mode` steps ('partial': blocks the mask cuts or the
-        ragged end of N; 'full'), from the IR loop of that kind -- of two (a range's top
-        and bottom partial blocks) the last in program order for `top`, whose blocks are
-        the higher ones -- or failing that of another kind."""
-        kinds = ("mixed", "all", "full") if mode == "partial" else ("full", "all", "mixed")
-        for kind in kinds:
-            found = [ops for blocks, ops in self.loops if blocks == kind]
-            if found:
-                return found[-1] if top else found[0]
-        raise AttncError("the role has no KV loop")
+        return body_of(self.loops, mode, top)
 
     @staticmethod
     def default(stages: int) -> "KvSteps":
@@ -102,6 +93,19 @@ class KvSteps:
         hooks = ("score_mod", "mask", "block_map_read")
         ops = [op for op in KvSteps.default(stages).loops[0][1] if op.name not in hooks]
         return all([op for op in body if op.name not in hooks] == ops for _, body in self.loops)
+
+
+def body_of(loops, mode: str, top: bool = True) -> tuple[StepOp, ...]:
+    """The ops of the kernel's `mode` steps ('partial': blocks the mask cuts or the ragged
+    end of N; 'full'), from the IR loop of that kind among `loops` ((kv_blocks, ops) in
+    program order) -- of two (a range's top and bottom partial blocks) the last in program
+    order for `top`, whose blocks are the higher ones -- or failing that of another kind."""
+    kinds = ("mixed", "all", "full") if mode == "partial" else ("full", "all", "mixed")
+    for kind in kinds:
+        found = [ops for blocks, ops in loops if blocks == kind]
+        if found:
+            return found[-1] if top else found[0]
+    raise AttncError("the role has no KV loop")
 
 
 def kv_steps(role, kernel) -> KvSteps:

@@ -72,6 +72,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
     from attnc.backend.kernel_abi import SMALL_GRID_CTAS_PER_SM
     from attnc.backend.kernel_spec import ForwardSpec
     from attnc.backend.kv_steps import kv_steps
+    from attnc.backend.wgmma_steps import MMA_WAIT, wgmma_steps
     from attnc.backend.qtiles import MAX_TAIL_WAVES, TAIL_WAVES, qtiles_plan, segment_conjunct
     from attnc.backend.run_ranges import run_rest
     from attnc.backend.spec_checks import KERNEL_TARGETS, SpecError
@@ -121,9 +122,11 @@ def _lowering_from_ir(result) -> ForwardLowering:
                            f"setmaxnreg moves registers between a producer and its consumers, so it must be 0")
     check_levels(op)            # attn-hoist's, on every copy of the hooks
     # Note [Steps op by op] (kv_steps.py): sm_80's steps are the compute role's KV loops.
-    steps = None
+    steps = trips = None
     if target == "sm_80":
         steps = kv_steps(next(r for r in R.role_ops(op) if R.name_of(r) == "compute"), op)
+    elif plan.producer and R.ops_in(op.regions[0].blocks[0], (MMA_WAIT,)):
+        trips = wgmma_steps(op)     # Note [Overlapped steps op by op]; without them the lowering refuses
     mode = mask_mode(op, variant)
     runtime = mode is None and mask_functions(op).kind == "runtime"
     blockmap = blockmap_plan(result, block_m, block_n) if runtime else None
@@ -142,7 +145,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
             out_dtype=variant.output("o").dtype, with_lse=variant.has_lse,
             softmax_scale=variant.scale, symbol=kernel_symbol(variant.name, "fwd"),
             banded=banded(op), blockmap=blockmap is not None,
-            aligned_tiles=tiles, tiles_per_head=tiles and blockmap.per_head, kv_steps=steps,
+            aligned_tiles=tiles, tiles_per_head=tiles and blockmap.per_head, kv_steps=steps, wgmma_steps=trips,
             **choices, **hooks.spec_fields())
         try:
             return ForwardLowering(spec.check(), blockmap, waves)

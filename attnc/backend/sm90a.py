@@ -53,7 +53,9 @@ tests/backend/test_sm90.py): no instruction may write a register of a wgmma in
 flight, so the P registers and the probabilities pass through the wait (Wgmma.wait)
 and P is packed only after it (packed before, ptxas serialized); and the first k-step
 of QK^T has no accumulator inputs (scale-d = 0), so none is carried in. Step 0's QK^T and softmax come before the loop and the
-last P.V after it; a query block with no key block skips all of it.
+last P.V after it; a query block with no key block skips all of it. With a producer
+warpgroup each iteration is built from the ops of the IR's trip instead, in their order
+(Note [Overlapped steps op by op] in wgmma_steps.py; sm90a_ws.py's `_trip_*` patterns).
 """
 from __future__ import annotations
 
@@ -160,11 +162,11 @@ class Sm90aForward(ForwardKernel):
         flight = _InFlight([zero] * (s.head_dim_v // 2), [no_p] * (s.block_n // 4), _flat(probs), alpha or [],
                            self._moved())
         one = e.c32(1)
-        phases = [(one, e.max(t_full, one), "partial"), (e.max(t_full, one), e.max(t_low, one), "full")]
+        phases = [(one, e.max(t_full, one), "partial", True), (e.max(t_full, one), e.max(t_low, one), "full", True)]
         if kv.full_lo is not None:
-            phases.append((e.max(t_low, one), total, "partial"))
-        for lo, hi, mode in phases:
-            state, flight = self._overlapped_loop(lo, hi, kv, state, flight, mode)
+            phases.append((e.max(t_low, one), total, "partial", False))
+        for lo, hi, mode, top in phases:
+            state, flight = self._overlapped_loop(lo, hi, kv, state, flight, mode, top)
         # The last step's P.V.
         acc_o, p = self._land(flight)
         last = e.sub(total, 1)
@@ -226,13 +228,14 @@ class Sm90aForward(ForwardKernel):
     def _turn_end(self) -> None:
         """After a warpgroup issued its GEMMs."""
 
-    def _overlapped_loop(self, lo, hi, kv, state, flight: "_InFlight", mode: str):
-        """scf.for over iterations [lo, hi), carrying m, l and what is in flight."""
+    def _overlapped_loop(self, lo, hi, kv, state, flight: "_InFlight", mode: str, top: bool = True):
+        """scf.for over iterations [lo, hi), carrying m, l and what is in flight; `top`:
+        of the range's top partial blocks, not its bottom ones."""
         loop = scf.ForOp(lo, hi, self.e.c32(1), state.m + state.l + flight.values())
         with ir.InsertionPoint(loop.body):
             it = list(loop.inner_iter_args)
             st, fl = self._overlapped_step(loop.induction_variable, kv, SoftmaxState(it[0:2], it[2:4]),
-                                           flight.like(it[4:]), mode)
+                                           flight.like(it[4:]), mode, top)
             scf.yield_(st.m + st.l + fl.values())
         results = list(loop.results)
         return SoftmaxState(results[0:2], results[2:4]), flight.like(results[4:])
@@ -263,7 +266,7 @@ class Sm90aForward(ForwardKernel):
         softmax, else []: carried in flight with the step's alpha."""
         return [self.softmax.moved] if self.softmax.moved is not None else []
 
-    def _overlapped_step(self, u, kv, state, flight: "_InFlight", mode: str):
+    def _overlapped_step(self, u, kv, state, flight: "_InFlight", mode: str, top: bool = True):
         """Iteration u >= 1: P.V of step u - 1 and QK^T of step u in flight together,
         step u's softmax while P.V runs (Note [wgmma overlap])."""
         e, s, mma = self.e, self.spec, self.wgmma

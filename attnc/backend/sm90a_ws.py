@@ -72,8 +72,10 @@ from mlir.dialects import nvvm, scf
 
 from attnc.backend.kernel_spec import MBARRIER_BYTES, PRODUCER_THREADS, SLOT_BARRIERS
 from attnc.backend.nvgpu_builders import MBarrier, NamedBarrier, fence_async_proxy, set_max_registers
+from attnc.backend.score_masks import rows_of
 from attnc.backend.smem_tiles import TileLoader
-from attnc.backend.sm90a import Sm90aForward
+from attnc.backend.sm90a import Sm90aForward, _chunks, _flat, _InFlight
+from attnc.backend.wgmma_steps import WgmmaSteps
 from attnc.schedule.recipes import consumer_registers, producer_registers
 
 class Sm90aWsForward(Sm90aForward):
@@ -81,6 +83,8 @@ class Sm90aWsForward(Sm90aForward):
 
     def __init__(self, spec, args):
         super().__init__(spec, args)
+        # Note [Overlapped steps op by op] (wgmma_steps.py)
+        self.trips = spec.wgmma_steps or WgmmaSteps.default(spec.pingpong, spec.persistent_ctas)
         self.mbar = MBarrier(self.e)
         base, stages = spec.tiles_bytes, spec.stages
         self._bar_offsets = {"q_full": base}
@@ -392,6 +396,82 @@ class Sm90aWsForward(Sm90aForward):
             scf.yield_([])
         self._release("v", last)
 
+    # ------------------------------------------------ Note [Overlapped steps op by op]
+    def _overlapped_step(self, u, kv, state, flight, mode: str, top: bool = True):
+        """Iteration u >= 1, lowered from the ops of the IR's trip of its kind, in their order."""
+        body = self.trips.body(mode, top)
+        trip = _Trip(self, u, kv, state, flight, mode, body)
+        for op in body:
+            getattr(self, f"_trip_{op.name}")(op, trip)
+            if op is trip.scores_end:
+                trip.finish_scores()
+        return trip.state, _InFlight(trip.acc_o, _flat(trip.p), _flat(trip.probs), trip.alpha or [],
+                                     self._moved())
+
+    def _trip_land_o(self, op, trip) -> None:
+        """The P.V in flight landed, P and the probabilities passed through the wait."""
+        flight = trip.flight
+        waited = self.wgmma.wait(flight.acc_o, op.count, through=flight.p + flight.probs)
+        trip.acc_o = waited[:len(flight.acc_o)]
+        trip.landed_probs = _chunks(waited[len(flight.acc_o) + len(flight.p):], len(flight.probs) // 2)
+
+    def _trip_rescale(self, op, trip) -> None:
+        """O times the carried factor, and the carried probabilities packed as P."""
+        acc_o = self._scaled(trip.acc_o, trip.flight) if trip.flight.alpha else trip.acc_o
+        trip.acc_o, trip.p = self._unflatten(acc_o), self._pack_p(trip.landed_probs)[0]
+
+    def _trip_release_v_late(self, op, trip) -> None:
+        e = self.e
+        after_two = scf.IfOp(e.ge(trip.u, 2))
+        with ir.InsertionPoint(after_two.then_block):
+            self._release("v", e.sub(trip.u, 2))
+            scf.yield_([])
+
+    def _trip_wait(self, op, trip) -> None:
+        self._await_full(op.what, trip.u if op.what == "k" else self.e.sub(trip.u, 1))
+
+    def _trip_read(self, op, trip) -> None:
+        """The slot is read by the GEMM that takes it."""
+
+    def _trip_turn_sync(self, op, trip) -> None:
+        trip.fence()
+        self._turn_begin()
+
+    def _trip_turn_arrive(self, op, trip) -> None:
+        self._turn_end()
+
+    def _trip_mma(self, op, trip) -> None:
+        trip.fence()
+        if op.what == "qk":
+            trip.acc_s = self._qk_issue(trip.slot)
+        else:
+            trip.acc_o = self._pv_issue(trip.p, trip.acc_o, trip.prev)
+
+    def _trip_land_s(self, op, trip) -> None:
+        trip.acc_s = self._unflatten(self.wgmma.wait(trip.acc_s, pending=op.count), self.spec.block_n // 8)
+
+    def _trip_release_k(self, op, trip) -> None:
+        self._release("k", trip.u)
+
+    def _trip_release_q(self, op, trip) -> None:
+        last = scf.IfOp(self.e.eq(trip.u, self._last_step))
+        with ir.InsertionPoint(last.then_block):
+            self._release_q()
+            scf.yield_([])
+
+    def _trip_score_mod(self, op, trip) -> None:
+        trip.modify()
+
+    def _trip_mask(self, op, trip) -> None:
+        trip.finish_scores()
+
+    def _trip_block_map_read(self, op, trip) -> None:
+        """The block's class is read where the trip asks it (tile_skip, tile_partial)."""
+
+    def _trip_softmax_step(self, op, trip) -> None:
+        trip.finish_scores()
+        trip.probs, trip.state, trip.alpha = self._softmax_step(trip.rows, trip.state, trip.mode)
+
     def _turn_begin(self) -> None:
         if self.spec.pingpong:
             self._on_own_turn(lambda turn: turn.sync())
@@ -409,6 +489,47 @@ class Sm90aWsForward(Sm90aForward):
         with ir.InsertionPoint(mine.else_block):
             action(self._turns[0 if other else 1])
             scf.yield_([])
+
+
+class _Trip:
+    """What the patterns of one overlapped trip share (Note [Overlapped steps op by op]):
+    the step, what came in flight, the values the ops leave for the next, and, made once
+    before the first GEMM is issued (`fence`), the step's tile_skip answer and slots."""
+
+    def __init__(self, kernel: Sm90aWsForward, u, kv, state, flight, mode: str, body: tuple):
+        self.kernel, self.u, self.kv, self.state, self.flight, self.mode = kernel, u, kv, state, flight, mode
+        self.n_block = kv.block(kernel.e, u)
+        self.acc_o = self.acc_s = self.p = self.rows = self.landed_probs = None
+        self.probs = self.alpha = None
+        self.fenced = self.modded = self.masked = False
+        self.skip = self.slot = self.prev = None
+        # after the last of the score_mod and the mask, S is masked (finish_scores)
+        self.scores_end = next((op for op in reversed(body) if op.name in ("score_mod", "mask")), None)
+
+    def fence(self) -> None:
+        """Before the trip's first GEMM: its tile_skip answer (where asked), its slots, and
+        wgmma.fence (the registers P.V reads were written since the last wait)."""
+        if self.fenced:
+            return
+        k, s = self.kernel, self.kernel.spec
+        if self.mode != "full" and s.tile_skip is not None:
+            self.skip = k._skip(self.n_block)
+        self.slot, self.prev = k._slot_offset(0, self.u), k._slot_offset(s.stages - 1, self.u)
+        k.wgmma.fence()
+        self.fenced = True
+
+    def modify(self) -> None:
+        if self.rows is None:
+            self.rows = rows_of(self.acc_s)
+        if not self.modded:
+            self.rows = self.kernel.masker.modify(self.rows, self.n_block)
+            self.modded = True
+
+    def finish_scores(self) -> None:
+        self.modify()
+        if not self.masked:
+            self.rows = self.kernel._masked(self.rows, self.n_block, self.mode, self.skip)
+            self.masked = True
 
 
 class _BlockWalk:

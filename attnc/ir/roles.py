@@ -184,7 +184,9 @@ def pass_loc(pass_name: str, near: ir.Operation | ir.Location) -> ir.Location:
 # follow an op order compares it (Note [The plan the lowerings follow] in
 # attnc/passes/lower_kernel.py). What a lowering does follow is left out: the producer's
 # K/V order is read as K first. sm_80's role, which its lowering builds op by op (Note
-# [The role op by op] in attnc/backend/kv_steps.py), is not compared.
+# [The role op by op] in attnc/backend/kv_steps.py), is not compared, and of sm_90a's
+# consumer warpgroups fed by a producer the KV loops' bodies are left out, their trips
+# being built op by op (`trips_op_by_op`).
 _TILE_KEYS = {"attn.load": "operand", "attn.mma": "kind", "attn.store": "operand"}
 _EXCHANGES = {PUT: "put", SLOT_WRITE: "put", GET: "get", SLOT_READ: "get"}
 _PROGRAM_OPS = ("attn.load", "attn.mma", "attn.score_mod", "attn.mask", "attn.softmax_step", "attn.rescale",
@@ -235,13 +237,19 @@ def schedule_digest(role: ir.Operation) -> str:
 
 
 def _steps(role: ir.Operation, step) -> list[str]:
-    """`step(op)` of every op of the role (pre-order) for which it is not None."""
+    """`step(op)` of every op of the role (pre-order) for which it is not None; of a role
+    whose trips the lowering builds op by op, not those of its KV loops' bodies."""
+    from attnc.passes.tile_program import KV_LOOP
+
     out: list[str] = []
+    shell = trips_op_by_op(role)
 
     def visit(op):
         text = step(op)
         if text is not None:
             out.append(text)
+        if shell and op.name == "scf.for" and KV_LOOP in op.attributes:
+            return ir.WalkResult.SKIP
         return ir.WalkResult.ADVANCE
 
     for op in role_block(role).operations:
@@ -256,6 +264,17 @@ def built_op_by_op(role: ir.Operation) -> bool:
     kernel = role.parent.parent if role.parent is not None else None
     target = attrs_of(kernel).get("target") if kernel is not None else None
     return target == "sm_80" and name_of(role) == "compute"
+
+
+def trips_op_by_op(role: ir.Operation) -> bool:
+    """Whether the lowering builds the trips of `role`'s KV loops op by op, in the order
+    their ops stand (sm_90a's consumer warpgroups fed by a producer: Note [Overlapped steps
+    op by op] in attnc/backend/wgmma_steps.py); the role's digests leave those loops'
+    bodies out (Notes [Role programs] and [Role schedules])."""
+    kernel = role.parent.parent if role.parent is not None else None
+    if kernel is None or attrs_of(kernel).get("target") != "sm_90a" or not name_of(role).startswith("consumer"):
+        return False
+    return any(name_of(r) == "producer" for r in _ops_named(kernel, ROLE))
 
 
 def _digest(seq: list[str]) -> str:

@@ -100,7 +100,9 @@ def _check_plan(module, pass_name: str) -> None:
     on attn.warp_specialize) -- the K/V channel's stages, the order in which the
     producer's KV loops put K and V, and on sm_80 the whole role as it stands, in its
     order, synchronization included, which the lowering has the verifier check (Notes
-    [Steps op by op] and [The role op by op] in attnc/backend/kv_steps.py). Those come
+    [Steps op by op] and [The role op by op] in attnc/backend/kv_steps.py), and on sm_90a
+    the trips of the consumers' overlapped KV loops likewise (Note [Overlapped steps op by
+    op] in attnc/backend/wgmma_steps.py). Those come
     from the plan passes' options (attn-tile, attn-warp-specialize), from a user pass, or
     from a dump edited by hand. The rest of
     the plan -- buffer placement, barrier counts, where the synchronization ops stand,
@@ -139,9 +141,9 @@ def _check_plan(module, pass_name: str) -> None:
                                      f"cp.async groups stand, their counts, how far ahead its loads are -- and "
                                      f"this role's synchronization was edited since (Note [The plan the "
                                      f"lowerings follow])")
-        if any(R.built_op_by_op(role) for role in R.role_ops(kernel)):
-            # Note [Steps op by op]: the role is built as it stands, once the verifier has
-            # found its synchronization sound.
+        if any(R.built_op_by_op(role) or R.trips_op_by_op(role) for role in R.role_ops(kernel)):
+            # Notes [Steps op by op] and [Overlapped steps op by op]: the ops are built as
+            # they stand, once the verifier has found their synchronization sound.
             from attnc.passes.verify_pipeline import verify_pipeline
             verify_pipeline(module)
         ours, theirs = plan_summary(kernel), planned_summary(kernel, tile, plan)

@@ -1,0 +1,190 @@
+"""sm_90a's overlapped consumer steps as the lowering reads them from the L5 IR
+(`wgmma_steps`), to build each trip of their KV loops op by op (sm90a_ws.py).
+
+Note [Overlapped steps op by op]: a trip of a consumer warpgroup's KV loop, as
+attn-overlap-gemms writes it (Note [Overlapped steps in the IR] in
+attnc/schedule/overlap.py), is lowered from its ops in the order they stand, a pattern
+per op (`Sm90aWsForward._trip_<op>`): the landing of the P.V in flight (wgmma.wait_group
+with its `pending`, P and the probabilities passed through it), the rescale of O (and P
+packed as P.V's A operand), the late release of V, the waits for K and V on their full
+mbarriers, ping-pong's turns, the two async GEMMs (each one wgmma group; wgmma.fence,
+with the step's slots and tile_skip answer, before the first of them), the landing of S,
+the releases of K (and with persistent CTAs Q), the scores and the softmax. So moving an
+op -- the wait for V above the wait for K, P.V issued before QK^T with S landed at
+`pending = 0` -- is another kernel, once attn-verify-pipeline, which the lowering runs
+first, found it sound. What stays the plan's: which ops a trip has (one of each; no op
+without a pattern), how values flow between them, the async GEMMs, and which carried
+values are the K and V rings (the lowering takes a step's slots from its index, the
+verifier from the rings, so the two must not part). The two consumer warpgroups run one
+program: their trips must be the same ops in the same order. The steps before the loops
+(the first QK^T) and after them (the last P.V), and the loops around the trips, are the
+kernel's, compared with the plan (Note [Role programs] in attnc/ir/roles.py, without
+the KV loops' bodies).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir
+
+from attnc.backend.kv_steps import StepOp, body_of
+from attnc.ir import error_at
+from attnc.ir import roles as R
+from attnc.ir.ops import cmpi_predicate, int_constant
+from attnc.passes.tile_program import KV_LOOP
+
+NOTE = "Note [Overlapped steps op by op]"
+MMA_WAIT = "attn.mma_wait"
+# The carried values of a trip, as attn-overlap-gemms orders them (after the block index).
+M, L, O, P, FACTOR, K_STAGE, K_PHASE, V_STAGE, V_PHASE, V_PREVIOUS, STEP = range(11)
+
+
+@dataclass(frozen=True)
+class WgmmaSteps:
+    """The trips of a consumer role's KV loops in program order: (kv_blocks, ops)."""
+
+    loops: tuple[tuple[str, tuple[StepOp, ...]], ...]
+
+    def body(self, mode: str, top: bool = True) -> tuple[StepOp, ...]:
+        return body_of(self.loops, mode, top)
+
+    @staticmethod
+    def default(pingpong: bool = False, persistent: bool = False) -> "WgmmaSteps":
+        """The trip attn-overlap-gemms writes, with a score_mod and a mask."""
+        turn = [StepOp("turn_sync")] if pingpong else []
+        end = [StepOp("turn_arrive")] if pingpong else []
+        ops = (StepOp("land_o"), StepOp("rescale"), StepOp("release_v_late"), StepOp("wait", "k"),
+               StepOp("read", "k"), StepOp("wait", "v"), StepOp("read", "v"), *turn, StepOp("mma", "qk"),
+               StepOp("mma", "pv"), *end, StepOp("land_s", count=1), StepOp("release_k"),
+               *([StepOp("release_q")] if persistent else []), StepOp("score_mod"), StepOp("mask"),
+               StepOp("softmax_step"))
+        return WgmmaSteps((("all", ops),))
+
+
+def wgmma_steps(kernel) -> WgmmaSteps:
+    """The trips of the consumer roles of `kernel` (L5, overlapped), checked (Note
+    [Overlapped steps op by op])."""
+    bars = {R.name_of(b): R.attrs_of(b) for b in R.mbarrier_ops(kernel)}
+    found = []
+    for role in R.role_ops(kernel):
+        if not R.name_of(role).startswith("consumer"):
+            continue
+        loops = [op for op in R.ops_in(R.role_block(role), ("scf.for",)) if KV_LOOP in op.attributes]
+        steps = tuple((R.value_of(loop.attributes[KV_LOOP]), _trip(loop, bars)) for loop in loops)
+        if found and steps != found[0][1]:
+            raise error_at(role, f"the consumer warpgroups run one program, and the KV steps of role "
+                                 f"'{R.name_of(role)}' differ from those of '{found[0][0]}' ({NOTE})")
+        found.append((R.name_of(role), steps))
+    return WgmmaSteps(found[0][1])
+
+
+def _trip(loop, bars: dict) -> tuple[StepOp, ...]:
+    block = loop.regions[0].blocks[0]
+    args = list(block.arguments)[1:]
+    if len(args) != 11:
+        raise error_at(loop, f"a consumer's overlapped KV loop carries m, l, O, P, the factor, the K and V "
+                             f"rings, V's previous stage and the step count, as attn-overlap-gemms makes it "
+                             f"({NOTE})")
+    out: list[StepOp] = []
+    seen: dict[str, ir.Operation] = {}
+    for op in block.operations:
+        op = op.operation
+        step = _step_op(op, bars, args)
+        if step is None:
+            continue
+        key = f"{step.name} {step.what}".strip()
+        if key in seen:
+            raise error_at(op, f"a KV step has one {key} ({NOTE})")
+        seen[key] = op
+        out.append(step)
+    for needed in ("land_o", "rescale", "wait k", "wait v", "read k", "read v", "mma qk", "mma pv", "land_s",
+                   "softmax_step"):
+        if needed not in seen:
+            raise error_at(loop, f"this KV loop has no {needed} op, which an overlapped step has ({NOTE})")
+    _check_flow(seen, args, list(block.operations)[-1], loop)
+    return tuple(out)
+
+
+def _step_op(op, bars: dict, args: list) -> StepOp | None:
+    """The step op of `op`; None for one that lowers to nothing; refused where none."""
+    name = op.name
+    if name in (R.RING_ADVANCE, "scf.yield") or (name.startswith("arith.") and not op.regions):
+        return None
+    if name == MMA_WAIT:
+        pending = int(R.attrs_of(op)["pending"])
+        return StepOp("land_o" if list(op.operands) == [args[O]] else "land_s", count=pending)
+    if name == "attn.mma":
+        if "async" not in op.attributes:
+            raise error_at(op, f"the overlapped steps' GEMMs are async (wgmma groups landed by {MMA_WAIT}) "
+                               f"({NOTE})")
+        return StepOp("mma", R.attrs_of(op)["kind"])
+    if name in (R.MBARRIER_WAIT, R.SLOT_READ):
+        tile = _tile_of(op, bars)
+        stage = args[K_STAGE if tile == "k" else V_STAGE]
+        if tile not in ("k", "v") or op.operands[1] != stage or (name == R.MBARRIER_WAIT and op.operands[2] !=
+                                                                  args[K_PHASE if tile == "k" else V_PHASE]):
+            raise error_at(op, f"a step waits for and reads K and V at the stages of their rings, carried by the "
+                               f"loop ({NOTE})")
+        return StepOp("wait" if name == R.MBARRIER_WAIT else "read", tile)
+    if name == R.MBARRIER_ARRIVE and _tile_of(op, bars) == "k" and op.operands[1] == args[K_STAGE]:
+        return StepOp("release_k")
+    if name == "scf.if":
+        inner = [o.operation for o in op.regions[0].blocks[0].operations][:-1]
+        test = op.operands[0].owner
+        counted = getattr(test, "name", "") == "arith.cmpi" and test.operands[0] == args[STEP]
+        if len(inner) == 1 and inner[0].name == R.MBARRIER_ARRIVE and not op.regions[1].blocks and counted:
+            arrive, predicate = inner[0], cmpi_predicate(test)
+            if (_tile_of(arrive, bars) == "v" and arrive.operands[1] == args[V_PREVIOUS] and predicate == "sge"
+                    and int_constant(test.operands[1]) == 2):
+                return StepOp("release_v_late")
+            if bars[_bar(arrive)].get("channel") == "q" and predicate == "eq":
+                return StepOp("release_q")
+    if name in (R.NAMED_BARRIER_SYNC, R.NAMED_BARRIER_ARRIVE):
+        return StepOp("turn_sync" if name == R.NAMED_BARRIER_SYNC else "turn_arrive")
+    if name in ("attn.rescale", "attn.softmax_step", "attn.score_mod", "attn.mask", "attn.block_map_read"):
+        return StepOp(name.removeprefix("attn."))
+    raise error_at(op, f"the sm_90a lowering has no pattern for {name} in an overlapped KV step ({NOTE})")
+
+
+def _bar(op) -> str:
+    return R.name_of(op.operands[0].owner)
+
+
+def _tile_of(op, bars: dict) -> str:
+    if op.name == R.SLOT_READ:
+        return ir.StringAttr(op.attributes["tile"]).value
+    a = bars.get(_bar(op), {})
+    return a.get("tile", "") if a.get("channel") == "kv" else ""
+
+
+def _advances(value, stage, phase) -> bool:
+    """Whether `value` is the next stage of the ring at (stage, phase): a trip advances
+    each ring once."""
+    owner = value.owner
+    return getattr(owner, "name", "") == R.RING_ADVANCE and list(owner.operands) == [stage, phase]
+
+
+def _check_flow(seen: dict, args: list, terminator, loop) -> None:
+    """The data flow attn-overlap-gemms makes: S from QK^T on the reads of Q and K,
+    landed, through the score_mod and mask into the softmax with the carried m and l; O
+    landed, rescaled by the carried factor, into P.V with the carried P and the read of
+    V; the softmax's m, l, P and factor and P.V's O carried on."""
+    qk, pv, softmax, rescale = seen["mma qk"], seen["mma pv"], seen["softmax_step"], seen["rescale"]
+    chain = [seen["land_s"]] + [seen[k] for k in ("score_mod", "mask") if k in seen]
+    flows = [
+        (qk.operands[1] == seen["read k"].result and getattr(qk.operands[0].owner, "name", "") == R.SLOT_READ, qk),
+        (list(seen["land_s"].operands) == [qk.result], seen["land_s"]),
+        (all(op.operands[0] == before.results[0] for before, op in zip(chain, chain[1:] + [softmax])), softmax),
+        (list(softmax.operands)[1:] == [args[M], args[L]], softmax),
+        (list(rescale.operands) == [seen["land_o"].result, args[FACTOR]], rescale),
+        (list(pv.operands) == [args[P], seen["read v"].result, rescale.result], pv),
+        (list(terminator.operands)[:5] == [softmax.results[1], softmax.results[2], pv.result, softmax.results[0],
+                                           softmax.results[3]], terminator),
+        (_advances(terminator.operands[K_STAGE], args[K_STAGE], args[K_PHASE])
+         and _advances(terminator.operands[V_STAGE], args[V_STAGE], args[V_PHASE])
+         and terminator.operands[V_PREVIOUS] == args[V_STAGE], terminator),
+    ]
+    for ok, op in flows:
+        if not ok:
+            raise error_at(op, f"the sm_90a lowering builds an overlapped step's data flow as attn-overlap-gemms "
+                               f"makes it, and this {op.name} differs ({NOTE})")

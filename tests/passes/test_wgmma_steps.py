@@ -1,0 +1,167 @@
+"""sm_90a's overlapped consumer trips lowered op by op (Note [Overlapped steps op by op] in
+attnc/backend/wgmma_steps.py): the IR's trips are the default ones the kernel was built
+with; an edited trip is another kernel (examples/passes/pv_before_qk.py, the waits for K
+and V swapped), refused by the verifier where unsound; and what the lowering refuses."""
+from pathlib import Path
+
+import pytest
+from mlir import ir
+
+from attnc.backend.kv_steps import StepOp
+from attnc.backend.wgmma_steps import MMA_WAIT, WgmmaSteps, wgmma_steps
+from attnc.driver import CompileOptions, compile_mlir, optimize_mlir
+from attnc.errors import AttncError
+from attnc.ir import attention_ops, to_text
+from attnc.ir import roles as R
+
+ROOT = Path(__file__).resolve().parents[2]
+PV_BEFORE_QK = str(ROOT / "examples" / "passes" / "pv_before_qk.py")
+_KEPT: list = []
+LOWER = "attn-verify-pipeline,attn-kernel-choices,attn-lower-sm90a"
+
+
+def _pipeline(options: str = "", until: str = "attn-overlap-gemms", extra: str = "") -> str:
+    names = ["attn-tile", "attn-analyze-masks", "attn-hoist", f"attn-warp-specialize{{{options}}}" if options
+             else "attn-warp-specialize", "attn-alloc-smem", "attn-alloc-tmem", "attn-insert-pipelines",
+             "attn-overlap-gemms"]
+    names = names[:names.index(until) + 1] if until in names else names
+    return ",".join(names + ([extra] if extra else []))
+
+
+def plan(example: str = "mha", options: str = "", extra: str = "", passes=()):
+    result = compile_mlir((ROOT / f"examples/{example}.attn").read_text(), f"{example}.attn",
+                          CompileOptions(arch="sm_90a", pass_pipeline=_pipeline(options, extra=extra),
+                                         load_passes=tuple(passes)))
+    _KEPT.append(result)
+    return result
+
+
+def ptx_of(text: str) -> str:
+    module = optimize_mlir(text, "plan.mlir", CompileOptions(arch="sm_90a", pass_pipeline=LOWER))
+    from attnc.passes.lower_kernel import lowered_gpu_module
+    return str(lowered_gpu_module(module))
+
+
+def trip_ops(result, name: str, role: str = "consumer0") -> list[ir.Operation]:
+    kernel = attention_ops(result.module)[0]
+    r = next(x for x in R.role_ops(kernel) if R.name_of(x) == role)
+    loop = [op for op in R.ops_in(R.role_block(r), ("scf.for",)) if "kv_blocks" in op.attributes][0]
+    return [o.operation for o in loop.regions[0].blocks[0].operations if o.operation.name == name]
+
+
+@pytest.mark.parametrize("example,options", [("mha", ""), ("gemma2", ""), ("mha", "pingpong=true"),
+                                             ("sliding_window", ""), ("sliding_window", "pingpong=true")])
+def test_the_plans_trips_are_the_default(example, options):
+    """What attn-overlap-gemms writes is the trip the kernel's default order builds."""
+    result = plan(example, options)
+    kernel = attention_ops(result.module)[0]
+    ws = R.attrs_of(R.warp_specialize_of(kernel))
+    default = WgmmaSteps.default(ws.get("pingpong", False), ws.get("persistent", False)).loops[0][1]
+    hooks = ("score_mod", "mask", "block_map_read")
+    for _, ops in wgmma_steps(kernel).loops:
+        assert [op for op in ops if op.name not in hooks] == [op for op in default if op.name not in hooks]
+
+
+def test_pv_before_qk_is_another_sound_kernel():
+    edited = plan(passes=[PV_BEFORE_QK], extra="pv-before-qk")
+    names = [op.name for op in trip_ops(edited, "attn.mma")]
+    assert [R.attrs_of(op)["kind"] for op in trip_ops(edited, "attn.mma")] == ["pv", "qk"] and names
+    steps = wgmma_steps(attention_ops(edited.module)[0]).loops[0][1]
+    assert StepOp("land_s", count=0) in steps
+    plain = ptx_of(to_text(plan().module))
+    other = ptx_of(to_text(edited.module))
+    assert plain != other
+    assert "wgmma.wait_group.sync.aligned 1;" in plain and "wgmma.wait_group.sync.aligned 1;" not in other
+
+
+def test_pv_before_qk_keeping_pending_1_is_refused_at_the_wait():
+    """P.V issued after QK^T's group: a wait leaving one group in flight leaves S in flight."""
+    result = plan()
+    gemms = {R.attrs_of(op)["kind"]: op for op in trip_ops(result, "attn.mma")}
+    gemms["pv"].move_before(gemms["qk"])
+    with pytest.raises(AttncError) as err:
+        ptx_of(to_text(result.module))
+    assert "attn.mma_wait (pending = 1): operand 0 is among the 1 youngest GEMMs the wait leaves in flight" \
+        in str(err.value)
+
+
+def test_the_waits_swapped_are_another_kernel():
+    """The wait for V(n - 1) above the wait for K(n), in consumer0 and consumer1 alike."""
+    result = plan()
+    for role in ("consumer0", "consumer1"):
+        waits = trip_ops(result, R.MBARRIER_WAIT, role)
+        reads = trip_ops(result, R.SLOT_READ, role)
+        waits[1].move_before(waits[0])
+        reads[1].move_after(waits[1])
+    assert ptx_of(to_text(result.module)) != ptx_of(to_text(plan().module))
+
+
+def test_consumers_that_differ_are_refused():
+    result = plan()
+    waits = trip_ops(result, R.MBARRIER_WAIT, "consumer1")
+    waits[1].move_before(waits[0])
+    with pytest.raises(AttncError) as err:
+        ptx_of(to_text(result.module))
+    assert "the KV steps of role 'consumer1' differ from those of 'consumer0'" in str(err.value)
+
+
+def _refused(edit, message: str) -> None:
+    result = plan()
+    kernel = attention_ops(result.module)[0]
+    with kernel.context:
+        for role in ("consumer0", "consumer1"):
+            edit(result, role)
+    with pytest.raises(AttncError) as err:
+        ptx_of(to_text(result.module))
+    assert message in str(err.value)
+
+
+def test_a_gemm_made_synchronous_is_refused():
+    def edit(result, role):
+        for op in trip_ops(result, "attn.mma", role):
+            del op.attributes["async"]
+    _refused(edit, "the overlapped steps' GEMMs are async")
+
+
+def test_an_op_without_a_pattern_is_refused():
+    def edit(result, role):
+        softmax = trip_ops(result, "attn.softmax_step", role)[0]
+        with ir.InsertionPoint(softmax), softmax.location:
+            R.create(R.CTA_BARRIER)
+    _refused(edit, "has no pattern for attn.cta_barrier in an overlapped KV step")
+
+
+def test_a_read_off_its_ring_is_refused():
+    """K read at V's stage (a step behind): refused by the verifier, which the lowering
+    runs first, as reading another fill; the lowering, which takes the slot from the
+    step, checks the rings too."""
+    def edit(result, role):
+        k_read, v_read = trip_ops(result, R.SLOT_READ, role)
+        k_read.operands[1] = v_read.operands[1]
+    _refused(edit, "consumer0 reads fill 1 of 'kv' (k) from slot 0 while it holds fill 0")
+
+
+def test_an_edited_data_flow_is_refused():
+    """P.V given the O it landed, not the rescaled one."""
+    def edit(result, role):
+        pv = next(op for op in trip_ops(result, "attn.mma", role) if R.attrs_of(op)["kind"] == "pv")
+        pv.operands[2] = trip_ops(result, MMA_WAIT, role)[0].result
+    _refused(edit, "builds an overlapped step's data flow as attn-overlap-gemms makes it")
+
+
+def test_a_second_softmax_is_refused():
+    def edit(result, role):
+        softmax = trip_ops(result, "attn.softmax_step", role)[0]
+        softmax.clone(ir.InsertionPoint(softmax))
+    _refused(edit, "a KV step has one softmax_step")
+
+
+def test_the_lowering_reads_the_rings_it_takes_slots_from():
+    """What the lowering itself refuses of a read off its ring (behind the verifier)."""
+    result = plan()
+    k_read, v_read = trip_ops(result, R.SLOT_READ)
+    kernel = attention_ops(result.module)[0]
+    with kernel.context:
+        k_read.operands[1] = v_read.operands[1]
+    with pytest.raises(AttncError, match="waits for and reads K and V at the stages of their rings"):
+        wgmma_steps(kernel)
