@@ -191,6 +191,8 @@ def choose(module, **given) -> None:
     if left:
         raise error_at(left[0], f"{NAME} needs the synchronization attn-insert-pipelines makes of attn.put; "
                                 f"run attn-insert-pipelines first")
+    from attnc.ir.roles import stamp_verified, verified_as_is
+    verified = verified_as_is(op)             # Note [Verified as it stands]
     sites = _sites(op)
     for choice in CHOICES:                    # a second run (on a dump) chooses afresh
         for holder in sites[choice.option]:
@@ -200,6 +202,8 @@ def choose(module, **given) -> None:
     lowered = lowering_from_ir(result)        # the defaults, for what the options leave open
     write(op, {c.option: c.resolved(lowered) for c in CHOICES if c.option not in given or given[c.option] is None},
           sites)
+    if verified:
+        stamp_verified(op)
 
 
 def write(kernel, values: dict, sites: dict | None = None) -> None:

@@ -141,9 +141,11 @@ def _check_plan(module, pass_name: str) -> None:
                                      f"cp.async groups stand, their counts, how far ahead its loads are -- and "
                                      f"this role's synchronization was edited since (Note [The plan the "
                                      f"lowerings follow])")
-        if any(R.built_op_by_op(role) or R.trips_op_by_op(role) for role in R.role_ops(kernel)):
+        op_by_op = any(R.built_op_by_op(role) or R.trips_op_by_op(role) for role in R.role_ops(kernel))
+        if op_by_op and not R.verified_as_is(kernel):
             # Notes [Steps op by op] and [Overlapped steps op by op]: the ops are built as
-            # they stand, once the verifier has found their synchronization sound.
+            # they stand, once the verifier has found their synchronization sound (Note
+            # [Verified as it stands]).
             from attnc.passes.verify_pipeline import verify_pipeline
             verify_pipeline(module)
         ours, theirs = plan_summary(kernel), planned_summary(kernel, tile, plan)

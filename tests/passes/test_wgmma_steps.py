@@ -165,3 +165,23 @@ def test_the_lowering_reads_the_rings_it_takes_slots_from():
         k_read.operands[1] = v_read.operands[1]
     with pytest.raises(AttncError, match="waits for and reads K and V at the stages of their rings"):
         wgmma_steps(kernel)
+
+
+def test_the_lowering_checks_again_only_what_changed_since_the_check(monkeypatch):
+    """Note [Verified as it stands]: a plan attn-verify-pipeline stamped is not checked
+    again by the lowering; one edited since is, and refused where unsound."""
+    import attnc.passes.verify_pipeline as vp
+    checked = plan(extra="attn-verify-pipeline")
+    runs = []
+    real = vp.verify_pipeline
+    monkeypatch.setattr(vp, "verify_pipeline", lambda module: (runs.append(1), real(module)))
+    ptx_of_lowered = optimize_mlir(to_text(checked.module), "plan.mlir",
+                                   CompileOptions(arch="sm_90a", pass_pipeline="attn-kernel-choices,attn-lower-sm90a"))
+    assert runs == [] and ptx_of_lowered is not None
+    for role in ("consumer0", "consumer1"):
+        gemms = {R.attrs_of(op)["kind"]: op for op in trip_ops(checked, "attn.mma", role)}
+        gemms["pv"].move_before(gemms["qk"])
+    with pytest.raises(AttncError, match="among the 1 youngest GEMMs"):
+        optimize_mlir(to_text(checked.module), "plan.mlir",
+                      CompileOptions(arch="sm_90a", pass_pipeline="attn-kernel-choices,attn-lower-sm90a"))
+    assert runs == [1]
