@@ -353,7 +353,7 @@ SCHEDULES = [
     ("sm_90a", "nopingpong", {"block_m": 128, "pingpong": False}, ()),
     ("sm_90a", "v_before_k", {"block_m": 128, "producer": True}, ("examples/passes/v_before_k.py",)),
     ("sm_90a", "pv_before_qk", {"block_m": 128, "producer": True}, ("examples/passes/pv_before_qk.py",)),
-    ("sm_90a", "pv_before_qk_pingpong", {"block_m": 128, "producer": True, "pingpong": True},
+    ("sm_90a", "pv_before_qk_turns", {"block_m": 128, "producer": True, "pingpong": True},
      ("examples/passes/pv_before_qk.py",)),
     ("sm_80", "wait_v_early", {"stages": 2}, ("examples/passes/wait_v_early.py",)),
     ("sm_80", "wait_v_early3", {"stages": 3}, ("examples/passes/wait_v_early.py",)),

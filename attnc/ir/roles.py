@@ -50,7 +50,6 @@ PERSISTENT = "persistent"        # on attn.warp_specialize: each CTA runs severa
 KV_WRITES = (PUT, SLOT_WRITE)    # where a role hands a tile to a channel (L3, L5)
 PROGRAMS = "programs"            # on attn.warp_specialize: each role's program_digest as made
 SCHEDULES = "schedules"          # on attn.warp_specialize: each role's schedule_digest as made
-VERIFIED = "verified"            # on attn.warp_specialize: Note [Verified as it stands]
 
 # The L3-L5 ops a pass after attn-tile may find in a kernel: none of them is a tile op.
 SCHEDULE_OPS = (WARP_SPECIALIZE, ROLE, CHANNEL, PUT, GET, MBARRIER_INIT, MBARRIER_WAIT, MBARRIER_ARRIVE,
@@ -278,28 +277,27 @@ def trips_op_by_op(role: ir.Operation) -> bool:
     return any(name_of(r) == "producer" for r in _ops_named(kernel, ROLE))
 
 
-# Note [Verified as it stands]: attn-verify-pipeline stamps attn.warp_specialize with a
-# digest of the kernel's roles, channels and mbarriers as printed (`verified`), and a
-# lowering that builds ops as they stand -- and must know them sound -- runs the check
-# again only where the IR no longer has that digest: an edit after the check, or a dump
-# whose stamp does not match. attn-kernel-choices, which only adds attributes, stamps a
-# kernel it found stamped afresh.
+# Note [Verified as it stands]: attn-verify-pipeline remembers, for the process, a digest
+# of each kernel it found sound -- its roles, channels and mbarriers as printed -- and a
+# lowering that builds ops as they stand, and must know them sound, runs the check again
+# only for a kernel whose digest it does not remember: one edited since, or one read from
+# a file. attn-kernel-choices, which only adds attributes, has the kernel it annotates
+# remembered afresh. The IR is not changed.
+_VERIFIED: set[str] = set()
+
+
 def contents_digest(kernel: ir.Operation) -> str:
     ws = warp_specialize_of(kernel)
     text = "\n".join(str(op) for op in ws.regions[0].blocks[0].operations) if ws is not None else ""
     return _digest([text, str(kernel.attributes["block_n"]) if "block_n" in kernel.attributes else ""])
 
 
-def stamp_verified(kernel: ir.Operation) -> None:
-    ws = warp_specialize_of(kernel)
-    with kernel.context:
-        ws.attributes[VERIFIED] = ir.StringAttr.get(contents_digest(kernel))
+def remember_verified(kernel: ir.Operation) -> None:
+    _VERIFIED.add(contents_digest(kernel))
 
 
 def verified_as_is(kernel: ir.Operation) -> bool:
-    ws = warp_specialize_of(kernel)
-    return (ws is not None and VERIFIED in ws.attributes
-            and ir.StringAttr(ws.attributes[VERIFIED]).value == contents_digest(kernel))
+    return contents_digest(kernel) in _VERIFIED
 
 
 def _digest(seq: list[str]) -> str:

@@ -191,7 +191,7 @@ def choose(module, **given) -> None:
     if left:
         raise error_at(left[0], f"{NAME} needs the synchronization attn-insert-pipelines makes of attn.put; "
                                 f"run attn-insert-pipelines first")
-    from attnc.ir.roles import stamp_verified, verified_as_is
+    from attnc.ir.roles import remember_verified, verified_as_is
     verified = verified_as_is(op)             # Note [Verified as it stands]
     sites = _sites(op)
     for choice in CHOICES:                    # a second run (on a dump) chooses afresh
@@ -203,7 +203,7 @@ def choose(module, **given) -> None:
     write(op, {c.option: c.resolved(lowered) for c in CHOICES if c.option not in given or given[c.option] is None},
           sites)
     if verified:
-        stamp_verified(op)
+        remember_verified(op)
 
 
 def write(kernel, values: dict, sites: dict | None = None) -> None:

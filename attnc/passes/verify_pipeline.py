@@ -37,7 +37,7 @@ class VerifyPipeline(Pass):
 def verify_pipeline(module) -> None:
     from attnc.errors import AttncError
     from attnc.ir import attention_ops, error_at
-    from attnc.ir.roles import PUT, GET, ops_in, role_block, role_ops, stamp_verified
+    from attnc.ir.roles import PUT, GET, ops_in, role_block, role_ops, remember_verified
     from attnc.passes import plan_ir
     from attnc.schedule.recipes import check_register_budget
     from attnc.schedule.verify import verify_kernel
@@ -57,4 +57,4 @@ def verify_pipeline(module) -> None:
             violations = verify_kernel(op)
         if violations:
             raise error_at(violations[0].op, f"{VerifyPipeline.name}: {violations[0].message}")
-        stamp_verified(op)          # Note [Verified as it stands]
+        remember_verified(op)       # Note [Verified as it stands]

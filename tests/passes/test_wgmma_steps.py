@@ -168,7 +168,7 @@ def test_the_lowering_reads_the_rings_it_takes_slots_from():
 
 
 def test_the_lowering_checks_again_only_what_changed_since_the_check(monkeypatch):
-    """Note [Verified as it stands]: a plan attn-verify-pipeline stamped is not checked
+    """Note [Verified as it stands]: a plan attn-verify-pipeline found sound in this process is not checked
     again by the lowering; one edited since is, and refused where unsound."""
     import attnc.passes.verify_pipeline as vp
     checked = plan(extra="attn-verify-pipeline")

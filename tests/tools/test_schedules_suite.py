@@ -39,7 +39,8 @@ def test_every_plan_of_the_suite_has_its_own_kernel(arch):
     ptx = {tag: art.ptx for tag, (_, art) in kernels.items()}
     # each choice against its counterpart (nopingpong and consumers2 are the default plan)
     pairs = [("stages2", "stages3"), ("stages3", "stages4"), ("consumers1", "consumers2"),
-             ("pingpong", "nopingpong"), ("v_before_k", "nopingpong")]
+             ("pingpong", "nopingpong"), ("v_before_k", "nopingpong"), ("pv_before_qk", "nopingpong"),
+             ("pv_before_qk_turns", "pingpong")]
     for a, b in pairs:
         if a in ptx and b in ptx:
             assert ptx[a] != ptx[b], f"{a} and {b} gave the same kernel"
@@ -55,5 +56,7 @@ def test_every_plan_of_the_suite_has_its_own_kernel(arch):
         if tag.endswith("pingpong"):
             assert spec.pingpong is (tag == "pingpong")
             assert ("pingpong = true" in ir_text) is spec.pingpong
+        if tag.startswith("pv_before_qk"):    # S landed with the P.V issued before it
+            assert "wgmma.wait_group.sync.aligned 1;" not in art.ptx and spec.pingpong is tag.endswith("turns")
         if tag == "v_before_k":
             assert spec.v_first
