@@ -309,6 +309,34 @@ class ForwardKernel(ForwardLoads):
         return self.e.fmul(value, 1.0 / (s.score_mod_out if s.score_mod else s.scale))
 
 
+class ScoredStep:
+    """What a KV step built op by op does to its S (sm80.py's `_Step`, sm90a_ws.py's
+    `_Trip`): `rows`, with the score_mod and then the mask applied once each, where the
+    step's ops ask for them; `skip_answer()`, the block's tile_skip answer or None."""
+
+    kernel: ForwardKernel
+    n_block = None
+    mode = "partial"
+    rows = None
+    modded = masked = False
+
+    def skip_answer(self):
+        return None
+
+    def modify(self) -> None:
+        """The score_mod on S (once)."""
+        if not self.modded:
+            self.rows = self.kernel.masker.modify(self.rows, self.n_block)
+            self.modded = True
+
+    def finish_scores(self) -> None:
+        """The score_mod and the mask on S, those not yet applied."""
+        self.modify()
+        if not self.masked:
+            self.rows = self.kernel._masked(self.rows, self.n_block, self.mode, self.skip_answer())
+            self.masked = True
+
+
 def tiles_of(flat: list, tiles: int, n_atoms: int) -> list:
     """flat [x...] -> acc[tile][atom][4] of `tiles` 16-row tiles of n_atoms n8 atoms."""
     return [[flat[(mi * n_atoms + a) * 4:(mi * n_atoms + a + 1) * 4] for a in range(n_atoms)]

@@ -76,7 +76,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import scf
 
-from attnc.backend.forward import ForwardKernel, tiles_of
+from attnc.backend.forward import ForwardKernel, ScoredStep, tiles_of
 from attnc.backend.kernel_spec import ForwardSpec
 from attnc.backend.kv_schedule import KvSchedule
 from attnc.backend.kv_steps import KvSteps, StepOp
@@ -368,7 +368,7 @@ class _Prologue:
         self.skip_commit = False
 
 
-class _Step:
+class _Step(ScoredStep):
     """What the patterns of one KV step share (`Sm80Forward._step`): the step's block
     and kind, the values its ops leave for the next (S as rows, P, the softmax state and
     alpha, O) and, made once when first asked, its tile_skip answer and slot offsets."""
@@ -384,8 +384,7 @@ class _Step:
         self.ragged = self.partial and not s.step_loads_lean
         self.ask_skip = self.partial and s.asks_tile_skip
         self.acc_o, self.state = acc_o, state
-        self.rows = self.p = self.alpha = None
-        self.modded = self.masked = False
+        self.p = self.alpha = None
         self.ahead: dict[str, int] = {}
         # After the last of QK^T, score_mod and mask, S is masked (finish_scores).
         self.scores_end = [op for op in body if op.name in ("score_mod", "mask") or op.what == "qk"][-1]
@@ -406,16 +405,5 @@ class _Step:
             self._slots[key] = self.kernel._slot_offset(key, self.t)
         return self._slots[key]
 
-    def modify(self) -> None:
-        """The score_mod on S (once)."""
-        if not self.modded:
-            self.rows = self.kernel.masker.modify(self.rows, self.n_block)
-            self.modded = True
-
-    def finish_scores(self) -> None:
-        """The score_mod and the mask on S, those not yet applied."""
-        self.modify()
-        if not self.masked:
-            self.rows = self.kernel._masked(self.rows, self.n_block, self.mode, self.skip())
-            self.masked = True
-
+    def skip_answer(self):
+        return self.skip()

@@ -74,6 +74,7 @@ from attnc.backend.kernel_spec import MBARRIER_BYTES, PRODUCER_THREADS, SLOT_BAR
 from attnc.backend.nvgpu_builders import MBarrier, NamedBarrier, fence_async_proxy, set_max_registers
 from attnc.backend.score_masks import rows_of
 from attnc.backend.smem_tiles import TileLoader
+from attnc.backend.forward import ScoredStep
 from attnc.backend.sm90a import Sm90aForward, _chunks, _flat, _InFlight
 from attnc.backend.wgmma_steps import WgmmaSteps
 from attnc.schedule.recipes import consumer_registers, producer_registers
@@ -449,6 +450,7 @@ class Sm90aWsForward(Sm90aForward):
 
     def _trip_land_s(self, op, trip) -> None:
         trip.acc_s = self._unflatten(self.wgmma.wait(trip.acc_s, pending=op.count), self.spec.block_n // 8)
+        trip.rows = rows_of(trip.acc_s)
 
     def _trip_release_k(self, op, trip) -> None:
         self._release("k", trip.u)
@@ -491,7 +493,7 @@ class Sm90aWsForward(Sm90aForward):
             scf.yield_([])
 
 
-class _Trip:
+class _Trip(ScoredStep):
     """What the patterns of one overlapped trip share (Note [Overlapped steps op by op]):
     the step, what came in flight, the values the ops leave for the next, and, made once
     before the first GEMM is issued (`fence`), the step's tile_skip answer and slots."""
@@ -499,9 +501,9 @@ class _Trip:
     def __init__(self, kernel: Sm90aWsForward, u, kv, state, flight, mode: str, body: tuple):
         self.kernel, self.u, self.kv, self.state, self.flight, self.mode = kernel, u, kv, state, flight, mode
         self.n_block = kv.block(kernel.e, u)
-        self.acc_o = self.acc_s = self.p = self.rows = self.landed_probs = None
+        self.acc_o = self.acc_s = self.p = self.landed_probs = None
         self.probs = self.alpha = None
-        self.fenced = self.modded = self.masked = False
+        self.fenced = False
         self.skip = self.slot = self.prev = None
         # after the last of the score_mod and the mask, S is masked (finish_scores)
         self.scores_end = next((op for op in reversed(body) if op.name in ("score_mod", "mask")), None)
@@ -518,18 +520,8 @@ class _Trip:
         k.wgmma.fence()
         self.fenced = True
 
-    def modify(self) -> None:
-        if self.rows is None:
-            self.rows = rows_of(self.acc_s)
-        if not self.modded:
-            self.rows = self.kernel.masker.modify(self.rows, self.n_block)
-            self.modded = True
-
-    def finish_scores(self) -> None:
-        self.modify()
-        if not self.masked:
-            self.rows = self.kernel._masked(self.rows, self.n_block, self.mode, self.skip)
-            self.masked = True
+    def skip_answer(self):
+        return self.skip
 
 
 class _BlockWalk:

@@ -79,9 +79,14 @@ def test_an_edited_role_computes_the_reference(tmp_path, example, user_pass, sta
                            load_passes=(pass_file,)).bundle
     plain = attnc.compile(path, arch="sm_80", pass_pipeline=_pipeline(None, stages)).bundle
     assert _ptx(bundle) != _ptx(plain)          # the edit is another kernel
+    check_against_reference(bundle, path, *((45, 70) if example == "docs_sink" else (70, 45)))
+
+
+def check_against_reference(bundle, path: Path, m: int, n: int) -> None:
+    """`bundle`, of the example at `path`, in the emulator at (B, H, HKV) = (1, 2, 1), M = m,
+    N = n: no race or protocol report, and the reference's outputs."""
     variant = load_file(str(path))
     rng = np.random.default_rng(7)
-    m, n = (45, 70) if example == "docs_sink" else (70, 45)
     sizes = bind_sizes(variant, batch=1, heads=2, heads_kv=1, m=m, n=n, rng=rng)
     case = make_case(variant, sizes, {}, rng)
     inputs = {name: (value.astype(numpy_dtype(bundle.manifest.tensor(name).dtype))

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import attnc
-from attnc.frontend import load_file
 from attnc.passes.pipelines import format_pipeline, target_pipeline
-from attnc_sim.device import SimKernel, numpy_dtype
-from tests.gpu.gpu_support import bind_sizes, compare, make_case
+from tests.sim.test_steps_sim import _ptx, check_against_reference
 
 ROOT = Path(__file__).resolve().parents[2]
 PV_BEFORE_QK = str(ROOT / "examples" / "passes" / "pv_before_qk.py")
@@ -30,10 +27,6 @@ def _pipeline(edited: bool, options: str) -> str:
     return ",".join(names)
 
 
-def _ptx(bundle) -> bytes:
-    return b"".join(p.read_bytes() for p in sorted(Path(bundle.path).glob("*.ptx")))
-
-
 @pytest.mark.parametrize("example, options", [("gemma2", ""), ("mha", "pingpong=true")])
 def test_an_edited_trip_computes_the_reference(example, options):
     path = ROOT / "examples" / f"{example}.attn"
@@ -41,14 +34,4 @@ def test_an_edited_trip_computes_the_reference(example, options):
                            load_passes=(PV_BEFORE_QK,)).bundle
     plain = attnc.compile(path, arch="sm_90a", pass_pipeline=_pipeline(False, options)).bundle
     assert _ptx(bundle) != _ptx(plain)          # the edit is another kernel
-    variant = load_file(str(path))
-    rng = np.random.default_rng(7)
-    sizes = bind_sizes(variant, batch=1, heads=2, heads_kv=1, m=70, n=300, rng=rng)
-    case = make_case(variant, sizes, {}, rng)
-    inputs = {name: (value.astype(numpy_dtype(bundle.manifest.tensor(name).dtype))
-                     if isinstance(value, np.ndarray) else value) for name, value in case.items()}
-    kernel = SimKernel(bundle, seed=1)
-    out = kernel(**inputs)
-    assert kernel.last_reports == []
-    ref = attnc.reference(variant, **case)
-    assert compare(variant, out, ref) == []
+    check_against_reference(bundle, path, 70, 300)
