@@ -415,11 +415,13 @@ class Sm90aWsForward(Sm90aForward):
         waited = self.wgmma.wait(flight.acc_o, op.count, through=flight.p + flight.probs)
         trip.acc_o = waited[:len(flight.acc_o)]
         trip.landed_probs = _chunks(waited[len(flight.acc_o) + len(flight.p):], len(flight.probs) // 2)
+        trip.wrote()
 
     def _trip_rescale(self, op, trip) -> None:
         """O times the carried factor, and the carried probabilities packed as P."""
         acc_o = self._scaled(trip.acc_o, trip.flight) if trip.flight.alpha else trip.acc_o
         trip.acc_o, trip.p = self._unflatten(acc_o), self._pack_p(trip.landed_probs)[0]
+        trip.wrote()
 
     def _trip_release_v_late(self, op, trip) -> None:
         e = self.e
@@ -509,16 +511,20 @@ class _Trip(ScoredStep):
         self.scores_end = next((op for op in reversed(body) if op.name in ("score_mod", "mask")), None)
 
     def fence(self) -> None:
-        """Before the trip's first GEMM: its tile_skip answer (where asked), its slots, and
-        wgmma.fence (the registers P.V reads were written since the last wait)."""
-        if self.fenced:
-            return
+        """Before a GEMM is issued: once, the trip's tile_skip answer (where asked) and its
+        slots; wgmma.fence where registers a GEMM reads were written since the last one
+        (`wrote`: O landed or rescaled, P packed)."""
         k, s = self.kernel, self.kernel.spec
-        if self.mode != "full" and s.tile_skip is not None:
-            self.skip = k._skip(self.n_block)
-        self.slot, self.prev = k._slot_offset(0, self.u), k._slot_offset(s.stages - 1, self.u)
-        k.wgmma.fence()
-        self.fenced = True
+        if self.slot is None:
+            if self.mode != "full" and s.tile_skip is not None:
+                self.skip = k._skip(self.n_block)
+            self.slot, self.prev = k._slot_offset(0, self.u), k._slot_offset(s.stages - 1, self.u)
+        if not self.fenced:
+            k.wgmma.fence()
+            self.fenced = True
+
+    def wrote(self) -> None:
+        self.fenced = False
 
     def skip_answer(self):
         return self.skip
