@@ -65,12 +65,13 @@ def wgmma_steps(kernel) -> WgmmaSteps:
     """The trips of the consumer roles of `kernel` (L5, overlapped), checked (Note
     [Overlapped steps op by op])."""
     bars = {R.name_of(b): R.attrs_of(b) for b in R.mbarrier_ops(kernel)}
+    persistent = bool(R.attrs_of(R.warp_specialize_of(kernel)).get(R.PERSISTENT, False))
     found = []
     for role in R.role_ops(kernel):
         if not R.name_of(role).startswith("consumer"):
             continue
         loops = [op for op in R.ops_in(R.role_block(role), ("scf.for",)) if KV_LOOP in op.attributes]
-        steps = tuple((R.value_of(loop.attributes[KV_LOOP]), _trip(loop, bars)) for loop in loops)
+        steps = tuple((R.value_of(loop.attributes[KV_LOOP]), _trip(loop, bars, persistent)) for loop in loops)
         if found and steps != found[0][1]:
             raise error_at(role, f"the consumer warpgroups run one program, and the KV steps of role "
                                  f"'{R.name_of(role)}' differ from those of '{found[0][0]}' ({NOTE})")
@@ -78,7 +79,7 @@ def wgmma_steps(kernel) -> WgmmaSteps:
     return WgmmaSteps(found[0][1])
 
 
-def _trip(loop, bars: dict) -> tuple[StepOp, ...]:
+def _trip(loop, bars: dict, persistent: bool) -> tuple[StepOp, ...]:
     block = loop.regions[0].blocks[0]
     args = list(block.arguments)[1:]
     if len(args) != 11:
@@ -97,8 +98,10 @@ def _trip(loop, bars: dict) -> tuple[StepOp, ...]:
             raise error_at(op, f"a KV step has one {key} ({NOTE})")
         seen[key] = op
         out.append(step)
+    # Q's slot released after the block's last QK^T: the verifier runs one query block and
+    # cannot see a persistent CTA's next block wait for it.
     for needed in ("land_o", "rescale", "wait k", "wait v", "read k", "read v", "mma qk", "mma pv", "land_s",
-                   "softmax_step"):
+                   "softmax_step", *(("release_q",) if persistent else ())):
         if needed not in seen:
             raise error_at(loop, f"this KV loop has no {needed} op, which an overlapped step has ({NOTE})")
     _check_flow(seen, args, list(block.operations)[-1], loop)
@@ -114,19 +117,22 @@ def _step_op(op, bars: dict, args: list) -> StepOp | None:
         pending = int(R.attrs_of(op)["pending"])
         return StepOp("land_o" if list(op.operands) == [args[O]] else "land_s", count=pending)
     if name == "attn.mma":
+        kind = R.attrs_of(op).get("kind")
+        if kind not in ("qk", "pv"):
+            raise error_at(op, f"an overlapped step's GEMMs are QK^T and P.V, not {kind!r} ({NOTE})")
         if "async" not in op.attributes:
             raise error_at(op, f"the overlapped steps' GEMMs are async (wgmma groups landed by {MMA_WAIT}) "
                                f"({NOTE})")
-        return StepOp("mma", R.attrs_of(op)["kind"])
+        return StepOp("mma", kind)
     if name in (R.MBARRIER_WAIT, R.SLOT_READ):
-        tile = _tile_of(op, bars)
+        tile = _tile_of(op, bars, "full")
         stage = args[K_STAGE if tile == "k" else V_STAGE]
         if tile not in ("k", "v") or op.operands[1] != stage or (name == R.MBARRIER_WAIT and op.operands[2] !=
                                                                   args[K_PHASE if tile == "k" else V_PHASE]):
             raise error_at(op, f"a step waits for and reads K and V at the stages of their rings, carried by the "
                                f"loop ({NOTE})")
         return StepOp("wait" if name == R.MBARRIER_WAIT else "read", tile)
-    if name == R.MBARRIER_ARRIVE and _tile_of(op, bars) == "k" and op.operands[1] == args[K_STAGE]:
+    if name == R.MBARRIER_ARRIVE and _tile_of(op, bars, "empty") == "k" and op.operands[1] == args[K_STAGE]:
         return StepOp("release_k")
     if name == "scf.if":
         inner = [o.operation for o in op.regions[0].blocks[0].operations][:-1]
@@ -134,10 +140,11 @@ def _step_op(op, bars: dict, args: list) -> StepOp | None:
         counted = getattr(test, "name", "") == "arith.cmpi" and test.operands[0] == args[STEP]
         if len(inner) == 1 and inner[0].name == R.MBARRIER_ARRIVE and not op.regions[1].blocks and counted:
             arrive, predicate = inner[0], cmpi_predicate(test)
-            if (_tile_of(arrive, bars) == "v" and arrive.operands[1] == args[V_PREVIOUS] and predicate == "sge"
-                    and int_constant(test.operands[1]) == 2):
+            if (_tile_of(arrive, bars, "empty") == "v" and arrive.operands[1] == args[V_PREVIOUS]
+                    and predicate == "sge" and int_constant(test.operands[1]) == 2):
                 return StepOp("release_v_late")
-            if bars[_bar(arrive)].get("channel") == "q" and predicate == "eq":
+            if bars[_bar(arrive)].get("channel") == "q" and bars[_bar(arrive)].get("side") == "empty" \
+                    and predicate == "eq":
                 return StepOp("release_q")
     if name in (R.NAMED_BARRIER_SYNC, R.NAMED_BARRIER_ARRIVE):
         return StepOp("turn_sync" if name == R.NAMED_BARRIER_SYNC else "turn_arrive")
@@ -150,11 +157,17 @@ def _bar(op) -> str:
     return R.name_of(op.operands[0].owner)
 
 
-def _tile_of(op, bars: dict) -> str:
+def _tile_of(op, bars: dict, side: str) -> str:
+    """The K/V tile a slot read reads, or whose mbarrier of `side` an op is on ("" else)."""
     if op.name == R.SLOT_READ:
         return ir.StringAttr(op.attributes["tile"]).value
     a = bars.get(_bar(op), {})
-    return a.get("tile", "") if a.get("channel") == "kv" else ""
+    return a.get("tile", "") if a.get("channel") == "kv" and a.get("side") == side else ""
+
+
+def _reads_q(value) -> bool:
+    owner = value.owner
+    return getattr(owner, "name", "") == R.SLOT_READ and ir.StringAttr(owner.attributes["tile"]).value == "q"
 
 
 def _advances(value, stage, phase) -> bool:
@@ -172,7 +185,7 @@ def _check_flow(seen: dict, args: list, terminator, loop) -> None:
     qk, pv, softmax, rescale = seen["mma qk"], seen["mma pv"], seen["softmax_step"], seen["rescale"]
     chain = [seen["land_s"]] + [seen[k] for k in ("score_mod", "mask") if k in seen]
     flows = [
-        (qk.operands[1] == seen["read k"].result and getattr(qk.operands[0].owner, "name", "") == R.SLOT_READ, qk),
+        (qk.operands[1] == seen["read k"].result and _reads_q(qk.operands[0]), qk),
         (list(seen["land_s"].operands) == [qk.result], seen["land_s"]),
         (all(op.operands[0] == before.results[0] for before, op in zip(chain, chain[1:] + [softmax])), softmax),
         (list(softmax.operands)[1:] == [args[M], args[L]], softmax),

@@ -66,6 +66,8 @@ def overlap_role(role: ir.Operation, kernel: ir.Operation) -> None:
     for before, loop in zip(loops, loops[1:]):
         if list(loop.operands)[3:8] != list(before.results)[:5]:
             raise error_at(loop, f"{PASS}: a KV loop carries m, l, O and its ring from the loop before it")
+        if any(use.owner != loop for r in before.results for use in r.uses):
+            raise error_at(before, f"{PASS}: what a KV loop carries out goes to the next KV loop only")
     last = loops[-1]
     for r in list(last.results)[3:]:
         if list(r.uses):

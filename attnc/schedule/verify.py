@@ -41,7 +41,9 @@ whose bounds the trace evaluates (those values through the arith ops, as the rol
 compute them) runs those trips, and an scf.if the branch its condition takes; a loop
 whose bounds it cannot evaluate runs 2S trips if it is the role's first, else one. So a
 role that peels a step off its loops (the overlapped consumers of
-attnc/schedule/overlap.py) still meets the producer's fills one for one.
+attnc/schedule/overlap.py) still meets the producer's fills one for one. A role whose KV
+loops run fewer than 2S trips in all (bounds edited away from the key range) is refused:
+its loop bodies would go unchecked.
 
 A violation is a deadlock (no role can move and one has not finished: named at the op
 it waits at), a slot written while a reader has not read or released its previous fill,
@@ -103,6 +105,8 @@ class _Trace:
         self.in_flight: list = []       # Note [Asynchronous GEMMs]: (result, slots read), oldest first
         self.slots_of: dict = {}        # a slot read's value -> (channel, tile, stage)
         self.gemms = 0
+        self.kv_trips = 0               # trips run by the role's KV loops (Note [Key blocks the check runs])
+        self.first_kv_loop = None
         self.fills: dict = {}           # (channel, tile): fills written
         self.read: dict = {}            # (channel, tile): its ring's advances since the first read
         self.unadvanced: dict = {}      # stage value: the (channel, tile)s read at it, ring not advanced
@@ -161,6 +165,9 @@ class _Trace:
         if None in (lo, hi) or step != 1:
             lo, hi = 0, self.trips if self.loops == 0 else 1
         self.loops += 1
+        if "kv_blocks" in op.attributes:
+            self.kv_trips += max(0, hi - lo)
+            self.first_kv_loop = self.first_kv_loop or op
         values = [self.env.get(v) for v in list(op.operands)[3:]]
         args = list(body.arguments)
         terminator = list(body.operations)[-1]
@@ -348,9 +355,16 @@ def verify_kernel(kernel: ir.Operation) -> list[Violation]:
             if trace.violations:
                 return trace.violations[:1]
         except Unevaluated as e:
-            return [Violation(e.op, f"role {a['name']!r}: the stage or parity of {e.op.name} is not a "
-                                    f"value the loops and arith ops make (an iter_arg, a constant, "
-                                    f"attn.ring_advance, arith.xori)")]
+            what = "the condition" if e.op.name == "scf.if" else "the stage or parity"
+            return [Violation(e.op, f"role {a['name']!r}: {what} of {e.op.name} is not a value the loops "
+                                    f"and arith ops make (an iter_arg, a constant, attn.ring_advance, "
+                                    f"attn.kv_range, attn.dim, integer arith)")]
+        if trace.first_kv_loop is not None and trace.kv_trips < 2 * stages:
+            return [Violation(trace.first_kv_loop,
+                              f"role {a['name']!r}: its KV loops run {trace.kv_trips} trips over the "
+                              f"{trace.blocks} key blocks the check gives every role, fewer than the "
+                              f"{2 * stages} that wrap each ring twice: their bounds are not the key "
+                              f"range's (Note [Key blocks the check runs])")]
         programs[a["name"]] = trace.events
         threads[a["name"]] = 32 * len(a["warps"])
     for chan in [R.name_of(op) for op in R.channel_ops(kernel)]:

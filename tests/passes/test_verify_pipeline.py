@@ -202,3 +202,13 @@ def test_a_count_below_one_is_named():
     op = kernel("mha", "sm_90a")
     set_int(init(op, "mbar_k_full"), "count", 0)
     assert "mbarrier 'mbar_k_full' has count 0 and 3 stages: both must be at least 1" in messages(op)
+
+
+def test_kv_loops_run_short_of_the_key_range_are_refused():
+    """Bounds edited so that a role's KV loops run no trip would leave their bodies
+    unchecked (Note [Key blocks the check runs])."""
+    op = kernel("mha", "sm_90a")
+    loop = next(o for o in R.ops_in(R.role_block(role(op, "producer")), ("scf.for",)) if "kv_blocks" in o.attributes)
+    with op.context:
+        loop.operands[1] = loop.operands[0]
+    assert messages(op).startswith("role 'producer': its KV loops run 0 trips over the 8 key blocks")

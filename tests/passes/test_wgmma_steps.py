@@ -185,3 +185,36 @@ def test_the_lowering_checks_again_only_what_changed_since_the_check(monkeypatch
         optimize_mlir(to_text(checked.module), "plan.mlir",
                       CompileOptions(arch="sm_90a", pass_pipeline="attn-kernel-choices,attn-lower-sm90a"))
     assert runs == [1]
+
+
+def test_a_persistent_trip_without_qs_release_is_refused():
+    """The verifier runs one query block; the next block's wait for Q's slot is the
+    lowering's to keep."""
+    result = plan("sliding_window", "pingpong=true")
+    kernel = attention_ops(result.module)[0]
+    for role in ("consumer0", "consumer1"):
+        for branch in trip_ops(result, "scf.if", role):
+            inner = [o.operation for o in branch.regions[0].blocks[0].operations]
+            if any(o.name == R.MBARRIER_ARRIVE and R.name_of(o.operands[0].owner) == "mbar_q_empty" for o in inner):
+                branch.erase()
+    with pytest.raises(AttncError, match="has no release_q op"):
+        wgmma_steps(kernel)
+
+
+def test_qk_reading_another_tile_than_q_is_refused():
+    result = plan()
+    kernel = attention_ops(result.module)[0]
+    qk = next(op for op in trip_ops(result, "attn.mma") if R.attrs_of(op)["kind"] == "qk")
+    with kernel.context:
+        qk.operands[0] = trip_ops(result, R.SLOT_READ)[1].result
+    with pytest.raises(AttncError, match="builds an overlapped step's data flow"):
+        wgmma_steps(kernel)
+
+
+def test_a_gemm_of_another_kind_is_refused():
+    result = plan()
+    kernel = attention_ops(result.module)[0]
+    with kernel.context:
+        trip_ops(result, "attn.mma")[1].attributes["kind"] = ir.StringAttr.get("pv2")
+    with pytest.raises(AttncError, match="GEMMs are QK\\^T and P.V, not 'pv2'"):
+        wgmma_steps(kernel)
