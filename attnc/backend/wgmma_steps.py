@@ -12,8 +12,10 @@ with the step's slots and tile_skip answer, before the first of them), the landi
 the releases of K (and with persistent CTAs Q), the scores and the softmax. So moving an
 op -- the wait for V above the wait for K, P.V issued before QK^T with S landed at
 `pending = 0` -- is another kernel, once attn-verify-pipeline, which the lowering runs
-first, found it sound. What stays the plan's: which ops a trip has (one of each; no op
-without a pattern), how values flow between them, the async GEMMs, and which carried
+first, found it sound. What stays the plan's: which ops a trip has (one of each, the
+hooks where the analysis put them, the releases the verifier checks and, with persistent
+CTAs, Q's, which it cannot see; no op without a pattern), that the loops of one kind have
+one trip, how values flow between them, the async GEMMs, and which carried
 values are the K and V rings (the lowering takes a step's slots from its index, the
 verifier from the rings, so the two must not part). The two consumer warpgroups run one
 program: their trips must be the same ops in the same order. The steps before the loops
@@ -66,12 +68,19 @@ def wgmma_steps(kernel) -> WgmmaSteps:
     [Overlapped steps op by op])."""
     bars = {R.name_of(b): R.attrs_of(b) for b in R.mbarrier_ops(kernel)}
     persistent = bool(R.attrs_of(R.warp_specialize_of(kernel)).get(R.PERSISTENT, False))
+    hooks = {"score_mod": R.attrs_of(kernel).get("has_score_mod", False),
+             "mask": R.attrs_of(kernel).get("has_mask_mod", False)}
     found = []
     for role in R.role_ops(kernel):
         if not R.name_of(role).startswith("consumer"):
             continue
         loops = [op for op in R.ops_in(R.role_block(role), ("scf.for",)) if KV_LOOP in op.attributes]
-        steps = tuple((R.value_of(loop.attributes[KV_LOOP]), _trip(loop, bars, persistent)) for loop in loops)
+        steps = tuple((R.value_of(loop.attributes[KV_LOOP]), _trip(loop, bars, persistent, hooks)) for loop in loops)
+        for (kind, ops), loop in zip(steps, loops):
+            first = next(o for k, o in steps if k == kind)
+            if ops != first:        # the kernel builds every loop of a kind from one trip
+                raise error_at(loop, f"the KV loops of one kind ({kind}) have the same trip: the kernel builds "
+                                     f"them from one ({NOTE})")
         if found and steps != found[0][1]:
             raise error_at(role, f"the consumer warpgroups run one program, and the KV steps of role "
                                  f"'{R.name_of(role)}' differ from those of '{found[0][0]}' ({NOTE})")
@@ -79,7 +88,7 @@ def wgmma_steps(kernel) -> WgmmaSteps:
     return WgmmaSteps(found[0][1])
 
 
-def _trip(loop, bars: dict, persistent: bool) -> tuple[StepOp, ...]:
+def _trip(loop, bars: dict, persistent: bool, hooks: dict) -> tuple[StepOp, ...]:
     block = loop.regions[0].blocks[0]
     args = list(block.arguments)[1:]
     if len(args) != 11:
@@ -104,6 +113,13 @@ def _trip(loop, bars: dict, persistent: bool) -> tuple[StepOp, ...]:
                    "softmax_step", *(("release_q",) if persistent else ())):
         if needed not in seen:
             raise error_at(loop, f"this KV loop has no {needed} op, which an overlapped step has ({NOTE})")
+    kind = R.value_of(loop.attributes[KV_LOOP])
+    for hook, wanted in hooks.items():
+        wanted = wanted and (hook != "mask" or kind != "full")
+        if (hook in seen) != bool(wanted):
+            raise error_at(seen.get(hook, loop), f"a {kind} KV loop of this kernel has {'an' if wanted else 'no'} "
+                                                 f"attn.{hook} op: the kernel applies the variant's hooks where "
+                                                 f"attn-tile and attn-analyze-masks put them ({NOTE})")
     _check_flow(seen, args, list(block.operations)[-1], loop)
     return tuple(out)
 

@@ -218,3 +218,34 @@ def test_a_gemm_of_another_kind_is_refused():
         trip_ops(result, "attn.mma")[1].attributes["kind"] = ir.StringAttr.get("pv2")
     with pytest.raises(AttncError, match="GEMMs are QK\\^T and P.V, not 'pv2'"):
         wgmma_steps(kernel)
+
+
+def _loops(result, role: str) -> list[ir.Operation]:
+    kernel = attention_ops(result.module)[0]
+    r = next(x for x in R.role_ops(kernel) if R.name_of(x) == role)
+    return [op for op in R.ops_in(R.role_block(r), ("scf.for",)) if "kv_blocks" in op.attributes]
+
+
+def test_loops_of_one_kind_with_different_trips_are_refused():
+    """gemma2's two mixed loops (the range's bottom and top): the kernel builds both from one trip."""
+    result = plan("gemma2")
+    for role in ("consumer0", "consumer1"):
+        body = _loops(result, role)[-1].regions[0].blocks[0]
+        waits = [o.operation for o in body.operations if o.operation.name == R.MBARRIER_WAIT]
+        reads = [o.operation for o in body.operations if o.operation.name == R.SLOT_READ]
+        waits[1].move_before(waits[0])
+        reads[1].move_after(waits[1])
+    with pytest.raises(AttncError, match=r"the KV loops of one kind \(mixed\) have the same trip"):
+        wgmma_steps(attention_ops(result.module)[0])
+
+
+def test_a_trip_without_the_variants_score_mod_is_refused():
+    result = plan("gemma2")
+    for role in ("consumer0", "consumer1"):
+        for loop in _loops(result, role):
+            body = loop.regions[0].blocks[0]
+            score_mod = next(o.operation for o in body.operations if o.operation.name == "attn.score_mod")
+            score_mod.result.replace_all_uses_with(score_mod.operands[0])
+            score_mod.erase()
+    with pytest.raises(AttncError, match="KV loop of this kernel has an attn.score_mod op"):
+        wgmma_steps(attention_ops(result.module)[0])
