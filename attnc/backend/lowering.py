@@ -72,7 +72,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
     from attnc.backend.kernel_abi import SMALL_GRID_CTAS_PER_SM
     from attnc.backend.kernel_spec import ForwardSpec
     from attnc.backend.kv_steps import kv_steps
-    from attnc.backend.wgmma_steps import MMA_WAIT, wgmma_steps
+    from attnc.backend.wgmma_steps import wgmma_steps
     from attnc.backend.qtiles import MAX_TAIL_WAVES, TAIL_WAVES, qtiles_plan, segment_conjunct
     from attnc.backend.run_ranges import run_rest
     from attnc.backend.spec_checks import KERNEL_TARGETS, SpecError
@@ -125,7 +125,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
     steps = trips = None
     if target == "sm_80":
         steps = kv_steps(next(r for r in R.role_ops(op) if R.name_of(r) == "compute"), op)
-    elif plan.producer and R.ops_in(op.regions[0].blocks[0], (MMA_WAIT,)):
+    elif plan.producer and R.ops_in(op.regions[0].blocks[0], (R.MMA_WAIT,)):
         trips = wgmma_steps(op)     # Note [Overlapped steps op by op]; without them the lowering refuses
     mode = mask_mode(op, variant)
     runtime = mode is None and mask_functions(op).kind == "runtime"

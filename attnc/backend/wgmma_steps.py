@@ -36,7 +36,6 @@ from attnc.ir.ops import cmpi_predicate, int_constant
 from attnc.passes.tile_program import KV_LOOP
 
 NOTE = "Note [Overlapped steps op by op]"
-MMA_WAIT = "attn.mma_wait"
 # The carried values of a trip, as attn-overlap-gemms orders them (after the block index).
 M, L, O, P, FACTOR, K_STAGE, K_PHASE, V_STAGE, V_PHASE, V_PREVIOUS, STEP = range(11)
 
@@ -129,7 +128,7 @@ def _step_op(op, bars: dict, args: list) -> StepOp | None:
     name = op.name
     if name in (R.RING_ADVANCE, "scf.yield") or (name.startswith("arith.") and not op.regions):
         return None
-    if name == MMA_WAIT:
+    if name == R.MMA_WAIT:
         pending = int(R.attrs_of(op)["pending"])
         return StepOp("land_o" if list(op.operands) == [args[O]] else "land_s", count=pending)
     if name == "attn.mma":
@@ -137,7 +136,7 @@ def _step_op(op, bars: dict, args: list) -> StepOp | None:
         if kind not in ("qk", "pv"):
             raise error_at(op, f"an overlapped step's GEMMs are QK^T and P.V, not {kind!r} ({NOTE})")
         if "async" not in op.attributes:
-            raise error_at(op, f"the overlapped steps' GEMMs are async (wgmma groups landed by {MMA_WAIT}) "
+            raise error_at(op, f"the overlapped steps' GEMMs are async (wgmma groups landed by {R.MMA_WAIT}) "
                                f"({NOTE})")
         return StepOp("mma", kind)
     if name in (R.MBARRIER_WAIT, R.SLOT_READ):

@@ -44,6 +44,7 @@ CP_ASYNC_WAIT = "attn.cp_async_wait"
 CTA_BARRIER = "attn.cta_barrier"
 NAMED_BARRIER_ARRIVE = "attn.named_barrier_arrive"
 NAMED_BARRIER_SYNC = "attn.named_barrier_sync"
+MMA_WAIT = "attn.mma_wait"      # L5 (sm_90a's overlapped consumers): async GEMMs landed
 YIELD = "gpu.yield"
 PINGPONG = "pingpong"            # on attn.warp_specialize: the consumer warpgroups take turns
 PERSISTENT = "persistent"        # on attn.warp_specialize: each CTA runs several query blocks

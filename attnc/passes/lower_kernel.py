@@ -165,13 +165,9 @@ def _check_overlapped(kernel, pass_name: str) -> None:
     attnc/schedule/overlap.py); the lowering builds no other steps for them."""
     from attnc.ir import error_at
     from attnc.ir import roles as R
-    from attnc.schedule.overlap import MMA_WAIT
 
-    roles = R.role_ops(kernel)
-    if pass_name != "attn-lower-sm90a" or not any(R.name_of(role) == "producer" for role in roles):
-        return
-    for role in roles:
-        if R.name_of(role).startswith("consumer") and not R.ops_in(R.role_block(role), (MMA_WAIT,)):
+    for role in R.role_ops(kernel):
+        if R.trips_op_by_op(role) and not R.ops_in(R.role_block(role), (R.MMA_WAIT,)):
             raise error_at(role, f"{pass_name} builds the KV steps of a consumer warpgroup with its GEMMs "
                                  f"overlapped, as attn-overlap-gemms writes them (Note [Overlapped steps in "
                                  f"the IR] in attnc/schedule/overlap.py), and role '{R.name_of(role)}' has "

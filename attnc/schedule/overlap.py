@@ -42,7 +42,6 @@ from attnc.ir import roles as R
 from attnc.passes.tile_program import KV_LOOP
 
 PASS = "attn-overlap-gemms"
-MMA_WAIT = "attn.mma_wait"
 
 
 def overlap_role(role: ir.Operation, kernel: ir.Operation) -> None:
@@ -50,7 +49,7 @@ def overlap_role(role: ir.Operation, kernel: ir.Operation) -> None:
     bars = {R.name_of(b): R.attrs_of(b) for b in R.mbarrier_ops(kernel)}
     block = R.role_block(role)
     ops = [op.operation for op in block.operations]
-    if R.ops_in(block, (MMA_WAIT,)):
+    if R.ops_in(block, (R.MMA_WAIT,)):
         raise error_at(role, f"{PASS} ran twice on role '{R.name_of(role)}'")
     at = [k for k, op in enumerate(ops) if op.name == "scf.for" and KV_LOOP in op.attributes]
     if not at:
@@ -338,7 +337,7 @@ class _Chain:
             scf.YieldOp([])
 
     def _land(self, values: list, pending: int) -> list:
-        return list(R.create(MMA_WAIT, [v.type for v in values], values, {"pending": pending}).results)
+        return list(R.create(R.MMA_WAIT, [v.type for v in values], values, {"pending": pending}).results)
 
     def _rescaled(self, b: _Body, o_flight, alpha):
         """The P.V in flight landed, times the factor of the step whose P comes next."""

@@ -59,8 +59,8 @@ from dataclasses import dataclass
 from mlir import ir
 
 from attnc.ir import roles as R
+from attnc.passes.tile_program import KV_LOOP
 
-MMA_WAIT = "attn.mma_wait"
 MAX_STATES = 400_000
 BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4}
 
@@ -152,7 +152,7 @@ class _Trace:
             self.branch(op)
         elif name == "attn.mma":
             self.mma(op)
-        elif name == MMA_WAIT:
+        elif name == R.MMA_WAIT:
             self.mma_wait(op)
         elif name in _SYNC:
             if name == R.MBARRIER_ARRIVE:
@@ -165,7 +165,7 @@ class _Trace:
         if None in (lo, hi) or step != 1:
             lo, hi = 0, self.trips if self.loops == 0 else 1
         self.loops += 1
-        if "kv_blocks" in op.attributes:
+        if KV_LOOP in op.attributes:
             self.kv_trips += max(0, hi - lo)
             self.first_kv_loop = self.first_kv_loop or op
         values = [self.env.get(v) for v in list(op.operands)[3:]]
@@ -220,7 +220,7 @@ class _Trace:
         left = {token for token, _ in self.in_flight}
         for k, v in enumerate(op.operands):
             if self.env.get(v) in left:
-                self.violations.append(Violation(op, f"{MMA_WAIT} (pending = {pending}): operand {k} is among "
+                self.violations.append(Violation(op, f"{R.MMA_WAIT} (pending = {pending}): operand {k} is among "
                                                      f"the {pending} youngest GEMMs the wait leaves in flight"))
                 return
 

@@ -11,7 +11,6 @@ from attnc.driver import CompileOptions, compile_mlir
 from attnc.errors import AttncError
 from attnc.ir import attention_ops, set_int
 from attnc.ir import roles as R
-from attnc.schedule.overlap import MMA_WAIT
 from attnc.schedule.verify import verify_kernel
 from attnc.testing import check_file
 
@@ -59,8 +58,8 @@ def test_overlapped_plans_are_sound(example, options, tile):
     persistent CTAs' releases of Q and the last V slots, and 2 to 4 stages."""
     op = kernel(example, pipeline=L5 % options + ",attn-overlap-gemms", tile=tile)
     consumers = [r for r in R.role_ops(op) if R.name_of(r).startswith("consumer")]
-    assert consumers and all(R.ops_in(R.role_block(r), (MMA_WAIT,)) for r in consumers)
-    assert not R.ops_in(R.role_block(next(r for r in R.role_ops(op) if R.name_of(r) == "producer")), (MMA_WAIT,))
+    assert consumers and all(R.ops_in(R.role_block(r), (R.MMA_WAIT,)) for r in consumers)
+    assert not R.ops_in(R.role_block(next(r for r in R.role_ops(op) if R.name_of(r) == "producer")), (R.MMA_WAIT,))
     assert messages(op) == ""
     for role in consumers:      # the finalize takes O, m and l from the overlapped steps, in its order
         finalize = R.ops_in(R.role_block(role), ("attn.finalize",))[0]
@@ -68,7 +67,7 @@ def test_overlapped_plans_are_sound(example, options, tile):
         assert steps.name == "scf.if" and [v.owner for v in list(finalize.operands)[:3]] == [steps] * 3
         then, otherwise = (list(steps.regions[k].blocks[0].operations)[-1] for k in (0, 1))
         taken = [v.result_number for v in list(finalize.operands)[:3]]
-        assert then.operands[taken[0]].owner.name == MMA_WAIT            # O: the last P.V landed
+        assert then.operands[taken[0]].owner.name == R.MMA_WAIT            # O: the last P.V landed
         assert [then.operands[k].owner.name for k in taken[1:]] == ["attn.softmax_step"] * 2 or \
             [then.operands[k].owner.name for k in taken[1:]] == ["scf.for"] * 2
         starts = [ir.FloatAttr(otherwise.operands[k].owner.attributes["value"]).value for k in taken]
@@ -78,7 +77,7 @@ def test_overlapped_plans_are_sound(example, options, tile):
 def test_the_cooperative_kernel_is_left_as_it_is():
     op = kernel("alibi", pipeline=L5 % "" + ",attn-overlap-gemms")
     assert [R.name_of(r) for r in R.role_ops(op)] == ["compute"]
-    assert not R.ops_in(R.role_block(R.role_ops(op)[0]), (MMA_WAIT,))
+    assert not R.ops_in(R.role_block(R.role_ops(op)[0]), (R.MMA_WAIT,))
 
 
 def test_two_segments_peel_the_first_block_of_either():
@@ -99,14 +98,14 @@ def test_release_before_landing_is_caught():
     op = kernel("mha", pipeline=L5 % "" + ",attn-overlap-gemms")
     release = next(o for o in loop_ops(op, R.MBARRIER_ARRIVE)
                    if R.name_of(o.operands[0].owner) == "mbar_k_empty")
-    release.move_before(loop_ops(op, MMA_WAIT)[1])
+    release.move_before(loop_ops(op, R.MMA_WAIT)[1])
     assert "releases slot" in messages(op) and "while an async attn.mma reading it is in flight" in messages(op)
 
 
 def test_landing_a_gemm_left_in_flight_is_caught():
     """S landed by a wait that leaves two GEMMs in flight: S is one of them."""
     op = kernel("mha", pipeline=L5 % "" + ",attn-overlap-gemms")
-    set_int(loop_ops(op, MMA_WAIT)[1], "pending", 2)
+    set_int(loop_ops(op, R.MMA_WAIT)[1], "pending", 2)
     assert messages(op) == "attn.mma_wait (pending = 2): operand 0 is among the 2 youngest GEMMs the wait leaves " \
                            "in flight"
 

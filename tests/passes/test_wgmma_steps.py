@@ -8,7 +8,7 @@ import pytest
 from mlir import ir
 
 from attnc.backend.kv_steps import StepOp
-from attnc.backend.wgmma_steps import MMA_WAIT, WgmmaSteps, wgmma_steps
+from attnc.backend.wgmma_steps import WgmmaSteps, wgmma_steps
 from attnc.driver import CompileOptions, compile_mlir, optimize_mlir
 from attnc.errors import AttncError
 from attnc.ir import attention_ops, to_text
@@ -145,7 +145,7 @@ def test_an_edited_data_flow_is_refused():
     """P.V given the O it landed, not the rescaled one."""
     def edit(result, role):
         pv = next(op for op in trip_ops(result, "attn.mma", role) if R.attrs_of(op)["kind"] == "pv")
-        pv.operands[2] = trip_ops(result, MMA_WAIT, role)[0].result
+        pv.operands[2] = trip_ops(result, R.MMA_WAIT, role)[0].result
     _refused(edit, "builds an overlapped step's data flow as attn-overlap-gemms makes it")
 
 
