@@ -16,6 +16,7 @@ from typing import Optional
 from attnc.backend.mask_hooks import (ExtraParam, KeepFn, KvRangeFn, RowIntervalFn, ScoreBiasFn, ScoreModFn,
                                       SinkFn, TileHoldsFn, TilePartialFn)
 from attnc.backend.kv_steps import KvSteps
+from attnc.backend.load_steps import LoadSteps
 from attnc.backend.wgmma_steps import WgmmaSteps
 from attnc.backend.spec_checks import check_spec
 
@@ -81,7 +82,6 @@ class ForwardSpec:
     producer_regs: Optional[int] = None    # with it: setmaxnreg budgets of the producer and each
     consumer_regs: Optional[int] = None    # consumer thread (two consumer warpgroups); None: the
                                           # recipe's (attnc/schedule/recipes.py)
-    v_first: bool = False                  # with it: each producer step issues V before K
     persistent: Optional[bool] = None      # with a producer warpgroup: one CTA per SM loops over
                                           # the query blocks (Note [Persistent CTAs] in sm90a_ws.py);
                                           # None: persistent_ctas decides
@@ -123,6 +123,8 @@ class ForwardSpec:
                                           # MMAs (Note [Dead rows] in sm80.py); None: skips_dead_rows
     wgmma_steps: Optional[WgmmaSteps] = None  # sm_90a consumers' overlapped trips, lowered op by op
                                           # (Note [Overlapped steps op by op]); None: the default
+    load_steps: Optional[LoadSteps] = None  # sm_90a producer's trips, lowered op by op (Note [Loads
+                                          # op by op] in load_steps.py); None: the default
     kv_steps: Optional[KvSteps] = None     # the KV loops' bodies, lowered op by op on sm_80 (Note
                                           # [Steps op by op] in kv_steps.py); None: KvSteps.default
 

@@ -72,6 +72,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
     from attnc.backend.kernel_abi import SMALL_GRID_CTAS_PER_SM
     from attnc.backend.kernel_spec import ForwardSpec
     from attnc.backend.kv_steps import kv_steps
+    from attnc.backend.load_steps import load_steps
     from attnc.backend.wgmma_steps import wgmma_steps
     from attnc.backend.qtiles import MAX_TAIL_WAVES, TAIL_WAVES, qtiles_plan, segment_conjunct
     from attnc.backend.run_ranges import run_rest
@@ -97,13 +98,12 @@ def _lowering_from_ir(result) -> ForwardLowering:
                            f"the target's passes (`attnc passes` lists them), or --emit mlir for the IR")
     block_m, block_n = get_int(op, "block_m"), get_int(op, "block_n")
     # Note [The plan the lowerings follow] (lower_kernel.py): the roles, stages, budgets,
-    # ping-pong and the producer's K/V order are the IR's.
+    # ping-pong and persistent CTAs are the IR's.
     plan = plan_ir.followed_plan(op, LOWERING[target])
     regs = dict(plan.regs)
     followed = dict(num_warps=plan.warps, stages=plan.stages)
     if target == "sm_90a":
-        followed.update(producer_warpgroup=plan.producer, pingpong=plan.pingpong, v_first=plan.v_first,
-                        persistent=plan.persistent)
+        followed.update(producer_warpgroup=plan.producer, pingpong=plan.pingpong, persistent=plan.persistent)
         if plan.producer:
             consumer_regs = {regs[name] for name in regs if name.startswith("consumer")}
             if len(consumer_regs) != 1:
@@ -122,11 +122,12 @@ def _lowering_from_ir(result) -> ForwardLowering:
                            f"setmaxnreg moves registers between a producer and its consumers, so it must be 0")
     check_levels(op)            # attn-hoist's, on every copy of the hooks
     # Note [Steps op by op] (kv_steps.py): sm_80's steps are the compute role's KV loops.
-    steps = trips = None
+    steps = trips = loads = None
     if target == "sm_80":
         steps = kv_steps(next(r for r in R.role_ops(op) if R.name_of(r) == "compute"), op)
     elif plan.producer and R.ops_in(op.regions[0].blocks[0], (R.MMA_WAIT,)):
         trips = wgmma_steps(op)     # Note [Overlapped steps op by op]; without them the lowering refuses
+        loads = load_steps(op)      # Note [Loads op by op]
     mode = mask_mode(op, variant)
     runtime = mode is None and mask_functions(op).kind == "runtime"
     blockmap = blockmap_plan(result, block_m, block_n) if runtime else None
@@ -146,6 +147,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
             softmax_scale=variant.scale, symbol=kernel_symbol(variant.name, "fwd"),
             banded=banded(op), blockmap=blockmap is not None,
             aligned_tiles=tiles, tiles_per_head=tiles and blockmap.per_head, kv_steps=steps, wgmma_steps=trips,
+            load_steps=loads,
             **choices, **hooks.spec_fields())
         try:
             return ForwardLowering(spec.check(), blockmap, waves)

@@ -67,6 +67,8 @@ ptxas kept the consumers' S twice, spilled 700 bytes and serialized the wgmma.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from mlir import ir
 from mlir.dialects import nvvm, scf
 
@@ -76,6 +78,7 @@ from attnc.backend.score_masks import rows_of
 from attnc.backend.smem_tiles import TileLoader
 from attnc.backend.forward import ScoredStep
 from attnc.backend.sm90a import Sm90aForward, _chunks, _flat, _InFlight
+from attnc.backend.load_steps import LoadSteps
 from attnc.backend.wgmma_steps import WgmmaSteps
 from attnc.schedule.recipes import consumer_registers, producer_registers
 
@@ -86,6 +89,7 @@ class Sm90aWsForward(Sm90aForward):
         super().__init__(spec, args)
         # Note [Overlapped steps op by op] (wgmma_steps.py)
         self.trips = spec.wgmma_steps or WgmmaSteps.default(spec.pingpong, spec.persistent_ctas)
+        self.loads = spec.load_steps or LoadSteps.default()       # Note [Loads op by op]
         self.mbar = MBarrier(self.e)
         base, stages = spec.tiles_bytes, spec.stages
         self._bar_offsets = {"q_full": base}
@@ -192,9 +196,9 @@ class Sm90aWsForward(Sm90aForward):
         self.cp.wait(0)
 
     def _produce_block(self, rnd, carried):
-        """Q, then K0, K1, V0, K2, V1, ... (with v_first, the order the plan's producer
-        loop puts them in: K0, V0, K1, V1, K2, ...): each into its slot once the consumers
-        released it, each followed by this thread's arrival on its full barrier."""
+        """Q, then K0 and the trips of Note [Loads op by op] (load_steps.py): K(t + 1)
+        where there is one and V(t), in the order the IR's trip has them -- K0, K1, V0,
+        K2, V1, ... by default."""
         e = self.e
         parity = e.and_(rnd, 1)
         if self.spec.persistent_ctas:
@@ -206,36 +210,47 @@ class Sm90aWsForward(Sm90aForward):
         self.mbar.arrive_on_copies(self._barrier("q_full"))
         kv = self._kv_range(self.m_block)
         total = kv.total(e)
+        runs = self.loads.runs()
         some = scf.IfOp(e.gt(total, 0))
         with ir.InsertionPoint(some.then_block):
-            self._produce("k", kv, e.c32(0))
+            self._load_run(next(ops for tile, ops in runs if tile == "k"), kv, e.c32(0))
             loop = scf.ForOp(e.c32(0), total, e.c32(1))
             with ir.InsertionPoint(loop.body):
                 t = loop.induction_variable
-                if self.spec.v_first:
-                    self._produce("v", kv, t)
-                following = e.add(t, 1)
-                more = scf.IfOp(e.lt(following, total))
-                with ir.InsertionPoint(more.then_block):
-                    self._produce("k", kv, following)
-                    scf.yield_([])
-                if not self.spec.v_first:
-                    self._produce("v", kv, t)
+                for tile, ops in runs:
+                    if tile == "v":
+                        self._load_run(ops, kv, t)
+                        continue
+                    following = e.add(t, 1)
+                    more = scf.IfOp(e.lt(following, total))
+                    with ir.InsertionPoint(more.then_block):
+                        self._load_run(ops, kv, following)
+                        scf.yield_([])
                 scf.yield_([])
             scf.yield_([])
         return total, []
 
-    def _produce(self, name: str, kv, t) -> None:
-        """Load K or V of step t into its slot once it is empty, then arrive on its full
-        barrier. Rows at or past N are zero-filled, and so is a block the mask skips
-        (Note [Skipped blocks] in forward_loads.py)."""
+    def _load_run(self, ops, kv, t) -> None:
+        """Ops of one tile's load of step t, a pattern each (Note [Loads op by op])."""
+        load = _Load(*self._use(t), kv, t)
+        for op in ops:
+            getattr(self, f"_load_{op.name}")(op.what, load)
+
+    def _load_wait(self, tile: str, load) -> None:
+        """Until the consumers released the slot (its empty phase)."""
+        self.mbar.wait(self._barrier(f"{tile}_empty", load.slot), self.e.xor(load.parity, 1))
+
+    def _load_write(self, tile: str, load) -> None:
+        """The tile's copies into the slot; rows at or past N are zero-filled, and so is a
+        block the mask skips (Note [Skipped blocks] in forward_loads.py)."""
         e, s = self.e, self.spec
-        slot, parity = self._use(t)
-        self.mbar.wait(self._barrier(f"{name}_empty", slot), e.xor(parity, 1))
-        n_block = kv.block(e, t)
+        n_block = load.kv.block(e, load.t)
         skip = self._skip(n_block) if s.tile_skip is not None else None
-        self._load_kv(name, n_block, e.mul(slot, self.slot_bytes), True, skip)
-        self.mbar.arrive_on_copies(self._barrier(f"{name}_full", slot))
+        self._load_kv(tile, n_block, e.mul(load.slot, self.slot_bytes), True, skip)
+
+    def _load_arrive(self, tile: str, load) -> None:
+        """This thread's arrival on the full barrier, once its copies landed."""
+        self.mbar.arrive_on_copies(self._barrier(f"{tile}_full", load.slot))
 
     # ------------------------------------------------------------ consumers
     def _consumer(self, ctid) -> None:
@@ -528,6 +543,16 @@ class _Trip(ScoredStep):
 
     def skip_answer(self):
         return self.skip
+
+
+@dataclass
+class _Load:
+    """One tile's load of step t in a producer trip: its slot, the parity of the slot's
+    full phase, the key schedule."""
+    slot: object
+    parity: object
+    kv: object
+    t: object
 
 
 class _BlockWalk:

@@ -185,7 +185,7 @@ def _reads_q(value) -> bool:
     return getattr(owner, "name", "") == R.SLOT_READ and ir.StringAttr(owner.attributes["tile"]).value == "q"
 
 
-def _advances(value, stage, phase) -> bool:
+def advances(value, stage, phase) -> bool:
     """Whether `value` is the next stage of the ring at (stage, phase): a trip advances
     each ring once."""
     owner = value.owner
@@ -208,8 +208,8 @@ def _check_flow(seen: dict, args: list, terminator, loop) -> None:
         (list(pv.operands) == [args[P], seen["read v"].result, rescale.result], pv),
         (list(terminator.operands)[:5] == [softmax.results[1], softmax.results[2], pv.result, softmax.results[0],
                                            softmax.results[3]], terminator),
-        (_advances(terminator.operands[K_STAGE], args[K_STAGE], args[K_PHASE])
-         and _advances(terminator.operands[V_STAGE], args[V_STAGE], args[V_PHASE])
+        (advances(terminator.operands[K_STAGE], args[K_STAGE], args[K_PHASE])
+         and advances(terminator.operands[V_STAGE], args[V_STAGE], args[V_PHASE])
          and terminator.operands[V_PREVIOUS] == args[V_STAGE], terminator),
     ]
     for ok, op in flows:

@@ -183,11 +183,11 @@ def pass_loc(pass_name: str, near: ir.Operation | ir.Location) -> ir.Location:
 # arithmetic are left out, so one digest holds from L3 to L5. attn-warp-specialize
 # records every role's (`programs` on attn.warp_specialize); a lowering that does not
 # follow an op order compares it (Note [The plan the lowerings follow] in
-# attnc/passes/lower_kernel.py). What a lowering does follow is left out: the producer's
-# K/V order is read as K first. sm_80's role, which its lowering builds op by op (Note
-# [The role op by op] in attnc/backend/kv_steps.py), is not compared, and of sm_90a's
-# consumer warpgroups fed by a producer the KV loops' bodies are left out, their trips
-# being built op by op (`trips_op_by_op`).
+# attnc/passes/lower_kernel.py). What a lowering does follow is left out: sm_80's role,
+# which its lowering builds op by op (Note [The role op by op] in
+# attnc/backend/kv_steps.py), is not compared, and of sm_90a's producer and the consumer
+# warpgroups it feeds the KV loops' bodies are left out, their trips being built op by
+# op (`trips_op_by_op`).
 _TILE_KEYS = {"attn.load": "operand", "attn.mma": "kind", "attn.store": "operand"}
 _EXCHANGES = {PUT: "put", SLOT_WRITE: "put", GET: "get", SLOT_READ: "get"}
 _PROGRAM_OPS = ("attn.load", "attn.mma", "attn.score_mod", "attn.mask", "attn.softmax_step", "attn.rescale",
@@ -205,7 +205,7 @@ def program_digest(role: ir.Operation) -> str:
         return None
 
     seq = _steps(role, step)
-    return _digest(_kv_first(seq) if name_of(role) == "producer" else seq)
+    return _digest(seq)
 
 
 # Note [Role schedules]: what attn-insert-pipelines makes of a role -- where its waits,
@@ -269,13 +269,16 @@ def built_op_by_op(role: ir.Operation) -> bool:
 
 def trips_op_by_op(role: ir.Operation) -> bool:
     """Whether the lowering builds the trips of `role`'s KV loops op by op, in the order
-    their ops stand (sm_90a's consumer warpgroups fed by a producer: Note [Overlapped steps
-    op by op] in attnc/backend/wgmma_steps.py); the role's digests leave those loops'
-    bodies out (Notes [Role programs] and [Role schedules])."""
+    their ops stand (sm_90a's producer and the consumer warpgroups it feeds: Notes [Loads
+    op by op] in attnc/backend/load_steps.py and [Overlapped steps op by op] in
+    attnc/backend/wgmma_steps.py); the role's digests leave those loops' bodies out
+    (Notes [Role programs] and [Role schedules])."""
     kernel = role.parent.parent if role.parent is not None else None
-    if kernel is None or attrs_of(kernel).get("target") != "sm_90a" or not name_of(role).startswith("consumer"):
+    if kernel is None or attrs_of(kernel).get("target") != "sm_90a":
         return False
-    return any(name_of(r) == "producer" for r in _ops_named(kernel, ROLE))
+    name = name_of(role)
+    return name == "producer" or (name.startswith("consumer")
+                                  and any(name_of(r) == "producer" for r in _ops_named(kernel, ROLE)))
 
 
 # Note [Verified as it stands]: attn-verify-pipeline remembers, for the process, a digest
@@ -305,18 +308,3 @@ def _digest(seq: list[str]) -> str:
     import hashlib
 
     return hashlib.sha256("\n".join(seq).encode()).hexdigest()[:16]
-
-
-def _kv_first(seq: list[str]) -> list[str]:
-    """Each run of K and V loads and puts in a fixed order (K's, then V's)."""
-    kv = {"attn.load k", "put k", "attn.load v", "put v"}
-    out, run = [], []
-    for step in [*seq, None]:
-        if step in kv:
-            run.append(step)
-            continue
-        out += sorted(run, key=lambda x: (x.endswith("v"), x.startswith("put")))
-        run = []
-        if step is not None:
-            out.append(step)
-    return out

@@ -97,12 +97,12 @@ def _check_plan(module, pass_name: str) -> None:
     attn-lower-sm90a follow these choices of the L3-L5 IR (plan_ir.followed_plan): the
     roles -- sm_90a's producer warpgroup or none, its consumer warpgroups, each role's
     setmaxnreg budget (`regs`), ping-pong and persistent CTAs (`pingpong`, `persistent`
-    on attn.warp_specialize) -- the K/V channel's stages, the order in which the
-    producer's KV loops put K and V, and on sm_80 the whole role as it stands, in its
-    order, synchronization included, which the lowering has the verifier check (Notes
-    [Steps op by op] and [The role op by op] in attnc/backend/kv_steps.py), and on sm_90a
-    the trips of the consumers' overlapped KV loops likewise (Note [Overlapped steps op by
-    op] in attnc/backend/wgmma_steps.py). Those come
+    on attn.warp_specialize) -- the K/V channel's stages, and on sm_80 the whole role as
+    it stands, in its order, synchronization included, which the lowering has the
+    verifier check (Notes [Steps op by op] and [The role op by op] in
+    attnc/backend/kv_steps.py), and on sm_90a the trips of the producer's and the
+    consumers' KV loops likewise (Notes [Loads op by op] in attnc/backend/load_steps.py
+    and [Overlapped steps op by op] in attnc/backend/wgmma_steps.py). Those come
     from the plan passes' options (attn-tile, attn-warp-specialize), from a user pass, or
     from a dump edited by hand. The rest of
     the plan -- buffer placement, barrier counts, where the synchronization ops stand,
@@ -131,8 +131,8 @@ def _check_plan(module, pass_name: str) -> None:
                 continue            # its ops are checked as they are built (Note [The role op by op])
             if name in made and made[name] != R.program_digest(role):
                 raise error_at(role, f"{pass_name} builds the ops of role '{name}' in the order "
-                                     f"attn-warp-specialize made them (of an op order it follows only which of "
-                                     f"K and V the producer puts first), "
+                                     f"attn-warp-specialize made them (but for the trips of its KV loops, which "
+                                     f"it builds as they stand), "
                                      f"and this role's ops were reordered, added or removed since (Note [The "
                                      f"plan the lowerings follow])")
             if name in synced and synced[name] != R.schedule_digest(role):      # Note [Role schedules]
@@ -154,7 +154,7 @@ def _check_plan(module, pass_name: str) -> None:
                 continue
             why = _first_difference(kind, ours.get(kind, []), theirs[kind])
             raise error_at(kernel, f"{pass_name} follows the plan's roles, stages, register budgets, ping-pong "
-                                   f"and the producer's K/V order, and builds the rest as the plan passes make "
+                                   f"and persistent CTAs, and builds the rest as the plan passes make "
                                    f"it for them; this plan differs there: {why} (Note [The plan the lowerings "
                                    f"follow])")
 
@@ -167,7 +167,7 @@ def _check_overlapped(kernel, pass_name: str) -> None:
     from attnc.ir import roles as R
 
     for role in R.role_ops(kernel):
-        if R.trips_op_by_op(role) and not R.ops_in(R.role_block(role), (R.MMA_WAIT,)):
+        if R.trips_op_by_op(role) and R.name_of(role) != "producer" and not R.ops_in(R.role_block(role), (R.MMA_WAIT,)):
             raise error_at(role, f"{pass_name} builds the KV steps of a consumer warpgroup with its GEMMs "
                                  f"overlapped, as attn-overlap-gemms writes them (Note [Overlapped steps in "
                                  f"the IR] in attnc/schedule/overlap.py), and role '{R.name_of(role)}' has "

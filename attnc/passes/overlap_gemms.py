@@ -1,5 +1,6 @@
 """`attn-overlap-gemms`: rotate sm_90a's consumer warpgroups' KV steps so that each
-step's QK^T is issued with the previous step's P.V, both asynchronous (L5).
+step's QK^T is issued with the previous step's P.V, both asynchronous, and the
+producer's so that it loads K one step ahead of V (L5).
 
 Targets: sm_90a. Expects L5 (after attn-insert-pipelines). In a plan with a producer
 warpgroup, every consumer role's KV loops become the overlapped steps of Note
@@ -7,8 +8,10 @@ warpgroup, every consumer role's KV loops become the overlapped steps of Note
 rest carrying the previous step's P and factor and the P.V in flight, the last P.V after
 them; the GEMMs are `async` attn.mma ops landed by attn.mma_wait, which
 attn-verify-pipeline checks with the slots they read (Note [Asynchronous GEMMs]). The
-cooperative kernel's role (no producer warpgroup) is left as it is. One trip, before
-and after:
+producer's KV loops load K(n) and V(n - 1) in each trip, in the order its step had them,
+with K's first load before them and V's last after (Note [K one step ahead] in
+attnc/schedule/load_ahead.py). The cooperative kernel's role (no producer warpgroup) is
+left as it is. One consumer trip, before and after:
 
     wait K; QK^T; release K; scores; softmax      O = land(O in flight); O *= factor
     O *= factor; wait V; P.V; release V           release V(n - 2); wait K(n); wait V(n - 1)
@@ -26,7 +29,7 @@ from attnc.passes.registry import Pass
 
 @dataclass(frozen=True)
 class OverlapGemms(Pass):
-    """Issue each consumer step's QK^T with the previous step's P.V (sm_90a, L5)."""
+    """Issue each consumer step's QK^T with the previous step's P.V, and the producer's K a step ahead of V (sm_90a, L5)."""
 
     name: ClassVar[str] = "attn-overlap-gemms"
 
@@ -40,6 +43,7 @@ def overlap(module) -> None:
     from attnc.ir import attention_ops, error_at, get_str
     from attnc.ir import roles as R
     from attnc.passes import plan_ir
+    from attnc.schedule.load_ahead import load_ahead
     from attnc.schedule.overlap import overlap_role
 
     for op in attention_ops(module):
@@ -59,12 +63,13 @@ def overlap(module) -> None:
         with op.context:
             for role in roles:
                 name = R.name_of(role)
-                if not name.startswith("consumer"):
+                rotate = load_ahead if name == "producer" else overlap_role if name.startswith("consumer") else None
+                if rotate is None:
                     continue
                 # The digests follow the rotation only where the role was the plan's: an edit
                 # made before stays one the lowering sees (Note [Role programs]).
                 as_made = made.get(name) == R.program_digest(role) and synced.get(name) == R.schedule_digest(role)
-                overlap_role(role, op)
+                rotate(role, op)
                 if as_made:
                     made[name], synced[name] = R.program_digest(role), R.schedule_digest(role)
             for key, digests in ((R.PROGRAMS, made), (R.SCHEDULES, synced)):

@@ -115,7 +115,6 @@ class FollowedPlan:
     producer: bool              # sm_90a: a role named `producer`
     pingpong: bool              # sm_90a: `pingpong` on attn.warp_specialize
     regs: tuple[tuple[str, int], ...]   # each role's setmaxnreg budget (0: none)
-    v_first: bool = False       # the producer's K/V loop puts V before K
     persistent: bool = False    # sm_90a: `persistent` on attn.warp_specialize (Note [Persistent
                                 # CTAs] in sm90a_ws.py): Q's slot has an empty mbarrier
 
@@ -146,23 +145,7 @@ def followed_plan(kernel: ir.Operation, pass_name: str) -> FollowedPlan:
         raise error_at(ws, f"{pass_name}: persistent = true on attn.warp_specialize; persistent CTAs are the "
                            f"producer warpgroup's kernel, and this plan has no producer role")
     return FollowedPlan(target, kv[0].stages, warps, max(1, warps // 4), producer, _flag(ws, R.PINGPONG),
-                        tuple((r.name, r.regs or 0) for r in found), _v_first(kernel) if producer else False,
-                        persistent)
-
-
-def _v_first(kernel: ir.Operation) -> bool:
-    """Whether the producer's KV loops put V before K (each loop's first put of either)."""
-    role = next(op for op in R.role_ops(kernel) if R.name_of(op) == "producer")
-    order = []
-    for loop in R.ops_in(R.role_block(role), ("scf.for",)):
-        tiles = [R.attrs_of(op).get("tile") for op in R.ops_in(loop.regions[0].blocks[0], R.KV_WRITES)]
-        tiles = [t for t in tiles if t in ("k", "v")]
-        if tiles:
-            order.append(tiles[0] == "v")
-    if len(set(order)) > 1:
-        raise error_at(role, "the producer's KV loops put K and V in different orders; the lowering issues "
-                             "every step's two loads in one order")
-    return bool(order and order[0])
+                        tuple((r.name, r.regs or 0) for r in found), persistent)
 
 
 def planned_summary(kernel: ir.Operation, tile: Tile, plan: FollowedPlan) -> dict[str, list[dict]]:

@@ -56,22 +56,8 @@ def overlap_role(role: ir.Operation, kernel: ir.Operation) -> None:
         raise error_at(role, f"{PASS}: role '{R.name_of(role)}' has no KV loop (scf.for with {KV_LOOP})")
     loops = [ops[k] for k in at]
     bodies = [_Body(loop, bars) for loop in loops]
-    for op in ops[at[0]:at[-1]]:
-        if op.name != "scf.for":
-            if not op.name.startswith("arith.") or any(_defined_in(v, loops) for v in op.operands):
-                raise error_at(op, f"{PASS} rotates KV loops that follow each other, with nothing but index "
-                                   f"arithmetic between them")
-            op.move_before(loops[0])
-    for before, loop in zip(loops, loops[1:]):
-        if list(loop.operands)[3:8] != list(before.results)[:5]:
-            raise error_at(loop, f"{PASS}: a KV loop carries m, l, O and its ring from the loop before it")
-        if any(use.owner != loop for r in before.results for use in r.uses):
-            raise error_at(before, f"{PASS}: what a KV loop carries out goes to the next KV loop only")
+    chained_loops(ops, at, "m, l, O and its ring", 3)
     last = loops[-1]
-    for r in list(last.results)[3:]:
-        if list(r.uses):
-            raise error_at(last, f"{PASS}: the ring state after the KV loops is used; the rotated loops end it "
-                                 f"elsewhere")
     turns = _Turns(ops[:at[0]], ops[at[-1] + 1:])
     q_release = next((op for op in ops[at[-1] + 1:] if op.name == R.MBARRIER_ARRIVE
                       and bars[_bar(op)].get("channel") == "q"), None)
@@ -87,13 +73,97 @@ def overlap_role(role: ir.Operation, kernel: ir.Operation) -> None:
         op.erase()
 
 
+def chained_loops(ops: list, at: list[int], carried: str, kept: int) -> None:
+    """Check that the KV loops `ops[k]` (k in `at`) follow each other, each carrying
+    its values (`carried`: what they are) from the loop before it and to the next only,
+    with nothing but index arithmetic between them, which is moved above the first; of
+    the last loop's results only the first `kept` may be used."""
+    loops = [ops[k] for k in at]
+    for op in ops[at[0]:at[-1]]:
+        if op.name != "scf.for":
+            if not op.name.startswith("arith.") or any(v.owner in loops for v in op.operands):
+                raise error_at(op, f"{PASS} rotates KV loops that follow each other, with nothing but index "
+                                   f"arithmetic between them")
+            op.move_before(loops[0])
+    for before, loop in zip(loops, loops[1:]):
+        if list(loop.operands)[3:] != list(before.results):
+            raise error_at(loop, f"{PASS}: a KV loop carries {carried} from the loop before it")
+        if any(use.owner != loop for r in before.results for use in r.uses):
+            raise error_at(before, f"{PASS}: what a KV loop carries out goes to the next KV loop only")
+    for r in list(loops[-1].results)[kept:]:
+        if list(r.uses):
+            raise error_at(loops[-1], f"{PASS}: the ring state after the KV loops is used; the rotated loops "
+                                      f"end it elsewhere")
+
+
+class KeyRange:
+    """The key range [lo, hi) of a role's KV loops: its segments (runs of loops, each
+    starting where the last ended), their bounds and the range's step count, built at
+    the insertion point."""
+
+    def __init__(self, loops: list):
+        self.i32 = ir.IntegerType.get_signless(32)
+        self.segments: list[list] = []
+        for loop in loops:
+            if self.segments and loop.operands[0] == self.segments[-1][-1].operands[1]:
+                self.segments[-1].append(loop)
+            else:
+                self.segments.append([loop])
+        zero = self.zero = self.const(0)
+        self.bounds = [(seg[0].operands[0], seg[-1].operands[1]) for seg in self.segments]
+        self.total = None
+        for lo, hi in self.bounds:
+            count = arith.MaxSIOp(arith.SubIOp(hi, lo).result, zero).result
+            self.total = count if self.total is None else arith.AddIOp(self.total, count).result
+
+    def const(self, value: int) -> ir.Value:
+        return arith.ConstantOp(self.i32, value).result
+
+    def cmp(self, pred: str, a, b) -> ir.Value:
+        return arith.CmpIOp(getattr(arith.CmpIPredicate, pred), a, b).result
+
+    def some(self, results: list) -> scf.IfOp:
+        """scf.if the range has a step."""
+        return scf.IfOp(self.cmp("sgt", self.total, self.zero), results, has_else=bool(results))
+
+    def first(self) -> tuple[ir.Value, list]:
+        """The first step's block -- the first of the first segment with blocks -- and
+        where each segment's loops start past it (the segment's start, one more where it
+        holds it)."""
+        one = self.one = self.const(1)
+        first, past, before_empty = None, [], None
+        for k, (lo, hi) in enumerate(self.bounds):
+            after = arith.AddIOp(lo, one).result
+            if first is None:
+                first, start = lo, after
+            else:
+                first = arith.SelectOp(before_empty, lo, first).result
+                start = arith.SelectOp(before_empty, after, lo).result
+            past.append(start)
+            if k + 1 < len(self.bounds):
+                empty = self.cmp("sge", lo, hi)
+                before_empty = empty if before_empty is None else arith.AndIOp(before_empty, empty).result
+        return first, past
+
+    def rotated(self, past: list, carried: list, trip) -> list:
+        """The loops again, each over its blocks past the first step's, carrying `carried`,
+        a trip's ops built by `trip(loop, original)`, which yields; returns what the
+        last carries out."""
+        for seg, start in zip(self.segments, past):
+            for old in seg:
+                lb = arith.MaxSIOp(old.operands[0], start).result
+                ub = arith.MaxSIOp(old.operands[1], start).result
+                loop = scf.ForOp(lb, ub, old.operands[2], carried)
+                for name in old.attributes:
+                    loop.operation.attributes[name] = old.attributes[name]
+                with ir.InsertionPoint(loop.body):
+                    scf.YieldOp(trip(loop, old))
+                carried = list(loop.results)
+        return carried
+
+
 def _bar(op: ir.Operation) -> str:
     return R.name_of(op.operands[0].owner)
-
-
-def _defined_in(value: ir.Value, loops: list) -> bool:
-    owner = value.owner
-    return any(owner == loop for loop in loops)
 
 
 class _Turns:
@@ -200,44 +270,19 @@ class _Chain:
 
     def build(self, first: ir.Operation, last: ir.Operation) -> list:
         m0, l0, o0, stage0, phase0 = list(first.operands)[3:8]
-        # The segments of the key range: runs of loops each starting where the last ended.
-        segments: list[list[_Body]] = []
-        for b in self.bodies:
-            if segments and b.loop.operands[0] == segments[-1][-1].loop.operands[1]:
-                segments[-1].append(b)
-            else:
-                segments.append([b])
-        zero = self.const(0)
-        bounds = [(seg[0].loop.operands[0], seg[-1].loop.operands[1]) for seg in segments]
-        total = None
-        for lo, hi in bounds:
-            count = arith.MaxSIOp(arith.SubIOp(hi, lo).result, zero).result
-            total = count if total is None else arith.AddIOp(total, count).result
-        some = scf.IfOp(self.cmp("sgt", total, zero), [m0.type, l0.type, o0.type], has_else=True)
+        keys = KeyRange([b.loop for b in self.bodies])
+        some = keys.some([m0.type, l0.type, o0.type])
         with ir.InsertionPoint(some.then_block):
-            scf.YieldOp(self._steps(segments, bounds, total, m0, l0, o0, stage0, phase0))
+            scf.YieldOp(self._steps(keys, m0, l0, o0, stage0, phase0))
         with ir.InsertionPoint(some.else_block):
             if self.q_release is not None:
                 self.q_release.clone()
             scf.YieldOp([m0, l0, o0])
         return list(some.results)
 
-    def _steps(self, segments, bounds, total, m0, l0, o0, stage0, phase0) -> list:
-        one = self.const(1)
-        # The first step's block: the first of the first segment with blocks; each segment's
-        # loops start past it (`past`: the segment's start, one more where it holds it).
-        first, past, before_empty = None, [], None
-        for k, (lo, hi) in enumerate(bounds):
-            after = arith.AddIOp(lo, one).result
-            if first is None:
-                first, start = lo, after
-            else:
-                first = arith.SelectOp(before_empty, lo, first).result
-                start = arith.SelectOp(before_empty, after, lo).result
-            past.append(start)
-            if k + 1 < len(bounds):
-                empty = self.cmp("sge", lo, hi)
-                before_empty = empty if before_empty is None else arith.AndIOp(before_empty, empty).result
+    def _steps(self, keys: KeyRange, m0, l0, o0, stage0, phase0) -> list:
+        first, past = keys.first()
+        one, total = keys.one, keys.total
         last_step = arith.SubIOp(total, one).result if self.q_release is not None else None
         mixed = [b for b in self.bodies if b.loop.attributes[KV_LOOP] == ir.StringAttr.get("mixed")]
         body = (mixed or self.bodies)[0]        # a masked body takes any block
@@ -253,16 +298,8 @@ class _Chain:
                           {"stages": body.op["advance"].attributes["stages"]}).results
         p, m, l, alpha = self._scores(body, vmap, s, m0, l0)
         carried = [m, l, o0, p, alpha, *k_next, stage0, phase0, stage0, one]
-        for seg, start in zip(segments, past):
-            for b in seg:
-                lb = arith.MaxSIOp(b.loop.operands[0], start).result
-                ub = arith.MaxSIOp(b.loop.operands[1], start).result
-                loop = scf.ForOp(lb, ub, b.loop.operands[2], carried)
-                for name in b.loop.attributes:
-                    loop.operation.attributes[name] = b.loop.attributes[name]
-                with ir.InsertionPoint(loop.body):
-                    scf.YieldOp(self._step(b, loop, last_step))
-                carried = list(loop.results)
+        of = {b.loop: b for b in self.bodies}
+        carried = keys.rotated(past, carried, lambda loop, old: self._step(of[old], loop, last_step))
         m, l, o_flight, p, alpha, _, _, v_stage, v_phase, v_prev, _ = carried
         # the last step's P.V
         o = self._rescaled(body, o_flight, alpha)

@@ -2,9 +2,11 @@
 
 A scheduling pass on the L3 IR (after attn-warp-specialize, before attn-insert-pipelines):
 inside every KV loop of the `producer` role it moves V's load and its `attn.put` above
-K's. The lowering issues each step's two loads in the order the producer's loops put
-them (Note [The plan the lowerings follow] in attnc/passes/lower_kernel.py), so the kernel
-changes with the IR:
+K's. attn-overlap-gemms then keeps that order in the producer's trips, which load V of
+the block before and then K of the next (K0, V0, K1, V1, ... where the default issues K0,
+K1, V0, K2, V1, ...: Note [K one step ahead] in attnc/schedule/load_ahead.py), and the
+lowering builds those trips op by op (Note [Loads op by op] in
+attnc/backend/load_steps.py), so the kernel changes with the IR:
 
     attnc compile examples/mha.attn -arch sm_90a --emit ptx \\
         --load-pass examples/passes/v_before_k.py \\

@@ -3,10 +3,39 @@
 // overlapped steps of Note [Overlapped steps in the IR] (attnc/schedule/overlap.py) --
 // the first step's QK^T before the loop, each trip landing the P.V of two steps back,
 // issuing QK^T(n) and P.V(n - 1) together and landing S with the P.V left in flight, the
-// last P.V after the loop -- which attn-verify-pipeline finds sound. The producer is
-// left as it is.
+// last P.V after the loop -- and the producer's loads of Note [K one step ahead]
+// (attnc/schedule/load_ahead.py): K of the first block before the loop, each trip
+// loading K(n) and then V of the block before on a ring of its own, the last V after
+// the loop. attn-verify-pipeline finds the whole plan sound.
 //
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline attn-overlap-gemms,attn-verify-pipeline | filecheck %s
+
+// The producer.
+// CHECK: "attn.role"() ({
+// CHECK: scf.if
+// CHECK: arith.addi %[[LO:c0_i32[_0-9]*]], %c1_i32{{[_0-9]*}}
+// CHECK-NEXT: "attn.load"({{.*}}, %[[LO]]) {operand = "k"}
+// CHECK: "attn.slot_write"(%{{[0-9]+}}, %c0_i32, %{{[0-9]+}}) {completes = "arrive", tile = "k"}
+// CHECK-NEXT: "attn.cp_async_mbarrier_arrive"
+// CHECK-NEXT: %[[KN:[0-9]+]]:2 = "attn.ring_advance"(%c0_i32, %c0_i32) {stages = 3 : i64}
+// CHECK: %[[LOOP:[0-9]+]]:5 = scf.for %[[N:arg[0-9]+]] = {{.*}} iter_args(%[[KS:arg[0-9]+]] = %[[KN]]#0, %[[KP:arg[0-9]+]] = %[[KN]]#1, %[[VS:arg[0-9]+]] = %c0_i32, %[[VP:arg[0-9]+]] = %c0_i32, %[[PREV:arg[0-9]+]] = %[[LO]])
+// CHECK-NEXT: %[[K:[0-9]+]] = "attn.load"({{.*}}, %[[N]]) {operand = "k"}
+// CHECK-NEXT: %[[KF:[0-9]+]] = arith.xori %[[KP]], %c1_i32{{[_0-9]*}}
+// CHECK-NEXT: "attn.mbarrier_wait"(%{{[0-9]+}}, %[[KS]], %[[KF]])
+// CHECK-NEXT: "attn.slot_write"(%{{[0-9]+}}, %[[KS]], %[[K]]) {completes = "arrive", tile = "k"}
+// CHECK-NEXT: "attn.cp_async_mbarrier_arrive"(%{{[0-9]+}}, %[[KS]])
+// CHECK-NEXT: %[[V:[0-9]+]] = "attn.load"({{.*}}, %[[PREV]]) {operand = "v"}
+// CHECK-NEXT: %[[VF:[0-9]+]] = arith.xori %[[VP]], %c1_i32{{[_0-9]*}}
+// CHECK-NEXT: "attn.mbarrier_wait"(%{{[0-9]+}}, %[[VS]], %[[VF]])
+// CHECK-NEXT: "attn.slot_write"(%{{[0-9]+}}, %[[VS]], %[[V]]) {completes = "arrive", tile = "v"}
+// CHECK-NEXT: "attn.cp_async_mbarrier_arrive"(%{{[0-9]+}}, %[[VS]])
+// CHECK-NEXT: %[[KA:[0-9]+]]:2 = "attn.ring_advance"(%[[KS]], %[[KP]])
+// CHECK-NEXT: %[[VA:[0-9]+]]:2 = "attn.ring_advance"(%[[VS]], %[[VP]])
+// CHECK-NEXT: scf.yield %[[KA]]#0, %[[KA]]#1, %[[VA]]#0, %[[VA]]#1, %[[N]] :
+// CHECK-NEXT: } {kv_blocks = "all"}
+// CHECK-NEXT: "attn.load"({{.*}}, %[[LOOP]]#4) {operand = "v"}
+// CHECK: "attn.slot_write"(%{{[0-9]+}}, %[[LOOP]]#2, %{{[0-9]+}}) {completes = "arrive", tile = "v"}
+// CHECK-NOT: attn.mma_wait
 
 // CHECK-LABEL: name = "producer"
 // CHECK-NOT: attn.mma_wait

@@ -249,13 +249,13 @@ def _q_after_the_first_loads(plan: str) -> str:
 
 
 def test_sm90a_steps_keep_the_plans_order():
-    """Of sm_90a's consumers only the trips of the KV loops are built op by op (Note
-    [Overlapped steps op by op]): the first step's K released after its softmax is
-    refused at the role."""
+    """Of sm_90a's producer and consumers only the trips of the KV loops are built op by op
+    (Notes [Loads op by op] and [Overlapped steps op by op]): the first step's K released
+    after its softmax is refused at the role."""
     result = compile_file("examples/mha.attn", CompileOptions(arch="sm_90a", pass_pipeline=_sm90a_until_sync()))
     roles = R.role_ops(attention_ops(result.module)[0])
     assert roles and not any(R.built_op_by_op(r) for r in roles)
-    assert [R.trips_op_by_op(r) for r in roles] == [False, True, True]
+    assert [R.trips_op_by_op(r) for r in roles] == [True, True, True]
     text = result.text
     land = text.index('"attn.mma_wait"')
     start = text.rindex("\n", 0, text.index('"attn.mbarrier_arrive"', land)) + 1

@@ -1,6 +1,6 @@
 """Note [The plan the lowerings follow] (lower_kernel.py): the lowering builds the roles,
-stages, register budgets, ping-pong and producer K/V order the IR states, and refuses a
-plan that differs elsewhere rather than silently building another (found by a review)."""
+stages, register budgets, ping-pong, persistent CTAs and the KV loops' trips the IR
+states, and refuses a plan that differs elsewhere rather than silently building another."""
 from __future__ import annotations
 
 import re
@@ -189,6 +189,7 @@ def test_ops_reordered_where_the_lowering_does_not_follow_are_refused(tmp_path, 
 
 def test_a_producer_putting_v_first_is_followed(tmp_path):
     """The K/V order of the producer's loops is the kernel's (examples/passes/v_before_k.py)."""
+    from attnc.backend.load_steps import LoadSteps
     from attnc.passes.registry import load_pass_file
 
     load_pass_file("examples/passes/v_before_k.py")
@@ -197,7 +198,9 @@ def test_a_producer_putting_v_first_is_followed(tmp_path):
                                  "attn-warp-specialize", "attn-warp-specialize,v-before-k"))
     moved = build(compile_file("examples/mha.attn", options))
     default = build(compile_file("examples/mha.attn", CompileOptions(arch="sm_90a")))
-    assert moved.spec.v_first and not default.spec.v_first
+    order = [(op.name, op.what) for op in moved.spec.load_steps.trip]
+    assert order[:3] == [("wait", "v"), ("write", "v"), ("arrive", "v")]
+    assert default.spec.load_steps == LoadSteps.default()
     assert moved.ptx != default.ptx
 
 

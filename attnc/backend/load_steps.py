@@ -1,0 +1,146 @@
+"""sm_90a's producer warpgroup as the lowering reads it from the L5 IR (`load_steps`), to
+build each trip of its KV loops op by op (sm90a_ws.py).
+
+Note [Loads op by op]: a trip of the producer's KV loop, as attn-overlap-gemms writes it
+(Note [K one step ahead] in attnc/schedule/load_ahead.py) -- the load of K(n) and the
+load of V of the block before, each a wait for its empty slot, the slot's write and the
+arrival on its full barrier -- is lowered from its ops in the order they stand, a
+pattern per op (`Sm90aWsForward._load_<op>`): the wait (mbarrier.try_wait on the
+empty phase), the write (the tile's cp.async copies, zero-filled past N or for a block
+the block map skips) and the arrival (cp.async.mbarrier.arrive.noinc). So the order of
+K's and V's loads in a trip, or of their ops, is the kernel's, once attn-verify-pipeline,
+which the lowering runs first, found it sound. What stays the plan's: which ops a trip
+has (one of each for K and for V; no op without a pattern), each load's wait before its
+write before its arrival, which carried values are the K and V rings and the previous
+block (the lowering takes a step's slot and block from its index, the verifier from the
+rings, so the two must not part), and one trip for every loop. The kernel's loop runs
+over the steps t of the key range with K(0) peeled, K(t + 1) where there is one and
+V(t) -- the IR's trips one step on, with the last V folded in -- and the ops before and
+after the loops (Q's load, K's first, V's last) are compared with the plan (Note [Role
+programs] in attnc/ir/roles.py, without the KV loops' bodies).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir
+
+from attnc.backend.kv_steps import StepOp
+from attnc.backend.wgmma_steps import advances
+from attnc.ir import error_at
+from attnc.ir import roles as R
+from attnc.ir.ops import int_constant
+from attnc.passes.tile_program import KV_LOOP
+
+NOTE = "Note [Loads op by op]"
+# The carried values of a trip, as attn-overlap-gemms orders them (after the block index).
+K_STAGE, K_PHASE, V_STAGE, V_PHASE, PREVIOUS = range(5)
+_OPS = {R.MBARRIER_WAIT: ("wait", "empty"), R.SLOT_WRITE: ("write", None),
+        R.CP_ASYNC_MBARRIER_ARRIVE: ("arrive", "full")}
+
+
+@dataclass(frozen=True)
+class LoadSteps:
+    """The trip of the producer's KV loops: its ops in order."""
+
+    trip: tuple[StepOp, ...]
+
+    @staticmethod
+    def default() -> "LoadSteps":
+        """The trip attn-overlap-gemms writes from attn-insert-pipelines' step: K, then V."""
+        return LoadSteps(tuple(StepOp(name, tile) for tile in ("k", "v") for name in ("wait", "write", "arrive")))
+
+    def runs(self) -> list[tuple[str, tuple[StepOp, ...]]]:
+        """The trip as runs of consecutive ops of one tile: (tile, ops)."""
+        out: list[tuple[str, list[StepOp]]] = []
+        for op in self.trip:
+            if out and out[-1][0] == op.what:
+                out[-1][1].append(op)
+            else:
+                out.append((op.what, [op]))
+        return [(tile, tuple(ops)) for tile, ops in out]
+
+
+def load_steps(kernel) -> LoadSteps:
+    """The trip of the producer role of `kernel` (L5, K one step ahead), checked (Note
+    [Loads op by op])."""
+    bars = {R.name_of(b): R.attrs_of(b) for b in R.mbarrier_ops(kernel)}
+    role = next(r for r in R.role_ops(kernel) if R.name_of(r) == "producer")
+    loops = [op for op in R.ops_in(R.role_block(role), ("scf.for",)) if KV_LOOP in op.attributes]
+    if not loops:
+        raise error_at(role, f"the producer has no KV loop ({NOTE})")
+    trips = [_trip(loop, bars) for loop in loops]
+    for trip, loop in zip(trips, loops):
+        if trip != trips[0]:
+            raise error_at(loop, f"the producer's KV loops have one trip: the kernel builds them from one ({NOTE})")
+    return LoadSteps(trips[0])
+
+
+def _trip(loop, bars: dict) -> tuple[StepOp, ...]:
+    block = loop.regions[0].blocks[0]
+    n, *args = list(block.arguments)
+    if len(args) != 5:
+        raise error_at(loop, f"the producer's KV loop carries the K and V rings and the previous block, as "
+                             f"attn-overlap-gemms makes it (run it after attn-insert-pipelines) ({NOTE})")
+    rings = {"k": (args[K_STAGE], args[K_PHASE], n), "v": (args[V_STAGE], args[V_PHASE], args[PREVIOUS])}
+    out: list[StepOp] = []
+    seen: dict[str, ir.Operation] = {}
+    for op in block.operations:
+        op = op.operation
+        name = op.name
+        if name in ("attn.load", R.RING_ADVANCE, "scf.yield") or (name.startswith("arith.") and not op.regions):
+            continue
+        if name not in _OPS:
+            raise error_at(op, f"the sm_90a lowering has no pattern for {name} in the producer's KV step ({NOTE})")
+        what, side = _OPS[name]
+        tile = _tile_of(op, bars, side)
+        if tile not in rings:
+            raise error_at(op, f"the producer's KV step waits on K's and V's empty barriers, writes their slots "
+                               f"and arrives on their full barriers ({NOTE})")
+        key = f"{what} {tile}"
+        if key in seen:
+            raise error_at(op, f"a producer's KV step has one {key} ({NOTE})")
+        stage, phase, block_index = rings[tile]
+        ok = op.operands[1] == stage and (what != "wait" or _reads(op.operands[2], phase)) and \
+            (what != "write" or _loads(op.operands[2], tile, block_index))
+        if not ok:
+            raise error_at(op, f"the producer's step loads K(n) and V of the block before at the stages and "
+                               f"phases of their rings, carried by the loop ({NOTE})")
+        seen[key] = op
+        out.append(StepOp(what, tile))
+    for tile in rings:
+        order = [k for k in ("wait", "write", "arrive") if f"{k} {tile}" in seen]
+        if order != ["wait", "write", "arrive"] or \
+                [op for op in out if op.what == tile] != [StepOp(k, tile) for k in order]:
+            raise error_at(loop, f"this KV loop's {tile.upper()} load has a wait for its empty slot, then the "
+                                 f"slot's write, then the arrival on its full barrier ({NOTE})")
+    terminator = list(block.operations)[-1]
+    yielded = list(terminator.operands)
+    if not (advances(yielded[K_STAGE], args[K_STAGE], args[K_PHASE])
+            and advances(yielded[V_STAGE], args[V_STAGE], args[V_PHASE]) and yielded[PREVIOUS] == n):
+        raise error_at(terminator, f"the producer's KV step advances the K and V rings and carries its block on, "
+                                   f"as attn-overlap-gemms makes it ({NOTE})")
+    return tuple(out)
+
+
+def _tile_of(op, bars: dict, side: str | None) -> str:
+    if side is None:
+        return ir.StringAttr(op.attributes["tile"]).value
+    a = bars.get(R.name_of(op.operands[0].owner), {})
+    return a.get("tile", "") if a.get("channel") == "kv" and a.get("side") == side else ""
+
+
+def _reads(value, phase) -> bool:
+    """Whether a wait's parity is the phase's flip, as the empty side's waits have it."""
+    owner = value.owner
+    return getattr(owner, "name", "") == "arith.xori" and list(owner.operands)[0] == phase \
+        and int_constant(owner.operands[1]) == 1
+
+
+def _loads(value, tile: str, block_index) -> bool:
+    """Whether a slot write's tile is the attn.load of `tile`'s block `block_index`."""
+    owner = value.owner
+    return getattr(owner, "name", "") == "attn.load" and R.attrs_of(owner).get("operand") == tile \
+        and owner.operands[3] == block_index
+
+
