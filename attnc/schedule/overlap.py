@@ -59,6 +59,12 @@ def overlap_role(role: ir.Operation, kernel: ir.Operation) -> None:
     chained_loops(ops, at, "m, l, O and its ring", 3)
     last = loops[-1]
     turns = _Turns(ops[:at[0]], ops[at[-1] + 1:])
+    for b in bodies:        # the steps' turns are rebuilt from those around the loops
+        inside = [b.op[k] for k in ("turn_sync", "turn_arrive") if k in b.op]
+        if inside and len(inside) != 2 or bool(inside) != (len(turns.erased) == 2):
+            raise error_at(inside[0] if inside else b.loop,
+                           f"{PASS} takes ping-pong's turns in a KV step (a sync before P.V, an arrive after "
+                           f"QK^T) with those around the KV loops (a sync before, an arrive after), all or none")
     q_release = next((op for op in ops[at[-1] + 1:] if op.name == R.MBARRIER_ARRIVE
                       and bars[_bar(op)].get("channel") == "q"), None)
     persistent = bool(R.attrs_of(R.warp_specialize_of(kernel)).get(R.PERSISTENT, False))
@@ -228,6 +234,9 @@ class _Body:
             (list(f["rescale"].operands) == [o, f["softmax"].results[3]], f["rescale"]),
             (list(f["pv"].operands) == [f["softmax"].results[0], f["v_read"].result, f["rescale"].result], f["pv"]),
             (f["k_read"].operands[1] == stage and f["v_read"].operands[1] == stage, f["v_read"]),
+            (list(f["k_wait"].operands)[1:] == [stage, phase], f["k_wait"]),
+            (list(f["v_wait"].operands)[1:] == [stage, phase], f["v_wait"]),
+            (f["k_release"].operands[1] == stage and f["v_release"].operands[1] == stage, f["v_release"]),
             (list(f["advance"].operands) == [stage, phase], f["advance"]),
             (list(f["yield"].operands) == [f["softmax"].results[1], f["softmax"].results[2], f["pv"].result,
                                            *f["advance"].results], f["yield"]),
@@ -235,8 +244,9 @@ class _Body:
         for ok, op in flows:
             if not ok:
                 raise error_at(op, f"{PASS} rotates the KV step attn-insert-pipelines makes (m, l, O and one "
-                                   f"ring carried; QK^T, scores, softmax, rescale and P.V in their data flow); "
-                                   f"this {op.name} differs")
+                                   f"ring carried; QK^T, scores, softmax, rescale and P.V in their data flow, "
+                                   f"K and V waited for, read and released at the ring's stage); this "
+                                   f"{op.name} differs")
 
     @staticmethod
     def _key(op: ir.Operation, bars: dict) -> str | None:

@@ -147,3 +147,36 @@ def test_the_lowering_refuses_steps_not_overlapped():
         kernel("mha", pipeline=pipeline)
     assert "role 'consumer0' has them one after the other: run attn-overlap-gemms after attn-insert-pipelines" \
         in str(err.value)
+
+
+@pytest.mark.parametrize("edit,message", [
+    ("wait", "this attn.mbarrier_wait differs"),
+    ("release", "this attn.mbarrier_arrive differs"),
+    ("turn", "takes ping-pong's turns in a KV step (a sync before P.V, an arrive after QK^T) with those around"),
+])
+def test_a_step_off_its_ring_or_with_a_turn_inside_is_refused(edit, message):
+    """The pass takes the waits' and releases' stage and phase to be the loop's ring, and
+    takes ping-pong's turns from around the loops: a wait at the ring's next stage, a
+    release of a constant slot, or a named barrier inside the step is refused, not
+    rebound or dropped."""
+    op = kernel("mha")
+    loop = R.ops_in(R.role_block(consumer(op)), ("scf.for",))[0]
+    body = loop.regions[0].blocks[0]
+    ops = [o.operation for o in body.operations]
+    with op.context:
+        if edit == "wait":
+            advance = next(o for o in ops if o.name == R.RING_ADVANCE)
+            wait = [o for o in ops if o.name == R.MBARRIER_WAIT][1]
+            advance.move_before(wait)
+            wait.operands[1] = advance.results[0]
+        elif edit == "release":
+            release = [o for o in ops if o.name == R.MBARRIER_ARRIVE][1]
+            q_wait = R.ops_in(R.role_block(consumer(op)), (R.MBARRIER_WAIT,))[0]     # Q's, at constant 0
+            release.operands[1] = q_wait.operands[1]
+        else:
+            with ir.InsertionPoint(ops[0]), ops[0].location:
+                R.create(R.NAMED_BARRIER_SYNC, attributes={"id": 1, "threads": 256})
+    from attnc.passes.overlap_gemms import overlap
+    with pytest.raises(AttncError) as err:
+        overlap(_KEPT[-1].module)
+    assert message in str(err.value)
