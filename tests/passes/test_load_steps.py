@@ -135,7 +135,10 @@ def test_a_write_off_its_ring_is_refused():
 @pytest.mark.parametrize("edit,message", [
     ("ring", "loads K(n) and V of the block before at the stages and phases of their rings"),
     ("order", "this KV loop's V load has a wait for its empty slot, then the slot's write, then the arrival"),
-    ("carried", "advances the K and V rings and carries its block on")])
+    ("carried", "advances the K and V rings and carries its block on"),
+    ("barrier", "the producer's KV step waits on K's and V's empty barriers, writes their slots and arrives on "
+                "their full barriers"),
+    ("twice", "a producer's KV step has one wait k")])
 def test_what_the_lowering_refuses_behind_the_verifier(edit, message):
     """The lowering takes a step's slot and block from its index: a load off its ring, a
     load's ops out of their order or a trip that carries another block is refused by the
@@ -150,9 +153,16 @@ def test_what_the_lowering_refuses_behind_the_verifier(edit, message):
                 next(op for op in tile_ops(loop, "k") if op.name == R.SLOT_WRITE).operands[1] = args[3]
             elif edit == "order":
                 ops[-1].move_before(next(op for op in ops if op.name == R.SLOT_WRITE))
-            else:
+            elif edit == "carried":
                 terminator = trip(loop)[-1]
                 terminator.operands[4] = args[5]
+            else:
+                k_ops = tile_ops(loop, "k")
+                wait = next(op for op in k_ops if op.name == R.MBARRIER_WAIT)
+                if edit == "twice":
+                    wait.clone(ir.InsertionPoint(wait))
+                else:
+                    wait.operands[0] = k_ops[-1].operands[0]        # K's full barrier
     with pytest.raises(AttncError) as err:
         load_steps(kernel)
     assert message in str(err.value)
@@ -187,3 +197,106 @@ def test_the_default_trip():
     assert LoadSteps.default().runs() == [
         ("k", (StepOp("wait", "k"), StepOp("write", "k"), StepOp("arrive", "k"))),
         ("v", (StepOp("wait", "v"), StepOp("write", "v"), StepOp("arrive", "v")))]
+
+
+def _l5(example: str):
+    text = (ROOT / f"examples/{example}.attn").read_text()
+    return compile_mlir(text, f"{example}.attn", CompileOptions(arch="sm_90a",
+                                                                pass_pipeline=_pipeline(until="attn-insert-pipelines")))
+
+
+def _named(ops, name: str, tile: str | None = None) -> ir.Operation:
+    return next(op for op in ops if op.name == name and (tile is None or tile in str(op)))
+
+
+def _before_end(role: ir.Operation, value) -> None:
+    """A use of `value` at the end of the role."""
+    end = list(R.role_block(role).operations)[-1]
+    with ir.InsertionPoint(end), end.location:
+        from mlir.dialects import arith
+        arith.AddIOp(value, value)
+
+
+@pytest.mark.parametrize("example,edit,message", [
+    ("mha", "no loop", "attn-overlap-gemms: role 'producer' has no KV loop"),
+    ("mha", "twice", "a producer's KV step loads each of K and V once, with one k attn.mbarrier_wait"),
+    ("mha", "missing", "rotates the producer's KV step attn-insert-pipelines makes, which has no v "
+                       "attn.cp_async_mbarrier_arrive here"),
+    ("mha", "yield", "a producer's KV step advances its ring once and carries it on"),
+    ("mha", "block", "the K load of a producer's KV step loads the loop's block into the stage of its ring"),
+    ("mha", "other", "an op of the V load of a producer's KV step reads a value of the other load's"),
+    ("gemma2", "between", "rotates KV loops that follow each other, with nothing but index arithmetic between"),
+    ("gemma2", "chain", "attn-overlap-gemms: a KV loop carries its ring from the loop before it"),
+    ("gemma2", "escape", "what a KV loop carries out goes to the next KV loop only"),
+    ("gemma2", "after", "the ring state after the KV loops is used"),
+])
+def test_the_pass_refuses_producers_it_cannot_rotate(example, edit, message):
+    result = _l5(example)
+    kernel = attention_ops(result.module)[0]
+    role = producer(result)
+    found = [op for op in R.role_block(role).operations if op.name == "scf.for"]
+    loop = found[0]
+    body = trip(loop)
+    args = list(loop.regions[0].blocks[0].arguments)
+    with kernel.context:
+        if edit == "no loop":
+            for op in reversed(found):
+                op.erase()
+        elif edit == "twice":
+            wait = _named(body, R.MBARRIER_WAIT)
+            wait.clone(ir.InsertionPoint(wait))
+        elif edit == "missing":
+            [op for op in body if op.name == R.CP_ASYNC_MBARRIER_ARRIVE][1].erase()
+        elif edit == "yield":
+            body[-1].operands[0] = args[1]
+        elif edit == "block":
+            _named(body, "attn.load", '"k"').operands[3] = args[1]
+        elif edit == "other":
+            xors = [op for op in body if op.name == "arith.xori"]
+            [op for op in body if op.name == R.MBARRIER_WAIT][1].operands[2] = xors[0].result
+        elif edit == "between":
+            with ir.InsertionPoint(found[1]), found[1].location:
+                R.create(R.CTA_BARRIER)
+        elif edit == "chain":
+            found[1].operands[3] = _named(R.role_block(role).operations, "arith.constant").result
+        elif edit == "escape":
+            _before_end(role, found[0].results[0])
+        else:
+            _before_end(role, found[-1].results[0])
+    with pytest.raises(AttncError) as err:
+        overlap(result.module)
+    assert message in str(err.value)
+
+
+def test_the_pass_refuses_a_producer_loop_carrying_more_than_its_ring():
+    """A loop of the producer's carrying a third value (an L5 dump edited by hand)."""
+    from attnc.driver import optimize_mlir
+    from attnc.ir import to_text
+
+    text = to_text(_l5("mha").module)
+    start = text.index('name = "producer"')
+    head = text.rindex("scf.for", 0, start)
+    line_end = text.index("\n", head)
+    line = text[head:line_end]
+    edited = line.replace("iter_args(", "iter_args(%extra = %c0_i32, ").replace("-> (i32, i32)", "-> (i32, i32, i32)")
+    yield_at = text.index("scf.yield", line_end)
+    yield_end = text.index("\n", yield_at)
+    old_yield = text[yield_at:yield_end]
+    values, types = old_yield.removeprefix("scf.yield ").split(" : ", 1)
+    types, loc = types.split(" loc", 1) if " loc" in types else (types, None)
+    new_yield = f"scf.yield %extra, {values} : i32, {types}" + (f" loc{loc}" if loc else "")
+    text = text[:head] + edited + text[line_end:yield_at] + new_yield + text[yield_end:]
+    result_at = text.rindex("%", 0, head)
+    text = text[:result_at] + text[result_at:head].replace(":2 =", ":3 =") + text[head:]
+    with pytest.raises(AttncError) as err:
+        optimize_mlir(text, "plan.mlir", CompileOptions(arch="sm_90a", pass_pipeline="attn-overlap-gemms"))
+    assert "a producer's KV loop carries its ring (stage, phase), as attn-insert-pipelines makes it; this one " \
+           "carries 3 values" in str(err.value)
+
+
+def test_the_lowering_refuses_a_producer_not_rotated():
+    result = _l5("mha")
+    with pytest.raises(AttncError) as err:
+        load_steps(attention_ops(result.module)[0])
+    assert "the producer's KV loop carries the K and V rings and the previous block, as attn-overlap-gemms makes " \
+           "it (run it after attn-insert-pipelines)" in str(err.value)
