@@ -15,9 +15,11 @@ write before its arrival, which carried values are the K and V rings and the pre
 block (the lowering takes a step's slot and block from its index, the verifier from the
 rings, so the two must not part), and one trip for every loop. The kernel's loop runs
 over the steps t of the key range with K(0) peeled, K(t + 1) where there is one and
-V(t) -- the IR's trips one step on, with the last V folded in -- and the ops before and
-after the loops (Q's load, K's first, V's last) are compared with the plan (Note [Role
-programs] in attnc/ir/roles.py, without the KV loops' bodies).
+V(t) -- the IR's trips one step on, with the last V folded in. So K's first load before
+the loops is built from its ops likewise, and V's last after them is checked as a
+trip's loads are (the same ops in the same order, then). What comes before the range (Q's load) is compared
+with the plan (Note [Role programs] in attnc/ir/roles.py, which leaves out the scf.if
+holding the loops).
 """
 from __future__ import annotations
 
@@ -41,14 +43,17 @@ _OPS = {R.MBARRIER_WAIT: ("wait", "empty"), R.SLOT_WRITE: ("write", None),
 
 @dataclass(frozen=True)
 class LoadSteps:
-    """The trip of the producer's KV loops: its ops in order."""
+    """The producer's loads in its KV loops' trip and around the loops: its ops in order."""
 
     trip: tuple[StepOp, ...]
+    first: tuple[StepOp, ...] = ()      # K of the range's first block, before the loops
+    last: tuple[StepOp, ...] = ()       # V of its last block, after them
 
     @staticmethod
     def default() -> "LoadSteps":
-        """The trip attn-overlap-gemms writes from attn-insert-pipelines' step: K, then V."""
-        return LoadSteps(tuple(StepOp(name, tile) for tile in ("k", "v") for name in ("wait", "write", "arrive")))
+        """What attn-overlap-gemms writes from attn-insert-pipelines' step: K, then V."""
+        k, v = (tuple(StepOp(name, tile) for name in ("wait", "write", "arrive")) for tile in ("k", "v"))
+        return LoadSteps(k + v, k, v)
 
     def runs(self) -> list[tuple[str, tuple[StepOp, ...]]]:
         """The trip as runs of consecutive ops of one tile: (tile, ops)."""
@@ -62,8 +67,8 @@ class LoadSteps:
 
 
 def load_steps(kernel) -> LoadSteps:
-    """The trip of the producer role of `kernel` (L5, K one step ahead), checked (Note
-    [Loads op by op])."""
+    """The producer role's loads of `kernel` (L5, K one step ahead), checked (Note [Loads
+    op by op])."""
     bars = {R.name_of(b): R.attrs_of(b) for b in R.mbarrier_ops(kernel)}
     role = next(r for r in R.role_ops(kernel) if R.name_of(r) == "producer")
     loops = [op for op in R.ops_in(R.role_block(role), ("scf.for",)) if KV_LOOP in op.attributes]
@@ -73,7 +78,10 @@ def load_steps(kernel) -> LoadSteps:
     for trip, loop in zip(trips, loops):
         if trip != trips[0]:
             raise error_at(loop, f"the producer's KV loops have one trip: the kernel builds them from one ({NOTE})")
-    return LoadSteps(trips[0])
+    # V's last load, folded into the kernel's loop, has the trip's V ops: each load's are
+    # a wait, a write and an arrival, in that order.
+    first, last = _around(loops, bars)
+    return LoadSteps(trips[0], first, last)
 
 
 def _trip(loop, bars: dict) -> tuple[StepOp, ...]:
@@ -83,12 +91,49 @@ def _trip(loop, bars: dict) -> tuple[StepOp, ...]:
         raise error_at(loop, f"the producer's KV loop carries the K and V rings and the previous block, as "
                              f"attn-overlap-gemms makes it (run it after attn-insert-pipelines) ({NOTE})")
     rings = {"k": (args[K_STAGE], args[K_PHASE], n), "v": (args[V_STAGE], args[V_PHASE], args[PREVIOUS])}
+    out = _loads(list(block.operations), bars, rings, loop, "this KV loop's")
+    terminator = list(block.operations)[-1]
+    yielded = list(terminator.operands)
+    if not (advances(yielded[K_STAGE], args[K_STAGE], args[K_PHASE])
+            and advances(yielded[V_STAGE], args[V_STAGE], args[V_PHASE]) and yielded[PREVIOUS] == n):
+        raise error_at(terminator, f"the producer's KV step advances the K and V rings and carries its block on, "
+                                   f"as attn-overlap-gemms makes it ({NOTE})")
+    return out
+
+
+def _around(loops: list, bars: dict) -> tuple[tuple[StepOp, ...], tuple[StepOp, ...]]:
+    """The loads before the KV loops (K of the first block, into the stage from which the
+    first loop's K ring was advanced) and after them (V of the last block the loops
+    carry out, at their V ring), in the scf.if around them."""
+    first_loop, last_loop = loops[0], loops[-1]
+    block = first_loop.operation.parent.regions[0].blocks[0] if first_loop.operation.parent is not None else None
+    ops = [op.operation for op in block.operations] if block is not None else []
+    if last_loop.operation.parent != first_loop.operation.parent or first_loop.operation.parent.name != "scf.if":
+        raise error_at(first_loop, f"the producer's KV loops stand in one scf.if over the key range, as "
+                                   f"attn-overlap-gemms makes them ({NOTE})")
+    start = next(k for k, op in enumerate(ops) if op == first_loop.operation)
+    end = next(k for k, op in enumerate(ops) if op == last_loop.operation)
+    k_ring = first_loop.operands[3 + K_STAGE].owner
+    if getattr(k_ring, "name", "") != R.RING_ADVANCE:
+        raise error_at(first_loop, f"the producer's first KV loop starts K's ring a stage past the first block's "
+                                   f"({NOTE})")
+    before = {"k": (k_ring.operands[0], k_ring.operands[1], first_loop.operands[3 + PREVIOUS])}
+    results = list(last_loop.results)
+    after = {"v": (results[V_STAGE], results[V_PHASE], results[PREVIOUS])}
+    return (_loads(ops[:start], bars, before, first_loop, "the first block's"),
+            _loads(ops[end + 1:], bars, after, last_loop, "the last block's"))
+
+
+def _loads(ops: list, bars: dict, rings: dict, where, what_loads: str) -> tuple[StepOp, ...]:
+    """The step ops of the loads among `ops` of the tiles of `rings` (tile: its stage,
+    phase and block), checked: each a wait for its empty slot, the slot's write and the
+    arrival on its full barrier, in that order, at its ring."""
     out: list[StepOp] = []
     seen: dict[str, ir.Operation] = {}
-    for op in block.operations:
-        op = op.operation
+    for op in ops:
         name = op.name
-        if name in ("attn.load", R.RING_ADVANCE, "scf.yield") or (name.startswith("arith.") and not op.regions):
+        if name in ("attn.load", R.RING_ADVANCE, "scf.yield", "scf.for") or \
+                (name.startswith("arith.") and not op.regions):
             continue
         if name not in _OPS:
             raise error_at(op, f"the sm_90a lowering has no pattern for {name} in the producer's KV step ({NOTE})")
@@ -102,7 +147,7 @@ def _trip(loop, bars: dict) -> tuple[StepOp, ...]:
             raise error_at(op, f"a producer's KV step has one {key} ({NOTE})")
         stage, phase, block_index = rings[tile]
         ok = op.operands[1] == stage and (what != "wait" or _reads(op.operands[2], phase)) and \
-            (what != "write" or _loads(op.operands[2], tile, block_index))
+            (what != "write" or _loads_block(op.operands[2], tile, block_index))
         if not ok:
             raise error_at(op, f"the producer's step loads K(n) and V of the block before at the stages and "
                                f"phases of their rings, carried by the loop ({NOTE})")
@@ -112,14 +157,8 @@ def _trip(loop, bars: dict) -> tuple[StepOp, ...]:
         order = [k for k in ("wait", "write", "arrive") if f"{k} {tile}" in seen]
         if order != ["wait", "write", "arrive"] or \
                 [op for op in out if op.what == tile] != [StepOp(k, tile) for k in order]:
-            raise error_at(loop, f"this KV loop's {tile.upper()} load has a wait for its empty slot, then the "
-                                 f"slot's write, then the arrival on its full barrier ({NOTE})")
-    terminator = list(block.operations)[-1]
-    yielded = list(terminator.operands)
-    if not (advances(yielded[K_STAGE], args[K_STAGE], args[K_PHASE])
-            and advances(yielded[V_STAGE], args[V_STAGE], args[V_PHASE]) and yielded[PREVIOUS] == n):
-        raise error_at(terminator, f"the producer's KV step advances the K and V rings and carries its block on, "
-                                   f"as attn-overlap-gemms makes it ({NOTE})")
+            raise error_at(where, f"{what_loads} {tile.upper()} load has a wait for its empty slot, then the "
+                                  f"slot's write, then the arrival on its full barrier ({NOTE})")
     return tuple(out)
 
 
@@ -137,7 +176,7 @@ def _reads(value, phase) -> bool:
         and int_constant(owner.operands[1]) == 1
 
 
-def _loads(value, tile: str, block_index) -> bool:
+def _loads_block(value, tile: str, block_index) -> bool:
     """Whether a slot write's tile is the attn.load of `tile`'s block `block_index`."""
     owner = value.owner
     return getattr(owner, "name", "") == "attn.load" and R.attrs_of(owner).get("operand") == tile \

@@ -213,7 +213,7 @@ class Sm90aWsForward(Sm90aForward):
         runs = self.loads.runs()
         some = scf.IfOp(e.gt(total, 0))
         with ir.InsertionPoint(some.then_block):
-            self._load_run(next(ops for tile, ops in runs if tile == "k"), kv, e.c32(0))
+            self._load_run(self.loads.first, kv, e.c32(0))
             loop = scf.ForOp(e.c32(0), total, e.c32(1))
             with ir.InsertionPoint(loop.body):
                 t = loop.induction_variable

@@ -300,3 +300,46 @@ def test_the_lowering_refuses_a_producer_not_rotated():
         load_steps(attention_ops(result.module)[0])
     assert "the producer's KV loop carries the K and V rings and the previous block, as attn-overlap-gemms makes " \
            "it (run it after attn-insert-pipelines)" in str(err.value)
+
+
+def _around(result) -> tuple[list[ir.Operation], list[ir.Operation]]:
+    """The ops before the producer's first KV loop and after its last, in the scf.if around them."""
+    found = loops(result)
+    ops = [o.operation for o in found[0].operation.parent.regions[0].blocks[0].operations]
+    start = next(k for k, op in enumerate(ops) if op == found[0].operation)
+    end = next(k for k, op in enumerate(ops) if op == found[-1].operation)
+    return ops[:start], ops[end + 1:]
+
+
+def test_the_loads_around_the_loops_are_read_from_the_ir():
+    """K's first load before the loops and V's last after them, each a wait, a write and an arrival."""
+    result = plan("gemma2")
+    steps = load_steps(attention_ops(result.module)[0])
+    assert steps.first == tuple(StepOp(k, "k") for k in ("wait", "write", "arrive"))
+    assert steps.last == tuple(StepOp(k, "v") for k in ("wait", "write", "arrive"))
+
+
+@pytest.mark.parametrize("edit,message", [
+    ("first ring", "loads K(n) and V of the block before at the stages and phases of their rings"),
+    ("first order", "the first block's K load has a wait for its empty slot, then the slot's write, then"),
+    ("last order", "the last block's V load has a wait for its empty slot, then the slot's write, then"),
+])
+def test_the_loads_around_the_loops_are_checked(edit, message):
+    """K's first load at another stage than the one the first loop's ring advances from,
+    or its ops out of order; V's last load with its ops out of order."""
+    result = plan()
+    kernel = attention_ops(result.module)[0]
+    before, after = _around(result)
+    with kernel.context:
+        if edit == "first ring":
+            write = next(op for op in before if op.name == R.SLOT_WRITE)
+            write.operands[1] = loops(result)[0].operands[3]       # the stage after it
+        elif edit == "first order":
+            wait = next(op for op in before if op.name == R.MBARRIER_WAIT)
+            wait.move_after(next(op for op in before if op.name == R.CP_ASYNC_MBARRIER_ARRIVE))
+        else:
+            arrive = next(op for op in after if op.name == R.CP_ASYNC_MBARRIER_ARRIVE)
+            arrive.move_before(next(op for op in after if op.name == R.SLOT_WRITE))
+    with pytest.raises(AttncError) as err:
+        load_steps(kernel)
+    assert message in str(err.value)
