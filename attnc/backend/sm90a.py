@@ -140,9 +140,22 @@ class Sm90aForward(ForwardKernel):
         return self._unpack_carried(list(some.results))
 
     def _overlapped_steps(self, kv, total, state):
-        e, s = self.e, self.spec
+        e = self.e
         t_full = kv.steps_above(e, kv.full_hi)
         t_low = kv.steps_above(e, kv.full_lo if kv.full_lo is not None else kv.lo)
+        state, flight = self._first_step(kv, state)
+        one = e.c32(1)
+        phases = [(one, e.max(t_full, one), "partial", True), (e.max(t_full, one), e.max(t_low, one), "full", True)]
+        if kv.full_lo is not None:
+            phases.append((e.max(t_low, one), total, "partial", False))
+        for lo, hi, mode, top in phases:
+            state, flight = self._overlapped_loop(lo, hi, kv, state, flight, mode, top)
+        return self._last_pv(total, flight), state
+
+    def _first_step(self, kv, state):
+        """Step 0: QK^T alone (unless issued before, `_first_scores`), its softmax, and
+        nothing in flight yet."""
+        e, s = self.e, self.spec
         n0 = kv.block(e, e.c32(0))
         acc_s = self._first_scores
         if acc_s is None:
@@ -156,20 +169,19 @@ class Sm90aForward(ForwardKernel):
             acc_s = self._unflatten(self.wgmma.wait(acc_s), s.block_n // 8)
         self._k_read(e.c32(0))
         probs, state, alpha = self._softmax_step(self._scores(acc_s, n0, "partial", skip), state, "partial")
-        zero = e.cf(0.0)
-        # Nothing in flight yet: O is zero, and no P is read.
+        return state, self._nothing_in_flight(probs, alpha)
+
+    def _nothing_in_flight(self, probs, alpha) -> "_InFlight":
+        """After step 0: O is zero, and no P is read."""
+        s, zero = self.spec, self.e.cf(0.0)
         no_p = llvm.mlir_undef(self.mma.pair_type)
-        flight = _InFlight([zero] * (s.head_dim_v // 2), [no_p] * (s.block_n // 4), _flat(probs), alpha or [],
-                           self._moved())
-        one = e.c32(1)
-        phases = [(one, e.max(t_full, one), "partial", True), (e.max(t_full, one), e.max(t_low, one), "full", True)]
-        if kv.full_lo is not None:
-            phases.append((e.max(t_low, one), total, "partial", False))
-        for lo, hi, mode, top in phases:
-            state, flight = self._overlapped_loop(lo, hi, kv, state, flight, mode, top)
-        # The last step's P.V.
+        return _InFlight([zero] * (s.head_dim_v // 2), [no_p] * (s.block_n // 4), _flat(probs), alpha or [],
+                         self._moved())
+
+    def _last_pv(self, total, flight: "_InFlight"):
+        """The last step's P.V, landed."""
         acc_o, p = self._land(flight)
-        last = e.sub(total, 1)
+        last = self.e.sub(total, 1)
         self._await_last(last)
         self.wgmma.fence()
         self._turn_begin()
@@ -177,7 +189,7 @@ class Sm90aForward(ForwardKernel):
         self._turn_end()
         acc_o = self._unflatten(self.wgmma.wait(acc, through=_flat(p))[:len(acc)])
         self._drained(last)
-        return acc_o, state
+        return acc_o
 
     # -- what the steps wait for: the CTA's own cp.async loads (overridden in sm90a_ws.py)
     def _await_first(self) -> None:

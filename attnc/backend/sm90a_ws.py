@@ -67,8 +67,6 @@ ptxas kept the consumers' S twice, spilled 700 bytes and serialized the wgmma.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from mlir import ir
 from mlir.dialects import nvvm, scf
 
@@ -76,10 +74,10 @@ from attnc.backend.kernel_spec import MBARRIER_BYTES, PRODUCER_THREADS, SLOT_BAR
 from attnc.backend.nvgpu_builders import MBarrier, NamedBarrier, fence_async_proxy, set_max_registers
 from attnc.backend.score_masks import rows_of
 from attnc.backend.smem_tiles import TileLoader
-from attnc.backend.forward import ScoredStep
 from attnc.backend.sm90a import Sm90aForward, _chunks, _flat, _InFlight
 from attnc.backend.load_steps import LoadSteps
 from attnc.backend.wgmma_steps import WgmmaSteps
+from attnc.backend.wgmma_trips import FirstTrip, LastPv, Load, Trip
 from attnc.schedule.recipes import consumer_registers, producer_registers
 
 class Sm90aWsForward(Sm90aForward):
@@ -232,7 +230,7 @@ class Sm90aWsForward(Sm90aForward):
 
     def _load_run(self, ops, kv, t) -> None:
         """Ops of one tile's load of step t, a pattern each (Note [Loads op by op])."""
-        load = _Load(*self._use(t), kv, t)
+        load = Load(*self._use(t), kv, t)
         for op in ops:
             getattr(self, f"_load_{op.name}")(op.what, load)
 
@@ -416,13 +414,54 @@ class Sm90aWsForward(Sm90aForward):
     def _overlapped_step(self, u, kv, state, flight, mode: str, top: bool = True):
         """Iteration u >= 1, lowered from the ops of the IR's trip of its kind, in their order."""
         body = self.trips.body(mode, top)
-        trip = _Trip(self, u, kv, state, flight, mode, body)
-        for op in body:
+        trip = self._run(body, Trip(self, u, kv, state, flight, mode, body))
+        return trip.state, _InFlight(trip.acc_o, _flat(trip.p), _flat(trip.probs), trip.alpha or [],
+                                     self._moved())
+
+    def _run(self, ops, trip):
+        """The patterns of `ops` (`_trip_<op>`, on `trip`), in their order."""
+        for op in ops:
             getattr(self, f"_trip_{op.name}")(op, trip)
             if op is trip.scores_end:
                 trip.finish_scores()
-        return trip.state, _InFlight(trip.acc_o, _flat(trip.p), _flat(trip.probs), trip.alpha or [],
-                                     self._moved())
+        return trip
+
+    def _first_step(self, kv, state):
+        """Step 0 from the IR's first step, op by op (Note [Overlapped steps op by op]),
+        but where its QK^T was issued before (Note [The next block's first QK^T])."""
+        if self._first_scores is not None:
+            return super()._first_step(kv, state)
+        first = self.trips.first
+        trip = self._run(first, FirstTrip(self, self.e.c32(0), kv, state, None, "partial", first))
+        return trip.state, self._nothing_in_flight(trip.probs, trip.alpha)
+
+    def _last_pv(self, total, flight):
+        """The last P.V from the IR's ops after the loops, op by op."""
+        last = LastPv(self, total, flight)
+        for op in self.trips.last:
+            getattr(self, f"_last_{op.name}")(op, last)
+        return last.acc_o
+
+    def _last_wait(self, op, last) -> None:
+        self._await_full("v", last.step)
+
+    def _last_mma(self, op, last) -> None:
+        last.fence()
+        last.acc = self._pv_issue(last.p, last.acc_o, self._slot_offset(0, last.step))
+
+    def _last_land_pv(self, op, last) -> None:
+        waited = self.wgmma.wait(last.acc, op.count, through=_flat(last.p))
+        last.acc_o = self._unflatten(waited[:len(last.acc)])
+
+    def _last_release_v_before(self, op, last) -> None:
+        e = self.e
+        before = scf.IfOp(e.ge(last.step, 1))
+        with ir.InsertionPoint(before.then_block):
+            self._release("v", e.sub(last.step, 1))
+            scf.yield_([])
+
+    def _last_release_v(self, op, last) -> None:
+        self._release("v", last.step)
 
     def _trip_land_o(self, op, trip) -> None:
         """The P.V in flight landed, P and the probabilities passed through the wait."""
@@ -461,7 +500,7 @@ class Sm90aWsForward(Sm90aForward):
     def _trip_mma(self, op, trip) -> None:
         trip.fence()
         if op.what == "qk":
-            trip.acc_s = self._qk_issue(trip.slot)
+            trip.acc_s = self._qk_issue(trip.qk_slot())
         else:
             trip.acc_o = self._pv_issue(trip.p, trip.acc_o, trip.prev)
 
@@ -491,6 +530,10 @@ class Sm90aWsForward(Sm90aForward):
         trip.finish_scores()
         trip.probs, trip.state, trip.alpha = self._softmax_step(trip.rows, trip.state, trip.mode)
 
+    # the last P.V shares these with the trips
+    _last_land_o, _last_rescale, _last_read = _trip_land_o, _trip_rescale, _trip_read
+    _last_turn_sync, _last_turn_arrive = _trip_turn_sync, _trip_turn_arrive
+
     def _turn_begin(self) -> None:
         if self.spec.pingpong:
             self._on_own_turn(lambda turn: turn.sync())
@@ -508,51 +551,6 @@ class Sm90aWsForward(Sm90aForward):
         with ir.InsertionPoint(mine.else_block):
             action(self._turns[0 if other else 1])
             scf.yield_([])
-
-
-class _Trip(ScoredStep):
-    """What the patterns of one overlapped trip share (Note [Overlapped steps op by op]):
-    the step, what came in flight, the values the ops leave for the next, and, made once
-    before the first GEMM is issued (`fence`), the step's tile_skip answer and slots."""
-
-    def __init__(self, kernel: Sm90aWsForward, u, kv, state, flight, mode: str, body: tuple):
-        self.kernel, self.u, self.kv, self.state, self.flight, self.mode = kernel, u, kv, state, flight, mode
-        self.n_block = kv.block(kernel.e, u)
-        self.acc_o = self.acc_s = self.p = self.landed_probs = None
-        self.probs = self.alpha = None
-        self.fenced = False
-        self.skip = self.slot = self.prev = None
-        # after the last of the score_mod and the mask, S is masked (finish_scores)
-        self.scores_end = next((op for op in reversed(body) if op.name in ("score_mod", "mask")), None)
-
-    def fence(self) -> None:
-        """Before a GEMM is issued: once, the trip's tile_skip answer (where asked) and its
-        slots; wgmma.fence where registers a GEMM reads were written since the last one
-        (`wrote`: O landed or rescaled, P packed)."""
-        k, s = self.kernel, self.kernel.spec
-        if self.slot is None:
-            if self.mode != "full" and s.tile_skip is not None:
-                self.skip = k._skip(self.n_block)
-            self.slot, self.prev = k._slot_offset(0, self.u), k._slot_offset(s.stages - 1, self.u)
-        if not self.fenced:
-            k.wgmma.fence()
-            self.fenced = True
-
-    def wrote(self) -> None:
-        self.fenced = False
-
-    def skip_answer(self):
-        return self.skip
-
-
-@dataclass
-class _Load:
-    """One tile's load of step t in a producer trip: its slot, the parity of the slot's
-    full phase, the key schedule."""
-    slot: object
-    parity: object
-    kv: object
-    t: object
 
 
 class _BlockWalk:

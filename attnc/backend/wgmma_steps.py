@@ -18,10 +18,16 @@ CTAs, Q's, which it cannot see; no op without a pattern), that the loops of one 
 one trip, how values flow between them, the async GEMMs, and which carried
 values are the K and V rings (the lowering takes a step's slots from its index, the
 verifier from the rings, so the two must not part). The two consumer warpgroups run one
-program: their trips must be the same ops in the same order. The steps before the loops
-(the first QK^T) and after them (the last P.V), and the loops around the trips, are the
-kernel's, compared with the plan (Note [Role programs] in attnc/ir/roles.py, without
-the KV loops' bodies).
+program: their trips must be the same ops in the same order. The first step before the
+loops (K's wait, QK^T alone, S landed, K released, the scores and softmax) and the last
+P.V after them (O landed and scaled, V's wait, P.V, O landed, with persistent CTAs the
+last two V slots released) are built from their ops likewise, with the trips' patterns
+where the op is a trip's, and checked the same way; but a persistent kernel without
+ping-pong issues its first QK^T before the previous block's epilogue (Note [The next
+block's first QK^T] in sm90a_ws.py) and builds its first step as that note says. The
+loops around the trips are the kernel's; what comes before the key range (Q's wait)
+and after it (the epilogue) is compared with the plan (Note [Role programs] in
+attnc/ir/roles.py, without the scf.if over the key range).
 """
 from __future__ import annotations
 
@@ -42,24 +48,32 @@ M, L, O, P, FACTOR, K_STAGE, K_PHASE, V_STAGE, V_PHASE, V_PREVIOUS, STEP = range
 
 @dataclass(frozen=True)
 class WgmmaSteps:
-    """The trips of a consumer role's KV loops in program order: (kv_blocks, ops)."""
+    """The trips of a consumer role's KV loops in program order, (kv_blocks, ops), and
+    the ops of the first step before them and of the last P.V after them."""
 
     loops: tuple[tuple[str, tuple[StepOp, ...]], ...]
+    first: tuple[StepOp, ...] = ()
+    last: tuple[StepOp, ...] = ()
 
     def body(self, mode: str, top: bool = True) -> tuple[StepOp, ...]:
         return body_of(self.loops, mode, top)
 
     @staticmethod
     def default(pingpong: bool = False, persistent: bool = False) -> "WgmmaSteps":
-        """The trip attn-overlap-gemms writes, with a score_mod and a mask."""
-        turn = [StepOp("turn_sync")] if pingpong else []
-        end = [StepOp("turn_arrive")] if pingpong else []
+        """What attn-overlap-gemms writes, with a score_mod and a mask."""
+        turn = (StepOp("turn_sync"),) if pingpong else ()
+        end = (StepOp("turn_arrive"),) if pingpong else ()
+        scores = (*((StepOp("release_q"),) if persistent else ()), StepOp("score_mod"), StepOp("mask"),
+                  StepOp("softmax_step"))
         ops = (StepOp("land_o"), StepOp("rescale"), StepOp("release_v_late"), StepOp("wait", "k"),
                StepOp("read", "k"), StepOp("wait", "v"), StepOp("read", "v"), *turn, StepOp("mma", "qk"),
-               StepOp("mma", "pv"), *end, StepOp("land_s", count=1), StepOp("release_k"),
-               *([StepOp("release_q")] if persistent else []), StepOp("score_mod"), StepOp("mask"),
-               StepOp("softmax_step"))
-        return WgmmaSteps((("all", ops),))
+               StepOp("mma", "pv"), *end, StepOp("land_s", count=1), StepOp("release_k"), *scores)
+        first = (StepOp("wait", "k"), StepOp("read", "k"), *turn, StepOp("mma", "qk"), *end, StepOp("land_s"),
+                 StepOp("release_k"), *scores)
+        last = (StepOp("land_o"), StepOp("rescale"), StepOp("wait", "v"), StepOp("read", "v"), *turn,
+                StepOp("mma", "pv"), *end, StepOp("land_pv"),
+                *((StepOp("release_v_before"), StepOp("release_v")) if persistent else ()))
+        return WgmmaSteps((("all", ops),), first, last)
 
 
 def wgmma_steps(kernel) -> WgmmaSteps:
@@ -74,17 +88,18 @@ def wgmma_steps(kernel) -> WgmmaSteps:
         if not R.name_of(role).startswith("consumer"):
             continue
         loops = [op for op in R.ops_in(R.role_block(role), ("scf.for",)) if KV_LOOP in op.attributes]
-        steps = tuple((R.value_of(loop.attributes[KV_LOOP]), _trip(loop, bars, persistent, hooks)) for loop in loops)
-        for (kind, ops), loop in zip(steps, loops):
-            first = next(o for k, o in steps if k == kind)
+        trips = tuple((R.value_of(loop.attributes[KV_LOOP]), _trip(loop, bars, persistent, hooks)) for loop in loops)
+        for (kind, ops), loop in zip(trips, loops):
+            first = next(o for k, o in trips if k == kind)
             if ops != first:        # the kernel builds every loop of a kind from one trip
                 raise error_at(loop, f"the KV loops of one kind ({kind}) have the same trip: the kernel builds "
                                      f"them from one ({NOTE})")
+        steps = WgmmaSteps(trips, *_around(loops, bars, persistent, hooks))
         if found and steps != found[0][1]:
             raise error_at(role, f"the consumer warpgroups run one program, and the KV steps of role "
                                  f"'{R.name_of(role)}' differ from those of '{found[0][0]}' ({NOTE})")
         found.append((R.name_of(role), steps))
-    return WgmmaSteps(found[0][1])
+    return found[0][1]
 
 
 def _trip(loop, bars: dict, persistent: bool, hooks: dict) -> tuple[StepOp, ...]:
@@ -166,6 +181,166 @@ def _step_op(op, bars: dict, args: list) -> StepOp | None:
     if name in ("attn.rescale", "attn.softmax_step", "attn.score_mod", "attn.mask", "attn.block_map_read"):
         return StepOp(name.removeprefix("attn."))
     raise error_at(op, f"the sm_90a lowering has no pattern for {name} in an overlapped KV step ({NOTE})")
+
+
+def _around(loops: list, bars: dict, persistent: bool, hooks: dict) -> tuple[tuple, tuple]:
+    """The first step before the KV loops and the last P.V after them, in the scf.if over
+    the key range, checked for their ops, rings and data flow (Note [Overlapped steps op
+    by op])."""
+    first_loop, last_loop = loops[0], loops[-1]
+    parent = first_loop.operation.parent
+    if parent is None or parent.name != "scf.if" or last_loop.operation.parent != parent:
+        raise error_at(first_loop, f"a consumer's overlapped KV loops stand in one scf.if over the key range, as "
+                                   f"attn-overlap-gemms makes them ({NOTE})")
+    ops = [op.operation for op in parent.regions[0].blocks[0].operations]
+    start = next(k for k, op in enumerate(ops) if op == first_loop.operation)
+    end = next(k for k, op in enumerate(ops) if op == last_loop.operation)
+    init, results = list(first_loop.operands)[3:], list(last_loop.results)
+    k_ring = init[K_STAGE].owner
+    if getattr(k_ring, "name", "") != R.RING_ADVANCE:
+        raise error_at(first_loop, f"a consumer's first overlapped KV loop starts K's ring a stage past the first "
+                                   f"step's ({NOTE})")
+    kinds = [R.value_of(loop.attributes[KV_LOOP]) for loop in loops]
+    kind = "mixed" if "mixed" in kinds else kinds[0]        # the first step's block may be any
+    first = _first(ops[:start], bars, list(k_ring.operands), init, persistent, hooks, kind, first_loop)
+    last = _last(ops[end + 1:], bars, results, persistent, last_loop)
+    return first, last
+
+
+def _first(ops: list, bars: dict, ring: list, init: list, persistent: bool, hooks: dict, kind: str, where):
+    seen: dict[str, ir.Operation] = {}
+    out = _ops(ops, seen, "first step", lambda op: _first_op(op, bars, ring))
+    needed = ("wait k", "read k", "mma qk", "land_s", "release_k", "softmax_step", *(("release_q",) if persistent
+                                                                                      else ()))
+    _require(seen, needed, where, "first step")
+    for hook, wanted in hooks.items():
+        wanted = wanted and (hook != "mask" or kind != "full")
+        if (hook in seen) != bool(wanted):
+            raise error_at(seen.get(hook, where), f"the first step of this kernel has {'an' if wanted else 'no'} "
+                                                  f"attn.{hook} op: the kernel applies the variant's hooks where "
+                                                  f"attn-tile and attn-analyze-masks put them ({NOTE})")
+    qk, softmax = seen["mma qk"], seen["softmax_step"]
+    chain = [seen["land_s"]] + [seen[k] for k in ("score_mod", "mask") if k in seen]
+    flows = [
+        (qk.operands[1] == seen["read k"].result and _reads_q(qk.operands[0]), qk),
+        (list(seen["land_s"].operands) == [qk.result], seen["land_s"]),
+        (all(op.operands[0] == before.results[0] for before, op in zip(chain, chain[1:] + [softmax])), softmax),
+        ([init[M], init[L], init[P], init[FACTOR]] == [softmax.results[k] for k in (1, 2, 0, 3)], softmax),
+    ]
+    _flows(flows, "first step")
+    return out
+
+
+def _first_op(op, bars: dict, ring: list) -> StepOp | None:
+    name = op.name
+    if name == R.MMA_WAIT:
+        return StepOp("land_s", count=int(R.attrs_of(op)["pending"]))
+    if name in (R.MBARRIER_WAIT, R.SLOT_READ) and _tile_of(op, bars, "full") == "k":
+        if op.operands[1] != ring[0] or (name == R.MBARRIER_WAIT and op.operands[2] != ring[1]):
+            raise error_at(op, f"the first step waits for and reads K at the stage its ring starts from ({NOTE})")
+        return StepOp("wait" if name == R.MBARRIER_WAIT else "read", "k")
+    if name == R.MBARRIER_ARRIVE and _tile_of(op, bars, "empty") == "k" and op.operands[1] == ring[0]:
+        return StepOp("release_k")
+    if name == "scf.if":
+        arrive = _only_arrive(op)
+        if arrive is not None and bars[_bar(arrive)].get("channel") == "q" and \
+                bars[_bar(arrive)].get("side") == "empty" and cmpi_predicate(op.operands[0].owner) == "eq":
+            return StepOp("release_q")
+    return _common_op(op, "qk")
+
+
+def _last(ops: list, bars: dict, results: list, persistent: bool, where):
+    seen: dict[str, ir.Operation] = {}
+    out = _ops(ops, seen, "last P.V", lambda op: _last_op(op, bars, results))
+    needed = ("land_o", "rescale", "wait v", "read v", "mma pv", "land_pv",
+              *(("release_v_before", "release_v") if persistent else ()))
+    _require(seen, needed, where, "last P.V")
+    pv, rescale, landed = seen["mma pv"], seen["rescale"], seen["land_pv"]
+    terminator = ops[-1]
+    flows = [
+        (list(rescale.operands) == [seen["land_o"].result, results[FACTOR]], rescale),
+        (list(pv.operands) == [results[P], seen["read v"].result, rescale.result], pv),
+        (list(landed.operands) == [pv.result], landed),
+        (terminator.name == "scf.yield" and list(terminator.operands)[2] == landed.result, terminator),
+    ]
+    _flows(flows, "last P.V")
+    return out
+
+
+def _last_op(op, bars: dict, results: list) -> StepOp | None:
+    name = op.name
+    if name == R.MMA_WAIT:
+        kind = "land_o" if list(op.operands) == [results[O]] else "land_pv"
+        return StepOp(kind, count=int(R.attrs_of(op)["pending"]))
+    if name in (R.MBARRIER_WAIT, R.SLOT_READ) and _tile_of(op, bars, "full") == "v":
+        if op.operands[1] != results[V_STAGE] or (name == R.MBARRIER_WAIT and op.operands[2] != results[V_PHASE]):
+            raise error_at(op, f"the last P.V waits for and reads V at the stage of its ring the loops carry out "
+                               f"({NOTE})")
+        return StepOp("wait" if name == R.MBARRIER_WAIT else "read", "v")
+    if name == R.MBARRIER_ARRIVE and _tile_of(op, bars, "empty") == "v" and op.operands[1] == results[V_STAGE]:
+        return StepOp("release_v")
+    if name == "scf.if":
+        arrive = _only_arrive(op)
+        test = op.operands[0].owner
+        if arrive is not None and _tile_of(arrive, bars, "empty") == "v" and arrive.operands[1] == results[V_PREVIOUS] \
+                and cmpi_predicate(test) == "sge" and int_constant(test.operands[1]) == 2:
+            return StepOp("release_v_before")
+    if name == "attn.rescale":
+        return StepOp("rescale")
+    return _common_op(op, "pv")
+
+
+def _common_op(op, kind: str) -> StepOp | None:
+    """The turns, the GEMM of `kind` (async) and the score ops, else None."""
+    name = op.name
+    if name in (R.NAMED_BARRIER_SYNC, R.NAMED_BARRIER_ARRIVE):
+        return StepOp("turn_sync" if name == R.NAMED_BARRIER_SYNC else "turn_arrive")
+    if name == "attn.mma" and R.attrs_of(op).get("kind") == kind:
+        if "async" not in op.attributes:
+            raise error_at(op, f"the overlapped steps' GEMMs are async (wgmma groups landed by {R.MMA_WAIT}) "
+                               f"({NOTE})")
+        return StepOp("mma", kind)
+    if kind == "qk" and name in ("attn.softmax_step", "attn.score_mod", "attn.mask", "attn.block_map_read"):
+        return StepOp(name.removeprefix("attn."))
+    return None
+
+
+def _ops(ops: list, seen: dict, where: str, step_of) -> tuple[StepOp, ...]:
+    out: list[StepOp] = []
+    for op in ops:
+        if op.name in (R.RING_ADVANCE, "scf.yield") or (op.name.startswith("arith.") and not op.regions):
+            continue
+        step = step_of(op)
+        if step is None:
+            raise error_at(op, f"the sm_90a lowering has no pattern for {op.name} in a consumer's {where} "
+                               f"({NOTE})")
+        key = f"{step.name} {step.what}".strip()
+        if key in seen:
+            raise error_at(op, f"a consumer's {where} has one {key} ({NOTE})")
+        seen[key] = op
+        out.append(step)
+    return tuple(out)
+
+
+def _require(seen: dict, needed: tuple, where, what: str) -> None:
+    for key in needed:
+        if key not in seen:
+            raise error_at(where, f"a consumer's {what} has a {key} op, and this one has none ({NOTE})")
+
+
+def _flows(flows: list, what: str) -> None:
+    for ok, op in flows:
+        if not ok:
+            raise error_at(op, f"the sm_90a lowering builds the data flow of a consumer's {what} as "
+                               f"attn-overlap-gemms makes it, and this {op.name} differs ({NOTE})")
+
+
+def _only_arrive(op):
+    """The one mbarrier arrive of an scf.if without an else, or None."""
+    inner = [o.operation for o in op.regions[0].blocks[0].operations][:-1]
+    if len(inner) == 1 and inner[0].name == R.MBARRIER_ARRIVE and not op.regions[1].blocks:
+        return inner[0]
+    return None
 
 
 def _bar(op) -> str:

@@ -239,13 +239,12 @@ def schedule_digest(role: ir.Operation) -> str:
 
 def _steps(role: ir.Operation, step) -> list[str]:
     """`step(op)` of every op of the role (pre-order) for which it is not None; of a role
-    whose trips the lowering builds op by op, not those of its KV loops' bodies (nor, of
-    sm_90a's producer, the loads around its loops, built op by op as well)."""
+    whose trips the lowering builds op by op, not those of its KV loops' bodies, nor of
+    the scf.if around them (sm_90a's first and last steps, built op by op as well)."""
     from attnc.passes.tile_program import KV_LOOP
 
     out: list[str] = []
     shell = trips_op_by_op(role)
-    producer = name_of(role) == "producer"
 
     def visit(op):
         text = step(op)
@@ -253,9 +252,9 @@ def _steps(role: ir.Operation, step) -> list[str]:
             out.append(text)
         if shell and op.name == "scf.for" and KV_LOOP in op.attributes:
             return ir.WalkResult.SKIP
-        if shell and producer and op.name == "scf.if" and any(KV_LOOP in o.attributes for o in ops_in(
+        if shell and op.name == "scf.if" and any(KV_LOOP in o.attributes for o in ops_in(
                 op.regions[0].blocks[0], ("scf.for",))):
-            return ir.WalkResult.SKIP       # the producer's loads around its loops too
+            return ir.WalkResult.SKIP       # the steps around the loops too
         return ir.WalkResult.ADVANCE
 
     for op in role_block(role).operations:

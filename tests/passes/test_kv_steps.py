@@ -249,9 +249,11 @@ def _q_after_the_first_loads(plan: str) -> str:
 
 
 def test_sm90a_steps_keep_the_plans_order():
-    """Of sm_90a's producer and consumers only the trips of the KV loops are built op by op
+    """Of sm_90a's producer and consumers the steps of the key range are built op by op
     (Notes [Loads op by op] and [Overlapped steps op by op]): the first step's K released
-    after its softmax is refused at the role."""
+    after its softmax in one consumer warpgroup is refused as the two differing; what
+    stands before the range is compared with the plan, and Q read above its wait is
+    refused at the role."""
     result = compile_file("examples/mha.attn", CompileOptions(arch="sm_90a", pass_pipeline=_sm90a_until_sync()))
     roles = R.role_ops(attention_ops(result.module)[0])
     assert roles and not any(R.built_op_by_op(r) for r in roles)
@@ -262,9 +264,18 @@ def test_sm90a_steps_keep_the_plans_order():
     line = text[start:text.index("\n", start) + 1]
     softmax = text.index("\n", text.index('"attn.softmax_step"', start)) + 1
     moved = text[:start] + text[start + len(line):softmax] + line + text[softmax:]
+    lower = CompileOptions(arch="sm_90a", pass_pipeline=",".join([CHOICES_PASS, LOWERING["sm_90a"]]))
+    with pytest.raises(AttncError, match="the KV steps of role 'consumer1' differ from those of 'consumer0'"):
+        optimize_mlir(moved, "plan.mlir", lower)
+    consumer = text.index('name = "producer"')
+    wait = text.index('"attn.mbarrier_wait"', consumer)
+    wait_line = text[text.rindex("\n", 0, wait) + 1:text.index("\n", wait) + 1]
+    read = text.index('"attn.slot_read"', wait)
+    read_line = text[text.rindex("\n", 0, read) + 1:text.index("\n", read) + 1]
+    assert text.index(read_line) == text.index(wait_line) + len(wait_line)
+    swapped = text.replace(wait_line + read_line, read_line + wait_line, 1)
     with pytest.raises(AttncError, match="this role's synchronization was edited since"):
-        optimize_mlir(moved, "plan.mlir", CompileOptions(arch="sm_90a", pass_pipeline=",".join(
-            [CHOICES_PASS, LOWERING["sm_90a"]])))
+        optimize_mlir(swapped, "plan.mlir", lower)
 
 
 def _sm90a_until_sync() -> str:

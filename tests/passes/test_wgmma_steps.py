@@ -58,8 +58,12 @@ def test_the_plans_trips_are_the_default(example, options):
     ws = R.attrs_of(R.warp_specialize_of(kernel))
     default = WgmmaSteps.default(ws.get("pingpong", False), ws.get("persistent", False)).loops[0][1]
     hooks = ("score_mod", "mask", "block_map_read")
-    for _, ops in wgmma_steps(kernel).loops:
+    steps = wgmma_steps(kernel)
+    for _, ops in steps.loops:
         assert [op for op in ops if op.name not in hooks] == [op for op in default if op.name not in hooks]
+    plain = WgmmaSteps.default(ws.get("pingpong", False), ws.get("persistent", False))
+    assert [op for op in steps.first if op.name not in hooks] == [op for op in plain.first if op.name not in hooks]
+    assert steps.last == plain.last
 
 
 def test_pv_before_qk_is_another_sound_kernel():
@@ -249,3 +253,65 @@ def test_a_trip_without_the_variants_score_mod_is_refused():
             score_mod.erase()
     with pytest.raises(AttncError, match="KV loop of this kernel has an attn.score_mod op"):
         wgmma_steps(attention_ops(result.module)[0])
+
+
+def _scf_if_ops(result, role: str = "consumer0") -> tuple[list[ir.Operation], list[ir.Operation]]:
+    """The ops of a consumer's first step (before its KV loops) and last P.V (after them)."""
+    kernel = attention_ops(result.module)[0]
+    r = next(x for x in R.role_ops(kernel) if R.name_of(x) == role)
+    loops = [op for op in R.ops_in(R.role_block(r), ("scf.for",)) if "kv_blocks" in op.attributes]
+    ops = [o.operation for o in loops[0].operation.parent.regions[0].blocks[0].operations]
+    start = next(k for k, op in enumerate(ops) if op == loops[0].operation)
+    end = next(k for k, op in enumerate(ops) if op == loops[-1].operation)
+    return ops[:start], ops[end + 1:]
+
+
+def test_the_last_pv_with_vs_wait_first_is_another_kernel():
+    """The last P.V built op by op: V's wait and read moved above the landing of O."""
+    result = plan()
+    for role in ("consumer0", "consumer1"):
+        _, last = _scf_if_ops(result, role)
+        land = next(op for op in last if op.name == R.MMA_WAIT)
+        for op in [op for op in last if op.name in (R.MBARRIER_WAIT, R.SLOT_READ)]:
+            op.move_before(land)
+    steps = wgmma_steps(attention_ops(result.module)[0])
+    assert [op.name for op in steps.last[:3]] == ["wait", "read", "land_o"]
+    assert ptx_of(to_text(result.module)) != ptx_of(to_text(plan().module))
+
+
+@pytest.mark.parametrize("edit,message", [
+    ("sync qk", "the overlapped steps' GEMMs are async"),
+    ("first op", "has no pattern for attn.cta_barrier in a consumer's first step"),
+    ("first ring", "the first step waits for and reads K at the stage its ring starts from"),
+    ("last ring", "the last P.V waits for and reads V at the stage of its ring the loops carry out"),
+    ("last flow", "builds the data flow of a consumer's last P.V as attn-overlap-gemms makes it, and this "
+                  "attn.mma differs"),
+    ("no landing", "a consumer's last P.V has a land_pv op, and this one has none"),
+])
+def test_what_the_lowering_refuses_around_the_loops(edit, message):
+    result = plan()
+    kernel = attention_ops(result.module)[0]
+    with kernel.context:
+        for role in ("consumer0", "consumer1"):
+            first, last = _scf_if_ops(result, role)
+            if edit == "sync qk":
+                del next(op for op in first if op.name == "attn.mma").attributes["async"]
+            elif edit == "first op":
+                with ir.InsertionPoint(first[0]), first[0].location:
+                    R.create(R.CTA_BARRIER)
+            elif edit == "first ring":
+                wait = next(op for op in first if op.name == R.MBARRIER_WAIT)
+                wait.operands[1] = next(op for op in first if op.name == R.RING_ADVANCE).results[0]
+            elif edit == "last ring":
+                wait = next(op for op in last if op.name == R.MBARRIER_WAIT)
+                wait.operands[1] = wait.operands[2]
+            elif edit == "last flow":
+                pv = next(op for op in last if op.name == "attn.mma")
+                pv.operands[2] = next(op for op in last if op.name == R.MMA_WAIT).result
+            else:
+                landed = [op for op in last if op.name == R.MMA_WAIT][1]
+                landed.result.replace_all_uses_with(landed.operands[0])
+                landed.erase()
+    with pytest.raises(AttncError) as err:
+        wgmma_steps(kernel)
+    assert message in str(err.value)
