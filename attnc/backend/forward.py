@@ -310,8 +310,8 @@ class ForwardKernel(ForwardLoads):
 
 
 class ScoredStep:
-    """What a KV step built op by op does to its S (sm80.py's `_Step`, sm90a_ws.py's
-    `_Trip`): `rows`, with the score_mod and then the mask applied once each, where the
+    """What a KV step built op by op does to its S (sm80.py's `_Step`, wgmma_trips.py's
+    `Trip`): `rows`, with the score_mod and then the mask applied once each, where the
     step's ops ask for them; `skip_answer()`, the block's tile_skip answer or None."""
 
     kernel: ForwardKernel

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from mlir import ir
 
 from attnc.backend.kv_steps import StepOp
-from attnc.backend.wgmma_steps import advances
+from attnc.backend.wgmma_steps import advances, check_key_range
 from attnc.ir import error_at
 from attnc.ir import roles as R
 from attnc.ir.ops import int_constant
@@ -80,7 +80,7 @@ def load_steps(kernel) -> LoadSteps:
             raise error_at(loop, f"the producer's KV loops have one trip: the kernel builds them from one ({NOTE})")
     # V's last load, folded into the kernel's loop, has the trip's V ops: each load's are
     # a wait, a write and an arrival, in that order.
-    first, last = _around(loops, bars)
+    first, last = _around(loops, bars, kernel)
     return LoadSteps(trips[0], first, last)
 
 
@@ -101,7 +101,7 @@ def _trip(loop, bars: dict) -> tuple[StepOp, ...]:
     return out
 
 
-def _around(loops: list, bars: dict) -> tuple[tuple[StepOp, ...], tuple[StepOp, ...]]:
+def _around(loops: list, bars: dict, kernel) -> tuple[tuple[StepOp, ...], tuple[StepOp, ...]]:
     """The loads before the KV loops (K of the first block, into the stage from which the
     first loop's K ring was advanced) and after them (V of the last block the loops
     carry out, at their V ring), in the scf.if around them."""
@@ -111,6 +111,7 @@ def _around(loops: list, bars: dict) -> tuple[tuple[StepOp, ...], tuple[StepOp, 
     if last_loop.operation.parent != first_loop.operation.parent or first_loop.operation.parent.name != "scf.if":
         raise error_at(first_loop, f"the producer's KV loops stand in one scf.if over the key range, as "
                                    f"attn-overlap-gemms makes them ({NOTE})")
+    check_key_range(first_loop.operation.parent, loops, kernel, NOTE)
     start = next(k for k, op in enumerate(ops) if op == first_loop.operation)
     end = next(k for k, op in enumerate(ops) if op == last_loop.operation)
     k_ring = first_loop.operands[3 + K_STAGE].owner
@@ -147,10 +148,12 @@ def _loads(ops: list, bars: dict, rings: dict, where, what_loads: str) -> tuple[
             raise error_at(op, f"a producer's KV step has one {key} ({NOTE})")
         stage, phase, block_index = rings[tile]
         ok = op.operands[1] == stage and (what != "wait" or _reads(op.operands[2], phase)) and \
-            (what != "write" or _loads_block(op.operands[2], tile, block_index))
+            (what != "write" or (_loads_block(op.operands[2], tile, block_index)
+                                 and R.attrs_of(op).get("completes") == "arrive"))
         if not ok:
             raise error_at(op, f"the producer's step loads K(n) and V of the block before at the stages and "
-                               f"phases of their rings, carried by the loop ({NOTE})")
+                               f"phases of their rings, carried by the loop, each write completed by its "
+                               f"thread's arrival ({NOTE})")
         seen[key] = op
         out.append(StepOp(what, tile))
     for tile in rings:

@@ -187,11 +187,10 @@ class Sm90aForward(ForwardKernel):
         self._turn_begin()
         acc = self._pv_issue(p, acc_o, self._slot_offset(0, last))
         self._turn_end()
-        acc_o = self._unflatten(self.wgmma.wait(acc, through=_flat(p))[:len(acc)])
-        self._drained(last)
-        return acc_o
+        return self._unflatten(self.wgmma.wait(acc, through=_flat(p))[:len(acc)])
 
-    # -- what the steps wait for: the CTA's own cp.async loads (overridden in sm90a_ws.py)
+    # -- what the steps wait for: the CTA's own cp.async loads (sm90a_ws.py builds its
+    # producer plan's waits from the IR's ops)
     def _await_first(self) -> None:
         """Before step 0's QK^T: its K is the prologue's first K/V group (groups Q, K0,
         V0, K1, ..., V(S-2), K(S-1)), followed by 2S - 2 younger ones."""
@@ -230,9 +229,6 @@ class Sm90aForward(ForwardKernel):
 
     def _k_read(self, u) -> None:
         """QK^T(u) has been waited for: its K slot is free (for a producer to refill)."""
-
-    def _drained(self, last) -> None:
-        """The block's last P.V (of step `last`) has been waited for."""
 
     def _turn_begin(self) -> None:
         """Before a warpgroup issues its GEMMs (ping-pong turns, sm90a_ws.py)."""

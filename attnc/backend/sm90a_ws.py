@@ -46,8 +46,8 @@ took a heavy block in one round takes a light one in the next), w -> (m_block, h
 batch) with m_block fastest and the heaviest (last) m_block first. Producer and
 consumers walk the same blocks and count the K/V steps from the CTA's first (`t_base`),
 so the ring's slots and phases run on across blocks: the consumers release every slot
-they used -- the last two V slots of a block too (_drained) -- and Q's, through one more
-barrier, q_empty, once the block's last QK^T landed. The producer then loads the next
+they used -- the last two V slots of a block too, after its last P.V -- and Q's, through
+one more barrier, q_empty, once the block's last QK^T landed. The producer then loads the next
 block's Q, K and V while the consumers finish the last P.V and store O. Its tile
 addresses are computed per block (an opaque copy of tid): hoisted out of the loop over
 blocks, LLVM kept them live through it and ptxas spilled them. (The causal kernel's
@@ -359,10 +359,6 @@ class Sm90aWsForward(Sm90aForward):
         self._epilogue(acc_o, state)
         return total, []
 
-    def _await_first(self) -> None:
-        e = self.e
-        self._await_full("k", e.c32(0))
-
     def _await_full(self, name: str, t) -> None:
         slot, parity = self._use(t)
         self.mbar.wait(self._barrier(f"{name}_full", slot), parity)
@@ -371,21 +367,6 @@ class Sm90aWsForward(Sm90aForward):
     def _release(self, name: str, t) -> None:
         slot, _ = self._use(t)
         self.mbar.arrive(self._barrier(f"{name}_empty", slot), only=self.e.eq(self.lane, 0))
-
-    def _await_step(self, u, n_block, kv, mode: str):
-        """P.V(u - 2) has landed: release its V slot; wait for K(u) and V(u - 1)."""
-        e, s = self.e, self.spec
-        after_two = scf.IfOp(e.ge(u, 2))
-        with ir.InsertionPoint(after_two.then_block):
-            self._release("v", e.sub(u, 2))
-            scf.yield_([])
-        self._await_full("k", u)
-        self._await_full("v", e.sub(u, 1))
-        ask_skip = mode != "full" and s.tile_skip is not None
-        return self._skip(n_block) if ask_skip else None
-
-    def _await_last(self, last) -> None:
-        self._await_full("v", last)
 
     def _k_read(self, u) -> None:
         self._release("k", u)
@@ -398,19 +379,6 @@ class Sm90aWsForward(Sm90aForward):
     def _release_q(self) -> None:
         self.mbar.arrive(self._barrier("q_empty"), only=self.e.eq(self.lane, 0))
 
-    def _drained(self, last) -> None:
-        """Every GEMM of the block has landed: release the V slots of its last two steps,
-        which no later iteration does (a persistent CTA's next block reuses them)."""
-        if not self.spec.persistent_ctas:
-            return
-        e = self.e
-        before = scf.IfOp(e.ge(last, 1))
-        with ir.InsertionPoint(before.then_block):
-            self._release("v", e.sub(last, 1))
-            scf.yield_([])
-        self._release("v", last)
-
-    # ------------------------------------------------ Note [Overlapped steps op by op]
     def _overlapped_step(self, u, kv, state, flight, mode: str, top: bool = True):
         """Iteration u >= 1, lowered from the ops of the IR's trip of its kind, in their order."""
         body = self.trips.body(mode, top)

@@ -24,10 +24,13 @@ P.V after them (O landed and scaled, V's wait, P.V, O landed, with persistent CT
 last two V slots released) are built from their ops likewise, with the trips' patterns
 where the op is a trip's, and checked the same way; but a persistent kernel without
 ping-pong issues its first QK^T before the previous block's epilogue (Note [The next
-block's first QK^T] in sm90a_ws.py) and builds its first step as that note says. The
-loops around the trips are the kernel's; what comes before the key range (Q's wait)
-and after it (the epilogue) is compared with the plan (Note [Role programs] in
-attnc/ir/roles.py, without the scf.if over the key range).
+block's first QK^T] in sm90a_ws.py), builds its first step as that note says and
+refuses one whose ops differ from attn-overlap-gemms' (but for the hooks). The
+loops around the trips are the kernel's, and `check_key_range` checks what it takes as
+its own (the range's test, one block a step, the rings' stages); everything else --
+before the key range (Q's wait), in the range's else branch, between its loops and
+after it (the epilogue) -- is compared with the plan (Notes [Role programs] and [Role
+schedules] in attnc/ir/roles.py, which leave out only what is built op by op).
 """
 from __future__ import annotations
 
@@ -94,12 +97,21 @@ def wgmma_steps(kernel) -> WgmmaSteps:
             if ops != first:        # the kernel builds every loop of a kind from one trip
                 raise error_at(loop, f"the KV loops of one kind ({kind}) have the same trip: the kernel builds "
                                      f"them from one ({NOTE})")
-        steps = WgmmaSteps(trips, *_around(loops, bars, persistent, hooks))
+        steps = WgmmaSteps(trips, *_around(loops, bars, persistent, hooks, kernel))
         if found and steps != found[0][1]:
             raise error_at(role, f"the consumer warpgroups run one program, and the KV steps of role "
                                  f"'{R.name_of(role)}' differ from those of '{found[0][0]}' ({NOTE})")
         found.append((R.name_of(role), steps))
-    return found[0][1]
+    steps = found[0][1]
+    pingpong = bool(R.attrs_of(R.warp_specialize_of(kernel)).get(R.PINGPONG, False))
+    hooks_ops = ("score_mod", "mask", "block_map_read")
+    if persistent and not pingpong and [op for op in steps.first if op.name not in hooks_ops] != \
+            [op for op in WgmmaSteps.default(False, True).first if op.name not in hooks_ops]:
+        # Note [The next block's first QK^T] (sm90a_ws.py): that first step is the kernel's.
+        raise error_at(R.role_ops(kernel)[1], f"persistent CTAs without ping-pong issue a block's first QK^T "
+                                              f"before the previous block's epilogue, and build its first step as "
+                                              f"attn-overlap-gemms writes it; this one's ops differ ({NOTE})")
+    return steps
 
 
 def _trip(loop, bars: dict, persistent: bool, hooks: dict) -> tuple[StepOp, ...]:
@@ -183,7 +195,7 @@ def _step_op(op, bars: dict, args: list) -> StepOp | None:
     raise error_at(op, f"the sm_90a lowering has no pattern for {name} in an overlapped KV step ({NOTE})")
 
 
-def _around(loops: list, bars: dict, persistent: bool, hooks: dict) -> tuple[tuple, tuple]:
+def _around(loops: list, bars: dict, persistent: bool, hooks: dict, kernel) -> tuple[tuple, tuple]:
     """The first step before the KV loops and the last P.V after them, in the scf.if over
     the key range, checked for their ops, rings and data flow (Note [Overlapped steps op
     by op])."""
@@ -192,22 +204,30 @@ def _around(loops: list, bars: dict, persistent: bool, hooks: dict) -> tuple[tup
     if parent is None or parent.name != "scf.if" or last_loop.operation.parent != parent:
         raise error_at(first_loop, f"a consumer's overlapped KV loops stand in one scf.if over the key range, as "
                                    f"attn-overlap-gemms makes them ({NOTE})")
+    check_key_range(parent, loops, kernel, NOTE)
     ops = [op.operation for op in parent.regions[0].blocks[0].operations]
     start = next(k for k, op in enumerate(ops) if op == first_loop.operation)
     end = next(k for k, op in enumerate(ops) if op == last_loop.operation)
     init, results = list(first_loop.operands)[3:], list(last_loop.results)
+    # m, l and O as they start: what the range yields without a step (its else branch)
+    start_values = list(list(parent.regions[1].blocks[0].operations)[-1].operands) if parent.regions[1].blocks \
+        else []
+    if len(start_values) != 3 or init[O] != start_values[O]:
+        raise error_at(parent, f"the overlapped steps start O as the range yields it without a step ({NOTE})")
     k_ring = init[K_STAGE].owner
     if getattr(k_ring, "name", "") != R.RING_ADVANCE:
         raise error_at(first_loop, f"a consumer's first overlapped KV loop starts K's ring a stage past the first "
                                    f"step's ({NOTE})")
     kinds = [R.value_of(loop.attributes[KV_LOOP]) for loop in loops]
     kind = "mixed" if "mixed" in kinds else kinds[0]        # the first step's block may be any
-    first = _first(ops[:start], bars, list(k_ring.operands), init, persistent, hooks, kind, first_loop)
+    first = _first(ops[:start], bars, list(k_ring.operands), init, start_values, persistent, hooks, kind,
+                   first_loop)
     last = _last(ops[end + 1:], bars, results, persistent, last_loop)
     return first, last
 
 
-def _first(ops: list, bars: dict, ring: list, init: list, persistent: bool, hooks: dict, kind: str, where):
+def _first(ops: list, bars: dict, ring: list, init: list, start_values: list, persistent: bool, hooks: dict,
+           kind: str, where):
     seen: dict[str, ir.Operation] = {}
     out = _ops(ops, seen, "first step", lambda op: _first_op(op, bars, ring))
     needed = ("wait k", "read k", "mma qk", "land_s", "release_k", "softmax_step", *(("release_q",) if persistent
@@ -225,6 +245,7 @@ def _first(ops: list, bars: dict, ring: list, init: list, persistent: bool, hook
         (qk.operands[1] == seen["read k"].result and _reads_q(qk.operands[0]), qk),
         (list(seen["land_s"].operands) == [qk.result], seen["land_s"]),
         (all(op.operands[0] == before.results[0] for before, op in zip(chain, chain[1:] + [softmax])), softmax),
+        (list(softmax.operands)[1:] == start_values[M:O], softmax),
         ([init[M], init[L], init[P], init[FACTOR]] == [softmax.results[k] for k in (1, 2, 0, 3)], softmax),
     ]
     _flows(flows, "first step")
@@ -243,8 +264,10 @@ def _first_op(op, bars: dict, ring: list) -> StepOp | None:
         return StepOp("release_k")
     if name == "scf.if":
         arrive = _only_arrive(op)
+        test = op.operands[0].owner
         if arrive is not None and bars[_bar(arrive)].get("channel") == "q" and \
-                bars[_bar(arrive)].get("side") == "empty" and cmpi_predicate(op.operands[0].owner) == "eq":
+                bars[_bar(arrive)].get("side") == "empty" and getattr(test, "name", "") == "arith.cmpi" \
+                and cmpi_predicate(test) == "eq" and int_constant(test.operands[1]) == 1:
             return StepOp("release_q")
     return _common_op(op, "qk")
 
@@ -261,7 +284,8 @@ def _last(ops: list, bars: dict, results: list, persistent: bool, where):
         (list(rescale.operands) == [seen["land_o"].result, results[FACTOR]], rescale),
         (list(pv.operands) == [results[P], seen["read v"].result, rescale.result], pv),
         (list(landed.operands) == [pv.result], landed),
-        (terminator.name == "scf.yield" and list(terminator.operands)[2] == landed.result, terminator),
+        (terminator.name == "scf.yield" and list(terminator.operands) == [results[M], results[L], landed.result],
+         terminator),
     ]
     _flows(flows, "last P.V")
     return out
@@ -283,7 +307,8 @@ def _last_op(op, bars: dict, results: list) -> StepOp | None:
         arrive = _only_arrive(op)
         test = op.operands[0].owner
         if arrive is not None and _tile_of(arrive, bars, "empty") == "v" and arrive.operands[1] == results[V_PREVIOUS] \
-                and cmpi_predicate(test) == "sge" and int_constant(test.operands[1]) == 2:
+                and getattr(test, "name", "") == "arith.cmpi" and cmpi_predicate(test) == "sge" \
+                and int_constant(test.operands[1]) == 2:
             return StepOp("release_v_before")
     if name == "attn.rescale":
         return StepOp("rescale")
@@ -358,6 +383,25 @@ def _tile_of(op, bars: dict, side: str) -> str:
 def _reads_q(value) -> bool:
     owner = value.owner
     return getattr(owner, "name", "") == R.SLOT_READ and ir.StringAttr(owner.attributes["tile"]).value == "q"
+
+
+def check_key_range(scf_if, loops: list, kernel, note: str) -> None:
+    """What the kernel builds of the scf.if over the key range and its loops as its own
+    (Notes [Overlapped steps op by op], [Loads op by op]) stands as attn-overlap-gemms
+    writes it: the range taken where it has a step (`total > 0`), each loop stepping one
+    block, each ring advanced over the K/V channel's stages."""
+    test = scf_if.operands[0].owner
+    if getattr(test, "name", "") != "arith.cmpi" or cmpi_predicate(test) != "sgt" or \
+            int_constant(test.operands[1]) != 0:
+        raise error_at(scf_if, f"the kernel runs the steps of the key range where it has one: this scf.if "
+                               f"tests total > 0, as attn-overlap-gemms writes it ({note})")
+    for loop in loops:
+        if int_constant(loop.operands[2]) != 1:
+            raise error_at(loop, f"the kernel steps its KV loops one key block at a time ({note})")
+    stages = next(R.attrs_of(c)["stages"] for c in R.channel_ops(kernel) if R.name_of(c) == "kv")
+    for advance in R.ops_in(scf_if.regions[0].blocks[0], (R.RING_ADVANCE,)):
+        if R.attrs_of(advance)["stages"] != stages:
+            raise error_at(advance, f"the K and V rings run over the K/V channel's {stages} stages ({note})")
 
 
 def advances(value, stage, phase) -> bool:

@@ -187,7 +187,8 @@ def pass_loc(pass_name: str, near: ir.Operation | ir.Location) -> ir.Location:
 # which its lowering builds op by op (Note [The role op by op] in
 # attnc/backend/kv_steps.py), is not compared, and of sm_90a's producer and the consumer
 # warpgroups it feeds the KV loops' bodies are left out, their trips being built op by
-# op (`trips_op_by_op`).
+# op (`trips_op_by_op`), and so are the ops of the steps before and after the loops that
+# are built op by op too (`_built_around`).
 _TILE_KEYS = {"attn.load": "operand", "attn.mma": "kind", "attn.store": "operand"}
 _EXCHANGES = {PUT: "put", SLOT_WRITE: "put", GET: "get", SLOT_READ: "get"}
 _PROGRAM_OPS = ("attn.load", "attn.mma", "attn.score_mod", "attn.mask", "attn.softmax_step", "attn.rescale",
@@ -216,8 +217,9 @@ def program_digest(role: ir.Operation) -> str:
 # build that synchronization as the plan passes make it, compare it: an edit there is
 # refused at the role rather than built as the default (Note [The plan the lowerings
 # follow]) -- but for sm_80's role, whose synchronization is built as it stands once
-# verified (Note [Steps op by op]). The choices attn-kernel-choices records later on the
-# program ops are not in it.
+# verified (Note [Steps op by op]), and for what sm_90a builds op by op (as in Note [Role
+# programs]). The choices attn-kernel-choices records later on the program ops are not
+# in it.
 def schedule_digest(role: ir.Operation) -> str:
     def source(value) -> str:
         owner = value.owner
@@ -239,27 +241,45 @@ def schedule_digest(role: ir.Operation) -> str:
 
 def _steps(role: ir.Operation, step) -> list[str]:
     """`step(op)` of every op of the role (pre-order) for which it is not None; of a role
-    whose trips the lowering builds op by op, not those of its KV loops' bodies, nor of
-    the scf.if around them (sm_90a's first and last steps, built op by op as well)."""
+    whose trips the lowering builds op by op, not those of its KV loops' bodies, nor the
+    ops of the steps it builds op by op around them (`_built_around`)."""
     from attnc.passes.tile_program import KV_LOOP
 
     out: list[str] = []
     shell = trips_op_by_op(role)
+    built = _built_around(role) if shell else []
 
     def visit(op):
+        if any(op == b for b in built):
+            return ir.WalkResult.SKIP
         text = step(op)
         if text is not None:
             out.append(text)
         if shell and op.name == "scf.for" and KV_LOOP in op.attributes:
             return ir.WalkResult.SKIP
-        if shell and op.name == "scf.if" and any(KV_LOOP in o.attributes for o in ops_in(
-                op.regions[0].blocks[0], ("scf.for",))):
-            return ir.WalkResult.SKIP       # the steps around the loops too
         return ir.WalkResult.ADVANCE
 
     for op in role_block(role).operations:
         op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
     return out
+
+
+def _built_around(role: ir.Operation) -> list[ir.Operation]:
+    """The ops of sm_90a's steps before the first and after the last KV loop in the scf.if
+    over the key range that the lowering builds op by op (Notes [Loads op by op] and
+    [Overlapped steps op by op]): all but the ring advances, index arithmetic and the
+    terminator, which stay in the digests with everything else around the loops."""
+    from attnc.passes.tile_program import KV_LOOP
+
+    loops = [op for op in ops_in(role_block(role), ("scf.for",)) if KV_LOOP in op.attributes]
+    parent = loops[0].operation.parent if loops else None
+    if parent is None or parent.name != "scf.if":
+        return []
+    ops = [op.operation for op in parent.regions[0].blocks[0].operations]
+    at = [k for k, op in enumerate(ops) if any(op == loop for loop in loops)]
+    around = ops[:at[0]] + ops[at[-1] + 1:]
+    return [op for op in around if op.name not in (RING_ADVANCE, "scf.yield")
+            and not (op.name.startswith("arith.") and not op.regions)]
 
 
 def built_op_by_op(role: ir.Operation) -> bool:
@@ -275,8 +295,9 @@ def trips_op_by_op(role: ir.Operation) -> bool:
     """Whether the lowering builds the trips of `role`'s KV loops op by op, in the order
     their ops stand (sm_90a's producer and the consumer warpgroups it feeds: Notes [Loads
     op by op] in attnc/backend/load_steps.py and [Overlapped steps op by op] in
-    attnc/backend/wgmma_steps.py); the role's digests leave those loops' bodies out
-    (Notes [Role programs] and [Role schedules])."""
+    attnc/backend/wgmma_steps.py); the role's digests leave those loops' bodies out, and
+    the ops of the steps around them built op by op too (Notes [Role programs] and [Role
+    schedules])."""
     kernel = role.parent.parent if role.parent is not None else None
     if kernel is None or attrs_of(kernel).get("target") != "sm_90a":
         return False

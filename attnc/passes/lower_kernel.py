@@ -131,7 +131,7 @@ def _check_plan(module, pass_name: str) -> None:
                 continue            # its ops are checked as they are built (Note [The role op by op])
             if name in made and made[name] != R.program_digest(role):
                 raise error_at(role, f"{pass_name} builds the ops of role '{name}' in the order "
-                                     f"attn-warp-specialize made them (but for the trips of its KV loops, which "
+                                     f"attn-warp-specialize made them (but for the steps of its key range, which "
                                      f"it builds as they stand), "
                                      f"and this role's ops were reordered, added or removed since (Note [The "
                                      f"plan the lowerings follow])")

@@ -29,6 +29,7 @@ from mlir.dialects import scf
 
 from attnc.ir import error_at
 from attnc.ir import roles as R
+from attnc.ir.ops import int_constant
 from attnc.passes.tile_program import KV_LOOP
 from attnc.schedule.overlap import PASS, KeyRange, chained_loops
 
@@ -156,7 +157,7 @@ class _Loads:
                   and _reads(wait.operands[2], self.phase))
             if not ok:
                 raise error_at(load, f"{PASS}: the {tile.upper()} load of a producer's KV step loads the loop's "
-                                     f"block into the stage of its ring, waiting on its phase")
+                                     f"block into the stage of its ring, waiting on its phase's flip")
             own = set()
             for op in self.ops[tile]:
                 for value in op.operands:
@@ -183,6 +184,7 @@ class _Loads:
 
 
 def _reads(value, phase) -> bool:
-    """Whether a wait's parity operand is the phase or the phase's xor with a constant."""
+    """Whether a wait's parity operand is the phase's flip, as the empty side's waits have it."""
     owner = value.owner
-    return value == phase or (getattr(owner, "name", "") == "arith.xori" and phase in list(owner.operands))
+    return getattr(owner, "name", "") == "arith.xori" and list(owner.operands)[0] == phase \
+        and int_constant(owner.operands[1]) == 1
