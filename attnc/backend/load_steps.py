@@ -17,9 +17,11 @@ rings, so the two must not part), and one trip for every loop. The kernel's loop
 over the steps t of the key range with K(0) peeled, K(t + 1) where there is one and
 V(t) -- the IR's trips one step on, with the last V folded in. So K's first load before
 the loops is built from its ops likewise, and V's last after them is checked as a
-trip's loads are (the same ops in the same order, then). What comes before the range (Q's load) is compared
-with the plan (Note [Role programs] in attnc/ir/roles.py, which leaves out the scf.if
-holding the loops).
+trip's loads are (the same ops in the same order, then); `check_key_range`
+(wgmma_steps.py) checks what the kernel takes as its own of the range. Everything else
+-- Q's load before the range, the ops between its loops -- is compared with the plan
+(Notes [Role programs] and [Role schedules] in attnc/ir/roles.py, which leave out only
+what is built op by op).
 """
 from __future__ import annotations
 
@@ -133,7 +135,7 @@ def _loads(ops: list, bars: dict, rings: dict, where, what_loads: str) -> tuple[
     seen: dict[str, ir.Operation] = {}
     for op in ops:
         name = op.name
-        if name in ("attn.load", R.RING_ADVANCE, "scf.yield", "scf.for") or \
+        if name in ("attn.load", R.RING_ADVANCE, "scf.yield") or \
                 (name.startswith("arith.") and not op.regions):
             continue
         if name not in _OPS:

@@ -47,8 +47,8 @@ batch) with m_block fastest and the heaviest (last) m_block first. Producer and
 consumers walk the same blocks and count the K/V steps from the CTA's first (`t_base`),
 so the ring's slots and phases run on across blocks: the consumers release every slot
 they used -- the last two V slots of a block too, after its last P.V -- and Q's, through
-one more barrier, q_empty, once the block's last QK^T landed. The producer then loads the next
-block's Q, K and V while the consumers finish the last P.V and store O. Its tile
+one more barrier, q_empty, once the block's last QK^T landed. The producer then loads
+the next block's Q, K and V while the consumers finish the last P.V and store O. Its tile
 addresses are computed per block (an opaque copy of tid): hoisted out of the loop over
 blocks, LLVM kept them live through it and ptxas spilled them. (The causal kernel's
 producer, in 24 registers, still spills 284 bytes at head dim 128; the window's
@@ -379,6 +379,7 @@ class Sm90aWsForward(Sm90aForward):
     def _release_q(self) -> None:
         self.mbar.arrive(self._barrier("q_empty"), only=self.e.eq(self.lane, 0))
 
+    # ------------------------------------------------ Note [Overlapped steps op by op]
     def _overlapped_step(self, u, kv, state, flight, mode: str, top: bool = True):
         """Iteration u >= 1, lowered from the ops of the IR's trip of its kind, in their order."""
         body = self.trips.body(mode, top)
