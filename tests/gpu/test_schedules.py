@@ -3,7 +3,9 @@ K/V ring depths 2 and 3 on sm_80 and 2, 3 and 4 on sm_90a, one and two consumer
 warpgroups with a producer, ping-pong on and off, a producer putting V before K (the
 user pass examples/passes/v_before_k.py), sm_90a's consumers issuing P.V before QK^T
 with and without ping-pong (examples/passes/pv_before_qk.py, Note [Overlapped steps op by
-op]), and sm_80's steps waiting for V before the softmax at 2 and 3 stages
+op]), its producer waiting for both slots before writing either
+(examples/passes/waits_first.py, Note [Loads op by op]), its consumers waiting for the
+last V before landing the P.V in flight (examples/passes/last_v_early.py), and sm_80's steps waiting for V before the softmax at 2 and 3 stages
 (examples/passes/wait_v_early.py, Note [Steps op by op]) --
 tools/build_gpu_bundles.py --suites schedules
 (SCHEDULES). Each at the ragged shapes of test_examples.py; o and lse within gpu_support's

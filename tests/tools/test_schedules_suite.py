@@ -40,7 +40,7 @@ def test_every_plan_of_the_suite_has_its_own_kernel(arch):
     # each choice against its counterpart (nopingpong and consumers2 are the default plan)
     pairs = [("stages2", "stages3"), ("stages3", "stages4"), ("consumers1", "consumers2"),
              ("pingpong", "nopingpong"), ("v_before_k", "nopingpong"), ("pv_before_qk", "nopingpong"),
-             ("pv_before_qk_turns", "pingpong")]
+             ("pv_before_qk_turns", "pingpong"), ("waits_first", "nopingpong"), ("last_v_early", "pingpong")]
     for a, b in pairs:
         if a in ptx and b in ptx:
             assert ptx[a] != ptx[b], f"{a} and {b} gave the same kernel"
@@ -60,3 +60,7 @@ def test_every_plan_of_the_suite_has_its_own_kernel(arch):
             assert "wgmma.wait_group.sync.aligned 1;" not in art.ptx and spec.pingpong is tag.endswith("turns")
         if tag == "v_before_k":
             assert spec.load_steps.trip[0].what == "v"
+        if tag == "waits_first":        # both empty slots waited for before either write
+            assert [(op.name, op.what) for op in spec.load_steps.trip[:2]] == [("wait", "k"), ("wait", "v")]
+        if tag == "last_v_early":       # V waited for before the P.V in flight lands
+            assert [op.name for op in spec.wgmma_steps.last[:3]] == ["wait", "read", "land_o"]
