@@ -212,7 +212,8 @@ def program_digest(role: ir.Operation) -> str:
 # Note [Role schedules]: what attn-insert-pipelines makes of a role -- where its waits,
 # arrives, barriers, cp.async groups, slot writes and reads and ring advances stand,
 # their attributes (counts, ids, `pending`, tiles), the barrier or channel each one is on,
-# and how far ahead each load is -- digested with the program ops around them. The pass
+# and how far ahead each load is -- digested with the program ops around them and the
+# bounds of its loops and tests of its branches, which the kernels build as their own. The pass
 # records every role's (`schedules` on attn.warp_specialize) and the lowerings, which
 # build that synchronization as the plan passes make it, compare it: an edit there is
 # refused at the role rather than built as the default (Note [The plan the lowerings
@@ -233,10 +234,34 @@ def schedule_digest(role: ir.Operation) -> str:
         if name in _PROGRAM_OPS:
             key = _TILE_KEYS.get(name)
             ahead = attrs_of(op).get("ahead") if name == "attn.load" else None
-            return f"{name} {ir.StringAttr(op.attributes[key]).value if key else ''} {ahead}"
+            # the bounds of a loop and the test of a branch, which the kernels build as their
+            # own (the key range's), as the index arithmetic that makes them
+            bounds = [_expression(v, {}) for v in (op.operands[:3] if name == "scf.for" else op.operands[:1])] \
+                if name in ("scf.for", "scf.if") else ""
+            return f"{name} {ir.StringAttr(op.attributes[key]).value if key else ''} {ahead} {bounds}"
         return None
 
     return _digest(_steps(role, step))
+
+
+def _expression(value: ir.Value, memo: dict, depth: int = 0) -> str:
+    """`value` as the ops that compute it from the role's arguments, constants, dims and
+    key ranges (Note [Role schedules]): arith ops by name and attributes, a block argument
+    by its number."""
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return f"arg{ir.BlockArgument(value).arg_number}"
+    if value in memo:
+        return memo[value]
+    op = owner.operation
+    if depth > 32 or op.regions:
+        text = f"{op.name}#{ir.OpResult(value).result_number}"
+    else:
+        attrs = sorted((k, str(v)) for k, v in attrs_of(op).items())
+        args = ",".join(_expression(v, memo, depth + 1) for v in op.operands)
+        text = f"{op.name}{attrs}({args})#{ir.OpResult(value).result_number}"
+    memo[value] = text
+    return text
 
 
 def _steps(role: ir.Operation, step) -> list[str]:

@@ -138,7 +138,8 @@ def _check_plan(module, pass_name: str) -> None:
             if name in synced and synced[name] != R.schedule_digest(role):      # Note [Role schedules]
                 raise error_at(role, f"{pass_name} builds the synchronization of role '{name}' as "
                                      f"attn-insert-pipelines made it -- where its waits, arrives, barriers and "
-                                     f"cp.async groups stand, their counts, how far ahead its loads are -- and "
+                                     f"cp.async groups stand, their counts, how far ahead its loads are, the "
+                                     f"bounds of its loops and the tests of its branches -- and "
                                      f"this role's synchronization was edited since (Note [The plan the "
                                      f"lowerings follow])")
         op_by_op = any(R.built_op_by_op(role) or R.trips_op_by_op(role) for role in R.role_ops(kernel))

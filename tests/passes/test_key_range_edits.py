@@ -103,7 +103,24 @@ def edit_release_q_test(result):
         guarded.operands[0] = both.result
 
 
+def edit_bounds(result):
+    for name in ("producer", "consumer0", "consumer1"):
+        _, loops, _ = key_range(result, name)
+        loops[-1].operands[1] = loops[-1].operands[0]   # the range's top blocks dropped, by every role
+
+
+def edit_total(result):
+    for name in ("producer", "consumer0", "consumer1"):
+        scf_if, _, _ = key_range(result, name)
+        test = scf_if.operands[0].owner
+        with scf_if.location:
+            more = arith.AddIOp(test.operands[0], test.operands[0], ip=ir.InsertionPoint(test))
+        test.operands[0] = more.result                  # 2 total > 0: the same test, written otherwise
+
+
 @pytest.mark.parametrize("edit,example,options,message", [
+    (edit_bounds, "gemma2", "", "this role's synchronization was edited since"),
+    (edit_total, "mha", "", "this role's synchronization was edited since"),
     (edit_persistent_else, "mha", "persistent=true", "this role's synchronization was edited since"),
     (edit_between_loops, "gemma2", "", "this role's synchronization was edited since"),
     (edit_stages, "mha", "", "attn-verify-pipeline: channel 'kv' deadlocks"),
