@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from mlir import ir
 
 from attnc.backend.kv_steps import StepOp
-from attnc.backend.wgmma_steps import advances, check_key_range
+from attnc.backend.wgmma_steps import advances, check_key_range, tile_of
 from attnc.ir import error_at
 from attnc.ir import roles as R
-from attnc.ir.ops import int_constant
 from attnc.passes.tile_program import KV_LOOP
+from attnc.schedule.load_ahead import flips
 
 NOTE = "Note [Loads op by op]"
 # The carried values of a trip, as attn-overlap-gemms orders them (after the block index).
@@ -141,7 +141,7 @@ def _loads(ops: list, bars: dict, rings: dict, where, what_loads: str) -> tuple[
         if name not in _OPS:
             raise error_at(op, f"the sm_90a lowering has no pattern for {name} in the producer's KV step ({NOTE})")
         what, side = _OPS[name]
-        tile = _tile_of(op, bars, side)
+        tile = tile_of(op, bars, side)
         if tile not in rings:
             raise error_at(op, f"the producer's KV step waits on K's and V's empty barriers, writes their slots "
                                f"and arrives on their full barriers ({NOTE})")
@@ -149,7 +149,7 @@ def _loads(ops: list, bars: dict, rings: dict, where, what_loads: str) -> tuple[
         if key in seen:
             raise error_at(op, f"a producer's KV step has one {key} ({NOTE})")
         stage, phase, block_index = rings[tile]
-        ok = op.operands[1] == stage and (what != "wait" or _reads(op.operands[2], phase)) and \
+        ok = op.operands[1] == stage and (what != "wait" or flips(op.operands[2], phase)) and \
             (what != "write" or (_loads_block(op.operands[2], tile, block_index)
                                  and R.attrs_of(op).get("completes") == "arrive"))
         if not ok:
@@ -165,20 +165,6 @@ def _loads(ops: list, bars: dict, rings: dict, where, what_loads: str) -> tuple[
             raise error_at(where, f"{what_loads} {tile.upper()} load has a wait for its empty slot, then the "
                                   f"slot's write, then the arrival on its full barrier ({NOTE})")
     return tuple(out)
-
-
-def _tile_of(op, bars: dict, side: str | None) -> str:
-    if side is None:
-        return ir.StringAttr(op.attributes["tile"]).value
-    a = bars.get(R.name_of(op.operands[0].owner), {})
-    return a.get("tile", "") if a.get("channel") == "kv" and a.get("side") == side else ""
-
-
-def _reads(value, phase) -> bool:
-    """Whether a wait's parity is the phase's flip, as the empty side's waits have it."""
-    owner = value.owner
-    return getattr(owner, "name", "") == "arith.xori" and list(owner.operands)[0] == phase \
-        and int_constant(owner.operands[1]) == 1
 
 
 def _loads_block(value, tile: str, block_index) -> bool:

@@ -387,10 +387,10 @@ class Sm90aWsForward(Sm90aForward):
         return trip.state, _InFlight(trip.acc_o, _flat(trip.p), _flat(trip.probs), trip.alpha or [],
                                      self._moved())
 
-    def _run(self, ops, trip):
-        """The patterns of `ops` (`_trip_<op>`, on `trip`), in their order."""
+    def _run(self, ops, trip, patterns: str = "_trip_"):
+        """The patterns of `ops` (`<patterns><op>`, on `trip`), in their order."""
         for op in ops:
-            getattr(self, f"_trip_{op.name}")(op, trip)
+            getattr(self, f"{patterns}{op.name}")(op, trip)
             if op is trip.scores_end:
                 trip.finish_scores()
         return trip
@@ -406,10 +406,7 @@ class Sm90aWsForward(Sm90aForward):
 
     def _last_pv(self, total, flight):
         """The last P.V from the IR's ops after the loops, op by op."""
-        last = LastPv(self, total, flight)
-        for op in self.trips.last:
-            getattr(self, f"_last_{op.name}")(op, last)
-        return last.acc_o
+        return self._run(self.trips.last, LastPv(self, total, flight), "_last_").acc_o
 
     def _last_wait(self, op, last) -> None:
         self._await_full("v", last.step)

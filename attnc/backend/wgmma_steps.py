@@ -162,22 +162,21 @@ def _step_op(op, bars: dict, args: list) -> StepOp | None:
                                f"({NOTE})")
         return StepOp("mma", kind)
     if name in (R.MBARRIER_WAIT, R.SLOT_READ):
-        tile = _tile_of(op, bars, "full")
+        tile = tile_of(op, bars, "full")
         stage = args[K_STAGE if tile == "k" else V_STAGE]
         if tile not in ("k", "v") or op.operands[1] != stage or (name == R.MBARRIER_WAIT and op.operands[2] !=
                                                                   args[K_PHASE if tile == "k" else V_PHASE]):
             raise error_at(op, f"a step waits for and reads K and V at the stages of their rings, carried by the "
                                f"loop ({NOTE})")
         return StepOp("wait" if name == R.MBARRIER_WAIT else "read", tile)
-    if name == R.MBARRIER_ARRIVE and _tile_of(op, bars, "empty") == "k" and op.operands[1] == args[K_STAGE]:
+    if name == R.MBARRIER_ARRIVE and tile_of(op, bars, "empty") == "k" and op.operands[1] == args[K_STAGE]:
         return StepOp("release_k")
     if name == "scf.if":
-        inner = [o.operation for o in op.regions[0].blocks[0].operations][:-1]
-        test = op.operands[0].owner
+        arrive, test = _only_arrive(op), op.operands[0].owner
         counted = getattr(test, "name", "") == "arith.cmpi" and test.operands[0] == args[STEP]
-        if len(inner) == 1 and inner[0].name == R.MBARRIER_ARRIVE and not op.regions[1].blocks and counted:
-            arrive, predicate = inner[0], cmpi_predicate(test)
-            if (_tile_of(arrive, bars, "empty") == "v" and arrive.operands[1] == args[V_PREVIOUS]
+        if arrive is not None and counted:
+            predicate = cmpi_predicate(test)
+            if (tile_of(arrive, bars, "empty") == "v" and arrive.operands[1] == args[V_PREVIOUS]
                     and predicate == "sge" and int_constant(test.operands[1]) == 2):
                 return StepOp("release_v_late")
             if bars[_bar(arrive)].get("channel") == "q" and bars[_bar(arrive)].get("side") == "empty" \
@@ -257,11 +256,11 @@ def _first_op(op, bars: dict, ring: list) -> StepOp | None:
     name = op.name
     if name == R.MMA_WAIT:
         return StepOp("land_s", count=int(R.attrs_of(op)["pending"]))
-    if name in (R.MBARRIER_WAIT, R.SLOT_READ) and _tile_of(op, bars, "full") == "k":
+    if name in (R.MBARRIER_WAIT, R.SLOT_READ) and tile_of(op, bars, "full") == "k":
         if op.operands[1] != ring[0] or (name == R.MBARRIER_WAIT and op.operands[2] != ring[1]):
             raise error_at(op, f"the first step waits for and reads K at the stage its ring starts from ({NOTE})")
         return StepOp("wait" if name == R.MBARRIER_WAIT else "read", "k")
-    if name == R.MBARRIER_ARRIVE and _tile_of(op, bars, "empty") == "k" and op.operands[1] == ring[0]:
+    if name == R.MBARRIER_ARRIVE and tile_of(op, bars, "empty") == "k" and op.operands[1] == ring[0]:
         return StepOp("release_k")
     if name == "scf.if":
         arrive = _only_arrive(op)
@@ -297,17 +296,17 @@ def _last_op(op, bars: dict, results: list) -> StepOp | None:
     if name == R.MMA_WAIT:
         kind = "land_o" if list(op.operands) == [results[O]] else "land_pv"
         return StepOp(kind, count=int(R.attrs_of(op)["pending"]))
-    if name in (R.MBARRIER_WAIT, R.SLOT_READ) and _tile_of(op, bars, "full") == "v":
+    if name in (R.MBARRIER_WAIT, R.SLOT_READ) and tile_of(op, bars, "full") == "v":
         if op.operands[1] != results[V_STAGE] or (name == R.MBARRIER_WAIT and op.operands[2] != results[V_PHASE]):
             raise error_at(op, f"the last P.V waits for and reads V at the stage of its ring the loops carry out "
                                f"({NOTE})")
         return StepOp("wait" if name == R.MBARRIER_WAIT else "read", "v")
-    if name == R.MBARRIER_ARRIVE and _tile_of(op, bars, "empty") == "v" and op.operands[1] == results[V_STAGE]:
+    if name == R.MBARRIER_ARRIVE and tile_of(op, bars, "empty") == "v" and op.operands[1] == results[V_STAGE]:
         return StepOp("release_v")
     if name == "scf.if":
         arrive = _only_arrive(op)
         test = op.operands[0].owner
-        if arrive is not None and _tile_of(arrive, bars, "empty") == "v" and arrive.operands[1] == results[V_PREVIOUS] \
+        if arrive is not None and tile_of(arrive, bars, "empty") == "v" and arrive.operands[1] == results[V_PREVIOUS] \
                 and getattr(test, "name", "") == "arith.cmpi" and cmpi_predicate(test) == "sge" \
                 and int_constant(test.operands[1]) == 2:
             return StepOp("release_v_before")
@@ -373,9 +372,10 @@ def _bar(op) -> str:
     return R.name_of(op.operands[0].owner)
 
 
-def _tile_of(op, bars: dict, side: str) -> str:
-    """The K/V tile a slot read reads, or whose mbarrier of `side` an op is on ("" else)."""
-    if op.name == R.SLOT_READ:
+def tile_of(op, bars: dict, side: str | None) -> str:
+    """The K/V tile a slot read or write takes, or whose mbarrier of `side` an op is on
+    ("" else)."""
+    if op.name in (R.SLOT_READ, R.SLOT_WRITE):
         return ir.StringAttr(op.attributes["tile"]).value
     a = bars.get(_bar(op), {})
     return a.get("tile", "") if a.get("channel") == "kv" and a.get("side") == side else ""

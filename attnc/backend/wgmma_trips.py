@@ -76,6 +76,7 @@ class LastPv:
         self._step = None
         self.acc_o = self.p = self.landed_probs = self.acc = None
         self.fenced = False
+        self.scores_end = None          # no scores here
 
     @property
     def step(self):

@@ -31,7 +31,7 @@ from attnc.ir import error_at
 from attnc.ir import roles as R
 from attnc.ir.ops import int_constant
 from attnc.passes.tile_program import KV_LOOP
-from attnc.schedule.overlap import PASS, KeyRange, chained_loops
+from attnc.schedule.overlap import PASS, KeyRange, chained_loops, ring_advance
 
 TILES = ("k", "v")
 
@@ -154,7 +154,7 @@ class _Loads:
             write, arrive = found[f"{tile} {R.SLOT_WRITE}"], found[f"{tile} {R.CP_ASYNC_MBARRIER_ARRIVE}"]
             ok = (load.operands[3] == self.n and wait.operands[1] == self.stage and write.operands[1] == self.stage
                   and arrive.operands[1] == self.stage and write.operands[2] == load.result
-                  and _reads(wait.operands[2], self.phase))
+                  and flips(wait.operands[2], self.phase))
             if not ok:
                 raise error_at(load, f"{PASS}: the {tile.upper()} load of a producer's KV step loads the loop's "
                                      f"block into the stage of its ring, waiting on its phase's flip")
@@ -179,11 +179,10 @@ class _Loads:
             vmap.update(zip(op.results, new.results))
 
     def advance(self, stage, phase) -> list:
-        i32 = ir.IntegerType.get_signless(32)
-        return list(R.create(R.RING_ADVANCE, [i32, i32], [stage, phase], {"stages": self.stages}).results)
+        return ring_advance(stage, phase, self.stages)
 
 
-def _reads(value, phase) -> bool:
+def flips(value, phase) -> bool:
     """Whether a wait's parity operand is the phase's flip, as the empty side's waits have it."""
     owner = value.owner
     return getattr(owner, "name", "") == "arith.xori" and list(owner.operands)[0] == phase \

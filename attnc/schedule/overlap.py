@@ -79,6 +79,20 @@ def overlap_role(role: ir.Operation, kernel: ir.Operation) -> None:
         op.erase()
 
 
+def _const(value: int) -> ir.Value:
+    return arith.ConstantOp(ir.IntegerType.get_signless(32), value).result
+
+
+def _cmp(pred: str, a, b) -> ir.Value:
+    return arith.CmpIOp(getattr(arith.CmpIPredicate, pred), a, b).result
+
+
+def ring_advance(stage, phase, stages: ir.Attribute) -> list:
+    """The next (stage, phase) of a ring of `stages` stages at (stage, phase)."""
+    i32 = ir.IntegerType.get_signless(32)
+    return list(R.create(R.RING_ADVANCE, [i32, i32], [stage, phase], {"stages": stages}).results)
+
+
 def chained_loops(ops: list, at: list[int], carried: str, kept: int) -> None:
     """Check that the KV loops `ops[k]` (k in `at`) follow each other, each carrying
     its values (`carried`: what they are) from the loop before it and to the next only,
@@ -108,35 +122,29 @@ class KeyRange:
     the insertion point."""
 
     def __init__(self, loops: list):
-        self.i32 = ir.IntegerType.get_signless(32)
         self.segments: list[list] = []
         for loop in loops:
             if self.segments and loop.operands[0] == self.segments[-1][-1].operands[1]:
                 self.segments[-1].append(loop)
             else:
                 self.segments.append([loop])
-        zero = self.zero = self.const(0)
+        zero = self.zero = _const(0)
         self.bounds = [(seg[0].operands[0], seg[-1].operands[1]) for seg in self.segments]
         self.total = None
         for lo, hi in self.bounds:
             count = arith.MaxSIOp(arith.SubIOp(hi, lo).result, zero).result
             self.total = count if self.total is None else arith.AddIOp(self.total, count).result
 
-    def const(self, value: int) -> ir.Value:
-        return arith.ConstantOp(self.i32, value).result
-
-    def cmp(self, pred: str, a, b) -> ir.Value:
-        return arith.CmpIOp(getattr(arith.CmpIPredicate, pred), a, b).result
 
     def some(self, results: list) -> scf.IfOp:
         """scf.if the range has a step."""
-        return scf.IfOp(self.cmp("sgt", self.total, self.zero), results, has_else=bool(results))
+        return scf.IfOp(_cmp("sgt", self.total, self.zero), results, has_else=bool(results))
 
     def first(self) -> tuple[ir.Value, list]:
         """The first step's block -- the first of the first segment with blocks -- and
         where each segment's loops start past it (the segment's start, one more where it
         holds it)."""
-        one = self.one = self.const(1)
+        one = self.one = _const(1)
         first, past, before_empty = None, [], None
         for k, (lo, hi) in enumerate(self.bounds):
             after = arith.AddIOp(lo, one).result
@@ -147,7 +155,7 @@ class KeyRange:
                 start = arith.SelectOp(before_empty, after, lo).result
             past.append(start)
             if k + 1 < len(self.bounds):
-                empty = self.cmp("sge", lo, hi)
+                empty = _cmp("sge", lo, hi)
                 before_empty = empty if before_empty is None else arith.AndIOp(before_empty, empty).result
         return first, past
 
@@ -270,13 +278,6 @@ class _Chain:
 
     def __init__(self, bodies: list[_Body], turns: _Turns, q_release, persistent: bool):
         self.bodies, self.turns, self.q_release, self.persistent = bodies, turns, q_release, persistent
-        self.i32 = ir.IntegerType.get_signless(32)
-
-    def const(self, value: int) -> ir.Value:
-        return arith.ConstantOp(self.i32, value).result
-
-    def cmp(self, pred: str, a, b) -> ir.Value:
-        return arith.CmpIOp(getattr(arith.CmpIPredicate, pred), a, b).result
 
     def build(self, first: ir.Operation, last: ir.Operation) -> list:
         m0, l0, o0, stage0, phase0 = list(first.operands)[3:8]
@@ -303,9 +304,8 @@ class _Chain:
         s = self._clone(body.op["qk"], vmap, asynchronous=True)
         self.turns.end()
         s = self._land([s], 0)[0]
-        self._release_k(body, k_stage, lambda: self.cmp("eq", total, one))
-        k_next = R.create(R.RING_ADVANCE, [self.i32, self.i32], [stage0, phase0],
-                          {"stages": body.op["advance"].attributes["stages"]}).results
+        self._release_k(body, k_stage, lambda: _cmp("eq", total, one))
+        k_next = ring_advance(stage0, phase0, body.op["advance"].attributes["stages"])
         p, m, l, alpha = self._scores(body, vmap, s, m0, l0)
         carried = [m, l, o0, p, alpha, *k_next, stage0, phase0, stage0, one]
         of = {b.loop: b for b in self.bodies}
@@ -320,7 +320,7 @@ class _Chain:
         self.turns.end()
         o = self._land([o], 0)[0]
         if self.persistent:
-            self._when(self.cmp("sge", total, self.const(2)), lambda: self._arrive(body, "v", v_prev))
+            self._when(_cmp("sge", total, _const(2)), lambda: self._arrive(body, "v", v_prev))
             self._arrive(body, "v", v_stage)
         return [m, l, o]
 
@@ -330,7 +330,7 @@ class _Chain:
         m, l, o_flight, p, alpha, k_stage, k_phase, v_stage, v_phase, v_prev, t = loop.inner_iter_args
         vmap = {b.n: n}
         o = self._rescaled(b, o_flight, alpha)
-        self._when(self.cmp("sge", t, self.const(2)), lambda: self._arrive(b, "v", v_prev))
+        self._when(_cmp("sge", t, _const(2)), lambda: self._arrive(b, "v", v_prev))
         self._wait_read(b, "k", vmap, k_stage, k_phase)
         self._wait_read(b, "v", vmap, v_stage, v_phase)
         self.turns.begin()
@@ -338,12 +338,11 @@ class _Chain:
         o = self._pv(b, vmap, p, o)
         self.turns.end()
         s = self._land([s], 1)[0]
-        self._release_k(b, k_stage, lambda: self.cmp("eq", t, last_step))
+        self._release_k(b, k_stage, lambda: _cmp("eq", t, last_step))
         p, m, l, alpha = self._scores(b, vmap, s, m, l)
         stages = b.op["advance"].attributes["stages"]
-        k_next = R.create(R.RING_ADVANCE, [self.i32, self.i32], [k_stage, k_phase], {"stages": stages}).results
-        v_next = R.create(R.RING_ADVANCE, [self.i32, self.i32], [v_stage, v_phase], {"stages": stages}).results
-        return [m, l, o, p, alpha, *k_next, *v_next, v_stage, arith.AddIOp(t, self.const(1)).result]
+        k_next, v_next = ring_advance(k_stage, k_phase, stages), ring_advance(v_stage, v_phase, stages)
+        return [m, l, o, p, alpha, *k_next, *v_next, v_stage, arith.AddIOp(t, _const(1)).result]
 
     # -- the pieces, cloned from a body's ops with `vmap` (old value -> new)
     def _clone(self, op: ir.Operation, vmap: dict, asynchronous: bool = False) -> ir.Value | None:
