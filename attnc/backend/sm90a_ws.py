@@ -420,10 +420,14 @@ class Sm90aWsForward(Sm90aForward):
         last.acc_o = self._unflatten(waited[:len(last.acc)])
 
     def _last_release_v_before(self, op, last) -> None:
+        self._release_v_back(last.step, 1)
+
+    def _release_v_back(self, step, back: int) -> None:
+        """Release V of step `step - back`, where there is one."""
         e = self.e
-        before = scf.IfOp(e.ge(last.step, 1))
-        with ir.InsertionPoint(before.then_block):
-            self._release("v", e.sub(last.step, 1))
+        exists = scf.IfOp(e.ge(step, back))
+        with ir.InsertionPoint(exists.then_block):
+            self._release("v", e.sub(step, back))
             scf.yield_([])
 
     def _last_release_v(self, op, last) -> None:
@@ -444,11 +448,7 @@ class Sm90aWsForward(Sm90aForward):
         trip.wrote()
 
     def _trip_release_v_late(self, op, trip) -> None:
-        e = self.e
-        after_two = scf.IfOp(e.ge(trip.u, 2))
-        with ir.InsertionPoint(after_two.then_block):
-            self._release("v", e.sub(trip.u, 2))
-            scf.yield_([])
+        self._release_v_back(trip.u, 2)
 
     def _trip_wait(self, op, trip) -> None:
         self._await_full(op.what, trip.u if op.what == "k" else self.e.sub(trip.u, 1))
