@@ -51,6 +51,8 @@ PERSISTENT = "persistent"        # on attn.warp_specialize: each CTA runs severa
 KV_WRITES = (PUT, SLOT_WRITE)    # where a role hands a tile to a channel (L3, L5)
 PROGRAMS = "programs"            # on attn.warp_specialize: each role's program_digest as made
 SCHEDULES = "schedules"          # on attn.warp_specialize: each role's schedule_digest as made
+RANGES = "ranges"                # on attn.warp_specialize: each role's range_digest as made
+KEY_RANGE = "key_range"          # on attn.kernel (L2): its key_range_digest as made
 
 # The L3-L5 ops a pass after attn-tile may find in a kernel: none of them is a tile op.
 SCHEDULE_OPS = (WARP_SPECIALIZE, ROLE, CHANNEL, PUT, GET, MBARRIER_INIT, MBARRIER_WAIT, MBARRIER_ARRIVE,
@@ -234,14 +236,53 @@ def schedule_digest(role: ir.Operation) -> str:
         if name in _PROGRAM_OPS:
             key = _TILE_KEYS.get(name)
             ahead = attrs_of(op).get("ahead") if name == "attn.load" else None
-            # the bounds of a loop and the test of a branch, which the kernels build as their
-            # own (the key range's), as the index arithmetic that makes them
-            bounds = [_expression(v, {}) for v in (op.operands[:3] if name == "scf.for" else op.operands[:1])] \
-                if name in ("scf.for", "scf.if") else ""
-            return f"{name} {ir.StringAttr(op.attributes[key]).value if key else ''} {ahead} {bounds}"
+            return f"{name} {ir.StringAttr(op.attributes[key]).value if key else ''} {ahead} {_bounds(op)}"
         return None
 
     return _digest(_steps(role, step))
+
+
+# Note [The key range as made]: the kernels build the bounds of their loops over key
+# blocks and the tests of their branches as their own: from the key range attn-tile and
+# attn-analyze-masks give (the mask's kv_range function, which the lowerings do read), cut
+# into the loops of each tile class, rotated by attn-overlap-gemms. An edit of that index
+# arithmetic is refused, at every level, rather than built as the default: attn-tile and
+# attn-analyze-masks record the program's (`key_range` on attn.kernel), which
+# attn-warp-specialize compares; attn-warp-specialize records each role's (`ranges` on
+# attn.warp_specialize), which attn-overlap-gemms follows through its rotation and the
+# lowerings compare -- sm_80's role too, whose ops are otherwise built as they stand. To
+# take other key blocks, edit the mask (or kv_range) and run attn-analyze-masks again.
+def _bounds(op: ir.Operation) -> str:
+    """The bounds of a loop or the test of a branch as the index arithmetic that makes
+    them; "" for another op."""
+    if op.name not in ("scf.for", "scf.if"):
+        return ""
+    return str([_expression(v, {}) for v in (op.operands[:3] if op.name == "scf.for" else op.operands[:1])])
+
+
+def range_digest(role: ir.Operation) -> str:
+    """The bounds of the role's loops and the tests of its branches (Note [The key range
+    as made]), but for those the lowering builds op by op (`_steps`)."""
+    return _digest(_steps(role, lambda op: f"{op.name} {_bounds(op)}" if op.name in ("scf.for", "scf.if") else None))
+
+
+def key_range_digest(kernel: ir.Operation) -> str:
+    """The bounds of the L2 program's loops and the tests of its branches (Note [The key
+    range as made])."""
+    out: list[str] = []
+
+    def visit(op):
+        if op.name in ("scf.for", "scf.if"):
+            out.append(f"{op.name} {_bounds(op)}")
+        return ir.WalkResult.ADVANCE
+
+    for op in kernel.regions[0].blocks[0].operations:
+        op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return _digest(out)
+
+
+def record_key_range(kernel: ir.Operation) -> None:
+    kernel.attributes[KEY_RANGE] = ir.StringAttr.get(key_range_digest(kernel), kernel.context)
 
 
 def _expression(value: ir.Value, memo: dict, depth: int = 0) -> str:

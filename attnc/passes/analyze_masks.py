@@ -335,6 +335,7 @@ def _split_loops(op, summary: MaskSummary) -> None:
     from attnc.backend.qtiles import segment_conjunct
     from attnc.ir import MASK_MOD, region_block
     from attnc.ir.kernel import kernel_variant
+    from attnc.ir.roles import record_key_range
     from attnc.passes.tile_program import read_tile_table, split_kv_loops
 
     runtime = summary.kind == "runtime"
@@ -342,6 +343,7 @@ def _split_loops(op, summary: MaskSummary) -> None:
     split_kv_loops(op, fn, len(summary.plan.segments), mask_dims(op), runtime)
     found = segment_conjunct(region_block(op, MASK_MOD), list(kernel_variant(op).params)) if runtime else None
     read_tile_table(op, found[1].param if found else None)
+    record_key_range(op)            # Note [The key range as made]
 
 
 def mask_dims(op) -> tuple[str, ...]:

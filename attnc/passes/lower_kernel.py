@@ -124,9 +124,15 @@ def _check_plan(module, pass_name: str) -> None:
         ws = R.warp_specialize_of(kernel)
         made = R.value_of(ws.attributes[R.PROGRAMS]) if R.PROGRAMS in ws.attributes else {}
         synced = R.value_of(ws.attributes[R.SCHEDULES]) if R.SCHEDULES in ws.attributes else {}
+        ranges = R.value_of(ws.attributes[R.RANGES]) if R.RANGES in ws.attributes else {}
         _check_overlapped(kernel, pass_name)
         for role in R.role_ops(kernel):         # Note [Role programs]
             name = R.name_of(role)
+            if name in ranges and ranges[name] != R.range_digest(role):        # Note [The key range as made]
+                raise error_at(role, f"{pass_name} builds the bounds of the KV loops and the tests of the branches "
+                                     f"of role '{name}' as the key range attn-analyze-masks gives, and they were "
+                                     f"edited since: edit the mask (or its kv_range function) instead (Note [The "
+                                     f"key range as made] in attnc/ir/roles.py)")
             if R.built_op_by_op(role):
                 continue            # its ops are checked as they are built (Note [The role op by op])
             if name in made and made[name] != R.program_digest(role):

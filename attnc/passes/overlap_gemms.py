@@ -58,8 +58,8 @@ def overlap(module) -> None:
         roles = R.role_ops(op)
         if not any(R.name_of(role) == "producer" for role in roles):
             continue
-        made = R.value_of(ws.attributes[R.PROGRAMS]) if R.PROGRAMS in ws.attributes else {}
-        synced = R.value_of(ws.attributes[R.SCHEDULES]) if R.SCHEDULES in ws.attributes else {}
+        kinds = ((R.PROGRAMS, R.program_digest), (R.SCHEDULES, R.schedule_digest), (R.RANGES, R.range_digest))
+        recorded = {key: R.value_of(ws.attributes[key]) if key in ws.attributes else {} for key, _ in kinds}
         with op.context:
             for role in roles:
                 name = R.name_of(role)
@@ -67,11 +67,13 @@ def overlap(module) -> None:
                 if rotate is None:
                     continue
                 # The digests follow the rotation only where the role was the plan's: an edit
-                # made before stays one the lowering sees (Note [Role programs]).
-                as_made = made.get(name) == R.program_digest(role) and synced.get(name) == R.schedule_digest(role)
+                # made before stays one the lowering sees (Note [Role programs]). (A digest
+                # not recorded is not compared.)
+                as_made = all(not recorded[key] or recorded[key].get(name) == digest(role) for key, digest in kinds)
                 rotate(role, op)
                 if as_made:
-                    made[name], synced[name] = R.program_digest(role), R.schedule_digest(role)
-            for key, digests in ((R.PROGRAMS, made), (R.SCHEDULES, synced)):
+                    for key, digest in kinds:
+                        recorded[key][name] = digest(role)
+            for key, digests in recorded.items():
                 if digests:
                     ws.attributes[key] = ir.DictAttr.get({k: ir.StringAttr.get(v) for k, v in digests.items()})

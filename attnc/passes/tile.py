@@ -79,6 +79,7 @@ def tile(module, target: str | None, overrides: dict[str, int]) -> None:
     tile program (attn.kernel); an attn.kernel tiled again gets the new choice and one KV
     loop over all blocks again (the mask analysis, run again, splits it anew)."""
     from attnc.ir import attention_ops, error_at
+    from attnc.ir.roles import record_key_range
     from attnc.ir.tiles import KERNEL
     from attnc.passes.tile_program import rebuild_program, to_kernel
 
@@ -91,7 +92,8 @@ def tile(module, target: str | None, overrides: dict[str, int]) -> None:
         except TileError as e:
             raise error_at(op, str(e)) from None
         _record(op, target, config)
-        (rebuild_program if op.name == KERNEL else to_kernel)(op)
+        kernel = (rebuild_program if op.name == KERNEL else to_kernel)(op)
+        record_key_range(kernel)            # Note [The key range as made]
 
 
 @dataclass(frozen=True)

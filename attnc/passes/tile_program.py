@@ -80,7 +80,7 @@ def to_kernel(attention: ir.Operation) -> ir.Operation:
 _HAS = {SCORE_MOD: "has_score_mod", MASK_MOD: "has_mask_mod"}
 
 
-def rebuild_program(kernel: ir.Operation) -> None:
+def rebuild_program(kernel: ir.Operation) -> ir.Operation:
     """Build the kernel's program anew for the tile its attributes give (attn-tile run
     again), with one KV loop over all blocks and the hooks its ops hold now."""
     from attnc.ir.kernel import hook_holder, hook_indices
@@ -92,6 +92,7 @@ def rebuild_program(kernel: ir.Operation) -> None:
         _program(kernel, body, hooks)
     for op in reversed(old):
         op.erase()
+    return kernel
 
 
 def _program(kernel: ir.Operation, body: ir.Block, hooks: dict[int, ir.Block]) -> None:

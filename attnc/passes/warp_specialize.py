@@ -92,7 +92,7 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
     from mlir import ir
 
     from attnc.errors import AttncError
-    from attnc.ir import attention_ops, error_at, get_int
+    from attnc.ir import attention_ops, error_at, get_int, get_str
     from attnc.ir import roles as R
     from attnc.ir.roles import warp_specialize_of
     from attnc.passes import plan_ir
@@ -106,6 +106,11 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
         tile = plan_ir.tile_of(op, WarpSpecialize.name)
         if op.name != "attn.kernel":
             raise error_at(op, "attn-warp-specialize needs the tile program of attn.kernel; run attn-tile first")
+        if R.KEY_RANGE in op.attributes and get_str(op, R.KEY_RANGE) != R.key_range_digest(op):
+            raise error_at(op, "the bounds of the program's KV loops or the tests of its branches were edited "
+                               "since attn-tile and attn-analyze-masks made them; the kernels build the key range "
+                               "the mask analysis gives: edit the mask (or its kv_range function) instead (Note "
+                               "[The key range as made] in attnc/ir/roles.py)")
         if target != "sm_90a":
             for name, value in (("consumers", consumers), ("producer", producer), ("pingpong", pingpong),
                                 ("persistent", persistent)):

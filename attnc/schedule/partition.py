@@ -166,8 +166,10 @@ class Partition:
         if self.recipe.loads_ahead:          # Note [cp.async prefetch]
             prefetch(R.role_ops(self.kernel)[0], next(c.stages for c in self.recipe.channels if c.name == "kv"))
         self._write_types()
-        self.ws.attributes[R.PROGRAMS] = ir.DictAttr.get(       # Note [Role programs]
-            {R.name_of(role): ir.StringAttr.get(R.program_digest(role)) for role in R.role_ops(self.kernel)})
+        for key, digest in ((R.PROGRAMS, R.program_digest), (R.RANGES, R.range_digest)):
+            # Notes [Role programs] and [The key range as made]
+            self.ws.attributes[key] = ir.DictAttr.get(
+                {R.name_of(role): ir.StringAttr.get(digest(role)) for role in R.role_ops(self.kernel)})
         return self.ws
 
     def _declare(self, ch: Channel, types=()) -> ir.Operation:
