@@ -125,14 +125,16 @@ class Partition:
         return found
 
     def roles_in(self, op: ir.Operation) -> set[str]:
-        found: set[str] = set()
+        inner: list[ir.Operation] = []
 
-        def visit(inner):
-            found.update(self.roles_of(inner.operation))
+        def visit(found):
+            inner.append(found.operation)
             return ir.WalkResult.ADVANCE
 
+        # (roles_of's errors are raised outside the walk: the bindings turn an exception
+        # raised inside its callback into a RuntimeError)
         op.walk(visit, ir.WalkOrder.PRE_ORDER)
-        return found
+        return {role for found in inner for role in self.roles_of(found)}
 
     # --- the split ------------------------------------------------------------------
     def run(self) -> ir.Operation:
