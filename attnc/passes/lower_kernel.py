@@ -167,18 +167,23 @@ def _check_plan(module, pass_name: str) -> None:
 
 
 def _check_overlapped(kernel, pass_name: str) -> None:
-    """sm_90a's consumer warpgroups fed by a producer run their steps overlapped, as
-    attn-overlap-gemms writes them (Note [Overlapped steps in the IR] in
-    attnc/schedule/overlap.py); the lowering builds no other steps for them."""
+    """sm_90a's consumer warpgroups fed by a producer, and its cooperative role, run their
+    steps overlapped, as attn-overlap-gemms writes them (Notes [Overlapped steps in the
+    IR] in attnc/schedule/overlap.py and [Overlapped cooperative steps in the IR] in
+    overlap_coop.py); the lowering builds no other steps for them."""
     from attnc.ir import error_at
     from attnc.ir import roles as R
 
+    target = R.attrs_of(kernel).get("target")
     for role in R.role_ops(kernel):
-        if R.trips_op_by_op(role) and R.name_of(role) != "producer" and not R.ops_in(R.role_block(role), (R.MMA_WAIT,)):
-            raise error_at(role, f"{pass_name} builds the KV steps of a consumer warpgroup with its GEMMs "
-                                 f"overlapped, as attn-overlap-gemms writes them (Note [Overlapped steps in "
-                                 f"the IR] in attnc/schedule/overlap.py), and role '{R.name_of(role)}' has "
-                                 f"them one after the other: run attn-overlap-gemms after "
+        name = R.name_of(role)
+        computes = (R.trips_op_by_op(role) and name != "producer") or (target == "sm_90a" and name == "compute")
+        if computes and not R.ops_in(R.role_block(role), (R.MMA_WAIT,)):
+            raise error_at(role, f"{pass_name} builds the KV steps of sm_90a's consumer warpgroups and of its "
+                                 f"cooperative role with their GEMMs overlapped, as attn-overlap-gemms writes "
+                                 f"them (Notes [Overlapped steps in the IR] in attnc/schedule/overlap.py and "
+                                 f"[Overlapped cooperative steps in the IR] in overlap_coop.py), and role "
+                                 f"'{name}' has them one after the other: run attn-overlap-gemms after "
                                  f"attn-insert-pipelines")
 
 

@@ -11,7 +11,9 @@ attn-verify-pipeline checks with the slots they read (Note [Asynchronous GEMMs])
 producer's KV loops load K(n) and V(n - 1) in each trip, in the order its step had them,
 with K's first load before them and V's last after (Note [K one step ahead] in
 attnc/schedule/load_ahead.py). The cooperative kernel's role (no producer warpgroup) is
-left as it is. One consumer trip, before and after:
+rotated likewise, its trips loading V and K of later blocks into their slots behind one
+cp.async wait (Note [Overlapped cooperative steps in the IR] in
+attnc/schedule/overlap_coop.py). One consumer trip, before and after:
 
     wait K; QK^T; release K; scores; softmax      O = land(O in flight); O *= factor
     O *= factor; wait V; P.V; release V           release V(n - 2); wait K(n); wait V(n - 1)
@@ -29,7 +31,7 @@ from attnc.passes.registry import Pass
 
 @dataclass(frozen=True)
 class OverlapGemms(Pass):
-    """Issue each consumer step's QK^T with the previous step's P.V, and the producer's K a step ahead of V (sm_90a, L5)."""
+    """Issue each step's QK^T with the previous step's P.V, and the producer's K a step ahead of V (sm_90a, L5)."""
 
     name: ClassVar[str] = "attn-overlap-gemms"
 
@@ -45,6 +47,7 @@ def overlap(module) -> None:
     from attnc.passes import plan_ir
     from attnc.schedule.load_ahead import load_ahead
     from attnc.schedule.overlap import overlap_role
+    from attnc.schedule.overlap_coop import overlap_cooperative
 
     for op in attention_ops(module):
         ws = plan_ir.require_roles(op, OverlapGemms.name)
@@ -56,14 +59,13 @@ def overlap(module) -> None:
             raise error_at(op, f"{OverlapGemms.name} needs the synchronization attn-insert-pipelines makes; "
                                f"run attn-insert-pipelines first")
         roles = R.role_ops(op)
-        if not any(R.name_of(role) == "producer" for role in roles):
-            continue
         kinds = ((R.PROGRAMS, R.program_digest), (R.SCHEDULES, R.schedule_digest), (R.RANGES, R.range_digest))
         recorded = {key: R.value_of(ws.attributes[key]) if key in ws.attributes else {} for key, _ in kinds}
         with op.context:
             for role in roles:
                 name = R.name_of(role)
-                rotate = load_ahead if name == "producer" else overlap_role if name.startswith("consumer") else None
+                rotate = {"producer": load_ahead, "compute": overlap_cooperative}.get(
+                    name, overlap_role if name.startswith("consumer") else None)
                 if rotate is None:
                     continue
                 # The digests follow the rotation only where the role was the plan's: an edit

@@ -80,7 +80,7 @@ def recipe_of(kernel: ir.Operation, pass_name: str) -> Recipe:
     ws = require_roles(kernel, pass_name)
     return Recipe(target, tuple(roles(kernel)), tuple(channels(kernel)), SMEM_BYTES[target],
                   TMEM_COLUMNS.get(target, 0), _flag(ws, R.PERSISTENT), _flag(ws, R.PINGPONG),
-                  loads_ahead=target == "sm_80")
+                  loads_ahead=[r.name for r in roles(kernel)] == ["compute"])
 
 
 def _flag(ws: ir.Operation, name: str) -> bool:

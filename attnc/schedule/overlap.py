@@ -346,6 +346,10 @@ class _Chain:
 
     # -- the pieces, cloned from a body's ops with `vmap` (old value -> new)
     def _clone(self, op: ir.Operation, vmap: dict, asynchronous: bool = False) -> ir.Value | None:
+        new = self._copy(op, vmap, asynchronous)
+        return new.results[0] if len(new.results) else None
+
+    def _copy(self, op: ir.Operation, vmap: dict, asynchronous: bool = False) -> ir.Operation:
         new = op.clone()
         for k, v in enumerate(new.operands):
             if v in vmap:
@@ -354,7 +358,7 @@ class _Chain:
             vmap[old] = fresh
         if asynchronous:
             new.attributes["async"] = ir.UnitAttr.get()
-        return new.results[0] if len(new.results) else None
+        return new
 
     def _wait_read(self, b: _Body, tile: str, vmap: dict, stage, phase):
         """Wait for `tile`'s slot at (stage, phase) and read it."""

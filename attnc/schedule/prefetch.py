@@ -1,7 +1,8 @@
-"""The sm_80 cooperative role's loads issued ahead of their steps (attn-warp-specialize).
+"""The cooperative role's loads issued ahead of their steps (attn-warp-specialize).
 
-Note [cp.async prefetch]: sm_80's kernel (attnc/backend/sm80.py, `_prologue` in
-forward_loads.py) copies K and V of later key blocks while it computes the current one.
+Note [cp.async prefetch]: the cooperative kernels (sm_80's, attnc/backend/sm80.py, and
+sm_90a's without a producer warpgroup, sm90a.py; `_prologue` in forward_loads.py) copy K
+and V of later key blocks while they compute the current one.
 With S = stages slots, a query block's steps are
 
     prologue    Q, then K and V of steps 0 .. S - 2 and K of step S - 1, a cp.async group each
@@ -22,7 +23,9 @@ attn-insert-pipelines then writes the waits with the kernel's counts. What diffe
 the kernels the lowering builds for other choices: two query blocks per CTA issue the
 second block's prologue after the first's steps (Note [Two query blocks per CTA]); a
 block map's first block is loaded before the map is read (Note [First block before the
-map]); neither is stated here.
+map]); neither is stated here. On sm_90a attn-overlap-gemms then rotates the steps so that
+the GEMMs overlap, which moves each step's loads and waits to where that kernel has them
+(Note [Overlapped cooperative steps in the IR] in overlap_coop.py).
 """
 from __future__ import annotations
 

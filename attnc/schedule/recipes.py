@@ -59,8 +59,8 @@ class Recipe:
                                 # (Note [Persistent CTAs] in attnc/backend/sm90a_ws.py)
     pingpong: bool = False      # sm_90a's two consumer warpgroups take turns at the GEMMs
                                 # (Note [Ping-pong turns] in sync.py)
-    loads_ahead: bool = False   # sm_80: the cooperative role loads K and V stages - 1 steps
-                                # ahead (Note [cp.async prefetch] in prefetch.py)
+    loads_ahead: bool = False   # the cooperative role (sm_80, sm_90a) loads K and V stages - 1
+                                # steps ahead (Note [cp.async prefetch] in prefetch.py)
 
     @property
     def num_warps(self) -> int:
@@ -102,15 +102,13 @@ _COOPERATIVE_OPS = ("load_q", "load_kv", "mma_qk", "score_mod", "mask", "softmax
 
 
 def _cooperative(target: str, num_warps: int, kv_stages: int) -> Recipe:
-    """One role of `num_warps` warps that loads through cp.async and computes; on sm_80
-    with its loads ahead of their steps (sm_90a's cooperative kernel overlaps its GEMMs
-    across steps, which the tile program's loops do not state: its loads stay in their
-    steps)."""
+    """One role of `num_warps` warps that loads through cp.async, its loads ahead of their
+    steps (Note [cp.async prefetch] in prefetch.py), and computes."""
     compute = Role("compute", tuple(range(num_warps)), None, _COOPERATIVE_OPS)
     return Recipe(target, (compute,), (
         Channel("q", "compute", "compute", "cp.async", "smem", 1, ("q",)),
         Channel("kv", "compute", "compute", "cp.async", "smem", kv_stages, ("k", "v")),
-    ), SMEM_BYTES[target], loads_ahead=target == "sm_80")
+    ), SMEM_BYTES[target], loads_ahead=True)
 
 
 def _sm80(*, num_warps: int, kv_stages: int, **_) -> Recipe:

@@ -202,8 +202,9 @@ class _Trace:
     # committed as a group) reads its shared-memory operands until an attn.mma_wait lands
     # it: a wait of `pending` = n lands every async GEMM of the role but the n youngest.
     # A slot an async GEMM reads must not be released (an arrive on an mbarrier guarding
-    # it) before that GEMM has landed, and a wait's operands, the GEMMs whose results it
-    # gives, must not be among those it leaves in flight.
+    # it) before that GEMM has landed, nor written by the role that issued the GEMM
+    # (sm_90a's cooperative kernel refills its own slots), and a wait's operands, the
+    # GEMMs whose results it gives, must not be among those it leaves in flight.
     def mma(self, op: ir.Operation) -> None:
         if "async" not in op.attributes:
             return
@@ -262,6 +263,10 @@ def _slot(t: _Trace, op, kind: str) -> Event:
         return Event("read", chan, op, stage=stage, tile=tile, fill=t.read.get((chan, tile), 0))
     fill = t.fills.get((chan, tile), 0)
     t.fills[(chan, tile)] = fill + 1
+    if any(read == (chan, tile, stage) for _, slots in t.in_flight for read in slots):
+        t.violations.append(Violation(op, f"this write overwrites slot {stage} of {chan!r} ({tile}) while an async "
+                                          f"attn.mma reading it is in flight: land it with attn.mma_wait first "
+                                          f"(Note [Asynchronous GEMMs] in attnc/schedule/verify.py)"))
     lands = ir.StringAttr(op.attributes["completes"]).value
     bar = R.name_of(op.operands[3].owner) if len(op.operands) > 3 else ""
     return Event("write", chan, op, bar, stage, tile=tile, fill=fill, lands=lands, tx=_tile_bytes(op.operands[2].type))

@@ -74,12 +74,6 @@ def test_overlapped_plans_are_sound(example, options, tile):
         assert starts == [0.0, float("-inf"), 0.0]
 
 
-def test_the_cooperative_kernel_is_left_as_it_is():
-    op = kernel("alibi", pipeline=L5 % "" + ",attn-overlap-gemms")
-    assert [R.name_of(r) for r in R.role_ops(op)] == ["compute"]
-    assert not R.ops_in(R.role_block(R.role_ops(op)[0]), (R.MMA_WAIT,))
-
-
 def test_two_segments_peel_the_first_block_of_either():
     """A range of two segments (kv_segments = 2): the first step's block is the first of
     the first segment that has blocks, and the loops of that segment start past it."""
