@@ -15,6 +15,7 @@ from typing import Optional
 
 from attnc.backend.mask_hooks import (ExtraParam, KeepFn, KvRangeFn, RowIntervalFn, ScoreBiasFn, ScoreModFn,
                                       SinkFn, TileHoldsFn, TilePartialFn)
+from attnc.backend.coop_steps import CoopSteps
 from attnc.backend.kv_steps import KvSteps
 from attnc.backend.load_steps import LoadSteps
 from attnc.backend.wgmma_steps import WgmmaSteps
@@ -125,6 +126,8 @@ class ForwardSpec:
                                           # (Note [Overlapped steps op by op]); None: the default
     load_steps: Optional[LoadSteps] = None  # sm_90a producer's trips, lowered op by op (Note [Loads
                                           # op by op] in load_steps.py); None: the default
+    coop_steps: Optional[CoopSteps] = None  # sm_90a's cooperative trips, lowered op by op (Note
+                                          # [Cooperative steps op by op]); None: the default
     kv_steps: Optional[KvSteps] = None     # the KV loops' bodies, lowered op by op on sm_80 (Note
                                           # [Steps op by op] in kv_steps.py); None: KvSteps.default
 

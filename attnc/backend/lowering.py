@@ -71,6 +71,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
     from attnc.backend.blockmap import blockmap_plan
     from attnc.backend.kernel_abi import SMALL_GRID_CTAS_PER_SM
     from attnc.backend.kernel_spec import ForwardSpec
+    from attnc.backend.coop_steps import coop_steps
     from attnc.backend.kv_steps import kv_steps
     from attnc.backend.load_steps import load_steps
     from attnc.backend.wgmma_steps import wgmma_steps
@@ -122,12 +123,14 @@ def _lowering_from_ir(result) -> ForwardLowering:
                            f"setmaxnreg moves registers between a producer and its consumers, so it must be 0")
     check_levels(op)            # attn-hoist's, on every copy of the hooks
     # Note [Steps op by op] (kv_steps.py): sm_80's steps are the compute role's KV loops.
-    steps = trips = loads = None
+    steps = trips = loads = coop = None
     if target == "sm_80":
         steps = kv_steps(next(r for r in R.role_ops(op) if R.name_of(r) == "compute"), op)
     elif plan.producer and R.ops_in(op.regions[0].blocks[0], (R.MMA_WAIT,)):
         trips = wgmma_steps(op)     # Note [Overlapped steps op by op]; without them the lowering refuses
         loads = load_steps(op)      # Note [Loads op by op]
+    elif target == "sm_90a" and not plan.producer:
+        coop = coop_steps(op)       # Note [Cooperative steps op by op]
     mode = mask_mode(op, variant)
     runtime = mode is None and mask_functions(op).kind == "runtime"
     blockmap = blockmap_plan(result, block_m, block_n) if runtime else None
@@ -147,7 +150,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
             softmax_scale=variant.scale, symbol=kernel_symbol(variant.name, "fwd"),
             banded=banded(op), blockmap=blockmap is not None,
             aligned_tiles=tiles, tiles_per_head=tiles and blockmap.per_head, kv_steps=steps, wgmma_steps=trips,
-            load_steps=loads,
+            load_steps=loads, coop_steps=coop,
             **choices, **hooks.spec_fields())
         try:
             return ForwardLowering(spec.check(), blockmap, waves)

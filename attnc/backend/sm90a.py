@@ -37,7 +37,7 @@ head_dim_v x k16 with P from registers). With S >= 2 K/V stages (the kernel need
 two) the steps overlap as Note [wgmma overlap] says, loads issued S - 1 steps ahead. Here
 the loads are the CTA's own cp.async, waited for with cp.async groups and CTA
 barriers; sm90a_ws.py (Note [Producer warpgroup]) keeps these steps and replaces what
-they wait for (the _await_* methods) with a producer warpgroup's mbarrier ring.
+they wait for with a producer warpgroup's mbarrier ring.
 
 Note [wgmma overlap]: iteration u (u >= 1) of the KV loop
     wait for P.V(u-2) (issued by iteration u-1); O *= alpha(u-1); pack P(u-1)
@@ -53,9 +53,11 @@ tests/backend/test_sm90.py): no instruction may write a register of a wgmma in
 flight, so the P registers and the probabilities pass through the wait (Wgmma.wait)
 and P is packed only after it (packed before, ptxas serialized); and the first k-step
 of QK^T has no accumulator inputs (scale-d = 0), so none is carried in. Step 0's QK^T and softmax come before the loop and the
-last P.V after it; a query block with no key block skips all of it. With a producer
-warpgroup each iteration is built from the ops of the IR's trip instead, in their order
-(Note [Overlapped steps op by op] in wgmma_steps.py; sm90a_ws.py's `_trip_*` patterns).
+last P.V after it; a query block with no key block skips all of it. Each iteration is
+built from the ops of the IR's trip, in their order, a `_trip_*` pattern each: the
+cooperative kernel's here (Note [Cooperative steps op by op] in coop_steps.py), a
+producer plan's consumers' with sm90a_ws.py's waits and releases (Note [Overlapped steps
+op by op] in wgmma_steps.py).
 """
 from __future__ import annotations
 
@@ -65,9 +67,12 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import llvm, scf
 
-from attnc.backend.nvgpu_builders import Wgmma, values_if, warp_vote
+from attnc.backend.coop_steps import CoopSteps
 from attnc.backend.forward import ForwardKernel
+from attnc.backend.nvgpu_builders import Wgmma, values_if, warp_vote
+from attnc.backend.score_masks import rows_of
 from attnc.backend.softmax import SoftmaxState
+from attnc.backend.wgmma_trips import CoopTrip
 
 WARPGROUP_ROWS = 64
 
@@ -75,10 +80,13 @@ WARPGROUP_ROWS = 64
 class Sm90aForward(ForwardKernel):
     """Emits the sm_90a kernel body at the current insertion point."""
 
+    _trip_kind = CoopTrip
+
     def __init__(self, spec, args):
         super().__init__(spec, args)
         self.wgmma = Wgmma(self.e, spec.dtype)
         self._first_scores = None       # S of step 0, when computed before the steps (sm90a_ws.py)
+        self.trips = spec.coop_steps or CoopSteps.default(spec.stages)     # Note [Cooperative steps op by op]
 
     def _operand_bases(self) -> None:
         """The warpgroup's Q descriptor (K's and V's depend on the slot: _desc)."""
@@ -202,31 +210,6 @@ class Sm90aForward(ForwardKernel):
         self.cp.wait(0)
         self.bar.sync()
 
-    def _await_step(self, u, n_block, kv, mode: str):
-        """Iteration u, once P.V(u - 2) has landed: wait for K(u) and V(u - 1), and (the
-        CTA's own loads) refill the slots that frees; `skip`, the tile_skip answer for
-        n_block, when asked."""
-        e, s = self.e, self.spec
-        # K of step u and V of step u - 1 have landed (the 2S - 4 younger groups are the
-        # loads of the S - 2 iterations since), and every warp is done with step u - 1's
-        # QK^T and step u - 2's P.V: their slots take V of u + S - 2 and K of u + S - 1.
-        stages = s.stages
-        self.cp.wait(2 * stages - 4)
-        self.bar.sync()
-        ragged = mode != "full"
-        ask_skip = ragged and s.tile_skip is not None
-        skip = self._skip(n_block) if ask_skip else None
-        slot, prev = self._slot_offset(0, u), self._slot_offset(stages - 1, u)
-        if stages == 2:
-            self._load_kv("v", n_block, slot, ragged, skip)
-            self.cp.commit()
-        else:
-            v_block, v_exists = kv.ahead(e, u, n_block, stages - 2)
-            self._load_kv_if("v", v_block, self._slot_offset(stages - 2, u), v_exists, ragged, ask_skip)
-        k_block, exists = kv.ahead(e, u, n_block, stages - 1)
-        self._load_kv_if("k", k_block, prev, exists, ragged, ask_skip)
-        return skip
-
     def _k_read(self, u) -> None:
         """QK^T(u) has been waited for: its K slot is free (for a producer to refill)."""
 
@@ -274,24 +257,101 @@ class Sm90aForward(ForwardKernel):
         softmax, else []: carried in flight with the step's alpha."""
         return [self.softmax.moved] if self.softmax.moved is not None else []
 
-    def _overlapped_step(self, u, kv, state, flight: "_InFlight", mode: str, top: bool = True):
-        """Iteration u >= 1: P.V of step u - 1 and QK^T of step u in flight together,
-        step u's softmax while P.V runs (Note [wgmma overlap])."""
-        e, s, mma = self.e, self.spec, self.wgmma
-        n_block = kv.block(e, u)
-        acc_o, p = self._land(flight)
-        skip = self._await_step(u, n_block, kv, mode)
-        slot, prev = self._slot_offset(0, u), self._slot_offset(s.stages - 1, u)
-        mma.fence()
+    # ---------------------- Notes [Overlapped steps op by op], [Cooperative steps op by op]
+    def _overlapped_step(self, u, kv, state, flight, mode: str, top: bool = True):
+        """Iteration u >= 1, lowered from the ops of the IR's trip of its kind, in their order."""
+        body = self.trips.body(mode, top)
+        trip = self._run(body, self._trip_kind(self, u, kv, state, flight, mode, body))
+        return trip.state, _InFlight(trip.acc_o, _flat(trip.p), _flat(trip.probs), trip.alpha or [],
+                                     self._moved())
+
+    def _run(self, ops, trip, patterns: str = "_trip_"):
+        """The patterns of `ops` (`<patterns><op>`, on `trip`), in their order."""
+        for op in ops:
+            getattr(self, f"{patterns}{op.name}")(op, trip)
+            if op is trip.scores_end:
+                trip.finish_scores()
+        return trip
+
+    def _trip_land_o(self, op, trip) -> None:
+        """The P.V in flight landed, P and the probabilities passed through the wait."""
+        flight = trip.flight
+        waited = self.wgmma.wait(flight.acc_o, op.count, through=flight.p + flight.probs)
+        trip.acc_o = waited[:len(flight.acc_o)]
+        trip.landed_probs = _chunks(waited[len(flight.acc_o) + len(flight.p):], len(flight.probs) // 2)
+        trip.wrote()
+
+    def _trip_rescale(self, op, trip) -> None:
+        """O times the carried factor, and the carried probabilities packed as P."""
+        acc_o = self._scaled(trip.acc_o, trip.flight) if trip.flight.alpha else trip.acc_o
+        trip.acc_o, trip.p = self._unflatten(acc_o), self._pack_p(trip.landed_probs)[0]
+        trip.wrote()
+
+    def _trip_read(self, op, trip) -> None:
+        """The slot is read by the GEMM that takes it."""
+
+    def _trip_turn_sync(self, op, trip) -> None:
+        trip.fence()
         self._turn_begin()
-        acc_s = self._qk_issue(slot)
-        acc_o = self._pv_issue(p, acc_o, prev)
+
+    def _trip_turn_arrive(self, op, trip) -> None:
         self._turn_end()
-        acc_s = self._unflatten(mma.wait(acc_s, pending=1), s.block_n // 8)
-        self._k_read(u)
-        rows = self._scores(acc_s, n_block, mode, skip)
-        probs, state, alpha = self._softmax_step(rows, state, mode)
-        return state, _InFlight(acc_o, _flat(p), _flat(probs), alpha or [], self._moved())
+
+    def _trip_mma(self, op, trip) -> None:
+        trip.fence()
+        if op.what == "qk":
+            trip.acc_s = self._qk_issue(trip.qk_slot())
+        else:
+            trip.acc_o = self._pv_issue(trip.p, trip.acc_o, trip.prev)
+
+    def _trip_land_s(self, op, trip) -> None:
+        trip.acc_s = self._unflatten(self.wgmma.wait(trip.acc_s, pending=op.count), self.spec.block_n // 8)
+        trip.rows = rows_of(trip.acc_s)
+
+    def _trip_score_mod(self, op, trip) -> None:
+        trip.modify()
+
+    def _trip_mask(self, op, trip) -> None:
+        trip.finish_scores()
+
+    def _trip_block_map_read(self, op, trip) -> None:
+        """The block's class is read where the trip asks it (tile_skip, tile_partial)."""
+
+    def _trip_softmax_step(self, op, trip) -> None:
+        trip.finish_scores()
+        trip.probs, trip.state, trip.alpha = self._softmax_step(trip.rows, trip.state, trip.mode)
+
+
+    # the last P.V shares these with the trips (sm90a_ws.py)
+    _last_land_o, _last_rescale, _last_read = _trip_land_o, _trip_rescale, _trip_read
+    _last_turn_sync, _last_turn_arrive = _trip_turn_sync, _trip_turn_arrive
+
+    # the cooperative kernel's own loads (Note [Cooperative steps op by op])
+    def _trip_cp_async_wait(self, op, trip) -> None:
+        self.cp.wait(op.count)
+
+    def _trip_cta_barrier(self, op, trip) -> None:
+        self.bar.sync()
+
+    def _trip_cp_async_commit(self, op, trip) -> None:
+        self.cp.commit()
+
+    def _trip_load(self, op, trip) -> None:
+        trip.load_slots()
+        trip.ahead[op.what] = op.count
+
+    def _trip_slot_write(self, op, trip) -> None:
+        """The copy of the load this slot write takes: of the trip's own block (ahead 0) or
+        of the block `ahead` steps later, where the key range has one (Note [cp.async group
+        counting]: the commit that follows counts a group either way)."""
+        e, s, name = self.e, self.spec, op.what
+        ahead, ragged = trip.ahead[name], trip.mode != "full"
+        if ahead == 0:
+            self._load_kv(name, trip.n_block, trip.slot, ragged, trip.skip)
+            return
+        n_block, exists = trip.kv.ahead(e, trip.u, trip.n_block, ahead)
+        offset = trip.prev if ahead == s.stages - 1 else self._slot_offset(ahead, trip.u)
+        self._load_kv_guarded(name, n_block, offset, exists, ragged, ragged and s.tile_skip is not None)
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,8 @@ from attnc.schedule.recipes import consumer_registers, producer_registers
 class Sm90aWsForward(Sm90aForward):
     """Emits the producer/consumer kernel body at the current insertion point."""
 
+    _trip_kind = Trip
+
     def __init__(self, spec, args):
         super().__init__(spec, args)
         # Note [Overlapped steps op by op] (wgmma_steps.py)
@@ -380,21 +382,6 @@ class Sm90aWsForward(Sm90aForward):
         self.mbar.arrive(self._barrier("q_empty"), only=self.e.eq(self.lane, 0))
 
     # ------------------------------------------------ Note [Overlapped steps op by op]
-    def _overlapped_step(self, u, kv, state, flight, mode: str, top: bool = True):
-        """Iteration u >= 1, lowered from the ops of the IR's trip of its kind, in their order."""
-        body = self.trips.body(mode, top)
-        trip = self._run(body, Trip(self, u, kv, state, flight, mode, body))
-        return trip.state, _InFlight(trip.acc_o, _flat(trip.p), _flat(trip.probs), trip.alpha or [],
-                                     self._moved())
-
-    def _run(self, ops, trip, patterns: str = "_trip_"):
-        """The patterns of `ops` (`<patterns><op>`, on `trip`), in their order."""
-        for op in ops:
-            getattr(self, f"{patterns}{op.name}")(op, trip)
-            if op is trip.scores_end:
-                trip.finish_scores()
-        return trip
-
     def _first_step(self, kv, state):
         """Step 0 from the IR's first step, op by op (Note [Overlapped steps op by op]),
         but where its QK^T was issued before (Note [The next block's first QK^T])."""
@@ -433,46 +420,11 @@ class Sm90aWsForward(Sm90aForward):
     def _last_release_v(self, op, last) -> None:
         self._release("v", last.step)
 
-    def _trip_land_o(self, op, trip) -> None:
-        """The P.V in flight landed, P and the probabilities passed through the wait."""
-        flight = trip.flight
-        waited = self.wgmma.wait(flight.acc_o, op.count, through=flight.p + flight.probs)
-        trip.acc_o = waited[:len(flight.acc_o)]
-        trip.landed_probs = _chunks(waited[len(flight.acc_o) + len(flight.p):], len(flight.probs) // 2)
-        trip.wrote()
-
-    def _trip_rescale(self, op, trip) -> None:
-        """O times the carried factor, and the carried probabilities packed as P."""
-        acc_o = self._scaled(trip.acc_o, trip.flight) if trip.flight.alpha else trip.acc_o
-        trip.acc_o, trip.p = self._unflatten(acc_o), self._pack_p(trip.landed_probs)[0]
-        trip.wrote()
-
     def _trip_release_v_late(self, op, trip) -> None:
         self._release_v_back(trip.u, 2)
 
     def _trip_wait(self, op, trip) -> None:
         self._await_full(op.what, trip.u if op.what == "k" else self.e.sub(trip.u, 1))
-
-    def _trip_read(self, op, trip) -> None:
-        """The slot is read by the GEMM that takes it."""
-
-    def _trip_turn_sync(self, op, trip) -> None:
-        trip.fence()
-        self._turn_begin()
-
-    def _trip_turn_arrive(self, op, trip) -> None:
-        self._turn_end()
-
-    def _trip_mma(self, op, trip) -> None:
-        trip.fence()
-        if op.what == "qk":
-            trip.acc_s = self._qk_issue(trip.qk_slot())
-        else:
-            trip.acc_o = self._pv_issue(trip.p, trip.acc_o, trip.prev)
-
-    def _trip_land_s(self, op, trip) -> None:
-        trip.acc_s = self._unflatten(self.wgmma.wait(trip.acc_s, pending=op.count), self.spec.block_n // 8)
-        trip.rows = rows_of(trip.acc_s)
 
     def _trip_release_k(self, op, trip) -> None:
         self._release("k", trip.u)
@@ -482,23 +434,6 @@ class Sm90aWsForward(Sm90aForward):
         with ir.InsertionPoint(last.then_block):
             self._release_q()
             scf.yield_([])
-
-    def _trip_score_mod(self, op, trip) -> None:
-        trip.modify()
-
-    def _trip_mask(self, op, trip) -> None:
-        trip.finish_scores()
-
-    def _trip_block_map_read(self, op, trip) -> None:
-        """The block's class is read where the trip asks it (tile_skip, tile_partial)."""
-
-    def _trip_softmax_step(self, op, trip) -> None:
-        trip.finish_scores()
-        trip.probs, trip.state, trip.alpha = self._softmax_step(trip.rows, trip.state, trip.mode)
-
-    # the last P.V shares these with the trips
-    _last_land_o, _last_rescale, _last_read = _trip_land_o, _trip_rescale, _trip_read
-    _last_turn_sync, _last_turn_arrive = _trip_turn_sync, _trip_turn_arrive
 
     def _turn_begin(self) -> None:
         if self.spec.pingpong:

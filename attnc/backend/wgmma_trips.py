@@ -1,6 +1,7 @@
-"""What the op-by-op patterns of sm_90a's producer-plan kernel (sm90a_ws.py) share while
-they build one step: a consumer trip's (`Trip`, Note [Overlapped steps op by op] in
-wgmma_steps.py), the first step's (`FirstTrip`), the last P.V's (`LastPv`), and a
+"""What the op-by-op patterns of sm_90a's kernels (sm90a.py, sm90a_ws.py) share while they
+build one step: a consumer trip's (`Trip`, Note [Overlapped steps op by op] in
+wgmma_steps.py), the cooperative kernel's (`CoopTrip`, Note [Cooperative steps op by
+op] in coop_steps.py), the first step's (`FirstTrip`), the last P.V's (`LastPv`), and a
 producer load's (`Load`, Note [Loads op by op] in load_steps.py)."""
 from __future__ import annotations
 
@@ -28,14 +29,20 @@ class Trip(ScoredStep):
         """Before a GEMM is issued: once, the trip's tile_skip answer (where asked) and its
         slots; wgmma.fence where registers a GEMM reads were written since the last one
         (`wrote`: O landed or rescaled, P packed)."""
-        k, s = self.kernel, self.kernel.spec
         if self.slot is None:
-            if self.mode != "full" and s.tile_skip is not None:
-                self.skip = k._skip(self.n_block)
-            self.slot, self.prev = k._slot_offset(0, self.u), k._slot_offset(s.stages - 1, self.u)
+            self._skip_and_slots()
         if not self.fenced:
-            k.wgmma.fence()
+            self.kernel.wgmma.fence()
             self.fenced = True
+
+    def _skip_and_slots(self) -> None:
+        if self.mode != "full" and self.kernel.spec.tile_skip is not None:
+            self.skip = self.kernel._skip(self.n_block)
+        self._slots()
+
+    def _slots(self) -> None:
+        k = self.kernel
+        self.slot, self.prev = k._slot_offset(0, self.u), k._slot_offset(k.spec.stages - 1, self.u)
 
     def wrote(self) -> None:
         self.fenced = False
@@ -45,6 +52,34 @@ class Trip(ScoredStep):
 
     def qk_slot(self):
         return self.slot
+
+
+class CoopTrip(Trip):
+    """What the patterns of one trip of sm_90a's cooperative kernel share (Note
+    [Cooperative steps op by op] in coop_steps.py): a trip's, and each load's `ahead`;
+    the tile_skip answer and the slots are made before the first load (after the CTA
+    barrier, as the copies zero-fill a skipped block), and the GEMMs' slots again before
+    the first GEMM is issued."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.ahead: dict[str, int] = {}
+        self.issued = False
+
+    def load_slots(self) -> None:
+        if self.slot is None:
+            self._skip_and_slots()
+
+    def fence(self) -> None:
+        if not self.issued:
+            if self.slot is None:
+                self._skip_and_slots()
+            else:
+                self._slots()
+            self.issued = True
+        if not self.fenced:
+            self.kernel.wgmma.fence()
+            self.fenced = True
 
 
 class FirstTrip(Trip):

@@ -313,7 +313,7 @@ def _steps(role: ir.Operation, step) -> list[str]:
 
     out: list[str] = []
     shell = trips_op_by_op(role)
-    built = _built_around(role) if shell else []
+    built = _built_around(role) if shell and name_of(role) != "compute" else []
 
     def visit(op):
         if any(op == b for b in built):
@@ -359,17 +359,18 @@ def built_op_by_op(role: ir.Operation) -> bool:
 
 def trips_op_by_op(role: ir.Operation) -> bool:
     """Whether the lowering builds the trips of `role`'s KV loops op by op, in the order
-    their ops stand (sm_90a's producer and the consumer warpgroups it feeds: Notes [Loads
-    op by op] in attnc/backend/load_steps.py and [Overlapped steps op by op] in
-    attnc/backend/wgmma_steps.py); the role's digests leave those loops' bodies out, and
-    the ops of the steps around them built op by op too (Notes [Role programs] and [Role
-    schedules])."""
+    their ops stand (sm_90a's producer and the consumer warpgroups it feeds, and its
+    cooperative role: Notes [Loads op by op] in attnc/backend/load_steps.py, [Overlapped
+    steps op by op] in attnc/backend/wgmma_steps.py and [Cooperative steps op by op] in
+    attnc/backend/coop_steps.py); the role's digests leave those loops' bodies out, and
+    (but for the cooperative role's) the ops of the steps around them built op by op too
+    (Notes [Role programs] and [Role schedules])."""
     kernel = role.parent.parent if role.parent is not None else None
     if kernel is None or attrs_of(kernel).get("target") != "sm_90a":
         return False
     name = name_of(role)
-    return name == "producer" or (name.startswith("consumer")
-                                  and any(name_of(r) == "producer" for r in _ops_named(kernel, ROLE)))
+    return name in ("producer", "compute") or (name.startswith("consumer")
+                                               and any(name_of(r) == "producer" for r in _ops_named(kernel, ROLE)))
 
 
 # Note [Verified as it stands]: attn-verify-pipeline remembers, for the process, a digest

@@ -4,8 +4,9 @@ emulator against attnc.reference at a small ragged shape, as tests/sim/test_step
 runs sm_80's: P.V issued before QK^T with S landed at pending 0
 (examples/passes/pv_before_qk.py), with and without ping-pong; the producer's trips
 waiting for both slots before writing either (waits_first.py); the last P.V waiting for
-V before it lands the P.V in flight (last_v_early.py). Zero race or protocol reports are
-allowed."""
+V before it lands the P.V in flight (last_v_early.py); the cooperative kernel's trips
+issuing their copies after their GEMMs (loads_after_gemms.py). Zero race or protocol
+reports are allowed."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -50,5 +51,18 @@ def test_edits_around_and_in_the_producers_trips_compute_the_reference(example, 
     bundle = attnc.compile(path, arch="sm_90a", pass_pipeline=",".join(names),
                            load_passes=(str(ROOT / "examples" / "passes" / f"{edit}.py"),)).bundle
     plain = attnc.compile(path, arch="sm_90a", pass_pipeline=_pipeline(False, options)).bundle
+    assert _ptx(bundle) != _ptx(plain)
+    check_against_reference(bundle, path, 70, 300)
+
+
+def test_the_cooperative_trips_loads_after_their_gemms_compute_the_reference():
+    """examples/passes/loads_after_gemms.py (sm_90a's cooperative kernel: Note [Cooperative
+    steps op by op] in attnc/backend/coop_steps.py), another kernel."""
+    path = ROOT / "examples" / "gemma2.attn"
+    names = _pipeline(False, "producer=false").split(",")
+    names.insert(names.index("attn-overlap-gemms") + 1, "loads-after-gemms")
+    bundle = attnc.compile(path, arch="sm_90a", pass_pipeline=",".join(names),
+                           load_passes=(str(ROOT / "examples" / "passes" / "loads_after_gemms.py"),)).bundle
+    plain = attnc.compile(path, arch="sm_90a", pass_pipeline=_pipeline(False, "producer=false")).bundle
     assert _ptx(bundle) != _ptx(plain)
     check_against_reference(bundle, path, 70, 300)

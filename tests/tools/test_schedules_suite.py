@@ -40,7 +40,8 @@ def test_every_plan_of_the_suite_has_its_own_kernel(arch):
     # each choice against its counterpart (nopingpong and consumers2 are the default plan)
     pairs = [("stages2", "stages3"), ("stages3", "stages4"), ("consumers1", "consumers2"),
              ("pingpong", "nopingpong"), ("v_before_k", "nopingpong"), ("pv_before_qk", "nopingpong"),
-             ("pv_before_qk_turns", "pingpong"), ("waits_first", "nopingpong"), ("last_v_early", "pingpong")]
+             ("pv_before_qk_turns", "pingpong"), ("waits_first", "nopingpong"), ("last_v_early", "pingpong"),
+             ("coop", "nopingpong"), ("loads_after_gemms", "coop")]
     for a, b in pairs:
         if a in ptx and b in ptx:
             assert ptx[a] != ptx[b], f"{a} and {b} gave the same kernel"
@@ -64,3 +65,7 @@ def test_every_plan_of_the_suite_has_its_own_kernel(arch):
             assert [(op.name, op.what) for op in spec.load_steps.trip[:2]] == [("wait", "k"), ("wait", "v")]
         if tag == "last_v_early":       # V waited for before the P.V in flight lands
             assert [op.name for op in spec.wgmma_steps.last[:3]] == ["wait", "read", "land_o"]
+        if tag in ("coop", "loads_after_gemms"):        # the loads before the GEMMs, or after them
+            assert not spec.warp_specialized and ir_text.count('"attn.role"()') == 1
+            names = [op.name for op in spec.coop_steps.loops[0][1]]
+            assert (names.index("load") > names.index("mma")) is (tag == "loads_after_gemms")

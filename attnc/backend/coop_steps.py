@@ -1,0 +1,170 @@
+"""sm_90a's cooperative KV trips as the lowering reads them from the L5 IR (`coop_steps`),
+to build each trip of the cooperative kernel's KV loops op by op (sm90a.py).
+
+Note [Cooperative steps op by op]: a trip of the cooperative role's KV loop, as
+attn-overlap-gemms writes it (Note [Overlapped cooperative steps in the IR] in
+attnc/schedule/overlap_coop.py), is lowered from its ops in the order they stand, a
+pattern per op (`Sm90aForward._trip_<op>`): the landing of the P.V in flight and the
+rescale of O (the consumer warpgroups' patterns, Note [Overlapped steps op by op] in
+wgmma_steps.py), the cp.async wait with its `pending` and the CTA barrier, the loads of
+K and V of later blocks (each copied into the slot its `ahead` names, where the key range
+has that block, and zero-filled where the mask skips it) and the commits of their
+groups, the two async GEMMs, the landing of S, the scores and the softmax. So moving an
+op -- the loads after the GEMMs are issued, a wait with another `pending` -- is another
+kernel, once attn-verify-pipeline, which the lowering runs first, found it sound. What
+stays the plan's: which ops a trip has (one of each but the commits, the hooks where the
+analysis put them, no op without a pattern), that the loops of one kind have one trip,
+how values flow between them, the async GEMMs, each load's `ahead` (V's S - 2, K's
+S - 1: the lowering takes a load's slot from it, the verifier from the rings, so the two
+must not part) and which carried values are the rings. The first step before the loops,
+the last P.V after them and the loops around the trips are the kernel's, and are
+compared with the plan (Notes [Role programs] and [Role schedules] in attnc/ir/roles.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlir import ir
+
+from attnc.backend.kv_steps import StepOp, body_of
+from attnc.backend.wgmma_steps import _check_hooks, advances
+from attnc.ir import error_at
+from attnc.ir import roles as R
+from attnc.passes.tile_program import KV_LOOP
+
+NOTE = "Note [Cooperative steps op by op]"
+# The carried values of a trip, as attn-overlap-gemms orders them (after the block index):
+# m, l, O in flight, P, the factor, K's read ring, V's read ring, K's and V's write rings.
+M, L, O, P, FACTOR, RK, RK_PHASE, RV, RV_PHASE, WK, WK_PHASE, WV, WV_PHASE = range(13)
+_RING = {("read", "k"): RK, ("read", "v"): RV, ("slot_write", "k"): WK, ("slot_write", "v"): WV}
+
+
+@dataclass(frozen=True)
+class CoopSteps:
+    """The trips of the cooperative role's KV loops in program order, (kv_blocks, ops)."""
+
+    loops: tuple[tuple[str, tuple[StepOp, ...]], ...]
+
+    def body(self, mode: str, top: bool = True) -> tuple[StepOp, ...]:
+        return body_of(self.loops, mode, top)
+
+    @staticmethod
+    def default(stages: int) -> "CoopSteps":
+        """What attn-overlap-gemms writes, with a score_mod and a mask."""
+        def load(tile: str, ahead: int) -> tuple[StepOp, ...]:
+            return StepOp("load", tile, ahead), StepOp("slot_write", tile), StepOp("cp_async_commit")
+        ops = (StepOp("land_o"), StepOp("rescale"), StepOp("cp_async_wait", count=2 * stages - 4),
+               StepOp("cta_barrier"), *load("v", stages - 2), *load("k", stages - 1), StepOp("read", "k"),
+               StepOp("read", "q"), StepOp("read", "v"), StepOp("mma", "qk"), StepOp("mma", "pv"),
+               StepOp("land_s", count=1), StepOp("score_mod"), StepOp("mask"), StepOp("softmax_step"))
+        return CoopSteps((("all", ops),))
+
+
+def coop_steps(kernel) -> CoopSteps:
+    """The trips of the cooperative role of `kernel` (sm_90a, L5, overlapped), checked
+    (Note [Cooperative steps op by op])."""
+    role = next(r for r in R.role_ops(kernel) if R.name_of(r) == "compute")
+    stages = int(next(R.attrs_of(c)["stages"] for c in R.channel_ops(kernel) if R.name_of(c) == "kv"))
+    hooks = {"score_mod": R.attrs_of(kernel).get("has_score_mod", False),
+             "mask": R.attrs_of(kernel).get("has_mask_mod", False)}
+    loops = [op for op in R.ops_in(R.role_block(role), ("scf.for",)) if KV_LOOP in op.attributes]
+    trips = tuple((R.value_of(loop.attributes[KV_LOOP]), _trip(loop, kernel, stages, hooks)) for loop in loops)
+    for (kind, ops), loop in zip(trips, loops):
+        if ops != next(o for k, o in trips if k == kind):       # the kernel builds every loop of a kind from one
+            raise error_at(loop, f"the KV loops of one kind ({kind}) have the same trip: the kernel builds them "
+                                 f"from one ({NOTE})")
+    return CoopSteps(trips)
+
+
+def _trip(loop, kernel, stages: int, hooks: dict) -> tuple[StepOp, ...]:
+    block = loop.regions[0].blocks[0]
+    args = list(block.arguments)[1:]
+    if len(args) != 13:
+        raise error_at(loop, f"the cooperative role's overlapped KV loop carries m, l, O, P, the factor and the "
+                             f"rings K and V are read and written on, as attn-overlap-gemms makes it ({NOTE})")
+    out: list[StepOp] = []
+    seen: dict[str, ir.Operation] = {}
+    for op in block.operations:
+        op = op.operation
+        step = _step_op(op, args, kernel, block, stages)
+        if step is None:
+            continue
+        key = f"{step.name} {step.what}".strip()
+        if key in seen and step.name != "cp_async_commit":
+            raise error_at(op, f"a cooperative KV step has one {key} ({NOTE})")
+        seen[key] = op
+        out.append(step)
+    for needed in ("land_o", "rescale", "read k", "read q", "read v", "load k", "load v", "slot_write k",
+                   "slot_write v", "mma qk", "mma pv", "land_s", "softmax_step"):
+        if needed not in seen:
+            raise error_at(loop, f"this KV loop has no {needed} op, which a cooperative overlapped step has ({NOTE})")
+    kind = R.value_of(loop.attributes[KV_LOOP])
+    _check_hooks(seen, hooks, kind, loop, f"a {kind} KV loop")
+    _check_flow(seen, args, list(block.operations)[-1])
+    return tuple(out)
+
+
+def _step_op(op, args: list, kernel, block, stages: int) -> StepOp | None:
+    """The step op of `op`; None for one that lowers to nothing; refused where none."""
+    name = op.name
+    if name in (R.RING_ADVANCE, "scf.yield") or (name.startswith("arith.") and not op.regions):
+        return None
+    attrs = R.attrs_of(op)
+    if name == R.MMA_WAIT:
+        return StepOp("land_o" if list(op.operands) == [args[O]] else "land_s", count=int(attrs["pending"]))
+    if name == "attn.mma":
+        if attrs.get("kind") not in ("qk", "pv") or "async" not in op.attributes:
+            raise error_at(op, f"an overlapped step's GEMMs are QK^T and P.V, async (wgmma groups landed by "
+                               f"{R.MMA_WAIT}) ({NOTE})")
+        return StepOp("mma", attrs["kind"])
+    if name == R.CP_ASYNC_WAIT:
+        return StepOp("cp_async_wait", count=int(attrs["pending"]))
+    if name in (R.CTA_BARRIER, R.CP_ASYNC_COMMIT):
+        return StepOp(name.removeprefix("attn."))
+    if name == "attn.load":
+        tile, ahead = str(attrs.get("operand")), int(attrs.get("ahead", -1))
+        planned = {"v": stages - 2, "k": stages - 1}
+        if tile not in planned or op.operands[0] != kernel.operands[1 if tile == "k" else 2] \
+                or op.operands[3] != block.arguments[0] or ahead != planned[tile]:
+            raise error_at(op, f"a cooperative trip loads V {stages - 2} and K {stages - 1} blocks past its own "
+                               f"(`ahead`), from the kernel's v and k: the lowering takes the slot from `ahead`, "
+                               f"the verifier from the rings ({NOTE})")
+        return StepOp("load", tile, ahead)
+    if name in (R.SLOT_READ, R.SLOT_WRITE):
+        tile = str(attrs["tile"])
+        kind = "read" if name == R.SLOT_READ else "slot_write"
+        ring = _RING.get((kind, tile))
+        if (ring is None and (kind, tile) != ("read", "q")) or (ring is not None and op.operands[1] != args[ring]):
+            raise error_at(op, f"a cooperative trip reads K and V and writes them at the stages of their rings, "
+                               f"carried by the loop ({NOTE})")
+        return StepOp(kind, tile)
+    if name in ("attn.rescale", "attn.softmax_step", "attn.score_mod", "attn.mask", "attn.block_map_read"):
+        return StepOp(name.removeprefix("attn."))
+    raise error_at(op, f"the sm_90a lowering has no pattern for {name} in a cooperative overlapped KV step "
+                       f"({NOTE})")
+
+
+def _check_flow(seen: dict, args: list, terminator) -> None:
+    """The data flow attn-overlap-gemms makes: S from QK^T on the reads of Q and K,
+    landed, through the score_mod and mask into the softmax with the carried m and l; O
+    landed, rescaled by the carried factor, into P.V with the carried P and the read of
+    V; each slot write of its tile's load; the softmax's m, l, P and factor and P.V's O
+    carried on, each ring advanced once."""
+    qk, pv, softmax, rescale = seen["mma qk"], seen["mma pv"], seen["softmax_step"], seen["rescale"]
+    chain = [seen["land_s"]] + [seen[k] for k in ("score_mod", "mask") if k in seen]
+    yielded = list(terminator.operands)
+    flows = [
+        (list(qk.operands) == [seen["read q"].result, seen["read k"].result], qk),
+        (list(seen["land_s"].operands) == [qk.result], seen["land_s"]),
+        (all(op.operands[0] == before.results[0] for before, op in zip(chain, chain[1:] + [softmax])), softmax),
+        (list(softmax.operands)[1:] == [args[M], args[L]], softmax),
+        (list(rescale.operands) == [seen["land_o"].result, args[FACTOR]], rescale),
+        (list(pv.operands) == [args[P], seen["read v"].result, rescale.result], pv),
+        (all(seen[f"slot_write {t}"].operands[2] == seen[f"load {t}"].result for t in "kv"), seen["slot_write k"]),
+        (yielded[:5] == [softmax.results[1], softmax.results[2], pv.result, softmax.results[0], softmax.results[3]]
+         and all(advances(yielded[ring], args[ring], args[ring + 1]) for ring in (RK, RV, WK, WV)), terminator),
+    ]
+    for ok, op in flows:
+        if not ok:
+            raise error_at(op, f"the sm_90a lowering builds a cooperative overlapped step's data flow as "
+                               f"attn-overlap-gemms makes it, and this {op.name} differs ({NOTE})")

@@ -1,0 +1,115 @@
+"""sm_90a's cooperative trips lowered op by op (Note [Cooperative steps op by op] in
+attnc/backend/coop_steps.py): the IR's trips are the default ones the kernel was built
+with; an edited trip is another kernel (examples/passes/loads_after_gemms.py); and what
+the lowering refuses, at the op."""
+from pathlib import Path
+
+import pytest
+from mlir import ir
+
+from attnc.backend.coop_steps import CoopSteps, coop_steps
+from attnc.driver import CompileOptions, compile_mlir
+from attnc.errors import AttncError
+from attnc.ir import attention_ops, set_int, to_text
+from attnc.ir import roles as R
+from tests.passes.test_wgmma_steps import ptx_of
+
+ROOT = Path(__file__).resolve().parents[2]
+LOADS_AFTER_GEMMS = str(ROOT / "examples" / "passes" / "loads_after_gemms.py")
+_KEPT: list = []
+
+
+def plan(example: str = "mha", tile: str = "", passes: tuple = ()):
+    names = ["attn-tile" + (f"{{{tile}}}" if tile else ""), "attn-analyze-masks", "attn-hoist",
+             "attn-warp-specialize{producer=false}", "attn-alloc-smem", "attn-alloc-tmem", "attn-insert-pipelines",
+             "attn-overlap-gemms", *([Path(p).stem.replace("_", "-") for p in passes])]
+    result = compile_mlir((ROOT / f"examples/{example}.attn").read_text(), f"{example}.attn",
+                          CompileOptions(arch="sm_90a", pass_pipeline=",".join(names), load_passes=passes))
+    _KEPT.append(result)
+    return result
+
+
+def kernel_of(result):
+    return attention_ops(result.module)[0]
+
+
+def loops_of(result) -> list[ir.Operation]:
+    role = next(r for r in R.role_ops(kernel_of(result)) if R.name_of(r) == "compute")
+    return [op for op in R.ops_in(R.role_block(role), ("scf.for",)) if "kv_blocks" in op.attributes]
+
+
+def body_ops(loop) -> list[ir.Operation]:
+    return [o.operation for o in loop.regions[0].blocks[0].operations]
+
+
+@pytest.mark.parametrize("example,tile", [("mha", "stages=2"), ("mha", "stages=3"), ("gemma2", "stages=4 block_n=64"),
+                                          ("sliding_window", ""), ("docs_sink", "")])
+def test_the_plans_trips_are_the_default(example, tile):
+    result = plan(example, tile)
+    op = kernel_of(result)
+    stages = int(next(R.attrs_of(c)["stages"] for c in R.channel_ops(op) if R.name_of(c) == "kv"))
+    hooks = ("score_mod", "mask", "block_map_read")
+    default = [o for o in CoopSteps.default(stages).loops[0][1] if o.name not in hooks]
+    for _, ops in coop_steps(op).loops:
+        assert [o for o in ops if o.name not in hooks] == default
+
+
+def test_loads_after_gemms_is_another_sound_kernel():
+    edited = plan(passes=(LOADS_AFTER_GEMMS,))
+    names = [o.name for o in coop_steps(kernel_of(edited)).loops[0][1]]
+    assert names.index("load") > names.index("mma")
+    assert ptx_of(to_text(edited.module)) != ptx_of(to_text(plan().module))
+
+
+def _ahead(result):
+    load = next(o for o in body_ops(loops_of(result)[0]) if o.name == "attn.load")
+    set_int(load, "ahead", 3)
+
+
+def _no_pattern(result):
+    role = next(r for r in R.role_ops(kernel_of(result)) if R.name_of(r) == "compute")
+    fill = R.ops_in(R.role_block(role), ("attn.fill",))[0]
+    fill.clone(ir.InsertionPoint(body_ops(loops_of(result)[0])[0]))
+
+
+def _flow(result):
+    loop = loops_of(result)[0]
+    pv = next(o for o in body_ops(loop) if o.name == "attn.mma" and "pv" in str(o.attributes["kind"]))
+    pv.operands[2] = loop.regions[0].blocks[0].arguments[3]
+
+
+def _not_async(result):
+    qk = next(o for o in body_ops(loops_of(result)[0]) if o.name == "attn.mma")
+    del qk.attributes["async"]
+
+
+def _loops_differ(result):
+    loops = [loop for loop in loops_of(result) if "mixed" in str(loop.attributes["kv_blocks"])]
+    ops = body_ops(loops[-1])
+    barrier = next(o for o in ops if o.name == R.CTA_BARRIER)
+    barrier.move_before(next(o for o in ops if o.name == R.CP_ASYNC_WAIT))
+
+
+def _ring(result):
+    loop = loops_of(result)[0]
+    args = list(loop.regions[0].blocks[0].arguments)
+    read = next(o for o in body_ops(loop) if o.name == R.SLOT_READ and "k" == str(R.attrs_of(o)["tile"]))
+    read.operands[1] = args[1 + 9]          # K's write ring, not its read ring
+
+
+@pytest.mark.parametrize("edit,example,message", [
+    (_ahead, "mha", "a cooperative trip loads V 1 and K 2 blocks past its own (`ahead`)"),
+    (_no_pattern, "mha", "has no pattern for attn.fill in a cooperative overlapped KV step"),
+    (_flow, "mha", "data flow as attn-overlap-gemms makes it, and this attn.mma differs"),
+    (_not_async, "mha", "GEMMs are QK^T and P.V, async"),
+    (_loops_differ, "sliding_window", "the KV loops of one kind (mixed) have the same trip"),
+    (_ring, "mha", "attn-verify-pipeline: compute reads fill 1 of 'kv' (k) from slot 0"),    # unsound first
+])
+def test_an_edit_the_lowering_does_not_build_is_refused_at_its_op(edit, example, message):
+    result = plan(example)
+    with kernel_of(result).context:
+        edit(result)
+    with pytest.raises(AttncError) as err:
+        ptx_of(to_text(result.module))
+    assert message in err.value.message
+    assert err.value.span is not None
