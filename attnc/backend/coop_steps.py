@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from mlir import ir
 
 from attnc.backend.kv_steps import StepOp, body_of
-from attnc.backend.wgmma_steps import _check_hooks, advances
+from attnc.backend.wgmma_steps import _check_hooks, advances, check_key_range
 from attnc.ir import error_at
 from attnc.ir import roles as R
 from attnc.passes.tile_program import KV_LOOP
@@ -44,6 +44,8 @@ class CoopSteps:
     """The trips of the cooperative role's KV loops in program order, (kv_blocks, ops)."""
 
     loops: tuple[tuple[str, tuple[StepOp, ...]], ...]
+    first: tuple[StepOp, ...] = ()
+    last: tuple[StepOp, ...] = ()
 
     def body(self, mode: str, top: bool = True) -> tuple[StepOp, ...]:
         return body_of(self.loops, mode, top)
@@ -57,7 +59,12 @@ class CoopSteps:
                StepOp("cta_barrier"), *load("v", stages - 2), *load("k", stages - 1), StepOp("read", "k"),
                StepOp("read", "q"), StepOp("read", "v"), StepOp("mma", "qk"), StepOp("mma", "pv"),
                StepOp("land_s", count=1), StepOp("score_mod"), StepOp("mask"), StepOp("softmax_step"))
-        return CoopSteps((("all", ops),))
+        first = (StepOp("cp_async_wait", count=2 * stages - 2), StepOp("cta_barrier"), StepOp("read", "k"),
+                 StepOp("read", "q"), StepOp("mma", "qk"), StepOp("land_s"), StepOp("score_mod"), StepOp("mask"),
+                 StepOp("softmax_step"))
+        last = (StepOp("land_o"), StepOp("rescale"), StepOp("cp_async_wait"), StepOp("cta_barrier"),
+                StepOp("read", "v"), StepOp("mma", "pv"), StepOp("land_pv"))
+        return CoopSteps((("all", ops),), first, last)
 
 
 def coop_steps(kernel) -> CoopSteps:
@@ -73,7 +80,7 @@ def coop_steps(kernel) -> CoopSteps:
         if ops != next(o for k, o in trips if k == kind):       # the kernel builds every loop of a kind from one
             raise error_at(loop, f"the KV loops of one kind ({kind}) have the same trip: the kernel builds them "
                                  f"from one ({NOTE})")
-    return CoopSteps(trips)
+    return CoopSteps(trips, *_around(loops, kernel, hooks))
 
 
 def _trip(loop, kernel, stages: int, hooks: dict) -> tuple[StepOp, ...]:
@@ -167,4 +174,102 @@ def _check_flow(seen: dict, args: list, terminator) -> None:
     for ok, op in flows:
         if not ok:
             raise error_at(op, f"the sm_90a lowering builds a cooperative overlapped step's data flow as "
+                               f"attn-overlap-gemms makes it, and this {op.name} differs ({NOTE})")
+
+
+def _around(loops: list, kernel, hooks: dict) -> tuple[tuple, tuple]:
+    """The first step before the KV loops and the last P.V after them, in the scf.if over
+    the key range, checked for their ops, rings and data flow (Note [Cooperative steps op
+    by op])."""
+    first_loop, last_loop = loops[0], loops[-1]
+    parent = first_loop.operation.parent
+    if parent is None or parent.name != "scf.if" or last_loop.operation.parent != parent:
+        raise error_at(first_loop, f"the cooperative role's overlapped KV loops stand in one scf.if over the key "
+                                   f"range, as attn-overlap-gemms makes them ({NOTE})")
+    check_key_range(parent, loops, kernel, NOTE)
+    ops = [op.operation for op in parent.regions[0].blocks[0].operations]
+    start = next(k for k, op in enumerate(ops) if op == first_loop.operation)
+    end = next(k for k, op in enumerate(ops) if op == last_loop.operation)
+    init, results = list(first_loop.operands)[3:], list(last_loop.results)
+    start_values = list(list(parent.regions[1].blocks[0].operations)[-1].operands) if parent.regions[1].blocks \
+        else []
+    k_ring = init[RK].owner
+    if len(start_values) != 3 or init[O] != start_values[O] or getattr(k_ring, "name", "") != R.RING_ADVANCE:
+        raise error_at(first_loop, f"the overlapped steps start O as the range yields it without a step, and K's "
+                                   f"read ring a stage past the first step's ({NOTE})")
+    kinds = [R.value_of(loop.attributes[KV_LOOP]) for loop in loops]
+    kind = "mixed" if "mixed" in kinds else kinds[0]        # the first step's block may be any
+    stage0 = k_ring.operands[0]
+    seen: dict[str, ir.Operation] = {}
+    first = _ops(ops[:start], seen, "first step", {("read", "k"): stage0}, ("cp_async_wait", "cta_barrier",
+                 "read k", "read q", "mma qk", "land_s", "softmax_step"), first_loop)
+    _check_hooks(seen, hooks, kind, first_loop, "the first step")
+    qk, softmax = seen["mma qk"], seen["softmax_step"]
+    chain = [seen["land_s"]] + [seen[k] for k in ("score_mod", "mask") if k in seen]
+    _flows([
+        (list(qk.operands) == [seen["read q"].result, seen["read k"].result], qk),
+        (list(seen["land_s"].operands) == [qk.result], seen["land_s"]),
+        (all(op.operands[0] == before.results[0] for before, op in zip(chain, chain[1:] + [softmax])), softmax),
+        (list(softmax.operands)[1:] == start_values[M:O], softmax),
+        ([init[M], init[L], init[P], init[FACTOR]] == [softmax.results[k] for k in (1, 2, 0, 3)]
+         and init[RV] == stage0, softmax),
+    ], "first step")
+    seen = {}
+    last = _ops(ops[end + 1:], seen, "last P.V", {("read", "v"): results[RV]}, ("land_o", "rescale",
+                "cp_async_wait", "cta_barrier", "read v", "mma pv", "land_pv"), last_loop, results[O])
+    pv, rescale, landed, terminator = seen["mma pv"], seen["rescale"], seen["land_pv"], ops[-1]
+    _flows([
+        (list(rescale.operands) == [seen["land_o"].result, results[FACTOR]], rescale),
+        (list(pv.operands) == [results[P], seen["read v"].result, rescale.result], pv),
+        (list(landed.operands) == [pv.result], landed),
+        (list(terminator.operands) == [results[M], results[L], landed.result], terminator),
+    ], "last P.V")
+    return first, last
+
+
+def _ops(ops: list, seen: dict, where: str, stages: dict, needed: tuple, loop, o_in_flight=None):
+    """The step ops of the first step or the last P.V: one of each (reads of K and V at
+    the stages `stages` gives), those `needed` there."""
+    out: list[StepOp] = []
+    for op in ops:
+        name = op.name
+        if name in (R.RING_ADVANCE, "scf.yield") or (name.startswith("arith.") and not op.regions):
+            continue
+        attrs = R.attrs_of(op)
+        if name == R.MMA_WAIT:
+            step = StepOp("land_o" if o_in_flight is not None and list(op.operands) == [o_in_flight] else
+                          "land_pv" if where == "last P.V" else "land_s", count=int(attrs["pending"]))
+        elif name == "attn.mma" and "async" in op.attributes and attrs.get("kind") in ("qk", "pv"):
+            step = StepOp("mma", attrs["kind"])
+        elif name == R.CP_ASYNC_WAIT:
+            step = StepOp("cp_async_wait", count=int(attrs["pending"]))
+        elif name == R.SLOT_READ and _read_at(op, str(attrs["tile"]), stages):
+            step = StepOp("read", str(attrs["tile"]))
+        elif name == R.CTA_BARRIER or name in ("attn.rescale", "attn.softmax_step", "attn.score_mod", "attn.mask",
+                                                "attn.block_map_read"):
+            step = StepOp(name.removeprefix("attn."))
+        else:
+            raise error_at(op, f"the sm_90a lowering has no pattern for {name} in the cooperative role's {where} "
+                               f"({NOTE})")
+        key = f"{step.name} {step.what}".strip()
+        if key in seen:
+            raise error_at(op, f"the cooperative role's {where} has one {key} ({NOTE})")
+        seen[key] = op
+        out.append(step)
+    for key in needed:
+        if key not in seen:
+            raise error_at(loop, f"the cooperative role's {where} has a {key} op, and this one has none ({NOTE})")
+    return tuple(out)
+
+
+def _read_at(op, tile: str, stages: dict) -> bool:
+    """A read of Q, or of the tile `stages` names, at the stage it gives."""
+    stage = stages.get(("read", tile))
+    return tile == "q" or (stage is not None and op.operands[1] == stage)
+
+
+def _flows(flows: list, what: str) -> None:
+    for ok, op in flows:
+        if not ok:
+            raise error_at(op, f"the sm_90a lowering builds the data flow of the cooperative role's {what} as "
                                f"attn-overlap-gemms makes it, and this {op.name} differs ({NOTE})")

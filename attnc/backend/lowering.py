@@ -129,8 +129,8 @@ def _lowering_from_ir(result) -> ForwardLowering:
     elif plan.producer and R.ops_in(op.regions[0].blocks[0], (R.MMA_WAIT,)):
         trips = wgmma_steps(op)     # Note [Overlapped steps op by op]; without them the lowering refuses
         loads = load_steps(op)      # Note [Loads op by op]
-    elif target == "sm_90a" and not plan.producer:
-        coop = coop_steps(op)       # Note [Cooperative steps op by op]
+    elif target == "sm_90a" and R.ops_in(op.regions[0].blocks[0], (R.MMA_WAIT,)):
+        coop = coop_steps(op)       # Note [Cooperative steps op by op]; without them the lowering refuses
     mode = mask_mode(op, variant)
     runtime = mode is None and mask_functions(op).kind == "runtime"
     blockmap = blockmap_plan(result, block_m, block_n) if runtime else None

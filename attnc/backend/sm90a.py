@@ -72,7 +72,7 @@ from attnc.backend.forward import ForwardKernel
 from attnc.backend.nvgpu_builders import Wgmma, values_if, warp_vote
 from attnc.backend.score_masks import rows_of
 from attnc.backend.softmax import SoftmaxState
-from attnc.backend.wgmma_trips import CoopTrip
+from attnc.backend.wgmma_trips import CoopTrip, FirstTrip, LastPv
 
 WARPGROUP_ROWS = 64
 
@@ -161,23 +161,11 @@ class Sm90aForward(ForwardKernel):
         return self._last_pv(total, flight), state
 
     def _first_step(self, kv, state):
-        """Step 0: QK^T alone (unless issued before, `_first_scores`), its softmax, and
-        nothing in flight yet."""
-        e, s = self.e, self.spec
-        n0 = kv.block(e, e.c32(0))
-        acc_s = self._first_scores
-        if acc_s is None:
-            self._await_first()
-        skip = self._skip(n0) if s.tile_skip is not None else None
-        if acc_s is None:
-            self.wgmma.fence()
-            self._turn_begin()
-            acc_s = self._qk_issue(self._slot_offset(0, e.c32(0)))
-            self._turn_end()
-            acc_s = self._unflatten(self.wgmma.wait(acc_s), s.block_n // 8)
-        self._k_read(e.c32(0))
-        probs, state, alpha = self._softmax_step(self._scores(acc_s, n0, "partial", skip), state, "partial")
-        return state, self._nothing_in_flight(probs, alpha)
+        """Step 0 from the IR's first step, op by op: QK^T alone, its softmax, and nothing
+        in flight yet."""
+        first = self.trips.first
+        trip = self._run(first, FirstTrip(self, self.e.c32(0), kv, state, None, "partial", first))
+        return trip.state, self._nothing_in_flight(trip.probs, trip.alpha)
 
     def _nothing_in_flight(self, probs, alpha) -> "_InFlight":
         """After step 0: O is zero, and no P is read."""
@@ -187,31 +175,8 @@ class Sm90aForward(ForwardKernel):
                          self._moved())
 
     def _last_pv(self, total, flight: "_InFlight"):
-        """The last step's P.V, landed."""
-        acc_o, p = self._land(flight)
-        last = self.e.sub(total, 1)
-        self._await_last(last)
-        self.wgmma.fence()
-        self._turn_begin()
-        acc = self._pv_issue(p, acc_o, self._slot_offset(0, last))
-        self._turn_end()
-        return self._unflatten(self.wgmma.wait(acc, through=_flat(p))[:len(acc)])
-
-    # -- what the steps wait for: the CTA's own cp.async loads (sm90a_ws.py builds its
-    # producer plan's waits from the IR's ops)
-    def _await_first(self) -> None:
-        """Before step 0's QK^T: its K is the prologue's first K/V group (groups Q, K0,
-        V0, K1, ..., V(S-2), K(S-1)), followed by 2S - 2 younger ones."""
-        self.cp.wait(2 * self.spec.stages - 2)
-        self.bar.sync()
-
-    def _await_last(self, last) -> None:
-        """Before the P.V of step `last`: every load has landed."""
-        self.cp.wait(0)
-        self.bar.sync()
-
-    def _k_read(self, u) -> None:
-        """QK^T(u) has been waited for: its K slot is free (for a producer to refill)."""
+        """The last step's P.V, landed: from the IR's ops after the loops, op by op."""
+        return self._run(self.trips.last, LastPv(self, total, flight), "_last_").acc_o
 
     def _turn_begin(self) -> None:
         """Before a warpgroup issues its GEMMs (ping-pong turns, sm90a_ws.py)."""
@@ -230,16 +195,6 @@ class Sm90aForward(ForwardKernel):
             scf.yield_(st.m + st.l + fl.values())
         results = list(loop.results)
         return SoftmaxState(results[0:2], results[2:4]), flight.like(results[4:])
-
-    def _land(self, flight: "_InFlight"):
-        """Wait for the P.V in flight; the O it leaves, scaled for the step whose
-        probabilities are carried, and those probabilities packed as P."""
-        waited = self.wgmma.wait(flight.acc_o, through=flight.p + flight.probs)
-        acc_o = waited[:len(flight.acc_o)]
-        probs = _chunks(waited[len(flight.acc_o) + len(flight.p):], len(flight.probs) // 2)
-        if flight.alpha:
-            acc_o = self._scaled(acc_o, flight)
-        return self._unflatten(acc_o), self._pack_p(probs)[0]
 
     def _scaled(self, acc_o: list, flight: "_InFlight") -> list:
         """O (flat) times the carried step's alpha per row; with a lazy softmax only in a
@@ -322,7 +277,19 @@ class Sm90aForward(ForwardKernel):
         trip.probs, trip.state, trip.alpha = self._softmax_step(trip.rows, trip.state, trip.mode)
 
 
-    # the last P.V shares these with the trips (sm90a_ws.py)
+    def _last_mma(self, op, last) -> None:
+        last.fence()
+        last.acc = self._pv_issue(last.p, last.acc_o, self._slot_offset(0, last.step))
+
+    def _last_land_pv(self, op, last) -> None:
+        waited = self.wgmma.wait(last.acc, op.count, through=_flat(last.p))
+        last.acc_o = self._unflatten(waited[:len(last.acc)])
+
+    def _last_cp_async_wait(self, op, last) -> None:
+        last.step                       # (made where the kernel made it, before the wait)
+        self.cp.wait(op.count)
+
+    # the last P.V shares these with the trips
     _last_land_o, _last_rescale, _last_read = _trip_land_o, _trip_rescale, _trip_read
     _last_turn_sync, _last_turn_arrive = _trip_turn_sync, _trip_turn_arrive
 
@@ -335,6 +302,8 @@ class Sm90aForward(ForwardKernel):
 
     def _trip_cp_async_commit(self, op, trip) -> None:
         self.cp.commit()
+
+    _last_cta_barrier = _trip_cta_barrier
 
     def _trip_load(self, op, trip) -> None:
         trip.load_slots()

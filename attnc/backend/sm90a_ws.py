@@ -77,7 +77,7 @@ from attnc.backend.smem_tiles import TileLoader
 from attnc.backend.sm90a import Sm90aForward, _chunks, _flat, _InFlight
 from attnc.backend.load_steps import LoadSteps
 from attnc.backend.wgmma_steps import WgmmaSteps
-from attnc.backend.wgmma_trips import FirstTrip, LastPv, Load, Trip
+from attnc.backend.wgmma_trips import Load, Trip
 from attnc.schedule.recipes import consumer_registers, producer_registers
 
 class Sm90aWsForward(Sm90aForward):
@@ -383,28 +383,20 @@ class Sm90aWsForward(Sm90aForward):
 
     # ------------------------------------------------ Note [Overlapped steps op by op]
     def _first_step(self, kv, state):
-        """Step 0 from the IR's first step, op by op (Note [Overlapped steps op by op]),
-        but where its QK^T was issued before (Note [The next block's first QK^T])."""
-        if self._first_scores is not None:
+        """Step 0 from the IR's first step, op by op, but where its QK^T was issued before
+        (Note [The next block's first QK^T]): then its scores and softmax."""
+        e, s = self.e, self.spec
+        if self._first_scores is None:
             return super()._first_step(kv, state)
-        first = self.trips.first
-        trip = self._run(first, FirstTrip(self, self.e.c32(0), kv, state, None, "partial", first))
-        return trip.state, self._nothing_in_flight(trip.probs, trip.alpha)
-
-    def _last_pv(self, total, flight):
-        """The last P.V from the IR's ops after the loops, op by op."""
-        return self._run(self.trips.last, LastPv(self, total, flight), "_last_").acc_o
+        n0 = kv.block(e, e.c32(0))
+        skip = self._skip(n0) if s.tile_skip is not None else None
+        self._k_read(e.c32(0))
+        rows = self._scores(self._first_scores, n0, "partial", skip)
+        probs, state, alpha = self._softmax_step(rows, state, "partial")
+        return state, self._nothing_in_flight(probs, alpha)
 
     def _last_wait(self, op, last) -> None:
         self._await_full("v", last.step)
-
-    def _last_mma(self, op, last) -> None:
-        last.fence()
-        last.acc = self._pv_issue(last.p, last.acc_o, self._slot_offset(0, last.step))
-
-    def _last_land_pv(self, op, last) -> None:
-        waited = self.wgmma.wait(last.acc, op.count, through=_flat(last.p))
-        last.acc_o = self._unflatten(waited[:len(last.acc)])
 
     def _last_release_v_before(self, op, last) -> None:
         self._release_v_back(last.step, 1)

@@ -313,7 +313,7 @@ def _steps(role: ir.Operation, step) -> list[str]:
 
     out: list[str] = []
     shell = trips_op_by_op(role)
-    built = _built_around(role) if shell and name_of(role) != "compute" else []
+    built = _built_around(role) if shell else []
 
     def visit(op):
         if any(op == b for b in built):
@@ -363,8 +363,8 @@ def trips_op_by_op(role: ir.Operation) -> bool:
     cooperative role: Notes [Loads op by op] in attnc/backend/load_steps.py, [Overlapped
     steps op by op] in attnc/backend/wgmma_steps.py and [Cooperative steps op by op] in
     attnc/backend/coop_steps.py); the role's digests leave those loops' bodies out, and
-    (but for the cooperative role's) the ops of the steps around them built op by op too
-    (Notes [Role programs] and [Role schedules])."""
+    the ops of the steps around them built op by op too (Notes [Role programs] and [Role
+    schedules])."""
     kernel = role.parent.parent if role.parent is not None else None
     if kernel is None or attrs_of(kernel).get("target") != "sm_90a":
         return False

@@ -50,8 +50,32 @@ def test_the_plans_trips_are_the_default(example, tile):
     stages = int(next(R.attrs_of(c)["stages"] for c in R.channel_ops(op) if R.name_of(c) == "kv"))
     hooks = ("score_mod", "mask", "block_map_read")
     default = [o for o in CoopSteps.default(stages).loops[0][1] if o.name not in hooks]
-    for _, ops in coop_steps(op).loops:
+    steps, plain = coop_steps(op), CoopSteps.default(stages)
+    for _, ops in steps.loops:
         assert [o for o in ops if o.name not in hooks] == default
+    assert [o for o in steps.first if o.name not in hooks] == [o for o in plain.first if o.name not in hooks]
+    assert steps.last == plain.last
+
+
+def around(result) -> tuple[list, list]:
+    """The ops of the scf.if over the key range before its first KV loop and after its last."""
+    loops = loops_of(result)
+    ops = [o.operation for o in loops[0].parent.regions[0].blocks[0].operations]
+    at = [k for k, o in enumerate(ops) if any(o == loop for loop in loops)]
+    return ops[:at[0]], ops[at[-1] + 1:]
+
+
+def test_the_last_pv_waiting_for_every_copy_first_is_another_sound_kernel():
+    """The last P.V's wait for every cp.async group (and the CTA barrier) moved above the
+    landing of the P.V in flight: built as it stands."""
+    result = plan()
+    _, after = around(result)
+    land = next(o for o in after if o.name == R.MMA_WAIT)
+    for name in (R.CP_ASYNC_WAIT, R.CTA_BARRIER):
+        next(o for o in after if o.name == name).move_before(land)
+    last = coop_steps(kernel_of(result)).last
+    assert [o.name for o in last[:3]] == ["cp_async_wait", "cta_barrier", "land_o"]
+    assert ptx_of(to_text(result.module)) != ptx_of(to_text(plan().module))
 
 
 def test_loads_after_gemms_is_another_sound_kernel():
@@ -97,7 +121,28 @@ def _ring(result):
     read.operands[1] = args[1 + 9]          # K's write ring, not its read ring
 
 
+def _first_no_pattern(result):
+    before, _ = around(result)
+    role = next(r for r in R.role_ops(kernel_of(result)) if R.name_of(r) == "compute")
+    R.ops_in(R.role_block(role), ("attn.fill",))[0].clone(ir.InsertionPoint(before[-1]))
+
+
+def _first_flow(result):
+    before, _ = around(result)
+    softmax = next(o for o in before if o.name == "attn.softmax_step")
+    softmax.operands[1], softmax.operands[2] = softmax.operands[2], softmax.operands[1]
+
+
+def _last_flow(result):
+    _, after = around(result)
+    pv = next(o for o in after if o.name == "attn.mma")
+    pv.operands[2] = next(o for o in after if o.name == R.MMA_WAIT).result      # O not rescaled
+
+
 @pytest.mark.parametrize("edit,example,message", [
+    (_first_no_pattern, "mha", "has no pattern for attn.fill in the cooperative role's first step"),
+    (_first_flow, "mha", "the data flow of the cooperative role's first step"),
+    (_last_flow, "mha", "the data flow of the cooperative role's last P.V"),
     (_ahead, "mha", "a cooperative trip loads V 1 and K 2 blocks past its own (`ahead`)"),
     (_no_pattern, "mha", "has no pattern for attn.fill in a cooperative overlapped KV step"),
     (_flow, "mha", "data flow as attn-overlap-gemms makes it, and this attn.mma differs"),
