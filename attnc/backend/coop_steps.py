@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from mlir import ir
 
 from attnc.backend.kv_steps import StepOp, body_of
-from attnc.backend.wgmma_steps import _check_hooks, advances, check_key_range
+from attnc.backend.wgmma_steps import Around, _check_hooks, advances
 from attnc.ir import error_at
 from attnc.ir import roles as R
 from attnc.passes.tile_program import KV_LOOP
@@ -181,27 +181,12 @@ def _around(loops: list, kernel, hooks: dict) -> tuple[tuple, tuple]:
     """The first step before the KV loops and the last P.V after them, in the scf.if over
     the key range, checked for their ops, rings and data flow (Note [Cooperative steps op
     by op])."""
-    first_loop, last_loop = loops[0], loops[-1]
-    parent = first_loop.operation.parent
-    if parent is None or parent.name != "scf.if" or last_loop.operation.parent != parent:
-        raise error_at(first_loop, f"the cooperative role's overlapped KV loops stand in one scf.if over the key "
-                                   f"range, as attn-overlap-gemms makes them ({NOTE})")
-    check_key_range(parent, loops, kernel, NOTE)
-    ops = [op.operation for op in parent.regions[0].blocks[0].operations]
-    start = next(k for k, op in enumerate(ops) if op == first_loop.operation)
-    end = next(k for k, op in enumerate(ops) if op == last_loop.operation)
-    init, results = list(first_loop.operands)[3:], list(last_loop.results)
-    start_values = list(list(parent.regions[1].blocks[0].operations)[-1].operands) if parent.regions[1].blocks \
-        else []
-    k_ring = init[RK].owner
-    if len(start_values) != 3 or init[O] != start_values[O] or getattr(k_ring, "name", "") != R.RING_ADVANCE:
-        raise error_at(first_loop, f"the overlapped steps start O as the range yields it without a step, and K's "
-                                   f"read ring a stage past the first step's ({NOTE})")
-    kinds = [R.value_of(loop.attributes[KV_LOOP]) for loop in loops]
-    kind = "mixed" if "mixed" in kinds else kinds[0]        # the first step's block may be any
-    stage0 = k_ring.operands[0]
+    around = Around(loops, kernel, NOTE, "the cooperative role's", RK)
+    first_loop, last_loop, init, results = loops[0], loops[-1], around.init, around.results
+    start_values, kind = around.start_values, around.kind
+    stage0 = around.k_ring.operands[0]
     seen: dict[str, ir.Operation] = {}
-    first = _ops(ops[:start], seen, "first step", {("read", "k"): stage0}, ("cp_async_wait", "cta_barrier",
+    first = _ops(around.before, seen, "first step", {("read", "k"): stage0}, ("cp_async_wait", "cta_barrier",
                  "read k", "read q", "mma qk", "land_s", "softmax_step"), first_loop)
     _check_hooks(seen, hooks, kind, first_loop, "the first step")
     qk, softmax = seen["mma qk"], seen["softmax_step"]
@@ -215,9 +200,9 @@ def _around(loops: list, kernel, hooks: dict) -> tuple[tuple, tuple]:
          and init[RV] == stage0, softmax),
     ], "first step")
     seen = {}
-    last = _ops(ops[end + 1:], seen, "last P.V", {("read", "v"): results[RV]}, ("land_o", "rescale",
+    last = _ops(around.after, seen, "last P.V", {("read", "v"): results[RV]}, ("land_o", "rescale",
                 "cp_async_wait", "cta_barrier", "read v", "mma pv", "land_pv"), last_loop, results[O])
-    pv, rescale, landed, terminator = seen["mma pv"], seen["rescale"], seen["land_pv"], ops[-1]
+    pv, rescale, landed, terminator = seen["mma pv"], seen["rescale"], seen["land_pv"], around.after[-1]
     _flows([
         (list(rescale.operands) == [seen["land_o"].result, results[FACTOR]], rescale),
         (list(pv.operands) == [results[P], seen["read v"].result, rescale.result], pv),

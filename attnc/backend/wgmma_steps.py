@@ -193,31 +193,43 @@ def _around(loops: list, bars: dict, persistent: bool, hooks: dict, kernel) -> t
     """The first step before the KV loops and the last P.V after them, in the scf.if over
     the key range, checked for their ops, rings and data flow (Note [Overlapped steps op
     by op])."""
-    first_loop, last_loop = loops[0], loops[-1]
-    parent = first_loop.operation.parent
-    if parent is None or parent.name != "scf.if" or last_loop.operation.parent != parent:
-        raise error_at(first_loop, f"a consumer's overlapped KV loops stand in one scf.if over the key range, as "
-                                   f"attn-overlap-gemms makes them ({NOTE})")
-    check_key_range(parent, loops, kernel, NOTE)
-    ops = [op.operation for op in parent.regions[0].blocks[0].operations]
-    start = next(k for k, op in enumerate(ops) if op == first_loop.operation)
-    end = next(k for k, op in enumerate(ops) if op == last_loop.operation)
-    init, results = list(first_loop.operands)[3:], list(last_loop.results)
-    # m, l and O as they start: what the range yields without a step (its else branch)
-    start_values = list(list(parent.regions[1].blocks[0].operations)[-1].operands) if parent.regions[1].blocks \
-        else []
-    if len(start_values) != 3 or init[O] != start_values[O]:
-        raise error_at(parent, f"the overlapped steps start O as the range yields it without a step ({NOTE})")
-    k_ring = init[K_STAGE].owner
-    if getattr(k_ring, "name", "") != R.RING_ADVANCE:
-        raise error_at(first_loop, f"a consumer's first overlapped KV loop starts K's ring a stage past the first "
-                                   f"step's ({NOTE})")
-    kinds = [R.value_of(loop.attributes[KV_LOOP]) for loop in loops]
-    kind = "mixed" if "mixed" in kinds else kinds[0]        # the first step's block may be any
-    first = _first(ops[:start], bars, list(k_ring.operands), init, start_values, persistent, hooks, kind,
-                   first_loop)
-    last = _last(ops[end + 1:], bars, results, persistent, last_loop)
+    around = Around(loops, kernel, NOTE, "a consumer's", K_STAGE)
+    first = _first(around.before, bars, list(around.k_ring.operands), around.init, around.start_values, persistent,
+                   hooks, around.kind, loops[0])
+    last = _last(around.after, bars, around.results, persistent, loops[-1])
     return first, last
+
+
+class Around:
+    """The scf.if over the key range that sm_90a's overlapped KV loops `loops` stand in,
+    as attn-overlap-gemms makes it (checked with `check_key_range`): its ops before the
+    first loop and after the last, the loops' first carried values and last results, m,
+    l and O as the range yields them without a step (its else branch), the K ring the
+    first loop starts from (advanced past the first step's: the carried value at `k_ring`),
+    and the first step's kind of block."""
+
+    def __init__(self, loops: list, kernel, note: str, whose: str, k_ring: int):
+        first_loop, last_loop = loops[0], loops[-1]
+        parent = first_loop.operation.parent
+        if parent is None or parent.name != "scf.if" or last_loop.operation.parent != parent:
+            raise error_at(first_loop, f"{whose} overlapped KV loops stand in one scf.if over the key range, as "
+                                       f"attn-overlap-gemms makes them ({note})")
+        check_key_range(parent, loops, kernel, note)
+        ops = [op.operation for op in parent.regions[0].blocks[0].operations]
+        start = next(k for k, op in enumerate(ops) if op == first_loop.operation)
+        end = next(k for k, op in enumerate(ops) if op == last_loop.operation)
+        self.before, self.after = ops[:start], ops[end + 1:]
+        self.init, self.results = list(first_loop.operands)[3:], list(last_loop.results)
+        else_ops = list(parent.regions[1].blocks[0].operations) if parent.regions[1].blocks else []
+        self.start_values = list(else_ops[-1].operands) if else_ops else []
+        if len(self.start_values) != 3 or self.init[O] != self.start_values[O]:
+            raise error_at(parent, f"the overlapped steps start O as the range yields it without a step ({note})")
+        self.k_ring = self.init[k_ring].owner
+        if getattr(self.k_ring, "name", "") != R.RING_ADVANCE:
+            raise error_at(first_loop, f"{whose} first overlapped KV loop starts K's ring a stage past the first "
+                                       f"step's ({note})")
+        kinds = [R.value_of(loop.attributes[KV_LOOP]) for loop in loops]
+        self.kind = "mixed" if "mixed" in kinds else kinds[0]        # the first step's block may be any
 
 
 def _check_hooks(seen: dict, hooks: dict, kind: str, where, what: str) -> None:

@@ -47,14 +47,7 @@ PASS = "attn-overlap-gemms"
 def overlap_role(role: ir.Operation, kernel: ir.Operation) -> None:
     """Note [Overlapped steps in the IR], on consumer role `role` of `kernel` (L5)."""
     bars = {R.name_of(b): R.attrs_of(b) for b in R.mbarrier_ops(kernel)}
-    block = R.role_block(role)
-    ops = [op.operation for op in block.operations]
-    if R.ops_in(block, (R.MMA_WAIT,)):
-        raise error_at(role, f"{PASS} ran twice on role '{R.name_of(role)}'")
-    at = [k for k, op in enumerate(ops) if op.name == "scf.for" and KV_LOOP in op.attributes]
-    if not at:
-        raise error_at(role, f"{PASS}: role '{R.name_of(role)}' has no KV loop (scf.for with {KV_LOOP})")
-    loops = [ops[k] for k in at]
+    ops, at, loops = kv_loops_to_rotate(role)
     bodies = [_Body(loop, bars) for loop in loops]
     chained_loops(ops, at, "m, l, O and its ring", 3)
     last = loops[-1]
@@ -77,6 +70,19 @@ def overlap_role(role: ir.Operation, kernel: ir.Operation) -> None:
         loop.erase()
     for op in turns.erased + ([q_release] if q_release is not None else []):
         op.erase()
+
+
+def kv_loops_to_rotate(role: ir.Operation) -> tuple[list, list[int], list]:
+    """(the ops of `role`'s block, the places of its KV loops among them, the loops), for
+    a role whose steps are not overlapped yet."""
+    block = R.role_block(role)
+    ops = [op.operation for op in block.operations]
+    if R.ops_in(block, (R.MMA_WAIT,)):
+        raise error_at(role, f"{PASS} ran twice on role '{R.name_of(role)}'")
+    at = [k for k, op in enumerate(ops) if op.name == "scf.for" and KV_LOOP in op.attributes]
+    if not at:
+        raise error_at(role, f"{PASS}: role '{R.name_of(role)}' has no KV loop (scf.for with {KV_LOOP})")
+    return ops, at, [ops[k] for k in at]
 
 
 def _const(value: int) -> ir.Value:

@@ -37,20 +37,13 @@ from mlir.dialects import scf
 from attnc.ir import error_at
 from attnc.ir import roles as R
 from attnc.passes.tile_program import KV_LOOP
-from attnc.schedule.overlap import PASS, KeyRange, _Chain, chained_loops, ring_advance
+from attnc.schedule.overlap import PASS, KeyRange, _Chain, chained_loops, kv_loops_to_rotate, ring_advance
 
 
 def overlap_cooperative(role: ir.Operation, kernel: ir.Operation) -> None:
     """Note [Overlapped cooperative steps in the IR], on the cooperative role `role` of
     `kernel` (L5)."""
-    block = R.role_block(role)
-    ops = [op.operation for op in block.operations]
-    if R.ops_in(block, (R.MMA_WAIT,)):
-        raise error_at(role, f"{PASS} ran twice on role '{R.name_of(role)}'")
-    at = [k for k, op in enumerate(ops) if op.name == "scf.for" and KV_LOOP in op.attributes]
-    if not at:
-        raise error_at(role, f"{PASS}: role '{R.name_of(role)}' has no KV loop (scf.for with {KV_LOOP})")
-    loops = [ops[k] for k in at]
+    ops, at, loops = kv_loops_to_rotate(role)
     stages = int(next(R.attrs_of(c)["stages"] for c in R.channel_ops(kernel) if R.name_of(c) == "kv"))
     if stages < 2:
         raise error_at(role, f"{PASS}: sm_90a's cooperative kernel overlaps its GEMMs across steps with two or "
