@@ -16,8 +16,13 @@ stays the plan's: which ops a trip has (one of each but the commits, the hooks w
 analysis put them, no op without a pattern), that the loops of one kind have one trip,
 how values flow between them, the async GEMMs, each load's `ahead` (V's S - 2, K's
 S - 1: the lowering takes a load's slot from it, the verifier from the rings, so the two
-must not part) and which carried values are the rings. The first step before the loops,
-the last P.V after them and the loops around the trips are the kernel's, and are
+must not part) and which carried values are the rings. The first step before the loops
+(the wait for all but the 2S - 2 youngest groups, the CTA barrier, QK^T alone, S landed,
+the scores and softmax) and the last P.V after them (O landed and scaled, the wait for
+every group, P.V, O landed) are built from their ops likewise, and checked the same
+way; so are the role's loads before the key range, as sm_80's (Note [The role op by op]
+in kv_steps.py). The loops around the trips are the kernel's (`check_key_range` checks
+what it takes as its own), and what stands after the key range (the epilogue) is
 compared with the plan (Notes [Role programs] and [Role schedules] in attnc/ir/roles.py).
 """
 from __future__ import annotations
@@ -26,7 +31,7 @@ from dataclasses import dataclass
 
 from mlir import ir
 
-from attnc.backend.kv_steps import StepOp, body_of
+from attnc.backend.kv_steps import KvSteps, StepOp, body_of, prologue_steps
 from attnc.backend.wgmma_steps import Around, _check_hooks, advances
 from attnc.ir import error_at
 from attnc.ir import roles as R
@@ -46,6 +51,7 @@ class CoopSteps:
     loops: tuple[tuple[str, tuple[StepOp, ...]], ...]
     first: tuple[StepOp, ...] = ()
     last: tuple[StepOp, ...] = ()
+    prologue: tuple[StepOp, ...] = ()       # the ops before the key range (Note [The role op by op])
 
     def body(self, mode: str, top: bool = True) -> tuple[StepOp, ...]:
         return body_of(self.loops, mode, top)
@@ -64,7 +70,7 @@ class CoopSteps:
                  StepOp("softmax_step"))
         last = (StepOp("land_o"), StepOp("rescale"), StepOp("cp_async_wait"), StepOp("cta_barrier"),
                 StepOp("read", "v"), StepOp("mma", "pv"), StepOp("land_pv"))
-        return CoopSteps((("all", ops),), first, last)
+        return CoopSteps((("all", ops),), first, last, KvSteps.default(stages).prologue)
 
 
 def coop_steps(kernel) -> CoopSteps:
@@ -80,7 +86,21 @@ def coop_steps(kernel) -> CoopSteps:
         if ops != next(o for k, o in trips if k == kind):       # the kernel builds every loop of a kind from one
             raise error_at(loop, f"the KV loops of one kind ({kind}) have the same trip: the kernel builds them "
                                  f"from one ({NOTE})")
-    return CoopSteps(trips, *_around(loops, kernel, hooks))
+    return CoopSteps(trips, *_around(loops, kernel, hooks), _prologue(role, loops, kernel, stages))
+
+
+def _prologue(role, loops: list, kernel, stages: int) -> tuple[StepOp, ...]:
+    """The role's ops before the scf.if over the key range, as sm_80's (Note [The role op
+    by op] in kv_steps.py); the first steps' loads are of the key range's first block,
+    where the first rotated loop's lower bound starts (`arith.maxsi(first block, ...)`)."""
+    scf_if = loops[0].operation.parent
+    ops = [op.operation for op in R.role_block(role).operations]
+    at = next((k for k, op in enumerate(ops) if op == scf_if), None)
+    bound = loops[0].operands[0].owner
+    if at is None or getattr(bound, "name", "") != "arith.maxsi":
+        raise error_at(loops[0], f"the cooperative role's overlapped KV loops start past the key range's first "
+                                 f"block, in an scf.if of the role, as attn-overlap-gemms makes them ({NOTE})")
+    return prologue_steps(ops[:at], bound.operands[0], scf_if, kernel, stages)
 
 
 def _trip(loop, kernel, stages: int, hooks: dict) -> tuple[StepOp, ...]:

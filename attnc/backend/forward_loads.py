@@ -136,10 +136,12 @@ class ForwardLoads:
 
     # ------------------------------------------------------------ the prologue
     def _prologue(self, m_block) -> KvSchedule:
-        """Issue the loads that the steps of `m_block` start with, and return its schedule:
-        groups Q, then K0, V0, K1, ..., V_{S-2}, K_{S-1}. With first_before_map, K0 and V0
-        are the guessed block's, issued before the range is read, and a miss adds K0, V0
-        again after a wait for every group (Note [First block before the map]).
+        """The cooperative role's ops before its KV loops for query block `m_block`
+        (`prologue_ops`), in their order (Note [The role op by op] in kv_steps.py): Q's
+        copies, the key range and the first steps' K and V -- by default groups Q, then
+        K0, V0, K1, ..., V_{S-2}, K_{S-1}. With first_before_map, K0 and V0 are the guessed
+        block's, issued before the range is read, and a miss adds K0, V0 again after a
+        wait for every group (Note [First block before the map]). The block's schedule.
 
         Note [Q before the range]: Q's address does not depend on the key range, and a
         range read from a block map (blockmap_hooks) waits for global loads, so Q's copies
@@ -148,16 +150,31 @@ class ForwardLoads:
         scan. A group older than every K/V group changes no wait count (a step waits
         until at most its 2S - 2 younger groups are pending, which also lands Q's)."""
         e, s = self.e, self.spec
-        self._load_q(m_block)
-        self.cp.commit()
-        kv, guess = self._range_after_guess(m_block)
-        ask_skip = s.asks_tile_skip
-        for i in range(0 if guess is None else 1, s.stages):
-            n_block, exists = kv.first(e, i)
-            self._load_kv_if("k", n_block, i * self.slot_bytes, exists, True, ask_skip, m_block)
-            if i < s.stages - 1:
-                self._load_kv_if("v", n_block, i * self.slot_bytes, exists, True, ask_skip, m_block)
-        return kv
+        state = _Prologue(m_block)
+        for op in self.prologue_ops:
+            if op.name == "load":
+                state.ahead[op.what] = op.count
+            elif op.name == "slot_write" and op.what == "q":
+                self._load_q(m_block)
+            elif op.name == "slot_write":
+                if state.kv is None:            # no attn.kv_range: the range of no mask
+                    state.kv, state.guess = self._range_after_guess(m_block)
+                ahead = state.ahead[op.what]
+                if state.guess is not None and ahead == 0:
+                    state.skip_commit = True    # the first block's loads are the guess's (and its miss's)
+                    continue
+                if ahead not in state.first:
+                    state.first[ahead] = state.kv.first(e, ahead)
+                n_block, exists = state.first[ahead]
+                self._load_kv_guarded(op.what, n_block, ahead * self.slot_bytes, exists, True, s.asks_tile_skip,
+                                      m_block)
+            elif op.name == "cp_async_commit":
+                if not state.skip_commit:
+                    self.cp.commit()
+                state.skip_commit = False
+            elif op.name == "kv_range":
+                state.kv, state.guess = self._range_after_guess(m_block)
+        return state.kv
 
     def _range_after_guess(self, m_block):
         """The key range of `m_block` as a schedule, and with first_before_map the guessed
@@ -202,3 +219,15 @@ class ForwardLoads:
                 base = GlobalPtr(e, llvm.select(e.gt(self.n_keys, 0), base.ptr, q_row0), 16)
             self._load_kv(name, n_block, 0, True, base=base)
             self.cp.commit()
+
+
+class _Prologue:
+    """What the patterns of the prologue share: the block, each tile's `ahead`, the guessed
+    first block, the schedule once read, and each step's first block and its test."""
+
+    def __init__(self, m_block):
+        self.m_block = m_block
+        self.ahead: dict[str, int] = {}
+        self.guess = self.kv = None
+        self.first: dict[int, tuple] = {}
+        self.skip_commit = False

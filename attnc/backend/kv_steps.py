@@ -131,13 +131,15 @@ def kv_steps(role, kernel) -> KvSteps:
         if op.name != "scf.for" and not op.name.startswith(_ARITH):
             raise error_at(op, f"the sm_80 lowering builds the KV loops one after the other, with nothing but "
                                f"index arithmetic between them, not {op.name} (Note [The role op by op])")
-    first = _prologue(ops[:at[0]], ops[at[0]], kernel, stages)
+    first = prologue_steps(ops[:at[0]], ops[at[0]].operands[0], ops[at[0]], kernel, stages)
     _check_epilogue(ops[at[-1] + 1:], carried, role)
     return KvSteps(tuple(loops), first)
 
 
 # Note [The role op by op]: what sm_80's role does before its KV loops is lowered op by op
-# too, in the order the ops stand (`Sm80Forward._prologue`): Q's load and its group, the
+# too, in the order the ops stand (`ForwardLoads._prologue` in forward_loads.py, which
+# sm_90a's cooperative role's loads before its key range take as well: Note [Cooperative
+# steps op by op] in coop_steps.py): Q's load and its group, the
 # key range (read where its op stands, or without one -- no mask -- before the first K or
 # V load), and the K and V loads of the first steps, each `ahead` i filling slot i (so
 # each tile's loads stand in the order of their `ahead`, as the ring fills its slots). The
@@ -156,12 +158,15 @@ def _pattern_op(op, quiet, lowered: tuple[str, ...], where: str, note: str):
     if quiet(name):
         return None
     if name not in lowered:
-        raise error_at(op, f"the sm_80 lowering has no pattern for {name} {where} (Note [{note}])")
+        raise error_at(op, f"the cooperative role's lowering has no pattern for {name} {where} (Note [{note}])")
     attrs = R.attrs_of(op)
     return attrs, str(attrs.get(_WHAT.get(name, ""), ""))
 
 
-def _prologue(ops: list, loop, kernel, stages: int) -> tuple[StepOp, ...]:
+def prologue_steps(ops: list, first_block, where, kernel, stages: int) -> tuple[StepOp, ...]:
+    """The cooperative role's ops `ops` before its KV loops, checked (Note [The role op by
+    op]): the first steps' loads are of `first_block`, the first KV loop's first block;
+    `where` locates what is missing."""
     out: list[StepOp] = []
     made: dict = {}
     next_ahead = {"k": 0, "v": 0}
@@ -182,7 +187,7 @@ def _prologue(ops: list, loop, kernel, stages: int) -> tuple[StepOp, ...]:
                     raise error_at(op, "the role loads Q once, from the kernel's q (Note [The role op by op])")
             elif what in next_ahead:
                 ahead = int(attrs.get("ahead", -1))
-                if (op.operands[0] != kernel.operands[1 if what == "k" else 2] or op.operands[3] != loop.operands[0]
+                if (op.operands[0] != kernel.operands[1 if what == "k" else 2] or op.operands[3] != first_block
                         or ahead != next_ahead[what]):
                     raise error_at(op, f"before the KV loops the role loads {what.upper()} of the first steps in turn "
                                        f"(ahead = {next_ahead[what]} next), from the kernel's {what}, at the first "
@@ -196,9 +201,9 @@ def _prologue(ops: list, loop, kernel, stages: int) -> tuple[StepOp, ...]:
             made[result] = (name, what, k)
         out.append(StepOp(name.removeprefix("attn."), what, int(attrs.get(_COUNT.get(name, ""), 0))))
     if ("attn.load", "q", 0) not in made.values():
-        raise error_at(loop, "before its KV loops the role loads Q (Note [The role op by op])")
+        raise error_at(where, "before its KV loops the role loads Q (Note [The role op by op])")
     if next_ahead != {"k": stages, "v": stages - 1}:
-        raise error_at(loop, f"before the KV loops the role loads K of the first {stages} steps and V of the "
+        raise error_at(where, f"before the KV loops the role loads K of the first {stages} steps and V of the "
                              f"first {stages - 1}, one per slot ahead (Note [The role op by op])")
     return tuple(out)
 

@@ -21,7 +21,8 @@ query blocks per CTA]); `num_warps` warps, warp w owning rows [w*block_m/num_war
 
 That is the plan's order; each step is built from the ops of the IR's KV loop, a pattern
 per op (`_lower_<op>`), in the order they stand there, and so is what comes before the
-loops (`_prologue`) (Notes [Steps op by op] and [The role op by op] in kv_steps.py). Here the kernel's GEMMs and steps, `Sm80Forward`; what it shares with
+loops (forward_loads.py's `_prologue`) (Notes [Steps op by op] and [The role op by op] in
+kv_steps.py). Here the kernel's GEMMs and steps, `Sm80Forward`; what it shares with
 sm_90a's kernel -- the CTA's coordinates, the scores' hooks, the softmax step, the
 query blocks a CTA runs, the epilogue -- is forward.py's (`ForwardKernel`, which it
 derives from), and its copies from global memory, the prologue's and the steps' (Notes
@@ -92,6 +93,7 @@ class Sm80Forward(ForwardKernel):
     def __init__(self, spec: ForwardSpec, args: dict[str, ir.Value]):
         super().__init__(spec, args)
         self.steps = spec.kv_steps or KvSteps.default(spec.stages)      # Note [Steps op by op]
+        self.prologue_ops = self.steps.prologue or KvSteps.default(spec.stages).prologue
 
     def _operand_bases(self) -> None:
         """Each lane's ldmatrix base addresses of the Q, K and V tiles."""
@@ -177,38 +179,6 @@ class Sm80Forward(ForwardKernel):
                 for mi in range(len(acc_o)):
                     acc_o[mi][-1] = mma(p[mi][kk], ones, acc_o[mi][-1])
         return acc_o
-
-    def _prologue(self, m_block) -> KvSchedule:
-        """The role's ops before its KV loops for query block `m_block`, in their order
-        (Note [The role op by op] in kv_steps.py): Q's copies, the key range and the first
-        steps' K and V, as forward_loads.py's `_prologue` builds them (Notes [Q before the
-        range], [First block before the map]); the block's schedule."""
-        e, s = self.e, self.spec
-        state = _Prologue(m_block)
-        for op in self.steps.prologue or KvSteps.default(s.stages).prologue:
-            if op.name == "load":
-                state.ahead[op.what] = op.count
-            elif op.name == "slot_write" and op.what == "q":
-                self._load_q(m_block)
-            elif op.name == "slot_write":
-                if state.kv is None:            # no attn.kv_range: the range of no mask
-                    state.kv, state.guess = self._range_after_guess(m_block)
-                ahead = state.ahead[op.what]
-                if state.guess is not None and ahead == 0:
-                    state.skip_commit = True    # the first block's loads are the guess's (and its miss's)
-                    continue
-                if ahead not in state.first:
-                    state.first[ahead] = state.kv.first(e, ahead)
-                n_block, exists = state.first[ahead]
-                self._load_kv_guarded(op.what, n_block, ahead * self.slot_bytes, exists, True, s.asks_tile_skip,
-                                      m_block)
-            elif op.name == "cp_async_commit":
-                if not state.skip_commit:
-                    self.cp.commit()
-                state.skip_commit = False
-            elif op.name == "kv_range":
-                state.kv, state.guess = self._range_after_guess(m_block)
-        return state.kv
 
     def _step(self, t, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str, first: bool = False,
               top: bool = True):
@@ -355,18 +325,6 @@ class Sm80Forward(ForwardKernel):
         if kv.full_lo is not None:
             acc_o, state = self._loop(t_low, kv.total(e), kv, acc_o, state, "partial", top=False)
         return acc_o, state
-
-class _Prologue:
-    """What the patterns of the prologue share: the block, each tile's `ahead`, the guessed
-    first block, the schedule once read, and each step's first block and its test."""
-
-    def __init__(self, m_block):
-        self.m_block = m_block
-        self.ahead: dict[str, int] = {}
-        self.guess = self.kv = None
-        self.first: dict[int, tuple] = {}
-        self.skip_commit = False
-
 
 class _Step(ScoredStep):
     """What the patterns of one KV step share (`Sm80Forward._step`): the step's block

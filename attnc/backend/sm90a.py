@@ -87,6 +87,7 @@ class Sm90aForward(ForwardKernel):
         self.wgmma = Wgmma(self.e, spec.dtype)
         self._first_scores = None       # S of step 0, when computed before the steps (sm90a_ws.py)
         self.trips = spec.coop_steps or CoopSteps.default(spec.stages)     # Note [Cooperative steps op by op]
+        self.prologue_ops = self.trips.prologue
 
     def _operand_bases(self) -> None:
         """The warpgroup's Q descriptor (K's and V's depend on the slot: _desc)."""

@@ -332,9 +332,10 @@ def _steps(role: ir.Operation, step) -> list[str]:
 
 def _built_around(role: ir.Operation) -> list[ir.Operation]:
     """The ops of sm_90a's steps before the first and after the last KV loop in the scf.if
-    over the key range that the lowering builds op by op (Notes [Loads op by op] and
-    [Overlapped steps op by op]): all but the ring advances, index arithmetic and the
-    terminator, which stay in the digests with everything else around the loops."""
+    over the key range that the lowering builds op by op (Notes [Loads op by op],
+    [Overlapped steps op by op] and [Cooperative steps op by op]): all but the ring
+    advances, index arithmetic and the terminator, which stay in the digests with
+    everything else around the loops; and the cooperative role's loads before the range."""
     from attnc.passes.tile_program import KV_LOOP
 
     loops = [op for op in ops_in(role_block(role), ("scf.for",)) if KV_LOOP in op.attributes]
@@ -344,6 +345,11 @@ def _built_around(role: ir.Operation) -> list[ir.Operation]:
     ops = [op.operation for op in parent.regions[0].blocks[0].operations]
     at = [k for k, op in enumerate(ops) if any(op == loop for loop in loops)]
     around = ops[:at[0]] + ops[at[-1] + 1:]
+    if name_of(role) == "compute":
+        # the cooperative role's loads before the key range, built op by op as sm_80's
+        # (Note [Cooperative steps op by op] in attnc/backend/coop_steps.py)
+        around += [op.operation for op in role_block(role).operations if op.operation.name in
+                   ("attn.load", SLOT_WRITE, CP_ASYNC_COMMIT, "attn.kv_range")]
     return [op for op in around if op.name not in (RING_ADVANCE, "scf.yield")
             and not (op.name.startswith("arith.") and not op.regions)]
 

@@ -158,3 +158,27 @@ def test_an_edit_the_lowering_does_not_build_is_refused_at_its_op(edit, example,
         ptx_of(to_text(result.module))
     assert message in err.value.message
     assert err.value.span is not None
+
+
+def test_the_prologue_is_built_as_it_stands():
+    """The loads before the key range are built op by op as sm_80's (Note [The role op by
+    op]): V0's copy moved after K1's is another kernel (the digests leave them out), and a
+    load of another block is refused at it."""
+    result = plan(tile="stages=2")
+    role = next(r for r in R.role_ops(kernel_of(result)) if R.name_of(r) == "compute")
+    ops = [o.operation for o in R.role_block(role).operations]
+    loads = [o for o in ops if o.name == "attn.load" and str(R.attrs_of(o)["operand"]) in ("k", "v")]
+    v0, k1 = loads[1], loads[2]
+    assert [str(R.attrs_of(o)["operand"]) for o in (v0, k1)] == ["v", "k"]
+    group = ops[ops.index(v0):ops.index(k1)]                 # V0's load, slot write, commit, ring advance
+    end = ops[ops.index(k1) + len(group) - 1]
+    for o in reversed(group):
+        o.move_after(end)
+    steps = coop_steps(kernel_of(result)).prologue
+    assert [o.what for o in steps if o.name == "load"] == ["q", "k", "k", "v"]
+    assert ptx_of(to_text(result.module)) != ptx_of(to_text(plan(tile="stages=2").module))
+    with kernel_of(result).context:
+        k1.operands[3] = k1.operands[1]                         # the block of another index
+    with pytest.raises(AttncError) as err:
+        ptx_of(to_text(result.module))
+    assert "before the KV loops the role loads K of the first steps in turn" in err.value.message
