@@ -230,6 +230,7 @@ class _CoopChain(_Chain):
             where = owner if hasattr(owner, "location") else self.bodies[0].loop
             raise error_at(where, f"{PASS}: the cooperative role's Q ring starts from a constant stage")
         return owner.clone().result
+
     def _wait(self, b: _CoopBody, tile: str, pending: int) -> None:
         """A wait for all but the `pending` youngest groups, and the CTA barrier."""
         self._copy(b.op[f"{tile}_wait"], {}).attributes["pending"] = R.i64(pending)
