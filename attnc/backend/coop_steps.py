@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from mlir import ir
 
 from attnc.backend.kv_steps import KvSteps, StepOp, body_of, prologue_steps
-from attnc.backend.wgmma_steps import Around, _check_hooks, advances
+from attnc.backend.wgmma_steps import Around, _check_hooks, advances, around_ops, require
 from attnc.ir import error_at
 from attnc.ir import roles as R
 from attnc.passes.tile_program import KV_LOOP
@@ -235,36 +235,27 @@ def _around(loops: list, kernel, hooks: dict) -> tuple[tuple, tuple]:
 def _ops(ops: list, seen: dict, where: str, stages: dict, needed: tuple, loop, o_in_flight=None):
     """The step ops of the first step or the last P.V: one of each (reads of K and V at
     the stages `stages` gives), those `needed` there."""
-    out: list[StepOp] = []
-    for op in ops:
-        name = op.name
-        if name in (R.RING_ADVANCE, "scf.yield") or (name.startswith("arith.") and not op.regions):
-            continue
-        attrs = R.attrs_of(op)
+    def step_of(op) -> StepOp | None:
+        name, attrs = op.name, R.attrs_of(op)
         if name == R.MMA_WAIT:
-            step = StepOp("land_o" if o_in_flight is not None and list(op.operands) == [o_in_flight] else
-                          "land_pv" if where == "last P.V" else "land_s", count=int(attrs["pending"]))
-        elif name == "attn.mma" and "async" in op.attributes and attrs.get("kind") in ("qk", "pv"):
-            step = StepOp("mma", attrs["kind"])
-        elif name == R.CP_ASYNC_WAIT:
-            step = StepOp("cp_async_wait", count=int(attrs["pending"]))
-        elif name == R.SLOT_READ and _read_at(op, str(attrs["tile"]), stages):
-            step = StepOp("read", str(attrs["tile"]))
-        elif name == R.CTA_BARRIER or name in ("attn.rescale", "attn.softmax_step", "attn.score_mod", "attn.mask",
-                                                "attn.block_map_read"):
-            step = StepOp(name.removeprefix("attn."))
-        else:
-            raise error_at(op, f"the sm_90a lowering has no pattern for {name} in the cooperative role's {where} "
-                               f"({NOTE})")
-        key = f"{step.name} {step.what}".strip()
-        if key in seen:
-            raise error_at(op, f"the cooperative role's {where} has one {key} ({NOTE})")
-        seen[key] = op
-        out.append(step)
-    for key in needed:
-        if key not in seen:
-            raise error_at(loop, f"the cooperative role's {where} has a {key} op, and this one has none ({NOTE})")
-    return tuple(out)
+            kind = "land_o" if o_in_flight is not None and list(op.operands) == [o_in_flight] else \
+                "land_pv" if where == "last P.V" else "land_s"
+            return StepOp(kind, count=int(attrs["pending"]))
+        if name == "attn.mma" and "async" in op.attributes and attrs.get("kind") in ("qk", "pv"):
+            return StepOp("mma", attrs["kind"])
+        if name == R.CP_ASYNC_WAIT:
+            return StepOp("cp_async_wait", count=int(attrs["pending"]))
+        if name == R.SLOT_READ and _read_at(op, str(attrs["tile"]), stages):
+            return StepOp("read", str(attrs["tile"]))
+        if name == R.CTA_BARRIER or name in ("attn.rescale", "attn.softmax_step", "attn.score_mod", "attn.mask",
+                                             "attn.block_map_read"):
+            return StepOp(name.removeprefix("attn."))
+        return None
+
+    whose = "the cooperative role's"
+    out = around_ops(ops, seen, where, step_of, whose, NOTE)
+    require(seen, needed, loop, where, whose, NOTE)
+    return out
 
 
 def _read_at(op, tile: str, stages: dict) -> bool:

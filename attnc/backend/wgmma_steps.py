@@ -246,10 +246,10 @@ def _check_hooks(seen: dict, hooks: dict, kind: str, where, what: str) -> None:
 def _first(ops: list, bars: dict, ring: list, init: list, start_values: list, persistent: bool, hooks: dict,
            kind: str, where):
     seen: dict[str, ir.Operation] = {}
-    out = _ops(ops, seen, "first step", lambda op: _first_op(op, bars, ring))
+    out = around_ops(ops, seen, "first step", lambda op: _first_op(op, bars, ring))
     needed = ("wait k", "read k", "mma qk", "land_s", "release_k", "softmax_step", *(("release_q",) if persistent
                                                                                       else ()))
-    _require(seen, needed, where, "first step")
+    require(seen, needed, where, "first step")
     _check_hooks(seen, hooks, kind, where, "the first step")
     qk, softmax = seen["mma qk"], seen["softmax_step"]
     chain = [seen["land_s"]] + [seen[k] for k in ("score_mod", "mask") if k in seen]
@@ -286,10 +286,10 @@ def _first_op(op, bars: dict, ring: list) -> StepOp | None:
 
 def _last(ops: list, bars: dict, results: list, persistent: bool, where):
     seen: dict[str, ir.Operation] = {}
-    out = _ops(ops, seen, "last P.V", lambda op: _last_op(op, bars, results))
+    out = around_ops(ops, seen, "last P.V", lambda op: _last_op(op, bars, results))
     needed = ("land_o", "rescale", "wait v", "read v", "mma pv", "land_pv",
               *(("release_v_before", "release_v") if persistent else ()))
-    _require(seen, needed, where, "last P.V")
+    require(seen, needed, where, "last P.V")
     pv, rescale, landed = seen["mma pv"], seen["rescale"], seen["land_pv"]
     terminator = ops[-1]
     flows = [
@@ -342,27 +342,30 @@ def _common_op(op, kind: str) -> StepOp | None:
     return None
 
 
-def _ops(ops: list, seen: dict, where: str, step_of) -> tuple[StepOp, ...]:
+def around_ops(ops: list, seen: dict, where: str, step_of, whose: str = "a consumer's",
+               note: str = NOTE) -> tuple[StepOp, ...]:
+    """The step ops `step_of` makes of `ops` (the first step's or the last P.V's: `where`),
+    one of each, recorded in `seen`; index arithmetic, ring advances and the terminator
+    lower to nothing, and an op without a step (None) is refused at it."""
     out: list[StepOp] = []
     for op in ops:
         if op.name in (R.RING_ADVANCE, "scf.yield") or (op.name.startswith("arith.") and not op.regions):
             continue
         step = step_of(op)
         if step is None:
-            raise error_at(op, f"the sm_90a lowering has no pattern for {op.name} in a consumer's {where} "
-                               f"({NOTE})")
+            raise error_at(op, f"the sm_90a lowering has no pattern for {op.name} in {whose} {where} ({note})")
         key = f"{step.name} {step.what}".strip()
         if key in seen:
-            raise error_at(op, f"a consumer's {where} has one {key} ({NOTE})")
+            raise error_at(op, f"{whose} {where} has one {key} ({note})")
         seen[key] = op
         out.append(step)
     return tuple(out)
 
 
-def _require(seen: dict, needed: tuple, where, what: str) -> None:
+def require(seen: dict, needed: tuple, where, what: str, whose: str = "a consumer's", note: str = NOTE) -> None:
     for key in needed:
         if key not in seen:
-            raise error_at(where, f"a consumer's {what} has a {key} op, and this one has none ({NOTE})")
+            raise error_at(where, f"{whose} {what} has a {key} op, and this one has none ({note})")
 
 
 def _flows(flows: list, what: str) -> None:
