@@ -62,6 +62,15 @@ from attnc.ir import roles as R
 from attnc.passes.tile_program import KV_LOOP
 
 MAX_STATES = 400_000
+# Note [Copies seen by every thread]: a cp.async copy completed with a group is the
+# issuing thread's until `cp.async.wait_group` has waited for it, and every thread's only
+# after a CTA barrier that follows that wait: a slot's data goes EMPTY -> LANDED (its
+# group completed) -> WAITED (a wait_group passed since) -> VISIBLE (a CTA barrier
+# since), and is read only when VISIBLE. A copy that lands on an mbarrier (its
+# transaction count or a thread's noinc arrival) is VISIBLE to whoever waits on it.
+# (A wait takes every completed group's slots on, also those of groups younger than it
+# waits for that happened to complete: the check does not tell those apart.)
+EMPTY, LANDED, WAITED, VISIBLE = range(4)
 BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4}
 
 
@@ -384,9 +393,10 @@ def verify_kernel(kernel: ir.Operation) -> list[Violation]:
 
 class _Explorer:
     """One channel's processes (Note [One ring at a time]). A state is (program counters,
-    mbarriers as (arrivals, phases, pending bytes), slots as (fill, landed, readers), what
-    is in flight to an mbarrier (slots, mbarrier, bytes, arrivals, the role and event that
-    sent it), each role's committed cp.async groups, its open copies, the slots read and
+    mbarriers as (arrivals, phases, pending bytes), slots as (fill, how far its data
+    landed: Note [Copies seen by every thread], readers), what is in flight to an
+    mbarrier (slots, mbarrier, bytes, arrivals, the role and event that sent it), each
+    role's committed cp.async groups, its open copies, the slots read and
     not yet released, the named-barrier generation each role waits on); each event knows
     its mbarrier's and its slot's index in them beforehand, and an arrival the slots it
     releases."""
@@ -420,7 +430,7 @@ class _Explorer:
     def run(self) -> Violation | None:
         n = len(self.programs)
         start = ((0,) * n, ((0, 0, 0),) * len(self.bar_keys),
-                 ((-1, False, frozenset()),) * len(self.slot_keys), (), ((),) * n, ((),) * n,
+                 ((-1, EMPTY, frozenset()),) * len(self.slot_keys), (), ((),) * n, ((),) * n,
                  frozenset(), (-1,) * n)
         seen = {start}
         queue = deque([start])
@@ -488,14 +498,14 @@ class _Explorer:
             new_slots = slots
             for slot in landing:
                 fill, _, readers = new_slots[slot]
-                new_slots = _set(new_slots, slot, (fill, True, readers))
+                new_slots = _set(new_slots, slot, (fill, VISIBLE, readers))
             yield (pcs, new_bars, new_slots, rest, groups, open_groups, holds, entered)
         for k, pending in enumerate(groups):
             for g, (_, group) in enumerate(pending):
                 new_slots = slots
                 for slot in group:
                     fill, _, readers = new_slots[slot]
-                    new_slots = _set(new_slots, slot, (fill, True, readers))
+                    new_slots = _set(new_slots, slot, (fill, LANDED, readers))
                 yield (pcs, bars, new_slots, flight, _set(groups, k, pending[:g] + pending[g + 1:]),
                        open_groups, holds, entered)
 
@@ -531,8 +541,10 @@ class _Explorer:
             return self._write(k, e, s, state, nxt)
         if kind == "read":
             fill, landed, readers = slots[s]
-            if fill != e.fill or not landed:
-                what = ("before its data landed" if fill == e.fill else
+            if fill != e.fill or landed != VISIBLE:
+                what = ("before a cp.async wait and then a CTA barrier made every thread's copies of it visible "
+                        "(Note [Copies seen by every thread])" if fill == e.fill and landed in (LANDED, WAITED) else
+                        "before its data landed" if fill == e.fill else
                         "before any fill was written to it" if fill < 0 else f"while it holds fill {fill}")
                 return Violation(e.op, f"{self.roles[k]} reads fill {e.fill} of {self.chan!r} ({e.tile}) "
                                        f"from slot {e.stage} {what}")
@@ -543,9 +555,10 @@ class _Explorer:
                     _set(open_groups, k, ()), holds, entered)
         if kind == "wait_group":            # every group but the `value` youngest has landed
             landed = all(seq >= e.groups - e.value for seq, _ in groups[k])
-            return (nxt, *state[1:]) if landed else None
+            return (nxt, bars, _promote(slots, LANDED, WAITED), *state[3:]) if landed else None
         if kind == "cta":
-            return (nxt, bars, slots, flight, groups, open_groups, frozenset(h for h in holds if h[0] != k), entered)
+            return (nxt, bars, _promote(slots, WAITED, VISIBLE), flight, groups, open_groups,
+                    frozenset(h for h in holds if h[0] != k), entered)
         return self._named(k, e, b, state, nxt)
 
     def _write(self, k: int, e: Event, s: int, state, nxt):
@@ -558,12 +571,13 @@ class _Explorer:
                                    f"fill {e.fill} before {', '.join(late)} released fill {fill}")
         if e.lands == "mbarrier":
             sent = ((s,), self.bar_index[(e.bar, e.stage)], e.tx, 0, k, pcs[k])
-            return (nxt, bars, _set(slots, s, (e.fill, False, frozenset())),
+            return (nxt, bars, _set(slots, s, (e.fill, EMPTY, frozenset())),
                     tuple(sorted(flight + (sent,))), groups, open_groups, holds, entered)
         if e.lands in ("group", "arrive"):
-            return (nxt, bars, _set(slots, s, (e.fill, False, frozenset())), flight, groups,
+            return (nxt, bars, _set(slots, s, (e.fill, EMPTY, frozenset())), flight, groups,
                     _set(open_groups, k, open_groups[k] + (s,)), holds, entered)
-        return (nxt, bars, _set(slots, s, (e.fill, True, frozenset())), flight, groups, open_groups, holds, entered)
+        return (nxt, bars, _set(slots, s, (e.fill, VISIBLE, frozenset())), flight, groups, open_groups, holds,
+                entered)
 
     def _named(self, k: int, e: Event, b: int, state, nxt):
         """bar.arrive adds the role's threads; bar.sync adds them once and waits for the
@@ -582,6 +596,15 @@ class _Explorer:
         if e.kind == "bar_arrive":
             return (nxt, _set(bars, b, bar), slots, flight, groups, open_groups, holds, entered)
         return (pcs, _set(bars, b, bar), slots, flight, groups, open_groups, holds, _set(entered, k, generation))
+
+
+def _promote(slots: tuple, before: int, after: int) -> tuple:
+    """The slots whose data is at stage `before` of Note [Copies seen by every thread]
+    moved on to `after`."""
+    if not any(landed == before for _, landed, _ in slots):
+        return slots
+    return tuple((fill, after, readers) if landed == before else (fill, landed, readers)
+                 for fill, landed, readers in slots)
 
 
 def _set(values: tuple, k: int, value) -> tuple:
