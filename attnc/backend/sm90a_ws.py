@@ -72,9 +72,8 @@ from mlir.dialects import nvvm, scf
 
 from attnc.backend.kernel_spec import MBARRIER_BYTES, PRODUCER_THREADS, SLOT_BARRIERS
 from attnc.backend.nvgpu_builders import MBarrier, NamedBarrier, fence_async_proxy, set_max_registers
-from attnc.backend.score_masks import rows_of
 from attnc.backend.smem_tiles import TileLoader
-from attnc.backend.sm90a import Sm90aForward, _chunks, _flat, _InFlight
+from attnc.backend.sm90a import Sm90aForward, _flat
 from attnc.backend.load_steps import LoadSteps
 from attnc.backend.wgmma_steps import WgmmaSteps
 from attnc.backend.wgmma_trips import Load, Trip
