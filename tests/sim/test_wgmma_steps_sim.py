@@ -5,8 +5,8 @@ runs sm_80's: P.V issued before QK^T with S landed at pending 0
 (examples/passes/pv_before_qk.py), with and without ping-pong; the producer's trips
 waiting for both slots before writing either (waits_first.py); the last P.V waiting for
 V before it lands the P.V in flight (last_v_early.py); the cooperative kernel's trips
-issuing their copies after their GEMMs (loads_after_gemms.py). Zero race or protocol
-reports are allowed."""
+issuing their copies after their GEMMs (loads_after_gemms.py), and its first loads and
+last P.V reordered (a pass written here). Zero race or protocol reports are allowed."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -63,6 +63,57 @@ def test_the_cooperative_trips_loads_after_their_gemms_compute_the_reference():
     names.insert(names.index("attn-overlap-gemms") + 1, "loads-after-gemms")
     bundle = attnc.compile(path, arch="sm_90a", pass_pipeline=",".join(names),
                            load_passes=(str(ROOT / "examples" / "passes" / "loads_after_gemms.py"),)).bundle
+    plain = attnc.compile(path, arch="sm_90a", pass_pipeline=_pipeline(False, "producer=false")).bundle
+    assert _ptx(bundle) != _ptx(plain)
+    check_against_reference(bundle, path, 70, 300)
+
+
+COOP_AROUND = '''
+from dataclasses import dataclass
+from typing import ClassVar
+
+from attnc.ir import attention_ops
+from attnc.ir.roles import name_of, role_block, role_ops
+from attnc.passes import Pass, register
+
+
+@register
+@dataclass(frozen=True)
+class CoopAround(Pass):
+    """In the cooperative role: V0's copy (load, slot write, commit, ring advance) after
+    K1's; the last P.V's wait for every copy, and its CTA barrier, above the landing of
+    the P.V in flight."""
+
+    name: ClassVar[str] = "coop-around"
+
+    def run(self, module):
+        for kernel in attention_ops(module):
+            role = next(r for r in role_ops(kernel) if name_of(r) == "compute")
+            ops = [op.operation for op in role_block(role).operations]
+            loads = [op for op in ops if op.name == "attn.load" and str(op.attributes["operand"]) != '"q"']
+            v0, k1 = loads[1], loads[2]
+            end = ops[ops.index(k1) + 3]
+            for op in reversed(ops[ops.index(v0):ops.index(k1)]):
+                op.move_after(end)
+            steps = next(op for op in ops if op.name == "scf.if")
+            inner = [op.operation for op in steps.regions[0].blocks[0].operations]
+            last_loop = max(i for i, op in enumerate(inner) if op.name == "scf.for")
+            after = inner[last_loop + 1:]
+            land = next(op for op in after if op.name == "attn.mma_wait")
+            for op in [op for op in after if op.name in ("attn.cp_async_wait", "attn.cta_barrier")]:
+                op.move_before(land)
+'''
+
+
+def test_the_cooperative_prologue_and_last_pv_edited_compute_the_reference(tmp_path):
+    """The cooperative kernel's loads before the key range and its last P.V, built op by
+    op (Note [Cooperative steps op by op]), edited by a pass written here: another kernel."""
+    pass_file = tmp_path / "coop_around.py"
+    pass_file.write_text(COOP_AROUND)
+    path = ROOT / "examples" / "gemma2.attn"
+    names = _pipeline(False, "producer=false").split(",")
+    names.insert(names.index("attn-overlap-gemms") + 1, "coop-around")
+    bundle = attnc.compile(path, arch="sm_90a", pass_pipeline=",".join(names), load_passes=(str(pass_file),)).bundle
     plain = attnc.compile(path, arch="sm_90a", pass_pipeline=_pipeline(False, "producer=false")).bundle
     assert _ptx(bundle) != _ptx(plain)
     check_against_reference(bundle, path, 70, 300)
