@@ -164,7 +164,7 @@ def test_a_plan_the_rotation_cannot_take_is_refused(edit, message):
 
 @pytest.mark.parametrize("arch,pipeline", [("sm_80", L5 % ""), ("sm_90a", COOP + ",attn-overlap-gemms")])
 def test_a_read_before_the_cta_barrier_is_caught(arch, pipeline):
-    """Note [Copies seen by every thread] (verify.py): the first step's CTA barrier
+    """Note [Copies seen by every thread] (attnc/schedule/explore.py): the first step's CTA barrier
     removed, each warp would read Q's and K's slots before the other warps' copies are
     known to have landed; on sm_90a's cooperative kernel this was accepted."""
     op = kernel("mha", arch=arch, pipeline=pipeline)
