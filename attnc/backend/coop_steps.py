@@ -144,10 +144,10 @@ def _step_op(op, args: list, kernel, block, stages: int) -> StepOp | None:
             raise error_at(op, f"an overlapped step's GEMMs are QK^T and P.V, async (wgmma groups landed by "
                                f"{R.MMA_WAIT}) ({NOTE})")
         return StepOp("mma", attrs["kind"])
-    if name == R.CP_ASYNC_WAIT:
-        return StepOp("cp_async_wait", count=int(attrs["pending"]))
-    if name in (R.CTA_BARRIER, R.CP_ASYNC_COMMIT):
-        return StepOp(name.removeprefix("attn."))
+    if name == R.CP_ASYNC_COMMIT:
+        return StepOp("cp_async_commit")
+    if (plain := _plain(op)) is not None:
+        return plain
     if name == "attn.load":
         tile, ahead = str(attrs.get("operand")), int(attrs.get("ahead", -1))
         planned = {"v": stages - 2, "k": stages - 1}
@@ -165,10 +165,21 @@ def _step_op(op, args: list, kernel, block, stages: int) -> StepOp | None:
             raise error_at(op, f"a cooperative trip reads K and V and writes them at the stages of their rings, "
                                f"carried by the loop ({NOTE})")
         return StepOp(kind, tile)
-    if name in ("attn.rescale", "attn.softmax_step", "attn.score_mod", "attn.mask", "attn.block_map_read"):
-        return StepOp(name.removeprefix("attn."))
     raise error_at(op, f"the sm_90a lowering has no pattern for {name} in a cooperative overlapped KV step "
                        f"({NOTE})")
+
+
+def _plain(op) -> StepOp | None:
+    """The step op of a cp.async wait, a CTA barrier, the rescale, the softmax and the
+    score ops, which take nothing but their order from the IR (and a wait its `pending`);
+    None for another op."""
+    name = op.name
+    if name == R.CP_ASYNC_WAIT:
+        return StepOp("cp_async_wait", count=int(R.attrs_of(op)["pending"]))
+    if name in (R.CTA_BARRIER, "attn.rescale", "attn.softmax_step", "attn.score_mod", "attn.mask",
+                "attn.block_map_read"):
+        return StepOp(name.removeprefix("attn."))
+    return None
 
 
 def _check_flow(seen: dict, args: list, terminator) -> None:
@@ -243,14 +254,9 @@ def _ops(ops: list, seen: dict, where: str, stages: dict, needed: tuple, loop, o
             return StepOp(kind, count=int(attrs["pending"]))
         if name == "attn.mma" and "async" in op.attributes and attrs.get("kind") in ("qk", "pv"):
             return StepOp("mma", attrs["kind"])
-        if name == R.CP_ASYNC_WAIT:
-            return StepOp("cp_async_wait", count=int(attrs["pending"]))
         if name == R.SLOT_READ and _read_at(op, str(attrs["tile"]), stages):
             return StepOp("read", str(attrs["tile"]))
-        if name == R.CTA_BARRIER or name in ("attn.rescale", "attn.softmax_step", "attn.score_mod", "attn.mask",
-                                             "attn.block_map_read"):
-            return StepOp(name.removeprefix("attn."))
-        return None
+        return _plain(op)
 
     whose = "the cooperative role's"
     out = around_ops(ops, seen, where, step_of, whose, NOTE)
