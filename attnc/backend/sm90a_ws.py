@@ -52,8 +52,10 @@ the next block's Q, K and V while the consumers finish the last P.V and store O.
 addresses are computed per block (an opaque copy of tid): hoisted out of the loop over
 blocks, LLVM kept them live through it and ptxas spilled them. (The causal kernel's
 producer, in 24 registers, still spills 284 bytes at head dim 128; the window's
-spills nothing.) Where it is the default, and what it measured:
-ForwardSpec.persistent_ctas.
+spills nothing.) With ping-pong the consumers' turns run on from block to block (Note
+[Ping-pong turns] in attnc/schedule/sync.py). The IR shows the walk in every role (Note
+[The walk over query blocks] in attnc/schedule/walk.py). Where it is the default, and what
+it measured: ForwardSpec.persistent_ctas.
 
 Note [The next block's first QK^T]: without ping-pong the persistent consumers run a
 rotated loop (_consume_rotated): an iteration issues its block's first QK^T, stores
@@ -268,6 +270,11 @@ class Sm90aWsForward(Sm90aForward):
             self._set_masker()
         if self._qk_ahead:
             self._consume_rotated()
+        elif s.pingpong and s.persistent_ctas:
+            # the turns run on from block to block (Note [Ping-pong turns] in sync.py)
+            self._first_turn()
+            self._for_each_item(self._consume_block)
+            self._last_turn()
         else:
             self._for_each_item(self._consume_block)
 
@@ -342,23 +349,33 @@ class Sm90aWsForward(Sm90aForward):
         if s.persistent_ctas:
             self._set_row0(self.m_block)
             self._set_masker()
-        warpgroup = e.shr(self.warp, 2)
-        if s.pingpong:
-            self._turns = [NamedBarrier(e, 1 + g, 2 * PRODUCER_THREADS) for g in (0, 1)]
-            self._first = e.eq(warpgroup, 0)
-            second = scf.IfOp(e.eq(warpgroup, 1))
-            with ir.InsertionPoint(second.then_block):
-                self._turns[0].arrive()
-                scf.yield_([])
+        per_block = s.pingpong and not s.persistent_ctas
+        if per_block:
+            self._first_turn()
         kv, total = self._begin_block(e.and_(rnd, 1))
         acc_o, state = self._steps(kv)
-        if s.pingpong:
-            last = scf.IfOp(self._first)
-            with ir.InsertionPoint(last.then_block):
-                self._turns[0].sync()
-                scf.yield_([])
+        if per_block:
+            self._last_turn()
         self._epilogue(acc_o, state)
         return total, []
+
+    def _first_turn(self) -> None:
+        """Note [Ping-pong turns] (sync.py): warpgroup 1 hands warpgroup 0 the first turn."""
+        e = self.e
+        warpgroup = e.shr(self.warp, 2)
+        self._turns = [NamedBarrier(e, 1 + g, 2 * PRODUCER_THREADS) for g in (0, 1)]
+        self._first = e.eq(warpgroup, 0)
+        second = scf.IfOp(e.eq(warpgroup, 1))
+        with ir.InsertionPoint(second.then_block):
+            self._turns[0].arrive()
+            scf.yield_([])
+
+    def _last_turn(self) -> None:
+        """Warpgroup 0's last sync, which balances warpgroup 1's first arrive."""
+        last = scf.IfOp(self._first)
+        with ir.InsertionPoint(last.then_block):
+            self._turns[0].sync()
+            scf.yield_([])
 
     def _await_full(self, name: str, t) -> None:
         slot, parity = self._use(t)

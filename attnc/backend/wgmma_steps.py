@@ -222,7 +222,7 @@ class Around:
         self.init, self.results = list(first_loop.operands)[3:], list(last_loop.results)
         else_ops = list(parent.regions[1].blocks[0].operations) if parent.regions[1].blocks else []
         self.start_values = list(else_ops[-1].operands) if else_ops else []
-        if len(self.start_values) != 3 or self.init[O] != self.start_values[O]:
+        if len(self.start_values) not in (3, 5) or self.init[O] != self.start_values[O]:
             raise error_at(parent, f"the overlapped steps start O as the range yields it without a step ({note})")
         self.k_ring = self.init[k_ring].owner
         if getattr(self.k_ring, "name", "") != R.RING_ADVANCE:
@@ -296,11 +296,18 @@ def _last(ops: list, bars: dict, results: list, persistent: bool, where):
         (list(rescale.operands) == [seen["land_o"].result, results[FACTOR]], rescale),
         (list(pv.operands) == [results[P], seen["read v"].result, rescale.result], pv),
         (list(landed.operands) == [pv.result], landed),
-        (terminator.name == "scf.yield" and list(terminator.operands) == [results[M], results[L], landed.result],
-         terminator),
+        (terminator.name == "scf.yield" and list(terminator.operands)[:3] == [results[M], results[L], landed.result]
+         and _ring_on(list(terminator.operands)[3:], results), terminator),
     ]
     _flows(flows, "last P.V")
     return out
+
+
+def _ring_on(ring: list, results: list) -> bool:
+    """What the last P.V carries on of the ring: nothing, or (persistent CTAs: Note [The
+    walk over query blocks] in attnc/schedule/walk.py) V's ring past it."""
+    return not ring or (len(ring) == 2 and advances(ring[0], results[V_STAGE], results[V_PHASE])
+                        and ring[1] == ring[0].owner.results[1])
 
 
 def _last_op(op, bars: dict, results: list) -> StepOp | None:

@@ -415,6 +415,23 @@ irdl.dialect @attn {
     %chan = irdl.base @attn::@chan
     irdl.results(channel: %chan)
   }
+  // L3 (persistent CTAs, Note [The walk over query blocks] in attnc/schedule/walk.py):
+  // how many rounds of the grid the CTA's walk over query blocks takes.
+  irdl.operation @walk_rounds {
+    %i32 = irdl.is i32
+    irdl.results(rounds: %i32)
+  }
+  // L3: the query block of the CTA's round `round`: whether there is one, then its
+  // (b, h, m_block); `order`: how the CTAs take the blocks ("snake").
+  irdl.operation @walk_block {
+    %i32 = irdl.is i32
+    irdl.operands(round: %i32)
+    %order = irdl.base "#builtin.string"
+    irdl.attributes { "order" = %order }
+    %i1 = irdl.is i1
+    %index = irdl.is i32
+    irdl.results(has: %i1, b: %index, h: %index, m_block: %index)
+  }
   // L3: the producer role hands `value` (tile `tile` of the channel) to the channel.
   irdl.operation @put {
     %chan = irdl.base @attn::@chan

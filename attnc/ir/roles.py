@@ -45,6 +45,8 @@ CTA_BARRIER = "attn.cta_barrier"
 NAMED_BARRIER_ARRIVE = "attn.named_barrier_arrive"
 NAMED_BARRIER_SYNC = "attn.named_barrier_sync"
 MMA_WAIT = "attn.mma_wait"      # L5 (sm_90a's overlapped consumers): async GEMMs landed
+WALK_ROUNDS = "attn.walk_rounds"  # L3 (persistent CTAs): the rounds of the walk over query blocks
+WALK_BLOCK = "attn.walk_block"    # L3 (persistent CTAs): a round's query block
 YIELD = "gpu.yield"
 PINGPONG = "pingpong"            # on attn.warp_specialize: the consumer warpgroups take turns
 PERSISTENT = "persistent"        # on attn.warp_specialize: each CTA runs several query blocks
@@ -157,6 +159,33 @@ def name_of(op: ir.Operation) -> str:
 
 def role_block(role: ir.Operation) -> ir.Block:
     return role.regions[0].blocks[0]
+
+
+def body_block(role: ir.Operation) -> ir.Block:
+    """The block holding the role's program for one query block: the role's, or with
+    persistent CTAs the walk's branch (Note [The walk over query blocks] in
+    attnc/schedule/walk.py)."""
+    branch = walk_branch(role)
+    return branch.regions[0].blocks[0] if branch is not None else role_block(role)
+
+
+def walk_branch(role: ir.Operation) -> ir.Operation | None:
+    """The scf.if over a round's query block of a persistent role, or None."""
+    for op in role_block(role).operations:
+        op = op.operation
+        if op.name != "scf.for":
+            continue
+        for inner in op.regions[0].blocks[0].operations:
+            inner = inner.operation
+            if inner.name == "scf.if" and is_walk_branch(inner):
+                return inner
+    return None
+
+
+def is_walk_branch(op: ir.Operation) -> bool:
+    """Whether `op` is the scf.if over a round's query block (its test attn.walk_block's)."""
+    test = op.operands[0].owner if op.name == "scf.if" and len(op.operands) else None
+    return getattr(test, "name", "") == WALK_BLOCK
 
 
 def ops_in(block: ir.Block, names) -> list[ir.Operation]:
@@ -340,7 +369,7 @@ def _built_around(role: ir.Operation) -> list[ir.Operation]:
 
     loops = [op for op in ops_in(role_block(role), ("scf.for",)) if KV_LOOP in op.attributes]
     parent = loops[0].operation.parent if loops else None
-    if parent is None or parent.name != "scf.if":
+    if parent is None or parent.name != "scf.if" or is_walk_branch(parent):
         return []
     ops = [op.operation for op in parent.regions[0].blocks[0].operations]
     at = [k for k, op in enumerate(ops) if any(op == loop for loop in loops)]

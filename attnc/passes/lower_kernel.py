@@ -117,6 +117,7 @@ def _check_plan(module, pass_name: str) -> None:
     from attnc.ir import attention_ops, error_at
     from attnc.ir import roles as R
     from attnc.passes.plan_ir import followed_plan, plan_summary, planned_summary, tile_of
+    from attnc.schedule.walk import check_walk
 
     for kernel in attention_ops(module):
         tile = tile_of(kernel, pass_name)       # a tile no pass can plan, named as the lowering's
@@ -126,6 +127,8 @@ def _check_plan(module, pass_name: str) -> None:
         synced = R.value_of(ws.attributes[R.SCHEDULES]) if R.SCHEDULES in ws.attributes else {}
         ranges = R.value_of(ws.attributes[R.RANGES]) if R.RANGES in ws.attributes else {}
         _check_overlapped(kernel, pass_name)
+        theirs = planned_summary(kernel, tile, plan)        # (refuses a plan no recipe makes)
+        check_walk(kernel, pass_name)           # Note [The walk over query blocks]
         for role in R.role_ops(kernel):         # Note [Role programs]
             name = R.name_of(role)
             if name in ranges and ranges[name] != R.range_digest(role):        # Note [The key range as made]
@@ -155,7 +158,7 @@ def _check_plan(module, pass_name: str) -> None:
             # [Verified as it stands]).
             from attnc.passes.verify_pipeline import verify_pipeline
             verify_pipeline(module)
-        ours, theirs = plan_summary(kernel), planned_summary(kernel, tile, plan)
+        ours = plan_summary(kernel)
         for kind in theirs:
             if ours.get(kind) == theirs[kind]:
                 continue

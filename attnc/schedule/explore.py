@@ -21,6 +21,15 @@ from attnc.schedule.verify import Event, Violation
 EMPTY, LANDED, WAITED, VISIBLE = range(4)
 
 
+# Note [Roles alike]: sm_90a's consumer warpgroups without ping-pong run one program each
+# (the same events, the same threads), so a state and the one with two of them swapped
+# have the same futures, up to which of the two does what: the exploration keeps one
+# state of each such set (the roles of a class ordered by their own state: program
+# counter, cp.async groups, named-barrier generation, the slots they read and hold, their
+# copies in flight), which halves the states of two consumers and loses no violation: a
+# violation of one state is, with the two roles' names swapped, one of the other's.
+
+
 class Explorer:
     """One channel's processes (Note [One ring at a time]). A state is (program counters,
     mbarriers as (arrivals, phases, pending bytes), slots as (fill, how far its data
@@ -46,6 +55,47 @@ class Explorer:
         self.lengths = [len(p) for p in self.programs]
         self.events = [[(e, self.bar_index.get((e.bar, e.stage), -1), slot_index.get((e.stage, e.tile), -1),
                          self._released(e, slot_index)) for e in p] for p in self.programs]
+        self.alike = self._alike()
+
+    def _alike(self) -> list[tuple[int, ...]]:
+        """Note [Roles alike]: the classes of two or more roles whose programs and threads
+        are the same."""
+        classes: dict = {}
+        for k, events in enumerate(self.events):
+            key = (self.threads[k], tuple((e.kind, e.channel, e.bar, e.stage, e.value, e.tile, e.fill, e.lands, e.tx,
+                                           e.groups, b, s, released) for e, b, s, released in events))
+            classes.setdefault(key, []).append(k)
+        return [tuple(ks) for ks in classes.values() if len(ks) > 1]
+
+    def _canonical(self, state):
+        """Note [Roles alike]: the state with the roles of each class in the order of their
+        own state (one representative of the states that differ by which of them is where)."""
+        pcs = state[0]
+        perm = None
+        for cls in self.alike:
+            if len(cls) == 2:
+                a, b = cls
+                if pcs[a] < pcs[b]:
+                    continue        # ordered by their program counters alone (the usual case)
+                if pcs[a] == pcs[b] and self._own(state, a) <= self._own(state, b):
+                    continue
+                order = (b, a)
+            else:
+                order = tuple(sorted(cls, key=lambda k: self._own(state, k)))
+                if order == cls:
+                    continue
+            perm = perm or list(range(len(pcs)))
+            for new, old in zip(cls, order):
+                perm[old] = new
+        return state if perm is None else _permuted(state, perm)
+
+    @staticmethod
+    def _own(state, k: int) -> tuple:
+        """Role k's own state: program counter, cp.async groups, named-barrier generation,
+        the slots it has read and holds, its copies in flight."""
+        pcs, _, slots, flight, groups, open_groups, holds, entered = state
+        return (pcs[k], groups[k], open_groups[k], entered[k], tuple(k in r for _, _, r in slots),
+                tuple(sorted(s for h, s in holds if h == k)), tuple(sorted(f[:4] + f[5:] for f in flight if f[4] == k)))
 
     def _released(self, e: Event, slot_index: dict) -> frozenset:
         """The slots an arrival on an mbarrier hands back (Note [cp.async arrivals])."""
@@ -72,6 +122,8 @@ class Explorer:
                 moved = True
                 if isinstance(nxt, Violation):
                     return nxt
+                if self.alike:
+                    nxt = self._canonical(nxt)
                 if nxt not in seen:
                     if len(seen) >= verify.MAX_STATES:
                         return Violation(self.programs[0][0].op, f"channel {self.chan!r}: more than "
@@ -226,6 +278,20 @@ class Explorer:
         if e.kind == "bar_arrive":
             return (nxt, _set(bars, b, bar), slots, flight, groups, open_groups, holds, entered)
         return (pcs, _set(bars, b, bar), slots, flight, groups, open_groups, holds, _set(entered, k, generation))
+
+
+def _permuted(state, perm: list[int]):
+    """`state` with role k renamed perm[k]."""
+    pcs, bars, slots, flight, groups, open_groups, holds, entered = state
+    n = len(pcs)
+    inverse = [0] * n
+    for old, new in enumerate(perm):
+        inverse[new] = old
+    return (tuple(pcs[inverse[k]] for k in range(n)), bars,
+            tuple((fill, landed, frozenset(perm[r] for r in readers)) for fill, landed, readers in slots),
+            tuple(sorted(f[:4] + (perm[f[4]],) + f[5:] for f in flight)),
+            tuple(groups[inverse[k]] for k in range(n)), tuple(open_groups[inverse[k]] for k in range(n)),
+            frozenset((perm[h], s) for h, s in holds), tuple(entered[inverse[k]] for k in range(n)))
 
 
 def _promote(slots: tuple, before: int, after: int) -> tuple:

@@ -39,7 +39,7 @@ TILES = ("k", "v")
 def load_ahead(role: ir.Operation, kernel: ir.Operation) -> None:
     """Note [K one step ahead], on the producer role `role` of `kernel` (L5)."""
     bars = {R.name_of(b): R.attrs_of(b) for b in R.mbarrier_ops(kernel)}
-    block = R.role_block(role)
+    block = R.body_block(role)
     ops = [op.operation for op in block.operations]
     at = [k for k, op in enumerate(ops) if op.name == "scf.for" and KV_LOOP in op.attributes]
     if not at:
@@ -48,18 +48,28 @@ def load_ahead(role: ir.Operation, kernel: ir.Operation) -> None:
                              f"{PASS}: role 'producer' has no KV loop (scf.for with {KV_LOOP})")
     loops = [ops[k] for k in at]
     bodies = [_Loads(loop, bars) for loop in loops]
-    chained_loops(ops, at, "its ring", 0)
+    chained_loops(ops, at, "its ring", 2)
+    # the ring after the key range, where the next query block goes on with it (Note [The
+    # walk over query blocks] in walk.py): K's, advanced once per step like V's
+    ring = list(loops[-1].results)
+    carried_on = any(list(r.uses) for r in ring)
     with ir.InsertionPoint(loops[0]), R.pass_loc(PASS, loops[0]):
         keys = KeyRange(loops)
-        some = keys.some([])
+        some = keys.some([r.type for r in ring] if carried_on else [])
         with ir.InsertionPoint(some.then_block):
-            _rotate(keys, bodies, loops[0])
-            scf.YieldOp([])
+            k_ring = _rotate(keys, bodies, loops[0])
+            scf.YieldOp(k_ring if carried_on else [])
+        if carried_on:
+            with ir.InsertionPoint(some.else_block):
+                scf.YieldOp(list(loops[0].operands)[3:5])
+    for old, new in zip(ring, some.results if carried_on else ()):
+        old.replace_all_uses_with(new)
     for loop in reversed(loops):
         loop.erase()
 
 
-def _rotate(keys: KeyRange, bodies: list["_Loads"], first_loop) -> None:
+def _rotate(keys: KeyRange, bodies: list["_Loads"], first_loop) -> list:
+    """The rotated loads at the insertion point; returns K's ring after them."""
     stage0, phase0 = list(first_loop.operands)[3:5]
     first, past = keys.first()
     body = bodies[0]
@@ -75,8 +85,9 @@ def _rotate(keys: KeyRange, bodies: list["_Loads"], first_loop) -> None:
             b.clone(tile, n if tile == "k" else previous, *((k_stage, k_phase) if tile == "k" else (v_stage, v_phase)))
         return [*b.advance(k_stage, k_phase), *b.advance(v_stage, v_phase), n]
 
-    _, _, v_stage, v_phase, previous = keys.rotated(past, [*k_next, stage0, phase0, first], trip)
+    k_stage, k_phase, v_stage, v_phase, previous = keys.rotated(past, [*k_next, stage0, phase0, first], trip)
     body.clone("v", previous, v_stage, v_phase)
+    return [k_stage, k_phase]
 
 
 class _Loads:

@@ -49,7 +49,7 @@ def overlap_role(role: ir.Operation, kernel: ir.Operation) -> None:
     bars = {R.name_of(b): R.attrs_of(b) for b in R.mbarrier_ops(kernel)}
     ops, at, loops = kv_loops_to_rotate(role)
     bodies = [_Body(loop, bars) for loop in loops]
-    chained_loops(ops, at, "m, l, O and its ring", 3)
+    chained_loops(ops, at, "m, l, O and its ring", 5)
     last = loops[-1]
     turns = _Turns(ops[:at[0]], ops[at[-1] + 1:])
     for b in bodies:        # the steps' turns are rebuilt from those around the loops
@@ -61,10 +61,13 @@ def overlap_role(role: ir.Operation, kernel: ir.Operation) -> None:
     q_release = next((op for op in ops[at[-1] + 1:] if op.name == R.MBARRIER_ARRIVE
                       and bars[_bar(op)].get("channel") == "q"), None)
     persistent = bool(R.attrs_of(R.warp_specialize_of(kernel)).get(R.PERSISTENT, False))
+    # the ring after the key range, where the next query block goes on with it (Note [The
+    # walk over query blocks] in walk.py)
+    carried_on = any(list(r.uses) for r in list(last.results)[3:])
     with ir.InsertionPoint(loops[0]), R.pass_loc(PASS, loops[0]):
         chain = _Chain(bodies, turns, q_release, persistent)
-        results = chain.build(loops[0], last)
-    for old, new in zip(list(last.results)[:3], results):
+        results = chain.build(loops[0], carried_on)
+    for old, new in zip(last.results, results):
         old.replace_all_uses_with(new)
     for loop in reversed(loops):
         loop.erase()
@@ -75,7 +78,7 @@ def overlap_role(role: ir.Operation, kernel: ir.Operation) -> None:
 def kv_loops_to_rotate(role: ir.Operation) -> tuple[list, list[int], list]:
     """(the ops of `role`'s block, the places of its KV loops among them, the loops), for
     a role whose steps are not overlapped yet."""
-    block = R.role_block(role)
+    block = R.body_block(role)
     ops = [op.operation for op in block.operations]
     if R.ops_in(block, (R.MMA_WAIT,)):
         raise error_at(role, f"{PASS} ran twice on role '{R.name_of(role)}'")
@@ -285,16 +288,19 @@ class _Chain:
     def __init__(self, bodies: list[_Body], turns: _Turns, q_release, persistent: bool):
         self.bodies, self.turns, self.q_release, self.persistent = bodies, turns, q_release, persistent
 
-    def build(self, first: ir.Operation, last: ir.Operation) -> list:
+    def build(self, first: ir.Operation, carried_on: bool) -> list:
+        """The rotated steps; returns m, l and O after them, and with `carried_on` the ring."""
         m0, l0, o0, stage0, phase0 = list(first.operands)[3:8]
+        start = [stage0, phase0] if carried_on else []
         keys = KeyRange([b.loop for b in self.bodies])
-        some = keys.some([m0.type, l0.type, o0.type])
+        some = keys.some([m0.type, l0.type, o0.type, *(v.type for v in start)])
         with ir.InsertionPoint(some.then_block):
-            scf.YieldOp(self._steps(keys, m0, l0, o0, stage0, phase0))
+            m, l, o, ring = self._steps(keys, m0, l0, o0, stage0, phase0)
+            scf.YieldOp([m, l, o, *(ring if carried_on else [])])
         with ir.InsertionPoint(some.else_block):
             if self.q_release is not None:
                 self.q_release.clone()
-            scf.YieldOp([m0, l0, o0])
+            scf.YieldOp([m0, l0, o0, *start])
         return list(some.results)
 
     def _steps(self, keys: KeyRange, m0, l0, o0, stage0, phase0) -> list:
@@ -328,7 +334,8 @@ class _Chain:
         if self.persistent:
             self._when(_cmp("sge", total, _const(2)), lambda: self._arrive(body, "v", v_prev))
             self._arrive(body, "v", v_stage)
-        return [m, l, o]
+        # the ring past the last step, V's (a read's fill is counted by its ring's advances)
+        return [m, l, o, ring_advance(v_stage, v_phase, body.op["advance"].attributes["stages"])]
 
     def _step(self, b: _Body, loop, last_step) -> list:
         """One trip: step t (counted from the first, carried) of block n."""

@@ -29,6 +29,7 @@ from attnc.errors import AttncError
 from attnc.ir import roles as R
 from attnc.schedule.prefetch import prefetch
 from attnc.schedule.recipes import Channel, Recipe
+from attnc.schedule.walk import walk_blocks
 
 PASS = "attn-warp-specialize"
 _TILE_OPS = ("attn.load", "attn.mma", "attn.score_mod", "attn.mask", "attn.softmax_step", "attn.rescale",
@@ -167,6 +168,9 @@ class Partition:
             _erase_unused(self.shared[r])
         if self.recipe.loads_ahead:          # Note [cp.async prefetch]
             prefetch(R.role_ops(self.kernel)[0], next(c.stages for c in self.recipe.channels if c.name == "kv"))
+        if self.recipe.persistent:           # Note [The walk over query blocks]
+            for role in R.role_ops(self.kernel):
+                walk_blocks(role, self.kernel)
         self._write_types()
         for key, digest in ((R.PROGRAMS, R.program_digest), (R.RANGES, R.range_digest)):
             # Notes [Role programs] and [The key range as made]

@@ -56,7 +56,12 @@ trip, the turn is taken (named_barrier_sync) before the P.V and handed over
 the last after them (the last step's P.V). consumer1 arrives once at the start so that
 consumer0 goes first, and consumer0 syncs once more at the end, which balances both
 barriers. (The kernel waits for the next step's K before it takes the turn; the loops,
-whose trip ends with the P.V, wait for it inside the turn.)
+whose trip ends with the P.V, wait for it inside the turn.) Persistent CTAs do that first
+arrive and last sync once, around the walk over query blocks (Note [The walk over query
+blocks] in walk.py), the turns running on from block to block: taken per block,
+consumer1 could hand over its last turn of one block and arrive again for the next before
+consumer0 synced for the last one, and named barrier 1 would count consumer1's 128
+threads twice in one phase, leave consumer0 behind, and deadlock both.
 """
 from __future__ import annotations
 

@@ -77,8 +77,9 @@ class Pipelines:
                 self.zero = arith.ConstantOp(ir.IntegerType.get_signless(32), 0).result
                 self.one = arith.ConstantOp(ir.IntegerType.get_signless(32), 1).result
             self._block(block, {})
-            self._drain(block)
-            self._take_turns(block)
+            body = R.body_block(role)       # Note [The walk over query blocks]
+            self._drain(body)
+            self._take_turns(block, body)
             if not list(self.zero.uses):
                 self.zero.owner.erase()
             if not list(self.one.uses):
@@ -92,8 +93,10 @@ class Pipelines:
                 **({"tile": b.tile} if b.tile else {})})
             self.mbar[b.name] = op.result
 
-    def _take_turns(self, block: ir.Block) -> None:
-        """Note [Ping-pong turns] in sync.py, for the role being rewritten."""
+    def _take_turns(self, role_block: ir.Block, block: ir.Block) -> None:
+        """Note [Ping-pong turns] in sync.py, for the role being rewritten (`block`: its
+        program for one query block, where the turns are; the first arrive and the last
+        sync are the role's)."""
         named = [b for b in self.barriers if b.kind == "named"]
         own = next((b for b in named if b.waiters == self.role), None)
         if own is None:
@@ -102,7 +105,7 @@ class Pipelines:
         loops = [op.operation for op in block.operations
                  if op.operation.name == "scf.for" and R.ops_in(op.operation.regions[0].blocks[0], ("attn.mma",))]
         if self.role == "consumer1":    # it hands consumer0 the first turn
-            with ir.InsertionPoint.at_block_begin(block), R.pass_loc(PASS, block.owner):
+            with ir.InsertionPoint.at_block_begin(role_block), R.pass_loc(PASS, role_block.owner):
                 _named(R.NAMED_BARRIER_ARRIVE, other)
         for loop in loops:
             for mma in R.ops_in(loop.regions[0].blocks[0], ("attn.mma",)):
@@ -118,7 +121,11 @@ class Pipelines:
             _named(R.NAMED_BARRIER_SYNC, own)
         with ir.InsertionPoint(block.operations[_index(loops[-1]) + 1]), R.pass_loc(PASS, loops[-1]):
             _named(R.NAMED_BARRIER_ARRIVE, other)
-            if self.role == "consumer0":    # its last sync balances consumer1's first arrive
+        if self.role == "consumer0":        # its last sync balances consumer1's first arrive
+            last = loops[-1] if block == role_block else role_block.owner
+            at = block.operations[_index(loops[-1]) + 2] if block == role_block else role_block.operations[
+                len(role_block.operations) - 1]
+            with ir.InsertionPoint(at), R.pass_loc(PASS, last):
                 _named(R.NAMED_BARRIER_SYNC, own)
 
     def _drain(self, block: ir.Block) -> None:
@@ -140,6 +147,8 @@ class Pipelines:
             op = op.operation
             if op.name == "scf.for":
                 self._loop(op, state)
+            elif op.name == "scf.if":
+                self._branch(op, state)
             elif op.name in (R.PUT, R.GET):
                 self._exchange(op, state, fills, done)
 
@@ -172,6 +181,39 @@ class Pipelines:
         with ir.InsertionPoint(terminator), new.operation.location:
             scf.YieldOp([*terminator.operands, *[v for c in used for v in inner[c]]])
         terminator.erase()
+        results = list(new.results)[n:]
+        for k, c in enumerate(used):
+            state[c] = (results[2 * k], results[2 * k + 1])
+
+    def _branch(self, branch: ir.Operation, state: dict) -> None:
+        """An scf.if that puts or gets: each ring it uses goes out of both branches as two
+        more results (a branch without the exchange yields it as it came in), as through
+        the walk's branch (Note [The walk over query blocks] in walk.py)."""
+        regions = [r.blocks[0] for r in branch.regions if r.blocks]
+        used = sorted({self._ring(op) for block in regions for op in R.ops_in(block, (R.PUT, R.GET))})
+        if not used:
+            return
+        n = len(branch.results)
+        i32 = self.zero.type
+        with ir.InsertionPoint(branch), branch.location:
+            new = scf.IfOp(branch.operands[0], [*(r.type for r in branch.results), *[i32] * (2 * len(used))],
+                           has_else=True)
+        for region, fresh in zip(branch.regions, (new.then_block, new.else_block)):
+            inner = dict(state)
+            if region.blocks:
+                for op in list(region.blocks[0].operations):
+                    fresh.append(op.operation)
+                self._block(fresh, inner)
+                terminator = list(fresh.operations)[-1]
+                with ir.InsertionPoint(terminator), new.operation.location:
+                    scf.YieldOp([*terminator.operands, *[v for c in used for v in self._state(inner, c)]])
+                terminator.erase()
+            else:
+                with ir.InsertionPoint(fresh), new.operation.location:
+                    scf.YieldOp([v for c in used for v in self._state(inner, c)])
+        for old, fresh in zip(branch.results, new.results):
+            old.replace_all_uses_with(fresh)
+        branch.erase()
         results = list(new.results)[n:]
         for k, c in enumerate(used):
             state[c] = (results[2 * k], results[2 * k + 1])

@@ -43,7 +43,12 @@ whose bounds it cannot evaluate runs 2S trips if it is the role's first, else on
 role that peels a step off its loops (the overlapped consumers of
 attnc/schedule/overlap.py) still meets the producer's fills one for one. A role whose KV
 loops run fewer than 2S trips in all (bounds edited away from the key range) is refused:
-its loop bodies would go unchecked.
+its loop bodies would go unchecked. A persistent CTA's walk over query blocks (Note [The
+walk over query blocks] in walk.py) runs two rounds, each with a block: the first over
+that key range, the second over S + 1 blocks -- enough for the producer to
+refill the slots where the first block left them, up to S steps ahead of consumers still
+finishing it, and to wait for Q's slot with the next phase; a longer second round would
+only repeat the first one's steps at twice the states.
 
 A violation is a deadlock (no role can move and one has not finished: named at the op
 it waits at), a slot written while a reader has not read or released its previous fill,
@@ -61,6 +66,7 @@ from attnc.ir import roles as R
 from attnc.passes.tile_program import KV_LOOP
 
 MAX_STATES = 400_000
+ROUNDS = 2          # of a persistent CTA's walk over query blocks (Note [Key blocks the check runs])
 BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4}
 
 
@@ -97,6 +103,8 @@ class _Trace:
         self.warps, self.trips, self.bars = warps, 2 * stages, bars
         # Note [Key blocks the check runs]: the key range every role reads
         self.blocks = 2 * stages + 2
+        self.later_blocks = stages + 1      # a persistent CTA's later rounds'
+        self.round = 0
         self.dims = {"N": self.blocks * block_n} if block_n else {}
         self.env: dict = {}
         self.events: list[Event] = []
@@ -141,7 +149,14 @@ class _Trace:
             cond, a, b = (self.env[v] for v in op.operands)
             self.env[op.result] = a if cond else b
         elif name == "attn.kv_range":
-            for r, v in zip(op.results, _key_range(len(op.results), self.blocks)):
+            blocks = self.blocks if self.round == 0 else self.later_blocks
+            for r, v in zip(op.results, _key_range(len(op.results), blocks)):
+                self.env[r] = v
+        elif name == R.WALK_ROUNDS:         # Note [Key blocks the check runs]
+            self.env[op.result] = ROUNDS
+        elif name == R.WALK_BLOCK:
+            self.round = self.get(op, op.operands[0])
+            for r, v in zip(op.results, (1, 0, 0, self.round)):
                 self.env[r] = v
         elif name == "attn.dim" and ir.StringAttr(op.attributes["name"]).value in self.dims:
             self.env[op.result] = self.dims[ir.StringAttr(op.attributes["name"]).value]

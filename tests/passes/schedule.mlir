@@ -5,7 +5,7 @@
 // producer/consumer plan (sm_90a with one consumer warpgroup and two K/V stages), the
 // default sm_90a plan at head dim 128 (a producer and two consumer warpgroups), sm_90a's
 // cooperative plan of a 64-row tile, ping-pong, a producer putting V before K (the user
-// pass examples/passes/v_before_k.py) and the FA4 roles of sm_100a.
+// pass examples/passes/v_before_k.py), the FA4 roles of sm_100a, and persistent CTAs.
 //
 // RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize" | filecheck %s --check-prefix=WS80
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize" | filecheck %s --check-prefix=WS90
@@ -19,6 +19,8 @@
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{pingpong=1},attn-alloc-smem,attn-insert-pipelines" | filecheck %s --check-prefix=TURNS
 // RUN: attnc opt %s -arch sm_90a --load-pass examples/passes/v_before_k.py --pass-pipeline "attn-tile,attn-warp-specialize,v-before-k,attn-alloc-smem,attn-insert-pipelines" | filecheck %s --check-prefix=VFIRST
 // RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines" | filecheck %s --check-prefix=SYNC100
+// RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{persistent=1}" | filecheck %s --check-prefix=WALK
+// RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{persistent=1},attn-alloc-smem,attn-insert-pipelines" | filecheck %s --check-prefix=WALKSYNC
 
 // L3, sm_80: one cooperative role whose loads go through its own cp.async channels, K
 // and V issued ahead of their steps as the kernel issues them (Note [cp.async prefetch] in
@@ -292,3 +294,34 @@ func.func @hd128_unmasked(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>
 // VFIRST-NEXT: "attn.slot_write"({{.*}}) {completes = "arrive", tile = "k"}
 // VFIRST-NEXT: "attn.cp_async_mbarrier_arrive"(%[[KFULL]], %[[S]])
 // VFIRST-NEXT: "attn.ring_advance"(%[[S]], %[[P]])
+
+// L3, sm_90a with persistent CTAs (Note [The walk over query blocks] in
+// attnc/schedule/walk.py): every role runs its program in the walk over query blocks, on
+// the round's block (b, h, m_block) rather than the kernel's arguments.
+// WALK: "attn.role"() ({
+// WALK: %[[ROUNDS:[0-9]+]] = "attn.walk_rounds"() : () -> i32
+// WALK-NEXT: scf.for %[[R:arg[0-9]+]] = %{{.*}} to %[[ROUNDS]] step %{{.*}} : i32 {
+// WALK-NEXT: %[[W:[0-9]+]]:4 = "attn.walk_block"(%[[R]]) {order = "snake"} : (i32) -> (i1, i32, i32, i32)
+// WALK-NEXT: scf.if %[[W]]#0 {
+// WALK-NEXT: "attn.load"(%arg0, %[[W]]#1, %[[W]]#2, %[[W]]#3) {operand = "q"}
+// WALK: "attn.load"(%arg1, %[[W]]#1, %[[W]]#2, %{{.*}}) {operand = "k"}
+// WALK: }) {name = "producer"
+// WALK: "attn.walk_block"
+// WALK: "attn.store"(%{{.*}}, %[[C:[0-9]+]]#1, %[[C]]#2, %[[C]]#3) {operand = "o"}
+// WALK: }) {name = "consumer0"
+
+// L5, persistent CTAs: the walk carries the K/V ring and Q's ring from block to block, and
+// the round without a block passes them on; the producer waits for Q's slot with the
+// phase the ring has reached.
+// WALKSYNC: "attn.walk_rounds"
+// WALKSYNC-NEXT: scf.for %{{.*}} iter_args(%[[KS:arg[0-9]+]] = %c0_i32, %[[KP:arg[0-9]+]] = %c0_i32, %[[QS:arg[0-9]+]] = %c0_i32, %[[QP:arg[0-9]+]] = %c0_i32) -> (i32, i32, i32, i32)
+// WALKSYNC-NEXT: "attn.walk_block"
+// WALKSYNC-NEXT: scf.if %{{.*}}#0 -> (i32, i32, i32, i32) {
+// WALKSYNC: %[[FLIP:[0-9]+]] = arith.xori %[[QP]], %c1_i32
+// WALKSYNC-NEXT: "attn.mbarrier_wait"(%{{[0-9]+}}, %[[QS]], %[[FLIP]])
+// WALKSYNC: %[[Q:[0-9]+]]:2 = "attn.ring_advance"(%[[QS]], %[[QP]]) {stages = 1 : i64}
+// WALKSYNC: scf.for %{{.*}} iter_args(%{{.*}} = %[[KS]], %{{.*}} = %[[KP]]) -> (i32, i32)
+// WALKSYNC: scf.yield %[[K:[0-9]+]]#0, %[[K]]#1, %[[Q]]#0, %[[Q]]#1 : i32, i32, i32, i32
+// WALKSYNC-NEXT: } else {
+// WALKSYNC-NEXT: scf.yield %[[KS]], %[[KP]], %[[QS]], %[[QP]] : i32, i32, i32, i32
+// WALKSYNC: }) {name = "producer"

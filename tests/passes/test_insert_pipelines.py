@@ -114,13 +114,13 @@ def test_a_persistent_plan_releases_q_after_the_last_qk():
     _, kernel = plan("sliding_window")
     assert barriers(kernel)["mbar_q_empty"]["count"] == 8
     for consumer in ("consumer0", "consumer1"):
-        block = R.role_block(next(r for r in R.role_ops(kernel) if R.name_of(r) == consumer))
+        block = R.body_block(next(r for r in R.role_ops(kernel) if R.name_of(r) == consumer))
         names = [op.operation.name for op in block.operations]
         arrive = next(i for i, op in enumerate(block.operations) if op.operation.name == R.MBARRIER_ARRIVE)
         assert R.name_of(list(block.operations)[arrive].operands[0].owner) == "mbar_q_empty"
         assert "scf.for" not in names[arrive:] and "attn.finalize" in names[arrive:]
     producer = next(r for r in R.role_ops(kernel) if R.name_of(r) == "producer")
-    first_wait = R.ops_in(R.role_block(producer), (R.MBARRIER_WAIT,))[0]
+    first_wait = R.ops_in(R.body_block(producer), (R.MBARRIER_WAIT,))[0]
     assert R.name_of(first_wait.operands[0].owner) == "mbar_q_empty"
 
 

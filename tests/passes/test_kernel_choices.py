@@ -113,10 +113,13 @@ def test_persistent_ctas_are_the_plans():
             "sm_80", {"attn-warp-specialize": {"persistent": 1}})))
 
 
-def test_persistent_edited_without_its_barrier_is_refused():
+def test_persistent_edited_without_its_walk_is_refused():
+    """`persistent` set by hand on a plan made without it: no role walks the query blocks
+    (Note [The walk over query blocks] in attnc/schedule/walk.py)."""
     plan = _plan("mha", "sm_90a")
     assert plan.count("}) {programs = {") == 1
-    with pytest.raises(AttncError, match=re.escape("it has 5 attn.mbarrier_init ops, the plan 6")):
+    with pytest.raises(AttncError, match=re.escape("persistent = true on attn.warp_specialize, and role "
+                                                   "'producer' has no walk over query blocks")):
         _lower(plan.replace("}) {programs = {", "}) {persistent = true, programs = {"), "sm_90a")
 
 

@@ -47,7 +47,7 @@ def test_the_plans_trip_is_the_default(example, options):
     """Every producer KV loop is rotated (inside the range's scf.if, five values carried),
     and its trip is the one the kernel's default order builds: K(n), then V(n - 1)."""
     result = plan(example, options)
-    assert not [op for op in R.role_block(producer(result)).operations if op.name == "scf.for"]
+    assert not [op for op in R.body_block(producer(result)).operations if op.name == "scf.for"]
     assert loops(result) and all(len(list(loop.regions[0].blocks[0].arguments)) == 6 for loop in loops(result))
     assert load_steps(attention_ops(result.module)[0]) == LoadSteps.default()
 
@@ -90,7 +90,9 @@ def _refused(edit, message: str, example: str = "mha") -> None:
         edit(result)
     with pytest.raises(AttncError) as err:
         ptx_of(to_text(result.module))
-    assert message in str(err.value)
+    # the consumers run one program: the verifier names either (Note [Roles alike] in
+    # attnc/schedule/explore.py)
+    assert message.replace("consumer1", "consumer0") in str(err.value).replace("consumer1", "consumer0")
 
 
 def test_a_write_before_its_wait_is_refused_by_the_verifier():
@@ -228,7 +230,6 @@ def _before_end(role: ir.Operation, value) -> None:
     ("gemma2", "between", "rotates KV loops that follow each other, with nothing but index arithmetic between"),
     ("gemma2", "chain", "attn-overlap-gemms: a KV loop carries its ring from the loop before it"),
     ("gemma2", "escape", "what a KV loop carries out goes to the next KV loop only"),
-    ("gemma2", "after", "the ring state after the KV loops is used"),
 ])
 def test_the_pass_refuses_producers_it_cannot_rotate(example, edit, message):
     result = _l5(example)
@@ -259,10 +260,8 @@ def test_the_pass_refuses_producers_it_cannot_rotate(example, edit, message):
                 R.create(R.CTA_BARRIER)
         elif edit == "chain":
             found[1].operands[3] = _named(R.role_block(role).operations, "arith.constant").result
-        elif edit == "escape":
-            _before_end(role, found[0].results[0])
         else:
-            _before_end(role, found[-1].results[0])
+            _before_end(role, found[0].results[0])
     with pytest.raises(AttncError) as err:
         overlap(result.module)
     assert message in str(err.value)

@@ -117,7 +117,9 @@ def _refused(edit, message: str) -> None:
             edit(result, role)
     with pytest.raises(AttncError) as err:
         ptx_of(to_text(result.module))
-    assert message in str(err.value)
+    # consumer0 and consumer1 edited alike run one program: the verifier names either (Note
+    # [Roles alike] in attnc/schedule/explore.py)
+    assert message.replace("consumer1", "consumer0") in str(err.value).replace("consumer1", "consumer0")
 
 
 def test_a_gemm_made_synchronous_is_refused():

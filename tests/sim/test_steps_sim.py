@@ -82,16 +82,17 @@ def test_an_edited_role_computes_the_reference(tmp_path, example, user_pass, sta
     check_against_reference(bundle, path, *((45, 70) if example == "docs_sink" else (70, 45)))
 
 
-def check_against_reference(bundle, path: Path, m: int, n: int) -> None:
-    """`bundle`, of the example at `path`, in the emulator at (B, H, HKV) = (1, 2, 1), M = m,
-    N = n: no race or protocol report, and the reference's outputs."""
+def check_against_reference(bundle, path: Path, m: int, n: int, device=None) -> None:
+    """`bundle`, of the example at `path`, in the emulator (`device`, by default an H200's
+    SMs) at (B, H, HKV) = (1, 2, 1), M = m, N = n: no race or protocol report, and the
+    reference's outputs."""
     variant = load_file(str(path))
     rng = np.random.default_rng(7)
     sizes = bind_sizes(variant, batch=1, heads=2, heads_kv=1, m=m, n=n, rng=rng)
     case = make_case(variant, sizes, {}, rng)
     inputs = {name: (value.astype(numpy_dtype(bundle.manifest.tensor(name).dtype))
                      if isinstance(value, np.ndarray) else value) for name, value in case.items()}
-    kernel = SimKernel(bundle, seed=1)
+    kernel = SimKernel(bundle, device=device, seed=1)
     out = kernel(**inputs)
     assert kernel.last_reports == []
     ref = attnc.reference(variant, **case)

@@ -41,7 +41,8 @@ def test_every_plan_of_the_suite_has_its_own_kernel(arch):
     pairs = [("stages2", "stages3"), ("stages3", "stages4"), ("consumers1", "consumers2"),
              ("pingpong", "nopingpong"), ("v_before_k", "nopingpong"), ("pv_before_qk", "nopingpong"),
              ("pv_before_qk_turns", "pingpong"), ("waits_first", "nopingpong"), ("last_v_early", "pingpong"),
-             ("coop", "nopingpong"), ("loads_after_gemms", "coop")]
+             ("coop", "nopingpong"), ("loads_after_gemms", "coop"), ("persistent", "nopingpong"),
+             ("persistent_pingpong", "persistent"), ("persistent_pingpong", "pingpong")]
     for a, b in pairs:
         if a in ptx and b in ptx:
             assert ptx[a] != ptx[b], f"{a} and {b} gave the same kernel"
@@ -50,12 +51,14 @@ def test_every_plan_of_the_suite_has_its_own_kernel(arch):
         if tag.startswith("stages"):
             assert spec.stages == int(tag[-1])
             assert re.search(rf'name = "kv", producer = "\w+", space = "smem", stages = {tag[-1]} : i64', ir_text)
+        if tag.startswith("persistent"):       # Note [The walk over query blocks]
+            assert spec.persistent_ctas and ir_text.count('"attn.walk_block"') == 3
         if tag.startswith("consumers"):
             consumers = int(tag[-1])
             assert ir_text.count('"attn.role"()') == 1 + consumers
             assert spec.warp_specialized and spec.consumer_warpgroups == consumers
         if tag.endswith("pingpong"):
-            assert spec.pingpong is (tag == "pingpong")
+            assert spec.pingpong is (tag != "nopingpong")
             assert ("pingpong = true" in ir_text) is spec.pingpong
         if tag.startswith("pv_before_qk"):    # S landed with the P.V issued before it
             assert "wgmma.wait_group.sync.aligned 1;" not in art.ptx and spec.pingpong is tag.endswith("turns")

@@ -1,0 +1,88 @@
+"""Persistent CTAs' walk over query blocks, written into the roles (attn-warp-specialize).
+
+Note [The walk over query blocks]: with `persistent` on attn.warp_specialize the grid has
+at most one CTA per SM and each CTA runs several query blocks, one per round of the grid
+(the kernel's order: Note [Persistent CTAs] in attnc/backend/sm90a_ws.py). Every role
+runs its program once per block, so each role's program is wrapped in the walk:
+
+    %rounds = "attn.walk_rounds"()
+    scf.for %round = 0 to %rounds {
+      %has, %b, %h, %m_block = "attn.walk_block"(%round) {order = "snake"}
+      scf.if %has { the program, with %b, %h, %m_block for the kernel's arguments }
+    }
+
+The program's rings run on across blocks: attn-insert-pipelines carries each ring's
+(stage, phase) through the loop and out of the branch (the round without a block
+yields it unchanged), so the producer refills the slots where the consumers' last block
+left them, and Q's one slot is waited for with the next phase each round (its empty
+mbarrier: Q's release after a block's last QK^T). attn-verify-pipeline runs two rounds.
+The lowering builds the walk as the kernel's own and compares it with the plan (Note
+[The plan the lowerings follow]).
+"""
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import arith, scf
+
+from attnc.ir import roles as R
+
+ORDER = "snake"
+
+
+def walk_blocks(role: ir.Operation, kernel: ir.Operation) -> None:
+    """Note [The walk over query blocks], on `role` of `kernel` (L3)."""
+    block = R.role_block(role)
+    ops = [op.operation for op in block.operations][:-1]
+    i32, i1 = ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(1)
+    with ir.InsertionPoint.at_block_begin(block), role.location:
+        zero = arith.ConstantOp(i32, 0).result
+        one = arith.ConstantOp(i32, 1).result
+        rounds = R.create(R.WALK_ROUNDS, [i32]).result
+        loop = scf.ForOp(zero, rounds, one)
+        with ir.InsertionPoint(loop.body):
+            item = R.create(R.WALK_BLOCK, [i1, i32, i32, i32], [loop.induction_variable], {"order": ORDER})
+            branch = scf.IfOp(item.results[0])
+            with ir.InsertionPoint(branch.then_block):
+                end = scf.YieldOp([])
+            scf.YieldOp([])
+    for op in ops:
+        op.move_before(end)
+    for arg, value in zip(kernel.regions[0].blocks[0].arguments, list(item.results)[1:]):
+        for use in list(arg.uses):
+            if _inside(use.owner, role):
+                use.owner.operands[use.operand_number] = value
+
+
+def _inside(op, role: ir.Operation) -> bool:
+    op = getattr(op, "operation", op)
+    while op is not None:
+        if op == role:
+            return True
+        op = op.parent
+        op = getattr(op, "operation", op) if op is not None else None
+    return False
+
+
+def check_walk(kernel: ir.Operation, pass_name: str) -> None:
+    """The walk a lowering builds as its kernel's: in every role of a persistent plan, in
+    no role of another, taking the blocks in the kernel's order."""
+    from attnc.ir import error_at
+
+    persistent = bool(R.attrs_of(R.warp_specialize_of(kernel)).get(R.PERSISTENT, False))
+    for role in R.role_ops(kernel):
+        name = R.name_of(role)
+        walks = R.ops_in(R.role_block(role), (R.WALK_BLOCK,))
+        if persistent and R.walk_branch(role) is None:
+            raise error_at(role, f"{pass_name}: persistent = true on attn.warp_specialize, and role '{name}' has no "
+                                 f"walk over query blocks (Note [The walk over query blocks] in "
+                                 f"attnc/schedule/walk.py)")
+        if walks and not persistent:
+            raise error_at(walks[0], f"{pass_name}: role '{name}' walks query blocks, and attn.warp_specialize "
+                                     f"is not persistent = true (Note [The walk over query blocks] in "
+                                     f"attnc/schedule/walk.py)")
+        for walk in walks:
+            order = R.attrs_of(walk).get("order")
+            if order != ORDER:
+                raise error_at(walk, f"{pass_name} walks the query blocks in the order '{ORDER}' (Note "
+                                     f"[Persistent CTAs] in attnc/backend/sm90a_ws.py), and this "
+                                     f"{R.WALK_BLOCK} asks for {order!r}")
