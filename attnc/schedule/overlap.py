@@ -288,7 +288,7 @@ class _Chain:
     def __init__(self, bodies: list[_Body], turns: _Turns, q_release, persistent: bool):
         self.bodies, self.turns, self.q_release, self.persistent = bodies, turns, q_release, persistent
 
-    def build(self, first: ir.Operation, carried_on: bool) -> list:
+    def build(self, first: ir.Operation, carried_on: bool = False) -> list:
         """The rotated steps; returns m, l and O after them, and with `carried_on` the ring."""
         m0, l0, o0, stage0, phase0 = list(first.operands)[3:8]
         start = [stage0, phase0] if carried_on else []

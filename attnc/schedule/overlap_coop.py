@@ -52,7 +52,7 @@ def overlap_cooperative(role: ir.Operation, kernel: ir.Operation) -> None:
     chained_loops(ops, at, "m, l, O and its rings", 3)
     last = loops[-1]
     with ir.InsertionPoint(loops[0]), R.pass_loc(PASS, loops[0]):
-        results = _CoopChain(bodies, stages).build(loops[0], last)
+        results = _CoopChain(bodies, stages).build(loops[0])
     for old, new in zip(list(last.results)[:3], results):
         old.replace_all_uses_with(new)
     for loop in reversed(loops):
@@ -165,7 +165,9 @@ class _CoopChain(_Chain):
         super().__init__(bodies, None, None, False)
         self.stages = stages
 
-    def build(self, first: ir.Operation, last: ir.Operation) -> list:
+    def build(self, first: ir.Operation, carried_on: bool = False) -> list:
+        """The rotated steps; returns m, l and O after them (the cooperative role's rings
+        end with the key range: chained_loops refuses a use after it)."""
         init = list(first.operands)[3:]
         m0, l0, o0 = init[:3]
         keys = KeyRange([b.loop for b in self.bodies])

@@ -44,11 +44,13 @@ role that peels a step off its loops (the overlapped consumers of
 attnc/schedule/overlap.py) still meets the producer's fills one for one. A role whose KV
 loops run fewer than 2S trips in all (bounds edited away from the key range) is refused:
 its loop bodies would go unchecked. A persistent CTA's walk over query blocks (Note [The
-walk over query blocks] in walk.py) runs two rounds, each with a block: the first over
-that key range, the second over S + 1 blocks -- enough for the producer to
-refill the slots where the first block left them, up to S steps ahead of consumers still
-finishing it, and to wait for Q's slot with the next phase; a longer second round would
-only repeat the first one's steps at twice the states.
+walk over query blocks] in walk.py) runs three rounds, each with a block: the first over
+that key range; the second over none, a block whose mask keeps no key, so that the
+branches without steps run (the consumers must still release Q's slot there); the third
+over S + 1 blocks -- enough for the producer to refill the slots where the first block
+left them, up to S steps ahead of consumers still finishing it, and to wait for Q's slot
+with the phase two blocks on. A longer last round would only repeat the first one's steps
+at twice the states.
 
 A violation is a deadlock (no role can move and one has not finished: named at the op
 it waits at), a slot written while a reader has not read or released its previous fill,
@@ -66,7 +68,7 @@ from attnc.ir import roles as R
 from attnc.passes.tile_program import KV_LOOP
 
 MAX_STATES = 400_000
-ROUNDS = 2          # of a persistent CTA's walk over query blocks (Note [Key blocks the check runs])
+ROUNDS = 3          # of a persistent CTA's walk over query blocks (Note [Key blocks the check runs])
 BYTES = {"bf16": 2, "f16": 2, "f32": 4, "i32": 4}
 
 
@@ -103,9 +105,9 @@ class _Trace:
         self.warps, self.trips, self.bars = warps, 2 * stages, bars
         # Note [Key blocks the check runs]: the key range every role reads
         self.blocks = 2 * stages + 2
-        self.later_blocks = stages + 1      # a persistent CTA's later rounds'
+        self.rounds = (self.blocks, 0, stages + 1)      # a persistent CTA's key blocks, round by round
         self.round = 0
-        self.dims = {"N": self.blocks * block_n} if block_n else {}
+        self.block_n = block_n          # the dim N: that many key blocks (0: N unknown)
         self.env: dict = {}
         self.events: list[Event] = []
         self.violations: list[Violation] = []
@@ -149,8 +151,7 @@ class _Trace:
             cond, a, b = (self.env[v] for v in op.operands)
             self.env[op.result] = a if cond else b
         elif name == "attn.kv_range":
-            blocks = self.blocks if self.round == 0 else self.later_blocks
-            for r, v in zip(op.results, _key_range(len(op.results), blocks)):
+            for r, v in zip(op.results, _key_range(len(op.results), self._blocks())):
                 self.env[r] = v
         elif name == R.WALK_ROUNDS:         # Note [Key blocks the check runs]
             self.env[op.result] = ROUNDS
@@ -158,8 +159,8 @@ class _Trace:
             self.round = self.get(op, op.operands[0])
             for r, v in zip(op.results, (1, 0, 0, self.round)):
                 self.env[r] = v
-        elif name == "attn.dim" and ir.StringAttr(op.attributes["name"]).value in self.dims:
-            self.env[op.result] = self.dims[ir.StringAttr(op.attributes["name"]).value]
+        elif name == "attn.dim" and ir.StringAttr(op.attributes["name"]).value == "N" and self.block_n:
+            self.env[op.result] = self._blocks() * self.block_n
         elif name == "scf.for":
             self.loop(op)
         elif name == "scf.if":
@@ -172,6 +173,10 @@ class _Trace:
             if name == R.MBARRIER_ARRIVE:
                 self.released(op)
             self.events.append(_SYNC[name](self, op))
+
+    def _blocks(self) -> int:
+        """The key blocks of the current round's query block (Note [Key blocks the check runs])."""
+        return self.rounds[min(self.round, len(self.rounds) - 1)]
 
     def loop(self, op: ir.Operation) -> None:
         body = op.regions[0].blocks[0]
@@ -301,6 +306,8 @@ def _key_range(results: int, blocks: int) -> list[int]:
     """attn.kv_range's values (Note [Key blocks the check runs]): its segments' (lo, hi),
     [0, blocks) cut in as many runs, then the fully kept blocks [blocks - 2, blocks - 1)."""
     segments = max(1, (results - 2) // 2)
+    if blocks == 0:
+        return [0] * (2 * segments + 2)
     cuts = [blocks * k // segments for k in range(segments + 1)]
     out = [v for k in range(segments) for v in (cuts[k], cuts[k + 1])]
     return out + [blocks - 2, blocks - 1]

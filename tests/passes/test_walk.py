@@ -101,6 +101,23 @@ def test_q_held_past_its_block_deadlocks_the_next_round():
     assert "producer waits at attn.mbarrier_wait on mbar_q_empty[0] for parity 0 (its phase 0, 0 of 8" in found
 
 
+def test_q_held_by_a_block_without_keys_deadlocks_the_next_round():
+    """A query block whose mask keeps no key runs no step, and its consumers release Q's
+    slot in the branch without steps: without that release the producer waits for Q's
+    slot in the round after it (the check's second round has no key)."""
+    op = kernel("mha", OVERLAPPED)
+    for name in ("consumer0", "consumer1"):
+        branch = R.walk_branch(role(op, name))
+        steps = next(o.operation for o in branch.regions[0].blocks[0].operations
+                     if o.operation.name == "scf.if" and R.ops_in(o.operation.regions[0].blocks[0], (R.MMA_WAIT,)))
+        empty = [o.operation for o in steps.regions[1].blocks[0].operations if o.operation.name == R.MBARRIER_ARRIVE]
+        assert [bar_of(o) for o in empty] == ["mbar_q_empty"]
+        empty[0].erase()
+    found = messages(op)
+    assert found.startswith("channel 'q' deadlocks: ")
+    assert "producer waits at attn.mbarrier_wait on mbar_q_empty[0] for parity 1" in found
+
+
 def test_the_last_v_slot_held_past_its_block_deadlocks_the_next_round():
     """The consumers release the last V slot of a block for the next block's loads."""
     op = kernel("mha", OVERLAPPED)
