@@ -14,7 +14,9 @@ prefetch] in attnc/schedule/prefetch.py); sm_90a: `consumers` warpgroups of 64 q
 the stores of their rows' O and LSE) through mbarrier rings it fills with cp.async, with
 their setmaxnreg budgets as `regs` (`pingpong` recorded on attn.warp_specialize, and
 `persistent` where the CTAs are: by default for a band, a mask that keeps a narrow band
-of keys per row); without it one cooperative role as on sm_80; sm_100a: the FA4 roles
+of keys per row; then every role's program stands in the walk over query blocks, Note
+[The walk over query blocks] in attnc/schedule/walk.py); without it one cooperative role
+as on sm_80; sm_100a: the FA4 roles
 (load, mma, softmax0/1, correction, epilogue, empty) with S and P through TMEM. The K/V channel's
 `stages` is attn-tile's `stages`. Register budgets are checked here. What the lowering
 builds follows these choices (Note [The plan the lowerings follow] in lower_kernel.py).
@@ -56,7 +58,8 @@ class WarpSpecialize(Pass):
     persistent: bool | None = field(default=None, metadata={
         "doc": "sm_90a, with the producer: one CTA per SM loops over the query blocks, loading the next "
                "block's tiles during the last one's epilogue, recorded as `persistent` on "
-               "attn.warp_specialize (Note [Persistent CTAs] in sm90a_ws.py; default: on for a band, a "
+               "attn.warp_specialize, every role's program in the walk over query blocks (Notes [Persistent "
+               "CTAs] in sm90a_ws.py and [The walk over query blocks] in walk.py; default: on for a band, a "
                "sliding window; results/sm90a_h200.md, \"Persistent CTAs\")"})
 
     def run(self, module) -> None:
