@@ -23,10 +23,11 @@ EMPTY, LANDED, WAITED, VISIBLE = range(4)
 
 # Note [Roles alike]: sm_90a's consumer warpgroups without ping-pong run one program each
 # (the same events, the same threads), so a state and the one with two of them swapped
-# have the same futures, up to which of the two does what: the exploration keeps one
-# state of each such set (the roles of a class ordered by their own state: program
-# counter, cp.async groups, named-barrier generation, the slots they read and hold, their
-# copies in flight), which halves the states of two consumers and loses no violation: a
+# have the same futures, up to which of the two does what: the exploration takes each
+# state with the roles of a class ordered by their program counters (the rest of each
+# role's state -- its cp.async groups, named-barrier generation, the slots it read and
+# holds, its copies in flight -- going with it), which merges most such pairs (roles at one
+# counter are left as they stand: fewer merged, none lost) and loses no violation: a
 # violation of one state is, with the two roles' names swapped, one of the other's.
 
 
@@ -69,33 +70,21 @@ class Explorer:
 
     def _canonical(self, state):
         """Note [Roles alike]: the state with the roles of each class in the order of their
-        own state (one representative of the states that differ by which of them is where)."""
+        program counters."""
         pcs = state[0]
         perm = None
         for cls in self.alike:
-            if len(cls) == 2:
-                a, b = cls
-                if pcs[a] < pcs[b]:
-                    continue        # ordered by their program counters alone (the usual case)
-                if pcs[a] == pcs[b] and self._own(state, a) <= self._own(state, b):
+            if len(cls) == 2:       # (the usual class: two consumer warpgroups)
+                if pcs[cls[0]] <= pcs[cls[1]]:
                     continue
-                order = (b, a)
+                order = [cls[1], cls[0]]
             else:
-                order = tuple(sorted(cls, key=lambda k: self._own(state, k)))
-                if order == cls:
-                    continue
-            perm = perm or list(range(len(pcs)))
-            for new, old in zip(cls, order):
-                perm[old] = new
+                order = sorted(cls, key=pcs.__getitem__)    # stable: roles at one counter stay
+            if order != list(cls):
+                perm = perm or list(range(len(pcs)))
+                for new, old in zip(cls, order):
+                    perm[old] = new
         return state if perm is None else _permuted(state, perm)
-
-    @staticmethod
-    def _own(state, k: int) -> tuple:
-        """Role k's own state: program counter, cp.async groups, named-barrier generation,
-        the slots it has read and holds, its copies in flight."""
-        pcs, _, slots, flight, groups, open_groups, holds, entered = state
-        return (pcs[k], groups[k], open_groups[k], entered[k], tuple(k in r for _, _, r in slots),
-                tuple(sorted(s for h, s in holds if h == k)), tuple(sorted(f[:4] + f[5:] for f in flight if f[4] == k)))
 
     def _released(self, e: Event, slot_index: dict) -> frozenset:
         """The slots an arrival on an mbarrier hands back (Note [cp.async arrivals])."""
@@ -114,21 +103,22 @@ class Explorer:
                  frozenset(), (-1,) * n)
         seen = {start}
         queue = deque([start])
-        lengths = self.lengths
+        lengths, canonical, limit = self.lengths, self._canonical if self.alike else None, verify.MAX_STATES
         while queue:
             state = queue.popleft()
             moved = False
             for nxt in self._moves(state):
                 moved = True
-                if isinstance(nxt, Violation):
+                if type(nxt) is Violation:
                     return nxt
-                if self.alike:
-                    nxt = self._canonical(nxt)
-                if nxt not in seen:
-                    if len(seen) >= verify.MAX_STATES:
+                if canonical is not None:
+                    nxt = canonical(nxt)
+                known = len(seen)
+                seen.add(nxt)                   # (one hash of the state, not two)
+                if len(seen) > known:
+                    if known >= limit:
                         return Violation(self.programs[0][0].op, f"channel {self.chan!r}: more than "
-                                                                 f"{verify.MAX_STATES} states, not verified")
-                    seen.add(nxt)
+                                                                 f"{limit} states, not verified")
                     queue.append(nxt)
             if not moved and any(pc < length for pc, length in zip(state[0], lengths)):
                 return self._deadlock(state)
