@@ -71,8 +71,10 @@ class WgmmaSteps:
         ops = (StepOp("land_o"), StepOp("rescale"), StepOp("release_v_late"), StepOp("wait", "k"),
                StepOp("read", "k"), StepOp("wait", "v"), StepOp("read", "v"), *turn, StepOp("mma", "qk"),
                StepOp("mma", "pv"), *end, StepOp("land_s", count=1), StepOp("release_k"), *scores)
-        first = (StepOp("wait", "k"), StepOp("read", "k"), *turn, StepOp("mma", "qk"), *end, StepOp("land_s"),
-                 StepOp("release_k"), *scores)
+        # Note [The next block's first QK^T in the IR] (attnc/schedule/walk_ahead.py)
+        ahead = (StepOp("finish_previous"),) if persistent and not pingpong else ()
+        first = (StepOp("wait", "k"), StepOp("read", "k"), *turn, StepOp("mma", "qk"), *end, *ahead,
+                 StepOp("land_s"), StepOp("release_k"), *scores)
         last = (StepOp("land_o"), StepOp("rescale"), StepOp("wait", "v"), StepOp("read", "v"), *turn,
                 StepOp("mma", "pv"), *end, StepOp("land_pv"),
                 *((StepOp("release_v_before"), StepOp("release_v")) if persistent else ()))
@@ -105,6 +107,10 @@ def wgmma_steps(kernel) -> WgmmaSteps:
     steps = found[0][1]
     pingpong = bool(R.attrs_of(R.warp_specialize_of(kernel)).get(R.PINGPONG, False))
     hooks_ops = ("score_mod", "mask", "block_map_read")
+    if not (persistent and not pingpong) and any(op.name == "finish_previous" for op in steps.first):
+        raise error_at(R.role_ops(kernel)[1], f"only persistent CTAs without ping-pong run the previous block's "
+                                              f"epilogue in a block's first step (Note [The next block's first "
+                                              f"QK^T in the IR] in attnc/schedule/walk_ahead.py) ({NOTE})")
     if persistent and not pingpong and [op for op in steps.first if op.name not in hooks_ops] != \
             [op for op in WgmmaSteps.default(False, True).first if op.name not in hooks_ops]:
         # Note [The next block's first QK^T] (sm90a_ws.py): that first step is the kernel's.
@@ -274,6 +280,8 @@ def _first_op(op, bars: dict, ring: list) -> StepOp | None:
         return StepOp("wait" if name == R.MBARRIER_WAIT else "read", "k")
     if name == R.MBARRIER_ARRIVE and tile_of(op, bars, "empty") == "k" and op.operands[1] == ring[0]:
         return StepOp("release_k")
+    if name == "scf.if" and _finishes_previous(op):
+        return StepOp("finish_previous")
     if name == "scf.if":
         arrive = _only_arrive(op)
         test = op.operands[0].owner
@@ -380,6 +388,13 @@ def _flows(flows: list, what: str) -> None:
         if not ok:
             raise error_at(op, f"the sm_90a lowering builds the data flow of a consumer's {what} as "
                                f"attn-overlap-gemms makes it, and this {op.name} differs ({NOTE})")
+
+
+def _finishes_previous(op) -> bool:
+    """Whether scf.if `op` is the previous block's epilogue (Note [The next block's first
+    QK^T in the IR] in attnc/schedule/walk_ahead.py): a walk's block, its finalize and stores."""
+    inner = [o.operation.name for o in op.regions[0].blocks[0].operations][:-1]
+    return bool(inner) and inner[0] == R.WALK_BLOCK and set(inner[1:]) <= {"attn.finalize", "attn.store"}
 
 
 def _only_arrive(op):

@@ -48,6 +48,11 @@ def overlap(module) -> None:
     from attnc.schedule.load_ahead import load_ahead
     from attnc.schedule.overlap import overlap_role
     from attnc.schedule.overlap_coop import overlap_cooperative
+    from attnc.schedule.walk_ahead import issue_first_qk_ahead
+
+    def overlap_ahead(role, kernel) -> None:
+        overlap_role(role, kernel)
+        issue_first_qk_ahead(role)
 
     for op in attention_ops(module):
         ws = plan_ir.require_roles(op, OverlapGemms.name)
@@ -59,13 +64,16 @@ def overlap(module) -> None:
             raise error_at(op, f"{OverlapGemms.name} needs the synchronization attn-insert-pipelines makes; "
                                f"run attn-insert-pipelines first")
         roles = R.role_ops(op)
+        # Note [The next block's first QK^T in the IR]: persistent consumers without ping-pong
+        flags = R.attrs_of(ws)
+        ahead = bool(flags.get(R.PERSISTENT, False)) and not flags.get(R.PINGPONG, False)
         kinds = ((R.PROGRAMS, R.program_digest), (R.SCHEDULES, R.schedule_digest), (R.RANGES, R.range_digest))
         recorded = {key: R.value_of(ws.attributes[key]) if key in ws.attributes else {} for key, _ in kinds}
         with op.context:
             for role in roles:
                 name = R.name_of(role)
                 rotate = {"producer": load_ahead, "compute": overlap_cooperative}.get(
-                    name, overlap_role if name.startswith("consumer") else None)
+                    name, (overlap_ahead if ahead else overlap_role) if name.startswith("consumer") else None)
                 if rotate is None:
                     continue
                 # The digests follow the rotation only where the role was the plan's: an edit

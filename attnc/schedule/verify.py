@@ -156,8 +156,10 @@ class _Trace:
         elif name == R.WALK_ROUNDS:         # Note [Key blocks the check runs]
             self.env[op.result] = ROUNDS
         elif name == R.WALK_BLOCK:
-            self.round = self.get(op, op.operands[0])
-            for r, v in zip(op.results, (1, 0, 0, self.round)):
+            rnd = self.get(op, op.operands[0])
+            if any(use.owner.name == "scf.if" for use in op.results[0].uses):
+                self.round = rnd        # the walk's block (not an earlier round's, for its epilogue)
+            for r, v in zip(op.results, (1, 0, 0, rnd)):
                 self.env[r] = v
         elif name == "attn.dim" and ir.StringAttr(op.attributes["name"]).value == "N" and self.block_n:
             self.env[op.result] = self._blocks() * self.block_n

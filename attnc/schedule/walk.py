@@ -33,14 +33,14 @@ def walk_blocks(role: ir.Operation, kernel: ir.Operation) -> None:
     """Note [The walk over query blocks], on `role` of `kernel` (L3)."""
     block = R.role_block(role)
     ops = [op.operation for op in block.operations][:-1]
-    i32, i1 = ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(1)
+    i32 = ir.IntegerType.get_signless(32)
     with ir.InsertionPoint.at_block_begin(block), role.location:
         zero = arith.ConstantOp(i32, 0).result
         one = arith.ConstantOp(i32, 1).result
         rounds = R.create(R.WALK_ROUNDS, [i32]).result
         loop = scf.ForOp(zero, rounds, one)
         with ir.InsertionPoint(loop.body):
-            item = R.create(R.WALK_BLOCK, [i1, i32, i32, i32], [loop.induction_variable], {"order": ORDER})
+            item = walk_block(loop.induction_variable, ORDER)
             branch = scf.IfOp(item.results[0])
             with ir.InsertionPoint(branch.then_block):
                 end = scf.YieldOp([])
@@ -51,6 +51,12 @@ def walk_blocks(role: ir.Operation, kernel: ir.Operation) -> None:
         for use in list(arg.uses):
             if _inside(use.owner, role):
                 use.owner.operands[use.operand_number] = value
+
+
+def walk_block(rnd: ir.Value, order: str) -> ir.Operation:
+    """attn.walk_block of round `rnd`, at the insertion point."""
+    i32, i1 = ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(1)
+    return R.create(R.WALK_BLOCK, [i1, i32, i32, i32], [rnd], {"order": order})
 
 
 def _inside(op, role: ir.Operation) -> bool:

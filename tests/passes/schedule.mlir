@@ -21,6 +21,7 @@
 // RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines" | filecheck %s --check-prefix=SYNC100
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{persistent=1}" | filecheck %s --check-prefix=WALK
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{persistent=1},attn-alloc-smem,attn-insert-pipelines" | filecheck %s --check-prefix=WALKSYNC
+// RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{persistent=1},attn-alloc-smem,attn-insert-pipelines,attn-overlap-gemms,attn-verify-pipeline" | filecheck %s --check-prefix=AHEAD
 
 // L3, sm_80: one cooperative role whose loads go through its own cp.async channels, K
 // and V issued ahead of their steps as the kernel issues them (Note [cp.async prefetch] in
@@ -325,3 +326,31 @@ func.func @hd128_unmasked(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>
 // WALKSYNC-NEXT: } else {
 // WALKSYNC-NEXT: scf.yield %[[KS]], %[[KP]], %[[QS]], %[[QP]] : i32, i32, i32, i32
 // WALKSYNC: }) {name = "producer"
+
+// attn-overlap-gemms on persistent consumers without ping-pong (Note [The next block's
+// first QK^T in the IR] in attnc/schedule/walk_ahead.py): the walk carries the last
+// block's round (-1 before the first), m, l and O; a block issues its first QK^T, then
+// finalizes and stores the last block's O, then lands its S; the last block's epilogue
+// follows the walk. attn-verify-pipeline finds it sound.
+// AHEAD-LABEL: name = "producer"
+// AHEAD: %[[NONE:c-1_i32]] = arith.constant -1 : i32
+// AHEAD-NEXT: %[[ROUNDS_LOOP:[0-9]+]]:8 = scf.for %[[R:arg[0-9]+]] = {{.*}} iter_args({{.*}}, %[[PREV:arg[0-9]+]] = %[[NONE]], %[[M:arg[0-9]+]] = %{{[0-9]+}}, %[[L:arg[0-9]+]] = %{{[0-9]+}}, %[[O:arg[0-9]+]] = %{{[0-9]+}})
+// AHEAD: %[[S:[0-9]+]] = "attn.mma"(%{{[0-9]+}}, %{{[0-9]+}}) {async, kind = "qk"}
+// AHEAD-NEXT: %[[ZERO:c0_i32[_0-9]*]] = arith.constant 0 : i32
+// AHEAD-NEXT: %[[SOME:[0-9]+]] = arith.cmpi sge, %[[PREV]], %[[ZERO]]
+// AHEAD-NEXT: scf.if %[[SOME]] {
+// AHEAD-NEXT: %[[B:[0-9]+]]:4 = "attn.walk_block"(%[[PREV]]) {order = "snake"}
+// AHEAD-NEXT: %[[F:[0-9]+]]:2 = "attn.finalize"(%[[O]], %[[M]], %[[L]], %[[B]]#2)
+// AHEAD: "attn.store"(%[[F]]#0, %[[B]]#1, %[[B]]#2, %[[B]]#3) {operand = "o"}
+// AHEAD-NEXT: }
+// AHEAD-NEXT: "attn.mma_wait"(%[[S]]) {pending = 0 : i64}
+// AHEAD: } else {
+// AHEAD-NEXT: "attn.mbarrier_arrive"
+// AHEAD-NEXT: arith.constant 0
+// AHEAD-NEXT: arith.cmpi sge, %[[PREV]]
+// AHEAD: scf.yield {{.*}}, %[[R]], %{{[0-9]+}}#0, %{{[0-9]+}}#1, %{{[0-9]+}}#2 :
+// AHEAD: %[[LAST:[0-9]+]] = arith.cmpi sge, %[[ROUNDS_LOOP]]#4, %c0_i32
+// AHEAD-NEXT: scf.if %[[LAST]] {
+// AHEAD-NEXT: %[[LB:[0-9]+]]:4 = "attn.walk_block"(%[[ROUNDS_LOOP]]#4) {order = "snake"}
+// AHEAD-NEXT: "attn.finalize"(%[[ROUNDS_LOOP]]#7, %[[ROUNDS_LOOP]]#5, %[[ROUNDS_LOOP]]#6, %[[LB]]#2)
+// AHEAD: }) {name = "consumer0"

@@ -121,7 +121,8 @@ def edit_total(result):
 @pytest.mark.parametrize("edit,example,options,message", [
     (edit_bounds, "gemma2", "", "the bounds of the KV loops and the tests of the branches of role 'producer'"),
     (edit_total, "mha", "", "the bounds of the KV loops and the tests of the branches of role 'producer'"),
-    (edit_persistent_else, "mha", "persistent=true", "this role's synchronization was edited since"),
+    # (the verifier's block without keys: Note [Key blocks the check runs] in verify.py)
+    (edit_persistent_else, "mha", "persistent=true", "attn-verify-pipeline: channel 'q' deadlocks"),
     (edit_between_loops, "gemma2", "", "this role's synchronization was edited since"),
     (edit_stages, "mha", "", "attn-verify-pipeline: channel 'kv' deadlocks"),
     (edit_completes, "mha", "", "each write completed by its thread's arrival"),

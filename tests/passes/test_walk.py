@@ -5,6 +5,7 @@ next -- Q's slot refilled, the K/V ring going on -- which a plan that runs one b
 CTA never exercises."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,75 @@ def test_the_walk_compiles_to_the_persistent_kernel():
     """The lowering takes the plan with its walk (the kernel's PTX walks the grid's rounds)."""
     result = compiled("mha", LOWERED)
     assert "nctaid" in str(result.module)
+
+
+def test_a_blocks_epilogue_runs_after_the_next_blocks_first_qk():
+    """Note [The next block's first QK^T in the IR] (attnc/schedule/walk_ahead.py): without
+    ping-pong, a persistent consumer's block finalizes and stores the last block's O right
+    after issuing its own first QK^T, and the last block's after the walk."""
+    op = kernel("sliding_window", OVERLAPPED)
+    for name in ("consumer0", "consumer1"):
+        r = role(op, name)
+        loop = R.walk_branch(r).parent
+        assert len(list(loop.regions[0].blocks[0].arguments)) == 1 + 4 + 4       # rings, round, m, l, O
+        steps = next(o.operation for o in R.body_block(r).operations
+                     if o.operation.name == "scf.if" and R.ops_in(o.operation.regions[0].blocks[0], (R.MMA_WAIT,)))
+        first = [o.operation.name for o in steps.regions[0].blocks[0].operations]
+        at = first.index("attn.mma")
+        assert first[at + 1:at + 4] == ["arith.constant", "arith.cmpi", "scf.if"] and first[at + 4] == R.MMA_WAIT
+        assert not [o for o in R.body_block(r).operations if o.operation.name in ("attn.finalize", "attn.store")]
+        assert [o.operation.name for o in R.role_block(r).operations][-2] == "scf.if"       # the last epilogue
+        assert len(R.ops_in(R.role_block(r), ("attn.finalize",))) == 3
+
+
+def test_with_pingpong_each_block_stores_its_own_o():
+    op = kernel("mha", OVERLAPPED.replace("persistent=1", "persistent=1 pingpong=1"))
+    for name in ("consumer0", "consumer1"):
+        assert [o.operation.name for o in R.body_block(role(op, name)).operations][-3:-1] == \
+            ["attn.finalize", "attn.store"]
+
+
+@pytest.mark.parametrize("edit, expect", [
+    ("barrier", "moves a persistent consumer's epilogue (attn.finalize and the stores after its steps) to the "
+                "next block; this block has attn.cta_barrier there"),
+    ("operand", "this op reads a value of its block's program other than its O, m, l and (b, h, m_block)"),
+])
+def test_an_epilogue_the_walk_cannot_move_is_refused(edit, expect):
+    result = compiled("mha", L5)
+    op = attention_ops(result.module)[0]
+    with op.context:
+        for name in ("consumer0", "consumer1"):
+            store = R.ops_in(R.body_block(role(op, name)), ("attn.store",))[0]
+            if edit == "barrier":
+                with ir.InsertionPoint(store), store.location:
+                    R.create(R.CTA_BARRIER)
+            else:
+                store.operands[1] = R.walk_branch(role(op, name)).parent.regions[0].blocks[0].arguments[1]
+    with pytest.raises(AttncError, match=re.escape(expect)):
+        from attnc.passes.overlap_gemms import overlap
+        overlap(result.module)
+
+
+def test_an_epilogue_in_a_first_step_with_pingpong_is_refused():
+    """Only the persistent kernel without ping-pong finishes the last block in a block's
+    first step: with ping-pong an epilogue moved there by hand is refused at the lowering."""
+    from mlir.dialects import arith, scf
+
+    from attnc.backend.wgmma_steps import wgmma_steps
+    from attnc.schedule.walk import walk_block
+
+    op = kernel("mha", OVERLAPPED.replace("persistent=1", "persistent=1 pingpong=1"))
+    with op.context:
+        for name in ("consumer0", "consumer1"):
+            qk = next(o for o in R.ops_in(R.body_block(role(op, name)), ("attn.mma",))
+                      if "async" in o.attributes)
+            after = list(qk.block.operations)[[o.operation for o in qk.block.operations].index(qk) + 1]
+            with ir.InsertionPoint(after), qk.location:
+                zero = arith.ConstantOp(ir.IntegerType.get_signless(32), 0).result
+                branch = scf.IfOp(arith.ConstantOp(ir.IntegerType.get_signless(1), 1).result)
+                with ir.InsertionPoint(branch.then_block):
+                    walk_block(zero, "snake")
+                    scf.YieldOp([])
+        with pytest.raises(AttncError, match="only persistent CTAs without ping-pong run the previous block's "
+                                             "epilogue in a block's first step"):
+            wgmma_steps(op)
