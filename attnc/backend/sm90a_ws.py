@@ -65,7 +65,9 @@ steps, so that the tensor cores are not idle through the epilogue: window 1024 a
 dim 128 5 % faster, persistent causal 2 % (results/sm90a_h200.md, "The next block's first
 QK^T"). S must not leave the branch that issued it: with step 0's S passed out of an
 scf.if (or carried around the loop) instead of into the steps in the same branch,
-ptxas kept the consumers' S twice, spilled 700 bytes and serialized the wgmma.
+ptxas kept the consumers' S twice, spilled 700 bytes and serialized the wgmma. The IR
+shows that rotation (Note [The next block's first QK^T in the IR] in
+attnc/schedule/walk_ahead.py).
 """
 from __future__ import annotations
 

@@ -24,7 +24,8 @@ P.V after them (O landed and scaled, V's wait, P.V, O landed, with persistent CT
 last two V slots released) are built from their ops likewise, with the trips' patterns
 where the op is a trip's, and checked the same way; but a persistent kernel without
 ping-pong issues its first QK^T before the previous block's epilogue (Note [The next
-block's first QK^T] in sm90a_ws.py), builds its first step as that note says and
+block's first QK^T] in sm90a_ws.py; in the IR, Note [The next block's first QK^T in
+the IR] in attnc/schedule/walk_ahead.py), builds its first step as that note says and
 refuses one whose ops differ from attn-overlap-gemms' (but for the hooks). The
 loops around the trips are the kernel's, and `check_key_range` checks what it takes as
 its own (the range's test, one block a step, the rings' stages); everything else --

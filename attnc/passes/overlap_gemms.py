@@ -13,7 +13,10 @@ with K's first load before them and V's last after (Note [K one step ahead] in
 attnc/schedule/load_ahead.py). The cooperative kernel's role (no producer warpgroup) is
 rotated likewise, its trips loading V and K of later blocks into their slots behind one
 cp.async wait (Note [Overlapped cooperative steps in the IR] in
-attnc/schedule/overlap_coop.py). One consumer trip, before and after:
+attnc/schedule/overlap_coop.py). Persistent consumers without ping-pong then issue each
+block's first QK^T before the last block's epilogue, which the walk over query blocks
+carries to the next block (Note [The next block's first QK^T in the IR] in
+attnc/schedule/walk_ahead.py). One consumer trip, before and after:
 
     wait K; QK^T; release K; scores; softmax      O = land(O in flight); O *= factor
     O *= factor; wait V; P.V; release V           release V(n - 2); wait K(n); wait V(n - 1)

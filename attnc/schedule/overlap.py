@@ -28,9 +28,10 @@ next query block reuses them; Q's slot (persistent CTAs) once the last QK^T land
 With ping-pong the turns are taken around the GEMMs issued together -- step lo's QK^T,
 each loop's pair, the last P.V -- with the waits for K and V before the turn. What the
 kernel adds that is not written here: it walks the blocks from the top of the range down
-(as sm_80's does, Note [Steps op by op] in attnc/backend/kv_steps.py), and persistent
-CTAs without ping-pong issue a block's first QK^T before the previous block's O is
-stored (Note [The next block's first QK^T] in sm90a_ws.py).
+(as sm_80's does, Note [Steps op by op] in attnc/backend/kv_steps.py). Persistent CTAs
+without ping-pong also issue a block's first QK^T before the previous block's O is
+stored: walk_ahead.py writes that after this rotation (Note [The next block's first QK^T
+in the IR]).
 """
 from __future__ import annotations
 
