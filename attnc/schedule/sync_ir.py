@@ -122,10 +122,11 @@ class Pipelines:
         with ir.InsertionPoint(block.operations[_index(loops[-1]) + 1]), R.pass_loc(PASS, loops[-1]):
             _named(R.NAMED_BARRIER_ARRIVE, other)
         if self.role == "consumer0":        # its last sync balances consumer1's first arrive
-            last = loops[-1] if block == role_block else role_block.owner
-            at = block.operations[_index(loops[-1]) + 2] if block == role_block else role_block.operations[
-                len(role_block.operations) - 1]
-            with ir.InsertionPoint(at), R.pass_loc(PASS, last):
+            if block == role_block:
+                at, near = block.operations[_index(loops[-1]) + 2], loops[-1]
+            else:                           # once, after the walk over query blocks
+                at, near = list(role_block.operations)[-1], role_block.owner
+            with ir.InsertionPoint(at), R.pass_loc(PASS, near):
                 _named(R.NAMED_BARRIER_SYNC, own)
 
     def _drain(self, block: ir.Block) -> None:

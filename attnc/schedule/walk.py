@@ -15,9 +15,12 @@ The program's rings run on across blocks: attn-insert-pipelines carries each rin
 (stage, phase) through the loop and out of the branch (the round without a block
 yields it unchanged), so the producer refills the slots where the consumers' last block
 left them, and Q's one slot is waited for with the next phase each round (its empty
-mbarrier: Q's release after a block's last QK^T). attn-verify-pipeline runs two rounds.
-The lowering builds the walk as the kernel's own and compares it with the plan (Note
-[The plan the lowerings follow]).
+mbarrier: Q's release after a block's last QK^T). attn-verify-pipeline runs three rounds
+(Note [Key blocks the check runs] in verify.py). attn-overlap-gemms moves the consumers'
+epilogue to the next round where the kernel does (Note [The next block's first QK^T in
+the IR] in walk_ahead.py). The lowering builds the walk as the kernel's own, checks its
+order (`check_walk`) and compares the rest with the plan (Note [The plan the lowerings
+follow]).
 """
 from __future__ import annotations
 

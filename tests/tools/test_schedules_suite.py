@@ -52,7 +52,7 @@ def test_every_plan_of_the_suite_has_its_own_kernel(arch):
             assert spec.stages == int(tag[-1])
             assert re.search(rf'name = "kv", producer = "\w+", space = "smem", stages = {tag[-1]} : i64', ir_text)
         if tag.startswith("persistent"):       # Note [The walk over query blocks]
-            assert spec.persistent_ctas and ir_text.count('"attn.walk_block"') == 3
+            assert spec.persistent_ctas and ir_text.count('"attn.walk_rounds"') == 3
         if tag.startswith("consumers"):
             consumers = int(tag[-1])
             assert ir_text.count('"attn.role"()') == 1 + consumers
