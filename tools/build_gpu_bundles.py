@@ -354,6 +354,8 @@ SCHEDULES = [
     ("sm_90a", "nopingpong", {"block_m": 128, "pingpong": False}, ()),
     ("sm_90a", "persistent", {"block_m": 128, "producer": True, "persistent": True}, ()),
     ("sm_90a", "persistent_pingpong", {"block_m": 128, "producer": True, "persistent": True, "pingpong": True}, ()),
+    ("sm_90a", "persistent_linear", {"block_m": 128, "producer": True, "persistent": True, "walk_order": "linear"},
+     ()),
     ("sm_90a", "v_before_k", {"block_m": 128, "producer": True}, ("examples/passes/v_before_k.py",)),
     ("sm_90a", "pv_before_qk", {"block_m": 128, "producer": True}, ("examples/passes/pv_before_qk.py",)),
     ("sm_90a", "pv_before_qk_turns", {"block_m": 128, "producer": True, "pingpong": True},

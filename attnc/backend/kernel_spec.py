@@ -86,6 +86,8 @@ class ForwardSpec:
     persistent: Optional[bool] = None      # with a producer warpgroup: one CTA per SM loops over
                                           # the query blocks (Note [Persistent CTAs] in sm90a_ws.py);
                                           # None: persistent_ctas decides
+    walk_order: str = "snake"              # with persistent CTAs: how they take the query blocks
+                                          # (attnc/schedule/walk.py's ORDERS)
     exp2_fma: Optional[int] = None         # of every 8 scores of a row, how many take their exp2 on
                                           # the FMA pipe, 0..8 (Note [Exponentials on the FMA pipe]
                                           # in softmax.py); None: exp2_on_fma decides

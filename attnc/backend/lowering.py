@@ -85,6 +85,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
     from attnc.passes.pipelines import LOWERING
     from attnc.passes.warp_specialize import banded
     from attnc.schedule.recipes import check_producer_registers
+    from attnc.schedule.walk import walk_order_of
 
     variant = result.variant
     ops = attention_ops(result.module)
@@ -104,7 +105,8 @@ def _lowering_from_ir(result) -> ForwardLowering:
     regs = dict(plan.regs)
     followed = dict(num_warps=plan.warps, stages=plan.stages)
     if target == "sm_90a":
-        followed.update(producer_warpgroup=plan.producer, pingpong=plan.pingpong, persistent=plan.persistent)
+        followed.update(producer_warpgroup=plan.producer, pingpong=plan.pingpong, persistent=plan.persistent,
+                        walk_order=walk_order_of(op))       # Note [The walk over query blocks]
         if plan.producer:
             consumer_regs = {regs[name] for name in regs if name.startswith("consumer")}
             if len(consumer_regs) != 1:

@@ -42,7 +42,8 @@ exits. Where this kernel is the default, and what it measured: ForwardSpec.warp_
 Note [Persistent CTAs]: with `persistent` the grid is at most one CTA per SM
 (manifest grid factor min_sms), and each CTA loops over query blocks w = ctaid.x,
 then 2G - 1 - ctaid.x, 2G + ctaid.x, ... (G = gridDim.x; a snake, so that a CTA that
-took a heavy block in one round takes a light one in the next), w -> (m_block, head,
+took a heavy block in one round takes a light one in the next; `walk_order=linear` on
+attn-warp-specialize takes rG + ctaid.x every round), w -> (m_block, head,
 batch) with m_block fastest and the heaviest (last) m_block first. Producer and
 consumers walk the same blocks and count the K/V steps from the CTA's first (`t_base`),
 so the ring's slots and phases run on across blocks: the consumers release every slot
@@ -466,8 +467,8 @@ class Sm90aWsForward(Sm90aForward):
 
 class _BlockWalk:
     """A persistent CTA's query blocks (Note [Persistent CTAs]): round r takes item
-    w = r G + (ctaid.x, or G - 1 - ctaid.x in odd rounds), G = gridDim.x, which is
-    (m_block, head, batch) with m_block fastest, the last m_block first."""
+    w = r G + (ctaid.x, or, with the snake order, G - 1 - ctaid.x in odd rounds), G =
+    gridDim.x, which is (m_block, head, batch) with m_block fastest, the last m_block first."""
 
     def __init__(self, kernel):
         self.e = e = kernel.e
@@ -475,12 +476,16 @@ class _BlockWalk:
         self.items = e.mul(self.m_blocks, e.mul(e.dim("H"), e.dim("B")))
         self.ctas, self.cta = nvvm.read_ptx_sreg_nctaid_x(e.i32), nvvm.read_ptx_sreg_ctaid_x(e.i32)
         self.rounds = e.div(e.add(self.items, e.sub(self.ctas, 1)), self.ctas)
+        self.snake = kernel.spec.walk_order == "snake"
 
     def item(self, rnd):
         """(i1: round `rnd` has a block, its (m_block, head, batch))."""
         e = self.e
-        odd = e.and_(rnd, 1)
-        w = e.add(e.mul(rnd, self.ctas), e.select(e.eq(odd, 1), e.sub(e.sub(self.ctas, 1), self.cta), self.cta))
+        if self.snake:
+            odd = e.and_(rnd, 1)
+            w = e.add(e.mul(rnd, self.ctas), e.select(e.eq(odd, 1), e.sub(e.sub(self.ctas, 1), self.cta), self.cta))
+        else:
+            w = e.add(e.mul(rnd, self.ctas), self.cta)
         head = e.div(w, self.m_blocks)
         m_block = e.sub(e.sub(self.m_blocks, 1), e.rem(w, self.m_blocks))
         return e.lt(w, self.items), (m_block, e.rem(head, e.dim("H")), e.div(head, e.dim("H")))

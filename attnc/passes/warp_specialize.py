@@ -61,9 +61,14 @@ class WarpSpecialize(Pass):
                "attn.warp_specialize, every role's program in the walk over query blocks (Notes [Persistent "
                "CTAs] in sm90a_ws.py and [The walk over query blocks] in walk.py; default: on for a band, a "
                "sliding window; results/sm90a_h200.md, \"Persistent CTAs\")"})
+    walk_order: str | None = field(default=None, metadata={
+        "doc": "sm_90a, with persistent CTAs: the order in which they take the query blocks, round by "
+               "round: snake (rG + c in even rounds, rG + G - 1 - c in odd ones, G CTAs, c = ctaid.x) or "
+               "linear (rG + c), recorded as `order` on attn.walk_block (default: snake; "
+               "results/sm90a_h200.md, \"Walk order\")"})
 
     def run(self, module) -> None:
-        warp_specialize(module, self.consumers, self.producer, self.pingpong, self.persistent)
+        warp_specialize(module, self.consumers, self.producer, self.pingpong, self.persistent, self.walk_order)
 
 
 def sm90a_roles(op, tile, consumers: int | None, producer: bool | None, pingpong: bool | None):
@@ -91,7 +96,8 @@ def sm90a_roles(op, tile, consumers: int | None, producer: bool | None, pingpong
 
 
 def warp_specialize(module, consumers: int | None, producer: bool | None = None,
-                    pingpong: bool | None = None, persistent: bool | None = None) -> None:
+                    pingpong: bool | None = None, persistent: bool | None = None,
+                    walk_order: str | None = None) -> None:
     from mlir import ir
 
     from attnc.errors import AttncError
@@ -101,6 +107,7 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
     from attnc.passes import plan_ir
     from attnc.schedule.partition import Partition
     from attnc.schedule.recipes import check_register_budget, recipe
+    from attnc.schedule.walk import ORDER, ORDERS
 
     for op in attention_ops(module):
         if warp_specialize_of(op) is not None:
@@ -133,12 +140,18 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
             # By default the producer plan of a band (ForwardSpec.persistent_ctas in
             # attnc/backend/kernel_spec.py says what was measured).
             stays = persistent if persistent is not None else target == "sm_90a" and has_producer and banded(op)
+            if walk_order is not None and walk_order not in ORDERS:
+                raise AttncError(f"walk_order={walk_order}: persistent CTAs take the query blocks in one of the "
+                                 f"orders {', '.join(ORDERS)}")
+            if walk_order is not None and not stays:
+                raise AttncError(f"walk_order={walk_order}: the order of persistent CTAs' query blocks, and this "
+                                 f"plan's CTAs are not persistent (persistent=1)")
             r = recipe(target, num_warps=get_int(op, "num_warps"), kv_stages=get_int(op, "stages"),
                        q_tiles=tile.q_tiles, consumers=n, producer=has_producer, persistent=stays,
                        pingpong=turns)
             check_register_budget(r)
             with op.context:
-                ws = Partition(r, op).run()
+                ws = Partition(r, op, walk_order or ORDER).run()
                 for name, chosen in ((R.PINGPONG, turns), (R.PERSISTENT, stays)):
                     if chosen:
                         ws.attributes[name] = ir.BoolAttr.get(True)

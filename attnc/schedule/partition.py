@@ -29,7 +29,7 @@ from attnc.errors import AttncError
 from attnc.ir import roles as R
 from attnc.schedule.prefetch import prefetch
 from attnc.schedule.recipes import Channel, Recipe
-from attnc.schedule.walk import walk_blocks
+from attnc.schedule.walk import ORDER, walk_blocks
 
 PASS = "attn-warp-specialize"
 _TILE_OPS = ("attn.load", "attn.mma", "attn.score_mod", "attn.mask", "attn.softmax_step", "attn.rescale",
@@ -75,8 +75,9 @@ def tile_name(v: ir.Value) -> str:
 class Partition:
     """One split of one kernel body (module docstring)."""
 
-    def __init__(self, recipe: Recipe, kernel: ir.Operation):
+    def __init__(self, recipe: Recipe, kernel: ir.Operation, walk_order: str = ORDER):
         self.recipe = recipe
+        self.walk_order = walk_order        # persistent CTAs' (Note [The walk over query blocks])
         self.kernel = kernel
         self.body = kernel.regions[0].blocks[0]
         self.names = [r.name for r in recipe.roles]
@@ -170,7 +171,7 @@ class Partition:
             prefetch(R.role_ops(self.kernel)[0], next(c.stages for c in self.recipe.channels if c.name == "kv"))
         if self.recipe.persistent:           # Note [The walk over query blocks]
             for role in R.role_ops(self.kernel):
-                walk_blocks(role, self.kernel)
+                walk_blocks(role, self.kernel, self.walk_order)
         self._write_types()
         for key, digest in ((R.PROGRAMS, R.program_digest), (R.RANGES, R.range_digest)):
             # Notes [Role programs] and [The key range as made]

@@ -29,11 +29,16 @@ from mlir.dialects import arith, scf
 
 from attnc.ir import roles as R
 
-ORDER = "snake"
+# How the CTAs take the query blocks, round by round (G CTAs, c = ctaid.x): "snake", block
+# rG + c in even rounds and rG + G - 1 - c in odd ones, so that a CTA that had a heavy block
+# gets a light one next (the heaviest, last m_block, first); "linear", rG + c every round.
+ORDERS = ("snake", "linear")
+ORDER = ORDERS[0]
 
 
-def walk_blocks(role: ir.Operation, kernel: ir.Operation) -> None:
-    """Note [The walk over query blocks], on `role` of `kernel` (L3)."""
+def walk_blocks(role: ir.Operation, kernel: ir.Operation, order: str = ORDER) -> None:
+    """Note [The walk over query blocks], on `role` of `kernel` (L3), taking the blocks in
+    `order` (one of ORDERS)."""
     block = R.role_block(role)
     ops = [op.operation for op in block.operations][:-1]
     i32 = ir.IntegerType.get_signless(32)
@@ -43,7 +48,7 @@ def walk_blocks(role: ir.Operation, kernel: ir.Operation) -> None:
         rounds = R.create(R.WALK_ROUNDS, [i32]).result
         loop = scf.ForOp(zero, rounds, one)
         with ir.InsertionPoint(loop.body):
-            item = walk_block(loop.induction_variable, ORDER)
+            item = walk_block(loop.induction_variable, order)
             branch = scf.IfOp(item.results[0])
             with ir.InsertionPoint(branch.then_block):
                 end = scf.YieldOp([])
@@ -72,12 +77,20 @@ def _inside(op, role: ir.Operation) -> bool:
     return False
 
 
-def check_walk(kernel: ir.Operation, pass_name: str) -> None:
+def walk_order_of(kernel: ir.Operation) -> str:
+    """The order of the kernel's walk (as check_walk found it), or the default."""
+    walks = R.ops_in(kernel.regions[0].blocks[0], (R.WALK_BLOCK,))
+    return R.attrs_of(walks[0])["order"] if walks else ORDER
+
+
+def check_walk(kernel: ir.Operation, pass_name: str) -> str | None:
     """The walk a lowering builds as its kernel's: in every role of a persistent plan, in
-    no role of another, taking the blocks in the kernel's order."""
+    no role of another, every role taking the blocks in one of ORDERS, the same; returns
+    that order (None: no walk)."""
     from attnc.ir import error_at
 
     persistent = bool(R.attrs_of(R.warp_specialize_of(kernel)).get(R.PERSISTENT, False))
+    orders: dict[str, ir.Operation] = {}
     for role in R.role_ops(kernel):
         name = R.name_of(role)
         walks = R.ops_in(R.role_block(role), (R.WALK_BLOCK,))
@@ -91,7 +104,12 @@ def check_walk(kernel: ir.Operation, pass_name: str) -> None:
                                      f"attnc/schedule/walk.py)")
         for walk in walks:
             order = R.attrs_of(walk).get("order")
-            if order != ORDER:
-                raise error_at(walk, f"{pass_name} walks the query blocks in the order '{ORDER}' (Note "
-                                     f"[Persistent CTAs] in attnc/backend/sm90a_ws.py), and this "
-                                     f"{R.WALK_BLOCK} asks for {order!r}")
+            if order not in ORDERS:
+                raise error_at(walk, f"{pass_name} walks the query blocks in one of the orders "
+                                     f"{', '.join(ORDERS)} (Note [Persistent CTAs] in attnc/backend/sm90a_ws.py), "
+                                     f"and this {R.WALK_BLOCK} asks for {order!r}")
+            orders.setdefault(order, walk)
+            if len(orders) > 1:
+                raise error_at(walk, f"{pass_name}: every role of a CTA walks the query blocks in one order, and "
+                                     f"this {R.WALK_BLOCK} takes them {order!r}, another {next(iter(orders))!r}")
+    return next(iter(orders), None)

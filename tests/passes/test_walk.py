@@ -135,7 +135,9 @@ def test_the_last_v_slot_held_past_its_block_deadlocks_the_next_round():
 
 
 @pytest.mark.parametrize("edit, expect", [
-    ("order", "walks the query blocks in the order 'snake'"),
+    ("order", "walks the query blocks in one of the orders snake, linear"),
+    ("mixed", "every role of a CTA walks the query blocks in one order, and this attn.walk_block takes them "
+              "'linear', another 'snake'"),
     ("removed", "persistent = true on attn.warp_specialize, and role 'producer' has no walk"),
     ("flag", "role 'producer' walks query blocks, and attn.warp_specialize is not persistent = true"),
 ])
@@ -147,8 +149,10 @@ def test_an_edited_walk_is_refused_by_the_lowering(edit, expect):
     op = attention_ops(result.module)[0]
     producer = role(op, "producer")
     with op.context:
-        if edit == "order":
-            R.ops_in(R.role_block(producer), (R.WALK_BLOCK,))[0].attributes["order"] = ir.StringAttr.get("rows")
+        if edit in ("order", "mixed"):
+            order = "rows" if edit == "order" else "linear"
+            R.ops_in(R.role_block(role(op, "consumer1")), (R.WALK_BLOCK,))[0].attributes["order"] = \
+                ir.StringAttr.get(order)
         elif edit == "flag":
             del R.warp_specialize_of(op).attributes[R.PERSISTENT]
         else:
@@ -245,3 +249,27 @@ def test_an_epilogue_in_a_first_step_with_pingpong_is_refused():
         with pytest.raises(AttncError, match="only persistent CTAs without ping-pong run the previous block's "
                                              "epilogue in a block's first step"):
             wgmma_steps(op)
+
+
+@pytest.mark.parametrize("order", ["snake", "linear"])
+def test_the_walk_order_is_a_pass_option(order):
+    """attn-warp-specialize{walk_order}: every role's attn.walk_block has it, and the
+    kernels of the two orders differ."""
+    from attnc.backend.lowering import build
+
+    op = kernel("mha", L3.replace("persistent=1", f"persistent=1 walk_order={order}"))
+    assert {R.attrs_of(w)["order"] for w in R.ops_in(op.regions[0].blocks[0], (R.WALK_BLOCK,))} == {order}
+    ptx = {o: build(compiled("mha", LOWERED.replace("persistent=1", f"persistent=1 walk_order={o}"))).ptx
+           for o in ("snake", "linear")}
+    assert ptx["snake"] != ptx["linear"]
+
+
+@pytest.mark.parametrize("options, expect", [
+    ("walk_order=linear", "walk_order=linear: the order of persistent CTAs' query blocks, and this plan's CTAs are "
+                          "not persistent"),
+    ("persistent=1 walk_order=zigzag", "walk_order=zigzag: persistent CTAs take the query blocks in one of the "
+                                       "orders snake, linear"),
+])
+def test_a_walk_order_the_plan_cannot_take_is_refused(options, expect):
+    with pytest.raises(AttncError, match=re.escape(expect)):
+        compiled("mha", L3.replace("persistent=1", options))

@@ -1,6 +1,7 @@
 """Persistent CTAs in the PTX emulator (Note [The walk over query blocks] in
 attnc/schedule/walk.py): on an emulated GPU of one SM the grid is one CTA, which walks all
-four query blocks (two heads of two 128-row blocks) in four rounds, its K/V ring, Q's slot
+four query blocks (two heads of two 128-row blocks) in four rounds, in either order, its
+K/V ring, Q's slot
 and, with ping-pong, the consumers' turns running on from block to block (Note [Ping-pong
 turns] in attnc/schedule/sync.py). Zero race or protocol reports are allowed."""
 from __future__ import annotations
@@ -18,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("example, options", [("sliding_window", "persistent=1"),
-                                              ("mha", "persistent=1 pingpong=1")])
+                                              ("mha", "persistent=1 pingpong=1"),
+                                              ("gemma2", "persistent=1 walk_order=linear")])
 def test_one_cta_walks_every_query_block(example, options):
     path = ROOT / "examples" / f"{example}.attn"
     names = format_pipeline(target_pipeline("sm_90a")).split(",")

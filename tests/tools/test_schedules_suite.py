@@ -42,7 +42,8 @@ def test_every_plan_of_the_suite_has_its_own_kernel(arch):
              ("pingpong", "nopingpong"), ("v_before_k", "nopingpong"), ("pv_before_qk", "nopingpong"),
              ("pv_before_qk_turns", "pingpong"), ("waits_first", "nopingpong"), ("last_v_early", "pingpong"),
              ("coop", "nopingpong"), ("loads_after_gemms", "coop"), ("persistent", "nopingpong"),
-             ("persistent_pingpong", "persistent"), ("persistent_pingpong", "pingpong")]
+             ("persistent_pingpong", "persistent"), ("persistent_pingpong", "pingpong"),
+             ("persistent_linear", "persistent")]
     for a, b in pairs:
         if a in ptx and b in ptx:
             assert ptx[a] != ptx[b], f"{a} and {b} gave the same kernel"
