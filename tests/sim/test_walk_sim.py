@@ -28,3 +28,27 @@ def test_one_cta_walks_every_query_block(example, options):
     bundle = attnc.compile(path, arch="sm_90a", pass_pipeline=",".join(names)).bundle
     assert "MinSms" in str(bundle.manifest.kernels[-1].grid)
     check_against_reference(bundle, path, 200, 300, device=SimDevice(multiprocessors=1))
+
+
+BOTTOM_RIGHT = """attention bottom_right {
+  q: bf16[B, H, M, 128]
+  k: bf16[B, H, N, 128]
+  v: bf16[B, H, N, 128]
+  mask_mod(b, h, i, j) = j <= i + (N - M)
+  out o: bf16[B, H, M, 128]
+}
+"""
+
+
+@pytest.mark.parametrize("options", ["persistent=1", "persistent=1 pingpong=1"])
+def test_blocks_without_keys_in_the_walk(options, tmp_path):
+    """Causal from the bottom right with M = 260 query rows and N = 64 keys: the first
+    query block of each head keeps no key, so the walk meets blocks without steps, whose
+    consumers release Q's slot at once and (without ping-pong) finish the last block's
+    epilogue in their branch without steps."""
+    path = tmp_path / "bottom_right.attn"
+    path.write_text(BOTTOM_RIGHT)
+    names = format_pipeline(target_pipeline("sm_90a")).split(",")
+    names[names.index("attn-warp-specialize")] = f"attn-warp-specialize{{{options}}}"
+    bundle = attnc.compile(path, arch="sm_90a", pass_pipeline=",".join(names)).bundle
+    check_against_reference(bundle, path, 260, 64, device=SimDevice(multiprocessors=1))
