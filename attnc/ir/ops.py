@@ -170,3 +170,25 @@ def _get(op: ir.Operation, key: str) -> ir.Attribute:
     if key not in op.attributes:
         raise error_at(op, f"{op.name} has no '{key}' attribute")
     return op.attributes[key]
+
+
+def with_iter_args(loop: ir.Operation, extra: list) -> ir.Operation:
+    """`loop` (an scf.for) again, carrying the `extra` values more: its attributes kept,
+    its body's ops moved over and the uses of its arguments and results rebound to the new
+    loop's (the body's terminator still yields what it did: the caller adds the new
+    values). Returns the new loop."""
+    from mlir.dialects import scf
+
+    with ir.InsertionPoint(loop), loop.location:
+        new = scf.ForOp(loop.operands[0], loop.operands[1], loop.operands[2], [*list(loop.operands)[3:], *extra])
+    for name in loop.attributes:
+        new.operation.attributes[name] = loop.attributes[name]
+    body = loop.regions[0].blocks[0]
+    for op in list(body.operations):
+        new.body.append(op.operation)
+    for old, fresh in zip(body.arguments, new.body.arguments):
+        old.replace_all_uses_with(fresh)
+    for old, fresh in zip(loop.results, new.results):
+        old.replace_all_uses_with(fresh)
+    loop.erase()
+    return new

@@ -49,6 +49,7 @@ from mlir import ir
 from mlir.dialects import arith, scf
 
 from attnc.ir import roles as R
+from attnc.ir.ops import with_iter_args
 from attnc.schedule.alloc import Tile
 from attnc.schedule.recipes import CP_ASYNC_MBARRIER, Channel, Recipe
 from attnc.schedule.sync import Barrier, cp_async_pending, insert_pipelines
@@ -158,20 +159,8 @@ class Pipelines:
         used = sorted({self._ring(op) for op in R.ops_in(body, (R.PUT, R.GET))})
         if not used:
             return
-        extra = [v for c in used for v in self._state(state, c)]
         n = len(loop.results)
-        with ir.InsertionPoint(loop), loop.location:
-            new = scf.ForOp(loop.operands[0], loop.operands[1], loop.operands[2],
-                            [*loop.operands[3:], *extra])
-        for name in loop.attributes:
-            new.operation.attributes[name] = loop.attributes[name]
-        for op in list(body.operations):
-            new.body.append(op.operation)
-        for old, fresh in zip(body.arguments, new.body.arguments):
-            old.replace_all_uses_with(fresh)
-        for old, fresh in zip(loop.results, new.results):
-            old.replace_all_uses_with(fresh)
-        loop.erase()
+        new = with_iter_args(loop, [v for c in used for v in self._state(state, c)])
         args = list(new.body.arguments)[1 + n:]
         inner = dict(state)
         for k, c in enumerate(used):

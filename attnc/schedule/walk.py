@@ -57,7 +57,7 @@ def walk_blocks(role: ir.Operation, kernel: ir.Operation, order: str = ORDER) ->
         op.move_before(end)
     for arg, value in zip(kernel.regions[0].blocks[0].arguments, list(item.results)[1:]):
         for use in list(arg.uses):
-            if _inside(use.owner, role):
+            if inside(use.owner, role):
                 use.owner.operands[use.operand_number] = value
 
 
@@ -67,10 +67,11 @@ def walk_block(rnd: ir.Value, order: str) -> ir.Operation:
     return R.create(R.WALK_BLOCK, [i1, i32, i32, i32], [rnd], {"order": order})
 
 
-def _inside(op, role: ir.Operation) -> bool:
+def inside(op, ancestor: ir.Operation) -> bool:
+    """Whether `op` is `ancestor` or stands in its regions."""
     op = getattr(op, "operation", op)
     while op is not None:
-        if op == role:
+        if op == ancestor:
             return True
         op = op.parent
         op = getattr(op, "operation", op) if op is not None else None

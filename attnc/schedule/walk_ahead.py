@@ -31,8 +31,9 @@ from mlir.dialects import arith, scf
 
 from attnc.ir import error_at
 from attnc.ir import roles as R
+from attnc.ir.ops import with_iter_args
 from attnc.schedule.overlap import PASS
-from attnc.schedule.walk import walk_block
+from attnc.schedule.walk import inside, walk_block
 
 EPILOGUE = ("attn.finalize", "attn.store")
 
@@ -115,17 +116,8 @@ def _carry(loop, branch, item, some, block_results: tuple) -> list:
     with ir.InsertionPoint(loop):
         fills = [_above_clone(v) for v in starts]
         minus_one = arith.ConstantOp(i32, -1).result
-        new = scf.ForOp(loop.operands[0], loop.operands[1], loop.operands[2],
-                        [*list(loop.operands)[3:], minus_one, *fills])
     n = len(loop.results)
-    old_body = loop.regions[0].blocks[0]
-    for op in list(old_body.operations):
-        new.body.append(op.operation)
-    for old, fresh in zip(old_body.arguments, new.body.arguments):
-        old.replace_all_uses_with(fresh)
-    for old, fresh in zip(loop.results, new.results):
-        old.replace_all_uses_with(fresh)
-    loop.erase()
+    new = with_iter_args(loop, [minus_one, *fills])
     carried = list(new.body.arguments)[1 + n:]
     # the branch over the round's block, with the four values more
     types = [*(r.type for r in branch.results), i32, *(v.type for v in block_results)]
@@ -161,16 +153,8 @@ def _above_clone(value) -> ir.Value:
 
 def _above(value, item) -> bool:
     """Whether `value` is defined outside the walk (above the loop over rounds)."""
-    loop = item.parent
     owner = value.owner
-    op = owner.owner if isinstance(owner, ir.Block) else owner
-    op = getattr(op, "operation", op)
-    while op is not None:
-        if op == loop:
-            return False
-        op = op.parent
-        op = getattr(op, "operation", op) if op is not None else None
-    return True
+    return not inside(owner.owner if isinstance(owner, ir.Block) else owner, item.parent)
 
 
 def _index(op) -> int:
