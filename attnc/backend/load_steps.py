@@ -18,10 +18,12 @@ over the steps t of the key range with K(0) peeled, K(t + 1) where there is one 
 V(t) -- the IR's trips one step on, with the last V folded in. So K's first load before
 the loops is built from its ops likewise, and V's last after them is checked as a
 trip's loads are (the same ops in the same order, then); `check_key_range`
-(wgmma_steps.py) checks what the kernel takes as its own of the range. Everything else
--- Q's load before the range, the ops between its loops -- is compared with the plan
-(Notes [Role programs] and [Role schedules] in attnc/ir/roles.py, which leave out only
-what is built op by op).
+(wgmma_steps.py) checks what the kernel takes as its own of the range. Q's load before
+the range is built from its ops too: the wait for Q's empty slot (a persistent CTA's,
+whose Q slot is reused every round, Q's ring of one stage carried through the walk),
+the write, the arrival, in that order. Everything else -- the walk, where the ops stand
+between the loops -- is compared with the plan (Notes [Role programs] and [Role
+schedules] in attnc/ir/roles.py, which leave out what is built op by op).
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from mlir import ir
 
 from attnc.backend.kv_steps import StepOp
-from attnc.backend.wgmma_steps import advances, check_key_range, tile_of
+from attnc.backend.wgmma_steps import advances, bar_of, check_key_range, tile_of
 from attnc.ir import error_at
 from attnc.ir import roles as R
 from attnc.passes.tile_program import KV_LOOP
@@ -50,12 +52,15 @@ class LoadSteps:
     trip: tuple[StepOp, ...]
     first: tuple[StepOp, ...] = ()      # K of the range's first block, before the loops
     last: tuple[StepOp, ...] = ()       # V of its last block, after them
+    q: tuple[StepOp, ...] = ()          # Q's load, before the key range
 
     @staticmethod
-    def default() -> "LoadSteps":
-        """What attn-overlap-gemms writes from attn-insert-pipelines' step: K, then V."""
+    def default(persistent: bool = False) -> "LoadSteps":
+        """What attn-overlap-gemms writes from attn-insert-pipelines' step: K, then V; Q's
+        load before them, which waits for Q's slot only where a CTA loads Q more than once."""
         k, v = (tuple(StepOp(name, tile) for name in ("wait", "write", "arrive")) for tile in ("k", "v"))
-        return LoadSteps(k + v, k, v)
+        q = tuple(StepOp(name, "q") for name in ("wait", "write", "arrive") if persistent or name != "wait")
+        return LoadSteps(k + v, k, v, q)
 
     def runs(self) -> list[tuple[str, tuple[StepOp, ...]]]:
         """The trip as runs of consecutive ops of one tile: (tile, ops)."""
@@ -83,7 +88,40 @@ def load_steps(kernel) -> LoadSteps:
     # V's last load, folded into the kernel's loop, has the trip's V ops: each load's are
     # a wait, a write and an arrival, in that order.
     first, last = _around(loops, bars, kernel)
-    return LoadSteps(trips[0], first, last)
+    return LoadSteps(trips[0], first, last, _q_load(role, loops[0], bars))
+
+
+def _q_load(role, first_loop, bars: dict) -> tuple[StepOp, ...]:
+    """Q's load: the ops of the role's program for one query block before the scf.if over
+    the key range -- a wait for Q's empty slot where Q's channel has that barrier (a
+    persistent CTA's), the slot's write, the arrival on its full barrier."""
+    key_range = first_loop.operation.parent
+    ops = [op.operation for op in R.body_block(role).operations]
+    at = next((k for k, op in enumerate(ops) if op == key_range), None)
+    if at is None:
+        raise error_at(first_loop, f"the producer's scf.if over the key range stands in its program for one "
+                                   f"query block, as attn-overlap-gemms makes it ({NOTE})")
+    empty = any(a.get("channel") == "q" and a.get("side") == "empty" for a in bars.values())
+    stage = next((op.operands[1] for op in ops[:at] if op.name in _OPS), None)
+    ring = {"q": (stage, _q_phase(ops[:at], bars), None)}
+    return _loads(ops[:at], bars, ring, key_range, "the block's", waits=empty)
+
+
+def _q_phase(ops: list, bars: dict):
+    """The phase of Q's ring, as the wait for its empty slot flips it (None without one)."""
+    for op in ops:
+        if op.name == R.MBARRIER_WAIT and _q_tile(op, bars, "empty") == "q":
+            owner = op.operands[2].owner
+            return owner.operands[0] if getattr(owner, "name", "") == "arith.xori" else None
+    return None
+
+
+def _q_tile(op, bars: dict, side: str | None) -> str:
+    """"q" for Q's slot write or an op on Q's barrier of `side`, else the K/V tile (tile_of)."""
+    a = bars.get(bar_of(op), {}) if op.name != R.SLOT_WRITE else {}
+    if a.get("channel") == "q" and a.get("side") == side:
+        return "q"
+    return tile_of(op, bars, side)
 
 
 def _trip(loop, bars: dict) -> tuple[StepOp, ...]:
@@ -127,24 +165,26 @@ def _around(loops: list, bars: dict, kernel) -> tuple[tuple[StepOp, ...], tuple[
             _loads(ops[end + 1:], bars, after, last_loop, "the last block's"))
 
 
-def _loads(ops: list, bars: dict, rings: dict, where, what_loads: str) -> tuple[StepOp, ...]:
+def _loads(ops: list, bars: dict, rings: dict, where, what_loads: str, waits: bool = True) -> tuple[StepOp, ...]:
     """The step ops of the loads among `ops` of the tiles of `rings` (tile: its stage,
-    phase and block), checked: each a wait for its empty slot, the slot's write and the
-    arrival on its full barrier, in that order, at its ring."""
+    phase and block; no block for Q's), checked: each a wait for its empty slot (none
+    without `waits`), the slot's write and the arrival on its full barrier, in that order,
+    at its ring."""
     out: list[StepOp] = []
     seen: dict[str, ir.Operation] = {}
     for op in ops:
         name = op.name
-        if name in ("attn.load", R.RING_ADVANCE, "scf.yield") or \
+        if name in ("attn.load", "attn.dim", "attn.kv_range", R.RING_ADVANCE, "scf.yield") or \
                 (name.startswith("arith.") and not op.regions):
             continue
         if name not in _OPS:
             raise error_at(op, f"the sm_90a lowering has no pattern for {name} in the producer's KV step ({NOTE})")
         what, side = _OPS[name]
-        tile = tile_of(op, bars, side)
+        tile = _q_tile(op, bars, side)
         if tile not in rings:
-            raise error_at(op, f"the producer's KV step waits on K's and V's empty barriers, writes their slots "
-                               f"and arrives on their full barriers ({NOTE})")
+            loads = "Q's load waits on Q's empty barrier" if "q" in rings else \
+                "the producer's KV step waits on K's and V's empty barriers"
+            raise error_at(op, f"{loads}, writes their slots and arrives on their full barriers ({NOTE})")
         key = f"{what} {tile}"
         if key in seen:
             raise error_at(op, f"a producer's KV step has one {key} ({NOTE})")
@@ -153,17 +193,20 @@ def _loads(ops: list, bars: dict, rings: dict, where, what_loads: str) -> tuple[
             (what != "write" or (_loads_block(op.operands[2], tile, block_index)
                                  and R.attrs_of(op).get("completes") == "arrive"))
         if not ok:
-            raise error_at(op, f"the producer's step loads K(n) and V of the block before at the stages and "
-                               f"phases of their rings, carried by the loop, each write completed by its "
-                               f"thread's arrival ({NOTE})")
+            loads = "Q's load takes Q's slot at its ring" if tile == "q" else \
+                "the producer's step loads K(n) and V of the block before at the stages and phases of their " \
+                "rings, carried by the loop"
+            raise error_at(op, f"{loads}, each write completed by its thread's arrival ({NOTE})")
         seen[key] = op
         out.append(StepOp(what, tile))
+    wanted = ["wait", "write", "arrive"] if waits else ["write", "arrive"]
     for tile in rings:
         order = [k for k in ("wait", "write", "arrive") if f"{k} {tile}" in seen]
-        if order != ["wait", "write", "arrive"] or \
-                [op for op in out if op.what == tile] != [StepOp(k, tile) for k in order]:
-            raise error_at(where, f"{what_loads} {tile.upper()} load has a wait for its empty slot, then the "
-                                  f"slot's write, then the arrival on its full barrier ({NOTE})")
+        if order != wanted or [op for op in out if op.what == tile] != [StepOp(k, tile) for k in order]:
+            waited = "a wait for its empty slot, then the slot's write" if waits else \
+                "the slot's write (a CTA that loads it once has no empty barrier to wait on)"
+            raise error_at(where, f"{what_loads} {tile.upper()} load has {waited}, then the arrival on its full "
+                                  f"barrier ({NOTE})")
     return tuple(out)
 
 
@@ -171,6 +214,6 @@ def _loads_block(value, tile: str, block_index) -> bool:
     """Whether a slot write's tile is the attn.load of `tile`'s block `block_index`."""
     owner = value.owner
     return getattr(owner, "name", "") == "attn.load" and R.attrs_of(owner).get("operand") == tile \
-        and owner.operands[3] == block_index
+        and (block_index is None or owner.operands[3] == block_index)
 
 

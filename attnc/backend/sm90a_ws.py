@@ -93,7 +93,7 @@ class Sm90aWsForward(Sm90aForward):
         super().__init__(spec, args)
         # Note [Overlapped steps op by op] (wgmma_steps.py)
         self.trips = spec.wgmma_steps or WgmmaSteps.default(spec.pingpong, spec.persistent_ctas)
-        self.loads = spec.load_steps or LoadSteps.default()       # Note [Loads op by op]
+        self.loads = spec.load_steps or LoadSteps.default(spec.persistent_ctas)     # Note [Loads op by op]
         self.mbar = MBarrier(self.e)
         base, stages = spec.tiles_bytes, spec.stages
         self._bar_offsets = {"q_full": base}
@@ -200,18 +200,18 @@ class Sm90aWsForward(Sm90aForward):
         self.cp.wait(0)
 
     def _produce_block(self, rnd, carried):
-        """Q, then K0 and the trips of Note [Loads op by op] (load_steps.py): K(t + 1)
-        where there is one and V(t), in the order the IR's trip has them -- K0, K1, V0,
-        K2, V1, ... by default."""
+        """Q's load, then K0 and the trips of Note [Loads op by op] (load_steps.py): K(t
+        + 1) where there is one and V(t), in the order the IR's trip has them -- K0, K1,
+        V0, K2, V1, ... by default."""
         e = self.e
-        parity = e.and_(rnd, 1)
         if self.spec.persistent_ctas:
             # The copies' addresses are the block's: computed in its loop body, not
             # hoisted out of the loop over blocks and kept live through it (spills).
             self.loader = TileLoader(e, self.cp, self.smem, e.opaque(self.tid), PRODUCER_THREADS)
-            self.mbar.wait(self._barrier("q_empty"), e.xor(parity, 1))
-        self._load_q(self.m_block)
-        self.mbar.arrive_on_copies(self._barrier("q_full"))
+        # Q's slot: one, whose phase flips every round (Q's ring, of one stage, through the walk)
+        q = Load(None, e.and_(rnd, 1), None, None)
+        for op in self.loads.q:
+            getattr(self, f"_load_{op.name}")(op.what, q)
         kv = self._kv_range(self.m_block)
         total = kv.total(e)
         runs = self.loads.runs()
@@ -245,9 +245,12 @@ class Sm90aWsForward(Sm90aForward):
         self.mbar.wait(self._barrier(f"{tile}_empty", load.slot), self.e.xor(load.parity, 1))
 
     def _load_write(self, tile: str, load) -> None:
-        """The tile's copies into the slot; rows at or past N are zero-filled, and so is a
-        block the mask skips (Note [Skipped blocks] in forward_loads.py)."""
+        """The tile's copies into the slot; rows at or past N (M for Q) are zero-filled, and
+        so is a block the mask skips (Note [Skipped blocks] in forward_loads.py)."""
         e, s = self.e, self.spec
+        if tile == "q":
+            self._load_q(self.m_block)
+            return
         n_block = load.kv.block(e, load.t)
         skip = self._skip(n_block) if s.tile_skip is not None else None
         self._load_kv(tile, n_block, e.mul(load.slot, self.slot_bytes), True, skip)

@@ -186,7 +186,7 @@ def _step_op(op, bars: dict, args: list) -> StepOp | None:
             if (tile_of(arrive, bars, "empty") == "v" and arrive.operands[1] == args[V_PREVIOUS]
                     and predicate == "sge" and int_constant(test.operands[1]) == 2):
                 return StepOp("release_v_late")
-            if bars[_bar(arrive)].get("channel") == "q" and bars[_bar(arrive)].get("side") == "empty" \
+            if bars[bar_of(arrive)].get("channel") == "q" and bars[bar_of(arrive)].get("side") == "empty" \
                     and predicate == "eq":
                 return StepOp("release_q")
     if name in (R.NAMED_BARRIER_SYNC, R.NAMED_BARRIER_ARRIVE):
@@ -286,8 +286,8 @@ def _first_op(op, bars: dict, ring: list) -> StepOp | None:
     if name == "scf.if":
         arrive = _only_arrive(op)
         test = op.operands[0].owner
-        if arrive is not None and bars[_bar(arrive)].get("channel") == "q" and \
-                bars[_bar(arrive)].get("side") == "empty" and getattr(test, "name", "") == "arith.cmpi" \
+        if arrive is not None and bars[bar_of(arrive)].get("channel") == "q" and \
+                bars[bar_of(arrive)].get("side") == "empty" and getattr(test, "name", "") == "arith.cmpi" \
                 and cmpi_predicate(test) == "eq" and int_constant(test.operands[1]) == 1:
             return StepOp("release_q")
     return _common_op(op, "qk")
@@ -406,7 +406,7 @@ def _only_arrive(op):
     return None
 
 
-def _bar(op) -> str:
+def bar_of(op) -> str:
     return R.name_of(op.operands[0].owner)
 
 
@@ -415,7 +415,7 @@ def tile_of(op, bars: dict, side: str | None) -> str:
     ("" else)."""
     if op.name in (R.SLOT_READ, R.SLOT_WRITE):
         return ir.StringAttr(op.attributes["tile"]).value
-    a = bars.get(_bar(op), {})
+    a = bars.get(bar_of(op), {})
     return a.get("tile", "") if a.get("channel") == "kv" and a.get("side") == side else ""
 
 

@@ -49,7 +49,9 @@ def test_the_plans_trip_is_the_default(example, options):
     result = plan(example, options)
     assert not [op for op in R.body_block(producer(result)).operations if op.name == "scf.for"]
     assert loops(result) and all(len(list(loop.regions[0].blocks[0].arguments)) == 6 for loop in loops(result))
-    assert load_steps(attention_ops(result.module)[0]) == LoadSteps.default()
+    kernel = attention_ops(result.module)[0]
+    persistent = R.walk_branch(producer(result)) is not None
+    assert load_steps(kernel) == LoadSteps.default(persistent)
 
 
 def test_v_before_k_at_l3_and_by_hand_at_l5_are_one_other_kernel():
@@ -342,3 +344,61 @@ def test_the_loads_around_the_loops_are_checked(edit, message):
     with pytest.raises(AttncError) as err:
         load_steps(kernel)
     assert message in str(err.value)
+
+
+def _q_ops(result) -> list[ir.Operation]:
+    """Q's load: the producer's ops before the scf.if over the key range."""
+    ops = [o.operation for o in R.body_block(producer(result)).operations]
+    end = next(k for k, op in enumerate(ops) if op == loops(result)[0].operation.parent)
+    return ops[:end]
+
+
+@pytest.mark.parametrize("options", ["", "persistent=true"])
+def test_q_load_is_read_from_the_ir(options):
+    """Q's write and arrival, after a wait for Q's slot where a CTA loads Q once a round,
+    and the kernel built from them is the default one."""
+    result = plan("mha", options)
+    steps = load_steps(attention_ops(result.module)[0])
+    names = ("wait", "write", "arrive") if options else ("write", "arrive")
+    assert steps.q == tuple(StepOp(k, "q") for k in names)
+
+
+@pytest.mark.parametrize("options,edit,message", [
+    ("", "order", "the block's Q load has the slot's write (a CTA that loads it once has no empty barrier to wait on), "
+                  "then the arrival on its full barrier"),
+    ("persistent=true", "order", "the block's Q load has a wait for its empty slot, then the slot's write, then the "
+                                 "arrival on its full barrier"),
+    ("persistent=true", "barrier", "Q's load waits on Q's empty barrier, writes their slots and arrives on "
+                                   "their full barriers"),
+    ("persistent=true", "phase", "Q's load takes Q's slot at its ring"),
+])
+def test_q_load_edits_are_refused_by_the_lowering(options, edit, message):
+    """Q's arrival before its write, its wait on Q's full barrier, or on the phase it has
+    (not its flip): the lowering refuses what it would not build as it stands."""
+    result = plan("mha", options)
+    kernel = attention_ops(result.module)[0]
+    ops = _q_ops(result)
+    write = next(op for op in ops if op.name == R.SLOT_WRITE)
+    arrive = next(op for op in ops if op.name == R.CP_ASYNC_MBARRIER_ARRIVE)
+    with kernel.context:
+        if edit == "order":
+            arrive.move_before(write)
+        else:
+            wait = next(op for op in ops if op.name == R.MBARRIER_WAIT)
+            if edit == "barrier":
+                wait.operands[0] = arrive.operands[0]
+            else:
+                wait.operands[2] = wait.operands[2].owner.operands[0]
+    with pytest.raises(AttncError) as err:
+        load_steps(kernel)
+    assert message in str(err.value)
+
+
+def test_q_arrival_before_its_write_is_refused_by_the_verifier():
+    """Q's full barrier completes before Q's copies were issued: the consumers would read it unwritten."""
+    def edit(result):
+        ops = _q_ops(result)
+        next(op for op in ops if op.name == R.CP_ASYNC_MBARRIER_ARRIVE).move_before(
+            next(op for op in ops if op.name == R.SLOT_WRITE))
+    _refused(edit, "attn-verify-pipeline: consumer0 reads fill 0 of 'q' (q) from slot 0 before any fill was "
+                   "written to it")
