@@ -73,6 +73,12 @@
 //     "gpu.yield"() : () -> ()
 //   }) {...L1 attributes..., target, block_m, block_n, stages, num_warps, q_tiles}
 //
+// With q_tiles = T > 1 (sm_100a's two) the CTA's query block is T Q tiles of block_m
+// rows: each tile's Q load, running max, sum and O, and the ops on them, carry
+// `q_tile = t` (rows [(m_block T + t) block_m, + block_m)); each K and V is loaded once
+// a step for every tile, and every tile's S = Q K^T comes before any tile's softmax.
+// The mask analysis and kv_range are for the whole query block of T block_m rows.
+//
 // attn-tile's loop runs over [0, cdiv(N, block_n)) with the mask op where the
 // variant has a mask_mod. attn-analyze-masks reads the ranges from an attn.kv_range
 // op (a call of its @NAME_kv_range function) and replaces that loop by, per

@@ -11,7 +11,8 @@ and operand orders here are the dialect's, stated once.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from mlir import ir
 
@@ -46,9 +47,28 @@ def i32() -> ir.Type:
     return ir.IntegerType.get_signless(32)
 
 
+Q_TILE = "q_tile"
+_q_tile: list[int | None] = [None]
+
+
+@contextmanager
+def for_q_tile(t: int | None) -> Iterator[None]:
+    """The ops built inside work on Q tile `t` of a CTA of several (sm_100a's two): they
+    carry `q_tile = t`, rows [(m_block q_tiles + t) block_m, + block_m) of the query
+    block; None: the CTA's one Q tile, no attribute."""
+    _q_tile.append(t)
+    try:
+        yield
+    finally:
+        _q_tile.pop()
+
+
 def _create(name: str, results, operands, attributes=None, regions: int = 0) -> ir.Operation:
+    attributes = dict(attributes or {})
+    if _q_tile[-1] is not None:
+        attributes[Q_TILE] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), _q_tile[-1])
     return ir.Operation.create(name, results=list(results), operands=list(operands),
-                               attributes=attributes or {}, regions=regions)
+                               attributes=attributes, regions=regions)
 
 
 def load(source: ir.Value, operand: str, coords: Sequence[ir.Value], tile: ir.Type) -> ir.Value:

@@ -26,7 +26,8 @@ element), 2 = FULL (everything kept: no per-element mask).
 
 `kv_range_fn = @<f>_kv_range(m_block, b, h, <dims>) -> (start_0, end_0, ...,
 start_K-1, end_K-1, full_start, full_end)`, with `kv_segments = K`: for the non-empty
-query block `m_block` (rows [m_block * block_m, min((m_block + 1) * block_m, M))),
+query block `m_block` (rows [m_block * R, min((m_block + 1) * R, M)), R = block_m, times
+q_tiles where a CTA runs several Q tiles: `query_block_rows`),
 K sorted, disjoint, half-open ranges of `n_block`, possibly empty, outside of which every
 key block is SKIP (one per top-level disjunct of the mask: prefix-LM keeps the prefix
 and the causal band), then one range of key blocks that are all FULL for this query
@@ -182,7 +183,7 @@ def summarize_as(op, program: Program | None = None) -> MaskSummary:
     exact = check_integer_widths(op, sizes)
     if program is None and get_bool(op, "has_mask_mod"):
         program = mask_program(op, MASK_MOD, dims)
-    block_m, block_n = (get_int(op, key) for key in TILE_SIZES)
+    block_m, block_n = query_block_rows(op), get_int(op, "block_n")
     seq_k = get_shape(op, "k_shape")[2]
     summary = summarize_mask(program, block_m=block_m, block_n=block_n,
                              seq_q=get_shape(op, "q_shape")[2], seq_k=seq_k)
@@ -244,7 +245,7 @@ def _stale(op) -> str | None:
 
     if "mask_block_m" in op.attributes:
         made = (get_int(op, "mask_block_m"), get_int(op, "mask_block_n"))
-        now = tuple(get_int(op, key) for key in TILE_SIZES)
+        now = (query_block_rows(op), get_int(op, "block_n"))
         if made != now:
             return (f"the mask analysis was made for {'x'.join(map(str, made))} tiles, and the op is "
                     f"now tiled {'x'.join(map(str, now))}: run attn-analyze-masks after attn-tile")
@@ -299,8 +300,8 @@ def _record(op, summary: MaskSummary) -> None:
     from attnc.ir import get_int, set_int, set_str
 
     set_str(op, "mask_kind", summary.kind)
-    for key in TILE_SIZES:
-        set_int(op, f"mask_{key}", get_int(op, key))
+    set_int(op, "mask_block_m", query_block_rows(op))
+    set_int(op, "mask_block_n", get_int(op, "block_n"))
     set_str(op, "mask_digest", _mask_digest(op))      # Note [What the analysis holds for]
     if summary.kind == "none":
         return
@@ -344,6 +345,15 @@ def _split_loops(op, summary: MaskSummary) -> None:
     found = segment_conjunct(region_block(op, MASK_MOD), list(kernel_variant(op).params)) if runtime else None
     read_tile_table(op, found[1].param if found else None)
     record_key_range(op)            # Note [The key range as made]
+
+
+def query_block_rows(op) -> int:
+    """The rows of a CTA's query block, which the analysis classifies key blocks for:
+    block_m, times q_tiles where a CTA runs several Q tiles (Note [Q tiles of a CTA] in
+    tile_program.py)."""
+    from attnc.ir import get_int
+
+    return get_int(op, "block_m") * (get_int(op, "q_tiles") if "q_tiles" in op.attributes else 1)
 
 
 def mask_dims(op) -> tuple[str, ...]:

@@ -96,26 +96,69 @@ def rebuild_program(kernel: ir.Operation) -> ir.Operation:
 
 
 def _program(kernel: ir.Operation, body: ir.Block, hooks: dict[int, ir.Block]) -> None:
+    """Note [Q tiles of a CTA]: with q_tiles = T > 1 the CTA's query block is T Q tiles
+    of block_m rows, each with its own Q, running max, sum and O and its own copy of every
+    op on them (tagged `q_tile`): the KV loops load each K and V once for all of them,
+    and the mask analysis classifies key blocks for the whole query block (a block is
+    fully kept only where every tile keeps all of it). A KV step computes every tile's S
+    before any tile's softmax, as FlashAttention-4's MMA warp issues S0 and S1 back to
+    back: a role that runs both tiles' GEMMs then waits for P0 only after issuing S1."""
     q, k, v = kernel.operands
     b, h, m_block = body.arguments
     out_dtype = str(ir.RankedTensorType(kernel.results[0].type).element_type)
     types = TileTypes.of(kernel, out_dtype)
-    tiles.load(q, "q", [b, h, m_block], types.q)
-    state = [tiles.fill(float("-inf"), types.rows), tiles.fill(0.0, types.rows), tiles.fill(0.0, types.acc)]
+    for t in q_tile_indices(kernel):
+        with tiles.for_q_tile(t):
+            tiles.load(q, "q", [b, h, m_block], types.q)
+    state = []
+    for _ in q_tile_indices(kernel):
+        state += [tiles.fill(float("-inf"), types.rows), tiles.fill(0.0, types.rows), tiles.fill(0.0, types.acc)]
     blocks = kv_block_count(kernel)
     zero = arith.constant(tiles.i32(), 0)
-    score = _once(hooks[SCORE_MOD]) if SCORE_MOD in hooks else None
-    mask = _once(hooks[MASK_MOD]) if MASK_MOD in hooks else None
-    row_max, row_sum, acc = _kv_loop(kernel, KvRange(zero, blocks, mask is not None), state, score, mask, "all")
-    o, lse = tiles.finalize(acc, row_max, row_sum, h, types.o, hooks[SINK])
-    tiles.store(o, "o", [b, h, m_block])
-    if len(kernel.results) > 1:
-        tiles.store(lse, "lse", [b, h, m_block])
+    several = len(q_tile_indices(kernel)) > 1
+    score = _once(hooks[SCORE_MOD], several) if SCORE_MOD in hooks else None
+    mask = _once(hooks[MASK_MOD], several) if MASK_MOD in hooks else None
+    state = _kv_loop(kernel, KvRange(zero, blocks, mask is not None), state, score, mask, "all")
+    sink = _once(hooks[SINK], several)
+    for k, t in enumerate(q_tile_indices(kernel)):
+        row_max, row_sum, acc = state[3 * k:3 * k + 3]
+        with tiles.for_q_tile(t):
+            o, lse = tiles.finalize(acc, row_max, row_sum, h, types.o, sink())
+            tiles.store(o, "o", [b, h, m_block])
+            if len(kernel.results) > 1:
+                tiles.store(lse, "lse", [b, h, m_block])
+    while _discard:
+        _discard.pop().erase()
     ir.Operation.create(YIELD, results=[], operands=[])
 
 
-def _once(block: ir.Block) -> HookSource:
-    return lambda: block
+def q_tile_indices(kernel: ir.Operation) -> list[int | None]:
+    """The `q_tile` of each Q tile's ops: [None] for a CTA of one (Note [Q tiles of a CTA])."""
+    count = get_int(kernel, "q_tiles") if "q_tiles" in kernel.attributes else 1
+    return list(range(count)) if count > 1 else [None]
+
+
+def _once(block: ir.Block, copies: bool = False) -> HookSource:
+    """The hook's block itself, then (`copies`: for a CTA's further Q tiles) copies of it."""
+    reserve: list[ir.Operation] = []
+    if copies:
+        reserve.append(block.owner.clone())     # a copy of its holder, erased with the loop's
+        _discard.append(reserve[0])
+    region = _region_index(block.owner, block) if copies else 0
+    taken: list[bool] = []
+
+    def source() -> ir.Block:
+        if not taken:
+            taken.append(True)
+            return block
+        clone = reserve[0].clone()
+        _discard.append(clone)
+        return clone.regions[region].blocks[0]
+    return source
+
+
+def _region_index(op: ir.Operation, block: ir.Block) -> int:
+    return next(k for k, r in enumerate(op.regions) if len(r.blocks) and r.blocks[0] == block)
 
 
 def kv_block_count(kernel: ir.Operation) -> ir.Value:
@@ -199,7 +242,7 @@ def _kv_loop(kernel: ir.Operation, r: KvRange, state: list, score: HookSource | 
     q, k, v = kernel.operands
     body = kernel.regions[0].blocks[0]
     b, h, m_block = body.arguments
-    q_tile = next(o for o in body.operations if o.name == tiles.LOAD).result
+    q_tiles = [o.result for o in body.operations if o.name == tiles.LOAD]      # the Q tiles (Note [Q tiles of a CTA])
     out_dtype = str(ir.RankedTensorType(kernel.results[0].type).element_type)
     types = TileTypes.of(kernel, out_dtype)
     one = arith.constant(tiles.i32(), 1)
@@ -207,22 +250,39 @@ def _kv_loop(kernel: ir.Operation, r: KvRange, state: list, score: HookSource | 
     loop.operation.attributes[KV_LOOP] = ir.StringAttr.get(kind)
     with ir.InsertionPoint(loop.body):
         n = loop.induction_variable
-        row_max, row_sum, acc = loop.inner_iter_args
+        carried = list(loop.inner_iter_args)
         k_tile = tiles.load(k, "k", [b, h, n], types.k)
-        s = tiles.mma(q_tile, k_tile, "qk", types.s)
-        if score is not None:
-            s = tiles.hook_op(tiles.SCORE_MOD_OP, s, [b, h, m_block, n], score())
-        if mask is not None:
-            coords = [b, h, m_block, n] + ([tiles.block_map_read(m_block, n, b, h)] if r.block_map else [])
-            s = tiles.hook_op(tiles.MASK_OP, s, coords, mask())
-        p, row_max, row_sum, factor = tiles.softmax_step(s, row_max, row_sum, types.p)
-        acc = tiles.rescale(acc, factor)
+        block_class = None          # the block map's class of the block, read once for every Q tile
+        probs, out, scores = [], [], []
+        for q_tile, t in zip(q_tiles, q_tile_indices(kernel)):
+            with tiles.for_q_tile(t):
+                scores.append(tiles.mma(q_tile, k_tile, "qk", types.s))     # every tile's S first
+        for s, t, (row_max, row_sum, acc) in zip(scores, q_tile_indices(kernel), _triples(carried)):
+            with tiles.for_q_tile(t):
+                if score is not None:
+                    s = tiles.hook_op(tiles.SCORE_MOD_OP, s, [b, h, m_block, n], score())
+                if mask is not None:
+                    if r.block_map and block_class is None:
+                        with tiles.for_q_tile(None):
+                            block_class = tiles.block_map_read(m_block, n, b, h)
+                    coords = [b, h, m_block, n] + ([block_class] if r.block_map else [])
+                    s = tiles.hook_op(tiles.MASK_OP, s, coords, mask())
+                p, row_max, row_sum, factor = tiles.softmax_step(s, row_max, row_sum, types.p)
+                probs.append(p)
+                out.append([row_max, row_sum, tiles.rescale(acc, factor)])
         v_tile = tiles.load(v, "v", [b, h, n], types.v)
-        acc = tiles.mma(p, v_tile, "pv", types.acc, acc)
-        scf.YieldOp([row_max, row_sum, acc])
+        for p, t, values in zip(probs, q_tile_indices(kernel), out):
+            with tiles.for_q_tile(t):
+                values[2] = tiles.mma(p, v_tile, "pv", types.acc, values[2])
+        scf.YieldOp([x for values in out for x in values])
     while _discard:
         _discard.pop().erase()
     return list(loop.results)
+
+
+def _triples(values: list) -> list[tuple]:
+    """(max, sum, O) of each Q tile from the loop's carried values."""
+    return [tuple(values[k:k + 3]) for k in range(0, len(values), 3)]
 
 
 # --- attn-analyze-masks: the loops by tile class ----------------------------------------

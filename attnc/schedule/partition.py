@@ -27,6 +27,7 @@ from mlir.dialects import scf
 
 from attnc.errors import AttncError
 from attnc.ir import roles as R
+from attnc.ir.tiles import Q_TILE
 from attnc.schedule.prefetch import prefetch
 from attnc.schedule.recipes import Channel, Recipe
 from attnc.schedule.walk import ORDER, walk_blocks
@@ -96,7 +97,9 @@ class Partition:
             if not found:
                 raise AttncError(f"{PASS}: no role of the {self.recipe.target} recipe runs {kind}")
             self._roles_of_kind[kind] = found
-        return self._roles_of_kind[kind]
+        # Note [Q tiles of a CTA]: a role of one Q tile (softmax1) runs that tile's ops only
+        t = q_tile_of(op)
+        return tuple(r for r in self._roles_of_kind[kind] if t is None or _serves(r, t))
 
     def owners(self, v: ir.Value) -> tuple[str, ...]:
         """The roles that compute `v` (empty: every role may compute it itself)."""
@@ -286,10 +289,11 @@ class Partition:
 
     def _channels_for(self, tile: str, owners, user: str, v: ir.Value) -> list[ir.Operation]:
         found = []
+        t = q_tile_of_value(v)
         for chan in self.channels.values():
             a = R.attrs_of(chan)
             serves = a["consumer"] == user or (a["consumer"] == "consumer0" and user.startswith("consumer"))
-            if tile in a["tile"] and a["producer"] in owners and serves:
+            if tile in a["tile"] and a["producer"] in owners and serves and (t is None or _serves(a["name"], t)):
                 found.append(chan)
         if found:
             return found
@@ -313,6 +317,32 @@ class Partition:
             known = self.types.get(name, {})
             tiles = R.attrs_of(chan)["tile"]
             chan.attributes["types"] = ir.ArrayAttr.get([known[t] for t in tiles if t in known])
+
+
+def q_tile_of(op: ir.Operation) -> int | None:
+    """The Q tile an op works on (Note [Q tiles of a CTA] in attnc/passes/tile_program.py), or None."""
+    return ir.IntegerAttr(op.attributes[Q_TILE]).value if Q_TILE in op.attributes else None
+
+
+def q_tile_of_value(v: ir.Value) -> int | None:
+    """The Q tile of the op that makes `v` (of the value a loop carries or yields)."""
+    if _is_arg(v):
+        arg = ir.BlockArgument(v)
+        owner = arg.owner.owner
+        if owner is None or owner.name != "scf.for" or arg.arg_number == 0:
+            return None
+        return q_tile_of_value(_yielded(owner, arg.arg_number - 1))
+    op = ir.OpResult(v).owner
+    if op.name == "scf.for":
+        return q_tile_of_value(_yielded(op, ir.OpResult(v).result_number))
+    return q_tile_of(op)
+
+
+def _serves(name: str, t: int) -> bool:
+    """Whether the role or channel `name` serves Q tile t: one named for a tile (softmax1,
+    s0, o1_acc) that tile only, any other every tile."""
+    digits = [ch for ch in name if ch.isdigit()]
+    return not digits or int(digits[0]) == t
 
 
 def _yielded(loop: ir.Operation, index: int) -> ir.Value:

@@ -76,22 +76,53 @@
 // WS90: }) {name = "consumer1", regs = 240 : i64, warps = [8, 9, 10, 11]}
 
 // L3, sm_100a: FA4's roles; S and P between the MMA warp and the softmax warpgroups, O
-// between the MMA warp and the correction warpgroup, all in TMEM.
+// between the MMA warp and the correction warpgroup, all in TMEM. Two Q tiles (Note [Q
+// tiles of a CTA] in attnc/passes/tile_program.py): each softmax warpgroup runs its
+// tile's ops, on its tile's channels; the MMA warp issues both tiles' S before it waits
+// for P0; the correction warpgroup rescales and finalizes both O, the epilogue stores both.
+// WS100: %[[Q:[0-9]+]] = "attn.channel"() {consumer = "mma", name = "q", producer = "load", space = "smem", stages = 2 : i64
 // WS100: %[[S0:[0-9]+]] = "attn.channel"() {consumer = "softmax0", name = "s0", producer = "mma", space = "tmem", stages = 1 : i64, tile = ["s"], transport = "tcgen05"
+// WS100: %[[S1:[0-9]+]] = "attn.channel"() {consumer = "softmax1", name = "s1", producer = "mma"
 // WS100: %[[P0:[0-9]+]] = "attn.channel"() {consumer = "mma", name = "p0", producer = "softmax0", space = "tmem"
+// WS100: %[[P1:[0-9]+]] = "attn.channel"() {consumer = "mma", name = "p1", producer = "softmax1", space = "tmem"
+// WS100: %[[O:[0-9]+]] = "attn.channel"() {consumer = "epilogue", name = "o", producer = "correction"
 // WS100: %[[ACC:[0-9]+]] = "attn.channel"() {consumer = "correction", name = "o0_acc", producer = "mma", space = "tmem"
+// WS100: %[[ACC1:[0-9]+]] = "attn.channel"() {consumer = "correction", name = "o1_acc", producer = "mma", space = "tmem"
 // WS100: "attn.get"(%[[S0]]) {tile = "s"}
+// WS100-NEXT: "attn.softmax_step"({{.*}}) {q_tile = 0 : i64}
 // WS100: "attn.put"(%[[P0]], %{{[0-9]+}}#0) {tile = "p"}
+// WS100-NOT: q_tile = 1
 // WS100: }) {name = "softmax0", regs = 192 : i64, warps = [0, 1, 2, 3]}
+// WS100: "attn.get"(%[[S1]]) {tile = "s"}
+// WS100-NEXT: "attn.softmax_step"({{.*}}) {q_tile = 1 : i64}
+// WS100: "attn.put"(%[[P1]], %{{[0-9]+}}#0) {tile = "p"}
+// WS100-NOT: q_tile = 0
 // WS100: }) {name = "softmax1", regs = 192 : i64, warps = [4, 5, 6, 7]}
 // WS100: "attn.get"(%[[ACC]]) {tile = "o"}
-// WS100: "attn.rescale"
+// WS100: "attn.get"(%[[ACC1]]) {tile = "o"}
+// WS100: "attn.rescale"({{.*}}) {q_tile = 0 : i64}
+// WS100: "attn.rescale"({{.*}}) {q_tile = 1 : i64}
+// WS100: "attn.finalize"
+// WS100: }) {q_tile = 0 : i64}
+// WS100-NEXT: "attn.put"(%[[O]], %{{[0-9]+}}#0) {tile = "o"}
+// WS100: "attn.finalize"
+// WS100: }) {q_tile = 1 : i64}
+// WS100-NEXT: "attn.put"(%[[O]], %{{[0-9]+}}#0) {tile = "o"}
 // WS100: }) {name = "correction", regs = 80 : i64, warps = [8, 9, 10, 11]}
+// WS100: "attn.get"(%[[Q]]) {tile = "q"}
+// WS100-NEXT: "attn.get"(%[[Q]]) {tile = "q"}
 // WS100: "attn.put"(%[[ACC]], %arg{{[0-9]+}}) {tile = "o"}
-// WS100: "attn.put"(%[[S0]], %{{[0-9]+}}) {tile = "s"}
-// WS100: "attn.get"(%[[P0]]) {tile = "p"}
+// WS100: "attn.mma"({{.*}}) {kind = "qk", q_tile = 0 : i64}
+// WS100-NEXT: "attn.put"(%[[S0]], %{{[0-9]+}}) {tile = "s"}
+// WS100-NEXT: "attn.mma"({{.*}}) {kind = "qk", q_tile = 1 : i64}
+// WS100-NEXT: "attn.put"(%[[S1]], %{{[0-9]+}}) {tile = "s"}
+// WS100-NEXT: "attn.get"(%[[P0]]) {tile = "p"}
+// WS100: "attn.mma"({{.*}}) {kind = "pv", q_tile = 0 : i64}
+// WS100-NEXT: "attn.mma"({{.*}}) {kind = "pv", q_tile = 1 : i64}
 // WS100: }) {name = "mma", regs = 48 : i64, warps = [12]}
 // WS100: }) {name = "load", regs = 48 : i64, warps = [13]}
+// WS100: "attn.store"({{.*}}) {operand = "o", q_tile = 0 : i64}
+// WS100: "attn.store"({{.*}}) {operand = "o", q_tile = 1 : i64}
 // WS100: }) {name = "epilogue", regs = 48 : i64, warps = [14]}
 // WS100: "attn.role"() ({
 // WS100-NEXT: gpu.yield

@@ -179,6 +179,19 @@ def test_sm100_p_published_with_too_small_a_count():
     assert "mbar_p0_full[0] gets 4 arrivals in one phase, more than its count 2" in messages(op)
 
 
+@pytest.mark.parametrize("barrier,expect", [
+    ("mbar_s1_empty", "channel 's1' deadlocks: mma waits at attn.mbarrier_wait on mbar_s1_empty[0] for parity 0"),
+    ("mbar_p1_full", "channel 'p1' deadlocks: mma waits at attn.mbarrier_wait on mbar_p1_full[0] for parity 0"),
+])
+def test_sm100_second_q_tiles_release_removed_deadlocks(barrier, expect):
+    """Note [Q tiles of a CTA]: softmax1 runs Q tile 1 on its own channels; without its
+    release of S1 (or its publication of P1) the MMA warp waits for ever."""
+    op = kernel("gemma2", "sm_100a")
+    for arrive in ops(op, "softmax1", R.MBARRIER_ARRIVE, barrier):
+        arrive.erase()
+    assert expect in messages(op)
+
+
 def test_sm100_alternating_ring_announces_each_tiles_bytes():
     """diff_head_dims: K fills deliver twice V's bytes; each expect_tx announces its own
     (Note [Bytes per fill] in sync.py)."""

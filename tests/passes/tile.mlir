@@ -9,6 +9,7 @@
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{num_warps=8 block_m=64}" \
 // RUN:   | filecheck %s --check-prefix=SM90-ONE-CONSUMER
 // RUN: attnc opt %s -arch sm_80 --pass-pipeline attn-tile | filecheck %s --check-prefix=PROGRAM
+// RUN: attnc opt %s -arch sm_100a --pass-pipeline attn-tile | filecheck %s --check-prefix=TWO
 
 // Attributes print sorted by name: block_m, block_n, ..., num_warps, ..., q_tiles, ...,
 // stages, target.
@@ -72,6 +73,36 @@
 // PROGRAM-NEXT: gpu.yield
 // PROGRAM-NEXT: }) {block_m = 128 : i64, block_n = 64 : i64,
 // PROGRAM-NOT: attn.mask
+
+// sm_100a's CTA runs two Q tiles (Note [Q tiles of a CTA] in attnc/passes/tile_program.py):
+// each tile's Q, max, sum and O, its ops tagged q_tile; one K and one V a step for both,
+// both tiles' S before either softmax, both P.V after V's load; a finalize and a store each.
+// TWO-LABEL: func.func @hd128_unmasked
+// TWO: %[[Q0:.*]] = "attn.load"(%arg0, %[[B:.*]], %[[H:.*]], %[[M:.*]]) {operand = "q", q_tile = 0 : i64}
+// TWO-NEXT: %[[Q1:.*]] = "attn.load"(%arg0, %[[B]], %[[H]], %[[M]]) {operand = "q", q_tile = 1 : i64}
+// TWO: scf.for %[[NB:.*]] = {{.*}} iter_args(%[[MAX0:.*]] = %{{.*}}, %[[SUM0:.*]] = %{{.*}}, %[[ACC0:.*]] = %{{.*}}, %[[MAX1:.*]] = %{{.*}}, %[[SUM1:.*]] = %{{.*}}, %[[ACC1:.*]] = %{{.*}})
+// TWO-NEXT: %[[K:.*]] = "attn.load"(%arg1, %[[B]], %[[H]], %[[NB]]) {operand = "k"}
+// TWO-NEXT: %[[S0:.*]] = "attn.mma"(%[[Q0]], %[[K]]) {kind = "qk", q_tile = 0 : i64}
+// TWO-NEXT: %[[S1:.*]] = "attn.mma"(%[[Q1]], %[[K]]) {kind = "qk", q_tile = 1 : i64}
+// TWO-NEXT: %[[STEP0:.*]]:4 = "attn.softmax_step"(%[[S0]], %[[MAX0]], %[[SUM0]]) {q_tile = 0 : i64}
+// TWO-NEXT: %[[SCALED0:.*]] = "attn.rescale"(%[[ACC0]], %[[STEP0]]#3) {q_tile = 0 : i64}
+// TWO-NEXT: %[[STEP1:.*]]:4 = "attn.softmax_step"(%[[S1]], %[[MAX1]], %[[SUM1]]) {q_tile = 1 : i64}
+// TWO-NEXT: %[[SCALED1:.*]] = "attn.rescale"(%[[ACC1]], %[[STEP1]]#3) {q_tile = 1 : i64}
+// TWO-NEXT: %[[V:.*]] = "attn.load"(%arg2, %[[B]], %[[H]], %[[NB]]) {operand = "v"}
+// TWO-NEXT: %[[PV0:.*]] = "attn.mma"(%[[STEP0]]#0, %[[V]], %[[SCALED0]]) {kind = "pv", q_tile = 0 : i64}
+// TWO-NEXT: %[[PV1:.*]] = "attn.mma"(%[[STEP1]]#0, %[[V]], %[[SCALED1]]) {kind = "pv", q_tile = 1 : i64}
+// TWO-NEXT: scf.yield %[[STEP0]]#1, %[[STEP0]]#2, %[[PV0]], %[[STEP1]]#1, %[[STEP1]]#2, %[[PV1]]
+// TWO: %[[OUT0:.*]]:2 = "attn.finalize"({{.*}}) ({
+// TWO: }) {q_tile = 0 : i64}
+// TWO-NEXT: "attn.store"(%[[OUT0]]#0, %[[B]], %[[H]], %[[M]]) {operand = "o", q_tile = 0 : i64}
+// TWO-NEXT: %[[OUT1:.*]]:2 = "attn.finalize"({{.*}}) ({
+// TWO: }) {q_tile = 1 : i64}
+// TWO-NEXT: "attn.store"(%[[OUT1]]#0, %[[B]], %[[H]], %[[M]]) {operand = "o", q_tile = 1 : i64}
+// TWO-NEXT: gpu.yield
+// Head dims 256: one Q tile, no q_tile attributes.
+// TWO-LABEL: func.func @hd256_qk128_v
+// TWO-NOT: q_tile =
+// TWO: }) {block_m = 128
 // PROGRAM-LABEL: func.func @hd64_masked
 // PROGRAM: scf.for
 // PROGRAM: "attn.mma"({{.*}}) {kind = "qk"}
