@@ -8,6 +8,7 @@ bundle, load its code once per device.
 from __future__ import annotations
 
 import functools
+import struct
 import threading
 
 from cuda.bindings import driver as cu
@@ -194,3 +195,28 @@ def copy_to_host(host_address: int, ptr: int, nbytes: int) -> None:
 
 def synchronize() -> None:
     check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
+
+
+_TMA_TYPES = {"bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", "f16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
+              "f32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32", "i32": "CU_TENSOR_MAP_DATA_TYPE_INT32"}
+_TMA_SWIZZLES = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B",
+                 64: "CU_TENSOR_MAP_SWIZZLE_64B", 128: "CU_TENSOR_MAP_SWIZZLE_128B"}
+
+
+def encode_tensor_map(p, v) -> bytes:
+    """cuTensorMapEncodeTiled of a `tensor_map` parameter over the tensor's view (Note
+    [Tensor maps] in params.py): 128 bytes for the kernel's parameter."""
+    from attnc_runtime.params import tensor_map_geometry
+
+    init()
+    dims, strides, box = tensor_map_geometry(p, v)
+    rank = len(dims)
+    tmap = check(cu.cuTensorMapEncodeTiled(
+        getattr(cu.CUtensorMapDataType, _TMA_TYPES[v.dtype]), rank, v.ptr,
+        [cu.cuuint64_t(d) for d in dims], [cu.cuuint64_t(s) for s in strides],
+        [cu.cuuint32_t(b) for b in box], [cu.cuuint32_t(1)] * rank,
+        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        getattr(cu.CUtensorMapSwizzle, _TMA_SWIZZLES[p.swizzle]),
+        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")
+    return struct.pack("<16Q", *(int(x) for x in tmap.opaque))

@@ -205,7 +205,7 @@ class BoundLaunch:
         self._owned = _Allocated([*allocated.values(), *(buf for name, buf in self._scratch.items()
                                                          if name not in self._mask.buffers)],
                                  alloc_stream)
-        self._params = [pack(param_values(k, plan.dims, views, self._scratch_ptrs))
+        self._params = [pack(param_values(k, plan.dims, views, self._scratch_ptrs, _encode_tensor_map))
                         for k in bundle.manifest.kernels]
         self._functions = None          # looked up (and loaded, once per device) at the first launch
         self._stream: int | None = None   # that of the last launch (_check_scratch_stream)
@@ -320,6 +320,12 @@ class _Allocated:
         elif stream not in self.recorded:
             libraries.used_on(library, self.objs, stream, device)
             self.recorded.add(stream)
+
+
+def _encode_tensor_map(p, v) -> bytes:
+    from attnc_runtime import driver
+
+    return driver.encode_tensor_map(p, v)
 
 
 def _check_mask_source(bound: BoundLaunch, source: BoundLaunch) -> BoundLaunch:

@@ -45,6 +45,10 @@ otherwise. Params, in kernel ABI order:
     {"kind": "dim", "name": D, "type": "i32"|"i64"}   a dim's value
     {"kind": "stride", "tensor": t, "axis": a, "type": "i32"|"i64"}   in elements
     {"kind": "const", "value": n, "type": "i32"|"i64"}   a size fixed at compile time
+    {"kind": "tensor_map", "tensor": t, "box": [n, ...], "swizzle": 0|32|64|128}
+        a TMA tensor map of t (128 bytes): the box one copy moves, per axis of t, each
+        1..256, its innermost row at most `swizzle` bytes and a multiple of 16 (Note
+        [Tensor maps] in params.py)
     {"kind": "scratch", "name": s, "bytes": [factors]}  pointer to a buffer the runtime
         allocates; kernels naming the same scratch share it. One that a mask kernel
         fills (below) is written by it, every byte a later kernel reads; any other is
@@ -75,13 +79,14 @@ from attnc_runtime.manifest_schema import (CODE_KINDS, CONSTRAINT_KINDS, FORMAT,
                                            RESERVED_NAMES, VECTOR_ROLES, Cdiv, ConstParam,
                                            Constraint, DimParam, Factor, KernelSpec, Manifest,
                                            MinSms, Param, PtrParam, ScratchParam, ShapeEntry,
-                                           SmallGrid, StrideParam, TensorSpec, source_sha256)
+                                           SmallGrid, StrideParam, TensorMapParam, TensorSpec,
+                                           source_sha256)
 
 __all__ = ["CODE_KINDS", "CONSTRAINT_KINDS", "Cdiv", "ConstParam", "Constraint", "DimParam",
            "FORMAT", "Factor", "INPUT_ROLES", "INT_TYPES", "KERNEL_ROLES", "KernelSpec",
            "MAX_BLOCK_Z", "MAX_THREADS_PER_BLOCK", "Manifest", "MinSms", "OUTPUT_ROLES", "Param",
            "PtrParam", "READ_FORMATS", "RESERVED_NAMES", "ScratchParam", "ShapeEntry", "SmallGrid",
-           "StrideParam", "TensorSpec", "VECTOR_ROLES", "parse_manifest", "source_sha256"]
+           "StrideParam", "TensorMapParam", "TensorSpec", "VECTOR_ROLES", "parse_manifest", "source_sha256"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -201,7 +206,7 @@ def _small_grid(raw: Any, path: str, dims: tuple[str, ...]) -> SmallGrid:
 
 def _param(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, TensorSpec]) -> Param:
     kind = _choice(_obj(raw, path, free=True).get("kind"), f"{path}.kind",
-                   ("ptr", "dim", "stride", "scratch", "const"))
+                   ("ptr", "dim", "stride", "scratch", "const", "tensor_map"))
     if kind == "ptr":
         fields = _obj(raw, path, required=("kind", "tensor"))
         return PtrParam(_tensor_name(fields["tensor"], f"{path}.tensor", tensors))
@@ -224,9 +229,33 @@ def _param(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, Ten
         if value >= 2 ** (INT_TYPES[kind_type] - 1):
             raise ManifestError(f"manifest: {path}.value: {value} does not fit {kind_type}")
         return ConstParam(value, kind_type)
+    if kind == "tensor_map":
+        return _tensor_map(raw, path, tensors)
     fields = _obj(raw, path, required=("kind", "name", "bytes"))
     return ScratchParam(_ident(fields["name"], f"{path}.name"),
                         _factors(fields["bytes"], f"{path}.bytes", dims))
+
+
+SWIZZLES = (0, 32, 64, 128)
+MAX_BOX = 256           # elements of a TMA box along one axis
+
+
+def _tensor_map(raw: Any, path: str, tensors: Mapping[str, TensorSpec]) -> TensorMapParam:
+    fields = _obj(raw, path, required=("kind", "tensor", "box", "swizzle"))
+    tensor = _tensor_name(fields["tensor"], f"{path}.tensor", tensors)
+    spec = tensors[tensor]
+    box = tuple(_int(x, f"{path}.box[{i}]", minimum=1)
+                for i, x in enumerate(_list(fields["box"], f"{path}.box", min_len=spec.rank, max_len=spec.rank)))
+    if max(box) > MAX_BOX:
+        raise ManifestError(f"manifest: {path}.box: {list(box)}: a TMA box spans at most {MAX_BOX} elements an axis")
+    swizzle = fields["swizzle"]
+    if isinstance(swizzle, bool) or swizzle not in SWIZZLES:
+        raise ManifestError(f"manifest: {path}.swizzle: {swizzle!r} is not one of {', '.join(map(str, SWIZZLES))}")
+    row = box[-1] * DTYPES[spec.dtype].itemsize
+    if row % 16 or (swizzle and row > swizzle):
+        raise ManifestError(f"manifest: {path}.box: its innermost row is {row} bytes; TMA takes a multiple of 16"
+                            + (f", at most the {swizzle}-byte swizzle" if swizzle else ""))
+    return TensorMapParam(tensor, box, swizzle)
 
 
 def _constraint(raw: Any, path: str, dims: tuple[str, ...]) -> Constraint:

@@ -90,7 +90,19 @@ class ConstParam:
     type: str
 
 
-Param = Union[PtrParam, DimParam, StrideParam, ScratchParam, ConstParam]
+@dataclass(frozen=True)
+class TensorMapParam:
+    """A TMA tensor map of `tensor` (a 128-byte kernel parameter the runtime encodes at
+    the bind: cuTensorMapEncodeTiled on a GPU, attnc_sim's own layout on the emulator):
+    `box`, the elements one copy moves along each axis (outermost first, as the shape),
+    `swizzle`, the shared-memory swizzle in bytes (0: none). Elements outside the tensor
+    load as zero and are not stored."""
+    tensor: str
+    box: tuple[int, ...]
+    swizzle: int
+
+
+Param = Union[PtrParam, DimParam, StrideParam, ScratchParam, ConstParam, TensorMapParam]
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,10 @@ from attnc_runtime.bundle import Bundle, read_bundle
 from attnc_runtime.checks import plan_launch
 from attnc_runtime.dtypes import DTYPES
 from attnc_runtime.errors import AttncRuntimeError
-from attnc_runtime.params import param_values
+from attnc_runtime.params import param_values, tensor_map_geometry
 from attnc_runtime.tensors import TensorView, contiguous_strides
 
+from attnc_sim import tma
 from attnc_sim.engine import Launch
 from attnc_sim.program import decode
 from attnc_sim.ptx import parse_module
@@ -160,7 +161,7 @@ class SimKernel:
             if 0 in grid:
                 continue
             program = self.program(symbol)
-            params = pack_params(program, param_values(k, plan.dims, views, scratch))
+            params = pack_params(program, param_values(k, plan.dims, views, scratch, encode_tensor_map))
             launch = Launch(program, grid, k.block, k.dynamic_smem_bytes, memory, params, scheduler,
                             raise_reports=self.raise_reports)
             launch.run(None if i in manifest.mask_kernels or ctas is None else ctas)
@@ -178,6 +179,19 @@ class SimKernel:
                 self.last_written[spec.name] = (raw != UNWRITTEN).any(axis=-1) if ctas is not None \
                     else np.ones(data.shape, bool)
         return result
+
+
+_TMA_TYPES = {"bf16": tma.DataType.BFLOAT16, "f16": tma.DataType.FLOAT16, "f32": tma.DataType.FLOAT32,
+              "i32": tma.DataType.INT32}
+_TMA_SWIZZLES = {0: tma.TmaSwizzle.NONE, 32: tma.TmaSwizzle.B32, 64: tma.TmaSwizzle.B64, 128: tma.TmaSwizzle.B128}
+
+
+def encode_tensor_map(p, v: TensorView) -> bytes:
+    """The emulator's tensor map of a `tensor_map` parameter (Note [Tensor maps] in
+    attnc_runtime/params.py): its own 128-byte layout, which its TMA instructions read."""
+    dims, strides, box = tensor_map_geometry(p, v)
+    return tma.TensorMap(_TMA_TYPES[v.dtype], v.ptr, tuple(dims), tuple(strides), tuple(box),
+                         swizzle=_TMA_SWIZZLES[p.swizzle]).pack()
 
 
 def pack_params(program, values: list) -> bytes:
