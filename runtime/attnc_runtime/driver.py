@@ -208,10 +208,16 @@ def encode_tensor_map(p, v) -> bytes:
     [Tensor maps] in params.py): 128 bytes for the kernel's parameter."""
     from attnc_runtime.params import tensor_map_geometry
 
-    init()
     dims, strides, box = tensor_map_geometry(p, v)
     rank = len(dims)
-    tmap = check(cu.cuTensorMapEncodeTiled(
+    device = v.device if v.device is not None else pointer_device(v.ptr)
+    with primary_context(device):       # the driver encodes in a current context
+        tmap = _encode(v, p, rank, dims, strides, box)
+    return struct.pack("<16Q", *(int(x) for x in tmap.opaque))
+
+
+def _encode(v, p, rank: int, dims: list, strides: list, box: list):
+    return check(cu.cuTensorMapEncodeTiled(
         getattr(cu.CUtensorMapDataType, _TMA_TYPES[v.dtype]), rank, v.ptr,
         [cu.cuuint64_t(d) for d in dims], [cu.cuuint64_t(s) for s in strides],
         [cu.cuuint32_t(b) for b in box], [cu.cuuint32_t(1)] * rank,
@@ -219,4 +225,3 @@ def encode_tensor_map(p, v) -> bytes:
         getattr(cu.CUtensorMapSwizzle, _TMA_SWIZZLES[p.swizzle]),
         cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
         cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")
-    return struct.pack("<16Q", *(int(x) for x in tmap.opaque))

@@ -24,7 +24,8 @@ import numpy as np
 
 from attnc_sim import isa, tma
 from attnc_sim.errors import SimError
-from attnc_sim.ptx import Addr, Reg, Sym
+from attnc_sim.isa_mem import PARAM_WINDOW, WINDOW
+from attnc_sim.ptx import Addr, Reg
 from attnc_sim.scheduler import AsyncOp
 
 
@@ -86,24 +87,24 @@ class _GlobalBytes:
 
 
 def _tensor_operand(ins, ctx):
-    """(tensor map value of the warp, coordinate readers) of the `[tmap, {c0, ...}]` operand.
-    A tensor map parameter is given as `-1 - offset` (its bytes are in the launch's parameters)."""
+    """(tensor map address of the warp, coordinate readers) of the `[tmap, {c0, ...}]` operand:
+    a register holding a generic address, of global memory or of a kernel parameter
+    (cvta.param). A parameter's name in its place is refused, as ptxas refuses it ("state
+    space mismatch"): PTX takes the tensor map's generic address."""
     op = next((o for o in ins.operands if isinstance(o, Addr) and o.coords is not None), None)
     if op is None:
         raise ctx.error(f"{ins.opcode}: no [tensorMap, {{coordinates}}] operand")
     coords = [ctx.reader(c, "s32") for c in op.coords]
-    if isinstance(op.base, Reg):
-        return ctx.reader(op.base, "u64"), coords
-    if not isinstance(op.base, Sym):
-        raise ctx.error(f"{ins.opcode}: the tensor map must be a parameter or a register")
-    const = np.full(32, -1 - ctx.symbol_value(op.base.name), np.int64)
-    return (lambda w: const), coords
+    if not isinstance(op.base, Reg):
+        raise ctx.error(f"{ins.opcode}: the tensor map is a register holding its generic address "
+                        f"(cvta.param of a parameter's), not {op.base}")
+    return ctx.reader(op.base, "u64"), coords
 
 
 def _tensor_map(w, value: int, ins) -> tma.TensorMap:
     launch = w.cta.launch
-    if value < 0:                                   # a kernel parameter
-        raw = bytes(launch.params[-1 - value:][:tma.PACKED_SIZE])
+    if PARAM_WINDOW <= value < PARAM_WINDOW + WINDOW:      # a kernel parameter (cvta.param)
+        raw = bytes(launch.params[value - PARAM_WINDOW:][:tma.PACKED_SIZE])
     else:                                           # a tensor map in global memory
         raw = bytes(launch.memory.get(value, tma.PACKED_SIZE))
     try:

@@ -25,6 +25,7 @@ from attnc_sim.state import DTYPE, LANES, WARP
 _SPACES = ("param", "global", "shared", "local", "const")
 SHARED_WINDOW = 1 << 44
 LOCAL_WINDOW = 1 << 45
+PARAM_WINDOW = 1 << 46          # a kernel parameter's generic address (cvta.param): a tensor map's
 WINDOW = 1 << 32                # each window's size
 _BYTES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2, "b32": 4, "u32": 4,
           "s32": 4, "f32": 4, "f16x2": 4, "bf16x2": 4, "b64": 8, "u64": 8, "s64": 8, "f64": 8}
@@ -226,15 +227,19 @@ def _element(w, space: str, a: int, lane: int, size: int, dtype, where: str):
 @isa.register("cvta")
 def cvta(ins, ctx):
     """cvta.space.size d, a (a state-space address to a generic one) and cvta.to.space.size
-    (a generic address to the space's own); .global addresses are generic addresses."""
+    (a generic address to the space's own); .global addresses are generic addresses. A
+    kernel parameter's generic address (cvta.param, PTX ISA 9.7.9.18) is what a TMA
+    instruction takes for a tensor map passed as a parameter; no ld or st reads it."""
     parts = ins.parts
     to = "to" in parts
-    space = next((p.split("::")[0] for p in parts if p.split("::")[0] in ("global", "shared", "local")), None)
+    spaces = ("global", "shared", "local") if to else ("global", "shared", "local", "param")
+    space = next((p.split("::")[0] for p in parts if p.split("::")[0] in spaces), None)
     if space is None:
-        raise ctx.error(f"{ins.opcode}: only .global, .shared and .local addresses convert")
+        raise ctx.error(f"{ins.opcode}: only .global, .shared, .local (and to a generic address .param) "
+                        f"addresses convert")
     ty = parts[-1]
     a, d = ctx.reader(ins.operands[1], "u64"), ctx.writer(ins.operands[0], ty)
-    base = {"global": 0, "shared": SHARED_WINDOW, "local": LOCAL_WINDOW}[space]
+    base = {"global": 0, "shared": SHARED_WINDOW, "local": LOCAL_WINDOW, "param": PARAM_WINDOW}[space]
     where = ins.where()
     if not to:
         return lambda w: d(w, (a(w) + np.uint64(base)).astype(DTYPE[ty]))

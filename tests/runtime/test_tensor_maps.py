@@ -135,3 +135,20 @@ def test_the_gpu_lands_the_tile_as_the_emulator_does():
                  v=DeviceArray.from_numpy(v.astype(np.float32), "bf16"))
     got = out["o"].numpy()
     np.testing.assert_array_equal(got, swizzled(q).astype(np.float32))
+
+
+def test_the_kernel_assembles_for_sm_90a(tmp_path):
+    """ptxas takes the kernel (the tensor map by its generic address, cvta.param): the
+    emulator and the GPU run the same PTX."""
+    import shutil
+    import subprocess
+    try:
+        from attnc.backend.cubin import whole_program_ptxas
+        ptxas = whole_program_ptxas()
+    except ImportError:             # the runtime's tests run without the compiler too
+        ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        pytest.skip("no ptxas")
+    done = subprocess.run([ptxas, "-arch=sm_90a", str(Path(__file__).parent / "data" / "tma_copy.ptx"),
+                           "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

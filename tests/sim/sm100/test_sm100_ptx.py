@@ -204,14 +204,17 @@ def test_ld_outside_the_warps_lanes_is_an_error():
 
 # tcgen05.cp ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("qualifiers,rows,cols,lanes_of", [
+CP_CASES = [
     ("128x256b", 128, 8, lambda lane: lane),
     ("128x128b", 128, 4, lambda lane: lane),
     ("4x256b", 4, 8, lambda lane: lane),
     ("32x128b.warpx4", 32, 4, lambda lane: lane % 32),
     ("64x128b.warpx2::02_13", 64, 4, lambda lane: lane % 32 + 32 * ((lane // 32) % 2)),
     ("64x128b.warpx2::01_23", 64, 4, lambda lane: lane % 32 + 32 * (lane // 64)),
-])
+]
+
+
+@pytest.mark.parametrize("qualifiers,rows,cols,lanes_of", CP_CASES)
 def test_tcgen05_cp(qualifiers, rows, cols, lanes_of):
     """tcgen05.cp (9.7.16.9.1) copies a rows x (cols x 32 bit) matrix from shared memory (read
     through its descriptor, 9.7.16.4.1) into tensor memory, row r in lane r; .warpx4 copies the
@@ -290,12 +293,22 @@ def test_tma_load_swizzled_box_lands_where_the_swizzle_says():
     assert launch.reports == []
 
 
+def test_a_tensor_map_named_by_its_parameter_is_refused_as_ptxas_refuses_it():
+    """ptxas takes the tensor map's generic address in a register (cvta.param of the
+    parameter's), not the parameter's name: "state space mismatch"."""
+    text = (h.PTX / "tma_load.ptx").read_text().replace("[%tm, {%r1, %r2}]", "[tmap, {%r1, %r2}]")
+    mem, _, _, params = tma_load_launch()
+    with pytest.raises(Exception) as err:
+        h.run("tma_load.ptx", 32, params, mem, text=text)
+    assert "the tensor map is a register holding its generic address" in str(err.value)
+
+
 def test_tma_coordinates_in_an_inline_asm_scope():
-    """The coordinates of `[tmap, {%r1, %r2}]` are the registers of the enclosing scope: inside
+    """The coordinates of `[%tm, {%r1, %r2}]` are the registers of the enclosing scope: inside
     `{ .reg .b32 %r1, %r2; ... }` (as inline asm emits it) they are the scope's, not the
     kernel's %r1, %r2 (which stay 0 here, and would load rows 0..15)."""
     text = (h.PTX / "tma_load.ptx").read_text()
-    first, last = "  ld.param.u32 %r1, [x];\n", "[tmap, {%r1, %r2}], [smem+8];\n"
+    first, last = "  ld.param.u32 %r1, [x];\n", "[%tm, {%r1, %r2}], [smem+8];\n"
     i, j = text.index(first), text.index(last) + len(last)
     text = text[:i] + "  {\n  .reg .b32 %r1, %r2;\n" + text[i:j] + "  }\n" + text[j:]
     mem, src, out, params = tma_load_launch()
