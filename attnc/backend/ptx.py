@@ -6,7 +6,7 @@ vector, memref). Output: PTX text for one target.
 
     module ──lower_math_to_approx──▶ math transcendentals as NVVM approx intrinsics
            ──nvvm-attach-target──▶ ──gpu.module(scf→cf, nvgpu→nvvm, math→llvm, gpu→nvvm)──▶
-           ──reconcile-unrealized-casts──▶ ──attach_loop_annotations──▶
+           ──reconcile-unrealized-casts──▶ ──attach_loop_annotations, attach_grid_constants──▶
            ──gpu-module-to-binary{format=isa}──▶ PTX
 
 Note [No libdevice]: `convert-gpu-to-nvvm` maps `math.exp`, `math.tanh`, ... to
@@ -123,6 +123,46 @@ def attach_loop_annotations(module: ir.Module) -> int:
         op.attributes["loop_annotation"] = op.attributes["llvm.loop_annotation"]
         del op.attributes["llvm.loop_annotation"]
     return len(found)
+
+
+TENSOR_MAPS_ATTR = "attn.tensor_maps"        # a kernel's arguments that are tensor maps, by index
+TENSOR_MAP_BYTES = 128
+
+
+def attach_grid_constants(module: ir.Module) -> int:
+    """Note [Tensor-map arguments]: a TMA tensor map is a 128-byte kernel parameter taken by
+    value, whose generic address the copies take (`cvta.param`): in LLVM a `byval` pointer
+    argument marked `nvvm.grid_constant`, so that NVPTX neither copies it to local memory nor
+    refuses its address. convert-gpu-to-nvvm drops both attributes from a gpu.func's
+    arguments; the kernel names the arguments in `attn.tensor_maps`, and they are put on the
+    llvm.func here, after the conversion. Returns how many arguments it marked."""
+    found = []
+
+    def collect(op):
+        if op.name == "llvm.func" and TENSOR_MAPS_ATTR in op.attributes:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(collect)
+    marked = 0
+    with module.context:
+        for op in found:
+            marked += _mark_tensor_maps(op)
+    return marked
+
+
+def _mark_tensor_maps(op) -> int:
+    attrs = list(ir.ArrayAttr(op.attributes["arg_attrs"]))
+    indices = [ir.IntegerAttr(a).value for a in ir.ArrayAttr(op.attributes[TENSOR_MAPS_ATTR])]
+    for i in indices:
+        d = ir.DictAttr(attrs[i])
+        items = {d[k].name: d[k].attr for k in range(len(d))}
+        items["llvm.byval"] = ir.TypeAttr.get(ir.Type.parse(f"!llvm.array<{TENSOR_MAP_BYTES} x i8>"))
+        items["llvm.align"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 64)
+        items["nvvm.grid_constant"] = ir.UnitAttr.get()
+        attrs[i] = ir.DictAttr.get(items)
+    op.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
+    return len(indices)
 
 
 # ---------------------------------------------------------------- math -> approx
@@ -389,6 +429,7 @@ def _lower(work: ir.Module, options: PtxOptions, *, without_gil: bool = False) -
     try:
         _run(to_llvm_pipeline(options), work, without_gil)
         attach_loop_annotations(work)
+        attach_grid_constants(work)
         _run(BINARY_PIPELINE, work, without_gil)
     except ir.MLIRError as e:
         raise PtxError(f"lowering to PTX for {target} failed:\n{e}") from None

@@ -38,7 +38,8 @@ def lower_kernel(module, pass_target: str | None = None) -> None:
     from attnc.passes.pipelines import LOWERING
 
     ops = attention_ops(module)
-    pass_name = LOWERING[pass_target or "sm_80"]
+    planned_target = get_str(ops[0], "target") if ops and "target" in ops[0].attributes else None
+    pass_name = LOWERING.get(pass_target or planned_target, LOWERING["sm_80"])
     if lowered_gpu_module(module) is not None:
         raise error_at(ops[0] if ops else module, f"{pass_name} ran twice on this module")
     for op in ops:
@@ -47,8 +48,17 @@ def lower_kernel(module, pass_target: str | None = None) -> None:
             instead = f"use {LOWERING[planned]}" if planned in LOWERING else "it has no lowering yet"
             raise error_at(op, f"{pass_name} lowers {pass_target} plans; this one is for {planned}: {instead}")
     result = compile_result_of(module, pass_name)      # first: attributes that contradict the types
-    _check_plan(module, pass_name)
-    kernel_module, kernels, specialization = kernel_module_for(result)
+    if planned_target == "sm_100a":
+        # Note [The sm_100a kernel, op by op]: every op built as it stands, once verified
+        from attnc.backend.sm100a import kernel_module_sm100a
+        from attnc.ir import roles as R
+        from attnc.passes.verify_pipeline import verify_pipeline
+        if not R.verified_as_is(ops[0]):
+            verify_pipeline(module)
+        kernel_module, kernels, specialization = kernel_module_sm100a(result)
+    else:
+        _check_plan(module, pass_name)
+        kernel_module, kernels, specialization = kernel_module_for(result)
     with _module_op(module).context:
         gpu_module = next(o.operation for o in kernel_module.body.operations
                           if o.operation.name == "gpu.module")

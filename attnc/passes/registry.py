@@ -54,6 +54,7 @@ BUILTIN: dict[str, str] = {
     "attn-kernel-choices": "attnc.passes.kernel_choices:KernelChoices",
     "attn-lower-sm80": "attnc.passes.lower_sm80:LowerSm80",
     "attn-lower-sm90a": "attnc.passes.lower_sm90a:LowerSm90a",
+    "attn-lower-sm100a": "attnc.passes.lower_sm100a:LowerSm100a",
 }
 
 _user_passes: dict[str, type] = {}       # name -> class, from register()/load_pass_file()

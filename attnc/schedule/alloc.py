@@ -65,14 +65,31 @@ def _tile_rows_cols(tile: Tile, name: str) -> tuple[int, int]:
 
 
 def alloc_smem(recipe: Recipe, tile: Tile) -> tuple[Buffer, ...]:
-    """Lay out every shared-memory channel buffer; raise if the CTA budget is exceeded."""
+    """Lay out every shared-memory channel buffer; raise if the CTA budget is exceeded,
+    counting the mbarriers and the tensor-memory address word that follow the buffers
+    (`sync_bytes`)."""
     buffers, offset = lay_out_smem(recipe, tile)
-    if offset > recipe.smem_bytes:
+    need = offset + sync_bytes(recipe, tile)
+    if need > recipe.smem_bytes:
         parts = ", ".join(f"{b.name} {b.size}" for b in buffers if b.alias_of is None)
-        raise AttncError(f"shared memory plan needs {offset} bytes ({parts}) but {recipe.target} "
+        parts += f", mbarriers {need - offset}" if need > offset else ""
+        raise AttncError(f"shared memory plan needs {need} bytes ({parts}) but {recipe.target} "
                          f"allows {recipe.smem_bytes}; lower 'stages' or 'block_n'"
                          f"{' or q_tiles' if tile.q_tiles > 1 else ''} (attn-tile)")
     return buffers
+
+
+MBARRIER_BYTES = 8
+
+
+def sync_bytes(recipe: Recipe, tile: Tile) -> int:
+    """The shared memory after the buffers: 8 bytes a slot of every mbarrier of the plan
+    (attnc/schedule/sync.py) and, with tensor memory, 8 for the address tcgen05.alloc writes.
+    sm_90a's kernel places its barriers itself, within the same bytes."""
+    from attnc.schedule.sync import insert_pipelines
+
+    slots = sum(b.stages for b in insert_pipelines(recipe, tile) if b.kind == "mbarrier")
+    return MBARRIER_BYTES * slots + (MBARRIER_BYTES if recipe.tmem_columns else 0)
 
 
 def lay_out_smem(recipe: Recipe, tile: Tile) -> tuple[tuple[Buffer, ...], int]:

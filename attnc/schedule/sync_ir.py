@@ -15,7 +15,9 @@ tile), and in each role:
                     slot_write(stage, value, full)  -- the copy lands on full's tx count
     put (tcgen05 / st.shared)
                     wait(empty[stage], phase ^ 1); slot_write; tcgen05_commit(full[stage])
-                    from the MMA role, else arrive(full[stage]) once per warp
+                    from the MMA role, else arrive(full[stage]) once per warp; the MMA
+                    role's wait stands before the attn.mma whose result it puts (Note
+                    [MMAs into their slot])
     get             wait(full[stage], phase); slot_read; ... the reads' last use ...;
                     arrive(empty[stage]) once per warp (tcgen05_commit from the MMA role)
     put (cp.async)  slot_write(stage, value) in a group; cp_async_commit (where the loads
@@ -42,6 +44,13 @@ Note [Re-reads]: a role that gets a one-role channel's tile inside a loop that d
 put it (sm_80's Q, read from its slot at every step) reads the same fill at every trip:
 the get does not advance the ring, and attn-verify-pipeline takes a read's fill to be
 the number of times its ring advanced before it.
+
+Note [MMAs into their slot]: on sm_100a the MMA role's S = Q K^T lands in tensor memory,
+the S channel's slot, while the MMA runs: there is no register copy for a later slot write
+to store. So the MMA role's wait for that slot stands before the attn.mma (the slot write
+after it publishes the result), and a tcgen05_commit after the attn.mma (the release of K's
+slot) tracks that MMA: the lowering issues the MMA at the attn.mma, into the slot its result
+is written to.
 """
 from __future__ import annotations
 
@@ -262,8 +271,13 @@ class Pipelines:
             return
         full, empty = self._barrier(ch, "full", tile), self._barrier(ch, "empty", tile)
         if first and empty is not None:
-            flipped = arith.XOrIOp(phase, self.one).result
-            R.create(R.MBARRIER_WAIT, operands=[empty, stage, flipped])
+            # Note [MMAs into their slot]: tcgen05.mma writes its result into the channel's
+            # tensor memory as it runs, so the MMA role waits for the slot before the MMA.
+            gemm = value.owner if ch.transport == "tcgen05" and self.role == "mma" else None
+            early = getattr(gemm, "name", "") == "attn.mma" and gemm.operation.parent == op.parent
+            with ir.InsertionPoint(gemm if early else op), R.pass_loc(PASS, op):
+                flipped = arith.XOrIOp(phase, self.one).result
+                R.create(R.MBARRIER_WAIT, operands=[empty, stage, flipped])
         if ch.transport == CP_ASYNC_MBARRIER:
             R.create(R.SLOT_WRITE, operands=[chan, stage, value], attributes={"tile": tile, "completes": "arrive"})
             R.create(R.CP_ASYNC_MBARRIER_ARRIVE, operands=[full, stage])

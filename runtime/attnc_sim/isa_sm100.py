@@ -182,7 +182,7 @@ def _issue_pipe_op(w, ins, lane, effect, writes, reads, smem_bytes) -> None:
         report(w, "read-before-complete", ins,
                 "tcgen05.mma reads tensor memory a tcgen05.st has not finished (no tcgen05.wait::st)")
     op = _PipeOp(s, ins.where(), effect, writes, reads, smem_bytes, w.cta)
-    lane_state(w, "tcgen05_uncommitted", lane).append(op)
+    lane_state(w, "tcgen05_issued", lane).append(op)
     w.cta.launch.scheduler.issue(op)
 
 
@@ -291,10 +291,12 @@ def tcgen05_commit(ins, ctx):
 
     def run(w):
         for lane in np.flatnonzero(w.wmask):
-            tracked = lane_state(w, "tcgen05_uncommitted", int(lane))
-            op = _CommitOp(w, ins, list(tracked), int(mbar(w)[lane]))
-            tracked.clear()
-            w.cta.launch.scheduler.issue(op)
+            # every earlier MMA and copy of the thread still running, committed before or not
+            # (PTX ISA 9.7.16.7.1: "all prior asynchronous tcgen05 operations ... initiated by
+            # the executing thread"): two commits after one MMA both wait for it
+            issued = lane_state(w, "tcgen05_issued", int(lane))
+            issued[:] = [op for op in issued if not op.done]
+            w.cta.launch.scheduler.issue(_CommitOp(w, ins, list(issued), int(mbar(w)[lane])))
     return run
 
 

@@ -1,0 +1,328 @@
+"""attn-lower-sm100a's kernel: the L5 plan of attn.kernel lowered op by op (design.md §3, L6).
+
+Note [The sm_100a kernel, op by op]: the kernel is the roles of attn.warp_specialize, each
+run by its warps (`warps` on attn.role), every op of its region lowered in the order it
+stands by a pattern (`PATTERNS`: one attn op -> PTX through the builders of tcgen05.py and
+nvgpu_builders.py), `scf.for` / `scf.if` rebuilt around the lowered ops and arith copied.
+Nothing of the plan is taken from elsewhere: the shared-memory and tensor-memory buffers are
+the channels' `buffers`, the mbarriers the attn.mbarrier_init ops (counts, stages), the
+(stage, phase) of each ring the values the loops carry. What runs before the roles is the
+CTA's setup: the mbarriers initialized, tensor memory allocated (all 512 columns, by the
+MMA role's warp, which frees them once every role is done) and every O accumulator zeroed
+(Note [Accumulators start at zero]).
+
+A value is lowered to what its consumers need, not always at its op: a tile read from a
+channel (`attn.slot_read`) is its slot (`Slot`), which an MMA takes as a descriptor or a
+tensor-memory address and the softmax loads; a load (`attn.load`) is issued as TMA by the
+slot write that takes it; S = Q K^T (`attn.mma` qk) is issued by the slot write that names
+its tensor memory (the S channel's); P.V accumulates into the tensor memory of its O operand.
+Values the roles compute in registers (the softmax's max and sum, the rescale factor, P, the
+rescaled and the final O) are lowered at their op.
+
+Register layouts: a softmax or correction warpgroup's thread owns one row of its Q tile, row
+32 (warp % 4) + lane, the tensor-memory lane it reaches (PTX ISA 9.7.16.8.1); its row of S or
+O is a tcgen05.ld.32x32b of that lane. The MMA role's warp and the load role's issue from
+lane 0.
+
+Note [Accumulators start at zero]: the MMA role starts each O from a fill of zeros that
+lives in tensor memory, where its warp reaches one lane quarter only; the CTA's first four
+warps zero every O buffer before the roles start, and every P.V accumulates.
+"""
+from __future__ import annotations
+
+import math
+
+from mlir import ir
+from mlir.dialects import gpu, nvvm, scf
+
+from attnc.backend.nvgpu_builders import Approx, Emit, MBarrier, Smem, _asm
+from attnc.backend.sm100a_ops import PATTERNS, SWIZZLE, TMA_BOX_COLS, Channel, Lowering
+from attnc.backend.softmax import OnlineSoftmax
+from attnc.backend.tcgen05 import Tmem
+from attnc.errors import AttncError
+from attnc.ir import error_at, get_bool, get_int, get_shape
+from attnc.ir import roles as R
+
+SMEM_SYMBOL = "attnc_smem"
+LOG2E = 1.4426950408889634
+
+
+# --- the kernel ------------------------------------------------------------------------------
+def lower_sm100a(kernel: ir.Operation, variant, symbol: str, block: ir.Block) -> dict:
+    """The sm_100a kernel of `kernel` (L5) as a gpu.func at the end of `block` (a gpu.module's
+    body); returns its manifest entry."""
+    _check_supported(kernel, variant)
+    params = _params(kernel, variant)
+    smem_bytes, barriers = _layout(kernel)
+    with ir.InsertionPoint(block):
+        types = [p["type"] for p in params]
+        func = gpu.GPUFuncOp(ir.TypeAttr.get(ir.FunctionType.get(types, [])), symbol, kernel=True,
+                             known_block_size=[32 * _warps(kernel), 1, 1])
+        # Note [Tensor-map arguments] in ptx.py
+        maps = [k for k, p in enumerate(params) if p["abi"]["kind"] == "tensor_map"]
+        i64 = ir.IntegerType.get_signless(64)
+        func.operation.attributes["attn.tensor_maps"] = ir.ArrayAttr.get([ir.IntegerAttr.get(i64, k) for k in maps])
+        func.operation.attributes["arg_attrs"] = ir.ArrayAttr.get(
+            [ir.DictAttr.get({"llvm.align": ir.IntegerAttr.get(i64, 64)} if k in maps else {})
+             for k in range(len(params))])
+        entry = func.body.blocks.append(*types)
+    with ir.InsertionPoint(entry):
+        args = {p["key"]: a for p, a in zip(params, entry.arguments)}
+        e = Emit(args)
+        cx = Lowering(kernel, e, Smem(e, SMEM_SYMBOL), args, barriers=barriers)
+        _emit(cx, variant)
+        gpu.ReturnOp([])
+    return _manifest_entry(kernel, variant, symbol, params, smem_bytes)
+
+
+def _check_supported(kernel, variant) -> None:
+    hooks = [name for name in ("score_mod", "mask_mod", "sink") if get_bool(kernel, f"has_{name}")]
+    if hooks:
+        raise error_at(kernel, f"attn-lower-sm100a lowers variants without {', '.join(hooks)} so far "
+                               f"(README, \"Where this departs from design.md\"); --emit mlir gives the plan")
+    if variant.dtype not in ("bf16", "f16") or variant.head_dim_qk % TMA_BOX_COLS or variant.head_dim_v % TMA_BOX_COLS:
+        raise error_at(kernel, f"attn-lower-sm100a takes 16-bit q, k, v of head dims a multiple of "
+                               f"{TMA_BOX_COLS}, not {variant.dtype} at {variant.head_dim_qk}/{variant.head_dim_v}")
+
+
+def _warps(kernel) -> int:
+    return get_int(kernel, "num_warps")
+
+
+def _params(kernel, variant) -> list[dict]:
+    """The kernel's parameters: the tensor maps of q, k, v, then o (and lse) with their
+    strides, then every symbolic dim."""
+    i32, i64, ptr = ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(64), ir.Type.parse("!llvm.ptr")
+    block_m, block_n = get_int(kernel, "block_m"), get_int(kernel, "block_n")
+    out = []
+    for name, rows in (("q", block_m), ("k", block_n), ("v", block_n)):
+        out.append({"key": f"tmap:{name}", "type": ptr,
+                    "abi": {"kind": "tensor_map", "tensor": name, "box": [1, 1, rows, TMA_BOX_COLS], "swizzle": SWIZZLE}})
+    for spec in variant.outputs:
+        out.append({"key": f"ptr:{spec.name}", "type": ptr, "abi": {"kind": "ptr", "tensor": spec.name}})
+        for axis in range(len(spec.shape) - 1):
+            out.append({"key": f"stride:{spec.name}:{axis}", "type": i64,
+                        "abi": {"kind": "stride", "tensor": spec.name, "axis": axis, "type": "i64"}})
+    dims = sorted({d for key in ("q_shape", "k_shape") for d in get_shape(kernel, key) if isinstance(d, str)})
+    for d in dims:
+        out.append({"key": f"dim:{d}", "type": i32, "abi": {"kind": "dim", "name": d, "type": "i32"}})
+    return out
+
+
+def _layout(kernel) -> tuple[int, dict]:
+    """The bytes of shared memory the kernel takes and each mbarrier's (offset, stages):
+    after the channels' buffers, 8 bytes a slot; then 8 for tcgen05.alloc's address."""
+    end = 0
+    for chan in R.channel_ops(kernel):
+        for buf in R.attrs_of(chan).get("buffers", []):
+            if buf["space"] == "smem":
+                end = max(end, buf["offset"] + buf["size"])
+    offset, barriers = (end + 7) // 8 * 8, {}
+    for bar in R.mbarrier_ops(kernel):
+        a = R.attrs_of(bar)
+        barriers[a["name"]] = (offset, a["stages"])
+        offset += 8 * a["stages"]
+    barriers[_TMEM_SLOT] = (offset, 1)
+    return offset + 8, barriers
+
+
+_TMEM_SLOT = "tmem address"
+
+
+def _emit(cx: Lowering, variant) -> None:
+    e, kernel = cx.e, cx.kernel
+    tid = nvvm.read_ptx_sreg_tid_x(e.i32)
+    cx.warp, cx.lane = e.shr(tid, 5), e.and_(tid, 31)
+    cx.row = e.add(e.shl(e.and_(cx.warp, 3), 5), cx.lane)
+    ws = R.warp_specialize_of(kernel)
+    block = ws.regions[0].blocks[0]
+    for op in block.operations:
+        op = op.operation
+        if op.name == R.CHANNEL:
+            cx.channels[op.result] = _channel(op)
+    roles = R.role_ops(kernel)
+    mma_warp = next(R.attrs_of(r)["warps"][0] for r in roles if R.name_of(r) == "mma")
+    tmem, mbar = Tmem(e), MBarrier(e)
+    first = scf.IfOp(e.eq(tid, 0))
+    with ir.InsertionPoint(first.then_block):
+        for bar in R.mbarrier_ops(kernel):
+            a = R.attrs_of(bar)
+            for stage in range(a["stages"]):
+                mbar.init(cx.smem.address(cx.barriers[a["name"]][0] + 8 * stage), a["count"])
+        _asm([], [], "fence.mbarrier_init.release.cluster;", "")
+        scf.yield_([])
+    slot = cx.smem.address(cx.barriers[_TMEM_SLOT][0])
+    _on_warp(e, cx.warp, mma_warp, lambda: tmem.alloc(slot))
+    _sync(cx)
+    cx.tmem_base = _ld_shared_u32(slot)
+    # Note [Accumulators start at zero]
+    first_four = scf.IfOp(e.lt(cx.warp, 4))
+    with ir.InsertionPoint(first_four.then_block):
+        for chan in cx.channels.values():
+            for tile, buf in chan.buffers.items():
+                if buf["space"] == "tmem" and buf["name"].startswith("tO"):
+                    base = tmem.lane_address(e.add(cx.tmem_base, e.c32(buf["offset"])), cx.warp)
+                    for col in range(0, buf["size"], 32):
+                        tmem.store(e.add(base, col), [e.c32(0)] * 32)
+        scf.yield_([])
+    _sync(cx)
+    scale = ir.FloatAttr(kernel.attributes["scale"]).value
+    cx.softmax = OnlineSoftmax(e, Approx(e), _OwnRow(), scale * LOG2E)
+    cx.env.update(zip(kernel.regions[0].blocks[0].arguments, _block_coords(e)))
+    for role in roles:
+        warps = list(R.attrs_of(role)["warps"])
+        mine = e.and_(e.ge(cx.warp, warps[0]), e.le(cx.warp, warps[-1]))
+        branch = scf.IfOp(mine)
+        with ir.InsertionPoint(branch.then_block):
+            cx.role = R.name_of(role)
+            _lower_block(cx, R.role_block(role))
+            scf.yield_([])
+    _sync(cx)
+    _on_warp(e, cx.warp, mma_warp, lambda: tmem.dealloc(cx.tmem_base))
+
+
+class _OwnRow:
+    """A thread owns its whole row: a row's max and sum need no shuffle."""
+
+    @staticmethod
+    def allreduce(x, combine):
+        return x
+
+
+def _block_coords(e: Emit) -> list:
+    """(b, h, m_block) of the CTA: the grid is (query blocks, heads, batches)."""
+    return [nvvm.read_ptx_sreg_ctaid_z(e.i32), nvvm.read_ptx_sreg_ctaid_y(e.i32), nvvm.read_ptx_sreg_ctaid_x(e.i32)]
+
+
+def _on_warp(e: Emit, warp, index: int, body) -> None:
+    branch = scf.IfOp(e.eq(warp, index))
+    with ir.InsertionPoint(branch.then_block):
+        body()
+        scf.yield_([])
+
+
+def _sync(cx: Lowering) -> None:
+    tmem = Tmem(cx.e)
+    tmem.fence_before()
+    _asm([], [], "bar.sync 0;", "")
+    tmem.fence_after()
+
+
+def _ld_shared_u32(addr) -> ir.Value:
+    return _asm([ir.IntegerType.get_signless(32)], [addr], "ld.shared.u32 $0, [$1];", "=r,r").result
+
+
+def _channel(op) -> Channel:
+    a = R.attrs_of(op)
+    tiles = tuple(a["tile"])
+    bufs = [b for b in a.get("buffers", []) if b["space"] == a["space"]]
+    digits = [ch for ch in a["name"] if ch.isdigit()]
+    if len(bufs) > 1 and digits:            # a tile's own buffer (tO1 for o1_acc)
+        bufs = [b for b in bufs if b["name"].endswith(digits[0])] or bufs
+    by_tile = {t: bufs[min(k, len(bufs) - 1)] for k, t in enumerate(tiles)} if bufs else {}
+    return Channel(a["name"], a["transport"], a["space"], a["stages"], tiles, by_tile)
+
+
+# --- the walk over a role's ops --------------------------------------------------------------
+def _lower_block(cx: Lowering, block: ir.Block) -> None:
+    for op in block.operations:
+        op = op.operation
+        name = op.name
+        if name in ("scf.yield", "gpu.yield"):
+            continue
+        if name == "scf.for":
+            _for(cx, op)
+        elif name == "scf.if":
+            _if(cx, op)
+        elif name.startswith("arith.") and not op.regions:
+            _copy(cx, op)
+        elif name in PATTERNS:
+            results = PATTERNS[name](cx, op)
+            if results is not None:
+                cx.env.update(zip(op.results, results))
+        else:
+            raise error_at(op, f"attn-lower-sm100a has no pattern for {name} (role '{cx.role}')")
+
+
+def _copy(cx: Lowering, op) -> None:
+    new = op.clone()
+    for i, v in enumerate(op.operands):
+        new.operands[i] = cx.value(v)
+    cx.env.update(zip(op.results, new.results))
+
+
+def _carried(v) -> bool:
+    return isinstance(v, ir.Value)
+
+
+def _for(cx: Lowering, op) -> None:
+    lb, ub, step = (cx.value(v) for v in list(op.operands)[:3])
+    inits = [cx.value(v) for v in list(op.operands)[3:]]
+    kept = [k for k, v in enumerate(inits) if _carried(v)]
+    loop = scf.ForOp(lb, ub, step, [inits[k] for k in kept])
+    body = op.regions[0].blocks[0]
+    args = list(body.arguments)
+    with ir.InsertionPoint(loop.body):
+        cx.env[args[0]] = loop.induction_variable
+        inner = iter(loop.inner_iter_args)
+        for k, (arg, init) in enumerate(zip(args[1:], inits)):
+            cx.env[arg] = next(inner) if k in kept else init
+        cx.loops.append(loop.induction_variable)
+        _lower_block(cx, body)
+        cx.loops.pop()
+        yielded = [cx.value(v) for v in list(body.operations)[-1].operands]
+        scf.yield_([yielded[k] for k in kept])
+    results = iter(loop.results)
+    for k, (res, init) in enumerate(zip(op.results, inits)):
+        cx.env[res] = next(results) if k in kept else init
+
+
+def _if(cx: Lowering, op) -> None:
+    cond = cx.value(op.operands[0])
+    types = [r.type for r in op.results]
+    if types:
+        raise error_at(op, "attn-lower-sm100a lowers an scf.if without results only")
+    branch = scf.IfOp(cond, [], has_else=len(op.regions[1].blocks) > 0)
+    with ir.InsertionPoint(branch.then_block):
+        _lower_block(cx, op.regions[0].blocks[0])
+        scf.yield_([])
+    if len(op.regions[1].blocks):
+        with ir.InsertionPoint(branch.else_block):
+            _lower_block(cx, op.regions[1].blocks[0])
+            scf.yield_([])
+
+
+# --- the module and the manifest --------------------------------------------------------------
+def kernel_module_sm100a(result):
+    """(the kernel module, its manifest kernels, the specialization) of a compiled L5 module."""
+    from attnc.backend.bundle import kernel_symbol
+    from attnc.backend.kernel_module import GPU_MODULE
+    from attnc.ir import attention_ops
+
+    kernel = attention_ops(result.module)[0]
+    symbol = kernel_symbol(result.variant.name, "fwd")
+    with result.module.context, ir.Location.name(symbol):
+        module = ir.Module.create()
+        module.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
+        with ir.InsertionPoint(module.body):
+            gpu_module = gpu.GPUModuleOp(GPU_MODULE)
+            gpu_module.bodyRegion.blocks.append()
+        with ir.InsertionPoint(gpu_module.bodyRegion.blocks[0]):
+            Smem.declare(SMEM_SYMBOL, alignment=1024)       # 128B-swizzled tiles repeat every 1024 bytes
+        entry = lower_sm100a(kernel, result.variant, symbol, gpu_module.bodyRegion.blocks[0])
+        if not module.operation.verify():
+            raise AttncError(f"the sm_100a kernel {symbol} does not verify")
+    specialization = {"target": "sm_100a", "block_m": get_int(kernel, "block_m"),
+                      "block_n": get_int(kernel, "block_n"), "stages": get_int(kernel, "stages"),
+                      "q_tiles": get_int(kernel, "q_tiles"), "warps": _warps(kernel)}
+    return module, [entry], specialization
+
+
+# --- the manifest ----------------------------------------------------------------------------
+def _manifest_entry(kernel, variant, symbol: str, params: list[dict], smem_bytes: int) -> dict:
+    q_shape = get_shape(kernel, "q_shape")
+    rows = get_int(kernel, "block_m") * get_int(kernel, "q_tiles")
+    blocks = ["cdiv", q_shape[2], rows] if isinstance(q_shape[2], str) else math.ceil(q_shape[2] / rows)
+    grid = [[blocks], [q_shape[1]], [q_shape[0]]]
+    return {"name": "attn_fwd", "symbol": symbol, "block": [32 * _warps(kernel), 1, 1],
+            "dynamic_smem_bytes": smem_bytes, "grid": grid, "params": [p["abi"] for p in params]}

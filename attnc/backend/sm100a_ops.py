@@ -1,0 +1,384 @@
+"""attn-lower-sm100a's patterns: one attn op of a role's region -> PTX (Note [The sm_100a
+kernel, op by op] in sm100a.py), and the values they pass on: a channel's slot (`Slot`), a
+load the slot write issues (`LoadTile`), an accumulator in tensor memory (`InTmem`), a
+thread's row in registers (`Rows`); `Lowering` is what they share."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mlir import ir
+from mlir.dialects import llvm, scf
+
+from attnc.backend.nvgpu_builders import Emit, MBarrier, Smem, _asm, warp_sync
+from attnc.backend.softmax import OnlineSoftmax, SoftmaxState
+from attnc.backend.tcgen05 import MMA_K, Tmem, Umma, expect_tx, param_address, tma_load
+from attnc.ir import error_at, get_int, get_shape, get_str
+from attnc.ir import roles as R
+
+SWIZZLE = 128           # bytes: K, V and Q tiles land 128B-swizzled, in column blocks of 64 16-bit elements
+TMA_BOX_COLS = SWIZZLE // 2
+
+
+@dataclass
+class Channel:
+    name: str
+    transport: str
+    space: str
+    stages: int
+    tiles: tuple[str, ...]
+    buffers: dict[str, dict]            # tile -> its buffer ({offset, size, stages, ...})
+
+    def buffer(self, tile: str) -> dict:
+        return self.buffers[tile]
+
+
+@dataclass
+class Slot:
+    """A slot of a channel: what attn.slot_read gives its consumers."""
+    channel: Channel
+    stage: ir.Value
+    tile: str
+
+
+@dataclass
+class LoadTile:
+    operand: str
+    coords: list            # b, h, block index
+    q_tile: int
+
+
+@dataclass
+class Gemm:
+    """S = A B^T of two shared-memory slots, issued where a slot write names its tensor memory."""
+    a: Slot
+    b: Slot
+    op: ir.Operation
+
+
+@dataclass
+class InTmem:
+    """An accumulator that lives in its tensor-memory buffer (no register copy)."""
+
+
+@dataclass
+class Rows:
+    """Registers of this thread's row: `values` (f32 or packed i32 words)."""
+    values: list
+
+
+@dataclass
+class Lowering:
+    """What the patterns share: the kernel's IR, the emitter, the CTA's resources."""
+    kernel: ir.Operation
+    e: Emit
+    smem: Smem
+    params: dict
+    tmem_base: ir.Value = None
+    warp: ir.Value = None
+    lane: ir.Value = None
+    row: ir.Value = None
+    env: dict = field(default_factory=dict)
+    channels: dict = field(default_factory=dict)
+    barriers: dict = field(default_factory=dict)        # name -> (offset, stages)
+    loops: list = field(default_factory=list)           # enclosing KV loops' block indices
+    softmax: OnlineSoftmax = None
+    role: str = ""
+
+    @property
+    def first_lane(self) -> ir.Value:
+        return self.e.eq(self.lane, 0)
+
+    def value(self, v: ir.Value):
+        if v not in self.env:
+            raise error_at(v.owner if isinstance(v.owner, ir.Operation) else self.kernel,
+                           f"attn-lower-sm100a: a value of role '{self.role}' has no lowering")
+        return self.env[v]
+
+    def mbar(self, v: ir.Value, stage) -> ir.Value:
+        name = R.name_of(v.owner)
+        offset, _ = self.barriers[name]
+        return self.smem.address(self.e.add(self.e.c32(offset), self.e.mul(self.value(stage), 8)))
+
+    def slot_address(self, slot: Slot) -> ir.Value:
+        buf = slot.channel.buffer(slot.tile)
+        size = buf["size"] // buf["stages"]
+        return self.smem.address(self.e.add(self.e.c32(buf["offset"]), self.e.mul(slot.stage, size)))
+
+    def tmem_address(self, slot: Slot, lane_of_warp: bool) -> ir.Value:
+        col = self.e.add(self.tmem_base, self.e.c32(slot.channel.buffer(slot.tile)["offset"]))
+        return Tmem(self.e).lane_address(col, self.warp) if lane_of_warp else col
+
+    def size(self, entry) -> ir.Value:
+        return self.e.c32(entry) if isinstance(entry, int) else self.params[f"dim:{entry}"]
+
+
+# --- the patterns ----------------------------------------------------------------------------
+def _dim(cx: Lowering, op):
+    return [cx.size(get_str(op, "name"))]
+
+
+def _fill(cx: Lowering, op):
+    shape = _tile_shape(op.results[0].type)
+    if len(shape) == 1:                     # a row statistic: this thread's row's
+        return [cx.e.cf(ir.FloatAttr(op.attributes["value"]).value)]
+    return [InTmem()]                       # O (Note [Accumulators start at zero])
+
+
+def _tile_shape(t: ir.Type) -> list[int]:
+    text = str(t)
+    return [int(x) for x in text[text.index("[") + 1:text.index("]")].split(",")]
+
+
+def _wait(cx: Lowering, op):
+    bar, stage, parity = op.operands
+    MBarrier(cx.e).wait(cx.mbar(bar, stage), cx.value(parity))
+    Tmem(cx.e).fence_after()
+
+
+def _arrive(cx: Lowering, op):
+    """One arrival per warp (`per = "warp"`), by lane 0 once every lane's writes before it
+    (shared memory, tensor memory) are ordered before it."""
+    bar, stage = op.operands
+    Tmem(cx.e).fence_before()
+    warp_sync()
+    MBarrier(cx.e).arrive(cx.mbar(bar, stage), only=cx.first_lane)
+
+
+def _expect_tx(cx: Lowering, op):
+    bar, stage = op.operands
+    expect_tx(cx.e, cx.first_lane, cx.mbar(bar, stage), get_int(op, "bytes"))
+
+
+def _commit(cx: Lowering, op):
+    bar, stage = op.operands
+    Umma(cx.e, "bf16").commit(cx.first_lane, cx.mbar(bar, stage))
+
+
+def _ring_advance(cx: Lowering, op):
+    e = cx.e
+    stage, phase = (cx.value(v) for v in op.operands)
+    following = e.add(stage, 1)
+    wraps = e.eq(following, get_int(op, "stages"))
+    return [e.select(wraps, e.c32(0), following), e.select(wraps, e.xor(phase, 1), phase)]
+
+
+def _load(cx: Lowering, op):
+    q_tile = get_int(op, "q_tile") if "q_tile" in op.attributes else 0
+    return [LoadTile(get_str(op, "operand"), [cx.value(v) for v in list(op.operands)[1:]], q_tile)]
+
+
+def _slot_read(cx: Lowering, op):
+    chan, stage = op.operands
+    return [Slot(cx.channels[chan], cx.value(stage), get_str(op, "tile"))]
+
+
+def _slot_write(cx: Lowering, op):
+    chan, stage, value = list(op.operands)[:3]
+    slot = Slot(cx.channels[chan], cx.value(stage), get_str(op, "tile"))
+    v = cx.value(value)
+    if isinstance(v, LoadTile):
+        _tma(cx, slot, v, cx.mbar(op.operands[3], stage))
+    elif isinstance(v, InTmem):
+        pass                                # S or O, where its MMA put it
+    elif slot.channel.space == "tmem":      # P, or the rescaled O: this thread's row
+        base = cx.tmem_address(slot, True)
+        for k in range(0, len(v.values), 32):
+            Tmem(cx.e).store(cx.e.add(base, k), v.values[k:k + 32])
+    elif isinstance(v, Rows):               # the final O, bf16 pairs, into its shared-memory row
+        _rows_to_smem(cx, slot, v.values)
+    else:                                   # a row statistic
+        _asm([], [cx.e.add(cx.slot_address(slot), cx.e.shl(cx.row, 2)), v], "st.shared.f32 [$0], $1;", "r,f")
+
+
+def _tma(cx: Lowering, slot: Slot, load: LoadTile, mbar) -> None:
+    """The tile's copies: one per 64-column block of its 128B-swizzled rows."""
+    e, kernel = cx.e, cx.kernel
+    b, h, index = load.coords
+    rows = get_int(kernel, "block_m" if load.operand == "q" else "block_n")
+    if load.operand == "q":
+        first = e.mul(e.add(e.mul(index, get_int(kernel, "q_tiles")), load.q_tile), rows)
+        head = h
+    else:
+        first = e.mul(index, rows)
+        shape = get_shape(kernel, "q_shape")
+        kv_heads = get_shape(kernel, "k_shape")[1]
+        head = e.div(h, e.div(cx.size(shape[1]), cx.size(kv_heads)))
+    cols = get_int(kernel, "head_dim_qk" if load.operand != "v" else "head_dim_v")
+    tmap = param_address(e, cx.params[f"tmap:{load.operand}"])
+    dst = cx.slot_address(slot)
+    for c in range(cols // TMA_BOX_COLS):
+        tma_load(e, cx.first_lane, e.add(dst, c * rows * SWIZZLE), tmap,
+                 [e.c32(c * TMA_BOX_COLS), first, head, b], mbar)
+
+
+def _k_major_desc(cx: Lowering, slot: Slot, rows: int, k: int) -> ir.Value:
+    """The descriptor of K-step k of a K-major 128B-swizzled tile: column block k // 4,
+    32 bytes a step inside its rows."""
+    per_block = SWIZZLE // 2 // MMA_K
+    addr = cx.e.add(cx.slot_address(slot), (k // per_block) * rows * SWIZZLE + (k % per_block) * 2 * MMA_K)
+    return Umma(cx.e, "bf16").smem_desc(addr, 16, 8 * SWIZZLE, SWIZZLE)
+
+
+def _gemm_qk(cx: Lowering, slot: Slot, g: Gemm) -> None:
+    e, kernel = cx.e, cx.kernel
+    dtype = get_str(kernel, "dtype")
+    block_m, block_n, d = get_int(kernel, "block_m"), get_int(kernel, "block_n"), get_int(kernel, "head_dim_qk")
+    umma = Umma(e, dtype)
+    idesc = umma.instr_desc(block_m, block_n, dtype, b_mn_major=False)
+    d_tmem = cx.tmem_address(slot, False)
+    for k in range(d // MMA_K):
+        umma.mma(cx.first_lane, d_tmem, _k_major_desc(cx, g.a, block_m, k), _k_major_desc(cx, g.b, block_n, k),
+                 idesc, e.true() if k else e.false(), a_in_tmem=False)
+
+
+def _mma(cx: Lowering, op):
+    kind = get_str(op, "kind")
+    a, b = cx.value(op.operands[0]), cx.value(op.operands[1])
+    if kind == "qk":
+        # Note [MMAs into their slot] (sync_ir.py): issued here, into the slot it is written to
+        writes = [u.owner for u in op.result.uses if u.owner.name == R.SLOT_WRITE]
+        if len(writes) != 1:
+            raise error_at(op, "attn-lower-sm100a issues S = Q K^T into the tensor memory of the one slot "
+                               "its result is written to (Note [MMAs into their slot])")
+        w = writes[0]
+        slot = Slot(cx.channels[w.operands[0]], cx.value(w.operands[1]), get_str(w, "tile"))
+        _gemm_qk(cx, slot, Gemm(a, b, op))
+        return [InTmem()]
+    acc = cx.value(op.operands[2])
+    e, kernel = cx.e, cx.kernel
+    dtype = get_str(kernel, "dtype")
+    block_m, block_n, d = get_int(kernel, "block_m"), get_int(kernel, "block_n"), get_int(kernel, "head_dim_v")
+    umma = Umma(e, dtype)
+    idesc = umma.instr_desc(block_m, d, dtype, b_mn_major=True)
+    d_tmem = cx.tmem_address(acc, False)
+    p_tmem = cx.tmem_address(a, False)
+    v_base = cx.slot_address(b)
+    for k in range(block_n // MMA_K):
+        # V is K x N with N contiguous (MN-major): 8-key groups 1024 bytes apart, N's 64-column
+        # blocks block_n rows apart
+        desc = umma.smem_desc(e.add(v_base, k * MMA_K * SWIZZLE), block_n * SWIZZLE, 8 * SWIZZLE, SWIZZLE)
+        umma.mma(cx.first_lane, d_tmem, e.add(p_tmem, k * MMA_K // 2), desc, idesc, e.true(), a_in_tmem=True)
+    return [InTmem()]
+
+
+def _softmax_step(cx: Lowering, op):
+    e, kernel = cx.e, cx.kernel
+    s_slot = cx.value(op.operands[0])
+    m, l = cx.value(op.operands[1]), cx.value(op.operands[2])
+    block_n = get_int(kernel, "block_n")
+    base = cx.tmem_address(s_slot, True)
+    scores = [x for col in range(0, block_n, 32) for x in Tmem(e).load(e.add(base, col), 32)]
+    # Keys past N (the last block's) score -inf.
+    n_keys = cx.size(get_shape(kernel, "k_shape")[2])
+    valid = e.sub(n_keys, e.mul(cx.loops[-1], block_n))
+    scores = [e.select(e.lt(e.c32(j), valid), s, e.neg_inf()) for j, s in enumerate(scores)]
+    (probs,), state, (alpha,) = cx.softmax.step([scores], SoftmaxState([m], [l]), check_inf=True)
+    words = [_pack(e, get_str(kernel, "dtype"), lo, hi) for lo, hi in zip(probs[::2], probs[1::2])]
+    return [Rows(words), state.m[0], state.l[0], alpha]
+
+
+def _pack(e: Emit, dtype: str, lo, hi) -> ir.Value:
+    kind = "bf16x2" if dtype == "bf16" else "f16x2"
+    return _asm([e.i32], [hi, lo], f"cvt.rn.{kind}.f32 $0, $1, $2;", "=r,f,f").result
+
+
+def _row_statistic(cx: Lowering, value) -> ir.Value:
+    """A row statistic: a register, or this thread's row of a shared-memory slot."""
+    if not isinstance(value, Slot):
+        return value
+    addr = cx.e.add(cx.slot_address(value), cx.e.shl(cx.row, 2))
+    return _asm([cx.e.f32], [addr], "ld.shared.f32 $0, [$1];", "=f,r").result
+
+
+def _o_row(cx: Lowering, slot: Slot) -> list:
+    e = cx.e
+    base = cx.tmem_address(slot, True)
+    d = get_int(cx.kernel, "head_dim_v")
+    return [x for col in range(0, d, 32) for x in Tmem(e).load(e.add(base, col), 32)]
+
+
+def _rescale(cx: Lowering, op):
+    o, alpha = cx.value(op.operands[0]), _row_statistic(cx, cx.value(op.operands[1]))
+    return [Rows([cx.e.fmul(x, alpha) for x in _o_row(cx, o)])]
+
+
+def _finalize(cx: Lowering, op):
+    e = cx.e
+    o = cx.value(op.operands[0])
+    m, l = (_row_statistic(cx, cx.value(v)) for v in list(op.operands)[1:3])
+    (inv,), (lse,) = cx.softmax.finalize(SoftmaxState([m], [l]))
+    values = [e.fmul(x, inv) for x in _o_row(cx, o)]
+    dtype = get_str(cx.kernel, "dtype")
+    return [Rows([_pack(e, dtype, lo, hi) for lo, hi in zip(values[::2], values[1::2])]), lse]
+
+
+def _rows_to_smem(cx: Lowering, slot: Slot, words: list) -> None:
+    """This thread's row of the final O (16-bit pairs) into its row of the slot."""
+    e = cx.e
+    row = e.add(cx.slot_address(slot), e.mul(cx.row, 4 * len(words)))
+    for k in range(0, len(words), 4):
+        _asm([], [row, *words[k:k + 4]], f"st.shared.v4.b32 [$0+{4 * k}], {{$1, $2, $3, $4}};", "r,r,r,r,r")
+
+
+def _store(cx: Lowering, op):
+    e, kernel = cx.e, cx.kernel
+    operand = get_str(op, "operand")
+    value = cx.value(op.operands[0])
+    b, h, m_block = (cx.value(v) for v in list(op.operands)[1:4])
+    q_tile = get_int(op, "q_tile") if "q_tile" in op.attributes else 0
+    block_m = get_int(kernel, "block_m")
+    first = e.mul(e.add(e.mul(m_block, get_int(kernel, "q_tiles")), q_tile), block_m)
+    rows_total = cx.size(get_shape(kernel, "q_shape")[2])
+    if operand == "lse":            # this thread's row, from its register
+        row = e.add(first, cx.row)
+        inside = scf.IfOp(e.lt(row, rows_total))
+        with ir.InsertionPoint(inside.then_block):
+            _st_global(cx, "lse", [b, h, row], value, "f32")
+            scf.yield_([])
+        return None
+    # O: the warp copies the slot's rows, 16 bytes a lane, rows below M
+    d = get_int(kernel, "head_dim_v")
+    row_bytes = 2 * d
+    chunks = block_m * row_bytes // 16
+    src = cx.slot_address(value)
+    loop = scf.ForOp(cx.lane, e.c32(chunks), e.c32(32))
+    with ir.InsertionPoint(loop.body):
+        c = loop.induction_variable
+        r = e.div(c, row_bytes // 16)
+        row = e.add(first, r)
+        inside = scf.IfOp(e.lt(row, rows_total))
+        with ir.InsertionPoint(inside.then_block):
+            words = _asm([e.i32] * 4, [e.add(src, e.mul(c, 16))], "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];",
+                         "=r,=r,=r,=r,r")
+            parts = [llvm.extractvalue(e.i32, words.result, [i]) for i in range(4)]
+            addr = _element_address(cx, "o", [b, h, row], e.mul(e.rem(c, row_bytes // 16), 8), 2)
+            _asm([], [addr, *parts], "st.global.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r")
+            scf.yield_([])
+        scf.yield_([])
+    return None
+
+
+def _element_address(cx: Lowering, tensor: str, index: list, last, itemsize: int) -> ir.Value:
+    """The global address of tensor[index..., last] (strides from the parameters)."""
+    e = cx.e
+    offset = e.to_i64(last)
+    for axis, i in enumerate(index):
+        offset = e.add(offset, e.mul(e.to_i64(i), cx.params[f"stride:{tensor}:{axis}"]))
+    base = llvm.ptrtoint(e.i64, cx.params[f"ptr:{tensor}"])
+    return e.add(base, e.mul(offset, itemsize))
+
+
+def _st_global(cx: Lowering, tensor: str, index: list, value, kind: str) -> None:
+    addr = _element_address(cx, tensor, index[:-1], index[-1], 4)
+    _asm([], [addr, value], f"st.global.{kind} [$0], $1;", "l,f")
+
+
+PATTERNS = {
+    "attn.dim": _dim, "attn.fill": _fill, R.MBARRIER_WAIT: _wait, R.MBARRIER_ARRIVE: _arrive,
+    R.MBARRIER_EXPECT_TX: _expect_tx, R.TCGEN05_COMMIT: _commit, R.RING_ADVANCE: _ring_advance,
+    "attn.load": _load, R.SLOT_READ: _slot_read, R.SLOT_WRITE: _slot_write, "attn.mma": _mma,
+    "attn.softmax_step": _softmax_step, "attn.rescale": _rescale, "attn.finalize": _finalize,
+    "attn.store": _store,
+}
+
+
