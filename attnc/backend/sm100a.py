@@ -35,6 +35,7 @@ import math
 from mlir import ir
 from mlir.dialects import gpu, nvvm, scf
 
+from attnc.backend.hooks import KernelNames
 from attnc.backend.nvgpu_builders import Approx, Emit, MBarrier, Smem, _asm
 from attnc.backend.sm100a_ops import PATTERNS, SWIZZLE, TMA_BOX_COLS, Channel, Lowering
 from attnc.backend.softmax import OnlineSoftmax
@@ -48,10 +49,10 @@ LOG2E = 1.4426950408889634
 
 
 # --- the kernel ------------------------------------------------------------------------------
-def lower_sm100a(kernel: ir.Operation, variant, symbol: str, block: ir.Block) -> dict:
-    """The sm_100a kernel of `kernel` (L5) as a gpu.func at the end of `block` (a gpu.module's
-    body); returns its manifest entry."""
-    _check_supported(kernel, variant)
+def lower_sm100a(kernel: ir.Operation, variant, symbol: str, block: ir.Block, module) -> dict:
+    """The sm_100a kernel of `kernel` (L5, in `module`) as a gpu.func at the end of `block`
+    (a gpu.module's body); returns its manifest entry."""
+    _check_supported(kernel)
     params = _params(kernel, variant)
     smem_bytes, barriers = _layout(kernel)
     with ir.InsertionPoint(block):
@@ -68,21 +69,23 @@ def lower_sm100a(kernel: ir.Operation, variant, symbol: str, block: ir.Block) ->
         entry = func.body.blocks.append(*types)
     with ir.InsertionPoint(entry):
         args = {p["key"]: a for p, a in zip(params, entry.arguments)}
+        # the hooks name the sequence and head counts by their roles (hooks.KernelNames)
+        args.update({abi: args[f"dim:{getattr(variant, role)}"] for role, abi in KernelNames.ABI_DIMS.items()
+                     if isinstance(getattr(variant, role), str)})
         e = Emit(args)
-        cx = Lowering(kernel, e, Smem(e, SMEM_SYMBOL), args, barriers=barriers)
+        cx = Lowering(kernel, e, Smem(e, SMEM_SYMBOL), args, barriers=barriers,
+                      names=KernelNames(variant, kernel, module), module=module.operation)
         _emit(cx, variant)
         gpu.ReturnOp([])
     return _manifest_entry(kernel, variant, symbol, params, smem_bytes)
 
 
-def _check_supported(kernel, variant) -> None:
-    hooks = [name for name in ("score_mod", "mask_mod", "sink") if get_bool(kernel, f"has_{name}")]
-    if hooks:
-        raise error_at(kernel, f"attn-lower-sm100a lowers variants without {', '.join(hooks)} so far "
-                               f"(README, \"Where this departs from design.md\"); --emit mlir gives the plan")
-    if variant.dtype not in ("bf16", "f16") or variant.head_dim_qk % TMA_BOX_COLS or variant.head_dim_v % TMA_BOX_COLS:
-        raise error_at(kernel, f"attn-lower-sm100a takes 16-bit q, k, v of head dims a multiple of "
-                               f"{TMA_BOX_COLS}, not {variant.dtype} at {variant.head_dim_qk}/{variant.head_dim_v}")
+def _check_supported(kernel) -> None:
+    """What the kernel does not build yet: a mask the analysis leaves to a block map or a
+    tile table (README, "Where this departs from design.md")."""
+    for op in R.ops_in(kernel.regions[0].blocks[0], ("attn.block_map_read", "attn.tile_table_read")):
+        raise error_at(op, f"attn-lower-sm100a builds no {op.name[5:].replace('_read', '').replace('_', ' ')} "
+                           f"yet: a mask that reads params has no sm_100a code; --emit mlir gives the plan")
 
 
 def _warps(kernel) -> int:
@@ -103,9 +106,10 @@ def _params(kernel, variant) -> list[dict]:
         for axis in range(len(spec.shape) - 1):
             out.append({"key": f"stride:{spec.name}:{axis}", "type": i64,
                         "abi": {"kind": "stride", "tensor": spec.name, "axis": axis, "type": "i64"}})
-    dims = sorted({d for key in ("q_shape", "k_shape") for d in get_shape(kernel, key) if isinstance(d, str)})
-    for d in dims:
+    for d in variant.dims:
         out.append({"key": f"dim:{d}", "type": i32, "abi": {"kind": "dim", "name": d, "type": "i32"}})
+    for t in variant.params:             # the hooks' tensors (hooks.load_param)
+        out.append({"key": f"ptr:{t.name}", "type": ir.Type.parse("!llvm.ptr<1>"), "abi": {"kind": "ptr", "tensor": t.name}})
     return out
 
 
@@ -166,8 +170,10 @@ def _emit(cx: Lowering, variant) -> None:
                         tmem.store(e.add(base, col), [e.c32(0)] * 32)
         scf.yield_([])
     _sync(cx)
-    scale = ir.FloatAttr(kernel.attributes["scale"]).value
-    cx.softmax = OnlineSoftmax(e, Approx(e), _OwnRow(), scale * LOG2E)
+    # Note [Folded scale] (softmax.py): a score_mod takes scaled scores, the softmax then natural ones
+    cx.scale = ir.FloatAttr(kernel.attributes["scale"]).value
+    natural = get_bool(kernel, "has_score_mod")
+    cx.softmax = OnlineSoftmax(e, Approx(e), _OwnRow(), LOG2E if natural else cx.scale * LOG2E)
     cx.env.update(zip(kernel.regions[0].blocks[0].arguments, _block_coords(e)))
     for role in roles:
         warps = list(R.attrs_of(role)["warps"])
@@ -309,7 +315,7 @@ def kernel_module_sm100a(result):
             gpu_module.bodyRegion.blocks.append()
         with ir.InsertionPoint(gpu_module.bodyRegion.blocks[0]):
             Smem.declare(SMEM_SYMBOL, alignment=1024)       # 128B-swizzled tiles repeat every 1024 bytes
-        entry = lower_sm100a(kernel, result.variant, symbol, gpu_module.bodyRegion.blocks[0])
+        entry = lower_sm100a(kernel, result.variant, symbol, gpu_module.bodyRegion.blocks[0], result.module)
         if not module.operation.verify():
             raise AttncError(f"the sm_100a kernel {symbol} does not verify")
     specialization = {"target": "sm_100a", "block_m": get_int(kernel, "block_m"),

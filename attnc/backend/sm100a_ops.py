@@ -12,7 +12,7 @@ from mlir.dialects import llvm, scf
 from attnc.backend.nvgpu_builders import Emit, MBarrier, Smem, _asm, warp_sync
 from attnc.backend.softmax import OnlineSoftmax, SoftmaxState
 from attnc.backend.tcgen05 import MMA_K, Tmem, Umma, expect_tx, param_address, tma_load
-from attnc.ir import error_at, get_int, get_shape, get_str
+from attnc.ir import error_at, get_bool, get_int, get_shape, get_str
 from attnc.ir import roles as R
 
 SWIZZLE = 128           # bytes: K, V and Q tiles land 128B-swizzled, in column blocks of 64 16-bit elements
@@ -83,6 +83,9 @@ class Lowering:
     loops: list = field(default_factory=list)           # enclosing KV loops' block indices
     softmax: OnlineSoftmax = None
     role: str = ""
+    names: object = None                # hooks.KernelNames: the hooks' dims and params
+    module: ir.Operation = None         # the module whose functions attn.kv_range calls
+    scale: float = 1.0                  # what scores are multiplied by before a score_mod
 
     @property
     def first_lane(self) -> ir.Value:
@@ -261,13 +264,67 @@ def _mma(cx: Lowering, op):
     return [InTmem()]
 
 
+def _scores(cx: Lowering, value) -> list:
+    """This thread's row of S: from the S slot in tensor memory, or the registers a hook
+    op left it in."""
+    if isinstance(value, Rows):
+        return value.values
+    e = cx.e
+    base = cx.tmem_address(value, True)
+    return [x for col in range(0, get_int(cx.kernel, "block_n"), 32) for x in Tmem(e).load(e.add(base, col), 32)]
+
+
+def _hook_coords(cx: Lowering, op) -> tuple:
+    """(b, h, i, [j of each column]) of this thread's row of a score_mod or mask op."""
+    e, kernel = cx.e, cx.kernel
+    b, h, m_block, n = (cx.value(v) for v in list(op.operands)[1:5])
+    q_tile = get_int(op, "q_tile") if "q_tile" in op.attributes else 0
+    block_m, block_n = get_int(kernel, "block_m"), get_int(kernel, "block_n")
+    i = e.add(e.mul(e.add(e.mul(m_block, get_int(kernel, "q_tiles")), q_tile), block_m), cx.row)
+    j0 = e.mul(n, block_n)
+    return b, h, i, [e.add(j0, k) for k in range(block_n)]
+
+
+def _hook(cx: Lowering, op):
+    from attnc.backend.hooks import RegionCode, role_dims
+    from attnc.backend.variant_hooks import _TILE_ROLES
+    return RegionCode(op.regions[0].blocks[0], cx.names, role_dims(cx.names.variant, _TILE_ROLES))
+
+
+def _score_mod(cx: Lowering, op):
+    """score_mod(scale * s, b, h, i, j) on each score of the row."""
+    e = cx.e
+    code = _hook(cx, op)
+    b, h, i, js = _hook_coords(cx, op)
+    scores = _scores(cx, cx.value(op.operands[0]))
+    return [Rows([code(e, e.fmul(s, cx.scale), b, h, i, j) for s, j in zip(scores, js)])]
+
+
+def _mask(cx: Lowering, op):
+    """-inf where mask_mod(b, h, i, j) is false."""
+    e = cx.e
+    if len(op.operands) > 5:
+        raise error_at(op, "attn-lower-sm100a lowers masks without a block map so far")
+    code = _hook(cx, op)
+    b, h, i, js = _hook_coords(cx, op)
+    scores = _scores(cx, cx.value(op.operands[0]))
+    return [Rows([e.select(code(e, b, h, i, j), s, e.neg_inf()) for s, j in zip(scores, js)])]
+
+
+def _kv_range(cx: Lowering, op):
+    """The mask analysis' function, inlined (its arguments the op's)."""
+    from attnc.backend.hooks import RegionCode
+    name = ir.FlatSymbolRefAttr(op.attributes["fn"]).value
+    fn = ir.SymbolTable(cx.module)[name]
+    code = RegionCode(fn.regions[0].blocks[0], cx.names, exact_ints=False)
+    return code.results(cx.e, *(cx.value(v) for v in op.operands))
+
+
 def _softmax_step(cx: Lowering, op):
     e, kernel = cx.e, cx.kernel
-    s_slot = cx.value(op.operands[0])
+    scores = _scores(cx, cx.value(op.operands[0]))
     m, l = cx.value(op.operands[1]), cx.value(op.operands[2])
     block_n = get_int(kernel, "block_n")
-    base = cx.tmem_address(s_slot, True)
-    scores = [x for col in range(0, block_n, 32) for x in Tmem(e).load(e.add(base, col), 32)]
     # Keys past N (the last block's) score -inf.
     n_keys = cx.size(get_shape(kernel, "k_shape")[2])
     valid = e.sub(n_keys, e.mul(cx.loops[-1], block_n))
@@ -306,7 +363,14 @@ def _finalize(cx: Lowering, op):
     e = cx.e
     o = cx.value(op.operands[0])
     m, l = (_row_statistic(cx, cx.value(v)) for v in list(op.operands)[1:3])
-    (inv,), (lse,) = cx.softmax.finalize(SoftmaxState([m], [l]))
+    sink = None
+    if get_bool(cx.kernel, "has_sink"):         # in the running max's units (Note [Sinks] in softmax.py)
+        from attnc.backend.hooks import RegionCode, role_dims
+        from attnc.backend.variant_hooks import _SINK_ROLES
+        code = RegionCode(op.regions[0].blocks[0], cx.names, role_dims(cx.names.variant, _SINK_ROLES))
+        units = 1.0 if get_bool(cx.kernel, "has_score_mod") else cx.scale
+        sink = e.fmul(code(e, cx.value(op.operands[3])), 1.0 / units)
+    (inv,), (lse,) = cx.softmax.finalize(SoftmaxState([m], [l]), sink)
     values = [e.fmul(x, inv) for x in _o_row(cx, o)]
     dtype = get_str(cx.kernel, "dtype")
     return [Rows([_pack(e, dtype, lo, hi) for lo, hi in zip(values[::2], values[1::2])]), lse]
@@ -378,7 +442,7 @@ PATTERNS = {
     R.MBARRIER_EXPECT_TX: _expect_tx, R.TCGEN05_COMMIT: _commit, R.RING_ADVANCE: _ring_advance,
     "attn.load": _load, R.SLOT_READ: _slot_read, R.SLOT_WRITE: _slot_write, "attn.mma": _mma,
     "attn.softmax_step": _softmax_step, "attn.rescale": _rescale, "attn.finalize": _finalize,
-    "attn.store": _store,
+    "attn.store": _store, "attn.score_mod": _score_mod, "attn.mask": _mask, "attn.kv_range": _kv_range,
 }
 
 
