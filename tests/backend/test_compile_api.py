@@ -24,7 +24,7 @@ def test_compile_returns_a_runtime_kernel_from_the_cache(tmp_path, monkeypatch):
     assert len(list(tmp_path.rglob("manifest.json"))) == 1
 
 
-def test_compile_builds_hooked_variants_and_refuses_other_targets(tmp_path, monkeypatch):
+def test_compile_builds_hooked_variants_and_sm100a_kernels(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path))
     kernel = attnc.compile((ROOT / "examples/alibi.attn").read_text(), arch="sm_80")
     assert [t.name for t in kernel.manifest.inputs] == ["q", "k", "v", "slopes"]
@@ -34,8 +34,12 @@ def test_compile_builds_hooked_variants_and_refuses_other_targets(tmp_path, monk
     # Note [Reused masks] (runtime/attnc_runtime/kernel.py): the table's kernel reads no
     # attention tensor, so launches may keep its output; a bundle without params has none.
     assert docs.manifest.mask_kernels == (0,) and kernel.manifest.mask_kernels == ()
-    with pytest.raises(AttncError, match="for sm_80 and sm_90a so far, not sm_100a"):
-        attnc.compile((ROOT / "examples/mha.attn").read_text(), arch="sm_100a")
+    blackwell = attnc.compile((ROOT / "examples/mha.attn").read_text(), arch="sm_100a")
+    assert blackwell.manifest.target == "sm_100a"
+    assert [p.tensor for p in blackwell.manifest.kernels[0].params if type(p).__name__ == "TensorMapParam"] == \
+        ["q", "k", "v"]
+    with pytest.raises(AttncError, match="attn-lower-sm100a builds no block map yet"):
+        attnc.compile((ROOT / "examples/docs_sink.attn").read_text(), arch="sm_100a")
 
 
 def test_compile_takes_the_path_of_a_file(tmp_path, monkeypatch):

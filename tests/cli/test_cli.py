@@ -175,14 +175,25 @@ def test_code_of_a_pipeline_that_stops_before_the_plan(tmp_path, pipeline):
                           "(attn-warp-specialize and the passes after it) and has no lowering")
 
 
-@pytest.mark.parametrize("emit", ["ptx", "cubin", "bundle"])
-def test_no_code_generation_for_sm100a_yet(tmp_path, emit):
-    target = tmp_path / "out"
-    status, out, err = run_attnc(["compile", "examples/mha.attn", "-arch", "sm_100a", "--emit", emit,
-                                  "-o", str(target)])
+def test_sm100a_code(tmp_path):
+    """-arch sm_100a: the plan lowered by attn-lower-sm100a (tcgen05, TMA through tensor maps)."""
+    status, out, err = run_attnc(["compile", "examples/mha.attn", "-arch", "sm_100a", "--emit", "ptx",
+                                  "-o", str(tmp_path / "mha.ptx")])
+    assert (status, err) == (0, "")
+    ptx = (tmp_path / "mha.ptx").read_text()
+    assert ".target sm_100a" in ptx and "tcgen05.mma.cta_group::1.kind::f16" in ptx
+    assert "cp.async.bulk.tensor.4d" in ptx and ".param .align 64 .b8" in ptx
+    status, out, err = run_attnc(["compile", "examples/mha.attn", "-arch", "sm_100a", "-o", str(tmp_path / "b")])
+    assert status == 0
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert manifest["target"] == "sm_100a" and manifest["kernels"][0]["block"] == [512, 1, 1]
+
+
+def test_sm100a_refuses_a_block_map_at_its_op(tmp_path):
+    status, out, err = run_attnc(["compile", "examples/docs_sink.attn", "-arch", "sm_100a", "-o", str(tmp_path / "b")])
     assert (status, out) == (1, "")
-    assert err == ("attnc: error: code generation for sm_100a is not built yet: --emit mlir shows its "
-                   "plan; -arch sm_80 and -arch sm_90a produce PTX, cubins and bundles\n")
+    assert err.startswith("examples/docs_sink.attn:")
+    assert "error: attn-lower-sm100a builds no block map yet" in err
     assert list(tmp_path.iterdir()) == []
 
 

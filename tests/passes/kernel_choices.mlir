@@ -38,7 +38,7 @@
 // GEMMA: "attn.store"({{.*}}) {operand = "o", staged = false}
 // GEMMA: }) {name = "consumer0"
 
-// SM100: alibi.attn:2:1: error: attn-kernel-choices records the choices of the sm_80 and sm_90a lowerings; sm_100a has no lowering yet
+// SM100: alibi.attn:2:1: error: attn-kernel-choices records the choices of the sm_80 and sm_90a lowerings; attn-lower-sm100a takes none yet
 // NOSYNC: alibi.attn:2:1: error: attn-kernel-choices needs the synchronization attn-insert-pipelines makes of attn.put; run attn-insert-pipelines first
 // NOROLES: alibi.attn:2:1: error: attn-kernel-choices needs the role regions that attn-warp-specialize makes; run attn-warp-specialize first
 // LEAN: alibi.attn:2:1: error: the sm_90a kernel cannot be built: lean_loads needs an sm_80 kernel whose key ranges come from a block map or a band

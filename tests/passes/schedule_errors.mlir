@@ -35,7 +35,7 @@
 // COVER: --pass-pipeline:1:32: error: attn-warp-specialize: consumers=1 runs 64 query rows (64 a warpgroup), and the tile has block_m=128: set attn-tile{block_m=64}
 // PINGPONG1: --pass-pipeline:1:44: error: attn-warp-specialize: pingpong=1: the consumers take turns when there are two fed by the producer; this plan has consumers=1, producer=0
 // ROWS: schedule.attn:2:1: error: block_m=192: sm_90a's consumer warpgroups run 64 query rows each, 1 or 2 of them: block_m 64 or 128 (attn-tile)
-// SMEM: schedule.attn:2:1: error: shared memory plan needs 294912 bytes (sQ 32768, sK 131072, sV 131072) but sm_90a allows 232448; lower 'stages' or 'block_n' (attn-tile)
+// SMEM: schedule.attn:2:1: error: shared memory plan needs 295048 bytes (sQ 32768, sK 131072, sV 131072, mbarriers 136) but sm_90a allows 232448; lower 'stages' or 'block_n' (attn-tile)
 
 func.func @hd128_unmasked(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v: tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> {
   %o = "attn.attention"(%q, %k, %v) ({

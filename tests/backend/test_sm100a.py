@@ -1,0 +1,110 @@
+"""attn-lower-sm100a (Note [The sm_100a kernel, op by op] in attnc/backend/sm100a.py): the
+kernel follows the L5 plan -- an edited ring depth is another kernel, still right in the
+emulator -- its instruction mix is the recipe's, and what it cannot lower is refused at the op.
+The emulator runs of every example are tests/sim/test_examples_sim.py's."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlir import ir
+
+import attnc
+from attnc.driver import CompileOptions, compile_mlir, optimize_mlir
+from attnc.errors import AttncError
+from attnc.ir import attention_ops, to_text
+from attnc.ir import roles as R
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAN = "attn-tile{opts},attn-analyze-masks,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem," \
+       "attn-insert-pipelines,attn-verify-pipeline"
+
+
+def plan(example: str = "mha", tile: str = ""):
+    text = (ROOT / f"examples/{example}.attn").read_text()
+    return compile_mlir(text, f"{example}.attn", CompileOptions(
+        arch="sm_100a", pass_pipeline=PLAN.format(opts="{" + tile + "}" if tile else "")))
+
+
+def ptx_of(text: str) -> str:
+    from attnc.backend.ptx import to_ptx
+    from attnc.passes.lower_kernel import lowered_gpu_module
+    module = optimize_mlir(text, "plan.mlir", CompileOptions(arch="sm_100a", pass_pipeline="attn-lower-sm100a"))
+    with module.context, ir.Location.unknown():
+        copy = ir.Module.create()
+        copy.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
+        lowered_gpu_module(module).clone(ip=ir.InsertionPoint(copy.body))
+    return to_ptx(copy, "sm_100a", in_place=True)
+
+
+def test_the_instruction_mix_is_the_recipes():
+    """mha at head dim 128, 128-key blocks, two Q tiles: per KV step 2 x 8 MMAs for S and 2 x 8
+    for O (K = 16 each), two TMA boxes a 128-row tile (64 columns of 128B-swizzled rows)."""
+    ptx = ptx_of(to_text(plan().module))
+    assert len(re.findall(r"tcgen05\.mma\.cta_group::1\.kind::f16 \[%r\d+\], %rd", ptx)) == 16      # A from SMEM: S
+    assert len(re.findall(r"tcgen05\.mma\.cta_group::1\.kind::f16 \[%r\d+\], \[%r\d+\]", ptx)) == 16  # A = P in TMEM
+    tma = len(re.findall(r"cp\.async\.bulk\.tensor\.4d", ptx))       # Q0, Q1; K, V (LLVM may peel the loop)
+    assert tma >= 2 * 2 + 2 * 2 and tma % 4 == 0
+    assert "tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32" in ptx and "tcgen05.dealloc" in ptx
+    assert "cvta.param.u64" in ptx and ".param .align 64 .b8" in ptx
+
+
+def test_the_ring_depth_is_the_plans():
+    """attn-tile{stages=3} at head dim 64 (which fits): a third K/V slot and its barriers,
+    another kernel, which the emulator finds right."""
+    two, three = (ptx_of(to_text(plan("diff_head_dims", f"stages={s}").module)) for s in (2, 3))
+    assert two != three
+    text = (ROOT / "examples/diff_head_dims.attn").read_text()
+    kernel = attnc.compile(text, arch="sm_100a", pass_pipeline=PLAN.format(opts="{stages=3}") + ",attn-lower-sm100a")
+    from attnc_sim.device import SimKernel, numpy_dtype
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 2, 150, 128)).astype(numpy_dtype("bf16"))
+    k = rng.standard_normal((1, 2, 300, 128)).astype(numpy_dtype("bf16"))
+    v = rng.standard_normal((1, 2, 300, 64)).astype(numpy_dtype("bf16"))
+    out = SimKernel(kernel.bundle)(q=q, k=k, v=v)
+    ref = attnc.reference(kernel.bundle.manifest.source and attnc.frontend.load(text, "d.attn"),
+                          q=q.astype(np.float32), k=k.astype(np.float32), v=v.astype(np.float32))
+    assert np.abs(out["o"].astype(np.float64) - ref["o"]).max() < 2e-2
+
+
+def test_an_mma_result_written_twice_is_refused():
+    """S = Q K^T lands in the tensor memory of the one slot it is written to; a second write
+    of it is a second fill of S's one-slot ring, which the verifier finds first."""
+    result = plan()
+    kernel = attention_ops(result.module)[0]
+    mma = next(r for r in R.role_ops(kernel) if R.name_of(r) == "mma")
+    write = next(o for o in R.ops_in(R.role_block(mma), (R.SLOT_WRITE,))
+                 if R.attrs_of(o)["tile"] == "s")
+    with kernel.context:
+        write.clone(ir.InsertionPoint(write))
+    with pytest.raises(AttncError) as err:
+        ptx_of(to_text(result.module))
+    assert "mma overwrites slot 0 of 's0' (s) with fill 1 before softmax0 released fill 0" in str(err.value)
+
+
+def test_an_op_without_a_pattern_is_refused_at_the_op():
+    result = plan()
+    kernel = attention_ops(result.module)[0]
+    load = next(r for r in R.role_ops(kernel) if R.name_of(r) == "load")
+    first = list(R.role_block(load).operations)[0]
+    with kernel.context, ir.InsertionPoint(first), first.location:
+        R.create(R.CTA_BARRIER)
+    with pytest.raises(AttncError) as err:
+        ptx_of(to_text(result.module))
+    assert "attn-lower-sm100a has no pattern for attn.cta_barrier (role 'load')" in str(err.value)
+
+
+def test_an_unsound_edit_is_refused_by_the_verifier_first():
+    """The lowering builds every op as it stands once attn-verify-pipeline found them sound: a
+    removed release of S1 is a deadlock it names."""
+    result = plan("gemma2")
+    kernel = attention_ops(result.module)[0]
+    softmax1 = next(r for r in R.role_ops(kernel) if R.name_of(r) == "softmax1")
+    for arrive in R.ops_in(R.role_block(softmax1), (R.MBARRIER_ARRIVE,)):
+        if R.name_of(arrive.operands[0].owner) == "mbar_s1_empty":
+            arrive.erase()
+    with pytest.raises(AttncError) as err:
+        ptx_of(to_text(result.module))
+    assert "channel 's1' deadlocks" in str(err.value)
