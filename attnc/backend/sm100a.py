@@ -24,6 +24,17 @@ Register layouts: a softmax or correction warpgroup's thread owns one row of its
 O is a tcgen05.ld.32x32b of that lane. The MMA role's warp and the load role's issue from
 lane 0.
 
+Note [O in chunks]: the correction warpgroup's budget (80 registers, which the softmax
+warpgroups' 192 leave) holds no whole row of O (128 floats at head dim 128). So a rescale
+and the final O / l are lowered where their result is written: O's row read in chunks of 16
+columns (as FlashAttention-4's correction reads it), scaled, written to the slot (its tensor memory for the rescaled O, the thread's
+shared-memory row for the final one). O is read after the arrival that releases its
+accumulator channel (o_acc) then; no MMA writes that tensor memory before the write is
+published (o_scaled's full barrier: the P.V that accumulates into it waits for it), which
+attn-verify-pipeline checks of the plan. The factor (alpha, 1 / l) is read at its op.
+
+Note [Registers per warpgroup]: see `_warpgroups`.
+
 Note [Accumulators start at zero]: the MMA role starts each O from a fill of zeros that
 lives in tensor memory, where its warp reaches one lane quarter only; the CTA's first four
 warps zero every O buffer before the roles start, and every P.V accumulates.
@@ -36,7 +47,7 @@ from mlir import ir
 from mlir.dialects import gpu, nvvm, scf
 
 from attnc.backend.hooks import KernelNames
-from attnc.backend.nvgpu_builders import Approx, Emit, MBarrier, Smem, _asm
+from attnc.backend.nvgpu_builders import Approx, Emit, MBarrier, Smem, _asm, set_max_registers
 from attnc.backend.sm100a_ops import PATTERNS, SWIZZLE, TMA_BOX_COLS, Channel, Lowering
 from attnc.backend.softmax import OnlineSoftmax
 from attnc.backend.tcgen05 import Tmem
@@ -59,6 +70,8 @@ def lower_sm100a(kernel: ir.Operation, variant, symbol: str, block: ir.Block, mo
         types = [p["type"] for p in params]
         func = gpu.GPUFuncOp(ir.TypeAttr.get(ir.FunctionType.get(types, [])), symbol, kernel=True,
                              known_block_size=[32 * _warps(kernel), 1, 1])
+        # one CTA per SM: ptxas keeps setmaxnreg only so (Note [Registers per warpgroup])
+        func.operation.attributes["nvvm.minctasm"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 1)
         # Note [Tensor-map arguments] in ptx.py
         maps = [k for k, p in enumerate(params) if p["abi"]["kind"] == "tensor_map"]
         i64 = ir.IntegerType.get_signless(64)
@@ -175,16 +188,41 @@ def _emit(cx: Lowering, variant) -> None:
     natural = get_bool(kernel, "has_score_mod")
     cx.softmax = OnlineSoftmax(e, Approx(e), _OwnRow(), LOG2E if natural else cx.scale * LOG2E)
     cx.env.update(zip(kernel.regions[0].blocks[0].arguments, _block_coords(e)))
-    for role in roles:
-        warps = list(R.attrs_of(role)["warps"])
-        mine = e.and_(e.ge(cx.warp, warps[0]), e.le(cx.warp, warps[-1]))
-        branch = scf.IfOp(mine)
+    # Note [Registers per warpgroup]: a warpgroup's branch sets its registers, then runs its roles
+    launch = 65536 // (32 * _warps(kernel))
+    for group, members in _warpgroups(roles).items():
+        # each test reads its own opaque copy of the warp index: LLVM would turn tests of one
+        # value into a jump table (brx.idx), which the emulator does not run
+        branch = scf.IfOp(e.eq(e.shr(e.opaque(cx.warp), 2), group))
         with ir.InsertionPoint(branch.then_block):
-            cx.role = R.name_of(role)
-            _lower_block(cx, R.role_block(role))
+            regs = max(R.attrs_of(role)["regs"] for role in members)
+            if regs and regs != launch:
+                set_max_registers(regs, increase=regs > launch)
+            for role in members:
+                warps = list(R.attrs_of(role)["warps"])
+                mine = scf.IfOp(e.and_(e.ge(cx.warp, warps[0]), e.le(cx.warp, warps[-1])))
+                with ir.InsertionPoint(mine.then_block):
+                    cx.role = R.name_of(role)
+                    _lower_block(cx, R.role_block(role))
+                    scf.yield_([])
             scf.yield_([])
     _sync(cx)
     _on_warp(e, cx.warp, mma_warp, lambda: tmem.dealloc(cx.tmem_base))
+
+
+def _warpgroups(roles: list) -> dict[int, list]:
+    """Note [Registers per warpgroup]: setmaxnreg is run by every warp of a warpgroup alike,
+    and ptxas gives the code after it that budget: each warpgroup's roles run in one branch
+    that sets the registers first, the largest budget of its roles (the MMA, load and
+    epilogue warps and the idle one share a warpgroup). The launch gives each thread
+    65536 / (32 x warps) registers."""
+    groups: dict[int, list] = {}
+    for role in roles:
+        warps = list(R.attrs_of(role)["warps"])
+        if len({w // 4 for w in warps}) != 1:
+            raise error_at(role, f"attn-lower-sm100a runs a role within one warpgroup, not warps {warps}")
+        groups.setdefault(warps[0] // 4, []).append(role)
+    return groups
 
 
 class _OwnRow:

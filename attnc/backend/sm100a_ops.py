@@ -61,6 +61,15 @@ class InTmem:
 
 
 @dataclass
+class Scaled:
+    """O's row times `factor` (f32), read from its tensor memory in column chunks where it is
+    written (Note [O in chunks] in sm100a.py); `pack`: as 16-bit pairs of `dtype`."""
+    o: "Slot"
+    factor: ir.Value
+    pack: str | None = None
+
+
+@dataclass
 class Rows:
     """Registers of this thread's row: `values` (f32 or packed i32 words)."""
     values: list
@@ -183,12 +192,12 @@ def _slot_write(cx: Lowering, op):
         _tma(cx, slot, v, cx.mbar(op.operands[3], stage))
     elif isinstance(v, InTmem):
         pass                                # S or O, where its MMA put it
-    elif slot.channel.space == "tmem":      # P, or the rescaled O: this thread's row
+    elif isinstance(v, Scaled):             # the rescaled or the final O
+        _write_scaled(cx, slot, v)
+    elif isinstance(v, Rows):               # P: this thread's row into tensor memory
         base = cx.tmem_address(slot, True)
         for k in range(0, len(v.values), 32):
             Tmem(cx.e).store(cx.e.add(base, k), v.values[k:k + 32])
-    elif isinstance(v, Rows):               # the final O, bf16 pairs, into its shared-memory row
-        _rows_to_smem(cx, slot, v.values)
     else:                                   # a row statistic
         _asm([], [cx.e.add(cx.slot_address(slot), cx.e.shl(cx.row, 2)), v], "st.shared.f32 [$0], $1;", "r,f")
 
@@ -347,16 +356,8 @@ def _row_statistic(cx: Lowering, value) -> ir.Value:
     return _asm([cx.e.f32], [addr], "ld.shared.f32 $0, [$1];", "=f,r").result
 
 
-def _o_row(cx: Lowering, slot: Slot) -> list:
-    e = cx.e
-    base = cx.tmem_address(slot, True)
-    d = get_int(cx.kernel, "head_dim_v")
-    return [x for col in range(0, d, 32) for x in Tmem(e).load(e.add(base, col), 32)]
-
-
 def _rescale(cx: Lowering, op):
-    o, alpha = cx.value(op.operands[0]), _row_statistic(cx, cx.value(op.operands[1]))
-    return [Rows([cx.e.fmul(x, alpha) for x in _o_row(cx, o)])]
+    return [Scaled(cx.value(op.operands[0]), _row_statistic(cx, cx.value(op.operands[1])))]
 
 
 def _finalize(cx: Lowering, op):
@@ -371,17 +372,31 @@ def _finalize(cx: Lowering, op):
         units = 1.0 if get_bool(cx.kernel, "has_score_mod") else cx.scale
         sink = e.fmul(code(e, cx.value(op.operands[3])), 1.0 / units)
     (inv,), (lse,) = cx.softmax.finalize(SoftmaxState([m], [l]), sink)
-    values = [e.fmul(x, inv) for x in _o_row(cx, o)]
-    dtype = get_str(cx.kernel, "dtype")
-    return [Rows([_pack(e, dtype, lo, hi) for lo, hi in zip(values[::2], values[1::2])]), lse]
+    return [Scaled(o, inv, get_str(cx.kernel, "dtype")), lse]
 
 
-def _rows_to_smem(cx: Lowering, slot: Slot, words: list) -> None:
-    """This thread's row of the final O (16-bit pairs) into its row of the slot."""
+CHUNK = 16          # O's columns a correction thread holds at a time (Note [O in chunks])
+
+
+def _write_scaled(cx: Lowering, slot: Slot, v: Scaled) -> None:
+    """Note [O in chunks]: O's row chunk by chunk, times the factor, into the slot: tensor
+    memory (the rescaled O) or, as 16-bit pairs, the thread's shared-memory row (the final O)."""
     e = cx.e
-    row = e.add(cx.slot_address(slot), e.mul(cx.row, 4 * len(words)))
-    for k in range(0, len(words), 4):
-        _asm([], [row, *words[k:k + 4]], f"st.shared.v4.b32 [$0+{4 * k}], {{$1, $2, $3, $4}};", "r,r,r,r,r")
+    src = cx.tmem_address(v.o, True)
+    d = get_int(cx.kernel, "head_dim_v")
+    if slot.channel.space == "tmem":
+        dst = cx.tmem_address(slot, True)
+    else:
+        dst = e.add(cx.slot_address(slot), e.mul(cx.row, 2 * d))
+    for col in range(0, d, CHUNK):
+        values = [e.fmul(x, v.factor) for x in Tmem(e).load(e.add(src, col), CHUNK)]
+        if v.pack is None:
+            Tmem(e).store(e.add(dst, col), values)
+            continue
+        words = [_pack(e, v.pack, lo, hi) for lo, hi in zip(values[::2], values[1::2])]
+        for k in range(0, len(words), 4):
+            _asm([], [dst, *words[k:k + 4]], f"st.shared.v4.b32 [$0+{2 * col + 4 * k}], {{$1, $2, $3, $4}};",
+                 "r,r,r,r,r")
 
 
 def _store(cx: Lowering, op):
