@@ -60,18 +60,26 @@ def _build_module(spec: ForwardSpec, context: ir.Context | None) -> tuple[ir.Mod
     abi = kernel_abi(spec)
     ctx = context or _current_context() or ir.Context()
     with ctx, ir.Location.name(spec.symbol):
-        module = ir.Module.create()
-        module.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
-        with ir.InsertionPoint(module.body):
-            gpu_module = gpu.GPUModuleOp(GPU_MODULE)
-            gpu_module.bodyRegion.blocks.append()
-        with ir.InsertionPoint(gpu_module.bodyRegion.blocks[0]):
-            # sm_90a's wgmma reads 128B-swizzled tiles in 1024-byte atoms (Note [wgmma operands]).
-            Smem.declare(SMEM_SYMBOL, alignment=1024 if spec.target == "sm_90a" else Smem.ALIGN)
-        _emit_kernel(spec, abi, gpu_module.bodyRegion.blocks[0])
+        # sm_90a's wgmma reads 128B-swizzled tiles in 1024-byte atoms (Note [wgmma operands]).
+        module, body = empty_kernel_module(SMEM_SYMBOL, 1024 if spec.target == "sm_90a" else Smem.ALIGN)
+        _emit_kernel(spec, abi, body)
         if not module.operation.verify():
             raise RuntimeError(f"the kernel {spec.symbol} does not verify")
     return module, abi
+
+
+def empty_kernel_module(smem_symbol: str, alignment: int) -> tuple[ir.Module, ir.Block]:
+    """A `gpu.container_module` holding one empty gpu.module with the kernels' dynamic shared
+    memory declared (aligned to `alignment` bytes); returns it and the gpu.module's body."""
+    module = ir.Module.create()
+    module.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
+    with ir.InsertionPoint(module.body):
+        gpu_module = gpu.GPUModuleOp(GPU_MODULE)
+        gpu_module.bodyRegion.blocks.append()
+    body = gpu_module.bodyRegion.blocks[0]
+    with ir.InsertionPoint(body):
+        Smem.declare(smem_symbol, alignment=alignment)
+    return module, body
 
 
 def add_small_grid_kernel(module: ir.Module, spec: ForwardSpec) -> dict:

@@ -340,20 +340,14 @@ def _if(cx: Lowering, op) -> None:
 def kernel_module_sm100a(result):
     """(the kernel module, its manifest kernels, the specialization) of a compiled L5 module."""
     from attnc.backend.bundle import kernel_symbol
-    from attnc.backend.kernel_module import GPU_MODULE
+    from attnc.backend.kernel_module import empty_kernel_module
     from attnc.ir import attention_ops
 
     kernel = attention_ops(result.module)[0]
     symbol = kernel_symbol(result.variant.name, "fwd")
     with result.module.context, ir.Location.name(symbol):
-        module = ir.Module.create()
-        module.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
-        with ir.InsertionPoint(module.body):
-            gpu_module = gpu.GPUModuleOp(GPU_MODULE)
-            gpu_module.bodyRegion.blocks.append()
-        with ir.InsertionPoint(gpu_module.bodyRegion.blocks[0]):
-            Smem.declare(SMEM_SYMBOL, alignment=1024)       # 128B-swizzled tiles repeat every 1024 bytes
-        entry = lower_sm100a(kernel, result.variant, symbol, gpu_module.bodyRegion.blocks[0], result.module)
+        module, body = empty_kernel_module(SMEM_SYMBOL, 1024)     # 128B-swizzled tiles repeat every 1024 bytes
+        entry = lower_sm100a(kernel, result.variant, symbol, body, result.module)
         if not module.operation.verify():
             raise AttncError(f"the sm_100a kernel {symbol} does not verify")
     specialization = {"target": "sm_100a", "block_m": get_int(kernel, "block_m"),

@@ -231,12 +231,16 @@ def _k_major_desc(cx: Lowering, slot: Slot, rows: int, k: int) -> ir.Value:
     return Umma(cx.e, "bf16").smem_desc(addr, 16, 8 * SWIZZLE, SWIZZLE)
 
 
+def _gemm(cx: Lowering, head_dim: str) -> tuple:
+    """(emitter, Umma, block_m, block_n, the head dim named) of the kernel's GEMMs."""
+    kernel = cx.kernel
+    umma = Umma(cx.e, get_str(kernel, "dtype"))
+    return cx.e, umma, get_int(kernel, "block_m"), get_int(kernel, "block_n"), get_int(kernel, head_dim)
+
+
 def _gemm_qk(cx: Lowering, slot: Slot, g: Gemm) -> None:
-    e, kernel = cx.e, cx.kernel
-    dtype = get_str(kernel, "dtype")
-    block_m, block_n, d = get_int(kernel, "block_m"), get_int(kernel, "block_n"), get_int(kernel, "head_dim_qk")
-    umma = Umma(e, dtype)
-    idesc = umma.instr_desc(block_m, block_n, dtype, b_mn_major=False)
+    e, umma, block_m, block_n, d = _gemm(cx, "head_dim_qk")
+    idesc = umma.instr_desc(block_m, block_n, umma.dtype, b_mn_major=False)
     d_tmem = cx.tmem_address(slot, False)
     for k in range(d // MMA_K):
         umma.mma(cx.first_lane, d_tmem, _k_major_desc(cx, g.a, block_m, k), _k_major_desc(cx, g.b, block_n, k),
@@ -257,11 +261,8 @@ def _mma(cx: Lowering, op):
         _gemm_qk(cx, slot, Gemm(a, b, op))
         return [InTmem()]
     acc = cx.value(op.operands[2])
-    e, kernel = cx.e, cx.kernel
-    dtype = get_str(kernel, "dtype")
-    block_m, block_n, d = get_int(kernel, "block_m"), get_int(kernel, "block_n"), get_int(kernel, "head_dim_v")
-    umma = Umma(e, dtype)
-    idesc = umma.instr_desc(block_m, d, dtype, b_mn_major=True)
+    e, umma, block_m, block_n, d = _gemm(cx, "head_dim_v")
+    idesc = umma.instr_desc(block_m, d, umma.dtype, b_mn_major=True)
     d_tmem = cx.tmem_address(acc, False)
     p_tmem = cx.tmem_address(a, False)
     v_base = cx.slot_address(b)
