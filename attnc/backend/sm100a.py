@@ -11,13 +11,15 @@ CTA's setup: the mbarriers initialized, tensor memory allocated (all 512 columns
 MMA role's warp, which frees them once every role is done) and every O accumulator zeroed
 (Note [Accumulators start at zero]).
 
-A value is lowered to what its consumers need, not always at its op: a tile read from a
-channel (`attn.slot_read`) is its slot (`Slot`), which an MMA takes as a descriptor or a
-tensor-memory address and the softmax loads; a load (`attn.load`) is issued as TMA by the
-slot write that takes it; S = Q K^T (`attn.mma` qk) is issued by the slot write that names
-its tensor memory (the S channel's); P.V accumulates into the tensor memory of its O operand.
-Values the roles compute in registers (the softmax's max and sum, the rescale factor, P, the
-rescaled and the final O) are lowered at their op.
+A value is lowered to what its consumers need, not always at its op (the patterns and
+these values: sm100a_ops.py): a tile read from a channel (`attn.slot_read`) is its slot
+(`Slot`), which an MMA takes as a descriptor or a tensor-memory address and the softmax
+loads; a load (`attn.load`) is issued as TMA by the slot write that takes it; S = Q K^T
+(`attn.mma` qk) is issued at its op into the tensor memory of the slot its result is
+written to (Note [MMAs into their slot] in attnc/schedule/sync_ir.py); P.V accumulates into
+the tensor memory of its O operand; the rescaled and the final O are computed where they
+are written (Note [O in chunks]). The softmax's max, sum and P and the rescale factors are
+lowered at their op.
 
 Register layouts: a softmax or correction warpgroup's thread owns one row of its Q tile, row
 32 (warp % 4) + lane, the tensor-memory lane it reaches (PTX ISA 9.7.16.8.1); its row of S or
@@ -27,8 +29,8 @@ lane 0.
 Note [O in chunks]: the correction warpgroup's budget (80 registers, which the softmax
 warpgroups' 192 leave) holds no whole row of O (128 floats at head dim 128). So a rescale
 and the final O / l are lowered where their result is written: O's row read in chunks of 16
-columns (as FlashAttention-4's correction reads it), scaled, written to the slot (its tensor memory for the rescaled O, the thread's
-shared-memory row for the final one). O is read after the arrival that releases its
+columns (as FlashAttention-4's correction reads it), scaled, written to the slot (its
+tensor memory for the rescaled O, the thread's shared-memory row for the final one). O is read after the arrival that releases its
 accumulator channel (o_acc) then; no MMA writes that tensor memory before the write is
 published (o_scaled's full barrier: the P.V that accumulates into it waits for it), which
 attn-verify-pipeline checks of the plan. The factor (alpha, 1 / l) is read at its op.
