@@ -319,7 +319,7 @@ def _decode(data: bytes, filename: str) -> str:
 def cmd_passes(args) -> int:
     from attnc.driver import describe_pipeline
     from attnc.passes import all_passes, load_pass_file
-    from attnc.passes.pipelines import TARGETS
+    from attnc.passes.pipelines import LOWERING, PLAN_ONLY, TARGETS
     for path in args.load_pass:
         load_pass_file(path)
     for info in all_passes():
@@ -331,7 +331,8 @@ def cmd_passes(args) -> int:
             print(f"    {o.name}: {o.type_name}{default}{doc}")
     print("\npipelines:")
     for target in TARGETS:
-        print(f"  {target}: {describe_pipeline(target)}")
+        then = f"  (then, for code, {LOWERING[target]})" if target in PLAN_ONLY else ""
+        print(f"  {target}: {describe_pipeline(target)}{then}")
     return 0
 
 
