@@ -301,7 +301,7 @@ def test_passes_lists_passes_options_and_pipelines():
         assert f"{name}\n    {info.cls.__doc__.strip().splitlines()[0]}\n" in out
     assert out.endswith("\npipelines:\n" + f"  sm_80: {','.join(PIPELINE)},attn-kernel-choices,attn-lower-sm80\n"
                         + f"  sm_90a: {','.join(SM90A_PLAN)},attn-kernel-choices,attn-lower-sm90a\n"
-                        + f"  sm_100a: {','.join(PIPELINE)}\n")
+                        + f"  sm_100a: {','.join(PIPELINE)}  (then, for code, attn-lower-sm100a)\n")
 
 
 def test_opt_runs_passes_on_saved_ir(tmp_path):
