@@ -37,6 +37,12 @@ attn-verify-pipeline checks of the plan. The factor (alpha, 1 / l) is read at it
 
 Note [Registers per warpgroup]: see `_warpgroups`.
 
+Note [No block map yet]: a mask that reads params leaves its blocks' classes to a block map
+computed on the GPU (attn.block_map_read in the mixed loops); the sm_100a kernel builds none
+yet and takes every block of the mask analysis' range as MIXED: the mask applies per
+element everywhere, which computes the same softmax as skipping the blocks it drops, and
+runs every block of the range (for a mask the analysis cannot bound, every key block).
+
 Note [Accumulators start at zero]: the MMA role starts each O from a fill of zeros that
 lives in tensor memory, where its warp reaches one lane quarter only; the CTA's first four
 warps zero every O buffer before the roles start, and every P.V accumulates.
@@ -96,11 +102,11 @@ def lower_sm100a(kernel: ir.Operation, variant, symbol: str, block: ir.Block, mo
 
 
 def _check_supported(kernel) -> None:
-    """What the kernel does not build yet: a mask the analysis leaves to a block map or a
-    tile table (README, "Where this departs from design.md")."""
-    for op in R.ops_in(kernel.regions[0].blocks[0], ("attn.block_map_read", "attn.tile_table_read")):
-        raise error_at(op, f"attn-lower-sm100a builds no {op.name[5:].replace('_read', '').replace('_', ' ')} "
-                           f"yet: a mask that reads params has no sm_100a code; --emit mlir gives the plan")
+    """What the kernel does not build yet: a role that reads a tile table (Note [No block
+    map yet])."""
+    for op in R.ops_in(kernel.regions[0].blocks[0], ("attn.tile_table_read",)):
+        raise error_at(op, "attn-lower-sm100a builds no tile table yet (document-aligned query tiles); "
+                           "--emit mlir gives the plan")
 
 
 def _warps(kernel) -> int:

@@ -38,8 +38,9 @@ def test_compile_builds_hooked_variants_and_sm100a_kernels(tmp_path, monkeypatch
     assert blackwell.manifest.target == "sm_100a"
     assert [p.tensor for p in blackwell.manifest.kernels[0].params if type(p).__name__ == "TensorMapParam"] == \
         ["q", "k", "v"]
-    with pytest.raises(AttncError, match="attn-lower-sm100a builds no block map yet"):
-        attnc.compile((ROOT / "examples/docs_sink.attn").read_text(), arch="sm_100a")
+    # Note [No block map yet] (attnc/backend/sm100a.py): the documents mask without a map kernel
+    docs100 = attnc.compile((ROOT / "examples/docs_sink.attn").read_text(), arch="sm_100a")
+    assert [k.name for k in docs100.manifest.kernels] == ["attn_fwd"]
 
 
 def test_compile_takes_the_path_of_a_file(tmp_path, monkeypatch):

@@ -108,3 +108,19 @@ def test_an_unsound_edit_is_refused_by_the_verifier_first():
     with pytest.raises(AttncError) as err:
         ptx_of(to_text(result.module))
     assert "channel 's1' deadlocks" in str(err.value)
+
+
+def test_a_role_reading_a_tile_table_is_refused_at_the_op():
+    """Note [No block map yet] (attnc/backend/sm100a.py): no tile table either."""
+    from attnc.ir import tiles
+    result = plan()
+    kernel = attention_ops(result.module)[0]
+    softmax0 = next(r for r in R.role_ops(kernel) if R.name_of(r) == "softmax0")
+    first = list(R.role_block(softmax0).operations)[0]
+    with kernel.context, ir.InsertionPoint(first), first.location:
+        zero = ir.Operation.create("arith.constant", results=[ir.IntegerType.get_signless(32)],
+                                   attributes={"value": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 0)}).result
+        tiles.tile_table_read("doc", zero, zero, zero)
+    with pytest.raises(AttncError) as err:
+        ptx_of(to_text(result.module))
+    assert "attn-lower-sm100a builds no tile table yet" in str(err.value)

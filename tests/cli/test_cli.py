@@ -189,12 +189,12 @@ def test_sm100a_code(tmp_path):
     assert manifest["target"] == "sm_100a" and manifest["kernels"][0]["block"] == [512, 1, 1]
 
 
-def test_sm100a_refuses_a_block_map_at_its_op(tmp_path):
+def test_sm100a_builds_a_mask_that_reads_params_without_a_map(tmp_path):
+    """Note [No block map yet] (attnc/backend/sm100a.py): one kernel, no mask kernel before it."""
     status, out, err = run_attnc(["compile", "examples/docs_sink.attn", "-arch", "sm_100a", "-o", str(tmp_path / "b")])
-    assert (status, out) == (1, "")
-    assert err.startswith("examples/docs_sink.attn:")
-    assert "error: attn-lower-sm100a builds no block map yet" in err
-    assert list(tmp_path.iterdir()) == []
+    assert (status, err) == (0, "")
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert [k["name"] for k in manifest["kernels"]] == ["attn_fwd"]
 
 
 def test_sm90a_bundle_runs_wgmma(tmp_path):

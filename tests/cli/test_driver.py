@@ -209,11 +209,11 @@ def test_unsupported_arch_and_missing_file():
 
 
 def test_compile_kernel_caches_nothing_it_cannot_build(tmp_path, monkeypatch):
-    # sm_100a has no block map yet (the build itself: tests/backend/test_compile_api.py)
+    # a pipeline that stops before the plan has no kernel (the builds: tests/backend/test_compile_api.py)
     monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path))
     with pytest.raises(AttncError) as info:
-        compile_kernel(Path("examples/docs_sink.attn").read_text(), arch="sm_100a")
-    assert "attn-lower-sm100a builds no block map yet" in info.value.message
+        compile_kernel(Path("examples/mha.attn").read_text(), arch="sm_100a", pass_pipeline="attn-tile")
+    assert "the pass pipeline stops before the plan" in info.value.message
     assert not [p for p in tmp_path.rglob("manifest.json")]
 
 

@@ -1,6 +1,5 @@
-"""Every example, compiled for sm_80, sm_90a and sm_100a (but the one whose mask needs a
-block map, which sm_100a does not build yet), run in the PTX emulator (attnc_sim) at a
-small ragged shape -- M != N, neither a multiple of the tiles, GQA (one KV head for two
+"""Every example, compiled for sm_80, sm_90a and sm_100a, run in the PTX emulator (attnc_sim)
+at a small ragged shape -- M != N, neither a multiple of the tiles, GQA (one KV head for two
 query heads) where the variant has a KV-head dim -- against attnc.reference, with the GPU
 tests' tolerances (tests/gpu/gpu_support.py). The whole grid of every kernel runs, the
 mask kernels (block map, tile table) first; zero race or protocol reports are allowed."""
@@ -20,9 +19,7 @@ EXAMPLES = sorted(Path(__file__).resolve().parents[2].joinpath("examples").glob(
 ARCHS = ("sm_80", "sm_90a", "sm_100a")
 # docs_sink's document ids are indexed by query and key position alike: M <= N there
 SHAPES = {"docs_sink": (45, 70)}
-NO_SM100A = ("docs_sink",)          # a block map: attn-lower-sm100a refuses it (test below)
-CASES = [pytest.param(example, arch, id=f"{example.stem}-{arch}") for example in EXAMPLES for arch in ARCHS
-         if not (arch == "sm_100a" and example.stem in NO_SM100A)]
+CASES = [pytest.param(example, arch, id=f"{example.stem}-{arch}") for example in EXAMPLES for arch in ARCHS]
 
 
 @pytest.fixture(scope="session")
@@ -103,10 +100,3 @@ def test_seeds_change_the_interleaving_not_the_outputs(bundles):
     assert trace1 != trace2 and len(trace1) > 10
     assert out1["o"].tobytes() == out2["o"].tobytes()
 
-
-def test_sm100a_refuses_a_mask_that_needs_a_block_map():
-    from attnc.errors import AttncError
-    example = EXAMPLES[[p.stem for p in EXAMPLES].index("docs_sink")]
-    with pytest.raises(AttncError) as err:
-        attnc.compile(example, arch="sm_100a").bundle
-    assert "attn-lower-sm100a builds no block map yet" in str(err.value)
