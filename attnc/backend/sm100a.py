@@ -56,7 +56,7 @@ from mlir.dialects import gpu, nvvm, scf
 
 from attnc.backend.hooks import KernelNames
 from attnc.backend.nvgpu_builders import Approx, Emit, MBarrier, Smem, _asm, set_max_registers
-from attnc.backend.sm100a_ops import PATTERNS, SWIZZLE, TMA_BOX_COLS, Channel, Lowering
+from attnc.backend.sm100a_ops import PATTERNS, Channel, Lowering, swizzle_bytes
 from attnc.backend.softmax import OnlineSoftmax
 from attnc.backend.tcgen05 import Tmem
 from attnc.errors import AttncError
@@ -119,9 +119,12 @@ def _params(kernel, variant) -> list[dict]:
     i32, i64, ptr = ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(64), ir.Type.parse("!llvm.ptr")
     block_m, block_n = get_int(kernel, "block_m"), get_int(kernel, "block_n")
     out = []
-    for name, rows in (("q", block_m), ("k", block_n), ("v", block_n)):
+    swizzles = {R.name_of(c): swizzle_bytes(_channel(c)) for c in R.channel_ops(kernel)
+                if R.name_of(c) in ("q", "kv")}
+    for name, rows, chan in (("q", block_m, "q"), ("k", block_n, "kv"), ("v", block_n, "kv")):
+        box = [1, 1, rows, swizzles[chan] // 2]
         out.append({"key": f"tmap:{name}", "type": ptr,
-                    "abi": {"kind": "tensor_map", "tensor": name, "box": [1, 1, rows, TMA_BOX_COLS], "swizzle": SWIZZLE}})
+                    "abi": {"kind": "tensor_map", "tensor": name, "box": box, "swizzle": swizzles[chan]}})
     for spec in variant.outputs:
         out.append({"key": f"ptr:{spec.name}", "type": ptr, "abi": {"kind": "ptr", "tensor": spec.name}})
         for axis in range(len(spec.shape) - 1):

@@ -7,16 +7,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mlir import ir
-from mlir.dialects import llvm, scf
+from mlir.dialects import arith, llvm, scf
 
 from attnc.backend.nvgpu_builders import Emit, MBarrier, Smem, _asm, warp_sync
 from attnc.backend.softmax import OnlineSoftmax, SoftmaxState
 from attnc.backend.tcgen05 import MMA_K, Tmem, Umma, expect_tx, param_address, tma_load
+from attnc.errors import AttncError
 from attnc.ir import error_at, get_bool, get_int, get_shape, get_str
 from attnc.ir import roles as R
 
-SWIZZLE = 128           # bytes: K, V and Q tiles land 128B-swizzled, in column blocks of 64 16-bit elements
-TMA_BOX_COLS = SWIZZLE // 2
+SWIZZLES = {"xor128B": 128, "xor64B": 64, "xor32B": 32}
+
+
+def swizzle_bytes(channel: "Channel") -> int:
+    """The swizzle of a channel's shared-memory slots (its buffer's, attn-alloc-smem's choice):
+    Q, K and V land in column blocks of that many bytes a row, each block swizzled (TMA's
+    boxes and the MMAs' descriptors alike)."""
+    buf = next(iter(channel.buffers.values()))
+    if buf["swizzle"] not in SWIZZLES:
+        raise AttncError(f"attn-lower-sm100a: channel '{channel.name}' has swizzle {buf['swizzle']}; "
+                         f"its tiles land through TMA in swizzled rows ({', '.join(SWIZZLES)})")
+    return SWIZZLES[buf["swizzle"]]
 
 
 @dataclass
@@ -218,17 +229,19 @@ def _tma(cx: Lowering, slot: Slot, load: LoadTile, mbar) -> None:
     cols = get_int(kernel, "head_dim_qk" if load.operand != "v" else "head_dim_v")
     tmap = param_address(e, cx.params[f"tmap:{load.operand}"])
     dst = cx.slot_address(slot)
-    for c in range(cols // TMA_BOX_COLS):
-        tma_load(e, cx.first_lane, e.add(dst, c * rows * SWIZZLE), tmap,
-                 [e.c32(c * TMA_BOX_COLS), first, head, b], mbar)
+    swizzle = swizzle_bytes(slot.channel)
+    for c in range(cols * 2 // swizzle):
+        tma_load(e, cx.first_lane, e.add(dst, c * rows * swizzle), tmap,
+                 [e.c32(c * swizzle // 2), first, head, b], mbar)
 
 
 def _k_major_desc(cx: Lowering, slot: Slot, rows: int, k: int) -> ir.Value:
     """The descriptor of K-step k of a K-major 128B-swizzled tile: column block k // 4,
     32 bytes a step inside its rows."""
-    per_block = SWIZZLE // 2 // MMA_K
-    addr = cx.e.add(cx.slot_address(slot), (k // per_block) * rows * SWIZZLE + (k % per_block) * 2 * MMA_K)
-    return Umma(cx.e, "bf16").smem_desc(addr, 16, 8 * SWIZZLE, SWIZZLE)
+    swizzle = swizzle_bytes(slot.channel)
+    per_block = swizzle // 2 // MMA_K
+    addr = cx.e.add(cx.slot_address(slot), (k // per_block) * rows * swizzle + (k % per_block) * 2 * MMA_K)
+    return Umma(cx.e, "bf16").smem_desc(addr, 16, 8 * swizzle, swizzle)
 
 
 def _gemm(cx: Lowering, head_dim: str) -> tuple:
@@ -269,7 +282,8 @@ def _mma(cx: Lowering, op):
     for k in range(block_n // MMA_K):
         # V is K x N with N contiguous (MN-major): 8-key groups 1024 bytes apart, N's 64-column
         # blocks block_n rows apart
-        desc = umma.smem_desc(e.add(v_base, k * MMA_K * SWIZZLE), block_n * SWIZZLE, 8 * SWIZZLE, SWIZZLE)
+        swizzle = swizzle_bytes(b.channel)
+        desc = umma.smem_desc(e.add(v_base, k * MMA_K * swizzle), block_n * swizzle, 8 * swizzle, swizzle)
         umma.mma(cx.first_lane, d_tmem, e.add(p_tmem, k * MMA_K // 2), desc, idesc, e.true(), a_in_tmem=True)
     return [InTmem()]
 
@@ -380,7 +394,7 @@ def _finalize(cx: Lowering, op):
         units = 1.0 if get_bool(cx.kernel, "has_score_mod") else cx.scale
         sink = e.fmul(code(e, cx.value(op.operands[3])), 1.0 / units)
     (inv,), (lse,) = cx.softmax.finalize(SoftmaxState([m], [l]), sink)
-    return [Scaled(o, inv, get_str(cx.kernel, "dtype")), lse]
+    return [Scaled(o, inv, _out_dtype(cx)), lse]
 
 
 CHUNK = 16          # O's columns a correction thread holds at a time (Note [O in chunks])
@@ -388,23 +402,36 @@ CHUNK = 16          # O's columns a correction thread holds at a time (Note [O i
 
 def _write_scaled(cx: Lowering, slot: Slot, v: Scaled) -> None:
     """Note [O in chunks]: O's row chunk by chunk, times the factor, into the slot: tensor
-    memory (the rescaled O) or, as 16-bit pairs, the thread's shared-memory row (the final O)."""
+    memory (the rescaled O) or the thread's shared-memory row in the output's type (the
+    final O: f32, or 16-bit pairs)."""
     e = cx.e
     src = cx.tmem_address(v.o, True)
     d = get_int(cx.kernel, "head_dim_v")
+    size = _out_bytes(cx)
     if slot.channel.space == "tmem":
         dst = cx.tmem_address(slot, True)
     else:
-        dst = e.add(cx.slot_address(slot), e.mul(cx.row, 2 * d))
+        dst = e.add(cx.slot_address(slot), e.mul(cx.row, size * d))
     for col in range(0, d, CHUNK):
         values = [e.fmul(x, v.factor) for x in Tmem(e).load(e.add(src, col), CHUNK)]
         if v.pack is None:
             Tmem(e).store(e.add(dst, col), values)
             continue
-        words = [_pack(e, v.pack, lo, hi) for lo, hi in zip(values[::2], values[1::2])]
+        if v.pack == "f32":
+            words = [arith.bitcast(e.i32, x) for x in values]
+        else:
+            words = [_pack(e, v.pack, lo, hi) for lo, hi in zip(values[::2], values[1::2])]
         for k in range(0, len(words), 4):
-            _asm([], [dst, *words[k:k + 4]], f"st.shared.v4.b32 [$0+{2 * col + 4 * k}], {{$1, $2, $3, $4}};",
+            _asm([], [dst, *words[k:k + 4]], f"st.shared.v4.b32 [$0+{size * col + 4 * k}], {{$1, $2, $3, $4}};",
                  "r,r,r,r,r")
+
+
+def _out_bytes(cx: Lowering) -> int:
+    return 4 if _out_dtype(cx) == "f32" else 2
+
+
+def _out_dtype(cx: Lowering) -> str:
+    return str(ir.RankedTensorType(cx.kernel.results[0].type).element_type)
 
 
 def _store(cx: Lowering, op):
@@ -424,8 +451,8 @@ def _store(cx: Lowering, op):
             scf.yield_([])
         return None
     # O: the warp copies the slot's rows, 16 bytes a lane, rows below M
-    d = get_int(kernel, "head_dim_v")
-    row_bytes = 2 * d
+    d, size = get_int(kernel, "head_dim_v"), _out_bytes(cx)
+    row_bytes = size * d
     chunks = block_m * row_bytes // 16
     src = cx.slot_address(value)
     loop = scf.ForOp(cx.lane, e.c32(chunks), e.c32(32))
@@ -438,7 +465,7 @@ def _store(cx: Lowering, op):
             words = _asm([e.i32] * 4, [e.add(src, e.mul(c, 16))], "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];",
                          "=r,=r,=r,=r,r")
             parts = [llvm.extractvalue(e.i32, words.result, [i]) for i in range(4)]
-            addr = _element_address(cx, "o", [b, h, row], e.mul(e.rem(c, row_bytes // 16), 8), 2)
+            addr = _element_address(cx, "o", [b, h, row], e.mul(e.rem(c, row_bytes // 16), 16 // size), size)
             _asm([], [addr, *parts], "st.global.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r")
             scf.yield_([])
         scf.yield_([])

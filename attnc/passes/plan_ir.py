@@ -192,8 +192,9 @@ def tile_of(attention: ir.Operation, pass_name: str) -> Tile:
         if value < 1:
             # an edited dump: name the value, not what the passes would make of it
             raise error_at(attention, f"{pass_name}: the tile has {key} = {value}; it must be at least 1")
+    out = str(ir.RankedTensorType(attention.results[0].type).element_type) if len(attention.results) else None
     return Tile(sizes["block_m"], sizes["block_n"], sizes["head_dim_qk"], sizes["head_dim_v"],
-                get_str(attention, "dtype"), sizes["q_tiles"])
+                get_str(attention, "dtype"), sizes["q_tiles"], out)
 
 
 def _names(op: ir.Operation) -> set[str]:

@@ -26,6 +26,7 @@ class Tile:
     head_dim_v: int
     dtype: str
     q_tiles: int = 1            # Q tiles per CTA (2 on sm_100a; the q channel's stages)
+    out_dtype: str | None = None    # O's element type (None: dtype's)
 
 
 @dataclass(frozen=True)
@@ -112,17 +113,19 @@ def lay_out_smem(recipe: Recipe, tile: Tile) -> tuple[tuple[Buffer, ...], int]:
             continue
         for t in ch.tile:
             rows, cols = _tile_rows_cols(tile, t)
-            if t == "o" and ch.stages == 1:
+            if t == "o" and ch.stages == 1 and tile.q_tiles == 1:
                 # One O staging tile reuses Q's bytes once the KV loop is done; with two Q
                 # tiles (sm_100a) one Q tile may still be in use while the other's O is
-                # stored, so each O tile has its own.
+                # stored, so O has its own.
                 buffers.append(Buffer("sO", ch.name, "smem", _offset_of(buffers, "sQ"),
                                       rows * cols * elem, 1, ALIGN, swizzle_for(cols, elem), "sQ"))
                 continue
             offset = _align(offset, ALIGN)
-            size = rows * cols * elem * ch.stages
+            # O staged for its store holds the output's elements (f32, f16 or bf16)
+            own = DTYPE_BYTES[tile.out_dtype] if t == "o" and tile.out_dtype else elem
+            size = rows * cols * own * ch.stages
             buffers.append(Buffer("s" + t.upper(), ch.name, "smem", offset, size, ch.stages,
-                                  ALIGN, swizzle_for(cols, elem)))
+                                  ALIGN, swizzle_for(cols, own)))
             offset += size
     return tuple(buffers), offset
 

@@ -212,7 +212,9 @@ def _sm100a(*, kv_stages: int, q_tiles: int, **_) -> Recipe:
         Channel("s1", "mma", "softmax1", "tcgen05", "tmem", 1, ("s",)),
         Channel("p0", "softmax0", "mma", "tcgen05", "tmem", 1, ("p",)),
         Channel("p1", "softmax1", "mma", "tcgen05", "tmem", 1, ("p",)),
-        Channel("o", "correction", "epilogue", "st.shared", "smem", q_tiles, ("o",)),
+        # One O tile at a time to the epilogue warp: two would not fit beside Q and K/V
+        # for an f32 O at head dim 128.
+        Channel("o", "correction", "epilogue", "st.shared", "smem", 1, ("o",)),
     )
     # Per Q tile: the softmax's rescale factor each block and its row max and sum at the
     # end, to the correction warpgroup through shared memory; O, accumulated in TMEM by
