@@ -105,7 +105,7 @@ TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
     "sm_100a": {
         (64, 64): TableRow(TileConfig(128, 128, stages=3, num_warps=16, q_tiles=2)),
         (96, 96): TableRow(TileConfig(128, 128, stages=3, num_warps=16, q_tiles=2)),
-        # Three 32 KB K/V stages beside two Q and two O tiles leave no room for the
+        # Three 32 KB K/V stages beside two Q tiles and an f32 O tile leave no room for the
         # mbarriers (FlashAttention-4 fits them by keeping a row's final sum in its rescale
         # factor's slot, one statistic fewer per row than the plan's alpha, m, l): two.
         (128, 128): TableRow(TileConfig(128, 128, stages=2, num_warps=16, q_tiles=2)),
