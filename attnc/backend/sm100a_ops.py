@@ -60,10 +60,9 @@ class LoadTile:
 
 @dataclass
 class Gemm:
-    """S = A B^T of two shared-memory slots, issued where a slot write names its tensor memory."""
+    """S = A B^T of two shared-memory slots (issued at its attn.mma: Note [MMAs into their slot])."""
     a: Slot
     b: Slot
-    op: ir.Operation
 
 
 @dataclass
@@ -74,7 +73,8 @@ class InTmem:
 @dataclass
 class Scaled:
     """O's row times `factor` (f32), read from its tensor memory in column chunks where it is
-    written (Note [O in chunks] in sm100a.py); `pack`: as 16-bit pairs of `dtype`."""
+    written (Note [O in chunks] in sm100a.py); `pack`: the output's element type it is
+    written in (None: f32 back into tensor memory, the rescaled O)."""
     o: "Slot"
     factor: ir.Value
     pack: str | None = None
@@ -271,7 +271,7 @@ def _mma(cx: Lowering, op):
                                "its result is written to (Note [MMAs into their slot])")
         w = writes[0]
         slot = Slot(cx.channels[w.operands[0]], cx.value(w.operands[1]), get_str(w, "tile"))
-        _gemm_qk(cx, slot, Gemm(a, b, op))
+        _gemm_qk(cx, slot, Gemm(a, b))
         return [InTmem()]
     acc = cx.value(op.operands[2])
     e, umma, block_m, block_n, d = _gemm(cx, "head_dim_v")
