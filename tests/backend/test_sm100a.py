@@ -124,3 +124,15 @@ def test_a_role_reading_a_tile_table_is_refused_at_the_op():
     with pytest.raises(AttncError) as err:
         ptx_of(to_text(result.module))
     assert "attn-lower-sm100a builds no tile table yet" in str(err.value)
+
+
+def test_a_role_across_two_warpgroups_is_refused_at_the_role():
+    """Note [Registers per warpgroup]: a warpgroup's branch sets its budget, then runs its roles."""
+    result = plan()
+    kernel = attention_ops(result.module)[0]
+    correction = next(r for r in R.role_ops(kernel) if R.name_of(r) == "correction")
+    with kernel.context:
+        correction.attributes["warps"] = R.attr([10, 11, 12, 13])
+    with pytest.raises(AttncError) as err:
+        ptx_of(to_text(result.module))
+    assert "attn-lower-sm100a runs a role within one warpgroup, not warps [10, 11, 12, 13]" in str(err.value)
