@@ -69,70 +69,69 @@ def test_the_ring_depth_is_the_plans():
     assert np.abs(out["o"].astype(np.float64) - ref["o"]).max() < 2e-2
 
 
+def _role(kernel, name: str) -> ir.Operation:
+    return next(r for r in R.role_ops(kernel) if R.name_of(r) == name)
+
+
+def _refused(edit, example: str = "mha") -> str:
+    """The error lowering `example`'s plan gives once `edit(kernel)` changed it."""
+    result = plan(example)
+    kernel = attention_ops(result.module)[0]
+    with kernel.context:
+        edit(kernel)
+    with pytest.raises(AttncError) as err:
+        ptx_of(to_text(result.module))
+    return str(err.value)
+
+
+def _first_op(kernel, role: str) -> ir.Operation:
+    return list(R.role_block(_role(kernel, role)).operations)[0]
+
+
 def test_an_mma_result_written_twice_is_refused():
     """S = Q K^T lands in the tensor memory of the one slot it is written to; a second write
     of it is a second fill of S's one-slot ring, which the verifier finds first."""
-    result = plan()
-    kernel = attention_ops(result.module)[0]
-    mma = next(r for r in R.role_ops(kernel) if R.name_of(r) == "mma")
-    write = next(o for o in R.ops_in(R.role_block(mma), (R.SLOT_WRITE,))
-                 if R.attrs_of(o)["tile"] == "s")
-    with kernel.context:
+    def edit(kernel):
+        write = next(o for o in R.ops_in(R.role_block(_role(kernel, "mma")), (R.SLOT_WRITE,))
+                     if R.attrs_of(o)["tile"] == "s")
         write.clone(ir.InsertionPoint(write))
-    with pytest.raises(AttncError) as err:
-        ptx_of(to_text(result.module))
-    assert "mma overwrites slot 0 of 's0' (s) with fill 1 before softmax0 released fill 0" in str(err.value)
+    assert "mma overwrites slot 0 of 's0' (s) with fill 1 before softmax0 released fill 0" in _refused(edit)
 
 
 def test_an_op_without_a_pattern_is_refused_at_the_op():
-    result = plan()
-    kernel = attention_ops(result.module)[0]
-    load = next(r for r in R.role_ops(kernel) if R.name_of(r) == "load")
-    first = list(R.role_block(load).operations)[0]
-    with kernel.context, ir.InsertionPoint(first), first.location:
-        R.create(R.CTA_BARRIER)
-    with pytest.raises(AttncError) as err:
-        ptx_of(to_text(result.module))
-    assert "attn-lower-sm100a has no pattern for attn.cta_barrier (role 'load')" in str(err.value)
+    def edit(kernel):
+        first = _first_op(kernel, "load")
+        with ir.InsertionPoint(first), first.location:
+            R.create(R.CTA_BARRIER)
+    assert "attn-lower-sm100a has no pattern for attn.cta_barrier (role 'load')" in _refused(edit)
 
 
 def test_an_unsound_edit_is_refused_by_the_verifier_first():
     """The lowering builds every op as it stands once attn-verify-pipeline found them sound: a
     removed release of S1 is a deadlock it names."""
-    result = plan("gemma2")
-    kernel = attention_ops(result.module)[0]
-    softmax1 = next(r for r in R.role_ops(kernel) if R.name_of(r) == "softmax1")
-    for arrive in R.ops_in(R.role_block(softmax1), (R.MBARRIER_ARRIVE,)):
-        if R.name_of(arrive.operands[0].owner) == "mbar_s1_empty":
-            arrive.erase()
-    with pytest.raises(AttncError) as err:
-        ptx_of(to_text(result.module))
-    assert "channel 's1' deadlocks" in str(err.value)
+    def edit(kernel):
+        for arrive in R.ops_in(R.role_block(_role(kernel, "softmax1")), (R.MBARRIER_ARRIVE,)):
+            if R.name_of(arrive.operands[0].owner) == "mbar_s1_empty":
+                arrive.erase()
+    assert "channel 's1' deadlocks" in _refused(edit, "gemma2")
 
 
 def test_a_role_reading_a_tile_table_is_refused_at_the_op():
     """Note [No block map yet] (attnc/backend/sm100a.py): no tile table either."""
     from attnc.ir import tiles
-    result = plan()
-    kernel = attention_ops(result.module)[0]
-    softmax0 = next(r for r in R.role_ops(kernel) if R.name_of(r) == "softmax0")
-    first = list(R.role_block(softmax0).operations)[0]
-    with kernel.context, ir.InsertionPoint(first), first.location:
-        zero = ir.Operation.create("arith.constant", results=[ir.IntegerType.get_signless(32)],
-                                   attributes={"value": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 0)}).result
-        tiles.tile_table_read("doc", zero, zero, zero)
-    with pytest.raises(AttncError) as err:
-        ptx_of(to_text(result.module))
-    assert "attn-lower-sm100a builds no tile table yet" in str(err.value)
+
+    def edit(kernel):
+        first = _first_op(kernel, "softmax0")
+        with ir.InsertionPoint(first), first.location:
+            i32 = ir.IntegerType.get_signless(32)
+            zero = ir.Operation.create("arith.constant", results=[i32],
+                                       attributes={"value": ir.IntegerAttr.get(i32, 0)}).result
+            tiles.tile_table_read("doc", zero, zero, zero)
+    assert "attn-lower-sm100a builds no tile table yet" in _refused(edit)
 
 
 def test_a_role_across_two_warpgroups_is_refused_at_the_role():
     """Note [Registers per warpgroup]: a warpgroup's branch sets its budget, then runs its roles."""
-    result = plan()
-    kernel = attention_ops(result.module)[0]
-    correction = next(r for r in R.role_ops(kernel) if R.name_of(r) == "correction")
-    with kernel.context:
-        correction.attributes["warps"] = R.attr([10, 11, 12, 13])
-    with pytest.raises(AttncError) as err:
-        ptx_of(to_text(result.module))
-    assert "attn-lower-sm100a runs a role within one warpgroup, not warps [10, 11, 12, 13]" in str(err.value)
+    def edit(kernel):
+        _role(kernel, "correction").attributes["warps"] = R.attr([10, 11, 12, 13])
+    assert "attn-lower-sm100a runs a role within one warpgroup, not warps [10, 11, 12, 13]" in _refused(edit)

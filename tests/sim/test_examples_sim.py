@@ -42,16 +42,25 @@ def test_example_in_emulator(bundles, example, arch):
     m, n = SHAPES.get(example.stem, (70, 45))
     sizes = bind_sizes(variant, batch=1, heads=2, heads_kv=1, m=m, n=n, rng=rng)
     case = make_case(variant, sizes, {}, rng)
-    bundle = bundles(example, arch)
-    inputs = {name: (value.astype(numpy_dtype(bundle.manifest.tensor(name).dtype))
-                     if isinstance(value, np.ndarray) else value) for name, value in case.items()}
-    kernel = SimKernel(bundle, seed=1)
-    out = kernel(**inputs)
+    kernel, out, ref = emulated(bundles(example, arch), variant, case)
     assert kernel.last_reports == []
-    ref = attnc.reference(variant, **{k: (v.astype(np.float32) if isinstance(v, np.ndarray) and v.dtype.kind == "V"
-                                          else v) for k, v in case.items()})
     problems = compare(variant, out, ref)
     assert problems == [], f"{example.stem} {arch}: {problems}"
+
+
+def typed_inputs(bundle, case: dict) -> dict:
+    """A case's arrays in the dtypes the bundle's manifest declares."""
+    return {name: (value.astype(numpy_dtype(bundle.manifest.tensor(name).dtype))
+                   if isinstance(value, np.ndarray) else value) for name, value in case.items()}
+
+
+def emulated(bundle, variant, case: dict, seed: int = 1):
+    """(the SimKernel, its outputs, the reference's) of one whole run of `case`."""
+    kernel = SimKernel(bundle, seed=seed)
+    out = kernel(**typed_inputs(bundle, case))
+    ref = attnc.reference(variant, **{k: (v.astype(np.float32) if isinstance(v, np.ndarray) and v.dtype.kind == "V"
+                                          else v) for k, v in case.items()})
+    return kernel, out, ref
 
 
 def _case(example: Path, bundle, seed: int = 7):
@@ -60,9 +69,7 @@ def _case(example: Path, bundle, seed: int = 7):
     m, n = SHAPES.get(example.stem, (70, 45))
     sizes = bind_sizes(variant, batch=1, heads=2, heads_kv=1, m=m, n=n, rng=rng)
     case = make_case(variant, sizes, {}, rng)
-    inputs = {name: (value.astype(numpy_dtype(bundle.manifest.tensor(name).dtype))
-                     if isinstance(value, np.ndarray) else value) for name, value in case.items()}
-    return variant, case, inputs
+    return variant, case, typed_inputs(bundle, case)
 
 
 @pytest.mark.parametrize("seed", [2, 3])

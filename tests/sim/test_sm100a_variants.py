@@ -9,9 +9,9 @@ import pytest
 
 import attnc
 from attnc.frontend import load
-from attnc_sim.device import SimKernel, numpy_dtype
 from tests.gpu.gpu_support import bind_sizes, compare, make_case
 from tests.gpu.variant_gen import generate
+from tests.sim.test_examples_sim import emulated
 
 SEEDS = (0, 4, 24)
 
@@ -24,11 +24,6 @@ def test_generated_variant_in_emulator(seed):
     rng = np.random.default_rng(seed)
     sizes = bind_sizes(variant, batch=1, heads=2, heads_kv=1, m=70, n=45, rng=rng)
     case = make_case(variant, sizes, g.fills(), rng)
-    inputs = {name: (value.astype(numpy_dtype(bundle.manifest.tensor(name).dtype))
-                     if isinstance(value, np.ndarray) else value) for name, value in case.items()}
-    kernel = SimKernel(bundle, seed=1)
-    out = kernel(**inputs)
+    kernel, out, ref = emulated(bundle, variant, case)
     assert kernel.last_reports == []
-    ref = attnc.reference(variant, **{k: (v.astype(np.float32) if isinstance(v, np.ndarray) and v.dtype.kind == "V"
-                                          else v) for k, v in case.items()})
     assert compare(variant, out, ref) == [], g.features
