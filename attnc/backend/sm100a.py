@@ -37,6 +37,13 @@ attn-verify-pipeline checks of the plan. The factor (alpha, 1 / l) is read at it
 
 Note [Registers per warpgroup]: see `_warpgroups`.
 
+Note [Addresses at their MMA]: an MMA's operand addresses -- the tensor-memory columns of
+S, O and P, the shared-memory bases its descriptors are made from -- are computed at the
+MMA, from an opaque copy (`Emit.opaque`) of their base. Where a slot has one stage they are
+loop-invariant, and LLVM hoisted every K-step's address and descriptor out of the KV loop:
+about 40 values live through it in the MMA warp's 48 registers, which spilled 484 bytes
+(mha) and 936 (gemma2). Made at the MMA, they cost an add each and spill nothing.
+
 Note [No block map yet]: a mask that reads params leaves its blocks' classes to a block map
 computed on the GPU (attn.block_map_read in the mixed loops); the sm_100a kernel builds none
 yet and takes every block of the mask analysis' range as MIXED: the mask applies per

@@ -235,12 +235,12 @@ def _tma(cx: Lowering, slot: Slot, load: LoadTile, mbar) -> None:
                  [e.c32(c * swizzle // 2), first, head, b], mbar)
 
 
-def _k_major_desc(cx: Lowering, slot: Slot, rows: int, k: int) -> ir.Value:
-    """The descriptor of K-step k of a K-major 128B-swizzled tile: column block k // 4,
-    32 bytes a step inside its rows."""
+def _k_major_desc(cx: Lowering, slot: Slot, base, rows: int, k: int) -> ir.Value:
+    """The descriptor of K-step k of a K-major 128B-swizzled tile at `base`: column block
+    k // 4, 32 bytes a step inside its rows."""
     swizzle = swizzle_bytes(slot.channel)
     per_block = swizzle // 2 // MMA_K
-    addr = cx.e.add(cx.slot_address(slot), (k // per_block) * rows * swizzle + (k % per_block) * 2 * MMA_K)
+    addr = cx.e.add(base, (k // per_block) * rows * swizzle + (k % per_block) * 2 * MMA_K)
     return Umma(cx.e, "bf16").smem_desc(addr, 16, 8 * swizzle, swizzle)
 
 
@@ -254,10 +254,12 @@ def _gemm(cx: Lowering, head_dim: str) -> tuple:
 def _gemm_qk(cx: Lowering, slot: Slot, g: Gemm) -> None:
     e, umma, block_m, block_n, d = _gemm(cx, "head_dim_qk")
     idesc = umma.instr_desc(block_m, block_n, umma.dtype, b_mn_major=False)
-    d_tmem = cx.tmem_address(slot, False)
+    # Note [Addresses at their MMA]
+    d_tmem = e.opaque(cx.tmem_address(slot, False))
+    a_base, b_base = (e.opaque(cx.slot_address(t)) for t in (g.a, g.b))
     for k in range(d // MMA_K):
-        umma.mma(cx.first_lane, d_tmem, _k_major_desc(cx, g.a, block_m, k), _k_major_desc(cx, g.b, block_n, k),
-                 idesc, e.true() if k else e.false(), a_in_tmem=False)
+        umma.mma(cx.first_lane, d_tmem, _k_major_desc(cx, g.a, a_base, block_m, k),
+                 _k_major_desc(cx, g.b, b_base, block_n, k), idesc, e.true() if k else e.false(), a_in_tmem=False)
 
 
 def _mma(cx: Lowering, op):
@@ -276,9 +278,9 @@ def _mma(cx: Lowering, op):
     acc = cx.value(op.operands[2])
     e, umma, block_m, block_n, d = _gemm(cx, "head_dim_v")
     idesc = umma.instr_desc(block_m, d, umma.dtype, b_mn_major=True)
-    d_tmem = cx.tmem_address(acc, False)
-    p_tmem = cx.tmem_address(a, False)
-    v_base = cx.slot_address(b)
+    d_tmem = e.opaque(cx.tmem_address(acc, False))        # Note [Addresses at their MMA]
+    p_tmem = e.opaque(cx.tmem_address(a, False))
+    v_base = e.opaque(cx.slot_address(b))
     for k in range(block_n // MMA_K):
         # V is K x N with N contiguous (MN-major): 8-key groups 1024 bytes apart, N's 64-column
         # blocks block_n rows apart

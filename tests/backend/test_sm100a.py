@@ -4,6 +4,7 @@ emulator -- its instruction mix is the recipe's, and what it cannot lower is ref
 The emulator runs of every example are tests/sim/test_examples_sim.py's."""
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -39,16 +40,29 @@ def ptx_of(text: str) -> str:
     return to_ptx(copy, "sm_100a", in_place=True)
 
 
+@functools.lru_cache(maxsize=None)
+def mha_ptx() -> str:
+    return ptx_of(to_text(plan().module))
+
+
 def test_the_instruction_mix_is_the_recipes():
     """mha at head dim 128, 128-key blocks, two Q tiles: per KV step 2 x 8 MMAs for S and 2 x 8
     for O (K = 16 each), two TMA boxes a 128-row tile (64 columns of 128B-swizzled rows)."""
-    ptx = ptx_of(to_text(plan().module))
+    ptx = mha_ptx()
     assert len(re.findall(r"tcgen05\.mma\.cta_group::1\.kind::f16 \[%r\d+\], %rd", ptx)) == 16      # A from SMEM: S
     assert len(re.findall(r"tcgen05\.mma\.cta_group::1\.kind::f16 \[%r\d+\], \[%r\d+\]", ptx)) == 16  # A = P in TMEM
     tma = len(re.findall(r"cp\.async\.bulk\.tensor\.4d", ptx))       # Q0, Q1; K, V (LLVM may peel the loop)
     assert tma >= 2 * 2 + 2 * 2 and tma % 4 == 0
     assert "tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32" in ptx and "tcgen05.dealloc" in ptx
     assert "cvta.param.u64" in ptx and ".param .align 64 .b8" in ptx
+
+
+def test_the_kernel_assembles_without_spills():
+    """Note [Addresses at their MMA]: the MMA warp's 48 registers hold its loop; every warpgroup
+    keeps to its budget (ptxas as a whole program, which keeps setmaxnreg)."""
+    from attnc.backend import cubin
+    usage = cubin.resource_usage(mha_ptx(), "sm_100a", prefer_ptxas=True)
+    assert usage and all(not u.spills and u.stack_frame == 0 for u in usage.values()), usage
 
 
 def test_the_ring_depth_is_the_plans():
