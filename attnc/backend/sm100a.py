@@ -37,6 +37,18 @@ attn-verify-pipeline checks of the plan. The factor (alpha, 1 / l) is read at it
 
 Note [Registers per warpgroup]: see `_warpgroups`.
 
+Note [O through TMA]: the final O leaves as FlashAttention-4's does. Each correction thread
+writes its row of O / l into the o channel's slot in the layout a TMA store reads: column
+blocks of the slot's swizzle width (128 bytes; 64 where the row does not fill 128-byte
+blocks), block c at c x block_m x width, a row's 16-byte units permuted by the swizzle (the
+XOR of the unit index with address bits 7 and up). So the 32 threads of a warp, each on its
+own row, spread a 16-byte store over all the banks, where row after row the same four banks
+would take them in turn. A `fence.proxy.async` then orders the writes before the async
+proxy's reads. The epilogue warp's lane 0, once the slot is full, issues one
+`cp.async.bulk.tensor` store a column block through O's tensor map (rows past M lie outside
+the tensor and are not written), and waits until they have read the slot
+(`cp.async.bulk.wait_group.read`) before the slot's release lets the next O in.
+
 Note [Addresses at their MMA]: an MMA's operand addresses -- the tensor-memory columns of
 S, O and P, the shared-memory bases its descriptors are made from -- are computed at the
 MMA, from an opaque copy (`Emit.opaque`) of their base. Where a slot has one stage they are
@@ -44,11 +56,17 @@ loop-invariant, and LLVM hoisted every K-step's address and descriptor out of th
 about 40 values live through it in the MMA warp's 48 registers, which spilled 484 bytes
 (mha) and 936 (gemma2). Made at the MMA, they cost an add each and spill nothing.
 
-Note [No block map yet]: a mask that reads params leaves its blocks' classes to a block map
-computed on the GPU (attn.block_map_read in the mixed loops); the sm_100a kernel builds none
-yet and takes every block of the mask analysis' range as MIXED: the mask applies per
-element everywhere, which computes the same softmax as skipping the blocks it drops, and
-runs every block of the range (for a mask the analysis cannot bound, every key block).
+Note [Block map on sm_100a]: a mask that reads params (mask_kind "runtime") leaves its
+blocks' classes to the block map (blockmap.py), which the bundle's first kernel computes on
+the GPU at the CTA's tiles (mask_block_m = block_m x q_tiles rows, block_n keys), as on the
+other targets. Every role's `attn.kv_range` reads the CTA's row of the map, a scan by each
+warp (Note [Full range from the map] in blockmap_hooks.py): the key blocks from the first
+to the last that keep anything, and as the full range (run without the mask) the FULL ones
+where they are one run. So the load, MMA, softmax and correction roles walk the same blocks,
+and a documents mask visits a query block's documents only. In the mixed loops a block's
+class (`attn.block_map_read`) is taken as MIXED: the mask applies per element, which drops
+a SKIP block's keys and keeps a FULL one's. No tile table yet (document-aligned query
+tiles): a plan that reads one is refused.
 
 Note [Accumulators start at zero]: the MMA role starts each O from a fill of zeros that
 lives in tensor memory, where its warp reaches one lane quarter only; the CTA's first four
@@ -75,11 +93,12 @@ LOG2E = 1.4426950408889634
 
 
 # --- the kernel ------------------------------------------------------------------------------
-def lower_sm100a(kernel: ir.Operation, variant, symbol: str, block: ir.Block, module) -> dict:
+def lower_sm100a(kernel: ir.Operation, variant, symbol: str, block: ir.Block, module, blockmap=None) -> dict:
     """The sm_100a kernel of `kernel` (L5, in `module`) as a gpu.func at the end of `block`
-    (a gpu.module's body); returns its manifest entry."""
+    (a gpu.module's body), reading `blockmap` (a BlockMapPlan: Note [Block map on sm_100a])
+    where given; returns its manifest entry."""
     _check_supported(kernel)
-    params = _params(kernel, variant)
+    params = _params(kernel, variant, blockmap)
     smem_bytes, barriers = _layout(kernel)
     with ir.InsertionPoint(block):
         types = [p["type"] for p in params]
@@ -101,16 +120,19 @@ def lower_sm100a(kernel: ir.Operation, variant, symbol: str, block: ir.Block, mo
         args.update({abi: args[f"dim:{getattr(variant, role)}"] for role, abi in KernelNames.ABI_DIMS.items()
                      if isinstance(getattr(variant, role), str)})
         e = Emit(args)
+        # and a size the variant fixes is a constant of that name (the block map's hooks read M, N, H)
+        e.args.update({abi: e.c32(getattr(variant, role)) for role, abi in KernelNames.ABI_DIMS.items()
+                       if not isinstance(getattr(variant, role), str)})
         cx = Lowering(kernel, e, Smem(e, SMEM_SYMBOL), args, barriers=barriers,
-                      names=KernelNames(variant, kernel, module), module=module.operation)
+                      names=KernelNames(variant, kernel, module), module=module.operation, blockmap=blockmap)
         _emit(cx, variant)
         gpu.ReturnOp([])
     return _manifest_entry(kernel, variant, symbol, params, smem_bytes)
 
 
 def _check_supported(kernel) -> None:
-    """What the kernel does not build yet: a role that reads a tile table (Note [No block
-    map yet])."""
+    """What the kernel does not build yet: a role that reads a tile table (Note [Block map
+    on sm_100a])."""
     for op in R.ops_in(kernel.regions[0].blocks[0], ("attn.tile_table_read",)):
         raise error_at(op, "attn-lower-sm100a builds no tile table yet (document-aligned query tiles); "
                            "--emit mlir gives the plan")
@@ -120,19 +142,24 @@ def _warps(kernel) -> int:
     return get_int(kernel, "num_warps")
 
 
-def _params(kernel, variant) -> list[dict]:
-    """The kernel's parameters: the tensor maps of q, k, v, then o (and lse) with their
-    strides, then every symbolic dim."""
+def _params(kernel, variant, blockmap=None) -> list[dict]:
+    """The kernel's parameters: the tensor maps of q, k, v and o (Note [O through TMA]), the
+    lse with its strides, then every symbolic dim, the hooks' tensors and the block map's
+    scratch."""
     i32, i64, ptr = ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(64), ir.Type.parse("!llvm.ptr")
     block_m, block_n = get_int(kernel, "block_m"), get_int(kernel, "block_n")
     out = []
     swizzles = {R.name_of(c): swizzle_bytes(_channel(c)) for c in R.channel_ops(kernel)
-                if R.name_of(c) in ("q", "kv")}
-    for name, rows, chan in (("q", block_m, "q"), ("k", block_n, "kv"), ("v", block_n, "kv")):
-        box = [1, 1, rows, swizzles[chan] // 2]
+                if R.name_of(c) in ("q", "kv", "o")}
+    out_bytes = 4 if variant.output("o").dtype == "f32" else 2
+    for name, rows, chan, size in (("q", block_m, "q", 2), ("k", block_n, "kv", 2), ("v", block_n, "kv", 2),
+                                   ("o", block_m, "o", out_bytes)):
+        box = [1, 1, rows, swizzles[chan] // size]
         out.append({"key": f"tmap:{name}", "type": ptr,
                     "abi": {"kind": "tensor_map", "tensor": name, "box": box, "swizzle": swizzles[chan]}})
     for spec in variant.outputs:
+        if spec.name == "o":
+            continue
         out.append({"key": f"ptr:{spec.name}", "type": ptr, "abi": {"kind": "ptr", "tensor": spec.name}})
         for axis in range(len(spec.shape) - 1):
             out.append({"key": f"stride:{spec.name}:{axis}", "type": i64,
@@ -141,6 +168,10 @@ def _params(kernel, variant) -> list[dict]:
         out.append({"key": f"dim:{d}", "type": i32, "abi": {"kind": "dim", "name": d, "type": "i32"}})
     for t in variant.params:             # the hooks' tensors (hooks.load_param)
         out.append({"key": f"ptr:{t.name}", "type": ir.Type.parse("!llvm.ptr<1>"), "abi": {"kind": "ptr", "tensor": t.name}})
+    if blockmap is not None:        # Note [Block map ABI] in blockmap.py
+        from attnc.backend.blockmap_hooks import blockmap_param
+        out.append({"key": blockmap_param(blockmap).key, "type": ir.Type.parse("!llvm.ptr<1>"),
+                    "abi": blockmap.scratch})
     return out
 
 
@@ -363,15 +394,33 @@ def kernel_module_sm100a(result):
 
     kernel = attention_ops(result.module)[0]
     symbol = kernel_symbol(result.variant.name, "fwd")
+    blockmap = _blockmap(result, kernel)
     with result.module.context, ir.Location.name(symbol):
         module, body = empty_kernel_module(SMEM_SYMBOL, 1024)     # 128B-swizzled tiles repeat every 1024 bytes
-        entry = lower_sm100a(kernel, result.variant, symbol, body, result.module)
+        entry = lower_sm100a(kernel, result.variant, symbol, body, result.module, blockmap)
+        kernels = [entry]
+        if blockmap is not None:
+            from attnc.backend.blockmap_kernel import emit_blockmap_kernel
+            emit_blockmap_kernel(blockmap, result, ir.InsertionPoint(body))
+            kernels.insert(0, blockmap.kernel)      # launched first: it fills the map
         if not module.operation.verify():
             raise AttncError(f"the sm_100a kernel {symbol} does not verify")
     specialization = {"target": "sm_100a", "block_m": get_int(kernel, "block_m"),
                       "block_n": get_int(kernel, "block_n"), "stages": get_int(kernel, "stages"),
-                      "q_tiles": get_int(kernel, "q_tiles"), "warps": _warps(kernel)}
-    return module, [entry], specialization
+                      "q_tiles": get_int(kernel, "q_tiles"), "warps": _warps(kernel),
+                      "blockmap": blockmap is not None}
+    return module, kernels, specialization
+
+
+def _blockmap(result, kernel):
+    """The block map of a mask that reads params (Note [Block map on sm_100a]), at the tiles
+    the mask analysis classified: the CTA's query rows and the kernel's key blocks."""
+    from attnc.backend.blockmap import blockmap_plan
+    from attnc.passes.analyze_masks import mask_functions
+    if not get_bool(kernel, "has_mask_mod") or mask_functions(kernel).kind != "runtime" \
+            or get_int(kernel, "kv_segments") != 1:     # segments: the analysis' ranges, as before
+        return None
+    return blockmap_plan(result, get_int(kernel, "mask_block_m"), get_int(kernel, "mask_block_n"))
 
 
 # --- the manifest ----------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from mlir.dialects import arith, llvm, scf
 
 from attnc.backend.nvgpu_builders import Emit, MBarrier, Smem, _asm, warp_sync
 from attnc.backend.softmax import OnlineSoftmax, SoftmaxState
-from attnc.backend.tcgen05 import MMA_K, Tmem, Umma, expect_tx, param_address, tma_load
+from attnc.backend.tcgen05 import MMA_K, Tmem, Umma, bulk_wait_read, expect_tx, param_address, tma_load, tma_store
 from attnc.errors import AttncError
 from attnc.ir import error_at, get_bool, get_int, get_shape, get_str
 from attnc.ir import roles as R
@@ -105,6 +105,7 @@ class Lowering:
     role: str = ""
     names: object = None                # hooks.KernelNames: the hooks' dims and params
     module: ir.Operation = None         # the module whose functions attn.kv_range calls
+    blockmap: object = None             # the BlockMapPlan the ranges are read from, if any
     scale: float = 1.0                  # what scores are multiplied by before a score_mod
 
     @property
@@ -328,7 +329,7 @@ def _score_mod(cx: Lowering, op):
 
 def _mask(cx: Lowering, op):
     """-inf where mask_mod(b, h, i, j) is false (on every block: a block map's class, where
-    the op takes one, is MIXED: Note [No block map yet] in sm100a.py)."""
+    the op takes one, is MIXED: Note [Block map on sm_100a] in sm100a.py)."""
     e = cx.e
     code = _hook(cx, op)
     b, h, i, js = _hook_coords(cx, op)
@@ -340,13 +341,24 @@ MIXED = 1       # a tile class (attn-analyze-masks): the mask applies per elemen
 
 
 def _block_map_read(cx: Lowering, op):
-    """Note [No block map yet] (sm100a.py): every block of the range is MIXED."""
+    """Note [Block map on sm_100a] (sm100a.py): every block of a mixed loop is MIXED."""
     return [cx.e.c32(MIXED)]
 
 
 def _kv_range(cx: Lowering, op):
-    """The mask analysis' function, inlined (its arguments the op's)."""
+    """(lo, hi, full_lo, full_hi): from the block map's row of the CTA's query block where
+    the kernel reads one (Note [Block map on sm_100a] in sm100a.py), else the mask
+    analysis' function, inlined (its arguments the op's)."""
     from attnc.backend.hooks import RegionCode
+    if cx.blockmap is not None:
+        from attnc.backend.blockmap_hooks import blockmap_hooks
+        from attnc.backend.mask_hooks import KvCtx
+        m_block, b, h = (cx.value(v) for v in list(op.operands)[:3])
+        kernel = cx.kernel
+        ctx = KvCtx(m_block, b, h, cx.e.dim("M"), cx.e.dim("N"), get_int(kernel, "mask_block_m"),
+                    get_int(kernel, "mask_block_n"))
+        r = blockmap_hooks(cx.blockmap)[0](cx.e, ctx)
+        return [r.lo, r.hi, r.full_lo, r.full_hi]
     name = ir.FlatSymbolRefAttr(op.attributes["fn"]).value
     fn = ir.SymbolTable(cx.module)[name]
     code = RegionCode(fn.regions[0].blocks[0], cx.names, exact_ints=False)
@@ -405,7 +417,7 @@ CHUNK = 16          # O's columns a correction thread holds at a time (Note [O i
 def _write_scaled(cx: Lowering, slot: Slot, v: Scaled) -> None:
     """Note [O in chunks]: O's row chunk by chunk, times the factor, into the slot: tensor
     memory (the rescaled O) or the thread's shared-memory row in the output's type (the
-    final O: f32, or 16-bit pairs)."""
+    final O: f32, or 16-bit pairs), laid out as TMA stores it (Note [O through TMA])."""
     e = cx.e
     src = cx.tmem_address(v.o, True)
     d = get_int(cx.kernel, "head_dim_v")
@@ -413,7 +425,8 @@ def _write_scaled(cx: Lowering, slot: Slot, v: Scaled) -> None:
     if slot.channel.space == "tmem":
         dst = cx.tmem_address(slot, True)
     else:
-        dst = e.add(cx.slot_address(slot), e.mul(cx.row, size * d))
+        _write_o_row(cx, slot, v, src, d, size)
+        return
     for col in range(0, d, CHUNK):
         values = [e.fmul(x, v.factor) for x in Tmem(e).load(e.add(src, col), CHUNK)]
         if v.pack is None:
@@ -426,6 +439,31 @@ def _write_scaled(cx: Lowering, slot: Slot, v: Scaled) -> None:
         for k in range(0, len(words), 4):
             _asm([], [dst, *words[k:k + 4]], f"st.shared.v4.b32 [$0+{size * col + 4 * k}], {{$1, $2, $3, $4}};",
                  "r,r,r,r,r")
+
+
+def _write_o_row(cx: Lowering, slot: Slot, v: Scaled, src, d: int, size: int) -> None:
+    """Note [O through TMA]: this thread's row of the final O into the slot, 16 bytes a store,
+    each at its swizzled place; then the fence that orders the writes before TMA reads them."""
+    e = cx.e
+    swizzle, rows = swizzle_bytes(slot.channel), get_int(cx.kernel, "block_m")
+    if (size * d) % swizzle:
+        raise AttncError(f"attn-lower-sm100a: O's rows of {size * d} bytes do not fill its "
+                         f"{swizzle}-byte swizzled blocks")
+    # the row's base has no bits below the swizzle's width: XOR places each 16-byte unit
+    row_base = e.add(cx.slot_address(slot), e.mul(cx.row, swizzle))
+    phase = e.shl(e.and_(e.shr(e.mul(cx.row, swizzle), 7), swizzle // 16 - 1), 4)
+    row_base = e.xor(row_base, phase)
+    for col in range(0, d, CHUNK):
+        values = [e.fmul(x, v.factor) for x in Tmem(e).load(e.add(src, col), CHUNK)]
+        if v.pack == "f32":
+            words = [arith.bitcast(e.i32, x) for x in values]
+        else:
+            words = [_pack(e, v.pack, lo, hi) for lo, hi in zip(values[::2], values[1::2])]
+        for k in range(0, len(words), 4):
+            block, within = divmod(size * col + 4 * k, swizzle)
+            _asm([], [e.xor(row_base, within), *words[k:k + 4]],
+                 f"st.shared.v4.b32 [$0+{block * rows * swizzle}], {{$1, $2, $3, $4}};", "r,r,r,r,r")
+    _asm([], [], "fence.proxy.async.shared::cta;", "")
 
 
 def _out_bytes(cx: Lowering) -> int:
@@ -452,25 +490,13 @@ def _store(cx: Lowering, op):
             _st_global(cx, "lse", [b, h, row], value, "f32")
             scf.yield_([])
         return None
-    # O: the warp copies the slot's rows, 16 bytes a lane, rows below M
+    # O (Note [O through TMA]): one TMA store a swizzled column block, rows past M not written
     d, size = get_int(kernel, "head_dim_v"), _out_bytes(cx)
-    row_bytes = size * d
-    chunks = block_m * row_bytes // 16
-    src = cx.slot_address(value)
-    loop = scf.ForOp(cx.lane, e.c32(chunks), e.c32(32))
-    with ir.InsertionPoint(loop.body):
-        c = loop.induction_variable
-        r = e.div(c, row_bytes // 16)
-        row = e.add(first, r)
-        inside = scf.IfOp(e.lt(row, rows_total))
-        with ir.InsertionPoint(inside.then_block):
-            words = _asm([e.i32] * 4, [e.add(src, e.mul(c, 16))], "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];",
-                         "=r,=r,=r,=r,r")
-            parts = [llvm.extractvalue(e.i32, words.result, [i]) for i in range(4)]
-            addr = _element_address(cx, "o", [b, h, row], e.mul(e.rem(c, row_bytes // 16), 16 // size), size)
-            _asm([], [addr, *parts], "st.global.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r")
-            scf.yield_([])
-        scf.yield_([])
+    swizzle = swizzle_bytes(value.channel)
+    src, tmap = cx.slot_address(value), param_address(e, cx.params["tmap:o"])
+    for c in range(size * d // swizzle):
+        tma_store(e, cx.first_lane, e.add(src, c * block_m * swizzle), tmap, [e.c32(c * swizzle // size), first, h, b])
+    bulk_wait_read(e, cx.first_lane)        # the slot is read before its release lets it be written
     return None
 
 

@@ -133,6 +133,22 @@ def tma_load(e: Emit, issue, dst, tmap, coords: list, mbar) -> None:
     _asm([], [_pred(e, issue), dst, tmap, mbar, *coords], _guarded(text), "r,r,l,r" + ",r" * rank)
 
 
+def tma_store(e: Emit, issue, src, tmap, coords: list) -> None:
+    """`cp.async.bulk.tensor` of shared memory at `src` to the box at `coords` (innermost first,
+    i32) of the tensor map at generic address `tmap` (i64), in the issuing thread's open bulk
+    group; elements outside the tensor are not written. By the threads where `issue` holds."""
+    rank = len(coords)
+    places = ", ".join(f"${i + 3}" for i in range(rank))
+    text = f"cp.async.bulk.tensor.{rank}d.global.shared::cta.tile.bulk_group [$1, {{{places}}}], [$2];"
+    _asm([], [_pred(e, issue), tmap, src, *coords], _guarded(text), "r,l,r" + ",r" * rank)
+
+
+def bulk_wait_read(e: Emit, issue) -> None:
+    """Close the issuing thread's bulk group and wait until every bulk copy it issued has
+    read its shared memory (which may then be written again)."""
+    _asm([], [_pred(e, issue)], _guarded("cp.async.bulk.commit_group;\ncp.async.bulk.wait_group.read 0;"), "r")
+
+
 def expect_tx(e: Emit, issue, mbar, nbytes: int) -> None:
     """One arrival on `mbar` that also expects `nbytes` more bytes this phase."""
     _asm([], [_pred(e, issue), mbar],

@@ -7,8 +7,9 @@ holding the FlashAttention-4-style kernel, every op of every role lowered in the
 stands (Note [The sm_100a kernel, op by op] in attnc/backend/sm100a.py): TMA loads into the
 Q and K/V rings, tcgen05.mma S = Q K^T and O += P V with S, P and O in tensor memory and
 commits to the mbarriers, the softmax warpgroups' rows through tcgen05.ld / st, the
-correction warpgroup's rescale and final O through shared memory, the epilogue warp's
-stores. The launch ABI (tensor maps of q, k and v: Note [Tensor maps] in
+correction warpgroup's rescale and final O through shared memory, the epilogue warp's TMA
+stores; before it, for a mask that reads params, the block map's kernel (Note [Block map
+on sm_100a]). The launch ABI (tensor maps of q, k, v and o: Note [Tensor maps] in
 attnc_runtime/params.py) is a JSON attribute on the gpu.module, as attn-lower-sm80 leaves it.
 
     before:  "attn.kernel"(...) ({ "attn.warp_specialize"() ({ channels, mbarriers,
@@ -17,8 +18,8 @@ attnc_runtime/params.py) is a JSON attribute on the gpu.module, as attn-lower-sm
                gpu.func @attnc_mha_fwd(%tmap_q: !llvm.ptr, ...) kernel { ... } }
 
 Not in the default sm_100a pipeline (Note in pipelines.py, PLAN_ONLY): `attnc compile -arch
-sm_100a` runs it for code. It lowers variants without score_mod, mask_mod or sink so far, and
-refuses the others at the op, naming what it lacks.
+sm_100a` runs it for code. It lowers every op the sm_100a plan passes make; an op without a
+pattern (a tile table's read) is refused at the op, naming what it lacks.
 """
 from __future__ import annotations
 

@@ -105,6 +105,7 @@ class ProblemShape:
     params: bool = False      # a hook reads param tensors
     mask_params: bool = False  # mask_mod reads param tensors (a block map decides its tiles)
     banded: bool = False      # mask_mod keeps a narrow band of keys per row (banded_mask)
+    out_dtype: str | None = None   # O's element type (None: dtype's)
 
 
 def _shape_of(op, target: str | None) -> ProblemShape:
@@ -115,8 +116,9 @@ def _shape_of(op, target: str | None) -> ProblemShape:
     params = "params" in op.attributes and len(ir.ArrayAttr(op.attributes["params"])) > 0
     params = params and _reads_params_per_element(op)
     masked = get_bool(op, "has_mask_mod")
+    out_dtype = str(ir.RankedTensorType(op.results[0].type).element_type)
     shape = ProblemShape(get_int(op, "head_dim_qk"), get_int(op, "head_dim_v"), get_str(op, "dtype"),
-                         masked, params, masked and _mask_reads_params(op))
+                         masked, params, masked and _mask_reads_params(op), out_dtype=out_dtype)
     # The band probe runs the mask analysis once more: only where the table has a tile for bands.
     row = _table_row(target, shape) if target in TILE_TABLE else None
     if shape.masked and not shape.mask_params and row is not None and row.banded is not None:
@@ -190,6 +192,11 @@ def choose_tile(target: str | None, shape: ProblemShape, overrides: dict[str, in
     """The table's tile for `target` and `shape` with `overrides` applied, checked."""
     limits = _limits(target)
     config = dataclasses.replace(table_choice(target, shape), **overrides)
+    if "stages" not in overrides:
+        # the table's K/V stages, fewer where shared memory does not hold them (sm_100a at
+        # head dim 128: three beside a 16-bit O, two beside an f32 one)
+        while config.stages > limits.min_stages and not _fits_smem(target, limits, shape, config):
+            config = dataclasses.replace(config, stages=config.stages - 1)
     if limits.block_m_unit == "consumer_wg64" and "block_m" in overrides and "num_warps" not in overrides \
             and config.block_m % 64 == 0:
         # a consumer warpgroup per 64 rows, besides the producer's warps
@@ -289,13 +296,12 @@ def smem_parts(target: str, shape: ProblemShape, c: TileConfig) -> dict[str, int
     """Shared memory of the Q tile(s), the K/V ring and the O staging tile(s), in bytes, as
     attn-alloc-smem will lay them out for this tile (an O tile that reuses Q's bytes adds
     nothing); "padding" is what alignment adds between them."""
-    from attnc.schedule.alloc import Tile, lay_out_smem
+    from attnc.schedule.alloc import lay_out_smem
     from attnc.schedule.recipes import recipe
 
     # The consumer warpgroups of sm_90a (attn-warp-specialize's option) own no SMEM.
     r = recipe(target, num_warps=c.num_warps, kv_stages=c.stages, q_tiles=c.q_tiles)
-    tile = Tile(c.block_m, c.block_n, shape.head_dim_qk, shape.head_dim_v, shape.dtype, c.q_tiles)
-    buffers, total = lay_out_smem(r, tile)
+    buffers, total = lay_out_smem(r, _alloc_tile(shape, c))
     parts = {"Q": 0, "K/V": 0, "O": 0}
     for b in buffers:
         if b.alias_of is None:
@@ -308,8 +314,21 @@ def smem_parts(target: str, shape: ProblemShape, c: TileConfig) -> dict[str, int
 _SMEM_PART = {"q": "Q", "kv": "K/V", "o": "O"}
 
 
+def _alloc_tile(shape: ProblemShape, c: TileConfig):
+    from attnc.schedule.alloc import Tile
+    return Tile(c.block_m, c.block_n, shape.head_dim_qk, shape.head_dim_v, shape.dtype, c.q_tiles, shape.out_dtype)
+
+
 def smem_bytes(target: str, shape: ProblemShape, c: TileConfig) -> int:
     return sum(smem_parts(target, shape, c).values())
+
+
+def _fits_smem(target: str, limits: TargetLimits, shape: ProblemShape, c: TileConfig) -> bool:
+    """Whether the tile's buffers and the plan's mbarriers (what attn-alloc-smem places) fit."""
+    from attnc.schedule.alloc import sync_bytes
+    from attnc.schedule.recipes import recipe
+    r = recipe(target, num_warps=c.num_warps, kv_stages=c.stages, q_tiles=c.q_tiles)
+    return smem_bytes(target, shape, c) + sync_bytes(r, _alloc_tile(shape, c)) <= limits.smem_bytes
 
 
 def _check_smem(target, limits: TargetLimits, shape, c: TileConfig) -> None:

@@ -105,10 +105,9 @@ TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
     "sm_100a": {
         (64, 64): TableRow(TileConfig(128, 128, stages=3, num_warps=16, q_tiles=2)),
         (96, 96): TableRow(TileConfig(128, 128, stages=3, num_warps=16, q_tiles=2)),
-        # Three 32 KB K/V stages beside two Q tiles and an f32 O tile leave no room for the
-        # mbarriers (FlashAttention-4 fits them by keeping a row's final sum in its rescale
-        # factor's slot, one statistic fewer per row than the plan's alpha, m, l): two.
-        (128, 128): TableRow(TileConfig(128, 128, stages=2, num_warps=16, q_tiles=2)),
+        # K and V take turns in one ring of 32 KB slots, three as FlashAttention-4's; beside
+        # an f32 O tile (64 KB) they leave no room for the mbarriers, and attn-tile takes two.
+        (128, 128): TableRow(TileConfig(128, 128, stages=3, num_warps=16, q_tiles=2)),
         # Two Q tiles need 2 * (128 + 256) TMEM columns > 512, and three 64 KB K/V
         # stages do not fit next to Q: one Q tile (O then reuses its SMEM), two stages.
         (256, 256): TableRow(TileConfig(128, 128, stages=2, num_warps=16, q_tiles=1)),

@@ -131,7 +131,7 @@ def test_an_unsound_edit_is_refused_by_the_verifier_first():
 
 
 def test_a_role_reading_a_tile_table_is_refused_at_the_op():
-    """Note [No block map yet] (attnc/backend/sm100a.py): no tile table either."""
+    """Note [Block map on sm_100a] (attnc/backend/sm100a.py): no tile table yet."""
     from attnc.ir import tiles
 
     def edit(kernel):

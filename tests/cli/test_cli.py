@@ -189,12 +189,15 @@ def test_sm100a_code(tmp_path):
     assert manifest["target"] == "sm_100a" and manifest["kernels"][0]["block"] == [512, 1, 1]
 
 
-def test_sm100a_builds_a_mask_that_reads_params_without_a_map(tmp_path):
-    """Note [No block map yet] (attnc/backend/sm100a.py): one kernel, no mask kernel before it."""
+def test_sm100a_builds_a_mask_that_reads_params_with_its_map(tmp_path):
+    """Note [Block map on sm_100a] (attnc/backend/sm100a.py): the map kernel, then the attention
+    kernel, which lists the map's scratch as the map kernel does."""
     status, out, err = run_attnc(["compile", "examples/docs_sink.attn", "-arch", "sm_100a", "-o", str(tmp_path / "b")])
     assert (status, err) == (0, "")
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
-    assert [k["name"] for k in manifest["kernels"]] == ["attn_fwd"]
+    assert [k["name"] for k in manifest["kernels"]] == ["blockmap", "attn_fwd"]
+    scratch = [[p for p in k["params"] if p["kind"] == "scratch"] for k in manifest["kernels"]]
+    assert scratch[0] == scratch[1] and scratch[0][0]["name"] == "blockmap"
 
 
 def test_sm90a_bundle_runs_wgmma(tmp_path):

@@ -1,6 +1,6 @@
 // attn-lower-sm100a: the sm_100a plan becomes a gpu.module holding the FlashAttention-4-style
 // kernel, every op of every role lowered as it stands (Note [The sm_100a kernel, op by op] in
-// attnc/backend/sm100a.py), and the launch ABI (tensor maps of q, k, v) on the module.
+// attnc/backend/sm100a.py), and the launch ABI (tensor maps of q, k, v and o) on the module.
 //
 // RUN: attnc compile examples/mqa.attn -arch sm_100a --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-verify-pipeline,attn-lower-sm100a" | filecheck %s
 // RUN: attnc compile examples/docs_sink.attn -arch sm_100a --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-lower-sm100a" 2>&1 | filecheck %s --check-prefix=MAP
@@ -12,25 +12,33 @@
 // CHECK: gpu.module @attnc_kernels attributes {attn.kernels = "[{\22name\22: \22attn_fwd\22, \22symbol\22: \22attnc_mqa_fwd\22, \22block\22: [512, 1, 1]
 // CHECK-SAME: \22kind\22: \22tensor_map\22, \22tensor\22: \22q\22, \22box\22: [1, 1, 128, 64], \22swizzle\22: 128
 // CHECK: gpu.func @attnc_mqa_fwd(%arg0: !llvm.ptr {llvm.align = 64 : i64}
-// CHECK-SAME: attn.tensor_maps = [0, 1, 2]{{.*}}nvvm.minctasm = 1
+// CHECK-SAME: attn.tensor_maps = [0, 1, 2, 3]{{.*}}nvvm.minctasm = 1
 // The MMA warp allocates tensor memory; each warpgroup sets its plan's register budget.
 // CHECK: tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [$0], 512
 // CHECK: setmaxnreg.inc.sync.aligned.u32 192
 // CHECK: tcgen05.ld.sync.aligned.32x32b.x32.b32
 // CHECK: setmaxnreg.dec.sync.aligned.u32 80
-// The correction warpgroup stores each row's LSE.
+// The correction warpgroup writes O's rows swizzled for TMA, and stores each row's LSE.
+// CHECK: fence.proxy.async.shared::cta
 // CHECK: st.global.f32
 // CHECK: setmaxnreg.dec.sync.aligned.u32 48
 // CHECK: tcgen05.mma.cta_group::1.kind::f16 [$1], $2, $3, $4, acc
 // CHECK: tcgen05.mma.cta_group::1.kind::f16 [$1], [$2], $3, $4, acc
 // CHECK: tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64
 // CHECK: cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+// The epilogue warp stores O through TMA and waits until it was read before releasing its slot.
+// CHECK: cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group
+// CHECK: cp.async.bulk.wait_group.read 0
 // CHECK: tcgen05.dealloc.cta_group::1.sync.aligned.b32 $0, 512
 
-// A mask that reads params: no block map yet (Note [No block map yet]), one kernel.
+// A mask that reads params: the block map's kernel first, whose scratch the attention kernel
+// reads its ranges from (Note [Block map on sm_100a]).
 // MAP: "attn.block_map_read"
-// MAP: gpu.module @attnc_kernels attributes {attn.kernels = "[{\22name\22: \22attn_fwd\22
-// MAP-NOT: blockmap
+// MAP: gpu.module @attnc_kernels attributes {attn.kernels = "[{\22name\22: \22blockmap\22
+// MAP-SAME: {\22name\22: \22attn_fwd\22
+// MAP-SAME: \22kind\22: \22scratch\22, \22name\22: \22blockmap\22
 // MAP: gpu.func @attnc_docs_sink_fwd(
+// MAP: redux.sync
+// MAP: gpu.func @attnc_docs_sink_blockmap(
 // OTHER: mha.attn:2:1: error: attn-lower-sm100a lowers sm_100a plans; this one is for sm_90a: use attn-lower-sm90a
 // TWICE: mha.attn:2:1: error: attn-lower-sm100a ran twice on this module

@@ -9,7 +9,7 @@ import pytest
 from attnc.errors import AttncError, Span
 from attnc.ir import attention_ops, get_int, get_str, parse_module
 from attnc.passes import lookup
-from attnc.passes.tile import ProblemShape, Tile, choose_tile, smem_bytes
+from attnc.passes.tile import ProblemShape, Tile, TileError, choose_tile, smem_bytes
 from attnc.passes.tile_table import TARGET_LIMITS, TILE_TABLE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +72,13 @@ def test_the_documented_choices():
         assert pick("sm_90a", ProblemShape(hd, hd, "bf16", True, True, mask_params=True)) == (64, 64, 2, 8, 1)
     assert pick("sm_80", ProblemShape(64, 64, "bf16", True, banded=True)) == (128, 128, 2, 4, 1)
     assert pick("sm_90a", shape(256)) == (128, 80, 2, 12, 1)
-    assert pick("sm_100a", shape(128)) == (128, 128, 2, 16, 2)    # 3 stages leave no room for the mbarriers
+    # sm_100a: a K/V ring of three slots at head dim 128, two beside an f32 O (three would
+    # leave no room for the mbarriers), unless the stages are asked for.
+    assert pick("sm_100a", shape(128)) == (128, 128, 3, 16, 2)
+    f32_out = ProblemShape(128, 128, "bf16", False, out_dtype="f32")
+    assert pick("sm_100a", f32_out) == (128, 128, 2, 16, 2)
+    with pytest.raises(TileError, match="shared memory"):
+        choose_tile("sm_100a", f32_out, {"stages": 4})
     assert pick("sm_100a", shape(256)) == (128, 128, 2, 16, 1)
 
 

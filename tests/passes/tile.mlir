@@ -34,7 +34,7 @@
 // SM100-LABEL: func.func @hd128_unmasked
 // SM100: "attn.kernel"(%arg0, %arg1, %arg2)
 // SM100: gpu.yield
-// SM100: }) {block_m = 128 : i64, block_n = 128 : i64,{{.*}} num_warps = 16 : i64,{{.*}} q_tiles = 2 : i64,{{.*}} stages = 2 : i64, target = "sm_100a"
+// SM100: }) {block_m = 128 : i64, block_n = 128 : i64,{{.*}} num_warps = 16 : i64,{{.*}} q_tiles = 2 : i64,{{.*}} stages = 3 : i64, target = "sm_100a"
 // SM100-SAME: loc("tile.attn":2:1)
 // SM100-LABEL: func.func @hd64_masked
 // SM100: }) {block_m = 128 : i64, block_n = 128 : i64,{{.*}} num_warps = 16 : i64,{{.*}} q_tiles = 2 : i64,{{.*}} stages = 3 : i64, target = "sm_100a"

@@ -1,10 +1,12 @@
 """`tensor_map` parameters (Note [Tensor maps] in attnc_runtime/params.py): the manifest's
-rules, the bind's checks, and a hand-written TMA kernel (data/tma_copy.ptx) run through the
-emulator and, where there is one, a GPU with TMA (sm_90 and newer). The kernel copies each
-64 x 64 box of q, as TMA wrote it into shared memory with the 128-byte swizzle, to o: so o
-holds q's rows with their 16-byte chunks permuted (chunk c of row r at c ^ (r mod 8)), and
-the rows past M that the box covers are not written. The same bundle on the GPU checks the
-driver's encoding and the emulator's TMA against the hardware."""
+rules, the bind's checks, and two hand-written TMA kernels run through the emulator and,
+where there is one, a GPU with TMA (sm_90 and newer). data/tma_copy.ptx copies each 64 x 64
+box of q, as TMA wrote it into shared memory with the 128-byte swizzle, to o: so o holds q's
+rows with their 16-byte chunks permuted (chunk c of row r at c ^ (r mod 8)), and the rows
+past M that the box covers are not written. data/tma_store.ptx writes q's rows into shared
+memory swizzled as sm_100a's correction warpgroup writes O (Note [O through TMA] in
+attnc/backend/sm100a.py) and stores each box to o through o's tensor map: o == q. The same
+bundles on the GPU check the driver's encoding and the emulator's TMA against the hardware."""
 from __future__ import annotations
 
 import copy
@@ -18,6 +20,7 @@ from attnc_runtime import AttncRuntimeError, Bundle, Kernel, ManifestError
 from attnc_runtime.manifest import FORMAT, parse_manifest, source_sha256
 
 PTX = (Path(__file__).parent / "data" / "tma_copy.ptx").read_bytes()
+STORE_PTX = (Path(__file__).parent / "data" / "tma_store.ptx").read_bytes()
 SOURCE = """attention copy {
   q: bf16[B, H, M, 64]
   k: bf16[B, H, N, 64]
@@ -52,6 +55,17 @@ def bundle() -> Bundle:
     return Bundle.from_files(manifest(), {"tma_copy.compute_90a.ptx": PTX})
 
 
+def store_bundle() -> Bundle:
+    """tma_store.ptx's bundle: o's tensor map, q's pointer, H and M."""
+    m = manifest({**TMAP, "tensor": "o"})
+    kernel = m["kernels"][0]
+    kernel.update(symbol="tma_store", dynamic_smem_bytes=8192, block=[64, 1, 1],     # a thread a row
+                  params=[kernel["params"][0], {"kind": "ptr", "tensor": "q"}, *kernel["params"][2:]])
+    m["code"] = {"ptx": "tma_store.compute_90a.ptx"}
+    m["code_sha256"] = {"ptx": hashlib.sha256(STORE_PTX).hexdigest()}
+    return Bundle.from_files(m, {"tma_store.compute_90a.ptx": STORE_PTX})
+
+
 def swizzled(q: np.ndarray) -> np.ndarray:
     """What the kernel writes: each row's 16-byte chunks (8 bf16) permuted by the 128B swizzle."""
     rows = q.reshape(*q.shape[:-1], 8, 8)
@@ -73,6 +87,14 @@ def test_the_emulator_runs_a_tma_load_through_a_tensor_map_param():
     q, k, v = inputs()
     out = SimKernel(bundle())(q=q, k=k, v=v)
     np.testing.assert_array_equal(out["o"].view(np.uint16), swizzled(q).view(np.uint16))
+
+
+def test_the_emulator_runs_a_tma_store_of_swizzled_rows():
+    """M = 100: the second box's rows 100..127 lie outside o and are not written."""
+    from attnc_sim.device import SimKernel
+    q, k, v = inputs()
+    out = SimKernel(store_bundle())(q=q, k=k, v=v)
+    np.testing.assert_array_equal(out["o"].view(np.uint16), q.view(np.uint16))
 
 
 @pytest.mark.parametrize("edit,message", [
@@ -137,8 +159,22 @@ def test_the_gpu_lands_the_tile_as_the_emulator_does():
     np.testing.assert_array_equal(got, swizzled(q).astype(np.float32))
 
 
-def test_the_kernel_assembles_for_sm_90a(tmp_path):
-    """ptxas takes the kernel (the tensor map by its generic address, cvta.param): the
+@pytest.mark.gpu
+@pytest.mark.skipif(_no_tma_gpu() is not None, reason=_no_tma_gpu() or "")
+def test_the_gpu_stores_the_swizzled_rows_as_the_emulator_does():
+    """The address-bit swizzle sm_100a's O is written with, read back by a TMA store through
+    an output's tensor map on the hardware: o == q."""
+    from attnc_runtime import DeviceArray
+    q, k, v = inputs()
+    out = Kernel(store_bundle())(q=DeviceArray.from_numpy(q.astype(np.float32), "bf16"),
+                                 k=DeviceArray.from_numpy(k.astype(np.float32), "bf16"),
+                                 v=DeviceArray.from_numpy(v.astype(np.float32), "bf16"))
+    np.testing.assert_array_equal(out["o"].numpy(), q.astype(np.float32))
+
+
+@pytest.mark.parametrize("name", ["tma_copy", "tma_store"])
+def test_the_kernels_assemble_for_sm_90a(tmp_path, name):
+    """ptxas takes the kernels (the tensor map by its generic address, cvta.param): the
     emulator and the GPU run the same PTX."""
     import shutil
     import subprocess
@@ -149,6 +185,6 @@ def test_the_kernel_assembles_for_sm_90a(tmp_path):
         ptxas = shutil.which("ptxas")
     if ptxas is None:
         pytest.skip("no ptxas")
-    done = subprocess.run([ptxas, "-arch=sm_90a", str(Path(__file__).parent / "data" / "tma_copy.ptx"),
+    done = subprocess.run([ptxas, "-arch=sm_90a", str(Path(__file__).parent / "data" / f"{name}.ptx"),
                            "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
