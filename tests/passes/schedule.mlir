@@ -132,7 +132,7 @@
 // ALLOC80: "attn.channel"() {buffers = [{align = 128 : i64, name = "sQ", offset = 0 : i64, size = 32768 : i64, space = "smem", stages = 1 : i64, swizzle = "xor128B"}], {{.*}}name = "q"
 // ALLOC80-NEXT: "attn.channel"() {buffers = [{align = 128 : i64, name = "sK", offset = 32768 : i64, size = 32768 : i64, space = "smem", stages = 2 : i64, swizzle = "xor128B"}, {align = 128 : i64, name = "sV", offset = 65536 : i64, size = 32768 : i64, space = "smem", stages = 2 : i64, swizzle = "xor128B"}], {{.*}}name = "kv"
 // ALLOC80-NOT: space = "tmem"
-// ALLOC100: "attn.channel"() {alternating = true, buffers = [{align = 128 : i64, name = "sKV", {{.*}}size = 65536 : i64, space = "smem", stages = 2 : i64
+// ALLOC100: "attn.channel"() {alternating = true, buffers = [{align = 128 : i64, name = "sKV", {{.*}}size = 98304 : i64, space = "smem", stages = 3 : i64
 // ALLOC100: "attn.channel"() {buffers = [{align = 32 : i64, name = "tS0", offset = 0 : i64, size = 128 : i64, space = "tmem"
 // ALLOC100: "attn.channel"() {buffers = [{alias_of = "tS0", align = 32 : i64, name = "tP0", offset = 64 : i64, size = 64 : i64, space = "tmem"
 // ALLOC100: "attn.channel"() {buffers = [{align = 32 : i64, name = "tO0", offset = 256 : i64, size = 128 : i64, space = "tmem"{{.*}}name = "o0_acc"
@@ -232,7 +232,7 @@
 
 // L5, sm_100a: the MMA warp signals through tcgen05 commits; K and V alternate in one
 // ring, each fill announcing its own bytes.
-// SYNC100: "attn.mbarrier_init"() {channel = "kv", count = 1 : i64, name = "mbar_kv_full", side = "full", stages = 2 : i64}
+// SYNC100: "attn.mbarrier_init"() {channel = "kv", count = 1 : i64, name = "mbar_kv_full", side = "full", stages = 3 : i64}
 // SYNC100: "attn.mbarrier_init"() {channel = "s0", count = 1 : i64, name = "mbar_s0_full"
 // SYNC100-NEXT: "attn.mbarrier_init"() {channel = "s0", count = 4 : i64, name = "mbar_s0_empty"
 // SYNC100: "attn.mbarrier_arrive"({{.*}}) {per = "warp"}

@@ -9,7 +9,6 @@ attnc/backend/sm100a.py) and stores each box to o through o's tensor map: o == q
 bundles on the GPU check the driver's encoding and the emulator's TMA against the hardware."""
 from __future__ import annotations
 
-import copy
 import hashlib
 from pathlib import Path
 
