@@ -236,7 +236,6 @@ def _emit(cx: Lowering, variant) -> None:
     cx.scale = ir.FloatAttr(kernel.attributes["scale"]).value
     natural = get_bool(kernel, "has_score_mod")
     cx.softmax = OnlineSoftmax(e, Approx(e), _OwnRow(), LOG2E if natural else cx.scale * LOG2E)
-    cx.env.update(zip(kernel.regions[0].blocks[0].arguments, _block_coords(e)))
     # Note [Registers per warpgroup]: a warpgroup's branch sets its registers, then runs its roles
     launch = 65536 // (32 * _warps(kernel))
     for group, members in _warpgroups(roles).items():
@@ -247,6 +246,8 @@ def _emit(cx: Lowering, variant) -> None:
             regs = max(R.attrs_of(role)["regs"] for role in members)
             if regs and regs != launch:
                 set_max_registers(regs, increase=regs > launch)
+            # the CTA's coordinates read here, not live across setmaxnreg (ptxas spilled them)
+            cx.env.update(zip(kernel.regions[0].blocks[0].arguments, _block_coords(e)))
             for role in members:
                 warps = list(R.attrs_of(role)["warps"])
                 mine = scf.IfOp(e.and_(e.ge(cx.warp, warps[0]), e.le(cx.warp, warps[-1])))
