@@ -30,7 +30,7 @@ def _run(bundle, variant, doc: np.ndarray):
     assert kernel.last_reports == []
     attention = kernel.last_launches[-1]
     assert [launch.grid for launch in kernel.last_launches] == [(1, 2, 1), (2, 1, 1)]
-    ref = attnc.reference(variant, **{k: v for k, v in case.items()})
+    ref = attnc.reference(variant, **case)
     rows = kernel.last_written["o"].any(axis=-1)
     assert rows[0, 0, START:].all() and not rows[0, 0, :START].any()
     problems = compare(variant, {"o": np.where(rows[..., None], out["o"], ref["o"])}, ref)
