@@ -81,7 +81,7 @@ from mlir.dialects import gpu, nvvm, scf
 
 from attnc.backend.hooks import KernelNames
 from attnc.backend.nvgpu_builders import Approx, Emit, MBarrier, Smem, _asm, set_max_registers
-from attnc.backend.sm100a_ops import PATTERNS, Channel, Lowering, swizzle_bytes
+from attnc.backend.sm100a_ops import PATTERNS, Channel, Lowering, out_bytes, swizzle_bytes
 from attnc.backend.softmax import OnlineSoftmax
 from attnc.backend.tcgen05 import Tmem
 from attnc.errors import AttncError
@@ -151,9 +151,8 @@ def _params(kernel, variant, blockmap=None) -> list[dict]:
     out = []
     swizzles = {R.name_of(c): swizzle_bytes(_channel(c)) for c in R.channel_ops(kernel)
                 if R.name_of(c) in ("q", "kv", "o")}
-    out_bytes = 4 if variant.output("o").dtype == "f32" else 2
     for name, rows, chan, size in (("q", block_m, "q", 2), ("k", block_n, "kv", 2), ("v", block_n, "kv", 2),
-                                   ("o", block_m, "o", out_bytes)):
+                                   ("o", block_m, "o", out_bytes(kernel))):
         box = [1, 1, rows, swizzles[chan] // size]
         out.append({"key": f"tmap:{name}", "type": ptr,
                     "abi": {"kind": "tensor_map", "tensor": name, "box": box, "swizzle": swizzles[chan]}})

@@ -408,7 +408,7 @@ def _finalize(cx: Lowering, op):
         units = 1.0 if get_bool(cx.kernel, "has_score_mod") else cx.scale
         sink = e.fmul(code(e, cx.value(op.operands[3])), 1.0 / units)
     (inv,), (lse,) = cx.softmax.finalize(SoftmaxState([m], [l]), sink)
-    return [Scaled(o, inv, _out_dtype(cx)), lse]
+    return [Scaled(o, inv, out_dtype(cx.kernel)), lse]
 
 
 CHUNK = 16          # O's columns a correction thread holds at a time (Note [O in chunks])
@@ -416,35 +416,32 @@ CHUNK = 16          # O's columns a correction thread holds at a time (Note [O i
 
 def _write_scaled(cx: Lowering, slot: Slot, v: Scaled) -> None:
     """Note [O in chunks]: O's row chunk by chunk, times the factor, into the slot: tensor
-    memory (the rescaled O) or the thread's shared-memory row in the output's type (the
-    final O: f32, or 16-bit pairs), laid out as TMA stores it (Note [O through TMA])."""
+    memory (the rescaled O), or shared memory in the output's type as TMA stores it (the
+    final O: Note [O through TMA])."""
+    chunks = _scaled_chunks(cx, v)
+    if slot.channel.space != "tmem":
+        _write_o_row(cx, slot, v, chunks)
+        return
+    dst = cx.tmem_address(slot, True)
+    for col, values in chunks:
+        Tmem(cx.e).store(cx.e.add(dst, col), values)
+
+
+def _scaled_chunks(cx: Lowering, v: Scaled):
+    """(first column, values) of O's row times the factor, CHUNK columns at a time, each read
+    from tensor memory when its turn comes (Note [O in chunks]); the row's address now."""
     e = cx.e
     src = cx.tmem_address(v.o, True)
-    d = get_int(cx.kernel, "head_dim_v")
-    size = _out_bytes(cx)
-    if slot.channel.space == "tmem":
-        dst = cx.tmem_address(slot, True)
-    else:
-        _write_o_row(cx, slot, v, src, d, size)
-        return
-    for col in range(0, d, CHUNK):
-        values = [e.fmul(x, v.factor) for x in Tmem(e).load(e.add(src, col), CHUNK)]
-        if v.pack is None:
-            Tmem(e).store(e.add(dst, col), values)
-            continue
-        if v.pack == "f32":
-            words = [arith.bitcast(e.i32, x) for x in values]
-        else:
-            words = [_pack(e, v.pack, lo, hi) for lo, hi in zip(values[::2], values[1::2])]
-        for k in range(0, len(words), 4):
-            _asm([], [dst, *words[k:k + 4]], f"st.shared.v4.b32 [$0+{size * col + 4 * k}], {{$1, $2, $3, $4}};",
-                 "r,r,r,r,r")
+    return ((col, [e.fmul(x, v.factor) for x in Tmem(e).load(e.add(src, col), CHUNK)])
+            for col in range(0, get_int(cx.kernel, "head_dim_v"), CHUNK))
 
 
-def _write_o_row(cx: Lowering, slot: Slot, v: Scaled, src, d: int, size: int) -> None:
-    """Note [O through TMA]: this thread's row of the final O into the slot, 16 bytes a store,
-    each at its swizzled place; then the fence that orders the writes before TMA reads them."""
+def _write_o_row(cx: Lowering, slot: Slot, v: Scaled, chunks) -> None:
+    """Note [O through TMA]: this thread's row of the final O (`chunks`: _scaled_chunks) into
+    the slot, 16 bytes a store, each at its swizzled place; then the fence that orders the
+    writes before TMA reads them."""
     e = cx.e
+    size, d = out_bytes(cx.kernel), get_int(cx.kernel, "head_dim_v")
     swizzle, rows = swizzle_bytes(slot.channel), get_int(cx.kernel, "block_m")
     if (size * d) % swizzle:
         raise AttncError(f"attn-lower-sm100a: O's rows of {size * d} bytes do not fill its "
@@ -453,8 +450,7 @@ def _write_o_row(cx: Lowering, slot: Slot, v: Scaled, src, d: int, size: int) ->
     row_base = e.add(cx.slot_address(slot), e.mul(cx.row, swizzle))
     phase = e.shl(e.and_(e.shr(e.mul(cx.row, swizzle), 7), swizzle // 16 - 1), 4)
     row_base = e.xor(row_base, phase)
-    for col in range(0, d, CHUNK):
-        values = [e.fmul(x, v.factor) for x in Tmem(e).load(e.add(src, col), CHUNK)]
+    for col, values in chunks:
         if v.pack == "f32":
             words = [arith.bitcast(e.i32, x) for x in values]
         else:
@@ -466,12 +462,13 @@ def _write_o_row(cx: Lowering, slot: Slot, v: Scaled, src, d: int, size: int) ->
     _asm([], [], "fence.proxy.async.shared::cta;", "")
 
 
-def _out_bytes(cx: Lowering) -> int:
-    return 4 if _out_dtype(cx) == "f32" else 2
+def out_bytes(kernel: ir.Operation) -> int:
+    """Bytes of an element of O, the output (f32, f16 or bf16)."""
+    return 4 if out_dtype(kernel) == "f32" else 2
 
 
-def _out_dtype(cx: Lowering) -> str:
-    return str(ir.RankedTensorType(cx.kernel.results[0].type).element_type)
+def out_dtype(kernel: ir.Operation) -> str:
+    return str(ir.RankedTensorType(kernel.results[0].type).element_type)
 
 
 def _store(cx: Lowering, op):
@@ -491,7 +488,7 @@ def _store(cx: Lowering, op):
             scf.yield_([])
         return None
     # O (Note [O through TMA]): one TMA store a swizzled column block, rows past M not written
-    d, size = get_int(kernel, "head_dim_v"), _out_bytes(cx)
+    d, size = get_int(kernel, "head_dim_v"), out_bytes(kernel)
     swizzle = swizzle_bytes(value.channel)
     src, tmap = cx.slot_address(value), param_address(e, cx.params["tmap:o"])
     for c in range(size * d // swizzle):
