@@ -27,8 +27,8 @@ names its "suite":
     bench_sweep_sm90  sm_90a kernels of bench_variants' cases with other tiles and options
     schedules       examples under other plans of the plan passes (SCHEDULES: K/V ring depths,
                     one consumer warpgroup, ping-pong, examples/passes/v_before_k.py,
-                    pv_before_qk.py, waits_first.py, last_v_early.py, loads_after_gemms.py and
-                    wait_v_early.py), each for
+                    pv_before_qk.py, waits_first.py, last_v_early.py, loads_after_gemms.py,
+                    wait_v_early.py and kv_first.py, attn-alloc-smem{kv_layout=separate}), each for
                     its own target                         -> tests/gpu/test_schedules.py
 
 --archs (default sm_80) builds examples, property, reused_lets, exact_ints and bench_variants for each target
@@ -367,11 +367,17 @@ SCHEDULES = [
     ("sm_90a", "loads_after_gemms", {"block_m": 128, "producer": False}, ("examples/passes/loads_after_gemms.py",)),
     ("sm_80", "wait_v_early", {"stages": 2}, ("examples/passes/wait_v_early.py",)),
     ("sm_80", "wait_v_early3", {"stages": 3}, ("examples/passes/wait_v_early.py",)),
+    # Note [Buffers as placed]: K and V in a ring each, and the K/V ring before Q
+    ("sm_80", "kv_separate", {"stages": 2, "kv_layout": "separate"}, ()),
+    ("sm_80", "kv_first", {"stages": 2}, ("examples/passes/kv_first.py",)),
+    ("sm_90a", "kv_separate", {"block_m": 128, "producer": True, "kv_layout": "separate"}, ()),
+    ("sm_90a", "kv_first", {"block_m": 128, "producer": True}, ("examples/passes/kv_first.py",)),
+    ("sm_90a", "coop_kv_separate", {"block_m": 128, "producer": False, "kv_layout": "separate"}, ()),
 ]
 # The pass each user pass (by its file's name) runs after (default: attn-warp-specialize, at L3).
 USER_PASS_AFTER = {"wait_v_early.py": "attn-insert-pipelines", "pv_before_qk.py": "attn-overlap-gemms",
                    "waits_first.py": "attn-overlap-gemms", "last_v_early.py": "attn-overlap-gemms",
-                   "loads_after_gemms.py": "attn-overlap-gemms"}
+                   "loads_after_gemms.py": "attn-overlap-gemms", "kv_first.py": "attn-alloc-smem"}
 SCHEDULE_EXAMPLES = ("mha", "alibi", "gemma2", "docs_sink")
 
 

@@ -57,10 +57,11 @@ class ForwardKernel(ForwardLoads):
         # O's n8 atoms per 16-row atom; with row sums on the tensor cores one more, P.1
         # (Note [Row sums on the tensor cores] in softmax.py)
         self.o_atoms = spec.head_dim_v // 8 + spec.row_sum_on_mma
-        self.q_tile = SwizzledTile(0, spec.block_m, spec.head_dim_qk)
-        self.k_tile = SwizzledTile(spec.q_tile_bytes, spec.block_n, spec.head_dim_qk)
-        self.v_tile = SwizzledTile(spec.q_tile_bytes + spec.k_tile_bytes, spec.block_n, spec.head_dim_v)
-        self.slot_bytes = spec.k_tile_bytes + spec.v_tile_bytes
+        layout = spec.layout            # Note [Buffers as placed] in smem_layout.py
+        self.q_tile = SwizzledTile(layout.q, spec.block_m, spec.head_dim_qk)
+        self.k_tile = SwizzledTile(layout.k, spec.block_n, spec.head_dim_qk)
+        self.v_tile = SwizzledTile(layout.v, spec.block_n, spec.head_dim_v)
+        self.slot_bytes = layout.slot
         # The query tile's rows [tile_row0, row_end) and its keys' origin key0 (None: the
         # grid's m_block * block_m, M and 0); n_keys: the keys from key0 on. A tile
         # table's tile sets them (Note [Document-aligned tiles] in qtiles.py).
@@ -293,7 +294,8 @@ class ForwardKernel(ForwardLoads):
             # thread's copies have landed: emit's wait) before any overwrites them.
             self.bar.sync()
             rows = s.rows_per_warp
-            stage = StagedRows(self.smem.address(e.mul(self.warp, rows * s.head_dim_v * 2)),
+            start = e.mul(self.warp, rows * s.head_dim_v * 2)
+            stage = StagedRows(self.smem.address(e.add(start, s.layout.o) if s.layout.o else start),
                                e.add(self._first_row(self.m_block), self.warp_row0), rows, s.atom_rows)
         epilogue = Epilogue(e, self.softmax, s.o_dtype, self.row0, self.col0, self.lane, stage, self.row_end,
                             s.atom_rows)

@@ -19,6 +19,7 @@ from attnc.backend.coop_steps import CoopSteps
 from attnc.backend.kv_steps import KvSteps
 from attnc.backend.load_steps import LoadSteps
 from attnc.backend.wgmma_steps import WgmmaSteps
+from attnc.backend.smem_layout import SmemLayout
 from attnc.backend.spec_checks import check_spec
 
 STATIC_MAX_SPREAD = 64.0            # Note [Bounded score_mod] in softmax.py
@@ -132,6 +133,8 @@ class ForwardSpec:
                                           # [Cooperative steps op by op]); None: the default
     kv_steps: Optional[KvSteps] = None     # the KV loops' bodies, lowered op by op on sm_80 (Note
                                           # [Steps op by op] in kv_steps.py); None: KvSteps.default
+    smem: Optional[SmemLayout] = None      # the tiles as attn-alloc-smem placed them (Note [Buffers as
+                                          # placed] in smem_layout.py); None: SmemLayout.interleaved
 
     # -- derived
     @property
@@ -355,7 +358,7 @@ class ForwardSpec:
         """Every tile is dead at the epilogue (one query block per CTA, no producer loading
         the next), O is 16-bit and fits in the tiles' shared memory."""
         return (self.blocks_per_cta == 1 and not self.warp_specialized and self.o_dtype != "f32"
-                and self.block_m * self.head_dim_v * 2 <= self.tiles_bytes)
+                and self.layout.o + self.block_m * self.head_dim_v * 2 <= self.layout.end)
 
     @property
     def skips_dead_rows(self) -> bool:
@@ -473,9 +476,16 @@ class ForwardSpec:
         return self.block_n * self.head_dim_v * 2
 
     @property
+    def layout(self) -> SmemLayout:
+        """Where the tiles lie in shared memory (Note [Buffers as placed] in smem_layout.py)."""
+        if self.smem is not None:
+            return self.smem
+        return SmemLayout.interleaved(self.q_tile_bytes, self.k_tile_bytes, self.v_tile_bytes, self.stages)
+
+    @property
     def tiles_bytes(self) -> int:
-        """Shared memory of the Q tile and the K/V slots."""
-        return self.q_tile_bytes + self.stages * (self.k_tile_bytes + self.v_tile_bytes)
+        """Shared memory up to the end of the tiles."""
+        return self.layout.end
 
     @property
     def smem_bytes(self) -> int:

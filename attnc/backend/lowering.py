@@ -124,6 +124,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
         raise error_at(op, f"the cooperative role 'compute' has a register budget (regs = {regs['compute']}); "
                            f"setmaxnreg moves registers between a producer and its consumers, so it must be 0")
     check_levels(op)            # attn-hoist's, on every copy of the hooks
+    smem = _smem_layout(op, target, plan.stages)
     # Note [Steps op by op] (kv_steps.py): sm_80's steps are the compute role's KV loops.
     steps = trips = loads = coop = None
     if target == "sm_80":
@@ -152,7 +153,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
             softmax_scale=variant.scale, symbol=kernel_symbol(variant.name, "fwd"),
             banded=banded(op), blockmap=blockmap is not None,
             aligned_tiles=tiles, tiles_per_head=tiles and blockmap.per_head, kv_steps=steps, wgmma_steps=trips,
-            load_steps=loads, coop_steps=coop,
+            load_steps=loads, coop_steps=coop, smem=smem,
             **choices, **hooks.spec_fields())
         try:
             return ForwardLowering(spec.check(), blockmap, waves)
@@ -199,6 +200,16 @@ def _lowering_from_ir(result) -> ForwardLowering:
             and choices.get("split_mask") is not False):
         runs = None
     return lowering(replace(tiles, runs=runs), waves)
+
+
+def _smem_layout(op, target: str, stages: int):
+    """The tiles as attn-alloc-smem placed them (Note [Buffers as placed] in smem_layout.py)."""
+    from attnc.backend.smem_layout import LayoutError, layout_of
+
+    try:
+        return layout_of(plan_ir.buffers(op), target, stages)
+    except LayoutError as e:
+        raise error_at(plan_ir.buffer_channels(op).get(e.buffer, op), e.message) from None
 
 
 def kernel_module_for(result):

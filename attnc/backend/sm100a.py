@@ -181,7 +181,8 @@ def _layout(kernel) -> tuple[int, dict]:
     for chan in R.channel_ops(kernel):
         for buf in R.attrs_of(chan).get("buffers", []):
             if buf["space"] == "smem":
-                end = max(end, buf["offset"] + buf["size"])
+                stage = buf["size"] // buf["stages"]
+                end = max(end, buf["offset"] + buf.get("stride", stage) * (buf["stages"] - 1) + stage)
     offset, barriers = (end + 7) // 8 * 8, {}
     for bar in R.mbarrier_ops(kernel):
         a = R.attrs_of(bar)

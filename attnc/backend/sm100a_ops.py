@@ -125,8 +125,8 @@ class Lowering:
 
     def slot_address(self, slot: Slot) -> ir.Value:
         buf = slot.channel.buffer(slot.tile)
-        size = buf["size"] // buf["stages"]
-        return self.smem.address(self.e.add(self.e.c32(buf["offset"]), self.e.mul(slot.stage, size)))
+        stride = buf.get("stride", buf["size"] // buf["stages"])       # Note [K/V slots] in alloc.py
+        return self.smem.address(self.e.add(self.e.c32(buf["offset"]), self.e.mul(slot.stage, stride)))
 
     def tmem_address(self, slot: Slot, lane_of_warp: bool) -> ir.Value:
         col = self.e.add(self.tmem_base, self.e.c32(slot.channel.buffer(slot.tile)["offset"]))

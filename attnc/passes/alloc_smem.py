@@ -3,20 +3,25 @@
 Targets: sm_80, sm_90a, sm_100a. Expects L3 (the role regions and `attn.channel` ops of
 attn-warp-specialize; tile attributes from attn-tile). Leaves the IR as it is but for a
 `buffers` attribute on each shared-memory channel: one dictionary per tile it carries
-(attnc/schedule/alloc.py): offset, size of all stages, 128-byte alignment, the XOR
-swizzle of its rows, and `alias_of` where a buffer reuses another's bytes (sm_80/sm_90a
-stage O in Q's buffer after the KV loop):
+(attnc/schedule/alloc.py): offset, size of all stages, alignment (128 bytes; 1024 on
+sm_90a), the XOR swizzle of its rows, `stride` where its stages are not contiguous (K
+and V of a stage side by side: Note [K/V slots] in attnc/schedule/alloc.py), and
+`alias_of` where a buffer reuses another's bytes (sm_80/sm_90a stage O in Q's buffer
+after the KV loop):
 
     before:  %kv = "attn.channel"() {name = "kv", space = "smem", stages = 2, tile = ["k", "v"], ...}
     after:   %kv = "attn.channel"() {buffers = [{align = 128, name = "sK", offset = 32768,
-                     size = 32768, space = "smem", stages = 2, swizzle = "xor128B"}, {... "sV" ...}], ...}
+                     size = 32768, space = "smem", stages = 2, stride = 32768, swizzle = "xor128B"},
+                     {... "sV", offset = 49152, ...}], ...}
 
 The total must fit the target's dynamic shared memory, else an error at the variant's
-line names the knob to lower (stages or block_n).
+line names the knob to lower (stages or block_n). The lowerings place every tile where
+its buffer says: an offset edited by hand or by a user pass moves it (Note [Buffers as
+placed] in attnc/backend/smem_layout.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from attnc.passes.registry import Pass
@@ -27,12 +32,22 @@ class AllocSmem(Pass):
     """Place Q, K, V (and O) tiles in shared memory with swizzle, alignment and a budget check."""
 
     name: ClassVar[str] = "attn-alloc-smem"
+    kv_layout: str = field(default="interleaved", metadata={
+        "doc": "sm_80, sm_90a: the K/V ring's stages as slots of K and V side by side (interleaved: one slot "
+               "offset serves both tiles) or as a ring per tile, all K stages then all V stages (separate) "
+               "(Note [K/V slots] in attnc/schedule/alloc.py; default: interleaved)"})
 
     def run(self, module) -> None:
-        allocate(module, "smem")
+        from attnc.errors import AttncError
+        from attnc.schedule.alloc import KV_LAYOUTS
+
+        if self.kv_layout not in KV_LAYOUTS:
+            raise AttncError(f"kv_layout={self.kv_layout}: expected {' or '.join(KV_LAYOUTS)} (Note [K/V slots] "
+                             f"in attnc/schedule/alloc.py)")
+        allocate(module, "smem", self.kv_layout)
 
 
-def allocate(module, space: str) -> None:
+def allocate(module, space: str, kv_layout: str = "interleaved") -> None:
     """Shared by attn-alloc-smem and attn-alloc-tmem: the buffers of `space` on the channels."""
     from attnc.errors import AttncError
     from attnc.ir import attention_ops, error_at
@@ -48,7 +63,7 @@ def allocate(module, space: str) -> None:
         recipe = plan_ir.recipe_of(op, pass_name)
         tile = plan_ir.tile_of(op, pass_name)
         try:
-            placed = (alloc_smem if space == "smem" else alloc_tmem)(recipe, tile)
+            placed = alloc_smem(recipe, tile, kv_layout) if space == "smem" else alloc_tmem(recipe, tile)
         except AttncError as e:
             raise error_at(op, e.message) from None
         with op.context:

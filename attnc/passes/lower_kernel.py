@@ -114,8 +114,9 @@ def _check_plan(module, pass_name: str) -> None:
     consumers' KV loops likewise (Notes [Loads op by op] in attnc/backend/load_steps.py
     and [Overlapped steps op by op] in attnc/backend/wgmma_steps.py). Those come
     from the plan passes' options (attn-tile, attn-warp-specialize), from a user pass, or
-    from a dump edited by hand. The rest of
-    the plan -- buffer placement, barrier counts, where the synchronization ops stand,
+    from a dump edited by hand. The tiles' places in shared memory are the buffers'
+    (Note [Buffers as placed] in attnc/backend/smem_layout.py). The rest of
+    the plan -- the buffers' sizes and swizzles, barrier counts, where the synchronization ops stand,
     the order of the other ops -- the lowering builds as the plan passes make it for
     those choices; a plan that differs there would be silently built as that one, so it
     is refused, naming the first difference, and a role whose ops moved since

@@ -62,15 +62,22 @@ def buffers(kernel: ir.Operation) -> list[Buffer]:
             if missing:
                 raise error_at(op, f"a buffer of channel '{R.name_of(op)}' has no {', '.join(missing)}")
             out.append(Buffer(b["name"], R.name_of(op), b["space"], b["offset"], b["size"], b["stages"],
-                              b["align"], b["swizzle"], b.get("alias_of") or None))
+                              b["align"], b["swizzle"], b.get("alias_of") or None, b.get("stride")))
     return out
+
+
+def buffer_channels(kernel: ir.Operation) -> dict[str, ir.Operation]:
+    """{buffer name: the channel op that holds it}: where an error about a buffer points."""
+    return {b["name"]: op for op in R.channel_ops(kernel) if "buffers" in op.attributes
+            for b in R.value_of(op.attributes["buffers"])}
 
 
 def set_buffers(op: ir.Operation, placed: list[Buffer]) -> None:
     """Add `placed` to the `buffers` of channel `op`."""
     old = list(ir.ArrayAttr(op.attributes["buffers"])) if "buffers" in op.attributes else []
     new = [R.attr({**{k: getattr(b, k) for k in _BUFFER_FIELDS},
-                   **({"alias_of": b.alias_of} if b.alias_of else {})}) for b in placed]
+                   **({"alias_of": b.alias_of} if b.alias_of else {}),
+                   **({"stride": b.stride} if b.stride is not None else {})}) for b in placed]
     op.attributes["buffers"] = ir.ArrayAttr.get(old + new)
 
 
@@ -179,7 +186,9 @@ def _channel_fields(c: Channel) -> dict:
 
 
 def _buffer_fields(b: Buffer) -> dict:
-    return {"name": b.name, "channel": b.channel, "space": b.space, "offset": b.offset, "size": b.size,
+    # where a buffer lies (offset, stride, align) is no choice the plan makes for the
+    # lowering: it places the tile there (Note [Buffers as placed] in smem_layout.py)
+    return {"name": b.name, "channel": b.channel, "space": b.space, "size": b.size,
             "stages": b.stages, "swizzle": b.swizzle, "alias_of": b.alias_of}
 
 

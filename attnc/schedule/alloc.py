@@ -2,8 +2,16 @@
 
 Every channel that lives in shared memory gets one buffer per tile it carries
 (`sQ`, `sK`, `sV`, `sO`), each `stages` slots deep, 128-byte aligned (cp.async and
-TMA need 16 bytes; 128 keeps every swizzle atom on its own bank period), with
-the XOR swizzle that makes 16-byte row chunks conflict-free for ldmatrix/TMA.
+TMA need 16 bytes; 128 keeps every swizzle atom on its own bank period; sm_90a's
+wgmma reads a swizzled tile from a whole swizzle pattern: 1024), with the XOR
+swizzle that makes 16-byte row chunks conflict-free for ldmatrix/TMA.
+
+Note [K/V slots]: a channel carrying K and V (sm_80, sm_90a) lays their stages out
+`interleaved` by default: stage s holds K then V, side by side, and each buffer steps
+`stride` = K's bytes + V's bytes from one stage to the next, so one slot offset serves
+both tiles. `separate` gives each tile its own ring (all K stages, then all V stages;
+`stride` = that tile's bytes). A buffer's stage k starts at offset + k * stride; where
+`stride` is absent from the IR, its stages are contiguous (size / stages apart).
 Tensor memory (sm_100a) gets S, O accumulators per Q tile with P aliased
 inside S. Budgets are checked here and name the knob to change.
 """
@@ -15,6 +23,7 @@ from attnc.errors import AttncError
 from attnc.schedule.recipes import Recipe
 
 ALIGN = 128
+KV_LAYOUTS = ("interleaved", "separate")        # Note [K/V slots]
 DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
 
 
@@ -40,6 +49,24 @@ class Buffer:
     align: int
     swizzle: str                # e.g. 'xor128B' (8 rows x 128 B atom), 'xor64B', 'none'
     alias_of: str | None = None
+    stride: int | None = None   # bytes from a stage's start to the next's (None: size / stages,
+                                # the stages contiguous; Note [K/V slots])
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.size // self.stages
+
+    @property
+    def stage_stride(self) -> int:
+        return self.stride if self.stride is not None else self.stage_bytes
+
+    def stage_offset(self, k: int) -> int:
+        return self.offset + k * self.stage_stride
+
+    @property
+    def end(self) -> int:
+        """The byte (or column) after its last stage."""
+        return self.stage_offset(self.stages - 1) + self.stage_bytes
 
 
 def swizzle_for(row_elems: int, elem_bytes: int) -> str:
@@ -65,11 +92,11 @@ def _tile_rows_cols(tile: Tile, name: str) -> tuple[int, int]:
     }[name]
 
 
-def alloc_smem(recipe: Recipe, tile: Tile) -> tuple[Buffer, ...]:
+def alloc_smem(recipe: Recipe, tile: Tile, kv_layout: str = "interleaved") -> tuple[Buffer, ...]:
     """Lay out every shared-memory channel buffer; raise if the CTA budget is exceeded,
     counting the mbarriers and the tensor-memory address word that follow the buffers
     (`sync_bytes`)."""
-    buffers, offset = lay_out_smem(recipe, tile)
+    buffers, offset = lay_out_smem(recipe, tile, kv_layout)
     need = offset + sync_bytes(recipe, tile)
     if need > recipe.smem_bytes:
         parts = ", ".join(f"{b.name} {b.size}" for b in buffers if b.alias_of is None)
@@ -93,10 +120,13 @@ def sync_bytes(recipe: Recipe, tile: Tile) -> int:
     return MBARRIER_BYTES * slots + (MBARRIER_BYTES if recipe.tmem_columns else 0)
 
 
-def lay_out_smem(recipe: Recipe, tile: Tile) -> tuple[tuple[Buffer, ...], int]:
+def lay_out_smem(recipe: Recipe, tile: Tile, kv_layout: str = "interleaved") -> tuple[tuple[Buffer, ...], int]:
     """Every shared-memory channel buffer and the bytes they span, budget unchecked (what
-    attn-tile weighs tile choices with)."""
+    attn-tile weighs tile choices with); `kv_layout`: Note [K/V slots]."""
+    if kv_layout not in KV_LAYOUTS:
+        raise AttncError(f"kv_layout = {kv_layout!r}: expected {' or '.join(KV_LAYOUTS)}")
     elem = DTYPE_BYTES[tile.dtype]
+    align = smem_align(recipe.target)
     buffers, offset = [], 0
     for ch in recipe.channels:
         if ch.space != "smem":
@@ -104,11 +134,22 @@ def lay_out_smem(recipe: Recipe, tile: Tile) -> tuple[tuple[Buffer, ...], int]:
         if ch.alternating:
             # One ring for several tiles: every slot is as large as the largest.
             slot = max(_bytes(tile, t, elem) for t in ch.tile)
-            offset = _align(offset, ALIGN)
+            offset = _align(offset, align)
             cols = max(_tile_rows_cols(tile, t)[1] for t in ch.tile)
             name = "s" + "".join(t.upper() for t in ch.tile)
             buffers.append(Buffer(name, ch.name, "smem", offset, slot * ch.stages, ch.stages,
-                                  ALIGN, swizzle_for(cols, elem)))
+                                  align, swizzle_for(cols, elem)))
+            offset += slot * ch.stages
+            continue
+        if kv_layout == "interleaved" and ch.stages > 1 and len(ch.tile) > 1 and "o" not in ch.tile:
+            # Note [K/V slots]: stage s of every tile in one slot
+            offset = _align(offset, align)
+            sizes = [_bytes(tile, t, elem) for t in ch.tile]
+            slot = sum(sizes)
+            for t, size, start in zip(ch.tile, sizes, _prefix_sums(sizes)):
+                cols = _tile_rows_cols(tile, t)[1]
+                buffers.append(Buffer("s" + t.upper(), ch.name, "smem", offset + start, size * ch.stages,
+                                      ch.stages, align, swizzle_for(cols, elem), stride=slot))
             offset += slot * ch.stages
             continue
         for t in ch.tile:
@@ -118,14 +159,14 @@ def lay_out_smem(recipe: Recipe, tile: Tile) -> tuple[tuple[Buffer, ...], int]:
                 # tiles (sm_100a) one Q tile may still be in use while the other's O is
                 # stored, so O has its own.
                 buffers.append(Buffer("sO", ch.name, "smem", _offset_of(buffers, "sQ"),
-                                      rows * cols * elem, 1, ALIGN, swizzle_for(cols, elem), "sQ"))
+                                      rows * cols * elem, 1, align, swizzle_for(cols, elem), "sQ"))
                 continue
-            offset = _align(offset, ALIGN)
+            offset = _align(offset, align)
             # O staged for its store holds the output's elements (f32, f16 or bf16)
             own = DTYPE_BYTES[tile.out_dtype] if t == "o" and tile.out_dtype else elem
             size = rows * cols * own * ch.stages
             buffers.append(Buffer("s" + t.upper(), ch.name, "smem", offset, size, ch.stages,
-                                  ALIGN, swizzle_for(cols, own)))
+                                  align, swizzle_for(cols, own)))
             offset += size
     return tuple(buffers), offset
 
@@ -153,6 +194,20 @@ def alloc_tmem(recipe: Recipe, tile: Tile) -> tuple[Buffer, ...]:
 def _bytes(tile: Tile, t: str, elem: int) -> int:
     rows, cols = _tile_rows_cols(tile, t)
     return rows * cols * elem
+
+
+def smem_align(target: str) -> int:
+    """The alignment of a shared-memory buffer and of its stages: wgmma (sm_90a) reads a
+    swizzled tile from whole swizzle patterns (8 rows of 128 bytes); else ALIGN."""
+    return 1024 if target == "sm_90a" else ALIGN
+
+
+def _prefix_sums(sizes: list[int]) -> list[int]:
+    out, total = [], 0
+    for size in sizes:
+        out.append(total)
+        total += size
+    return out
 
 
 def _align(x: int, a: int) -> int:

@@ -5,8 +5,10 @@ user pass examples/passes/v_before_k.py), sm_90a's consumers issuing P.V before 
 with and without ping-pong (examples/passes/pv_before_qk.py, Note [Overlapped steps op by
 op]), its producer waiting for both slots before writing either
 (examples/passes/waits_first.py, Note [Loads op by op]), its consumers waiting for the
-last V before landing the P.V in flight (examples/passes/last_v_early.py), and sm_80's steps waiting for V before the softmax at 2 and 3 stages
-(examples/passes/wait_v_early.py, Note [Steps op by op]) --
+last V before landing the P.V in flight (examples/passes/last_v_early.py), sm_80's steps waiting for V before the softmax at 2 and 3 stages
+(examples/passes/wait_v_early.py, Note [Steps op by op]), and on both targets K and V in a
+ring each (attn-alloc-smem{kv_layout=separate}) and the K/V ring placed before Q
+(examples/passes/kv_first.py, Note [Buffers as placed]) --
 tools/build_gpu_bundles.py --suites schedules
 (SCHEDULES). Each at the ragged shapes of test_examples.py; o and lse within gpu_support's
 tolerances.

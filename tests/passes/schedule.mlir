@@ -11,6 +11,8 @@
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize" | filecheck %s --check-prefix=WS90
 // RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-warp-specialize" | filecheck %s --check-prefix=WS100
 // RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem" | filecheck %s --check-prefix=ALLOC80
+// RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem{kv_layout=separate}" | filecheck %s --check-prefix=SEPARATE80
+// RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem" | filecheck %s --check-prefix=ALLOC90
 // RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem" | filecheck %s --check-prefix=ALLOC100
 // RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines" | filecheck %s --check-prefix=SYNC80
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{num_warps=8 block_m=64 block_n=128 stages=2},attn-warp-specialize{consumers=1 producer=1},attn-alloc-smem,attn-insert-pipelines" | filecheck %s --check-prefix=RING
@@ -130,8 +132,14 @@
 
 // L4: the buffers on the channels.
 // ALLOC80: "attn.channel"() {buffers = [{align = 128 : i64, name = "sQ", offset = 0 : i64, size = 32768 : i64, space = "smem", stages = 1 : i64, swizzle = "xor128B"}], {{.*}}name = "q"
-// ALLOC80-NEXT: "attn.channel"() {buffers = [{align = 128 : i64, name = "sK", offset = 32768 : i64, size = 32768 : i64, space = "smem", stages = 2 : i64, swizzle = "xor128B"}, {align = 128 : i64, name = "sV", offset = 65536 : i64, size = 32768 : i64, space = "smem", stages = 2 : i64, swizzle = "xor128B"}], {{.*}}name = "kv"
+// Note [K/V slots]: by default stage s of K and V side by side, each stepping by the slot
+// (32 KB); kv_layout=separate gives each its own ring.
+// ALLOC80-NEXT: "attn.channel"() {buffers = [{align = 128 : i64, name = "sK", offset = 32768 : i64, size = 32768 : i64, space = "smem", stages = 2 : i64, stride = 32768 : i64, swizzle = "xor128B"}, {align = 128 : i64, name = "sV", offset = 49152 : i64, size = 32768 : i64, space = "smem", stages = 2 : i64, stride = 32768 : i64, swizzle = "xor128B"}], {{.*}}name = "kv"
 // ALLOC80-NOT: space = "tmem"
+// SEPARATE80: "attn.channel"() {buffers = [{align = 128 : i64, name = "sK", offset = 32768 : i64, size = 32768 : i64, space = "smem", stages = 2 : i64, swizzle = "xor128B"}, {align = 128 : i64, name = "sV", offset = 65536 : i64, size = 32768 : i64, space = "smem", stages = 2 : i64, swizzle = "xor128B"}], {{.*}}name = "kv"
+// sm_90a's wgmma reads whole swizzle patterns: 1024-byte alignment
+// ALLOC90: "attn.channel"() {buffers = [{align = 1024 : i64, name = "sQ", offset = 0 : i64
+// ALLOC90: "attn.channel"() {buffers = [{align = 1024 : i64, name = "sK", offset = 32768 : i64, size = 98304 : i64, space = "smem", stages = 3 : i64, stride = 65536 : i64, swizzle = "xor128B"}, {align = 1024 : i64, name = "sV", offset = 65536 : i64, {{.*}}stride = 65536 : i64
 // ALLOC100: "attn.channel"() {alternating = true, buffers = [{align = 128 : i64, name = "sKV", {{.*}}size = 98304 : i64, space = "smem", stages = 3 : i64
 // ALLOC100: "attn.channel"() {buffers = [{align = 32 : i64, name = "tS0", offset = 0 : i64, size = 128 : i64, space = "tmem"
 // ALLOC100: "attn.channel"() {buffers = [{alias_of = "tS0", align = 32 : i64, name = "tP0", offset = 64 : i64, size = 64 : i64, space = "tmem"

@@ -38,7 +38,6 @@ def test_consumers_must_cover_the_tile():
 
 
 @pytest.mark.parametrize("edit, difference", [
-    (('name = "sK", offset = 32768', 'name = "sK", offset = 0'), 'buffer "sK" has offset = 0, the plan 32768'),
     (("stages = 2 : i64, tile = [\"k\", \"v\"]", "stages = 3 : i64, tile = [\"k\", \"v\"]"),
      'buffer "sK" has size = 32768, the plan 49152'),
     # a cooperative role sets no registers, and sm_80 has no consumers to take turns:
@@ -53,6 +52,38 @@ def test_a_plan_edited_where_the_lowering_does_not_follow_is_refused(tmp_path, e
     assert plan.count(edit[0]) == 1
     with pytest.raises(AttncError, match=re.escape(difference)):
         _lowered(plan.replace(*edit), "sm_80")
+
+
+def test_edited_buffers_are_placed_as_edited(tmp_path):
+    """Note [Buffers as placed] (smem_layout.py): Q moved past the K/V slots is read and
+    written there, and the kernel's shared memory runs to its end."""
+    plan = _plan(tmp_path, "mha", "sm_80")
+    old, new = 'name = "sQ", offset = 0 :', 'name = "sQ", offset = 98304 :'
+    assert plan.count(old) == 1
+    plain, moved = _lowered(plan, "sm_80"), _lowered(plan.replace(old, new), "sm_80")
+    assert plain.manifest["kernels"][-1]["dynamic_smem_bytes"] == 98304
+    assert moved.manifest["kernels"][-1]["dynamic_smem_bytes"] == 98304 + 32768
+    assert moved.ptx != plain.ptx
+
+
+@pytest.mark.parametrize("edit, error", [
+    (('name = "sK", offset = 32768', 'name = "sK", offset = 0'),
+     "stage 0 of buffer sQ (from byte 0) overlaps stage 0 of sK (bytes 0 to 16384)"),
+    (('name = "sQ", offset = 0', 'name = "sQ", offset = 64'),
+     "buffer sQ has offset 64; the sm_80 kernel places tiles and their stages at multiples of 128 bytes"),
+    (('name = "sV", offset = 49152 : i64, size = 32768 : i64, space = "smem", stages = 2 : i64, stride = 32768',
+      'name = "sV", offset = 98304 : i64, size = 32768 : i64, space = "smem", stages = 2 : i64, stride = 16384'),
+     "the sm_80 kernel steps K and V by one slot offset (stage x stride), and sK's stride is 32768, sV's 16384"),
+    (('name = "sK", offset = 32768 : i64, size = 32768 : i64, space = "smem", stages = 2 : i64, stride = 32768',
+      'name = "sK", offset = 32768 : i64, size = 32768 : i64, space = "smem", stages = 2 : i64, stride = 8192'),
+     "buffer sK has stride 8192, less than a stage's 16384 bytes: its stages overlap"),
+])
+def test_a_placement_the_kernel_cannot_take_is_refused_at_its_channel(tmp_path, edit, error):
+    plan = _plan(tmp_path, "mha", "sm_80")
+    assert plan.count(edit[0]) == 1
+    with pytest.raises(AttncError, match=re.escape(error)) as caught:
+        _lowered(plan.replace(*edit), "sm_80")
+    assert "plan.mlir" in str(caught.value) or "mha.attn" in str(caught.value)
 
 
 def test_an_edited_role_is_built_as_edited(tmp_path):

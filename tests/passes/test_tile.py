@@ -39,7 +39,7 @@ def test_attn_tile_weighs_the_layout_attn_alloc_smem_makes(target, hd):
     shape = ProblemShape(hd, hd, "bf16", True)
     result = compile_mlir(text, "t.attn", CompileOptions(arch=target))      # raised before the fix
     buffers = [b for b in plan_ir.buffers(attention_ops(result.module)[0]) if b.space == "smem"]
-    end = max(b.offset + b.size for b in buffers)
+    end = max(b.end for b in buffers)
     assert end == smem_bytes(target, shape, choose_tile(target, shape, {})) <= TARGET_LIMITS[target].smem_bytes
 
 
