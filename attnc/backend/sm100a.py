@@ -26,8 +26,8 @@ Register layouts: a softmax or correction warpgroup's thread owns one row of its
 O is a tcgen05.ld.32x32b of that lane. The MMA role's warp and the load role's issue from
 lane 0.
 
-Note [O in chunks]: the correction warpgroup's budget (80 registers, which the softmax
-warpgroups' 192 leave) holds no whole row of O (128 floats at head dim 128). So a rescale
+Note [O in chunks]: the correction warpgroup's budget (64 registers, which the softmax
+warpgroups' 200 leave) holds no whole row of O (128 floats at head dim 128). So a rescale
 and the final O / l are lowered where their result is written: O's row read in chunks of 16
 columns (as FlashAttention-4's correction reads it), scaled, written to the slot (its
 tensor memory for the rescaled O, the thread's shared-memory row for the final one). O is read after the arrival that releases its

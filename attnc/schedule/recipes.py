@@ -195,11 +195,14 @@ def _sm90a(*, num_warps: int, kv_stages: int, consumers: int, producer: bool, pe
 
 def _sm100a(*, kv_stages: int, q_tiles: int, **_) -> Recipe:
     # With one Q tile (large head dims) the second softmax warpgroup has nothing to run.
+    # FlashAttention-4's budgets: a softmax thread holds its row of S (128 f32 at 128-key
+    # blocks) and the hooks' values in 200 registers; at 192 (and 80 for the correction)
+    # ALiBi spilled 40 bytes there.
     softmax = ("score_mod", "mask", "softmax")
     roles = (
-        Role("softmax0", (0, 1, 2, 3), 192, softmax),
-        Role("softmax1", (4, 5, 6, 7), 192, softmax if q_tiles > 1 else ()),
-        Role("correction", (8, 9, 10, 11), 80, ("rescale", "finalize")),
+        Role("softmax0", (0, 1, 2, 3), 200, softmax),
+        Role("softmax1", (4, 5, 6, 7), 200, softmax if q_tiles > 1 else ()),
+        Role("correction", (8, 9, 10, 11), 64, ("rescale", "finalize")),
         Role("mma", (12,), 48, ("mma_qk", "mma_pv")),
         Role("load", (13,), 48, ("load_q", "load_kv")),
         Role("epilogue", (14,), 48, ("store_o",)),

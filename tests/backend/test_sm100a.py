@@ -57,11 +57,20 @@ def test_the_instruction_mix_is_the_recipes():
     assert "cvta.param.u64" in ptx and ".param .align 64 .b8" in ptx
 
 
-def test_the_kernel_assembles_without_spills():
+# relative_bias (a gather from its bias table per score) still spills 52 bytes in the
+# softmax warpgroups at 200 registers; README, "Where this departs from design.md".
+SPILL_FREE = sorted(p.stem for p in (ROOT / "examples").glob("*.attn") if p.stem != "relative_bias")
+
+
+@pytest.mark.parametrize("example", SPILL_FREE)
+def test_the_kernel_assembles_without_spills(example):
     """Note [Addresses at their MMA]: the MMA warp's 48 registers hold its loop; every warpgroup
-    keeps to its budget (ptxas as a whole program, which keeps setmaxnreg)."""
+    keeps to its budget (ptxas as a whole program, which keeps setmaxnreg): the softmax
+    warpgroups' 200 hold a row of S with the hooks' values (Note [Registers per warpgroup])."""
     from attnc.backend import cubin
-    usage = cubin.resource_usage(mha_ptx(), "sm_100a", prefer_ptxas=True)
+    ptx = mha_ptx() if example == "mha" else attnc.compile(ROOT / f"examples/{example}.attn",
+                                                           arch="sm_100a").bundle.code["ptx"].decode()
+    usage = cubin.resource_usage(ptx, "sm_100a", prefer_ptxas=True)
     assert usage and all(not u.spills and u.stack_frame == 0 for u in usage.values()), usage
 
 

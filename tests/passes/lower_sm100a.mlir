@@ -15,9 +15,9 @@
 // CHECK-SAME: attn.tensor_maps = [0, 1, 2, 3]{{.*}}nvvm.minctasm = 1
 // The MMA warp allocates tensor memory; each warpgroup sets its plan's register budget.
 // CHECK: tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [$0], 512
-// CHECK: setmaxnreg.inc.sync.aligned.u32 192
+// CHECK: setmaxnreg.inc.sync.aligned.u32 200
 // CHECK: tcgen05.ld.sync.aligned.32x32b.x32.b32
-// CHECK: setmaxnreg.dec.sync.aligned.u32 80
+// CHECK: setmaxnreg.dec.sync.aligned.u32 64
 // The correction warpgroup writes O's rows swizzled for TMA, and stores each row's LSE.
 // CHECK: fence.proxy.async.shared::cta
 // CHECK: st.global.f32

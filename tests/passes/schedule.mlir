@@ -94,12 +94,12 @@
 // WS100-NEXT: "attn.softmax_step"({{.*}}) {q_tile = 0 : i64}
 // WS100: "attn.put"(%[[P0]], %{{[0-9]+}}#0) {tile = "p"}
 // WS100-NOT: q_tile = 1
-// WS100: }) {name = "softmax0", regs = 192 : i64, warps = [0, 1, 2, 3]}
+// WS100: }) {name = "softmax0", regs = 200 : i64, warps = [0, 1, 2, 3]}
 // WS100: "attn.get"(%[[S1]]) {tile = "s"}
 // WS100-NEXT: "attn.softmax_step"({{.*}}) {q_tile = 1 : i64}
 // WS100: "attn.put"(%[[P1]], %{{[0-9]+}}#0) {tile = "p"}
 // WS100-NOT: q_tile = 0
-// WS100: }) {name = "softmax1", regs = 192 : i64, warps = [4, 5, 6, 7]}
+// WS100: }) {name = "softmax1", regs = 200 : i64, warps = [4, 5, 6, 7]}
 // WS100: "attn.get"(%[[ACC]]) {tile = "o"}
 // WS100: "attn.get"(%[[ACC1]]) {tile = "o"}
 // WS100: "attn.rescale"({{.*}}) {q_tile = 0 : i64}
@@ -110,7 +110,7 @@
 // WS100: "attn.finalize"
 // WS100: }) {q_tile = 1 : i64}
 // WS100-NEXT: "attn.put"(%[[O]], %{{[0-9]+}}#0) {tile = "o"}
-// WS100: }) {name = "correction", regs = 80 : i64, warps = [8, 9, 10, 11]}
+// WS100: }) {name = "correction", regs = 64 : i64, warps = [8, 9, 10, 11]}
 // WS100: "attn.get"(%[[Q]]) {tile = "q"}
 // WS100-NEXT: "attn.get"(%[[Q]]) {tile = "q"}
 // WS100: "attn.put"(%[[ACC]], %arg{{[0-9]+}}) {tile = "o"}
