@@ -337,9 +337,15 @@ def run_passes(module, passes: list[ResolvedPass], observe: Observer) -> None:
             continue
         pm.add(_attnc_pass(p, after), name=p.spec.name, argument=p.spec.name)
     from mlir import ir
+
+    from attnc.schedule import beside
     try:
         clock.start()
-        pm.run(module.operation)
+        with beside.running():
+            try:
+                pm.run(module.operation)
+            finally:
+                beside.finish()         # Note [The check beside the lowering]: its error first
     except ir.MLIRError as e:
         upstream = [p.spec.name for p in passes if p.upstream is not None]
         if not upstream:

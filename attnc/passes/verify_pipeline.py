@@ -31,16 +31,21 @@ class VerifyPipeline(Pass):
     name: ClassVar[str] = "attn-verify-pipeline"
 
     def run(self, module) -> None:
-        verify_pipeline(module)
+        from attnc.schedule import beside
+        verify_pipeline(module, beside=beside.deferring())
 
 
-def verify_pipeline(module) -> None:
+def verify_pipeline(module, beside: bool = False) -> None:
+    """Check every attn.kernel of `module`; with `beside`, explore its interleavings beside
+    the passes after this one (Note [The check beside the lowering] in
+    attnc/schedule/beside.py), which the driver waits for when the pipeline ends."""
     from attnc.errors import AttncError
     from attnc.ir import attention_ops, error_at
     from attnc.ir.roles import PUT, GET, ops_in, role_block, role_ops, remember_verified
     from attnc.passes import plan_ir
+    from attnc.schedule import beside as deferred
     from attnc.schedule.recipes import check_register_budget
-    from attnc.schedule.verify import verify_kernel
+    from attnc.schedule.verify import explore, kernel_explorations
 
     for op in attention_ops(module):
         plan_ir.require_roles(op, VerifyPipeline.name)
@@ -54,7 +59,21 @@ def verify_pipeline(module) -> None:
         except AttncError as e:
             raise error_at(op, f"{VerifyPipeline.name}: {e.message}") from None
         with op.context:
-            violations = verify_kernel(op)
+            violations, explorations = kernel_explorations(op)
         if violations:
             raise error_at(violations[0].op, f"{VerifyPipeline.name}: {violations[0].message}")
+        explored = deferred.explore_beside(explorations, explore) if beside else None
+        if explored is None:
+            with op.context:
+                _raise_first([v for v in (explore(*x) for x in explorations) if v is not None])
+        else:
+            deferred.defer(lambda explored=explored, context=op.context: _raise_first(explored(), context))
         remember_verified(op)       # Note [Verified as it stands]
+
+
+def _raise_first(violations: list, context=None) -> None:
+    from attnc.ir import error_at
+
+    if violations:
+        with context or violations[0].op.context:
+            raise error_at(violations[0].op, f"{VerifyPipeline.name}: {violations[0].message}")

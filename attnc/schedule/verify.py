@@ -361,6 +361,14 @@ def _tile_bytes(t: ir.Type) -> int:
 # --- the check -------------------------------------------------------------------------
 def verify_kernel(kernel: ir.Operation) -> list[Violation]:
     """Every violation of the L5 protocol of `kernel` (empty: sound)."""
+    found, explorations = kernel_explorations(kernel)
+    return found or [v for v in (explore(*x) for x in explorations) if v is not None]
+
+
+def kernel_explorations(kernel: ir.Operation) -> tuple[list[Violation], list[tuple]]:
+    """(the violations found reading the IR, each channel's exploration still to run as
+    the arguments of `explore`): the roles' programs are read from the IR here, and the
+    explorations need it no more (but for their violations' ops)."""
     inits = R.mbarrier_ops(kernel)
     bars = {}
     out = []
@@ -371,7 +379,7 @@ def verify_kernel(kernel: ir.Operation) -> list[Violation]:
                                      f"{a.get('stages')} stages: both must be at least 1"))
         bars[a["name"]] = (a.get("channel"), a.get("count", 1), a.get("stages", 1), a.get("tile"))
     if out:
-        return out
+        return out, []
     stages = max([c.get("stages", 1) for c in map(R.attrs_of, R.channel_ops(kernel))] or [1])
     programs: dict[str, list[Event]] = {}
     threads: dict[str, int] = {}
@@ -381,28 +389,27 @@ def verify_kernel(kernel: ir.Operation) -> list[Violation]:
         try:
             trace.block(R.role_block(role))
             if trace.violations:
-                return trace.violations[:1]
+                return trace.violations[:1], []
         except Unevaluated as e:
             what = "the condition" if e.op.name == "scf.if" else "the stage or parity"
             return [Violation(e.op, f"role {a['name']!r}: {what} of {e.op.name} is not a value the loops "
                                     f"and arith ops make (an iter_arg, a constant, attn.ring_advance, "
-                                    f"attn.kv_range, attn.dim, integer arith)")]
+                                    f"attn.kv_range, attn.dim, integer arith)")], []
         if trace.first_kv_loop is not None and trace.kv_trips < 2 * stages:
             return [Violation(trace.first_kv_loop,
                               f"role {a['name']!r}: its KV loops run {trace.kv_trips} trips over the "
                               f"{trace.blocks} key blocks the check gives every role, fewer than the "
                               f"{2 * stages} that wrap each ring twice: their bounds are not the key "
-                              f"range's (Note [Key blocks the check runs])")]
+                              f"range's (Note [Key blocks the check runs])")], []
         programs[a["name"]] = trace.events
         threads[a["name"]] = 32 * len(a["warps"])
+    explorations = []
     for chan in [R.name_of(op) for op in R.channel_ops(kernel)]:
         projected = {r: [e for e in events if e.channel in (chan, None)] for r, events in programs.items()}
         projected = {r: ev for r, ev in projected.items() if any(e.channel == chan for e in ev)}
         if projected:
-            found = explore(chan, projected, bars, threads)
-            if found:
-                out.append(found)
-    return out
+            explorations.append((chan, projected, bars, threads))
+    return [], explorations
 
 
 def explore(chan: str, programs: dict, bars: dict, threads: dict) -> Violation | None:

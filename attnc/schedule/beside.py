@@ -1,0 +1,117 @@
+"""Checks that run beside the passes after them.
+
+Note [The check beside the lowering]: attn-verify-pipeline reads the roles' programs from
+the IR where it stands in the pipeline, and the exploration of their interleavings (pure
+Python, 0.1-0.6 s a kernel: results/compile_times.md) needs the IR no more. In a pipeline
+the driver runs (`running`), that exploration runs in a forked process while the later
+passes -- the kernel's choices, the lowering -- go on, and the driver waits for it when
+the pipeline ends (`finish`): its violations are raised there, before any error of a
+later pass (the order the passes ran in), and a kernel whose check fails never leaves
+the compiler. Only a process with no other Python thread forks (a thread's locks would
+not come along); elsewhere, on a system without fork, with ATTNC_VERIFY_BESIDE=0, or
+outside a driver's pipeline, the exploration runs in place. A child that fails hands
+its explorations back to the parent, which runs them itself.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import threading
+from typing import Callable, Iterator
+
+from attnc import timing
+
+_pending: list[Callable[[], None]] = []
+_running = 0
+
+
+@contextlib.contextmanager
+def running() -> Iterator[None]:
+    """A pipeline whose deferred checks are finished when it ends (the driver's)."""
+    global _running
+    _running += 1
+    try:
+        yield
+    finally:
+        _running -= 1
+
+
+def deferring() -> bool:
+    """Whether a check may run beside the passes after it."""
+    return _running > 0
+
+
+def defer(check: Callable[[], None]) -> None:
+    """Run `check` (which raises what it finds) when the pipeline ends."""
+    _pending.append(check)
+
+
+def finish() -> None:
+    """Wait for every deferred check; raise the first one's error."""
+    checks = list(_pending)
+    _pending.clear()
+    errors = []
+    for check in checks:
+        try:
+            check()
+        except Exception as e:          # every child is waited for before one error is raised
+            errors.append(e)
+    if errors:
+        raise errors[0]
+
+
+def explore_beside(explorations: list[tuple], explore: Callable) -> Callable[[], list]:
+    """Start `explore(*x)` for each of `explorations` (verify.py's: a channel, its roles'
+    programs, ...); return what waits for them and gives their violations."""
+    if not explorations or not _forks():
+        found = [v for v in (explore(*x) for x in explorations) if v is not None]
+        return lambda: found
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:                        # the child: explore, send each violation's place
+        code = 1
+        try:
+            os.close(read)
+            out = []
+            for n, x in enumerate(explorations):
+                v = explore(*x)
+                if v is not None:
+                    out.append((n, *_place(x[1], v.op), v.message))
+            with os.fdopen(write, "wb") as f:
+                pickle.dump(out, f)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+
+    def wait() -> list:
+        from attnc.schedule.verify import Violation
+
+        with timing.step("attn-verify-pipeline: waiting for its exploration (Note [The check beside the "
+                         "lowering])"):
+            with os.fdopen(read, "rb") as f:
+                data = f.read()
+            _, status = os.waitpid(pid, 0)
+        try:
+            out = pickle.loads(data) if os.waitstatus_to_exitcode(status) == 0 else None
+        except Exception:
+            out = None
+        if out is None or any(role is None for _, role, _, _ in out):
+            return [v for v in (explore(*x) for x in explorations) if v is not None]
+        return [Violation(explorations[n][1][role][k].op, message) for n, role, k, message in out]
+    return wait
+
+
+def _forks() -> bool:
+    return (hasattr(os, "fork") and threading.active_count() == 1
+            and os.environ.get("ATTNC_VERIFY_BESIDE", "1") != "0")
+
+
+def _place(programs: dict, op) -> tuple:
+    """(role, index) of the event of `programs` whose op is `op`; (None, None) if none."""
+    for role, events in programs.items():
+        for k, e in enumerate(events):
+            if e.op is op:
+                return role, k
+    return None, None

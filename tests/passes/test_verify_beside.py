@@ -1,0 +1,57 @@
+"""Note [The check beside the lowering] (attnc/schedule/beside.py): attn-verify-pipeline's
+exploration runs in a forked process beside the later passes; its error is the one the
+compile reports, before a later pass's, as when it runs in place; a child that fails
+leaves its explorations to the parent."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnc.schedule import beside
+
+ROOT = Path(__file__).resolve().parents[2]
+PLANTED = "tests/passes/verify_pipeline_no_arrive.mlir"     # a removed arrive: a deadlock
+DEADLOCK = (f"{PLANTED}:68:13: error: attn-verify-pipeline: channel 'kv' deadlocks: consumer0 waits at "
+            f"attn.mbarrier_wait on mbar_k_full[0]")
+WAITED = "attn-verify-pipeline: waiting for its exploration"
+
+
+def _attnc(args: list[str], beside_on: bool) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ATTNC_VERIFY_BESIDE": "1" if beside_on else "0", "ATTNC_DISABLE_CACHE": "1"}
+    return subprocess.run([sys.executable, "-m", "attnc", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.parametrize("beside_on", [True, False])
+def test_an_unsound_plan_is_refused_before_the_lowering_builds_it(beside_on):
+    """The lowering after the check would refuse the edited role too; the check's error,
+    located at the op, is the one reported, beside or in place."""
+    run = _attnc(["opt", PLANTED, "-arch", "sm_90a", "--pass-pipeline",
+                  "attn-verify-pipeline,attn-kernel-choices,attn-lower-sm90a"], beside_on)
+    assert run.returncode == 1
+    assert run.stderr.startswith(DEADLOCK), run.stderr
+
+
+@pytest.mark.parametrize("beside_on", [True, False])
+def test_a_sound_plan_compiles_with_the_check_beside(beside_on, tmp_path):
+    run = _attnc(["compile", "examples/mha.attn", "-arch", "sm_90a", "-o", str(tmp_path / "b"), "--time-passes"],
+                 beside_on)
+    assert run.returncode == 0, run.stderr
+    assert (WAITED in run.stderr) == beside_on
+    assert (tmp_path / "b" / "manifest.json").exists()
+
+
+def test_a_failed_child_leaves_its_explorations_to_the_parent(monkeypatch):
+    parent = os.getpid()
+
+    def explore(n):
+        if os.getpid() != parent:
+            raise RuntimeError("the child fails")
+        return None if n % 2 else f"violation {n}"
+    monkeypatch.setattr(beside.threading, "active_count", lambda: 1)
+    wait = beside.explore_beside([(0,), (1,), (2,)], explore)
+    assert wait() == ["violation 0", "violation 2"]
