@@ -70,7 +70,12 @@ DEBUG: Knob[bool] = Knob(
     "ATTNC_DEBUG", "bool", lambda: False, "0", _parse_bool,
     "1 to show the traceback of an internal compiler error.")
 
-KNOBS: tuple[Knob, ...] = (CACHE_DIR, DISABLE_CACHE, DEBUG)
+VERIFY_BESIDE: Knob[bool] = Knob(
+    "ATTNC_VERIFY_BESIDE", "bool", lambda: True, "1", _parse_bool,
+    "0 to run `attn-verify-pipeline`'s exploration in place rather than in a forked process beside the later "
+    "passes (Note [The check beside the lowering] in `attnc/schedule/beside.py`).")
+
+KNOBS: tuple[Knob, ...] = (CACHE_DIR, DISABLE_CACHE, DEBUG, VERIFY_BESIDE)
 
 
 def cache_dir() -> Path:

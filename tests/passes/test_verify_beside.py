@@ -48,10 +48,11 @@ def test_a_sound_plan_compiles_with_the_check_beside(beside_on, tmp_path):
 def test_a_failed_child_leaves_its_explorations_to_the_parent(monkeypatch):
     parent = os.getpid()
 
-    def explore(n):
+    def explore(n, programs):
         if os.getpid() != parent:
             raise RuntimeError("the child fails")
         return None if n % 2 else f"violation {n}"
     monkeypatch.setattr(beside.threading, "active_count", lambda: 1)
-    wait = beside.explore_beside([(0,), (1,), (2,)], explore)
+    roles = {"producer": [], "consumer0": []}          # several roles: explored beside
+    wait = beside.explore_beside([(0, roles), (1, roles), (2, roles)], explore)
     assert wait() == ["violation 0", "violation 2"]
