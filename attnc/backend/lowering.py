@@ -205,9 +205,12 @@ def _lowering_from_ir(result) -> ForwardLowering:
 def _smem_layout(op, target: str, stages: int):
     """The tiles as attn-alloc-smem placed them (Note [Buffers as placed] in smem_layout.py)."""
     from attnc.backend.smem_layout import LayoutError, layout_of
+    from attnc.passes.pipelines import LOWERING
+    from attnc.schedule.alloc import lay_out_smem
 
+    wanted, _ = lay_out_smem(plan_ir.recipe_of(op, LOWERING[target]), plan_ir.tile_of(op, LOWERING[target]))
     try:
-        return layout_of(plan_ir.buffers(op), target, stages)
+        return layout_of(plan_ir.buffers(op), list(wanted), target, stages)
     except LayoutError as e:
         raise error_at(plan_ir.buffer_channels(op).get(e.buffer, op), e.message) from None
 

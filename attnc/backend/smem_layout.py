@@ -11,14 +11,14 @@ breaks:
   on sm_90a 1024, the swizzle pattern wgmma reads from);
 * K and V stepping by one stride: a step's slot offset, stage x stride, serves both tiles;
 * no two buffers sharing a byte, stage by stage, but where one is declared `alias_of` the
-  other.
+  other;
+* the buffers the plan passes make for the channels (sQ, sK, sV), each with its channel's
+  stages, its tile's bytes a stage and the swizzle the kernel's tiles have.
 The dynamic shared memory the kernel asks for runs to the end of the last buffer, and a
 producer warpgroup's mbarriers follow it (the kernel's check of its shared memory names
 a total past the target's).
 After the KV loop a staged O is written from the first byte of the buffers on (every
-tile is dead then); a kernel stages O only where it fits below their end. The sizes, stages and swizzles are
-the plan passes' (the lowerings compare them: Note [The plan the lowerings follow] in
-attnc/passes/lower_kernel.py).
+tile is dead then); a kernel stages O only where it fits below their end.
 """
 from __future__ import annotations
 
@@ -54,15 +54,13 @@ class LayoutError(Exception):
         self.message = message
 
 
-def layout_of(placed: list[Buffer], target: str, stages: int) -> SmemLayout:
+def layout_of(placed: list[Buffer], wanted: list[Buffer], target: str, stages: int) -> SmemLayout:
     """The layout of `placed` (the kernel's shared-memory buffers), checked as Note
-    [Buffers as placed] says; raises LayoutError."""
+    [Buffers as placed] says against `wanted` (the plan passes' buffers for the same
+    channels and tile, wherever they lie); raises LayoutError."""
     smem = [b for b in placed if b.space == "smem"]
     by_name = {b.name: b for b in smem}
-    for name in ("sQ", "sK", "sV"):
-        if name not in by_name:
-            raise LayoutError(name, f"the {target} kernel needs the buffers sQ, sK and sV, and the plan has no "
-                                    f"{name}: run attn-alloc-smem")
+    _check_contents(by_name, [w for w in wanted if w.space == "smem"], target)
     align = smem_align(target)
     for b in smem:
         for what, value in (("offset", b.offset), ("stride", b.stage_stride if b.stages > 1 else 0)):
@@ -81,6 +79,29 @@ def layout_of(placed: list[Buffer], target: str, stages: int) -> SmemLayout:
     start = min(b.offset for b in smem)
     end = max(b.end for b in smem)
     return SmemLayout(by_name["sQ"].offset, k.offset, v.offset, k.stage_stride, start, end)
+
+
+def _check_contents(by_name: dict[str, Buffer], wanted: list[Buffer], target: str) -> None:
+    """Each buffer of `wanted` there, with its stages, bytes, swizzle and alias; no other."""
+    for w in wanted:
+        b = by_name.get(w.name)
+        if b is None:
+            raise LayoutError(w.name, f"the {target} kernel needs buffer {w.name} (channel '{w.channel}'), and "
+                                      f"the plan has none: run attn-alloc-smem")
+        if b.stages != w.stages:
+            raise LayoutError(w.name, f"buffer {w.name} has {b.stages} stages and its channel '{w.channel}' "
+                                      f"{w.stages}: run attn-alloc-smem again after editing the channel")
+        if b.size != w.size:
+            raise LayoutError(w.name, f"buffer {w.name} holds {b.size} bytes; its tile takes {w.stage_bytes} "
+                                      f"a stage, {w.size} for its {w.stages}")
+        if b.swizzle != w.swizzle or b.alias_of != w.alias_of:
+            what = "swizzle" if b.swizzle != w.swizzle else "alias_of"
+            raise LayoutError(w.name, f"buffer {w.name} has {what} {getattr(b, what)}; the {target} kernel's "
+                                      f"is {getattr(w, what)}")
+    extra = sorted(set(by_name) - {w.name for w in wanted})
+    if extra:
+        raise LayoutError(extra[0], f"buffer {extra[0]} is none of the {target} kernel's "
+                                    f"({', '.join(w.name for w in wanted)})")
 
 
 def _check_disjoint(smem: list[Buffer]) -> None:

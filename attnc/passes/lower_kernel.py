@@ -114,16 +114,16 @@ def _check_plan(module, pass_name: str) -> None:
     consumers' KV loops likewise (Notes [Loads op by op] in attnc/backend/load_steps.py
     and [Overlapped steps op by op] in attnc/backend/wgmma_steps.py). Those come
     from the plan passes' options (attn-tile, attn-warp-specialize), from a user pass, or
-    from a dump edited by hand. The tiles' places in shared memory are the buffers'
-    (Note [Buffers as placed] in attnc/backend/smem_layout.py). The rest of
-    the plan -- the buffers' sizes and swizzles, barrier counts, where the synchronization ops stand,
+    from a dump edited by hand. The tiles' places in shared memory are the buffers', whose
+    contents are checked where they lie (Note [Buffers as placed] in
+    attnc/backend/smem_layout.py). The rest of the plan -- barrier counts, where the synchronization ops stand,
     the order of the other ops -- the lowering builds as the plan passes make it for
     those choices; a plan that differs there would be silently built as that one, so it
     is refused, naming the first difference, and a role whose ops moved since
     attn-warp-specialize is refused at the role (Note [Role programs] in
-    attnc/ir/roles.py). The plan is summed up from the IR (roles, channels with their
-    buffers, mbarriers, named barriers) and compared with the summary of the plan for
-    the followed choices (attnc/schedule: recipe, alloc, sync). The kernel's other
+    attnc/ir/roles.py). The plan is summed up from the IR (roles, channels, mbarriers,
+    named barriers) and compared with the summary of the plan for the followed choices
+    (attnc/schedule: recipe, sync). The kernel's other
     choices are attn-kernel-choices' attributes (Note [Kernel choices])."""
     from attnc.ir import attention_ops, error_at
     from attnc.ir import roles as R

@@ -104,7 +104,6 @@ def plan_summary(kernel: ir.Operation) -> dict[str, list[dict]]:
     return {
         "attn.role": [{k: R.attrs_of(op)[k] for k in ("name", "warps", "regs")} for op in R.role_ops(kernel)],
         "attn.channel": [_channel_fields(c) for c in channels(kernel)],
-        "buffer": [_buffer_fields(b) for b in buffers(kernel)],
         "attn.mbarrier_init": [{k: R.attrs_of(op).get(k) for k in ("name", "count", "stages")}
                                for op in R.mbarrier_ops(kernel)],
         "named barrier": [{"name": str(ident), "threads": threads} for ident, threads in sorted(named)],
@@ -165,15 +164,13 @@ def planned_summary(kernel: ir.Operation, tile: Tile, plan: FollowedPlan) -> dic
     r = recipe(plan.target, num_warps=plan.warps, kv_stages=plan.stages, q_tiles=tile.q_tiles,
                consumers=plan.consumers, producer=plan.producer, persistent=plan.persistent,
                pingpong=plan.pingpong)
-    placed = [*alloc_smem(r, tile), *alloc_tmem(r, tile)]
-    order = [c.name for c in r.channels]
-    placed.sort(key=lambda b: order.index(b.channel))
+    alloc_smem(r, tile)             # their budgets: a plan no recipe makes is refused; the
+    alloc_tmem(r, tile)             # buffers are checked where they lie (Note [Buffers as placed])
     barriers = insert_pipelines(r, tile)
     regs = dict(plan.regs)
     return {
         "attn.role": [{"name": x.name, "warps": x.warps, "regs": regs.get(x.name, x.regs or 0)} for x in r.roles],
         "attn.channel": [_channel_fields(c) for c in r.channels],
-        "buffer": [_buffer_fields(b) for b in placed],
         "attn.mbarrier_init": [{"name": b.name, "count": b.arrive_count, "stages": b.stages}
                                for b in barriers if b.kind == "mbarrier"],
         "named barrier": [{"name": str(b.ident), "threads": b.arrive_count} for b in barriers if b.kind == "named"],
@@ -183,13 +180,6 @@ def planned_summary(kernel: ir.Operation, tile: Tile, plan: FollowedPlan) -> dic
 def _channel_fields(c: Channel) -> dict:
     return {"name": c.name, "producer": c.producer, "consumer": c.consumer, "transport": c.transport,
             "space": c.space, "stages": c.stages, "tile": c.tile}
-
-
-def _buffer_fields(b: Buffer) -> dict:
-    # where a buffer lies (offset, stride, align) is no choice the plan makes for the
-    # lowering: it places the tile there (Note [Buffers as placed] in smem_layout.py)
-    return {"name": b.name, "channel": b.channel, "space": b.space, "size": b.size,
-            "stages": b.stages, "swizzle": b.swizzle, "alias_of": b.alias_of}
 
 
 def tile_of(attention: ir.Operation, pass_name: str) -> Tile:

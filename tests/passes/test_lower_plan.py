@@ -39,7 +39,7 @@ def test_consumers_must_cover_the_tile():
 
 @pytest.mark.parametrize("edit, difference", [
     (("stages = 2 : i64, tile = [\"k\", \"v\"]", "stages = 3 : i64, tile = [\"k\", \"v\"]"),
-     'buffer "sK" has size = 32768, the plan 49152'),
+     "buffer sK has 2 stages and its channel 'kv' 3: run attn-alloc-smem again after editing the channel"),
     # a cooperative role sets no registers, and sm_80 has no consumers to take turns:
     # neither edit may be silently dropped
     (('name = "compute", regs = 0 : i64', 'name = "compute", regs = 200 : i64'),
@@ -77,6 +77,11 @@ def test_edited_buffers_are_placed_as_edited(tmp_path):
     (('name = "sK", offset = 32768 : i64, size = 32768 : i64, space = "smem", stages = 2 : i64, stride = 32768',
       'name = "sK", offset = 32768 : i64, size = 32768 : i64, space = "smem", stages = 2 : i64, stride = 8192'),
      "buffer sK has stride 8192, less than a stage's 16384 bytes: its stages overlap"),
+    (('stride = 32768 : i64, swizzle = "xor128B"}], consumer = "compute", name = "kv"',
+      'stride = 32768 : i64, swizzle = "xor64B"}], consumer = "compute", name = "kv"'),
+     "buffer sV has swizzle xor64B; the sm_80 kernel's is xor128B"),
+    (('name = "sQ", offset = 0 : i64, size = 32768', 'name = "sQ", offset = 0 : i64, size = 16384'),
+     "buffer sQ holds 16384 bytes; its tile takes 32768 a stage, 32768 for its 1"),
 ])
 def test_a_placement_the_kernel_cannot_take_is_refused_at_its_channel(tmp_path, edit, error):
     plan = _plan(tmp_path, "mha", "sm_80")

@@ -42,6 +42,7 @@ def test_a_sound_plan_compiles_with_the_check_beside(beside_on, tmp_path):
                  beside_on)
     assert run.returncode == 0, run.stderr
     assert (WAITED in run.stderr) == beside_on
+    assert "explored again in place" not in run.stderr      # the child did not fail
     assert (tmp_path / "b" / "manifest.json").exists()
 
 
