@@ -19,7 +19,7 @@ from attnc.backend.coop_steps import CoopSteps
 from attnc.backend.kv_steps import KvSteps
 from attnc.backend.load_steps import LoadSteps
 from attnc.backend.wgmma_steps import WgmmaSteps
-from attnc.backend.smem_layout import SmemLayout
+from attnc.backend.smem_layout import Mbarrier, SmemLayout
 from attnc.backend.spec_checks import check_spec
 
 STATIC_MAX_SPREAD = 64.0            # Note [Bounded score_mod] in softmax.py
@@ -29,9 +29,12 @@ SM90_SMEM_PER_SM = 228 * 1024       # H100/H200: shared memory per SM
 SM90_SMEM_RESERVED_PER_CTA = 1024   # the driver's reserve per resident CTA
 SM90_REGISTERS_PER_SM = 65536       # 32-bit registers per SM
 PRODUCER_THREADS = 128              # sm_90a: the producer warpgroup (one warpgroup of 4 warps)
-# Its mbarriers, 8 bytes each after the tiles: Q's, then per K/V slot these (sm90a_ws.py).
-SLOT_BARRIERS = ("k_full", "v_full", "k_empty", "v_empty")
-MBARRIER_BYTES = 8
+
+
+def producer_barriers(persistent: bool) -> tuple[str, ...]:
+    """The mbarriers of the producer warpgroup's kernel (sm90a_ws.py), by tile and side,
+    as attn-insert-pipelines orders them; a persistent CTA's Q slot has an empty one."""
+    return ("q_full", *(("q_empty",) if persistent else ()), "k_full", "v_full", "k_empty", "v_empty")
 
 
 @dataclass(frozen=True)
@@ -480,7 +483,13 @@ class ForwardSpec:
         """Where the tiles lie in shared memory (Note [Buffers as placed] in smem_layout.py)."""
         if self.smem is not None:
             return self.smem
-        return SmemLayout.interleaved(self.q_tile_bytes, self.k_tile_bytes, self.v_tile_bytes, self.stages)
+        barriers = []
+        if self.warp_specialized:       # as attn-insert-pipelines makes them
+            for key in producer_barriers(self.persistent_ctas):
+                tile, side = key.split("_")
+                count = PRODUCER_THREADS if side == "full" else self.num_warps
+                barriers.append(Mbarrier(f"mbar_{key}", tile, side, count, 1 if tile == "q" else self.stages))
+        return SmemLayout.interleaved(self.q_tile_bytes, self.k_tile_bytes, self.v_tile_bytes, self.stages, barriers)
 
     @property
     def tiles_bytes(self) -> int:
@@ -489,10 +498,8 @@ class ForwardSpec:
 
     @property
     def smem_bytes(self) -> int:
-        """The tiles, and with a producer warpgroup its mbarriers (SLOT_BARRIERS)."""
-        barriers = 1 + len(SLOT_BARRIERS) * self.stages if self.warp_specialized else 0
-        barriers += 1 if self.persistent_ctas else 0       # q_empty (after the slots')
-        return self.tiles_bytes + MBARRIER_BYTES * barriers
+        """The tiles and the mbarriers after them (Note [Mbarriers as planned])."""
+        return self.layout.bytes
 
     @property
     def acc_registers(self) -> int:

@@ -124,7 +124,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
         raise error_at(op, f"the cooperative role 'compute' has a register budget (regs = {regs['compute']}); "
                            f"setmaxnreg moves registers between a producer and its consumers, so it must be 0")
     check_levels(op)            # attn-hoist's, on every copy of the hooks
-    smem = _smem_layout(op, target, plan.stages)
+    smem = _smem_layout(op, target, plan)
     # Note [Steps op by op] (kv_steps.py): sm_80's steps are the compute role's KV loops.
     steps = trips = loads = coop = None
     if target == "sm_80":
@@ -202,17 +202,27 @@ def _lowering_from_ir(result) -> ForwardLowering:
     return lowering(replace(tiles, runs=runs), waves)
 
 
-def _smem_layout(op, target: str, stages: int):
-    """The tiles as attn-alloc-smem placed them (Note [Buffers as placed] in smem_layout.py)."""
-    from attnc.backend.smem_layout import LayoutError, layout_of
+def _smem_layout(op, target: str, plan):
+    """The tiles as attn-alloc-smem placed them (Note [Buffers as placed] in
+    smem_layout.py) and the mbarriers after them (Note [Mbarriers as planned])."""
+    from attnc.backend.kernel_spec import producer_barriers
+    from attnc.backend.smem_layout import LayoutError, Mbarrier, layout_of
+    from attnc.ir import roles as R
     from attnc.passes.pipelines import LOWERING
     from attnc.schedule.alloc import lay_out_smem
 
     wanted, _ = lay_out_smem(plan_ir.recipe_of(op, LOWERING[target]), plan_ir.tile_of(op, LOWERING[target]))
+    inits = {R.name_of(b): b for b in R.mbarrier_ops(op)}
+    barriers = [Mbarrier(name, a.get("tile", ""), a.get("side", ""), a["count"], a["stages"])
+                for name, a in ((name, R.attrs_of(b)) for name, b in inits.items())]
+    stages = {t: c.stages for c in plan_ir.channels(op) for t in c.tile}
+    needed = producer_barriers(plan.persistent) if plan.producer else ()
     try:
-        return layout_of(plan_ir.buffers(op), list(wanted), target, stages)
+        return layout_of(plan_ir.buffers(op), list(wanted), target, plan.stages, barriers, needed, stages)
     except LayoutError as e:
-        raise error_at(plan_ir.buffer_channels(op).get(e.buffer, op), e.message) from None
+        at = inits.get(e.buffer) or plan_ir.buffer_channels(op).get(e.buffer) or \
+            next((c for c in R.channel_ops(op) if e.buffer in R.attrs_of(c).get("tile", ())), op)
+        raise error_at(at, e.message) from None
 
 
 def kernel_module_for(result):

@@ -75,7 +75,9 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import nvvm, scf
 
-from attnc.backend.kernel_spec import MBARRIER_BYTES, PRODUCER_THREADS, SLOT_BARRIERS
+from attnc.backend.kernel_spec import PRODUCER_THREADS
+from attnc.backend.smem_layout import init_order
+from attnc.schedule.alloc import MBARRIER_BYTES
 from attnc.backend.nvgpu_builders import MBarrier, NamedBarrier, fence_async_proxy, set_max_registers
 from attnc.backend.smem_tiles import TileLoader
 from attnc.backend.sm90a import Sm90aForward, _flat
@@ -95,16 +97,12 @@ class Sm90aWsForward(Sm90aForward):
         self.trips = spec.wgmma_steps or WgmmaSteps.default(spec.pingpong, spec.persistent_ctas)
         self.loads = spec.load_steps or LoadSteps.default(spec.persistent_ctas)     # Note [Loads op by op]
         self.mbar = MBarrier(self.e)
-        base, stages = spec.tiles_bytes, spec.stages
-        self._bar_offsets = {"q_full": base}
-        for i, name in enumerate(SLOT_BARRIERS):
-            self._bar_offsets[name] = base + MBARRIER_BYTES * (1 + stages * i)
-        self._bar_offsets["q_empty"] = base + MBARRIER_BYTES * (1 + stages * len(SLOT_BARRIERS))
 
-    def _barrier(self, name: str, slot=None):
-        """The shared address of barrier `name` (of K/V slot index `slot`, an i32)."""
+    def _barrier(self, key: str, slot=None):
+        """The shared address of barrier `key` (tile_side; of K/V slot index `slot`, an
+        i32): where the plan's attn.mbarrier_init puts it (Note [Mbarriers as planned])."""
         e = self.e
-        offset = e.c32(self._bar_offsets[name])
+        offset = e.c32(self.spec.layout.barrier(key).offset)
         if slot is not None:
             offset = e.add(offset, e.mul(slot, MBARRIER_BYTES))
         return self.smem.address(offset)
@@ -131,15 +129,8 @@ class Sm90aWsForward(Sm90aForward):
             self._set_item(*self._grid_item())
         first = scf.IfOp(e.eq(tid, 0))
         with ir.InsertionPoint(first.then_block):
-            self.mbar.init(self._barrier("q_full"), PRODUCER_THREADS)
-            for i in range(s.stages):
-                slot = e.c32(i)
-                self.mbar.init(self._barrier("k_full", slot), PRODUCER_THREADS)
-                self.mbar.init(self._barrier("v_full", slot), PRODUCER_THREADS)
-                self.mbar.init(self._barrier("k_empty", slot), s.num_warps)
-                self.mbar.init(self._barrier("v_empty", slot), s.num_warps)
-            if s.persistent_ctas:
-                self.mbar.init(self._barrier("q_empty"), s.num_warps)
+            for bar, stage in init_order(s.layout.barriers):
+                self.mbar.init(self._barrier(bar.key, e.c32(stage) if bar.stages > 1 else None), bar.count)
             scf.yield_([])
         self.bar.sync()
         role = scf.IfOp(e.lt(tid, PRODUCER_THREADS), has_else=True)
@@ -369,7 +360,7 @@ class Sm90aWsForward(Sm90aForward):
         """Note [Ping-pong turns] (sync.py): warpgroup 1 hands warpgroup 0 the first turn."""
         e = self.e
         warpgroup = e.shr(self.warp, 2)
-        self._turns = [NamedBarrier(e, 1 + g, 2 * PRODUCER_THREADS) for g in (0, 1)]
+        self._turns = [NamedBarrier(e, ident, threads) for ident, threads in self.trips.turns]   # Note [Turns as planned]
         self._first = e.eq(warpgroup, 0)
         second = scf.IfOp(e.eq(warpgroup, 1))
         with ir.InsertionPoint(second.then_block):

@@ -14,9 +14,19 @@ breaks:
   other;
 * the buffers the plan passes make for the channels (sQ, sK, sV), each with its channel's
   stages, its tile's bytes a stage and the swizzle the kernel's tiles have.
-The dynamic shared memory the kernel asks for runs to the end of the last buffer, and a
-producer warpgroup's mbarriers follow it (the kernel's check of its shared memory names
-a total past the target's).
+The dynamic shared memory the kernel asks for runs to the end of the last buffer and of
+the mbarriers after it (Note [Mbarriers as planned]; the kernel's check of its shared
+memory names a total past the target's).
+
+Note [Mbarriers as planned]: the mbarriers are the attn.mbarrier_init ops, in their
+order, 8 bytes a stage, from the end of the buffers on (rounded up to 8 bytes), each
+initialized with its op's `count`; a run of ring barriers of one stage count is
+initialized stage by stage (stage 0 of each, then stage 1, ...). Every target's kernel
+places them so. A kernel refers to them by tile and side (`k` `full`), and one whose
+plan lacks one, repeats one, has one it does not use, or gives one other stages than its
+channel is refused at the op. What their counts must be is attn-verify-pipeline's to
+check: the arrivals it models are the kernel's (a thread's arrival on its copies, a
+warp's `per = "warp"`).
 After the KV loop a staged O is written from the first byte of the buffers on (every
 tile is dead then); a kernel stages O only where it fits below their end.
 """
@@ -24,25 +34,78 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnc.schedule.alloc import Buffer, smem_align
+from attnc.schedule.alloc import MBARRIER_BYTES, Buffer, smem_align
+
+
+@dataclass(frozen=True)
+class Mbarrier:
+    """One attn.mbarrier_init as placed (Note [Mbarriers as planned]): stage k's barrier
+    at offset + 8 k."""
+    name: str
+    tile: str
+    side: str               # "full" or "empty"
+    count: int
+    stages: int
+    offset: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.tile}_{self.side}"
 
 
 @dataclass(frozen=True)
 class SmemLayout:
     """Byte offsets in dynamic shared memory: the Q tile, the K and V tiles of stage 0,
-    the stride of the K/V stages, where a staged O starts, and the end of the tiles."""
+    the stride of the K/V stages, where a staged O starts, the end of the tiles, and the
+    mbarriers after them."""
     q: int
     k: int
     v: int
     slot: int
     o: int
     end: int
+    barriers: tuple[Mbarrier, ...] = ()
+
+    @property
+    def bytes(self) -> int:
+        """The dynamic shared memory the kernel asks for."""
+        return max([self.end] + [b.offset + MBARRIER_BYTES * b.stages for b in self.barriers])
+
+    def barrier(self, key: str) -> Mbarrier:
+        return next(b for b in self.barriers if b.key == key)
 
     @staticmethod
-    def interleaved(q_bytes: int, k_bytes: int, v_bytes: int, stages: int) -> "SmemLayout":
+    def interleaved(q_bytes: int, k_bytes: int, v_bytes: int, stages: int,
+                    barriers: list[Mbarrier] = ()) -> "SmemLayout":
         """Q, then `stages` slots of K and V side by side: attn-alloc-smem's default."""
         slot = k_bytes + v_bytes
-        return SmemLayout(0, q_bytes, q_bytes + k_bytes, slot, 0, q_bytes + stages * slot)
+        end = q_bytes + stages * slot
+        return SmemLayout(0, q_bytes, q_bytes + k_bytes, slot, 0, end, place_mbarriers(end, barriers))
+
+
+def place_mbarriers(end: int, barriers: list[Mbarrier]) -> tuple[Mbarrier, ...]:
+    """`barriers` in their order from byte `end` on (Note [Mbarriers as planned])."""
+    from dataclasses import replace
+
+    offset, placed = -(-end // MBARRIER_BYTES) * MBARRIER_BYTES, []
+    for b in barriers:
+        placed.append(replace(b, offset=offset))
+        offset += MBARRIER_BYTES * b.stages
+    return tuple(placed)
+
+
+def init_order(barriers: tuple[Mbarrier, ...]) -> list[tuple[Mbarrier, int]]:
+    """(barrier, stage) in the order the kernel initializes them (Note [Mbarriers as
+    planned]): each run of barriers with one stage count above 1 stage by stage."""
+    order, k = [], 0
+    while k < len(barriers):
+        run = [barriers[k]]
+        while barriers[k].stages > 1 and k + len(run) < len(barriers) \
+                and barriers[k + len(run)].stages == barriers[k].stages:
+            run.append(barriers[k + len(run)])
+        order += [(b, stage) for stage in range(run[0].stages) for b in run]
+        k += len(run)
+    return order
 
 
 class LayoutError(Exception):
@@ -54,10 +117,15 @@ class LayoutError(Exception):
         self.message = message
 
 
-def layout_of(placed: list[Buffer], wanted: list[Buffer], target: str, stages: int) -> SmemLayout:
+def layout_of(placed: list[Buffer], wanted: list[Buffer], target: str, stages: int,
+              barriers: list[Mbarrier] = (), needed: tuple[str, ...] = (),
+              channel_stages: dict[str, int] | None = None) -> SmemLayout:
     """The layout of `placed` (the kernel's shared-memory buffers), checked as Note
     [Buffers as placed] says against `wanted` (the plan passes' buffers for the same
-    channels and tile, wherever they lie); raises LayoutError."""
+    channels and tile, wherever they lie), with `barriers` after them, which must be
+    the `needed` ones (Mbarrier.key), each with the stages of its tile's channel (stages
+    by tile); raises LayoutError (MbarrierError)."""
+    _check_barriers(list(barriers), needed, channel_stages or {}, target)
     smem = [b for b in placed if b.space == "smem"]
     by_name = {b.name: b for b in smem}
     _check_contents(by_name, [w for w in wanted if w.space == "smem"], target)
@@ -78,7 +146,35 @@ def layout_of(placed: list[Buffer], wanted: list[Buffer], target: str, stages: i
     _check_disjoint(smem)
     start = min(b.offset for b in smem)
     end = max(b.end for b in smem)
-    return SmemLayout(by_name["sQ"].offset, k.offset, v.offset, k.stage_stride, start, end)
+    return SmemLayout(by_name["sQ"].offset, k.offset, v.offset, k.stage_stride, start, end,
+                      place_mbarriers(end, list(barriers)))
+
+
+class MbarrierError(LayoutError):
+    """`buffer` names the attn.mbarrier_init (or, for one missing, the tile's)."""
+
+
+def _check_barriers(barriers: list[Mbarrier], needed: tuple[str, ...], stages: dict[str, int], target: str) -> None:
+    seen = set()
+    for b in barriers:
+        if b.key not in needed:
+            uses = f"uses {', '.join(needed)}" if needed else "has none"
+            raise MbarrierError(b.name, f"mbarrier {b.name} ({b.tile}, {b.side}) is none the {target} kernel "
+                                        f"waits on or arrives at: it {uses} (Note [Mbarriers as planned])")
+        if b.key in seen:
+            raise MbarrierError(b.name, f"mbarrier {b.name} is the second for {b.tile}'s {b.side} side; the "
+                                        f"{target} kernel has one (Note [Mbarriers as planned])")
+        seen.add(b.key)
+        if b.tile in stages and b.stages != stages[b.tile]:
+            raise MbarrierError(b.name, f"mbarrier {b.name} has {b.stages} stages and the channel of tile "
+                                        f"'{b.tile}' {stages[b.tile]}: one barrier a slot")
+        if b.count < 1:
+            raise MbarrierError(b.name, f"mbarrier {b.name} has count {b.count}; it must be at least 1")
+    missing = [key for key in needed if key not in seen]
+    if missing:
+        raise MbarrierError(missing[0].split("_")[0], f"the {target} kernel waits on or arrives at mbarrier "
+                                                      f"'{missing[0]}', which the plan has no attn.mbarrier_init "
+                                                      f"for: run attn-insert-pipelines")
 
 
 def _check_contents(by_name: dict[str, Buffer], wanted: list[Buffer], target: str) -> None:

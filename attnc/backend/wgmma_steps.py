@@ -35,7 +35,7 @@ schedules] in attnc/ir/roles.py, which leave out only what is built op by op).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mlir import ir
 
@@ -58,6 +58,9 @@ class WgmmaSteps:
     loops: tuple[tuple[str, tuple[StepOp, ...]], ...]
     first: tuple[StepOp, ...] = ()
     last: tuple[StepOp, ...] = ()
+    # With ping-pong: (id, threads) of consumer0's turn barrier and of consumer1's (Note
+    # [Turns as planned])
+    turns: tuple[tuple[int, int], ...] = ()
 
     def body(self, mode: str, top: bool = True) -> tuple[StepOp, ...]:
         return body_of(self.loops, mode, top)
@@ -79,7 +82,7 @@ class WgmmaSteps:
         last = (StepOp("land_o"), StepOp("rescale"), StepOp("wait", "v"), StepOp("read", "v"), *turn,
                 StepOp("mma", "pv"), *end, StepOp("land_pv"),
                 *((StepOp("release_v_before"), StepOp("release_v")) if persistent else ()))
-        return WgmmaSteps((("all", ops),), first, last)
+        return WgmmaSteps((("all", ops),), first, last, ((1, 256), (2, 256)) if pingpong else ())
 
 
 def wgmma_steps(kernel) -> WgmmaSteps:
@@ -118,7 +121,54 @@ def wgmma_steps(kernel) -> WgmmaSteps:
         raise error_at(R.role_ops(kernel)[1], f"persistent CTAs without ping-pong issue a block's first QK^T "
                                               f"before the previous block's epilogue, and build its first step as "
                                               f"attn-overlap-gemms writes it; this one's ops differ ({NOTE})")
-    return steps
+    return replace(steps, turns=turns_of(kernel, pingpong))
+
+
+# Note [Turns as planned]: with ping-pong the two consumer warpgroups take turns on two
+# named barriers (Note [Ping-pong turns] in attnc/schedule/sync.py), each syncing on its
+# own and arriving on the other's; the kernel uses the ids and thread counts of the
+# attn.named_barrier ops, which attn-verify-pipeline checks against the threads that
+# reach them. A plan that uses named barriers otherwise, or `pingpong` without them, is
+# refused at the op.
+def turns_of(kernel, pingpong: bool) -> tuple[tuple[int, int], ...]:
+    """(id, threads) of consumer0's turn barrier and of consumer1's, () without ping-pong."""
+    named = {R.name_of(role): R.ops_in(R.role_block(role), (R.NAMED_BARRIER_SYNC, R.NAMED_BARRIER_ARRIVE))
+             for role in R.role_ops(kernel)}
+    if not pingpong:
+        for ops in named.values():
+            if ops:
+                raise error_at(ops[0], "only ping-pong's consumer warpgroups take turns on named barriers, and "
+                                       "attn.warp_specialize has no `pingpong` (Note [Turns as planned])")
+        return ()
+    for name, ops in named.items():
+        if name not in ("consumer0", "consumer1") and ops:
+            raise error_at(ops[0], f"role '{name}' takes turns on a named barrier; only the two consumer "
+                                   f"warpgroups of ping-pong do (Note [Turns as planned])")
+    own, other, threads = {}, {}, {}
+    for name in ("consumer0", "consumer1"):
+        ops = named.get(name, [])
+        role = next((r for r in R.role_ops(kernel) if R.name_of(r) == name), kernel)
+        syncs = {R.attrs_of(o)["id"] for o in ops if o.name == R.NAMED_BARRIER_SYNC}
+        arrives = {R.attrs_of(o)["id"] for o in ops if o.name == R.NAMED_BARRIER_ARRIVE}
+        if len(syncs) != 1 or len(arrives) != 1 or syncs == arrives:
+            raise error_at(ops[0] if ops else role,
+                           f"with `pingpong` role '{name}' syncs on its own named barrier and arrives on the other "
+                           f"warpgroup's; it syncs on {sorted(syncs)} and arrives on {sorted(arrives)} (Note "
+                           f"[Turns as planned])")
+        own[name], other[name] = syncs.pop(), arrives.pop()
+        for o in ops:
+            a = R.attrs_of(o)
+            if not 1 <= a["id"] <= 15:
+                raise error_at(o, f"named barrier {a['id']}: the kernel's turns take ids 1 to 15 (0 is the CTA's)")
+            if threads.setdefault(a["id"], a["threads"]) != a["threads"]:
+                raise error_at(o, f"named barrier {a['id']} counts {a['threads']} threads here and "
+                                  f"{threads[a['id']]} elsewhere: a barrier has one count")
+    if own["consumer0"] != other["consumer1"] or own["consumer1"] != other["consumer0"]:
+        raise error_at(named["consumer1"][0], f"role 'consumer1' arrives on {other['consumer1']} and syncs on "
+                                              f"{own['consumer1']}; consumer0 syncs on {own['consumer0']} and "
+                                              f"arrives on {other['consumer0']}: each arrives on the other's "
+                                              f"(Note [Turns as planned])")
+    return tuple((own[name], threads[own[name]]) for name in ("consumer0", "consumer1"))
 
 
 def _trip(loop, bars: dict, persistent: bool, hooks: dict) -> tuple[StepOp, ...]:

@@ -242,7 +242,9 @@ def program_digest(role: ir.Operation) -> str:
 
 # Note [Role schedules]: what attn-insert-pipelines makes of a role -- where its waits,
 # arrives, barriers, cp.async groups, slot writes and reads and ring advances stand,
-# their attributes (counts, ids, `pending`, tiles), the barrier or channel each one is on,
+# their attributes (`pending`, tiles, ...; not a named barrier's id and threads, which the
+# kernel takes as they stand: Note [Turns as planned] in attnc/backend/wgmma_steps.py),
+# the barrier or channel each one is on,
 # and how far ahead each load is -- digested with the program ops around them and the
 # bounds of its loops and tests of its branches, which the kernels build as their own. The pass
 # records every role's (`schedules` on attn.warp_specialize) and the lowerings, which
@@ -261,7 +263,8 @@ def schedule_digest(role: ir.Operation) -> str:
     def step(op) -> str | None:
         name = op.name
         if name in SCHEDULE_OPS:
-            return f"{name} {sorted(attrs_of(op).items())} {[source(v) for v in op.operands]}"
+            attrs = {} if name in (NAMED_BARRIER_SYNC, NAMED_BARRIER_ARRIVE) else attrs_of(op)
+            return f"{name} {sorted(attrs.items())} {[source(v) for v in op.operands]}"
         if name in _PROGRAM_OPS:
             key = _TILE_KEYS.get(name)
             ahead = attrs_of(op).get("ahead") if name == "attn.load" else None

@@ -104,30 +104,32 @@ PLAN_PASSES = ("attn-warp-specialize", "attn-alloc-smem", "attn-alloc-tmem", "at
 
 def _check_plan(module, pass_name: str) -> None:
     """Note [The plan the lowerings follow]: the kernels of attn-lower-sm80 and
-    attn-lower-sm90a follow these choices of the L3-L5 IR (plan_ir.followed_plan): the
-    roles -- sm_90a's producer warpgroup or none, its consumer warpgroups, each role's
-    setmaxnreg budget (`regs`), ping-pong and persistent CTAs (`pingpong`, `persistent`
-    on attn.warp_specialize) -- the K/V channel's stages, and on sm_80 the whole role as
-    it stands, in its order, synchronization included, which the lowering has the
-    verifier check (Notes [Steps op by op] and [The role op by op] in
-    attnc/backend/kv_steps.py), and on sm_90a the trips of the producer's and the
-    consumers' KV loops likewise (Notes [Loads op by op] in attnc/backend/load_steps.py
-    and [Overlapped steps op by op] in attnc/backend/wgmma_steps.py). Those come
-    from the plan passes' options (attn-tile, attn-warp-specialize), from a user pass, or
-    from a dump edited by hand. The tiles' places in shared memory are the buffers', whose
-    contents are checked where they lie (Note [Buffers as placed] in
-    attnc/backend/smem_layout.py). The rest of the plan -- barrier counts, where the synchronization ops stand,
-    the order of the other ops -- the lowering builds as the plan passes make it for
-    those choices; a plan that differs there would be silently built as that one, so it
-    is refused, naming the first difference, and a role whose ops moved since
-    attn-warp-specialize is refused at the role (Note [Role programs] in
-    attnc/ir/roles.py). The plan is summed up from the IR (roles, channels, mbarriers,
-    named barriers) and compared with the summary of the plan for the followed choices
-    (attnc/schedule: recipe, sync). The kernel's other
-    choices are attn-kernel-choices' attributes (Note [Kernel choices])."""
+    attn-lower-sm90a follow the L3-L5 IR. What they take from it as it stands:
+    * the roles (plan_ir.followed_plan) -- sm_90a's producer warpgroup or none, its
+      consumer warpgroups, each role's warps and setmaxnreg budget (`regs`), ping-pong and
+      persistent CTAs (`pingpong`, `persistent` on attn.warp_specialize);
+    * the K/V channel's stages, the buffers' places (Note [Buffers as placed] in
+      attnc/backend/smem_layout.py), the mbarriers' places and counts (Note [Mbarriers as
+      planned] there) and ping-pong's named barriers (Note [Turns as planned] in
+      attnc/backend/wgmma_steps.py);
+    * on sm_80 the whole role, in its order, synchronization included (Notes [Steps op by
+      op] and [The role op by op] in attnc/backend/kv_steps.py), and on sm_90a the trips
+      of the producer's and the consumers' KV loops likewise (Notes [Loads op by op] in
+      attnc/backend/load_steps.py and [Overlapped steps op by op] in
+      attnc/backend/wgmma_steps.py), once attn-verify-pipeline found them sound.
+    Those come from the plan passes' options (attn-tile, attn-warp-specialize), from a
+    user pass, or from a dump edited by hand. What the kernels build as their own is
+    checked, so that an edit there is refused at the op rather than silently built
+    otherwise: each channel's fields (its tiles, transport, space, roles: what the
+    target's kernel moves: plan_ir.check_channels), the ops of the roles outside what is
+    built op by op (Notes [Role programs] and [Role schedules] in attnc/ir/roles.py: a
+    role whose ops moved since attn-warp-specialize is refused at the role) and the key
+    range (Note [The key range as made]). The kernel's other choices are
+    attn-kernel-choices' attributes (Note [Kernel choices])."""
     from attnc.ir import attention_ops, error_at
     from attnc.ir import roles as R
-    from attnc.passes.plan_ir import followed_plan, plan_summary, planned_summary, tile_of
+    from attnc.backend.wgmma_steps import turns_of
+    from attnc.passes.plan_ir import check_channels, followed_plan, tile_of
     from attnc.schedule.walk import check_walk
 
     for kernel in attention_ops(module):
@@ -138,7 +140,9 @@ def _check_plan(module, pass_name: str) -> None:
         synced = R.value_of(ws.attributes[R.SCHEDULES]) if R.SCHEDULES in ws.attributes else {}
         ranges = R.value_of(ws.attributes[R.RANGES]) if R.RANGES in ws.attributes else {}
         _check_overlapped(kernel, pass_name)
-        theirs = planned_summary(kernel, tile, plan)        # (refuses a plan no recipe makes)
+        check_channels(kernel, tile, plan, pass_name)      # (refuses a plan no recipe makes)
+        if not plan.pingpong:
+            turns_of(kernel, False)             # Note [Turns as planned]: no stray named barriers
         check_walk(kernel, pass_name)           # Note [The walk over query blocks]
         for role in R.role_ops(kernel):         # Note [Role programs]
             name = R.name_of(role)
@@ -169,15 +173,6 @@ def _check_plan(module, pass_name: str) -> None:
             # [Verified as it stands]).
             from attnc.passes.verify_pipeline import verify_pipeline
             verify_pipeline(module)
-        ours = plan_summary(kernel)
-        for kind in theirs:
-            if ours.get(kind) == theirs[kind]:
-                continue
-            why = _first_difference(kind, ours.get(kind, []), theirs[kind])
-            raise error_at(kernel, f"{pass_name} follows the plan's roles, stages, register budgets, ping-pong "
-                                   f"and persistent CTAs, and builds the rest as the plan passes make "
-                                   f"it for them; this plan differs there: {why} (Note [The plan the lowerings "
-                                   f"follow])")
 
 
 def _check_overlapped(kernel, pass_name: str) -> None:
@@ -199,22 +194,6 @@ def _check_overlapped(kernel, pass_name: str) -> None:
                                  f"[Overlapped cooperative steps in the IR] in overlap_coop.py), and role "
                                  f"'{name}' has them one after the other: run attn-overlap-gemms after "
                                  f"attn-insert-pipelines")
-
-
-def _first_difference(kind: str, ours: list[dict], theirs: list[dict]) -> str:
-    if len(ours) != len(theirs):
-        return f"it has {len(ours)} {kind} ops, the plan {len(theirs)}"
-    for mine, default in zip(ours, theirs):
-        for key in sorted(mine.keys() | default.keys()):
-            if mine.get(key) != default.get(key):
-                label = mine.get("name", default.get("name", ""))
-                return (f"{kind} \"{label}\" has {key} = {_text(mine.get(key, '(none)'))}, the plan "
-                        f"{_text(default.get(key, '(none)'))}")
-    return f"its {kind} ops are in another order"
-
-
-def _text(value) -> str:
-    return str(list(value)) if isinstance(value, tuple) else str(value)
 
 
 def _module_op(module):

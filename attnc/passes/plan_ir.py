@@ -95,21 +95,6 @@ def _flag(ws: ir.Operation, name: str) -> bool:
     return name in ws.attributes and bool(R.value_of(ws.attributes[name]))
 
 
-def plan_summary(kernel: ir.Operation) -> dict[str, list[dict]]:
-    """The plan of the L3-L5 IR as plain values: what the lowerings compare with the
-    plan it follows (Note [The plan the lowerings follow] in lower_kernel.py)."""
-    named = {(a["id"], a["threads"]) for a in (R.attrs_of(op) for role in R.role_ops(kernel) for op in
-                                               R.ops_in(R.role_block(role), (R.NAMED_BARRIER_ARRIVE,
-                                                                             R.NAMED_BARRIER_SYNC)))}
-    return {
-        "attn.role": [{k: R.attrs_of(op)[k] for k in ("name", "warps", "regs")} for op in R.role_ops(kernel)],
-        "attn.channel": [_channel_fields(c) for c in channels(kernel)],
-        "attn.mbarrier_init": [{k: R.attrs_of(op).get(k) for k in ("name", "count", "stages")}
-                               for op in R.mbarrier_ops(kernel)],
-        "named barrier": [{"name": str(ident), "threads": threads} for ident, threads in sorted(named)],
-    }
-
-
 @dataclass(frozen=True)
 class FollowedPlan:
     """What of the L3-L5 plan the lowerings build as the IR states it (Note [The plan the
@@ -146,6 +131,18 @@ def followed_plan(kernel: ir.Operation, pass_name: str) -> FollowedPlan:
     else:
         raise error_at(ws, f"{pass_name}: {target} builds a cooperative role 'compute' or (sm_90a) a producer "
                            f"and consumer warpgroups; this plan has the roles {', '.join(names)}")
+    expected = ["producer", *(f"consumer{k}" for k in range(len(consumers)))] if producer else ["compute"]
+    if names != expected:
+        raise error_at(ws, f"{pass_name}: the {target} kernel's roles stand in the order {', '.join(expected)}; "
+                           f"this plan has {', '.join(names)}")
+    first = 0
+    for role, op in zip(found, R.role_ops(kernel)):
+        want = list(range(first, first + (4 if producer else len(role.warps))))    # a warpgroup each
+        if list(role.warps) != want:
+            raise error_at(op, f"{pass_name}: role '{role.name}' has warps {list(role.warps)}; the {target} kernel "
+                               f"runs it on warps {want}" + (" (the producer warpgroup first, then each consumer "
+                                                             "warpgroup in order)" if producer else ""))
+        first += len(want)
     persistent = _flag(ws, R.PERSISTENT)
     if persistent and not producer:
         raise error_at(ws, f"{pass_name}: persistent = true on attn.warp_specialize; persistent CTAs are the "
@@ -154,32 +151,45 @@ def followed_plan(kernel: ir.Operation, pass_name: str) -> FollowedPlan:
                         tuple((r.name, r.regs or 0) for r in found), persistent)
 
 
-def planned_summary(kernel: ir.Operation, tile: Tile, plan: FollowedPlan) -> dict[str, list[dict]]:
-    """`plan_summary` of the plan the plan passes make for `plan`'s choices, with the roles'
-    register budgets as `plan` has them."""
+def check_channels(kernel: ir.Operation, tile: Tile, plan: FollowedPlan, pass_name: str) -> None:
+    """The channels are the ones the target's kernel moves for `plan`'s choices -- their
+    tiles, transport, space and roles as attn-warp-specialize writes them, the stages of
+    all but K/V's (which the kernel follows) -- refused at the first field that differs;
+    a plan whose buffers no recipe has room for is refused with attn-alloc-smem's error."""
     from attnc.schedule.alloc import alloc_smem, alloc_tmem
     from attnc.schedule.recipes import recipe
-    from attnc.schedule.sync import insert_pipelines
 
     r = recipe(plan.target, num_warps=plan.warps, kv_stages=plan.stages, q_tiles=tile.q_tiles,
                consumers=plan.consumers, producer=plan.producer, persistent=plan.persistent,
                pingpong=plan.pingpong)
-    alloc_smem(r, tile)             # their budgets: a plan no recipe makes is refused; the
-    alloc_tmem(r, tile)             # buffers are checked where they lie (Note [Buffers as placed])
-    barriers = insert_pipelines(r, tile)
-    regs = dict(plan.regs)
-    return {
-        "attn.role": [{"name": x.name, "warps": x.warps, "regs": regs.get(x.name, x.regs or 0)} for x in r.roles],
-        "attn.channel": [_channel_fields(c) for c in r.channels],
-        "attn.mbarrier_init": [{"name": b.name, "count": b.arrive_count, "stages": b.stages}
-                               for b in barriers if b.kind == "mbarrier"],
-        "named barrier": [{"name": str(b.ident), "threads": b.arrive_count} for b in barriers if b.kind == "named"],
-    }
+    alloc_smem(r, tile)             # their budgets
+    alloc_tmem(r, tile)
+    ops = {R.name_of(op): op for op in R.channel_ops(kernel)}
+    built = {c.name: _channel_fields(c) for c in r.channels}
+    for name, op in ops.items():
+        if name not in built:
+            raise error_at(op, f"{pass_name}: channel '{name}' is none the {plan.target} kernel moves "
+                               f"({', '.join(built)})")
+        mine = _channel_fields(channel(op))
+        for key, value in built[name].items():
+            if mine[key] != value:
+                raise error_at(op, f"{pass_name}: channel '{name}' has {key} = {_text(mine[key])}; the "
+                                   f"{plan.target} kernel's is {_text(value)}, as attn-warp-specialize writes it "
+                                   f"(Note [The plan the lowerings follow])")
+    missing = [name for name in built if name not in ops]
+    if missing:
+        raise error_at(R.warp_specialize_of(kernel), f"{pass_name}: the {plan.target} kernel moves channel "
+                                                     f"'{missing[0]}', which the plan lacks: run "
+                                                     f"attn-warp-specialize")
 
 
 def _channel_fields(c: Channel) -> dict:
-    return {"name": c.name, "producer": c.producer, "consumer": c.consumer, "transport": c.transport,
-            "space": c.space, "stages": c.stages, "tile": c.tile}
+    return {"tile": tuple(c.tile), "transport": c.transport, "space": c.space, "producer": c.producer,
+            "consumer": c.consumer, "stages": c.stages}
+
+
+def _text(value) -> str:
+    return str(list(value)) if isinstance(value, tuple) else str(value)
 
 
 def tile_of(attention: ir.Operation, pass_name: str) -> Tile:

@@ -112,8 +112,8 @@ MBARRIER_BYTES = 8
 
 def sync_bytes(recipe: Recipe, tile: Tile) -> int:
     """The shared memory after the buffers: 8 bytes a slot of every mbarrier of the plan
-    (attnc/schedule/sync.py) and, with tensor memory, 8 for the address tcgen05.alloc writes.
-    sm_90a's kernel places its barriers itself, within the same bytes."""
+    (attnc/schedule/sync.py) and, with tensor memory, 8 for the address tcgen05.alloc writes
+    (Note [Mbarriers as planned] in attnc/backend/smem_layout.py)."""
     from attnc.schedule.sync import insert_pipelines
 
     slots = sum(b.stages for b in insert_pipelines(recipe, tile) if b.kind == "mbarrier")

@@ -148,7 +148,8 @@ def _protocol(recipe: Recipe, ch: Channel, tile: Tile) -> list[Barrier]:
 
 def _per_tile(recipe: Recipe, ch: Channel, consumers: list[str]) -> list[Barrier]:
     """Note [Barriers per tile]: the full barriers of the channel's tiles, then their
-    empty ones (the kernel's order: SLOT_BARRIERS in attnc/backend/kernel_spec.py)."""
+    empty ones (the order the kernels place them in: Note [Mbarriers as planned] in
+    attnc/backend/smem_layout.py)."""
     waiters = ",".join(consumers)
     threads = recipe.role(ch.producer).threads
     full = [Barrier(f"mbar_{t}_full", ch.name, "mbarrier", ch.stages, threads, (0,), ch.producer, waiters, t)

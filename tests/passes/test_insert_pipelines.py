@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from attnc.backend.kernel_spec import PRODUCER_THREADS, SLOT_BARRIERS
+from attnc.backend.kernel_spec import PRODUCER_THREADS, producer_barriers
 from attnc.backend.lowering import spec_from_ir
 from attnc.driver import CompileOptions, compile_mlir, optimize_mlir
 from attnc.errors import AttncError
@@ -43,12 +43,12 @@ def transports(kernel) -> dict[str, str]:
 
 
 def test_sm90a_barriers_are_the_kernels():
-    """gemma2 (two consumer warpgroups, 8 warps): Q's full barrier, then per K/V slot the
-    kernel's SLOT_BARRIERS; full ones count the producer's threads, empty ones the
+    """gemma2 (two consumer warpgroups, 8 warps): Q's full barrier, then the K/V ring's
+    (producer_barriers); full ones count the producer's threads, empty ones the
     consumers' warps."""
     _, kernel = plan("gemma2")
     found = barriers(kernel)
-    assert list(found) == ["mbar_q_full", *(f"mbar_{name}" for name in SLOT_BARRIERS)]
+    assert list(found) == [f"mbar_{key}" for key in producer_barriers(persistent=False)]
     assert {name: a["count"] for name, a in found.items()} == {
         "mbar_q_full": PRODUCER_THREADS, "mbar_k_full": PRODUCER_THREADS, "mbar_v_full": PRODUCER_THREADS,
         "mbar_k_empty": 8, "mbar_v_empty": 8}

@@ -115,20 +115,77 @@ def test_edited_register_budgets_are_the_kernels(tmp_path):
         _lowered(plan.replace("regs = 240 : i64", "regs = 232 : i64", 1), "sm_90a")
 
 
-def test_pingpong_is_followed_with_its_named_barriers(tmp_path):
+@pytest.fixture(scope="module")
+def plans_90(tmp_path_factory):
+    """mha's sm_90a plan, without and with ping-pong."""
+    tmp = tmp_path_factory.mktemp("plans")
+    return (_plan(tmp / "plain", "mha", "sm_90a"),
+            _plan(tmp / "turns", "mha", "sm_90a", {"attn-warp-specialize": {"pingpong": 1}}))
+
+
+def test_pingpong_is_followed_with_its_named_barriers(plans_90):
     """`pingpong` on attn.warp_specialize and the consumers' named barriers (Note [Ping-pong
-    turns] in attnc/schedule/sync.py) go together: either one edited in alone is refused."""
-    plain = _plan(tmp_path / "plain", "mha", "sm_90a")
-    turns = _plan(tmp_path / "turns", "mha", "sm_90a", {"attn-warp-specialize": {"pingpong": 1}})
+    turns] in attnc/schedule/sync.py) go together: either one edited in alone is refused;
+    the barriers' ids are the kernel's (Note [Turns as planned])."""
+    plain, turns = plans_90
     # consumer0's turns before step 0's QK^T, each trip's GEMMs and the last P.V, and its
     # last sync; consumer1's three (Note [Overlapped steps in the IR])
     assert "attn.named_barrier" not in plain and turns.count('"attn.named_barrier_sync"') == 7
-    assert _lowered(turns, "sm_90a").spec.pingpong
+    ptx = _lowered(turns, "sm_90a").ptx
+    assert "bar.sync 1, 256;" in ptx and "bar.arrive 2, 256;" in ptx
+    renumbered = _lowered(turns.replace("id = 1 : i64", "id = 3 : i64"), "sm_90a").ptx
+    assert "bar.sync 3, 256;" in renumbered and "bar.sync 1, 256;" not in renumbered
     attribute = ("}) {programs = {", "}) {pingpong = true, programs = {")
-    with pytest.raises(AttncError, match=re.escape("it has 0 named barrier ops, the plan 2")):
+    with pytest.raises(AttncError, match=re.escape("with `pingpong` role 'consumer0' syncs on its own named "
+                                                   "barrier and arrives on the other warpgroup's; it syncs on [] "
+                                                   "and arrives on []")):
         _lowered(plain.replace(*attribute), "sm_90a")
-    with pytest.raises(AttncError, match=re.escape("it has 2 named barrier ops, the plan 0")):
+    with pytest.raises(AttncError, match=re.escape("only ping-pong's consumer warpgroups take turns on named "
+                                                   "barriers, and attn.warp_specialize has no `pingpong`")):
         _lowered(turns.replace(attribute[1], attribute[0]), "sm_90a")
+    # one of consumer0's syncs moved to another barrier: the verifier finds the deadlock
+    with pytest.raises(AttncError, match=re.escape("the named barriers deadlock: consumer0 waits at "
+                                                   "attn.named_barrier_sync on named barrier 3")):
+        _lowered(turns.replace("id = 1 : i64", "id = 3 : i64", 1), "sm_90a")
+
+
+def test_mbarriers_are_placed_and_counted_as_planned(plans_90):
+    """Note [Mbarriers as planned] (smem_layout.py): the attn.mbarrier_init ops in another
+    order give another kernel; counts are the verifier's to check; a barrier the kernel
+    does not use, or one with other stages than its channel, is refused at the op."""
+    plain, _ = plans_90
+    lines = plain.splitlines()
+    k = next(i for i, line in enumerate(lines) if '"attn.mbarrier_init"' in line and "mbar_k_full" in line)
+    swapped = lines[:k] + [lines[k + 1], lines[k]] + lines[k + 2:]
+    assert _lowered("\n".join(swapped), "sm_90a").ptx != _lowered(plain, "sm_90a").ptx
+    with pytest.raises(AttncError, match=re.escape("mbar_k_full[0] gets 128 arrivals in one phase, more than its "
+                                                   "count 64")):
+        _lowered(plain.replace('count = 128 : i64, name = "mbar_k_full"', 'count = 64 : i64, name = "mbar_k_full"'),
+                 "sm_90a")
+    with pytest.raises(AttncError, match=re.escape("mbarrier mbar_k_full has 2 stages and the channel of tile 'k' "
+                                                   "3: one barrier a slot")):
+        _lowered(plain.replace('name = "mbar_k_full", side = "full", stages = 3',
+                               'name = "mbar_k_full", side = "full", stages = 2'), "sm_90a")
+    extra = lines[k].split(" = ", 1)[1].replace("mbar_k_full", "mbar_x_full").replace('tile = "k"', 'tile = "x"')
+    with pytest.raises(AttncError, match=re.escape("mbarrier mbar_x_full (x, full) is none the sm_90a kernel waits "
+                                                   "on or arrives at: it uses q_full, k_full, v_full, k_empty, "
+                                                   "v_empty")):
+        _lowered("\n".join(lines[:k] + [f"%extra = {extra}"] + lines[k:]), "sm_90a")
+
+
+@pytest.mark.parametrize("edit, error", [
+    (("warps = [4, 5, 6, 7]", "warps = [5, 6, 7, 8]"),
+     "role 'consumer0' has warps [5, 6, 7, 8]; the sm_90a kernel runs it on warps [4, 5, 6, 7]"),
+    (('tile = ["q"], transport = "cp.async.mbarrier"', 'tile = ["q"], transport = "cp.async"'),
+     "channel 'q' has transport = cp.async; the sm_90a kernel's is cp.async.mbarrier"),
+    (('consumer = "consumer0", name = "q"', 'consumer = "consumer1", name = "q"'),
+     "channel 'q' has consumer = consumer1; the sm_90a kernel's is consumer0"),
+])
+def test_what_the_kernel_builds_as_its_own_is_refused_when_edited(plans_90, edit, error):
+    plain, _ = plans_90
+    assert plain.count(edit[0]) == 1
+    with pytest.raises(AttncError, match=re.escape(error)):
+        _lowered(plain.replace(*edit), "sm_90a")
 
 
 def test_the_default_plan_lowers():

@@ -191,17 +191,19 @@ def test_setmaxnreg_budgets_need_two_consumer_warpgroups():
     assert error.span is not None
 
 
-def test_a_third_consumer_warpgroup_is_refused_by_the_recipe():
-    """consumer1 edited to 8 warps (12 consumer warps: three warpgroups), with regs 0 and
-    empty barriers counting its warps, so that the verifier the lowering runs first passes:
-    the lowering's plan for it has 1 or 2 consumer warpgroups (schedule/recipes.py's
-    recipe; attn-warp-specialize's option check says the same for consumers=3)."""
+def test_a_consumer_of_two_warpgroups_is_refused_at_its_role():
+    """consumer1 edited to 8 warps (12 consumer warps), with regs 0 and empty barriers
+    counting its warps, so that the verifier the lowering runs first passes: each consumer
+    role is one warpgroup of the kernel, refused at the role (plan_ir.followed_plan)."""
     plan = _replaced(_plan("sm_90a", "attn-overlap-gemms"), "warps = [8, 9, 10, 11]",
                      "warps = [8, 9, 10, 11, 12, 13, 14, 15]")
     plan = _sub(plan, r"regs = \d+ : i64", "regs = 0 : i64")
     plan = _sub(plan, r'count = 8( : i64, name = "mbar_[kv]_empty")', r"count = 12\1")
     error = _refused(plan, "sm_90a", "attn-lower-sm90a")
-    assert error.message == "consumers=3: sm_90a has 1 or 2 consumer warpgroups"
+    assert error.message == ("attn-lower-sm90a: role 'consumer1' has warps [8, 9, 10, 11, 12, 13, 14, 15]; the "
+                             "sm_90a kernel runs it on warps [8, 9, 10, 11] (the producer warpgroup first, then "
+                             "each consumer warpgroup in order)")
+    assert error.span is not None
 
 
 def test_persistent_ctas_without_sm90a_are_refused_by_the_recipe():
