@@ -212,20 +212,28 @@ def _check_epilogue(ops: list, carried, role) -> None:
     """A wait for every copy, the finalize of the last loop's O, m and l, O's store and
     (with it) the LSE's."""
     loop, positions = carried
+    results = [loop.results[positions[2]], loop.results[positions[0]], loop.results[positions[1]]]
+    check_epilogue(ops, results, role, True, "Note [The role op by op]", "the last KV loop")
+
+
+def check_epilogue(ops: list, results: list, role, wait: bool, note: str, source: str) -> None:
+    """The ops after a role's key range (`ops`): with `wait` a wait for every copy, then the
+    finalize of `results` (O, m and l, from `source`), O's store and (with it) the LSE's,
+    as the kernels build their epilogue; refused at the first op that differs."""
     body = [op for op in ops if not op.name.startswith(_ARITH) and op.name != R.YIELD]
     names = [(op.name, str(R.attrs_of(op).get("operand", R.attrs_of(op).get("pending", "")))) for op in body]
-    wanted = [(R.CP_ASYNC_WAIT, "0"), ("attn.finalize", ""), ("attn.store", "o")]
+    wanted = [(R.CP_ASYNC_WAIT, "0")] if wait else []
+    wanted += [("attn.finalize", ""), ("attn.store", "o")]
     if names not in (wanted, wanted + [("attn.store", "lse")]):
-        raise error_at(body[0] if body else role, "after its KV loops the role waits for every copy "
-                                                  "(pending = 0), finalizes, and stores O, then the LSE (Note [The "
-                                                  "role op by op])")
-    finalize = body[1]
-    results = [loop.results[positions[2]], loop.results[positions[0]], loop.results[positions[1]]]
-    if list(finalize.operands)[:3] != results:
-        raise error_at(finalize, "the finalize takes O, m and l from the last KV loop (Note [The role op by op])")
-    for store, k in zip(body[2:], (0, 1)):
+        first = "waits for every copy (pending = 0), " if wait else ""
+        raise error_at(body[0] if body else role, f"after its key range the role {first}finalizes, and stores O, "
+                                                  f"then the LSE ({note})")
+    finalize = body[len(wanted) - 2]
+    if list(finalize.operands)[:3] != list(results):
+        raise error_at(finalize, f"the finalize takes O, m and l from {source} ({note})")
+    for store, k in zip(body[len(wanted) - 1:], (0, 1)):
         if store.operands[0] != finalize.results[k]:
-            raise error_at(store, "the stores take O and the LSE from the finalize (Note [The role op by op])")
+            raise error_at(store, f"the stores take O and the LSE from the finalize ({note})")
 
 
 # Ops of other dialects a body may hold that lower to nothing of their own: index arithmetic

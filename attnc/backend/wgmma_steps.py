@@ -39,13 +39,15 @@ from dataclasses import dataclass, replace
 
 from mlir import ir
 
-from attnc.backend.kv_steps import StepOp, body_of
+from attnc.backend.kv_steps import StepOp, body_of, check_epilogue
 from attnc.ir import error_at
 from attnc.ir import roles as R
 from attnc.ir.ops import cmpi_predicate, int_constant
 from attnc.passes.tile_program import KV_LOOP
 
 NOTE = "Note [Overlapped steps op by op]"
+TURNS = (R.NAMED_BARRIER_SYNC, R.NAMED_BARRIER_ARRIVE)
+EPILOGUE = "Note [The epilogue as it stands] in attnc/ir/roles.py"
 # The carried values of a trip, as attn-overlap-gemms orders them (after the block index).
 M, L, O, P, FACTOR, K_STAGE, K_PHASE, V_STAGE, V_PHASE, V_PREVIOUS, STEP = range(11)
 
@@ -251,6 +253,7 @@ def _around(loops: list, bars: dict, persistent: bool, hooks: dict, kernel) -> t
     the key range, checked for their ops, rings and data flow (Note [Overlapped steps op
     by op])."""
     around = Around(loops, kernel, NOTE, "a consumer's", K_STAGE)
+    around.check_epilogue(False, EPILOGUE)
     first = _first(around.before, bars, list(around.k_ring.operands), around.init, around.start_values, persistent,
                    hooks, around.kind, loops[0])
     last = _last(around.after, bars, around.results, persistent, loops[-1])
@@ -287,6 +290,22 @@ class Around:
                                        f"step's ({note})")
         kinds = [R.value_of(loop.attributes[KV_LOOP]) for loop in loops]
         self.kind = "mixed" if "mixed" in kinds else kinds[0]        # the first step's block may be any
+        self.range_if = parent
+
+    def check_epilogue(self, wait: bool, note: str) -> None:
+        """Where the scf.if over the key range stands in its role's region (not in a
+        persistent CTA's walk over query blocks), the ops after it are the epilogue the
+        kernel builds (Note [The epilogue as it stands] in attnc/ir/roles.py)."""
+        role = self.range_if.parent
+        if role is None or role.name != R.ROLE:
+            return
+        ops = [op.operation for op in R.role_block(role).operations]
+        at = next(k for k, op in enumerate(ops) if op == self.range_if) + 1
+        while at < len(ops) and ops[at].name in TURNS:      # ping-pong's last turns: Note [Role schedules]
+            at += 1
+        results = list(self.range_if.results)
+        check_epilogue(ops[at:], [results[O], results[M], results[L]], role, wait, note,
+                       "the scf.if over the key range")
 
 
 def _check_hooks(seen: dict, hooks: dict, kind: str, where, what: str) -> None:

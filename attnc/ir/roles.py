@@ -388,10 +388,21 @@ def _built_around(role: ir.Operation) -> list[ir.Operation]:
         # (Note [Cooperative steps op by op] in attnc/backend/coop_steps.py)
         around += [op.operation for op in role_block(role).operations if op.operation.name in
                    ("attn.load", SLOT_WRITE, CP_ASYNC_COMMIT, "attn.kv_range")]
+    if name_of(role) != "producer" and parent.parent == role:
+        # Note [The epilogue as it stands]
+        top = [op.operation for op in role_block(role).operations]
+        around += [op for op in top[next(k for k, op in enumerate(top) if op == parent) + 1:]
+                   if op.name not in (NAMED_BARRIER_SYNC, NAMED_BARRIER_ARRIVE)]
     return [op for op in around if op.name not in (RING_ADVANCE, "scf.yield")
             and not (op.name.startswith("arith.") and not op.regions)]
 
 
+# Note [The epilogue as it stands]: what follows the key range in sm_90a's cooperative role
+# and in consumer warpgroups that run one query block (no persistent walk) is the epilogue
+# the kernel builds -- the cooperative role's wait for every copy, the finalize of the
+# range's O, m and l, O's store and the LSE's -- which the lowering checks op by op, as
+# sm_80's (`check_epilogue` in attnc/backend/kv_steps.py), refusing an edit at the op; so
+# those ops are left out of the digests. Ping-pong's last turns before it stay in them.
 def built_op_by_op(role: ir.Operation) -> bool:
     """Whether the lowering of `role`'s kernel builds the role op by op, in the order its
     ops stand (sm_80's cooperative role: Notes [Steps op by op] and [The role op by op] in

@@ -173,7 +173,7 @@ def test_edits_the_lowering_cannot_follow_are_refused_at_the_op(needle, old, new
      "the KV loop carries m, l and O from the softmax step and P.V"),
     # the epilogue: a wait for every copy, the finalize of the last loop's O, m and l
     ('"attn.cp_async_wait"() {pending = 0 : i64}', '"attn.cp_async_wait"() {pending = 1 : i64}',
-     "after its KV loops the role waits for every copy (pending = 0)"),
+     "after its key range the role waits for every copy (pending = 0)"),
     ('"attn.finalize"(%18#2, %18#0, %18#1', '"attn.finalize"(%18#2, %18#1, %18#0',
      "the finalize takes O, m and l from the last KV loop"),
 ])

@@ -262,10 +262,12 @@ def test_an_option_past_64_bits_is_an_error_not_a_crash():
 
 
 @pytest.mark.parametrize("arch, message", [
-    # Note [Role programs]: sm_90a's roles are compared with the plan's
-    ("sm_90a", "this role's ops were reordered, added or removed since"),
-    # Note [The role op by op]: sm_80's epilogue is checked to be the one the kernel builds
-    ("sm_80", "after its KV loops the role waits for every copy (pending = 0), finalizes, and stores O, then the LSE"),
+    # Notes [The epilogue as it stands] and [The role op by op]: the epilogue is checked to
+    # be the one the kernel builds
+    ("sm_90a", "after its key range the role finalizes, and stores O, then the LSE (Note [The epilogue as it "
+               "stands]"),
+    ("sm_80", "after its key range the role waits for every copy (pending = 0), finalizes, and stores O, then the "
+              "LSE"),
 ])
 def test_ops_reordered_where_the_lowering_does_not_follow_are_refused(tmp_path, arch, message):
     """The stores of O and the LSE swapped in a dump."""
@@ -278,6 +280,21 @@ def test_ops_reordered_where_the_lowering_does_not_follow_are_refused(tmp_path, 
         lines[a], lines[b] = lines[b], lines[a]
     with pytest.raises(AttncError, match=re.escape(message)):
         _lowered("\n".join(lines), arch)
+
+
+def test_the_cooperative_roles_epilogue_is_checked_op_by_op(tmp_path):
+    """Note [The epilogue as it stands]: sm_90a's cooperative role (docs_sink) waits for
+    every copy after its key range; without that wait its epilogue is refused at the
+    finalize, which is no longer compared with the plan's digest."""
+    plan = _plan(tmp_path, "docs_sink", "sm_90a")
+    assert 'name = "compute"' in plan
+    lines = plan.splitlines()
+    top = [i for i, line in enumerate(lines) if line.startswith(' ' * 10 + '"attn.cp_async_wait"() {pending = 0')]
+    assert len(top) == 1
+    with pytest.raises(AttncError, match=re.escape("after its key range the role waits for every copy (pending = "
+                                                   "0), finalizes, and stores O, then the LSE")) as caught:
+        _lowered("\n".join(lines[:top[0]] + lines[top[0] + 1:]), "sm_90a")
+    assert caught.value.render().startswith("examples/docs_sink.attn:")
 
 
 def test_a_producer_putting_v_first_is_followed(tmp_path):
