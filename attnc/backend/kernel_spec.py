@@ -55,7 +55,7 @@ class ForwardSpec:
     softmax_scale: Optional[float] = None  # default: 1/sqrt(head_dim_qk)
     qk_unroll: Optional[int] = None       # k16 steps per QK^T loop trip; 0: fully unrolled;
                                           # None: 1 for head_dim_qk <= 96, else 0
-    symbol: str = "attnc_sm80_fwd"
+    symbol: str = "attnc_fwd"
     kv_range: Optional[KvRangeFn] = None   # default: from `mask`
     kv_hint: Optional[KvRangeFn] = None    # a block map's static hull: its top guesses the first block
     tile_partial: Optional[TilePartialFn] = None

@@ -391,8 +391,10 @@ def _built_around(role: ir.Operation) -> list[ir.Operation]:
     if name_of(role) != "producer" and parent.parent == role:
         # Note [The epilogue as it stands]
         top = [op.operation for op in role_block(role).operations]
-        around += [op for op in top[next(k for k, op in enumerate(top) if op == parent) + 1:]
-                   if op.name not in (NAMED_BARRIER_SYNC, NAMED_BARRIER_ARRIVE)]
+        at = next(k for k, op in enumerate(top) if op == parent)
+        around += [op for op in top[at + 1:] if op.name not in (NAMED_BARRIER_SYNC, NAMED_BARRIER_ARRIVE)]
+        if name_of(role) != "compute":      # a consumer's wait for Q
+            around += [op for op in top[:at] if op.name in (MBARRIER_WAIT, SLOT_READ)]
     return [op for op in around if op.name not in (RING_ADVANCE, "scf.yield")
             and not (op.name.startswith("arith.") and not op.regions)]
 
@@ -403,6 +405,8 @@ def _built_around(role: ir.Operation) -> list[ir.Operation]:
 # range's O, m and l, O's store and the LSE's -- which the lowering checks op by op, as
 # sm_80's (`check_epilogue` in attnc/backend/kv_steps.py), refusing an edit at the op; so
 # those ops are left out of the digests. Ping-pong's last turns before it stay in them.
+# So does a consumer warpgroup's wait for Q before the key range, which the lowering
+# checks likewise (its wait on Q's full barrier and its read of Q's slot, at stage 0).
 def built_op_by_op(role: ir.Operation) -> bool:
     """Whether the lowering of `role`'s kernel builds the role op by op, in the order its
     ops stand (sm_80's cooperative role: Notes [Steps op by op] and [The role op by op] in

@@ -251,9 +251,9 @@ def _q_after_the_first_loads(plan: str) -> str:
 def test_sm90a_steps_keep_the_plans_order():
     """Of sm_90a's producer and consumers the steps of the key range are built op by op
     (Notes [Loads op by op] and [Overlapped steps op by op]): the first step's K released
-    after its softmax in one consumer warpgroup is refused as the two differing; what
-    stands before the range is compared with the plan, and Q read above its wait is
-    refused at the role."""
+    after its softmax in one consumer warpgroup is refused as the two differing; a
+    consumer's wait for Q before the range is checked op by op too (Note [The epilogue as
+    it stands]), and Q read above its wait is refused at the read."""
     result = compile_file("examples/mha.attn", CompileOptions(arch="sm_90a", pass_pipeline=_sm90a_until_sync()))
     roles = R.role_ops(attention_ops(result.module)[0])
     assert roles and not any(R.built_op_by_op(r) for r in roles)
@@ -274,7 +274,9 @@ def test_sm90a_steps_keep_the_plans_order():
     read_line = text[text.rindex("\n", 0, read) + 1:text.index("\n", read) + 1]
     assert text.index(read_line) == text.index(wait_line) + len(wait_line)
     swapped = text.replace(wait_line + read_line, read_line + wait_line, 1)
-    with pytest.raises(AttncError, match="this role's synchronization was edited since"):
+    with pytest.raises(AttncError, match=re.escape("before its key range a consumer warpgroup waits for Q's full "
+                                                   "barrier and reads Q's slot, both at stage 0 (phase 0), and does "
+                                                   "nothing else")):
         optimize_mlir(swapped, "plan.mlir", lower)
 
 
