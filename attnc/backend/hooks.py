@@ -82,7 +82,7 @@ from attnc.backend.exact_ints import WIDTH_OPS, IntPlan
 from attnc.backend.hook_arith import _fabs, _fold, _power_of_two, _reciprocal, divide, floordiv
 from attnc.backend.mask_hooks import ExtraParam
 from attnc.backend.nvgpu_builders import Approx, Emit
-from attnc.ir import DIM, PARAM, YIELD
+from attnc.ir import DIM, PARAM, YIELD, error_at
 
 _DYNAMIC = -2147483648      # LLVM::GEPOp::kDynamicIndex
 _RETURNS = (YIELD, "func.return")
@@ -267,7 +267,7 @@ class RegionCode:
         values known to lie in [0, a dim) (Note [Indices known in range])."""
         for op in list(self.block.operations)[:-1]:
             if len(op.results) != 1:
-                raise NotImplementedError(f"{op.name}: only ops with one result are compiled")
+                raise error_at(op, f"{op.name} in a hook region: a hook computes values, each op of it one")
             if op.results[0] in env or op.results[0] in skip:
                 continue
             with op.location:

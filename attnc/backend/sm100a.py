@@ -98,7 +98,10 @@ def lower_sm100a(kernel: ir.Operation, variant, symbol: str, block: ir.Block, mo
     """The sm_100a kernel of `kernel` (L5, in `module`) as a gpu.func at the end of `block`
     (a gpu.module's body), reading `blockmap` (a BlockMapPlan: Note [Block map on sm_100a])
     where given; returns its manifest entry."""
+    from attnc.passes.hoist import check_levels
+
     _check_supported(kernel)
+    check_levels(kernel)        # the copies of each hook alike (the kernel compiles the first)
     params = _params(kernel, variant, blockmap)
     smem_bytes, barriers = _layout(kernel)
     with ir.InsertionPoint(block):

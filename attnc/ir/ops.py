@@ -68,8 +68,12 @@ def _sink_constants(op: ir.Operation, block: ir.Block) -> None:
             if value in defined:
                 continue
             owner = value.owner
+            if isinstance(owner, ir.Block) and isinstance(value.type, ir.RankedTensorType):
+                continue        # a param tensor (the function's argument)
             if isinstance(owner, ir.Block) or owner.name != "arith.constant":
-                continue        # a param tensor (the function's argument), or the verifier's to refuse
+                raise error_at(user, f"this op of the {op.name} op's hook region reads a value defined outside "
+                                     f"the region ({value.type}); a hook reads only its arguments, its own "
+                                     f"values, constants and the param tensors")
             if value not in copies:
                 copies[value] = owner.clone(ir.InsertionPoint.at_block_begin(block)).results[0]
             user.operands[k] = copies[value]

@@ -99,6 +99,34 @@ def check_levels(kernel) -> None:
                 if level != theirs:
                     raise error_at(op, f'{LEVEL} = "{level}" here, "{theirs}" on the same value in the first {name}: '
                                        f"the kernel computes each hook once, so its copies place their values alike")
+    _check_sinks(kernel)
+
+
+def _check_sinks(kernel) -> None:
+    """The sink regions of the finalize ops (one per role that finalizes) are alike, as
+    the kernel computes the sink from the first; without a sink (has_sink false) each
+    yields -inf, the sink of none."""
+    import math
+
+    from mlir import ir
+
+    from attnc.ir import error_at, get_bool
+    from attnc.ir.kernel import program_ops
+
+    holders = program_ops(kernel, ("attn.finalize",))["attn.finalize"]
+    shapes = [_shape(h.regions[0].blocks[0]) for h in holders]
+    for holder, shape in zip(holders[1:], shapes[1:]):
+        if shape != shapes[0]:
+            raise error_at(holder, "this finalize's sink region differs from the first finalize's: the kernel computes "
+                                   "the sink once, from the first, so its copies are alike")
+    if holders and not get_bool(kernel, "has_sink"):
+        value = list(holders[0].regions[0].blocks[0].operations)[-1].operands[0]
+        owner = value.owner
+        attr = owner.attributes["value"] if not isinstance(owner, ir.Block) and owner.name == "arith.constant" else None
+        if not (isinstance(attr, ir.FloatAttr) and attr.value == -math.inf):
+            raise error_at(holders[0], "the kernel has no sink (has_sink = false), and this finalize's sink region "
+                                       "yields something other than -inf: a sink is the variant's (`sink` in the "
+                                       ".attn source)")
 
 
 def _shape(block) -> list[tuple]:

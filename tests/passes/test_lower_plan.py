@@ -282,6 +282,28 @@ def test_ops_reordered_where_the_lowering_does_not_follow_are_refused(tmp_path, 
         _lowered("\n".join(lines), arch)
 
 
+@pytest.mark.parametrize("example, arch, edit, error", [
+    # mha has no sink: its finalize regions yield -inf, alike in both consumer warpgroups
+    ("mha", "sm_80", ("0xFF800000", "1.000000e+00"), "the kernel has no sink (has_sink = false), and this finalize's "
+                                                     "sink region yields something other than -inf"),
+    ("mha", "sm_90a", ("0xFF800000", "1.000000e+00"), "this finalize's sink region differs from the first "
+                                                      "finalize's"),
+    # docs_sink's sink reads w[h]: its region's h edited to a value of the kernel's
+    ("docs_sink", "sm_80", ('"attn.param"(%arg4, %arg8)', '"attn.param"(%arg4, %arg7)'),
+     "this op of the attn.finalize op's hook region reads a value defined outside the region (i32)"),
+])
+def test_an_edited_sink_region_is_refused_not_ignored(tmp_path, example, arch, edit, error):
+    """The kernel computes the sink from the first finalize's region: the others' must be
+    alike, and a kernel without a sink must not find one there; a region that reads a
+    value from outside it is refused at the op, not left to fail the kernel's verification."""
+    lines = _plan(tmp_path, example, arch).splitlines()
+    at = [i for i, line in enumerate(lines) if '"attn.finalize"' in line][-1] + 2     # the last copy's first op
+    assert edit[0] in lines[at]
+    lines[at] = lines[at].replace(*edit)
+    with pytest.raises(AttncError, match=re.escape(error)):
+        _lowered("\n".join(lines), arch)
+
+
 def test_the_cooperative_roles_epilogue_is_checked_op_by_op(tmp_path):
     """Note [The epilogue as it stands]: sm_90a's cooperative role (docs_sink) waits for
     every copy after its key range; without that wait its epilogue is refused at the
