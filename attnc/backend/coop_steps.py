@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from mlir import ir
 
 from attnc.backend.kv_steps import KvSteps, StepOp, body_of, prologue_steps
-from attnc.backend.wgmma_steps import EPILOGUE, Around, _check_hooks, advances, around_ops, require
+from attnc.backend.role_shell import check_compute
+from attnc.backend.wgmma_steps import Around, _check_hooks, advances, around_ops, require
 from attnc.ir import error_at
 from attnc.ir import roles as R
 from attnc.passes.tile_program import KV_LOOP
@@ -213,7 +214,7 @@ def _around(loops: list, kernel, hooks: dict) -> tuple[tuple, tuple]:
     the key range, checked for their ops, rings and data flow (Note [Cooperative steps op
     by op])."""
     around = Around(loops, kernel, NOTE, "the cooperative role's", RK)
-    around.check_epilogue(True, EPILOGUE)
+    check_compute(around.range_if)
     first_loop, last_loop, init, results = loops[0], loops[-1], around.init, around.results
     start_values, kind = around.start_values, around.kind
     stage0 = around.k_ring.operands[0]

@@ -369,15 +369,20 @@ def _check_carried(block, made: dict) -> tuple[int, ...]:
 _START = (float("-inf"), 0.0, 0.0)
 
 
+def is_fill(value, start: float) -> bool:
+    """Whether `value` is an attn.fill of `start`."""
+    owner = value.owner
+    fill = getattr(owner, "name", "") == "attn.fill" and isinstance(owner.attributes["value"], ir.FloatAttr)
+    return fill and ir.FloatAttr(owner.attributes["value"]).value == start
+
+
 def _check_chain(loop, positions: tuple[int, ...], before) -> None:
     """The first KV loop starts m, l and O from attn.fill ops of -inf, 0 and 0, and each
     later one from where the loop before it left them."""
     for k, (at, start) in enumerate(zip(positions, _START)):
         init = loop.operands[3 + at]           # lower bound, upper bound, step, then the carried values
         if before is None:
-            owner = init.owner
-            fill = getattr(owner, "name", "") == "attn.fill" and isinstance(owner.attributes["value"], ir.FloatAttr)
-            ok = fill and ir.FloatAttr(owner.attributes["value"]).value == start
+            ok = is_fill(init, start)
         else:
             prev, prev_positions = before
             ok = init == prev.results[prev_positions[k]]

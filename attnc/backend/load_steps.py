@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from mlir import ir
 
 from attnc.backend.kv_steps import StepOp
+from attnc.backend.role_shell import check_producer, check_shell
 from attnc.backend.wgmma_steps import advances, bar_of, check_key_range, tile_of
 from attnc.ir import error_at
 from attnc.ir import roles as R
@@ -152,6 +153,8 @@ def _around(loops: list, bars: dict, kernel) -> tuple[tuple[StepOp, ...], tuple[
         raise error_at(first_loop, f"the producer's KV loops stand in one scf.if over the key range, as "
                                    f"attn-overlap-gemms makes them ({NOTE})")
     check_key_range(first_loop.operation.parent, loops, kernel, NOTE)
+    check_shell(first_loop.operation.parent, loops)
+    check_producer(first_loop.operation.parent)
     start = next(k for k, op in enumerate(ops) if op == first_loop.operation)
     end = next(k for k, op in enumerate(ops) if op == last_loop.operation)
     k_ring = first_loop.operands[3 + K_STAGE].owner

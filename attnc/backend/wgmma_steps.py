@@ -39,16 +39,14 @@ from dataclasses import dataclass, replace
 
 from mlir import ir
 
-from attnc.backend.kv_steps import StepOp, body_of, check_epilogue
+from attnc.backend.kv_steps import StepOp, body_of
+from attnc.backend.role_shell import check_consumer, check_shell
 from attnc.ir import error_at
 from attnc.ir import roles as R
 from attnc.ir.ops import cmpi_predicate, int_constant
 from attnc.passes.tile_program import KV_LOOP
 
 NOTE = "Note [Overlapped steps op by op]"
-TURNS = (R.NAMED_BARRIER_SYNC, R.NAMED_BARRIER_ARRIVE)
-EPILOGUE = "Note [The epilogue as it stands] in attnc/ir/roles.py"
-QUIET = (R.RING_ADVANCE, "attn.fill", "attn.dim")       # values the kernel computes itself
 # The carried values of a trip, as attn-overlap-gemms orders them (after the block index).
 M, L, O, P, FACTOR, K_STAGE, K_PHASE, V_STAGE, V_PHASE, V_PREVIOUS, STEP = range(11)
 
@@ -254,8 +252,7 @@ def _around(loops: list, bars: dict, persistent: bool, hooks: dict, kernel) -> t
     the key range, checked for their ops, rings and data flow (Note [Overlapped steps op
     by op])."""
     around = Around(loops, kernel, NOTE, "a consumer's", K_STAGE)
-    around.check_epilogue(False, EPILOGUE)
-    _check_q_wait(around.range_if, bars)
+    check_consumer(around.range_if, bars, bool(R.attrs_of(R.warp_specialize_of(kernel)).get(R.PINGPONG, False)))
     first = _first(around.before, bars, list(around.k_ring.operands), around.init, around.start_values, persistent,
                    hooks, around.kind, loops[0])
     last = _last(around.after, bars, around.results, persistent, loops[-1])
@@ -293,44 +290,7 @@ class Around:
         kinds = [R.value_of(loop.attributes[KV_LOOP]) for loop in loops]
         self.kind = "mixed" if "mixed" in kinds else kinds[0]        # the first step's block may be any
         self.range_if = parent
-
-    def check_epilogue(self, wait: bool, note: str) -> None:
-        """Where the scf.if over the key range stands in its role's region (not in a
-        persistent CTA's walk over query blocks), the ops after it are the epilogue the
-        kernel builds (Note [The epilogue as it stands] in attnc/ir/roles.py)."""
-        role = self.range_if.parent
-        if role is None or role.name != R.ROLE:
-            return
-        ops = [op.operation for op in R.role_block(role).operations]
-        at = next(k for k, op in enumerate(ops) if op == self.range_if) + 1
-        while at < len(ops) and ops[at].name in TURNS:      # ping-pong's last turns: Note [Role schedules]
-            at += 1
-        results = list(self.range_if.results)
-        check_epilogue(ops[at:], [results[O], results[M], results[L]], role, wait, note,
-                       "the scf.if over the key range")
-
-
-def _check_q_wait(range_if, bars: dict) -> None:
-    """Note [The epilogue as it stands] (attnc/ir/roles.py), before the key range: a consumer
-    warpgroup that runs one query block waits for Q's full barrier at stage 0, phase 0,
-    and reads Q's slot 0 -- the kernel's wait for Q -- with nothing but ping-pong's first
-    turn, the key range (Note [The key range as made]), index arithmetic and the values
-    the kernel computes itself around them."""
-    role = range_if.parent
-    if role is None or role.name != R.ROLE:
-        return
-    ops = [op.operation for op in R.role_block(role).operations]
-    before = [op for op in ops[:next(k for k, op in enumerate(ops) if op == range_if)]
-              if op.name not in (*TURNS, *QUIET, "attn.kv_range") and not op.name.startswith("arith.")]
-    q_full = [name for name, a in bars.items() if a.get("channel") == "q" and a.get("side") == "full"]
-    wanted = "before its key range a consumer warpgroup waits for Q's full barrier and reads Q's slot, both at " \
-             f"stage 0 (phase 0), and does nothing else ({EPILOGUE})"
-    if [op.name for op in before] != [R.MBARRIER_WAIT, R.SLOT_READ]:
-        raise error_at(before[0] if before else range_if, wanted)
-    wait, read = before
-    if (bar_of(wait) not in q_full or R.attrs_of(read).get("tile") != "q"
-            or {int_constant(v) for v in (*list(wait.operands)[1:], read.operands[1])} != {0}):
-        raise error_at(wait if bar_of(wait) not in q_full else read, wanted)
+        check_shell(parent, loops)
 
 
 def _check_hooks(seen: dict, hooks: dict, kind: str, where, what: str) -> None:

@@ -388,25 +388,29 @@ def _built_around(role: ir.Operation) -> list[ir.Operation]:
         # (Note [Cooperative steps op by op] in attnc/backend/coop_steps.py)
         around += [op.operation for op in role_block(role).operations if op.operation.name in
                    ("attn.load", SLOT_WRITE, CP_ASYNC_COMMIT, "attn.kv_range")]
-    if name_of(role) != "producer" and parent.parent == role:
-        # Note [The epilogue as it stands]
-        top = [op.operation for op in role_block(role).operations]
-        at = next(k for k, op in enumerate(top) if op == parent)
-        around += [op for op in top[at + 1:] if op.name not in (NAMED_BARRIER_SYNC, NAMED_BARRIER_ARRIVE)]
-        if name_of(role) != "compute":      # a consumer's wait for Q
-            around += [op for op in top[:at] if op.name in (MBARRIER_WAIT, SLOT_READ)]
     return [op for op in around if op.name not in (RING_ADVANCE, "scf.yield")
             and not (op.name.startswith("arith.") and not op.regions)]
 
 
-# Note [The epilogue as it stands]: what follows the key range in sm_90a's cooperative role
-# and in consumer warpgroups that run one query block (no persistent walk) is the epilogue
-# the kernel builds -- the cooperative role's wait for every copy, the finalize of the
-# range's O, m and l, O's store and the LSE's -- which the lowering checks op by op, as
-# sm_80's (`check_epilogue` in attnc/backend/kv_steps.py), refusing an edit at the op; so
-# those ops are left out of the digests. Ping-pong's last turns before it stay in them.
-# So does a consumer warpgroup's wait for Q before the key range, which the lowering
-# checks likewise (its wait on Q's full barrier and its read of Q's slot, at stage 0).
+# Note [Roles followed in full]: sm_90a's roles that run one query block (no persistent
+# walk) are followed op by op in full: the trips of their KV loops and the steps before and
+# after them in the scf.if over the key range by the target's patterns, and what stands
+# around those -- nothing but index arithmetic between the loops and the starting values'
+# yield in the else branch, a consumer warpgroup's wait for Q, the epilogue (the
+# cooperative role's wait for every copy, the finalize of the range's O, m and l, O's and
+# the LSE's stores), nothing after the producer's loads, ping-pong's turns outside the
+# range -- checked op by op (attnc/backend/role_shell.py), each edit refused at its op.
+# So their program and schedule digests are not compared (`followed_in_full`), as sm_80's
+# role's are not; the key range's is (Note [The key range as made]). A persistent CTA's
+# roles keep their digests for what stands around the range and for the walk.
+def followed_in_full(role: ir.Operation) -> bool:
+    kernel = role.parent.parent if role.parent is not None else None
+    if kernel is None or not trips_op_by_op(role):
+        return False
+    ws = warp_specialize_of(kernel)
+    return not (ws is not None and PERSISTENT in ws.attributes and value_of(ws.attributes[PERSISTENT]))
+
+
 def built_op_by_op(role: ir.Operation) -> bool:
     """Whether the lowering of `role`'s kernel builds the role op by op, in the order its
     ops stand (sm_80's cooperative role: Notes [Steps op by op] and [The role op by op] in

@@ -151,8 +151,9 @@ def _check_plan(module, pass_name: str) -> None:
                                      f"of role '{name}' as the key range attn-analyze-masks gives, and they were "
                                      f"edited since: edit the mask (or its kv_range function) instead (Note [The "
                                      f"key range as made] in attnc/ir/roles.py)")
-            if R.built_op_by_op(role):
-                continue            # its ops are checked as they are built (Note [The role op by op])
+            if R.built_op_by_op(role) or R.followed_in_full(role):
+                continue            # its ops are checked as they are built (Notes [The role op by op] and
+                                    # [Roles followed in full])
             if name in made and made[name] != R.program_digest(role):
                 raise error_at(role, f"{pass_name} builds the ops of role '{name}' in the order "
                                      f"attn-warp-specialize made them (but for the steps of its key range, which "

@@ -1,10 +1,10 @@
 """Hand edits of sm_90a's key range after attn-overlap-gemms that the lowering does not
 build as they stand are refused, not silently built as the default: what it takes as
 the kernel's own is checked (`check_key_range` in attnc/backend/wgmma_steps.py), the
-data flow of the steps around the loops is checked, and everything else in the scf.if
-over the range -- its else branch, the ops between its loops, the attributes of the
-ops it does not build -- stays in the digests compared with the plan (Notes [Role
-programs] and [Role schedules] in attnc/ir/roles.py)."""
+data flow of the steps around the loops is checked, and so is what stands around them
+where a role runs one query block -- its else branch, the ops between its loops (Note
+[Roles followed in full] in attnc/ir/roles.py); of a persistent CTA's roles that stays
+in the digests compared with the plan (Notes [Role programs] and [Role schedules])."""
 import pytest
 from mlir import ir
 from mlir.dialects import arith
@@ -123,7 +123,8 @@ def edit_total(result):
     (edit_total, "mha", "", "the bounds of the KV loops and the tests of the branches of role 'producer'"),
     # (the verifier's block without keys: Note [Key blocks the check runs] in verify.py)
     (edit_persistent_else, "mha", "persistent=true", "attn-verify-pipeline: channel 'q' deadlocks"),
-    (edit_between_loops, "gemma2", "", "this role's synchronization was edited since"),
+    (edit_between_loops, "gemma2", "", "the kernel runs the KV loops one after the other, with nothing but index "
+                                       "arithmetic between them, not attn.cta_barrier"),
     (edit_stages, "mha", "", "attn-verify-pipeline: channel 'kv' deadlocks"),
     (edit_completes, "mha", "", "each write completed by its thread's arrival"),
     (edit_persistent_first, "mha", "persistent=true", "persistent CTAs without ping-pong issue a block's first "

@@ -252,8 +252,8 @@ def test_sm90a_steps_keep_the_plans_order():
     """Of sm_90a's producer and consumers the steps of the key range are built op by op
     (Notes [Loads op by op] and [Overlapped steps op by op]): the first step's K released
     after its softmax in one consumer warpgroup is refused as the two differing; a
-    consumer's wait for Q before the range is checked op by op too (Note [The epilogue as
-    it stands]), and Q read above its wait is refused at the read."""
+    consumer's wait for Q before the range is checked op by op too (Note [Roles followed
+    in full]), and Q read above its wait is refused at the read."""
     result = compile_file("examples/mha.attn", CompileOptions(arch="sm_90a", pass_pipeline=_sm90a_until_sync()))
     roles = R.role_ops(attention_ops(result.module)[0])
     assert roles and not any(R.built_op_by_op(r) for r in roles)

@@ -136,9 +136,8 @@ def test_pingpong_is_followed_with_its_named_barriers(plans_90):
     renumbered = _lowered(turns.replace("id = 1 : i64", "id = 3 : i64"), "sm_90a").ptx
     assert "bar.sync 3, 256;" in renumbered and "bar.sync 1, 256;" not in renumbered
     attribute = ("}) {programs = {", "}) {pingpong = true, programs = {")
-    with pytest.raises(AttncError, match=re.escape("with `pingpong` role 'consumer0' syncs on its own named "
-                                                   "barrier and arrives on the other warpgroup's; it syncs on [] "
-                                                   "and arrives on []")):
+    with pytest.raises(AttncError, match=re.escape("role 'consumer0' takes named_barrier_sync after its key range "
+                                                   "in the kernel, and no turn in this plan")):
         _lowered(plain.replace(*attribute), "sm_90a")
     with pytest.raises(AttncError, match=re.escape("only ping-pong's consumer warpgroups take turns on named "
                                                    "barriers, and attn.warp_specialize has no `pingpong`")):
@@ -171,6 +170,39 @@ def test_mbarriers_are_placed_and_counted_as_planned(plans_90):
                                                    "on or arrives at: it uses q_full, k_full, v_full, k_empty, "
                                                    "v_empty")):
         _lowered("\n".join(lines[:k] + [f"%extra = {extra}"] + lines[k:]), "sm_90a")
+
+
+def _insert_at(lines: list[str], at: int, op: str) -> str:
+    """The plan with `op` inserted before line `at`, at its indentation."""
+    indent = len(lines[at]) - len(lines[at].lstrip())
+    return "\n".join(lines[:at] + [" " * indent + op] + lines[at:])
+
+
+def test_roles_of_one_query_block_are_followed_in_full(plans_90):
+    """Note [Roles followed in full] (attnc/ir/roles.py): with their digests no longer
+    compared, what stands around the KV loops of sm_90a's roles is checked op by op -- an
+    op added after the producer's loads or in the key range's else branch, a start value
+    edited, ping-pong's last turn removed: each refused at its op."""
+    plain, turns = plans_90
+    lines = plain.splitlines()
+    barrier = '"attn.cta_barrier"() : () -> ()'
+    producer_end = next(i for i, line in enumerate(lines) if line.startswith(" " * 10 + "gpu.yield"))
+    with pytest.raises(AttncError, match=re.escape("after the key range the producer has loaded every tile and "
+                                                   "does nothing else, not attn.cta_barrier")):
+        _lowered(_insert_at(lines, producer_end, barrier), "sm_90a")
+    otherwise = next(i for i, line in enumerate(lines) if line.startswith(" " * 10 + "} else {"))
+    with pytest.raises(AttncError, match=re.escape("where the key range has no step the kernel yields the values it "
+                                                   "starts from and does nothing else, not attn.cta_barrier")):
+        _lowered(_insert_at(lines, otherwise + 1, barrier), "sm_90a")
+    with pytest.raises(AttncError, match=re.escape("the kernel starts m, l and O from -inf, 0 and 0")):
+        _lowered(plain.replace('"attn.fill"() {value = 0xFF800000 : f32}', '"attn.fill"() {value = 0.000000e+00 : '
+                                                                            'f32}', 1), "sm_90a")
+    lines = turns.splitlines()
+    last = [i for i, line in enumerate(lines) if line.startswith(" " * 10 + '"attn.named_barrier_sync"')]
+    assert len(last) == 1       # consumer0's last turn
+    with pytest.raises(AttncError, match=re.escape("role 'consumer0' takes named_barrier_sync after its key range "
+                                                   "in the kernel, and no turn in this plan")):
+        _lowered("\n".join(lines[:last[0]] + lines[last[0] + 1:]), "sm_90a")
 
 
 @pytest.mark.parametrize("edit, error", [
@@ -262,10 +294,10 @@ def test_an_option_past_64_bits_is_an_error_not_a_crash():
 
 
 @pytest.mark.parametrize("arch, message", [
-    # Notes [The epilogue as it stands] and [The role op by op]: the epilogue is checked to
+    # Notes [Roles followed in full] and [The role op by op]: the epilogue is checked to
     # be the one the kernel builds
-    ("sm_90a", "after its key range the role finalizes, and stores O, then the LSE (Note [The epilogue as it "
-               "stands]"),
+    ("sm_90a", "after its key range the role finalizes, and stores O, then the LSE (Note [Roles followed in "
+               "full]"),
     ("sm_80", "after its key range the role waits for every copy (pending = 0), finalizes, and stores O, then the "
               "LSE"),
 ])
@@ -305,7 +337,7 @@ def test_an_edited_sink_region_is_refused_not_ignored(tmp_path, example, arch, e
 
 
 def test_the_cooperative_roles_epilogue_is_checked_op_by_op(tmp_path):
-    """Note [The epilogue as it stands]: sm_90a's cooperative role (docs_sink) waits for
+    """Note [Roles followed in full]: sm_90a's cooperative role (docs_sink) waits for
     every copy after its key range; without that wait its epilogue is refused at the
     finalize, which is no longer compared with the plan's digest."""
     plan = _plan(tmp_path, "docs_sink", "sm_90a")
