@@ -22,8 +22,9 @@ the scores and softmax) and the last P.V after them (O landed and scaled, the wa
 every group, P.V, O landed) are built from their ops likewise, and checked the same
 way; so are the role's loads before the key range, as sm_80's (Note [The role op by op]
 in kv_steps.py). The loops around the trips are the kernel's (`check_key_range` checks
-what it takes as its own), and what stands after the key range (the epilogue) is
-compared with the plan (Notes [Role programs] and [Role schedules] in attnc/ir/roles.py).
+what it takes as its own), and what stands around them -- the ops between the loops, the
+else branch, the epilogue -- is checked op by op (role_shell.py, Note [Roles followed in
+full] in attnc/ir/roles.py).
 """
 from __future__ import annotations
 

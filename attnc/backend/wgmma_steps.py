@@ -30,8 +30,10 @@ refuses one whose ops differ from attn-overlap-gemms' (but for the hooks). The
 loops around the trips are the kernel's, and `check_key_range` checks what it takes as
 its own (the range's test, one block a step, the rings' stages); everything else --
 before the key range (Q's wait), in the range's else branch, between its loops and
-after it (the epilogue) -- is compared with the plan (Notes [Role programs] and [Role
-schedules] in attnc/ir/roles.py, which leave out only what is built op by op).
+after it (the epilogue) -- is checked op by op where the role runs one query block
+(role_shell.py, Note [Roles followed in full] in attnc/ir/roles.py), and of a persistent
+CTA's roles compared with the plan (Notes [Role programs] and [Role schedules] there,
+which leave out what is built op by op).
 """
 from __future__ import annotations
 

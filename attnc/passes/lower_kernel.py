@@ -116,15 +116,17 @@ def _check_plan(module, pass_name: str) -> None:
       op] and [The role op by op] in attnc/backend/kv_steps.py), and on sm_90a the trips
       of the producer's and the consumers' KV loops likewise (Notes [Loads op by op] in
       attnc/backend/load_steps.py and [Overlapped steps op by op] in
-      attnc/backend/wgmma_steps.py), once attn-verify-pipeline found them sound.
+      attnc/backend/wgmma_steps.py), with what stands around them checked op by op where
+      a role runs one query block (Note [Roles followed in full] in attnc/ir/roles.py),
+      once attn-verify-pipeline found them sound.
     Those come from the plan passes' options (attn-tile, attn-warp-specialize), from a
     user pass, or from a dump edited by hand. What the kernels build as their own is
     checked, so that an edit there is refused at the op rather than silently built
     otherwise: each channel's fields (its tiles, transport, space, roles: what the
-    target's kernel moves: plan_ir.check_channels), the ops of the roles outside what is
-    built op by op (Notes [Role programs] and [Role schedules] in attnc/ir/roles.py: a
-    role whose ops moved since attn-warp-specialize is refused at the role) and the key
-    range (Note [The key range as made]). The kernel's other choices are
+    target's kernel moves: plan_ir.check_channels), the ops of a persistent CTA's roles
+    outside what is built op by op (Notes [Role programs] and [Role schedules] in
+    attnc/ir/roles.py: a role whose ops moved since attn-warp-specialize is refused at
+    the role) and the key range (Note [The key range as made]). The kernel's other choices are
     attn-kernel-choices' attributes (Note [Kernel choices])."""
     from attnc.ir import attention_ops, error_at
     from attnc.ir import roles as R
