@@ -168,8 +168,6 @@ def _check_barriers(barriers: list[Mbarrier], needed: tuple[str, ...], stages: d
         if b.tile in stages and b.stages != stages[b.tile]:
             raise MbarrierError(b.name, f"mbarrier {b.name} has {b.stages} stages and the channel of tile "
                                         f"'{b.tile}' {stages[b.tile]}: one barrier a slot")
-        if b.count < 1:
-            raise MbarrierError(b.name, f"mbarrier {b.name} has count {b.count}; it must be at least 1")
     missing = [key for key in needed if key not in seen]
     if missing:
         raise MbarrierError(missing[0].split("_")[0], f"the {target} kernel waits on or arrives at mbarrier "

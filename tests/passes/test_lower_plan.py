@@ -178,6 +178,23 @@ def _insert_at(lines: list[str], at: int, op: str) -> str:
     return "\n".join(lines[:at] + [" " * indent + op] + lines[at:])
 
 
+def test_a_second_barrier_roles_out_of_order_and_a_turn_id_past_15_are_refused(plans_90):
+    plain, turns = plans_90
+    lines = plain.splitlines()
+    k = next(i for i, line in enumerate(lines) if '"attn.mbarrier_init"' in line and "mbar_k_full" in line)
+    second = "%second = " + lines[k].split(" = ", 1)[1].replace('"mbar_k_full"', '"mbar_k_full2"')
+    with pytest.raises(AttncError, match=re.escape("mbarrier mbar_k_full2 is the second for k's full side; the "
+                                                   "sm_90a kernel has one")):
+        _lowered("\n".join(lines[:k + 1] + [second] + lines[k + 1:]), "sm_90a")
+    swapped = plain.replace('name = "consumer0"', 'name = "c"').replace('name = "consumer1"', 'name = "consumer0"')
+    with pytest.raises(AttncError, match=re.escape("the sm_90a kernel's roles stand in the order producer, "
+                                                   "consumer0, consumer1; this plan has producer, consumer1, "
+                                                   "consumer0")):
+        _lowered(swapped.replace('name = "c"', 'name = "consumer1"'), "sm_90a")
+    with pytest.raises(AttncError, match=re.escape("named barrier 16: the kernel's turns take ids 1 to 15")):
+        _lowered(turns.replace("id = 2 : i64", "id = 16 : i64"), "sm_90a")
+
+
 def test_roles_of_one_query_block_are_followed_in_full(plans_90):
     """Note [Roles followed in full] (attnc/ir/roles.py): with their digests no longer
     compared, what stands around the KV loops of sm_90a's roles is checked op by op -- an
