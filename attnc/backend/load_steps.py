@@ -155,7 +155,7 @@ def _around(loops: list, bars: dict, kernel) -> tuple[tuple[StepOp, ...], tuple[
         raise error_at(first_loop, f"the producer's KV loops stand in one scf.if over the key range, as "
                                    f"attn-overlap-gemms makes them ({NOTE})")
     check_key_range(first_loop.operation.parent, loops, kernel, NOTE)
-    check_shell(first_loop.operation.parent, loops)
+    check_shell(first_loop.operation.parent, loops, starts=False)
     check_producer(first_loop.operation.parent)
     start = next(k for k, op in enumerate(ops) if op == first_loop.operation)
     end = next(k for k, op in enumerate(ops) if op == last_loop.operation)

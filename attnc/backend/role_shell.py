@@ -41,10 +41,11 @@ def around_range(range_if):
     return role, ops[:at], ops[at + 1:]
 
 
-def check_shell(range_if, loops: list) -> None:
+def check_shell(range_if, loops: list, starts: bool = True) -> None:
     """Between the KV loops nothing but index arithmetic, and in the else branch (a range
-    without a step) nothing but the yield of the starting values, fills of -inf, 0 and 0
-    (where the first step starts from them: Around)."""
+    without a step) nothing but the yield of the starting values (where the CTA runs one
+    query block), which with `starts` (a computing role's range, not the producer's) are
+    fills of -inf, 0 and 0 (where the first step starts from them: Around)."""
     ops = [op.operation for op in range_if.regions[0].blocks[0].operations]
     first = next(k for k, op in enumerate(ops) if op == loops[0].operation)
     last = next(k for k, op in enumerate(ops) if op == loops[-1].operation)
@@ -52,17 +53,18 @@ def check_shell(range_if, loops: list) -> None:
         if not (op.name == "scf.for" and KV_LOOP in op.attributes) and not quiet(op):
             raise error_at(op, f"the kernel runs the KV loops one after the other, with nothing but index "
                                f"arithmetic between them, not {op.name} ({NOTE})")
-    if around_range(range_if) is not None and len(range_if.regions) > 1 and range_if.regions[1].blocks:
-        ops = [op.operation for op in range_if.regions[1].blocks[0].operations]
-        for op in ops:
-            if not quiet(op) or op.name == R.RING_ADVANCE:
-                raise error_at(op, f"where the key range has no step the kernel yields the values it starts from "
-                                   f"and does nothing else, not {op.name} ({NOTE})")
-        start = list(ops[-1].operands)
-        for k, value in ((M, -math.inf), (L, 0.0), (O, 0.0)):
-            if len(start) <= k or not is_fill(start[k], value):
-                raise error_at(ops[-1], f"the kernel starts m, l and O from -inf, 0 and 0: the key range yields "
-                                        f"them from attn.fill ops of those values where it has no step ({NOTE})")
+    if len(range_if.regions) < 2 or not range_if.regions[1].blocks:
+        return
+    ops = [op.operation for op in range_if.regions[1].blocks[0].operations]
+    for op in ops if around_range(range_if) is not None else ():    # (a persistent CTA's: its digests)
+        if not quiet(op) or op.name == R.RING_ADVANCE:
+            raise error_at(op, f"where the key range has no step the kernel yields the values it starts from "
+                               f"and does nothing else, not {op.name} ({NOTE})")
+    start = list(ops[-1].operands)
+    for k, value in ((M, -math.inf), (L, 0.0), (O, 0.0)) if starts else ():
+        if len(start) <= k or not is_fill(start[k], value):
+            raise error_at(ops[-1], f"the kernel starts m, l and O from -inf, 0 and 0: the key range yields "
+                                    f"them from attn.fill ops of those values where it has no step ({NOTE})")
 
 
 def _turns(ops: list, wanted: tuple[str, ...], role, where: str) -> list:

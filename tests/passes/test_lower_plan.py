@@ -222,6 +222,16 @@ def test_roles_of_one_query_block_are_followed_in_full(plans_90):
         _lowered("\n".join(lines[:last[0]] + lines[last[0] + 1:]), "sm_90a")
 
 
+def test_a_persistent_ctas_start_values_are_checked(tmp_path):
+    """Each query block of a persistent CTA starts m from -inf (the fills in its walk):
+    one edited to 0 is refused, not built as the kernel's -inf."""
+    plan = _plan(tmp_path, "mha", "sm_90a", {"attn-warp-specialize": {"persistent": 1}})
+    fill = '"attn.fill"() {value = 0xFF800000 : f32}'
+    assert plan.count(fill) == 4            # each consumer's: carried into the walk, and each block's
+    with pytest.raises(AttncError, match=re.escape("the kernel starts m, l and O from -inf, 0 and 0")):
+        _lowered(plan.replace(fill, '"attn.fill"() {value = 0.000000e+00 : f32}'), "sm_90a")
+
+
 @pytest.mark.parametrize("edit, error", [
     (("warps = [4, 5, 6, 7]", "warps = [5, 6, 7, 8]"),
      "role 'consumer0' has warps [5, 6, 7, 8]; the sm_90a kernel runs it on warps [4, 5, 6, 7]"),
