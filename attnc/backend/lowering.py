@@ -213,8 +213,7 @@ def _smem_layout(op, target: str, plan):
 
     wanted, _ = lay_out_smem(plan_ir.recipe_of(op, LOWERING[target]), plan_ir.tile_of(op, LOWERING[target]))
     inits = {R.name_of(b): b for b in R.mbarrier_ops(op)}
-    barriers = [Mbarrier(name, a.get("tile", ""), a.get("side", ""), a["count"], a["stages"])
-                for name, a in ((name, R.attrs_of(b)) for name, b in inits.items())]
+    barriers = [Mbarrier.of(R.attrs_of(b)) for b in inits.values()]
     stages = {t: c.stages for c in plan_ir.channels(op) for t in c.tile}
     needed = producer_barriers(plan.persistent) if plan.producer else ()
     try:

@@ -82,7 +82,7 @@ from mlir.dialects import gpu, nvvm, scf
 from attnc.backend.hooks import KernelNames
 from attnc.backend.nvgpu_builders import Approx, Emit, MBarrier, Smem, _asm, set_max_registers
 from attnc.backend.sm100a_ops import PATTERNS, Channel, Lowering, out_bytes, swizzle_bytes
-from attnc.backend.smem_layout import Mbarrier, place_mbarriers
+from attnc.backend.smem_layout import Mbarrier, barriers_end, place_mbarriers
 from attnc.backend.softmax import OnlineSoftmax
 from attnc.backend.tcgen05 import Tmem
 from attnc.errors import AttncError
@@ -187,10 +187,9 @@ def _layout(kernel) -> tuple[int, dict]:
             if buf["space"] == "smem":
                 stage = buf["size"] // buf["stages"]
                 end = max(end, buf["offset"] + buf.get("stride", stage) * (buf["stages"] - 1) + stage)
-    placed = place_mbarriers(end, [Mbarrier(a["name"], a.get("tile", ""), a.get("side", ""), a["count"], a["stages"])
-                                   for a in map(R.attrs_of, R.mbarrier_ops(kernel))])
+    placed = place_mbarriers(end, [Mbarrier.of(R.attrs_of(b)) for b in R.mbarrier_ops(kernel)])
     barriers = {b.name: (b.offset, b.stages) for b in placed}
-    offset = placed[-1].offset + 8 * placed[-1].stages if placed else -(-end // 8) * 8
+    offset = barriers_end(-(-end // 8) * 8, placed)
     barriers[_TMEM_SLOT] = (offset, 1)
     return offset + 8, barriers
 

@@ -52,6 +52,11 @@ class Mbarrier:
     def key(self) -> str:
         return f"{self.tile}_{self.side}"
 
+    @staticmethod
+    def of(attrs: dict) -> "Mbarrier":
+        """From an attn.mbarrier_init's attributes (roles.attrs_of), not yet placed."""
+        return Mbarrier(attrs["name"], attrs.get("tile", ""), attrs.get("side", ""), attrs["count"], attrs["stages"])
+
 
 @dataclass(frozen=True)
 class SmemLayout:
@@ -69,7 +74,7 @@ class SmemLayout:
     @property
     def bytes(self) -> int:
         """The dynamic shared memory the kernel asks for."""
-        return max([self.end] + [b.offset + MBARRIER_BYTES * b.stages for b in self.barriers])
+        return barriers_end(self.end, self.barriers)
 
     def barrier(self, key: str) -> Mbarrier:
         return next(b for b in self.barriers if b.key == key)
@@ -92,6 +97,11 @@ def place_mbarriers(end: int, barriers: list[Mbarrier]) -> tuple[Mbarrier, ...]:
         placed.append(replace(b, offset=offset))
         offset += MBARRIER_BYTES * b.stages
     return tuple(placed)
+
+
+def barriers_end(end: int, placed: tuple[Mbarrier, ...]) -> int:
+    """The end of `placed` (place_mbarriers' from `end`), or `end` without barriers."""
+    return placed[-1].offset + MBARRIER_BYTES * placed[-1].stages if placed else end
 
 
 def init_order(barriers: tuple[Mbarrier, ...]) -> list[tuple[Mbarrier, int]]:

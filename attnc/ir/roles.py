@@ -367,8 +367,8 @@ def _built_around(role: ir.Operation) -> list[ir.Operation]:
     over the key range that the lowering builds op by op (Notes [Loads op by op],
     [Overlapped steps op by op] and [Cooperative steps op by op]): all but the ring
     advances, index arithmetic and the terminator, which stay in the digests with
-    everything else around the loops; the producer's load of Q and the cooperative role's
-    loads before the range."""
+    everything else around the loops; the producer's load of Q. (The digests are compared
+    only for a persistent CTA's roles: Note [Roles followed in full].)"""
     from attnc.passes.tile_program import KV_LOOP
 
     loops = [op for op in ops_in(role_block(role), ("scf.for",)) if KV_LOOP in op.attributes]
@@ -383,11 +383,6 @@ def _built_around(role: ir.Operation) -> list[ir.Operation]:
         body = [op.operation for op in body_block(role).operations]
         at = next((k for k, op in enumerate(body) if op == parent), 0)
         around += [op for op in body[:at] if op.name in (MBARRIER_WAIT, SLOT_WRITE, CP_ASYNC_MBARRIER_ARRIVE)]
-    if name_of(role) == "compute":
-        # the cooperative role's loads before the key range, built op by op as sm_80's
-        # (Note [Cooperative steps op by op] in attnc/backend/coop_steps.py)
-        around += [op.operation for op in role_block(role).operations if op.operation.name in
-                   ("attn.load", SLOT_WRITE, CP_ASYNC_COMMIT, "attn.kv_range")]
     return [op for op in around if op.name not in (RING_ADVANCE, "scf.yield")
             and not (op.name.startswith("arith.") and not op.regions)]
 

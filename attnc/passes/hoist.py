@@ -80,7 +80,9 @@ def check_levels(kernel) -> None:
     from attnc.ir import error_at
     from attnc.ir.kernel import program_ops
 
-    for name, holders in program_ops(kernel, HOOK_ARGS).items():
+    found = program_ops(kernel, (*HOOK_ARGS, FINALIZE))
+    for name in HOOK_ARGS:
+        holders = found[name]
         first = shape = None
         for holder in holders:
             block = holder.regions[0].blocks[0]
@@ -99,10 +101,13 @@ def check_levels(kernel) -> None:
                 if level != theirs:
                     raise error_at(op, f'{LEVEL} = "{level}" here, "{theirs}" on the same value in the first {name}: '
                                        f"the kernel computes each hook once, so its copies place their values alike")
-    _check_sinks(kernel)
+    _check_sinks(kernel, found[FINALIZE])
 
 
-def _check_sinks(kernel) -> None:
+FINALIZE = "attn.finalize"
+
+
+def _check_sinks(kernel, holders: list) -> None:
     """The sink regions of the finalize ops (one per role that finalizes) are alike, as
     the kernel computes the sink from the first; without a sink (has_sink false) each
     yields -inf, the sink of none."""
@@ -111,9 +116,7 @@ def _check_sinks(kernel) -> None:
     from mlir import ir
 
     from attnc.ir import error_at, get_bool
-    from attnc.ir.kernel import program_ops
 
-    holders = program_ops(kernel, ("attn.finalize",))["attn.finalize"]
     shapes = [_shape(h.regions[0].blocks[0]) for h in holders]
     for holder, shape in zip(holders[1:], shapes[1:]):
         if shape != shapes[0]:
