@@ -4,9 +4,9 @@ from the L5 IR: the KV loops' steps, and the ops before them (`kv_steps`).
 Note [Steps op by op]: sm_80's KV step is lowered from the ops of its KV loop's body, in
 the order they stand there: a pattern per op (`Sm80Forward._lower_<op>`), so a
 reordered body -- a wait moved, the rescale before the V wait -- or an edited wait
-(`pending`) is a different kernel. The lowering does not compare what stands in a KV
-loop with the plan (Notes [Role programs] and [Role schedules] in attnc/ir/roles.py
-leave it out on sm_80); it checks it (`kv_steps`) and builds it. What stays fixed:
+(`pending`) is a different kernel. The lowering checks what stands in a KV loop
+(`kv_steps`) and builds it (Note [Roles followed in full] in attnc/ir/roles.py). What
+stays fixed:
 
   * the ops: one QK^T and one P.V, reads of Q, K and V, loads of K and V (of the step's
     block, from the kernel's K and V), the softmax step and the rescale, the score_mod
@@ -144,9 +144,9 @@ def kv_steps(role, kernel) -> KvSteps:
 # V load), and the K and V loads of the first steps, each `ahead` i filling slot i (so
 # each tile's loads stand in the order of their `ahead`, as the ring fills its slots). The
 # ops after the KV loops are the epilogue the kernel builds: a wait for every copy, the
-# finalize, O's store and the LSE's, checked to be those. With the KV loops (Note [Steps
-# op by op]) the whole role is followed or refused at an op: the lowering does not compare
-# sm_80's role with the plan (Notes [Role programs] and [Role schedules]).
+# finalize, O's store and the LSE's at the CTA's block, checked to be those. With the KV
+# loops (Note [Steps op by op]) the whole role is followed or refused at an op (Note
+# [Roles followed in full] in attnc/ir/roles.py).
 _PROLOGUE = ("attn.load", R.SLOT_WRITE, R.CP_ASYNC_COMMIT, "attn.kv_range")
 _QUIET = (R.RING_ADVANCE, "attn.fill", "attn.dim")      # their values the kernel computes itself
 
@@ -213,13 +213,20 @@ def _check_epilogue(ops: list, carried, role) -> None:
     (with it) the LSE's."""
     loop, positions = carried
     results = [loop.results[positions[2]], loop.results[positions[0]], loop.results[positions[1]]]
-    check_epilogue(ops, results, role, True, "Note [The role op by op]", "the last KV loop")
+    check_epilogue(ops, results, role, True, "Note [The role op by op]", "the last KV loop", block_of(role))
 
 
-def check_epilogue(ops: list, results: list, role, wait: bool, note: str, source: str) -> None:
+def block_of(role) -> list:
+    """The CTA's block as the kernel's region takes it: (b, h, m_block), its arguments."""
+    kernel = role.parent.parent
+    return list(kernel.regions[0].blocks[0].arguments)
+
+
+def check_epilogue(ops: list, results: list, role, wait: bool, note: str, source: str, at: list) -> None:
     """The ops after a role's key range (`ops`): with `wait` a wait for every copy, then the
-    finalize of `results` (O, m and l, from `source`), O's store and (with it) the LSE's,
-    as the kernels build their epilogue; refused at the first op that differs."""
+    finalize of `results` (O, m and l, from `source`) with the block's head, O's store and
+    (with it) the LSE's at the block `at` (b, h, m_block), as the kernels build their
+    epilogue; refused at the first op that differs."""
     body = [op for op in ops if not op.name.startswith(_ARITH) and op.name != R.YIELD]
     names = [(op.name, str(R.attrs_of(op).get("operand", R.attrs_of(op).get("pending", "")))) for op in body]
     wanted = [(R.CP_ASYNC_WAIT, "0")] if wait else []
@@ -229,11 +236,12 @@ def check_epilogue(ops: list, results: list, role, wait: bool, note: str, source
         raise error_at(body[0] if body else role, f"after its key range the role {first}finalizes, and stores O, "
                                                   f"then the LSE ({note})")
     finalize = body[len(wanted) - 2]
-    if list(finalize.operands)[:3] != list(results):
-        raise error_at(finalize, f"the finalize takes O, m and l from {source} ({note})")
+    if list(finalize.operands) != [*results, at[1]]:
+        raise error_at(finalize, f"the finalize takes O, m and l from {source}, and the block's head ({note})")
     for store, k in zip(body[len(wanted) - 1:], (0, 1)):
-        if store.operands[0] != finalize.results[k]:
-            raise error_at(store, f"the stores take O and the LSE from the finalize ({note})")
+        if list(store.operands) != [finalize.results[k], *at]:
+            raise error_at(store, f"the stores take O and the LSE from the finalize, at the block's (b, h, m_block) "
+                                  f"({note})")
 
 
 # Ops of other dialects a body may hold that lower to nothing of their own: index arithmetic

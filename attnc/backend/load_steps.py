@@ -22,10 +22,9 @@ trip's loads are (the same ops in the same order, then); `check_key_range`
 the range is built from its ops too: the wait for Q's empty slot (a persistent CTA's,
 whose Q slot is reused every round, Q's ring of one stage carried through the walk),
 the write, the arrival, in that order. Everything else -- the ops between the loops,
-nothing after them -- is checked op by op where the CTA runs one query block
-(role_shell.py, Note [Roles followed in full] in attnc/ir/roles.py); a persistent CTA's
-walk is compared with the plan (Notes [Role programs] and [Role schedules] there, which
-leave out what is built op by op).
+nothing after them, a persistent CTA's walk and the rings it carries -- is checked op by
+op (role_shell.py, Notes [Roles followed in full] in attnc/ir/roles.py and [The walk
+followed in full] in role_shell.py).
 """
 from __future__ import annotations
 

@@ -30,10 +30,9 @@ refuses one whose ops differ from attn-overlap-gemms' (but for the hooks). The
 loops around the trips are the kernel's, and `check_key_range` checks what it takes as
 its own (the range's test, one block a step, the rings' stages); everything else --
 before the key range (Q's wait), in the range's else branch, between its loops and
-after it (the epilogue) -- is checked op by op where the role runs one query block
-(role_shell.py, Note [Roles followed in full] in attnc/ir/roles.py), and of a persistent
-CTA's roles compared with the plan (Notes [Role programs] and [Role schedules] there,
-which leave out what is built op by op).
+after it (the epilogue), a persistent CTA's walk -- is checked op by op (role_shell.py,
+Notes [Roles followed in full] in attnc/ir/roles.py and [The walk followed in full] in
+role_shell.py).
 """
 from __future__ import annotations
 
@@ -42,7 +41,7 @@ from dataclasses import dataclass, replace
 from mlir import ir
 
 from attnc.backend.kv_steps import StepOp, body_of
-from attnc.backend.role_shell import check_consumer, check_shell
+from attnc.backend.role_shell import check_consumer, check_shell, finishes_previous
 from attnc.ir import error_at
 from attnc.ir import roles as R
 from attnc.ir.ops import cmpi_predicate, int_constant
@@ -337,7 +336,7 @@ def _first_op(op, bars: dict, ring: list) -> StepOp | None:
         return StepOp("wait" if name == R.MBARRIER_WAIT else "read", "k")
     if name == R.MBARRIER_ARRIVE and tile_of(op, bars, "empty") == "k" and op.operands[1] == ring[0]:
         return StepOp("release_k")
-    if name == "scf.if" and _finishes_previous(op):
+    if name == "scf.if" and finishes_previous(op):
         return StepOp("finish_previous")
     if name == "scf.if":
         arrive = _only_arrive(op)
@@ -445,13 +444,6 @@ def _flows(flows: list, what: str) -> None:
         if not ok:
             raise error_at(op, f"the sm_90a lowering builds the data flow of a consumer's {what} as "
                                f"attn-overlap-gemms makes it, and this {op.name} differs ({NOTE})")
-
-
-def _finishes_previous(op) -> bool:
-    """Whether scf.if `op` is the previous block's epilogue (Note [The next block's first
-    QK^T in the IR] in attnc/schedule/walk_ahead.py): a walk's block, its finalize and stores."""
-    inner = [o.operation.name for o in op.regions[0].blocks[0].operations][:-1]
-    return bool(inner) and inner[0] == R.WALK_BLOCK and set(inner[1:]) <= {"attn.finalize", "attn.store"}
 
 
 def _only_arrive(op):

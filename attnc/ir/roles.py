@@ -51,8 +51,6 @@ YIELD = "gpu.yield"
 PINGPONG = "pingpong"            # on attn.warp_specialize: the consumer warpgroups take turns
 PERSISTENT = "persistent"        # on attn.warp_specialize: each CTA runs several query blocks
 KV_WRITES = (PUT, SLOT_WRITE)    # where a role hands a tile to a channel (L3, L5)
-PROGRAMS = "programs"            # on attn.warp_specialize: each role's program_digest as made
-SCHEDULES = "schedules"          # on attn.warp_specialize: each role's schedule_digest as made
 RANGES = "ranges"                # on attn.warp_specialize: each role's range_digest as made
 KEY_RANGE = "key_range"          # on attn.kernel (L2): its key_range_digest as made
 
@@ -208,72 +206,6 @@ def pass_loc(pass_name: str, near: ir.Operation | ir.Location) -> ir.Location:
     return ir.Location.name(pass_name, childLoc=loc)
 
 
-# Note [Role programs]: what a role does, in order, as its tile ops, the tiles it hands
-# to and takes from channels (put/get at L3, slot writes/reads at L5) and the loops and
-# branches around them; the synchronization attn-insert-pipelines adds and the index
-# arithmetic are left out, so one digest holds from L3 to L5. attn-warp-specialize
-# records every role's (`programs` on attn.warp_specialize); a lowering that does not
-# follow an op order compares it (Note [The plan the lowerings follow] in
-# attnc/passes/lower_kernel.py). What a lowering does follow is left out: sm_80's role,
-# which its lowering builds op by op (Note [The role op by op] in
-# attnc/backend/kv_steps.py), is not compared, and of sm_90a's producer and the consumer
-# warpgroups it feeds the KV loops' bodies are left out, their trips being built op by
-# op (`trips_op_by_op`), and so are the ops of the steps before and after the loops that
-# are built op by op too (`_built_around`).
-_TILE_KEYS = {"attn.load": "operand", "attn.mma": "kind", "attn.store": "operand"}
-_EXCHANGES = {PUT: "put", SLOT_WRITE: "put", GET: "get", SLOT_READ: "get"}
-_PROGRAM_OPS = ("attn.load", "attn.mma", "attn.score_mod", "attn.mask", "attn.softmax_step", "attn.rescale",
-                "attn.finalize", "attn.store", "attn.block_map_read", "attn.tile_table_read", "scf.for", "scf.if")
-
-
-def program_digest(role: ir.Operation) -> str:
-    def step(op) -> str | None:
-        name = op.name
-        if name in _EXCHANGES:
-            return f"{_EXCHANGES[name]} {ir.StringAttr(op.attributes['tile']).value}"
-        if name in _PROGRAM_OPS:
-            key = _TILE_KEYS.get(name)
-            return f"{name} {ir.StringAttr(op.attributes[key]).value}" if key else name
-        return None
-
-    seq = _steps(role, step)
-    return _digest(seq)
-
-
-# Note [Role schedules]: what attn-insert-pipelines makes of a role -- where its waits,
-# arrives, barriers, cp.async groups, slot writes and reads and ring advances stand,
-# their attributes (`pending`, tiles, ...; not a named barrier's id and threads, which the
-# kernel takes as they stand: Note [Turns as planned] in attnc/backend/wgmma_steps.py),
-# the barrier or channel each one is on,
-# and how far ahead each load is -- digested with the program ops around them and the
-# bounds of its loops and tests of its branches, which the kernels build as their own. The pass
-# records every role's (`schedules` on attn.warp_specialize) and the lowerings, which
-# build that synchronization as the plan passes make it, compare it: an edit there is
-# refused at the role rather than built as the default (Note [The plan the lowerings
-# follow]) -- but for sm_80's role, whose synchronization is built as it stands once
-# verified (Note [Steps op by op]), and for what sm_90a builds op by op (as in Note [Role
-# programs]). The choices attn-kernel-choices records later on the program ops are not
-# in it.
-def schedule_digest(role: ir.Operation) -> str:
-    def source(value) -> str:
-        owner = value.owner
-        name = getattr(owner, "name", "")
-        return attrs_of(owner).get("name", name) if name in (MBARRIER_INIT, CHANNEL) else ""
-
-    def step(op) -> str | None:
-        name = op.name
-        if name in SCHEDULE_OPS:
-            attrs = {} if name in (NAMED_BARRIER_SYNC, NAMED_BARRIER_ARRIVE) else attrs_of(op)
-            return f"{name} {sorted(attrs.items())} {[source(v) for v in op.operands]}"
-        if name in _PROGRAM_OPS:
-            key = _TILE_KEYS.get(name)
-            ahead = attrs_of(op).get("ahead") if name == "attn.load" else None
-            return f"{name} {ir.StringAttr(op.attributes[key]).value if key else ''} {ahead} {_bounds(op)}"
-        return None
-
-    return _digest(_steps(role, step))
-
-
 # Note [The key range as made]: the kernels build the bounds of their loops over key
 # blocks and the tests of their branches as their own: from the key range attn-tile and
 # attn-analyze-masks give (the mask's kv_range function, which the lowerings do read), cut
@@ -319,7 +251,7 @@ def record_key_range(kernel: ir.Operation) -> None:
 
 def _expression(value: ir.Value, memo: dict, depth: int = 0) -> str:
     """`value` as the ops that compute it from the role's arguments, constants, dims and
-    key ranges (Note [Role schedules]): arith ops by name and attributes, a block argument
+    key ranges (Note [The key range as made]): arith ops by name and attributes, a block argument
     by its number."""
     owner = value.owner
     if isinstance(owner, ir.Block):
@@ -339,17 +271,13 @@ def _expression(value: ir.Value, memo: dict, depth: int = 0) -> str:
 
 def _steps(role: ir.Operation, step) -> list[str]:
     """`step(op)` of every op of the role (pre-order) for which it is not None; of a role
-    whose trips the lowering builds op by op, not those of its KV loops' bodies, nor the
-    ops of the steps it builds op by op around them (`_built_around`)."""
+    whose trips the lowering builds op by op, not those of its KV loops' bodies."""
     from attnc.passes.tile_program import KV_LOOP
 
     out: list[str] = []
     shell = trips_op_by_op(role)
-    built = _built_around(role) if shell else []
 
     def visit(op):
-        if any(op == b for b in built):
-            return ir.WalkResult.SKIP
         text = step(op)
         if text is not None:
             out.append(text)
@@ -362,50 +290,20 @@ def _steps(role: ir.Operation, step) -> list[str]:
     return out
 
 
-def _built_around(role: ir.Operation) -> list[ir.Operation]:
-    """The ops of sm_90a's steps before the first and after the last KV loop in the scf.if
-    over the key range that the lowering builds op by op (Notes [Loads op by op],
-    [Overlapped steps op by op] and [Cooperative steps op by op]): all but the ring
-    advances, index arithmetic and the terminator, which stay in the digests with
-    everything else around the loops; the producer's load of Q. (The digests are compared
-    only for a persistent CTA's roles: Note [Roles followed in full].)"""
-    from attnc.passes.tile_program import KV_LOOP
-
-    loops = [op for op in ops_in(role_block(role), ("scf.for",)) if KV_LOOP in op.attributes]
-    parent = loops[0].operation.parent if loops else None
-    if parent is None or parent.name != "scf.if" or is_walk_branch(parent):
-        return []
-    ops = [op.operation for op in parent.regions[0].blocks[0].operations]
-    at = [k for k, op in enumerate(ops) if any(op == loop for loop in loops)]
-    around = ops[:at[0]] + ops[at[-1] + 1:]
-    if name_of(role) == "producer":
-        # Q's load before the key range (Note [Loads op by op] in attnc/backend/load_steps.py)
-        body = [op.operation for op in body_block(role).operations]
-        at = next((k for k, op in enumerate(body) if op == parent), 0)
-        around += [op for op in body[:at] if op.name in (MBARRIER_WAIT, SLOT_WRITE, CP_ASYNC_MBARRIER_ARRIVE)]
-    return [op for op in around if op.name not in (RING_ADVANCE, "scf.yield")
-            and not (op.name.startswith("arith.") and not op.regions)]
-
-
-# Note [Roles followed in full]: sm_90a's roles that run one query block (no persistent
-# walk) are followed op by op in full: the trips of their KV loops and the steps before and
-# after them in the scf.if over the key range by the target's patterns, and what stands
-# around those -- nothing but index arithmetic between the loops and the starting values'
-# yield in the else branch, a consumer warpgroup's wait for Q, the epilogue (the
-# cooperative role's wait for every copy, the finalize of the range's O, m and l, O's and
-# the LSE's stores), nothing after the producer's loads, ping-pong's turns outside the
-# range -- checked op by op (attnc/backend/role_shell.py), each edit refused at its op.
-# So their program and schedule digests are not compared (`followed_in_full`), as sm_80's
-# role's are not; the key range's is (Note [The key range as made]). A persistent CTA's
-# roles keep their digests for what stands around the range and for the walk.
-def followed_in_full(role: ir.Operation) -> bool:
-    kernel = role.parent.parent if role.parent is not None else None
-    if kernel is None or not trips_op_by_op(role):
-        return False
-    ws = warp_specialize_of(kernel)
-    return not (ws is not None and PERSISTENT in ws.attributes and value_of(ws.attributes[PERSISTENT]))
-
-
+# Note [Roles followed in full]: every op of a role is the kernel's, built op by op or
+# checked op by op -- sm_80's cooperative role built in the order its ops stand (Note [The
+# role op by op] in attnc/backend/kv_steps.py); of sm_90a's roles the trips of their KV
+# loops and the steps before and after them in the scf.if over the key range built by the
+# target's patterns, and what stands around those checked op by op
+# (attnc/backend/role_shell.py): nothing but index arithmetic between the loops and the
+# starting values' yield in the else branch, a consumer warpgroup's wait for Q, the
+# epilogue (the cooperative role's wait for every copy, the finalize of the range's O, m
+# and l, O's and the LSE's stores at the block), nothing after the producer's loads,
+# ping-pong's turns outside the range and, with persistent CTAs, the walk over query
+# blocks and what it carries (Note [The walk followed in full] there). So an edit is
+# built as it stands, once attn-verify-pipeline found it sound, or refused at its op;
+# no role is compared with a digest of the plan, but for the bounds of its loops and the
+# tests of its branches (Note [The key range as made]).
 def built_op_by_op(role: ir.Operation) -> bool:
     """Whether the lowering of `role`'s kernel builds the role op by op, in the order its
     ops stand (sm_80's cooperative role: Notes [Steps op by op] and [The role op by op] in
@@ -420,9 +318,8 @@ def trips_op_by_op(role: ir.Operation) -> bool:
     their ops stand (sm_90a's producer and the consumer warpgroups it feeds, and its
     cooperative role: Notes [Loads op by op] in attnc/backend/load_steps.py, [Overlapped
     steps op by op] in attnc/backend/wgmma_steps.py and [Cooperative steps op by op] in
-    attnc/backend/coop_steps.py); the role's digests leave those loops' bodies out, and
-    the ops of the steps around them built op by op too (Notes [Role programs] and [Role
-    schedules])."""
+    attnc/backend/coop_steps.py); its range digest leaves those loops' bodies out (Note
+    [The key range as made])."""
     kernel = role.parent.parent if role.parent is not None else None
     if kernel is None or attrs_of(kernel).get("target") != "sm_90a":
         return False

@@ -63,9 +63,6 @@ def insert(module) -> None:
                                f"buffer; run attn-alloc-smem (and attn-alloc-tmem) first")
         with op.context:
             Pipelines(recipe, plan_ir.tile_of(op, InsertPipelines.name), op).run()
-            ws = R.warp_specialize_of(op)
-            ws.attributes[R.SCHEDULES] = ir.DictAttr.get(        # Note [Role schedules]
-                {R.name_of(role): ir.StringAttr.get(R.schedule_digest(role)) for role in R.role_ops(op)})
 
 
 def _synchronized(kernel) -> bool:

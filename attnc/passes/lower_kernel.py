@@ -116,17 +116,15 @@ def _check_plan(module, pass_name: str) -> None:
       op] and [The role op by op] in attnc/backend/kv_steps.py), and on sm_90a the trips
       of the producer's and the consumers' KV loops likewise (Notes [Loads op by op] in
       attnc/backend/load_steps.py and [Overlapped steps op by op] in
-      attnc/backend/wgmma_steps.py), with what stands around them checked op by op where
-      a role runs one query block (Note [Roles followed in full] in attnc/ir/roles.py),
-      once attn-verify-pipeline found them sound.
+      attnc/backend/wgmma_steps.py), with what stands around them -- persistent CTAs'
+      walk over query blocks included -- checked op by op (Note [Roles followed in full]
+      in attnc/ir/roles.py), once attn-verify-pipeline found them sound.
     Those come from the plan passes' options (attn-tile, attn-warp-specialize), from a
     user pass, or from a dump edited by hand. What the kernels build as their own is
     checked, so that an edit there is refused at the op rather than silently built
     otherwise: each channel's fields (its tiles, transport, space, roles: what the
-    target's kernel moves: plan_ir.check_channels), the ops of a persistent CTA's roles
-    outside what is built op by op (Notes [Role programs] and [Role schedules] in
-    attnc/ir/roles.py: a role whose ops moved since attn-warp-specialize is refused at
-    the role) and the key range (Note [The key range as made]). The kernel's other choices are
+    target's kernel moves: plan_ir.check_channels), the walk's order (`check_walk`) and
+    the key range (Note [The key range as made]). The kernel's other choices are
     attn-kernel-choices' attributes (Note [Kernel choices])."""
     from attnc.ir import attention_ops, error_at
     from attnc.ir import roles as R
@@ -138,37 +136,19 @@ def _check_plan(module, pass_name: str) -> None:
         tile = tile_of(kernel, pass_name)       # a tile no pass can plan, named as the lowering's
         plan = followed_plan(kernel, pass_name)
         ws = R.warp_specialize_of(kernel)
-        made = R.value_of(ws.attributes[R.PROGRAMS]) if R.PROGRAMS in ws.attributes else {}
-        synced = R.value_of(ws.attributes[R.SCHEDULES]) if R.SCHEDULES in ws.attributes else {}
         ranges = R.value_of(ws.attributes[R.RANGES]) if R.RANGES in ws.attributes else {}
         _check_overlapped(kernel, pass_name)
         check_channels(kernel, tile, plan, pass_name)      # (refuses a plan no recipe makes)
         if not plan.pingpong:
             turns_of(kernel, False)             # Note [Turns as planned]: no stray named barriers
         check_walk(kernel, pass_name)           # Note [The walk over query blocks]
-        for role in R.role_ops(kernel):         # Note [Role programs]
+        for role in R.role_ops(kernel):         # Note [The key range as made]
             name = R.name_of(role)
-            if name in ranges and ranges[name] != R.range_digest(role):        # Note [The key range as made]
+            if name in ranges and ranges[name] != R.range_digest(role):
                 raise error_at(role, f"{pass_name} builds the bounds of the KV loops and the tests of the branches "
                                      f"of role '{name}' as the key range attn-analyze-masks gives, and they were "
                                      f"edited since: edit the mask (or its kv_range function) instead (Note [The "
                                      f"key range as made] in attnc/ir/roles.py)")
-            if R.built_op_by_op(role) or R.followed_in_full(role):
-                continue            # its ops are checked as they are built (Notes [The role op by op] and
-                                    # [Roles followed in full])
-            if name in made and made[name] != R.program_digest(role):
-                raise error_at(role, f"{pass_name} builds the ops of role '{name}' in the order "
-                                     f"attn-warp-specialize made them (but for the steps of its key range, which "
-                                     f"it builds as they stand), "
-                                     f"and this role's ops were reordered, added or removed since (Note [The "
-                                     f"plan the lowerings follow])")
-            if name in synced and synced[name] != R.schedule_digest(role):      # Note [Role schedules]
-                raise error_at(role, f"{pass_name} builds the synchronization of role '{name}' as "
-                                     f"attn-insert-pipelines made it -- where its waits, arrives, barriers and "
-                                     f"cp.async groups stand, their counts, how far ahead its loads are, the "
-                                     f"bounds of its loops and the tests of its branches -- and "
-                                     f"this role's synchronization was edited since (Note [The plan the "
-                                     f"lowerings follow])")
         op_by_op = any(R.built_op_by_op(role) or R.trips_op_by_op(role) for role in R.role_ops(kernel))
         if op_by_op and not R.verified_as_is(kernel):
             # Notes [Steps op by op] and [Overlapped steps op by op]: the ops are built as

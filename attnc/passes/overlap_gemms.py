@@ -70,8 +70,7 @@ def overlap(module) -> None:
         # Note [The next block's first QK^T in the IR]: persistent consumers without ping-pong
         flags = R.attrs_of(ws)
         ahead = bool(flags.get(R.PERSISTENT, False)) and not flags.get(R.PINGPONG, False)
-        kinds = ((R.PROGRAMS, R.program_digest), (R.SCHEDULES, R.schedule_digest), (R.RANGES, R.range_digest))
-        recorded = {key: R.value_of(ws.attributes[key]) if key in ws.attributes else {} for key, _ in kinds}
+        recorded = R.value_of(ws.attributes[R.RANGES]) if R.RANGES in ws.attributes else {}
         with op.context:
             for role in roles:
                 name = R.name_of(role)
@@ -79,14 +78,12 @@ def overlap(module) -> None:
                     name, (overlap_ahead if ahead else overlap_role) if name.startswith("consumer") else None)
                 if rotate is None:
                     continue
-                # The digests follow the rotation only where the role was the plan's: an edit
-                # made before stays one the lowering sees (Note [Role programs]). (A digest
-                # not recorded is not compared.)
-                as_made = all(not recorded[key] or recorded[key].get(name) == digest(role) for key, digest in kinds)
+                # The range digest follows the rotation only where the role's key range was
+                # the plan's: an edit made before stays one the lowering sees (Note [The key
+                # range as made]). (A digest not recorded is not compared.)
+                as_made = recorded.get(name) == R.range_digest(role)
                 rotate(role, op)
                 if as_made:
-                    for key, digest in kinds:
-                        recorded[key][name] = digest(role)
-            for key, digests in recorded.items():
-                if digests:
-                    ws.attributes[key] = ir.DictAttr.get({k: ir.StringAttr.get(v) for k, v in digests.items()})
+                    recorded[name] = R.range_digest(role)
+            if recorded:
+                ws.attributes[R.RANGES] = ir.DictAttr.get({k: ir.StringAttr.get(v) for k, v in recorded.items()})

@@ -176,10 +176,8 @@ class Partition:
             for role in R.role_ops(self.kernel):
                 walk_blocks(role, self.kernel, self.walk_order)
         self._write_types()
-        for key, digest in ((R.PROGRAMS, R.program_digest), (R.RANGES, R.range_digest)):
-            # Notes [Role programs] and [The key range as made]
-            self.ws.attributes[key] = ir.DictAttr.get(
-                {R.name_of(role): ir.StringAttr.get(digest(role)) for role in R.role_ops(self.kernel)})
+        self.ws.attributes[R.RANGES] = ir.DictAttr.get(      # Note [The key range as made]
+            {R.name_of(role): ir.StringAttr.get(R.range_digest(role)) for role in R.role_ops(self.kernel)})
         return self.ws
 
     def _declare(self, ch: Channel, types=()) -> ir.Operation:

@@ -121,7 +121,7 @@ module attributes {attn.filename = "examples/mha.attn", attn.source = "# Plain m
           gpu.yield loc("attn-warp-specialize"("examples/mha.attn":2:1))
         }) {name = "compute", regs = 0 : i64, warps = [0, 1, 2, 3, 4, 5, 6, 7]} : () -> () loc("attn-warp-specialize"("examples/mha.attn":2:1))
         gpu.yield loc("attn-warp-specialize"("examples/mha.attn":2:1))
-      }) {programs = {compute = "1b5b64527dda1d0c"}, ranges = {compute = "75bfa3660fb892b2"}, schedules = {compute = "0df06bec100ae71b"}} : () -> () loc("attn-warp-specialize"("examples/mha.attn":2:1))
+      }) {ranges = {compute = "75bfa3660fb892b2"}} : () -> () loc("attn-warp-specialize"("examples/mha.attn":2:1))
       gpu.yield loc("examples/mha.attn":2:1)
     }) {block_m = 128 : i64, block_n = 128 : i64, dims = ["B", "H", "M", "N"], dtype = "bf16", gqa = false, has_mask_mod = false, has_score_mod = false, has_sink = false, head_dim_qk = 128 : i64, head_dim_v = 128 : i64, k_shape = ["B", "H", "N", 128], key_range = "75bfa3660fb892b2", mask_block_m = 128 : i64, mask_block_n = 128 : i64, mask_digest = "none", mask_kind = "none", num_warps = 12 : i64, outputs = ["o"], param_dtypes = [], param_shapes = [], params = [], q_shape = ["B", "H", "M", 128], q_tiles = 1 : i64, scale = 0.0883883461 : f32, stages = 2 : i64, target = "sm_90a", v_shape = ["B", "H", "N", 128], variant = "mha"} : (tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> loc("examples/mha.attn":2:1)
     return %0 : tensor<?x?x?x128xbf16> loc("examples/mha.attn":2:1)

@@ -149,7 +149,7 @@ module {
           gpu.yield
         }) {name = "consumer0", regs = 0 : i64, warps = [4, 5, 6, 7]} : () -> ()
         gpu.yield
-      }) {programs = {consumer0 = "abd2ed170c3f4d53", producer = "c5f2dcdf5449c3b0"}} : () -> ()
+      }) : () -> ()
       gpu.yield
     }) {block_m = 64 : i64, block_n = 128 : i64, dims = ["B", "H", "M", "N"], dtype = "bf16", gqa = false, has_mask_mod = false, has_score_mod = false, has_sink = false, head_dim_qk = 128 : i64, head_dim_v = 128 : i64, k_shape = ["B", "H", "N", 128], mask_block_m = 64 : i64, mask_block_n = 128 : i64, mask_digest = "none", mask_kind = "none", num_warps = 8 : i64, outputs = ["o"], param_dtypes = [], param_shapes = [], params = [], q_shape = ["B", "H", "M", 128], q_tiles = 1 : i64, scale = 0.0883883461 : f32, stages = 3 : i64, target = "sm_90a", v_shape = ["B", "H", "N", 128], variant = "mha"} : (tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16>
     return %0 : tensor<?x?x?x128xbf16>

@@ -281,7 +281,7 @@ func.func @hd128_unmasked(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>
 // PINGPONG: }) {name = "producer", regs = 24 : i64, warps = [0, 1, 2, 3]}
 // PINGPONG: }) {name = "consumer0", regs = 240 : i64, warps = [4, 5, 6, 7]}
 // PINGPONG: }) {name = "consumer1", regs = 240 : i64, warps = [8, 9, 10, 11]}
-// PINGPONG: }) {pingpong = true, programs = {
+// PINGPONG: }) {pingpong = true, ranges = {
 
 // Ping-pong at L5 (Note [Ping-pong turns] in attnc/schedule/sync.py): consumer0 takes its
 // turns on named barrier 1 and hands them over on 2, consumer1 the other way round, both

@@ -117,10 +117,10 @@ def test_persistent_edited_without_its_walk_is_refused():
     """`persistent` set by hand on a plan made without it: no role walks the query blocks
     (Note [The walk over query blocks] in attnc/schedule/walk.py)."""
     plan = _plan("mha", "sm_90a")
-    assert plan.count("}) {programs = {") == 1
+    assert plan.count("}) {ranges = {") == 1
     with pytest.raises(AttncError, match=re.escape("persistent = true on attn.warp_specialize, and role "
                                                    "'producer' has no walk over query blocks")):
-        _lower(plan.replace("}) {programs = {", "}) {persistent = true, programs = {"), "sm_90a")
+        _lower(plan.replace("}) {ranges = {", "}) {persistent = true, ranges = {"), "sm_90a")
 
 
 def test_a_second_run_chooses_afresh_what_it_is_not_given():
@@ -136,7 +136,7 @@ def test_a_second_run_chooses_afresh_what_it_is_not_given():
 def test_persistent_edited_into_a_plan_without_a_producer_is_refused():
     pipeline = pipeline_with("sm_90a", {"attn-warp-specialize": {"producer": 0}}).rsplit(",", 1)[0]
     plan = compile_file("examples/mha.attn", CompileOptions(arch="sm_90a", pass_pipeline=pipeline)).text
-    assert plan.count("}) {programs = {") == 1
+    assert plan.count("}) {ranges = {") == 1
     with pytest.raises(AttncError, match=re.escape("attn-lower-sm90a: persistent = true on attn.warp_specialize; "
                                                    "persistent CTAs are the producer warpgroup's kernel")):
-        _lower(plan.replace("}) {programs = {", "}) {persistent = true, programs = {"), "sm_90a")
+        _lower(plan.replace("}) {ranges = {", "}) {persistent = true, ranges = {"), "sm_90a")

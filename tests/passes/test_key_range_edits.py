@@ -2,9 +2,8 @@
 build as they stand are refused, not silently built as the default: what it takes as
 the kernel's own is checked (`check_key_range` in attnc/backend/wgmma_steps.py), the
 data flow of the steps around the loops is checked, and so is what stands around them
-where a role runs one query block -- its else branch, the ops between its loops (Note
-[Roles followed in full] in attnc/ir/roles.py); of a persistent CTA's roles that stays
-in the digests compared with the plan (Notes [Role programs] and [Role schedules])."""
+-- its else branch, the ops between its loops (Note [Roles followed in full] in
+attnc/ir/roles.py; a persistent CTA's walk: tests/passes/test_walk_edits.py)."""
 import pytest
 from mlir import ir
 from mlir.dialects import arith

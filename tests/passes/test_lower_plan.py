@@ -44,7 +44,7 @@ def test_consumers_must_cover_the_tile():
     # neither edit may be silently dropped
     (('name = "compute", regs = 0 : i64', 'name = "compute", regs = 200 : i64'),
      "the cooperative role 'compute' has a register budget (regs = 200)"),
-    (("}) {programs = {", "}) {pingpong = true, programs = {"),
+    (("}) {ranges = {", "}) {pingpong = true, ranges = {"),
      "pingpong on attn.warp_specialize: sm_80 has no consumer warpgroups to take turns"),
 ])
 def test_a_plan_edited_where_the_lowering_does_not_follow_is_refused(tmp_path, edit, difference):
@@ -135,7 +135,7 @@ def test_pingpong_is_followed_with_its_named_barriers(plans_90):
     assert "bar.sync 1, 256;" in ptx and "bar.arrive 2, 256;" in ptx
     renumbered = _lowered(turns.replace("id = 1 : i64", "id = 3 : i64"), "sm_90a").ptx
     assert "bar.sync 3, 256;" in renumbered and "bar.sync 1, 256;" not in renumbered
-    attribute = ("}) {programs = {", "}) {pingpong = true, programs = {")
+    attribute = ("}) {ranges = {", "}) {pingpong = true, ranges = {")
     with pytest.raises(AttncError, match=re.escape("role 'consumer0' takes named_barrier_sync after its key range "
                                                    "in the kernel, and no turn in this plan")):
         _lowered(plain.replace(*attribute), "sm_90a")

@@ -208,10 +208,10 @@ def test_a_consumer_of_two_warpgroups_is_refused_at_its_role():
 
 def test_persistent_ctas_without_sm90a_are_refused_by_the_recipe():
     """sm_90a's producer plan retargeted to sm_80 with `persistent` (and without the
-    digests, which are not compared when absent): the lowering's plan for it refuses
-    persistent CTAs outside sm_90a's producer plan."""
+    range digests, which are not compared when absent): the lowering's plan for it
+    refuses persistent CTAs outside sm_90a's producer plan."""
     plan = _replaced(_plan("sm_90a", "attn-overlap-gemms"), 'target = "sm_90a"', 'target = "sm_80"')
-    plan = _sub(plan, r"\}\) \{programs = \{[^}]*\}, ranges = \{[^}]*\}, schedules = \{[^}]*\}\}",
+    plan = _sub(plan, r"\}\) \{ranges = \{[^}]*\}\}",
                 "}) {persistent = true}", count=1)
     error = _refused(plan, "sm_80", "attn-lower-sm80")
     assert "persistent CTAs are sm_90a's producer warpgroup's kernel: a plan with a producer role" in error.message

@@ -136,7 +136,7 @@ module {
           gpu.yield
         }) {name = "consumer1", regs = 240 : i64, warps = [8, 9, 10, 11]} : () -> ()
         gpu.yield
-      }) {pingpong = true, programs = {consumer0 = "abd2ed170c3f4d53", consumer1 = "abd2ed170c3f4d53", producer = "c5f2dcdf5449c3b0"}} : () -> ()
+      }) {pingpong = true} : () -> ()
       gpu.yield
     }) {block_m = 128 : i64, block_n = 128 : i64, dims = ["B", "H", "M", "N"], dtype = "bf16", gqa = false, has_mask_mod = false, has_score_mod = false, has_sink = false, head_dim_qk = 128 : i64, head_dim_v = 128 : i64, k_shape = ["B", "H", "N", 128], mask_block_m = 128 : i64, mask_block_n = 128 : i64, mask_digest = "none", mask_kind = "none", num_warps = 12 : i64, outputs = ["o"], param_dtypes = [], param_shapes = [], params = [], q_shape = ["B", "H", "M", 128], q_tiles = 1 : i64, scale = 0.0883883461 : f32, stages = 3 : i64, target = "sm_90a", v_shape = ["B", "H", "N", 128], variant = "mha"} : (tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16>
     return %0 : tensor<?x?x?x128xbf16>
