@@ -5,8 +5,17 @@ and a variant whose score_mod reads 150 per-head params (tests/backend/test_comp
 PARAM_READS). Prints a markdown table: the median of `--rounds` runs of each.
 
     python bench/compile_times.py [--archs sm_80,sm_90a] [--rounds 3] [--only REGEX]
+    python bench/compile_times.py --against ../other-checkout [--only REGEX]
 
 No GPU is used; the times are the machine's it runs on (the results file names it).
+
+Python's bytecode cache is on, as an installed package has it (pip compiles the modules
+when it installs them): the children write it to a folder of their own, which one
+untimed compile fills first, whatever PYTHONDONTWRITEBYTECODE says in the caller's
+environment. With `--no-bytecode-cache` each process compiles attnc's sources again, as
+under PYTHONDONTWRITEBYTECODE=1 without a cache. The machine's speed drifts from one run to
+the next, so `--against` compares with another checkout (`git worktree add DIR COMMIT`) in
+one run, the compiles interleaved.
 """
 from __future__ import annotations
 
@@ -41,12 +50,30 @@ def timed(source: Path, arch: str, out: Path, env: dict) -> float:
     return seconds
 
 
+def environment(root: Path, tmp: Path, bytecode: bool) -> dict:
+    """The children's environment for the compiler checked out at `root`: its sources on
+    PYTHONPATH, Python's bytecode cache in a folder of its own or off."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "runtime"),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(tmp / f"pycache_{abs(hash(str(root)))}_{int(bytecode)}")
+    if not bytecode:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"        # (the folder stays empty: nothing is read)
+    return env
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--archs", default="sm_80,sm_90a")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", default=None, help="a regular expression on the example's name")
+    parser.add_argument("--no-bytecode-cache", action="store_true",
+                        help="every process compiles attnc's Python sources again")
+    parser.add_argument("--against", type=Path, default=None, metavar="CHECKOUT",
+                        help="cold compiles only, interleaved with those of the compiler checked out there "
+                             "(another commit), and with this one's without the bytecode cache")
     args = parser.parse_args()
+    archs = args.archs.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         sources = sorted((ROOT / "examples").glob("*.attn"))
@@ -55,12 +82,32 @@ def main() -> None:
         sources.append(reads)
         if args.only:
             sources = [s for s in sources if re.search(args.only, s.stem)]
-        base = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "runtime"),
-                                                             os.environ.get("PYTHONPATH", "")])}
-        print("| case | target | cold compile (s) | cached compile (s) |")
-        print("| --- | --- | --- | --- |")
+        base = environment(ROOT, tmp, not args.no_bytecode_cache)
+        runs = {"this": (ROOT, base)}
+        if args.against is not None:
+            runs["against"] = (args.against.resolve(), environment(args.against.resolve(), tmp, True))
+            runs["no bytecode"] = (ROOT, environment(ROOT, tmp, False))
+        for root, env in runs.values():                 # fills the bytecode caches
+            for arch in archs:
+                timed(root / "examples" / "mha.attn", arch, tmp / "out", {**env, "ATTNC_DISABLE_CACHE": "1"})
+        if args.against is not None:
+            print(f"| case | target | cold, this (s) | cold, {args.against.name} (s) | cold, this without bytecode "
+                  f"cache (s) |")
+            print("| --- | --- | --- | --- | --- |")
+        else:
+            print("| case | target | cold compile (s) | cached compile (s) |")
+            print("| --- | --- | --- | --- |")
         for source in sources:
-            for arch in args.archs.split(","):
+            for arch in archs:
+                if args.against is not None:
+                    cold = {name: [] for name in runs}
+                    for _ in range(args.rounds):
+                        for name, (root, env) in runs.items():
+                            own = source if source.parent != ROOT / "examples" else root / "examples" / source.name
+                            cold[name].append(timed(own, arch, tmp / "out", {**env, "ATTNC_DISABLE_CACHE": "1"}))
+                    cells = " | ".join(f"{statistics.median(v):.2f}" for v in cold.values())
+                    print(f"| {source.stem} | {arch} | {cells} |", flush=True)
+                    continue
                 cold_env = {**base, "ATTNC_DISABLE_CACHE": "1"}
                 cold = [timed(source, arch, tmp / "out", cold_env) for _ in range(args.rounds)]
                 cached_env = {**base, "ATTNC_DISABLE_CACHE": "0", "ATTNC_CACHE_DIR": str(tmp / f"cache_{arch}")}

@@ -31,10 +31,6 @@ class Program:
     result: int                 # the node the yield returns
     yield_loc: object = None
 
-    @property
-    def num_args(self) -> int:
-        return sum(1 for n in self.nodes if n.op == ARG)
-
 
 def read_region(block) -> Program:
     """The `Program` of an mlir Block ending in a one-operand yield."""

@@ -492,11 +492,6 @@ class ForwardSpec:
         return SmemLayout.interleaved(self.q_tile_bytes, self.k_tile_bytes, self.v_tile_bytes, self.stages, barriers)
 
     @property
-    def tiles_bytes(self) -> int:
-        """Shared memory up to the end of the tiles."""
-        return self.layout.end
-
-    @property
     def smem_bytes(self) -> int:
         """The tiles and the mbarriers after them (Note [Mbarriers as planned])."""
         return self.layout.bytes

@@ -100,11 +100,6 @@ def to_llvm_pipeline(options: PtxOptions) -> str:
 BINARY_PIPELINE = "builtin.module(gpu-module-to-binary{format=isa})"
 
 
-def lowering_pipeline(options: PtxOptions) -> str:
-    """Both halves, for display; `to_ptx` runs `attach_loop_annotations` in between."""
-    return f"{to_llvm_pipeline(options)[:-1]},gpu-module-to-binary{{format=isa}})"
-
-
 def attach_loop_annotations(module: ir.Module) -> int:
     """Note [Loop annotations]: `convert-scf-to-cf` copies an scf.for's
     `llvm.loop_annotation` attribute onto the latch branch as a discardable attribute,

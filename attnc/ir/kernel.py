@@ -177,8 +177,3 @@ def _shape_of(t: ir.Type, q_shape: tuple, name: str) -> tuple:
     sizes = ir.RankedTensorType(t).shape
     named = q_shape[:3]
     return tuple(named) + tuple(sizes[3:]) if name == "o" else tuple(named)
-
-
-def tile_sizes(op: ir.Operation) -> dict[str, int]:
-    """attn-tile's choice on the op: block_m, block_n, stages, num_warps, q_tiles."""
-    return {key: get_int(op, key) for key in ("block_m", "block_n", "stages", "num_warps", "q_tiles")}

@@ -19,8 +19,9 @@ mbarrier: Q's release after a block's last QK^T). attn-verify-pipeline runs thre
 (Note [Key blocks the check runs] in verify.py). attn-overlap-gemms moves the consumers'
 epilogue to the next round where the kernel does (Note [The next block's first QK^T in
 the IR] in walk_ahead.py). The lowering builds the walk as the kernel's own, checks its
-order (`check_walk`) and compares the rest with the plan (Note [The plan the lowerings
-follow]).
+order (`check_walk`) and the rest op by op: what the walk carries and where it starts,
+the previous block's epilogue (Note [The walk followed in full] in
+attnc/backend/role_shell.py).
 """
 from __future__ import annotations
 

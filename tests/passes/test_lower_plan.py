@@ -366,7 +366,7 @@ def test_an_edited_sink_region_is_refused_not_ignored(tmp_path, example, arch, e
 def test_the_cooperative_roles_epilogue_is_checked_op_by_op(tmp_path):
     """Note [Roles followed in full]: sm_90a's cooperative role (docs_sink) waits for
     every copy after its key range; without that wait its epilogue is refused at the
-    finalize, which is no longer compared with the plan's digest."""
+    finalize."""
     plan = _plan(tmp_path, "docs_sink", "sm_90a")
     assert 'name = "compute"' in plan
     lines = plan.splitlines()
