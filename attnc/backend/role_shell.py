@@ -20,6 +20,7 @@ from attnc.ir.ops import cmpi_predicate, int_constant
 from attnc.passes.tile_program import KV_LOOP
 
 NOTE = "Note [Roles followed in full] in attnc/ir/roles.py"
+WALK = "Note [The walk followed in full] in attnc/backend/role_shell.py"
 TURNS = (R.NAMED_BARRIER_SYNC, R.NAMED_BARRIER_ARRIVE)
 # values the kernel computes itself: Q's ring (read once), fills, dims, the key range
 # (Note [The key range as made]) and index arithmetic
@@ -144,7 +145,7 @@ def check_consumer(range_if, bars: dict, pingpong: bool) -> None:
     rest = shell.check_role(first, last)
     if len(rest) != 1:
         raise error_at(rest[1] if rest else shell.loop, f"after its walk a persistent CTA's consumer stores the "
-                                                        f"last round's block, and does nothing else ({NOTE})")
+                                                        f"last round's block, and does nothing else ({WALK})")
     loop = list(shell.loop.results)
     shell.check_finish(rest[0], loop[previous], [loop[p] for p in state], "after the walk")
 
@@ -183,7 +184,7 @@ def check_producer(range_if) -> None:
 def _nothing_after(ops: list, whose: str) -> None:
     if ops:
         raise error_at(ops[0], f"after its walk {whose} of a persistent CTA does nothing else, not {ops[0].name} "
-                               f"(Note [The walk followed in full]; {NOTE})")
+                               f"({WALK})")
 
 
 def _epilogue(range_if, ops: list, role, wait: bool, item=None) -> None:
@@ -225,8 +226,7 @@ class _Walk:
         if loop.parent != role or getattr(rounds, "name", "") != R.WALK_ROUNDS or \
                 int_constant(loop.operands[0]) != 0 or int_constant(loop.operands[2]) != 1:
             raise error_at(loop, f"a persistent CTA's role runs its program once a round, in one scf.for from 0 "
-                                 f"to attn.walk_rounds by 1 in its region (Note [The walk followed in full]; "
-                                 f"{NOTE})")
+                                 f"to attn.walk_rounds by 1 in its region ({WALK})")
         body = loop.regions[0].blocks[0]
         self.index, *self.args = list(body.arguments)
         self.item = _op(walk.operands[0].owner)
@@ -235,11 +235,10 @@ class _Walk:
                 or list(ops[-1].operands) != list(walk.results):
             raise error_at(loop, f"a round of the walk takes its block (attn.walk_block of the round), runs the "
                                  f"program where there is one and carries what it yields on, and does nothing "
-                                 f"else (Note [The walk followed in full]; {NOTE})")
+                                 f"else ({WALK})")
         other = [op.operation for op in walk.regions[1].blocks[0].operations]
         if [op for op in other if not quiet(op)] or list(other[-1].operands) != self.args:
-            raise error_at(other[-1], f"a round without a block carries every value on unchanged (Note [The walk "
-                                      f"followed in full]; {NOTE})")
+            raise error_at(other[-1], f"a round without a block carries every value on unchanged ({WALK})")
         self.yielded = list(walk.regions[0].blocks[0].operations)[-1].operation
         self.range_else = [op.operation for op in range_if.regions[1].blocks[0].operations] \
             if range_if.regions[1].blocks else []
@@ -268,7 +267,7 @@ class _Walk:
                 ("then stores the previous round's block, " if rotated else "")
             raise error_at(found[0] if found else self.range_if,
                            f"where the key range has no step a persistent CTA's role {what}yields the values it "
-                           f"starts from and does nothing else (Note [The walk followed in full]; {NOTE})")
+                           f"starts from and does nothing else ({WALK})")
         return found[-1] if rotated else None
 
     def previous(self, finish):
@@ -282,7 +281,7 @@ class _Walk:
         at = [next((p for p, a in enumerate(self.args) if v is not None and a == v), None) for v in values]
         if None in at:
             raise error_at(finish, f"the previous round's epilogue takes the round, O, m and l the walk carries "
-                                   f"(Note [The walk followed in full]; {NOTE})")
+                                   f"({WALK})")
         return at[0], at[1:]
 
     def check_carried(self, q_ring, previous: int | None = None, state: list | None = None) -> None:
@@ -306,16 +305,14 @@ class _Walk:
             if at not in wanted:
                 raise error_at(self.loop, f"the walk carries the rings (and without ping-pong the previous round, "
                                           f"its O, m and l) from round to round, and nothing else: its value {at} "
-                                          f"is none of those (Note [The walk followed in full]; {NOTE})")
+                                          f"is none of those ({WALK})")
             value, start, what = wanted[at]
             if list(self.yielded.operands)[at] != value:
                 raise error_at(self.yielded, f"the walk carries {what} on from round to round: the round's branch "
-                                             f"yields it as its program leaves it (Note [The walk followed in "
-                                             f"full]; {NOTE})")
+                                             f"yields it as its program leaves it ({WALK})")
             starts = int_constant(inits[at]) == start if isinstance(start, int) else is_fill(inits[at], start)
             if not starts:
-                raise error_at(self.loop, f"the walk starts {what} from {start} (Note [The walk followed in full]; "
-                                          f"{NOTE})")
+                raise error_at(self.loop, f"the walk starts {what} from {start} ({WALK})")
 
     def check_finish(self, op, previous, state: list, where: str) -> None:
         """scf.if `op` is the previous round's epilogue: where that round (`previous`) is
@@ -329,8 +326,7 @@ class _Walk:
             item.name == R.WALK_BLOCK and list(item.operands) == [previous]
         if not ok:
             raise error_at(op, f"{where} a persistent CTA's consumer stores the previous round's block where there "
-                               f"is one (its round >= 0): attn.walk_block of that round, then its epilogue (Note "
-                               f"[The walk followed in full]; {NOTE})")
+                               f"is one (its round >= 0): attn.walk_block of that round, then its epilogue ({WALK})")
         check_epilogue(inner[1:-1], state, self.role, False, NOTE, "the walk's carried values",
                        list(item.results)[1:4])
 
@@ -342,8 +338,7 @@ class _Walk:
         extra = _turns(ops[:at], first, self.role, "before its walk over query blocks")
         if extra:
             raise error_at(extra[0], f"before its walk a persistent CTA's role does nothing but index arithmetic, "
-                                     f"fills and, with ping-pong, consumer1's first hand-over (Note [The walk "
-                                     f"followed in full]; {NOTE})")
+                                     f"fills and, with ping-pong, consumer1's first hand-over ({WALK})")
         return _turns(ops[at + 1:], last, self.role, "after its walk over query blocks")
 
 
