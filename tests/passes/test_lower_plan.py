@@ -341,6 +341,20 @@ def test_ops_reordered_where_the_lowering_does_not_follow_are_refused(tmp_path, 
         _lowered("\n".join(lines), arch)
 
 
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_a_store_at_another_block_is_refused(tmp_path, arch):
+    """O's store edited in a dump to take (h, b, m_block) for its block: the kernels store
+    at the CTA's block, so the edit is refused at the store rather than built as the
+    default (Note [Roles followed in full])."""
+    plan = _plan(tmp_path, "gemma2", arch)
+    old = '"attn.store"(%27#0, %arg3, %arg4, %arg5) {operand = "o"'
+    assert old in plan
+    edited = plan.replace(old, '"attn.store"(%27#0, %arg4, %arg3, %arg5) {operand = "o"')
+    with pytest.raises(AttncError, match=re.escape("the stores take O and the LSE from the finalize, at the "
+                                                   "block's (b, h, m_block)")):
+        _lowered(edited, arch)
+
+
 @pytest.mark.parametrize("example, arch, edit, error", [
     # mha has no sink: its finalize regions yield -inf, alike in both consumer warpgroups
     ("mha", "sm_80", ("0xFF800000", "1.000000e+00"), "the kernel has no sink (has_sink = false), and this finalize's "
