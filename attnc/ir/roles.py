@@ -54,11 +54,6 @@ KV_WRITES = (PUT, SLOT_WRITE)    # where a role hands a tile to a channel (L3, L
 RANGES = "ranges"                # on attn.warp_specialize: each role's range_digest as made
 KEY_RANGE = "key_range"          # on attn.kernel (L2): its key_range_digest as made
 
-# The L3-L5 ops a pass after attn-tile may find in a kernel: none of them is a tile op.
-SCHEDULE_OPS = (WARP_SPECIALIZE, ROLE, CHANNEL, PUT, GET, MBARRIER_INIT, MBARRIER_WAIT, MBARRIER_ARRIVE,
-                MBARRIER_EXPECT_TX, TCGEN05_COMMIT, CP_ASYNC_MBARRIER_ARRIVE, RING_ADVANCE, SLOT_WRITE, SLOT_READ,
-                CP_ASYNC_COMMIT, CP_ASYNC_WAIT, CTA_BARRIER, NAMED_BARRIER_ARRIVE, NAMED_BARRIER_SYNC)
-
 
 def i64(x: int) -> ir.Attribute:
     return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(x))
@@ -304,6 +299,8 @@ def _steps(role: ir.Operation, step) -> list[str]:
 # built as it stands, once attn-verify-pipeline found it sound, or refused at its op;
 # no role is compared with a digest of the plan, but for the bounds of its loops and the
 # tests of its branches (Note [The key range as made]).
+
+
 def built_op_by_op(role: ir.Operation) -> bool:
     """Whether the lowering of `role`'s kernel builds the role op by op, in the order its
     ops stand (sm_80's cooperative role: Notes [Steps op by op] and [The role op by op] in

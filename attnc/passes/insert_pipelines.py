@@ -43,10 +43,7 @@ class InsertPipelines(Pass):
 
 
 def insert(module) -> None:
-    from mlir import ir
-
     from attnc.ir import attention_ops, error_at
-    from attnc.ir import roles as R
     from attnc.ir.roles import mbarrier_ops
     from attnc.passes import plan_ir
     from attnc.schedule.sync_ir import Pipelines
