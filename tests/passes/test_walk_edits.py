@@ -81,6 +81,40 @@ def edit_one_block_store(result):
         store.operands[1], store.operands[2] = h, b
 
 
+def edit_round_without_block(result):
+    """A round without a block yields the producer's K/V ring's stage and phase swapped."""
+    other = list(R.walk_branch(role_of(result, "producer")).regions[1].blocks[0].operations)[-1].operation
+    stage, phase = other.operands[0], other.operands[1]
+    other.operands[0], other.operands[1] = phase, stage
+
+
+def edit_second_walk_block(result):
+    """A second attn.walk_block of the round in the walk's body."""
+    item = R.walk_branch(role_of(result, "producer")).operands[0].owner
+    item.operation.clone(ir.InsertionPoint(item.operation))
+
+
+def _finishes(result, name: str, block) -> ir.Operation:
+    return next(op.operation for op in block.operations if op.operation.name == "scf.if"
+                and op.operation.regions[0].blocks[0].operations[0].operation.name == R.WALK_BLOCK)
+
+
+def edit_range_else_twice(result):
+    """The previous block stored twice where the key range has no step."""
+    for name in ("consumer0", "consumer1"):
+        scf_if = next(op for op in R.walk_branch(role_of(result, name)).regions[0].blocks[0].operations
+                      if op.operation.name == "scf.if").operation
+        finish = _finishes(result, name, scf_if.regions[1].blocks[0])
+        finish.clone(ir.InsertionPoint(finish))
+
+
+def edit_after_walk_twice(result):
+    """The last block stored twice after the walk."""
+    for name in ("consumer0", "consumer1"):
+        finish = _finishes(result, name, R.role_block(role_of(result, name)))
+        finish.clone(ir.InsertionPoint(finish))
+
+
 STORES = "the stores take O and the LSE from the finalize, at the block's (b, h, m_block)"
 
 
@@ -94,6 +128,13 @@ STORES = "the stores take O and the LSE from the finalize, at the block's (b, h,
     (edit_pingpong_head, "persistent=true pingpong=true", "the finalize takes O, m and l from the scf.if over the "
                                                           "key range, and the block's head"),
     (edit_one_block_store, "", STORES),
+    (edit_round_without_block, "persistent=true", "a round without a block carries every value on unchanged"),
+    (edit_second_walk_block, "persistent=true", "a round of the walk takes its block (attn.walk_block of the "
+                                                "round), runs the program where there is one"),
+    (edit_range_else_twice, "persistent=true", "where the key range has no step a persistent CTA's role releases "
+                                               "Q's slot, at Q's ring, then stores the previous round's block"),
+    (edit_after_walk_twice, "persistent=true", "after its walk a persistent CTA's consumer stores the last round's "
+                                               "block, and does nothing else"),
 ])
 def test_an_edit_of_the_walk_is_refused(edit, options, message):
     result = plan("mha", options)
