@@ -139,6 +139,7 @@ def check_consumer(range_if, bars: dict, pingpong: bool) -> None:
     finish = shell.check_range_else(q_empty, q_ring, rotated=True)
     previous, state = shell.previous(finish)
     shell.check_carried(q_ring, previous, state)
+    shell.check_finish(finish, shell.args[previous], [shell.args[p] for p in state], "where the key range has no step")
     for op in R.ops_in(range_if.regions[0].blocks[0], ("scf.if",)):
         if finishes_previous(op):
             shell.check_finish(op, shell.args[previous], [shell.args[p] for p in state], "in a block's first step")

@@ -109,6 +109,17 @@ def edit_range_else_twice(result):
         finish.clone(ir.InsertionPoint(finish))
 
 
+def edit_range_else_store_block(result):
+    """Where the key range has no step, the previous block stored at (m_block, h, b)."""
+    for name in ("consumer0", "consumer1"):
+        scf_if = next(op for op in R.walk_branch(role_of(result, name)).regions[0].blocks[0].operations
+                      if op.operation.name == "scf.if").operation
+        store = next(op.operation for op in _finish(scf_if.regions[1].blocks[0]).regions[0].blocks[0].operations
+                     if op.operation.name == "attn.store")
+        b, m_block = store.operands[1], store.operands[3]
+        store.operands[1], store.operands[3] = m_block, b
+
+
 def edit_after_walk_twice(result):
     """The last block stored twice after the walk."""
     for name in ("consumer0", "consumer1"):
@@ -134,6 +145,7 @@ STORES = "the stores take O and the LSE from the finalize, at the block's (b, h,
                                                 "round), runs the program where there is one"),
     (edit_range_else_twice, "persistent=true", "where the key range has no step a persistent CTA's role releases "
                                                "Q's slot, at Q's ring, then stores the previous round's block"),
+    (edit_range_else_store_block, "persistent=true", STORES),
     (edit_after_walk_twice, "persistent=true", "after its walk a persistent CTA's consumer stores the last round's "
                                                "block, and does nothing else"),
 ])
