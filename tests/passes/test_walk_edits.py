@@ -25,13 +25,17 @@ def top_ops(result, name: str) -> list[ir.Operation]:
     return [op.operation for op in R.role_block(role_of(result, name)).operations]
 
 
+def _store_at_m_block_h_b(finish) -> None:
+    """O's store in the previous block's epilogue `finish` takes (m_block, h, b)."""
+    store = next(op.operation for op in finish.regions[0].blocks[0].operations if op.operation.name == "attn.store")
+    b, m_block = store.operands[1], store.operands[3]
+    store.operands[1], store.operands[3] = m_block, b
+
+
 def edit_last_store_block(result):
     """The last round's O stored at (m_block, h, b) rather than (b, h, m_block)."""
     for name in ("consumer0", "consumer1"):
-        finish = [op for op in top_ops(result, name) if op.name == "scf.if"][-1]
-        store = next(op.operation for op in finish.regions[0].blocks[0].operations if op.operation.name == "attn.store")
-        b, m_block = store.operands[1], store.operands[3]
-        store.operands[1], store.operands[3] = m_block, b
+        _store_at_m_block_h_b([op for op in top_ops(result, name) if op.name == "scf.if"][-1])
 
 
 def edit_previous_start(result):
@@ -100,24 +104,24 @@ def _finish(block) -> ir.Operation:
                 and op.operation.regions[0].blocks[0].operations[0].operation.name == R.WALK_BLOCK)
 
 
+def _range_else_finish(result, name: str) -> ir.Operation:
+    """Role `name`'s previous block's epilogue where the key range has no step."""
+    scf_if = next(op for op in R.walk_branch(role_of(result, name)).regions[0].blocks[0].operations
+                  if op.operation.name == "scf.if").operation
+    return _finish(scf_if.regions[1].blocks[0])
+
+
 def edit_range_else_twice(result):
     """The previous block stored twice where the key range has no step."""
     for name in ("consumer0", "consumer1"):
-        scf_if = next(op for op in R.walk_branch(role_of(result, name)).regions[0].blocks[0].operations
-                      if op.operation.name == "scf.if").operation
-        finish = _finish(scf_if.regions[1].blocks[0])
+        finish = _range_else_finish(result, name)
         finish.clone(ir.InsertionPoint(finish))
 
 
 def edit_range_else_store_block(result):
     """Where the key range has no step, the previous block stored at (m_block, h, b)."""
     for name in ("consumer0", "consumer1"):
-        scf_if = next(op for op in R.walk_branch(role_of(result, name)).regions[0].blocks[0].operations
-                      if op.operation.name == "scf.if").operation
-        store = next(op.operation for op in _finish(scf_if.regions[1].blocks[0]).regions[0].blocks[0].operations
-                     if op.operation.name == "attn.store")
-        b, m_block = store.operands[1], store.operands[3]
-        store.operands[1], store.operands[3] = m_block, b
+        _store_at_m_block_h_b(_range_else_finish(result, name))
 
 
 def edit_after_walk_twice(result):
