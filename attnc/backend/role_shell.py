@@ -16,7 +16,7 @@ import math
 from attnc.backend.kv_steps import block_of, check_epilogue, is_fill
 from attnc.ir import error_at
 from attnc.ir import roles as R
-from attnc.ir.ops import cmpi_predicate, int_constant
+from attnc.ir.ops import cmpi_predicate, defining_op, int_constant
 from attnc.passes.tile_program import KV_LOOP
 
 NOTE = "Note [Roles followed in full] in attnc/ir/roles.py"
@@ -174,7 +174,7 @@ def check_producer(range_if) -> None:
              f"before it loads Q ({NOTE})"
     if wait is None:
         raise error_at(range_if, wanted)
-    flip = _op(wait.operands[2].owner)
+    flip = defining_op(wait.operands[2])
     phase = flip.operands[0] if getattr(flip, "name", "") == "arith.xori" else None
     q_ring = shell.q_ring(before, [wait.operands[1], phase], wanted)
     shell.check_range_else([], q_ring)
@@ -223,14 +223,14 @@ class _Walk:
     def __init__(self, role, walk, range_if):
         self.role, self.walk, self.range_if = role, walk, range_if
         self.loop = loop = walk.parent
-        rounds = _op(loop.operands[1].owner)
+        rounds = defining_op(loop.operands[1])
         if loop.parent != role or getattr(rounds, "name", "") != R.WALK_ROUNDS or \
                 int_constant(loop.operands[0]) != 0 or int_constant(loop.operands[2]) != 1:
             raise error_at(loop, f"a persistent CTA's role runs its program once a round, in one scf.for from 0 "
                                  f"to attn.walk_rounds by 1 in its region ({WALK})")
         body = loop.regions[0].blocks[0]
         self.index, *self.args = list(body.arguments)
-        self.item = _op(walk.operands[0].owner)
+        self.item = defining_op(walk.operands[0])
         ops = [op.operation for op in body.operations]
         if [op for op in ops if not quiet(op)] != [self.item, walk] or list(self.item.operands) != [self.index] \
                 or list(ops[-1].operands) != list(walk.results):
@@ -274,7 +274,7 @@ class _Walk:
     def previous(self, finish):
         """(the position of the previous round, those of its O, m and l) among the walk's
         carried values, as the previous block's epilogue `finish` takes them."""
-        test = _op(finish.operands[0].owner)
+        test = defining_op(finish.operands[0])
         inner = [op.operation for op in finish.regions[0].blocks[0].operations]
         finalize = next((op for op in inner if op.name == "attn.finalize"), None)
         values = [test.operands[0] if getattr(test, "name", "") == "arith.cmpi" else None,
@@ -319,7 +319,7 @@ class _Walk:
         """scf.if `op` is the previous round's epilogue: where that round (`previous`) is
         one (>= 0), its block (attn.walk_block of it), the finalize of `state` (its O, m
         and l), O's store and the LSE's at that block."""
-        test = _op(op.operands[0].owner) if op.name == "scf.if" else None
+        test = defining_op(op.operands[0]) if op.name == "scf.if" else None
         inner = [o.operation for o in op.regions[0].blocks[0].operations] if test is not None else []
         item = inner[0] if inner else None
         ok = getattr(test, "name", "") == "arith.cmpi" and cmpi_predicate(test) == "sge" and \
@@ -341,7 +341,3 @@ class _Walk:
             raise error_at(extra[0], f"before its walk a persistent CTA's role does nothing but index arithmetic, "
                                      f"fills and, with ping-pong, consumer1's first hand-over ({WALK})")
         return _turns(ops[at + 1:], last, self.role, "after its walk over query blocks")
-
-
-def _op(owner):
-    return getattr(owner, "operation", owner)
