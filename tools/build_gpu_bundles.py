@@ -130,13 +130,13 @@ def rewrite_example(text: str, dtype: str, d_qk: int, d_v: int) -> str:
 
 
 # Every example runs a second time with the kernel choices attn-kernel-choices did not make
-# (ForwardSpec.blocks_per_cta, .interval_test_form, .exp2_on_fma, and in the
-# producer warpgroup's kernel .persistent_ctas): the other number of query blocks per
+# (q_blocks_per_cta, interval_test, exp2_fma, and in the producer warpgroup's kernel
+# attn-warp-specialize's persistent): the other number of query blocks per
 # CTA (the producer warpgroup's kernel runs one: there, the other persistence), a
 # row-interval test other than the default "bits" ("range" for bf16, "pair" for f16),
 # and exponentials on the FMA pipe (4 of 8) where the default has none, so that each
 # code path meets the reference on the GPU whatever the defaults are. The builder
-# resolves them from the default spec (`other_choices`).
+# reads the defaults from the default pipeline's IR (`default_choices`, `other_choices`).
 OTHER_INTERVAL_TEST = {"bf16": "range", "f16": "pair"}
 # A documents example also runs with the key ranges found the other way (Note [Ranges
 # from the runs] in attnc/backend/run_ranges.py: the tile table's runs or a block map,
@@ -148,24 +148,38 @@ RANGES_BOTH_WAYS = ("docs_sink",)
 TILES_LAST = ("alibi", "docs_sink", "sliding_window")
 
 
-def tiles_last_choices(spec) -> dict:
+def default_choices(source: str, filename: str, arch: str) -> dict:
+    """What the default pipeline chose for `source`: attn-kernel-choices' choices as it
+    recorded them on the kernel's ops, and the plan's producer warpgroup and persistence."""
+    from attnc.driver import CompileOptions, compile_mlir
+    from attnc.ir import attention_ops
+    from attnc.passes import kernel_choices, plan_ir
+    from attnc.passes.pipelines import LOWERING
+
+    result = compile_mlir(source, filename, CompileOptions(arch=arch))     # holds the module the ops live in
+    kernel = attention_ops(result.module)[0]
+    plan = plan_ir.followed_plan(kernel, LOWERING[arch])
+    return {**kernel_choices.read(kernel), "producer": plan.producer, "persistent": plan.persistent}
+
+
+def tiles_last_choices(default: dict) -> dict:
     """The pipeline's options (attn-kernel-choices', attn-warp-specialize's) for a `_tiles`
-    bundle of `spec`'s example."""
+    bundle of an example whose default choices are `default`."""
     choices = {"tiles_last": True}
-    if spec.warp_specialized:
+    if default["producer"]:
         choices["producer"] = False
-    elif spec.blocks_per_cta != 1:
+    elif default["q_blocks_per_cta"] != 1:
         choices["q_blocks_per_cta"] = 1
     return choices
 
 
-def other_choices(spec, dtype: str) -> dict:
+def other_choices(default: dict, dtype: str) -> dict:
     """The pipeline's options (attn-kernel-choices', and attn-warp-specialize's `persistent`)
-    that differ from what the defaults chose for `spec`."""
-    shared = {"interval_test": OTHER_INTERVAL_TEST[dtype], "exp2_fma": 0 if spec.exp2_on_fma else 4}
-    if spec.warp_specialized:
-        return {"persistent": not spec.persistent_ctas, **shared}
-    return {"q_blocks_per_cta": 3 - spec.blocks_per_cta, **shared}
+    that differ from the `default` choices."""
+    shared = {"interval_test": OTHER_INTERVAL_TEST[dtype], "exp2_fma": 0 if default["exp2_fma"] else 4}
+    if default["producer"]:
+        return {"persistent": not default["persistent"], **shared}
+    return {"q_blocks_per_cta": 3 - default["q_blocks_per_cta"], **shared}
 
 
 def example_jobs() -> list[Job]:
@@ -432,13 +446,11 @@ def build_one(job: Job, out: str) -> dict:
     entry = {"suite": job.suite, "name": job.name, **job.meta}
     start = time.perf_counter()
     try:
+        flips = job.meta.get("flip_ranges") or job.meta.get("other_choices") or job.meta.get("tiles_last")
+        default = default_choices(job.source, f"{job.name}.attn", job.arch) if flips else None
         if job.meta.get("flip_ranges"):
-            from attnc.backend.lowering import lowering_from_ir
-            default = lowering_from_ir(compile_mlir(job.source, f"{job.name}.attn", CompileOptions(arch=job.arch)))
-            entry["pipeline"] = pipeline_with(job.arch, {CHOICES_PASS: {"run_ranges": default.blockmap.built}})
+            entry["pipeline"] = pipeline_with(job.arch, {CHOICES_PASS: {"run_ranges": not default["run_ranges"]}})
         if job.meta.get("other_choices") or job.meta.get("tiles_last"):
-            from attnc.backend.lowering import spec_from_ir
-            default = spec_from_ir(compile_mlir(job.source, f"{job.name}.attn", CompileOptions(arch=job.arch)))
             entry["choices"] = (other_choices(default, job.meta["dtype"]) if job.meta.get("other_choices")
                                 else tiles_last_choices(default))
             entry["pipeline"] = pipeline_with_options(job.arch, entry["choices"])
@@ -458,8 +470,8 @@ def build_one(job: Job, out: str) -> dict:
         return {**entry, "refused": str(e), "crashed": False, "source": job.source}
     except Exception:               # an internal compiler error: reported, never dropped
         return {**entry, "refused": traceback.format_exc(limit=-8), "crashed": True, "source": job.source}
-    spec = art.spec
-    entry.update(path=job.name, block=[spec.block_m, spec.block_n, spec.num_warps],
+    made = manifest["specialization"]
+    entry.update(path=job.name, block=[made["block_m"], made["block_n"], made["num_warps"]],
                  bytes=sum(len(b) for b in files.values()),
                  seconds=round(time.perf_counter() - start, 2))
     return entry
