@@ -1,15 +1,21 @@
-"""Standalone GPU check of the sm_80 kernel generator (not collected by pytest).
+"""Standalone GPU check of sm_80 kernels no GPU suite builds (not collected by pytest).
 
 Build here (MLIR machine):   python tests/backend/sm80_gpu_check.py build [OUT]
-Run there (GPU, torch):      python3 tests/backend/sm80_gpu_check.py run [check|time|all] [OUT]
+Run there (GPU, torch):      python3 tests/backend/sm80_gpu_check.py run [OUT]
 
-`build` compiles the default specs of several head dims/dtypes/masks plus hook-driven
-variants (sliding window + softcap, peeled and per-block `tile_partial`), S = 1 and 3, to
-PTX (sm_80) and to sm_90 cubins with nvJitLink (an sm_80 cubin does not load on SM90),
-and writes OUT/index.json with each kernel's ABI. `run` loads them with
-cuda.bindings.driver (cubin, or the PTX through the driver JIT), compares with a float32
-torch reference (o and lse) and times against torch SDPA (flash and cuDNN backends) at
-M = N = 4096, B = 8, H = 16. OUT defaults to .bundles/sm80dev (git-ignored).
+`build` compiles the `.attn` variants of CASES through the sm_80 pipeline (attnc.testing
+.build_with, with their attn-tile options) to PTX and to sm_90 cubins with nvJitLink (an
+sm_80 cubin does not load on SM90), and writes OUT/index.json with each kernel's manifest
+entry. `run` loads them with cuda.bindings.driver (the cubin, or the PTX through the
+driver JIT) and compares o and lse with a float32 torch reference at ragged sizes, GQA,
+MQA, one query row, and Q, K, V stored as [B, rows, heads, d] (strides of a transposed
+view). OUT defaults to .bundles/sm80dev (git-ignored).
+
+The GPU suites (tools/build_gpu_bundles.py) cover the rest: the default kernels of every
+head dim, dtype and causal mask (sm80_matrix), three K/V stages (schedules), the hooks
+(examples, property). CASES are what none of them holds: a head dim pair and an f32 O
+outside the property generator's, one K/V stage, and a window short enough to cut keys
+at the suites' sizes, with a softcap.
 """
 from __future__ import annotations
 
@@ -20,93 +26,57 @@ import sys
 
 OUT = ".bundles/sm80dev"
 WINDOW, CAP = 100, 30.0
+BOTTOM_RIGHT = "j <= i + (N - M)"
+
+
+def window_softcap_source(dtype: str, d: int) -> str:
+    """A causal window of WINDOW keys with a softcap of CAP, and the LSE (test_sm80.py
+    compiles it too)."""
+    return source("window_softcap", dtype, d, d, f"j <= i and i - j < {WINDOW}",
+                  score_mod=f"{CAP} * tanh(s / {CAP})")
+
+
+def source(name: str, dtype: str, d: int, d_v: int, mask: str, score_mod: str | None = None,
+           out: str | None = None) -> str:
+    hooks = (f"  score_mod(s, b, h, i, j) = {score_mod}\n" if score_mod else "") + \
+        f"  mask_mod(b, h, i, j) = {mask}\n"
+    return (f"attention {name} {{\n  q: {dtype}[B, H, M, {d}]\n  k: {dtype}[B, HKV, N, {d}]\n"
+            f"  v: {dtype}[B, HKV, N, {d_v}]\n{hooks}  out o: {out or dtype}[B, H, M, {d_v}]\n"
+            f"  out lse: f32[B, H, M]\n}}\n")
+
+
+# name: (source, attn-tile options, the reference's mask)
+CASES = {
+    "f16_d96_dv128_f32": (source("f16_d96_dv128_f32", "f16", 96, 128, "j <= i", out="f32"), {}, "causal"),
+    "bf16_d64_dv256_br": (source("bf16_d64_dv256_br", "bf16", 64, 256, BOTTOM_RIGHT), {}, "causal_bottom_right"),
+    "f16_d128_s1_br": (source("f16_d128_s1_br", "f16", 128, 128, BOTTOM_RIGHT), dict(stages=1, block_n=32),
+                       "causal_bottom_right"),
+    "window_softcap_f16_d64": (window_softcap_source("f16", 64), dict(block_m=64, block_n=32), "window_softcap"),
+    "window_softcap_bf16_d128": (window_softcap_source("bf16", 128), dict(block_n=32), "window_softcap"),
+}
 
 
 # ---------------------------------------------------------------- build (needs MLIR)
 
-def window_softcap_hooks():
-    """Spec fields of a sliding window of WINDOW keys with a softcap of CAP: `peeled`
-    (the range's partial blocks at both ends, known) and `asked` (no block known full,
-    tile_partial asked about each). test_sm80.py compiles them too."""
-    from mlir.dialects import math as mmath
-    from attnc.backend.mask_hooks import KvRange
-
-    def window_kv_range(e, c):
-        r0 = e.mul(c.m_block, c.block_m)
-        hi = e.clamp(e.cdiv(e.min(e.add(r0, c.block_m), c.M), c.block_n), 0, e.cdiv(c.N, c.block_n))
-        lo = e.div(e.max(e.sub(r0, WINDOW - 1), 0), c.block_n)
-        full_lo = e.cdiv(e.max(e.add(r0, c.block_m - WINDOW), 0), c.block_n)
-        return KvRange(lo, full_lo, e.div(e.add(r0, 1), c.block_n), hi)
-
-    def keep(e, b, h, i, j):
-        return e.land(e.le(j, i), e.lt(e.sub(i, j), WINDOW))
-
-    def softcap(e, s, b, h, i, j):
-        return e.fmul(mmath.tanh(e.fmul(s, 1 / CAP)), CAP)
-
-    def whole_range(e, c):          # no block known full: tile_partial is asked about each
-        r = window_kv_range(e, c)
-        return KvRange(r.lo, r.lo, r.lo, r.hi)
-
-    def tile_partial(e, c, n_block):
-        r = window_kv_range(e, c)
-        return e.or_(e.ge(n_block, r.full_hi), e.lt(n_block, r.full_lo))
-
-    peeled = dict(kv_range=window_kv_range, keep=keep, score_mod=softcap)
-    asked = dict(kv_range=whole_range, keep=keep, score_mod=softcap, tile_partial=tile_partial)
-    return peeled, asked
-
-
 def build(out: str) -> None:
-    from mlir import ir
-    from attnc.backend import cubin, ptx
-    from attnc.backend.kernel_module import build_kernel_module
-    from attnc.backend.kernel_spec import ForwardSpec, default_forward_spec
+    from attnc.backend import cubin
+    from attnc.testing import build_with
 
-    peeled, asked = window_softcap_hooks()
-    defaults = {
-        "def_f16_d64": ("f16", 64, 64, {}),
-        "def_bf16_d96_br": ("bf16", 96, 96, dict(mask="causal_bottom_right", with_lse=True)),
-        "def_f16_d128": ("f16", 128, 128, {}),
-        "def_bf16_d128_causal": ("bf16", 128, 128, dict(mask="causal", with_lse=True)),
-        "def_f16_d256": ("f16", 256, 256, dict(with_lse=True)),
-        "def_f16_d96_dv128_f32": ("f16", 96, 128, dict(out_dtype="f32", with_lse=True, mask="causal")),
-        "def_bf16_d64_dv256": ("bf16", 64, 256, dict(mask="causal_bottom_right", with_lse=True)),
-        "t_def_d128": ("f16", 128, 128, {}),
-        "t_def_d128_causal": ("f16", 128, 128, dict(mask="causal")),
-        "t_def_d64": ("f16", 64, 64, {}),
-        "t_def_d96": ("f16", 96, 96, {}),
-        "t_def_d256": ("f16", 256, 256, {}),
-    }
-    specs = {name: default_forward_spec(dt, d, dv, symbol=f"fwd_{name}", **kw)
-             for name, (dt, d, dv, kw) in defaults.items()}
-    specs.update({
-        "window_softcap_f16_d64": ForwardSpec("f16", 64, 64, block_m=64, block_n=32, with_lse=True,
-                                                 symbol="fwd_window_softcap", **peeled),
-        "window_softcap_tile_partial_bf16_d128": ForwardSpec(
-            "bf16", 128, 128, block_m=128, block_n=32, with_lse=True, symbol="fwd_window_tp", **asked),
-        "f16_d64_s3": ForwardSpec("f16", 64, 64, block_m=64, block_n=64, stages=3, mask="causal",
-                                     with_lse=True, symbol="fwd_s3"),
-        "f16_d128_s1_br": ForwardSpec("f16", 128, 128, block_m=128, block_n=32, stages=1,
-                                         mask="causal_bottom_right", with_lse=True, symbol="fwd_s1"),
-    })
     os.makedirs(out, exist_ok=True)
     index = {}
-    for name, spec in specs.items():
-        with ir.Context():
-            module, abi = build_kernel_module(spec)
-            text = ptx.to_ptx(module, "sm_80")
-        sm80 = cubin.resource_usage(text, "sm_80")[spec.symbol]
-        sm90 = cubin.ptx_to_cubin(text, "sm_90")
+    for name, (text, options, ref) in CASES.items():
+        art = build_with(text, f"{name}.attn", "sm_80", **options)
+        kernel = art.manifest["kernels"][-1]
+        sm80 = cubin.resource_usage(art.ptx, "sm_80")[kernel["symbol"]]
+        sm90 = cubin.ptx_to_cubin(art.ptx, "sm_90")
         with open(os.path.join(out, f"{name}.ptx"), "w") as f:
-            f.write(text)
+            f.write(art.ptx)
         with open(os.path.join(out, f"{name}.sm_90.cubin"), "wb") as f:
             f.write(sm90.cubin)
-        index[name] = dict(abi.manifest_kernel(name), specialization=abi.specialization,
-                           ref="window_softcap" if "window" in name else spec.mask,
+        index[name] = dict(kernel, specialization=art.manifest["specialization"], ref=ref,
                            sm80_registers=sm80.registers, sm80_spill_bytes=sm80.spill_stores + sm80.spill_loads)
         print(f"{name:40s} sm_80: {sm80.registers} registers, {sm80.spill_stores}/{sm80.spill_loads} "
-              f"bytes spilled, smem {abi.dynamic_smem_bytes}", flush=True)
+              f"bytes spilled, smem {kernel['dynamic_smem_bytes']}", flush=True)
     with open(os.path.join(out, "index.json"), "w") as f:
         json.dump(index, f, indent=1)
 
@@ -142,7 +112,7 @@ class Runner:
         return self.modules[(name, use_ptx)][1]
 
     def launch(self, name: str, tensors: dict, dims: dict, use_ptx: bool = False) -> None:
-        """Arguments built from the ABI exactly as the runtime would."""
+        """Arguments built from the manifest entry exactly as the runtime would."""
         k = self.index[name]
         values = []
         for p in k["params"]:
@@ -166,13 +136,12 @@ class Runner:
 
     def reference(self, q, k, v, ref: str, scale: float):
         torch = self.torch
-        H, M, N = q.shape[1], q.shape[2], k.shape[2]
-        group = H // k.shape[1]
+        M, N = q.shape[2], k.shape[2]
+        group = q.shape[1] // k.shape[1]
         s = q.float() @ k.float().repeat_interleave(group, 1).transpose(-1, -2) * scale
         i = torch.arange(M, device=q.device)[:, None]
         j = torch.arange(N, device=q.device)[None, :]
-        keep = {"none": torch.ones_like(i * j, dtype=torch.bool), "causal": j <= i,
-                "causal_bottom_right": j <= i + N - M,
+        keep = {"causal": j <= i, "causal_bottom_right": j <= i + N - M,
                 "window_softcap": (j <= i) & (i - j < WINDOW)}[ref]
         if ref == "window_softcap":
             s = CAP * torch.tanh(s / CAP)
@@ -203,70 +172,31 @@ class Runner:
         tol = 2e-2 if "bf16" in (sp["dtype"], sp["out_dtype"]) else 4e-3
         ok = err <= tol and not torch.isnan(o).any().item()
         line = f"{name:40s} B={B} H={H} HKV={HKV} M={M} N={N} strided={strided} ptx={use_ptx}: max|o-ref|={err:.2e}"
-        if sp["with_lse"]:
-            finite = torch.isfinite(rlse)
-            lerr = (lse[finite] - rlse[finite]).abs().max().item() if finite.any() else 0.0
-            empty_ok = bool((lse[~finite] == float("-inf")).all().item())
-            ok = ok and lerr <= 1e-3 and empty_ok
-            line += f" max|lse-ref|={lerr:.2e} empty rows={int((~finite).sum())} (lse -inf: {empty_ok})"
+        finite = torch.isfinite(rlse)
+        lerr = (lse[finite] - rlse[finite]).abs().max().item() if finite.any() else 0.0
+        empty_ok = bool((lse[~finite] == float("-inf")).all().item())
+        ok = ok and lerr <= 1e-3 and empty_ok
+        line += f" max|lse-ref|={lerr:.2e} empty rows={int((~finite).sum())} (lse -inf: {empty_ok})"
         print(("ok   " if ok else "FAIL ") + line, flush=True)
         return ok
 
-    def bench(self, fn, iters=20) -> float:
-        torch = self.torch
-        for _ in range(3):
-            fn()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) / iters
 
-    def time(self, name, B=8, H=16, M=4096, N=4096, use_ptx=False) -> None:
-        torch = self.torch
-        import torch.nn.functional as F
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        sp = self.index[name]["specialization"]
-        d, causal = sp["head_dim_qk"], sp["mask"] == "causal"
-        q, k, v = (torch.randn(B, H, L, d, device="cuda", dtype=torch.float16) for L in (M, N, N))
-        o = torch.empty_like(q)
-        ms = self.bench(lambda: self.launch(name, dict(q=q, k=k, v=v, o=o), dict(B=B, H=H, HKV=H, M=M, N=N), use_ptx))
-        err = (o.float() - F.scaled_dot_product_attention(q, k, v, is_causal=causal).float()).abs().max().item()
-        flops = 4 * B * H * M * N * d / (2 if causal else 1)
-        peers = []
-        for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION):
-            with sdpa_kernel(backend):
-                t = self.bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
-            peers.append(f"{backend.name} {t:.3f} ms ({flops / t / 1e9:.0f} TFLOP/s)")
-        print(f"TIME {name}{' (PTX JIT)' if use_ptx else ''} B={B} H={H} M={M} N={N} d={d} causal={causal}: "
-              f"ours {ms:.3f} ms ({flops / ms / 1e9:.0f} TFLOP/s), max|o-sdpa|={err:.2e}; " + ", ".join(peers),
-              flush=True)
-
-
-def run(what: str, out: str) -> int:
+def run(out: str) -> int:
     r = Runner(out)
     print(r.torch.cuda.get_device_name(), "torch", r.torch.__version__, flush=True)
-    failures = 0
-    if what in ("check", "all"):
-        shapes = [dict(B=2, H=4, HKV=4, M=257, N=300), dict(B=1, H=8, HKV=2, M=1000, N=1000, strided=True),
-                  dict(B=2, H=4, HKV=1, M=1, N=777), dict(B=1, H=2, HKV=2, M=333, N=64),
-                  dict(B=1, H=2, HKV=1, M=17, N=17, use_ptx=True)]
-        for name in (n for n in r.index if not n.startswith("t_")):
-            failures += sum(not r.check(name, **shape) for shape in shapes)
-        print(f"{failures} failures", flush=True)
-    if what in ("time", "all"):
-        for name in (n for n in r.index if n.startswith("t_")):
-            r.time(name)
-        r.time("t_def_d128", use_ptx=True)
+    shapes = [dict(B=2, H=4, HKV=4, M=257, N=300), dict(B=1, H=8, HKV=2, M=1000, N=1000, strided=True),
+              dict(B=2, H=4, HKV=1, M=1, N=777), dict(B=1, H=2, HKV=2, M=333, N=64),
+              dict(B=1, H=2, HKV=1, M=17, N=17, use_ptx=True)]
+    failures = sum(not r.check(name, **shape) for name in r.index for shape in shapes)
+    print(f"{failures} failures", flush=True)
     return 1 if failures else 0
 
 
 if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else "run"
+    folder = sys.argv[2] if len(sys.argv) > 2 else OUT
     if mode == "build":
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-        build(sys.argv[2] if len(sys.argv) > 2 else OUT)
+        build(folder)
     else:
-        sys.exit(run(sys.argv[2] if len(sys.argv) > 2 else "all", sys.argv[3] if len(sys.argv) > 3 else OUT))
+        sys.exit(run(folder))

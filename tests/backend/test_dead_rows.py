@@ -4,27 +4,39 @@ numerics run on a GPU: every example and property variant of such a kernel takes
 (tests/gpu), and bench/ab_bundles.py compares it bit for bit with the kernel without it."""
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
 import pytest
 
-from attnc.backend.kernel_spec import ForwardSpec
-from attnc.backend.spec_checks import SpecError
+from attnc.driver import CompileOptions, compile_mlir
 from attnc.errors import AttncError
-from attnc.testing import build_with, kernel_ptx
+from attnc.ir import attention_ops, get_int
+from attnc.passes import kernel_choices
+from attnc.passes.pipelines import pipeline_with_options
+from attnc.testing import build_with, kernel_ptx, variant_source
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-D128 = dict(dtype="bf16", head_dim_qk=128, head_dim_v=128, block_m=128, block_n=64, num_warps=4)
-
-
-def interval(e, b, h, i):
-    return None, i
+WINDOW = (EXAMPLES / "sliding_window.attn").read_text()     # a row interval; d = 128: 128x64 tiles on sm_80
+MHA = (EXAMPLES / "mha.attn").read_text()                   # no mask: no interval
 
 
 def window(arch: str = "sm_80", **options):
     """The sliding_window example (d = 128: 128x64 tiles on sm_80, two 16-row tiles a warp)."""
-    return build_with((EXAMPLES / "sliding_window.attn").read_text(), "sliding_window.attn", arch, **options)
+    return build_with(WINDOW, "sliding_window.attn", arch, **options)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(source: str, arch: str, options: tuple):
+    pipeline = pipeline_with_options(arch, dict(options))
+    return compile_mlir(source, "v.attn", CompileOptions(arch=arch, pass_pipeline=pipeline))
+
+
+def chosen(source: str, arch: str = "sm_80", **options) -> tuple[bool, int, int]:
+    """dead_rows as attn-kernel-choices records it, with the tiles (block_m, block_n)."""
+    op = attention_ops(_compiled(source, arch, tuple(sorted(options.items()))).module)[0]
+    return kernel_choices.read(op)["dead_rows"], get_int(op, "block_m"), get_int(op, "block_n")
 
 
 def mma_count(built) -> int:
@@ -32,24 +44,27 @@ def mma_count(built) -> int:
 
 
 def test_on_by_default_where_a_warp_holds_two_tiles_and_the_mask_a_row_interval():
-    assert ForwardSpec(**D128, row_interval=interval).check().skips_dead_rows
-    assert ForwardSpec(**D128, row_interval=interval).check().atom_rows == 64
-    assert not ForwardSpec(**D128).check().skips_dead_rows                           # no interval
-    assert ForwardSpec(**D128).check().atom_rows == 16
-    d64_128x128 = {**D128, "head_dim_qk": 64, "head_dim_v": 64, "block_n": 128}
-    assert not ForwardSpec(**d64_128x128, row_interval=interval).check().skips_dead_rows
-    assert ForwardSpec(**d64_128x128, row_interval=interval, dead_rows=True).check().skips_dead_rows
-    for fields in (dict(block_m=64), dict(stages=1), dict(dead_rows=False), dict(target="sm_90a", block_m=64)):
-        assert not ForwardSpec(**{**D128, "row_interval": interval, **fields}).check().skips_dead_rows
+    assert chosen(WINDOW) == (True, 128, 64)
+    assert chosen(MHA, block_n=64) == (False, 128, 64)                      # no interval
+    # Key blocks as long as the query block: off by default, on where asked.
+    window_d64 = variant_source("v", 64, mask="j <= i and i - j < 1024")
+    assert chosen(window_d64) == (False, 128, 128)
+    assert chosen(window_d64, dead_rows="true") == (True, 128, 128)
+    for arch, options in (("sm_80", dict(block_m=64)), ("sm_80", dict(stages=1)),
+                          ("sm_80", dict(dead_rows="false")), ("sm_90a", dict(block_m=64))):
+        assert chosen(WINDOW, arch, **options)[0] is False
 
 
-@pytest.mark.parametrize("fields", [dict(), dict(row_interval=interval, block_m=64),
-                                    dict(row_interval=interval, stages=1),
-                                    dict(row_interval=interval, target="sm_90a", block_m=64)])
-def test_the_option_needs_two_tiles_a_warp_two_stages_and_an_interval(fields):
+@pytest.mark.parametrize("source, arch, options", [
+    (MHA, "sm_80", dict(block_n=64)),                   # no interval
+    (WINDOW, "sm_80", dict(block_m=64)),                # one 16-row tile a warp
+    (WINDOW, "sm_80", dict(stages=1)),
+    (WINDOW, "sm_90a", dict(block_m=64)),
+])
+def test_the_option_needs_two_tiles_a_warp_two_stages_and_an_interval(source, arch, options):
     """(Key blocks as long as the query block only turn the default off: the option may ask.)"""
-    with pytest.raises(SpecError, match="dead_rows"):
-        ForwardSpec(**{**D128, **fields}, dead_rows=True).check()
+    with pytest.raises(AttncError, match="dead_rows needs an sm_80 kernel"):
+        chosen(source, arch, dead_rows="true", **options)
 
 
 def test_the_first_step_runs_each_tile_in_its_own_branch():
@@ -69,11 +84,6 @@ def test_sm_90a_is_unchanged_and_refuses_the_choice():
     assert window("sm_90a").manifest["specialization"]["dead_rows"] is False
     with pytest.raises(AttncError, match="the sm_90a kernel cannot be built: dead_rows needs an sm_80 kernel"):
         window("sm_90a", dead_rows="true")
-
-
-def test_the_option_is_refused_where_it_cannot_apply():
-    with pytest.raises(AttncError, match="dead_rows"):
-        build_with((EXAMPLES / "mha.attn").read_text(), "mha.attn", "sm_80", dead_rows="true")
 
 
 class _Ints:

@@ -6,47 +6,61 @@ map takes it (tests/gpu), and a kernel that skips the reload fails 38 of the pro
 test's 158 block-map cases."""
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
 import pytest
 
-from attnc.backend.kernel_spec import ForwardSpec
-from attnc.backend.spec_checks import SpecError
+from attnc.driver import CompileOptions, compile_mlir
 from attnc.errors import AttncError
-from attnc.testing import build_with
+from attnc.ir import attention_ops
+from attnc.passes import kernel_choices
+from attnc.passes.pipelines import pipeline_with_options
+from attnc.testing import build_with, variant_source
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-D64 = dict(dtype="bf16", head_dim_qk=64, head_dim_v=64, block_m=128, block_n=64, num_warps=4, mask="causal")
+DOCS_SINK = (EXAMPLES / "docs_sink.attn").read_text()
 COPY = "cp.async.cg.shared.global"
 MAP_READ = "ld.global.nc.b8"         # the block map's bytes (the row scan reads them first)
-
-
-def hint(e, c):
-    raise AssertionError("not built here")
 
 
 def docs_sink(arch: str = "sm_80", **options):
     """The docs_sink example's artifacts (d = 64) with attn-lower options; with its block
     map unless `run_ranges` says otherwise (Note [Ranges from the runs])."""
     options.setdefault("run_ranges", "false")
-    return build_with((EXAMPLES / "docs_sink.attn").read_text(), "docs_sink.attn", arch, **options)
+    return build_with(DOCS_SINK, "docs_sink.attn", arch, **options)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(source: str, arch: str, options: tuple):
+    pipeline = pipeline_with_options(arch, dict(options))
+    return compile_mlir(source, "v.attn", CompileOptions(arch=arch, pass_pipeline=pipeline))
+
+
+def early_first(source: str, arch: str = "sm_80", **options) -> bool:
+    """early_first as attn-kernel-choices records it (no PTX built)."""
+    op = attention_ops(_compiled(source, arch, tuple(sorted(options.items()))).module)[0]
+    return kernel_choices.read(op)["early_first"]
 
 
 def test_on_by_default_for_a_block_map_on_sm_80():
-    assert ForwardSpec(**D64, blockmap=True, kv_hint=hint).check().first_before_map
-    assert not ForwardSpec(**D64, blockmap=True).check().first_before_map      # nothing to guess from
-    assert not ForwardSpec(**D64, kv_hint=hint).check().first_before_map       # the range is at hand
-    assert not ForwardSpec(**D64, blockmap=True, kv_hint=hint, early_first=False).check().first_before_map
-    sm90 = {**D64, "target": "sm_90a", "block_m": 64}
-    assert not ForwardSpec(**sm90, blockmap=True, kv_hint=hint).check().first_before_map
+    """The map's first block is guessed from the static hull (the grid's query blocks) or
+    from a table tile's diagonal (with its map, or with the runs)."""
+    assert early_first(DOCS_SINK, aligned_tiles="false") is True
+    assert early_first(DOCS_SINK, run_ranges="false") is True
+    assert early_first(DOCS_SINK) is True
+    assert early_first(variant_source("v", 64)) is False         # no map: the range is at hand
+    assert early_first(variant_source("v", 64, mask="j <= i and i - j < 1024")) is False
+    assert early_first(DOCS_SINK, aligned_tiles="false", early_first="false") is False
+    assert early_first(DOCS_SINK, "sm_90a", aligned_tiles="false") is False
 
 
-@pytest.mark.parametrize("fields", [dict(early_first=True), dict(early_first=True, kv_hint=hint),
-                                    dict(early_first=True, blockmap=True)])
-def test_the_option_needs_a_block_map_and_a_hint(fields):
-    with pytest.raises(SpecError, match="early_first"):
-        ForwardSpec(**D64, **fields).check()
+@pytest.mark.parametrize("mask", ["j <= i", "j <= i and i - j < 1024"])
+def test_the_option_needs_a_block_map(mask):
+    """Causal (a built-in mask) and a window (the mask analysis' static range): no map."""
+    with pytest.raises(AttncError, match="early_first needs an sm_80 kernel whose key ranges come from a block map"):
+        early_first(variant_source("v", 64, mask=mask), early_first="true")
 
 
 def _kernel(text: str) -> str:

@@ -4,25 +4,47 @@ run on a GPU (tests/gpu: the sliding-window and documents examples and property
 variants with bands or block maps take it on sm_80)."""
 from __future__ import annotations
 
+import functools
+import re
 from pathlib import Path
 
 import pytest
-from mlir import ir
 
-from attnc.backend import ptx
-from attnc.backend.kernel_abi import kernel_abi
-from attnc.backend.kernel_module import build_kernel_module
-from attnc.backend.kernel_spec import ForwardSpec
-from attnc.backend.spec_checks import SpecError
-from attnc.testing import build_with
+from attnc.driver import CompileOptions, compile_mlir
+from attnc.errors import AttncError
+from attnc.ir import attention_ops
+from attnc.ir.roles import name_of, role_ops
+from attnc.passes.pipelines import pipeline_with_options
+from attnc.testing import build_with, kernel_ptx, variant_source
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+CAUSAL = variant_source("v", 64)            # bf16, d = 64: 128x128 tiles on sm_80
+
+
+@functools.lru_cache(maxsize=None)
+def _built(source: str, arch: str, options: tuple):
+    return build_with(source, "v.attn", arch, **dict(options))
+
+
+def built(source: str, arch: str = "sm_80", **options):
+    return _built(source, arch, tuple(sorted(options.items())))
+
+
+def example_source(name: str) -> str:
+    return (EXAMPLES / f"{name}.attn").read_text()
+
+
+def roles(source: str, arch: str, **options) -> set[str]:
+    """The kernel's roles as the pipeline plans them (no PTX built); a refused choice raises."""
+    pipeline = pipeline_with_options(arch, options)
+    result = compile_mlir(source, "v.attn", CompileOptions(arch=arch, pass_pipeline=pipeline))
+    return {name_of(r) for r in role_ops(attention_ops(result.module)[0])}
 
 
 def order(example: str, arch: str = "sm_80", **options) -> str:
     """What the attention kernel's grid in the manifest of examples/<example>.attn runs
     fastest: "heads" or "blocks" (of queries)."""
-    art = build_with((EXAMPLES / f"{example}.attn").read_text(), f"{example}.attn", arch, **options)
+    art = built(example_source(example), arch, **options)
     x, y, z = art.manifest["kernels"][-1]["grid"]
     block_m = art.manifest["specialization"]["block_m"]
     # The query blocks: the grid's, or a tile table's (Note [Document-aligned tiles]).
@@ -51,35 +73,36 @@ def test_masks_that_read_keys_from_the_start_keep_query_blocks_first():
 
 def test_sm_90a_keeps_query_blocks_first():
     """At head dim 64 (the one-warpgroup kernel, 64-row blocks) the window measured slower."""
-    sp = ForwardSpec("bf16", 64, 64, block_m=64, block_n=64, num_warps=4, target="sm_90a", banded=True)
-    assert sp.check().grid_heads_first is False
-    assert kernel_abi(sp).grid == ((["cdiv", "M", 64],), ("H",), ("B",))
+    art = built(variant_source("v", 64, mask="j <= i and i - j < 1024"), "sm_90a")
+    assert art.manifest["specialization"]["heads_first"] is False
+    assert art.manifest["kernels"][-1]["grid"] == [[["cdiv", "M", 64]], ["H"], ["B"]]
 
 
 @pytest.mark.parametrize("order", ["heads_first", "tiles_last"])     # Notes [Heads first], [Tiles last]
 def test_a_grid_order_needs_one_block_per_cta_and_no_producer(order):
-    base = dict(dtype="bf16", head_dim_qk=128, head_dim_v=128, block_m=128, block_n=128, num_warps=8,
-                target="sm_90a", **{order: True})
-    with pytest.raises(SpecError, match=order):
-        ForwardSpec(**base).check()                          # the producer warpgroup's kernel
-    with pytest.raises(SpecError, match=order):
-        ForwardSpec(**{**base, "target": "sm_80", "num_warps": 4, "q_blocks_per_cta": 2}).check()
+    mha = example_source("mha")
+    assert "producer" in roles(mha, "sm_90a")
+    with pytest.raises(AttncError, match=f"{order} needs a kernel with one query block per CTA"):
+        roles(mha, "sm_90a", **{order: "true"})
+    with pytest.raises(AttncError, match=f"{order} needs a kernel with one query block per CTA"):
+        roles(CAUSAL, "sm_80", q_blocks_per_cta=2, **{order: "true"})
 
 
 def _reads(text: str) -> set[str]:
-    return {r for r in ("%ctaid.x", "%ctaid.y", "%nctaid.x", "%nctaid.y") if r in text}
+    return {r for r in ("%ctaid.x", "%ctaid.y", "%ctaid.z", "%nctaid.x", "%nctaid.y", "%nctaid.z") if r in text}
+
+
+def _kernel(art) -> str:
+    """The attention kernel's PTX (without the small grid's kernel, where the bundle has it)."""
+    return kernel_ptx(art.ptx, art.manifest["kernels"][-1]["symbol"])
 
 
 def test_the_kernel_reads_its_query_block_from_grid_y():
-    """Heads first: the query block is nctaid.y - 1 - ctaid.y and the head ctaid.x."""
-    def ptx_of(**kw) -> str:
-        sp = ForwardSpec("bf16", 64, 64, block_m=128, block_n=128, num_warps=4, symbol="hf_test",
-                            mask="causal", **kw).check()
-        with ir.Context():
-            module, _ = build_kernel_module(sp)
-            return ptx.to_ptx(module, "sm_80")
-    assert _reads(ptx_of(heads_first=True)) == {"%ctaid.x", "%ctaid.y", "%nctaid.y"}
-    assert _reads(ptx_of(heads_first=False)) == {"%ctaid.x", "%ctaid.y", "%nctaid.x"}
+    """Heads first: the query block is nctaid.y - 1 - ctaid.y and the head ctaid.x (the
+    batch is ctaid.z either way)."""
+    batch = {"%ctaid.z"}
+    assert _reads(_kernel(built(CAUSAL, heads_first="true"))) == batch | {"%ctaid.x", "%ctaid.y", "%nctaid.y"}
+    assert _reads(_kernel(built(CAUSAL, heads_first="false"))) == batch | {"%ctaid.x", "%ctaid.y", "%nctaid.x"}
 
 
 # ---------------------------------------------------------------- Note [Tiles last]
@@ -88,38 +111,31 @@ def test_tiles_last_orders_the_grid_head_batch_query_block():
     """The option puts the query blocks (a tile table's tiles too) on the grid's z, the
     batch on y; it is off by default."""
     for example, blocks in (("gemma2", None), ("docs_sink", "table")):
-        art = build_with((EXAMPLES / f"{example}.attn").read_text(), f"{example}.attn", "sm_80", tiles_last="true")
+        art = built(example_source(example), tiles_last="true")
         spec = art.manifest["specialization"]
         x, y, z = art.manifest["kernels"][-1]["grid"]
         assert (x, y) == (["H"], ["B"]) and spec["tiles_last"] is True and spec["heads_first"] is False
         assert z == ([5, ["cdiv", "M", 4 * spec["block_m"]]] if blocks else [["cdiv", "M", spec["block_m"]]])
-        default = build_with((EXAMPLES / f"{example}.attn").read_text(), f"{example}.attn", "sm_80")
+        default = built(example_source(example))
         assert default.manifest["specialization"]["tiles_last"] is False
         assert default.manifest["kernels"][-1]["grid"][2] == ["B"]
 
 
 def test_the_kernel_reads_its_query_block_from_grid_z_with_tiles_last():
-    sp = ForwardSpec("bf16", 64, 64, block_m=128, block_n=128, num_warps=4, symbol="tl_test",
-                        mask="causal", tiles_last=True).check()
-    with ir.Context():
-        module, _ = build_kernel_module(sp)
-        text = ptx.to_ptx(module, "sm_80")
-    assert {r for r in ("%ctaid.x", "%ctaid.y", "%ctaid.z", "%nctaid.x", "%nctaid.y", "%nctaid.z")
-            if r in text} == {"%ctaid.x", "%ctaid.y", "%ctaid.z", "%nctaid.z"}
-    assert kernel_abi(sp).grid == (("H",), ("B",), (["cdiv", "M", 128],))
+    art = built(CAUSAL, tiles_last="true")
+    assert _reads(_kernel(art)) == {"%ctaid.x", "%ctaid.y", "%ctaid.z", "%nctaid.z"}
+    assert art.manifest["kernels"][-1]["grid"] == [["H"], ["B"], [["cdiv", "M", 128]]]
 
 
 def test_tiles_last_and_heads_first_are_not_given_together():
-    with pytest.raises(SpecError, match="two orders"):
-        ForwardSpec("bf16", 128, 128, block_m=128, block_n=64, num_warps=4, tiles_last=True,
-                       heads_first=True).check()
+    with pytest.raises(AttncError, match="tiles_last and heads_first are two orders of the grid"):
+        roles(example_source("mha"), "sm_80", tiles_last="true", heads_first="true")
 
 
 # ---------------------------------------------------------------- Note [Small grids]
 
 def test_a_causal_sm80_kernel_carries_its_tiles_last_build_for_small_grids():
-    import re
-    art = build_with((EXAMPLES / "alibi.attn").read_text(), "alibi.attn", "sm_80")
+    art = built(example_source("alibi"))
     kernel = art.manifest["kernels"][-1]
     assert kernel["small_grid"] == {"symbol": f"{kernel['symbol']}_tiles_last", "up_to_ctas_per_sm": 20,
                                     "grid": [["H"], ["B"], [["cdiv", "M", 128]]]}
@@ -135,5 +151,5 @@ def test_a_causal_sm80_kernel_carries_its_tiles_last_build_for_small_grids():
     ("alibi", "sm_80", {"tiles_last": "true"}),
 ])
 def test_no_small_grid_kernel(example, arch, options):
-    art = build_with((EXAMPLES / f"{example}.attn").read_text(), f"{example}.attn", arch, **options)
+    art = built(example_source(example), arch, **options)
     assert "small_grid" not in art.manifest["kernels"][-1]

@@ -1,8 +1,9 @@
-"""The sm_90a kernel without a GPU: it builds, lowers to PTX, assembles for sm_90a with
-nvJitLink with zero spills, its wgmma instructions read the tiles the way Note [wgmma
-operands] says, and ptxas keeps them asynchronous (it serializes every wgmma of a kernel
-in which an instruction redefines a register of one in flight, and says so in its log).
-(Numerics run on a GPU: tests/gpu with --archs sm_90a bundles.)"""
+"""The sm_90a kernel without a GPU, built from `.attn` sources through the pipeline: it
+lowers to PTX, assembles for sm_90a with zero spills, its wgmma instructions read the
+tiles the way Note [wgmma operands] says, and ptxas keeps them asynchronous (it
+serializes every wgmma of a kernel in which an instruction redefines a register of one
+in flight, and says so in its log). (Numerics run on a GPU: tests/gpu with --archs
+sm_90a bundles.)"""
 from __future__ import annotations
 
 import functools
@@ -12,52 +13,76 @@ from pathlib import Path
 import pytest
 from mlir import ir
 
-from attnc.backend import cubin, ptx
-from attnc.backend.kernel_module import build_kernel_module
-from attnc.backend.kernel_spec import ForwardSpec
-from attnc.backend.mask_hooks import KvRange
+from attnc.backend import cubin
 from attnc.backend.lowering import build
-from attnc.backend.spec_checks import SpecError
-from attnc.driver import CompileOptions, compile_file
+from attnc.driver import CompileOptions, compile_file, compile_mlir
+from attnc.errors import AttncError
+from attnc.ir import attention_ops
+from attnc.ir.roles import role_ops
+from attnc.passes import kernel_choices
+from attnc.passes.pipelines import pipeline_with_options
+from attnc.testing import build_with
 
 SERIALIZED = "wgmma.mma_async instructions are serialized"
+CAUSAL, BOTTOM_RIGHT = "j <= i", "j <= i + (N - M)"
 
 
-def spec(dtype="bf16", d=128, d_v=None, block_m=128, block_n=128, **kw) -> ForwardSpec:
-    return ForwardSpec(dtype=dtype, head_dim_qk=d, head_dim_v=d_v or d, block_m=block_m, block_n=block_n,
-                          num_warps=block_m // 16, stages=kw.pop("stages", 2), target="sm_90a",
-                          symbol=kw.pop("symbol", "attnc_sm90_test"), **kw).check()
+def source(dtype: str = "bf16", d: int = 128, d_v: int | None = None, mask: str | None = CAUSAL,
+           lse: bool = False, out: str | None = None) -> str:
+    d_v = d_v or d
+    hook = f"  mask_mod(b, h, i, j) = {mask}\n" if mask else ""
+    return (f"attention t {{\n  q: {dtype}[B, H, M, {d}]\n  k: {dtype}[B, HKV, N, {d}]\n"
+            f"  v: {dtype}[B, HKV, N, {d_v}]\n{hook}  out o: {out or dtype}[B, H, M, {d_v}]\n"
+            + ("  out lse: f32[B, H, M]\n" if lse else "") + "}\n")
 
 
 @functools.lru_cache(maxsize=None)
-def compiled(s: ForwardSpec) -> tuple[str, str]:
-    with ir.Context():
-        module, _ = build_kernel_module(s)
-        text = ptx.to_ptx(module, "sm_90a")
-    return text, cubin.ptx_to_cubin(text, "sm_90a", verbose=True).info_log
+def built(text: str, **options):
+    return build_with(text, "t.attn", "sm_90a", **options)
 
 
+@functools.lru_cache(maxsize=None)
+def assembled(text: str, **options) -> tuple[str, str]:
+    """(PTX, ptxas's log) of the sm_90a kernel of `text` with the pipeline's `options`."""
+    art = built(text, **options)
+    return art.ptx, cubin.ptx_to_cubin(art.ptx, "sm_90a", verbose=True).info_log
+
+
+@functools.lru_cache(maxsize=None)
+def planned(text: str, arch: str = "sm_90a", **options):
+    """The CompileResult of `arch`'s pipeline with `options` (no PTX)."""
+    return compile_mlir(text, "t.attn", CompileOptions(arch=arch, pass_pipeline=pipeline_with_options(arch, options)))
+
+
+def no_spills(log: str) -> None:
+    usage = cubin.parse_resource_usage(log)
+    assert usage, "no kernel in the PTX"
+    for symbol, u in usage.items():
+        assert not u.spills and u.stack_frame == 0, f"{symbol}: {u}"
+
+
+TILE_128 = dict(block_m=128, block_n=128, stages=2)
+TILE_64 = dict(block_m=64, block_n=128, stages=2)
 CASES = {
-    "d128_causal": dict(mask="causal", with_lse=True),
-    "d64_64x128": dict(d=64, block_m=64, mask="causal"),
-    "d64_64x64_f16": dict(dtype="f16", d=64, block_m=64, block_n=64, mask="causal"),
-    "d96_none": dict(d=96, mask="none"),
-    "qk128_v64_f32_out": dict(d=128, d_v=64, out_dtype="f32", mask="causal_bottom_right"),
-    "two_blocks_per_cta": dict(d=64, block_m=64, mask="causal", q_blocks_per_cta=2),
+    "d128_causal": (source(lse=True), TILE_128),
+    "d64_64x128": (source(d=64), TILE_64),
+    "d64_64x64_f16": (source("f16", 64), dict(block_m=64, block_n=64, stages=2)),
+    "d96_none": (source(d=96, mask=None), TILE_128),
+    "qk128_v64_f32_out": (source(d=128, d_v=64, out="f32", mask=BOTTOM_RIGHT), TILE_128),
+    "two_blocks_per_cta": (source(d=64), dict(TILE_64, q_blocks_per_cta=2)),
 }
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_assembles_without_spills_or_serialized_wgmma(name):
-    text, log = compiled(spec(**CASES[name]))
-    usage = cubin.parse_resource_usage(log)["attnc_sm90_test"]
-    assert not usage.spills and usage.stack_frame == 0, usage
+    text, options = CASES[name]
+    _, log = assembled(text, **options)
+    no_spills(log)
     assert SERIALIZED not in log, log
 
 
 def test_gemms_are_wgmma_through_descriptors():
-    s = spec(mask="causal")
-    text, _ = compiled(s)
+    text, _ = assembled(source(), **TILE_128)
     assert ".target sm_90a" in text
     assert "mma.sync" not in text and "ldmatrix" not in text
     # QK^T: A and B descriptors (K-major, trans-b 0); P.V: A registers, B N-major (trans-b 1).
@@ -65,50 +90,35 @@ def test_gemms_are_wgmma_through_descriptors():
                     text)
     pv = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16 \{[^}]*\}, \{[^}]*\}, %rd\d+, p, 1, 1, 1;",
                     text)
-    assert len(qk) % (s.head_dim_qk // 16) == 0 and qk
-    assert len(pv) % (s.block_n // 16) == 0 and pv
+    assert len(qk) % (128 // 16) == 0 and qk          # head dim 128 in k16 steps
+    assert len(pv) % (128 // 16) == 0 and pv          # block_n 128 in k16 steps
     # The swizzled tiles are 1024-byte aligned (Note [wgmma operands]).
     assert ".extern .shared .align 1024 .b8 attnc_dynamic_smem[];" in text
 
 
 def test_overlap_keeps_one_group_in_flight():
     """Note [wgmma overlap]: step u's QK^T is waited for with P.V of u - 1 still in flight."""
-    text, _ = compiled(spec(mask="causal"))
+    text, _ = assembled(source(), **TILE_128)
     assert "wgmma.wait_group.sync.aligned 1;" in text
     # It needs two K/V stages.
-    with pytest.raises(SpecError, match="two or more K/V stages"):
-        spec(d=64, block_m=64, block_n=64, mask="causal", stages=1).check()
+    with pytest.raises(AttncError, match=re.escape("stages=1 is not possible on sm_90a")):
+        planned(source(d=64), block_m=64, block_n=64, stages=1)
 
 
-def test_mask_hooks_and_scores_run_on_wgmma_accumulators():
-    window = lambda e, c: KvRange(lo=e.max(e.sub(e.div(e.mul(c.m_block, c.block_m), c.block_n), 8), 0),  # noqa: E731
-                                  full_lo=0, full_hi=0, hi=e.cdiv(e.mul(e.add(c.m_block, 1), c.block_m), c.block_n))
-    keep = lambda e, b, h, i, j: e.land(e.le(j, i), e.lt(e.sub(i, j), 1024))  # noqa: E731
-    text, log = compiled(spec(d=64, block_m=64, block_n=64, mask="mask_mod", kv_range=window, keep=keep))
+def test_a_window_mask_runs_on_wgmma_accumulators():
+    text, log = assembled(source(d=64, mask="j <= i and i - j < 1024"), block_m=64, block_n=64)
     assert SERIALIZED not in log
     assert "wgmma.wait_group.sync.aligned 1;" in text
 
 
-@pytest.mark.parametrize("fields, message", [
-    (dict(block_m=128, num_warps=4), "warpgroups of 4 warps and 64 rows"),
+@pytest.mark.parametrize("options, message", [
+    (dict(block_m=128, num_warps=4), "num_warps=4 is not possible on sm_90a"),
     (dict(block_n=272), "at most 256"),
-    (dict(num_warps=2, block_m=32), "expected one of (4, 8, 12, 16)"),
+    (dict(num_warps=2, block_m=32), "num_warps=2 is not possible on sm_90a"),
 ])
-def test_sm90a_specs_are_checked(fields, message):
-    base = dict(dtype="bf16", head_dim_qk=64, head_dim_v=64, block_m=128, block_n=128, num_warps=8,
-                target="sm_90a")
-    with pytest.raises(SpecError, match=re.escape(message)):
-        ForwardSpec(**{**base, **fields}).check()
-
-
-def test_twelve_warps_and_a_partial_copy_pass():
-    """Three warpgroups (192 rows) copy K/V in passes of 48 rows: the last pass of a
-    128-row tile is partial, and only its first 32 rows' threads copy. (384 threads
-    get at most 168 registers each, so this tile spills: it is not a default.)"""
-    text, log = compiled(spec(d=64, block_m=192, block_n=128, mask="causal"))
-    assert SERIALIZED not in log
-    # The partial pass's guard: thread row tid / 8 < 32, as LLVM writes it.
-    assert re.search(r"setp\.gt\.u32\s+%p\d+, %r\d+, 255;", text)
+def test_tiles_sm90a_cannot_take_are_refused_by_name(options, message):
+    with pytest.raises(AttncError, match=re.escape(message)):
+        planned(source(d=64), **options)
 
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
@@ -121,37 +131,46 @@ def test_every_example_assembles_for_sm90a_without_spills(name):
     on a GPU (tests/gpu with --archs sm_90a bundles)."""
     art = build(compile_file(EXAMPLES_DIR / f"{name}.attn", CompileOptions(arch="sm_90a")))
     log = cubin.ptx_to_cubin(art.ptx, "sm_90a", verbose=True).info_log
-    usage = cubin.parse_resource_usage(log)
-    assert usage, "no kernel in the PTX"
-    for symbol, u in usage.items():
-        assert not u.spills and u.stack_frame == 0, f"{symbol}: {u}"
+    no_spills(log)
     assert SERIALIZED not in log, log
 
 
-@pytest.mark.parametrize("kw, smem_ctas", [(dict(d=64, block_m=64, mask="causal"), 3),
-                                           (dict(d=64, block_m=64, block_n=64, mask="causal"), 5),
-                                           (dict(d=128, block_m=64, block_n=64, mask="causal"), 2),
-                                           (dict(d=128, mask="causal", stages=3), 1)])
-def test_the_default_register_bound_is_what_shared_memory_allows(kw, smem_ctas):
+def threads(result) -> int:
+    """The CTA's threads: every role's warps."""
+    return 32 * sum(len(ir.ArrayAttr(role.attributes["warps"])) for role in role_ops(attention_ops(result.module)[0]))
+
+
+def chosen(result) -> dict:
+    return kernel_choices.read(attention_ops(result.module)[0])
+
+
+@pytest.mark.parametrize("text, tile, smem_ctas", [
+    (source(d=64), dict(block_m=64, block_n=128), 3),
+    (source(d=64), dict(block_m=64, block_n=64), 5),
+    (source(d=128), dict(block_m=64, block_n=64), 2),
+    (source(d=128), dict(block_m=128, block_n=128, stages=3), 1),
+])
+def test_the_default_register_bound_is_what_shared_memory_allows(text, tile, smem_ctas):
     """Note [CTAs per SM]: on sm_90a the CTAs shared memory holds, at most those that leave
     128 registers per thread, none (0) at one CTA; sm_80 keeps ptxas's choice; the
     option overrides."""
-    s = spec(**kw)
-    assert s.min_ctas == (0 if smem_ctas < 2 else min(smem_ctas, 65536 // (s.threads * 128)))
-    assert ForwardSpec(**{**s.__dict__, "target": "sm_80", "num_warps": 4}).min_ctas == 0
-    assert spec(**kw, min_ctas_per_sm=1).min_ctas == 1
+    result = planned(text, **tile)
+    expected = 0 if smem_ctas < 2 else min(smem_ctas, 65536 // (threads(result) * 128))
+    assert chosen(result)["min_ctas_per_sm"] == expected
+    assert chosen(planned(text, "sm_80"))["min_ctas_per_sm"] == 0
+    assert chosen(planned(text, **tile, min_ctas_per_sm=1))["min_ctas_per_sm"] == 1
 
 
 def test_the_default_register_bound_is_kept_only_without_spills():
     """Note [CTAs per SM]: causal at head dim 64 (64x128 tiles) assembles at three CTAs per
     SM without spills and keeps the bound; the ALiBi example (bottom-right causal, f16)
     spills under it and is built without one. Both say so in their specialization."""
-    causal = spec(d=64, block_m=64, mask="causal")
-    assert causal.min_ctas == 3
-    text, log = compiled(causal)
-    assert ".minnctapersm 3" in text
-    assert not cubin.parse_resource_usage(log)["attnc_sm90_test"].spills
+    causal = built(source(d=64), block_m=64, block_n=128)
+    assert causal.manifest["specialization"]["min_ctas_per_sm"] == 3
+    assert ".minnctapersm 3" in causal.ptx
+    no_spills(cubin.ptx_to_cubin(causal.ptx, "sm_90a", verbose=True).info_log)
     art = build(compile_file(EXAMPLES_DIR / "alibi.attn", CompileOptions(arch="sm_90a")))
-    assert art.spec.min_ctas == 3
+    asked = chosen(art.result)
+    assert (asked["min_ctas_per_sm"], asked["min_ctas_unless_spills"]) == (3, True)
     assert ".minnctapersm" not in art.ptx
     assert art.manifest["specialization"]["min_ctas_per_sm"] == 0

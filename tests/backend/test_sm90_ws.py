@@ -1,8 +1,8 @@
 """The sm_90a kernel with a producer warpgroup (sm90a_ws.py, Note [Producer warpgroup])
-without a GPU: when it is the default, what its PTX synchronizes with, that ptxas keeps
-its register split (Note [Whole-program assembly] in cubin.py), and the options. Its
-numerics run on a GPU (tests/gpu with --archs sm_90a bundles: every head-dim-128
-example and property variant takes it)."""
+without a GPU, built from `.attn` sources through the pipeline: when it is the default,
+what its PTX synchronizes with, that ptxas keeps its register split (Note [Whole-program
+assembly] in cubin.py), and the options. Its numerics run on a GPU (tests/gpu with
+--archs sm_90a bundles: every head-dim-128 example and property variant takes it)."""
 from __future__ import annotations
 
 import functools
@@ -12,59 +12,85 @@ from pathlib import Path
 import pytest
 from mlir import ir
 
-from attnc.backend import cubin, ptx
-from attnc.backend.kernel_abi import kernel_abi
-from attnc.backend.kernel_module import build_kernel_module
-from attnc.backend.kernel_spec import ForwardSpec
-from attnc.backend.spec_checks import SpecError
+from attnc.backend import cubin
+from attnc.driver import CompileOptions, compile_mlir
+from attnc.errors import AttncError
+from attnc.ir import attention_ops
+from attnc.ir.roles import PERSISTENT, attrs_of, name_of, role_ops, warp_specialize_of
+from attnc.passes import kernel_choices
+from attnc.passes.pipelines import pipeline_with_options
 from attnc.schedule.recipes import consumer_registers, producer_registers
 from attnc.testing import build_with, variant_source
 
-SYMBOL = "attnc_ws_test"
+TILE = dict(block_m=128, block_n=128, stages=3)     # the default tile of head dim 128
 
 
-def spec(d=128, block_m=128, block_n=128, **kw) -> ForwardSpec:
-    return ForwardSpec(dtype="bf16", head_dim_qk=d, head_dim_v=kw.pop("d_v", d), block_m=block_m,
-                          block_n=block_n, num_warps=block_m // 16, stages=kw.pop("stages", 3),
-                          target=kw.pop("target", "sm_90a"), symbol=SYMBOL, mask=kw.pop("mask", "causal"),
-                          **kw)
+def source(d: int = 128, d_v: int | None = None, mask: str = "j <= i", lse: bool = False) -> str:
+    """A bf16 variant with KV heads of their own (HKV), so that every dim is a parameter of its own."""
+    d_v = d_v or d
+    return (f"attention ws {{\n  q: bf16[B, H, M, {d}]\n  k: bf16[B, HKV, N, {d}]\n  v: bf16[B, HKV, N, {d_v}]\n"
+            f"  mask_mod(b, h, i, j) = {mask}\n  out o: bf16[B, H, M, {d_v}]\n"
+            + ("  out lse: f32[B, H, M]\n" if lse else "") + "}\n")
 
 
 @functools.lru_cache(maxsize=None)
-def compiled(s: ForwardSpec) -> tuple[str, str]:
-    with ir.Context():
-        module, _ = build_kernel_module(s.check())
-        text = ptx.to_ptx(module, "sm_90a")
-    return text, cubin.ptx_to_cubin(text, "sm_90a", verbose=True).info_log
+def built(text: str, **options):
+    return build_with(text, "ws.attn", "sm_90a", **options)
 
 
-@pytest.mark.parametrize("kw, expected", [
-    (dict(), True),                                   # two consumer warpgroups, head dim 128
-    (dict(d=128, d_v=64), True),                      # the larger head dim is 128
-    (dict(stages=2), True),
-    (dict(d=64, block_m=64), False),                  # one warpgroup: several CTAs per SM instead
-    (dict(d=128, block_m=64, block_n=64), False),     # documents, windows at head dim 128
-    (dict(d=64), False),                              # 128-row tiles at head dim 64: measured slower
-    (dict(d=96), False),                              # not measured
-    (dict(producer_warpgroup=False), False),          # the option, both ways
-    (dict(d=64, block_m=64, producer_warpgroup=True), True),
+@functools.lru_cache(maxsize=None)
+def assembled(text: str, **options) -> tuple[str, str]:
+    """(PTX, ptxas's log) of the sm_90a kernel of `text` with the pipeline's `options`."""
+    art = built(text, **options)
+    return art.ptx, cubin.ptx_to_cubin(art.ptx, "sm_90a", verbose=True).info_log
+
+
+@functools.lru_cache(maxsize=None)
+def planned(text: str, arch: str = "sm_90a", **options):
+    """The attn.kernel of `arch`'s pipeline with `options` (no PTX), and its CompileResult."""
+    compile_options = CompileOptions(arch=arch, pass_pipeline=pipeline_with_options(arch, options))
+    result = compile_mlir(text, "ws.attn", compile_options)
+    return attention_ops(result.module)[0], result
+
+
+def roles(kernel) -> dict[str, int]:
+    """{role: its warps} of the kernel's plan."""
+    return {name_of(r): len(ir.ArrayAttr(r.attributes["warps"])) for r in role_ops(kernel)}
+
+
+def persistent(kernel) -> bool:
+    return bool(attrs_of(warp_specialize_of(kernel)).get(PERSISTENT, False))
+
+
+@pytest.mark.parametrize("d, d_v, options, expected", [
+    (128, None, TILE, True),                                    # two consumer warpgroups, head dim 128
+    (128, 64, TILE, True),                                      # the larger head dim is 128
+    (128, None, dict(TILE, stages=2), True),
+    (64, None, dict(TILE, block_m=64), False),                  # one warpgroup: several CTAs per SM instead
+    (128, None, dict(TILE, block_m=64, block_n=64), False),     # documents, windows at head dim 128
+    (64, None, TILE, False),                                    # 128-row tiles at head dim 64: measured slower
+    (96, None, TILE, False),                                    # not measured
+    (128, None, dict(TILE, producer="false"), False),           # the option, both ways
+    (64, None, dict(TILE, block_m=64, producer="true"), True),
 ])
-def test_when_the_producer_warpgroup_is_the_default(kw, expected):
-    s = spec(**kw)
-    assert s.warp_specialized is expected
-    assert s.threads == 32 * s.num_warps + (128 if expected else 0)
-    assert spec(**{**kw, "target": "sm_80", "producer_warpgroup": None}).warp_specialized is False
+def test_when_the_producer_warpgroup_is_the_default(d, d_v, options, expected):
+    text = source(d, d_v)
+    kernel, _ = planned(text, **options)
+    warps = roles(kernel)
+    assert ("producer" in warps) is expected
+    assert 32 * sum(warps.values()) == 128 * (options["block_m"] // 64) + (128 if expected else 0)
+    assert "producer" not in roles(planned(text, "sm_80")[0])
 
 
 def test_ptx_synchronizes_through_mbarriers_only():
     """Producer and consumers meet at mbarriers: Q's, and per slot K's and V's full
     (128 producer arrivals, by their cp.async) and empty (one per consumer warp)
     barriers. No cp.async group waits, and one CTA barrier: after the barriers' init."""
-    s = spec()
-    text, _ = compiled(s)
+    stages = TILE["stages"]
+    text, _ = assembled(source(), **TILE)
     assert ".maxntid 384, 1, 1" in text and ".minnctapersm 1" in text
     inits = re.findall(r"mbarrier\.init\.shared::cta\.b64 \[%r\d+\], (\d+);", text)
-    assert sorted(inits) == sorted(["128"] * (1 + 2 * s.stages) + ["8"] * (2 * s.stages))
+    assert sorted(inits) == sorted(["128"] * (1 + 2 * stages) + ["8"] * (2 * stages))
     assert "cp.async.mbarrier.arrive.noinc.shared::cta.b64" in text
     assert "mbarrier.try_wait.parity.shared::cta.b64" in text
     assert "mbarrier.arrive.shared::cta.b64" in text
@@ -86,35 +112,47 @@ def test_whole_program_assembly_keeps_the_register_split():
     half fails: then the ptxas detour can go."""
     if cubin.whole_program_ptxas() is None:
         pytest.skip("no ptxas binary (the nvidia-cuda-nvcc wheel is a dependency)")
-    text, log = compiled(spec(mask="causal", with_lse=True))
-    usage = cubin.parse_resource_usage(log)[SYMBOL]
+    art = built(source(lse=True), **TILE)
+    log = cubin.ptx_to_cubin(art.ptx, "sm_90a", verbose=True).info_log
+    usage = cubin.parse_resource_usage(log)[art.manifest["kernels"][-1]["symbol"]]
     assert usage.registers == 168 and not usage.spills, usage
     assert "C7504" not in log and "serialized" not in log, log
-    linked = cubin._assemble(text, "sm_90a", True, ("-O3",)).info_log
+    linked = cubin._assemble(art.ptx, "sm_90a", True, ("-O3",)).info_log
     assert "'setmaxnreg' ignored" in linked
 
 
 def test_pingpong_takes_turns_on_two_named_barriers():
     """Warpgroup 1 arrives on warpgroup 0's barrier once at the start; every GEMM issue
     is between a sync on the warpgroup's own barrier and an arrival on the other's."""
-    text, log = compiled(spec(pingpong=True))
+    text, log = assembled(source(), **TILE, pingpong="true")
     for index in (1, 2):
         assert f"bar.sync {index}, 256;" in text and f"bar.arrive {index}, 256;" in text
     assert "serialized" not in log
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(target="sm_80", producer_warpgroup=True), "not sm_80's"),
-    (dict(d=64, block_m=64, pingpong=True), "two consumer warpgroups"),
-    (dict(producer_warpgroup=False, pingpong=True), "needs the producer warpgroup"),
-    (dict(q_blocks_per_cta=2, producer_warpgroup=True), "one query block"),
-    (dict(stages=1, producer_warpgroup=True), "at least two K/V stages"),
+@pytest.mark.parametrize("arch, d, options, message", [
+    ("sm_80", 128, dict(producer="true"), ("producer=1: only sm_90a has a producer",)),
+    ("sm_90a", 64, dict(block_m=64, pingpong="true"),
+     ("pingpong=1: the consumers take turns when there are two", "consumers=1, producer=0")),
+    ("sm_90a", 128, dict(producer="false", pingpong="true"),
+     ("pingpong=1: the consumers take turns when there are two fed by the producer", "consumers=2, producer=0")),
+    ("sm_90a", 128, dict(q_blocks_per_cta=2, producer="true"), ("each CTA runs one query block",)),
+    # The producer is the plan's, chosen before q_blocks_per_cta: asked for alone, the
+    # option is refused where the producer is the default, with the way out.
+    ("sm_90a", 128, dict(q_blocks_per_cta=2), ("each CTA runs one query block", "attn-warp-specialize{producer=0}")),
+    ("sm_90a", 128, dict(stages=1, producer="true"), ("stages=1 is not possible on sm_90a",)),
 ])
-def test_producer_specs_are_checked(kw, message):
-    """(Where the default would break one of these rules, it is off: q_blocks_per_cta=2
-    builds the cooperative kernel.)"""
-    with pytest.raises(SpecError, match=re.escape(message)):
-        spec(**kw).check()
+def test_producer_options_are_checked(arch, d, options, message):
+    with pytest.raises(AttncError) as refused:
+        planned(source(d), arch, **options)
+    for words in message:
+        assert words in str(refused.value)
+
+
+def test_two_query_blocks_per_cta_take_the_cooperative_kernel():
+    kernel, _ = planned(source(), **TILE, q_blocks_per_cta=2, producer="false")
+    assert "producer" not in roles(kernel)
+    assert kernel_choices.read(kernel)["q_blocks_per_cta"] == 2
 
 
 SOURCE = variant_source("ws", 128, score_mod="30.0 * tanh(s / 30.0)")
@@ -137,7 +175,7 @@ def test_plan_options_reach_the_manifest(options, producer, pingpong):
 def test_without_a_ptxas_binary_the_kernel_still_assembles_and_says_why(monkeypatch):
     """Note [Whole-program assembly]: with no ptxas to be found, nvJitLink assembles the
     PTX (setmaxnreg dropped: correct, but it spills) and a RuntimeWarning says so."""
-    text, _ = compiled(spec())
+    text, _ = assembled(source(), **TILE)
     monkeypatch.setattr(cubin, "whole_program_ptxas", lambda: None)
     cubin._assemble_whole_program.cache_clear()
     try:
@@ -157,20 +195,20 @@ def built_with(source: str, **options):
     return build_with(source, "p.attn", "sm_90a", **options)
 
 
-@pytest.mark.parametrize("kw, expected", [
-    (dict(banded=True), True),                              # a band in the producer warpgroup's kernel
-    (dict(), False),                                        # causal: measured slower
-    (dict(banded=True, producer_warpgroup=False), False),   # the cooperative kernel has no loop
-    (dict(banded=True, persistent=False), False),           # the option, both ways
-    (dict(persistent=True), True),
+@pytest.mark.parametrize("text, options, expected", [
+    (WINDOW, {}, True),                                 # a band in the producer warpgroup's kernel
+    (source(), TILE, False),                            # causal: measured slower
+    (WINDOW, dict(producer="false"), False),            # the cooperative kernel has no loop
+    (WINDOW, dict(persistent="false"), False),          # the option, both ways
+    (source(), dict(TILE, persistent="true"), True),
 ])
-def test_when_ctas_are_persistent(kw, expected):
-    assert spec(**kw).check().persistent_ctas is expected
+def test_when_ctas_are_persistent(text, options, expected):
+    assert persistent(planned(text, **options)[0]) is expected
 
 
 def test_persistent_needs_the_producer_warpgroup():
-    with pytest.raises(SpecError, match="persistent CTAs are the producer warpgroup's kernel"):
-        spec(persistent=True, producer_warpgroup=False).check()
+    with pytest.raises(AttncError, match="persistent CTAs are the producer warpgroup's kernel"):
+        planned(source(), **TILE, persistent="true", producer="false")
 
 
 def test_the_consumers_ask_for_no_more_registers_than_the_producer_frees():
@@ -191,16 +229,17 @@ def test_persistent_kernel_loops_over_blocks_on_the_same_barriers():
     """One more mbarrier (q_empty, one arrival per consumer warp); still one CTA barrier,
     after the init; the grid is at most one CTA per SM, and the kernel takes B to count
     the blocks. ptxas keeps the register split without spills."""
-    s = spec(mask="causal", persistent=True)
-    text, log = compiled(s)
+    stages = TILE["stages"]
+    art = built(source(), **TILE, persistent="true")
+    text, log = assembled(source(), **TILE, persistent="true")
     inits = re.findall(r"mbarrier\.init\.shared::cta\.b64 \[%r\d+\], (\d+);", text)
-    assert sorted(inits) == sorted(["128"] * (1 + 2 * s.stages) + ["8"] * (1 + 2 * s.stages))
+    assert sorted(inits) == sorted(["128"] * (1 + 2 * stages) + ["8"] * (1 + 2 * stages))
     assert len(re.findall(r"\bbar\.sync\s+0;", text)) == 1 and "cp.async.commit_group" not in text
     assert "setmaxnreg.dec.sync.aligned.u32 24;" in text and "setmaxnreg.inc.sync.aligned.u32 240;" in text
     assert "serialized" not in log
-    abi = kernel_abi(s)
-    assert abi.grid == ((["min_sms", ["cdiv", "M", 128], "H", "B"],), (1,), (1,))
-    assert [p["name"] for p in abi.params if p["kind"] == "dim"] == ["M", "N", "H", "HKV", "B"]
+    kernel = art.manifest["kernels"][-1]
+    assert kernel["grid"] == [[["min_sms", ["cdiv", "M", 128], "H", "B"]], [1], [1]]
+    assert [p["name"] for p in kernel["params"] if p["kind"] == "dim"] == ["M", "N", "H", "HKV", "B"]
 
 
 def test_a_window_at_head_dim_128_is_persistent_by_default():

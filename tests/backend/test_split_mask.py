@@ -6,6 +6,7 @@ property variant with a block map), and bench/ab_bundles.py compares them bit fo
 with split_mask=false."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -13,10 +14,12 @@ import pytest
 from attnc.backend.blockmap import blockmap_plan
 from attnc.backend.hook_walks import MaskConjuncts
 from attnc.backend.hooks import KernelNames
-from attnc.backend.kernel_spec import ForwardSpec
 from attnc.backend.row_intervals import RowInterval
-from attnc.backend.spec_checks import SpecError
+from attnc.driver import CompileOptions, compile_mlir
+from attnc.errors import AttncError
 from attnc.ir import MASK_MOD, attention_ops, region_block
+from attnc.passes import kernel_choices
+from attnc.passes.pipelines import pipeline_with_options
 from attnc.testing import build_with
 from tests.backend.test_blockmap import compiled, emit_i1_function, variant
 
@@ -46,22 +49,27 @@ def test_which_maps_record_the_conjuncts(mask, params, holds):
     assert blockmap_plan(compiled(variant(mask, params)), 128, 64).holds is holds
 
 
-def test_split_mask_needs_tile_holds_and_tile_holds_a_residual():
-    base = dict(dtype="bf16", head_dim_qk=64, head_dim_v=64, block_m=128, block_n=64, num_warps=4,
-                mask="mask_mod", keep=lambda e, b, h, i, j: e.true(),
-                kv_range=lambda e, c: None)
-    holds = lambda e, c, n: (e.true(), e.true())            # noqa: E731
-    interval = lambda e, b, h, i: (None, i)                  # noqa: E731
-    residual = lambda e, b, h, i, j: e.true()                # noqa: E731
-    spec = ForwardSpec(**base, row_interval=interval, row_residual=residual, tile_holds=holds).check()
-    assert spec.mask_split
-    assert not ForwardSpec(**base, row_interval=interval, row_residual=residual, tile_holds=holds,
-                              split_mask=False).check().mask_split
-    assert not ForwardSpec(**base).check().mask_split
-    with pytest.raises(SpecError, match="split_mask"):
-        ForwardSpec(**base, split_mask=True).check()
-    with pytest.raises(SpecError, match="tile_holds needs row_interval and row_residual"):
-        ForwardSpec(**base, row_interval=interval, tile_holds=holds).check()
+@functools.lru_cache(maxsize=None)
+def _compiled(source: str, options: tuple):
+    pipeline = pipeline_with_options("sm_80", dict(options))
+    return compile_mlir(source, "v.attn", CompileOptions(arch="sm_80", pass_pipeline=pipeline))
+
+
+def split_mask(source: str, **options) -> bool:
+    """split_mask as attn-kernel-choices records it on sm_80 (no PTX built)."""
+    result = _compiled(source, tuple(sorted(options.items())))
+    return kernel_choices.read(attention_ops(result.module)[0])["split_mask"]
+
+
+def test_split_mask_needs_a_map_that_records_the_conjuncts():
+    held = variant("not (doc[b, j] % 5 == 2) and j <= i and i > 3", "param doc: i32[B, N]")
+    assert split_mask(held) is True
+    assert split_mask(held, split_mask="false") is False
+    # No linear conjunct: the map (not the tile table's runs) records nothing to split by.
+    nothing = variant("doc[b, i] == doc[b, j]", "param doc: i32[B, N]")
+    assert split_mask(nothing, aligned_tiles="false") is False
+    with pytest.raises(AttncError, match="split_mask needs a mask read from a block map whose MIXED tiles record"):
+        split_mask(nothing, aligned_tiles="false", split_mask="true")
 
 
 def _build(path: Path, arch: str, **options):
@@ -83,9 +91,7 @@ def test_the_documents_example_splits_its_mask_by_default(arch):
     assert loads(split.ptx, "b8") == loads(plain.ptx, "b8")
 
 
-def test_split_mask_is_refused_where_the_map_records_nothing():
-    from attnc.errors import AttncError
-
+def test_split_mask_is_refused_without_a_map():
     with pytest.raises(AttncError, match="split_mask"):
         _build(EXAMPLES / "sliding_window.attn", "sm_80", split_mask="true")
 

@@ -7,18 +7,17 @@ names and counts, Q's empty barrier exactly where the lowering makes the CTAs pe
 kernel's: K and V issued ahead of their steps, waits with the kernel's group counts."""
 from __future__ import annotations
 
-import re
+import json
 from pathlib import Path
 
 import pytest
+from mlir import ir
 
 from attnc.backend.kernel_spec import PRODUCER_THREADS, producer_barriers
-from attnc.backend.lowering import spec_from_ir
-from attnc.driver import CompileOptions, compile_mlir, optimize_mlir
-from attnc.errors import AttncError
+from attnc.driver import CompileOptions, compile_mlir
 from attnc.ir import attention_ops
 from attnc.ir import roles as R
-from attnc.passes.lower_kernel import compile_result_of
+from attnc.passes.lower_kernel import SPECIALIZATION_ATTR, lowered_gpu_module
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.attn"))
@@ -99,14 +98,16 @@ def test_sm90a_consumers_store_their_own_o():
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_q_is_released_where_the_ctas_are_persistent(example):
     """Only a persistent CTA refills Q's slot (Note [Persistent CTAs] in sm90a_ws.py): the
-    plan's `persistent`, its mbar_q_empty and the lowering's persistent_ctas agree."""
+    plan's `persistent`, its mbar_q_empty and the kernel's `persistent` (the manifest's
+    specialization, as the default pipeline lowers it) agree."""
     result, kernel = plan(example)
     ws = R.warp_specialize_of(kernel)
     persistent = R.PERSISTENT in ws.attributes
     assert ("mbar_q_empty" in barriers(kernel)) is persistent
     lowered = compile_mlir((ROOT / f"examples/{example}.attn").read_text(), f"examples/{example}.attn",
-                           CompileOptions(arch="sm_90a", pass_pipeline=f"{L5},attn-verify-pipeline"))
-    assert spec_from_ir(compile_result_of(lowered.module)).persistent_ctas is persistent
+                           CompileOptions(arch="sm_90a"))
+    specialization = json.loads(ir.StringAttr(lowered_gpu_module(lowered.module).attributes[SPECIALIZATION_ATTR]).value)
+    assert specialization["persistent"] is persistent
     assert persistent is (example == "sliding_window")
 
 

@@ -4,14 +4,17 @@ the kernel a pipeline without it gets, an edited attribute gives the kernel its 
 gives, and attributes the lowering cannot follow are refused at their op."""
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
+from mlir import ir
 
-from attnc.backend.lowering import build, spec_from_ir
+from attnc.backend.lowering import build
 from attnc.driver import CompileOptions, compile_file, optimize_mlir
 from attnc.errors import AttncError
-from attnc.passes.lower_kernel import compile_result_of, lowered_gpu_module
+from attnc.ir import attention_ops
+from attnc.passes.lower_kernel import KERNELS_ATTR, SPECIALIZATION_ATTR, compile_result_of, lowered_gpu_module
 from attnc.passes.pipelines import CHOICES_PASS as CHOICES, LOWERING, format_pipeline, pipeline_with, target_pipeline
 
 
@@ -29,6 +32,12 @@ def _plan(example: str, arch: str, options: dict | None = None) -> str:
 
 def _lower(plan: str, arch: str):
     return optimize_mlir(plan, "plan.mlir", CompileOptions(arch=arch, pass_pipeline=LOWERING[arch]))
+
+
+def _lowered(module, attribute: str = SPECIALIZATION_ATTR):
+    """What the lowering recorded on its gpu.module for the manifest: the specialization
+    (every choice, resolved), or with KERNELS_ATTR the kernels' launch entries."""
+    return json.loads(ir.StringAttr(lowered_gpu_module(module).attributes[attribute]).value)
 
 
 # A kernel of each kind of default: row sums and the small grid's kernel (ALiBi, sm_80),
@@ -49,11 +58,11 @@ def test_an_edited_choice_is_the_kernel_of_its_option():
     assert plan.count("row_sum = true") >= 2 and plan.count("staged = true") == 1
     edited = plan.replace("row_sum = true", "row_sum = false").replace("staged = true", "staged = false")
     by_option = _plan("alibi", "sm_80", {"mma_row_sum": 0, "staged_o": 0})
-    ptx = build(compile_result_of(_lower(edited, "sm_80"))).ptx
-    assert ptx == build(compile_result_of(_lower(by_option, "sm_80"))).ptx
-    assert ptx != build(compile_result_of(_lower(plan, "sm_80"))).ptx
-    spec = spec_from_ir(compile_result_of(_lower(edited, "sm_80")))
-    assert not spec.row_sum_on_mma and not spec.o_staged
+    art = build(compile_result_of(_lower(edited, "sm_80")))
+    assert art.ptx == build(compile_result_of(_lower(by_option, "sm_80"))).ptx
+    assert art.ptx != build(compile_result_of(_lower(plan, "sm_80"))).ptx
+    chosen = art.manifest["specialization"]
+    assert not chosen["mma_row_sum"] and not chosen["staged_o"]
 
 
 def test_an_edited_unroll_is_the_kernel_of_its_option():
@@ -100,9 +109,9 @@ def test_persistent_ctas_are_the_plans():
     """`persistent` is attn-warp-specialize's (it changes the plan: Q's empty mbarrier);
     the lowering builds the CTAs the plan states."""
     def persistent(options: dict):
-        pipeline = pipeline_with("sm_90a", {"attn-warp-specialize": options}).rsplit(",", 1)[0]
-        result = compile_file("examples/mha.attn", CompileOptions(arch="sm_90a", pass_pipeline=pipeline))
-        return "mbar_q_empty" in str(result.module), spec_from_ir(compile_result_of(result.module)).persistent_ctas
+        pipeline = pipeline_with("sm_90a", {"attn-warp-specialize": options})
+        module = compile_file("examples/mha.attn", CompileOptions(arch="sm_90a", pass_pipeline=pipeline)).module
+        return "mbar_q_empty" in str(attention_ops(module)[0]), _lowered(module)["persistent"]
 
     assert persistent({}) == (False, False)
     assert persistent({"persistent": 1}) == (True, True)
@@ -129,8 +138,9 @@ def test_a_second_run_chooses_afresh_what_it_is_not_given():
     plan = _plan("alibi", "sm_80")
     rerun = optimize_mlir(plan, "plan.mlir", CompileOptions(arch="sm_80", pass_pipeline=(
         f"{CHOICES}{{q_blocks_per_cta=2}},{LOWERING['sm_80']}")))
-    spec = spec_from_ir(compile_result_of(rerun))
-    assert spec.blocks_per_cta == 2 and not spec.has_small_grid_kernel
+    assert "small_grid" in _lowered(_lower(plan, "sm_80"), KERNELS_ATTR)[-1]
+    assert _lowered(rerun)["q_blocks_per_cta"] == 2
+    assert "small_grid" not in _lowered(rerun, KERNELS_ATTR)[-1]
 
 
 def test_persistent_edited_into_a_plan_without_a_producer_is_refused():

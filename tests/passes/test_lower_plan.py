@@ -3,14 +3,18 @@ stages, register budgets, ping-pong, persistent CTAs and the KV loops' trips the
 states, and refuses a plan that differs elsewhere rather than silently building another."""
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
+from mlir import ir
 
 from attnc.backend.lowering import build
 from attnc.driver import CompileOptions, compile_file, optimize_mlir
 from attnc.errors import AttncError
-from attnc.passes.lower_kernel import compile_result_of
+from attnc.ir import attention_ops
+from attnc.ir import roles as R
+from attnc.passes.lower_kernel import SPECIALIZATION_ATTR, compile_result_of, lowered_gpu_module
 from attnc.passes.pipelines import format_pipeline, pipeline_with, target_pipeline
 
 
@@ -28,6 +32,14 @@ def _lowered(plan: str, arch: str):
     lowering = target_pipeline(arch)[-1].name
     return build(compile_result_of(optimize_mlir(plan, "plan.mlir", CompileOptions(arch=arch,
                                                                                    pass_pipeline=lowering))))
+
+
+def _specialization(plan: str, arch: str) -> dict:
+    """Every choice of the kernel the lowering builds from `plan`, resolved, as the
+    manifest records it (the lowering alone: no PTX)."""
+    lowering = target_pipeline(arch)[-1].name
+    module = optimize_mlir(plan, "plan.mlir", CompileOptions(arch=arch, pass_pipeline=lowering))
+    return json.loads(ir.StringAttr(lowered_gpu_module(module).attributes[SPECIALIZATION_ATTR]).value)
 
 
 def test_consumers_must_cover_the_tile():
@@ -284,17 +296,11 @@ def test_an_edited_scale_is_compiled_as_edited(tmp_path):
     """The backend builds the kernel from the op's attributes (Note [The variant from the
     IR] in attnc/ir/kernel.py), not from the .attn source the module carries: a scale
     edited in a dump is the kernel's scale."""
-    from attnc.backend.lowering import spec_from_ir
-    from attnc.passes.lower_kernel import compile_result_of
-
     plan = _gemma2_plan(tmp_path)
     old, new = "scale = 0.0883883461 : f32", "scale = 5.000000e-01 : f32"
     assert plan.count(old) == 1
-    given = optimize_mlir(plan, "plan.mlir", CompileOptions(arch="sm_80", pass_pipeline="attn-verify-pipeline"))
-    edited = optimize_mlir(plan.replace(old, new), "plan.mlir",
-                           CompileOptions(arch="sm_80", pass_pipeline="attn-verify-pipeline"))
-    assert spec_from_ir(compile_result_of(given)).softmax_scale == pytest.approx(0.0883883461)
-    assert spec_from_ir(compile_result_of(edited)).softmax_scale == 0.5
+    assert _specialization(plan, "sm_80")["softmax_scale"] == pytest.approx(0.0883883461)
+    assert _specialization(plan.replace(old, new), "sm_80")["softmax_scale"] == 0.5
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -392,9 +398,37 @@ def test_the_cooperative_roles_epilogue_is_checked_op_by_op(tmp_path):
     assert caught.value.render().startswith("examples/docs_sink.attn:")
 
 
-def test_a_producer_putting_v_first_is_followed(tmp_path):
-    """The K/V order of the producer's loops is the kernel's (examples/passes/v_before_k.py)."""
-    from attnc.backend.load_steps import LoadSteps
+def _producer_loads(module) -> list[str]:
+    """The producer role's loads in the order they stand, each op with its tile (a
+    barrier's from its mbarrier_init), `[` and `]` around a KV loop's trip."""
+    kernel = attention_ops(module)[0]
+    names = {R.MBARRIER_WAIT: "wait", R.SLOT_WRITE: "write", R.CP_ASYNC_MBARRIER_ARRIVE: "arrive"}
+    out = []
+
+    def walk(block) -> None:
+        for op in block.operations:
+            op = op.operation
+            if op.name == R.SLOT_WRITE:
+                out.append(f"write {R.attrs_of(op)['tile']}")
+            elif op.name in names:
+                out.append(f"{names[op.name]} {R.attrs_of(op.operands[0].owner)['tile']}")
+            elif op.name == "scf.for":
+                out.append("[")
+                walk(op.regions[0].blocks[0])
+                out.append("]")
+            else:
+                for region in op.regions:
+                    for inner in region.blocks:
+                        walk(inner)
+
+    walk(R.body_block(next(r for r in R.role_ops(kernel) if R.name_of(r) == "producer")))
+    return out
+
+
+def test_a_producer_putting_v_first_is_followed():
+    """The K/V order of the producer's loops is the kernel's (examples/passes/v_before_k.py).
+    The default producer loads Q (its slot is filled once: no wait), K of the first step,
+    then each trip K one step ahead before V, and the last V after the loop."""
     from attnc.passes.registry import load_pass_file
 
     load_pass_file("examples/passes/v_before_k.py")
@@ -403,9 +437,9 @@ def test_a_producer_putting_v_first_is_followed(tmp_path):
                                  "attn-warp-specialize", "attn-warp-specialize,v-before-k"))
     moved = build(compile_file("examples/mha.attn", options))
     default = build(compile_file("examples/mha.attn", CompileOptions(arch="sm_90a")))
-    order = [(op.name, op.what) for op in moved.spec.load_steps.trip]
-    assert order[:3] == [("wait", "v"), ("write", "v"), ("arrive", "v")]
-    assert default.spec.load_steps == LoadSteps.default()
+    k, v = (["wait " + tile, "write " + tile, "arrive " + tile] for tile in "kv")
+    assert _producer_loads(default.result.module) == ["write q", "arrive q", *k, "[", *k, *v, "]", *v]
+    assert _producer_loads(moved.result.module) == ["write q", "arrive q", *k, "[", *v, *k, "]", *v]
     assert moved.ptx != default.ptx
 
 

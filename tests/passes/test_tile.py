@@ -61,7 +61,7 @@ def test_the_documented_choices():
     # sm_90a (attn-lower-sm90a): one 64-row warpgroup per CTA at head dim 64, two at 128;
     # a mask reading params (documents): 64x64, one warpgroup; so is a band (sliding
     # window) at head dim 64; at 128 the band takes the producer warpgroup's tile (its
-    # CTAs persistent: ForwardSpec.persistent_ctas).
+    # CTAs persistent: attn-warp-specialize's `persistent`, on by default for a band).
     assert pick("sm_90a", ProblemShape(64, 64, "bf16", False, params=True)) == (64, 128, 2, 8, 1)
     assert pick("sm_90a", shape(64)) == (64, 128, 2, 8, 1)
     assert pick("sm_90a", shape(128)) == (128, 128, 3, 12, 1)
