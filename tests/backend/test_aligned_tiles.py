@@ -9,6 +9,8 @@ import re
 import pytest
 
 from attnc.errors import AttncError
+from attnc.ir import attention_ops
+from attnc.passes import kernel_choices
 from attnc.testing import build_with
 
 DOCS = """attention docs {
@@ -32,6 +34,14 @@ def _kernels(artifacts) -> list[str]:
     return [k["name"] for k in artifacts.manifest["kernels"]]
 
 
+def _at_register_floor(artifacts) -> bool:
+    """Whether the default bound of Note [CTAs per SM] (kernel_spec.py) leaves a thread just
+    128 registers: its CTAs an SM share the SM's 64K registers at 128 each."""
+    choices = kernel_choices.read(attention_ops(artifacts.result.module)[0])
+    threads = artifacts.manifest["kernels"][-1]["block"][0]
+    return choices["min_ctas_unless_spills"] and choices["min_ctas_per_sm"] * threads * 128 >= 64 * 1024
+
+
 @pytest.mark.parametrize("mask, kernels", [
     # Note [Ranges from the runs] (run_ranges.py): the rest of the mask reads no param.
     ("doc[b, i] == doc[b, j] and j <= i", ["qtiles", "attn_fwd"]),
@@ -52,7 +62,7 @@ def test_a_documents_conjunct_gets_a_tile_table(mask, kernels):
     # The map and the attention kernel read the table and size their query tiles by it.
     for kernel in artifacts.manifest["kernels"][1:]:
         assert table in kernel["params"]
-    assert artifacts.manifest["kernels"][-1]["grid"][1] == [5, ["cdiv", "M", 4 * artifacts.spec.block_m]]
+    assert artifacts.manifest["kernels"][-1]["grid"][1] == [5, ["cdiv", "M", 4 * spec["block_m"]]]
 
 
 def test_the_run_ranges_option():
@@ -60,11 +70,11 @@ def test_the_run_ranges_option():
     128 registers); asked for where it cannot be, an error."""
     mask = "doc[b, i] == doc[b, j] and j <= i"
     assert _kernels(_build(mask, run_ranges=False)) == ["qtiles", "blockmap", "attn_fwd"]
-    assert _build(mask, "sm_90a").spec.registers_at_floor
+    assert _at_register_floor(_build(mask, "sm_90a"))
     assert _kernels(_build(mask, "sm_90a")) == ["qtiles", "blockmap", "attn_fwd"]
     assert _kernels(_build(mask, "sm_90a", run_ranges=True)) == ["qtiles", "attn_fwd"]
     wide = build_with(DOCS.replace("MASK", mask).replace(", 64]", ", 128]"), "docs.attn", "sm_90a")
-    assert not wide.spec.registers_at_floor and _kernels(wide) == ["qtiles", "attn_fwd"]
+    assert not _at_register_floor(wide) and _kernels(wide) == ["qtiles", "attn_fwd"]
     # A bound the user gives is kept whatever ptxas says: the runs then too.
     assert _kernels(_build(mask, "sm_90a", min_ctas_per_sm=4)) == ["qtiles", "attn_fwd"]
     assert _kernels(_build(mask, min_ctas_per_sm=4)) == ["qtiles", "attn_fwd"]
@@ -78,19 +88,24 @@ def test_the_run_ranges_option():
 
 def test_the_run_hooks_replace_every_grid_answer():
     """The analysis' grid answers (kv_range, tile_skip, tile_partial, kv_hint) would be
-    wrong for a table's tile: none is left. tile_holds (the ids' conjunct) where the mask
-    is split and the ids are its only residual."""
-    spec = _build("doc[b, i] == doc[b, j] and j <= i").spec
-    assert type(spec.kv_range.__self__).__name__ == "RunHooks"
-    assert spec.kv_hint is None and spec.tile_partial is None and spec.tile_skip is None
-    assert spec.tile_holds is not None and spec.first_before_map
+    wrong for a table's tile, and refuse one (test_the_grid_hooks_refuse_a_table_tile):
+    the kernel builds, so none is asked, and no map is read. The mask is split where the
+    ids are its only residual (their conjunct's holding comes from the runs), and the
+    diagonal's block is loaded before the scan."""
+    artifacts = _build("doc[b, i] == doc[b, j] and j <= i")
+    spec = artifacts.manifest["specialization"]
+    assert spec["run_ranges"] and not spec["blockmap"]
+    scratch = [p["name"] for p in artifacts.manifest["kernels"][-1]["params"] if p["kind"] == "scratch"]
+    assert scratch == ["qtiles"]
+    assert spec["split_mask"] and spec["early_first"]
     # Another residual conjunct beside the ids': the map records which part a MIXED tile
     # holds, the runs could only say it of the ids, so the map stays the default.
     other = "doc[b, i] == doc[b, j] and j <= i and (i - j) % 3 == 0"
     assert _kernels(_build(other)) == ["qtiles", "blockmap", "attn_fwd"]
-    assert _build(other).spec.mask_split
-    forced = _build(other, run_ranges=True).spec
-    assert forced.row_residual is not None and forced.tile_holds is None and not forced.mask_split
+    assert _build(other).manifest["specialization"]["split_mask"]
+    # The runs say nothing of the other residual: the forced kernel tests every conjunct.
+    forced = _build(other, run_ranges=True).manifest["specialization"]
+    assert forced["run_ranges"] and forced["interval_test"] is not None and not forced["split_mask"]
     assert _kernels(_build(other, split_mask=False)) == ["qtiles", "attn_fwd"]     # the record unread
 
 
@@ -152,13 +167,20 @@ def test_each_mask_kernel_names_what_it_fills_and_the_map_reads_the_table():
 
 
 def test_the_grid_hooks_refuse_a_table_tile():
-    """The static analysis' range is of grid blocks: asked about a table's tile (whose
-    m_block is a table index), it refuses instead of answering for the wrong rows."""
+    """The static analysis' range is of grid blocks (the first block's hint of a map on the
+    aligned tiles: early_first): asked about a table's tile (whose m_block is a table
+    index), it refuses instead of answering for the wrong rows."""
+    from attnc.backend.lowering import mask_mode
     from attnc.backend.mask_hooks import KvCtx
-    spec = _build("doc[b, i] == doc[b, j] and j <= i", run_ranges=False).spec
-    assert spec.aligned_tiles and spec.kv_hint is not None
+    from attnc.backend.variant_hooks import variant_hooks
+    artifacts = _build("doc[b, i] == doc[b, j] and j <= i", run_ranges=False)
+    spec = artifacts.manifest["specialization"]
+    assert spec["aligned_tiles"] and spec["blockmap"] and spec["early_first"]
+    result = artifacts.result
+    op = attention_ops(result.module)[0]
+    hooks = variant_hooks(op, result.variant, mask_mode(op, result.variant), module=result.module)
     with pytest.raises(AssertionError, match="not a tile table's tiles"):
-        spec.kv_hint(None, KvCtx(0, 0, 0, 1, 1, spec.block_m, spec.block_n, aligned=True, n_keys=1))
+        hooks.kv_range(None, KvCtx(0, 0, 0, 1, 1, spec["block_m"], spec["block_n"], aligned=True, n_keys=1))
 
 
 def test_the_last_tiles_start_longest_first_on_the_heads_first_grid():
@@ -171,7 +193,9 @@ def test_the_last_tiles_start_longest_first_on_the_heads_first_grid():
     mask = "doc[b, i] == doc[b, j] and j <= i"
     default = _build(mask)
     spec = default.manifest["specialization"]
-    assert spec["heads_first"] and default.spec.resident_ctas == 2
+    # Two CTAs an SM: 128 threads at up to 255 registers each, no bound (sm_80).
+    assert spec["heads_first"] and spec["min_ctas_per_sm"] == 0
+    assert default.manifest["kernels"][-1]["block"] == [128, 1, 1]
     assert spec["tail_per_sm"] == TAIL_WAVES * 2 == 4
     assert "%nsmid" in kernel_ptx(default.ptx, "attnc_docs_qtiles")
     assert "%nsmid" not in kernel_ptx(default.ptx, "attnc_docs_fwd")

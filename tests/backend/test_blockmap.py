@@ -1,7 +1,7 @@
 """The block map without a GPU: its plan (scratch, launch, ABI) for the variants that need
 one, the manifest and launch plan the runtime makes of it, the kernel assembled for sm_80
 with nvJitLink (no spills, the votes and CTA reductions of Note [Block map kernel]), the
-mask region cloned into code, and the attention-kernel hooks that read the map.
+mask region cloned into code, and the attention kernels that read the map.
 (The map's values are checked on a GPU: test_blockmap_gpu.py.)"""
 from __future__ import annotations
 
@@ -15,17 +15,17 @@ from mlir.dialects import func
 
 from attnc.backend import cubin, ptx
 from attnc.backend.blockmap import BlockMapPlan, MapNames, blockmap_plan, emit_mask
-from attnc.backend.blockmap_hooks import blockmap_hooks, blockmap_skip
+from attnc.backend.blockmap_hooks import blockmap_skip
 from attnc.backend.blockmap_intervals import RANGE_UNROLL
 from attnc.backend.blockmap_kernel import build_blockmap_module
 from attnc.backend.bundle import code_files, variant_manifest
-from attnc.backend.kernel_module import build_kernel_module
-from attnc.backend.kernel_spec import default_forward_spec
 from attnc.backend.mask_hooks import KvCtx
 from attnc.backend.nvgpu_builders import Emit
 from attnc.driver import compile_mlir
 from attnc.errors import AttncError
 from attnc.ir import MASK_MOD, attention_ops, region_block
+from attnc.testing import build_with
+from attnc.testing import kernel_ptx as entry_ptx
 from attnc_runtime import Bundle, Kernel
 from attnc_runtime.errors import ManifestError
 from attnc_runtime.testing import FakePlatform, FakeTensor
@@ -231,17 +231,27 @@ def test_emit_mask_guards_a_param_that_may_be_empty():
 
 # ---------------------------------------------------------------- the attention kernel's hooks
 
+@functools.lru_cache(maxsize=None)
+def map_bundle(arch: str, block_m: int, block_n: int, **options):
+    """DOCS_SINK's bundle whose attention kernel reads the block map on the grid's query
+    blocks (no tile table), at block_m x block_n tiles."""
+    art = build_with(DOCS_SINK, "docs_sink.attn", arch, aligned_tiles=False, block_m=block_m, block_n=block_n,
+                     **options)
+    assert [k["name"] for k in art.manifest["kernels"]] == ["blockmap", "attn_fwd"]
+    spec = art.manifest["specialization"]
+    assert (spec["block_m"], spec["block_n"]) == (block_m, block_n) and spec["blockmap"]
+    return art
+
+
 def test_hooks_build_into_the_sm80_kernel():
+    art = map_bundle("sm_80", 128, 64)
+    attention = art.manifest["kernels"][-1]
     plan = blockmap_plan(compiled(DOCS_SINK), 128, 64)
-    kv_range, tile_partial, extra = blockmap_hooks(plan)
-    spec = default_forward_spec("bf16", 64, block_n=64, kv_range=kv_range, tile_partial=tile_partial,
-                             tile_skip=blockmap_skip(plan), extra_params=extra)
-    with compiled(DOCS_SINK).module.context:
-        module, abi = build_kernel_module(spec)
-        text = ptx.to_ptx(module, "sm_80")
-    assert abi.params[-1] == plan.scratch
-    usage = cubin.resource_usage(text, "sm_80")[spec.symbol]
+    assert art.manifest["kernels"][0]["params"][0] == plan.scratch
+    assert plan.scratch in attention["params"]
+    usage = cubin.resource_usage(art.ptx, "sm_80")[attention["symbol"]]
     assert not usage.spills, usage
+    text = entry_ptx(art.ptx, attention["symbol"])
     assert "redux.sync.min.s32" in text and "redux.sync.max.s32" in text
     assert "redux.sync.add.s32" in text                    # the count of FULL blocks (the full range)
     assert "ld.global.nc.b8" in text                       # the row scan, and tile_partial in the loop (invariant)
@@ -250,17 +260,14 @@ def test_hooks_build_into_the_sm80_kernel():
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
 def test_q_is_in_flight_while_the_map_row_is_read(target):
     """Note [Q before the range] (forward_loads.py): Q's copies are issued and committed as a group
-    before the map's row is read, so they fly while the range is computed."""
-    plan = blockmap_plan(compiled(DOCS_SINK), 64, 64)
-    kv_range, tile_partial, extra = blockmap_hooks(plan)
-    spec = default_forward_spec("bf16", 64, block_m=64, block_n=64, num_warps=4, target=target,
-                             kv_range=kv_range, tile_partial=tile_partial, tile_skip=blockmap_skip(plan),
-                             extra_params=extra)
-    with compiled(DOCS_SINK).module.context:
-        module, _ = build_kernel_module(spec)
-        text = ptx.to_ptx(module, target)
+    before the map's row is read, so they fly while the range is computed (on sm_80 without
+    the first K/V block's copies, which early_first issues there too)."""
+    art = map_bundle(target, 64, 64, **({"early_first": False} if target == "sm_80" else {}))
+    attention = art.manifest["kernels"][-1]
+    text = entry_ptx(art.ptx, attention["symbol"])
     before = text[text.index(".entry"):text.index("ld.global.nc.b8")]
-    assert before.count("cp.async.cg.shared.global") == 64 * 64 * 2 // 16 // spec.threads     # all of Q
+    threads = attention["block"][0]
+    assert before.count("cp.async.cg.shared.global") == 64 * 64 * 2 // 16 // threads     # all of Q
     assert before.rindex("cp.async.cg.shared.global") < before.rindex("cp.async.commit_group")
 
 

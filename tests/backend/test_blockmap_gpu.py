@@ -6,10 +6,10 @@ Run (GPU, torch):      python3 tests/backend/test_blockmap_gpu.py run [OUT]   (o
 OUT defaults to .bundles/blockmap (git-ignored). Every case is a bundle launched through
 attnc_runtime: `map` cases hold only the block-map kernel, and the test reads the scratch
 buffer back and compares it with a torch brute force of the same mask, at ragged M and N;
-the `attention` case holds the block-map kernel and an sm_80 attention kernel whose
-kv_range/tile_partial are `blockmap_hooks` (its keep() is `emit_mask` over the same
-region: the map's reading alone; the compiled variants' kernels, split masks included,
-run in tests/gpu), compared with a torch softmax.
+the `attention` case is its variant compiled through the sm_80 pipeline at the case's
+tiles on the grid's query blocks (aligned_tiles off, so that a map is built): its bundle
+holds the block-map kernel and the attention kernel that reads the map, whose map is
+checked as the `map` cases' and whose output is compared with a torch softmax.
 Without a GPU, torch or the bundles, the tests skip and say why.
 """
 from __future__ import annotations
@@ -57,32 +57,15 @@ SHAPES = [(2, 3, 1000, 1000), (2, 3, 700, 1300), (1, 2, 129, 65), (3, 1, 1, 1), 
 # ---------------------------------------------------------------- build (needs MLIR)
 
 def build(out: Path) -> None:
-    from attnc.backend.blockmap import blockmap_plan
-    from attnc.backend.blockmap_kernel import build_blockmap_module, emit_blockmap_kernel
-    from attnc.backend.bundle import code_files, variant_manifest, write_bundle
-    from attnc.backend.cubin import ptx_to_cubin, resource_usage
-    from attnc.backend.ptx import to_ptx
-    from attnc.driver import compile_mlir
-    from mlir import ir
+    from attnc.backend.bundle import write_bundle
+    from attnc.backend.cubin import resource_usage
 
     index = {}
     for name, (source, kind, (block_m, block_n)) in CASES.items():
-        result = compile_mlir(source, f"{name}.attn")
-        plan = blockmap_plan(result, block_m, block_n)
-        kernels = [plan.kernel]
-        with result.module.context:
-            if kind == "attention":
-                module, attention = _attention_module(plan, result)
-                kernels.append(attention)
-                emit_blockmap_kernel(plan, result, ir.InsertionPoint(_gpu_module_body(module)))
-            else:
-                module = build_blockmap_module(plan, result)
-            text = to_ptx(module, "sm_80")
+        builder = _attention_bundle if kind == "attention" else _map_bundle
+        plan, manifest, files, text = builder(name, source, block_m, block_n)
+        write_bundle(out / name, manifest, files)
         usage = resource_usage(text, "sm_80")
-        files = code_files(name, "sm_80")
-        blobs = {"cubin": ptx_to_cubin(text, "sm_80").cubin, "ptx": text.encode()}
-        manifest = variant_manifest(result.variant, target="sm_80", kernels=kernels, code=files, blobs=blobs)
-        write_bundle(out / name, manifest, {files[kind]: blob for kind, blob in blobs.items()})
         index[name] = {"kind": kind, "block_m": block_m, "block_n": block_n, "per_head": plan.per_head,
                        "registers": {k: u.registers for k, u in usage.items()},
                        "spills": {k: u.spill_stores + u.spill_loads for k, u in usage.items()}}
@@ -90,42 +73,39 @@ def build(out: Path) -> None:
     (out / "index.json").write_text(json.dumps(index, indent=2) + "\n")
 
 
-def _attention_module(plan, result):
-    """The sm_80 kernel reading the map, as a manifest kernel whose blockmap param is the
-    scratch (Note [Block map ABI])."""
-    from attnc.backend.blockmap import MapNames, emit_mask
-    from attnc.backend.blockmap_hooks import blockmap_hooks, blockmap_skip
-    from attnc.backend.kernel_module import build_kernel_module
-    from attnc.backend.kernel_spec import default_forward_spec
-    from attnc.backend.mask_hooks import ExtraParam
-    from attnc.ir import MASK_MOD, attention_ops, region_block
+def _map_bundle(name: str, source: str, block_m: int, block_n: int):
+    """(the map's plan, manifest, files, PTX) of a bundle of the block-map kernel alone."""
+    from attnc.backend.blockmap import blockmap_plan
+    from attnc.backend.blockmap_kernel import build_blockmap_module
+    from attnc.backend.bundle import code_files, variant_manifest
+    from attnc.backend.cubin import ptx_to_cubin
+    from attnc.backend.ptx import to_ptx
+    from attnc.driver import compile_mlir
 
-    variant = result.variant
-    block = region_block(attention_ops(result.module)[0], MASK_MOD)
-    kv_range, tile_partial, extra = blockmap_hooks(plan)
-    # The mask's names as the block-map kernel resolves them: B and doc are the extra
-    # params below (`e.dim("B")`, `e.arg("ptr:doc")`), N the kernel's own.
-    names = MapNames(variant.params, plan.never_empty)
-
-    def keep(e, b, h, i, j):
-        return emit_mask(e, block, [b, h, i, j], names)
-
-    spec = default_forward_spec("bf16", 64, block_m=plan.block_m, block_n=plan.block_n,
-                             kv_range=kv_range, tile_partial=tile_partial, tile_skip=blockmap_skip(plan),
-                             keep=keep, symbol="attnc_docs_fwd",
-                             extra_params=extra + (ExtraParam("dim", "B"), ExtraParam("ptr", "doc")))
-    module, abi = build_kernel_module(spec)
-    roles = {"M": variant.seq_q, "N": variant.seq_k, "H": variant.heads, "HKV": variant.heads_kv}
-    kernel = abi.manifest_kernel("attn_fwd")
-    kernel["params"] = [{**p, "name": roles.get(p["name"], p["name"])} if p["kind"] == "dim" else p
-                        for p in kernel["params"]]
-    assert plan.scratch in kernel["params"]
-    return module, kernel
+    result = compile_mlir(source, f"{name}.attn")
+    plan = blockmap_plan(result, block_m, block_n)
+    with result.module.context:
+        text = to_ptx(build_blockmap_module(plan, result), "sm_80")
+    files = code_files(name, "sm_80")
+    blobs = {"cubin": ptx_to_cubin(text, "sm_80").cubin, "ptx": text.encode()}
+    manifest = variant_manifest(result.variant, target="sm_80", kernels=[plan.kernel], code=files, blobs=blobs)
+    return plan, manifest, {files[kind]: blob for kind, blob in blobs.items()}, text
 
 
-def _gpu_module_body(module):
-    gpu_module = next(op for op in module.body.operations if op.operation.name == "gpu.module")
-    return gpu_module.regions[0].blocks[0]
+def _attention_bundle(name: str, source: str, block_m: int, block_n: int):
+    """(the map's plan, manifest, files, PTX) of the variant's sm_80 bundle, whose
+    attention kernel reads the block map it launches first (Note [Block map ABI])."""
+    from attnc.backend.blockmap import blockmap_plan
+    from attnc.testing import build_with
+
+    art = build_with(source, f"{name}.attn", "sm_80", block_m=block_m, block_n=block_n, aligned_tiles=False)
+    kernels = art.manifest["kernels"]
+    assert [k["name"] for k in kernels] == ["blockmap", "attn_fwd"], kernels
+    plan = blockmap_plan(art.result, block_m, block_n)
+    # The map as the run step reads it: the scratch of the case's tiles, filled by the
+    # map kernel and read by the attention kernel.
+    assert kernels[0]["params"][0] == plan.scratch and plan.scratch in kernels[1]["params"]
+    return plan, art.manifest, art.files, art.ptx
 
 
 # ---------------------------------------------------------------- run (GPU, torch)

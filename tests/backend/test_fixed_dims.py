@@ -2,10 +2,9 @@
 the manifest's grid and ABI use constants where the variant fixes a size, and the
 L1 regions of score_mod and sink return f32 whatever the expression's type."""
 from attnc.backend.blockmap import GROUPS, TILES
-from attnc.backend.lowering import build
 from attnc.driver import CompileOptions, compile_mlir
 from attnc.ir import SCORE_MOD, SINK, attention_ops, region_block, yielded
-from attnc.passes.pipelines import pipeline_with
+from attnc.testing import build_with
 from attnc_runtime.manifest import parse_manifest
 
 FIXED = """attention fixed {
@@ -29,23 +28,20 @@ def test_integer_hooks_yield_f32():
 
 
 def test_fixed_sizes_become_constants_in_grid_and_abi():
-    art = build(compile_mlir(FIXED, "fixed.attn", CompileOptions(arch="sm_80")))
+    art = build_with(FIXED, "fixed.attn", "sm_80")
     manifest = parse_manifest(art.manifest)
     table, attention = art.manifest["kernels"]      # the table's runs give the ranges: no map
-    mapped = build(compile_mlir(FIXED, "fixed.attn", CompileOptions(
-        arch="sm_80", pass_pipeline=pipeline_with("sm_80", {"attn-kernel-choices": {"run_ranges": "false"}}))))
+    mapped = build_with(FIXED, "fixed.attn", "sm_80", run_ranges="false")
     blockmap = mapped.manifest["kernels"][1]
     assert parse_manifest(mapped.manifest).dims == ("N",)
     # H, the tile table's length, B: a block map's kernel takes its heads first (Note [Heads
     # first]); the table holds 5 * cdiv(M, 4 * block_m) tiles (Note [Document-aligned tiles])
-    assert attention["grid"] == [[4], [5, -(-100 // (4 * art.spec.block_m))], [2]]
+    block_m = art.manifest["specialization"]["block_m"]
+    assert attention["grid"] == [[4], [5, -(-100 // (4 * block_m))], [2]]
     assert table["grid"] == [[1], [1], [2]]
     consts = [p for p in attention["params"] if p["kind"] == "const"]
     assert [p["value"] for p in consts] == [100, 4, 2]              # M, H, HKV
     # Note [Block map kernel]: one CTA per GROUPS groups of TILES consecutive key blocks
-    assert blockmap["grid"][0] == [["cdiv", "N", blockmap_block_n(art) * TILES * GROUPS]]
+    block_n = mapped.manifest["specialization"]["block_n"]
+    assert blockmap["grid"][0] == [["cdiv", "N", block_n * TILES * GROUPS]]
     assert manifest.dims == ("N",)
-
-
-def blockmap_block_n(art) -> int:
-    return art.spec.block_n

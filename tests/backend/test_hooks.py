@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import struct
 from pathlib import Path
 
@@ -22,12 +23,14 @@ import pytest
 
 from attnc.backend import cubin
 from attnc.backend.hooks import RegionCode
-from attnc.backend.lowering import build, mask_mode, spec_from_ir
+from attnc.backend.lowering import build, mask_mode
 from attnc.backend.variant_hooks import AnalysedTiles, variant_hooks
 from attnc.driver import CompileOptions, compile_file, compile_mlir
-from attnc.ir import attention_ops
+from attnc.ir import attention_ops, get_int
+from attnc.passes import kernel_choices
+from attnc.passes.pipelines import pipeline_with_options
 from attnc.reference_eval import Evaluator
-from attnc.testing import kernel_ptx, let_chain
+from attnc.testing import kernel_ptx, let_chain, variant_source
 from tests.backend.host_jit import host_function
 from tests.backend.test_blockmap import emit_i1_function
 
@@ -61,8 +64,16 @@ def artifacts(name: str):
 
 def attention_ptx(name: str) -> str:
     """The PTX of an example's attention kernel alone (not its small grids' build)."""
-    art = artifacts(name)
+    return attention_kernel_ptx(artifacts(name))
+
+
+def attention_kernel_ptx(art) -> str:
     return kernel_ptx(art.ptx, art.manifest["kernels"][-1]["symbol"])
+
+
+def f32_operand(x: float) -> str:
+    """`x` rounded to f32 as PTX writes an immediate operand."""
+    return "0f%08X" % struct.unpack("<I", struct.pack("<f", x))[0]
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -91,20 +102,17 @@ def test_hook_parameters_reach_the_manifest():
                                        ("softcap", "mod"), ("gemma2", "mod"), ("mha", "none")])
 def test_affine_score_mods_keep_the_folded_scale(name, kind):
     """s + f(b, h, i, j) is compiled as a bias (one FMA onto the raw score); tanh is not."""
-    spec = spec_from_ir(example(name))
-    assert ("bias" if spec.score_bias else "mod" if spec.score_mod else "none") == kind
+    assert artifacts(name).manifest["specialization"]["score_mod"] == kind
 
 
 def test_softcap_scalings_fold_into_the_kernels_multiplies():
     """Note [Score scalings]: 30 * tanh(s / 30) takes the raw score times scale / 30 and
     hands 30 to the softmax's exp2 factor: one FMUL and a tanh.approx per score."""
-    spec = spec_from_ir(example("softcap"))
-    assert spec.score_mod_in == pytest.approx(spec.scale / 30.0, rel=1e-6)
-    assert spec.score_mod_out == 30.0
+    scale = artifacts("softcap").manifest["specialization"]["softmax_scale"]
     ptx, mha = (attention_ptx(name) for name in ("softcap", "mha"))
     assert ptx.count("tanh.approx.f32") == 128           # 64 scores a thread holds, 2 loops
-    scale_in = "0f%08X" % struct.unpack("<I", struct.pack("<f", spec.score_mod_in))[0]
-    assert ptx.count("mul.rn.f32") >= ptx.count(scale_in) == 128
+    assert ptx.count("mul.rn.f32") >= ptx.count(f32_operand(scale / 30.0)) == 128
+    assert f32_operand(30.0 * math.log2(math.e)) in ptx          # the exp2 factor, in natural units
     # Note [Bounded score_mod]: tanh's range gives the running max (bf16): no max per
     # score, no rescale of O (the rescale's exp2 per row is gone too).
     assert "max.f32" not in ptx and "max.f32" in mha
@@ -116,7 +124,7 @@ def test_softcap_scalings_fold_into_the_kernels_multiplies():
                                        ("sliding_window", "mask_mod"), ("prefix_lm", "mask_mod"),
                                        ("docs_sink", "mask_mod"), ("gemma2", "mask_mod")])
 def test_built_in_masks_keep_their_fast_path(name, mode):
-    assert spec_from_ir(example(name)).mask == mode
+    assert artifacts(name).manifest["specialization"]["mask"] == mode
 
 
 # ------------------------------------------------------------------ hooks on the CPU
@@ -255,8 +263,7 @@ def test_inlined_tile_answers_are_sound(name):
     variant = result.variant
     op, hooks = _hooks(result)
     tiles: AnalysedTiles = hooks.kv_range.__self__
-    spec = spec_from_ir(result)
-    bm, bn = spec.block_m, spec.block_n
+    bm, bn = get_int(op, "block_m"), get_int(op, "block_n")
     rng = np.random.default_rng(3)
     args = {**_arg_types(result, hooks), "m_block": "i32", "n_block": "i32", "b": "i32", "h": "i32"}
 
@@ -325,9 +332,8 @@ def test_hook_corners_compile_to_ptx(name):
 
 
 def test_global_tokens_and_a_window_walk_two_segments():
-    spec = spec_from_ir(hooked("globalwin"))
-    assert spec.mask == "mask_mod"
     art = build(hooked("globalwin"))
+    assert art.manifest["specialization"]["mask"] == "mask_mod"
     assert not any(u.spills for u in cubin.resource_usage(art.ptx, "sm_80").values())
 
 
@@ -372,31 +378,21 @@ def test_segmented_schedule_walks_the_union_downwards():
             assert above == sum(v >= x for v in visited) and total == len(visited), (segs, n, x)
 
 
-def test_a_spec_outlives_its_compile_result():
-    """The hooks clone regions when a kernel is built: the spec keeps the IR alive (a
-    dropped ir.Module destroys its blocks, and the kernel would silently lose its mask)."""
-    import gc
-
-    from attnc.backend import ptx
-    from attnc.backend.kernel_module import build_kernel_module
-
-    spec = spec_from_ir(compile_file(ROOT / "examples/gemma2.attn", CompileOptions(arch="sm_80")))
-    gc.collect()
-    assert spec.cache_key() == spec_from_ir(example("gemma2")).cache_key()
-    module, _ = build_kernel_module(spec, spec.keep.names.module.context)
-    # The softcap's tanh on a lane's 64 scores in each of the three loops' steps, and on
-    # each 16-row tile's 32 in the peeled first step (Note [Dead rows]).
-    assert spec.skips_dead_rows
-    assert ptx.to_ptx(module, "sm_80").count("tanh.approx.f32") == 3 * 64 + 2 * 32
+def test_gemma2s_softcap_is_in_every_step():
+    """The softcap's tanh on a lane's 64 scores in each of the three loops' steps, and on
+    each 16-row tile's 32 in the peeled first step (Note [Dead rows]): the window's kernel
+    holds the score_mod wherever it computes scores."""
+    assert artifacts("gemma2").manifest["specialization"]["dead_rows"]
+    assert attention_ptx("gemma2").count("tanh.approx.f32") == 3 * 64 + 2 * 32
 
 
 def test_alibi_bias_is_computed_per_row():
     """Note [Bias linear in j]: slopes[h] * (j - i) converts L once per accumulator row
     and KV loop body (an I2F), never per score or per column (measured faster than a
     per-column form, hooks.py)."""
-    spec = spec_from_ir(example("alibi"))
-    assert spec.score_bias.j_linear is not None and spec.score_bias.j_linear[2] == 1
-    rows = 2 * spec.m_atoms
+    spec = artifacts("alibi").manifest["specialization"]
+    assert spec["score_mod"] == "bias"
+    rows = 2 * spec["block_m"] // spec["num_warps"] // 16        # two per 16-row MMA tile of a warp
     cvts = attention_ptx("alibi").count("cvt.rn.f32.s32")
     assert cvts % rows == 0 and rows <= cvts <= 3 * rows, (cvts, rows)
 
@@ -406,16 +402,19 @@ def test_alibi_bias_is_computed_per_row():
                                  "s + slopes[h] * float(i - 2 * j)", "s + slopes[h] * float(j - pos[i])"])
 def test_biases_linear_in_j_are_found(mod):
     """Note [Bias linear in j]: a slope free of j times an integer linear in j, whatever
-    it does with i."""
+    it does with i (found on the bias hook the lowering inlines; the kernel's conversions
+    per row: test_alibi_bias_is_computed_per_row)."""
     text = source("biased", f"param slopes: f32[H]\n  param pos: i32[M]\n  score_mod(s, b, h, i, j) = {mod}")
-    bias = spec_from_ir(compile_mlir(text, "biased.attn", CompileOptions(arch="sm_80"))).score_bias
-    assert bias.j_linear is not None
+    _, hooks = _hooks(compile_mlir(text, "biased.attn", CompileOptions(arch="sm_80")))
+    assert hooks.score_bias.j_linear is not None
 
 
 def test_softcap_bounds():
-    """Note [Bounded score_mod]: 30 * tanh(s / 30) lies in 30 * [-1, 1]."""
-    spec = spec_from_ir(example("softcap"))
-    assert spec.score_mod.bounds() == (-1.0, 1.0)
+    """Note [Bounded score_mod]: 30 * tanh(s / 30) lies in 30 * [-1, 1]; the kernel's
+    constant max is the upper bound (its exp2 offset: -1 times the factor 30 log2(e))."""
+    _, hooks = _hooks(example("softcap"))
+    assert hooks.score_mod.bounds() == (-1.0, 1.0)
+    assert f32_operand(-30.0 * math.log2(math.e)) in attention_ptx("softcap")
 
 
 def _softcap_causal(dtype: str, hd: int, cap: float = 30.0, pipeline: str | None = None):
@@ -424,26 +423,36 @@ def _softcap_causal(dtype: str, hd: int, cap: float = 30.0, pipeline: str | None
     return compile_mlir(text, "capped.attn", CompileOptions(arch="sm_80", pass_pipeline=pipeline))
 
 
+@functools.lru_cache(maxsize=None)
+def _softcap_causal_artifacts(dtype: str, hd: int, cap: float):
+    return build(_softcap_causal(dtype, hd, cap))
+
+
 @pytest.mark.parametrize("dtype, hd, cap, blocks", [("bf16", 64, 30.0, 2), ("bf16", 128, 30.0, 1),
                                                     ("f16", 64, 30.0, 1), ("bf16", 64, 50.0, 1)])
 def test_two_query_blocks_per_cta_for_a_constant_max_at_128_key_tiles(dtype, hd, cap, blocks):
-    """ForwardSpec.blocks_per_cta: two blocks per CTA where the softmax max is the
-    constant cap (bf16, spread 2 * cap <= 64) and tiles are 128 keys wide (head dim 64)."""
-    spec = spec_from_ir(_softcap_causal(dtype, hd, cap))
-    assert (spec.static_max is not None) == (dtype == "bf16" and cap == 30.0)
-    assert spec.blocks_per_cta == blocks
-    grid = build(_softcap_causal(dtype, hd, cap)).manifest["kernels"][-1]["grid"]
-    assert grid[0] == [["cdiv", "M", spec.block_m * blocks]]
+    """q_blocks_per_cta's default: two blocks per CTA where the softmax max is the
+    constant cap (bf16, spread 2 * cap <= 64: no row max in the kernel, Note [Bounded
+    score_mod]) and tiles are 128 keys wide (head dim 64)."""
+    art = _softcap_causal_artifacts(dtype, hd, cap)
+    assert ("max.f32" not in attention_kernel_ptx(art)) == (dtype == "bf16" and cap == 30.0)
+    spec = art.manifest["specialization"]
+    assert spec["q_blocks_per_cta"] == blocks and (spec["block_n"] == 128) == (hd == 64)
+    assert art.manifest["kernels"][-1]["grid"][0] == [["cdiv", "M", spec["block_m"] * blocks]]
 
 
-def test_interval_test_defaults_by_tile_width():
-    """ForwardSpec.interval_test_form: the kept-bits test while a lane's row holds at
-    most 32 scores."""
-    from attnc.backend.kernel_spec import default_forward_spec
-    assert default_forward_spec("bf16", 64).interval_test_form == "bits"        # 128x128
-    assert default_forward_spec("bf16", 128).interval_test_form == "bits"       # 128x64
-    assert default_forward_spec("bf16", 64, block_n=256, block_m=64).interval_test_form == "range"
-    assert default_forward_spec("bf16", 128, interval_test="pair").interval_test_form == "pair"
+@pytest.mark.parametrize("hd, options, tiles, form", [
+    (64, {}, (128, 128), "bits"), (128, {}, (128, 64), "bits"),
+    (64, {"block_m": 64, "block_n": 256}, (64, 256), "range"), (128, {"interval_test": "pair"}, (128, 64), "pair")])
+def test_interval_test_defaults_by_tile_width(hd, options, tiles, form):
+    """interval_test's default: the kept-bits test while a lane's row holds at most 32
+    scores (key blocks of up to 128 keys)."""
+    text = variant_source("band", hd, mask="j <= i and i - j < 100")
+    result = compile_mlir(text, "band.attn", CompileOptions(arch="sm_80", pass_pipeline=pipeline_with_options(
+        "sm_80", options)))
+    op = attention_ops(result.module)[0]
+    assert (get_int(op, "block_m"), get_int(op, "block_n")) == tiles
+    assert kernel_choices.read(op)["interval_test"] == form
 
 
 @pytest.mark.parametrize("options, message", [("q_blocks_per_cta=3", "q_blocks_per_cta=3: expected 1 or 2"),

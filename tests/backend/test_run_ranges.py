@@ -9,8 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from attnc.backend.hooks import KernelNames
 from attnc.backend.mask_hooks import KvCtx
-from attnc.testing import build_with
+from attnc.backend.qtiles import segment_conjunct
+from attnc.backend.run_ranges import RunHooks, run_rest
+from attnc.driver import CompileOptions, compile_mlir
+from attnc.ir import MASK_MOD, attention_ops, get_int, region_block
+from attnc.passes import kernel_choices
+from attnc.passes.pipelines import pipeline_with_options
 from tests.backend.host_jit import host_function
 
 SOURCE = """attention docs {
@@ -47,19 +53,33 @@ def table(ids: np.ndarray, M: int, block_m: int) -> list[tuple[int, int, int, in
             for start, end in zip(starts, starts[1:]) for r in range(start, end, block_m)]
 
 
+def run_hooks(result) -> RunHooks:
+    """The hooks the lowering inlines for the runs of `result`'s mask (Note [Ranges from
+    the runs]): the analysis of the mask with the ids' conjunct taken as true."""
+    op = attention_ops(result.module)[0]
+    conjunct, _ = segment_conjunct(region_block(op, MASK_MOD), list(result.variant.params))
+    return RunHooks(run_rest(op, conjunct), KernelNames(result.variant, op, result.module))
+
+
 @pytest.mark.parametrize("mask", list(MASKS))
 def test_block_classes_and_holds_against_brute_force(mask):
-    art = build_with(SOURCE.replace("MASK", mask), "docs.attn", "sm_80", run_ranges=True)
-    spec = art.spec
-    runs = spec.kv_range.__self__
-    bm, bn = spec.block_m, spec.block_n
+    options = CompileOptions(arch="sm_80", pass_pipeline=pipeline_with_options("sm_80", {"run_ranges": True}))
+    result = compile_mlir(SOURCE.replace("MASK", mask), "docs.attn", options)
+    op = attention_ops(result.module)[0]
+    choices = kernel_choices.read(op)
+    assert choices["run_ranges"]
+    runs = run_hooks(result)
+    # The kernel asks the ids' holding where it splits the mask (Note [Conjuncts a tile holds]).
+    tile_holds = runs.fields(split=choices["split_mask"]).get("tile_holds")
+    assert (tile_holds is not None) == choices["split_mask"]
+    bm, bn = get_int(op, "block_m"), get_int(op, "block_n")
     names = ("row0", "row_end", "key0", "key_end", "M", "N", "b", "h", "n")
 
     def body(e, a):
         c = KvCtx(0, a["b"], a["h"], a["M"], a["N"], bm, bn, aligned=True,
                   n_keys=e.max(e.sub(a["N"], a["key0"]), 0), row0=a["row0"], row_end=a["row_end"],
                   key0=a["key0"], key_end=a["key_end"])
-        holds = spec.tile_holds(e, c, a["n"]) if spec.tile_holds else (e.false(), e.false())
+        holds = tile_holds(e, c, a["n"]) if tile_holds else (e.false(), e.false())
         return [runs.tile_class(e, c, a["n"]), *holds, runs.scan_end(e, c)]
 
     with runs.rest.module.context:         # the context of the code the hooks clone
@@ -98,5 +118,5 @@ def test_block_classes_and_holds_against_brute_force(mask):
                 checked += 1
                 held += ids_hold
     assert checked > 400
-    if spec.tile_holds:                         # the ids' conjunct is proved somewhere
+    if tile_holds:                              # the ids' conjunct is proved somewhere
         assert held > 0
