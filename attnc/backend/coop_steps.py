@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from mlir import ir
 
-from attnc.backend.kv_steps import KvSteps, StepOp, body_of, prologue_steps
+from attnc.backend.kv_steps import StepOp, body_of, prologue_steps
 from attnc.backend.role_shell import check_compute
 from attnc.backend.wgmma_steps import Around, _check_hooks, advances, around_ops, require
 from attnc.ir import error_at
@@ -57,22 +57,6 @@ class CoopSteps:
 
     def body(self, mode: str, top: bool = True) -> tuple[StepOp, ...]:
         return body_of(self.loops, mode, top)
-
-    @staticmethod
-    def default(stages: int) -> "CoopSteps":
-        """What attn-overlap-gemms writes, with a score_mod and a mask."""
-        def load(tile: str, ahead: int) -> tuple[StepOp, ...]:
-            return StepOp("load", tile, ahead), StepOp("slot_write", tile), StepOp("cp_async_commit")
-        ops = (StepOp("land_o"), StepOp("rescale"), StepOp("cp_async_wait", count=2 * stages - 4),
-               StepOp("cta_barrier"), *load("v", stages - 2), *load("k", stages - 1), StepOp("read", "k"),
-               StepOp("read", "q"), StepOp("read", "v"), StepOp("mma", "qk"), StepOp("mma", "pv"),
-               StepOp("land_s", count=1), StepOp("score_mod"), StepOp("mask"), StepOp("softmax_step"))
-        first = (StepOp("cp_async_wait", count=2 * stages - 2), StepOp("cta_barrier"), StepOp("read", "k"),
-                 StepOp("read", "q"), StepOp("mma", "qk"), StepOp("land_s"), StepOp("score_mod"), StepOp("mask"),
-                 StepOp("softmax_step"))
-        last = (StepOp("land_o"), StepOp("rescale"), StepOp("cp_async_wait"), StepOp("cta_barrier"),
-                StepOp("read", "v"), StepOp("mma", "pv"), StepOp("land_pv"))
-        return CoopSteps((("all", ops),), first, last, KvSteps.default(stages).prologue)
 
 
 def coop_steps(kernel) -> CoopSteps:

@@ -17,7 +17,7 @@ nvJitLink wheel), else one on PATH; with neither, nvJitLink's cubin with a warni
 (correct, and slow).
 
 Note [Assembled beside the trial]: sm_90a's register-bound trial (Note [CTAs per SM] in
-kernel_spec.py) asks the resources of its kernel's PTX under the bound; where that
+attnc/passes/choice_defaults.py) asks the resources of its kernel's PTX under the bound; where that
 spills, the bundle takes the kernel without the bound, whose PTX is the trial's less its
 `.minnctapersm` lines (Note [Recent PTX] in ptx.py). nvJitLink lets go of the GIL, so
 `resource_usage` of PTX with a bound has that PTX assembled on a second thread meanwhile,

@@ -6,7 +6,7 @@ step, the loops' carried values, the query blocks a CTA runs, and the epilogue
 sm90a.py's (`Sm90aForward`: wgmma, overlapped steps; sm90a_ws.py's producer
 warpgroup). Neither target derives from the other; both derive from this.
 
-Note [Two query blocks per CTA]: with `blocks_per_cta` = 2 a CTA runs query blocks
+Note [Two query blocks per CTA]: with `q_blocks_per_cta` = 2 a CTA runs query blocks
 nb-1-c and c (nb = cdiv(M, block_m), c = blockIdx.x < nb-1-c; one block when they meet),
 so under a causal mask every CTA gets the same work. After the first block's last step
 (cp.async.wait_group 0, then a CTA barrier: no warp reads Q or a K/V slot any more) the
@@ -52,11 +52,11 @@ class ForwardKernel(ForwardLoads):
         self.smem = Smem(e, SMEM_SYMBOL)
         self.kv_range_fn, self.keep_fn = mask_hooks(spec)
         scale_log2 = LOG2E * spec.score_mod_out if spec.score_mod else spec.scale * LOG2E
-        self.softmax = OnlineSoftmax(e, Approx(e), Quad(e), scale_log2, spec.static_max, spec.exp2_on_fma,
-                                     spec.rescale_lazily, spec.row_sum_on_mma)
+        self.softmax = OnlineSoftmax(e, Approx(e), Quad(e), scale_log2, spec.static_max, spec.exp2_fma,
+                                     spec.lazy_rescale, spec.mma_row_sum)
         # O's n8 atoms per 16-row atom; with row sums on the tensor cores one more, P.1
         # (Note [Row sums on the tensor cores] in softmax.py)
-        self.o_atoms = spec.head_dim_v // 8 + spec.row_sum_on_mma
+        self.o_atoms = spec.head_dim_v // 8 + spec.mma_row_sum
         layout = spec.layout            # Note [Buffers as placed] in smem_layout.py
         self.q_tile = SwizzledTile(layout.q, spec.block_m, spec.head_dim_qk)
         self.k_tile = SwizzledTile(layout.k, spec.block_n, spec.head_dim_qk)
@@ -77,7 +77,7 @@ class ForwardKernel(ForwardLoads):
         self.tid = tid
         self.warp = e.shr(tid, 5)
         self.lane = e.and_(tid, 31)
-        one_block = s.blocks_per_cta == 1
+        one_block = s.q_blocks_per_cta == 1
         self.m_block, self.h, self.b = self._grid_item(one_block)
         self.kv_h = e.div(self.h, e.div(e.dim("H"), e.dim("HKV")))
         if s.aligned_tiles:
@@ -85,7 +85,7 @@ class ForwardKernel(ForwardLoads):
             self.tile_row0, self.row_end, self.key0, self.key_end = read_entry(
                 e, e.arg(qtiles_param().key), z, self.m_block, e.dim("M"), s.block_m)
             self.n_keys = e.max(e.sub(e.dim("N"), self.key0), 0)     # key0 > N where M > N
-        self.warp_row0 = e.mul(self.warp, 16 if s.skips_dead_rows else s.rows_per_warp)
+        self.warp_row0 = e.mul(self.warp, 16 if s.dead_rows else s.rows_per_warp)
         if one_block:
             self._set_row0(self.m_block)
         self.col0 = e.shl(e.and_(self.lane, 3), 1)
@@ -102,16 +102,16 @@ class ForwardKernel(ForwardLoads):
         e, s = self.e, self.spec
         count, index, head = nvvm.read_ptx_sreg_nctaid_x, nvvm.read_ptx_sreg_ctaid_x, nvvm.read_ptx_sreg_ctaid_y
         batch = nvvm.read_ptx_sreg_ctaid_z
-        if s.grid_tiles_last:
+        if s.tiles_last:
             count, index, head = nvvm.read_ptx_sreg_nctaid_z, nvvm.read_ptx_sreg_ctaid_z, nvvm.read_ptx_sreg_ctaid_x
             batch = nvvm.read_ptx_sreg_ctaid_y
-        elif s.grid_heads_first:
+        elif s.heads_first:
             count, index, head = nvvm.read_ptx_sreg_nctaid_y, nvvm.read_ptx_sreg_ctaid_y, nvvm.read_ptx_sreg_ctaid_x
         m_block = None
         if with_block:
             last = e.sub(count(e.i32), 1)
             ctaid = index(e.i32)
-            if s.grid_heads_first or s.grid_tiles_last:
+            if s.heads_first or s.tiles_last:
                 # What LLVM knows of ctaid.y or .z (< 65535) changed its address arithmetic enough
                 # for ptxas to spill (sliding window, 128x64 tiles, head dim 128: 124 bytes
                 # on sm_80); opaque, it assembles as ctaid.x's did.
@@ -151,7 +151,7 @@ class ForwardKernel(ForwardLoads):
         coords = ElementCoords(e, row0, self.col0, s.block_n, self.key0, s.atom_rows)
         score_in = s.scale if s.score_mod_in is None else s.score_mod_in
         return ScoreMasker(e, coords, self.b, self.h, s.scale, s.score_mod, self.keep_fn, s.score_bias,
-                           score_in, s.row_interval, s.interval_test_form, s.row_residual)
+                           score_in, s.row_interval, s.interval_test, s.row_residual)
 
     def _tensor(self, name: str, b, h) -> GlobalPtr:
         e = self.e
@@ -165,7 +165,7 @@ class ForwardKernel(ForwardLoads):
         e, s = self.e, self.spec
         # Note [Lean step loads] (forward_loads.py): a block map's range is inside the map, a
         # band's is clamped.
-        clamp_top = s.step_loads_lean and not s.blockmap
+        clamp_top = s.lean_loads and not s.blockmap
         return schedule(e, self.kv_range_fn(e, self._ctx(m_block)), self.n_keys, s.block_n, clamp_top)
 
     def _pack_p(self, probs):
@@ -195,13 +195,13 @@ class ForwardKernel(ForwardLoads):
             return rows
         if s.tile_partial is None and skip is None:
             # Every block is masked; tile_holds may still spare a part of the test.
-            holds = s.tile_holds(e, self._ctx(), n_block) if s.mask_split else None
+            holds = s.tile_holds(e, self._ctx(), n_block) if s.split_mask else None
             return masker.mask(rows, n_block, holds=holds)
         partial = e.gt(masker.coords.block_end(n_block), e.dim("N"))
         ctx = self._ctx()
         if s.tile_partial is not None:
             partial = e.or_(s.tile_partial(e, ctx, n_block), partial)
-        holds = s.tile_holds(e, ctx, n_block) if s.mask_split else None
+        holds = s.tile_holds(e, ctx, n_block) if s.split_mask else None
         return masker.mask_if(rows, n_block, partial if skip is None else e.or_(partial, skip), skip, holds)
 
     def _softmax_step(self, rows, state: SoftmaxState, mode: str):
@@ -249,7 +249,7 @@ class ForwardKernel(ForwardLoads):
                 self._one_block()
                 scf.yield_([])
             return
-        if s.blocks_per_cta == 1:
+        if s.q_blocks_per_cta == 1:
             self._one_block()
             return
         # Note [Two query blocks per CTA]
@@ -283,13 +283,13 @@ class ForwardKernel(ForwardLoads):
 
     def _epilogue(self, acc_o, state: SoftmaxState) -> None:
         e, s = self.e, self.spec
-        if s.row_sum_on_mma:
+        if s.mma_row_sum:
             # Note [Row sums on the tensor cores]: rows g and g + 8 of atom mi are 2 mi
             # and 2 mi + 1, their whole sums in the P.1 atom's accumulators 0 and 2
             state = SoftmaxState(state.m, [atoms[-1][i] for atoms in acc_o for i in (0, 2)])
             acc_o = [atoms[:-1] for atoms in acc_o]
         stage = None
-        if s.o_staged:
+        if s.staged_o:
             # Note [Staged O]: every warp is past its last read of the tiles (and every
             # thread's copies have landed: emit's wait) before any overwrites them.
             self.bar.sync()

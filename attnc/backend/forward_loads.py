@@ -17,7 +17,7 @@ Note [Lean step loads]: only the last key block, cdiv(N, block_n) - 1, may hold 
 and a step visits blocks in strictly decreasing order, so the block a step loads for a
 later step (V of step t + S - 1, K of t + S) ends below N whenever the schedule's top
 block is below cdiv(N, block_n): then no load but the prologue's (and, with one stage, a
-step's V of its own block) needs row predicates. `ForwardSpec.step_loads_lean` makes
+step's V of its own block) needs row predicates. The `lean_loads` choice makes
 the steps of two kinds of kernel lean, on sm_80:
 
 * a block map's, whose range lies inside the map's row (cdiv(N, block_n) blocks, or from a
@@ -139,7 +139,7 @@ class ForwardLoads:
         """The cooperative role's ops before its KV loops for query block `m_block`
         (`prologue_ops`), in their order (Note [The role op by op] in kv_steps.py): Q's
         copies, the key range and the first steps' K and V -- by default groups Q, then
-        K0, V0, K1, ..., V_{S-2}, K_{S-1}. With first_before_map, K0 and V0 are the guessed
+        K0, V0, K1, ..., V_{S-2}, K_{S-1}. With early_first, K0 and V0 are the guessed
         block's, issued before the range is read, and a miss adds K0, V0 again after a
         wait for every group (Note [First block before the map]). The block's schedule.
 
@@ -177,11 +177,11 @@ class ForwardLoads:
         return state.kv
 
     def _range_after_guess(self, m_block):
-        """The key range of `m_block` as a schedule, and with first_before_map the guessed
+        """The key range of `m_block` as a schedule, and with early_first the guessed
         first block, whose K and V are issued before the range is read and again after it
         where the range starts elsewhere (else None)."""
         e = self.e
-        guess = self._first_guess(m_block) if self.spec.first_before_map else None
+        guess = self._first_guess(m_block) if self.spec.early_first else None
         if guess is not None:
             self._load_first(guess, guessed=True)
         kv = self._kv_range(m_block)

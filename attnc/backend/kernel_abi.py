@@ -11,7 +11,7 @@ that the CTAs resident at once work on a few heads and share their keys in L2; w
 of every head before the next heaviest of any, so the light blocks (the first ones of a
 band or a causal mask) run last, where they fill the tail that equal blocks leave
 ragged, at the price of the CTAs of all heads at once reading their own keys. Where
-that is the default: ForwardSpec.grid_heads_first.
+that is the default: `heads_first` in attnc/passes/choice_defaults.py.
 
 Note [Tiles last]: with `tiles_last` the grid is (H, B, query blocks): the hardware
 starts the heaviest query block of every (b, h) before the next heaviest of any (under a
@@ -30,7 +30,7 @@ head dim 64 then spilled). Hence Note [Small grids]. The numbers: results/sm80_h
 "Tiles last and small grids".
 
 Note [Small grids]: an sm_80 kernel of one query block per CTA whose blocks' work differs
-(a mask, not a band; `ForwardSpec.has_small_grid_kernel`: neither grid order given) is
+(a mask, not a band; neither grid order given: `small_grid` in choice_defaults.py) is
 built twice into the bundle's module: as is, and with tiles_last under the symbol
 `<symbol>_tiles_last`. Its manifest entry names the second as its `small_grid`, with
 `up_to_ctas_per_sm` = SMALL_GRID_CTAS_PER_SM: the runtime launches it where the first's
@@ -72,7 +72,7 @@ class KernelAbi:
 def kernel_abi(spec: ForwardSpec) -> KernelAbi:
     tensors = ["q", "k", "v", "o"] + (["lse"] if spec.with_lse else [])
     params = [{"kind": "ptr", "tensor": t} for t in tensors]
-    dims = ("M", "N", "H", "HKV") + (("B",) if spec.persistent_ctas else ())
+    dims = ("M", "N", "H", "HKV") + (("B",) if spec.persistent else ())
     params += [{"kind": "dim", "name": d, "type": "i32"} for d in dims]
     for t in tensors:
         params += [{"kind": "stride", "tensor": t, "axis": a, "type": "i64"}
@@ -80,25 +80,25 @@ def kernel_abi(spec: ForwardSpec) -> KernelAbi:
     params += [x.manifest() for x in spec.extra_params]
     specialization = {"target": spec.target, "dtype": spec.dtype, "out_dtype": spec.o_dtype, "head_dim_qk": spec.head_dim_qk,
                       "head_dim_v": spec.head_dim_v, "block_m": spec.block_m, "block_n": spec.block_n,
-                      "num_warps": spec.num_warps, "stages": spec.stages, "qk_unroll": spec.qk_steps_per_trip,
+                      "num_warps": spec.num_warps, "stages": spec.stages, "qk_unroll": spec.qk_unroll,
                       "mask": spec.mask, "score_mod": _score_kind(spec), "sink": spec.sink is not None,
                       "with_lse": spec.with_lse, "softmax_scale": spec.scale,
-                      "q_blocks_per_cta": spec.blocks_per_cta, "min_ctas_per_sm": spec.min_ctas,
-                      "producer_warpgroup": spec.warp_specialized, "pingpong": spec.pingpong,
-                      "persistent": spec.persistent_ctas, "heads_first": spec.grid_heads_first,
-                      "tiles_last": spec.grid_tiles_last,
-                      "staged_o": spec.o_staged, "lean_loads": spec.step_loads_lean, "split_mask": spec.mask_split,
-                      "early_first": spec.first_before_map, "aligned_tiles": spec.aligned_tiles,
-                      "exp2_fma": spec.exp2_on_fma, "lazy_rescale": spec.rescale_lazily,
-                      "mma_row_sum": spec.row_sum_on_mma, "dead_rows": spec.skips_dead_rows,
-                      "interval_test": spec.interval_test_form if spec.row_interval is not None else None}
+                      "q_blocks_per_cta": spec.q_blocks_per_cta, "min_ctas_per_sm": spec.min_ctas_per_sm,
+                      "producer_warpgroup": spec.producer_warpgroup, "pingpong": spec.pingpong,
+                      "persistent": spec.persistent, "heads_first": spec.heads_first,
+                      "tiles_last": spec.tiles_last,
+                      "staged_o": spec.staged_o, "lean_loads": spec.lean_loads, "split_mask": spec.split_mask,
+                      "early_first": spec.early_first, "aligned_tiles": spec.aligned_tiles,
+                      "exp2_fma": spec.exp2_fma, "lazy_rescale": spec.lazy_rescale,
+                      "mma_row_sum": spec.mma_row_sum, "dead_rows": spec.dead_rows,
+                      "interval_test": spec.interval_test if spec.row_interval is not None else None}
     # Note [Document-aligned tiles] (qtiles.py): a CTA per entry of the tile table.
     m_blocks = (tuple(table_factors("M", spec.block_m)) if spec.aligned_tiles
-                else (["cdiv", "M", spec.block_m * spec.blocks_per_cta],))
+                else (["cdiv", "M", spec.block_m * spec.q_blocks_per_cta],))
     # Note [Persistent CTAs] (sm90a_ws.py): a CTA per SM at most, each looping over blocks.
-    grid = (((["min_sms", *m_blocks, "H", "B"],), (1,), (1,)) if spec.persistent_ctas
-            else (("H",), ("B",), m_blocks) if spec.grid_tiles_last  # Note [Tiles last]
-            else (("H",), m_blocks, ("B",)) if spec.grid_heads_first  # Note [Heads first]
+    grid = (((["min_sms", *m_blocks, "H", "B"],), (1,), (1,)) if spec.persistent
+            else (("H",), ("B",), m_blocks) if spec.tiles_last  # Note [Tiles last]
+            else (("H",), m_blocks, ("B",)) if spec.heads_first  # Note [Heads first]
             else (m_blocks, ("H",), ("B",)))
     return KernelAbi(spec.symbol, tuple(params), (spec.threads, 1, 1), spec.smem_bytes, grid, specialization)
 

@@ -14,6 +14,7 @@ from mlir.dialects import gpu
 from attnc.backend.kernel_abi import SMALL_GRID_CTAS_PER_SM, KernelAbi, kernel_abi
 from attnc.backend.kernel_spec import ForwardSpec
 from attnc.backend.nvgpu_builders import Smem
+from attnc.backend.spec_checks import steps_read
 from attnc.backend.forward import SMEM_SYMBOL
 from attnc.backend.sm80 import Sm80Forward
 
@@ -22,10 +23,10 @@ GPU_MODULE = "attnc_kernels"
 
 def build_kernel_module(spec: ForwardSpec, context: ir.Context | None = None) -> tuple[ir.Module, KernelAbi]:
     """The kernel of `spec` as a `gpu.container_module` holding one `gpu.module`, and its ABI.
-    A default register bound (Note [CTAs per SM] in kernel_spec.py) is kept only where
+    A default register bound (Note [CTAs per SM] in attnc/passes/choice_defaults.py) is kept only where
     nvJitLink reports that the kernel assembles without spills under it."""
     module, abi = _build_module(spec, context)
-    if spec.bound_unless_spills and spec.min_ctas and _spills(module, spec):
+    if spec.min_ctas_unless_spills and spec.min_ctas_per_sm and _spills(module, spec):
         # The kernel's code does not read the bound: only its gpu.func's nvvm.minctasm says
         # it (Note [Recent PTX] in ptx.py), so the unbounded kernel is this one without it.
         unbounded = dataclasses.replace(spec, min_ctas_per_sm=0, min_ctas_unless_spills=False).check()
@@ -56,7 +57,7 @@ def _spills(module: ir.Module, spec: ForwardSpec) -> bool:
 
 
 def _build_module(spec: ForwardSpec, context: ir.Context | None) -> tuple[ir.Module, KernelAbi]:
-    spec.check()
+    steps_read(spec.check())
     abi = kernel_abi(spec)
     ctx = context or _current_context() or ir.Context()
     with ctx, ir.Location.name(spec.symbol):
@@ -110,7 +111,7 @@ def _emit_kernel(spec: ForwardSpec, abi: KernelAbi, block: ir.Block) -> None:
                              kernel=True, known_block_size=list(abi.block))
         # A producer warpgroup's setmaxnreg takes effect only in a kernel that ptxas
         # knows runs one CTA per SM (.minnctapersm 1; without it ptxas drops it).
-        min_ctas = 1 if spec.warp_specialized and not spec.min_ctas else spec.min_ctas
+        min_ctas = 1 if spec.producer_warpgroup and not spec.min_ctas_per_sm else spec.min_ctas_per_sm
         if min_ctas:
             func.operation.attributes["nvvm.minctasm"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32),
                                                                            min_ctas)
@@ -137,7 +138,7 @@ def _param_type(p: dict) -> ir.Type:
 
 
 def _forward_class(spec: ForwardSpec):
-    if spec.warp_specialized:
+    if spec.producer_warpgroup:
         from attnc.backend.sm90a_ws import Sm90aWsForward
         return Sm90aWsForward
     if spec.target == "sm_90a":

@@ -56,14 +56,6 @@ class LoadSteps:
     last: tuple[StepOp, ...] = ()       # V of its last block, after them
     q: tuple[StepOp, ...] = ()          # Q's load, before the key range
 
-    @staticmethod
-    def default(persistent: bool = False) -> "LoadSteps":
-        """What attn-overlap-gemms writes from attn-insert-pipelines' step: K, then V; Q's
-        load before them, which waits for Q's slot only where a CTA loads Q more than once."""
-        k, v = (tuple(StepOp(name, tile) for name in ("wait", "write", "arrive")) for tile in ("k", "v"))
-        q = tuple(StepOp(name, "q") for name in ("wait", "write", "arrive") if persistent or name != "wait")
-        return LoadSteps(k + v, k, v, q)
-
     def runs(self) -> list[tuple[str, tuple[StepOp, ...]]]:
         """The trip as runs of consecutive ops of one tile: (tile, ops)."""
         out: list[tuple[str, list[StepOp]]] = []

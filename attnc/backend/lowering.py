@@ -5,7 +5,9 @@ GEMMs and steps) -> PTX -> cubin -> bundle.
 The spec is read from the IR, never from the source: tile sizes and warps from the
 attributes attn-tile recorded, the K/V stage count from the `kv` channel that
 attn-warp-specialize wrote, the hooks from the regions and from what
-attn-analyze-masks recorded (variant_hooks.py). A mask that is exactly no mask, causal
+attn-analyze-masks recorded (variant_hooks.py), the kernel choices from the attributes
+attn-kernel-choices recorded (a choice the IR lacks: its default, by the same rules:
+attnc/passes/choice_defaults.py). A mask that is exactly no mask, causal
 (`j <= i`) or bottom-right causal (`j <= i + (N - M)`) keeps the kernel's built-in
 mask code; every other one runs through the analysis' tile classes and the mask_mod
 region, and one that reads params (mask_kind "runtime") through a block map: a second
@@ -17,9 +19,7 @@ conjuncts read only indices mostly no map: the table's runs give the ranges (Not
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from mlir import ir
 
@@ -29,10 +29,6 @@ from attnc.ir import MASK_MOD, attention_ops, error_at, get_bool, get_int, get_s
 from attnc.passes import plan_ir
 from attnc.backend.variant_hooks import variant_hooks
 
-if TYPE_CHECKING:
-    from attnc.backend.kernel_spec import ForwardSpec
-
-
 @dataclass(frozen=True)
 class BundleArtifacts:
     result: object          # the CompileResult the bundle was built from
@@ -41,21 +37,12 @@ class BundleArtifacts:
     manifest: dict
     files: dict[str, bytes]
 
-    @functools.cached_property
-    def spec(self):
-        """The kernel's ForwardSpec, read again from the IR when asked (the bundle does not need it)."""
-        return lowering_from_ir(self.result).spec
-
 
 @dataclass(frozen=True)
 class ForwardLowering:
     spec: object            # ForwardSpec
     blockmap: object        # blockmap.BlockMapPlan, for a mask that reads params; else None
     tail_waves: int = 0     # Note [Longest tiles last] (qtiles.py): on the aligned tiles
-
-
-def spec_from_ir(result) -> "ForwardSpec":
-    return lowering_from_ir(result).spec
 
 
 def lowering_from_ir(result) -> ForwardLowering:
@@ -80,6 +67,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
     from attnc.backend.spec_checks import KERNEL_TARGETS, SpecError
     from attnc.ir import roles as R
     from attnc.passes import kernel_choices
+    from attnc.passes.choice_defaults import resolve
     from attnc.passes.hoist import check_levels
     from attnc.passes.analyze_masks import mask_functions
     from attnc.passes.pipelines import LOWERING
@@ -156,7 +144,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
             load_steps=loads, coop_steps=coop, smem=smem,
             **choices, **hooks.spec_fields())
         try:
-            return ForwardLowering(spec.check(), blockmap, waves)
+            return ForwardLowering(resolve(spec).check(), blockmap, waves)
         except SpecError as e:
             raise error_at(op, f"the {target} kernel cannot be built: {e}") from None
 
@@ -181,11 +169,11 @@ def _lowering_from_ir(result) -> ForwardLowering:
         return plain or lowering(blockmap)
     conjunct, ids = found
     # Note [Longest tiles last] (qtiles.py): by default on the heads-first grid.
-    if tail_waves and not plain.spec.grid_heads_first:
+    if tail_waves and not plain.spec.heads_first:
         raise error_at(op, "tail_waves orders the last query tiles of the heads-first grid (heads_first), "
                            "which this kernel does not run")
-    waves = TAIL_WAVES if tail_waves is None and plain.spec.grid_heads_first else tail_waves or 0
-    small = SMALL_GRID_CTAS_PER_SM if plain.spec.has_small_grid_kernel else 0
+    waves = TAIL_WAVES if tail_waves is None and plain.spec.heads_first else tail_waves or 0
+    small = SMALL_GRID_CTAS_PER_SM if plain.spec.small_grid else 0
     tiles = replace(blockmap, qtiles=qtiles_plan(variant, block_m, ids, blockmap.per_head,
                                                  waves * plain.spec.resident_ctas, small))
     # Note [Ranges from the runs] (run_ranges.py): by default wherever the rest of the mask
@@ -237,7 +225,7 @@ def kernel_module_for(result):
     with result.module.context:
         kernel_module, abi = build_kernel_module(spec, result.module.context)
         # Note [Small grids] (kernel_abi.py); an sm_80 kernel has no default register bound to drop.
-        small = add_small_grid_kernel(kernel_module, spec) if spec.has_small_grid_kernel else None
+        small = add_small_grid_kernel(kernel_module, spec) if spec.small_grid else None
         if blockmap is not None:
             gpu_module = next(o for o in kernel_module.body.operations if o.operation.name == "gpu.module")
             if blockmap.built:

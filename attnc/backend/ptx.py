@@ -16,7 +16,7 @@ time. We rewrite those ops first into the hardware's approximate instructions
 `rsqrt.approx`), which is also what attention kernels want for speed, and refuse a
 module that would still need libdevice.
 
-Note [Recent PTX]: sm_90a's register bound (Note [CTAs per SM] in kernel_spec.py) is
+Note [Recent PTX]: sm_90a's register bound (Note [CTAs per SM] in attnc/passes/choice_defaults.py) is
 kept only where a trial compile of the kernel does not spill, so a kernel that keeps it
 was lowered through LLVM twice: once for the trial, once for the bundle, the two modules
 differing only in the attributes attn-lower-sm80 then puts on the gpu.module (`attn.*`:

@@ -80,7 +80,7 @@ from mlir.dialects import scf
 from attnc.backend.forward import ForwardKernel, ScoredStep, tiles_of
 from attnc.backend.kernel_spec import ForwardSpec
 from attnc.backend.kv_schedule import KvSchedule
-from attnc.backend.kv_steps import KvSteps, StepOp
+from attnc.backend.kv_steps import StepOp
 from attnc.backend.nvgpu_builders import LdMatrix, values_if, warp_vote
 from attnc.backend.score_masks import rows_of
 from attnc.backend.smem_tiles import FragmentReader
@@ -92,8 +92,8 @@ class Sm80Forward(ForwardKernel):
 
     def __init__(self, spec: ForwardSpec, args: dict[str, ir.Value]):
         super().__init__(spec, args)
-        self.steps = spec.kv_steps or KvSteps.default(spec.stages)      # Note [Steps op by op]
-        self.prologue_ops = self.steps.prologue or KvSteps.default(spec.stages).prologue
+        self.steps = spec.kv_steps          # Note [Steps op by op]
+        self.prologue_ops = self.steps.prologue
 
     def _operand_bases(self) -> None:
         """Each lane's ldmatrix base addresses of the Q, K and V tiles."""
@@ -113,7 +113,7 @@ class Sm80Forward(ForwardKernel):
         n_atoms = s.block_n // 8
         acc = [[[zero] * 4 for _ in range(n_atoms)] for _ in atoms]
         k_base = self.reader.at_slot(self.k_base, slot)
-        steps, per_trip = s.head_dim_qk // 16, s.qk_steps_per_trip
+        steps, per_trip = s.head_dim_qk // 16, s.qk_unroll
         if not per_trip or per_trip >= steps:
             return self._qk_steps(acc, self.q_base, k_base, range(steps), atoms)
         flat = [x for mi in acc for atom in mi for x in atom]
@@ -167,7 +167,7 @@ class Sm80Forward(ForwardKernel):
         of the warp's 16-row tiles, or of some of them)."""
         s, mma, rd = self.spec, self.mma, self.reader
         v_base = rd.at_slot(self.v_base, slot)
-        if s.row_sum_on_mma:
+        if s.mma_row_sum:
             ones = [self.e.c32(ONES_BF16X2 if s.dtype == "bf16" else ONES_F16X2)] * 2
         for kk in range(s.block_n // 16):
             for d_pair in range(s.head_dim_v // 16):
@@ -175,7 +175,7 @@ class Sm80Forward(ForwardKernel):
                 for mi in range(len(acc_o)):
                     acc_o[mi][2 * d_pair] = mma(p[mi][kk], v[0:2], acc_o[mi][2 * d_pair])
                     acc_o[mi][2 * d_pair + 1] = mma(p[mi][kk], v[2:4], acc_o[mi][2 * d_pair + 1])
-            if s.row_sum_on_mma:
+            if s.mma_row_sum:
                 for mi in range(len(acc_o)):
                     acc_o[mi][-1] = mma(p[mi][kk], ones, acc_o[mi][-1])
         return acc_o
@@ -313,7 +313,7 @@ class Sm80Forward(ForwardKernel):
         state = self.softmax.initial(2 * s.m_atoms)
         t_full = kv.steps_above(e, kv.full_hi)
         t_first = e.c32(0)
-        if s.skips_dead_rows:
+        if s.dead_rows:
             # Note [Dead rows]: the first partial step, peeled
             values = values_if(e.gt(t_full, 0), lambda: self._carried(*self._step(
                 t_first, kv, acc_o, state, "partial", first=True)), self._carried(acc_o, state))
@@ -339,7 +339,7 @@ class _Step(ScoredStep):
         # Full steps only ever load blocks below full_hi <= N / block_n: no row predicates;
         # with lean loads, no step's loads of later blocks either (Note [Lean step loads]).
         self.partial = mode != "full"
-        self.ragged = self.partial and not s.step_loads_lean
+        self.ragged = self.partial and not s.lean_loads
         self.ask_skip = self.partial and s.asks_tile_skip
         self.acc_o, self.state = acc_o, state
         self.p = self.alpha = None

@@ -67,7 +67,6 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import llvm, scf
 
-from attnc.backend.coop_steps import CoopSteps
 from attnc.backend.forward import ForwardKernel
 from attnc.backend.nvgpu_builders import Wgmma, values_if, warp_vote
 from attnc.backend.score_masks import rows_of
@@ -86,8 +85,10 @@ class Sm90aForward(ForwardKernel):
         super().__init__(spec, args)
         self.wgmma = Wgmma(self.e, spec.dtype)
         self._first_scores = None       # S of step 0, when computed before the steps (sm90a_ws.py)
-        self.trips = spec.coop_steps or CoopSteps.default(spec.stages)     # Note [Cooperative steps op by op]
-        self.prologue_ops = self.trips.prologue
+        # Note [Cooperative steps op by op]; the producer warpgroup's kernel has its own
+        # trips, and its producer the loads (sm90a_ws.py)
+        self.trips = spec.coop_steps
+        self.prologue_ops = self.trips.prologue if self.trips else ()
 
     def _operand_bases(self) -> None:
         """The warpgroup's Q descriptor (K's and V's depend on the slot: _desc)."""

@@ -37,7 +37,8 @@ thread and the consumers share the rest, 240 each for two: attnc/schedule/recipe
 assembly] in cubin.py). The consumers' wgmma reads the tiles through the async proxy
 after waiting on the full barrier, and fence.proxy.async orders the cp.async writes
 (the generic proxy) before them. A producer thread waits for all its copies before it
-exits. Where this kernel is the default, and what it measured: ForwardSpec.warp_specialized.
+exits. Where this kernel is the default, and what it measured: `default_producer` in
+attnc/schedule/recipes.py.
 
 Note [Persistent CTAs]: with `persistent` the grid is at most one CTA per SM
 (manifest grid factor min_sms), and each CTA loops over query blocks w = ctaid.x,
@@ -56,7 +57,7 @@ producer, in 24 registers, still spills 284 bytes at head dim 128; the window's
 spills nothing.) With ping-pong the consumers' turns run on from block to block (Note
 [Ping-pong turns] in attnc/schedule/sync.py). The IR shows the walk in every role (Note
 [The walk over query blocks] in attnc/schedule/walk.py). Where it is the default, and what
-it measured: ForwardSpec.persistent_ctas.
+it measured: `default_persistent` in attnc/schedule/recipes.py.
 
 Note [The next block's first QK^T]: without ping-pong the persistent consumers run a
 rotated loop (_consume_rotated): an iteration issues its block's first QK^T, stores
@@ -80,9 +81,7 @@ from attnc.backend.smem_layout import init_order
 from attnc.schedule.alloc import MBARRIER_BYTES
 from attnc.backend.nvgpu_builders import MBarrier, NamedBarrier, fence_async_proxy, set_max_registers
 from attnc.backend.smem_tiles import TileLoader
-from attnc.backend.sm90a import Sm90aForward, _flat
-from attnc.backend.load_steps import LoadSteps
-from attnc.backend.wgmma_steps import WgmmaSteps
+from attnc.backend.sm90a import Sm90aForward
 from attnc.backend.wgmma_trips import Load, Trip
 from attnc.schedule.recipes import consumer_registers, producer_registers
 
@@ -93,9 +92,8 @@ class Sm90aWsForward(Sm90aForward):
 
     def __init__(self, spec, args):
         super().__init__(spec, args)
-        # Note [Overlapped steps op by op] (wgmma_steps.py)
-        self.trips = spec.wgmma_steps or WgmmaSteps.default(spec.pingpong, spec.persistent_ctas)
-        self.loads = spec.load_steps or LoadSteps.default(spec.persistent_ctas)     # Note [Loads op by op]
+        self.trips = spec.wgmma_steps       # Note [Overlapped steps op by op] (wgmma_steps.py)
+        self.loads = spec.load_steps        # Note [Loads op by op] (load_steps.py)
         self.mbar = MBarrier(self.e)
 
     def _barrier(self, key: str, slot=None):
@@ -125,7 +123,7 @@ class Sm90aWsForward(Sm90aForward):
         e, s = self.e, self.spec
         tid = nvvm.read_ptx_sreg_tid_x(e.i32)
         self.t_base = None          # Note [Persistent CTAs]: the steps of earlier blocks
-        if not s.persistent_ctas:
+        if not s.persistent:
             self._set_item(*self._grid_item())
         first = scf.IfOp(e.eq(tid, 0))
         with ir.InsertionPoint(first.then_block):
@@ -155,7 +153,7 @@ class Sm90aWsForward(Sm90aForward):
         returns the K/V steps it ran and the values it carries to the next block's body
         (`carried` the first's). Returns the last values."""
         e, s = self.e, self.spec
-        if not s.persistent_ctas:
+        if not s.persistent:
             return body(e.c32(0), list(carried))[1]
         walk = self._walk = _BlockWalk(self)
         loop = scf.ForOp(e.c32(0), walk.rounds, e.c32(1), [e.c32(0), *carried])
@@ -195,7 +193,7 @@ class Sm90aWsForward(Sm90aForward):
         + 1) where there is one and V(t), in the order the IR's trip has them -- K0, K1,
         V0, K2, V1, ... by default."""
         e = self.e
-        if self.spec.persistent_ctas:
+        if self.spec.persistent:
             # The copies' addresses are the block's: computed in its loop body, not
             # hoisted out of the loop over blocks and kept live through it (spills).
             self.loader = TileLoader(e, self.cp, self.smem, e.opaque(self.tid), PRODUCER_THREADS)
@@ -259,15 +257,15 @@ class Sm90aWsForward(Sm90aForward):
         self.warp = e.shr(ctid, 5)
         self.lane = e.and_(ctid, 31)
         self.warp_row0 = e.mul(self.warp, s.rows_per_warp)
-        if not s.persistent_ctas:
+        if not s.persistent:
             self._set_row0(self.m_block)
         self.col0 = e.shl(e.and_(self.lane, 3), 1)
         self._operand_bases()
-        if not s.persistent_ctas:
+        if not s.persistent:
             self._set_masker()
         if self._qk_ahead:
             self._consume_rotated()
-        elif s.pingpong and s.persistent_ctas:
+        elif s.pingpong and s.persistent:
             # the turns run on from block to block (Note [Ping-pong turns] in sync.py)
             self._first_turn()
             self._for_each_item(self._consume_block)
@@ -279,7 +277,7 @@ class Sm90aWsForward(Sm90aForward):
     def _qk_ahead(self) -> bool:
         """Note [The next block's first QK^T]: the persistent kernel without ping-pong."""
         s = self.spec
-        return s.persistent_ctas and not s.pingpong
+        return s.persistent and not s.pingpong
 
     def _consume_rotated(self) -> None:
         """Note [The next block's first QK^T]: each block's body issues its first QK^T,
@@ -333,7 +331,7 @@ class Sm90aWsForward(Sm90aForward):
         total = kv.total(e)
         self._last_step = e.sub(total, 1)
         self.mbar.wait(self._barrier("q_full"), parity)
-        if self.spec.persistent_ctas:
+        if self.spec.persistent:
             # A block without steps never reads Q (else the last QK^T releases it: _k_read).
             empty = scf.IfOp(e.eq(total, 0))
             with ir.InsertionPoint(empty.then_block):
@@ -343,10 +341,10 @@ class Sm90aWsForward(Sm90aForward):
 
     def _consume_block(self, rnd, carried):
         e, s = self.e, self.spec
-        if s.persistent_ctas:
+        if s.persistent:
             self._set_row0(self.m_block)
             self._set_masker()
-        per_block = s.pingpong and not s.persistent_ctas
+        per_block = s.pingpong and not s.persistent
         if per_block:
             self._first_turn()
         kv, total = self._begin_block(e.and_(rnd, 1))
@@ -385,7 +383,7 @@ class Sm90aWsForward(Sm90aForward):
 
     def _k_read(self, u) -> None:
         self._release("k", u)
-        if self.spec.persistent_ctas:
+        if self.spec.persistent:
             last = scf.IfOp(self.e.eq(u, self._last_step))
             with ir.InsertionPoint(last.then_block):
                 self._release_q()

@@ -66,7 +66,7 @@ class SoftmaxState:
 # FlashAttention-4 does instead (`exp2_fma` in nvgpu_builders.py): 8 instructions
 # (FMNMX, FADD.RM, 2 FADD, 3 FFMA, LEA), 6 of them on the FMA pipe, in place of one
 # MUFU. k = 4 moves that loop to 12 SFU cycles and 11 issue slots per score: near
-# balance, where the best k is for the GPU to say (ForwardSpec.exp2_on_fma; results/
+# balance, where the best k is for the GPU to say (`exp2_fma` in choice_defaults.py; results/
 # sm90a_h200.md and sm80_h200.md, "Exponentials on the FMA pipe"). Only the
 # probabilities: alpha and `finalize` keep ex2.approx (one per row, not per score);
 # k = 0 is the SFU-only kernel, the same PTX.
@@ -88,7 +88,7 @@ class SoftmaxState:
 # (vote.any; `step` leaves this thread's part in `moved`), as a branch around them. A row
 # with nothing kept so far (m' = -inf) keeps m = -inf. sm_90a's kernels carry `moved` with
 # the step's alpha to their delayed rescale (`_scaled` in sm90a.py). By default above head
-# dim 64, where it was measured to pay (ForwardSpec.rescale_lazily; results/
+# dim 64, where it was measured to pay (`lazy_rescale` in choice_defaults.py; results/
 # sm80_h200.md and sm90a_h200.md, "Lazy rescale").
 
 

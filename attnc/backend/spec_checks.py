@@ -21,6 +21,10 @@ INTERVAL_TESTS = ("range", "pair", "bits")  # Note [One compare per score] in sc
 # since) or wgmma from swizzled shared memory (sm_90a, Note [wgmma steps] in sm90a.py).
 KERNEL_TARGETS = ("sm_80", "sm_90a")
 MAX_ACC_REGS = 192                  # f32 accumulators (S + O) per thread before spilling
+# The kernel choices, each resolved by attn-kernel-choices' defaults where the IR gives none.
+CHOICES = ("q_blocks_per_cta", "min_ctas_per_sm", "min_ctas_unless_spills", "interval_test", "heads_first",
+           "tiles_last", "small_grid", "lean_loads", "early_first", "split_mask", "staged_o", "dead_rows",
+           "lazy_rescale", "mma_row_sum", "exp2_fma", "qk_unroll")
 
 
 class SpecError(ValueError):
@@ -29,10 +33,31 @@ class SpecError(ValueError):
 
 def check_spec(spec: ForwardSpec) -> ForwardSpec:
     """Raise SpecError unless `spec` can be built; return it."""
+    _check_read(spec)
     _check_values(spec)
     _check_tiles(spec)
     _check_options(spec)
     _check_resources(spec)
+    return spec
+
+
+def _check_read(spec: ForwardSpec) -> None:
+    """What only the IR gives (lowering.py reads it): the buffers as placed and every
+    kernel choice (attnc/passes/choice_defaults.py). The steps of the target's roles
+    are checked where the kernel is built (`steps_read`): attn-kernel-choices chooses
+    before attn-overlap-gemms writes sm_90a's."""
+    missing = [name for name in ("smem", *CHOICES) if getattr(spec, name) is None]
+    _require(not missing, f"{', '.join(missing)} not read from the IR: the kernel is built from the L5 IR "
+                          f"(attnc/backend/lowering.py)")
+
+
+def steps_read(spec: ForwardSpec) -> ForwardSpec:
+    """Raise SpecError unless the steps of `spec`'s roles were read from the IR; return it."""
+    steps = ("kv_steps",) if spec.target == "sm_80" else \
+        ("wgmma_steps", "load_steps") if spec.producer_warpgroup else ("coop_steps",)
+    missing = [name for name in steps if getattr(spec, name) is None]
+    _require(not missing, f"{', '.join(missing)} not read from the IR: the kernel's steps are the L5 IR's "
+                          f"(attnc/backend/lowering.py)")
     return spec
 
 
@@ -65,7 +90,7 @@ def _check_tiles(spec: ForwardSpec) -> None:
     _require(spec.q_blocks_per_cta in (None, 1, 2), f"q_blocks_per_cta={spec.q_blocks_per_cta}: expected 1 or 2")
     _require(spec.min_ctas_per_sm is None or 0 <= spec.min_ctas_per_sm <= 32,
              f"min_ctas_per_sm={spec.min_ctas_per_sm}: expected 0 to 32")
-    _require(isinstance(spec.exp2_on_fma, int) and 0 <= spec.exp2_on_fma <= 8,
+    _require(isinstance(spec.exp2_fma, int) and 0 <= spec.exp2_fma <= 8,
              f"exp2_fma={spec.exp2_fma!r}: expected 0 to 8 (of every 8 scores of a row, those "
              f"whose exp2 runs on the FMA pipe)")
     _require(spec.interval_test in (None, *INTERVAL_TESTS),
@@ -78,7 +103,7 @@ def _check_tiles(spec: ForwardSpec) -> None:
     _require(not spec.qk_unroll or spec.target == "sm_80",
              f"qk_unroll={spec.qk_unroll}: it rolls sm_80's QK^T k16 steps into a loop; {spec.target} issues "
              f"QK^T as one wgmma group (0 there)")
-    _require(spec.qk_steps_per_trip == 0 or (half_page % spec.qk_steps_per_trip == 0),
+    _require(spec.qk_unroll == 0 or (half_page % spec.qk_unroll == 0),
              f"qk_unroll={spec.qk_unroll} must divide {half_page} (k16 steps per smem page), or be 0")
     _require(spec.scale > 0, f"softmax_scale={spec.scale}: must be positive")
     for d in {spec.head_dim_qk, spec.head_dim_v}:
@@ -87,9 +112,9 @@ def _check_tiles(spec: ForwardSpec) -> None:
                  f"{spec.loader_threads} threads copy rows of head dim {d} in passes of {per_pass} rows, "
                  f"which breaks the 8-row swizzle: raise num_warps")
     _require(spec.target in KERNEL_TARGETS, f"target {spec.target!r}: expected one of {KERNEL_TARGETS}")
-    _require(not spec.row_sum_on_mma or spec.target == "sm_80",
+    _require(not spec.mma_row_sum or spec.target == "sm_80",
              f"mma_row_sum sums P on mma.sync, an sm_80 kernel's P.V, not {spec.target}'s")
-    _require(not (spec.row_sum_on_mma and spec.with_lse),
+    _require(not (spec.mma_row_sum and spec.with_lse),
              f"mma_row_sum sums P as rounded to {spec.dtype} for P.V, which the variant's LSE output "
              f"would keep (up to 2^-8 of l in bf16, 2^-11 in f16): drop mma_row_sum to sum in f32")
     if spec.target == "sm_90a":
@@ -108,39 +133,39 @@ def _check_sm90a(spec: ForwardSpec) -> None:
 def _check_options(spec: ForwardSpec) -> None:
     """The options that only a kind of kernel has (a producer warpgroup, a grid order, a
     block map, ...)."""
-    _require(not spec.warp_specialized or spec.target == "sm_90a",
+    _require(not spec.producer_warpgroup or spec.target == "sm_90a",
              f"a producer warpgroup is an sm_90a kernel's (mbarriers), not {spec.target}'s")
-    _require(not spec.pingpong or (spec.warp_specialized and spec.consumer_warpgroups == 2),
+    _require(not spec.pingpong or (spec.producer_warpgroup and spec.consumer_warpgroups == 2),
              f"pingpong takes turns between two consumer warpgroups (block_m=128) and needs the "
-             f"producer warpgroup: block_m={spec.block_m}, producer={int(spec.warp_specialized)}")
-    _require(not spec.warp_specialized or spec.blocks_per_cta == 1,
+             f"producer warpgroup: block_m={spec.block_m}, producer={int(spec.producer_warpgroup)}")
+    _require(not spec.producer_warpgroup or spec.q_blocks_per_cta == 1,
              "with a producer warpgroup each CTA runs one query block (q_blocks_per_cta=1); for two, "
              "a plan without one (attn-warp-specialize{producer=0})")
-    _require(not spec.grid_tiles_last or (spec.blocks_per_cta == 1 and not spec.warp_specialized
-                                           and not spec.persistent_ctas),
+    _require(not spec.tiles_last or (spec.q_blocks_per_cta == 1 and not spec.producer_warpgroup
+                                           and not spec.persistent),
              "tiles_last needs a kernel with one query block per CTA, no producer warpgroup and no "
              "persistent CTAs")
-    _require(not spec.has_small_grid_kernel or (spec.blocks_per_cta == 1 and not spec.warp_specialized
-                                                 and not spec.persistent_ctas and not spec.grid_tiles_last),
+    _require(not spec.small_grid or (spec.q_blocks_per_cta == 1 and not spec.producer_warpgroup
+                                                 and not spec.persistent and not spec.tiles_last),
              "small_grid adds the kernel with tiles_last: it needs a kernel with one query block per CTA, no "
              "producer warpgroup, no persistent CTAs, and not tiles_last itself")
-    _require(not (spec.grid_tiles_last and spec.heads_first),
+    _require(not (spec.tiles_last and spec.heads_first),
              "tiles_last and heads_first are two orders of the grid: give one")
-    _require(not spec.grid_heads_first or (spec.blocks_per_cta == 1 and not spec.warp_specialized),
+    _require(not spec.heads_first or (spec.q_blocks_per_cta == 1 and not spec.producer_warpgroup),
              "heads_first needs a kernel with one query block per CTA and no producer warpgroup")
-    _require(not spec.step_loads_lean or spec.can_lean_loads,
+    _require(not spec.lean_loads or spec.can_lean_loads,
              "lean_loads needs an sm_80 kernel whose key ranges come from a block map or a band")
     _require(not spec.aligned_tiles or (spec.blockmap and spec.takes_tile_table),
              "aligned_tiles needs a kernel whose key ranges are found at run time (a block map or the "
              "table's runs), one query block per CTA and no producer warpgroup")
-    _require(not spec.skips_dead_rows or spec.can_skip_dead_rows,
+    _require(not spec.dead_rows or spec.can_skip_dead_rows,
              "dead_rows needs an sm_80 kernel without a producer warpgroup, with two or more 16-row tiles "
              "per warp, two or more K/V stages, a mask that keeps an interval of keys per row, and the KV "
              "steps' ops in the order the plan passes make (its first step is built in that order)")
-    _require(not spec.first_before_map or spec.can_load_first_early,
+    _require(not spec.early_first or spec.can_load_first_early,
              "early_first needs an sm_80 kernel whose key ranges come from a block map (kv_hint given) "
              "or a tile table")
-    _require(not spec.o_staged or spec.can_stage_o,
+    _require(not spec.staged_o or spec.can_stage_o,
              "staged_o needs a kernel with one query block per CTA, no producer warpgroup and a 16-bit O "
              "that fits in its tiles' shared memory")
     _require(not spec.split_mask or spec.tile_holds is not None,
@@ -148,10 +173,10 @@ def _check_options(spec: ForwardSpec) -> None:
              "(a row interval and a residual, Note [Conjuncts a tile holds])")
     _require(spec.tile_holds is None or (spec.row_interval is not None and spec.row_residual is not None),
              "tile_holds needs row_interval and row_residual")
-    _require(not spec.persistent_ctas or spec.warp_specialized,
+    _require(not spec.persistent or spec.producer_warpgroup,
              "persistent CTAs are the producer warpgroup's kernel: a plan with a producer role "
              "(attn-warp-specialize{producer=1})")
-    _require(not spec.warp_specialized or spec.stages >= 2,
+    _require(not spec.producer_warpgroup or spec.stages >= 2,
              "a producer warpgroup needs at least two K/V stages")
     _require(spec.target != "sm_90a" or spec.stages >= 2,
              "sm_90a's kernel needs two or more K/V stages: its steps overlap one step's QK^T with the "

@@ -23,7 +23,7 @@ from mlir import ir
 from attnc.errors import Span
 from attnc.frontend.variant import Tensor
 from attnc.ir.locations import error_at, span_of
-from attnc.ir.ops import ATTENTION, KERNEL, MASK_MOD, REGION_NAMES, SCORE_MOD, SINK, get_int, get_shape, get_str
+from attnc.ir.ops import ATTENTION, MASK_MOD, REGION_NAMES, SCORE_MOD, SINK, get_int, get_shape, get_str
 
 HOLDERS = {SCORE_MOD: "attn.score_mod", MASK_MOD: "attn.mask", SINK: "attn.finalize"}
 _HAS = {SCORE_MOD: "has_score_mod", MASK_MOD: "has_mask_mod", SINK: "has_sink"}

@@ -4,7 +4,7 @@ on the op it concerns (L5 -> L5).
 Targets: sm_80, sm_90a (the targets with a lowering). Expects the L5 plan of one
 attn.kernel (attn-insert-pipelines); leaves the same IR with the choices of CHOICES
 on their ops: each given as an option of this pass, else its default for this
-kernel (the measured defaults of attnc/backend/kernel_spec.py, each saying where its
+kernel (the measured defaults of choice_defaults.py, each saying where its
 numbers are). The lowering builds what the attributes say (Note [Kernel choices]).
 
     before:  %a = "attn.rescale"(%acc, %alpha)
@@ -40,40 +40,38 @@ NAME = "attn-kernel-choices"
 
 @dataclass(frozen=True)
 class Choice:
-    option: str                 # the ForwardSpec field, and the pass option (but min_ctas_unless_spills)
+    option: str                 # the pass option (but min_ctas_unless_spills), and the lowering's field
     attr: str                   # the attribute on its ops
     kind: type                  # bool, int or str
     op: str                     # the ops it sits on
     tiles: tuple[str, ...] = ()  # of those, the ones with this operand (load, store) or kind (mma)
-    resolved: Callable | None = None    # ForwardLowering -> the value the kernel takes
+    resolved: Callable | None = None    # ForwardLowering -> the value the kernel takes (None: its field)
 
-
-def _spec(name: str) -> Callable:
-    return lambda lowered: getattr(lowered.spec, name)
+    def value_in(self, lowered):
+        return self.resolved(lowered) if self.resolved else getattr(lowered.spec, self.option)
 
 
 CHOICES: tuple[Choice, ...] = (
-    Choice("q_blocks_per_cta", "q_blocks_per_cta", int, "attn.kernel", resolved=_spec("blocks_per_cta")),
-    Choice("min_ctas_per_sm", "min_ctas_per_sm", int, "attn.kernel", resolved=_spec("min_ctas")),
-    Choice("min_ctas_unless_spills", "min_ctas_unless_spills", bool, "attn.kernel",
-           resolved=lambda lowered: lowered.spec.min_ctas_per_sm is None and lowered.spec.min_ctas > 0),
-    Choice("heads_first", "heads_first", bool, "attn.kernel", resolved=_spec("grid_heads_first")),
-    Choice("tiles_last", "tiles_last", bool, "attn.kernel", resolved=_spec("grid_tiles_last")),
-    Choice("small_grid", "small_grid", bool, "attn.kernel", resolved=_spec("has_small_grid_kernel")),
-    Choice("aligned_tiles", "aligned_tiles", bool, "attn.kernel", resolved=_spec("aligned_tiles")),
+    Choice("q_blocks_per_cta", "q_blocks_per_cta", int, "attn.kernel"),
+    Choice("min_ctas_per_sm", "min_ctas_per_sm", int, "attn.kernel"),
+    Choice("min_ctas_unless_spills", "min_ctas_unless_spills", bool, "attn.kernel"),
+    Choice("heads_first", "heads_first", bool, "attn.kernel"),
+    Choice("tiles_last", "tiles_last", bool, "attn.kernel"),
+    Choice("small_grid", "small_grid", bool, "attn.kernel"),
+    Choice("aligned_tiles", "aligned_tiles", bool, "attn.kernel"),
     Choice("run_ranges", "run_ranges", bool, "attn.kernel",
            resolved=lambda lowered: lowered.spec.aligned_tiles and lowered.blockmap.runs is not None),
     Choice("tail_waves", "tail_waves", int, "attn.kernel", resolved=lambda lowered: lowered.tail_waves),
-    Choice("dead_rows", "dead_rows", bool, "attn.kernel", resolved=_spec("skips_dead_rows")),
-    Choice("interval_test", "interval_test", str, "attn.mask", resolved=_spec("interval_test_form")),
-    Choice("split_mask", "split", bool, "attn.mask", resolved=_spec("mask_split")),
-    Choice("exp2_fma", "exp2_fma", int, "attn.softmax_step", resolved=_spec("exp2_on_fma")),
-    Choice("lazy_rescale", "lazy", bool, "attn.rescale", resolved=_spec("rescale_lazily")),
-    Choice("mma_row_sum", "row_sum", bool, "attn.mma", ("pv",), resolved=_spec("row_sum_on_mma")),
-    Choice("lean_loads", "lean", bool, "attn.load", ("k", "v"), resolved=_spec("step_loads_lean")),
-    Choice("early_first", "early_first", bool, "attn.load", ("k",), resolved=_spec("first_before_map")),
-    Choice("staged_o", "staged", bool, "attn.store", ("o",), resolved=_spec("o_staged")),
-    Choice("qk_unroll", "unroll", int, "attn.mma", ("qk",), resolved=_spec("qk_steps_per_trip")),
+    Choice("dead_rows", "dead_rows", bool, "attn.kernel"),
+    Choice("interval_test", "interval_test", str, "attn.mask"),
+    Choice("split_mask", "split", bool, "attn.mask"),
+    Choice("exp2_fma", "exp2_fma", int, "attn.softmax_step"),
+    Choice("lazy_rescale", "lazy", bool, "attn.rescale"),
+    Choice("mma_row_sum", "row_sum", bool, "attn.mma", ("pv",)),
+    Choice("lean_loads", "lean", bool, "attn.load", ("k", "v")),
+    Choice("early_first", "early_first", bool, "attn.load", ("k",)),
+    Choice("staged_o", "staged", bool, "attn.store", ("o",)),
+    Choice("qk_unroll", "unroll", int, "attn.mma", ("qk",)),
 )
 BY_OPTION = {c.option: c for c in CHOICES}
 
@@ -92,17 +90,17 @@ class KernelChoices(Pass):
                "to 128-key tiles, else range)"})
     min_ctas_per_sm: int | None = field(default=None, metadata={
         "doc": "CTAs the kernel's registers must leave room for on one SM (PTX .minnctapersm; 0: no "
-               "bound; Note [CTAs per SM] in kernel_spec.py; default: none on sm_80 and for a producer "
+               "bound; Note [CTAs per SM] in choice_defaults.py; default: none on sm_80 and for a producer "
                "warpgroup; on sm_90a the CTAs its shared memory holds, at most down to 128 registers a "
                "thread, dropped where the kernel would then spill: min_ctas_unless_spills)"})
     exp2_fma: int | None = field(default=None, metadata={
         "doc": "of every 8 scores of a softmax row, how many take their exp2 on the FMA pipe (a cubic "
                "and exponent bits) instead of the SFU, 0 to 8 (Note [Exponentials on the FMA pipe]; "
-               "default: ForwardSpec.exp2_on_fma: 2 in sm_90a's one-warpgroup softcap kernels, 1 in its "
+               "default: 2 in sm_90a's one-warpgroup softcap kernels, 1 in its "
                "producer warpgroup's kernels with a score_mod, else 0)"})
     heads_first: bool | None = field(default=None, metadata={
         "doc": "order the grid's CTAs by head first, query block second (Note [Heads first]; default: "
-               "ForwardSpec.grid_heads_first: on sm_80 for a band or a block map)"})
+               "on sm_80 for a band or a block map)"})
     tiles_last: bool | None = field(default=None, metadata={
         "doc": "order the grid's CTAs by head, then batch, then query block, so that every (b, h) starts "
                "its heaviest query block before any starts its next (Note [Tiles last] in kernel_abi.py; "
@@ -131,7 +129,7 @@ class KernelChoices(Pass):
     lazy_rescale: bool | None = field(default=None, metadata={
         "doc": "keep a softmax row's running max until a block's scores exceed it by more than a factor of 2^8, "
                "and skip a warp's rescale of O where no row of it moved (Note [Lazy rescale] in "
-               "softmax.py; default: ForwardSpec.rescale_lazily: on above head dim 64 wherever the max "
+               "softmax.py; default: on above head dim 64 wherever the max "
                "is not a constant, but for sm_90a's persistent CTAs)"})
     tail_waves: int | None = field(default=None, metadata={
         "doc": "on the aligned tiles with the heads-first grid, the last this many resident grids' worth of CTAs "
@@ -139,31 +137,31 @@ class KernelChoices(Pass):
                "default: 2 there)"})
     staged_o: bool | None = field(default=None, metadata={
         "doc": "write O through shared memory in coalesced 16-byte stores instead of 4-byte stores "
-               "from the accumulators (Note [Staged O]; default: ForwardSpec.o_staged: where it can -- one query "
+               "from the accumulators (Note [Staged O]; default: where it can -- one query "
                "block per CTA, no producer warpgroup, a 16-bit O -- on sm_80, and on sm_90a for a band or a "
                "block map)"})
     lean_loads: bool | None = field(default=None, metadata={
         "doc": "sm_80: in the KV steps, load later key blocks without row predicates, and for a band do not "
                "ask tile_skip (Note [Lean step loads]; only for a block map or a band; default: "
-               "ForwardSpec.step_loads_lean: on sm_80 for both)"})
+               "on sm_80 for both)"})
     early_first: bool | None = field(default=None, metadata={
         "doc": "sm_80: for a block map, load the first key block the static mask analysis puts on top before "
                "the map's row is read, and reload it only where the map's range starts elsewhere (Note "
-               "[First block before the map]; default: ForwardSpec.first_before_map: on sm_80 for a block map)"})
+               "[First block before the map]; default: on sm_80 for a block map)"})
     mma_row_sum: bool | None = field(default=None, metadata={
         "doc": "sm_80: sum each softmax row's probabilities on the tensor cores, as one more n8 column of the "
                "P.V GEMM whose B operand is all ones, instead of FADDs per score (Note [Row sums on the tensor "
-               "cores] in softmax.py; default: ForwardSpec.row_sum_on_mma: for an affine score_mod, "
+               "cores] in softmax.py; default: for an affine score_mod, "
                "such as ALiBi's, in a kernel without an LSE output; refused with one: the LSE would keep "
                "the rounding of P)"})
     qk_unroll: int | None = field(default=None, metadata={
         "doc": "sm_80: the QK^T k16 steps as a loop of this many steps per trip, kept rolled (0: fully "
                "unrolled; it must divide the k16 steps of a shared-memory page) (Note [Rolled QK^T] in sm80.py; "
-               "default: ForwardSpec.qk_steps_per_trip: 1 up to head dim 96, where it removed spills, else 0)"})
+               "default: 1 up to head dim 96, where it removed spills, else 0)"})
     dead_rows: bool | None = field(default=None, metadata={
         "doc": "sm_80: interleave the warps' 16-row tiles of the query block (warp w owns rows 16w + 16 "
                "num_warps k) and, in the first key step, skip the MMAs of a tile whose rows keep none of its "
-               "keys (Note [Dead rows] in sm80.py; default: ForwardSpec.skips_dead_rows: wherever it can be -- "
+               "keys (Note [Dead rows] in sm80.py; default: wherever it can be -- "
                "two or more tiles per warp, two or more K/V stages and a mask with a row interval -- and key "
                "blocks are shorter than query blocks)"})
 
@@ -201,7 +199,7 @@ def choose(module, **given) -> None:
                 del holder.attributes[choice.attr]
     write(op, {name: value for name, value in given.items() if value is not None}, sites)
     lowered = lowering_from_ir(result)        # the defaults, for what the options leave open
-    write(op, {c.option: c.resolved(lowered) for c in CHOICES if c.option not in given or given[c.option] is None},
+    write(op, {c.option: c.value_in(lowered) for c in CHOICES if c.option not in given or given[c.option] is None},
           sites)
     if verified:
         remember_verified(op)

@@ -92,11 +92,11 @@ TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
         # FA3 runs 176-key blocks without a mask (128 with one, so that masked tiles
         # line up with the 128-row Q tiles), with its consumers' registers raised by
         # setmaxnreg. attn-lower-sm90a's kernel (before its producer warpgroup, which
-        # is the default here: ForwardSpec.warp_specialized): 128 keys,
+        # is the default here: recipes.default_producer): 128 keys,
         # and three K/V stages (loads two steps ahead): causal, ALiBi and softcap 3-6 %
         # faster (at head dim 64 and at 64x64 tiles three stages measured 4-35 % slower).
         # A band (window 1024, d = 128) runs this tile too since the persistent CTAs of
-        # the producer warpgroup's kernel (ForwardSpec.persistent_ctas), 9 % faster than
+        # the producer warpgroup's kernel (recipes.default_persistent), 9 % faster than
         # at 64x64; documents keep 64x64 (17 % faster than 128x128 persistent).
         (128, 128): TableRow(TileConfig(128, 128, stages=3, num_warps=12),
                              mask_params=dict(block_m=64, block_n=64, num_warps=8, stages=2)),

@@ -104,6 +104,7 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
     from attnc.ir import attention_ops, error_at, get_int, get_str
     from attnc.ir import roles as R
     from attnc.ir.roles import warp_specialize_of
+    from attnc.schedule.recipes import default_persistent
     from attnc.passes import plan_ir
     from attnc.schedule.partition import Partition
     from attnc.schedule.recipes import check_register_budget, recipe
@@ -137,9 +138,7 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
             if persistent and not has_producer:
                 raise AttncError("persistent=1: persistent CTAs are the producer warpgroup's kernel; this plan "
                                  "has none (producer=1)")
-            # By default the producer plan of a band (ForwardSpec.persistent_ctas in
-            # attnc/backend/kernel_spec.py says what was measured).
-            stays = persistent if persistent is not None else target == "sm_90a" and has_producer and banded(op)
+            stays = persistent if persistent is not None else default_persistent(target, has_producer, banded(op))
             if walk_order is not None and walk_order not in ORDERS:
                 raise AttncError(f"walk_order={walk_order}: persistent CTAs take the query blocks in one of the "
                                  f"orders {', '.join(ORDERS)}")

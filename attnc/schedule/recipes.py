@@ -123,10 +123,25 @@ MAX_CONSUMER_REGISTERS = 240
 
 
 def default_producer(consumers: int, kv_stages: int, head_dims: tuple[int, int]) -> bool:
-    """Where sm_90a gets a producer warpgroup by default: two consumer warpgroups (a CTA
-    alone on its SM), a ring of two or more stages, head dim 128 (the measurements:
-    ForwardSpec.warp_specialized in attnc/backend/kernel_spec.py)."""
+    """Where sm_90a gets a producer warpgroup by default: two consumer warpgroups sharing
+    a 128-row Q tile (a CTA alone on its SM), a ring of two or more stages, head dim 128:
+    causal, softcap and ALiBi 14-22 % faster. Not with one consumer warpgroup (64-row
+    tiles, several CTAs per SM, which overlap each other already), nor at head dim 64 on
+    128-row tiles, where it measured slower (results/sm90a_h200.md, "Producer
+    warpgroup")."""
     return consumers == 2 and kv_stages >= 2 and max(head_dims) == 128
+
+
+def default_persistent(target: str, producer: bool, banded: bool) -> bool:
+    """Where the producer warpgroup's CTAs are persistent by default: for a band (a
+    sliding window), where every query block is the same few steps, so that its prologue
+    and epilogue weigh most: window 1024 at head dim 128 about 10 % faster than at the
+    64x64 tiles it had, with the consumers storing O under the next block's first QK^T
+    (Note [The next block's first QK^T] in attnc/backend/sm90a_ws.py). Not for the others:
+    causal ran as fast as without, softcap and ALiBi 4 % slower (their persistent
+    consumers spill), documents + causal slower than at its 64x64 tiles
+    (results/sm90a_h200.md, "Persistent CTAs")."""
+    return target == "sm_90a" and producer and banded
 
 
 def launch_pool(consumers: int) -> int:

@@ -1,0 +1,178 @@
+"""The defaults of attn-kernel-choices: for each choice the kernel can make (the pass's
+options), its value where no option and no attribute gives one, from the kernel's facts
+(target, tiles, the plan, the mask's and the score's hooks) and the choices already made.
+Each rule says what was measured (results/sm80_h200.md and results/sm90a_h200.md, the
+section named). `resolve` fills every choice left None, in the order the rules depend on
+each other; the lowering then reads choices only (Note [Kernel choices] in
+kernel_choices.py).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from attnc.backend.kernel_spec import SM90_REGISTERS_PER_SM, SM90_SMEM_PER_SM, SM90_SMEM_RESERVED_PER_CTA
+
+if TYPE_CHECKING:
+    from attnc.backend.kernel_spec import ForwardSpec
+
+
+def resolve(spec: "ForwardSpec") -> "ForwardSpec":
+    """`spec` with every choice that is None set to its default, given the others."""
+    bound_by_default = spec.min_ctas_per_sm is None
+    for name, rule in _RULES:
+        if getattr(spec, name) is None:
+            spec = replace(spec, **{name: rule(spec)})
+    if spec.min_ctas_unless_spills is None:
+        # The default register bound is dropped where the kernel spills under it; a bound
+        # given as min_ctas_per_sm is the user's, kept whatever ptxas reports.
+        spec = replace(spec, min_ctas_unless_spills=bound_by_default and spec.min_ctas_per_sm > 0)
+    # A constant running max leaves no rescale to skip, whoever asked for it.
+    if spec.lazy_rescale and spec.static_max is not None:
+        spec = replace(spec, lazy_rescale=False)
+    return spec
+
+
+def qk_unroll(s) -> int:
+    """Note [Rolled QK^T] in sm80.py: from sweeps of nvJitLink's sm_80 resource report,
+    rolling the short QK^T loops of d <= 96 removes spills."""
+    return 1 if s.head_dim_qk <= 96 and s.target == "sm_80" else 0
+
+
+def q_blocks_per_cta(s) -> int:
+    """Two for an sm_80 kernel with a constant max and 128-key tiles: softcap + causal ran
+    5 % faster at head dim 64 (128x128 tiles), hardly at 128 (128x64, where the dense
+    softcap example spilled 108 bytes); causal, ALiBi and the window ran 1-8 % slower
+    with two ("Two query blocks per CTA"). sm_90a's wgmma kernel: one everywhere; two ran
+    softcap slower, and documents + causal fast in some runs and a fifth slower in
+    others ("One query block per CTA")."""
+    if s.target == "sm_90a":
+        return 1
+    return 2 if s.static_max is not None and s.block_n >= 128 else 1
+
+
+def min_ctas_per_sm(s) -> int:
+    """Note [CTAs per SM]: the sm_90a kernel's CTAs are independent warpgroups whose
+    softmax and GEMMs interleave on an SM only if several are resident. Left alone, ptxas
+    gives the 64x128-tile kernels at head dim 64 187 to 238 registers, two CTAs per SM,
+    where shared memory has room for three; bounded to three (168 registers, no spills for
+    causal and ALiBi, 16 bytes for softcap) they ran 5-7 % faster, and so did the 64x64
+    kernels (window, documents) at four (128 registers) ("CTAs per SM"). So on sm_90a the
+    bound is the CTAs shared memory holds, but no more than leave 128 registers per thread
+    (below that the S and O accumulators spill). sm_80 keeps ptxas's choice: its kernels
+    were tuned on it, and its occupancy depends on the GPU's shared memory. A producer's
+    warpgroups set their own registers (setmaxnreg)."""
+    if s.target != "sm_90a" or s.producer_warpgroup:
+        return 0
+    by_smem = SM90_SMEM_PER_SM // (s.smem_bytes + SM90_SMEM_RESERVED_PER_CTA)
+    by_registers = SM90_REGISTERS_PER_SM // (s.threads * 128)
+    ctas = min(by_smem, by_registers)
+    return ctas if ctas >= 2 else 0
+
+
+def interval_test(s) -> str:
+    """"bits" while a lane's row holds at most 32 scores (block_n <= 128), else "range"
+    (Note [One compare per score] in score_masks.py)."""
+    return "bits" if s.block_n <= 128 else "range"
+
+
+def small_grid(s) -> bool:
+    """Note [Small grids] in kernel_abi.py: sm_80's kernels of one query block per CTA
+    whose query blocks' work differs (a mask, not a band), where neither grid order is
+    given."""
+    return (s.tiles_last is None and s.heads_first is None and s.target == "sm_80"
+            and s.q_blocks_per_cta == 1 and s.mask != "none" and not s.banded
+            and not s.producer_warpgroup and not s.persistent)
+
+
+def tiles_last(s) -> bool:
+    """Note [Tiles last] in kernel_abi.py: only where asked."""
+    return False
+
+
+def heads_first(s) -> bool:
+    """Note [Heads first] in kernel_abi.py: in sm_80's kernels for a band or a block map,
+    whose query blocks each read a few key blocks of their own head: 1-2 % faster ("Heads
+    first"). Not on sm_90a, where the window at head dim 64 (64x64 tiles, four CTAs per SM)
+    ran 8 % slower and documents gained under 2 %; nor for other masks, whose blocks read
+    keys from the start of the sequence, so that the keys of all heads at once would
+    stream through L2 (causal at head dim 64 ran 2 % faster at N = 8192, where the keys of
+    128 heads take 256 MiB already)."""
+    return (s.target == "sm_80" and (s.banded or s.blockmap) and s.q_blocks_per_cta == 1
+            and not s.producer_warpgroup and not s.tiles_last)
+
+
+def lean_loads(s) -> bool:
+    """Note [Lean step loads] in forward_loads.py: wherever it can be, for a block map or
+    a band on sm_80."""
+    return s.can_lean_loads
+
+
+def early_first(s) -> bool:
+    """Note [First block before the map] in forward_loads.py: wherever it can be."""
+    return s.can_load_first_early
+
+
+def split_mask(s) -> bool:
+    """Note [Conjuncts a tile holds]: wherever the block map records what a tile holds."""
+    return s.tile_holds is not None
+
+
+def staged_o(s) -> bool:
+    """Note [Staged O] in epilogue.py: on sm_80 wherever it can be (1-6 % faster, but
+    causal at head dim 64 1.5 % slower: ptxas schedules its whole loop differently), on
+    sm_90a for bands and block maps (3-7 %); not sm_90a's other kernels (ALiBi at head
+    dim 64 6 % slower, causal and softcap within noise: there a query block's long key
+    loop leaves the O store a small share) ("Staged O")."""
+    return s.can_stage_o and (s.target == "sm_80" or s.banded or s.blockmap)
+
+
+def dead_rows(s) -> bool:
+    """Note [Dead rows] in sm80.py: wherever it can be and a key block is shorter than the
+    query block, so that a causal-like mask's first block (the diagonal's) leaves whole
+    16-row tiles without a key. With key blocks as long as the query block it has none to
+    skip (window 1024 at head dim 64, 128x128 tiles: it spilled and ran 5 % slower) ("Dead
+    rows")."""
+    return s.can_skip_dead_rows and s.block_n < s.block_m
+
+
+def lazy_rescale(s) -> bool:
+    """Note [Lazy rescale] in softmax.py: above head dim 64, where O's rescale is 64 FMULs
+    a row pair and skipping it paid (sm_80 causal 4 % faster, sm_90a causal 3 % and
+    documents 2 %), but not in sm_90a's persistent CTAs, whose rotated consumer then
+    spills. At 64 the vote and branch spilled on sm_80 and measured no gain on either
+    target ("Lazy rescale")."""
+    return s.head_dim_v > 64 and not (s.target == "sm_90a" and s.persistent)
+
+
+def mma_row_sum(s) -> bool:
+    """Note [Row sums on the tensor cores] in softmax.py: on sm_80 for an affine score_mod
+    (score_bias), where it measured 1.2-1.5 % faster, every round of one below every round
+    of the other; elsewhere no gain or a loss ("Row sums on the tensor cores"). Never with
+    an LSE output, which would keep the rounding of P."""
+    return s.target == "sm_80" and s.score_bias is not None and not s.with_lse
+
+
+def exp2_fma(s) -> int:
+    """Note [Exponentials on the FMA pipe] in softmax.py, as measured ("Exponentials on the
+    FMA pipe"):
+      * 2 of 8 in sm_90a's one-warpgroup kernels with a constant softmax max (softcap),
+        whose scores take two SFU operations: softcap + causal at head dim 64 5-8 %
+        faster, partly because the register bound of Note [CTAs per SM] then holds three
+        CTAs per SM;
+      * 1 of 8 in the producer warpgroup's kernel with a score_mod (softcap and ALiBi at
+        head dim 128, about 3 %; 2 and 4 of 8 no better);
+      * none elsewhere, where it measured slower (the sm_80 kernels 4-13 %)."""
+    one_warpgroup = s.target == "sm_90a" and s.consumer_warpgroups == 1 and not s.producer_warpgroup
+    if one_warpgroup and s.static_max is not None:
+        return 2
+    return 1 if s.producer_warpgroup and (s.score_mod or s.score_bias) else 0
+
+
+# In the order they depend on each other: small_grid asks whether a grid order was given.
+_RULES = (("qk_unroll", qk_unroll), ("q_blocks_per_cta", q_blocks_per_cta),
+          ("min_ctas_per_sm", min_ctas_per_sm),
+          ("interval_test", interval_test), ("small_grid", small_grid), ("tiles_last", tiles_last),
+          ("heads_first", heads_first), ("lean_loads", lean_loads), ("early_first", early_first),
+          ("split_mask", split_mask), ("staged_o", staged_o), ("dead_rows", dead_rows),
+          ("lazy_rescale", lazy_rescale), ("mma_row_sum", mma_row_sum), ("exp2_fma", exp2_fma))
