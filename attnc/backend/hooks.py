@@ -44,8 +44,9 @@ evaluated here, in f32: a constant in the kernel rather than an instruction per 
 Transcendentals stay `math` ops: ptx.py lowers them to the approximate instructions.
 
 Note [Saturating int]: `int(x)` of a float truncates toward zero and saturates at the i32
-bounds, NaN giving 0 (README): LLVM's llvm.fptosi.sat, which NVPTX emits as the one
-cvt.rzi.s32.f32 (saturating by PTX's definition). The hooks emit that intrinsic, not
+bounds, NaN giving 0 (README): LLVM's llvm.fptosi.sat, which is PTX's one cvt.rzi.s32.f32
+(saturating by PTX's definition; LLVM 22's NVPTX expands it into seven instructions, which
+ptx.py undoes on sm_100a: Note [One cvt for int()]). The hooks emit that intrinsic, not
 arith.fptosi, whose LLVM fptosi is poison out of range: LLVM may fold a test such as
 `int(x) == 2147483647` away. The reference, the IR interpreter and the exact-integer
 ranges (exact_ints.py) take the same definition; before, the reference computed int64.

@@ -5,6 +5,7 @@ kernels are written in upstream dialects (gpu, nvgpu, nvvm, llvm, scf, arith, ma
 vector, memref). Output: PTX text for one target.
 
     module ──lower_math_to_approx──▶ math transcendentals as NVVM approx intrinsics
+           ──lower_saturating_ints──▶ int() as cvt.rzi.s32.f32 on sm_100a (Note [One cvt for int()])
            ──nvvm-attach-target──▶ ──gpu.module(scf→cf, nvgpu→nvvm, math→llvm, gpu→nvvm)──▶
            ──reconcile-unrealized-casts──▶ ──attach_loop_annotations, attach_grid_constants──▶
            ──gpu-module-to-binary{format=isa}──▶ PTX
@@ -33,6 +34,23 @@ physical registers: ptxas applies the bound). So the digest leaves the bound out
 kernel's PTX is kept with the bound it was made with, and a kernel wanted unbounded gets
 the kept PTX without its `.minnctapersm` line; any other difference of bounds is lowered
 afresh. A few are kept, for trials of several kernels in one process.
+
+Note [One cvt for int()]: a hook's `int(x)` is LLVM's llvm.fptosi.sat.i32.f32 (Note
+[Saturating int] in hooks.py), which LLVM 22's NVPTX backend does not take as legal: it
+expands it into cvt.rzi.s32.f32, three compares (below -2^31, above 2^31 - 1, NaN) and three
+selects, seven instructions and three predicates where PTX's cvt.rzi.s32.f32 alone is the
+conversion (float to integer clamps to the destination's range, and NaN gives 0 for an f32
+source and a 32-bit destination: PTX ISA 9.0, cvt; on an H200, NaN gave 0, +-inf and +-3e9
+the i32 bounds). In relative_bias's score_mod, one
+int() a score, the expansion made the sm_100a softmax warpgroups spill 52 bytes: ptxas
+issues most of the row's 128 bias gathers before the tcgen05.ld of S, and the
+bucket arithmetic of the scores in flight no longer fitted beside them in 200 registers.
+So the sm_100a module calls llvm.nvvm.f2i.rz (cvt.rzi.s32.f32) instead: 1,584 fewer SASS
+instructions (15,232 -> 13,648) and no spill, ptxas's softmax warpgroups at 196 of their
+200 registers. Rewritten here, after the hooks' IR: the MLIR the passes print, and the
+IR the CPU tests run, keep fptosi.sat. Not on sm_80 and sm_90a yet: there the same
+rewrite took relative_bias from 255 registers and no spill to 255 and none (sm_80) and
+255 and a 4-byte spill (sm_90a), untimed; an A/B on the H200 decides those.
 """
 from __future__ import annotations
 
@@ -162,8 +180,8 @@ def _mark_tensor_maps(op) -> int:
 
 # ---------------------------------------------------------------- math -> approx
 
-def _intrinsic(name: str, x: ir.Value) -> ir.Value:
-    return llvm.call_intrinsic(x.type, name, [x], [], [])
+def _intrinsic(name: str, x: ir.Value, result: ir.Type | None = None) -> ir.Value:
+    return llvm.call_intrinsic(result or x.type, name, [x], [], [])
 
 
 def _tanh_approx(x: ir.Value) -> ir.Value:
@@ -219,6 +237,31 @@ def lower_math_to_approx(module: ir.Module) -> int:
             r = _APPROX[op.name](wide)
             if x.type != f32:
                 r = arith.truncf(x.type, r)
+        op.results[0].replace_all_uses_with(r)
+        op.erase()
+    return len(found)
+
+
+# Note [One cvt for int()]: LLVM intrinsic -> the NVVM one that is its one PTX instruction
+_SATURATING_INTS = {"llvm.fptosi.sat.i32.f32": "llvm.nvvm.f2i.rz"}
+
+
+def lower_saturating_ints(module: ir.Module) -> int:
+    """Rewrite each call of llvm.fptosi.sat.i32.f32 into llvm.nvvm.f2i.rz, in place (Note
+    [One cvt for int()]). Returns how many calls were rewritten."""
+    found: list[ir.Operation] = []
+
+    def collect(op):
+        if op.name == "llvm.call_intrinsic" and \
+                ir.StringAttr(op.attributes["intrin"]).value in _SATURATING_INTS:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(collect)
+    for op in found:
+        name = _SATURATING_INTS[ir.StringAttr(op.attributes["intrin"]).value]
+        with ir.InsertionPoint(op), op.location:
+            r = _intrinsic(name, op.operands[0], op.results[0].type)
         op.results[0].replace_all_uses_with(r)
         op.erase()
     return len(found)
@@ -421,6 +464,8 @@ def _lower(work: ir.Module, options: PtxOptions, *, without_gil: bool = False) -
     context's module, Note [Unlocked runs] in unlocked.py), a failure without its diagnostics."""
     target = options.target
     lower_math_to_approx(work)
+    if target == "sm_100a":         # Note [One cvt for int()]
+        lower_saturating_ints(work)
     try:
         _run(to_llvm_pipeline(options), work, without_gil)
         attach_loop_annotations(work)
