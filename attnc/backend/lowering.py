@@ -62,12 +62,12 @@ def _lowering_from_ir(result) -> ForwardLowering:
     from attnc.backend.kv_steps import kv_steps
     from attnc.backend.load_steps import load_steps
     from attnc.backend.wgmma_steps import wgmma_steps
-    from attnc.backend.qtiles import MAX_TAIL_WAVES, TAIL_WAVES, qtiles_plan, segment_conjunct
+    from attnc.backend.qtiles import MAX_TAIL_WAVES, qtiles_plan, segment_conjunct
     from attnc.backend.run_ranges import run_rest
     from attnc.backend.spec_checks import KERNEL_TARGETS, SpecError
     from attnc.ir import roles as R
     from attnc.passes import kernel_choices
-    from attnc.passes.choice_defaults import resolve
+    from attnc.passes import choice_defaults as defaults
     from attnc.passes.hoist import check_levels
     from attnc.passes.analyze_masks import mask_functions
     from attnc.passes.pipelines import LOWERING
@@ -144,12 +144,12 @@ def _lowering_from_ir(result) -> ForwardLowering:
             load_steps=loads, coop_steps=coop, smem=smem,
             **choices, **hooks.spec_fields())
         try:
-            return ForwardLowering(resolve(spec).check(), blockmap, waves)
+            return ForwardLowering(defaults.resolve(spec).check(), blockmap, waves)
         except SpecError as e:
             raise error_at(op, f"the {target} kernel cannot be built: {e}") from None
 
-    # Note [Document-aligned tiles] (qtiles.py): by default wherever the mask has the ids'
-    # conjunct and the kernel runs one query block per CTA without a producer warpgroup.
+    # Note [Document-aligned tiles] (qtiles.py); the defaults of aligned_tiles, tail_waves and
+    # run_ranges are choice_defaults.py's.
     found = segment_conjunct(region_block(op, MASK_MOD), list(variant.params)) if runtime else None
     # The plain lowering decides whether the table applies; built here only where it may.
     plain = None if found is None and not aligned and not runs_asked else lowering(blockmap)
@@ -163,29 +163,25 @@ def _lowering_from_ir(result) -> ForwardLowering:
     if tail_waves and (not possible or aligned is False):
         raise error_at(op, "tail_waves orders the query tiles of a tile table, which this kernel does not "
                            "take (Note [Document-aligned tiles]: aligned_tiles)")
-    if not possible or aligned is False:
+    if not (aligned if aligned is not None else defaults.aligned_tiles(possible)):
         if runs_asked:
             raise error_at(op, "run_ranges needs the aligned tiles (aligned_tiles is off)")
         return plain or lowering(blockmap)
     conjunct, ids = found
-    # Note [Longest tiles last] (qtiles.py): by default on the heads-first grid.
     if tail_waves and not plain.spec.heads_first:
         raise error_at(op, "tail_waves orders the last query tiles of the heads-first grid (heads_first), "
                            "which this kernel does not run")
-    waves = TAIL_WAVES if tail_waves is None and plain.spec.heads_first else tail_waves or 0
+    waves = defaults.tail_waves(plain.spec) if tail_waves is None else tail_waves
     small = SMALL_GRID_CTAS_PER_SM if plain.spec.small_grid else 0
     tiles = replace(blockmap, qtiles=qtiles_plan(variant, block_m, ids, blockmap.per_head,
                                                  waves * plain.spec.resident_ctas, small))
-    # Note [Ranges from the runs] (run_ranges.py): by default wherever the rest of the mask
-    # is static, the map would not record more of what a MIXED tile holds, and the kernel
-    # does not sit at the 128-register floor of its CTAs per SM (which the hooks leave as
-    # the plain lowering has it).
-    wanted = runs_asked if runs_asked is not None else not plain.spec.registers_at_floor
+    # Note [Ranges from the runs] (run_ranges.py)
+    wanted = runs_asked if runs_asked is not None else defaults.run_ranges(plain.spec)
     runs = run_rest(op, conjunct) if wanted else None
     if runs_asked and runs is None:
         raise error_at(op, "run_ranges needs a mask whose other conjuncts read no param and no float")
-    if (runs_asked is None and runs is not None and blockmap.holds and not runs.ids_only_residual
-            and choices.get("split_mask") is not False):
+    if runs_asked is None and runs is not None and \
+            not defaults.keeps_run_ranges(runs, blockmap.holds, choices.get("split_mask")):
         runs = None
     return lowering(replace(tiles, runs=runs), waves)
 

@@ -2,9 +2,11 @@
 options), its value where no option and no attribute gives one, from the kernel's facts
 (target, tiles, the plan, the mask's and the score's hooks) and the choices already made.
 Each rule says what was measured (results/sm80_h200.md and results/sm90a_h200.md, the
-section named). `resolve` fills every choice left None, in the order the rules depend on
-each other; the lowering then reads choices only (Note [Kernel choices] in
-kernel_choices.py).
+section named). `resolve` fills every choice of the kernel left None, in the order the
+rules depend on each other; the document-aligned tiles' three (`aligned_tiles`,
+`tail_waves`, `run_ranges`), which decide the tile table and the map the lowering
+plans, are applied where it plans them (attnc/backend/lowering.py). The lowering then
+reads choices only (Note [Kernel choices] in kernel_choices.py).
 """
 from __future__ import annotations
 
@@ -167,6 +169,35 @@ def exp2_fma(s) -> int:
     if one_warpgroup and s.static_max is not None:
         return 2
     return 1 if s.producer_warpgroup and (s.score_mod or s.score_bias) else 0
+
+
+def aligned_tiles(possible: bool) -> bool:
+    """Note [Document-aligned tiles] in attnc/backend/qtiles.py: wherever the kernel can
+    take them (a mask with the ids' conjunct, read from a map; one query block per CTA, no
+    producer warpgroup, no persistent walk)."""
+    return possible
+
+
+def tail_waves(s) -> int:
+    """Note [Longest tiles last] in attnc/backend/qtiles.py: on the heads-first grid."""
+    from attnc.backend.qtiles import TAIL_WAVES
+    return TAIL_WAVES if s.heads_first else 0
+
+
+def run_ranges(s) -> bool:
+    """Note [Ranges from the runs] in attnc/backend/run_ranges.py: wherever the rest of
+    the mask is static (the runs exist), but for a kernel at the 128-register floor of its
+    CTAs per SM, where the runs' kernel spilled, lost its bound and ran 10 % slower
+    (sm_90a at head dim 64). `keeps_run_ranges` then says whether the map is kept after all."""
+    return not s.registers_at_floor
+
+
+def keeps_run_ranges(runs, map_holds: bool, split_mask) -> bool:
+    """Where the map records what a MIXED tile holds and the rest has another residual
+    conjunct beside the ids', the map stays (the runs can say it of the ids only), unless
+    split_mask=false, under which the map's record is not read (Note [Ranges from the
+    runs])."""
+    return not (map_holds and not runs.ids_only_residual and split_mask is not False)
 
 
 # In the order they depend on each other: small_grid asks whether a grid order was given.
