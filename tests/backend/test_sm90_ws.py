@@ -21,6 +21,7 @@ from attnc.passes import kernel_choices
 from attnc.passes.pipelines import pipeline_with_options
 from attnc.schedule.recipes import consumer_registers, producer_registers
 from attnc.testing import build_with, variant_source
+from tests.backend.test_sm90 import assembled, built
 
 TILE = dict(block_m=128, block_n=128, stages=3)     # the default tile of head dim 128
 
@@ -31,18 +32,6 @@ def source(d: int = 128, d_v: int | None = None, mask: str = "j <= i", lse: bool
     return (f"attention ws {{\n  q: bf16[B, H, M, {d}]\n  k: bf16[B, HKV, N, {d}]\n  v: bf16[B, HKV, N, {d_v}]\n"
             f"  mask_mod(b, h, i, j) = {mask}\n  out o: bf16[B, H, M, {d_v}]\n"
             + ("  out lse: f32[B, H, M]\n" if lse else "") + "}\n")
-
-
-@functools.lru_cache(maxsize=None)
-def built(text: str, **options):
-    return build_with(text, "ws.attn", "sm_90a", **options)
-
-
-@functools.lru_cache(maxsize=None)
-def assembled(text: str, **options) -> tuple[str, str]:
-    """(PTX, ptxas's log) of the sm_90a kernel of `text` with the pipeline's `options`."""
-    art = built(text, **options)
-    return art.ptx, cubin.ptx_to_cubin(art.ptx, "sm_90a", verbose=True).info_log
 
 
 @functools.lru_cache(maxsize=None)
