@@ -11,7 +11,6 @@ picks a kernel's small grid as a GPU's would.
 """
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
 from pathlib import Path
 

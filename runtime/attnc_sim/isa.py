@@ -20,7 +20,6 @@ in the lanes of `w.wmask` (`ctx.writer` does that).
 """
 from __future__ import annotations
 
-import struct
 from typing import Callable
 
 import numpy as np

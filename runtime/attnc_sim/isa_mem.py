@@ -17,7 +17,6 @@ from __future__ import annotations
 import numpy as np
 
 from attnc_sim import isa, races
-from attnc_sim.ptx import Vec
 from attnc_sim.scheduler import AsyncOp
 from attnc_sim.errors import SimError
 from attnc_sim.state import DTYPE, LANES, WARP

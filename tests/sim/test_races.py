@@ -4,10 +4,7 @@ the PTX line that commit it, not as a hang or a silent wrong answer. Hand-writte
 guarantees it) and one edit of a real sm_80 kernel's PTX."""
 from __future__ import annotations
 
-import re
-
 import numpy as np
-import pytest
 
 from attnc_sim.smem_desc import SmemDesc, encode_wgmma
 from tests.sim.ptx_harness import kernel, line_of, run_kernel
@@ -106,7 +103,7 @@ def test_mbarrier_arrival_count_too_small_is_a_deadlock():
     arrive = "@%p1 mbarrier.arrive.shared::cta.b64 %rd1, [%r1];"
     text, res = _run(_MBAR.replace("{count}", "2").replace("{arrive}", arrive), 32)
     assert [r.kind for r in res.reports] == ["deadlock"]
-    assert f"warp 0 waits for mbarrier at shared" in res.reports[0].message
+    assert "warp 0 waits for mbarrier at shared" in res.reports[0].message
     assert f"PTX line {line_of(text, 'mbarrier.try_wait')}:" in res.reports[0].message
     assert "deadlock in CTA (0, 0, 0)" in str(res.error)
 
