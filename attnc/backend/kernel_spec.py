@@ -39,6 +39,11 @@ def producer_barriers(persistent: bool) -> tuple[str, ...]:
     return ("q_full", *(("q_empty",) if persistent else ()), "k_full", "v_full", "k_empty", "v_empty")
 
 
+def _choice():
+    """A kernel choice's field (`CHOICES`): None until read from the IR or resolved."""
+    return field(default=None, metadata={"choice": True})
+
+
 @dataclass(frozen=True)
 class ForwardSpec:
     """The forward kernel as the lowering reads it from the L5 IR (lowering.py): the
@@ -105,22 +110,22 @@ class ForwardSpec:
                                           # placed] in smem_layout.py)
     # -- the kernel choices: attn-kernel-choices' options, which document each; the Notes
     # say what each does, choice_defaults.py where each is the default and why
-    q_blocks_per_cta: Optional[int] = None  # Note [Two query blocks per CTA] in forward.py
-    min_ctas_per_sm: Optional[int] = None  # .minnctapersm, 0: none (Note [CTAs per SM])
-    min_ctas_unless_spills: Optional[bool] = None  # min_ctas_per_sm dropped where the kernel spills
-    interval_test: Optional[str] = None    # Note [One compare per score] in score_masks.py
-    heads_first: Optional[bool] = None     # Note [Heads first] in kernel_abi.py
-    tiles_last: Optional[bool] = None      # Note [Tiles last] in kernel_abi.py
-    small_grid: Optional[bool] = None      # Note [Small grids] in kernel_abi.py
-    lean_loads: Optional[bool] = None      # Note [Lean step loads] in forward_loads.py
-    early_first: Optional[bool] = None     # Note [First block before the map] in forward_loads.py
-    split_mask: Optional[bool] = None      # Note [Conjuncts a tile holds]
-    staged_o: Optional[bool] = None        # Note [Staged O] in epilogue.py
-    dead_rows: Optional[bool] = None       # Note [Dead rows] in sm80.py
-    lazy_rescale: Optional[bool] = None    # Note [Lazy rescale] in softmax.py
-    mma_row_sum: Optional[bool] = None     # Note [Row sums on the tensor cores] in softmax.py
-    exp2_fma: Optional[int] = None         # Note [Exponentials on the FMA pipe] in softmax.py
-    qk_unroll: Optional[int] = None        # Note [Rolled QK^T] in sm80.py
+    q_blocks_per_cta: Optional[int] = _choice()  # Note [Two query blocks per CTA] in forward.py
+    min_ctas_per_sm: Optional[int] = _choice()  # .minnctapersm, 0: none (Note [CTAs per SM])
+    min_ctas_unless_spills: Optional[bool] = _choice()  # min_ctas_per_sm dropped where the kernel spills
+    interval_test: Optional[str] = _choice()  # Note [One compare per score] in score_masks.py
+    heads_first: Optional[bool] = _choice()  # Note [Heads first] in kernel_abi.py
+    tiles_last: Optional[bool] = _choice()  # Note [Tiles last] in kernel_abi.py
+    small_grid: Optional[bool] = _choice()  # Note [Small grids] in kernel_abi.py
+    lean_loads: Optional[bool] = _choice()  # Note [Lean step loads] in forward_loads.py
+    early_first: Optional[bool] = _choice()  # Note [First block before the map] in forward_loads.py
+    split_mask: Optional[bool] = _choice()  # Note [Conjuncts a tile holds]
+    staged_o: Optional[bool] = _choice()  # Note [Staged O] in epilogue.py
+    dead_rows: Optional[bool] = _choice()  # Note [Dead rows] in sm80.py
+    lazy_rescale: Optional[bool] = _choice()  # Note [Lazy rescale] in softmax.py
+    mma_row_sum: Optional[bool] = _choice()  # Note [Row sums on the tensor cores] in softmax.py
+    exp2_fma: Optional[int] = _choice()  # Note [Exponentials on the FMA pipe] in softmax.py
+    qk_unroll: Optional[int] = _choice()  # Note [Rolled QK^T] in sm80.py
 
     # -- derived
     @property
@@ -287,3 +292,7 @@ class ForwardSpec:
     def max_smem_bytes(self) -> int:
         return SM90_MAX_DYNAMIC_SMEM if self.target == "sm_90a" else SM80_MAX_DYNAMIC_SMEM
 
+
+# The kernel choices' fields: what attn-kernel-choices records, each resolved by
+# attnc/passes/choice_defaults.py where the IR gives none.
+CHOICES = tuple(f.name for f in fields(ForwardSpec) if f.metadata.get("choice"))

@@ -21,10 +21,6 @@ INTERVAL_TESTS = ("range", "pair", "bits")  # Note [One compare per score] in sc
 # since) or wgmma from swizzled shared memory (sm_90a, Note [wgmma steps] in sm90a.py).
 KERNEL_TARGETS = ("sm_80", "sm_90a")
 MAX_ACC_REGS = 192                  # f32 accumulators (S + O) per thread before spilling
-# The kernel choices, each resolved by attn-kernel-choices' defaults where the IR gives none.
-CHOICES = ("q_blocks_per_cta", "min_ctas_per_sm", "min_ctas_unless_spills", "interval_test", "heads_first",
-           "tiles_last", "small_grid", "lean_loads", "early_first", "split_mask", "staged_o", "dead_rows",
-           "lazy_rescale", "mma_row_sum", "exp2_fma", "qk_unroll")
 
 
 class SpecError(ValueError):
@@ -46,6 +42,7 @@ def _check_read(spec: ForwardSpec) -> None:
     kernel choice (attnc/passes/choice_defaults.py). The steps of the target's roles
     are checked where the kernel is built (`steps_read`): attn-kernel-choices chooses
     before attn-overlap-gemms writes sm_90a's."""
+    from attnc.backend.kernel_spec import CHOICES
     missing = [name for name in ("smem", *CHOICES) if getattr(spec, name) is None]
     _require(not missing, f"{', '.join(missing)} not read from the IR: the kernel is built from the L5 IR "
                           f"(attnc/backend/lowering.py)")
