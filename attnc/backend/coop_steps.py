@@ -4,7 +4,7 @@ to build each trip of the cooperative kernel's KV loops op by op (sm90a.py).
 Note [Cooperative steps op by op]: a trip of the cooperative role's KV loop, as
 attn-overlap-gemms writes it (Note [Overlapped cooperative steps in the IR] in
 attnc/schedule/overlap_coop.py), is lowered from its ops in the order they stand, a
-pattern per op (`Sm90aForward._trip_<op>`): the landing of the P.V in flight and the
+pattern per op (sm90a.py's `TRIP_PATTERNS`): the landing of the P.V in flight and the
 rescale of O (the consumer warpgroups' patterns, Note [Overlapped steps op by op] in
 wgmma_steps.py), the cp.async wait with its `pending` and the CTA barrier, the loads of
 K and V of later blocks (each copied into the slot its `ahead` names, where the key range

@@ -1,10 +1,12 @@
-"""The forward kernel's body as both targets build it: the CTA's coordinates and query
-block, the loads (forward_loads.py), the scores' score_mod and mask, the online softmax
-step, the loops' carried values, the query blocks a CTA runs, and the epilogue
-(`ForwardKernel`). What a target adds are its GEMMs and its KV steps: sm80.py's
-(`Sm80Forward`: ldmatrix and mma.sync, the steps built op by op from the IR) and
-sm90a.py's (`Sm90aForward`: wgmma, overlapped steps; sm90a_ws.py's producer
-warpgroup). Neither target derives from the other; both derive from this.
+"""The forward kernel's state and what both targets build alike: the CTA's coordinates and
+query block, the loads (forward_loads.py), the scores' score_mod and mask, the online
+softmax step, the loops' carried values, the query blocks a CTA runs, and the epilogue
+(`KernelState`). A target is a `TargetLowering`: its patterns, one per attn op of the
+IR's steps, and the few entries the outline calls (its GEMMs' operand addresses, its KV
+steps) -- sm80.py's (`SM80`: ldmatrix and mma.sync), sm90a.py's (`SM90A`: wgmma,
+overlapped steps) and sm90a_ws.py's (`SM90A_WS`: a producer warpgroup and its
+consumers, whose trips take sm90a.py's patterns and add their waits and releases).
+No target derives from another: each is a table of functions over the state.
 
 Note [Two query blocks per CTA]: with `q_blocks_per_cta` = 2 a CTA runs query blocks
 nb-1-c and c (nb = cdiv(M, block_m), c = blockIdx.x < nb-1-c; one block when they meet),
@@ -19,6 +21,8 @@ block's addresses and ranges out of the loop and hold them in registers througho
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Callable, Mapping
 
 from mlir import ir
 from mlir.dialects import nvvm, scf
@@ -33,18 +37,50 @@ from attnc.backend.qtiles import qtiles_param, read_entry
 from attnc.backend.score_masks import ElementCoords, ScoreMasker, rows_of
 from attnc.backend.smem_tiles import SwizzledTile, TileLoader
 from attnc.backend.softmax import OnlineSoftmax, SoftmaxState
+from attnc.errors import AttncError
 
 LOG2E = math.log2(math.e)
 SMEM_SYMBOL = "attnc_dynamic_smem"
 
 
-class ForwardKernel(ForwardLoads):
-    """Emits a target's kernel body at the current insertion point; a target's class gives
-    `_operand_bases` (its GEMMs' operand addresses) and `_steps` (every KV step of the
-    current query block)."""
+@dataclass(frozen=True)
+class TargetLowering:
+    """A target's lowering of the forward kernel: functions over a `KernelState` `cx`.
 
-    def __init__(self, spec: ForwardSpec, args: dict[str, ir.Value]):
-        self.spec = spec
+    setup(cx)                 the target's own state on cx (its steps as read from the IR, ...)
+    operand_bases(cx)         its GEMMs' operand addresses, once the coordinates are known
+    steps(cx, kv)             every KV step of the current query block: (O, softmax state)
+    patterns[family][op]      (cx, op, step) -> None: the pattern of each attn op of the IR's
+                              steps, by family (the KV loops' trips, the last P.V, the loads)
+    emit(cx)                  the kernel's outline (None: `KernelState.emit`)
+    """
+    name: str
+    setup: Callable
+    operand_bases: Callable
+    steps: Callable
+    patterns: Mapping[str, Mapping[str, Callable]]
+    emit: Callable | None = None
+
+    def run(self, cx: "KernelState", family: str, ops, step):
+        """The patterns of `ops` of `family` on `step`, in their order; S is finished
+        (score_mod and mask applied) after the op that ends the scores."""
+        table = self.patterns[family]
+        for op in ops:
+            if op.name not in table:
+                raise AttncError(f"the {self.name} lowering has no pattern for attn.{op.name} in its {family} ops")
+            table[op.name](cx, op, step)
+            if op is getattr(step, "scores_end", None):
+                step.finish_scores()
+        return step
+
+
+class KernelState(ForwardLoads):
+    """One kernel's state while it is built at the current insertion point: its record of
+    the IR (`spec`), emitter and resource builders, tiles, coordinates, masker and
+    softmax, and whatever its target's `setup` adds; the target-neutral steps as methods."""
+
+    def __init__(self, spec: ForwardSpec, args: dict[str, ir.Value], target: TargetLowering):
+        self.spec, self.target = spec, target
         self.e = e = Emit(args)
         self.cp = CpAsync(e)
         self.bar = CtaBarrier()
@@ -67,8 +103,10 @@ class ForwardKernel(ForwardLoads):
         # table's tile sets them (Note [Document-aligned tiles] in qtiles.py).
         self.tile_row0, self.row_end, self.key0, self.n_keys = None, e.dim("M"), None, e.dim("N")
         self.key_end = None
+        self.t_base = None      # the steps of the CTA's earlier query blocks (Note [Persistent CTAs])
+        target.setup(self)
 
-    def _coordinates(self) -> None:
+    def coordinates(self) -> None:
         """The CTA's and the thread's coordinates; with one query block per CTA, that
         block's too (in the order of the first kernels, which ptxas's allocation was tuned
         on)."""
@@ -78,7 +116,7 @@ class ForwardKernel(ForwardLoads):
         self.warp = e.shr(tid, 5)
         self.lane = e.and_(tid, 31)
         one_block = s.q_blocks_per_cta == 1
-        self.m_block, self.h, self.b = self._grid_item(one_block)
+        self.m_block, self.h, self.b = self.grid_item(one_block)
         self.kv_h = e.div(self.h, e.div(e.dim("H"), e.dim("HKV")))
         if s.aligned_tiles:
             z = e.add(e.mul(self.b, e.dim("H")), self.h) if s.tiles_per_head else self.b
@@ -87,14 +125,14 @@ class ForwardKernel(ForwardLoads):
             self.n_keys = e.max(e.sub(e.dim("N"), self.key0), 0)     # key0 > N where M > N
         self.warp_row0 = e.mul(self.warp, 16 if s.dead_rows else s.rows_per_warp)
         if one_block:
-            self._set_row0(self.m_block)
+            self.set_row0(self.m_block)
         self.col0 = e.shl(e.and_(self.lane, 3), 1)
         self.loader = TileLoader(e, self.cp, self.smem, tid, s.threads)
-        self._operand_bases()
+        self.target.operand_bases(self)
         if one_block:
-            self._set_masker()
+            self.set_masker()
 
-    def _grid_item(self, with_block: bool = True):
+    def grid_item(self, with_block: bool = True):
         """(query block, head, batch) of this CTA from the grid (the query block None
         without `with_block`): the heaviest query blocks first (under a causal mask, the
         last ones), for a shorter tail; the grid's axes as Notes [Heads first] and [Tiles
@@ -120,32 +158,32 @@ class ForwardKernel(ForwardLoads):
         return m_block, head(e.i32), batch(e.i32)
 
     def _operand_bases(self) -> None:
-        """The target's operand addresses of the Q, K and V tiles (in `_coordinates`)."""
+        """The target's operand addresses of the Q, K and V tiles (in `coordinates`)."""
         raise NotImplementedError
 
     def _steps(self, kv: KvSchedule):
         """Every KV step of the current block: (O accumulators, softmax state)."""
         raise NotImplementedError
 
-    def _set_block(self, m_block) -> None:
+    def set_block(self, m_block) -> None:
         """Make `m_block` the query block the steps and the epilogue work on."""
         self.m_block = m_block
-        self._set_row0(m_block)
-        self._set_masker()
+        self.set_row0(m_block)
+        self.set_masker()
 
-    def _set_row0(self, m_block) -> None:
+    def set_row0(self, m_block) -> None:
         # The accumulator rows/columns a lane holds: row g (+8), columns 2t, 2t+1 (+8 per atom).
         e = self.e
-        self.row0 = e.add(e.add(self._first_row(m_block), self.warp_row0), e.shr(self.lane, 2))
+        self.row0 = e.add(e.add(self.first_row(m_block), self.warp_row0), e.shr(self.lane, 2))
 
-    def _first_row(self, m_block):
+    def first_row(self, m_block):
         """The first row of query block m_block (the tile table's, Note [Document-aligned tiles])."""
         return self.tile_row0 if self.tile_row0 is not None else self.e.mul(m_block, self.spec.block_m)
 
-    def _set_masker(self) -> None:
-        self.masker = self._masker_from(self.row0)
+    def set_masker(self) -> None:
+        self.masker = self.masker_from(self.row0)
 
-    def _masker_from(self, row0) -> ScoreMasker:
+    def masker_from(self, row0) -> ScoreMasker:
         """The masker of score rows whose first (row g of the warp's first 16-row tile) is row0."""
         e, s = self.e, self.spec
         coords = ElementCoords(e, row0, self.col0, s.block_n, self.key0, s.atom_rows)
@@ -153,22 +191,22 @@ class ForwardKernel(ForwardLoads):
         return ScoreMasker(e, coords, self.b, self.h, s.scale, s.score_mod, self.keep_fn, s.score_bias,
                            score_in, s.row_interval, s.interval_test, s.row_residual)
 
-    def _tensor(self, name: str, b, h) -> GlobalPtr:
+    def tensor(self, name: str, b, h) -> GlobalPtr:
         e = self.e
         elems = e.add(e.mul(e.to_i64(b), e.arg(f"stride_{name}_0")), e.mul(e.to_i64(h), e.arg(f"stride_{name}_1")))
         bits = 32 if name == "lse" or (name == "o" and self.spec.o_dtype == "f32") else 16
         return GlobalPtr(e, e.arg(name), bits).offset(elems)
 
-    def _kv_range(self, m_block=None) -> KvSchedule:
+    def kv_range(self, m_block=None) -> KvSchedule:
         """The hook's range for `m_block` (default: the current block) as a schedule (Note
         [Mask hooks] in mask_hooks.py, kv_schedule.py)."""
         e, s = self.e, self.spec
         # Note [Lean step loads] (forward_loads.py): a block map's range is inside the map, a
         # band's is clamped.
         clamp_top = s.lean_loads and not s.blockmap
-        return schedule(e, self.kv_range_fn(e, self._ctx(m_block)), self.n_keys, s.block_n, clamp_top)
+        return schedule(e, self.kv_range_fn(e, self.ctx(m_block)), self.n_keys, s.block_n, clamp_top)
 
-    def _pack_p(self, probs):
+    def pack_p(self, probs):
         """P as A operands of m16n8k16, in place of S's registers (Note [P as A operand]):
         p[mi][kk] = the 4 registers of rows g, g+8 and keys 16kk + {2t, 2t+8}."""
         pack = self.mma.pack
@@ -180,14 +218,14 @@ class ForwardKernel(ForwardLoads):
                         for c in range(0, len(top), 4)])
         return out
 
-    def _scores(self, acc_s, n_block, mode: str, skip, masker: ScoreMasker | None = None):
+    def scores(self, acc_s, n_block, mode: str, skip, masker: ScoreMasker | None = None):
         """S of block n_block as rows, with the score_mod and (mode 'partial') the mask
         applied; `skip`: the block's tile_skip answer, when asked; `masker`: that of the
         rows of acc_s (default: the warp's)."""
         masker = self.masker if masker is None else masker
-        return self._masked(masker.modify(rows_of(acc_s), n_block), n_block, mode, skip, masker)
+        return self.masked(masker.modify(rows_of(acc_s), n_block), n_block, mode, skip, masker)
 
-    def _masked(self, rows, n_block, mode: str, skip, masker: ScoreMasker | None = None):
+    def masked(self, rows, n_block, mode: str, skip, masker: ScoreMasker | None = None):
         """`rows` of block n_block with (mode 'partial') the mask applied."""
         e, s = self.e, self.spec
         masker = self.masker if masker is None else masker
@@ -195,22 +233,22 @@ class ForwardKernel(ForwardLoads):
             return rows
         if s.tile_partial is None and skip is None:
             # Every block is masked; tile_holds may still spare a part of the test.
-            holds = s.tile_holds(e, self._ctx(), n_block) if s.split_mask else None
+            holds = s.tile_holds(e, self.ctx(), n_block) if s.split_mask else None
             return masker.mask(rows, n_block, holds=holds)
         partial = e.gt(masker.coords.block_end(n_block), e.dim("N"))
-        ctx = self._ctx()
+        ctx = self.ctx()
         if s.tile_partial is not None:
             partial = e.or_(s.tile_partial(e, ctx, n_block), partial)
         holds = s.tile_holds(e, ctx, n_block) if s.split_mask else None
         return masker.mask_if(rows, n_block, partial if skip is None else e.or_(partial, skip), skip, holds)
 
-    def _softmax_step(self, rows, state: SoftmaxState, mode: str):
+    def softmax_step(self, rows, state: SoftmaxState, mode: str):
         s = self.spec
         # A score_mod may give -inf (or a bias table hold it) even in a full block.
         scored = s.score_mod is not None or s.score_bias is not None
         return self.softmax.step(rows, state, check_inf=mode != "full" or scored)
 
-    def _ctx(self, m_block=None) -> KvCtx:
+    def ctx(self, m_block=None) -> KvCtx:
         e, s = self.e, self.spec
         m_block = self.m_block if m_block is None else m_block
         return KvCtx(m_block, self.b, self.h, e.dim("M"), e.dim("N"), s.block_m, s.block_n,
@@ -218,27 +256,29 @@ class ForwardKernel(ForwardLoads):
                      key0=self.key0, key_end=self.key_end)
 
     @staticmethod
-    def _flat(acc_o) -> list:
+    def flat(acc_o) -> list:
         return [x for mi in acc_o for atom in mi for x in atom]
 
-    def _carried(self, acc_o, state: SoftmaxState) -> list:
-        """The flat list [O..., m..., l...] that `_unpack_carried` reads."""
-        return self._flat(acc_o) + state.m + state.l
+    def carried(self, acc_o, state: SoftmaxState) -> list:
+        """The flat list [O..., m..., l...] that `unpack_carried` reads."""
+        return self.flat(acc_o) + state.m + state.l
 
-    def _unpack_carried(self, values):
+    def unpack_carried(self, values):
         """(O accumulators, softmax state) from the flat list [O..., m..., l...]."""
         s = self.spec
         n_o = s.m_atoms * self.o_atoms * 4
-        return self._unflatten(values[:n_o]), SoftmaxState(values[n_o:n_o + 2 * s.m_atoms],
+        return self.unflatten(values[:n_o]), SoftmaxState(values[n_o:n_o + 2 * s.m_atoms],
                                                            values[n_o + 2 * s.m_atoms:])
 
-    def _unflatten(self, flat, atoms: int | None = None):
+    def unflatten(self, flat, atoms: int | None = None):
         return tiles_of(flat, self.spec.m_atoms, atoms or self.o_atoms)
 
     def emit(self) -> None:
+        """The kernel's outline: coordinates, then each query block's prologue, steps and
+        epilogue (Note [Two query blocks per CTA]; a tile table's tile)."""
         e, s = self.e, self.spec
-        self._coordinates()
-        self.kv_ptr = {n: self._tensor(n, self.b, self.kv_h) for n in ("k", "v")}
+        self.coordinates()
+        self.kv_ptr = {n: self.tensor(n, self.b, self.kv_h) for n in ("k", "v")}
         if s.aligned_tiles:
             # Note [Document-aligned tiles]: block n's keys start at key0 + n * block_n; a
             # CTA past the table's last tile returns.
@@ -256,32 +296,32 @@ class ForwardKernel(ForwardLoads):
         ctaid = nvvm.read_ptx_sreg_ctaid_x(e.i32)
         first_block = e.sub(e.sub(e.cdiv(e.dim("M"), s.block_m), 1), ctaid)
         items = e.select(e.lt(ctaid, first_block), e.c32(2), e.c32(1))
-        self._prologue(first_block)
+        self.prologue(first_block)
         loop = scf.ForOp(e.c32(0), items, e.c32(1))
         with ir.InsertionPoint(loop.body):
             item = loop.induction_variable
             # Both blocks as functions of `item`: values of a loop-invariant block would
             # be hoisted out of the loop and held in registers through it.
             first = e.eq(item, 0)
-            self._set_block(e.select(first, first_block, ctaid))
-            acc_o, state = self._steps(self._kv_range())
+            self.set_block(e.select(first, first_block, ctaid))
+            acc_o, state = self.target.steps(self, self.kv_range())
             self.cp.wait(0)
             self.bar.sync()         # every warp is done with Q and the K/V slots
             then = scf.IfOp(e.lt(e.add(item, 1), items))
             with ir.InsertionPoint(then.then_block):
                 following = e.select(first, ctaid, first_block)
-                self._prologue(following)
+                self.prologue(following)
                 scf.yield_([])
-            self._epilogue(acc_o, state)
+            self.epilogue(acc_o, state)
             scf.yield_([])
 
     def _one_block(self) -> None:
-        kv = self._prologue(self.m_block)
-        acc_o, state = self._steps(kv)
+        kv = self.prologue(self.m_block)
+        acc_o, state = self.target.steps(self, kv)
         self.cp.wait(0)
-        self._epilogue(acc_o, state)
+        self.epilogue(acc_o, state)
 
-    def _epilogue(self, acc_o, state: SoftmaxState) -> None:
+    def epilogue(self, acc_o, state: SoftmaxState) -> None:
         e, s = self.e, self.spec
         if s.mma_row_sum:
             # Note [Row sums on the tensor cores]: rows g and g + 8 of atom mi are 2 mi
@@ -296,11 +336,11 @@ class ForwardKernel(ForwardLoads):
             rows = s.rows_per_warp
             start = e.mul(self.warp, rows * s.head_dim_v * 2)
             stage = StagedRows(self.smem.address(e.add(start, s.layout.o) if s.layout.o else start),
-                               e.add(self._first_row(self.m_block), self.warp_row0), rows, s.atom_rows)
+                               e.add(self.first_row(self.m_block), self.warp_row0), rows, s.atom_rows)
         epilogue = Epilogue(e, self.softmax, s.o_dtype, self.row0, self.col0, self.lane, stage, self.row_end,
                             s.atom_rows)
-        epilogue.store(acc_o, state, self._tensor("o", self.b, self.h), e.arg("stride_o_2"),
-                       self._tensor("lse", self.b, self.h) if s.with_lse else None, self._sink())
+        epilogue.store(acc_o, state, self.tensor("o", self.b, self.h), e.arg("stride_o_2"),
+                       self.tensor("lse", self.b, self.h) if s.with_lse else None, self._sink())
 
     def _sink(self):
         """The sink logit in the running max's units (Note [Sinks] in softmax.py)."""
@@ -316,7 +356,7 @@ class ScoredStep:
     `Trip`): `rows`, with the score_mod and then the mask applied once each, where the
     step's ops ask for them; `skip_answer()`, the block's tile_skip answer or None."""
 
-    kernel: ForwardKernel
+    kernel: KernelState
     n_block = None
     mode = "partial"
     rows = None
@@ -335,7 +375,7 @@ class ScoredStep:
         """The score_mod and the mask on S, those not yet applied."""
         self.modify()
         if not self.masked:
-            self.rows = self.kernel._masked(self.rows, self.n_block, self.mode, self.skip_answer())
+            self.rows = self.kernel.masked(self.rows, self.n_block, self.mode, self.skip_answer())
             self.masked = True
 
 

@@ -1,5 +1,5 @@
-"""The forward kernel's copies from global to shared memory (forward.py's
-`ForwardKernel` derives from `ForwardLoads`): the Q tile, each step's K and V into their slots, and the
+"""The forward kernel's copies from global to shared memory (forward.py's kernel state,
+`KernelState`, has them from `ForwardLoads`): the Q tile, each step's K and V into their slots, and the
 prologue that issues the first ones before the steps.
 
 Note [Skipped blocks]: a block that the mask's `tile_skip` rules out inside [lo, hi) is
@@ -66,20 +66,20 @@ from attnc.backend.kv_schedule import KvSchedule
 
 
 class ForwardLoads:
-    """The loads of the forward kernel, as methods of the kernel class: they use its
+    """The loads of the forward kernel, as methods of its state (`KernelState`): they use its
     spec, emitter and copy state (`spec`, `e`, `cp`, `bar`, `loader`, the tiles, `kv_ptr`,
-    `slot_bytes`, `n_keys`, `b`, `h`, `row_end`, `key0`) and its `_tensor`, `_first_row`,
-    `_ctx` and `_kv_range`."""
+    `slot_bytes`, `n_keys`, `b`, `h`, `row_end`, `key0`) and its `tensor`, `first_row`,
+    `ctx` and `kv_range`."""
 
     # ------------------------------------------------------------ the steps' loads
-    def _load_q(self, m_block) -> None:
+    def load_q(self, m_block) -> None:
         e = self.e
-        q = self._tensor("q", self.b, self.h)
-        first = self._first_row(m_block)
+        q = self.tensor("q", self.b, self.h)
+        first = self.first_row(m_block)
         q = q.offset(e.mul(e.to_i64(first), e.arg("stride_q_2")))
         self.loader.load(self.q_tile, 0, q, e.arg("stride_q_2"), e.sub(e.dim("M"), first))
 
-    def _load_kv(self, name: str, n_block, slot_offset, ragged: bool, skip=None,
+    def load_kv(self, name: str, n_block, slot_offset, ragged: bool, skip=None,
                  base: GlobalPtr | None = None) -> None:
         """Load block n_block of K or V (from `base`, default the head's K or V); `ragged`:
         the block may hold rows >= N; `skip` (i1): the mask keeps nothing there, so nothing
@@ -99,43 +99,49 @@ class ForwardLoads:
             rows = e.select(skip, e.c32(0), rows)
         self.loader.load(tile, slot_offset, src, stride, rows)
 
-    def _load_kv_if(self, name: str, n_block, slot_offset, exists, ragged: bool, ask_skip: bool = False,
+    def load_kv_if(self, name: str, n_block, slot_offset, exists, ragged: bool, ask_skip: bool = False,
                     m_block=None) -> None:
         """Load when `exists(n_block)` (the step is in the schedule), then commit a group
         either way (Note [cp.async group counting]); with `ask_skip`, a block the mask
         skips (for query block `m_block`, default the current one) is zero-filled
         instead of read."""
-        self._load_kv_guarded(name, n_block, slot_offset, exists, ragged, ask_skip, m_block)
+        self.load_kv_guarded(name, n_block, slot_offset, exists, ragged, ask_skip, m_block)
         self.cp.commit()
 
-    def _load_kv_guarded(self, name: str, n_block, slot_offset, exists, ragged: bool, ask_skip: bool = False,
+    def load_kv_guarded(self, name: str, n_block, slot_offset, exists, ragged: bool, ask_skip: bool = False,
                          m_block=None) -> None:
-        """`_load_kv_if`'s load, without the commit."""
+        """`load_kv_if`'s load, without the commit."""
         guard = scf.IfOp(exists(n_block))
         with ir.InsertionPoint(guard.then_block):
-            self._load_kv(name, n_block, slot_offset, ragged, self._skip(n_block, m_block) if ask_skip else None)
+            self.load_kv(name, n_block, slot_offset, ragged, self.skip(n_block, m_block) if ask_skip else None)
             scf.yield_([])
 
-    def _skip(self, n_block, m_block=None):
-        return self.spec.tile_skip(self.e, self._ctx(m_block), self.e.max(n_block, 0))
+    def skip(self, n_block, m_block=None):
+        return self.spec.tile_skip(self.e, self.ctx(m_block), self.e.max(n_block, 0))
 
-    def _slot_offset(self, t_plus: int, t):
-        """Byte offset of the K/V slot of step t + t_plus."""
+    def global_step(self, t):
+        """Step t of the current block counted from the CTA's first (Note [Persistent CTAs]
+        in sm90a_ws.py: `t_base`, the steps of the CTA's earlier blocks)."""
+        return t if self.t_base is None else self.e.add(t, self.t_base)
+
+    def slot_offset(self, t_plus: int, t):
+        """Byte offset of the K/V slot of step t + t_plus (of the current block)."""
+        t = self.global_step(t)
         stages = self.spec.stages
         if stages == 1:
             return 0
         return self.e.mul(self.e.rem(self.e.add(t, t_plus), stages), self.slot_bytes)
 
-    def _wait_v_and_load_k(self, t, n_block, kv: KvSchedule, slot, ragged, ask_skip) -> None:
+    def wait_v_and_load_k(self, t, n_block, kv: KvSchedule, slot, ragged, ask_skip) -> None:
         """Wait for V[n]; after the barrier no warp reads K[n]'s slot: refill it."""
         s = self.spec
         self.cp.wait(2 * s.stages - 2)
         self.bar.sync()
         k_block, exists = kv.ahead(self.e, t, n_block, s.stages)
-        self._load_kv_if("k", k_block, slot, exists, ragged, ask_skip)
+        self.load_kv_if("k", k_block, slot, exists, ragged, ask_skip)
 
     # ------------------------------------------------------------ the prologue
-    def _prologue(self, m_block) -> KvSchedule:
+    def prologue(self, m_block) -> KvSchedule:
         """The cooperative role's ops before its KV loops for query block `m_block`
         (`prologue_ops`), in their order (Note [The role op by op] in kv_steps.py): Q's
         copies, the key range and the first steps' K and V -- by default groups Q, then
@@ -155,7 +161,7 @@ class ForwardLoads:
             if op.name == "load":
                 state.ahead[op.what] = op.count
             elif op.name == "slot_write" and op.what == "q":
-                self._load_q(m_block)
+                self.load_q(m_block)
             elif op.name == "slot_write":
                 if state.kv is None:            # no attn.kv_range: the range of no mask
                     state.kv, state.guess = self._range_after_guess(m_block)
@@ -166,7 +172,7 @@ class ForwardLoads:
                 if ahead not in state.first:
                     state.first[ahead] = state.kv.first(e, ahead)
                 n_block, exists = state.first[ahead]
-                self._load_kv_guarded(op.what, n_block, ahead * self.slot_bytes, exists, True, s.asks_tile_skip,
+                self.load_kv_guarded(op.what, n_block, ahead * self.slot_bytes, exists, True, s.asks_tile_skip,
                                       m_block)
             elif op.name == "cp_async_commit":
                 if not state.skip_commit:
@@ -184,7 +190,7 @@ class ForwardLoads:
         guess = self._first_guess(m_block) if self.spec.early_first else None
         if guess is not None:
             self._load_first(guess, guessed=True)
-        kv = self._kv_range(m_block)
+        kv = self.kv_range(m_block)
         if guess is not None:
             n_block, exists = kv.first(e, 0)
             missed = scf.IfOp(e.land(exists(n_block), e.ne(n_block, guess)))
@@ -203,7 +209,7 @@ class ForwardLoads:
             # key (the diagonal: a documents + causal tile's top block).
             top = e.div(e.sub(e.sub(e.min(self.row_end, e.dim("N")), 1), self.key0), s.block_n)
         else:
-            top = e.sub(s.kv_hint(e, self._ctx(m_block)).hi, 1)
+            top = e.sub(s.kv_hint(e, self.ctx(m_block)).hi, 1)
         return e.max(e.min(top, e.sub(e.cdiv(self.n_keys, s.block_n), 1)), 0)
 
     def _load_first(self, n_block, guessed: bool = False) -> None:
@@ -212,12 +218,12 @@ class ForwardLoads:
         non-SKIP one), so tile_skip is not asked. `guessed`: loaded before the range is
         known, so also where N = 0, when the copies (all empty) point at Q's first row."""
         e = self.e
-        q_row0 = self._tensor("q", self.b, self.h).ptr if guessed else None
+        q_row0 = self.tensor("q", self.b, self.h).ptr if guessed else None
         for name in ("k", "v")[:1 + (self.spec.stages > 1)]:
             base = self.kv_ptr[name]
             if guessed:
                 base = GlobalPtr(e, llvm.select(e.gt(self.n_keys, 0), base.ptr, q_row0), 16)
-            self._load_kv(name, n_block, 0, True, base=base)
+            self.load_kv(name, n_block, 0, True, base=base)
             self.cp.commit()
 
 

@@ -1,7 +1,7 @@
 """How a forward kernel is launched: `KernelAbi`, its parameters in the manifest's terms,
 block, dynamic shared memory and grid, as `kernel_abi` derives them from a
 `ForwardSpec` (every target's kernels: sm80.py, sm90a.py, sm90a_ws.py), and the grid's
-order (Notes [Heads first] and [Tiles last], read back by `ForwardKernel._grid_item`) with
+order (Notes [Heads first] and [Tiles last], read back by `KernelState.grid_item` in forward.py) with
 the second kernel of small grids (Note [Small grids]; kernel_module.add_small_grid_kernel
 builds it).
 

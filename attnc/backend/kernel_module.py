@@ -1,5 +1,5 @@
 """A forward kernel built into a `gpu.container_module` (`build_kernel_module`, for every
-target: `_forward_class` picks sm80.py's, sm90a.py's or sm90a_ws.py's body), with the register
+target: `_lowering` picks sm80.py's, sm90a.py's or sm90a_ws.py's patterns), with the register
 bound kept only where the kernel assembles without spills (`_spills`), and the second,
 tiles_last kernel of Note [Small grids] (kernel_abi.py) added to such a module
 (`add_small_grid_kernel`).
@@ -15,8 +15,7 @@ from attnc.backend.kernel_abi import SMALL_GRID_CTAS_PER_SM, KernelAbi, kernel_a
 from attnc.backend.kernel_spec import ForwardSpec
 from attnc.backend.nvgpu_builders import Smem
 from attnc.backend.spec_checks import steps_read
-from attnc.backend.forward import SMEM_SYMBOL
-from attnc.backend.sm80 import Sm80Forward
+from attnc.backend.forward import SMEM_SYMBOL, KernelState, TargetLowering
 
 GPU_MODULE = "attnc_kernels"
 
@@ -121,7 +120,9 @@ def _emit_kernel(spec: ForwardSpec, abi: KernelAbi, block: ir.Block) -> None:
         extra = entry.arguments[len(abi.params) - len(spec.extra_params):]
         # Hook parameters by `kind:name` too, which no ABI name can shadow.
         args.update({x.key: a for x, a in zip(spec.extra_params, extra)})
-        _forward_class(spec)(spec, args).emit()
+        lowering = _lowering(spec)
+        state = KernelState(spec, args, lowering)
+        (lowering.emit or KernelState.emit)(state)
         gpu.ReturnOp([])
 
 
@@ -137,14 +138,15 @@ def _param_type(p: dict) -> ir.Type:
     return ir.IntegerType.get_signless(32 if p["type"] == "i32" else 64)
 
 
-def _forward_class(spec: ForwardSpec):
+def _lowering(spec: ForwardSpec) -> TargetLowering:
     if spec.producer_warpgroup:
-        from attnc.backend.sm90a_ws import Sm90aWsForward
-        return Sm90aWsForward
+        from attnc.backend.sm90a_ws import SM90A_WS
+        return SM90A_WS
     if spec.target == "sm_90a":
-        from attnc.backend.sm90a import Sm90aForward
-        return Sm90aForward
-    return Sm80Forward
+        from attnc.backend.sm90a import SM90A
+        return SM90A
+    from attnc.backend.sm80 import SM80
+    return SM80
 
 
 def _current_context() -> ir.Context | None:

@@ -2,7 +2,7 @@
 from the L5 IR: the KV loops' steps, and the ops before them (`kv_steps`).
 
 Note [Steps op by op]: sm_80's KV step is lowered from the ops of its KV loop's body, in
-the order they stand there: a pattern per op (`Sm80Forward._lower_<op>`), so a
+the order they stand there: a pattern per op (sm80.py's `STEP_PATTERNS`), so a
 reordered body -- a wait moved, the rescale before the V wait -- or an edited wait
 (`pending`) is a different kernel. The lowering checks what stands in a KV loop
 (`kv_steps`) and builds it (Note [Roles followed in full] in attnc/ir/roles.py). What
@@ -137,7 +137,7 @@ def kv_steps(role, kernel) -> KvSteps:
 
 
 # Note [The role op by op]: what sm_80's role does before its KV loops is lowered op by op
-# too, in the order the ops stand (`ForwardLoads._prologue` in forward_loads.py, which
+# too, in the order the ops stand (`ForwardLoads.prologue` in forward_loads.py, which
 # sm_90a's cooperative role's loads before its key range take as well: Note [Cooperative
 # steps op by op] in coop_steps.py): Q's load and its group, the
 # key range (read where its op stands, or without one -- no mask -- before the first K or

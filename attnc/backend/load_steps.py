@@ -5,7 +5,7 @@ Note [Loads op by op]: a trip of the producer's KV loop, as attn-overlap-gemms w
 (Note [K one step ahead] in attnc/schedule/load_ahead.py) -- the load of K(n) and the
 load of V of the block before, each a wait for its empty slot, the slot's write and the
 arrival on its full barrier -- is lowered from its ops in the order they stand, a
-pattern per op (`Sm90aWsForward._load_<op>`): the wait (mbarrier.try_wait on the
+pattern per op (sm90a_ws.py's `LOAD_PATTERNS`): the wait (mbarrier.try_wait on the
 empty phase), the write (the tile's cp.async copies, zero-filled past N or for a block
 the block map skips) and the arrival (cp.async.mbarrier.arrive.noinc). So the order of
 K's and V's loads in a trip, or of their ops, is the kernel's, once attn-verify-pipeline,

@@ -20,14 +20,14 @@ query blocks per CTA]); `num_warps` warps, warp w owning rows [w*block_m/num_war
     O /= l; store O (and lse = m*scale + ln l)
 
 That is the plan's order; each step is built from the ops of the IR's KV loop, a pattern
-per op (`_lower_<op>`), in the order they stand there, and so is what comes before the
-loops (forward_loads.py's `_prologue`) (Notes [Steps op by op] and [The role op by op] in
-kv_steps.py). Here the kernel's GEMMs and steps, `Sm80Forward`; what it shares with
-sm_90a's kernel -- the CTA's coordinates, the scores' hooks, the softmax step, the
-query blocks a CTA runs, the epilogue -- is forward.py's (`ForwardKernel`, which it
-derives from), and its copies from global memory, the prologue's and the steps' (Notes
-[Q before the range], [cp.async group counting], [Lean step loads], [Skipped blocks],
-[First block before the map]), forward_loads.py's; how it is launched, its parameters
+per op (`STEP_PATTERNS`), in the order they stand there, and so is what comes before the
+loops (forward_loads.py's `prologue`) (Notes [Steps op by op] and [The role op by op] in
+kv_steps.py). Here the kernel's GEMMs and steps, `SM80`: functions over the kernel's
+state. What it shares with sm_90a's kernel -- the CTA's coordinates, the scores' hooks,
+the softmax step, the query blocks a CTA runs, the epilogue -- is forward.py's
+(`KernelState`), and its copies from global memory, the prologue's and the steps'
+(Notes [Q before the range], [cp.async group counting], [Lean step loads], [Skipped
+blocks], [First block before the map]), forward_loads.py's; how it is launched, its parameters
 and grid, is kernel_abi.py's (`kernel_abi`), and kernel_module.py builds it into a
 gpu.module (`build_kernel_module`).
 
@@ -77,8 +77,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import scf
 
-from attnc.backend.forward import ForwardKernel, ScoredStep, tiles_of
-from attnc.backend.kernel_spec import ForwardSpec
+from attnc.backend.forward import KernelState, ScoredStep, TargetLowering, tiles_of
 from attnc.backend.kv_schedule import KvSchedule
 from attnc.backend.kv_steps import StepOp
 from attnc.backend.nvgpu_builders import LdMatrix, values_if, warp_vote
@@ -87,251 +86,282 @@ from attnc.backend.smem_tiles import FragmentReader
 from attnc.backend.softmax import ONES_BF16X2, ONES_F16X2, SoftmaxState
 
 
-class Sm80Forward(ForwardKernel):
-    """The sm_80 kernel's GEMMs and KV steps."""
+def _setup(cx) -> None:
+    cx.steps = cx.spec.kv_steps         # Note [Steps op by op]
+    cx.prologue_ops = cx.steps.prologue
 
-    def __init__(self, spec: ForwardSpec, args: dict[str, ir.Value]):
-        super().__init__(spec, args)
-        self.steps = spec.kv_steps          # Note [Steps op by op]
-        self.prologue_ops = self.steps.prologue
 
-    def _operand_bases(self) -> None:
-        """Each lane's ldmatrix base addresses of the Q, K and V tiles."""
-        e = self.e
-        self.reader = rd = FragmentReader(e, LdMatrix(e), self.smem, self.lane)
-        self.q_base = rd.base(self.q_tile, rd.A, row0=self.warp_row0)
-        self.k_base = rd.base(self.k_tile, rd.B)
-        self.v_base = rd.base(self.v_tile, rd.B_TRANS)
+def _operand_bases(cx) -> None:
+    """Each lane's ldmatrix base addresses of the Q, K and V tiles."""
+    e = cx.e
+    cx.reader = rd = FragmentReader(e, LdMatrix(e), cx.smem, cx.lane)
+    cx.q_base = rd.base(cx.q_tile, rd.A, row0=cx.warp_row0)
+    cx.k_base = rd.base(cx.k_tile, rd.B)
+    cx.v_base = rd.base(cx.v_tile, rd.B_TRANS)
 
-    def _qk(self, slot, atoms=None):
-        """S = Q K^T for the K tile in `slot`, of the warp's 16-row tiles `atoms` (default:
-        all): k16 steps fully unrolled, or (qk_unroll > 0) a loop of qk_unroll steps per
-        trip (Note [Rolled QK^T])."""
-        s = self.spec
-        atoms = range(s.m_atoms) if atoms is None else atoms
-        zero = self.e.cf(0.0)
-        n_atoms = s.block_n // 8
-        acc = [[[zero] * 4 for _ in range(n_atoms)] for _ in atoms]
-        k_base = self.reader.at_slot(self.k_base, slot)
-        steps, per_trip = s.head_dim_qk // 16, s.qk_unroll
-        if not per_trip or per_trip >= steps:
-            return self._qk_steps(acc, self.q_base, k_base, range(steps), atoms)
-        flat = [x for mi in acc for atom in mi for x in atom]
-        loop = scf.ForOp(self.e.c32(0), self.e.c32(steps // per_trip), self.e.c32(1), flat)
-        loop.operation.attributes["llvm.loop_annotation"] = ir.Attribute.parse(
-            "#llvm.loop_annotation<unroll = #llvm.loop_unroll<disable = true>>")
-        with ir.InsertionPoint(loop.body):
-            group = loop.induction_variable
-            q_base = self.reader.k_group_base(self.q_tile, self.q_base, group, per_trip)
-            k_group = self.reader.k_group_base(self.k_tile, k_base, group, per_trip)
-            acc = self._qk_steps(tiles_of(list(loop.inner_iter_args), len(atoms), n_atoms),
-                                 q_base, k_group, range(per_trip), atoms)
-            scf.yield_([x for mi in acc for atom in mi for x in atom])
-        return tiles_of(list(loop.results), len(atoms), n_atoms)
 
-    def _qk_steps(self, acc, q_base, k_base, steps, atoms):
-        """acc[a] += the k16 `steps` of Q's 16-row tile atoms[a] times K."""
-        s, mma, rd = self.spec, self.mma, self.reader
-        for kk in steps:
-            q = [rd.a_operand(self.q_tile, q_base, mi, kk, s.atom_rows) for mi in atoms]
-            for n_pair in range(s.block_n // 16):
-                k = rd.b_operand(self.k_tile, k_base, n_pair, kk)
-                for a in range(len(atoms)):
-                    acc[a][2 * n_pair] = mma(q[a], k[0:2], acc[a][2 * n_pair])
-                    acc[a][2 * n_pair + 1] = mma(q[a], k[2:4], acc[a][2 * n_pair + 1])
-        return acc
+def _qk(cx, slot, atoms=None):
+    """S = Q K^T for the K tile in `slot`, of the warp's 16-row tiles `atoms` (default:
+    all): k16 steps fully unrolled, or (qk_unroll > 0) a loop of qk_unroll steps per
+    trip (Note [Rolled QK^T])."""
+    s = cx.spec
+    atoms = range(s.m_atoms) if atoms is None else atoms
+    zero = cx.e.cf(0.0)
+    n_atoms = s.block_n // 8
+    acc = [[[zero] * 4 for _ in range(n_atoms)] for _ in atoms]
+    k_base = cx.reader.at_slot(cx.k_base, slot)
+    steps, per_trip = s.head_dim_qk // 16, s.qk_unroll
+    if not per_trip or per_trip >= steps:
+        return _qk_steps(cx, acc, cx.q_base, k_base, range(steps), atoms)
+    flat = [x for mi in acc for atom in mi for x in atom]
+    loop = scf.ForOp(cx.e.c32(0), cx.e.c32(steps // per_trip), cx.e.c32(1), flat)
+    loop.operation.attributes["llvm.loop_annotation"] = ir.Attribute.parse(
+        "#llvm.loop_annotation<unroll = #llvm.loop_unroll<disable = true>>")
+    with ir.InsertionPoint(loop.body):
+        group = loop.induction_variable
+        q_base = cx.reader.k_group_base(cx.q_tile, cx.q_base, group, per_trip)
+        k_group = cx.reader.k_group_base(cx.k_tile, k_base, group, per_trip)
+        acc = _qk_steps(cx, tiles_of(list(loop.inner_iter_args), len(atoms), n_atoms),
+                             q_base, k_group, range(per_trip), atoms)
+        scf.yield_([x for mi in acc for atom in mi for x in atom])
+    return tiles_of(list(loop.results), len(atoms), n_atoms)
 
-    def _live_atoms(self, n_block) -> list:
-        """Per 16-row tile of the warp, a warp-uniform i1: false where each of its rows
-        keeps no key of block n_block by the mask's row interval or lies past the query
-        block's end (where nothing is stored)."""
-        e, s = self.e, self.spec
-        first = self.masker.coords.block_start(n_block)
-        last = e.sub(e.min(e.add(first, s.block_n), e.dim("N")), 1)
-        live = []
-        # Opaque: the mask's own rows, CSE'd with these, stayed live through QK^T (spills).
-        row0 = e.opaque(self.row0)
-        for mi in range(s.m_atoms):
-            lane_dead = None
-            for half in (0, 1):
-                i = e.add(row0, s.atom_rows * mi + 8 * half)
-                lo, hi = s.row_interval(e, self.b, self.h, i)
-                bottom = first if lo is None else e.max(lo, first)
-                row_dead = e.or_(e.lt(e.min(hi, last), bottom), e.ge(i, self.row_end))
-                lane_dead = row_dead if lane_dead is None else e.land(lane_dead, row_dead)
-            live.append(e.xor(warp_vote(e, lane_dead, "all"), e.true()))
-        return live
 
-    def _pv(self, p, acc_o, slot):
-        """O += P.V; with row sums on the tensor cores, O's last atom += P.1 (acc_o and p:
-        of the warp's 16-row tiles, or of some of them)."""
-        s, mma, rd = self.spec, self.mma, self.reader
-        v_base = rd.at_slot(self.v_base, slot)
+def _qk_steps(cx, acc, q_base, k_base, steps, atoms):
+    """acc[a] += the k16 `steps` of Q's 16-row tile atoms[a] times K."""
+    s, mma, rd = cx.spec, cx.mma, cx.reader
+    for kk in steps:
+        q = [rd.a_operand(cx.q_tile, q_base, mi, kk, s.atom_rows) for mi in atoms]
+        for n_pair in range(s.block_n // 16):
+            k = rd.b_operand(cx.k_tile, k_base, n_pair, kk)
+            for a in range(len(atoms)):
+                acc[a][2 * n_pair] = mma(q[a], k[0:2], acc[a][2 * n_pair])
+                acc[a][2 * n_pair + 1] = mma(q[a], k[2:4], acc[a][2 * n_pair + 1])
+    return acc
+
+
+def _live_atoms(cx, n_block) -> list:
+    """Per 16-row tile of the warp, a warp-uniform i1: false where each of its rows
+    keeps no key of block n_block by the mask's row interval or lies past the query
+    block's end (where nothing is stored)."""
+    e, s = cx.e, cx.spec
+    first = cx.masker.coords.block_start(n_block)
+    last = e.sub(e.min(e.add(first, s.block_n), e.dim("N")), 1)
+    live = []
+    # Opaque: the mask's own rows, CSE'd with these, stayed live through QK^T (spills).
+    row0 = e.opaque(cx.row0)
+    for mi in range(s.m_atoms):
+        lane_dead = None
+        for half in (0, 1):
+            i = e.add(row0, s.atom_rows * mi + 8 * half)
+            lo, hi = s.row_interval(e, cx.b, cx.h, i)
+            bottom = first if lo is None else e.max(lo, first)
+            row_dead = e.or_(e.lt(e.min(hi, last), bottom), e.ge(i, cx.row_end))
+            lane_dead = row_dead if lane_dead is None else e.land(lane_dead, row_dead)
+        live.append(e.xor(warp_vote(e, lane_dead, "all"), e.true()))
+    return live
+
+
+def _pv(cx, p, acc_o, slot):
+    """O += P.V; with row sums on the tensor cores, O's last atom += P.1 (acc_o and p:
+    of the warp's 16-row tiles, or of some of them)."""
+    s, mma, rd = cx.spec, cx.mma, cx.reader
+    v_base = rd.at_slot(cx.v_base, slot)
+    if s.mma_row_sum:
+        ones = [cx.e.c32(ONES_BF16X2 if s.dtype == "bf16" else ONES_F16X2)] * 2
+    for kk in range(s.block_n // 16):
+        for d_pair in range(s.head_dim_v // 16):
+            v = rd.b_operand_trans(cx.v_tile, v_base, d_pair, kk)
+            for mi in range(len(acc_o)):
+                acc_o[mi][2 * d_pair] = mma(p[mi][kk], v[0:2], acc_o[mi][2 * d_pair])
+                acc_o[mi][2 * d_pair + 1] = mma(p[mi][kk], v[2:4], acc_o[mi][2 * d_pair + 1])
         if s.mma_row_sum:
-            ones = [self.e.c32(ONES_BF16X2 if s.dtype == "bf16" else ONES_F16X2)] * 2
-        for kk in range(s.block_n // 16):
-            for d_pair in range(s.head_dim_v // 16):
-                v = rd.b_operand_trans(self.v_tile, v_base, d_pair, kk)
-                for mi in range(len(acc_o)):
-                    acc_o[mi][2 * d_pair] = mma(p[mi][kk], v[0:2], acc_o[mi][2 * d_pair])
-                    acc_o[mi][2 * d_pair + 1] = mma(p[mi][kk], v[2:4], acc_o[mi][2 * d_pair + 1])
-            if s.mma_row_sum:
-                for mi in range(len(acc_o)):
-                    acc_o[mi][-1] = mma(p[mi][kk], ones, acc_o[mi][-1])
-        return acc_o
+            for mi in range(len(acc_o)):
+                acc_o[mi][-1] = mma(p[mi][kk], ones, acc_o[mi][-1])
+    return acc_o
 
-    def _step(self, t, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str, first: bool = False,
-              top: bool = True):
-        """Step t visits n_block = kv.block(t), lowered from the ops of the KV loop body of
-        its kind, in their order (Note [Steps op by op] in kv_steps.py). mode: 'partial'
-        (masked; when the mask has `tile_partial`, only if it or the ragged N edge says so;
-        a block `tile_skip` rules out is not computed, Note [Skipped blocks] in
-        forward_loads.py) | 'full' (no mask, nothing asked); `top`: of the range's top
-        partial blocks, not its bottom ones; `first`: the first step, by tiles (Note
-        [Dead rows])."""
-        body = self.steps.body(mode, top)
-        step = _Step(self, t, kv, mode, acc_o, state, body)
-        for op in body:
-            if first and op.name == "mma" and op.what == "qk":
-                return self._first_by_tiles(t, step.n_block, kv, step.slot(0), mode, step.skip(), step.ragged,
-                                            step.ask_skip)
-            getattr(self, f"_lower_{op.name}")(op, step)
-            if op is step.scores_end:
-                step.finish_scores()
-        return step.acc_o, step.state
 
-    def _lower_cp_async_wait(self, op, step) -> None:
-        self.cp.wait(op.count)
+def _step(cx, t, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str, first: bool = False,
+          top: bool = True):
+    """Step t visits n_block = kv.block(t), lowered from the ops of the KV loop body of
+    its kind, in their order (Note [Steps op by op] in kv_steps.py). mode: 'partial'
+    (masked; when the mask has `tile_partial`, only if it or the ragged N edge says so;
+    a block `tile_skip` rules out is not computed, Note [Skipped blocks] in
+    forward_loads.py) | 'full' (no mask, nothing asked); `top`: of the range's top
+    partial blocks, not its bottom ones; `first`: the first step, by tiles (Note
+    [Dead rows])."""
+    body = cx.steps.body(mode, top)
+    step = _Step(cx, t, kv, mode, acc_o, state, body)
+    for op in body:
+        if first and op.name == "mma" and op.what == "qk":
+            return _first_by_tiles(cx, t, step.n_block, kv, step.slot(0), mode, step.skip(), step.ragged,
+                                   step.ask_skip)
+        STEP_PATTERNS[op.name](cx, op, step)
+        if op is step.scores_end:
+            step.finish_scores()
+    return step.acc_o, step.state
 
-    def _lower_cta_barrier(self, op, step) -> None:
-        self.bar.sync()
 
-    def _lower_cp_async_commit(self, op, step) -> None:
-        self.cp.commit()
+def _lower_cp_async_wait(cx, op, step) -> None:
+    cx.cp.wait(op.count)
 
-    def _lower_slot_read(self, op, step) -> None:
-        step.skip()         # the step's tile_skip answer, once its loads may be issued
 
-    def _lower_load(self, op, step) -> None:
-        step.skip()
-        step.ahead[op.what] = op.count
+def _lower_cta_barrier(cx, op, step) -> None:
+    cx.bar.sync()
 
-    def _lower_slot_write(self, op, step) -> None:
-        """The copy of the load this slot write takes: of the step's own block (ahead 0)
-        or of the block `ahead` steps later, where the schedule has one (then a group is
-        committed either way: Note [cp.async group counting])."""
-        e, name, ahead = self.e, op.what, step.ahead[op.what]
-        if ahead == 0:
-            self._load_kv(name, step.n_block, step.slot(0), step.partial, step.skip())
-            return
-        n_block, exists = step.kv.ahead(e, step.t, step.n_block, ahead)
-        self._load_kv_guarded(name, n_block, step.slot(ahead), exists, step.ragged, step.ask_skip)
 
-    def _lower_mma(self, op, step) -> None:
-        if op.what == "qk":
-            step.rows = rows_of(self._qk(step.slot(0)))
-        else:
-            step.acc_o = self._pv(step.p, step.acc_o, step.slot(0))
+def _lower_cp_async_commit(cx, op, step) -> None:
+    cx.cp.commit()
 
-    def _lower_score_mod(self, op, step) -> None:
-        step.modify()
 
-    def _lower_mask(self, op, step) -> None:
-        step.finish_scores()
+def _lower_slot_read(cx, op, step) -> None:
+    step.skip()         # the step's tile_skip answer, once its loads may be issued
 
-    def _lower_block_map_read(self, op, step) -> None:
-        """The block's class in the map is read where the step asks it: whether the block
-        is skipped with the step's first slot read or load, whether it is partial at the
-        mask (tile_skip, tile_partial: blockmap_hooks.py)."""
 
-    def _lower_softmax_step(self, op, step) -> None:
-        probs, step.state, step.alpha = self._softmax_step(step.rows, step.state, step.mode)
-        step.p = self._pack_p(probs)
+def _lower_load(cx, op, step) -> None:
+    step.skip()
+    step.ahead[op.what] = op.count
 
-    def _lower_rescale(self, op, step) -> None:
-        if step.alpha is not None:
-            step.acc_o = self._rescale(step.acc_o, step.alpha, self.softmax.moved)
 
-    def _first_by_tiles(self, t, n_block, kv: KvSchedule, slot, mode: str, skip, ragged, ask_skip):
-        """Note [Dead rows]: the first step (O zero, the softmax state initial) one 16-row
-        tile of the warp at a time, each in a branch that a tile whose rows keep no key
-        of the block skips: its O stays zero and its state initial."""
-        e, s = self.e, self.spec
-        live = self._live_atoms(n_block)
-        init = self.softmax.initial(2)
-        p_regs = 4 * (s.block_n // 16)
-        tiles = []
-        for mi in range(s.m_atoms):
-            def scored(mi=mi):
-                masker = self._masker_from(e.add(self.row0, s.atom_rows * mi))
-                rows = self._scores(self._qk(slot, [mi]), n_block, mode, skip, masker)
-                probs, state, _ = self._softmax_step(rows, init, mode)
-                p = [e.bitcast_i32(x) for kk in self._pack_p(probs)[0] for x in kk]
-                return p + state.m + state.l
-            tiles.append(values_if(live[mi], scored, [e.c32(0)] * p_regs + init.m + init.l))
-        self.softmax.moved = None       # a tile's branch set it: a value of that branch only
-        self._wait_v_and_load_k(t, n_block, kv, slot, ragged, ask_skip)
-        zero = e.cf(0.0)
-        acc_o, m, l = [], [], []
-        for mi, values in enumerate(tiles):
-            p = [values[4 * kk:4 * kk + 4] for kk in range(s.block_n // 16)]
-            rows = values[p_regs:]
-            m, l = m + rows[:2], l + rows[2:]
-            zeros = [[zero] * 4 for _ in range(self.o_atoms)]
-            out = values_if(live[mi], lambda p=p, zeros=zeros: self._flat(self._pv([p], [zeros], slot)),
-                            self._flat([zeros]))
-            acc_o.append(tiles_of(out, 1, self.o_atoms)[0])
-        return acc_o, SoftmaxState(m, l)
+def _lower_slot_write(cx, op, step) -> None:
+    """The copy of the load this slot write takes: of the step's own block (ahead 0)
+    or of the block `ahead` steps later, where the schedule has one (then a group is
+    committed either way: Note [cp.async group counting])."""
+    e, name, ahead = cx.e, op.what, step.ahead[op.what]
+    if ahead == 0:
+        cx.load_kv(name, step.n_block, step.slot(0), step.partial, step.skip())
+        return
+    n_block, exists = step.kv.ahead(e, step.t, step.n_block, ahead)
+    cx.load_kv_guarded(name, n_block, step.slot(ahead), exists, step.ragged, step.ask_skip)
 
-    def _rescale(self, acc_o, alpha, moved):
-        """O *= alpha per row; with `moved` (Note [Lazy rescale]), only in a warp where
-        some row's max moved."""
-        e, s = self.e, self.spec
 
-        def scaled():
-            return [[[e.fmul(x, alpha[2 * mi + i // 2]) for i, x in enumerate(atom)]
-                     for atom in acc_o[mi]] for mi in range(s.m_atoms)]
-        if moved is None:
-            return scaled()
-        return self._unflatten(values_if(warp_vote(e, moved, "any"), lambda: self._flat(scaled()),
-                                         self._flat(acc_o)))
+def _lower_mma(cx, op, step) -> None:
+    if op.what == "qk":
+        step.rows = rows_of(_qk(cx, step.slot(0)))
+    else:
+        step.acc_o = _pv(cx, step.p, step.acc_o, step.slot(0))
 
-    def _loop(self, t_lo, t_hi, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str, top: bool = True):
-        """scf.for over steps [t_lo, t_hi), carrying O, m and l."""
-        loop = scf.ForOp(t_lo, t_hi, self.e.c32(1), self._carried(acc_o, state))
-        with ir.InsertionPoint(loop.body):
-            it = list(loop.inner_iter_args)
-            scf.yield_(self._carried(*self._step(loop.induction_variable, kv, *self._unpack_carried(it), mode,
-                                                 top=top)))
-        return self._unpack_carried(list(loop.results))
 
-    def _steps(self, kv: KvSchedule):
-        """Every KV step of the current block: (O accumulators, softmax state)."""
-        e, s = self.e, self.spec
-        zero = e.cf(0.0)
-        acc_o = [[[zero] * 4 for _ in range(self.o_atoms)] for _ in range(s.m_atoms)]
-        state = self.softmax.initial(2 * s.m_atoms)
-        t_full = kv.steps_above(e, kv.full_hi)
-        t_first = e.c32(0)
-        if s.dead_rows:
-            # Note [Dead rows]: the first partial step, peeled
-            values = values_if(e.gt(t_full, 0), lambda: self._carried(*self._step(
-                t_first, kv, acc_o, state, "partial", first=True)), self._carried(acc_o, state))
-            acc_o, state = self._unpack_carried(values)
-            t_first = e.min(t_full, 1)
-        acc_o, state = self._loop(t_first, t_full, kv, acc_o, state, "partial")
-        t_low = kv.steps_above(e, kv.full_lo if kv.full_lo is not None else kv.lo)
-        acc_o, state = self._loop(t_full, t_low, kv, acc_o, state, "full")
-        if kv.full_lo is not None:
-            acc_o, state = self._loop(t_low, kv.total(e), kv, acc_o, state, "partial", top=False)
-        return acc_o, state
+def _lower_score_mod(cx, op, step) -> None:
+    step.modify()
+
+
+def _lower_mask(cx, op, step) -> None:
+    step.finish_scores()
+
+
+def _lower_block_map_read(cx, op, step) -> None:
+    """The block's class in the map is read where the step asks it: whether the block
+    is skipped with the step's first slot read or load, whether it is partial at the
+    mask (tile_skip, tile_partial: blockmap_hooks.py)."""
+
+
+def _lower_softmax_step(cx, op, step) -> None:
+    probs, step.state, step.alpha = cx.softmax_step(step.rows, step.state, step.mode)
+    step.p = cx.pack_p(probs)
+
+
+def _lower_rescale(cx, op, step) -> None:
+    if step.alpha is not None:
+        step.acc_o = _rescale(cx, step.acc_o, step.alpha, cx.softmax.moved)
+
+
+def _first_by_tiles(cx, t, n_block, kv: KvSchedule, slot, mode: str, skip, ragged, ask_skip):
+    """Note [Dead rows]: the first step (O zero, the softmax state initial) one 16-row
+    tile of the warp at a time, each in a branch that a tile whose rows keep no key
+    of the block skips: its O stays zero and its state initial."""
+    e, s = cx.e, cx.spec
+    live = _live_atoms(cx, n_block)
+    init = cx.softmax.initial(2)
+    p_regs = 4 * (s.block_n // 16)
+    tiles = []
+    for mi in range(s.m_atoms):
+        def scored(mi=mi):
+            masker = cx.masker_from(e.add(cx.row0, s.atom_rows * mi))
+            rows = cx.scores(_qk(cx, slot, [mi]), n_block, mode, skip, masker)
+            probs, state, _ = cx.softmax_step(rows, init, mode)
+            p = [e.bitcast_i32(x) for kk in cx.pack_p(probs)[0] for x in kk]
+            return p + state.m + state.l
+        tiles.append(values_if(live[mi], scored, [e.c32(0)] * p_regs + init.m + init.l))
+    cx.softmax.moved = None       # a tile's branch set it: a value of that branch only
+    cx.wait_v_and_load_k(t, n_block, kv, slot, ragged, ask_skip)
+    zero = e.cf(0.0)
+    acc_o, m, l = [], [], []
+    for mi, values in enumerate(tiles):
+        p = [values[4 * kk:4 * kk + 4] for kk in range(s.block_n // 16)]
+        rows = values[p_regs:]
+        m, l = m + rows[:2], l + rows[2:]
+        zeros = [[zero] * 4 for _ in range(cx.o_atoms)]
+        out = values_if(live[mi], lambda p=p, zeros=zeros: cx.flat(_pv(cx, [p], [zeros], slot)),
+                        cx.flat([zeros]))
+        acc_o.append(tiles_of(out, 1, cx.o_atoms)[0])
+    return acc_o, SoftmaxState(m, l)
+
+
+def _rescale(cx, acc_o, alpha, moved):
+    """O *= alpha per row; with `moved` (Note [Lazy rescale]), only in a warp where
+    some row's max moved."""
+    e, s = cx.e, cx.spec
+
+    def scaled():
+        return [[[e.fmul(x, alpha[2 * mi + i // 2]) for i, x in enumerate(atom)]
+                 for atom in acc_o[mi]] for mi in range(s.m_atoms)]
+    if moved is None:
+        return scaled()
+    return cx.unflatten(values_if(warp_vote(e, moved, "any"), lambda: cx.flat(scaled()),
+                                     cx.flat(acc_o)))
+
+
+def _loop(cx, t_lo, t_hi, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str, top: bool = True):
+    """scf.for over steps [t_lo, t_hi), carrying O, m and l."""
+    loop = scf.ForOp(t_lo, t_hi, cx.e.c32(1), cx.carried(acc_o, state))
+    with ir.InsertionPoint(loop.body):
+        it = list(loop.inner_iter_args)
+        scf.yield_(cx.carried(*_step(cx, loop.induction_variable, kv, *cx.unpack_carried(it), mode,
+                                     top=top)))
+    return cx.unpack_carried(list(loop.results))
+
+
+def _steps(cx, kv: KvSchedule):
+    """Every KV step of the current block: (O accumulators, softmax state)."""
+    e, s = cx.e, cx.spec
+    zero = e.cf(0.0)
+    acc_o = [[[zero] * 4 for _ in range(cx.o_atoms)] for _ in range(s.m_atoms)]
+    state = cx.softmax.initial(2 * s.m_atoms)
+    t_full = kv.steps_above(e, kv.full_hi)
+    t_first = e.c32(0)
+    if s.dead_rows:
+        # Note [Dead rows]: the first partial step, peeled
+        values = values_if(e.gt(t_full, 0), lambda: cx.carried(*_step(
+            cx, t_first, kv, acc_o, state, "partial", first=True)), cx.carried(acc_o, state))
+        acc_o, state = cx.unpack_carried(values)
+        t_first = e.min(t_full, 1)
+    acc_o, state = _loop(cx, t_first, t_full, kv, acc_o, state, "partial")
+    t_low = kv.steps_above(e, kv.full_lo if kv.full_lo is not None else kv.lo)
+    acc_o, state = _loop(cx, t_full, t_low, kv, acc_o, state, "full")
+    if kv.full_lo is not None:
+        acc_o, state = _loop(cx, t_low, kv.total(e), kv, acc_o, state, "partial", top=False)
+    return acc_o, state
+
+
+# Note [Steps op by op] (kv_steps.py): the pattern of each op of a KV loop's body
+STEP_PATTERNS = {
+    "cp_async_wait": _lower_cp_async_wait, "cta_barrier": _lower_cta_barrier,
+    "cp_async_commit": _lower_cp_async_commit, "slot_read": _lower_slot_read, "load": _lower_load,
+    "slot_write": _lower_slot_write, "mma": _lower_mma, "score_mod": _lower_score_mod, "mask": _lower_mask,
+    "block_map_read": _lower_block_map_read, "softmax_step": _lower_softmax_step, "rescale": _lower_rescale,
+}
+
+
+SM80 = TargetLowering("sm_80", _setup, _operand_bases, _steps, {"step": STEP_PATTERNS})
+
 
 class _Step(ScoredStep):
-    """What the patterns of one KV step share (`Sm80Forward._step`): the step's block
+    """What the patterns of one KV step share (`_step`): the step's block
     and kind, the values its ops leave for the next (S as rows, P, the softmax state and
     alpha, O) and, made once when first asked, its tile_skip answer and slot offsets."""
 
-    def __init__(self, kernel: Sm80Forward, t, kv: KvSchedule, mode: str, acc_o, state: SoftmaxState,
+    def __init__(self, kernel: KernelState, t, kv: KvSchedule, mode: str, acc_o, state: SoftmaxState,
                  body: tuple[StepOp, ...]):
         e, s = kernel.e, kernel.spec
         self.kernel, self.t, self.kv, self.mode = kernel, t, kv, mode
@@ -352,7 +382,7 @@ class _Step(ScoredStep):
     def skip(self):
         """The block's tile_skip answer, when the step asks it (else None)."""
         if self._skip is self:
-            self._skip = self.kernel._skip(self.n_block) if self.ask_skip else None
+            self._skip = self.kernel.skip(self.n_block) if self.ask_skip else None
         return self._skip
 
     def slot(self, ahead: int):
@@ -360,7 +390,7 @@ class _Step(ScoredStep):
         stages = self.kernel.spec.stages
         key = ahead % stages
         if key not in self._slots:
-            self._slots[key] = self.kernel._slot_offset(key, self.t)
+            self._slots[key] = self.kernel.slot_offset(key, self.t)
         return self._slots[key]
 
     def skip_answer(self):

@@ -1,5 +1,6 @@
 """The sm_90a forward kernel: forward.py's kernel with its two GEMMs on wgmma, in steps
-that overlap them (`Sm90aForward`).
+that overlap them (`SM90A`: functions over the kernel's state, the trips' patterns in
+`TRIP_PATTERNS` and the last P.V's in `LAST_PATTERNS`).
 
 Everything but the GEMMs and the steps is what the sm_80 kernel has too (forward.py,
 forward_loads.py): the CTA's cp.async loads into the
@@ -67,7 +68,7 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import llvm, scf
 
-from attnc.backend.forward import ForwardKernel
+from attnc.backend.forward import TargetLowering
 from attnc.backend.nvgpu_builders import Wgmma, values_if, warp_vote
 from attnc.backend.score_masks import rows_of
 from attnc.backend.softmax import SoftmaxState
@@ -76,253 +77,288 @@ from attnc.backend.wgmma_trips import CoopTrip, FirstTrip, LastPv
 WARPGROUP_ROWS = 64
 
 
-class Sm90aForward(ForwardKernel):
-    """Emits the sm_90a kernel body at the current insertion point."""
-
-    _trip_kind = CoopTrip
-
-    def __init__(self, spec, args):
-        super().__init__(spec, args)
-        self.wgmma = Wgmma(self.e, spec.dtype)
-        self._first_scores = None       # S of step 0, when computed before the steps (sm90a_ws.py)
-        # Note [Cooperative steps op by op]; the producer warpgroup's kernel has its own
-        # trips, and its producer the loads (sm90a_ws.py)
-        self.trips = spec.coop_steps
-        self.prologue_ops = self.trips.prologue if self.trips else ()
-
-    def _operand_bases(self) -> None:
-        """The warpgroup's Q descriptor (K's and V's depend on the slot: _desc)."""
-        e = self.e
-        warpgroup = e.shr(self.warp, 2)
-        q_rows = e.mul(warpgroup, WARPGROUP_ROWS * self.q_tile.row_bytes)
-        self.q_desc = self._desc(self.q_tile, 0, q_rows)
-
-    def _desc(self, tile, slot, rows_offset=0, leading_bytes: int = 16):
-        """The descriptor of `tile` in K/V slot `slot` (bytes), `rows_offset` bytes in
-        (Note [wgmma operands]); K-major operands ignore the leading byte offset."""
-        e = self.e
-        addr = self.smem.address(e.add(e.add(e.c32(tile.offset), slot), rows_offset))
-        return self.wgmma.descriptor(addr, tile.row_bytes, leading_bytes, 8 * tile.row_bytes)
-
-    def _k_major_step(self, desc, tile, kk: int):
-        """The descriptor of k16 step kk of a K-major tile."""
-        page, within = divmod(kk, tile.page_width // 16)
-        return self.wgmma.advance(desc, page * tile.page_bytes + within * 32)
-
-    def _qk_issue(self, slot) -> list:
-        """Issue S = Q K^T for the K tile in `slot` as one wgmma group: S's registers,
-        in flight."""
-        s, mma = self.spec, self.wgmma
-        k_desc = self._desc(self.k_tile, slot)
-        acc = None
-        for kk in range(s.head_dim_qk // 16):
-            acc = mma.mma(acc, s.block_n, self._k_major_step(k_desc, self.k_tile, kk),
-                          a_desc=self._k_major_step(self.q_desc, self.q_tile, kk))
-        mma.commit()
-        return acc
-
-    def _pv_issue(self, p, acc_o, slot) -> list:
-        """Issue O += P V for the V tile in `slot` as one wgmma group (p[kk]: the A
-        registers of k16 step kk): O's registers, in flight."""
-        s, mma, tile = self.spec, self.wgmma, self.v_tile
-        v_desc = self._desc(tile, slot, leading_bytes=tile.page_bytes)
-        acc = self._flat(acc_o)
-        for kk in range(s.block_n // 16):
-            acc = mma.mma(acc, s.head_dim_v, mma.advance(v_desc, kk * 16 * tile.row_bytes),
-                          a_regs=p[kk], trans_b=True)
-        mma.commit()
-        return acc
-
-    # ------------------------------------------------------------ Note [wgmma overlap]
-    def _steps(self, kv):
-        e = self.e
-        total = kv.total(e)
-        zero = e.cf(0.0)
-        acc_o = [[[zero] * 4 for _ in range(self.spec.head_dim_v // 8)]]
-        state = self.softmax.initial(2)
-        carried = self._flat(acc_o) + state.m + state.l
-        some = scf.IfOp(e.gt(total, 0), [v.type for v in carried], has_else=True)
-        with ir.InsertionPoint(some.then_block):
-            acc_o, state = self._overlapped_steps(kv, total, state)
-            scf.yield_(self._flat(acc_o) + state.m + state.l)
-        with ir.InsertionPoint(some.else_block):
-            scf.yield_(carried)
-        return self._unpack_carried(list(some.results))
-
-    def _overlapped_steps(self, kv, total, state):
-        e = self.e
-        t_full = kv.steps_above(e, kv.full_hi)
-        t_low = kv.steps_above(e, kv.full_lo if kv.full_lo is not None else kv.lo)
-        state, flight = self._first_step(kv, state)
-        one = e.c32(1)
-        phases = [(one, e.max(t_full, one), "partial", True), (e.max(t_full, one), e.max(t_low, one), "full", True)]
-        if kv.full_lo is not None:
-            phases.append((e.max(t_low, one), total, "partial", False))
-        for lo, hi, mode, top in phases:
-            state, flight = self._overlapped_loop(lo, hi, kv, state, flight, mode, top)
-        return self._last_pv(total, flight), state
-
-    def _first_step(self, kv, state):
-        """Step 0 from the IR's first step, op by op: QK^T alone, its softmax, and nothing
-        in flight yet."""
-        first = self.trips.first
-        trip = self._run(first, FirstTrip(self, self.e.c32(0), kv, state, None, "partial", first))
-        return trip.state, self._nothing_in_flight(trip.probs, trip.alpha)
-
-    def _nothing_in_flight(self, probs, alpha) -> "_InFlight":
-        """After step 0: O is zero, and no P is read."""
-        s, zero = self.spec, self.e.cf(0.0)
-        no_p = llvm.mlir_undef(self.mma.pair_type)
-        return _InFlight([zero] * (s.head_dim_v // 2), [no_p] * (s.block_n // 4), _flat(probs), alpha or [],
-                         self._moved())
-
-    def _last_pv(self, total, flight: "_InFlight"):
-        """The last step's P.V, landed: from the IR's ops after the loops, op by op."""
-        return self._run(self.trips.last, LastPv(self, total, flight), "_last_").acc_o
-
-    def _turn_begin(self) -> None:
-        """Before a warpgroup issues its GEMMs (ping-pong turns, sm90a_ws.py)."""
-
-    def _turn_end(self) -> None:
-        """After a warpgroup issued its GEMMs."""
-
-    def _overlapped_loop(self, lo, hi, kv, state, flight: "_InFlight", mode: str, top: bool = True):
-        """scf.for over iterations [lo, hi), carrying m, l and what is in flight; `top`:
-        of the range's top partial blocks, not its bottom ones."""
-        loop = scf.ForOp(lo, hi, self.e.c32(1), state.m + state.l + flight.values())
-        with ir.InsertionPoint(loop.body):
-            it = list(loop.inner_iter_args)
-            st, fl = self._overlapped_step(loop.induction_variable, kv, SoftmaxState(it[0:2], it[2:4]),
-                                           flight.like(it[4:]), mode, top)
-            scf.yield_(st.m + st.l + fl.values())
-        results = list(loop.results)
-        return SoftmaxState(results[0:2], results[2:4]), flight.like(results[4:])
-
-    def _scaled(self, acc_o: list, flight: "_InFlight") -> list:
-        """O (flat) times the carried step's alpha per row; with a lazy softmax only in a
-        warp where a row moved (Note [Lazy rescale] in softmax.py)."""
-        e = self.e
-
-        def scaled():
-            return [e.fmul(x, flight.alpha[(i % 4) // 2]) for i, x in enumerate(acc_o)]
-        if not flight.moved:
-            return scaled()
-        return values_if(warp_vote(e, flight.moved[0], "any"), scaled, acc_o)
-
-    def _moved(self) -> list:
-        """[whether a row of this thread moved at the last softmax step] with a lazy
-        softmax, else []: carried in flight with the step's alpha."""
-        return [self.softmax.moved] if self.softmax.moved is not None else []
-
-    # ---------------------- Notes [Overlapped steps op by op], [Cooperative steps op by op]
-    def _overlapped_step(self, u, kv, state, flight, mode: str, top: bool = True):
-        """Iteration u >= 1, lowered from the ops of the IR's trip of its kind, in their order."""
-        body = self.trips.body(mode, top)
-        trip = self._run(body, self._trip_kind(self, u, kv, state, flight, mode, body))
-        return trip.state, _InFlight(trip.acc_o, _flat(trip.p), _flat(trip.probs), trip.alpha or [],
-                                     self._moved())
-
-    def _run(self, ops, trip, patterns: str = "_trip_"):
-        """The patterns of `ops` (`<patterns><op>`, on `trip`), in their order."""
-        for op in ops:
-            getattr(self, f"{patterns}{op.name}")(op, trip)
-            if op is trip.scores_end:
-                trip.finish_scores()
-        return trip
-
-    def _trip_land_o(self, op, trip) -> None:
-        """The P.V in flight landed, P and the probabilities passed through the wait."""
-        flight = trip.flight
-        waited = self.wgmma.wait(flight.acc_o, op.count, through=flight.p + flight.probs)
-        trip.acc_o = waited[:len(flight.acc_o)]
-        trip.landed_probs = _chunks(waited[len(flight.acc_o) + len(flight.p):], len(flight.probs) // 2)
-        trip.wrote()
-
-    def _trip_rescale(self, op, trip) -> None:
-        """O times the carried factor, and the carried probabilities packed as P."""
-        acc_o = self._scaled(trip.acc_o, trip.flight) if trip.flight.alpha else trip.acc_o
-        trip.acc_o, trip.p = self._unflatten(acc_o), self._pack_p(trip.landed_probs)[0]
-        trip.wrote()
-
-    def _trip_read(self, op, trip) -> None:
-        """The slot is read by the GEMM that takes it."""
-
-    def _trip_turn_sync(self, op, trip) -> None:
-        trip.fence()
-        self._turn_begin()
-
-    def _trip_turn_arrive(self, op, trip) -> None:
-        self._turn_end()
-
-    def _trip_mma(self, op, trip) -> None:
-        trip.fence()
-        if op.what == "qk":
-            trip.acc_s = self._qk_issue(trip.qk_slot())
-        else:
-            trip.acc_o = self._pv_issue(trip.p, trip.acc_o, trip.prev)
-
-    def _trip_land_s(self, op, trip) -> None:
-        trip.acc_s = self._unflatten(self.wgmma.wait(trip.acc_s, pending=op.count), self.spec.block_n // 8)
-        trip.rows = rows_of(trip.acc_s)
-
-    def _trip_score_mod(self, op, trip) -> None:
-        trip.modify()
-
-    def _trip_mask(self, op, trip) -> None:
-        trip.finish_scores()
-
-    def _trip_block_map_read(self, op, trip) -> None:
-        """The block's class is read where the trip asks it (tile_skip, tile_partial)."""
-
-    def _trip_softmax_step(self, op, trip) -> None:
-        trip.finish_scores()
-        trip.probs, trip.state, trip.alpha = self._softmax_step(trip.rows, trip.state, trip.mode)
+def setup(cx) -> None:
+    """The wgmma builder, the IR's steps and what a trip's patterns share (Note
+    [Cooperative steps op by op]; sm90a_ws.py's kernel has its own trips, and its
+    producer the loads)."""
+    cx.wgmma = Wgmma(cx.e, cx.spec.dtype)
+    cx.trips = cx.spec.coop_steps
+    cx.prologue_ops = cx.trips.prologue if cx.trips else ()
+    cx.trip_kind = CoopTrip
 
 
-    def _last_mma(self, op, last) -> None:
-        last.fence()
-        last.acc = self._pv_issue(last.p, last.acc_o, self._slot_offset(0, last.step))
+def operand_bases(cx) -> None:
+    """The warpgroup's Q descriptor (K's and V's depend on the slot: _desc)."""
+    e = cx.e
+    warpgroup = e.shr(cx.warp, 2)
+    q_rows = e.mul(warpgroup, WARPGROUP_ROWS * cx.q_tile.row_bytes)
+    cx.q_desc = _desc(cx, cx.q_tile, 0, q_rows)
 
-    def _last_land_pv(self, op, last) -> None:
-        waited = self.wgmma.wait(last.acc, op.count, through=_flat(last.p))
-        last.acc_o = self._unflatten(waited[:len(last.acc)])
 
-    def _last_cp_async_wait(self, op, last) -> None:
-        last.step                       # (made where the kernel made it, before the wait)
-        self.cp.wait(op.count)
+def _desc(cx, tile, slot, rows_offset=0, leading_bytes: int = 16):
+    """The descriptor of `tile` in K/V slot `slot` (bytes), `rows_offset` bytes in
+    (Note [wgmma operands]); K-major operands ignore the leading byte offset."""
+    e = cx.e
+    addr = cx.smem.address(e.add(e.add(e.c32(tile.offset), slot), rows_offset))
+    return cx.wgmma.descriptor(addr, tile.row_bytes, leading_bytes, 8 * tile.row_bytes)
 
-    # the last P.V shares these with the trips
-    _last_land_o, _last_rescale, _last_read = _trip_land_o, _trip_rescale, _trip_read
-    _last_turn_sync, _last_turn_arrive = _trip_turn_sync, _trip_turn_arrive
 
-    # the cooperative kernel's own loads (Note [Cooperative steps op by op])
-    def _trip_cp_async_wait(self, op, trip) -> None:
-        self.cp.wait(op.count)
+def _k_major_step(cx, desc, tile, kk: int):
+    """The descriptor of k16 step kk of a K-major tile."""
+    page, within = divmod(kk, tile.page_width // 16)
+    return cx.wgmma.advance(desc, page * tile.page_bytes + within * 32)
 
-    def _trip_cta_barrier(self, op, trip) -> None:
-        self.bar.sync()
 
-    def _trip_cp_async_commit(self, op, trip) -> None:
-        self.cp.commit()
+def qk_issue(cx, slot) -> list:
+    """Issue S = Q K^T for the K tile in `slot` as one wgmma group: S's registers,
+    in flight."""
+    s, mma = cx.spec, cx.wgmma
+    k_desc = _desc(cx, cx.k_tile, slot)
+    acc = None
+    for kk in range(s.head_dim_qk // 16):
+        acc = mma.mma(acc, s.block_n, _k_major_step(cx, k_desc, cx.k_tile, kk),
+                      a_desc=_k_major_step(cx, cx.q_desc, cx.q_tile, kk))
+    mma.commit()
+    return acc
 
-    _last_cta_barrier = _trip_cta_barrier
 
-    def _trip_load(self, op, trip) -> None:
-        trip.load_slots()
-        trip.ahead[op.what] = op.count
+def pv_issue(cx, p, acc_o, slot) -> list:
+    """Issue O += P V for the V tile in `slot` as one wgmma group (p[kk]: the A
+    registers of k16 step kk): O's registers, in flight."""
+    s, mma, tile = cx.spec, cx.wgmma, cx.v_tile
+    v_desc = _desc(cx, tile, slot, leading_bytes=tile.page_bytes)
+    acc = cx.flat(acc_o)
+    for kk in range(s.block_n // 16):
+        acc = mma.mma(acc, s.head_dim_v, mma.advance(v_desc, kk * 16 * tile.row_bytes),
+                      a_regs=p[kk], trans_b=True)
+    mma.commit()
+    return acc
 
-    def _trip_slot_write(self, op, trip) -> None:
-        """The copy of the load this slot write takes: of the trip's own block (ahead 0) or
-        of the block `ahead` steps later, where the key range has one (Note [cp.async group
-        counting]: the commit that follows counts a group either way)."""
-        e, s, name = self.e, self.spec, op.what
-        ahead, ragged = trip.ahead[name], trip.mode != "full"
-        if ahead == 0:
-            self._load_kv(name, trip.n_block, trip.slot, ragged, trip.skip)
-            return
-        n_block, exists = trip.kv.ahead(e, trip.u, trip.n_block, ahead)
-        offset = trip.prev if ahead == s.stages - 1 else self._slot_offset(ahead, trip.u)
-        self._load_kv_guarded(name, n_block, offset, exists, ragged, ragged and s.tile_skip is not None)
+
+# ------------------------------------------------------------ Note [wgmma overlap]
+def steps(cx, kv):
+    """Every KV step of the current block (Note [wgmma overlap]): (O, softmax state)."""
+    e = cx.e
+    total = kv.total(e)
+    zero = e.cf(0.0)
+    acc_o = [[[zero] * 4 for _ in range(cx.spec.head_dim_v // 8)]]
+    state = cx.softmax.initial(2)
+    carried = cx.flat(acc_o) + state.m + state.l
+    some = scf.IfOp(e.gt(total, 0), [v.type for v in carried], has_else=True)
+    with ir.InsertionPoint(some.then_block):
+        acc_o, state = overlapped_steps(cx, kv, total, state)
+        scf.yield_(cx.flat(acc_o) + state.m + state.l)
+    with ir.InsertionPoint(some.else_block):
+        scf.yield_(carried)
+    return cx.unpack_carried(list(some.results))
+
+
+def overlapped_steps(cx, kv, total, state, first_step=None):
+    """The steps of a block with some, from step 0 (by `first_step(cx, kv, state)`,
+    default the IR's: `_first_step`) to the last P.V."""
+    e = cx.e
+    t_full = kv.steps_above(e, kv.full_hi)
+    t_low = kv.steps_above(e, kv.full_lo if kv.full_lo is not None else kv.lo)
+    state, flight = (first_step or _first_step)(cx, kv, state)
+    one = e.c32(1)
+    phases = [(one, e.max(t_full, one), "partial", True), (e.max(t_full, one), e.max(t_low, one), "full", True)]
+    if kv.full_lo is not None:
+        phases.append((e.max(t_low, one), total, "partial", False))
+    for lo, hi, mode, top in phases:
+        state, flight = _overlapped_loop(cx, lo, hi, kv, state, flight, mode, top)
+    return _last_pv(cx, total, flight), state
+
+
+def _first_step(cx, kv, state):
+    """Step 0 from the IR's first step, op by op: QK^T alone, its softmax, and nothing
+    in flight yet."""
+    first = cx.trips.first
+    trip = cx.target.run(cx, "trip", first, FirstTrip(cx, cx.e.c32(0), kv, state, None, "partial", first))
+    return trip.state, nothing_in_flight(cx, trip.probs, trip.alpha)
+
+
+def nothing_in_flight(cx, probs, alpha) -> "_InFlight":
+    """After step 0: O is zero, and no P is read."""
+    s, zero = cx.spec, cx.e.cf(0.0)
+    no_p = llvm.mlir_undef(cx.mma.pair_type)
+    return _InFlight([zero] * (s.head_dim_v // 2), [no_p] * (s.block_n // 4), _flat(probs), alpha or [],
+                     _moved(cx))
+
+
+def _last_pv(cx, total, flight: "_InFlight"):
+    """The last step's P.V, landed: from the IR's ops after the loops, op by op."""
+    return cx.target.run(cx, "last", cx.trips.last, LastPv(cx, total, flight)).acc_o
+
+
+def _overlapped_loop(cx, lo, hi, kv, state, flight: "_InFlight", mode: str, top: bool = True):
+    """scf.for over iterations [lo, hi), carrying m, l and what is in flight; `top`:
+    of the range's top partial blocks, not its bottom ones."""
+    loop = scf.ForOp(lo, hi, cx.e.c32(1), state.m + state.l + flight.values())
+    with ir.InsertionPoint(loop.body):
+        it = list(loop.inner_iter_args)
+        st, fl = _overlapped_step(cx, loop.induction_variable, kv, SoftmaxState(it[0:2], it[2:4]),
+                                       flight.like(it[4:]), mode, top)
+        scf.yield_(st.m + st.l + fl.values())
+    results = list(loop.results)
+    return SoftmaxState(results[0:2], results[2:4]), flight.like(results[4:])
+
+
+def _scaled(cx, acc_o: list, flight: "_InFlight") -> list:
+    """O (flat) times the carried step's alpha per row; with a lazy softmax only in a
+    warp where a row moved (Note [Lazy rescale] in softmax.py)."""
+    e = cx.e
+
+    def scaled():
+        return [e.fmul(x, flight.alpha[(i % 4) // 2]) for i, x in enumerate(acc_o)]
+    if not flight.moved:
+        return scaled()
+    return values_if(warp_vote(e, flight.moved[0], "any"), scaled, acc_o)
+
+
+def _moved(cx) -> list:
+    """[whether a row of this thread moved at the last softmax step] with a lazy
+    softmax, else []: carried in flight with the step's alpha."""
+    return [cx.softmax.moved] if cx.softmax.moved is not None else []
+
+
+# ---------------------- Notes [Overlapped steps op by op], [Cooperative steps op by op]
+def _overlapped_step(cx, u, kv, state, flight, mode: str, top: bool = True):
+    """Iteration u >= 1, lowered from the ops of the IR's trip of its kind, in their order."""
+    body = cx.trips.body(mode, top)
+    trip = cx.target.run(cx, "trip", body, cx.trip_kind(cx, u, kv, state, flight, mode, body))
+    return trip.state, _InFlight(trip.acc_o, _flat(trip.p), _flat(trip.probs), trip.alpha or [],
+                                 _moved(cx))
+
+
+def _trip_land_o(cx, op, trip) -> None:
+    """The P.V in flight landed, P and the probabilities passed through the wait."""
+    flight = trip.flight
+    waited = cx.wgmma.wait(flight.acc_o, op.count, through=flight.p + flight.probs)
+    trip.acc_o = waited[:len(flight.acc_o)]
+    trip.landed_probs = _chunks(waited[len(flight.acc_o) + len(flight.p):], len(flight.probs) // 2)
+    trip.wrote()
+
+
+def _trip_rescale(cx, op, trip) -> None:
+    """O times the carried factor, and the carried probabilities packed as P."""
+    acc_o = _scaled(cx, trip.acc_o, trip.flight) if trip.flight.alpha else trip.acc_o
+    trip.acc_o, trip.p = cx.unflatten(acc_o), cx.pack_p(trip.landed_probs)[0]
+    trip.wrote()
+
+
+def _trip_read(cx, op, trip) -> None:
+    """The slot is read by the GEMM that takes it."""
+
+
+def _trip_turn_sync(cx, op, trip) -> None:
+    """Before a warpgroup issues its GEMMs: no turns to take here (ping-pong: sm90a_ws.py)."""
+    trip.fence()
+
+
+def _trip_turn_arrive(cx, op, trip) -> None:
+    """After a warpgroup issued its GEMMs."""
+
+
+def _trip_mma(cx, op, trip) -> None:
+    trip.fence()
+    if op.what == "qk":
+        trip.acc_s = qk_issue(cx, trip.qk_slot())
+    else:
+        trip.acc_o = pv_issue(cx, trip.p, trip.acc_o, trip.prev)
+
+
+def _trip_land_s(cx, op, trip) -> None:
+    trip.acc_s = cx.unflatten(cx.wgmma.wait(trip.acc_s, pending=op.count), cx.spec.block_n // 8)
+    trip.rows = rows_of(trip.acc_s)
+
+
+def _trip_score_mod(cx, op, trip) -> None:
+    trip.modify()
+
+
+def _trip_mask(cx, op, trip) -> None:
+    trip.finish_scores()
+
+
+def _trip_block_map_read(cx, op, trip) -> None:
+    """The block's class is read where the trip asks it (tile_skip, tile_partial)."""
+
+
+def _trip_softmax_step(cx, op, trip) -> None:
+    trip.finish_scores()
+    trip.probs, trip.state, trip.alpha = cx.softmax_step(trip.rows, trip.state, trip.mode)
+
+
+def _last_mma(cx, op, last) -> None:
+    last.fence()
+    last.acc = pv_issue(cx, last.p, last.acc_o, cx.slot_offset(0, last.step))
+
+
+def _last_land_pv(cx, op, last) -> None:
+    waited = cx.wgmma.wait(last.acc, op.count, through=_flat(last.p))
+    last.acc_o = cx.unflatten(waited[:len(last.acc)])
+
+
+def _last_cp_async_wait(cx, op, last) -> None:
+    last.step                       # (made where the kernel made it, before the wait)
+    cx.cp.wait(op.count)
+
+
+# the cooperative kernel's own loads (Note [Cooperative steps op by op])
+def _trip_cp_async_wait(cx, op, trip) -> None:
+    cx.cp.wait(op.count)
+
+
+def _trip_cta_barrier(cx, op, trip) -> None:
+    cx.bar.sync()
+
+
+def _trip_cp_async_commit(cx, op, trip) -> None:
+    cx.cp.commit()
+
+
+def _trip_load(cx, op, trip) -> None:
+    trip.load_slots()
+    trip.ahead[op.what] = op.count
+
+
+def _trip_slot_write(cx, op, trip) -> None:
+    """The copy of the load this slot write takes: of the trip's own block (ahead 0) or
+    of the block `ahead` steps later, where the key range has one (Note [cp.async group
+    counting]: the commit that follows counts a group either way)."""
+    e, s, name = cx.e, cx.spec, op.what
+    ahead, ragged = trip.ahead[name], trip.mode != "full"
+    if ahead == 0:
+        cx.load_kv(name, trip.n_block, trip.slot, ragged, trip.skip)
+        return
+    n_block, exists = trip.kv.ahead(e, trip.u, trip.n_block, ahead)
+    offset = trip.prev if ahead == s.stages - 1 else cx.slot_offset(ahead, trip.u)
+    cx.load_kv_guarded(name, n_block, offset, exists, ragged, ragged and s.tile_skip is not None)
+
+
+# Notes [Overlapped steps op by op], [Cooperative steps op by op]: the patterns of a
+# trip's ops (OVERLAPPED: those of every overlapped step) and of the last P.V's
+OVERLAPPED = {
+    "land_o": _trip_land_o, "rescale": _trip_rescale, "read": _trip_read, "turn_sync": _trip_turn_sync,
+    "turn_arrive": _trip_turn_arrive, "mma": _trip_mma, "land_s": _trip_land_s, "score_mod": _trip_score_mod,
+    "mask": _trip_mask, "block_map_read": _trip_block_map_read, "softmax_step": _trip_softmax_step,
+}
+
+
+TRIP_PATTERNS = {
+    **OVERLAPPED, "cp_async_wait": _trip_cp_async_wait, "cta_barrier": _trip_cta_barrier,
+    "cp_async_commit": _trip_cp_async_commit, "load": _trip_load, "slot_write": _trip_slot_write,
+}
+
+
+LAST_PATTERNS = {
+    "land_o": _trip_land_o, "rescale": _trip_rescale, "read": _trip_read, "turn_sync": _trip_turn_sync,
+    "turn_arrive": _trip_turn_arrive, "mma": _last_mma, "land_pv": _last_land_pv,
+    "cp_async_wait": _last_cp_async_wait, "cta_barrier": _trip_cta_barrier,
+}
+
+
+SM90A = TargetLowering("sm_90a", setup, operand_bases, steps, {"trip": TRIP_PATTERNS, "last": LAST_PATTERNS})
 
 
 @dataclass(frozen=True)

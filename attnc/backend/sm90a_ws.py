@@ -76,385 +76,433 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import nvvm, scf
 
+from attnc.backend import sm90a
+from attnc.backend.forward import TargetLowering
 from attnc.backend.kernel_spec import PRODUCER_THREADS
-from attnc.backend.smem_layout import init_order
-from attnc.schedule.alloc import MBARRIER_BYTES
 from attnc.backend.nvgpu_builders import MBarrier, NamedBarrier, fence_async_proxy, set_max_registers
+from attnc.backend.smem_layout import init_order
 from attnc.backend.smem_tiles import TileLoader
-from attnc.backend.sm90a import Sm90aForward
 from attnc.backend.wgmma_trips import Load, Trip
+from attnc.schedule.alloc import MBARRIER_BYTES
 from attnc.schedule.recipes import consumer_registers, producer_registers
 
-class Sm90aWsForward(Sm90aForward):
-    """Emits the producer/consumer kernel body at the current insertion point."""
 
-    _trip_kind = Trip
+def _setup(cx) -> None:
+    """sm90a.py's state, with the producer plan's trips and loads, and the mbarriers."""
+    sm90a.setup(cx)
+    cx.trips = cx.spec.wgmma_steps      # Note [Overlapped steps op by op] (wgmma_steps.py)
+    cx.loads = cx.spec.load_steps       # Note [Loads op by op] (load_steps.py)
+    cx.trip_kind = Trip
+    cx.mbar = MBarrier(cx.e)
 
-    def __init__(self, spec, args):
-        super().__init__(spec, args)
-        self.trips = spec.wgmma_steps       # Note [Overlapped steps op by op] (wgmma_steps.py)
-        self.loads = spec.load_steps        # Note [Loads op by op] (load_steps.py)
-        self.mbar = MBarrier(self.e)
 
-    def _barrier(self, key: str, slot=None):
-        """The shared address of barrier `key` (tile_side; of K/V slot index `slot`, an
-        i32): where the plan's attn.mbarrier_init puts it (Note [Mbarriers as planned])."""
-        e = self.e
-        offset = e.c32(self.spec.layout.barrier(key).offset)
-        if slot is not None:
-            offset = e.add(offset, e.mul(slot, MBARRIER_BYTES))
-        return self.smem.address(offset)
+def _barrier(cx, key: str, slot=None):
+    """The shared address of barrier `key` (tile_side; of K/V slot index `slot`, an
+    i32): where the plan's attn.mbarrier_init puts it (Note [Mbarriers as planned])."""
+    e = cx.e
+    offset = e.c32(cx.spec.layout.barrier(key).offset)
+    if slot is not None:
+        offset = e.add(offset, e.mul(slot, MBARRIER_BYTES))
+    return cx.smem.address(offset)
 
-    def _use(self, t):
-        """(slot index, parity of its full phase) of step t (of the current block)."""
-        e, stages = self.e, self.spec.stages
-        t = self._global_step(t)
-        return e.rem(t, stages), e.and_(e.div(t, stages), 1)
 
-    def _global_step(self, t):
-        """Step t of the current block counted from the CTA's first (Note [Persistent CTAs])."""
-        return t if self.t_base is None else self.e.add(t, self.t_base)
+def _use(cx, t):
+    """(slot index, parity of its full phase) of step t (of the current block)."""
+    e, stages = cx.e, cx.spec.stages
+    t = cx.global_step(t)
+    return e.rem(t, stages), e.and_(e.div(t, stages), 1)
 
-    def _slot_offset(self, t_plus: int, t):
-        return super()._slot_offset(t_plus, self._global_step(t))
 
-    # ------------------------------------------------------------ the kernel
-    def emit(self) -> None:
-        e, s = self.e, self.spec
-        tid = nvvm.read_ptx_sreg_tid_x(e.i32)
-        self.t_base = None          # Note [Persistent CTAs]: the steps of earlier blocks
-        if not s.persistent:
-            self._set_item(*self._grid_item())
-        first = scf.IfOp(e.eq(tid, 0))
-        with ir.InsertionPoint(first.then_block):
-            for bar, stage in init_order(s.layout.barriers):
-                self.mbar.init(self._barrier(bar.key, e.c32(stage) if bar.stages > 1 else None), bar.count)
-            scf.yield_([])
-        self.bar.sync()
-        role = scf.IfOp(e.lt(tid, PRODUCER_THREADS), has_else=True)
-        with ir.InsertionPoint(role.then_block):
-            self._producer(tid)
-            scf.yield_([])
-        with ir.InsertionPoint(role.else_block):
-            self._consumer(e.sub(tid, PRODUCER_THREADS))
-            scf.yield_([])
+# ------------------------------------------------------------ the kernel
+def _emit(cx) -> None:
+    """The kernel's outline: the barriers' init, then the producer's and the consumers' roles."""
+    e, s = cx.e, cx.spec
+    tid = nvvm.read_ptx_sreg_tid_x(e.i32)
+    if not s.persistent:
+        _set_item(cx, *cx.grid_item())
+    first = scf.IfOp(e.eq(tid, 0))
+    with ir.InsertionPoint(first.then_block):
+        for bar, stage in init_order(s.layout.barriers):
+            cx.mbar.init(_barrier(cx, bar.key, e.c32(stage) if bar.stages > 1 else None), bar.count)
+        scf.yield_([])
+    cx.bar.sync()
+    role = scf.IfOp(e.lt(tid, PRODUCER_THREADS), has_else=True)
+    with ir.InsertionPoint(role.then_block):
+        _producer(cx, tid)
+        scf.yield_([])
+    with ir.InsertionPoint(role.else_block):
+        _consumer(cx, e.sub(tid, PRODUCER_THREADS))
+        scf.yield_([])
 
-    def _set_item(self, m_block, h, b) -> None:
-        """Make query block m_block of head h, batch b the one the loads, steps and
-        epilogue work on."""
-        e = self.e
-        self.m_block, self.h, self.b = m_block, h, b
-        self.kv_h = e.div(h, e.div(e.dim("H"), e.dim("HKV")))
-        self.kv_ptr = {n: self._tensor(n, b, self.kv_h) for n in ("k", "v")}
 
-    def _for_each_item(self, body, carried=()) -> list:
-        """body(round, values) for each query block of this CTA, in rounds of the grid
-        (Note [Persistent CTAs]; one block, the grid's, round 0, unless persistent); body
-        returns the K/V steps it ran and the values it carries to the next block's body
-        (`carried` the first's). Returns the last values."""
-        e, s = self.e, self.spec
-        if not s.persistent:
-            return body(e.c32(0), list(carried))[1]
-        walk = self._walk = _BlockWalk(self)
-        loop = scf.ForOp(e.c32(0), walk.rounds, e.c32(1), [e.c32(0), *carried])
+def _set_item(cx, m_block, h, b) -> None:
+    """Make query block m_block of head h, batch b the one the loads, steps and
+    epilogue work on."""
+    e = cx.e
+    cx.m_block, cx.h, cx.b = m_block, h, b
+    cx.kv_h = e.div(h, e.div(e.dim("H"), e.dim("HKV")))
+    cx.kv_ptr = {n: cx.tensor(n, b, cx.kv_h) for n in ("k", "v")}
+
+
+def _for_each_item(cx, body, carried=()) -> list:
+    """body(cx, round, values) for each query block of this CTA, in rounds of the grid
+    (Note [Persistent CTAs]; one block, the grid's, round 0, unless persistent); body
+    returns the K/V steps it ran and the values it carries to the next block's body
+    (`carried` the first's). Returns the last values."""
+    e, s = cx.e, cx.spec
+    if not s.persistent:
+        return body(cx, e.c32(0), list(carried))[1]
+    walk = cx._walk = _BlockWalk(cx)
+    loop = scf.ForOp(e.c32(0), walk.rounds, e.c32(1), [e.c32(0), *carried])
+    with ir.InsertionPoint(loop.body):
+        rnd, (t_base, *values) = loop.induction_variable, loop.inner_iter_args
+        valid, item = walk.item(rnd)
+        branch = scf.IfOp(valid, [v.type for v in loop.inner_iter_args], has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            _set_item(cx, *item)
+            cx.t_base = t_base
+            steps, values = body(cx, rnd, values)
+            scf.yield_([e.add(t_base, steps), *values])
+        with ir.InsertionPoint(branch.else_block):
+            scf.yield_(list(loop.inner_iter_args))
+        scf.yield_(list(branch.results))
+    return list(loop.results)[1:]
+
+
+def _sets_registers(cx) -> bool:
+    return cx.spec.consumer_warpgroups >= 2
+
+
+# ------------------------------------------------------------ producer
+def _producer(cx, tid) -> None:
+    e = cx.e
+    if _sets_registers(cx):
+        s = cx.spec
+        set_max_registers(s.producer_regs or producer_registers(s.consumer_warpgroups), increase=False)
+    cx.tid = tid
+    cx.loader = TileLoader(e, cx.cp, cx.smem, tid, PRODUCER_THREADS)
+    _for_each_item(cx, _produce_block)
+    # No copy of this thread is left in flight when it exits (the consumers may
+    # still be waiting for the last ones).
+    cx.cp.wait(0)
+
+
+def _produce_block(cx, rnd, carried):
+    """Q's load, then K0 and the trips of Note [Loads op by op] (load_steps.py): K(t
+    + 1) where there is one and V(t), in the order the IR's trip has them -- K0, K1,
+    V0, K2, V1, ... by default."""
+    e = cx.e
+    if cx.spec.persistent:
+        # The copies' addresses are the block's: computed in its loop body, not
+        # hoisted out of the loop over blocks and kept live through it (spills).
+        cx.loader = TileLoader(e, cx.cp, cx.smem, e.opaque(cx.tid), PRODUCER_THREADS)
+    # Q's slot: one, whose phase flips every round (Q's ring, of one stage, through the walk)
+    q = Load(None, e.and_(rnd, 1), None, None)
+    cx.target.run(cx, "load", cx.loads.q, q)
+    kv = cx.kv_range(cx.m_block)
+    total = kv.total(e)
+    runs = cx.loads.runs()
+    some = scf.IfOp(e.gt(total, 0))
+    with ir.InsertionPoint(some.then_block):
+        _load_run(cx, cx.loads.first, kv, e.c32(0))
+        loop = scf.ForOp(e.c32(0), total, e.c32(1))
         with ir.InsertionPoint(loop.body):
-            rnd, (t_base, *values) = loop.induction_variable, loop.inner_iter_args
-            valid, item = walk.item(rnd)
-            branch = scf.IfOp(valid, [v.type for v in loop.inner_iter_args], has_else=True)
-            with ir.InsertionPoint(branch.then_block):
-                self._set_item(*item)
-                self.t_base = t_base
-                steps, values = body(rnd, values)
-                scf.yield_([e.add(t_base, steps), *values])
-            with ir.InsertionPoint(branch.else_block):
-                scf.yield_(list(loop.inner_iter_args))
-            scf.yield_(list(branch.results))
-        return list(loop.results)[1:]
-
-    @property
-    def _sets_registers(self) -> bool:
-        return self.spec.consumer_warpgroups >= 2
-
-    # ------------------------------------------------------------ producer
-    def _producer(self, tid) -> None:
-        e = self.e
-        if self._sets_registers:
-            s = self.spec
-            set_max_registers(s.producer_regs or producer_registers(s.consumer_warpgroups), increase=False)
-        self.tid = tid
-        self.loader = TileLoader(e, self.cp, self.smem, tid, PRODUCER_THREADS)
-        self._for_each_item(self._produce_block)
-        # No copy of this thread is left in flight when it exits (the consumers may
-        # still be waiting for the last ones).
-        self.cp.wait(0)
-
-    def _produce_block(self, rnd, carried):
-        """Q's load, then K0 and the trips of Note [Loads op by op] (load_steps.py): K(t
-        + 1) where there is one and V(t), in the order the IR's trip has them -- K0, K1,
-        V0, K2, V1, ... by default."""
-        e = self.e
-        if self.spec.persistent:
-            # The copies' addresses are the block's: computed in its loop body, not
-            # hoisted out of the loop over blocks and kept live through it (spills).
-            self.loader = TileLoader(e, self.cp, self.smem, e.opaque(self.tid), PRODUCER_THREADS)
-        # Q's slot: one, whose phase flips every round (Q's ring, of one stage, through the walk)
-        q = Load(None, e.and_(rnd, 1), None, None)
-        for op in self.loads.q:
-            getattr(self, f"_load_{op.name}")(op.what, q)
-        kv = self._kv_range(self.m_block)
-        total = kv.total(e)
-        runs = self.loads.runs()
-        some = scf.IfOp(e.gt(total, 0))
-        with ir.InsertionPoint(some.then_block):
-            self._load_run(self.loads.first, kv, e.c32(0))
-            loop = scf.ForOp(e.c32(0), total, e.c32(1))
-            with ir.InsertionPoint(loop.body):
-                t = loop.induction_variable
-                for tile, ops in runs:
-                    if tile == "v":
-                        self._load_run(ops, kv, t)
-                        continue
-                    following = e.add(t, 1)
-                    more = scf.IfOp(e.lt(following, total))
-                    with ir.InsertionPoint(more.then_block):
-                        self._load_run(ops, kv, following)
-                        scf.yield_([])
-                scf.yield_([])
+            t = loop.induction_variable
+            for tile, ops in runs:
+                if tile == "v":
+                    _load_run(cx, ops, kv, t)
+                    continue
+                following = e.add(t, 1)
+                more = scf.IfOp(e.lt(following, total))
+                with ir.InsertionPoint(more.then_block):
+                    _load_run(cx, ops, kv, following)
+                    scf.yield_([])
             scf.yield_([])
-        return total, []
+        scf.yield_([])
+    return total, []
 
-    def _load_run(self, ops, kv, t) -> None:
-        """Ops of one tile's load of step t, a pattern each (Note [Loads op by op])."""
-        load = Load(*self._use(t), kv, t)
-        for op in ops:
-            getattr(self, f"_load_{op.name}")(op.what, load)
 
-    def _load_wait(self, tile: str, load) -> None:
-        """Until the consumers released the slot (its empty phase)."""
-        self.mbar.wait(self._barrier(f"{tile}_empty", load.slot), self.e.xor(load.parity, 1))
+def _load_run(cx, ops, kv, t) -> None:
+    """Ops of one tile's load of step t, a pattern each (Note [Loads op by op])."""
+    cx.target.run(cx, "load", ops, Load(*_use(cx, t), kv, t))
 
-    def _load_write(self, tile: str, load) -> None:
-        """The tile's copies into the slot; rows at or past N (M for Q) are zero-filled, and
-        so is a block the mask skips (Note [Skipped blocks] in forward_loads.py)."""
-        e, s = self.e, self.spec
-        if tile == "q":
-            self._load_q(self.m_block)
-            return
-        n_block = load.kv.block(e, load.t)
-        skip = self._skip(n_block) if s.tile_skip is not None else None
-        self._load_kv(tile, n_block, e.mul(load.slot, self.slot_bytes), True, skip)
 
-    def _load_arrive(self, tile: str, load) -> None:
-        """This thread's arrival on the full barrier, once its copies landed."""
-        self.mbar.arrive_on_copies(self._barrier(f"{tile}_full", load.slot))
+def _load_wait(cx, op, load) -> None:
+    """Until the consumers released the slot (its empty phase)."""
+    tile = op.what
+    cx.mbar.wait(_barrier(cx, f"{tile}_empty", load.slot), cx.e.xor(load.parity, 1))
 
-    # ------------------------------------------------------------ consumers
-    def _consumer(self, ctid) -> None:
-        e, s = self.e, self.spec
-        if self._sets_registers:
-            set_max_registers(s.consumer_regs or consumer_registers(s.consumer_warpgroups), increase=True)
-        self.tid = ctid
-        self.warp = e.shr(ctid, 5)
-        self.lane = e.and_(ctid, 31)
-        self.warp_row0 = e.mul(self.warp, s.rows_per_warp)
-        if not s.persistent:
-            self._set_row0(self.m_block)
-        self.col0 = e.shl(e.and_(self.lane, 3), 1)
-        self._operand_bases()
-        if not s.persistent:
-            self._set_masker()
-        if self._qk_ahead:
-            self._consume_rotated()
-        elif s.pingpong and s.persistent:
-            # the turns run on from block to block (Note [Ping-pong turns] in sync.py)
-            self._first_turn()
-            self._for_each_item(self._consume_block)
-            self._last_turn()
-        else:
-            self._for_each_item(self._consume_block)
 
-    @property
-    def _qk_ahead(self) -> bool:
-        """Note [The next block's first QK^T]: the persistent kernel without ping-pong."""
-        s = self.spec
-        return s.persistent and not s.pingpong
+def _load_write(cx, op, load) -> None:
+    """The tile's copies into the slot; rows at or past N (M for Q) are zero-filled, and
+    so is a block the mask skips (Note [Skipped blocks] in forward_loads.py)."""
+    tile = op.what
+    e, s = cx.e, cx.spec
+    if tile == "q":
+        cx.load_q(cx.m_block)
+        return
+    n_block = load.kv.block(e, load.t)
+    skip = cx.skip(n_block) if s.tile_skip is not None else None
+    cx.load_kv(tile, n_block, e.mul(load.slot, cx.slot_bytes), True, skip)
 
-    def _consume_rotated(self) -> None:
-        """Note [The next block's first QK^T]: each block's body issues its first QK^T,
-        stores the previous block's O (carried: round, O, softmax state) while it runs,
-        then runs the block's steps; the last block's O is stored after the loop."""
-        e, s = self.e, self.spec
-        start = self.softmax.initial(2 * s.m_atoms)
-        initial = [e.cf(0.0)] * (s.m_atoms * (s.head_dim_v // 8) * 4) + start.m + start.l
 
-        def body(rnd, carried):
-            prev, *rest = carried
-            kv, total = self._begin_block(e.and_(rnd, 1))
-            first = scf.IfOp(e.gt(total, 0), [v.type for v in rest], has_else=True)
-            with ir.InsertionPoint(first.then_block):
-                self._await_full("k", e.c32(0))
-                self.wgmma.fence()
-                acc = self._qk_issue(self._slot_offset(0, e.c32(0)))
-                self._finish(prev, rest)
-                # S goes to the steps inside this branch (see the Note).
-                self._first_scores = self._unflatten(self.wgmma.wait(acc), s.block_n // 8)
-                self._set_row0(self.m_block)
-                self._set_masker()
-                acc_o, state = self._overlapped_steps(kv, total, start)
-                scf.yield_(self._flat(acc_o) + state.m + state.l)
-            with ir.InsertionPoint(first.else_block):
-                self._finish(prev, rest)
-                scf.yield_(initial)
-            return total, [rnd, *first.results]
+def _load_arrive(cx, op, load) -> None:
+    """This thread's arrival on the full barrier, once its copies landed."""
+    tile = op.what
+    cx.mbar.arrive_on_copies(_barrier(cx, f"{tile}_full", load.slot))
 
-        prev, *rest = self._for_each_item(body, [e.c32(-1), *initial])
-        self._finish(prev, rest)
 
-    def _finish(self, prev, carried) -> None:
-        """The epilogue of round `prev`'s block (none when prev < 0), whose O and softmax
-        state are `carried` (flat)."""
-        e = self.e
-        some = scf.IfOp(e.ge(prev, 0))
-        with ir.InsertionPoint(some.then_block):
-            _, (m_block, h, b) = self._walk.item(prev)
-            current = self.h, self.b, getattr(self, "row0", None)
-            self.h, self.b = h, b
-            self._set_row0(m_block)
-            self._epilogue(*self._unpack_carried(list(carried)))
-            self.h, self.b, self.row0 = current
+# ------------------------------------------------------------ consumers
+def _consumer(cx, ctid) -> None:
+    e, s = cx.e, cx.spec
+    if _sets_registers(cx):
+        set_max_registers(s.consumer_regs or consumer_registers(s.consumer_warpgroups), increase=True)
+    cx.tid = ctid
+    cx.warp = e.shr(ctid, 5)
+    cx.lane = e.and_(ctid, 31)
+    cx.warp_row0 = e.mul(cx.warp, s.rows_per_warp)
+    if not s.persistent:
+        cx.set_row0(cx.m_block)
+    cx.col0 = e.shl(e.and_(cx.lane, 3), 1)
+    cx.target.operand_bases(cx)
+    if not s.persistent:
+        cx.set_masker()
+    if _qk_ahead(cx):
+        _consume_rotated(cx)
+    elif s.pingpong and s.persistent:
+        # the turns run on from block to block (Note [Ping-pong turns] in sync.py)
+        _first_turn(cx)
+        _for_each_item(cx, _consume_block)
+        _last_turn(cx)
+    else:
+        _for_each_item(cx, _consume_block)
+
+
+def _qk_ahead(cx) -> bool:
+    """Note [The next block's first QK^T]: the persistent kernel without ping-pong."""
+    s = cx.spec
+    return s.persistent and not s.pingpong
+
+
+def _consume_rotated(cx) -> None:
+    """Note [The next block's first QK^T]: each block's body issues its first QK^T,
+    stores the previous block's O (carried: round, O, softmax state) while it runs,
+    then runs the block's steps; the last block's O is stored after the loop."""
+    e, s = cx.e, cx.spec
+    start = cx.softmax.initial(2 * s.m_atoms)
+    initial = [e.cf(0.0)] * (s.m_atoms * (s.head_dim_v // 8) * 4) + start.m + start.l
+
+    def body(cx, rnd, carried):
+        prev, *rest = carried
+        kv, total = _begin_block(cx, e.and_(rnd, 1))
+        first = scf.IfOp(e.gt(total, 0), [v.type for v in rest], has_else=True)
+        with ir.InsertionPoint(first.then_block):
+            _await_full(cx, "k", e.c32(0))
+            cx.wgmma.fence()
+            acc = sm90a.qk_issue(cx, cx.slot_offset(0, e.c32(0)))
+            _finish(cx, prev, rest)
+            # S goes to the steps inside this branch (see the Note).
+            scores = cx.unflatten(cx.wgmma.wait(acc), s.block_n // 8)
+            cx.set_row0(cx.m_block)
+            cx.set_masker()
+            acc_o, state = sm90a.overlapped_steps(
+                cx, kv, total, start, lambda cx, kv, state: _first_step_issued(cx, kv, state, scores))
+            scf.yield_(cx.flat(acc_o) + state.m + state.l)
+        with ir.InsertionPoint(first.else_block):
+            _finish(cx, prev, rest)
+            scf.yield_(initial)
+        return total, [rnd, *first.results]
+
+    prev, *rest = _for_each_item(cx, body, [e.c32(-1), *initial])
+    _finish(cx, prev, rest)
+
+
+def _finish(cx, prev, carried) -> None:
+    """The epilogue of round `prev`'s block (none when prev < 0), whose O and softmax
+    state are `carried` (flat)."""
+    e = cx.e
+    some = scf.IfOp(e.ge(prev, 0))
+    with ir.InsertionPoint(some.then_block):
+        _, (m_block, h, b) = cx._walk.item(prev)
+        current = cx.h, cx.b, getattr(cx, "row0", None)
+        cx.h, cx.b = h, b
+        cx.set_row0(m_block)
+        cx.epilogue(*cx.unpack_carried(list(carried)))
+        cx.h, cx.b, cx.row0 = current
+        scf.yield_([])
+
+
+def _begin_block(cx, parity):
+    """(the key schedule, its step count) of the current block, once its Q landed."""
+    e = cx.e
+    kv = cx.kv_range(cx.m_block)
+    total = kv.total(e)
+    cx._last_step = e.sub(total, 1)
+    cx.mbar.wait(_barrier(cx, "q_full"), parity)
+    if cx.spec.persistent:
+        # A block without steps never reads Q (else the last QK^T releases it: _k_read).
+        empty = scf.IfOp(e.eq(total, 0))
+        with ir.InsertionPoint(empty.then_block):
+            _release_q(cx)
             scf.yield_([])
+    return kv, total
 
-    def _begin_block(self, parity):
-        """(the key schedule, its step count) of the current block, once its Q landed."""
-        e = self.e
-        kv = self._kv_range(self.m_block)
-        total = kv.total(e)
-        self._last_step = e.sub(total, 1)
-        self.mbar.wait(self._barrier("q_full"), parity)
-        if self.spec.persistent:
-            # A block without steps never reads Q (else the last QK^T releases it: _k_read).
-            empty = scf.IfOp(e.eq(total, 0))
-            with ir.InsertionPoint(empty.then_block):
-                self._release_q()
-                scf.yield_([])
-        return kv, total
 
-    def _consume_block(self, rnd, carried):
-        e, s = self.e, self.spec
-        if s.persistent:
-            self._set_row0(self.m_block)
-            self._set_masker()
-        per_block = s.pingpong and not s.persistent
-        if per_block:
-            self._first_turn()
-        kv, total = self._begin_block(e.and_(rnd, 1))
-        acc_o, state = self._steps(kv)
-        if per_block:
-            self._last_turn()
-        self._epilogue(acc_o, state)
-        return total, []
+def _consume_block(cx, rnd, carried):
+    e, s = cx.e, cx.spec
+    if s.persistent:
+        cx.set_row0(cx.m_block)
+        cx.set_masker()
+    per_block = s.pingpong and not s.persistent
+    if per_block:
+        _first_turn(cx)
+    kv, total = _begin_block(cx, e.and_(rnd, 1))
+    acc_o, state = cx.target.steps(cx, kv)
+    if per_block:
+        _last_turn(cx)
+    cx.epilogue(acc_o, state)
+    return total, []
 
-    def _first_turn(self) -> None:
-        """Note [Ping-pong turns] (sync.py): warpgroup 1 hands warpgroup 0 the first turn."""
-        e = self.e
-        warpgroup = e.shr(self.warp, 2)
-        self._turns = [NamedBarrier(e, ident, threads) for ident, threads in self.trips.turns]   # Note [Turns as planned]
-        self._first = e.eq(warpgroup, 0)
-        second = scf.IfOp(e.eq(warpgroup, 1))
-        with ir.InsertionPoint(second.then_block):
-            self._turns[0].arrive()
-            scf.yield_([])
 
-    def _last_turn(self) -> None:
-        """Warpgroup 0's last sync, which balances warpgroup 1's first arrive."""
-        last = scf.IfOp(self._first)
+def _first_turn(cx) -> None:
+    """Note [Ping-pong turns] (sync.py): warpgroup 1 hands warpgroup 0 the first turn."""
+    e = cx.e
+    warpgroup = e.shr(cx.warp, 2)
+    cx._turns = [NamedBarrier(e, ident, threads) for ident, threads in cx.trips.turns]   # Note [Turns as planned]
+    cx._first = e.eq(warpgroup, 0)
+    second = scf.IfOp(e.eq(warpgroup, 1))
+    with ir.InsertionPoint(second.then_block):
+        cx._turns[0].arrive()
+        scf.yield_([])
+
+
+def _last_turn(cx) -> None:
+    """Warpgroup 0's last sync, which balances warpgroup 1's first arrive."""
+    last = scf.IfOp(cx._first)
+    with ir.InsertionPoint(last.then_block):
+        cx._turns[0].sync()
+        scf.yield_([])
+
+
+def _await_full(cx, name: str, t) -> None:
+    slot, parity = _use(cx, t)
+    cx.mbar.wait(_barrier(cx, f"{name}_full", slot), parity)
+    fence_async_proxy()
+
+
+def _release(cx, name: str, t) -> None:
+    slot, _ = _use(cx, t)
+    cx.mbar.arrive(_barrier(cx, f"{name}_empty", slot), only=cx.e.eq(cx.lane, 0))
+
+
+def _k_read(cx, u) -> None:
+    _release(cx, "k", u)
+    if cx.spec.persistent:
+        last = scf.IfOp(cx.e.eq(u, cx._last_step))
         with ir.InsertionPoint(last.then_block):
-            self._turns[0].sync()
+            _release_q(cx)
             scf.yield_([])
 
-    def _await_full(self, name: str, t) -> None:
-        slot, parity = self._use(t)
-        self.mbar.wait(self._barrier(f"{name}_full", slot), parity)
-        fence_async_proxy()
 
-    def _release(self, name: str, t) -> None:
-        slot, _ = self._use(t)
-        self.mbar.arrive(self._barrier(f"{name}_empty", slot), only=self.e.eq(self.lane, 0))
+def _release_q(cx) -> None:
+    cx.mbar.arrive(_barrier(cx, "q_empty"), only=cx.e.eq(cx.lane, 0))
 
-    def _k_read(self, u) -> None:
-        self._release("k", u)
-        if self.spec.persistent:
-            last = scf.IfOp(self.e.eq(u, self._last_step))
-            with ir.InsertionPoint(last.then_block):
-                self._release_q()
-                scf.yield_([])
 
-    def _release_q(self) -> None:
-        self.mbar.arrive(self._barrier("q_empty"), only=self.e.eq(self.lane, 0))
+# ------------------------------------------------ Note [Overlapped steps op by op]
+def _first_step_issued(cx, kv, state, scores):
+    """Step 0 where its QK^T was issued before, its S `scores` (Note [The next block's
+    first QK^T]): its scores and softmax."""
+    e, s = cx.e, cx.spec
+    n0 = kv.block(e, e.c32(0))
+    skip = cx.skip(n0) if s.tile_skip is not None else None
+    _k_read(cx, e.c32(0))
+    rows = cx.scores(scores, n0, "partial", skip)
+    probs, state, alpha = cx.softmax_step(rows, state, "partial")
+    return state, sm90a.nothing_in_flight(cx, probs, alpha)
 
-    # ------------------------------------------------ Note [Overlapped steps op by op]
-    def _first_step(self, kv, state):
-        """Step 0 from the IR's first step, op by op, but where its QK^T was issued before
-        (Note [The next block's first QK^T]): then its scores and softmax."""
-        e, s = self.e, self.spec
-        if self._first_scores is None:
-            return super()._first_step(kv, state)
-        n0 = kv.block(e, e.c32(0))
-        skip = self._skip(n0) if s.tile_skip is not None else None
-        self._k_read(e.c32(0))
-        rows = self._scores(self._first_scores, n0, "partial", skip)
-        probs, state, alpha = self._softmax_step(rows, state, "partial")
-        return state, self._nothing_in_flight(probs, alpha)
 
-    def _last_wait(self, op, last) -> None:
-        self._await_full("v", last.step)
+def _last_wait(cx, op, last) -> None:
+    _await_full(cx, "v", last.step)
 
-    def _last_release_v_before(self, op, last) -> None:
-        self._release_v_back(last.step, 1)
 
-    def _release_v_back(self, step, back: int) -> None:
-        """Release V of step `step - back`, where there is one."""
-        e = self.e
-        exists = scf.IfOp(e.ge(step, back))
-        with ir.InsertionPoint(exists.then_block):
-            self._release("v", e.sub(step, back))
-            scf.yield_([])
+def _last_release_v_before(cx, op, last) -> None:
+    _release_v_back(cx, last.step, 1)
 
-    def _last_release_v(self, op, last) -> None:
-        self._release("v", last.step)
 
-    def _trip_release_v_late(self, op, trip) -> None:
-        self._release_v_back(trip.u, 2)
+def _release_v_back(cx, step, back: int) -> None:
+    """Release V of step `step - back`, where there is one."""
+    e = cx.e
+    exists = scf.IfOp(e.ge(step, back))
+    with ir.InsertionPoint(exists.then_block):
+        _release(cx, "v", e.sub(step, back))
+        scf.yield_([])
 
-    def _trip_wait(self, op, trip) -> None:
-        self._await_full(op.what, trip.u if op.what == "k" else self.e.sub(trip.u, 1))
 
-    def _trip_release_k(self, op, trip) -> None:
-        self._release("k", trip.u)
+def _last_release_v(cx, op, last) -> None:
+    _release(cx, "v", last.step)
 
-    def _trip_release_q(self, op, trip) -> None:
-        last = scf.IfOp(self.e.eq(trip.u, self._last_step))
-        with ir.InsertionPoint(last.then_block):
-            self._release_q()
-            scf.yield_([])
 
-    def _turn_begin(self) -> None:
-        if self.spec.pingpong:
-            self._on_own_turn(lambda turn: turn.sync())
+def _trip_release_v_late(cx, op, trip) -> None:
+    _release_v_back(cx, trip.u, 2)
 
-    def _turn_end(self) -> None:
-        if self.spec.pingpong:
-            self._on_own_turn(lambda turn: turn.arrive(), other=True)
 
-    def _on_own_turn(self, action, other: bool = False) -> None:
-        """`action` on this warpgroup's turn barrier (the other's with `other`)."""
-        mine = scf.IfOp(self._first, has_else=True)
-        with ir.InsertionPoint(mine.then_block):
-            action(self._turns[1 if other else 0])
-            scf.yield_([])
-        with ir.InsertionPoint(mine.else_block):
-            action(self._turns[0 if other else 1])
-            scf.yield_([])
+def _trip_wait(cx, op, trip) -> None:
+    _await_full(cx, op.what, trip.u if op.what == "k" else cx.e.sub(trip.u, 1))
+
+
+def _trip_release_k(cx, op, trip) -> None:
+    _release(cx, "k", trip.u)
+
+
+def _trip_release_q(cx, op, trip) -> None:
+    last = scf.IfOp(cx.e.eq(trip.u, cx._last_step))
+    with ir.InsertionPoint(last.then_block):
+        _release_q(cx)
+        scf.yield_([])
+
+
+def _turn_sync(cx, op, step) -> None:
+    """Before a warpgroup issues its GEMMs: with ping-pong, its turn."""
+    step.fence()
+    if cx.spec.pingpong:
+        _on_own_turn(cx, lambda turn: turn.sync())
+
+
+def _turn_arrive(cx, op, step) -> None:
+    """After a warpgroup issued its GEMMs: with ping-pong, the other's turn."""
+    if cx.spec.pingpong:
+        _on_own_turn(cx, lambda turn: turn.arrive(), other=True)
+
+
+def _on_own_turn(cx, action, other: bool = False) -> None:
+    """`action` on this warpgroup's turn barrier (the other's with `other`)."""
+    mine = scf.IfOp(cx._first, has_else=True)
+    with ir.InsertionPoint(mine.then_block):
+        action(cx._turns[1 if other else 0])
+        scf.yield_([])
+    with ir.InsertionPoint(mine.else_block):
+        action(cx._turns[0 if other else 1])
+        scf.yield_([])
+
+
+# The producer's patterns (Note [Loads op by op]), and the consumers': sm90a.py's with
+# their waits and releases (Note [Overlapped steps op by op])
+LOAD_PATTERNS = {"wait": _load_wait, "write": _load_write, "arrive": _load_arrive}
+
+
+TURNS = {"turn_sync": _turn_sync, "turn_arrive": _turn_arrive}
+
+
+TRIP_PATTERNS = {**sm90a.TRIP_PATTERNS, **TURNS, "wait": _trip_wait, "release_k": _trip_release_k,
+                 "release_q": _trip_release_q, "release_v_late": _trip_release_v_late}
+
+
+LAST_PATTERNS = {**sm90a.LAST_PATTERNS, **TURNS, "wait": _last_wait, "release_v_before": _last_release_v_before,
+                 "release_v": _last_release_v}
+
+
+SM90A_WS = TargetLowering("sm_90a (producer warpgroup)", _setup, sm90a.operand_bases, sm90a.steps,
+                          {"trip": TRIP_PATTERNS, "last": LAST_PATTERNS, "load": LOAD_PATTERNS}, emit=_emit)
 
 
 class _BlockWalk:

@@ -4,7 +4,7 @@
 Note [Overlapped steps op by op]: a trip of a consumer warpgroup's KV loop, as
 attn-overlap-gemms writes it (Note [Overlapped steps in the IR] in
 attnc/schedule/overlap.py), is lowered from its ops in the order they stand, a pattern
-per op (`Sm90aWsForward._trip_<op>`): the landing of the P.V in flight (wgmma.wait_group
+per op (sm90a_ws.py's `TRIP_PATTERNS`): the landing of the P.V in flight (wgmma.wait_group
 with its `pending`, P and the probabilities passed through it), the rescale of O (and P
 packed as P.V's A operand), the late release of V, the waits for K and V on their full
 mbarriers, ping-pong's turns, the two async GEMMs (each one wgmma group; wgmma.fence,

@@ -37,12 +37,12 @@ class Trip(ScoredStep):
 
     def _skip_and_slots(self) -> None:
         if self.mode != "full" and self.kernel.spec.tile_skip is not None:
-            self.skip = self.kernel._skip(self.n_block)
+            self.skip = self.kernel.skip(self.n_block)
         self._slots()
 
     def _slots(self) -> None:
         k = self.kernel
-        self.slot, self.prev = k._slot_offset(0, self.u), k._slot_offset(k.spec.stages - 1, self.u)
+        self.slot, self.prev = k.slot_offset(0, self.u), k.slot_offset(k.spec.stages - 1, self.u)
 
     def wrote(self) -> None:
         self.fenced = False
@@ -92,14 +92,14 @@ class FirstTrip(Trip):
         k, s = self.kernel, self.kernel.spec
         if not self.asked:
             if s.tile_skip is not None:
-                self.skip = k._skip(self.n_block)
+                self.skip = k.skip(self.n_block)
             self.asked = True
         if not self.fenced:
             k.wgmma.fence()
             self.fenced = True
 
     def qk_slot(self):
-        return self.kernel._slot_offset(0, self.u)
+        return self.kernel.slot_offset(0, self.u)
 
 
 class LastPv:
