@@ -74,6 +74,22 @@ class TargetLowering:
         return step
 
 
+def _cp_async_wait(cx, op, step) -> None:
+    cx.cp.wait(op.count)
+
+
+def _cta_barrier(cx, op, step) -> None:
+    cx.bar.sync()
+
+
+def _cp_async_commit(cx, op, step) -> None:
+    cx.cp.commit()
+
+
+# The patterns of a CTA's own copies' synchronization, as both targets' cooperative roles have them
+COPY_PATTERNS = {"cp_async_wait": _cp_async_wait, "cta_barrier": _cta_barrier, "cp_async_commit": _cp_async_commit}
+
+
 class KernelState(ForwardLoads):
     """One kernel's state while it is built at the current insertion point: its record of
     the IR (`spec`), emitter and resource builders, tiles, coordinates, masker and

@@ -77,7 +77,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import scf
 
-from attnc.backend.forward import KernelState, ScoredStep, TargetLowering, tiles_of
+from attnc.backend.forward import COPY_PATTERNS, KernelState, ScoredStep, TargetLowering, tiles_of
 from attnc.backend.kv_schedule import KvSchedule
 from attnc.backend.kv_steps import StepOp
 from attnc.backend.nvgpu_builders import LdMatrix, values_if, warp_vote
@@ -200,18 +200,6 @@ def _step(cx, t, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str, first: b
         if op is step.scores_end:
             step.finish_scores()
     return step.acc_o, step.state
-
-
-def _lower_cp_async_wait(cx, op, step) -> None:
-    cx.cp.wait(op.count)
-
-
-def _lower_cta_barrier(cx, op, step) -> None:
-    cx.bar.sync()
-
-
-def _lower_cp_async_commit(cx, op, step) -> None:
-    cx.cp.commit()
 
 
 def _lower_slot_read(cx, op, step) -> None:
@@ -346,8 +334,7 @@ def _steps(cx, kv: KvSchedule):
 
 # Note [Steps op by op] (kv_steps.py): the pattern of each op of a KV loop's body
 STEP_PATTERNS = {
-    "cp_async_wait": _lower_cp_async_wait, "cta_barrier": _lower_cta_barrier,
-    "cp_async_commit": _lower_cp_async_commit, "slot_read": _lower_slot_read, "load": _lower_load,
+    **COPY_PATTERNS, "slot_read": _lower_slot_read, "load": _lower_load,
     "slot_write": _lower_slot_write, "mma": _lower_mma, "score_mod": _lower_score_mod, "mask": _lower_mask,
     "block_map_read": _lower_block_map_read, "softmax_step": _lower_softmax_step, "rescale": _lower_rescale,
 }

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import llvm, scf
 
-from attnc.backend.forward import TargetLowering
+from attnc.backend.forward import COPY_PATTERNS, TargetLowering
 from attnc.backend.nvgpu_builders import Wgmma, values_if, warp_vote
 from attnc.backend.score_masks import rows_of
 from attnc.backend.softmax import SoftmaxState
@@ -305,18 +305,6 @@ def _last_cp_async_wait(cx, op, last) -> None:
 
 
 # the cooperative kernel's own loads (Note [Cooperative steps op by op])
-def _trip_cp_async_wait(cx, op, trip) -> None:
-    cx.cp.wait(op.count)
-
-
-def _trip_cta_barrier(cx, op, trip) -> None:
-    cx.bar.sync()
-
-
-def _trip_cp_async_commit(cx, op, trip) -> None:
-    cx.cp.commit()
-
-
 def _trip_load(cx, op, trip) -> None:
     trip.load_slots()
     trip.ahead[op.what] = op.count
@@ -346,15 +334,14 @@ OVERLAPPED = {
 
 
 TRIP_PATTERNS = {
-    **OVERLAPPED, "cp_async_wait": _trip_cp_async_wait, "cta_barrier": _trip_cta_barrier,
-    "cp_async_commit": _trip_cp_async_commit, "load": _trip_load, "slot_write": _trip_slot_write,
+    **OVERLAPPED, **COPY_PATTERNS, "load": _trip_load, "slot_write": _trip_slot_write,
 }
 
 
 LAST_PATTERNS = {
     "land_o": _trip_land_o, "rescale": _trip_rescale, "read": _trip_read, "turn_sync": _trip_turn_sync,
     "turn_arrive": _trip_turn_arrive, "mma": _last_mma, "land_pv": _last_land_pv,
-    "cp_async_wait": _last_cp_async_wait, "cta_barrier": _trip_cta_barrier,
+    "cp_async_wait": _last_cp_async_wait, "cta_barrier": COPY_PATTERNS["cta_barrier"],
 }
 
 
