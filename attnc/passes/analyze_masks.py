@@ -98,6 +98,7 @@ from attnc.ir.ops import KERNEL
 from attnc.passes.registry import Pass
 
 TILE_SIZES = ("block_m", "block_n")
+MAX_TILE = 4096
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,12 @@ def summarize_as(op, program: Program | None = None) -> MaskSummary:
     if missing:
         raise error_at(op, f"attn-analyze-masks needs the tile sizes, but '{missing[0]}' is not "
                            f"set: run attn-tile before it")
+    for key in TILE_SIZES:
+        # A hand-set size past any CTA's rows would reach the analysis' 64-bit bound checks
+        # and be blamed on the mask.
+        if not 1 <= get_int(op, key) <= MAX_TILE:
+            raise error_at(op, f"attn-analyze-masks: {key} = {get_int(op, key)} is no tile size "
+                               f"(1 to {MAX_TILE}); attn-tile sets it")
     dims = mask_dims(op)
     sizes = frozenset(d for key in ("q_shape", "k_shape", "v_shape") for d in get_shape(op, key)[:3]
                       if isinstance(d, str))
