@@ -140,7 +140,9 @@ def parse_ir(text: str, filename: str = "<input>"):
     ctx = make_context()
     try:
         with ctx, ir.Location.unknown():
-            return ir.Module.parse(text)
+            module = ir.Module.parse(text)
+        _check_integer_widths(module.operation)
+        return module
     except ir.MLIRError as e:
         diag = e.error_diagnostics[0] if e.error_diagnostics else None
         if diag is None:
@@ -150,6 +152,47 @@ def parse_ir(text: str, filename: str = "<input>"):
             error.filename, error.source = filename, text
         _attach_source_from_disk(error)
         raise error from None
+
+
+def _check_integer_widths(root) -> None:
+    """Refuse an integer attribute or value wider than 64 bits (a hand-edited `: i128`):
+    attnc reads integers as 64-bit ones, and the bindings abort the process on a wider one."""
+    from mlir import ir
+    from attnc.ir import error_at
+
+    def wide(t) -> int | None:
+        return t.width if isinstance(t, ir.IntegerType) and t.width > 64 else None
+
+    def attrs(attr):
+        if isinstance(attr, ir.ArrayAttr):
+            for a in attr:
+                yield from attrs(a)
+        elif isinstance(attr, ir.DictAttr):
+            for k in range(len(attr)):
+                yield from attrs(attr[k].attr)
+        elif isinstance(attr, ir.IntegerAttr):
+            yield attr.type
+
+    def visit(op) -> None:
+        for k in range(len(op.attributes)):
+            named = op.attributes[k]
+            width = next((w for t in attrs(named.attr) if (w := wide(t))), None)
+            if width:
+                raise error_at(op, f"attribute '{named.name}' of {op.name} holds an i{width}: attnc reads "
+                                   f"integers of up to 64 bits")
+        for value in op.results:
+            if wide(value.type):
+                raise error_at(op, f"{op.name} gives an i{wide(value.type)}: attnc reads integers of up to 64 bits")
+        for region in op.regions:
+            for block in region.blocks:
+                for arg in block.arguments:
+                    if wide(arg.type):
+                        raise error_at(op, f"a block argument of {op.name} is an i{wide(arg.type)}: attnc reads "
+                                           f"integers of up to 64 bits")
+                for inner in block.operations:
+                    visit(inner.operation)
+
+    visit(root)
 
 
 def _attach_source_from_disk(e: AttncError) -> None:

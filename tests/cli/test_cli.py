@@ -466,6 +466,18 @@ def test_opt_names_the_file_of_ir_without_locations(tmp_path):
     assert err.startswith(f"{empty}:1:1: error: attn-tile found no attn.attention op to tile\n")
 
 
+def test_opt_refuses_integers_wider_than_64_bits(tmp_path):
+    """A hand-edited i128 in the input is a located error, not an abort of the process
+    (the bindings assert on reading it as a 64-bit integer)."""
+    text = (ROOT / "tests" / "passes" / "lower_sm80.mlir").read_text()
+    edited = tmp_path / "wide.mlir"
+    edited.write_text(text.replace('k_shape = ["B", "H", "N", 128]', 'k_shape = ["B", "H", 4 : i128, 128]'))
+    status, _, err = run_attnc(["opt", str(edited), "--pass-pipeline", "attn-tile"])
+    assert status == 1
+    assert err.startswith("lower_sm80.attn:2:1: error: attribute 'k_shape' of attn.attention holds an i128: "
+                          "attnc reads integers of up to 64 bits\n")
+
+
 @pytest.mark.parametrize("name", ["mha.attn", "mha.txt"])
 def test_opt_on_an_attn_source_suggests_compile(tmp_path, name):
     source = tmp_path / name
