@@ -72,6 +72,9 @@ def _parse_run(command: str, path: Path, line: int) -> RunLine:
     for word in check[1:]:
         if word.startswith("--check-prefix="):
             prefix = word.split("=", 1)[1]
+        elif word != "%s":
+            # Refused rather than ignored: a check this runner does not make must not look made.
+            raise ValueError(f"{path}:{line}: filecheck takes the file and --check-prefix= here, not {word}")
     return RunLine(line, words[1:], expect_failure, merge, prefix)
 
 

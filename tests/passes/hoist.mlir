@@ -2,13 +2,15 @@
 // reads (`attn.level`: cta, row, col, score), or (hoist=false) every one per score; and the
 // pass's error.
 //
-// RUN: attnc compile examples/docs_sink.attn -arch sm_80 --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-hoist" | filecheck %s
-// RUN: attnc compile examples/alibi.attn -arch sm_90a --emit mlir --pass-pipeline "attn-tile,attn-hoist" | filecheck %s --check-prefix=ALIBI
-// RUN: attnc compile examples/alibi.attn -arch sm_90a --emit mlir --pass-pipeline "attn-tile,attn-hoist{hoist=false}" | filecheck %s --check-prefix=OFF --implicit-check-not='attn.level = "cta"' --implicit-check-not='attn.level = "row"' --implicit-check-not='attn.level = "col"' 
-// RUN: not attnc compile examples/alibi.attn -arch sm_80 --emit mlir --pass-pipeline "attn-hoist" 2>&1 | filecheck %s --check-prefix=NOTILE
+// The input is the L1 IR of examples/alibi.attn and examples/docs_sink.attn (below the checks).
+// RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-hoist" | filecheck %s
+// RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist" | filecheck %s --check-prefix=ALIBI
+// RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist{hoist=false}" | filecheck %s --check-prefix=OFF
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-hoist" 2>&1 | filecheck %s --check-prefix=NOTILE
 
 // documents + causal: a row's document id once per row, a column's once per column, the
 // comparisons per score.
+// CHECK-LABEL: func.func @docs_sink(
 // CHECK: "attn.mask"
 // CHECK: "attn.param"({{.*}}) {attn.level = "row"}
 // CHECK-NEXT: "attn.param"({{.*}}) {attn.level = "col"}
@@ -16,11 +18,72 @@
 // CHECK-NEXT: arith.cmpi sle, {{.*}} {attn.level = "score"}
 
 // ALiBi: the head's slope once per CTA, j - i and what reads s per score.
+// ALIBI-LABEL: func.func @alibi(
 // ALIBI: "attn.score_mod"
 // ALIBI: "attn.param"({{.*}}) {attn.level = "cta"}
 // ALIBI: arith.subi {{.*}} {attn.level = "score"}
 // ALIBI: arith.addf {{.*}} {attn.level = "score"}
+// hoist=false: every value of both functions per score, none at a coarser level.
+// OFF-NOT: attn.level = "{{cta|row|col}}"
 // OFF: "attn.score_mod"
+// OFF-NOT: attn.level = "{{cta|row|col}}"
 // OFF: "attn.param"({{.*}}) {attn.level = "score"}
+// OFF-NOT: attn.level = "{{cta|row|col}}"
 
 // NOTILE: alibi.attn:2:1: error: attn-hoist places the values of the tile program's hooks; run attn-tile first
+
+// examples/alibi.attn and examples/docs_sink.attn as the frontend lowers them (L1).
+func.func @alibi(%q: tensor<?x?x?x64xf16>, %k: tensor<?x?x?x64xf16>, %v: tensor<?x?x?x64xf16>, %slopes: tensor<?xf32>) -> tensor<?x?x?x64xf16> {
+  %o = "attn.attention"(%q, %k, %v) ({
+  ^bb0(%s: f32, %b: i32, %h: i32, %i: i32, %j: i32):
+    %slope = "attn.param"(%slopes, %h) : (tensor<?xf32>, i32) -> f32
+    %d = arith.subi %j, %i : i32
+    %df = arith.sitofp %d : i32 to f32
+    %bias = arith.mulf %slope, %df : f32
+    %t = arith.addf %s, %bias : f32
+    gpu.yield %t : f32
+  }, {
+  ^bb0(%b: i32, %h: i32, %i: i32, %j: i32):
+    %n = "attn.dim"() {name = "N"} : () -> i32
+    %m = "attn.dim"() {name = "M"} : () -> i32
+    %shift = arith.subi %n, %m : i32
+    %last = arith.addi %i, %shift : i32
+    %keep = arith.cmpi sle, %j, %last : i32
+    gpu.yield %keep : i1
+  }, {
+  ^bb0(%h: i32):
+    %none = arith.constant 0xFF800000 : f32
+    gpu.yield %none : f32
+  }) {variant = "alibi", dtype = "f16", head_dim_qk = 64 : i64, head_dim_v = 64 : i64,
+      scale = 1.250000e-01 : f32, dims = ["B", "H", "M", "N"], q_shape = ["B", "H", "M", 64],
+      k_shape = ["B", "H", "N", 64], v_shape = ["B", "H", "N", 64], params = ["slopes"],
+      param_shapes = [["H"]], param_dtypes = ["f32"], outputs = ["o"], gqa = false,
+      has_score_mod = true, has_mask_mod = true, has_sink = false}
+      : (tensor<?x?x?x64xf16>, tensor<?x?x?x64xf16>, tensor<?x?x?x64xf16>) -> tensor<?x?x?x64xf16> loc("alibi.attn":2:1)
+  return %o : tensor<?x?x?x64xf16>
+}
+
+func.func @docs_sink(%q: tensor<?x?x?x64xbf16>, %k: tensor<?x?x?x64xbf16>, %v: tensor<?x?x?x64xbf16>, %doc: tensor<?x?xi32>, %sinks: tensor<?xf32>) -> tensor<?x?x?x64xbf16> {
+  %o = "attn.attention"(%q, %k, %v) ({
+  ^bb0(%s: f32, %b: i32, %h: i32, %i: i32, %j: i32):
+    gpu.yield %s : f32
+  }, {
+  ^bb0(%b: i32, %h: i32, %i: i32, %j: i32):
+    %doc_i = "attn.param"(%doc, %b, %i) : (tensor<?x?xi32>, i32, i32) -> i32
+    %doc_j = "attn.param"(%doc, %b, %j) : (tensor<?x?xi32>, i32, i32) -> i32
+    %same = arith.cmpi eq, %doc_i, %doc_j : i32
+    %causal = arith.cmpi sle, %j, %i : i32
+    %keep = arith.andi %same, %causal : i1
+    gpu.yield %keep : i1
+  }, {
+  ^bb0(%h: i32):
+    %sink = "attn.param"(%sinks, %h) : (tensor<?xf32>, i32) -> f32
+    gpu.yield %sink : f32
+  }) {variant = "docs_sink", dtype = "bf16", head_dim_qk = 64 : i64, head_dim_v = 64 : i64,
+      scale = 1.250000e-01 : f32, dims = ["B", "H", "M", "N"], q_shape = ["B", "H", "M", 64],
+      k_shape = ["B", "H", "N", 64], v_shape = ["B", "H", "N", 64], params = ["doc", "sinks"],
+      param_shapes = [["B", "N"], ["H"]], param_dtypes = ["i32", "f32"], outputs = ["o"], gqa = false,
+      has_score_mod = false, has_mask_mod = true, has_sink = true}
+      : (tensor<?x?x?x64xbf16>, tensor<?x?x?x64xbf16>, tensor<?x?x?x64xbf16>) -> tensor<?x?x?x64xbf16> loc("docs_sink.attn":2:1)
+  return %o : tensor<?x?x?x64xbf16>
+}

@@ -1,18 +1,30 @@
 // attn-kernel-choices: the kernel's choices beyond the plan (grid order, CTAs per SM, the
 // mask's test, the exp2 split, the lazy rescale, row sums, step loads, the O store), each
-// on the op it concerns, as the options give them or by the measured defaults; and every
-// error the pass raises.
+// on the op it concerns, as the options give them or by the measured defaults.
+// The errors here: the pass's own (run before attn-tile, attn-warp-specialize or
+// attn-insert-pipelines; an sm_100a plan; an integer out of range) and, of the conditions
+// of the kernel the lowering builds (attnc/backend/spec_checks.py), those an option breaks
+// below. Its others are tested elsewhere: a module without a kernel in
+// tests/passes/test_pass_errors.py, refused edits of the recorded choices in
+// tests/passes/test_kernel_choices.py, the kernel's other conditions in tests/backend/*.
 //
-// RUN: attnc compile examples/alibi.attn -arch sm_80 --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices" | filecheck %s
-// RUN: attnc compile examples/alibi.attn -arch sm_80 --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{mma_row_sum=0 staged_o=0 exp2_fma=3}" | filecheck %s --check-prefix=OPTIONS
+// The input is examples/alibi.attn's L1 IR (below the checks).
+// RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices" | filecheck %s
+// RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{mma_row_sum=0 staged_o=0 exp2_fma=3}" | filecheck %s --check-prefix=OPTIONS
+// The producer warpgroup's kernel needs head dim 128, and the pass takes one attn.attention
+// per module: Gemma-2 is compiled from its source.
 // RUN: attnc compile examples/gemma2.attn -arch sm_90a --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices" | filecheck %s --check-prefix=GEMMA
-// RUN: not attnc compile examples/alibi.attn -arch sm_100a --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices" 2>&1 | filecheck %s --check-prefix=SM100
-// RUN: not attnc compile examples/alibi.attn -arch sm_80 --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-kernel-choices" 2>&1 | filecheck %s --check-prefix=NOSYNC
-// RUN: not attnc compile examples/alibi.attn -arch sm_80 --emit mlir --pass-pipeline "attn-tile,attn-kernel-choices" 2>&1 | filecheck %s --check-prefix=NOROLES
-// RUN: not attnc compile examples/alibi.attn -arch sm_90a --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{lean_loads=1}" 2>&1 | filecheck %s --check-prefix=LEAN
-// RUN: not attnc compile examples/alibi.attn -arch sm_80 --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{exp2_fma=9223372036854775808}" 2>&1 | filecheck %s --check-prefix=RANGE
-// RUN: not attnc compile examples/alibi.attn -arch sm_90a --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{qk_unroll=2}" 2>&1 | filecheck %s --check-prefix=UNROLL90
-// RUN: not attnc compile examples/alibi.attn -arch sm_80 --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{qk_unroll=3}" 2>&1 | filecheck %s --check-prefix=UNROLL3
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-kernel-choices" 2>&1 | filecheck %s --check-prefix=NOTILE
+// RUN: not attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices" 2>&1 | filecheck %s --check-prefix=SM100
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-kernel-choices" 2>&1 | filecheck %s --check-prefix=NOSYNC
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-kernel-choices" 2>&1 | filecheck %s --check-prefix=NOROLES
+// RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{lean_loads=1}" 2>&1 | filecheck %s --check-prefix=LEAN
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{exp2_fma=9223372036854775808}" 2>&1 | filecheck %s --check-prefix=RANGE
+// RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{qk_unroll=2}" 2>&1 | filecheck %s --check-prefix=UNROLL90
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{qk_unroll=3}" 2>&1 | filecheck %s --check-prefix=UNROLL3
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{qk_unroll=-1}" 2>&1 | filecheck %s --check-prefix=UNROLLNEG
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{min_ctas_per_sm=33}" 2>&1 | filecheck %s --check-prefix=CTAS
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile{block_m=64 block_n=256},attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{interval_test=bits}" 2>&1 | filecheck %s --check-prefix=BITS
 
 // ALiBi on sm_80 (head dim 64, an affine score_mod, no LSE): row sums on the tensor cores,
 // no lazy rescale below head dim 128, O staged through shared memory, the mask's bit test.
@@ -38,6 +50,7 @@
 // GEMMA: "attn.store"({{.*}}) {operand = "o", staged = false}
 // GEMMA: }) {name = "consumer0"
 
+// NOTILE: alibi.attn:2:1: error: attn-kernel-choices needs the 'target' attribute that attn-tile records; run attn-tile first
 // SM100: alibi.attn:2:1: error: attn-kernel-choices records the choices of the sm_80 and sm_90a lowerings; attn-lower-sm100a takes none yet
 // NOSYNC: alibi.attn:2:1: error: attn-kernel-choices needs the synchronization attn-insert-pipelines makes of attn.put; run attn-insert-pipelines first
 // NOROLES: alibi.attn:2:1: error: attn-kernel-choices needs the role regions that attn-warp-specialize makes; run attn-warp-specialize first
@@ -45,3 +58,38 @@
 // RANGE: alibi.attn:2:1: error: option exp2_fma = 9223372036854775808 is out of range
 // UNROLL90: --pass-pipeline:1:125: error: attn-kernel-choices: the sm_90a kernel cannot be built: qk_unroll=2: it rolls sm_80's QK^T k16 steps into a loop; sm_90a issues QK^T as one wgmma group (0 there)
 // UNROLL3: --pass-pipeline:1:125: error: attn-kernel-choices: the sm_80 kernel cannot be built: qk_unroll=3 must divide 4 (k16 steps per smem page), or be 0
+// UNROLLNEG: --pass-pipeline:1:125: error: attn-kernel-choices: the sm_80 kernel cannot be built: qk_unroll=-1: expected 0 or more
+// CTAS: --pass-pipeline:1:125: error: attn-kernel-choices: the sm_80 kernel cannot be built: min_ctas_per_sm=33: expected 0 to 32
+// The kept-bits test holds 32 scores per row and lane: 256-key tiles take another.
+// BITS: --pass-pipeline:1:149: error: attn-kernel-choices: the sm_80 kernel cannot be built: interval_test='bits' needs block_n <= 128 (32 scores per row and lane), not 256: use 'range' or 'pair'
+
+// examples/alibi.attn as the frontend lowers it (L1).
+func.func @alibi(%q: tensor<?x?x?x64xf16>, %k: tensor<?x?x?x64xf16>, %v: tensor<?x?x?x64xf16>, %slopes: tensor<?xf32>) -> tensor<?x?x?x64xf16> {
+  %o = "attn.attention"(%q, %k, %v) ({
+  ^bb0(%s: f32, %b: i32, %h: i32, %i: i32, %j: i32):
+    %slope = "attn.param"(%slopes, %h) : (tensor<?xf32>, i32) -> f32
+    %d = arith.subi %j, %i : i32
+    %df = arith.sitofp %d : i32 to f32
+    %bias = arith.mulf %slope, %df : f32
+    %t = arith.addf %s, %bias : f32
+    gpu.yield %t : f32
+  }, {
+  ^bb0(%b: i32, %h: i32, %i: i32, %j: i32):
+    %n = "attn.dim"() {name = "N"} : () -> i32
+    %m = "attn.dim"() {name = "M"} : () -> i32
+    %shift = arith.subi %n, %m : i32
+    %last = arith.addi %i, %shift : i32
+    %keep = arith.cmpi sle, %j, %last : i32
+    gpu.yield %keep : i1
+  }, {
+  ^bb0(%h: i32):
+    %none = arith.constant 0xFF800000 : f32
+    gpu.yield %none : f32
+  }) {variant = "alibi", dtype = "f16", head_dim_qk = 64 : i64, head_dim_v = 64 : i64,
+      scale = 1.250000e-01 : f32, dims = ["B", "H", "M", "N"], q_shape = ["B", "H", "M", 64],
+      k_shape = ["B", "H", "N", 64], v_shape = ["B", "H", "N", 64], params = ["slopes"],
+      param_shapes = [["H"]], param_dtypes = ["f32"], outputs = ["o"], gqa = false,
+      has_score_mod = true, has_mask_mod = true, has_sink = false}
+      : (tensor<?x?x?x64xf16>, tensor<?x?x?x64xf16>, tensor<?x?x?x64xf16>) -> tensor<?x?x?x64xf16> loc("alibi.attn":2:1)
+  return %o : tensor<?x?x?x64xf16>
+}

@@ -2,10 +2,14 @@
 // kernel, every op of every role lowered as it stands (Note [The sm_100a kernel, op by op] in
 // attnc/backend/sm100a.py), and the launch ABI (tensor maps of q, k, v and o) on the module.
 //
-// RUN: attnc compile examples/mqa.attn -arch sm_100a --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-verify-pipeline,attn-lower-sm100a" | filecheck %s
+// The input is examples/mqa.attn's L1 IR (below the checks).
+// RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-analyze-masks,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-verify-pipeline,attn-lower-sm100a" | filecheck %s
+// The pass lowers one attn.attention per module, and the block map needs a mask that reads
+// params: examples/docs_sink.attn is compiled from its source.
 // RUN: attnc compile examples/docs_sink.attn -arch sm_100a --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-lower-sm100a" 2>&1 | filecheck %s --check-prefix=MAP
-// RUN: not attnc compile examples/mha.attn -arch sm_90a --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-insert-pipelines,attn-lower-sm100a" 2>&1 | filecheck %s --check-prefix=OTHER
-// RUN: not attnc compile examples/mha.attn -arch sm_100a --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-lower-sm100a,attn-lower-sm100a" 2>&1 | filecheck %s --check-prefix=TWICE
+// RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-insert-pipelines,attn-lower-sm100a" 2>&1 | filecheck %s --check-prefix=OTHER
+// RUN: not attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-lower-sm100a,attn-lower-sm100a" 2>&1 | filecheck %s --check-prefix=TWICE
+// RUN: not attnc opt %s -arch sm_100a --pass-pipeline "attn-lower-sm100a" 2>&1 | filecheck %s --check-prefix=NOTILE
 
 // The plan stays; the kernel is added beside it.
 // CHECK: "attn.tcgen05_commit"
@@ -40,5 +44,28 @@
 // MAP: gpu.func @attnc_docs_sink_fwd(
 // MAP: redux.sync
 // MAP: gpu.func @attnc_docs_sink_blockmap(
-// OTHER: mha.attn:2:1: error: attn-lower-sm100a lowers sm_100a plans; this one is for sm_90a: use attn-lower-sm90a
-// TWICE: mha.attn:2:1: error: attn-lower-sm100a ran twice on this module
+// OTHER: mqa.attn:2:1: error: attn-lower-sm100a lowers sm_100a plans; this one is for sm_90a: use attn-lower-sm90a
+// TWICE: mqa.attn:2:1: error: attn-lower-sm100a ran twice on this module
+// NOTILE: mqa.attn:2:1: error: attn-lower-sm100a needs the 'block_m' attribute that attn-tile records; run attn-tile first
+
+// examples/mqa.attn as the frontend lowers it (L1).
+func.func @mqa(%q: tensor<?x?x?x128xf16>, %k: tensor<?x1x?x128xf16>, %v: tensor<?x1x?x128xf16>) -> (tensor<?x?x?x128xf16>, tensor<?x?x?xf32>) {
+  %o, %lse = "attn.attention"(%q, %k, %v) ({
+  ^bb0(%s: f32, %b: i32, %h: i32, %i: i32, %j: i32):
+    gpu.yield %s : f32
+  }, {
+  ^bb0(%b: i32, %h: i32, %i: i32, %j: i32):
+    %keep = arith.cmpi sle, %j, %i : i32
+    gpu.yield %keep : i1
+  }, {
+  ^bb0(%h: i32):
+    %none = arith.constant 0xFF800000 : f32
+    gpu.yield %none : f32
+  }) {variant = "mqa", dtype = "f16", head_dim_qk = 128 : i64, head_dim_v = 128 : i64,
+      scale = 0.0883883461 : f32, dims = ["B", "H", "M", "N"], q_shape = ["B", "H", "M", 128],
+      k_shape = ["B", 1, "N", 128], v_shape = ["B", 1, "N", 128], params = [],
+      param_shapes = [], param_dtypes = [], outputs = ["o", "lse"], gqa = true,
+      has_score_mod = false, has_mask_mod = true, has_sink = false}
+      : (tensor<?x?x?x128xf16>, tensor<?x1x?x128xf16>, tensor<?x1x?x128xf16>) -> (tensor<?x?x?x128xf16>, tensor<?x?x?xf32>) loc("mqa.attn":2:1)
+  return %o, %lse : tensor<?x?x?x128xf16>, tensor<?x?x?xf32>
+}

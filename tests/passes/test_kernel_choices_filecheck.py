@@ -1,5 +1,5 @@
 """attn-kernel-choices FileCheck tests: tests/passes/kernel_choices.mlir (the choices on
-their ops, by default and from the options, and every error the pass raises)."""
+their ops, by default and from the options, and the errors its header lists)."""
 from pathlib import Path
 
 from attnc.testing import check_file
