@@ -1,5 +1,6 @@
 """attn-lower-sm100a FileCheck tests: tests/passes/lower_sm100a.mlir (the L6 kernel in the
-module, its ABI, and every error the pass raises)."""
+module, its ABI, and the pass's errors on a plan the pipeline makes; those on edited IR are
+tested in tests/backend/test_sm100a.py)."""
 from pathlib import Path
 
 from attnc.testing import check_file

@@ -1,5 +1,6 @@
 """attn-lower-sm80 FileCheck tests: tests/passes/lower_sm80.mlir (the L6 kernel in the
-module, the block-map kernel, and every error the pass raises)."""
+module, the block-map kernel, and the pass's errors on a plan the pipeline makes; those on
+edited IR are tested in tests/passes/test_kv_steps.py, test_lower_plan.py and the like)."""
 from pathlib import Path
 
 from attnc.testing import check_file
