@@ -667,6 +667,16 @@ def test_int_of_a_float_is_the_saturating_conversion_in_the_kernel():
     assert "llvm.fptosi " not in kernels
 
 
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_int_is_one_conversion_in_the_ptx(arch):
+    """Note [One cvt for int()] (ptx.py): relative_bias's int(), once a score, is one
+    cvt.rzi.s32.f32 in the PTX, not LLVM's expansion of fptosi.sat (a NaN test and the bounds'
+    compares and selects around it); sm_100a's: tests/backend/test_sm100a.py."""
+    import attnc
+    ptx = attnc.compile(ROOT / "examples/relative_bias.attn", arch=arch).bundle.code["ptx"].decode()
+    assert ptx.count("cvt.rzi.s32.f32") >= 64 and "setp.nan.f32" not in ptx
+
+
 def test_a_runtime_division_goes_through_the_rounded_divide(monkeypatch):
     """Note [Division]: x / y of a runtime y is hook_arith.divide's nearest quotient from an
     approximate reciprocal, not x * rcp(y). On the CPU rcp.approx cannot run (hence
