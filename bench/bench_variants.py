@@ -204,7 +204,7 @@ def bundle_lookup(bundles: Path, tags: str | None) -> tuple[list, dict]:
 def attnc_params(case: str, b: int, h: int) -> dict:
     if case == "alibi_causal":
         return {"slopes": torch.exp2(-8.0 * torch.arange(1, h + 1, device="cuda", dtype=torch.float32) / h)}
-    if case == "t5_causal":         # tools/build_gpu_bundles.py's EXP_CASES
+    if case in ("t5", "t5_causal"):     # tools/build_gpu_bundles.py's EXP_CASES
         return {"bias": torch.randn(h, 32, device="cuda", generator=torch.Generator("cuda").manual_seed(0))}
     if case == "doc_causal":
         docs = (torch.arange(N, device="cuda", dtype=torch.int32) // 1000)

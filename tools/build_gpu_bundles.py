@@ -300,13 +300,14 @@ SWEEP_CASES = {f"window{w}": ("", None, f"j <= i and i - j < {w}", {}) for w in 
 # Cases only experiment bundles build (tools/build_exp_bundles.py): documents without
 # the causal bound, tiles without a diagonal to mask (bench/doc_scaling.py); no mask at
 # all (bench/bench_sm80.py's unmasked kernels); examples/relative_bias.attn's T5 bias under
-# a causal mask (an int() per score: Note [One cvt for int()] in attnc/backend/ptx.py).
+# a causal mask and without one (an int() per score: Note [One cvt for int()] in attnc/backend/ptx.py).
 T5_BIAS = ("let d = j - i in let side = where(d > 0, 16, 0) in let n = abs(d) in "
            "let far = min(8 + int(log(float(max(n, 1)) / 8.0) / log(128.0 / 8.0) * 8.0), 15) in "
            "s + bias[h, side + where(n < 8, n, far)]")
 EXP_CASES = {"doc_only": ("  param doc: i32[B, N]\n", None, "doc[b, i] == doc[b, j]", {}),
              "full": ("", None, None, {}),
-             "t5_causal": ("  param bias: f32[H, 32]\n", T5_BIAS, "j <= i", {})}
+             "t5_causal": ("  param bias: f32[H, 32]\n", T5_BIAS, "j <= i", {}),
+             "t5": ("  param bias: f32[H, 32]\n", T5_BIAS, None, {})}
 
 
 def bench_source(name: str, d: int, case: str) -> str:

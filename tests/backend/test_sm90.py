@@ -131,8 +131,18 @@ def test_every_example_assembles_for_sm90a_without_spills(name):
     on a GPU (tests/gpu with --archs sm_90a bundles)."""
     art = build(compile_file(EXAMPLES_DIR / f"{name}.attn", CompileOptions(arch="sm_90a")))
     log = cubin.ptx_to_cubin(art.ptx, "sm_90a", verbose=True).info_log
-    no_spills(log)
+    if name in MEASURED_SPILLS:
+        usage = cubin.parse_resource_usage(log)
+        assert usage and all(u.spill_stores <= MEASURED_SPILLS[name] for u in usage.values()), usage
+    else:
+        no_spills(log)
     assert SERIALIZED not in log, log
+
+
+# Spills of a kernel measured faster with them than without: relative_bias's int() as one
+# cvt (Note [One cvt for int()]) leaves 4 bytes, and it ran 1.08x faster than the spill-free
+# expansion (results/sm90a_h200.md, "One cvt for int()"). More than these bytes fails.
+MEASURED_SPILLS = {"relative_bias": 4}
 
 
 def threads(result) -> int:
