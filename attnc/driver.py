@@ -160,39 +160,44 @@ def _check_integer_widths(root) -> None:
     from mlir import ir
     from attnc.ir import error_at
 
-    def wide(t) -> int | None:
-        return t.width if isinstance(t, ir.IntegerType) and t.width > 64 else None
+    found = []
 
-    def attrs(attr):
+    def visit(op):
+        message = _too_wide(op, ir)
+        if message:
+            found.append((op, f"{message}: attnc reads integers of up to 64 bits"))
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit, ir.WalkOrder.PRE_ORDER)
+    if found:
+        raise error_at(*found[0])
+
+
+def _too_wide(op, ir) -> str | None:
+    """What of `op` is an integer wider than 64 bits: an attribute (or an element of one),
+    a result or an argument of its regions' blocks; None if nothing."""
+    def width(t) -> int:
+        return t.width if isinstance(t, ir.IntegerType) else 0
+
+    def attr_width(attr) -> int:
         if isinstance(attr, ir.ArrayAttr):
-            for a in attr:
-                yield from attrs(a)
-        elif isinstance(attr, ir.DictAttr):
-            for k in range(len(attr)):
-                yield from attrs(attr[k].attr)
-        elif isinstance(attr, ir.IntegerAttr):
-            yield attr.type
+            return max((attr_width(a) for a in attr), default=0)
+        if isinstance(attr, ir.DictAttr):
+            return max((attr_width(attr[k].attr) for k in range(len(attr))), default=0)
+        return width(attr.type) if isinstance(attr, ir.IntegerAttr) else 0
 
-    def visit(op) -> None:
-        for k in range(len(op.attributes)):
-            named = op.attributes[k]
-            width = next((w for t in attrs(named.attr) if (w := wide(t))), None)
-            if width:
-                raise error_at(op, f"attribute '{named.name}' of {op.name} holds an i{width}: attnc reads "
-                                   f"integers of up to 64 bits")
-        for value in op.results:
-            if wide(value.type):
-                raise error_at(op, f"{op.name} gives an i{wide(value.type)}: attnc reads integers of up to 64 bits")
-        for region in op.regions:
-            for block in region.blocks:
-                for arg in block.arguments:
-                    if wide(arg.type):
-                        raise error_at(op, f"a block argument of {op.name} is an i{wide(arg.type)}: attnc reads "
-                                           f"integers of up to 64 bits")
-                for inner in block.operations:
-                    visit(inner.operation)
-
-    visit(root)
+    for k in range(len(op.attributes)):
+        named = op.attributes[k]
+        if (w := attr_width(named.attr)) > 64:
+            return f"attribute '{named.name}' of {op.name} holds an i{w}"
+    for value in op.results:
+        if width(value.type) > 64:
+            return f"{op.name} gives an i{width(value.type)}"
+    for arg in (a for region in op.regions for block in region.blocks for a in block.arguments):
+        if width(arg.type) > 64:
+            return f"a block argument of {op.name} is an i{width(arg.type)}"
+    return None
 
 
 def _attach_source_from_disk(e: AttncError) -> None:

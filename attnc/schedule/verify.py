@@ -392,6 +392,7 @@ def kernel_explorations(kernel: ir.Operation) -> tuple[list[Violation], list[tup
     stages = max([c.get("stages", 1) for c in map(R.attrs_of, R.channel_ops(kernel))] or [1])
     programs: dict[str, list[Event]] = {}
     threads: dict[str, int] = {}
+    fixed_keys = _fixed_keys(kernel)
     for role in R.role_ops(kernel):
         a = R.attrs_of(role)
         trace = _Trace(len(a["warps"]), stages, bars, R.attrs_of(kernel).get("block_n", 0))
@@ -404,7 +405,7 @@ def kernel_explorations(kernel: ir.Operation) -> tuple[list[Violation], list[tup
             return [Violation(e.op, f"role {a['name']!r}: {what} of {e.op.name} is not a value the loops "
                                     f"and arith ops make (an iter_arg, a constant, attn.ring_advance, "
                                     f"attn.kv_range, attn.dim, integer arith)")], []
-        if trace.first_kv_loop is not None and trace.kv_trips < 2 * stages and not _fixed_keys(kernel):
+        if trace.first_kv_loop is not None and trace.kv_trips < 2 * stages and not fixed_keys:
             return [Violation(trace.first_kv_loop,
                               f"role {a['name']!r}: its KV loops run {trace.kv_trips} trips over the "
                               f"{trace.blocks} key blocks the check gives every role, fewer than the "
