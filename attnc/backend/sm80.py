@@ -192,14 +192,13 @@ def _step(cx, t, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str, first: b
     [Dead rows])."""
     body = cx.steps.body(mode, top)
     step = _Step(cx, t, kv, mode, acc_o, state, body)
-    for op in body:
-        if first and op.name == "mma" and op.what == "qk":
-            return _first_by_tiles(cx, t, step.n_block, kv, step.slot(0), mode, step.skip(), step.ragged,
-                                   step.ask_skip)
-        STEP_PATTERNS[op.name](cx, op, step)
-        if op is step.scores_end:
-            step.finish_scores()
-    return step.acc_o, step.state
+    if not first:
+        cx.target.run(cx, "step", body, step)
+        return step.acc_o, step.state
+    # the ops before QK^T as they stand, then the step by tiles
+    qk = next(k for k, op in enumerate(body) if op.name == "mma" and op.what == "qk")
+    cx.target.run(cx, "step", body[:qk], step)
+    return _first_by_tiles(cx, t, step.n_block, kv, step.slot(0), mode, step.skip(), step.ragged, step.ask_skip)
 
 
 def _lower_slot_read(cx, op, step) -> None:
