@@ -393,11 +393,15 @@ SCHEDULES = [
     ("sm_90a", "kv_separate", {"block_m": 128, "producer": True, "kv_layout": "separate"}, ()),
     ("sm_90a", "kv_first", {"block_m": 128, "producer": True}, ("examples/passes/kv_first.py",)),
     ("sm_90a", "coop_kv_separate", {"block_m": 128, "producer": False, "kv_layout": "separate"}, ()),
+    # Note [Choices op by op]: the loops without a mask with their own exp2_fma
+    ("sm_80", "exp2_fma_unmasked", {}, ("examples/passes/exp2_fma_unmasked.py",)),
+    ("sm_90a", "exp2_fma_unmasked", {}, ("examples/passes/exp2_fma_unmasked.py",)),
 ]
 # The pass each user pass (by its file's name) runs after (default: attn-warp-specialize, at L3).
 USER_PASS_AFTER = {"wait_v_early.py": "attn-insert-pipelines", "pv_before_qk.py": "attn-overlap-gemms",
                    "waits_first.py": "attn-overlap-gemms", "last_v_early.py": "attn-overlap-gemms",
-                   "loads_after_gemms.py": "attn-overlap-gemms", "kv_first.py": "attn-alloc-smem"}
+                   "loads_after_gemms.py": "attn-overlap-gemms", "kv_first.py": "attn-alloc-smem",
+                   "exp2_fma_unmasked.py": "attn-kernel-choices"}
 SCHEDULE_EXAMPLES = ("mha", "alibi", "gemma2", "docs_sink")
 
 

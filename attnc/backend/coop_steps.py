@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from mlir import ir
 
-from attnc.backend.kv_steps import StepOp, body_of, prologue_steps
+from attnc.backend.kv_steps import StepOp, as_written, body_of, prologue_steps, step_op
 from attnc.backend.role_shell import check_compute
 from attnc.backend.wgmma_steps import Around, _check_hooks, advances, around_ops, require
 from attnc.ir import error_at
@@ -69,7 +69,7 @@ def coop_steps(kernel) -> CoopSteps:
     loops = [op for op in R.ops_in(R.role_block(role), ("scf.for",)) if KV_LOOP in op.attributes]
     trips = tuple((R.value_of(loop.attributes[KV_LOOP]), _trip(loop, kernel, stages, hooks)) for loop in loops)
     for (kind, ops), loop in zip(trips, loops):
-        if ops != next(o for k, o in trips if k == kind):       # the kernel builds every loop of a kind from one
+        if as_written(ops) != as_written(next(o for k, o in trips if k == kind)):   # built from one
             raise error_at(loop, f"the KV loops of one kind ({kind}) have the same trip: the kernel builds them "
                                  f"from one ({NOTE})")
     return CoopSteps(trips, *_around(loops, kernel, hooks), _prologue(role, loops, kernel, stages))
@@ -129,7 +129,7 @@ def _step_op(op, args: list, kernel, block, stages: int) -> StepOp | None:
         if attrs.get("kind") not in ("qk", "pv") or "async" not in op.attributes:
             raise error_at(op, f"an overlapped step's GEMMs are QK^T and P.V, async (wgmma groups landed by "
                                f"{R.MMA_WAIT}) ({NOTE})")
-        return StepOp("mma", attrs["kind"])
+        return step_op(op, "mma", attrs["kind"])
     if name == R.CP_ASYNC_COMMIT:
         return StepOp("cp_async_commit")
     if (plain := _plain(op)) is not None:
@@ -164,7 +164,7 @@ def _plain(op) -> StepOp | None:
         return StepOp("cp_async_wait", count=int(R.attrs_of(op)["pending"]))
     if name in (R.CTA_BARRIER, "attn.rescale", "attn.softmax_step", "attn.score_mod", "attn.mask",
                 "attn.block_map_read"):
-        return StepOp(name.removeprefix("attn."))
+        return step_op(op, name.removeprefix("attn."))
     return None
 
 
@@ -240,7 +240,7 @@ def _ops(ops: list, seen: dict, where: str, stages: dict, needed: tuple, loop, o
                 "land_pv" if where == "last P.V" else "land_s"
             return StepOp(kind, count=int(attrs["pending"]))
         if name == "attn.mma" and "async" in op.attributes and attrs.get("kind") in ("qk", "pv"):
-            return StepOp("mma", attrs["kind"])
+            return step_op(op, "mma", attrs["kind"])
         if name == R.SLOT_READ and _read_at(op, str(attrs["tile"]), stages):
             return StepOp("read", str(attrs["tile"]))
         return _plain(op)

@@ -104,8 +104,8 @@ class KernelState(ForwardLoads):
         self.smem = Smem(e, SMEM_SYMBOL)
         self.kv_range_fn, self.keep_fn = mask_hooks(spec)
         scale_log2 = LOG2E * spec.score_mod_out if spec.score_mod else spec.scale * LOG2E
-        self.softmax = OnlineSoftmax(e, Approx(e), Quad(e), scale_log2, spec.static_max, spec.exp2_fma,
-                                     spec.lazy_rescale, spec.mma_row_sum)
+        self.softmax = OnlineSoftmax(e, Approx(e), Quad(e), scale_log2, spec.static_max, spec.lazy_rescale,
+                                     spec.mma_row_sum)
         # O's n8 atoms per 16-row atom; with row sums on the tensor cores one more, P.1
         # (Note [Row sums on the tensor cores] in softmax.py)
         self.o_atoms = spec.head_dim_v // 8 + spec.mma_row_sum
@@ -173,14 +173,6 @@ class KernelState(ForwardLoads):
             m_block = e.sub(last, ctaid)
         return m_block, head(e.i32), batch(e.i32)
 
-    def _operand_bases(self) -> None:
-        """The target's operand addresses of the Q, K and V tiles (in `coordinates`)."""
-        raise NotImplementedError
-
-    def _steps(self, kv: KvSchedule):
-        """Every KV step of the current block: (O accumulators, softmax state)."""
-        raise NotImplementedError
-
     def set_block(self, m_block) -> None:
         """Make `m_block` the query block the steps and the epilogue work on."""
         self.m_block = m_block
@@ -205,7 +197,7 @@ class KernelState(ForwardLoads):
         coords = ElementCoords(e, row0, self.col0, s.block_n, self.key0, s.atom_rows)
         score_in = s.scale if s.score_mod_in is None else s.score_mod_in
         return ScoreMasker(e, coords, self.b, self.h, s.scale, s.score_mod, self.keep_fn, s.score_bias,
-                           score_in, s.row_interval, s.interval_test, s.row_residual)
+                           score_in, s.row_interval, s.row_residual)
 
     def tensor(self, name: str, b, h) -> GlobalPtr:
         e = self.e
@@ -234,15 +226,16 @@ class KernelState(ForwardLoads):
                         for c in range(0, len(top), 4)])
         return out
 
-    def scores(self, acc_s, n_block, mode: str, skip, masker: ScoreMasker | None = None):
+    def scores(self, acc_s, n_block, mode: str, skip, test: str | None, masker: ScoreMasker | None = None):
         """S of block n_block as rows, with the score_mod and (mode 'partial') the mask
-        applied; `skip`: the block's tile_skip answer, when asked; `masker`: that of the
-        rows of acc_s (default: the warp's)."""
+        applied; `skip`: the block's tile_skip answer, when asked; `test`: the mask op's
+        interval_test; `masker`: that of the rows of acc_s (default: the warp's)."""
         masker = self.masker if masker is None else masker
-        return self.masked(masker.modify(rows_of(acc_s), n_block), n_block, mode, skip, masker)
+        return self.masked(masker.modify(rows_of(acc_s), n_block), n_block, mode, skip, test, masker)
 
-    def masked(self, rows, n_block, mode: str, skip, masker: ScoreMasker | None = None):
-        """`rows` of block n_block with (mode 'partial') the mask applied."""
+    def masked(self, rows, n_block, mode: str, skip, test: str | None, masker: ScoreMasker | None = None):
+        """`rows` of block n_block with (mode 'partial') the mask applied, a row
+        interval tested per score as `test` says (the mask op's interval_test)."""
         e, s = self.e, self.spec
         masker = self.masker if masker is None else masker
         if mode != "partial":
@@ -250,19 +243,20 @@ class KernelState(ForwardLoads):
         if s.tile_partial is None and skip is None:
             # Every block is masked; tile_holds may still spare a part of the test.
             holds = s.tile_holds(e, self.ctx(), n_block) if s.split_mask else None
-            return masker.mask(rows, n_block, holds=holds)
+            return masker.mask(rows, n_block, holds=holds, test=test)
         partial = e.gt(masker.coords.block_end(n_block), e.dim("N"))
         ctx = self.ctx()
         if s.tile_partial is not None:
             partial = e.or_(s.tile_partial(e, ctx, n_block), partial)
         holds = s.tile_holds(e, ctx, n_block) if s.split_mask else None
-        return masker.mask_if(rows, n_block, partial if skip is None else e.or_(partial, skip), skip, holds)
+        return masker.mask_if(rows, n_block, partial if skip is None else e.or_(partial, skip), skip, holds, test)
 
-    def softmax_step(self, rows, state: SoftmaxState, mode: str):
+    def softmax_step(self, rows, state: SoftmaxState, mode: str, op):
+        """The online softmax step of attn.softmax_step `op` (a StepOp) on `rows`."""
         s = self.spec
         # A score_mod may give -inf (or a bias table hold it) even in a full block.
         scored = s.score_mod is not None or s.score_bias is not None
-        return self.softmax.step(rows, state, check_inf=mode != "full" or scored)
+        return self.softmax.step(rows, state, check_inf=mode != "full" or scored, on_fma=op.choice("exp2_fma"))
 
     def ctx(self, m_block=None) -> KvCtx:
         e, s = self.e, self.spec
@@ -377,6 +371,7 @@ class ScoredStep:
     mode = "partial"
     rows = None
     modded = masked = False
+    mask_test = None        # the mask op's interval_test, once its pattern ran
 
     def skip_answer(self):
         return None
@@ -391,7 +386,7 @@ class ScoredStep:
         """The score_mod and the mask on S, those not yet applied."""
         self.modify()
         if not self.masked:
-            self.rows = self.kernel.masked(self.rows, self.n_block, self.mode, self.skip_answer())
+            self.rows = self.kernel.masked(self.rows, self.n_block, self.mode, self.skip_answer(), self.mask_test)
             self.masked = True
 
 

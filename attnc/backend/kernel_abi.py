@@ -80,7 +80,7 @@ def kernel_abi(spec: ForwardSpec) -> KernelAbi:
     params += [x.manifest() for x in spec.extra_params]
     specialization = {"target": spec.target, "dtype": spec.dtype, "out_dtype": spec.o_dtype, "head_dim_qk": spec.head_dim_qk,
                       "head_dim_v": spec.head_dim_v, "block_m": spec.block_m, "block_n": spec.block_n,
-                      "num_warps": spec.num_warps, "stages": spec.stages, "qk_unroll": spec.qk_unroll,
+                      "num_warps": spec.num_warps, "stages": spec.stages, "qk_unroll": spec.own_choice("unroll"),
                       "mask": spec.mask, "score_mod": _score_kind(spec), "sink": spec.sink is not None,
                       "with_lse": spec.with_lse, "softmax_scale": spec.scale,
                       "q_blocks_per_cta": spec.q_blocks_per_cta, "min_ctas_per_sm": spec.min_ctas_per_sm,
@@ -89,9 +89,9 @@ def kernel_abi(spec: ForwardSpec) -> KernelAbi:
                       "tiles_last": spec.tiles_last,
                       "staged_o": spec.staged_o, "lean_loads": spec.lean_loads, "split_mask": spec.split_mask,
                       "early_first": spec.early_first, "aligned_tiles": spec.aligned_tiles,
-                      "exp2_fma": spec.exp2_fma, "lazy_rescale": spec.lazy_rescale,
+                      "exp2_fma": spec.own_choice("exp2_fma"), "lazy_rescale": spec.lazy_rescale,
                       "mma_row_sum": spec.mma_row_sum, "dead_rows": spec.dead_rows,
-                      "interval_test": spec.interval_test if spec.row_interval is not None else None}
+                      "interval_test": spec.own_choice("interval_test") if spec.row_interval is not None else None}
     # Note [Document-aligned tiles] (qtiles.py): a CTA per entry of the tile table.
     m_blocks = (tuple(table_factors("M", spec.block_m)) if spec.aligned_tiles
                 else (["cdiv", "M", spec.block_m * spec.q_blocks_per_cta],))

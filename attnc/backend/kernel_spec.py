@@ -39,6 +39,10 @@ def producer_barriers(persistent: bool) -> tuple[str, ...]:
     return ("q_full", *(("q_empty",) if persistent else ()), "k_full", "v_full", "k_empty", "v_empty")
 
 
+# The fields holding the steps of the target's roles (those whose ops hold choices)
+STEP_RECORDS = ("kv_steps", "wgmma_steps", "coop_steps")
+
+
 def _choice():
     """A kernel choice's field (`CHOICES`): None until read from the IR or resolved."""
     return field(default=None, metadata={"choice": True})
@@ -109,11 +113,12 @@ class ForwardSpec:
     smem: Optional[SmemLayout] = None      # the tiles as attn-alloc-smem placed them (Note [Buffers as
                                           # placed] in smem_layout.py)
     # -- the kernel choices: attn-kernel-choices' options, which document each; the Notes
-    # say what each does, choice_defaults.py where each is the default and why
+    # say what each does, choice_defaults.py where each is the default and why. The choices
+    # each op holds its own of are on the steps' ops (Note [Choices op by op] in
+    # attnc/passes/kernel_choices.py), not here.
     q_blocks_per_cta: Optional[int] = _choice()  # Note [Two query blocks per CTA] in forward.py
     min_ctas_per_sm: Optional[int] = _choice()  # .minnctapersm, 0: none (Note [CTAs per SM])
     min_ctas_unless_spills: Optional[bool] = _choice()  # min_ctas_per_sm dropped where the kernel spills
-    interval_test: Optional[str] = _choice()  # Note [One compare per score] in score_masks.py
     heads_first: Optional[bool] = _choice()  # Note [Heads first] in kernel_abi.py
     tiles_last: Optional[bool] = _choice()  # Note [Tiles last] in kernel_abi.py
     small_grid: Optional[bool] = _choice()  # Note [Small grids] in kernel_abi.py
@@ -124,8 +129,6 @@ class ForwardSpec:
     dead_rows: Optional[bool] = _choice()  # Note [Dead rows] in sm80.py
     lazy_rescale: Optional[bool] = _choice()  # Note [Lazy rescale] in softmax.py
     mma_row_sum: Optional[bool] = _choice()  # Note [Row sums on the tensor cores] in softmax.py
-    exp2_fma: Optional[int] = _choice()  # Note [Exponentials on the FMA pipe] in softmax.py
-    qk_unroll: Optional[int] = _choice()  # Note [Rolled QK^T] in sm80.py
 
     # -- derived
     @property
@@ -272,6 +275,15 @@ class ForwardSpec:
     def acc_registers(self) -> int:
         """f32 accumulator registers per thread: S (block_n wide) and O (head_dim_v wide)."""
         return self.m_atoms * 4 * (self.block_n // 8 + self.head_dim_v // 8)
+
+    def own_choice(self, attr: str):
+        """A choice each op holds its own of (Note [Choices op by op] in
+        attnc/passes/kernel_choices.py) as the steps' ops hold it: its one value, the
+        values sorted where ops differ, None where no op holds one."""
+        from attnc.backend.kv_steps import choices_in
+        values = sorted({v for name in STEP_RECORDS if getattr(self, name) is not None
+                         for v in choices_in(getattr(self, name), attr)})
+        return None if not values else values[0] if len(values) == 1 else values
 
     def cache_key(self) -> str:
         parts = []

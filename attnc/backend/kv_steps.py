@@ -30,7 +30,7 @@ range gives no steps is not built.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 
 from mlir import ir
 
@@ -55,6 +55,61 @@ class StepOp:
     name: str           # the op's name without "attn."
     what: str = ""      # its tile, operand or GEMM kind
     count: int = 0      # a wait's `pending`, a load's `ahead`
+    # The op's own kernel choices, ((attribute, value), ...): Note [Choices op by op] in
+    # attnc/passes/kernel_choices.py. Not part of what the op is: a step's ops compare
+    # without them.
+    choices: tuple = field(default=(), compare=False)
+
+    def choice(self, attr: str):
+        """The value of the op's choice `attr` (every op holds its own once the lowering
+        has read the kernel: `with_choices`)."""
+        for name, value in self.choices:
+            if name == attr:
+                return value
+        raise AttncError(f"attn.{self.name} holds no {attr} (Note [Choices op by op])")
+
+
+def step_op(op, name: str, what: str = "", count: int = 0) -> StepOp:
+    """The StepOp of the IR op `op`, with the choices it holds."""
+    from attnc.passes.kernel_choices import op_choices
+    return StepOp(name, what, count, op_choices(op))
+
+
+def _map(value, fn):
+    """`value` (a StepOp, or tuples and records of them) with fn applied to every StepOp."""
+    if isinstance(value, StepOp):
+        return fn(value)
+    if isinstance(value, tuple):
+        return tuple(_map(v, fn) for v in value)
+    if is_dataclass(value):
+        return replace(value, **{f.name: _map(getattr(value, f.name), fn) for f in fields(value)})
+    return value
+
+
+def with_choices(record, defaults: dict):
+    """`record` (KvSteps, WgmmaSteps, CoopSteps or LoadSteps) with every op that lacks
+    a choice of `defaults` ({(op name, what): {attribute: value}}) given it."""
+    def filled(op: StepOp) -> StepOp:
+        wanted = {**defaults.get((op.name, op.what), {}), **dict(op.choices)}
+        return replace(op, choices=tuple(sorted(wanted.items()))) if wanted else op
+    return _map(record, filled)
+
+
+def as_written(value):
+    """`value` (StepOps, or tuples and records of them) with each op as all it holds, its
+    choices too: what compares equal only where the kernel builds the same."""
+    return _map(value, lambda op: (op.name, op.what, op.count, op.choices))
+
+
+def choices_in(record, attr: str) -> set:
+    """The values of choice `attr` the ops of `record` hold."""
+    found: set = set()
+
+    def note(op: StepOp) -> StepOp:
+        found.update(value for name, value in op.choices if name == attr)
+        return op
+    _map(record, note)
+    return found
 
 
 @dataclass(frozen=True)
@@ -199,7 +254,7 @@ def prologue_steps(ops: list, first_block, where, kernel, stages: int) -> tuple[
             _check_flow(op, what, made)
         for k, result in enumerate(op.results):
             made[result] = (name, what, k)
-        out.append(StepOp(name.removeprefix("attn."), what, int(attrs.get(_COUNT.get(name, ""), 0))))
+        out.append(step_op(op, name.removeprefix("attn."), what, int(attrs.get(_COUNT.get(name, ""), 0))))
     if ("attn.load", "q", 0) not in made.values():
         raise error_at(where, "before its KV loops the role loads Q (Note [The role op by op])")
     if next_ahead != {"k": stages, "v": stages - 1}:
@@ -279,7 +334,7 @@ def _body(loop, kernel, stages: int, hooks: dict, kind: str) -> tuple[tuple[Step
             _check_load(op, what, kernel, block, stages)
         for k, result in enumerate(op.results):
             made[result] = (name, what, k)
-        ops.append(StepOp(name.removeprefix("attn."), what, int(attrs.get(_COUNT.get(name, ""), 0))))
+        ops.append(step_op(op, name.removeprefix("attn."), what, int(attrs.get(_COUNT.get(name, ""), 0))))
     for needed in (("attn.mma", "qk"), ("attn.mma", "pv"), ("attn.softmax_step", ""), ("attn.rescale", ""),
                    (R.SLOT_READ, "q"), (R.SLOT_READ, "k"), (R.SLOT_READ, "v"), ("attn.load", "k"),
                    ("attn.load", "v"), (R.SLOT_WRITE, "k"), (R.SLOT_WRITE, "v")):

@@ -57,9 +57,9 @@ def _lowering_from_ir(result) -> ForwardLowering:
 
     from attnc.backend.blockmap import blockmap_plan
     from attnc.backend.kernel_abi import SMALL_GRID_CTAS_PER_SM
-    from attnc.backend.kernel_spec import ForwardSpec
+    from attnc.backend.kernel_spec import STEP_RECORDS, ForwardSpec
     from attnc.backend.coop_steps import coop_steps
-    from attnc.backend.kv_steps import kv_steps
+    from attnc.backend.kv_steps import kv_steps, with_choices
     from attnc.backend.load_steps import load_steps
     from attnc.backend.wgmma_steps import wgmma_steps
     from attnc.backend.qtiles import MAX_TAIL_WAVES, qtiles_plan, segment_conjunct
@@ -126,6 +126,8 @@ def _lowering_from_ir(result) -> ForwardLowering:
     runtime = mode is None and mask_functions(op).kind == "runtime"
     blockmap = blockmap_plan(result, block_m, block_n) if runtime else None
     choices = kernel_choices.read(op)       # Note [Kernel choices]
+    for choice in kernel_choices.PER_OP:    # Note [Choices op by op]: read from each op
+        choices.pop(choice.option, None)
     aligned = choices.pop("aligned_tiles", None)
     runs_asked = choices.pop("run_ranges", None)
     tail_waves = choices.pop("tail_waves", None)
@@ -144,9 +146,14 @@ def _lowering_from_ir(result) -> ForwardLowering:
             load_steps=loads, coop_steps=coop, smem=smem,
             **choices, **hooks.spec_fields())
         try:
-            return ForwardLowering(defaults.resolve(spec).check(), blockmap, waves)
+            spec = defaults.resolve(spec).check()
         except SpecError as e:
             raise error_at(op, f"the {target} kernel cannot be built: {e}") from None
+        # Note [Choices op by op]: checked at each op that holds one, the default where none
+        kernel_choices.check_op_choices(op, spec)
+        own = defaults.op_defaults(spec)
+        filled = {name: with_choices(getattr(spec, name), own) for name in STEP_RECORDS if getattr(spec, name)}
+        return ForwardLowering(replace(spec, **filled), blockmap, waves)
 
     # Note [Document-aligned tiles] (qtiles.py); the defaults of aligned_tiles, tail_waves and
     # run_ranges are choice_defaults.py's.

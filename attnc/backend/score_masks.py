@@ -14,6 +14,7 @@ from attnc.backend.hooks import RegionCode
 from attnc.backend.mask_hooks import KeepFn, RowIntervalFn, ScoreBiasFn, ScoreModFn
 from attnc.backend.nvgpu_builders import Emit
 from attnc.backend.row_bits import WORD, RowBits, below, low_bits
+from attnc.errors import AttncError
 
 
 def rows_of(acc) -> list[list]:
@@ -102,12 +103,10 @@ class ScoreMasker:
     def __init__(self, e: Emit, coords: ElementCoords, b, h, scale: float,
                  score_mod: ScoreModFn | None, keep: KeepFn | None,
                  score_bias: ScoreBiasFn | None = None, score_in: float | None = None,
-                 row_interval: RowIntervalFn | None = None, interval_test: str = "bits",
-                 row_residual: KeepFn | None = None):
+                 row_interval: RowIntervalFn | None = None, row_residual: KeepFn | None = None):
         self.e, self.coords = e, coords
         self.row_interval = row_interval
         self.row_residual = row_residual
-        self.interval_test = interval_test
         self.b, self.h = b, h
         self.scale = scale
         self.score_in = scale if score_in is None else score_in
@@ -159,18 +158,19 @@ class ScoreMasker:
             out.append(new_row)
         return out
 
-    def mask(self, rows, n_block, drop_all=None, holds=None):
+    def mask(self, rows, n_block, drop_all=None, holds=None, test: str | None = None):
         """-inf where j >= N or keep(b, h, i, j) is false (everywhere when the i1
         `drop_all` holds: the bound becomes j < 0, no instruction per element); `holds`:
         the block's tile_holds answer, (interval, residual) i1s (Note [Conjuncts a tile
-        holds] in blockmap.py)."""
+        holds] in blockmap.py); `test`: a row interval's test per score (the mask op's
+        interval_test, Note [One compare per score])."""
         e = self.e
         bound = e.dim("N") if drop_all is None else e.select(drop_all, e.c32(0), e.dim("N"))
         if self.row_interval is not None and holds is not None:
-            return self._split(rows, n_block, bound, drop_all, *holds)
+            return self._split(rows, n_block, bound, drop_all, *holds, test)
         if self.row_interval is not None:
             residual = self._residual(rows, n_block, below_n=False)
-            return [self._masked_row(row, r, n_block, bound, residual=residual) for r, row in enumerate(rows)]
+            return [self._masked_row(row, r, n_block, bound, test, residual=residual) for r, row in enumerate(rows)]
         if self.row_bits is not None:
             return [self._bit_masked_row(row, r, n_block, bound) for r, row in enumerate(rows)]
         keep = self._grid(self.keep, rows, n_block) if self.keep else None
@@ -183,7 +183,7 @@ class ScoreMasker:
             return None
         return self._grid(self.row_residual, rows, n_block, below_n)
 
-    def _split(self, rows, n_block, bound, drop_all, interval_holds, residual_holds):
+    def _split(self, rows, n_block, bound, drop_all, interval_holds, residual_holds, test: str | None):
         """Note [Conjuncts a tile holds] (blockmap.py): a block whose residual holds
         everywhere tests only its rows' intervals; one whose interval conjuncts hold, lies
         below N and is not dropped whole tests only the residual; any other, both."""
@@ -195,14 +195,15 @@ class ScoreMasker:
         def tested(interval: bool, residual: bool):
             def arm():
                 grid = self._residual(rows, n_block, below_n=not interval) if residual else None
-                return [self._masked_row(row, r, n_block, bound, interval, grid) for r, row in enumerate(rows)]
+                return [self._masked_row(row, r, n_block, bound, test, interval, grid)
+                        for r, row in enumerate(rows)]
             return arm
 
         return _branch(rows, residual_holds, tested(True, False),
                        lambda: _branch(rows, e.land(interval_holds, below_n), tested(False, True),
                                        tested(True, True)))
 
-    def _masked_row(self, row, r, n_block, bound, interval: bool = True, residual=None):
+    def _masked_row(self, row, r, n_block, bound, test: str | None, interval: bool = True, residual=None):
         """Note [Row intervals] (row_intervals.py): the row keeps the keys [lo, min(hi,
         bound - 1)]; column c of the lane is j0 plus the constant `ElementCoords.column(c)`.
 
@@ -235,19 +236,22 @@ class ScoreMasker:
 
         if not interval:
             return [masked(c, x, None) for c, x in enumerate(row)]
+        if test is None:
+            raise AttncError("a row interval's scores are tested as the mask op's interval_test says, and no "
+                             "mask op gave one")
         i, j0 = self.coords(r, 0, n_block)
         lo, hi = self.row_interval(e, self.b, self.h, i)
         lo = e.sub(lo, j0) if lo is not None else None
         hi = e.sub(e.min(hi, e.sub(bound, 1)), j0)
 
-        if self.interval_test == "bits":
+        if test == "bits":
             assert len(row) <= 32, "interval_test 'bits' holds 32 scores per row and lane"
             bits = self._kept_bits(lo, hi, len(row))
             return [masked(c, x, e.ne(e.and_(bits, 1 << c), 0)) for c, x in enumerate(row)]
         columns = [self.coords.column(c) for c in range(len(row))]
         if lo is None:
             return [masked(c, x, e.ge(hi, d)) for c, (x, d) in enumerate(zip(row, columns))]
-        if self.interval_test == "pair":
+        if test == "pair":
             return [masked(c, x, e.land(e.le(lo, d), e.ge(hi, d))) for c, (x, d) in enumerate(zip(row, columns))]
         width = e.max(e.add(e.sub(hi, lo), 1), 0)
         return [masked(c, x, e.ult(e.sub(d, lo), width)) for c, (x, d) in enumerate(zip(row, columns))]
@@ -279,9 +283,9 @@ class ScoreMasker:
             kept = e.land(kept, keep(r, c, self.b, self.h, i, j))
         return e.select(kept, x, e.neg_inf())
 
-    def mask_if(self, rows, n_block, partial, drop_all=None, holds=None):
+    def mask_if(self, rows, n_block, partial, drop_all=None, holds=None, test: str | None = None):
         """`mask` when the runtime i1 `partial` holds, the rows unchanged otherwise."""
-        return _branch(rows, partial, lambda: self.mask(rows, n_block, drop_all, holds), lambda: rows)
+        return _branch(rows, partial, lambda: self.mask(rows, n_block, drop_all, holds, test), lambda: rows)
 
 
 def _branch(rows, cond, then_rows, else_rows):

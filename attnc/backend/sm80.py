@@ -100,17 +100,17 @@ def _operand_bases(cx) -> None:
     cx.v_base = rd.base(cx.v_tile, rd.B_TRANS)
 
 
-def _qk(cx, slot, atoms=None):
+def _qk(cx, slot, unroll: int, atoms=None):
     """S = Q K^T for the K tile in `slot`, of the warp's 16-row tiles `atoms` (default:
-    all): k16 steps fully unrolled, or (qk_unroll > 0) a loop of qk_unroll steps per
-    trip (Note [Rolled QK^T])."""
+    all): k16 steps fully unrolled, or (`unroll` > 0, the QK^T op's) a loop of `unroll`
+    steps per trip (Note [Rolled QK^T])."""
     s = cx.spec
     atoms = range(s.m_atoms) if atoms is None else atoms
     zero = cx.e.cf(0.0)
     n_atoms = s.block_n // 8
     acc = [[[zero] * 4 for _ in range(n_atoms)] for _ in atoms]
     k_base = cx.reader.at_slot(cx.k_base, slot)
-    steps, per_trip = s.head_dim_qk // 16, s.qk_unroll
+    steps, per_trip = s.head_dim_qk // 16, unroll
     if not per_trip or per_trip >= steps:
         return _qk_steps(cx, acc, cx.q_base, k_base, range(steps), atoms)
     flat = [x for mi in acc for atom in mi for x in atom]
@@ -198,7 +198,8 @@ def _step(cx, t, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str, first: b
     # the ops before QK^T as they stand, then the step by tiles
     qk = next(k for k, op in enumerate(body) if op.name == "mma" and op.what == "qk")
     cx.target.run(cx, "step", body[:qk], step)
-    return _first_by_tiles(cx, t, step.n_block, kv, step.slot(0), mode, step.skip(), step.ragged, step.ask_skip)
+    return _first_by_tiles(cx, t, step.n_block, kv, step.slot(0), mode, step.skip(), step.ragged, step.ask_skip,
+                           body)
 
 
 def _lower_slot_read(cx, op, step) -> None:
@@ -224,7 +225,7 @@ def _lower_slot_write(cx, op, step) -> None:
 
 def _lower_mma(cx, op, step) -> None:
     if op.what == "qk":
-        step.rows = rows_of(_qk(cx, step.slot(0)))
+        step.rows = rows_of(_qk(cx, step.slot(0), op.choice("unroll")))
     else:
         step.acc_o = _pv(cx, step.p, step.acc_o, step.slot(0))
 
@@ -234,6 +235,7 @@ def _lower_score_mod(cx, op, step) -> None:
 
 
 def _lower_mask(cx, op, step) -> None:
+    step.mask_test = op.choice("interval_test")
     step.finish_scores()
 
 
@@ -244,7 +246,7 @@ def _lower_block_map_read(cx, op, step) -> None:
 
 
 def _lower_softmax_step(cx, op, step) -> None:
-    probs, step.state, step.alpha = cx.softmax_step(step.rows, step.state, step.mode)
+    probs, step.state, step.alpha = cx.softmax_step(step.rows, step.state, step.mode, op)
     step.p = cx.pack_p(probs)
 
 
@@ -253,11 +255,15 @@ def _lower_rescale(cx, op, step) -> None:
         step.acc_o = _rescale(cx, step.acc_o, step.alpha, cx.softmax.moved)
 
 
-def _first_by_tiles(cx, t, n_block, kv: KvSchedule, slot, mode: str, skip, ragged, ask_skip):
+def _first_by_tiles(cx, t, n_block, kv: KvSchedule, slot, mode: str, skip, ragged, ask_skip, body):
     """Note [Dead rows]: the first step (O zero, the softmax state initial) one 16-row
     tile of the warp at a time, each in a branch that a tile whose rows keep no key
-    of the block skips: its O stays zero and its state initial."""
+    of the block skips: its O stays zero and its state initial; as the ops of `body`
+    (QK^T, the mask, the softmax step) hold their choices."""
     e, s = cx.e, cx.spec
+    qk = next(op for op in body if op.name == "mma" and op.what == "qk")
+    softmax = next(op for op in body if op.name == "softmax_step")
+    test = next((op.choice("interval_test") for op in body if op.name == "mask"), None)
     live = _live_atoms(cx, n_block)
     init = cx.softmax.initial(2)
     p_regs = 4 * (s.block_n // 16)
@@ -265,8 +271,8 @@ def _first_by_tiles(cx, t, n_block, kv: KvSchedule, slot, mode: str, skip, ragge
     for mi in range(s.m_atoms):
         def scored(mi=mi):
             masker = cx.masker_from(e.add(cx.row0, s.atom_rows * mi))
-            rows = cx.scores(_qk(cx, slot, [mi]), n_block, mode, skip, masker)
-            probs, state, _ = cx.softmax_step(rows, init, mode)
+            rows = cx.scores(_qk(cx, slot, qk.choice("unroll"), [mi]), n_block, mode, skip, test, masker)
+            probs, state, _ = cx.softmax_step(rows, init, mode, softmax)
             p = [e.bitcast_i32(x) for kk in cx.pack_p(probs)[0] for x in kk]
             return p + state.m + state.l
         tiles.append(values_if(live[mi], scored, [e.c32(0)] * p_regs + init.m + init.l))

@@ -277,6 +277,7 @@ def _trip_score_mod(cx, op, trip) -> None:
 
 
 def _trip_mask(cx, op, trip) -> None:
+    trip.mask_test = op.choice("interval_test")
     trip.finish_scores()
 
 
@@ -286,7 +287,7 @@ def _trip_block_map_read(cx, op, trip) -> None:
 
 def _trip_softmax_step(cx, op, trip) -> None:
     trip.finish_scores()
-    trip.probs, trip.state, trip.alpha = cx.softmax_step(trip.rows, trip.state, trip.mode)
+    trip.probs, trip.state, trip.alpha = cx.softmax_step(trip.rows, trip.state, trip.mode, op)
 
 
 def _last_mma(cx, op, last) -> None:

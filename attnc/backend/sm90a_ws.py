@@ -416,8 +416,11 @@ def _first_step_issued(cx, kv, state, scores):
     n0 = kv.block(e, e.c32(0))
     skip = cx.skip(n0) if s.tile_skip is not None else None
     _k_read(cx, e.c32(0))
-    rows = cx.scores(scores, n0, "partial", skip)
-    probs, state, alpha = cx.softmax_step(rows, state, "partial")
+    # The first step's ops hold its choices (Note [Choices op by op])
+    test = next((op.choice("interval_test") for op in cx.trips.first if op.name == "mask"), None)
+    rows = cx.scores(scores, n0, "partial", skip, test)
+    softmax = next(op for op in cx.trips.first if op.name == "softmax_step")
+    probs, state, alpha = cx.softmax_step(rows, state, "partial", softmax)
     return state, sm90a.nothing_in_flight(cx, probs, alpha)
 
 

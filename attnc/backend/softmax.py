@@ -120,13 +120,11 @@ ONES_F16X2 = 0x3C003C00
 
 class OnlineSoftmax:
     def __init__(self, e: Emit, approx: Approx, quad: Quad, scale_log2: float,
-                 static_max: float | None = None, exp2_fma: int = 0, lazy: bool = False,
-                 sum_on_mma: bool = False):
+                 static_max: float | None = None, lazy: bool = False, sum_on_mma: bool = False):
         self.e, self.approx, self.quad = e, approx, quad
         self.sum_on_mma = sum_on_mma        # Note [Row sums on the tensor cores]
         self.scale_log2 = scale_log2
         self.static_max = static_max        # Note [Bounded score_mod]; None: the running max
-        self.exp2_fma = exp2_fma            # Note [Exponentials on the FMA pipe]
         # Note [Lazy rescale]: the threshold in raw units must be a finite f32 (a scale
         # below about 2e-38 would make it +inf, and no row would leave -inf)
         threshold = LAZY_LOG2 / scale_log2 if lazy and scale_log2 > 0 else F32_MAX
@@ -150,19 +148,20 @@ class OnlineSoftmax:
             return []
         return [self.e.fadd(l_old, _tree(p, self.e.fadd)) for p, l_old in zip(probs, state.l)]
 
-    def _step_static(self, scores: list[list], state: SoftmaxState):
+    def _step_static(self, scores: list[list], state: SoftmaxState, on_fma: int):
         """The step with the constant max (Note [Bounded score_mod]): alphas are None."""
         e = self.e
         e_c = e.cf(self.scale_log2)
         neg_mc = e.cf(-self.static_max * self.scale_log2)
-        probs = [self._probs(row, e_c, neg_mc) for row in scores]
+        probs = [self._probs(row, e_c, neg_mc, on_fma) for row in scores]
         return probs, SoftmaxState(state.m, self._sums(state, probs)), None
 
-    def step(self, scores: list[list], state: SoftmaxState, check_inf: bool):
+    def step(self, scores: list[list], state: SoftmaxState, check_inf: bool, on_fma: int = 0):
         """scores[r] = row r's values. Returns (probabilities per row, new state, the
-        factor each row's O accumulator must be multiplied by)."""
+        factor each row's O accumulator must be multiplied by); `on_fma`: of every 8 scores,
+        those whose exp2 the FMA pipe takes (the step op's exp2_fma)."""
         if self.static_max is not None:
-            return self._step_static(scores, state)
+            return self._step_static(scores, state, on_fma)
         e = self.e
         e_c = e.cf(self.scale_log2)
         probs, m_new, l_new, alphas = [], [], [], []
@@ -180,7 +179,7 @@ class OnlineSoftmax:
             alpha = self.approx.exp2(e.fma(m_old, e_c, neg_mc))
             if self.lazy:
                 alpha = e.select(keep, e.cf(1.0), alpha)
-            p = self._probs(row, e_c, neg_mc)
+            p = self._probs(row, e_c, neg_mc, on_fma)
             probs.append(p)
             m_new.append(m)
             if not self.sum_on_mma:     # else the kernel's P.1 atoms sum the rows
@@ -188,16 +187,13 @@ class OnlineSoftmax:
             alphas.append(alpha)
         return probs, SoftmaxState(m_new, l_new), alphas
 
-    def _probs(self, row: list, e_c, neg_mc) -> list:
-        """exp2(x * c - m * c) for a row's scores x, the last `exp2_fma` of every 8 on
-        the FMA pipe (Note [Exponentials on the FMA pipe])."""
+    def _probs(self, row: list, e_c, neg_mc, on_fma: int) -> list:
+        """exp2(x * c - m * c) for a row's scores x, the last `on_fma` of every 8 on the
+        FMA pipe (positions 8 - on_fma..7 of each group of 8), the rest on the SFU (Note
+        [Exponentials on the FMA pipe])."""
         e = self.e
-        return [self._exp2(i, e.fma(x, e_c, neg_mc)) for i, x in enumerate(row)]
-
-    def _exp2(self, i: int, x):
-        """exp2 of the row's i-th value: on the FMA pipe for positions 8 - exp2_fma..7 of
-        its group of 8, else on the SFU."""
-        return exp2_fma(self.e, x) if i % 8 >= 8 - self.exp2_fma else self.approx.exp2(x)
+        return [exp2_fma(e, y) if i % 8 >= 8 - on_fma else self.approx.exp2(y)
+                for i, y in enumerate(e.fma(x, e_c, neg_mc) for x in row)]
 
     def _row_sum(self, l_part):
         """A row's whole sum: the quad's lanes' parts added, or with sum_on_mma already

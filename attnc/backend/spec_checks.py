@@ -58,6 +58,27 @@ def steps_read(spec: ForwardSpec) -> ForwardSpec:
     return spec
 
 
+def op_choice_error(spec: ForwardSpec, option: str, value) -> str | None:
+    """Why an op of `spec`'s kernel cannot hold `value` of the choice of its own `option`
+    (Note [Choices op by op] in attnc/passes/kernel_choices.py), or None."""
+    if option == "exp2_fma" and not 0 <= value <= 8:
+        return f"exp2_fma={value}: expected 0 to 8 (of every 8 scores of a row, those whose exp2 runs on the FMA pipe)"
+    if option == "interval_test" and value not in INTERVAL_TESTS:
+        return f"interval_test={value!r}: expected one of {INTERVAL_TESTS}"
+    if option == "interval_test" and value == "bits" and spec.block_n > 128:
+        return (f"interval_test='bits' needs block_n <= 128 (32 scores per row and lane), not {spec.block_n}: "
+                f"use 'range' or 'pair'")
+    half_page = spec.page_width(spec.head_dim_qk) // 16
+    if option == "qk_unroll" and value < 0:
+        return f"qk_unroll={value}: expected 0 or more"
+    if option == "qk_unroll" and value and spec.target != "sm_80":
+        return (f"qk_unroll={value}: it rolls sm_80's QK^T k16 steps into a loop; {spec.target} issues "
+                f"QK^T as one wgmma group (0 there)")
+    if option == "qk_unroll" and value and half_page % value:
+        return f"qk_unroll={value} must divide {half_page} (k16 steps per smem page), or be 0"
+    return None
+
+
 def _check_values(spec: ForwardSpec) -> None:
     """Element types, head dims, the mask and the score hooks."""
     _require(spec.dtype in DTYPES, f"dtype {spec.dtype!r}: expected one of {DTYPES}")
@@ -87,21 +108,6 @@ def _check_tiles(spec: ForwardSpec) -> None:
     _require(spec.q_blocks_per_cta in (None, 1, 2), f"q_blocks_per_cta={spec.q_blocks_per_cta}: expected 1 or 2")
     _require(spec.min_ctas_per_sm is None or 0 <= spec.min_ctas_per_sm <= 32,
              f"min_ctas_per_sm={spec.min_ctas_per_sm}: expected 0 to 32")
-    _require(isinstance(spec.exp2_fma, int) and 0 <= spec.exp2_fma <= 8,
-             f"exp2_fma={spec.exp2_fma!r}: expected 0 to 8 (of every 8 scores of a row, those "
-             f"whose exp2 runs on the FMA pipe)")
-    _require(spec.interval_test in (None, *INTERVAL_TESTS),
-             f"interval_test={spec.interval_test!r}: expected one of {INTERVAL_TESTS}")
-    _require(spec.interval_test != "bits" or spec.block_n <= 128,
-             f"interval_test='bits' needs block_n <= 128 (32 scores per row and lane), not {spec.block_n}: "
-             f"use 'range' or 'pair'")
-    half_page = spec.page_width(spec.head_dim_qk) // 16
-    _require(spec.qk_unroll is None or spec.qk_unroll >= 0, f"qk_unroll={spec.qk_unroll}: expected 0 or more")
-    _require(not spec.qk_unroll or spec.target == "sm_80",
-             f"qk_unroll={spec.qk_unroll}: it rolls sm_80's QK^T k16 steps into a loop; {spec.target} issues "
-             f"QK^T as one wgmma group (0 there)")
-    _require(spec.qk_unroll == 0 or (half_page % spec.qk_unroll == 0),
-             f"qk_unroll={spec.qk_unroll} must divide {half_page} (k16 steps per smem page), or be 0")
     _require(spec.scale > 0, f"softmax_scale={spec.scale}: must be positive")
     for d in {spec.head_dim_qk, spec.head_dim_v}:
         per_pass = spec.loader_threads * 8 // spec.page_width(d)

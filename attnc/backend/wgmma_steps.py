@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 
 from mlir import ir
 
-from attnc.backend.kv_steps import StepOp, body_of
+from attnc.backend.kv_steps import StepOp, as_written, body_of, step_op
 from attnc.backend.role_shell import check_consumer, check_shell, finishes_previous
 from attnc.ir import error_at
 from attnc.ir import roles as R
@@ -102,11 +102,11 @@ def wgmma_steps(kernel) -> WgmmaSteps:
         trips = tuple((R.value_of(loop.attributes[KV_LOOP]), _trip(loop, bars, persistent, hooks)) for loop in loops)
         for (kind, ops), loop in zip(trips, loops):
             first = next(o for k, o in trips if k == kind)
-            if ops != first:        # the kernel builds every loop of a kind from one trip
+            if as_written(ops) != as_written(first):    # the kernel builds every loop of a kind from one trip
                 raise error_at(loop, f"the KV loops of one kind ({kind}) have the same trip: the kernel builds "
                                      f"them from one ({NOTE})")
         steps = WgmmaSteps(trips, *_around(loops, bars, persistent, hooks, kernel))
-        if found and steps != found[0][1]:
+        if found and as_written(steps) != as_written(found[0][1]):
             raise error_at(role, f"the consumer warpgroups run one program, and the KV steps of role "
                                  f"'{R.name_of(role)}' differ from those of '{found[0][0]}' ({NOTE})")
         found.append((R.name_of(role), steps))
@@ -219,7 +219,7 @@ def _step_op(op, bars: dict, args: list) -> StepOp | None:
         if "async" not in op.attributes:
             raise error_at(op, f"the overlapped steps' GEMMs are async (wgmma groups landed by {R.MMA_WAIT}) "
                                f"({NOTE})")
-        return StepOp("mma", kind)
+        return step_op(op, "mma", kind)
     if name in (R.MBARRIER_WAIT, R.SLOT_READ):
         tile = tile_of(op, bars, "full")
         stage = args[K_STAGE if tile == "k" else V_STAGE]
@@ -244,7 +244,7 @@ def _step_op(op, bars: dict, args: list) -> StepOp | None:
     if name in (R.NAMED_BARRIER_SYNC, R.NAMED_BARRIER_ARRIVE):
         return StepOp("turn_sync" if name == R.NAMED_BARRIER_SYNC else "turn_arrive")
     if name in ("attn.rescale", "attn.softmax_step", "attn.score_mod", "attn.mask", "attn.block_map_read"):
-        return StepOp(name.removeprefix("attn."))
+        return step_op(op, name.removeprefix("attn."))
     raise error_at(op, f"the sm_90a lowering has no pattern for {name} in an overlapped KV step ({NOTE})")
 
 
@@ -407,9 +407,9 @@ def _common_op(op, kind: str) -> StepOp | None:
         if "async" not in op.attributes:
             raise error_at(op, f"the overlapped steps' GEMMs are async (wgmma groups landed by {R.MMA_WAIT}) "
                                f"({NOTE})")
-        return StepOp("mma", kind)
+        return step_op(op, "mma", kind)
     if kind == "qk" and name in ("attn.softmax_step", "attn.score_mod", "attn.mask", "attn.block_map_read"):
-        return StepOp(name.removeprefix("attn."))
+        return step_op(op, name.removeprefix("attn."))
     return None
 
 

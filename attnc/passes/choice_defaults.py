@@ -3,7 +3,8 @@ options), its value where no option and no attribute gives one, from the kernel'
 (target, tiles, the plan, the mask's and the score's hooks) and the choices already made.
 Each rule says what was measured (results/sm80_h200.md and results/sm90a_h200.md, the
 section named). `resolve` fills every choice of the kernel left None, in the order the
-rules depend on each other; the document-aligned tiles' three (`aligned_tiles`,
+rules depend on each other; `op_default` gives the choices each op holds its own of
+(Note [Choices op by op] in kernel_choices.py) where an op holds none; the document-aligned tiles' three (`aligned_tiles`,
 `tail_waves`, `run_ranges`), which decide the tile table and the map the lowering
 plans, are applied where it plans them (attnc/backend/lowering.py). The lowering then
 reads choices only (Note [Kernel choices] in kernel_choices.py).
@@ -201,9 +202,28 @@ def keeps_run_ranges(runs, map_holds: bool, split_mask) -> bool:
 
 
 # In the order they depend on each other: small_grid asks whether a grid order was given.
-_RULES = (("qk_unroll", qk_unroll), ("q_blocks_per_cta", q_blocks_per_cta),
-          ("min_ctas_per_sm", min_ctas_per_sm),
-          ("interval_test", interval_test), ("small_grid", small_grid), ("tiles_last", tiles_last),
+_RULES = (("q_blocks_per_cta", q_blocks_per_cta), ("min_ctas_per_sm", min_ctas_per_sm),
+          ("small_grid", small_grid), ("tiles_last", tiles_last),
           ("heads_first", heads_first), ("lean_loads", lean_loads), ("early_first", early_first),
           ("split_mask", split_mask), ("staged_o", staged_o), ("dead_rows", dead_rows),
-          ("lazy_rescale", lazy_rescale), ("mma_row_sum", mma_row_sum), ("exp2_fma", exp2_fma))
+          ("lazy_rescale", lazy_rescale), ("mma_row_sum", mma_row_sum))
+# The choices each op holds its own of (Note [Choices op by op] in kernel_choices.py): their
+# defaults depend on the kernel's facts only.
+_OP_RULES = {"qk_unroll": qk_unroll, "interval_test": interval_test, "exp2_fma": exp2_fma}
+
+
+def op_default(option: str, spec: "ForwardSpec"):
+    """The value of the choice of its own `option` in an op of `spec`'s kernel that holds none."""
+    return _OP_RULES[option](spec)
+
+
+def op_defaults(spec: "ForwardSpec") -> dict:
+    """{(step op name, what): {attribute: default}} of the choices ops hold their own of,
+    for `attnc.backend.kv_steps.with_choices`."""
+    from attnc.passes.kernel_choices import PER_OP
+
+    out: dict = {}
+    for choice in PER_OP:
+        for what in choice.tiles or ("",):
+            out.setdefault((choice.op.removeprefix("attn."), what), {})[choice.attr] = op_default(choice.option, spec)
+    return out

@@ -24,9 +24,21 @@ takes its default given the others as they stand -- defaults depend on each othe
 small grid's kernel is added only where no grid order is given), so after editing one
 choice, run this pass again with it as an option: a run chooses afresh every choice it
 is not given. A kernel is one program, so every op of a kind holds the same value of a
-choice; ops that disagree are refused at the second. `min_ctas_unless_spills` is no
-option: it says whether min_ctas_per_sm is the default bound, dropped where the kernel
-spills under it.
+choice -- ops that disagree are refused at the second -- but for the choices of Note
+[Choices op by op]. `min_ctas_unless_spills` is no option: it says whether
+min_ctas_per_sm is the default bound, dropped where the kernel spills under it.
+
+Note [Choices op by op]: three choices change only the code of the op they sit on, so
+each op holds its own and the lowering reads it from the op it lowers (the step records'
+`StepOp.choice`): the QK^T mma's `unroll`, the softmax step's `exp2_fma` and the mask's
+`interval_test`. An edit of one op -- exp2_fma = 3 on the softmax step of the partial
+KV loop only, or the range test in the mask of one loop -- is the kernel of that op
+alone; this pass's option sets every op of the kind. Each value is checked at its op
+against the kernel (a located error naming the condition), an op without one takes
+the default (choice_defaults.py's `op_default`), and the manifest records the one value
+the ops hold, or the values, sorted, where they differ. The other choices shape
+what several ops share -- O's registers (row sums), the rescale's vote (lazy), the key
+range's loads (lean, early_first), the grid -- and stay one per kernel.
 """
 from __future__ import annotations
 
@@ -46,8 +58,12 @@ class Choice:
     op: str                     # the ops it sits on
     tiles: tuple[str, ...] = ()  # of those, the ones with this operand (load, store) or kind (mma)
     resolved: Callable | None = None    # ForwardLowering -> the value the kernel takes (None: its field)
+    per_op: bool = False        # each op its own (Note [Choices op by op]); else one per kernel
 
     def value_in(self, lowered):
+        if self.per_op:         # the default of an op that holds none
+            from attnc.passes.choice_defaults import op_default
+            return op_default(self.option, lowered.spec)
         return self.resolved(lowered) if self.resolved else getattr(lowered.spec, self.option)
 
 
@@ -63,17 +79,18 @@ CHOICES: tuple[Choice, ...] = (
            resolved=lambda lowered: lowered.spec.aligned_tiles and lowered.blockmap.runs is not None),
     Choice("tail_waves", "tail_waves", int, "attn.kernel", resolved=lambda lowered: lowered.tail_waves),
     Choice("dead_rows", "dead_rows", bool, "attn.kernel"),
-    Choice("interval_test", "interval_test", str, "attn.mask"),
+    Choice("interval_test", "interval_test", str, "attn.mask", per_op=True),
     Choice("split_mask", "split", bool, "attn.mask"),
-    Choice("exp2_fma", "exp2_fma", int, "attn.softmax_step"),
+    Choice("exp2_fma", "exp2_fma", int, "attn.softmax_step", per_op=True),
     Choice("lazy_rescale", "lazy", bool, "attn.rescale"),
     Choice("mma_row_sum", "row_sum", bool, "attn.mma", ("pv",)),
     Choice("lean_loads", "lean", bool, "attn.load", ("k", "v")),
     Choice("early_first", "early_first", bool, "attn.load", ("k",)),
     Choice("staged_o", "staged", bool, "attn.store", ("o",)),
-    Choice("qk_unroll", "unroll", int, "attn.mma", ("qk",)),
+    Choice("qk_unroll", "unroll", int, "attn.mma", ("qk",), per_op=True),
 )
 BY_OPTION = {c.option: c for c in CHOICES}
+PER_OP = tuple(c for c in CHOICES if c.per_op)
 
 
 @dataclass(frozen=True)
@@ -229,7 +246,9 @@ def write(kernel, values: dict, sites: dict | None = None) -> None:
 
 
 def read(kernel) -> dict:
-    """The choices recorded on `kernel`'s ops ({option: value}); each op of a kind must agree."""
+    """The choices recorded on `kernel`'s ops ({option: value}): each op of a kind must
+    agree, but on a choice of its own (Note [Choices op by op]), given here only where
+    every op that holds it holds one value."""
     from attnc.ir import error_at
 
     found = {}
@@ -240,14 +259,45 @@ def read(kernel) -> dict:
             if choice.attr not in op.attributes:
                 continue
             value = _value(op, choice)
+            if seen is not None and value != seen[1] and choice.per_op:
+                break
             if seen is not None and value != seen[1]:
                 raise error_at(op, f"{choice.attr} = {_text(value)} on this {op.name}, {_text(seen[1])} on an "
                                    f"earlier one: the kernel lowers every {op.name} of a kernel one way (Note "
                                    f"[Kernel choices] in attnc/passes/kernel_choices.py)")
             seen = (op, value)
-        if seen is not None:
-            found[choice.option] = seen[1]
+        else:
+            if seen is not None:
+                found[choice.option] = seen[1]
     return found
+
+
+def op_choices(op) -> tuple:
+    """The choices of its own (Note [Choices op by op]) the IR op `op` holds, as
+    ((attribute, value), ...), each checked for its type."""
+    from mlir import ir
+
+    found = []
+    for choice in PER_OP:
+        if op.name == choice.op and choice.attr in op.attributes and (
+                not choice.tiles or ir.StringAttr(op.attributes["kind"]).value in choice.tiles):
+            found.append((choice.attr, _value(op, choice)))
+    return tuple(found)
+
+
+def check_op_choices(kernel, spec) -> None:
+    """Refuse, at its op, a choice of its own that `kernel` (as `spec` records it) cannot
+    take (attnc/backend/spec_checks.py's `op_choice_error`)."""
+    from attnc.backend.spec_checks import op_choice_error
+    from attnc.ir import error_at
+
+    sites = _sites(kernel)
+    for choice in PER_OP:
+        for op in sites[choice.option]:
+            if choice.attr in op.attributes:
+                problem = op_choice_error(spec, choice.option, _value(op, choice))
+                if problem:
+                    raise error_at(op, f"the {spec.target} kernel cannot be built: {problem}")
 
 
 def _value(op, choice: Choice):

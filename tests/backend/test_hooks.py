@@ -621,8 +621,8 @@ def test_every_interval_test_keeps_exactly_the_masked_keys(mask, form, block_n):
     def body(e, a):
         coords = ElementCoords(e, a["i"], a["col0"], block_n)
         masker = ScoreMasker(e, coords, a["b"], a["h"], 1.0, None, hooks.keep, row_interval=hooks.row_interval,
-                             interval_test=form, row_residual=hooks.row_residual)
-        return masker.mask([[e.cf(1.0)] * columns], a["n_block"])[0]
+                             row_residual=hooks.row_residual)
+        return masker.mask([[e.cf(1.0)] * columns], a["n_block"], test=form)[0]
 
     with result.module.context:
         run = host_function(args, body)

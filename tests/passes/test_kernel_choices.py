@@ -150,3 +150,66 @@ def test_persistent_edited_into_a_plan_without_a_producer_is_refused():
     with pytest.raises(AttncError, match=re.escape("attn-lower-sm90a: persistent = true on attn.warp_specialize; "
                                                    "persistent CTAs are the producer warpgroup's kernel")):
         _lower(plan.replace("}) {ranges = {", "}) {persistent = true, ranges = {"), "sm_90a")
+
+
+def _edit_nth(text: str, old: str, new: str, indices) -> str:
+    """`text` with the occurrences `indices` (0-based) of `old` replaced by `new`."""
+    parts = text.split(old)
+    return "".join(part + ((new if k in indices else old) if k < len(parts) - 1 else "")
+                   for k, part in enumerate(parts))
+
+
+def _ex2_count(ptx: str) -> int:
+    return len(re.findall(r"\bex2\.approx", ptx))
+
+
+def test_a_choice_of_its_own_is_the_code_of_its_op_alone():
+    """Note [Choices op by op]: exp2_fma = 4 edited on the softmax step of one of the
+    window's three sm_80 KV loops moves that loop's exponentials to the FMA pipe and no
+    other's -- fewer ex2.approx than with every step at 0, more than with every step at
+    4 -- and the manifest records both values."""
+    plan = _plan("sliding_window", "sm_80")
+    zero = "exp2_fma = 0 : i64"
+    assert plan.count(zero) == 3
+    one = build(compile_result_of(_lower(_edit_nth(plan, zero, "exp2_fma = 4 : i64", {0}), "sm_80")))
+    none = build(compile_result_of(_lower(plan, "sm_80")))
+    every = build(compile_result_of(_lower(plan.replace(zero, "exp2_fma = 4 : i64"), "sm_80")))
+    assert _ex2_count(none.ptx) > _ex2_count(one.ptx) > _ex2_count(every.ptx)
+    assert one.manifest["specialization"]["exp2_fma"] == [0, 4]
+    assert every.manifest["specialization"]["exp2_fma"] == 4
+
+
+def test_an_interval_test_of_one_mask_op():
+    """The window's partial KV loop tests its row interval by kept bits by default; an
+    edit of one mask op to "range" is the kernel of that loop alone: another PTX than
+    every mask at either test."""
+    plan = _plan("sliding_window", "sm_80")
+    bits = 'interval_test = "bits"'
+    assert plan.count(bits) == 2
+    ptx = {name: build(compile_result_of(_lower(text, "sm_80"))).ptx for name, text in (
+        ("bits", plan), ("range", plan.replace(bits, 'interval_test = "range"')),
+        ("one", _edit_nth(plan, bits, 'interval_test = "range"', {1})))}
+    assert len(set(ptx.values())) == 3
+
+
+def test_the_consumers_hold_the_same_choices():
+    """sm_90a's two consumer warpgroups run one program: an exp2_fma edited in one
+    consumer's first step only is refused at that consumer; edited in both, it builds."""
+    plan = _plan("sliding_window", "sm_90a")
+    zero = "exp2_fma = 0 : i64"
+    assert plan.count(zero) == 8            # per consumer: the first step and three KV loops
+    with pytest.raises(AttncError, match="the consumer warpgroups run one program"):
+        _lower(_edit_nth(plan, zero, "exp2_fma = 2 : i64", {0}), "sm_90a")
+    both = build(compile_result_of(_lower(_edit_nth(plan, zero, "exp2_fma = 2 : i64", {0, 4}), "sm_90a")))
+    assert both.manifest["specialization"]["exp2_fma"] == [0, 2]
+
+
+def test_a_choice_of_its_own_the_kernel_cannot_take_is_refused_at_its_op():
+    """unroll = 3 on one QK^T of ALiBi at head dim 64 (4 k16 steps a 64-column page):
+    refused at that mma (its location), naming the condition."""
+    plan = _plan("alibi", "sm_80")
+    with pytest.raises(AttncError) as info:
+        _lower(_edit_nth(plan, 'kind = "qk", unroll = 1 : i64', 'kind = "qk", unroll = 3 : i64', {1}), "sm_80")
+    message = info.value.render()
+    assert re.match(r"\S+:\d+:\d+: error: the sm_80 kernel cannot be built: qk_unroll=3 must divide 4 \(k16 steps "
+                    r"per smem page\), or be 0", message), message
