@@ -34,7 +34,7 @@ from mlir import ir
 
 from attnc.backend.kv_steps import StepOp, as_written, body_of, prologue_steps, step_op
 from attnc.backend.role_shell import check_compute
-from attnc.backend.wgmma_steps import Around, _check_hooks, advances, around_ops, require
+from attnc.backend.wgmma_steps import Around, advances, around_ops, check_hooks, require
 from attnc.ir import error_at
 from attnc.ir import roles as R
 from attnc.passes.tile_program import KV_LOOP
@@ -112,7 +112,7 @@ def _trip(loop, kernel, stages: int, hooks: dict) -> tuple[StepOp, ...]:
         if needed not in seen:
             raise error_at(loop, f"this KV loop has no {needed} op, which a cooperative overlapped step has ({NOTE})")
     kind = R.value_of(loop.attributes[KV_LOOP])
-    _check_hooks(seen, hooks, kind, loop, f"a {kind} KV loop")
+    check_hooks(seen, hooks, kind, loop, f"a {kind} KV loop", NOTE)
     _check_flow(seen, args, list(block.operations)[-1])
     return tuple(out)
 
@@ -206,7 +206,7 @@ def _around(loops: list, kernel, hooks: dict) -> tuple[tuple, tuple]:
     seen: dict[str, ir.Operation] = {}
     first = _ops(around.before, seen, "first step", {("read", "k"): stage0}, ("cp_async_wait", "cta_barrier",
                  "read k", "read q", "mma qk", "land_s", "softmax_step"), first_loop)
-    _check_hooks(seen, hooks, kind, first_loop, "the first step")
+    check_hooks(seen, hooks, kind, first_loop, "the first step", NOTE)
     qk, softmax = seen["mma qk"], seen["softmax_step"]
     chain = [seen["land_s"]] + [seen[k] for k in ("score_mod", "mask") if k in seen]
     _flows([
