@@ -106,9 +106,12 @@ def build_code(result) -> _Code:
     from attnc.backend.lowering import require_plan
     from attnc.ir import attention_ops, get_str
     ops = attention_ops(result.module)
-    if ops and "target" not in ops[0].attributes:
+    if not ops:
+        raise AttncError("the module holds no attention op to generate code from (a pass removed it?): "
+                         "--emit mlir shows what the passes left", filename="attnc")
+    if "target" not in ops[0].attributes:
         require_plan(result.module)
-    target = get_str(ops[0], "target") if ops else None
+    target = get_str(ops[0], "target")
     from attnc.passes.pipelines import LOWERING
     if target not in LOWERING:
         raise AttncError(f"code generation for {target} is not built yet: --emit mlir shows its "

@@ -122,13 +122,20 @@ def optimize_mlir(text: str, filename: str = "<input>",
     try:
         _run_stages(module, INPUT_STAGE, passes, options, ir_stream)
     except AttncError as e:
-        if e.filename in (None, "-"):       # IR without locations: MLIR names it "-"
-            e.filename, e.source = filename, text
-        elif e.span is None:
-            e.located(filename, text)
-        _attach_source_from_disk(e)
-        raise
+        raise _in_input(e, filename, text)
     return module
+
+
+def _in_input(error: AttncError, filename: str, text: str) -> AttncError:
+    """`error` located in the input: IR without locations (MLIR names it "-") in
+    `filename`'s `text`, an unlocated one at the file, and with the source line read from
+    disk where its location names a file there."""
+    if error.filename in (None, "-"):
+        error.filename, error.source = filename, text
+    elif error.span is None:
+        error.located(filename, text)
+    _attach_source_from_disk(error)
+    return error
 
 
 def parse_ir(text: str, filename: str = "<input>"):
@@ -141,8 +148,6 @@ def parse_ir(text: str, filename: str = "<input>"):
     try:
         with ctx, ir.Location.unknown():
             module = ir.Module.parse(text)
-        _check_integer_widths(module.operation)
-        return module
     except ir.MLIRError as e:
         diag = e.error_diagnostics[0] if e.error_diagnostics else None
         if diag is None:
@@ -152,6 +157,11 @@ def parse_ir(text: str, filename: str = "<input>"):
             error.filename, error.source = filename, text
         _attach_source_from_disk(error)
         raise error from None
+    try:
+        _check_integer_widths(module.operation)
+    except AttncError as e:
+        raise _in_input(e, filename, text) from None
+    return module
 
 
 def _check_integer_widths(root) -> None:
@@ -244,10 +254,12 @@ def compile_kernel(source, arch: str = "sm_80", **options):
     if unknown:
         raise AttncError(f"attnc.compile has no option {', '.join(map(repr, unknown))}: it takes "
                          f"{', '.join(f.name for f in dataclasses.fields(CompileOptions) if f.name != 'arch')}; "
-                         f"a pass's option goes in pass_pipeline, e.g. \"attn-tile{{block_m=64}},...\"")
+                         f"a pass's option goes in pass_pipeline, e.g. \"attn-tile{{block_m=64}},...\"",
+                         filename=filename)
     opts = CompileOptions(arch=arch, **options)
     if opts.arch not in LOWERING:
-        raise AttncError(f"attnc.compile builds kernels for {' and '.join(LOWERING)} so far, not {opts.arch}")
+        raise AttncError(f"attnc.compile builds kernels for {' and '.join(LOWERING)} so far, not {opts.arch}",
+                         filename=filename)
     if opts.pass_pipeline is None and not opts.load_passes:
         # The target's own passes: the source and the compiler decide the code (a hit runs nothing).
         key = cache_key(text, {"arch": opts.arch, "pass_pipeline": None, "load_passes": []}, opts.arch)
