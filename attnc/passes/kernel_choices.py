@@ -207,6 +207,9 @@ def choose(module, **given) -> None:
     if left:
         raise error_at(left[0], f"{NAME} needs the synchronization attn-insert-pipelines makes of attn.put; "
                                 f"run attn-insert-pipelines first")
+    from attnc.passes.plan_ir import check_channels, followed_plan, tile_of
+    # The channels as the lowering takes them, before its defaults are read off them.
+    check_channels(op, tile_of(op, NAME), followed_plan(op, NAME), NAME)
     from attnc.ir.roles import remember_verified, verified_as_is
     verified = verified_as_is(op)             # Note [Verified as it stands]
     sites = _sites(op)
