@@ -104,7 +104,8 @@ class KernelChoices(Pass):
                "64 -- at 128-key tiles, else 1; on sm_90a: 1)"})
     interval_test: str | None = field(default=None, metadata={
         "doc": "a row-interval mask's test per score: bits, range or pair (default: bits up "
-               "to 128-key tiles, else range)"})
+               "to 128-key tiles, else range); set on every attn.mask, each of which may hold its own (Note "
+               "[Choices op by op])"})
     min_ctas_per_sm: int | None = field(default=None, metadata={
         "doc": "CTAs the kernel's registers must leave room for on one SM (PTX .minnctapersm; 0: no "
                "bound; Note [CTAs per SM] in choice_defaults.py; default: none on sm_80 and for a producer "
@@ -114,7 +115,8 @@ class KernelChoices(Pass):
         "doc": "of every 8 scores of a softmax row, how many take their exp2 on the FMA pipe (a cubic "
                "and exponent bits) instead of the SFU, 0 to 8 (Note [Exponentials on the FMA pipe]; "
                "default: 2 in sm_90a's one-warpgroup softcap kernels, 1 in its "
-               "producer warpgroup's kernels with a score_mod, else 0)"})
+               "producer warpgroup's kernels with a score_mod, else 0); set on every attn.softmax_step, each of "
+               "which may hold its own (Note [Choices op by op])"})
     heads_first: bool | None = field(default=None, metadata={
         "doc": "order the grid's CTAs by head first, query block second (Note [Heads first]; default: "
                "on sm_80 for a band or a block map)"})
@@ -174,7 +176,8 @@ class KernelChoices(Pass):
     qk_unroll: int | None = field(default=None, metadata={
         "doc": "sm_80: the QK^T k16 steps as a loop of this many steps per trip, kept rolled (0: fully "
                "unrolled; it must divide the k16 steps of a shared-memory page) (Note [Rolled QK^T] in sm80.py; "
-               "default: 1 up to head dim 96, where it removed spills, else 0)"})
+               "default: 1 up to head dim 96, where it removed spills, else 0); set on every QK^T attn.mma, each "
+               "of which may hold its own (Note [Choices op by op])"})
     dead_rows: bool | None = field(default=None, metadata={
         "doc": "sm_80: interleave the warps' 16-row tiles of the query block (warp w owns rows 16w + 16 "
                "num_warps k) and, in the first key step, skip the MMAs of a tile whose rows keep none of its "
