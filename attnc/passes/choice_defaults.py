@@ -4,9 +4,10 @@ options), its value where no option and no attribute gives one, from the kernel'
 Each rule says what was measured (results/sm80_h200.md and results/sm90a_h200.md, the
 section named). `resolve` fills every choice of the kernel left None, in the order the
 rules depend on each other; `op_default` gives the choices each op holds its own of
-(Note [Choices op by op] in kernel_choices.py) where an op holds none; the document-aligned tiles' three (`aligned_tiles`,
-`tail_waves`, `run_ranges`), which decide the tile table and the map the lowering
-plans, are applied where it plans them (attnc/backend/lowering.py). The lowering then
+(Note [Choices op by op] in kernel_choices.py) where an op holds none; the
+document-aligned tiles' three (`aligned_tiles`, `tail_waves`, `run_ranges`), which
+decide the tile table and the map the lowering plans, are applied where it plans them
+(attnc/backend/lowering.py). The lowering then
 reads choices only (Note [Kernel choices] in kernel_choices.py).
 """
 from __future__ import annotations

@@ -260,21 +260,15 @@ def read(kernel) -> dict:
     found = {}
     sites = _sites(kernel)
     for choice in CHOICES:
-        seen = None
-        for op in sites[choice.option]:
-            if choice.attr not in op.attributes:
-                continue
-            value = _value(op, choice)
-            if seen is not None and value != seen[1] and choice.per_op:
-                break
-            if seen is not None and value != seen[1]:
-                raise error_at(op, f"{choice.attr} = {_text(value)} on this {op.name}, {_text(seen[1])} on an "
-                                   f"earlier one: the kernel lowers every {op.name} of a kernel one way (Note "
-                                   f"[Kernel choices] in attnc/passes/kernel_choices.py)")
-            seen = (op, value)
-        else:
-            if seen is not None:
-                found[choice.option] = seen[1]
+        held = [(op, _value(op, choice)) for op in sites[choice.option] if choice.attr in op.attributes]
+        other = next(((op, value) for op, value in held if value != held[0][1]), None)
+        if other is None and held:
+            found[choice.option] = held[0][1]
+        elif other is not None and not choice.per_op:
+            op, value = other
+            raise error_at(op, f"{choice.attr} = {_text(value)} on this {op.name}, {_text(held[0][1])} on an "
+                               f"earlier one: the kernel lowers every {op.name} of a kernel one way (Note "
+                               f"[Kernel choices] in attnc/passes/kernel_choices.py)")
     return found
 
 
