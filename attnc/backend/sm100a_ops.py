@@ -374,9 +374,25 @@ def _softmax_step(cx: Lowering, op):
     n_keys = cx.size(get_shape(kernel, "k_shape")[2])
     valid = e.sub(n_keys, e.mul(cx.loops[-1], block_n))
     scores = [e.select(e.lt(e.c32(j), valid), s, e.neg_inf()) for j, s in enumerate(scores)]
-    (probs,), state, (alpha,) = cx.softmax.step([scores], SoftmaxState([m], [l]), check_inf=True)
+    (probs,), state, (alpha,) = cx.softmax.step([scores], SoftmaxState([m], [l]), check_inf=True,
+                                                on_fma=_exp2_fma(op))
     words = [_pack(e, get_str(kernel, "dtype"), lo, hi) for lo, hi in zip(probs[::2], probs[1::2])]
     return [Rows(words), state.m[0], state.l[0], alpha]
+
+
+def _exp2_fma(op) -> int:
+    """The softmax step's own exp2_fma (Note [Choices op by op] in
+    attnc/passes/kernel_choices.py), 0 where it holds none: of every 8 scores of the
+    thread's row, those whose exp2 the FMA pipe takes (Note [Exponentials on the FMA pipe]
+    in softmax.py; never measured on a Blackwell GPU, so no default of its own)."""
+    from attnc.backend.spec_checks import op_choice_error
+    from attnc.passes.kernel_choices import op_choices
+
+    value = dict(op_choices(op)).get("exp2_fma", 0)
+    problem = op_choice_error(None, "exp2_fma", value)
+    if problem:
+        raise error_at(op, f"attn-lower-sm100a: {problem}")
+    return value
 
 
 def _pack(e: Emit, dtype: str, lo, hi) -> ir.Value:

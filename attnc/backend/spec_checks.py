@@ -58,9 +58,10 @@ def steps_read(spec: ForwardSpec) -> ForwardSpec:
     return spec
 
 
-def op_choice_error(spec: ForwardSpec, option: str, value) -> str | None:
+def op_choice_error(spec: ForwardSpec | None, option: str, value) -> str | None:
     """Why an op of `spec`'s kernel cannot hold `value` of the choice of its own `option`
-    (Note [Choices op by op] in attnc/passes/kernel_choices.py), or None."""
+    (Note [Choices op by op] in attnc/passes/kernel_choices.py), or None; exp2_fma's
+    range needs no spec (sm_100a's lowering has none)."""
     if option == "exp2_fma" and not 0 <= value <= 8:
         return f"exp2_fma={value}: expected 0 to 8 (of every 8 scores of a row, those whose exp2 runs on the FMA pipe)"
     if option == "interval_test" and value not in INTERVAL_TESTS:
@@ -68,12 +69,12 @@ def op_choice_error(spec: ForwardSpec, option: str, value) -> str | None:
     if option == "interval_test" and value == "bits" and spec.block_n > 128:
         return (f"interval_test='bits' needs block_n <= 128 (32 scores per row and lane), not {spec.block_n}: "
                 f"use 'range' or 'pair'")
-    half_page = spec.page_width(spec.head_dim_qk) // 16
     if option == "qk_unroll" and value < 0:
         return f"qk_unroll={value}: expected 0 or more"
     if option == "qk_unroll" and value and spec.target != "sm_80":
         return (f"qk_unroll={value}: it rolls sm_80's QK^T k16 steps into a loop; {spec.target} issues "
                 f"QK^T as one wgmma group (0 there)")
+    half_page = spec.page_width(spec.head_dim_qk) // 16 if option == "qk_unroll" else 0
     if option == "qk_unroll" and value and half_page % value:
         return f"qk_unroll={value} must divide {half_page} (k16 steps per smem page), or be 0"
     return None

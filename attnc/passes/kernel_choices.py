@@ -36,7 +36,9 @@ KV loop only, or the range test in the mask of one loop -- is the kernel of that
 alone; this pass's option sets every op of the kind. Each value is checked at its op
 against the kernel (a located error naming the condition), an op without one takes
 the default (choice_defaults.py's `op_default`), and the manifest records the one value
-the ops hold, or the values, sorted, where they differ. The other choices shape
+the ops hold, or the values, sorted, where they differ. attn-lower-sm100a reads
+`exp2_fma` from its softmax steps the same way (0 where one holds none; this pass does
+not run for sm_100a). The other choices shape
 what several ops share -- O's registers (row sums), the rescale's vote (lazy), the key
 range's loads (lean, early_first), the grid -- and stay one per kernel.
 """

@@ -1,5 +1,5 @@
-"""Floating-point instructions: add, sub, mul, div, fma, min, max, abs, neg on f32/f64,
-and the approximations ex2, lg2, tanh, rcp, sqrt, rsqrt, sin, cos.
+"""Floating-point instructions: add, sub, mul, div, fma, min, max, abs, neg on f32/f64
+(add, sub, mul and fma on sm_100's packed f32x2 too, each half as f32), and the approximations ex2, lg2, tanh, rcp, sqrt, rsqrt, sin, cos.
 
 Rounding: `.rn` is numpy's float32 arithmetic (IEEE round-to-nearest-even). The
 directed modes (`.rz`, `.rm`, `.rp`) of add and sub are exactly rounded fmas (x * 1 + y);
@@ -116,12 +116,28 @@ def _with_modifiers(fn, parts, ty, n_in):
     return wrapped
 
 
+def _pairs(fn):
+    """`fn` of f32 arrays on both f32 halves of b64 operands (sm_100's packed f32x2
+    arithmetic, elementwise on the pairs)."""
+    def on_pairs(*xs):
+        return fn(*(x.view(np.float32) for x in xs)).astype(np.float32).view(np.uint64)
+    return on_pairs
+
+
 def arith(ins, ctx, ty):
-    """add/sub/mul/div/min/max of a floating type."""
+    """add/sub/mul/div/min/max of a floating type; of f32x2 (add, sub, mul), each half as f32."""
     from attnc_sim.isa_int import binary
     parts = ins.parts
+    if ty == "f32x2" and parts[0] in ("add", "sub", "mul"):
+        return binary(ins, ctx, "b64", _pairs(_arith_fn(ins, ctx, "f32")))
     if ty not in ("f32", "f64"):
         raise ctx.error(f"{ins.opcode}: only f32 and f64 arithmetic is supported")
+    return binary(ins, ctx, ty, _arith_fn(ins, ctx, ty))
+
+
+def _arith_fn(ins, ctx, ty):
+    """The function of the arrays of an f32 or f64 add/sub/mul/div/min/max."""
+    parts = ins.parts
     op = _OPS[parts[0]]
     if parts[0] == "min" or parts[0] == "max":
         if "xorsign" in parts:
@@ -144,17 +160,20 @@ def arith(ins, ctx, ty):
             fn = lambda a, b: fma_f32(a, np.float32(1), sign * b, mode)
         else:       # mul: a product of two f32 values is exact in float64
             fn = lambda a, b: round_f32(op(a.astype(np.float64), b.astype(np.float64)), mode)
-    return binary(ins, ctx, ty, _with_modifiers(fn, parts, ty, 2))
+    return _with_modifiers(fn, parts, ty, 2)
 
 
 def fma(ins, ctx):
+    """fma of f32 or f64; of f32x2, each half as f32."""
     parts = ins.parts
     ty = parts[-1]
-    if ty not in ("f32", "f64"):
-        raise ctx.error(f"{ins.opcode}: only f32 and f64 fma is supported")
+    if ty not in ("f32", "f64", "f32x2"):
+        raise ctx.error(f"{ins.opcode}: only f32, f32x2 and f64 fma is supported")
     mode = next((m for m in _MODES if m in parts), "rn")
-    a, b, c = (ctx.reader(op, ty) for op in ins.operands[1:4])
-    d = ctx.writer(ins.operands[0], ty)
+    packed = ty == "f32x2"
+    ty = "f32" if packed else ty
+    a, b, c = (ctx.reader(op, "b64" if packed else ty) for op in ins.operands[1:4])
+    d = ctx.writer(ins.operands[0], "b64" if packed else ty)
     if ty == "f32":
         def f(x, y, z):
             return fma_f32(x, y, z, mode)
@@ -162,6 +181,8 @@ def fma(ins, ctx):
         def f(x, y, z):
             return x * y + z
     f = _with_modifiers(f, parts, ty, 3)
+    if packed:
+        f = _pairs(f)
     return lambda w: d(w, f(a(w), b(w), c(w)))
 
 

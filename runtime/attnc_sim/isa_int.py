@@ -10,9 +10,10 @@ import numpy as np
 
 from attnc_sim import isa, isa_float
 from attnc_sim.state import DTYPE, WARP, WIDTH
+from attnc_sim.ptx import Vec
 
 INT_TYPES = {"b8", "u8", "s8", "b16", "u16", "s16", "b32", "u32", "s32", "b64", "u64", "s64"}
-FLOAT_TYPES = {"f16", "bf16", "f32", "f64", "f16x2", "bf16x2"}
+FLOAT_TYPES = {"f16", "bf16", "f32", "f64", "f16x2", "bf16x2", "f32x2"}
 
 
 def type_of(ins) -> str:
@@ -329,6 +330,36 @@ def selp(ins, ctx):
 def mov(ins, ctx):
     ty = type_of(ins)
     dst, src = ins.operands
+    if isinstance(src, Vec) or isinstance(dst, Vec):
+        return _mov_parts(ctx, ty, dst, src)
     d = ctx.writer(dst, ty)
     a = ctx.reader(src, ty)
     return lambda w: d(w, a(w))
+
+
+def _mov_parts(ctx, ty: str, dst, src):
+    """mov.bN of a vector of equal parts (PTX's pack `mov.b64 d, {lo, hi}` and unpack
+    `mov.b64 {lo, hi}, s`): the first part the lowest bits."""
+    whole = DTYPE[f"b{WIDTH[ty]}"]
+    parts = (src if isinstance(src, Vec) else dst).items
+    width = WIDTH[ty] // len(parts)
+    part_ty = f"b{width}"
+    if isinstance(src, Vec):
+        readers = [ctx.reader(p, part_ty) for p in parts]
+        d = ctx.writer(dst, ty)
+
+        def pack(w):
+            out = np.zeros(WARP, whole)
+            for k, r in enumerate(readers):
+                out |= r(w).astype(whole) << whole(k * width)
+            return d(w, out)
+        return pack
+    a = ctx.reader(src, ty)
+    writers = [ctx.writer(p, part_ty) for p in parts]
+    mask = whole((1 << width) - 1)
+
+    def unpack(w):
+        value = a(w).astype(whole)
+        for k, d in enumerate(writers):
+            d(w, ((value >> whole(k * width)) & mask).astype(DTYPE[part_ty]))
+    return unpack

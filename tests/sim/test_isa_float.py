@@ -135,3 +135,32 @@ def test_directed_add_and_sub_are_exactly_rounded(mode):
         got = _binary(f"{op}.{mode}.f32", xs, np.full(len(xs), sign * shifter, np.float32))
         want = [_exact_fma(x, np.float32(1), shifter, mode) for x in xs]
         assert got.view(np.uint32).tolist() == np.array(want, np.float32).view(np.uint32).tolist(), op
+
+
+def test_packed_f32x2_arithmetic_works_on_each_half():
+    """sm_100's add/sub/mul/fma .rn.f32x2 on b64 registers: each f32 half as its f32
+    instruction would (the low half from the first vector element: `mov.b64 d, {lo, hi}`)."""
+    body = """
+    ld.global.b32 %r1, [%a1];
+    ld.global.b32 %r2, [%a2];
+    mov.b64 %rd1, {%r1, %r2};
+    mov.b64 %rd2, {%r2, %r1};
+    add.rn.f32x2 %rd3, %rd1, %rd2;
+    sub.rn.f32x2 %rd4, %rd1, %rd2;
+    mul.rn.f32x2 %rd5, %rd1, %rd2;
+    fma.rn.f32x2 %rd6, %rd1, %rd2, %rd3;
+    mov.b64 {%r3, %r4}, %rd4;
+    mov.b64 {%r5, %r6}, %rd6;
+    mov.b64 {%r7, %r8}, %rd5;
+    st.global.b32 [%a3], %r3;
+    st.global.b32 [%a4], %r4;
+    st.global.b32 [%a5], %r5;
+    st.global.b32 [%a6], %r8;"""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(32).astype(np.float32)
+    y = rng.standard_normal(32).astype(np.float32) * np.float32(1e-3)
+    out = run_kernel(body, [np.zeros(32, np.float32), x, y] + [np.zeros(32, np.float32) for _ in range(4)]).arrays
+    assert np.array_equal(out[3], x - y) and np.array_equal(out[4], y - x)
+    # the low half of fma(x, y, x + y): exactly rounded, as fma.rn.f32 gives it
+    assert np.array_equal(out[5], fma_f32(x, y, x + y))
+    assert np.array_equal(out[6], y * x)

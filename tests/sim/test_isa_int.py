@@ -156,3 +156,27 @@ def test_setp_two_destinations_and_selp():
     assert out[3] == 0b0001          # t true, c false: p1 = t, p3 = t & c false, q's false
     assert out[0] == 0b0101          # t true, c true: p1, p3
     assert out[20] == 0b1010         # t false: p2, and q = !t & c
+
+
+def test_mov_packs_and_unpacks_vectors():
+    """mov.b64 d, {a, b} puts a in the low 32 bits and b in the high ones, and mov.b64
+    {a, b}, d splits them back; mov.b32 of two b16 halves likewise (9.7.8.7 "mov")."""
+    body = f"""
+    ld.global.b32 %r1, [%a1];
+    mov.b32 %r2, {B};
+    mov.b64 %rd1, {{%r1, %r2}};
+    mov.b64 {{%r3, %r4}}, %rd1;
+    mov.b32 {{%h1, %h2}}, %r1;
+    mov.b32 %r5, {{%h2, %h1}};
+    xor.b32 %r6, %r3, %r4;
+    xor.b32 %r6, %r6, %r5;
+    st.global.b32 [%a2], %r6;
+    mul.wide.u32 %rd2, %tid, 8;
+    ld.param.u64 %rd3, [p0];
+    add.s64 %rd3, %rd3, %rd2;
+    st.global.b64 [%rd3], %rd1;"""
+    lanes = (A + np.arange(32, dtype=np.uint32)).astype(np.uint32)
+    out = run_kernel(body, [np.zeros(32, np.uint64), lanes, np.zeros(32, np.uint32)]).arrays
+    assert [hex(x) for x in out[0][:2]] == [hex((B << 32) | A), hex((B << 32) | (A + 1))]
+    swapped = ((lanes >> 16) | (lanes << 16)).astype(np.uint32)
+    assert np.array_equal(out[2], lanes ^ np.uint32(B) ^ swapped)
