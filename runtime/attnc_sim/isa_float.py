@@ -1,5 +1,6 @@
 """Floating-point instructions: add, sub, mul, div, fma, min, max, abs, neg on f32/f64
-(add, sub, mul and fma on sm_100's packed f32x2 too, each half as f32), and the approximations ex2, lg2, tanh, rcp, sqrt, rsqrt, sin, cos.
+(add, sub, mul and fma on sm_100's packed f32x2 too, each half as f32), and the
+approximations ex2, lg2, tanh, rcp, sqrt, rsqrt, sin, cos.
 
 Rounding: `.rn` is numpy's float32 arithmetic (IEEE round-to-nearest-even). The
 directed modes (`.rz`, `.rm`, `.rp`) of add and sub are exactly rounded fmas (x * 1 + y);
