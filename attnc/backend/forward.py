@@ -90,6 +90,27 @@ def _cp_async_commit(cx, op, step) -> None:
 COPY_PATTERNS = {"cp_async_wait": _cp_async_wait, "cta_barrier": _cta_barrier, "cp_async_commit": _cp_async_commit}
 
 
+def _score_mod(cx, op, step) -> None:
+    step.modify()
+
+
+def _mask(cx, op, step) -> None:
+    step.mask_test = op.choice("interval_test")
+    step.finish_scores()
+
+
+# The patterns of the score ops, on a step's S (a `ScoredStep`), as both targets have them
+SCORE_PATTERNS = {"score_mod": _score_mod, "mask": _mask}
+
+
+def own_ops(ops) -> tuple:
+    """(the softmax step, the mask's interval_test or None) of `ops`: what a step built
+    fused rather than op by op (sm80.py's dead-rows first step, sm90a_ws.py's first step
+    issued early) takes from its ops (Note [Choices op by op])."""
+    softmax = next(op for op in ops if op.name == "softmax_step")
+    return softmax, next((op.choice("interval_test") for op in ops if op.name == "mask"), None)
+
+
 class KernelState(ForwardLoads):
     """One kernel's state while it is built at the current insertion point: its record of
     the IR (`spec`), emitter and resource builders, tiles, coordinates, masker and

@@ -77,7 +77,8 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import scf
 
-from attnc.backend.forward import COPY_PATTERNS, KernelState, ScoredStep, TargetLowering, tiles_of
+from attnc.backend.forward import (COPY_PATTERNS, SCORE_PATTERNS, KernelState, ScoredStep, TargetLowering, own_ops,
+                                   tiles_of)
 from attnc.backend.kv_schedule import KvSchedule
 from attnc.backend.kv_steps import StepOp
 from attnc.backend.nvgpu_builders import LdMatrix, values_if, warp_vote
@@ -230,15 +231,6 @@ def _lower_mma(cx, op, step) -> None:
         step.acc_o = _pv(cx, step.p, step.acc_o, step.slot(0))
 
 
-def _lower_score_mod(cx, op, step) -> None:
-    step.modify()
-
-
-def _lower_mask(cx, op, step) -> None:
-    step.mask_test = op.choice("interval_test")
-    step.finish_scores()
-
-
 def _lower_block_map_read(cx, op, step) -> None:
     """The block's class in the map is read where the step asks it: whether the block
     is skipped with the step's first slot read or load, whether it is partial at the
@@ -262,8 +254,7 @@ def _first_by_tiles(cx, t, n_block, kv: KvSchedule, slot, mode: str, skip, ragge
     (QK^T, the mask, the softmax step) hold their choices."""
     e, s = cx.e, cx.spec
     qk = next(op for op in body if op.name == "mma" and op.what == "qk")
-    softmax = next(op for op in body if op.name == "softmax_step")
-    test = next((op.choice("interval_test") for op in body if op.name == "mask"), None)
+    softmax, test = own_ops(body)
     live = _live_atoms(cx, n_block)
     init = cx.softmax.initial(2)
     p_regs = 4 * (s.block_n // 16)
@@ -340,7 +331,7 @@ def _steps(cx, kv: KvSchedule):
 # Note [Steps op by op] (kv_steps.py): the pattern of each op of a KV loop's body
 STEP_PATTERNS = {
     **COPY_PATTERNS, "slot_read": _lower_slot_read, "load": _lower_load,
-    "slot_write": _lower_slot_write, "mma": _lower_mma, "score_mod": _lower_score_mod, "mask": _lower_mask,
+    "slot_write": _lower_slot_write, "mma": _lower_mma, **SCORE_PATTERNS,
     "block_map_read": _lower_block_map_read, "softmax_step": _lower_softmax_step, "rescale": _lower_rescale,
 }
 

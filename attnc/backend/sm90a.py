@@ -68,7 +68,7 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import llvm, scf
 
-from attnc.backend.forward import COPY_PATTERNS, TargetLowering
+from attnc.backend.forward import COPY_PATTERNS, SCORE_PATTERNS, TargetLowering
 from attnc.backend.nvgpu_builders import Wgmma, values_if, warp_vote
 from attnc.backend.score_masks import rows_of
 from attnc.backend.softmax import SoftmaxState
@@ -272,15 +272,6 @@ def _trip_land_s(cx, op, trip) -> None:
     trip.rows = rows_of(trip.acc_s)
 
 
-def _trip_score_mod(cx, op, trip) -> None:
-    trip.modify()
-
-
-def _trip_mask(cx, op, trip) -> None:
-    trip.mask_test = op.choice("interval_test")
-    trip.finish_scores()
-
-
 def _trip_block_map_read(cx, op, trip) -> None:
     """The block's class is read where the trip asks it (tile_skip, tile_partial)."""
 
@@ -329,8 +320,8 @@ def _trip_slot_write(cx, op, trip) -> None:
 # trip's ops (OVERLAPPED: those of every overlapped step) and of the last P.V's
 OVERLAPPED = {
     "land_o": _trip_land_o, "rescale": _trip_rescale, "read": _trip_read, "turn_sync": _trip_turn_sync,
-    "turn_arrive": _trip_turn_arrive, "mma": _trip_mma, "land_s": _trip_land_s, "score_mod": _trip_score_mod,
-    "mask": _trip_mask, "block_map_read": _trip_block_map_read, "softmax_step": _trip_softmax_step,
+    "turn_arrive": _trip_turn_arrive, "mma": _trip_mma, "land_s": _trip_land_s, **SCORE_PATTERNS,
+    "block_map_read": _trip_block_map_read, "softmax_step": _trip_softmax_step,
 }
 
 

@@ -77,7 +77,7 @@ from mlir import ir
 from mlir.dialects import nvvm, scf
 
 from attnc.backend import sm90a
-from attnc.backend.forward import TargetLowering
+from attnc.backend.forward import TargetLowering, own_ops
 from attnc.backend.kernel_spec import PRODUCER_THREADS
 from attnc.backend.nvgpu_builders import MBarrier, NamedBarrier, fence_async_proxy, set_max_registers
 from attnc.backend.smem_layout import init_order
@@ -416,10 +416,8 @@ def _first_step_issued(cx, kv, state, scores):
     n0 = kv.block(e, e.c32(0))
     skip = cx.skip(n0) if s.tile_skip is not None else None
     _k_read(cx, e.c32(0))
-    # The first step's ops hold its choices (Note [Choices op by op])
-    test = next((op.choice("interval_test") for op in cx.trips.first if op.name == "mask"), None)
+    softmax, test = own_ops(cx.trips.first)
     rows = cx.scores(scores, n0, "partial", skip, test)
-    softmax = next(op for op in cx.trips.first if op.name == "softmax_step")
     probs, state, alpha = cx.softmax_step(rows, state, "partial", softmax)
     return state, sm90a.nothing_in_flight(cx, probs, alpha)
 
