@@ -168,14 +168,18 @@ def _compile(args) -> int:
         # the bytes the key was made of: a file saved again during the compile misses next time
         variant = load(slot.source if slot is not None else read_source(args.file), args.file)
     _print_warnings(variant)                    # before any pass may fail
-    result = compile_variant(variant, options)
-    check_target(result, args.arch)
     if args.emit == "mlir":
+        result = compile_variant(variant, options)
+        check_target(result, args.arch)
         with timing.step("writing the IR"):
             write_output(result.text, out)
         return 0
-    with timing.step("backend"):
-        code = build_code(result)
+    from attnc.schedule import beside
+    with beside.held():             # Note [The check beside the lowering]
+        result = compile_variant(variant, options)
+        check_target(result, args.arch)
+        with timing.step("backend"):
+            code = build_code(result)
     if slot is not None:
         with timing.step("kernel cache store"):
             slot.cache.put(slot.key, code.manifest, code.files,

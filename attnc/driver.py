@@ -275,7 +275,9 @@ def compile_kernel(source, arch: str = "sm_80", **options):
         compiled = lambda: result       # noqa: E731
 
     def build_bundle():
-        art = build(compiled())
+        from attnc.schedule import beside
+        with beside.held():         # Note [The check beside the lowering]
+            art = build(compiled())
         return art.manifest, art.files
 
     # Asked to show or dump the IR, it compiles: a cache hit would run no pass to show.
@@ -404,8 +406,11 @@ def run_passes(module, passes: list[ResolvedPass], observe: Observer) -> None:
         with beside.running():
             try:
                 pm.run(module.operation)
-            finally:
+            except BaseException:
                 beside.finish()         # Note [The check beside the lowering]: its error first
+                raise
+            if not beside.holding():
+                beside.finish()
     except ir.MLIRError as e:
         upstream = [p.spec.name for p in passes if p.upstream is not None]
         if not upstream:

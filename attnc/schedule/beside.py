@@ -7,7 +7,10 @@ cooperative role) needs the IR no more. In a pipeline the driver runs (`running`
 exploration of several roles runs in a forked process while the later passes -- the
 kernel's choices, the lowering -- go on, and the driver waits for it when the pipeline
 ends (`finish`): its violations are raised there, before any error of a later pass (the
-order the passes ran in), and a kernel whose check fails never leaves the compiler. Only
+order the passes ran in), and a kernel whose check fails never leaves the compiler.
+Where the pipeline's kernel goes on to its code (`attnc compile`, `attnc.compile`), the
+caller holds the checks (`held`) past the pipeline's end, through LLVM and ptxas, and waits
+for them before the code leaves; a pipeline that fails still waits for them first. Only
 a process with no other Python thread forks (a thread's locks would not come along);
 elsewhere, on a system without fork, with ATTNC_VERIFY_BESIDE=0, outside a driver's
 pipeline or for one role, the exploration runs in place. A child that fails hands its
@@ -27,6 +30,7 @@ from attnc import timing
 
 _pending: list[Callable[[], None]] = []
 _running = 0
+_held = 0
 
 
 @contextlib.contextmanager
@@ -38,6 +42,24 @@ def running() -> Iterator[None]:
         yield
     finally:
         _running -= 1
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Deferred checks that outlive the pipelines run inside: finished when this ends, an
+    error of theirs raised before one in flight (the backend's)."""
+    global _held
+    _held += 1
+    try:
+        yield
+    finally:
+        _held -= 1
+        finish()
+
+
+def holding() -> bool:
+    """Whether a caller waits for the deferred checks itself (`held`)."""
+    return _held > 0
 
 
 def deferring() -> bool:

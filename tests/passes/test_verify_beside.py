@@ -46,6 +46,61 @@ def test_a_sound_plan_compiles_with_the_check_beside(beside_on, tmp_path):
     assert (tmp_path / "b" / "manifest.json").exists()
 
 
+# A user pass the lowering does not notice: mbar_k_empty counts twice the arrivals it
+# gets, so the producer waits for ever; attn-verify-pipeline runs after it.
+WRONG_COUNT = """
+from dataclasses import dataclass
+from typing import ClassVar
+
+from attnc.ir import attention_ops
+from attnc.ir import roles as R
+from attnc.passes import Pass, register
+
+
+@register
+@dataclass(frozen=True)
+class WrongCount(Pass):
+    name: ClassVar[str] = "wrong-count"
+
+    def run(self, module):
+        for kernel in attention_ops(module):
+            for op in R.mbarrier_ops(kernel):
+                if R.name_of(op) == "mbar_k_empty":
+                    with op.context:
+                        op.attributes["count"] = R.i64(R.attrs_of(op)["count"] * 2)
+"""
+WRONG_COUNT_PIPELINE = ("attn-tile,attn-analyze-masks,attn-hoist,attn-warp-specialize,attn-alloc-smem,"
+                        "attn-alloc-tmem,attn-insert-pipelines,attn-overlap-gemms,wrong-count,"
+                        "attn-verify-pipeline,attn-kernel-choices,attn-lower-sm90a")
+WRONG_COUNT_DEADLOCK = ("examples/gemma2.attn:2:1: error: attn-verify-pipeline: channel 'kv' deadlocks: "
+                        "consumer0 waits at attn.mbarrier_wait on mbar_k_full[0]")
+
+
+@pytest.mark.parametrize("beside_on", [True, False])
+def test_a_kernel_whose_check_fails_never_leaves_the_compiler(beside_on, tmp_path):
+    """`attnc compile` waits for the check after LLVM and ptxas (the lowering builds this
+    plan): the check's error is reported and no bundle is written."""
+    (tmp_path / "wrong_count.py").write_text(WRONG_COUNT)
+    out = tmp_path / "b"
+    run = _attnc(["compile", "examples/gemma2.attn", "-arch", "sm_90a", "--load-pass", str(tmp_path / "wrong_count.py"),
+                  "--pass-pipeline", WRONG_COUNT_PIPELINE, "-o", str(out)], beside_on)
+    assert run.returncode == 1
+    assert run.stderr.startswith(WRONG_COUNT_DEADLOCK), run.stderr
+    assert not out.exists()
+
+
+def test_the_api_caches_no_kernel_whose_check_fails(tmp_path, monkeypatch):
+    import attnc
+    from attnc.errors import AttncError
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("ATTNC_DISABLE_CACHE", raising=False)
+    (tmp_path / "wrong_count.py").write_text(WRONG_COUNT)
+    with pytest.raises(AttncError, match="channel 'kv' deadlocks"):
+        attnc.compile(ROOT / "examples" / "gemma2.attn", arch="sm_90a", pass_pipeline=WRONG_COUNT_PIPELINE,
+                      load_passes=str(tmp_path / "wrong_count.py"))
+    assert not any(p.is_file() for p in (tmp_path / "cache").rglob("*"))
+
+
 def test_a_failed_child_leaves_its_explorations_to_the_parent(monkeypatch):
     parent = os.getpid()
 
