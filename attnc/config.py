@@ -73,7 +73,7 @@ DEBUG: Knob[bool] = Knob(
 VERIFY_BESIDE: Knob[bool] = Knob(
     "ATTNC_VERIFY_BESIDE", "bool", lambda: True, "1", _parse_bool,
     "0 to run `attn-verify-pipeline`'s exploration in place rather than in a forked process beside the later "
-    "passes (Note [The check beside the lowering] in `attnc/schedule/beside.py`).")
+    "passes and the backend (Note [The check beside the lowering] in `attnc/schedule/beside.py`).")
 
 KNOBS: tuple[Knob, ...] = (CACHE_DIR, DISABLE_CACHE, DEBUG, VERIFY_BESIDE)
 
