@@ -101,8 +101,8 @@ CODE_EMITTERS: dict[str, Callable[[_Code, Path | None], None]] = {
 EMIT_KINDS = ("mlir", *CODE_EMITTERS)
 
 
-def build_code(result) -> _Code:
-    """The code of a compiled module from its target's backend."""
+def build_code(result, emit: str = "bundle") -> _Code:
+    """The code of a compiled module from its target's backend: for `--emit ptx`, no cubin."""
     from attnc.backend.lowering import require_plan
     from attnc.ir import attention_ops, get_str
     ops = attention_ops(result.module)
@@ -118,7 +118,7 @@ def build_code(result) -> _Code:
                          f"plan; -arch {' and -arch '.join(LOWERING)} produce PTX, cubins and bundles",
                          filename="attnc")
     from attnc.backend.lowering import build
-    art = build(result)
+    art = build(result, cubin=emit != "ptx")
     return _Code(art.manifest, art.files)
 
 
@@ -179,7 +179,7 @@ def _compile(args) -> int:
         result = compile_variant(variant, options)
         check_target(result, args.arch)
         with timing.step("backend"):
-            code = build_code(result)
+            code = build_code(result, args.emit)
     if slot is not None:
         with timing.step("kernel cache store"):
             slot.cache.put(slot.key, code.manifest, code.files,

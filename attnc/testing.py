@@ -141,16 +141,31 @@ def variant_source(name: str, d: int, mask: str | None = "j <= i", score_mod: st
             f"  v: {dtype}[B, H, N, {d}]\n{hooks}  out o: {dtype}[B, H, M, {d}]\n}}\n")
 
 
-def build_with(source: str, filename: str, arch: str = "sm_80", **options):
+def build_with(source: str, filename: str, arch: str = "sm_80", *, cubin: bool = True, **options):
     """The bundle artifacts (`attnc.backend.lowering.build`) of `source` compiled for
     `arch`, with `options` given to the passes of the target's pipeline that have them
-    (attn-warp-specialize's `producer`, attn-kernel-choices' `staged_o`, ...)."""
+    (attn-warp-specialize's `producer`, attn-kernel-choices' `staged_o`, ...); without
+    `cubin`, the PTX alone (nothing assembled)."""
     from attnc.backend.lowering import build
     from attnc.driver import CompileOptions, compile_mlir
     from attnc.passes.pipelines import pipeline_with_options
 
     pipeline = pipeline_with_options(arch, options)
-    return build(compile_mlir(source, filename, CompileOptions(arch=arch, pass_pipeline=pipeline)))
+    return build(compile_mlir(source, filename, CompileOptions(arch=arch, pass_pipeline=pipeline)), cubin=cubin)
+
+
+def ptx_bundle(source, arch: str, **options):
+    """What `attnc.compile(source, arch=arch, **options).bundle` holds but the cubin: the
+    PTX the emulator (attnc_sim) runs, with nothing assembled and no kernel cache."""
+    from attnc.backend.lowering import build
+    from attnc.driver import CompileOptions, _source_of, check_target, compile_mlir
+    from attnc_runtime.bundle import Bundle
+
+    text, filename = _source_of(source)
+    result = compile_mlir(text, filename, CompileOptions(arch=arch, **options))
+    check_target(result, arch, "arch")
+    art = build(result, cubin=False)
+    return Bundle.from_files(art.manifest, art.files)
 
 
 def user_pass_source(name: str, body: str, imports: str = "") -> str:

@@ -33,7 +33,7 @@ from attnc.backend.variant_hooks import variant_hooks
 class BundleArtifacts:
     result: object          # the CompileResult the bundle was built from
     ptx: str
-    cubin: bytes
+    cubin: bytes | None     # None: built without (build's `cubin`)
     manifest: dict
     files: dict[str, bytes]
 
@@ -264,9 +264,10 @@ def require_plan(module) -> None:
                                "(`attnc passes` lists them)")
 
 
-def build(result) -> BundleArtifacts:
+def build(result, *, cubin: bool = True) -> BundleArtifacts:
     """Everything a bundle holds, from the gpu.module attn-lower-sm80 or attn-lower-sm90a
-    put in the module (running the plan's lowering first if the pipeline did not)."""
+    put in the module (running the plan's lowering first if the pipeline did not); without
+    `cubin`, the PTX alone (`--emit ptx`: no ptxas run, a bundle the runtime JITs)."""
     import json
 
     from attnc.backend.bundle import code_files, variant_manifest
@@ -290,13 +291,13 @@ def build(result) -> BundleArtifacts:
         gpu_module.clone(ip=ir.InsertionPoint(kernel_module.body))
     target = specialization["target"]
     ptx = to_ptx(kernel_module, target, in_place=True)
-    cubin = ptx_to_cubin(ptx, target).cubin
-    names = code_files("attn_fwd", target)
-    blobs = {"cubin": cubin, "ptx": ptx.encode()}
+    blobs = {"cubin": ptx_to_cubin(ptx, target).cubin} if cubin else {}
+    blobs["ptx"] = ptx.encode()
+    names = {kind: name for kind, name in code_files("attn_fwd", target).items() if kind in blobs}
     manifest = variant_manifest(result.variant, target=target, kernels=kernels, code=names,
                                 blobs=blobs, specialization=specialization)
     files = {names[kind]: blob for kind, blob in blobs.items()}
-    return BundleArtifacts(result, ptx, cubin, manifest, files)
+    return BundleArtifacts(result, ptx, blobs.get("cubin"), manifest, files)
 
 
 # The kernel's ABI names the roles of the dims; the variant names them its own way

@@ -27,7 +27,7 @@ DOCS = """attention docs {
 
 
 def _build(mask: str, arch: str = "sm_80", **options):
-    return build_with(DOCS.replace("MASK", mask), "docs.attn", arch, **options)
+    return build_with(DOCS.replace("MASK", mask), "docs.attn", arch, cubin=False, **options)
 
 
 def _kernels(artifacts) -> list[str]:
@@ -73,7 +73,7 @@ def test_the_run_ranges_option():
     assert _at_register_floor(_build(mask, "sm_90a"))
     assert _kernels(_build(mask, "sm_90a")) == ["qtiles", "blockmap", "attn_fwd"]
     assert _kernels(_build(mask, "sm_90a", run_ranges=True)) == ["qtiles", "attn_fwd"]
-    wide = build_with(DOCS.replace("MASK", mask).replace(", 64]", ", 128]"), "docs.attn", "sm_90a")
+    wide = build_with(DOCS.replace("MASK", mask).replace(", 64]", ", 128]"), "docs.attn", "sm_90a", cubin=False)
     assert not _at_register_floor(wide) and _kernels(wide) == ["qtiles", "attn_fwd"]
     # A bound the user gives is kept whatever ptxas says: the runs then too.
     assert _kernels(_build(mask, "sm_90a", min_ctas_per_sm=4)) == ["qtiles", "attn_fwd"]

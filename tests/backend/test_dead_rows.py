@@ -24,7 +24,7 @@ MHA = (EXAMPLES / "mha.attn").read_text()                   # no mask: no interv
 
 def window(arch: str = "sm_80", **options):
     """The sliding_window example (d = 128: 128x64 tiles on sm_80, two 16-row tiles a warp)."""
-    return build_with(WINDOW, "sliding_window.attn", arch, **options)
+    return build_with(WINDOW, "sliding_window.attn", arch, cubin=False, **options)
 
 
 @functools.lru_cache(maxsize=None)

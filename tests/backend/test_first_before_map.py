@@ -29,7 +29,7 @@ def docs_sink(arch: str = "sm_80", **options):
     """The docs_sink example's artifacts (d = 64) with attn-lower options; with its block
     map unless `run_ranges` says otherwise (Note [Ranges from the runs])."""
     options.setdefault("run_ranges", "false")
-    return build_with(DOCS_SINK, "docs_sink.attn", arch, **options)
+    return build_with(DOCS_SINK, "docs_sink.attn", arch, cubin=False, **options)
 
 
 @functools.lru_cache(maxsize=None)

@@ -96,7 +96,7 @@ SOFTCAP = variant_source("softcap", 128, score_mod="30.0 * tanh(s / 30.0)")
 
 @functools.lru_cache(maxsize=None)
 def built(source: str, arch: str, lower: tuple = ()):
-    return build_with(source, "lazy.attn", arch, **dict(lower))
+    return build_with(source, "lazy.attn", arch, cubin=False, **dict(lower))
 
 
 def votes(ptx: str) -> int:

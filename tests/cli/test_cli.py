@@ -98,6 +98,17 @@ def test_emit_ptx_for_sm80():
     assert "mma.sync.aligned.m16n8k16" in out
 
 
+def test_emit_ptx_assembles_nothing(tmp_path):
+    """--emit ptx runs no ptxas: its PTX is the bundle's, and --time-passes has no
+    PTX -> cubin step."""
+    status, out, err = run_attnc(["compile", "examples/mha.attn", "-arch", "sm_80", "--emit", "ptx",
+                                  "--time-passes", "-o", str(tmp_path / "mha.ptx")])
+    assert status == 0 and "PTX -> cubin" not in err and "MLIR -> PTX" in err, err
+    status, out, err = run_attnc(["compile", "examples/mha.attn", "-arch", "sm_80", "-o", str(tmp_path / "b")])
+    assert status == 0, err
+    assert (tmp_path / "mha.ptx").read_text() == (tmp_path / "b" / "attn_fwd.compute_80.ptx").read_text() + "\n"
+
+
 def test_emit_cubin_to_a_file(tmp_path):
     target = tmp_path / "mha.cubin"
     status, out, err = run_attnc(["compile", "examples/mha.attn", "-arch", "sm_80", "--emit", "cubin",

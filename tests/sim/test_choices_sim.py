@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import attnc
 from attnc.passes.pipelines import CHOICES_PASS, format_pipeline, target_pipeline
+from attnc.testing import ptx_bundle
 from tests.sim.test_steps_sim import _ptx, check_against_reference
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,8 +32,8 @@ def _pipeline(arch: str, edited: bool) -> str:
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
 def test_loops_with_their_own_exp2_fma_compute_the_reference(arch):
     path = ROOT / "examples" / "gemma2.attn"
-    bundle = attnc.compile(path, arch=arch, pass_pipeline=_pipeline(arch, True), load_passes=(PASS_FILE,)).bundle
-    plain = attnc.compile(path, arch=arch, pass_pipeline=_pipeline(arch, False)).bundle
+    bundle = ptx_bundle(path, arch=arch, pass_pipeline=_pipeline(arch, True), load_passes=(PASS_FILE,))
+    plain = ptx_bundle(path, arch=arch, pass_pipeline=_pipeline(arch, False))
     # the edit is another kernel: some exponentials moved off ex2.approx
     assert _ptx(bundle).count(b"ex2.approx") < _ptx(plain).count(b"ex2.approx")
     if arch != "sm_100a":

@@ -12,6 +12,7 @@ import pytest
 
 import attnc
 from attnc.frontend import load_file
+from attnc.testing import ptx_bundle
 from attnc_sim.device import SimKernel, numpy_dtype
 from tests.gpu.gpu_support import ATOL, SCORE_MOD_ATOL, bind_sizes, compare, make_case
 
@@ -24,13 +25,12 @@ CASES = [pytest.param(example, arch, id=f"{example.stem}-{arch}") for example in
 
 @pytest.fixture(scope="session")
 def bundles():
-    """Compiled bundles by (example, arch), built once per session (the kernel cache
-    makes a rebuild cheap)."""
+    """PTX bundles by (example, arch), built once per session."""
     cache = {}
 
     def get(path: Path, arch: str):
         if (path, arch) not in cache:
-            cache[path, arch] = attnc.compile(path, arch=arch).bundle
+            cache[path, arch] = ptx_bundle(path, arch=arch)
         return cache[path, arch]
     return get
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import attnc
+from attnc.testing import ptx_bundle
 from attnc_sim import SimError
 from attnc_sim.device import SimKernel, numpy_dtype
 
@@ -22,7 +22,7 @@ def _inputs(bundle, m, n, rng):
 
 
 def test_missing_kv_release_is_a_deadlock_report():
-    bundle = attnc.compile(MHA, arch="sm_90a").bundle
+    bundle = ptx_bundle(MHA, arch="sm_90a")
     ptx = bundle.images["ptx"]
     ptx = ptx.decode() if isinstance(ptx, (bytes, bytearray)) else ptx
     arrive = re.search(r"^.*mbarrier\.arrive\.shared::cta\.b64 _, \[%r\d+\];\n", ptx, re.M)
@@ -36,14 +36,14 @@ def test_missing_kv_release_is_a_deadlock_report():
 
 
 def test_unplanted_kernel_runs_clean():
-    bundle = attnc.compile(MHA, arch="sm_90a").bundle
+    bundle = ptx_bundle(MHA, arch="sm_90a")
     kernel = SimKernel(bundle)
     kernel(**_inputs(bundle, 64, 512, np.random.default_rng(0)), ctas=[(0, 0, 0)])
     assert kernel.last_reports == []
 
 
 def _sm80_mha():
-    bundle = attnc.compile(MHA, arch="sm_80").bundle
+    bundle = ptx_bundle(MHA, arch="sm_80")
     ptx = bundle.images["ptx"]
     return bundle, ptx.decode() if isinstance(ptx, (bytes, bytearray)) else ptx
 

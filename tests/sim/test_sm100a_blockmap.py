@@ -12,6 +12,7 @@ import numpy as np
 
 import attnc
 from attnc.frontend import load_file
+from attnc.testing import ptx_bundle
 from attnc_sim.device import SimKernel
 from tests.gpu.gpu_support import compare
 from tests.sim.test_examples_sim import typed_inputs
@@ -40,7 +41,7 @@ def _run(bundle, variant, doc: np.ndarray):
 
 def test_the_roles_walk_the_blocks_the_map_keeps():
     variant = load_file(str(EXAMPLE))
-    bundle = attnc.compile(EXAMPLE, arch="sm_100a").bundle
+    bundle = ptx_bundle(EXAMPLE, arch="sm_100a")
     assert [k.name for k in bundle.manifest.kernels] == ["blockmap", "attn_fwd"]
     one = _run(bundle, variant, np.zeros(SIZE))
     two = _run(bundle, variant, (np.arange(SIZE) >= START).astype(np.int32))

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import attnc
 from attnc.frontend import load
+from attnc.testing import ptx_bundle
 from tests.gpu.gpu_support import bind_sizes, compare, make_case
 from tests.gpu.variant_gen import generate
 from tests.sim.test_examples_sim import emulated
@@ -20,7 +20,7 @@ SEEDS = (0, 4, 24)
 def test_generated_variant_in_emulator(seed):
     g = generate(seed)
     variant = load(g.source, f"prop_{seed}.attn")
-    bundle = attnc.compile(g.source, arch="sm_100a").bundle
+    bundle = ptx_bundle(g.source, arch="sm_100a")
     rng = np.random.default_rng(seed)
     sizes = bind_sizes(variant, batch=1, heads=2, heads_kv=1, m=70, n=45, rng=rng)
     case = make_case(variant, sizes, g.fills(), rng)

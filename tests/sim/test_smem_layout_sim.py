@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import attnc
 from attnc.passes import registry
 from attnc.passes.pipelines import format_pipeline, target_pipeline
+from attnc.testing import ptx_bundle
 from tests.sim.test_steps_sim import check_against_reference
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +31,7 @@ def _bundle(path: Path, arch: str, placement: str | None):
     if placement is not None:
         names[names.index("attn-alloc-smem")] = PLACEMENTS[placement]
     loads = (KV_FIRST,) if placement == "kv_first" else ()
-    return attnc.compile(path, arch=arch, pass_pipeline=",".join(names), load_passes=loads).bundle
+    return ptx_bundle(path, arch=arch, pass_pipeline=",".join(names), load_passes=loads)
 
 
 @pytest.mark.parametrize("example, arch, placement", [

@@ -14,6 +14,7 @@ import pytest
 import attnc
 from attnc.frontend import load_file
 from attnc.passes.pipelines import format_pipeline, target_pipeline
+from attnc.testing import ptx_bundle
 from attnc_sim.device import SimKernel, numpy_dtype
 from tests.gpu.gpu_support import bind_sizes, compare, make_case
 
@@ -49,7 +50,7 @@ class QAfterRange(Pass):
 
 
 def _ptx(bundle) -> bytes:
-    return b"".join(p.read_bytes() for p in sorted(Path(bundle.path).glob("*.ptx")))
+    return bundle.code["ptx"]
 
 
 def _pipeline(user_pass: str | None, stages: int | None) -> str:
@@ -75,9 +76,9 @@ def test_an_edited_role_computes_the_reference(tmp_path, example, user_pass, sta
         pass_file = str(tmp_path / "q_after_range.py")
         Path(pass_file).write_text(Q_AFTER_RANGE)
     path = ROOT / "examples" / f"{example}.attn"
-    bundle = attnc.compile(path, arch="sm_80", pass_pipeline=_pipeline(user_pass, stages),
-                           load_passes=(pass_file,)).bundle
-    plain = attnc.compile(path, arch="sm_80", pass_pipeline=_pipeline(None, stages)).bundle
+    bundle = ptx_bundle(path, arch="sm_80", pass_pipeline=_pipeline(user_pass, stages),
+                           load_passes=(pass_file,))
+    plain = ptx_bundle(path, arch="sm_80", pass_pipeline=_pipeline(None, stages))
     assert _ptx(bundle) != _ptx(plain)          # the edit is another kernel
     check_against_reference(bundle, path, *((45, 70) if example == "docs_sink" else (70, 45)))
 

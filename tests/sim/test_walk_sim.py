@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import attnc
 from attnc.passes.pipelines import format_pipeline, target_pipeline
+from attnc.testing import ptx_bundle
 from attnc_sim.device import SimDevice
 from tests.sim.test_steps_sim import check_against_reference
 
@@ -25,7 +25,7 @@ def test_one_cta_walks_every_query_block(example, options):
     path = ROOT / "examples" / f"{example}.attn"
     names = format_pipeline(target_pipeline("sm_90a")).split(",")
     names[names.index("attn-warp-specialize")] = f"attn-warp-specialize{{{options}}}"
-    bundle = attnc.compile(path, arch="sm_90a", pass_pipeline=",".join(names)).bundle
+    bundle = ptx_bundle(path, arch="sm_90a", pass_pipeline=",".join(names))
     assert "MinSms" in str(bundle.manifest.kernels[-1].grid)
     check_against_reference(bundle, path, 200, 300, device=SimDevice(multiprocessors=1))
 
@@ -50,5 +50,5 @@ def test_blocks_without_keys_in_the_walk(options, tmp_path):
     path.write_text(BOTTOM_RIGHT)
     names = format_pipeline(target_pipeline("sm_90a")).split(",")
     names[names.index("attn-warp-specialize")] = f"attn-warp-specialize{{{options}}}"
-    bundle = attnc.compile(path, arch="sm_90a", pass_pipeline=",".join(names)).bundle
+    bundle = ptx_bundle(path, arch="sm_90a", pass_pipeline=",".join(names))
     check_against_reference(bundle, path, 260, 64, device=SimDevice(multiprocessors=1))

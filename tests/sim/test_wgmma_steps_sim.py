@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-import attnc
 from attnc.passes.pipelines import format_pipeline, target_pipeline
+from attnc.testing import ptx_bundle
 from tests.sim.test_steps_sim import _ptx, check_against_reference
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,9 +33,9 @@ def _pipeline(edited: bool, options: str) -> str:
 @pytest.mark.parametrize("example, options", [("gemma2", ""), ("mha", "pingpong=true")])
 def test_an_edited_trip_computes_the_reference(example, options):
     path = ROOT / "examples" / f"{example}.attn"
-    bundle = attnc.compile(path, arch="sm_90a", pass_pipeline=_pipeline(True, options),
-                           load_passes=(PV_BEFORE_QK,)).bundle
-    plain = attnc.compile(path, arch="sm_90a", pass_pipeline=_pipeline(False, options)).bundle
+    bundle = ptx_bundle(path, arch="sm_90a", pass_pipeline=_pipeline(True, options),
+                           load_passes=(PV_BEFORE_QK,))
+    plain = ptx_bundle(path, arch="sm_90a", pass_pipeline=_pipeline(False, options))
     assert _ptx(bundle) != _ptx(plain)          # the edit is another kernel
     check_against_reference(bundle, path, 70, 300)
 
@@ -48,9 +48,9 @@ def test_edits_around_and_in_the_producers_trips_compute_the_reference(example, 
     path = ROOT / "examples" / f"{example}.attn"
     names = _pipeline(False, options).split(",")
     names.insert(names.index("attn-overlap-gemms") + 1, edit.replace("_", "-"))
-    bundle = attnc.compile(path, arch="sm_90a", pass_pipeline=",".join(names),
-                           load_passes=(str(ROOT / "examples" / "passes" / f"{edit}.py"),)).bundle
-    plain = attnc.compile(path, arch="sm_90a", pass_pipeline=_pipeline(False, options)).bundle
+    bundle = ptx_bundle(path, arch="sm_90a", pass_pipeline=",".join(names),
+                           load_passes=(str(ROOT / "examples" / "passes" / f"{edit}.py"),))
+    plain = ptx_bundle(path, arch="sm_90a", pass_pipeline=_pipeline(False, options))
     assert _ptx(bundle) != _ptx(plain)
     check_against_reference(bundle, path, 70, 300)
 
@@ -61,9 +61,9 @@ def test_the_cooperative_trips_loads_after_their_gemms_compute_the_reference():
     path = ROOT / "examples" / "gemma2.attn"
     names = _pipeline(False, "producer=false").split(",")
     names.insert(names.index("attn-overlap-gemms") + 1, "loads-after-gemms")
-    bundle = attnc.compile(path, arch="sm_90a", pass_pipeline=",".join(names),
-                           load_passes=(str(ROOT / "examples" / "passes" / "loads_after_gemms.py"),)).bundle
-    plain = attnc.compile(path, arch="sm_90a", pass_pipeline=_pipeline(False, "producer=false")).bundle
+    bundle = ptx_bundle(path, arch="sm_90a", pass_pipeline=",".join(names),
+                           load_passes=(str(ROOT / "examples" / "passes" / "loads_after_gemms.py"),))
+    plain = ptx_bundle(path, arch="sm_90a", pass_pipeline=_pipeline(False, "producer=false"))
     assert _ptx(bundle) != _ptx(plain)
     check_against_reference(bundle, path, 70, 300)
 
@@ -113,7 +113,7 @@ def test_the_cooperative_prologue_and_last_pv_edited_compute_the_reference(tmp_p
     path = ROOT / "examples" / "gemma2.attn"
     names = _pipeline(False, "producer=false").split(",")
     names.insert(names.index("attn-overlap-gemms") + 1, "coop-around")
-    bundle = attnc.compile(path, arch="sm_90a", pass_pipeline=",".join(names), load_passes=(str(pass_file),)).bundle
-    plain = attnc.compile(path, arch="sm_90a", pass_pipeline=_pipeline(False, "producer=false")).bundle
+    bundle = ptx_bundle(path, arch="sm_90a", pass_pipeline=",".join(names), load_passes=(str(pass_file),))
+    plain = ptx_bundle(path, arch="sm_90a", pass_pipeline=_pipeline(False, "producer=false"))
     assert _ptx(bundle) != _ptx(plain)
     check_against_reference(bundle, path, 70, 300)
