@@ -14,7 +14,7 @@ def test_second_compile_is_served_from_the_cache(tmp_path, monkeypatch, capsys):
     assert main(["compile", src, "-arch", "sm_80", "-o", str(tmp_path / "a")]) == 0
     assert list(Path(__import__("os").environ["ATTNC_CACHE_DIR"]).rglob("manifest.json"))
 
-    def no_build(result):
+    def no_build(result, **options):
         raise AssertionError("the kernel was generated again")
     monkeypatch.setattr(lowering, "build", no_build)
     assert main(["compile", src, "-arch", "sm_80", "-o", str(tmp_path / "b")]) == 0
@@ -27,7 +27,7 @@ def test_other_options_miss_the_cache(tmp_path, monkeypatch):
     assert main(["compile", src, "-arch", "sm_80", "-o", str(tmp_path / "a")]) == 0
     calls = []
     real = lowering.build
-    monkeypatch.setattr(lowering, "build", lambda r: calls.append(1) or real(r))
+    monkeypatch.setattr(lowering, "build", lambda r, **options: calls.append(1) or real(r, **options))
     pipeline = ("attn-tile{block_n=32},attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,"
                 "attn-alloc-tmem,attn-insert-pipelines")
     assert main(["compile", src, "-arch", "sm_80", "--pass-pipeline", pipeline,
