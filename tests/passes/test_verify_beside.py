@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from attnc.schedule import beside
+from attnc.testing import user_pass_source
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANTED = "tests/passes/verify_pipeline_no_arrive.mlir"     # a removed arrive: a deadlock
@@ -48,27 +49,12 @@ def test_a_sound_plan_compiles_with_the_check_beside(beside_on, tmp_path):
 
 # A user pass the lowering does not notice: mbar_k_empty counts twice the arrivals it
 # gets, so the producer waits for ever; attn-verify-pipeline runs after it.
-WRONG_COUNT = """
-from dataclasses import dataclass
-from typing import ClassVar
-
-from attnc.ir import attention_ops
-from attnc.ir import roles as R
-from attnc.passes import Pass, register
-
-
-@register
-@dataclass(frozen=True)
-class WrongCount(Pass):
-    name: ClassVar[str] = "wrong-count"
-
-    def run(self, module):
-        for kernel in attention_ops(module):
-            for op in R.mbarrier_ops(kernel):
-                if R.name_of(op) == "mbar_k_empty":
-                    with op.context:
-                        op.attributes["count"] = R.i64(R.attrs_of(op)["count"] * 2)
-"""
+WRONG_COUNT = user_pass_source("wrong-count", """\
+for bar in R.mbarrier_ops(op):
+    if R.name_of(bar) == "mbar_k_empty":
+        with bar.context:
+            bar.attributes["count"] = R.i64(R.attrs_of(bar)["count"] * 2)""",
+                               imports="from attnc.ir import roles as R")
 WRONG_COUNT_PIPELINE = ("attn-tile,attn-analyze-masks,attn-hoist,attn-warp-specialize,attn-alloc-smem,"
                         "attn-alloc-tmem,attn-insert-pipelines,attn-overlap-gemms,wrong-count,"
                         "attn-verify-pipeline,attn-kernel-choices,attn-lower-sm90a")
