@@ -77,7 +77,7 @@ def test_an_edited_role_computes_the_reference(tmp_path, example, user_pass, sta
         Path(pass_file).write_text(Q_AFTER_RANGE)
     path = ROOT / "examples" / f"{example}.attn"
     bundle = ptx_bundle(path, arch="sm_80", pass_pipeline=_pipeline(user_pass, stages),
-                           load_passes=(pass_file,))
+                        load_passes=(pass_file,))
     plain = ptx_bundle(path, arch="sm_80", pass_pipeline=_pipeline(None, stages))
     assert _ptx(bundle) != _ptx(plain)          # the edit is another kernel
     check_against_reference(bundle, path, *((45, 70) if example == "docs_sink" else (70, 45)))

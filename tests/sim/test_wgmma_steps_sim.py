@@ -34,7 +34,7 @@ def _pipeline(edited: bool, options: str) -> str:
 def test_an_edited_trip_computes_the_reference(example, options):
     path = ROOT / "examples" / f"{example}.attn"
     bundle = ptx_bundle(path, arch="sm_90a", pass_pipeline=_pipeline(True, options),
-                           load_passes=(PV_BEFORE_QK,))
+                        load_passes=(PV_BEFORE_QK,))
     plain = ptx_bundle(path, arch="sm_90a", pass_pipeline=_pipeline(False, options))
     assert _ptx(bundle) != _ptx(plain)          # the edit is another kernel
     check_against_reference(bundle, path, 70, 300)
@@ -49,7 +49,7 @@ def test_edits_around_and_in_the_producers_trips_compute_the_reference(example, 
     names = _pipeline(False, options).split(",")
     names.insert(names.index("attn-overlap-gemms") + 1, edit.replace("_", "-"))
     bundle = ptx_bundle(path, arch="sm_90a", pass_pipeline=",".join(names),
-                           load_passes=(str(ROOT / "examples" / "passes" / f"{edit}.py"),))
+                        load_passes=(str(ROOT / "examples" / "passes" / f"{edit}.py"),))
     plain = ptx_bundle(path, arch="sm_90a", pass_pipeline=_pipeline(False, options))
     assert _ptx(bundle) != _ptx(plain)
     check_against_reference(bundle, path, 70, 300)
@@ -62,7 +62,7 @@ def test_the_cooperative_trips_loads_after_their_gemms_compute_the_reference():
     names = _pipeline(False, "producer=false").split(",")
     names.insert(names.index("attn-overlap-gemms") + 1, "loads-after-gemms")
     bundle = ptx_bundle(path, arch="sm_90a", pass_pipeline=",".join(names),
-                           load_passes=(str(ROOT / "examples" / "passes" / "loads_after_gemms.py"),))
+                        load_passes=(str(ROOT / "examples" / "passes" / "loads_after_gemms.py"),))
     plain = ptx_bundle(path, arch="sm_90a", pass_pipeline=_pipeline(False, "producer=false"))
     assert _ptx(bundle) != _ptx(plain)
     check_against_reference(bundle, path, 70, 300)
