@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from attnc.passes.pipelines import format_pipeline, target_pipeline
 from attnc.schedule import beside
 from attnc.testing import user_pass_source
 
@@ -55,9 +56,8 @@ for bar in R.mbarrier_ops(op):
         with bar.context:
             bar.attributes["count"] = R.i64(R.attrs_of(bar)["count"] * 2)""",
                                imports="from attnc.ir import roles as R")
-WRONG_COUNT_PIPELINE = ("attn-tile,attn-analyze-masks,attn-hoist,attn-warp-specialize,attn-alloc-smem,"
-                        "attn-alloc-tmem,attn-insert-pipelines,attn-overlap-gemms,wrong-count,"
-                        "attn-verify-pipeline,attn-kernel-choices,attn-lower-sm90a")
+WRONG_COUNT_PIPELINE = format_pipeline(target_pipeline("sm_90a")).replace(
+    "attn-verify-pipeline", "wrong-count,attn-verify-pipeline")
 WRONG_COUNT_DEADLOCK = ("examples/gemma2.attn:2:1: error: attn-verify-pipeline: channel 'kv' deadlocks: "
                         "consumer0 waits at attn.mbarrier_wait on mbar_k_full[0]")
 
