@@ -54,6 +54,7 @@ class CoopSteps:
     first: tuple[StepOp, ...] = ()
     last: tuple[StepOp, ...] = ()
     prologue: tuple[StepOp, ...] = ()       # the ops before the key range (Note [The role op by op])
+    epilogue: tuple[StepOp, ...] = ()       # the finalize and the stores after it
 
     def body(self, mode: str, top: bool = True) -> tuple[StepOp, ...]:
         return body_of(self.loops, mode, top)
@@ -72,7 +73,8 @@ def coop_steps(kernel) -> CoopSteps:
         if as_written(ops) != as_written(next(o for k, o in trips if k == kind)):   # built from one
             raise error_at(loop, f"the KV loops of one kind ({kind}) have the same trip: the kernel builds them "
                                  f"from one ({NOTE})")
-    return CoopSteps(trips, *_around(loops, kernel, hooks), _prologue(role, loops, kernel, stages))
+    first, last, epilogue = _around(loops, kernel, hooks)
+    return CoopSteps(trips, first, last, _prologue(role, loops, kernel, stages), epilogue)
 
 
 def _prologue(role, loops: list, kernel, stages: int) -> tuple[StepOp, ...]:
@@ -194,12 +196,12 @@ def _check_flow(seen: dict, args: list, terminator) -> None:
                                f"attn-overlap-gemms makes it, and this {op.name} differs ({NOTE})")
 
 
-def _around(loops: list, kernel, hooks: dict) -> tuple[tuple, tuple]:
+def _around(loops: list, kernel, hooks: dict) -> tuple[tuple, tuple, tuple]:
     """The first step before the KV loops and the last P.V after them, in the scf.if over
     the key range, checked for their ops, rings and data flow (Note [Cooperative steps op
-    by op])."""
+    by op]), and the epilogue after it."""
     around = Around(loops, kernel, NOTE, "the cooperative role's", RK)
-    check_compute(around.range_if)
+    epilogue = check_compute(around.range_if)
     first_loop, last_loop, init, results = loops[0], loops[-1], around.init, around.results
     start_values, kind = around.start_values, around.kind
     stage0 = around.k_ring.operands[0]
@@ -227,7 +229,7 @@ def _around(loops: list, kernel, hooks: dict) -> tuple[tuple, tuple]:
         (list(landed.operands) == [pv.result], landed),
         (list(terminator.operands) == [results[M], results[L], landed.result], terminator),
     ], "last P.V")
-    return first, last
+    return first, last, epilogue
 
 
 def _ops(ops: list, seen: dict, where: str, stages: dict, needed: tuple, loop, o_in_flight=None):

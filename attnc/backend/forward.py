@@ -31,6 +31,7 @@ from attnc.backend.epilogue import Epilogue, StagedRows
 from attnc.backend.forward_loads import ForwardLoads
 from attnc.backend.kernel_spec import ForwardSpec
 from attnc.backend.kv_schedule import KvSchedule, schedule
+from attnc.backend.kv_steps import StepOp
 from attnc.backend.mask_hooks import KvCtx, mask_hooks
 from attnc.backend.nvgpu_builders import Approx, CpAsync, CtaBarrier, Emit, GlobalPtr, MmaSync, Quad, Smem
 from attnc.backend.qtiles import qtiles_param, read_entry
@@ -95,7 +96,7 @@ def _score_mod(cx, op, step) -> None:
 
 
 def _mask(cx, op, step) -> None:
-    step.mask_test = op.choice("interval_test")
+    step.mask_op = op
     step.finish_scores()
 
 
@@ -104,17 +105,19 @@ SCORE_PATTERNS = {"score_mod": _score_mod, "mask": _mask}
 
 
 def own_ops(ops) -> tuple:
-    """(the softmax step, the mask's interval_test or None) of `ops`: what a step built
+    """(the softmax step, the mask or None) of `ops`: the ops whose choices a step built
     fused rather than op by op (sm80.py's dead-rows first step, sm90a_ws.py's first step
-    issued early) takes from its ops (Note [Choices op by op])."""
+    issued early) takes (Note [Choices op by op])."""
     softmax = next(op for op in ops if op.name == "softmax_step")
-    return softmax, next((op.choice("interval_test") for op in ops if op.name == "mask"), None)
+    return softmax, next((op for op in ops if op.name == "mask"), None)
 
 
 class KernelState(ForwardLoads):
     """One kernel's state while it is built at the current insertion point: its record of
     the IR (`spec`), emitter and resource builders, tiles, coordinates, masker and
     softmax, and whatever its target's `setup` adds; the target-neutral steps as methods."""
+
+    epilogue_ops: tuple = ()    # the role's finalize and stores (StepOps), where the target reads them
 
     def __init__(self, spec: ForwardSpec, args: dict[str, ir.Value], target: TargetLowering):
         self.spec, self.target = spec, target
@@ -247,29 +250,34 @@ class KernelState(ForwardLoads):
                         for c in range(0, len(top), 4)])
         return out
 
-    def scores(self, acc_s, n_block, mode: str, skip, test: str | None, masker: ScoreMasker | None = None):
+    def scores(self, acc_s, n_block, mode: str, skip, mask: StepOp | None, masker: ScoreMasker | None = None):
         """S of block n_block as rows, with the score_mod and (mode 'partial') the mask
-        applied; `skip`: the block's tile_skip answer, when asked; `test`: the mask op's
-        interval_test; `masker`: that of the rows of acc_s (default: the warp's)."""
+        applied; `skip`: the block's tile_skip answer, when asked; `mask`: the step's
+        attn.mask, whose choices say how; `masker`: that of the rows of acc_s (default:
+        the warp's)."""
         masker = self.masker if masker is None else masker
-        return self.masked(masker.modify(rows_of(acc_s), n_block), n_block, mode, skip, test, masker)
+        return self.masked(masker.modify(rows_of(acc_s), n_block), n_block, mode, skip, mask, masker)
 
-    def masked(self, rows, n_block, mode: str, skip, test: str | None, masker: ScoreMasker | None = None):
-        """`rows` of block n_block with (mode 'partial') the mask applied, a row
-        interval tested per score as `test` says (the mask op's interval_test)."""
+    def masked(self, rows, n_block, mode: str, skip, mask: StepOp | None, masker: ScoreMasker | None = None):
+        """`rows` of block n_block with (mode 'partial') the mask applied as the step's
+        attn.mask `mask` chooses (Note [Choices op by op]): a row interval tested per
+        score as its interval_test says, and with its split only the conjuncts the map
+        does not prove on the tile (Note [Conjuncts a tile holds] in blockmap.py)."""
         e, s = self.e, self.spec
         masker = self.masker if masker is None else masker
         if mode != "partial":
             return rows
+        test = mask.choice("interval_test") if mask is not None else None
+        split = mask is not None and mask.choice("split")
         if s.tile_partial is None and skip is None:
             # Every block is masked; tile_holds may still spare a part of the test.
-            holds = s.tile_holds(e, self.ctx(), n_block) if s.split_mask else None
+            holds = s.tile_holds(e, self.ctx(), n_block) if split else None
             return masker.mask(rows, n_block, holds=holds, test=test)
         partial = e.gt(masker.coords.block_end(n_block), e.dim("N"))
         ctx = self.ctx()
         if s.tile_partial is not None:
             partial = e.or_(s.tile_partial(e, ctx, n_block), partial)
-        holds = s.tile_holds(e, ctx, n_block) if s.split_mask else None
+        holds = s.tile_holds(e, ctx, n_block) if split else None
         return masker.mask_if(rows, n_block, partial if skip is None else e.or_(partial, skip), skip, holds, test)
 
     def softmax_step(self, rows, state: SoftmaxState, mode: str, op):
@@ -360,7 +368,8 @@ class KernelState(ForwardLoads):
             state = SoftmaxState(state.m, [atoms[-1][i] for atoms in acc_o for i in (0, 2)])
             acc_o = [atoms[:-1] for atoms in acc_o]
         stage = None
-        if s.staged_o:
+        store = next((op for op in self.epilogue_ops if op.name == "store" and op.what == "o"), None)
+        if store is not None and store.choice("staged"):
             # Note [Staged O]: every warp is past its last read of the tiles (and every
             # thread's copies have landed: emit's wait) before any overwrites them.
             self.bar.sync()
@@ -392,7 +401,7 @@ class ScoredStep:
     mode = "partial"
     rows = None
     modded = masked = False
-    mask_test = None        # the mask op's interval_test, once its pattern ran
+    mask_op = None          # the step's attn.mask, once its pattern ran
 
     def skip_answer(self):
         return None
@@ -407,7 +416,7 @@ class ScoredStep:
         """The score_mod and the mask on S, those not yet applied."""
         self.modify()
         if not self.masked:
-            self.rows = self.kernel.masked(self.rows, self.n_block, self.mode, self.skip_answer(), self.mask_test)
+            self.rows = self.kernel.masked(self.rows, self.n_block, self.mode, self.skip_answer(), self.mask_op)
             self.masked = True
 
 

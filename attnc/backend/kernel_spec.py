@@ -124,8 +124,6 @@ class ForwardSpec:
     small_grid: Optional[bool] = _choice()  # Note [Small grids] in kernel_abi.py
     lean_loads: Optional[bool] = _choice()  # Note [Lean step loads] in forward_loads.py
     early_first: Optional[bool] = _choice()  # Note [First block before the map] in forward_loads.py
-    split_mask: Optional[bool] = _choice()  # Note [Conjuncts a tile holds]
-    staged_o: Optional[bool] = _choice()  # Note [Staged O] in epilogue.py
     dead_rows: Optional[bool] = _choice()  # Note [Dead rows] in sm80.py
     lazy_rescale: Optional[bool] = _choice()  # Note [Lazy rescale] in softmax.py
     mma_row_sum: Optional[bool] = _choice()  # Note [Row sums on the tensor cores] in softmax.py

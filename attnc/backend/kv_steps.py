@@ -118,6 +118,7 @@ class KvSteps:
 
     loops: tuple[tuple[str, tuple[StepOp, ...]], ...]
     prologue: tuple[StepOp, ...] = ()       # the ops before the KV loops (Note [The role op by op])
+    epilogue: tuple[StepOp, ...] = ()       # the finalize and the stores after them
 
     def body(self, mode: str, top: bool = True) -> tuple[StepOp, ...]:
         return body_of(self.loops, mode, top)
@@ -187,8 +188,7 @@ def kv_steps(role, kernel) -> KvSteps:
             raise error_at(op, f"the sm_80 lowering builds the KV loops one after the other, with nothing but "
                                f"index arithmetic between them, not {op.name} (Note [The role op by op])")
     first = prologue_steps(ops[:at[0]], ops[at[0]].operands[0], ops[at[0]], kernel, stages)
-    _check_epilogue(ops[at[-1] + 1:], carried, role)
-    return KvSteps(tuple(loops), first)
+    return KvSteps(tuple(loops), first, _check_epilogue(ops[at[-1] + 1:], carried, role))
 
 
 # Note [The role op by op]: what sm_80's role does before its KV loops is lowered op by op
@@ -263,12 +263,12 @@ def prologue_steps(ops: list, first_block, where, kernel, stages: int) -> tuple[
     return tuple(out)
 
 
-def _check_epilogue(ops: list, carried, role) -> None:
+def _check_epilogue(ops: list, carried, role) -> tuple[StepOp, ...]:
     """A wait for every copy, the finalize of the last loop's O, m and l, O's store and
-    (with it) the LSE's."""
+    (with it) the LSE's: the finalize and the stores."""
     loop, positions = carried
     results = [loop.results[positions[2]], loop.results[positions[0]], loop.results[positions[1]]]
-    check_epilogue(ops, results, role, True, "Note [The role op by op]", "the last KV loop", block_of(role))
+    return check_epilogue(ops, results, role, True, "Note [The role op by op]", "the last KV loop", block_of(role))
 
 
 def block_of(role) -> list:
@@ -277,11 +277,13 @@ def block_of(role) -> list:
     return list(kernel.regions[0].blocks[0].arguments)
 
 
-def check_epilogue(ops: list, results: list, role, wait: bool, note: str, source: str, at: list) -> None:
+def check_epilogue(ops: list, results: list, role, wait: bool, note: str, source: str,
+                   at: list) -> tuple[StepOp, ...]:
     """The ops after a role's key range (`ops`): with `wait` a wait for every copy, then the
     finalize of `results` (O, m and l, from `source`) with the block's head, O's store and
     (with it) the LSE's at the block `at` (b, h, m_block), as the kernels build their
-    epilogue; refused at the first op that differs."""
+    epilogue; refused at the first op that differs. The finalize and the stores, as step
+    ops (O's store holds its choice `staged`: Note [Choices op by op])."""
     body = [op for op in ops if not op.name.startswith(_ARITH) and op.name != R.YIELD]
     names = [(op.name, str(R.attrs_of(op).get("operand", R.attrs_of(op).get("pending", "")))) for op in body]
     wanted = [(R.CP_ASYNC_WAIT, "0")] if wait else []
@@ -297,6 +299,8 @@ def check_epilogue(ops: list, results: list, role, wait: bool, note: str, source
         if list(store.operands) != [finalize.results[k], *at]:
             raise error_at(store, f"the stores take O and the LSE from the finalize, at the block's (b, h, m_block) "
                                   f"({note})")
+    return tuple(step_op(op, op.name.removeprefix("attn."), str(R.attrs_of(op).get("operand", "")))
+                 for op in body[len(wanted) - 2:])
 
 
 # Ops of other dialects a body may hold that lower to nothing of their own: index arithmetic

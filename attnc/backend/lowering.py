@@ -126,6 +126,8 @@ def _lowering_from_ir(result) -> ForwardLowering:
     runtime = mode is None and mask_functions(op).kind == "runtime"
     blockmap = blockmap_plan(result, block_m, block_n) if runtime else None
     choices = kernel_choices.read(op)       # Note [Kernel choices]
+    # Note [Ranges from the runs]: the map's record is unread where every mask says split = false
+    split_given = choices.get("split_mask")
     for choice in kernel_choices.PER_OP:    # Note [Choices op by op]: read from each op
         choices.pop(choice.option, None)
     aligned = choices.pop("aligned_tiles", None)
@@ -188,7 +190,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
     if runs_asked and runs is None:
         raise error_at(op, "run_ranges needs a mask whose other conjuncts read no param and no float")
     if runs_asked is None and runs is not None and \
-            not defaults.keeps_run_ranges(runs, blockmap.holds, choices.get("split_mask")):
+            not defaults.keeps_run_ranges(runs, blockmap.holds, split_given):
         runs = None
     return lowering(replace(tiles, runs=runs), waves)
 

@@ -151,11 +151,13 @@ def check_consumer(range_if, bars: dict, pingpong: bool) -> None:
     shell.check_finish(rest[0], loop[previous], [loop[p] for p in state], "after the walk")
 
 
-def check_compute(range_if) -> None:
-    """The cooperative role's epilogue, where it runs one query block."""
+def check_compute(range_if) -> tuple:
+    """The cooperative role's epilogue, where it runs one query block: its finalize and
+    stores, as step ops (`check_epilogue`)."""
     role, _, after, walk = around_range(range_if)
-    if walk is None:
-        _epilogue(range_if, _turns(after, (), role, "after its key range"), role, True)
+    if walk is not None:
+        return ()
+    return _epilogue(range_if, _turns(after, (), role, "after its key range"), role, True)
 
 
 def check_producer(range_if) -> None:
@@ -188,12 +190,12 @@ def _nothing_after(ops: list, whose: str) -> None:
                                f"({WALK})")
 
 
-def _epilogue(range_if, ops: list, role, wait: bool, item=None) -> None:
+def _epilogue(range_if, ops: list, role, wait: bool, item=None) -> tuple:
     """The epilogue of the key range's O, m and l, stored at the CTA's block: the
     kernel's (b, h, m_block), a persistent CTA's at the walk's `item` (its results)."""
     results = list(range_if.results)
     at = list(item)[1:4] if item is not None else block_of(role)
-    check_epilogue(ops, [results[O], results[M], results[L]], role, wait, NOTE, "the scf.if over the key range", at)
+    return check_epilogue(ops, [results[O], results[M], results[L]], role, wait, NOTE, "the scf.if over the key range", at)
 
 
 def finishes_previous(op) -> bool:

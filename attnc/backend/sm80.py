@@ -90,6 +90,7 @@ from attnc.backend.softmax import ONES_BF16X2, ONES_F16X2, SoftmaxState
 def _setup(cx) -> None:
     cx.steps = cx.spec.kv_steps         # Note [Steps op by op]
     cx.prologue_ops = cx.steps.prologue
+    cx.epilogue_ops = cx.steps.epilogue
 
 
 def _operand_bases(cx) -> None:
@@ -254,7 +255,7 @@ def _first_by_tiles(cx, t, n_block, kv: KvSchedule, slot, mode: str, skip, ragge
     (QK^T, the mask, the softmax step) hold their choices."""
     e, s = cx.e, cx.spec
     qk = next(op for op in body if op.name == "mma" and op.what == "qk")
-    softmax, test = own_ops(body)
+    softmax, mask = own_ops(body)
     live = _live_atoms(cx, n_block)
     init = cx.softmax.initial(2)
     p_regs = 4 * (s.block_n // 16)
@@ -262,7 +263,7 @@ def _first_by_tiles(cx, t, n_block, kv: KvSchedule, slot, mode: str, skip, ragge
     for mi in range(s.m_atoms):
         def scored(mi=mi):
             masker = cx.masker_from(e.add(cx.row0, s.atom_rows * mi))
-            rows = cx.scores(_qk(cx, slot, qk.choice("unroll"), [mi]), n_block, mode, skip, test, masker)
+            rows = cx.scores(_qk(cx, slot, qk.choice("unroll"), [mi]), n_block, mode, skip, mask, masker)
             probs, state, _ = cx.softmax_step(rows, init, mode, softmax)
             p = [e.bitcast_i32(x) for kk in cx.pack_p(probs)[0] for x in kk]
             return p + state.m + state.l

@@ -84,6 +84,7 @@ def setup(cx) -> None:
     cx.wgmma = Wgmma(cx.e, cx.spec.dtype)
     cx.trips = cx.spec.coop_steps
     cx.prologue_ops = cx.trips.prologue if cx.trips else ()
+    cx.epilogue_ops = cx.trips.epilogue if cx.trips else ()
     cx.trip_kind = CoopTrip
 
 

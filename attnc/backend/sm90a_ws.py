@@ -416,8 +416,8 @@ def _first_step_issued(cx, kv, state, scores):
     n0 = kv.block(e, e.c32(0))
     skip = cx.skip(n0) if s.tile_skip is not None else None
     _k_read(cx, e.c32(0))
-    softmax, test = own_ops(cx.trips.first)
-    rows = cx.scores(scores, n0, "partial", skip, test)
+    softmax, mask = own_ops(cx.trips.first)
+    rows = cx.scores(scores, n0, "partial", skip, mask)
     probs, state, alpha = cx.softmax_step(rows, state, "partial", softmax)
     return state, sm90a.nothing_in_flight(cx, probs, alpha)
 

@@ -69,6 +69,12 @@ def op_choice_error(spec: ForwardSpec | None, option: str, value) -> str | None:
     if option == "interval_test" and value == "bits" and spec.block_n > 128:
         return (f"interval_test='bits' needs block_n <= 128 (32 scores per row and lane), not {spec.block_n}: "
                 f"use 'range' or 'pair'")
+    if option == "split_mask" and value and spec.tile_holds is None:
+        return ("split_mask needs a mask read from a block map whose MIXED tiles record the conjuncts they hold "
+                "(a row interval and a residual, Note [Conjuncts a tile holds])")
+    if option == "staged_o" and value and not spec.can_stage_o:
+        return ("staged_o needs a kernel with one query block per CTA, no producer warpgroup and a 16-bit O "
+                "that fits in its tiles' shared memory")
     if option == "qk_unroll" and value < 0:
         return f"qk_unroll={value}: expected 0 or more"
     if option == "qk_unroll" and value and spec.target != "sm_80":
@@ -169,12 +175,6 @@ def _check_options(spec: ForwardSpec) -> None:
     _require(not spec.early_first or spec.can_load_first_early,
              "early_first needs an sm_80 kernel whose key ranges come from a block map (kv_hint given) "
              "or a tile table")
-    _require(not spec.staged_o or spec.can_stage_o,
-             "staged_o needs a kernel with one query block per CTA, no producer warpgroup and a 16-bit O "
-             "that fits in its tiles' shared memory")
-    _require(not spec.split_mask or spec.tile_holds is not None,
-             "split_mask needs a mask read from a block map whose MIXED tiles record the conjuncts they hold "
-             "(a row interval and a residual, Note [Conjuncts a tile holds])")
     _require(spec.tile_holds is None or (spec.row_interval is not None and spec.row_residual is not None),
              "tile_holds needs row_interval and row_residual")
     _require(not spec.persistent or spec.producer_warpgroup,

@@ -197,8 +197,8 @@ def run_ranges(s) -> bool:
 def keeps_run_ranges(runs, map_holds: bool, split_mask) -> bool:
     """Where the map records what a MIXED tile holds and the rest has another residual
     conjunct beside the ids', the map stays (the runs can say it of the ids only), unless
-    split_mask=false, under which the map's record is not read (Note [Ranges from the
-    runs])."""
+    split_mask is false (split = false on every attn.mask), under which the map's record
+    is not read (Note [Ranges from the runs])."""
     return not (map_holds and not runs.ids_only_residual and split_mask is not False)
 
 
@@ -206,11 +206,12 @@ def keeps_run_ranges(runs, map_holds: bool, split_mask) -> bool:
 _RULES = (("q_blocks_per_cta", q_blocks_per_cta), ("min_ctas_per_sm", min_ctas_per_sm),
           ("small_grid", small_grid), ("tiles_last", tiles_last),
           ("heads_first", heads_first), ("lean_loads", lean_loads), ("early_first", early_first),
-          ("split_mask", split_mask), ("staged_o", staged_o), ("dead_rows", dead_rows),
+          ("dead_rows", dead_rows),
           ("lazy_rescale", lazy_rescale), ("mma_row_sum", mma_row_sum))
 # The choices each op holds its own of (Note [Choices op by op] in kernel_choices.py): their
-# defaults depend on the kernel's facts only.
-_OP_RULES = {"qk_unroll": qk_unroll, "interval_test": interval_test, "exp2_fma": exp2_fma}
+# defaults depend on the kernel's facts and its choices of one per kernel (resolved first).
+_OP_RULES = {"qk_unroll": qk_unroll, "interval_test": interval_test, "exp2_fma": exp2_fma,
+             "split_mask": split_mask, "staged_o": staged_o}
 
 
 def op_default(option: str, spec: "ForwardSpec"):

@@ -28,12 +28,12 @@ choice -- ops that disagree are refused at the second -- but for the choices of 
 [Choices op by op]. `min_ctas_unless_spills` is no option: it says whether
 min_ctas_per_sm is the default bound, dropped where the kernel spills under it.
 
-Note [Choices op by op]: three choices change only the code of the op they sit on, so
+Note [Choices op by op]: five choices change only the code of the op they sit on, so
 each op holds its own and the lowering reads it from the op it lowers (the step records'
-`StepOp.choice`): the QK^T mma's `unroll`, the softmax step's `exp2_fma` and the mask's
-`interval_test`. An edit of one op -- exp2_fma = 3 on the softmax step of the partial
-KV loop only, or the range test in the mask of one loop -- is the kernel of that op
-alone; this pass's option sets every op of the kind. Each value is checked at its op
+`StepOp.choice`): the QK^T mma's `unroll`, the softmax step's `exp2_fma`, the mask's
+`interval_test` and `split`, and O's store's `staged`. An edit of one op -- exp2_fma = 3 on the softmax step of the
+partial KV loop only, or the range test in the mask of one loop -- is the kernel of that
+op alone; this pass's option sets every op of the kind. Each value is checked at its op
 against the kernel (a located error naming the condition), an op without one takes
 the default (choice_defaults.py's `op_default`), and the manifest records the one value
 the ops hold, or the values, sorted, where they differ. attn-lower-sm100a reads
@@ -82,13 +82,13 @@ CHOICES: tuple[Choice, ...] = (
     Choice("tail_waves", "tail_waves", int, "attn.kernel", resolved=lambda lowered: lowered.tail_waves),
     Choice("dead_rows", "dead_rows", bool, "attn.kernel"),
     Choice("interval_test", "interval_test", str, "attn.mask", per_op=True),
-    Choice("split_mask", "split", bool, "attn.mask"),
+    Choice("split_mask", "split", bool, "attn.mask", per_op=True),
     Choice("exp2_fma", "exp2_fma", int, "attn.softmax_step", per_op=True),
     Choice("lazy_rescale", "lazy", bool, "attn.rescale"),
     Choice("mma_row_sum", "row_sum", bool, "attn.mma", ("pv",)),
     Choice("lean_loads", "lean", bool, "attn.load", ("k", "v")),
     Choice("early_first", "early_first", bool, "attn.load", ("k",)),
-    Choice("staged_o", "staged", bool, "attn.store", ("o",)),
+    Choice("staged_o", "staged", bool, "attn.store", ("o",), per_op=True),
     Choice("qk_unroll", "unroll", int, "attn.mma", ("qk",), per_op=True),
 )
 BY_OPTION = {c.option: c for c in CHOICES}
@@ -133,7 +133,8 @@ class KernelChoices(Pass):
     split_mask: bool | None = field(default=None, metadata={
         "doc": "in a block map's MIXED tiles, test only the conjuncts (row interval or residual) the map "
                "does not prove to hold on the whole tile (Note [Conjuncts a tile holds]; default: on wherever "
-               "the map records them -- a mask with a row interval and a residual)"})
+               "the map records them -- a mask with a row interval and a residual); set on every attn.mask, "
+               "each of which may hold its own (Note [Choices op by op])"})
     aligned_tiles: bool | None = field(default=None, metadata={
         "doc": "for a block map whose mask has a conjunct P[.., i] == P[.., j] (document ids), query tiles "
                "and key blocks that start where the ids' runs start, from a table a third kernel fills at "
@@ -160,7 +161,7 @@ class KernelChoices(Pass):
         "doc": "write O through shared memory in coalesced 16-byte stores instead of 4-byte stores "
                "from the accumulators (Note [Staged O]; default: where it can -- one query "
                "block per CTA, no producer warpgroup, a 16-bit O -- on sm_80, and on sm_90a for a band or a "
-               "block map)"})
+               "block map); set on O's attn.store (Note [Choices op by op])"})
     lean_loads: bool | None = field(default=None, metadata={
         "doc": "sm_80: in the KV steps, load later key blocks without row predicates, and for a band do not "
                "ask tile_skip (Note [Lean step loads]; only for a block map or a band; default: "
@@ -277,12 +278,10 @@ def read(kernel) -> dict:
 def op_choices(op) -> tuple:
     """The choices of its own (Note [Choices op by op]) the IR op `op` holds, as
     ((attribute, value), ...), each checked for its type."""
-    from mlir import ir
-
     found = []
     for choice in PER_OP:
         if op.name == choice.op and choice.attr in op.attributes and (
-                not choice.tiles or ir.StringAttr(op.attributes["kind"]).value in choice.tiles):
+                not choice.tiles or _tile(op) in choice.tiles):
             found.append((choice.attr, _value(op, choice)))
     return tuple(found)
 
@@ -321,14 +320,18 @@ def _text(value) -> str:
 
 def _sites(kernel) -> dict[str, list]:
     """{option: the ops of `kernel` (itself included) its choice sits on, in program order}."""
-    from mlir import ir
-
     from attnc.ir.kernel import program_ops
 
     found = program_ops(kernel, {c.op for c in CHOICES if c.op != "attn.kernel"})
     out = {}
     for c in CHOICES:
-        key = "kind" if c.op == "attn.mma" else "operand"
         out[c.option] = [kernel] if c.op == "attn.kernel" else [
-            op for op in found[c.op] if not c.tiles or ir.StringAttr(op.attributes[key]).value in c.tiles]
+            op for op in found[c.op] if not c.tiles or _tile(op) in c.tiles]
     return out
+
+
+def _tile(op) -> str:
+    """The GEMM an attn.mma is (its kind), the tile a load or store moves (its operand)."""
+    from mlir import ir
+
+    return ir.StringAttr(op.attributes["kind" if op.name == "attn.mma" else "operand"]).value

@@ -213,3 +213,39 @@ def test_a_choice_of_its_own_the_kernel_cannot_take_is_refused_at_its_op():
     message = info.value.render()
     assert re.match(r"\S+:\d+:\d+: error: the sm_80 kernel cannot be built: qk_unroll=3 must divide 4 \(k16 steps "
                     r"per smem page\), or be 0", message), message
+
+
+def test_a_split_of_one_mask_op():
+    """The documents example's block map records the conjunct a MIXED tile holds, and
+    every mask op tests only the other by default (split); an edit of one mask op to
+    split = false is the kernel of that loop alone: another PTX than every mask either
+    way, and the manifest records both values."""
+    plan = _plan("docs_sink", "sm_80", {"run_ranges": False})
+    split = "split = true"
+    count = plan.count(split)
+    assert count >= 2
+    built = {name: build(compile_result_of(_lower(text, "sm_80"))) for name, text in (
+        ("split", plan), ("whole", plan.replace(split, "split = false")),
+        ("one", _edit_nth(plan, split, "split = false", {count - 1})))}
+    assert len({b.ptx for b in built.values()}) == 3
+    assert [built[name].manifest["specialization"]["split_mask"] for name in built] == [True, False, [False, True]]
+
+
+def test_staged_o_is_read_from_the_store_and_refused_there():
+    """O's store holds `staged`: the causal example's sm_80 store edited to false is the
+    kernel of staged_o=false, and the window's sm_90a producer kernel (whose producer may
+    still load while the consumers store) refuses staged = true at the store it was
+    edited on."""
+    plan = _plan("mha", "sm_80")
+    assert plan.count("staged = true") == 1
+    edited = build(compile_result_of(_lower(plan.replace("staged = true", "staged = false"), "sm_80")))
+    option = build(compile_result_of(_lower(_plan("mha", "sm_80", {"staged_o": False}), "sm_80")))
+    assert edited.ptx == option.ptx != build(compile_result_of(_lower(plan, "sm_80"))).ptx
+    assert edited.manifest["specialization"]["staged_o"] is False
+    windows = _plan("sliding_window", "sm_90a")
+    assert windows.count("staged = false") >= 2         # O's stores of the consumers' walks
+    with pytest.raises(AttncError) as info:
+        _lower(_edit_nth(windows, "staged = false", "staged = true", {1}), "sm_90a")
+    message = info.value.render()
+    assert re.match(r"\S+:\d+:\d+: error: the sm_90a kernel cannot be built: staged_o needs a kernel with one "
+                    r"query block per CTA, no producer warpgroup", message), message
