@@ -13,6 +13,9 @@ if [ -n "${PACK:-}" ]; then
   mkdir -p "$(dirname "$bundles")" && tar -xf "$PACK" -C "$(dirname "$bundles")" || exit 1
 fi
 export ATTNC_GPU_BUNDLES=$bundles
+# One BLAS thread per test worker: a thread per core in each of them oversubscribes the
+# cores many times over (results/sm80_h200.md, "GPU test suites").
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 bound() { if [ -n "${1:-}" ]; then echo timeout "$1"; fi; }
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)"; } 2>&1 | tee "$out/gpu.txt"
