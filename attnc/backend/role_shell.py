@@ -195,7 +195,8 @@ def _epilogue(range_if, ops: list, role, wait: bool, item=None) -> tuple:
     kernel's (b, h, m_block), a persistent CTA's at the walk's `item` (its results)."""
     results = list(range_if.results)
     at = list(item)[1:4] if item is not None else block_of(role)
-    return check_epilogue(ops, [results[O], results[M], results[L]], role, wait, NOTE, "the scf.if over the key range", at)
+    return check_epilogue(ops, [results[O], results[M], results[L]], role, wait, NOTE,
+                          "the scf.if over the key range", at)
 
 
 def finishes_previous(op) -> bool:

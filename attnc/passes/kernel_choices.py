@@ -31,15 +31,15 @@ min_ctas_per_sm is the default bound, dropped where the kernel spills under it.
 Note [Choices op by op]: five choices change only the code of the op they sit on, so
 each op holds its own and the lowering reads it from the op it lowers (the step records'
 `StepOp.choice`): the QK^T mma's `unroll`, the softmax step's `exp2_fma`, the mask's
-`interval_test` and `split`, and O's store's `staged`. An edit of one op -- exp2_fma = 3 on the softmax step of the
-partial KV loop only, or the range test in the mask of one loop -- is the kernel of that
-op alone; this pass's option sets every op of the kind. Each value is checked at its op
-against the kernel (a located error naming the condition), an op without one takes
-the default (choice_defaults.py's `op_default`), and the manifest records the one value
-the ops hold, or the values, sorted, where they differ. attn-lower-sm100a reads
-`exp2_fma` from its softmax steps the same way (0 where one holds none; this pass does
-not run for sm_100a). The other choices shape
-what several ops share -- O's registers (row sums), the rescale's vote (lazy), the key
+`interval_test` and `split`, and O's store's `staged`. An edit of one op -- exp2_fma = 3
+on the softmax step of the partial KV loop only, or the range test in the mask of one
+loop -- is the kernel of that op alone; this pass's option sets every op of the kind.
+Each value is checked at its op against the kernel (a located error naming the
+condition), an op without one takes the default (choice_defaults.py's `op_default`), and
+the manifest records the one value the ops hold, or the values, sorted, where they
+differ. attn-lower-sm100a reads `exp2_fma` from its softmax steps the same way (0 where
+one holds none; this pass does not run for sm_100a). The other choices shape what
+several ops share -- O's registers (row sums), the rescale's vote (lazy), the key
 range's loads (lean, early_first), the grid -- and stay one per kernel.
 """
 from __future__ import annotations
