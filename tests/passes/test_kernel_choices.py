@@ -232,7 +232,7 @@ def test_a_split_of_one_mask_op():
 
 
 def test_staged_o_is_read_from_the_store_and_refused_there():
-    """O's store holds `staged`: the causal example's sm_80 store edited to false is the
+    """O's store holds `staged`: the mha example's sm_80 store edited to false is the
     kernel of staged_o=false, and the window's sm_90a producer kernel (whose producer may
     still load while the consumers store) refuses staged = true at the store it was
     edited on."""
