@@ -87,8 +87,10 @@ def kernel_abi(spec: ForwardSpec) -> KernelAbi:
                       "producer_warpgroup": spec.producer_warpgroup, "pingpong": spec.pingpong,
                       "persistent": spec.persistent, "heads_first": spec.heads_first,
                       "tiles_last": spec.tiles_last,
-                      "staged_o": _held(spec, "staged"), "lean_loads": spec.lean_loads,
-                      "split_mask": _held(spec, "split"),
+                      # false where no op the lowering reads holds one (no mask; a producer
+                      # kernel's stores, which never stage)
+                      "staged_o": spec.own_choice("staged", False), "lean_loads": spec.lean_loads,
+                      "split_mask": spec.own_choice("split", False),
                       "early_first": spec.early_first, "aligned_tiles": spec.aligned_tiles,
                       "exp2_fma": spec.own_choice("exp2_fma"), "lazy_rescale": spec.lazy_rescale,
                       "mma_row_sum": spec.mma_row_sum, "dead_rows": spec.dead_rows,
@@ -102,13 +104,6 @@ def kernel_abi(spec: ForwardSpec) -> KernelAbi:
             else (("H",), m_blocks, ("B",)) if spec.heads_first  # Note [Heads first]
             else (m_blocks, ("H",), ("B",)))
     return KernelAbi(spec.symbol, tuple(params), (spec.threads, 1, 1), spec.smem_bytes, grid, specialization)
-
-
-def _held(spec: ForwardSpec, attr: str):
-    """A choice of its own as the ops the lowering read hold it (`own_choice`); false where
-    none holds one (no mask; a producer kernel's stores, which never stage)."""
-    value = spec.own_choice(attr)
-    return False if value is None else value
 
 
 def _score_kind(spec: ForwardSpec) -> str:

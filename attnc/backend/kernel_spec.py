@@ -274,14 +274,14 @@ class ForwardSpec:
         """f32 accumulator registers per thread: S (block_n wide) and O (head_dim_v wide)."""
         return self.m_atoms * 4 * (self.block_n // 8 + self.head_dim_v // 8)
 
-    def own_choice(self, attr: str):
+    def own_choice(self, attr: str, missing=None):
         """A choice each op holds its own of (Note [Choices op by op] in
         attnc/passes/kernel_choices.py) as the steps' ops hold it: its one value, the
-        values sorted where ops differ, None where no op holds one."""
+        values sorted where ops differ, `missing` where no op holds one."""
         from attnc.backend.kv_steps import choices_in
         values = sorted({v for name in STEP_RECORDS if getattr(self, name) is not None
                          for v in choices_in(getattr(self, name), attr)})
-        return None if not values else values[0] if len(values) == 1 else values
+        return missing if not values else values[0] if len(values) == 1 else values
 
     def cache_key(self) -> str:
         parts = []
