@@ -123,7 +123,6 @@ class ForwardSpec:
     tiles_last: Optional[bool] = _choice()  # Note [Tiles last] in kernel_abi.py
     small_grid: Optional[bool] = _choice()  # Note [Small grids] in kernel_abi.py
     lean_loads: Optional[bool] = _choice()  # Note [Lean step loads] in forward_loads.py
-    early_first: Optional[bool] = _choice()  # Note [First block before the map] in forward_loads.py
     dead_rows: Optional[bool] = _choice()  # Note [Dead rows] in sm80.py
     lazy_rescale: Optional[bool] = _choice()  # Note [Lazy rescale] in softmax.py
     mma_row_sum: Optional[bool] = _choice()  # Note [Row sums on the tensor cores] in softmax.py

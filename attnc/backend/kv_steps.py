@@ -88,9 +88,11 @@ def _map(value, fn):
 
 def with_choices(record, defaults: dict):
     """`record` (KvSteps, WgmmaSteps, CoopSteps or LoadSteps) with every op that lacks
-    a choice of `defaults` ({(op name, what): {attribute: value}}) given it."""
+    a choice of `defaults` ({(op name, what): {attribute: value}}, or (op name, what,
+    ahead) for a load's) given it."""
     def filled(op: StepOp) -> StepOp:
-        wanted = {**defaults.get((op.name, op.what), {}), **dict(op.choices)}
+        ahead = defaults.get((op.name, op.what, op.count), {}) if op.name == "load" else {}
+        wanted = {**defaults.get((op.name, op.what), {}), **ahead, **dict(op.choices)}
         return replace(op, choices=tuple(sorted(wanted.items()))) if wanted else op
     return _map(record, filled)
 

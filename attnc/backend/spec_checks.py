@@ -75,6 +75,9 @@ def op_choice_error(spec: ForwardSpec | None, option: str, value) -> str | None:
     if option == "staged_o" and value and not spec.can_stage_o:
         return ("staged_o needs a kernel with one query block per CTA, no producer warpgroup and a 16-bit O "
                 "that fits in its tiles' shared memory")
+    if option == "early_first" and value and not spec.can_load_first_early:
+        return ("early_first needs an sm_80 kernel whose key ranges come from a block map (kv_hint given) "
+                "or a tile table")
     if option == "qk_unroll" and value < 0:
         return f"qk_unroll={value}: expected 0 or more"
     if option == "qk_unroll" and value and spec.target != "sm_80":
@@ -172,9 +175,6 @@ def _check_options(spec: ForwardSpec) -> None:
              "dead_rows needs an sm_80 kernel without a producer warpgroup, with two or more 16-row tiles "
              "per warp, two or more K/V stages, a mask that keeps an interval of keys per row, and the KV "
              "steps' ops in the order the plan passes make (its first step is built in that order)")
-    _require(not spec.early_first or spec.can_load_first_early,
-             "early_first needs an sm_80 kernel whose key ranges come from a block map (kv_hint given) "
-             "or a tile table")
     _require(spec.tile_holds is None or (spec.row_interval is not None and spec.row_residual is not None),
              "tile_holds needs row_interval and row_residual")
     _require(not spec.persistent or spec.producer_warpgroup,

@@ -205,13 +205,12 @@ def keeps_run_ranges(runs, map_holds: bool, split_mask) -> bool:
 # In the order they depend on each other: small_grid asks whether a grid order was given.
 _RULES = (("q_blocks_per_cta", q_blocks_per_cta), ("min_ctas_per_sm", min_ctas_per_sm),
           ("small_grid", small_grid), ("tiles_last", tiles_last),
-          ("heads_first", heads_first), ("lean_loads", lean_loads), ("early_first", early_first),
-          ("dead_rows", dead_rows),
+          ("heads_first", heads_first), ("lean_loads", lean_loads), ("dead_rows", dead_rows),
           ("lazy_rescale", lazy_rescale), ("mma_row_sum", mma_row_sum))
 # The choices each op holds its own of (Note [Choices op by op] in kernel_choices.py): their
 # defaults depend on the kernel's facts and its choices of one per kernel (resolved first).
 _OP_RULES = {"qk_unroll": qk_unroll, "interval_test": interval_test, "exp2_fma": exp2_fma,
-             "split_mask": split_mask, "staged_o": staged_o}
+             "split_mask": split_mask, "staged_o": staged_o, "early_first": early_first}
 
 
 def op_default(option: str, spec: "ForwardSpec"):
@@ -221,11 +220,13 @@ def op_default(option: str, spec: "ForwardSpec"):
 
 def op_defaults(spec: "ForwardSpec") -> dict:
     """{(step op name, what): {attribute: default}} of the choices ops hold their own of,
-    for `attnc.backend.kv_steps.with_choices`."""
+    for `attnc.backend.kv_steps.with_choices`; (step op name, what, ahead) for a choice of
+    the loads that many steps ahead only."""
     from attnc.passes.kernel_choices import PER_OP
 
     out: dict = {}
     for choice in PER_OP:
         for what in choice.tiles or ("",):
-            out.setdefault((choice.op.removeprefix("attn."), what), {})[choice.attr] = op_default(choice.option, spec)
+            key = (choice.op.removeprefix("attn."), what) + (() if choice.ahead is None else (choice.ahead,))
+            out.setdefault(key, {})[choice.attr] = op_default(choice.option, spec)
     return out

@@ -16,7 +16,8 @@ Note [Kernel choices]: the choices of a kernel that are not its plan (roles, sta
 budgets, buffers, synchronization: L3-L5) sit on the ops they concern -- the grid
 order and CTAs per SM on attn.kernel, the per-score mask test on attn.mask, the
 exp2 split on attn.softmax_step, the lazy rescale on attn.rescale, the row sums on
-the P.V mma, the rolled k-steps on the QK^T mma, the step loads on the K and V loads, the staged epilogue on O's store.
+the P.V mma, the rolled k-steps on the QK^T mma, the step loads on the K and V loads, the
+guessed first block on the first block's K load, the staged epilogue on O's store.
 attn-lower-sm80 and attn-lower-sm90a read them there and nowhere else: an attribute
 edited by hand or by a user pass gives that kernel, or a located error naming the
 condition it breaks; where one is absent (a pipeline without this pass) the lowering
@@ -28,10 +29,12 @@ choice -- ops that disagree are refused at the second -- but for the choices of 
 [Choices op by op]. `min_ctas_unless_spills` is no option: it says whether
 min_ctas_per_sm is the default bound, dropped where the kernel spills under it.
 
-Note [Choices op by op]: five choices change only the code of the op they sit on, so
+Note [Choices op by op]: six choices change only the code of the op they sit on, so
 each op holds its own and the lowering reads it from the op it lowers (the step records'
 `StepOp.choice`): the QK^T mma's `unroll`, the softmax step's `exp2_fma`, the mask's
-`interval_test` and `split`, and O's store's `staged`. An edit of one op -- exp2_fma = 3
+`interval_test` and `split`, O's store's `staged`, and `early_first` on the K load of the
+first block (`ahead = 0`, before the KV loops: the loads of later blocks have no guess to
+make, so they hold none). An edit of one op -- exp2_fma = 3
 on the softmax step of the partial KV loop only, or the range test in the mask of one
 loop -- is the kernel of that op alone; this pass's option sets every op of the kind.
 Each value is checked at its op against the kernel (a located error naming the
@@ -40,7 +43,7 @@ the manifest records the one value the ops hold, or the values, sorted, where th
 differ. attn-lower-sm100a reads `exp2_fma` from its softmax steps the same way (0 where
 one holds none; this pass does not run for sm_100a). The other choices shape what
 several ops share -- O's registers (row sums), the rescale's vote (lazy), the key
-range's loads (lean, early_first), the grid -- and stay one per kernel.
+range's loads (lean), the grid -- and stay one per kernel.
 """
 from __future__ import annotations
 
@@ -59,6 +62,7 @@ class Choice:
     kind: type                  # bool, int or str
     op: str                     # the ops it sits on
     tiles: tuple[str, ...] = ()  # of those, the ones with this operand (load, store) or kind (mma)
+    ahead: int | None = None    # of those loads, the ones this many steps ahead (the first block's: 0)
     resolved: Callable | None = None    # ForwardLowering -> the value the kernel takes (None: its field)
     per_op: bool = False        # each op its own (Note [Choices op by op]); else one per kernel
 
@@ -87,7 +91,7 @@ CHOICES: tuple[Choice, ...] = (
     Choice("lazy_rescale", "lazy", bool, "attn.rescale"),
     Choice("mma_row_sum", "row_sum", bool, "attn.mma", ("pv",)),
     Choice("lean_loads", "lean", bool, "attn.load", ("k", "v")),
-    Choice("early_first", "early_first", bool, "attn.load", ("k",)),
+    Choice("early_first", "early_first", bool, "attn.load", ("k",), ahead=0, per_op=True),
     Choice("staged_o", "staged", bool, "attn.store", ("o",), per_op=True),
     Choice("qk_unroll", "unroll", int, "attn.mma", ("qk",), per_op=True),
 )
@@ -169,7 +173,8 @@ class KernelChoices(Pass):
     early_first: bool | None = field(default=None, metadata={
         "doc": "sm_80: for a block map, load the first key block the static mask analysis puts on top before "
                "the map's row is read, and reload it only where the map's range starts elsewhere (Note "
-               "[First block before the map]; default: on sm_80 for a block map)"})
+               "[First block before the map]; default: on sm_80 for a block map); set on the first block's K load "
+               "(ahead = 0)"})
     mma_row_sum: bool | None = field(default=None, metadata={
         "doc": "sm_80: sum each softmax row's probabilities on the tensor cores, as one more n8 column of the "
                "P.V GEMM whose B operand is all ones, instead of FADDs per score (Note [Row sums on the tensor "
@@ -262,6 +267,7 @@ def read(kernel) -> dict:
 
     found = {}
     sites = _sites(kernel)
+    _check_stray(kernel)
     for choice in CHOICES:
         held = [(op, _value(op, choice)) for op in sites[choice.option] if choice.attr in op.attributes]
         other = next(((op, value) for op, value in held if value != held[0][1]), None)
@@ -275,13 +281,29 @@ def read(kernel) -> dict:
     return found
 
 
+def _check_stray(kernel) -> None:
+    """Refuse a choice of the first block's load (`ahead`) on a load of a later block,
+    where no lowering would read it."""
+    from attnc.ir import error_at
+    from attnc.ir.kernel import program_ops
+
+    for choice in CHOICES:
+        if choice.ahead is None:
+            continue
+        for op in program_ops(kernel, {choice.op})[choice.op]:
+            if choice.attr in op.attributes and not _holds(choice, op) and (
+                    not choice.tiles or _tile(op) in choice.tiles):
+                raise error_at(op, f"{choice.attr} sits on the {'/'.join(choice.tiles).upper()} load of the "
+                                   f"first block (ahead = {choice.ahead}) only: this load's block is known "
+                                   f"when it is issued (Note [Choices op by op])")
+
+
 def op_choices(op) -> tuple:
     """The choices of its own (Note [Choices op by op]) the IR op `op` holds, as
     ((attribute, value), ...), each checked for its type."""
     found = []
     for choice in PER_OP:
-        if op.name == choice.op and choice.attr in op.attributes and (
-                not choice.tiles or _tile(op) in choice.tiles):
+        if op.name == choice.op and choice.attr in op.attributes and _holds(choice, op):
             found.append((choice.attr, _value(op, choice)))
     return tuple(found)
 
@@ -325,9 +347,18 @@ def _sites(kernel) -> dict[str, list]:
     found = program_ops(kernel, {c.op for c in CHOICES if c.op != "attn.kernel"})
     out = {}
     for c in CHOICES:
-        out[c.option] = [kernel] if c.op == "attn.kernel" else [
-            op for op in found[c.op] if not c.tiles or _tile(op) in c.tiles]
+        out[c.option] = [kernel] if c.op == "attn.kernel" else [op for op in found[c.op] if _holds(c, op)]
     return out
+
+
+def _holds(choice: Choice, op) -> bool:
+    """Whether `op`, an op of the kind `choice` sits on, is one of its ops."""
+    from mlir import ir
+
+    if choice.tiles and _tile(op) not in choice.tiles:
+        return False
+    return choice.ahead is None or (
+        "ahead" in op.attributes and ir.IntegerAttr(op.attributes["ahead"]).value == choice.ahead)
 
 
 def _tile(op) -> str:

@@ -249,3 +249,22 @@ def test_staged_o_is_read_from_the_store_and_refused_there():
     message = info.value.render()
     assert re.match(r"\S+:\d+:\d+: error: the sm_90a kernel cannot be built: staged_o needs a kernel with one "
                     r"query block per CTA, no producer warpgroup", message), message
+
+
+def test_early_first_is_read_from_the_first_blocks_load_alone():
+    """`early_first` sits on the K load of the first block (ahead = 0) only: docs_sink's
+    sm_80 load edited to false is the kernel of early_first=false, and the choice written
+    on a later block's K load, which has no guess to make, is refused there."""
+    plan = _plan("docs_sink", "sm_80")
+    assert plan.count("early_first = true") == 1 and "ahead = 0 : i64, early_first = true" in plan
+    edited = build(compile_result_of(_lower(plan.replace("early_first = true", "early_first = false"), "sm_80")))
+    option = build(compile_result_of(_lower(_plan("docs_sink", "sm_80", {"early_first": False}), "sm_80")))
+    assert edited.ptx == option.ptx != build(compile_result_of(_lower(plan, "sm_80"))).ptx
+    assert edited.manifest["specialization"]["early_first"] is False
+    later = '{ahead = 1 : i64, lean = true, operand = "k"}'
+    assert plan.count(later) == 1
+    with pytest.raises(AttncError) as info:
+        _lower(plan.replace(later, '{ahead = 1 : i64, early_first = true, lean = true, operand = "k"}'), "sm_80")
+    message = info.value.render()
+    assert re.match(r"\S+:\d+:\d+: error: early_first sits on the K load of the first block \(ahead = 0\) only",
+                    message), message

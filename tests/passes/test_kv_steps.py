@@ -156,8 +156,8 @@ def test_edits_the_lowering_cannot_follow_are_refused_at_the_op(needle, old, new
 
 @pytest.mark.parametrize("old, new, message", [
     # the prologue: the first steps' K in turn, Q from the kernel's q, no op without a pattern
-    ('{ahead = 1 : i64, early_first = false, lean = false, operand = "k"}',
-     '{ahead = 2 : i64, early_first = false, lean = false, operand = "k"}',
+    ('{ahead = 1 : i64, lean = false, operand = "k"}',
+     '{ahead = 2 : i64, lean = false, operand = "k"}',
      "before the KV loops the role loads K of the first steps in turn (ahead = 1 next)"),
     ('"attn.load"(%arg0, %arg3, %arg4, %arg5) {operand = "q"}', '"attn.load"(%arg1, %arg3, %arg4, %arg5) {operand = "q"}',
      "the role loads Q once, from the kernel's q"),
