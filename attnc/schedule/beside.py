@@ -87,10 +87,10 @@ def finish() -> None:
 
 
 def explore_beside(explorations: list[tuple], explore: Callable) -> Callable[[], list]:
-    """Start `explore(*x)` for each of `explorations` (verify.py's: a channel, its roles'
-    programs, ...); return what waits for them and gives their violations."""
+    """Start `explore(*x)` for each of `explorations` (verify.py's: two channels, their
+    roles' programs, ...); return what waits for them and gives their violations."""
     if not _forks() or all(len(x[1]) < 2 for x in explorations):
-        # one role a channel (sm_80, sm_90a's cooperative role): no interleavings to speak
+        # one role an exploration (sm_80, sm_90a's cooperative role): no interleavings to speak
         # of, explored in under 0.02 s, less than a fork costs
         found = [v for v in (explore(*x) for x in explorations) if v is not None]
         return lambda: found

@@ -1,7 +1,7 @@
-"""The exploration of attn-verify-pipeline (verify.py): one channel's roles as processes
-over their events, in every interleaving, breadth first (Note [One ring at a time] in
-verify.py), with the state of the channel's mbarriers, slots, copies in flight, cp.async
-groups and named barriers.
+"""The exploration of attn-verify-pipeline (verify.py): the roles as processes over their
+events of two channels, in every interleaving, breadth first (Note [Rings two at a time] in
+verify.py), with the state of the channels' mbarriers and slots, the copies in flight, the
+cp.async groups and the named barriers.
 """
 from __future__ import annotations
 
@@ -32,29 +32,34 @@ EMPTY, LANDED, WAITED, VISIBLE = range(4)
 
 
 class Explorer:
-    """One channel's processes (Note [One ring at a time]). A state is (program counters,
-    mbarriers as (arrivals, phases, pending bytes), slots as (fill, how far its data
-    landed: Note [Copies seen by every thread], readers), what is in flight to an
-    mbarrier (slots, mbarrier, bytes, arrivals, the role and event that sent it), each
-    role's committed cp.async groups, its open copies, the slots read and
-    not yet released, the named-barrier generation each role waits on); each event knows
-    its mbarrier's and its slot's index in them beforehand, and an arrival the slots it
-    releases."""
+    """The roles as processes over the events of `channels` (Note [Rings two at a time]).
+    A state is (program counters, mbarriers as (arrivals, phases, pending bytes), slots
+    (each channel's, by stage and tile) as (fill, how far its data landed: Note [Copies
+    seen by every thread], readers), what is in flight to an mbarrier (slots, mbarrier,
+    bytes, arrivals, the role and event that sent it), each role's committed cp.async
+    groups, its open copies, the slots read and not yet released, the named-barrier
+    generation each role waits on); each event knows its mbarrier's and its slot's index
+    in them beforehand, and an arrival the slots it releases."""
 
-    def __init__(self, chan: str, programs: dict, bars: dict, threads: dict):
-        self.chan = chan
+    def __init__(self, channels: tuple[str, ...], programs: dict, bars: dict, threads: dict):
+        self.channels = channels
         self.roles = sorted(programs)
         self.programs = [programs[r] for r in self.roles]
         self.threads = [threads[r] for r in self.roles]
         self.bar_keys = sorted({(e.bar, e.stage) for p in self.programs for e in p if e.bar})
         self.bars = bars
-        self.slot_keys = sorted({(e.stage, e.tile) for p in self.programs for e in p if e.kind in ("write", "read")})
-        self.readers = frozenset(k for k, p in enumerate(self.programs) if any(e.kind == "read" for e in p))
+        # a slot: (its channel, stage, tile)
+        self.slot_keys = sorted({(e.channel, e.stage, e.tile) for p in self.programs for e in p
+                                 if e.kind in ("write", "read")})
         self.bar_index = {key: b for b, key in enumerate(self.bar_keys)}
         slot_index = {key: s for s, key in enumerate(self.slot_keys)}
+        # each slot's readers: the roles that read its channel
+        self.readers = [frozenset(k for k, p in enumerate(self.programs)
+                                  if any(e.kind == "read" and e.channel == channel for e in p))
+                        for channel, _, _ in self.slot_keys]
         self.counts = [self._count(bar) for bar, _ in self.bar_keys]
         self.lengths = [len(p) for p in self.programs]
-        self.events = [[(e, self.bar_index.get((e.bar, e.stage), -1), slot_index.get((e.stage, e.tile), -1),
+        self.events = [[(e, self.bar_index.get((e.bar, e.stage), -1), slot_index.get((e.channel, e.stage, e.tile), -1),
                          self._released(e, slot_index)) for e in p] for p in self.programs]
         self.alike = self._alike()
 
@@ -91,7 +96,9 @@ class Explorer:
         if e.kind != "arrive":
             return frozenset()
         tile = self.bars[e.bar][3] if e.bar in self.bars else None
-        return frozenset(s for (stage, t), s in slot_index.items() if stage == e.stage and tile in (None, t))
+        channel = self.bars[e.bar][0] if e.bar in self.bars else None
+        return frozenset(s for (c, stage, t), s in slot_index.items()
+                         if stage == e.stage and tile in (None, t) and channel in (None, c))
 
     def _count(self, bar: str) -> int:
         return self.bars[bar][1] if bar in self.bars else 0
@@ -117,7 +124,7 @@ class Explorer:
                 seen.add(nxt)                   # (one hash of the state, not two)
                 if len(seen) > known:
                     if known >= limit:
-                        return Violation(self.programs[0][0].op, f"channel {self.chan!r}: more than "
+                        return Violation(self.programs[0][0].op, f"{_channels(self.channels)}: more than "
                                                                  f"{limit} states, not verified")
                     queue.append(nxt)
             if not moved and any(pc < length for pc, length in zip(state[0], lengths)):
@@ -138,8 +145,11 @@ class Explorer:
                 arrived = bars[self.bar_index[(e.bar, e.stage)]][0]
                 where += f" on named barrier {e.bar[3:]} ({arrived} of its {e.value} threads there)"
             parts.append(where)
-        named = all(e.kind == "bar_sync" for _, e in stuck)
-        what = "the named barriers deadlock" if named else f"channel {self.chan!r} deadlocks"
+        waited = sorted({self.bars[e.bar][0] for _, e in stuck if e.kind == "wait" and e.bar in self.bars} - {None})
+        named = any(e.kind == "bar_sync" for _, e in stuck)
+        subjects = (["the named barriers"] if named else []) + ([_channels(waited)] if waited else []) or ["the roles"]
+        one = len(waited) == 1 and not named
+        what = f"{' and '.join(subjects)} deadlock{'s' if one else ''}"
         return Violation(stuck[0][1].op, f"{what}: " + "; ".join(parts))
 
     def _moves(self, state):
@@ -218,7 +228,7 @@ class Explorer:
                         "(Note [Copies seen by every thread])" if fill == e.fill and landed in (LANDED, WAITED) else
                         "before its data landed" if fill == e.fill else
                         "before any fill was written to it" if fill < 0 else f"while it holds fill {fill}")
-                return Violation(e.op, f"{self.roles[k]} reads fill {e.fill} of {self.chan!r} ({e.tile}) "
+                return Violation(e.op, f"{self.roles[k]} reads fill {e.fill} of {e.channel!r} ({e.tile}) "
                                        f"from slot {e.stage} {what}")
             return (nxt, bars, _set(slots, s, (fill, landed, readers | {k})), flight, groups, open_groups,
                     holds | {(k, s)}, entered)
@@ -237,9 +247,9 @@ class Explorer:
         pcs, bars, slots, flight, groups, open_groups, holds, entered = state
         fill, _, readers = slots[s]
         holders = {h[0] for h in holds if h[1] == s}
-        if fill >= 0 and (not self.readers <= readers or holders):
-            late = sorted(self.roles[r] for r in (self.readers - readers) | holders)
-            return Violation(e.op, f"{self.roles[k]} overwrites slot {e.stage} of {self.chan!r} ({e.tile}) with "
+        if fill >= 0 and (not self.readers[s] <= readers or holders):
+            late = sorted(self.roles[r] for r in (self.readers[s] - readers) | holders)
+            return Violation(e.op, f"{self.roles[k]} overwrites slot {e.stage} of {e.channel!r} ({e.tile}) with "
                                    f"fill {e.fill} before {', '.join(late)} released fill {fill}")
         if e.lands == "mbarrier":
             sent = ((s,), self.bar_index[(e.bar, e.stage)], e.tx, 0, k, pcs[k])
@@ -268,6 +278,14 @@ class Explorer:
         if e.kind == "bar_arrive":
             return (nxt, _set(bars, b, bar), slots, flight, groups, open_groups, holds, entered)
         return (pcs, _set(bars, b, bar), slots, flight, groups, open_groups, holds, _set(entered, k, generation))
+
+
+def _channels(names) -> str:
+    """'channel 'kv'' or 'channels 'kv' and 'q'' (the channels of a message)."""
+    quoted = [repr(n) for n in names]
+    if len(quoted) == 1:
+        return f"channel {quoted[0]}"
+    return f"channels {', '.join(quoted[:-1])} and {quoted[-1]}"
 
 
 def _permuted(state, perm: list[int]):

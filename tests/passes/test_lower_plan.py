@@ -155,8 +155,8 @@ def test_pingpong_is_followed_with_its_named_barriers(plans_90):
                                                    "barriers, and attn.warp_specialize has no `pingpong`")):
         _lowered(turns.replace(attribute[1], attribute[0]), "sm_90a")
     # one of consumer0's syncs moved to another barrier: the verifier finds the deadlock
-    with pytest.raises(AttncError, match=re.escape("the named barriers deadlock: consumer0 waits at "
-                                                   "attn.named_barrier_sync on named barrier 3")):
+    with pytest.raises(AttncError, match=re.escape("the named barriers and channel 'kv' deadlock: consumer0 waits "
+                                                   "at attn.named_barrier_sync on named barrier 3")):
         _lowered(turns.replace("id = 1 : i64", "id = 3 : i64", 1), "sm_90a")
 
 

@@ -165,10 +165,11 @@ def test_a_plan_the_rotation_cannot_take_is_refused(edit, message):
 @pytest.mark.parametrize("arch,pipeline", [("sm_80", L5 % ""), ("sm_90a", COOP + ",attn-overlap-gemms")])
 def test_a_read_before_the_cta_barrier_is_caught(arch, pipeline):
     """Note [Copies seen by every thread] (attnc/schedule/explore.py): the first step's CTA barrier
-    removed, each warp would read Q's and K's slots before the other warps' copies are
-    known to have landed; on sm_90a's cooperative kernel this was accepted."""
+    removed, each warp would read K's slot (the step's first read, before Q's) before the
+    other warps' copies are known to have landed; on sm_90a's cooperative kernel this was
+    accepted."""
     op = kernel("mha", arch=arch, pipeline=pipeline)
     assert messages(op) == ""
     R.ops_in(R.role_block(R.role_ops(op)[0]), (R.CTA_BARRIER,))[0].erase()
-    assert "reads fill 0 of 'q' (q) from slot 0 before a cp.async wait and then a CTA barrier made every " \
+    assert "reads fill 0 of 'kv' (k) from slot 0 before a cp.async wait and then a CTA barrier made every " \
            "thread's copies of it visible" in messages(op)

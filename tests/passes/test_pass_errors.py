@@ -235,7 +235,7 @@ def test_the_verifier_refuses_a_plan_past_its_state_bound(monkeypatch):
     so that mha's plan passes it)."""
     monkeypatch.setattr(verify, "MAX_STATES", 10)
     error = _refused(_plan("sm_80", "attn-insert-pipelines"), "sm_80", "attn-verify-pipeline")
-    assert re.search(r"attn-verify-pipeline: channel '\w+': more than 10 states, not verified", error.message)
+    assert re.search(r"attn-verify-pipeline: channels 'q' and 'kv': more than 10 states, not verified", error.message)
     assert error.span is not None
 
 

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 from mlir import ir
 
-from attnc.driver import CompileOptions, compile_mlir
+from attnc.driver import CompileOptions, compile_mlir, optimize_mlir
+from attnc.errors import AttncError
 from attnc.ir import attention_ops
 from attnc.ir import roles as R
-from attnc.schedule.verify import verify_kernel
+from attnc.schedule.verify import explore, kernel_explorations, verify_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.attn"))
@@ -65,6 +66,59 @@ def set_int(o: ir.Operation, key: str, value: int) -> None:
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_every_kernel_is_sound(example, arch):
     assert messages(kernel(example, arch)) == ""
+
+
+def test_two_rings_waiting_on_each_other_deadlock():
+    """Note [Rings two at a time]: the producer's Q moved after its KV loop. The consumers
+    wait for Q before they release a K/V slot, and the producer for a slot before it writes
+    Q: neither ring alone deadlocks, the two together do."""
+    op = kernel("mha", "sm_90a")
+    body = list(R.role_block(role(op, "producer")).operations)
+    loop = next(o for o in body if o.operation.name == "scf.for")
+    write = next(o for o in body if o.operation.name == R.SLOT_WRITE)
+    q_ops = [write.operands[2].owner, write, body[body.index(write) + 1]]
+    assert q_ops[2].operation.name == "attn.cp_async_mbarrier_arrive"
+    for o in reversed(q_ops):
+        o.move_after(loop)
+    assert messages(op).startswith("channels 'kv' and 'q' deadlock: consumer0 waits at attn.mbarrier_wait on "
+                                   "mbar_q_full[0]")
+
+
+def test_every_sm100a_plan_is_sound_with_every_ring_at_once():
+    """Note [Rings two at a time]: sm_100a's fifteen rings explored together, as
+    attn-verify-pipeline{all_rings=1} does (two at a time by default), for every example.
+    Examples whose roles run the same synchronization (the same events, mbarriers and
+    warps) are one exploration: three for the ten examples."""
+    explored = {}
+    for example in EXAMPLES:
+        op = kernel(example, "sm_100a")
+        with op.context:
+            found, [(_, programs, bars, threads)] = kernel_explorations(op, all_rings=True)
+        assert found == []
+        key = repr((sorted((role, [(e.kind, e.channel, e.bar, e.stage, e.value, e.tile, e.fill, e.lands, e.tx,
+                                    e.groups) for e in events]) for role, events in programs.items()),
+                    sorted(bars.items()), sorted(threads.items())))
+        if key not in explored:
+            with op.context:
+                explored[key] = (example, explore(tuple(R.name_of(c) for c in R.channel_ops(op)), programs, bars,
+                                                  threads))
+    assert [(example, v) for example, v in explored.values() if v is not None] == []
+    assert len(explored) >= 2
+
+
+def test_the_option_explores_every_ring_at_once():
+    """The pipeline's option reaches the exploration: the two rings' deadlock above, planted
+    in a dump, is refused by attn-verify-pipeline{all_rings=1} too."""
+    op = kernel("mha", "sm_90a")
+    body = list(R.role_block(role(op, "producer")).operations)
+    loop = next(o for o in body if o.operation.name == "scf.for")
+    write = next(o for o in body if o.operation.name == R.SLOT_WRITE)
+    for o in reversed([write.operands[2].owner, write, body[body.index(write) + 1]]):
+        o.move_after(loop)
+    text = str(_KEPT[-1].module)
+    with pytest.raises(AttncError, match="attn-verify-pipeline: channels 'kv' and 'q' deadlock"):
+        optimize_mlir(text, "planted.mlir", CompileOptions(arch="sm_90a",
+                                                           pass_pipeline="attn-verify-pipeline{all_rings=1}"))
 
 
 def test_a_removed_arrive_deadlocks():
@@ -163,14 +217,14 @@ def test_a_named_barrier_short_of_threads_is_caught():
 
 def test_a_removed_turn_arrive_deadlocks_the_consumers():
     """Without consumer1's first arrive, consumer0 never gets its first turn and consumer1
-    waits for consumer0 to hand it one."""
+    waits for consumer0 to hand it one; the producer, its ring full, waits for a slot."""
     op = kernel("gemma2", "sm_90a", PINGPONG)
     first = ops(op, "consumer1", R.NAMED_BARRIER_ARRIVE)[0]
     first.erase()
     assert messages(op).startswith(
-        "the named barriers deadlock: consumer0 waits at attn.named_barrier_sync on named barrier 1 (128 of its "
-        "256 threads there); consumer1 waits at attn.named_barrier_sync on named barrier 2 (128 of its 256 "
-        "threads there)")
+        "the named barriers and channel 'kv' deadlock: consumer0 waits at attn.named_barrier_sync on named "
+        "barrier 1 (128 of its 256 threads there); consumer1 waits at attn.named_barrier_sync on named barrier 2 "
+        "(128 of its 256 threads there); producer waits at attn.mbarrier_wait on mbar_k_empty[0]")
 
 
 def test_sm100_p_published_with_too_small_a_count():
@@ -272,7 +326,7 @@ def test_consumers_running_one_program_are_explored_once(pipeline, alike):
             trace.block(R.role_block(r))
             programs[a["name"]] = [e for e in trace.events if e.channel in ("kv", None)]
             threads[a["name"]] = 32 * len(a["warps"])
-    explorer = Explorer("kv", programs, bars, threads)
+    explorer = Explorer(("kv",), programs, bars, threads)
     assert explorer.roles[:2] == ["consumer0", "consumer1"] and explorer.alike == alike
     if alike:
         start = ((3, 1, 0), ((0, 0, 0),) * len(explorer.bar_keys),

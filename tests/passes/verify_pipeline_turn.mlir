@@ -6,7 +6,7 @@
 //
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline attn-verify-pipeline 2>&1 | filecheck %s
 
-// CHECK: tests/passes/verify_pipeline_turn.mlir:69:11: error: attn-verify-pipeline: the named barriers deadlock: consumer0 waits at attn.named_barrier_sync on named barrier 1 (128 of its 256 threads there); consumer1 waits at attn.named_barrier_sync on named barrier 2 (128 of its 256 threads there)
+// CHECK: tests/passes/verify_pipeline_turn.mlir:69:11: error: attn-verify-pipeline: the named barriers and channel 'kv' deadlock: consumer0 waits at attn.named_barrier_sync on named barrier 1 (128 of its 256 threads there); consumer1 waits at attn.named_barrier_sync on named barrier 2 (128 of its 256 threads there); producer waits at attn.mbarrier_wait on mbar_k_empty[0]
 module {
   func.func @mha(%arg0: tensor<?x?x?x128xbf16> loc("examples/mha.attn":3:3), %arg1: tensor<?x?x?x128xbf16> loc("examples/mha.attn":4:3), %arg2: tensor<?x?x?x128xbf16> loc("examples/mha.attn":5:3)) -> tensor<?x?x?x128xbf16> {
     %0 = "attn.kernel"(%arg0, %arg1, %arg2) ({
