@@ -20,11 +20,11 @@ the P.V mma, the rolled k-steps on the QK^T mma, the step loads on the K and V l
 guessed first block on the first block's K load, the staged epilogue on O's store.
 attn-lower-sm80 and attn-lower-sm90a read them there and nowhere else: an attribute
 edited by hand or by a user pass gives that kernel, or a located error naming the
-condition it breaks; where one is absent (a pipeline without this pass) the lowering
-takes its default given the others as they stand -- defaults depend on each other (the
-small grid's kernel is added only where no grid order is given), so after editing one
-choice, run this pass again with it as an option: a run chooses afresh every choice it
-is not given. A kernel is one program, so every op of a kind holds the same value of a
+condition it breaks (on an op it does not sit on: saying where it sits); where one is
+absent (a pipeline without this pass) the lowering takes its default given the others
+as they stand -- defaults depend on each other (the small grid's kernel is added only
+where no grid order is given), so after editing one choice, run this pass again with it
+as an option: a run chooses afresh every choice it is not given. A kernel is one program, so every op of a kind holds the same value of a
 choice -- ops that disagree are refused at the second -- but for the choices of Note
 [Choices op by op]. `min_ctas_unless_spills` is no option: it says whether
 min_ctas_per_sm is the default bound, dropped where the kernel spills under it.
@@ -282,20 +282,43 @@ def read(kernel) -> dict:
 
 
 def _check_stray(kernel) -> None:
-    """Refuse a choice of the first block's load (`ahead`) on a load of a later block,
-    where no lowering would read it."""
-    from attnc.ir import error_at
-    from attnc.ir.kernel import program_ops
+    """Refuse a choice on an op it does not sit on (a later block's K load holding
+    early_first, the LSE's store holding staged, the QK^T mma holding row_sum, ...), which
+    no lowering would read."""
+    from mlir import ir
 
+    from attnc.ir import error_at
+
+    by_attr: dict[str, list[Choice]] = {}
     for choice in CHOICES:
-        if choice.ahead is None:
-            continue
-        for op in program_ops(kernel, {choice.op})[choice.op]:
-            if choice.attr in op.attributes and not _holds(choice, op) and (
-                    not choice.tiles or _tile(op) in choice.tiles):
-                raise error_at(op, f"{choice.attr} sits on the {'/'.join(choice.tiles).upper()} load of the "
-                                   f"first block (ahead = {choice.ahead}) only: this load's block is known "
-                                   f"when it is issued (Note [Choices op by op])")
+        if choice.op != "attn.kernel":
+            by_attr.setdefault(choice.attr, []).append(choice)
+
+    stray = []
+
+    def visit(op):
+        for attr, choices in by_attr.items():
+            if attr in op.attributes and not any(op.name == c.op and _holds(c, op) for c in choices):
+                stray.append((op.operation, attr, choices[0]))
+                return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    for op in kernel.regions[0].blocks[0].operations:
+        op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+        if stray:           # (raised out of the walk, which would wrap it)
+            op, attr, choice = stray[0]
+            raise error_at(op, f"{attr} sits on {_where(choice)} only, not on this {op.name}: no lowering "
+                               f"reads it here (Note [Kernel choices] in attnc/passes/kernel_choices.py)")
+
+
+def _where(choice: Choice) -> str:
+    """The ops `choice` sits on, in words."""
+    kinds = {"attn.mma": {"qk": "QK^T", "pv": "P.V"}, "attn.load": {"k": "K", "v": "V"}, "attn.store": {"o": "O's"}}
+    if not choice.tiles:
+        return choice.op
+    tiles = " and ".join(kinds[choice.op][t] for t in choice.tiles)
+    first = f" of the first block (ahead = {choice.ahead})" if choice.ahead is not None else ""
+    return f"{'' if choice.op == 'attn.store' else 'the '}{tiles} {choice.op}{first}"
 
 
 def op_choices(op) -> tuple:

@@ -253,18 +253,33 @@ def test_staged_o_is_read_from_the_store_and_refused_there():
 
 def test_early_first_is_read_from_the_first_blocks_load_alone():
     """`early_first` sits on the K load of the first block (ahead = 0) only: docs_sink's
-    sm_80 load edited to false is the kernel of early_first=false, and the choice written
-    on a later block's K load, which has no guess to make, is refused there."""
+    sm_80 load edited to false is the kernel of early_first=false (the choice on a later
+    block's K load, which has no guess to make, is refused: below)."""
     plan = _plan("docs_sink", "sm_80")
     assert plan.count("early_first = true") == 1 and "ahead = 0 : i64, early_first = true" in plan
     edited = build(compile_result_of(_lower(plan.replace("early_first = true", "early_first = false"), "sm_80")))
     option = build(compile_result_of(_lower(_plan("docs_sink", "sm_80", {"early_first": False}), "sm_80")))
     assert edited.ptx == option.ptx != build(compile_result_of(_lower(plan, "sm_80"))).ptx
     assert edited.manifest["specialization"]["early_first"] is False
-    later = '{ahead = 1 : i64, lean = true, operand = "k"}'
-    assert plan.count(later) == 1
+
+
+@pytest.mark.parametrize("example, old, new, message", [
+    ("docs_sink", '{ahead = 1 : i64, lean = true, operand = "k"}',
+     '{ahead = 1 : i64, early_first = true, lean = true, operand = "k"}',
+     "early_first sits on the K attn.load of the first block (ahead = 0) only, not on this attn.load"),
+    ("gemma2", '{operand = "lse"}', '{operand = "lse", staged = true}',
+     "staged sits on O's attn.store only, not on this attn.store"),
+    ("alibi", '{kind = "qk", unroll = 1 : i64}', '{kind = "qk", row_sum = true, unroll = 1 : i64}',
+     "row_sum sits on the P.V attn.mma only, not on this attn.mma"),
+    ("mha", '{exp2_fma = 0 : i64}', '{exp2_fma = 0 : i64, lazy = true}',
+     "lazy sits on attn.rescale only, not on this attn.softmax_step"),
+])
+def test_a_choice_on_an_op_it_does_not_sit_on_is_refused(example, old, new, message):
+    """Note [Kernel choices]: no lowering reads a choice written where it does not sit, so
+    the lowering refuses it at that op rather than build a kernel without it."""
+    plan = _plan(example, "sm_80")
+    assert plan.count(old) >= 1, old
     with pytest.raises(AttncError) as info:
-        _lower(plan.replace(later, '{ahead = 1 : i64, early_first = true, lean = true, operand = "k"}'), "sm_80")
-    message = info.value.render()
-    assert re.match(r"\S+:\d+:\d+: error: early_first sits on the K load of the first block \(ahead = 0\) only",
-                    message), message
+        _lower(plan.replace(old, new, 1), "sm_80")
+    rendered = info.value.render()
+    assert re.match(r"\S+:\d+:\d+: error: " + re.escape(message), rendered), rendered
