@@ -1,7 +1,7 @@
 """The exploration of attn-verify-pipeline (verify.py): the roles as processes over their
-events of two channels, in every interleaving, breadth first (Note [Rings two at a time] in
-verify.py), with the state of the channels' mbarriers and slots, the copies in flight, the
-cp.async groups and the named barriers.
+events of the channels explored together (two, or all: Note [Rings two at a time] in
+verify.py), in every interleaving, breadth first, with the state of the channels'
+mbarriers and slots, the copies in flight, the cp.async groups and the named barriers.
 """
 from __future__ import annotations
 
