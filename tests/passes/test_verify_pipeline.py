@@ -68,11 +68,9 @@ def test_every_kernel_is_sound(example, arch):
     assert messages(kernel(example, arch)) == ""
 
 
-def test_two_rings_waiting_on_each_other_deadlock():
-    """Note [Rings two at a time]: the producer's Q moved after its KV loop. The consumers
-    wait for Q before they release a K/V slot, and the producer for a slot before it writes
-    Q: neither ring alone deadlocks, the two together do."""
-    op = kernel("mha", "sm_90a")
+def q_after_the_kv_loop(op) -> None:
+    """The producer's load of Q (its load, write and cp.async arrival) moved after its KV
+    loop."""
     body = list(R.role_block(role(op, "producer")).operations)
     loop = next(o for o in body if o.operation.name == "scf.for")
     write = next(o for o in body if o.operation.name == R.SLOT_WRITE)
@@ -80,6 +78,14 @@ def test_two_rings_waiting_on_each_other_deadlock():
     assert q_ops[2].operation.name == "attn.cp_async_mbarrier_arrive"
     for o in reversed(q_ops):
         o.move_after(loop)
+
+
+def test_two_rings_waiting_on_each_other_deadlock():
+    """Note [Rings two at a time]: the producer's Q moved after its KV loop. The consumers
+    wait for Q before they release a K/V slot, and the producer for a slot before it writes
+    Q: neither ring alone deadlocks, the two together do."""
+    op = kernel("mha", "sm_90a")
+    q_after_the_kv_loop(op)
     assert messages(op).startswith("channels 'kv' and 'q' deadlock: consumer0 waits at attn.mbarrier_wait on "
                                    "mbar_q_full[0]")
 
@@ -88,7 +94,7 @@ def test_every_sm100a_plan_is_sound_with_every_ring_at_once():
     """Note [Rings two at a time]: sm_100a's fifteen rings explored together, as
     attn-verify-pipeline{all_rings=1} does (two at a time by default), for every example.
     Examples whose roles run the same synchronization (the same events, mbarriers and
-    warps) are one exploration: three for the ten examples."""
+    warps) are one exploration (three, for the examples as they stand)."""
     explored = {}
     for example in EXAMPLES:
         op = kernel(example, "sm_100a")
@@ -110,11 +116,7 @@ def test_the_option_explores_every_ring_at_once():
     """The pipeline's option reaches the exploration: the two rings' deadlock above, planted
     in a dump, is refused by attn-verify-pipeline{all_rings=1} too."""
     op = kernel("mha", "sm_90a")
-    body = list(R.role_block(role(op, "producer")).operations)
-    loop = next(o for o in body if o.operation.name == "scf.for")
-    write = next(o for o in body if o.operation.name == R.SLOT_WRITE)
-    for o in reversed([write.operands[2].owner, write, body[body.index(write) + 1]]):
-        o.move_after(loop)
+    q_after_the_kv_loop(op)
     text = str(_KEPT[-1].module)
     with pytest.raises(AttncError, match="attn-verify-pipeline: channels 'kv' and 'q' deadlock"):
         optimize_mlir(text, "planted.mlir", CompileOptions(arch="sm_90a",
