@@ -187,9 +187,9 @@ class ForwardLoads:
         first block, whose K and V are issued before the range is read and again after it
         where the range starts elsewhere (else None)."""
         e = self.e
-        # the choice of the first block's K load (Note [Choices op by op] in kernel_choices.py)
-        early = any(op.name == "load" and op.what == "k" and op.count == 0 and op.choice("early_first")
-                    for op in self.prologue_ops)
+        # the choice of the first block's K load, the one op that holds it (Note [Choices op
+        # by op] in kernel_choices.py)
+        early = any(dict(op.choices).get("early_first") for op in self.prologue_ops)
         guess = self._first_guess(m_block) if early else None
         if guess is not None:
             self._load_first(guess, guessed=True)

@@ -91,8 +91,8 @@ def with_choices(record, defaults: dict):
     a choice of `defaults` ({(op name, what): {attribute: value}}, or (op name, what,
     ahead) for a load's) given it."""
     def filled(op: StepOp) -> StepOp:
-        ahead = defaults.get((op.name, op.what, op.count), {}) if op.name == "load" else {}
-        wanted = {**defaults.get((op.name, op.what), {}), **ahead, **dict(op.choices)}
+        wanted = {**defaults.get((op.name, op.what), {}), **defaults.get((op.name, op.what, op.count), {}),
+                  **dict(op.choices)}
         return replace(op, choices=tuple(sorted(wanted.items()))) if wanted else op
     return _map(record, filled)
 

@@ -204,13 +204,18 @@ def test_the_consumers_hold_the_same_choices():
     assert both.manifest["specialization"]["exp2_fma"] == [0, 2]
 
 
+def _refusal(plan: str, arch: str) -> str:
+    """The located error the lowering of `plan` raises, as the CLI prints it."""
+    with pytest.raises(AttncError) as info:
+        _lower(plan, arch)
+    return info.value.render()
+
+
 def test_a_choice_of_its_own_the_kernel_cannot_take_is_refused_at_its_op():
     """unroll = 3 on one QK^T of ALiBi at head dim 64 (4 k16 steps a 64-column page):
     refused at that mma (its location), naming the condition."""
     plan = _plan("alibi", "sm_80")
-    with pytest.raises(AttncError) as info:
-        _lower(_edit_nth(plan, 'kind = "qk", unroll = 1 : i64', 'kind = "qk", unroll = 3 : i64', {1}), "sm_80")
-    message = info.value.render()
+    message = _refusal(_edit_nth(plan, 'kind = "qk", unroll = 1 : i64', 'kind = "qk", unroll = 3 : i64', {1}), "sm_80")
     assert re.match(r"\S+:\d+:\d+: error: the sm_80 kernel cannot be built: qk_unroll=3 must divide 4 \(k16 steps "
                     r"per smem page\), or be 0", message), message
 
@@ -231,22 +236,27 @@ def test_a_split_of_one_mask_op():
     assert [built[name].manifest["specialization"]["split_mask"] for name in built] == [True, False, [False, True]]
 
 
+def _edit_is_the_option(example: str, old: str, new: str, option: dict):
+    """`example`'s sm_80 plan, and its bundle with `old` edited to `new` on its one op,
+    checked to be the kernel of the pass `option` and not the plan's own."""
+    plan = _plan(example, "sm_80")
+    assert plan.count(old) == 1, old
+    edited = build(compile_result_of(_lower(plan.replace(old, new), "sm_80")))
+    by_option = build(compile_result_of(_lower(_plan(example, "sm_80", option), "sm_80")))
+    assert edited.ptx == by_option.ptx != build(compile_result_of(_lower(plan, "sm_80"))).ptx
+    return plan, edited
+
+
 def test_staged_o_is_read_from_the_store_and_refused_there():
     """O's store holds `staged`: the mha example's sm_80 store edited to false is the
     kernel of staged_o=false, and the window's sm_90a producer kernel (whose producer may
     still load while the consumers store) refuses staged = true at the store it was
     edited on."""
-    plan = _plan("mha", "sm_80")
-    assert plan.count("staged = true") == 1
-    edited = build(compile_result_of(_lower(plan.replace("staged = true", "staged = false"), "sm_80")))
-    option = build(compile_result_of(_lower(_plan("mha", "sm_80", {"staged_o": False}), "sm_80")))
-    assert edited.ptx == option.ptx != build(compile_result_of(_lower(plan, "sm_80"))).ptx
+    _, edited = _edit_is_the_option("mha", "staged = true", "staged = false", {"staged_o": False})
     assert edited.manifest["specialization"]["staged_o"] is False
     windows = _plan("sliding_window", "sm_90a")
     assert windows.count("staged = false") >= 2         # O's stores of the consumers' walks
-    with pytest.raises(AttncError) as info:
-        _lower(_edit_nth(windows, "staged = false", "staged = true", {1}), "sm_90a")
-    message = info.value.render()
+    message = _refusal(_edit_nth(windows, "staged = false", "staged = true", {1}), "sm_90a")
     assert re.match(r"\S+:\d+:\d+: error: the sm_90a kernel cannot be built: staged_o needs a kernel with one "
                     r"query block per CTA, no producer warpgroup", message), message
 
@@ -255,11 +265,9 @@ def test_early_first_is_read_from_the_first_blocks_load_alone():
     """`early_first` sits on the K load of the first block (ahead = 0) only: docs_sink's
     sm_80 load edited to false is the kernel of early_first=false (the choice on a later
     block's K load, which has no guess to make, is refused: below)."""
-    plan = _plan("docs_sink", "sm_80")
-    assert plan.count("early_first = true") == 1 and "ahead = 0 : i64, early_first = true" in plan
-    edited = build(compile_result_of(_lower(plan.replace("early_first = true", "early_first = false"), "sm_80")))
-    option = build(compile_result_of(_lower(_plan("docs_sink", "sm_80", {"early_first": False}), "sm_80")))
-    assert edited.ptx == option.ptx != build(compile_result_of(_lower(plan, "sm_80"))).ptx
+    plan, edited = _edit_is_the_option("docs_sink", "ahead = 0 : i64, early_first = true",
+                                       "ahead = 0 : i64, early_first = false", {"early_first": False})
+    assert plan.count("early_first = true") == 1
     assert edited.manifest["specialization"]["early_first"] is False
 
 
@@ -279,7 +287,5 @@ def test_a_choice_on_an_op_it_does_not_sit_on_is_refused(example, old, new, mess
     the lowering refuses it at that op rather than build a kernel without it."""
     plan = _plan(example, "sm_80")
     assert plan.count(old) >= 1, old
-    with pytest.raises(AttncError) as info:
-        _lower(plan.replace(old, new, 1), "sm_80")
-    rendered = info.value.render()
+    rendered = _refusal(plan.replace(old, new, 1), "sm_80")
     assert re.match(r"\S+:\d+:\d+: error: " + re.escape(message), rendered), rendered
