@@ -43,6 +43,16 @@ def tile_type(shape: Sequence[int], element: str, space: str) -> ir.Type:
     return ir.Type.parse(f'!attn.tile<[{dims}], {_ELEMENT[element]()}, "{space}">')
 
 
+def tile_parts(t: ir.Type) -> tuple[list[int], str, str] | None:
+    """(shape, element, space) of a `!attn.tile` type, or None for any other type."""
+    text = str(t)
+    if not text.startswith("!attn.tile<["):
+        return None
+    shape = text[text.index("[") + 1:text.index("]")]
+    element, space = (x.strip() for x in text[text.index("]") + 1:text.rindex(">")].split(",")[1:3])
+    return [int(x) for x in shape.split(",") if x.strip()], element, space.strip('"')
+
+
 def i32() -> ir.Type:
     return ir.IntegerType.get_signless(32)
 

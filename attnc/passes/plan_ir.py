@@ -1,6 +1,6 @@
 """The L3-L5 plan as the IR states it, read back as attnc/schedule's frozen values.
 
-attn-warp-specialize leaves role regions (`attn.role`: name, warps, regs) and channel
+attn-warp-specialize leaves role regions (`attn.role`: name, warps, regs, rows) and channel
 declarations (`attn.channel`) in the kernel's `attn.warp_specialize`; the alloc passes
 put each channel's buffers on its op (`buffers`: one dictionary per buffer). The later
 passes read them here as `Recipe`, `Channel` and `Buffer` values, never recomputing
@@ -15,7 +15,7 @@ from mlir import ir
 from attnc.ir import error_at, get_int, get_str
 from attnc.ir import roles as R
 from attnc.schedule.alloc import Buffer, Tile
-from attnc.schedule.recipes import SMEM_BYTES, Channel, Recipe, Role
+from attnc.schedule.recipes import CONSUMER_ROWS, SMEM_BYTES, Channel, Recipe, Role
 
 TMEM_COLUMNS = {"sm_100a": 512}
 _BUFFER_FIELDS = ("name", "space", "offset", "size", "stages", "align", "swizzle")
@@ -34,7 +34,8 @@ def roles(kernel: ir.Operation) -> list[Role]:
     out = []
     for op in R.role_ops(kernel):
         a = R.attrs_of(op)
-        out.append(Role(a["name"], tuple(a["warps"]), a["regs"] or None, ()))
+        out.append(Role(a["name"], tuple(a["warps"]), a["regs"] or None, (),
+                        tuple(a["rows"]) if "rows" in a else None))
     return out
 
 
@@ -143,6 +144,14 @@ def followed_plan(kernel: ir.Operation, pass_name: str) -> FollowedPlan:
                                f"runs it on warps {want}" + (" (the producer warpgroup first, then each consumer "
                                                              "warpgroup in order)" if producer else ""))
         first += len(want)
+        k = int(role.name[len("consumer"):]) if role.name.startswith("consumer") else None
+        rows = (CONSUMER_ROWS * k, CONSUMER_ROWS * (k + 1)) if k is not None else None
+        if role.rows != rows:
+            have = f"rows = {list(role.rows)}" if role.rows else "no rows"
+            raise error_at(op, f"{pass_name}: role '{role.name}' has {have}; the {target} kernel runs it on "
+                               + (f"the query rows [{rows[0]}, {rows[1]}) of the block, 64 a consumer warpgroup "
+                                  f"in order (Note [Consumer rows] in attnc/schedule/partition.py)" if rows else
+                                  "every row of the block (no rows attribute)"))
     persistent = _flag(ws, R.PERSISTENT)
     if persistent and not producer:
         raise error_at(ws, f"{pass_name}: persistent = true on attn.warp_specialize; persistent CTAs are the "

@@ -12,7 +12,8 @@ channels, K and V loaded stages - 1 steps ahead as its kernel loads them (Note [
 prefetch] in attnc/schedule/prefetch.py); sm_90a: `consumers` warpgroups of 64 query rows and, with `producer`, a
 `producer` role (the loads) feeding the consumer roles (the GEMMs, hooks, softmax and
 the stores of their rows' O and LSE) through mbarrier rings it fills with cp.async, with
-their setmaxnreg budgets as `regs` (`pingpong` recorded on attn.warp_specialize, and
+their setmaxnreg budgets as `regs` and their rows of the block as `rows`, their tiles of
+those rows only (Note [Consumer rows] in attnc/schedule/partition.py) (`pingpong` recorded on attn.warp_specialize, and
 `persistent` where the CTAs are: by default for a band, a mask that keeps a narrow band
 of keys per row; then every role's program stands in the walk over query blocks, Note
 [The walk over query blocks] in attnc/schedule/walk.py); without it one cooperative role

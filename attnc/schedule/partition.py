@@ -19,6 +19,14 @@ is declared, through TMEM when the MMA role is one end, else through shared memo
 Loaded Q, K and V always go through their channel, even inside one role (sm_80's
 cp.async queue): the channel is the shared-memory staging of the load. sm_80's role then
 loads K and V ahead of the steps that read them (Note [cp.async prefetch] in prefetch.py).
+
+Note [Consumer rows]: each of sm_90a's consumer warpgroups runs 64 of the query block's
+rows (wgmma's M), with its own S, P, running max, sum and O: its role carries `rows =
+[first, end)` and its copies of the tiles indexed by query row have that many rows -- Q
+as it reads it from the shared slot, S, P, m, l, O and the LSE (`!attn.tile<[64, 64],
+f32, "reg">` where the program's block has 128 rows) -- while K and V stay whole. The
+channels record the tiles as the producer writes them. The hooks still see the block's
+coordinates: the rows a tile stands for are the role's.
 """
 from __future__ import annotations
 
@@ -27,7 +35,7 @@ from mlir.dialects import scf
 
 from attnc.errors import AttncError
 from attnc.ir import roles as R
-from attnc.ir.tiles import Q_TILE
+from attnc.ir.tiles import Q_TILE, tile_parts, tile_type
 from attnc.schedule.prefetch import prefetch
 from attnc.schedule.recipes import Channel, Recipe
 from attnc.schedule.walk import ORDER, walk_blocks
@@ -81,6 +89,7 @@ class Partition:
         self.walk_order = walk_order        # persistent CTAs' (Note [The walk over query blocks])
         self.kernel = kernel
         self.body = kernel.regions[0].blocks[0]
+        self.block_m = ir.IntegerAttr(kernel.attributes["block_m"]).value
         self.names = [r.name for r in recipe.roles]
         self._roles_of_kind: dict[str, tuple[str, ...]] = {}
         self._owners: dict = {}
@@ -157,7 +166,8 @@ class Partition:
             for role in self.recipe.roles:
                 with self.decls:
                     op, block = R.region_op(R.ROLE, {"name": role.name, "warps": role.warps,
-                                                      "regs": role.regs or 0})
+                                                      "regs": role.regs or 0,
+                                                      **({"rows": list(role.rows)} if role.rows else {})})
                 self.role_block[role.name] = block
                 first = first or op
         self.decls = ir.InsertionPoint(first)      # implied channels: before every role
@@ -193,6 +203,19 @@ class Partition:
     def _map(self, role: str, v: ir.Value) -> ir.Value:
         return self.env[role].get(v, v)
 
+    def _rows_type(self, role: str, t: ir.Type) -> ir.Type:
+        """`t` as role's copy holds it: a tile of the query block's rows with the role's
+        rows only (Note [Consumer rows])."""
+        rows = self.recipe.role(role).rows
+        parts = tile_parts(t)
+        if rows is None or parts is None:
+            return t
+        shape, element, space = parts
+        if shape[0] != self.block_m:
+            raise AttncError(f"{PASS}: a tile of the query block has {shape[0]} rows, and attn-tile's "
+                             f"block_m is {self.block_m}")
+        return tile_type([rows[1] - rows[0], *shape[1:]], element, space)
+
     def _clone(self, op: ir.Operation, role: str) -> ir.Operation:
         with self.ip[role]:
             new = op.clone()
@@ -201,6 +224,7 @@ class Partition:
             if mapped != v:
                 new.operands[i] = mapped
         for old, res in zip(op.results, new.results):
+            res.set_type(self._rows_type(role, res.type))
             self.env[role][old] = res
         return new
 
@@ -280,8 +304,10 @@ class Partition:
                     sent.add(name)
                     with self.ip[producer], loc:
                         R.create(R.PUT, operands=[chan.result, self._map(producer, v)], attributes={"tile": tile})
+                whole = tile in ("k", "v")          # Note [Consumer rows]
                 with self.ip[user], loc:
-                    got = R.create(R.GET, [v.type], [chan.result], {"tile": tile}).result
+                    got = R.create(R.GET, [v.type if whole else self._rows_type(user, v.type)], [chan.result],
+                                   {"tile": tile}).result
                 self.env[user].setdefault(v, got)
                 self._record_type(chan, tile, v.type)
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from attnc.errors import AttncError
 
 REGISTER_FILE = 65536          # 32-bit registers per SM (sm_80 .. sm_100a)
+CONSUMER_ROWS = 64             # sm_90a: the query rows of a consumer warpgroup (wgmma's M)
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class Role:
     warps: tuple[int, ...]
     regs: int | None            # per-thread register budget set with setmaxnreg
     ops: tuple[str, ...]        # tile ops the role runs, in program order
+    rows: tuple[int, int] | None = None     # the query rows [first, end) of the CTA's block it
+                                            # runs, where it runs part of them (Note [Consumer rows])
 
     @property
     def threads(self) -> int:
@@ -195,10 +198,12 @@ def _sm90a(*, num_warps: int, kv_stages: int, consumers: int, producer: bool, pe
     sets = consumers >= 2           # Note [Producer warpgroup]: setmaxnreg only one CTA per SM
     producer_role = Role("producer", (0, 1, 2, 3), producer_registers(consumers) if sets else None,
                          ("load_q", "load_kv"))
-    # Each consumer warpgroup stores its own rows of O (and the LSE) from its registers.
+    # Each consumer warpgroup runs 64 query rows and stores its own rows of O (and the
+    # LSE) from its registers (Note [Consumer rows] in attnc/schedule/partition.py).
     consumer_roles = tuple(
         Role(f"consumer{c}", tuple(range(4 * (c + 1), 4 * (c + 2))), consumer_registers(consumers) if sets else None,
-             ("mma_qk", "score_mod", "mask", "softmax", "mma_pv", "finalize", "store_o"))
+             ("mma_qk", "score_mod", "mask", "softmax", "mma_pv", "finalize", "store_o"),
+             (CONSUMER_ROWS * c, CONSUMER_ROWS * (c + 1)))
         for c in range(consumers))
     # The producer's threads copy Q, K and V with cp.async and report each tile's landing
     # on its own mbarrier (Note [Barriers per tile] in sync.py).

@@ -57,7 +57,10 @@
 // WS80-NOT: "attn.role"
 
 // L3, sm_90a at head dim 128: the producer warpgroup loads and puts K and V; two consumer
-// warpgroups get them, run the GEMMs, hooks and softmax and store their rows of O.
+// warpgroups get them, run the GEMMs, hooks and softmax and store their rows of O: 64 of
+// the block's 128 rows each, whose tiles (Q, S, P, the row statistics, O) have 64 rows
+// while K and V stay whole (Note [Consumer rows]).
+// WS90: %[[Q:[0-9]+]] = "attn.channel"() {consumer = "consumer0", name = "q", producer = "producer", space = "smem", stages = 1 : i64, tile = ["q"], transport = "cp.async.mbarrier", types = [!attn.tile<[128, 128], bf16, "smem">]}
 // WS90: %[[KV:[0-9]+]] = "attn.channel"() {consumer = "consumer0", name = "kv", producer = "producer", space = "smem", stages = 3 : i64, tile = ["k", "v"], transport = "cp.async.mbarrier"
 // WS90-NEXT: "attn.role"() ({
 // WS90: scf.for
@@ -65,17 +68,20 @@
 // WS90: "attn.put"(%[[KV]], %{{[0-9]+}}) {tile = "v"}
 // WS90-NOT: "attn.store"
 // WS90: }) {name = "producer", regs = 24 : i64, warps = [0, 1, 2, 3]}
-// WS90: "attn.get"(%[[KV]]) {tile = "k"}
-// WS90-NEXT: "attn.mma"
+// WS90: "attn.get"(%[[Q]]) {tile = "q"} : (!attn.chan) -> !attn.tile<[64, 128], bf16, "smem">
+// WS90: "attn.fill"() {value = 0xFF800000 : f32} : () -> !attn.tile<[64], f32, "reg">
+// WS90: "attn.get"(%[[KV]]) {tile = "k"} : (!attn.chan) -> !attn.tile<[128, 128], bf16, "smem">
+// WS90-NEXT: "attn.mma"({{.*}}) {kind = "qk"} : (!attn.tile<[64, 128], bf16, "smem">, !attn.tile<[128, 128], bf16, "smem">) -> !attn.tile<[64, 128], f32, "reg">
+// WS90: "attn.softmax_step"({{.*}}) -> (!attn.tile<[64, 128], bf16, "reg">, !attn.tile<[64], f32, "reg">, !attn.tile<[64], f32, "reg">, !attn.tile<[64], f32, "reg">)
 // WS90: %[[O0:[0-9]+]]:2 = "attn.finalize"
-// WS90: "attn.store"(%[[O0]]#0, {{.*}}) {operand = "o"}
+// WS90: "attn.store"(%[[O0]]#0, {{.*}}) {operand = "o"} : (!attn.tile<[64, 128], bf16, "reg">
 // WS90-NOT: "attn.put"
-// WS90: }) {name = "consumer0", regs = 240 : i64, warps = [4, 5, 6, 7]}
+// WS90: }) {name = "consumer0", regs = 240 : i64, rows = [0, 64], warps = [4, 5, 6, 7]}
 // WS90: "attn.get"(%[[KV]]) {tile = "k"}
 // WS90: %[[O1:[0-9]+]]:2 = "attn.finalize"
-// WS90: "attn.store"(%[[O1]]#0, {{.*}}) {operand = "o"}
+// WS90: "attn.store"(%[[O1]]#0, {{.*}}) {operand = "o"} : (!attn.tile<[64, 128], bf16, "reg">
 // WS90-NOT: "attn.put"
-// WS90: }) {name = "consumer1", regs = 240 : i64, warps = [8, 9, 10, 11]}
+// WS90: }) {name = "consumer1", regs = 240 : i64, rows = [64, 128], warps = [8, 9, 10, 11]}
 
 // L3, sm_100a: FA4's roles; S and P between the MMA warp and the softmax warpgroups, O
 // between the MMA warp and the correction warpgroup, all in TMEM. Two Q tiles (Note [Q
@@ -279,8 +285,8 @@ func.func @hd128_unmasked(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>
 
 // Ping-pong: recorded on attn.warp_specialize, beside the producer and two consumers.
 // PINGPONG: }) {name = "producer", regs = 24 : i64, warps = [0, 1, 2, 3]}
-// PINGPONG: }) {name = "consumer0", regs = 240 : i64, warps = [4, 5, 6, 7]}
-// PINGPONG: }) {name = "consumer1", regs = 240 : i64, warps = [8, 9, 10, 11]}
+// PINGPONG: }) {name = "consumer0", regs = 240 : i64, rows = [0, 64], warps = [4, 5, 6, 7]}
+// PINGPONG: }) {name = "consumer1", regs = 240 : i64, rows = [64, 128], warps = [8, 9, 10, 11]}
 // PINGPONG: }) {pingpong = true, ranges = {
 
 // Ping-pong at L5 (Note [Ping-pong turns] in attnc/schedule/sync.py): consumer0 takes its

@@ -247,6 +247,11 @@ def test_a_persistent_ctas_start_values_are_checked(tmp_path):
 @pytest.mark.parametrize("edit, error", [
     (("warps = [4, 5, 6, 7]", "warps = [5, 6, 7, 8]"),
      "role 'consumer0' has warps [5, 6, 7, 8]; the sm_90a kernel runs it on warps [4, 5, 6, 7]"),
+    # Note [Consumer rows]: each consumer warpgroup's rows are the kernel's own
+    (("rows = [0, 64]", "rows = [64, 128]"),
+     "role 'consumer0' has rows = [64, 128]; the sm_90a kernel runs it on the query rows [0, 64) of the block"),
+    (("rows = [64, 128], ", ""),
+     "role 'consumer1' has no rows; the sm_90a kernel runs it on the query rows [64, 128) of the block"),
     (('tile = ["q"], transport = "cp.async.mbarrier"', 'tile = ["q"], transport = "cp.async"'),
      "channel 'q' has transport = cp.async; the sm_90a kernel's is cp.async.mbarrier"),
     (('consumer = "consumer0", name = "q"', 'consumer = "consumer1", name = "q"'),

@@ -162,6 +162,10 @@ PLAN_EDITS = [
     pytest.param("sm_80", "attn-hoist", _sm80_l2_v_loaded_twice, "attn-warp-specialize",
                  "attn-warp-specialize: a KV loop of the cooperative role loads, puts and gets V once each, in that "
                  "order", id="prefetch-v-twice"),
+    pytest.param("sm_90a", "attn-hoist",
+                 lambda t: t.replace('!attn.tile<[128], f32, "reg">', '!attn.tile<[96], f32, "reg">'),
+                 "attn-warp-specialize", "attn-warp-specialize: a tile of the query block has 96 rows, and attn-tile's "
+                 "block_m is 128", id="consumer-rows-of-another-block"),
     pytest.param("sm_90a", "attn-insert-pipelines", lambda t: _replaced(t, "regs = 240 : i64", "regs = 100 : i64"),
                  "attn-verify-pipeline", "attn-verify-pipeline: role 'consumer0': register budget 100 must be a "
                  "multiple of 8 in [24, 256] (setmaxnreg)", id="verify-regs-not-setmaxnreg"),
