@@ -15,6 +15,7 @@ from attnc.backend.tcgen05 import MMA_K, Tmem, Umma, bulk_wait_read, expect_tx, 
 from attnc.errors import AttncError
 from attnc.ir import error_at, get_bool, get_int, get_shape, get_str
 from attnc.ir import roles as R
+from attnc.ir.tiles import tile_parts
 
 SWIZZLES = {"xor128B": 128, "xor64B": 64, "xor32B": 32}
 
@@ -142,15 +143,10 @@ def _dim(cx: Lowering, op):
 
 
 def _fill(cx: Lowering, op):
-    shape = _tile_shape(op.results[0].type)
+    shape = tile_parts(op.results[0].type)[0]
     if len(shape) == 1:                     # a row statistic: this thread's row's
         return [cx.e.cf(ir.FloatAttr(op.attributes["value"]).value)]
     return [InTmem()]                       # O (Note [Accumulators start at zero])
-
-
-def _tile_shape(t: ir.Type) -> list[int]:
-    text = str(t)
-    return [int(x) for x in text[text.index("[") + 1:text.index("]")].split(",")]
 
 
 def _wait(cx: Lowering, op):

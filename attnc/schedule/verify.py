@@ -75,6 +75,7 @@ from dataclasses import dataclass
 from mlir import ir
 
 from attnc.ir import roles as R
+from attnc.ir.tiles import tile_parts
 from attnc.passes.tile_program import KV_LOOP
 
 MAX_STATES = 400_000
@@ -369,10 +370,8 @@ def _per_warp(op) -> bool:
 
 
 def _tile_bytes(t: ir.Type) -> int:
-    text = str(t)                       # !attn.tile<[128, 64], bf16, "smem">
-    shape = text[text.index("[") + 1:text.index("]")]
-    element = text[text.index("]") + 1:].split(",")[1].strip()
-    return math.prod(int(x) for x in shape.split(",") if x.strip()) * BYTES.get(element, 4)
+    shape, element, _ = tile_parts(t)
+    return math.prod(shape) * BYTES.get(element, 4)
 
 
 # --- the check -------------------------------------------------------------------------
