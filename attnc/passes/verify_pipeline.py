@@ -6,8 +6,8 @@ attn.warp_specialize, the roles' slot writes and reads with their waits, arrives
 expect_tx, cp.async arrivals, tcgen05 commits, cp.async groups and named barriers).
 Changes nothing. Each role region is a process running its ops as they stand, loops
 unrolled over enough iterations to wrap every ring twice, explored in every
-interleaving, two rings at a time (attnc/schedule/verify.py, Note [Rings two at a
-time]): no deadlock, no slot written before its
+interleaving of every ring at once (attnc/schedule/verify.py, Note [Every ring at
+once]): no deadlock, no slot written before its
 readers released its previous fill, no read before its fill landed (a cp.async copy
 lands when its thread's cp.async.mbarrier.arrive does: Note [cp.async arrivals]), no
 mbarrier with more arrivals than its count or more bytes than announced. The error
@@ -19,7 +19,7 @@ the line of a hand-edited `.mlir` file:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 from attnc.passes.registry import Pass
@@ -30,19 +30,14 @@ class VerifyPipeline(Pass):
     """Check the roles' mbarrier / cp.async / named-barrier ops by exhaustive simulation."""
 
     name: ClassVar[str] = "attn-verify-pipeline"
-    all_rings: bool = field(default=False, metadata={
-        "doc": "explore every ring at once instead of two at a time (Note [Rings two at a time] in "
-               "attnc/schedule/verify.py): the same on sm_80 and sm_90a, whose two rings are one pair; "
-               "on sm_100a it also searches deadlocks of three or more rings, in about 20 times the time"})
 
     def run(self, module) -> None:
         from attnc.schedule import beside
-        verify_pipeline(module, beside=beside.deferring(), all_rings=self.all_rings)
+        verify_pipeline(module, beside=beside.deferring())
 
 
-def verify_pipeline(module, beside: bool = False, all_rings: bool = False) -> None:
-    """Check every attn.kernel of `module` (with `all_rings`, every ring at once); with
-    `beside`, explore its interleavings beside the passes after this one (Note [The check
+def verify_pipeline(module, beside: bool = False) -> None:
+    """Check every attn.kernel of `module`; with `beside`, explore its interleavings beside the passes after this one (Note [The check
     beside the lowering] in attnc/schedule/beside.py), which the driver waits for when the
     pipeline ends."""
     from attnc.errors import AttncError
@@ -65,7 +60,7 @@ def verify_pipeline(module, beside: bool = False, all_rings: bool = False) -> No
         except AttncError as e:
             raise error_at(op, f"{VerifyPipeline.name}: {e.message}") from None
         with op.context:
-            violations, explorations = kernel_explorations(op, all_rings)
+            violations, explorations = kernel_explorations(op)
         if violations:
             raise error_at(violations[0].op, f"{VerifyPipeline.name}: {violations[0].message}")
         explored = deferred.explore_beside(explorations, explore) if beside else None

@@ -87,7 +87,7 @@ def finish() -> None:
 
 
 def explore_beside(explorations: list[tuple], explore: Callable) -> Callable[[], list]:
-    """Start `explore(*x)` for each of `explorations` (verify.py's: two channels, their
+    """Start `explore(*x)` for each of `explorations` (verify.py's: the channels, their
     roles' programs, ...); return what waits for them and gives their violations."""
     if not _forks() or all(len(x[1]) < 2 for x in explorations):
         # one role an exploration (sm_80, sm_90a's cooperative role): no interleavings to speak

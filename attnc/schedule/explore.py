@@ -1,6 +1,6 @@
 """The exploration of attn-verify-pipeline (verify.py): the roles as processes over their
-events of the channels explored together (two, or all: Note [Rings two at a time] in
-verify.py), in every interleaving, breadth first, with the state of the channels'
+events on every channel (Note [Every ring at once] in verify.py), in every interleaving
+up to the order of independent events, breadth first, with the state of the channels'
 mbarriers and slots, the copies in flight, the cp.async groups and the named barriers.
 """
 from __future__ import annotations
@@ -31,8 +31,26 @@ EMPTY, LANDED, WAITED, VISIBLE = range(4)
 # violation of one state is, with the two roles' names swapped, one of the other's.
 
 
+# Note [Roles that need not move]: a partial-order reduction (persistent sets). In a
+# state, the exploration takes the moves of a set T of the roles that have not finished
+# (with the copies in flight and the pending cp.async groups as one more process), not
+# of every role: T is closed under adding, for each member's next event, every role
+# whose remaining events -- or the copies those will send -- touch what that event
+# touches, one of the two writing it (an mbarrier or named barrier; a slot's data,
+# readers and holders; a role's committed groups; a CTA barrier or wait_group moves
+# every slot's data on), and is the smallest such closure, over each role as its start,
+# that leaves a role out and has a move (else every move is taken). A role outside T
+# touches nothing T's next events touch before one of T moves, so its events commute
+# with theirs and stay as enabled, with the same outcome: every deadlock and every
+# violating event of the full exploration is reached (in a schedule equal to one of its
+# schedules up to independent events), and no move is put off for ever, as no move
+# leads back to a state (each advances a role, enters a named barrier or lands a copy).
+# Off for roles alike (Note [Roles alike]), whose merging of states it is not shown to
+# combine with; there the exploration takes every move.
+
+
 class Explorer:
-    """The roles as processes over the events of `channels` (Note [Rings two at a time]).
+    """The roles as processes over the events of `channels` (Note [Every ring at once]).
     A state is (program counters, mbarriers as (arrivals, phases, pending bytes), slots
     (each channel's, by stage and tile) as (fill, how far its data landed: Note [Copies
     seen by every thread], readers), what is in flight to an mbarrier (slots, mbarrier,
@@ -41,7 +59,7 @@ class Explorer:
     generation each role waits on); each event knows its mbarrier's and its slot's index
     in them beforehand, and an arrival the slots it releases."""
 
-    def __init__(self, channels: tuple[str, ...], programs: dict, bars: dict, threads: dict):
+    def __init__(self, channels: tuple[str, ...], programs: dict, bars: dict, threads: dict, reduce: bool = False):
         self.channels = channels
         self.roles = sorted(programs)
         self.programs = [programs[r] for r in self.roles]
@@ -62,6 +80,8 @@ class Explorer:
         self.events = [[(e, self.bar_index.get((e.bar, e.stage), -1), slot_index.get((e.channel, e.stage, e.tile), -1),
                          self._released(e, slot_index)) for e in p] for p in self.programs]
         self.alike = self._alike()
+        self.reduce = reduce and not self.alike     # Note [Roles that need not move]
+        self._resources()
 
     def _alike(self) -> list[tuple[int, ...]]:
         """Note [Roles alike]: the classes of two or more roles whose programs and threads
@@ -100,6 +120,103 @@ class Explorer:
         return frozenset(s for (c, stage, t), s in slot_index.items()
                          if stage == e.stage and tile in (None, t) and channel in (None, c))
 
+    # --- Note [Roles that need not move] ---------------------------------------------
+    def _resources(self) -> None:
+        """Each event's shared resources as bit masks (reads, writes): bit b an mbarrier or
+        named barrier, bit B + s a slot (its data, readers and holders), bit B + S + k role
+        k's committed cp.async groups; and each role's suffixes' union, with the writes
+        of the copies its events send (a landing's mbarrier and slots)."""
+        nb, ns = len(self.bar_keys), len(self.slot_keys)
+        every_slot = ((1 << ns) - 1) << nb
+        self.every_slot = every_slot
+        self.slot_bit = [1 << (nb + s) for s in range(ns)]
+        self.direct, self.suffix = [], []
+        for k, events in enumerate(self.events):
+            grouped = 0             # the slots this role's copies land in through groups or arrivals
+            for e, b, s, _ in events:
+                if e.kind == "write" and e.lands in ("group", "arrive"):
+                    grouped |= self.slot_bit[s]
+            own = 1 << (nb + ns + k)
+            direct, sent = [], []
+            for e, b, s, releases in events:
+                bar = 1 << b if b >= 0 else 0
+                slot = self.slot_bit[s] if s >= 0 else 0
+                kind = e.kind
+                if kind == "wait":
+                    rw, later = (bar, 0), 0
+                elif kind in ("arrive", "expect"):
+                    rw, later = (0, bar | sum(self.slot_bit[r] for r in releases)), 0
+                elif kind == "copies":
+                    rw, later = (0, 0), bar | grouped
+                elif kind == "write":
+                    landing = 1 << self.bar_index[(e.bar, e.stage)] if e.lands == "mbarrier" else 0
+                    rw, later = (0, slot), landing
+                elif kind == "read":
+                    rw, later = (0, slot), 0
+                elif kind == "commit":
+                    rw, later = (0, own), grouped
+                elif kind == "wait_group":
+                    rw, later = (own, every_slot), 0
+                elif kind == "cta":
+                    rw, later = (0, every_slot), 0
+                else:                       # bar_arrive, bar_sync
+                    rw, later = (0, bar), 0
+                direct.append(rw)
+                sent.append(later)
+            suffix = [(0, 0)] * (len(events) + 1)
+            for p in range(len(events) - 1, -1, -1):
+                r, w = suffix[p + 1]
+                suffix[p] = (r | direct[p][0], w | direct[p][1] | sent[p])
+            self.direct.append(direct)
+            self.suffix.append(suffix)
+
+    def _needed(self, state) -> tuple[list[int], bool] | None:
+        """Note [Roles that need not move]: the roles (and whether the copies in flight and
+        the cp.async groups) whose moves the exploration takes from `state`, or None for
+        every move."""
+        pcs, _, _, flight, groups = state[:5]
+        n = len(pcs)
+        live = [k for k in range(n) if pcs[k] < self.lengths[k]]
+        if len(live) < 2:
+            return None
+        env_r, env_w = 0, 0                 # the copies in flight and the groups, as one process
+        for landing, b, _, _, _, _ in flight:
+            env_w |= 1 << b
+            for s in landing:
+                env_w |= self.slot_bit[s]
+        nb, ns = len(self.bar_keys), len(self.slot_keys)
+        for k, pending in enumerate(groups):
+            for _, group in pending:
+                env_w |= 1 << (nb + ns + k)
+                for s in group:
+                    env_w |= self.slot_bit[s]
+        best = None
+        for start in live:
+            chosen, env, work = {start}, False, [start]
+            while work:
+                j = work.pop()
+                if j < 0:
+                    r, w = env_r, env_w
+                else:
+                    r, w = self.direct[j][pcs[j]]
+                for i in live:
+                    if i in chosen:
+                        continue
+                    sr, sw = self.suffix[i][pcs[i]]
+                    if w & (sr | sw) or r & sw:
+                        chosen.add(i)
+                        work.append(i)
+                if not env and (w & (env_r | env_w) or r & env_w):
+                    env = True
+                    work.append(-1)
+            if len(chosen) == len(live):
+                continue
+            if best is None or len(chosen) < len(best[0]):
+                best = (chosen, env)
+        if best is None:
+            return None
+        return sorted(best[0]), best[1]
+
     def _count(self, bar: str) -> int:
         return self.bars[bar][1] if bar in self.bars else 0
 
@@ -114,7 +231,13 @@ class Explorer:
         while queue:
             state = queue.popleft()
             moved = False
-            for nxt in self._moves(state):
+            moves = self._moves(state)
+            needed = self._needed(state) if self.reduce else None
+            if needed is not None:
+                some = list(self._moves(state, *needed))
+                if some:                    # else every move: a role outside may still move
+                    moves = some
+            for nxt in moves:
                 moved = True
                 if type(nxt) is Violation:
                     return nxt
@@ -132,8 +255,24 @@ class Explorer:
         return None
 
     def _deadlock(self, state) -> Violation:
-        pcs, bars = state[0], state[1]
+        """The deadlock of `state`, named at the wait most likely its cause: one on an
+        mbarrier that got part of its arrivals or bytes (a count or a size off), then one
+        that no role will arrive on any more (an arrive gone), before the roles that wait
+        for what the stuck roles would do next."""
+        pcs, bars, flight = state[0], state[1], state[3]
         stuck = [(k, self.programs[k][pc]) for k, pc in enumerate(pcs) if pc < len(self.programs[k])]
+        landing = {b for _, b, _, _, _, _ in flight}
+        live = [k for k, _ in stuck]
+
+        def rank(item) -> tuple[bool, bool]:
+            k, e = item
+            if e.kind != "wait":
+                return True, True
+            b = self.bar_index[(e.bar, e.stage)]
+            arrivals, _, pending = bars[b]
+            owed = b in landing or any(self.suffix[j][pcs[j]][1] >> b & 1 for j in live if j != k)
+            return not (arrivals > 0 or pending > 0), owed
+        stuck.sort(key=rank)                # (stable: in role order otherwise)
         parts = []
         for k, e in stuck:
             where = f"{self.roles[k]} waits at {e.op.name}"
@@ -152,16 +291,20 @@ class Explorer:
         what = f"{' and '.join(subjects)} deadlock{'s' if one else ''}"
         return Violation(stuck[0][1].op, f"{what}: " + "; ".join(parts))
 
-    def _moves(self, state):
+    def _moves(self, state, roles=None, copies: bool = True):
         """The successors of `state`, each role's step first, then each copy landing, then
-        each cp.async group completing; a Violation ends them."""
+        each cp.async group completing; a Violation ends them. `roles`, `copies`: those
+        roles' steps only, and the copies' and groups' moves or none."""
         pcs, bars, slots, flight, groups, open_groups, holds, entered = state
         lengths, events = self.lengths, self.events
-        for k, pc in enumerate(pcs):
+        for k in roles if roles is not None else range(len(pcs)):
+            pc = pcs[k]
             if pc < lengths[k]:
                 nxt = self._step(k, events[k][pc], state)
                 if nxt is not None:
                     yield nxt
+        if not copies:
+            return
         for i, (landing, b, tx, count, k, pc) in enumerate(flight):
             rest = flight[:i] + flight[i + 1:]
             arrivals, phases, pending = bars[b]

@@ -17,8 +17,8 @@ from attnc.testing import user_pass_source
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANTED = "tests/passes/verify_pipeline_no_arrive.mlir"     # a removed arrive: a deadlock
-DEADLOCK = (f"{PLANTED}:68:13: error: attn-verify-pipeline: channel 'kv' deadlocks: consumer0 waits at "
-            f"attn.mbarrier_wait on mbar_k_full[0]")
+DEADLOCK = (f"{PLANTED}:38:13: error: attn-verify-pipeline: channel 'kv' deadlocks: producer waits at "
+            f"attn.mbarrier_wait on mbar_k_empty[0]")
 WAITED = "attn-verify-pipeline: waiting for its exploration"
 
 
@@ -59,7 +59,7 @@ for bar in R.mbarrier_ops(op):
 WRONG_COUNT_PIPELINE = format_pipeline(target_pipeline("sm_90a")).replace(
     "attn-verify-pipeline", "wrong-count,attn-verify-pipeline")
 WRONG_COUNT_DEADLOCK = ("examples/gemma2.attn:2:1: error: attn-verify-pipeline: channel 'kv' deadlocks: "
-                        "consumer0 waits at attn.mbarrier_wait on mbar_k_full[0]")
+                        "producer waits at attn.mbarrier_wait on mbar_k_empty[0]")
 
 
 @pytest.mark.parametrize("beside_on", [True, False])

@@ -81,7 +81,7 @@ def q_after_the_kv_loop(op) -> None:
 
 
 def test_two_rings_waiting_on_each_other_deadlock():
-    """Note [Rings two at a time]: the producer's Q moved after its KV loop. The consumers
+    """Note [Every ring at once]: the producer's Q moved after its KV loop. The consumers
     wait for Q before they release a K/V slot, and the producer for a slot before it writes
     Q: neither ring alone deadlocks, the two together do."""
     op = kernel("mha", "sm_90a")
@@ -91,46 +91,63 @@ def test_two_rings_waiting_on_each_other_deadlock():
 
 
 def test_every_sm100a_plan_is_sound_with_every_ring_at_once():
-    """Note [Rings two at a time]: sm_100a's fifteen rings explored together, as
-    attn-verify-pipeline{all_rings=1} does (two at a time by default), for every example.
-    Examples whose roles run the same synchronization (the same events, mbarriers and
-    warps) are one exploration (three, for the examples as they stand)."""
+    """Note [Every ring at once]: sm_100a's fifteen rings explored together, for every
+    example. Examples whose roles run the same synchronization (the same events, mbarriers
+    and warps) are one exploration (three, for the examples as they stand)."""
     explored = {}
     for example in EXAMPLES:
         op = kernel(example, "sm_100a")
         with op.context:
-            found, [(_, programs, bars, threads)] = kernel_explorations(op, all_rings=True)
-        assert found == []
+            found, [(channels, programs, bars, threads)] = kernel_explorations(op)
+        assert found == [] and len(channels) == len(R.channel_ops(op))
         key = repr((sorted((role, [(e.kind, e.channel, e.bar, e.stage, e.value, e.tile, e.fill, e.lands, e.tx,
                                     e.groups) for e in events]) for role, events in programs.items()),
                     sorted(bars.items()), sorted(threads.items())))
         if key not in explored:
             with op.context:
-                explored[key] = (example, explore(tuple(R.name_of(c) for c in R.channel_ops(op)), programs, bars,
-                                                  threads))
+                explored[key] = (example, explore(channels, programs, bars, threads))
     assert [(example, v) for example, v in explored.values() if v is not None] == []
     assert len(explored) >= 2
 
 
-def test_the_option_explores_every_ring_at_once():
-    """The pipeline's option reaches the exploration: the two rings' deadlock above, planted
-    in a dump, is refused by attn-verify-pipeline{all_rings=1} too."""
-    op = kernel("mha", "sm_90a")
-    q_after_the_kv_loop(op)
-    text = str(_KEPT[-1].module)
-    with pytest.raises(AttncError, match="attn-verify-pipeline: channels 'kv' and 'q' deadlock"):
-        optimize_mlir(text, "planted.mlir", CompileOptions(arch="sm_90a",
-                                                           pass_pipeline="attn-verify-pipeline{all_rings=1}"))
+@pytest.mark.parametrize("example, arch, plant", [
+    ("mha", "sm_90a", "q_after_the_kv_loop"),
+    ("gemma2", "sm_90a", "removed_k_release"),
+    ("softcap", "sm_90a", "none"),
+])
+def test_the_reduction_finds_what_every_interleaving_finds(example, arch, plant):
+    """Note [Roles that need not move] (attnc/schedule/explore.py): with ping-pong (the
+    consumers not alike, so the reduction applies), a sound plan is sound and a planted
+    deadlock found both with every interleaving and with the reduced ones."""
+    from attnc.schedule.explore import Explorer
+
+    op = kernel(example, arch, PINGPONG)
+    if plant == "q_after_the_kv_loop":
+        q_after_the_kv_loop(op)
+    elif plant == "removed_k_release":
+        for arrive in ops(op, "consumer1", R.MBARRIER_ARRIVE, "mbar_k_empty"):
+            arrive.erase()
+    with op.context:
+        found, [exploration] = kernel_explorations(op)
+        assert found == []
+        full, reduced = (Explorer(*exploration, reduce=r) for r in (False, True))
+        assert reduced.reduce and not full.reduce
+        verdicts = [x.run() for x in (full, reduced)]
+    if plant == "none":
+        assert verdicts == [None, None]
+    else:
+        assert all(v is not None and " deadlock" in v.message for v in verdicts), verdicts
 
 
 def test_a_removed_arrive_deadlocks():
     op = kernel("gemma2", "sm_90a")
     for arrive in ops(op, "consumer1", R.MBARRIER_ARRIVE, "mbar_k_empty"):
         arrive.erase()
-    assert ("channel 'kv' deadlocks: consumer0 waits at attn.mbarrier_wait on mbar_k_full[0] for parity 1 "
-            "(its phase 1, 0 of 128 arrivals)") in messages(op)
-    assert "producer waits at attn.mbarrier_wait on mbar_k_empty[0] for parity 0 (its phase 0, 4 of 8 arrivals)" \
-        in messages(op)
+    # named first at the wait that got part of its arrivals (consumer0's, not consumer1's)
+    assert messages(op).startswith("channel 'kv' deadlocks: producer waits at attn.mbarrier_wait on "
+                                   "mbar_k_empty[0] for parity 0 (its phase 0, 4 of 8 arrivals)")
+    assert ("consumer0 waits at attn.mbarrier_wait on mbar_k_full[0] for parity 1 (its phase 1, 0 of 128 "
+            "arrivals)") in messages(op)
 
 
 def test_a_removed_cp_async_arrive_deadlocks():
@@ -184,7 +201,9 @@ def test_a_wait_on_the_wrong_parity_reads_early():
 
 
 @pytest.mark.parametrize("delta, expect", [
-    (16, "channel 'kv' deadlocks"),                                   # announced bytes never all land
+    # announced bytes never all land: named first at the wait for them, the rest of the CTA stuck behind it
+    (16, "deadlock: mma waits at attn.mbarrier_wait on mbar_kv_full[0] for parity 0 (its phase 0, 1 of 1 "
+         "arrivals, 16 bytes due)"),
     (-16, "mbar_kv_full[0] receives more bytes than its expect_tx announced"),
 ])
 def test_wrong_transaction_bytes_are_caught(delta, expect):
@@ -236,8 +255,8 @@ def test_sm100_p_published_with_too_small_a_count():
 
 
 @pytest.mark.parametrize("barrier,expect", [
-    ("mbar_s1_empty", "channel 's1' deadlocks: mma waits at attn.mbarrier_wait on mbar_s1_empty[0] for parity 0"),
-    ("mbar_p1_full", "channel 'p1' deadlocks: mma waits at attn.mbarrier_wait on mbar_p1_full[0] for parity 0"),
+    ("mbar_s1_empty", "deadlock: mma waits at attn.mbarrier_wait on mbar_s1_empty[0] for parity 0"),
+    ("mbar_p1_full", "deadlock: mma waits at attn.mbarrier_wait on mbar_p1_full[0] for parity 0"),
 ])
 def test_sm100_second_q_tiles_release_removed_deadlocks(barrier, expect):
     """Note [Q tiles of a CTA]: softmax1 runs Q tile 1 on its own channels; without its

@@ -3,7 +3,7 @@
 //
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline attn-verify-pipeline 2>&1 | filecheck %s
 
-// CHECK: tests/passes/verify_pipeline_no_arrive.mlir:68:13: error: attn-verify-pipeline: channel 'kv' deadlocks: consumer0 waits at attn.mbarrier_wait on mbar_k_full[0] for parity 1 (its phase 1, 0 of 128 arrivals); producer waits at attn.mbarrier_wait on mbar_k_empty[0] for parity 0 (its phase 0, 0 of 4 arrivals)
+// CHECK: tests/passes/verify_pipeline_no_arrive.mlir:38:13: error: attn-verify-pipeline: channel 'kv' deadlocks: producer waits at attn.mbarrier_wait on mbar_k_empty[0] for parity 0 (its phase 0, 0 of 4 arrivals); consumer0 waits at attn.mbarrier_wait on mbar_k_full[0] for parity 1 (its phase 1, 0 of 128 arrivals)
 
 module {
   func.func @mha(%arg0: tensor<?x?x?x128xbf16> loc("examples/mha.attn":3:3), %arg1: tensor<?x?x?x128xbf16> loc("examples/mha.attn":4:3), %arg2: tensor<?x?x?x128xbf16> loc("examples/mha.attn":5:3)) -> tensor<?x?x?x128xbf16> {

@@ -1,14 +1,12 @@
 // A planted bug in hand-edited L5 IR (verify_pipeline.mlir, mha on sm_90a): the producer's
 // load of Q (its write and cp.async arrival) moved after its KV loop. The consumers wait for
 // Q before they release a K/V slot, and the producer waits for a slot before it writes Q:
-// each ring alone is sound, the two together deadlock (Note [Rings two at a time] in
-// attnc/schedule/verify.py). attn-verify-pipeline refuses it at the consumers' wait for Q,
-// with its rings two at a time or all at once.
+// each ring alone is sound, the two together deadlock (Note [Every ring at once] in
+// attnc/schedule/verify.py). attn-verify-pipeline refuses it at the consumers' wait for Q.
 //
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline attn-verify-pipeline 2>&1 | filecheck %s
-// RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-verify-pipeline{all_rings=1}" 2>&1 | filecheck %s
 
-// CHECK: tests/passes/verify_pipeline_two_rings.mlir:57:11: error: attn-verify-pipeline: channels 'kv' and 'q' deadlock: consumer0 waits at attn.mbarrier_wait on mbar_q_full[0] for parity 0 (its phase 0, 0 of 128 arrivals); producer waits at attn.mbarrier_wait on mbar_k_empty[0] for parity 0 (its phase 0, 0 of 4 arrivals)
+// CHECK: tests/passes/verify_pipeline_two_rings.mlir:55:11: error: attn-verify-pipeline: channels 'kv' and 'q' deadlock: consumer0 waits at attn.mbarrier_wait on mbar_q_full[0] for parity 0 (its phase 0, 0 of 128 arrivals); producer waits at attn.mbarrier_wait on mbar_k_empty[0] for parity 0 (its phase 0, 0 of 4 arrivals)
 module {
   func.func @mha(%arg0: tensor<?x?x?x128xbf16> loc("examples/mha.attn":3:3), %arg1: tensor<?x?x?x128xbf16> loc("examples/mha.attn":4:3), %arg2: tensor<?x?x?x128xbf16> loc("examples/mha.attn":5:3)) -> tensor<?x?x?x128xbf16> {
     %0 = "attn.kernel"(%arg0, %arg1, %arg2) ({
