@@ -51,6 +51,7 @@ def overlap(module) -> None:
     from attnc.schedule.load_ahead import load_ahead
     from attnc.schedule.overlap import overlap_role
     from attnc.schedule.overlap_coop import overlap_cooperative
+    from attnc.schedule.walk import check_walk
     from attnc.schedule.walk_ahead import issue_first_qk_ahead
 
     def overlap_ahead(role, kernel) -> None:
@@ -67,6 +68,7 @@ def overlap(module) -> None:
             raise error_at(op, f"{OverlapGemms.name} needs the synchronization attn-insert-pipelines makes; "
                                f"run attn-insert-pipelines first")
         roles = R.role_ops(op)
+        check_walk(op, OverlapGemms.name)       # the walk the rotations below move work within
         # Note [The next block's first QK^T in the IR]: persistent consumers without ping-pong
         flags = R.attrs_of(ws)
         ahead = bool(flags.get(R.PERSISTENT, False)) and not flags.get(R.PINGPONG, False)

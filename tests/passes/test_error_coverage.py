@@ -1,0 +1,242 @@
+"""Errors of the passes (attnc/passes/*.py, attnc/schedule/*.py) and branches of their
+messages that the other tests leave untriggered, each triggered as a user would: a dump
+edited by hand and run through `attnc opt` (`optimize_mlir`), or an example compiled
+with a `--pass-pipeline`. Each test checks the message and, where the error names an
+op, that it is located.
+
+The dumps are mha's (sliding_window's for a mask's choice), made once per stage by the
+helpers of test_pass_errors.py; each edit asserts that the text it changes is there.
+"""
+from __future__ import annotations
+
+import functools
+import re
+
+import pytest
+
+from attnc.driver import CompileOptions, compile_file
+from tests.passes.test_pass_errors import (_compile_refused, _in_role, _loop_line, _pipeline, _plan, _refused,
+                                           _replaced, _sub)
+
+PERSISTENT = {"attn-warp-specialize": {"persistent": 1}}
+STEP_DIFFERS = ("attn-overlap-gemms rotates the KV step attn-insert-pipelines makes (m, l, O and one ring "
+                "carried; QK^T, scores, softmax, rescale and P.V in their data flow, K and V waited for, read "
+                "and released at the ring's stage); this ")
+
+
+@functools.cache
+def _example_plan(example: str, arch: str, until: str) -> str:
+    return compile_file(f"examples/{example}.attn",
+                        CompileOptions(arch=arch, pass_pipeline=_pipeline(arch, until))).text
+
+
+def _located(text: str, arch: str, run: str):
+    error = _refused(text, arch, run)
+    assert error.span is not None, error.message
+    return error
+
+
+# --- kernel choices (attn-kernel-choices) read back by the lowering ------------------------
+@pytest.mark.parametrize("old, new, message", [
+    pytest.param("heads_first = false", "heads_first = 0 : i64",
+                 "heads_first on attn.kernel must be true or false, got 0 : i64", id="bool-on-kernel"),
+    pytest.param("staged = true", 'staged = "yes"',
+                 'staged on attn.store must be true or false, got "yes"', id="bool-on-store"),
+    pytest.param("{exp2_fma = 0 : i64}", "{exp2_fma = true}",
+                 "exp2_fma on attn.softmax_step must be an integer, got true", id="int-given-bool"),
+    pytest.param("unroll = 0 : i64", 'unroll = "none"',
+                 'unroll on attn.mma must be an integer, got "none"', id="int-given-string"),
+])
+def test_a_choice_of_the_wrong_type_is_refused(old, new, message):
+    plan = _replaced(_plan("sm_80", "attn-kernel-choices"), old, new)
+    assert _located(plan, "sm_80", "attn-lower-sm80").message == message
+
+
+def test_a_mask_test_that_is_no_string_is_refused():
+    plan = _example_plan("sliding_window", "sm_80", "attn-kernel-choices")
+    plan = _replaced(plan, 'interval_test = "bits"', "interval_test = 1 : i64")
+    assert _located(plan, "sm_80", "attn-lower-sm80").message == \
+        "interval_test on attn.mask must be a string, got 1 : i64"
+
+
+# --- the plan the lowerings follow (plan_ir.py) ----------------------------------------------
+@pytest.mark.parametrize("old, new, message", [
+    pytest.param('tile = ["q"], transport = "cp.async"', 'tile = ["q"], transport = "tma"',
+                 "channel 'q' has transport = tma; the sm_80 kernel's is cp.async", id="transport"),
+    pytest.param('stages = 1 : i64, tile = ["q"]', 'stages = 2 : i64, tile = ["q"]',
+                 "channel 'q' has stages = 2; the sm_80 kernel's is 1", id="stages"),
+    pytest.param('tile = ["q"], transport', 'tile = ["q", "o"], transport',
+                 "channel 'q' has tile = ['q', 'o']; the sm_80 kernel's is ['q']", id="tile"),
+])
+def test_a_channel_unlike_the_kernels_is_refused(old, new, message):
+    error = _located(_replaced(_plan("sm_80", "attn-kernel-choices"), old, new), "sm_80", "attn-lower-sm80")
+    assert error.message.startswith(f"attn-lower-sm80: {message}")
+    assert error.message.endswith(", as attn-warp-specialize writes it (Note [The plan the lowerings follow])")
+
+
+@pytest.mark.parametrize("arch, stage, old, role", [
+    pytest.param("sm_80", "attn-kernel-choices", 'name = "compute", regs = 0 : i64,', "compute", id="sm_80-compute"),
+    pytest.param("sm_90a", "attn-overlap-gemms", 'name = "producer", regs = 24 : i64,', "producer",
+                 id="sm_90a-producer"),
+])
+def test_rows_on_a_role_of_every_row_are_refused(arch, stage, old, role):
+    plan = _replaced(_plan(arch, stage), old, old + " rows = [0, 64],")
+    lowering = f"attn-lower-{arch.replace('_', '')}"
+    assert _located(plan, arch, lowering).message == (
+        f"{lowering}: role '{role}' has rows = [0, 64]; the {arch} kernel runs it on every row of the block "
+        f"(no rows attribute)")
+
+
+def test_a_plan_for_a_target_without_a_lowering_is_refused():
+    plan = _replaced(_plan("sm_80", "attn-kernel-choices"), 'target = "sm_80"', 'target = "sm_75"')
+    assert _located(plan, "sm_80", "attn-lower-sm80").message == \
+        "attn-lower-sm80 lowers sm_80 plans; this one is for sm_75: it has no lowering yet"
+
+
+def test_smem_over_budget_with_two_q_tiles_names_q_tiles():
+    plan = _replaced(_plan("sm_100a", "attn-warp-specialize"), 'name = "kv", producer = "load", space = "smem", '
+                     'stages = 3 : i64', 'name = "kv", producer = "load", space = "smem", stages = 8 : i64')
+    message = _located(plan, "sm_100a", "attn-alloc-smem").message
+    assert message.startswith("shared memory plan needs ")
+    assert message.endswith("but sm_100a allows 232448; lower 'stages' or 'block_n' or q_tiles (attn-tile)")
+
+
+# --- attn-verify-pipeline ---------------------------------------------------------------------
+def _stage_from_shli(role: str) -> str:
+    """The Q ring's first advance, from a stage made by arith.shli (no op the check evaluates)."""
+    role = _sub(role, r"(\n(\s*)%c0_i32 = arith.constant 0 : i32[^\n]*)",
+                r"\1\n\2%odd = arith.shli %c0_i32, %c0_i32 : i32", count=1)
+    return _replaced(role, '"attn.ring_advance"(%c0_i32, %c0_i32) {stages = 1 : i64}',
+                     '"attn.ring_advance"(%odd, %c0_i32) {stages = 1 : i64}')
+
+
+def test_the_verifier_refuses_a_stage_it_cannot_evaluate():
+    plan = _in_role(_plan("sm_80", "attn-insert-pipelines"), "compute", _stage_from_shli)
+    assert _located(plan, "sm_80", "attn-verify-pipeline").message == (
+        "attn-verify-pipeline: role 'compute': the stage or parity of attn.ring_advance is not a value the loops "
+        "and arith ops make (an iter_arg, a constant, attn.ring_advance, attn.kv_range, attn.dim, integer arith)")
+
+
+def _walk_branch_on_trunci(role: str) -> str:
+    """The branch over the walk's block taken on arith.trunci of the round (not evaluated)."""
+    walk = re.search(r'\n(\s*)(%\w+):4 = "attn.walk_block"\((%\w+)\)[^\n]*', role)
+    assert walk, "no attn.walk_block"
+    indent, block, round_ = walk.groups()
+    role = role[:walk.end()] + f"\n{indent}%cond = arith.trunci {round_} : i32 to i1" + role[walk.end():]
+    return _replaced(role, f"scf.if {block}#0 ->", "scf.if %cond ->")
+
+
+def test_the_verifier_refuses_a_condition_it_cannot_evaluate():
+    plan = _in_role(_plan("sm_90a", "attn-insert-pipelines", PERSISTENT), "consumer0", _walk_branch_on_trunci)
+    assert _located(plan, "sm_90a", "attn-verify-pipeline").message == (
+        "attn-verify-pipeline: role 'consumer0': the condition of scf.if is not a value the loops and arith ops "
+        "make (an iter_arg, a constant, attn.ring_advance, attn.kv_range, attn.dim, integer arith)")
+
+
+def _no_first_cta_barrier(role: str) -> str:
+    at = _loop_line(role, r'"attn.cta_barrier"')
+    return role[:at.start()] + role[at.end():]
+
+
+def test_a_cp_async_read_without_its_cta_barrier_is_refused():
+    plan = _in_role(_plan("sm_80", "attn-insert-pipelines"), "compute", _no_first_cta_barrier)
+    assert _located(plan, "sm_80", "attn-verify-pipeline").message == (
+        "attn-verify-pipeline: compute reads fill 0 of 'kv' (k) from slot 0 before a cp.async wait and then a "
+        "CTA barrier made every thread's copies of it visible (Note [Copies seen by every thread])")
+
+
+def test_a_wait_for_bytes_that_never_land_deadlocks():
+    """Q's first expect_tx announces 16 bytes more than its TMA load brings."""
+    plan = _plan("sm_100a", "attn-insert-pipelines")
+    bar = re.search(r'(%\w+) = "attn.mbarrier_init"\(\) \{channel = "q", count = 1 : i64, name = "mbar_q_full"', plan)
+    assert bar, "no mbar_q_full"
+    expect = re.search(rf'"attn.mbarrier_expect_tx"\({bar.group(1)}, %\w+\) {{bytes = (\d+) : i64}}', plan)
+    assert expect, "no expect_tx on mbar_q_full"
+    plan = plan[:expect.start(1)] + str(int(expect.group(1)) + 16) + plan[expect.end(1):]
+    message = _located(plan, "sm_100a", "attn-verify-pipeline").message
+    assert message.startswith("attn-verify-pipeline: channels ") and " deadlock: " in message
+    assert "mma waits at attn.mbarrier_wait on mbar_q_full[0] for parity 0 (its phase 0, 1 of 1 arrivals, " \
+           "16 bytes due)" in message
+
+
+# --- attn-overlap-gemms (attnc/schedule/overlap.py, walk_ahead.py) ------------------------------
+def _softmax_m_l_swapped(role: str) -> str:
+    return _sub(role, r'"attn.softmax_step"\((%\w+), (%\w+), (%\w+)\)', r'"attn.softmax_step"(\1, \3, \2)', count=1)
+
+
+def _pv_on_o_unrescaled(role: str) -> str:
+    rescale = re.search(r'"attn.rescale"\((%\w+), ', role)
+    assert rescale, "no attn.rescale"
+    return _sub(role, r'("attn.mma"\(%\w+#0, %\w+, )%\w+(\) \{kind = "pv"\})', rf"\g<1>{rescale.group(1)}\2", count=1)
+
+
+def _k_wait_stage_and_phase_swapped(role: str) -> str:
+    at = _loop_line(role, r'"attn.mbarrier_wait"\((%\w+), (%\w+), (%\w+)\)')
+    line = re.sub(r'\((%\w+), (%\w+), (%\w+)\)', r"(\1, \3, \2)", at.group(0), count=1)
+    return role[:at.start()] + line + role[at.end():]
+
+
+@pytest.mark.parametrize("edit, op", [
+    pytest.param(_softmax_m_l_swapped, "attn.softmax_step", id="softmax-l-for-m"),
+    pytest.param(_pv_on_o_unrescaled, "attn.mma", id="pv-on-o-before-rescale"),
+    pytest.param(_k_wait_stage_and_phase_swapped, "attn.mbarrier_wait", id="k-wait-phase-for-stage"),
+])
+def test_overlap_refuses_a_step_out_of_its_data_flow(edit, op):
+    plan = _in_role(_plan("sm_90a", "attn-insert-pipelines"), "consumer0", edit)
+    assert _located(plan, "sm_90a", "attn-overlap-gemms").message == f"{STEP_DIFFERS}{op} differs"
+
+
+def _o_from_a_rescale(role: str) -> str:
+    """The KV loop's O starting from a rescale of the fill rather than the fill."""
+    m = re.search(r'\n\s*(%\w+) = "attn.fill"\(\) \{value = 0xFF800000 : f32\} : \(\) -> '
+                  r'(!attn.tile<\[64\], f32, "reg">)', role)
+    o = re.search(r'\n(\s*)(%\w+) = "attn.fill"\(\) \{value = 0.000000e\+00 : f32\} : \(\) -> '
+                  r'(!attn.tile<\[64, 128\], f32, "reg">)[^\n]*', role)
+    assert m and o, "no fills of m and O"
+    indent, fill, tile = o.groups()
+    rescale = f'\n{indent}%scaled = "attn.rescale"({fill}, {m.group(1)}) : ({tile}, {m.group(2)}) -> {tile}'
+    role = role[:o.end()] + rescale + role[o.end():]
+    return _sub(role, rf"(scf.for [^\n]*iter_args\([^\n]*= ){fill},", r"\1%scaled,", count=1)
+
+
+def test_persistent_steps_not_starting_from_fills_are_refused():
+    plan = _in_role(_plan("sm_90a", "attn-insert-pipelines", PERSISTENT), "consumer0", _o_from_a_rescale)
+    assert _located(plan, "sm_90a", "attn-overlap-gemms").message == (
+        "attn-overlap-gemms: a persistent consumer's steps start from attn.fill values, as attn-tile makes them")
+
+
+def _no_epilogue(role: str) -> str:
+    role = _sub(role, r'(?s)\n\s*%\w+:2 = "attn.finalize"\(.*?\n\s*\}\) :[^\n]*', "", count=1)
+    return _sub(role, r'\n\s*"attn.store"\([^\n]*', "", count=1)
+
+
+def test_a_persistent_block_without_an_epilogue_is_refused():
+    plan = _in_role(_plan("sm_90a", "attn-insert-pipelines", PERSISTENT), "consumer0", _no_epilogue)
+    assert _located(plan, "sm_90a", "attn-overlap-gemms").message == (
+        "attn-overlap-gemms moves a persistent consumer's epilogue (attn.finalize and the stores after its steps) "
+        "to the next block; this block has none there")
+
+
+# --- pass options -------------------------------------------------------------------------------
+@pytest.mark.parametrize("pipeline, message", [
+    pytest.param("attn-tile,attn-hoist{block_m=64}",
+                 "pass 'attn-hoist' has no option 'block_m' (its options: hoist); attn-tile has it", id="block_m"),
+    pytest.param("attn-tile,attn-analyze-masks,attn-warp-specialize{kv_layout=separate}",
+                 "pass 'attn-warp-specialize' has no option 'kv_layout' (its options: consumers, producer, "
+                 "pingpong, persistent, walk_order); attn-alloc-smem has it", id="kv_layout"),
+])
+def test_an_option_of_another_pass_names_its_pass(pipeline, message):
+    error = _compile_refused(pipeline)
+    assert error.message == message
+    assert error.span is not None           # at the pass in --pass-pipeline
+
+
+def test_persistent_ctas_without_their_walk_are_refused_before_the_rotation():
+    """persistent = true written on attn.warp_specialize of a plan whose roles have no
+    walk over query blocks: attn-overlap-gemms refuses it at the role, before it looks
+    for the walk's branch to move the epilogue into."""
+    plan = _sub(_plan("sm_90a", "attn-insert-pipelines"), r"\}\) \{ranges = ", "}) {persistent = true, ranges = ",
+                count=1)
+    error = _located(plan, "sm_90a", "attn-overlap-gemms")
+    assert "persistent = true on attn.warp_specialize, and role 'producer' has no walk over query blocks" \
+        in error.message
