@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 from mlir import ir
 
-from attnc.driver import CompileOptions, compile_mlir, optimize_mlir
-from attnc.errors import AttncError
+from attnc.driver import CompileOptions, compile_mlir
 from attnc.ir import attention_ops
 from attnc.ir import roles as R
 from attnc.schedule.verify import explore, kernel_explorations, verify_kernel
