@@ -14,6 +14,7 @@ from mlir import ir
 
 from attnc.ir import error_at, get_int, get_str
 from attnc.ir import roles as R
+from attnc.ir.tiles import tile_parts
 from attnc.schedule.alloc import Buffer, Tile
 from attnc.schedule.recipes import CONSUMER_ROWS, SMEM_BYTES, Channel, Recipe, Role
 
@@ -152,12 +153,36 @@ def followed_plan(kernel: ir.Operation, pass_name: str) -> FollowedPlan:
                                + (f"the query rows [{rows[0]}, {rows[1]}) of the block, 64 a consumer warpgroup "
                                   f"in order (Note [Consumer rows] in attnc/schedule/partition.py)" if rows else
                                   "every row of the block (no rows attribute)"))
+        if rows:
+            _check_rows(op, rows[1] - rows[0], pass_name)
     persistent = _flag(ws, R.PERSISTENT)
     if persistent and not producer:
         raise error_at(ws, f"{pass_name}: persistent = true on attn.warp_specialize; persistent CTAs are the "
                            f"producer warpgroup's kernel, and this plan has no producer role")
     return FollowedPlan(target, kv[0].stages, warps, max(1, warps // 4), producer, _flag(ws, R.PINGPONG),
                         tuple((r.name, r.regs or 0) for r in found), persistent)
+
+
+def _check_rows(role: ir.Operation, count: int, pass_name: str) -> None:
+    """Every tile of a role of `count` query rows has that many, but K and V (Note [Consumer
+    rows] in attnc/schedule/partition.py): a tile edited to other rows is refused, not
+    built as the role's rows."""
+    def visit(op):
+        name = op.name
+        whole = name in (R.GET, R.SLOT_READ) and R.attrs_of(op).get("tile") in ("k", "v")
+        for result in [] if whole else op.results:
+            parts = tile_parts(result.type)
+            if parts is not None and parts[0][0] != count:
+                found.append((op, parts[0]))
+        return ir.WalkResult.INTERRUPT if found else ir.WalkResult.ADVANCE
+
+    found: list = []
+    role.walk(visit, ir.WalkOrder.PRE_ORDER)
+    if found:
+        op, shape = found[0]
+        raise error_at(op, f"{pass_name}: a tile of role '{R.name_of(role)}' has {shape[0]} rows ({shape}); the "
+                           f"role runs {count} query rows, the rows of each of its tiles but K and V (Note "
+                           f"[Consumer rows] in attnc/schedule/partition.py)")
 
 
 def check_channels(kernel: ir.Operation, tile: Tile, plan: FollowedPlan, pass_name: str) -> None:

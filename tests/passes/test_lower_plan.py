@@ -264,6 +264,19 @@ def test_what_the_kernel_builds_as_its_own_is_refused_when_edited(plans_90, edit
         _lowered(plain.replace(*edit), "sm_90a")
 
 
+def test_a_consumer_tile_edited_to_the_whole_block_is_refused(plans_90):
+    """Note [Consumer rows]: the row statistics of every consumer edited from its 64 rows to
+    the block's 128 (consistently, so the IR parses): refused at the first such tile, not
+    built as the role's rows."""
+    plain, _ = plans_90
+    rows = '!attn.tile<[64], f32, "reg">'
+    assert plain.count(rows) > 2
+    with pytest.raises(AttncError, match=re.escape(
+            "a tile of role 'consumer0' has 128 rows ([128]); the role runs 64 query rows, the rows of each of "
+            "its tiles but K and V")):
+        _lowered(plain.replace(rows, '!attn.tile<[128], f32, "reg">'), "sm_90a")
+
+
 def test_the_default_plan_lowers():
     specs = target_pipeline("sm_80")
     module = compile_file("examples/mha.attn", CompileOptions(arch="sm_80", pass_pipeline=format_pipeline(specs))).module
