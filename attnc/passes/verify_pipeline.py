@@ -37,9 +37,9 @@ class VerifyPipeline(Pass):
 
 
 def verify_pipeline(module, beside: bool = False) -> None:
-    """Check every attn.kernel of `module`; with `beside`, explore its interleavings beside the passes after this one (Note [The check
-    beside the lowering] in attnc/schedule/beside.py), which the driver waits for when the
-    pipeline ends."""
+    """Check every attn.kernel of `module`; with `beside`, explore its interleavings beside
+    the passes after this one (Note [The check beside the lowering] in
+    attnc/schedule/beside.py), which the driver waits for when the pipeline ends."""
     from attnc.errors import AttncError
     from attnc.ir import attention_ops, error_at
     from attnc.ir.roles import PUT, GET, ops_in, role_block, role_ops, remember_verified

@@ -128,7 +128,6 @@ class Explorer:
         of the copies its events send (a landing's mbarrier and slots)."""
         nb, ns = len(self.bar_keys), len(self.slot_keys)
         every_slot = ((1 << ns) - 1) << nb
-        self.every_slot = every_slot
         self.slot_bit = [1 << (nb + s) for s in range(ns)]
         self.direct, self.suffix = [], []
         for k, events in enumerate(self.events):
