@@ -127,9 +127,12 @@ def kernel_variant(op: ir.Operation, source: str = "", filename: str = "<input>"
     span = span_of(op.location) or Span(1, 1)
     dtype = get_str(op, "dtype")
     _check_types(op, dtype)
-    names = _strings(op, "params")
-    shapes = [tuple(a.value for a in ir.ArrayAttr(s)) for s in ir.ArrayAttr(op.attributes["param_shapes"])]
-    params = tuple(Tensor(n, "param", d, s, span) for n, d, s in zip(names, _strings(op, "param_dtypes"), shapes))
+    names, dtypes = _strings(op, "params"), _strings(op, "param_dtypes")
+    shapes = [_shape(op, "param_shapes", s) for s in _array(op, "param_shapes")]
+    if not len(names) == len(dtypes) == len(shapes):
+        raise error_at(op, f"attributes params, param_dtypes and param_shapes describe {len(names)}, {len(dtypes)} "
+                           f"and {len(shapes)} params: they must agree")
+    params = tuple(Tensor(n, "param", d, s, span) for n, d, s in zip(names, dtypes, shapes))
     outputs = tuple(Tensor(n, n, _element(r.type), _shape_of(r.type, get_shape(op, "q_shape"), n), span)
                     for n, r in zip(_strings(op, "outputs"), op.results))
     return KernelVariant(
@@ -162,8 +165,27 @@ def _check_types(op: ir.Operation, dtype: str) -> None:
                                f"{get_shape(op, shape_key)[3]}: they must agree")
 
 
+def _array(op: ir.Operation, key: str) -> list[ir.Attribute]:
+    """The elements of array attribute `key` of `op`, or an error at `op`."""
+    attr = op.attributes[key] if key in op.attributes else None
+    if not isinstance(attr, ir.ArrayAttr):
+        raise error_at(op, f"attribute '{key}' of {op.name} must be an array, got "
+                           f"{attr if attr is not None else 'none'} (the frontend records it from the .attn source)")
+    return list(attr)
+
+
 def _strings(op: ir.Operation, key: str) -> tuple[str, ...]:
-    return tuple(ir.StringAttr(a).value for a in ir.ArrayAttr(op.attributes[key]))
+    items = _array(op, key)
+    if not all(isinstance(a, ir.StringAttr) for a in items):
+        raise error_at(op, f"attribute '{key}' of {op.name} must be an array of strings, got {op.attributes[key]}")
+    return tuple(ir.StringAttr(a).value for a in items)
+
+
+def _shape(op: ir.Operation, key: str, attr: ir.Attribute) -> tuple:
+    """A param's shape in `key`: an array of dim names and sizes."""
+    if not isinstance(attr, ir.ArrayAttr) or not all(isinstance(a, (ir.StringAttr, ir.IntegerAttr)) for a in attr):
+        raise error_at(op, f"attribute '{key}' of {op.name} must hold arrays of dim names and sizes, got {attr}")
+    return tuple(a.value for a in attr)
 
 
 def _element(t: ir.Type) -> str:

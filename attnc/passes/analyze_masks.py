@@ -163,9 +163,22 @@ def mask_functions(op) -> MaskFunctions:
     if kind == "none":
         return MaskFunctions(kind, dims)
     table = ir.SymbolTable(_enclosing_function(op).parent)
-    tile, kv = (table[ir.FlatSymbolRefAttr(op.attributes[key]).value]
-                for key in ("tile_class_fn", "kv_range_fn"))
-    return MaskFunctions(kind, dims, tile, kv, get_int(op, "kv_segments"))
+    found = []
+    for key in ("tile_class_fn", "kv_range_fn"):
+        attr = op.attributes[key] if key in op.attributes else None
+        name = ir.FlatSymbolRefAttr(attr).value if isinstance(attr, ir.FlatSymbolRefAttr) else None
+        if name is None or name not in table:
+            raise error_at(op, f"{op.name} has mask_kind = \"{kind}\" and no function '{key}' names (a symbol "
+                               f"of the module that attn-analyze-masks writes): run attn-analyze-masks again")
+        found.append(table[name])
+    tile, kv = found
+    segments = get_int(op, "kv_segments")
+    results = len(ir.FunctionType(ir.TypeAttr(kv.attributes["function_type"]).value).results)
+    if segments < 1 or results != 2 * segments + 2:
+        raise error_at(op, f"{op.name} has kv_segments = {segments}, and its kv_range function "
+                           f"@{ir.StringAttr(kv.attributes['sym_name']).value} returns {results} bounds "
+                           f"(2 a segment and the fully kept range's 2): run attn-analyze-masks again")
+    return MaskFunctions(kind, dims, tile, kv, segments)
 
 
 def summarize_as(op, program: Program | None = None) -> MaskSummary:

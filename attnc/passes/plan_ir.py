@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from mlir import ir
 
+from attnc.errors import AttncError
 from attnc.ir import error_at, get_int, get_str
 from attnc.ir import roles as R
 from attnc.ir.tiles import tile_parts
@@ -87,6 +88,13 @@ def recipe_of(kernel: ir.Operation, pass_name: str) -> Recipe:
     """The recipe as the IR states it: roles and channels from L3, budgets from the target."""
     target = required_attr(kernel, "target", pass_name)
     ws = require_roles(kernel, pass_name)
+    names = {r.name for r in roles(kernel)}
+    for op in R.channel_ops(kernel):
+        c = channel(op)
+        for end in ("producer", "consumer"):
+            if getattr(c, end) not in names:
+                raise error_at(op, f"{pass_name}: channel '{c.name}' has {end} = \"{getattr(c, end)}\", which is no "
+                                   f"role of this plan ({', '.join(sorted(names))})")
     return Recipe(target, tuple(roles(kernel)), tuple(channels(kernel)), SMEM_BYTES[target],
                   TMEM_COLUMNS.get(target, 0), _flag(ws, R.PERSISTENT), _flag(ws, R.PINGPONG),
                   loads_ahead=[r.name for r in roles(kernel)] == ["compute"])
@@ -163,6 +171,12 @@ def followed_plan(kernel: ir.Operation, pass_name: str) -> FollowedPlan:
                         tuple((r.name, r.regs or 0) for r in found), persistent)
 
 
+# The ops whose tiles a consumer holds rows of (other ops, an attn.load there say, are
+# refused where the lowering follows the role)
+_ROW_OPS = (R.GET, R.SLOT_READ, R.MMA_WAIT, "attn.fill", "attn.mma", "attn.score_mod", "attn.mask",
+            "attn.softmax_step", "attn.rescale", "attn.finalize")
+
+
 def _check_rows(role: ir.Operation, count: int, pass_name: str) -> None:
     """Every tile of a role of `count` query rows has that many, but K and V (Note [Consumer
     rows] in attnc/schedule/partition.py): a tile edited to other rows is refused, not
@@ -170,7 +184,7 @@ def _check_rows(role: ir.Operation, count: int, pass_name: str) -> None:
     def visit(op):
         name = op.name
         whole = name in (R.GET, R.SLOT_READ) and R.attrs_of(op).get("tile") in ("k", "v")
-        for result in [] if whole else op.results:
+        for result in [] if whole or name not in _ROW_OPS else op.results:
             parts = tile_parts(result.type)
             if parts is not None and parts[0][0] != count:
                 found.append((op, parts[0]))
@@ -196,8 +210,11 @@ def check_channels(kernel: ir.Operation, tile: Tile, plan: FollowedPlan, pass_na
     r = recipe(plan.target, num_warps=plan.warps, kv_stages=plan.stages, q_tiles=tile.q_tiles,
                consumers=plan.consumers, producer=plan.producer, persistent=plan.persistent,
                pingpong=plan.pingpong)
-    alloc_smem(r, tile)             # their budgets
-    alloc_tmem(r, tile)
+    try:
+        alloc_smem(r, tile)         # their budgets
+        alloc_tmem(r, tile)
+    except AttncError as e:
+        raise error_at(R.warp_specialize_of(kernel), f"{pass_name}: {e.message}") from None
     ops = {R.name_of(op): op for op in R.channel_ops(kernel)}
     built = {c.name: _channel_fields(c) for c in r.channels}
     for name, op in ops.items():
@@ -236,8 +253,12 @@ def tile_of(attention: ir.Operation, pass_name: str) -> Tile:
             # an edited dump: name the value, not what the passes would make of it
             raise error_at(attention, f"{pass_name}: the tile has {key} = {value}; it must be at least 1")
     out = str(ir.RankedTensorType(attention.results[0].type).element_type) if len(attention.results) else None
-    return Tile(sizes["block_m"], sizes["block_n"], sizes["head_dim_qk"], sizes["head_dim_v"],
-                get_str(attention, "dtype"), sizes["q_tiles"], out)
+    dtype, q = get_str(attention, "dtype"), str(ir.RankedTensorType(attention.operands[0].type).element_type)
+    if dtype != q:
+        raise error_at(attention, f"{pass_name}: attribute dtype = \"{dtype}\" but q is a tensor of {q}: they must "
+                                  f"agree")
+    return Tile(sizes["block_m"], sizes["block_n"], sizes["head_dim_qk"], sizes["head_dim_v"], dtype,
+                sizes["q_tiles"], out)
 
 
 def _names(op: ir.Operation) -> set[str]:

@@ -84,12 +84,16 @@ ROW_TILES = ("m", "l", "alpha", "lse")      # fp32 row vectors (sm_100a's softma
 def _tile_rows_cols(tile: Tile, name: str) -> tuple[int, int]:
     if name in ROW_TILES:
         return (tile.block_m, 4 // DTYPE_BYTES[tile.dtype])     # 4 bytes a row, in elements
-    return {
+    shapes = {
         "q": (tile.block_m, tile.head_dim_qk),
         "k": (tile.block_n, tile.head_dim_qk),
         "v": (tile.block_n, tile.head_dim_v),
         "o": (tile.block_m, tile.head_dim_v),
-    }[name]
+    }
+    if name not in shapes:
+        raise AttncError(f"a channel holds tile '{name}' in shared memory, where the kernels keep only "
+                         f"{', '.join([*shapes, *ROW_TILES])} (S and P stay in registers or tensor memory)")
+    return shapes[name]
 
 
 def alloc_smem(recipe: Recipe, tile: Tile, kv_layout: str = "interleaved") -> tuple[Buffer, ...]:

@@ -120,7 +120,12 @@ class _CoopBody:
         m, l, o = self.args[:3]
         chain = [f["qk"], *[s for s in self.scores if s.name in ("attn.score_mod", "attn.mask")]]
         r_stage, r_phase = f["r_advance"].operands
-        ahead = {t: int(R.attrs_of(f[f"{t}_load"])["ahead"]) for t in "kv"}
+        ahead = {t: R.attrs_of(f[f"{t}_load"]).get("ahead") for t in "kv"}
+        for t, value in ahead.items():
+            if not isinstance(value, int):
+                raise error_at(f[f"{t}_load"], f"{PASS}: this {t.upper()} load of the cooperative KV step has no "
+                                               f"`ahead` (the steps ahead of its own it loads for, which "
+                                               f"attn-warp-specialize writes: Note [cp.async prefetch])")
         flows = [
             (list(f["qk"].operands) == [f["q_read"].result, f["k_read"].result], f["qk"]),
             (f["softmax"].operands[0] == chain[-1].results[0], f["softmax"]),

@@ -90,6 +90,7 @@ class Partition:
         self.kernel = kernel
         self.body = kernel.regions[0].blocks[0]
         self.block_m = ir.IntegerAttr(kernel.attributes["block_m"]).value
+        self.q_tiles = ir.IntegerAttr(kernel.attributes["q_tiles"]).value if "q_tiles" in kernel.attributes else 1
         self.names = [r.name for r in recipe.roles]
         self._roles_of_kind: dict[str, tuple[str, ...]] = {}
         self._owners: dict = {}
@@ -108,6 +109,9 @@ class Partition:
             self._roles_of_kind[kind] = found
         # Note [Q tiles of a CTA]: a role of one Q tile (softmax1) runs that tile's ops only
         t = q_tile_of(op)
+        if t is not None and not 0 <= t < self.q_tiles:
+            raise AttncError(f"{PASS}: an op of Q tile {t}, and the CTA has q_tiles = {self.q_tiles} (tiles 0 to "
+                             f"{self.q_tiles - 1})")
         return tuple(r for r in self._roles_of_kind[kind] if t is None or _serves(r, t))
 
     def owners(self, v: ir.Value) -> tuple[str, ...]:

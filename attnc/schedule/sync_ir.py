@@ -57,6 +57,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, scf
 
+from attnc.ir import error_at
 from attnc.ir import roles as R
 from attnc.ir.ops import with_iter_args
 from attnc.schedule.alloc import Tile
@@ -230,7 +231,10 @@ class Pipelines:
 
     def _exchange(self, op: ir.Operation, state: dict, fills: dict, done: dict) -> None:
         ch = self.channels[_channel_name(op)]
-        tile = ir.StringAttr(op.attributes["tile"]).value
+        tile = R.attrs_of(op).get("tile")
+        if tile not in ch.tile:
+            raise error_at(op, f"{PASS}: this {op.name} has tile = {tile!r}, and channel '{ch.name}' carries "
+                               f"{', '.join(ch.tile)}")
         ring = self._ring(op)
         # A slot's tiles in the order the role exchanges them (a pass may have put V
         # before K): the first waits for the slot, the last advances the ring; with

@@ -300,9 +300,19 @@ def _slot(t: _Trace, op, kind: str) -> Event:
         t.violations.append(Violation(op, f"this write overwrites slot {stage} of {chan!r} ({tile}) while an async "
                                           f"attn.mma reading it is in flight: land it with attn.mma_wait first "
                                           f"(Note [Asynchronous GEMMs] in attnc/schedule/verify.py)"))
-    lands = ir.StringAttr(op.attributes["completes"]).value
+    lands = R.attrs_of(op).get("completes")
     bar = R.name_of(op.operands[3].owner) if len(op.operands) > 3 else ""
+    if lands not in LANDINGS or (lands == "mbarrier") != bool(bar):
+        t.violations.append(Violation(op, f"this slot write completes = {lands!r} with "
+                                          f"{'an mbarrier' if bar else 'no mbarrier'} operand: a write lands on "
+                                          f"the mbarrier it names (\"mbarrier\", a TMA copy) or, naming none, "
+                                          f"with a cp.async group, a cp.async arrival or at once (\"group\", "
+                                          f"\"arrive\", \"store\")"))
+        lands = "store"
     return Event("write", chan, op, bar, stage, tile=tile, fill=fill, lands=lands, tx=_tile_bytes(op.operands[2].type))
+
+
+LANDINGS = ("mbarrier", "group", "arrive", "store")     # a slot write's `completes`
 
 
 def _attr(op, key) -> int:

@@ -15,6 +15,7 @@ import re
 import pytest
 
 from attnc.driver import CompileOptions, compile_file
+from attnc.passes.pipelines import target_pipeline
 from tests.passes.test_pass_errors import (_compile_refused, _in_role, _loop_line, _pipeline, _plan, _refused,
                                            _replaced, _sub)
 
@@ -240,3 +241,55 @@ def test_persistent_ctas_without_their_walk_are_refused_before_the_rotation():
     error = _located(plan, "sm_90a", "attn-overlap-gemms")
     assert "persistent = true on attn.warp_specialize, and role 'producer' has no walk over query blocks" \
         in error.message
+
+
+# --- attributes and ops edited where a pass reads them (each was an internal error) ----------
+def _rest(arch: str, after: str) -> str:
+    """The passes of `arch`'s pipeline after `after`, as `attnc opt` runs them on its dump."""
+    names = _pipeline(arch, target_pipeline(arch)[-1].name).split(",")
+    return ",".join(names[[n.split("{")[0] for n in names].index(after) + 1:])
+
+
+@pytest.mark.parametrize("example, arch, stage, old, new, message", [
+    pytest.param("sliding_window", "sm_90a", "attn-hoist", 'tile_class_fn = @sliding_window_tile_class, ', "",
+                 "attn.kernel has mask_kind = \"static\" and no function 'tile_class_fn' names", id="no-tile-class"),
+    pytest.param("gemma2", "sm_90a", "attn-hoist", "kv_segments = 1 : i64", "kv_segments = 4 : i64",
+                 "attn.kernel has kv_segments = 4, and its kv_range function @gemma2_kv_range returns 4 bounds",
+                 id="segments-past-the-range"),
+    pytest.param("mha", "sm_80", "attn-hoist", "param_shapes = [], ", "",
+                 "attribute 'param_shapes' of attn.kernel must be an array, got none", id="no-param-shapes"),
+    pytest.param("mha", "sm_80", "attn-hoist", 'dtype = "bf16"', 'dtype = ""',
+                 "attn-warp-specialize: attribute dtype = \"\" but q is a tensor of bf16", id="dtype-of-no-type"),
+    pytest.param("mha", "sm_90a", "attn-warp-specialize", 'consumer = "consumer0", name = "kv"',
+                 'consumer = "softmax1", name = "kv"',
+                 "attn-alloc-smem: channel 'kv' has consumer = \"softmax1\", which is no role of this plan",
+                 id="channel-of-no-role"),
+    pytest.param("mha", "sm_90a", "attn-alloc-tmem", '"attn.get"(%2) {tile = "v"}', '"attn.get"(%2) {tile = "alpha"}',
+                 "attn-insert-pipelines: this attn.get has tile = 'alpha', and channel 'kv' carries k, v",
+                 id="get-of-a-tile-its-channel-lacks"),
+    pytest.param("mha", "sm_90a", "attn-insert-pipelines", '{completes = "arrive", tile = "k"}',
+                 '{completes = "mbarrier", tile = "k"}',
+                 "attn-verify-pipeline: this slot write completes = 'mbarrier' with no mbarrier operand",
+                 id="write-on-no-mbarrier"),
+    pytest.param("docs_sink", "sm_100a", "attn-hoist", "{kind = \"qk\", q_tile = 0 : i64}",
+                 "{kind = \"qk\", q_tile = -1 : i64}",
+                 "attn-warp-specialize: an op of Q tile -1, and the CTA has q_tiles = 2", id="q-tile-past-the-cta"),
+    pytest.param("mha", "sm_100a", "attn-warp-specialize", 'name = "p0", producer = "softmax0", space = "tmem"',
+                 'name = "p0", producer = "softmax0", space = "smem"',
+                 "a channel holds tile 'p' in shared memory, where the kernels keep only q, k, v, o",
+                 id="p-in-shared-memory"),
+    pytest.param("mha", "sm_80", "attn-insert-pipelines", 'name = "kv", producer = "compute", space = "smem", '
+                 'stages = 2 : i64', 'name = "kv", producer = "compute", space = "smem", stages = 32 : i64',
+                 "attn-kernel-choices: shared memory plan needs 1081344 bytes", id="stages-past-the-budget"),
+])
+def test_an_edit_a_pass_reads_is_refused_not_a_crash(example, arch, stage, old, new, message):
+    plan = _replaced(_example_plan(example, arch, stage), old, new)
+    error = _located(plan, arch, _rest(arch, stage))
+    assert message in error.message
+
+
+def test_a_cooperative_load_without_its_ahead_is_refused():
+    plan = _plan("sm_90a", "attn-insert-pipelines", {"attn-tile": {"block_m": 64}})
+    plan = _replaced(plan, '{ahead = 3 : i64, operand = "k"}', '{operand = "k"}')     # the KV loop's
+    error = _located(plan, "sm_90a", "attn-overlap-gemms")
+    assert "attn-overlap-gemms: this K load of the cooperative KV step has no `ahead`" in error.message

@@ -50,7 +50,7 @@ def edit_stages(result):
 
 def edit_completes(result):
     _, _, ops = key_range(result, "producer")
-    _named(ops, R.SLOT_WRITE)[0].attributes["completes"] = ir.StringAttr.get("expect_tx")
+    _named(ops, R.SLOT_WRITE)[0].attributes["completes"] = ir.StringAttr.get("store")
 
 
 def edit_persistent_first(result):
