@@ -253,6 +253,8 @@ def _rest(arch: str, after: str) -> str:
 @pytest.mark.parametrize("example, arch, stage, old, new, message", [
     pytest.param("sliding_window", "sm_90a", "attn-hoist", 'tile_class_fn = @sliding_window_tile_class, ', "",
                  "attn.kernel has mask_kind = \"static\" and no function 'tile_class_fn' names", id="no-tile-class"),
+    pytest.param("gemma2", "sm_80", "attn-hoist", 'mask_kind = "static"', 'mask_kind = "none"',
+                 "attn.kernel has mask_kind = \"none\" and a kv_range function", id="no-mask-with-its-functions"),
     pytest.param("gemma2", "sm_90a", "attn-hoist", "kv_segments = 1 : i64", "kv_segments = 4 : i64",
                  "attn.kernel has kv_segments = 4, and its kv_range function @gemma2_kv_range returns 4 bounds",
                  id="segments-past-the-range"),
