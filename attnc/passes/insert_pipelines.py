@@ -58,6 +58,13 @@ def insert(module) -> None:
         if unplaced:
             raise error_at(op, f"attn-insert-pipelines: channel(s) {', '.join(unplaced)} have no "
                                f"buffer; run attn-alloc-smem (and attn-alloc-tmem) first")
+        ops = plan_ir.buffer_channels(op)
+        for b in plan_ir.buffers(op):
+            stages = plan_ir.channel(ops[b.name]).stages
+            if b.stages != stages:
+                raise error_at(ops[b.name], f"attn-insert-pipelines: channel '{b.channel}' has stages = {stages} "
+                                            f"and its buffer {b.name} holds {b.stages}: they must agree (the alloc "
+                                            f"passes place a slot a stage; run them again after editing stages)")
         with op.context:
             Pipelines(recipe, plan_ir.tile_of(op, InsertPipelines.name), op).run()
 

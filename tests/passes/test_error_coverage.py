@@ -283,6 +283,10 @@ def _rest(arch: str, after: str) -> str:
     pytest.param("mha", "sm_80", "attn-insert-pipelines", 'name = "kv", producer = "compute", space = "smem", '
                  'stages = 2 : i64', 'name = "kv", producer = "compute", space = "smem", stages = 32 : i64',
                  "attn-kernel-choices: shared memory plan needs 1081344 bytes", id="stages-past-the-budget"),
+    pytest.param("mha", "sm_100a", "attn-alloc-tmem", 'name = "s1", producer = "mma", space = "tmem", stages = 1 : i64',
+                 'name = "s1", producer = "mma", space = "tmem", stages = 1048576 : i64',
+                 "attn-insert-pipelines: channel 's1' has stages = 1048576 and its buffer tS1 holds 1",
+                 id="stages-apart-from-the-buffers"),
 ])
 def test_an_edit_a_pass_reads_is_refused_not_a_crash(example, arch, stage, old, new, message):
     plan = _replaced(_example_plan(example, arch, stage), old, new)
