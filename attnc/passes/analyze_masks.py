@@ -160,10 +160,11 @@ def mask_functions(op) -> MaskFunctions:
     if stale:
         raise error_at(op, stale)
     kind, dims = get_str(op, "mask_kind"), mask_dims(op)
-    if kind not in ("none", "static", "runtime") or (kind == "none") == ("kv_range_fn" in op.attributes):
-        raise error_at(op, f"{op.name} has mask_kind = \"{kind}\" and {'a' if 'kv_range_fn' in op.attributes else 'no'} "
-                           f"kv_range function: the analysis writes one for \"static\" and \"runtime\" and none "
-                           f"for \"none\": run attn-analyze-masks again")
+    functions = "kv_range_fn" in op.attributes
+    if kind not in ("none", "static", "runtime") or (kind == "none") == functions:
+        raise error_at(op, f"{op.name} has mask_kind = \"{kind}\" and {'a' if functions else 'no'} kv_range "
+                           f"function: the analysis writes one for \"static\" and \"runtime\" and none for "
+                           f"\"none\": run attn-analyze-masks again")
     if kind == "none":
         return MaskFunctions(kind, dims)
     table = ir.SymbolTable(_enclosing_function(op).parent)
