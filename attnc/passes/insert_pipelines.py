@@ -53,18 +53,20 @@ def insert(module) -> None:
         if mbarrier_ops(op) or _synchronized(op):
             raise error_at(op, "attn-insert-pipelines ran twice on this op")
         recipe = plan_ir.recipe_of(op, InsertPipelines.name)
-        placed = {b.channel for b in plan_ir.buffers(op)}
+        buffers = plan_ir.buffers(op)
+        placed = {b.channel for b in buffers}
         unplaced = [c.name for c in recipe.channels if c.space in ("smem", "tmem") and c.name not in placed]
         if unplaced:
             raise error_at(op, f"attn-insert-pipelines: channel(s) {', '.join(unplaced)} have no "
                                f"buffer; run attn-alloc-smem (and attn-alloc-tmem) first")
-        ops = plan_ir.buffer_channels(op)
-        for b in plan_ir.buffers(op):
-            stages = plan_ir.channel(ops[b.name]).stages
+        stages_of = {c.name: c.stages for c in recipe.channels}
+        for b in buffers:
+            stages = stages_of[b.channel]
             if b.stages != stages:
-                raise error_at(ops[b.name], f"attn-insert-pipelines: channel '{b.channel}' has stages = {stages} "
-                                            f"and its buffer {b.name} holds {b.stages}: they must agree (the alloc "
-                                            f"passes place a slot a stage; run them again after editing stages)")
+                raise error_at(plan_ir.buffer_channels(op)[b.name],
+                               f"attn-insert-pipelines: channel '{b.channel}' has stages = {stages} and its buffer "
+                               f"{b.name} holds {b.stages}: they must agree (the alloc passes place a slot a stage; "
+                               f"run them again after editing stages)")
         with op.context:
             Pipelines(recipe, plan_ir.tile_of(op, InsertPipelines.name), op).run()
 

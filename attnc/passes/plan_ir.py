@@ -17,7 +17,7 @@ from attnc.ir import error_at, get_int, get_str
 from attnc.ir import roles as R
 from attnc.ir.tiles import tile_parts
 from attnc.schedule.alloc import Buffer, Tile
-from attnc.schedule.recipes import CONSUMER_ROWS, SMEM_BYTES, Channel, Recipe, Role
+from attnc.schedule.recipes import SMEM_BYTES, Channel, Recipe, Role, consumer_rows
 
 TMEM_COLUMNS = {"sm_100a": 512}
 _BUFFER_FIELDS = ("name", "space", "offset", "size", "stages", "align", "swizzle")
@@ -88,16 +88,19 @@ def recipe_of(kernel: ir.Operation, pass_name: str) -> Recipe:
     """The recipe as the IR states it: roles and channels from L3, budgets from the target."""
     target = required_attr(kernel, "target", pass_name)
     ws = require_roles(kernel, pass_name)
-    names = {r.name for r in roles(kernel)}
+    found = roles(kernel)
+    names = {r.name for r in found}
+    chans = []
     for op in R.channel_ops(kernel):
         c = channel(op)
         for end in ("producer", "consumer"):
             if getattr(c, end) not in names:
                 raise error_at(op, f"{pass_name}: channel '{c.name}' has {end} = \"{getattr(c, end)}\", which is no "
                                    f"role of this plan ({', '.join(sorted(names))})")
-    return Recipe(target, tuple(roles(kernel)), tuple(channels(kernel)), SMEM_BYTES[target],
+        chans.append(c)
+    return Recipe(target, tuple(found), tuple(chans), SMEM_BYTES[target],
                   TMEM_COLUMNS.get(target, 0), _flag(ws, R.PERSISTENT), _flag(ws, R.PINGPONG),
-                  loads_ahead=[r.name for r in roles(kernel)] == ["compute"])
+                  loads_ahead=[r.name for r in found] == ["compute"])
 
 
 def _flag(ws: ir.Operation, name: str) -> bool:
@@ -153,8 +156,7 @@ def followed_plan(kernel: ir.Operation, pass_name: str) -> FollowedPlan:
                                f"runs it on warps {want}" + (" (the producer warpgroup first, then each consumer "
                                                              "warpgroup in order)" if producer else ""))
         first += len(want)
-        k = int(role.name[len("consumer"):]) if role.name.startswith("consumer") else None
-        rows = (CONSUMER_ROWS * k, CONSUMER_ROWS * (k + 1)) if k is not None else None
+        rows = consumer_rows(int(role.name[len("consumer"):])) if role.name.startswith("consumer") else None
         if role.rows != rows:
             have = f"rows = {list(role.rows)}" if role.rows else "no rows"
             raise error_at(op, f"{pass_name}: role '{role.name}' has {have}; the {target} kernel runs it on "

@@ -129,13 +129,14 @@ class Explorer:
         nb, ns = len(self.bar_keys), len(self.slot_keys)
         every_slot = ((1 << ns) - 1) << nb
         self.slot_bit = [1 << (nb + s) for s in range(ns)]
+        self.group_bit = [1 << (nb + ns + k) for k in range(len(self.events))]
         self.direct, self.suffix = [], []
         for k, events in enumerate(self.events):
             grouped = 0             # the slots this role's copies land in through groups or arrivals
             for e, b, s, _ in events:
                 if e.kind == "write" and e.lands in ("group", "arrive"):
                     grouped |= self.slot_bit[s]
-            own = 1 << (nb + ns + k)
+            own = self.group_bit[k]
             direct, sent = [], []
             for e, b, s, releases in events:
                 bar = 1 << b if b >= 0 else 0
@@ -178,15 +179,14 @@ class Explorer:
         live = [k for k in range(n) if pcs[k] < self.lengths[k]]
         if len(live) < 2:
             return None
-        env_r, env_w = 0, 0                 # the copies in flight and the groups, as one process
+        env_w = 0                           # the copies in flight and the groups, as one process (writing only)
         for landing, b, _, _, _, _ in flight:
             env_w |= 1 << b
             for s in landing:
                 env_w |= self.slot_bit[s]
-        nb, ns = len(self.bar_keys), len(self.slot_keys)
         for k, pending in enumerate(groups):
             for _, group in pending:
-                env_w |= 1 << (nb + ns + k)
+                env_w |= self.group_bit[k]
                 for s in group:
                     env_w |= self.slot_bit[s]
         best = None
@@ -195,7 +195,7 @@ class Explorer:
             while work:
                 j = work.pop()
                 if j < 0:
-                    r, w = env_r, env_w
+                    r, w = 0, env_w
                 else:
                     r, w = self.direct[j][pcs[j]]
                 for i in live:
@@ -205,7 +205,7 @@ class Explorer:
                     if w & (sr | sw) or r & sw:
                         chosen.add(i)
                         work.append(i)
-                if not env and (w & (env_r | env_w) or r & env_w):
+                if not env and (w | r) & env_w:
                     env = True
                     work.append(-1)
             if len(chosen) == len(live):

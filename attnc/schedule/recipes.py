@@ -203,7 +203,7 @@ def _sm90a(*, num_warps: int, kv_stages: int, consumers: int, producer: bool, pe
     consumer_roles = tuple(
         Role(f"consumer{c}", tuple(range(4 * (c + 1), 4 * (c + 2))), consumer_registers(consumers) if sets else None,
              ("mma_qk", "score_mod", "mask", "softmax", "mma_pv", "finalize", "store_o"),
-             (CONSUMER_ROWS * c, CONSUMER_ROWS * (c + 1)))
+             consumer_rows(c))
         for c in range(consumers))
     # The producer's threads copy Q, K and V with cp.async and report each tile's landing
     # on its own mbarrier (Note [Barriers per tile] in sync.py).
@@ -211,6 +211,11 @@ def _sm90a(*, num_warps: int, kv_stages: int, consumers: int, producer: bool, pe
         Channel("q", "producer", "consumer0", CP_ASYNC_MBARRIER, "smem", 1, ("q",)),
         Channel("kv", "producer", "consumer0", CP_ASYNC_MBARRIER, "smem", kv_stages, ("k", "v")),
     ), SMEM_BYTES["sm_90a"], persistent=persistent, pingpong=pingpong and consumers == 2)
+
+
+def consumer_rows(c: int) -> tuple[int, int]:
+    """The query rows [first, end) of the block that sm_90a's consumer warpgroup c runs."""
+    return CONSUMER_ROWS * c, CONSUMER_ROWS * (c + 1)
 
 
 def _sm100a(*, kv_stages: int, q_tiles: int, **_) -> Recipe:
