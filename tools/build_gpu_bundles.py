@@ -129,10 +129,11 @@ def rewrite_example(text: str, dtype: str, d_qk: int, d_v: int) -> str:
     return f"# {dtype}, head dims {d_qk}/{d_v} (rewritten by tools/build_gpu_bundles.py)\n{rewritten}"
 
 
-# Every example runs a second time with the kernel choices attn-kernel-choices did not make
-# (q_blocks_per_cta, interval_test, exp2_fma, and in the producer warpgroup's kernel
-# attn-warp-specialize's persistent): the other number of query blocks per
-# CTA (the producer warpgroup's kernel runs one: there, the other persistence), a
+# Every example runs a second time with the kernel choices the default pipeline did not
+# make (interval_test and exp2_fma, attn-kernel-choices'; attn-warp-specialize's
+# q_blocks_per_cta on sm_80 and persistent in the producer warpgroup's kernel): the other
+# number of query blocks per CTA on sm_80 (sm_90a runs one: there, with a producer, the
+# other persistence), a
 # row-interval test other than the default "bits" ("range" for bf16, "pair" for f16),
 # and exponentials on the FMA pipe (4 of 8) where the default has none, so that each
 # code path meets the reference on the GPU whatever the defaults are. The builder
@@ -150,16 +151,19 @@ TILES_LAST = ("alibi", "docs_sink", "sliding_window")
 
 def default_choices(source: str, filename: str, arch: str) -> dict:
     """What the default pipeline chose for `source`: attn-kernel-choices' choices as it
-    recorded them on the kernel's ops, and the plan's producer warpgroup and persistence."""
+    recorded them on the kernel's ops, and the plan's producer warpgroup, persistence and
+    query blocks per CTA."""
     from attnc.driver import CompileOptions, compile_mlir
     from attnc.ir import attention_ops
     from attnc.passes import kernel_choices, plan_ir
     from attnc.passes.pipelines import LOWERING
+    from attnc.schedule.walk import PAIRS, walk_order_of
 
     result = compile_mlir(source, filename, CompileOptions(arch=arch))     # holds the module the ops live in
     kernel = attention_ops(result.module)[0]
     plan = plan_ir.followed_plan(kernel, LOWERING[arch])
-    return {**kernel_choices.read(kernel), "producer": plan.producer, "persistent": plan.persistent}
+    return {**kernel_choices.read(kernel), "producer": plan.producer, "persistent": plan.persistent,
+            "q_blocks_per_cta": 2 if walk_order_of(kernel) == PAIRS else 1}
 
 
 def tiles_last_choices(default: dict) -> dict:
@@ -173,13 +177,15 @@ def tiles_last_choices(default: dict) -> dict:
     return choices
 
 
-def other_choices(default: dict, dtype: str) -> dict:
-    """The pipeline's options (attn-kernel-choices', and attn-warp-specialize's `persistent`)
-    that differ from the `default` choices."""
+def other_choices(default: dict, dtype: str, arch: str) -> dict:
+    """The pipeline's options (attn-kernel-choices', and attn-warp-specialize's `persistent`
+    and `q_blocks_per_cta`) that differ from the `default` choices."""
     shared = {"interval_test": OTHER_INTERVAL_TEST[dtype], "exp2_fma": 0 if default["exp2_fma"] else 4}
     if default["producer"]:
         return {"persistent": not default["persistent"], **shared}
-    return {"q_blocks_per_cta": 3 - default["q_blocks_per_cta"], **shared}
+    if arch == "sm_80":
+        return {"q_blocks_per_cta": 3 - default["q_blocks_per_cta"], **shared}
+    return shared
 
 
 def example_jobs() -> list[Job]:
@@ -347,8 +353,6 @@ def sweep_jobs() -> list[Job]:
 # sm_90a: (case, head dim, attn-tile options, attn-kernel-choices options) around the defaults.
 SWEEP_SM90 = [
     ("doc_causal", 128, {"block_m": 128, "block_n": 128, "num_warps": 12}, {}),
-    ("doc_causal", 128, {}, {"q_blocks_per_cta": 2}),
-    ("doc_causal", 64, {}, {"q_blocks_per_cta": 2}),
     ("window1024", 64, {"block_m": 64, "block_n": 128, "num_warps": 8}, {}),
     ("window1024", 128, {"block_m": 128, "block_n": 128, "num_warps": 12}, {}),
     ("causal", 64, {"block_m": 128, "num_warps": 12}, {}),
@@ -461,7 +465,7 @@ def build_one(job: Job, out: str) -> dict:
         if job.meta.get("flip_ranges"):
             entry["pipeline"] = pipeline_with(job.arch, {CHOICES_PASS: {"run_ranges": not default["run_ranges"]}})
         if job.meta.get("other_choices") or job.meta.get("tiles_last"):
-            entry["choices"] = (other_choices(default, job.meta["dtype"]) if job.meta.get("other_choices")
+            entry["choices"] = (other_choices(default, job.meta["dtype"], job.arch) if job.meta.get("other_choices")
                                 else tiles_last_choices(default))
             entry["pipeline"] = pipeline_with_options(job.arch, entry["choices"])
         options = CompileOptions(arch=job.arch, pass_pipeline=entry.get("pipeline"),

@@ -8,9 +8,11 @@ overlapped steps) and sm90a_ws.py's (`SM90A_WS`: a producer warpgroup and its
 consumers, whose trips take sm90a.py's patterns and add their waits and releases).
 No target derives from another: each is a table of functions over the state.
 
-Note [Two query blocks per CTA]: with `q_blocks_per_cta` = 2 a CTA runs query blocks
-nb-1-c and c (nb = cdiv(M, block_m), c = blockIdx.x < nb-1-c; one block when they meet),
-so under a causal mask every CTA gets the same work. After the first block's last step
+Note [Two query blocks per CTA]: with `q_blocks_per_cta` = 2 (sm_80: the role's walk
+over a pair of blocks, Notes [Two query blocks in the IR] in attnc/schedule/walk.py and
+[The next block's loads in the IR] in walk_pairs.py) a CTA runs query blocks nb-1-c and c
+(nb = cdiv(M, block_m), c = blockIdx.x < nb-1-c; one block when they meet), so under a
+causal mask every CTA gets the same work. After the first block's last step
 (cp.async.wait_group 0, then a CTA barrier: no warp reads Q or a K/V slot any more) the
 second block's prologue loads are issued before the first block's epilogue, which
 hides their latency behind the normalisation and the O stores. Both blocks are

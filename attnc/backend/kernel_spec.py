@@ -103,6 +103,8 @@ class ForwardSpec:
                                           # the query blocks (Note [Persistent CTAs] in sm90a_ws.py)
     walk_order: str = "snake"              # with persistent CTAs: how they take the query blocks
                                           # (attnc/schedule/walk.py's ORDERS)
+    q_blocks_per_cta: int = 1              # sm_80: 2 where the role walks a pair of query blocks
+                                          # (Note [Two query blocks in the IR] in walk.py)
     # The steps of the target's roles, lowered op by op (the one the kernel has):
     wgmma_steps: Optional[WgmmaSteps] = None  # sm_90a consumers' overlapped trips (Note [Overlapped
                                           # steps op by op])
@@ -116,7 +118,6 @@ class ForwardSpec:
     # say what each does, choice_defaults.py where each is the default and why. The choices
     # each op holds its own of are on the steps' ops (Note [Choices op by op] in
     # attnc/passes/kernel_choices.py), not here.
-    q_blocks_per_cta: Optional[int] = _choice()  # Note [Two query blocks per CTA] in forward.py
     min_ctas_per_sm: Optional[int] = _choice()  # .minnctapersm, 0: none (Note [CTAs per SM])
     min_ctas_unless_spills: Optional[bool] = _choice()  # min_ctas_per_sm dropped where the kernel spills
     heads_first: Optional[bool] = _choice()  # Note [Heads first] in kernel_abi.py
@@ -142,12 +143,7 @@ class ForwardSpec:
         softmax.py), or None: bf16 only, and (hi - lo) in natural units at most
         STATIC_MAX_SPREAD."""
         bounds = getattr(self.score_mod, "bounds", None)
-        if self.dtype != "bf16" or bounds is None:
-            return None
-        b = bounds()
-        if b is None or (b[1] - b[0]) * self.score_mod_out > STATIC_MAX_SPREAD:
-            return None
-        return b[1]
+        return bounded_max(self.dtype, bounds() if bounds is not None else None, self.score_mod_out)
 
     @property
     def registers_at_floor(self) -> bool:
@@ -300,6 +296,15 @@ class ForwardSpec:
     @property
     def max_smem_bytes(self) -> int:
         return SM90_MAX_DYNAMIC_SMEM if self.target == "sm_90a" else SM80_MAX_DYNAMIC_SMEM
+
+
+def bounded_max(dtype: str, bounds: tuple[float, float] | None, out_factor: float) -> Optional[float]:
+    """The constant running max of a score_mod whose g = score / out_factor lies in
+    `bounds` (Note [Bounded score_mod] in softmax.py), or None: bf16 only, and (hi - lo)
+    in natural units at most STATIC_MAX_SPREAD."""
+    if dtype != "bf16" or bounds is None or (bounds[1] - bounds[0]) * out_factor > STATIC_MAX_SPREAD:
+        return None
+    return bounds[1]
 
 
 # The kernel choices' fields: what attn-kernel-choices records, each resolved by

@@ -38,6 +38,7 @@ from attnc.errors import AttncError
 from attnc.ir import error_at
 from attnc.ir import roles as R
 from attnc.passes.tile_program import KV_LOOP
+from attnc.schedule.walk import PAIRS, walk_order
 
 # The ops of a step body the lowering has patterns for, with the attribute each keeps
 # (a tile, an operand or a GEMM's kind), and its count (`pending`, `ahead`).
@@ -173,10 +174,13 @@ def kv_steps(role, kernel) -> KvSteps:
     stages = int(next(R.attrs_of(c)["stages"] for c in R.channel_ops(kernel) if R.name_of(c) == "kv"))
     hooks = {"attn.score_mod": R.attrs_of(kernel).get("has_score_mod", False),
              "attn.mask": R.attrs_of(kernel).get("has_mask_mod", False)}
-    ops = [op.operation for op in R.role_block(role).operations]
+    pairs = walk_order(role) == PAIRS           # Note [Two query blocks in the IR]
+    ops = [op.operation for op in R.body_block(role).operations]
     at = [k for k, op in enumerate(ops) if op.name == "scf.for" and KV_LOOP in op.attributes]
     if not at:
         raise error_at(role, f"role '{R.name_of(role)}' has no KV loop (scf.for with {KV_LOOP})")
+    if pairs:
+        ops, at, moved = _before_loops(role, ops, at)
     loops, carried = [], None
     for k in at:
         op = ops[k]
@@ -190,7 +194,75 @@ def kv_steps(role, kernel) -> KvSteps:
             raise error_at(op, f"the sm_80 lowering builds the KV loops one after the other, with nothing but "
                                f"index arithmetic between them, not {op.name} (Note [The role op by op])")
     first = prologue_steps(ops[:at[0]], ops[at[0]].operands[0], ops[at[0]], kernel, stages)
+    if pairs:
+        return KvSteps(tuple(loops), first, _pair_epilogue(role, moved, ops[at[-1] + 1:], carried))
     return KvSteps(tuple(loops), first, _check_epilogue(ops[at[-1] + 1:], carried, role))
+
+
+# Note [The next block's loads in the IR] (attnc/schedule/walk_pairs.py), as the sm_80
+# kernel of two query blocks per CTA builds it (Note [Two query blocks per CTA] in
+# forward.py): in a round, the first loads, the epilogue of the last round's block, the
+# KV loops, a wait for every copy and a CTA barrier; after the walk the last block's
+# epilogue. Each epilogue is checked as the one-block kernel's, on the walk's carried O, m,
+# l and the carried round's block.
+PAIRS_NOTE = "Note [The next block's loads in the IR] in attnc/schedule/walk_pairs.py"
+
+
+def _before_loops(role, ops: list, at: list) -> tuple[list, list, ir.Operation]:
+    """A round's ops without the epilogue of the last round's block, which stands right
+    before the first KV loop (index arithmetic aside); the loops' places; that epilogue."""
+    k = at[0] - 1
+    while k >= 0 and ops[k].name.startswith(_ARITH):
+        k -= 1
+    moved = ops[k] if k >= 0 else None
+    if moved is None or moved.name != "scf.if" or R.is_walk_branch(moved):
+        raise error_at(ops[at[0]], f"a round of the pair's walk runs the last round's epilogue right before its "
+                                   f"KV loops, in an scf.if over the carried round ({PAIRS_NOTE})")
+    return ops[:k] + ops[k + 1:], [a - 1 for a in at], moved
+
+
+def _pair_epilogue(role, moved, after: list, carried) -> tuple[StepOp, ...]:
+    """The end of a round (a wait for every copy, a CTA barrier, the yield of the round and
+    its last KV loop's m, l and O), the epilogue in it (`moved`) and after the walk."""
+    loop, positions = carried
+    body = [op for op in after if not op.name.startswith(_ARITH)]
+    names = [(op.name, str(R.attrs_of(op).get("pending", ""))) for op in body]
+    branch = R.walk_branch(role)
+    walk = branch.parent
+    yielded = [loop.results[positions[k]] for k in (0, 1, 2)]
+    args = list(walk.regions[0].blocks[0].arguments)
+    if names != [(R.CP_ASYNC_WAIT, "0"), (R.CTA_BARRIER, ""), ("scf.yield", "")] or \
+            list(body[-1].operands)[-4:] != [args[0], *yielded]:
+        raise error_at(body[0] if body else loop, f"a round of the pair's walk ends after its KV loops with a "
+                                                  f"wait for every copy and a CTA barrier, and gives the walk its "
+                                                  f"round and the last KV loop's m, l and O ({PAIRS_NOTE})")
+    ends = [op.operation for op in walk.block.operations]
+    last = next((op for op in ends[ends.index(walk) + 1:] if not op.name.startswith(_ARITH)), None)
+    if last is None or last.name != "scf.if":
+        raise error_at(walk, f"the last block's epilogue follows the pair's walk, in an scf.if over its last "
+                             f"round ({PAIRS_NOTE})")
+    steps = [_carried_epilogue(role, moved, args[-4], args[-3:]),
+             _carried_epilogue(role, last, list(walk.results)[-4], list(walk.results)[-3:])]
+    if as_written(steps[0]) != as_written(steps[1]):
+        raise error_at(last, f"the epilogue after the pair's walk is the one in its rounds ({PAIRS_NOTE})")
+    return steps[0]
+
+
+def _carried_epilogue(role, branch, prev, mlo: list) -> tuple[StepOp, ...]:
+    """`branch`: if prev >= 0, the epilogue of round prev's block from the carried m, l, O."""
+    from attnc.ir.ops import cmpi_predicate, defining_op, int_constant
+
+    test = defining_op(branch.operands[0])
+    ops = [op.operation for op in branch.regions[0].blocks[0].operations]
+    item = ops[0] if ops else None
+    if getattr(test, "name", "") != "arith.cmpi" or cmpi_predicate(test) != "sge" or \
+            list(test.operands)[0] != prev or int_constant(test.operands[1]) != 0 or \
+            getattr(item, "name", "") != R.WALK_BLOCK or list(item.operands) != [prev]:
+        raise error_at(branch, f"the epilogue of the carried round's block runs where that round is >= 0, at its "
+                               f"block (attn.walk_block of the round) ({PAIRS_NOTE})")
+    m, l, o = mlo
+    return check_epilogue(ops[1:-1], [o, m, l], role, False, PAIRS_NOTE, "the walk's carried values",
+                          list(item.results)[1:4])
 
 
 # Note [The role op by op]: what sm_80's role does before its KV loops is lowered op by op

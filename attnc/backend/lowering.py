@@ -73,7 +73,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
     from attnc.passes.pipelines import LOWERING
     from attnc.passes.warp_specialize import banded
     from attnc.schedule.recipes import check_producer_registers
-    from attnc.schedule.walk import walk_order_of
+    from attnc.schedule.walk import PAIRS, walk_order_of
 
     variant = result.variant
     ops = attention_ops(result.module)
@@ -91,10 +91,11 @@ def _lowering_from_ir(result) -> ForwardLowering:
     # ping-pong and persistent CTAs are the IR's.
     plan = plan_ir.followed_plan(op, LOWERING[target])
     regs = dict(plan.regs)
-    followed = dict(num_warps=plan.warps, stages=plan.stages)
+    walk = walk_order_of(op)        # Notes [The walk over query blocks], [Two query blocks in the IR]
+    followed = dict(num_warps=plan.warps, stages=plan.stages, q_blocks_per_cta=2 if walk == PAIRS else 1)
     if target == "sm_90a":
         followed.update(producer_warpgroup=plan.producer, pingpong=plan.pingpong, persistent=plan.persistent,
-                        walk_order=walk_order_of(op))       # Note [The walk over query blocks]
+                        walk_order=walk)
         if plan.producer:
             consumer_regs = {regs[name] for name in regs if name.startswith("consumer")}
             if len(consumer_regs) != 1:

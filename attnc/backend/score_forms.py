@@ -135,6 +135,18 @@ class ScaledScoreCode(RegionCode):
         return env.get(self.inner, self.inner)
 
 
+def region_static_max(block: ir.Block, dtype: str) -> float | None:
+    """The constant running max the kernel gives the score_mod region `block` (its
+    ScaledScoreCode's bounds: Note [Bounded score_mod] in softmax.py), or None; a region
+    yielding s or an affine bias has none."""
+    from attnc.backend.kernel_spec import bounded_max
+
+    if yielded(block) == block.arguments[0] or affine_bias(block) is not None:
+        return None
+    inner, out_factor = _output_scaling(block)
+    return bounded_max(dtype, _interval(inner), out_factor)
+
+
 def _constant_operand(op: ir.Operation, other: ir.Value) -> np.float32 | None:
     """The f32 constant among the two operands of `op` that is not `other`."""
     values = [v for v in op.operands if v != other]

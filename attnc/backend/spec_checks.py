@@ -115,7 +115,6 @@ def _check_tiles(spec: ForwardSpec) -> None:
     _require(spec.block_n % 16 == 0 and spec.block_n >= 16,
              f"block_n={spec.block_n} must be a positive multiple of 16")
     _require(spec.stages in (1, 2, 3, 4), f"stages={spec.stages}: expected 1 to 4")
-    _require(spec.q_blocks_per_cta in (None, 1, 2), f"q_blocks_per_cta={spec.q_blocks_per_cta}: expected 1 or 2")
     _require(spec.min_ctas_per_sm is None or 0 <= spec.min_ctas_per_sm <= 32,
              f"min_ctas_per_sm={spec.min_ctas_per_sm}: expected 0 to 32")
     _require(spec.scale > 0, f"softmax_scale={spec.scale}: must be positive")
@@ -151,9 +150,6 @@ def _check_options(spec: ForwardSpec) -> None:
     _require(not spec.pingpong or (spec.producer_warpgroup and spec.consumer_warpgroups == 2),
              f"pingpong takes turns between two consumer warpgroups (block_m=128) and needs the "
              f"producer warpgroup: block_m={spec.block_m}, producer={int(spec.producer_warpgroup)}")
-    _require(not spec.producer_warpgroup or spec.q_blocks_per_cta == 1,
-             "with a producer warpgroup each CTA runs one query block (q_blocks_per_cta=1); for two, "
-             "a plan without one (attn-warp-specialize{producer=0})")
     _require(not spec.tiles_last or (spec.q_blocks_per_cta == 1 and not spec.producer_warpgroup
                                            and not spec.persistent),
              "tiles_last needs a kernel with one query block per CTA, no producer warpgroup and no "

@@ -421,14 +421,15 @@ irdl.dialect @attn {
     %chan = irdl.base @attn::@chan
     irdl.results(channel: %chan)
   }
-  // L3 (persistent CTAs, Note [The walk over query blocks] in attnc/schedule/walk.py):
-  // how many rounds of the grid the CTA's walk over query blocks takes.
+  // L3 (persistent CTAs, Note [The walk over query blocks] in attnc/schedule/walk.py; sm_80's
+  // pair of blocks, Note [Two query blocks in the IR] there): how many rounds the CTA's walk
+  // over query blocks takes.
   irdl.operation @walk_rounds {
     %i32 = irdl.is i32
     irdl.results(rounds: %i32)
   }
   // L3: the query block of the CTA's round `round`: whether there is one, then its
-  // (b, h, m_block); `order`: how the CTAs take the blocks ("snake").
+  // (b, h, m_block); `order`: how the CTAs take the blocks ("snake", "linear", "pairs").
   irdl.operation @walk_block {
     %i32 = irdl.is i32
     irdl.operands(round: %i32)

@@ -221,8 +221,35 @@ def _bounds(op: ir.Operation) -> str:
 
 def range_digest(role: ir.Operation) -> str:
     """The bounds of the role's loops and the tests of its branches (Note [The key range
-    as made]), but for those the lowering builds op by op (`_steps`)."""
-    return _digest(_steps(role, lambda op: f"{op.name} {_bounds(op)}" if op.name in ("scf.for", "scf.if") else None))
+    as made]), but for those the lowering builds op by op (`_steps`) and the walk's over
+    query blocks (its loop, the branch over a round's block, an epilogue of a carried
+    round's block: the lowerings check those as the walk's, Note [The walk over query
+    blocks] in attnc/schedule/walk.py)."""
+    return _digest(_steps(role, lambda op: f"{op.name} {_bounds(op)}"
+                          if op.name in ("scf.for", "scf.if") and not _of_walk(op) else None))
+
+
+def _of_walk(op: ir.Operation) -> bool:
+    if op.name == "scf.for":
+        return getattr(op.operands[1].owner, "name", "") == WALK_ROUNDS
+    then = op.regions[0].blocks[0] if op.regions[0].blocks else None
+    first = next(iter(then.operations), None) if then is not None else None
+    return is_walk_branch(op) or getattr(first, "name", "") == WALK_BLOCK
+
+
+def rewrite_range(role: ir.Operation, rewrite) -> None:
+    """`rewrite()`, a pass's rewrite of `role`'s loops or branches; where the role's key
+    range was the plan's (its digest as recorded), the digest follows the rewrite, so that
+    an edit made before stays one the lowering sees (Note [The key range as made]). A
+    digest not recorded is not compared."""
+    ws = role.parent
+    recorded = value_of(ws.attributes[RANGES]) if RANGES in ws.attributes else {}
+    name = name_of(role)
+    as_made = name in recorded and recorded[name] == range_digest(role)
+    rewrite()
+    if as_made:
+        recorded[name] = range_digest(role)
+        ws.attributes[RANGES] = ir.DictAttr.get({k: ir.StringAttr.get(v) for k, v in recorded.items()})
 
 
 def key_range_digest(kernel: ir.Operation) -> str:

@@ -43,18 +43,6 @@ def qk_unroll(s) -> int:
     return 1 if s.head_dim_qk <= 96 and s.target == "sm_80" else 0
 
 
-def q_blocks_per_cta(s) -> int:
-    """Two for an sm_80 kernel with a constant max and 128-key tiles: softcap + causal ran
-    5 % faster at head dim 64 (128x128 tiles), hardly at 128 (128x64, where the dense
-    softcap example spilled 108 bytes); causal, ALiBi and the window ran 1-8 % slower
-    with two ("Two query blocks per CTA"). sm_90a's wgmma kernel: one everywhere; two ran
-    softcap slower, and documents + causal fast in some runs and a fifth slower in
-    others ("One query block per CTA")."""
-    if s.target == "sm_90a":
-        return 1
-    return 2 if s.static_max is not None and s.block_n >= 128 else 1
-
-
 def min_ctas_per_sm(s) -> int:
     """Note [CTAs per SM]: the sm_90a kernel's CTAs are independent warpgroups whose
     softmax and GEMMs interleave on an SM only if several are resident. Left alone, ptxas
@@ -203,7 +191,7 @@ def keeps_run_ranges(runs, map_holds: bool, split_mask) -> bool:
 
 
 # In the order they depend on each other: small_grid asks whether a grid order was given.
-_RULES = (("q_blocks_per_cta", q_blocks_per_cta), ("min_ctas_per_sm", min_ctas_per_sm),
+_RULES = (("min_ctas_per_sm", min_ctas_per_sm),
           ("small_grid", small_grid), ("tiles_last", tiles_last),
           ("heads_first", heads_first), ("lean_loads", lean_loads), ("dead_rows", dead_rows),
           ("lazy_rescale", lazy_rescale), ("mma_row_sum", mma_row_sum))

@@ -74,7 +74,6 @@ class Choice:
 
 
 CHOICES: tuple[Choice, ...] = (
-    Choice("q_blocks_per_cta", "q_blocks_per_cta", int, "attn.kernel"),
     Choice("min_ctas_per_sm", "min_ctas_per_sm", int, "attn.kernel"),
     Choice("min_ctas_unless_spills", "min_ctas_unless_spills", bool, "attn.kernel"),
     Choice("heads_first", "heads_first", bool, "attn.kernel"),
@@ -104,10 +103,6 @@ class KernelChoices(Pass):
     """Record the kernel's choices (grid order, CTAs per SM, mask tests, exp2 split, lazy rescale, ...) on the ops they concern."""
 
     name: ClassVar[str] = NAME
-    q_blocks_per_cta: int | None = field(default=None, metadata={
-        "doc": "query blocks each CTA runs in turn, 1 or 2 (Note [Two query blocks per CTA] in forward.py; "
-               "default on sm_80: 2 where the softmax max is a constant -- a bf16 score_mod bounded within "
-               "64 -- at 128-key tiles, else 1; on sm_90a: 1)"})
     interval_test: str | None = field(default=None, metadata={
         "doc": "a row-interval mask's test per score: bits, range or pair (default: bits up "
                "to 128-key tiles, else range); set on every attn.mask, each of which may hold its own (Note "

@@ -72,20 +72,10 @@ def overlap(module) -> None:
         # Note [The next block's first QK^T in the IR]: persistent consumers without ping-pong
         flags = R.attrs_of(ws)
         ahead = bool(flags.get(R.PERSISTENT, False)) and not flags.get(R.PINGPONG, False)
-        recorded = R.value_of(ws.attributes[R.RANGES]) if R.RANGES in ws.attributes else {}
         with op.context:
             for role in roles:
                 name = R.name_of(role)
                 rotate = {"producer": load_ahead, "compute": overlap_cooperative}.get(
                     name, (overlap_ahead if ahead else overlap_role) if name.startswith("consumer") else None)
-                if rotate is None:
-                    continue
-                # The range digest follows the rotation only where the role's key range was
-                # the plan's: an edit made before stays one the lowering sees (Note [The key
-                # range as made]). (A digest not recorded is not compared.)
-                as_made = recorded.get(name) == R.range_digest(role)
-                rotate(role, op)
-                if as_made:
-                    recorded[name] = R.range_digest(role)
-            if recorded:
-                ws.attributes[R.RANGES] = ir.DictAttr.get({k: ir.StringAttr.get(v) for k, v in recorded.items()})
+                if rotate is not None:
+                    R.rewrite_range(role, lambda: rotate(role, op))

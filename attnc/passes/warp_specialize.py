@@ -68,8 +68,16 @@ class WarpSpecialize(Pass):
                "linear (rG + c), recorded as `order` on attn.walk_block (default: snake; "
                "results/sm90a_h200.md, \"Walk order\")"})
 
+    q_blocks_per_cta: int | None = field(default=None, metadata={
+        "doc": "sm_80: query blocks each CTA runs in turn, 1 or 2; with 2 the role's program stands in the "
+               "walk over the CTA's pair of blocks (order \"pairs\" on attn.walk_block: Note [Two query "
+               "blocks in the IR] in walk.py) (default: 2 where the softmax max is a constant -- a bf16 "
+               "score_mod bounded within 64 -- at 128-key tiles, else 1; results/sm80_h200.md, \"Two query "
+               "blocks per CTA\")"})
+
     def run(self, module) -> None:
-        warp_specialize(module, self.consumers, self.producer, self.pingpong, self.persistent, self.walk_order)
+        warp_specialize(module, self.consumers, self.producer, self.pingpong, self.persistent, self.walk_order,
+                        self.q_blocks_per_cta)
 
 
 def sm90a_roles(op, tile, consumers: int | None, producer: bool | None, pingpong: bool | None):
@@ -98,7 +106,7 @@ def sm90a_roles(op, tile, consumers: int | None, producer: bool | None, pingpong
 
 def warp_specialize(module, consumers: int | None, producer: bool | None = None,
                     pingpong: bool | None = None, persistent: bool | None = None,
-                    walk_order: str | None = None) -> None:
+                    walk_order: str | None = None, q_blocks_per_cta: int | None = None) -> None:
     from mlir import ir
 
     from attnc.errors import AttncError
@@ -109,7 +117,7 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
     from attnc.passes import plan_ir
     from attnc.schedule.partition import Partition
     from attnc.schedule.recipes import check_register_budget, recipe
-    from attnc.schedule.walk import ORDER, ORDERS
+    from attnc.schedule.walk import ORDER, ORDERS, PAIRS
 
     for op in attention_ops(module):
         if warp_specialize_of(op) is not None:
@@ -146,17 +154,43 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
             if walk_order is not None and not stays:
                 raise AttncError(f"walk_order={walk_order}: the order of persistent CTAs' query blocks, and this "
                                  f"plan's CTAs are not persistent (persistent=1)")
+            pairs = two_blocks(op, tile, target, q_blocks_per_cta)
+            walk = (walk_order or ORDER) if stays else PAIRS if pairs else None
             r = recipe(target, num_warps=get_int(op, "num_warps"), kv_stages=get_int(op, "stages"),
                        q_tiles=tile.q_tiles, consumers=n, producer=has_producer, persistent=stays,
                        pingpong=turns)
             check_register_budget(r)
             with op.context:
-                ws = Partition(r, op, walk_order or ORDER).run()
+                ws = Partition(r, op, walk).run()
                 for name, chosen in ((R.PINGPONG, turns), (R.PERSISTENT, stays)):
                     if chosen:
                         ws.attributes[name] = ir.BoolAttr.get(True)
         except AttncError as e:
             raise error_at(op, e.message) from None
+
+
+def two_blocks(op, tile, target: str, q_blocks_per_cta: int | None) -> bool:
+    """Whether the CTA runs two query blocks (Note [Two query blocks in the IR] in
+    attnc/schedule/walk.py): the option, else two on sm_80 where the softmax max is a
+    constant (Note [Bounded score_mod] in attnc/backend/softmax.py) and key blocks have 128
+    keys -- softcap + causal ran 5 % faster at head dim 64 (128x128 tiles), hardly at 128
+    (128x64 tiles, where the dense softcap example spilled 108 bytes); causal, ALiBi and the
+    window ran 1-8 % slower with two (results/sm80_h200.md, "Two query blocks per CTA")."""
+    from attnc.backend.score_forms import region_static_max
+    from attnc.errors import AttncError
+    from attnc.ir import SCORE_MOD, get_bool, get_str, region_block
+
+    if q_blocks_per_cta not in (None, 1, 2):
+        raise AttncError(f"q_blocks_per_cta={q_blocks_per_cta}: expected 1 or 2")
+    if q_blocks_per_cta == 2 and target != "sm_80":
+        raise AttncError(f"q_blocks_per_cta=2: two query blocks per CTA are sm_80's cooperative kernel's; "
+                         f"{target}'s CTAs run one (sm_90a's persistent CTAs, attn-warp-specialize{{persistent=1}}, "
+                         f"walk several)")
+    if q_blocks_per_cta is not None:
+        return q_blocks_per_cta == 2
+    if target != "sm_80" or tile.block_n < 128 or not get_bool(op, "has_score_mod"):
+        return False
+    return region_static_max(region_block(op, SCORE_MOD), get_str(op, "dtype")) is not None
 
 
 def banded(op) -> bool:

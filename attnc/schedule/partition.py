@@ -38,7 +38,7 @@ from attnc.ir import roles as R
 from attnc.ir.tiles import Q_TILE, tile_parts, tile_type
 from attnc.schedule.prefetch import prefetch
 from attnc.schedule.recipes import Channel, Recipe
-from attnc.schedule.walk import ORDER, walk_blocks
+from attnc.schedule.walk import walk_blocks
 
 PASS = "attn-warp-specialize"
 _TILE_OPS = ("attn.load", "attn.mma", "attn.score_mod", "attn.mask", "attn.softmax_step", "attn.rescale",
@@ -84,9 +84,11 @@ def tile_name(v: ir.Value) -> str:
 class Partition:
     """One split of one kernel body (module docstring)."""
 
-    def __init__(self, recipe: Recipe, kernel: ir.Operation, walk_order: str = ORDER):
+    def __init__(self, recipe: Recipe, kernel: ir.Operation, walk: str | None = None):
         self.recipe = recipe
-        self.walk_order = walk_order        # persistent CTAs' (Note [The walk over query blocks])
+        # the order of the walk over the CTA's query blocks, None for one block (Notes [The
+        # walk over query blocks] and [Two query blocks in the IR] in walk.py)
+        self.walk = walk
         self.kernel = kernel
         self.body = kernel.regions[0].blocks[0]
         self.block_m = ir.IntegerAttr(kernel.attributes["block_m"]).value
@@ -186,9 +188,9 @@ class Partition:
             _erase_unused(self.shared[r])
         if self.recipe.loads_ahead:          # Note [cp.async prefetch]
             prefetch(R.role_ops(self.kernel)[0], next(c.stages for c in self.recipe.channels if c.name == "kv"))
-        if self.recipe.persistent:           # Note [The walk over query blocks]
+        if self.walk is not None:            # Note [The walk over query blocks]
             for role in R.role_ops(self.kernel):
-                walk_blocks(role, self.kernel, self.walk_order)
+                walk_blocks(role, self.kernel, self.walk)
         self._write_types()
         self.ws.attributes[R.RANGES] = ir.DictAttr.get(      # Note [The key range as made]
             {R.name_of(role): ir.StringAttr.get(R.range_digest(role)) for role in R.role_ops(self.kernel)})

@@ -20,10 +20,10 @@ first loop's lower bound: the block of step 0). The steps count through every KV
 of the role in order; a load past the last step copies nothing (an empty cp.async
 group, as in the kernel: Note [cp.async group counting] in forward_loads.py).
 attn-insert-pipelines then writes the waits with the kernel's counts. What differs in
-the kernels the lowering builds for other choices: two query blocks per CTA issue the
-second block's prologue after the first's steps (Note [Two query blocks per CTA]); a
-block map's first block is loaded before the map is read (Note [First block before the
-map]); neither is stated here. On sm_90a attn-overlap-gemms then rotates the steps so that
+the kernels the lowering builds for other choices: a block map's first block is loaded
+before the map is read (Note [First block before the map]), not stated here; two query
+blocks per CTA are a walk around the role's program (Note [Two query blocks in the IR] in
+walk.py). On sm_90a attn-overlap-gemms then rotates the steps so that
 the GEMMs overlap, which moves each step's loads and waits to where that kernel has them
 (Note [Overlapped cooperative steps in the IR] in overlap_coop.py).
 """

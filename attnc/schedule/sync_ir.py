@@ -63,6 +63,8 @@ from attnc.ir.ops import with_iter_args
 from attnc.schedule.alloc import Tile
 from attnc.schedule.recipes import CP_ASYNC_MBARRIER, Channel, Recipe
 from attnc.schedule.sync import Barrier, cp_async_pending, insert_pipelines
+from attnc.schedule.walk import PAIRS, walk_order
+from attnc.schedule.walk_pairs import load_next_before_epilogue
 
 PASS = "attn-insert-pipelines"
 
@@ -87,10 +89,13 @@ class Pipelines:
             with ir.InsertionPoint.at_block_begin(block), R.pass_loc(PASS, role):
                 self.zero = arith.ConstantOp(ir.IntegerType.get_signless(32), 0).result
                 self.one = arith.ConstantOp(ir.IntegerType.get_signless(32), 1).result
-            self._block(block, {})
+            pairs = walk_order(role) == PAIRS   # Note [Two query blocks in the IR]: rings start over
+            self._block(R.body_block(role) if pairs else block, {})
             body = R.body_block(role)       # Note [The walk over query blocks]
             self._drain(body)
             self._take_turns(block, body)
+            if pairs:
+                R.rewrite_range(role, lambda: load_next_before_epilogue(role))
             if not list(self.zero.uses):
                 self.zero.owner.erase()
             if not list(self.one.uses):

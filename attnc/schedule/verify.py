@@ -54,7 +54,8 @@ branches without steps run (the consumers must still release Q's slot there); th
 over S + 1 blocks -- enough for the producer to refill the slots where the first block
 left them, up to S steps ahead of consumers still finishing it, and to wait for Q's slot
 with the phase two blocks on. A longer last round would only repeat the first one's steps
-at twice the states.
+at twice the states. sm_80's pair of query blocks runs two rounds, of 2S + 1 and S + 1 key
+blocks (Note [Rounds that start over]).
 
 A violation is a deadlock (no role can move and one has not finished: named at the op
 it waits at), a slot written while a reader has not read or released its previous fill,
@@ -71,6 +72,7 @@ from mlir import ir
 from attnc.ir import roles as R
 from attnc.ir.tiles import tile_parts
 from attnc.passes.tile_program import KV_LOOP
+from attnc.schedule.walk import PAIRS
 
 MAX_STATES = 400_000
 ROUNDS = 3          # of a persistent CTA's walk over query blocks (Note [Key blocks the check runs])
@@ -114,7 +116,7 @@ class Unevaluated(Exception):
 # --- the roles' programs as events -----------------------------------------------------
 class _Trace:
     def __init__(self, warps: int, stages: int, bars: dict, block_n: int = 0):
-        self.warps, self.trips, self.bars = warps, 2 * stages, bars
+        self.warps, self.trips, self.bars, self.stages = warps, 2 * stages, bars, stages
         # Note [Key blocks the check runs]: the key range every role reads
         self.blocks = 2 * stages + 2
         self.rounds = (self.blocks, 0, stages + 1)      # a persistent CTA's key blocks, round by round
@@ -133,6 +135,10 @@ class _Trace:
         self.unadvanced: dict = {}      # stage value: the (channel, tile)s read at it, ring not advanced
         self.groups = 0
         self.loops = 0
+        # Note [Rounds that start over]: whether the walk's rounds do; the current round's
+        # KV trips, the step the ops being traced belong to, and its copies of later steps
+        # (event, step)
+        self.restarts, self.round_trips, self.step, self.ahead = False, 0, 0, []
 
     def block(self, block: ir.Block) -> None:
         for op in block.operations:
@@ -166,10 +172,14 @@ class _Trace:
             for r, v in zip(op.results, _key_range(len(op.results), self._blocks())):
                 self.env[r] = v
         elif name == R.WALK_ROUNDS:         # Note [Key blocks the check runs]
-            self.env[op.result] = ROUNDS
+            if _walk_order(op) == PAIRS:        # Note [Rounds that start over]
+                self.rounds = (2 * self.stages + 1, self.stages + 1)
+            self.env[op.result] = len(self.rounds)
         elif name == R.WALK_BLOCK:
             rnd = self.get(op, op.operands[0])
             if any(use.owner.name == "scf.if" for use in op.results[0].uses):
+                self.end_round()
+                self.restarts = R.attrs_of(op).get("order") == PAIRS
                 self.round = rnd        # the walk's block (not an earlier round's, for its epilogue)
             for r, v in zip(op.results, (1, 0, 0, rnd)):
                 self.env[r] = v
@@ -187,6 +197,9 @@ class _Trace:
             if name == R.MBARRIER_ARRIVE:
                 self.released(op)
             self.events.append(_SYNC[name](self, op))
+            load = op.operands[2].owner if name == R.SLOT_WRITE else None
+            if self.restarts and getattr(load, "name", "") == "attn.load" and "ahead" in load.attributes:
+                self.ahead.append((self.events[-1], self.step + _attr(load, "ahead")))
 
     def _blocks(self) -> int:
         """The key blocks of the current round's query block (Note [Key blocks the check runs])."""
@@ -206,6 +219,8 @@ class _Trace:
         terminator = list(body.operations)[-1]
         for n in range(lo, hi):
             self.env[args[0]] = n
+            if KV_LOOP in op.attributes:
+                self.step, self.round_trips = self.round_trips, self.round_trips + 1
             for a, v in zip(args[1:], values):
                 if v is None:
                     self.env.pop(a, None)
@@ -217,6 +232,27 @@ class _Trace:
         for r, v in zip(op.results, values):
             if v is not None:
                 self.env[r] = v
+
+    # Note [Rounds that start over]: the rounds of sm_80's pair of query blocks (Note [Two
+    # query blocks in the IR] in walk.py) start their rings over at stage 0, after a wait for
+    # every copy and a CTA barrier. The check runs two rounds, of 2S + 1 and S + 1 key blocks
+    # (S stages): both with steps, and the first ending on slot 0, which the second's first
+    # copies fill again, so a thread still reading it (no CTA barrier since) is a
+    # violation. A copy for a step past its block's last copies nothing -- an empty cp.async
+    # group, as in the kernel (Note [cp.async group counting] in
+    # attnc/backend/forward_loads.py) -- so its slot write is left out once the round's
+    # trips are known, and so is its fill; and a round's reads count their fills from the
+    # fills written before it (not from the ring advances of every round, Note [Re-reads]
+    # in sync_ir.py: Q is read at every step without one).
+    def end_round(self) -> None:
+        if self.restarts:
+            past = {id(e) for e, step in self.ahead if step >= self.round_trips}
+            self.events = [e for e in self.events if id(e) not in past]
+            for e, step in self.ahead:
+                if id(e) in past:
+                    self.fills[(e.channel, e.tile)] -= 1
+            self.read.update(self.fills)
+        self.round_trips, self.step, self.ahead = 0, 0, []
 
     def branch(self, op: ir.Operation) -> None:
         """An scf.if runs the branch its condition (a value the trace evaluates) takes."""
@@ -326,6 +362,17 @@ def _channel_attr(op) -> str | None:
 _ARITH = {"arith.maxsi": max, "arith.minsi": min, "arith.divsi": lambda a, b: int(a / b) if b else 0,
           "arith.xori": lambda a, b: a ^ b, "arith.addi": lambda a, b: a + b, "arith.subi": lambda a, b: a - b,
           "arith.andi": lambda a, b: a & b, "arith.ori": lambda a, b: a | b, "arith.muli": lambda a, b: a * b}
+def _walk_order(rounds: ir.Operation) -> str | None:
+    """The order of the walk whose loop runs attn.walk_rounds' `rounds` rounds."""
+    for use in rounds.result.uses:
+        loop = use.owner
+        if loop.name == "scf.for":
+            for op in loop.regions[0].blocks[0].operations:
+                if op.operation.name == R.WALK_BLOCK:
+                    return R.attrs_of(op.operation).get("order")
+    return None
+
+
 def _key_range(results: int, blocks: int) -> list[int]:
     """attn.kv_range's values (Note [Key blocks the check runs]): its segments' (lo, hi),
     [0, blocks) cut in as many runs, then the fully kept blocks [blocks - 2, blocks - 1)."""
@@ -410,6 +457,7 @@ def kernel_explorations(kernel: ir.Operation) -> tuple[list[Violation], list[tup
         trace = _Trace(len(a["warps"]), stages, bars, R.attrs_of(kernel).get("block_n", 0))
         try:
             trace.block(R.role_block(role))
+            trace.end_round()
             if trace.violations:
                 return trace.violations[:1], []
         except Unevaluated as e:

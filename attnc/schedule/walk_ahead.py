@@ -58,10 +58,11 @@ def issue_first_qk_ahead(role: ir.Operation) -> None:
                                                 f"and the stores after its steps) to the next block; this block "
                                                 f"has {odd[0].name if odd else 'none'} there")
     m, l, o = list(some.results)[:3]
-    finish = _Epilogue(epilogue, item, (m, l, o))
+    finish = Epilogue(epilogue, item, (m, l, o), PASS, "a persistent consumer's")
     first_qk = next(op for op in some.regions[0].blocks[0].operations if op.name == "attn.mma")
+    starts = list(list(some.regions[1].blocks[0].operations)[-1].operands)[:3]
     with R.pass_loc(PASS, role):
-        carried = _carry(loop, branch, item, some, (m, l, o))
+        carried = carry_round(loop, branch, starts, (m, l, o), PASS, "a persistent consumer's")
         prev, pm, pl, po = carried
         with ir.InsertionPoint(first_qk.operation.block.operations[_index(first_qk) + 1]):
             finish.build(prev, pm, pl, po)
@@ -76,19 +77,19 @@ def issue_first_qk_ahead(role: ir.Operation) -> None:
         op.erase()
 
 
-class _Epilogue:
-    """A block's epilogue ops, cloned for the block of a carried round."""
+class Epilogue:
+    """A block's epilogue ops, cloned for the block of a carried round; `pass_name` and
+    `whose` (the role's, "a persistent consumer's") name them in errors."""
 
-    def __init__(self, ops: list, item, results: tuple):
+    def __init__(self, ops: list, item, results: tuple, pass_name: str, whose: str):
         self.ops, self.item, self.results = ops, item, results
         inside = {r for op in ops for r in op.results}
         for op in ops:
             for v in op.operands:
                 if v not in inside and v not in results and v not in list(item.results)[1:] and \
                         not _above(v, item):
-                    raise error_at(op, f"{PASS} moves a persistent consumer's epilogue to the next block, and "
-                                       f"this op reads a value of its block's program other than its O, m, l "
-                                       f"and (b, h, m_block)")
+                    raise error_at(op, f"{pass_name} moves {whose} epilogue to the next block, and this op reads "
+                                       f"a value of its block's program other than its O, m, l and (b, h, m_block)")
 
     def build(self, prev, m, l, o) -> None:
         """`if prev >= 0`: the epilogue of round prev's block, from its carried m, l, O."""
@@ -107,14 +108,14 @@ class _Epilogue:
             scf.YieldOp([])
 
 
-def _carry(loop, branch, item, some, block_results: tuple) -> list:
-    """The walk again, carrying (round, m, l, O) of the last block: from (-1, the fills
-    the steps start from) into the loop; out of the branch the round's own, or as they
-    came in. Returns the new loop's carried values (in its body)."""
+def carry_round(loop, branch, starts: list, block_results: tuple, pass_name: str, whose: str) -> list:
+    """The walk `loop` again, carrying (round, m, l, O) of the last block: from (-1, the
+    fills `starts` the steps start from) into the loop; out of the walk's `branch` the
+    round's own (`block_results`), or as they came in. Returns the new loop's carried
+    values (in its body)."""
     i32 = ir.IntegerType.get_signless(32)
-    starts = list(list(some.regions[1].blocks[0].operations)[-1].operands)[:3]
     with ir.InsertionPoint(loop):
-        fills = [_above_clone(v) for v in starts]
+        fills = [_above_clone(v, pass_name, whose) for v in starts]
         minus_one = arith.ConstantOp(i32, -1).result
     n = len(loop.results)
     new = with_iter_args(loop, [minus_one, *fills])
@@ -123,9 +124,14 @@ def _carry(loop, branch, item, some, block_results: tuple) -> list:
     types = [*(r.type for r in branch.results), i32, *(v.type for v in block_results)]
     with ir.InsertionPoint(branch), branch.location:
         fresh = scf.IfOp(branch.operands[0], types, has_else=True)
-    then_old, else_old = branch.regions[0].blocks[0], branch.regions[1].blocks[0]
+    then_old = branch.regions[0].blocks[0]
+    else_old = branch.regions[1].blocks[0] if branch.regions[1].blocks else None
     for old_block, block, extra in ((then_old, fresh.then_block, [new.induction_variable, *block_results]),
                                     (else_old, fresh.else_block, carried)):
+        if old_block is None:           # a walk's branch without an else: it passes them on
+            with ir.InsertionPoint(block), branch.location:
+                scf.YieldOp(extra)
+            continue
         for op in list(old_block.operations):
             block.append(op.operation)
         end = list(block.operations)[-1]
@@ -142,12 +148,12 @@ def _carry(loop, branch, item, some, block_results: tuple) -> list:
     return carried
 
 
-def _above_clone(value) -> ir.Value:
+def _above_clone(value, pass_name: str, whose: str) -> ir.Value:
     """A clone, at the insertion point, of the op making `value` (an attn.fill)."""
     owner = value.owner
     if getattr(owner, "name", "") != "attn.fill":
         raise error_at(owner if not isinstance(owner, ir.Block) else None,
-                       f"{PASS}: a persistent consumer's steps start from attn.fill values, as attn-tile makes them")
+                       f"{pass_name}: {whose} steps start from attn.fill values, as attn-tile makes them")
     return owner.clone().result
 
 

@@ -455,12 +455,13 @@ def test_interval_test_defaults_by_tile_width(hd, options, tiles, form):
     assert kernel_choices.read(op)["interval_test"] == form
 
 
-@pytest.mark.parametrize("options, message", [("q_blocks_per_cta=3", "q_blocks_per_cta=3: expected 1 or 2"),
-                                              ("interval_test=both", "interval_test='both': expected one of")])
-def test_kernel_choices_are_checked(options, message):
+@pytest.mark.parametrize("ws, choices, message", [
+    ("{q_blocks_per_cta=3}", "", "q_blocks_per_cta=3: expected 1 or 2"),
+    ("", "{interval_test=both}", "interval_test='both': expected one of")])
+def test_kernel_choices_are_checked(ws, choices, message):
     from attnc.errors import AttncError
-    pipeline = ("attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,"
-                f"attn-insert-pipelines,attn-kernel-choices{{{options}}},attn-lower-sm80")
+    pipeline = (f"attn-tile,attn-analyze-masks,attn-warp-specialize{ws},attn-alloc-smem,attn-alloc-tmem,"
+                f"attn-insert-pipelines,attn-kernel-choices{choices},attn-lower-sm80")
     with pytest.raises(AttncError, match=message):
         _softcap_causal("bf16", 64, pipeline=pipeline)
 

@@ -69,7 +69,6 @@ CASES = {
     "d64_64x64_f16": (source("f16", 64), dict(block_m=64, block_n=64, stages=2)),
     "d96_none": (source(d=96, mask=None), TILE_128),
     "qk128_v64_f32_out": (source(d=128, d_v=64, out="f32", mask=BOTTOM_RIGHT), TILE_128),
-    "two_blocks_per_cta": (source(d=64), dict(TILE_64, q_blocks_per_cta=2)),
 }
 
 

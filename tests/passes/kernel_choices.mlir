@@ -37,7 +37,7 @@
 // CHECK: "attn.mma"({{.*}}) {kind = "pv", row_sum = true}
 // CHECK: }) {interval_test = "bits", split = false}
 // CHECK: "attn.store"({{.*}}) {operand = "o", staged = true}
-// CHECK: }) {aligned_tiles = false, {{.*}}dead_rows = false, {{.*}}heads_first = false, {{.*}}min_ctas_per_sm = 0 : i64, min_ctas_unless_spills = false, {{.*}}q_blocks_per_cta = 1 : i64, {{.*}}run_ranges = false, {{.*}}small_grid = true, {{.*}}tail_waves = 0 : i64, {{.*}}tiles_last = false
+// CHECK: }) {aligned_tiles = false, {{.*}}dead_rows = false, {{.*}}heads_first = false, {{.*}}min_ctas_per_sm = 0 : i64, min_ctas_unless_spills = false, {{.*}}run_ranges = false, {{.*}}small_grid = true, {{.*}}tail_waves = 0 : i64, {{.*}}tiles_last = false
 
 // OPTIONS: "attn.softmax_step"({{.*}}) {exp2_fma = 3 : i64}
 // OPTIONS: "attn.mma"({{.*}}) {kind = "pv", row_sum = false}

@@ -14,9 +14,10 @@
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-lower-sm90a" 2>&1 | filecheck %s --check-prefix=NOTILE
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-lower-sm90a" 2>&1 | filecheck %s --check-prefix=NOROLES
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-analyze-masks,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-lower-sm90a" 2>&1 | filecheck %s --check-prefix=NOOVERLAP
+// Two query blocks per CTA are sm_80's (Note [Two query blocks in the IR]): refused at the option.
+// RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-analyze-masks,attn-hoist,attn-warp-specialize{q_blocks_per_cta=2},attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-overlap-gemms,attn-verify-pipeline,attn-kernel-choices,attn-lower-sm90a" 2>&1 | filecheck %s --check-prefix=QBLOCKS
 // Choices the producer warpgroup's kernel cannot take: attn-kernel-choices checks its options
 // against the kernel attn-lower-sm90a would build, and refuses them first.
-// RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-analyze-masks,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-overlap-gemms,attn-verify-pipeline,attn-kernel-choices{q_blocks_per_cta=2},attn-lower-sm90a" 2>&1 | filecheck %s --check-prefix=QBLOCKS
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-analyze-masks,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-overlap-gemms,attn-verify-pipeline,attn-kernel-choices{heads_first=1},attn-lower-sm90a" 2>&1 | filecheck %s --check-prefix=HEADS
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-analyze-masks,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-overlap-gemms,attn-verify-pipeline,attn-kernel-choices{mma_row_sum=1},attn-lower-sm90a" 2>&1 | filecheck %s --check-prefix=ROWSUM
 
@@ -66,7 +67,7 @@
 // NOROLES: lower_sm90a.attn:2:1: error: attn-lower-sm90a needs the role regions that attn-warp-specialize makes; run attn-warp-specialize first
 // NOOVERLAP: lower_sm90a.attn:2:1: error: attn-lower-sm90a builds the KV steps of sm_90a's consumer warpgroups and of its cooperative role with their GEMMs overlapped
 // NOOVERLAP-SAME: role 'consumer0' has them one after the other: run attn-overlap-gemms after attn-insert-pipelines
-// QBLOCKS: --pass-pipeline:1:176: error: attn-kernel-choices: the sm_90a kernel cannot be built: with a producer warpgroup each CTA runs one query block (q_blocks_per_cta=1); for two, a plan without one (attn-warp-specialize{producer=0})
+// QBLOCKS: --pass-pipeline:1:62: error: attn-warp-specialize: q_blocks_per_cta=2: two query blocks per CTA are sm_80's cooperative kernel's; sm_90a's CTAs run one
 // HEADS: lower_sm90a.attn:2:1: error: the sm_90a kernel cannot be built: heads_first needs a kernel with one query block per CTA and no producer warpgroup
 // ROWSUM: lower_sm90a.attn:2:1: error: the sm_90a kernel cannot be built: mma_row_sum sums P on mma.sync, an sm_80 kernel's P.V, not sm_90a's
 

@@ -15,6 +15,8 @@
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem" | filecheck %s --check-prefix=ALLOC90
 // RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem" | filecheck %s --check-prefix=ALLOC100
 // RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines" | filecheck %s --check-prefix=SYNC80
+// RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize{q_blocks_per_cta=2}" | filecheck %s --check-prefix=PAIRS
+// RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize{q_blocks_per_cta=2},attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines" | filecheck %s --check-prefix=PAIRSYNC
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{num_warps=8 block_m=64 block_n=128 stages=2},attn-warp-specialize{consumers=1 producer=1},attn-alloc-smem,attn-insert-pipelines" | filecheck %s --check-prefix=RING
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{block_m=64},attn-warp-specialize" | filecheck %s --check-prefix=COOP90
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{pingpong=1}" | filecheck %s --check-prefix=PINGPONG
@@ -55,6 +57,45 @@
 // WS80-NEXT: "attn.mma"(%{{[0-9]+}}#0, %[[V]], %{{[0-9]+}}) {kind = "pv"}
 // WS80: }) {name = "compute", regs = 0 : i64, warps = [0, 1, 2, 3]}
 // WS80-NOT: "attn.role"
+
+// Two query blocks per CTA (Note [Two query blocks in the IR] in attnc/schedule/walk.py):
+// the role's program stands in the walk over the pair, its loads at the round's block.
+// PAIRS: "attn.role"() ({
+// PAIRS: %[[ROUNDS:[0-9]+]] = "attn.walk_rounds"()
+// PAIRS: scf.for %[[R:arg[0-9]+]] = %{{.*}} to %[[ROUNDS]]
+// PAIRS-NEXT: %[[ITEM:[0-9]+]]:4 = "attn.walk_block"(%[[R]]) {order = "pairs"}
+// PAIRS-NEXT: scf.if %[[ITEM]]#0 {
+// PAIRS-NEXT: "attn.load"(%arg0, %[[ITEM]]#1, %[[ITEM]]#2, %[[ITEM]]#3) {operand = "q"}
+// PAIRS: "attn.store"({{.*}}, %[[ITEM]]#1, %[[ITEM]]#2, %[[ITEM]]#3) {operand = "o"}
+// PAIRS: }) {name = "compute", regs = 0 : i64, warps = [0, 1, 2, 3]}
+
+// With the synchronization (Note [The next block's loads in the IR] in walk_pairs.py): the
+// rings start over in each round, the epilogue of the last round's block follows the
+// round's first loads, the round ends with a wait for every copy and a CTA barrier, and
+// the last block's epilogue follows the walk.
+// PAIRSYNC: %[[ROUNDS:[0-9]+]] = "attn.walk_rounds"()
+// PAIRSYNC: scf.for %[[R:arg[0-9]+]] = %{{.*}} to %[[ROUNDS]] step %{{.*}} iter_args(%[[PREV:arg[0-9]+]] = %c-1_i32, %[[M:arg[0-9]+]] = %{{[0-9]+}}, %[[L:arg[0-9]+]] = %{{[0-9]+}}, %[[O:arg[0-9]+]] = %{{[0-9]+}})
+// PAIRSYNC-NEXT: %[[ITEM:[0-9]+]]:4 = "attn.walk_block"(%[[R]]) {order = "pairs"}
+// PAIRSYNC-NEXT: scf.if %[[ITEM]]#0
+// PAIRSYNC-NEXT: "attn.load"(%arg0, %[[ITEM]]#1, %[[ITEM]]#2, %[[ITEM]]#3) {operand = "q"}
+// PAIRSYNC-NEXT: "attn.slot_write"(%{{[0-9]+}}, %c0_i32, %{{[0-9]+}}) {completes = "group", tile = "q"}
+// PAIRSYNC: "attn.load"({{.*}}) {ahead = 1 : i64, operand = "k"}
+// PAIRSYNC: %[[GO:[0-9]+]] = arith.cmpi sge, %[[PREV]], %{{.*}}
+// PAIRSYNC-NEXT: scf.if %[[GO]] {
+// PAIRSYNC-NEXT: %[[BLOCK:[0-9]+]]:4 = "attn.walk_block"(%[[PREV]]) {order = "pairs"}
+// PAIRSYNC-NEXT: %[[FIN:[0-9]+]]:2 = "attn.finalize"(%[[O]], %[[M]], %[[L]], %[[BLOCK]]#2)
+// PAIRSYNC: "attn.store"(%[[FIN]]#0, %[[BLOCK]]#1, %[[BLOCK]]#2, %[[BLOCK]]#3) {operand = "o"}
+// PAIRSYNC: %[[LAST:[0-9]+]]:11 = scf.for
+// PAIRSYNC: "attn.cp_async_wait"() {pending = 0 : i64}
+// PAIRSYNC-NEXT: "attn.cta_barrier"()
+// PAIRSYNC-NEXT: scf.yield %[[R]], %[[LAST]]#0, %[[LAST]]#1, %[[LAST]]#2
+// PAIRSYNC: } else {
+// PAIRSYNC-NEXT: scf.yield %[[PREV]], %[[M]], %[[L]], %[[O]]
+// PAIRSYNC: %[[GO2:[0-9]+]] = arith.cmpi sge
+// PAIRSYNC-NEXT: scf.if %[[GO2]] {
+// PAIRSYNC-NEXT: "attn.walk_block"
+// PAIRSYNC-NEXT: "attn.finalize"
+// PAIRSYNC: "attn.store"
 
 // L3, sm_90a at head dim 128: the producer warpgroup loads and puts K and V; two consumer
 // warpgroups get them, run the GEMMs, hooks and softmax and store their rows of O: 64 of

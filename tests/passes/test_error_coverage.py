@@ -224,7 +224,7 @@ def test_a_persistent_block_without_an_epilogue_is_refused():
                  "pass 'attn-hoist' has no option 'block_m' (its options: hoist); attn-tile has it", id="block_m"),
     pytest.param("attn-tile,attn-analyze-masks,attn-warp-specialize{kv_layout=separate}",
                  "pass 'attn-warp-specialize' has no option 'kv_layout' (its options: consumers, producer, "
-                 "pingpong, persistent, walk_order); attn-alloc-smem has it", id="kv_layout"),
+                 "pingpong, persistent, walk_order, q_blocks_per_cta); attn-alloc-smem has it", id="kv_layout"),
 ])
 def test_an_option_of_another_pass_names_its_pass(pipeline, message):
     error = _compile_refused(pipeline)

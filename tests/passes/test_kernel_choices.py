@@ -95,11 +95,13 @@ def test_a_choice_of_the_wrong_type_is_refused():
 
 
 def test_a_choice_the_kernel_cannot_take_names_its_condition():
-    """Two query blocks per CTA, edited in, against the small grid's kernel the pass chose
-    for one: refused at the kernel's .attn location, naming the condition."""
-    plan = _plan("alibi", "sm_80")
+    """The small grid's kernel, edited in, against a plan of two query blocks per CTA:
+    refused at the kernel's .attn location, naming the condition."""
+    pipeline = pipeline_with("sm_80", {"attn-warp-specialize": {"q_blocks_per_cta": 2}}).rsplit(",", 1)[0]
+    plan = compile_file("examples/alibi.attn", CompileOptions(arch="sm_80", pass_pipeline=pipeline)).text
+    assert plan.count("small_grid = false") == 1
     with pytest.raises(AttncError) as info:
-        _lower(plan.replace("q_blocks_per_cta = 1 : i64", "q_blocks_per_cta = 2 : i64"), "sm_80")
+        _lower(plan.replace("small_grid = false", "small_grid = true"), "sm_80")
     assert info.value.render().startswith(
         "examples/alibi.attn:2:1: error: the sm_80 kernel cannot be built: small_grid adds the kernel with "
         "tiles_last: it needs a kernel with one query block per CTA")
@@ -134,12 +136,13 @@ def test_persistent_edited_without_its_walk_is_refused():
 
 def test_a_second_run_chooses_afresh_what_it_is_not_given():
     """On a dump whose choices are all written, the option alone changes the kernel: the
-    defaults that depend on it (the small grid's kernel) follow."""
+    defaults that depend on it (the small grid's kernel, there only where no grid order is
+    given) follow."""
     plan = _plan("alibi", "sm_80")
+    assert "small_grid = true" in plan and "small_grid" in _lowered(_lower(plan, "sm_80"), KERNELS_ATTR)[-1]
     rerun = optimize_mlir(plan, "plan.mlir", CompileOptions(arch="sm_80", pass_pipeline=(
-        f"{CHOICES}{{q_blocks_per_cta=2}},{LOWERING['sm_80']}")))
-    assert "small_grid" in _lowered(_lower(plan, "sm_80"), KERNELS_ATTR)[-1]
-    assert _lowered(rerun)["q_blocks_per_cta"] == 2
+        f"{CHOICES}{{tiles_last=1}},{LOWERING['sm_80']}")))
+    assert _lowered(rerun)["tiles_last"] is True
     assert "small_grid" not in _lowered(rerun, KERNELS_ATTR)[-1]
 
 

@@ -139,7 +139,7 @@ def test_the_last_v_slot_held_past_its_block_deadlocks_the_next_round():
     ("mixed", "every role of a CTA walks the query blocks in one order, and this attn.walk_block takes them "
               "'linear', another 'snake'"),
     ("removed", "persistent = true on attn.warp_specialize, and role 'producer' has no walk"),
-    ("flag", "role 'producer' walks query blocks, and attn.warp_specialize is not persistent = true"),
+    ("flag", "role 'producer' walks query blocks in the order 'snake', and attn.warp_specialize is not persistent = true"),
 ])
 def test_an_edited_walk_is_refused_by_the_lowering(edit, expect):
     """The lowering builds the walk as the kernel's own: a walk edited by hand (the blocks

@@ -79,7 +79,8 @@ def test_the_other_kernel_choices_reach_the_manifest(tmp_path, name, blocks, tes
     job = next(j for j in builder.example_jobs() if j.name == name)
     entry = builder.build_one(job, str(tmp_path))
     assert "refused" not in entry, entry.get("refused")
-    assert entry["pipeline"].endswith(f"attn-kernel-choices{{q_blocks_per_cta={blocks} interval_test="
+    assert f"attn-warp-specialize{{q_blocks_per_cta={blocks}}}," in entry["pipeline"]
+    assert entry["pipeline"].endswith(f"attn-kernel-choices{{interval_test="
                                       f"{builder.OTHER_INTERVAL_TEST[job.meta['dtype']]} exp2_fma=4}},attn-lower-sm80")
     manifest = json.loads((tmp_path / job.name / "manifest.json").read_text())
     spec = manifest["specialization"]
@@ -93,8 +94,8 @@ def test_the_other_kernel_choices_reach_the_manifest(tmp_path, name, blocks, tes
     ("ex_softcap_bf16_d64x64_other", None, 0),               # default: 2 of 8 on the FMA pipe
 ])
 def test_the_other_sm90a_choices_reach_the_manifest(tmp_path, name, persistent, exp2_fma):
-    """On sm_90a the producer warpgroup's kernel runs one query block per CTA: its other
-    choice is the other persistence."""
+    """On sm_90a every kernel runs one query block per CTA: the producer warpgroup's other
+    choice is the other persistence, the cooperative kernel's the mask test and exp2's."""
     pytest.importorskip("mlir")
     job = dataclasses.replace(next(j for j in builder.example_jobs() if j.name == name), arch="sm_90a")
     entry = builder.build_one(job, str(tmp_path))
@@ -102,7 +103,7 @@ def test_the_other_sm90a_choices_reach_the_manifest(tmp_path, name, persistent, 
     spec = json.loads((tmp_path / job.name / "manifest.json").read_text())["specialization"]
     assert spec["exp2_fma"] == exp2_fma
     if persistent is None:
-        assert not spec["producer_warpgroup"] and spec["q_blocks_per_cta"] == 2
+        assert not spec["producer_warpgroup"] and spec["q_blocks_per_cta"] == 1
     else:
         assert spec["producer_warpgroup"] and spec["persistent"] is persistent and spec["q_blocks_per_cta"] == 1
 
