@@ -43,8 +43,6 @@ class OverlapGemms(Pass):
 
 
 def overlap(module) -> None:
-    from mlir import ir
-
     from attnc.ir import attention_ops, error_at, get_str
     from attnc.ir import roles as R
     from attnc.passes import plan_ir

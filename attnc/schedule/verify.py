@@ -362,6 +362,8 @@ def _channel_attr(op) -> str | None:
 _ARITH = {"arith.maxsi": max, "arith.minsi": min, "arith.divsi": lambda a, b: int(a / b) if b else 0,
           "arith.xori": lambda a, b: a ^ b, "arith.addi": lambda a, b: a + b, "arith.subi": lambda a, b: a - b,
           "arith.andi": lambda a, b: a & b, "arith.ori": lambda a, b: a | b, "arith.muli": lambda a, b: a * b}
+
+
 def _walk_order(rounds: ir.Operation) -> str | None:
     """The order of the walk whose loop runs attn.walk_rounds' `rounds` rounds."""
     for use in rounds.result.uses:

@@ -17,7 +17,6 @@ from attnc.driver import CompileOptions, compile_mlir
 from attnc.errors import AttncError
 from attnc.ir import attention_ops
 from attnc.ir.roles import PERSISTENT, attrs_of, name_of, role_ops, warp_specialize_of
-from attnc.passes import kernel_choices
 from attnc.passes.pipelines import pipeline_with_options
 from attnc.schedule.recipes import consumer_registers, producer_registers
 from attnc.testing import build_with, variant_source
