@@ -235,6 +235,9 @@ class Pipelines:
         return ring
 
     def _exchange(self, op: ir.Operation, state: dict, fills: dict, done: dict) -> None:
+        if _channel_name(op) not in self.channels:
+            raise error_at(op, f"{PASS}: this {op.name} is on channel '{_channel_name(op)}', which is not among the "
+                               f"channels attn.warp_specialize declares ({', '.join(self.channels)})")
         ch = self.channels[_channel_name(op)]
         tile = R.attrs_of(op).get("tile")
         if tile not in ch.tile:

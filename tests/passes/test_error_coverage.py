@@ -299,3 +299,15 @@ def test_a_cooperative_load_without_its_ahead_is_refused():
     plan = _replaced(plan, '{ahead = 3 : i64, operand = "k"}', '{operand = "k"}')     # the KV loop's
     error = _located(plan, "sm_90a", "attn-overlap-gemms")
     assert "attn-overlap-gemms: this K load of the cooperative KV step has no `ahead`" in error.message
+
+
+def test_a_put_on_a_channel_outside_the_roles_declarations_is_refused():
+    """Q's channel moved above attn.warp_specialize, out of the channels it declares: the
+    put on it is refused at the put."""
+    lines = _example_plan("mha", "sm_80", "attn-alloc-tmem").split("\n")
+    at = next(k for k, line in enumerate(lines) if '"attn.warp_specialize"() ({' in line)
+    assert 'name = "q"' in lines[at + 1]
+    lines[at], lines[at + 1] = lines[at + 1], lines[at]
+    error = _located("\n".join(lines), "sm_80", _rest("sm_80", "attn-alloc-tmem"))
+    assert "attn-insert-pipelines: this attn.put is on channel 'q', which is not among the channels " \
+           "attn.warp_specialize declares (kv)" in error.message
