@@ -127,6 +127,18 @@ def _swap_m_and_l_after_the_walk(lines: list[str]) -> list[str]:
     return lines
 
 
+def _round_without_its_last_wait(lines: list[str]) -> list[str]:
+    """The round's wait for every copy removed (its copies have all landed by its last read:
+    sound, but not the round the kernel ends)."""
+    return [line for line in lines if not ("attn.cp_async_wait" in line and "pending = 0" in line)]
+
+
+def _last_epilogue_past_round_zero(lines: list[str]) -> list[str]:
+    """The test of the epilogue after the walk edited to round > 0."""
+    at = max(k for k, line in enumerate(lines) if "arith.cmpi sge" in line)
+    return lines[:at] + [lines[at].replace("arith.cmpi sge", "arith.cmpi sgt")] + lines[at + 1:]
+
+
 @pytest.mark.parametrize("edit, message", [
     (lambda lines: [line.replace('order = "pairs"', 'order = "snake"') for line in lines],
      "role 'compute' walks query blocks in the order 'snake', and attn.warp_specialize is not persistent = true"),
@@ -134,6 +146,10 @@ def _swap_m_and_l_after_the_walk(lines: list[str]) -> list[str]:
      "a round of the pair's walk runs the last round's epilogue right before its KV loops"),
     (_swap_m_and_l_after_the_walk,
      "the finalize takes O, m and l from the walk's carried values"),
+    (_round_without_its_last_wait,
+     "a round of the pair's walk ends after its KV loops with a wait for every copy and a CTA barrier"),
+    (_last_epilogue_past_round_zero,
+     "the epilogue of the carried round's block runs where that round is >= 0"),
 ])
 def test_an_edited_pair_is_refused_by_the_lowering(edit, message):
     """What the kernel builds as its own is checked op by op: the walk's order, where the
@@ -148,3 +164,16 @@ def test_two_blocks_are_sm_80s():
     with pytest.raises(AttncError, match=re.escape("q_blocks_per_cta=2: two query blocks per CTA are sm_80's")):
         compile_mlir(SOFTCAP64, "sc64.attn", CompileOptions(arch="sm_90a", pass_pipeline=pipeline_with(
             "sm_90a", {"attn-warp-specialize": {"q_blocks_per_cta": 2}})))
+
+
+def test_insert_pipelines_moves_only_the_epilogue():
+    """Another op after the KV loops of the pair's round (here a dim read) is not the
+    epilogue attn-insert-pipelines moves to the next round: refused at it."""
+    lines = _dump("attn-alloc-tmem")
+    at = next(k for k, line in enumerate(lines) if '"attn.finalize"' in line)
+    indent = lines[at][:len(lines[at]) - len(lines[at].lstrip())]
+    lines.insert(at, f'{indent}%extra = "attn.dim"() {{name = "N"}} : () -> i32')
+    rendered = _refusal(lines, "attn-insert-pipelines")
+    assert re.match(r"pairs\.mlir:\d+:\d+: error: attn-insert-pipelines moves the cooperative role's epilogue "
+                    r"\(attn.finalize and the stores after its KV loops\) to the next block; this block has "
+                    r"attn.dim there", rendered), rendered
