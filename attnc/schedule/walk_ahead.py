@@ -1,5 +1,7 @@
 """Persistent consumers issuing a block's first QK^T before the last block's epilogue,
-written into the L5 IR (attn-overlap-gemms).
+written into the L5 IR (attn-overlap-gemms); the carry of a block's O, m and l to the next
+round and its epilogue there (`carry_round`, `Epilogue`) serve sm_80's pair of blocks too
+(walk_pairs.py).
 
 Note [The next block's first QK^T in the IR]: without ping-pong, the persistent kernel's
 consumer warpgroups store each query block's O while the tensor cores run the next
