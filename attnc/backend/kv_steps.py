@@ -236,16 +236,37 @@ def _pair_epilogue(role, moved, after: list, carried) -> tuple[StepOp, ...]:
         raise error_at(body[0] if body else loop, f"a round of the pair's walk ends after its KV loops with a "
                                                   f"wait for every copy and a CTA barrier, and gives the walk its "
                                                   f"round and the last KV loop's m, l and O ({PAIRS_NOTE})")
+    _check_pair_walk(role, walk, branch)
     ends = [op.operation for op in walk.block.operations]
     last = next((op for op in ends[ends.index(walk) + 1:] if not op.name.startswith(_ARITH)), None)
     if last is None or last.name != "scf.if":
         raise error_at(walk, f"the last block's epilogue follows the pair's walk, in an scf.if over its last "
                              f"round ({PAIRS_NOTE})")
+    stray = [op for op in ends[:-1] if op not in (walk, last) and not op.name.startswith(_ARITH)
+             and op.name not in ("attn.fill", R.WALK_ROUNDS)]
+    if stray:
+        raise error_at(stray[0], f"around the pair's walk the role has its starting values and nothing else, not "
+                                 f"{stray[0].name} ({PAIRS_NOTE})")
     steps = [_carried_epilogue(role, moved, args[-4], args[-3:]),
              _carried_epilogue(role, last, list(walk.results)[-4], list(walk.results)[-3:])]
     if as_written(steps[0]) != as_written(steps[1]):
         raise error_at(last, f"the epilogue after the pair's walk is the one in its rounds ({PAIRS_NOTE})")
     return steps[0]
+
+
+def _check_pair_walk(role, walk, branch) -> None:
+    """The walk over the pair in the role's region: its rounds 0 to attn.walk_rounds in
+    steps of 1, each taking attn.walk_block of its round."""
+    from attnc.ir.ops import int_constant
+
+    rounds = walk.operands[1].owner
+    item = branch.operands[0].owner
+    iv = walk.regions[0].blocks[0].arguments[0]
+    if walk.parent != role or getattr(rounds, "name", "") != R.WALK_ROUNDS or \
+            int_constant(walk.operands[0]) != 0 or int_constant(walk.operands[2]) != 1 or \
+            list(item.operands) != [iv]:
+        raise error_at(walk, f"the pair's walk runs its rounds from 0 to attn.walk_rounds in steps of 1, each "
+                             f"taking attn.walk_block of its round, in the role's region ({PAIRS_NOTE})")
 
 
 def _carried_epilogue(role, branch, prev, mlo: list) -> tuple[StepOp, ...]:

@@ -139,6 +139,15 @@ def _last_epilogue_past_round_zero(lines: list[str]) -> list[str]:
     return lines[:at] + [lines[at].replace("arith.cmpi sge", "arith.cmpi sgt")] + lines[at + 1:]
 
 
+def _walk_in_steps_of_two(lines: list[str]) -> list[str]:
+    """The walk over the pair taking every other round."""
+    at = next(k for k, line in enumerate(lines) if "attn.walk_rounds" in line)
+    loop = next(k for k in range(at, len(lines)) if "scf.for" in lines[k])
+    indent = lines[loop][:len(lines[loop]) - len(lines[loop].lstrip())]
+    edited = re.sub(r"step %\w+", "step %two", lines[loop], count=1)
+    return lines[:loop] + [f"{indent}%two = arith.constant 2 : i32", edited] + lines[loop + 1:]
+
+
 @pytest.mark.parametrize("edit, message", [
     (lambda lines: [line.replace('order = "pairs"', 'order = "snake"') for line in lines],
      "role 'compute' walks query blocks in the order 'snake', and attn.warp_specialize is not persistent = true"),
@@ -150,10 +159,13 @@ def _last_epilogue_past_round_zero(lines: list[str]) -> list[str]:
      "a round of the pair's walk ends after its KV loops with a wait for every copy and a CTA barrier"),
     (_last_epilogue_past_round_zero,
      "the epilogue of the carried round's block runs where that round is >= 0"),
+    (_walk_in_steps_of_two,
+     "the pair's walk runs its rounds from 0 to attn.walk_rounds in steps of 1"),
 ])
 def test_an_edited_pair_is_refused_by_the_lowering(edit, message):
-    """What the kernel builds as its own is checked op by op: the walk's order, where the
-    carried epilogue stands, what the last one finalizes."""
+    """What the kernel builds as its own is checked op by op: the walk's order and rounds,
+    where the carried epilogue stands, how a round ends, what the last epilogue
+    finalizes."""
     lines = edit(_dump("attn-kernel-choices"))
     rendered = _refusal(lines, LOWERING["sm_80"])
     assert message in rendered, rendered
