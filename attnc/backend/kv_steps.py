@@ -267,6 +267,14 @@ def _check_pair_walk(role, walk, branch) -> None:
             list(item.operands) != [iv]:
         raise error_at(walk, f"the pair's walk runs its rounds from 0 to attn.walk_rounds in steps of 1, each "
                              f"taking attn.walk_block of its round, in the role's region ({PAIRS_NOTE})")
+    ops = [op.operation for op in walk.regions[0].blocks[0].operations]
+    other = [op.operation for op in branch.regions[1].blocks[0].operations] if branch.regions[1].blocks else []
+    if [op for op in ops[:-1] if not op.name.startswith(_ARITH)] != [item, branch] or \
+            list(ops[-1].operands) != list(branch.results) or len(other) != 1 or \
+            list(other[0].operands) != list(walk.regions[0].blocks[0].arguments)[1:]:
+        raise error_at(walk, f"a round of the pair's walk takes its block, runs the program where there is one, "
+                             f"carries what it yields on (and else what came in), and does nothing else "
+                             f"({PAIRS_NOTE})")
 
 
 def _carried_epilogue(role, branch, prev, mlo: list) -> tuple[StepOp, ...]:

@@ -148,6 +148,13 @@ def _walk_in_steps_of_two(lines: list[str]) -> list[str]:
     return lines[:loop] + [f"{indent}%two = arith.constant 2 : i32", edited] + lines[loop + 1:]
 
 
+def _an_op_in_the_walk(lines: list[str]) -> list[str]:
+    """A dim read between the round's attn.walk_block and its branch."""
+    at = next(k for k, line in enumerate(lines) if '"attn.walk_block"' in line)
+    indent = lines[at][:len(lines[at]) - len(lines[at].lstrip())]
+    return lines[:at + 1] + [f'{indent}%stray = "attn.dim"() {{name = "N"}} : () -> i32'] + lines[at + 1:]
+
+
 @pytest.mark.parametrize("edit, message", [
     (lambda lines: [line.replace('order = "pairs"', 'order = "snake"') for line in lines],
      "role 'compute' walks query blocks in the order 'snake', and attn.warp_specialize is not persistent = true"),
@@ -161,6 +168,8 @@ def _walk_in_steps_of_two(lines: list[str]) -> list[str]:
      "the epilogue of the carried round's block runs where that round is >= 0"),
     (_walk_in_steps_of_two,
      "the pair's walk runs its rounds from 0 to attn.walk_rounds in steps of 1"),
+    (_an_op_in_the_walk,
+     "a round of the pair's walk takes its block, runs the program where there is one"),
 ])
 def test_an_edited_pair_is_refused_by_the_lowering(edit, message):
     """What the kernel builds as its own is checked op by op: the walk's order and rounds,
