@@ -10,34 +10,18 @@ import pytest
 
 from attnc.passes.pipelines import pipeline_with
 from attnc.testing import ptx_bundle
+from tests.passes.test_walk_pairs import SOFTCAP64       # two blocks per CTA by default
 from tests.sim.test_steps_sim import check_against_reference
+from tests.sim.test_walk_sim import BOTTOM_RIGHT
 
 ROOT = Path(__file__).resolve().parents[2]
-# softcap 30 in bf16 at head dim 64, causal: two blocks per CTA by default
-SOFTCAP64 = """attention softcap64 {
-  q: bf16[B, H, M, 64]
-  k: bf16[B, H, N, 64]
-  v: bf16[B, H, N, 64]
-  score_mod(s, b, h, i, j) = 30.0 * tanh(s / 30.0)
-  mask_mod(b, h, i, j) = j <= i
-  out o: bf16[B, H, M, 64]
-}
-"""
-BOTTOM_RIGHT = """attention bottom_right {
-  q: bf16[B, H, M, 128]
-  k: bf16[B, H, N, 128]
-  v: bf16[B, H, N, 128]
-  mask_mod(b, h, i, j) = j <= i + (N - M)
-  out o: bf16[B, H, M, 128]
-}
-"""
 PAIRS = pipeline_with("sm_80", {"attn-warp-specialize": {"q_blocks_per_cta": 2}})
 
 
 @pytest.mark.parametrize("m, n", [(300, 300), (520, 200)])
 def test_the_default_pair(m, n, tmp_path):
     """Three query blocks (the middle one alone in its CTA) and five, over ragged keys."""
-    path = tmp_path / "softcap64.attn"
+    path = tmp_path / "sc64.attn"
     path.write_text(SOFTCAP64)
     bundle = ptx_bundle(path, arch="sm_80")
     assert bundle.manifest.specialization["q_blocks_per_cta"] == 2
