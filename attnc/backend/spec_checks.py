@@ -150,18 +150,21 @@ def _check_options(spec: ForwardSpec) -> None:
     _require(not spec.pingpong or (spec.producer_warpgroup and spec.consumer_warpgroups == 2),
              f"pingpong takes turns between two consumer warpgroups (block_m=128) and needs the "
              f"producer warpgroup: block_m={spec.block_m}, producer={int(spec.producer_warpgroup)}")
+    # where the plan's pair of query blocks is what stands in the way, the option that drops it
+    pair = ("; this plan runs two query blocks per CTA (attn-warp-specialize{q_blocks_per_cta=1} runs one)"
+            if spec.q_blocks_per_cta == 2 else "")
     _require(not spec.tiles_last or (spec.q_blocks_per_cta == 1 and not spec.producer_warpgroup
                                            and not spec.persistent),
              "tiles_last needs a kernel with one query block per CTA, no producer warpgroup and no "
-             "persistent CTAs")
+             "persistent CTAs" + pair)
     _require(not spec.small_grid or (spec.q_blocks_per_cta == 1 and not spec.producer_warpgroup
                                                  and not spec.persistent and not spec.tiles_last),
              "small_grid adds the kernel with tiles_last: it needs a kernel with one query block per CTA, no "
-             "producer warpgroup, no persistent CTAs, and not tiles_last itself")
+             "producer warpgroup, no persistent CTAs, and not tiles_last itself" + pair)
     _require(not (spec.tiles_last and spec.heads_first),
              "tiles_last and heads_first are two orders of the grid: give one")
     _require(not spec.heads_first or (spec.q_blocks_per_cta == 1 and not spec.producer_warpgroup),
-             "heads_first needs a kernel with one query block per CTA and no producer warpgroup")
+             "heads_first needs a kernel with one query block per CTA and no producer warpgroup" + pair)
     _require(not spec.lean_loads or spec.can_lean_loads,
              "lean_loads needs an sm_80 kernel whose key ranges come from a block map or a band")
     _require(not spec.aligned_tiles or (spec.blockmap and spec.takes_tile_table),

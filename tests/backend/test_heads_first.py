@@ -84,8 +84,10 @@ def test_a_grid_order_needs_one_block_per_cta_and_no_producer(order):
     assert "producer" in roles(mha, "sm_90a")
     with pytest.raises(AttncError, match=f"{order} needs a kernel with one query block per CTA"):
         roles(mha, "sm_90a", **{order: "true"})
-    with pytest.raises(AttncError, match=f"{order} needs a kernel with one query block per CTA"):
+    with pytest.raises(AttncError, match=f"{order} needs a kernel with one query block per CTA") as refused:
         roles(CAUSAL, "sm_80", q_blocks_per_cta=2, **{order: "true"})
+    assert "this plan runs two query blocks per CTA (attn-warp-specialize{q_blocks_per_cta=1} runs one)" \
+        in str(refused.value)
 
 
 def _reads(text: str) -> set[str]:
