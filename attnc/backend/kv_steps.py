@@ -37,6 +37,7 @@ from mlir import ir
 from attnc.errors import AttncError
 from attnc.ir import error_at
 from attnc.ir import roles as R
+from attnc.ir.ops import cmpi_predicate, defining_op, int_constant
 from attnc.passes.tile_program import KV_LOOP
 from attnc.schedule.walk import PAIRS, walk_order
 
@@ -257,8 +258,6 @@ def _pair_epilogue(role, moved, after: list, carried) -> tuple[StepOp, ...]:
 def _check_pair_walk(role, walk, branch) -> None:
     """The walk over the pair in the role's region: its rounds 0 to attn.walk_rounds in
     steps of 1, each taking attn.walk_block of its round."""
-    from attnc.ir.ops import int_constant
-
     rounds = walk.operands[1].owner
     item = branch.operands[0].owner
     iv = walk.regions[0].blocks[0].arguments[0]
@@ -279,8 +278,6 @@ def _check_pair_walk(role, walk, branch) -> None:
 
 def _carried_epilogue(role, branch, prev, mlo: list) -> tuple[StepOp, ...]:
     """`branch`: if prev >= 0, the epilogue of round prev's block from the carried m, l, O."""
-    from attnc.ir.ops import cmpi_predicate, defining_op, int_constant
-
     test = defining_op(branch.operands[0])
     ops = [op.operation for op in branch.regions[0].blocks[0].operations]
     item = ops[0] if ops else None

@@ -72,7 +72,7 @@ from mlir import ir
 from attnc.ir import roles as R
 from attnc.ir.tiles import tile_parts
 from attnc.passes.tile_program import KV_LOOP
-from attnc.schedule.walk import PAIRS
+from attnc.schedule.walk import PAIRS, walk_order
 
 MAX_STATES = 400_000
 ROUNDS = 3          # of a persistent CTA's walk over query blocks (Note [Key blocks the check runs])
@@ -115,11 +115,13 @@ class Unevaluated(Exception):
 
 # --- the roles' programs as events -----------------------------------------------------
 class _Trace:
-    def __init__(self, warps: int, stages: int, bars: dict, block_n: int = 0):
-        self.warps, self.trips, self.bars, self.stages = warps, 2 * stages, bars, stages
+    def __init__(self, warps: int, stages: int, bars: dict, block_n: int = 0, restarts: bool = False):
+        self.warps, self.trips, self.bars = warps, 2 * stages, bars
         # Note [Key blocks the check runs]: the key range every role reads
         self.blocks = 2 * stages + 2
         self.rounds = (self.blocks, 0, stages + 1)      # a persistent CTA's key blocks, round by round
+        if restarts:                                    # Note [Rounds that start over]
+            self.rounds = (2 * stages + 1, stages + 1)
         self.round = 0
         self.block_n = block_n          # the dim N: that many key blocks (0: N unknown)
         self.env: dict = {}
@@ -138,7 +140,7 @@ class _Trace:
         # Note [Rounds that start over]: whether the walk's rounds do; the current round's
         # KV trips, the step the ops being traced belong to, and its copies of later steps
         # (event, step)
-        self.restarts, self.round_trips, self.step, self.ahead = False, 0, 0, []
+        self.restarts, self.round_trips, self.step, self.ahead = restarts, 0, 0, []
 
     def block(self, block: ir.Block) -> None:
         for op in block.operations:
@@ -172,14 +174,11 @@ class _Trace:
             for r, v in zip(op.results, _key_range(len(op.results), self._blocks())):
                 self.env[r] = v
         elif name == R.WALK_ROUNDS:         # Note [Key blocks the check runs]
-            if _walk_order(op) == PAIRS:        # Note [Rounds that start over]
-                self.rounds = (2 * self.stages + 1, self.stages + 1)
             self.env[op.result] = len(self.rounds)
         elif name == R.WALK_BLOCK:
             rnd = self.get(op, op.operands[0])
             if any(use.owner.name == "scf.if" for use in op.results[0].uses):
                 self.end_round()
-                self.restarts = R.attrs_of(op).get("order") == PAIRS
                 self.round = rnd        # the walk's block (not an earlier round's, for its epilogue)
             for r, v in zip(op.results, (1, 0, 0, rnd)):
                 self.env[r] = v
@@ -246,11 +245,11 @@ class _Trace:
     # in sync_ir.py: Q is read at every step without one).
     def end_round(self) -> None:
         if self.restarts:
-            past = {id(e) for e, step in self.ahead if step >= self.round_trips}
-            self.events = [e for e in self.events if id(e) not in past]
-            for e, step in self.ahead:
-                if id(e) in past:
-                    self.fills[(e.channel, e.tile)] -= 1
+            past = [e for e, step in self.ahead if step >= self.round_trips]
+            for e in past:
+                self.fills[(e.channel, e.tile)] -= 1
+            dropped = {id(e) for e in past}
+            self.events = [e for e in self.events if id(e) not in dropped]
             self.read.update(self.fills)
         self.round_trips, self.step, self.ahead = 0, 0, []
 
@@ -364,17 +363,6 @@ _ARITH = {"arith.maxsi": max, "arith.minsi": min, "arith.divsi": lambda a, b: in
           "arith.andi": lambda a, b: a & b, "arith.ori": lambda a, b: a | b, "arith.muli": lambda a, b: a * b}
 
 
-def _walk_order(rounds: ir.Operation) -> str | None:
-    """The order of the walk whose loop runs attn.walk_rounds' `rounds` rounds."""
-    for use in rounds.result.uses:
-        loop = use.owner
-        if loop.name == "scf.for":
-            for op in loop.regions[0].blocks[0].operations:
-                if op.operation.name == R.WALK_BLOCK:
-                    return R.attrs_of(op.operation).get("order")
-    return None
-
-
 def _key_range(results: int, blocks: int) -> list[int]:
     """attn.kv_range's values (Note [Key blocks the check runs]): its segments' (lo, hi),
     [0, blocks) cut in as many runs, then the fully kept blocks [blocks - 2, blocks - 1)."""
@@ -456,7 +444,8 @@ def kernel_explorations(kernel: ir.Operation) -> tuple[list[Violation], list[tup
     fixed_keys = _fixed_keys(kernel)
     for role in R.role_ops(kernel):
         a = R.attrs_of(role)
-        trace = _Trace(len(a["warps"]), stages, bars, R.attrs_of(kernel).get("block_n", 0))
+        trace = _Trace(len(a["warps"]), stages, bars, R.attrs_of(kernel).get("block_n", 0),
+                       walk_order(role) == PAIRS)
         try:
             trace.block(R.role_block(role))
             trace.end_round()

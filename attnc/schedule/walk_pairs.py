@@ -71,12 +71,8 @@ def load_next_before_epilogue(role: ir.Operation) -> None:
         with ir.InsertionPoint(first):
             finish.build(prev, pm, pl, po)
         walk = R.walk_branch(role).parent
-        with ir.InsertionPoint(walk.block.operations[_index(walk) + 1]):
+        with ir.InsertionPoint.after(walk):
             finish.build(*list(walk.results)[-4:])
     for op in reversed(epilogue):
         op.erase()
 
-
-def _index(op) -> int:
-    op = getattr(op, "operation", op)
-    return next(i for i, o in enumerate(op.block.operations) if o.operation == op)
