@@ -132,10 +132,12 @@ def let_chain(first: str, step: str, n: int, last: str) -> str:
 
 
 def variant_source(name: str, d: int, mask: str | None = "j <= i", score_mod: str | None = None,
-                   dtype: str = "bf16") -> str:
+                   dtype: str = "bf16", params: tuple[str, ...] = ()) -> str:
     """The `.attn` text of a plain variant: q, k, v and o of head dim d in `dtype`, with
-    the mask_mod `mask` and the score_mod `score_mod` (expressions; None: no hook)."""
-    hooks = (f"  score_mod(s, b, h, i, j) = {score_mod}\n" if score_mod else "") + \
+    the mask_mod `mask` and the score_mod `score_mod` (expressions; None: no hook) and
+    `params` (declarations such as "doc: i32[B, N]")."""
+    hooks = "".join(f"  param {p}\n" for p in params) + \
+        (f"  score_mod(s, b, h, i, j) = {score_mod}\n" if score_mod else "") + \
         (f"  mask_mod(b, h, i, j) = {mask}\n" if mask else "")
     return (f"attention {name} {{\n  q: {dtype}[B, H, M, {d}]\n  k: {dtype}[B, H, N, {d}]\n"
             f"  v: {dtype}[B, H, N, {d}]\n{hooks}  out o: {dtype}[B, H, M, {d}]\n}}\n")

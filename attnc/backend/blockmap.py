@@ -59,8 +59,7 @@ from mlir import ir
 from mlir.dialects import nvvm
 
 from attnc.backend.bundle import kernel_symbol
-from attnc.backend.blockmap_intervals import unsupported
-from attnc.backend.hook_walks import MaskConjuncts
+from attnc.backend.map_program import read_map_program
 from attnc.backend.hooks import RegionCode
 from attnc.backend.nvgpu_builders import Emit
 from attnc.backend.qtiles import QTilesPlan, cdiv_factor
@@ -78,7 +77,6 @@ RESIDUAL_HOLDS = 4           # the residual conjuncts hold on the whole tile (No
 INTERVAL_HOLDS = 8           # the free and linear conjuncts hold on the whole tile
 THREADS = 128
 TILES = THREADS // 32        # tiles per group: one per warp for the static and interval steps
-GROUPS = 4                   # groups of TILES key blocks per CTA, one after the other
 UNROLL = 4                   # elements per thread between two warp votes
 
 DimValue = str | int
@@ -99,6 +97,8 @@ class BlockMapPlan:
     intervals: bool = False          # whether tiles go through Note [Tile intervals]
     holds: bool = False              # whether MIXED tiles record the conjuncts they hold (Note
                                      # [Conjuncts a tile holds])
+    samples: bool = True             # whether step 2 samples elements (Note [Sampled elements])
+    groups: int = 4                  # groups of TILES key blocks per CTA, one after the other
     qtiles: Optional[QTilesPlan] = None  # the query tiles of a tile table (Note [Document-aligned
                                      # tiles], qtiles.py); None: the fixed grid
     runs: Optional["RunRest"] = None  # no map is built, the table's runs give the ranges
@@ -148,15 +148,16 @@ class BlockMapPlan:
         z = [self.batch] + ([self.heads] if self.per_head else [])
         return {"name": "blockmap", "symbol": self.symbol, "block": [THREADS, 1, 1],
                 "dynamic_smem_bytes": 0,
-                "grid": [[cdiv_factor(self.seq_k, self.block_n * TILES * GROUPS)], self.query_tiles, z],
+                "grid": [[cdiv_factor(self.seq_k, self.block_n * TILES * self.groups)], self.query_tiles, z],
                 "params": self.kernel_params,
                 "role": "mask", "fills": [SCRATCH]}     # the runtime may keep the map (Note [Reused masks], kernel.py)
 
 
 def blockmap_plan(result, block_m: int, block_n: int) -> BlockMapPlan:
-    """The block map of the (single) attn.kernel of a compile result (after
-    attn-analyze-masks), at the attention kernel's tile sizes. Meant for masks that read
-    params (`mask_kind = "runtime"`), it is right for any mask_mod."""
+    """The block map of the (single) attn.kernel of a compile result, at the attention
+    kernel's tile sizes, as its program says (Note [The block map's program] in
+    attnc/passes/block_map.py; `read_map_program`). Meant for masks that read params
+    (`mask_kind = "runtime"`), it is right for any mask_mod."""
     op, variant = _attention(result), result.variant
     if not get_bool(op, "has_mask_mod"):
         raise error_at(op, "a block map needs a mask_mod")
@@ -166,12 +167,11 @@ def blockmap_plan(result, block_m: int, block_n: int) -> BlockMapPlan:
     block = region_block(op, MASK_MOD)
     read = {_param_index(o.operands[0]) for o in _ops(block) if o.name == PARAM}
     params = tuple(p for k, p in enumerate(variant.params) if k in read)
-    intervals = unsupported(block, variant.params) is None
-    parts = MaskConjuncts.of(block)
+    program = read_map_program(op)
     return BlockMapPlan(variant.name, block_m, block_n, _uses(block, block.arguments[1]),
                         variant.batch, variant.heads, variant.seq_q, variant.seq_k,
-                        tuple(variant.dims), params, intervals,
-                        intervals and bool(parts.linear) and bool(parts.residual))
+                        tuple(variant.dims), params, program.intervals, program.holds, program.samples,
+                        program.groups)
 
 
 def _attention(result) -> ir.Operation:

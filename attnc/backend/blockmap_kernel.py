@@ -3,18 +3,20 @@
 it alone. Notes [Conjuncts a tile holds] and [Block map ABI] are blockmap.py's, [Loads
 first] and [Interval transfer functions] blockmap_intervals.py's.
 
-Note [Block map kernel]: one CTA of 128 threads per GROUPS = 4 groups of TILES = 4
-consecutive key blocks of a query block, grid (cdiv(N, 16 * block_n), cdiv(M, block_m)
+Note [Block map kernel]: one CTA of 128 threads per `groups` (4 by default: attn-block-map's
+option, Note [The block map's program]) groups of TILES = 4 consecutive key blocks of a
+query block, grid (cdiv(N, 4 * groups * block_n), cdiv(M, block_m)
 or the table's tiles, B * H_m) (z = b * H_m + h_m): a CTA per tile made the launch
 itself the cost (32768 CTAs at B = 4, M = N = 8192, 128x64: 21 us with no work in them),
 and the first two steps need one warp per tile. The CTA takes its groups
 one after the other (those that hold a block below the row's end); in group g, warp w
-takes key block 4 * (4 * blockIdx.x + g) + w (four groups a CTA ran fastest against one
-and eight: results/sm80_h200.md, "Block map kernel"). In each group:
+takes key block 4 * (groups * blockIdx.x + g) + w (four groups a CTA ran fastest against
+one and eight: results/sm80_h200.md, "Block map kernel"). In each group:
 
 1. The tile class of `attn-analyze-masks`: a tile it proves SKIP or FULL (e.g. the upper
    triangle of a causal mask) is decided without evaluating anything.
-2. For the tiles it leaves MIXED, Note [Tile intervals] and Note [Sampled elements].
+2. For the tiles it leaves MIXED, Note [Tile intervals] and Note [Sampled elements] (each
+   where attn.classify turns it on: else the tile stays undecided).
 3. The tiles still undecided are walked element by element, one after the other by the
    whole CTA (their bits reach every thread through one `bar.red.popc`: warp w's lanes
    0 .. 2^w - 1 vote for its tile). Thread t walks its share of the tile, UNROLL elements
@@ -67,7 +69,7 @@ from mlir import ir
 from mlir.dialects import arith, gpu, llvm, nvvm, scf
 
 from attnc.analysis.to_arith import inline_function
-from attnc.backend.blockmap import (FULL, GROUPS, INTERVAL_HOLDS, MIXED, RESIDUAL_HOLDS, SCRATCH, SKIP, THREADS,
+from attnc.backend.blockmap import (FULL, INTERVAL_HOLDS, MIXED, RESIDUAL_HOLDS, SCRATCH, SKIP, THREADS,
                                     TILES, UNROLL, BlockMapPlan, DimValue, MapNames, _arg_key, _arg_type,
                                     _attention, _i8, _redux, emit_mask)
 from attnc.backend.blockmap_intervals import Ival, TileIntervals, Tri, WarpRange, point
@@ -165,12 +167,12 @@ class _BlockMapKernel:
             scf.yield_([])
 
     def _groups(self, cta, warp, lane) -> None:
-        """The CTA's GROUPS groups of TILES key blocks, one after the other (those that
+        """The CTA's `groups` groups of TILES key blocks, one after the other (those that
         hold a block below n_blocks: a CTA-uniform count)."""
-        e = self.e
-        first = e.mul(cta, GROUPS)
+        e, groups = self.e, self.plan.groups
+        first = e.mul(cta, groups)
         left = e.cdiv(e.max(e.sub(self.n_blocks, e.mul(first, TILES)), 0), TILES)
-        loop = scf.ForOp(e.c32(0), e.min(left, GROUPS), e.c32(1))
+        loop = scf.ForOp(e.c32(0), e.min(left, groups), e.c32(1))
         with ir.InsertionPoint(loop.body):
             self._tiles(e.add(first, loop.induction_variable), warp, lane)
             scf.yield_([])
@@ -239,22 +241,26 @@ class _BlockMapKernel:
         """(class, holds) of a tile the static class leaves MIXED, by its warp
         (warp-uniform). The class: SKIP when the mask may be true nowhere in the tile's
         box, FULL when it may be false nowhere (Note [Tile intervals]), MIXED when two of
-        the 32 sampled elements (Note [Sampled elements]) differ, else _UNDECIDED; holds:
+        the 32 sampled elements (Note [Sampled elements]) differ, else _UNDECIDED (each
+        step where the plan has it); holds:
         the RESIDUAL_HOLDS and INTERVAL_HOLDS bits of a MIXED tile (Note [Conjuncts a tile
         holds]), else 0."""
         e = self.e
         block = region_block(self.op, MASK_MOD)
-        # The samples' loads first, then the walks' (Note [Loads first]), then their uses.
-        i, j = sample_element(e, t.m_lo, t.m_hi, t.n_lo, t.n_hi, lane)
-        kept = emit_mask(e, block, [self.b, self.h, i, j], self.names)
-        truth = None
+        kept = truth = None
+        if self.plan.samples:
+            # The samples' loads first, then the walks' (Note [Loads first]), then their uses.
+            i, j = sample_element(e, t.m_lo, t.m_hi, t.n_lo, t.n_hi, lane)
+            kept = emit_mask(e, block, [self.b, self.h, i, j], self.names)
         if self.plan.intervals:
             ranges = WarpRange(e, self.names, lane, 32,
                                lambda x, kind: _redux(e, x, getattr(nvvm.ReduxKind, kind.upper())))
             box = [point(self.b), point(self.h), Ival(t.m_lo, e.sub(t.m_hi, 1)), Ival(t.n_lo, e.sub(t.n_hi, 1))]
             truth, holds = tile_truths(e, block, ranges, box, self.plan.holds)
-        mixed = e.land(warp_vote(e, kept, "any"), warp_vote(e, e.xor(kept, e.true()), "any"))
-        cls = e.select(mixed, MIXED, e.c32(_UNDECIDED))
+        cls = e.c32(_UNDECIDED)
+        if kept is not None:
+            mixed = e.land(warp_vote(e, kept, "any"), warp_vote(e, e.xor(kept, e.true()), "any"))
+            cls = e.select(mixed, MIXED, cls)
         if truth is None:
             return cls, e.c32(0)
         cls = e.select(truth.may_true, e.select(truth.may_false, cls, FULL), e.c32(SKIP))

@@ -56,6 +56,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
     from dataclasses import replace
 
     from attnc.backend.blockmap import blockmap_plan
+    from attnc.backend.map_program import read_map_program
     from attnc.backend.kernel_abi import SMALL_GRID_CTAS_PER_SM
     from attnc.backend.kernel_spec import STEP_RECORDS, ForwardSpec
     from attnc.backend.coop_steps import coop_steps
@@ -135,7 +136,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
     runs_asked = choices.pop("run_ranges", None)
     tail_waves = choices.pop("tail_waves", None)
 
-    def lowering(blockmap, waves: int = 0) -> ForwardLowering:
+    def lowering(blockmap, waves: int = 0, check: bool = True) -> ForwardLowering:
         hooks = variant_hooks(op, variant, mode, blockmap, result.module)
         tiles = blockmap is not None and blockmap.qtiles is not None
         spec = ForwardSpec(
@@ -153,7 +154,8 @@ def _lowering_from_ir(result) -> ForwardLowering:
         except SpecError as e:
             raise error_at(op, f"the {target} kernel cannot be built: {e}") from None
         # Note [Choices op by op]: checked at each op that holds one, the default where none
-        kernel_choices.check_op_choices(op, spec)
+        if check:
+            kernel_choices.check_op_choices(op, spec)
         own = defaults.op_defaults(spec)
         filled = {name: with_choices(getattr(spec, name), own) for name in STEP_RECORDS if getattr(spec, name)}
         return ForwardLowering(replace(spec, **filled), blockmap, waves)
@@ -161,8 +163,10 @@ def _lowering_from_ir(result) -> ForwardLowering:
     # Note [Document-aligned tiles] (qtiles.py); the defaults of aligned_tiles, tail_waves and
     # run_ranges are choice_defaults.py's.
     found = segment_conjunct(region_block(op, MASK_MOD), list(variant.params)) if runtime else None
-    # The plain lowering decides whether the table applies; built here only where it may.
-    plain = None if found is None and not aligned and not runs_asked else lowering(blockmap)
+    # The plain lowering decides whether the table applies; built here only where it may,
+    # and its ops' choices checked only where it is the kernel (the table's may differ: a
+    # split test from the runs where the map records none).
+    plain = None if found is None and not aligned and not runs_asked else lowering(blockmap, check=False)
     possible = plain is not None and found is not None and plain.spec.takes_tile_table
     if (aligned or runs_asked) and not possible:
         raise error_at(op, f"{'aligned_tiles' if aligned else 'run_ranges'} needs a kernel with one query block "
@@ -176,7 +180,10 @@ def _lowering_from_ir(result) -> ForwardLowering:
     if not (aligned if aligned is not None else defaults.aligned_tiles(possible)):
         if runs_asked:
             raise error_at(op, "run_ranges needs the aligned tiles (aligned_tiles is off)")
-        return plain or lowering(blockmap)
+        if plain is None:
+            return lowering(blockmap)
+        kernel_choices.check_op_choices(op, plain.spec)
+        return plain
     conjunct, ids = found
     if tail_waves and not plain.spec.heads_first:
         raise error_at(op, "tail_waves orders the last query tiles of the heads-first grid (heads_first), "
@@ -193,6 +200,11 @@ def _lowering_from_ir(result) -> ForwardLowering:
     if runs_asked is None and runs is not None and \
             not defaults.keeps_run_ranges(runs, blockmap.holds, split_given):
         runs = None
+    if runs is None and read_map_program(op).table != ids.param:
+        program = read_map_program(op).op
+        raise error_at(program, f"the attention kernel's query tiles come from the tile table of '{ids.param}' "
+                                f"(aligned_tiles), which the map kernel's program does not read "
+                                f"(attn.tile_table_read {{param = \"{ids.param}\"}})")
     return lowering(replace(tiles, runs=runs), waves)
 
 

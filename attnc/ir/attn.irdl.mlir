@@ -378,6 +378,43 @@ irdl.dialect @attn {
     irdl.results(rows: variadic %row)
   }
 
+  // The block map's own program (attn-block-map; Note [The block map's program] in
+  // attnc/passes/block_map.py): what fills the map the attention kernel after it reads with
+  // attn.block_map_read, one region run for query tile %m_block of batch %b and head slot
+  // %h (region arguments), a loop over its key blocks of one attn.classify and one
+  // attn.map_store each. `groups`: groups of 4 key blocks (one a warp) each CTA of the
+  // loop takes, one after the other.
+  irdl.operation @map_kernel {
+    %i32 = irdl.is i32
+    %body = irdl.region(%i32, %i32, %i32) with size 1
+    irdl.regions(body: %body)
+    %groups = irdl.base "#builtin.integer"
+    irdl.attributes { "groups" = %groups }
+  }
+
+  // The map byte of key block n_block of query tile m_block of (b, h): its class (0 skip,
+  // 1 mixed, 2 full) under the attention kernel's mask_mod, found in steps -- the static
+  // tile class of attn-analyze-masks, then (`intervals`) the mask on the tile's intervals
+  // and (`samples`) 32 sampled elements, each by the tile's warp, then every element by
+  // the CTA -- and (`holds`) the conjuncts a mixed tile holds whole; args b, h, m_block,
+  // n_block.
+  irdl.operation @classify {
+    %i32 = irdl.is i32
+    irdl.operands(args: variadic %i32)
+    %intervals = irdl.base "#builtin.integer"
+    %samples = irdl.base "#builtin.integer"
+    %holds = irdl.base "#builtin.integer"
+    irdl.attributes { "intervals" = %intervals, "samples" = %samples, "holds" = %holds }
+    %class = irdl.is i32
+    irdl.results(class: %class)
+  }
+
+  // Writes a map byte (attn.classify's) for (b, h, m_block, n_block): args byte, then those.
+  irdl.operation @map_store {
+    %i32 = irdl.is i32
+    irdl.operands(args: variadic %i32)
+  }
+
   // --- L3-L5: roles, buffers and synchronization on the tile program ------------
   // (attnc/ir/roles.py builds and reads them; header of that file: the IR per level).
   // A channel: a value crossing from a producer role to a consumer role in `stages`

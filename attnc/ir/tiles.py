@@ -29,6 +29,9 @@ STORE = "attn.store"
 KV_RANGE = "attn.kv_range"
 BLOCK_MAP_READ = "attn.block_map_read"
 TILE_TABLE_READ = "attn.tile_table_read"
+MAP_KERNEL = "attn.map_kernel"
+CLASSIFY = "attn.classify"
+MAP_STORE = "attn.map_store"
 SPACES = ("global", "smem", "reg", "tmem")
 
 _ELEMENT = {"bf16": ir.BF16Type.get, "f16": ir.F16Type.get, "f32": ir.F32Type.get,
@@ -131,6 +134,18 @@ def kv_range(fn: str, args: Sequence[ir.Value], results: int) -> list[ir.Value]:
 
 def block_map_read(m_block: ir.Value, n_block: ir.Value, b: ir.Value, h: ir.Value) -> ir.Value:
     return _create(BLOCK_MAP_READ, [i32()], [m_block, n_block, b, h]).result
+
+
+def classify(b: ir.Value, h: ir.Value, m_block: ir.Value, n_block: ir.Value, *, intervals: bool,
+             samples: bool, holds: bool) -> ir.Value:
+    """The map byte of the tile (Note [The block map's program] in attnc/passes/block_map.py)."""
+    steps = {"intervals": intervals, "samples": samples, "holds": holds}
+    return _create(CLASSIFY, [i32()], [b, h, m_block, n_block],
+                   {k: ir.BoolAttr.get(v) for k, v in steps.items()}).result
+
+
+def map_store(byte: ir.Value, b: ir.Value, h: ir.Value, m_block: ir.Value, n_block: ir.Value) -> None:
+    _create(MAP_STORE, [], [byte, b, h, m_block, n_block])
 
 
 def tile_table_read(param: str, b: ir.Value, h: ir.Value, m_block: ir.Value) -> list[ir.Value]:

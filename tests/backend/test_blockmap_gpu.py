@@ -34,19 +34,29 @@ DOCS = """
   param doc: i32[B, N]
   mask_mod(b, h, i, j) = doc[b, i] == doc[b, j] and j <= i
 }"""
-# name -> (source, kind, (block_m, block_n)); the mask of `name` is that of its first word.
-CASES = {
-    "docs": ("attention docs {" + HEADER + DOCS, "attention", (128, 64)),
-    "docs_map": ("attention docs_map {" + HEADER + DOCS, "map", (128, 64)),
-    "per_head": ("attention per_head {" + HEADER + """
+PER_HEAD = """
   param win: i32[H]
   mask_mod(b, h, i, j) = j <= i and i - j < win[h]
-}""", "map", (64, 128)),
-    "floats": ("attention floats {" + HEADER + """
+}"""
+FLOATS = """
   param t: f32[B, N]
   param u: i32[4]
   mask_mod(b, h, i, j) = (t[b, j] + float(u[h % 4]) > 0.5 and ((j - i) // 7) % 3 != 1) or i == j + (N - M)
-}""", "map", (64, 48)),
+}"""
+# name -> (source, kind, (block_m, block_n)[, attn-block-map's options]); the mask of `name`
+# is that of its part before "_map".
+CASES = {
+    "docs": ("attention docs {" + HEADER + DOCS, "attention", (128, 64)),
+    "docs_map": ("attention docs_map {" + HEADER + DOCS, "map", (128, 64)),
+    "per_head": ("attention per_head {" + HEADER + PER_HEAD, "map", (64, 128)),
+    "floats": ("attention floats {" + HEADER + FLOATS, "map", (64, 48)),
+    # The map program's steps and groups other than the defaults (Note [The block map's program])
+    "docs_map_steps": ("attention docs_map_steps {" + HEADER + DOCS, "map", (128, 64),
+                       {"groups": 1, "samples": False}),
+    "per_head_map_g8": ("attention per_head_map_g8 {" + HEADER + PER_HEAD, "map", (64, 128),
+                        {"groups": 8, "intervals": False}),
+    "floats_map_g2": ("attention floats_map_g2 {" + HEADER + FLOATS, "map", (64, 48),
+                      {"groups": 2, "samples": False}),
 }
 # A map byte's fields, as blockmap.py defines them (test_blockmap.py checks they agree;
 # this file runs where MLIR is not installed).
@@ -61,28 +71,34 @@ def build(out: Path) -> None:
     from attnc.backend.cubin import resource_usage
 
     index = {}
-    for name, (source, kind, (block_m, block_n)) in CASES.items():
-        builder = _attention_bundle if kind == "attention" else _map_bundle
-        plan, manifest, files, text = builder(name, source, block_m, block_n)
+    for name, (source, kind, (block_m, block_n), *options) in CASES.items():
+        if kind == "attention":
+            plan, manifest, files, text = _attention_bundle(name, source, block_m, block_n)
+        else:
+            plan, manifest, files, text = _map_bundle(name, source, block_m, block_n, *options)
         write_bundle(out / name, manifest, files)
         usage = resource_usage(text, "sm_80")
         index[name] = {"kind": kind, "block_m": block_m, "block_n": block_n, "per_head": plan.per_head,
+                       "holds": plan.holds,
                        "registers": {k: u.registers for k, u in usage.items()},
                        "spills": {k: u.spill_stores + u.spill_loads for k, u in usage.items()}}
         print(name, index[name])
     (out / "index.json").write_text(json.dumps(index, indent=2) + "\n")
 
 
-def _map_bundle(name: str, source: str, block_m: int, block_n: int):
-    """(the map's plan, manifest, files, PTX) of a bundle of the block-map kernel alone."""
+def _map_bundle(name: str, source: str, block_m: int, block_n: int, options: dict | None = None):
+    """(the map's plan, manifest, files, PTX) of a bundle of the block-map kernel alone,
+    its program written by attn-block-map with `options`."""
     from attnc.backend.blockmap import blockmap_plan
     from attnc.backend.blockmap_kernel import build_blockmap_module
     from attnc.backend.bundle import code_files, variant_manifest
     from attnc.backend.cubin import ptx_to_cubin
     from attnc.backend.ptx import to_ptx
-    from attnc.driver import compile_mlir
+    from attnc.driver import CompileOptions, compile_mlir
+    from attnc.passes.pipelines import pipeline_with
 
-    result = compile_mlir(source, f"{name}.attn")
+    pipeline = pipeline_with("sm_80", {"attn-block-map": options or {}})
+    result = compile_mlir(source, f"{name}.attn", CompileOptions(arch="sm_80", pass_pipeline=pipeline))
     plan = blockmap_plan(result, block_m, block_n)
     with result.module.context:
         text = to_ptx(build_blockmap_module(plan, result), "sm_80")
@@ -238,8 +254,8 @@ def test_map_matches_brute_force(index, name):
         holds = byte & (0xFF ^ CLASS_BITS)
         assert not (holds & (0xFF ^ RESIDUAL_HOLDS ^ INTERVAL_HOLDS)).any(), f"{name}: a byte has unknown bits"
         assert not holds[want != 1].any(), f"{name}: holds bits on a tile that is not MIXED"
-        if not name.startswith("docs"):
-            assert not holds.any(), f"{name}: the map records no conjuncts for this mask"
+        if not info["holds"]:
+            assert not holds.any(), f"{name}: the map records no conjuncts here"
             continue
         # Note [Conjuncts a tile holds]: each bit set is a proof over the tile's elements.
         for bit, part in ((RESIDUAL_HOLDS, "residual"), (INTERVAL_HOLDS, "interval")):
@@ -248,7 +264,7 @@ def test_map_matches_brute_force(index, name):
             assert not (where & ~proven).any(), f"{name} {B, H, M, N}: a tile's {part} bit is not true"
             bits_seen[part] += int(where.sum())
     assert seen == {0, 1, 2}, f"{name}: the shapes only gave classes {seen}"
-    if name.startswith("docs"):
+    if info["holds"]:
         assert all(bits_seen.values()), f"{name}: no tile recorded a conjunct it holds: {bits_seen}"
 
 

@@ -23,7 +23,7 @@ def _headers(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("// -----// IR Dump")]
 
 
-PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-hoist", "attn-warp-specialize", "attn-alloc-smem",
+PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-block-map", "attn-hoist", "attn-warp-specialize", "attn-alloc-smem",
             "attn-alloc-tmem", "attn-insert-pipelines", "attn-verify-pipeline"]
 
 
@@ -40,10 +40,13 @@ def test_print_ir_after_all_shows_l1_then_every_pass():
     text = out.getvalue()
     assert _headers(text) == [f"// -----// IR Dump After {stage} //----- //"
                               for stage in ["frontend", *PIPELINE]]
-    l1, tiled, masked, hoisted, roles, smem, tmem, pipelined, verified = text.split("// -----// IR Dump After ")[1:]
+    l1, tiled, masked, mapped, hoisted, roles, smem, tmem, pipelined, verified = \
+        text.split("// -----// IR Dump After ")[1:]
     assert "block_m" not in l1 and 'loc("examples/gemma2.attn":7:37)' in l1
     assert 'target = "sm_100a"' in tiled and "mask_kind" not in tiled
     assert 'mask_kind = "static"' in masked and '"attn.role"' not in masked and "attn.level" not in masked
+    # gemma2's mask reads no param: no block map, so attn-block-map leaves the IR as it is
+    assert mapped.split("\n", 1)[1] == masked.split("\n", 1)[1]
     assert 'attn.level = "score"' in hoisted and '"attn.role"' not in hoisted
     # each later pass adds its own level and nothing of the next one's
     assert '"attn.role"' in roles and '"attn.channel"' in roles and '"attn.put"' in roles and _buffers(roles) == []
@@ -63,7 +66,7 @@ def test_print_ir_after_all_shows_l1_then_every_pass():
 def test_dump_dir_writes_every_stage_and_opt_replays_it(tmp_path):
     compile_file("examples/sliding_window.attn", CompileOptions(arch="sm_90a", dump_dir=str(tmp_path)))
     names = sorted(p.name for p in tmp_path.iterdir())
-    stages = PIPELINE[:7] + ["attn-overlap-gemms"] + PIPELINE[7:] + ["attn-kernel-choices", "attn-lower-sm90a"]
+    stages = PIPELINE[:8] + ["attn-overlap-gemms"] + PIPELINE[8:] + ["attn-kernel-choices", "attn-lower-sm90a"]
     assert names == ["00-frontend.mlir"] + [f"{i:02d}-{name}.mlir" for i, name in enumerate(stages, 1)]
     from attnc.ir import to_text
     # every stage is the previous one with its pass re-run by `attnc opt`
@@ -72,8 +75,8 @@ def test_dump_dir_writes_every_stage_and_opt_replays_it(tmp_path):
                                  CompileOptions(arch="sm_90a", pass_pipeline=name))
         assert to_text(replayed) == (tmp_path / after).read_text(), name
     # sm_90a has no tensor memory: attn-alloc-tmem leaves its IR as it is
-    assert (tmp_path / "06-attn-alloc-tmem.mlir").read_text() == \
-        (tmp_path / "05-attn-alloc-smem.mlir").read_text()
+    assert (tmp_path / "07-attn-alloc-tmem.mlir").read_text() == \
+        (tmp_path / "06-attn-alloc-smem.mlir").read_text()
 
 
 def test_a_custom_pipeline_gets_the_arch_as_target():

@@ -37,7 +37,7 @@ def test_pipeline_syntax_errors_point_into_the_text(text, message, col):
     assert e.render().splitlines()[1:] == [text, " " * (col - 1) + "^"]
 
 
-FULL_PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-hoist", "attn-warp-specialize", "attn-alloc-smem",
+FULL_PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-block-map", "attn-hoist", "attn-warp-specialize", "attn-alloc-smem",
                  "attn-alloc-tmem", "attn-insert-pipelines", "attn-verify-pipeline"]
 
 
@@ -46,7 +46,7 @@ def test_every_target_pipeline_is_the_full_plan():
     for target in TARGETS:
         lowering = {"sm_80": ["attn-kernel-choices", "attn-lower-sm80"],
                     "sm_90a": ["attn-kernel-choices", "attn-lower-sm90a"]}.get(target, [])
-        plan = FULL_PIPELINE[:7] + ["attn-overlap-gemms"] + FULL_PIPELINE[7:] if target == "sm_90a" else FULL_PIPELINE
+        plan = FULL_PIPELINE[:8] + ["attn-overlap-gemms"] + FULL_PIPELINE[8:] if target == "sm_90a" else FULL_PIPELINE
         assert PIPELINES[target] == [(name, {}) for name in plan + lowering]
         for name, _ in PIPELINES[target]:
             info = registry.lookup(name)

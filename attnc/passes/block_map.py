@@ -1,0 +1,182 @@
+"""`attn-block-map`: the program of the kernel that fills a block map, beside the tile
+program that reads it (L2 -> L2).
+
+Targets: all. Expects the tile program after attn-analyze-masks (or later): an attn.kernel
+whose program reads a block map (attn.block_map_read, which analyze-masks puts in the
+mixed KV loops of a mask that reads params). Leaves an attn.map_kernel just before each
+such attn.kernel, in the same block, replacing one there from before (and removing one
+whose kernel reads no map any more); other kernels are left as they are.
+
+    before:  %o = "attn.kernel"(%q, %k, %v) ({ ... "attn.block_map_read"(%m_block, %n, %b, %h) ... })
+    after:   "attn.map_kernel"() ({
+             ^bb0(%b: i32, %h: i32, %m_block: i32):
+               %n_blocks = ... cdiv(N, block_n) ...
+               scf.for %n = %c0 to %n_blocks step %c1 {
+                 %byte = "attn.classify"(%b, %h, %m_block, %n) {holds = true, intervals = true, samples = true}
+                 "attn.map_store"(%byte, %b, %h, %m_block, %n)
+               }
+               "gpu.yield"() : () -> ()
+             }) {groups = 4 : i64}
+             %o = "attn.kernel"(%q, %k, %v) ({ ...unchanged... })
+
+Note [The block map's program]: the map (Note [Block map kernel] in
+attnc/backend/blockmap_kernel.py says how its kernel works, blockmap.py what a byte holds)
+is a kernel of its own, launched before the attention kernel. Its program says what that
+kernel does for one query tile of one (b, h slot) -- the slot is h where the mask reads
+h, else 0 -- and how: every key block of the tile classified and its byte stored, the
+blocks of a CTA in `groups` groups of 4 (one a warp), each block by the steps its
+attn.classify turns on. The attention kernel's mask_mod is the one classified (a map
+that disagreed with the mask would drop kept keys), so attn.classify holds no region of
+its own; on a tile table's tile (a documents mask with aligned tiles) the blocks count
+from the tile's key origin, as in the attention kernel. The lowerings build the map
+kernel from this program, checking it op by op (`blockmap.read_map_program`), and refuse
+an attention kernel that reads a map no program fills. Where the attention kernel takes
+its key ranges from a tile table's runs instead (attn-kernel-choices' run_ranges), the
+bundle has no map and the program is not built.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from attnc.passes.registry import Pass
+
+NAME = "attn-block-map"
+GROUPS = 4          # four groups a CTA ran fastest against one and eight (results/sm80_h200.md, "Block map kernel")
+
+
+@dataclass(frozen=True)
+class BlockMap(Pass):
+    """Write the program of the kernel that fills a block map before the attention kernel that reads it."""
+
+    name: ClassVar[str] = NAME
+    groups: int = field(default=GROUPS, metadata={
+        "doc": "groups of 4 key blocks (one a warp) each CTA of the map kernel classifies, one after "
+               "the other (Note [Block map kernel] in attnc/backend/blockmap_kernel.py; default: 4)"})
+    intervals: bool | None = field(default=None, metadata={
+        "doc": "classify a tile the static class leaves mixed on its rows' and keys' intervals first "
+               "(Note [Tile intervals]; default: where every op of the mask has an interval rule)"})
+    samples: bool = field(default=True, metadata={
+        "doc": "then prove a tile mixed by 32 sampled elements before walking all of them "
+               "(Note [Sampled elements]; default: on)"})
+    holds: bool | None = field(default=None, metadata={
+        "doc": "record in the byte of a tile the samples prove mixed the conjuncts the intervals prove it "
+               "holds whole, for the attention kernel's split_mask (Note [Conjuncts a tile holds] in "
+               "attnc/backend/blockmap.py; default: where both steps run and the mask has a row interval and "
+               "another conjunct)"})
+
+    def run(self, module) -> None:
+        from attnc.errors import AttncError
+        from attnc.ir import attention_ops
+
+        if self.groups < 1:
+            raise AttncError(f"{NAME}: groups = {self.groups}; a CTA takes at least one group")
+        for kernel in attention_ops(module):
+            if kernel.name == "attn.kernel":
+                write_program(kernel, self)
+
+
+def first_op(kernel, name: str):
+    """The first op named `name` in the kernel's region, at any depth (a role's, from L3 on), or None."""
+    from mlir import ir
+
+    found = []
+
+    def visit(op):
+        if op.name == name:
+            found.append(op)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+    for op in kernel.regions[0].blocks[0].operations:
+        op.operation.walk(visit)
+        if found:
+            return found[0]
+    return None
+
+
+def table_ids(kernel) -> str | None:
+    """The param of the document ids whose tile table the kernel may take its query tiles
+    from (Note [Document-aligned tiles] in attnc/backend/qtiles.py), as attn-analyze-masks
+    finds it, or None."""
+    from attnc.backend.qtiles import segment_conjunct
+    from attnc.ir import MASK_MOD, region_block
+    from attnc.ir.kernel import kernel_variant
+
+    found = segment_conjunct(region_block(kernel, MASK_MOD), list(kernel_variant(kernel).params))
+    return found[1].param if found else None
+
+
+def map_programs(kernel) -> list:
+    """The attn.map_kernel ops before `kernel` in its block, since the kernel before it."""
+    from attnc.ir.tiles import KERNEL, MAP_KERNEL
+
+    found = []
+    for op in kernel.operation.block.operations:
+        op = op.operation
+        if op == kernel.operation:
+            return found
+        if op.name == KERNEL:
+            found = []
+        elif op.name == MAP_KERNEL:
+            found.append(op)
+    return found
+
+
+def step_choices(kernel, intervals: bool | None, samples: bool, holds: bool | None, at=None,
+                 who: str = "") -> dict[str, bool]:
+    """The classify steps asked for, checked against `kernel`'s mask (an error located at
+    `at`, else the kernel, starting with `who`, where the mask cannot take one), the
+    defaults where one is None."""
+    from attnc.backend.blockmap_intervals import unsupported
+    from attnc.backend.hook_walks import MaskConjuncts
+    from attnc.ir import MASK_MOD, error_at, region_block
+    from attnc.ir.kernel import kernel_variant
+
+    at = kernel if at is None else at
+    block = region_block(kernel, MASK_MOD)
+    missing = unsupported(block, list(kernel_variant(kernel).params))
+    if intervals and missing is not None:
+        raise error_at(at, f"{who}intervals = true, but the mask has {missing}, which the interval step does not "
+                           f"model (Note [Interval transfer functions])")
+    intervals = missing is None if intervals is None else intervals
+    parts = MaskConjuncts.of(block)
+    # the bits are the intervals' proofs, recorded on the tiles the samples prove mixed
+    provable = intervals and samples and bool(parts.linear) and bool(parts.residual)
+    if holds and not provable:
+        raise error_at(at, f"{who}holds = true needs the interval and sample steps and a mask with a row interval "
+                           "and another conjunct (Note [Conjuncts a tile holds])")
+    return {"intervals": intervals, "samples": samples, "holds": provable if holds is None else holds}
+
+
+def write_program(kernel, options: BlockMap) -> None:
+    from mlir import ir
+    from mlir.dialects import arith, scf
+
+    from attnc.ir import YIELD
+    from attnc.ir.roles import pass_loc
+    from attnc.ir import tiles
+    from attnc.passes.tile_program import kv_block_count
+
+    old = map_programs(kernel)
+    for op in old:
+        op.erase()
+    if first_op(kernel, tiles.BLOCK_MAP_READ) is None:
+        return
+    steps = step_choices(kernel, options.intervals, options.samples, options.holds, who=f"{NAME}: ")
+    with kernel.context, pass_loc(NAME, kernel), ir.InsertionPoint(kernel):
+        i32 = tiles.i32()
+        program = ir.Operation.create(tiles.MAP_KERNEL, results=[], operands=[], regions=1, attributes={
+            "groups": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), options.groups)})
+        body = program.regions[0].blocks.append(i32, i32, i32)
+        b, h, m_block = body.arguments
+        with ir.InsertionPoint(body):
+            ids = table_ids(kernel)
+            if ids is not None:         # the map's tiles are the table's where the attention kernel's are
+                tiles.tile_table_read(ids, b, h, m_block)
+            zero, one = (arith.constant(i32, k) for k in (0, 1))
+            loop = scf.ForOp(zero, kv_block_count(kernel), one)
+            with ir.InsertionPoint(loop.body):
+                n = loop.induction_variable
+                tiles.map_store(tiles.classify(b, h, m_block, n, **steps), b, h, m_block, n)
+                scf.YieldOp([])
+            ir.Operation.create(YIELD, results=[], operands=[])

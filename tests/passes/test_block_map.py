@@ -1,0 +1,201 @@
+"""Note [The block map's program] (attnc/passes/block_map.py): the kernel that fills a block
+map is built from its program in the IR -- the options of attn-block-map change the kernel
+and the emulator runs each against the reference -- and the lowering refuses, at the op, a
+hand edit of that program it cannot build. (The pass itself: block_map.mlir.)"""
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from mlir import ir
+
+import attnc
+from attnc.driver import CompileOptions, compile_mlir, optimize_mlir
+from attnc.errors import AttncError
+from attnc.frontend import load
+from attnc.passes.lower_kernel import KERNELS_ATTR, lowered_gpu_module
+from attnc.passes.pipelines import pipeline_with
+from attnc.testing import ptx_bundle, variant_source
+
+# A window of win[h] keys below the diagonal: a block map, and tiles of all three classes.
+WINDOW = variant_source("win", 64, "j <= i and i - j < win[h]", dtype="f16", params=("win: i32[H]",))
+# documents + causal with the map kept (no ranges from the runs): the map of a tile table
+DOCS = variant_source("docs", 64, "doc[b, i] == doc[b, j] and j <= i", dtype="f16", params=("doc: i32[B, N]",))
+FLOATS = variant_source("fl", 64, "t[b, j] > 0.5 or i == j", dtype="f16", params=("t: f32[B, N]",))
+_KEPT = []
+
+
+def _compiled(source: str, options: dict | None = None, upto: str | None = None, drop: str | None = None):
+    pipeline = pipeline_with("sm_80", options or {})
+    if upto is not None:        # through that pass and its options
+        end = pipeline.find(",", pipeline.index(upto))
+        pipeline = pipeline[:end] if end >= 0 else pipeline
+    if drop is not None:
+        pipeline = pipeline.replace(drop + ",", "")
+    result = compile_mlir(source, "v.attn", CompileOptions(arch="sm_80", pass_pipeline=pipeline))
+    _KEPT.append(result)
+    return result
+
+
+def _kernels(result) -> tuple[dict, str]:
+    """(the manifest's map kernel entry, the map kernel's lowered code)."""
+    module = lowered_gpu_module(result.module)
+    entry = next(k for k in json.loads(ir.StringAttr(module.attributes[KERNELS_ATTR]).value)
+                 if k["name"] == "blockmap")
+    func = next(op for op in module.regions[0].blocks[0].operations
+                if "sym_name" in op.attributes and ir.StringAttr(op.attributes["sym_name"]).value == entry["symbol"])
+    return entry, str(func)
+
+
+@pytest.mark.parametrize("options, grid", [
+    ({"groups": 2}, [["cdiv", "N", 128 * 4 * 2]]),
+    ({"samples": False}, [["cdiv", "N", 128 * 4 * 4]]),
+    ({"intervals": False}, [["cdiv", "N", 128 * 4 * 4]]),
+])
+def test_each_option_changes_the_map_kernel(options, grid):
+    default_entry, default_code = _kernels(_compiled(WINDOW))
+    entry, code = _kernels(_compiled(WINDOW, {"attn-block-map": options}))
+    assert default_entry["grid"][0] == [["cdiv", "N", 128 * 4 * 4]]
+    assert entry["grid"][0] == grid and code != default_code
+    if "samples" in options:        # the two votes on the sampled elements go
+        assert default_code.count("nvvm.vote.sync") == code.count("nvvm.vote.sync") + 2
+
+
+def test_the_emulator_runs_each_map_against_the_reference():
+    """The window's map under the options (one group a CTA and no samples; no intervals)
+    gives the same outputs, bit for bit, as the default's, and they match the reference."""
+    from attnc_sim.device import SimKernel
+    from tests.gpu.gpu_support import compare
+    from tests.sim.test_examples_sim import typed_inputs
+
+    variant = load(WINDOW, "win.attn")
+    rng = np.random.default_rng(5)
+    M = 150         # = N
+    case = {name: rng.standard_normal((1, 2, M, 64)).astype(np.float32) for name in ("q", "k", "v")}
+    case["win"] = np.array([40, 100], np.int32)
+    ref = attnc.reference(variant, **case)
+    outs = []
+    for options in ({}, {"groups": 1, "samples": False}, {"intervals": False}):
+        bundle = ptx_bundle(WINDOW, "sm_80", pass_pipeline=pipeline_with("sm_80", {"attn-block-map": options}))
+        kernel = SimKernel(bundle, seed=2)
+        out = kernel(**typed_inputs(bundle, case))
+        assert kernel.last_reports == []
+        assert compare(variant, out, ref) == []
+        outs.append(out["o"])
+    assert all(np.array_equal(outs[0], o) for o in outs[1:])
+
+
+# ------------------------------------------------------------------ the lowering's checks
+
+def _dump(source: str, options: dict | None = None) -> list[str]:
+    """The IR after attn-kernel-choices, as lines without locations (an edited dump's
+    errors then point at its own lines)."""
+    module = _compiled(source, options, upto="attn-kernel-choices").module
+    return module.operation.get_asm(enable_debug_info=False).split("\n")
+
+
+def _refusal(lines: list[str]) -> str:
+    with pytest.raises(AttncError) as info:
+        optimize_mlir("\n".join(lines), "m.mlir", CompileOptions(arch="sm_80", pass_pipeline="attn-lower-sm80"))
+    return info.value.render()
+
+
+def _line(lines: list[str], needle: str) -> int:
+    return next(k for k, line in enumerate(lines) if needle in line)
+
+
+def test_the_unedited_dump_lowers():
+    optimize_mlir("\n".join(_dump(WINDOW)), "m.mlir", CompileOptions(arch="sm_80", pass_pipeline="attn-lower-sm80"))
+
+
+_CLASSIFY = re.compile(r'"attn.classify"\((%\w+), (%\w+), (%\w+), (%\w+)\)')
+_STORE = re.compile(r'"attn.map_store"\((%\w+), ')
+
+
+@pytest.mark.parametrize("needle, pattern, replace, message", [
+    ("{groups = 4", re.compile("groups = 4"), "groups = 0",         # at the op's first line
+     "groups = 0: each CTA of the map kernel takes at least one group"),
+    ('"attn.classify"', _CLASSIFY, r'"attn.classify"(\1, \2, \4, \3)',        # m_block and n_block swapped
+     "attn.classify classifies the loop's key block of the program's (b, h, m_block)"),
+    ('"attn.map_store"', _STORE, r'"attn.map_store"(%c0_i32, ', "attn.map_store stores the attn.classify byte"),
+])
+def test_an_edit_of_the_program_is_refused_at_its_op(needle, pattern, replace, message):
+    lines = _dump(WINDOW)
+    k = _line(lines, needle)
+    edited = list(lines)
+    edited[k], count = pattern.subn(replace, edited[k])
+    assert count == 1
+    rendered = _refusal(edited)
+    at = _line(lines, '"attn.map_kernel"') if needle.startswith("{groups") else k
+    assert f"m.mlir:{at + 1}:" in rendered and message in rendered, rendered
+
+
+def test_a_loop_over_other_blocks_is_refused():
+    lines = _dump(WINDOW)
+    k = _line(lines, '"attn.classify"') - 1         # the loop's line
+    assert "scf.for" in lines[k]
+    edited = list(lines)
+    edited[k] = re.sub(r"to %\w+ step", "to %c1_i32 step", edited[k])
+    rendered = _refusal(edited)
+    assert f"m.mlir:{k + 1}:" in rendered and "runs over every key block of the tile" in rendered, rendered
+
+
+def test_a_block_without_its_store_is_refused():
+    lines = _dump(WINDOW)
+    k = _line(lines, '"attn.map_store"')
+    rendered = _refusal(lines[:k] + lines[k + 1:])
+    assert "a key block of the map kernel is one attn.classify and one attn.map_store" in rendered, rendered
+
+
+def test_a_step_the_mask_cannot_take_is_refused_at_classify():
+    lines = _dump(FLOATS)
+    k = _line(lines, '"attn.classify"')
+    edited = list(lines)
+    edited[k] = edited[k].replace("intervals = false", "intervals = true")
+    rendered = _refusal(edited)
+    assert f"m.mlir:{k + 1}:" in rendered and "intervals = true, but the mask has" in rendered, rendered
+
+
+def test_a_kernel_whose_map_no_program_fills_is_refused():
+    with pytest.raises(AttncError, match="reads a block map that no attn.map_kernel before it fills: run "
+                                         "attn-block-map after attn-analyze-masks"):
+        _compiled(WINDOW, drop="attn-block-map")
+
+
+def test_the_map_of_a_tile_table_reads_the_table():
+    options = {"attn-kernel-choices": {"run_ranges": False}}
+    entry, _ = _kernels(_compiled(DOCS, options))
+    assert {"kind": "scratch", "name": "qtiles"} .items() <= entry["params"][1].items()
+    lines = _dump(DOCS, options)
+    k = next(k for k, line in enumerate(lines) if '"attn.tile_table_read"' in line
+             and "attn.map_kernel" in lines[k - 2] + lines[k - 1])
+    rendered = _refusal(lines[:k] + lines[k + 1:])
+    assert "query tiles come from the tile table of 'doc' (aligned_tiles), which the map kernel's program " \
+           "does not read" in rendered, rendered
+
+
+def test_the_pass_runs_again_on_the_planned_kernel():
+    """attn-block-map after the plan (L5) replaces the program it wrote at L2, the tile
+    table's read included, and the lowering builds the new one."""
+    options = {"attn-kernel-choices": {"run_ranges": False}}
+    module = optimize_mlir("\n".join(_dump(DOCS, options)), "m.mlir",
+                           CompileOptions(arch="sm_80", pass_pipeline="attn-block-map{groups=2},attn-lower-sm80"))
+    text = str(module)
+    assert text.count('"attn.map_kernel"') == 1 and "{groups = 2 : i64}" in text
+    kernels = json.loads(ir.StringAttr(lowered_gpu_module(module).attributes[KERNELS_ATTR]).value)
+    blockmap = next(k for k in kernels if k["name"] == "blockmap")
+    assert blockmap["grid"][0] == [["cdiv", "N", 64 * 4 * 2]] and blockmap["params"][1]["name"] == "qtiles"
+
+
+@pytest.mark.parametrize("run_ranges, split", [(None, True), (False, False)])
+def test_a_map_that_records_no_conjuncts_leaves_the_split_to_the_runs(run_ranges, split):
+    """Without the samples the map records no conjuncts a tile holds: the documents kernel
+    splits its mask test where the table's runs give the ranges (Note [Ranges from the
+    runs]), and not where it reads the map."""
+    options = {"attn-block-map": {"samples": False}}
+    if run_ranges is not None:
+        options["attn-kernel-choices"] = {"run_ranges": run_ranges}
+    text = str(_compiled(DOCS, options).module)
+    assert "holds = false" in text and ("split = true" in text) is split and ("split = false" in text) is not split
