@@ -200,11 +200,11 @@ def _lowering_from_ir(result) -> ForwardLowering:
     if runs_asked is None and runs is not None and \
             not defaults.keeps_run_ranges(runs, blockmap.holds, split_given):
         runs = None
-    if runs is None and read_map_program(op).table != ids.param:
-        program = read_map_program(op).op
-        raise error_at(program, f"the attention kernel's query tiles come from the tile table of '{ids.param}' "
-                                f"(aligned_tiles), which the map kernel's program does not read "
-                                f"(attn.tile_table_read {{param = \"{ids.param}\"}})")
+    program = read_map_program(op) if runs is None else None
+    if program is not None and program.table != ids.param:
+        raise error_at(program.op, f"the attention kernel's query tiles come from the tile table of '{ids.param}' "
+                                   f"(aligned_tiles), which the map kernel's program does not read "
+                                   f"(attn.tile_table_read {{param = \"{ids.param}\"}})")
     return lowering(replace(tiles, runs=runs), waves)
 
 

@@ -86,7 +86,9 @@
 // attn.mask), one over the fully kept ones (without), and one over the mixed ones
 // after them; a mask that reads params reads its block map in the mixed loops
 // (attn.block_map_read, whose class the mask op takes as a last operand) and, for
-// document ids, the tile table at the top (attn.tile_table_read).
+// document ids, the tile table at the top (attn.tile_table_read). attn-block-map then
+// writes the program of the kernel that fills that map just before the attn.kernel
+// (attn.map_kernel, below).
 //
 // L3-L5 (attn-warp-specialize, attn-alloc-smem/-tmem, attn-insert-pipelines; builders and
 // readers in attnc/ir/roles.py): the kernel's region becomes one attn.warp_specialize

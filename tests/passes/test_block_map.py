@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from attnc.passes.lower_kernel import KERNELS_ATTR, lowered_gpu_module
 from attnc.passes.pipelines import pipeline_with
 from attnc.testing import ptx_bundle, variant_source
 
+ROOT_EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 # A window of win[h] keys below the diagonal: a block map, and tiles of all three classes.
 WINDOW = variant_source("win", 64, "j <= i and i - j < win[h]", dtype="f16", params=("win: i32[H]",))
 # documents + causal with the map kept (no ranges from the runs): the map of a tile table
@@ -199,3 +201,13 @@ def test_a_map_that_records_no_conjuncts_leaves_the_split_to_the_runs(run_ranges
         options["attn-kernel-choices"] = {"run_ranges": run_ranges}
     text = str(_compiled(DOCS, options).module)
     assert "holds = false" in text and ("split = true" in text) is split and ("split = false" in text) is not split
+
+
+def test_sm100a_builds_its_map_from_the_program():
+    """sm_100a's block map (Note [Block map on sm_100a]) follows the program's options too."""
+    docs = ROOT_EXAMPLES / "docs_sink.attn"
+    default = ptx_bundle(docs, "sm_100a")
+    two = ptx_bundle(docs, "sm_100a", pass_pipeline=pipeline_with("sm_100a", {"attn-block-map": {"groups": 2}})
+                     + ",attn-lower-sm100a")
+    grids = [[k.grid[0][0] for k in b.manifest.kernels if k.name == "blockmap"][0] for b in (default, two)]
+    assert [g.by for g in grids] == [128 * 4 * 4, 128 * 4 * 2]         # 128-key blocks
