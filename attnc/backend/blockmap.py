@@ -156,7 +156,7 @@ class BlockMapPlan:
 def blockmap_plan(result, block_m: int, block_n: int) -> BlockMapPlan:
     """The block map of the (single) attn.kernel of a compile result, at the attention
     kernel's tile sizes, as its program says (Note [The block map's program] in
-    attnc/passes/block_map.py; `read_map_program`). Meant for masks that read params
+    attnc/passes/mask_kernels.py; `read_map_program`). Meant for masks that read params
     (`mask_kind = "runtime"`), it is right for any mask_mod."""
     op, variant = _attention(result), result.variant
     if not get_bool(op, "has_mask_mod"):

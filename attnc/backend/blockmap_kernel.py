@@ -3,7 +3,7 @@
 it alone. Notes [Conjuncts a tile holds] and [Block map ABI] are blockmap.py's, [Loads
 first] and [Interval transfer functions] blockmap_intervals.py's.
 
-Note [Block map kernel]: one CTA of 128 threads per `groups` (4 by default: attn-block-map's
+Note [Block map kernel]: one CTA of 128 threads per `groups` (4 by default: attn-mask-kernels's
 option, Note [The block map's program]) groups of TILES = 4 consecutive key blocks of a
 query block, grid (cdiv(N, 4 * groups * block_n), cdiv(M, block_m)
 or the table's tiles, B * H_m) (z = b * H_m + h_m): a CTA per tile made the launch

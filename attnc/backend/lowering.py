@@ -56,7 +56,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
     from dataclasses import replace
 
     from attnc.backend.blockmap import blockmap_plan
-    from attnc.backend.map_program import read_map_program
+    from attnc.backend.map_program import read_map_program, read_table_program
     from attnc.backend.kernel_abi import SMALL_GRID_CTAS_PER_SM
     from attnc.backend.kernel_spec import STEP_RECORDS, ForwardSpec
     from attnc.backend.coop_steps import coop_steps
@@ -188,7 +188,14 @@ def _lowering_from_ir(result) -> ForwardLowering:
     if tail_waves and not plain.spec.heads_first:
         raise error_at(op, "tail_waves orders the last query tiles of the heads-first grid (heads_first), "
                            "which this kernel does not run")
-    waves = defaults.tail_waves(plain.spec) if tail_waves is None else tail_waves
+    table = read_table_program(op)          # Note [The tile table's program]
+    if table.param != ids.param:
+        raise error_at(table.op, f"the table's program reads the runs of '{table.param}', the mask compares "
+                                 f"'{ids.param}'")
+    if tail_waves and not table.order:
+        raise error_at(table.op, f"tail_waves = {tail_waves} orders the table's last tiles at attn.table_order, "
+                                 f"which this program has not")
+    waves = (defaults.tail_waves(plain.spec) if table.order else 0) if tail_waves is None else tail_waves
     small = SMALL_GRID_CTAS_PER_SM if plain.spec.small_grid else 0
     tiles = replace(blockmap, qtiles=qtiles_plan(variant, block_m, ids, blockmap.per_head,
                                                  waves * plain.spec.resident_ctas, small))

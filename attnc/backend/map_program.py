@@ -1,7 +1,8 @@
-"""The block map's program as the lowerings read it (Note [The block map's program] in
-attnc/passes/block_map.py): `read_map_program` checks the attn.map_kernel before an
-attention kernel op by op and returns what the map kernel is built from; anything else
-there is refused at its op, naming what the map kernel can build.
+"""The mask kernels' programs as the lowerings read them (Notes [The block map's program]
+and [The tile table's program] in attnc/passes/mask_kernels.py): `read_map_program` and
+`read_table_program` check the attn.map_kernel and the attn.table_kernel before an
+attention kernel op by op and return what that kernel is built from; anything else there
+is refused at its op, naming what the kernel can build.
 """
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from mlir import ir
 
 from attnc.ir import DIM, YIELD, error_at, get_bool, get_int, get_shape, get_str, int_constant
 from attnc.ir.ops import defining_op
-from attnc.ir.tiles import CLASSIFY, MAP_KERNEL, MAP_STORE, TILE_TABLE_READ
+from attnc.ir.tiles import (CLASSIFY, ID_RUNS, MAP_KERNEL, MAP_STORE, TABLE_GRID, TABLE_KERNEL, TABLE_ORDER,
+                            TABLE_REST, TABLE_RUNS, TILE_TABLE_READ)
 
 _INDEX = ("arith.constant", "arith.addi", "arith.subi", "arith.divsi", DIM)
 
@@ -28,15 +30,9 @@ class MapProgram:
 
 def read_map_program(kernel: ir.Operation) -> MapProgram:
     """The attn.map_kernel that fills `kernel`'s block map, checked."""
-    from attnc.passes.block_map import map_programs, step_choices
+    from attnc.passes.mask_kernels import step_choices
 
-    programs = map_programs(kernel)
-    if not programs:
-        raise error_at(kernel, "this kernel reads a block map that no attn.map_kernel before it fills: "
-                               "run attn-block-map after attn-analyze-masks")
-    if len(programs) > 1:
-        raise error_at(programs[1], f"a second {MAP_KERNEL} for one attn.kernel; one fills its map")
-    program = programs[0]
+    program = _program(kernel, MAP_KERNEL, "reads a block map", "map")
     groups = get_int(program, "groups")
     if groups < 1:
         raise error_at(program, f"groups = {groups}: each CTA of the map kernel takes at least one group")
@@ -75,6 +71,60 @@ def read_map_program(kernel: ir.Operation) -> MapProgram:
     choices = step_choices(kernel, *(get_bool(classify, k) for k in ("intervals", "samples", "holds")), at=classify)
     return MapProgram(groups, choices["intervals"], choices["samples"], choices["holds"],
                       get_str(tables[0], "param") if tables else None, program)
+
+
+@dataclass(frozen=True)
+class TableProgram:
+    param: str                  # the ids' param
+    order: bool                 # whether the aligned tiles' branch orders the last ones (attn.table_order)
+    op: ir.Operation
+
+
+def read_table_program(kernel: ir.Operation) -> TableProgram:
+    """The attn.table_kernel that fills the tile table `kernel` takes its query tiles
+    from, checked: the steps of Note [The tile table's program], attn.table_order optional."""
+    program = _program(kernel, TABLE_KERNEL, "takes its query tiles from a tile table (aligned_tiles)", "table")
+    body = program.regions[0].blocks[0]
+    b, h = body.arguments
+    ops = [op.operation for op in body.operations]
+    shape = f"{TABLE_KERNEL} runs {ID_RUNS}, an scf.if on its first result, then {TABLE_REST}"
+    if [op.name for op in ops] != [ID_RUNS, "scf.if", TABLE_REST, YIELD]:
+        raise error_at(next((op for op in ops if op.name not in (ID_RUNS, "scf.if", TABLE_REST)), program), shape)
+    runs, branch, rest = ops[:3]
+    aligned, count = runs.results
+    if list(runs.operands) != [b, h] or branch.operands[0] != aligned or len(branch.results) != 1:
+        raise error_at(branch if list(runs.operands) == [b, h] else runs, shape)
+    then_ops = [op.operation for op in branch.regions[0].blocks[0].operations]
+    else_ops = [op.operation for op in branch.regions[1].blocks[0].operations]
+    order = [op.name for op in then_ops] == [TABLE_RUNS, TABLE_ORDER, "scf.yield"]
+    if not order and [op.name for op in then_ops] != [TABLE_RUNS, "scf.yield"]:
+        raise error_at(then_ops[0], f"where the ids' runs fit, the table's steps are {TABLE_RUNS} (and "
+                                    f"{TABLE_ORDER}) on the count {ID_RUNS} gives")
+    for op in then_ops[:-1]:
+        if list(op.operands) != [b, h, count]:
+            raise error_at(op, f"{op.name} takes the program's (b, h) and the count {ID_RUNS} gives")
+    if list(then_ops[-1].operands) != [count]:
+        raise error_at(then_ops[-1], f"the aligned tiles' branch yields the count {ID_RUNS} gives")
+    grid = else_ops[0]
+    if [op.name for op in else_ops] != [TABLE_GRID, "scf.yield"] or list(grid.operands) != [b, h] \
+            or list(else_ops[1].operands) != [grid.result]:
+        raise error_at(grid, f"where they do not, {TABLE_GRID} of the program's (b, h) and its count")
+    if list(rest.operands) != [b, h, branch.results[0]]:
+        raise error_at(rest, f"{TABLE_REST} takes the program's (b, h) and the count the scf.if yields")
+    return TableProgram(get_str(runs, "param"), order, program)
+
+
+def _program(kernel: ir.Operation, name: str, reads: str, what: str) -> ir.Operation:
+    """The one `name` op before `kernel` (programs_before), or a located error."""
+    from attnc.passes.mask_kernels import programs_before
+
+    programs = programs_before(kernel, name)
+    if not programs:
+        raise error_at(kernel, f"this kernel {reads} that no {name} before it fills: run attn-mask-kernels "
+                               f"after attn-analyze-masks")
+    if len(programs) > 1:
+        raise error_at(programs[1], f"a second {name} for one attn.kernel; one fills its {what}")
+    return programs[0]
 
 
 def _block_count(value: ir.Value, kernel: ir.Operation) -> bool:

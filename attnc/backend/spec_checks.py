@@ -72,7 +72,7 @@ def op_choice_error(spec: ForwardSpec | None, option: str, value) -> str | None:
     if option == "split_mask" and value and spec.tile_holds is None:
         return ("split_mask needs a mask read from a block map whose MIXED tiles record the conjuncts they hold "
                 "(a row interval and a residual, Note [Conjuncts a tile holds]; attn.classify's holds, "
-                "attn-block-map{holds=true})")
+                "attn-mask-kernels{holds=true})")
     if option == "staged_o" and value and not spec.can_stage_o:
         return ("staged_o needs a kernel with one query block per CTA, no producer warpgroup and a 16-bit O "
                 "that fits in its tiles' shared memory")

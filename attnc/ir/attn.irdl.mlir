@@ -86,7 +86,7 @@
 // attn.mask), one over the fully kept ones (without), and one over the mixed ones
 // after them; a mask that reads params reads its block map in the mixed loops
 // (attn.block_map_read, whose class the mask op takes as a last operand) and, for
-// document ids, the tile table at the top (attn.tile_table_read). attn-block-map then
+// document ids, the tile table at the top (attn.tile_table_read). attn-mask-kernels then
 // writes the program of the kernel that fills that map just before the attn.kernel
 // (attn.map_kernel, below).
 //
@@ -380,8 +380,8 @@ irdl.dialect @attn {
     irdl.results(rows: variadic %row)
   }
 
-  // The block map's own program (attn-block-map; Note [The block map's program] in
-  // attnc/passes/block_map.py): what fills the map the attention kernel after it reads with
+  // The block map's own program (attn-mask-kernels; Note [The block map's program] in
+  // attnc/passes/mask_kernels.py): what fills the map the attention kernel after it reads with
   // attn.block_map_read, one region run for query tile %m_block of batch %b and head slot
   // %h (region arguments), a loop over its key blocks of one attn.classify and one
   // attn.map_store each. `groups`: groups of 4 key blocks (one a warp) each CTA of the
@@ -413,6 +413,53 @@ irdl.dialect @attn {
 
   // Writes a map byte (attn.classify's) for (b, h, m_block, n_block): args byte, then those.
   irdl.operation @map_store {
+    %i32 = irdl.is i32
+    irdl.operands(args: variadic %i32)
+  }
+
+  // The tile table's own program (attn-mask-kernels; Note [The tile table's program] in
+  // attnc/passes/mask_kernels.py): what fills the table of document-aligned query tiles
+  // the attention kernel and the map kernel read with attn.tile_table_read, one region run
+  // for batch %b and head slot %h (region arguments), in the steps of Note [Tile table
+  // kernel] (attnc/backend/qtiles.py):
+  //   %aligned, %count = "attn.id_runs"(%b, %h) {param}   the runs of equal ids over the
+  //       query rows: whether they are non-decreasing and their tiles (one at each run's
+  //       start and every block_m rows after it) fit the table; how many tiles
+  //   %used = scf.if %aligned { "attn.table_runs"(%b, %h, %count)   those tiles' entries
+  //                             "attn.table_order"(%b, %h, %count)  the last batch's first
+  //                                 entries longest last, as many as the kernel's tail_waves say
+  //                             scf.yield %count }
+  //           else { %grid = "attn.table_grid"(%b, %h)   the grid's tiles; scf.yield %grid }
+  //   "attn.table_rest"(%b, %h, %used)                     the entries past the last tile
+  irdl.operation @table_kernel {
+    %i32 = irdl.is i32
+    %body = irdl.region(%i32, %i32) with size 1
+    irdl.regions(body: %body)
+  }
+  irdl.operation @id_runs {
+    %i32 = irdl.is i32
+    irdl.operands(args: variadic %i32)
+    %param = irdl.base "#builtin.string"
+    irdl.attributes { "param" = %param }
+    %i1 = irdl.is i1
+    %count = irdl.is i32
+    irdl.results(aligned: %i1, count: %count)
+  }
+  irdl.operation @table_runs {
+    %i32 = irdl.is i32
+    irdl.operands(args: variadic %i32)
+  }
+  irdl.operation @table_order {
+    %i32 = irdl.is i32
+    irdl.operands(args: variadic %i32)
+  }
+  irdl.operation @table_grid {
+    %i32 = irdl.is i32
+    irdl.operands(args: variadic %i32)
+    %count = irdl.is i32
+    irdl.results(count: %count)
+  }
+  irdl.operation @table_rest {
     %i32 = irdl.is i32
     irdl.operands(args: variadic %i32)
   }

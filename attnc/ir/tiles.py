@@ -32,6 +32,12 @@ TILE_TABLE_READ = "attn.tile_table_read"
 MAP_KERNEL = "attn.map_kernel"
 CLASSIFY = "attn.classify"
 MAP_STORE = "attn.map_store"
+TABLE_KERNEL = "attn.table_kernel"
+ID_RUNS = "attn.id_runs"
+TABLE_RUNS = "attn.table_runs"
+TABLE_ORDER = "attn.table_order"
+TABLE_GRID = "attn.table_grid"
+TABLE_REST = "attn.table_rest"
 SPACES = ("global", "smem", "reg", "tmem")
 
 _ELEMENT = {"bf16": ir.BF16Type.get, "f16": ir.F16Type.get, "f32": ir.F32Type.get,
@@ -138,7 +144,7 @@ def block_map_read(m_block: ir.Value, n_block: ir.Value, b: ir.Value, h: ir.Valu
 
 def classify(b: ir.Value, h: ir.Value, m_block: ir.Value, n_block: ir.Value, *, intervals: bool,
              samples: bool, holds: bool) -> ir.Value:
-    """The map byte of the tile (Note [The block map's program] in attnc/passes/block_map.py)."""
+    """The map byte of the tile (Note [The block map's program] in attnc/passes/mask_kernels.py)."""
     steps = {"intervals": intervals, "samples": samples, "holds": holds}
     return _create(CLASSIFY, [i32()], [b, h, m_block, n_block],
                    {k: ir.BoolAttr.get(v) for k, v in steps.items()}).result
@@ -146,6 +152,13 @@ def classify(b: ir.Value, h: ir.Value, m_block: ir.Value, n_block: ir.Value, *, 
 
 def map_store(byte: ir.Value, b: ir.Value, h: ir.Value, m_block: ir.Value, n_block: ir.Value) -> None:
     _create(MAP_STORE, [], [byte, b, h, m_block, n_block])
+
+
+def table_step(name: str, args: Sequence[ir.Value], results: Sequence[ir.Type] = (), **attributes) -> list[ir.Value]:
+    """A step of the tile table's program (attn.irdl.mlir, "attn.table_kernel"): ID_RUNS,
+    TABLE_RUNS, TABLE_ORDER, TABLE_GRID or TABLE_REST; string attributes."""
+    op = _create(name, results, args, {k: ir.StringAttr.get(v) for k, v in attributes.items()})
+    return list(op.results)
 
 
 def tile_table_read(param: str, b: ir.Value, h: ir.Value, m_block: ir.Value) -> list[ir.Value]:

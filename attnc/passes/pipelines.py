@@ -24,7 +24,7 @@ TARGETS = ("sm_80", "sm_90a", "sm_100a")
 _PLAN = [
     ("attn-tile", {}),
     ("attn-analyze-masks", {}),
-    ("attn-block-map", {}),
+    ("attn-mask-kernels", {}),
     ("attn-hoist", {}),
     ("attn-warp-specialize", {}),
     ("attn-alloc-smem", {}),

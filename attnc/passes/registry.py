@@ -44,7 +44,7 @@ from attnc.errors import AttncError
 BUILTIN: dict[str, str] = {
     "attn-tile": "attnc.passes.tile:Tile",
     "attn-analyze-masks": "attnc.passes.analyze_masks:AnalyzeMasks",
-    "attn-block-map": "attnc.passes.block_map:BlockMap",
+    "attn-mask-kernels": "attnc.passes.mask_kernels:MaskKernels",
     "attn-hoist": "attnc.passes.hoist:Hoist",
     "attn-warp-specialize": "attnc.passes.warp_specialize:WarpSpecialize",
     "attn-alloc-smem": "attnc.passes.alloc_smem:AllocSmem",

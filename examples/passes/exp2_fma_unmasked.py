@@ -11,7 +11,7 @@ attn-kernel-choices chose them:
 
     attnc compile examples/gemma2.attn -arch sm_80 --emit ptx \\
         --load-pass examples/passes/exp2_fma_unmasked.py \\
-        --pass-pipeline "attn-tile,attn-analyze-masks,attn-block-map,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-verify-pipeline,attn-kernel-choices,exp2-fma-unmasked{k=4},attn-lower-sm80"
+        --pass-pipeline "attn-tile,attn-analyze-masks,attn-mask-kernels,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-verify-pipeline,attn-kernel-choices,exp2-fma-unmasked{k=4},attn-lower-sm80"
 
 On sm_100a, whose pipeline has no attn-kernel-choices, it runs last, after
 attn-verify-pipeline, and attn-lower-sm100a reads what it set (LLVM packs those

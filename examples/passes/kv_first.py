@@ -9,7 +9,7 @@ change:
 
     attnc compile examples/mha.attn -arch sm_80 --emit ptx \\
         --load-pass examples/passes/kv_first.py \\
-        --pass-pipeline "attn-tile,attn-analyze-masks,attn-block-map,attn-hoist,attn-warp-specialize,attn-alloc-smem,kv-first,attn-alloc-tmem,attn-insert-pipelines,attn-verify-pipeline,attn-kernel-choices,attn-lower-sm80"
+        --pass-pipeline "attn-tile,attn-analyze-masks,attn-mask-kernels,attn-hoist,attn-warp-specialize,attn-alloc-smem,kv-first,attn-alloc-tmem,attn-insert-pipelines,attn-verify-pipeline,attn-kernel-choices,attn-lower-sm80"
 """
 from __future__ import annotations
 

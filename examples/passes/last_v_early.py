@@ -11,7 +11,7 @@ still runs:
 
     attnc compile examples/mha.attn -arch sm_90a --emit ptx \\
         --load-pass examples/passes/last_v_early.py \\
-        --pass-pipeline "attn-tile,attn-analyze-masks,attn-block-map,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-overlap-gemms,last-v-early,attn-verify-pipeline,attn-kernel-choices,attn-lower-sm90a"
+        --pass-pipeline "attn-tile,attn-analyze-masks,attn-mask-kernels,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-overlap-gemms,last-v-early,attn-verify-pipeline,attn-kernel-choices,attn-lower-sm90a"
 
 The last P.V, before and after:
 

@@ -12,7 +12,7 @@ checks, and the lowering builds each trip's ops in the order they stand (Note
 
     attnc compile examples/mha.attn -arch sm_90a --emit ptx \\
         --load-pass examples/passes/loads_after_gemms.py \\
-        --pass-pipeline "attn-tile,attn-analyze-masks,attn-block-map,attn-hoist,attn-warp-specialize{producer=false},attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-overlap-gemms,loads-after-gemms,attn-verify-pipeline,attn-kernel-choices,attn-lower-sm90a"
+        --pass-pipeline "attn-tile,attn-analyze-masks,attn-mask-kernels,attn-hoist,attn-warp-specialize{producer=false},attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-overlap-gemms,loads-after-gemms,attn-verify-pipeline,attn-kernel-choices,attn-lower-sm90a"
 
 One trip, before and after:
 

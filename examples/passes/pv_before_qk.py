@@ -12,7 +12,7 @@ as landing a GEMM the wait leaves in flight:
 
     attnc compile examples/mha.attn -arch sm_90a --emit ptx \\
         --load-pass examples/passes/pv_before_qk.py \\
-        --pass-pipeline "attn-tile,attn-analyze-masks,attn-block-map,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-overlap-gemms,pv-before-qk,attn-verify-pipeline,attn-kernel-choices,attn-lower-sm90a"
+        --pass-pipeline "attn-tile,attn-analyze-masks,attn-mask-kernels,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-overlap-gemms,pv-before-qk,attn-verify-pipeline,attn-kernel-choices,attn-lower-sm90a"
 
 One trip, before and after:
 

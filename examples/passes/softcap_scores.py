@@ -4,7 +4,7 @@ score_mod region of the L1 IR. A complete user pass, to copy and change:
 
     attnc compile examples/alibi.attn -arch sm_80 --emit ptx \\
         --load-pass examples/passes/softcap_scores.py \\
-        --pass-pipeline "softcap-scores{cap=30.0},attn-tile,attn-analyze-masks,attn-block-map,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-verify-pipeline,attn-kernel-choices,attn-lower-sm80"
+        --pass-pipeline "softcap-scores{cap=30.0},attn-tile,attn-analyze-masks,attn-mask-kernels,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-verify-pipeline,attn-kernel-choices,attn-lower-sm80"
 
 What a pass is given: `run(module)` receives the `builtin.module` operation (an
 `mlir.ir.Operation`) holding one `attn.attention` op per variant; the hooks are that

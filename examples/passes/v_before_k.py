@@ -10,7 +10,7 @@ attnc/backend/load_steps.py), so the kernel changes with the IR:
 
     attnc compile examples/mha.attn -arch sm_90a --emit ptx \\
         --load-pass examples/passes/v_before_k.py \\
-        --pass-pipeline "attn-tile,attn-analyze-masks,attn-block-map,attn-hoist,attn-warp-specialize,v-before-k,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-overlap-gemms,attn-verify-pipeline,attn-kernel-choices,attn-lower-sm90a"
+        --pass-pipeline "attn-tile,attn-analyze-masks,attn-mask-kernels,attn-hoist,attn-warp-specialize,v-before-k,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-overlap-gemms,attn-verify-pipeline,attn-kernel-choices,attn-lower-sm90a"
 
 Before and after, one trip of a producer loop:
 

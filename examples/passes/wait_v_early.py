@@ -10,7 +10,7 @@ in attnc/backend/kv_steps.py), and attn-verify-pipeline checks the moved waits:
 
     attnc compile examples/gemma2.attn -arch sm_80 --emit ptx \\
         --load-pass examples/passes/wait_v_early.py \\
-        --pass-pipeline "attn-tile,attn-analyze-masks,attn-block-map,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,wait-v-early,attn-verify-pipeline,attn-kernel-choices,attn-lower-sm80"
+        --pass-pipeline "attn-tile,attn-analyze-masks,attn-mask-kernels,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,wait-v-early,attn-verify-pipeline,attn-kernel-choices,attn-lower-sm80"
 
 One trip of a KV loop, before and after (two stages):
 

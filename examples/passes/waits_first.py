@@ -10,7 +10,7 @@ producer's threads issue no copy of K(n) until V's slot is free as well:
 
     attnc compile examples/gemma2.attn -arch sm_90a --emit ptx \\
         --load-pass examples/passes/waits_first.py \\
-        --pass-pipeline "attn-tile,attn-analyze-masks,attn-block-map,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-overlap-gemms,waits-first,attn-verify-pipeline,attn-kernel-choices,attn-lower-sm90a"
+        --pass-pipeline "attn-tile,attn-analyze-masks,attn-mask-kernels,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-overlap-gemms,waits-first,attn-verify-pipeline,attn-kernel-choices,attn-lower-sm90a"
 
 One trip, before and after:
 

@@ -43,7 +43,7 @@ FLOATS = """
   param u: i32[4]
   mask_mod(b, h, i, j) = (t[b, j] + float(u[h % 4]) > 0.5 and ((j - i) // 7) % 3 != 1) or i == j + (N - M)
 }"""
-# name -> (source, kind, (block_m, block_n)[, attn-block-map's options]); the mask of `name`
+# name -> (source, kind, (block_m, block_n)[, attn-mask-kernels's options]); the mask of `name`
 # is that of its part before "_map".
 CASES = {
     "docs": ("attention docs {" + HEADER + DOCS, "attention", (128, 64)),
@@ -88,7 +88,7 @@ def build(out: Path) -> None:
 
 def _map_bundle(name: str, source: str, block_m: int, block_n: int, options: dict | None = None):
     """(the map's plan, manifest, files, PTX) of a bundle of the block-map kernel alone,
-    its program written by attn-block-map with `options`."""
+    its program written by attn-mask-kernels with `options`."""
     from attnc.backend.blockmap import blockmap_plan
     from attnc.backend.blockmap_kernel import build_blockmap_module
     from attnc.backend.bundle import code_files, variant_manifest
@@ -97,7 +97,7 @@ def _map_bundle(name: str, source: str, block_m: int, block_n: int, options: dic
     from attnc.driver import CompileOptions, compile_mlir
     from attnc.passes.pipelines import pipeline_with
 
-    pipeline = pipeline_with("sm_80", {"attn-block-map": options or {}})
+    pipeline = pipeline_with("sm_80", {"attn-mask-kernels": options or {}})
     result = compile_mlir(source, f"{name}.attn", CompileOptions(arch="sm_80", pass_pipeline=pipeline))
     plan = blockmap_plan(result, block_m, block_n)
     with result.module.context:

@@ -2,7 +2,7 @@
 the manifest's grid and ABI use constants where the variant fixes a size, and the
 L1 regions of score_mod and sink return f32 whatever the expression's type."""
 from attnc.backend.blockmap import TILES
-from attnc.passes.block_map import GROUPS
+from attnc.passes.mask_kernels import GROUPS
 from attnc.driver import CompileOptions, compile_mlir
 from attnc.ir import SCORE_MOD, SINK, attention_ops, region_block, yielded
 from attnc.testing import build_with
@@ -42,7 +42,7 @@ def test_fixed_sizes_become_constants_in_grid_and_abi():
     assert table["grid"] == [[1], [1], [2]]
     consts = [p for p in attention["params"] if p["kind"] == "const"]
     assert [p["value"] for p in consts] == [100, 4, 2]              # M, H, HKV
-    # Note [Block map kernel]: one CTA per GROUPS (attn-block-map's default) groups of TILES consecutive key blocks
+    # Note [Block map kernel]: one CTA per GROUPS (attn-mask-kernels's default) groups of TILES consecutive key blocks
     block_n = mapped.manifest["specialization"]["block_n"]
     assert blockmap["grid"][0] == [["cdiv", "N", block_n * TILES * GROUPS]]
     assert manifest.dims == ("N",)

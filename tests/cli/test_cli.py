@@ -60,7 +60,7 @@ def test_missing_file():
     assert (status, out, err) == (1, "", "attnc: error: no such file: 'examples/nope.attn'\n")
 
 
-PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-block-map", "attn-hoist", "attn-warp-specialize", "attn-alloc-smem",
+PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-mask-kernels", "attn-hoist", "attn-warp-specialize", "attn-alloc-smem",
             "attn-alloc-tmem", "attn-insert-pipelines", "attn-verify-pipeline"]
 # sm_90a's plan: its consumer warpgroups' GEMMs overlapped after the synchronization
 SM90A_PLAN = PIPELINE[:8] + ["attn-overlap-gemms"] + PIPELINE[8:]

@@ -23,7 +23,7 @@ def _headers(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("// -----// IR Dump")]
 
 
-PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-block-map", "attn-hoist", "attn-warp-specialize", "attn-alloc-smem",
+PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-mask-kernels", "attn-hoist", "attn-warp-specialize", "attn-alloc-smem",
             "attn-alloc-tmem", "attn-insert-pipelines", "attn-verify-pipeline"]
 
 
@@ -45,7 +45,7 @@ def test_print_ir_after_all_shows_l1_then_every_pass():
     assert "block_m" not in l1 and 'loc("examples/gemma2.attn":7:37)' in l1
     assert 'target = "sm_100a"' in tiled and "mask_kind" not in tiled
     assert 'mask_kind = "static"' in masked and '"attn.role"' not in masked and "attn.level" not in masked
-    # gemma2's mask reads no param: no block map, so attn-block-map leaves the IR as it is
+    # gemma2's mask reads no param: no block map, so attn-mask-kernels leaves the IR as it is
     assert mapped.split("\n", 1)[1] == masked.split("\n", 1)[1]
     assert 'attn.level = "score"' in hoisted and '"attn.role"' not in hoisted
     # each later pass adds its own level and nothing of the next one's

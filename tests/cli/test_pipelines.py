@@ -37,7 +37,7 @@ def test_pipeline_syntax_errors_point_into_the_text(text, message, col):
     assert e.render().splitlines()[1:] == [text, " " * (col - 1) + "^"]
 
 
-FULL_PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-block-map", "attn-hoist", "attn-warp-specialize", "attn-alloc-smem",
+FULL_PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-mask-kernels", "attn-hoist", "attn-warp-specialize", "attn-alloc-smem",
                  "attn-alloc-tmem", "attn-insert-pipelines", "attn-verify-pipeline"]
 
 

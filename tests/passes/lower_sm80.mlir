@@ -4,7 +4,7 @@
 //
 // RUN: attnc compile examples/mha.attn -arch sm_80 --emit mlir | filecheck %s
 // RUN: attnc compile examples/docs_sink.attn -arch sm_80 --emit mlir | filecheck %s --check-prefix=RUNS
-// RUN: attnc compile examples/docs_sink.attn -arch sm_80 --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-block-map,attn-warp-specialize,attn-alloc-smem,attn-insert-pipelines,attn-kernel-choices{run_ranges=false},attn-lower-sm80" | filecheck %s --check-prefix=BLOCKMAP
+// RUN: attnc compile examples/docs_sink.attn -arch sm_80 --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-mask-kernels,attn-warp-specialize,attn-alloc-smem,attn-insert-pipelines,attn-kernel-choices{run_ranges=false},attn-lower-sm80" | filecheck %s --check-prefix=BLOCKMAP
 // RUN: not attnc compile examples/mha.attn -arch sm_80 --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-insert-pipelines,attn-lower-sm80,attn-lower-sm80" 2>&1 | filecheck %s --check-prefix=TWICE
 // RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-insert-pipelines,attn-lower-sm80" 2>&1 | filecheck %s --check-prefix=NOSOURCE
 

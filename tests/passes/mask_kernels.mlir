@@ -1,23 +1,37 @@
-// attn-block-map: the program of the kernel that fills a block map, just before the
-// attention kernel that reads it (Note [The block map's program]); its options; its errors;
+// attn-mask-kernels: the programs of the kernels that fill a tile table and a block map,
+// just before the attention kernel that reads them (Notes [The block map's program] and
+// [The tile table's program]); the options; the errors;
 // the lowering's checks of the program are tests/passes/test_block_map.py's.
 //
 // The input is the L1 IR of examples/alibi.attn and examples/docs_sink.attn, and of a mask
 // that reads a float param (below the checks).
-// RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-block-map" | filecheck %s
-// RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-block-map,attn-block-map{groups=2 samples=false holds=false}" | filecheck %s --check-prefix=OPTS
-// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-block-map{intervals=true}" 2>&1 | filecheck %s --check-prefix=NOINTERVALS
-// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-block-map{intervals=false holds=true}" 2>&1 | filecheck %s --check-prefix=NOHOLDS
-// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-block-map{groups=0}" 2>&1 | filecheck %s --check-prefix=GROUPS
+// RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-mask-kernels" | filecheck %s
+// RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-mask-kernels,attn-mask-kernels{groups=2 samples=false holds=false}" | filecheck %s --check-prefix=OPTS
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-mask-kernels{intervals=true}" 2>&1 | filecheck %s --check-prefix=NOINTERVALS
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-mask-kernels{intervals=false holds=true}" 2>&1 | filecheck %s --check-prefix=NOHOLDS
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-mask-kernels{groups=0}" 2>&1 | filecheck %s --check-prefix=GROUPS
 
 // ALiBi's mask reads no param: no map, no program.
 // CHECK-LABEL: func.func @alibi(
-// CHECK-NOT: attn.map_kernel
+// CHECK-NOT: attn.{{map|table}}_kernel
 // CHECK: "attn.kernel"
 
-// documents + causal: the program reads the tile table as the attention kernel does, and
-// classifies every key block of the tile with every step, the conjuncts held included.
+// documents + causal: the tile table's program (its ids' runs, then their tiles or the
+// grid's, then the entries past them); the map's reads the table as the attention kernel
+// does, and classifies every key block of the tile with every step, the conjuncts held
+// included.
 // CHECK-LABEL: func.func @docs_sink(
+// CHECK: "attn.table_kernel"() ({
+// CHECK-NEXT: ^bb0(%[[TB:.*]]: i32 {{.*}}, %[[TH:.*]]: i32 {{.*}}):
+// CHECK-NEXT: %[[RUNS:.*]]:2 = "attn.id_runs"(%[[TB]], %[[TH]]) {param = "doc"}
+// CHECK-NEXT: %[[USED:.*]] = scf.if %[[RUNS]]#0 -> (i32) {
+// CHECK-NEXT: "attn.table_runs"(%[[TB]], %[[TH]], %[[RUNS]]#1)
+// CHECK-NEXT: "attn.table_order"(%[[TB]], %[[TH]], %[[RUNS]]#1)
+// CHECK-NEXT: scf.yield %[[RUNS]]#1 : i32
+// CHECK-NEXT: } else {
+// CHECK-NEXT: %[[GRID:.*]] = "attn.table_grid"(%[[TB]], %[[TH]])
+// CHECK-NEXT: scf.yield %[[GRID]] : i32
+// CHECK: "attn.table_rest"(%[[TB]], %[[TH]], %[[USED]])
 // CHECK: "attn.map_kernel"() ({
 // CHECK-NEXT: ^bb0(%[[B:.*]]: i32 {{.*}}, %[[H:.*]]: i32 {{.*}}, %[[M:.*]]: i32 {{.*}}):
 // CHECK-NEXT: "attn.tile_table_read"(%[[B]], %[[H]], %[[M]]) {param = "doc"}
@@ -26,24 +40,28 @@
 // CHECK-NEXT: %[[BYTE:.*]] = "attn.classify"(%[[B]], %[[H]], %[[M]], %[[K]]) {holds = true, intervals = true, samples = true}
 // CHECK-NEXT: "attn.map_store"(%[[BYTE]], %[[B]], %[[H]], %[[M]], %[[K]])
 // CHECK: gpu.yield
-// CHECK-NEXT: }) {groups = 4 : i64} : () -> () loc("attn-block-map"("docs_sink.attn":2:1))
+// CHECK-NEXT: }) {groups = 4 : i64} : () -> () loc("attn-mask-kernels"("docs_sink.attn":2:1))
 // CHECK-NEXT: "attn.kernel"
 // CHECK: "attn.block_map_read"
 
-// A float param: no interval step (the evaluator does not model floats), so no conjuncts held.
+// A float param: no interval step (the evaluator does not model floats), so no conjuncts
+// held; no ids compared, so no table.
 // CHECK-LABEL: func.func @floats(
+// CHECK-NOT: attn.table_kernel
 // CHECK: "attn.classify"({{.*}}) {holds = false, intervals = false, samples = true}
 
-// A second run replaces the program with one of its options.
+// A second run replaces the programs, the map's with the options.
 // OPTS-LABEL: func.func @docs_sink(
+// OPTS: "attn.table_kernel"
+// OPTS-NOT: "attn.table_kernel"
 // OPTS: "attn.classify"({{.*}}) {holds = false, intervals = true, samples = false}
 // OPTS: {groups = 2 : i64}
 // OPTS-NOT: "attn.map_kernel"
 // OPTS: "attn.kernel"
 
-// NOINTERVALS: floats.attn:2:1: error: attn-block-map: intervals = true, but the mask has 'attn.param' (tensor<?x?xf32>, i32, i32 -> f32), which the interval step does not model
-// NOHOLDS: docs_sink.attn:2:1: error: attn-block-map: holds = true needs the interval and sample steps and a mask with a row interval and another conjunct
-// GROUPS: error: attn-block-map: groups = 0; a CTA takes at least one group
+// NOINTERVALS: floats.attn:2:1: error: attn-mask-kernels: intervals = true, but the mask has 'attn.param' (tensor<?x?xf32>, i32, i32 -> f32), which the interval step does not model
+// NOHOLDS: docs_sink.attn:2:1: error: attn-mask-kernels: holds = true needs the interval and sample steps and a mask with a row interval and another conjunct
+// GROUPS: error: attn-mask-kernels: groups = 0; a CTA takes at least one group
 
 // examples/alibi.attn and examples/docs_sink.attn as the frontend lowers them (L1), and a
 // mask on a float param.

@@ -1,7 +1,8 @@
-"""Note [The block map's program] (attnc/passes/block_map.py): the kernel that fills a block
-map is built from its program in the IR -- the options of attn-block-map change the kernel
-and the emulator runs each against the reference -- and the lowering refuses, at the op, a
-hand edit of that program it cannot build. (The pass itself: block_map.mlir.)"""
+"""Notes [The block map's program] and [The tile table's program] (attnc/passes/mask_kernels.py):
+the kernels that fill a block map and a tile table are built from their programs in the
+IR -- the map's options change its kernel and the emulator runs each against the
+reference -- and the lowering refuses, at the op, a hand edit of a program it cannot
+build. (The pass itself: mask_kernels.mlir.)"""
 from __future__ import annotations
 
 import json
@@ -58,7 +59,7 @@ def _kernels(result) -> tuple[dict, str]:
 ])
 def test_each_option_changes_the_map_kernel(options, grid):
     default_entry, default_code = _kernels(_compiled(WINDOW))
-    entry, code = _kernels(_compiled(WINDOW, {"attn-block-map": options}))
+    entry, code = _kernels(_compiled(WINDOW, {"attn-mask-kernels": options}))
     assert default_entry["grid"][0] == [["cdiv", "N", 128 * 4 * 4]]
     assert entry["grid"][0] == grid and code != default_code
     if "samples" in options:        # the two votes on the sampled elements go
@@ -80,7 +81,7 @@ def test_the_emulator_runs_each_map_against_the_reference():
     ref = attnc.reference(variant, **case)
     outs = []
     for options in ({}, {"groups": 1, "samples": False}, {"intervals": False}):
-        bundle = ptx_bundle(WINDOW, "sm_80", pass_pipeline=pipeline_with("sm_80", {"attn-block-map": options}))
+        bundle = ptx_bundle(WINDOW, "sm_80", pass_pipeline=pipeline_with("sm_80", {"attn-mask-kernels": options}))
         kernel = SimKernel(bundle, seed=2)
         out = kernel(**typed_inputs(bundle, case))
         assert kernel.last_reports == []
@@ -116,15 +117,20 @@ _CLASSIFY = re.compile(r'"attn.classify"\((%\w+), (%\w+), (%\w+), (%\w+)\)')
 _STORE = re.compile(r'"attn.map_store"\((%\w+), ')
 
 
-@pytest.mark.parametrize("needle, pattern, replace, message", [
-    ("{groups = 4", re.compile("groups = 4"), "groups = 0",         # at the op's first line
+@pytest.mark.parametrize("source, needle, pattern, replace, message", [
+    (WINDOW, "{groups = 4", re.compile("groups = 4"), "groups = 0",         # at the op's first line
      "groups = 0: each CTA of the map kernel takes at least one group"),
-    ('"attn.classify"', _CLASSIFY, r'"attn.classify"(\1, \2, \4, \3)',        # m_block and n_block swapped
+    (WINDOW, '"attn.classify"', _CLASSIFY, r'"attn.classify"(\1, \2, \4, \3)',        # m_block and n_block swapped
      "attn.classify classifies the loop's key block of the program's (b, h, m_block)"),
-    ('"attn.map_store"', _STORE, r'"attn.map_store"(%c0_i32, ', "attn.map_store stores the attn.classify byte"),
+    (WINDOW, '"attn.map_store"', _STORE, r'"attn.map_store"(%c0_i32, ',
+     "attn.map_store stores the attn.classify byte"),
+    (DOCS, '"attn.table_runs"', re.compile(r'"attn.table_runs"\((%\w+), (%\w+), '), r'"attn.table_runs"(\2, \1, ',
+     "attn.table_runs takes the program's (b, h) and the count attn.id_runs gives"),
+    (DOCS, '"attn.table_rest"', re.compile(r'"attn.table_rest"\((%\w+), (%\w+), (%\w+)\)'),
+     r'"attn.table_rest"(\1, \2, \1)', "attn.table_rest takes the program's (b, h) and the count"),
 ])
-def test_an_edit_of_the_program_is_refused_at_its_op(needle, pattern, replace, message):
-    lines = _dump(WINDOW)
+def test_an_edit_of_a_program_is_refused_at_its_op(source, needle, pattern, replace, message):
+    lines = _dump(source)
     k = _line(lines, needle)
     edited = list(lines)
     edited[k], count = pattern.subn(replace, edited[k])
@@ -162,8 +168,8 @@ def test_a_step_the_mask_cannot_take_is_refused_at_classify():
 
 def test_a_kernel_whose_map_no_program_fills_is_refused():
     with pytest.raises(AttncError, match="reads a block map that no attn.map_kernel before it fills: run "
-                                         "attn-block-map after attn-analyze-masks"):
-        _compiled(WINDOW, drop="attn-block-map")
+                                         "attn-mask-kernels after attn-analyze-masks"):
+        _compiled(WINDOW, drop="attn-mask-kernels")
 
 
 def test_the_map_of_a_tile_table_reads_the_table():
@@ -179,11 +185,11 @@ def test_the_map_of_a_tile_table_reads_the_table():
 
 
 def test_the_pass_runs_again_on_the_planned_kernel():
-    """attn-block-map after the plan (L5) replaces the program it wrote at L2, the tile
+    """attn-mask-kernels after the plan (L5) replaces the program it wrote at L2, the tile
     table's read included, and the lowering builds the new one."""
     options = {"attn-kernel-choices": {"run_ranges": False}}
     module = optimize_mlir("\n".join(_dump(DOCS, options)), "m.mlir",
-                           CompileOptions(arch="sm_80", pass_pipeline="attn-block-map{groups=2},attn-lower-sm80"))
+                           CompileOptions(arch="sm_80", pass_pipeline="attn-mask-kernels{groups=2},attn-lower-sm80"))
     text = str(module)
     assert text.count('"attn.map_kernel"') == 1 and "{groups = 2 : i64}" in text
     kernels = json.loads(ir.StringAttr(lowered_gpu_module(module).attributes[KERNELS_ATTR]).value)
@@ -196,7 +202,7 @@ def test_a_map_that_records_no_conjuncts_leaves_the_split_to_the_runs(run_ranges
     """Without the samples the map records no conjuncts a tile holds: the documents kernel
     splits its mask test where the table's runs give the ranges (Note [Ranges from the
     runs]), and not where it reads the map."""
-    options = {"attn-block-map": {"samples": False}}
+    options = {"attn-mask-kernels": {"samples": False}}
     if run_ranges is not None:
         options["attn-kernel-choices"] = {"run_ranges": run_ranges}
     text = str(_compiled(DOCS, options).module)
@@ -207,7 +213,47 @@ def test_sm100a_builds_its_map_from_the_program():
     """sm_100a's block map (Note [Block map on sm_100a]) follows the program's options too."""
     docs = ROOT_EXAMPLES / "docs_sink.attn"
     default = ptx_bundle(docs, "sm_100a")
-    two = ptx_bundle(docs, "sm_100a", pass_pipeline=pipeline_with("sm_100a", {"attn-block-map": {"groups": 2}})
+    two = ptx_bundle(docs, "sm_100a", pass_pipeline=pipeline_with("sm_100a", {"attn-mask-kernels": {"groups": 2}})
                      + ",attn-lower-sm100a")
     grids = [[k.grid[0][0] for k in b.manifest.kernels if k.name == "blockmap"][0] for b in (default, two)]
     assert [g.by for g in grids] == [128 * 4 * 4, 128 * 4 * 2]         # 128-key blocks
+
+
+# ------------------------------------------------------------------ the tile table's program
+
+def _without(lines: list[str], needle: str) -> list[str]:
+    k = _line(lines, needle)
+    return lines[:k] + lines[k + 1:]
+
+
+def test_a_kernel_whose_table_no_program_fills_is_refused():
+    lines = _dump(DOCS)
+    start = _line(lines, '"attn.table_kernel"')
+    end = _line(lines, '"attn.map_kernel"')
+    rendered = _refusal(lines[:start] + lines[end:])
+    assert "takes its query tiles from a tile table (aligned_tiles) that no attn.table_kernel before it fills" \
+        in rendered, rendered
+
+
+def test_a_table_without_its_order_is_refused_where_tail_waves_asks_it():
+    lines = _dump(DOCS)
+    assert any("tail_waves = 2" in line for line in lines)
+    rendered = _refusal(_without(lines, '"attn.table_order"'))
+    at = _line(lines, '"attn.table_kernel"')
+    assert f"m.mlir:{at + 1}:" in rendered and "tail_waves = 2 orders the table's last tiles at " \
+        "attn.table_order, which this program has not" in rendered, rendered
+
+
+def test_a_table_without_its_order_keeps_the_order_found():
+    """The program edited at L2 without attn.table_order: attn-kernel-choices takes
+    tail_waves 0, and the table kernel reorders nothing (no %nsmid read)."""
+    module = _compiled(DOCS, upto="attn-mask-kernels").module
+    lines = _without(module.operation.get_asm(enable_debug_info=False).split("\n"), '"attn.table_order"')
+    rest = pipeline_with("sm_80", {}).split("attn-mask-kernels,", 1)[1]
+    edited = optimize_mlir("\n".join(lines), "m.mlir", CompileOptions(arch="sm_80", pass_pipeline=rest))
+    default = _compiled(DOCS).module
+    assert "tail_waves = 0" in str(edited) and "tail_waves = 2" in str(default)
+    tables = [next(str(op) for op in lowered_gpu_module(m).regions[0].blocks[0].operations
+                   if "sym_name" in op.attributes and "qtiles" in ir.StringAttr(op.attributes["sym_name"]).value)
+              for m in (edited, default)]
+    assert "nsmid" not in tables[0] and "nsmid" in tables[1]

@@ -1,15 +1,33 @@
-"""`attn-block-map`: the program of the kernel that fills a block map, beside the tile
-program that reads it (L2 -> L2).
+"""`attn-mask-kernels`: the programs of the kernels a bundle launches before the attention
+kernel to read its mask's params -- the block map's and the tile table's -- just before the
+tile program that reads what they fill (L2 -> L2).
 
 Targets: all. Expects the tile program after attn-analyze-masks (or later): an attn.kernel
 whose program reads a block map (attn.block_map_read, which analyze-masks puts in the
-mixed KV loops of a mask that reads params). Leaves an attn.map_kernel just before each
-such attn.kernel, in the same block, replacing one there from before (and removing one
-whose kernel reads no map any more); other kernels are left as they are.
+mixed KV loops of a mask that reads params). Leaves before each such attn.kernel, in the
+same block, an attn.map_kernel and, where the mask compares document ids (a conjunct
+P[.., i] == P[.., j]: Note [Document-aligned tiles] in attnc/backend/qtiles.py), an
+attn.table_kernel first; they replace those there from before (and go where the kernel
+reads no map any more); other kernels are left as they are.
 
     before:  %o = "attn.kernel"(%q, %k, %v) ({ ... "attn.block_map_read"(%m_block, %n, %b, %h) ... })
-    after:   "attn.map_kernel"() ({
+    after:   "attn.table_kernel"() ({
+             ^bb0(%b: i32, %h: i32):
+               %aligned, %count = "attn.id_runs"(%b, %h) {param = "doc"}
+               %used = scf.if %aligned -> (i32) {
+                 "attn.table_runs"(%b, %h, %count)
+                 "attn.table_order"(%b, %h, %count)
+                 scf.yield %count : i32
+               } else {
+                 %grid = "attn.table_grid"(%b, %h)
+                 scf.yield %grid : i32
+               }
+               "attn.table_rest"(%b, %h, %used)
+               "gpu.yield"() : () -> ()
+             }) : () -> ()
+             "attn.map_kernel"() ({
              ^bb0(%b: i32, %h: i32, %m_block: i32):
+               "attn.tile_table_read"(%b, %h, %m_block) {param = "doc"}
                %n_blocks = ... cdiv(N, block_n) ...
                scf.for %n = %c0 to %n_blocks step %c1 {
                  %byte = "attn.classify"(%b, %h, %m_block, %n) {holds = true, intervals = true, samples = true}
@@ -29,10 +47,22 @@ attn.classify turns on. The attention kernel's mask_mod is the one classified (a
 that disagreed with the mask would drop kept keys), so attn.classify holds no region of
 its own; on a tile table's tile (a documents mask with aligned tiles) the blocks count
 from the tile's key origin, as in the attention kernel. The lowerings build the map
-kernel from this program, checking it op by op (`blockmap.read_map_program`), and refuse
-an attention kernel that reads a map no program fills. Where the attention kernel takes
-its key ranges from a tile table's runs instead (attn-kernel-choices' run_ranges), the
-bundle has no map and the program is not built.
+kernel from this program, checking it op by op (`read_map_program` in
+attnc/backend/map_program.py), and refuse an attention kernel that reads a map no program
+fills. Where the attention kernel takes its key ranges from a tile table's runs instead
+(attn-kernel-choices' run_ranges), the bundle has no map and the program is not built.
+
+Note [The tile table's program]: the table of document-aligned query tiles (Notes
+[Document-aligned tiles] and [Tile table kernel] in attnc/backend/qtiles.py) is filled by
+a kernel of one CTA per (b, h slot), whose steps are the program's ops: the runs of equal
+ids and whether their tiles fit the table (attn.id_runs), then either those tiles' entries
+(attn.table_runs) and the order of the grid's last ones (attn.table_order, by as many
+waves as the attention kernel's tail_waves: Note [Longest tiles last]) or the grid's
+(attn.table_grid), then the entries past the last tile (attn.table_rest). The lowerings
+build it where the attention kernel takes its query tiles from the table
+(attn-kernel-choices' aligned_tiles; never on sm_100a), from this program, checked op by
+op (`read_table_program`); a program without attn.table_order is the table's in the
+order found, which a kernel with tail_waves > 0 refuses.
 """
 from __future__ import annotations
 
@@ -41,26 +71,27 @@ from typing import ClassVar
 
 from attnc.passes.registry import Pass
 
-NAME = "attn-block-map"
+NAME = "attn-mask-kernels"
 GROUPS = 4          # four groups a CTA ran fastest against one and eight (results/sm80_h200.md, "Block map kernel")
 
 
 @dataclass(frozen=True)
-class BlockMap(Pass):
-    """Write the program of the kernel that fills a block map before the attention kernel that reads it."""
+class MaskKernels(Pass):
+    """Write the programs of the mask kernels (block map, tile table) before the attention kernel that reads them."""
 
     name: ClassVar[str] = NAME
     groups: int = field(default=GROUPS, metadata={
         "doc": "groups of 4 key blocks (one a warp) each CTA of the map kernel classifies, one after "
                "the other (Note [Block map kernel] in attnc/backend/blockmap_kernel.py; default: 4)"})
     intervals: bool | None = field(default=None, metadata={
-        "doc": "classify a tile the static class leaves mixed on its rows' and keys' intervals first "
-               "(Note [Tile intervals]; default: where every op of the mask has an interval rule)"})
+        "doc": "the map kernel classifies a tile the static class leaves mixed on its rows' and keys' "
+               "intervals first (Note [Tile intervals]; default: where every op of the mask has an interval "
+               "rule)"})
     samples: bool = field(default=True, metadata={
-        "doc": "then prove a tile mixed by 32 sampled elements before walking all of them "
+        "doc": "the map kernel then proves a tile mixed by 32 sampled elements before walking all of them "
                "(Note [Sampled elements]; default: on)"})
     holds: bool | None = field(default=None, metadata={
-        "doc": "record in the byte of a tile the samples prove mixed the conjuncts the intervals prove it "
+        "doc": "the map records in the byte of a tile the samples prove mixed the conjuncts the intervals prove it "
                "holds whole, for the attention kernel's split_mask (Note [Conjuncts a tile holds] in "
                "attnc/backend/blockmap.py; default: where both steps run and the mask has a row interval and "
                "another conjunct)"})
@@ -73,7 +104,7 @@ class BlockMap(Pass):
             raise AttncError(f"{NAME}: groups = {self.groups}; a CTA takes at least one group")
         for kernel in attention_ops(module):
             if kernel.name == "attn.kernel":
-                write_program(kernel, self)
+                write_programs(kernel, self)
 
 
 def first_op(kernel, name: str):
@@ -106,9 +137,10 @@ def table_ids(kernel) -> str | None:
     return found[1].param if found else None
 
 
-def map_programs(kernel) -> list:
-    """The attn.map_kernel ops before `kernel` in its block, since the kernel before it."""
-    from attnc.ir.tiles import KERNEL, MAP_KERNEL
+def programs_before(kernel, name: str) -> list:
+    """The `name` ops (attn.map_kernel, attn.table_kernel) before `kernel` in its block,
+    since the kernel before it."""
+    from attnc.ir.tiles import KERNEL
 
     found = []
     for op in kernel.operation.block.operations:
@@ -117,7 +149,7 @@ def map_programs(kernel) -> list:
             return found
         if op.name == KERNEL:
             found = []
-        elif op.name == MAP_KERNEL:
+        elif op.name == name:
             found.append(op)
     return found
 
@@ -148,35 +180,68 @@ def step_choices(kernel, intervals: bool | None, samples: bool, holds: bool | No
     return {"intervals": intervals, "samples": samples, "holds": provable if holds is None else holds}
 
 
-def write_program(kernel, options: BlockMap) -> None:
+def write_programs(kernel, options: MaskKernels) -> None:
     from mlir import ir
-    from mlir.dialects import arith, scf
 
-    from attnc.ir import YIELD
-    from attnc.ir.roles import pass_loc
     from attnc.ir import tiles
-    from attnc.passes.tile_program import kv_block_count
+    from attnc.ir.roles import pass_loc
 
-    old = map_programs(kernel)
-    for op in old:
+    for op in programs_before(kernel, tiles.MAP_KERNEL) + programs_before(kernel, tiles.TABLE_KERNEL):
         op.erase()
     if first_op(kernel, tiles.BLOCK_MAP_READ) is None:
         return
     steps = step_choices(kernel, options.intervals, options.samples, options.holds, who=f"{NAME}: ")
+    ids = table_ids(kernel)
     with kernel.context, pass_loc(NAME, kernel), ir.InsertionPoint(kernel):
-        i32 = tiles.i32()
-        program = ir.Operation.create(tiles.MAP_KERNEL, results=[], operands=[], regions=1, attributes={
-            "groups": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), options.groups)})
-        body = program.regions[0].blocks.append(i32, i32, i32)
-        b, h, m_block = body.arguments
-        with ir.InsertionPoint(body):
-            ids = table_ids(kernel)
-            if ids is not None:         # the map's tiles are the table's where the attention kernel's are
-                tiles.tile_table_read(ids, b, h, m_block)
-            zero, one = (arith.constant(i32, k) for k in (0, 1))
-            loop = scf.ForOp(zero, kv_block_count(kernel), one)
-            with ir.InsertionPoint(loop.body):
-                n = loop.induction_variable
-                tiles.map_store(tiles.classify(b, h, m_block, n, **steps), b, h, m_block, n)
-                scf.YieldOp([])
-            ir.Operation.create(YIELD, results=[], operands=[])
+        if ids is not None:
+            _table_program(ids)
+        _map_program(kernel, ids, steps, options.groups)
+
+
+def _map_program(kernel, ids: str | None, steps: dict, groups: int) -> None:
+    from mlir import ir
+    from mlir.dialects import arith, scf
+
+    from attnc.ir import YIELD
+    from attnc.ir import tiles
+    from attnc.passes.tile_program import kv_block_count
+
+    i32 = tiles.i32()
+    program = ir.Operation.create(tiles.MAP_KERNEL, results=[], operands=[], regions=1, attributes={
+        "groups": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), groups)})
+    body = program.regions[0].blocks.append(i32, i32, i32)
+    b, h, m_block = body.arguments
+    with ir.InsertionPoint(body):
+        if ids is not None:         # the map's tiles are the table's where the attention kernel's are
+            tiles.tile_table_read(ids, b, h, m_block)
+        zero, one = (arith.constant(i32, k) for k in (0, 1))
+        loop = scf.ForOp(zero, kv_block_count(kernel), one)
+        with ir.InsertionPoint(loop.body):
+            n = loop.induction_variable
+            tiles.map_store(tiles.classify(b, h, m_block, n, **steps), b, h, m_block, n)
+            scf.YieldOp([])
+        ir.Operation.create(YIELD, results=[], operands=[])
+
+
+def _table_program(ids: str) -> None:
+    from mlir import ir
+    from mlir.dialects import scf
+
+    from attnc.ir import YIELD
+    from attnc.ir import tiles
+
+    i32, i1 = tiles.i32(), ir.IntegerType.get_signless(1)
+    program = ir.Operation.create(tiles.TABLE_KERNEL, results=[], operands=[], regions=1)
+    body = program.regions[0].blocks.append(i32, i32)
+    b, h = body.arguments
+    with ir.InsertionPoint(body):
+        aligned, count = tiles.table_step(tiles.ID_RUNS, [b, h], [i1, i32], param=ids)
+        branch = scf.IfOp(aligned, [i32], has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            tiles.table_step(tiles.TABLE_RUNS, [b, h, count])
+            tiles.table_step(tiles.TABLE_ORDER, [b, h, count])
+            scf.YieldOp([count])
+        with ir.InsertionPoint(branch.else_block):
+            scf.YieldOp(tiles.table_step(tiles.TABLE_GRID, [b, h], [i32]))
+        tiles.table_step(tiles.TABLE_REST, [b, h, branch.result])
+        ir.Operation.create(YIELD, results=[], operands=[])
