@@ -1,7 +1,7 @@
 // attn-mask-kernels: the programs of the kernels that fill a tile table and a block map,
 // just before the attention kernel that reads them (Notes [The block map's program] and
 // [The tile table's program]); the options; the errors;
-// the lowering's checks of the program are tests/passes/test_block_map.py's.
+// the lowering's checks of the programs are tests/passes/test_mask_kernels.py's.
 //
 // The input is the L1 IR of examples/alibi.attn and examples/docs_sink.attn, and of a mask
 // that reads a float param (below the checks).
