@@ -87,8 +87,8 @@
 // after them; a mask that reads params reads its block map in the mixed loops
 // (attn.block_map_read, whose class the mask op takes as a last operand) and, for
 // document ids, the tile table at the top (attn.tile_table_read). attn-mask-kernels then
-// writes the program of the kernel that fills that map just before the attn.kernel
-// (attn.map_kernel, below).
+// writes the programs of the kernels that fill them just before the attn.kernel
+// (attn.table_kernel and attn.map_kernel, below).
 //
 // L3-L5 (attn-warp-specialize, attn-alloc-smem/-tmem, attn-insert-pipelines; builders and
 // readers in attnc/ir/roles.py): the kernel's region becomes one attn.warp_specialize
