@@ -358,18 +358,26 @@ def _split_loops(op, summary: MaskSummary) -> None:
     reads params reads its block map in the mixed loops and, where it compares document
     ids (Note [Document-aligned tiles] in attnc/backend/qtiles.py), the tile table."""
     from mlir import ir
-    from attnc.backend.qtiles import segment_conjunct
-    from attnc.ir import MASK_MOD, region_block
-    from attnc.ir.kernel import kernel_variant
     from attnc.ir.roles import record_key_range
     from attnc.passes.tile_program import read_tile_table, split_kv_loops
 
     runtime = summary.kind == "runtime"
     fn = ir.FlatSymbolRefAttr(op.attributes["kv_range_fn"]).value
     split_kv_loops(op, fn, len(summary.plan.segments), mask_dims(op), runtime)
-    found = segment_conjunct(region_block(op, MASK_MOD), list(kernel_variant(op).params)) if runtime else None
-    read_tile_table(op, found[1].param if found else None)
+    read_tile_table(op, table_ids(op) if runtime else None)
     record_key_range(op)            # Note [The key range as made]
+
+
+def table_ids(kernel) -> str | None:
+    """The param of the document ids whose tile table the kernel may take its query tiles
+    from (a conjunct P[.., i] == P[.., j]: Note [Document-aligned tiles] in
+    attnc/backend/qtiles.py), or None."""
+    from attnc.backend.qtiles import segment_conjunct
+    from attnc.ir import MASK_MOD, region_block
+    from attnc.ir.kernel import kernel_variant
+
+    found = segment_conjunct(region_block(kernel, MASK_MOD), list(kernel_variant(kernel).params))
+    return found[1].param if found else None
 
 
 def query_block_rows(op) -> int:

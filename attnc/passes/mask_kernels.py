@@ -107,36 +107,6 @@ class MaskKernels(Pass):
                 write_programs(kernel, self)
 
 
-def first_op(kernel, name: str):
-    """The first op named `name` in the kernel's region, at any depth (a role's, from L3 on), or None."""
-    from mlir import ir
-
-    found = []
-
-    def visit(op):
-        if op.name == name:
-            found.append(op)
-            return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
-    for op in kernel.regions[0].blocks[0].operations:
-        op.operation.walk(visit)
-        if found:
-            return found[0]
-    return None
-
-
-def table_ids(kernel) -> str | None:
-    """The param of the document ids whose tile table the kernel may take its query tiles
-    from (Note [Document-aligned tiles] in attnc/backend/qtiles.py), as attn-analyze-masks
-    finds it, or None."""
-    from attnc.backend.qtiles import segment_conjunct
-    from attnc.ir import MASK_MOD, region_block
-    from attnc.ir.kernel import kernel_variant
-
-    found = segment_conjunct(region_block(kernel, MASK_MOD), list(kernel_variant(kernel).params))
-    return found[1].param if found else None
-
-
 def programs_before(kernel, name: str) -> list:
     """The `name` ops (attn.map_kernel, attn.table_kernel) before `kernel` in its block,
     since the kernel before it."""
@@ -183,16 +153,17 @@ def step_choices(kernel, intervals: bool | None, samples: bool, holds: bool | No
 def write_programs(kernel, options: MaskKernels) -> None:
     from mlir import ir
 
+    from attnc.ir import roles as R
     from attnc.ir import tiles
-    from attnc.ir.roles import pass_loc
+    from attnc.passes.analyze_masks import table_ids
 
     for op in programs_before(kernel, tiles.MAP_KERNEL) + programs_before(kernel, tiles.TABLE_KERNEL):
         op.erase()
-    if first_op(kernel, tiles.BLOCK_MAP_READ) is None:
+    if not R.ops_in(kernel.regions[0].blocks[0], (tiles.BLOCK_MAP_READ,)):     # a role's too, from L3 on
         return
     steps = step_choices(kernel, options.intervals, options.samples, options.holds, who=f"{NAME}: ")
     ids = table_ids(kernel)
-    with kernel.context, pass_loc(NAME, kernel), ir.InsertionPoint(kernel):
+    with kernel.context, R.pass_loc(NAME, kernel), ir.InsertionPoint(kernel):
         if ids is not None:
             _table_program(ids)
         _map_program(kernel, ids, steps, options.groups)
