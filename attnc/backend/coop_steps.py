@@ -37,7 +37,7 @@ from attnc.backend.role_shell import check_compute
 from attnc.backend.wgmma_steps import Around, advances, around_ops, check_hooks, require
 from attnc.ir import error_at
 from attnc.ir import roles as R
-from attnc.passes.tile_program import KV_LOOP
+from attnc.passes.tile_program import KV_LOOP, kv_block
 
 NOTE = "Note [Cooperative steps op by op]"
 # The carried values of a trip, as attn-overlap-gemms orders them (after the block index):
@@ -140,7 +140,7 @@ def _step_op(op, args: list, kernel, block, stages: int) -> StepOp | None:
         tile, ahead = str(attrs.get("operand")), int(attrs.get("ahead", -1))
         planned = {"v": stages - 2, "k": stages - 1}
         if tile not in planned or op.operands[0] != kernel.operands[1 if tile == "k" else 2] \
-                or op.operands[3] != block.arguments[0] or ahead != planned[tile]:
+                or op.operands[3] != kv_block(block.owner) or ahead != planned[tile]:
             raise error_at(op, f"a cooperative trip loads V {stages - 2} and K {stages - 1} blocks past its own "
                                f"(`ahead`), from the kernel's v and k: the lowering takes the slot from `ahead`, "
                                f"the verifier from the rings ({NOTE})")

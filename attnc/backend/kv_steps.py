@@ -38,7 +38,7 @@ from attnc.errors import AttncError
 from attnc.ir import error_at
 from attnc.ir import roles as R
 from attnc.ir.ops import cmpi_predicate, defining_op, int_constant
-from attnc.passes.tile_program import KV_LOOP
+from attnc.passes.tile_program import KV_LOOP, first_kv_block, kv_block
 from attnc.schedule.walk import PAIRS, walk_order
 
 # The ops of a step body the lowering has patterns for, with the attribute each keeps
@@ -194,7 +194,7 @@ def kv_steps(role, kernel) -> KvSteps:
         if op.name != "scf.for" and not op.name.startswith(_ARITH):
             raise error_at(op, f"the sm_80 lowering builds the KV loops one after the other, with nothing but "
                                f"index arithmetic between them, not {op.name} (Note [The role op by op])")
-    first = prologue_steps(ops[:at[0]], ops[at[0]].operands[0], ops[at[0]], kernel, stages)
+    first = prologue_steps(ops[:at[0]], first_kv_block(ops[at[0]]), ops[at[0]], kernel, stages)
     if pairs:
         return KvSteps(tuple(loops), first, _pair_epilogue(role, moved, ops[at[-1] + 1:], carried))
     return KvSteps(tuple(loops), first, _check_epilogue(ops[at[-1] + 1:], carried, role))
@@ -435,7 +435,7 @@ def _body(loop, kernel, stages: int, hooks: dict, kind: str) -> tuple[tuple[Step
         seen[key] = op
         _check_flow(op, what, made)
         if name == "attn.load":
-            _check_load(op, what, kernel, block, stages)
+            _check_load(op, what, kernel, loop, stages)
         for k, result in enumerate(op.results):
             made[result] = (name, what, k)
         ops.append(step_op(op, name.removeprefix("attn."), what, int(attrs.get(_COUNT.get(name, ""), 0))))
@@ -460,14 +460,14 @@ def _body(loop, kernel, stages: int, hooks: dict, kind: str) -> tuple[tuple[Step
     return tuple(ops), _check_carried(block, made)
 
 
-def _check_load(op, what: str, kernel, block, stages: int) -> None:
+def _check_load(op, what: str, kernel, loop, stages: int) -> None:
     """A step's load of K or V reads its tensor at the step's block, `ahead` as the plan
     has it (V's S - 1 steps, K's S: Note [cp.async prefetch]): the lowering takes the
     slot from `ahead`, the verifier from the rings, so the two must not part."""
     tensor = kernel.operands[1 if what == "k" else 2]
-    if op.operands[0] != tensor or op.operands[3] != block.arguments[0]:
+    if op.operands[0] != tensor or op.operands[3] != kv_block(loop):
         raise error_at(op, f"a KV step loads {what.upper()} from the kernel's {what} at the block of its own "
-                           f"step (the loop's induction variable) (Note [Steps op by op])")
+                           f"step (Note [Steps op by op])")
     ahead = int(R.attrs_of(op).get("ahead", -1))
     planned = stages if what == "k" else stages - 1
     if ahead != planned:

@@ -37,7 +37,7 @@ from attnc.backend.role_shell import check_producer, check_shell
 from attnc.backend.wgmma_steps import advances, bar_of, check_key_range, tile_of
 from attnc.ir import error_at
 from attnc.ir import roles as R
-from attnc.passes.tile_program import KV_LOOP
+from attnc.passes.tile_program import KV_LOOP, kv_block
 from attnc.schedule.load_ahead import flips
 
 NOTE = "Note [Loads op by op]"
@@ -120,7 +120,8 @@ def _q_tile(op, bars: dict, side: str | None) -> str:
 
 def _trip(loop, bars: dict) -> tuple[StepOp, ...]:
     block = loop.regions[0].blocks[0]
-    n, *args = list(block.arguments)
+    args = list(block.arguments)[1:]
+    n = kv_block(loop)
     if len(args) != 5:
         raise error_at(loop, f"the producer's KV loop carries the K and V rings and the previous block, as "
                              f"attn-overlap-gemms makes it (run it after attn-insert-pipelines) ({NOTE})")

@@ -363,7 +363,7 @@ def _for(cx: Lowering, op) -> None:
         inner = iter(loop.inner_iter_args)
         for k, (arg, init) in enumerate(zip(args[1:], inits)):
             cx.env[arg] = next(inner) if k in kept else init
-        cx.loops.append(loop.induction_variable)
+        cx.loops.append(op)
         _lower_block(cx, body)
         cx.loops.pop()
         yielded = [cx.value(v) for v in list(body.operations)[-1].operands]

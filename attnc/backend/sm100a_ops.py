@@ -16,6 +16,7 @@ from attnc.errors import AttncError
 from attnc.ir import error_at, get_bool, get_int, get_shape, get_str
 from attnc.ir import roles as R
 from attnc.ir.tiles import tile_parts
+from attnc.passes.tile_program import kv_block
 
 SWIZZLES = {"xor128B": 128, "xor64B": 64, "xor32B": 32}
 
@@ -101,7 +102,7 @@ class Lowering:
     env: dict = field(default_factory=dict)
     channels: dict = field(default_factory=dict)
     barriers: dict = field(default_factory=dict)        # name -> (offset, stages)
-    loops: list = field(default_factory=list)           # enclosing KV loops' block indices
+    loops: list = field(default_factory=list)           # the enclosing loops of the L5 IR
     softmax: OnlineSoftmax = None
     role: str = ""
     names: object = None                # hooks.KernelNames: the hooks' dims and params
@@ -368,7 +369,7 @@ def _softmax_step(cx: Lowering, op):
     block_n = get_int(kernel, "block_n")
     # Keys past N (the last block's) score -inf.
     n_keys = cx.size(get_shape(kernel, "k_shape")[2])
-    valid = e.sub(n_keys, e.mul(cx.loops[-1], block_n))
+    valid = e.sub(n_keys, e.mul(cx.value(kv_block(cx.loops[-1])), block_n))
     scores = [e.select(e.lt(e.c32(j), valid), s, e.neg_inf()) for j, s in enumerate(scores)]
     (probs,), state, (alpha,) = cx.softmax.step([scores], SoftmaxState([m], [l]), check_inf=True,
                                                 on_fma=_exp2_fma(op))

@@ -183,6 +183,23 @@ def kv_loops(kernel: ir.Operation) -> list[ir.Operation]:
             if op.operation.name == "scf.for" and KV_LOOP in op.operation.attributes]
 
 
+def kv_block(loop: ir.Operation) -> ir.Value:
+    """The key block a trip of KV loop `loop` visits: its induction variable."""
+    return loop.regions[0].blocks[0].arguments[0]
+
+
+def first_kv_block(loop: ir.Operation) -> ir.Value:
+    """The key block of the first step of the key range whose first KV loop is `loop`: a
+    value defined before the loop (the loop's lower bound)."""
+    return loop.operands[0]
+
+
+def block_of_step(loop: ir.Operation, step: ir.Value) -> ir.Value:
+    """The key block that step `step` of KV loop `loop`'s key range visits, built at the
+    insertion point: the step itself, which counts blocks."""
+    return step
+
+
 def replace_kv_loops(kernel: ir.Operation, ranges: Callable[[], Sequence[KvRange]]) -> None:
     """Replace the kernel's KV loops by one loop per range `ranges()` gives (built at
     the first loop's place), in order, keeping the hooks the first loops hold."""

@@ -30,7 +30,7 @@ from mlir.dialects import scf
 from attnc.ir import error_at
 from attnc.ir import roles as R
 from attnc.ir.ops import int_constant
-from attnc.passes.tile_program import KV_LOOP
+from attnc.passes.tile_program import KV_LOOP, kv_block
 from attnc.schedule.overlap import PASS, KeyRange, chained_loops, ring_advance
 
 TILES = ("k", "v")
@@ -77,9 +77,8 @@ def _rotate(keys: KeyRange, bodies: list["_Loads"], first_loop) -> list:
     k_next = body.advance(stage0, phase0)
     of = {b.loop: b for b in bodies}
 
-    def trip(loop, old) -> list:
+    def trip(loop, old, n) -> list:
         b = of[old]
-        n = loop.induction_variable
         k_stage, k_phase, v_stage, v_phase, previous = loop.inner_iter_args
         for tile in b.order:
             b.clone(tile, n if tile == "k" else previous, *((k_stage, k_phase) if tile == "k" else (v_stage, v_phase)))
@@ -101,7 +100,8 @@ class _Loads:
         if len(args) != 3:
             raise error_at(loop, f"{PASS}: a producer's KV loop carries its ring (stage, phase), as "
                                  f"attn-insert-pipelines makes it; this one carries {len(args) - 1} values")
-        self.n, self.stage, self.phase = args
+        _, self.stage, self.phase = args
+        self.n = kv_block(loop)
         self.ops: dict[str, list[ir.Operation]] = {t: [] for t in TILES}
         self.order: list[str] = []
         found: dict[str, ir.Operation] = {}

@@ -40,7 +40,7 @@ from mlir.dialects import arith, scf
 
 from attnc.ir import error_at
 from attnc.ir import roles as R
-from attnc.passes.tile_program import KV_LOOP
+from attnc.passes.tile_program import KV_LOOP, block_of_step, kv_block
 
 PASS = "attn-overlap-gemms"
 
@@ -156,12 +156,13 @@ class KeyRange:
         holds it)."""
         one = self.one = _const(1)
         first, past, before_empty = None, [], None
-        for k, (lo, hi) in enumerate(self.bounds):
+        for k, ((lo, hi), seg) in enumerate(zip(self.bounds, self.segments)):
             after = arith.AddIOp(lo, one).result
+            block = block_of_step(seg[0], lo)
             if first is None:
-                first, start = lo, after
+                first, start = block, after
             else:
-                first = arith.SelectOp(before_empty, lo, first).result
+                first = arith.SelectOp(before_empty, block, first).result
                 start = arith.SelectOp(before_empty, after, lo).result
             past.append(start)
             if k + 1 < len(self.bounds):
@@ -170,9 +171,9 @@ class KeyRange:
         return first, past
 
     def rotated(self, past: list, carried: list, trip) -> list:
-        """The loops again, each over its blocks past the first step's, carrying `carried`,
-        a trip's ops built by `trip(loop, original)`, which yields; returns what the
-        last carries out."""
+        """The loops again, each over its steps past the first one, carrying `carried`,
+        a trip's ops built by `trip(loop, original, block)`, which yields; returns what
+        the last carries out."""
         for seg, start in zip(self.segments, past):
             for old in seg:
                 lb = arith.MaxSIOp(old.operands[0], start).result
@@ -181,7 +182,7 @@ class KeyRange:
                 for name in old.attributes:
                     loop.operation.attributes[name] = old.attributes[name]
                 with ir.InsertionPoint(loop.body):
-                    scf.YieldOp(trip(loop, old))
+                    scf.YieldOp(trip(loop, old, block_of_step(old, loop.induction_variable)))
                 carried = list(loop.results)
         return carried
 
@@ -219,7 +220,7 @@ class _Body:
     def __init__(self, loop: ir.Operation, bars: dict):
         self.loop = loop
         block = loop.regions[0].blocks[0]
-        self.n = block.arguments[0]
+        self.n = kv_block(loop)
         self.args = list(block.arguments)[1:]
         found: dict[str, ir.Operation] = {}
         self.scores: list[ir.Operation] = []
@@ -322,7 +323,7 @@ class _Chain:
         p, m, l, alpha = self._scores(body, vmap, s, m0, l0)
         carried = [m, l, o0, p, alpha, *k_next, stage0, phase0, stage0, one]
         of = {b.loop: b for b in self.bodies}
-        carried = keys.rotated(past, carried, lambda loop, old: self._step(of[old], loop, last_step))
+        carried = keys.rotated(past, carried, lambda loop, old, n: self._step(of[old], loop, n, last_step))
         m, l, o_flight, p, alpha, _, _, v_stage, v_phase, v_prev, _ = carried
         # the last step's P.V
         o = self._rescaled(body, o_flight, alpha)
@@ -338,9 +339,8 @@ class _Chain:
         # the ring past the last step, V's (a read's fill is counted by its ring's advances)
         return [m, l, o, ring_advance(v_stage, v_phase, body.op["advance"].attributes["stages"])]
 
-    def _step(self, b: _Body, loop, last_step) -> list:
+    def _step(self, b: _Body, loop, n, last_step) -> list:
         """One trip: step t (counted from the first, carried) of block n."""
-        n = loop.induction_variable
         m, l, o_flight, p, alpha, k_stage, k_phase, v_stage, v_phase, v_prev, t = loop.inner_iter_args
         vmap = {b.n: n}
         o = self._rescaled(b, o_flight, alpha)

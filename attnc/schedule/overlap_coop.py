@@ -36,7 +36,7 @@ from mlir.dialects import scf
 
 from attnc.ir import error_at
 from attnc.ir import roles as R
-from attnc.passes.tile_program import KV_LOOP
+from attnc.passes.tile_program import KV_LOOP, kv_block
 from attnc.schedule.overlap import PASS, KeyRange, _Chain, chained_loops, kv_loops_to_rotate, ring_advance
 
 
@@ -72,7 +72,7 @@ class _CoopBody:
     def __init__(self, loop: ir.Operation, stages: int):
         self.loop = loop
         block = loop.regions[0].blocks[0]
-        self.n = block.arguments[0]
+        self.n = kv_block(loop)
         self.args = list(block.arguments)[1:]
         self.scores: list[ir.Operation] = []
         self.op: dict[str, ir.Operation] = {}
@@ -200,7 +200,7 @@ class _CoopChain(_Chain):
         k_read = ring_advance(*ring["r"], body.op["r_advance"].attributes["stages"])
         carried = [m, l, o0, p, alpha, *k_read, *ring["r"], *ring["k"], *ring["v"]]
         of = {b.loop: b for b in self.bodies}
-        carried = keys.rotated(past, carried, lambda loop, old: self._trip(of[old], loop))
+        carried = keys.rotated(past, carried, lambda loop, old, n: self._trip(of[old], loop, n))
         m, l, o_flight, p, alpha, _, _, v_stage, _ = carried[:9]
         # the last step's P.V
         o = self._rescaled(body, o_flight, alpha)
@@ -210,9 +210,8 @@ class _CoopChain(_Chain):
         o = self._pv(body, vmap, p, o)
         return [m, l, self._land([o], 0)[0]]
 
-    def _trip(self, b: _CoopBody, loop) -> list:
+    def _trip(self, b: _CoopBody, loop, n) -> list:
         """One trip: QK^T of block n with P.V of the step before."""
-        n = loop.induction_variable
         m, l, o_flight, p, alpha, rk_s, rk_p, rv_s, rv_p, wk_s, wk_p, wv_s, wv_p = loop.inner_iter_args
         vmap = {b.n: n}
         o = self._rescaled(b, o_flight, alpha)

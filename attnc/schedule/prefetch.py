@@ -33,6 +33,7 @@ from mlir import ir
 
 from attnc.errors import AttncError
 from attnc.ir import roles as R
+from attnc.passes.tile_program import first_kv_block, kv_block
 
 PASS = "attn-warp-specialize"
 
@@ -50,9 +51,9 @@ def prefetch(role: ir.Operation, stages: int) -> None:
     first = steps[0]
     with ir.InsertionPoint(loops[0]):
         for i in range(stages):
-            _issue(first.loads["k"], first.puts["k"], loops[0].operands[0], i)
+            _issue(first.loads["k"], first.puts["k"], first_kv_block(loops[0]), i)
             if i < stages - 1:
-                _issue(first.loads["v"], first.puts["v"], loops[0].operands[0], i)
+                _issue(first.loads["v"], first.puts["v"], first_kv_block(loops[0]), i)
     q_value = q_put.operands[1]
     for step in steps:
         step.reorder(stages, q_get, q_value)
@@ -66,7 +67,7 @@ class _Step:
     def __init__(self, loop: ir.Operation):
         self.loop = loop
         self.body = loop.regions[0].blocks[0]
-        self.iv = self.body.arguments[0]
+        self.iv = kv_block(loop)
         self.loads, self.puts, self.gets = {}, {}, {}
         for tile in ("k", "v"):
             found = _exchanges(self.body, tile)
