@@ -37,7 +37,7 @@ from attnc.backend.role_shell import check_compute
 from attnc.backend.wgmma_steps import Around, advances, around_ops, check_hooks, require
 from attnc.ir import error_at
 from attnc.ir import roles as R
-from attnc.passes.tile_program import KV_LOOP, kv_block
+from attnc.passes.tile_program import KV_LOOP, first_kv_block, kv_block
 
 NOTE = "Note [Cooperative steps op by op]"
 # The carried values of a trip, as attn-overlap-gemms orders them (after the block index):
@@ -80,7 +80,8 @@ def coop_steps(kernel) -> CoopSteps:
 def _prologue(role, loops: list, kernel, stages: int) -> tuple[StepOp, ...]:
     """The role's ops before the scf.if over the key range, as sm_80's (Note [The role op
     by op] in kv_steps.py); the first steps' loads are of the key range's first block,
-    where the first rotated loop's lower bound starts (`arith.maxsi(first block, ...)`)."""
+    the block of step 0 (`first_kv_block`), the first rotated loop starting past its first
+    step (`arith.maxsi(step, ...)`)."""
     scf_if = loops[0].operation.parent
     ops = [op.operation for op in R.role_block(role).operations]
     at = next((k for k, op in enumerate(ops) if op == scf_if), None)
@@ -88,7 +89,7 @@ def _prologue(role, loops: list, kernel, stages: int) -> tuple[StepOp, ...]:
     if at is None or getattr(bound, "name", "") != "arith.maxsi":
         raise error_at(loops[0], f"the cooperative role's overlapped KV loops start past the key range's first "
                                  f"block, in an scf.if of the role, as attn-overlap-gemms makes them ({NOTE})")
-    return prologue_steps(ops[:at], bound.operands[0], scf_if, kernel, stages)
+    return prologue_steps(ops[:at], first_kv_block(loops[0]), scf_if, kernel, stages)
 
 
 def _trip(loop, kernel, stages: int, hooks: dict) -> tuple[StepOp, ...]:

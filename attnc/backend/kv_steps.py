@@ -158,13 +158,14 @@ class KvSteps:
 def body_of(loops, mode: str, top: bool = True) -> tuple[StepOp, ...]:
     """The ops of the kernel's `mode` steps ('partial': blocks the mask cuts or the ragged
     end of N; 'full'), from the IR loop of that kind among `loops` ((kv_blocks, ops) in
-    program order) -- of two (a range's top and bottom partial blocks) the last in program
-    order for `top`, whose blocks are the higher ones -- or failing that of another kind."""
+    program order) -- of two (a range's top and bottom partial blocks) the first in program
+    order for `top`, whose blocks the walk visits first (Note [Key blocks top down] in
+    attnc/passes/tile_program.py) -- or failing that of another kind."""
     kinds = ("mixed", "all", "full") if mode == "partial" else ("full", "all", "mixed")
     for kind in kinds:
         found = [ops for blocks, ops in loops if blocks == kind]
         if found:
-            return found[-1] if top else found[0]
+            return found[0] if top else found[-1]
     raise AttncError("the role has no KV loop")
 
 

@@ -88,6 +88,8 @@ from attnc.backend.tcgen05 import Tmem
 from attnc.errors import AttncError
 from attnc.ir import error_at, get_bool, get_int, get_shape
 from attnc.ir import roles as R
+from attnc.ir.ops import int_constant
+from attnc.passes.tile_program import KV_LOOP, kv_block_op
 
 SMEM_SYMBOL = "attnc_smem"
 LOG2E = 1.4426950408889634
@@ -320,11 +322,11 @@ def _channel(op) -> Channel:
 
 
 # --- the walk over a role's ops --------------------------------------------------------------
-def _lower_block(cx: Lowering, block: ir.Block) -> None:
+def _lower_block(cx: Lowering, block: ir.Block, skip: ir.Operation | None = None) -> None:
     for op in block.operations:
         op = op.operation
         name = op.name
-        if name in ("scf.yield", "gpu.yield"):
+        if name in ("scf.yield", "gpu.yield") or (skip is not None and op == skip):
             continue
         if name == "scf.for":
             _for(cx, op)
@@ -352,6 +354,8 @@ def _carried(v) -> bool:
 
 
 def _for(cx: Lowering, op) -> None:
+    if KV_LOOP in op.attributes:
+        return _kv_for(cx, op)
     lb, ub, step = (cx.value(v) for v in list(op.operands)[:3])
     inits = [cx.value(v) for v in list(op.operands)[3:]]
     kept = [k for k, v in enumerate(inits) if _carried(v)]
@@ -369,6 +373,44 @@ def _for(cx: Lowering, op) -> None:
         yielded = [cx.value(v) for v in list(body.operations)[-1].operands]
         scf.yield_([yielded[k] for k in kept])
     results = iter(loop.results)
+    for k, (res, init) in enumerate(zip(op.results, inits)):
+        cx.env[res] = next(results) if k in kept else init
+
+
+def _kv_for(cx: Lowering, op) -> None:
+    """A KV loop over steps [lo, hi) as a loop counting its key block down, from top - lo
+    while above top - hi (Note [Key blocks top down] in attnc/passes/tile_program.py): the
+    block is the loop's one counter, as a loop over blocks has it."""
+    e = cx.e
+    block_op = kv_block_op(op)
+    top = cx.value(block_op.operands[0])
+    start, stop = (e.sub(top, cx.value(v)) for v in list(op.operands)[:2])
+    if int_constant(op.operands[2]) != 1:
+        raise error_at(op, "attn-lower-sm100a steps a KV loop one key block at a time")
+    inits = [cx.value(v) for v in list(op.operands)[3:]]
+    kept = [k for k, v in enumerate(inits) if _carried(v)]
+    types = [start.type] + [inits[k].type for k in kept]
+    loop = scf.WhileOp(types, [start] + [inits[k] for k in kept])
+    before = loop.before.blocks.append(*types)
+    with ir.InsertionPoint(before):
+        scf.ConditionOp(e.gt(before.arguments[0], stop), list(before.arguments))
+    after = loop.after.blocks.append(*types)
+    body = op.regions[0].blocks[0]
+    args = list(body.arguments)
+    with ir.InsertionPoint(after):
+        n = after.arguments[0]
+        cx.env[block_op.result] = n
+        if len(list(args[0].uses)) > 1:
+            cx.env[args[0]] = e.sub(top, n)
+        inner = iter(list(after.arguments)[1:])
+        for k, (arg, init) in enumerate(zip(args[1:], inits)):
+            cx.env[arg] = next(inner) if k in kept else init
+        cx.loops.append(op)
+        _lower_block(cx, body, skip=block_op)
+        cx.loops.pop()
+        yielded = [cx.value(v) for v in list(body.operations)[-1].operands]
+        scf.YieldOp([e.sub(n, 1)] + [yielded[k] for k in kept])
+    results = iter(list(loop.results)[1:])
     for k, (res, init) in enumerate(zip(op.results, inits)):
         cx.env[res] = next(results) if k in kept else init
 

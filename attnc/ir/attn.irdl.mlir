@@ -57,7 +57,8 @@
 //   ^bb0(%b: i32, %h: i32, %m_block: i32):
 //     %q_tile = "attn.load"(%q, %b, %h, %m_block) {operand = "q"} -> tile<[128, 128], bf16, "smem">
 //     %m0 = "attn.fill"() {value = -inf} -> tile<[128], f32, "reg">    (and %l0 = 0, %acc0 = 0)
-//     %r:3 = scf.for %n = %lo to %hi step %c1 iter_args(%m = %m0, %l = %l0, %acc = %acc0) {
+//     %r:3 = scf.for %t = %lo to %hi step %c1 iter_args(%m = %m0, %l = %l0, %acc = %acc0) {
+//       %n = arith.subi %top, %t                                       key block of step t, top down
 //       %k_tile = "attn.load"(%k, %b, %h, %n) {operand = "k"}
 //       %s = "attn.mma"(%q_tile, %k_tile) {kind = "qk"}               S = Q K^T
 //       %s1 = "attn.score_mod"(%s, %b, %h, %m_block, %n) ({score_mod region})

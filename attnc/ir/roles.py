@@ -210,13 +210,20 @@ def pass_loc(pass_name: str, near: ir.Operation | ir.Location) -> ir.Location:
 # attn-warp-specialize compares; attn-warp-specialize records each role's (`ranges` on
 # attn.warp_specialize), which attn-overlap-gemms follows through its rotation and the
 # lowerings compare -- sm_80's role too, whose ops are otherwise built as they stand. To
-# take other key blocks, edit the mask (or kv_range) and run attn-analyze-masks again.
+# take other key blocks, edit the mask (or kv_range) and run attn-analyze-masks again. A
+# loop's bounds include the key block of its step where its body starts with one (Note
+# [Key blocks top down] in attnc/passes/tile_program.py).
 def _bounds(op: ir.Operation) -> str:
     """The bounds of a loop or the test of a branch as the index arithmetic that makes
     them; "" for another op."""
     if op.name not in ("scf.for", "scf.if"):
         return ""
-    return str([_expression(v, {}) for v in (op.operands[:3] if op.name == "scf.for" else op.operands[:1])])
+    values = list(op.operands[:3] if op.name == "scf.for" else op.operands[:1])
+    body = op.regions[0].blocks[0] if op.name == "scf.for" else None
+    first = body.operations[0] if body is not None and len(body.operations) else None
+    if first is not None and first.name == "arith.subi" and first.operands[1] == body.arguments[0]:
+        values += list(first.results)       # a KV loop's block of its step
+    return str([_expression(v, {}) for v in values])
 
 
 def range_digest(role: ir.Operation) -> str:

@@ -56,22 +56,28 @@ FlashAttention peels the masked blocks at the diagonal and the window edge).
       }
 
 On an attn.kernel, the KV loop is cut by what the analysis found (tile_program.py,
-split_kv_loops): an `attn.kv_range` op calls the kv_range function, and each segment
-gets a loop over its mixed blocks before the fully kept ones (with the attn.mask op),
-one over the fully kept ones (without it: no per-element mask) and one over the mixed
-blocks after them; skipped blocks are in no loop. For mask_kind "runtime" the mixed loops
-read each block's class from the block map (`attn.block_map_read`, whose result the
-mask op takes last), and a mask comparing document ids reads the tile table at the top
-of the program (`attn.tile_table_read`, Note [Document-aligned tiles] in
-attnc/backend/qtiles.py). Mask kind "none" leaves the one loop as attn-tile built it.
+split_kv_loops): an `attn.kv_range` op calls the kv_range function, and each segment,
+the highest first, gets a loop over its mixed blocks above the fully kept ones (with the
+attn.mask op), one over the fully kept ones (without it: no per-element mask) and one
+over the mixed blocks below them, each over steps from the segment's top down (Note [Key
+blocks top down] in tile_program.py); skipped blocks are in no loop. For mask_kind
+"runtime" the mixed loops read each block's class from the block map
+(`attn.block_map_read`, whose result the mask op takes last), and a mask comparing
+document ids reads the tile table at the top of the program (`attn.tile_table_read`,
+Note [Document-aligned tiles] in attnc/backend/qtiles.py). Mask kind "none" leaves the
+one loop as attn-tile built it.
 
     before (causal, in the kernel):
-      %r:3 = scf.for %n = %c0 to %blocks ... { ... "attn.mask"(...) ... } {kv_blocks = "all"}
+      %r:3 = scf.for %t = %c0 to %blocks ... { %n = arith.subi %top, %t ... "attn.mask"(...) ... }
+               {kv_blocks = "all"}
     after:
       %kv:4 = "attn.kv_range"(%m_block, %b, %h, %B, %H, %M, %N) {fn = @causal_kv_range}
-      %r0:3 = scf.for %n = %kv#0 to %first_full ... { ... "attn.mask" ... } {kv_blocks = "mixed"}
-      %r1:3 = scf.for %n = %first_full to %after_full ... { no mask } {kv_blocks = "full"}
-      %r2:3 = scf.for %n = %after_full to %kv#1 ... { ... "attn.mask" ... } {kv_blocks = "mixed"}
+      %top = arith.subi %kv#1, %c1           (and %above, %below, %steps: %kv#1 minus
+                                              %after_full, %first_full, %kv#0)
+      %r0:3 = scf.for %t = %c0 to %above ... { %n = arith.subi %top, %t ... "attn.mask" ... }
+                {kv_blocks = "mixed"}
+      %r1:3 = scf.for %t = %above to %below ... { %n = ...; no mask } {kv_blocks = "full"}
+      %r2:3 = scf.for %t = %below to %steps ... { %n = ... "attn.mask" ... } {kv_blocks = "mixed"}
 
 The analysis is `attnc.analysis` (a pure function of the region, see Note [Conditional
 narrowing] in attnc/analysis/intervals.py); this file reads the op and writes the IR.

@@ -14,10 +14,10 @@ its cp.async groups with its kernel's counts (cp_async_pending in sync.py). sm_9
 producer, whose threads copy K with cp.async and report it on K's own full mbarrier
 (Note [Barriers per tile] in sync.py):
 
-    before:  scf.for %n = ... {  %k = attn.load ...; "attn.put"(%kv, %k) {tile = "k"} ... }
+    before:  scf.for %t = ... {  %n = ...; %k = attn.load ...; "attn.put"(%kv, %k) {tile = "k"} ... }
     after:   %k_full = "attn.mbarrier_init"() {count = 128, name = "mbar_k_full", stages = 2, tile = "k", ...}
-             %r:2 = scf.for %n = ... iter_args(%stage = %c0, %phase = %c0) {
-               %k = attn.load ...; %flip = arith.xori %phase, %c1
+             %r:2 = scf.for %t = ... iter_args(%stage = %c0, %phase = %c0) {
+               %n = ...; %k = attn.load ...; %flip = arith.xori %phase, %c1
                "attn.mbarrier_wait"(%k_empty, %stage, %flip)
                "attn.slot_write"(%kv, %stage, %k) {completes = "arrive", tile = "k"}
                "attn.cp_async_mbarrier_arrive"(%k_full, %stage)

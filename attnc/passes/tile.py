@@ -17,7 +17,9 @@ sink, and the stores. Which blocks the loop may skip is attn-analyze-masks' to s
     after:   %o = "attn.kernel"(%q, %k, %v) ({
              ^bb0(%b: i32, %h: i32, %m_block: i32):
                %q_tile = "attn.load"(%q, %b, %h, %m_block) {operand = "q"}
-               %r:3 = scf.for %n = %c0 to %blocks step %c1 iter_args(max, sum, acc) {
+               %top = arith.subi %blocks, %c1
+               %r:3 = scf.for %t = %c0 to %blocks step %c1 iter_args(max, sum, acc) {
+                 %n = arith.subi %top, %t    (Note [Key blocks top down] in tile_program.py)
                  load k, mma qk, [score_mod], [mask], softmax_step, rescale, load v, mma pv
                } {kv_blocks = "all"}
                %o_tile, %lse = "attn.finalize"(%r#2, %r#0, %r#1, %h) ({sink})

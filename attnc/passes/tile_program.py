@@ -5,7 +5,27 @@
 tile, runs the KV loop and stores O (and LSE); `replace_kv_loops` replaces the KV
 loop(s) of a kernel by loops over given block ranges, each with or without the mask
 op, threading the running max, sum and O through them. Every KV loop is an `scf.for`
-over i32 block indices marked `kv_blocks = "all" | "mixed" | "full"`.
+over i32 steps marked `kv_blocks = "all" | "mixed" | "full"`, whose first op is the
+key block of its step (Note [Key blocks top down]).
+
+Note [Key blocks top down]: a query block visits its key blocks from the highest down,
+so that the blocks a mask cuts at the diagonal and the ragged end of N come first and
+the fully kept ones after them run without the mask (as the kernels of
+attnc/backend/kv_schedule.py walk them). Each KV loop runs over steps t, and its body's
+first op is the block of step t,
+
+    %top = arith.subi %end, %c1          the highest block of the range (its step 0)
+    scf.for %t = %lo to %hi step %c1 ... {
+      %n = arith.subi %top, %t           the key block of step t
+      ...
+    } {kv_blocks = ...}
+
+A range of loops shares its `%top`, and the loops follow one another in step space (a
+loop starts at the step where the one before ended; the first at step 0). The lowerings
+build their walk from these steps: sm_80's and sm_90a's count them as the kernel's step
+(Note [Steps op by op] in attnc/backend/kv_steps.py), sm_100a's lower the loop as it
+stands. `kv_block`, `first_kv_block` and `block_of_step` are how passes read and write a
+loop's blocks.
 """
 from __future__ import annotations
 
@@ -15,7 +35,7 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import arith, scf
 
-from attnc.ir import DIM, MASK_MOD, SCORE_MOD, SINK, YIELD, get_bool, get_int, get_shape, get_str
+from attnc.ir import DIM, MASK_MOD, SCORE_MOD, SINK, YIELD, error_at, get_bool, get_int, get_shape, get_str
 from attnc.ir import tiles
 from attnc.ir.tiles import tile_type
 
@@ -46,10 +66,12 @@ class TileTypes:
 
 @dataclass(frozen=True)
 class KvRange:
-    """KV blocks [lo, hi) run with the mask op (`masked`) or without; `block_map`: the
-    mask op takes the block map's class of each block."""
+    """Steps [lo, hi) of a key range whose step 0 visits block `top`, run with the mask
+    op (`masked`) or without; `block_map`: the mask op takes the block map's class of each
+    block (Note [Key blocks top down])."""
     lo: ir.Value
     hi: ir.Value
+    top: ir.Value
     masked: bool
     block_map: bool = False
 
@@ -118,7 +140,8 @@ def _program(kernel: ir.Operation, body: ir.Block, hooks: dict[int, ir.Block]) -
     several = len(q_tile_indices(kernel)) > 1
     score = _once(hooks[SCORE_MOD], several) if SCORE_MOD in hooks else None
     mask = _once(hooks[MASK_MOD], several) if MASK_MOD in hooks else None
-    state = _kv_loop(kernel, KvRange(zero, blocks, mask is not None), state, score, mask, "all")
+    top = arith.subi(blocks, arith.constant(tiles.i32(), 1))
+    state = _kv_loop(kernel, KvRange(zero, blocks, top, mask is not None), state, score, mask, "all")
     sink = _once(hooks[SINK], several)
     for k, t in enumerate(q_tile_indices(kernel)):
         row_max, row_sum, acc = state[3 * k:3 * k + 3]
@@ -183,21 +206,34 @@ def kv_loops(kernel: ir.Operation) -> list[ir.Operation]:
             if op.operation.name == "scf.for" and KV_LOOP in op.operation.attributes]
 
 
+def kv_block_op(loop: ir.Operation) -> ir.Operation:
+    """The first op of KV loop `loop`'s body, `%n = arith.subi %top, %t`: the key block of
+    the trip's step (Note [Key blocks top down]); refused at the loop where it is not."""
+    block = loop.regions[0].blocks[0]
+    first = next(iter(block.operations), None)
+    if first is None or first.operation.name != "arith.subi" or first.operands[1] != block.arguments[0] \
+            or first.operands[0] in list(block.arguments):
+        raise error_at(loop, "a KV loop's body starts with the key block of its step, `%n = arith.subi %top, "
+                             "%t` with %top defined before the loop (Note [Key blocks top down] in "
+                             "attnc/passes/tile_program.py)")
+    return first.operation
+
+
 def kv_block(loop: ir.Operation) -> ir.Value:
-    """The key block a trip of KV loop `loop` visits: its induction variable."""
-    return loop.regions[0].blocks[0].arguments[0]
+    """The key block a trip of KV loop `loop` visits."""
+    return kv_block_op(loop).result
 
 
 def first_kv_block(loop: ir.Operation) -> ir.Value:
-    """The key block of the first step of the key range whose first KV loop is `loop`: a
-    value defined before the loop (the loop's lower bound)."""
-    return loop.operands[0]
+    """The key block of step 0 of KV loop `loop`'s range, where its first loop starts: the
+    range's top, a value defined before the loops."""
+    return kv_block_op(loop).operands[0]
 
 
 def block_of_step(loop: ir.Operation, step: ir.Value) -> ir.Value:
     """The key block that step `step` of KV loop `loop`'s key range visits, built at the
-    insertion point: the step itself, which counts blocks."""
-    return step
+    insertion point."""
+    return arith.subi(first_kv_block(loop), step)
 
 
 def replace_kv_loops(kernel: ir.Operation, ranges: Callable[[], Sequence[KvRange]]) -> None:
@@ -266,7 +302,7 @@ def _kv_loop(kernel: ir.Operation, r: KvRange, state: list, score: HookSource | 
     loop = scf.ForOp(r.lo, r.hi, one, state)
     loop.operation.attributes[KV_LOOP] = ir.StringAttr.get(kind)
     with ir.InsertionPoint(loop.body):
-        n = loop.induction_variable
+        n = arith.subi(r.top, loop.induction_variable)
         carried = list(loop.inner_iter_args)
         k_tile = tiles.load(k, "k", [b, h, n], types.k)
         block_class = None          # the block map's class of the block, read once for every Q tile
@@ -305,9 +341,10 @@ def _triples(values: list) -> list[tuple]:
 # --- attn-analyze-masks: the loops by tile class ----------------------------------------
 def split_kv_loops(kernel: ir.Operation, kv_range_fn: str, segments: int, dims: Sequence[str],
                    block_map: bool) -> None:
-    """Replace the kernel's KV loops by three per segment of `kv_range_fn`'s answer:
-    the mixed blocks before the fully kept ones, the fully kept ones (no mask op), the
-    mixed ones after them; `block_map`: the mixed loops read each block's class."""
+    """Replace the kernel's KV loops by three per segment of `kv_range_fn`'s answer, the
+    highest segment first, each walked top down (Note [Key blocks top down]): the mixed
+    blocks above the fully kept ones, the fully kept ones (no mask op), the mixed ones
+    below them; `block_map`: the mixed loops read each block's class."""
     old_ranges = _program_ops(kernel, (tiles.KV_RANGE,))
 
     def ranges() -> list[KvRange]:
@@ -315,12 +352,15 @@ def split_kv_loops(kernel: ir.Operation, kv_range_fn: str, segments: int, dims: 
         args = [m_block, b, h] + [dim_value(d) for d in dims]
         bounds = tiles.kv_range(kv_range_fn, args, 2 * segments + 2)
         full_start, full_end = bounds[-2:]
+        one, zero = arith.constant(tiles.i32(), 1), arith.constant(tiles.i32(), 0)
         found = []
-        for start, end in zip(bounds[0:-2:2], bounds[1:-2:2]):
+        for start, end in reversed(list(zip(bounds[0:-2:2], bounds[1:-2:2]))):
             first_full = arith.minsi(arith.maxsi(full_start, start), end)
             after_full = arith.minsi(arith.maxsi(full_end, first_full), end)
-            found += [KvRange(start, first_full, True, block_map), KvRange(first_full, after_full, False),
-                      KvRange(after_full, end, True, block_map)]
+            top = arith.subi(end, one)
+            above, below, steps = (arith.subi(end, x) for x in (after_full, first_full, start))
+            found += [KvRange(zero, above, top, True, block_map), KvRange(above, below, top, False),
+                      KvRange(below, steps, top, True, block_map)]
         return found
 
     replace_kv_loops(kernel, ranges)

@@ -20,7 +20,8 @@ a user pass's edit before attn-insert-pipelines, such as examples/passes/v_befor
 gives K0, V0, K1, V1, ... Each load's ops (the attn.load, the phase arithmetic, the wait
 for the empty slot, the slot write, the arrival on the full barrier) move as one, with
 their block index and ring rebound: the load's block, stage and phase must be the loop's
-induction variable and ring, and no op of one load may read a value of the other's.
+block (Note [Key blocks top down] in attnc/passes/tile_program.py; `lo` and `hi` above
+count steps) and ring, and no op of one load may read a value of the other's.
 """
 from __future__ import annotations
 
@@ -101,13 +102,13 @@ class _Loads:
             raise error_at(loop, f"{PASS}: a producer's KV loop carries its ring (stage, phase), as "
                                  f"attn-insert-pipelines makes it; this one carries {len(args) - 1} values")
         _, self.stage, self.phase = args
-        self.n = kv_block(loop)
+        self.n = kv_block(loop)         # rebuilt in each rotated trip (KeyRange.rotated)
         self.ops: dict[str, list[ir.Operation]] = {t: [] for t in TILES}
         self.order: list[str] = []
         found: dict[str, ir.Operation] = {}
         pending: list[ir.Operation] = []
         advance = None
-        for op in block.operations:
+        for op in list(block.operations)[1:]:
             op = op.operation
             if op.name == "scf.yield":
                 break

@@ -26,9 +26,10 @@ with `async` on both attn.mma ops and attn.mma_wait where a GEMM's result is lan
 The V slots of the last two steps are released only with persistent CTAs, where the
 next query block reuses them; Q's slot (persistent CTAs) once the last QK^T landed.
 With ping-pong the turns are taken around the GEMMs issued together -- step lo's QK^T,
-each loop's pair, the last P.V -- with the waits for K and V before the turn. What the
-kernel adds that is not written here: it walks the blocks from the top of the range down
-(as sm_80's does, Note [Steps op by op] in attnc/backend/kv_steps.py). Persistent CTAs
+each loop's pair, the last P.V -- with the waits for K and V before the turn. The
+steps are the loops' (block n of step t is top - t: Note [Key blocks top down] in
+attnc/passes/tile_program.py), so `lo` and `hi` above count steps, and each rotated
+trip starts with its block. Persistent CTAs
 without ping-pong also issue a block's first QK^T before the previous block's O is
 stored: walk_ahead.py writes that after this rotation (Note [The next block's first QK^T
 in the IR]).
@@ -224,7 +225,7 @@ class _Body:
         self.args = list(block.arguments)[1:]
         found: dict[str, ir.Operation] = {}
         self.scores: list[ir.Operation] = []
-        for op in block.operations:
+        for op in list(block.operations)[1:]:      # past the step's block, rebuilt in each rotated trip
             op = op.operation
             key = self._key(op, bars)
             if key is None:

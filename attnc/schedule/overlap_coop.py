@@ -26,8 +26,9 @@ The prologue of loads before the loops stays as attn-warp-specialize puts it (Q,
 and V of the first steps). K and V are read on rings a step apart (K of step n, V of
 n - 1), each load writes its tile's own ring, and Q's slot is read at every step.
 attn-verify-pipeline checks that no copy lands in a slot an asynchronous GEMM still
-reads (Note [Asynchronous GEMMs] in verify.py). What the kernel adds that is not written
-here, as for the consumer warpgroups: it walks the blocks from the top of the range down.
+reads (Note [Asynchronous GEMMs] in verify.py). As for the consumer warpgroups, the
+rotated loops run over the steps, each trip starting with its block (Note [Key blocks top
+down] in attnc/passes/tile_program.py).
 """
 from __future__ import annotations
 

@@ -36,6 +36,7 @@ from mlir.dialects import scf
 from attnc.errors import AttncError
 from attnc.ir import roles as R
 from attnc.ir.tiles import Q_TILE, tile_parts, tile_type
+from attnc.passes.tile_program import KV_LOOP, kv_block_op
 from attnc.schedule.prefetch import prefetch
 from attnc.schedule.recipes import Channel, Recipe
 from attnc.schedule.walk import walk_blocks
@@ -260,7 +261,7 @@ class Partition:
             inits = [self._map(r, loop.operands[3 + i]) for i in kept[r]]
             with self.ip[r], loop.location:
                 new = scf.ForOp(lb, ub, step, inits)
-            for name in ("kv_blocks",):
+            for name in (KV_LOOP,):
                 if name in loop.attributes:
                     new.operation.attributes[name] = loop.attributes[name]
             new_loops[r] = new
@@ -272,9 +273,13 @@ class Partition:
                 yield_op = R.create("scf.yield")
             after[r] = self.ip[r]
             self.ip[r] = ir.InsertionPoint(yield_op)
+        ops = [op.operation for op in body.operations]
+        if KV_LOOP in loop.attributes:      # each role's copy starts with its block (Note [Key blocks top down])
+            for r in inside:
+                self._clone(kv_block_op(loop), r)
+            ops = ops[1:]
         for a in carried:
             self._cross(a, at=loop)
-        ops = [op.operation for op in body.operations]
         self._walk(ops[:-1], inside)
         terminator = ops[-1]
         for r in inside:

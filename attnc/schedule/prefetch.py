@@ -16,9 +16,10 @@ sync_ir.py). The tile program loads each block in its own step; this moves the r
 loads there: the prologue's before the first KV loop, each step's into the loop, and
 each `attn.load` of K or V that a step issues for a later one says how many steps later
 with `ahead` (its block operand is the block of its own step, or before the loops the
-first loop's lower bound: the block of step 0). The steps count through every KV loop
-of the role in order; a load past the last step copies nothing (an empty cp.async
-group, as in the kernel: Note [cp.async group counting] in forward_loads.py).
+range's top: the block of step 0, Note [Key blocks top down] in tile_program.py). The
+steps count through every KV loop of the role in order; a load past the last step copies
+nothing (an empty cp.async group, as in the kernel: Note [cp.async group counting] in
+forward_loads.py).
 attn-insert-pipelines then writes the waits with the kernel's counts. What differs in
 the kernels the lowering builds for other choices: a block map's first block is loaded
 before the map is read (Note [First block before the map]), not stated here; two query
@@ -33,7 +34,7 @@ from mlir import ir
 
 from attnc.errors import AttncError
 from attnc.ir import roles as R
-from attnc.passes.tile_program import first_kv_block, kv_block
+from attnc.passes.tile_program import first_kv_block, kv_block, kv_block_op
 
 PASS = "attn-warp-specialize"
 
@@ -81,7 +82,7 @@ class _Step:
         k_get, v_get = self.gets["k"], self.gets["v"]
         for tile in ("k", "v"):         # the GEMMs read the slots the gets read
             self.loads[tile].result.replace_all_uses_with(self.gets[tile].result)
-        k_get.move_before(_first_op(self.body))
+        k_get.move_before(_after(kv_block_op(self.loop)))
         with ir.InsertionPoint(_after(k_get)):
             q = q_get.clone().operation
         _replace_in(self.body, q_value, q.result)
@@ -116,10 +117,6 @@ def _exchanges(block: ir.Block, tile: str) -> list[ir.Operation]:
 
 def _tile(op: ir.Operation) -> str:
     return ir.StringAttr(op.attributes["operand" if op.name == "attn.load" else "tile"]).value
-
-
-def _first_op(block: ir.Block) -> ir.Operation:
-    return next(iter(block.operations)).operation
 
 
 def _after(op: ir.Operation) -> ir.Operation:

@@ -36,9 +36,10 @@ took 6.5 s an example without it, 0.4 s with it.
 
 Note [Key blocks the check runs]: every role reads the same key range, which the check
 fixes at 2S + 2 blocks (S: the most stages of a channel): `attn.kv_range` gives lo = 0,
-hi = 2S + 2 and its fully kept blocks [2S, 2S + 1) -- 2S mixed blocks, one full one, one
-mixed one, so the first loop of the range wraps every ring twice; a range of two
-segments, [0, S + 1) and [S + 1, 2S + 2) -- and the dim N that many key blocks. A loop
+hi = 2S + 2 and its fully kept blocks [1, 2) -- walked top down (Note [Key blocks top
+down] in attnc/passes/tile_program.py), 2S mixed blocks, one full one, one mixed one, so
+the first loop of the range wraps every ring twice; a range of two segments, [0, S + 1)
+and [S + 1, 2S + 2) -- and the dim N that many key blocks. A loop
 whose bounds the trace evaluates (those values through the arith ops, as the roles
 compute them) runs those trips, and an scf.if the branch its condition takes; a loop
 whose bounds it cannot evaluate runs 2S trips if it is the role's first, else one. So a
@@ -365,13 +366,13 @@ _ARITH = {"arith.maxsi": max, "arith.minsi": min, "arith.divsi": lambda a, b: in
 
 def _key_range(results: int, blocks: int) -> list[int]:
     """attn.kv_range's values (Note [Key blocks the check runs]): its segments' (lo, hi),
-    [0, blocks) cut in as many runs, then the fully kept blocks [blocks - 2, blocks - 1)."""
+    [0, blocks) cut in as many runs, then the fully kept blocks [1, 2)."""
     segments = max(1, (results - 2) // 2)
     if blocks == 0:
         return [0] * (2 * segments + 2)
     cuts = [blocks * k // segments for k in range(segments + 1)]
     out = [v for k in range(segments) for v in (cuts[k], cuts[k + 1])]
-    return out + [blocks - 2, blocks - 1]
+    return out + [1, 2]
 
 
 _CMPI = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "slt": lambda a, b: a < b,

@@ -6,23 +6,33 @@
 // RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks" | filecheck %s
 // RUN: attnc compile examples/docs_sink.attn -arch sm_80 --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks" | filecheck %s --check-prefix=DOCS
 
-// Causal: the ranges come from the analysis' function; per query block the mixed
-// blocks before the full ones (none: causal's full blocks start at 0), the full blocks
-// below the diagonal without the mask, then the mixed diagonal block with it.
+// Causal: the ranges come from the analysis' function; per query block, walked top down
+// (Note [Key blocks top down]), the mixed diagonal block with the mask, the full blocks
+// below the diagonal without it, then the mixed blocks below the full ones (none:
+// causal's full blocks start at 0). Each loop runs over steps, its first op the step's block.
 // CHECK-LABEL: func.func @causal(
 // CHECK: ^bb0(%[[B:.*]]: i32{{.*}}, %[[H:.*]]: i32{{.*}}, %[[M:.*]]: i32{{.*}}):
 // CHECK: %[[KV:.*]]:4 = "attn.kv_range"(%[[M]], %[[B]], %[[H]], %{{.*}}) {fn = @causal_kv_range} : (i32, i32, i32, i32, i32, i32, i32) -> (i32, i32, i32, i32)
+// CHECK-NEXT: %[[ONE:.*]] = arith.constant 1 : i32
+// CHECK-NEXT: %[[ZERO:.*]] = arith.constant 0 : i32
 // CHECK-NEXT: %[[LO:.*]] = arith.maxsi %[[KV]]#2, %[[KV]]#0 : i32
 // CHECK-NEXT: %[[FIRST_FULL:.*]] = arith.minsi %[[LO]], %[[KV]]#1 : i32
 // CHECK-NEXT: %[[HI:.*]] = arith.maxsi %[[KV]]#3, %[[FIRST_FULL]] : i32
 // CHECK-NEXT: %[[AFTER_FULL:.*]] = arith.minsi %[[HI]], %[[KV]]#1 : i32
-// CHECK: %[[R0:.*]]:3 = scf.for %{{.*}} = %[[KV]]#0 to %[[FIRST_FULL]] step %{{.*}} iter_args
+// CHECK-NEXT: %[[TOP:.*]] = arith.subi %[[KV]]#1, %[[ONE]] : i32
+// CHECK-NEXT: %[[ABOVE:.*]] = arith.subi %[[KV]]#1, %[[AFTER_FULL]] : i32
+// CHECK-NEXT: %[[BELOW:.*]] = arith.subi %[[KV]]#1, %[[FIRST_FULL]] : i32
+// CHECK-NEXT: %[[STEPS:.*]] = arith.subi %[[KV]]#1, %[[KV]]#0 : i32
+// CHECK: %[[R0:.*]]:3 = scf.for %[[T0:.*]] = %[[ZERO]] to %[[ABOVE]] step %{{.*}} iter_args
+// CHECK-NEXT: arith.subi %[[TOP]], %[[T0]] : i32
 // CHECK: "attn.mask"
 // CHECK: } {kv_blocks = "mixed"}
-// CHECK: %[[R1:.*]]:3 = scf.for %{{.*}} = %[[FIRST_FULL]] to %[[AFTER_FULL]] step %{{.*}} iter_args(%{{.*}} = %[[R0]]#0, %{{.*}} = %[[R0]]#1, %{{.*}} = %[[R0]]#2)
+// CHECK: %[[R1:.*]]:3 = scf.for %[[T1:.*]] = %[[ABOVE]] to %[[BELOW]] step %{{.*}} iter_args(%{{.*}} = %[[R0]]#0, %{{.*}} = %[[R0]]#1, %{{.*}} = %[[R0]]#2)
+// CHECK-NEXT: arith.subi %[[TOP]], %[[T1]] : i32
 // CHECK-NOT: "attn.mask"
 // CHECK: } {kv_blocks = "full"}
-// CHECK: %[[R2:.*]]:3 = scf.for %{{.*}} = %[[AFTER_FULL]] to %[[KV]]#1 step %{{.*}} iter_args(%{{.*}} = %[[R1]]#0, %{{.*}} = %[[R1]]#1, %{{.*}} = %[[R1]]#2)
+// CHECK: %[[R2:.*]]:3 = scf.for %[[T2:.*]] = %[[BELOW]] to %[[STEPS]] step %{{.*}} iter_args(%{{.*}} = %[[R1]]#0, %{{.*}} = %[[R1]]#1, %{{.*}} = %[[R1]]#2)
+// CHECK-NEXT: arith.subi %[[TOP]], %[[T2]] : i32
 // CHECK: "attn.mask"
 // CHECK-NOT: "attn.block_map_read"
 // CHECK: } {kv_blocks = "mixed"}
@@ -47,7 +57,8 @@
 // DOCS-NEXT: ^bb0(%[[B:.*]]: i32{{.*}}, %[[H:.*]]: i32{{.*}}, %[[M:.*]]: i32{{.*}}):
 // DOCS-NEXT: "attn.tile_table_read"(%[[B]], %[[H]], %[[M]]) {param = "doc"} : (i32, i32, i32) -> (i32, i32)
 // DOCS: "attn.kv_range"
-// DOCS: scf.for %[[N:[^ ]*]] =
+// DOCS: scf.for %[[T:[^ ]*]] =
+// DOCS-NEXT: %[[N:.*]] = arith.subi %{{.*}}, %[[T]] : i32
 // DOCS: %[[CLASS:.*]] = "attn.block_map_read"(%[[M]], %[[N]], %[[B]], %[[H]]) : (i32, i32, i32, i32) -> i32
 // DOCS-NEXT: "attn.mask"(%{{.*}}, %[[B]], %[[H]], %[[M]], %[[N]], %[[CLASS]])
 // DOCS: } {kv_blocks = "mixed"}

@@ -19,7 +19,8 @@
 // CHECK-NEXT: %[[S0:[0-9]+]] = "attn.mma"(%[[Q0]], %[[K0]]) {async, kind = "qk"}
 // CHECK-NEXT: %[[L0:[0-9]+]] = "attn.mma_wait"(%[[S0]]) {pending = 0 : i64}
 // CHECK-NEXT: "attn.softmax_step"(%[[L0]],
-// CHECK: scf.for %[[N:arg[0-9]+]] = {{.*}} iter_args(%[[M:arg[0-9]+]] = {{.*}}, %[[L:arg[0-9]+]] = {{.*}}, %[[OF:arg[0-9]+]] = {{.*}}, %[[P:arg[0-9]+]] = {{.*}}, %[[A:arg[0-9]+]] = {{.*}}, %[[RK:arg[0-9]+]] = {{.*}}, %{{arg[0-9]+}} = {{.*}}, %[[RV:arg[0-9]+]] = %c0_i32, %{{arg[0-9]+}} = %c0_i32, %[[WK:arg[0-9]+]] = {{.*}}, %{{arg[0-9]+}} = {{.*}}, %[[WV:arg[0-9]+]] = {{.*}}, %{{arg[0-9]+}} = {{.*}})
+// CHECK: scf.for %[[T:arg[0-9]+]] = {{.*}} iter_args(%[[M:arg[0-9]+]] = {{.*}}, %[[L:arg[0-9]+]] = {{.*}}, %[[OF:arg[0-9]+]] = {{.*}}, %[[P:arg[0-9]+]] = {{.*}}, %[[A:arg[0-9]+]] = {{.*}}, %[[RK:arg[0-9]+]] = {{.*}}, %{{arg[0-9]+}} = {{.*}}, %[[RV:arg[0-9]+]] = %c0_i32, %{{arg[0-9]+}} = %c0_i32, %[[WK:arg[0-9]+]] = {{.*}}, %{{arg[0-9]+}} = {{.*}}, %[[WV:arg[0-9]+]] = {{.*}}, %{{arg[0-9]+}} = {{.*}})
+// CHECK-NEXT: %[[N:[0-9]+]] = arith.subi %{{[0-9]+}}, %[[T]]
 // CHECK-NEXT: %[[O:[0-9]+]] = "attn.mma_wait"(%[[OF]]) {pending = 0 : i64}
 // CHECK-NEXT: %[[OS:[0-9]+]] = "attn.rescale"(%[[O]], %[[A]])
 // CHECK-NEXT: "attn.cp_async_wait"() {pending = 0 : i64}
@@ -88,12 +89,14 @@ module attributes {attn.filename = "examples/mha.attn", attn.source = "# Plain m
           "attn.slot_write"(%2, %13#0, %16) {completes = "group", tile = "k"} : (!attn.chan, i32, !attn.tile<[128, 128], bf16, "smem">) -> () loc("attn-insert-pipelines"("attn-warp-specialize"("examples/mha.attn":2:1)))
           "attn.cp_async_commit"() {channel = "kv"} : () -> () loc("attn-insert-pipelines"("attn-warp-specialize"("examples/mha.attn":2:1)))
           %17:2 = "attn.ring_advance"(%13#0, %13#1) {stages = 2 : i64} : (i32, i32) -> (i32, i32) loc("attn-insert-pipelines"("attn-warp-specialize"("examples/mha.attn":2:1)))
+          %kv_top = arith.subi %11, %c1_i32_1 : i32
           %18:11 = scf.for %arg6 = %c0_i32_0 to %11 step %c1_i32_1 iter_args(%arg7 = %5, %arg8 = %6, %arg9 = %7, %arg10 = %c0_i32, %arg11 = %c0_i32, %arg12 = %17#0, %arg13 = %17#1, %arg14 = %15#0, %arg15 = %15#1, %arg16 = %c0_i32, %arg17 = %c0_i32) -> (!attn.tile<[128], f32, "reg">, !attn.tile<[128], f32, "reg">, !attn.tile<[128, 128], f32, "reg">, i32, i32, i32, i32, i32, i32, i32, i32)  : i32 {
+            %kv_block = arith.subi %kv_top, %arg6 : i32
             "attn.cp_async_wait"() {pending = 2 : i64} : () -> () loc("attn-insert-pipelines"("attn-warp-specialize"("examples/mha.attn":2:1)))
             "attn.cta_barrier"() : () -> () loc("attn-insert-pipelines"("attn-warp-specialize"("examples/mha.attn":2:1)))
             %20 = "attn.slot_read"(%2, %arg10) {tile = "k"} : (!attn.chan, i32) -> !attn.tile<[128, 128], bf16, "smem"> loc("attn-insert-pipelines"("attn-warp-specialize"("examples/mha.attn":2:1)))
             %21 = "attn.slot_read"(%1, %arg16) {tile = "q"} : (!attn.chan, i32) -> !attn.tile<[128, 128], bf16, "smem"> loc("attn-insert-pipelines"("attn-warp-specialize"("examples/mha.attn":2:1)))
-            %22 = "attn.load"(%arg2, %arg3, %arg4, %arg6) {ahead = 1 : i64, operand = "v"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[128, 128], bf16, "smem"> loc("examples/mha.attn":2:1)
+            %22 = "attn.load"(%arg2, %arg3, %arg4, %kv_block) {ahead = 1 : i64, operand = "v"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[128, 128], bf16, "smem"> loc("examples/mha.attn":2:1)
             "attn.slot_write"(%2, %arg14, %22) {completes = "group", tile = "v"} : (!attn.chan, i32, !attn.tile<[128, 128], bf16, "smem">) -> () loc("attn-insert-pipelines"("attn-warp-specialize"("examples/mha.attn":2:1)))
             "attn.cp_async_commit"() {channel = "kv"} : () -> () loc("attn-insert-pipelines"("attn-warp-specialize"("examples/mha.attn":2:1)))
             %23:2 = "attn.ring_advance"(%arg14, %arg15) {stages = 2 : i64} : (i32, i32) -> (i32, i32) loc("attn-insert-pipelines"("attn-warp-specialize"("examples/mha.attn":2:1)))
@@ -103,7 +106,7 @@ module attributes {attn.filename = "examples/mha.attn", attn.source = "# Plain m
             "attn.cta_barrier"() : () -> () loc("attn-insert-pipelines"("attn-warp-specialize"("examples/mha.attn":2:1)))
             %26 = "attn.slot_read"(%2, %arg10) {tile = "v"} : (!attn.chan, i32) -> !attn.tile<[128, 128], bf16, "smem"> loc("attn-insert-pipelines"("attn-warp-specialize"("examples/mha.attn":2:1)))
             %27:2 = "attn.ring_advance"(%arg10, %arg11) {stages = 2 : i64} : (i32, i32) -> (i32, i32) loc("attn-insert-pipelines"("attn-warp-specialize"("examples/mha.attn":2:1)))
-            %28 = "attn.load"(%arg1, %arg3, %arg4, %arg6) {ahead = 2 : i64, operand = "k"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[128, 128], bf16, "smem"> loc("examples/mha.attn":2:1)
+            %28 = "attn.load"(%arg1, %arg3, %arg4, %kv_block) {ahead = 2 : i64, operand = "k"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[128, 128], bf16, "smem"> loc("examples/mha.attn":2:1)
             "attn.slot_write"(%2, %arg12, %28) {completes = "group", tile = "k"} : (!attn.chan, i32, !attn.tile<[128, 128], bf16, "smem">) -> () loc("attn-insert-pipelines"("attn-warp-specialize"("examples/mha.attn":2:1)))
             "attn.cp_async_commit"() {channel = "kv"} : () -> () loc("attn-insert-pipelines"("attn-warp-specialize"("examples/mha.attn":2:1)))
             %29:2 = "attn.ring_advance"(%arg12, %arg13) {stages = 2 : i64} : (i32, i32) -> (i32, i32) loc("attn-insert-pipelines"("attn-warp-specialize"("examples/mha.attn":2:1)))
@@ -121,9 +124,9 @@ module attributes {attn.filename = "examples/mha.attn", attn.source = "# Plain m
           gpu.yield loc("attn-warp-specialize"("examples/mha.attn":2:1))
         }) {name = "compute", regs = 0 : i64, warps = [0, 1, 2, 3, 4, 5, 6, 7]} : () -> () loc("attn-warp-specialize"("examples/mha.attn":2:1))
         gpu.yield loc("attn-warp-specialize"("examples/mha.attn":2:1))
-      }) {ranges = {compute = "75bfa3660fb892b2"}} : () -> () loc("attn-warp-specialize"("examples/mha.attn":2:1))
+      }) {ranges = {compute = "8afa9958eb2b7206"}} : () -> () loc("attn-warp-specialize"("examples/mha.attn":2:1))
       gpu.yield loc("examples/mha.attn":2:1)
-    }) {block_m = 128 : i64, block_n = 128 : i64, dims = ["B", "H", "M", "N"], dtype = "bf16", gqa = false, has_mask_mod = false, has_score_mod = false, has_sink = false, head_dim_qk = 128 : i64, head_dim_v = 128 : i64, k_shape = ["B", "H", "N", 128], key_range = "75bfa3660fb892b2", mask_block_m = 128 : i64, mask_block_n = 128 : i64, mask_digest = "none", mask_kind = "none", num_warps = 12 : i64, outputs = ["o"], param_dtypes = [], param_shapes = [], params = [], q_shape = ["B", "H", "M", 128], q_tiles = 1 : i64, scale = 0.0883883461 : f32, stages = 2 : i64, target = "sm_90a", v_shape = ["B", "H", "N", 128], variant = "mha"} : (tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> loc("examples/mha.attn":2:1)
+    }) {block_m = 128 : i64, block_n = 128 : i64, dims = ["B", "H", "M", "N"], dtype = "bf16", gqa = false, has_mask_mod = false, has_score_mod = false, has_sink = false, head_dim_qk = 128 : i64, head_dim_v = 128 : i64, k_shape = ["B", "H", "N", 128], key_range = "8afa9958eb2b7206", mask_block_m = 128 : i64, mask_block_n = 128 : i64, mask_digest = "none", mask_kind = "none", num_warps = 12 : i64, outputs = ["o"], param_dtypes = [], param_shapes = [], params = [], q_shape = ["B", "H", "M", 128], q_tiles = 1 : i64, scale = 0.0883883461 : f32, stages = 2 : i64, target = "sm_90a", v_shape = ["B", "H", "N", 128], variant = "mha"} : (tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> loc("examples/mha.attn":2:1)
     return %0 : tensor<?x?x?x128xbf16> loc("examples/mha.attn":2:1)
   } loc("examples/mha.attn":2:1)
 } loc("examples/mha.attn":2:1)

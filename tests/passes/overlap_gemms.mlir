@@ -14,11 +14,13 @@
 // CHECK: "attn.role"() ({
 // CHECK: scf.if
 // CHECK: arith.addi %[[LO:c0_i32[_0-9]*]], %c1_i32{{[_0-9]*}}
-// CHECK-NEXT: "attn.load"({{.*}}, %[[LO]]) {operand = "k"}
+// CHECK-NEXT: %[[FIRST:[0-9]+]] = arith.subi %[[TOP:[0-9]+]], %[[LO]]
+// CHECK-NEXT: "attn.load"({{.*}}, %[[FIRST]]) {operand = "k"}
 // CHECK: "attn.slot_write"(%{{[0-9]+}}, %c0_i32, %{{[0-9]+}}) {completes = "arrive", tile = "k"}
 // CHECK-NEXT: "attn.cp_async_mbarrier_arrive"
 // CHECK-NEXT: %[[KN:[0-9]+]]:2 = "attn.ring_advance"(%c0_i32, %c0_i32) {stages = 3 : i64}
-// CHECK: %[[LOOP:[0-9]+]]:5 = scf.for %[[N:arg[0-9]+]] = {{.*}} iter_args(%[[KS:arg[0-9]+]] = %[[KN]]#0, %[[KP:arg[0-9]+]] = %[[KN]]#1, %[[VS:arg[0-9]+]] = %c0_i32, %[[VP:arg[0-9]+]] = %c0_i32, %[[PREV:arg[0-9]+]] = %[[LO]])
+// CHECK: %[[LOOP:[0-9]+]]:5 = scf.for %[[T:arg[0-9]+]] = {{.*}} iter_args(%[[KS:arg[0-9]+]] = %[[KN]]#0, %[[KP:arg[0-9]+]] = %[[KN]]#1, %[[VS:arg[0-9]+]] = %c0_i32, %[[VP:arg[0-9]+]] = %c0_i32, %[[PREV:arg[0-9]+]] = %[[FIRST]])
+// CHECK-NEXT: %[[N:[0-9]+]] = arith.subi %[[TOP]], %[[T]]
 // CHECK-NEXT: %[[K:[0-9]+]] = "attn.load"({{.*}}, %[[N]]) {operand = "k"}
 // CHECK-NEXT: %[[KF:[0-9]+]] = arith.xori %[[KP]], %c1_i32{{[_0-9]*}}
 // CHECK-NEXT: "attn.mbarrier_wait"(%{{[0-9]+}}, %[[KS]], %[[KF]])
@@ -46,7 +48,8 @@
 // CHECK-NEXT: "attn.mma_wait"(%[[S0]]) {pending = 0 : i64}
 // CHECK-NEXT: "attn.mbarrier_arrive"
 // CHECK: "attn.softmax_step"
-// CHECK: scf.for %{{arg[0-9]+}} = {{.*}} iter_args(%[[M:arg[0-9]+]] = %{{[^,]+}}, %{{arg[0-9]+}} = %{{[^,]+}}, %[[O:arg[0-9]+]] = %{{[^,]+}}, %[[P:arg[0-9]+]] = %{{[^,]+}}, %[[F:arg[0-9]+]] = %{{[^,]+}}, {{.*}}, %[[T:arg[0-9]+]] = %c1_i32{{[_0-9]*}})
+// CHECK: scf.for %[[STEP:arg[0-9]+]] = {{.*}} iter_args(%[[M:arg[0-9]+]] = %{{[^,]+}}, %{{arg[0-9]+}} = %{{[^,]+}}, %[[O:arg[0-9]+]] = %{{[^,]+}}, %[[P:arg[0-9]+]] = %{{[^,]+}}, %[[F:arg[0-9]+]] = %{{[^,]+}}, {{.*}}, %[[T:arg[0-9]+]] = %c1_i32{{[_0-9]*}})
+// CHECK-NEXT: arith.subi %{{[0-9]+}}, %[[STEP]]
 // CHECK-NEXT: %[[LANDED:[0-9]+]] = "attn.mma_wait"(%[[O]]) {pending = 0 : i64}
 // CHECK-NEXT: %[[SCALED:[0-9]+]] = "attn.rescale"(%[[LANDED]], %[[F]])
 // CHECK: arith.cmpi sge, %[[T]]
@@ -94,13 +97,15 @@ module {
           %13 = arith.divsi %12, %c128_i32 : i32
           %c0_i32_1 = arith.constant 0 : i32
           %c1_i32_2 = arith.constant 1 : i32
+          %kv_top = arith.subi %13, %c1_i32_2 : i32
           %14:2 = scf.for %arg6 = %c0_i32_1 to %13 step %c1_i32_2 iter_args(%arg7 = %c0_i32, %arg8 = %c0_i32) -> (i32, i32)  : i32 {
-            %15 = "attn.load"(%arg1, %arg3, %arg4, %arg6) {operand = "k"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[128, 128], bf16, "smem">
+            %kv_block = arith.subi %kv_top, %arg6 : i32
+            %15 = "attn.load"(%arg1, %arg3, %arg4, %kv_block) {operand = "k"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[128, 128], bf16, "smem">
             %16 = arith.xori %arg8, %c1_i32 : i32
             "attn.mbarrier_wait"(%6, %arg7, %16) : (!attn.mbar, i32, i32) -> ()
             "attn.slot_write"(%2, %arg7, %15) {completes = "arrive", tile = "k"} : (!attn.chan, i32, !attn.tile<[128, 128], bf16, "smem">) -> ()
             "attn.cp_async_mbarrier_arrive"(%4, %arg7) : (!attn.mbar, i32) -> ()
-            %17 = "attn.load"(%arg2, %arg3, %arg4, %arg6) {operand = "v"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[128, 128], bf16, "smem">
+            %17 = "attn.load"(%arg2, %arg3, %arg4, %kv_block) {operand = "v"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[128, 128], bf16, "smem">
             %18 = arith.xori %arg8, %c1_i32 : i32
             "attn.mbarrier_wait"(%7, %arg7, %18) : (!attn.mbar, i32, i32) -> ()
             "attn.slot_write"(%2, %arg7, %17) {completes = "arrive", tile = "v"} : (!attn.chan, i32, !attn.tile<[128, 128], bf16, "smem">) -> ()
@@ -126,7 +131,9 @@ module {
           %16 = arith.divsi %15, %c128_i32 : i32
           %c0_i32_0 = arith.constant 0 : i32
           %c1_i32_1 = arith.constant 1 : i32
+          %kv_top2 = arith.subi %16, %c1_i32_1 : i32
           %17:5 = scf.for %arg6 = %c0_i32_0 to %16 step %c1_i32_1 iter_args(%arg7 = %10, %arg8 = %11, %arg9 = %12, %arg10 = %c0_i32, %arg11 = %c0_i32) -> (!attn.tile<[64], f32, "reg">, !attn.tile<[64], f32, "reg">, !attn.tile<[64, 128], f32, "reg">, i32, i32)  : i32 {
+            %kv_block2 = arith.subi %kv_top2, %arg6 : i32
             "attn.mbarrier_wait"(%4, %arg10, %arg11) : (!attn.mbar, i32, i32) -> ()
             %19 = "attn.slot_read"(%2, %arg10) {tile = "k"} : (!attn.chan, i32) -> !attn.tile<[128, 128], bf16, "smem">
             %20 = "attn.mma"(%8, %19) {kind = "qk"} : (!attn.tile<[64, 128], bf16, "smem">, !attn.tile<[128, 128], bf16, "smem">) -> !attn.tile<[64, 128], f32, "reg">

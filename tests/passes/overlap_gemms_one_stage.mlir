@@ -17,12 +17,14 @@ func.func @hd128_unmasked(%arg0: tensor<?x?x?x128xbf16>, %arg1: tensor<?x?x?x128
     %8 = arith.divsi %7, %c128_i32 : i32
     %c0_i32 = arith.constant 0 : i32
     %c1_i32_0 = arith.constant 1 : i32
+    %kv_top = arith.subi %8, %c1_i32_0 : i32
     %9:3 = scf.for %arg6 = %c0_i32 to %8 step %c1_i32_0 iter_args(%arg7 = %2, %arg8 = %3, %arg9 = %4) -> (!attn.tile<[128], f32, "reg">, !attn.tile<[128], f32, "reg">, !attn.tile<[128, 128], f32, "reg">)  : i32 {
-      %11 = "attn.load"(%arg1, %arg3, %arg4, %arg6) {operand = "k"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[128, 128], bf16, "smem">
+      %kv_block = arith.subi %kv_top, %arg6 : i32
+      %11 = "attn.load"(%arg1, %arg3, %arg4, %kv_block) {operand = "k"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[128, 128], bf16, "smem">
       %12 = "attn.mma"(%1, %11) {kind = "qk"} : (!attn.tile<[128, 128], bf16, "smem">, !attn.tile<[128, 128], bf16, "smem">) -> !attn.tile<[128, 128], f32, "reg">
       %13:4 = "attn.softmax_step"(%12, %arg7, %arg8) : (!attn.tile<[128, 128], f32, "reg">, !attn.tile<[128], f32, "reg">, !attn.tile<[128], f32, "reg">) -> (!attn.tile<[128, 128], bf16, "reg">, !attn.tile<[128], f32, "reg">, !attn.tile<[128], f32, "reg">, !attn.tile<[128], f32, "reg">)
       %14 = "attn.rescale"(%arg9, %13#3) : (!attn.tile<[128, 128], f32, "reg">, !attn.tile<[128], f32, "reg">) -> !attn.tile<[128, 128], f32, "reg">
-      %15 = "attn.load"(%arg2, %arg3, %arg4, %arg6) {operand = "v"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[128, 128], bf16, "smem">
+      %15 = "attn.load"(%arg2, %arg3, %arg4, %kv_block) {operand = "v"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[128, 128], bf16, "smem">
       %16 = "attn.mma"(%13#0, %15, %14) {kind = "pv"} : (!attn.tile<[128, 128], bf16, "reg">, !attn.tile<[128, 128], bf16, "smem">, !attn.tile<[128, 128], f32, "reg">) -> !attn.tile<[128, 128], f32, "reg">
       scf.yield %13#1, %13#2, %16 : !attn.tile<[128], f32, "reg">, !attn.tile<[128], f32, "reg">, !attn.tile<[128, 128], f32, "reg">
     } {kv_blocks = "all"}
@@ -33,6 +35,6 @@ func.func @hd128_unmasked(%arg0: tensor<?x?x?x128xbf16>, %arg1: tensor<?x?x?x128
     }) : (!attn.tile<[128, 128], f32, "reg">, !attn.tile<[128], f32, "reg">, !attn.tile<[128], f32, "reg">, i32) -> (!attn.tile<[128, 128], bf16, "reg">, !attn.tile<[128], f32, "reg">)
     "attn.store"(%10#0, %arg3, %arg4, %arg5) {operand = "o"} : (!attn.tile<[128, 128], bf16, "reg">, i32, i32, i32) -> ()
     gpu.yield
-  }) {block_m = 128 : i64, block_n = 128 : i64, dims = ["B", "H", "M", "N"], dtype = "bf16", gqa = false, has_mask_mod = false, has_score_mod = false, has_sink = false, head_dim_qk = 128 : i64, head_dim_v = 128 : i64, k_shape = ["B", "H", "N", 128], key_range = "75bfa3660fb892b2", num_warps = 12 : i64, outputs = ["o"], param_dtypes = [], param_shapes = [], params = [], q_shape = ["B", "H", "M", 128], q_tiles = 1 : i64, scale = 0.0883883461 : f32, stages = 1 : i64, target = "sm_90a", v_shape = ["B", "H", "N", 128], variant = "hd128_unmasked"} : (tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> loc("overlap_gemms.attn":2:1)
+  }) {block_m = 128 : i64, block_n = 128 : i64, dims = ["B", "H", "M", "N"], dtype = "bf16", gqa = false, has_mask_mod = false, has_score_mod = false, has_sink = false, head_dim_qk = 128 : i64, head_dim_v = 128 : i64, k_shape = ["B", "H", "N", 128], key_range = "8afa9958eb2b7206", num_warps = 12 : i64, outputs = ["o"], param_dtypes = [], param_shapes = [], params = [], q_shape = ["B", "H", "M", 128], q_tiles = 1 : i64, scale = 0.0883883461 : f32, stages = 1 : i64, target = "sm_90a", v_shape = ["B", "H", "N", 128], variant = "hd128_unmasked"} : (tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> loc("overlap_gemms.attn":2:1)
   return %0 : tensor<?x?x?x128xbf16>
 }

@@ -43,7 +43,8 @@
 // WS80-NEXT: "attn.put"(%[[KV]], %[[V0]]) {tile = "v"}
 // WS80-NEXT: %[[K1:[0-9]+]] = "attn.load"(%arg1, %arg3, %arg4, %[[LO]]) {ahead = 1 : i64, operand = "k"}
 // WS80-NEXT: "attn.put"(%[[KV]], %[[K1]]) {tile = "k"}
-// WS80-NEXT: scf.for %[[N:arg[0-9]+]] = %[[LO]] to
+// WS80-NEXT: scf.for %[[T:arg[0-9]+]] = %c0_i32 to
+// WS80-NEXT: %[[N:[0-9]+]] = arith.subi %[[LO]], %[[T]]
 // WS80-NEXT: %[[K:[0-9]+]] = "attn.get"(%[[KV]]) {tile = "k"}
 // WS80-NEXT: %[[QT:[0-9]+]] = "attn.get"(%[[Q]]) {tile = "q"}
 // WS80-NEXT: %[[VA:[0-9]+]] = "attn.load"(%arg2, %arg3, %arg4, %[[N]]) {ahead = 1 : i64, operand = "v"}
@@ -214,6 +215,7 @@
 // SYNC80-NEXT: "attn.cp_async_commit"() {channel = "kv"}
 // SYNC80-NEXT: %[[K2:[0-9]+]]:2 = "attn.ring_advance"(%[[K1]]#0, %[[K1]]#1) {stages = 2 : i64}
 // SYNC80-NEXT: scf.for %{{.*}} iter_args({{.*}}%[[RS:arg[0-9]+]] = %[[C0]], %[[RP:arg[0-9]+]] = %[[C0]], %[[KS:arg[0-9]+]] = %[[K2]]#0, %[[KP:arg[0-9]+]] = %[[K2]]#1, %[[VS:arg[0-9]+]] = %[[V1]]#0, %[[VP:arg[0-9]+]] = %[[V1]]#1, %[[QS:arg[0-9]+]] = %[[C0]], %[[QP:arg[0-9]+]] = %[[C0]])
+// SYNC80-NEXT: arith.subi %{{[0-9]+}}, %arg{{[0-9]+}}
 // SYNC80-NEXT: "attn.cp_async_wait"() {pending = 2 : i64}
 // SYNC80-NEXT: "attn.cta_barrier"()
 // SYNC80-NEXT: "attn.slot_read"(%[[KV]], %[[RS]]) {tile = "k"}
@@ -255,6 +257,7 @@
 // RING: "attn.slot_write"(%[[Q]], %c0_i32, %{{[0-9]+}}) {completes = "arrive", tile = "q"}
 // RING-NEXT: "attn.cp_async_mbarrier_arrive"(%[[QFULL]], %c0_i32)
 // RING: scf.for {{.*}} iter_args(%[[S:arg[0-9]+]] = %c0_i32, %[[P:arg[0-9]+]] = %c0_i32) -> (i32, i32)
+// RING-NEXT: arith.subi %{{[0-9]+}}, %arg{{[0-9]+}}
 // RING-NEXT: "attn.load"{{.*}}{operand = "k"}
 // RING-NEXT: %[[FLIP:[0-9]+]] = arith.xori %[[P]], %c1_i32
 // RING-NEXT: "attn.mbarrier_wait"(%[[KEMPTY]], %[[S]], %[[FLIP]])
@@ -271,6 +274,7 @@
 // RING: "attn.mbarrier_wait"(%[[QFULL]], %c0_i32, %c0_i32)
 // RING-NEXT: "attn.slot_read"(%[[Q]], %c0_i32) {tile = "q"}
 // RING: scf.for {{.*}}, %[[CS:arg[0-9]+]] = %c0_i32, %[[CP:arg[0-9]+]] = %c0_i32)
+// RING-NEXT: arith.subi %{{[0-9]+}}, %arg{{[0-9]+}}
 // RING-NEXT: "attn.mbarrier_wait"(%[[KFULL]], %[[CS]], %[[CP]])
 // RING-NEXT: "attn.slot_read"(%[[KV]], %[[CS]]) {tile = "k"}
 // RING-NEXT: "attn.mma"{{.*}}{kind = "qk"}
@@ -370,6 +374,7 @@ func.func @hd128_unmasked(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>
 // VFIRST-NEXT: %[[KEMPTY:[0-9]+]] = "attn.mbarrier_init"() {{{.*}}name = "mbar_k_empty"
 // VFIRST-NEXT: %[[VEMPTY:[0-9]+]] = "attn.mbarrier_init"() {{{.*}}name = "mbar_v_empty"
 // VFIRST: scf.for {{.*}} iter_args(%[[S:arg[0-9]+]] = %c0_i32, %[[P:arg[0-9]+]] = %c0_i32) -> (i32, i32)
+// VFIRST-NEXT: arith.subi %{{[0-9]+}}, %arg{{[0-9]+}}
 // VFIRST-NEXT: "attn.load"{{.*}}{operand = "v"}
 // VFIRST-NEXT: %[[FLIP:[0-9]+]] = arith.xori %[[P]], %c1_i32
 // VFIRST-NEXT: "attn.mbarrier_wait"(%[[VEMPTY]], %[[S]], %[[FLIP]])

@@ -19,10 +19,12 @@ module {
           %7 = arith.divsi %6, %c128_i32 : i32 loc("schedule.attn":2:1)
           %c0_i32 = arith.constant 0 : i32 loc("schedule.attn":2:1)
           %c1_i32_0 = arith.constant 1 : i32 loc("schedule.attn":2:1)
+          %kv_top = arith.subi %7, %c1_i32_0 : i32
           scf.for %arg6 = %c0_i32 to %7 step %c1_i32_0  : i32 {
-            %8 = "attn.load"(%arg1, %arg3, %arg4, %arg6) {operand = "k"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[128, 128], bf16, "smem"> loc("schedule.attn":2:1)
+            %kv_block = arith.subi %kv_top, %arg6 : i32
+            %8 = "attn.load"(%arg1, %arg3, %arg4, %kv_block) {operand = "k"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[128, 128], bf16, "smem"> loc("schedule.attn":2:1)
             "attn.put"(%2, %8) {tile = "k"} : (!attn.chan, !attn.tile<[128, 128], bf16, "smem">) -> () loc("attn-warp-specialize"("schedule.attn":2:1))
-            %9 = "attn.load"(%arg2, %arg3, %arg4, %arg6) {operand = "v"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[128, 128], bf16, "smem"> loc("schedule.attn":2:1)
+            %9 = "attn.load"(%arg2, %arg3, %arg4, %kv_block) {operand = "v"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[128, 128], bf16, "smem"> loc("schedule.attn":2:1)
             "attn.put"(%2, %9) {tile = "v"} : (!attn.chan, !attn.tile<[128, 128], bf16, "smem">) -> () loc("attn-warp-specialize"("schedule.attn":2:1))
           } {kv_blocks = "all"} loc("schedule.attn":2:1)
           gpu.yield loc("attn-warp-specialize"("schedule.attn":2:1))
@@ -40,7 +42,9 @@ module {
           %10 = arith.divsi %9, %c128_i32 : i32 loc("schedule.attn":2:1)
           %c0_i32 = arith.constant 0 : i32 loc("schedule.attn":2:1)
           %c1_i32_0 = arith.constant 1 : i32 loc("schedule.attn":2:1)
+          %kv_top2 = arith.subi %10, %c1_i32_0 : i32
           %11:3 = scf.for %arg6 = %c0_i32 to %10 step %c1_i32_0 iter_args(%arg7 = %4, %arg8 = %5, %arg9 = %6) -> (!attn.tile<[128], f32, "reg">, !attn.tile<[128], f32, "reg">, !attn.tile<[128, 128], f32, "reg">)  : i32 {
+            %kv_block2 = arith.subi %kv_top2, %arg6 : i32
             %13 = "attn.get"(%2) {tile = "k"} : (!attn.chan) -> !attn.tile<[128, 128], bf16, "smem"> loc("attn-warp-specialize"("schedule.attn":2:1))
             %14 = "attn.mma"(%3, %13) {kind = "qk"} : (!attn.tile<[128, 128], bf16, "smem">, !attn.tile<[128, 128], bf16, "smem">) -> !attn.tile<[128, 128], f32, "reg"> loc("schedule.attn":2:1)
             %15:4 = "attn.softmax_step"(%14, %arg7, %arg8) : (!attn.tile<[128, 128], f32, "reg">, !attn.tile<[128], f32, "reg">, !attn.tile<[128], f32, "reg">) -> (!attn.tile<[128, 128], bf16, "reg">, !attn.tile<[128], f32, "reg">, !attn.tile<[128], f32, "reg">, !attn.tile<[128], f32, "reg">) loc("schedule.attn":2:1)
@@ -70,7 +74,9 @@ module {
           %10 = arith.divsi %9, %c128_i32 : i32 loc("schedule.attn":2:1)
           %c0_i32 = arith.constant 0 : i32 loc("schedule.attn":2:1)
           %c1_i32_0 = arith.constant 1 : i32 loc("schedule.attn":2:1)
+          %kv_top3 = arith.subi %10, %c1_i32_0 : i32
           %11:3 = scf.for %arg6 = %c0_i32 to %10 step %c1_i32_0 iter_args(%arg7 = %4, %arg8 = %5, %arg9 = %6) -> (!attn.tile<[128], f32, "reg">, !attn.tile<[128], f32, "reg">, !attn.tile<[128, 128], f32, "reg">)  : i32 {
+            %kv_block3 = arith.subi %kv_top3, %arg6 : i32
             %13 = "attn.get"(%2) {tile = "k"} : (!attn.chan) -> !attn.tile<[128, 128], bf16, "smem"> loc("attn-warp-specialize"("schedule.attn":2:1))
             %14 = "attn.mma"(%3, %13) {kind = "qk"} : (!attn.tile<[128, 128], bf16, "smem">, !attn.tile<[128, 128], bf16, "smem">) -> !attn.tile<[128, 128], f32, "reg"> loc("schedule.attn":2:1)
             %15:4 = "attn.softmax_step"(%14, %arg7, %arg8) : (!attn.tile<[128, 128], f32, "reg">, !attn.tile<[128], f32, "reg">, !attn.tile<[128], f32, "reg">) -> (!attn.tile<[128, 128], bf16, "reg">, !attn.tile<[128], f32, "reg">, !attn.tile<[128], f32, "reg">, !attn.tile<[128], f32, "reg">) loc("schedule.attn":2:1)

@@ -117,9 +117,37 @@ def edit_total(result):
         test.operands[0] = more.result                  # 2 total > 0: the same test, written otherwise
 
 
+def _block_ops(result) -> list[tuple[ir.Operation, ir.Operation]]:
+    """Every KV loop of every role and its first op: its step's key block."""
+    return [(loop, next(iter(loop.regions[0].blocks[0].operations)).operation)
+            for name in ("producer", "consumer0", "consumer1") for loop in key_range(result, name)[1]]
+
+
+def edit_block_top(result):
+    """Every trip one block lower: %n = (top - 1) - t."""
+    for loop, block in _block_ops(result):
+        with loop.location:
+            one = arith.ConstantOp(ir.IntegerType.get_signless(32), 1, ip=ir.InsertionPoint(loop))
+            lower = arith.SubIOp(block.operands[0], one.result, ip=ir.InsertionPoint(loop))
+        block.operands[0] = lower.result
+
+
+def edit_block_up(result):
+    """The blocks walked bottom up in the producer: %n = top + t."""
+    _, block = _block_ops(result)[0]
+    with block.location:
+        up = arith.AddIOp(block.operands[0], block.operands[1], ip=ir.InsertionPoint(block))
+    block.result.replace_all_uses_with(up.result)
+    up.move_after(block)
+    block.erase()
+
+
 @pytest.mark.parametrize("edit,example,options,message", [
     (edit_bounds, "gemma2", "", "the bounds of the KV loops and the tests of the branches of role 'producer'"),
     (edit_total, "mha", "", "the bounds of the KV loops and the tests of the branches of role 'producer'"),
+    # Note [Key blocks top down]: each trip's block is the range's as made
+    (edit_block_top, "gemma2", "", "the bounds of the KV loops and the tests of the branches of role 'producer'"),
+    (edit_block_up, "mha", "", "a KV loop's body starts with the key block of its step"),
     # (the verifier's block without keys: Note [Key blocks the check runs] in verify.py)
     (edit_persistent_else, "mha", "persistent=true", "attn-verify-pipeline: channel 'q' deadlocks"),
     (edit_between_loops, "gemma2", "", "the kernel runs the KV loops one after the other, with nothing but index "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from mlir import ir
 
 from attnc.backend.kv_steps import KvSteps, kv_steps
 from attnc.backend.lowering import build
@@ -166,15 +167,15 @@ def test_edits_the_lowering_cannot_follow_are_refused_at_the_op(needle, old, new
     # the step: V from the stage the verifier finds, one rescale, O carried from P.V
     ('"attn.slot_read"(%2, %arg10) {tile = "v"}', '"attn.slot_read"(%2, %arg14) {tile = "v"}',
      "attn-verify-pipeline: compute reads fill 0 of 'kv' (v) from slot 1 while it holds fill 1"),
-    ('            %31 = "attn.mma"', '            %again = "attn.rescale"(%arg9, %25#3) {lazy = true} : '
+    ('            %33 = "attn.mma"', '            %again = "attn.rescale"(%arg9, %27#3) {lazy = true} : '
      '(!attn.tile<[128, 128], f32, "reg">, !attn.tile<[128], f32, "reg">) -> !attn.tile<[128, 128], f32, "reg">\n'
-     '            %31 = "attn.mma"', "a KV step has one attn.rescale"),
-    ("scf.yield %25#1, %25#2, %31,", "scf.yield %25#1, %25#2, %30,",
+     '            %33 = "attn.mma"', "a KV step has one attn.rescale"),
+    ("scf.yield %27#1, %27#2, %33,", "scf.yield %27#1, %27#2, %32,",
      "the KV loop carries m, l and O from the softmax step and P.V"),
     # the epilogue: a wait for every copy, the finalize of the last loop's O, m and l
     ('"attn.cp_async_wait"() {pending = 0 : i64}', '"attn.cp_async_wait"() {pending = 1 : i64}',
      "after its key range the role waits for every copy (pending = 0)"),
-    ('"attn.finalize"(%18#2, %18#0, %18#1', '"attn.finalize"(%18#2, %18#1, %18#0',
+    ('"attn.finalize"(%19#2, %19#0, %19#1', '"attn.finalize"(%19#2, %19#1, %19#0',
      "the finalize takes O, m and l from the last KV loop"),
 ])
 def test_the_role_as_the_kernel_builds_it_or_refused_at_the_op(old, new, message):
@@ -284,3 +285,23 @@ def _sm90a_until_sync() -> str:
     specs = target_pipeline("sm_90a")
     names = [s.name for s in specs]
     return format_pipeline(specs[:names.index("attn-overlap-gemms") + 1])
+
+
+def test_the_top_partial_steps_are_built_from_the_first_mixed_loop():
+    """Note [Key blocks top down]: sliding_window's range runs its mixed blocks above the
+    fully kept ones first; the kernel's partial steps at the top of the range are built
+    from that loop, those at the bottom from the last mixed loop (a choice set on the
+    first loop's softmax only shows in the top ones)."""
+    result = _compile("sliding_window", _pipeline(until=CHOICES_PASS))
+    role, kernel = _compute(result.module), attention_ops(result.module)[0]
+    mixed = [op for op in R.ops_in(R.role_block(role), ("scf.for",))
+             if R.attrs_of(op).get("kv_blocks") == "mixed"]
+    assert len(mixed) == 2
+    with kernel.context:
+        for op in R.ops_in(mixed[0].regions[0].blocks[0], ("attn.softmax_step",)):
+            op.attributes["exp2_fma"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 4)
+    steps = kv_steps(role, kernel)
+
+    def exp2_fma(top: bool) -> int:
+        return next(op for op in steps.body("partial", top) if op.name == "softmax_step").choice("exp2_fma")
+    assert (exp2_fma(True), exp2_fma(False)) == (4, 0)

@@ -75,7 +75,7 @@ def test_an_op_between_the_kv_loops_is_refused(op):
     """gemma2's first two KV loops with a CTA barrier or a fill between them: the kernel
     builds its loops one after the other, with index arithmetic only between them."""
     plan = _plan("gemma2")
-    at = plan.index("          %c1_i32_0 = arith.constant 1 : i32")
+    at = plan.index("          %c1_i32_2 = arith.constant 1 : i32")
     edited = plan[:at] + f"          {op}\n" + plan[at:]
     name = op.split('"')[1]
     _refused_at(edited, plan.count("\n", 0, at), "the sm_80 lowering builds the KV loops one after the other, "
@@ -110,14 +110,14 @@ def test_q_loaded_between_the_kv_loops_is_refused():
     q_ops = lines[at:at + 3]
     assert [op.split('"')[1] for op in q_ops] == ["attn.load", "attn.slot_write", "attn.cp_async_commit"]
     text = "\n".join(lines[:at] + lines[at + 3:])
-    text = _replace(text, "scf.for %arg6 = %13#0 to %15 step", "scf.for %arg6 = %13#0 to %13#0 step")
-    text = _replace(text, "scf.for %arg6 = %15 to %17 step", "scf.for %arg6 = %13#0 to %17 step")
+    text = _replace(text, "scf.for %arg6 = %c0_i32_0 to %19 step", "scf.for %arg6 = %c0_i32_0 to %c0_i32_0 step")
+    text = _replace(text, "scf.for %arg6 = %19 to %20 step", "scf.for %arg6 = %c0_i32_0 to %20 step")
     text = text.replace("pending = 2 : i64", "pending = 0 : i64")
-    between = text.index("          %c1_i32_0 = arith.constant 1 : i32")
+    between = text.index("          %c1_i32_2 = arith.constant 1 : i32")
     q_loop = "\n".join(["          scf.for %q_trip = %c0_i32 to %c1_i32 step %c1_i32 : i32 {",
                         *("  " + op for op in q_ops), "          }", ""])
     edited = re.sub(r' \{ranges = \{compute = "[0-9a-f]+"\}\}', "", text[:between] + q_loop + text[between:])
-    _refused_at(edited, "%24:11 = scf.for", "before its KV loops the role loads Q (Note [The role op by op])")
+    _refused_at(edited, "%28:11 = scf.for", "before its KV loops the role loads Q (Note [The role op by op])")
 
 
 def _without_prologue_load(plan: str, first: str, ring: str, start: str) -> str:
@@ -132,9 +132,9 @@ def _without_prologue_load(plan: str, first: str, ring: str, start: str) -> str:
 
 @pytest.mark.parametrize("first, ring, start", [
     # K of the second step (ahead = 1): the K ring starts where K of the first left it
-    ('          %16 = "attn.load"', "%arg12 = %17#0, %arg13 = %17#1", "%arg12 = %13#0, %arg13 = %13#1"),
+    ('          %17 = "attn.load"', "%arg12 = %18#0, %arg13 = %18#1", "%arg12 = %14#0, %arg13 = %14#1"),
     # V of the first step (ahead = 0): the V ring starts at stage 0
-    ('          %14 = "attn.load"', "%arg14 = %15#0, %arg15 = %15#1", "%arg14 = %c0_i32, %arg15 = %c0_i32"),
+    ('          %15 = "attn.load"', "%arg14 = %16#0, %arg15 = %16#1", "%arg14 = %c0_i32, %arg15 = %c0_i32"),
 ])
 def test_a_step_load_missing_before_the_kv_loops_is_refused(first, ring, start):
     """One of the first steps' K and V loads taken out of mha's prologue, its ring started
@@ -148,8 +148,8 @@ def test_a_step_load_missing_before_the_kv_loops_is_refused(first, ring, start):
 def test_a_kv_loop_without_pv_is_refused():
     """mha's P.V erased, the loop carrying the rescaled O on instead."""
     plan = _plan("mha")
-    pv = re.search(r' *%31 = "attn.mma".*\n', plan).group(0)
-    edited = _replace(_replace(plan, pv, ""), "scf.yield %25#1, %25#2, %31,", "scf.yield %25#1, %25#2, %30,")
+    pv = re.search(r' *%33 = "attn.mma".*\n', plan).group(0)
+    edited = _replace(_replace(plan, pv, ""), "scf.yield %27#1, %27#2, %33,", "scf.yield %27#1, %27#2, %32,")
     _refused_at(edited, "scf.for", "this KV loop has no attn.mma pv, which the lowering's step needs (Note [Steps "
                                    "op by op])")
 
@@ -159,25 +159,25 @@ def test_v_read_at_another_stage_value_than_k_is_refused():
     own ring advance, so that the verifier sees V's ring advance each trip): the kernel
     reads K and V of one step at one ring stage."""
     plan = _plan("mha")
-    edited = _replace(plan, '%26 = "attn.slot_read"(%2, %arg10) {tile = "v"}',
+    edited = _replace(plan, '%28 = "attn.slot_read"(%2, %arg10) {tile = "v"}',
                       '%v_stage = arith.addi %arg10, %c0_i32 : i32\n'
-                      '            %26 = "attn.slot_read"(%2, %v_stage) {tile = "v"}')
-    advance = '%27:2 = "attn.ring_advance"(%arg10, %arg11) {stages = 2 : i64} : (i32, i32) -> (i32, i32)'
+                      '            %28 = "attn.slot_read"(%2, %v_stage) {tile = "v"}')
+    advance = '%29:2 = "attn.ring_advance"(%arg10, %arg11) {stages = 2 : i64} : (i32, i32) -> (i32, i32)'
     edited = _replace(edited, advance, advance + '\n            %v_ring:2 = "attn.ring_advance"(%v_stage, %arg11) '
                                                  '{stages = 2 : i64} : (i32, i32) -> (i32, i32)')
-    _refused_at(edited, '%26 = "attn.slot_read"', "the step reads K and V from the slot of its own step: one ring "
+    _refused_at(edited, '%28 = "attn.slot_read"', "the step reads K and V from the slot of its own step: one ring "
                                                    "stage (Note [Steps op by op])")
 
 
 @pytest.mark.parametrize("old, new, at, op", [
     # the softmax on the score_mod's S, past the mask
-    ('"attn.softmax_step"(%34, %arg7', '"attn.softmax_step"(%33, %arg7', '%35:4 = "attn.softmax_step"',
+    ('"attn.softmax_step"(%39, %arg7', '"attn.softmax_step"(%38, %arg7', '%40:4 = "attn.softmax_step"',
      "attn.softmax_step"),
     # the softmax on QK^T's S, past both hooks
-    ('"attn.softmax_step"(%34, %arg7', '"attn.softmax_step"(%32, %arg7', '%35:4 = "attn.softmax_step"',
+    ('"attn.softmax_step"(%39, %arg7', '"attn.softmax_step"(%37, %arg7', '%40:4 = "attn.softmax_step"',
      "attn.softmax_step"),
     # the mask on QK^T's S, past the score_mod
-    ('"attn.mask"(%33, %arg3', '"attn.mask"(%32, %arg3', '%34 = "attn.mask"', "attn.mask"),
+    ('"attn.mask"(%38, %arg3', '"attn.mask"(%37, %arg3', '%39 = "attn.mask"', "attn.mask"),
 ])
 def test_scores_past_a_hook_are_refused(old, new, at, op):
     """gemma2's first KV loop with S taken past its score_mod or its mask: the kernel
@@ -189,8 +189,22 @@ def test_scores_past_a_hook_are_refused(old, new, at, op):
 
 def test_a_slot_written_with_another_tile_before_the_kv_loops_is_refused():
     """The second step's K slot written with the first step's V tile, before mha's loop."""
-    old = '"attn.slot_write"(%2, %13#0, %16)'
-    edited = _replace(_plan("mha"), old, '"attn.slot_write"(%2, %13#0, %14)')
-    _refused_at(edited, '"attn.slot_write"(%2, %13#0, %14)',
+    old = '"attn.slot_write"(%2, %14#0, %17)'
+    edited = _replace(_plan("mha"), old, '"attn.slot_write"(%2, %14#0, %15)')
+    _refused_at(edited, '"attn.slot_write"(%2, %14#0, %15)',
                 "the sm_80 lowering builds a KV step's data flow as attn-tile makes it, and operand 2 of this "
                 "attn.slot_write is not what it reads there (Note [Steps op by op])")
+
+
+@pytest.mark.parametrize("old, new", [
+    # a trip's block counted from another top than the range's (Note [Key blocks top down])
+    ("%32 = arith.subi %18, %arg6 : i32", "%32 = arith.subi %17, %arg6 : i32"),
+    # the blocks walked bottom up
+    ("%32 = arith.subi %18, %arg6 : i32", "%32 = arith.addi %18, %arg6 : i32"),
+])
+def test_a_trip_at_another_block_is_refused(old, new):
+    """gemma2's first KV loop visiting other blocks than its steps' (top - t): the kernel
+    walks the key range as attn-analyze-masks made it, so the edit is refused."""
+    edited = _replace(_plan("gemma2"), old, new)
+    _refused_at(edited, '"attn.role"() ({', "attn-lower-sm80 builds the bounds of the KV loops and the tests of "
+                                           "the branches of role 'compute' as the key range attn-analyze-masks gives")

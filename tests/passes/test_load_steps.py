@@ -128,7 +128,7 @@ def test_an_arrival_before_its_write_is_refused():
 def test_an_op_without_a_pattern_is_refused():
     def edit(result):
         for loop in loops(result):
-            first = trip(loop)[0]
+            first = trip(loop)[1]      # past the step's key block
             with ir.InsertionPoint(first), first.location:
                 R.create(R.CTA_BARRIER)
     _refused(edit, "has no pattern for attn.cta_barrier in the producer's KV step")
@@ -197,7 +197,7 @@ def test_the_pass_refuses_a_step_it_does_not_know():
                                                        pass_pipeline=_pipeline(until="attn-insert-pipelines")))
     kernel = attention_ops(l5.module)[0]
     loop = next(op for op in R.ops_in(R.role_block(producer(l5)), ("scf.for",)))
-    first = trip(loop)[0]
+    first = trip(loop)[1]          # past the step's key block
     with kernel.context, ir.InsertionPoint(first), first.location:
         R.create(R.CTA_BARRIER)
     with pytest.raises(AttncError) as err:

@@ -125,7 +125,7 @@ def _one_stage(op, loop, body):
 
 def _other_op(op, loop, body):
     fill = R.ops_in(R.role_block(compute(op)), ("attn.fill",))[0]
-    fill.clone(ir.InsertionPoint.at_block_begin(body))
+    fill.clone(ir.InsertionPoint(list(body.operations)[1]))     # past the step's key block
 
 
 def _rings_swapped(op, loop, body):

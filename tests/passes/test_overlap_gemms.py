@@ -177,7 +177,7 @@ def test_a_step_off_its_ring_or_with_a_turn_inside_is_refused(edit, message):
             q_wait = R.ops_in(R.role_block(consumer(op)), (R.MBARRIER_WAIT,))[0]     # Q's, at constant 0
             release.operands[1] = q_wait.operands[1]
         else:
-            with ir.InsertionPoint(ops[0]), ops[0].location:
+            with ir.InsertionPoint(ops[1]), ops[1].location:      # past the step's key block
                 R.create(R.NAMED_BARRIER_SYNC, attributes={"id": 1, "threads": 256})
     from attnc.passes.overlap_gemms import overlap
     with pytest.raises(AttncError) as err:

@@ -55,7 +55,9 @@
 // PROGRAM-NEXT: %[[BN:.*]] = arith.constant 64 : i32
 // PROGRAM: %[[BLOCKS:.*]] = arith.divsi %{{.*}}, %[[BN]] : i32
 // PROGRAM: %[[ZERO:.*]] = arith.constant 0 : i32
-// PROGRAM: %[[R:.*]]:3 = scf.for %[[NB:.*]] = %[[ZERO]] to %[[BLOCKS]] step %{{.*}} iter_args(%[[MAX:.*]] = %[[MAX0]], %[[SUM:.*]] = %[[SUM0]], %[[ACC:.*]] = %[[ACC0]])
+// PROGRAM: %[[TOP:.*]] = arith.subi %[[BLOCKS]], %{{.*}} : i32
+// PROGRAM: %[[R:.*]]:3 = scf.for %[[T:.*]] = %[[ZERO]] to %[[BLOCKS]] step %{{.*}} iter_args(%[[MAX:.*]] = %[[MAX0]], %[[SUM:.*]] = %[[SUM0]], %[[ACC:.*]] = %[[ACC0]])
+// PROGRAM-NEXT: %[[NB:.*]] = arith.subi %[[TOP]], %[[T]] : i32
 // PROGRAM-NEXT: %[[K:.*]] = "attn.load"(%arg1, %[[B]], %[[H]], %[[NB]]) {operand = "k"} : {{.*}} -> !attn.tile<[64, 128], bf16, "smem">
 // PROGRAM-NEXT: %[[S:.*]] = "attn.mma"(%[[Q]], %[[K]]) {kind = "qk"} : {{.*}} -> !attn.tile<[128, 64], f32, "reg">
 // PROGRAM-NEXT: %[[STEP:.*]]:4 = "attn.softmax_step"(%[[S]], %[[MAX]], %[[SUM]]) : {{.*}} -> (!attn.tile<[128, 64], bf16, "reg">, !attn.tile<[128], f32, "reg">, !attn.tile<[128], f32, "reg">, !attn.tile<[128], f32, "reg">)
@@ -80,7 +82,8 @@
 // TWO-LABEL: func.func @hd128_unmasked
 // TWO: %[[Q0:.*]] = "attn.load"(%arg0, %[[B:.*]], %[[H:.*]], %[[M:.*]]) {operand = "q", q_tile = 0 : i64}
 // TWO-NEXT: %[[Q1:.*]] = "attn.load"(%arg0, %[[B]], %[[H]], %[[M]]) {operand = "q", q_tile = 1 : i64}
-// TWO: scf.for %[[NB:.*]] = {{.*}} iter_args(%[[MAX0:.*]] = %{{.*}}, %[[SUM0:.*]] = %{{.*}}, %[[ACC0:.*]] = %{{.*}}, %[[MAX1:.*]] = %{{.*}}, %[[SUM1:.*]] = %{{.*}}, %[[ACC1:.*]] = %{{.*}})
+// TWO: scf.for %[[T:.*]] = {{.*}} iter_args(%[[MAX0:.*]] = %{{.*}}, %[[SUM0:.*]] = %{{.*}}, %[[ACC0:.*]] = %{{.*}}, %[[MAX1:.*]] = %{{.*}}, %[[SUM1:.*]] = %{{.*}}, %[[ACC1:.*]] = %{{.*}})
+// TWO-NEXT: %[[NB:.*]] = arith.subi %{{.*}}, %[[T]] : i32
 // TWO-NEXT: %[[K:.*]] = "attn.load"(%arg1, %[[B]], %[[H]], %[[NB]]) {operand = "k"}
 // TWO-NEXT: %[[S0:.*]] = "attn.mma"(%[[Q0]], %[[K]]) {kind = "qk", q_tile = 0 : i64}
 // TWO-NEXT: %[[S1:.*]] = "attn.mma"(%[[Q1]], %[[K]]) {kind = "qk", q_tile = 1 : i64}

@@ -7,7 +7,7 @@
 //
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline attn-verify-pipeline 2>&1 | filecheck %s
 
-// CHECK: tests/passes/verify_pipeline_prefetch.mlir:57:13: error: attn-verify-pipeline: compute overwrites slot 0 of 'kv' (v) with fill 2 before compute released fill 0
+// CHECK: tests/passes/verify_pipeline_prefetch.mlir:59:13: error: attn-verify-pipeline: compute overwrites slot 0 of 'kv' (v) with fill 2 before compute released fill 0
 module {
   func.func @mha(%arg0: tensor<?x?x?x128xbf16> loc("examples/mha.attn":3:3), %arg1: tensor<?x?x?x128xbf16> loc("examples/mha.attn":4:3), %arg2: tensor<?x?x?x128xbf16> loc("examples/mha.attn":5:3)) -> tensor<?x?x?x128xbf16> {
     %0 = "attn.kernel"(%arg0, %arg1, %arg2) ({
@@ -32,28 +32,30 @@ module {
           %11 = arith.divsi %10, %c64_i32 : i32
           %c0_i32_0 = arith.constant 0 : i32
           %c1_i32_1 = arith.constant 1 : i32
-          %12 = "attn.load"(%arg1, %arg3, %arg4, %c0_i32_0) {ahead = 0 : i64, operand = "k"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[64, 128], bf16, "smem">
+          %kv_top = arith.subi %11, %c1_i32_1 : i32
+          %12 = "attn.load"(%arg1, %arg3, %arg4, %kv_top) {ahead = 0 : i64, operand = "k"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[64, 128], bf16, "smem">
           "attn.slot_write"(%2, %c0_i32, %12) {completes = "group", tile = "k"} : (!attn.chan, i32, !attn.tile<[64, 128], bf16, "smem">) -> ()
           "attn.cp_async_commit"() {channel = "kv"} : () -> ()
           %13:2 = "attn.ring_advance"(%c0_i32, %c0_i32) {stages = 2 : i64} : (i32, i32) -> (i32, i32)
-          %14 = "attn.load"(%arg2, %arg3, %arg4, %c0_i32_0) {ahead = 0 : i64, operand = "v"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[64, 128], bf16, "smem">
+          %14 = "attn.load"(%arg2, %arg3, %arg4, %kv_top) {ahead = 0 : i64, operand = "v"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[64, 128], bf16, "smem">
           "attn.slot_write"(%2, %c0_i32, %14) {completes = "group", tile = "v"} : (!attn.chan, i32, !attn.tile<[64, 128], bf16, "smem">) -> ()
           "attn.cp_async_commit"() {channel = "kv"} : () -> ()
           %15:2 = "attn.ring_advance"(%c0_i32, %c0_i32) {stages = 2 : i64} : (i32, i32) -> (i32, i32)
-          %v1 = "attn.load"(%arg2, %arg3, %arg4, %c0_i32_0) {ahead = 1 : i64, operand = "v"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[64, 128], bf16, "smem">
+          %v1 = "attn.load"(%arg2, %arg3, %arg4, %kv_top) {ahead = 1 : i64, operand = "v"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[64, 128], bf16, "smem">
           "attn.slot_write"(%2, %15#0, %v1) {completes = "group", tile = "v"} : (!attn.chan, i32, !attn.tile<[64, 128], bf16, "smem">) -> ()
           "attn.cp_async_commit"() {channel = "kv"} : () -> ()
           %v2:2 = "attn.ring_advance"(%15#0, %15#1) {stages = 2 : i64} : (i32, i32) -> (i32, i32)
-          %16 = "attn.load"(%arg1, %arg3, %arg4, %c0_i32_0) {ahead = 1 : i64, operand = "k"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[64, 128], bf16, "smem">
+          %16 = "attn.load"(%arg1, %arg3, %arg4, %kv_top) {ahead = 1 : i64, operand = "k"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[64, 128], bf16, "smem">
           "attn.slot_write"(%2, %13#0, %16) {completes = "group", tile = "k"} : (!attn.chan, i32, !attn.tile<[64, 128], bf16, "smem">) -> ()
           "attn.cp_async_commit"() {channel = "kv"} : () -> ()
           %17:2 = "attn.ring_advance"(%13#0, %13#1) {stages = 2 : i64} : (i32, i32) -> (i32, i32)
           %18:11 = scf.for %arg6 = %c0_i32_0 to %11 step %c1_i32_1 iter_args(%arg7 = %5, %arg8 = %6, %arg9 = %7, %arg10 = %c0_i32, %arg11 = %c0_i32, %arg12 = %17#0, %arg13 = %17#1, %arg14 = %v2#0, %arg15 = %v2#1, %arg16 = %c0_i32, %arg17 = %c0_i32) -> (!attn.tile<[128], f32, "reg">, !attn.tile<[128], f32, "reg">, !attn.tile<[128, 128], f32, "reg">, i32, i32, i32, i32, i32, i32, i32, i32)  : i32 {
+            %kv_block = arith.subi %kv_top, %arg6 : i32
             "attn.cp_async_wait"() {pending = 2 : i64} : () -> ()
             "attn.cta_barrier"() : () -> ()
             %20 = "attn.slot_read"(%2, %arg10) {tile = "k"} : (!attn.chan, i32) -> !attn.tile<[64, 128], bf16, "smem">
             %21 = "attn.slot_read"(%1, %arg16) {tile = "q"} : (!attn.chan, i32) -> !attn.tile<[128, 128], bf16, "smem">
-            %22 = "attn.load"(%arg2, %arg3, %arg4, %arg6) {ahead = 2 : i64, operand = "v"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[64, 128], bf16, "smem">
+            %22 = "attn.load"(%arg2, %arg3, %arg4, %kv_block) {ahead = 2 : i64, operand = "v"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[64, 128], bf16, "smem">
             "attn.slot_write"(%2, %arg14, %22) {completes = "group", tile = "v"} : (!attn.chan, i32, !attn.tile<[64, 128], bf16, "smem">) -> ()
             "attn.cp_async_commit"() {channel = "kv"} : () -> ()
             %23:2 = "attn.ring_advance"(%arg14, %arg15) {stages = 2 : i64} : (i32, i32) -> (i32, i32)
@@ -63,7 +65,7 @@ module {
             "attn.cta_barrier"() : () -> ()
             %26 = "attn.slot_read"(%2, %arg10) {tile = "v"} : (!attn.chan, i32) -> !attn.tile<[64, 128], bf16, "smem">
             %27:2 = "attn.ring_advance"(%arg10, %arg11) {stages = 2 : i64} : (i32, i32) -> (i32, i32)
-            %28 = "attn.load"(%arg1, %arg3, %arg4, %arg6) {ahead = 2 : i64, operand = "k"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[64, 128], bf16, "smem">
+            %28 = "attn.load"(%arg1, %arg3, %arg4, %kv_block) {ahead = 2 : i64, operand = "k"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[64, 128], bf16, "smem">
             "attn.slot_write"(%2, %arg12, %28) {completes = "group", tile = "k"} : (!attn.chan, i32, !attn.tile<[64, 128], bf16, "smem">) -> ()
             "attn.cp_async_commit"() {channel = "kv"} : () -> ()
             %29:2 = "attn.ring_advance"(%arg12, %arg13) {stages = 2 : i64} : (i32, i32) -> (i32, i32)

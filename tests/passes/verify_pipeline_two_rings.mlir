@@ -6,7 +6,7 @@
 //
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline attn-verify-pipeline 2>&1 | filecheck %s
 
-// CHECK: tests/passes/verify_pipeline_two_rings.mlir:55:11: error: attn-verify-pipeline: channels 'kv' and 'q' deadlock: consumer0 waits at attn.mbarrier_wait on mbar_q_full[0] for parity 0 (its phase 0, 0 of 128 arrivals); producer waits at attn.mbarrier_wait on mbar_k_empty[0] for parity 0 (its phase 0, 0 of 4 arrivals)
+// CHECK: tests/passes/verify_pipeline_two_rings.mlir:57:11: error: attn-verify-pipeline: channels 'kv' and 'q' deadlock: consumer0 waits at attn.mbarrier_wait on mbar_q_full[0] for parity 0 (its phase 0, 0 of 128 arrivals); producer waits at attn.mbarrier_wait on mbar_k_empty[0] for parity 0 (its phase 0, 0 of 4 arrivals)
 module {
   func.func @mha(%arg0: tensor<?x?x?x128xbf16> loc("examples/mha.attn":3:3), %arg1: tensor<?x?x?x128xbf16> loc("examples/mha.attn":4:3), %arg2: tensor<?x?x?x128xbf16> loc("examples/mha.attn":5:3)) -> tensor<?x?x?x128xbf16> {
     %0 = "attn.kernel"(%arg0, %arg1, %arg2) ({
@@ -31,13 +31,15 @@ module {
           %13 = arith.divsi %12, %c128_i32 : i32
           %c0_i32_1 = arith.constant 0 : i32
           %c1_i32_2 = arith.constant 1 : i32
+          %kv_top = arith.subi %13, %c1_i32_2 : i32
           %14:2 = scf.for %arg6 = %c0_i32_1 to %13 step %c1_i32_2 iter_args(%arg7 = %c0_i32, %arg8 = %c0_i32) -> (i32, i32)  : i32 {
-            %15 = "attn.load"(%arg1, %arg3, %arg4, %arg6) {operand = "k"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[128, 128], bf16, "smem">
+            %kv_block = arith.subi %kv_top, %arg6 : i32
+            %15 = "attn.load"(%arg1, %arg3, %arg4, %kv_block) {operand = "k"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[128, 128], bf16, "smem">
             %16 = arith.xori %arg8, %c1_i32 : i32
             "attn.mbarrier_wait"(%6, %arg7, %16) : (!attn.mbar, i32, i32) -> ()
             "attn.slot_write"(%2, %arg7, %15) {completes = "arrive", tile = "k"} : (!attn.chan, i32, !attn.tile<[128, 128], bf16, "smem">) -> ()
             "attn.cp_async_mbarrier_arrive"(%4, %arg7) : (!attn.mbar, i32) -> ()
-            %17 = "attn.load"(%arg2, %arg3, %arg4, %arg6) {operand = "v"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[128, 128], bf16, "smem">
+            %17 = "attn.load"(%arg2, %arg3, %arg4, %kv_block) {operand = "v"} : (tensor<?x?x?x128xbf16>, i32, i32, i32) -> !attn.tile<[128, 128], bf16, "smem">
             %18 = arith.xori %arg8, %c1_i32 : i32
             "attn.mbarrier_wait"(%7, %arg7, %18) : (!attn.mbar, i32, i32) -> ()
             "attn.slot_write"(%2, %arg7, %17) {completes = "arrive", tile = "v"} : (!attn.chan, i32, !attn.tile<[128, 128], bf16, "smem">) -> ()
@@ -66,7 +68,9 @@ module {
           %16 = arith.divsi %15, %c128_i32 : i32
           %c0_i32_0 = arith.constant 0 : i32
           %c1_i32_1 = arith.constant 1 : i32
+          %kv_top2 = arith.subi %16, %c1_i32_1 : i32
           %17:5 = scf.for %arg6 = %c0_i32_0 to %16 step %c1_i32_1 iter_args(%arg7 = %10, %arg8 = %11, %arg9 = %12, %arg10 = %c0_i32, %arg11 = %c0_i32) -> (!attn.tile<[64], f32, "reg">, !attn.tile<[64], f32, "reg">, !attn.tile<[64, 128], f32, "reg">, i32, i32)  : i32 {
+            %kv_block2 = arith.subi %kv_top2, %arg6 : i32
             "attn.mbarrier_wait"(%4, %arg10, %arg11) : (!attn.mbar, i32, i32) -> ()
             %19 = "attn.slot_read"(%2, %arg10) {tile = "k"} : (!attn.chan, i32) -> !attn.tile<[128, 128], bf16, "smem">
             %20 = "attn.mma"(%8, %19) {kind = "qk"} : (!attn.tile<[64, 128], bf16, "smem">, !attn.tile<[128, 128], bf16, "smem">) -> !attn.tile<[64, 128], f32, "reg">
