@@ -3,8 +3,8 @@
     .venv/bin/python tools/ptx_digest.py [--jobs N] [--seeds 40] [--only SUBSTRING] > digests.txt
 
 Cases: every examples/*.attn and the generated variants of tests/gpu/variant_gen.py (seeds
-0 .. --seeds - 1), each for sm_80 and sm_90a, compiled by the target's whole pipeline
-without the kernel cache. Two runs print the same lines exactly when every kernel's PTX
+0 .. --seeds - 1), each for sm_80 and sm_90a (--targets: others, sm_100a among them),
+compiled by the target's whole pipeline without the kernel cache. Two runs print the same lines exactly when every kernel's PTX
 is byte for byte the same, so `diff` of two outputs names the cases a change moved. A case
 that fails to compile prints `error: <first line of the message>` in place of the digest.
 """
@@ -42,8 +42,11 @@ def ptx_of(filename: str, source: str, arch: str) -> str:
     from attnc.backend.ptx import to_ptx
     from attnc.driver import CompileOptions, compile_mlir
     from attnc.passes.lower_kernel import SPECIALIZATION_ATTR, lowered_gpu_module
+    from attnc.passes.pipelines import LOWERING, PLAN_ONLY, format_pipeline, target_pipeline
 
-    result = compile_mlir(source, filename, CompileOptions(arch=arch))
+    # a plan-only target's lowering runs after its pipeline, as when code is asked
+    pipeline = format_pipeline(target_pipeline(arch)) + (f",{LOWERING[arch]}" if arch in PLAN_ONLY else "")
+    result = compile_mlir(source, filename, CompileOptions(arch=arch, pass_pipeline=pipeline))
     gpu_module = lowered_gpu_module(result.module)
     target = json.loads(ir.StringAttr(gpu_module.attributes[SPECIALIZATION_ATTR]).value)["target"]
     kernels = ir.Module.parse(f"module attributes {{gpu.container_module}} {{\n{gpu_module}\n}}",
@@ -65,10 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="compiles run in parallel")
     parser.add_argument("--seeds", type=int, default=40, help="generated variants: seeds 0 .. N-1")
     parser.add_argument("--only", default="", help="only the cases whose name holds this")
+    parser.add_argument("--targets", default=",".join(TARGETS), help="comma-separated targets")
     args = parser.parse_args(argv)
     os.environ["ATTNC_DISABLE_CACHE"] = "1"
     todo = [(name, filename, source, arch) for name, filename, source in cases(args.seeds)
-            if args.only in name for arch in TARGETS]
+            if args.only in name for arch in args.targets.split(",")]
     if args.jobs <= 1:
         lines = map(digest, todo)
     else:

@@ -303,7 +303,7 @@ def _carried_epilogue(role, branch, prev, mlo: list) -> tuple[StepOp, ...]:
 # finalize, O's store and the LSE's at the CTA's block, checked to be those. With the KV
 # loops (Note [Steps op by op]) the whole role is followed or refused at an op (Note
 # [Roles followed in full] in attnc/ir/roles.py).
-_PROLOGUE = ("attn.load", R.SLOT_WRITE, R.CP_ASYNC_COMMIT, "attn.kv_range")
+_PROLOGUE = ("attn.load", R.SLOT_WRITE, R.CP_ASYNC_COMMIT, "attn.kv_range", "attn.block_map_range")
 _QUIET = (R.RING_ADVANCE, "attn.fill", "attn.dim")      # their values the kernel computes itself
 
 
@@ -333,7 +333,7 @@ def prologue_steps(ops: list, first_block, where, kernel, stages: int) -> tuple[
         if found is None:
             continue
         (attrs, what), name = found, op.name
-        if name == "attn.kv_range":
+        if name in ("attn.kv_range", "attn.block_map_range"):
             if kv_range is not None:
                 raise error_at(op, "the role reads its key range once (Note [The role op by op])")
             kv_range = op
@@ -355,6 +355,8 @@ def prologue_steps(ops: list, first_block, where, kernel, stages: int) -> tuple[
             _check_flow(op, what, made)
         for k, result in enumerate(op.results):
             made[result] = (name, what, k)
+        if name == "attn.block_map_range":         # the range read here, from the map's row
+            name, what = "attn.kv_range", "map"
         out.append(step_op(op, name.removeprefix("attn."), what, int(attrs.get(_COUNT.get(name, ""), 0))))
     if ("attn.load", "q", 0) not in made.values():
         raise error_at(where, "before its KV loops the role loads Q (Note [The role op by op])")

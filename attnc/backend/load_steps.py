@@ -171,7 +171,7 @@ def _loads(ops: list, bars: dict, rings: dict, where, what_loads: str, waits: bo
     seen: dict[str, ir.Operation] = {}
     for op in ops:
         name = op.name
-        if name in ("attn.load", "attn.dim", "attn.kv_range", R.RING_ADVANCE, "scf.yield") or \
+        if name in ("attn.load", "attn.dim", "attn.kv_range", "attn.block_map_range", R.RING_ADVANCE, "scf.yield") or \
                 (name.startswith("arith.") and not op.regions):
             continue
         if name not in _OPS:

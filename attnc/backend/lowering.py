@@ -126,6 +126,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
         coop = coop_steps(op)       # Note [Cooperative steps op by op]; without them the lowering refuses
     mode = mask_mode(op, variant)
     runtime = mode is None and mask_functions(op).kind == "runtime"
+    _check_map_range(op, runtime)
     blockmap = blockmap_plan(result, block_m, block_n) if runtime else None
     choices = kernel_choices.read(op)       # Note [Kernel choices]
     # Note [Ranges from the runs]: the map's record is unread where every mask says split = false
@@ -213,6 +214,22 @@ def _lowering_from_ir(result) -> ForwardLowering:
                                    f"(aligned_tiles), which the map kernel's program does not read "
                                    f"(attn.tile_table_read {{param = \"{ids.param}\"}})")
     return lowering(replace(tiles, runs=runs), waves)
+
+
+def _check_map_range(op, runtime: bool) -> None:
+    """The kernel walks the key blocks its block map's row keeps where the mask reads
+    params, and the program reads its key range where the kernel does: from the map
+    (attn.block_map_range) or from the mask analysis' function (attn.kv_range)."""
+    from attnc.ir import roles as R
+    from attnc.ir.tiles import BLOCK_MAP_RANGE
+
+    reads = R.ops_in(op.regions[0].blocks[0], (BLOCK_MAP_RANGE,))
+    if reads and not runtime:
+        raise error_at(reads[0], f"{BLOCK_MAP_RANGE}: this kernel has no block map (its mask reads no params); "
+                                 f"its key range is the mask analysis' (attn.kv_range)")
+    if runtime and not reads:
+        raise error_at(op, f"the kernel walks the key blocks its block map's row keeps, and its program reads no "
+                           f"{BLOCK_MAP_RANGE} (run attn-analyze-masks again)")
 
 
 def _smem_layout(op, target: str, plan):

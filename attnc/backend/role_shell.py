@@ -24,7 +24,8 @@ WALK = "Note [The walk followed in full] in attnc/backend/role_shell.py"
 TURNS = (R.NAMED_BARRIER_SYNC, R.NAMED_BARRIER_ARRIVE)
 # values the kernel computes itself: Q's ring (read once), fills, dims, the key range
 # (Note [The key range as made]) and index arithmetic
-_QUIET = (R.RING_ADVANCE, "attn.fill", "attn.dim", "attn.kv_range", R.WALK_ROUNDS, R.YIELD, "scf.yield")
+_QUIET = (R.RING_ADVANCE, "attn.fill", "attn.dim", "attn.kv_range", "attn.block_map_range", R.WALK_ROUNDS, R.YIELD,
+          "scf.yield")
 M, L, O = range(3)          # the key range's results, as attn-overlap-gemms orders them
 
 

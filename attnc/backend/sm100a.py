@@ -59,8 +59,10 @@ about 40 values live through it in the MMA warp's 48 registers, which spilled 48
 Note [Block map on sm_100a]: a mask that reads params (mask_kind "runtime") leaves its
 blocks' classes to the block map (blockmap.py), which the bundle's first kernel computes on
 the GPU at the CTA's tiles (mask_block_m = block_m x q_tiles rows, block_n keys), as on the
-other targets. Every role's `attn.kv_range` reads the CTA's row of the map, a scan by each
-warp (Note [Full range from the map] in blockmap_hooks.py): the key blocks from the first
+other targets, where the mask analysis gives one segment (else the analysis' ranges stand,
+`reads_map_range` in analyze_masks.py). Every role's `attn.block_map_range` reads the CTA's
+row of the map, a scan by each warp (Note [Full range from the map] in blockmap_hooks.py):
+the key blocks from the first
 to the last that keep anything, and as the full range (run without the mask) the FULL ones
 where they are one run. So the load, MMA, softmax and correction roles walk the same blocks,
 and a documents mask visits a query block's documents only. In the mixed loops a block's

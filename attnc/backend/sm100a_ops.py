@@ -342,20 +342,25 @@ def _block_map_read(cx: Lowering, op):
     return [cx.e.c32(MIXED)]
 
 
+def _block_map_range(cx: Lowering, op):
+    """(lo, hi, full_lo, full_hi) from the block map's row of the CTA's query block (Note
+    [Block map on sm_100a] in sm100a.py)."""
+    from attnc.backend.blockmap_hooks import blockmap_hooks
+    from attnc.backend.mask_hooks import KvCtx
+    if cx.blockmap is None:
+        raise error_at(op, "attn-lower-sm100a builds a block map where the mask reads params and the analysis "
+                           "gives one segment; this kernel has none to read a range from")
+    m_block, b, h = (cx.value(v) for v in list(op.operands)[:3])
+    kernel = cx.kernel
+    ctx = KvCtx(m_block, b, h, cx.e.dim("M"), cx.e.dim("N"), get_int(kernel, "mask_block_m"),
+                get_int(kernel, "mask_block_n"))
+    r = blockmap_hooks(cx.blockmap)[0](cx.e, ctx)
+    return [r.lo, r.hi, r.full_lo, r.full_hi]
+
+
 def _kv_range(cx: Lowering, op):
-    """(lo, hi, full_lo, full_hi): from the block map's row of the CTA's query block where
-    the kernel reads one (Note [Block map on sm_100a] in sm100a.py), else the mask
-    analysis' function, inlined (its arguments the op's)."""
+    """The mask analysis' function, inlined (its arguments the op's)."""
     from attnc.backend.hooks import RegionCode
-    if cx.blockmap is not None:
-        from attnc.backend.blockmap_hooks import blockmap_hooks
-        from attnc.backend.mask_hooks import KvCtx
-        m_block, b, h = (cx.value(v) for v in list(op.operands)[:3])
-        kernel = cx.kernel
-        ctx = KvCtx(m_block, b, h, cx.e.dim("M"), cx.e.dim("N"), get_int(kernel, "mask_block_m"),
-                    get_int(kernel, "mask_block_n"))
-        r = blockmap_hooks(cx.blockmap)[0](cx.e, ctx)
-        return [r.lo, r.hi, r.full_lo, r.full_hi]
     name = ir.FlatSymbolRefAttr(op.attributes["fn"]).value
     fn = ir.SymbolTable(cx.module)[name]
     code = RegionCode(fn.regions[0].blocks[0], cx.names, exact_ints=False)
@@ -531,6 +536,7 @@ PATTERNS = {
     "attn.load": _load, R.SLOT_READ: _slot_read, R.SLOT_WRITE: _slot_write, "attn.mma": _mma,
     "attn.softmax_step": _softmax_step, "attn.rescale": _rescale, "attn.finalize": _finalize,
     "attn.store": _store, "attn.score_mod": _score_mod, "attn.mask": _mask, "attn.kv_range": _kv_range,
+    "attn.block_map_range": _block_map_range,
     "attn.block_map_read": _block_map_read,
 }
 

@@ -80,14 +80,16 @@
 // a step for every tile, and every tile's S = Q K^T comes before any tile's softmax.
 // The mask analysis and kv_range are for the whole query block of T block_m rows.
 //
-// attn-tile's loop runs over [0, cdiv(N, block_n)) with the mask op where the
-// variant has a mask_mod. attn-analyze-masks reads the ranges from an attn.kv_range
-// op (a call of its @NAME_kv_range function) and replaces that loop by, per
-// segment, a loop over the mixed blocks before the fully kept ones (with
-// attn.mask), one over the fully kept ones (without), and one over the mixed ones
-// after them; a mask that reads params reads its block map in the mixed loops
-// (attn.block_map_read, whose class the mask op takes as a last operand) and, for
-// document ids, the tile table at the top (attn.tile_table_read). attn-mask-kernels then
+// attn-tile's loop runs over [0, cdiv(N, block_n)) from the top block down with the
+// mask op where the variant has a mask_mod. attn-analyze-masks reads the ranges from an
+// attn.kv_range op (a call of its @NAME_kv_range function) and replaces that loop by,
+// per segment from the highest, a loop over the mixed blocks above the fully kept ones
+// (with attn.mask), one over the fully kept ones (without), and one over the mixed ones
+// below them; a mask that reads params takes its range from the block map's row
+// instead (attn.block_map_range: one segment; on sm_100a where the analysis gives
+// one), reads its block map in the mixed loops (attn.block_map_read, whose class the
+// mask op takes as a last operand) and, for document ids, the tile table at the top
+// (attn.tile_table_read). attn-mask-kernels then
 // writes the programs of the kernels that fill them just before the attn.kernel
 // (attn.table_kernel and attn.map_kernel, below).
 //
@@ -356,6 +358,17 @@ irdl.dialect @attn {
     irdl.operands(args: variadic %i32)
     %fn = irdl.base "#builtin.symbol_ref"
     irdl.attributes { "fn" = %fn }
+    %bound = irdl.is i32
+    irdl.results(bounds: variadic %bound)
+  }
+
+  // The key blocks the block map's row of query block m_block of (b, h) keeps: args
+  // m_block, b, h -> (lo, hi, full_start, full_end), the blocks [lo, hi) past which
+  // every tile is skipped and the fully kept ones among them (Note [Full range from
+  // the map] in attnc/backend/blockmap_hooks.py), where a kernel reads its block map.
+  irdl.operation @block_map_range {
+    %i32 = irdl.is i32
+    irdl.operands(args: variadic %i32)
     %bound = irdl.is i32
     irdl.results(bounds: variadic %bound)
   }

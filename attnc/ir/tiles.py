@@ -27,6 +27,7 @@ RESCALE = "attn.rescale"
 FINALIZE = "attn.finalize"
 STORE = "attn.store"
 KV_RANGE = "attn.kv_range"
+BLOCK_MAP_RANGE = "attn.block_map_range"
 BLOCK_MAP_READ = "attn.block_map_read"
 TILE_TABLE_READ = "attn.tile_table_read"
 MAP_KERNEL = "attn.map_kernel"
@@ -136,6 +137,11 @@ def store(tile: ir.Value, operand: str, coords: Sequence[ir.Value]) -> None:
 def kv_range(fn: str, args: Sequence[ir.Value], results: int) -> list[ir.Value]:
     op = _create(KV_RANGE, [i32()] * results, args, {"fn": ir.FlatSymbolRefAttr.get(fn)})
     return list(op.results)
+
+
+def block_map_range(m_block: ir.Value, b: ir.Value, h: ir.Value) -> list[ir.Value]:
+    """(lo, hi, full_start, full_end) of the block map's row of the query block."""
+    return list(_create(BLOCK_MAP_RANGE, [i32()] * 4, [m_block, b, h]).results)
 
 
 def block_map_read(m_block: ir.Value, n_block: ir.Value, b: ir.Value, h: ir.Value) -> ir.Value:

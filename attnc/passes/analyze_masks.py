@@ -61,8 +61,10 @@ the highest first, gets a loop over its mixed blocks above the fully kept ones (
 attn.mask op), one over the fully kept ones (without it: no per-element mask) and one
 over the mixed blocks below them, each over steps from the segment's top down (Note [Key
 blocks top down] in tile_program.py); skipped blocks are in no loop. For mask_kind
-"runtime" the mixed loops read each block's class from the block map
-(`attn.block_map_read`, whose result the mask op takes last), and a mask comparing
+"runtime" the range is the block map row's instead, `attn.block_map_range` (one segment;
+on sm_100a only where the analysis gives one: `reads_map_range`), the mixed loops read
+each block's class from the block map (`attn.block_map_read`, whose result the mask op
+takes last), and a mask comparing
 document ids reads the tile table at the top of the program (`attn.tile_table_read`,
 Note [Document-aligned tiles] in attnc/backend/qtiles.py). Mask kind "none" leaves the
 one loop as attn-tile built it.
@@ -369,9 +371,21 @@ def _split_loops(op, summary: MaskSummary) -> None:
 
     runtime = summary.kind == "runtime"
     fn = ir.FlatSymbolRefAttr(op.attributes["kv_range_fn"]).value
-    split_kv_loops(op, fn, len(summary.plan.segments), mask_dims(op), runtime)
+    segments = len(summary.plan.segments)
+    split_kv_loops(op, fn, segments, mask_dims(op), runtime, reads_map_range(op, runtime, segments))
     read_tile_table(op, table_ids(op) if runtime else None)
     record_key_range(op)            # Note [The key range as made]
+
+
+def reads_map_range(kernel, runtime: bool, segments: int) -> bool:
+    """Whether the kernel walks the key blocks its block map's row keeps (attn.block_map_range,
+    Note [Full range from the map] in attnc/backend/blockmap_hooks.py) rather than the
+    analysis' segments: a mask that reads params, on sm_80 and sm_90a (or the tile table's
+    runs in their place: Note [Ranges from the runs] in attnc/backend/run_ranges.py), and on
+    sm_100a where the analysis gives one segment (Note [Block map on sm_100a])."""
+    from attnc.ir import get_str
+
+    return runtime and (get_str(kernel, "target") != "sm_100a" or segments == 1)
 
 
 def table_ids(kernel) -> str | None:

@@ -340,17 +340,21 @@ def _triples(values: list) -> list[tuple]:
 
 # --- attn-analyze-masks: the loops by tile class ----------------------------------------
 def split_kv_loops(kernel: ir.Operation, kv_range_fn: str, segments: int, dims: Sequence[str],
-                   block_map: bool) -> None:
+                   block_map: bool, map_range: bool = False) -> None:
     """Replace the kernel's KV loops by three per segment of `kv_range_fn`'s answer, the
     highest segment first, each walked top down (Note [Key blocks top down]): the mixed
     blocks above the fully kept ones, the fully kept ones (no mask op), the mixed ones
-    below them; `block_map`: the mixed loops read each block's class."""
-    old_ranges = _program_ops(kernel, (tiles.KV_RANGE,))
+    below them; `block_map`: the mixed loops read each block's class; `map_range`: the
+    range is the block map row's (one segment, attn.block_map_range) instead."""
+    old_ranges = _program_ops(kernel, (tiles.KV_RANGE, tiles.BLOCK_MAP_RANGE))
 
     def ranges() -> list[KvRange]:
         b, h, m_block = kernel.regions[0].blocks[0].arguments
-        args = [m_block, b, h] + [dim_value(d) for d in dims]
-        bounds = tiles.kv_range(kv_range_fn, args, 2 * segments + 2)
+        if map_range:
+            bounds = tiles.block_map_range(m_block, b, h)
+        else:
+            args = [m_block, b, h] + [dim_value(d) for d in dims]
+            bounds = tiles.kv_range(kv_range_fn, args, 2 * segments + 2)
         full_start, full_end = bounds[-2:]
         one, zero = arith.constant(tiles.i32(), 1), arith.constant(tiles.i32(), 0)
         found = []

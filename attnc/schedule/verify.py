@@ -171,7 +171,7 @@ class _Trace:
         elif name == "arith.select" and all(v in self.env for v in op.operands):
             cond, a, b = (self.env[v] for v in op.operands)
             self.env[op.result] = a if cond else b
-        elif name == "attn.kv_range":
+        elif name in ("attn.kv_range", "attn.block_map_range"):
             for r, v in zip(op.results, _key_range(len(op.results), self._blocks())):
                 self.env[r] = v
         elif name == R.WALK_ROUNDS:         # Note [Key blocks the check runs]

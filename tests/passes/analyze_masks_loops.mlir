@@ -51,12 +51,15 @@
 // CHECK-NOT: scf.for
 // CHECK: mask_kind = "none"
 
-// Documents (doc[b, i] == doc[b, j], a param): the tile table read first, and each
+// Documents (doc[b, i] == doc[b, j], a param): the tile table read first, the key range
+// the block map's row keeps (attn.block_map_range, not the analysis' function), and each
 // mixed block's class read from the block map, which the mask op takes last.
 // DOCS: "attn.kernel"
 // DOCS-NEXT: ^bb0(%[[B:.*]]: i32{{.*}}, %[[H:.*]]: i32{{.*}}, %[[M:.*]]: i32{{.*}}):
 // DOCS-NEXT: "attn.tile_table_read"(%[[B]], %[[H]], %[[M]]) {param = "doc"} : (i32, i32, i32) -> (i32, i32)
-// DOCS: "attn.kv_range"
+// DOCS-NOT: "attn.kv_range"
+// DOCS: "attn.block_map_range"(%[[M]], %[[B]], %[[H]]) : (i32, i32, i32) -> (i32, i32, i32, i32)
+// DOCS-NOT: "attn.kv_range"
 // DOCS: scf.for %[[T:[^ ]*]] =
 // DOCS-NEXT: %[[N:.*]] = arith.subi %{{.*}}, %[[T]] : i32
 // DOCS: %[[CLASS:.*]] = "attn.block_map_read"(%[[M]], %[[N]], %[[B]], %[[H]]) : (i32, i32, i32, i32) -> i32

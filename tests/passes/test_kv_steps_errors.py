@@ -208,3 +208,13 @@ def test_a_trip_at_another_block_is_refused(old, new):
     edited = _replace(_plan("gemma2"), old, new)
     _refused_at(edited, '"attn.role"() ({', "attn-lower-sm80 builds the bounds of the KV loops and the tests of "
                                            "the branches of role 'compute' as the key range attn-analyze-masks gives")
+
+
+def test_a_map_range_without_a_block_map_is_refused():
+    """mha's role reading a block map's range: its mask reads no params, so the kernel has
+    no map, and walks the range it has."""
+    read = '          %map:4 = "attn.block_map_range"(%arg5, %arg3, %arg4) : (i32, i32, i32) -> (i32, i32, i32, i32)\n'
+    plan = _plan("mha")
+    at = plan.index('          %3 = "attn.load"(%arg0')
+    _refused_at(plan[:at] + read + plan[at:], "%map:4", "attn.block_map_range: this kernel has no block map (its "
+                                                        "mask reads no params)")

@@ -17,7 +17,7 @@ from attnc.testing import user_pass_source
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANTED = "tests/passes/verify_pipeline_no_arrive.mlir"     # a removed arrive: a deadlock
-DEADLOCK = (f"{PLANTED}:38:13: error: attn-verify-pipeline: channel 'kv' deadlocks: producer waits at "
+DEADLOCK = (f"{PLANTED}:40:13: error: attn-verify-pipeline: channel 'kv' deadlocks: producer waits at "
             f"attn.mbarrier_wait on mbar_k_empty[0]")
 WAITED = "attn-verify-pipeline: waiting for its exploration"
 
