@@ -365,7 +365,9 @@ irdl.dialect @attn {
   // The key blocks the block map's row of query block m_block of (b, h) keeps: args
   // m_block, b, h -> (lo, hi, full_start, full_end), the blocks [lo, hi) past which
   // every tile is skipped and the fully kept ones among them (Note [Full range from
-  // the map] in attnc/backend/blockmap_hooks.py), where a kernel reads its block map.
+  // the map] in attnc/backend/blockmap_hooks.py), where a kernel reads its block map
+  // (with run_ranges on attn.kernel, the same range from the tile table's runs: Note
+  // [Ranges from the runs] in attnc/backend/run_ranges.py).
   irdl.operation @block_map_range {
     %i32 = irdl.is i32
     irdl.operands(args: variadic %i32)
