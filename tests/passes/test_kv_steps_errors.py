@@ -102,8 +102,8 @@ def test_a_load_of_another_tensor_before_the_kv_loops_is_refused():
 def test_q_loaded_between_the_kv_loops_is_refused():
     """Q's copies moved out of the prologue are read before they land (the verifier's
     refusal), but for this: gemma2's first KV loop running no trips, Q's load, slot
-    write and commit in a loop between it and the second, which starts from the first's
-    first block, and every wait for every copy. Sound, but the kernel loads Q before its
+    write and commit in a loop between it and the second, which starts at the first's
+    first step, and every wait for every copy. Sound, but the kernel loads Q before its
     KV loops: refused at the first of them."""
     lines = _plan("gemma2").split("\n")
     at = next(k for k, line in enumerate(lines) if '{operand = "q"}' in line)
