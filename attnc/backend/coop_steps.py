@@ -13,8 +13,9 @@ groups, the two async GEMMs, the landing of S, the scores and the softmax. So mo
 op -- the loads after the GEMMs are issued, a wait with another `pending` -- is another
 kernel, once attn-verify-pipeline, which the lowering runs first, found it sound. What
 stays the plan's: which ops a trip has (one of each but the commits, the hooks where the
-analysis put them, no op without a pattern), that the loops of one kind have one trip,
-how values flow between them, the async GEMMs, each load's `ahead` (V's S - 2, K's
+analysis put them, no op without a pattern), that the loops of one kind have one trip
+over a key range of several segments (`check_trips_by_kind` in kv_steps.py), how values
+flow between them, the async GEMMs, each load's `ahead` (V's S - 2, K's
 S - 1: the lowering takes a load's slot from it, the verifier from the rings, so the two
 must not part) and which carried values are the rings. The first step before the loops
 (the wait for all but the 2S - 2 youngest groups, the CTA barrier, QK^T alone, S landed,
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 
 from mlir import ir
 
-from attnc.backend.kv_steps import StepOp, as_written, body_of, prologue_steps, step_op
+from attnc.backend.kv_steps import StepOp, body_of, check_trips_by_kind, prologue_steps, step_op
 from attnc.backend.role_shell import check_compute
 from attnc.backend.wgmma_steps import Around, advances, around_ops, check_hooks, require
 from attnc.ir import error_at
@@ -69,10 +70,7 @@ def coop_steps(kernel) -> CoopSteps:
              "mask": R.attrs_of(kernel).get("has_mask_mod", False)}
     loops = [op for op in R.ops_in(R.role_block(role), ("scf.for",)) if KV_LOOP in op.attributes]
     trips = tuple((R.value_of(loop.attributes[KV_LOOP]), _trip(loop, kernel, stages, hooks)) for loop in loops)
-    for (kind, ops), loop in zip(trips, loops):
-        if as_written(ops) != as_written(next(o for k, o in trips if k == kind)):   # built from one
-            raise error_at(loop, f"the KV loops of one kind ({kind}) have the same trip: the kernel builds them "
-                                 f"from one ({NOTE})")
+    check_trips_by_kind(trips, loops, NOTE)
     first, last, epilogue = _around(loops, kernel, hooks)
     return CoopSteps(trips, first, last, _prologue(role, loops, kernel, stages), epilogue)
 

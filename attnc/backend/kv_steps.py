@@ -25,8 +25,10 @@ barriers and commits are, and the waits' `pending` -- is checked by attn-verify-
 which the lowering runs on the same IR first, so an unsound edit is refused at its op.
 The loop structure around the bodies (the peeled first step of Note [Dead rows], the
 partial, full and partial loops of the key range) is the kernel's: each of its loops is
-built from the IR loop of its kind (`KvSteps.body`), and an IR loop of a kind the key
-range gives no steps is not built.
+built from the IR loop of its kind (`KvSteps.body`: the top partial steps from the first
+mixed loop, the bottom ones from the last), and an IR loop of a kind the key range gives
+no steps is not built; over several segments every loop of a kind must hold one trip
+(`check_trips_by_kind`).
 """
 from __future__ import annotations
 
@@ -97,6 +99,20 @@ def with_choices(record, defaults: dict):
                   **dict(op.choices)}
         return replace(op, choices=tuple(sorted(wanted.items()))) if wanted else op
     return _map(record, filled)
+
+
+def check_trips_by_kind(trips, loops, note: str) -> None:
+    """The kernel builds the partial steps at the top of its key range from the first
+    mixed KV loop, those at the bottom from the last and its full steps from the full
+    loop (`body_of`): over one segment those are the IR's loops, each with a trip of its
+    own; over several (more than one full loop) it builds every loop of a kind from one
+    trip, so they must hold the same (`trips`: (kv_blocks, ops) of each of `loops`)."""
+    if sum(1 for kind, _ in trips if kind == "full") <= 1:
+        return
+    for (kind, ops), loop in zip(trips, loops):
+        if as_written(ops) != as_written(next(o for k, o in trips if k == kind)):
+            raise error_at(loop, f"over a key range of several segments the KV loops of one kind ({kind}) have the "
+                                 f"same trip: the kernel builds them from one ({note})")
 
 
 def as_written(value):
@@ -191,6 +207,7 @@ def kv_steps(role, kernel) -> KvSteps:
         _check_chain(op, positions, carried)
         carried = (op, positions)
         loops.append((kind, body))
+    check_trips_by_kind(loops, [ops[k] for k in at], "Note [Steps op by op]")
     for op in ops[at[0]:at[-1]]:
         if op.name != "scf.for" and not op.name.startswith(_ARITH):
             raise error_at(op, f"the sm_80 lowering builds the KV loops one after the other, with nothing but "

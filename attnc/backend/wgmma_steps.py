@@ -15,7 +15,8 @@ op -- the wait for V above the wait for K, P.V issued before QK^T with S landed 
 first, found it sound. What stays the plan's: which ops a trip has (one of each, the
 hooks where the analysis put them, the releases the verifier checks and, with persistent
 CTAs, Q's, which it cannot see; no op without a pattern), that the loops of one kind have
-one trip, how values flow between them, the async GEMMs, and which carried
+one trip over a key range of several segments (over one, the top and the bottom mixed
+loops each have their own: `check_trips_by_kind` in kv_steps.py), how values flow between them, the async GEMMs, and which carried
 values are the K and V rings (the lowering takes a step's slots from its index, the
 verifier from the rings, so the two must not part). The two consumer warpgroups run one
 program: their trips must be the same ops in the same order. The first step before the
@@ -40,7 +41,7 @@ from dataclasses import dataclass, replace
 
 from mlir import ir
 
-from attnc.backend.kv_steps import StepOp, as_written, body_of, step_op
+from attnc.backend.kv_steps import StepOp, as_written, body_of, check_trips_by_kind, step_op
 from attnc.backend.role_shell import check_consumer, check_shell, finishes_previous
 from attnc.ir import error_at
 from attnc.ir import roles as R
@@ -100,11 +101,7 @@ def wgmma_steps(kernel) -> WgmmaSteps:
             continue
         loops = [op for op in R.ops_in(R.role_block(role), ("scf.for",)) if KV_LOOP in op.attributes]
         trips = tuple((R.value_of(loop.attributes[KV_LOOP]), _trip(loop, bars, persistent, hooks)) for loop in loops)
-        for (kind, ops), loop in zip(trips, loops):
-            first = next(o for k, o in trips if k == kind)
-            if as_written(ops) != as_written(first):    # the kernel builds every loop of a kind from one trip
-                raise error_at(loop, f"the KV loops of one kind ({kind}) have the same trip: the kernel builds "
-                                     f"them from one ({NOTE})")
+        check_trips_by_kind(trips, loops, NOTE)
         steps = WgmmaSteps(trips, *_around(loops, bars, persistent, hooks, kernel))
         if found and as_written(steps) != as_written(found[0][1]):
             raise error_at(role, f"the consumer warpgroups run one program, and the KV steps of role "

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from attnc.passes.pipelines import format_pipeline, target_pipeline
-from attnc.testing import ptx_bundle
+from attnc.testing import ptx_bundle, user_pass_source
 from tests.sim.test_steps_sim import _ptx, check_against_reference
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,3 +117,31 @@ def test_the_cooperative_prologue_and_last_pv_edited_compute_the_reference(tmp_p
     plain = ptx_bundle(path, arch="sm_90a", pass_pipeline=_pipeline(False, "producer=false"))
     assert _ptx(bundle) != _ptx(plain)
     check_against_reference(bundle, path, 70, 300)
+
+
+# V's wait (and read) before K's in the consumers' last mixed KV loop only
+BOTTOM_WAITS = user_pass_source("bottom-waits", """\
+for role in role_ops(op):
+    if name_of(role).startswith("consumer"):
+        loops = [l for l in ops_in(role_block(role), ("scf.for",)) if "kv_blocks" in l.attributes]
+        body = [o.operation for o in loops[-1].regions[0].blocks[0].operations]
+        waits = [o for o in body if o.name == MBARRIER_WAIT]
+        reads = [o for o in body if o.name == SLOT_READ]
+        waits[1].move_before(waits[0])
+        reads[1].move_after(waits[1])""", imports="from attnc.ir.roles import MBARRIER_WAIT, SLOT_READ, name_of, "
+                                           "ops_in, role_block, role_ops")
+
+
+def test_a_bottom_mixed_loop_of_its_own_computes_the_reference(tmp_path):
+    """sliding_window over one segment, its last mixed loop (the window's lower edge,
+    walked last) edited alone: the kernel builds those steps from it and the top ones
+    from the first (Note [Key blocks top down] in attnc/passes/tile_program.py); at
+    M = N = 1300 the last query blocks run both."""
+    path = ROOT / "examples" / "sliding_window.attn"
+    pass_file = tmp_path / "bottom_waits.py"
+    pass_file.write_text(BOTTOM_WAITS)
+    names = _pipeline(False, "").split(",")
+    names.insert(names.index("attn-overlap-gemms") + 1, "bottom-waits")
+    bundle = ptx_bundle(path, arch="sm_90a", pass_pipeline=",".join(names), load_passes=(str(pass_file),))
+    assert _ptx(bundle) != _ptx(ptx_bundle(path, arch="sm_90a", pass_pipeline=_pipeline(False, "")))
+    check_against_reference(bundle, path, 1300, 1300)
