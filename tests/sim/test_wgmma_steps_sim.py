@@ -6,7 +6,8 @@ runs sm_80's: P.V issued before QK^T with S landed at pending 0
 waiting for both slots before writing either (waits_first.py); the last P.V waiting for
 V before it lands the P.V in flight (last_v_early.py); the cooperative kernel's trips
 issuing their copies after their GEMMs (loads_after_gemms.py), and its first loads and
-last P.V reordered (a pass written here). Zero race or protocol reports are allowed."""
+last P.V reordered (a pass written here); the consumers' bottom mixed loop alone with V's
+wait before K's (a pass written here). Zero race or protocol reports are allowed."""
 from __future__ import annotations
 
 from pathlib import Path
