@@ -359,24 +359,12 @@ def _for(cx: Lowering, op) -> None:
     if KV_LOOP in op.attributes:
         return _kv_for(cx, op)
     lb, ub, step = (cx.value(v) for v in list(op.operands)[:3])
-    inits = [cx.value(v) for v in list(op.operands)[3:]]
-    kept = [k for k, v in enumerate(inits) if _carried(v)]
+    inits, kept = _carried_inits(cx, op)
     loop = scf.ForOp(lb, ub, step, [inits[k] for k in kept])
-    body = op.regions[0].blocks[0]
-    args = list(body.arguments)
     with ir.InsertionPoint(loop.body):
-        cx.env[args[0]] = loop.induction_variable
-        inner = iter(loop.inner_iter_args)
-        for k, (arg, init) in enumerate(zip(args[1:], inits)):
-            cx.env[arg] = next(inner) if k in kept else init
-        cx.loops.append(op)
-        _lower_block(cx, body)
-        cx.loops.pop()
-        yielded = [cx.value(v) for v in list(body.operations)[-1].operands]
-        scf.yield_([yielded[k] for k in kept])
-    results = iter(loop.results)
-    for k, (res, init) in enumerate(zip(op.results, inits)):
-        cx.env[res] = next(results) if k in kept else init
+        cx.env[op.regions[0].blocks[0].arguments[0]] = loop.induction_variable
+        scf.yield_(_lower_trip(cx, op, inits, kept, loop.inner_iter_args))
+    _bind_results(cx, op, inits, kept, loop.results)
 
 
 def _kv_for(cx: Lowering, op) -> None:
@@ -389,30 +377,47 @@ def _kv_for(cx: Lowering, op) -> None:
     start, stop = (e.sub(top, cx.value(v)) for v in list(op.operands)[:2])
     if int_constant(op.operands[2]) != 1:
         raise error_at(op, "attn-lower-sm100a steps a KV loop one key block at a time")
-    inits = [cx.value(v) for v in list(op.operands)[3:]]
-    kept = [k for k, v in enumerate(inits) if _carried(v)]
+    inits, kept = _carried_inits(cx, op)
     types = [start.type] + [inits[k].type for k in kept]
     loop = scf.WhileOp(types, [start] + [inits[k] for k in kept])
     before = loop.before.blocks.append(*types)
     with ir.InsertionPoint(before):
         scf.ConditionOp(e.gt(before.arguments[0], stop), list(before.arguments))
     after = loop.after.blocks.append(*types)
-    body = op.regions[0].blocks[0]
-    args = list(body.arguments)
+    step = op.regions[0].blocks[0].arguments[0]
     with ir.InsertionPoint(after):
         n = after.arguments[0]
         cx.env[block_op.result] = n
-        if len(list(args[0].uses)) > 1:
-            cx.env[args[0]] = e.sub(top, n)
-        inner = iter(list(after.arguments)[1:])
-        for k, (arg, init) in enumerate(zip(args[1:], inits)):
-            cx.env[arg] = next(inner) if k in kept else init
-        cx.loops.append(op)
-        _lower_block(cx, body, skip=block_op)
-        cx.loops.pop()
-        yielded = [cx.value(v) for v in list(body.operations)[-1].operands]
-        scf.YieldOp([e.sub(n, 1)] + [yielded[k] for k in kept])
-    results = iter(list(loop.results)[1:])
+        if len(list(step.uses)) > 1:
+            cx.env[step] = e.sub(top, n)
+        yielded = _lower_trip(cx, op, inits, kept, list(after.arguments)[1:], skip=block_op)
+        scf.YieldOp([e.sub(n, 1)] + yielded)
+    _bind_results(cx, op, inits, kept, list(loop.results)[1:])
+
+
+def _carried_inits(cx: Lowering, op) -> tuple[list, list[int]]:
+    """The starting values of what IR loop `op` carries, and the positions of those the
+    lowered loop carries (values of the IR; the others are passed around it as they are)."""
+    inits = [cx.value(v) for v in list(op.operands)[3:]]
+    return inits, [k for k, v in enumerate(inits) if _carried(v)]
+
+
+def _lower_trip(cx: Lowering, op, inits: list, kept: list[int], inner, skip=None) -> list:
+    """One trip of IR loop `op` at the insertion point, the kept carried values from
+    `inner` and the others as they start; what it yields of the kept ones."""
+    body = op.regions[0].blocks[0]
+    inner = iter(inner)
+    for k, (arg, init) in enumerate(zip(list(body.arguments)[1:], inits)):
+        cx.env[arg] = next(inner) if k in kept else init
+    cx.loops.append(op)
+    _lower_block(cx, body, skip=skip)
+    cx.loops.pop()
+    yielded = [cx.value(v) for v in list(body.operations)[-1].operands]
+    return [yielded[k] for k in kept]
+
+
+def _bind_results(cx: Lowering, op, inits: list, kept: list[int], results) -> None:
+    results = iter(results)
     for k, (res, init) in enumerate(zip(op.results, inits)):
         cx.env[res] = next(results) if k in kept else init
 

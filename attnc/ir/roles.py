@@ -216,13 +216,14 @@ def pass_loc(pass_name: str, near: ir.Operation | ir.Location) -> ir.Location:
 def _bounds(op: ir.Operation) -> str:
     """The bounds of a loop or the test of a branch as the index arithmetic that makes
     them; "" for another op."""
+    from attnc.passes.tile_program import step_block_op
+
     if op.name not in ("scf.for", "scf.if"):
         return ""
     values = list(op.operands[:3] if op.name == "scf.for" else op.operands[:1])
-    body = op.regions[0].blocks[0] if op.name == "scf.for" else None
-    first = body.operations[0] if body is not None and len(body.operations) else None
-    if first is not None and first.name == "arith.subi" and first.operands[1] == body.arguments[0]:
-        values += list(first.results)       # a KV loop's block of its step
+    block = step_block_op(op) if op.name == "scf.for" else None
+    if block is not None:
+        values += list(block.results)       # a KV loop's block of its step
     return str([_expression(v, {}) for v in values])
 
 

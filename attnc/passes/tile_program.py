@@ -206,17 +206,26 @@ def kv_loops(kernel: ir.Operation) -> list[ir.Operation]:
             if op.operation.name == "scf.for" and KV_LOOP in op.operation.attributes]
 
 
-def kv_block_op(loop: ir.Operation) -> ir.Operation:
-    """The first op of KV loop `loop`'s body, `%n = arith.subi %top, %t`: the key block of
-    the trip's step (Note [Key blocks top down]); refused at the loop where it is not."""
+def step_block_op(loop: ir.Operation) -> ir.Operation | None:
+    """The first op of scf.for `loop`'s body where it is `%n = arith.subi %top, %t`, %top
+    defined before the loop: the key block of the trip's step (Note [Key blocks top down]);
+    else None."""
     block = loop.regions[0].blocks[0]
     first = next(iter(block.operations), None)
     if first is None or first.operation.name != "arith.subi" or first.operands[1] != block.arguments[0] \
             or first.operands[0] in list(block.arguments):
+        return None
+    return first.operation
+
+
+def kv_block_op(loop: ir.Operation) -> ir.Operation:
+    """`step_block_op` of KV loop `loop`, refused at the loop where it has none."""
+    found = step_block_op(loop)
+    if found is None:
         raise error_at(loop, "a KV loop's body starts with the key block of its step, `%n = arith.subi %top, "
                              "%t` with %top defined before the loop (Note [Key blocks top down] in "
                              "attnc/passes/tile_program.py)")
-    return first.operation
+    return found
 
 
 def kv_block(loop: ir.Operation) -> ir.Value:
