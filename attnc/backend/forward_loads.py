@@ -62,6 +62,7 @@ from mlir import ir
 from mlir.dialects import arith, llvm, scf
 
 from attnc.backend.nvgpu_builders import GlobalPtr
+from attnc.errors import AttncError
 from attnc.backend.kv_schedule import KvSchedule
 
 
@@ -145,9 +146,10 @@ class ForwardLoads:
         """The cooperative role's ops before its KV loops for query block `m_block`
         (`prologue_ops`), in their order (Note [The role op by op] in kv_steps.py): Q's
         copies, the key range and the first steps' K and V -- by default groups Q, then
-        K0, V0, K1, ..., V_{S-2}, K_{S-1}. With early_first, K0 and V0 are the guessed
-        block's, issued before the range is read, and a miss adds K0, V0 again after a
-        wait for every group (Note [First block before the map]). The block's schedule.
+        K0, V0, K1, ..., V_{S-2}, K_{S-1}. With a guessed first block, K0 and V0 are the
+        guess's, issued before the range is read, and its miss branch adds K0, V0 again
+        after a wait for every group (Note [First block before the map]). The block's
+        schedule.
 
         Note [Q before the range]: Q's address does not depend on the key range, and a
         range read from a block map (blockmap_hooks) waits for global loads, so Q's copies
@@ -162,51 +164,52 @@ class ForwardLoads:
                 state.ahead[op.what] = op.count
             elif op.name == "slot_write" and op.what == "q":
                 self.load_q(m_block)
+            elif op.name == "first_block_guess":
+                state.guess = self._first_guess(m_block)
+            elif op.name == "slot_write" and state.kv is None and state.guess is not None:
+                if state.q_row0 is None:
+                    state.q_row0 = self.tensor("q", self.b, self.h).ptr
+                self._load_first(op.what, state.guess, state.q_row0)
             elif op.name == "slot_write":
                 if state.kv is None:            # no attn.kv_range: the range of no mask
-                    state.kv, state.guess = self._range_after_guess(m_block)
+                    state.kv = self.kv_range(m_block)
                 ahead = state.ahead[op.what]
-                if state.guess is not None and ahead == 0:
-                    state.skip_commit = True    # the first block's loads are the guess's (and its miss's)
-                    continue
                 if ahead not in state.first:
                     state.first[ahead] = state.kv.first(e, ahead)
                 n_block, exists = state.first[ahead]
                 self.load_kv_guarded(op.what, n_block, ahead * self.slot_bytes, exists, True, s.asks_tile_skip,
                                       m_block)
             elif op.name == "cp_async_commit":
-                if not state.skip_commit:
-                    self.cp.commit()
-                state.skip_commit = False
+                self.cp.commit()
             elif op.name == "kv_range":
-                state.kv, state.guess = self._range_after_guess(m_block)
+                state.kv = self.kv_range(m_block)
+            elif op.name == "guess_missed":
+                self._guess_missed(state, op.body)
         return state.kv
 
-    def _range_after_guess(self, m_block):
-        """The key range of `m_block` as a schedule, and with early_first the guessed
-        first block, whose K and V are issued before the range is read and again after it
-        where the range starts elsewhere (else None)."""
+    def _guess_missed(self, state: "_Prologue", body) -> None:
+        """Where the range's top is not the guess, its steps `body`: a wait for every copy,
+        then the first block's tiles again into slot 0, a group each."""
         e = self.e
-        # the choice of the first block's K load, the one op that holds it (Note [Choices op
-        # by op] in kernel_choices.py)
-        early = any(dict(op.choices).get("early_first") for op in self.prologue_ops)
-        guess = self._first_guess(m_block) if early else None
-        if guess is not None:
-            self._load_first(guess, guessed=True)
-        kv = self.kv_range(m_block)
-        if guess is not None:
-            n_block, exists = kv.first(e, 0)
-            missed = scf.IfOp(e.land(exists(n_block), e.ne(n_block, guess)))
-            with ir.InsertionPoint(missed.then_block):
-                self.cp.wait(0)         # the guessed copies land before their slot is refilled
-                self._load_first(n_block)
-                scf.yield_([])
-        return kv, guess
+        n_block, exists = state.kv.first(e, 0)
+        missed = scf.IfOp(e.land(exists(n_block), e.ne(n_block, state.guess)))
+        with ir.InsertionPoint(missed.then_block):
+            for op in body:
+                if op.name == "cp_async_wait":
+                    self.cp.wait(op.count)      # the guessed copies land before their slot is refilled
+                elif op.name == "slot_write":
+                    self._load_first(op.what, n_block)
+                elif op.name == "cp_async_commit":
+                    self.cp.commit()
+            scf.yield_([])
 
     def _first_guess(self, m_block):
         """The top block of the static hull (kv_hint), clamped into the blocks of the keys
         [key0, N) (key0 = 0 but for a table's tile): Note [First block before the map]."""
         e, s = self.e, self.spec
+        if not s.aligned_tiles and s.kv_hint is None:
+            raise AttncError("attn.first_block_guess: this kernel has no static key range to guess its first "
+                             "block from, nor a table tile's diagonal (Note [First block before the map])")
         if s.aligned_tiles:
             # The hull is of grid blocks; a table's tile guesses the block of its last row's
             # key (the diagonal: a documents + causal tile's top block).
@@ -215,28 +218,25 @@ class ForwardLoads:
             top = e.sub(s.kv_hint(e, self.ctx(m_block)).hi, 1)
         return e.max(e.min(top, e.sub(e.cdiv(self.n_keys, s.block_n), 1)), 0)
 
-    def _load_first(self, n_block, guessed: bool = False) -> None:
-        """K (and with two or more stages V) of block n_block into slot 0, a group each,
-        rows >= N predicated. The first visited block is never SKIP (it is the map's last
-        non-SKIP one), so tile_skip is not asked. `guessed`: loaded before the range is
-        known, so also where N = 0, when the copies (all empty) point at Q's first row."""
+    def _load_first(self, name: str, n_block, q_row0=None) -> None:
+        """Tile `name` (K or V) of block n_block into slot 0, rows >= N predicated. The first
+        visited block is never SKIP (it is the map's last non-SKIP one), so tile_skip is not
+        asked. With `q_row0` (a guess's copy, issued before the range is known, so also
+        where N = 0), the copies of an empty key sequence point at Q's first row."""
         e = self.e
-        q_row0 = self.tensor("q", self.b, self.h).ptr if guessed else None
-        for name in ("k", "v")[:1 + (self.spec.stages > 1)]:
-            base = self.kv_ptr[name]
-            if guessed:
-                base = GlobalPtr(e, llvm.select(e.gt(self.n_keys, 0), base.ptr, q_row0), 16)
-            self.load_kv(name, n_block, 0, True, base=base)
-            self.cp.commit()
+        base = self.kv_ptr[name]
+        if q_row0 is not None:
+            base = GlobalPtr(e, llvm.select(e.gt(self.n_keys, 0), base.ptr, q_row0), 16)
+        self.load_kv(name, n_block, 0, True, base=base)
 
 
 class _Prologue:
     """What the patterns of the prologue share: the block, each tile's `ahead`, the guessed
-    first block, the schedule once read, and each step's first block and its test."""
+    first block (and Q's first row, where its empty copies point), the schedule once read,
+    and each step's first block and its test."""
 
     def __init__(self, m_block):
         self.m_block = m_block
         self.ahead: dict[str, int] = {}
-        self.guess = self.kv = None
+        self.guess = self.kv = self.q_row0 = None
         self.first: dict[int, tuple] = {}
-        self.skip_commit = False

@@ -166,11 +166,10 @@ class ForwardSpec:
         return self.tile_skip is not None and (self.blockmap or not self.lean_loads)
 
     @property
-    def can_load_first_early(self) -> bool:
-        """A block map (or a tile table's runs) gives the range, known only once it is read
-        (or scanned), and there is a first block to guess: the static hull's top, or a
-        table tile's diagonal."""
-        return self.target == "sm_80" and self.blockmap and (self.kv_hint is not None or self.aligned_tiles)
+    def guesses_first_block(self) -> bool:
+        """Whether the role's prologue guesses its first key block (attn.first_block_guess:
+        Note [The guessed first block in the IR] in attnc/schedule/first_guess.py)."""
+        return self.kv_steps is not None and any(op.name == "first_block_guess" for op in self.kv_steps.prologue)
 
     @property
     def resident_ctas(self) -> int:

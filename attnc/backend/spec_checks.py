@@ -76,9 +76,6 @@ def op_choice_error(spec: ForwardSpec | None, option: str, value) -> str | None:
     if option == "staged_o" and value and not spec.can_stage_o:
         return ("staged_o needs a kernel with one query block per CTA, no producer warpgroup and a 16-bit O "
                 "that fits in its tiles' shared memory")
-    if option == "early_first" and value and not spec.can_load_first_early:
-        return ("early_first needs an sm_80 kernel whose key ranges come from a block map (kv_hint given) "
-                "or a tile table")
     if option == "qk_unroll" and value < 0:
         return f"qk_unroll={value}: expected 0 or more"
     if option == "qk_unroll" and value and spec.target != "sm_80":

@@ -44,6 +44,7 @@ CP_ASYNC_WAIT = "attn.cp_async_wait"
 CTA_BARRIER = "attn.cta_barrier"
 NAMED_BARRIER_ARRIVE = "attn.named_barrier_arrive"
 NAMED_BARRIER_SYNC = "attn.named_barrier_sync"
+FIRST_BLOCK_GUESS = "attn.first_block_guess"  # L5 (sm_80, early_first): the first key block guessed
 MMA_WAIT = "attn.mma_wait"      # L5 (sm_90a's overlapped consumers): async GEMMs landed
 WALK_ROUNDS = "attn.walk_rounds"  # L3 (persistent CTAs): the rounds of the walk over query blocks
 WALK_BLOCK = "attn.walk_block"    # L3 (persistent CTAs): a round's query block

@@ -100,11 +100,6 @@ def lean_loads(s) -> bool:
     return s.can_lean_loads
 
 
-def early_first(s) -> bool:
-    """Note [First block before the map] in forward_loads.py: wherever it can be."""
-    return s.can_load_first_early
-
-
 def split_mask(s) -> bool:
     """Note [Conjuncts a tile holds]: wherever the block map records what a tile holds."""
     return s.tile_holds is not None
@@ -198,7 +193,7 @@ _RULES = (("min_ctas_per_sm", min_ctas_per_sm),
 # The choices each op holds its own of (Note [Choices op by op] in kernel_choices.py): their
 # defaults depend on the kernel's facts and its choices of one per kernel (resolved first).
 _OP_RULES = {"qk_unroll": qk_unroll, "interval_test": interval_test, "exp2_fma": exp2_fma,
-             "split_mask": split_mask, "staged_o": staged_o, "early_first": early_first}
+             "split_mask": split_mask, "staged_o": staged_o}
 
 
 def op_default(option: str, spec: "ForwardSpec"):
@@ -208,13 +203,11 @@ def op_default(option: str, spec: "ForwardSpec"):
 
 def op_defaults(spec: "ForwardSpec") -> dict:
     """{(step op name, what): {attribute: default}} of the choices ops hold their own of,
-    for `attnc.backend.kv_steps.with_choices`; (step op name, what, ahead) for a choice of
-    the loads that many steps ahead only."""
+    for `attnc.backend.kv_steps.with_choices`."""
     from attnc.passes.kernel_choices import PER_OP
 
     out: dict = {}
     for choice in PER_OP:
         for what in choice.tiles or ("",):
-            key = (choice.op.removeprefix("attn."), what) + (() if choice.ahead is None else (choice.ahead,))
-            out.setdefault(key, {})[choice.attr] = op_default(choice.option, spec)
+            out.setdefault((choice.op.removeprefix("attn."), what), {})[choice.attr] = op_default(choice.option, spec)
     return out

@@ -10,7 +10,9 @@ counts and bytes, attnc/schedule/sync_ir.py for the ops), each ring walked with 
 explicit (stage, phase) carried by the roles' loops (Note [Ring state in the loops]);
 where attn.warp_specialize says `pingpong`, the consumer roles' turns at the GEMMs are
 named barriers (Note [Ping-pong turns] in sync.py); sm_80's cooperative role waits for
-its cp.async groups with its kernel's counts (cp_async_pending in sync.py). sm_90a's
+its cp.async groups with its kernel's counts (cp_async_pending in sync.py) and, where it
+reads its key range from a block map, guesses its first block (option early_first: Note
+[The guessed first block in the IR] in attnc/schedule/first_guess.py). sm_90a's
 producer, whose threads copy K with cp.async and report it on K's own full mbarrier
 (Note [Barriers per tile] in sync.py):
 
@@ -26,7 +28,7 @@ producer, whose threads copy K with cp.async and report it on K's own full mbarr
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from attnc.passes.registry import Pass
@@ -38,11 +40,19 @@ class InsertPipelines(Pass):
 
     name: ClassVar[str] = "attn-insert-pipelines"
 
+    early_first: bool | None = field(default=None, metadata={
+        "doc": "sm_80: where the role reads its key range from a block map (attn.block_map_range), issue the "
+               "first block's K and V at a guess (attn.first_block_guess: the static analysis' top block, or "
+               "a table tile's diagonal) before the map is read, and again in an scf.if where the range's top "
+               "is another block (Notes [The guessed first block in the IR] in first_guess.py and [First "
+               "block before the map] in forward_loads.py; default: on sm_80 wherever the role reads a block "
+               "map; results/sm80_h200.md, \"First block before the map\")"})
+
     def run(self, module) -> None:
-        insert(module)
+        insert(module, self.early_first)
 
 
-def insert(module) -> None:
+def insert(module, early_first: bool | None = None) -> None:
     from attnc.ir import attention_ops, error_at
     from attnc.ir.roles import mbarrier_ops
     from attnc.passes import plan_ir
@@ -68,7 +78,25 @@ def insert(module) -> None:
                                f"{b.name} holds {b.stages}: they must agree (the alloc passes place a slot a stage; "
                                f"run them again after editing stages)")
         with op.context:
-            Pipelines(recipe, plan_ir.tile_of(op, InsertPipelines.name), op).run()
+            Pipelines(recipe, plan_ir.tile_of(op, InsertPipelines.name), op,
+                      _early_first(op, recipe.target, early_first)).run()
+
+
+def _early_first(op, target: str, asked: bool | None) -> bool:
+    """Whether the cooperative role guesses its first key block (the option, else where it
+    can: sm_80's role reading a block map)."""
+    from attnc.ir import error_at
+    from attnc.ir.roles import body_block, role_ops
+    from attnc.schedule.first_guess import reads_block_map
+
+    can = target == "sm_80" and any(reads_block_map(body_block(role)) for role in role_ops(op))
+    if asked and target != "sm_80":
+        raise error_at(op, f"early_first=true: the guessed first block is sm_80's (its cooperative role's "
+                           f"cp.async copies); this kernel is {target}'s")
+    if asked and not can:
+        raise error_at(op, "early_first=true needs a role that reads its key range from a block map "
+                           "(attn.block_map_range: a mask that reads params); this kernel's reads none")
+    return can if asked is None else asked
 
 
 def _synchronized(kernel) -> bool:

@@ -29,12 +29,10 @@ same value of a choice -- ops that disagree are refused at the second -- but for
 choices of Note [Choices op by op]. `min_ctas_unless_spills` is no option: it says
 whether min_ctas_per_sm is the default bound, dropped where the kernel spills under it.
 
-Note [Choices op by op]: six choices change only the code of the op they sit on, so each
+Note [Choices op by op]: five choices change only the code of the op they sit on, so each
 op holds its own and the lowering reads it from the op it lowers (the step records'
 `StepOp.choice`): the QK^T mma's `unroll`, the softmax step's `exp2_fma`, the mask's
-`interval_test` and `split`, O's store's `staged`, and `early_first` on the K load of
-the first block (`ahead = 0`, before the KV loops: the loads of later blocks have no
-guess to make, so they hold none). An edit of one op -- exp2_fma = 3 on the softmax step
+`interval_test` and `split`, and O's store's `staged`. An edit of one op -- exp2_fma = 3 on the softmax step
 of the partial KV loop only, or the range test in the mask of one loop -- is the kernel
 of that op alone; this pass's option sets every op of the kind. Each value is checked at
 its op against the kernel (a located error naming the condition), an op without one
@@ -62,7 +60,6 @@ class Choice:
     kind: type                  # bool, int or str
     op: str                     # the ops it sits on
     tiles: tuple[str, ...] = ()  # of those, the ones with this operand (load, store) or kind (mma)
-    ahead: int | None = None    # of those loads, the ones this many steps ahead (the first block's: 0)
     resolved: Callable | None = None    # ForwardLowering -> the value the kernel takes (None: its field)
     per_op: bool = False        # each op its own (Note [Choices op by op]); else one per kernel
 
@@ -90,7 +87,6 @@ CHOICES: tuple[Choice, ...] = (
     Choice("lazy_rescale", "lazy", bool, "attn.rescale"),
     Choice("mma_row_sum", "row_sum", bool, "attn.mma", ("pv",)),
     Choice("lean_loads", "lean", bool, "attn.load", ("k", "v")),
-    Choice("early_first", "early_first", bool, "attn.load", ("k",), ahead=0, per_op=True),
     Choice("staged_o", "staged", bool, "attn.store", ("o",), per_op=True),
     Choice("qk_unroll", "unroll", int, "attn.mma", ("qk",), per_op=True),
 )
@@ -165,11 +161,6 @@ class KernelChoices(Pass):
         "doc": "sm_80: in the KV steps, load later key blocks without row predicates, and for a band do not "
                "ask tile_skip (Note [Lean step loads]; only for a block map or a band; default: "
                "on sm_80 for both)"})
-    early_first: bool | None = field(default=None, metadata={
-        "doc": "sm_80: for a block map, load the first key block the static mask analysis puts on top before "
-               "the map's row is read, and reload it only where the map's range starts elsewhere (Note "
-               "[First block before the map]; default: on sm_80 for a block map); set on the first block's K load "
-               "(ahead = 0)"})
     mma_row_sum: bool | None = field(default=None, metadata={
         "doc": "sm_80: sum each softmax row's probabilities on the tensor cores, as one more n8 column of the "
                "P.V GEMM whose B operand is all ones, instead of FADDs per score (Note [Row sums on the tensor "
@@ -278,7 +269,7 @@ def read(kernel) -> dict:
 
 def _check_stray(kernel) -> None:
     """Refuse a choice on an op it does not sit on (a later block's K load holding
-    early_first, the LSE's store holding staged, the QK^T mma holding row_sum, ...), which
+    a Q load holding lean, the LSE's store holding staged, the QK^T mma holding row_sum, ...), which
     no lowering would read."""
     from mlir import ir
 
@@ -312,8 +303,7 @@ def _where(choice: Choice) -> str:
     if not choice.tiles:
         return choice.op
     tiles = " and ".join(kinds[choice.op][t] for t in choice.tiles)
-    first = f" of the first block (ahead = {choice.ahead})" if choice.ahead is not None else ""
-    return f"{'' if choice.op == 'attn.store' else 'the '}{tiles} {choice.op}{first}"
+    return f"{'' if choice.op == 'attn.store' else 'the '}{tiles} {choice.op}"
 
 
 def op_choices(op) -> tuple:
@@ -371,12 +361,7 @@ def _sites(kernel) -> dict[str, list]:
 
 def _holds(choice: Choice, op) -> bool:
     """Whether `op`, an op of the kind `choice` sits on, is one of its ops."""
-    from mlir import ir
-
-    if choice.tiles and _tile(op) not in choice.tiles:
-        return False
-    return choice.ahead is None or (
-        "ahead" in op.attributes and ir.IntegerAttr(op.attributes["ahead"]).value == choice.ahead)
+    return not choice.tiles or _tile(op) in choice.tiles
 
 
 def _tile(op) -> str:

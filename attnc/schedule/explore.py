@@ -89,7 +89,7 @@ class Explorer:
         classes: dict = {}
         for k, events in enumerate(self.events):
             key = (self.threads[k], tuple((e.kind, e.channel, e.bar, e.stage, e.value, e.tile, e.fill, e.lands, e.tx,
-                                           e.groups, b, s, released) for e, b, s, released in events))
+                                           e.groups, e.rewrite, b, s, released) for e, b, s, released in events))
             classes.setdefault(key, []).append(k)
         return [tuple(ks) for ks in classes.values() if len(ks) > 1]
 
@@ -387,9 +387,19 @@ class Explorer:
 
     def _write(self, k: int, e: Event, s: int, state, nxt):
         pcs, bars, slots, flight, groups, open_groups, holds, entered = state
-        fill, _, readers = slots[s]
+        fill, landed, readers = slots[s]
         holders = {h[0] for h in holds if h[1] == s}
-        if fill >= 0 and (not self.readers[s] <= readers or holders):
+        if e.rewrite:                   # Note [The guessed first block in the IR] in first_guess.py
+            if fill != e.fill or readers or holders:
+                held = "no fill" if fill < 0 else f"fill {fill}" + (" already read" if fill == e.fill else "")
+                return Violation(e.op, f"{self.roles[k]} rewrites slot {e.stage} of {e.channel!r} ({e.tile}), "
+                                       f"which holds {held}: a rewrite replaces fill {e.fill} before any thread "
+                                       f"reads it")
+            if landed not in (WAITED, VISIBLE):
+                return Violation(e.op, f"{self.roles[k]} rewrites slot {e.stage} of {e.channel!r} ({e.tile}) "
+                                       f"before the copies of fill {fill} landed: wait for them first "
+                                       f"(attn.cp_async_wait)")
+        elif fill >= 0 and (not self.readers[s] <= readers or holders):
             late = sorted(self.roles[r] for r in (self.readers[s] - readers) | holders)
             return Violation(e.op, f"{self.roles[k]} overwrites slot {e.stage} of {e.channel!r} ({e.tile}) with "
                                    f"fill {e.fill} before {', '.join(late)} released fill {fill}")

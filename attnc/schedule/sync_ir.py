@@ -61,6 +61,7 @@ from attnc.ir import error_at
 from attnc.ir import roles as R
 from attnc.ir.ops import with_iter_args
 from attnc.schedule.alloc import Tile
+from attnc.schedule.first_guess import guess_first
 from attnc.schedule.recipes import CP_ASYNC_MBARRIER, Channel, Recipe
 from attnc.schedule.sync import Barrier, cp_async_pending, insert_pipelines
 from attnc.schedule.walk import PAIRS, walk_order
@@ -70,8 +71,9 @@ PASS = "attn-insert-pipelines"
 
 
 class Pipelines:
-    def __init__(self, recipe: Recipe, tile: Tile, kernel: ir.Operation):
+    def __init__(self, recipe: Recipe, tile: Tile, kernel: ir.Operation, early_first: bool = False):
         self.recipe = recipe
+        self.early_first = early_first      # Note [The guessed first block in the IR]
         self.kernel = kernel
         self.barriers = insert_pipelines(recipe, tile)
         self.channels = {c.name: c for c in recipe.channels}
@@ -94,6 +96,8 @@ class Pipelines:
             body = R.body_block(role)       # Note [The walk over query blocks]
             self._drain(body)
             self._take_turns(block, body)
+            if self.early_first:
+                R.rewrite_range(role, lambda: guess_first(role, body))
             if pairs:
                 R.rewrite_range(role, lambda: load_next_before_epilogue(role))
             if not list(self.zero.uses):

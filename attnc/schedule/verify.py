@@ -39,7 +39,10 @@ fixes at 2S + 2 blocks (S: the most stages of a channel): `attn.kv_range` gives 
 hi = 2S + 2 and its fully kept blocks [1, 2) -- walked top down (Note [Key blocks top
 down] in attnc/passes/tile_program.py), 2S mixed blocks, one full one, one mixed one, so
 the first loop of the range wraps every ring twice; a range of two segments, [0, S + 1)
-and [S + 1, 2S + 2) -- and the dim N that many key blocks. A loop
+and [S + 1, 2S + 2) -- and the dim N that many key blocks. A guessed first block
+(attn.first_block_guess, Note [The guessed first block in the IR] in first_guess.py) is
+the range's top in one run of the check and the block below it in another, so that both
+ways of its miss branch are explored. A loop
 whose bounds the trace evaluates (those values through the arith ops, as the roles
 compute them) runs those trips, and an scf.if the branch its condition takes; a loop
 whose bounds it cannot evaluate runs 2S trips if it is the role's first, else one. So a
@@ -48,9 +51,9 @@ attnc/schedule/overlap.py) still meets the producer's fills one for one. A role 
 loops run fewer than 2S trips in all (bounds edited away from the key range) is refused:
 its loop bodies would go unchecked. Not so with a fixed key length N (a constant in the
 IR, not attn.dim): the loops' bounds are then the constants the kernel runs with, however
-few trips they give (N = 333 in 128-key blocks: 3, of which an overlapped role peels one). A persistent CTA's walk over query blocks (Note [The
-walk over query blocks] in walk.py) runs three rounds, each with a block: the first over
-that key range; the second over none, a block whose mask keeps no key, so that the
+few trips they give (N = 333 in 128-key blocks: 3, of which an overlapped role peels one).
+A persistent CTA's walk over query blocks (Note [The walk over query blocks] in walk.py)
+runs three rounds, each with a block: the first over that key range; the second over none, a block whose mask keeps no key, so that the
 branches without steps run (the consumers must still release Q's slot there); the third
 over S + 1 blocks -- enough for the producer to refill the slots where the first block
 left them, up to S steps ahead of consumers still finishing it, and to wait for Q's slot
@@ -100,6 +103,7 @@ class Event:
     lands: str = ""    # write: mbarrier, group or store
     tx: int = 0        # write: bytes the copy delivers
     groups: int = 0    # commit, wait_group: the role's cp.async groups committed before it
+    rewrite: bool = False   # write: it replaces the slot's unread fill (Note [The guessed first block in the IR])
 
 
 def _fixed_keys(kernel) -> bool:
@@ -116,8 +120,10 @@ class Unevaluated(Exception):
 
 # --- the roles' programs as events -----------------------------------------------------
 class _Trace:
-    def __init__(self, warps: int, stages: int, bars: dict, block_n: int = 0, restarts: bool = False):
+    def __init__(self, warps: int, stages: int, bars: dict, block_n: int = 0, restarts: bool = False,
+                 guess_hits: bool = False):
         self.warps, self.trips, self.bars = warps, 2 * stages, bars
+        self.guess_hits = guess_hits
         # Note [Key blocks the check runs]: the key range every role reads
         self.blocks = 2 * stages + 2
         self.rounds = (self.blocks, 0, stages + 1)      # a persistent CTA's key blocks, round by round
@@ -174,6 +180,8 @@ class _Trace:
         elif name in ("attn.kv_range", "attn.block_map_range"):
             for r, v in zip(op.results, _key_range(len(op.results), self._blocks())):
                 self.env[r] = v
+        elif name == R.FIRST_BLOCK_GUESS:   # Note [Key blocks the check runs]: the range's top, or below it
+            self.env[op.result] = self._blocks() - (1 if self.guess_hits else 2)
         elif name == R.WALK_ROUNDS:         # Note [Key blocks the check runs]
             self.env[op.result] = len(self.rounds)
         elif name == R.WALK_BLOCK:
@@ -330,7 +338,8 @@ def _slot(t: _Trace, op, kind: str) -> Event:
         t.unadvanced.setdefault(op.operands[1], set()).add((chan, tile))
         t.slots_of[op.result] = (chan, tile, stage)
         return Event("read", chan, op, stage=stage, tile=tile, fill=t.read.get((chan, tile), 0))
-    fill = t.fills.get((chan, tile), 0)
+    rewrite = "rewrite" in op.attributes
+    fill = t.fills.get((chan, tile), 0) - rewrite
     t.fills[(chan, tile)] = fill + 1
     if any(read == (chan, tile, stage) for _, slots in t.in_flight for read in slots):
         t.violations.append(Violation(op, f"this write overwrites slot {stage} of {chan!r} ({tile}) while an async "
@@ -345,7 +354,8 @@ def _slot(t: _Trace, op, kind: str) -> Event:
                                           f"with a cp.async group, a cp.async arrival or at once (\"group\", "
                                           f"\"arrive\", \"store\")"))
         lands = "store"
-    return Event("write", chan, op, bar, stage, tile=tile, fill=fill, lands=lands, tx=_tile_bytes(op.operands[2].type))
+    return Event("write", chan, op, bar, stage, tile=tile, fill=fill, lands=lands, tx=_tile_bytes(op.operands[2].type),
+                 rewrite=rewrite)
 
 
 LANDINGS = ("mbarrier", "group", "arrive", "store")     # a slot write's `completes`
@@ -440,36 +450,49 @@ def kernel_explorations(kernel: ir.Operation) -> tuple[list[Violation], list[tup
     if out:
         return out, []
     stages = max([c.get("stages", 1) for c in map(R.attrs_of, R.channel_ops(kernel))] or [1])
+    guessed = bool(R.ops_in(kernel.regions[0].blocks[0], (R.FIRST_BLOCK_GUESS,)))
+    channels = tuple(R.name_of(op) for op in R.channel_ops(kernel))
+    explorations = []
+    for hits in (False, True)[:1 + guessed]:
+        violations, programs, threads = _programs(kernel, bars, stages, hits)
+        if violations:
+            return violations, []
+        # Note [Every ring at once]
+        used = {r: events for r, events in programs.items() if any(e.channel is not None for e in events)}
+        explorations += [(channels, used, bars, threads)] if used else []
+    return [], explorations
+
+
+def _programs(kernel: ir.Operation, bars: dict, stages: int, guess_hits: bool) -> tuple[list, dict, dict]:
+    """(violations, each role's events, each role's threads) as the roles' programs run over
+    the check's key range (Note [Key blocks the check runs]), a guessed first block at the
+    range's top (`guess_hits`) or below it."""
     programs: dict[str, list[Event]] = {}
     threads: dict[str, int] = {}
     fixed_keys = _fixed_keys(kernel)
     for role in R.role_ops(kernel):
         a = R.attrs_of(role)
         trace = _Trace(len(a["warps"]), stages, bars, R.attrs_of(kernel).get("block_n", 0),
-                       walk_order(role) == PAIRS)
+                       walk_order(role) == PAIRS, guess_hits)
         try:
             trace.block(R.role_block(role))
             trace.end_round()
             if trace.violations:
-                return trace.violations[:1], []
+                return trace.violations[:1], {}, {}
         except Unevaluated as e:
             what = "the condition" if e.op.name == "scf.if" else "the stage or parity"
             return [Violation(e.op, f"role {a['name']!r}: {what} of {e.op.name} is not a value the loops "
                                     f"and arith ops make (an iter_arg, a constant, attn.ring_advance, "
-                                    f"attn.kv_range, attn.dim, integer arith)")], []
+                                    f"attn.kv_range, attn.first_block_guess, attn.dim, integer arith)")], {}, {}
         if trace.first_kv_loop is not None and trace.kv_trips < 2 * stages and not fixed_keys:
             return [Violation(trace.first_kv_loop,
                               f"role {a['name']!r}: its KV loops run {trace.kv_trips} trips over the "
                               f"{trace.blocks} key blocks the check gives every role, fewer than the "
                               f"{2 * stages} that wrap each ring twice: their bounds are not the key "
-                              f"range's (Note [Key blocks the check runs])")], []
+                              f"range's (Note [Key blocks the check runs])")], {}, {}
         programs[a["name"]] = trace.events
         threads[a["name"]] = 32 * len(a["warps"])
-    # Note [Every ring at once]
-    channels = tuple(R.name_of(op) for op in R.channel_ops(kernel))
-    used = {r: events for r, events in programs.items() if any(e.channel is not None for e in events)}
-    explorations = [(channels, used, bars, threads)] if used else []
-    return [], explorations
+    return [], programs, threads
 
 
 def explore(channels: tuple[str, ...], programs: dict, bars: dict, threads: dict) -> Violation | None:

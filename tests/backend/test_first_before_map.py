@@ -1,7 +1,8 @@
 """Note [First block before the map] (forward_loads.py): a block map's kernel on sm_80 issues the
 first key block's K and V (the top of the static mask analysis' hull) right after Q,
 before the map's row is read, and loads them again only where the map's range starts at
-another block. The numerics run on a GPU: every example and property variant with a block
+another block -- as attn-insert-pipelines writes it into the IR (Note [The guessed first
+block in the IR] in attnc/schedule/first_guess.py). The numerics run on a GPU: every example and property variant with a block
 map takes it (tests/gpu), and a kernel that skips the reload fails 38 of the property
 test's 158 block-map cases."""
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 from attnc.driver import CompileOptions, compile_mlir
 from attnc.errors import AttncError
 from attnc.ir import attention_ops
-from attnc.passes import kernel_choices
+from attnc.ir import roles as R
 from attnc.passes.pipelines import pipeline_with_options
 from attnc.testing import build_with, variant_source
 
@@ -39,9 +40,9 @@ def _compiled(source: str, arch: str, options: tuple):
 
 
 def early_first(source: str, arch: str = "sm_80", **options) -> bool:
-    """early_first as attn-kernel-choices records it (no PTX built)."""
+    """Whether the plan guesses its first block (attn.first_block_guess; no PTX built)."""
     op = attention_ops(_compiled(source, arch, tuple(sorted(options.items()))).module)[0]
-    return kernel_choices.read(op)["early_first"]
+    return bool(R.ops_in(op.regions[0].blocks[0], (R.FIRST_BLOCK_GUESS,)))
 
 
 def test_on_by_default_for_a_block_map_on_sm_80():
@@ -59,7 +60,7 @@ def test_on_by_default_for_a_block_map_on_sm_80():
 @pytest.mark.parametrize("mask", ["j <= i", "j <= i and i - j < 1024"])
 def test_the_option_needs_a_block_map(mask):
     """Causal (a built-in mask) and a window (the mask analysis' static range): no map."""
-    with pytest.raises(AttncError, match="early_first needs an sm_80 kernel whose key ranges come from a block map"):
+    with pytest.raises(AttncError, match="early_first=true needs a role that reads its key range from a block map"):
         early_first(variant_source("v", 64, mask=mask), early_first="true")
 
 
@@ -123,5 +124,5 @@ def test_a_range_that_starts_elsewhere_waits_for_every_copy_then_reloads():
 
 def test_sm_90a_is_unchanged_and_refuses_the_choice():
     assert docs_sink("sm_90a").manifest["specialization"]["early_first"] is False
-    with pytest.raises(AttncError, match="the sm_90a kernel cannot be built: early_first needs an sm_80 kernel"):
+    with pytest.raises(AttncError, match="early_first=true: the guessed first block is sm_80's"):
         docs_sink("sm_90a", early_first="true")

@@ -28,7 +28,7 @@
 
 // ALiBi on sm_80 (head dim 64, an affine score_mod, no LSE): row sums on the tensor cores,
 // no lazy rescale below head dim 128, O staged through shared memory, the mask's bit test.
-// CHECK: "attn.load"({{.*}}) {ahead = 0 : i64, early_first = false, lean = false, operand = "k"}
+// CHECK: "attn.load"({{.*}}) {ahead = 0 : i64, lean = false, operand = "k"}
 // CHECK: "attn.load"({{.*}}) {ahead = 0 : i64, lean = false, operand = "v"}
 // CHECK: "attn.load"({{.*}}) {ahead = 1 : i64, lean = false, operand = "k"}
 // CHECK: "attn.mma"({{.*}}) {kind = "qk", unroll = 1 : i64}

@@ -115,7 +115,8 @@ def test_the_verifier_refuses_a_stage_it_cannot_evaluate():
     plan = _in_role(_plan("sm_80", "attn-insert-pipelines"), "compute", _stage_from_shli)
     assert _located(plan, "sm_80", "attn-verify-pipeline").message == (
         "attn-verify-pipeline: role 'compute': the stage or parity of attn.ring_advance is not a value the loops "
-        "and arith ops make (an iter_arg, a constant, attn.ring_advance, attn.kv_range, attn.dim, integer arith)")
+        "and arith ops make (an iter_arg, a constant, attn.ring_advance, attn.kv_range, attn.first_block_guess, "
+        "attn.dim, integer arith)")
 
 
 def _walk_branch_on_trunci(role: str) -> str:
@@ -131,7 +132,8 @@ def test_the_verifier_refuses_a_condition_it_cannot_evaluate():
     plan = _in_role(_plan("sm_90a", "attn-insert-pipelines", PERSISTENT), "consumer0", _walk_branch_on_trunci)
     assert _located(plan, "sm_90a", "attn-verify-pipeline").message == (
         "attn-verify-pipeline: role 'consumer0': the condition of scf.if is not a value the loops and arith ops "
-        "make (an iter_arg, a constant, attn.ring_advance, attn.kv_range, attn.dim, integer arith)")
+        "make (an iter_arg, a constant, attn.ring_advance, attn.kv_range, attn.first_block_guess, attn.dim, "
+        "integer arith)")
 
 
 def _no_first_cta_barrier(role: str) -> str:

@@ -264,20 +264,9 @@ def test_staged_o_is_read_from_the_store_and_refused_there():
                     r"query block per CTA, no producer warpgroup", message), message
 
 
-def test_early_first_is_read_from_the_first_blocks_load_alone():
-    """`early_first` sits on the K load of the first block (ahead = 0) only: docs_sink's
-    sm_80 load edited to false is the kernel of early_first=false (the choice on a later
-    block's K load, which has no guess to make, is refused: below)."""
-    plan, edited = _edit_is_the_option("docs_sink", "ahead = 0 : i64, early_first = true",
-                                       "ahead = 0 : i64, early_first = false", {"early_first": False})
-    assert plan.count("early_first = true") == 1
-    assert edited.manifest["specialization"]["early_first"] is False
-
-
 @pytest.mark.parametrize("example, old, new, message", [
-    ("docs_sink", '{ahead = 1 : i64, lean = true, operand = "k"}',
-     '{ahead = 1 : i64, early_first = true, lean = true, operand = "k"}',
-     "early_first sits on the K attn.load of the first block (ahead = 0) only, not on this attn.load"),
+    ("docs_sink", '{operand = "q"}', '{lean = true, operand = "q"}',
+     "lean sits on the K and V attn.load only, not on this attn.load"),
     ("gemma2", '{operand = "lse"}', '{operand = "lse", staged = true}',
      "staged sits on O's attn.store only, not on this attn.store"),
     ("alibi", '{kind = "qk", unroll = 1 : i64}', '{kind = "qk", row_sum = true, unroll = 1 : i64}',
