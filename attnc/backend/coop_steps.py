@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 from mlir import ir
 
-from attnc.backend.kv_steps import StepOp, body_of, check_trips_by_kind, prologue_steps, step_op
+from attnc.backend.kv_steps import StepOp, body_of, check_trips_by_kind, step_op
+from attnc.backend.role_prologue import prologue_steps
 from attnc.backend.role_shell import check_compute
 from attnc.backend.wgmma_steps import Around, advances, around_ops, check_hooks, require
 from attnc.ir import error_at

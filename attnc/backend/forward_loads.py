@@ -144,7 +144,7 @@ class ForwardLoads:
     # ------------------------------------------------------------ the prologue
     def prologue(self, m_block) -> KvSchedule:
         """The cooperative role's ops before its KV loops for query block `m_block`
-        (`prologue_ops`), in their order (Note [The role op by op] in kv_steps.py): Q's
+        (`prologue_ops`), in their order (Note [The role op by op] in role_prologue.py): Q's
         copies, the key range and the first steps' K and V -- by default groups Q, then
         K0, V0, K1, ..., V_{S-2}, K_{S-1}. With a guessed first block, K0 and V0 are the
         guess's, issued before the range is read, and its miss branch adds K0, V0 again

@@ -46,7 +46,7 @@ from attnc.schedule.walk import PAIRS, walk_order
 # The ops of a step body the lowering has patterns for, with the attribute each keeps
 # (a tile, an operand or a GEMM's kind), and its count (`pending`, `ahead`).
 _WHAT = {R.SLOT_READ: "tile", R.SLOT_WRITE: "tile", "attn.load": "operand", "attn.mma": "kind"}
-_COUNT = {R.CP_ASYNC_WAIT: "pending", "attn.load": "ahead"}
+COUNTS = {R.CP_ASYNC_WAIT: "pending", "attn.load": "ahead"}
 _LOWERED = (R.CP_ASYNC_WAIT, R.CTA_BARRIER, R.SLOT_READ, R.SLOT_WRITE, R.CP_ASYNC_COMMIT, "attn.load", "attn.mma",
             "attn.score_mod", "attn.mask", "attn.softmax_step", "attn.rescale", "attn.block_map_read")
 # Ops that lower to nothing: the ring's stage arithmetic (slots come from `ahead`), index
@@ -208,9 +208,11 @@ def kv_steps(role, kernel) -> KvSteps:
         loops.append((kind, body))
     check_trips_by_kind(loops, [ops[k] for k in at], "Note [Steps op by op]")
     for op in ops[at[0]:at[-1]]:
-        if op.name != "scf.for" and not op.name.startswith(_ARITH):
+        if op.name != "scf.for" and not op.name.startswith(ARITH):
             raise error_at(op, f"the sm_80 lowering builds the KV loops one after the other, with nothing but "
                                f"index arithmetic between them, not {op.name} (Note [The role op by op])")
+    from attnc.backend.role_prologue import prologue_steps
+
     first = prologue_steps(ops[:at[0]], first_kv_block(ops[at[0]]), ops[at[0]], kernel, stages)
     if pairs:
         return KvSteps(tuple(loops), first, _pair_epilogue(role, moved, ops[at[-1] + 1:], carried))
@@ -230,7 +232,7 @@ def _before_loops(role, ops: list, at: list) -> tuple[list, list, ir.Operation]:
     """A round's ops without the epilogue of the last round's block, which stands right
     before the first KV loop (index arithmetic aside); the loops' places; that epilogue."""
     k = at[0] - 1
-    while k >= 0 and ops[k].name.startswith(_ARITH):
+    while k >= 0 and ops[k].name.startswith(ARITH):
         k -= 1
     moved = ops[k] if k >= 0 else None
     if moved is None or moved.name != "scf.if" or R.is_walk_branch(moved):
@@ -243,7 +245,7 @@ def _pair_epilogue(role, moved, after: list, carried) -> tuple[StepOp, ...]:
     """The end of a round (a wait for every copy, a CTA barrier, the yield of the round and
     its last KV loop's m, l and O), the epilogue in it (`moved`) and after the walk."""
     loop, positions = carried
-    body = [op for op in after if not op.name.startswith(_ARITH)]
+    body = [op for op in after if not op.name.startswith(ARITH)]
     names = [(op.name, str(R.attrs_of(op).get("pending", ""))) for op in body]
     branch = R.walk_branch(role)
     walk = branch.parent
@@ -256,11 +258,11 @@ def _pair_epilogue(role, moved, after: list, carried) -> tuple[StepOp, ...]:
                                                   f"round and the last KV loop's m, l and O ({PAIRS_NOTE})")
     _check_pair_walk(role, walk, branch)
     ends = [op.operation for op in walk.block.operations]
-    last = next((op for op in ends[ends.index(walk) + 1:] if not op.name.startswith(_ARITH)), None)
+    last = next((op for op in ends[ends.index(walk) + 1:] if not op.name.startswith(ARITH)), None)
     if last is None or last.name != "scf.if":
         raise error_at(walk, f"the last block's epilogue follows the pair's walk, in an scf.if over its last "
                              f"round ({PAIRS_NOTE})")
-    stray = [op for op in ends[:-1] if op not in (walk, last) and not op.name.startswith(_ARITH)
+    stray = [op for op in ends[:-1] if op not in (walk, last) and not op.name.startswith(ARITH)
              and op.name not in ("attn.fill", R.WALK_ROUNDS)]
     if stray:
         raise error_at(stray[0], f"around the pair's walk the role has its starting values and nothing else, not "
@@ -285,7 +287,7 @@ def _check_pair_walk(role, walk, branch) -> None:
                              f"taking attn.walk_block of its round, in the role's region ({PAIRS_NOTE})")
     ops = [op.operation for op in walk.regions[0].blocks[0].operations]
     other = [op.operation for op in branch.regions[1].blocks[0].operations] if branch.regions[1].blocks else []
-    if [op for op in ops[:-1] if not op.name.startswith(_ARITH)] != [item, branch] or \
+    if [op for op in ops[:-1] if not op.name.startswith(ARITH)] != [item, branch] or \
             list(ops[-1].operands) != list(branch.results) or len(other) != 1 or \
             list(other[0].operands) != list(walk.regions[0].blocks[0].arguments)[1:]:
         raise error_at(walk, f"a round of the pair's walk takes its block, runs the program where there is one, "
@@ -308,22 +310,7 @@ def _carried_epilogue(role, branch, prev, mlo: list) -> tuple[StepOp, ...]:
                           list(item.results)[1:4])
 
 
-# Note [The role op by op]: what sm_80's role does before its KV loops is lowered op by op
-# too, in the order the ops stand (`ForwardLoads.prologue` in forward_loads.py, which
-# sm_90a's cooperative role's loads before its key range take as well: Note [Cooperative
-# steps op by op] in coop_steps.py): Q's load and its group, the
-# key range (read where its op stands, or without one -- no mask -- before the first K or
-# V load), and the K and V loads of the first steps, each `ahead` i filling slot i (so
-# each tile's loads stand in the order of their `ahead`, as the ring fills its slots). The
-# ops after the KV loops are the epilogue the kernel builds: a wait for every copy, the
-# finalize, O's store and the LSE's at the CTA's block, checked to be those. With the KV
-# loops (Note [Steps op by op]) the whole role is followed or refused at an op (Note
-# [Roles followed in full] in attnc/ir/roles.py).
-_PROLOGUE = ("attn.load", R.SLOT_WRITE, R.CP_ASYNC_COMMIT, "attn.kv_range", "attn.block_map_range")
-_QUIET = (R.RING_ADVANCE, "attn.fill", "attn.dim")      # their values the kernel computes itself
-
-
-def _pattern_op(op, quiet, lowered: tuple[str, ...], where: str, note: str):
+def pattern_op(op, quiet, lowered: tuple[str, ...], where: str, note: str):
     """(attributes, tile/operand/kind) of an op a pattern lowers; None for one that lowers
     to nothing (`quiet(name)`); refused at the op where no pattern takes it."""
     name = op.name
@@ -333,119 +320,6 @@ def _pattern_op(op, quiet, lowered: tuple[str, ...], where: str, note: str):
         raise error_at(op, f"the cooperative role's lowering has no pattern for {name} {where} (Note [{note}])")
     attrs = R.attrs_of(op)
     return attrs, str(attrs.get(_WHAT.get(name, ""), ""))
-
-
-def prologue_steps(ops: list, first_block, where, kernel, stages: int) -> tuple[StepOp, ...]:
-    """The cooperative role's ops `ops` before its KV loops, checked (Note [The role op by
-    op]): the first steps' loads are of `first_block`, the first KV loop's first block, but
-    for a guessed first block's copies before the key range and their miss branch after it
-    (Note [The guessed first block in the IR] in attnc/schedule/first_guess.py); `where`
-    locates what is missing."""
-    out: list[StepOp] = []
-    made: dict = {}
-    next_ahead = {"k": 0, "v": 0}
-    kv_range = guess = missed = None
-    for op in ops:
-        if op.name == R.FIRST_BLOCK_GUESS or (op.name == "scf.if" and guess is not None and missed is None):
-            if op.name == R.FIRST_BLOCK_GUESS:
-                guess = _check_guess(op, kernel, kv_range, next_ahead)
-                out.append(step_op(op, "first_block_guess"))
-            else:
-                missed = op
-                out.append(_missed_steps(op, first_block, kernel, kv_range, next_ahead))
-            continue
-        found = _pattern_op(op, lambda n: n in _QUIET or n.startswith(_ARITH), _PROLOGUE, "before the KV loops",
-                            "The role op by op")
-        if found is None:
-            continue
-        (attrs, what), name = found, op.name
-        if name in ("attn.kv_range", "attn.block_map_range"):
-            if kv_range is not None:
-                raise error_at(op, "the role reads its key range once (Note [The role op by op])")
-            if guess is not None and list(op.operands) != list(guess.owner.operands):
-                raise error_at(guess.owner, f"the guess is of the query block whose key range the role reads, "
-                                            f"(m_block, b, h) as {op.name} takes them ({_GUESS_NOTE})")
-            kv_range = op
-        elif name == "attn.load":
-            if what == "q":
-                if op.operands[0] != kernel.operands[0] or ("attn.load", "q", 0) in made.values():
-                    raise error_at(op, "the role loads Q once, from the kernel's q (Note [The role op by op])")
-            elif what in next_ahead:
-                ahead = int(attrs.get("ahead", -1))
-                block = guess if guess is not None and kv_range is None else first_block
-                if (op.operands[0] != kernel.operands[1 if what == "k" else 2] or op.operands[3] != block
-                        or ahead != next_ahead[what]):
-                    whose = "the guessed first block" if block is guess else "the first KV loop's first block"
-                    raise error_at(op, f"before the KV loops the role loads {what.upper()} of the first steps in turn "
-                                       f"(ahead = {next_ahead[what]} next), from the kernel's {what}, at {whose} "
-                                       f"(Note [The role op by op])")
-                next_ahead[what] += 1
-            else:
-                raise error_at(op, f"no load of {what!r} before the KV loops (Note [The role op by op])")
-        elif name == R.SLOT_WRITE:
-            _check_flow(op, what, made)
-            if "rewrite" in op.attributes:
-                raise error_at(op, f"a rewrite of a slot is a guessed first block's miss ({_GUESS_NOTE})")
-        for k, result in enumerate(op.results):
-            made[result] = (name, what, k)
-        if name == "attn.block_map_range":         # the range read here, from the map's row
-            name, what = "attn.kv_range", "map"
-        out.append(step_op(op, name.removeprefix("attn."), what, int(attrs.get(_COUNT.get(name, ""), 0))))
-    if ("attn.load", "q", 0) not in made.values():
-        raise error_at(where, "before its KV loops the role loads Q (Note [The role op by op])")
-    if next_ahead != {"k": stages, "v": stages - 1}:
-        raise error_at(where, f"before the KV loops the role loads K of the first {stages} steps and V of the "
-                             f"first {stages - 1}, one per slot ahead (Note [The role op by op])")
-    if guess is not None and missed is None:
-        raise error_at(guess.owner, f"the guessed first block's copies are loaded again in an scf.if after the key "
-                                    f"range ({_GUESS_NOTE})")
-    return tuple(out)
-
-
-_GUESS_NOTE = "Note [The guessed first block in the IR] in attnc/schedule/first_guess.py"
-
-
-def _check_guess(op, kernel, kv_range, next_ahead: dict) -> ir.Value:
-    """The guess of the first block: sm_80's, before the key range and the K/V copies."""
-    target = R.attrs_of(kernel).get("target")
-    if target != "sm_80":
-        raise error_at(op, f"{R.FIRST_BLOCK_GUESS}: the guessed first block is sm_80's; the {target} lowering has "
-                           f"no pattern for it ({_GUESS_NOTE})")
-    if kv_range is not None or any(next_ahead.values()):
-        raise error_at(op, f"the role guesses its first block once, before it reads its key range or copies K and "
-                           f"V ({_GUESS_NOTE})")
-    return op.result
-
-
-def _missed_steps(branch, first_block, kernel, kv_range, next_ahead: dict) -> StepOp:
-    """The miss of a guessed first block: an scf.if after the key range whose branch waits
-    for every copy and loads the guessed tiles again, at the first block, into their slots
-    (`rewrite`), a cp.async group each; its StepOp holds them as its `body`."""
-    ops = [op.operation for op in branch.regions[0].blocks[0].operations]
-    guessed = [t for t in ("k", "v") if next_ahead[t]]
-    names = [(op.name, _what_of(op)) for op in ops[:-1]]
-    wanted = [(R.CP_ASYNC_WAIT, "0")] + [x for t in guessed
-                                         for x in (("attn.load", t), (R.SLOT_WRITE, t), (R.CP_ASYNC_COMMIT, ""))]
-    loads = [op for op in ops if op.name == "attn.load"]
-    writes = [op for op in ops if op.name == R.SLOT_WRITE]
-    if (kv_range is None or branch.regions[1].blocks or names != wanted
-            or any(op.operands[3] != first_block or R.attrs_of(op).get("ahead") != 0
-                   or op.operands[0] != kernel.operands[1 if t == "k" else 2] for op, t in zip(loads, guessed))
-            or any("rewrite" not in op.attributes or op.operands[2] != load.result
-                   for op, load in zip(writes, loads))):
-        raise error_at(branch, f"after the key range, where the range's top is not the guess, the role waits for "
-                               f"every copy (pending = 0) and loads {' and '.join(t.upper() for t in guessed)} "
-                               f"again at the first KV loop's first block (ahead = 0), each a rewrite of its "
-                               f"slot and a cp.async group, with no else branch ({_GUESS_NOTE})")
-    body = tuple(step_op(op, op.name.removeprefix("attn."), what, int(R.attrs_of(op).get(_COUNT.get(op.name, ""), 0)))
-                 for op, (_, what) in zip(ops, names))
-    return StepOp("guess_missed", body=body)
-
-
-def _what_of(op) -> str:
-    """A load's operand, a slot write's tile, a wait's `pending`."""
-    attrs = R.attrs_of(op)
-    return str(attrs.get("operand", attrs.get("tile", attrs.get("pending", ""))))
 
 
 def _check_epilogue(ops: list, carried, role) -> tuple[StepOp, ...]:
@@ -469,7 +343,7 @@ def check_epilogue(ops: list, results: list, role, wait: bool, note: str, source
     (with it) the LSE's at the block `at` (b, h, m_block), as the kernels build their
     epilogue; refused at the first op that differs. The finalize and the stores, as step
     ops (O's store holds its choice `staged`: Note [Choices op by op])."""
-    body = [op for op in ops if not op.name.startswith(_ARITH) and op.name != R.YIELD]
+    body = [op for op in ops if not op.name.startswith(ARITH) and op.name != R.YIELD]
     names = [(op.name, str(R.attrs_of(op).get("operand", R.attrs_of(op).get("pending", "")))) for op in body]
     wanted = [(R.CP_ASYNC_WAIT, "0")] if wait else []
     wanted += [("attn.finalize", ""), ("attn.store", "o")]
@@ -490,7 +364,7 @@ def check_epilogue(ops: list, results: list, role, wait: bool, note: str, source
 
 # Ops of other dialects a body may hold that lower to nothing of their own: index arithmetic
 # (the lowering computes its blocks and slots itself).
-_ARITH = ("arith.",)
+ARITH = ("arith.",)
 _ONE_EACH = ("attn.mma", "attn.load", R.SLOT_READ, R.SLOT_WRITE, "attn.score_mod", "attn.mask",
              "attn.softmax_step", "attn.rescale")
 _TILES = {"attn.mma": ("qk", "pv"), "attn.load": ("k", "v"), R.SLOT_WRITE: ("k", "v"), R.SLOT_READ: ("q", "k", "v")}
@@ -506,7 +380,7 @@ def _body(loop, kernel, stages: int, hooks: dict, kind: str) -> tuple[tuple[Step
     seen: dict[tuple[str, str], object] = {}
     for op in block.operations:
         op = op.operation
-        found = _pattern_op(op, lambda n: n in _NOTHING or (n.startswith(_ARITH) and not op.regions), _LOWERED,
+        found = pattern_op(op, lambda n: n in _NOTHING or (n.startswith(ARITH) and not op.regions), _LOWERED,
                             "in a KV loop", "Steps op by op")
         if found is None:
             continue
@@ -518,12 +392,12 @@ def _body(loop, kernel, stages: int, hooks: dict, kind: str) -> tuple[tuple[Step
         if key in seen and name in _ONE_EACH:
             raise error_at(op, f"a KV step has one {name} {what}".rstrip() + " (Note [Steps op by op])")
         seen[key] = op
-        _check_flow(op, what, made)
+        check_flow(op, what, made)
         if name == "attn.load":
             _check_load(op, what, kernel, loop, stages)
         for k, result in enumerate(op.results):
             made[result] = (name, what, k)
-        ops.append(step_op(op, name.removeprefix("attn."), what, int(attrs.get(_COUNT.get(name, ""), 0))))
+        ops.append(step_op(op, name.removeprefix("attn."), what, int(attrs.get(COUNTS.get(name, ""), 0))))
     for needed in (("attn.mma", "qk"), ("attn.mma", "pv"), ("attn.softmax_step", ""), ("attn.rescale", ""),
                    (R.SLOT_READ, "q"), (R.SLOT_READ, "k"), (R.SLOT_READ, "v"), ("attn.load", "k"),
                    ("attn.load", "v"), (R.SLOT_WRITE, "k"), (R.SLOT_WRITE, "v")):
@@ -561,7 +435,7 @@ def _check_load(op, what: str, kernel, loop, stages: int) -> None:
                            f"(attn-tile{{stages}}) (Note [Steps op by op])")
 
 
-def _check_flow(op, what: str, made: dict) -> None:
+def check_flow(op, what: str, made: dict) -> None:
     """The tile operands of `op` come from the ops attn-tile has them come from (the
     scores' chain aside: `_check_scores`)."""
     name = op.name

@@ -21,8 +21,8 @@ query blocks per CTA]); `num_warps` warps, warp w owning rows [w*block_m/num_war
 
 That is the plan's order; each step is built from the ops of the IR's KV loop, a pattern
 per op (`STEP_PATTERNS`), in the order they stand there, and so is what comes before the
-loops (forward_loads.py's `prologue`) (Notes [Steps op by op] and [The role op by op] in
-kv_steps.py). Here the kernel's GEMMs and steps, `SM80`: functions over the kernel's
+loops (forward_loads.py's `prologue`) (Notes [Steps op by op] in kv_steps.py and [The role op by op] in
+role_prologue.py). Here the kernel's GEMMs and steps, `SM80`: functions over the kernel's
 state. What it shares with sm_90a's kernel -- the CTA's coordinates, the scores' hooks,
 the softmax step, the query blocks a CTA runs, the epilogue -- is forward.py's
 (`KernelState`), and its copies from global memory, the prologue's and the steps'

@@ -340,7 +340,7 @@ def _steps(role: ir.Operation, step) -> list[str]:
 def built_op_by_op(role: ir.Operation) -> bool:
     """Whether the lowering of `role`'s kernel builds the role op by op, in the order its
     ops stand (sm_80's cooperative role: Notes [Steps op by op] and [The role op by op] in
-    attnc/backend/kv_steps.py)."""
+    attnc/backend/kv_steps.py and role_prologue.py)."""
     kernel = role.parent.parent if role.parent is not None else None
     target = attrs_of(kernel).get("target") if kernel is not None else None
     return target == "sm_80" and name_of(role) == "compute"

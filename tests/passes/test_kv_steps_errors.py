@@ -1,5 +1,5 @@
 """sm_80's compute role as attn-lower-sm80 reads it from the L5 plan (Notes [Steps op by
-op] and [The role op by op] in attnc/backend/kv_steps.py), edited by hand where the
+op] and [The role op by op] in attnc/backend/kv_steps.py and role_prologue.py), edited by hand where the
 kernel cannot follow and refused at the op that differs: a role without a KV loop, an op
 between the KV loops, the key range read twice, a load of another tensor before the
 loops, Q or a K/V step's load missing there, a step without P.V, V read at another

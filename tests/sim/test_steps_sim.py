@@ -1,5 +1,5 @@
 """sm_80 kernels whose role was edited at L5 and built op by op (Notes [Steps op by op] and
-[The role op by op] in attnc/backend/kv_steps.py), run in the PTX emulator against
+[The role op by op] in attnc/backend/kv_steps.py and role_prologue.py), run in the PTX emulator against
 attnc.reference at a small ragged shape, as tests/sim/test_examples_sim.py runs the
 examples: each step's V wait above its softmax (examples/passes/wait_v_early.py) at 2
 and 3 K/V stages, and Q's copies issued after the key range is read (a pass written
