@@ -22,7 +22,7 @@ must not part) and which carried values are the rings. The first step before the
 the scores and softmax) and the last P.V after them (O landed and scaled, the wait for
 every group, P.V, O landed) are built from their ops likewise, and checked the same
 way; so are the role's loads before the key range, as sm_80's (Note [The role op by op]
-in kv_steps.py). The loops around the trips are the kernel's (`check_key_range` checks
+in role_prologue.py). The loops around the trips are the kernel's (`check_key_range` checks
 what it takes as its own), and what stands around them -- the ops between the loops, the
 else branch, the epilogue -- is checked op by op (role_shell.py, Note [Roles followed in
 full] in attnc/ir/roles.py).

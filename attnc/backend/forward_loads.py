@@ -61,9 +61,9 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, llvm, scf
 
+from attnc.backend.kv_schedule import KvSchedule
 from attnc.backend.nvgpu_builders import GlobalPtr
 from attnc.errors import AttncError
-from attnc.backend.kv_schedule import KvSchedule
 
 
 class ForwardLoads:

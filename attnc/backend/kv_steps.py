@@ -136,7 +136,8 @@ class KvSteps:
     """The bodies of a role's KV loops in program order: (kv_blocks, ops)."""
 
     loops: tuple[tuple[str, tuple[StepOp, ...]], ...]
-    prologue: tuple[StepOp, ...] = ()       # the ops before the KV loops (Note [The role op by op])
+    prologue: tuple[StepOp, ...] = ()       # the ops before the KV loops (Note [The role op by op]
+                                            # in role_prologue.py)
     epilogue: tuple[StepOp, ...] = ()       # the finalize and the stores after them
 
     def body(self, mode: str, top: bool = True) -> tuple[StepOp, ...]:
@@ -187,7 +188,7 @@ def body_of(loops, mode: str, top: bool = True) -> tuple[StepOp, ...]:
 def kv_steps(role, kernel) -> KvSteps:
     """The KV loops' bodies of the cooperative role `role` of `kernel` (L5) and the ops
     before them, checked for the ops and the data flow the lowering builds, with the ops
-    after them (Notes [Steps op by op] and [The role op by op])."""
+    after them (Notes [Steps op by op] and [The role op by op] in role_prologue.py)."""
     stages = int(next(R.attrs_of(c)["stages"] for c in R.channel_ops(kernel) if R.name_of(c) == "kv"))
     hooks = {"attn.score_mod": R.attrs_of(kernel).get("has_score_mod", False),
              "attn.mask": R.attrs_of(kernel).get("has_mask_mod", False)}

@@ -22,6 +22,7 @@ from mlir import ir
 from attnc.backend.kv_steps import ARITH, COUNTS, StepOp, check_flow, pattern_op, step_op
 from attnc.ir import error_at
 from attnc.ir import roles as R
+from attnc.ir.ops import cmpi_predicate, defining_op
 
 _PROLOGUE = ("attn.load", R.SLOT_WRITE, R.CP_ASYNC_COMMIT, "attn.kv_range", "attn.block_map_range")
 _QUIET = (R.RING_ADVANCE, "attn.fill", "attn.dim")      # their values the kernel computes itself
@@ -44,7 +45,9 @@ def prologue_steps(ops: list, first_block, where, kernel, stages: int) -> tuple[
                 out.append(step_op(op, "first_block_guess"))
             else:
                 missed = op
-                out.append(_missed_steps(op, first_block, kernel, kv_range, next_ahead))
+                after_range = bool(out) and out[-1].name == "kv_range"
+                out.append(_missed_steps(op, first_block, kernel, kv_range if after_range else None, guess,
+                                         next_ahead))
             continue
         found = pattern_op(op, lambda n: n in _QUIET or n.startswith(ARITH), _PROLOGUE, "before the KV loops",
                             "The role op by op")
@@ -54,9 +57,11 @@ def prologue_steps(ops: list, first_block, where, kernel, stages: int) -> tuple[
         if name in ("attn.kv_range", "attn.block_map_range"):
             if kv_range is not None:
                 raise error_at(op, "the role reads its key range once (Note [The role op by op])")
-            if guess is not None and list(op.operands) != list(guess.owner.operands):
-                raise error_at(guess.owner, f"the guess is of the query block whose key range the role reads, "
-                                            f"(m_block, b, h) as {op.name} takes them ({_GUESS_NOTE})")
+            if guess is not None and (name != "attn.block_map_range"
+                                      or list(op.operands) != list(guess.owner.operands)):
+                raise error_at(guess.owner, f"the guess is of the query block whose key range the role reads from "
+                                            f"its block map, (m_block, b, h) as attn.block_map_range takes them "
+                                            f"({_GUESS_NOTE})")
             kv_range = op
         elif name == "attn.load":
             if what == "q":
@@ -109,10 +114,12 @@ def _check_guess(op, kernel, kv_range, next_ahead: dict) -> ir.Value:
     return op.result
 
 
-def _missed_steps(branch, first_block, kernel, kv_range, next_ahead: dict) -> StepOp:
-    """The miss of a guessed first block: an scf.if after the key range whose branch waits
-    for every copy and loads the guessed tiles again, at the first block, into their slots
-    (`rewrite`), a cp.async group each; its StepOp holds them as its `body`."""
+def _missed_steps(branch, first_block, kernel, kv_range, guess, next_ahead: dict) -> StepOp:
+    """The miss of a guessed first block: an scf.if right after the key range (`kv_range`,
+    None where the branch stands elsewhere), taken where the range has a block and its top
+    is not the guess, whose branch waits for every copy and loads the guessed tiles again,
+    at the first block, into their slots (`rewrite`), a cp.async group each; its StepOp
+    holds them as its `body`."""
     ops = [op.operation for op in branch.regions[0].blocks[0].operations]
     guessed = [t for t in ("k", "v") if next_ahead[t]]
     names = [(op.name, _what_of(op)) for op in ops[:-1]]
@@ -120,18 +127,32 @@ def _missed_steps(branch, first_block, kernel, kv_range, next_ahead: dict) -> St
                                          for x in (("attn.load", t), (R.SLOT_WRITE, t), (R.CP_ASYNC_COMMIT, ""))]
     loads = [op for op in ops if op.name == "attn.load"]
     writes = [op for op in ops if op.name == R.SLOT_WRITE]
-    if (kv_range is None or branch.regions[1].blocks or names != wanted
+    if (kv_range is None or not _is_miss_test(branch.operands[0], kv_range, first_block, guess)
+            or branch.regions[1].blocks or names != wanted
             or any(op.operands[3] != first_block or R.attrs_of(op).get("ahead") != 0
                    or op.operands[0] != kernel.operands[1 if t == "k" else 2] for op, t in zip(loads, guessed))
             or any("rewrite" not in op.attributes or op.operands[2] != load.result
                    for op, load in zip(writes, loads))):
-        raise error_at(branch, f"after the key range, where the range's top is not the guess, the role waits for "
-                               f"every copy (pending = 0) and loads {' and '.join(t.upper() for t in guessed)} "
+        raise error_at(branch, f"right after the key range, where the range has a block and its top is not the "
+                               f"guess (lo < hi and top != guess, as attn-insert-pipelines writes it), the role "
+                               f"waits for every copy (pending = 0) and loads "
+                               f"{' and '.join(t.upper() for t in guessed)} "
                                f"again at the first KV loop's first block (ahead = 0), each a rewrite of its "
                                f"slot and a cp.async group, with no else branch ({_GUESS_NOTE})")
     body = tuple(step_op(op, op.name.removeprefix("attn."), what, int(R.attrs_of(op).get(COUNTS.get(op.name, ""), 0)))
                  for op, (_, what) in zip(ops, names))
     return StepOp("guess_missed", body=body)
+
+
+def _is_miss_test(cond, kv_range, top, guess) -> bool:
+    """Whether `cond` is (lo < hi) and (top != guess) of the range `kv_range`."""
+    both = defining_op(cond)
+    if both is None or both.name != "arith.andi":
+        return False
+    some, other = (defining_op(v) for v in both.operands)
+    return (some is not None and other is not None and some.name == other.name == "arith.cmpi"
+            and cmpi_predicate(some) == "slt" and list(some.operands) == list(kv_range.results[:2])
+            and cmpi_predicate(other) == "ne" and list(other.operands) == [top, guess])
 
 
 def _what_of(op) -> str:

@@ -36,7 +36,7 @@ from attnc.passes.registry import Pass
 
 @dataclass(frozen=True)
 class InsertPipelines(Pass):
-    """Replace put/get by mbarrier, cp.async and named-barrier ops with (stage, phase) state."""
+    """Replace put/get by mbarrier, cp.async and named-barrier ops with (stage, phase) state; sm_80's guess."""
 
     name: ClassVar[str] = "attn-insert-pipelines"
 

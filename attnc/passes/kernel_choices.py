@@ -16,8 +16,8 @@ Note [Kernel choices]: the choices of a kernel that are not its plan (roles, sta
 budgets, buffers, synchronization: L3-L5) sit on the ops they concern -- the grid order
 and CTAs per SM on attn.kernel, the per-score mask test on attn.mask, the exp2 split on
 attn.softmax_step, the lazy rescale on attn.rescale, the row sums on the P.V mma, the
-rolled k-steps on the QK^T mma, the step loads on the K and V loads, the guessed first
-block on the first block's K load, the staged epilogue on O's store. attn-lower-sm80 and
+rolled k-steps on the QK^T mma, the step loads on the K and V loads, the staged epilogue
+on O's store. attn-lower-sm80 and
 attn-lower-sm90a read them there and nowhere else: an attribute edited by hand or by a
 user pass gives that kernel, or a located error naming the condition it breaks (on an op
 it does not sit on: saying where it sits); where one is absent (a pipeline without this
@@ -91,6 +91,10 @@ CHOICES: tuple[Choice, ...] = (
     Choice("qk_unroll", "unroll", int, "attn.mma", ("qk",), per_op=True),
 )
 BY_OPTION = {c.option: c for c in CHOICES}
+# Choices the plan makes as ops of its own, not attributes: where each stands.
+PLANNED = {"early_first": "the guessed first block is the role's ops (attn.first_block_guess, its copies and "
+                          "its miss branch), which attn-insert-pipelines{early_first} writes (Note [The guessed "
+                          "first block in the IR] in attnc/schedule/first_guess.py)"}
 PER_OP = tuple(c for c in CHOICES if c.per_op)
 
 
@@ -268,9 +272,9 @@ def read(kernel) -> dict:
 
 
 def _check_stray(kernel) -> None:
-    """Refuse a choice on an op it does not sit on (a later block's K load holding
-    a Q load holding lean, the LSE's store holding staged, the QK^T mma holding row_sum, ...), which
-    no lowering would read."""
+    """Refuse a choice on an op it does not sit on (a Q load holding lean, the LSE's store
+    holding staged, the QK^T mma holding row_sum, ...), which no lowering would read, and
+    an attribute of a choice that is the plan's (`PLANNED`)."""
     from mlir import ir
 
     from attnc.ir import error_at
@@ -283,6 +287,10 @@ def _check_stray(kernel) -> None:
     stray = []
 
     def visit(op):
+        planned = next((attr for attr in PLANNED if attr in op.attributes), None)
+        if planned is not None:
+            stray.append((op.operation, planned, None))
+            return ir.WalkResult.INTERRUPT
         for attr, choices in by_attr.items():
             if attr in op.attributes and not any(op.name == c.op and _holds(c, op) for c in choices):
                 stray.append((op.operation, attr, choices[0]))
@@ -293,6 +301,8 @@ def _check_stray(kernel) -> None:
         op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
         if stray:           # (raised out of the walk, which would wrap it)
             op, attr, choice = stray[0]
+            if choice is None:
+                raise error_at(op, f"{attr} on {op.name}: no lowering reads it here; {PLANNED[attr]}")
             raise error_at(op, f"{attr} sits on {_where(choice)} only, not on this {op.name}: no lowering "
                                f"reads it here (Note [Kernel choices] in attnc/passes/kernel_choices.py)")
 

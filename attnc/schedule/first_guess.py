@@ -107,12 +107,11 @@ def _first_copy(ops: list, k: int, end: int) -> tuple[ir.Operation, ir.Operation
     """The load at ops[k], its slot write and the commit that closes its group."""
     load = ops[k]
     uses = [use.owner for use in load.result.uses]
-    after = [op for op in ops[k + 1:end]]
+    after = ops[k + 1:end]
     write = next((op for op in after if op.name == R.SLOT_WRITE and op in uses), None)
     commit = next((op for op in after[after.index(write) + 1:] if op.name == R.CP_ASYNC_COMMIT), None) \
         if write is not None else None
-    if write is None or commit is None or len(uses) != 1 or write.attributes["completes"] != \
-            ir.StringAttr.get("group", load.context):
+    if write is None or commit is None or len(uses) != 1 or R.attrs_of(write).get("completes") != "group":
         raise error_at(load, f"{PASS}: early_first moves the first block's copies, each an attn.load written "
                              f"into its slot as a cp.async group and committed ({NOTE})")
     return load, write, commit

@@ -51,19 +51,20 @@ attnc/schedule/overlap.py) still meets the producer's fills one for one. A role 
 loops run fewer than 2S trips in all (bounds edited away from the key range) is refused:
 its loop bodies would go unchecked. Not so with a fixed key length N (a constant in the
 IR, not attn.dim): the loops' bounds are then the constants the kernel runs with, however
-few trips they give (N = 333 in 128-key blocks: 3, of which an overlapped role peels one).
-A persistent CTA's walk over query blocks (Note [The walk over query blocks] in walk.py)
-runs three rounds, each with a block: the first over that key range; the second over none, a block whose mask keeps no key, so that the
-branches without steps run (the consumers must still release Q's slot there); the third
-over S + 1 blocks -- enough for the producer to refill the slots where the first block
-left them, up to S steps ahead of consumers still finishing it, and to wait for Q's slot
-with the phase two blocks on. A longer last round would only repeat the first one's steps
-at twice the states. sm_80's pair of query blocks runs two rounds, of 2S + 1 and S + 1 key
-blocks (Note [Rounds that start over]).
+few trips they give (N = 333 in 128-key blocks: 3, of which an overlapped role peels
+one). A persistent CTA's walk over query blocks (Note [The walk over query blocks] in
+walk.py) runs three rounds, each with a block: the first over that key range; the second
+over none, a block whose mask keeps no key, so that the branches without steps run (the
+consumers must still release Q's slot there); the third over S + 1 blocks -- enough for
+the producer to refill the slots where the first block left them, up to S steps ahead of
+consumers still finishing it, and to wait for Q's slot with the phase two blocks on. A
+longer last round would only repeat the first one's steps at twice the states. sm_80's
+pair of query blocks runs two rounds, of 2S + 1 and S + 1 key blocks (Note [Rounds that
+start over]).
 
 A violation is a deadlock (no role can move and one has not finished: named at the op
 it waits at), a slot written while a reader has not read or released its previous fill,
-a slot read before its fill landed or holding another fill, or an mbarrier that gets
+a slot rewritten (`rewrite`) after its fill was read or before its copies landed, a slot read before its fill landed or holding another fill, or an mbarrier that gets
 more arrivals than its count or more bytes than it expects (named at that op).
 """
 from __future__ import annotations
@@ -140,6 +141,7 @@ class _Trace:
         self.kv_trips = 0               # trips run by the role's KV loops (Note [Key blocks the check runs])
         self.first_kv_loop = None
         self.fills: dict = {}           # (channel, tile): fills written
+        self.written: dict = {}         # (channel, tile, stage): the fill last written there
         self.read: dict = {}            # (channel, tile): its ring's advances since the first read
         self.unadvanced: dict = {}      # stage value: the (channel, tile)s read at it, ring not advanced
         self.groups = 0
@@ -328,9 +330,9 @@ def _wait(t: _Trace, op) -> Event:
 
 
 def _slot(t: _Trace, op, kind: str) -> Event:
-    """A slot write (fill: the writes of the tile before it) or read (fill: the times its
-    ring advanced before it, Note [Re-reads] in sync_ir.py: the ring_advance of the stage
-    value it reads at)."""
+    """A slot write (fill: the writes of the tile before it; a rewrite's, the fill its slot
+    was last written with) or read (fill: the times its ring advanced before it, Note
+    [Re-reads] in sync_ir.py: the ring_advance of the stage value it reads at)."""
     chan = R.name_of(op.operands[0].owner)
     tile = ir.StringAttr(op.attributes["tile"]).value
     stage = t.get(op, op.operands[1])
@@ -339,8 +341,16 @@ def _slot(t: _Trace, op, kind: str) -> Event:
         t.slots_of[op.result] = (chan, tile, stage)
         return Event("read", chan, op, stage=stage, tile=tile, fill=t.read.get((chan, tile), 0))
     rewrite = "rewrite" in op.attributes
-    fill = t.fills.get((chan, tile), 0) - rewrite
-    t.fills[(chan, tile)] = fill + 1
+    if rewrite:                     # Note [The guessed first block in the IR] in first_guess.py
+        fill = t.written.get((chan, tile, stage))
+        if fill is None:
+            t.violations.append(Violation(op, f"this rewrite of slot {stage} of {chan!r} ({tile}) replaces no fill: "
+                                              f"the slot was never written"))
+            fill = -1
+    else:
+        fill = t.fills.get((chan, tile), 0)
+        t.fills[(chan, tile)] = fill + 1
+        t.written[(chan, tile, stage)] = fill
     if any(read == (chan, tile, stage) for _, slots in t.in_flight for read in slots):
         t.violations.append(Violation(op, f"this write overwrites slot {stage} of {chan!r} ({tile}) while an async "
                                           f"attn.mma reading it is in flight: land it with attn.mma_wait first "

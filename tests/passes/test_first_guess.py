@@ -73,8 +73,8 @@ def test_a_rewrite_of_a_slot_that_holds_no_unread_fill_is_refused():
     plan = _edit(_plan("attn-insert-pipelines"), r'(\{completes = "group", )(tile = "k"\}.*\n(?:.*\n){2}\s*.*scf.for)',
                  r"\1rewrite, \2")
     error = _refused(plan, "attn-verify-pipeline")
-    assert error.message == ("attn-verify-pipeline: compute rewrites slot 1 of 'kv' (k), which holds no fill: a "
-                             "rewrite replaces fill 0 before any thread reads it")
+    assert error.message == ("attn-verify-pipeline: this rewrite of slot 1 of 'kv' (k) replaces no fill: the slot "
+                             "was never written")
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -84,7 +84,8 @@ def test_a_rewrite_of_a_slot_that_holds_no_unread_fill_is_refused():
                  "kernel's k, at the guessed first block (Note [The role op by op])", id="guessed-k-elsewhere"),
     pytest.param(lambda p: _edit(p, r'(scf.if %\d+ \{\n(?:.*\n){4}\s*%\d+ = "attn.load"\(%arg2, %arg5, %arg6, )%\d+',
                                  r"\1%" + re.search(GUESS, p).group(1)),
-                 "after the key range, where the range's top is not the guess, the role waits for every copy "
+                 "right after the key range, where the range has a block and its top is not the guess (lo < hi "
+                 "and top != guess, as attn-insert-pipelines writes it), the role waits for every copy "
                  "(pending = 0) and loads K and V again at the first KV loop's first block (ahead = 0), each a "
                  "rewrite of its slot and a cp.async group, with no else branch (Note [The guessed first block "
                  "in the IR] in attnc/schedule/first_guess.py)", id="miss-reloads-v-at-the-guess"),
@@ -118,6 +119,29 @@ def _guess_again(plan: str) -> str:
     return plan[:at] + found.group(1) + "%again = " + found.group(2) + "\n" + plan[at:]
 
 
+MISS_TEST = ("right after the key range, where the range has a block and its top is not the guess (lo < hi and "
+             "top != guess, as attn-insert-pipelines writes it)")
+
+
+def _never_missing(plan: str, after_k1: bool, never: bool = True) -> str:
+    """The miss branch taken on `guess != guess` (never, with `never`), and with `after_k1`
+    moved after the copy of K's second block: the verifier runs the branch as written, so
+    the kernel must be built from the branch as written or refused (built from its own
+    test, the moved branch's rewrite of K would be among the groups the first step leaves
+    in flight)."""
+    found = re.search(r'^(\s*)scf.if (%\d+) \{\n(?:.*\n)*?\s*\} loc.*\n', plan, re.M)
+    guess = "%" + re.search(GUESS, plan).group(1)
+    branch = found.group(0)
+    if never:
+        branch = branch.replace(f"scf.if {found.group(2)} ", "scf.if %never ", 1)
+        branch = f"{found.group(1)}%never = arith.cmpi ne, {guess}, {guess} : i32\n" + branch
+    plan = plan[:found.start()] + plan[found.end():]
+    at = found.start()
+    if after_k1:
+        at = re.search(r'"attn.load"\(%arg1, .*\{ahead = 1 .*\n.*\n.*cp_async_commit.*\n', plan).end()
+    return plan[:at] + branch + plan[at:]
+
+
 def _without_miss(plan: str) -> str:
     found = re.search(r'^\s*scf.if %\d+ \{\n(?:.*\n)*?\s*\} loc.*\n', plan, re.M)
     return plan[:found.start()] + plan[found.end():]
@@ -127,10 +151,13 @@ def _without_miss(plan: str) -> str:
     pytest.param(_guess_again, "the role guesses its first block once, before it reads its key range or copies K and "
                                "V", id="guessed-twice"),
     pytest.param(lambda p: _edit(p, r'("attn.first_block_guess"\()%arg7, %arg5', r"\1%arg5, %arg7"),
-                 "the guess is of the query block whose key range the role reads, (m_block, b, h) as "
+                 "the guess is of the query block whose key range the role reads from its block map, "
+                 "(m_block, b, h) as "
                  "attn.block_map_range takes them", id="another-block"),
     pytest.param(_without_miss, "the guessed first block's copies are loaded again in an scf.if after the key range",
                  id="no-miss-branch"),
+    pytest.param(lambda p: _never_missing(p, after_k1=False), MISS_TEST, id="miss-test-edited"),
+    pytest.param(lambda p: _never_missing(p, after_k1=True), MISS_TEST, id="never-missing-after-later-copies"),
 ])
 def test_a_hand_written_guess_is_checked_op_by_op(edit, message):
     """Without the recorded key range (a plan written by hand), the branch is not compared
@@ -176,3 +203,23 @@ def test_the_pass_refuses_a_role_it_cannot_guess_for(edit, message):
     error = _refused(edit(_l4()), "attn-insert-pipelines")
     assert message in error.message, error.message
     assert error.span is not None
+
+
+def test_a_guess_as_a_choice_on_the_first_load_is_refused():
+    """The guessed first block is the role's ops, not an attribute of the K load."""
+    plan = _plan("attn-kernel-choices")
+    plan = _edit(plan, r'(%\d+ = "attn.load"\(%arg1, %arg5, %arg6, %\d+\) \{ahead = 1 : i64, )',
+                 r"\1early_first = true, ")
+    error = _refused(plan, "attn-lower-sm80")
+    assert error.message.startswith("early_first on attn.load: no lowering reads it here; the guessed first block is "
+                                    "the role's ops (attn.first_block_guess, its copies and its miss branch), which "
+                                    "attn-insert-pipelines{early_first} writes"), error.message
+    assert error.span is not None
+
+
+def test_a_miss_after_later_copies_is_refused():
+    """The miss branch moved after the copy of K's second block: a miss's rewrite of K is
+    then among the groups the first step's wait leaves in flight."""
+    plan = _never_missing(_unrecorded(_plan("attn-kernel-choices")), after_k1=True, never=False)
+    error = _refused(plan, "attn-lower-sm80")
+    assert error.message == "attn-verify-pipeline: compute reads fill 0 of 'kv' (k) from slot 0 before its data landed"
