@@ -42,7 +42,8 @@ the first loop of the range wraps every ring twice; a range of two segments, [0,
 and [S + 1, 2S + 2) -- and the dim N that many key blocks. A guessed first block
 (attn.first_block_guess, Note [The guessed first block in the IR] in first_guess.py) is
 the range's top in one run of the check and the block below it in another, so that both
-ways of its miss branch are explored. A loop
+ways of its miss branch are explored; a report names the run ("compute (its first block
+guessed wrong)"). A loop
 whose bounds the trace evaluates (those values through the arith ops, as the roles
 compute them) runs those trips, and an scf.if the branch its condition takes; a loop
 whose bounds it cannot evaluate runs 2S trips if it is the role's first, else one. So a
@@ -124,7 +125,7 @@ class _Trace:
     def __init__(self, warps: int, stages: int, bars: dict, block_n: int = 0, restarts: bool = False,
                  guess_hits: bool = False):
         self.warps, self.trips, self.bars = warps, 2 * stages, bars
-        self.guess_hits = guess_hits
+        self.guess_hits, self.guessed = guess_hits, False
         # Note [Key blocks the check runs]: the key range every role reads
         self.blocks = 2 * stages + 2
         self.rounds = (self.blocks, 0, stages + 1)      # a persistent CTA's key blocks, round by round
@@ -184,6 +185,7 @@ class _Trace:
                 self.env[r] = v
         elif name == R.FIRST_BLOCK_GUESS:   # Note [Key blocks the check runs]: the range's top, or below it
             self.env[op.result] = self._blocks() - (1 if self.guess_hits else 2)
+            self.guessed = True
         elif name == R.WALK_ROUNDS:         # Note [Key blocks the check runs]
             self.env[op.result] = len(self.rounds)
         elif name == R.WALK_BLOCK:
@@ -500,9 +502,14 @@ def _programs(kernel: ir.Operation, bars: dict, stages: int, guess_hits: bool) -
                               f"{trace.blocks} key blocks the check gives every role, fewer than the "
                               f"{2 * stages} that wrap each ring twice: their bounds are not the key "
                               f"range's (Note [Key blocks the check runs])")], {}, {}
-        programs[a["name"]] = trace.events
-        threads[a["name"]] = 32 * len(a["warps"])
+        name = a["name"] + (_GUESSED[guess_hits] if trace.guessed else "")
+        programs[name] = trace.events
+        threads[name] = 32 * len(a["warps"])
     return [], programs, threads
+
+
+# A guessing role's name in the check's reports: which run found it.
+_GUESSED = {True: " (its first block guessed right)", False: " (its first block guessed wrong)"}
 
 
 def explore(channels: tuple[str, ...], programs: dict, bars: dict, threads: dict) -> Violation | None:

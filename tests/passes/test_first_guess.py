@@ -53,7 +53,7 @@ def test_a_miss_that_rewrites_before_the_guess_landed_is_refused():
     0 when the miss writes it again."""
     plan = _edit(_plan("attn-insert-pipelines"), MISS_WAIT, "")
     error = _refused(plan, "attn-verify-pipeline")
-    assert error.message == ("attn-verify-pipeline: compute rewrites slot 0 of 'kv' (k) before the copies of fill 0 "
+    assert error.message == ("attn-verify-pipeline: compute (its first block guessed wrong) rewrites slot 0 of 'kv' (k) before the copies of fill 0 "
                              "landed: wait for them first (attn.cp_async_wait)")
     assert error.span is not None
 
@@ -66,7 +66,8 @@ def test_a_guess_unsound_only_where_it_hits_is_refused():
     guess_k = re.search(GUESS + r'.*\n.*\n.*\n(\s*"attn.cp_async_commit".*\n)', plan)
     edited = plan[:guess_k.start(2)] + plan[guess_k.end(2):]
     error = _refused(edited, "attn-verify-pipeline")
-    assert error.message == "attn-verify-pipeline: compute reads fill 0 of 'kv' (k) from slot 0 before its data landed"
+    assert error.message == ("attn-verify-pipeline: compute (its first block guessed right) reads fill 0 of 'kv' (k) "
+                             "from slot 0 before its data landed")
 
 
 def test_a_rewrite_of_a_slot_that_holds_no_unread_fill_is_refused():
@@ -222,4 +223,5 @@ def test_a_miss_after_later_copies_is_refused():
     then among the groups the first step's wait leaves in flight."""
     plan = _never_missing(_unrecorded(_plan("attn-kernel-choices")), after_k1=True, never=False)
     error = _refused(plan, "attn-lower-sm80")
-    assert error.message == "attn-verify-pipeline: compute reads fill 0 of 'kv' (k) from slot 0 before its data landed"
+    assert error.message == ("attn-verify-pipeline: compute (its first block guessed wrong) reads fill 0 of 'kv' (k) "
+                             "from slot 0 before its data landed")
