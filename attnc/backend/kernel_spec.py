@@ -169,7 +169,8 @@ class ForwardSpec:
     def guesses_first_block(self) -> bool:
         """Whether the role's prologue guesses its first key block (attn.first_block_guess:
         Note [The guessed first block in the IR] in attnc/schedule/first_guess.py)."""
-        return self.kv_steps is not None and any(op.name == "first_block_guess" for op in self.kv_steps.prologue)
+        steps = self.kv_steps or self.coop_steps
+        return steps is not None and any(op.name == "first_block_guess" for op in steps.prologue)
 
     @property
     def resident_ctas(self) -> int:

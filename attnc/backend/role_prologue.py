@@ -103,11 +103,12 @@ _GUESS_NOTE = "Note [The guessed first block in the IR] in attnc/schedule/first_
 
 
 def _check_guess(op, kernel, kv_range, next_ahead: dict) -> ir.Value:
-    """The guess of the first block: sm_80's, before the key range and the K/V copies."""
+    """The guess of the first block: a cooperative role's, before the key range and the K/V
+    copies."""
     target = R.attrs_of(kernel).get("target")
-    if target != "sm_80":
-        raise error_at(op, f"{R.FIRST_BLOCK_GUESS}: the guessed first block is sm_80's; the {target} lowering has "
-                           f"no pattern for it ({_GUESS_NOTE})")
+    if target not in ("sm_80", "sm_90a"):
+        raise error_at(op, f"{R.FIRST_BLOCK_GUESS}: the guessed first block is a cooperative role's (sm_80's, "
+                           f"sm_90a's); the {target} lowering has no pattern for it ({_GUESS_NOTE})")
     if kv_range is not None or any(next_ahead.values()):
         raise error_at(op, f"the role guesses its first block once, before it reads its key range or copies K and "
                            f"V ({_GUESS_NOTE})")

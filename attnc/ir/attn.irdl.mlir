@@ -375,7 +375,7 @@ irdl.dialect @attn {
     irdl.results(bounds: variadic %bound)
   }
 
-  // L5 (sm_80, early_first on attn-insert-pipelines): the key block guessed as the top
+  // L5 (a cooperative role, early_first on attn-insert-pipelines): the key block guessed as the top
   // of query block m_block's range before its block map's row is read: args m_block, b,
   // h. The lowering's guess: the static analysis' top block, or a table tile's diagonal
   // block, clamped into the key blocks (Note [First block before the map] in
@@ -642,7 +642,7 @@ irdl.dialect @attn {
   // land ("mbarrier": complete_tx on the channel's full mbarrier `barrier`, "group": a
   // cp.async group, "arrive": cp.async copies whose landing the role's next
   // attn.cp_async_mbarrier_arrive reports, "store": st.shared, done when the op is).
-  // `rewrite` (sm_80's miss of a guessed first block): the write replaces the fill the
+  // `rewrite` (the miss of a guessed first block): the write replaces the fill the
   // slot holds, unread, once its copies have landed (attn-verify-pipeline checks both).
   irdl.operation @slot_write {
     %chan = irdl.base @attn::@chan

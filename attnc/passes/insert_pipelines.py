@@ -36,17 +36,18 @@ from attnc.passes.registry import Pass
 
 @dataclass(frozen=True)
 class InsertPipelines(Pass):
-    """Replace put/get by mbarrier, cp.async and named-barrier ops with (stage, phase) state; sm_80's guess."""
+    """Replace put/get by mbarrier, cp.async and named-barrier ops with (stage, phase) state; a guessed first block."""
 
     name: ClassVar[str] = "attn-insert-pipelines"
 
     early_first: bool | None = field(default=None, metadata={
-        "doc": "sm_80: where the role reads its key range from a block map (attn.block_map_range), issue the "
-               "first block's K and V at a guess (attn.first_block_guess: the static analysis' top block, or "
-               "a table tile's diagonal) before the map is read, and again in an scf.if where the range's top "
-               "is another block (Notes [The guessed first block in the IR] in first_guess.py and [First "
-               "block before the map] in forward_loads.py; default: on sm_80 wherever the role reads a block "
-               "map; results/sm80_h200.md, \"First block before the map\")"})
+        "doc": "sm_80 (and sm_90a's cooperative role): where the role reads its key range from a block map "
+               "(attn.block_map_range), issue the first block's K and V at a guess (attn.first_block_guess: "
+               "the static analysis' top block, or a table tile's diagonal) before the map is read, and again "
+               "in an scf.if where the range's top is another block (Notes [The guessed first block in the IR] "
+               "in first_guess.py and [First block before the map] in forward_loads.py; default: on sm_80 "
+               "wherever the role reads a block map, results/sm80_h200.md, \"First block before the map\"; "
+               "off on sm_90a, not timed there)"})
 
     def run(self, module) -> None:
         insert(module, self.early_first)
@@ -83,20 +84,24 @@ def insert(module, early_first: bool | None = None) -> None:
 
 
 def _early_first(op, target: str, asked: bool | None) -> bool:
-    """Whether the cooperative role guesses its first key block (the option, else where it
-    can: sm_80's role reading a block map)."""
+    """Whether the cooperative role guesses its first key block: the option, else where
+    it was measured faster (sm_80's role reading a block map). sm_90a's cooperative role
+    (no producer warpgroup) takes it as an option; its default is off, never timed."""
     from attnc.ir import error_at
     from attnc.ir.roles import body_block, role_ops
     from attnc.schedule.first_guess import reads_block_map
 
-    can = target == "sm_80" and any(reads_block_map(body_block(role)) for role in role_ops(op))
-    if asked and target != "sm_80":
-        raise error_at(op, f"early_first=true: the guessed first block is sm_80's (its cooperative role's "
-                           f"cp.async copies); this kernel is {target}'s")
-    if asked and not can:
+    roles = role_ops(op)
+    reads = any(reads_block_map(body_block(role)) for role in roles)
+    cooperative = target == "sm_80" or (target == "sm_90a" and len(roles) == 1)
+    if asked and not cooperative:
+        raise error_at(op, f"early_first=true: the guessed first block is a cooperative role's, whose copies are "
+                           f"cp.async groups (sm_80's, or sm_90a's without a producer warpgroup); this kernel is "
+                           f"{target}'s with {len(roles)} roles")
+    if asked and not reads:
         raise error_at(op, "early_first=true needs a role that reads its key range from a block map "
                            "(attn.block_map_range: a mask that reads params); this kernel's reads none")
-    return can if asked is None else asked
+    return bool(asked) if asked is not None else target == "sm_80" and reads
 
 
 def _synchronized(kernel) -> bool:

@@ -1,5 +1,6 @@
-"""sm_80's first key block guessed before the block map is read, written into the L5 IR
-(attn-insert-pipelines, option early_first).
+"""A cooperative role's first key block guessed before the block map is read, written into
+the L5 IR (attn-insert-pipelines, option early_first: by default on sm_80; sm_90a's
+cooperative role takes it where asked).
 
 Note [The guessed first block in the IR]: where the cooperative role reads its key range
 from a block map (attn.block_map_range), the kernel issues the first block's K and V

@@ -122,7 +122,17 @@ def test_a_range_that_starts_elsewhere_waits_for_every_copy_then_reloads():
     assert on.count(COPY) == off.count(COPY) + 2 * kv     # K and V once more
 
 
-def test_sm_90a_is_unchanged_and_refuses_the_choice():
-    assert docs_sink("sm_90a").manifest["specialization"]["early_first"] is False
-    with pytest.raises(AttncError, match="early_first=true: the guessed first block is sm_80's"):
-        docs_sink("sm_90a", early_first="true")
+def test_sm_90a_takes_it_as_an_option_off_by_default():
+    """sm_90a's cooperative role (docs_sink at d = 64, no producer warpgroup) guesses its
+    first block where asked, as sm_80's does; its default is off (never timed)."""
+    off, on = docs_sink("sm_90a"), docs_sink("sm_90a", early_first="true")
+    assert off.manifest["specialization"]["early_first"] is False
+    assert on.manifest["specialization"]["early_first"] is True
+    before_on, before_off = (k[:k.index(MAP_READ)] for k in (_kernel(on.ptx), _kernel(off.ptx)))
+    _, kv = copies_per_thread(on.manifest["specialization"])
+    assert before_on.count(COPY) == before_off.count(COPY) + 2 * kv
+
+
+def test_a_producer_warpgroup_refuses_it():
+    with pytest.raises(AttncError, match="early_first=true: the guessed first block is a cooperative role's"):
+        docs_sink("sm_90a", block_m=128, producer=1, aligned_tiles="false", early_first="true")

@@ -4,13 +4,13 @@
 // issues K and V of attn.first_block_guess before attn.block_map_range and, where the range
 // is not empty and its top is another block, waits for every copy and writes them again
 // (`rewrite`), and attn-verify-pipeline proves both ways sound; early_first=0 keeps the
-// loads after the range. The option is refused for a kernel without a block map and on
-// sm_90a.
+// loads after the range. The option is refused for a kernel without a block map and for
+// one whose roles are not one cooperative role (sm_100a's).
 //
 // RUN: attnc opt %s -arch sm_80 --pass-pipeline attn-insert-pipelines,attn-verify-pipeline | filecheck %s
 // RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-insert-pipelines{early_first=0}" | filecheck %s --check-prefix=OFF
 // RUN: not attnc compile examples/mha.attn -arch sm_80 --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines{early_first=1}" 2>&1 | filecheck %s --check-prefix=NOMAP
-// RUN: not attnc compile examples/docs_sink.attn -arch sm_90a --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines{early_first=1}" 2>&1 | filecheck %s --check-prefix=SM90
+// RUN: not attnc compile examples/docs_sink.attn -arch sm_100a --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines{early_first=1}" 2>&1 | filecheck %s --check-prefix=SM100
 
 // CHECK: %[[Q:.*]] = "attn.load"({{.*}}) {operand = "q"}
 // CHECK: %[[GUESS:.*]] = "attn.first_block_guess"(%arg7, %arg5, %arg6) : (i32, i32, i32) -> i32
@@ -46,7 +46,7 @@
 
 // NOMAP: --pass-pipeline:1:105: error: attn-insert-pipelines: early_first=true needs a role that reads its key range from a block map (attn.block_map_range: a mask that reads params); this kernel's reads none
 
-// SM90: --pass-pipeline:1:105: error: attn-insert-pipelines: early_first=true: the guessed first block is sm_80's (its cooperative role's cp.async copies); this kernel is sm_90a's
+// SM100: --pass-pipeline:1:105: error: attn-insert-pipelines: early_first=true: the guessed first block is a cooperative role's, whose copies are cp.async groups (sm_80's, or sm_90a's without a producer warpgroup); this kernel is sm_100a's with 7 roles
 
 module attributes {attn.filename = "examples/docs_sink.attn", attn.source = "# Document masking (packed sequences) with learnable sinks (gpt-oss style).\0Aattention docs_sink {\0A  q: bf16[B, H, M, 64]\0A  k: bf16[B, H, N, 64]\0A  v: bf16[B, H, N, 64]\0A  param doc: i32[B, N]             # document id of each position (M == N here)\0A  param sinks: f32[H]\0A  mask_mod(b, h, i, j) = doc[b, i] == doc[b, j] and j <= i\0A  sink(h) = sinks[h]\0A  out o: bf16[B, H, M, 64]\0A}\0A"} {
   func.func @docs_sink(%arg0: tensor<?x?x?x64xbf16>, %arg1: tensor<?x?x?x64xbf16>, %arg2: tensor<?x?x?x64xbf16>, %arg3: tensor<?x?xi32>, %arg4: tensor<?xf32>) -> tensor<?x?x?x64xbf16> {

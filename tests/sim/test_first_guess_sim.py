@@ -1,9 +1,10 @@
-"""sm_80's guessed first block (Note [The guessed first block in the IR] in
-attnc/schedule/first_guess.py) run in the PTX emulator against attnc.reference, where the
-guess misses: documents without causality keep each query row's whole document, so a
-query block's range ends at its documents' last key block, which the static analysis'
-top block (the last of the sequence) or a table tile's diagonal guesses only for the last
-document. Both branches run in one launch; zero race or protocol reports are allowed."""
+"""The guessed first block (Note [The guessed first block in the IR] in
+attnc/schedule/first_guess.py) of sm_80's role, and of sm_90a's cooperative one where
+asked, run in the PTX emulator against attnc.reference, where the guess misses:
+documents without causality keep each query row's whole document, so a query block's
+range ends at its documents' last key block, which the static analysis' top block (the
+last of the sequence) or a table tile's diagonal guesses only for the last document.
+Both branches run in one launch; zero race or protocol reports are allowed."""
 from __future__ import annotations
 
 import numpy as np
@@ -41,12 +42,14 @@ def _tops(doc: np.ndarray, block_m: int, block_n: int) -> list[int]:
     return [max(last[d] for d in np.unique(doc[r:r + block_m])) // block_n for r in range(0, len(doc), block_m)]
 
 
-@pytest.mark.parametrize("options", [{"aligned_tiles": "false"}, {}, {"early_first": "false"}],
-                         ids=["hull-guess", "diagonal-guess", "no-guess"])
-def test_missed_guesses_compute_the_reference(tmp_path, options):
+@pytest.mark.parametrize("arch, options", [
+    ("sm_80", {"aligned_tiles": "false"}), ("sm_80", {}), ("sm_80", {"early_first": "false"}),
+    ("sm_90a", {"aligned_tiles": "false", "early_first": "true"}), ("sm_90a", {"early_first": "true"}),
+], ids=["hull-guess", "diagonal-guess", "no-guess", "sm90a-hull-guess", "sm90a-diagonal-guess"])
+def test_missed_guesses_compute_the_reference(tmp_path, arch, options):
     path = tmp_path / "docs_whole.attn"
     path.write_text(SOURCE)
-    bundle = ptx_bundle(path, "sm_80", pass_pipeline=pipeline_with_options("sm_80", options))
+    bundle = ptx_bundle(path, arch, pass_pipeline=pipeline_with_options(arch, options))
     spec = bundle.manifest.specialization
     assert spec["early_first"] is (options.get("early_first") != "false")
     variant, case = _case(path)
