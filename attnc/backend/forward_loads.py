@@ -49,7 +49,9 @@ non-SKIP block), so neither load asks tile_skip. With N = 0 every guessed copy i
 (rows >= N) and points at Q's first row, as an empty copy must point in bounds (a branch
 around the copies instead cost the gain at head dim 128). An empty range reads its
 guessed block and never uses it. Documents + causal ran 1.3-2 % faster at head dim 128,
-the same at 64 (results/sm80_h200.md, "First block before the map").
+the same at 64 (results/sm80_h200.md, "First block before the map"). The schedule is
+the IR's (Note [The guessed first block in the IR] in attnc/schedule/first_guess.py); the
+guess's arithmetic is `_first_guess`'s.
 
 Note [cp.async group counting]: every step commits exactly one group even when it has
 nothing to load (an empty group), so the K of step t is always followed by exactly

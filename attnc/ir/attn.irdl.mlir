@@ -375,11 +375,11 @@ irdl.dialect @attn {
     irdl.results(bounds: variadic %bound)
   }
 
-  // L5 (a cooperative role, early_first on attn-insert-pipelines): the key block guessed as the top
-  // of query block m_block's range before its block map's row is read: args m_block, b,
-  // h. The lowering's guess: the static analysis' top block, or a table tile's diagonal
-  // block, clamped into the key blocks (Note [First block before the map] in
-  // attnc/backend/forward_loads.py).
+  // L5 (a cooperative role, early_first on attn-insert-pipelines): the key block guessed
+  // as the top of query block m_block's range before its block map's row is read: args
+  // m_block, b, h. The lowering's guess: the static analysis' top block, or a table
+  // tile's diagonal block, clamped into the key blocks (Note [First block before the
+  // map] in attnc/backend/forward_loads.py).
   irdl.operation @first_block_guess {
     %i32 = irdl.is i32
     irdl.operands(args: variadic %i32)

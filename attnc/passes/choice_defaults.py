@@ -209,5 +209,6 @@ def op_defaults(spec: "ForwardSpec") -> dict:
     out: dict = {}
     for choice in PER_OP:
         for what in choice.tiles or ("",):
-            out.setdefault((choice.op.removeprefix("attn."), what), {})[choice.attr] = op_default(choice.option, spec)
+            key = (choice.op.removeprefix("attn."), what)
+            out.setdefault(key, {})[choice.attr] = op_default(choice.option, spec)
     return out

@@ -17,31 +17,31 @@ budgets, buffers, synchronization: L3-L5) sit on the ops they concern -- the gri
 and CTAs per SM on attn.kernel, the per-score mask test on attn.mask, the exp2 split on
 attn.softmax_step, the lazy rescale on attn.rescale, the row sums on the P.V mma, the
 rolled k-steps on the QK^T mma, the step loads on the K and V loads, the staged epilogue
-on O's store. attn-lower-sm80 and
-attn-lower-sm90a read them there and nowhere else: an attribute edited by hand or by a
-user pass gives that kernel, or a located error naming the condition it breaks (on an op
-it does not sit on: saying where it sits); where one is absent (a pipeline without this
-pass) the lowering takes its default given the others as they stand -- defaults depend
-on each other (the small grid's kernel is added only where no grid order is given), so
-after editing one choice, run this pass again with it as an option: a run chooses afresh
-every choice it is not given. A kernel is one program, so every op of a kind holds the
-same value of a choice -- ops that disagree are refused at the second -- but for the
-choices of Note [Choices op by op]. `min_ctas_unless_spills` is no option: it says
-whether min_ctas_per_sm is the default bound, dropped where the kernel spills under it.
+on O's store. attn-lower-sm80 and attn-lower-sm90a read them there and nowhere else: an
+attribute edited by hand or by a user pass gives that kernel, or a located error naming
+the condition it breaks (on an op it does not sit on: saying where it sits); where one
+is absent (a pipeline without this pass) the lowering takes its default given the others
+as they stand -- defaults depend on each other (the small grid's kernel is added only
+where no grid order is given), so after editing one choice, run this pass again with it
+as an option: a run chooses afresh every choice it is not given. A kernel is one
+program, so every op of a kind holds the same value of a choice -- ops that disagree are
+refused at the second -- but for the choices of Note [Choices op by op].
+`min_ctas_unless_spills` is no option: it says whether min_ctas_per_sm is the default
+bound, dropped where the kernel spills under it.
 
-Note [Choices op by op]: five choices change only the code of the op they sit on, so each
-op holds its own and the lowering reads it from the op it lowers (the step records'
+Note [Choices op by op]: five choices change only the code of the op they sit on, so
+each op holds its own and the lowering reads it from the op it lowers (the step records'
 `StepOp.choice`): the QK^T mma's `unroll`, the softmax step's `exp2_fma`, the mask's
-`interval_test` and `split`, and O's store's `staged`. An edit of one op -- exp2_fma = 3 on the softmax step
-of the partial KV loop only, or the range test in the mask of one loop -- is the kernel
-of that op alone; this pass's option sets every op of the kind. Each value is checked at
-its op against the kernel (a located error naming the condition), an op without one
-takes the default (choice_defaults.py's `op_default`), and the manifest records the one
-value the ops hold, or the values, sorted, where they differ. attn-lower-sm100a reads
-`exp2_fma` from its softmax steps the same way (0 where one holds none; this pass does
-not run for sm_100a). The other choices shape what several ops share -- O's registers
-(row sums), the rescale's vote (lazy), the key range's loads (lean), the grid -- and
-stay one per kernel.
+`interval_test` and `split`, and O's store's `staged`. An edit of one op -- exp2_fma = 3
+on the softmax step of the partial KV loop only, or the range test in the mask of one
+loop -- is the kernel of that op alone; this pass's option sets every op of the kind.
+Each value is checked at its op against the kernel (a located error naming the
+condition), an op without one takes the default (choice_defaults.py's `op_default`), and
+the manifest records the one value the ops hold, or the values, sorted, where they
+differ. attn-lower-sm100a reads `exp2_fma` from its softmax steps the same way (0 where
+one holds none; this pass does not run for sm_100a). The other choices shape what
+several ops share -- O's registers (row sums), the rescale's vote (lazy), the key
+range's loads (lean), the grid -- and stay one per kernel.
 """
 from __future__ import annotations
 

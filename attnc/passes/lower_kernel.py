@@ -113,8 +113,8 @@ def _check_plan(module, pass_name: str) -> None:
       planned] there) and ping-pong's named barriers (Note [Turns as planned] in
       attnc/backend/wgmma_steps.py);
     * on sm_80 the whole role, in its order, synchronization included (Notes [Steps op by
-      op] and [The role op by op] in attnc/backend/kv_steps.py and role_prologue.py), and on sm_90a the trips
-      of the producer's and the consumers' KV loops likewise (Notes [Loads op by op] in
+      op] and [The role op by op] in attnc/backend/kv_steps.py and role_prologue.py), and
+      on sm_90a the trips of the producer's and the consumers' KV loops likewise (Notes [Loads op by op] in
       attnc/backend/load_steps.py and [Overlapped steps op by op] in
       attnc/backend/wgmma_steps.py), with what stands around them -- persistent CTAs'
       walk over query blocks included -- checked op by op (Note [Roles followed in full]

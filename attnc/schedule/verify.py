@@ -63,10 +63,11 @@ longer last round would only repeat the first one's steps at twice the states. s
 pair of query blocks runs two rounds, of 2S + 1 and S + 1 key blocks (Note [Rounds that
 start over]).
 
-A violation is a deadlock (no role can move and one has not finished: named at the op
-it waits at), a slot written while a reader has not read or released its previous fill,
-a slot rewritten (`rewrite`) after its fill was read or before its copies landed, a slot read before its fill landed or holding another fill, or an mbarrier that gets
-more arrivals than its count or more bytes than it expects (named at that op).
+A violation is a deadlock (no role can move and one has not finished: named at the op it
+waits at), a slot written while a reader has not read or released its previous fill, a
+slot rewritten (`rewrite`) after its fill was read or before its copies landed, a slot
+read before its fill landed or holding another fill, or an mbarrier that gets more
+arrivals than its count or more bytes than it expects (named at that op).
 """
 from __future__ import annotations
 

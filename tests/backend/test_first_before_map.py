@@ -1,10 +1,10 @@
-"""Note [First block before the map] (forward_loads.py): a block map's kernel on sm_80 issues the
-first key block's K and V (the top of the static mask analysis' hull) right after Q,
+"""Note [First block before the map] (forward_loads.py): a block map's kernel on sm_80 issues
+the first key block's K and V (the top of the static mask analysis' hull) right after Q,
 before the map's row is read, and loads them again only where the map's range starts at
 another block -- as attn-insert-pipelines writes it into the IR (Note [The guessed first
-block in the IR] in attnc/schedule/first_guess.py). The numerics run on a GPU: every example and property variant with a block
-map takes it (tests/gpu), and a kernel that skips the reload fails 38 of the property
-test's 158 block-map cases."""
+block in the IR] in attnc/schedule/first_guess.py). The numerics run on a GPU: every example
+and property variant with a block map takes it (tests/gpu), and a kernel that skips the
+reload fails 38 of the property test's 158 block-map cases."""
 from __future__ import annotations
 
 import functools

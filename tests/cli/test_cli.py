@@ -308,7 +308,8 @@ def test_passes_lists_passes_options_and_pipelines():
     assert ("attn-alloc-tmem\n"
             "    Place S, P and O accumulators in tensor memory columns (sm_100a).\n") in out
     assert ("attn-insert-pipelines\n"
-            "    Replace put/get by mbarrier, cp.async and named-barrier ops with (stage, phase) state; a guessed first block.\n"
+            "    Replace put/get by mbarrier, cp.async and named-barrier ops with (stage, phase) state; a guessed "
+            "first block.\n"
             "    early_first: bool  sm_80 (and sm_90a's cooperative role): where the role reads its key range") in out
     # each pass's summary is its docstring's first line
     for name in SM90A_PLAN:

@@ -53,8 +53,8 @@ def test_a_miss_that_rewrites_before_the_guess_landed_is_refused():
     0 when the miss writes it again."""
     plan = _edit(_plan("attn-insert-pipelines"), MISS_WAIT, "")
     error = _refused(plan, "attn-verify-pipeline")
-    assert error.message == ("attn-verify-pipeline: compute (its first block guessed wrong) rewrites slot 0 of 'kv' (k) before the copies of fill 0 "
-                             "landed: wait for them first (attn.cp_async_wait)")
+    assert error.message == ("attn-verify-pipeline: compute (its first block guessed wrong) rewrites slot 0 of 'kv' "
+                             "(k) before the copies of fill 0 landed: wait for them first (attn.cp_async_wait)")
     assert error.span is not None
 
 
