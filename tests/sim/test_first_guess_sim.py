@@ -1,11 +1,11 @@
 """The guessed first block (Note [The guessed first block in the IR] in
 attnc/schedule/first_guess.py) of sm_80's role (a CTA's one query block, or its pair of
-them), and of sm_90a's cooperative one where asked, run in the PTX emulator against
-attnc.reference, where the guess misses: documents without causality keep each query
-row's whole document, so a query block's range ends at its documents' last key block,
-which the static analysis' top block (the last of the sequence) or a table tile's
-diagonal guesses only for the last document. Both branches run in one launch; zero race
-or protocol reports are allowed."""
+them; one K/V stage, K alone guessed), and of sm_90a's cooperative one where asked, run
+in the PTX emulator against attnc.reference, where the guess misses: documents without
+causality keep each query row's whole document, so a query block's range ends at its
+documents' last key block, which the static analysis' top block (the last of the
+sequence) or a table tile's diagonal guesses only for the last document. Both branches
+run in one launch; zero race or protocol reports are allowed."""
 from __future__ import annotations
 
 import numpy as np
@@ -46,8 +46,10 @@ def _tops(doc: np.ndarray, block_m: int, block_n: int) -> list[int]:
 @pytest.mark.parametrize("arch, options", [
     ("sm_80", {"aligned_tiles": "false"}), ("sm_80", {}), ("sm_80", {"early_first": "false"}),
     ("sm_80", {"aligned_tiles": "false", "q_blocks_per_cta": "2"}),
+    ("sm_80", {"aligned_tiles": "false", "stages": "1"}),
     ("sm_90a", {"aligned_tiles": "false", "early_first": "true"}), ("sm_90a", {"early_first": "true"}),
-], ids=["hull-guess", "diagonal-guess", "no-guess", "pairs-hull-guess", "sm90a-hull-guess", "sm90a-diagonal-guess"])
+], ids=["hull-guess", "diagonal-guess", "no-guess", "pairs-hull-guess", "one-stage-hull-guess", "sm90a-hull-guess",
+        "sm90a-diagonal-guess"])
 def test_missed_guesses_compute_the_reference(tmp_path, arch, options):
     path = tmp_path / "docs_whole.attn"
     path.write_text(SOURCE)
@@ -55,6 +57,7 @@ def test_missed_guesses_compute_the_reference(tmp_path, arch, options):
     spec = bundle.manifest.specialization
     assert spec["early_first"] is (options.get("early_first") != "false")
     assert spec["q_blocks_per_cta"] == int(options.get("q_blocks_per_cta", 1))
+    assert "stages" not in options or spec["stages"] == int(options["stages"])   # one stage: K alone guessed
     variant, case = _case(path)
     if options.get("aligned_tiles") == "false":     # the guess misses for some blocks, hits for others
         tops = _tops(case["doc"][0], spec["block_m"], spec["block_n"])
