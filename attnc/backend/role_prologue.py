@@ -26,6 +26,7 @@ from attnc.ir.ops import cmpi_predicate, defining_op
 
 _PROLOGUE = ("attn.load", R.SLOT_WRITE, R.CP_ASYNC_COMMIT, "attn.kv_range", "attn.block_map_range")
 _QUIET = (R.RING_ADVANCE, "attn.fill", "attn.dim")      # their values the kernel computes itself
+_MISSED = (R.CP_ASYNC_WAIT, "attn.load", R.SLOT_WRITE, R.CP_ASYNC_COMMIT)   # a guess's miss branch
 
 
 def prologue_steps(ops: list, first_block, where, kernel, stages: int) -> tuple[StepOp, ...]:
@@ -121,15 +122,16 @@ def _missed_steps(branch, first_block, kernel, kv_range, guess, next_ahead: dict
     is not the guess, whose branch waits for every copy and loads the guessed tiles again,
     at the first block, into their slots (`rewrite`), a cp.async group each; its StepOp
     holds them as its `body`."""
-    ops = [op.operation for op in branch.regions[0].blocks[0].operations]
+    ops = [op.operation for op in branch.regions[0].blocks[0].operations][:-1]      # but the yield
+    found = [pattern_op(op, lambda n: False, _MISSED, "in a guess's miss branch", "The role op by op") for op in ops]
     guessed = [t for t in ("k", "v") if next_ahead[t]]
-    names = [(op.name, _what_of(op)) for op in ops[:-1]]
-    wanted = [(R.CP_ASYNC_WAIT, "0")] + [x for t in guessed
-                                         for x in (("attn.load", t), (R.SLOT_WRITE, t), (R.CP_ASYNC_COMMIT, ""))]
+    names = [(op.name, what) for op, (_, what) in zip(ops, found)]
+    wanted = [(R.CP_ASYNC_WAIT, "")] + [x for t in guessed
+                                        for x in (("attn.load", t), (R.SLOT_WRITE, t), (R.CP_ASYNC_COMMIT, ""))]
     loads = [op for op in ops if op.name == "attn.load"]
     writes = [op for op in ops if op.name == R.SLOT_WRITE]
     if (kv_range is None or not _is_miss_test(branch.operands[0], kv_range, first_block, guess)
-            or branch.regions[1].blocks or names != wanted
+            or branch.regions[1].blocks or names != wanted or found[0][0].get("pending") != 0
             or any(op.operands[3] != first_block or R.attrs_of(op).get("ahead") != 0
                    or op.operands[0] != kernel.operands[1 if t == "k" else 2] for op, t in zip(loads, guessed))
             or any("rewrite" not in op.attributes or op.operands[2] != load.result
@@ -140,8 +142,8 @@ def _missed_steps(branch, first_block, kernel, kv_range, guess, next_ahead: dict
                                f"{' and '.join(t.upper() for t in guessed)} "
                                f"again at the first KV loop's first block (ahead = 0), each a rewrite of its "
                                f"slot and a cp.async group, with no else branch ({_GUESS_NOTE})")
-    body = tuple(step_op(op, op.name.removeprefix("attn."), what, int(R.attrs_of(op).get(COUNTS.get(op.name, ""), 0)))
-                 for op, (_, what) in zip(ops, names))
+    body = tuple(step_op(op, op.name.removeprefix("attn."), what, int(attrs.get(COUNTS.get(op.name, ""), 0)))
+                 for op, (attrs, what) in zip(ops, found))
     return StepOp("guess_missed", body=body)
 
 
@@ -154,9 +156,3 @@ def _is_miss_test(cond, kv_range, top, guess) -> bool:
     return (some is not None and other is not None and some.name == other.name == "arith.cmpi"
             and cmpi_predicate(some) == "slt" and list(some.operands) == list(kv_range.results[:2])
             and cmpi_predicate(other) == "ne" and list(other.operands) == [top, guess])
-
-
-def _what_of(op) -> str:
-    """A load's operand, a slot write's tile, a wait's `pending`."""
-    attrs = R.attrs_of(op)
-    return str(attrs.get("operand", attrs.get("tile", attrs.get("pending", ""))))

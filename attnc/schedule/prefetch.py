@@ -20,11 +20,10 @@ range's top: the block of step 0, Note [Key blocks top down] in tile_program.py)
 steps count through every KV loop of the role in order; a load past the last step copies
 nothing (an empty cp.async group, as in the kernel: Note [cp.async group counting] in
 forward_loads.py).
-attn-insert-pipelines then writes the waits with the kernel's counts. What differs in
-the kernels the lowering builds for other choices: a block map's first block is loaded
-before the map is read (Note [First block before the map]), not stated here; two query
-blocks per CTA are a walk around the role's program (Note [Two query blocks in the IR] in
-walk.py). On sm_90a attn-overlap-gemms then rotates the steps so that
+attn-insert-pipelines then writes the waits with the kernel's counts and, where the role
+reads a block map, moves the first block's copies before the map is read, at a guess
+(Note [The guessed first block in the IR] in first_guess.py); two query blocks per CTA
+are a walk around the role's program (Note [Two query blocks in the IR] in walk.py). On sm_90a attn-overlap-gemms then rotates the steps so that
 the GEMMs overlap, which moves each step's loads and waits to where that kernel has them
 (Note [Overlapped cooperative steps in the IR] in overlap_coop.py).
 """

@@ -463,25 +463,28 @@ def kernel_explorations(kernel: ir.Operation) -> tuple[list[Violation], list[tup
     if out:
         return out, []
     stages = max([c.get("stages", 1) for c in map(R.attrs_of, R.channel_ops(kernel))] or [1])
-    guessed = bool(R.ops_in(kernel.regions[0].blocks[0], (R.FIRST_BLOCK_GUESS,)))
     channels = tuple(R.name_of(op) for op in R.channel_ops(kernel))
     explorations = []
-    for hits in (False, True)[:1 + guessed]:
-        violations, programs, threads = _programs(kernel, bars, stages, hits)
+    runs = [False]                  # the guess below the range's top; a guessing role adds a run at it
+    for hits in runs:
+        violations, programs, threads, guessed = _programs(kernel, bars, stages, hits)
         if violations:
             return violations, []
         # Note [Every ring at once]
         used = {r: events for r, events in programs.items() if any(e.channel is not None for e in events)}
         explorations += [(channels, used, bars, threads)] if used else []
+        if guessed and not hits:
+            runs.append(True)
     return [], explorations
 
 
-def _programs(kernel: ir.Operation, bars: dict, stages: int, guess_hits: bool) -> tuple[list, dict, dict]:
-    """(violations, each role's events, each role's threads) as the roles' programs run over
-    the check's key range (Note [Key blocks the check runs]), a guessed first block at the
-    range's top (`guess_hits`) or below it."""
+def _programs(kernel: ir.Operation, bars: dict, stages: int, guess_hits: bool) -> tuple[list, dict, dict, bool]:
+    """(violations, each role's events, each role's threads, whether a role guessed its first
+    block) as the roles' programs run over the check's key range (Note [Key blocks the check
+    runs]), a guessed first block at the range's top (`guess_hits`) or below it."""
     programs: dict[str, list[Event]] = {}
     threads: dict[str, int] = {}
+    guessed = False
     fixed_keys = _fixed_keys(kernel)
     for role in R.role_ops(kernel):
         a = R.attrs_of(role)
@@ -491,22 +494,23 @@ def _programs(kernel: ir.Operation, bars: dict, stages: int, guess_hits: bool) -
             trace.block(R.role_block(role))
             trace.end_round()
             if trace.violations:
-                return trace.violations[:1], {}, {}
+                return trace.violations[:1], {}, {}, False
         except Unevaluated as e:
             what = "the condition" if e.op.name == "scf.if" else "the stage or parity"
             return [Violation(e.op, f"role {a['name']!r}: {what} of {e.op.name} is not a value the loops "
                                     f"and arith ops make (an iter_arg, a constant, attn.ring_advance, "
-                                    f"attn.kv_range, attn.first_block_guess, attn.dim, integer arith)")], {}, {}
+                                    f"attn.kv_range, attn.first_block_guess, attn.dim, integer arith)")], {}, {}, False
         if trace.first_kv_loop is not None and trace.kv_trips < 2 * stages and not fixed_keys:
             return [Violation(trace.first_kv_loop,
                               f"role {a['name']!r}: its KV loops run {trace.kv_trips} trips over the "
                               f"{trace.blocks} key blocks the check gives every role, fewer than the "
                               f"{2 * stages} that wrap each ring twice: their bounds are not the key "
-                              f"range's (Note [Key blocks the check runs])")], {}, {}
+                              f"range's (Note [Key blocks the check runs])")], {}, {}, False
+        guessed = guessed or trace.guessed
         name = a["name"] + (_GUESSED[guess_hits] if trace.guessed else "")
         programs[name] = trace.events
         threads[name] = 32 * len(a["warps"])
-    return [], programs, threads
+    return [], programs, threads, guessed
 
 
 # A guessing role's name in the check's reports: which run found it.
