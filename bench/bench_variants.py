@@ -206,7 +206,7 @@ def attnc_params(case: str, b: int, h: int) -> dict:
         return {"slopes": torch.exp2(-8.0 * torch.arange(1, h + 1, device="cuda", dtype=torch.float32) / h)}
     if case in ("t5", "t5_causal"):     # tools/build_gpu_bundles.py's EXP_CASES
         return {"bias": torch.randn(h, 32, device="cuda", generator=torch.Generator("cuda").manual_seed(0))}
-    if case == "doc_causal":
+    if case in ("doc_causal", "doc_only"):     # doc_only: build_gpu_bundles.py's EXP_CASES
         docs = (torch.arange(N, device="cuda", dtype=torch.int32) // 1000)
         return {"doc": docs.expand(b, N).contiguous()}
     return {}

@@ -72,7 +72,21 @@ tiles): a plan that reads one is refused.
 
 Note [Accumulators start at zero]: the MMA role starts each O from a fill of zeros that
 lives in tensor memory, where its warp reaches one lane quarter only; the CTA's first four
-warps zero every O buffer before the roles start, and every P.V accumulates.
+warps zero every O buffer before the roles start, and every P.V accumulates. With persistent
+CTAs the next query block starts from the same tensor memory: the correction warpgroup, which
+reads each row of the final O, writes the row's zeros back (waited for) before its release of
+O's accumulator lets the MMA role start the next block. The first rescale of a block does
+not clear a stale O: its factor is 0, and a stale infinity times 0 is NaN (an infinite V
+in one head made the next head's O NaN in the emulator without the zeros).
+
+Note [Persistent CTAs on sm_100a]: with `persistent` on attn.warp_specialize every role's
+program stands in the walk over query blocks (Note [The walk over query blocks] in
+attnc/schedule/walk.py): the grid is at most one CTA per SM (`min_sms` in the manifest), and
+each role takes the CTA's blocks round by round (block_walk.py, the order of
+attn.walk_block), its rings' stages and phases running on from block to block as the plan
+carries them; the tensor memory stays allocated across the walk. Off by default: no
+Blackwell GPU has timed it (the emulator runs it against the reference:
+tests/sim/test_walk_sm100a_sim.py).
 """
 from __future__ import annotations
 
@@ -258,7 +272,7 @@ def _emit(cx: Lowering, variant) -> None:
                 warps = list(R.attrs_of(role)["warps"])
                 mine = scf.IfOp(e.and_(e.ge(cx.warp, warps[0]), e.le(cx.warp, warps[-1])))
                 with ir.InsertionPoint(mine.then_block):
-                    cx.role = R.name_of(role)
+                    cx.role, cx.walk = R.name_of(role), None
                     _lower_block(cx, R.role_block(role))
                     scf.yield_([])
             scf.yield_([])
@@ -423,18 +437,19 @@ def _bind_results(cx: Lowering, op, inits: list, kept: list[int], results) -> No
 
 
 def _if(cx: Lowering, op) -> None:
+    """An scf.if, its results integers (the rings' stages and phases a round of the walk
+    yields: Note [The walk over query blocks] in attnc/schedule/walk.py)."""
     cond = cx.value(op.operands[0])
     types = [r.type for r in op.results]
-    if types:
-        raise error_at(op, "attn-lower-sm100a lowers an scf.if without results only")
-    branch = scf.IfOp(cond, [], has_else=len(op.regions[1].blocks) > 0)
-    with ir.InsertionPoint(branch.then_block):
-        _lower_block(cx, op.regions[0].blocks[0])
-        scf.yield_([])
-    if len(op.regions[1].blocks):
-        with ir.InsertionPoint(branch.else_block):
-            _lower_block(cx, op.regions[1].blocks[0])
-            scf.yield_([])
+    if any(not isinstance(t, ir.IntegerType) for t in types):
+        raise error_at(op, "attn-lower-sm100a lowers an scf.if whose results are integers only")
+    has_else = len(op.regions[1].blocks) > 0
+    branch = scf.IfOp(cond, types, has_else=has_else)
+    for region, block in zip(op.regions, [branch.then_block] + ([branch.else_block] if has_else else [])):
+        with ir.InsertionPoint(block):
+            _lower_block(cx, region.blocks[0])
+            scf.yield_([cx.value(v) for v in list(region.blocks[0].operations)[-1].operands])
+    cx.env.update(zip(op.results, branch.results))
 
 
 # --- the module and the manifest --------------------------------------------------------------
@@ -481,5 +496,7 @@ def _manifest_entry(kernel, variant, symbol: str, params: list[dict], smem_bytes
     rows = get_int(kernel, "block_m") * get_int(kernel, "q_tiles")
     blocks = ["cdiv", q_shape[2], rows] if isinstance(q_shape[2], str) else math.ceil(q_shape[2] / rows)
     grid = [[blocks], [q_shape[1]], [q_shape[0]]]
+    if R.attrs_of(R.warp_specialize_of(kernel)).get(R.PERSISTENT, False):  # Note [Persistent CTAs on sm_100a]
+        grid = [[["min_sms", blocks, q_shape[1], q_shape[0]]], [1], [1]]
     return {"name": "attn_fwd", "symbol": symbol, "block": [32 * _warps(kernel), 1, 1],
             "dynamic_smem_bytes": smem_bytes, "grid": grid, "params": [p["abi"] for p in params]}

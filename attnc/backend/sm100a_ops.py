@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from mlir import ir
 from mlir.dialects import arith, llvm, scf
 
+from attnc.backend.block_walk import BlockWalk
 from attnc.backend.nvgpu_builders import Emit, MBarrier, Smem, _asm, warp_sync
 from attnc.backend.softmax import OnlineSoftmax, SoftmaxState
 from attnc.backend.tcgen05 import MMA_K, Tmem, Umma, bulk_wait_read, expect_tx, param_address, tma_load, tma_store
@@ -17,6 +18,7 @@ from attnc.ir import error_at, get_bool, get_int, get_shape, get_str
 from attnc.ir import roles as R
 from attnc.ir.tiles import tile_parts
 from attnc.passes.tile_program import kv_block
+from attnc.schedule.walk import ORDERS, walk_order
 
 SWIZZLES = {"xor128B": 128, "xor64B": 64, "xor32B": 32}
 
@@ -109,6 +111,7 @@ class Lowering:
     module: ir.Operation = None         # the module whose functions attn.kv_range calls
     blockmap: object = None             # the BlockMapPlan the ranges are read from, if any
     scale: float = 1.0                  # what scores are multiplied by before a score_mod
+    walk: object = None                 # block_walk.BlockWalk of the role's rounds (persistent CTAs)
 
     @property
     def first_lane(self) -> ir.Value:
@@ -148,6 +151,25 @@ def _fill(cx: Lowering, op):
     if len(shape) == 1:                     # a row statistic: this thread's row's
         return [cx.e.cf(ir.FloatAttr(op.attributes["value"]).value)]
     return [InTmem()]                       # O (Note [Accumulators start at zero])
+
+
+def _walk_rounds(cx: Lowering, op):
+    """Note [The walk over query blocks] (attnc/schedule/walk.py): the role's rounds, the
+    kernel's query blocks (of block_m x q_tiles rows) over the grid's CTAs."""
+    order = walk_order(op.parent)
+    if order not in ORDERS:
+        raise error_at(op, f"attn-lower-sm100a walks persistent CTAs in one of the orders {', '.join(ORDERS)}, "
+                           f"not {order}")
+    e, kernel = cx.e, cx.kernel
+    batches, heads, rows = (cx.size(n) for n in get_shape(kernel, "q_shape")[:3])
+    m_blocks = e.cdiv(rows, get_int(kernel, "block_m") * get_int(kernel, "q_tiles"))
+    cx.walk = BlockWalk(e, m_blocks, heads, batches, order)
+    return [cx.walk.rounds]
+
+
+def _walk_block(cx: Lowering, op):
+    has, (m_block, h, b) = cx.walk.item(cx.value(op.operands[0]))
+    return [has, b, h, m_block]
 
 
 def _wait(cx: Lowering, op):
@@ -439,6 +461,8 @@ def _write_scaled(cx: Lowering, slot: Slot, v: Scaled) -> None:
     chunks = _scaled_chunks(cx, v)
     if slot.channel.space != "tmem":
         _write_o_row(cx, slot, v, chunks)
+        if cx.walk is not None:         # Note [Accumulators start at zero] in sm100a.py
+            zero_row(cx, v.o)
         return
     dst = cx.tmem_address(slot, True)
     for col, values in chunks:
@@ -452,6 +476,15 @@ def _scaled_chunks(cx: Lowering, v: Scaled):
     src = cx.tmem_address(v.o, True)
     return ((col, [e.fmul(x, v.factor) for x in Tmem(e).load(e.add(src, col), CHUNK)])
             for col in range(0, get_int(cx.kernel, "head_dim_v"), CHUNK))
+
+
+def zero_row(cx: Lowering, o: Slot) -> None:
+    """This thread's row of O's tensor memory set to zeros, waited for: the next query block's
+    accumulator (Note [Accumulators start at zero] in sm100a.py)."""
+    e, d = cx.e, get_int(cx.kernel, "head_dim_v")
+    row = cx.tmem_address(o, True)
+    for col in range(0, d, 32):
+        Tmem(e).store(e.add(row, col), [e.c32(0)] * min(32, d - col), wait=col + 32 >= d)
 
 
 def _write_o_row(cx: Lowering, slot: Slot, v: Scaled, chunks) -> None:
@@ -531,7 +564,7 @@ def _st_global(cx: Lowering, tensor: str, index: list, value, kind: str) -> None
 
 
 PATTERNS = {
-    "attn.dim": _dim, "attn.fill": _fill, R.MBARRIER_WAIT: _wait, R.MBARRIER_ARRIVE: _arrive,
+    "attn.dim": _dim, "attn.fill": _fill, R.WALK_ROUNDS: _walk_rounds, R.WALK_BLOCK: _walk_block, R.MBARRIER_WAIT: _wait, R.MBARRIER_ARRIVE: _arrive,
     R.MBARRIER_EXPECT_TX: _expect_tx, R.TCGEN05_COMMIT: _commit, R.RING_ADVANCE: _ring_advance,
     "attn.load": _load, R.SLOT_READ: _slot_read, R.SLOT_WRITE: _slot_write, "attn.mma": _mma,
     "attn.softmax_step": _softmax_step, "attn.rescale": _rescale, "attn.finalize": _finalize,

@@ -77,6 +77,7 @@ from mlir import ir
 from mlir.dialects import nvvm, scf
 
 from attnc.backend import sm90a
+from attnc.backend.block_walk import BlockWalk
 from attnc.backend.forward import TargetLowering, own_ops
 from attnc.backend.kernel_spec import PRODUCER_THREADS
 from attnc.backend.nvgpu_builders import MBarrier, NamedBarrier, fence_async_proxy, set_max_registers
@@ -152,7 +153,7 @@ def _for_each_item(cx, body, carried=()) -> list:
     e, s = cx.e, cx.spec
     if not s.persistent:
         return body(cx, e.c32(0), list(carried))[1]
-    walk = cx._walk = _BlockWalk(cx)
+    walk = cx._walk = BlockWalk(e, e.cdiv(e.dim("M"), s.block_m), e.dim("H"), e.dim("B"), s.walk_order)
     loop = scf.ForOp(e.c32(0), walk.rounds, e.c32(1), [e.c32(0), *carried])
     with ir.InsertionPoint(loop.body):
         rnd, (t_base, *values) = loop.induction_variable, loop.inner_iter_args
@@ -504,29 +505,3 @@ LAST_PATTERNS = {**sm90a.LAST_PATTERNS, **TURNS, "wait": _last_wait, "release_v_
 
 SM90A_WS = TargetLowering("sm_90a (producer warpgroup)", _setup, sm90a.operand_bases, sm90a.steps,
                           {"trip": TRIP_PATTERNS, "last": LAST_PATTERNS, "load": LOAD_PATTERNS}, emit=_emit)
-
-
-class _BlockWalk:
-    """A persistent CTA's query blocks (Note [Persistent CTAs]): round r takes item
-    w = r G + (ctaid.x, or, with the snake order, G - 1 - ctaid.x in odd rounds), G =
-    gridDim.x, which is (m_block, head, batch) with m_block fastest, the last m_block first."""
-
-    def __init__(self, kernel):
-        self.e = e = kernel.e
-        self.m_blocks = e.cdiv(e.dim("M"), kernel.spec.block_m)
-        self.items = e.mul(self.m_blocks, e.mul(e.dim("H"), e.dim("B")))
-        self.ctas, self.cta = nvvm.read_ptx_sreg_nctaid_x(e.i32), nvvm.read_ptx_sreg_ctaid_x(e.i32)
-        self.rounds = e.div(e.add(self.items, e.sub(self.ctas, 1)), self.ctas)
-        self.snake = kernel.spec.walk_order == "snake"
-
-    def item(self, rnd):
-        """(i1: round `rnd` has a block, its (m_block, head, batch))."""
-        e = self.e
-        if self.snake:
-            odd = e.and_(rnd, 1)
-            w = e.add(e.mul(rnd, self.ctas), e.select(e.eq(odd, 1), e.sub(e.sub(self.ctas, 1), self.cta), self.cta))
-        else:
-            w = e.add(e.mul(rnd, self.ctas), self.cta)
-        head = e.div(w, self.m_blocks)
-        m_block = e.sub(e.sub(self.m_blocks, 1), e.rem(w, self.m_blocks))
-        return e.lt(w, self.items), (m_block, e.rem(head, e.dim("H")), e.div(head, e.dim("H")))

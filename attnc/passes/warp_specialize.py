@@ -18,7 +18,8 @@ those rows only (Note [Consumer rows] in attnc/schedule/partition.py) (`pingpong
 of keys per row; then every role's program stands in the walk over query blocks, Note
 [The walk over query blocks] in attnc/schedule/walk.py); without it one cooperative role
 as on sm_80; sm_100a: the FA4 roles
-(load, mma, softmax0/1, correction, epilogue, empty) with S and P through TMEM. The K/V channel's
+(load, mma, softmax0/1, correction, epilogue, empty) with S and P through TMEM, their
+programs in the walk over query blocks with `persistent` (off by default). The K/V channel's
 `stages` is attn-tile's `stages`. Register budgets are checked here. What the lowering
 builds follows these choices (Note [The plan the lowerings follow] in lower_kernel.py).
 
@@ -57,13 +58,14 @@ class WarpSpecialize(Pass):
                "recorded as `pingpong` on attn.warp_specialize (default: off, measured slower: "
                "results/sm90a_h200.md, \"Ping-pong\")"})
     persistent: bool | None = field(default=None, metadata={
-        "doc": "sm_90a, with the producer: one CTA per SM loops over the query blocks, loading the next "
-               "block's tiles during the last one's epilogue, recorded as `persistent` on "
+        "doc": "sm_90a with the producer, and sm_100a: one CTA per SM loops over the query blocks, loading "
+               "the next block's tiles during the last one's epilogue, recorded as `persistent` on "
                "attn.warp_specialize, every role's program in the walk over query blocks (Notes [Persistent "
-               "CTAs] in sm90a_ws.py and [The walk over query blocks] in walk.py; default: on for a band, a "
-               "sliding window; results/sm90a_h200.md, \"Persistent CTAs\")"})
+               "CTAs] in sm90a_ws.py, [Persistent CTAs on sm_100a] in sm100a.py and [The walk over query "
+               "blocks] in walk.py; default: on for sm_90a's band, a sliding window, results/sm90a_h200.md, "
+               "\"Persistent CTAs\"; off on sm_100a, never timed)"})
     walk_order: str | None = field(default=None, metadata={
-        "doc": "sm_90a, with persistent CTAs: the order in which they take the query blocks, round by "
+        "doc": "with persistent CTAs (sm_90a, sm_100a): the order in which they take the query blocks, round by "
                "round: snake (rG + c in even rounds, rG + G - 1 - c in odd ones, G CTAs, c = ctaid.x) or "
                "linear (rG + c), recorded as `order` on attn.walk_block (default: snake; "
                "results/sm90a_h200.md, \"Walk order\")"})
@@ -132,11 +134,14 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
                                "the mask analysis gives: edit the mask (or its kv_range function) instead (Note "
                                "[The key range as made] in attnc/ir/roles.py)")
         if target != "sm_90a":
-            for name, value in (("consumers", consumers), ("producer", producer), ("pingpong", pingpong),
-                                ("persistent", persistent)):
+            for name, value in (("consumers", consumers), ("producer", producer), ("pingpong", pingpong)):
                 if value is not None:
                     raise error_at(op, f"{name}={int(value)}: only sm_90a has a producer and consumer "
                                        f"warpgroups; {target}'s roles are fixed by its recipe")
+        if target == "sm_80" and persistent is not None:
+            raise error_at(op, f"persistent={int(persistent)}: persistent CTAs are sm_90a's producer kernel's "
+                               f"and sm_100a's; sm_80's CTAs run one query block, or two "
+                               f"(q_blocks_per_cta=2)")
         try:
             if target == "sm_90a" and consumers not in (None, 1, 2):
                 raise AttncError(f"consumers={consumers}: sm_90a has 1 or 2 consumer warpgroups")

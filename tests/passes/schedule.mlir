@@ -5,7 +5,7 @@
 // producer/consumer plan (sm_90a with one consumer warpgroup and two K/V stages), the
 // default sm_90a plan at head dim 128 (a producer and two consumer warpgroups), sm_90a's
 // cooperative plan of a 64-row tile, ping-pong, a producer putting V before K (the user
-// pass examples/passes/v_before_k.py), the FA4 roles of sm_100a, and persistent CTAs.
+// pass examples/passes/v_before_k.py), the FA4 roles of sm_100a, and persistent CTAs (sm_90a's and sm_100a's).
 //
 // RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize" | filecheck %s --check-prefix=WS80
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize" | filecheck %s --check-prefix=WS90
@@ -26,6 +26,7 @@
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{persistent=1}" | filecheck %s --check-prefix=WALK
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{persistent=1},attn-alloc-smem,attn-insert-pipelines" | filecheck %s --check-prefix=WALKSYNC
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{persistent=1},attn-alloc-smem,attn-insert-pipelines,attn-overlap-gemms,attn-verify-pipeline" | filecheck %s --check-prefix=AHEAD
+// RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-warp-specialize{persistent=1 walk_order=linear},attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-verify-pipeline" | filecheck %s --check-prefix=WALK100
 
 // L3, sm_80: one cooperative role whose loads go through its own cp.async channels, K
 // and V issued ahead of their steps as the kernel issues them (Note [cp.async prefetch] in
@@ -445,3 +446,26 @@ func.func @hd128_unmasked(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>
 // AHEAD-NEXT: %[[LB:[0-9]+]]:4 = "attn.walk_block"(%[[ROUNDS_LOOP]]#4) {order = "snake"}
 // AHEAD-NEXT: "attn.finalize"(%[[ROUNDS_LOOP]]#7, %[[ROUNDS_LOOP]]#5, %[[ROUNDS_LOOP]]#6, %[[LB]]#2)
 // AHEAD: }) {name = "consumer0"
+
+// L5, sm_100a's persistent CTAs: each FA4 role stands in the walk (here in the linear
+// order); the load role's Q ring of two slots is carried from block to block (its waits on
+// the empty side flip the phase the ring has reached), and the round without a block
+// passes it on. attn-verify-pipeline finds it sound.
+// WALK100: "attn.walk_block"(%{{.*}}) {order = "linear"}
+// WALK100: }) {name = "softmax0"
+// WALK100: }) {name = "softmax1"
+// WALK100: "attn.walk_block"(%{{.*}}) {order = "linear"}
+// WALK100: }) {name = "correction"
+// WALK100: "attn.walk_block"(%{{.*}}) {order = "linear"}
+// WALK100: }) {name = "mma"
+// WALK100: %[[ROUNDS:[0-9]+]] = "attn.walk_rounds"
+// WALK100-NEXT: scf.for %{{.*}} to %[[ROUNDS]] step %{{.*}} iter_args(%{{.*}} = %c0_i32, %{{.*}} = %c0_i32, %[[QS:arg[0-9]+]] = %c0_i32, %[[QP:arg[0-9]+]] = %c0_i32) -> (i32, i32, i32, i32)
+// WALK100-NEXT: %[[W:[0-9]+]]:4 = "attn.walk_block"(%{{.*}}) {order = "linear"}
+// WALK100-NEXT: scf.if %[[W]]#0 -> (i32, i32, i32, i32) {
+// WALK100-NEXT: "attn.load"(%arg0, %[[W]]#1, %[[W]]#2, %[[W]]#3) {operand = "q", q_tile = 0 : i64}
+// WALK100-NEXT: %[[FLIP:[0-9]+]] = arith.xori %[[QP]], %c1_i32
+// WALK100-NEXT: "attn.mbarrier_wait"(%{{[0-9]+}}, %[[QS]], %[[FLIP]])
+// WALK100: "attn.ring_advance"(%[[QS]], %[[QP]]) {stages = 2 : i64}
+// WALK100: } else {
+// WALK100-NEXT: scf.yield %{{.*}}, %{{.*}}, %[[QS]], %[[QP]] : i32, i32, i32, i32
+// WALK100: }) {name = "load"

@@ -9,6 +9,7 @@
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{consumers=3}" 2>&1 | filecheck %s --check-prefix=CONSUMERS
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize{consumers=1}" 2>&1 | filecheck %s --check-prefix=CONSUMERS80
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize{producer=1}" 2>&1 | filecheck %s --check-prefix=PRODUCER80
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize{persistent=1}" 2>&1 | filecheck %s --check-prefix=PERSISTENT80
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{consumers=1}" 2>&1 | filecheck %s --check-prefix=COVER
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{block_m=64},attn-warp-specialize{pingpong=1}" 2>&1 | filecheck %s --check-prefix=PINGPONG1
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{block_m=192 block_n=64},attn-warp-specialize" 2>&1 | filecheck %s --check-prefix=ROWS
@@ -34,6 +35,7 @@
 // CONSUMERS: --pass-pipeline:1:32: error: attn-warp-specialize: consumers=3: sm_90a has 1 or 2 consumer warpgroups
 // CONSUMERS80: --pass-pipeline:1:32: error: attn-warp-specialize: consumers=1: only sm_90a has a producer and consumer warpgroups; sm_80's roles are fixed by its recipe
 // PRODUCER80: --pass-pipeline:1:32: error: attn-warp-specialize: producer=1: only sm_90a has a producer and consumer warpgroups; sm_80's roles are fixed by its recipe
+// PERSISTENT80: --pass-pipeline:1:32: error: attn-warp-specialize: persistent=1: persistent CTAs are sm_90a's producer kernel's and sm_100a's; sm_80's CTAs run one query block, or two (q_blocks_per_cta=2)
 // COVER: --pass-pipeline:1:32: error: attn-warp-specialize: consumers=1 runs 64 query rows (64 a warpgroup), and the tile has block_m=128: set attn-tile{block_m=64}
 // PINGPONG1: --pass-pipeline:1:44: error: attn-warp-specialize: pingpong=1: the consumers take turns when there are two fed by the producer; this plan has consumers=1, producer=0
 // ROWS: schedule.attn:2:1: error: block_m=192: sm_90a's consumer warpgroups run 64 query rows each, 1 or 2 of them: block_m 64 or 128 (attn-tile)

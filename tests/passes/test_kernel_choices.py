@@ -119,7 +119,7 @@ def test_persistent_ctas_are_the_plans():
     assert persistent({"persistent": 1}) == (True, True)
     with pytest.raises(AttncError, match=re.escape("persistent=1: persistent CTAs are the producer warpgroup's")):
         persistent({"persistent": 1, "producer": 0})
-    with pytest.raises(AttncError, match=re.escape("persistent=1: only sm_90a has a producer")):
+    with pytest.raises(AttncError, match=re.escape("persistent=1: persistent CTAs are sm_90a's producer kernel's and sm_100a's")):
         compile_file("examples/mha.attn", CompileOptions(arch="sm_80", pass_pipeline=pipeline_with(
             "sm_80", {"attn-warp-specialize": {"persistent": 1}})))
 
