@@ -74,10 +74,14 @@ Note [Accumulators start at zero]: the MMA role starts each O from a fill of zer
 lives in tensor memory, where its warp reaches one lane quarter only; the CTA's first four
 warps zero every O buffer before the roles start, and every P.V accumulates. With persistent
 CTAs the next query block starts from the same tensor memory: the correction warpgroup, which
-reads each row of the final O, writes the row's zeros back (waited for) before its release of
-O's accumulator lets the MMA role start the next block. The first rescale of a block does
-not clear a stale O: its factor is 0, and a stale infinity times 0 is NaN (an infinite V
-in one head made the next head's O NaN in the emulator without the zeros).
+reads each row of the final O (as it writes the row to O's shared-memory slot), writes the
+row's zeros back, waited for. What keeps the MMA role off those columns until then is the
+o_scaled channel, not o_acc (whose release comes before the final O is read, as the fill the
+MMA role then writes to it lowers to nothing): the next block's first P.V waits for the
+correction's first rescale of that block, which follows the zeros in the same threads. The
+first rescale does not clear a stale O by itself: its factor is 0, and a stale infinity
+times 0 is NaN (an infinite V in one head made the next head's O NaN in the emulator
+without the zeros).
 
 Note [Persistent CTAs on sm_100a]: with `persistent` on attn.warp_specialize every role's
 program stands in the walk over query blocks (Note [The walk over query blocks] in

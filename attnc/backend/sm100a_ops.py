@@ -18,7 +18,7 @@ from attnc.ir import error_at, get_bool, get_int, get_shape, get_str
 from attnc.ir import roles as R
 from attnc.ir.tiles import tile_parts
 from attnc.passes.tile_program import kv_block
-from attnc.schedule.walk import ORDERS, walk_order
+from attnc.schedule.walk import walk_order
 
 SWIZZLES = {"xor128B": 128, "xor64B": 64, "xor32B": 32}
 
@@ -156,18 +156,18 @@ def _fill(cx: Lowering, op):
 def _walk_rounds(cx: Lowering, op):
     """Note [The walk over query blocks] (attnc/schedule/walk.py): the role's rounds, the
     kernel's query blocks (of block_m x q_tiles rows) over the grid's CTAs."""
-    order = walk_order(op.parent)
-    if order not in ORDERS:
-        raise error_at(op, f"attn-lower-sm100a walks persistent CTAs in one of the orders {', '.join(ORDERS)}, "
-                           f"not {order}")
-    e, kernel = cx.e, cx.kernel
+    e, kernel = cx.e, cx.kernel         # the order as attnc.schedule.walk.check_walk found it
     batches, heads, rows = (cx.size(n) for n in get_shape(kernel, "q_shape")[:3])
     m_blocks = e.cdiv(rows, get_int(kernel, "block_m") * get_int(kernel, "q_tiles"))
-    cx.walk = BlockWalk(e, m_blocks, heads, batches, order)
+    cx.walk = BlockWalk(e, m_blocks, heads, batches, walk_order(op.parent))
     return [cx.walk.rounds]
 
 
 def _walk_block(cx: Lowering, op):
+    if cx.walk is None:
+        raise error_at(op, f"attn-lower-sm100a takes a query block of the role's walk: {R.WALK_BLOCK} in the "
+                           f"scf.for over {R.WALK_ROUNDS} (Note [The walk over query blocks] in "
+                           f"attnc/schedule/walk.py)")
     has, (m_block, h, b) = cx.walk.item(cx.value(op.operands[0]))
     return [has, b, h, m_block]
 

@@ -53,8 +53,11 @@ def lower_kernel(module, pass_target: str | None = None) -> None:
         from attnc.backend.sm100a import kernel_module_sm100a
         from attnc.ir import roles as R
         from attnc.passes.verify_pipeline import verify_pipeline
+        from attnc.schedule.walk import check_walk
         if not R.verified_as_is(ops[0]):
             verify_pipeline(module)
+        for op in ops:
+            check_walk(op, pass_name)       # every role walks the blocks alike, or none does
         kernel_module, kernels, specialization = kernel_module_sm100a(result)
     else:
         _check_plan(module, pass_name)

@@ -189,8 +189,8 @@ def two_blocks(op, tile, target: str, q_blocks_per_cta: int | None) -> bool:
         raise AttncError(f"q_blocks_per_cta={q_blocks_per_cta}: expected 1 or 2")
     if q_blocks_per_cta == 2 and target != "sm_80":
         raise AttncError(f"q_blocks_per_cta=2: two query blocks per CTA are sm_80's cooperative kernel's; "
-                         f"{target}'s CTAs run one (sm_90a's persistent CTAs, attn-warp-specialize{{persistent=1}}, "
-                         f"walk several)")
+                         f"{target}'s CTAs run one (persistent CTAs, attn-warp-specialize{{persistent=1}}, walk "
+                         f"several)")
     if q_blocks_per_cta is not None:
         return q_blocks_per_cta == 2
     if target != "sm_80" or tile.block_n < 128 or not get_bool(op, "has_score_mod"):

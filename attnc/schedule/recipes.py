@@ -95,7 +95,8 @@ def recipe(target: str, *, num_warps: int, kv_stages: int, q_tiles: int = 1,
     if target == "sm_90a" and consumers not in (1, 2):
         raise AttncError(f"consumers={consumers}: sm_90a has 1 or 2 consumer warpgroups")
     if persistent and not (target in ("sm_90a", "sm_100a") and producer):
-        raise AttncError("persistent CTAs are sm_90a's producer warpgroup's kernel: a plan with a producer role")
+        raise AttncError("persistent CTAs are sm_90a's producer warpgroup's kernel and sm_100a's: a plan with a "
+                         "producer role")
     return build(num_warps=num_warps, kv_stages=kv_stages, q_tiles=q_tiles, consumers=consumers,
                  producer=producer, persistent=persistent, pingpong=pingpong)
 

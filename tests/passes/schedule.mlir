@@ -453,6 +453,7 @@ func.func @hd128_unmasked(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>
 // passes it on. attn-verify-pipeline finds it sound.
 // WALK100: "attn.walk_block"(%{{.*}}) {order = "linear"}
 // WALK100: }) {name = "softmax0"
+// WALK100: "attn.walk_block"(%{{.*}}) {order = "linear"}
 // WALK100: }) {name = "softmax1"
 // WALK100: "attn.walk_block"(%{{.*}}) {order = "linear"}
 // WALK100: }) {name = "correction"
@@ -469,3 +470,6 @@ func.func @hd128_unmasked(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>
 // WALK100: } else {
 // WALK100-NEXT: scf.yield %{{.*}}, %{{.*}}, %[[QS]], %[[QP]] : i32, i32, i32, i32
 // WALK100: }) {name = "load"
+// WALK100: "attn.walk_block"(%{{.*}}) {order = "linear"}
+// WALK100: "attn.store"
+// WALK100: }) {name = "epilogue"

@@ -218,7 +218,8 @@ def test_persistent_ctas_without_sm90a_are_refused_by_the_recipe():
     plan = _sub(plan, r"\}\) \{ranges = \{[^}]*\}\}",
                 "}) {persistent = true}", count=1)
     error = _refused(plan, "sm_80", "attn-lower-sm80")
-    assert "persistent CTAs are sm_90a's producer warpgroup's kernel: a plan with a producer role" in error.message
+    assert "persistent CTAs are sm_90a's producer warpgroup's kernel and sm_100a's: a plan with a producer role" \
+        in error.message
 
 
 @pytest.mark.parametrize("run", ["attn-lower-sm80", "attn-kernel-choices"])

@@ -2,7 +2,8 @@
 [The walk over query blocks] in attnc/schedule/walk.py and [Persistent CTAs on sm_100a] in
 attnc/backend/sm100a.py): on an emulated GPU of one SM the grid is one CTA, whose roles walk
 every query block (two heads of two 256-row blocks at M = 300) in rounds, their rings
-running on from block to block. Zero race or protocol reports are allowed."""
+running on from block to block; on three SMs, three CTAs share them. Zero race or protocol
+reports are allowed."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -41,6 +42,14 @@ def test_one_cta_walks_every_query_block(example, options):
     check_against_reference(bundle, path, m, n, device=ONE_SM)
 
 
+@pytest.mark.parametrize("example, options", [("mha", "persistent=1"), ("gemma2", "persistent=1 walk_order=linear")])
+def test_three_ctas_share_the_blocks(example, options):
+    """Three SMs: three CTAs take the six query blocks (two heads of three at M = 700) in two
+    rounds, the snake order reversing the CTAs' turn in the second."""
+    path = ROOT / "examples" / f"{example}.attn"
+    check_against_reference(persistent_bundle(path, options), path, 700, 300, device=SimDevice(multiprocessors=3))
+
+
 def test_blocks_without_keys_in_the_walk(tmp_path):
     """Causal from the bottom right, M = 300 and N = 64: the first query block of each head
     keeps no key, so the walk meets blocks whose KV loops run no step."""
@@ -70,12 +79,12 @@ def test_each_block_starts_from_zero():
     assert compare(variant, head1, {"o": ref["o"][:, 1:]}) == []
 
 
-def test_an_order_the_lowering_does_not_walk_is_refused():
-    """The order "pairs" (sm_80's two query blocks) written by hand on sm_100a's walk: the
-    lowering refuses it at the op, naming the orders it walks."""
-    from tests.passes.test_pass_errors import _plan, _refused, _replaced
+def test_roles_walking_apart_are_refused():
+    """One role's walk edited by hand to another order than the others' (its roles would take
+    different blocks in a round): the lowering refuses it at the op."""
+    from tests.passes.test_pass_errors import _in_role, _plan, _refused, _replaced
     plan = _plan("sm_100a", "attn-verify-pipeline", {"attn-warp-specialize": {"persistent": 1}})
-    edited = _replaced(plan, '{order = "snake"}', '{order = "pairs"}')
+    edited = _in_role(plan, "load", lambda text: _replaced(text, '{order = "snake"}', '{order = "linear"}'))
     error = _refused(edited, "sm_100a", "attn-lower-sm100a")
-    assert "attn-lower-sm100a walks persistent CTAs in one of the orders snake, linear, not pairs" in error.message
+    assert "attn-lower-sm100a: every role of a CTA walks the query blocks in one order" in error.message
     assert error.span is not None
