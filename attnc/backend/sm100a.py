@@ -90,7 +90,11 @@ each role takes the CTA's blocks round by round (block_walk.py, the order of
 attn.walk_block), its rings' stages and phases running on from block to block as the plan
 carries them; the tensor memory stays allocated across the walk. Off by default: no
 Blackwell GPU has timed it (the emulator runs it against the reference:
-tests/sim/test_walk_sm100a_sim.py).
+tests/sim/test_walk_sm100a_sim.py), and under FlashAttention-4's register budgets the walk's
+state costs spills in the kernels of two KV loops (the bundle's assembler: gemma2 120 bytes,
+sliding_window 164, docs_sink 104 stored and 124 loaded; mha and relative_bias none).
+Softmax warpgroups of 184 registers, for 80 in the MMA warp's warpgroup, spilled more
+(gemma2 272, and 80 without the walk).
 """
 from __future__ import annotations
 

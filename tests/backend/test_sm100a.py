@@ -164,3 +164,17 @@ def test_a_role_across_two_warpgroups_is_refused_at_the_role():
     def edit(kernel):
         _role(kernel, "correction").attributes["warps"] = R.attr([10, 11, 12, 13])
     assert "attn-lower-sm100a runs a role within one warpgroup, not warps [10, 11, 12, 13]" in _refused(edit)
+
+
+def test_the_persistent_kernel_of_one_kv_loop_assembles_without_spills():
+    """Note [Persistent CTAs on sm_100a]: mha's roles in the walk over query blocks keep to
+    their budgets (the kernels of two KV loops spill there, as the Note records)."""
+    from attnc.backend import cubin
+    from attnc.passes.pipelines import format_pipeline, target_pipeline
+    names = format_pipeline(target_pipeline("sm_100a")).split(",")
+    names[names.index("attn-warp-specialize")] = "attn-warp-specialize{persistent=1}"
+    ptx = attnc.compile(ROOT / "examples/mha.attn", arch="sm_100a",
+                        pass_pipeline=",".join(names)).bundle.code["ptx"].decode()
+    assert "nctaid.x" in ptx
+    usage = cubin.resource_usage(ptx, "sm_100a")
+    assert usage and all(not u.spills and u.stack_frame == 0 for u in usage.values()), usage
