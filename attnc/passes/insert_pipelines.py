@@ -87,7 +87,7 @@ def insert(module, early_first: bool | None = None) -> None:
 def _early_first(op, target: str, asked: bool | None) -> bool:
     """Whether the cooperative role guesses its first key block: the option, else where
     it was measured faster (sm_80's role reading a block map). sm_90a's cooperative role
-    (no producer warpgroup) takes it as an option; its default is off, measured 1.5 % slower
+    (no producer warpgroup) takes it as an option; its default is off, measured 1-2.3 % slower
     (results/sm90a_h200.md, "The first block before the map")."""
     from attnc.ir import error_at
     from attnc.ir.roles import body_block, role_ops
