@@ -40,15 +40,14 @@ def prologue_steps(ops: list, first_block, where, kernel, stages: int) -> tuple[
     next_ahead = {"k": 0, "v": 0}
     kv_range = guess = missed = None
     for op in ops:
-        if op.name == R.FIRST_BLOCK_GUESS or (op.name == "scf.if" and guess is not None and missed is None):
-            if op.name == R.FIRST_BLOCK_GUESS:
-                guess = _check_guess(op, kernel, kv_range, next_ahead)
-                out.append(step_op(op, "first_block_guess"))
-            else:
-                missed = op
-                after_range = bool(out) and out[-1].name == "kv_range"
-                out.append(_missed_steps(op, first_block, kernel, kv_range if after_range else None, guess,
-                                         next_ahead))
+        if op.name == R.FIRST_BLOCK_GUESS:
+            guess = _check_guess(op, kernel, kv_range, next_ahead)
+            out.append(step_op(op, "first_block_guess"))
+            continue
+        if op.name == "scf.if" and guess is not None and missed is None:
+            missed = op
+            after_range = bool(out) and out[-1].name == "kv_range"
+            out.append(_missed_steps(op, first_block, kernel, kv_range if after_range else None, guess, next_ahead))
             continue
         found = pattern_op(op, lambda n: n in _QUIET or n.startswith(ARITH), _PROLOGUE, "before the KV loops",
                             "The role op by op")

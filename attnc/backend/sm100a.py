@@ -504,7 +504,7 @@ def _manifest_entry(kernel, variant, symbol: str, params: list[dict], smem_bytes
     rows = get_int(kernel, "block_m") * get_int(kernel, "q_tiles")
     blocks = ["cdiv", q_shape[2], rows] if isinstance(q_shape[2], str) else math.ceil(q_shape[2] / rows)
     grid = [[blocks], [q_shape[1]], [q_shape[0]]]
-    if R.attrs_of(R.warp_specialize_of(kernel)).get(R.PERSISTENT, False):  # Note [Persistent CTAs on sm_100a]
+    if R.is_persistent(kernel):            # Note [Persistent CTAs on sm_100a]
         grid = [[["min_sms", blocks, q_shape[1], q_shape[0]]], [1], [1]]
     return {"name": "attn_fwd", "symbol": symbol, "block": [32 * _warps(kernel), 1, 1],
             "dynamic_smem_bytes": smem_bytes, "grid": grid, "params": [p["abi"] for p in params]}

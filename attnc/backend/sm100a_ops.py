@@ -156,9 +156,10 @@ def _fill(cx: Lowering, op):
 def _walk_rounds(cx: Lowering, op):
     """Note [The walk over query blocks] (attnc/schedule/walk.py): the role's rounds, the
     kernel's query blocks (of block_m x q_tiles rows) over the grid's CTAs."""
-    e, kernel = cx.e, cx.kernel         # the order as attnc.schedule.walk.check_walk found it
+    e, kernel = cx.e, cx.kernel
     batches, heads, rows = (cx.size(n) for n in get_shape(kernel, "q_shape")[:3])
     m_blocks = e.cdiv(rows, get_int(kernel, "block_m") * get_int(kernel, "q_tiles"))
+    # the role's order, one of walk.ORDERS and every role's (check_walk, before the lowering)
     cx.walk = BlockWalk(e, m_blocks, heads, batches, walk_order(op.parent))
     return [cx.walk.rounds]
 

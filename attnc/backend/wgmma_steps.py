@@ -92,7 +92,7 @@ def wgmma_steps(kernel) -> WgmmaSteps:
     """The trips of the consumer roles of `kernel` (L5, overlapped), checked (Note
     [Overlapped steps op by op])."""
     bars = {R.name_of(b): R.attrs_of(b) for b in R.mbarrier_ops(kernel)}
-    persistent = bool(R.attrs_of(R.warp_specialize_of(kernel)).get(R.PERSISTENT, False))
+    persistent = R.is_persistent(kernel)
     hooks = {"score_mod": R.attrs_of(kernel).get("has_score_mod", False),
              "mask": R.attrs_of(kernel).get("has_mask_mod", False)}
     found = []

@@ -128,6 +128,12 @@ def warp_specialize_of(kernel: ir.Operation) -> ir.Operation | None:
     return None
 
 
+def is_persistent(kernel: ir.Operation) -> bool:
+    """Whether the plan of an attn.kernel (L3 and later) has persistent CTAs: `persistent`
+    on its attn.warp_specialize (Note [The walk over query blocks] in attnc/schedule/walk.py)."""
+    return bool(attrs_of(warp_specialize_of(kernel)).get(PERSISTENT, False))
+
+
 def _ops_named(kernel: ir.Operation, name: str) -> list[ir.Operation]:
     ws = warp_specialize_of(kernel)
     if ws is None:

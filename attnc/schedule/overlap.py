@@ -62,7 +62,7 @@ def overlap_role(role: ir.Operation, kernel: ir.Operation) -> None:
                            f"QK^T) with those around the KV loops (a sync before, an arrive after), all or none")
     q_release = next((op for op in ops[at[-1] + 1:] if op.name == R.MBARRIER_ARRIVE
                       and bars[_bar(op)].get("channel") == "q"), None)
-    persistent = bool(R.attrs_of(R.warp_specialize_of(kernel)).get(R.PERSISTENT, False))
+    persistent = R.is_persistent(kernel)
     # the ring after the key range, where the next query block goes on with it (Note [The
     # walk over query blocks] in walk.py)
     carried_on = any(list(r.uses) for r in list(last.results)[3:])

@@ -23,9 +23,10 @@ forward_loads.py).
 attn-insert-pipelines then writes the waits with the kernel's counts and, where the role
 reads a block map, moves the first block's copies before the map is read, at a guess
 (Note [The guessed first block in the IR] in first_guess.py); two query blocks per CTA
-are a walk around the role's program (Note [Two query blocks in the IR] in walk.py). On sm_90a attn-overlap-gemms then rotates the steps so that
-the GEMMs overlap, which moves each step's loads and waits to where that kernel has them
-(Note [Overlapped cooperative steps in the IR] in overlap_coop.py).
+are a walk around the role's program (Note [Two query blocks in the IR] in walk.py). On
+sm_90a attn-overlap-gemms then rotates the steps so that the GEMMs overlap, which moves
+each step's loads and waits to where that kernel has them (Note [Overlapped cooperative
+steps in the IR] in overlap_coop.py).
 """
 from __future__ import annotations
 

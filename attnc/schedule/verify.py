@@ -465,16 +465,15 @@ def kernel_explorations(kernel: ir.Operation) -> tuple[list[Violation], list[tup
     stages = max([c.get("stages", 1) for c in map(R.attrs_of, R.channel_ops(kernel))] or [1])
     channels = tuple(R.name_of(op) for op in R.channel_ops(kernel))
     explorations = []
-    runs = [False]                  # the guess below the range's top; a guessing role adds a run at it
-    for hits in runs:
+    for hits in (False, True):      # a guessed first block below the range's top, then at it
         violations, programs, threads, guessed = _programs(kernel, bars, stages, hits)
         if violations:
             return violations, []
         # Note [Every ring at once]
         used = {r: events for r, events in programs.items() if any(e.channel is not None for e in events)}
         explorations += [(channels, used, bars, threads)] if used else []
-        if guessed and not hits:
-            runs.append(True)
+        if not guessed:             # no role guesses: the second run would be the first
+            break
     return [], explorations
 
 

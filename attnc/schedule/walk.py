@@ -111,7 +111,7 @@ def check_walk(kernel: ir.Operation, pass_name: str) -> str | None:
     order (None: no walk)."""
     from attnc.ir import error_at
 
-    persistent = bool(R.attrs_of(R.warp_specialize_of(kernel)).get(R.PERSISTENT, False))
+    persistent = R.is_persistent(kernel)
     roles = R.role_ops(kernel)
     orders: dict[str, ir.Operation] = {}
     for role in roles:
