@@ -70,6 +70,17 @@ class (`attn.block_map_read`) is taken as MIXED: the mask applies per element, w
 a SKIP block's keys and keeps a FULL one's. No tile table yet (document-aligned query
 tiles): a plan that reads one is refused.
 
+Note [Lazy rescale on sm_100a]: a rescale of O here is a round trip of the correction
+thread's row through tensor memory (tcgen05.ld, FMULs, tcgen05.st, its wait) which the next
+P.V waits for (o_scaled), as in FlashAttention-4. With `lazy` on attn.rescale (the default:
+Note [Choices on sm_100a] in attnc/passes/kernel_choices.py) the softmax steps keep a row's
+max until a block's scores exceed it by 2^8 (Note [Lazy rescale] in softmax.py), its factor
+then exactly 1, and a correction warp skips the round trip where every row of its 32 has
+a factor of 1 (vote.any of factor != 1, warp-uniform as tcgen05.ld needs), still arriving on
+o_scaled. O times 1 is O, so the skip changes no bit; the stale max changes the result only
+by rounding, which the final 1 / l and the LSE (m + log l) cancel. The first block's factor
+is 0 (the max leaves -inf), so a row is rescaled there unless it kept nothing yet.
+
 Note [Accumulators start at zero]: the MMA role starts each O from a fill of zeros that
 lives in tensor memory, where its warp reaches one lane quarter only; the CTA's first four
 warps zero every O buffer before the roles start, and every P.V accumulates. With persistent
@@ -91,8 +102,9 @@ attn.walk_block), its rings' stages and phases running on from block to block as
 carries them; the tensor memory stays allocated across the walk. Off by default: no
 Blackwell GPU has timed it (the emulator runs it against the reference:
 tests/sim/test_walk_sm100a_sim.py), and under FlashAttention-4's register budgets the walk's
-state costs spills in the kernels of two KV loops (the bundle's assembler: gemma2 120 bytes,
-sliding_window 164, docs_sink 104 stored and 124 loaded; mha and relative_bias none).
+state costs spills in the kernels of two KV loops (the bundle's assembler, with the lazy
+rescale: gemma2 124 bytes, sliding_window 132, docs_sink 104 stored and 124 loaded; mha and
+relative_bias none).
 Softmax warpgroups of 184 registers, for 80 in the MMA warp's warpgroup, spilled more
 (gemma2 272, and 80 without the walk).
 """
@@ -113,6 +125,7 @@ from attnc.errors import AttncError
 from attnc.ir import error_at, get_bool, get_int, get_shape
 from attnc.ir import roles as R
 from attnc.ir.ops import int_constant
+from attnc.passes.kernel_choices import sm100a_choices
 from attnc.passes.tile_program import KV_LOOP, kv_block_op
 
 SMEM_SYMBOL = "attnc_smem"
@@ -263,7 +276,8 @@ def _emit(cx: Lowering, variant) -> None:
     # Note [Folded scale] (softmax.py): a score_mod takes scaled scores, the softmax then natural ones
     cx.scale = ir.FloatAttr(kernel.attributes["scale"]).value
     natural = get_bool(kernel, "has_score_mod")
-    cx.softmax = OnlineSoftmax(e, Approx(e), _OwnRow(), LOG2E if natural else cx.scale * LOG2E)
+    lazy = sm100a_choices(kernel)["lazy_rescale"]     # Note [Lazy rescale on sm_100a]
+    cx.softmax = OnlineSoftmax(e, Approx(e), _OwnRow(), LOG2E if natural else cx.scale * LOG2E, lazy=lazy)
     # Note [Registers per warpgroup]: a warpgroup's branch sets its registers, then runs its roles
     launch = 65536 // (32 * _warps(kernel))
     for group, members in _warpgroups(roles).items():
@@ -483,7 +497,7 @@ def kernel_module_sm100a(result):
     specialization = {"target": "sm_100a", "block_m": get_int(kernel, "block_m"),
                       "block_n": get_int(kernel, "block_n"), "stages": get_int(kernel, "stages"),
                       "q_tiles": get_int(kernel, "q_tiles"), "warps": _warps(kernel),
-                      "blockmap": blockmap is not None}
+                      "blockmap": blockmap is not None, **sm100a_choices(kernel)}
     return module, kernels, specialization
 
 

@@ -10,7 +10,7 @@ from mlir import ir
 from mlir.dialects import arith, llvm, scf
 
 from attnc.backend.block_walk import BlockWalk
-from attnc.backend.nvgpu_builders import Emit, MBarrier, Smem, _asm, warp_sync
+from attnc.backend.nvgpu_builders import Emit, MBarrier, Smem, _asm, warp_sync, warp_vote
 from attnc.backend.softmax import OnlineSoftmax, SoftmaxState
 from attnc.backend.tcgen05 import MMA_K, Tmem, Umma, bulk_wait_read, expect_tx, param_address, tma_load, tma_store
 from attnc.errors import AttncError
@@ -407,17 +407,13 @@ def _softmax_step(cx: Lowering, op):
 
 def _exp2_fma(op) -> int:
     """The softmax step's own exp2_fma (Note [Choices op by op] in
-    attnc/passes/kernel_choices.py), 0 where it holds none: of every 8 scores of the
-    thread's row, those whose exp2 the FMA pipe takes (Note [Exponentials on the FMA pipe]
-    in softmax.py; never measured on a Blackwell GPU, so no default of its own)."""
-    from attnc.backend.spec_checks import op_choice_error
+    attnc/passes/kernel_choices.py; checked with the kernel's choices, `sm100a_choices`),
+    the default where it holds none: of every 8 scores of the thread's row, those whose
+    exp2 the FMA pipe takes (Note [Exponentials on the FMA pipe] in softmax.py)."""
+    from attnc.passes.choice_defaults import sm100a_defaults
     from attnc.passes.kernel_choices import op_choices
 
-    value = dict(op_choices(op)).get("exp2_fma", 0)
-    problem = op_choice_error(None, "exp2_fma", value)
-    if problem:
-        raise error_at(op, f"attn-lower-sm100a: {problem}")
-    return value
+    return dict(op_choices(op)).get("exp2_fma", sm100a_defaults()["exp2_fma"])
 
 
 def _pack(e: Emit, dtype: str, lo, hi) -> ir.Value:
@@ -466,8 +462,20 @@ def _write_scaled(cx: Lowering, slot: Slot, v: Scaled) -> None:
             zero_row(cx, v.o)
         return
     dst = cx.tmem_address(slot, True)
-    for col, values in chunks:
-        Tmem(cx.e).store(cx.e.add(dst, col), values)
+
+    def rescale():
+        for col, values in chunks:
+            Tmem(cx.e).store(cx.e.add(dst, col), values)
+
+    if not cx.softmax.lazy:
+        rescale()
+        return
+    # Note [Lazy rescale on sm_100a] in sm100a.py: the warp's rows kept their max
+    moved = warp_vote(cx.e, arith.cmpf(arith.CmpFPredicate.UNE, v.factor, cx.e.cf(1.0)), "any")
+    branch = scf.IfOp(moved)
+    with ir.InsertionPoint(branch.then_block):
+        rescale()
+        scf.yield_([])
 
 
 def _scaled_chunks(cx: Lowering, v: Scaled):

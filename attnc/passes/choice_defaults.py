@@ -156,6 +156,17 @@ def exp2_fma(s) -> int:
     return 1 if s.producer_warpgroup and (s.score_mod or s.score_bias) else 0
 
 
+def sm100a_defaults() -> dict:
+    """attn-lower-sm100a's choices (Note [Choices on sm_100a] in kernel_choices.py), which no
+    Blackwell GPU has timed here:
+      * exp2_fma 0: the split pays on sm_90a only where measured, so none until measured;
+      * lazy_rescale on: FlashAttention-4's own default for 16-bit inputs (a threshold of
+        2^8), and the reason is sm_100a's: there a rescale is a round trip of O's row through
+        tensor memory that the next P.V waits for (Note [Lazy rescale on sm_100a] in
+        attnc/backend/sm100a.py), where on sm_80 and sm_90a it is FMULs on registers."""
+    return {"exp2_fma": 0, "lazy_rescale": True}
+
+
 def aligned_tiles(possible: bool) -> bool:
     """Note [Document-aligned tiles] in attnc/backend/qtiles.py: wherever the kernel can
     take them (a mask with the ids' conjunct, read from a map; one query block per CTA, no

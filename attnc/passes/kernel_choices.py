@@ -1,7 +1,7 @@
 """`attn-kernel-choices`: every choice the kernel makes beyond the plan, as an attribute
 on the op it concerns (L5 -> L5).
 
-Targets: sm_80, sm_90a (the targets with a lowering). Expects the L5 plan of one
+Targets: sm_80, sm_90a, sm_100a (two choices: Note [Choices on sm_100a]). Expects the L5 plan of one
 attn.kernel (attn-insert-pipelines); leaves the same IR with the choices of CHOICES
 on their ops: each given as an option of this pass, else its default for this
 kernel (the measured defaults of choice_defaults.py, each saying where its
@@ -38,10 +38,15 @@ loop -- is the kernel of that op alone; this pass's option sets every op of the 
 Each value is checked at its op against the kernel (a located error naming the
 condition), an op without one takes the default (choice_defaults.py's `op_default`), and
 the manifest records the one value the ops hold, or the values, sorted, where they
-differ. attn-lower-sm100a reads `exp2_fma` from its softmax steps the same way (0 where
-one holds none; this pass does not run for sm_100a). The other choices shape what
-several ops share -- O's registers (row sums), the rescale's vote (lazy), the key
-range's loads (lean), the grid -- and stay one per kernel.
+differ. The other choices shape what several ops share -- O's registers (row sums), the
+rescale's vote (lazy), the key range's loads (lean), the grid -- and stay one per kernel.
+
+Note [Choices on sm_100a]: attn-lower-sm100a takes two choices, `SM100A_CHOICES`: each
+softmax step's own `exp2_fma` and the kernel's `lazy` on attn.rescale (Note [Lazy rescale
+on sm_100a] in attnc/backend/sm100a.py). This pass records them with their defaults
+(choice_defaults.py's `sm100a_defaults`) and refuses any other option for sm_100a; the
+lowering refuses another choice an op holds (an edit, a user pass), naming the two, rather
+than build a kernel that ignores it.
 """
 from __future__ import annotations
 
@@ -96,6 +101,7 @@ PLANNED = {"early_first": "the guessed first block is the role's ops (attn.first
                           "its miss branch), which attn-insert-pipelines{early_first} writes (Note [The guessed "
                           "first block in the IR] in attnc/schedule/first_guess.py)"}
 PER_OP = tuple(c for c in CHOICES if c.per_op)
+SM100A_CHOICES = ("exp2_fma", "lazy_rescale")     # Note [Choices on sm_100a]
 
 
 @dataclass(frozen=True)
@@ -116,7 +122,7 @@ class KernelChoices(Pass):
         "doc": "of every 8 scores of a softmax row, how many take their exp2 on the FMA pipe (a cubic "
                "and exponent bits) instead of the SFU, 0 to 8 (Note [Exponentials on the FMA pipe]; "
                "default: 2 in sm_90a's one-warpgroup softcap kernels, 1 in its "
-               "producer warpgroup's kernels with a score_mod, else 0); set on every attn.softmax_step, each of "
+               "producer warpgroup's kernels with a score_mod, else 0, sm_100a 0); set on every attn.softmax_step, each of "
                "which may hold its own (Note [Choices op by op])"})
     heads_first: bool | None = field(default=None, metadata={
         "doc": "order the grid's CTAs by head first, query block second (Note [Heads first]; default: "
@@ -151,7 +157,8 @@ class KernelChoices(Pass):
         "doc": "keep a softmax row's running max until a block's scores exceed it by more than a factor of 2^8, "
                "and skip a warp's rescale of O where no row of it moved (Note [Lazy rescale] in "
                "softmax.py; default: on above head dim 64 wherever the max "
-               "is not a constant, but for sm_90a's persistent CTAs)"})
+               "is not a constant, but for sm_90a's persistent CTAs; on for sm_100a: Note [Lazy rescale on "
+               "sm_100a] in sm100a.py)"})
     tail_waves: int | None = field(default=None, metadata={
         "doc": "on the aligned tiles with the heads-first grid, the last this many resident grids' worth of CTAs "
                "start their query tiles longest first (Note [Longest tiles last] in qtiles.py; 0: off, at most 64; "
@@ -192,38 +199,75 @@ def choose(module, **given) -> None:
     from attnc.backend.lowering import lowering_from_ir
     from attnc.ir import attention_ops, error_at
     from attnc.passes.lower_kernel import compile_result_of
-    from attnc.passes.pipelines import LOWERING, PLAN_ONLY
+    from attnc.passes.choice_defaults import sm100a_defaults
+    from attnc.passes.pipelines import LOWERING
     from attnc.ir.roles import GET, PUT, ops_in, role_block, role_ops
     from attnc.passes.plan_ir import required_attr, require_roles
 
     result = compile_result_of(module, NAME)
     op = attention_ops(module)[0]
     target = required_attr(op, "target", NAME)
-    choosing = [t for t in LOWERING if t not in PLAN_ONLY]     # sm_100a's lowering takes none yet
-    if target not in choosing:
-        raise error_at(op, f"{NAME} records the choices of the {' and '.join(choosing)} lowerings; "
-                           f"{LOWERING.get(target, 'the ' + target + ' lowering')} takes none yet")
+    if target not in LOWERING:
+        raise error_at(op, f"{NAME} records the choices of the {', '.join(LOWERING)} lowerings, not {target}'s")
+    given = {name: value for name, value in given.items() if value is not None}
+    other = [name for name in given if name not in SM100A_CHOICES]
+    if target == "sm_100a" and other:       # Note [Choices on sm_100a]
+        raise error_at(op, f"{other[0]}={_text(given[other[0]])}: no choice of attn-lower-sm100a, which takes "
+                           f"{' and '.join(SM100A_CHOICES)} only")
     require_roles(op, NAME)
     left = [o for role in role_ops(op) for o in ops_in(role_block(role), (PUT, GET))]
     if left:
         raise error_at(left[0], f"{NAME} needs the synchronization attn-insert-pipelines makes of attn.put; "
                                 f"run attn-insert-pipelines first")
-    from attnc.passes.plan_ir import check_channels, followed_plan, tile_of
-    # The channels as the lowering takes them, before its defaults are read off them.
-    check_channels(op, tile_of(op, NAME), followed_plan(op, NAME), NAME)
     from attnc.ir.roles import remember_verified, verified_as_is
     verified = verified_as_is(op)             # Note [Verified as it stands]
+    if target != "sm_100a":
+        from attnc.passes.plan_ir import check_channels, followed_plan, tile_of
+        # The channels as the lowering takes them, before its defaults are read off them.
+        check_channels(op, tile_of(op, NAME), followed_plan(op, NAME), NAME)
     sites = _sites(op)
     for choice in CHOICES:                    # a second run (on a dump) chooses afresh
         for holder in sites[choice.option]:
             if choice.attr in holder.attributes:
                 del holder.attributes[choice.attr]
-    write(op, {name: value for name, value in given.items() if value is not None}, sites)
-    lowered = lowering_from_ir(result)        # the defaults, for what the options leave open
-    write(op, {c.option: c.value_in(lowered) for c in CHOICES if c.option not in given or given[c.option] is None},
-          sites)
+    write(op, given, sites)
+    if target == "sm_100a":
+        write(op, {name: value for name, value in sm100a_defaults().items() if name not in given}, sites)
+        sm100a_choices(op)                    # each value checked at its op
+    else:
+        lowered = lowering_from_ir(result)    # the defaults, for what is not given
+        write(op, {c.option: c.value_in(lowered) for c in CHOICES if c.option not in given}, sites)
     if verified:
         remember_verified(op)
+
+
+def sm100a_choices(kernel) -> dict:
+    """{option: value} of the choices attn-lower-sm100a takes (`SM100A_CHOICES`), as
+    `kernel`'s ops hold them, a default where none does (Note [Choices on sm_100a]), and
+    exp2_fma's values sorted where the softmax steps differ; a choice of the other
+    lowerings on any of its ops is refused there, and so is an exp2_fma out of range."""
+    from attnc.backend.spec_checks import op_choice_error
+    from attnc.ir import error_at
+    from attnc.passes.choice_defaults import sm100a_defaults
+
+    found = read(kernel)
+    sites = _sites(kernel)
+    for choice in CHOICES:
+        for op in sites[choice.option]:
+            if choice.attr not in op.attributes:
+                continue
+            if choice.option not in SM100A_CHOICES:
+                raise error_at(op, f"{choice.attr} on {op.name}: attn-lower-sm100a does not take "
+                                   f"{choice.option} (it takes {' and '.join(SM100A_CHOICES)})")
+            problem = op_choice_error(None, choice.option, _value(op, choice))
+            if problem:
+                raise error_at(op, f"the sm_100a kernel cannot be built: {problem}")
+    chosen = {**sm100a_defaults(), **{name: found[name] for name in SM100A_CHOICES if name in found}}
+    steps = sorted({_value(op, BY_OPTION["exp2_fma"]) if "exp2_fma" in op.attributes else chosen["exp2_fma"]
+                    for op in sites["exp2_fma"]})
+    if len(steps) > 1:
+        chosen["exp2_fma"] = steps
+    return chosen
 
 
 def write(kernel, values: dict, sites: dict | None = None) -> None:

@@ -159,6 +159,27 @@ def test_a_role_reading_a_tile_table_is_refused_at_the_op():
     assert "attn-lower-sm100a builds no tile table yet" in _refused(edit)
 
 
+def test_another_lowerings_choice_is_refused_at_its_op():
+    """Note [Choices on sm_100a]: the lowering takes exp2_fma and lazy only; a choice of the
+    other lowerings on one of its ops is refused there, not built around."""
+    def edit(kernel):
+        store = next(o for o in R.ops_in(R.role_block(_role(kernel, "epilogue")), ("attn.store",))
+                     if ir.StringAttr(o.attributes["operand"]).value == "o")
+        store.attributes["staged"] = ir.BoolAttr.get(True)
+    assert "staged on attn.store: attn-lower-sm100a does not take staged_o (it takes exp2_fma and " \
+           "lazy_rescale)" in _refused(edit)
+
+
+def test_rescales_that_disagree_are_refused():
+    """The lazy rescale is one per kernel: the softmax steps keep their max by it, and every
+    correction warp votes by the factors they give (Note [Lazy rescale on sm_100a])."""
+    def edit(kernel):
+        rescales = R.ops_in(R.role_block(_role(kernel, "correction")), ("attn.rescale",))
+        for op, lazy in zip(rescales, (True, False)):
+            op.attributes["lazy"] = ir.BoolAttr.get(lazy)
+    assert "lazy = false on this attn.rescale, true on an earlier one" in _refused(edit)
+
+
 def test_a_role_across_two_warpgroups_is_refused_at_the_role():
     """Note [Registers per warpgroup]: a warpgroup's branch sets its budget, then runs its roles."""
     def edit(kernel):

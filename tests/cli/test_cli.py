@@ -64,6 +64,8 @@ PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-mask-kernels", "attn-hoist"
             "attn-alloc-tmem", "attn-insert-pipelines", "attn-verify-pipeline"]
 # sm_90a's plan: its consumer warpgroups' GEMMs overlapped after the synchronization
 SM90A_PLAN = PIPELINE[:8] + ["attn-overlap-gemms"] + PIPELINE[8:]
+# sm_100a's pipeline: the plan and the two choices its lowering takes
+SM100A = PIPELINE + ["attn-kernel-choices"]
 
 
 def test_compile_print_ir_after_all():
@@ -71,7 +73,7 @@ def test_compile_print_ir_after_all():
                                   "--emit", "mlir", "--print-ir-after-all"])
     assert status == 0
     dumps = err.split("// -----// IR Dump After ")[1:]
-    assert [d.split(" ")[0] for d in dumps] == ["frontend", *PIPELINE]
+    assert [d.split(" ")[0] for d in dumps] == ["frontend", *SM100A]
     assert "block_m" not in dumps[0] and "block_m = 128 : i64" in dumps[1]
     assert out.startswith("module attributes {attn.filename = \"examples/gemma2.attn\", attn.source = ")
     assert 'mask_kind = "static"' in out
@@ -317,7 +319,7 @@ def test_passes_lists_passes_options_and_pipelines():
         assert f"{name}\n    {info.cls.__doc__.strip().splitlines()[0]}\n" in out
     assert out.endswith("\npipelines:\n" + f"  sm_80: {','.join(PIPELINE)},attn-kernel-choices,attn-lower-sm80\n"
                         + f"  sm_90a: {','.join(SM90A_PLAN)},attn-kernel-choices,attn-lower-sm90a\n"
-                        + f"  sm_100a: {','.join(PIPELINE)}  (then, for code, attn-lower-sm100a)\n")
+                        + f"  sm_100a: {','.join(SM100A)}  (then, for code, attn-lower-sm100a)\n")
 
 
 def test_opt_runs_passes_on_saved_ir(tmp_path):
@@ -356,7 +358,7 @@ def test_process_compile_gemma2_sm100a():
     p = _attnc("compile", "examples/gemma2.attn", "-arch", "sm_100a", "--emit", "mlir",
                "--print-ir-after-all")
     assert p.returncode == 0, p.stderr
-    assert p.stderr.count("// -----// IR Dump After") == 1 + len(PIPELINE)
+    assert p.stderr.count("// -----// IR Dump After") == 1 + len(SM100A)
     assert '"attn.kernel"' in p.stdout and 'loc("examples/gemma2.attn"' in p.stdout
 
 

@@ -45,7 +45,7 @@ def test_every_target_pipeline_is_the_full_plan():
     assert set(PIPELINES) == set(TARGETS)
     for target in TARGETS:
         lowering = {"sm_80": ["attn-kernel-choices", "attn-lower-sm80"],
-                    "sm_90a": ["attn-kernel-choices", "attn-lower-sm90a"]}.get(target, [])
+                    "sm_90a": ["attn-kernel-choices", "attn-lower-sm90a"]}.get(target, ["attn-kernel-choices"])
         plan = FULL_PIPELINE[:8] + ["attn-overlap-gemms"] + FULL_PIPELINE[8:] if target == "sm_90a" else FULL_PIPELINE
         assert PIPELINES[target] == [(name, {}) for name in plan + lowering]
         for name, _ in PIPELINES[target]:
@@ -192,14 +192,16 @@ def test_bad_options_of_an_upstream_pass_are_named_as_such(options, reason):
 
 def test_the_readme_lists_every_kernel_choice():
     """README's table of attn-kernel-choices' options names each once, under the kernels that
-    take it (an option documented as "sm_80: ..." is sm_80's)."""
-    from attnc.passes.kernel_choices import KernelChoices
+    take it (an option documented as "sm_80: ..." is sm_80's; sm_100a's two are all three's:
+    Note [Choices on sm_100a])."""
+    from attnc.passes.kernel_choices import SM100A_CHOICES, KernelChoices
     readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
-    rows = dict(re.findall(r"^\| `(\w+)` \| (both|sm_80|sm_90a) \|", readme, re.M))
+    rows = dict(re.findall(r"^\| `(\w+)` \| (both|all three|sm_80|sm_90a) \|", readme, re.M))
     options = {o.name: o for o in registry.options_of(KernelChoices)}
     assert set(rows) == set(options)
     for name, where in rows.items():
-        assert where == ("sm_80" if options[name].doc.startswith("sm_80:") else "both"), name
+        expected = "sm_80" if options[name].doc.startswith("sm_80:") else "both"
+        assert where == ("all three" if name in SM100A_CHOICES else expected), name
 
 
 def test_a_pass_constructor_that_raises_is_a_pipeline_error(tmp_path):

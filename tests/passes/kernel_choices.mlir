@@ -2,7 +2,7 @@
 // mask's test, the exp2 split, the lazy rescale, row sums, step loads, the O store), each
 // on the op it concerns, as the options give them or by the measured defaults.
 // The errors here: the pass's own (run before attn-tile, attn-warp-specialize or
-// attn-insert-pipelines; an sm_100a plan; an integer out of range) and, of the conditions
+// attn-insert-pipelines; an sm_100a option of the other lowerings; an integer out of range) and, of the conditions
 // of the kernel the lowering builds (attnc/backend/spec_checks.py), those an option breaks
 // below. Its others are tested elsewhere: a module without a kernel in
 // tests/passes/test_pass_errors.py, refused edits of the recorded choices in
@@ -15,7 +15,9 @@
 // per module: Gemma-2 is compiled from its source.
 // RUN: attnc compile examples/gemma2.attn -arch sm_90a --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices" | filecheck %s --check-prefix=GEMMA
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-kernel-choices" 2>&1 | filecheck %s --check-prefix=NOTILE
-// RUN: not attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices" 2>&1 | filecheck %s --check-prefix=SM100
+// RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices" | filecheck %s --check-prefix=SM100
+// RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{lazy_rescale=0 exp2_fma=2}" | filecheck %s --check-prefix=SM100OPT
+// RUN: not attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{exp2_fma=2 heads_first=1}" 2>&1 | filecheck %s --check-prefix=SM100NOT
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-kernel-choices" 2>&1 | filecheck %s --check-prefix=NOSYNC
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-kernel-choices" 2>&1 | filecheck %s --check-prefix=NOROLES
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{lean_loads=1}" 2>&1 | filecheck %s --check-prefix=LEAN
@@ -52,7 +54,19 @@
 // GEMMA: }) {name = "consumer0"
 
 // NOTILE: alibi.attn:2:1: error: attn-kernel-choices needs the 'target' attribute that attn-tile records; run attn-tile first
-// SM100: alibi.attn:2:1: error: attn-kernel-choices records the choices of the sm_80 and sm_90a lowerings; attn-lower-sm100a takes none yet
+// sm_100a (Note [Choices on sm_100a]): the lazy rescale on every attn.rescale of the
+// correction role and no exp2 on the FMA pipe by default; the options set them; the other
+// lowerings' choices are refused at the option.
+// SM100: "attn.softmax_step"({{.*}}) {exp2_fma = 0 : i64, q_tile = 0 : i64}
+// SM100: "attn.softmax_step"({{.*}}) {exp2_fma = 0 : i64, q_tile = 1 : i64}
+// SM100: }) {name = "softmax1"
+// SM100: "attn.rescale"({{.*}}) {lazy = true, q_tile = 0 : i64}
+// SM100: "attn.rescale"({{.*}}) {lazy = true, q_tile = 1 : i64}
+// SM100: }) {name = "correction"
+// SM100-NOT: heads_first
+// SM100OPT: "attn.softmax_step"({{.*}}) {exp2_fma = 2 : i64, q_tile = 0 : i64}
+// SM100OPT: "attn.rescale"({{.*}}) {lazy = false, q_tile = 0 : i64}
+// SM100NOT: --pass-pipeline:1:136: error: attn-kernel-choices: heads_first=true: no choice of attn-lower-sm100a, which takes exp2_fma and lazy_rescale only
 // NOSYNC: alibi.attn:2:1: error: attn-kernel-choices needs the synchronization attn-insert-pipelines makes of attn.put; run attn-insert-pipelines first
 // NOROLES: alibi.attn:2:1: error: attn-kernel-choices needs the role regions that attn-warp-specialize makes; run attn-warp-specialize first
 // LEAN: alibi.attn:2:1: error: the sm_90a kernel cannot be built: lean_loads needs an sm_80 kernel whose key ranges come from a block map or a band
