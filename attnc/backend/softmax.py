@@ -78,18 +78,20 @@ class SoftmaxState:
 # a rounding above 0, which the emulation takes as well (exact exponent for x < 128).
 
 
-# Note [Lazy rescale]: FlashAttention-4's conditional rescale on mma.sync. A row keeps its
+# Note [Lazy rescale]: FlashAttention-4's conditional rescale. A row keeps its
 # running max m until a block's scores exceed it by more than LAZY_LOG2 = 8 in exp2 units
 # ((m' - m) * c > 8, a factor of 2^8). Until then its probabilities are exp2(x * c - m * c)
 # <= 2^8 (f32 and bf16/f16's P hold that), its alpha is exactly 1 and its O is left as it
 # is. The result is the same softmax up to rounding: O and l carry the same stale max,
-# which the final 1 / l and the lse (m * c + log2 l) cancel. A warp skips the multiply of
-# its O accumulators (head_dim_v / 2 FMULs a row pair) unless some row of it moved
+# which the final 1 / l and the lse (m * c + log2 l) cancel. On sm_80 and sm_90a a warp
+# skips the multiply of its O accumulators (head_dim_v / 2 FMULs a row pair) unless some row of it moved
 # (vote.any; `step` leaves this thread's part in `moved`), as a branch around them. A row
 # with nothing kept so far (m' = -inf) keeps m = -inf. sm_90a's kernels carry `moved` with
 # the step's alpha to their delayed rescale (`_scaled` in sm90a.py). By default above head
 # dim 64, where it was measured to pay (`lazy_rescale` in choice_defaults.py; results/
-# sm80_h200.md and sm90a_h200.md, "Lazy rescale").
+# sm80_h200.md and sm90a_h200.md, "Lazy rescale"); on sm_100a at every head dim, where the
+# correction warps vote on the factors the softmax warpgroups hand them (Note [Lazy
+# rescale on sm_100a] in sm100a.py).
 
 
 LAZY_LOG2 = 8.0

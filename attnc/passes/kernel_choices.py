@@ -200,15 +200,12 @@ def choose(module, **given) -> None:
     from attnc.ir import attention_ops, error_at
     from attnc.passes.lower_kernel import compile_result_of
     from attnc.passes.choice_defaults import sm100a_defaults
-    from attnc.passes.pipelines import LOWERING
     from attnc.ir.roles import GET, PUT, ops_in, role_block, role_ops
     from attnc.passes.plan_ir import required_attr, require_roles
 
     result = compile_result_of(module, NAME)
     op = attention_ops(module)[0]
     target = required_attr(op, "target", NAME)
-    if target not in LOWERING:
-        raise error_at(op, f"{NAME} records the choices of the {', '.join(LOWERING)} lowerings, not {target}'s")
     given = {name: value for name, value in given.items() if value is not None}
     other = [name for name in given if name not in SM100A_CHOICES]
     if target == "sm_100a" and other:       # Note [Choices on sm_100a]
@@ -258,7 +255,8 @@ def sm100a_choices(kernel) -> dict:
                 continue
             if choice.option not in SM100A_CHOICES:
                 raise error_at(op, f"{choice.attr} on {op.name}: attn-lower-sm100a does not take "
-                                   f"{choice.option} (it takes {' and '.join(SM100A_CHOICES)})")
+                                   f"{choice.option} (it takes exp2_fma on attn.softmax_step and lazy on "
+                                   f"attn.rescale: Note [Choices on sm_100a])")
             problem = op_choice_error(None, choice.option, _value(op, choice))
             if problem:
                 raise error_at(op, f"the sm_100a kernel cannot be built: {problem}")

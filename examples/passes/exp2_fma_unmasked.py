@@ -13,9 +13,9 @@ attn-kernel-choices chose them:
         --load-pass examples/passes/exp2_fma_unmasked.py \\
         --pass-pipeline "attn-tile,attn-analyze-masks,attn-mask-kernels,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-verify-pipeline,attn-kernel-choices,exp2-fma-unmasked{k=4},attn-lower-sm80"
 
-On sm_100a, whose pipeline has no attn-kernel-choices, it runs last, after
-attn-verify-pipeline, and attn-lower-sm100a reads what it set (LLVM packs those
-exponentials' FMAs into f32x2 pairs there).
+On sm_100a it runs after attn-kernel-choices too (a run of that pass chooses every
+choice afresh, this one's edit included), and attn-lower-sm100a reads what it set (LLVM
+packs those exponentials' FMAs into f32x2 pairs there).
 
 One softmax step of a loop of full blocks, before and after:
 

@@ -135,7 +135,7 @@ def test_each_emulated_exp2_is_the_algorithm():
     assert len(re.findall(r"shl\.b32\s+%r\d+, %r\d+, 23;", ptx)) == n
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
 @pytest.mark.parametrize("k", [-1, 9])
 def test_exp2_fma_is_checked(arch, k):
     message = f"exp2_fma={k}: expected 0 to 8 (of every 8 scores of a row, those whose exp2 runs on the FMA pipe)"
@@ -143,7 +143,7 @@ def test_exp2_fma_is_checked(arch, k):
         built(SOFTCAP_D64, arch, (("exp2_fma", k),))
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
 def test_the_option_reaches_the_manifest(arch):
     assert built(CAUSAL_D64, arch).manifest["specialization"]["exp2_fma"] == 0
     assert built(CAUSAL_D64, arch, (("exp2_fma", 3),)).manifest["specialization"]["exp2_fma"] == 3

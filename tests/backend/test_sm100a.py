@@ -166,8 +166,8 @@ def test_another_lowerings_choice_is_refused_at_its_op():
         store = next(o for o in R.ops_in(R.role_block(_role(kernel, "epilogue")), ("attn.store",))
                      if ir.StringAttr(o.attributes["operand"]).value == "o")
         store.attributes["staged"] = ir.BoolAttr.get(True)
-    assert "staged on attn.store: attn-lower-sm100a does not take staged_o (it takes exp2_fma and " \
-           "lazy_rescale)" in _refused(edit)
+    assert "staged on attn.store: attn-lower-sm100a does not take staged_o (it takes exp2_fma on " \
+           "attn.softmax_step and lazy on attn.rescale" in _refused(edit)
 
 
 def test_rescales_that_disagree_are_refused():

@@ -2,8 +2,7 @@
 attnc/passes/kernel_choices.py), run in the PTX emulator against attnc.reference:
 examples/passes/exp2_fma_unmasked.py puts half the exponentials of the loops without a
 mask on the FMA pipe and leaves the masked loops' on the SFU, on sm_80, sm_90a and
-sm_100a (whose lowering takes exp2_fma from its softmax steps, though no pass chooses it
-there). At M = N = 300 the last query block has key blocks below its diagonal, so both
+sm_100a (one of the two choices its lowering takes: Note [Choices on sm_100a]). At M = N = 300 the last query block has key blocks below its diagonal, so both
 kinds of loop run. Zero race or protocol reports are allowed."""
 from __future__ import annotations
 
@@ -20,12 +19,10 @@ PASS_FILE = str(ROOT / "examples" / "passes" / "exp2_fma_unmasked.py")
 
 
 def _pipeline(arch: str, edited: bool) -> str:
-    """The target's pipeline, with the pass after attn-kernel-choices (sm_100a's, which has
-    none: at its end)."""
+    """The target's pipeline, with the pass after attn-kernel-choices."""
     names = format_pipeline(target_pipeline(arch)).split(",")
     if edited:
-        at = names.index(CHOICES_PASS) + 1 if CHOICES_PASS in names else len(names)
-        names.insert(at, "exp2-fma-unmasked{k=4}")
+        names.insert(names.index(CHOICES_PASS) + 1, "exp2-fma-unmasked{k=4}")
     return ",".join(names)
 
 
@@ -36,7 +33,6 @@ def test_loops_with_their_own_exp2_fma_compute_the_reference(arch):
     plain = ptx_bundle(path, arch=arch, pass_pipeline=_pipeline(arch, False))
     # the edit is another kernel: some exponentials moved off ex2.approx
     assert _ptx(bundle).count(b"ex2.approx") < _ptx(plain).count(b"ex2.approx")
-    if arch != "sm_100a":
-        default = plain.manifest.specialization["exp2_fma"]
-        assert bundle.manifest.specialization["exp2_fma"] == sorted({default, 4})
+    default = plain.manifest.specialization["exp2_fma"]
+    assert bundle.manifest.specialization["exp2_fma"] == sorted({default, 4})
     check_against_reference(bundle, path, 300, 300)

@@ -3,9 +3,11 @@ attnc/backend/sm100a.py): scores built to climb from key block to key block, by 
 2^8 in half the rows of every other correction warp and by less in the others, so that some
 warps rescale O in the middle of the KV loop and the others skip it; the kernel with the lazy
 rescale (the default) and without it against the reference, with no race or protocol
-report."""
+report, and the correction warps' reads of O counted: a stale max is consistent, so the
+result alone would not show a rescale that is never skipped, or one skipped too often."""
 from __future__ import annotations
 
+import collections
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,7 @@ import attnc
 from attnc.frontend import load_file
 from attnc.passes.pipelines import format_pipeline, target_pipeline
 from attnc.testing import ptx_bundle
+from attnc_sim import isa
 from attnc_sim.device import SimKernel
 from tests.gpu.gpu_support import bind_sizes, compare, make_case
 from tests.sim.test_examples_sim import typed_inputs
@@ -51,15 +54,40 @@ def climbing_case(variant, m: int, n: int, block_n: int):
     return case
 
 
+def counting_tmem_reads(monkeypatch) -> collections.Counter:
+    """{warp index: tcgen05.ld executed} of the kernels the emulator decodes from now on."""
+    counts = collections.Counter()
+    decode = isa._REGISTRY["tcgen05.ld"]
+
+    def counted(ins, ctx):
+        run = decode(ins, ctx)
+
+        def step(w):
+            counts[w.index] += 1
+            return run(w)
+        return step
+    monkeypatch.setitem(isa._REGISTRY, "tcgen05.ld", counted)
+    return counts
+
+
 @pytest.mark.parametrize("lazy", [True, False])
-def test_climbing_scores(lazy):
+def test_climbing_scores(lazy, monkeypatch):
+    """One CTA (two Q tiles of 128 rows), four key blocks, 8 chunks of 16 columns a row of O.
+    A correction warp reads O's row in every rescale and once for the final O; the lazy
+    rescale leaves it the first block's (from -inf) and, in the warps with climbing rows,
+    the one block whose level passes the max by 2 (the key loop walks 1, 0, 3, 2 either
+    way round)."""
     variant = load_file(str(MHA))
     bundle = bundle_with(lazy)
     assert (b"vote.sync.any" in bundle.code["ptx"]) == lazy
     assert bundle.manifest.specialization["lazy_rescale"] == lazy
     case = climbing_case(variant, 256, 512, block_n=128)
+    reads = counting_tmem_reads(monkeypatch)
     kernel = SimKernel(bundle, seed=2)
     out = kernel(**typed_inputs(bundle, case))
     assert kernel.last_reports == []
     ref = attnc.reference(variant, **case)
     assert compare(variant, out, ref) == []
+    tiles, chunks, blocks = 2, 8, 4
+    rescales = {8: 2, 9: 1, 10: 2, 11: 1} if lazy else dict.fromkeys(range(8, 12), blocks)
+    assert {w: reads[w] for w in range(8, 12)} == {w: tiles * chunks * (r + 1) for w, r in rescales.items()}
