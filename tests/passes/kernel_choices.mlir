@@ -2,9 +2,9 @@
 // mask's test, the exp2 split, the lazy rescale, row sums, step loads, the O store), each
 // on the op it concerns, as the options give them or by the measured defaults.
 // The errors here: the pass's own (run before attn-tile, attn-warp-specialize or
-// attn-insert-pipelines; an sm_100a option of the other lowerings; an integer out of range) and, of the conditions
-// of the kernel the lowering builds (attnc/backend/spec_checks.py), those an option breaks
-// below. Its others are tested elsewhere: a module without a kernel in
+// attn-insert-pipelines; an sm_100a option of the other lowerings; an integer out of
+// range) and, of the conditions of the kernel the lowering builds
+// (attnc/backend/spec_checks.py), those an option breaks below. Its others are tested elsewhere: a module without a kernel in
 // tests/passes/test_pass_errors.py, refused edits of the recorded choices in
 // tests/passes/test_kernel_choices.py, the kernel's other conditions in tests/backend/*.
 //

@@ -2,8 +2,9 @@
 attnc/passes/kernel_choices.py), run in the PTX emulator against attnc.reference:
 examples/passes/exp2_fma_unmasked.py puts half the exponentials of the loops without a
 mask on the FMA pipe and leaves the masked loops' on the SFU, on sm_80, sm_90a and
-sm_100a (one of the two choices its lowering takes: Note [Choices on sm_100a]). At M = N = 300 the last query block has key blocks below its diagonal, so both
-kinds of loop run. Zero race or protocol reports are allowed."""
+sm_100a (one of the two choices its lowering takes: Note [Choices on sm_100a]). At
+M = N = 300 the last query block has key blocks below its diagonal, so both kinds of loop
+run. Zero race or protocol reports are allowed."""
 from __future__ import annotations
 
 from pathlib import Path
