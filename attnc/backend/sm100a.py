@@ -133,10 +133,11 @@ LOG2E = 1.4426950408889634
 
 
 # --- the kernel ------------------------------------------------------------------------------
-def lower_sm100a(kernel: ir.Operation, variant, symbol: str, block: ir.Block, module, blockmap=None) -> dict:
+def lower_sm100a(kernel: ir.Operation, variant, symbol: str, block: ir.Block, module, choices: dict,
+                 blockmap=None) -> dict:
     """The sm_100a kernel of `kernel` (L5, in `module`) as a gpu.func at the end of `block`
-    (a gpu.module's body), reading `blockmap` (a BlockMapPlan: Note [Block map on sm_100a])
-    where given; returns its manifest entry."""
+    (a gpu.module's body), with its `choices` (`sm100a_choices`), reading `blockmap` (a
+    BlockMapPlan: Note [Block map on sm_100a]) where given; returns its manifest entry."""
     from attnc.passes.hoist import check_levels
 
     _check_supported(kernel)
@@ -168,7 +169,7 @@ def lower_sm100a(kernel: ir.Operation, variant, symbol: str, block: ir.Block, mo
                        if not isinstance(getattr(variant, role), str)})
         cx = Lowering(kernel, e, Smem(e, SMEM_SYMBOL), args, barriers=barriers,
                       names=KernelNames(variant, kernel, module), module=module.operation, blockmap=blockmap)
-        _emit(cx, variant)
+        _emit(cx, choices["lazy_rescale"])
         gpu.ReturnOp([])
     return _manifest_entry(kernel, variant, symbol, params, smem_bytes)
 
@@ -236,7 +237,7 @@ def _layout(kernel) -> tuple[int, dict]:
 _TMEM_SLOT = "tmem address"
 
 
-def _emit(cx: Lowering, variant) -> None:
+def _emit(cx: Lowering, lazy: bool) -> None:
     e, kernel = cx.e, cx.kernel
     tid = nvvm.read_ptx_sreg_tid_x(e.i32)
     cx.warp, cx.lane = e.shr(tid, 5), e.and_(tid, 31)
@@ -276,7 +277,7 @@ def _emit(cx: Lowering, variant) -> None:
     # Note [Folded scale] (softmax.py): a score_mod takes scaled scores, the softmax then natural ones
     cx.scale = ir.FloatAttr(kernel.attributes["scale"]).value
     natural = get_bool(kernel, "has_score_mod")
-    lazy = sm100a_choices(kernel)["lazy_rescale"]     # Note [Lazy rescale on sm_100a]
+    # Note [Lazy rescale on sm_100a]
     cx.softmax = OnlineSoftmax(e, Approx(e), _OwnRow(), LOG2E if natural else cx.scale * LOG2E, lazy=lazy)
     # Note [Registers per warpgroup]: a warpgroup's branch sets its registers, then runs its roles
     launch = 65536 // (32 * _warps(kernel))
@@ -484,9 +485,10 @@ def kernel_module_sm100a(result):
     kernel = attention_ops(result.module)[0]
     symbol = kernel_symbol(result.variant.name, "fwd")
     blockmap = _blockmap(result, kernel)
+    choices = sm100a_choices(kernel)
     with result.module.context, ir.Location.name(symbol):
         module, body = empty_kernel_module(SMEM_SYMBOL, 1024)     # 128B-swizzled tiles repeat every 1024 bytes
-        entry = lower_sm100a(kernel, result.variant, symbol, body, result.module, blockmap)
+        entry = lower_sm100a(kernel, result.variant, symbol, body, result.module, choices, blockmap)
         kernels = [entry]
         if blockmap is not None:
             from attnc.backend.blockmap_kernel import emit_blockmap_kernel
@@ -497,7 +499,7 @@ def kernel_module_sm100a(result):
     specialization = {"target": "sm_100a", "block_m": get_int(kernel, "block_m"),
                       "block_n": get_int(kernel, "block_n"), "stages": get_int(kernel, "stages"),
                       "q_tiles": get_int(kernel, "q_tiles"), "warps": _warps(kernel),
-                      "blockmap": blockmap is not None, **sm100a_choices(kernel)}
+                      "blockmap": blockmap is not None, **choices}
     return module, kernels, specialization
 
 

@@ -573,7 +573,8 @@ def _st_global(cx: Lowering, tensor: str, index: list, value, kind: str) -> None
 
 
 PATTERNS = {
-    "attn.dim": _dim, "attn.fill": _fill, R.WALK_ROUNDS: _walk_rounds, R.WALK_BLOCK: _walk_block, R.MBARRIER_WAIT: _wait, R.MBARRIER_ARRIVE: _arrive,
+    "attn.dim": _dim, "attn.fill": _fill, R.WALK_ROUNDS: _walk_rounds, R.WALK_BLOCK: _walk_block,
+    R.MBARRIER_WAIT: _wait, R.MBARRIER_ARRIVE: _arrive,
     R.MBARRIER_EXPECT_TX: _expect_tx, R.TCGEN05_COMMIT: _commit, R.RING_ADVANCE: _ring_advance,
     "attn.load": _load, R.SLOT_READ: _slot_read, R.SLOT_WRITE: _slot_write, "attn.mma": _mma,
     "attn.softmax_step": _softmax_step, "attn.rescale": _rescale, "attn.finalize": _finalize,

@@ -84,14 +84,14 @@ class SoftmaxState:
 # <= 2^8 (f32 and bf16/f16's P hold that), its alpha is exactly 1 and its O is left as it
 # is. The result is the same softmax up to rounding: O and l carry the same stale max,
 # which the final 1 / l and the lse (m * c + log2 l) cancel. On sm_80 and sm_90a a warp
-# skips the multiply of its O accumulators (head_dim_v / 2 FMULs a row pair) unless some row of it moved
-# (vote.any; `step` leaves this thread's part in `moved`), as a branch around them. A row
-# with nothing kept so far (m' = -inf) keeps m = -inf. sm_90a's kernels carry `moved` with
-# the step's alpha to their delayed rescale (`_scaled` in sm90a.py). By default above head
-# dim 64, where it was measured to pay (`lazy_rescale` in choice_defaults.py; results/
-# sm80_h200.md and sm90a_h200.md, "Lazy rescale"); on sm_100a at every head dim, where the
-# correction warps vote on the factors the softmax warpgroups hand them (Note [Lazy
-# rescale on sm_100a] in sm100a.py).
+# skips the multiply of its O accumulators (head_dim_v / 2 FMULs a row pair) unless some
+# row of it moved (vote.any; `step` leaves this thread's part in `moved`), as a branch
+# around them. A row with nothing kept so far (m' = -inf) keeps m = -inf. sm_90a's kernels
+# carry `moved` with the step's alpha to their delayed rescale (`_scaled` in sm90a.py). By
+# default above head dim 64, where it was measured to pay (`lazy_rescale` in
+# choice_defaults.py; results/sm80_h200.md and sm90a_h200.md, "Lazy rescale"); on sm_100a
+# at every head dim, where the correction warps vote on the factors the softmax warpgroups
+# hand them (Note [Lazy rescale on sm_100a] in sm100a.py).
 
 
 LAZY_LOG2 = 8.0

@@ -247,8 +247,8 @@ def sm100a_choices(kernel) -> dict:
     from attnc.ir import error_at
     from attnc.passes.choice_defaults import sm100a_defaults
 
-    found = read(kernel)
     sites = _sites(kernel)
+    found = read(kernel, sites)
     for choice in CHOICES:
         for op in sites[choice.option]:
             if choice.attr not in op.attributes:
@@ -291,14 +291,14 @@ def write(kernel, values: dict, sites: dict | None = None) -> None:
                 op.attributes[choice.attr] = attr
 
 
-def read(kernel) -> dict:
+def read(kernel, sites: dict | None = None) -> dict:
     """The choices recorded on `kernel`'s ops ({option: value}): each op of a kind must
     agree, but on a choice of its own (Note [Choices op by op]), given here only where
-    every op that holds it holds one value."""
+    every op that holds it holds one value (`sites`: `_sites(kernel)`, when the caller has it)."""
     from attnc.ir import error_at
 
     found = {}
-    sites = _sites(kernel)
+    sites = sites or _sites(kernel)
     _check_stray(kernel)
     for choice in CHOICES:
         held = [(op, _value(op, choice)) for op in sites[choice.option] if choice.attr in op.attributes]
