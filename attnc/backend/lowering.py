@@ -56,7 +56,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
     from dataclasses import replace
 
     from attnc.backend.blockmap import blockmap_plan
-    from attnc.backend.map_program import read_map_program, read_table_program
+    from attnc.backend.map_program import check_map_reads_table, table_program_of
     from attnc.backend.kernel_abi import SMALL_GRID_CTAS_PER_SM
     from attnc.backend.kernel_spec import STEP_RECORDS, ForwardSpec
     from attnc.backend.coop_steps import coop_steps
@@ -189,10 +189,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
     if tail_waves and not plain.spec.heads_first:
         raise error_at(op, "tail_waves orders the last query tiles of the heads-first grid (heads_first), "
                            "which this kernel does not run")
-    table = read_table_program(op)          # Note [The tile table's program]
-    if table.param != ids.param:
-        raise error_at(table.op, f"the table's program reads the runs of '{table.param}', the mask compares "
-                                 f"'{ids.param}'")
+    table = table_program_of(op, ids.param)
     if tail_waves and not table.order:
         raise error_at(table.op, f"tail_waves = {tail_waves} orders the table's last tiles at attn.table_order, "
                                  f"which this program has not")
@@ -208,11 +205,8 @@ def _lowering_from_ir(result) -> ForwardLowering:
     if runs_asked is None and runs is not None and \
             not defaults.keeps_run_ranges(runs, blockmap.holds, split_given):
         runs = None
-    program = read_map_program(op) if runs is None else None
-    if program is not None and program.table != ids.param:
-        raise error_at(program.op, f"the attention kernel's query tiles come from the tile table of '{ids.param}' "
-                                   f"(aligned_tiles), which the map kernel's program does not read "
-                                   f"(attn.tile_table_read {{param = \"{ids.param}\"}})")
+    if runs is None:
+        check_map_reads_table(op, ids.param)
     return lowering(replace(tiles, runs=runs), waves)
 
 

@@ -114,6 +114,25 @@ def read_table_program(kernel: ir.Operation) -> TableProgram:
     return TableProgram(get_str(runs, "param"), order, program)
 
 
+def table_program_of(kernel: ir.Operation, param: str) -> TableProgram:
+    """The program of the tile table of `param`'s ids (those the mask compares), checked to
+    read them (Note [The tile table's program])."""
+    table = read_table_program(kernel)
+    if table.param != param:
+        raise error_at(table.op, f"the table's program reads the runs of '{table.param}', the mask compares "
+                                 f"'{param}'")
+    return table
+
+
+def check_map_reads_table(kernel: ir.Operation, param: str) -> None:
+    """The block map's program reads the tile table of `param`, over whose tiles it runs."""
+    program = read_map_program(kernel)
+    if program.table != param:
+        raise error_at(program.op, f"the attention kernel's query tiles come from the tile table of '{param}' "
+                                   f"(aligned_tiles), which the map kernel's program does not read "
+                                   f"(attn.tile_table_read {{param = \"{param}\"}})")
+
+
 def _program(kernel: ir.Operation, name: str, reads: str, what: str) -> ir.Operation:
     """The one `name` op before `kernel` (programs_before), or a located error."""
     from attnc.passes.mask_kernels import programs_before

@@ -51,9 +51,10 @@ and a CTA past the last tile returns at once.
 
 Where the table is the default (lowering.py): a kernel of one query block per CTA
 without a producer warpgroup, on sm_80 and on sm_90a (whose one-warpgroup kernel takes its
-rows and key origin the same way). Documents of 1000 + causal ran 6-11 % faster than the
-same kernel on the grid, on both targets (results/sm80_h200.md and sm90a_h200.md,
-"Document-aligned tiles").
+rows and key origin the same way), and sm_100a's without persistent CTAs (Note [Tile
+table on sm_100a] in sm100a_tiles.py, a tile its CTA's two Q tiles). Documents of 1000 +
+causal ran 6-11 % faster than the same kernel on the grid, on sm_80 and sm_90a
+(results/sm80_h200.md and sm90a_h200.md, "Document-aligned tiles").
 
 The table's order is the order the tiles were found in (but for the end of the last
 batch's: Note [Longest tiles last]), and the attention kernel takes it

@@ -67,8 +67,8 @@ to the last that keep anything, and as the full range (run without the mask) the
 where they are one run. So the load, MMA, softmax and correction roles walk the same blocks,
 and a documents mask visits a query block's documents only. In the mixed loops a block's
 class (`attn.block_map_read`) is taken as MIXED: the mask applies per element, which drops
-a SKIP block's keys and keeps a FULL one's. No tile table yet (document-aligned query
-tiles): a plan that reads one is refused.
+a SKIP block's keys and keeps a FULL one's. With a tile table (Note [Tile table on
+sm_100a] in sm100a_tiles.py) the map's rows are the table's tiles.
 
 Note [Lazy rescale on sm_100a]: a rescale of O here is a round trip of the correction
 thread's row through tensor memory (tcgen05.ld, FMULs, tcgen05.st, its wait) which the next
@@ -118,6 +118,7 @@ from mlir.dialects import gpu, nvvm, scf
 from attnc.backend.hooks import KernelNames
 from attnc.backend.nvgpu_builders import Approx, Emit, MBarrier, Smem, _asm, set_max_registers
 from attnc.backend.sm100a_ops import PATTERNS, Channel, Lowering, out_bytes, swizzle_bytes
+from attnc.backend.sm100a_tiles import read_tile, table_blockmap
 from attnc.backend.smem_layout import Mbarrier, barriers_end, place_mbarriers
 from attnc.backend.softmax import OnlineSoftmax
 from attnc.backend.tcgen05 import Tmem
@@ -140,7 +141,6 @@ def lower_sm100a(kernel: ir.Operation, variant, symbol: str, block: ir.Block, mo
     BlockMapPlan: Note [Block map on sm_100a]) where given; returns its manifest entry."""
     from attnc.passes.hoist import check_levels
 
-    _check_supported(kernel)
     check_levels(kernel)        # the copies of each hook alike (the kernel compiles the first)
     params = _params(kernel, variant, blockmap)
     smem_bytes, barriers = _layout(kernel)
@@ -167,19 +167,20 @@ def lower_sm100a(kernel: ir.Operation, variant, symbol: str, block: ir.Block, mo
         # and a size the variant fixes is a constant of that name (the block map's hooks read M, N, H)
         e.args.update({abi: e.c32(getattr(variant, role)) for role, abi in KernelNames.ABI_DIMS.items()
                        if not isinstance(getattr(variant, role), str)})
+        table = blockmap.qtiles if blockmap is not None else None
         cx = Lowering(kernel, e, Smem(e, SMEM_SYMBOL), args, barriers=barriers,
-                      names=KernelNames(variant, kernel, module), module=module.operation, blockmap=blockmap)
-        _emit(cx, choices["lazy_rescale"])
+                      names=KernelNames(variant, kernel, module), module=module.operation, blockmap=blockmap,
+                      table=table)
+        if table is None:
+            _emit(cx, choices["lazy_rescale"])
+        else:                   # Note [Tile table on sm_100a]: a CTA past the table's tiles does nothing
+            b, h, _ = _block_coords(e)
+            inside = scf.IfOp(e.lt(read_tile(e, table, b, h).row0, e.dim("M")))
+            with ir.InsertionPoint(inside.then_block):
+                _emit(cx, choices["lazy_rescale"])
+                scf.yield_([])
         gpu.ReturnOp([])
-    return _manifest_entry(kernel, variant, symbol, params, smem_bytes)
-
-
-def _check_supported(kernel) -> None:
-    """What the kernel does not build yet: a role that reads a tile table (Note [Block map
-    on sm_100a])."""
-    for op in R.ops_in(kernel.regions[0].blocks[0], ("attn.tile_table_read",)):
-        raise error_at(op, "attn-lower-sm100a builds no tile table yet (document-aligned query tiles); "
-                           "--emit mlir gives the plan")
+    return _manifest_entry(kernel, variant, symbol, params, smem_bytes, table)
 
 
 def _warps(kernel) -> int:
@@ -200,8 +201,9 @@ def _params(kernel, variant, blockmap=None) -> list[dict]:
         box = [1, 1, rows, swizzles[chan] // size]
         out.append({"key": f"tmap:{name}", "type": ptr,
                     "abi": {"kind": "tensor_map", "tensor": name, "box": box, "swizzle": swizzles[chan]}})
+    table = blockmap is not None and blockmap.qtiles is not None
     for spec in variant.outputs:
-        if spec.name == "o":
+        if spec.name == "o" and not table:  # O's rows through threads too (Note [Tile table on sm_100a])
             continue
         out.append({"key": f"ptr:{spec.name}", "type": ptr, "abi": {"kind": "ptr", "tensor": spec.name}})
         for axis in range(len(spec.shape) - 1):
@@ -215,6 +217,10 @@ def _params(kernel, variant, blockmap=None) -> list[dict]:
         from attnc.backend.blockmap_hooks import blockmap_param
         out.append({"key": blockmap_param(blockmap).key, "type": ir.Type.parse("!llvm.ptr<1>"),
                     "abi": blockmap.scratch})
+    if table:
+        from attnc.backend.qtiles import qtiles_param
+        out.append({"key": qtiles_param().key, "type": ir.Type.parse("!llvm.ptr<1>"),
+                    "abi": blockmap.qtiles.scratch})
     return out
 
 
@@ -290,7 +296,11 @@ def _emit(cx: Lowering, lazy: bool) -> None:
             if regs and regs != launch:
                 set_max_registers(regs, increase=regs > launch)
             # the CTA's coordinates read here, not live across setmaxnreg (ptxas spilled them)
-            cx.env.update(zip(kernel.regions[0].blocks[0].arguments, _block_coords(e)))
+            coords = _block_coords(e)
+            if cx.table is not None:        # Note [Tile table on sm_100a]
+                cx.tile = read_tile(e, cx.table, *coords[:2])
+                coords[2] = cx.tile.index
+            cx.env.update(zip(kernel.regions[0].blocks[0].arguments, coords))
             for role in members:
                 warps = list(R.attrs_of(role)["warps"])
                 mine = scf.IfOp(e.and_(e.ge(cx.warp, warps[0]), e.le(cx.warp, warps[-1])))
@@ -484,8 +494,10 @@ def kernel_module_sm100a(result):
 
     kernel = attention_ops(result.module)[0]
     symbol = kernel_symbol(result.variant.name, "fwd")
-    blockmap = _blockmap(result, kernel)
     choices = sm100a_choices(kernel)
+    blockmap = _blockmap(result, kernel)
+    if choices["aligned_tiles"]:            # Note [Tile table on sm_100a]
+        blockmap = table_blockmap(result, kernel, blockmap)
     with result.module.context, ir.Location.name(symbol):
         module, body = empty_kernel_module(SMEM_SYMBOL, 1024)     # 128B-swizzled tiles repeat every 1024 bytes
         entry = lower_sm100a(kernel, result.variant, symbol, body, result.module, choices, blockmap)
@@ -494,6 +506,10 @@ def kernel_module_sm100a(result):
             from attnc.backend.blockmap_kernel import emit_blockmap_kernel
             emit_blockmap_kernel(blockmap, result, ir.InsertionPoint(body))
             kernels.insert(0, blockmap.kernel)      # launched first: it fills the map
+        if choices["aligned_tiles"]:                # the table first, then the map over its tiles
+            from attnc.backend.qtiles import emit_qtiles_kernel
+            emit_qtiles_kernel(blockmap.qtiles, result, ir.InsertionPoint(body), SMEM_SYMBOL)
+            kernels.insert(0, blockmap.qtiles.kernel)
         if not module.operation.verify():
             raise AttncError(f"the sm_100a kernel {symbol} does not verify")
     specialization = {"target": "sm_100a", "block_m": get_int(kernel, "block_m"),
@@ -515,11 +531,13 @@ def _blockmap(result, kernel):
 
 
 # --- the manifest ----------------------------------------------------------------------------
-def _manifest_entry(kernel, variant, symbol: str, params: list[dict], smem_bytes: int) -> dict:
+def _manifest_entry(kernel, variant, symbol: str, params: list[dict], smem_bytes: int, table=None) -> dict:
     q_shape = get_shape(kernel, "q_shape")
     rows = get_int(kernel, "block_m") * get_int(kernel, "q_tiles")
     blocks = ["cdiv", q_shape[2], rows] if isinstance(q_shape[2], str) else math.ceil(q_shape[2] / rows)
     grid = [[blocks], [q_shape[1]], [q_shape[0]]]
+    if table is not None:                   # Note [Tile table on sm_100a]: a CTA an entry
+        grid = [list(table.tiles), [q_shape[1]], [q_shape[0]]]
     if R.is_persistent(kernel):            # Note [Persistent CTAs on sm_100a]
         grid = [[["min_sms", blocks, q_shape[1], q_shape[0]]], [1], [1]]
     return {"name": "attn_fwd", "symbol": symbol, "block": [32 * _warps(kernel), 1, 1],

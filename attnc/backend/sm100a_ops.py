@@ -11,6 +11,8 @@ from mlir.dialects import arith, llvm, scf
 
 from attnc.backend.block_walk import BlockWalk
 from attnc.backend.nvgpu_builders import Emit, MBarrier, Smem, _asm, warp_sync, warp_vote
+from attnc.backend.sm100a_tiles import (block_map_range, block_map_read, first_key, first_row, kv_range, o_rows,
+                                        rows_end, store_o_rows)
 from attnc.backend.softmax import OnlineSoftmax, SoftmaxState
 from attnc.backend.tcgen05 import MMA_K, Tmem, Umma, bulk_wait_read, expect_tx, param_address, tma_load, tma_store
 from attnc.errors import AttncError
@@ -112,6 +114,8 @@ class Lowering:
     blockmap: object = None             # the BlockMapPlan the ranges are read from, if any
     scale: float = 1.0                  # what scores are multiplied by before a score_mod
     walk: object = None                 # block_walk.BlockWalk of the role's rounds (persistent CTAs)
+    table: object = None                # the QTilesPlan of the CTAs' tiles, if any (Note [Tile table on sm_100a])
+    tile: object = None                 # with it, sm100a_tiles.TableTile: the CTA's, as the role read it
 
     @property
     def first_lane(self) -> ir.Value:
@@ -221,7 +225,7 @@ def _slot_write(cx: Lowering, op):
     slot = Slot(cx.channels[chan], cx.value(stage), get_str(op, "tile"))
     v = cx.value(value)
     if isinstance(v, LoadTile):
-        _tma(cx, slot, v, cx.mbar(op.operands[3], stage))
+        _tma(cx, op, slot, v, cx.mbar(op.operands[3], stage))
     elif isinstance(v, InTmem):
         pass                                # S or O, where its MMA put it
     elif isinstance(v, Scaled):             # the rescaled or the final O
@@ -234,16 +238,17 @@ def _slot_write(cx: Lowering, op):
         _asm([], [cx.e.add(cx.slot_address(slot), cx.e.shl(cx.row, 2)), v], "st.shared.f32 [$0], $1;", "r,f")
 
 
-def _tma(cx: Lowering, slot: Slot, load: LoadTile, mbar) -> None:
-    """The tile's copies: one per 64-column block of its 128B-swizzled rows."""
+def _tma(cx: Lowering, op, slot: Slot, load: LoadTile, mbar) -> None:
+    """The tile's copies (issued at `op`, its slot write): one per 64-column block of its
+    128B-swizzled rows."""
     e, kernel = cx.e, cx.kernel
     b, h, index = load.coords
     rows = get_int(kernel, "block_m" if load.operand == "q" else "block_n")
     if load.operand == "q":
-        first = e.mul(e.add(e.mul(index, get_int(kernel, "q_tiles")), load.q_tile), rows)
+        first = first_row(cx, op, index, load.q_tile)
         head = h
     else:
-        first = e.mul(index, rows)
+        first = first_key(cx, index)
         shape = get_shape(kernel, "q_shape")
         kv_heads = get_shape(kernel, "k_shape")[1]
         head = e.div(h, e.div(cx.size(shape[1]), cx.size(kv_heads)))
@@ -326,10 +331,9 @@ def _hook_coords(cx: Lowering, op) -> tuple:
     e, kernel = cx.e, cx.kernel
     b, h, m_block, n = (cx.value(v) for v in list(op.operands)[1:5])
     q_tile = get_int(op, "q_tile") if "q_tile" in op.attributes else 0
-    block_m, block_n = get_int(kernel, "block_m"), get_int(kernel, "block_n")
-    i = e.add(e.mul(e.add(e.mul(m_block, get_int(kernel, "q_tiles")), q_tile), block_m), cx.row)
-    j0 = e.mul(n, block_n)
-    return b, h, i, [e.add(j0, k) for k in range(block_n)]
+    i = e.add(first_row(cx, op, m_block, q_tile), cx.row)
+    j0 = first_key(cx, n)
+    return b, h, i, [e.add(j0, k) for k in range(get_int(kernel, "block_n"))]
 
 
 def _hook(cx: Lowering, op):
@@ -357,47 +361,13 @@ def _mask(cx: Lowering, op):
     return [Rows([e.select(code(e, b, h, i, j), s, e.neg_inf()) for s, j in zip(scores, js)])]
 
 
-MIXED = 1       # a tile class (attn-analyze-masks): the mask applies per element
-
-
-def _block_map_read(cx: Lowering, op):
-    """Note [Block map on sm_100a] (sm100a.py): every block of a mixed loop is MIXED."""
-    return [cx.e.c32(MIXED)]
-
-
-def _block_map_range(cx: Lowering, op):
-    """(lo, hi, full_lo, full_hi) from the block map's row of the CTA's query block (Note
-    [Block map on sm_100a] in sm100a.py)."""
-    from attnc.backend.blockmap_hooks import blockmap_hooks
-    from attnc.backend.mask_hooks import KvCtx
-    if cx.blockmap is None:
-        raise error_at(op, "attn-lower-sm100a builds a block map where the mask reads params and the analysis "
-                           "gives one segment; this kernel has none to read a range from")
-    m_block, b, h = (cx.value(v) for v in list(op.operands)[:3])
-    kernel = cx.kernel
-    ctx = KvCtx(m_block, b, h, cx.e.dim("M"), cx.e.dim("N"), get_int(kernel, "mask_block_m"),
-                get_int(kernel, "mask_block_n"))
-    r = blockmap_hooks(cx.blockmap)[0](cx.e, ctx)
-    return [r.lo, r.hi, r.full_lo, r.full_hi]
-
-
-def _kv_range(cx: Lowering, op):
-    """The mask analysis' function, inlined (its arguments the op's)."""
-    from attnc.backend.hooks import RegionCode
-    name = ir.FlatSymbolRefAttr(op.attributes["fn"]).value
-    fn = ir.SymbolTable(cx.module)[name]
-    code = RegionCode(fn.regions[0].blocks[0], cx.names, exact_ints=False)
-    return code.results(cx.e, *(cx.value(v) for v in op.operands))
-
-
 def _softmax_step(cx: Lowering, op):
     e, kernel = cx.e, cx.kernel
     scores = _scores(cx, cx.value(op.operands[0]))
     m, l = cx.value(op.operands[1]), cx.value(op.operands[2])
-    block_n = get_int(kernel, "block_n")
     # Keys past N (the last block's) score -inf.
     n_keys = cx.size(get_shape(kernel, "k_shape")[2])
-    valid = e.sub(n_keys, e.mul(cx.value(kv_block(cx.loops[-1])), block_n))
+    valid = e.sub(n_keys, first_key(cx, cx.value(kv_block(cx.loops[-1]))))
     scores = [e.select(e.lt(e.c32(j), valid), s, e.neg_inf()) for j, s in enumerate(scores)]
     (probs,), state, (alpha,) = cx.softmax.step([scores], SoftmaxState([m], [l]), check_inf=True,
                                                 on_fma=_exp2_fma(op))
@@ -538,11 +508,10 @@ def _store(cx: Lowering, op):
     b, h, m_block = (cx.value(v) for v in list(op.operands)[1:4])
     q_tile = get_int(op, "q_tile") if "q_tile" in op.attributes else 0
     block_m = get_int(kernel, "block_m")
-    first = e.mul(e.add(e.mul(m_block, get_int(kernel, "q_tiles")), q_tile), block_m)
-    rows_total = cx.size(get_shape(kernel, "q_shape")[2])
+    first = first_row(cx, op, m_block, q_tile)
     if operand == "lse":            # this thread's row, from its register
         row = e.add(first, cx.row)
-        inside = scf.IfOp(e.lt(row, rows_total))
+        inside = scf.IfOp(e.lt(row, rows_end(cx, op, m_block, cx.size(get_shape(kernel, "q_shape")[2]))))
         with ir.InsertionPoint(inside.then_block):
             _st_global(cx, "lse", [b, h, row], value, "f32")
             scf.yield_([])
@@ -550,14 +519,31 @@ def _store(cx: Lowering, op):
     # O (Note [O through TMA]): one TMA store a swizzled column block, rows past M not written
     d, size = get_int(kernel, "head_dim_v"), out_bytes(kernel)
     swizzle = swizzle_bytes(value.channel)
-    src, tmap = cx.slot_address(value), param_address(e, cx.params["tmap:o"])
-    for c in range(size * d // swizzle):
-        tma_store(e, cx.first_lane, e.add(src, c * block_m * swizzle), tmap, [e.c32(c * swizzle // size), first, h, b])
-    bulk_wait_read(e, cx.first_lane)        # the slot is read before its release lets it be written
+    src = cx.slot_address(value)
+
+    def by_tma():
+        tmap = param_address(e, cx.params["tmap:o"])
+        for c in range(size * d // swizzle):
+            tma_store(e, cx.first_lane, e.add(src, c * block_m * swizzle), tmap,
+                      [e.c32(c * swizzle // size), first, h, b])
+        bulk_wait_read(e, cx.first_lane)    # the slot is read before its release lets it be written
+
+    count = o_rows(cx, op, m_block, first)
+    if count is None:
+        by_tma()
+        return None
+    # Note [Tile table on sm_100a]: a tile that ends inside the Q tile's rows, by the lanes
+    whole = scf.IfOp(e.eq(count, block_m), has_else=True)
+    with ir.InsertionPoint(whole.then_block):
+        by_tma()
+        scf.yield_([])
+    with ir.InsertionPoint(whole.else_block):
+        store_o_rows(cx, src, swizzle, size, first, count, b, h)
+        scf.yield_([])
     return None
 
 
-def _element_address(cx: Lowering, tensor: str, index: list, last, itemsize: int) -> ir.Value:
+def element_address(cx: Lowering, tensor: str, index: list, last, itemsize: int) -> ir.Value:
     """The global address of tensor[index..., last] (strides from the parameters)."""
     e = cx.e
     offset = e.to_i64(last)
@@ -568,7 +554,7 @@ def _element_address(cx: Lowering, tensor: str, index: list, last, itemsize: int
 
 
 def _st_global(cx: Lowering, tensor: str, index: list, value, kind: str) -> None:
-    addr = _element_address(cx, tensor, index[:-1], index[-1], 4)
+    addr = element_address(cx, tensor, index[:-1], index[-1], 4)
     _asm([], [addr, value], f"st.global.{kind} [$0], $1;", "l,f")
 
 
@@ -578,9 +564,8 @@ PATTERNS = {
     R.MBARRIER_EXPECT_TX: _expect_tx, R.TCGEN05_COMMIT: _commit, R.RING_ADVANCE: _ring_advance,
     "attn.load": _load, R.SLOT_READ: _slot_read, R.SLOT_WRITE: _slot_write, "attn.mma": _mma,
     "attn.softmax_step": _softmax_step, "attn.rescale": _rescale, "attn.finalize": _finalize,
-    "attn.store": _store, "attn.score_mod": _score_mod, "attn.mask": _mask, "attn.kv_range": _kv_range,
-    "attn.block_map_range": _block_map_range,
-    "attn.block_map_read": _block_map_read,
+    "attn.store": _store, "attn.score_mod": _score_mod, "attn.mask": _mask, "attn.kv_range": kv_range,
+    "attn.block_map_range": block_map_range, "attn.block_map_read": block_map_read,
 }
 
 

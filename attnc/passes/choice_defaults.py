@@ -156,15 +156,22 @@ def exp2_fma(s) -> int:
     return 1 if s.producer_warpgroup and (s.score_mod or s.score_bias) else 0
 
 
-def sm100a_defaults() -> dict:
-    """attn-lower-sm100a's choices (Note [Choices on sm_100a] in kernel_choices.py), which no
-    Blackwell GPU has timed here:
+def sm100a_defaults(kernel=None) -> dict:
+    """attn-lower-sm100a's choices (Note [Choices on sm_100a] in kernel_choices.py) for
+    `kernel` (None: those of no kernel's), which no Blackwell GPU has timed here:
       * exp2_fma 0: the split pays on sm_90a only where measured, so none until measured;
       * lazy_rescale on: FlashAttention-4's own default for 16-bit inputs (a threshold of
         2^8), and the reason is sm_100a's: there a rescale is a round trip of O's row through
         tensor memory that the next P.V waits for (Note [Lazy rescale on sm_100a] in
-        attnc/backend/sm100a.py), where on sm_80 and sm_90a it is FMULs on registers."""
-    return {"exp2_fma": 0, "lazy_rescale": True}
+        attnc/backend/sm100a.py), where on sm_80 and sm_90a it is FMULs on registers;
+      * aligned_tiles wherever the kernel can take them, as on the other targets: what they
+        save is tiles (MIXED ones, and the rows of a block that straddles two documents),
+        which no target changes (Note [Tile table on sm_100a] in sm100a_tiles.py)."""
+    chosen = {"exp2_fma": 0, "lazy_rescale": True}
+    if kernel is not None:
+        from attnc.backend.sm100a_tiles import table_refusal
+        chosen["aligned_tiles"] = aligned_tiles(table_refusal(kernel) is None)
+    return chosen
 
 
 def aligned_tiles(possible: bool) -> bool:

@@ -1,7 +1,7 @@
 """`attn-kernel-choices`: every choice the kernel makes beyond the plan, as an attribute
 on the op it concerns (L5 -> L5).
 
-Targets: sm_80, sm_90a, sm_100a (two choices: Note [Choices on sm_100a]). Expects the L5 plan of one
+Targets: sm_80, sm_90a, sm_100a (three choices: Note [Choices on sm_100a]). Expects the L5 plan of one
 attn.kernel (attn-insert-pipelines); leaves the same IR with the choices of CHOICES
 on their ops: each given as an option of this pass, else its default for this
 kernel (the measured defaults of choice_defaults.py, each saying where its
@@ -41,12 +41,13 @@ the manifest records the one value the ops hold, or the values, sorted, where th
 differ. The other choices shape what several ops share -- O's registers (row sums), the
 rescale's vote (lazy), the key range's loads (lean), the grid -- and stay one per kernel.
 
-Note [Choices on sm_100a]: attn-lower-sm100a takes two choices, `SM100A_CHOICES`: each
-softmax step's own `exp2_fma` and the kernel's `lazy` on attn.rescale (Note [Lazy rescale
-on sm_100a] in attnc/backend/sm100a.py). This pass records them with their defaults
+Note [Choices on sm_100a]: attn-lower-sm100a takes three choices, `SM100A_CHOICES`: each
+softmax step's own `exp2_fma`, the kernel's `lazy` on attn.rescale (Note [Lazy rescale on
+sm_100a] in attnc/backend/sm100a.py) and `aligned_tiles` on attn.kernel (Note [Tile table
+on sm_100a] in attnc/backend/sm100a_tiles.py). This pass records them with their defaults
 (choice_defaults.py's `sm100a_defaults`) and refuses any other option for sm_100a; the
-lowering refuses another choice an op holds (an edit, a user pass), naming the two, rather
-than build a kernel that ignores it.
+lowering refuses another choice an op holds (an edit, a user pass), naming the three,
+rather than build a kernel that ignores it.
 """
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ PLANNED = {"early_first": "the guessed first block is the role's ops (attn.first
                           "its miss branch), which attn-insert-pipelines{early_first} writes (Note [The guessed "
                           "first block in the IR] in attnc/schedule/first_guess.py)"}
 PER_OP = tuple(c for c in CHOICES if c.per_op)
-SM100A_CHOICES = ("exp2_fma", "lazy_rescale")     # Note [Choices on sm_100a]
+SM100A_CHOICES = ("exp2_fma", "lazy_rescale", "aligned_tiles")     # Note [Choices on sm_100a]
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,8 @@ class KernelChoices(Pass):
                "and key blocks that start where the ids' runs start, from a table a third kernel fills at "
                "run time; unsorted ids fall back to the grid (Note [Document-aligned tiles] in qtiles.py; "
                "default: wherever the mask has that conjunct and a CTA runs one query block without a "
-               "producer warpgroup, on sm_80 and sm_90a)"})
+               "producer warpgroup, on sm_80 and sm_90a; on sm_100a wherever the CTAs do not walk the "
+               "query blocks: Note [Tile table on sm_100a] in sm100a_tiles.py)"})
     run_ranges: bool | None = field(default=None, metadata={
         "doc": "on the aligned tiles, compute each key block's class from the tile's run of equal ids and "
                "the static analysis of the rest of the mask, with no block map kernel (Note [Ranges from the "
@@ -210,7 +212,7 @@ def choose(module, **given) -> None:
     other = [name for name in given if name not in SM100A_CHOICES]
     if target == "sm_100a" and other:       # Note [Choices on sm_100a]
         raise error_at(op, f"{other[0]}={_text(given[other[0]])}: no choice of attn-lower-sm100a, which takes "
-                           f"{' and '.join(SM100A_CHOICES)} only")
+                           f"{', '.join(SM100A_CHOICES[:-1])} and {SM100A_CHOICES[-1]} only")
     require_roles(op, NAME)
     left = [o for role in role_ops(op) for o in ops_in(role_block(role), (PUT, GET))]
     if left:
@@ -229,7 +231,7 @@ def choose(module, **given) -> None:
                 del holder.attributes[choice.attr]
     write(op, given, sites)
     if target == "sm_100a":
-        write(op, {name: value for name, value in sm100a_defaults().items() if name not in given}, sites)
+        write(op, {name: value for name, value in sm100a_defaults(op).items() if name not in given}, sites)
         sm100a_choices(op)                    # each value checked at its op
     else:
         lowered = lowering_from_ir(result)    # the defaults, for what is not given
@@ -255,12 +257,18 @@ def sm100a_choices(kernel) -> dict:
                 continue
             if choice.option not in SM100A_CHOICES:
                 raise error_at(op, f"{choice.attr} on {op.name}: attn-lower-sm100a does not take "
-                                   f"{choice.option} (it takes exp2_fma on attn.softmax_step and lazy on "
-                                   f"attn.rescale: Note [Choices on sm_100a])")
+                                   f"{choice.option} (it takes exp2_fma on attn.softmax_step, lazy on "
+                                   f"attn.rescale and aligned_tiles on attn.kernel: Note [Choices on sm_100a])")
             problem = op_choice_error(None, choice.option, _value(op, choice))
             if problem:
                 raise error_at(op, f"the sm_100a kernel cannot be built: {problem}")
-    chosen = {**sm100a_defaults(), **{name: found[name] for name in SM100A_CHOICES if name in found}}
+    chosen = {**sm100a_defaults(kernel), **{name: found[name] for name in SM100A_CHOICES if name in found}}
+    if chosen["aligned_tiles"]:
+        from attnc.backend.sm100a_tiles import table_refusal
+        problem = table_refusal(kernel)
+        if problem:
+            raise error_at(sites["aligned_tiles"][0] if sites["aligned_tiles"] else kernel,
+                           f"aligned_tiles needs {problem} (Note [Tile table on sm_100a])")
     steps = sorted({_value(op, BY_OPTION["exp2_fma"]) if "exp2_fma" in op.attributes else chosen["exp2_fma"]
                     for op in sites["exp2_fma"]})
     if len(steps) > 1:

@@ -60,7 +60,7 @@ ids and whether their tiles fit the table (attn.id_runs), then either those tile
 waves as the attention kernel's tail_waves: Note [Longest tiles last]) or the grid's
 (attn.table_grid), then the entries past the last tile (attn.table_rest). The lowerings
 build it where the attention kernel takes its query tiles from the table
-(attn-kernel-choices' aligned_tiles; never on sm_100a), from this program, checked op by
+(attn-kernel-choices' aligned_tiles), from this program, checked op by
 op (`read_table_program`); a program without attn.table_order is the table's in the
 order found, which a kernel with tail_waves > 0 refuses.
 """

@@ -38,10 +38,11 @@ def test_compile_builds_hooked_variants_and_sm100a_kernels(tmp_path, monkeypatch
     assert blackwell.manifest.target == "sm_100a"
     assert [p.tensor for p in blackwell.manifest.kernels[0].params if type(p).__name__ == "TensorMapParam"] == \
         ["q", "k", "v", "o"]
-    # Note [Block map on sm_100a] (attnc/backend/sm100a.py): the documents mask's map, then the kernel
+    # Notes [Block map on sm_100a] and [Tile table on sm_100a]: the documents mask's table, its
+    # map, then the kernel
     docs100 = attnc.compile((ROOT / "examples/docs_sink.attn").read_text(), arch="sm_100a")
-    assert [k.name for k in docs100.manifest.kernels] == ["blockmap", "attn_fwd"]
-    assert docs100.manifest.mask_kernels == (0,)
+    assert [k.name for k in docs100.manifest.kernels] == ["qtiles", "blockmap", "attn_fwd"]
+    assert docs100.manifest.mask_kernels == (0, 1)
 
 
 def test_compile_takes_the_path_of_a_file(tmp_path, monkeypatch):

@@ -102,9 +102,9 @@ def _role(kernel, name: str) -> ir.Operation:
     return next(r for r in R.role_ops(kernel) if R.name_of(r) == name)
 
 
-def _refused(edit, example: str = "mha") -> str:
-    """The error lowering `example`'s plan gives once `edit(kernel)` changed it."""
-    result = plan(example)
+def _refused(edit, example: str = "mha", result=None) -> str:
+    """The error lowering `example`'s plan (or `result`'s) gives once `edit(kernel)` changed it."""
+    result = result or plan(example)
     kernel = attention_ops(result.module)[0]
     with kernel.context:
         edit(kernel)
@@ -146,7 +146,9 @@ def test_an_unsound_edit_is_refused_by_the_verifier_first():
 
 
 def test_a_role_reading_a_tile_table_is_refused_at_the_op():
-    """Note [Block map on sm_100a] (attnc/backend/sm100a.py): no tile table yet."""
+    """Note [Tile table on sm_100a] (attnc/backend/sm100a_tiles.py): a role reads its CTA's
+    entry where it reads the CTA's coordinates, by the kernel's aligned_tiles; a read of the
+    table among a role's ops has no pattern."""
     from attnc.ir import tiles
 
     def edit(kernel):
@@ -156,18 +158,50 @@ def test_a_role_reading_a_tile_table_is_refused_at_the_op():
             zero = ir.Operation.create("arith.constant", results=[i32],
                                        attributes={"value": ir.IntegerAttr.get(i32, 0)}).result
             tiles.tile_table_read("doc", zero, zero, zero)
-    assert "attn-lower-sm100a builds no tile table yet" in _refused(edit)
+    assert "attn-lower-sm100a has no pattern for attn.tile_table_read (role 'softmax0')" in _refused(edit)
+
+
+def test_aligned_tiles_without_a_documents_mask_are_refused():
+    def edit(kernel):
+        kernel.attributes["aligned_tiles"] = ir.BoolAttr.get(True)
+    assert "aligned_tiles needs a block map (a mask that reads params, of one key range)" in _refused(edit)
+
+
+def test_aligned_tiles_of_persistent_ctas_are_refused():
+    from attnc.passes.pipelines import format_pipeline, target_pipeline
+    names = format_pipeline(target_pipeline("sm_100a")).split(",")
+    names[names.index("attn-warp-specialize")] = "attn-warp-specialize{persistent=1}"
+    names[names.index("attn-kernel-choices")] = "attn-kernel-choices{aligned_tiles=true}"
+    with pytest.raises(AttncError) as err:
+        attnc.compile(ROOT / "examples/docs_sink.attn", arch="sm_100a", pass_pipeline=",".join(names))
+    assert "aligned_tiles needs CTAs that run one query block each, not a walk over query blocks" in str(err.value)
+
+
+def test_an_op_of_another_query_block_is_refused_on_table_tiles():
+    """On a table's tiles a Q tile's rows are the CTA's entry's: a load that names another
+    query block than the CTA's has no rows to take."""
+    def edit(kernel):
+        load = next(o for o in R.ops_in(R.role_block(_role(kernel, "load")), ("attn.load",))
+                    if ir.StringAttr(o.attributes["operand"]).value == "q")
+        with ir.InsertionPoint(load), load.location:
+            i32 = ir.IntegerType.get_signless(32)
+            load.operands[3] = ir.Operation.create("arith.constant", results=[i32],
+                                                   attributes={"value": ir.IntegerAttr.get(i32, 0)}).result
+    from attnc.passes.pipelines import format_pipeline, target_pipeline
+    result = compile_mlir((ROOT / "examples/docs_sink.attn").read_text(), "docs_sink.attn", CompileOptions(
+        arch="sm_100a", pass_pipeline=format_pipeline(target_pipeline("sm_100a"))))
+    assert "with a tile table (aligned_tiles) an op indexes the CTA's own query block" in _refused(edit, result=result)
 
 
 def test_another_lowerings_choice_is_refused_at_its_op():
-    """Note [Choices on sm_100a]: the lowering takes exp2_fma and lazy only; a choice of the
+    """Note [Choices on sm_100a]: the lowering takes exp2_fma, lazy and aligned_tiles only; a choice of the
     other lowerings on one of its ops is refused there, not built around."""
     def edit(kernel):
         store = next(o for o in R.ops_in(R.role_block(_role(kernel, "epilogue")), ("attn.store",))
                      if ir.StringAttr(o.attributes["operand"]).value == "o")
         store.attributes["staged"] = ir.BoolAttr.get(True)
     assert "staged on attn.store: attn-lower-sm100a does not take staged_o (it takes exp2_fma on " \
-           "attn.softmax_step and lazy on attn.rescale" in _refused(edit)
+           "attn.softmax_step, lazy on attn.rescale and aligned_tiles on attn.kernel" in _refused(edit)
 
 
 def test_rescales_that_disagree_are_refused():

@@ -203,14 +203,15 @@ def test_sm100a_code(tmp_path):
 
 
 def test_sm100a_builds_a_mask_that_reads_params_with_its_map(tmp_path):
-    """Note [Block map on sm_100a] (attnc/backend/sm100a.py): the map kernel, then the attention
-    kernel, which lists the map's scratch as the map kernel does."""
+    """Notes [Block map on sm_100a] (attnc/backend/sm100a.py) and [Tile table on sm_100a]: the
+    tile table's kernel, the map kernel over its tiles, then the attention kernel, which lists
+    the map's and the table's scratch as the map kernel does."""
     status, out, err = run_attnc(["compile", "examples/docs_sink.attn", "-arch", "sm_100a", "-o", str(tmp_path / "b")])
     assert (status, err) == (0, "")
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
-    assert [k["name"] for k in manifest["kernels"]] == ["blockmap", "attn_fwd"]
-    scratch = [[p for p in k["params"] if p["kind"] == "scratch"] for k in manifest["kernels"]]
-    assert scratch[0] == scratch[1] and scratch[0][0]["name"] == "blockmap"
+    assert [k["name"] for k in manifest["kernels"]] == ["qtiles", "blockmap", "attn_fwd"]
+    scratch = [[p["name"] for p in k["params"] if p["kind"] == "scratch"] for k in manifest["kernels"]]
+    assert scratch == [["qtiles"], ["blockmap", "qtiles"], ["blockmap", "qtiles"]]
 
 
 def test_sm90a_bundle_runs_wgmma(tmp_path):

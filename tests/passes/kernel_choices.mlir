@@ -18,6 +18,8 @@
 // RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices" | filecheck %s --check-prefix=SM100
 // RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{lazy_rescale=0 exp2_fma=2}" | filecheck %s --check-prefix=SM100OPT
 // RUN: not attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{exp2_fma=2 heads_first=1}" 2>&1 | filecheck %s --check-prefix=SM100NOT
+// RUN: not attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{aligned_tiles=1}" 2>&1 | filecheck %s --check-prefix=SM100TILES
+// RUN: attnc compile examples/docs_sink.attn -arch sm_100a --emit mlir | filecheck %s --check-prefix=SM100DOCS
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-kernel-choices" 2>&1 | filecheck %s --check-prefix=NOSYNC
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-kernel-choices" 2>&1 | filecheck %s --check-prefix=NOROLES
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{lean_loads=1}" 2>&1 | filecheck %s --check-prefix=LEAN
@@ -63,10 +65,16 @@
 // SM100: "attn.rescale"({{.*}}) {lazy = true, q_tile = 0 : i64}
 // SM100: "attn.rescale"({{.*}}) {lazy = true, q_tile = 1 : i64}
 // SM100: }) {name = "correction"
+// SM100: aligned_tiles = false
 // SM100-NOT: heads_first
 // SM100OPT: "attn.softmax_step"({{.*}}) {exp2_fma = 2 : i64, q_tile = 0 : i64}
 // SM100OPT: "attn.rescale"({{.*}}) {lazy = false, q_tile = 0 : i64}
-// SM100NOT: --pass-pipeline:1:136: error: attn-kernel-choices: heads_first=true: no choice of attn-lower-sm100a, which takes exp2_fma and lazy_rescale only
+// SM100NOT: --pass-pipeline:1:136: error: attn-kernel-choices: heads_first=true: no choice of attn-lower-sm100a, which takes exp2_fma, lazy_rescale and aligned_tiles only
+// A tile table needs a documents mask (Note [Tile table on sm_100a]): ALiBi's kernel takes
+// none, and docs_sink's takes one by default.
+// SM100TILES: error: aligned_tiles needs a block map (a mask that reads params, of one key range) (Note [Tile table on sm_100a])
+// SM100DOCS: }) {name = "correction"
+// SM100DOCS: aligned_tiles = true
 // NOSYNC: alibi.attn:2:1: error: attn-kernel-choices needs the synchronization attn-insert-pipelines makes of attn.put; run attn-insert-pipelines first
 // NOROLES: alibi.attn:2:1: error: attn-kernel-choices needs the role regions that attn-warp-specialize makes; run attn-warp-specialize first
 // LEAN: alibi.attn:2:1: error: the sm_90a kernel cannot be built: lean_loads needs an sm_80 kernel whose key ranges come from a block map or a band

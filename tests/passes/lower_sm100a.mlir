@@ -36,14 +36,18 @@
 // CHECK: tcgen05.dealloc.cta_group::1.sync.aligned.b32 $0, 512
 
 // A mask that reads params: the block map's kernel first, whose scratch the attention kernel
-// reads its ranges from (Note [Block map on sm_100a]).
+// reads its ranges from (Note [Block map on sm_100a]); comparing document ids, after the tile
+// table's, whose tiles both take (Note [Tile table on sm_100a]).
 // MAP: "attn.block_map_read"
-// MAP: gpu.module @attnc_kernels attributes {attn.kernels = "[{\22name\22: \22blockmap\22
+// MAP: gpu.module @attnc_kernels attributes {attn.kernels = "[{\22name\22: \22qtiles\22
+// MAP-SAME: {\22name\22: \22blockmap\22
 // MAP-SAME: {\22name\22: \22attn_fwd\22
 // MAP-SAME: \22kind\22: \22scratch\22, \22name\22: \22blockmap\22
+// MAP-SAME: \22kind\22: \22scratch\22, \22name\22: \22qtiles\22
 // MAP: gpu.func @attnc_docs_sink_fwd(
 // MAP: redux.sync
 // MAP: gpu.func @attnc_docs_sink_blockmap(
+// MAP: gpu.func @attnc_docs_sink_qtiles(
 // OTHER: mqa.attn:2:1: error: attn-lower-sm100a lowers sm_100a plans; this one is for sm_90a: use attn-lower-sm90a
 // TWICE: mqa.attn:2:1: error: attn-lower-sm100a ran twice on this module
 // NOTILE: mqa.attn:2:1: error: attn-lower-sm100a needs the 'block_m' attribute that attn-tile records; run attn-tile first

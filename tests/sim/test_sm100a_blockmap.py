@@ -1,6 +1,7 @@
 """Note [Block map on sm_100a] (attnc/backend/sm100a.py): the documents example's bundle fills
 a block map first, and every role of the attention kernel walks the key blocks the map's row
-keeps. Run in the emulator at M = N = 300 (query blocks of 256 rows, key blocks of 128): with
+keeps. Run in the emulator on the grid's query blocks (aligned_tiles off: the table's tiles
+are tests/sim/test_tiles_sm100a_sim.py's) at M = N = 300 (256 rows, key blocks of 128): with
 a document starting at row 256 the last query block visits one key block where a single
 document makes it visit all three -- the CTA runs fewer instructions -- and its rows match
 the reference either way."""
@@ -12,6 +13,7 @@ import numpy as np
 
 import attnc
 from attnc.frontend import load_file
+from attnc.passes.pipelines import pipeline_with_options
 from attnc.testing import ptx_bundle
 from attnc_sim.device import SimKernel
 from tests.gpu.gpu_support import compare
@@ -41,7 +43,8 @@ def _run(bundle, variant, doc: np.ndarray):
 
 def test_the_roles_walk_the_blocks_the_map_keeps():
     variant = load_file(str(EXAMPLE))
-    bundle = ptx_bundle(EXAMPLE, arch="sm_100a")
+    bundle = ptx_bundle(EXAMPLE, arch="sm_100a",
+                        pass_pipeline=pipeline_with_options("sm_100a", {"aligned_tiles": "false"}))
     assert [k.name for k in bundle.manifest.kernels] == ["blockmap", "attn_fwd"]
     one = _run(bundle, variant, np.zeros(SIZE))
     two = _run(bundle, variant, (np.arange(SIZE) >= START).astype(np.int32))
