@@ -49,10 +49,10 @@ for a partial tile per run when runs are 4 * block_m long on average (documents 
 at block_m = 128 need 66 of the 80 at M = 8192); the attention kernel's grid is as long,
 and a CTA past the last tile returns at once.
 
-Where the table is the default (lowering.py): a kernel of one query block per CTA
+Where the table is the default (choice_defaults.py): a kernel of one query block per CTA
 without a producer warpgroup, on sm_80 and on sm_90a (whose one-warpgroup kernel takes its
 rows and key origin the same way), and sm_100a's without persistent CTAs (Note [Tile
-table on sm_100a] in sm100a_tiles.py, a tile its CTA's two Q tiles). Documents of 1000 +
+table on sm_100a] in sm100a_tiles.py, a tile its CTA's block_m x q_tiles rows). Documents of 1000 +
 causal ran 6-11 % faster than the same kernel on the grid, on sm_80 and sm_90a
 (results/sm80_h200.md and sm90a_h200.md, "Document-aligned tiles").
 

@@ -47,7 +47,9 @@ would take them in turn. A `fence.proxy.async` then orders the writes before the
 proxy's reads. The epilogue warp's lane 0, once the slot is full, issues one
 `cp.async.bulk.tensor` store a column block through O's tensor map (rows past M lie outside
 the tensor and are not written), and waits until they have read the slot
-(`cp.async.bulk.wait_group.read`) before the slot's release lets the next O in.
+(`cp.async.bulk.wait_group.read`) before the slot's release lets the next O in. (A tile
+table's tile that ends inside a Q tile stores that Q tile's rows otherwise: Note [Tile
+table on sm_100a] in sm100a_tiles.py.)
 
 Note [Addresses at their MMA]: an MMA's operand addresses -- the tensor-memory columns of
 S, O and P, the shared-memory bases its descriptors are made from -- are computed at the
@@ -189,8 +191,8 @@ def _warps(kernel) -> int:
 
 def _params(kernel, variant, blockmap=None) -> list[dict]:
     """The kernel's parameters: the tensor maps of q, k, v and o (Note [O through TMA]), the
-    lse with its strides, then every symbolic dim, the hooks' tensors and the block map's
-    scratch."""
+    lse with its strides (and o with its strides, with a tile table), then every symbolic
+    dim, the hooks' tensors, the block map's scratch and the tile table's."""
     i32, i64, ptr = ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(64), ir.Type.parse("!llvm.ptr")
     block_m, block_n = get_int(kernel, "block_m"), get_int(kernel, "block_n")
     out = []
@@ -337,7 +339,9 @@ class _OwnRow:
 
 
 def _block_coords(e: Emit) -> list:
-    """(b, h, m_block) of the CTA: the grid is (query blocks, heads, batches)."""
+    """(b, h, m_block) of the CTA: the grid is (query blocks, heads, batches) -- with a tile
+    table, (its entries, heads, batches), m_block then replaced by the entry's index
+    (Note [Tile table on sm_100a])."""
     return [nvvm.read_ptx_sreg_ctaid_z(e.i32), nvvm.read_ptx_sreg_ctaid_y(e.i32), nvvm.read_ptx_sreg_ctaid_x(e.i32)]
 
 

@@ -9,8 +9,10 @@ as on the other targets: the tile table's (Note [Document-aligned tiles] in qtil
 the CTA's rows, block_m x q_tiles), the block map's over the table's tiles, then the
 attention kernel, whose CTA takes the table's entry nctaid.x - 1 - ctaid.x of its (b, h):
 rows [row0, row_end) and key origin key0. Every role reads the entry where it reads the
-CTA's coordinates (a 16-byte invariant load, after its warpgroup's setmaxnreg), and a CTA
-past the table's last tile does nothing, not even allocating tensor memory. The patterns
+CTA's coordinates (a 16-byte invariant load, which LLVM may share with the CTA's test
+above the roles: so docs_sink assembles without spills; with that test's read kept apart
+by an opaque batch index, it spilled 4 bytes stored and 20 loaded), and a CTA past the
+table's last tile does nothing, not even allocating tensor memory. The patterns
 place what the IR indexes by query block and key block on the entry: Q tile t's TMA box
 starts at row row0 + t x block_m, key block n's at key key0 + n x block_n (TMA fills rows
 past the tensor with zeros, as on the grid), the hooks see i and j so, the softmax drops the
@@ -22,8 +24,10 @@ the next tile's rows (the CTA that owns them writes them too, in any order), so 
 epilogue warp copies the slot's rows below row_end to global memory itself: 16 bytes a
 lane, a row's units on neighbouring lanes (coalesced), each unit read at its swizzled place
 (Note [O through TMA] in sm100a.py). FlashAttention-4 stores O so for variable-length
-sequences, where it keeps TMA for fixed ones. No Blackwell GPU has timed either; the
-emulator runs both against the reference (tests/sim/test_tiles_sm100a_sim.py).
+sequences, where it keeps TMA for fixed ones. A tile of at most block_m rows still loads
+and computes its second Q tile, whose rows it never stores (a saving not taken). No
+Blackwell GPU has timed either store; the emulator runs both against the reference
+(tests/sim/test_tiles_sm100a_sim.py).
 """
 from __future__ import annotations
 

@@ -4,8 +4,9 @@ attnc/backend/sm100a_tiles.py), run in the PTX emulator against attnc.reference:
 CTAs' 256-row tiles (two Q tiles of 128) end at a Q tile's end (O through TMA), inside the
 second Q tile and inside the first (O copied by the epilogue warp's lanes below row_end,
 none of the second). The CTAs take the table from its last entry, so a tile that wrote rows
-past its end would overwrite rows its successor wrote first. Zero race or protocol reports
-are allowed."""
+past its end would overwrite rows its successor wrote first. Ids the table cannot align
+(short documents, unsorted ids) give it the grid's tiles. Zero race or protocol reports are
+allowed."""
 from __future__ import annotations
 
 import numpy as np
@@ -33,11 +34,19 @@ DOCUMENTS = (256, 300, 200, 44)
 SIZE = sum(DOCUMENTS)
 
 
-def _case():
+def _case(ids: str = "documents"):
+    """The inputs, with document ids `ids`: DOCUMENTS; `short`, documents of 20 rows, more
+    tiles than the table holds (its grid, each tile's keys from its first row's document);
+    `unsorted`, ids out of order (the grid, every tile's keys from 0)."""
     rng = np.random.default_rng(5)
     shape = (1, 1, SIZE, 64)
     case = {name: rng.standard_normal(shape).astype(np.float32) for name in ("q", "k", "v")}
-    case["doc"] = np.repeat(np.arange(len(DOCUMENTS)), DOCUMENTS).reshape(1, SIZE).astype(np.int32)
+    doc = np.repeat(np.arange(len(DOCUMENTS)), DOCUMENTS)
+    if ids == "short":
+        doc = np.arange(SIZE) // 20
+    elif ids == "unsorted":
+        doc = rng.integers(0, 3, SIZE)
+    case["doc"] = doc.reshape(1, SIZE).astype(np.int32)
     return case
 
 
@@ -47,13 +56,14 @@ def _bundle(tmp_path, options: dict):
     return path, ptx_bundle(path, arch="sm_100a", pass_pipeline=pipeline_with_options("sm_100a", options))
 
 
-@pytest.mark.parametrize("aligned", [True, False])
-def test_table_tiles_compute_the_reference(tmp_path, aligned):
+@pytest.mark.parametrize("aligned, ids", [(True, "documents"), (False, "documents"), (True, "short"),
+                                         (True, "unsorted")])
+def test_table_tiles_compute_the_reference(tmp_path, aligned, ids):
     path, bundle = _bundle(tmp_path, {} if aligned else {"aligned_tiles": "false"})
     assert bundle.manifest.specialization["aligned_tiles"] is aligned
     names = [k.name for k in bundle.manifest.kernels]
     assert names == (["qtiles", "blockmap", "attn_fwd"] if aligned else ["blockmap", "attn_fwd"])
-    variant, case = load_file(str(path)), _case()
+    variant, case = load_file(str(path)), _case(ids)
     kernel = SimKernel(bundle, seed=1)
     out = kernel(**typed_inputs(bundle, case))
     assert kernel.last_reports == []
@@ -84,3 +94,51 @@ def test_each_cta_writes_its_tile_rows(tmp_path, cta):
     ref = attnc.reference(variant, **case)
     rows = {name: out[name][0, 0, lo:hi] for name in ("o", "lse")}
     assert compare(variant, rows, {name: ref[name][0, 0, lo:hi] for name in ("o", "lse")}) == []
+
+
+# Other layouts of O and of the table: a per-head table (the ids read h), B = H = 2 with one
+# KV head, an f32 O at head dim 128 (two swizzle blocks a row); head dim 256, one 128-row Q
+# tile a CTA. Documents of 200 and 100 rows at M = N = 300: tiles that end inside a Q tile.
+HEADS = """attention docs_heads {
+  q: bf16[B, H, M, 128]
+  k: bf16[B, HKV, N, 128]
+  v: bf16[B, HKV, N, 128]
+  param doc: i32[B, H, N]
+  mask_mod(b, h, i, j) = doc[b, h, i] == doc[b, h, j]
+  out o: f32[B, H, M, 128]
+  out lse: f32[B, H, M]
+}
+"""
+WIDE = """attention docs_wide {
+  q: f16[B, H, M, 256]
+  k: f16[B, H, N, 256]
+  v: f16[B, H, N, 256]
+  param doc: i32[B, N]
+  mask_mod(b, h, i, j) = doc[b, i] == doc[b, j] and j <= i
+  out o: f16[B, H, M, 256]
+}
+"""
+
+
+@pytest.mark.parametrize("source, batch, heads, heads_kv, q_tiles", [(HEADS, 2, 2, 1, 2), (WIDE, 1, 1, 1, 1)],
+                         ids=["per-head-f32", "head-dim-256"])
+def test_other_layouts_compute_the_reference(tmp_path, source, batch, heads, heads_kv, q_tiles):
+    per_head = source is HEADS
+    path = tmp_path / "docs.attn"
+    path.write_text(source)
+    bundle = ptx_bundle(path, arch="sm_100a")
+    spec = bundle.manifest.specialization
+    assert spec["aligned_tiles"] is True and spec["q_tiles"] == q_tiles
+    variant = load_file(str(path))
+    rng = np.random.default_rng(9)
+    size, d = 300, variant.head_dim_qk
+    case = {"q": rng.standard_normal((batch, heads, size, d)).astype(np.float32)}
+    case.update({name: rng.standard_normal((batch, heads_kv, size, d)).astype(np.float32) for name in ("k", "v")})
+    doc = (np.arange(size) >= 200).astype(np.int32)
+    case["doc"] = np.broadcast_to(doc, (batch, heads, size) if per_head else (batch, size)).copy()
+    if per_head:                    # the heads' documents differ
+        case["doc"][:, 1] = (np.arange(size) >= 90).astype(np.int32)
+    kernel = SimKernel(bundle, seed=1)
+    out = kernel(**typed_inputs(bundle, case))
+    assert kernel.last_reports == []
+    assert compare(variant, out, attnc.reference(variant, **case)) == []
