@@ -44,7 +44,9 @@ params keep the map. So, by default, do
     registers_at_floor: sm_90a's 64x64 tiles at head dim 64, four CTAs an SM), where the
     runs' kernel spilled and lost its bound (below; a bound given as min_ctas_per_sm
     is kept, so it does not count).
-The option `run_ranges` of attn-lower-sm80 / attn-lower-sm90a turns it on or off.
+The option `run_ranges` of attn-kernel-choices turns it on or off (on sm_100a too: Note
+[Tile table on sm_100a] in sm100a_tiles.py, where it is the default wherever the rest is
+static).
 
 Against the same kernels with the map (documents of 1000 + causal, the same outputs to
 the bit), sm_80 ran 3-4 % faster and sm_90a 3 % at head dim 128 (results/sm80_h200.md and

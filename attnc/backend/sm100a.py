@@ -215,7 +215,7 @@ def _params(kernel, variant, blockmap=None) -> list[dict]:
         out.append({"key": f"dim:{d}", "type": i32, "abi": {"kind": "dim", "name": d, "type": "i32"}})
     for t in variant.params:             # the hooks' tensors (hooks.load_param)
         out.append({"key": f"ptr:{t.name}", "type": ir.Type.parse("!llvm.ptr<1>"), "abi": {"kind": "ptr", "tensor": t.name}})
-    if blockmap is not None:        # Note [Block map ABI] in blockmap.py
+    if blockmap is not None and blockmap.built:        # Note [Block map ABI] in blockmap.py
         from attnc.backend.blockmap_hooks import blockmap_param
         out.append({"key": blockmap_param(blockmap).key, "type": ir.Type.parse("!llvm.ptr<1>"),
                     "abi": blockmap.scratch})
@@ -501,12 +501,12 @@ def kernel_module_sm100a(result):
     choices = sm100a_choices(kernel)
     blockmap = _blockmap(result, kernel)
     if choices["aligned_tiles"]:            # Note [Tile table on sm_100a]
-        blockmap = table_blockmap(result, kernel, blockmap)
+        blockmap = table_blockmap(result, kernel, blockmap, choices["run_ranges"])
     with result.module.context, ir.Location.name(symbol):
         module, body = empty_kernel_module(SMEM_SYMBOL, 1024)     # 128B-swizzled tiles repeat every 1024 bytes
         entry = lower_sm100a(kernel, result.variant, symbol, body, result.module, choices, blockmap)
         kernels = [entry]
-        if blockmap is not None:
+        if blockmap is not None and blockmap.built:
             from attnc.backend.blockmap_kernel import emit_blockmap_kernel
             emit_blockmap_kernel(blockmap, result, ir.InsertionPoint(body))
             kernels.insert(0, blockmap.kernel)      # launched first: it fills the map
@@ -519,7 +519,7 @@ def kernel_module_sm100a(result):
     specialization = {"target": "sm_100a", "block_m": get_int(kernel, "block_m"),
                       "block_n": get_int(kernel, "block_n"), "stages": get_int(kernel, "stages"),
                       "q_tiles": get_int(kernel, "q_tiles"), "warps": _warps(kernel),
-                      "blockmap": blockmap is not None, **choices}
+                      "blockmap": blockmap is not None and blockmap.built, **choices}
     return module, kernels, specialization
 
 

@@ -116,6 +116,7 @@ class Lowering:
     walk: object = None                 # block_walk.BlockWalk of the role's rounds (persistent CTAs)
     table: object = None                # the QTilesPlan of the CTAs' tiles, if any (Note [Tile table on sm_100a])
     tile: object = None                 # with it, sm100a_tiles.TableTile: the CTA's, as the role read it
+    runs: object = None                 # run_ranges.RunHooks, where the table's runs give the key ranges
 
     @property
     def first_lane(self) -> ir.Value:

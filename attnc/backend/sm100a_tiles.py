@@ -4,30 +4,32 @@ table (document-aligned tiles) -- what a role reads of its entry, the rows and k
 other patterns place on it, and O's store where a tile ends inside a Q tile.
 
 Note [Tile table on sm_100a]: with `aligned_tiles` on attn.kernel (attn-kernel-choices; the
-default wherever the kernel can take them: `table_refusal`) the bundle runs three kernels,
-as on the other targets: the tile table's (Note [Document-aligned tiles] in qtiles.py, at
-the CTA's rows, block_m x q_tiles), the block map's over the table's tiles, then the
-attention kernel, whose CTA takes the table's entry nctaid.x - 1 - ctaid.x of its (b, h):
-rows [row0, row_end) and key origin key0. Every role reads the entry where it reads the
-CTA's coordinates (a 16-byte invariant load, which LLVM may share with the CTA's test
-above the roles: so docs_sink assembles without spills; with that test's read kept apart
-by an opaque batch index, it spilled 4 bytes stored and 20 loaded), and a CTA past the
-table's last tile does nothing, not even allocating tensor memory. The patterns
-place what the IR indexes by query block and key block on the entry: Q tile t's TMA box
-starts at row row0 + t x block_m, key block n's at key key0 + n x block_n (TMA fills rows
-past the tensor with zeros, as on the grid), the hooks see i and j so, the softmax drops the
-keys past N, and the block map's row is the entry's. The rows of a box past row_end belong
-to the next tile: they are computed (their own documents' keys, as the mask says) and never
-stored. The LSE's stores stop at row_end. O's stay TMA stores where the tile fills the Q
-tile's 128 rows; a tile that ends inside them cannot be stored by a box, which would write
-the next tile's rows (the CTA that owns them writes them too, in any order), so the
-epilogue warp copies the slot's rows below row_end to global memory itself: 16 bytes a
-lane, a row's units on neighbouring lanes (coalesced), each unit read at its swizzled place
-(Note [O through TMA] in sm100a.py). FlashAttention-4 stores O so for variable-length
-sequences, where it keeps TMA for fixed ones. A tile of at most block_m rows still loads
-and computes its second Q tile, whose rows it never stores (a saving not taken). No
-Blackwell GPU has timed either store; the emulator runs both against the reference
-(tests/sim/test_tiles_sm100a_sim.py).
+default wherever the kernel can take them: `table_refusal`) the bundle runs the tile
+table's kernel first (Note [Document-aligned tiles] in qtiles.py, at the CTA's rows,
+block_m x q_tiles), then the block map's over the table's tiles, then the attention kernel,
+whose CTA takes the table's entry nctaid.x - 1 - ctaid.x of its (b, h): rows [row0,
+row_end) and key origin key0. With `run_ranges` (the default where the rest of the mask is
+static, such as the causal bound of documents + causal) there is no map: each role scans
+the blocks of the tile's run (Note [Ranges from the runs] in run_ranges.py). Every role
+reads the entry where it reads the CTA's coordinates (a 16-byte invariant load, which LLVM
+may share with the CTA's test above the roles: so docs_sink assembles without spills; with
+that test's read kept apart by an opaque batch index, it spilled 4 bytes stored and 20
+loaded), and a CTA past the table's last tile does nothing, not even allocating tensor
+memory. The patterns place what the IR indexes by query block and key block on the entry:
+Q tile t's TMA box starts at row row0 + t x block_m, key block n's at key key0 + n x
+block_n (TMA fills rows past the tensor with zeros, as on the grid), the hooks see i and j
+so, the softmax drops the keys past N, and the block map's row is the entry's. The rows of
+a box past row_end belong to the next tile: they are computed (their own documents' keys,
+as the mask says) and never stored. The LSE's stores stop at row_end. O's stay TMA stores
+where the tile fills the Q tile's 128 rows; a tile that ends inside them cannot be stored
+by a box, which would write the next tile's rows (the CTA that owns them writes them too,
+in any order), so the epilogue warp copies the slot's rows below row_end to global memory
+itself: 16 bytes a lane, a row's units on neighbouring lanes (coalesced), each unit read
+at its swizzled place (Note [O through TMA] in sm100a.py). FlashAttention-4 stores O so for
+variable-length sequences, where it keeps TMA for fixed ones. A tile of at most block_m
+rows still loads and computes its second Q tile, whose rows it never stores (a saving not
+taken). No Blackwell GPU has timed any of it; the emulator runs each way against the
+reference (tests/sim/test_tiles_sm100a_sim.py).
 """
 from __future__ import annotations
 
@@ -55,9 +57,22 @@ def table_refusal(kernel) -> str | None:
     return None
 
 
-def table_blockmap(result, kernel, blockmap):
+def run_rest_of(kernel):
+    """The analysis of `kernel`'s mask with the ids' conjunct taken as true (Note [Ranges
+    from the runs] in run_ranges.py), None where that rest reads a param or a float."""
+    from attnc.backend.qtiles import segment_conjunct
+    from attnc.backend.run_ranges import run_rest
+    from attnc.ir import MASK_MOD, region_block
+    from attnc.ir.kernel import kernel_variant
+
+    conjunct, _ = segment_conjunct(region_block(kernel, MASK_MOD), list(kernel_variant(kernel).params))
+    return run_rest(kernel, conjunct)
+
+
+def table_blockmap(result, kernel, blockmap, runs: bool):
     """The block map `blockmap` over the tile table's tiles (its `qtiles`), the programs of
-    the table and the map checked to read the ids the mask compares."""
+    the table and the map checked to read the ids the mask compares; with `runs`, no map:
+    the ranges from the table's runs (Note [Ranges from the runs] in run_ranges.py)."""
     from attnc.backend.map_program import check_map_reads_table, table_program_of
     from attnc.backend.qtiles import qtiles_plan, segment_ids
     from attnc.ir import MASK_MOD, region_block
@@ -65,8 +80,10 @@ def table_blockmap(result, kernel, blockmap):
     variant = result.variant
     ids = segment_ids(region_block(kernel, MASK_MOD), list(variant.params))
     table_program_of(kernel, ids.param)
-    check_map_reads_table(kernel, ids.param)
-    return replace(blockmap, qtiles=qtiles_plan(variant, blockmap.block_m, ids, blockmap.per_head))
+    if not runs:
+        check_map_reads_table(kernel, ids.param)
+    return replace(blockmap, qtiles=qtiles_plan(variant, blockmap.block_m, ids, blockmap.per_head),
+                   runs=run_rest_of(kernel) if runs else None)
 
 
 # --- the key range: the patterns of its ops ---------------------------------------------------
@@ -88,12 +105,15 @@ def block_map_range(cx, op):
                            "gives one segment; this kernel has none to read a range from")
     m_block, b, h = (cx.value(v) for v in list(op.operands)[:3])
     kernel, e, tile = cx.kernel, cx.e, tile_of(cx, m_block, op)
+    if cx.blockmap.runs is not None and cx.runs is None:     # Note [Ranges from the runs]
+        from attnc.backend.run_ranges import RunHooks
+        cx.runs = RunHooks(cx.blockmap.runs, cx.names)
     table = {} if tile is None else dict(       # Note [Tile table on sm_100a]
         aligned=True, n_keys=e.max(e.sub(e.dim("N"), tile.key0), 0), row0=tile.row0, row_end=tile.row_end,
         key0=tile.key0, key_end=tile.key_end)
     ctx = KvCtx(m_block, b, h, e.dim("M"), e.dim("N"), get_int(kernel, "mask_block_m"),
                 get_int(kernel, "mask_block_n"), **table)
-    r = blockmap_hooks(cx.blockmap)[0](cx.e, ctx)
+    r = (cx.runs.kv_range if cx.runs is not None else blockmap_hooks(cx.blockmap)[0])(e, ctx)
     return [r.lo, r.hi, r.full_lo, r.full_hi]
 
 

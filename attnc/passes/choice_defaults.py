@@ -156,9 +156,10 @@ def exp2_fma(s) -> int:
     return 1 if s.producer_warpgroup and (s.score_mod or s.score_bias) else 0
 
 
-def sm100a_defaults(kernel=None) -> dict:
+def sm100a_defaults(kernel=None, held: dict | None = None) -> dict:
     """attn-lower-sm100a's choices (Note [Choices on sm_100a] in kernel_choices.py) for
-    `kernel` (None: those of no kernel's), which no Blackwell GPU has timed here:
+    `kernel` (None: those of no kernel's), given those it `held` already ({option: value}:
+    run_ranges' default follows aligned_tiles'), which no Blackwell GPU has timed here:
       * exp2_fma 0: the split pays on sm_90a only where measured, so none until measured;
       * lazy_rescale on: FlashAttention-4's own default for 16-bit inputs (a threshold of
         2^8), and the reason is sm_100a's: there a rescale is a round trip of O's row through
@@ -166,11 +167,17 @@ def sm100a_defaults(kernel=None) -> dict:
         attnc/backend/sm100a.py), where on sm_80 and sm_90a it is FMULs on registers;
       * aligned_tiles wherever the kernel can take them, as on the other targets: what they
         save is tiles (MIXED ones, and the rows of a block that straddles two documents),
-        which no target changes (Note [Tile table on sm_100a] in sm100a_tiles.py)."""
+        which no target changes (Note [Tile table on sm_100a] in sm100a_tiles.py);
+      * run_ranges on the aligned tiles wherever the rest of the mask is static, as on the
+        other targets but for their register floor, which sm_100a's budgets do not have:
+        the bundle then runs no map kernel and the roles read no map."""
     chosen = {"exp2_fma": 0, "lazy_rescale": True}
     if kernel is not None:
-        from attnc.backend.sm100a_tiles import table_refusal
-        chosen["aligned_tiles"] = aligned_tiles(table_refusal(kernel) is None)
+        from attnc.backend.sm100a_tiles import run_rest_of, table_refusal
+        possible = table_refusal(kernel) is None
+        aligned = (held or {}).get("aligned_tiles", aligned_tiles(possible))
+        chosen["aligned_tiles"] = aligned
+        chosen["run_ranges"] = aligned and possible and run_rest_of(kernel) is not None
     return chosen
 
 

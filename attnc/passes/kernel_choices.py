@@ -1,7 +1,7 @@
 """`attn-kernel-choices`: every choice the kernel makes beyond the plan, as an attribute
 on the op it concerns (L5 -> L5).
 
-Targets: sm_80, sm_90a, sm_100a (three choices: Note [Choices on sm_100a]). Expects the L5 plan of one
+Targets: sm_80, sm_90a, sm_100a (four choices: Note [Choices on sm_100a]). Expects the L5 plan of one
 attn.kernel (attn-insert-pipelines); leaves the same IR with the choices of CHOICES
 on their ops: each given as an option of this pass, else its default for this
 kernel (the measured defaults of choice_defaults.py, each saying where its
@@ -41,13 +41,13 @@ the manifest records the one value the ops hold, or the values, sorted, where th
 differ. The other choices shape what several ops share -- O's registers (row sums), the
 rescale's vote (lazy), the key range's loads (lean), the grid -- and stay one per kernel.
 
-Note [Choices on sm_100a]: attn-lower-sm100a takes three choices, `SM100A_CHOICES`: each
+Note [Choices on sm_100a]: attn-lower-sm100a takes four choices, `SM100A_CHOICES`: each
 softmax step's own `exp2_fma`, the kernel's `lazy` on attn.rescale (Note [Lazy rescale on
-sm_100a] in attnc/backend/sm100a.py) and `aligned_tiles` on attn.kernel (Note [Tile table
-on sm_100a] in attnc/backend/sm100a_tiles.py). This pass records them with their defaults
-(choice_defaults.py's `sm100a_defaults`) and refuses any other option for sm_100a; the
-lowering refuses another choice an op holds (an edit, a user pass), naming the three,
-rather than build a kernel that ignores it.
+sm_100a] in attnc/backend/sm100a.py), and `aligned_tiles` and `run_ranges` on attn.kernel
+(Note [Tile table on sm_100a] in attnc/backend/sm100a_tiles.py). This pass records them
+with their defaults (choice_defaults.py's `sm100a_defaults`) and refuses any other option
+for sm_100a; the lowering refuses another choice an op holds (an edit, a user pass),
+naming the four, rather than build a kernel that ignores it.
 """
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ PLANNED = {"early_first": "the guessed first block is the role's ops (attn.first
                           "its miss branch), which attn-insert-pipelines{early_first} writes (Note [The guessed "
                           "first block in the IR] in attnc/schedule/first_guess.py)"}
 PER_OP = tuple(c for c in CHOICES if c.per_op)
-SM100A_CHOICES = ("exp2_fma", "lazy_rescale", "aligned_tiles")     # Note [Choices on sm_100a]
+SM100A_CHOICES = ("exp2_fma", "lazy_rescale", "aligned_tiles", "run_ranges")     # Note [Choices on sm_100a]
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,8 @@ class KernelChoices(Pass):
                "runs] in run_ranges.py; default: wherever the tiles are aligned and the mask's other "
                "conjuncts read no param and no float, but for a kernel at the 128-register floor of "
                "its CTAs per SM (sm_90a at head dim 64) and a mask with another residual conjunct "
-               "beside the ids' whose map records what a tile holds)"})
+               "beside the ids' whose map records what a tile holds; on sm_100a wherever the tiles are "
+               "aligned and the rest is static)"})
     lazy_rescale: bool | None = field(default=None, metadata={
         "doc": "keep a softmax row's running max until a block's scores exceed it by more than a factor of 2^8, "
                "and skip a warp's rescale of O where no row of it moved (Note [Lazy rescale] in "
@@ -231,7 +232,7 @@ def choose(module, **given) -> None:
                 del holder.attributes[choice.attr]
     write(op, given, sites)
     if target == "sm_100a":
-        write(op, {name: value for name, value in sm100a_defaults(op).items() if name not in given}, sites)
+        write(op, {name: value for name, value in sm100a_defaults(op, given).items() if name not in given}, sites)
         sm100a_choices(op)                    # each value checked at its op
     else:
         lowered = lowering_from_ir(result)    # the defaults, for what is not given
@@ -258,17 +259,23 @@ def sm100a_choices(kernel) -> dict:
             if choice.option not in SM100A_CHOICES:
                 raise error_at(op, f"{choice.attr} on {op.name}: attn-lower-sm100a does not take "
                                    f"{choice.option} (it takes exp2_fma on attn.softmax_step, lazy on "
-                                   f"attn.rescale and aligned_tiles on attn.kernel: Note [Choices on sm_100a])")
+                                   f"attn.rescale, aligned_tiles and run_ranges on attn.kernel: Note [Choices "
+                                   f"on sm_100a])")
             problem = op_choice_error(None, choice.option, _value(op, choice))
             if problem:
                 raise error_at(op, f"the sm_100a kernel cannot be built: {problem}")
-    chosen = {**sm100a_defaults(kernel), **{name: found[name] for name in SM100A_CHOICES if name in found}}
+    held = {name: found[name] for name in SM100A_CHOICES if name in found}
+    chosen = {**sm100a_defaults(kernel, held), **held}
+    at = sites["aligned_tiles"][0] if sites["aligned_tiles"] else kernel
     if chosen["aligned_tiles"]:
-        from attnc.backend.sm100a_tiles import table_refusal
+        from attnc.backend.sm100a_tiles import run_rest_of, table_refusal
         problem = table_refusal(kernel)
         if problem:
-            raise error_at(sites["aligned_tiles"][0] if sites["aligned_tiles"] else kernel,
-                           f"aligned_tiles needs {problem} (Note [Tile table on sm_100a])")
+            raise error_at(at, f"aligned_tiles needs {problem} (Note [Tile table on sm_100a])")
+        if chosen["run_ranges"] and run_rest_of(kernel) is None:
+            raise error_at(at, "run_ranges needs a mask whose other conjuncts read no param and no float")
+    elif chosen["run_ranges"]:
+        raise error_at(at, "run_ranges needs the aligned tiles (aligned_tiles is off)")
     steps = sorted({_value(op, BY_OPTION["exp2_fma"]) if "exp2_fma" in op.attributes else chosen["exp2_fma"]
                     for op in sites["exp2_fma"]})
     if len(steps) > 1:

@@ -2,7 +2,7 @@
 
 Targets: sm_100a. Expects L5 (roles, channels with their shared- and tensor-memory buffers,
 mbarriers, the rings' (stage, phase) carried by the loops) on one attn.kernel, which
-attn-verify-pipeline found sound (the pass runs it where it has not), with the three choices
+attn-verify-pipeline found sound (the pass runs it where it has not), with the four choices
 attn-kernel-choices records for it (Note [Choices on sm_100a]; their defaults where an op
 holds none, any other choice refused at its op). Leaves a `gpu.module`
 holding the FlashAttention-4-style kernel, every op of every role lowered in the order it

@@ -38,11 +38,11 @@ def test_compile_builds_hooked_variants_and_sm100a_kernels(tmp_path, monkeypatch
     assert blackwell.manifest.target == "sm_100a"
     assert [p.tensor for p in blackwell.manifest.kernels[0].params if type(p).__name__ == "TensorMapParam"] == \
         ["q", "k", "v", "o"]
-    # Notes [Block map on sm_100a] and [Tile table on sm_100a]: the documents mask's table, its
-    # map, then the kernel
+    # Note [Tile table on sm_100a]: the documents mask's table, then the kernel, which takes its
+    # key ranges from the table's runs
     docs100 = attnc.compile((ROOT / "examples/docs_sink.attn").read_text(), arch="sm_100a")
-    assert [k.name for k in docs100.manifest.kernels] == ["qtiles", "blockmap", "attn_fwd"]
-    assert docs100.manifest.mask_kernels == (0, 1)
+    assert [k.name for k in docs100.manifest.kernels] == ["qtiles", "attn_fwd"]
+    assert docs100.manifest.mask_kernels == (0,)
 
 
 def test_compile_takes_the_path_of_a_file(tmp_path, monkeypatch):

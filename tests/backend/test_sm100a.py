@@ -194,14 +194,14 @@ def test_an_op_of_another_query_block_is_refused_on_table_tiles():
 
 
 def test_another_lowerings_choice_is_refused_at_its_op():
-    """Note [Choices on sm_100a]: the lowering takes exp2_fma, lazy and aligned_tiles only; a choice of the
-    other lowerings on one of its ops is refused there, not built around."""
+    """Note [Choices on sm_100a]: the lowering takes exp2_fma, lazy, aligned_tiles and run_ranges
+    only; a choice of the other lowerings on one of its ops is refused there, not built around."""
     def edit(kernel):
         store = next(o for o in R.ops_in(R.role_block(_role(kernel, "epilogue")), ("attn.store",))
                      if ir.StringAttr(o.attributes["operand"]).value == "o")
         store.attributes["staged"] = ir.BoolAttr.get(True)
     assert "staged on attn.store: attn-lower-sm100a does not take staged_o (it takes exp2_fma on " \
-           "attn.softmax_step, lazy on attn.rescale and aligned_tiles on attn.kernel" in _refused(edit)
+           "attn.softmax_step, lazy on attn.rescale, aligned_tiles and run_ranges on attn.kernel" in _refused(edit)
 
 
 def test_rescales_that_disagree_are_refused():

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from attnc.passes import registry
+from attnc.passes.pipelines import pipeline_with_options
 from attnc.testing import run_attnc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -204,9 +205,11 @@ def test_sm100a_code(tmp_path):
 
 def test_sm100a_builds_a_mask_that_reads_params_with_its_map(tmp_path):
     """Notes [Block map on sm_100a] (attnc/backend/sm100a.py) and [Tile table on sm_100a]: the
-    tile table's kernel, the map kernel over its tiles, then the attention kernel, which lists
-    the map's and the table's scratch as the map kernel does."""
-    status, out, err = run_attnc(["compile", "examples/docs_sink.attn", "-arch", "sm_100a", "-o", str(tmp_path / "b")])
+    tile table's kernel, the map kernel over its tiles (asked for: by default the table's runs
+    give the ranges), then the attention kernel, which lists the map's and the table's
+    scratch as the map kernel does."""
+    status, out, err = run_attnc(["compile", "examples/docs_sink.attn", "-arch", "sm_100a", "-o", str(tmp_path / "b"),
+                                  "--pass-pipeline", pipeline_with_options("sm_100a", {"run_ranges": "false"})])
     assert (status, err) == (0, "")
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
     assert [k["name"] for k in manifest["kernels"]] == ["qtiles", "blockmap", "attn_fwd"]

@@ -20,6 +20,7 @@
 // RUN: not attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{exp2_fma=2 heads_first=1}" 2>&1 | filecheck %s --check-prefix=SM100NOT
 // RUN: not attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{aligned_tiles=1}" 2>&1 | filecheck %s --check-prefix=SM100TILES
 // RUN: attnc compile examples/docs_sink.attn -arch sm_100a --emit mlir | filecheck %s --check-prefix=SM100DOCS
+// RUN: not attnc compile examples/docs_sink.attn -arch sm_100a --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-mask-kernels,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{aligned_tiles=0 run_ranges=1}" 2>&1 | filecheck %s --check-prefix=SM100RUNS
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-kernel-choices" 2>&1 | filecheck %s --check-prefix=NOSYNC
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-kernel-choices" 2>&1 | filecheck %s --check-prefix=NOROLES
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{lean_loads=1}" 2>&1 | filecheck %s --check-prefix=LEAN
@@ -69,12 +70,14 @@
 // SM100-NOT: heads_first
 // SM100OPT: "attn.softmax_step"({{.*}}) {exp2_fma = 2 : i64, q_tile = 0 : i64}
 // SM100OPT: "attn.rescale"({{.*}}) {lazy = false, q_tile = 0 : i64}
-// SM100NOT: --pass-pipeline:1:136: error: attn-kernel-choices: heads_first=true: no choice of attn-lower-sm100a, which takes exp2_fma, lazy_rescale and aligned_tiles only
+// SM100NOT: --pass-pipeline:1:136: error: attn-kernel-choices: heads_first=true: no choice of attn-lower-sm100a, which takes exp2_fma, lazy_rescale, aligned_tiles and run_ranges only
 // A tile table needs a documents mask (Note [Tile table on sm_100a]): ALiBi's kernel takes
-// none, and docs_sink's takes one by default.
+// none, and docs_sink's takes one by default, its key ranges from the table's runs (the
+// rest of its mask, j <= i, reads no param); the runs need the table.
 // SM100TILES: error: aligned_tiles needs a block map (a mask that reads params, of one key range) (Note [Tile table on sm_100a])
 // SM100DOCS: }) {name = "correction"
-// SM100DOCS: aligned_tiles = true
+// SM100DOCS: aligned_tiles = true{{.*}}run_ranges = true
+// SM100RUNS: error: run_ranges needs the aligned tiles (aligned_tiles is off)
 // NOSYNC: alibi.attn:2:1: error: attn-kernel-choices needs the synchronization attn-insert-pipelines makes of attn.put; run attn-insert-pipelines first
 // NOROLES: alibi.attn:2:1: error: attn-kernel-choices needs the role regions that attn-warp-specialize makes; run attn-warp-specialize first
 // LEAN: alibi.attn:2:1: error: the sm_90a kernel cannot be built: lean_loads needs an sm_80 kernel whose key ranges come from a block map or a band

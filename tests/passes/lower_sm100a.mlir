@@ -5,8 +5,8 @@
 // The input is examples/mqa.attn's L1 IR (below the checks).
 // RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-analyze-masks,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-verify-pipeline,attn-lower-sm100a" | filecheck %s
 // The pass lowers one attn.attention per module, and the block map needs a mask that reads
-// params: examples/docs_sink.attn is compiled from its source.
-// RUN: attnc compile examples/docs_sink.attn -arch sm_100a --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-mask-kernels,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-lower-sm100a" 2>&1 | filecheck %s --check-prefix=MAP
+// params: examples/docs_sink.attn is compiled from its source (with the map, not its runs).
+// RUN: attnc compile examples/docs_sink.attn -arch sm_100a --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-mask-kernels,attn-hoist,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{run_ranges=0},attn-lower-sm100a" 2>&1 | filecheck %s --check-prefix=MAP
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-insert-pipelines,attn-lower-sm100a" 2>&1 | filecheck %s --check-prefix=OTHER
 // RUN: not attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-lower-sm100a,attn-lower-sm100a" 2>&1 | filecheck %s --check-prefix=TWICE
 // RUN: not attnc opt %s -arch sm_100a --pass-pipeline "attn-lower-sm100a" 2>&1 | filecheck %s --check-prefix=NOTILE

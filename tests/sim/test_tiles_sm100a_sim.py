@@ -1,5 +1,6 @@
 """sm_100a's query tiles from a tile table (Note [Tile table on sm_100a] in
-attnc/backend/sm100a_tiles.py), run in the PTX emulator against attnc.reference: documents
+attnc/backend/sm100a_tiles.py), their key ranges from the table's runs or from a block map,
+run in the PTX emulator against attnc.reference: documents
 + causal with the LSE at M = N = 800, documents of 256, 300, 200 and 44 rows, so that the
 CTAs' 256-row tiles (two Q tiles of 128) end at a Q tile's end (O through TMA), inside the
 second Q tile and inside the first (O copied by the epilogue warp's lanes below row_end,
@@ -56,13 +57,20 @@ def _bundle(tmp_path, options: dict):
     return path, ptx_bundle(path, arch="sm_100a", pass_pipeline=pipeline_with_options("sm_100a", options))
 
 
-@pytest.mark.parametrize("aligned, ids", [(True, "documents"), (False, "documents"), (True, "short"),
-                                         (True, "unsorted")])
-def test_table_tiles_compute_the_reference(tmp_path, aligned, ids):
-    path, bundle = _bundle(tmp_path, {} if aligned else {"aligned_tiles": "false"})
-    assert bundle.manifest.specialization["aligned_tiles"] is aligned
-    names = [k.name for k in bundle.manifest.kernels]
-    assert names == (["qtiles", "blockmap", "attn_fwd"] if aligned else ["blockmap", "attn_fwd"])
+# The kernels of each way to find a tile's key blocks: the table's runs (the default: the
+# rest of the mask, j <= i, is static), a block map over the table's tiles, the grid's map.
+KERNELS = {"runs": ["qtiles", "attn_fwd"], "map": ["qtiles", "blockmap", "attn_fwd"],
+           "grid": ["blockmap", "attn_fwd"]}
+OPTIONS = {"runs": {}, "map": {"run_ranges": "false"}, "grid": {"aligned_tiles": "false"}}
+
+
+@pytest.mark.parametrize("ranges, ids", [("runs", "documents"), ("map", "documents"), ("grid", "documents"),
+                                         ("runs", "short"), ("map", "short"), ("runs", "unsorted")])
+def test_table_tiles_compute_the_reference(tmp_path, ranges, ids):
+    path, bundle = _bundle(tmp_path, OPTIONS[ranges])
+    spec = bundle.manifest.specialization
+    assert (spec["aligned_tiles"], spec["run_ranges"]) == (ranges != "grid", ranges == "runs")
+    assert [k.name for k in bundle.manifest.kernels] == KERNELS[ranges]
     variant, case = load_file(str(path)), _case(ids)
     kernel = SimKernel(bundle, seed=1)
     out = kernel(**typed_inputs(bundle, case))
