@@ -233,3 +233,25 @@ def test_the_persistent_kernel_of_one_kv_loop_assembles_without_spills():
     assert "nctaid.x" in ptx
     usage = cubin.resource_usage(ptx, "sm_100a")
     assert usage and all(not u.spills and u.stack_frame == 0 for u in usage.values()), usage
+
+
+def test_run_ranges_of_a_rest_that_reads_params_are_refused(tmp_path):
+    """Note [Ranges from the runs]: the runs give the ranges where the rest of the mask is
+    static; a rest that reads a param keeps the map (by default) or is refused (asked for)."""
+    from attnc.passes.pipelines import pipeline_with_options
+    path = tmp_path / "docs_window.attn"
+    path.write_text("""attention docs_window {
+  q: bf16[B, H, M, 64]
+  k: bf16[B, H, N, 64]
+  v: bf16[B, H, N, 64]
+  param doc: i32[B, N]
+  param width: i32[H]
+  mask_mod(b, h, i, j) = doc[b, i] == doc[b, j] and i - j < width[h]
+  out o: bf16[B, H, M, 64]
+}
+""")
+    spec = attnc.compile(path, arch="sm_100a").manifest.specialization
+    assert (spec["aligned_tiles"], spec["run_ranges"], spec["blockmap"]) == (True, False, True)
+    with pytest.raises(AttncError) as err:
+        attnc.compile(path, arch="sm_100a", pass_pipeline=pipeline_with_options("sm_100a", {"run_ranges": "true"}))
+    assert "run_ranges needs a mask whose other conjuncts read no param and no float" in str(err.value)
