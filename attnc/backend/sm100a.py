@@ -70,7 +70,8 @@ where they are one run. So the load, MMA, softmax and correction roles walk the 
 and a documents mask visits a query block's documents only. In the mixed loops a block's
 class (`attn.block_map_read`) is taken as MIXED: the mask applies per element, which drops
 a SKIP block's keys and keeps a FULL one's. With a tile table (Note [Tile table on
-sm_100a] in sm100a_tiles.py) the map's rows are the table's tiles.
+sm_100a] in sm100a_tiles.py) the map's rows are the table's tiles, and with its runs
+(`run_ranges`) there is no map: each warp scans the blocks of its tile's run instead.
 
 Note [Lazy rescale on sm_100a]: a rescale of O here is a round trip of the correction
 thread's row through tensor memory (tcgen05.ld, FMULs, tcgen05.st, its wait) which the next

@@ -97,7 +97,8 @@ def block_map_read(cx, op):
 
 def block_map_range(cx, op):
     """(lo, hi, full_lo, full_hi) from the block map's row of the CTA's query block (Note
-    [Block map on sm_100a] in sm100a.py)."""
+    [Block map on sm_100a] in sm100a.py), or from its table tile's run (`run_ranges`: Note
+    [Ranges from the runs] in run_ranges.py)."""
     from attnc.backend.blockmap_hooks import blockmap_hooks
     from attnc.backend.mask_hooks import KvCtx
     if cx.blockmap is None:

@@ -174,10 +174,12 @@ def sm100a_defaults(kernel=None, held: dict | None = None) -> dict:
     chosen = {"exp2_fma": 0, "lazy_rescale": True}
     if kernel is not None:
         from attnc.backend.sm100a_tiles import run_rest_of, table_refusal
+        held = held or {}
         possible = table_refusal(kernel) is None
-        aligned = (held or {}).get("aligned_tiles", aligned_tiles(possible))
+        aligned = held.get("aligned_tiles", aligned_tiles(possible))
         chosen["aligned_tiles"] = aligned
-        chosen["run_ranges"] = aligned and possible and run_rest_of(kernel) is not None
+        if "run_ranges" not in held:        # (the analysis of the rest runs only where asked)
+            chosen["run_ranges"] = aligned and possible and run_rest_of(kernel) is not None
     return chosen
 
 

@@ -267,15 +267,16 @@ def sm100a_choices(kernel) -> dict:
     held = {name: found[name] for name in SM100A_CHOICES if name in found}
     chosen = {**sm100a_defaults(kernel, held), **held}
     at = sites["aligned_tiles"][0] if sites["aligned_tiles"] else kernel
-    if chosen["aligned_tiles"]:
+    if chosen["aligned_tiles"] or chosen["run_ranges"]:
         from attnc.backend.sm100a_tiles import run_rest_of, table_refusal
         problem = table_refusal(kernel)
         if problem:
-            raise error_at(at, f"aligned_tiles needs {problem} (Note [Tile table on sm_100a])")
-        if chosen["run_ranges"] and run_rest_of(kernel) is None:
+            which = "aligned_tiles" if chosen["aligned_tiles"] else "run_ranges (on the aligned tiles)"
+            raise error_at(at, f"{which} needs {problem} (Note [Tile table on sm_100a])")
+        if not chosen["aligned_tiles"]:
+            raise error_at(at, "run_ranges needs the aligned tiles (aligned_tiles is off)")
+        if held.get("run_ranges") and run_rest_of(kernel) is None:
             raise error_at(at, "run_ranges needs a mask whose other conjuncts read no param and no float")
-    elif chosen["run_ranges"]:
-        raise error_at(at, "run_ranges needs the aligned tiles (aligned_tiles is off)")
     steps = sorted({_value(op, BY_OPTION["exp2_fma"]) if "exp2_fma" in op.attributes else chosen["exp2_fma"]
                     for op in sites["exp2_fma"]})
     if len(steps) > 1:

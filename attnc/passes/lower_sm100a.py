@@ -11,7 +11,8 @@ Q and K/V rings, tcgen05.mma S = Q K^T and O += P V with S, P and O in tensor me
 commits to the mbarriers, the softmax warpgroups' rows through tcgen05.ld / st, the
 correction warpgroup's rescale and final O through shared memory, the epilogue warp's TMA
 stores; before it, for a mask that reads params, the block map's kernel (Note [Block map
-on sm_100a]). The launch ABI (tensor maps of q, k, v and o: Note [Tensor maps] in
+on sm_100a]), and for document ids the tile table's before that (Note [Tile table on
+sm_100a], with no map where the table's runs give the ranges). The launch ABI (tensor maps of q, k, v and o: Note [Tensor maps] in
 attnc_runtime/params.py) is a JSON attribute on the gpu.module, as attn-lower-sm80 leaves it.
 
     before:  "attn.kernel"(...) ({ "attn.warp_specialize"() ({ channels, mbarriers,

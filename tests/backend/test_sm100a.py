@@ -255,3 +255,11 @@ def test_run_ranges_of_a_rest_that_reads_params_are_refused(tmp_path):
     with pytest.raises(AttncError) as err:
         attnc.compile(path, arch="sm_100a", pass_pipeline=pipeline_with_options("sm_100a", {"run_ranges": "true"}))
     assert "run_ranges needs a mask whose other conjuncts read no param and no float" in str(err.value)
+
+
+def test_run_ranges_without_a_table_name_what_the_table_needs():
+    from attnc.passes.pipelines import pipeline_with_options
+    with pytest.raises(AttncError) as err:
+        attnc.compile(ROOT / "examples/alibi.attn", arch="sm_100a",
+                      pass_pipeline=pipeline_with_options("sm_100a", {"run_ranges": "true"}))
+    assert "run_ranges (on the aligned tiles) needs a block map (a mask that reads params" in str(err.value)

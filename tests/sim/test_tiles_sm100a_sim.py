@@ -128,24 +128,27 @@ WIDE = """attention docs_wide {
 """
 
 
-@pytest.mark.parametrize("source, batch, heads, heads_kv, q_tiles", [(HEADS, 2, 2, 1, 2), (WIDE, 1, 1, 1, 1)],
-                         ids=["per-head-f32", "head-dim-256"])
-def test_other_layouts_compute_the_reference(tmp_path, source, batch, heads, heads_kv, q_tiles):
+@pytest.mark.parametrize("source, batch, heads, heads_kv, q_tiles, keys",
+                         [(HEADS, 2, 2, 1, 2, 300), (HEADS, 1, 2, 1, 2, 400), (WIDE, 1, 1, 1, 1, 300)],
+                         ids=["per-head-f32", "keys-past-m", "head-dim-256"])
+def test_other_layouts_compute_the_reference(tmp_path, source, batch, heads, heads_kv, q_tiles, keys):
+    """keys-past-m: N = 400 > M = 300, where the keys past M have ids the table does not
+    order (two documents mixed there), which the runs leave to the mask per score."""
     per_head = source is HEADS
     path = tmp_path / "docs.attn"
     path.write_text(source)
     bundle = ptx_bundle(path, arch="sm_100a")
     spec = bundle.manifest.specialization
-    assert spec["aligned_tiles"] is True and spec["q_tiles"] == q_tiles
+    assert (spec["aligned_tiles"], spec["run_ranges"], spec["q_tiles"]) == (True, True, q_tiles)
     variant = load_file(str(path))
     rng = np.random.default_rng(9)
     size, d = 300, variant.head_dim_qk
     case = {"q": rng.standard_normal((batch, heads, size, d)).astype(np.float32)}
-    case.update({name: rng.standard_normal((batch, heads_kv, size, d)).astype(np.float32) for name in ("k", "v")})
-    doc = (np.arange(size) >= 200).astype(np.int32)
-    case["doc"] = np.broadcast_to(doc, (batch, heads, size) if per_head else (batch, size)).copy()
+    case.update({name: rng.standard_normal((batch, heads_kv, keys, d)).astype(np.float32) for name in ("k", "v")})
+    doc = np.concatenate([np.arange(size) >= 200, rng.integers(0, 2, keys - size)]).astype(np.int32)
+    case["doc"] = np.broadcast_to(doc, (batch, heads, keys) if per_head else (batch, keys)).copy()
     if per_head:                    # the heads' documents differ
-        case["doc"][:, 1] = (np.arange(size) >= 90).astype(np.int32)
+        case["doc"][:, 1, :size] = (np.arange(size) >= 90).astype(np.int32)
     kernel = SimKernel(bundle, seed=1)
     out = kernel(**typed_inputs(bundle, case))
     assert kernel.last_reports == []
