@@ -54,10 +54,10 @@ def climbing_case(variant, m: int, n: int, block_n: int):
     return case
 
 
-def counting_tmem_reads(monkeypatch) -> collections.Counter:
-    """{warp index: tcgen05.ld executed} of the kernels the emulator decodes from now on."""
+def counting(monkeypatch, opcode: str) -> collections.Counter:
+    """{warp index: `opcode` executed} of the kernels the emulator decodes from now on."""
     counts = collections.Counter()
-    decode = isa._REGISTRY["tcgen05.ld"]
+    decode = isa._REGISTRY[opcode]
 
     def counted(ins, ctx):
         run = decode(ins, ctx)
@@ -66,7 +66,7 @@ def counting_tmem_reads(monkeypatch) -> collections.Counter:
             counts[w.index] += 1
             return run(w)
         return step
-    monkeypatch.setitem(isa._REGISTRY, "tcgen05.ld", counted)
+    monkeypatch.setitem(isa._REGISTRY, opcode, counted)
     return counts
 
 
@@ -82,7 +82,7 @@ def test_climbing_scores(lazy, monkeypatch):
     assert (b"vote.sync.any" in bundle.code["ptx"]) == lazy
     assert bundle.manifest.specialization["lazy_rescale"] == lazy
     case = climbing_case(variant, 256, 512, block_n=128)
-    reads = counting_tmem_reads(monkeypatch)
+    reads = counting(monkeypatch, "tcgen05.ld")
     kernel = SimKernel(bundle, seed=2)
     out = kernel(**typed_inputs(bundle, case))
     assert kernel.last_reports == []

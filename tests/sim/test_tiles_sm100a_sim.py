@@ -161,7 +161,7 @@ def test_a_tile_visits_its_documents_key_blocks_only(tmp_path, monkeypatch, rang
     entry 0) visits key blocks [0, 128) and [128, 256), not [256, 300), which holds the next
     document only: 2 blocks x 2 Q tiles x (8 K-steps of QK^T + 8 of P.V) tcgen05.mma, from
     the runs as from the map."""
-    from attnc_sim import isa
+    from tests.sim.test_lazy_sm100a_sim import counting
 
     path = tmp_path / "docs.attn"
     path.write_text(HEADS)
@@ -171,20 +171,10 @@ def test_a_tile_visits_its_documents_key_blocks_only(tmp_path, monkeypatch, rang
     case = {"q": rng.standard_normal((1, 2, 300, 128)).astype(np.float32)}
     case.update({name: rng.standard_normal((1, 1, 300, 128)).astype(np.float32) for name in ("k", "v")})
     case["doc"] = np.broadcast_to((np.arange(300) >= 200).astype(np.int32), (1, 2, 300)).copy()
-    issued = []
-    decode = isa._REGISTRY["tcgen05.mma"]
-
-    def counted(ins, ctx):
-        run = decode(ins, ctx)
-
-        def step(w):
-            issued.append(w.index)
-            return run(w)
-        return step
-    monkeypatch.setitem(isa._REGISTRY, "tcgen05.mma", counted)
+    issued = counting(monkeypatch, "tcgen05.mma")
     kernel = SimKernel(bundle, seed=1)
     out = kernel(**typed_inputs(bundle, case), ctas=[(4, 0, 0)])
     assert kernel.last_reports == []
-    assert len(issued) == 2 * 2 * (128 // 16 + 128 // 16)
+    assert sum(issued.values()) == 2 * 2 * (128 // 16 + 128 // 16)
     ref = attnc.reference(variant, **case)
     assert compare(variant, {"o": out["o"][:, :1, :200]}, {"o": ref["o"][:, :1, :200]}) == []
