@@ -132,15 +132,16 @@ def let_chain(first: str, step: str, n: int, last: str) -> str:
 
 
 def variant_source(name: str, d: int, mask: str | None = "j <= i", score_mod: str | None = None,
-                   dtype: str = "bf16", params: tuple[str, ...] = ()) -> str:
+                   dtype: str = "bf16", params: tuple[str, ...] = (), lse: bool = False) -> str:
     """The `.attn` text of a plain variant: q, k, v and o of head dim d in `dtype`, with
-    the mask_mod `mask` and the score_mod `score_mod` (expressions; None: no hook) and
-    `params` (declarations such as "doc: i32[B, N]")."""
+    the mask_mod `mask` and the score_mod `score_mod` (expressions; None: no hook),
+    `params` (declarations such as "doc: i32[B, N]") and, with `lse`, the LSE as an output."""
     hooks = "".join(f"  param {p}\n" for p in params) + \
         (f"  score_mod(s, b, h, i, j) = {score_mod}\n" if score_mod else "") + \
         (f"  mask_mod(b, h, i, j) = {mask}\n" if mask else "")
     return (f"attention {name} {{\n  q: {dtype}[B, H, M, {d}]\n  k: {dtype}[B, H, N, {d}]\n"
-            f"  v: {dtype}[B, H, N, {d}]\n{hooks}  out o: {dtype}[B, H, M, {d}]\n}}\n")
+            f"  v: {dtype}[B, H, N, {d}]\n{hooks}  out o: {dtype}[B, H, M, {d}]\n"
+            + ("  out lse: f32[B, H, M]\n" if lse else "") + "}\n")
 
 
 def build_with(source: str, filename: str, arch: str = "sm_80", *, cubin: bool = True, **options):

@@ -170,20 +170,18 @@ def lower_sm100a(kernel: ir.Operation, variant, symbol: str, block: ir.Block, mo
         # and a size the variant fixes is a constant of that name (the block map's hooks read M, N, H)
         e.args.update({abi: e.c32(getattr(variant, role)) for role, abi in KernelNames.ABI_DIMS.items()
                        if not isinstance(getattr(variant, role), str)})
-        table = blockmap.qtiles if blockmap is not None else None
         cx = Lowering(kernel, e, Smem(e, SMEM_SYMBOL), args, barriers=barriers,
-                      names=KernelNames(variant, kernel, module), module=module.operation, blockmap=blockmap,
-                      table=table)
-        if table is None:
+                      names=KernelNames(variant, kernel, module), module=module.operation, blockmap=blockmap)
+        if cx.table is None:
             _emit(cx, choices["lazy_rescale"])
         else:                   # Note [Tile table on sm_100a]: a CTA past the table's tiles does nothing
             b, h, _ = _block_coords(e)
-            inside = scf.IfOp(e.lt(read_tile(e, table, b, h).row0, e.dim("M")))
+            inside = scf.IfOp(e.lt(read_tile(e, cx.table, b, h).row0, e.dim("M")))
             with ir.InsertionPoint(inside.then_block):
                 _emit(cx, choices["lazy_rescale"])
                 scf.yield_([])
         gpu.ReturnOp([])
-    return _manifest_entry(kernel, variant, symbol, params, smem_bytes, table)
+    return _manifest_entry(kernel, variant, symbol, params, smem_bytes, cx.table)
 
 
 def _warps(kernel) -> int:

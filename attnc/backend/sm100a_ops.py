@@ -114,9 +114,13 @@ class Lowering:
     blockmap: object = None             # the BlockMapPlan the ranges are read from, if any
     scale: float = 1.0                  # what scores are multiplied by before a score_mod
     walk: object = None                 # block_walk.BlockWalk of the role's rounds (persistent CTAs)
-    table: object = None                # the QTilesPlan of the CTAs' tiles, if any (Note [Tile table on sm_100a])
-    tile: object = None                 # with it, sm100a_tiles.TableTile: the CTA's, as the role read it
+    tile: object = None                 # with a `table`, sm100a_tiles.TableTile: the CTA's, as the role read it
     runs: object = None                 # run_ranges.RunHooks, where the table's runs give the key ranges
+
+    @property
+    def table(self):
+        """The QTilesPlan of the CTAs' tiles, if any (Note [Tile table on sm_100a])."""
+        return self.blockmap.qtiles if self.blockmap is not None else None
 
     @property
     def first_lane(self) -> ir.Value:

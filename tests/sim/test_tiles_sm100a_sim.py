@@ -16,21 +16,13 @@ import pytest
 import attnc
 from attnc.frontend import load_file
 from attnc.passes.pipelines import pipeline_with_options
-from attnc.testing import ptx_bundle
+from attnc.testing import ptx_bundle, variant_source
 from attnc_sim.device import SimKernel
 from tests.gpu.gpu_support import compare
 from tests.sim.test_examples_sim import typed_inputs
 
-SOURCE = """attention docs_causal {
-  q: bf16[B, H, M, 64]
-  k: bf16[B, H, N, 64]
-  v: bf16[B, H, N, 64]
-  param doc: i32[B, N]
-  mask_mod(b, h, i, j) = doc[b, i] == doc[b, j] and j <= i
-  out o: bf16[B, H, M, 64]
-  out lse: f32[B, H, M]
-}
-"""
+DOCS_CAUSAL, DOC = "doc[b, i] == doc[b, j] and j <= i", ("doc: i32[B, N]",)
+SOURCE = variant_source("docs_causal", 64, mask=DOCS_CAUSAL, params=DOC, lse=True)
 DOCUMENTS = (256, 300, 200, 44)
 SIZE = sum(DOCUMENTS)
 
@@ -117,15 +109,7 @@ HEADS = """attention docs_heads {
   out lse: f32[B, H, M]
 }
 """
-WIDE = """attention docs_wide {
-  q: f16[B, H, M, 256]
-  k: f16[B, H, N, 256]
-  v: f16[B, H, N, 256]
-  param doc: i32[B, N]
-  mask_mod(b, h, i, j) = doc[b, i] == doc[b, j] and j <= i
-  out o: f16[B, H, M, 256]
-}
-"""
+WIDE = variant_source("docs_wide", 256, mask=DOCS_CAUSAL, dtype="f16", params=DOC)
 
 
 @pytest.mark.parametrize("source, batch, heads, heads_kv, q_tiles, keys",
