@@ -57,6 +57,14 @@ def table_refusal(kernel) -> str | None:
     return None
 
 
+def table_runs(kernel):
+    """`run_rest_of(kernel)`, refused where it is None."""
+    rest = run_rest_of(kernel)
+    if rest is None:
+        raise error_at(kernel, "run_ranges needs a mask whose other conjuncts read no param and no float")
+    return rest
+
+
 def run_rest_of(kernel):
     """The analysis of `kernel`'s mask with the ids' conjunct taken as true (Note [Ranges
     from the runs] in run_ranges.py), None where that rest reads a param or a float."""
@@ -83,7 +91,7 @@ def table_blockmap(result, kernel, blockmap, runs: bool):
     if not runs:
         check_map_reads_table(kernel, ids.param)
     return replace(blockmap, qtiles=qtiles_plan(variant, blockmap.block_m, ids, blockmap.per_head),
-                   runs=run_rest_of(kernel) if runs else None)
+                   runs=table_runs(kernel) if runs else None)
 
 
 # --- the key range: the patterns of its ops ---------------------------------------------------

@@ -234,6 +234,9 @@ def choose(module, **given) -> None:
     if target == "sm_100a":
         write(op, {name: value for name, value in sm100a_defaults(op, given).items() if name not in given}, sites)
         sm100a_choices(op)                    # each value checked at its op
+        if given.get("run_ranges"):           # (the lowering checks the runs of an edited one)
+            from attnc.backend.sm100a_tiles import table_runs
+            table_runs(op)
     else:
         lowered = lowering_from_ir(result)    # the defaults, for what is not given
         write(op, {c.option: c.value_in(lowered) for c in CHOICES if c.option not in given}, sites)
@@ -268,15 +271,13 @@ def sm100a_choices(kernel) -> dict:
     chosen = {**sm100a_defaults(kernel, held), **held}
     at = sites["aligned_tiles"][0] if sites["aligned_tiles"] else kernel
     if chosen["aligned_tiles"] or chosen["run_ranges"]:
-        from attnc.backend.sm100a_tiles import run_rest_of, table_refusal
+        from attnc.backend.sm100a_tiles import table_refusal
         problem = table_refusal(kernel)
         if problem:
             which = "aligned_tiles" if chosen["aligned_tiles"] else "run_ranges (on the aligned tiles)"
             raise error_at(at, f"{which} needs {problem} (Note [Tile table on sm_100a])")
         if not chosen["aligned_tiles"]:
             raise error_at(at, "run_ranges needs the aligned tiles (aligned_tiles is off)")
-        if held.get("run_ranges") and run_rest_of(kernel) is None:
-            raise error_at(at, "run_ranges needs a mask whose other conjuncts read no param and no float")
     steps = sorted({_value(op, BY_OPTION["exp2_fma"]) if "exp2_fma" in op.attributes else chosen["exp2_fma"]
                     for op in sites["exp2_fma"]})
     if len(steps) > 1:
