@@ -374,7 +374,7 @@ def _channel(op) -> Channel:
     if len(bufs) > 1 and digits:            # a tile's own buffer (tO1 for o1_acc)
         bufs = [b for b in bufs if b["name"].endswith(digits[0])] or bufs
     by_tile = {t: bufs[min(k, len(bufs) - 1)] for k, t in enumerate(tiles)} if bufs else {}
-    return Channel(a["name"], a["transport"], a["space"], a["stages"], tiles, by_tile)
+    return Channel(a["name"], a["transport"], a["space"], a["stages"], tiles, by_tile, op)
 
 
 # --- the walk over a role's ops --------------------------------------------------------------

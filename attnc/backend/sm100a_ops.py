@@ -31,8 +31,8 @@ def swizzle_bytes(channel: "Channel") -> int:
     boxes and the MMAs' descriptors alike)."""
     buf = next(iter(channel.buffers.values()))
     if buf["swizzle"] not in SWIZZLES:
-        raise AttncError(f"attn-lower-sm100a: channel '{channel.name}' has swizzle {buf['swizzle']}; "
-                         f"its tiles land through TMA in swizzled rows ({', '.join(SWIZZLES)})")
+        raise _error(channel, f"attn-lower-sm100a: channel '{channel.name}' has swizzle {buf['swizzle']}; "
+                              f"its tiles land through TMA in swizzled rows ({', '.join(SWIZZLES)})")
     return SWIZZLES[buf["swizzle"]]
 
 
@@ -45,8 +45,15 @@ class Channel:
     tiles: tuple[str, ...]
     buffers: dict[str, dict]            # tile -> its buffer ({offset, size, stages, ...})
 
+    op: ir.Operation | None = field(default=None, repr=False, compare=False)   # its attn.channel
+
     def buffer(self, tile: str) -> dict:
         return self.buffers[tile]
+
+
+def _error(channel: Channel, message: str) -> AttncError:
+    """An error about `channel`, at its attn.channel where the channel has one."""
+    return error_at(channel.op, message) if channel.op is not None else AttncError(message)
 
 
 @dataclass
@@ -479,8 +486,8 @@ def _write_o_row(cx: Lowering, slot: Slot, v: Scaled, chunks) -> None:
     size, d = out_bytes(cx.kernel), get_int(cx.kernel, "head_dim_v")
     swizzle, rows = swizzle_bytes(slot.channel), get_int(cx.kernel, "block_m")
     if (size * d) % swizzle:
-        raise AttncError(f"attn-lower-sm100a: O's rows of {size * d} bytes do not fill its "
-                         f"{swizzle}-byte swizzled blocks")
+        raise _error(slot.channel, f"attn-lower-sm100a: O's rows of {size * d} bytes do not fill its "
+                                   f"{swizzle}-byte swizzled blocks")
     # the row's base has no bits below the swizzle's width: XOR places each 16-byte unit
     row_base = e.add(cx.slot_address(slot), e.mul(cx.row, swizzle))
     phase = e.shl(e.and_(e.shr(e.mul(cx.row, swizzle), 7), swizzle // 16 - 1), 4)

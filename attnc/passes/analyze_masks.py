@@ -137,11 +137,12 @@ class AnalyzeMasks(Pass):
 
 def analyze_masks(module) -> None:
     """Analyse every attn.kernel (or tiled attn.attention) under `module` not analysed yet (`mask_kind` unset),
-    or analysed for other tile sizes (attn-tile ran again since: the old functions go)."""
+    analysed for other tile sizes (attn-tile ran again since: the old functions go), or whose
+    recorded analysis is not one this pass writes (an edited dump: it is made afresh)."""
     from attnc.ir import attention_ops
 
     for op in attention_ops(module):
-        if "mask_kind" in op.attributes and _stale(op):
+        if "mask_kind" in op.attributes and (_stale(op) or _malformed(op)):
             _forget(op)
         if "mask_kind" not in op.attributes:
             run_deep(_analyze, op)          # Note [Deep expressions]
@@ -178,8 +179,7 @@ def mask_functions(op) -> MaskFunctions:
     table = ir.SymbolTable(_enclosing_function(op).parent)
     found = []
     for key in ("tile_class_fn", "kv_range_fn"):
-        attr = op.attributes[key] if key in op.attributes else None
-        name = ir.FlatSymbolRefAttr(attr).value if isinstance(attr, ir.FlatSymbolRefAttr) else None
+        name = _function_name(op, key)
         if name is None or name not in table:
             raise error_at(op, f"{op.name} has mask_kind = \"{kind}\" and no function '{key}' names (a symbol "
                                f"of the module that attn-analyze-masks writes): run attn-analyze-masks again")
@@ -313,14 +313,34 @@ def _mask_digest(op) -> str:
     return name[:16]          # the terminator's: the mask's value
 
 
+def _function_name(op, key: str) -> str | None:
+    """The symbol attribute `key` of the op names, or None."""
+    from mlir import ir
+
+    attr = op.attributes[key] if key in op.attributes else None
+    return ir.FlatSymbolRefAttr(attr).value if isinstance(attr, ir.FlatSymbolRefAttr) else None
+
+
+def _malformed(op) -> bool:
+    """Whether the op's recorded analysis fails `mask_functions`' checks (a hand edit)."""
+    from attnc.errors import AttncError
+
+    try:
+        mask_functions(op)
+    except AttncError:
+        return True
+    return False
+
+
 def _forget(op) -> None:
     """Remove the op's mask analysis: its attributes and the functions they name."""
     from mlir import ir
 
-    if "tile_class_fn" in op.attributes:
-        table = ir.SymbolTable(_enclosing_function(op).parent)
-        for key in ("tile_class_fn", "kv_range_fn"):
-            table[ir.FlatSymbolRefAttr(op.attributes[key]).value].erase()
+    table = ir.SymbolTable(_enclosing_function(op).parent)
+    for key in ("tile_class_fn", "kv_range_fn"):
+        name = _function_name(op, key)
+        if name is not None and name in table:
+            table[name].erase()
     for key in ("mask_kind", "tile_class_fn", "kv_range_fn", "kv_segments", "mask_block_m", "mask_block_n"):
         if key in op.attributes:
             del op.attributes[key]

@@ -77,8 +77,8 @@ def insert(module, early_first: bool | None = None) -> None:
             if b.stages != stages:
                 raise error_at(plan_ir.buffer_channels(op)[b.name],
                                f"attn-insert-pipelines: channel '{b.channel}' has stages = {stages} and its buffer "
-                               f"{b.name} holds {b.stages}: they must agree (the alloc passes place a slot a stage; "
-                               f"run them again after editing stages)")
+                               f"{b.name} holds {b.stages}: they must agree (the alloc passes place a slot a stage: "
+                               f"edit stages before they run, or set them with attn-tile{{stages=N}})")
         with op.context:
             Pipelines(recipe, plan_ir.tile_of(op, InsertPipelines.name), op,
                       _early_first(op, recipe.target, early_first)).run()

@@ -217,8 +217,8 @@ def choose(module, **given) -> None:
     require_roles(op, NAME)
     left = [o for role in role_ops(op) for o in ops_in(role_block(role), (PUT, GET))]
     if left:
-        raise error_at(left[0], f"{NAME} needs the synchronization attn-insert-pipelines makes of attn.put; "
-                                f"run attn-insert-pipelines first")
+        raise error_at(left[0], f"{NAME} needs the synchronization attn-insert-pipelines makes of "
+                                f"{left[0].name}; run attn-insert-pipelines first")
     from attnc.ir.roles import remember_verified, verified_as_is
     verified = verified_as_is(op)             # Note [Verified as it stands]
     if target != "sm_100a":

@@ -134,11 +134,13 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
                                "the mask analysis gives: edit the mask (or its kv_range function) instead (Note "
                                "[The key range as made] in attnc/ir/roles.py)")
         if target != "sm_90a":
-            for name, value in (("consumers", consumers), ("producer", producer), ("pingpong", pingpong)):
-                if value is not None:
+            # producer=0 and pingpong=0 ask for what the target does anyway
+            for name, value, asks in (("consumers", consumers, consumers is not None),
+                                      ("producer", producer, bool(producer)), ("pingpong", pingpong, bool(pingpong))):
+                if asks:
                     raise error_at(op, f"{name}={int(value)}: only sm_90a has a producer and consumer "
                                        f"warpgroups; {target}'s roles are fixed by its recipe")
-        if target == "sm_80" and persistent is not None:
+        if target == "sm_80" and persistent:
             raise error_at(op, f"persistent={int(persistent)}: persistent CTAs are sm_90a's producer kernel's "
                                f"and sm_100a's; sm_80's CTAs run one query block, or two "
                                f"(q_blocks_per_cta=2)")

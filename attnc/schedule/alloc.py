@@ -190,8 +190,8 @@ def alloc_tmem(recipe: Recipe, tile: Tile) -> tuple[Buffer, ...]:
         buffers.append(Buffer(f"tO{q}", "o", "tmem", col, tile.head_dim_v, 1, 32, "none"))
         col += tile.head_dim_v
     if col > recipe.tmem_columns:
-        raise AttncError(f"tensor memory plan needs {col} columns but {recipe.target} has "
-                         f"{recipe.tmem_columns}; lower 'block_n' or use a smaller V head dim")
+        raise AttncError(f"tensor memory plan needs {col} columns (q_tiles x (block_n + V's head dim)) but "
+                         f"{recipe.target} has {recipe.tmem_columns}; lower 'block_n' or 'q_tiles'")
     return tuple(buffers)
 
 

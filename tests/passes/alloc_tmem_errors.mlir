@@ -9,7 +9,7 @@
 
 // NOROLES: alloc_tmem.attn:2:1: error: attn-alloc-tmem needs the role regions that attn-warp-specialize makes; run attn-warp-specialize first
 // TWICE: alloc_tmem.attn:2:1: error: attn-alloc-tmem ran twice on this op
-// BUDGET: alloc_tmem.attn:2:1: error: tensor memory plan needs 768 columns but sm_100a has 512; lower 'block_n' or use a smaller V head dim
+// BUDGET: alloc_tmem.attn:2:1: error: tensor memory plan needs 768 columns (q_tiles x (block_n + V's head dim)) but sm_100a has 512; lower 'block_n' or 'q_tiles'
 
 func.func @hd128_unmasked(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v: tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> {
   %o = "attn.attention"(%q, %k, %v) ({

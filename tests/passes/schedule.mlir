@@ -5,9 +5,11 @@
 // producer/consumer plan (sm_90a with one consumer warpgroup and two K/V stages), the
 // default sm_90a plan at head dim 128 (a producer and two consumer warpgroups), sm_90a's
 // cooperative plan of a 64-row tile, ping-pong, a producer putting V before K (the user
-// pass examples/passes/v_before_k.py), the FA4 roles of sm_100a, and persistent CTAs (sm_90a's and sm_100a's).
+// pass examples/passes/v_before_k.py), the FA4 roles of sm_100a, and persistent CTAs (sm_90a's and sm_100a's);
+// sm_80's plan is the same with producer=0 pingpong=0 persistent=0, what it does anyway.
 //
 // RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize" | filecheck %s --check-prefix=WS80
+// RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize{producer=0 pingpong=0 persistent=0}" | filecheck %s --check-prefix=WS80
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize" | filecheck %s --check-prefix=WS90
 // RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-warp-specialize" | filecheck %s --check-prefix=WS100
 // RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem" | filecheck %s --check-prefix=ALLOC80

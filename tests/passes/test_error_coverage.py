@@ -296,6 +296,30 @@ def test_an_edit_a_pass_reads_is_refused_not_a_crash(example, arch, stage, old, 
     assert message in error.message
 
 
+@pytest.mark.parametrize("example, arch, old, new", [
+    pytest.param("sliding_window", "sm_90a", 'tile_class_fn = @sliding_window_tile_class, ', "", id="no-tile-class"),
+    pytest.param("gemma2", "sm_80", 'mask_kind = "static"', 'mask_kind = "none"', id="no-mask-with-its-functions"),
+    pytest.param("gemma2", "sm_90a", "kv_segments = 1 : i64", "kv_segments = 4 : i64", id="segments-past-the-range"),
+])
+def test_attn_analyze_masks_makes_an_edited_analysis_afresh(example, arch, old, new):
+    """The first three refusals above say to run attn-analyze-masks again: it replaces an
+    analysis that fails their checks with the one it makes of the mask."""
+    from attnc.driver import optimize_mlir
+    from attnc.ir import attention_ops
+
+    def analysis(text: str) -> dict:
+        module = optimize_mlir(text, "plan.mlir", CompileOptions(arch=arch, pass_pipeline="attn-analyze-masks"))
+        op = attention_ops(module)[0]
+        keys = ("mask_kind", "tile_class_fn", "kv_range_fn", "kv_segments")
+        # a function the edit no longer names stays, and the new one takes a suffix
+        return {k: re.sub(r"_\d+$", "", str(op.attributes[k])) for k in keys if k in op.attributes}
+
+    plan = _example_plan(example, arch, "attn-hoist")
+    made = analysis(plan)
+    assert made["mask_kind"] == '"static"' and len(made) == 4
+    assert analysis(_replaced(plan, old, new)) == made
+
+
 def test_a_cooperative_load_without_its_ahead_is_refused():
     plan = _plan("sm_90a", "attn-insert-pipelines", {"attn-tile": {"block_m": 64}})
     plan = _replaced(plan, '{ahead = 3 : i64, operand = "k"}', '{operand = "k"}')     # the KV loop's
