@@ -17,6 +17,8 @@ inside S. Budgets are checked here and name the knob to change.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 from attnc.errors import AttncError
@@ -139,7 +141,9 @@ def lay_out_smem(recipe: Recipe, tile: Tile, kv_layout: str = "interleaved") -> 
             # One ring for several tiles: every slot is as large as the largest.
             slot = max(_bytes(tile, t, elem) for t in ch.tile)
             offset = _align(offset, align)
-            cols = max(_tile_rows_cols(tile, t)[1] for t in ch.tile)
+            # one swizzle for every tile: the widest whose atom divides each tile's rows (K's
+            # 96 columns and V's 128 take 64-byte blocks, not V's 128)
+            cols = math.gcd(*(_tile_rows_cols(tile, t)[1] for t in ch.tile))
             name = "s" + "".join(t.upper() for t in ch.tile)
             buffers.append(Buffer(name, ch.name, "smem", offset, slot * ch.stages, ch.stages,
                                   align, swizzle_for(cols, elem)))
