@@ -112,8 +112,8 @@ Softmax warpgroups of 184 registers, for 80 in the MMA warp's warpgroup, spilled
 (gemma2 272, and 80 without the walk). Fewer carried values did not help either: the
 rings of one slot advance in lockstep, and carrying one (stage, phase) pair for all of
 them (an optimistic congruence of the loops' carried values: the MMA warp's walk then
-carries 8 values, not 20) moved the spills rather than removing them -- gemma2 84 bytes, sliding_window 152,
-docs_sink 84 stored and 104 loaded, and mha 20 where it had none.
+carries 8 values, not 20) moved the spills rather than removing them -- gemma2 84 bytes,
+sliding_window 152, docs_sink 84 stored and 104 loaded, and mha 20 where it had none.
 """
 from __future__ import annotations
 

@@ -44,7 +44,6 @@ class Channel:
     stages: int
     tiles: tuple[str, ...]
     buffers: dict[str, dict]            # tile -> its buffer ({offset, size, stages, ...})
-
     op: ir.Operation | None = field(default=None, repr=False, compare=False)   # its attn.channel
 
     def buffer(self, tile: str) -> dict:

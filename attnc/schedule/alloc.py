@@ -18,7 +18,6 @@ inside S. Budgets are checked here and name the knob to change.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 
 from attnc.errors import AttncError
