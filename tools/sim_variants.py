@@ -1,0 +1,86 @@
+"""Generated variants (tests/gpu/variant_gen.py) compiled and run in the PTX emulator
+against the reference, with the GPU tests' tolerances: the check of a target no GPU here
+runs (sm_100a), over more seeds and larger shapes than CI's tests/sim/test_sm100a_variants.py.
+
+    python tools/sim_variants.py [--arch sm_100a] [--seeds 0-239] [--m 300] [--n 400]
+                                 [--warp-specialize OPTIONS] [--jobs 2]
+
+prints a line per seed (its time, ok or what failed, its features) and the count last;
+exits 1 if any seed failed. --warp-specialize gives attn-warp-specialize options, such as
+"persistent=1" (sm_100a's persistent CTAs), with the target's pipeline otherwise as is.
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _seeds(text: str) -> range:
+    lo, _, hi = text.partition("-")
+    return range(int(lo), int(hi or lo) + 1)
+
+
+def run_seed(job: tuple) -> tuple[int, bool, str]:
+    """(seed, passed, its report line) of one generated variant in the emulator."""
+    seed, arch, m, n, options = job
+    for path in (ROOT, ROOT / "runtime"):
+        if str(path) not in sys.path:
+            sys.path.insert(0, str(path))
+    import numpy as np
+
+    from attnc.frontend import load
+    from attnc.passes.pipelines import format_pipeline, target_pipeline
+    from attnc.testing import ptx_bundle
+    from tests.gpu.gpu_support import bind_sizes, compare, make_case
+    from tests.gpu.variant_gen import generate
+    from tests.sim.test_examples_sim import emulated
+
+    start = time.time()
+    g = generate(seed)
+    try:
+        pipeline = None
+        if options:
+            names = format_pipeline(target_pipeline(arch)).split(",")
+            names[names.index("attn-warp-specialize")] = f"attn-warp-specialize{{{options}}}"
+            pipeline = ",".join(names)
+        variant = load(g.source, f"prop_{seed}.attn")
+        bundle = ptx_bundle(g.source, arch=arch, pass_pipeline=pipeline)
+        rng = np.random.default_rng(seed)
+        sizes = bind_sizes(variant, batch=1, heads=2, heads_kv=1, m=m, n=n, rng=rng)
+        kernel, out, ref = emulated(bundle, variant, make_case(variant, sizes, g.fills(), rng))
+        bad = compare(variant, out, ref)
+        passed = not bad and kernel.last_reports == []
+        status = "ok" if passed else f"FAILED {bad} {kernel.last_reports}"
+    except Exception as exc:        # a refusal, a crash or the emulator's error: reported, not raised
+        passed, status = False, "ERROR " + "".join(traceback.format_exception_only(exc)).strip()
+    return seed, passed, f"{seed} {time.time() - start:.0f}s {status} {' '.join(g.features)}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arch", default="sm_100a", choices=("sm_80", "sm_90a", "sm_100a"))
+    parser.add_argument("--seeds", default="0-239", help="a seed or a range A-B (both included)")
+    parser.add_argument("--m", type=int, default=300)
+    parser.add_argument("--n", type=int, default=400)
+    parser.add_argument("--warp-specialize", default="", help="attn-warp-specialize's options, e.g. persistent=1")
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args(argv)
+    jobs = [(seed, args.arch, args.m, args.n, args.warp_specialize) for seed in _seeds(args.seeds)]
+    failed = []
+    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+        for seed, passed, line in pool.imap_unordered(run_seed, jobs):
+            print(line, flush=True)
+            if not passed:
+                failed.append(seed)
+    print(f"{len(jobs) - len(failed)} of {len(jobs)} passed" + (f"; failed: {sorted(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
