@@ -3,11 +3,12 @@ against the reference, with the GPU tests' tolerances: the check of a target no 
 runs (sm_100a), over more seeds and larger shapes than CI's tests/sim/test_sm100a_variants.py.
 
     python tools/sim_variants.py [--arch sm_100a] [--seeds 0-239] [--m 300] [--n 400]
-                                 [--warp-specialize OPTIONS] [--jobs 2]
+                                 [--options "PASS{KEY=VALUE ...}" ...] [--jobs 2]
 
 prints a line per seed (its time, ok or what failed, its features) and the count last;
-exits 1 if any seed failed. --warp-specialize gives attn-warp-specialize options, such as
-"persistent=1" (sm_100a's persistent CTAs), with the target's pipeline otherwise as is.
+exits 1 if any seed failed. Each --options gives a pass of the target's pipeline its
+options, such as "attn-warp-specialize{persistent=1}" (sm_100a's persistent CTAs) or
+"attn-tile{q_tiles=1 block_n=64}", the pipeline otherwise as it is.
 """
 from __future__ import annotations
 
@@ -28,14 +29,13 @@ def _seeds(text: str) -> range:
 
 def run_seed(job: tuple) -> tuple[int, bool, str]:
     """(seed, passed, its report line) of one generated variant in the emulator."""
-    seed, arch, m, n, options = job
+    seed, arch, m, n, pipeline = job
     for path in (ROOT, ROOT / "runtime"):
         if str(path) not in sys.path:
             sys.path.insert(0, str(path))
     import numpy as np
 
     from attnc.frontend import load
-    from attnc.passes.pipelines import format_pipeline, target_pipeline
     from attnc.testing import ptx_bundle
     from tests.gpu.gpu_support import bind_sizes, compare, make_case
     from tests.gpu.variant_gen import generate
@@ -44,11 +44,6 @@ def run_seed(job: tuple) -> tuple[int, bool, str]:
     start = time.time()
     g = generate(seed)
     try:
-        pipeline = None
-        if options:
-            names = format_pipeline(target_pipeline(arch)).split(",")
-            names[names.index("attn-warp-specialize")] = f"attn-warp-specialize{{{options}}}"
-            pipeline = ",".join(names)
         variant = load(g.source, f"prop_{seed}.attn")
         bundle = ptx_bundle(g.source, arch=arch, pass_pipeline=pipeline)
         rng = np.random.default_rng(seed)
@@ -62,16 +57,35 @@ def run_seed(job: tuple) -> tuple[int, bool, str]:
     return seed, passed, f"{seed} {time.time() - start:.0f}s {status} {' '.join(g.features)}"
 
 
+def pipeline_with(arch: str, given: list[str]) -> str | None:
+    """The target's pipeline with each of `given` ("PASS{...}") in place of that pass."""
+    from attnc.passes.pipelines import format_pipeline, target_pipeline
+
+    if not given:
+        return None
+    names = format_pipeline(target_pipeline(arch)).split(",")
+    bare = [name.split("{")[0] for name in names]
+    for text in given:
+        name = text.split("{")[0]
+        if name not in bare:
+            raise SystemExit(f"--options {text!r}: {name} is not in {arch}'s pipeline ({', '.join(bare)})")
+        names[bare.index(name)] = text
+    return ",".join(names)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", default="sm_100a", choices=("sm_80", "sm_90a", "sm_100a"))
     parser.add_argument("--seeds", default="0-239", help="a seed or a range A-B (both included)")
     parser.add_argument("--m", type=int, default=300)
     parser.add_argument("--n", type=int, default=400)
-    parser.add_argument("--warp-specialize", default="", help="attn-warp-specialize's options, e.g. persistent=1")
+    parser.add_argument("--options", action="append", default=[],
+                        help='a pass with its options, e.g. "attn-warp-specialize{persistent=1}" (repeatable)')
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
-    jobs = [(seed, args.arch, args.m, args.n, args.warp_specialize) for seed in _seeds(args.seeds)]
+    sys.path.insert(0, str(ROOT))
+    pipeline = pipeline_with(args.arch, args.options)
+    jobs = [(seed, args.arch, args.m, args.n, pipeline) for seed in _seeds(args.seeds)]
     failed = []
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
         for seed, passed, line in pool.imap_unordered(run_seed, jobs):
