@@ -3,6 +3,7 @@ against the reference, with the GPU tests' tolerances: the check of a target no 
 runs (sm_100a), over more seeds and larger shapes than CI's tests/sim/test_sm100a_variants.py.
 
     python tools/sim_variants.py [--arch sm_100a] [--seeds 0-239] [--m 300] [--n 400]
+                                 [--batch 1] [--heads 2] [--heads-kv 1]
                                  [--options "PASS{KEY=VALUE ...}" ...] [--jobs 2]
 
 prints a line per seed (its time, ok or what failed, its features) and the count last;
@@ -29,7 +30,7 @@ def _seeds(text: str) -> range:
 
 def run_seed(job: tuple) -> tuple[int, bool, str]:
     """(seed, passed, its report line) of one generated variant in the emulator."""
-    seed, arch, m, n, pipeline = job
+    seed, arch, shape, pipeline = job
     for path in (ROOT, ROOT / "runtime"):
         if str(path) not in sys.path:
             sys.path.insert(0, str(path))
@@ -47,7 +48,7 @@ def run_seed(job: tuple) -> tuple[int, bool, str]:
         variant = load(g.source, f"prop_{seed}.attn")
         bundle = ptx_bundle(g.source, arch=arch, pass_pipeline=pipeline)
         rng = np.random.default_rng(seed)
-        sizes = bind_sizes(variant, batch=1, heads=2, heads_kv=1, m=m, n=n, rng=rng)
+        sizes = bind_sizes(variant, **shape, rng=rng)      # a variant's fixed sizes stay
         kernel, out, ref = emulated(bundle, variant, make_case(variant, sizes, g.fills(), rng))
         bad = compare(variant, out, ref)
         passed = not bad and kernel.last_reports == []
@@ -79,13 +80,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0-239", help="a seed or a range A-B (both included)")
     parser.add_argument("--m", type=int, default=300)
     parser.add_argument("--n", type=int, default=400)
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--heads", type=int, default=2)
+    parser.add_argument("--heads-kv", type=int, default=1, help="K/V heads of a GQA or MQA variant")
     parser.add_argument("--options", action="append", default=[],
                         help='a pass with its options, e.g. "attn-warp-specialize{persistent=1}" (repeatable)')
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     pipeline = pipeline_with(args.arch, args.options)
-    jobs = [(seed, args.arch, args.m, args.n, pipeline) for seed in _seeds(args.seeds)]
+    shape = dict(batch=args.batch, heads=args.heads, heads_kv=args.heads_kv, m=args.m, n=args.n)
+    jobs = [(seed, args.arch, shape, pipeline) for seed in _seeds(args.seeds)]
     failed = []
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
         for seed, passed, line in pool.imap_unordered(run_seed, jobs):
