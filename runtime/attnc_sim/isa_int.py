@@ -1,5 +1,5 @@
 """Integer, bitwise, predicate and data-movement instructions: add, sub, mul, mad, div,
-rem, min, max, abs, neg, and, or, xor, not, shl, shr, bfe, bfi, prmt, setp, selp, mov.
+rem, min, max, abs, neg, and, or, xor, not, shl, shr, shf, bfe, bfi, prmt, setp, selp, mov.
 
 The arithmetic opcodes are shared with floating point: a floating type goes to
 isa_float's rules. Integer arithmetic wraps (numpy's fixed-width arithmetic).
@@ -177,6 +177,26 @@ def shift(ins, ctx):
         def run(w):
             n = b(w)
             d(w, np.where(n >= width, 0, a(w) >> np.minimum(n, width - 1).astype(dt)).astype(dt))
+    return run
+
+
+@isa.register("shf")
+def funnel_shift(ins, ctx):
+    """shf.{l,r}.{clamp,wrap}.b32 d, a, b, c (PTX ISA, Logic and Shift Instructions: shf): the
+    64 bits b:a (b the high word) shifted left (d: the high 32 bits) or right (d: the low 32)
+    by n = min(c, 32) (clamp) or c & 31 (wrap). LLVM makes rotates of it."""
+    _, direction, mode, ty = ins.parts
+    if ty != "b32" or direction not in ("l", "r") or mode not in ("clamp", "wrap"):
+        raise ctx.error(f"unsupported funnel shift {ins.opcode}")
+    a, b, c = (ctx.reader(ins.operands[k], "u32") for k in (1, 2, 3))
+    d = ctx.writer(ins.operands[0], "u32")
+
+    def run(w):
+        n = c(w).astype(np.uint64)
+        n = np.minimum(n, np.uint64(32)) if mode == "clamp" else n & np.uint64(31)
+        v = (b(w).astype(np.uint64) << np.uint64(32)) | a(w).astype(np.uint64)
+        out = (v << n) >> np.uint64(32) if direction == "l" else v >> n
+        d(w, (out & np.uint64(0xFFFFFFFF)).astype(np.uint32))
     return run
 
 

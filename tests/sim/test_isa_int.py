@@ -70,6 +70,20 @@ def test_bfe():
     assert [hex(x) for x in s] == ["0x23", "0xffffffff", "0x0", "0xffffffff", "0xffffffff", "0x1"]
 
 
+@pytest.mark.parametrize("op, want", [
+    ("shf.l.wrap", ["0xabcdef01", "0x9abcdef0", "0x1234567", "0xabcdef01"]),
+    ("shf.r.wrap", ["0x1234567", "0x12345678", "0xabcdef01", "0x1234567"]),
+    ("shf.l.clamp", ["0xabcdef01", "0x9abcdef0", "0x1234567", "0x12345678"]),
+    ("shf.r.clamp", ["0x1234567", "0x12345678", "0xabcdef01", "0x9abcdef0"]),
+])
+def test_funnel_shifts(op, want):
+    """shf d, a, b, c: the 64 bits b:a (here 0x9abcdef0_12345678) shifted left (d: the high
+    word) or right (the low word) by c & 31 (wrap: 36 shifts by 4) or min(c, 32) (clamp: 36
+    by 32, which gives a left and b right); c = 4, 0, 28, 36."""
+    out = _three(op, "b32", [0x12345678] * 4, [0x9ABCDEF0] * 4, [4, 0, 28, 36])
+    assert [hex(x) for x in out[:4]] == want
+
+
 def test_bfi():
     """bfi d, a, b, pos, len: b with bits pos..pos+len-1 from a's low bits, clipped at bit 31."""
     body = """
