@@ -3,13 +3,14 @@ against the reference, with the GPU tests' tolerances: the check of a target no 
 runs (sm_100a), over more seeds and larger shapes than CI's tests/sim/test_sm100a_variants.py.
 
     python tools/sim_variants.py [--arch sm_100a] [--seeds 0-239] [--m 300] [--n 400]
-                                 [--batch 1] [--heads 2] [--heads-kv 1]
+                                 [--batch 1] [--heads 2] [--heads-kv 1] [--sms 132]
                                  [--options "PASS{KEY=VALUE ...}" ...] [--jobs 2]
 
 prints a line per seed (its time, ok or what failed, its features) and the count last;
 exits 1 if any seed failed. Each --options gives a pass of the target's pipeline its
 options, such as "attn-warp-specialize{persistent=1}" (sm_100a's persistent CTAs) or
-"attn-tile{q_tiles=1 block_n=64}", the pipeline otherwise as it is.
+"attn-tile{q_tiles=1 block_n=64}", the pipeline otherwise as it is. --sms sets the emulated
+GPU's multiprocessors: persistent CTAs walk several query blocks where they are fewer.
 """
 from __future__ import annotations
 
@@ -30,11 +31,13 @@ def _seeds(text: str) -> range:
 
 def run_seed(job: tuple) -> tuple[int, bool, str]:
     """(seed, passed, its report line) of one generated variant in the emulator."""
-    seed, arch, shape, pipeline = job
+    seed, arch, shape, pipeline, sms = job
     for path in (ROOT, ROOT / "runtime"):
         if str(path) not in sys.path:
             sys.path.insert(0, str(path))
     import numpy as np
+
+    from attnc_sim.device import SimDevice
 
     from attnc.frontend import load
     from attnc.testing import ptx_bundle
@@ -49,7 +52,8 @@ def run_seed(job: tuple) -> tuple[int, bool, str]:
         bundle = ptx_bundle(g.source, arch=arch, pass_pipeline=pipeline)
         rng = np.random.default_rng(seed)
         sizes = bind_sizes(variant, **shape, rng=rng)      # a variant's fixed sizes stay
-        kernel, out, ref = emulated(bundle, variant, make_case(variant, sizes, g.fills(), rng))
+        kernel, out, ref = emulated(bundle, variant, make_case(variant, sizes, g.fills(), rng),
+                                    device=SimDevice(multiprocessors=sms))
         bad = compare(variant, out, ref)
         passed = not bad and kernel.last_reports == []
         status = "ok" if passed else f"FAILED {bad} {kernel.last_reports}"
@@ -83,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--heads", type=int, default=2)
     parser.add_argument("--heads-kv", type=int, default=1, help="K/V heads of a GQA or MQA variant")
+    parser.add_argument("--sms", type=int, default=132, help="the emulated GPU's multiprocessors (an H200's)")
     parser.add_argument("--options", action="append", default=[],
                         help='a pass with its options, e.g. "attn-warp-specialize{persistent=1}" (repeatable)')
     parser.add_argument("--jobs", type=int, default=2)
@@ -90,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     pipeline = pipeline_with(args.arch, args.options)
     shape = dict(batch=args.batch, heads=args.heads, heads_kv=args.heads_kv, m=args.m, n=args.n)
-    jobs = [(seed, args.arch, shape, pipeline) for seed in _seeds(args.seeds)]
+    jobs = [(seed, args.arch, shape, pipeline, args.sms) for seed in _seeds(args.seeds)]
     failed = []
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
         for seed, passed, line in pool.imap_unordered(run_seed, jobs):

@@ -54,9 +54,10 @@ def typed_inputs(bundle, case: dict) -> dict:
                    if isinstance(value, np.ndarray) else value) for name, value in case.items()}
 
 
-def emulated(bundle, variant, case: dict, seed: int = 1):
-    """(the SimKernel, its outputs, the reference's) of one whole run of `case`."""
-    kernel = SimKernel(bundle, seed=seed)
+def emulated(bundle, variant, case: dict, seed: int = 1, device=None):
+    """(the SimKernel, its outputs, the reference's) of one whole run of `case` (on `device`,
+    a SimDevice: by default an H200's multiprocessors)."""
+    kernel = SimKernel(bundle, device, seed=seed)
     out = kernel(**typed_inputs(bundle, case))
     ref = attnc.reference(variant, **{k: (v.astype(np.float32) if isinstance(v, np.ndarray) and v.dtype.kind == "V"
                                           else v) for k, v in case.items()})
