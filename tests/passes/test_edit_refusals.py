@@ -1,8 +1,8 @@
 """Errors of the passes (attnc/passes/*.py) and of the scheduling code they call
 (attnc/schedule/*.py), each triggered here by an edit a user could make -- a hand-edited
 dump run through `attnc opt` (`optimize_mlir`), or an edit of a compiled plan in Python --
-and checked by its message and, where the error names an op, by its location. The plans and edits are the other
-tests' (their helpers are imported).
+and checked by its message and, where the error names an op, by its location. The plans
+and edits are the other tests' (their helpers are imported).
 
 Not tested, as no input reaches it: attn-overlap-gemms' "a persistent consumer's block has
 no overlapped steps" (attnc/schedule/walk_ahead.py). issue_first_qk_ahead runs on a role
