@@ -161,10 +161,11 @@ def lay_out_smem(recipe: Recipe, tile: Tile, kv_layout: str = "interleaved") -> 
             continue
         for t in ch.tile:
             rows, cols = _tile_rows_cols(tile, t)
-            if t == "o" and ch.stages == 1 and tile.q_tiles == 1:
+            if t == "o" and ch.stages == 1 and tile.q_tiles == 1 and not recipe.persistent:
                 # One O staging tile reuses Q's bytes once the KV loop is done; with two Q
                 # tiles (sm_100a) one Q tile may still be in use while the other's O is
-                # stored, so O has its own.
+                # stored, and a persistent CTA loads the next block's Q meanwhile, so O
+                # has its own.
                 buffers.append(Buffer("sO", ch.name, "smem", _offset_of(buffers, "sQ"),
                                       rows * cols * elem, 1, align, swizzle_for(cols, elem), "sQ"))
                 continue

@@ -6,15 +6,17 @@ running on from block to block; on three SMs, three CTAs share them. Zero race o
 reports are allowed."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import attnc
+from attnc.driver import CompileOptions, compile_mlir
 from attnc.frontend import load_file
 from attnc.passes.pipelines import format_pipeline, target_pipeline
-from attnc.testing import ptx_bundle
+from attnc.testing import ptx_bundle, variant_source
 from attnc_sim.device import SimDevice, SimKernel
 from tests.gpu.gpu_support import bind_sizes, compare, make_case
 from tests.sim.test_examples_sim import typed_inputs
@@ -88,3 +90,21 @@ def test_roles_walking_apart_are_refused():
     error = _refused(edited, "sm_100a", "attn-lower-sm100a")
     assert "attn-lower-sm100a: every role of a CTA walks the query blocks in one order" in error.message
     assert error.span is not None
+
+
+def test_one_q_tile_keeps_o_apart_from_the_next_blocks_q(tmp_path):
+    """With one Q tile a CTA (head dim 256) O's staging tile takes Q's bytes once the KV loop
+    is done -- but for a persistent CTA, whose load warp meanwhile brings the next block's Q
+    there (the emulator reported the correction's O stores landing on that copy): so O has a
+    buffer of its own, and at head dim 256 the plan fits with 64-key blocks."""
+    path = tmp_path / "d256.attn"
+    path.write_text(variant_source("d256", 256, lse=True))
+    names = format_pipeline(target_pipeline("sm_100a")).split(",")
+    names[names.index("attn-tile")] = "attn-tile{block_n=64}"
+    names[names.index("attn-warp-specialize")] = "attn-warp-specialize{persistent=1}"
+    pipeline = ",".join(names)
+    plan = compile_mlir(path.read_text(), "d256.attn", CompileOptions(arch="sm_100a", pass_pipeline=pipeline)).text
+    sO = re.search(r'\{[^{}]*name = "sO"[^{}]*\}', plan).group(0)
+    assert "alias_of" not in sO, sO
+    check_against_reference(ptx_bundle(path, arch="sm_100a", pass_pipeline=pipeline), path, 300, 200,
+                            device=ONE_SM)
