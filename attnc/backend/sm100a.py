@@ -102,9 +102,10 @@ program stands in the walk over query blocks (Note [The walk over query blocks] 
 attnc/schedule/walk.py): the grid is at most one CTA per SM (`min_sms` in the manifest), and
 each role takes the CTA's blocks round by round (block_walk.py, the order of
 attn.walk_block), its rings' stages and phases running on from block to block as the plan
-carries them; the tensor memory stays allocated across the walk. O's staging tile has its
-own shared memory, as the load warp brings the next block's Q meanwhile (with one Q tile a
-CTA it would share Q's: at head dim 256 the plan then fits with block_n = 64). Off by default: no
+carries them; the tensor memory stays allocated across the walk. O's staging tile keeps
+shared memory of its own even with one Q tile a CTA (where a CTA of one query block puts
+it in Q's), as the load warp brings the next block's Q meanwhile: at head dim 256 the plan
+then fits with block_n = 64. Off by default: no
 Blackwell GPU has timed it (the emulator runs it against the reference:
 tests/sim/test_walk_sm100a_sim.py), and under FlashAttention-4's register budgets the walk's
 state costs spills in the kernels of two KV loops (the bundle's assembler, with the lazy
