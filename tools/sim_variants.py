@@ -62,20 +62,18 @@ def run_seed(job: tuple) -> tuple[int, bool, str]:
     return seed, passed, f"{seed} {time.time() - start:.0f}s {status} {' '.join(g.features)}"
 
 
-def pipeline_with(arch: str, given: list[str]) -> str | None:
-    """The target's pipeline with each of `given` ("PASS{...}") in place of that pass."""
-    from attnc.passes.pipelines import format_pipeline, target_pipeline
+def pipeline_of(arch: str, given: list[str]) -> str | None:
+    """The target's pipeline with the options of each of `given` ("PASS{...}") on that pass."""
+    from attnc.passes.pipelines import parse_pipeline, pipeline_with, target_pipeline
 
     if not given:
         return None
-    names = format_pipeline(target_pipeline(arch)).split(",")
-    bare = [name.split("{")[0] for name in names]
-    for text in given:
-        name = text.split("{")[0]
-        if name not in bare:
-            raise SystemExit(f"--options {text!r}: {name} is not in {arch}'s pipeline ({', '.join(bare)})")
-        names[bare.index(name)] = text
-    return ",".join(names)
+    specs = parse_pipeline(",".join(given))
+    names = [p.name for p in target_pipeline(arch)]
+    for spec in specs:
+        if spec.name not in names:
+            raise SystemExit(f"--options {spec.text()!r}: {spec.name} is not in {arch}'s pipeline ({', '.join(names)})")
+    return pipeline_with(arch, {spec.name: spec.options for spec in specs})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    pipeline = pipeline_with(args.arch, args.options)
+    pipeline = pipeline_of(args.arch, args.options)
     shape = dict(batch=args.batch, heads=args.heads, heads_kv=args.heads_kv, m=args.m, n=args.n)
     jobs = [(seed, args.arch, shape, pipeline, args.sms) for seed in _seeds(args.seeds)]
     failed = []

@@ -142,7 +142,7 @@ def analyze_masks(module) -> None:
     from attnc.ir import attention_ops
 
     for op in attention_ops(module):
-        if "mask_kind" in op.attributes and (_stale(op) or _malformed(op)):
+        if "mask_kind" in op.attributes and _malformed(op):
             _forget(op)
         if "mask_kind" not in op.attributes:
             run_deep(_analyze, op)          # Note [Deep expressions]
@@ -322,7 +322,8 @@ def _function_name(op, key: str) -> str | None:
 
 
 def _malformed(op) -> bool:
-    """Whether the op's recorded analysis fails `mask_functions`' checks (a hand edit)."""
+    """Whether the op's recorded analysis fails `mask_functions`' checks: stale (`_stale`), or
+    edited by hand."""
     from attnc.errors import AttncError
 
     try:

@@ -15,7 +15,7 @@ import pytest
 import attnc
 from attnc.driver import CompileOptions, compile_mlir
 from attnc.frontend import load_file
-from attnc.passes.pipelines import format_pipeline, target_pipeline
+from attnc.passes.pipelines import format_pipeline, pipeline_with, target_pipeline
 from attnc.testing import ptx_bundle, variant_source
 from attnc_sim.device import SimDevice, SimKernel
 from tests.gpu.gpu_support import bind_sizes, compare, make_case
@@ -99,10 +99,7 @@ def test_one_q_tile_keeps_o_apart_from_the_next_blocks_q(tmp_path):
     buffer of its own, and at head dim 256 the plan fits with 64-key blocks."""
     path = tmp_path / "d256.attn"
     path.write_text(variant_source("d256", 256, lse=True))
-    names = format_pipeline(target_pipeline("sm_100a")).split(",")
-    names[names.index("attn-tile")] = "attn-tile{block_n=64}"
-    names[names.index("attn-warp-specialize")] = "attn-warp-specialize{persistent=1}"
-    pipeline = ",".join(names)
+    pipeline = pipeline_with("sm_100a", {"attn-tile": {"block_n": 64}, "attn-warp-specialize": {"persistent": 1}})
     plan = compile_mlir(path.read_text(), "d256.attn", CompileOptions(arch="sm_100a", pass_pipeline=pipeline)).text
     sO = re.search(r'\{[^{}]*name = "sO"[^{}]*\}', plan).group(0)
     assert "alias_of" not in sO, sO
