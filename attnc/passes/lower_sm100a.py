@@ -12,8 +12,9 @@ commits to the mbarriers, the softmax warpgroups' rows through tcgen05.ld / st, 
 correction warpgroup's rescale and final O through shared memory, the epilogue warp's TMA
 stores; before it, for a mask that reads params, the block map's kernel (Note [Block map
 on sm_100a]), and for document ids the tile table's before that (Note [Tile table on
-sm_100a], with no map where the table's runs give the ranges). The launch ABI (tensor maps of q, k, v and o: Note [Tensor maps] in
-attnc_runtime/params.py) is a JSON attribute on the gpu.module, as attn-lower-sm80 leaves it.
+sm_100a], with no map where the table's runs give the ranges). The launch ABI (tensor maps
+of q, k, v and o: Note [Tensor maps] in attnc_runtime/params.py) is a JSON attribute on the
+gpu.module, as attn-lower-sm80 leaves it.
 
     before:  "attn.kernel"(...) ({ "attn.warp_specialize"() ({ channels, mbarriers,
                  "attn.role"() ({...}) {name = "load"}, {name = "mma"}, {name = "softmax0"}, ... }) })
