@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnc_sim import isa, tma
+from attnc_sim import isa, proxies, tma
 from attnc_sim.errors import SimError
 from attnc_sim.isa_mem import PARAM_WINDOW, WINDOW
 from attnc_sim.ptx import Addr, Reg
@@ -131,6 +131,7 @@ class _TmaLoadOp(AsyncOp):
         cta.n_inflight -= 1
         moved = tma.load(self.tmap, self.coords, _GlobalBytes(cta.launch.memory, self.where),
                          cta.smem, self.smem_addr)
+        proxies.async_write(cta, self.bytes)
         complete_tx(self.w, self.mbar, moved, self.ins)
 
 
@@ -181,6 +182,7 @@ def _issue_tma_store(w, ins, lane, tmap, coords, at) -> None:
     nbytes = _box_bytes(tmap, at)
     if (w.cta.inflight_writes[nbytes] > 0).any():
         report(w, "read-before-complete", ins, "a bulk store reads shared memory an asynchronous copy has not landed")
+    proxies.check_async_read(w, nbytes, ins.where(), "the tensor store")
     memory = _GlobalBytes(w.cta.launch.memory, ins.where())
     op = _BulkStoreOp(w, ins, nbytes, lambda: tma.store(tmap, coords, memory, w.cta.smem, at))
     lane_state(w, "bulk_open", lane).append(op)
@@ -237,6 +239,7 @@ def cp_async_bulk(ins, ctx):
             if (w.cta.inflight_writes[smem_bytes] > 0).any():
                 report(w, "read-before-complete", ins,
                        "a bulk store reads shared memory an asynchronous copy has not landed")
+            proxies.check_async_read(w, smem_bytes, ins.where(), "the bulk store")
             memory = w.cta.launch.memory
             memory.offsets(np.array([d]), 1, ins.where())
             op = _BulkStoreOp(w, ins, smem_bytes, lambda d=d, s=s, n=n: memory.put(d, w.cta.smem[s:s + n]))
@@ -259,6 +262,7 @@ class _BulkLoadOp(AsyncOp):
         np.add.at(cta.inflight_writes, self.dst + np.arange(self.n), -1)
         cta.n_inflight -= 1
         cta.smem[self.dst:self.dst + self.n] = cta.launch.memory.get(self.src, self.n)
+        proxies.async_write(cta, self.dst + np.arange(self.n))
         complete_tx(self.w, self.mbar, self.n, self.ins)
 
 

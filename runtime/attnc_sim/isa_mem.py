@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnc_sim import isa, races
+from attnc_sim import isa, proxies, races
 from attnc_sim.scheduler import AsyncOp
 from attnc_sim.errors import SimError
 from attnc_sim.state import DTYPE, LANES, WARP
@@ -95,6 +95,7 @@ def _scatter(w, space, a, lanes, size, n, dtype, vals, where) -> None:
         offs = cta.smem_offsets(a, size * n, where)
         if cta.n_inflight:
             races.check_write(w, offs, size * n, where)
+        proxies.generic_write(w, lanes, offs, size * n)
         cta.smem_view(dtype)[(offs // size)[:, None] + k] = vals
     else:
         idx = _local_index(w, lanes, a, size * n, size, where)
@@ -270,6 +271,7 @@ class CpAsync(AsyncOp):
         races.end_write(cta, self.dst, cp)
         if cta.n_inflight:
             races.check_write(self.warp, self.dst, cp, self.where, by_async=True)
+        proxies.async_write(cta, races.byte_span(self.dst, cp))
         mem = cta.launch.memory
         k = np.arange(cp)
         full = self.src_size is None or (self.src_size >= cp).all()

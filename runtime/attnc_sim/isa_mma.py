@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnc_sim import isa, races
+from attnc_sim import isa, proxies, races
 from attnc_sim.isa_cvt import bf16_bits_to_f32
 from attnc_sim.isa_warp import require_converged
 from attnc_sim.state import WARP
@@ -236,5 +236,6 @@ def stmatrix(ins, ctx):
         offs = cta.smem_offsets(addr(w)[:8 * n], 16, where)
         if cta.n_inflight:
             races.check_write(w, offs, 16, where)
+        proxies.generic_write(w, np.arange(8 * n), offs, 16)     # lane i gave row i's address
         cta.smem_view(np.uint16)[(offs // 2)[:, None] + k] = m.reshape(8 * n, 8)
     return run

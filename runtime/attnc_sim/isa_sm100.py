@@ -29,7 +29,7 @@ import re
 
 import numpy as np
 
-from attnc_sim import isa, smem_desc, tmem
+from attnc_sim import isa, proxies, smem_desc, tmem
 from attnc_sim.errors import SimError
 from attnc_sim.isa_bulk import arrive, lane_state, report, uniform
 from attnc_sim.ptx import Addr
@@ -175,6 +175,7 @@ def _issue_pipe_op(w, ins, lane, effect, writes, reads, smem_bytes) -> None:
     if (w.cta.inflight_writes[smem_bytes] > 0).any():
         report(w, "read-before-complete", ins,
                 "the instruction reads shared memory an asynchronous copy has not landed yet")
+    proxies.check_async_read(w, smem_bytes, ins.where(), f"{ins.parts[0]}.{ins.parts[1]}")
     if (s.st_writes[writes] > 0).any():
         report(w, "read-before-complete", ins, f"{ins.parts[0]}.{ins.parts[1]} writes tensor memory a "
                "tcgen05.st has not finished (no tcgen05.wait::st)")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnc_sim import isa, races, smem_desc
+from attnc_sim import isa, proxies, races, smem_desc
 from attnc_sim.isa_cvt import bf16_bits_to_f32
 from attnc_sim.isa_mma import A_INV, halves_to_f32, tensor_core_mma
 from attnc_sim.isa_warp import require_converged
@@ -64,7 +64,9 @@ class Wgmma(AsyncOp):
                 continue
             addrs = smem_desc.element_addresses(desc, rows, 16, 2, "MN" if major else "K")
             span = (addrs.reshape(-1)[:, None] + np.arange(2)).reshape(-1)
-            races.check_read(w, span[::2] if False else np.unique(addrs.reshape(-1)), 2, where) if w.cta.n_inflight else None
+            if w.cta.n_inflight:
+                races.check_read(w, np.unique(addrs.reshape(-1)), 2, where)
+            proxies.check_async_read(w, span, where, "wgmma")
             races.begin_read(w.cta, span)
             self.spans.append(span)
         self.d_keys = [(32, int(row)) for row in d_rows]

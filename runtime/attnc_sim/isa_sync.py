@@ -1,5 +1,6 @@
 """CTA synchronization: named barriers (bar.sync, bar.arrive, bar.red, barrier.*),
-mbarriers (init, arrive, expect_tx, try_wait / test_wait .parity), fences, setmaxnreg.
+mbarriers (init, arrive, expect_tx, try_wait / test_wait .parity), fences
+(fence.proxy.async: proxies.py), setmaxnreg.
 
 A warp at a barrier blocks (isa.BLOCK) and the engine runs others; the barrier's
 completion moves each waiter past it. A named barrier counts threads, a warp arriving
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnc_sim import isa
+from attnc_sim import isa, proxies
 from attnc_sim.errors import SimError
 from attnc_sim.isa_warp import require_converged
 from attnc_sim.state import WARP, NamedBarrier
@@ -287,6 +288,16 @@ class _MbarrierWait:
 @isa.register("fence", "membar")
 def fence(ins, ctx):
     return lambda w: None
+
+
+@isa.register("fence.proxy.async")
+def fence_proxy_async(ins, ctx):
+    """Orders the thread's generic accesses before its async-proxy ones (9.7.12.4): over
+    shared memory unless the state space is .global (Note [Generic writes the async proxy
+    reads] in proxies.py)."""
+    if "global" in ins.parts:
+        return lambda w: None
+    return proxies.fence
 
 
 @isa.register("setmaxnreg")

@@ -10,17 +10,17 @@ from __future__ import annotations
 import numpy as np
 
 
-def _span(offs: np.ndarray, width: int) -> np.ndarray:
+def byte_span(offs: np.ndarray, width: int) -> np.ndarray:
     return (offs[:, None] + np.arange(width)).reshape(-1)
 
 
 def begin_write(cta, offs, width):
-    cta.inflight_writes[_span(offs, width)] += 1
+    cta.inflight_writes[byte_span(offs, width)] += 1
     cta.n_inflight += 1
 
 
 def end_write(cta, offs, width):
-    cta.inflight_writes[_span(offs, width)] -= 1
+    cta.inflight_writes[byte_span(offs, width)] -= 1
     cta.n_inflight -= 1
 
 
@@ -36,7 +36,7 @@ def end_read(cta, span):
 
 def check_read(w, offs, width, where):
     cta = w.cta
-    span = _span(offs, width)
+    span = byte_span(offs, width)
     if cta.inflight_writes[span].any():
         bad = int(span[cta.inflight_writes[span] > 0][0])
         cta.launch.report("read-before-complete", w, where,
@@ -45,7 +45,7 @@ def check_read(w, offs, width, where):
 
 def check_write(w, offs, width, where, by_async=False):
     cta = w.cta
-    span = _span(offs, width)
+    span = byte_span(offs, width)
     if cta.inflight_reads[span].any():
         bad = int(span[cta.inflight_reads[span] > 0][0])
         cta.launch.report("write-while-read", w, where,

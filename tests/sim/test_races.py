@@ -62,15 +62,21 @@ def _wgmma_body(wait: bool) -> str:
     a = encode_wgmma(SmemDesc(start=0, lbo=128, sbo=256))
     b = encode_wgmma(SmemDesc(start=4096, lbo=128, sbo=256))
     return _WGMMA.replace("{a_desc}", str(a)).replace("{b_desc}", str(b)) \
-                 .replace("{wait}", "wgmma.wait_group.sync.aligned 0;" if wait else "")
+                 .replace("{wait}", "wgmma.wait_group.sync.aligned 0;\n    bar.sync 0;" if wait else "")
 
 
 def test_wgmma_operands_and_accumulators_before_wait_group():
     """Until wgmma.wait_group covers its group, a wgmma still reads its shared-memory operands
     and writes its accumulators (PTX ISA 9.7.15.7, wgmma.wait_group): warp 1's st.shared into
-    B is a write-while-read, warp 0's read of an accumulator a read-before-complete."""
+    B is a write-while-read, warp 0's read of an accumulator a read-before-complete. The
+    warps that issue their part of the wgmma after that store also read a generic write no
+    fence.proxy.async made visible to the async proxy: 'proxy' reports naming warp 1. With
+    the wait and a CTA barrier after it (every warp's part issued and done before the store)
+    nothing is reported."""
     text, res = _run(_wgmma_body(wait=False), 128, quantum=0)
-    got = sorted((r.kind, r.warp, r.where.split(":")[0]) for r in res.reports)
+    proxy = [r for r in res.reports if r.kind == "proxy"]
+    assert proxy and all("of warp 1 wrote it through the generic proxy" in r.message for r in proxy)
+    got = sorted((r.kind, r.warp, r.where.split(":")[0]) for r in res.reports if r.kind != "proxy")
     assert got == [("read-before-complete", "CTA (0, 0, 0) warp 0", f"PTX line {line_of(text, 'mov.f32 %f10')}"),
                    ("write-while-read", "CTA (0, 0, 0) warp 1", f"PTX line {line_of(text, 'st.shared.b32')}")]
     assert "issued at PTX line" in next(r.message for r in res.reports if r.kind == "read-before-complete")

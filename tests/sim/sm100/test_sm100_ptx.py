@@ -328,13 +328,13 @@ def test_tma_load_with_too_small_expect_tx_is_reported():
     assert launch.reports[0].where == at_line("tma_load.ptx", "cp.async.bulk.tensor.2d")
 
 
-def tma_store_launch(kernel):
+def tma_store_launch(kernel, **kw):
     mem = h.Memory()
     base = mem.place(np.full((20, 32), -1, np.float32))
     tmap = tma.TensorMap(tma.DataType.FLOAT32, base, (32, 20), (128,), (32, 8))
     box = np.arange(256, dtype=np.float32).reshape(8, 32)
     img, n = h.image(2048, lambda s: s.__setitem__(slice(1024, 2048), box.view(np.uint8).reshape(-1)))
-    launch, cta = h.run(kernel, 32, dict(tmap=tmap.pack(), x=0, y=16, img=mem.place(img), img_bytes=n), mem)
+    launch, cta = h.run(kernel, 32, dict(tmap=tmap.pack(), x=0, y=16, img=mem.place(img), img_bytes=n), mem, **kw)
     return launch, cta, mem.get_array(base, (20, 32), np.float32), box
 
 
