@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from attnc_sim import isa
 from attnc_sim.errors import SimError
-from attnc_sim.ptx import Instruction, Kernel, Reg
+from attnc_sim.ptx import Instruction, Kernel, Reg, collector_paused
 from attnc_sim.state import RegLayout
 
 BRANCHES = ("bra",)
@@ -29,6 +29,7 @@ class Program:
     local_size: int = 0
 
 
+@collector_paused
 def decode(kernel: Kernel) -> Program:
     """Every instruction's handler (raises SimError naming an unsupported one and its line)."""
     import attnc_sim.families  # noqa: F401  (registers the handler families)
