@@ -133,7 +133,42 @@ def _assemble_whole_program(ptx: str, arch: str, options: tuple[str, ...]) -> Cu
                       "so it is assembled without: correct, but it spills", RuntimeWarning, stacklevel=3)
         return _assemble(ptx, arch, True, options)
     # nvJitLink's options: those it passes to ptxas (-Xptxas=...) are ptxas's own
-    return _run_ptxas(ptxas, ptx, arch, tuple(o.removeprefix("-Xptxas=") for o in options))
+    result = _run_ptxas(ptxas, ptx, arch, tuple(o.removeprefix("-Xptxas=") for o in options))
+    check_register_pool(ptx, result.info_log)
+    return result
+
+
+_ENTRY_NAME = re.compile(r"\.entry\s+(\w+)\s*\(")
+_MAXNTID = re.compile(r"\.maxntid\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?")
+
+
+def check_register_pool(ptx: str, log: str) -> None:
+    """Note [The pool setmaxnreg moves]: a kernel's setmaxnreg budgets are planned from the
+    registers its threads start with, the register file's share of each (65536 over the
+    CTA's threads, a multiple of 8: what ptxas gives a kernel of one CTA an SM that uses
+    setmaxnreg), and setmaxnreg.inc waits until the warps that lower theirs have given
+    enough back (attnc/schedule/recipes.py's check_register_budget). Should ptxas give
+    fewer, the pool would be smaller than the budgets and the kernel would hang on a GPU,
+    where the emulator (which does not model registers) runs it to the end. So a kernel
+    whose PTX sets its registers is refused unless ptxas reports at least that share."""
+    from attnc.schedule.recipes import REGISTER_FILE
+
+    usage = parse_resource_usage(log)
+    entries = [(m.start(), m.group(1)) for m in _ENTRY_NAME.finditer(ptx)]
+    for k, (start, name) in enumerate(entries):
+        text = ptx[start:entries[k + 1][0] if k + 1 < len(entries) else len(ptx)]
+        ntid = _MAXNTID.search(text)
+        if "setmaxnreg" not in text or ntid is None or name not in usage:
+            continue
+        threads = 1
+        for n in ntid.groups():
+            threads *= int(n or 1)
+        share = REGISTER_FILE // threads // 8 * 8
+        if usage[name].registers < share:
+            raise CubinError(f"ptxas gave {name} {usage[name].registers} registers a thread, fewer than the "
+                             f"{share} of the register file's share of its {threads} threads that its "
+                             f"setmaxnreg budgets are planned from: setmaxnreg.inc would wait for ever "
+                             f"(Note [The pool setmaxnreg moves] in attnc/backend/cubin.py)")
 
 
 def _run_ptxas(ptxas: str, ptx: str, arch: str, options: tuple[str, ...] = ()) -> CubinResult:

@@ -270,13 +270,30 @@ _RECIPES = {"sm_80": _sm80, "sm_90a": _sm90a, "sm_100a": _sm100a}
 
 
 def check_register_budget(r: Recipe) -> None:
-    """setmaxnreg budgets must be multiples of 8 in [24, 256] and fit the register file."""
+    """setmaxnreg budgets must be multiples of 8 in [24, 256] and fit the register file.
+    setmaxnreg is run by the four warps of a warpgroup alike, at the largest budget of the
+    warpgroup's roles (Note [Registers per warpgroup] in attnc/backend/sm100a.py), and a
+    warpgroup whose roles set none keeps the launch's registers: so the budgets are summed
+    by warpgroup, not by role (the MMA, load and epilogue warps of sm_100a share one)."""
     budgeted = [role for role in r.roles if role.regs is not None]
     for role in budgeted:
         if role.regs % 8 or not 24 <= role.regs <= 256:
             raise AttncError(f"role '{role.name}': register budget {role.regs} must be a multiple "
                              f"of 8 in [24, 256] (setmaxnreg)")
-    total = sum(role.regs * role.threads for role in budgeted)
-    if budgeted and total > REGISTER_FILE:
-        raise AttncError(f"register budgets of the roles sum to {total} registers, more than the "
-                         f"{REGISTER_FILE} of the register file; lower a role's 'regs'")
+    if not budgeted:
+        return
+    groups: dict[int, list[Role]] = {}
+    for role in r.roles:
+        for g in sorted({w // 4 for w in role.warps}):
+            groups.setdefault(g, []).append(role)
+    count = max(groups) + 1
+    launch = REGISTER_FILE // (WARPGROUP_THREADS * count) // 8 * 8
+    regs = {g: max((role.regs for role in groups.get(g, ()) if role.regs is not None), default=launch)
+            for g in range(count)}
+    total = WARPGROUP_THREADS * sum(regs.values())
+    if total > REGISTER_FILE:
+        names = {g: ", ".join(role.name for role in groups.get(g, ())) or "no role" for g in range(count)}
+        each = "; ".join(f"warpgroup {g}: {regs[g]} ({names[g]})" for g in range(count))
+        raise AttncError(f"register budgets of the warpgroups sum to {total} registers, more than the "
+                         f"{REGISTER_FILE} of the register file (setmaxnreg sets the four warps of a "
+                         f"warpgroup alike, to the largest budget of its roles: {each}); lower a role's 'regs'")

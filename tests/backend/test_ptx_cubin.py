@@ -103,3 +103,54 @@ def test_bad_ptx_and_bad_arch_raise():
         cubin.ptx_to_cubin(".version 7.0\n.target sm_80\n.address_size 64\nbogus;", "sm_80")
     with pytest.raises(cubin.CubinError, match="bad arch"):
         cubin.ptx_to_cubin("", "compute80")
+
+
+# Two warpgroups give registers back (56 a thread), two take them (200): a pool of 512 x 128.
+SETMAXNREG_KERNEL = """.version 8.7
+.target sm_100a
+.address_size 64
+.visible .entry k(.param .u64 p)
+.maxntid 512, 1, 1
+{CTAS}
+{
+  .reg .b32 %r<2>;
+  .reg .pred %q;
+  mov.u32 %r1, %tid.x;
+  setp.lt.u32 %q, %r1, 256;
+  @%q bra up;
+  setmaxnreg.dec.sync.aligned.u32 56;
+  bra done;
+up:
+  setmaxnreg.inc.sync.aligned.u32 200;
+done:
+  ret;
+}
+"""
+
+
+@pytest.mark.skipif(cubin.whole_program_ptxas() is None, reason="no ptxas to assemble setmaxnreg with")
+def test_a_kernel_setting_its_registers_needs_the_register_files_share():
+    """Note [The pool setmaxnreg moves]: with .minnctapersm 1 ptxas gives each of the 512
+    threads the register file's share, 128, which the budgets move between warpgroups;
+    without it ptxas gives the kernel the few registers its code needs, and the
+    setmaxnreg.inc would wait for ever on a GPU: refused."""
+    usage = cubin.parse_resource_usage(
+        cubin.ptx_to_cubin(SETMAXNREG_KERNEL.replace("{CTAS}", ".minnctapersm 1"), "sm_100a").info_log)
+    assert usage["k"].registers == 128
+    cubin._assemble_whole_program.cache_clear()
+    with pytest.raises(cubin.CubinError, match=r"ptxas gave k \d+ registers a thread, fewer than the 128 of the "
+                                               r"register file's share of its 512 threads"):
+        cubin.ptx_to_cubin(SETMAXNREG_KERNEL.replace("{CTAS}", ""), "sm_100a")
+
+
+def test_the_register_pool_is_checked_only_where_setmaxnreg_is():
+    """A kernel without setmaxnreg keeps what ptxas gives it; one with it, named by its
+    entry, must have the share of the threads of its .maxntid (384: 168, a multiple of 8)."""
+    log = "ptxas info    : Compiling entry function 'k' for 'sm_90a'\nptxas info    : Used {} registers\n"
+    plain = SETMAXNREG_KERNEL.replace("{CTAS}", "").replace("setmaxnreg.dec.sync.aligned.u32 56;", "") \
+                             .replace("setmaxnreg.inc.sync.aligned.u32 200;", "")
+    cubin.check_register_pool(plain, log.format(4))
+    three = SETMAXNREG_KERNEL.replace(".maxntid 512, 1, 1", ".maxntid 128, 3, 1")
+    cubin.check_register_pool(three, log.format(168))
+    with pytest.raises(cubin.CubinError, match="fewer than the 168 of the register file's share of its 384 threads"):
+        cubin.check_register_pool(three, log.format(160))

@@ -172,8 +172,19 @@ PLAN_EDITS = [
                  "multiple of 8 in [24, 256] (setmaxnreg)", id="verify-regs-not-setmaxnreg"),
     pytest.param("sm_90a", "attn-insert-pipelines",
                  lambda t: _replaced(_replaced(t, "regs = 240 : i64", "regs = 256 : i64"), "regs = 24 : i64", "regs = 256 : i64"),
-                 "attn-verify-pipeline", "attn-verify-pipeline: register budgets of the roles sum to 98304 registers, "
-                 "more than the 65536 of the register file", id="verify-regs-over-the-file"),
+                 "attn-verify-pipeline", "attn-verify-pipeline: register budgets of the warpgroups sum to 98304 "
+                 "registers, more than the 65536 of the register file (setmaxnreg sets the four warps of a warpgroup "
+                 "alike, to the largest budget of its roles: warpgroup 0: 256 (producer); warpgroup 1: 256 "
+                 "(consumer0); warpgroup 2: 256 (consumer1)); lower a role's 'regs'", id="verify-regs-over-the-file"),
+    # The MMA warp's 56 fit a sum by role (64,768 registers), but its warpgroup's four warps
+    # (MMA, load, epilogue and the empty one) all take 56: a sum by warpgroup is over the file.
+    pytest.param("sm_100a", "attn-insert-pipelines",
+                 lambda t: _replaced(t, 'name = "mma", regs = 48 : i64', 'name = "mma", regs = 56 : i64'),
+                 "attn-verify-pipeline", "attn-verify-pipeline: register budgets of the warpgroups sum to 66560 "
+                 "registers, more than the 65536 of the register file (setmaxnreg sets the four warps of a warpgroup "
+                 "alike, to the largest budget of its roles: warpgroup 0: 200 (softmax0); warpgroup 1: 200 "
+                 "(softmax1); warpgroup 2: 64 (correction); warpgroup 3: 56 (mma, load, epilogue, empty)); lower a "
+                 "role's 'regs'", id="verify-regs-of-a-shared-warpgroup"),
     pytest.param("sm_90a", "attn-insert-pipelines", lambda t: _replaced(t, "regs = 24 : i64", "regs = 100 : i64"),
                  "attn-kernel-choices", "the producer role's register budget 100 must be a multiple of 8 in [24, 256] "
                  "(setmaxnreg)", id="choices-producer-regs"),
