@@ -180,7 +180,13 @@ def lay_out_smem(recipe: Recipe, tile: Tile, kv_layout: str = "interleaved") -> 
 
 
 def alloc_tmem(recipe: Recipe, tile: Tile) -> tuple[Buffer, ...]:
-    """S and O accumulators per Q tile in TMEM columns (fp32, one column per element of a row)."""
+    """S and O accumulators per Q tile in TMEM columns (fp32, one column per element of a row).
+
+    P lies in S's columns, as in FlashAttention-4: the next block's S = Q K^T writes them
+    while the MMA warp's last P.V, issued before it, may still read P. What orders the two
+    is the tensor pipe running one thread's MMAs in the order issued, which FlashAttention-4
+    relies on and the emulator models (runtime/attnc_sim/isa_sm100.py); the PTX ISA 8.7 text
+    states that order for MMAs of one accumulator only. No Blackwell GPU has run it here."""
     if recipe.tmem_columns == 0:
         return ()
     buffers, col = [], 0
