@@ -182,7 +182,7 @@ def _issue_tma_store(w, ins, lane, tmap, coords, at) -> None:
     nbytes = _box_bytes(tmap, at)
     if (w.cta.inflight_writes[nbytes] > 0).any():
         report(w, "read-before-complete", ins, "a bulk store reads shared memory an asynchronous copy has not landed")
-    proxies.check_async_read(w, nbytes, ins.where(), "the tensor store")
+    proxies.check_async_read(w, nbytes, ins.where(), "the tensor store", lane)
     memory = _GlobalBytes(w.cta.launch.memory, ins.where())
     op = _BulkStoreOp(w, ins, nbytes, lambda: tma.store(tmap, coords, memory, w.cta.smem, at))
     lane_state(w, "bulk_open", lane).append(op)
@@ -239,7 +239,7 @@ def cp_async_bulk(ins, ctx):
             if (w.cta.inflight_writes[smem_bytes] > 0).any():
                 report(w, "read-before-complete", ins,
                        "a bulk store reads shared memory an asynchronous copy has not landed")
-            proxies.check_async_read(w, smem_bytes, ins.where(), "the bulk store")
+            proxies.check_async_read(w, smem_bytes, ins.where(), "the bulk store", lane)
             memory = w.cta.launch.memory
             memory.offsets(np.array([d]), 1, ins.where())
             op = _BulkStoreOp(w, ins, smem_bytes, lambda d=d, s=s, n=n: memory.put(d, w.cta.smem[s:s + n]))

@@ -175,7 +175,7 @@ def _issue_pipe_op(w, ins, lane, effect, writes, reads, smem_bytes) -> None:
     if (w.cta.inflight_writes[smem_bytes] > 0).any():
         report(w, "read-before-complete", ins,
                 "the instruction reads shared memory an asynchronous copy has not landed yet")
-    proxies.check_async_read(w, smem_bytes, ins.where(), f"{ins.parts[0]}.{ins.parts[1]}")
+    proxies.check_async_read(w, smem_bytes, ins.where(), f"{ins.parts[0]}.{ins.parts[1]}", lane)
     if (s.st_writes[writes] > 0).any():
         report(w, "read-before-complete", ins, f"{ins.parts[0]}.{ins.parts[1]} writes tensor memory a "
                "tcgen05.st has not finished (no tcgen05.wait::st)")

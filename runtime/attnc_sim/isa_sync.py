@@ -45,6 +45,7 @@ def _barrier_arrive(w, bar_id: int, count: int | None, where: str, wait: bool, o
 def _release(cta, bar_id):
     bar = cta.barriers.pop(bar_id)
     for waiter, on_release in bar.waiters:
+        proxies.acquired(waiter)
         if on_release is not None:
             on_release(waiter)
         waiter.pc += 1
@@ -83,6 +84,8 @@ def bar(ins, ctx):
         if not wait:
             w.waiting = None
             return None
+        if done:
+            proxies.acquired(w)
         return isa.JUMP if done else isa.BLOCK
     return run
 
@@ -120,6 +123,8 @@ def bar_red(ins, ctx):
         if arrived >= expected:
             acc["__result__" + str(bar_id)] = acc.pop(bar_id)
         done = _barrier_arrive(w, bar_id, count(w), where, True, on_release)
+        if done:
+            proxies.acquired(w)
         return isa.JUMP if done else isa.BLOCK
     return run
 
@@ -267,6 +272,8 @@ def mbarrier_wait(ins, ctx):
             bar.waiters.append(w)
             w.waiting = _MbarrierWait(bar, a, v & 1)
             return isa.BLOCK
+        if ok:
+            proxies.acquired(w)
         d(w, np.full(WARP, ok, np.bool_))
     return run
 

@@ -19,13 +19,15 @@ def _lines_of(text: str, statement: str) -> list[int]:
 
 
 def _fence_edited(name: str, edit: str) -> str:
-    """The kernel's text with its one fence of the copied image removed or narrowed."""
+    """The kernel's text with its one fence of the copied image removed, narrowed, or moved
+    after the barrier that follows it (where every thread, the issuing one included, runs it)."""
     lines = h.kernel_text(name).splitlines(keepends=True)
     at = next(i for i, line in enumerate(lines) if line.startswith(FENCE))
     assert all(not line.startswith(FENCE) for line in lines[at + 1:])
     lines[at] = {"none": "",
                  "global": "  fence.proxy.async.global;\n",
-                 "thread 0": "  setp.eq.u32 %p0, %r0, 0;\n  @%p0 fence.proxy.async.shared::cta;\n"}[edit]
+                 "thread 0": "  setp.eq.u32 %p0, %r0, 0;\n  @%p0 fence.proxy.async.shared::cta;\n",
+                 "after the barrier": "  bar.sync 0;\n  fence.proxy.async.shared::cta;\n"}[edit]
     return "".join(lines)
 
 
@@ -60,3 +62,19 @@ def test_planted_unfenced_store_source_is_reported():
     message = launch.reports[0].message
     assert message.startswith("the tensor store reads shared byte 0x400 through the async proxy; thread 0 of warp 0 "
                               "wrote it")
+
+
+@pytest.mark.parametrize("kernel", ["mma_ld_32x32b.ptx", "tma_store.ptx"])
+def test_a_fence_of_the_reading_thread_after_the_barrier_also_orders_the_writes(kernel):
+    """The proxy fence may stand anywhere on the causality path from the write to the read:
+    run by the thread that issues the MMA or the store after the barrier that makes the other
+    threads' writes visible to it, it orders them for its async-proxy read (the writers'
+    own bytes stay recorded, and are not reported)."""
+    text = _fence_edited(kernel, "after the barrier")
+    if kernel == "tma_store.ptx":
+        launch, _, _, _ = tma_store_launch(kernel, text=text)
+    else:
+        mem, _, params, _ = mma_launch()
+        launch, _ = h.run(kernel, 128, params, mem, text=text)
+    assert launch.reports == []
+
