@@ -6,25 +6,26 @@ wgmma's and tcgen05.mma's shared operands, tcgen05.cp's source and the bulk and 
 (TMA) stores' sources are read through the async proxy. A generic write reaches an
 async-proxy read only through a `fence.proxy.async` (all state spaces, or `.shared::cta` /
 `.shared::cluster`; 9.7.12.4, "membar / fence") on the causality path from the write to
-the read (the memory model's "proxy-preserved base causality order"): run by the writer after its write,
-before the synchronization that orders the read after it (the O tile a warpgroup writes
-before its TMA store), or by the reading thread after that synchronization, before the read.
-Without it the hardware may read stale bytes, which the emulator, having one copy of shared
-memory, never shows.
+the read (the memory model's "proxy-preserved base causality order"): run by the writer
+after its write, before the synchronization that orders the read after it (the O tile a
+warpgroup writes before its TMA store), or by the reading thread after that
+synchronization, before the read. Without it the hardware may read stale bytes, which the
+emulator, having one copy of shared memory, never shows.
 
 So each shared byte records the thread whose generic write has not been fenced since, and
-when (a count of the CTA's writes and fences): `st.shared`, a generic `st` into shared
-memory, `stmatrix`. The writer's fence.proxy.async clears its bytes; a write by an
-asynchronous copy (cp.async, TMA, bulk) replaces the bytes and clears them; and an
-async-proxy read of a byte still recorded is a 'proxy' report naming the writer, unless
-the reading thread ran a fence after a synchronization of its warp (a CTA barrier, an
-mbarrier wait) that came after the write. That synchronization is taken as ordering the
+when (a count of the CTA's writes, fences and synchronizations): `st.shared`, a generic
+`st` into shared memory, `stmatrix`. The writer's fence.proxy.async clears its bytes; a
+write by an asynchronous copy (cp.async, TMA, bulk) replaces the bytes and clears them;
+and an async-proxy read of a byte still recorded is a 'proxy' report naming the writer,
+unless the reading thread ran a fence after a synchronization of its warp (a CTA barrier,
+an mbarrier wait) that came after the write. That synchronization is taken as ordering the
 write, which races.py's checks do not prove: a write another warp made before it here,
-unordered on a GPU, passes. Left out: cp.async (non-bulk), whose writes the async proxy reads after the
-copies' wait and the barrier after it, as attnc's sm_90a kernels (the "Proxies" item of
-attnc/backend/sm90a.py's docstring) and Triton's fence insertion treat them; atomics on
-shared memory; and the other direction (an async-proxy write after a generic access of the
-same bytes), which in every kernel here the mbarrier that publishes the async write orders.
+unordered on a GPU, passes. Left out: cp.async (non-bulk), whose writes the async proxy
+reads after the copies' wait and the barrier after it, as attnc's sm_90a kernels (the
+"Proxies" item of attnc/backend/sm90a.py's docstring) and Triton's fence insertion treat
+them; atomics on shared memory; and the other direction (an async-proxy write after a
+generic access of the same bytes), which in every kernel here the mbarrier that publishes
+the async write orders.
 """
 from __future__ import annotations
 
@@ -107,4 +108,5 @@ def check_async_read(w, span: np.ndarray, where: str, what: str, lane: int | Non
         cta.launch.report("proxy", w, where,
                           f"{what} reads shared byte {int(span[at]):#x} through the async proxy; thread "
                           f"{writer % WARP} of warp {writer // WARP} wrote it through the generic proxy "
-                          "with no fence.proxy.async after the write")
+                          "with no fence.proxy.async between the write and this read (the writer's, or "
+                          "this thread's after a synchronization that follows the write)")

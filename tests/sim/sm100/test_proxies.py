@@ -3,7 +3,8 @@ runtime/attnc_sim/proxies.py; PTX ISA 8.6 "Proxies", 9.7.12.4 fence.proxy.async)
 hand-written kernels of ptx/ copy their operands into shared memory with st.shared and fence
 them before the barrier after which tcgen05.mma or a TMA store reads them. Each planted bug
 takes a fence away, or narrows it, and must come out as a 'proxy' report at the reading
-instruction, naming a thread whose write was not fenced."""
+instruction, naming a thread whose write was not fenced; a fence moved to the reading
+thread after the barrier is as good as the writers' own."""
 from __future__ import annotations
 
 import pytest
@@ -35,7 +36,8 @@ def _fence_edited(name: str, edit: str) -> str:
 def test_planted_unfenced_mma_operand_is_reported(edit):
     """PLANTED BUG: tcgen05.mma reads A and B that the threads wrote with st.shared, with no
     fence.proxy.async of shared memory after the writes: none at all, one over global memory
-    only, or thread 0's alone (a fence orders the executing thread's writes only)."""
+    only, or thread 0's alone, before the barrier (a fence orders its thread's own writes,
+    and for its thread's reads those before a synchronization it passed: here none)."""
     text = _fence_edited("mma_ld_32x32b.ptx", edit)
     mem, _, params, _ = mma_launch()
     launch, _ = h.run("mma_ld_32x32b.ptx", 128, params, mem, text=text)
@@ -44,8 +46,9 @@ def test_planted_unfenced_mma_operand_is_reported(edit):
     mmas = {f"PTX line {i}" for i in _lines_of(text, "tcgen05.mma.cta_group")}
     assert len(mmas) == 2 and {r.where.split(":")[0] for r in proxy} == mmas
     assert proxy[0].message.startswith("tcgen05.mma reads shared byte 0x")
-    assert proxy[0].message.endswith("wrote it through the generic proxy with no fence.proxy.async "
-                                     "after the write")
+    assert proxy[0].message.endswith("wrote it through the generic proxy with no fence.proxy.async between "
+                                     "the write and this read (the writer's, or this thread's after a "
+                                     "synchronization that follows the write)")
     if edit == "thread 0":
         assert all("thread 0 of warp 0 wrote" not in r.message for r in proxy)
 
@@ -60,8 +63,8 @@ def test_planted_unfenced_store_source_is_reported():
     (store,) = _lines_of(text, "cp.async.bulk.tensor.2d")
     assert [(r.kind, r.where.split(":")[0]) for r in launch.reports] == [("proxy", f"PTX line {store}")]
     message = launch.reports[0].message
-    assert message.startswith("the tensor store reads shared byte 0x400 through the async proxy; thread 0 of warp 0 "
-                              "wrote it")
+    assert message.startswith("the tensor store reads shared byte 0x400 through the async proxy; "
+                              "thread 0 of warp 0 wrote it")
 
 
 @pytest.mark.parametrize("kernel", ["mma_ld_32x32b.ptx", "tma_store.ptx"])
