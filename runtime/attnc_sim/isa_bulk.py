@@ -122,12 +122,12 @@ class _TmaLoadOp(AsyncOp):
         self.w, self.ins, self.tmap, self.coords, self.smem_addr, self.mbar = w, ins, tmap, coords, smem_addr, mbar
         self.where = ins.where()
         self.bytes = _box_bytes(tmap, smem_addr)
-        np.add.at(w.cta.inflight_writes, self.bytes, 1)
+        w.cta.inflight_writes[self.bytes] += 1
         w.cta.n_inflight += 1
 
     def _run(self):
         cta = self.w.cta
-        np.add.at(cta.inflight_writes, self.bytes, -1)
+        cta.inflight_writes[self.bytes] -= 1
         cta.n_inflight -= 1
         moved = tma.load(self.tmap, self.coords, _GlobalBytes(cta.launch.memory, self.where),
                          cta.smem, self.smem_addr)
@@ -138,11 +138,11 @@ class _TmaLoadOp(AsyncOp):
 class _BulkStoreOp(AsyncOp):
     def __init__(self, w, ins, smem_bytes, action):
         self.w, self.where, self.smem_bytes, self.action = w, ins.where(), smem_bytes, action
-        np.add.at(w.cta.inflight_reads, smem_bytes, 1)
+        w.cta.inflight_reads[smem_bytes] += 1
         w.cta.n_inflight += 1
 
     def _run(self):
-        np.add.at(self.w.cta.inflight_reads, self.smem_bytes, -1)
+        self.w.cta.inflight_reads[self.smem_bytes] -= 1
         self.w.cta.n_inflight -= 1
         self.action()
 
@@ -254,12 +254,12 @@ class _BulkLoadOp(AsyncOp):
         self.where = ins.where()
         w.cta.smem_offsets(np.array([dst, dst + n - 16]), 16, self.where)
         w.cta.launch.memory.offsets(np.array([src, src + n - 16]), 16, self.where)
-        np.add.at(w.cta.inflight_writes, dst + np.arange(n), 1)
+        w.cta.inflight_writes[dst + np.arange(n)] += 1
         w.cta.n_inflight += 1
 
     def _run(self):
         cta = self.w.cta
-        np.add.at(cta.inflight_writes, self.dst + np.arange(self.n), -1)
+        cta.inflight_writes[self.dst + np.arange(self.n)] -= 1
         cta.n_inflight -= 1
         cta.smem[self.dst:self.dst + self.n] = cta.launch.memory.get(self.src, self.n)
         proxies.async_write(cta, self.dst + np.arange(self.n))

@@ -147,10 +147,10 @@ class _PipeOp(AsyncOp):
         self.state, self.where, self.effect = state, where, effect
         self.writes, self.reads, self.smem_bytes, self.cta = writes, reads, smem_bytes, cta
         state.pipe.append(self)
-        np.add.at(state.mma_writes, writes, 1)
+        state.mma_writes[writes] += 1
         if reads is not None:
-            np.add.at(state.mma_reads, reads, 1)
-        np.add.at(cta.inflight_reads, smem_bytes, 1)
+            state.mma_reads[reads] += 1
+        cta.inflight_reads[smem_bytes] += 1
         cta.n_inflight += 1
 
     def _run(self):
@@ -159,10 +159,10 @@ class _PipeOp(AsyncOp):
             pipe[0].complete()
         if pipe and pipe[0] is self:
             pipe.pop(0)
-        np.add.at(self.state.mma_writes, self.writes, -1)
+        self.state.mma_writes[self.writes] -= 1
         if self.reads is not None:
-            np.add.at(self.state.mma_reads, self.reads, -1)
-        np.add.at(self.cta.inflight_reads, self.smem_bytes, -1)
+            self.state.mma_reads[self.reads] -= 1
+        self.cta.inflight_reads[self.smem_bytes] -= 1
         self.cta.n_inflight -= 1
         try:
             self.effect()
@@ -378,10 +378,10 @@ def tcgen05_ld(ins, ctx):
 class _StOp(AsyncOp):
     def __init__(self, state, cells, values, where):
         self.state, self.cells, self.values, self.where = state, cells, values, where
-        np.add.at(state.st_writes, cells, 1)
+        state.st_writes[cells] += 1
 
     def _run(self):
-        np.add.at(self.state.st_writes, self.cells, -1)
+        self.state.st_writes[self.cells] -= 1
         self.state.tmem.cells[self.cells] = self.values
 
 
