@@ -19,7 +19,9 @@ Note [Pending registers] in state.py); a tcgen05.ld of TMEM an in-flight MMA or 
 writes (the commit's mbarrier not waited); a tcgen05.st into TMEM an in-flight MMA reads or
 writes; an MMA reading TMEM a tcgen05.st has not finished (no wait::st) or shared memory a copy
 has not landed; a shared-memory write into an in-flight MMA's operands (races.py); tensor memory
-still allocated when the CTA ends ('tensor-memory', from `check_exit`, which the engine runs).
+still allocated when the CTA ends ('tensor-memory', from `check_exit`, which the engine runs);
+tensor memory one warp accesses after another without the tcgen05 fences around the
+synchronization between them ('tcgen05-fence': Note [tcgen05 fences] in tmem_order.py).
 
 Per-CTA state is `cta.__dict__["sm100"]` (an `_Sm100State`).
 """
@@ -29,7 +31,7 @@ import re
 
 import numpy as np
 
-from attnc_sim import isa, proxies, smem_desc, tmem
+from attnc_sim import isa, proxies, smem_desc, tmem, tmem_order
 from attnc_sim.errors import SimError
 from attnc_sim.isa_bulk import arrive, lane_state, report, uniform
 from attnc_sim.ptx import Addr
@@ -175,7 +177,11 @@ def _issue_pipe_op(w, ins, lane, effect, writes, reads, smem_bytes) -> None:
     if (w.cta.inflight_writes[smem_bytes] > 0).any():
         report(w, "read-before-complete", ins,
                 "the instruction reads shared memory an asynchronous copy has not landed yet")
-    proxies.check_async_read(w, smem_bytes, ins.where(), f"{ins.parts[0]}.{ins.parts[1]}", lane)
+    name = f"{ins.parts[0]}.{ins.parts[1]}"
+    proxies.check_async_read(w, smem_bytes, ins.where(), name, lane)
+    if reads is not None:
+        tmem_order.access(w, reads, False, name, ins.where())
+    tmem_order.access(w, writes, True, name, ins.where())
     if (s.st_writes[writes] > 0).any():
         report(w, "read-before-complete", ins, f"{ins.parts[0]}.{ins.parts[1]} writes tensor memory a "
                "tcgen05.st has not finished (no tcgen05.wait::st)")
@@ -291,6 +297,7 @@ def tcgen05_commit(ins, ctx):
     mbar = ctx.address(ins.operands[0])
 
     def run(w):
+        tmem_order.release(w)           # a commit is the before-fence of what it tracks (9.7.16.6.4.2)
         for lane in np.flatnonzero(w.wmask):
             # every earlier MMA and copy of the thread still running, committed before or not
             # (PTX ISA 9.7.16.7.1: "all prior asynchronous tcgen05 operations ... initiated by
@@ -305,8 +312,9 @@ def tcgen05_commit(ins, ctx):
 def tcgen05_fence(ins, ctx):
     """The fences order tcgen05 operations around thread synchronization (9.7.16.6.2); the
     emulator runs each warp in program order and completes asynchronous work only at the points
-    of the module docstring, so they change nothing here."""
-    return lambda w: None
+    of the module docstring, so they change nothing it computes: tmem_order.py checks that
+    they stand where they must (Note [tcgen05 fences])."""
+    return tmem_order.release if "fence::before_thread_sync" in ins.parts else tmem_order.after_sync
 
 
 # tcgen05.ld / tcgen05.st / tcgen05.wait ----------------------------------------------------
@@ -369,6 +377,7 @@ def tcgen05_ld(ins, ctx):
             report(w, "read-before-complete", ins, "tcgen05.ld reads tensor memory an in-flight "
                     "tcgen05.mma or tcgen05.cp still writes (its tcgen05.commit not yet observed)")
         overwrite(w)
+        tmem_order.access(w, (lanes, cols), False, "tcgen05.ld", ins.where())
         op = _LdOp(w, s.tmem.cells[lanes, cols].copy(), writers, keys, ins.where())
         w.async_state.setdefault("tcgen05_ld", []).append(op)
         w.cta.launch.scheduler.issue(op)
@@ -401,6 +410,7 @@ def tcgen05_st(ins, ctx):
             report(w, "write-while-read", ins, "tcgen05.st writes tensor memory an in-flight "
                     "tcgen05.mma still reads or writes")
         values = np.stack([r(w) for r in readers], axis=1).astype(np.uint32)
+        tmem_order.access(w, (lanes, cols), True, "tcgen05.st", ins.where())
         op = _StOp(s, (lanes, cols), values, ins.where())
         w.async_state.setdefault("tcgen05_st", []).append(op)
         w.cta.launch.scheduler.issue(op)

@@ -44,8 +44,10 @@ def _state(cta) -> tuple[np.ndarray, np.ndarray]:
     return state
 
 
-def _tick(cta) -> int:
-    """The CTA's count of generic writes and fences, this one's included."""
+def tick(cta) -> int:
+    """The CTA's clock: a count of the events the memory-order checks compare (generic
+    writes, fences, synchronizations; tmem_order.py's tensor-memory accesses), this one's
+    included."""
     now = cta.__dict__["proxy_clock"] = cta.__dict__.get("proxy_clock", 0) + 1
     return now
 
@@ -64,7 +66,7 @@ def generic_write(w, lanes: np.ndarray, offs: np.ndarray, width: int) -> None:
     marks, times = _state(w.cta)
     span = offs[:, None] + np.arange(width)
     marks[span] = (w.index * WARP + lanes + 1)[:, None]
-    times[span] = _tick(w.cta)
+    times[span] = tick(w.cta)
     w.cta.__dict__["proxy_unfenced"] = True
 
 
@@ -77,14 +79,19 @@ def async_write(cta, span: np.ndarray) -> None:
 def acquired(w) -> None:
     """w's warp passed a synchronization (a CTA barrier, an mbarrier phase it waited for):
     the writes before it are those a later fence of w's orders for w's reads."""
-    w.__dict__["proxy_acquired_at"] = _tick(w.cta)
+    w.__dict__["proxy_acquired_at"] = tick(w.cta)
+
+
+def acquired_at(w) -> int:
+    """The clock at w's last synchronization, -1 before any."""
+    return w.__dict__.get("proxy_acquired_at", -1)
 
 
 def fence(w) -> None:
     """The active lanes of w ran fence.proxy.async over shared memory."""
     cta = w.cta
     lanes = np.flatnonzero(w.wmask)
-    _fenced_at(w)[lanes] = w.__dict__.get("proxy_acquired_at", -1)
+    _fenced_at(w)[lanes] = acquired_at(w)
     if not cta.__dict__.get("proxy_unfenced"):
         return
     marks, _ = _state(cta)

@@ -37,8 +37,8 @@ class AsyncOp:
 @dataclass
 class Report:
     """A race or protocol error the emulator found."""
-    kind: str           # 'read-before-complete', 'write-while-read', 'proxy', 'mbarrier', 'barrier',
-                        # 'deadlock'
+    kind: str           # 'read-before-complete', 'write-while-read', 'proxy', 'tcgen05-fence',
+                        # 'mbarrier', 'barrier', 'deadlock'
     warp: str
     where: str
     message: str
