@@ -215,9 +215,13 @@ def test_rescales_that_disagree_are_refused():
 
 
 def test_a_role_across_two_warpgroups_is_refused_at_the_role():
-    """Note [Registers per warpgroup]: a warpgroup's branch sets its budget, then runs its roles."""
+    """Note [Registers per warpgroup]: a warpgroup's branch sets its budget, then runs its roles.
+    (The correction role's 48 registers keep the warpgroups' budgets within the register file,
+    which its 64 in the MMA warps' warpgroup would not.)"""
     def edit(kernel):
-        _role(kernel, "correction").attributes["warps"] = R.attr([10, 11, 12, 13])
+        role = _role(kernel, "correction")
+        role.attributes["warps"] = R.attr([10, 11, 12, 13])
+        role.attributes["regs"] = R.attr(48)
     assert "attn-lower-sm100a runs a role within one warpgroup, not warps [10, 11, 12, 13]" in _refused(edit)
 
 
