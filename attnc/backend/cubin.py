@@ -151,7 +151,7 @@ def check_register_pool(ptx: str, log: str) -> None:
     fewer, the pool would be smaller than the budgets and the kernel would hang on a GPU,
     where the emulator (which does not model registers) runs it to the end. So a kernel
     whose PTX sets its registers is refused unless ptxas reports at least that share."""
-    from attnc.schedule.recipes import REGISTER_FILE
+    from attnc.schedule.recipes import register_share
 
     usage = parse_resource_usage(log)
     entries = [(m.start(), m.group(1)) for m in _ENTRY_NAME.finditer(ptx)]
@@ -163,7 +163,7 @@ def check_register_pool(ptx: str, log: str) -> None:
         threads = 1
         for n in ntid.groups():
             threads *= int(n or 1)
-        share = REGISTER_FILE // threads // 8 * 8
+        share = register_share(threads)
         if usage[name].registers < share:
             raise CubinError(f"ptxas gave {name} {usage[name].registers} registers a thread, fewer than the "
                              f"{share} of the register file's share of its {threads} threads that its "

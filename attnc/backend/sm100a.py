@@ -138,6 +138,7 @@ from attnc.ir import roles as R
 from attnc.ir.ops import int_constant
 from attnc.passes.kernel_choices import sm100a_choices
 from attnc.passes.tile_program import KV_LOOP, kv_block_op
+from attnc.schedule.recipes import register_share
 
 SMEM_SYMBOL = "attnc_smem"
 LOG2E = 1.4426950408889634
@@ -294,7 +295,7 @@ def _emit(cx: Lowering, lazy: bool) -> None:
     # Note [Lazy rescale on sm_100a]
     cx.softmax = OnlineSoftmax(e, Approx(e), _OwnRow(), LOG2E if natural else cx.scale * LOG2E, lazy=lazy)
     # Note [Registers per warpgroup]: a warpgroup's branch sets its registers, then runs its roles
-    launch = 65536 // (32 * _warps(kernel))
+    launch = register_share(32 * _warps(kernel))
     for group, members in _warpgroups(roles).items():
         # each test reads its own opaque copy of the warp index: LLVM would turn tests of one
         # value into a jump table (brx.idx), which the emulator does not run
@@ -326,7 +327,7 @@ def _warpgroups(roles: list) -> dict[int, list]:
     and ptxas gives the code after it that budget: each warpgroup's roles run in one branch
     that sets the registers first, the largest budget of its roles (the MMA, load and
     epilogue warps and the idle one share a warpgroup). The launch gives each thread
-    65536 / (32 x warps) registers."""
+    attnc/schedule/recipes.py's register_share of the CTA's threads."""
     groups: dict[int, list] = {}
     for role in roles:
         warps = list(R.attrs_of(role)["warps"])

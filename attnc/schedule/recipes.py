@@ -148,12 +148,17 @@ def default_persistent(target: str, producer: bool, banded: bool) -> bool:
     return target == "sm_90a" and producer and banded
 
 
+def register_share(threads: int) -> int:
+    """A thread's registers at launch in a CTA of `threads` that is one per SM: the register
+    file over its threads, rounded down to a multiple of 8 (ptxas's count, as .minnctapersm 1
+    lets it take them all), which setmaxnreg budgets are planned from."""
+    return REGISTER_FILE // threads // 8 * 8
+
+
 def launch_pool(consumers: int) -> int:
-    """A producer CTA's registers at launch: the SM's register file over its threads,
-    rounded down to a multiple of 8 per thread (ptxas's count, as .minnctapersm 1 lets
-    it take them all)."""
+    """A producer CTA's registers at launch (register_share of its threads)."""
     threads = WARPGROUP_THREADS * (1 + consumers)
-    return threads * (REGISTER_FILE // threads // 8 * 8)
+    return threads * register_share(threads)
 
 
 def consumer_registers(consumers: int) -> int:
@@ -287,7 +292,7 @@ def check_register_budget(r: Recipe) -> None:
         for g in sorted({w // 4 for w in role.warps}):
             groups.setdefault(g, []).append(role)
     count = max(groups) + 1
-    launch = REGISTER_FILE // (WARPGROUP_THREADS * count) // 8 * 8
+    launch = register_share(WARPGROUP_THREADS * count)
     regs = {g: max((role.regs for role in groups.get(g, ()) if role.regs is not None), default=launch)
             for g in range(count)}
     total = WARPGROUP_THREADS * sum(regs.values())
