@@ -48,6 +48,12 @@ what the emulator infers.
   are in 9.7.16.7.1 (tcgen05.alloc). Where an allocation lands is not: the emulator hands out
   the lowest free run aligned to its size (INFERRED; a kernel uses the address tcgen05.alloc
   writes to shared memory, so only code that assumes an alignment could tell).
+
+Note [Stale tensor memory]: tcgen05.alloc does not clear the columns it hands out; they hold
+what the last CTA on the SM left there. The emulator fills them with `STALE` at each
+allocation, all bits set: NaN as an f32 and as both halves of a bf16 or f16 pair, so a kernel
+that reads a column it has not written (an MMA without accumulate's first write, a tcgen05.st)
+gets NaNs into its results rather than the zeros of a fresh numpy array.
 """
 from __future__ import annotations
 
@@ -61,6 +67,7 @@ LANES = 128
 COLUMNS = 512
 QUARTER = 32                # lanes a warp reaches: those of quarter warp_id % 4
 MIN_ALLOC = 32
+STALE = np.uint32(0xFFFFFFFF)   # Note [Stale tensor memory]
 
 
 class TmemError(ValueError):
@@ -97,6 +104,7 @@ class TensorMemory:
         for start in range(0, COLUMNS, ncols):
             if all(not (s < start + ncols and start < s + n) for s, n in self.allocations.items()):
                 self.allocations[start] = ncols
+                self.cells[:, start:start + ncols] = STALE
                 return address(0, start)
         return None
 

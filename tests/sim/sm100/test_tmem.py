@@ -186,6 +186,22 @@ def test_mma_accumulate_flag():
     np.testing.assert_allclose(read_32x32b(t, 0, 32), 2 * expected, rtol=1e-6, atol=1e-5)
 
 
+def test_alloc_hands_out_stale_columns():
+    """Note [Stale tensor memory]: tcgen05.alloc does not clear its columns; every allocation
+    (the first one and one after a dealloc) fills them with STALE, NaN as an f32 and as both
+    16-bit halves, and leaves the other columns alone."""
+    t = TensorMemory()
+    first = t.try_alloc(64)
+    assert (t.cells[:, :64] == tm.STALE).all() and not t.cells[:, 64:].any()
+    t.cells[:, :64] = 7
+    second = t.try_alloc(32)
+    assert (t.cells[:, 64:96] == tm.STALE).all() and (t.cells[:, :64] == 7).all()
+    t.dealloc(first, 64)
+    assert t.try_alloc(64) == first and (t.cells[:, :64] == tm.STALE).all() and (t.cells[:, 64:96] == tm.STALE).all()
+    assert np.isnan(t.cells[:1, :1].view(np.float32)).all() and np.isnan(t.cells[:1, :1].view(np.float16)).all()
+    t.dealloc(second, 32)
+
+
 def test_mma_m64_uses_sixteen_lanes_per_quarter():
     """M=64: row r in lane 32 (r // 16) + r % 16; each warp reads its 16 rows with 16x256b."""
     a, b, smem, a_desc, b_desc = mma_setup(64, 16, 2)
@@ -200,7 +216,7 @@ def test_mma_m64_uses_sixteen_lanes_per_quarter():
             for r in range(8):
                 row = 16 * w + lanes[th, r] - 32 * w
                 assert got[th, r] == expected[row, cols[th, r]]
-    assert not t.cells[16:32].any() and not t.cells[48:64].any()
+    assert (t.cells[16:32, :32] == tm.STALE).all() and (t.cells[48:64, :32] == tm.STALE).all()
 
 
 def test_mma_bf16_negate_and_n_major_b():
@@ -267,7 +283,8 @@ def test_cp_128x256b_row_to_lane():
     t.try_alloc(32)
     tm.cp(t, smem, tm.address(0, 8), desc, "128x256b")
     np.testing.assert_array_equal(t.cells[:, 8:16], words)
-    assert not t.cells[:, :8].any() and not t.cells[:, 16:].any()
+    assert (t.cells[:, :8] == tm.STALE).all() and (t.cells[:, 16:32] == tm.STALE).all()
+    assert not t.cells[:, 32:].any()            # never allocated
 
 
 def test_cp_multicast():
