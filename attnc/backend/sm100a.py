@@ -314,7 +314,7 @@ def _emit(cx: Lowering, lazy: bool) -> None:
                 warps = list(R.attrs_of(role)["warps"])
                 mine = scf.IfOp(e.and_(e.ge(cx.warp, warps[0]), e.le(cx.warp, warps[-1])))
                 with ir.InsertionPoint(mine.then_block):
-                    cx.role, cx.walk = R.name_of(role), None
+                    cx.role, cx.walk, cx.m_block = R.name_of(role), None, coords[2]
                     _lower_block(cx, R.role_block(role))
                     scf.yield_([])
             scf.yield_([])

@@ -12,7 +12,7 @@ from mlir.dialects import arith, llvm, scf
 from attnc.backend.block_walk import BlockWalk
 from attnc.backend.nvgpu_builders import Emit, MBarrier, Smem, _asm, warp_sync, warp_vote
 from attnc.backend.sm100a_tiles import (block_map_range, block_map_read, first_key, first_row, kv_range, o_rows,
-                                        rows_end, store_o_rows)
+                                        q_tile_has_rows, rows_end, store_o_rows)
 from attnc.backend.softmax import OnlineSoftmax, SoftmaxState
 from attnc.backend.tcgen05 import MMA_K, Tmem, Umma, bulk_wait_read, expect_tx, param_address, tma_load, tma_store
 from attnc.errors import AttncError
@@ -121,6 +121,7 @@ class Lowering:
     scale: float = 1.0                  # what scores are multiplied by before a score_mod
     walk: object = None                 # block_walk.BlockWalk of the role's rounds (persistent CTAs)
     tile: object = None                 # with a `table`, sm100a_tiles.TableTile: the CTA's, as the role read it
+    m_block: ir.Value = None            # the role's query block: the CTA's, or its walk's current one
     runs: object = None                 # run_ranges.RunHooks, where the table's runs give the key ranges
 
     @property
@@ -185,6 +186,7 @@ def _walk_block(cx: Lowering, op):
                            f"scf.for over {R.WALK_ROUNDS} (Note [The walk over query blocks] in "
                            f"attnc/schedule/walk.py)")
     has, (m_block, h, b) = cx.walk.item(cx.value(op.operands[0]))
+    cx.m_block = m_block
     return [has, b, h, m_block]
 
 
@@ -288,20 +290,23 @@ def _gemm(cx: Lowering, head_dim: str) -> tuple:
     return cx.e, umma, get_int(kernel, "block_m"), get_int(kernel, "block_n"), get_int(kernel, head_dim)
 
 
-def _gemm_qk(cx: Lowering, slot: Slot, g: Gemm) -> None:
+def _gemm_qk(cx: Lowering, issue: ir.Value, slot: Slot, g: Gemm) -> None:
     e, umma, block_m, block_n, d = _gemm(cx, "head_dim_qk")
     idesc = umma.instr_desc(block_m, block_n, umma.dtype, b_mn_major=False)
     # Note [Addresses at their MMA]
     d_tmem = e.opaque(cx.tmem_address(slot, False))
     a_base, b_base = (e.opaque(cx.slot_address(t)) for t in (g.a, g.b))
     for k in range(d // MMA_K):
-        umma.mma(cx.first_lane, d_tmem, _k_major_desc(cx, g.a, a_base, block_m, k),
+        umma.mma(issue, d_tmem, _k_major_desc(cx, g.a, a_base, block_m, k),
                  _k_major_desc(cx, g.b, b_base, block_n, k), idesc, e.true() if k else e.false(), a_in_tmem=False)
 
 
 def _mma(cx: Lowering, op):
     kind = get_str(op, "kind")
     a, b = cx.value(op.operands[0]), cx.value(op.operands[1])
+    # Note [Q tiles without rows]
+    rows = q_tile_has_rows(cx, op, get_int(op, "q_tile") if "q_tile" in op.attributes else 0)
+    issue = cx.first_lane if rows is None else cx.e.land(cx.first_lane, rows)
     if kind == "qk":
         # Note [MMAs into their slot] (sync_ir.py): issued here, into the slot it is written to
         writes = [u.owner for u in op.result.uses if u.owner.name == R.SLOT_WRITE]
@@ -310,7 +315,7 @@ def _mma(cx: Lowering, op):
                                "its result is written to (Note [MMAs into their slot])")
         w = writes[0]
         slot = Slot(cx.channels[w.operands[0]], cx.value(w.operands[1]), get_str(w, "tile"))
-        _gemm_qk(cx, slot, Gemm(a, b))
+        _gemm_qk(cx, issue, slot, Gemm(a, b))
         return [InTmem()]
     acc = cx.value(op.operands[2])
     e, umma, block_m, block_n, d = _gemm(cx, "head_dim_v")
@@ -323,7 +328,7 @@ def _mma(cx: Lowering, op):
         # blocks block_n rows apart
         swizzle = swizzle_bytes(b.channel)
         desc = umma.smem_desc(e.add(v_base, k * MMA_K * swizzle), block_n * swizzle, 8 * swizzle, swizzle)
-        umma.mma(cx.first_lane, d_tmem, e.add(p_tmem, k * MMA_K // 2), desc, idesc, e.true(), a_in_tmem=True)
+        umma.mma(issue, d_tmem, e.add(p_tmem, k * MMA_K // 2), desc, idesc, e.true(), a_in_tmem=True)
     return [InTmem()]
 
 

@@ -27,9 +27,23 @@ in any order), so the epilogue warp copies the slot's rows below row_end to glob
 itself: 16 bytes a lane, a row's units on neighbouring lanes (coalesced), each unit read
 at its swizzled place (Note [O through TMA] in sm100a.py). FlashAttention-4 stores O so for
 variable-length sequences, where it keeps TMA for fixed ones. A tile of at most block_m
-rows still loads and computes its second Q tile, whose rows it never stores (a saving not
-taken). No Blackwell GPU has timed any of it; the emulator runs each way against the
-reference (tests/sim/test_tiles_sm100a_sim.py).
+rows issues no MMA for its second Q tile (Note [Q tiles without rows]). No Blackwell GPU has
+timed any of it; the emulator runs each way against the reference
+(tests/sim/test_tiles_sm100a_sim.py).
+
+Note [Q tiles without rows]: a query block of two Q tiles whose rows end inside the first --
+a tile of the table of at most block_m rows, or the last block of a sequence of M rows
+with M mod (2 x block_m) in (0, block_m], M < block_m among them -- has no row in its
+second Q tile. The MMA warp does not issue that tile's GEMMs (QK^T and P.V: half the
+block's tensor-core work): each attn.mma of a Q tile past the first is issued under the
+test that its first row lies below the block's row end. Everything else runs as it
+stands, so every barrier sees its arrivals and commits: the commits that follow a GEMM
+not issued track the MMAs issued before them and arrive when those are done, the softmax
+warpgroup of that tile reads the stale S the slot holds (Note [Stale tensor memory] in
+attnc_sim/tmem.py), and its rows, never stored, keep whatever it computes (O and the LSE
+are stored only below the row end). The load warp still brings the tile's Q, which the
+expect_tx of its barrier counts. Persistent CTAs zero O at each query block, so a block
+after one without rows starts clean.
 """
 from __future__ import annotations
 
@@ -39,7 +53,7 @@ from mlir import ir
 from mlir.dialects import llvm, nvvm, scf
 
 from attnc.backend.nvgpu_builders import Emit, _asm
-from attnc.ir import error_at, get_bool, get_int
+from attnc.ir import error_at, get_bool, get_int, get_shape
 from attnc.ir import roles as R
 
 
@@ -188,6 +202,15 @@ def rows_end(cx, op, m_block, rows_total) -> ir.Value:
     """Where query block `m_block`'s rows end: the tile's row_end, or M."""
     tile = tile_of(cx, m_block, op)
     return tile.row_end if tile is not None else rows_total
+
+
+def q_tile_has_rows(cx, op, q_tile: int) -> ir.Value | None:
+    """Note [Q tiles without rows]: whether Q tile `q_tile` of the role's query block holds
+    one of its rows (an i1), None for the first Q tile, which always does."""
+    if q_tile == 0:
+        return None
+    rows = cx.size(get_shape(cx.kernel, "q_shape")[2])
+    return cx.e.lt(first_row(cx, op, cx.m_block, q_tile), rows_end(cx, op, cx.m_block, rows))
 
 
 def o_rows(cx, op, m_block, first) -> ir.Value | None:
