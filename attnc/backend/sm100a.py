@@ -127,8 +127,8 @@ from mlir.dialects import gpu, nvvm, scf
 
 from attnc.backend.hooks import KernelNames
 from attnc.backend.nvgpu_builders import Approx, Emit, MBarrier, Smem, _asm, set_max_registers
-from attnc.backend.sm100a_ops import PATTERNS, Channel, Lowering, out_bytes, swizzle_bytes
-from attnc.backend.sm100a_tiles import read_tile, table_blockmap
+from attnc.backend.sm100a_ops import PATTERNS, SKELETON_PATTERNS, Channel, Lowering, out_bytes, swizzle_bytes
+from attnc.backend.sm100a_tiles import q_tile_has_rows, read_tile, table_blockmap
 from attnc.backend.smem_layout import Mbarrier, barriers_end, place_mbarriers
 from attnc.backend.softmax import OnlineSoftmax
 from attnc.backend.tcgen05 import Tmem
@@ -315,7 +315,7 @@ def _emit(cx: Lowering, lazy: bool) -> None:
                 mine = scf.IfOp(e.and_(e.ge(cx.warp, warps[0]), e.le(cx.warp, warps[-1])))
                 with ir.InsertionPoint(mine.then_block):
                     cx.role, cx.walk, cx.m_block = R.name_of(role), None, coords[2]
-                    _lower_block(cx, R.role_block(role))
+                    _lower_role(cx, role)
                     scf.yield_([])
             scf.yield_([])
     _sync(cx)
@@ -382,9 +382,48 @@ def _channel(op) -> Channel:
 
 
 # --- the walk over a role's ops --------------------------------------------------------------
+def _lower_role(cx: Lowering, role) -> None:
+    """The role's program; a softmax role of a Q tile past the first as well as its skeleton,
+    run where the CTA's query block has no row in that Q tile (Note [Q tiles without rows])."""
+    ops = [op.operation for op in R.role_block(role).operations]
+    tile = _softmax_q_tile(role)
+    if not tile:
+        _lower_ops(cx, ops)
+        return
+    # what precedes the KV loops (the key range, the statistics' fills) is the same in both
+    first = next((k for k, op in enumerate(ops) if op.name == "scf.for"), len(ops))
+    _lower_ops(cx, ops[:first])
+    branch = scf.IfOp(q_tile_has_rows(cx, role, tile), has_else=True)
+    with ir.InsertionPoint(branch.then_block):
+        _lower_ops(cx, ops[first:])
+        scf.yield_([])
+    with ir.InsertionPoint(branch.else_block):
+        cx.skeleton = True
+        try:
+            _lower_ops(cx, ops[first:])
+        finally:
+            cx.skeleton = False
+        scf.yield_([])
+
+
+def _softmax_q_tile(role) -> int:
+    """The Q tile of a softmax role that works on one Q tile and one query block (not a walk
+    over them), 0 for every other role."""
+    block = R.role_block(role)
+    if not R.ops_in(block, ("attn.softmax_step",)) or R.walk_branch(role) is not None:
+        return 0
+    tiles = {get_int(op, "q_tile") for op in R.ops_in(block, ("attn.softmax_step", "attn.mask", "attn.score_mod"))
+             if "q_tile" in op.attributes}
+    return tiles.pop() if len(tiles) == 1 else 0
+
+
 def _lower_block(cx: Lowering, block: ir.Block, skip: ir.Operation | None = None) -> None:
-    for op in block.operations:
-        op = op.operation
+    _lower_ops(cx, [op.operation for op in block.operations], skip)
+
+
+def _lower_ops(cx: Lowering, ops: list, skip: ir.Operation | None = None) -> None:
+    patterns = SKELETON_PATTERNS if cx.skeleton else PATTERNS
+    for op in ops:
         name = op.name
         if name in ("scf.yield", "gpu.yield") or (skip is not None and op == skip):
             continue
@@ -394,8 +433,8 @@ def _lower_block(cx: Lowering, block: ir.Block, skip: ir.Operation | None = None
             _if(cx, op)
         elif name.startswith("arith.") and not op.regions:
             _copy(cx, op)
-        elif name in PATTERNS:
-            results = PATTERNS[name](cx, op)
+        elif name in patterns:
+            results = patterns[name](cx, op)
             if results is not None:
                 cx.env.update(zip(op.results, results))
         else:

@@ -122,6 +122,7 @@ class Lowering:
     walk: object = None                 # block_walk.BlockWalk of the role's rounds (persistent CTAs)
     tile: object = None                 # with a `table`, sm100a_tiles.TableTile: the CTA's, as the role read it
     m_block: ir.Value = None            # the role's query block: the CTA's, or its walk's current one
+    skeleton: bool = False              # lowering a role's protocol alone (Note [Q tiles without rows])
     runs: object = None                 # run_ranges.RunHooks, where the table's runs give the key ranges
 
     @property
@@ -391,6 +392,18 @@ def _softmax_step(cx: Lowering, op):
     return [Rows(words), state.m[0], state.l[0], alpha]
 
 
+def _no_scores(cx: Lowering, op):
+    """A score_mod or mask op of a skeleton role (Note [Q tiles without rows]): no scores."""
+    return [Rows([])]
+
+
+def _no_step(cx: Lowering, op):
+    """A softmax step of a skeleton role (Note [Q tiles without rows]): no P, the row's
+    statistics as they were, a factor of 1 (which the lazy rescale skips)."""
+    m, l = cx.value(op.operands[1]), cx.value(op.operands[2])
+    return [Rows([]), m, l, cx.e.cf(1.0)]
+
+
 def _exp2_fma(op) -> int:
     """The softmax step's own exp2_fma (Note [Choices op by op] in
     attnc/passes/kernel_choices.py; checked with the kernel's choices, `sm100a_choices`),
@@ -583,5 +596,8 @@ PATTERNS = {
     "attn.store": _store, "attn.score_mod": _score_mod, "attn.mask": _mask, "attn.kv_range": kv_range,
     "attn.block_map_range": block_map_range, "attn.block_map_read": block_map_read,
 }
+# Note [Q tiles without rows]: a softmax role's protocol without its computation
+SKELETON_PATTERNS = {**PATTERNS, "attn.score_mod": _no_scores, "attn.mask": _no_scores,
+                     "attn.softmax_step": _no_step}
 
 

@@ -27,23 +27,33 @@ in any order), so the epilogue warp copies the slot's rows below row_end to glob
 itself: 16 bytes a lane, a row's units on neighbouring lanes (coalesced), each unit read
 at its swizzled place (Note [O through TMA] in sm100a.py). FlashAttention-4 stores O so for
 variable-length sequences, where it keeps TMA for fixed ones. A tile of at most block_m
-rows issues no MMA for its second Q tile (Note [Q tiles without rows]). No Blackwell GPU has
+rows skips the work of its second Q tile (Note [Q tiles without rows]). No Blackwell GPU has
 timed any of it; the emulator runs each way against the reference
 (tests/sim/test_tiles_sm100a_sim.py).
 
 Note [Q tiles without rows]: a query block of two Q tiles whose rows end inside the first --
 a tile of the table of at most block_m rows, or the last block of a sequence of M rows
-with M mod (2 x block_m) in (0, block_m], M < block_m among them -- has no row in its
-second Q tile. The MMA warp does not issue that tile's GEMMs (QK^T and P.V: half the
-block's tensor-core work): each attn.mma of a Q tile past the first is issued under the
-test that its first row lies below the block's row end. Everything else runs as it
-stands, so every barrier sees its arrivals and commits: the commits that follow a GEMM
-not issued track the MMAs issued before them and arrive when those are done, the softmax
-warpgroup of that tile reads the stale S the slot holds (Note [Stale tensor memory] in
-attnc_sim/tmem.py), and its rows, never stored, keep whatever it computes (O and the LSE
-are stored only below the row end). The load warp still brings the tile's Q, which the
-expect_tx of its barrier counts. Persistent CTAs zero O at each query block, so a block
-after one without rows starts clean.
+with M mod (2 x block_m) in (0, block_m], M <= block_m among them -- has no row in its
+second Q tile, and skips that tile's work where it is found, under a test of the tile's
+first row against the block's row end:
+- the MMA warp issues none of its GEMMs (QK^T and P.V: half the block's tensor-core
+  work). Each commit that follows one not issued tracks the MMAs issued before it and
+  arrives when those are done, so the barriers see their arrivals as ever;
+- its softmax warpgroup runs its role's skeleton in place of the role: the same waits,
+  arrivals and slot writes, without reading S, the hooks, the exponentials and P's store
+  (`SKELETON_PATTERNS` in sm100a_ops.py: no scores, the row's statistics as they were, a
+  factor of 1), so the other softmax warpgroup has the exponential units of the SM's
+  quadrants to itself, and the correction warpgroup's lazy rescale skips the tile's O.
+  What precedes the role's KV loops (the key range, the fills) is lowered once, before
+  the test: in both branches, docs_sink's kernel spilled 24 bytes stored and 216 loaded
+  (ptxas 13.0), and none so. A persistent CTA's softmax roles walk query blocks of either
+  kind and run as they stand.
+The load warp still brings the tile's Q, which the expect_tx of its barrier counts; the
+correction warpgroup still finalizes the tile's O. Its rows hold whatever results (P.V
+never added to them), and are never stored: O and the LSE are stored only below the row
+end. Persistent CTAs zero O at each query block, so a block after one without rows
+starts clean. No Blackwell GPU has timed the saving; the emulator counts it
+(tests/sim/test_tiles_sm100a_sim.py).
 """
 from __future__ import annotations
 

@@ -164,11 +164,12 @@ def test_a_tile_visits_its_documents_key_blocks_only(tmp_path, monkeypatch, rang
     assert compare(variant, {"o": out["o"][:, :1, :200]}, {"o": ref["o"][:, :1, :200]}) == []
 
 
-def test_a_tile_within_one_q_tile_issues_no_mma_for_the_other(tmp_path, monkeypatch):
+def test_a_tile_within_one_q_tile_skips_the_other(tmp_path, monkeypatch):
     """Note [Q tiles without rows]: the table's second tile of head 0 (rows [200, 300), its
     document's; CTA 3 of 5 takes entry 1) lies within its first Q tile: one key block
     ([200, 328) from its key origin) x 1 Q tile x (8 K-steps of QK^T + 8 of P.V)
-    tcgen05.mma, and its rows are the reference's."""
+    tcgen05.mma, the exponentials of one softmax warpgroup (4 warps), and its rows are the
+    reference's."""
     from tests.sim.test_lazy_sm100a_sim import counting
 
     path = tmp_path / "docs.attn"
@@ -179,22 +180,24 @@ def test_a_tile_within_one_q_tile_issues_no_mma_for_the_other(tmp_path, monkeypa
     case = {"q": rng.standard_normal((1, 2, 300, 128)).astype(np.float32)}
     case.update({name: rng.standard_normal((1, 1, 300, 128)).astype(np.float32) for name in ("k", "v")})
     case["doc"] = np.broadcast_to((np.arange(300) >= 200).astype(np.int32), (1, 2, 300)).copy()
-    issued = counting(monkeypatch, "tcgen05.mma")
+    issued, exponentials = counting(monkeypatch, "tcgen05.mma"), counting(monkeypatch, "ex2")
     kernel = SimKernel(bundle, seed=1)
     out = kernel(**typed_inputs(bundle, case), ctas=[(3, 0, 0)])
     assert kernel.last_reports == []
     assert sum(issued.values()) == 1 * 1 * (128 // 16 + 128 // 16)
+    assert len(exponentials) == 4
     ref = attnc.reference(variant, **case)
     rows = {name: out[name][:, :1, 200:] for name in ("o", "lse")}
     assert compare(variant, rows, {name: ref[name][:, :1, 200:] for name in ("o", "lse")}) == []
 
 
 @pytest.mark.parametrize("rows, cta, q_tiles", [(300, 0, 2), (300, 1, 1), (100, 0, 1)])
-def test_the_grid_issues_mmas_for_q_tiles_with_rows(tmp_path, monkeypatch, rows, cta, q_tiles):
+def test_the_grid_works_on_q_tiles_with_rows(tmp_path, monkeypatch, rows, cta, q_tiles):
     """Note [Q tiles without rows] on the grid: query block 1 of M = 300 (rows [256, 300))
-    and the one block of M = 100 issue the MMAs of their first Q tile only, block 0 of
-    M = 300 those of both (no mask): 3 key blocks of 128 (N = 300) x the Q tiles x (4 K-steps of
-    QK^T at head dim 64 + 8 of P.V); the CTA's rows are the reference's."""
+    and the one block of M = 100 work on their first Q tile only, block 0 of M = 300 on
+    both (no mask): 3 key blocks of 128 (N = 300) x the Q tiles x (4 K-steps of QK^T at
+    head dim 64 + 8 of P.V) tcgen05.mma, and the exponentials of a softmax warpgroup (4
+    warps) a Q tile; the CTA's rows are the reference's."""
     from tests.sim.test_lazy_sm100a_sim import counting
 
     path = tmp_path / "plain.attn"
@@ -204,11 +207,12 @@ def test_the_grid_issues_mmas_for_q_tiles_with_rows(tmp_path, monkeypatch, rows,
     rng = np.random.default_rng(3)
     case = {"q": rng.standard_normal((1, 1, rows, 64)).astype(np.float32)}
     case.update({name: rng.standard_normal((1, 1, 300, 64)).astype(np.float32) for name in ("k", "v")})
-    issued = counting(monkeypatch, "tcgen05.mma")
+    issued, exponentials = counting(monkeypatch, "tcgen05.mma"), counting(monkeypatch, "ex2")
     kernel = SimKernel(bundle, seed=1)
     out = kernel(**typed_inputs(bundle, case), ctas=[(cta, 0, 0)])
     assert kernel.last_reports == []
     assert sum(issued.values()) == 3 * q_tiles * (64 // 16 + 128 // 16)
+    assert len(exponentials) == 4 * q_tiles
     mine = slice(256 * cta, min(256 * cta + 256, rows))
     ref = attnc.reference(variant, **case)
     assert compare(variant, {"o": out["o"][:, :, mine]}, {"o": ref["o"][:, :, mine]}) == []
