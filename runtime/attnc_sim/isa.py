@@ -168,7 +168,7 @@ class Context:
         state.py). Handlers that index register rows directly (mma.sync, wgmma) call it
         themselves; `reader` and `writer` call it for every register they touch."""
         regs = [(self.reg(op), op.name) for op in ops if isinstance(op, Reg) and op.name in self.layout.rows]
-        where = self.ins.where() if self.ins is not None else "?"
+        ins = self.ins
         kind, verb = ("read-before-complete", "reads") if reading else ("write-before-complete", "writes")
 
         def check(w):
@@ -178,6 +178,7 @@ class Context:
                 op = w.pending_regs.get(key)
                 if op is None or op.done:       # done: the operation is writing its results now
                     continue
+                where = ins.where() if ins is not None else "?"
                 w.cta.launch.report(kind, w, where, f"{verb} {name} before the asynchronous operation "
                                                     f"writing it completed (issued at {op.where})")
                 op.complete()

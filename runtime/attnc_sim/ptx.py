@@ -143,6 +143,8 @@ _LINE_DIRECTIVES = {".version", ".target", ".address_size", ".loc", ".file", ".m
 def split_operands(text: str) -> list[str]:
     """An instruction's operand list split at the commas outside [...] and {...}:
     `[tmap, {%r1, %r3}], [%r5]` is two operands."""
+    if "[" not in text and "{" not in text:
+        return text.split(",")
     out, depth, start = [], 0, 0
     for i, ch in enumerate(text):
         if ch in "[{":
@@ -372,6 +374,8 @@ class _Parser:
         return name
 
     def _operand(self, line: int, text: str, scopes: list):
+        if text[:1] == "%" and "|" not in text:            # a register: most operands
+            return Reg(self._rename(text, scopes))
         if text.startswith("{"):
             return Vec(tuple(self._operand(line, t.strip(), scopes) for t in text.strip("{} ").split(",")))
         if text.startswith("[") and "{" in text:
