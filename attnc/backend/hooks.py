@@ -164,6 +164,12 @@ class KernelNames:
         return e.c32(entry) if isinstance(entry, int) else self.dim(e, entry)
 
 
+# Integer ops that cost no more than holding their result (Note [Values of a diagonal])
+_CHEAP_INT_OPS = frozenset({"arith.addi", "arith.subi", "arith.muli", "arith.cmpi", "arith.select", "arith.andi",
+                            "arith.ori", "arith.xori", "arith.minsi", "arith.maxsi", "math.absi", "arith.constant",
+                            "arith.extui", "arith.extsi", "arith.trunci"})
+
+
 class RegionCode:
     """One region (or single-block function) emitted at the current insertion point."""
 
@@ -249,6 +255,52 @@ class RegionCode:
         level = frozenset({"b", "h", name})
         return any(name in names and names <= level for v, names in self._placed.items()
                    if not isinstance(v, ir.BlockArgument))
+
+    # Note [Values of a diagonal]
+    # ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    # A relative position bias reads i and j only as their difference, d = j - i (or i - j),
+    # and what it computes from d -- T5's bucket, a log, an int(), a param read -- is the
+    # same for every score on one diagonal. The scores a thread holds of an mma.sync or
+    # wgmma tile lie on few diagonals: rows g and g + 8 (+ 16 per row tile), columns 2t and
+    # 2t + 1 (+ 8 per atom), so row g + 8's column c + 8 is row g's column c. Such values
+    # (`diagonal`: those computed from d, b and h alone, d among them) are emitted once per
+    # diagonal of the tile's scores (HookGrid in score_masks.py): at head dim 64 a sm_90a
+    # warpgroup's 64 scores a thread are on 34 diagonals, sm_80's 64 on 22. Only where one
+    # of them costs more than an integer op (a param read, float arithmetic): a compare of
+    # d alone is as cheap as holding its result. d is computed as the hook computes it, at
+    # its width (Note [Exact integers]); i and j never wrap (Note [Indices known in
+    # range]), so every score of a diagonal has the same d.
+    @functools.cached_property
+    def diagonal(self) -> tuple[ir.Operation, frozenset] | None:
+        """(the op d = j - i or i - j, the values computed from d, b and h alone, d among
+        them) where one of those costs more than an integer op, else None."""
+        args = dict(zip(self.ARGS, self.block.arguments))
+        if "i" not in args or "j" not in args:
+            return None
+        sides = {args["i"], args["j"]}
+        deps = {a: frozenset({n}) for n, a in args.items()}
+        root = None
+        for op in list(self.block.operations)[:-1]:
+            if len(op.results) != 1:
+                return None
+            if root is None and op.name == "arith.subi" and set(op.operands) == sides:
+                root, deps[op.results[0]] = op, frozenset({"d"})
+                continue
+            deps[op.results[0]] = frozenset().union(*(deps.get(v, frozenset()) for v in op.operands))
+        if root is None:
+            return None
+        on = frozenset(v for v, names in deps.items() if "d" in names and names <= {"b", "h", "d"})
+        costly = any(v.owner.name not in _CHEAP_INT_OPS for v in on if v != root.results[0])
+        return (root, on) if costly else None
+
+    def hoist_diagonal(self, e: Emit, given: Mapping, i: ir.Value, j: ir.Value) -> dict:
+        """`given` and, emitted here, the values of `diagonal` on the diagonal of (i, j)."""
+        root, on = self.diagonal
+        a = dict(zip(self.ARGS, self.block.arguments))
+        env = dict(given)
+        env[root.results[0]] = self._emit(e, root, [j if v == a["j"] else i for v in root.operands])
+        skip = frozenset(op.results[0] for op in list(self.block.operations)[:-1] if op.results[0] not in on)
+        return self._run(e, env, skip)
 
     def known_in_range(self, j: ir.Value, j_below_n: bool) -> Mapping | None:
         """The `in_range` of a key index j known to lie in [0, N) (Note [Indices known in

@@ -58,8 +58,16 @@ class ElementCoords:
 
     def row(self, r: int):
         """i of row r."""
+        return self.e.add(self.first_row, self.row_offset(r))
+
+    def row_offset(self, r: int) -> int:
+        """The lane's row r as a constant offset from its first one (r = 0)."""
         mi, half = divmod(r, 2)
-        return self.e.add(self.first_row, self.atom_rows * mi + 8 * half)
+        return self.atom_rows * mi + 8 * half
+
+    def diagonal(self, r: int, c: int) -> int:
+        """j - i of row r, column c, less the lane's first (Note [Values of a diagonal])."""
+        return self.column(c) - self.row_offset(r)
 
     def key(self, c: int, n_block, nsw: bool = False):
         """j of column c in block n_block (`nsw` as in `__call__`)."""
@@ -75,9 +83,11 @@ class HookGrid:
     the score at row r, column c with them. A hook that is not a region (the built-in
     masks) is called as it is."""
 
-    def __init__(self, hook, e: Emit, b, h, rows: int, cols: int, row_i, col_j, j_below_n: bool = False):
+    def __init__(self, hook, e: Emit, b, h, rows: int, cols: int, row_i, col_j, j_below_n: bool = False,
+                 diagonal=None):
         self.hook, self.e = hook, e
         self.rows = self.cols = None
+        self.diagonal, self.diagonals = diagonal, {}
         code = getattr(hook, "__self__", hook)         # a RegionCode or a bound method of one
         if not isinstance(code, RegionCode):
             return
@@ -89,10 +99,17 @@ class HookGrid:
             keys = [col_j(c) for c in range(cols)]
             self.cols = [code.hoist(e, outer, {"b": b, "h": h, "j": j}, code.known_in_range(j, j_below_n))
                          for j in keys]
+        if diagonal is not None and code.diagonal is not None:      # Note [Values of a diagonal]
+            for r in range(rows):
+                for c in range(cols):
+                    if diagonal(r, c) not in self.diagonals:
+                        self.diagonals[diagonal(r, c)] = code.hoist_diagonal(e, outer, row_i(r), col_j(c))
 
     def __call__(self, r: int, c: int, *args, **kwargs):
         if self.rows is not None:
             kwargs["given"] = {**self.rows[r], **self.cols[c]} if self.cols[c] else self.rows[r]
+            if self.diagonals:
+                kwargs["given"] = {**kwargs["given"], **self.diagonals[self.diagonal(r, c)]}
         return self.hook(self.e, *args, **kwargs)
 
 
@@ -138,7 +155,8 @@ class ScoreMasker:
     def _grid(self, hook, rows, n_block, below_n: bool = False) -> HookGrid:
         """`hook`'s HookGrid over `rows` of block n_block (`below_n`: its keys are below N)."""
         return HookGrid(hook, self.e, self.b, self.h, len(rows), len(rows[0]), self.coords.row,
-                        lambda c: self.coords.key(c, n_block, below_n), j_below_n=below_n)
+                        lambda c: self.coords.key(c, n_block, below_n), j_below_n=below_n,
+                        diagonal=self.coords.diagonal)
 
     def _linear_bias(self, rows, n_block):
         """s + bias / scale with the bias a * float(l + cj * d) (Note [Bias linear in j] in

@@ -1,0 +1,61 @@
+"""A hook's values that depend on i and j only through d = j - i are emitted once per
+diagonal of a tile's scores, not once per score (Note [Values of a diagonal] in
+attnc/backend/hooks.py): T5's bucket (examples/relative_bias.attn: a log, an int() and
+a param read of d) at head dim 64 on 22 diagonals of sm_80's 64 scores a thread, 34 of
+sm_90a's. The control writes d as (j + 0) - i, which the sharing does not recognise:
+every score computes its own. The emulator runs relative_bias against the reference on
+both targets (tests/sim/test_examples_sim.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from attnc.backend.hooks import RegionCode
+from attnc.backend.lowering import kernel_module_for
+from attnc.driver import CompileOptions, compile_mlir
+
+ROOT = Path(__file__).resolve().parents[2]
+T5 = (ROOT / "examples" / "relative_bias.attn").read_text()
+UNSHARED = T5.replace("let d = j - i in", "let d = (j + 0) - i in")
+
+
+def _lowered(source: str, arch: str) -> str:
+    return str(kernel_module_for(compile_mlir(source, "rb.attn", CompileOptions(arch=arch)))[0])
+
+
+@pytest.mark.parametrize("arch, diagonals", [("sm_80", 22), ("sm_90a", 34)])
+def test_t5_buckets_are_computed_once_per_diagonal(arch, diagonals):
+    assert "let d = (j + 0) - i in" in UNSHARED
+    shared = _lowered(T5, arch)
+    unshared = _lowered(UNSHARED, arch)
+    for op in ("math.log", "llvm.load", "fptosi"):
+        n, m = shared.count(op), unshared.count(op)
+        assert m > 0 and n * 64 == m * diagonals, (op, n, m)
+
+
+def _diagonals_emitted(monkeypatch, source: str) -> int:
+    calls = []
+    hoist = RegionCode.hoist_diagonal
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return hoist(self, *args, **kwargs)
+    monkeypatch.setattr(RegionCode, "hoist_diagonal", counted)
+    _lowered(source, "sm_80")
+    return len(calls)
+
+
+def _variant(score: str) -> str:
+    return ("attention d {\n  q: f16[B, H, M, 64]\n  k: f16[B, H, N, 64]\n  v: f16[B, H, N, 64]\n"
+            f"  param w: f32[H]\n  score_mod(s, b, h, i, j) = {score}\n  out o: f16[B, H, M, 64]\n}}\n")
+
+
+@pytest.mark.parametrize("score, shared", [
+    ("s + w[h] * log(float(abs(i - j) + 1))", True),    # a log of d: costs more than holding it
+    ("where(j - i > 3, s, s * 0.5)", False),            # d's compare alone: as cheap as its result
+    ("s + log(float(j + 1)) - log(float(i + 1))", False),   # i and j apart, not their difference
+    ("s + log(float(max(j - i, 0) + i + 1))", False),   # d and i: not the diagonal's alone
+])
+def test_only_costly_values_of_the_difference_are_shared(monkeypatch, score, shared):
+    assert (_diagonals_emitted(monkeypatch, _variant(score)) > 0) == shared
