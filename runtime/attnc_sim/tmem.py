@@ -52,7 +52,7 @@ what the emulator infers.
 Note [Stale tensor memory]: tcgen05.alloc does not clear the columns it hands out; they hold
 what the last CTA on the SM left there. The emulator fills them with `STALE` at each
 allocation, all bits set: NaN as an f32 and as both halves of a bf16 or f16 pair, so a kernel
-that reads a column it has not written (an MMA without accumulate's first write, a tcgen05.st)
+that reads a column before writing it (with a tcgen05.st, or an MMA that does not accumulate)
 gets NaNs into its results rather than the zeros of a fresh numpy array.
 """
 from __future__ import annotations
