@@ -12,7 +12,7 @@ MMA role's warp, which frees them once every role is done) and every O accumulat
 (Note [Accumulators start at zero]).
 
 A value is lowered to what its consumers need, not always at its op (the patterns and
-these values: sm100a_ops.py): a tile read from a channel (`attn.slot_read`) is its slot
+these values: sm100a_ops.py, sm100a_values.py): a tile read from a channel (`attn.slot_read`) is its slot
 (`Slot`), which an MMA takes as a descriptor or a tensor-memory address and the softmax
 loads; a load (`attn.load`) is issued as TMA by the slot write that takes it; S = Q K^T
 (`attn.mma` qk) is issued at its op into the tensor memory of the slot its result is
@@ -127,7 +127,8 @@ from mlir.dialects import gpu, nvvm, scf
 
 from attnc.backend.hooks import KernelNames
 from attnc.backend.nvgpu_builders import Approx, Emit, MBarrier, Smem, _asm, set_max_registers
-from attnc.backend.sm100a_ops import PATTERNS, SKELETON_PATTERNS, Channel, Lowering, out_bytes, swizzle_bytes
+from attnc.backend.sm100a_ops import PATTERNS, SKELETON_PATTERNS, out_bytes
+from attnc.backend.sm100a_values import Channel, Lowering, swizzle_bytes
 from attnc.backend.sm100a_tiles import q_tile_has_rows, read_tile, table_blockmap
 from attnc.backend.smem_layout import Mbarrier, barriers_end, place_mbarriers
 from attnc.backend.softmax import OnlineSoftmax

@@ -1,162 +1,24 @@
 """attn-lower-sm100a's patterns: one attn op of a role's region -> PTX (Note [The sm_100a
-kernel, op by op] in sm100a.py), and the values they pass on: a channel's slot (`Slot`), a
-load the slot write issues (`LoadTile`), an accumulator in tensor memory (`InTmem`), a
-thread's row in registers (`Rows`); `Lowering` is what they share."""
+kernel, op by op] in sm100a.py), over the values they pass on and the state they share
+(sm100a_values.py)."""
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 from mlir import ir
 from mlir.dialects import arith, llvm, scf
 
 from attnc.backend.block_walk import BlockWalk
-from attnc.backend.nvgpu_builders import Emit, MBarrier, Smem, _asm, warp_sync, warp_vote
+from attnc.backend.nvgpu_builders import Emit, MBarrier, _asm, warp_sync, warp_vote
 from attnc.backend.sm100a_tiles import (block_map_range, block_map_read, first_key, first_row, kv_range, o_rows,
                                         q_tile_has_rows, rows_end, store_o_rows)
-from attnc.backend.softmax import OnlineSoftmax, SoftmaxState
+from attnc.backend.sm100a_values import (Gemm, InTmem, LoadTile, Lowering, Rows, Scaled, Slot, channel_error,
+                                         swizzle_bytes)
+from attnc.backend.softmax import SoftmaxState
 from attnc.backend.tcgen05 import MMA_K, Tmem, Umma, bulk_wait_read, expect_tx, param_address, tma_load, tma_store
-from attnc.errors import AttncError
 from attnc.ir import error_at, get_bool, get_int, get_shape, get_str
 from attnc.ir import roles as R
 from attnc.ir.tiles import tile_parts
 from attnc.passes.tile_program import kv_block
 from attnc.schedule.walk import walk_order
-
-SWIZZLES = {"xor128B": 128, "xor64B": 64, "xor32B": 32}
-
-
-def swizzle_bytes(channel: "Channel") -> int:
-    """The swizzle of a channel's shared-memory slots (its buffer's, attn-alloc-smem's choice):
-    Q, K and V land in column blocks of that many bytes a row, each block swizzled (TMA's
-    boxes and the MMAs' descriptors alike)."""
-    buf = next(iter(channel.buffers.values()))
-    if buf["swizzle"] not in SWIZZLES:
-        raise _error(channel, f"attn-lower-sm100a: channel '{channel.name}' has swizzle {buf['swizzle']}; "
-                              f"its tiles land through TMA in swizzled rows ({', '.join(SWIZZLES)})")
-    return SWIZZLES[buf["swizzle"]]
-
-
-@dataclass
-class Channel:
-    name: str
-    transport: str
-    space: str
-    stages: int
-    tiles: tuple[str, ...]
-    buffers: dict[str, dict]            # tile -> its buffer ({offset, size, stages, ...})
-    op: ir.Operation | None = field(default=None, repr=False, compare=False)   # its attn.channel
-
-    def buffer(self, tile: str) -> dict:
-        return self.buffers[tile]
-
-
-def _error(channel: Channel, message: str) -> AttncError:
-    """An error about `channel`, at its attn.channel where the channel has one."""
-    return error_at(channel.op, message) if channel.op is not None else AttncError(message)
-
-
-@dataclass
-class Slot:
-    """A slot of a channel: what attn.slot_read gives its consumers."""
-    channel: Channel
-    stage: ir.Value
-    tile: str
-
-
-@dataclass
-class LoadTile:
-    operand: str
-    coords: list            # b, h, block index
-    q_tile: int
-
-
-@dataclass
-class Gemm:
-    """S = A B^T of two shared-memory slots (issued at its attn.mma: Note [MMAs into their slot])."""
-    a: Slot
-    b: Slot
-
-
-@dataclass
-class InTmem:
-    """An accumulator that lives in its tensor-memory buffer (no register copy)."""
-
-
-@dataclass
-class Scaled:
-    """O's row times `factor` (f32), read from its tensor memory in column chunks where it is
-    written (Note [O in chunks] in sm100a.py); `pack`: the output's element type it is
-    written in (None: f32 back into tensor memory, the rescaled O)."""
-    o: "Slot"
-    factor: ir.Value
-    pack: str | None = None
-
-
-@dataclass
-class Rows:
-    """Registers of this thread's row: `values` (f32 or packed i32 words)."""
-    values: list
-
-
-@dataclass
-class Lowering:
-    """What the patterns share: the kernel's IR, the emitter, the CTA's resources."""
-    kernel: ir.Operation
-    e: Emit
-    smem: Smem
-    params: dict
-    tmem_base: ir.Value = None
-    warp: ir.Value = None
-    lane: ir.Value = None
-    row: ir.Value = None
-    env: dict = field(default_factory=dict)
-    channels: dict = field(default_factory=dict)
-    barriers: dict = field(default_factory=dict)        # name -> (offset, stages)
-    loops: list = field(default_factory=list)           # the enclosing loops of the L5 IR
-    softmax: OnlineSoftmax = None
-    role: str = ""
-    names: object = None                # hooks.KernelNames: the hooks' dims and params
-    module: ir.Operation = None         # the module whose functions attn.kv_range calls
-    blockmap: object = None             # the BlockMapPlan the ranges are read from, if any
-    scale: float = 1.0                  # what scores are multiplied by before a score_mod
-    walk: object = None                 # block_walk.BlockWalk of the role's rounds (persistent CTAs)
-    tile: object = None                 # with a `table`, sm100a_tiles.TableTile: the CTA's, as the role read it
-    m_block: ir.Value = None            # the role's query block: the CTA's, or its walk's current one
-    skeleton: bool = False              # lowering a role's protocol alone (Note [Q tiles without rows])
-    runs: object = None                 # run_ranges.RunHooks, where the table's runs give the key ranges
-
-    @property
-    def table(self):
-        """The QTilesPlan of the CTAs' tiles, if any (Note [Tile table on sm_100a])."""
-        return self.blockmap.qtiles if self.blockmap is not None else None
-
-    @property
-    def first_lane(self) -> ir.Value:
-        return self.e.eq(self.lane, 0)
-
-    def value(self, v: ir.Value):
-        if v not in self.env:
-            raise error_at(v.owner if isinstance(v.owner, ir.Operation) else self.kernel,
-                           f"attn-lower-sm100a: a value of role '{self.role}' has no lowering")
-        return self.env[v]
-
-    def mbar(self, v: ir.Value, stage) -> ir.Value:
-        name = R.name_of(v.owner)
-        offset, _ = self.barriers[name]
-        return self.smem.address(self.e.add(self.e.c32(offset), self.e.mul(self.value(stage), 8)))
-
-    def slot_address(self, slot: Slot) -> ir.Value:
-        buf = slot.channel.buffer(slot.tile)
-        stride = buf.get("stride", buf["size"] // buf["stages"])       # Note [K/V slots] in alloc.py
-        return self.smem.address(self.e.add(self.e.c32(buf["offset"]), self.e.mul(slot.stage, stride)))
-
-    def tmem_address(self, slot: Slot, lane_of_warp: bool) -> ir.Value:
-        col = self.e.add(self.tmem_base, self.e.c32(slot.channel.buffer(slot.tile)["offset"]))
-        return Tmem(self.e).lane_address(col, self.warp) if lane_of_warp else col
-
-    def size(self, entry) -> ir.Value:
-        return self.e.c32(entry) if isinstance(entry, int) else self.params[f"dim:{entry}"]
-
 
 # --- the patterns ----------------------------------------------------------------------------
 def _dim(cx: Lowering, op):
@@ -503,8 +365,8 @@ def _write_o_row(cx: Lowering, slot: Slot, v: Scaled, chunks) -> None:
     size, d = out_bytes(cx.kernel), get_int(cx.kernel, "head_dim_v")
     swizzle, rows = swizzle_bytes(slot.channel), get_int(cx.kernel, "block_m")
     if (size * d) % swizzle:
-        raise _error(slot.channel, f"attn-lower-sm100a: O's rows of {size * d} bytes do not fill its "
-                                   f"{swizzle}-byte swizzled blocks")
+        raise channel_error(slot.channel, f"attn-lower-sm100a: O's rows of {size * d} bytes do not fill its "
+                                         f"{swizzle}-byte swizzled blocks")
     # the row's base has no bits below the swizzle's width: XOR places each 16-byte unit
     row_base = e.add(cx.slot_address(slot), e.mul(cx.row, swizzle))
     phase = e.shl(e.and_(e.shr(e.mul(cx.row, swizzle), 7), swizzle // 16 - 1), 4)
