@@ -272,8 +272,9 @@ class RegionCode:
     # range]), so every score of a diagonal has the same d.
     @functools.cached_property
     def diagonal(self) -> tuple[ir.Operation, frozenset] | None:
-        """(the op d = j - i or i - j, the values computed from d, b and h alone, d among
-        them) where one of those costs more than an integer op, else None."""
+        """(the op d = j - i or i - j, the block's other values: all but those computed from
+        d, b and h alone, d among them) where one of those costs more than an integer op,
+        else None."""
         args = dict(zip(self.ARGS, self.block.arguments))
         if "i" not in args or "j" not in args:
             return None
@@ -291,16 +292,15 @@ class RegionCode:
             return None
         on = frozenset(v for v, names in deps.items() if "d" in names and names <= {"b", "h", "d"})
         costly = any(v.owner.name not in _CHEAP_INT_OPS for v in on if v != root.results[0])
-        return (root, on) if costly else None
+        return (root, frozenset(v for v in deps if v not in on)) if costly else None
 
     def hoist_diagonal(self, e: Emit, given: Mapping, i: ir.Value, j: ir.Value) -> dict:
         """`given` and, emitted here, the values of `diagonal` on the diagonal of (i, j)."""
-        root, on = self.diagonal
-        a = dict(zip(self.ARGS, self.block.arguments))
+        root, off = self.diagonal
         env = dict(given)
-        env[root.results[0]] = self._emit(e, root, [j if v == a["j"] else i for v in root.operands])
-        skip = frozenset(op.results[0] for op in list(self.block.operations)[:-1] if op.results[0] not in on)
-        return self._run(e, env, skip)
+        env[root.results[0]] = self._emit(e, root, [i if v == self.block.arguments[self.ARGS.index("i")] else j
+                                                    for v in root.operands])
+        return self._run(e, env, off)
 
     def known_in_range(self, j: ir.Value, j_below_n: bool) -> Mapping | None:
         """The `in_range` of a key index j known to lie in [0, N) (Note [Indices known in

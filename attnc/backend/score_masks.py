@@ -102,8 +102,8 @@ class HookGrid:
         if diagonal is not None and code.diagonal is not None:      # Note [Values of a diagonal]
             for r in range(rows):
                 for c in range(cols):
-                    if diagonal(r, c) not in self.diagonals:
-                        self.diagonals[diagonal(r, c)] = code.hoist_diagonal(e, outer, row_i(r), col_j(c))
+                    if (key := diagonal(r, c)) not in self.diagonals:
+                        self.diagonals[key] = code.hoist_diagonal(e, outer, row_i(r), col_j(c))
 
     def __call__(self, r: int, c: int, *args, **kwargs):
         if self.rows is not None:

@@ -129,7 +129,7 @@ from attnc.backend.hooks import KernelNames
 from attnc.backend.nvgpu_builders import Approx, Emit, MBarrier, Smem, _asm, set_max_registers
 from attnc.backend.sm100a_ops import PATTERNS, SKELETON_PATTERNS, out_bytes
 from attnc.backend.sm100a_values import Channel, Lowering, swizzle_bytes
-from attnc.backend.sm100a_tiles import q_tile_has_rows, read_tile, table_blockmap
+from attnc.backend.sm100a_tiles import q_tile_has_rows, q_tile_of, read_tile, table_blockmap
 from attnc.backend.smem_layout import Mbarrier, barriers_end, place_mbarriers
 from attnc.backend.softmax import OnlineSoftmax
 from attnc.backend.tcgen05 import Tmem
@@ -410,11 +410,10 @@ def _lower_role(cx: Lowering, role) -> None:
 def _softmax_q_tile(role) -> int:
     """The Q tile of a softmax role that works on one Q tile and one query block (not a walk
     over them), 0 for every other role."""
-    block = R.role_block(role)
-    if not R.ops_in(block, ("attn.softmax_step",)) or R.walk_branch(role) is not None:
+    ops = R.ops_in(R.role_block(role), ("attn.softmax_step", "attn.mask", "attn.score_mod"))
+    if not any(op.name == "attn.softmax_step" for op in ops) or R.walk_branch(role) is not None:
         return 0
-    tiles = {get_int(op, "q_tile") for op in R.ops_in(block, ("attn.softmax_step", "attn.mask", "attn.score_mod"))
-             if "q_tile" in op.attributes}
+    tiles = {q_tile_of(op) for op in ops}
     return tiles.pop() if len(tiles) == 1 else 0
 
 

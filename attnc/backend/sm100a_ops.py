@@ -9,7 +9,7 @@ from mlir.dialects import arith, llvm, scf
 from attnc.backend.block_walk import BlockWalk
 from attnc.backend.nvgpu_builders import Emit, MBarrier, _asm, warp_sync, warp_vote
 from attnc.backend.sm100a_tiles import (block_map_range, block_map_read, first_key, first_row, kv_range, o_rows,
-                                        q_tile_has_rows, rows_end, store_o_rows)
+                                        q_tile_has_rows, q_tile_of, rows_end, store_o_rows)
 from attnc.backend.sm100a_values import (Gemm, InTmem, LoadTile, Lowering, Rows, Scaled, Slot, channel_error,
                                          swizzle_bytes)
 from attnc.backend.softmax import SoftmaxState
@@ -87,7 +87,7 @@ def _ring_advance(cx: Lowering, op):
 
 
 def _load(cx: Lowering, op):
-    q_tile = get_int(op, "q_tile") if "q_tile" in op.attributes else 0
+    q_tile = q_tile_of(op)
     return [LoadTile(get_str(op, "operand"), [cx.value(v) for v in list(op.operands)[1:]], q_tile)]
 
 
@@ -168,7 +168,7 @@ def _mma(cx: Lowering, op):
     kind = get_str(op, "kind")
     a, b = cx.value(op.operands[0]), cx.value(op.operands[1])
     # Note [Q tiles without rows]
-    rows = q_tile_has_rows(cx, op, get_int(op, "q_tile") if "q_tile" in op.attributes else 0)
+    rows = q_tile_has_rows(cx, op, q_tile_of(op))
     issue = cx.first_lane if rows is None else cx.e.land(cx.first_lane, rows)
     if kind == "qk":
         # Note [MMAs into their slot] (sync_ir.py): issued here, into the slot it is written to
@@ -209,7 +209,7 @@ def _hook_coords(cx: Lowering, op) -> tuple:
     """(b, h, i, [j of each column]) of this thread's row of a score_mod or mask op."""
     e, kernel = cx.e, cx.kernel
     b, h, m_block, n = (cx.value(v) for v in list(op.operands)[1:5])
-    q_tile = get_int(op, "q_tile") if "q_tile" in op.attributes else 0
+    q_tile = q_tile_of(op)
     i = e.add(first_row(cx, op, m_block, q_tile), cx.row)
     j0 = first_key(cx, n)
     return b, h, i, [e.add(j0, k) for k in range(get_int(kernel, "block_n"))]
@@ -397,7 +397,7 @@ def _store(cx: Lowering, op):
     operand = get_str(op, "operand")
     value = cx.value(op.operands[0])
     b, h, m_block = (cx.value(v) for v in list(op.operands)[1:4])
-    q_tile = get_int(op, "q_tile") if "q_tile" in op.attributes else 0
+    q_tile = q_tile_of(op)
     block_m = get_int(kernel, "block_m")
     first = first_row(cx, op, m_block, q_tile)
     if operand == "lse":            # this thread's row, from its register

@@ -214,6 +214,11 @@ def rows_end(cx, op, m_block, rows_total) -> ir.Value:
     return tile.row_end if tile is not None else rows_total
 
 
+def q_tile_of(op) -> int:
+    """The Q tile an op works on (its `q_tile`; 0 where it has none)."""
+    return get_int(op, "q_tile") if "q_tile" in op.attributes else 0
+
+
 def q_tile_has_rows(cx, op, q_tile: int) -> ir.Value | None:
     """Note [Q tiles without rows]: whether Q tile `q_tile` of the role's query block holds
     one of its rows (an i1), None for the first Q tile, which always does."""
