@@ -62,10 +62,9 @@ class Wgmma(AsyncOp):
         for desc, rows, major in ((a_desc, 64, trans_a), (b_desc, shape_n, trans_b)):
             if desc is None:
                 continue
-            addrs = smem_desc.element_addresses(desc, rows, 16, 2, "MN" if major else "K")
-            span = (addrs.reshape(-1)[:, None] + np.arange(2)).reshape(-1)
+            span = smem_desc.element_bytes(desc, rows, 16, 2, "MN" if major else "K")
             if w.cta.n_inflight:
-                races.check_read(w, np.unique(addrs.reshape(-1)), 2, where)
+                races.check_read_bytes(w, span, where)
             proxies.check_async_read(w, span, where, "wgmma")
             races.begin_read(w.cta, span)
             self.spans.append(span)

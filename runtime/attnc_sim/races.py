@@ -35,8 +35,12 @@ def end_read(cta, span):
 
 
 def check_read(w, offs, width, where):
+    check_read_bytes(w, byte_span(offs, width), where)
+
+
+def check_read_bytes(w, span, where):
+    """check_read of the bytes `span` themselves."""
     cta = w.cta
-    span = byte_span(offs, width)
     if cta.inflight_writes[span].any():
         bad = int(span[cta.inflight_writes[span] > 0][0])
         cta.launch.report("read-before-complete", w, where,

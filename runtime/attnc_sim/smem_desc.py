@@ -52,6 +52,7 @@ XORed with bits [M+S, M+S+B)).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import enum
 
 import numpy as np
@@ -179,6 +180,11 @@ def _check_layout(desc: SmemDesc, cols: int, itemsize: int, major: str) -> None:
                               f"{desc.swizzle.width} bytes of K, not {cols * itemsize}")
 
 
+# Note [Addresses of a descriptor]: a kernel reads through a few descriptors (a ring's
+# stages times the K steps of a tile) thousands of times, and the address arithmetic cost
+# more than the MMA's product in the emulator; so the address arrays are made once per
+# descriptor and shape, read-only, so that no caller can alter a shared one.
+@functools.lru_cache(maxsize=4096)
 def element_addresses(desc: SmemDesc, rows: int, cols: int, itemsize: int, major: str) -> np.ndarray:
     """The shared byte address of each element (row = M or N index, col = K index)."""
     _check_layout(desc, cols, itemsize, major)
@@ -200,28 +206,37 @@ def element_addresses(desc: SmemDesc, rows: int, cols: int, itemsize: int, major
             per_row = width // itemsize
             offset = ((r % per_row) * itemsize + (r // per_row) * desc.lbo
                       + (k % 8) * width + (k // 8) * desc.sbo)
-    return swizzle_address(desc.start + offset, desc.swizzle, desc.base_offset)
+    return _read_only(swizzle_address(desc.start + offset, desc.swizzle, desc.base_offset))
 
 
+@functools.lru_cache(maxsize=4096)
 def element_bytes(desc: SmemDesc, rows: int, cols: int, itemsize: int, major: str) -> np.ndarray:
     """Every shared byte address the MMA reads through `desc` (for the race checks)."""
     addrs = element_addresses(desc, rows, cols, itemsize, major)
-    return (addrs[..., None] + np.arange(itemsize)).reshape(-1)
+    return _read_only((addrs[..., None] + np.arange(itemsize)).reshape(-1))
 
 
-def _byte_indices(addresses: np.ndarray, itemsize: int, size: int) -> np.ndarray:
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.setflags(write=False)
+    return array
+
+
+@functools.lru_cache(maxsize=4096)
+def _byte_indices(desc: SmemDesc, rows: int, cols: int, itemsize: int, major: str, size: int) -> np.ndarray:
+    """The (rows, cols, itemsize) shared byte addresses of the matrix, checked to lie in the
+    `size` bytes of shared memory."""
+    addresses = element_addresses(desc, rows, cols, itemsize, major)
     top = int(addresses.max()) + itemsize if addresses.size else 0
     if top > size:
         raise DescriptorError(f"the matrix reaches shared address {top:#x}, past the "
                               f"{size:#x} bytes of shared memory")
-    return addresses[..., None] + np.arange(itemsize)
+    return _read_only(addresses[..., None] + np.arange(itemsize))
 
 
 def read_matrix(smem: np.ndarray, desc: SmemDesc, rows: int, cols: int, dtype, major: str) -> np.ndarray:
     """The `(rows, cols)` matrix of `dtype` the MMA reads through `desc` from `smem` (uint8)."""
     dtype = np.dtype(dtype)
-    addresses = element_addresses(desc, rows, cols, dtype.itemsize, major)
-    raw = smem[_byte_indices(addresses, dtype.itemsize, smem.size)]
+    raw = smem[_byte_indices(desc, rows, cols, dtype.itemsize, major, smem.size)]
     return np.ascontiguousarray(raw).view(dtype).reshape(rows, cols)
 
 
@@ -229,6 +244,5 @@ def write_matrix(smem: np.ndarray, desc: SmemDesc, matrix: np.ndarray, major: st
     """Lay `matrix` (rows x cols, K along columns) out in `smem` where `read_matrix` reads it."""
     matrix = np.ascontiguousarray(matrix)
     rows, cols = matrix.shape
-    addresses = element_addresses(desc, rows, cols, matrix.itemsize, major)
-    smem[_byte_indices(addresses, matrix.itemsize, smem.size)] = \
+    smem[_byte_indices(desc, rows, cols, matrix.itemsize, major, smem.size)] = \
         matrix.view(np.uint8).reshape(rows, cols, matrix.itemsize)
