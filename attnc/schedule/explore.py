@@ -82,6 +82,7 @@ class Explorer:
         self.alike = self._alike()
         self.reduce = reduce and not self.alike     # Note [Roles that need not move]
         self._resources()
+        self._needed_of: dict = {}
 
     def _alike(self) -> list[tuple[int, ...]]:
         """Note [Roles alike]: the classes of two or more roles whose programs and threads
@@ -169,16 +170,19 @@ class Explorer:
                 suffix[p] = (r | direct[p][0], w | direct[p][1] | sent[p])
             self.direct.append(direct)
             self.suffix.append(suffix)
+        # the (next event, rest) pairs as small numbers, -1 past a role's last event
+        ids: dict = {}
+        self.touch_id = [[ids.setdefault((d, r), len(ids)) for d, r in zip(direct, suffix)] + [-1]
+                         for direct, suffix in zip(self.direct, self.suffix)]
 
-    def _needed(self, state) -> tuple[list[int], bool] | None:
+    def _needed(self, state) -> tuple[tuple[int, ...], bool] | None:
         """Note [Roles that need not move]: the roles (and whether the copies in flight and
         the cp.async groups) whose moves the exploration takes from `state`, or None for
-        every move."""
+        every move. It depends on the state only through what each role's next event and
+        the rest of its events touch (`touch_id`: a role's counter at an event of a loop
+        repeats it) and what the copies and groups write, so it is made once for each of
+        those."""
         pcs, _, _, flight, groups = state[:5]
-        n = len(pcs)
-        live = [k for k in range(n) if pcs[k] < self.lengths[k]]
-        if len(live) < 2:
-            return None
         env_w = 0                           # the copies in flight and the groups, as one process (writing only)
         for landing, b, _, _, _, _ in flight:
             env_w |= 1 << b
@@ -189,32 +193,48 @@ class Explorer:
                 env_w |= self.group_bit[k]
                 for s in group:
                     env_w |= self.slot_bit[s]
+        key = (tuple(self.touch_id[k][pc] for k, pc in enumerate(pcs)), env_w)
+        if key not in self._needed_of:
+            self._needed_of[key] = self._closure(pcs, env_w)
+        return self._needed_of[key]
+
+    def _closure(self, pcs: tuple[int, ...], env_w: int) -> tuple[tuple[int, ...], bool] | None:
+        """_needed's smallest closed set: node i < len(live) the live role live[i], node
+        len(live) the copies and groups; an edge from a node whose next event (the
+        environment: its writes) touches what the other's rest touches."""
+        live = [k for k in range(len(pcs)) if pcs[k] < self.lengths[k]]
+        if len(live) < 2:
+            return None
+        env = len(live)
+        nexts = [self.direct[k][pcs[k]] for k in live] + [(0, env_w)]
+        rests = [self.suffix[k][pcs[k]] for k in live]
+        edges = []
+        for r, w in nexts:
+            out = 0
+            for i, (sr, sw) in enumerate(rests):
+                if w & (sr | sw) or r & sw:
+                    out |= 1 << i
+            if (w | r) & env_w:
+                out |= 1 << env
+            edges.append(out)
+        every = (1 << env) - 1
         best = None
-        for start in live:
-            chosen, env, work = {start}, False, [start]
+        for start in range(env):
+            chosen = work = 1 << start
             while work:
-                j = work.pop()
-                if j < 0:
-                    r, w = 0, env_w
-                else:
-                    r, w = self.direct[j][pcs[j]]
-                for i in live:
-                    if i in chosen:
-                        continue
-                    sr, sw = self.suffix[i][pcs[i]]
-                    if w & (sr | sw) or r & sw:
-                        chosen.add(i)
-                        work.append(i)
-                if not env and (w | r) & env_w:
-                    env = True
-                    work.append(-1)
-            if len(chosen) == len(live):
+                j = work.bit_length() - 1
+                work &= ~(1 << j)
+                fresh = edges[j] & ~chosen
+                chosen |= fresh
+                work |= fresh
+            roles = chosen & every
+            if roles == every:
                 continue
-            if best is None or len(chosen) < len(best[0]):
-                best = (chosen, env)
+            if best is None or roles.bit_count() < best[0].bit_count():
+                best = (roles, bool(chosen >> env & 1))
         if best is None:
             return None
-        return sorted(best[0]), best[1]
+        return tuple(live[i] for i in range(env) if best[0] >> i & 1), best[1]
 
     def _count(self, bar: str) -> int:
         return self.bars[bar][1] if bar in self.bars else 0
