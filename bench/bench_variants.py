@@ -12,6 +12,8 @@ dim 64 (B=4, H=32) and 128 (B=4, H=16):
     alibi_causal     s + slopes[h] (j - i), slopes 2**(-8 (h + 1) / H), causal
     window1024       j <= i and i - j < 1024
     doc_causal       documents of 1000 positions (doc = position // 1000), causal
+    t5_causal        s + bias[h, bucket(j - i)], T5's 32 buckets (examples/relative_bias.attn),
+                     bias random normal, causal
 
 One bundle each per target (tools/build_gpu_bundles.py --suites bench_variants --archs
 sm_80,sm_90a): every target's kernel is timed against the same FlexAttention time, and
@@ -75,6 +77,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -93,7 +96,7 @@ WARMUP_MS = 100.0          # Note [Timing over the clock's swings]
 MIN_MS = 200.0
 M = N = 8192
 SHAPES = {64: (4, 32), 128: (4, 16)}           # head dim -> (B, H), as peers.md
-CASES = ("causal", "softcap_causal", "alibi_causal", "window1024", "doc_causal")
+CASES = ("causal", "softcap_causal", "alibi_causal", "window1024", "doc_causal", "t5_causal")
 GOALS = [  # (what, numerator case, denominator case, kind, bound)
     ("softcap score_mod overhead vs causal", "softcap_causal", "causal", "overhead", 0.10),
     ("ALiBi score_mod overhead vs causal", "alibi_causal", "causal", "overhead", 0.10),
@@ -183,8 +186,18 @@ def flex_case(case: str, h: int):
     def alibi(score, b, h_, q, k):
         return score + slopes[h_] * (k - q)
 
+    bias = attnc_params("t5_causal", 1, h)["bias"]
+
+    def t5(score, b, h_, q, k):
+        # the bucket as relative_bias.attn computes it, in f32, truncated by int()
+        d = k - q
+        n = d.abs()
+        far = (torch.log(n.clamp(min=1).to(torch.float32) / 8.0) / math.log(128.0 / 8.0) * 8.0).to(torch.int32)
+        bucket = torch.where(d > 0, 16, 0) + torch.where(n < 8, n, (8 + far).clamp(max=15))
+        return score + bias[h_, bucket]
+
     return {"causal": (None, causal), "softcap_causal": (softcap, causal), "alibi_causal": (alibi, causal),
-            "window1024": (None, window), "doc_causal": (None, documents)}[case]
+            "window1024": (None, window), "doc_causal": (None, documents), "t5_causal": (t5, causal)}[case]
 
 
 def add_tags_option(ap) -> None:
@@ -204,7 +217,7 @@ def bundle_lookup(bundles: Path, tags: str | None) -> tuple[list, dict]:
 def attnc_params(case: str, b: int, h: int) -> dict:
     if case == "alibi_causal":
         return {"slopes": torch.exp2(-8.0 * torch.arange(1, h + 1, device="cuda", dtype=torch.float32) / h)}
-    if case in ("t5", "t5_causal"):     # tools/build_gpu_bundles.py's EXP_CASES
+    if case in ("t5", "t5_causal"):     # t5: tools/build_gpu_bundles.py's EXP_CASES
         return {"bias": torch.randn(h, 32, device="cuda", generator=torch.Generator("cuda").manual_seed(0))}
     if case in ("doc_causal", "doc_only"):     # doc_only: build_gpu_bundles.py's EXP_CASES
         docs = (torch.arange(N, device="cuda", dtype=torch.int32) // 1000)
@@ -236,10 +249,16 @@ def main() -> int:
                          "Note [Timing over the clock's swings]")
     ap.add_argument("--no-flex-mma-v2", action="store_true",
                     help="leave out FlexAttention built without wgmma (flex_mma_v2.py), the sm_80 kernels' peer")
+    ap.add_argument("--cases", default=",".join(CASES),
+                    help=f"the cases to time, comma-separated (default: all, {','.join(CASES)})")
     ap.add_argument("--seq", type=int, default=N,
                     help=f"M = N (default {N}, peers.md's and the goals'; another leaves out FlexAttention "
                          "without wgmma, whose worker runs at the default)")
     args = ap.parse_args()
+    cases = [c for c in CASES if c in args.cases.split(",")]
+    unknown = set(args.cases.split(",")) - set(CASES)
+    if unknown:
+        ap.error(f"unknown cases {', '.join(sorted(unknown))}: the cases are {', '.join(CASES)}")
     if args.seq != N:
         M = N = args.seq
         args.no_flex_mma_v2 = True
@@ -265,15 +284,12 @@ def main() -> int:
     timers, rows, reference_rows = {}, [], {}
     for d, (b, h) in SHAPES.items():
         q, k, v = inputs(d)
-        for case in CASES:
+        for case in cases:
             score_mod, mask_mod = flex_case(case, h)
             frac = kept_fraction(mask_mod)
             block_mask = create_block_mask(mask_mod, None, None, M, N, device="cuda")
-
-            def run_flex(q=q, k=k, v=v, score_mod=score_mod, block_mask=block_mask):
-                return flex(q, k, v, score_mod=score_mod, block_mask=block_mask)
-
-            reference = run_flex().float()
+            run_flex, reference, flex_options = flex_runner(flex, f"d={d} {case}", q, k, v, score_mod, block_mask)
+            reference = reference.float()
             if case in MMA_V2_CASES:
                 reference_rows[(d, case)] = reference[:, :, ::ROW_STEP].cpu()
             timers[("flex", d, case)] = run_flex
@@ -296,9 +312,9 @@ def main() -> int:
                 if kernel.manifest.mask_kernels:
                     timers[(arch + " map reused", d, case)] = functools.partial(bound.launch, reuse_mask=True)
                 rows.append({"arch": arch, "head_dim": d, "case": case, "B": b, "H": h, "M": M, "N": N,
-                             "kept": frac, "max_abs_diff_vs_flex": diff})
+                             "kept": frac, "max_abs_diff_vs_flex": diff, "flex_kernel_options": flex_options})
             del reference
-    worker = None if args.no_flex_mma_v2 else start_flex_mma_v2(iters, reference_rows, warmup_ms, min_ms)
+    worker = None if args.no_flex_mma_v2 or not reference_rows else start_flex_mma_v2(iters, reference_rows, warmup_ms, min_ms)
     windows = {}
     try:
         with SmiLog() as smi:       # Note [Clock under the power cap] in smi_log.py
@@ -329,6 +345,7 @@ def main() -> int:
               f"flex {row['flex_tflops']:6.1f} ({row['flex_ms']:7.3f} ms, {spread(theirs)}) | "
               f"attnc/flex {row['flex_ms'] / row['attnc_ms']:4.2f}x | "
               f"max |attnc - flex| {row['max_abs_diff_vs_flex']:.2e}"
+              + (f" | flex kernel options {row['flex_kernel_options']}" if row["flex_kernel_options"] else "")
               + (f" | flex mma.sync {row['flex_mma_v2_ms']:7.3f} ms, attnc/that "
                  f"{row['flex_mma_v2_ms'] / row['attnc_ms']:4.2f}x" if "flex_mma_v2_ms" in row else "")
               + (f" | map reused {row['attnc_map_reused_ms']:7.3f} ms, attnc/flex "
@@ -348,6 +365,37 @@ def main() -> int:
                                                "rows": rows, "goals": goals,
                                                "sdpa": sdpa}, indent=1))
     return 0
+
+
+# FlexAttention's kernel options: its defaults, else the fastest of the others that compile
+# (fewer stages, smaller tiles), each timed alone. At head dim 64 its defaults ask T5's
+# score_mod for more shared memory than an H100 has (245,760 bytes of 232,448) and Triton
+# refuses the kernel.
+FLEX_OPTIONS = (None, {"num_stages": 2}, {"num_stages": 1}, {"BLOCK_M": 64, "BLOCK_N": 64})
+
+
+def flex_runner(flex, label: str, q, k, v, score_mod, block_mask):
+    """(the FlexAttention call, its output, its kernel options) by FLEX_OPTIONS (each
+    refusal, and each fallback's time, said)."""
+    working = []
+    for options in FLEX_OPTIONS:
+        def run(options=options):
+            return flex(q, k, v, score_mod=score_mod, block_mask=block_mask, kernel_options=options)
+        try:
+            out = run()
+        except Exception as e:      # torch.compile's errors (Triton's, Inductor's) share no base class here
+            lines = str(e).strip().splitlines() or [type(e).__name__]
+            why = next((line for line in reversed(lines) if "Error" in line), lines[-1])
+            print(f"{label}: FlexAttention with kernel options {options} fails: {why.strip()[:200]}")
+            continue
+        if options is None:
+            return run, out, options
+        ms = timed(run, 5, WARMUP_MS) * 1e3
+        print(f"{label}: FlexAttention with kernel options {options}: {ms:.3f} ms")
+        working.append((ms, run, out, options))
+    if not working:
+        raise RuntimeError(f"{label}: FlexAttention compiled with none of {FLEX_OPTIONS}")
+    return min(working, key=lambda w: w[0])[1:]
 
 
 def start_flex_mma_v2(iters: int, reference_rows: dict, warmup_ms: float, min_ms: float = 0.0):

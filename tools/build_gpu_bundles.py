@@ -291,6 +291,13 @@ def exact_ints_jobs() -> list[Job]:
 
 # --- bench_variants (peers.md) -------------------------------------------------------------
 
+# examples/relative_bias.attn's T5 bias (an int() per score: Note [One cvt for int()] in
+# attnc/backend/ptx.py; its buckets once per diagonal: Note [Values of a diagonal] in
+# attnc/backend/hooks.py)
+T5_BIAS = ("let d = j - i in let side = where(d > 0, 16, 0) in let n = abs(d) in "
+           "let far = min(8 + int(log(float(max(n, 1)) / 8.0) / log(128.0 / 8.0) * 8.0), 15) in "
+           "s + bias[h, side + where(n < 8, n, far)]")
+
 BENCH_CASES = {
     # case: (params, score_mod, mask_mod, fills)
     "causal": ("", None, "j <= i", {}),
@@ -298,6 +305,7 @@ BENCH_CASES = {
     "alibi_causal": ("  param slopes: f32[H]\n", "s + slopes[h] * (j - i)", "j <= i", {"slopes": "alibi"}),
     "window1024": ("", None, "j <= i and i - j < 1024", {}),
     "doc_causal": ("  param doc: i32[B, N]\n", None, "doc[b, i] == doc[b, j] and j <= i", {}),
+    "t5_causal": ("  param bias: f32[H, 32]\n", T5_BIAS, "j <= i", {}),
 }
 
 
@@ -305,14 +313,9 @@ SWEEP_WINDOWS = (256, 512, 1024, 2048, 4096)
 SWEEP_CASES = {f"window{w}": ("", None, f"j <= i and i - j < {w}", {}) for w in SWEEP_WINDOWS}
 # Cases only experiment bundles build (tools/build_exp_bundles.py): documents without
 # the causal bound, tiles without a diagonal to mask (bench/doc_scaling.py); no mask at
-# all (bench/bench_sm80.py's unmasked kernels); examples/relative_bias.attn's T5 bias under
-# a causal mask and without one (an int() per score: Note [One cvt for int()] in attnc/backend/ptx.py).
-T5_BIAS = ("let d = j - i in let side = where(d > 0, 16, 0) in let n = abs(d) in "
-           "let far = min(8 + int(log(float(max(n, 1)) / 8.0) / log(128.0 / 8.0) * 8.0), 15) in "
-           "s + bias[h, side + where(n < 8, n, far)]")
+# all (bench/bench_sm80.py's unmasked kernels); the T5 bias without a mask.
 EXP_CASES = {"doc_only": ("  param doc: i32[B, N]\n", None, "doc[b, i] == doc[b, j]", {}),
              "full": ("", None, None, {}),
-             "t5_causal": ("  param bias: f32[H, 32]\n", T5_BIAS, "j <= i", {}),
              "t5": ("  param bias: f32[H, 32]\n", T5_BIAS, None, {})}
 
 
