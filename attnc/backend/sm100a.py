@@ -109,7 +109,7 @@ then fits with block_n = 64. Off by default: no
 Blackwell GPU has timed it (the emulator runs it against the reference:
 tests/sim/test_walk_sm100a_sim.py), and under FlashAttention-4's register budgets the walk's
 state costs spills in the kernels of two KV loops (the bundle's assembler, with the lazy
-rescale: gemma2 124 bytes, sliding_window 132, docs_sink 104 stored and 124 loaded; mha and
+rescale: gemma2 84 bytes, sliding_window 96, docs_sink 104 stored and 124 loaded; mha and
 relative_bias none).
 Softmax warpgroups of 184 registers, for 80 in the MMA warp's warpgroup, spilled more
 (gemma2 272, and 80 without the walk). Fewer carried values did not help either: the

@@ -105,7 +105,7 @@ def _slot_write(cx: Lowering, op):
     elif isinstance(v, InTmem):
         pass                                # S or O, where its MMA put it
     elif isinstance(v, Scaled):             # the rescaled or the final O
-        _write_scaled(cx, slot, v)
+        _write_scaled(cx, op, slot, v)
     elif isinstance(v, Rows):               # P: this thread's row into tensor memory
         base = cx.tmem_address(slot, True)
         for k in range(0, len(v.values), 32):
@@ -306,19 +306,26 @@ def _finalize(cx: Lowering, op):
         units = 1.0 if get_bool(cx.kernel, "has_score_mod") else cx.scale
         sink = e.fmul(code(e, cx.value(op.operands[3])), 1.0 / units)
     (inv,), (lse,) = cx.softmax.finalize(SoftmaxState([m], [l]), sink)
-    return [Scaled(o, inv, out_dtype(cx.kernel)), lse]
+    return [Scaled(o, inv, out_dtype(cx.kernel), q_tile_of(op)), lse]
 
 
 CHUNK = 16          # O's columns a correction thread holds at a time (Note [O in chunks])
 
 
-def _write_scaled(cx: Lowering, slot: Slot, v: Scaled) -> None:
+def _write_scaled(cx: Lowering, op, slot: Slot, v: Scaled) -> None:
     """Note [O in chunks]: O's row chunk by chunk, times the factor, into the slot: tensor
     memory (the rescaled O), or shared memory in the output's type as TMA stores it (the
-    final O: Note [O through TMA])."""
+    final O: Note [O through TMA]; none of a Q tile without rows, which is never stored)."""
     chunks = _scaled_chunks(cx, v)
     if slot.channel.space != "tmem":
-        _write_o_row(cx, slot, v, chunks)
+        rows = q_tile_has_rows(cx, op, v.q_tile)
+        if rows is None:
+            _write_o_row(cx, slot, v, chunks)
+        else:
+            branch = scf.IfOp(rows)
+            with ir.InsertionPoint(branch.then_block):
+                _write_o_row(cx, slot, v, chunks)
+                scf.yield_([])
         if cx.walk is not None:         # Note [Accumulators start at zero] in sm100a.py
             zero_row(cx, v.o)
         return

@@ -48,11 +48,12 @@ first row against the block's row end:
   the test: in both branches, docs_sink's kernel spilled 24 bytes stored and 216 loaded
   (ptxas 13.0), and none so. A persistent CTA's softmax roles walk query blocks of either
   kind and run as they stand.
-The load warp still brings the tile's Q, which the expect_tx of its barrier counts; the
-correction warpgroup still finalizes the tile's O. Its rows hold whatever results (P.V
-never added to them), and are never stored: O and the LSE are stored only below the row
-end. Persistent CTAs zero O at each query block, so a block after one without rows
-starts clean. No Blackwell GPU has timed the saving; the emulator counts it
+- the correction warpgroup finalizes the tile's statistics but neither reads its O from
+  tensor memory nor writes it to O's staging slot: that slot's rows of the tile are never
+  stored (O and the LSE are stored only below the row end).
+The load warp still brings the tile's Q, which the expect_tx of its barrier counts.
+Persistent CTAs zero O at each query block, so a block after one without rows starts
+clean. No Blackwell GPU has timed the saving; the emulator counts it
 (tests/sim/test_tiles_sm100a_sim.py).
 """
 from __future__ import annotations

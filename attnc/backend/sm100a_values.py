@@ -80,10 +80,13 @@ class InTmem:
 class Scaled:
     """O's row times `factor` (f32), read from its tensor memory in column chunks where it is
     written (Note [O in chunks] in sm100a.py); `pack`: the output's element type it is
-    written in (None: f32 back into tensor memory, the rescaled O)."""
+    written in (None: f32 back into tensor memory, the rescaled O); `q_tile`: a final O's
+    Q tile, written only where the query block has rows in it (Note [Q tiles without
+    rows] in sm100a_tiles.py)."""
     o: "Slot"
     factor: ir.Value
     pack: str | None = None
+    q_tile: int = 0
 
 
 @dataclass

@@ -191,13 +191,17 @@ def test_a_tile_within_one_q_tile_skips_the_other(tmp_path, monkeypatch):
     assert compare(variant, rows, {name: ref[name][:, :1, 200:] for name in ("o", "lse")}) == []
 
 
+CORRECTION_WARPS = range(8, 12)       # the correction warpgroup's (attn-warp-specialize's sm_100a roles)
+
+
 @pytest.mark.parametrize("rows, cta, q_tiles", [(300, 0, 2), (300, 1, 1), (100, 0, 1)])
 def test_the_grid_works_on_q_tiles_with_rows(tmp_path, monkeypatch, rows, cta, q_tiles):
     """Note [Q tiles without rows] on the grid: query block 1 of M = 300 (rows [256, 300))
     and the one block of M = 100 work on their first Q tile only, block 0 of M = 300 on
     both (no mask): 3 key blocks of 128 (N = 300) x the Q tiles x (4 K-steps of QK^T at
-    head dim 64 + 8 of P.V) tcgen05.mma, and the exponentials of a softmax warpgroup (4
-    warps) a Q tile; the CTA's rows are the reference's."""
+    head dim 64 + 8 of P.V) tcgen05.mma, the exponentials of a softmax warpgroup (4
+    warps) a Q tile, and each correction warp's stores of the final O (a row of 64 bf16,
+    8 stores of 16 bytes) a Q tile; the CTA's rows are the reference's."""
     from tests.sim.test_lazy_sm100a_sim import counting
 
     path = tmp_path / "plain.attn"
@@ -208,11 +212,13 @@ def test_the_grid_works_on_q_tiles_with_rows(tmp_path, monkeypatch, rows, cta, q
     case = {"q": rng.standard_normal((1, 1, rows, 64)).astype(np.float32)}
     case.update({name: rng.standard_normal((1, 1, 300, 64)).astype(np.float32) for name in ("k", "v")})
     issued, exponentials = counting(monkeypatch, "tcgen05.mma"), counting(monkeypatch, "ex2")
+    stores = counting(monkeypatch, "st")
     kernel = SimKernel(bundle, seed=1)
     out = kernel(**typed_inputs(bundle, case), ctas=[(cta, 0, 0)])
     assert kernel.last_reports == []
     assert sum(issued.values()) == 3 * q_tiles * (64 // 16 + 128 // 16)
     assert len(exponentials) == 4 * q_tiles
+    assert {w: stores[w] for w in CORRECTION_WARPS} == {w: 8 * q_tiles for w in CORRECTION_WARPS}
     mine = slice(256 * cta, min(256 * cta + 256, rows))
     ref = attnc.reference(variant, **case)
     assert compare(variant, {"o": out["o"][:, :, mine]}, {"o": ref["o"][:, :, mine]}) == []
