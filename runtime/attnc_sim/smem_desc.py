@@ -52,8 +52,8 @@ XORed with bits [M+S, M+S+B)).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import enum
+import functools
 
 import numpy as np
 
