@@ -84,6 +84,7 @@ from attnc.backend.hook_arith import _fabs, _fold, _power_of_two, _reciprocal, d
 from attnc.backend.mask_hooks import ExtraParam
 from attnc.backend.nvgpu_builders import Approx, Emit
 from attnc.ir import DIM, PARAM, YIELD, error_at
+from attnc.ir.diagonals import ABOVE, BELOW, diagonal_values, flat_bounds, flat_holds, read_outside
 
 _DYNAMIC = -2147483648      # LLVM::GEPOp::kDynamicIndex
 _RETURNS = (YIELD, "func.return")
@@ -275,24 +276,12 @@ class RegionCode:
         """(the op d = j - i or i - j, the block's other values: all but those computed from
         d, b and h alone, d among them) where one of those costs more than an integer op,
         else None."""
-        args = dict(zip(self.ARGS, self.block.arguments))
-        if "i" not in args or "j" not in args:
+        found = diagonal_values(self.block, self.ARGS)
+        if found is None:
             return None
-        sides = {args["i"], args["j"]}
-        deps = {a: frozenset({n}) for n, a in args.items()}
-        root = None
-        for op in list(self.block.operations)[:-1]:
-            if len(op.results) != 1:
-                return None
-            if root is None and op.name == "arith.subi" and set(op.operands) == sides:
-                root, deps[op.results[0]] = op, frozenset({"d"})
-                continue
-            deps[op.results[0]] = frozenset().union(*(deps.get(v, frozenset()) for v in op.operands))
-        if root is None:
-            return None
-        on = frozenset(v for v, names in deps.items() if "d" in names and names <= {"b", "h", "d"})
+        root, on = found
         costly = any(v.owner.name not in _CHEAP_INT_OPS for v in on if v != root.results[0])
-        return (root, frozenset(v for v in deps if v not in on)) if costly else None
+        return (root, frozenset(v for v in self._placed if v not in on)) if costly else None
 
     def hoist_diagonal(self, e: Emit, given: Mapping, i: ir.Value, j: ir.Value) -> dict:
         """`given` and, emitted here, the values of `diagonal` on the diagonal of (i, j)."""
@@ -301,6 +290,67 @@ class RegionCode:
         env[root.results[0]] = self._emit(e, root, [i if v == self.block.arguments[self.ARGS.index("i")] else j
                                                     for v in root.operands])
         return self._run(e, env, off)
+
+    def hoist_diagonals(self, e: Emit, given: Mapping, spots: Mapping, row_i, col_j) -> dict:
+        """{key: `given` and, emitted here, the values of `diagonal` on the diagonal key}
+        for a tile's scores: `spots` maps each diagonal's key (its j - i less that of the
+        first spot, spot (0, 0)) to a (row, column) on it, `row_i` and `col_j` give their
+        i and j. Beyond the flat diagonals (Note [Flat diagonals] in attnc/ir/diagonals.py)
+        the values are computed once, for every key."""
+        bounds = self.flat_diagonals
+        if bounds is None:
+            return {k: self.hoist_diagonal(e, given, row_i(r), col_j(c)) for k, (r, c) in spots.items()}
+        root, off = self.diagonal
+        on = frozenset(v for v in self._placed if v not in off and not isinstance(v, ir.BlockArgument))
+        outputs = read_outside(self.block, on)
+        # The tile's d range: d at spot (0, 0) plus the keys' least and greatest.
+        d0 = self._emit(e, root, [row_i(0) if v == self.block.arguments[self.ARGS.index("i")] else col_j(0)
+                                  for v in root.operands])
+        first, last = min(spots), max(spots)
+        if root.operands[0] == self.block.arguments[self.ARGS.index("i")]:     # d = i - j
+            first, last = -last, -first
+        below, above = bounds
+        far = e.false()
+        if below is not None:
+            far = arith.ori(far, e.le(e.add(d0, last), below))
+        if above is not None:
+            far = arith.ori(far, e.ge(e.add(d0, first), above))
+        branch = scf.IfOp(far, [v.type for v in outputs] * len(spots), has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            env = self._run(e, {**given, root.results[0]: d0}, off)
+            scf.yield_([env[v] for v in outputs] * len(spots))
+        with ir.InsertionPoint(branch.else_block):
+            envs = [self.hoist_diagonal(e, given, row_i(r), col_j(c)) for r, c in spots.values()]
+            scf.yield_([env[v] for env in envs for v in outputs])
+        results = list(branch.results)
+        unread = dict.fromkeys(on)              # computed inside the branches, read by none after
+        return {k: {**given, **unread, **dict(zip(outputs, results[n * len(outputs):]))}
+                for n, k in enumerate(spots)}
+
+    @functools.cached_property
+    def flat_diagonals(self) -> tuple[int | None, int | None] | None:
+        """(below, above) of Note [Flat diagonals] as attn-hoist recorded them on the op d,
+        checked, or as it would where it did not run (no attn.level on d); None where
+        neither is."""
+        from attnc.passes.hoist import LEVEL
+
+        if self.diagonal is None:
+            return None
+        root = self.diagonal[0]
+        if LEVEL not in root.attributes:
+            bounds = flat_bounds(self.block, self.ARGS)
+            return None if bounds == (None, None) else bounds
+        bounds = tuple(ir.IntegerAttr(root.attributes[a]).value if a in root.attributes else None
+                       for a in (BELOW, ABOVE))
+        if bounds == (None, None):
+            return None
+        if not flat_holds(self.block, self.ARGS, *bounds):
+            shown = flat_bounds(self.block, self.ARGS)
+            said = ", ".join(f"{a} = {b}" for a, b in zip((BELOW, ABOVE), bounds) if b is not None)
+            raise error_at(root, f"{said}: the values this hook computes from d are not shown the same beyond "
+                                 f"there (attn-hoist finds {BELOW} = {shown[0]}, {ABOVE} = {shown[1]}; None: "
+                                 f"no such bound); a bound may be edited farther from the diagonal, not nearer")
+        return bounds
 
     def known_in_range(self, j: ir.Value, j_below_n: bool) -> Mapping | None:
         """The `in_range` of a key index j known to lie in [0, N) (Note [Indices known in

@@ -100,10 +100,11 @@ class HookGrid:
             self.cols = [code.hoist(e, outer, {"b": b, "h": h, "j": j}, code.known_in_range(j, j_below_n))
                          for j in keys]
         if diagonal is not None and code.diagonal is not None:      # Note [Values of a diagonal]
+            spots: dict = {}
             for r in range(rows):
                 for c in range(cols):
-                    if (key := diagonal(r, c)) not in self.diagonals:
-                        self.diagonals[key] = code.hoist_diagonal(e, outer, row_i(r), col_j(c))
+                    spots.setdefault(diagonal(r, c), (r, c))
+            self.diagonals = code.hoist_diagonals(e, outer, spots, row_i, col_j)
 
     def __call__(self, r: int, c: int, *args, **kwargs):
         if self.rows is not None:

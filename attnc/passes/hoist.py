@@ -15,8 +15,18 @@ attnc/backend/hooks.py):
     after:   %w = "attn.param"(%slopes, %h) {attn.level = "cta"}
              %x = arith.mulf %w, %d {attn.level = "score"} : f32
 
+It also records where the values of a diagonal stop changing (Note [Flat diagonals] in
+attnc/ir/diagonals.py): on the op d = j - i (or i - j) of a hook that reads i and j only
+through it, `attn.flat_below` and `attn.flat_above`, the d at and beyond which every
+value computed from d (with b and h) that the rest of the hook reads is the same:
+
+    after:   %d = arith.subi %j, %i {attn.flat_below = -92 : i64, attn.flat_above = 92 : i64,
+                                     attn.level = "score"} : i32
+
 Option `hoist=false` places every value at "score" (computed per score, as a hook
-written out by hand would be). A level can be edited finer than what the op reads --
+written out by hand would be), and records no flat diagonals; `flat=false` records none.
+A bound edited nearer the diagonal than the analysis shows is refused at the op by the
+lowering; a farther one, or none, is followed. A level can be edited finer than what the op reads --
 computed more often, e.g. "score" to keep a load per score -- but not coarser than its
 operands' (i is not known once per CTA): the lowering refuses that at the op
 (`check_levels`), as it refuses copies of a hook whose levels differ. A hook the lowering
@@ -51,12 +61,16 @@ class Hoist(Pass):
     hoist: bool = field(default=True, metadata={
         "doc": "place values at the coarsest level their operands allow; false: every value per score "
                "(Note [Hoisted hook values] in attnc/backend/hooks.py)"})
+    flat: bool = field(default=True, metadata={
+        "doc": "record the diagonals beyond which a hook's values of d = j - i stop changing "
+               "(attn.flat_below, attn.flat_above: Note [Flat diagonals] in attnc/ir/diagonals.py); a tile "
+               "of scores beyond them computes those values once"})
 
     def run(self, module) -> None:
-        hoist(module, self.hoist)
+        hoist(module, self.hoist, self.hoist and self.flat)
 
 
-def hoist(module, coarsest: bool = True) -> None:
+def hoist(module, coarsest: bool = True, flat: bool = True) -> None:
     from mlir import ir
 
     from attnc.ir import attention_ops, error_at
@@ -68,9 +82,27 @@ def hoist(module, coarsest: bool = True) -> None:
         with kernel.context:
             for name, holders in program_ops(kernel, HOOK_ARGS).items():
                 for holder in holders:
-                    for op, level in placed_levels(holder.regions[0].blocks[0], HOOK_ARGS[name],
-                                                   given=False, coarsest=coarsest):
+                    block = holder.regions[0].blocks[0]
+                    for op, level in placed_levels(block, HOOK_ARGS[name], given=False, coarsest=coarsest):
                         op.attributes[LEVEL] = ir.StringAttr.get(level)
+                    if flat:
+                        mark_flat(block, HOOK_ARGS[name])
+
+
+def mark_flat(block, names: tuple[str, ...]) -> None:
+    """`attn.flat_below` and `attn.flat_above` on the op d of a hook region (Note [Flat
+    diagonals]), where they hold."""
+    from mlir import ir
+
+    from attnc.ir.diagonals import ABOVE, BELOW, diagonal_values, flat_bounds
+
+    found = diagonal_values(block, names)
+    if found is None:
+        return
+    i64 = ir.IntegerType.get_signless(64)
+    for attr, bound in zip((BELOW, ABOVE), flat_bounds(block, names)):
+        if bound is not None:
+            found[0].attributes[attr] = ir.IntegerAttr.get(i64, bound)
 
 
 def check_levels(kernel) -> None:

@@ -1,0 +1,54 @@
+"""Beyond its flat diagonals (Note [Flat diagonals] in attnc/ir/diagonals.py) a tile of
+scores computes the values of d = j - i once: T5's relative bias (examples/relative_bias.attn,
+flat at |d| >= 92) run in the PTX emulator on sm_80 and sm_90a against attnc.reference, at
+a shape whose key blocks lie on both sides of the diagonal, near it and beyond the bounds.
+The same kernels built with bounds too near the diagonal (the lowering's check bypassed)
+give wrong scores: the tiles beyond the bounds do take the once-computed values."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import attnc.backend.hooks as hooks
+import attnc.ir.diagonals as diagonals
+from attnc.frontend import load_file
+from attnc.testing import ptx_bundle
+from tests.gpu.gpu_support import bind_sizes, compare, make_case
+from tests.sim.test_examples_sim import emulated
+
+T5 = Path(__file__).resolve().parents[2] / "examples" / "relative_bias.attn"
+
+
+def _run(arch: str):
+    variant = load_file(str(T5))
+    rng = np.random.default_rng(3)
+    sizes = bind_sizes(variant, batch=1, heads=1, heads_kv=1, m=200, n=330, rng=rng)
+    case = make_case(variant, sizes, {}, rng)
+    kernel, out, ref = emulated(ptx_bundle(T5, arch=arch), variant, case)
+    assert kernel.last_reports == []
+    return compare(variant, out, ref)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_t5_beyond_its_flat_diagonals_matches_the_reference(arch):
+    result, block = _t5_region()        # the module lives while its block is read
+    assert diagonals.flat_bounds(block, ("s", "b", "h", "i", "j")) == (-92, 92)
+    assert _run(arch) == []
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_bounds_too_near_the_diagonal_would_change_the_scores(monkeypatch, arch):
+    monkeypatch.setattr(diagonals, "flat_bounds", lambda block, names: (-20, 20))
+    monkeypatch.setattr(hooks, "flat_holds", lambda *args: True)
+    assert _run(arch) != []
+
+
+def _t5_region():
+    from attnc.driver import CompileOptions, compile_file
+    from attnc.ir import attention_ops
+    from attnc.ir.kernel import program_ops
+    result = compile_file(str(T5), CompileOptions(arch="sm_80", pass_pipeline="attn-tile"))
+    score_mod = program_ops(attention_ops(result.module)[0], ("attn.score_mod",))["attn.score_mod"][0]
+    return result, score_mod.regions[0].blocks[0]
