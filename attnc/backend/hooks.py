@@ -84,7 +84,7 @@ from attnc.backend.hook_arith import _fabs, _fold, _power_of_two, _reciprocal, d
 from attnc.backend.mask_hooks import ExtraParam
 from attnc.backend.nvgpu_builders import Approx, Emit
 from attnc.ir import DIM, PARAM, YIELD, error_at
-from attnc.ir.diagonals import ABOVE, BELOW, diagonal_values, flat_bounds, flat_holds, read_outside
+from attnc.ir.diagonals import ABOVE, BELOW, diagonal_values, flat_bounds, flat_holds
 
 _DYNAMIC = -2147483648      # LLVM::GEPOp::kDynamicIndex
 _RETURNS = (YIELD, "func.return")
@@ -291,23 +291,19 @@ class RegionCode:
                                                     for v in root.operands])
         return self._run(e, env, off)
 
-    def hoist_diagonals(self, e: Emit, given: Mapping, spots: Mapping, row_i, col_j) -> dict:
-        """{key: `given` and, emitted here, the values of `diagonal` on the diagonal key}
-        for a tile's scores: `spots` maps each diagonal's key (its j - i less that of the
-        first spot, spot (0, 0)) to a (row, column) on it, `row_i` and `col_j` give their
-        i and j. Beyond the flat diagonals (Note [Flat diagonals] in attnc/ir/diagonals.py)
-        the values are computed once, for every key."""
+    def far_test(self, e: Emit, spots: Mapping, row_i, col_j) -> ir.Value | None:
+        """An i1: every diagonal of a tile's scores lies beyond the flat diagonals (Note
+        [Flat diagonals] in attnc/ir/diagonals.py); None where the hook has none. `spots`
+        maps each diagonal's key (its j - i less that of spot (0, 0)) to a (row, column)
+        on it, `row_i` and `col_j` give their i and j."""
         bounds = self.flat_diagonals
         if bounds is None:
-            return {k: self.hoist_diagonal(e, given, row_i(r), col_j(c)) for k, (r, c) in spots.items()}
-        root, off = self.diagonal
-        on = frozenset(v for v in self._placed if v not in off and not isinstance(v, ir.BlockArgument))
-        outputs = read_outside(self.block, on)
-        # The tile's d range: d at spot (0, 0) plus the keys' least and greatest.
-        d0 = self._emit(e, root, [row_i(0) if v == self.block.arguments[self.ARGS.index("i")] else col_j(0)
-                                  for v in root.operands])
+            return None
+        root = self.diagonal[0]
+        i_arg = self.block.arguments[self.ARGS.index("i")]
+        d0 = self._emit(e, root, [row_i(0) if v == i_arg else col_j(0) for v in root.operands])
         first, last = min(spots), max(spots)
-        if root.operands[0] == self.block.arguments[self.ARGS.index("i")]:     # d = i - j
+        if root.operands[0] == i_arg:                   # d = i - j
             first, last = -last, -first
         below, above = bounds
         far = e.false()
@@ -315,17 +311,13 @@ class RegionCode:
             far = arith.ori(far, e.le(e.add(d0, last), below))
         if above is not None:
             far = arith.ori(far, e.ge(e.add(d0, first), above))
-        branch = scf.IfOp(far, [v.type for v in outputs] * len(spots), has_else=True)
-        with ir.InsertionPoint(branch.then_block):
-            env = self._run(e, {**given, root.results[0]: d0}, off)
-            scf.yield_([env[v] for v in outputs] * len(spots))
-        with ir.InsertionPoint(branch.else_block):
-            envs = [self.hoist_diagonal(e, given, row_i(r), col_j(c)) for r, c in spots.values()]
-            scf.yield_([env[v] for env in envs for v in outputs])
-        results = list(branch.results)
-        unread = dict.fromkeys(on)              # computed inside the branches, read by none after
-        return {k: {**given, **unread, **dict(zip(outputs, results[n * len(outputs):]))}
-                for n, k in enumerate(spots)}
+        return far
+
+    def once_diagonal(self, e: Emit, given: Mapping, spots: Mapping, row_i, col_j) -> dict:
+        """`hoist_diagonal`'s values for every key of `spots`, computed once, at spot
+        (0, 0): a tile beyond the flat diagonals (`far_test`)."""
+        env = self.hoist_diagonal(e, given, row_i(0), col_j(0))
+        return dict.fromkeys(spots, env)
 
     @functools.cached_property
     def flat_diagonals(self) -> tuple[int | None, int | None] | None:

@@ -84,10 +84,11 @@ class HookGrid:
     masks) is called as it is."""
 
     def __init__(self, hook, e: Emit, b, h, rows: int, cols: int, row_i, col_j, j_below_n: bool = False,
-                 diagonal=None):
+                 diagonal=None, flat: bool = False):
         self.hook, self.e = hook, e
         self.rows = self.cols = None
         self.diagonal, self.diagonals = diagonal, {}
+        self.far = None                                 # Note [Flat diagonals]: see `over`
         code = getattr(hook, "__self__", hook)         # a RegionCode or a bound method of one
         if not isinstance(code, RegionCode):
             return
@@ -104,7 +105,28 @@ class HookGrid:
             for r in range(rows):
                 for c in range(cols):
                     spots.setdefault(diagonal(r, c), (r, c))
-            self.diagonals = code.hoist_diagonals(e, outer, spots, row_i, col_j)
+            self.far = code.far_test(e, spots, row_i, col_j) if flat else None
+            self.per_diagonal = lambda: {k: code.hoist_diagonal(e, outer, row_i(r), col_j(c))
+                                         for k, (r, c) in spots.items()}
+            self.once = lambda: code.once_diagonal(e, outer, spots, row_i, col_j)
+            if self.far is None:
+                self.diagonals = self.per_diagonal()
+
+    def over(self, scores: list[list[ir.Value]], apply) -> list[list[ir.Value]]:
+        """`apply(self)`: the tile's scores as the hook makes them; beyond the flat
+        diagonals (`far`, Note [Flat diagonals] in attnc/ir/diagonals.py), with the values of
+        the diagonal computed once, in a branch of their own -- which yields the scores, so
+        that no value of a diagonal stays live past it."""
+        if self.far is None:
+            return apply(self)
+        types = [x.type for row in scores for x in row]
+        branch = scf.IfOp(self.far, types, has_else=True)
+        for block, diagonals in ((branch.then_block, self.once), (branch.else_block, self.per_diagonal)):
+            with ir.InsertionPoint(block):
+                self.diagonals = diagonals()
+                scf.yield_([x for row in apply(self) for x in row])
+        flat, width = list(branch.results), len(scores[0])
+        return [flat[r * width:(r + 1) * width] for r in range(len(scores))]
 
     def __call__(self, r: int, c: int, *args, **kwargs):
         if self.rows is not None:
@@ -146,18 +168,20 @@ class ScoreMasker:
         b, h = self.b, self.h
         if self.score_bias:
             inv_scale = e.cf(1.0 / self.scale)
-            bias = self._grid(self.score_bias, rows, n_block)
-            return [[e.fma(bias(r, c, b, h, *self.coords(r, c, n_block)), inv_scale, x)
-                     for c, x in enumerate(row)] for r, row in enumerate(rows)]
-        score_mod = self._grid(self.score_mod, rows, n_block)
-        return [[score_mod(r, c, e.fmul(x, self.score_in), b, h, *self.coords(r, c, n_block))
-                 for c, x in enumerate(row)] for r, row in enumerate(rows)]
+            return self._grid(self.score_bias, rows, n_block, flat=True).over(rows, lambda bias: [
+                [e.fma(bias(r, c, b, h, *self.coords(r, c, n_block)), inv_scale, x) for c, x in enumerate(row)]
+                for r, row in enumerate(rows)])
+        return self._grid(self.score_mod, rows, n_block, flat=True).over(rows, lambda score_mod: [
+            [score_mod(r, c, e.fmul(x, self.score_in), b, h, *self.coords(r, c, n_block)) for c, x in enumerate(row)]
+            for r, row in enumerate(rows)])
 
-    def _grid(self, hook, rows, n_block, below_n: bool = False) -> HookGrid:
-        """`hook`'s HookGrid over `rows` of block n_block (`below_n`: its keys are below N)."""
+    def _grid(self, hook, rows, n_block, below_n: bool = False, flat: bool = False) -> HookGrid:
+        """`hook`'s HookGrid over `rows` of block n_block (`below_n`: its keys are below N;
+        `flat`: the caller applies it `over` the scores, which may branch at the flat
+        diagonals)."""
         return HookGrid(hook, self.e, self.b, self.h, len(rows), len(rows[0]), self.coords.row,
                         lambda c: self.coords.key(c, n_block, below_n), j_below_n=below_n,
-                        diagonal=self.coords.diagonal)
+                        diagonal=self.coords.diagonal, flat=flat)
 
     def _linear_bias(self, rows, n_block):
         """s + bias / scale with the bias a * float(l + cj * d) (Note [Bias linear in j] in

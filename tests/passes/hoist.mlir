@@ -7,6 +7,8 @@
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist" | filecheck %s --check-prefix=ALIBI
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist{hoist=false}" | filecheck %s --check-prefix=OFF
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-hoist" 2>&1 | filecheck %s --check-prefix=NOTILE
+// RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist" | filecheck %s --check-prefix=FLAT
+// RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist{flat=false}" | filecheck %s --check-prefix=NOFLAT
 
 // documents + causal: a row's document id once per row, a column's once per column, the
 // comparisons per score.
@@ -30,9 +32,19 @@
 // OFF: "attn.param"({{.*}}) {attn.level = "score"}
 // OFF-NOT: attn.level = "{{cta|row|col}}"
 
+// A bucket of d = j - i clamped to [-8, 8]: flat at and below -8, at and above 8 (Note
+// [Flat diagonals]); ALiBi's bias, linear in d, is flat nowhere.
+// FLAT-LABEL: func.func @alibi(
+// FLAT-NOT: attn.flat_
+// FLAT-LABEL: func.func @bucket(
+// FLAT: "attn.score_mod"
+// FLAT: arith.subi {{.*}} {attn.flat_above = 8 : i64, attn.flat_below = -8 : i64, attn.level = "score"}
+// NOFLAT-NOT: attn.flat_
+
 // NOTILE: alibi.attn:2:1: error: attn-hoist places the values of the tile program's hooks; run attn-tile first
 
-// examples/alibi.attn and examples/docs_sink.attn as the frontend lowers them (L1).
+// examples/alibi.attn and examples/docs_sink.attn as the frontend lowers them (L1), and a
+// clamped bucket bias.
 func.func @alibi(%q: tensor<?x?x?x64xf16>, %k: tensor<?x?x?x64xf16>, %v: tensor<?x?x?x64xf16>, %slopes: tensor<?xf32>) -> tensor<?x?x?x64xf16> {
   %o = "attn.attention"(%q, %k, %v) ({
   ^bb0(%s: f32, %b: i32, %h: i32, %i: i32, %j: i32):
@@ -86,4 +98,33 @@ func.func @docs_sink(%q: tensor<?x?x?x64xbf16>, %k: tensor<?x?x?x64xbf16>, %v: t
       has_score_mod = false, has_mask_mod = true, has_sink = true}
       : (tensor<?x?x?x64xbf16>, tensor<?x?x?x64xbf16>, tensor<?x?x?x64xbf16>) -> tensor<?x?x?x64xbf16> loc("docs_sink.attn":2:1)
   return %o : tensor<?x?x?x64xbf16>
+}
+
+func.func @bucket(%q: tensor<?x?x?x64xf16>, %k: tensor<?x?x?x64xf16>, %v: tensor<?x?x?x64xf16>, %w: tensor<?x17xf32>) -> tensor<?x?x?x64xf16> {
+  %o = "attn.attention"(%q, %k, %v) ({
+  ^bb0(%s: f32, %b: i32, %h: i32, %i: i32, %j: i32):
+    %d = arith.subi %j, %i : i32
+    %lo = arith.constant -8 : i32
+    %hi = arith.constant 8 : i32
+    %above = arith.maxsi %d, %lo : i32
+    %clamped = arith.minsi %above, %hi : i32
+    %bucket = arith.addi %clamped, %hi : i32
+    %bias = "attn.param"(%w, %h, %bucket) : (tensor<?x17xf32>, i32, i32) -> f32
+    %t = arith.addf %s, %bias : f32
+    gpu.yield %t : f32
+  }, {
+  ^bb0(%b: i32, %h: i32, %i: i32, %j: i32):
+    %true = arith.constant true
+    gpu.yield %true : i1
+  }, {
+  ^bb0(%h: i32):
+    %none = arith.constant 0xFF800000 : f32
+    gpu.yield %none : f32
+  }) {variant = "bucket", dtype = "f16", head_dim_qk = 64 : i64, head_dim_v = 64 : i64,
+      scale = 1.250000e-01 : f32, dims = ["B", "H", "M", "N"], q_shape = ["B", "H", "M", 64],
+      k_shape = ["B", "H", "N", 64], v_shape = ["B", "H", "N", 64], params = ["w"],
+      param_shapes = [["H", 17]], param_dtypes = ["f32"], outputs = ["o"], gqa = false,
+      has_score_mod = true, has_mask_mod = false, has_sink = false}
+      : (tensor<?x?x?x64xf16>, tensor<?x?x?x64xf16>, tensor<?x?x?x64xf16>) -> tensor<?x?x?x64xf16> loc("bucket.attn":2:1)
+  return %o : tensor<?x?x?x64xf16>
 }
