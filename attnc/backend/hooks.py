@@ -408,6 +408,12 @@ class RegionCode:
         return copy.results[0]
 
 
+class ScoreCode(RegionCode):
+    """A score_mod region, whose arguments are the score's s, b, h, i and j."""
+
+    ARGS = ("s", "b", "h", "i", "j")
+
+
 def load_param(e: Emit, names, name: str, indices: Sequence[ir.Value],
                never_empty: frozenset[str] = frozenset(), in_range: Mapping | None = None) -> ir.Value:
     """`attn.param(name, indices...)` as a kernel reads it (Note [Bounds-safe param reads]):

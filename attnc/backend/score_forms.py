@@ -31,7 +31,7 @@ from mlir.dialects import arith
 
 from attnc.backend.hook_arith import _f32_constant, _reciprocal
 from attnc.backend.hook_walks import _interval, _j_coefficient
-from attnc.backend.hooks import KernelNames, RegionCode
+from attnc.backend.hooks import KernelNames, ScoreCode
 from attnc.backend.nvgpu_builders import Emit
 from attnc.ir import defining_op, depends_on, yielded
 
@@ -52,10 +52,8 @@ def affine_bias(block: ir.Block) -> tuple[ir.Value, bool] | None:
     return None
 
 
-class BiasCode(RegionCode):
+class BiasCode(ScoreCode):
     """The f of an affine score_mod s + f, compiled alone (the ops that read s are left out)."""
-
-    ARGS = ("s", "b", "h", "i", "j")
 
     def __init__(self, block: ir.Block, names: KernelNames, bias: ir.Value, negate: bool,
                  never_empty: frozenset[str] = frozenset()):
@@ -112,11 +110,9 @@ def _j_linear_split(block: ir.Block, bias: ir.Value):
     return None
 
 
-class ScaledScoreCode(RegionCode):
+class ScaledScoreCode(ScoreCode):
     """A score_mod region with its constant scalings of s and of the result split off
     (Note [Score scalings]): called with s' = s * in_factor, returns score / out_factor."""
-
-    ARGS = ("s", "b", "h", "i", "j")
 
     def __init__(self, block: ir.Block, names: KernelNames, never_empty: frozenset[str] = frozenset()):
         super().__init__(block, names, never_empty)
