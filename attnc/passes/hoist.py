@@ -20,16 +20,17 @@ attnc/ir/diagonals.py): on the op d = j - i (or i - j) of a hook that reads i an
 through it, `attn.flat_below` and `attn.flat_above`, the d at and beyond which every
 value computed from d (with b and h) that the rest of the hook reads is the same:
 
-    after:   %d = arith.subi %j, %i {attn.flat_below = -92 : i64, attn.flat_above = 92 : i64,
+    after:   %d = arith.subi %j, %i {attn.flat_above = 92 : i64, attn.flat_below = -92 : i64,
                                      attn.level = "score"} : i32
 
 Option `hoist=false` places every value at "score" (computed per score, as a hook
-written out by hand would be), and records no flat diagonals; `flat=false` records none.
-A bound edited nearer the diagonal than the analysis shows is refused at the op by the
-lowering; a farther one, or none, is followed. A level can be edited finer than what the op reads --
-computed more often, e.g. "score" to keep a load per score -- but not coarser than its
-operands' (i is not known once per CTA): the lowering refuses that at the op
-(`check_levels`), as it refuses copies of a hook whose levels differ. A hook the lowering
+written out by hand would be), and records no flat diagonals; `flat=false` records none
+(and drops those of an earlier run). A level can be edited finer than what the op reads
+-- computed more often, e.g. "score" to keep a load per score -- but not coarser than
+its operands' (i is not known once per CTA): the lowering refuses that at the op
+(`check_levels`), as it refuses copies of a hook whose levels differ. A flat bound
+edited farther from the diagonal, or removed, is followed; one nearer than the analysis
+shows is refused at the op by the lowering. A hook the lowering
 compiles to a form of its own -- a key interval per row, a bias linear in j, causal --
 computes its values where that form does: its levels are checked, not followed.
 """
@@ -85,13 +86,12 @@ def hoist(module, coarsest: bool = True, flat: bool = True) -> None:
                     block = holder.regions[0].blocks[0]
                     for op, level in placed_levels(block, HOOK_ARGS[name], given=False, coarsest=coarsest):
                         op.attributes[LEVEL] = ir.StringAttr.get(level)
-                    if flat:
-                        mark_flat(block, HOOK_ARGS[name])
+                    mark_flat(block, HOOK_ARGS[name], flat)
 
 
-def mark_flat(block, names: tuple[str, ...]) -> None:
+def mark_flat(block, names: tuple[str, ...], flat: bool = True) -> None:
     """`attn.flat_below` and `attn.flat_above` on the op d of a hook region (Note [Flat
-    diagonals]), where they hold."""
+    diagonals]) where they hold (`flat`), and nowhere else."""
     from mlir import ir
 
     from attnc.ir.diagonals import ABOVE, BELOW, diagonal_values, flat_bounds
@@ -99,10 +99,12 @@ def mark_flat(block, names: tuple[str, ...]) -> None:
     found = diagonal_values(block, names)
     if found is None:
         return
-    i64 = ir.IntegerType.get_signless(64)
-    for attr, bound in zip((BELOW, ABOVE), flat_bounds(block, names)):
+    root, i64 = found[0], ir.IntegerType.get_signless(64)
+    for attr, bound in zip((BELOW, ABOVE), flat_bounds(block, names) if flat else (None, None)):
         if bound is not None:
-            found[0].attributes[attr] = ir.IntegerAttr.get(i64, bound)
+            root.attributes[attr] = ir.IntegerAttr.get(i64, bound)
+        elif attr in root.attributes:
+            del root.attributes[attr]
 
 
 def check_levels(kernel) -> None:
