@@ -1,7 +1,8 @@
 """Beyond its flat diagonals (Note [Flat diagonals] in attnc/ir/diagonals.py) a tile of
 scores computes the values of d = j - i once: T5's relative bias (examples/relative_bias.attn,
-flat at |d| >= 92) run in the PTX emulator on sm_80 and sm_90a against attnc.reference, at
-a shape whose key blocks lie on both sides of the diagonal, near it and beyond the bounds.
+flat at |d| >= 92) and a clipped relative position of d = i - j (flat at |d| >= 16) run in
+the PTX emulator on sm_80 and sm_90a against attnc.reference, at a shape whose key blocks
+lie on both sides of the diagonal, near it and beyond the bounds.
 The same kernels built with bounds too near the diagonal (the lowering's check bypassed)
 give wrong scores: the tiles beyond the bounds do take the once-computed values."""
 from __future__ import annotations
@@ -13,20 +14,29 @@ import pytest
 
 import attnc.backend.hooks as hooks
 import attnc.ir.diagonals as diagonals
-from attnc.frontend import load_file
+from attnc.frontend import load, load_file
 from attnc.testing import ptx_bundle
 from tests.gpu.gpu_support import bind_sizes, compare, make_case
 from tests.sim.test_examples_sim import emulated
 
 T5 = Path(__file__).resolve().parents[2] / "examples" / "relative_bias.attn"
+CLIPPED = """attention clipped {
+  q: f16[B, H, M, 64]
+  k: f16[B, H, N, 64]
+  v: f16[B, H, N, 64]
+  param w: f32[H, 33]
+  score_mod(s, b, h, i, j) = let d = i - j in s + 4.0 * w[h, min(max(d, -16), 16) + 16]
+  out o: f16[B, H, M, 64]
+}
+"""
 
 
-def _run(arch: str):
-    variant = load_file(str(T5))
+def _run(arch: str, source: Path | str = T5):
+    variant = load_file(str(source)) if isinstance(source, Path) else load(source, "clipped.attn")
     rng = np.random.default_rng(3)
     sizes = bind_sizes(variant, batch=1, heads=1, heads_kv=1, m=200, n=330, rng=rng)
     case = make_case(variant, sizes, {}, rng)
-    kernel, out, ref = emulated(ptx_bundle(T5, arch=arch), variant, case)
+    kernel, out, ref = emulated(ptx_bundle(source, arch=arch), variant, case)
     assert kernel.last_reports == []
     return compare(variant, out, ref)
 
@@ -36,6 +46,11 @@ def test_t5_beyond_its_flat_diagonals_matches_the_reference(arch):
     result, block = _t5_region()        # the module lives while its block is read
     assert diagonals.flat_bounds(block, ("s", "b", "h", "i", "j")) == (-92, 92)
     assert _run(arch) == []
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_a_clipped_position_of_i_minus_j_matches_the_reference(arch):
+    assert _run(arch, CLIPPED) == []
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
