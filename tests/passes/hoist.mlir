@@ -9,6 +9,7 @@
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-hoist" 2>&1 | filecheck %s --check-prefix=NOTILE
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist" | filecheck %s --check-prefix=FLAT
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist{flat=false}" | filecheck %s --check-prefix=NOFLAT
+// RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist,attn-hoist{flat=false}" | filecheck %s --check-prefix=NOFLAT
 
 // documents + causal: a row's document id once per row, a column's once per column, the
 // comparisons per score.
@@ -33,7 +34,8 @@
 // OFF-NOT: attn.level = "{{cta|row|col}}"
 
 // A bucket of d = j - i clamped to [-8, 8]: flat at and below -8, at and above 8 (Note
-// [Flat diagonals]); ALiBi's bias, linear in d, is flat nowhere.
+// [Flat diagonals]); ALiBi's bias, linear in d, is flat nowhere. flat=false records none,
+// and drops those of an earlier run.
 // FLAT-LABEL: func.func @alibi(
 // FLAT-NOT: attn.flat_
 // FLAT-LABEL: func.func @bucket(
