@@ -1,8 +1,9 @@
 """Beyond its flat diagonals (Note [Flat diagonals] in attnc/ir/diagonals.py) a tile of
 scores computes the values of d = j - i once: T5's relative bias (examples/relative_bias.attn,
-flat at |d| >= 92) and a clipped relative position of d = i - j (flat at |d| >= 16) run in
-the PTX emulator on sm_80 and sm_90a against attnc.reference, at a shape whose key blocks
-lie on both sides of the diagonal, near it and beyond the bounds.
+flat at |d| >= 92; compiled as a bias s + f, BiasCode in attnc/backend/score_forms.py) and
+a softcapped clipped relative position of d = i - j (flat at |d| >= 16; ScaledScoreCode
+there) run in the PTX emulator on sm_80 and sm_90a against attnc.reference, at a shape
+whose key blocks lie on both sides of the diagonal, near it and beyond the bounds.
 The same kernels built with bounds too near the diagonal (the lowering's check bypassed)
 give wrong scores: the tiles beyond the bounds do take the once-computed values."""
 from __future__ import annotations
@@ -25,7 +26,7 @@ CLIPPED = """attention clipped {
   k: f16[B, H, N, 64]
   v: f16[B, H, N, 64]
   param w: f32[H, 33]
-  score_mod(s, b, h, i, j) = let d = i - j in s + 4.0 * w[h, min(max(d, -16), 16) + 16]
+  score_mod(s, b, h, i, j) = let d = i - j in 20.0 * tanh((s + 4.0 * w[h, min(max(d, -16), 16) + 16]) / 20.0)
   out o: f16[B, H, M, 64]
 }
 """
@@ -49,7 +50,7 @@ def test_t5_beyond_its_flat_diagonals_matches_the_reference(arch):
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-def test_a_clipped_position_of_i_minus_j_matches_the_reference(arch):
+def test_a_softcapped_clipped_position_of_i_minus_j_matches_the_reference(arch):
     assert _run(arch, CLIPPED) == []
 
 
