@@ -216,18 +216,43 @@ def _hook_coords(cx: Lowering, op) -> tuple:
 
 
 def _hook(cx: Lowering, op):
-    from attnc.backend.hooks import RegionCode, role_dims
+    from attnc.backend.hooks import RegionCode, ScoreCode, role_dims
     from attnc.backend.variant_hooks import _TILE_ROLES
-    return RegionCode(op.regions[0].blocks[0], cx.names, role_dims(cx.names.variant, _TILE_ROLES))
+    kind = ScoreCode if op.name == "attn.score_mod" else RegionCode
+    return kind(op.regions[0].blocks[0], cx.names, role_dims(cx.names.variant, _TILE_ROLES))
 
 
 def _score_mod(cx: Lowering, op):
-    """score_mod(scale * s, b, h, i, j) on each score of the row."""
+    """score_mod(scale * s, b, h, i, j) on each score of the row; a chunk of the row whose
+    keys all lie beyond the hook's flat diagonals computes their values once (Note [Flat
+    diagonals] in attnc/ir/diagonals.py), in a branch that yields the chunk's scores."""
     e = cx.e
     code = _hook(cx, op)
     b, h, i, js = _hook_coords(cx, op)
     scores = _scores(cx, cx.value(op.operands[0]))
-    return [Rows([code(e, e.fmul(s, cx.scale), b, h, i, j) for s, j in zip(scores, js)])]
+    out = []
+    for c0 in range(0, len(js), CHUNK):
+        chunk = list(zip(scores[c0:c0 + CHUNK], js[c0:c0 + CHUNK]))
+
+        def scored(given=None):
+            return [code(e, e.fmul(s, cx.scale), b, h, i, j, given=given) for s, j in chunk]
+        spots = {c: (0, c) for c in range(len(chunk))}
+        col_j = lambda c: chunk[c][1]       # noqa: E731
+        far = code.far_test(e, spots, lambda r: i, col_j) if code.diagonal is not None else None
+        if far is None:
+            out += scored()
+            continue
+        branch = scf.IfOp(far, [s.type for s, _ in chunk], has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            outer = code.hoist(e, {}, {"b": b, "h": h})
+            scf.yield_(scored(code.once_diagonal(e, outer, spots, lambda r: i, col_j)[0]))
+        with ir.InsertionPoint(branch.else_block):
+            scf.yield_(scored())
+        out += list(branch.results)
+    return [Rows(out)]
+
+
+CHUNK = 32      # scores per branch at the flat diagonals (a tcgen05.ld's columns)
 
 
 def _mask(cx: Lowering, op):

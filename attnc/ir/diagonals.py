@@ -9,12 +9,13 @@ diagonal: T5's bucket is the last of its side for every |d| >= 91
 tile's scores would compute it 22 to 34 times a thread. `flat_bounds` finds the d at and
 below which (`below`), and at and above which (`above`), every value of the diagonal that
 the rest of the hook reads is the same; attn-hoist records them on the op d as
-`attn.flat_below` and `attn.flat_above`; on sm_80 and sm_90a a tile of scores whose
-diagonals all lie beyond one computes those values once, in a branch that yields the
-tile's scores (HookGrid.over in attnc/backend/score_masks.py: a branch that yielded the
-values of the diagonals instead kept them live beside O, and sm_80's T5 kernel at head dim
-128 spilled 48 bytes). sm_100a's rows, 128 scores a thread, compute them per score: the
-same branch over a row spilled 1,216 bytes under the softmax warpgroups' 200 registers.
+`attn.flat_below` and `attn.flat_above`; a tile of scores whose diagonals all lie beyond
+one computes those values once, in a branch that yields the tile's scores (HookGrid.over
+in attnc/backend/score_masks.py: a branch that yielded the values of the diagonals
+instead kept them live beside O, and sm_80's T5 kernel at head dim 128 spilled 48 bytes).
+On sm_100a, where a thread holds a row of 128 scores, each 32 of them (a tensor memory
+load's) branch apart (`_score_mod` in attnc/backend/sm100a_ops.py): one branch over the
+row spilled 1,216 bytes under the softmax warpgroups' 200 registers, 32 none.
 
 The search evaluates the hook's ops on intervals of d, toward "varies" wherever it cannot
 tell: integers exactly (the kernels compute them exactly, Note [Exact integers] in

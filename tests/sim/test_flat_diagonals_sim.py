@@ -2,8 +2,9 @@
 scores computes the values of d = j - i once: T5's relative bias (examples/relative_bias.attn,
 flat at |d| >= 92; compiled as a bias s + f, BiasCode in attnc/backend/score_forms.py) and
 a softcapped clipped relative position of d = i - j (flat at |d| >= 16; ScaledScoreCode
-there) run in the PTX emulator on sm_80 and sm_90a against attnc.reference, at a shape
-whose key blocks lie on both sides of the diagonal, near it and beyond the bounds.
+there; on sm_100a both the hook's own region) run in the PTX emulator on sm_80, sm_90a and
+sm_100a against attnc.reference, at a shape whose key blocks lie on both sides of the
+diagonal, near it and beyond the bounds.
 The same kernels built with bounds too near the diagonal (the lowering's check bypassed)
 give wrong scores: the tiles beyond the bounds do take the once-computed values."""
 from __future__ import annotations
@@ -42,19 +43,19 @@ def _run(arch: str, source: Path | str = T5):
     return compare(variant, out, ref)
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
 def test_t5_beyond_its_flat_diagonals_matches_the_reference(arch):
     result, block = _t5_region()        # the module lives while its block is read
     assert diagonals.flat_bounds(block, ("s", "b", "h", "i", "j")) == (-92, 92)
     assert _run(arch) == []
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
 def test_a_softcapped_clipped_position_of_i_minus_j_matches_the_reference(arch):
     assert _run(arch, CLIPPED) == []
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
 def test_bounds_too_near_the_diagonal_would_change_the_scores(monkeypatch, arch):
     monkeypatch.setattr(diagonals, "flat_bounds", lambda block, names: (-20, 20))
     monkeypatch.setattr(hooks, "flat_holds", lambda *args: True)
