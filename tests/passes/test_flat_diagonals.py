@@ -89,3 +89,48 @@ def test_a_bound_farther_from_the_diagonal_is_followed(monkeypatch):
     near, far = (_lowered(plan.replace("attn.flat_above = 92 : i64", f"attn.flat_above = {b} : i64")).ptx
                  for b in (92, 500))
     assert near != far
+
+
+@pytest.mark.parametrize("score", [
+    None,
+    "s + w[h, min(max(j - i, -8), 8) + 8]",
+    "s + w[h, min(max(i - j, 0), 16)]",
+    "s + min(float(abs(j - i)), 50.0) * w[h, 0]",
+    "let d = j - i in s + where(d > 5, w[h, 1], w[h, 2] * float(d))",
+    "let d = j - i in s + w[h, min(int(log(float(max(abs(d), 1))) * 4.0), 39)]",
+    "let d = i - j in s + w[h, where(d > 30, 39, where(d < -30, 0, 20 + (d // 3)))]",
+])
+def test_the_region_is_the_same_beyond_its_bounds(score):
+    """The claim itself, checked by the region interpreter (attnc/ir/interp.py, f32 as the
+    reference): with s, b and h fixed, the hook's value is the same at every d beyond each
+    bound -- sampled densely next to it and sparsely far out -- for random params."""
+    import numpy as np
+
+    from attnc.driver import lower_variant
+    from attnc.frontend import load
+    from attnc.ir import SCORE_MOD, attention_ops, region_block
+    from attnc.ir.diagonals import diagonal_values, flat_bounds
+    from attnc.ir.interp import eval_region
+
+    variant = load(T5 if score is None else _variant(score), "v.attn")
+    module = lower_variant(variant)
+    (op,) = attention_ops(module)
+    block = region_block(op, SCORE_MOD)
+    below, above = flat_bounds(block, ("s", "b", "h", "i", "j"))
+    assert (below, above) != (None, None)
+    root = diagonal_values(block, ("s", "b", "h", "i", "j"))[0]
+    sign = -1 if root.operands[0] == block.arguments[3] else 1     # the bounds are of d = i - j
+    fn_args = list(op.parent.regions[0].blocks[0].arguments)
+    name = "bias" if score is None else "w"
+    table = np.random.default_rng(5).standard_normal((2, 40 if score else 32)).astype(np.float32)
+    dims = {"B": 1, "H": 2, "M": 1 << 20, "N": 1 << 20}
+
+    def value(d: int):
+        i = 1 << 19                                 # d as the hook computes it, i and j in range
+        return eval_region(block, (0.25, 0, 1, i, i + sign * d), dims=dims, params={name: table},
+                           param_names={fn_args[3]: name})
+    offsets = [*range(0, 400), *(1 << k for k in range(9, 19))]
+    for bound, side in ((below, -1), (above, 1)):
+        if bound is not None:
+            values = {float(value(bound + side * k)) for k in offsets}
+            assert len(values) == 1, (bound, sorted(values)[:4])
