@@ -270,7 +270,9 @@ class RegionCode:
     # of them costs more than an integer op (a param read, float arithmetic): a compare of
     # d alone is as cheap as holding its result. d is computed as the hook computes it, at
     # its width (Note [Exact integers]); i and j never wrap (Note [Indices known in
-    # range]), so every score of a diagonal has the same d.
+    # range]), so every score of a diagonal has the same d. Where those values stop
+    # changing, a tile beyond computes them once (`far_test`, Note [Flat diagonals] in
+    # attnc/ir/diagonals.py).
     @functools.cached_property
     def diagonal(self) -> tuple[ir.Operation, frozenset] | None:
         """(the op d = j - i or i - j, the block's other values: all but those computed from

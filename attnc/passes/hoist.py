@@ -56,7 +56,7 @@ HOOK_ARGS = {"attn.score_mod": ("s", "b", "h", "i", "j"), "attn.mask": ("b", "h"
 
 @dataclass(frozen=True)
 class Hoist(Pass):
-    """Place every value of the score_mod and mask hooks at the level of what it reads: per CTA, query row, key column or score."""
+    """Place every value of the score_mod and mask hooks at the level of what it reads: per CTA, query row, key column or score; record where a hook's values of j - i stop changing."""
 
     name: ClassVar[str] = "attn-hoist"
     hoist: bool = field(default=True, metadata={
