@@ -223,36 +223,43 @@ def _hook(cx: Lowering, op):
 
 
 def _score_mod(cx: Lowering, op):
-    """score_mod(scale * s, b, h, i, j) on each score of the row; a chunk of the row whose
-    keys all lie beyond the hook's flat diagonals computes their values once (Note [Flat
-    diagonals] in attnc/ir/diagonals.py), in a branch that yields the chunk's scores."""
-    e = cx.e
+    """score_mod(scale * s, b, h, i, j) on each score of the row, CHUNK scores at a time."""
     code = _hook(cx, op)
     b, h, i, js = _hook_coords(cx, op)
     scores = _scores(cx, cx.value(op.operands[0]))
-    out = []
-    for c0 in range(0, len(js), CHUNK):
-        chunk = list(zip(scores[c0:c0 + CHUNK], js[c0:c0 + CHUNK]))
-
-        def scored(given=None):
-            return [code(e, e.fmul(s, cx.scale), b, h, i, j, given=given) for s, j in chunk]
-        spots = {c: (0, c) for c in range(len(chunk))}
-        col_j = lambda c: chunk[c][1]       # noqa: E731
-        far = code.far_test(e, spots, lambda r: i, col_j) if code.diagonal is not None else None
-        if far is None:
-            out += scored()
-            continue
-        branch = scf.IfOp(far, [s.type for s, _ in chunk], has_else=True)
-        with ir.InsertionPoint(branch.then_block):
-            outer = code.hoist(e, {}, {"b": b, "h": h})
-            scf.yield_(scored(code.once_diagonal(e, outer, spots, lambda r: i, col_j)[0]))
-        with ir.InsertionPoint(branch.else_block):
-            scf.yield_(scored())
-        out += list(branch.results)
-    return [Rows(out)]
+    return [Rows([x for c0 in range(0, len(js), CHUNK)
+                  for x in _scored_chunk(cx, code, b, h, i, list(zip(scores[c0:c0 + CHUNK], js[c0:c0 + CHUNK])))])]
 
 
 CHUNK = 32      # scores per branch at the flat diagonals (a tcgen05.ld's columns)
+
+
+def _scored_chunk(cx: Lowering, code, b, h, i, chunk: list) -> list:
+    """score_mod on each (s, j) of `chunk`; where all its keys lie beyond the hook's flat
+    diagonals, with their values computed once (Note [Flat diagonals] in
+    attnc/ir/diagonals.py), in a branch that yields the chunk's scores: one branch over
+    the row's 128 spilled."""
+    e = cx.e
+
+    def scored(given=None):
+        return [code(e, e.fmul(s, cx.scale), b, h, i, j, given=given) for s, j in chunk]
+
+    def row_i(r):
+        return i
+
+    def col_j(c):
+        return chunk[c][1]
+    spots = {c: (0, c) for c in range(len(chunk))}      # the row's diagonals: key c at column c
+    far = code.far_test(e, spots, row_i, col_j)
+    if far is None:
+        return scored()
+    branch = scf.IfOp(far, [s.type for s, _ in chunk], has_else=True)
+    with ir.InsertionPoint(branch.then_block):
+        outer = code.hoist(e, {}, {"b": b, "h": h})
+        scf.yield_(scored(code.once_diagonal(e, outer, spots, row_i, col_j)[0]))
+    with ir.InsertionPoint(branch.else_block):
+        scf.yield_(scored())
+    return list(branch.results)
 
 
 def _mask(cx: Lowering, op):

@@ -3,9 +3,9 @@ diagonal of a tile's scores, not once per score (Note [Values of a diagonal] in
 attnc/backend/hooks.py): T5's bucket (examples/relative_bias.attn: a log, an int() and
 a param read of d) at head dim 64 on 22 diagonals of sm_80's 64 scores a thread, 34 of
 sm_90a's, and once more for a tile beyond its flat diagonals (Note [Flat diagonals] in
-attnc/ir/diagonals.py). The control writes d as (j + 0) - i, which the sharing does not recognise:
-every score computes its own. The emulator runs relative_bias against the reference on
-both targets (tests/sim/test_examples_sim.py)."""
+attnc/ir/diagonals.py). The control writes d as (j + 0) - i, which the sharing does not
+recognise: every score computes its own. The emulator runs relative_bias against the
+reference on both targets (tests/sim/test_examples_sim.py)."""
 from __future__ import annotations
 
 from pathlib import Path
