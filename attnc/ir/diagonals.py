@@ -8,7 +8,7 @@ diagonal: T5's bucket is the last of its side for every |d| >= 91
 (examples/relative_bias.attn), so its bias there is one param read per side, where a
 tile's scores would compute it 22 to 34 times a thread. `flat_bounds` finds the d at and
 below which (`below`), and at and above which (`above`), every value of the diagonal that
-the rest of the hook reads is the same; attn-hoist records them on the op d as
+the rest of the hook reads is the same; attn-hoist records them on a score_mod's op d as
 `attn.flat_below` and `attn.flat_above`; a tile of scores whose diagonals all lie beyond
 one computes those values once, in a branch that yields the tile's scores (HookGrid.over
 in attnc/backend/score_masks.py: a branch that yielded the values of the diagonals

@@ -292,23 +292,20 @@ def _mask_digest(op) -> str:
     """A digest of the value mask_mod yields as an expression: each value is named by its
     operation, attributes, result type and operands' names, so the digest is the same
     whatever the order of the operations and however often a constant is repeated, and
-    leaves out locations and attn-hoist's attributes. (canonicalize, which README lets run anywhere, moves the
+    leaves out locations and attn-hoist's levels. (canonicalize, which README lets run anywhere, moves the
     region's constants out and Note [Hoisted constants] brings them back in another order:
     a digest of the operations in order called the same mask another; found by a review.)"""
     import hashlib
 
     from attnc.ir import MASK_MOD, get_bool, region_block
-    from attnc.ir.diagonals import ABOVE, BELOW
-    from attnc.passes.hoist import LEVEL
 
     if not get_bool(op, "has_mask_mod"):
         return "none"
     block = region_block(op, MASK_MOD)
     names = {arg: f"arg{k}:{arg.type}" for k, arg in enumerate(block.arguments)}
     for inner in block.operations:
-        # (where attn-hoist computes a value, and its flat diagonals, do not change the mask)
-        attrs = sorted((key, str(inner.attributes[key])) for key in inner.attributes
-                       if key not in (LEVEL, BELOW, ABOVE))
+        # (where attn-hoist computes a value does not change the mask)
+        attrs = sorted((key, str(inner.attributes[key])) for key in inner.attributes if key != "attn.level")
         text = repr((inner.name, attrs, [names.get(v, f"outside:{v.type}") for v in inner.operands],
                      [str(r.type) for r in inner.results]))
         name = hashlib.sha256(text.encode()).hexdigest()

@@ -16,8 +16,8 @@ attnc/backend/hooks.py):
              %x = arith.mulf %w, %d {attn.level = "score"} : f32
 
 It also records where the values of a diagonal stop changing (Note [Flat diagonals] in
-attnc/ir/diagonals.py): on the op d = j - i (or i - j) of a hook that reads i and j only
-through it, `attn.flat_below` and `attn.flat_above`, the d at and beyond which every
+attnc/ir/diagonals.py): on the op d = j - i (or i - j) of a score_mod that reads i and j
+only through it, `attn.flat_below` and `attn.flat_above`, the d at and beyond which every
 value computed from d (with b and h) that the rest of the hook reads is the same:
 
     after:   %d = arith.subi %j, %i {attn.flat_above = 92 : i64, attn.flat_below = -92 : i64,
@@ -86,7 +86,7 @@ def hoist(module, coarsest: bool = True, flat: bool = True) -> None:
                     block = holder.regions[0].blocks[0]
                     for op, level in placed_levels(block, HOOK_ARGS[name], given=False, coarsest=coarsest):
                         op.attributes[LEVEL] = ir.StringAttr.get(level)
-                    mark_flat(block, HOOK_ARGS[name], flat)
+                    mark_flat(block, HOOK_ARGS[name], flat and name == "attn.score_mod")
 
 
 def mark_flat(block, names: tuple[str, ...], flat: bool = True) -> None:
