@@ -152,8 +152,8 @@ class _Steps:
 
 
 def _facts(op) -> object:
-    """What an op's step needs of its attributes: a constant's value, a compare's
-    predicate, whether an integer op is on i1."""
+    """What an op's step needs of its attributes and types: a constant's value, a
+    compare's predicate, an extension's source width, whether an integer op is on i1."""
     if op.name == "arith.constant":
         attr = op.attributes["value"]
         if isinstance(attr, ir.FloatAttr):
@@ -165,6 +165,8 @@ def _facts(op) -> object:
         from mlir.dialects import arith
         enum = arith.CmpIPredicate if op.name == "arith.cmpi" else arith.CmpFPredicate
         return enum(ir.IntegerAttr(op.attributes["predicate"]).value).name.lower()
+    if op.name in ("arith.extsi", "arith.extui"):
+        return ir.IntegerType(op.operands[0].type).width     # sign-extending an i1 true gives -1
     result = op.results[0].type
     return isinstance(result, ir.IntegerType) and result.width == 1
 
@@ -245,8 +247,10 @@ def _bounds(name: str, xs: list[Span], facts) -> tuple | None:
         return (a, b) if a >= 0 else (-b, -a) if b <= 0 else (0, max(-a, b))
     if name == "arith.negf":
         return -b, -a
-    if name in ("arith.extsi", "arith.extui", "arith.index_cast"):
-        return (a, b) if a >= 0 or name != "arith.extui" else None
+    if name == "arith.extsi":
+        return (-b, -a) if facts == 1 else (a, b)
+    if name in ("arith.extui", "arith.index_cast"):
+        return (a, b) if a >= 0 else None
     if name == "arith.sitofp":
         return _widen(float(a), float(b), _ROUND)
     if name == "arith.fptosi":          # int(): toward zero, saturating
