@@ -412,11 +412,16 @@ def warp_vote(e: Emit, pred: ir.Value, kind: str) -> ir.Value:
 def values_if(cond: ir.Value, then, values: list) -> list:
     """`then()` (a list like `values`) where `cond` holds, else `values`: a branch (scf.if
     yielding the list), so that the other side runs no instruction of `then`."""
-    branch = scf.IfOp(cond, [x.type for x in values], has_else=True)
-    with ir.InsertionPoint(branch.then_block):
-        scf.yield_(then())
-    with ir.InsertionPoint(branch.else_block):
-        scf.yield_(values)
+    return branches(cond, then, lambda: values, [x.type for x in values])
+
+
+def branches(cond: ir.Value, then, otherwise, types: list) -> list:
+    """`then()` where `cond` holds, else `otherwise()`: lists of values of `types`, each
+    emitted in its own side of an scf.if yielding it."""
+    branch = scf.IfOp(cond, types, has_else=True)
+    for block, side in ((branch.then_block, then), (branch.else_block, otherwise)):
+        with ir.InsertionPoint(block):
+            scf.yield_(side())
     return list(branch.results)
 
 

@@ -8,11 +8,11 @@ gives each one's global (i, j).
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, scf
+from mlir.dialects import arith
 
 from attnc.backend.hooks import RegionCode
 from attnc.backend.mask_hooks import KeepFn, RowIntervalFn, ScoreBiasFn, ScoreModFn
-from attnc.backend.nvgpu_builders import Emit
+from attnc.backend.nvgpu_builders import Emit, branches
 from attnc.backend.row_bits import WORD, RowBits, below, low_bits
 from attnc.errors import AttncError
 
@@ -119,14 +119,13 @@ class HookGrid:
         that no value of a diagonal stays live past it."""
         if self.far is None:
             return apply(self)
-        types = [x.type for row in scores for x in row]
-        branch = scf.IfOp(self.far, types, has_else=True)
-        for block, diagonals in ((branch.then_block, self.once), (branch.else_block, self.per_diagonal)):
-            with ir.InsertionPoint(block):
+
+        def side(diagonals):
+            def scored():
                 self.diagonals = diagonals()
-                scf.yield_([x for row in apply(self) for x in row])
-        flat, width = list(branch.results), len(scores[0])
-        return [flat[r * width:(r + 1) * width] for r in range(len(scores))]
+                return apply(self)
+            return scored
+        return _branch(scores, self.far, side(self.once), side(self.per_diagonal))
 
     def __call__(self, r: int, c: int, *args, **kwargs):
         if self.rows is not None:
@@ -334,10 +333,8 @@ class ScoreMasker:
 def _branch(rows, cond, then_rows, else_rows):
     """scf.if on the i1 `cond` yielding score rows: `then_rows()` or `else_rows()`, each
     emitted in its own arm."""
-    flat = [x for row in rows for x in row]
-    branch = scf.IfOp(cond, [x.type for x in flat], has_else=True)
-    for block, arm in ((branch.then_block, then_rows), (branch.else_block, else_rows)):
-        with ir.InsertionPoint(block):
-            scf.yield_([x for row in arm() for x in row])
-    width, res = len(rows[0]), list(branch.results)
+    def flat(arm):
+        return lambda: [x for row in arm() for x in row]
+    width = len(rows[0])
+    res = branches(cond, flat(then_rows), flat(else_rows), [x.type for row in rows for x in row])
     return [res[r * width:(r + 1) * width] for r in range(len(rows))]

@@ -7,7 +7,7 @@ from mlir import ir
 from mlir.dialects import arith, llvm, scf
 
 from attnc.backend.block_walk import BlockWalk
-from attnc.backend.nvgpu_builders import Emit, MBarrier, _asm, warp_sync, warp_vote
+from attnc.backend.nvgpu_builders import Emit, MBarrier, _asm, branches, warp_sync, warp_vote
 from attnc.backend.sm100a_tiles import (block_map_range, block_map_read, first_key, first_row, kv_range, o_rows,
                                         q_tile_has_rows, q_tile_of, rows_end, store_o_rows)
 from attnc.backend.sm100a_values import (Gemm, InTmem, LoadTile, Lowering, Rows, Scaled, Slot, channel_error,
@@ -250,16 +250,11 @@ def _scored_chunk(cx: Lowering, code, b, h, i, chunk: list) -> list:
     def col_j(c):
         return chunk[c][1]
     spots = {c: (0, c) for c in range(len(chunk))}      # the row's diagonals: key c at column c
-    far = code.far_test(e, spots, row_i, col_j)
-    if far is None:
-        return scored()
-    branch = scf.IfOp(far, [s.type for s, _ in chunk], has_else=True)
-    with ir.InsertionPoint(branch.then_block):
+    def once():
         outer = code.hoist(e, {}, {"b": b, "h": h})
-        scf.yield_(scored(code.once_diagonal(e, outer, spots, row_i, col_j)[0]))
-    with ir.InsertionPoint(branch.else_block):
-        scf.yield_(scored())
-    return list(branch.results)
+        return scored(code.once_diagonal(e, outer, spots, row_i, col_j)[0])
+    far = code.far_test(e, spots, row_i, col_j)
+    return scored() if far is None else branches(far, once, scored, [s.type for s, _ in chunk])
 
 
 def _mask(cx: Lowering, op):

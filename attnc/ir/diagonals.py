@@ -93,20 +93,21 @@ def flat_bounds(block: ir.Block, names: tuple[str, ...]) -> tuple[int | None, in
     steps = _Steps(block, names, *found)
     if not steps.outputs:
         return None, None
-    below = above = None
-    if steps.flat(-D_LIMIT, -FARTHEST):
-        lo, hi = -FARTHEST, FARTHEST
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if steps.flat(-D_LIMIT, mid) else (lo, mid - 1)
-        below = lo
-    if steps.flat(FARTHEST, D_LIMIT):
-        lo, hi = -FARTHEST, FARTHEST
-        while lo < hi:
-            mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if steps.flat(mid, D_LIMIT) else (mid + 1, hi)
-        above = lo
-    return below, above
+    below = _nearest(lambda x: steps.flat(-D_LIMIT, -x))
+    above = _nearest(lambda x: steps.flat(x, D_LIMIT))
+    return None if below is None else -below, above
+
+
+def _nearest(flat_from) -> int | None:
+    """The least x in [-FARTHEST, FARTHEST] with `flat_from(x)`, which holds for every x
+    above one where it holds; None where it fails at FARTHEST."""
+    if not flat_from(FARTHEST):
+        return None
+    lo, hi = -FARTHEST, FARTHEST
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if flat_from(mid) else (mid + 1, hi)
+    return lo
 
 
 def flat_holds(block: ir.Block, names: tuple[str, ...], below: int | None, above: int | None) -> bool:
