@@ -288,10 +288,12 @@ class RegionCode:
     def hoist_diagonal(self, e: Emit, given: Mapping, i: ir.Value, j: ir.Value) -> dict:
         """`given` and, emitted here, the values of `diagonal` on the diagonal of (i, j)."""
         root, off = self.diagonal
-        env = dict(given)
-        env[root.results[0]] = self._emit(e, root, [i if v == self.block.arguments[self.ARGS.index("i")] else j
-                                                    for v in root.operands])
-        return self._run(e, env, off)
+        return self._run(e, {**given, root.results[0]: self._d_at(e, i, j)}, off)
+
+    def _d_at(self, e: Emit, i: ir.Value, j: ir.Value) -> ir.Value:
+        """The op d of `diagonal` (j - i or i - j) on (i, j), at the hook's width."""
+        root, i_arg = self.diagonal[0], self.block.arguments[self.ARGS.index("i")]
+        return self._emit(e, root, [i if v == i_arg else j for v in root.operands])
 
     def far_test(self, e: Emit, spots: Mapping, row_i, col_j) -> ir.Value | None:
         """An i1: every diagonal of a tile's scores lies beyond the flat diagonals (Note
@@ -301,11 +303,9 @@ class RegionCode:
         bounds = self.flat_diagonals
         if bounds is None:
             return None
-        root = self.diagonal[0]
-        i_arg = self.block.arguments[self.ARGS.index("i")]
-        d0 = self._emit(e, root, [row_i(0) if v == i_arg else col_j(0) for v in root.operands])
+        d0 = self._d_at(e, row_i(0), col_j(0))
         first, last = min(spots), max(spots)
-        if root.operands[0] == i_arg:                   # d = i - j
+        if self.diagonal[0].operands[0] == self.block.arguments[self.ARGS.index("i")]:     # d = i - j
             first, last = -last, -first
         below, above = bounds
         far = e.false()
