@@ -31,6 +31,7 @@ from mlir.dialects import nvvm, scf
 
 from attnc.backend.epilogue import Epilogue, StagedRows
 from attnc.backend.forward_loads import ForwardLoads
+from attnc.backend.kernel_abi import grid_axes
 from attnc.backend.kernel_spec import ForwardSpec
 from attnc.backend.kv_schedule import KvSchedule, schedule
 from attnc.backend.kv_steps import StepOp
@@ -44,6 +45,19 @@ from attnc.errors import AttncError
 
 LOG2E = math.log2(math.e)
 SMEM_SYMBOL = "attnc_dynamic_smem"
+
+
+def read_grid(e: Emit, register: str, axis: str) -> ir.Value:
+    """The special register `register` (ctaid, nctaid) of the grid's `axis` (x, y, z)."""
+    return getattr(nvvm, f"read_ptx_sreg_{register}_{axis}")(e.i32)
+
+
+def block_index(e: Emit, ctaid: ir.Value, axes: dict[str, str]) -> ir.Value:
+    """The CTA's index on the query blocks' axis of the grid (`grid_axes`), read as `ctaid`.
+    What LLVM knows of ctaid.y or .z (< 65535) changed its address arithmetic enough for
+    ptxas to spill (sliding window, 128x64 tiles, head dim 128: 124 bytes on sm_80); opaque,
+    it assembles as ctaid.x's did."""
+    return ctaid if axes["block"] == "x" else e.opaque(ctaid)
 
 
 @dataclass(frozen=True)
@@ -179,25 +193,12 @@ class KernelState(ForwardLoads):
         without `with_block`): the heaviest query blocks first (under a causal mask, the
         last ones), for a shorter tail; the grid's axes as Notes [Heads first] and [Tiles
         last] say."""
-        e, s = self.e, self.spec
-        count, index, head = nvvm.read_ptx_sreg_nctaid_x, nvvm.read_ptx_sreg_ctaid_x, nvvm.read_ptx_sreg_ctaid_y
-        batch = nvvm.read_ptx_sreg_ctaid_z
-        if s.tiles_last:
-            count, index, head = nvvm.read_ptx_sreg_nctaid_z, nvvm.read_ptx_sreg_ctaid_z, nvvm.read_ptx_sreg_ctaid_x
-            batch = nvvm.read_ptx_sreg_ctaid_y
-        elif s.heads_first:
-            count, index, head = nvvm.read_ptx_sreg_nctaid_y, nvvm.read_ptx_sreg_ctaid_y, nvvm.read_ptx_sreg_ctaid_x
+        e, axes = self.e, grid_axes(self.spec)
         m_block = None
         if with_block:
-            last = e.sub(count(e.i32), 1)
-            ctaid = index(e.i32)
-            if s.heads_first or s.tiles_last:
-                # What LLVM knows of ctaid.y or .z (< 65535) changed its address arithmetic enough
-                # for ptxas to spill (sliding window, 128x64 tiles, head dim 128: 124 bytes
-                # on sm_80); opaque, it assembles as ctaid.x's did.
-                ctaid = e.opaque(ctaid)
-            m_block = e.sub(last, ctaid)
-        return m_block, head(e.i32), batch(e.i32)
+            last = e.sub(read_grid(e, "nctaid", axes["block"]), 1)
+            m_block = e.sub(last, block_index(e, read_grid(e, "ctaid", axes["block"]), axes))
+        return m_block, read_grid(e, "ctaid", axes["head"]), read_grid(e, "ctaid", axes["batch"])
 
     def set_block(self, m_block) -> None:
         """Make `m_block` the query block the steps and the epilogue work on."""

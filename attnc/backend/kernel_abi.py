@@ -31,12 +31,14 @@ head dim 64 then spilled). Hence Note [Small grids]. The numbers: results/sm80_h
 
 Note [Small grids]: an sm_80 kernel of one query block per CTA whose blocks' work differs
 (a mask, not a band; neither grid order given: `small_grid` in choice_defaults.py) is
-built twice into the bundle's module: as is, and with tiles_last under the symbol
-`<symbol>_tiles_last`. Its manifest entry names the second as its `small_grid`, with
-`up_to_ctas_per_sm` = SMALL_GRID_CTAS_PER_SM: the runtime launches it where the first's
-grid has at most that many CTAs per SM of the device, and at least one (runtime/
-attnc_runtime/checks.py). That is 10 waves of the two CTAs an SM most of these kernels
-run (those of 64-row tiles run more, and reach the bound in fewer waves): every measured
+in the bundle's module twice: as is, and with tiles_last under the symbol
+`<symbol>_tiles_last` (the first's gpu.func with its grid reads moved to tiles_last's
+axes: `add_small_grid_kernel` in kernel_module.py). Its manifest entry names the second
+as its `small_grid`, with `up_to_ctas_per_sm` = SMALL_GRID_CTAS_PER_SM: the runtime
+launches it where the first's grid has at most that many CTAs per SM of the device, and
+at least one (runtime/attnc_runtime/checks.py). That is 10 waves of the two CTAs an SM
+most of these kernels run (those of 64-row tiles run more, and reach the bound in fewer
+waves): every measured
 gain of Note [Tiles last] is at or below it (causal at 128 at 4096: 15.5 CTAs an SM;
 documents at 128: 19.4), and every kernel slower with tiles_last above it (at 8192: 31 at
 head dim 64, 38.8 for documents at 128). Each launch runs one kernel, of the same
@@ -99,11 +101,22 @@ def kernel_abi(spec: ForwardSpec) -> KernelAbi:
     m_blocks = (tuple(table_factors("M", spec.block_m)) if spec.aligned_tiles
                 else (["cdiv", "M", spec.block_m * spec.q_blocks_per_cta],))
     # Note [Persistent CTAs] (sm90a_ws.py): a CTA per SM at most, each looping over blocks.
-    grid = (((["min_sms", *m_blocks, "H", "B"],), (1,), (1,)) if spec.persistent
-            else (("H",), ("B",), m_blocks) if spec.tiles_last  # Note [Tiles last]
-            else (("H",), m_blocks, ("B",)) if spec.heads_first  # Note [Heads first]
-            else (m_blocks, ("H",), ("B",)))
+    if spec.persistent:
+        grid = ((["min_sms", *m_blocks, "H", "B"],), (1,), (1,))
+    else:
+        factors, axes = {"block": m_blocks, "head": ("H",), "batch": ("B",)}, grid_axes(spec)
+        grid = tuple(factors[role] for role in sorted(axes, key=axes.get))
     return KernelAbi(spec.symbol, tuple(params), (spec.threads, 1, 1), spec.smem_bytes, grid, specialization)
+
+
+def grid_axes(spec: ForwardSpec) -> dict[str, str]:
+    """The grid's axis of the query block, the head and the batch of a CTA that runs one
+    query block (Notes [Heads first] and [Tiles last])."""
+    if spec.tiles_last:
+        return {"block": "z", "head": "x", "batch": "y"}
+    if spec.heads_first:
+        return {"block": "y", "head": "x", "batch": "z"}
+    return {"block": "x", "head": "y", "batch": "z"}
 
 
 def _score_kind(spec: ForwardSpec) -> str:

@@ -129,6 +129,20 @@ def test_the_kernel_reads_its_query_block_from_grid_z_with_tiles_last():
     assert art.manifest["kernels"][-1]["grid"] == [["H"], ["B"], [["cdiv", "M", 128]]]
 
 
+@pytest.mark.parametrize("example", ["gemma2", "docs_sink"])     # the grid as is; heads first
+def test_the_small_grids_kernel_is_the_kernel_tiles_last_builds(example):
+    """Note [Small grids]: the second kernel, the first's gpu.func with its grid reads
+    moved, assembles to the PTX of the kernel built with tiles_last, but for its name."""
+    default, ordered = built(example_source(example)), built(example_source(example), tiles_last="true")
+    small = default.manifest["kernels"][-1]["small_grid"]["symbol"]
+    symbol = ordered.manifest["kernels"][-1]["symbol"]
+    assert small == f"{symbol}_tiles_last"
+    def text(ptx, name):          # block labels number the module's functions
+        return re.sub(r"\$L__BB\d+_", "$L__BB_", kernel_ptx(ptx, name).replace(name, small))
+    assert text(default.ptx, small) == text(ordered.ptx, symbol)
+    assert text(default.ptx, small) != text(default.ptx, symbol)
+
+
 def test_tiles_last_and_heads_first_are_not_given_together():
     with pytest.raises(AttncError, match="tiles_last and heads_first are two orders of the grid"):
         roles(example_source("mha"), "sm_80", tiles_last="true", heads_first="true")
