@@ -108,9 +108,9 @@ _GRID_READ = re.compile(r"nvvm\.read\.ptx\.sreg\.(n?ctaid)\.([xyz])")
 
 
 def _move_grid_reads(func: ir.Operation, old: dict[str, str], new: dict[str, str]) -> None:
-    """Each ctaid / nctaid read of `func` from the axis `old` gives its role (`grid_axes`)
-    read from the axis `new` gives it, the query block's index made opaque as
-    `block_index` makes it."""
+    """Move each ctaid / nctaid read of `func` from its axis in `old` to the axis `new`
+    gives the same role (query block, head, batch: `grid_axes`); the query block's index,
+    once off x, through `block_index`, as `KernelState.grid_item` reads it."""
     role_of = {axis: role for role, axis in old.items()}
     reads = []
 

@@ -137,10 +137,14 @@ def test_the_small_grids_kernel_is_the_kernel_tiles_last_builds(example):
     small = default.manifest["kernels"][-1]["small_grid"]["symbol"]
     symbol = ordered.manifest["kernels"][-1]["symbol"]
     assert small == f"{symbol}_tiles_last"
-    def text(ptx, name):          # block labels number the module's functions
-        return re.sub(r"\$L__BB\d+_", "$L__BB_", kernel_ptx(ptx, name).replace(name, small))
-    assert text(default.ptx, small) == text(ordered.ptx, symbol)
-    assert text(default.ptx, small) != text(default.ptx, symbol)
+    assert _as(default.ptx, small, small) == _as(ordered.ptx, symbol, small)
+    assert _as(default.ptx, small, small) != _as(default.ptx, symbol, small)
+
+
+def _as(ptx: str, kernel: str, name: str) -> str:
+    """The PTX of `kernel` named `name`, its block labels without the number that the
+    module gives each function."""
+    return re.sub(r"\$L__BB\d+_", "$L__BB_", kernel_ptx(ptx, kernel).replace(kernel, name))
 
 
 def test_tiles_last_and_heads_first_are_not_given_together():
