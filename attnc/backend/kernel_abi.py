@@ -38,11 +38,11 @@ as its `small_grid`, with `up_to_ctas_per_sm` = SMALL_GRID_CTAS_PER_SM: the runt
 launches it where the first's grid has at most that many CTAs per SM of the device, and
 at least one (runtime/attnc_runtime/checks.py). That is 10 waves of the two CTAs an SM
 most of these kernels run (those of 64-row tiles run more, and reach the bound in fewer
-waves): every measured
-gain of Note [Tiles last] is at or below it (causal at 128 at 4096: 15.5 CTAs an SM;
-documents at 128: 19.4), and every kernel slower with tiles_last above it (at 8192: 31 at
-head dim 64, 38.8 for documents at 128). Each launch runs one kernel, of the same
-computation to the bit, so the default order's code is unchanged where it runs.
+waves): every measured gain of Note [Tiles last] is at or below it (causal at 128 at
+4096: 15.5 CTAs an SM; documents at 128: 19.4), and every kernel slower with tiles_last
+above it (at 8192: 31 at head dim 64, 38.8 for documents at 128). Each launch runs one
+kernel, of the same computation to the bit, so the default order's code is unchanged
+where it runs.
 """
 from __future__ import annotations
 
