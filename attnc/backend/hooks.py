@@ -287,19 +287,24 @@ class RegionCode:
 
     def hoist_diagonal(self, e: Emit, given: Mapping, i: ir.Value, j: ir.Value) -> dict:
         """`given` and, emitted here, the values of `diagonal` on the diagonal of (i, j)."""
+        return self.hoist_at(e, given, self._d_at(e, i, j))
+
+    def hoist_at(self, e: Emit, given: Mapping, d: ir.Value) -> dict:
+        """`given` and, emitted here, the values of `diagonal` where its op d is `d`."""
         root, off = self.diagonal
-        return self._run(e, {**given, root.results[0]: self._d_at(e, i, j)}, off)
+        return self._run(e, {**given, root.results[0]: d}, off)
 
     def _d_at(self, e: Emit, i: ir.Value, j: ir.Value) -> ir.Value:
         """The op d of `diagonal` (j - i or i - j) on (i, j), at the hook's width."""
         root, i_arg = self.diagonal[0], self.block.arguments[self.ARGS.index("i")]
         return self._emit(e, root, [i if v == i_arg else j for v in root.operands])
 
-    def far_test(self, e: Emit, spots: Mapping, row_i, col_j) -> ir.Value | None:
-        """An i1: every diagonal of a tile's scores lies beyond the flat diagonals (Note
-        [Flat diagonals] in attnc/ir/diagonals.py); None where the hook has none. `spots`
-        maps each diagonal's key (its j - i less that of spot (0, 0)) to a (row, column)
-        on it, `row_i` and `col_j` give their i and j."""
+    def far_test(self, e: Emit, spots: Mapping, row_i, col_j) -> tuple[ir.Value, ir.Value] | None:
+        """(an i1: every diagonal of a tile's scores lies beyond the flat diagonals, Note
+        [Flat diagonals] in attnc/ir/diagonals.py; d at spot (0, 0), from which `hoist_at`
+        computes the tile's values there once); None where the hook has none. `spots` maps
+        each diagonal's key (its j - i less that of spot (0, 0)) to a (row, column) on it,
+        `row_i` and `col_j` give their i and j."""
         bounds = self.flat_diagonals
         if bounds is None:
             return None
@@ -313,13 +318,7 @@ class RegionCode:
             far = arith.ori(far, e.le(e.add(d0, last), below))
         if above is not None:
             far = arith.ori(far, e.ge(e.add(d0, first), above))
-        return far
-
-    def once_diagonal(self, e: Emit, given: Mapping, spots: Mapping, row_i, col_j) -> dict:
-        """`hoist_diagonal`'s values for every key of `spots`, computed once, at spot
-        (0, 0): a tile beyond the flat diagonals (`far_test`)."""
-        env = self.hoist_diagonal(e, given, row_i(0), col_j(0))
-        return dict.fromkeys(spots, env)
+        return far, d0
 
     @functools.cached_property
     def flat_diagonals(self) -> tuple[int | None, int | None] | None:

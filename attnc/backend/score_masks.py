@@ -105,12 +105,14 @@ class HookGrid:
             for r in range(rows):
                 for c in range(cols):
                     spots.setdefault(diagonal(r, c), (r, c))
-            self.far = code.far_test(e, spots, row_i, col_j) if flat else None
+            far = code.far_test(e, spots, row_i, col_j) if flat else None
             self.per_diagonal = lambda: {k: code.hoist_diagonal(e, outer, row_i(r), col_j(c))
                                          for k, (r, c) in spots.items()}
-            self.once = lambda: code.once_diagonal(e, outer, spots, row_i, col_j)
-            if self.far is None:
+            if far is None:
                 self.diagonals = self.per_diagonal()
+            else:
+                self.far, d0 = far
+                self.once = lambda: dict.fromkeys(spots, code.hoist_at(e, outer, d0))
 
     def over(self, scores: list[list[ir.Value]], apply) -> list[list[ir.Value]]:
         """`apply(self)`: the tile's scores as the hook makes them; beyond the flat

@@ -244,17 +244,13 @@ def _scored_chunk(cx: Lowering, code, b, h, i, chunk: list) -> list:
     def scored(given=None):
         return [code(e, e.fmul(s, cx.scale), b, h, i, j, given=given) for s, j in chunk]
 
-    def row_i(r):
-        return i
-
-    def col_j(c):
-        return chunk[c][1]
     spots = {c: (0, c) for c in range(len(chunk))}      # the row's diagonals: key c at column c
-    def once():
-        outer = code.hoist(e, {}, {"b": b, "h": h})
-        return scored(code.once_diagonal(e, outer, spots, row_i, col_j)[0])
-    far = code.far_test(e, spots, row_i, col_j)
-    return scored() if far is None else branches(far, once, scored, [s.type for s, _ in chunk])
+    far = code.far_test(e, spots, lambda r: i, lambda c: chunk[c][1])
+    if far is None:
+        return scored()
+    test, d0 = far
+    return branches(test, lambda: scored(code.hoist_at(e, code.hoist(e, {}, {"b": b, "h": h}), d0)),
+                    scored, [s.type for s, _ in chunk])
 
 
 def _mask(cx: Lowering, op):
