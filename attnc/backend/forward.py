@@ -254,12 +254,13 @@ class KernelState(ForwardLoads):
         return out
 
     def scores(self, acc_s, n_block, mode: str, skip, mask: StepOp | None, masker: ScoreMasker | None = None):
-        """S of block n_block as rows, with the score_mod and (mode 'partial') the mask
-        applied; `skip`: the block's tile_skip answer, when asked; `mask`: the step's
-        attn.mask, whose choices say how; `masker`: that of the rows of acc_s (default:
-        the warp's)."""
+        """(S of block n_block as rows, with the score_mod and (mode 'partial') the mask
+        applied; the offset the softmax adds to them or None, ScoreMasker.modify);
+        `skip`: the block's tile_skip answer, when asked; `mask`: the step's attn.mask,
+        whose choices say how; `masker`: that of the rows of acc_s (default: the warp's)."""
         masker = self.masker if masker is None else masker
-        return self.masked(masker.modify(rows_of(acc_s), n_block), n_block, mode, skip, mask, masker)
+        rows, offset = masker.modify(rows_of(acc_s), n_block)
+        return self.masked(rows, n_block, mode, skip, mask, masker), offset
 
     def masked(self, rows, n_block, mode: str, skip, mask: StepOp | None, masker: ScoreMasker | None = None):
         """`rows` of block n_block with (mode 'partial') the mask applied as the step's
@@ -283,12 +284,14 @@ class KernelState(ForwardLoads):
         holds = s.tile_holds(e, ctx, n_block) if split else None
         return masker.mask_if(rows, n_block, partial if skip is None else e.or_(partial, skip), skip, holds, test)
 
-    def softmax_step(self, rows, state: SoftmaxState, mode: str, op):
-        """The online softmax step of attn.softmax_step `op` (a StepOp) on `rows`."""
+    def softmax_step(self, rows, state: SoftmaxState, mode: str, op, offset=None):
+        """The online softmax step of attn.softmax_step `op` (a StepOp) on `rows`, plus
+        `offset` (ScoreMasker.modify's)."""
         s = self.spec
         # A score_mod may give -inf (or a bias table hold it) even in a full block.
         scored = s.score_mod is not None or s.score_bias is not None
-        return self.softmax.step(rows, state, check_inf=mode != "full" or scored, on_fma=op.choice("exp2_fma"))
+        return self.softmax.step(rows, state, check_inf=mode != "full" or scored, on_fma=op.choice("exp2_fma"),
+                                 offset=offset)
 
     def ctx(self, m_block=None) -> KvCtx:
         e, s = self.e, self.spec
@@ -397,12 +400,13 @@ class KernelState(ForwardLoads):
 class ScoredStep:
     """What a KV step built op by op does to its S (sm80.py's `_Step`, wgmma_trips.py's
     `Trip`): `rows`, with the score_mod and then the mask applied once each, where the
-    step's ops ask for them; `skip_answer()`, the block's tile_skip answer or None."""
+    step's ops ask for them, and `offset`, what the softmax adds to them (ScoreMasker.modify);
+    `skip_answer()`, the block's tile_skip answer or None."""
 
     kernel: KernelState
     n_block = None
     mode = "partial"
-    rows = None
+    rows = offset = None
     modded = masked = False
     mask_op = None          # the step's attn.mask, once its pattern ran
 
@@ -412,7 +416,7 @@ class ScoredStep:
     def modify(self) -> None:
         """The score_mod on S (once)."""
         if not self.modded:
-            self.rows = self.kernel.masker.modify(self.rows, self.n_block)
+            self.rows, self.offset = self.kernel.masker.modify(self.rows, self.n_block)
             self.modded = True
 
     def finish_scores(self) -> None:

@@ -63,6 +63,12 @@ class BiasCode(ScoreCode):
 
         self.j_linear = _j_linear_split(block, bias)
 
+    @property
+    def of_diagonal(self) -> bool:
+        """Whether the bias is computed from d = j - i (or i - j), b and h alone (Note
+        [Values of a diagonal] in hooks.py): one value per tile beyond the flat diagonals."""
+        return self.diagonal is not None and self.bias not in self.diagonal[1]
+
     def __call__(self, e: Emit, b, h, i, j, given: Mapping | None = None) -> ir.Value:
         env = dict(given) if given else {}
         env.update(zip(list(self.block.arguments)[1:], (b, h, i, j)))

@@ -129,6 +129,24 @@ class HookGrid:
             return scored
         return _branch(scores, self.far, side(self.once), side(self.per_diagonal))
 
+    def offset_over(self, scores: list[list[ir.Value]], apply, value) -> tuple[list[list[ir.Value]], ir.Value | None]:
+        """`over` for a hook with one value per far tile (Note [Offsets of far tiles] in
+        softmax.py): (the scores, the offset the softmax adds to each). Beyond the flat
+        diagonals the scores are left as they are and the offset is `value(self)`; on
+        them the scores are `apply(self)` and the offset is 0; None without a far test."""
+        if self.far is None:
+            return apply(self), None
+
+        def far():
+            self.diagonals = self.once()
+            return scores, [value(self)]
+
+        def near():
+            self.diagonals = self.per_diagonal()
+            return apply(self), [self.e.cf(0.0)]
+        rows, (offset,) = _branch_with(scores, self.far, far, near, [self.e.f32])
+        return rows, offset
+
     def __call__(self, r: int, c: int, *args, **kwargs):
         if self.rows is not None:
             kwargs["given"] = {**self.rows[r], **self.cols[c]} if self.cols[c] else self.rows[r]
@@ -156,25 +174,33 @@ class ScoreMasker:
         # Note [Row bit masks] (row_bits.py): a large mask of comparisons linear in j.
         self.row_bits = RowBits.of(keep) if row_interval is None else None
 
-    def modify(self, rows, n_block):
-        """score_mod(score_in * s, b, h, i, j) on every element (score_in: the scale, or
-        what the score_mod's own scaling of s folds into it), or (score_bias) the raw score
-        s + bias / scale, which the softmax scales by scale * log2(e) as it does s (no-op
-        without either)."""
+    def modify(self, rows, n_block) -> tuple[list[list[ir.Value]], ir.Value | None]:
+        """(the rows, an offset the softmax adds to each of their scores or None): with
+        score_mod(score_in * s, b, h, i, j) on every element (score_in: the scale, or what
+        the score_mod's own scaling of s folds into it), or (score_bias) the raw score
+        s + bias / scale, which the softmax scales by scale * log2(e) as it does s, its
+        bias as the offset where that is one value for the tile (Note [Offsets of far
+        tiles] in softmax.py); the rows as they are without either."""
         e = self.e
         if self.score_bias and getattr(self.score_bias, "j_linear", None):
-            return self._linear_bias(rows, n_block)
+            return self._linear_bias(rows, n_block), None
         if not self.score_bias and not self.score_mod:
-            return rows
+            return rows, None
         b, h = self.b, self.h
         if self.score_bias:
             inv_scale = e.cf(1.0 / self.scale)
-            return self._grid(self.score_bias, rows, n_block, flat=True).over(rows, lambda bias: [
-                [e.fma(bias(r, c, b, h, *self.coords(r, c, n_block)), inv_scale, x) for c, x in enumerate(row)]
-                for r, row in enumerate(rows)])
+            grid = self._grid(self.score_bias, rows, n_block, flat=True)
+
+            def biased(bias):
+                return [[e.fma(bias(r, c, b, h, *self.coords(r, c, n_block)), inv_scale, x) for c, x in enumerate(row)]
+                        for r, row in enumerate(rows)]
+            if self.score_bias.of_diagonal:
+                return grid.offset_over(rows, biased, lambda bias: e.fmul(
+                    bias(0, 0, b, h, *self.coords(0, 0, n_block)), inv_scale))
+            return grid.over(rows, biased), None
         return self._grid(self.score_mod, rows, n_block, flat=True).over(rows, lambda score_mod: [
             [score_mod(r, c, e.fmul(x, self.score_in), b, h, *self.coords(r, c, n_block)) for c, x in enumerate(row)]
-            for r, row in enumerate(rows)])
+            for r, row in enumerate(rows)]), None
 
     def _grid(self, hook, rows, n_block, below_n: bool = False, flat: bool = False) -> HookGrid:
         """`hook`'s HookGrid over `rows` of block n_block (`below_n`: its keys are below N;
@@ -335,8 +361,16 @@ class ScoreMasker:
 def _branch(rows, cond, then_rows, else_rows):
     """scf.if on the i1 `cond` yielding score rows: `then_rows()` or `else_rows()`, each
     emitted in its own arm."""
+    return _branch_with(rows, cond, lambda: (then_rows(), []), lambda: (else_rows(), []), [])[0]
+
+
+def _branch_with(rows, cond, then_arm, else_arm, types: list):
+    """`_branch` whose arms give (score rows, more values of `types`): (rows, values)."""
     def flat(arm):
-        return lambda: [x for row in arm() for x in row]
-    width = len(rows[0])
-    res = branches(cond, flat(then_rows), flat(else_rows), [x.type for row in rows for x in row])
-    return [res[r * width:(r + 1) * width] for r in range(len(rows))]
+        def side():
+            arm_rows, more = arm()
+            return [x for row in arm_rows for x in row] + more
+        return side
+    width, n = len(rows[0]), len(rows) * len(rows[0])
+    res = branches(cond, flat(then_arm), flat(else_arm), [x.type for row in rows for x in row] + types)
+    return [res[r * width:(r + 1) * width] for r in range(len(rows))], res[n:]

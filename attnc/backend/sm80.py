@@ -239,7 +239,7 @@ def _lower_block_map_read(cx, op, step) -> None:
 
 
 def _lower_softmax_step(cx, op, step) -> None:
-    probs, step.state, step.alpha = cx.softmax_step(step.rows, step.state, step.mode, op)
+    probs, step.state, step.alpha = cx.softmax_step(step.rows, step.state, step.mode, op, step.offset)
     step.p = cx.pack_p(probs)
 
 
@@ -263,8 +263,8 @@ def _first_by_tiles(cx, t, n_block, kv: KvSchedule, slot, mode: str, skip, ragge
     for mi in range(s.m_atoms):
         def scored(mi=mi):
             masker = cx.masker_from(e.add(cx.row0, s.atom_rows * mi))
-            rows = cx.scores(_qk(cx, slot, qk.choice("unroll"), [mi]), n_block, mode, skip, mask, masker)
-            probs, state, _ = cx.softmax_step(rows, init, mode, softmax)
+            rows, offset = cx.scores(_qk(cx, slot, qk.choice("unroll"), [mi]), n_block, mode, skip, mask, masker)
+            probs, state, _ = cx.softmax_step(rows, init, mode, softmax, offset)
             p = [e.bitcast_i32(x) for kk in cx.pack_p(probs)[0] for x in kk]
             return p + state.m + state.l
         tiles.append(values_if(live[mi], scored, [e.c32(0)] * p_regs + init.m + init.l))

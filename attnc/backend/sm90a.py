@@ -279,7 +279,7 @@ def _trip_block_map_read(cx, op, trip) -> None:
 
 def _trip_softmax_step(cx, op, trip) -> None:
     trip.finish_scores()
-    trip.probs, trip.state, trip.alpha = cx.softmax_step(trip.rows, trip.state, trip.mode, op)
+    trip.probs, trip.state, trip.alpha = cx.softmax_step(trip.rows, trip.state, trip.mode, op, trip.offset)
 
 
 def _last_mma(cx, op, last) -> None:

@@ -418,8 +418,8 @@ def _first_step_issued(cx, kv, state, scores):
     skip = cx.skip(n0) if s.tile_skip is not None else None
     _k_read(cx, e.c32(0))
     softmax, mask = own_ops(cx.trips.first)
-    rows = cx.scores(scores, n0, "partial", skip, mask)
-    probs, state, alpha = cx.softmax_step(rows, state, "partial", softmax)
+    rows, offset = cx.scores(scores, n0, "partial", skip, mask)
+    probs, state, alpha = cx.softmax_step(rows, state, "partial", softmax, offset)
     return state, sm90a.nothing_in_flight(cx, probs, alpha)
 
 

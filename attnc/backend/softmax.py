@@ -97,6 +97,19 @@ class SoftmaxState:
 LAZY_LOG2 = 8.0
 
 
+# Note [Offsets of far tiles]: a score_bias computed from d = j - i (and b, h) alone is
+# one value k per tile beyond its flat diagonals (Note [Flat diagonals] in
+# attnc/ir/diagonals.py), yet adding it to each score is one FFMA per score
+# (s + k / scale). There the scores stay as QK^T gave them and the step takes
+# k / scale as an `offset`: a lane's max of a row is max(x) + k / scale, one FADD a row
+# (rounding is monotone, so that is the max of the rounded sums), taken before the
+# quad's lanes combine theirs (a tile is far or not per lane), and the offset joins
+# -m * c in the exponent's FMA, one more FFMA a row: exp2(x * c + (k / scale * c - m * c)).
+# A tile on the diagonals adds the bias to each score and has offset 0. The same
+# softmax up to rounding: the bias is rounded once per tile, not into each score.
+# `ScoreMasker.modify` (score_masks.py) chooses it.
+
+
 # Note [Row sums on the tensor cores]: a row's sum of probabilities is 64 FADDs per step
 # and thread at 128x64 tiles (a tree over the thread's 16 scores of each of its 4 rows;
 # the quad's lanes add theirs at `finalize`). With `sum_on_mma` the kernel computes it
@@ -150,26 +163,30 @@ class OnlineSoftmax:
             return []
         return [self.e.fadd(l_old, _tree(p, self.e.fadd)) for p, l_old in zip(probs, state.l)]
 
-    def _step_static(self, scores: list[list], state: SoftmaxState, on_fma: int):
+    def _step_static(self, scores: list[list], state: SoftmaxState, on_fma: int, offset):
         """The step with the constant max (Note [Bounded score_mod]): alphas are None."""
         e = self.e
         e_c = e.cf(self.scale_log2)
-        neg_mc = e.cf(-self.static_max * self.scale_log2)
+        neg_mc = self._shifted(e.cf(-self.static_max * self.scale_log2), offset, e_c)
         probs = [self._probs(row, e_c, neg_mc, on_fma) for row in scores]
         return probs, SoftmaxState(state.m, self._sums(state, probs)), None
 
-    def step(self, scores: list[list], state: SoftmaxState, check_inf: bool, on_fma: int = 0):
+    def step(self, scores: list[list], state: SoftmaxState, check_inf: bool, on_fma: int = 0, offset=None):
         """scores[r] = row r's values. Returns (probabilities per row, new state, the
         factor each row's O accumulator must be multiplied by); `on_fma`: of every 8 scores,
-        those whose exp2 the FMA pipe takes (the step op's exp2_fma)."""
+        those whose exp2 the FMA pipe takes (the step op's exp2_fma); `offset`: an f32 to
+        add to every score (Note [Offsets of far tiles]), None for none."""
         if self.static_max is not None:
-            return self._step_static(scores, state, on_fma)
+            return self._step_static(scores, state, on_fma, offset)
         e = self.e
         e_c = e.cf(self.scale_log2)
         probs, m_new, l_new, alphas = [], [], [], []
         self.moved = None
         for r, (row, m_old) in enumerate(zip(scores, state.m)):
-            m = e.fmax(m_old, self.quad.allreduce(_tree(row, e.fmax), e.fmax))
+            lane_max = _tree(row, e.fmax)
+            if offset is not None:      # before the quad's lanes meet: theirs may differ
+                lane_max = e.fadd(lane_max, offset)
+            m = e.fmax(m_old, self.quad.allreduce(lane_max, e.fmax))
             if self.lazy:
                 # Note [Lazy rescale]: unordered (-inf - -inf) keeps the old max too
                 keep = arith.cmpf(arith.CmpFPredicate.ULE, e.fsub(m, m_old), e.cf(self.lazy_threshold))
@@ -181,13 +198,18 @@ class OnlineSoftmax:
             alpha = self.approx.exp2(e.fma(m_old, e_c, neg_mc))
             if self.lazy:
                 alpha = e.select(keep, e.cf(1.0), alpha)
-            p = self._probs(row, e_c, neg_mc, on_fma)
+            p = self._probs(row, e_c, self._shifted(neg_mc, offset, e_c), on_fma)
             probs.append(p)
             m_new.append(m)
             if not self.sum_on_mma:     # else the kernel's P.1 atoms sum the rows
                 l_new.append(e.fma(state.l[r], alpha, _tree(p, e.fadd)))
             alphas.append(alpha)
         return probs, SoftmaxState(m_new, l_new), alphas
+
+    def _shifted(self, neg_mc, offset, e_c):
+        """-m * c, or with an offset k that every score of the step lacks, k * c - m * c:
+        exp2(x * c + k * c - m * c) is the probability of the score x + k."""
+        return neg_mc if offset is None else self.e.fma(offset, e_c, neg_mc)
 
     def _probs(self, row: list, e_c, neg_mc, on_fma: int) -> list:
         """exp2(x * c - m * c) for a row's scores x, the last `on_fma` of every 8 on the

@@ -134,3 +134,24 @@ def test_the_region_is_the_same_beyond_its_bounds(score):
         if bound is not None:
             values = {float(value(bound + side * k)) for k in offsets}
             assert len(values) == 1, (bound, sorted(values)[:4])
+
+
+def _fmas(arch: str) -> int:
+    """The f32 FMAs in T5's PTX for `arch` (every one, in every branch)."""
+    from attnc.testing import ptx_bundle
+
+    return ptx_bundle(T5, arch=arch).code["ptx"].decode().count("fma.rn.f32")
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_a_far_tiles_bias_is_the_softmaxs_offset(monkeypatch, arch):
+    """Note [Offsets of far tiles] (attnc/backend/softmax.py): beyond its flat diagonals T5
+    leaves a tile's scores as QK^T gave them, where adding its bias to each took an FMA a
+    score (64 a thread at sm_80's 128x64 tiles, at sm_90a's 128x128 tiles a warpgroup's
+    thread) less the 2 a row the softmax takes for the offset. Its kernels run against the
+    reference in tests/sim/test_flat_diagonals_sim.py."""
+    from attnc.backend.score_forms import BiasCode
+
+    folded = _fmas(arch)
+    monkeypatch.setattr(BiasCode, "of_diagonal", property(lambda self: False))
+    assert _fmas(arch) - folded >= 48

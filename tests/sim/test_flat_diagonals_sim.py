@@ -4,7 +4,9 @@ flat at |d| >= 92; compiled as a bias s + f, BiasCode in attnc/backend/score_for
 a softcapped clipped relative position of d = i - j (flat at |d| >= 16; ScaledScoreCode
 there; on sm_100a both the hook's own region) run in the PTX emulator on sm_80, sm_90a and
 sm_100a against attnc.reference, at a shape whose key blocks lie on both sides of the
-diagonal, near it and beyond the bounds.
+diagonal, near it and beyond the bounds. T5's bias is one value per tile there, which the
+softmax takes as an offset (Note [Offsets of far tiles] in attnc/backend/softmax.py); a bias
+that also reads i is added per score, with its values of d computed once.
 The same kernels built with bounds too near the diagonal (the lowering's check bypassed)
 give wrong scores: the tiles beyond the bounds do take the once-computed values."""
 from __future__ import annotations
@@ -32,6 +34,10 @@ CLIPPED = """attention clipped {
 }
 """
 
+ROW_SCALED = CLIPPED.replace("clipped", "row_scaled").replace(
+    "let d = i - j in 20.0 * tanh((s + 4.0 * w[h, min(max(d, -16), 16) + 16]) / 20.0)",
+    "s + w[h, min(max(j - i, -16), 16) + 16] * float(i % 3 + 1)")
+
 
 def _run(arch: str, source: Path | str = T5):
     variant = load_file(str(source)) if isinstance(source, Path) else load(source, "clipped.attn")
@@ -51,6 +57,11 @@ def test_t5_beyond_its_flat_diagonals_matches_the_reference(arch):
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
 def test_a_softcapped_clipped_position_of_i_minus_j_matches_the_reference(arch):
     assert _run(arch, CLIPPED) == []
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
+def test_a_bias_of_d_and_i_matches_the_reference(arch):
+    assert _run(arch, ROW_SCALED) == []
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
