@@ -291,7 +291,7 @@ class KernelState(ForwardLoads):
         # A score_mod may give -inf (or a bias table hold it) even in a full block.
         scored = s.score_mod is not None or s.score_bias is not None
         return self.softmax.step(rows, state, check_inf=mode != "full" or scored, on_fma=op.choice("exp2_fma"),
-                                 offset=offset)
+                                 offsets=None if offset is None else [offset])
 
     def ctx(self, m_block=None) -> KvCtx:
         e, s = self.e, self.spec

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from mlir import ir
 from mlir.dialects import arith
 
 from attnc.backend.nvgpu_builders import Approx, Emit, Quad, exp2_fma
@@ -163,30 +164,28 @@ class OnlineSoftmax:
             return []
         return [self.e.fadd(l_old, _tree(p, self.e.fadd)) for p, l_old in zip(probs, state.l)]
 
-    def _step_static(self, scores: list[list], state: SoftmaxState, on_fma: int, offset):
+    def _step_static(self, scores: list[list], state: SoftmaxState, on_fma: int, offsets):
         """The step with the constant max (Note [Bounded score_mod]): alphas are None."""
         e = self.e
         e_c = e.cf(self.scale_log2)
-        neg_mc = self._shifted(e.cf(-self.static_max * self.scale_log2), offset, e_c)
-        probs = [self._probs(row, e_c, neg_mc, on_fma) for row in scores]
+        neg_mc = e.cf(-self.static_max * self.scale_log2)
+        probs = [self._probs(row, e_c, neg_mc, on_fma, offsets) for row in scores]
         return probs, SoftmaxState(state.m, self._sums(state, probs)), None
 
-    def step(self, scores: list[list], state: SoftmaxState, check_inf: bool, on_fma: int = 0, offset=None):
+    def step(self, scores: list[list], state: SoftmaxState, check_inf: bool, on_fma: int = 0, offsets=None):
         """scores[r] = row r's values. Returns (probabilities per row, new state, the
         factor each row's O accumulator must be multiplied by); `on_fma`: of every 8 scores,
-        those whose exp2 the FMA pipe takes (the step op's exp2_fma); `offset`: an f32 to
-        add to every score (Note [Offsets of far tiles]), None for none."""
+        those whose exp2 the FMA pipe takes (the step op's exp2_fma); `offsets`: None, or
+        f32s to add to the scores (Note [Offsets of far tiles]), one per equal part of
+        every row (the first to its first len(row) / len(offsets) scores, and so on)."""
         if self.static_max is not None:
-            return self._step_static(scores, state, on_fma, offset)
+            return self._step_static(scores, state, on_fma, offsets)
         e = self.e
         e_c = e.cf(self.scale_log2)
         probs, m_new, l_new, alphas = [], [], [], []
         self.moved = None
         for r, (row, m_old) in enumerate(zip(scores, state.m)):
-            lane_max = _tree(row, e.fmax)
-            if offset is not None:      # before the quad's lanes meet: theirs may differ
-                lane_max = e.fadd(lane_max, offset)
-            m = e.fmax(m_old, self.quad.allreduce(lane_max, e.fmax))
+            m = e.fmax(m_old, self.quad.allreduce(self._lane_max(row, offsets), e.fmax))
             if self.lazy:
                 # Note [Lazy rescale]: unordered (-inf - -inf) keeps the old max too
                 keep = arith.cmpf(arith.CmpFPredicate.ULE, e.fsub(m, m_old), e.cf(self.lazy_threshold))
@@ -198,7 +197,7 @@ class OnlineSoftmax:
             alpha = self.approx.exp2(e.fma(m_old, e_c, neg_mc))
             if self.lazy:
                 alpha = e.select(keep, e.cf(1.0), alpha)
-            p = self._probs(row, e_c, self._shifted(neg_mc, offset, e_c), on_fma)
+            p = self._probs(row, e_c, neg_mc, on_fma, offsets)
             probs.append(p)
             m_new.append(m)
             if not self.sum_on_mma:     # else the kernel's P.1 atoms sum the rows
@@ -206,18 +205,26 @@ class OnlineSoftmax:
             alphas.append(alpha)
         return probs, SoftmaxState(m_new, l_new), alphas
 
-    def _shifted(self, neg_mc, offset, e_c):
-        """-m * c, or with an offset k that every score of the step lacks, k * c - m * c:
-        exp2(x * c + k * c - m * c) is the probability of the score x + k."""
-        return neg_mc if offset is None else self.e.fma(offset, e_c, neg_mc)
+    def _lane_max(self, row: list, offsets) -> ir.Value:
+        """The max of this lane's scores of a row, each plus its part's offset: one FADD a
+        part, before the quad's lanes meet (theirs may differ)."""
+        e = self.e
+        if offsets is None:
+            return _tree(row, e.fmax)
+        return _tree([e.fadd(_tree(part, e.fmax), k) for part, k in zip(_parts(row, offsets), offsets)], e.fmax)
 
-    def _probs(self, row: list, e_c, neg_mc, on_fma: int) -> list:
-        """exp2(x * c - m * c) for a row's scores x, the last `on_fma` of every 8 on the
+    def _probs(self, row: list, e_c, neg_mc, on_fma: int, offsets=None) -> list:
+        """exp2(x * c - m * c) for a row's scores x -- with an offset k, exp2(x * c +
+        (k * c - m * c)), the probability of x + k -- the last `on_fma` of every 8 on the
         FMA pipe (positions 8 - on_fma..7 of each group of 8), the rest on the SFU (Note
         [Exponentials on the FMA pipe])."""
         e = self.e
-        return [exp2_fma(e, y) if i % 8 >= 8 - on_fma else self.approx.exp2(y)
-                for i, y in enumerate(e.fma(x, e_c, neg_mc) for x in row)]
+
+        def exponents():        # each emitted just before its exp2
+            for part, k in zip(_parts(row, offsets), offsets) if offsets is not None else [(row, None)]:
+                shifted = neg_mc if k is None else e.fma(k, e_c, neg_mc)
+                yield from (e.fma(x, e_c, shifted) for x in part)
+        return [exp2_fma(e, y) if i % 8 >= 8 - on_fma else self.approx.exp2(y) for i, y in enumerate(exponents())]
 
     def _row_sum(self, l_part):
         """A row's whole sum: the quad's lanes' parts added, or with sum_on_mma already
@@ -255,6 +262,13 @@ class OnlineSoftmax:
             log2_sum = e.fma(m_safe, c, self.approx.log2(total))
             lse.append(e.select(empty, e.neg_inf(), e.fmul(log2_sum, LN2)))
         return inv, lse
+
+
+def _parts(row: list, offsets: list) -> list[list]:
+    """`row` in len(offsets) equal parts, in order."""
+    size = len(row) // len(offsets)
+    assert size * len(offsets) == len(row), "a row's offsets are one per equal part of it"
+    return [row[k * size:(k + 1) * size] for k in range(len(offsets))]
 
 
 def _tree(values: list, combine):
