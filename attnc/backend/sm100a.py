@@ -128,6 +128,7 @@ from mlir.dialects import gpu, nvvm, scf
 from attnc.backend.hooks import KernelNames
 from attnc.backend.nvgpu_builders import Approx, Emit, MBarrier, Smem, _asm, set_max_registers
 from attnc.backend.sm100a_ops import PATTERNS, SKELETON_PATTERNS, out_bytes
+from attnc.backend.sm100a_scores import raw_scores
 from attnc.backend.sm100a_values import Channel, Lowering, swizzle_bytes
 from attnc.backend.sm100a_tiles import q_tile_has_rows, q_tile_of, read_tile, table_blockmap
 from attnc.backend.smem_layout import Mbarrier, barriers_end, place_mbarriers
@@ -290,11 +291,11 @@ def _emit(cx: Lowering, lazy: bool) -> None:
                         tmem.store(e.add(base, col), [e.c32(0)] * 32)
         scf.yield_([])
     _sync(cx)
-    # Note [Folded scale] (softmax.py): a score_mod takes scaled scores, the softmax then natural ones
+    # Note [Folded scale] (softmax.py): a score_mod takes scaled scores, the softmax then natural
+    # ones, but for an affine one's (Note [Affine scores on sm_100a] in sm100a_scores.py)
     cx.scale = ir.FloatAttr(kernel.attributes["scale"]).value
-    natural = get_bool(kernel, "has_score_mod")
     # Note [Lazy rescale on sm_100a]
-    cx.softmax = OnlineSoftmax(e, Approx(e), _OwnRow(), LOG2E if natural else cx.scale * LOG2E, lazy=lazy)
+    cx.softmax = OnlineSoftmax(e, Approx(e), _OwnRow(), cx.scale * LOG2E if raw_scores(kernel) else LOG2E, lazy=lazy)
     # Note [Registers per warpgroup]: a warpgroup's branch sets its registers, then runs its roles
     launch = register_share(32 * _warps(kernel))
     for group, members in _warpgroups(roles).items():

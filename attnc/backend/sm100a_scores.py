@@ -34,23 +34,72 @@ def _hook_coords(cx: Lowering, op) -> tuple:
     return b, h, i, [e.add(j0, k) for k in range(get_int(kernel, "block_n"))]
 
 
-def _hook(cx: Lowering, op):
-    from attnc.backend.hooks import RegionCode, ScoreCode, role_dims
+def _tile_dims(cx: Lowering) -> frozenset[str]:
+    """The dims that are >= 1 wherever a score's hook runs (RegionCode's never_empty)."""
+    from attnc.backend.hooks import role_dims
     from attnc.backend.variant_hooks import _TILE_ROLES
+    return role_dims(cx.names.variant, _TILE_ROLES)
+
+
+def _hook(cx: Lowering, op):
+    from attnc.backend.hooks import RegionCode, ScoreCode
     kind = ScoreCode if op.name == "attn.score_mod" else RegionCode
-    return kind(op.regions[0].blocks[0], cx.names, role_dims(cx.names.variant, _TILE_ROLES))
+    return kind(op.regions[0].blocks[0], cx.names, _tile_dims(cx))
+
+
+def _offsets(value) -> list | None:
+    """The offsets a score_mod left on the row of scores `value` (Rows), or None."""
+    return value.offsets if isinstance(value, Rows) else None
+
+
+# Note [Affine scores on sm_100a]: a score_mod s + f (`affine_bias` in score_forms.py: T5's
+# and ALiBi's biases) leaves the scores in QK^T's units, as the other targets do: each is
+# s + f / scale, one FFMA as scale * s + f was, and the softmax folds the scale into its
+# exp2 (Note [Folded scale] in softmax.py). Where f is computed from d = j - i alone, a
+# chunk of the row beyond f's flat diagonals (Note [Flat diagonals] in
+# attnc/ir/diagonals.py) has one f, which the softmax takes as the chunk's offset (Note
+# [Offsets of far tiles] in softmax.py): the chunk's scores are left as they are.
+def raw_scores(kernel) -> bool:
+    """Whether the softmax takes the scores in QK^T's units: without a score_mod, or with
+    an affine one (Note [Affine scores on sm_100a]); else it takes the score_mod's."""
+    from attnc.backend.score_forms import affine_bias
+    from attnc.ir import SCORE_MOD, get_bool, region_block
+
+    return not get_bool(kernel, "has_score_mod") or affine_bias(region_block(kernel, SCORE_MOD)) is not None
 
 
 def _score_mod(cx: Lowering, op):
-    """score_mod(scale * s, b, h, i, j) on each score of the row, CHUNK scores at a time."""
-    code = _hook(cx, op)
+    """score_mod(scale * s, b, h, i, j) on each score of the row, CHUNK scores at a time;
+    an affine one's s + f / scale, with the offsets of its far chunks (Note [Affine scores
+    on sm_100a])."""
+    from attnc.backend.score_forms import BiasCode, affine_bias
+
     b, h, i, js = _hook_coords(cx, op)
     scores = _scores(cx, cx.value(op.operands[0]))
-    return [Rows([x for c0 in range(0, len(js), CHUNK)
-                  for x in _scored_chunk(cx, code, b, h, i, list(zip(scores[c0:c0 + CHUNK], js[c0:c0 + CHUNK])))])]
+    chunks = [list(zip(scores[c0:c0 + CHUNK], js[c0:c0 + CHUNK])) for c0 in range(0, len(js), CHUNK)]
+    affine = affine_bias(op.regions[0].blocks[0])
+    if affine is None:
+        code = _hook(cx, op)
+        return [Rows([x for chunk in chunks for x in _scored_chunk(cx, code, b, h, i, chunk)])]
+    bias = BiasCode(op.regions[0].blocks[0], cx.names, *affine, never_empty=_tile_dims(cx))
+    parts = [_biased_chunk(cx, bias, b, h, i, chunk) for chunk in chunks]
+    offsets = [k for _, k in parts]
+    return [Rows([x for values, _ in parts for x in values], None if any(k is None for k in offsets) else offsets)]
 
 
-CHUNK = 16      # scores per branch at the flat diagonals
+CHUNK = 32      # scores per branch at the flat diagonals: a tcgen05.ld's (Note [Flat diagonals])
+
+
+def _far(cx: Lowering, code, b, h, i, chunk: list):
+    """(an i1: every key of `chunk` lies beyond the hook's flat diagonals, a function
+    giving the hook's values there) or None where it has none (Note [Flat diagonals])."""
+    e = cx.e
+    spots = {c: (0, c) for c in range(len(chunk))}      # the row's diagonals: key c at column c
+    far = code.far_test(e, spots, lambda r: i, lambda c: chunk[c][1])
+    if far is None:
+        return None
+    test, d0 = far
+    return test, lambda: code.hoist_at(e, code.hoist(e, {}, {"b": b, "h": h}), d0)
 
 
 def _scored_chunk(cx: Lowering, code, b, h, i, chunk: list) -> list:
@@ -63,13 +112,33 @@ def _scored_chunk(cx: Lowering, code, b, h, i, chunk: list) -> list:
     def scored(given=None):
         return [code(e, e.fmul(s, cx.scale), b, h, i, j, given=given) for s, j in chunk]
 
-    spots = {c: (0, c) for c in range(len(chunk))}      # the row's diagonals: key c at column c
-    far = code.far_test(e, spots, lambda r: i, lambda c: chunk[c][1])
+    far = _far(cx, code, b, h, i, chunk)
     if far is None:
         return scored()
-    test, d0 = far
-    return branches(test, lambda: scored(code.hoist_at(e, code.hoist(e, {}, {"b": b, "h": h}), d0)),
-                    scored, [s.type for s, _ in chunk])
+    test, once = far
+    return branches(test, lambda: scored(once()), scored, [s.type for s, _ in chunk])
+
+
+def _biased_chunk(cx: Lowering, bias, b, h, i, chunk: list) -> tuple[list, ir.Value | None]:
+    """(s + f / scale for each (s, j) of `chunk`, None), or where f is one value beyond
+    its flat diagonals, a branch yielding (the scores as they are, f / scale) there and
+    (s + f / scale, 0) elsewhere (Note [Affine scores on sm_100a])."""
+    e = cx.e
+    inv_scale = e.cf(1.0 / cx.scale)
+
+    def biased(given=None):
+        return [e.fma(bias(e, b, h, i, j, given=given), inv_scale, s) for s, j in chunk]
+
+    far = _far(cx, bias, b, h, i, chunk)
+    types = [s.type for s, _ in chunk]
+    if far is None:
+        return biased(), None
+    test, once = far
+    if not bias.of_diagonal:
+        return branches(test, lambda: biased(once()), biased, types), None
+    flat = branches(test, lambda: [s for s, _ in chunk] + [e.fmul(bias(e, b, h, i, chunk[0][1], given=once()), inv_scale)],
+                    lambda: biased() + [e.cf(0.0)], types + [e.f32])
+    return flat[:-1], flat[-1]
 
 
 def _mask(cx: Lowering, op):
@@ -78,20 +147,23 @@ def _mask(cx: Lowering, op):
     e = cx.e
     code = _hook(cx, op)
     b, h, i, js = _hook_coords(cx, op)
-    scores = _scores(cx, cx.value(op.operands[0]))
-    return [Rows([e.select(code(e, b, h, i, j), s, e.neg_inf()) for s, j in zip(scores, js)])]
+    value = cx.value(op.operands[0])
+    scores = _scores(cx, value)
+    return [Rows([e.select(code(e, b, h, i, j), s, e.neg_inf()) for s, j in zip(scores, js)], _offsets(value))]
 
 
 def _softmax_step(cx: Lowering, op):
     e, kernel = cx.e, cx.kernel
-    scores = _scores(cx, cx.value(op.operands[0]))
+    value = cx.value(op.operands[0])
+    scores = _scores(cx, value)
     m, l = cx.value(op.operands[1]), cx.value(op.operands[2])
     # Keys past N (the last block's) score -inf.
     n_keys = cx.size(get_shape(kernel, "k_shape")[2])
     valid = e.sub(n_keys, first_key(cx, cx.value(kv_block(cx.loops[-1]))))
     scores = [e.select(e.lt(e.c32(j), valid), s, e.neg_inf()) for j, s in enumerate(scores)]
     (probs,), state, (alpha,) = cx.softmax.step([scores], SoftmaxState([m], [l]), check_inf=True,
-                                                on_fma=_exp2_fma(op))
+                                                on_fma=_exp2_fma(op),
+                                                offsets=_offsets(value))
     words = [pack_pair(e, get_str(kernel, "dtype"), lo, hi) for lo, hi in zip(probs[::2], probs[1::2])]
     return [Rows(words), state.m[0], state.l[0], alpha]
 

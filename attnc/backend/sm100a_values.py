@@ -91,8 +91,11 @@ class Scaled:
 
 @dataclass
 class Rows:
-    """Registers of this thread's row: `values` (f32 or packed i32 words)."""
+    """Registers of this thread's row: `values` (f32 or packed i32 words); scores may
+    have `offsets`, one per equal part of the row, that the softmax adds to them (Note
+    [Affine scores on sm_100a] in sm100a_scores.py)."""
     values: list
+    offsets: list | None = None
 
 
 @dataclass

@@ -14,8 +14,9 @@ one computes those values once, in a branch that yields the tile's scores (HookG
 in attnc/backend/score_masks.py: a branch that yielded the values of the diagonals
 instead kept them live beside O, and sm_80's T5 kernel at head dim 128 spilled 48 bytes).
 On sm_100a, where a thread holds a row of 128 scores, each 32 of them (a tensor memory
-load's) branch apart (`_score_mod` in attnc/backend/sm100a_ops.py): one branch over the
-row spilled 1,216 bytes under the softmax warpgroups' 200 registers, 32 none.
+load's) branch apart (`_score_mod` in attnc/backend/sm100a_scores.py): one branch over the
+row spilled 1,216 bytes under the softmax warpgroups' 200 registers, 32 none; with T5's
+offsets (Note [Affine scores on sm_100a] there), each 16 spilled 40 bytes, each 32 none.
 
 The search evaluates the hook's ops on intervals of d, toward "varies" wherever it cannot
 tell: integers exactly (the kernels compute them exactly, Note [Exact integers] in

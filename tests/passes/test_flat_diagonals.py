@@ -143,13 +143,14 @@ def _fmas(arch: str) -> int:
     return ptx_bundle(T5, arch=arch).code["ptx"].decode().count("fma.rn.f32")
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
 def test_a_far_tiles_bias_is_the_softmaxs_offset(monkeypatch, arch):
     """Note [Offsets of far tiles] (attnc/backend/softmax.py): beyond its flat diagonals T5
     leaves a tile's scores as QK^T gave them, where adding its bias to each took an FMA a
-    score (64 a thread at sm_80's 128x64 tiles, at sm_90a's 128x128 tiles a warpgroup's
-    thread) less the 2 a row the softmax takes for the offset. Its kernels run against the
-    reference in tests/sim/test_flat_diagonals_sim.py."""
+    score (64 a thread and tile on sm_80 and sm_90a; on sm_100a 32 a chunk of the thread's
+    row, Note [Affine scores on sm_100a]) less the 2 a row or chunk
+    the softmax takes for the offset. Its kernels run against the reference in
+    tests/sim/test_flat_diagonals_sim.py."""
     from attnc.backend.score_forms import BiasCode
 
     folded = _fmas(arch)

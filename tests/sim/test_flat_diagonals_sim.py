@@ -2,7 +2,7 @@
 scores computes the values of d = j - i once: T5's relative bias (examples/relative_bias.attn,
 flat at |d| >= 92; compiled as a bias s + f, BiasCode in attnc/backend/score_forms.py) and
 a softcapped clipped relative position of d = i - j (flat at |d| >= 16; ScaledScoreCode
-there; on sm_100a both the hook's own region) run in the PTX emulator on sm_80, sm_90a and
+there; on sm_100a the hook's own region) run in the PTX emulator on sm_80, sm_90a and
 sm_100a against attnc.reference, at a shape whose key blocks lie on both sides of the
 diagonal, near it and beyond the bounds. T5's bias is one value per tile there, which the
 softmax takes as an offset (Note [Offsets of far tiles] in attnc/backend/softmax.py); a bias
