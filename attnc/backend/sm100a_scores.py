@@ -136,8 +136,10 @@ def _biased_chunk(cx: Lowering, bias, b, h, i, chunk: list) -> tuple[list, ir.Va
     test, once = far
     if not bias.of_diagonal:
         return branches(test, lambda: biased(once()), biased, types), None
-    flat = branches(test, lambda: [s for s, _ in chunk] + [e.fmul(bias(e, b, h, i, chunk[0][1], given=once()), inv_scale)],
-                    lambda: biased() + [e.cf(0.0)], types + [e.f32])
+
+    def far_chunk():
+        return [s for s, _ in chunk] + [e.fmul(bias(e, b, h, i, chunk[0][1], given=once()), inv_scale)]
+    flat = branches(test, far_chunk, lambda: biased() + [e.cf(0.0)], types + [e.f32])
     return flat[:-1], flat[-1]
 
 

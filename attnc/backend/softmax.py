@@ -102,13 +102,15 @@ LAZY_LOG2 = 8.0
 # one value k per tile beyond its flat diagonals (Note [Flat diagonals] in
 # attnc/ir/diagonals.py), yet adding it to each score is one FFMA per score
 # (s + k / scale). There the scores stay as QK^T gave them and the step takes
-# k / scale as an `offset`: a lane's max of a row is max(x) + k / scale, one FADD a row
+# k / scale as an offset: a lane's max of a row is max(x) + k / scale, one FADD a row
 # (rounding is monotone, so that is the max of the rounded sums), taken before the
-# quad's lanes combine theirs (a tile is far or not per lane), and the offset joins
-# -m * c in the exponent's FMA, one more FFMA a row: exp2(x * c + (k / scale * c - m * c)).
-# A tile on the diagonals adds the bias to each score and has offset 0. The same
-# softmax up to rounding: the bias is rounded once per tile, not into each score.
-# `ScoreMasker.modify` (score_masks.py) chooses it.
+# quad's lanes combine theirs (each lane tests its own scores for the far side), and the
+# offset joins -m * c in the exponent's FMA, one more FFMA a row: exp2(x * c + (k / scale
+# * c - m * c)). A tile on the diagonals adds the bias to each score and has offset 0.
+# The same softmax up to rounding: the bias is rounded once per tile, not into each
+# score. `ScoreMasker.modify` (score_masks.py) chooses it; on sm_100a, where a thread
+# holds a row, each 32 scores of it have their own offset (Note [Affine scores on
+# sm_100a] in sm100a_scores.py), so `step` takes one per equal part of a row.
 
 
 # Note [Row sums on the tensor cores]: a row's sum of probabilities is 64 FADDs per step
