@@ -10,7 +10,7 @@ from attnc.backend.block_walk import BlockWalk
 from attnc.backend.nvgpu_builders import MBarrier, _asm, warp_sync, warp_vote
 from attnc.backend.sm100a_tiles import (block_map_range, block_map_read, first_key, first_row, kv_range, o_rows,
                                         q_tile_has_rows, q_tile_of, rows_end, store_o_rows)
-from attnc.backend.sm100a_scores import _mask, _no_scores, _no_step, _score_mod, _softmax_step, pack_pair, raw_scores
+from attnc.backend.sm100a_scores import SCORE_PATTERNS, SKELETON_SCORE_PATTERNS, pack_pair, raw_scores
 from attnc.backend.sm100a_values import (Gemm, InTmem, LoadTile, Lowering, Rows, Scaled, Slot, channel_error,
                                          swizzle_bytes)
 from attnc.backend.softmax import SoftmaxState
@@ -374,12 +374,10 @@ PATTERNS = {
     R.MBARRIER_WAIT: _wait, R.MBARRIER_ARRIVE: _arrive,
     R.MBARRIER_EXPECT_TX: _expect_tx, R.TCGEN05_COMMIT: _commit, R.RING_ADVANCE: _ring_advance,
     "attn.load": _load, R.SLOT_READ: _slot_read, R.SLOT_WRITE: _slot_write, "attn.mma": _mma,
-    "attn.softmax_step": _softmax_step, "attn.rescale": _rescale, "attn.finalize": _finalize,
-    "attn.store": _store, "attn.score_mod": _score_mod, "attn.mask": _mask, "attn.kv_range": kv_range,
-    "attn.block_map_range": block_map_range, "attn.block_map_read": block_map_read,
+    "attn.rescale": _rescale, "attn.finalize": _finalize, "attn.store": _store, "attn.kv_range": kv_range,
+    "attn.block_map_range": block_map_range, "attn.block_map_read": block_map_read, **SCORE_PATTERNS,
 }
 # Note [Q tiles without rows]: a softmax role's protocol without its computation
-SKELETON_PATTERNS = {**PATTERNS, "attn.score_mod": _no_scores, "attn.mask": _no_scores,
-                     "attn.softmax_step": _no_step}
+SKELETON_PATTERNS = {**PATTERNS, **SKELETON_SCORE_PATTERNS}
 
 

@@ -197,3 +197,8 @@ def pack_pair(e: Emit, dtype: str, lo, hi) -> ir.Value:
     """One register of two f32s rounded to `dtype` (bf16 or f16), `lo` in its low half."""
     kind = "bf16x2" if dtype == "bf16" else "f16x2"
     return _asm([e.i32], [hi, lo], f"cvt.rn.{kind}.f32 $0, $1, $2;", "=r,f,f").result
+
+
+# The patterns of a softmax role's scores, and of a skeleton role's (Note [Q tiles without rows])
+SCORE_PATTERNS = {"attn.score_mod": _score_mod, "attn.mask": _mask, "attn.softmax_step": _softmax_step}
+SKELETON_SCORE_PATTERNS = {"attn.score_mod": _no_scores, "attn.mask": _no_scores, "attn.softmax_step": _no_step}
