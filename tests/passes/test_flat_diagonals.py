@@ -148,9 +148,8 @@ def test_a_far_tiles_bias_is_the_softmaxs_offset(monkeypatch, arch):
     """Note [Offsets of far tiles] (attnc/backend/softmax.py): beyond its flat diagonals T5
     leaves a tile's scores as QK^T gave them, where adding its bias to each took an FMA a
     score (64 a thread and tile on sm_80 and sm_90a; on sm_100a 32 a chunk of the thread's
-    row, Note [Affine scores on sm_100a]) less the 2 a row or chunk
-    the softmax takes for the offset. Its kernels run against the reference in
-    tests/sim/test_flat_diagonals_sim.py."""
+    row, Note [Affine scores on sm_100a]), less the 2 a row or chunk that the softmax takes
+    for the offset. Its kernels run against the reference in tests/sim/test_flat_diagonals_sim.py."""
     from attnc.backend.score_forms import BiasCode
 
     folded = _fmas(arch)

@@ -34,9 +34,15 @@ CLIPPED = """attention clipped {
 }
 """
 
-ROW_SCALED = CLIPPED.replace("clipped", "row_scaled").replace(
-    "let d = i - j in 20.0 * tanh((s + 4.0 * w[h, min(max(d, -16), 16) + 16]) / 20.0)",
-    "s + w[h, min(max(j - i, -16), 16) + 16] * float(i % 3 + 1)")
+ROW_SCALED = """attention row_scaled {
+  q: f16[B, H, M, 64]
+  k: f16[B, H, N, 64]
+  v: f16[B, H, N, 64]
+  param w: f32[H, 33]
+  score_mod(s, b, h, i, j) = s + w[h, min(max(j - i, -16), 16) + 16] * float(i % 3 + 1)
+  out o: f16[B, H, M, 64]
+}
+"""
 
 
 def _run(arch: str, source: Path | str = T5):
