@@ -294,8 +294,9 @@ def _emit(cx: Lowering, lazy: bool) -> None:
     # Note [Folded scale] (softmax.py): a score_mod takes scaled scores, the softmax then natural
     # ones, but for an affine one's (Note [Affine scores on sm_100a] in sm100a_scores.py)
     cx.scale = ir.FloatAttr(kernel.attributes["scale"]).value
+    cx.units = cx.scale if raw_scores(kernel) else 1.0
     # Note [Lazy rescale on sm_100a]
-    cx.softmax = OnlineSoftmax(e, Approx(e), _OwnRow(), cx.scale * LOG2E if raw_scores(kernel) else LOG2E, lazy=lazy)
+    cx.softmax = OnlineSoftmax(e, Approx(e), _OwnRow(), cx.units * LOG2E, lazy=lazy)
     # Note [Registers per warpgroup]: a warpgroup's branch sets its registers, then runs its roles
     launch = register_share(32 * _warps(kernel))
     for group, members in _warpgroups(roles).items():

@@ -10,7 +10,7 @@ from attnc.backend.block_walk import BlockWalk
 from attnc.backend.nvgpu_builders import MBarrier, _asm, warp_sync, warp_vote
 from attnc.backend.sm100a_tiles import (block_map_range, block_map_read, first_key, first_row, kv_range, o_rows,
                                         q_tile_has_rows, q_tile_of, rows_end, store_o_rows)
-from attnc.backend.sm100a_scores import SCORE_PATTERNS, SKELETON_SCORE_PATTERNS, pack_pair, raw_scores
+from attnc.backend.sm100a_scores import SCORE_PATTERNS, SKELETON_SCORE_PATTERNS, pack_pair
 from attnc.backend.sm100a_values import (Gemm, InTmem, LoadTile, Lowering, Rows, Scaled, Slot, channel_error,
                                          swizzle_bytes)
 from attnc.backend.softmax import SoftmaxState
@@ -216,8 +216,7 @@ def _finalize(cx: Lowering, op):
         from attnc.backend.hooks import RegionCode, role_dims
         from attnc.backend.variant_hooks import _SINK_ROLES
         code = RegionCode(op.regions[0].blocks[0], cx.names, role_dims(cx.names.variant, _SINK_ROLES))
-        units = cx.scale if raw_scores(cx.kernel) else 1.0
-        sink = e.fmul(code(e, cx.value(op.operands[3])), 1.0 / units)
+        sink = e.fmul(code(e, cx.value(op.operands[3])), 1.0 / cx.units)
     (inv,), (lse,) = cx.softmax.finalize(SoftmaxState([m], [l]), sink)
     return [Scaled(o, inv, out_dtype(cx.kernel), q_tile_of(op)), lse]
 

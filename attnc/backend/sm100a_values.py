@@ -119,6 +119,8 @@ class Lowering:
     module: ir.Operation = None         # the module whose functions attn.kv_range calls
     blockmap: object = None             # the BlockMapPlan the ranges are read from, if any
     scale: float = 1.0                  # what scores are multiplied by before a score_mod
+    units: float = 1.0                  # the softmax's scores in natural units times this: the scale
+                                        # where they stay raw (sm100a_scores.raw_scores), else 1
     walk: object = None                 # block_walk.BlockWalk of the role's rounds (persistent CTAs)
     tile: object = None                 # with a `table`, sm100a_tiles.TableTile: the CTA's, as the role read it
     m_block: ir.Value = None            # the role's query block: the CTA's, or its walk's current one
