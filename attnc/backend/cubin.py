@@ -246,14 +246,15 @@ def ptxas_path() -> str | None:
     return shutil.which("ptxas")
 
 
-def resource_usage(ptx: str, arch: str, *, prefer_ptxas: bool = False) -> dict[str, ResourceUsage]:
+def resource_usage(ptx: str, arch: str, *, prefer_ptxas: bool = False, beside: bool = True) -> dict[str, ResourceUsage]:
     """Registers/spills per kernel of `ptx` compiled for `arch`; PTX that bounds its
-    registers has its unbounded form assembled meanwhile (Note [Assembled beside the
-    trial])."""
+    registers has its unbounded form assembled meanwhile where `beside` (Note [Assembled
+    beside the trial])."""
     if prefer_ptxas and ptxas_path():
         log = _run_ptxas(ptxas_path(), ptx, arch).info_log
     else:
-        _assemble_beside(ptx, arch)
+        if beside:
+            _assemble_beside(ptx, arch)
         log = ptx_to_cubin(ptx, arch, verbose=True).info_log
     usage = parse_resource_usage(log)
     if not usage:

@@ -1,8 +1,8 @@
 """A forward kernel built into a `gpu.container_module` (`build_kernel_module`, for every
 target: `_lowering` picks sm80.py's, sm90a.py's or sm90a_ws.py's patterns), with the register
-bound kept only where the kernel assembles without spills (`_spills`), and the second,
-tiles_last kernel of Note [Small grids] (kernel_abi.py) added to such a module
-(`add_small_grid_kernel`).
+bound kept only where the kernel assembles without spills but in its near tiles
+(`_spills`), and the second, tiles_last kernel of Note [Small grids] (kernel_abi.py)
+added to such a module (`add_small_grid_kernel`).
 """
 from __future__ import annotations
 
@@ -37,23 +37,63 @@ def build_kernel_module(spec: ForwardSpec, context: ir.Context | None = None) ->
 
 
 def _spills(module: ir.Module, spec: ForwardSpec) -> bool:
-    """Whether the kernel spills registers, by nvJitLink's report; True when that cannot
-    be asked (then no register bound is kept). The PTX is made in a context of its own:
-    this runs inside attn-lower-sm80's pass, where a second pass manager on the same
-    context aborts. It is kept for the bundle's compile of the same kernel (Note [Recent
-    PTX] in ptx.py). The copy goes through MLIR bytecode: a fifth of the time of text."""
+    """Whether the kernel spills registers where it matters, by nvJitLink's report: any
+    spill, unless all are in its near tiles (Note [Spills of the near tiles]); True when
+    that cannot be asked (then no register bound is kept). The PTX is made in a context of
+    its own: this runs inside attn-lower-sm80's pass, where a second pass manager on the
+    same context aborts. It is kept for the bundle's compile of the same kernel (Note
+    [Recent PTX] in ptx.py). The copy goes through MLIR bytecode: a fifth of the time of
+    text."""
     from attnc.backend.cubin import CubinError, resource_usage
     from attnc.backend.ptx import PtxError, to_ptx
     from attnc.ir.context import make_context
     data = io.BytesIO()
     module.operation.write_bytecode(data)
-    try:
+
+    def spills(far_only: bool) -> bool:
         with make_context() as ctx:
             copy = ir.Module.parse(data.getvalue(), ctx)
-            usage = resource_usage(to_ptx(copy, spec.target, in_place=True, keep=True), spec.target)
+            if far_only and not _far_sides_only(copy):
+                return True
+            ptx = to_ptx(copy, spec.target, in_place=True, keep=not far_only)
+            usage = resource_usage(ptx, spec.target, beside=not far_only)
+        return any(u.spills for name, u in usage.items() if name == spec.symbol)
+    try:
+        return spills(False) and spills(True)
     except (CubinError, PtxError, ImportError, OSError):
         return True
-    return any(u.spills for name, u in usage.items() if name == spec.symbol)
+
+
+# Note [Spills of the near tiles]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A hook with flat diagonals (T5's bucketed bias) computes its values once per diagonal
+# only in the tiles near the diagonal, in a branch of their own (HookGrid in
+# score_masks.py); the others take its far value. At head dim 64 on sm_90a that branch
+# alone holds the 34 values a thread's scores lie on beside S, the P.V in flight and O,
+# and under the 3-CTA bound (168 registers) ptxas spills there: the relative_bias example
+# 44 bytes, T5 with causal 80, where the same kernels with the far side in place of the
+# near one spill none. The near tiles are a few of a row's (two or three in 64 under a
+# causal mask at N = 8192), so such spills cost little, and the bound's third CTA an SM
+# gains more: 1.07x for T5 and 1.04x for T5 with causal at head dim 64 on an H100
+# (results/sm90a_h200.md, "Spills of the near tiles"). So a kernel that spills under the
+# bound is assembled again with each near branch's condition held true (the far side
+# alone, the near side dead code), and keeps the bound where that copy does not spill.
+def _far_sides_only(module: ir.Module) -> bool:
+    """Hold each near-tiles branch of `module` on its far side; whether it had any."""
+    from attnc.backend.score_masks import NEAR_TILES
+    branches = []
+
+    def collect(op):
+        if NEAR_TILES in op.attributes:
+            branches.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(collect)
+    e = Emit()
+    for op in branches:
+        with ir.InsertionPoint(op), op.location:
+            op.operands[0] = e.true()
+    return bool(branches)
 
 
 def _build_module(spec: ForwardSpec, context: ir.Context | None) -> tuple[ir.Module, KernelAbi]:

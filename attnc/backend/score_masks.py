@@ -17,6 +17,12 @@ from attnc.backend.row_bits import WORD, RowBits, below, low_bits
 from attnc.errors import AttncError
 
 
+# The unit attribute on the scf.if whose condition holds beyond the flat diagonals and
+# whose else side computes the hook's values per diagonal (HookGrid.over, offset_over):
+# Note [Spills of the near tiles] in kernel_module.py.
+NEAR_TILES = "attnc.near_tiles"
+
+
 def rows_of(acc) -> list[list]:
     """acc[mi][nj][2*half + x] -> rows[2*mi + half][2*nj + x]."""
     return [[atom[2 * half + x] for atom in acc[mi] for x in (0, 1)]
@@ -127,7 +133,7 @@ class HookGrid:
                 self.diagonals = diagonals()
                 return apply(self)
             return scored
-        return _branch(scores, self.far, side(self.once), side(self.per_diagonal))
+        return _branch(scores, self.far, side(self.once), side(self.per_diagonal), NEAR_TILES)
 
     def offset_over(self, scores: list[list[ir.Value]], apply, value) -> tuple[list[list[ir.Value]], ir.Value | None]:
         """`over` for a hook with one value per far tile (Note [Offsets of far tiles] in
@@ -144,7 +150,7 @@ class HookGrid:
         def near():
             self.diagonals = self.per_diagonal()
             return apply(self), [self.e.cf(0.0)]
-        rows, (offset,) = _branch_with(scores, self.far, far, near, [self.e.f32])
+        rows, (offset,) = _branch_with(scores, self.far, far, near, [self.e.f32], NEAR_TILES)
         return rows, offset
 
     def __call__(self, r: int, c: int, *args, **kwargs):
@@ -358,13 +364,13 @@ class ScoreMasker:
         return _branch(rows, partial, lambda: self.mask(rows, n_block, drop_all, holds, test), lambda: rows)
 
 
-def _branch(rows, cond, then_rows, else_rows):
+def _branch(rows, cond, then_rows, else_rows, mark: str | None = None):
     """scf.if on the i1 `cond` yielding score rows: `then_rows()` or `else_rows()`, each
-    emitted in its own arm."""
-    return _branch_with(rows, cond, lambda: (then_rows(), []), lambda: (else_rows(), []), [])[0]
+    emitted in its own arm; `mark`: a unit attribute the scf.if carries."""
+    return _branch_with(rows, cond, lambda: (then_rows(), []), lambda: (else_rows(), []), [], mark)[0]
 
 
-def _branch_with(rows, cond, then_arm, else_arm, types: list):
+def _branch_with(rows, cond, then_arm, else_arm, types: list, mark: str | None = None):
     """`_branch` whose arms give (score rows, more values of `types`): (rows, values)."""
     def flat(arm):
         def side():
@@ -373,4 +379,6 @@ def _branch_with(rows, cond, then_arm, else_arm, types: list):
         return side
     width, n = len(rows[0]), len(rows) * len(rows[0])
     res = branches(cond, flat(then_arm), flat(else_arm), [x.type for row in rows for x in row] + types)
+    if mark:
+        res[0].owner.attributes[mark] = ir.UnitAttr.get()
     return [res[r * width:(r + 1) * width] for r in range(len(rows))], res[n:]

@@ -28,8 +28,9 @@ def resolve(spec: "ForwardSpec") -> "ForwardSpec":
         if getattr(spec, name) is None:
             spec = replace(spec, **{name: rule(spec)})
     if spec.min_ctas_unless_spills is None:
-        # The default register bound is dropped where the kernel spills under it; a bound
-        # given as min_ctas_per_sm is the user's, kept whatever ptxas reports.
+        # The default register bound is dropped where the kernel spills under it (but in
+        # its near tiles alone: Note [Spills of the near tiles] in kernel_module.py); a
+        # bound given as min_ctas_per_sm is the user's, kept whatever ptxas reports.
         spec = replace(spec, min_ctas_unless_spills=bound_by_default and spec.min_ctas_per_sm > 0)
     # A constant running max leaves no rescale to skip, whoever asked for it.
     if spec.lazy_rescale and spec.static_max is not None:

@@ -27,7 +27,8 @@ as an option: a run chooses afresh every choice it is not given. A kernel is one
 program, so every op of a kind holds the same value of a choice -- ops that disagree are
 refused at the second -- but for the choices of Note [Choices op by op].
 `min_ctas_unless_spills` is no option: it says whether min_ctas_per_sm is the default
-bound, dropped where the kernel spills under it.
+bound, dropped where the kernel spills under it (but for spills in its near tiles alone:
+Note [Spills of the near tiles] in attnc/backend/kernel_module.py).
 
 Note [Choices op by op]: five choices change only the code of the op they sit on, so
 each op holds its own and the lowering reads it from the op it lowers (the step records'
@@ -118,7 +119,8 @@ class KernelChoices(Pass):
         "doc": "CTAs the kernel's registers must leave room for on one SM (PTX .minnctapersm; 0: no "
                "bound; Note [CTAs per SM] in choice_defaults.py; default: none on sm_80 and for a producer "
                "warpgroup; on sm_90a the CTAs its shared memory holds, at most down to 128 registers a "
-               "thread, dropped where the kernel would then spill: min_ctas_unless_spills)"})
+               "thread, dropped where the kernel would then spill but in its near tiles (Note [Spills of the "
+               "near tiles] in attnc/backend/kernel_module.py): min_ctas_unless_spills)"})
     exp2_fma: int | None = field(default=None, metadata={
         "doc": "of every 8 scores of a softmax row, how many take their exp2 on the FMA pipe (a cubic "
                "and exponent bits) instead of the SFU, 0 to 8 (Note [Exponentials on the FMA pipe]; "
