@@ -7,10 +7,13 @@
 Code marks its steps with `with timing.step("MLIR -> PTX"):`. Steps nest (the
 register-bound trial's PTX inside attn-lower-sm90a), a step entered again under the
 same parent adds to its row, and with no report being recorded a step costs one
-global lookup: the compiler marks its steps whether or not anyone asked.
+global lookup: the compiler marks its steps whether or not anyone asked. Only the steps
+of the thread that records count: work a thread does beside it (a copy lowered and
+assembled on a second core) shows as the time its caller waits for it.
 """
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,6 +39,7 @@ class Report:
     """The steps of one compile, as a tree under `total`."""
 
     def __init__(self) -> None:
+        self.thread = threading.get_ident()
         self.total = Step("total")
         self.notes: list[str] = []
         self._open = [self.total]
@@ -99,9 +103,15 @@ def recording() -> Iterator[Report]:
         report.total.seconds = time.perf_counter() - start
 
 
+def _recording() -> Report | None:
+    """The report this thread's steps go to, if any."""
+    report = _report
+    return report if report is not None and report.thread == threading.get_ident() else None
+
+
 @contextmanager
 def step(name: str) -> Iterator[None]:
-    report = _report
+    report = _recording()
     if report is None:
         yield
         return
@@ -113,13 +123,15 @@ def step(name: str) -> Iterator[None]:
 
 
 def add(name: str, seconds: float) -> None:
-    if _report is not None:
-        _report.add(name, seconds)
+    report = _recording()
+    if report is not None:
+        report.add(name, seconds)
 
 
 def note(text: str) -> None:
-    if _report is not None:
-        _report.note(text)
+    report = _recording()
+    if report is not None:
+        report.note(text)
 
 
 def active() -> bool:

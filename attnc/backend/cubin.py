@@ -270,14 +270,14 @@ def _assemble_beside(ptx: str, arch: str) -> None:
     from attnc.backend.ptx import without_bounds
     unbounded = without_bounds(ptx)
     key = (unbounded, arch, True, default_options(unbounded))
-    if unbounded == ptx or _needs_whole_program(ptx) or key in _beside or not _idle_core():
+    if unbounded == ptx or _needs_whole_program(ptx) or key in _beside or not idle_core():
         return
     while len(_beside) >= _BESIDE_KEPT:
         _beside.pop(next(iter(_beside)))
     _beside[key] = _second_thread().submit(_nvjitlink, *key)
 
 
-def _idle_core() -> bool:
+def idle_core() -> bool:
     """A second core that nothing else wants now: fewer tasks ready to run than cores,
     this process's running thread among them."""
     cores = len(os.sched_getaffinity(0))

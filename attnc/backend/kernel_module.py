@@ -44,24 +44,31 @@ def _spills(module: ir.Module, spec: ForwardSpec) -> bool:
     same context aborts. It is kept for the bundle's compile of the same kernel (Note
     [Recent PTX] in ptx.py). The copy goes through MLIR bytecode: a fifth of the time of
     text."""
+    from attnc.backend import unlocked
     from attnc.backend.cubin import CubinError, resource_usage
     from attnc.backend.ptx import PtxError, to_ptx
     from attnc.ir.context import make_context
-    data = io.BytesIO()
-    module.operation.write_bytecode(data)
-
-    def spills(far_only: bool) -> bool:
-        with make_context() as ctx:
-            copy = ir.Module.parse(data.getvalue(), ctx)
-            if far_only and not _far_sides_only(copy):
-                return True
-            ptx = to_ptx(copy, spec.target, in_place=True, keep=not far_only)
-            usage = resource_usage(ptx, spec.target, beside=not far_only)
-        return any(u.spills for name, u in usage.items() if name == spec.symbol)
+    data = _bytecode(module)
     try:
-        return spills(False) and spills(True)
+        far_spills = _far_sides_spill(data, spec)
+        # without the GIL where it can, so that the far sides' copy is lowered meanwhile
+        ctx = unlocked.private_context() if far_spills is not None else None
+        with ctx or make_context():
+            ptx = to_ptx(ir.Module.parse(data), spec.target, in_place=True, keep=True, without_gil=ctx is not None)
+        spilled = _spilled(resource_usage(ptx, spec.target), spec)
+        return spilled and (far_spills is None or far_spills())
     except (CubinError, PtxError, ImportError, OSError):
         return True
+
+
+def _bytecode(module: ir.Module) -> bytes:
+    data = io.BytesIO()
+    module.operation.write_bytecode(data)
+    return data.getvalue()
+
+
+def _spilled(usage: dict, spec: ForwardSpec) -> bool:
+    return any(u.spills for name, u in usage.items() if name == spec.symbol)
 
 
 # Note [Spills of the near tiles]
@@ -78,6 +85,30 @@ def _spills(module: ir.Module, spec: ForwardSpec) -> bool:
 # (results/sm90a_h200.md, "Spills of the near tiles"). So a kernel that spills under the
 # bound is assembled again with each near branch's condition held true (the far side
 # alone, the near side dead code), and keeps the bound where that copy does not spill.
+# That copy is lowered and assembled on a second core, where one is idle, while the
+# kernel's own trial runs (`beside` in ptx.py).
+def _far_sides_spill(data: bytes, spec: ForwardSpec):
+    """A function that answers whether the kernel of bytecode `data` spills under its
+    bound with its near tiles' branches held on their far sides, its work begun beside;
+    None where the kernel has no near tiles."""
+    from attnc.backend.cubin import CubinError, resource_usage
+    from attnc.backend.ptx import beside, ptx_of_bytecode
+    from attnc.ir.context import make_context
+    with make_context() as ctx:
+        copy = ir.Module.parse(data, ctx)
+        if not _far_sides_only(copy):
+            return None
+        far = _bytecode(copy)
+
+    def spills() -> bool:
+        ptx = ptx_of_bytecode(far, spec.target)
+        try:
+            return ptx is None or _spilled(resource_usage(ptx, spec.target, beside=False), spec)
+        except CubinError:
+            return True
+    return beside(spills)
+
+
 def _far_sides_only(module: ir.Module) -> bool:
     """Hold each near-tiles branch of `module` on its far side; whether it had any."""
     from attnc.backend.score_masks import NEAR_TILES

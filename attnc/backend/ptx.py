@@ -60,7 +60,7 @@ import os
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from mlir import ir, passmanager
 from mlir.dialects import arith, gpu, llvm
@@ -71,6 +71,8 @@ from attnc.backend.ptx_kernels import Kernels, joined_head, split_ptx
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
+
+T = TypeVar("T")
 
 TARGETS = {
     # target: (chip, PTX ISA feature) -- the lowest PTX ISA that knows the chip.
@@ -300,13 +302,17 @@ _recent: OrderedDict[str, _Kept] = OrderedDict()
 
 
 def to_ptx(module: ir.Module, target: str = "sm_80", *, opt_level: int = 3,
-           ptx_feature: str | None = None, in_place: bool = False, keep: bool = False) -> str:
+           ptx_feature: str | None = None, in_place: bool = False, keep: bool = False,
+           without_gil: bool = False) -> str:
     """PTX for the single `gpu.module` of `module`, compiled for `target`.
 
     The module is left as it was unless `in_place`; an MLIR failure raises `PtxError`
     carrying the diagnostics. Its kernels are lowered apart where that is quicker (Note
     [Kernels apart] in ptx_kernels.py). `keep`: each kernel's PTX is kept for the next
     call on a module with the same kernel (Note [Recent PTX]), which does not lower it again.
+    `without_gil`: `module` is of an `unlocked.private_context()`, lowered with the GIL let
+    go (Note [Unlocked runs]) so that another thread may work meanwhile; a failure then
+    raises PtxError without the diagnostics.
     """
     options = PtxOptions(target, opt_level, ptx_feature)
     options.attach_target()                     # an unknown target, refused before anything runs
@@ -319,7 +325,7 @@ def to_ptx(module: ir.Module, target: str = "sm_80", *, opt_level: int = 3,
     missing = [k for k in range(len(kernels.names)) if k not in found] if kernels is not None else []
     if kernels is None or (len(missing) == len(kernels.names) and _lanes(len(missing)) == 1):
         with timing.step("MLIR -> PTX"):
-            ptx = _lower(module if in_place else _copy(module), options)
+            ptx = _lower(module if in_place else _copy(module), options, without_gil=without_gil)
         if keep and kernels is not None:
             _keep(keys, split_ptx(ptx, kernels.names), missing)
         return ptx
@@ -376,6 +382,30 @@ def _lower_apart(kernels: Kernels, missing: list[int], options: PtxOptions) -> d
         head, entries = split
         pieces.update({k: (head, entries[k]) for k in group})
     return pieces
+
+
+def ptx_of_bytecode(payload: bytes, target: str) -> str | None:
+    """The PTX of the module whose bytecode is `payload`, for `target`, lowered without the
+    GIL where MLIR's C API can be reached (Note [Unlocked runs]), so that a thread may
+    lower it beside others (`beside`); None where that fails."""
+    options = PtxOptions(target, 3, None)
+    if unlocked.available():
+        return _lower_unlocked(payload, options)
+    from attnc.ir.context import make_context
+    try:
+        with make_context() as ctx:
+            return _lower(ir.Module.parse(payload, ctx), options)
+    except (PtxError, ir.MLIRError):
+        return None
+
+
+def beside(work: Callable[[], T]) -> Callable[[], T]:
+    """A function that returns `work()`: run now on a thread of its own where a core is
+    idle and MLIR's C API can be reached (Note [Unlocked runs]), else when asked for."""
+    from attnc.backend.cubin import idle_core
+    if not (unlocked.available() and idle_core()):
+        return work
+    return _threads().submit(work).result
 
 
 def _bytecode(module: ir.Module) -> bytes:

@@ -145,13 +145,16 @@ def test_every_example_assembles_for_sm90a_without_spills(name):
 MEASURED_SPILLS = {"relative_bias": 44}
 
 
-def test_the_near_tiles_hold_relative_bias_spills():
+@pytest.mark.parametrize("idle", [True, False])
+def test_the_near_tiles_hold_relative_bias_spills(idle, monkeypatch):
     """Note [Spills of the near tiles]: relative_bias's kernel keeps the 3-CTA bound
     though it spills under it, since its copy with each near-tiles branch held on its far
-    side spills none; with the far sides alone the kernel is smaller."""
+    side spills none -- that copy lowered on a second core (`idle`) or after the trial;
+    with the far sides alone the kernel is smaller."""
     from attnc.backend.kernel_module import _far_sides_only
     from attnc.backend.ptx import to_ptx
 
+    monkeypatch.setattr(cubin, "idle_core", lambda: idle)
     result = compile_file(EXAMPLES_DIR / "relative_bias.attn", CompileOptions(arch="sm_90a"))
     art = build(result)
     assert ".minnctapersm 3" in art.ptx

@@ -81,3 +81,23 @@ def test_the_register_bound_trial_shows_under_the_pass_that_runs_it(tmp_path, mo
 def test_the_help_documents_the_flag():
     status, out, _ = run_attnc(["compile", "--help"])
     assert status == 0 and "--time-passes" in out and "where the compile's time went" in " ".join(out.split())
+
+
+def test_the_steps_of_a_thread_beside_the_compile_are_no_rows():
+    """Work on a second core (the far sides' copy of Note [Spills of the near tiles])
+    shows as the time its caller waits for it, not as rows under whatever step the
+    recording thread is in meanwhile."""
+    import threading
+
+    from attnc import timing
+
+    def beside():
+        with timing.step("beside"):
+            timing.add("added beside", 1.0)
+    with timing.recording() as report:
+        with timing.step("trial"):
+            thread = threading.Thread(target=beside)
+            thread.start()
+            thread.join()
+    assert [c.name for c in report.total.children] == ["trial"]
+    assert report.total.children[0].children == []
