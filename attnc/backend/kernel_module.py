@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import re
+from typing import Callable
 
 from mlir import ir
 from mlir.dialects import gpu
@@ -40,8 +41,8 @@ def _spills(module: ir.Module, spec: ForwardSpec) -> bool:
     """Whether the kernel spills registers where it matters, by nvJitLink's report: any
     spill, unless all are in its near tiles (Note [Spills of the near tiles]); True when
     that cannot be asked (then no register bound is kept). The PTX is made in a context of
-    its own: this runs inside attn-lower-sm80's pass, where a second pass manager on the
-    same context aborts. It is kept for the bundle's compile of the same kernel (Note
+    its own: this runs inside the lowering's pass, where a second pass manager on the same
+    context aborts. It is kept for the bundle's compile of the same kernel (Note
     [Recent PTX] in ptx.py). The copy goes through MLIR bytecode: a fifth of the time of
     text."""
     from attnc.backend import unlocked
@@ -87,7 +88,7 @@ def _spilled(usage: dict, spec: ForwardSpec) -> bool:
 # alone, the near side dead code), and keeps the bound where that copy does not spill.
 # That copy is lowered and assembled on a second core, where one is idle, while the
 # kernel's own trial runs (`beside` in ptx.py).
-def _far_sides_spill(data: bytes, spec: ForwardSpec):
+def _far_sides_spill(data: bytes, spec: ForwardSpec) -> Callable[[], bool] | None:
     """A function that answers whether the kernel of bytecode `data` spills under its
     bound with its near tiles' branches held on their far sides, its work begun beside;
     None where the kernel has no near tiles."""
