@@ -165,18 +165,24 @@ def _mask_reads_params(op) -> bool:
 def _reads_params_per_element(op) -> bool:
     """Whether a hook reads a param at an index that depends on i or j (the last two
     arguments of the score_mod and mask_mod regions): such loads live in the score tile.
-    One indexed by b and h only (ALiBi's slopes[h]) is loaded once per CTA."""
-    from attnc.ir import PARAM, depends_on
-
-    from attnc.ir import hook_blocks
+    One indexed by b and h only (ALiBi's slopes[h]) is loaded once per CTA, and one of the
+    values of a diagonal with flat diagonals (T5's bias[h, bucket(j - i)]) once per tile
+    beyond them (Note [Flat diagonals] in attnc/ir/diagonals.py): only the near tiles
+    load it per diagonal, where its spills cost little. attn-tile's choice counts on
+    attn-hoist's flat diagonals, which are on by default."""
+    from attnc.ir import PARAM, depends_on, hook_blocks
+    from attnc.ir.diagonals import diagonal_values, flat_bounds
 
     for block in hook_blocks(op):
         n = len(block.arguments)
         if n < 4:
             continue
         tainted = depends_on(block, n - 2, n - 1)
-        if any(inner.name == PARAM and any(v in tainted for v in list(inner.operands)[1:])
-               for inner in block.operations):
+        names = tuple(f"arg{k}" for k in range(n - 4)) + ("b", "h", "i", "j")
+        found = diagonal_values(block, names)
+        per_tile = found[1] if found is not None and flat_bounds(block, names) != (None, None) else frozenset()
+        if any(inner.name == PARAM and inner.results[0] not in per_tile
+               and any(v in tainted for v in list(inner.operands)[1:]) for inner in block.operations):
             return True
     return False
 

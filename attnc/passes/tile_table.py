@@ -68,7 +68,10 @@ TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
         # score tile (ALiBi slopes, a T5 bias table, document ids) spill it at 128 keys
         # (20 to 1700 bytes in nvJitLink's report); 64 keys are spill-free. Only params read
         # at an index that depends on i or j count (tile.py): ALiBi's slopes[h], loaded once
-        # per CTA, keeps 128x128 (10 % faster than at 128x64).
+        # per CTA, keeps 128x128 (10 % faster than at 128x64), and so does T5's bias of
+        # j - i, read once per tile beyond its flat diagonals (it spills 36-44 bytes in the
+        # near tiles alone, and ran 1.10-1.12x faster than at 128x64: results/sm80_h200.md,
+        # "T5 at 128 keys").
         # A mask that reads params (documents) is there to drop work: 64-row query blocks
         # follow its boundaries more tightly (documents of 1000 + causal 13 % faster at
         # 64x64 than at 128x64; at head dim 128, 128x64 stays ahead by 15 %).

@@ -15,21 +15,26 @@ import pytest
 from attnc.backend.hooks import RegionCode
 from attnc.backend.lowering import kernel_module_for
 from attnc.driver import CompileOptions, compile_mlir
+from attnc.passes.pipelines import pipeline_with_options
 
 ROOT = Path(__file__).resolve().parents[2]
 T5 = (ROOT / "examples" / "relative_bias.attn").read_text()
 UNSHARED = T5.replace("let d = j - i in", "let d = (j + 0) - i in")
 
 
-def _lowered(source: str, arch: str) -> str:
-    return str(kernel_module_for(compile_mlir(source, "rb.attn", CompileOptions(arch=arch)))[0])
+def _lowered(source: str, arch: str, **tile) -> str:
+    pipeline = pipeline_with_options(arch, tile)
+    return str(kernel_module_for(compile_mlir(source, "rb.attn", CompileOptions(arch=arch, pass_pipeline=pipeline)))[0])
 
 
 @pytest.mark.parametrize("arch, diagonals", [("sm_80", 22), ("sm_90a", 34)])
 def test_t5_buckets_are_computed_once_per_diagonal(arch, diagonals):
+    """Both kernels at 64 scores a thread: on sm_80 the unshared bias, read per score,
+    would take 64-key tiles and T5's 128 (attnc/passes/tile_table.py)."""
     assert "let d = (j + 0) - i in" in UNSHARED
-    shared = _lowered(T5, arch)
-    unshared = _lowered(UNSHARED, arch)
+    tile = {"block_n": 64} if arch == "sm_80" else {}
+    shared = _lowered(T5, arch, **tile)
+    unshared = _lowered(UNSHARED, arch, **tile)
     for op in ("math.log", "llvm.load", "fptosi"):
         n, m = shared.count(op), unshared.count(op)
         assert m > 0 and n * 64 == m * (diagonals + 1), (op, n, m)

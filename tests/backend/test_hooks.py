@@ -76,13 +76,22 @@ def f32_operand(x: float) -> str:
     return "0f%08X" % struct.unpack("<I", struct.pack("<f", x))[0]
 
 
+# Spills measured faster with them than without, bytes at most: relative_bias's, those of
+# its near tiles at 128 keys (the tile table's comment on block_n_params in
+# attnc/passes/tile_table.py; results/sm80_h200.md, "T5 at 128 keys").
+MEASURED_SPILLS = {"relative_bias": 44}
+
+
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_every_example_assembles_without_spills(name):
     art = artifacts(name)
     usage = cubin.resource_usage(art.ptx, "sm_80")
     assert usage, "no kernel in the PTX"
     for symbol, u in usage.items():
-        assert not u.spills and u.stack_frame == 0, f"{symbol}: {u}"
+        if name in MEASURED_SPILLS:
+            assert u.spill_stores <= MEASURED_SPILLS[name], f"{symbol}: {u}"
+        else:
+            assert not u.spills and u.stack_frame == 0, f"{symbol}: {u}"
     for needle in EXPECT.get(name, []):
         assert needle in art.ptx, needle
     assert "__nv_" not in art.ptx

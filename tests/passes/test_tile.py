@@ -156,3 +156,26 @@ def test_banded_mask_from_the_analysis(mask, banded):
            f"  dim P\n  mask_mod(b, h, i, j) = {mask}\n  out o: bf16[B, H, M, 64]\n}}\n")
     result = compile_mlir(src, "t.attn", CompileOptions(arch="sm_90a", pass_pipeline=""))
     assert banded_mask(attention_ops(result.module)[0]) is banded
+
+
+T5_BUCKET = ("let d = j - i in let n = abs(d) in "
+             "where(n < 8, n, min(8 + int(log(float(n) / 8.0) / log(16.0) * 8.0), 15)) + where(d > 0, 16, 0)")
+
+
+@pytest.mark.parametrize("score_mod, block_n", [
+    (f"s + bias[h, {T5_BUCKET}]", 128),      # flat beyond 128 keys of the diagonal: read once per far tile
+    ("s + bias[h, (j - i) % 32]", 64),        # periodic in d, never flat
+    ("s + bias[h, j % 32]", 64),              # per key
+    ("s + bias[h, 0]", 128),                  # per head: once per CTA
+])
+def test_sm80_tiles_at_head_dim_64_count_the_params_read_per_score(score_mod, block_n):
+    """The table's block_n_params (64 keys where the score tile loads params) counts the
+    reads a hook makes per score: not those indexed by b and h alone, nor the values of a
+    diagonal with flat diagonals, which the tiles beyond them read once."""
+    from attnc.driver import CompileOptions, compile_mlir
+
+    src = ("attention t {\n  q: bf16[B, H, M, 64]\n  k: bf16[B, H, N, 64]\n  v: bf16[B, H, N, 64]\n"
+           f"  param bias: f32[H, 32]\n  score_mod(s, b, h, i, j) = {score_mod}\n"
+           "  mask_mod(b, h, i, j) = j <= i\n  out o: bf16[B, H, M, 64]\n}\n")
+    result = compile_mlir(src, "t.attn", CompileOptions(arch="sm_80", pass_pipeline="attn-tile"))
+    assert get_int(attention_ops(result.module)[0], "block_n") == block_n
