@@ -65,7 +65,7 @@ TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
     "sm_80": {
         # FA2's 128x128 at d=64: spill-free (255 registers) and 1.04-1.14x FA2 on an H200,
         # where 128x64 measured 0.95-1.04x (results/sm80_h200.md, "Tiles"). Param loads in the
-        # score tile (ALiBi slopes, a T5 bias table, document ids) spill it at 128 keys
+        # score tile (a bias table read per score, document ids) spill it at 128 keys
         # (20 to 1700 bytes in nvJitLink's report); 64 keys are spill-free. Only params read
         # at an index that depends on i or j count (tile.py): ALiBi's slopes[h], loaded once
         # per CTA, keeps 128x128 (10 % faster than at 128x64), and so does T5's bias of
