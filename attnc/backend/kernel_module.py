@@ -7,7 +7,6 @@ added to such a module (`add_small_grid_kernel`).
 from __future__ import annotations
 
 import dataclasses
-import io
 import re
 from typing import Callable
 
@@ -47,9 +46,9 @@ def _spills(module: ir.Module, spec: ForwardSpec) -> bool:
     text."""
     from attnc.backend import unlocked
     from attnc.backend.cubin import CubinError, resource_usage
-    from attnc.backend.ptx import PtxError, to_ptx
+    from attnc.backend.ptx import PtxError, bytecode, to_ptx
     from attnc.ir.context import make_context
-    data = _bytecode(module)
+    data = bytecode(module)
     try:
         far_spills = _far_sides_spill(data, spec)
         # without the GIL where it can, so that the far sides' copy is lowered meanwhile
@@ -60,12 +59,6 @@ def _spills(module: ir.Module, spec: ForwardSpec) -> bool:
         return spilled and (far_spills is None or far_spills())
     except (CubinError, PtxError, ImportError, OSError):
         return True
-
-
-def _bytecode(module: ir.Module) -> bytes:
-    data = io.BytesIO()
-    module.operation.write_bytecode(data)
-    return data.getvalue()
 
 
 def _spilled(usage: dict, spec: ForwardSpec) -> bool:
@@ -93,13 +86,13 @@ def _far_sides_spill(data: bytes, spec: ForwardSpec) -> Callable[[], bool] | Non
     bound with its near tiles' branches held on their far sides, its work begun beside;
     None where the kernel has no near tiles."""
     from attnc.backend.cubin import CubinError, resource_usage
-    from attnc.backend.ptx import beside, ptx_of_bytecode
+    from attnc.backend.ptx import beside, bytecode, ptx_of_bytecode
     from attnc.ir.context import make_context
     with make_context() as ctx:
         copy = ir.Module.parse(data, ctx)
         if not _far_sides_only(copy):
             return None
-        far = _bytecode(copy)
+        far = bytecode(copy)
 
     def spills() -> bool:
         ptx = ptx_of_bytecode(far, spec.target)

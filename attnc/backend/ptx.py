@@ -371,7 +371,7 @@ def _lower_apart(kernels: Kernels, missing: list[int], options: PtxOptions) -> d
         except PtxError:
             return None
     else:
-        payloads = [_bytecode(kernels.part(group)) for group in groups]
+        payloads = [bytecode(kernels.part(group)) for group in groups]
         beside = [_threads().submit(_lower_unlocked, payload, options) for payload in payloads[1:]]
         ptxs = [_lower_unlocked(payloads[0], options)] + [f.result() for f in beside]
     pieces = {}
@@ -408,7 +408,8 @@ def beside(work: Callable[[], T]) -> Callable[[], T]:
     return _threads().submit(work).result
 
 
-def _bytecode(module: ir.Module) -> bytes:
+def bytecode(module: ir.Module) -> bytes:
+    """`module` as MLIR bytecode (a fifth of the time of text to write and parse)."""
     out = io.BytesIO()
     module.operation.write_bytecode(out)
     return out.getvalue()

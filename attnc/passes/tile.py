@@ -172,15 +172,17 @@ def _reads_params_per_element(op) -> bool:
     attn-hoist's flat diagonals, which are on by default."""
     from attnc.ir import PARAM, depends_on, hook_blocks
     from attnc.ir.diagonals import diagonal_values, flat_bounds
+    from attnc.passes.hoist import HOOK_ARGS
 
+    by_arity = {len(names): names for names in HOOK_ARGS.values()}     # score_mod's, mask_mod's
     for block in hook_blocks(op):
         n = len(block.arguments)
-        if n < 4:
+        names = by_arity.get(n)
+        if names is None:
             continue
         tainted = depends_on(block, n - 2, n - 1)
-        names = tuple(f"arg{k}" for k in range(n - 4)) + ("b", "h", "i", "j")
-        found = diagonal_values(block, names)
-        per_tile = found[1] if found is not None and flat_bounds(block, names) != (None, None) else frozenset()
+        flat = flat_bounds(block, names) != (None, None)
+        per_tile = diagonal_values(block, names)[1] if flat else frozenset()
         if any(inner.name == PARAM and inner.results[0] not in per_tile
                and any(v in tainted for v in list(inner.operands)[1:]) for inner in block.operations):
             return True
