@@ -181,8 +181,8 @@ def _reads_params_per_element(op) -> bool:
         if names is None:
             continue
         tainted = depends_on(block, n - 2, n - 1)
-        flat = flat_bounds(block, names) != (None, None)
-        per_tile = diagonal_values(block, names)[1] if flat else frozenset()
+        found = diagonal_values(block, names)
+        per_tile = found[1] if found is not None and flat_bounds(block, names) != (None, None) else frozenset()
         if any(inner.name == PARAM and inner.results[0] not in per_tile
                and any(v in tainted for v in list(inner.operands)[1:]) for inner in block.operations):
             return True
