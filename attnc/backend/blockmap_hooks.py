@@ -53,8 +53,6 @@ def blockmap_hooks(plan: BlockMapPlan):
         row, _ = _map_row(e, plan, c)
         return e.ne(_load_class(e, row, n_block), FULL)
 
-    kv_range.__qualname__ = f"{_tag(plan)}.kv_range"
-    tile_partial.__qualname__ = f"{_tag(plan)}.tile_partial"
     return kv_range, tile_partial, (blockmap_param(plan),)
 
 
@@ -123,7 +121,6 @@ def blockmap_holds(plan: BlockMapPlan):
         byte = _load_byte(e, row, n_block)
         return e.ne(e.and_(byte, INTERVAL_HOLDS), 0), e.ne(e.and_(byte, RESIDUAL_HOLDS), 0)
 
-    holds.__qualname__ = f"{_tag(plan)}.tile_holds"
     return holds
 
 
@@ -134,14 +131,7 @@ def blockmap_skip(plan: BlockMapPlan):
         row, _ = _map_row(e, plan, c)
         return e.eq(_load_class(e, row, n_block), SKIP)
 
-    skip.__qualname__ = f"{_tag(plan)}.tile_skip"
     return skip
-
-
-def _tag(plan: BlockMapPlan) -> str:
-    """What sets the hooks' code apart (for ForwardSpec.cache_key)."""
-    return (f"blockmap({plan.variant}, {plan.block_m}x{plan.block_n}, per_head={plan.per_head}, "
-            f"aligned={plan.qtiles is not None})")
 
 
 def _map_row(e: Emit, plan: BlockMapPlan, c: KvCtx) -> tuple[GlobalPtr, ir.Value]:

@@ -159,7 +159,7 @@ def cache_key(source: str, options: Any, target: str, compiler_version: str | No
 
     `options` is a mapping or a dataclass of JSON values (key order does not
     matter), or an object with its own `cache_key() -> str` (a frozen options
-    object such as `ForwardSpec`); anything else is a `TypeError`, since a key
+    object); anything else is a `TypeError`, since a key
     that silently ignored an option would serve stale kernels.
     """
     if callable(getattr(options, "cache_key", None)):

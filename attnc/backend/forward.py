@@ -140,19 +140,19 @@ class KernelState(ForwardLoads):
         self.e = e = Emit(args)
         self.cp = CpAsync(e)
         self.bar = CtaBarrier()
-        self.mma = MmaSync(e, spec.dtype)
+        self.mma = MmaSync(e, spec.variant.dtype)
         self.smem = Smem(e, SMEM_SYMBOL)
         self.kv_range_fn, self.keep_fn = mask_hooks(spec)
-        scale_log2 = LOG2E * spec.score_mod_out if spec.score_mod else spec.scale * LOG2E
-        self.softmax = OnlineSoftmax(e, Approx(e), Quad(e), scale_log2, spec.static_max, spec.lazy_rescale,
-                                     spec.mma_row_sum)
+        scale_log2 = LOG2E * spec.hooks.score_mod_out if spec.hooks.score_mod else spec.scale * LOG2E
+        self.softmax = OnlineSoftmax(e, Approx(e), Quad(e), scale_log2, spec.static_max, spec.choices.lazy_rescale,
+                                     spec.choices.mma_row_sum)
         # O's n8 atoms per 16-row atom; with row sums on the tensor cores one more, P.1
         # (Note [Row sums on the tensor cores] in softmax.py)
-        self.o_atoms = spec.head_dim_v // 8 + spec.mma_row_sum
+        self.o_atoms = spec.variant.head_dim_v // 8 + spec.choices.mma_row_sum
         layout = spec.layout            # Note [Buffers as placed] in smem_layout.py
-        self.q_tile = SwizzledTile(layout.q, spec.block_m, spec.head_dim_qk)
-        self.k_tile = SwizzledTile(layout.k, spec.block_n, spec.head_dim_qk)
-        self.v_tile = SwizzledTile(layout.v, spec.block_n, spec.head_dim_v)
+        self.q_tile = SwizzledTile(layout.q, spec.block_m, spec.variant.head_dim_qk)
+        self.k_tile = SwizzledTile(layout.k, spec.block_n, spec.variant.head_dim_qk)
+        self.v_tile = SwizzledTile(layout.v, spec.block_n, spec.variant.head_dim_v)
         self.slot_bytes = layout.slot
         # The query tile's rows [tile_row0, row_end) and its keys' origin key0 (None: the
         # grid's m_block * block_m, M and 0); n_keys: the keys from key0 on. A tile
@@ -171,7 +171,7 @@ class KernelState(ForwardLoads):
         self.tid = tid
         self.warp = e.shr(tid, 5)
         self.lane = e.and_(tid, 31)
-        one_block = s.q_blocks_per_cta == 1
+        one_block = s.plan.q_blocks_per_cta == 1
         self.m_block, self.h, self.b = self.grid_item(one_block)
         self.kv_h = e.div(self.h, e.div(e.dim("H"), e.dim("HKV")))
         if s.aligned_tiles:
@@ -179,7 +179,7 @@ class KernelState(ForwardLoads):
             self.tile_row0, self.row_end, self.key0, self.key_end = read_entry(
                 e, e.arg(qtiles_param().key), z, self.m_block, e.dim("M"), s.block_m)
             self.n_keys = e.max(e.sub(e.dim("N"), self.key0), 0)     # key0 > N where M > N
-        self.warp_row0 = e.mul(self.warp, 16 if s.dead_rows else s.rows_per_warp)
+        self.warp_row0 = e.mul(self.warp, 16 if s.choices.dead_rows else s.rows_per_warp)
         if one_block:
             self.set_row0(self.m_block)
         self.col0 = e.shl(e.and_(self.lane, 3), 1)
@@ -222,9 +222,9 @@ class KernelState(ForwardLoads):
         """The masker of score rows whose first (row g of the warp's first 16-row tile) is row0."""
         e, s = self.e, self.spec
         coords = ElementCoords(e, row0, self.col0, s.block_n, self.key0, s.atom_rows)
-        score_in = s.scale if s.score_mod_in is None else s.score_mod_in
-        return ScoreMasker(e, coords, self.b, self.h, s.scale, s.score_mod, self.keep_fn, s.score_bias,
-                           score_in, s.row_interval, s.row_residual)
+        score_in = s.scale if s.hooks.score_mod_in is None else s.hooks.score_mod_in
+        return ScoreMasker(e, coords, self.b, self.h, s.scale, s.hooks.score_mod, self.keep_fn, s.hooks.score_bias,
+                           score_in, s.hooks.row_interval, s.hooks.row_residual)
 
     def tensor(self, name: str, b, h) -> GlobalPtr:
         e = self.e
@@ -238,7 +238,7 @@ class KernelState(ForwardLoads):
         e, s = self.e, self.spec
         # Note [Lean step loads] (forward_loads.py): a block map's range is inside the map, a
         # band's is clamped.
-        clamp_top = s.lean_loads and not s.blockmap
+        clamp_top = s.choices.lean_loads and not s.blockmap
         return schedule(e, self.kv_range_fn(e, self.ctx(m_block)), self.n_keys, s.block_n, clamp_top)
 
     def pack_p(self, probs):
@@ -273,15 +273,15 @@ class KernelState(ForwardLoads):
             return rows
         test = mask.choice("interval_test") if mask is not None else None
         split = mask is not None and mask.choice("split")
-        if s.tile_partial is None and skip is None:
+        if s.hooks.tile_partial is None and skip is None:
             # Every block is masked; tile_holds may still spare a part of the test.
-            holds = s.tile_holds(e, self.ctx(), n_block) if split else None
+            holds = s.hooks.tile_holds(e, self.ctx(), n_block) if split else None
             return masker.mask(rows, n_block, holds=holds, test=test)
         partial = e.gt(masker.coords.block_end(n_block), e.dim("N"))
         ctx = self.ctx()
-        if s.tile_partial is not None:
-            partial = e.or_(s.tile_partial(e, ctx, n_block), partial)
-        holds = s.tile_holds(e, ctx, n_block) if split else None
+        if s.hooks.tile_partial is not None:
+            partial = e.or_(s.hooks.tile_partial(e, ctx, n_block), partial)
+        holds = s.hooks.tile_holds(e, ctx, n_block) if split else None
         return masker.mask_if(rows, n_block, partial if skip is None else e.or_(partial, skip), skip, holds, test)
 
     def softmax_step(self, rows, state: SoftmaxState, mode: str, op, offset=None):
@@ -289,7 +289,7 @@ class KernelState(ForwardLoads):
         `offset` (ScoreMasker.modify's)."""
         s = self.spec
         # A score_mod may give -inf (or a bias table hold it) even in a full block.
-        scored = s.score_mod is not None or s.score_bias is not None
+        scored = s.hooks.score_mod is not None or s.hooks.score_bias is not None
         return self.softmax.step(rows, state, check_inf=mode != "full" or scored, on_fma=op.choice("exp2_fma"),
                                  offsets=None if offset is None else [offset])
 
@@ -334,7 +334,7 @@ class KernelState(ForwardLoads):
                 self._one_block()
                 scf.yield_([])
             return
-        if s.q_blocks_per_cta == 1:
+        if s.plan.q_blocks_per_cta == 1:
             self._one_block()
             return
         # Note [Two query blocks per CTA]
@@ -368,7 +368,7 @@ class KernelState(ForwardLoads):
 
     def epilogue(self, acc_o, state: SoftmaxState) -> None:
         e, s = self.e, self.spec
-        if s.mma_row_sum:
+        if s.choices.mma_row_sum:
             # Note [Row sums on the tensor cores]: rows g and g + 8 of atom mi are 2 mi
             # and 2 mi + 1, their whole sums in the P.1 atom's accumulators 0 and 2
             state = SoftmaxState(state.m, [atoms[-1][i] for atoms in acc_o for i in (0, 2)])
@@ -380,21 +380,21 @@ class KernelState(ForwardLoads):
             # thread's copies have landed: emit's wait) before any overwrites them.
             self.bar.sync()
             rows = s.rows_per_warp
-            start = e.mul(self.warp, rows * s.head_dim_v * 2)
+            start = e.mul(self.warp, rows * s.variant.head_dim_v * 2)
             stage = StagedRows(self.smem.address(e.add(start, s.layout.o) if s.layout.o else start),
                                e.add(self.first_row(self.m_block), self.warp_row0), rows, s.atom_rows)
         epilogue = Epilogue(e, self.softmax, s.o_dtype, self.row0, self.col0, self.lane, stage, self.row_end,
                             s.atom_rows)
         epilogue.store(acc_o, state, self.tensor("o", self.b, self.h), e.arg("stride_o_2"),
-                       self.tensor("lse", self.b, self.h) if s.with_lse else None, self._sink())
+                       self.tensor("lse", self.b, self.h) if s.variant.has_lse else None, self._sink())
 
     def _sink(self):
         """The sink logit in the running max's units (Note [Sinks] in softmax.py)."""
         s = self.spec
-        if s.sink is None:
+        if s.hooks.sink is None:
             return None
-        value = s.sink(self.e, self.h)
-        return self.e.fmul(value, 1.0 / (s.score_mod_out if s.score_mod else s.scale))
+        value = s.hooks.sink(self.e, self.h)
+        return self.e.fmul(value, 1.0 / (s.hooks.score_mod_out if s.hooks.score_mod else s.scale))
 
 
 class ScoredStep:

@@ -120,7 +120,7 @@ class ForwardLoads:
             scf.yield_([])
 
     def skip(self, n_block, m_block=None):
-        return self.spec.tile_skip(self.e, self.ctx(m_block), self.e.max(n_block, 0))
+        return self.spec.hooks.tile_skip(self.e, self.ctx(m_block), self.e.max(n_block, 0))
 
     def global_step(self, t):
         """Step t of the current block counted from the CTA's first (Note [Persistent CTAs]
@@ -130,7 +130,7 @@ class ForwardLoads:
     def slot_offset(self, t_plus: int, t):
         """Byte offset of the K/V slot of step t + t_plus (of the current block)."""
         t = self.global_step(t)
-        stages = self.spec.stages
+        stages = self.spec.plan.stages
         if stages == 1:
             return 0
         return self.e.mul(self.e.rem(self.e.add(t, t_plus), stages), self.slot_bytes)
@@ -138,9 +138,9 @@ class ForwardLoads:
     def wait_v_and_load_k(self, t, n_block, kv: KvSchedule, slot, ragged, ask_skip) -> None:
         """Wait for V[n]; after the barrier no warp reads K[n]'s slot: refill it."""
         s = self.spec
-        self.cp.wait(2 * s.stages - 2)
+        self.cp.wait(2 * s.plan.stages - 2)
         self.bar.sync()
-        k_block, exists = kv.ahead(self.e, t, n_block, s.stages)
+        k_block, exists = kv.ahead(self.e, t, n_block, s.plan.stages)
         self.load_kv_if("k", k_block, slot, exists, ragged, ask_skip)
 
     # ------------------------------------------------------------ the prologue
@@ -209,7 +209,7 @@ class ForwardLoads:
         """The top block of the static hull (kv_hint), clamped into the blocks of the keys
         [key0, N) (key0 = 0 but for a table's tile): Note [First block before the map]."""
         e, s = self.e, self.spec
-        if not s.aligned_tiles and s.kv_hint is None:
+        if not s.aligned_tiles and s.hooks.kv_hint is None:
             raise AttncError("attn.first_block_guess: this kernel has no static key range to guess its first "
                              "block from, nor a table tile's diagonal (Note [First block before the map])")
         if s.aligned_tiles:
@@ -217,7 +217,7 @@ class ForwardLoads:
             # key (the diagonal: a documents + causal tile's top block).
             top = e.div(e.sub(e.sub(e.min(self.row_end, e.dim("N")), 1), self.key0), s.block_n)
         else:
-            top = e.sub(s.kv_hint(e, self.ctx(m_block)).hi, 1)
+            top = e.sub(s.hooks.kv_hint(e, self.ctx(m_block)).hi, 1)
         return e.max(e.min(top, e.sub(e.cdiv(self.n_keys, s.block_n), 1)), 0)
 
     def _load_first(self, name: str, n_block, q_row0=None) -> None:

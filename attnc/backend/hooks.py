@@ -73,7 +73,6 @@ column offsets into the load's immediate: one load per column, where the clamp a
 from __future__ import annotations
 
 import functools
-import hashlib
 from typing import Mapping, Sequence
 
 from mlir import ir
@@ -194,11 +193,6 @@ class RegionCode:
 
     def __call__(self, e: Emit, *args, given: Mapping | None = None) -> ir.Value:
         return self.results(e, *args, given=given)[0]
-
-    def __repr__(self) -> str:
-        """What sets the emitted code apart (ForwardSpec.cache_key): the ops, hashed."""
-        text = "\n".join(str(op) for op in self.block.operations)
-        return f"{type(self).__name__}({hashlib.sha256(text.encode()).hexdigest()[:16]})"
 
     def results(self, e: Emit, *args, given: Mapping | None = None) -> list[ir.Value]:
         env = self._run(e, self._start(args, given))

@@ -72,36 +72,39 @@ class KernelAbi:
 
 
 def kernel_abi(spec: ForwardSpec) -> KernelAbi:
-    tensors = ["q", "k", "v", "o"] + (["lse"] if spec.with_lse else [])
+    tensors = ["q", "k", "v", "o"] + (["lse"] if spec.variant.has_lse else [])
     params = [{"kind": "ptr", "tensor": t} for t in tensors]
-    dims = ("M", "N", "H", "HKV") + (("B",) if spec.persistent else ())
+    dims = ("M", "N", "H", "HKV") + (("B",) if spec.plan.persistent else ())
     params += [{"kind": "dim", "name": d, "type": "i32"} for d in dims]
     for t in tensors:
         params += [{"kind": "stride", "tensor": t, "axis": a, "type": "i64"}
                    for a in range(2 if t == "lse" else 3)]
-    params += [x.manifest() for x in spec.extra_params]
-    specialization = {"target": spec.target, "dtype": spec.dtype, "out_dtype": spec.o_dtype, "head_dim_qk": spec.head_dim_qk,
-                      "head_dim_v": spec.head_dim_v, "block_m": spec.block_m, "block_n": spec.block_n,
-                      "num_warps": spec.num_warps, "stages": spec.stages, "qk_unroll": spec.own_choice("unroll"),
-                      "mask": spec.mask, "score_mod": _score_kind(spec), "sink": spec.sink is not None,
-                      "with_lse": spec.with_lse, "softmax_scale": spec.scale,
-                      "q_blocks_per_cta": spec.q_blocks_per_cta, "min_ctas_per_sm": spec.min_ctas_per_sm,
-                      "producer_warpgroup": spec.producer_warpgroup, "pingpong": spec.pingpong,
-                      "persistent": spec.persistent, "heads_first": spec.heads_first,
-                      "tiles_last": spec.tiles_last,
+    params += [x.manifest() for x in spec.hooks.extra_params]
+    v, plan, choices = spec.variant, spec.plan, spec.choices
+    specialization = {"target": spec.target, "dtype": v.dtype, "out_dtype": spec.o_dtype,
+                      "head_dim_qk": v.head_dim_qk, "head_dim_v": v.head_dim_v,
+                      "block_m": spec.block_m, "block_n": spec.block_n,
+                      "num_warps": plan.warps, "stages": plan.stages, "qk_unroll": spec.own_choice("unroll"),
+                      "mask": spec.hooks.mask, "score_mod": _score_kind(spec), "sink": spec.hooks.sink is not None,
+                      "with_lse": v.has_lse, "softmax_scale": spec.scale,
+                      "q_blocks_per_cta": plan.q_blocks_per_cta, "min_ctas_per_sm": choices.min_ctas_per_sm,
+                      "producer_warpgroup": plan.producer, "pingpong": plan.pingpong,
+                      "persistent": plan.persistent, "heads_first": choices.heads_first,
+                      "tiles_last": choices.tiles_last,
                       # false where no op the lowering reads holds one (no mask; a producer
                       # kernel's stores, which never stage)
-                      "staged_o": spec.own_choice("staged", False), "lean_loads": spec.lean_loads,
+                      "staged_o": spec.own_choice("staged", False), "lean_loads": choices.lean_loads,
                       "split_mask": spec.own_choice("split", False),
                       "early_first": spec.guesses_first_block, "aligned_tiles": spec.aligned_tiles,
-                      "exp2_fma": spec.own_choice("exp2_fma"), "lazy_rescale": spec.lazy_rescale,
-                      "mma_row_sum": spec.mma_row_sum, "dead_rows": spec.dead_rows,
-                      "interval_test": spec.own_choice("interval_test") if spec.row_interval is not None else None}
+                      "exp2_fma": spec.own_choice("exp2_fma"), "lazy_rescale": choices.lazy_rescale,
+                      "mma_row_sum": choices.mma_row_sum, "dead_rows": choices.dead_rows,
+                      "interval_test": (spec.own_choice("interval_test")
+                                        if spec.hooks.row_interval is not None else None)}
     # Note [Document-aligned tiles] (qtiles.py): a CTA per entry of the tile table.
     m_blocks = (tuple(table_factors("M", spec.block_m)) if spec.aligned_tiles
-                else (["cdiv", "M", spec.block_m * spec.q_blocks_per_cta],))
+                else (["cdiv", "M", spec.block_m * spec.plan.q_blocks_per_cta],))
     # Note [Persistent CTAs] (sm90a_ws.py): a CTA per SM at most, each looping over blocks.
-    if spec.persistent:
+    if spec.plan.persistent:
         grid = ((["min_sms", *m_blocks, "H", "B"],), (1,), (1,))
     else:
         factors, axes = {"block": m_blocks, "head": ("H",), "batch": ("B",)}, grid_axes(spec)
@@ -112,12 +115,12 @@ def kernel_abi(spec: ForwardSpec) -> KernelAbi:
 def grid_axes(spec: ForwardSpec) -> dict[str, str]:
     """The grid's axis of the query block, the head and the batch of a CTA that runs one
     query block (Notes [Heads first] and [Tiles last])."""
-    if spec.tiles_last:
+    if spec.choices.tiles_last:
         return {"block": "z", "head": "x", "batch": "y"}
-    if spec.heads_first:
+    if spec.choices.heads_first:
         return {"block": "y", "head": "x", "batch": "z"}
     return {"block": "x", "head": "y", "batch": "z"}
 
 
 def _score_kind(spec: ForwardSpec) -> str:
-    return "bias" if spec.score_bias else "mod" if spec.score_mod else "none"
+    return "bias" if spec.hooks.score_bias else "mod" if spec.hooks.score_mod else "none"

@@ -27,10 +27,11 @@ def build_kernel_module(spec: ForwardSpec, context: ir.Context | None = None) ->
     A default register bound (Note [CTAs per SM] in attnc/passes/choice_defaults.py) is kept only where
     nvJitLink reports that the kernel assembles without spills under it."""
     module, abi = _build_module(spec, context)
-    if spec.min_ctas_unless_spills and spec.min_ctas_per_sm and _spills(module, spec):
+    if spec.choices.min_ctas_unless_spills and spec.choices.min_ctas_per_sm and _spills(module, spec):
         # The kernel's code does not read the bound: only its gpu.func's nvvm.minctasm says
         # it (Note [Recent PTX] in ptx.py), so the unbounded kernel is this one without it.
-        unbounded = dataclasses.replace(spec, min_ctas_per_sm=0, min_ctas_unless_spills=False).check()
+        unbounded = dataclasses.replace(spec, choices=dataclasses.replace(
+            spec.choices, min_ctas_per_sm=0, min_ctas_unless_spills=False)).check()
         del _kernel_func(module, spec.symbol).attributes["nvvm.minctasm"]
         abi = kernel_abi(unbounded)
     return module, abi
@@ -155,8 +156,8 @@ def add_small_grid_kernel(module: ir.Module, spec: ForwardSpec) -> dict:
     reads its query block, head and batch from (`KernelState.grid_item`, its one read of
     them), so the second is the first's gpu.func with those reads moved: building it
     again took as long as the first (0.2 s of gemma2's compile, `--time-passes`)."""
-    small = dataclasses.replace(spec, tiles_last=True, heads_first=False, small_grid=False,
-                                symbol=f"{spec.symbol}_tiles_last")
+    grid = dataclasses.replace(spec.choices, tiles_last=True, heads_first=False, small_grid=False)
+    small = dataclasses.replace(spec, choices=grid, symbol=f"{spec.symbol}_tiles_last")
     abi = kernel_abi(small.check())
     body = _gpu_module(module).regions[0].blocks[0]
     with module.context, ir.Location.name(small.symbol):
@@ -217,16 +218,16 @@ def _emit_kernel(spec: ForwardSpec, abi: KernelAbi, block: ir.Block) -> None:
                              kernel=True, known_block_size=list(abi.block))
         # A producer warpgroup's setmaxnreg takes effect only in a kernel that ptxas
         # knows runs one CTA per SM (.minnctapersm 1; without it ptxas drops it).
-        min_ctas = 1 if spec.producer_warpgroup and not spec.min_ctas_per_sm else spec.min_ctas_per_sm
+        min_ctas = 1 if spec.plan.producer and not spec.choices.min_ctas_per_sm else spec.choices.min_ctas_per_sm
         if min_ctas:
             func.operation.attributes["nvvm.minctasm"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32),
                                                                            min_ctas)
         entry = func.body.blocks.append(*arg_types)
     with ir.InsertionPoint(entry):
         args = {_param_name(p): a for p, a in zip(abi.params, entry.arguments)}
-        extra = entry.arguments[len(abi.params) - len(spec.extra_params):]
+        extra = entry.arguments[len(abi.params) - len(spec.hooks.extra_params):]
         # Hook parameters by `kind:name` too, which no ABI name can shadow.
-        args.update({x.key: a for x, a in zip(spec.extra_params, extra)})
+        args.update({x.key: a for x, a in zip(spec.hooks.extra_params, extra)})
         lowering = _lowering(spec)
         state = KernelState(spec, args, lowering)
         (lowering.emit or KernelState.emit)(state)
@@ -246,7 +247,7 @@ def _param_type(p: dict) -> ir.Type:
 
 
 def _lowering(spec: ForwardSpec) -> TargetLowering:
-    if spec.producer_warpgroup:
+    if spec.plan.producer:
         from attnc.backend.sm90a_ws import SM90A_WS
         return SM90A_WS
     if spec.target == "sm_90a":

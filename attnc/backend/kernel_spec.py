@@ -1,22 +1,25 @@
 """The forward kernel as the lowering reads it from the L5 IR (every target's: sm80.py,
 sm90a.py, sm90a_ws.py).
 
-`ForwardSpec` is a frozen value: every field changes the generated code, and
-`cache_key()` covers them all. Its hooks (the mask's questions and the score's
-rewrites, Note [Mask hooks]) are mask_hooks.py's; its kernel choices are what
-attn-kernel-choices recorded on the IR's ops, their defaults attnc/passes/
-choice_defaults.py's; the properties here are facts derived from the fields (threads,
-tiles' bytes, what a kind of kernel can do); `check()` does every feasibility check
-before anything is built (spec_checks.py), naming the knob to change.
+`ForwardSpec` is a frozen record whose parts are each what one part of the IR gives:
+the attn.kernel's variant, target and tiles; its hooks (`KernelHooks`, mask_hooks.py:
+the mask's questions and the score's rewrites, Note [Mask hooks]) from the hook
+regions; its plan (`FollowedPlan`, attnc/passes/plan_ir.py) from the roles and
+channels; its roles' steps and its buffers as placed; and its choices
+(`KernelChoices`) from attn-kernel-choices' attributes, their defaults
+attnc/passes/choice_defaults.py's. A feature adds to the part of the IR it reads, not
+to this record. The properties here are facts derived from the parts (threads, tiles'
+bytes, what a kind of kernel can do); `check()` does every feasibility check before
+anything is built (spec_checks.py), naming the knob to change.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Optional
 
-from attnc.backend.mask_hooks import (ExtraParam, KeepFn, KvRangeFn, RowIntervalFn, ScoreBiasFn, ScoreModFn,
-                                      SinkFn, TileHoldsFn, TilePartialFn)
+from attnc.backend.mask_hooks import KernelHooks
+from attnc.ir.kernel import KernelVariant
+from attnc.passes.plan_ir import FollowedPlan
 from attnc.backend.coop_steps import CoopSteps
 from attnc.backend.kv_steps import KvSteps
 from attnc.backend.load_steps import LoadSteps
@@ -43,46 +46,41 @@ def producer_barriers(persistent: bool) -> tuple[str, ...]:
 STEP_RECORDS = ("kv_steps", "wgmma_steps", "coop_steps")
 
 
-def _choice():
-    """A kernel choice's field (`CHOICES`): None until read from the IR or resolved."""
-    return field(default=None, metadata={"choice": True})
+@dataclass(frozen=True)
+class KernelChoices:
+    """The choices of one kernel that shape what several of its ops share -- O's
+    registers, the rescale's vote across trips, the key range's loads, the grid -- as
+    attn-kernel-choices recorded them on their ops (`kernel_choices.read`), each None
+    until read from the IR or resolved (attnc/passes/choice_defaults.py's `resolve`).
+    The pass's options document each, the Notes say what each does."""
+    min_ctas_per_sm: Optional[int] = None   # .minnctapersm, 0: none (Note [CTAs per SM])
+    min_ctas_unless_spills: Optional[bool] = None   # min_ctas_per_sm dropped where the kernel spills
+    heads_first: Optional[bool] = None      # Note [Heads first] in kernel_abi.py
+    tiles_last: Optional[bool] = None       # Note [Tiles last] in kernel_abi.py
+    small_grid: Optional[bool] = None       # Note [Small grids] in kernel_abi.py
+    lean_loads: Optional[bool] = None       # Note [Lean step loads] in forward_loads.py
+    dead_rows: Optional[bool] = None        # Note [Dead rows] in sm80.py
+    lazy_rescale: Optional[bool] = None     # Note [Lazy rescale] in softmax.py
+    mma_row_sum: Optional[bool] = None      # Note [Row sums on the tensor cores] in softmax.py
 
 
 @dataclass(frozen=True)
 class ForwardSpec:
-    """The forward kernel as the lowering reads it from the L5 IR (lowering.py): the
-    variant's types and hooks, the plan's tiles, roles and steps, and the kernel choices
-    attn-kernel-choices recorded (None where the IR holds none, until
-    attnc/passes/choice_defaults.py's `resolve` sets the default). `target` picks the
-    GEMMs: mma.sync on sm_80, wgmma on sm_90a, where every 4 warps form a warpgroup of 64
-    rows."""
-    dtype: str
-    head_dim_qk: int
-    head_dim_v: int
-    block_m: int = 128
-    block_n: int = 64
-    num_warps: int = 4
-    stages: int = 2                       # K/V slots in shared memory (1: FA2's single K, V)
-    out_dtype: Optional[str] = None       # default: dtype
-    with_lse: bool = False
-    mask: str = "none"
-    softmax_scale: Optional[float] = None  # default: 1/sqrt(head_dim_qk)
+    """The forward kernel as the lowering reads it from the L5 IR (lowering.py), a record
+    of what each part of the IR gives: the attn.kernel's variant (its types, head dims,
+    scale, outputs: Note [The variant from the IR] in attnc/ir/kernel.py), target and
+    tiles; the hooks its regions give (`KernelHooks`); the plan its roles and channels
+    give (`FollowedPlan`, attnc/passes/plan_ir.py); its roles' steps and buffers as
+    placed; and the choices attn-kernel-choices recorded (`KernelChoices`). `target`
+    picks the GEMMs: mma.sync on sm_80, wgmma on sm_90a, where every 4 warps form a
+    warpgroup of 64 rows."""
+    variant: KernelVariant
+    target: str                            # one of KERNEL_TARGETS (spec_checks.py)
+    block_m: int
+    block_n: int
+    plan: FollowedPlan
     symbol: str = "attnc_fwd"
-    # -- the hooks (Note [Mask hooks] in mask_hooks.py; variant_hooks.py)
-    kv_range: Optional[KvRangeFn] = None   # default: from `mask`
-    kv_hint: Optional[KvRangeFn] = None    # a block map's static hull: its top guesses the first block
-    tile_partial: Optional[TilePartialFn] = None
-    tile_skip: Optional[TilePartialFn] = None
-    tile_holds: Optional[TileHoldsFn] = None
-    keep: Optional[KeepFn] = None          # default: from `mask`
-    row_interval: Optional[RowIntervalFn] = None   # keep as a per-row key range, when it is one
-    row_residual: Optional[KeepFn] = None  # with row_interval: keep's other conjuncts, tested per score
-    score_mod: Optional[ScoreModFn] = None
-    score_mod_in: Optional[float] = None   # raw score factor before score_mod (default: scale)
-    score_mod_out: float = 1.0             # score_mod's result times this: natural units
-    score_bias: Optional[ScoreBiasFn] = None
-    sink: Optional[SinkFn] = None
-    extra_params: tuple[ExtraParam, ...] = field(default=())
+    hooks: KernelHooks = KernelHooks()
     banded: bool = False                   # the mask keeps a band of keys per row (tile.banded_mask)
     blockmap: bool = False                 # the key ranges are found at run time: from a block map,
                                           # or from a tile table's runs (run_ranges.py)
@@ -90,21 +88,6 @@ class ForwardSpec:
                                           # tiles] in qtiles.py), set by the lowering with the map
                                           # or the runs
     tiles_per_head: bool = False           # the tile table has a slot per head (else per batch)
-    # -- the plan (attn-warp-specialize ... attn-insert-pipelines)
-    target: str = "sm_80"                  # one of KERNEL_TARGETS (spec_checks.py)
-    producer_warpgroup: bool = False       # sm_90a: a warpgroup that only loads, besides the
-                                          # num_warps computing ones (Note [Producer warpgroup] in
-                                          # sm90a_ws.py)
-    pingpong: bool = False                 # with it: two consumer warpgroups take turns at the GEMMs
-    producer_regs: Optional[int] = None    # with it: setmaxnreg budgets of the producer and each
-    consumer_regs: Optional[int] = None    # consumer thread (two consumer warpgroups); None: the
-                                          # recipe's (attnc/schedule/recipes.py)
-    persistent: bool = False               # with a producer warpgroup: one CTA per SM loops over
-                                          # the query blocks (Note [Persistent CTAs] in sm90a_ws.py)
-    walk_order: str = "snake"              # with persistent CTAs: how they take the query blocks
-                                          # (attnc/schedule/walk.py's ORDERS)
-    q_blocks_per_cta: int = 1              # sm_80: 2 where the role walks a pair of query blocks
-                                          # (Note [Two query blocks in the IR] in walk.py)
     # The steps of the target's roles, lowered op by op (the one the kernel has):
     wgmma_steps: Optional[WgmmaSteps] = None  # sm_90a consumers' overlapped trips (Note [Overlapped
                                           # steps op by op])
@@ -114,44 +97,34 @@ class ForwardSpec:
     kv_steps: Optional[KvSteps] = None     # sm_80's KV loops' bodies (Note [Steps op by op])
     smem: Optional[SmemLayout] = None      # the tiles as attn-alloc-smem placed them (Note [Buffers as
                                           # placed] in smem_layout.py)
-    # -- the kernel choices: attn-kernel-choices' options, which document each; the Notes
-    # say what each does, choice_defaults.py where each is the default and why. The choices
-    # each op holds its own of are on the steps' ops (Note [Choices op by op] in
-    # attnc/passes/kernel_choices.py), not here.
-    min_ctas_per_sm: Optional[int] = _choice()  # .minnctapersm, 0: none (Note [CTAs per SM])
-    min_ctas_unless_spills: Optional[bool] = _choice()  # min_ctas_per_sm dropped where the kernel spills
-    heads_first: Optional[bool] = _choice()  # Note [Heads first] in kernel_abi.py
-    tiles_last: Optional[bool] = _choice()  # Note [Tiles last] in kernel_abi.py
-    small_grid: Optional[bool] = _choice()  # Note [Small grids] in kernel_abi.py
-    lean_loads: Optional[bool] = _choice()  # Note [Lean step loads] in forward_loads.py
-    dead_rows: Optional[bool] = _choice()  # Note [Dead rows] in sm80.py
-    lazy_rescale: Optional[bool] = _choice()  # Note [Lazy rescale] in softmax.py
-    mma_row_sum: Optional[bool] = _choice()  # Note [Row sums on the tensor cores] in softmax.py
+    # -- the kernel's choices as attn-kernel-choices recorded them (Note [Choices op by op]
+    # in attnc/passes/kernel_choices.py: the ones each op holds its own of are on the steps' ops)
+    choices: KernelChoices = KernelChoices()
 
     # -- derived
     @property
     def o_dtype(self) -> str:
-        return self.out_dtype or self.dtype
+        return self.variant.output("o").dtype
 
     @property
     def scale(self) -> float:
-        return self.softmax_scale if self.softmax_scale is not None else 1.0 / math.sqrt(self.head_dim_qk)
+        return self.variant.scale
 
     @property
     def static_max(self) -> Optional[float]:
         """The constant running max of a bounded score_mod (Note [Bounded score_mod] in
         softmax.py), or None: bf16 only, and (hi - lo) in natural units at most
         STATIC_MAX_SPREAD."""
-        bounds = getattr(self.score_mod, "bounds", None)
-        return bounded_max(self.dtype, bounds() if bounds is not None else None, self.score_mod_out)
+        bounds = getattr(self.hooks.score_mod, "bounds", None)
+        return bounded_max(self.variant.dtype, bounds() if bounds is not None else None, self.hooks.score_mod_out)
 
     @property
     def registers_at_floor(self) -> bool:
         """Whether the default register bound of Note [CTAs per SM] leaves a thread just the
         128 registers below which the accumulators spill (a bound given as min_ctas_per_sm
         is the user's, kept whatever ptxas reports: never at the floor in this sense)."""
-        return (self.min_ctas_unless_spills and self.min_ctas_per_sm >= 2
-                and self.min_ctas_per_sm * self.threads * 128 >= SM90_REGISTERS_PER_SM)
+        return (self.choices.min_ctas_unless_spills and self.choices.min_ctas_per_sm >= 2
+                and self.choices.min_ctas_per_sm * self.threads * 128 >= SM90_REGISTERS_PER_SM)
 
     @property
     def can_lean_loads(self) -> bool:
@@ -163,7 +136,7 @@ class ForwardSpec:
         """Whether the steps ask tile_skip: not a band's lean steps (Note [Lean step loads]:
         the blocks of its range nearly always keep keys, and one that keeps none is masked
         whole, as tile_partial says)."""
-        return self.tile_skip is not None and (self.blockmap or not self.lean_loads)
+        return self.hooks.tile_skip is not None and (self.blockmap or not self.choices.lean_loads)
 
     @property
     def guesses_first_block(self) -> bool:
@@ -178,7 +151,7 @@ class ForwardSpec:
         registers at min_ctas's bound or else at 255 a thread (ptxas's count is not known
         here: low where it allocates fewer)."""
         by_smem = SM90_SMEM_PER_SM // (self.smem_bytes + SM90_SMEM_RESERVED_PER_CTA)
-        by_registers = self.min_ctas_per_sm or SM90_REGISTERS_PER_SM // (self.threads * 256)
+        by_registers = self.choices.min_ctas_per_sm or SM90_REGISTERS_PER_SM // (self.threads * 256)
         return max(1, min(by_smem, by_registers))
 
     @property
@@ -186,52 +159,52 @@ class ForwardSpec:
         """The kernel can take its query tiles from a tile table (Note [Document-aligned
         tiles] in qtiles.py): one query block per CTA, no producer warpgroup, no persistent
         walk over the grid's blocks."""
-        return self.q_blocks_per_cta == 1 and not self.producer_warpgroup and not self.persistent
+        return self.plan.q_blocks_per_cta == 1 and not self.plan.producer and not self.plan.persistent
 
     @property
     def can_stage_o(self) -> bool:
         """Every tile is dead at the epilogue (one query block per CTA, no producer loading
         the next), O is 16-bit and fits in the tiles' shared memory."""
-        return (self.q_blocks_per_cta == 1 and not self.producer_warpgroup and self.o_dtype != "f32"
-                and self.layout.o + self.block_m * self.head_dim_v * 2 <= self.layout.end)
+        return (self.plan.q_blocks_per_cta == 1 and not self.plan.producer and self.o_dtype != "f32"
+                and self.layout.o + self.block_m * self.variant.head_dim_v * 2 <= self.layout.end)
 
     @property
     def can_skip_dead_rows(self) -> bool:
         """An sm_80 kernel whose warps own two or more 16-row tiles, with two or more K/V
         slots (V waited for after the softmax) and a mask that keeps an interval of keys
         per row (the test of a tile's rows)."""
-        return (self.target == "sm_80" and not self.producer_warpgroup and self.m_atoms > 1 and self.stages > 1
-                and self.row_interval is not None and self.steps_in_default_order)
+        return (self.target == "sm_80" and not self.plan.producer and self.m_atoms > 1 and self.plan.stages > 1
+                and self.hooks.row_interval is not None and self.steps_in_default_order)
 
     @property
     def steps_in_default_order(self) -> bool:
         """The KV steps' ops stand in the order the plan passes make (Note [Steps op by
         op] in kv_steps.py): Note [Dead rows]' first step is built in that order."""
-        return self.kv_steps is None or self.kv_steps.in_default_order(self.stages)
+        return self.kv_steps is None or self.kv_steps.in_default_order(self.plan.stages)
 
     @property
     def atom_rows(self) -> int:
         """Rows from one of a warp's 16-row tiles to its next: 16 (a warp's rows contiguous),
         or 16 * num_warps where the tiles interleave (Note [Dead rows] in sm80.py)."""
-        return 16 * self.num_warps if self.dead_rows else 16
+        return 16 * self.plan.warps if self.choices.dead_rows else 16
 
     @property
     def threads(self) -> int:
         """Threads of the CTA: the computing warps, and the producer warpgroup's."""
-        return 32 * self.num_warps + (PRODUCER_THREADS if self.producer_warpgroup else 0)
+        return 32 * self.plan.warps + (PRODUCER_THREADS if self.plan.producer else 0)
 
     @property
     def loader_threads(self) -> int:
         """Threads that issue the cp.async copies: the producer's, or every thread."""
-        return PRODUCER_THREADS if self.producer_warpgroup else self.threads
+        return PRODUCER_THREADS if self.plan.producer else self.threads
 
     @property
     def consumer_warpgroups(self) -> int:
-        return self.num_warps // 4
+        return self.plan.warps // 4
 
     @property
     def rows_per_warp(self) -> int:
-        return self.block_m // self.num_warps
+        return self.block_m // self.plan.warps
 
     @property
     def m_atoms(self) -> int:
@@ -244,15 +217,15 @@ class ForwardSpec:
 
     @property
     def q_tile_bytes(self) -> int:
-        return self.block_m * self.head_dim_qk * 2
+        return self.block_m * self.variant.head_dim_qk * 2
 
     @property
     def k_tile_bytes(self) -> int:
-        return self.block_n * self.head_dim_qk * 2
+        return self.block_n * self.variant.head_dim_qk * 2
 
     @property
     def v_tile_bytes(self) -> int:
-        return self.block_n * self.head_dim_v * 2
+        return self.block_n * self.variant.head_dim_v * 2
 
     @property
     def layout(self) -> SmemLayout:
@@ -267,7 +240,7 @@ class ForwardSpec:
     @property
     def acc_registers(self) -> int:
         """f32 accumulator registers per thread: S (block_n wide) and O (head_dim_v wide)."""
-        return self.m_atoms * 4 * (self.block_n // 8 + self.head_dim_v // 8)
+        return self.m_atoms * 4 * (self.block_n // 8 + self.variant.head_dim_v // 8)
 
     def own_choice(self, attr: str, missing=None):
         """A choice each op holds its own of (Note [Choices op by op] in
@@ -277,17 +250,6 @@ class ForwardSpec:
         values = sorted({v for name in STEP_RECORDS if getattr(self, name) is not None
                          for v in choices_in(getattr(self, name), attr)})
         return missing if not values else values[0] if len(values) == 1 else values
-
-    def cache_key(self) -> str:
-        parts = []
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if callable(v) and getattr(v, "__self__", None) is not None:     # a bound method
-                v = f"{v.__self__!r}.{v.__name__}"
-            elif callable(v):
-                v = f"{getattr(v, '__module__', '?')}.{getattr(v, '__qualname__', repr(v))}"
-            parts.append(f"{f.name}={v}")
-        return ";".join(parts)
 
     def check(self) -> "ForwardSpec":
         """Raise SpecError (spec_checks.py) unless this specialization can be built; return self."""
@@ -309,4 +271,4 @@ def bounded_max(dtype: str, bounds: tuple[float, float] | None, out_factor: floa
 
 # The kernel choices' fields: what attn-kernel-choices records, each resolved by
 # attnc/passes/choice_defaults.py where the IR gives none.
-CHOICES = tuple(f.name for f in fields(ForwardSpec) if f.metadata.get("choice"))
+CHOICES = tuple(f.name for f in fields(KernelChoices))

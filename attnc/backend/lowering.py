@@ -58,7 +58,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
     from attnc.backend.blockmap import blockmap_plan
     from attnc.backend.map_program import check_map_reads_table, table_program_of
     from attnc.backend.kernel_abi import SMALL_GRID_CTAS_PER_SM
-    from attnc.backend.kernel_spec import STEP_RECORDS, ForwardSpec
+    from attnc.backend.kernel_spec import STEP_RECORDS, ForwardSpec, KernelChoices
     from attnc.backend.coop_steps import coop_steps
     from attnc.backend.kv_steps import kv_steps, with_choices
     from attnc.backend.load_steps import load_steps
@@ -74,7 +74,6 @@ def _lowering_from_ir(result) -> ForwardLowering:
     from attnc.passes.pipelines import LOWERING
     from attnc.passes.warp_specialize import banded
     from attnc.schedule.recipes import check_producer_registers
-    from attnc.schedule.walk import PAIRS, walk_order_of
 
     variant = result.variant
     ops = attention_ops(result.module)
@@ -92,23 +91,16 @@ def _lowering_from_ir(result) -> ForwardLowering:
     # ping-pong and persistent CTAs are the IR's.
     plan = plan_ir.followed_plan(op, LOWERING[target])
     regs = dict(plan.regs)
-    walk = walk_order_of(op)        # Notes [The walk over query blocks], [Two query blocks in the IR]
-    followed = dict(num_warps=plan.warps, stages=plan.stages, q_blocks_per_cta=2 if walk == PAIRS else 1)
-    if target == "sm_90a":
-        followed.update(producer_warpgroup=plan.producer, pingpong=plan.pingpong, persistent=plan.persistent,
-                        walk_order=walk)
-        if plan.producer:
-            consumer_regs = {regs[name] for name in regs if name.startswith("consumer")}
-            if len(consumer_regs) != 1:
-                raise error_at(op, f"the consumer roles have different register budgets ({sorted(consumer_regs)}); "
-                                   f"setmaxnreg gives every consumer warpgroup one")
-            try:
-                check_producer_registers(regs["producer"], consumer_regs.pop(), plan.consumers)
-            except AttncError as e:
-                raise error_at(op, e.message) from None
-            followed.update(producer_regs=regs["producer"] or None,
-                            consumer_regs=regs["consumer0"] or None)
-    elif plan.pingpong:
+    if plan.producer:
+        consumer_regs = {regs[name] for name in regs if name.startswith("consumer")}
+        if len(consumer_regs) != 1:
+            raise error_at(op, f"the consumer roles have different register budgets ({sorted(consumer_regs)}); "
+                               f"setmaxnreg gives every consumer warpgroup one")
+        try:
+            check_producer_registers(regs["producer"], consumer_regs.pop(), plan.consumers)
+        except AttncError as e:
+            raise error_at(op, e.message) from None
+    if target != "sm_90a" and plan.pingpong:
         raise error_at(op, f"pingpong on attn.warp_specialize: {target} has no consumer warpgroups to take turns")
     if not plan.producer and regs.get("compute"):
         raise error_at(op, f"the cooperative role 'compute' has a register budget (regs = {regs['compute']}); "
@@ -141,15 +133,12 @@ def _lowering_from_ir(result) -> ForwardLowering:
         hooks = variant_hooks(op, variant, mode, blockmap, result.module)
         tiles = blockmap is not None and blockmap.qtiles is not None
         spec = ForwardSpec(
-            dtype=variant.dtype, head_dim_qk=variant.head_dim_qk, head_dim_v=variant.head_dim_v,
-            block_m=block_m, block_n=block_n,
-            target=target, **followed,
-            out_dtype=variant.output("o").dtype, with_lse=variant.has_lse,
-            softmax_scale=variant.scale, symbol=kernel_symbol(variant.name, "fwd"),
+            variant=variant, target=target, block_m=block_m, block_n=block_n, plan=plan,
+            symbol=kernel_symbol(variant.name, "fwd"),
             banded=banded(op), blockmap=blockmap is not None,
             aligned_tiles=tiles, tiles_per_head=tiles and blockmap.per_head, kv_steps=steps, wgmma_steps=trips,
             load_steps=loads, coop_steps=coop, smem=smem,
-            **choices, **hooks.spec_fields())
+            hooks=hooks, choices=KernelChoices(**choices))
         try:
             spec = defaults.resolve(spec).check()
         except SpecError as e:
@@ -186,7 +175,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
         kernel_choices.check_op_choices(op, plain.spec)
         return plain
     conjunct, ids = found
-    if tail_waves and not plain.spec.heads_first:
+    if tail_waves and not plain.spec.choices.heads_first:
         raise error_at(op, "tail_waves orders the last query tiles of the heads-first grid (heads_first), "
                            "which this kernel does not run")
     table = table_program_of(op, ids.param)
@@ -194,7 +183,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
         raise error_at(table.op, f"tail_waves = {tail_waves} orders the table's last tiles at attn.table_order, "
                                  f"which this program has not")
     waves = (defaults.tail_waves(plain.spec) if table.order else 0) if tail_waves is None else tail_waves
-    small = SMALL_GRID_CTAS_PER_SM if plain.spec.small_grid else 0
+    small = SMALL_GRID_CTAS_PER_SM if plain.spec.choices.small_grid else 0
     tiles = replace(blockmap, qtiles=qtiles_plan(variant, block_m, ids, blockmap.per_head,
                                                  waves * plain.spec.resident_ctas, small))
     # Note [Ranges from the runs] (run_ranges.py)
@@ -261,7 +250,7 @@ def kernel_module_for(result):
     with result.module.context:
         kernel_module, abi = build_kernel_module(spec, result.module.context)
         # Note [Small grids] (kernel_abi.py); an sm_80 kernel has no default register bound to drop.
-        small = add_small_grid_kernel(kernel_module, spec) if spec.small_grid else None
+        small = add_small_grid_kernel(kernel_module, spec) if spec.choices.small_grid else None
         if blockmap is not None:
             gpu_module = next(o for o in kernel_module.body.operations if o.operation.name == "gpu.module")
             if blockmap.built:

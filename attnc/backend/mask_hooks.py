@@ -1,6 +1,7 @@
-"""The hooks a kernel spec is built with (`ForwardSpec` in kernel_spec.py): what they
-read (`KvCtx`), what a mask answers (`KvRange`), their signatures, the parameters they
-add to the kernel (`ExtraParam`), and the hooks of the built-in masks (`mask_hooks`).
+"""The hooks a kernel is built with (`KernelHooks`, which variant_hooks.py reads from the
+IR's hook regions): what they read (`KvCtx`), what a mask answers (`KvRange`), their
+signatures, the parameters they add to the kernel (`ExtraParam`), and the hooks of the
+built-in masks (`mask_hooks`).
 
 Note [Mask hooks]: the kernel asks a mask these questions, each answered by emitting
 i32/i1 arithmetic at the point of use (so a runtime block map or a DSL `mask_mod` can
@@ -62,7 +63,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 if TYPE_CHECKING:
     from attnc.backend.kernel_spec import ForwardSpec
 
-# "mask_mod": a DSL mask compiled into the hooks (kv_range and keep given by the spec).
+# "mask_mod": a DSL mask compiled into the hooks (kv_range and keep given by KernelHooks).
 MASK_MODES = ("none", "causal", "causal_bottom_right", "mask_mod")
 
 
@@ -160,7 +161,6 @@ def _causal_kv_range(bottom_right: bool) -> KvRangeFn:
         first_keep = e.add(e.add(e.mul(c.m_block, c.block_m), offset), 1)
         full_hi = e.min(e.div(e.max(first_keep, 0), c.block_n), e.div(c.N, c.block_n))
         return KvRange(lo=0, full_lo=0, full_hi=full_hi, hi=hi)
-    kv_range.__qualname__ = f"causal_kv_range(bottom_right={bottom_right})"
     return kv_range
 
 
@@ -168,7 +168,6 @@ def _causal_keep(bottom_right: bool) -> KeepFn:
     def keep(e, b, h, i, j):
         offset = e.sub(e.dim("N"), e.dim("M")) if bottom_right else 0
         return e.le(j, e.add(i, offset))
-    keep.__qualname__ = f"causal_keep(bottom_right={bottom_right})"
     return keep
 
 
@@ -180,10 +179,32 @@ _MASK_HOOKS = {
 }
 
 
+@dataclass(frozen=True)
+class KernelHooks:
+    """The hooks of one kernel, Note [Mask hooks]: its mask's questions and its score's
+    rewrites, as variant_hooks.py compiles them from the kernel's hook regions and what
+    attn-analyze-masks recorded (None: the kernel's default)."""
+    mask: str = "none"                     # one of MASK_MODES
+    kv_range: Optional[KvRangeFn] = None   # default: from `mask`
+    kv_hint: Optional[KvRangeFn] = None    # a block map's static hull: its top guesses the first block
+    tile_partial: Optional[TilePartialFn] = None
+    tile_skip: Optional[TilePartialFn] = None
+    tile_holds: Optional[TileHoldsFn] = None
+    keep: Optional[KeepFn] = None          # default: from `mask`
+    row_interval: Optional[RowIntervalFn] = None   # keep as a per-row key range, when it is one
+    row_residual: Optional[KeepFn] = None  # with row_interval: keep's other conjuncts, tested per score
+    score_mod: Optional[ScoreModFn] = None
+    score_mod_in: Optional[float] = None   # raw score factor before score_mod (default: scale)
+    score_mod_out: float = 1.0             # score_mod's result times this: natural units
+    score_bias: Optional[ScoreBiasFn] = None
+    sink: Optional[SinkFn] = None
+    extra_params: tuple[ExtraParam, ...] = ()
+
+
 def mask_hooks(spec: ForwardSpec) -> tuple[KvRangeFn, Optional[KeepFn]]:
     """The (kv_range, keep) hooks of `spec`: its own, else those of its mask mode. The
     built-in causal masks have no row interval (they keep their compare per score): as
     [-inf, i] they measured no faster, and slower next to a score_mod
     (results/sm80_h200.md, "Built-in causal mask")."""
-    kv_range, keep = _MASK_HOOKS[spec.mask]
-    return spec.kv_range or kv_range, spec.keep or keep
+    kv_range, keep = _MASK_HOOKS[spec.hooks.mask]
+    return spec.hooks.kv_range or kv_range, spec.hooks.keep or keep

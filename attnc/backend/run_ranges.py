@@ -136,9 +136,6 @@ class RunHooks:
         names.scan_function(rest.tile_class, rest.dims, len(TILE_ARGS))
         self.code = RegionCode(rest.tile_class.regions[0].blocks[0], names, exact_ints=False)
 
-    def __repr__(self) -> str:
-        return f"RunHooks({self.code!r}, ids_only_residual={self.rest.ids_only_residual})"
-
     def fields(self, split: bool) -> dict:
         """The hooks; `split`: the kernel tests a row interval and a residual apart."""
         out = {"kv_range": self.kv_range}

@@ -112,7 +112,7 @@ def _qk(cx, slot, unroll: int, atoms=None):
     n_atoms = s.block_n // 8
     acc = [[[zero] * 4 for _ in range(n_atoms)] for _ in atoms]
     k_base = cx.reader.at_slot(cx.k_base, slot)
-    steps, per_trip = s.head_dim_qk // 16, unroll
+    steps, per_trip = s.variant.head_dim_qk // 16, unroll
     if not per_trip or per_trip >= steps:
         return _qk_steps(cx, acc, cx.q_base, k_base, range(steps), atoms)
     flat = [x for mi in acc for atom in mi for x in atom]
@@ -156,7 +156,7 @@ def _live_atoms(cx, n_block) -> list:
         lane_dead = None
         for half in (0, 1):
             i = e.add(row0, s.atom_rows * mi + 8 * half)
-            lo, hi = s.row_interval(e, cx.b, cx.h, i)
+            lo, hi = s.hooks.row_interval(e, cx.b, cx.h, i)
             bottom = first if lo is None else e.max(lo, first)
             row_dead = e.or_(e.lt(e.min(hi, last), bottom), e.ge(i, cx.row_end))
             lane_dead = row_dead if lane_dead is None else e.land(lane_dead, row_dead)
@@ -169,15 +169,15 @@ def _pv(cx, p, acc_o, slot):
     of the warp's 16-row tiles, or of some of them)."""
     s, mma, rd = cx.spec, cx.mma, cx.reader
     v_base = rd.at_slot(cx.v_base, slot)
-    if s.mma_row_sum:
-        ones = [cx.e.c32(ONES_BF16X2 if s.dtype == "bf16" else ONES_F16X2)] * 2
+    if s.choices.mma_row_sum:
+        ones = [cx.e.c32(ONES_BF16X2 if s.variant.dtype == "bf16" else ONES_F16X2)] * 2
     for kk in range(s.block_n // 16):
-        for d_pair in range(s.head_dim_v // 16):
+        for d_pair in range(s.variant.head_dim_v // 16):
             v = rd.b_operand_trans(cx.v_tile, v_base, d_pair, kk)
             for mi in range(len(acc_o)):
                 acc_o[mi][2 * d_pair] = mma(p[mi][kk], v[0:2], acc_o[mi][2 * d_pair])
                 acc_o[mi][2 * d_pair + 1] = mma(p[mi][kk], v[2:4], acc_o[mi][2 * d_pair + 1])
-        if s.mma_row_sum:
+        if s.choices.mma_row_sum:
             for mi in range(len(acc_o)):
                 acc_o[mi][-1] = mma(p[mi][kk], ones, acc_o[mi][-1])
     return acc_o
@@ -315,7 +315,7 @@ def _steps(cx, kv: KvSchedule):
     state = cx.softmax.initial(2 * s.m_atoms)
     t_full = kv.steps_above(e, kv.full_hi)
     t_first = e.c32(0)
-    if s.dead_rows:
+    if s.choices.dead_rows:
         # Note [Dead rows]: the first partial step, peeled
         values = values_if(e.gt(t_full, 0), lambda: cx.carried(*_step(
             cx, t_first, kv, acc_o, state, "partial", first=True)), cx.carried(acc_o, state))
@@ -353,7 +353,7 @@ class _Step(ScoredStep):
         # Full steps only ever load blocks below full_hi <= N / block_n: no row predicates;
         # with lean loads, no step's loads of later blocks either (Note [Lean step loads]).
         self.partial = mode != "full"
-        self.ragged = self.partial and not s.lean_loads
+        self.ragged = self.partial and not s.choices.lean_loads
         self.ask_skip = self.partial and s.asks_tile_skip
         self.acc_o, self.state = acc_o, state
         self.p = self.alpha = None
@@ -371,7 +371,7 @@ class _Step(ScoredStep):
 
     def slot(self, ahead: int):
         """The byte offset of the K/V slot of step t + ahead."""
-        stages = self.kernel.spec.stages
+        stages = self.kernel.spec.plan.stages
         key = ahead % stages
         if key not in self._slots:
             self._slots[key] = self.kernel.slot_offset(key, self.t)

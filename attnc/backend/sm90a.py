@@ -81,7 +81,7 @@ def setup(cx) -> None:
     """The wgmma builder, the IR's steps and what a trip's patterns share (Note
     [Cooperative steps op by op]; sm90a_ws.py's kernel has its own trips, and its
     producer the loads)."""
-    cx.wgmma = Wgmma(cx.e, cx.spec.dtype)
+    cx.wgmma = Wgmma(cx.e, cx.spec.variant.dtype)
     cx.trips = cx.spec.coop_steps
     cx.prologue_ops = cx.trips.prologue if cx.trips else ()
     cx.epilogue_ops = cx.trips.epilogue if cx.trips else ()
@@ -116,7 +116,7 @@ def qk_issue(cx, slot) -> list:
     s, mma = cx.spec, cx.wgmma
     k_desc = _desc(cx, cx.k_tile, slot)
     acc = None
-    for kk in range(s.head_dim_qk // 16):
+    for kk in range(s.variant.head_dim_qk // 16):
         acc = mma.mma(acc, s.block_n, _k_major_step(cx, k_desc, cx.k_tile, kk),
                       a_desc=_k_major_step(cx, cx.q_desc, cx.q_tile, kk))
     mma.commit()
@@ -130,7 +130,7 @@ def pv_issue(cx, p, acc_o, slot) -> list:
     v_desc = _desc(cx, tile, slot, leading_bytes=tile.page_bytes)
     acc = cx.flat(acc_o)
     for kk in range(s.block_n // 16):
-        acc = mma.mma(acc, s.head_dim_v, mma.advance(v_desc, kk * 16 * tile.row_bytes),
+        acc = mma.mma(acc, s.variant.head_dim_v, mma.advance(v_desc, kk * 16 * tile.row_bytes),
                       a_regs=p[kk], trans_b=True)
     mma.commit()
     return acc
@@ -142,7 +142,7 @@ def steps(cx, kv):
     e = cx.e
     total = kv.total(e)
     zero = e.cf(0.0)
-    acc_o = [[[zero] * 4 for _ in range(cx.spec.head_dim_v // 8)]]
+    acc_o = [[[zero] * 4 for _ in range(cx.spec.variant.head_dim_v // 8)]]
     state = cx.softmax.initial(2)
     carried = cx.flat(acc_o) + state.m + state.l
     some = scf.IfOp(e.gt(total, 0), [v.type for v in carried], has_else=True)
@@ -182,7 +182,7 @@ def nothing_in_flight(cx, probs, alpha) -> "_InFlight":
     """After step 0: O is zero, and no P is read."""
     s, zero = cx.spec, cx.e.cf(0.0)
     no_p = llvm.mlir_undef(cx.mma.pair_type)
-    return _InFlight([zero] * (s.head_dim_v // 2), [no_p] * (s.block_n // 4), _flat(probs), alpha or [],
+    return _InFlight([zero] * (s.variant.head_dim_v // 2), [no_p] * (s.block_n // 4), _flat(probs), alpha or [],
                      _moved(cx))
 
 
@@ -313,8 +313,8 @@ def _trip_slot_write(cx, op, trip) -> None:
         cx.load_kv(name, trip.n_block, trip.slot, ragged, trip.skip)
         return
     n_block, exists = trip.kv.ahead(e, trip.u, trip.n_block, ahead)
-    offset = trip.prev if ahead == s.stages - 1 else cx.slot_offset(ahead, trip.u)
-    cx.load_kv_guarded(name, n_block, offset, exists, ragged, ragged and s.tile_skip is not None)
+    offset = trip.prev if ahead == s.plan.stages - 1 else cx.slot_offset(ahead, trip.u)
+    cx.load_kv_guarded(name, n_block, offset, exists, ragged, ragged and s.hooks.tile_skip is not None)
 
 
 # Notes [Overlapped steps op by op], [Cooperative steps op by op]: the patterns of a

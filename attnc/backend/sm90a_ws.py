@@ -109,7 +109,7 @@ def _barrier(cx, key: str, slot=None):
 
 def _use(cx, t):
     """(slot index, parity of its full phase) of step t (of the current block)."""
-    e, stages = cx.e, cx.spec.stages
+    e, stages = cx.e, cx.spec.plan.stages
     t = cx.global_step(t)
     return e.rem(t, stages), e.and_(e.div(t, stages), 1)
 
@@ -119,7 +119,7 @@ def _emit(cx) -> None:
     """The kernel's outline: the barriers' init, then the producer's and the consumers' roles."""
     e, s = cx.e, cx.spec
     tid = nvvm.read_ptx_sreg_tid_x(e.i32)
-    if not s.persistent:
+    if not s.plan.persistent:
         _set_item(cx, *cx.grid_item())
     first = scf.IfOp(e.eq(tid, 0))
     with ir.InsertionPoint(first.then_block):
@@ -151,9 +151,9 @@ def _for_each_item(cx, body, carried=()) -> list:
     returns the K/V steps it ran and the values it carries to the next block's body
     (`carried` the first's). Returns the last values."""
     e, s = cx.e, cx.spec
-    if not s.persistent:
+    if not s.plan.persistent:
         return body(cx, e.c32(0), list(carried))[1]
-    walk = cx._walk = BlockWalk(e, e.cdiv(e.dim("M"), s.block_m), e.dim("H"), e.dim("B"), s.walk_order)
+    walk = cx._walk = BlockWalk(e, e.cdiv(e.dim("M"), s.block_m), e.dim("H"), e.dim("B"), s.plan.walk)
     loop = scf.ForOp(e.c32(0), walk.rounds, e.c32(1), [e.c32(0), *carried])
     with ir.InsertionPoint(loop.body):
         rnd, (t_base, *values) = loop.induction_variable, loop.inner_iter_args
@@ -179,7 +179,7 @@ def _producer(cx, tid) -> None:
     e = cx.e
     if _sets_registers(cx):
         s = cx.spec
-        set_max_registers(s.producer_regs or producer_registers(s.consumer_warpgroups), increase=False)
+        set_max_registers(s.plan.producer_regs or producer_registers(s.consumer_warpgroups), increase=False)
     cx.tid = tid
     cx.loader = TileLoader(e, cx.cp, cx.smem, tid, PRODUCER_THREADS)
     _for_each_item(cx, _produce_block)
@@ -193,7 +193,7 @@ def _produce_block(cx, rnd, carried):
     + 1) where there is one and V(t), in the order the IR's trip has them -- K0, K1,
     V0, K2, V1, ... by default."""
     e = cx.e
-    if cx.spec.persistent:
+    if cx.spec.plan.persistent:
         # The copies' addresses are the block's: computed in its loop body, not
         # hoisted out of the loop over blocks and kept live through it (spills).
         cx.loader = TileLoader(e, cx.cp, cx.smem, e.opaque(cx.tid), PRODUCER_THREADS)
@@ -243,7 +243,7 @@ def _load_write(cx, op, load) -> None:
         cx.load_q(cx.m_block)
         return
     n_block = load.kv.block(e, load.t)
-    skip = cx.skip(n_block) if s.tile_skip is not None else None
+    skip = cx.skip(n_block) if s.hooks.tile_skip is not None else None
     cx.load_kv(tile, n_block, e.mul(load.slot, cx.slot_bytes), True, skip)
 
 
@@ -257,20 +257,20 @@ def _load_arrive(cx, op, load) -> None:
 def _consumer(cx, ctid) -> None:
     e, s = cx.e, cx.spec
     if _sets_registers(cx):
-        set_max_registers(s.consumer_regs or consumer_registers(s.consumer_warpgroups), increase=True)
+        set_max_registers(s.plan.consumer_regs or consumer_registers(s.consumer_warpgroups), increase=True)
     cx.tid = ctid
     cx.warp = e.shr(ctid, 5)
     cx.lane = e.and_(ctid, 31)
     cx.warp_row0 = e.mul(cx.warp, s.rows_per_warp)
-    if not s.persistent:
+    if not s.plan.persistent:
         cx.set_row0(cx.m_block)
     cx.col0 = e.shl(e.and_(cx.lane, 3), 1)
     cx.target.operand_bases(cx)
-    if not s.persistent:
+    if not s.plan.persistent:
         cx.set_masker()
     if _qk_ahead(cx):
         _consume_rotated(cx)
-    elif s.pingpong and s.persistent:
+    elif s.plan.pingpong and s.plan.persistent:
         # the turns run on from block to block (Note [Ping-pong turns] in sync.py)
         _first_turn(cx)
         _for_each_item(cx, _consume_block)
@@ -282,7 +282,7 @@ def _consumer(cx, ctid) -> None:
 def _qk_ahead(cx) -> bool:
     """Note [The next block's first QK^T]: the persistent kernel without ping-pong."""
     s = cx.spec
-    return s.persistent and not s.pingpong
+    return s.plan.persistent and not s.plan.pingpong
 
 
 def _consume_rotated(cx) -> None:
@@ -291,7 +291,7 @@ def _consume_rotated(cx) -> None:
     then runs the block's steps; the last block's O is stored after the loop."""
     e, s = cx.e, cx.spec
     start = cx.softmax.initial(2 * s.m_atoms)
-    initial = [e.cf(0.0)] * (s.m_atoms * (s.head_dim_v // 8) * 4) + start.m + start.l
+    initial = [e.cf(0.0)] * (s.m_atoms * (s.variant.head_dim_v // 8) * 4) + start.m + start.l
 
     def body(cx, rnd, carried):
         prev, *rest = carried
@@ -340,7 +340,7 @@ def _begin_block(cx, parity):
     total = kv.total(e)
     cx._last_step = e.sub(total, 1)
     cx.mbar.wait(_barrier(cx, "q_full"), parity)
-    if cx.spec.persistent:
+    if cx.spec.plan.persistent:
         # A block without steps never reads Q (else the last QK^T releases it: _k_read).
         empty = scf.IfOp(e.eq(total, 0))
         with ir.InsertionPoint(empty.then_block):
@@ -351,10 +351,10 @@ def _begin_block(cx, parity):
 
 def _consume_block(cx, rnd, carried):
     e, s = cx.e, cx.spec
-    if s.persistent:
+    if s.plan.persistent:
         cx.set_row0(cx.m_block)
         cx.set_masker()
-    per_block = s.pingpong and not s.persistent
+    per_block = s.plan.pingpong and not s.plan.persistent
     if per_block:
         _first_turn(cx)
     kv, total = _begin_block(cx, e.and_(rnd, 1))
@@ -398,7 +398,7 @@ def _release(cx, name: str, t) -> None:
 
 def _k_read(cx, u) -> None:
     _release(cx, "k", u)
-    if cx.spec.persistent:
+    if cx.spec.plan.persistent:
         last = scf.IfOp(cx.e.eq(u, cx._last_step))
         with ir.InsertionPoint(last.then_block):
             _release_q(cx)
@@ -415,7 +415,7 @@ def _first_step_issued(cx, kv, state, scores):
     first QK^T]): its scores and softmax."""
     e, s = cx.e, cx.spec
     n0 = kv.block(e, e.c32(0))
-    skip = cx.skip(n0) if s.tile_skip is not None else None
+    skip = cx.skip(n0) if s.hooks.tile_skip is not None else None
     _k_read(cx, e.c32(0))
     softmax, mask = own_ops(cx.trips.first)
     rows, offset = cx.scores(scores, n0, "partial", skip, mask)
@@ -466,13 +466,13 @@ def _trip_release_q(cx, op, trip) -> None:
 def _turn_sync(cx, op, step) -> None:
     """Before a warpgroup issues its GEMMs: with ping-pong, its turn."""
     step.fence()
-    if cx.spec.pingpong:
+    if cx.spec.plan.pingpong:
         _on_own_turn(cx, lambda turn: turn.sync())
 
 
 def _turn_arrive(cx, op, step) -> None:
     """After a warpgroup issued its GEMMs: with ping-pong, the other's turn."""
-    if cx.spec.pingpong:
+    if cx.spec.plan.pingpong:
         _on_own_turn(cx, lambda turn: turn.arrive(), other=True)
 
 

@@ -1,4 +1,4 @@
-"""A variant's hooks for `ForwardSpec` (Note [Mask hooks] in mask_hooks.py), read from
+"""A kernel's hooks, `KernelHooks` (Note [Mask hooks] in mask_hooks.py), read from
 the L2+ IR of its `attn.attention`: the regions compiled by hooks.py, and the per-tile
 answers of `attn-analyze-masks`.
 
@@ -28,11 +28,10 @@ tile_holds says which of a MIXED tile's conjuncts it proves (Note [Conjuncts a t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 from attnc.backend.hooks import KernelNames, RegionCode, role_dims
-from attnc.backend.mask_hooks import ExtraParam, KvCtx, KvRange
+from attnc.backend.mask_hooks import KernelHooks, KvCtx, KvRange
 from attnc.backend.row_intervals import RowInterval
 from attnc.backend.score_forms import BiasCode, ScaledScoreCode, affine_bias
 from attnc.ir import MASK_MOD, SCORE_MOD, SINK, get_bool, region_block, yielded
@@ -46,30 +45,7 @@ _TILE_ROLES = ("batch", "heads", "heads_kv", "seq_q", "seq_k")
 _SINK_ROLES = ("batch", "heads", "heads_kv", "seq_q")
 
 
-@dataclass(frozen=True)
-class VariantHooks:
-    """The ForwardSpec fields a variant's hooks give (None: the kernel's default)."""
-    mask: str = "none"
-    kv_range: Optional[Callable] = None
-    kv_hint: Optional[Callable] = None
-    tile_partial: Optional[Callable] = None
-    tile_skip: Optional[Callable] = None
-    tile_holds: Optional[Callable] = None
-    keep: Optional[Callable] = None
-    row_interval: Optional[Callable] = None
-    row_residual: Optional[Callable] = None
-    score_mod: Optional[Callable] = None
-    score_mod_in: Optional[float] = None
-    score_mod_out: float = 1.0
-    score_bias: Optional[Callable] = None
-    sink: Optional[Callable] = None
-    extra_params: tuple[ExtraParam, ...] = ()
-
-    def spec_fields(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-def variant_hooks(op, variant, mask_mode: str | None, blockmap=None, module=None) -> VariantHooks:
+def variant_hooks(op, variant, mask_mode: str | None, blockmap=None, module=None) -> KernelHooks:
     """The hooks of `op` (after attn-analyze-masks); `mask_mode`: a built-in mask mode
     recognised exactly (lowering.mask_mode), or None for the analysed mask; `blockmap`:
     the block map (blockmap.BlockMapPlan) that answers the tile questions of a mask that
@@ -109,7 +85,7 @@ def variant_hooks(op, variant, mask_mode: str | None, blockmap=None, module=None
     if blockmap is not None and blockmap.qtiles is not None:
         from attnc.backend.qtiles import qtiles_param
         extra += (qtiles_param(blockmap.qtiles),)
-    return VariantHooks(extra_params=extra, **fields)
+    return KernelHooks(extra_params=extra, **fields)
 
 
 def _score_hooks(block, names: KernelNames, never_empty) -> dict[str, Any]:
@@ -154,9 +130,6 @@ class AnalysedTiles:
                  dims: tuple[str, ...], names: KernelNames):
         self.kv_code, self.class_code = kv_range, tile_class
         self.segments, self.dims, self.names = segments, dims, names
-
-    def __repr__(self) -> str:
-        return f"AnalysedTiles({self.kv_code!r}, {self.class_code!r}, segments={self.segments})"
 
     def _dims(self, e, code: RegionCode, first: int) -> list:
         return analysis_dims(e, self.names, code, self.dims, first)

@@ -36,13 +36,13 @@ class Trip(ScoredStep):
             self.fenced = True
 
     def _skip_and_slots(self) -> None:
-        if self.mode != "full" and self.kernel.spec.tile_skip is not None:
+        if self.mode != "full" and self.kernel.spec.hooks.tile_skip is not None:
             self.skip = self.kernel.skip(self.n_block)
         self._slots()
 
     def _slots(self) -> None:
         k = self.kernel
-        self.slot, self.prev = k.slot_offset(0, self.u), k.slot_offset(k.spec.stages - 1, self.u)
+        self.slot, self.prev = k.slot_offset(0, self.u), k.slot_offset(k.spec.plan.stages - 1, self.u)
 
     def wrote(self) -> None:
         self.fenced = False
@@ -91,7 +91,7 @@ class FirstTrip(Trip):
     def fence(self) -> None:
         k, s = self.kernel, self.kernel.spec
         if not self.asked:
-            if s.tile_skip is not None:
+            if s.hooks.tile_skip is not None:
                 self.skip = k.skip(self.n_block)
             self.asked = True
         if not self.fenced:

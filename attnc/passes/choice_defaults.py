@@ -23,25 +23,26 @@ if TYPE_CHECKING:
 
 def resolve(spec: "ForwardSpec") -> "ForwardSpec":
     """`spec` with every choice that is None set to its default, given the others."""
-    bound_by_default = spec.min_ctas_per_sm is None
+    choices = spec.choices
+    bound_by_default = choices.min_ctas_per_sm is None
     for name, rule in _RULES:
-        if getattr(spec, name) is None:
-            spec = replace(spec, **{name: rule(spec)})
-    if spec.min_ctas_unless_spills is None:
+        if getattr(choices, name) is None:
+            choices = replace(choices, **{name: rule(replace(spec, choices=choices))})
+    if choices.min_ctas_unless_spills is None:
         # The default register bound is dropped where the kernel spills under it (but in
         # its near tiles alone: Note [Spills of the near tiles] in kernel_module.py); a
         # bound given as min_ctas_per_sm is the user's, kept whatever ptxas reports.
-        spec = replace(spec, min_ctas_unless_spills=bound_by_default and spec.min_ctas_per_sm > 0)
+        choices = replace(choices, min_ctas_unless_spills=bound_by_default and choices.min_ctas_per_sm > 0)
     # A constant running max leaves no rescale to skip, whoever asked for it.
-    if spec.lazy_rescale and spec.static_max is not None:
-        spec = replace(spec, lazy_rescale=False)
-    return spec
+    if choices.lazy_rescale and spec.static_max is not None:
+        choices = replace(choices, lazy_rescale=False)
+    return replace(spec, choices=choices)
 
 
 def qk_unroll(s) -> int:
     """Note [Rolled QK^T] in sm80.py: from sweeps of nvJitLink's sm_80 resource report,
     rolling the short QK^T loops of d <= 96 removes spills."""
-    return 1 if s.head_dim_qk <= 96 and s.target == "sm_80" else 0
+    return 1 if s.variant.head_dim_qk <= 96 and s.target == "sm_80" else 0
 
 
 def min_ctas_per_sm(s) -> int:
@@ -55,7 +56,7 @@ def min_ctas_per_sm(s) -> int:
     (below that the S and O accumulators spill). sm_80 keeps ptxas's choice: its kernels
     were tuned on it, and its occupancy depends on the GPU's shared memory. A producer's
     warpgroups set their own registers (setmaxnreg)."""
-    if s.target != "sm_90a" or s.producer_warpgroup:
+    if s.target != "sm_90a" or s.plan.producer:
         return 0
     by_smem = SM90_SMEM_PER_SM // (s.smem_bytes + SM90_SMEM_RESERVED_PER_CTA)
     by_registers = SM90_REGISTERS_PER_SM // (s.threads * 128)
@@ -73,9 +74,9 @@ def small_grid(s) -> bool:
     """Note [Small grids] in kernel_abi.py: sm_80's kernels of one query block per CTA
     whose query blocks' work differs (a mask, not a band), where neither grid order is
     given."""
-    return (s.tiles_last is None and s.heads_first is None and s.target == "sm_80"
-            and s.q_blocks_per_cta == 1 and s.mask != "none" and not s.banded
-            and not s.producer_warpgroup and not s.persistent)
+    return (s.choices.tiles_last is None and s.choices.heads_first is None and s.target == "sm_80"
+            and s.plan.q_blocks_per_cta == 1 and s.hooks.mask != "none" and not s.banded
+            and not s.plan.producer and not s.plan.persistent)
 
 
 def tiles_last(s) -> bool:
@@ -91,8 +92,8 @@ def heads_first(s) -> bool:
     keys from the start of the sequence, so that the keys of all heads at once would
     stream through L2 (causal at head dim 64 ran 2 % faster at N = 8192, where the keys of
     128 heads take 256 MiB already)."""
-    return (s.target == "sm_80" and (s.banded or s.blockmap) and s.q_blocks_per_cta == 1
-            and not s.producer_warpgroup and not s.tiles_last)
+    return (s.target == "sm_80" and (s.banded or s.blockmap) and s.plan.q_blocks_per_cta == 1
+            and not s.plan.producer and not s.choices.tiles_last)
 
 
 def lean_loads(s) -> bool:
@@ -103,7 +104,7 @@ def lean_loads(s) -> bool:
 
 def split_mask(s) -> bool:
     """Note [Conjuncts a tile holds]: wherever the block map records what a tile holds."""
-    return s.tile_holds is not None
+    return s.hooks.tile_holds is not None
 
 
 def staged_o(s) -> bool:
@@ -130,7 +131,7 @@ def lazy_rescale(s) -> bool:
     documents 2 %), but not in sm_90a's persistent CTAs, whose rotated consumer then
     spills. At 64 the vote and branch spilled on sm_80 and measured no gain on either
     target ("Lazy rescale")."""
-    return s.head_dim_v > 64 and not (s.target == "sm_90a" and s.persistent)
+    return s.variant.head_dim_v > 64 and not (s.target == "sm_90a" and s.plan.persistent)
 
 
 def mma_row_sum(s) -> bool:
@@ -138,7 +139,7 @@ def mma_row_sum(s) -> bool:
     (score_bias), where it measured 1.2-1.5 % faster, every round of one below every round
     of the other; elsewhere no gain or a loss ("Row sums on the tensor cores"). Never with
     an LSE output, which would keep the rounding of P."""
-    return s.target == "sm_80" and s.score_bias is not None and not s.with_lse
+    return s.target == "sm_80" and s.hooks.score_bias is not None and not s.variant.has_lse
 
 
 def exp2_fma(s) -> int:
@@ -151,10 +152,10 @@ def exp2_fma(s) -> int:
       * 1 of 8 in the producer warpgroup's kernel with a score_mod (softcap and ALiBi at
         head dim 128, about 3 %; 2 and 4 of 8 no better);
       * none elsewhere, where it measured slower (the sm_80 kernels 4-13 %)."""
-    one_warpgroup = s.target == "sm_90a" and s.consumer_warpgroups == 1 and not s.producer_warpgroup
+    one_warpgroup = s.target == "sm_90a" and s.consumer_warpgroups == 1 and not s.plan.producer
     if one_warpgroup and s.static_max is not None:
         return 2
-    return 1 if s.producer_warpgroup and (s.score_mod or s.score_bias) else 0
+    return 1 if s.plan.producer and (s.hooks.score_mod or s.hooks.score_bias) else 0
 
 
 def sm100a_defaults(kernel=None, held: dict | None = None) -> dict:
@@ -194,7 +195,7 @@ def aligned_tiles(possible: bool) -> bool:
 def tail_waves(s) -> int:
     """Note [Longest tiles last] in attnc/backend/qtiles.py: on the heads-first grid."""
     from attnc.backend.qtiles import TAIL_WAVES
-    return TAIL_WAVES if s.heads_first else 0
+    return TAIL_WAVES if s.choices.heads_first else 0
 
 
 def run_ranges(s) -> bool:

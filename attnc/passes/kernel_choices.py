@@ -74,7 +74,7 @@ class Choice:
         if self.per_op:         # the default of an op that holds none
             from attnc.passes.choice_defaults import op_default
             return op_default(self.option, lowered.spec)
-        return self.resolved(lowered) if self.resolved else getattr(lowered.spec, self.option)
+        return self.resolved(lowered) if self.resolved else getattr(lowered.spec.choices, self.option)
 
 
 CHOICES: tuple[Choice, ...] = (
@@ -83,7 +83,7 @@ CHOICES: tuple[Choice, ...] = (
     Choice("heads_first", "heads_first", bool, "attn.kernel"),
     Choice("tiles_last", "tiles_last", bool, "attn.kernel"),
     Choice("small_grid", "small_grid", bool, "attn.kernel"),
-    Choice("aligned_tiles", "aligned_tiles", bool, "attn.kernel"),
+    Choice("aligned_tiles", "aligned_tiles", bool, "attn.kernel", resolved=lambda lowered: lowered.spec.aligned_tiles),
     Choice("run_ranges", "run_ranges", bool, "attn.kernel",
            resolved=lambda lowered: lowered.spec.aligned_tiles and lowered.blockmap.runs is not None),
     Choice("tail_waves", "tail_waves", int, "attn.kernel", resolved=lambda lowered: lowered.tail_waves),

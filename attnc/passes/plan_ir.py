@@ -121,6 +121,24 @@ class FollowedPlan:
     regs: tuple[tuple[str, int], ...]   # each role's setmaxnreg budget (0: none)
     persistent: bool = False    # sm_90a: `persistent` on attn.warp_specialize (Note [Persistent
                                 # CTAs] in sm90a_ws.py): Q's slot has an empty mbarrier
+    walk: str = "snake"         # the order of the roles' walk over query blocks (Notes [The walk over
+                                # query blocks] and [Two query blocks in the IR] in attnc/schedule/walk.py)
+
+    @property
+    def q_blocks_per_cta(self) -> int:
+        """2 where the cooperative role walks a pair of query blocks, else 1."""
+        from attnc.schedule.walk import PAIRS
+        return 2 if self.walk == PAIRS else 1
+
+    @property
+    def producer_regs(self) -> int | None:
+        """The producer's setmaxnreg budget (None: none, or no producer)."""
+        return dict(self.regs).get("producer") or None
+
+    @property
+    def consumer_regs(self) -> int | None:
+        """Each consumer warpgroup's setmaxnreg budget (None: none, or no consumers)."""
+        return dict(self.regs).get("consumer0") or None
 
 
 def followed_plan(kernel: ir.Operation, pass_name: str) -> FollowedPlan:
@@ -169,8 +187,9 @@ def followed_plan(kernel: ir.Operation, pass_name: str) -> FollowedPlan:
     if persistent and not producer:
         raise error_at(ws, f"{pass_name}: persistent = true on attn.warp_specialize; persistent CTAs are the "
                            f"producer warpgroup's kernel, and this plan has no producer role")
+    from attnc.schedule.walk import walk_order_of
     return FollowedPlan(target, kv[0].stages, warps, max(1, warps // 4), producer, _flag(ws, R.PINGPONG),
-                        tuple((r.name, r.regs or 0) for r in found), persistent)
+                        tuple((r.name, r.regs or 0) for r in found), persistent, walk_order_of(kernel))
 
 
 # The ops whose tiles a consumer holds rows of (other ops, an attn.load there say, are
