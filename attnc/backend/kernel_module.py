@@ -156,8 +156,8 @@ def add_small_grid_kernel(module: ir.Module, spec: ForwardSpec) -> dict:
     reads its query block, head and batch from (`KernelState.grid_item`, its one read of
     them), so the second is the first's gpu.func with those reads moved: building it
     again took as long as the first (0.2 s of gemma2's compile, `--time-passes`)."""
-    grid = dataclasses.replace(spec.choices, tiles_last=True, heads_first=False, small_grid=False)
-    small = dataclasses.replace(spec, choices=grid, symbol=f"{spec.symbol}_tiles_last")
+    choices = dataclasses.replace(spec.choices, tiles_last=True, heads_first=False, small_grid=False)
+    small = dataclasses.replace(spec, choices=choices, symbol=f"{spec.symbol}_tiles_last")
     abi = kernel_abi(small.check())
     body = _gpu_module(module).regions[0].blocks[0]
     with module.context, ir.Location.name(small.symbol):

@@ -43,7 +43,9 @@ def _check_read(spec: ForwardSpec) -> None:
     are checked where the kernel is built (`steps_read`): attn-kernel-choices chooses
     before attn-overlap-gemms writes sm_90a's."""
     from attnc.backend.kernel_spec import CHOICES
-    missing = ["smem"] * (spec.smem is None) + [name for name in CHOICES if getattr(spec.choices, name) is None]
+    missing = [name for name in CHOICES if getattr(spec.choices, name) is None]
+    if spec.smem is None:
+        missing.insert(0, "smem")
     _require(not missing, f"{', '.join(missing)} not read from the IR: the kernel is built from the L5 IR "
                           f"(attnc/backend/lowering.py)")
 
