@@ -80,7 +80,7 @@ class ForwardSpec:
     block_n: int
     plan: FollowedPlan
     symbol: str = "attnc_fwd"
-    hooks: KernelHooks = KernelHooks()
+    hooks: KernelHooks = KernelHooks()     # from the hook regions and attn-analyze-masks (variant_hooks.py)
     banded: bool = False                   # the mask keeps a band of keys per row (tile.banded_mask)
     blockmap: bool = False                 # the key ranges are found at run time: from a block map,
                                           # or from a tile table's runs (run_ranges.py)
