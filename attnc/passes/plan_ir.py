@@ -18,6 +18,7 @@ from attnc.ir import roles as R
 from attnc.ir.tiles import tile_parts
 from attnc.schedule.alloc import Buffer, Tile
 from attnc.schedule.recipes import SMEM_BYTES, Channel, Recipe, Role, consumer_rows
+from attnc.schedule.walk import PAIRS, walk_order_of
 
 TMEM_COLUMNS = {"sm_100a": 512}
 _BUFFER_FIELDS = ("name", "space", "offset", "size", "stages", "align", "swizzle")
@@ -127,7 +128,6 @@ class FollowedPlan:
     @property
     def q_blocks_per_cta(self) -> int:
         """2 where the cooperative role walks a pair of query blocks, else 1."""
-        from attnc.schedule.walk import PAIRS
         return 2 if self.walk == PAIRS else 1
 
     @property
@@ -187,7 +187,6 @@ def followed_plan(kernel: ir.Operation, pass_name: str) -> FollowedPlan:
     if persistent and not producer:
         raise error_at(ws, f"{pass_name}: persistent = true on attn.warp_specialize; persistent CTAs are the "
                            f"producer warpgroup's kernel, and this plan has no producer role")
-    from attnc.schedule.walk import walk_order_of
     return FollowedPlan(target, kv[0].stages, warps, max(1, warps // 4), producer, _flag(ws, R.PINGPONG),
                         tuple((r.name, r.regs or 0) for r in found), persistent, walk_order_of(kernel))
 
