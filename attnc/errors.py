@@ -38,12 +38,13 @@ class AttncError(Exception):
     severity = "error"
 
     def __init__(self, message: str, span: Span | None = None, *,
-                 filename: str = "<input>", source: str | None = None):
+                 filename: str = "<input>", source: str | None = None, note: str | None = None):
         super().__init__(message)
         self.message = message
         self.span = span
         self.filename = filename
         self.source = source
+        self.note = note        # said after the error, at its place: which op of the IR it is at
 
     def located(self, filename: str, source: str) -> "AttncError":
         """Attach the file this error belongs to, unless it names another (an op of a
@@ -54,13 +55,17 @@ class AttncError(Exception):
 
     def render(self) -> str:
         if self.span is None:
-            return f"{self.filename}: {self.severity}: {self.message}"
-        head = f"{self.filename}:{self.span.line}:{self.span.col}: {self.severity}: {self.message}"
+            return f"{self.filename}: {self.severity}: {self.message}" + self._note(self.filename)
+        place = f"{self.filename}:{self.span.line}:{self.span.col}"
+        head = f"{place}: {self.severity}: {self.message}"
         line_text = _source_line(self.source, self.span.line)
         if line_text is None:
-            return head
+            return head + self._note(place)
         line_text, col = _window(line_text, self.span.col)
-        return f"{head}\n{line_text}\n{' ' * (col - 1)}^"
+        return f"{head}\n{line_text}\n{' ' * (col - 1)}^" + self._note(place)
+
+    def _note(self, place: str) -> str:
+        return f"\n{place}: note: {self.note}" if self.note else ""
 
     def __str__(self) -> str:
         return self.render()

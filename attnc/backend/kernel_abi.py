@@ -95,7 +95,7 @@ def kernel_abi(spec: ForwardSpec) -> KernelAbi:
                       # kernel's stores, which never stage)
                       "staged_o": spec.own_choice("staged", False), "lean_loads": choices.lean_loads,
                       "split_mask": spec.own_choice("split", False),
-                      "early_first": spec.guesses_first_block, "aligned_tiles": spec.aligned_tiles,
+                      "early_first": spec.steps.guesses_first_block, "aligned_tiles": spec.aligned_tiles,
                       "exp2_fma": spec.own_choice("exp2_fma"), "lazy_rescale": choices.lazy_rescale,
                       "mma_row_sum": choices.mma_row_sum, "dead_rows": choices.dead_rows,
                       "interval_test": (spec.own_choice("interval_test")

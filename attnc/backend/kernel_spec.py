@@ -5,12 +5,12 @@ sm90a.py, sm90a_ws.py).
 the attn.kernel's variant, target and tiles; its hooks (`KernelHooks`, mask_hooks.py:
 the mask's questions and the score's rewrites, Note [Mask hooks]) from the hook
 regions; its plan (`FollowedPlan`, attnc/passes/plan_ir.py) from the roles and
-channels; its roles' steps and its buffers as placed; and its choices
-(`KernelChoices`) from attn-kernel-choices' attributes, their defaults
-attnc/passes/choice_defaults.py's. A feature adds to the part of the IR it reads, not
-to this record. The properties here are facts derived from the parts (threads, tiles'
+channels; its roles' steps (`RoleSteps`, role_steps.py) and its buffers as placed;
+and its choices (`KernelChoices`) from attn-kernel-choices' attributes, their
+defaults attnc/passes/choice_defaults.py's. A feature adds to the part of the IR it
+reads, not to this record. The properties here are facts derived from the parts (threads, tiles'
 bytes, what a kind of kernel can do); `check()` does every feasibility check before
-anything is built (spec_checks.py), naming the knob to change.
+anything is built (spec_checks.py), naming the knob to change and the part it read.
 """
 from __future__ import annotations
 
@@ -20,10 +20,7 @@ from typing import Optional
 from attnc.backend.mask_hooks import KernelHooks
 from attnc.ir.kernel import KernelVariant
 from attnc.passes.plan_ir import FollowedPlan
-from attnc.backend.coop_steps import CoopSteps
-from attnc.backend.kv_steps import KvSteps
-from attnc.backend.load_steps import LoadSteps
-from attnc.backend.wgmma_steps import WgmmaSteps
+from attnc.backend.role_steps import RoleSteps
 from attnc.backend.smem_layout import SmemLayout
 from attnc.backend.spec_checks import check_spec
 
@@ -40,10 +37,6 @@ def producer_barriers(persistent: bool) -> tuple[str, ...]:
     """The mbarriers of the producer warpgroup's kernel (sm90a_ws.py), by tile and side,
     as attn-insert-pipelines orders them; a persistent CTA's Q slot has an empty one."""
     return ("q_full", *(("q_empty",) if persistent else ()), "k_full", "v_full", "k_empty", "v_empty")
-
-
-# The fields holding the steps of the target's roles (those whose ops hold choices)
-STEP_RECORDS = ("kv_steps", "wgmma_steps", "coop_steps")
 
 
 @dataclass(frozen=True)
@@ -88,13 +81,7 @@ class ForwardSpec:
                                           # tiles] in qtiles.py), set by the lowering with the map
                                           # or the runs
     tiles_per_head: bool = False           # the tile table has a slot per head (else per batch)
-    # The steps of the target's roles, lowered op by op (the one the kernel has):
-    wgmma_steps: Optional[WgmmaSteps] = None  # sm_90a consumers' overlapped trips (Note [Overlapped
-                                          # steps op by op])
-    load_steps: Optional[LoadSteps] = None  # sm_90a producer's trips (Note [Loads op by op])
-    coop_steps: Optional[CoopSteps] = None  # sm_90a's cooperative trips (Note [Cooperative steps op
-                                          # by op])
-    kv_steps: Optional[KvSteps] = None     # sm_80's KV loops' bodies (Note [Steps op by op])
+    steps: RoleSteps = RoleSteps()         # the steps of its roles, lowered op by op (role_steps.py)
     smem: Optional[SmemLayout] = None      # the tiles as attn-alloc-smem placed them (Note [Buffers as
                                           # placed] in smem_layout.py)
     # -- the kernel's choices as attn-kernel-choices recorded them (Note [Choices op by op]
@@ -139,13 +126,6 @@ class ForwardSpec:
         return self.hooks.tile_skip is not None and (self.blockmap or not self.choices.lean_loads)
 
     @property
-    def guesses_first_block(self) -> bool:
-        """Whether the role's prologue guesses its first key block (attn.first_block_guess:
-        Note [The guessed first block in the IR] in attnc/schedule/first_guess.py)."""
-        steps = self.kv_steps or self.coop_steps
-        return steps is not None and any(op.name == "first_block_guess" for op in steps.prologue)
-
-    @property
     def resident_ctas(self) -> int:
         """CTAs of this kernel an SM of an H100/H200 holds at most: by shared memory, and by
         registers at min_ctas's bound or else at 255 a thread (ptxas's count is not known
@@ -180,7 +160,7 @@ class ForwardSpec:
     def steps_in_default_order(self) -> bool:
         """The KV steps' ops stand in the order the plan passes make (Note [Steps op by
         op] in kv_steps.py): Note [Dead rows]' first step is built in that order."""
-        return self.kv_steps is None or self.kv_steps.in_default_order(self.plan.stages)
+        return self.steps.kv is None or self.steps.kv.in_default_order(self.plan.stages)
 
     @property
     def atom_rows(self) -> int:
@@ -246,9 +226,7 @@ class ForwardSpec:
         """A choice each op holds its own of (Note [Choices op by op] in
         attnc/passes/kernel_choices.py) as the steps' ops hold it: its one value, the
         values sorted where ops differ, `missing` where no op holds one."""
-        from attnc.backend.kv_steps import choices_in
-        values = sorted({v for name in STEP_RECORDS if getattr(self, name) is not None
-                         for v in choices_in(getattr(self, name), attr)})
+        values = sorted(self.steps.choice_values(attr))
         return missing if not values else values[0] if len(values) == 1 else values
 
     def check(self) -> "ForwardSpec":

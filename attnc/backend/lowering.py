@@ -25,7 +25,7 @@ from mlir import ir
 
 from attnc.backend.bundle import kernel_symbol
 from attnc.errors import AttncError
-from attnc.ir import MASK_MOD, attention_ops, error_at, get_bool, get_int, get_str, region_block
+from attnc.ir import MASK_MOD, attention_ops, error_at, get_bool, get_int, get_str, op_in_words, region_block
 from attnc.passes import plan_ir
 from attnc.backend.variant_hooks import variant_hooks
 
@@ -58,11 +58,8 @@ def _lowering_from_ir(result) -> ForwardLowering:
     from attnc.backend.blockmap import blockmap_plan
     from attnc.backend.map_program import check_map_reads_table, table_program_of
     from attnc.backend.kernel_abi import SMALL_GRID_CTAS_PER_SM
-    from attnc.backend.kernel_spec import STEP_RECORDS, ForwardSpec, KernelChoices
-    from attnc.backend.coop_steps import coop_steps
-    from attnc.backend.kv_steps import kv_steps, with_choices
-    from attnc.backend.load_steps import load_steps
-    from attnc.backend.wgmma_steps import wgmma_steps
+    from attnc.backend.kernel_spec import ForwardSpec, KernelChoices
+    from attnc.backend.role_steps import role_steps
     from attnc.backend.qtiles import MAX_TAIL_WAVES, qtiles_plan, segment_conjunct
     from attnc.backend.run_ranges import run_rest
     from attnc.backend.spec_checks import KERNEL_TARGETS, SpecError
@@ -91,31 +88,29 @@ def _lowering_from_ir(result) -> ForwardLowering:
     # ping-pong and persistent CTAs are the IR's.
     plan = plan_ir.followed_plan(op, LOWERING[target])
     regs = dict(plan.regs)
+    role = {R.name_of(r): r for r in R.role_ops(op)}
     if plan.producer:
         consumer_regs = {regs[name] for name in regs if name.startswith("consumer")}
         if len(consumer_regs) != 1:
-            raise error_at(op, f"the consumer roles have different register budgets ({sorted(consumer_regs)}); "
-                               f"setmaxnreg gives every consumer warpgroup one")
+            other = next(name for name in regs if name.startswith("consumer") and regs[name] != regs["consumer0"])
+            raise error_at(role[other], f"the consumer roles have different register budgets "
+                                        f"({sorted(consumer_regs)}); setmaxnreg gives every consumer warpgroup one",
+                           op_in_words(role[other]))
         try:
             check_producer_registers(regs["producer"], consumer_regs.pop(), plan.consumers)
         except AttncError as e:
-            raise error_at(op, e.message) from None
+            raise error_at(role["producer"], e.message, op_in_words(role["producer"])) from None
+    ws = R.warp_specialize_of(op)
     if target != "sm_90a" and plan.pingpong:
-        raise error_at(op, f"pingpong on attn.warp_specialize: {target} has no consumer warpgroups to take turns")
+        raise error_at(ws, f"pingpong on attn.warp_specialize: {target} has no consumer warpgroups to take turns",
+                       op_in_words(ws))
     if not plan.producer and regs.get("compute"):
-        raise error_at(op, f"the cooperative role 'compute' has a register budget (regs = {regs['compute']}); "
-                           f"setmaxnreg moves registers between a producer and its consumers, so it must be 0")
+        raise error_at(role["compute"], f"the cooperative role 'compute' has a register budget (regs = "
+                                        f"{regs['compute']}); setmaxnreg moves registers between a producer and "
+                                        f"its consumers, so it must be 0", op_in_words(role["compute"]))
     check_levels(op)            # attn-hoist's, on every copy of the hooks
     smem = _smem_layout(op, target, plan)
-    # Note [Steps op by op] (kv_steps.py): sm_80's steps are the compute role's KV loops.
-    steps = trips = loads = coop = None
-    if target == "sm_80":
-        steps = kv_steps(next(r for r in R.role_ops(op) if R.name_of(r) == "compute"), op)
-    elif plan.producer and R.ops_in(op.regions[0].blocks[0], (R.MMA_WAIT,)):
-        trips = wgmma_steps(op)     # Note [Overlapped steps op by op]; without them the lowering refuses
-        loads = load_steps(op)      # Note [Loads op by op]
-    elif target == "sm_90a" and R.ops_in(op.regions[0].blocks[0], (R.MMA_WAIT,)):
-        coop = coop_steps(op)       # Note [Cooperative steps op by op]; without them the lowering refuses
+    steps = role_steps(op, target, plan.producer)
     mode = mask_mode(op, variant)
     runtime = mode is None and mask_functions(op).kind == "runtime"
     _check_map_range(op, runtime)
@@ -136,19 +131,18 @@ def _lowering_from_ir(result) -> ForwardLowering:
             variant=variant, target=target, block_m=block_m, block_n=block_n, plan=plan,
             symbol=kernel_symbol(variant.name, "fwd"),
             banded=banded(op), blockmap=blockmap is not None,
-            aligned_tiles=tiles, tiles_per_head=tiles and blockmap.per_head, kv_steps=steps, wgmma_steps=trips,
-            load_steps=loads, coop_steps=coop, smem=smem,
+            aligned_tiles=tiles, tiles_per_head=tiles and blockmap.per_head, steps=steps, smem=smem,
             hooks=hooks, choices=KernelChoices(**choices))
         try:
             spec = defaults.resolve(spec).check()
         except SpecError as e:
-            raise error_at(op, f"the {target} kernel cannot be built: {e}") from None
+            at = part_op(op, e.part)
+            raise error_at(at, f"the {target} kernel cannot be built: {e}", _part_note(at, e.part)) from None
         # Note [Choices op by op]: checked at each op that holds one, the default where none
         if check:
             kernel_choices.check_op_choices(op, spec)
-        own = defaults.op_defaults(spec)
-        filled = {name: with_choices(getattr(spec, name), own) for name in STEP_RECORDS if getattr(spec, name)}
-        return ForwardLowering(replace(spec, **filled), blockmap, waves)
+        return ForwardLowering(replace(spec, steps=spec.steps.with_defaults(defaults.op_defaults(spec))),
+                               blockmap, waves)
 
     # Note [Document-aligned tiles] (qtiles.py); the defaults of aligned_tiles, tail_waves and
     # run_ranges are choice_defaults.py's.
@@ -197,6 +191,36 @@ def _lowering_from_ir(result) -> ForwardLowering:
     if runs is None:
         check_map_reads_table(op, ids.param)
     return lowering(replace(tiles, runs=runs), waves)
+
+
+def part_op(kernel, part: str | None):
+    """The op of `kernel`'s L5 IR that holds `part` (a SpecError's, spec_checks.py's
+    `_require`), where a failed check of it is located: the computing roles' first for
+    their warps, the K/V channel for its stages, attn.warp_specialize for its flags, the
+    first op holding a choice; the kernel for the rest."""
+    from attnc.ir import roles as R
+    from attnc.passes import kernel_choices
+
+    if part == "warps":
+        return next(r for r in R.role_ops(kernel) if R.name_of(r) != "producer")
+    if part == "stages":
+        return next(c for c in R.channel_ops(kernel) if R.name_of(c) == "kv")
+    if part in ("producer", "pingpong", "persistent"):
+        return R.warp_specialize_of(kernel)
+    choice = kernel_choices.BY_OPTION.get(part)
+    if choice is None:
+        return kernel
+    return next((o for o in kernel_choices.choice_sites(kernel)[part] if choice.attr in o.attributes), kernel)
+
+
+def _part_note(op, part: str | None) -> str:
+    """Which op `op` is, and the choice `part` it holds, if it is one."""
+    from attnc.passes import kernel_choices
+
+    choice = kernel_choices.BY_OPTION.get(part)
+    if choice is None or choice.attr not in op.attributes:
+        return op_in_words(op)
+    return f"{op_in_words(op)}, which holds {choice.attr} = {op.attributes[choice.attr]}"
 
 
 def _check_map_range(op, runtime: bool) -> None:

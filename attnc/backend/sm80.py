@@ -88,7 +88,7 @@ from attnc.backend.softmax import ONES_BF16X2, ONES_F16X2, SoftmaxState
 
 
 def _setup(cx) -> None:
-    cx.steps = cx.spec.kv_steps         # Note [Steps op by op]
+    cx.steps = cx.spec.steps.kv         # Note [Steps op by op]
     cx.prologue_ops = cx.steps.prologue
     cx.epilogue_ops = cx.steps.epilogue
 

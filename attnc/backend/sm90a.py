@@ -82,7 +82,7 @@ def setup(cx) -> None:
     [Cooperative steps op by op]; sm90a_ws.py's kernel has its own trips, and its
     producer the loads)."""
     cx.wgmma = Wgmma(cx.e, cx.spec.variant.dtype)
-    cx.trips = cx.spec.coop_steps
+    cx.trips = cx.spec.steps.coop
     cx.prologue_ops = cx.trips.prologue if cx.trips else ()
     cx.epilogue_ops = cx.trips.epilogue if cx.trips else ()
     cx.trip_kind = CoopTrip

@@ -91,8 +91,8 @@ from attnc.schedule.recipes import consumer_registers, producer_registers
 def _setup(cx) -> None:
     """sm90a.py's state, with the producer plan's trips and loads, and the mbarriers."""
     sm90a.setup(cx)
-    cx.trips = cx.spec.wgmma_steps      # Note [Overlapped steps op by op] (wgmma_steps.py)
-    cx.loads = cx.spec.load_steps       # Note [Loads op by op] (load_steps.py)
+    cx.trips = cx.spec.steps.trips      # Note [Overlapped steps op by op] (wgmma_steps.py)
+    cx.loads = cx.spec.steps.loads      # Note [Loads op by op] (load_steps.py)
     cx.trip_kind = Trip
     cx.mbar = MBarrier(cx.e)
 

@@ -24,7 +24,12 @@ MAX_ACC_REGS = 192                  # f32 accumulators (S + O) per thread before
 
 
 class SpecError(ValueError):
-    """A specialization that cannot be built, with the knob to change."""
+    """A specialization that cannot be built, with the knob to change; `part`, the part
+    of the IR the failed check read, where the lowering locates it (`_require`)."""
+
+    def __init__(self, message: str, part: str | None = None):
+        super().__init__(message)
+        self.part = part
 
 
 def check_spec(spec: ForwardSpec) -> ForwardSpec:
@@ -52,10 +57,8 @@ def _check_read(spec: ForwardSpec) -> None:
 
 def steps_read(spec: ForwardSpec) -> ForwardSpec:
     """Raise SpecError unless the steps of `spec`'s roles were read from the IR; return it."""
-    steps = ("kv_steps",) if spec.target == "sm_80" else \
-        ("wgmma_steps", "load_steps") if spec.plan.producer else ("coop_steps",)
-    missing = [name for name in steps if getattr(spec, name) is None]
-    _require(not missing, f"{', '.join(missing)} not read from the IR: the kernel's steps are the L5 IR's "
+    missing = spec.steps.missing(spec.target, spec.plan.producer)
+    _require(not missing, f"the steps ({', '.join(missing)}) not read from the IR: the kernel's steps are the L5 IR's "
                           f"(attnc/backend/lowering.py)")
     return spec
 
@@ -109,26 +112,27 @@ def _check_values(spec: ForwardSpec) -> None:
 def _check_tiles(spec: ForwardSpec) -> None:
     """Warps, tile shapes, stages and the per-tile knobs, against the target."""
     warps = (4, 8, 12, 16) if spec.target == "sm_90a" else (1, 2, 4, 8)
-    _require(spec.plan.warps in warps, f"num_warps={spec.plan.warps}: expected one of {warps} on {spec.target}")
+    _require(spec.plan.warps in warps, f"num_warps={spec.plan.warps}: expected one of {warps} on {spec.target}",
+             "warps")
     _require(spec.block_m % (16 * spec.plan.warps) == 0,
              f"block_m={spec.block_m} must be a multiple of 16*num_warps={16 * spec.plan.warps}")
     _require(spec.block_n % 16 == 0 and spec.block_n >= 16,
              f"block_n={spec.block_n} must be a positive multiple of 16")
-    _require(spec.plan.stages in (1, 2, 3, 4), f"stages={spec.plan.stages}: expected 1 to 4")
+    _require(spec.plan.stages in (1, 2, 3, 4), f"stages={spec.plan.stages}: expected 1 to 4", "stages")
     _require(spec.choices.min_ctas_per_sm is None or 0 <= spec.choices.min_ctas_per_sm <= 32,
-             f"min_ctas_per_sm={spec.choices.min_ctas_per_sm}: expected 0 to 32")
+             f"min_ctas_per_sm={spec.choices.min_ctas_per_sm}: expected 0 to 32", "min_ctas_per_sm")
     _require(spec.scale > 0, f"softmax_scale={spec.scale}: must be positive")
     for d in {spec.variant.head_dim_qk, spec.variant.head_dim_v}:
         per_pass = spec.loader_threads * 8 // spec.page_width(d)
         _require(per_pass % 8 == 0,
                  f"{spec.loader_threads} threads copy rows of head dim {d} in passes of {per_pass} rows, "
-                 f"which breaks the 8-row swizzle: raise num_warps")
+                 f"which breaks the 8-row swizzle: raise num_warps", "warps")
     _require(spec.target in KERNEL_TARGETS, f"target {spec.target!r}: expected one of {KERNEL_TARGETS}")
     _require(not spec.choices.mma_row_sum or spec.target == "sm_80",
-             f"mma_row_sum sums P on mma.sync, an sm_80 kernel's P.V, not {spec.target}'s")
+             f"mma_row_sum sums P on mma.sync, an sm_80 kernel's P.V, not {spec.target}'s", "mma_row_sum")
     _require(not (spec.choices.mma_row_sum and spec.variant.has_lse),
              f"mma_row_sum sums P as rounded to {spec.variant.dtype} for P.V, which the variant's LSE output "
-             f"would keep (up to 2^-8 of l in bf16, 2^-11 in f16): drop mma_row_sum to sum in f32")
+             f"would keep (up to 2^-8 of l in bf16, 2^-11 in f16): drop mma_row_sum to sum in f32", "mma_row_sum")
     if spec.target == "sm_90a":
         _check_sm90a(spec)
 
@@ -137,7 +141,7 @@ def _check_sm90a(spec: ForwardSpec) -> None:
     """Warpgroups of 64 rows, and wgmma's N."""
     _require(spec.plan.warps % 4 == 0 and spec.rows_per_warp == 16,
              f"sm_90a runs warpgroups of 4 warps and 64 rows: block_m={spec.block_m} with "
-             f"num_warps={spec.plan.warps} gives {spec.rows_per_warp} rows per warp, not 16")
+             f"num_warps={spec.plan.warps} gives {spec.rows_per_warp} rows per warp, not 16", "warps")
     _require(spec.block_n <= 256 and spec.variant.head_dim_v <= 256,
              f"wgmma's N is at most 256: block_n={spec.block_n}, head_dim_v={spec.variant.head_dim_v}")
 
@@ -146,10 +150,10 @@ def _check_options(spec: ForwardSpec) -> None:
     """The options that only a kind of kernel has (a producer warpgroup, a grid order, a
     block map, ...)."""
     _require(not spec.plan.producer or spec.target == "sm_90a",
-             f"a producer warpgroup is an sm_90a kernel's (mbarriers), not {spec.target}'s")
+             f"a producer warpgroup is an sm_90a kernel's (mbarriers), not {spec.target}'s", "producer")
     _require(not spec.plan.pingpong or (spec.plan.producer and spec.consumer_warpgroups == 2),
              f"pingpong takes turns between two consumer warpgroups (block_m=128) and needs the "
-             f"producer warpgroup: block_m={spec.block_m}, producer={int(spec.plan.producer)}")
+             f"producer warpgroup: block_m={spec.block_m}, producer={int(spec.plan.producer)}", "pingpong")
     # where the plan's pair of query blocks is what stands in the way, the option that drops it
     pair = ("; this plan runs two query blocks per CTA (attn-warp-specialize{q_blocks_per_cta=1} runs one)"
             if spec.plan.q_blocks_per_cta == 2 else "")
@@ -166,7 +170,7 @@ def _check_options(spec: ForwardSpec) -> None:
     _require(not spec.choices.heads_first or (spec.plan.q_blocks_per_cta == 1 and not spec.plan.producer),
              "heads_first needs a kernel with one query block per CTA and no producer warpgroup" + pair)
     _require(not spec.choices.lean_loads or spec.can_lean_loads,
-             "lean_loads needs an sm_80 kernel whose key ranges come from a block map or a band")
+             "lean_loads needs an sm_80 kernel whose key ranges come from a block map or a band", "lean_loads")
     _require(not spec.aligned_tiles or (spec.blockmap and spec.takes_tile_table),
              "aligned_tiles needs a kernel whose key ranges are found at run time (a block map or the "
              "table's runs), one query block per CTA and no producer warpgroup")
@@ -179,12 +183,12 @@ def _check_options(spec: ForwardSpec) -> None:
              "tile_holds needs row_interval and row_residual")
     _require(not spec.plan.persistent or spec.plan.producer,
              "persistent CTAs are the producer warpgroup's kernel: a plan with a producer role "
-             "(attn-warp-specialize{producer=1})")
+             "(attn-warp-specialize{producer=1})", "persistent")
     _require(not spec.plan.producer or spec.plan.stages >= 2,
-             "a producer warpgroup needs at least two K/V stages")
+             "a producer warpgroup needs at least two K/V stages", "stages")
     _require(spec.target != "sm_90a" or spec.plan.stages >= 2,
              "sm_90a's kernel needs two or more K/V stages: its steps overlap one step's QK^T with the "
-             "last one's P.V (Note [wgmma overlap])")
+             "last one's P.V (Note [wgmma overlap])", "stages")
 
 
 def _check_resources(spec: ForwardSpec) -> None:
@@ -195,10 +199,14 @@ def _check_resources(spec: ForwardSpec) -> None:
              f"lower block_n or block_m, or raise num_warps")
     _require(spec.smem_bytes <= spec.max_smem_bytes,
              f"{spec.smem_bytes} bytes of shared memory exceed {spec.max_smem_bytes}: "
-             f"lower stages, block_n or block_m")
+             f"lower stages, block_n or block_m", "stages")
     _require(spec.symbol.isidentifier(), f"symbol {spec.symbol!r} is not an identifier")
 
 
-def _require(cond: bool, message: str) -> None:
+def _require(cond: bool, message: str, part: str | None = None) -> None:
+    """Raise SpecError(message) about `part` of the L5 IR unless `cond`: "warps" (the
+    computing roles'), "stages" (the K/V channel's), "producer", "pingpong" or
+    "persistent" (attn.warp_specialize's flags), a kernel choice's option (the op holding
+    it), or None (the attn.kernel); lowering.py's `part_op` finds the op."""
     if not cond:
-        raise SpecError(message)
+        raise SpecError(message, part)

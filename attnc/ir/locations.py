@@ -33,12 +33,37 @@ def filename_of(op_or_loc) -> str | None:
     return found.filename if found is not None else None
 
 
-def error_at(op_or_loc, message: str) -> AttncError:
-    """An AttncError located where `op_or_loc` came from in the `.attn` source."""
+def error_at(op_or_loc, message: str, note: str | None = None) -> AttncError:
+    """An AttncError located where `op_or_loc` came from in the `.attn` source, with
+    `note` said after it (`op_in_words`: which op it is, where the line does not tell:
+    every op a pass makes from the attention has the attention's line)."""
     found = _file_location_of(op_or_loc)
     if found is None:
-        return AttncError(message)
-    return AttncError(message, Span(found.start_line, found.start_col), filename=found.filename)
+        return AttncError(message, note=note)
+    return AttncError(message, Span(found.start_line, found.start_col), filename=found.filename, note=note)
+
+
+# The attributes that tell an op from the others of its name, in this order
+_IDENTITY = ("name", "kind", "operand", "tile")
+
+
+def op_in_words(op) -> str:
+    """`op` as a note names it: its name, the first of its identifying attributes, and
+    the pass that made it (the outermost pass name of its location: a pass's ops carry
+    its name around the source location, design.md section 3)."""
+    op = getattr(op, "operation", op)
+    key = next((k for k in _IDENTITY if k in op.attributes), None)
+    words = f"at {op.name}" + (f" ({key} = {op.attributes[key]})" if key else "")
+    made = _maker(op.location)
+    return words + (f", made by {made}" if made else "")
+
+
+def _maker(loc: ir.Location) -> str | None:
+    """The pass whose name wraps `loc`, the outermost (`attn-...`), or None."""
+    if loc.is_a_name():
+        name = loc.name_str
+        return name if name.startswith("attn-") else _maker(loc.child_loc)
+    return None
 
 
 def _file_location_of(op_or_loc):

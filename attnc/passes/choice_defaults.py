@@ -232,7 +232,7 @@ def op_default(option: str, spec: "ForwardSpec"):
 
 def op_defaults(spec: "ForwardSpec") -> dict:
     """{(step op name, what): {attribute: default}} of the choices ops hold their own of,
-    for `attnc.backend.kv_steps.with_choices`."""
+    for `RoleSteps.with_defaults` (attnc/backend/role_steps.py)."""
     from attnc.passes.kernel_choices import PER_OP
 
     out: dict = {}

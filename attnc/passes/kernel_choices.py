@@ -227,7 +227,7 @@ def choose(module, **given) -> None:
         from attnc.passes.plan_ir import check_channels, followed_plan, tile_of
         # The channels as the lowering takes them, before its defaults are read off them.
         check_channels(op, tile_of(op, NAME), followed_plan(op, NAME), NAME)
-    sites = _sites(op)
+    sites = choice_sites(op)
     for choice in CHOICES:                    # a second run (on a dump) chooses afresh
         for holder in sites[choice.option]:
             if choice.attr in holder.attributes:
@@ -255,7 +255,7 @@ def sm100a_choices(kernel) -> dict:
     from attnc.ir import error_at
     from attnc.passes.choice_defaults import sm100a_defaults
 
-    sites = _sites(kernel)
+    sites = choice_sites(kernel)
     found = read(kernel, sites)
     for choice in CHOICES:
         for op in sites[choice.option]:
@@ -289,12 +289,12 @@ def sm100a_choices(kernel) -> dict:
 
 def write(kernel, values: dict, sites: dict | None = None) -> None:
     """Set each choice of `values` ({option: value}) on every op of `kernel` it sits on
-    (`sites`: `_sites(kernel)`, when the caller has it)."""
+    (`sites`: `choice_sites(kernel)`, when the caller has it)."""
     from mlir import ir
 
     from attnc.ir import error_at
 
-    sites = sites or _sites(kernel)
+    sites = sites or choice_sites(kernel)
     with kernel.context:
         for name, value in values.items():
             choice = BY_OPTION[name]
@@ -313,11 +313,11 @@ def write(kernel, values: dict, sites: dict | None = None) -> None:
 def read(kernel, sites: dict | None = None) -> dict:
     """The choices recorded on `kernel`'s ops ({option: value}): each op of a kind must
     agree, but on a choice of its own (Note [Choices op by op]), given here only where
-    every op that holds it holds one value (`sites`: `_sites(kernel)`, when the caller has it)."""
+    every op that holds it holds one value (`sites`: `choice_sites(kernel)`, when the caller has it)."""
     from attnc.ir import error_at
 
     found = {}
-    sites = sites or _sites(kernel)
+    sites = sites or choice_sites(kernel)
     _check_stray(kernel)
     for choice in CHOICES:
         held = [(op, _value(op, choice)) for op in sites[choice.option] if choice.attr in op.attributes]
@@ -393,7 +393,7 @@ def check_op_choices(kernel, spec) -> None:
     from attnc.backend.spec_checks import op_choice_error
     from attnc.ir import error_at
 
-    sites = _sites(kernel)
+    sites = choice_sites(kernel)
     for choice in PER_OP:
         for op in sites[choice.option]:
             if choice.attr in op.attributes:
@@ -419,7 +419,7 @@ def _text(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _sites(kernel) -> dict[str, list]:
+def choice_sites(kernel) -> dict[str, list]:
     """{option: the ops of `kernel` (itself included) its choice sits on, in program order}."""
     from attnc.ir.kernel import program_ops
 

@@ -49,21 +49,24 @@ def test_consumers_must_cover_the_tile():
         compile_file("examples/mha.attn", CompileOptions(arch="sm_90a", pass_pipeline=pipeline))
 
 
-@pytest.mark.parametrize("edit, difference", [
+@pytest.mark.parametrize("edit, difference, note", [
     (("stages = 2 : i64, tile = [\"k\", \"v\"]", "stages = 3 : i64, tile = [\"k\", \"v\"]"),
-     "buffer sK has 2 stages and its channel 'kv' 3: run attn-alloc-smem again after editing the channel"),
+     "buffer sK has 2 stages and its channel 'kv' 3: run attn-alloc-smem again after editing the channel", None),
     # a cooperative role sets no registers, and sm_80 has no consumers to take turns:
-    # neither edit may be silently dropped
+    # neither edit may be silently dropped; each is refused at the op edited, which its note names
     (('name = "compute", regs = 0 : i64', 'name = "compute", regs = 200 : i64'),
-     "the cooperative role 'compute' has a register budget (regs = 200)"),
+     "the cooperative role 'compute' has a register budget (regs = 200)",
+     'at attn.role (name = "compute"), made by attn-warp-specialize'),
     (("}) {ranges = {", "}) {pingpong = true, ranges = {"),
-     "pingpong on attn.warp_specialize: sm_80 has no consumer warpgroups to take turns"),
+     "pingpong on attn.warp_specialize: sm_80 has no consumer warpgroups to take turns",
+     "at attn.warp_specialize, made by attn-warp-specialize"),
 ])
-def test_a_plan_edited_where_the_lowering_does_not_follow_is_refused(tmp_path, edit, difference):
+def test_a_plan_edited_where_the_lowering_does_not_follow_is_refused(tmp_path, edit, difference, note):
     plan = _plan(tmp_path, "mha", "sm_80")
     assert plan.count(edit[0]) == 1
-    with pytest.raises(AttncError, match=re.escape(difference)):
+    with pytest.raises(AttncError, match=re.escape(difference)) as error:
         _lowered(plan.replace(*edit), "sm_80")
+    assert error.value.note == note
 
 
 def test_edited_buffers_are_placed_as_edited(tmp_path):
@@ -121,10 +124,12 @@ def test_edited_register_budgets_are_the_kernels(tmp_path):
     ptx = _lowered(edited, "sm_90a").ptx
     assert "setmaxnreg.inc.sync.aligned.u32 232;" in ptx and "setmaxnreg.dec.sync.aligned.u32 40;" in ptx
     with pytest.raises(AttncError, match=re.escape("the roles' register budgets take 65536 registers, more than "
-                                                   "the 64512 the CTA starts with")):
+                                                   "the 64512 the CTA starts with")) as error:
         _lowered(plan.replace("regs = 24 : i64", "regs = 32 : i64"), "sm_90a")
-    with pytest.raises(AttncError, match="different register budgets"):
+    assert error.value.note == 'at attn.role (name = "producer"), made by attn-warp-specialize'
+    with pytest.raises(AttncError, match="different register budgets") as error:
         _lowered(plan.replace("regs = 240 : i64", "regs = 232 : i64", 1), "sm_90a")
+    assert error.value.note == 'at attn.role (name = "consumer1"), made by attn-warp-specialize'
 
 
 @pytest.fixture(scope="module")

@@ -50,11 +50,12 @@ def _run(text: str, arch: str, pipeline: str, filename: str = "plan.mlir"):
     return optimize_mlir(text, filename, CompileOptions(arch=arch, pass_pipeline=pipeline))
 
 
-def _refused(text: str, arch: str, pipeline: str, message: str, filename: str = "plan.mlir") -> None:
-    """`pipeline` on `text` raises `message`, located (file:line:col: error:)."""
+def _refused(text: str, arch: str, pipeline: str, message: str, filename: str = "plan.mlir") -> AttncError:
+    """`pipeline` on `text` raises `message`, located (file:line:col: error:); the error."""
     with pytest.raises(AttncError, match=re.escape(message)) as err:
         _run(text, arch, pipeline, filename)
     assert LOCATED.match(err.value.render()), err.value.render()
+    return err.value
 
 
 def _edit(text: str, old: str, new: str) -> str:
@@ -199,10 +200,52 @@ SPEC_CASES = {
 }
 
 
+# Where each refusal of SPEC_CASES is located: the op of the part of the IR its check
+# read (lowering.py's `part_op`), which the error's note names -- the roles' warps at
+# the first computing role, the stages and the buffers' bytes at the K/V channel, a flag
+# of attn.warp_specialize there, the rest at the attn.kernel.
+KERNEL, COMPUTE = "at attn.kernel", 'at attn.role (name = "compute"), made by attn-warp-specialize'
+KV = 'at attn.channel (name = "kv"), made by attn-warp-specialize'
+SPEC_NOTES = {
+    "block_m_not_a_multiple_of_the_warps_rows": KERNEL,
+    "a_negative_softmax_scale": KERNEL,
+    "copies_that_break_the_8_row_swizzle": COMPUTE,
+    "more_accumulators_than_registers": KERNEL,
+    "more_shared_memory_than_the_target_has": KV,
+    "an_operand_dtype_without_mma": KERNEL,
+    "an_output_dtype_it_cannot_store": KERNEL,
+    "an_unsupported_head_dim": KERNEL,
+    "block_n_not_a_multiple_of_16": KERNEL,
+    "a_warpgroup_of_more_than_64_rows": COMPUTE,
+    "pingpong_without_a_producer": "at attn.warp_specialize, made by attn-warp-specialize",
+    "five_kv_stages": KV,
+    "a_producer_with_one_kv_stage": KV,
+    "a_wgmma_n_past_256": KERNEL,
+}
+
+
 @pytest.mark.parametrize("case", SPEC_CASES)
 def test_a_kernel_the_spec_cannot_build_is_refused(case):
     base, edit, pipeline, message = SPEC_CASES[case]
-    _refused(edit(_plan(base)), base[0], pipeline, message)
+    error = _refused(edit(_plan(base)), base[0], pipeline, message)
+    assert error.note == SPEC_NOTES[case]
+    place = f"{error.filename}:{error.span.line}:{error.span.col}"
+    assert error.render().endswith(f"\n{place}: note: {SPEC_NOTES[case]}"), error.render()
+
+
+@pytest.mark.parametrize("old, new, message, note", [
+    pytest.param('kind = "pv", row_sum = false', 'kind = "pv", row_sum = true',
+                 "mma_row_sum sums P on mma.sync, an sm_80 kernel's P.V, not sm_90a's",
+                 'at attn.mma (kind = "pv"), which holds row_sum = true', id="row-sum"),
+    pytest.param('lean = false', 'lean = true',
+                 "lean_loads needs an sm_80 kernel whose key ranges come from a block map or a band",
+                 'at attn.load (operand = "k"), which holds lean = true', id="lean"),
+])
+def test_a_choice_the_kernel_cannot_take_is_refused_at_its_op(old, new, message, note):
+    """A choice edited on every op that holds it, in sm_90a's plan: the error's note names
+    the op and what it holds, which its line (the attention's, as every op's) does not."""
+    error = _refused(_edit_all(_plan(SM90A), old, new), "sm_90a", LOWERING["sm_90a"], _built("sm_90a") + message)
+    assert error.note == note
 
 
 def test_a_cooperative_sm90a_kernel_of_one_kv_stage_is_refused():
