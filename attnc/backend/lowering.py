@@ -25,7 +25,7 @@ from mlir import ir
 
 from attnc.backend.bundle import kernel_symbol
 from attnc.errors import AttncError
-from attnc.ir import MASK_MOD, attention_ops, error_at, get_bool, get_int, get_str, op_in_words, region_block
+from attnc.ir import MASK_MOD, attention_ops, error_at, get_bool, get_int, get_str, region_block
 from attnc.passes import plan_ir
 from attnc.backend.variant_hooks import variant_hooks
 
@@ -94,20 +94,18 @@ def _lowering_from_ir(result) -> ForwardLowering:
         if len(consumer_regs) != 1:
             other = next(name for name in regs if name.startswith("consumer") and regs[name] != regs["consumer0"])
             raise error_at(role[other], f"the consumer roles have different register budgets "
-                                        f"({sorted(consumer_regs)}); setmaxnreg gives every consumer warpgroup one",
-                           op_in_words(role[other]))
+                                        f"({sorted(consumer_regs)}); setmaxnreg gives every consumer warpgroup one")
         try:
             check_producer_registers(regs["producer"], consumer_regs.pop(), plan.consumers)
         except AttncError as e:
-            raise error_at(role["producer"], e.message, op_in_words(role["producer"])) from None
+            raise error_at(role["producer"], e.message) from None
     ws = R.warp_specialize_of(op)
     if target != "sm_90a" and plan.pingpong:
-        raise error_at(ws, f"pingpong on attn.warp_specialize: {target} has no consumer warpgroups to take turns",
-                       op_in_words(ws))
+        raise error_at(ws, f"pingpong on attn.warp_specialize: {target} has no consumer warpgroups to take turns")
     if not plan.producer and regs.get("compute"):
         raise error_at(role["compute"], f"the cooperative role 'compute' has a register budget (regs = "
                                         f"{regs['compute']}); setmaxnreg moves registers between a producer and "
-                                        f"its consumers, so it must be 0", op_in_words(role["compute"]))
+                                        f"its consumers, so it must be 0")
     check_levels(op)            # attn-hoist's, on every copy of the hooks
     smem = _smem_layout(op, target, plan)
     steps = role_steps(op, target, plan.producer)
@@ -213,14 +211,15 @@ def part_op(kernel, part: str | None):
     return next((o for o in kernel_choices.choice_sites(kernel)[part] if choice.attr in o.attributes), kernel)
 
 
-def _part_note(op, part: str | None) -> str:
-    """Which op `op` is, and the choice `part` it holds, if it is one."""
+def _part_note(op, part: str | None) -> str | None:
+    """Which op `op` is and the choice `part` it holds, where `part` is a choice (else
+    None: error_at's note)."""
     from attnc.passes import kernel_choices
 
     choice = kernel_choices.BY_OPTION.get(part)
     if choice is None or choice.attr not in op.attributes:
-        return op_in_words(op)
-    return f"{op_in_words(op)}, which holds {choice.attr} = {op.attributes[choice.attr]}"
+        return None
+    return kernel_choices.held_note(op, choice.attr)
 
 
 def _check_map_range(op, runtime: bool) -> None:

@@ -10,6 +10,10 @@ from mlir import ir
 
 from attnc.errors import AttncError, Span
 
+# The attention's ops (ops.py's ATTENTION and KERNEL), whose location every op a pass
+# makes from them shares
+_ATTENTIONS = ("attn.attention", "attn.kernel")
+
 
 def file_loc(filename: str, span: Span) -> ir.Location:
     """The MLIR location of `span` in `filename` (needs an active Context)."""
@@ -35,9 +39,13 @@ def filename_of(op_or_loc) -> str | None:
 
 def error_at(op_or_loc, message: str, note: str | None = None) -> AttncError:
     """An AttncError located where `op_or_loc` came from in the `.attn` source, with
-    `note` said after it (`op_in_words`: which op it is, where the line does not tell:
-    every op a pass makes from the attention has the attention's line)."""
+    `note` said after it; by default, for an op whose line does not tell it -- every op a
+    pass makes from the attention has the attention's line -- which op it is
+    (`op_in_words`)."""
     found = _file_location_of(op_or_loc)
+    if note is None and found is not None and not isinstance(op_or_loc, ir.Location) \
+            and _at_its_attention(getattr(op_or_loc, "operation", op_or_loc), found):
+        note = op_in_words(op_or_loc)
     if found is None:
         return AttncError(message, note=note)
     return AttncError(message, Span(found.start_line, found.start_col), filename=found.filename, note=note)
@@ -56,6 +64,19 @@ def op_in_words(op) -> str:
     words = f"at {op.name}" + (f" ({key} = {op.attributes[key]})" if key else "")
     made = _maker(op.location)
     return words + (f", made by {made}" if made else "")
+
+
+def _at_its_attention(op, found) -> bool:
+    """Whether `op`, inside an attn.attention or attn.kernel, has that op's location
+    (`found`, its own)."""
+    parent = op.parent
+    while parent is not None and parent.name not in _ATTENTIONS:
+        parent = parent.parent
+    if op.name in _ATTENTIONS or parent is None:
+        return False
+    outer = _file_location_of(parent)
+    return outer is not None and (outer.filename, outer.start_line, outer.start_col) == \
+        (found.filename, found.start_line, found.start_col)
 
 
 def _maker(loc: ir.Location) -> str | None:

@@ -399,7 +399,15 @@ def check_op_choices(kernel, spec) -> None:
             if choice.attr in op.attributes:
                 problem = op_choice_error(spec, choice.option, _value(op, choice))
                 if problem:
-                    raise error_at(op, f"the {spec.target} kernel cannot be built: {problem}")
+                    raise error_at(op, f"the {spec.target} kernel cannot be built: {problem}",
+                                   held_note(op, choice.attr))
+
+
+def held_note(op, attr: str) -> str:
+    """The note of an error about the choice `attr` that `op` holds: the op, and the value."""
+    from attnc.ir import op_in_words
+
+    return f"{op_in_words(op)}, which holds {attr} = {op.attributes[attr]}"
 
 
 def _value(op, choice: Choice):

@@ -216,11 +216,12 @@ def _refusal(plan: str, arch: str) -> str:
 
 def test_a_choice_of_its_own_the_kernel_cannot_take_is_refused_at_its_op():
     """unroll = 3 on one QK^T of ALiBi at head dim 64 (4 k16 steps a 64-column page):
-    refused at that mma (its location), naming the condition."""
+    refused at that mma (its location, and the note naming it), naming the condition."""
     plan = _plan("alibi", "sm_80")
     message = _refusal(_edit_nth(plan, 'kind = "qk", unroll = 1 : i64', 'kind = "qk", unroll = 3 : i64', {1}), "sm_80")
     assert re.match(r"\S+:\d+:\d+: error: the sm_80 kernel cannot be built: qk_unroll=3 must divide 4 \(k16 steps "
                     r"per smem page\), or be 0", message), message
+    assert message.endswith(': note: at attn.mma (kind = "qk"), which holds unroll = 3 : i64'), message
 
 
 def test_a_split_of_one_mask_op():

@@ -51,9 +51,10 @@ def test_consumers_must_cover_the_tile():
 
 @pytest.mark.parametrize("edit, difference, note", [
     (("stages = 2 : i64, tile = [\"k\", \"v\"]", "stages = 3 : i64, tile = [\"k\", \"v\"]"),
-     "buffer sK has 2 stages and its channel 'kv' 3: run attn-alloc-smem again after editing the channel", None),
+     "buffer sK has 2 stages and its channel 'kv' 3: run attn-alloc-smem again after editing the channel",
+     'at attn.channel (name = "kv"), made by attn-warp-specialize'),
     # a cooperative role sets no registers, and sm_80 has no consumers to take turns:
-    # neither edit may be silently dropped; each is refused at the op edited, which its note names
+    # neither edit may be silently dropped; each is refused at the op edited, which the note names
     (('name = "compute", regs = 0 : i64', 'name = "compute", regs = 200 : i64'),
      "the cooperative role 'compute' has a register budget (regs = 200)",
      'at attn.role (name = "compute"), made by attn-warp-specialize'),
