@@ -8,9 +8,10 @@ regions; its plan (`FollowedPlan`, attnc/passes/plan_ir.py) from the roles and
 channels; its roles' steps (`RoleSteps`, role_steps.py) and its buffers as placed;
 and its choices (`KernelChoices`) from attn-kernel-choices' attributes, their
 defaults attnc/passes/choice_defaults.py's. A feature adds to the part of the IR it
-reads, not to this record. The properties here are facts derived from the parts (threads, tiles'
-bytes, what a kind of kernel can do); `check()` does every feasibility check before
-anything is built (spec_checks.py), naming the knob to change and the part it read.
+reads, not to this record. The properties here are facts derived from the parts
+(threads, tiles' bytes, what a kind of kernel can do); `check()` does every feasibility
+check before anything is built (spec_checks.py), naming the knob to change and the part
+it read.
 """
 from __future__ import annotations
 

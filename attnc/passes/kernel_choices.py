@@ -313,7 +313,8 @@ def write(kernel, values: dict, sites: dict | None = None) -> None:
 def read(kernel, sites: dict | None = None) -> dict:
     """The choices recorded on `kernel`'s ops ({option: value}): each op of a kind must
     agree, but on a choice of its own (Note [Choices op by op]), given here only where
-    every op that holds it holds one value (`sites`: `choice_sites(kernel)`, when the caller has it)."""
+    every op that holds it holds one value (`sites`: `choice_sites(kernel)`, when the
+    caller has it)."""
     from attnc.ir import error_at
 
     found = {}
