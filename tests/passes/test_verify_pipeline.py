@@ -13,7 +13,9 @@ import pytest
 from mlir import ir
 
 from attnc.driver import CompileOptions, compile_mlir
+from attnc.errors import AttncError
 from attnc.ir import attention_ops
+from attnc.passes.verify_pipeline import verify_pipeline
 from attnc.ir import roles as R
 from attnc.schedule.verify import explore, kernel_explorations, verify_kernel
 
@@ -147,6 +149,11 @@ def test_a_removed_arrive_deadlocks():
                                    "mbar_k_empty[0] for parity 0 (its phase 0, 4 of 8 arrivals)")
     assert ("consumer0 waits at attn.mbarrier_wait on mbar_k_full[0] for parity 1 (its phase 1, 0 of 128 "
             "arrivals)") in messages(op)
+    # the pass's error is at the attention's line, as every op a pass made is: its note names the op
+    with pytest.raises(AttncError, match="channel 'kv' deadlocks") as error:
+        verify_pipeline(_KEPT[-1].module)
+    assert (error.value.span.line, error.value.span.col) == (2, 1)
+    assert error.value.note == "at attn.mbarrier_wait, made by attn-insert-pipelines"
 
 
 def test_a_removed_cp_async_arrive_deadlocks():
