@@ -52,7 +52,7 @@ def error_at(op_or_loc, message: str, note: str | None = None) -> AttncError:
 
 
 # The attributes that tell an op from the others of its name, in this order
-_IDENTITY = ("name", "kind", "operand", "tile")
+_IDENTITY = ("name", "kind", "operand", "tile", "kv_blocks")
 
 
 def op_in_words(op) -> str:

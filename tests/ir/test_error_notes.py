@@ -35,6 +35,14 @@ def test_an_op_a_pass_made_is_named_with_its_pass():
                                    'attn-warp-specialize'), error.render()
 
 
+def test_a_kv_loop_is_named_by_the_blocks_it_runs():
+    kernel = _kernel()
+    loops = [op for role in R.role_ops(kernel) for op in R.ops_in(R.role_block(role), ("scf.for",))
+             if "kv_blocks" in op.attributes]
+    notes = {error_at(loop, "bad").note for loop in loops}
+    assert notes == {'at scf.for (kv_blocks = "mixed")', 'at scf.for (kv_blocks = "full")'}, notes
+
+
 def test_an_op_with_a_line_of_its_own_and_the_attention_have_no_note():
     kernel = _kernel()
     hook_op = next(op for block in hook_blocks(kernel) for op in block.operations if op.name == "math.tanh")
