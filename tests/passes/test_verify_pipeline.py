@@ -15,8 +15,8 @@ from mlir import ir
 from attnc.driver import CompileOptions, compile_mlir
 from attnc.errors import AttncError
 from attnc.ir import attention_ops
-from attnc.passes.verify_pipeline import verify_pipeline
 from attnc.ir import roles as R
+from attnc.passes.verify_pipeline import verify_pipeline
 from attnc.schedule.verify import explore, kernel_explorations, verify_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
