@@ -56,12 +56,20 @@ _IDENTITY = ("name", "kind", "operand", "tile", "kv_blocks")
 
 
 def op_in_words(op) -> str:
-    """`op` as a note names it: its name, the first of its identifying attributes, and
-    the pass that made it (the outermost pass name of its location: a pass's ops carry
-    its name around the source location, design.md section 3)."""
+    """`op` as a note names it: its name, the first of its identifying attributes (or,
+    without one, the name of what its first operand is: the mbarrier an arrive or wait is
+    on, the channel a slot op reads), and the pass that made it (the outermost pass name
+    of its location: a pass's ops carry its name around the source location, design.md
+    section 3)."""
+    from attnc.ir.ops import defining_op
+
     op = getattr(op, "operation", op)
     key = next((k for k in _IDENTITY if k in op.attributes), None)
     words = f"at {op.name}" + (f" ({key} = {op.attributes[key]})" if key else "")
+    source = defining_op(op.operands[0]) if key is None and len(op.operands) else None
+    if source is not None and "name" in source.attributes:
+        name = source.attributes["name"]
+        words += f" (on {name.value if isinstance(name, ir.StringAttr) else name})"
     made = _maker(op.location)
     return words + (f", made by {made}" if made else "")
 

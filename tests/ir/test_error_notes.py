@@ -1,7 +1,8 @@
 """`error_at`'s note (attnc/ir/locations.py): an error at an op whose line is its
 attention's -- every op a pass makes from the attention has it -- says which op it is and
-the pass that made it; an error at an op with a line of its own (a hook's expression) or
-at the attention itself says nothing more."""
+the pass that made it (an op without an identifying attribute, by what its first operand
+is); an error at an op with a line of its own (a hook's expression) or at the attention
+itself says nothing more."""
 from __future__ import annotations
 
 import functools
@@ -30,6 +31,9 @@ def test_an_op_a_pass_made_is_named_with_its_pass():
     assert error_at(role, "bad").note == 'at attn.role (name = "producer"), made by attn-warp-specialize'
     assert error_at(barrier, "bad").note == \
         'at attn.mbarrier_init (name = "mbar_q_full"), made by attn-insert-pipelines'
+    # an op without an identifying attribute is named by what its first operand is
+    wait = R.ops_in(R.role_block(R.role_ops(kernel)[1]), (R.MBARRIER_WAIT,))[0]
+    assert error_at(wait, "bad").note == "at attn.mbarrier_wait (on mbar_q_full), made by attn-insert-pipelines"
     error = error_at(role, "bad").located("examples/gemma2.attn", _plan().variant.source)
     assert error.render().endswith('\nexamples/gemma2.attn:2:1: note: at attn.role (name = "producer"), made by '
                                    'attn-warp-specialize'), error.render()

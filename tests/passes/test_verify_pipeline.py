@@ -153,7 +153,7 @@ def test_a_removed_arrive_deadlocks():
     with pytest.raises(AttncError, match="channel 'kv' deadlocks") as error:
         verify_pipeline(_KEPT[-1].module)
     assert (error.value.span.line, error.value.span.col) == (2, 1)
-    assert error.value.note == "at attn.mbarrier_wait, made by attn-insert-pipelines"
+    assert error.value.note == "at attn.mbarrier_wait (on mbar_k_empty), made by attn-insert-pipelines"
 
 
 def test_a_removed_cp_async_arrive_deadlocks():
