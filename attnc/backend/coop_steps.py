@@ -65,8 +65,8 @@ class CoopSteps:
 def coop_steps(kernel) -> CoopSteps:
     """The trips of the cooperative role of `kernel` (sm_90a, L5, overlapped), checked
     (Note [Cooperative steps op by op])."""
-    role = next(r for r in R.role_ops(kernel) if R.name_of(r) == "compute")
-    stages = int(next(R.attrs_of(c)["stages"] for c in R.channel_ops(kernel) if R.name_of(c) == "kv"))
+    role = R.role_named(kernel, "compute")
+    stages = int(R.attrs_of(R.channel_named(kernel, "kv"))["stages"])
     hooks = {"score_mod": R.attrs_of(kernel).get("has_score_mod", False),
              "mask": R.attrs_of(kernel).get("has_mask_mod", False)}
     loops = [op for op in R.ops_in(R.role_block(role), ("scf.for",)) if KV_LOOP in op.attributes]

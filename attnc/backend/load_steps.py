@@ -71,7 +71,7 @@ def load_steps(kernel) -> LoadSteps:
     """The producer role's loads of `kernel` (L5, K one step ahead), checked (Note [Loads
     op by op])."""
     bars = {R.name_of(b): R.attrs_of(b) for b in R.mbarrier_ops(kernel)}
-    role = next(r for r in R.role_ops(kernel) if R.name_of(r) == "producer")
+    role = R.role_named(kernel, "producer")
     loops = [op for op in R.ops_in(R.role_block(role), ("scf.for",)) if KV_LOOP in op.attributes]
     if not loops:
         raise error_at(role, f"the producer has no KV loop ({NOTE})")

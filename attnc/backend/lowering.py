@@ -88,24 +88,24 @@ def _lowering_from_ir(result) -> ForwardLowering:
     # ping-pong and persistent CTAs are the IR's.
     plan = plan_ir.followed_plan(op, LOWERING[target])
     regs = dict(plan.regs)
-    role = {R.name_of(r): r for r in R.role_ops(op)}
     if plan.producer:
         consumer_regs = {regs[name] for name in regs if name.startswith("consumer")}
         if len(consumer_regs) != 1:
             other = next(name for name in regs if name.startswith("consumer") and regs[name] != regs["consumer0"])
-            raise error_at(role[other], f"the consumer roles have different register budgets "
-                                        f"({sorted(consumer_regs)}); setmaxnreg gives every consumer warpgroup one")
+            raise error_at(R.role_named(op, other), f"the consumer roles have different register budgets "
+                                                    f"({sorted(consumer_regs)}); setmaxnreg gives every "
+                                                    f"consumer warpgroup one")
         try:
             check_producer_registers(regs["producer"], consumer_regs.pop(), plan.consumers)
         except AttncError as e:
-            raise error_at(role["producer"], e.message) from None
-    ws = R.warp_specialize_of(op)
+            raise error_at(R.role_named(op, "producer"), e.message) from None
     if target != "sm_90a" and plan.pingpong:
-        raise error_at(ws, f"pingpong on attn.warp_specialize: {target} has no consumer warpgroups to take turns")
+        raise error_at(R.warp_specialize_of(op), f"pingpong on attn.warp_specialize: {target} has no consumer "
+                                                 f"warpgroups to take turns")
     if not plan.producer and regs.get("compute"):
-        raise error_at(role["compute"], f"the cooperative role 'compute' has a register budget (regs = "
-                                        f"{regs['compute']}); setmaxnreg moves registers between a producer and "
-                                        f"its consumers, so it must be 0")
+        raise error_at(R.role_named(op, "compute"), f"the cooperative role 'compute' has a register budget "
+                                                    f"(regs = {regs['compute']}); setmaxnreg moves registers "
+                                                    f"between a producer and its consumers, so it must be 0")
     check_levels(op)            # attn-hoist's, on every copy of the hooks
     smem = _smem_layout(op, target, plan)
     steps = role_steps(op, target, plan.producer)
@@ -202,7 +202,7 @@ def part_op(kernel, part: str | None):
     if part == "warps":
         return next(r for r in R.role_ops(kernel) if R.name_of(r) != "producer")
     if part == "stages":
-        return next(c for c in R.channel_ops(kernel) if R.name_of(c) == "kv")
+        return R.channel_named(kernel, "kv")
     if part in ("producer", "pingpong", "persistent"):
         return R.warp_specialize_of(kernel)
     choice = kernel_choices.BY_OPTION.get(part)

@@ -55,7 +55,7 @@ class RoleSteps:
 def role_steps(kernel, target: str, producer: bool) -> RoleSteps:
     """The steps of `kernel`'s roles, read from the L5 IR."""
     if target == "sm_80":
-        return RoleSteps(kv=kv_steps(next(r for r in R.role_ops(kernel) if R.name_of(r) == "compute"), kernel))
+        return RoleSteps(kv=kv_steps(R.role_named(kernel, "compute"), kernel))
     if target != "sm_90a" or not R.ops_in(kernel.regions[0].blocks[0], (R.MMA_WAIT,)):
         return RoleSteps()
     if producer:

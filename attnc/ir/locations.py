@@ -77,10 +77,12 @@ def op_in_words(op) -> str:
 def _at_its_attention(op, found) -> bool:
     """Whether `op`, inside an attn.attention or attn.kernel, has that op's location
     (`found`, its own)."""
+    if op.name in _ATTENTIONS:
+        return False
     parent = op.parent
     while parent is not None and parent.name not in _ATTENTIONS:
         parent = parent.parent
-    if op.name in _ATTENTIONS or parent is None:
+    if parent is None:
         return False
     outer = _file_location_of(parent)
     return outer is not None and (outer.filename, outer.start_line, outer.start_col) == \

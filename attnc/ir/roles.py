@@ -153,6 +153,16 @@ def mbarrier_ops(kernel: ir.Operation) -> list[ir.Operation]:
     return _ops_named(kernel, MBARRIER_INIT)
 
 
+def role_named(kernel: ir.Operation, name: str) -> ir.Operation:
+    """The role `name` of `kernel`'s plan (StopIteration where it has none)."""
+    return next(r for r in role_ops(kernel) if name_of(r) == name)
+
+
+def channel_named(kernel: ir.Operation, name: str) -> ir.Operation:
+    """The channel `name` of `kernel`'s plan (StopIteration where it has none)."""
+    return next(c for c in channel_ops(kernel) if name_of(c) == name)
+
+
 def name_of(op: ir.Operation) -> str:
     return ir.StringAttr(op.attributes["name"]).value
 
