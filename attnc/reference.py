@@ -203,6 +203,8 @@ class _Binder:
 
     def _check_heads(self, q: np.ndarray, k: np.ndarray) -> None:
         heads, heads_kv = q.shape[1], k.shape[1]
+        if heads_kv == 0 and heads == 0:
+            return              # H = HKV = 0: nothing to compute, as on the GPU
         if heads_kv == 0 or heads % heads_kv:
             raise AttncError(f"the {heads} query heads of 'q' must be a multiple of the "
                              f"{heads_kv} key/value heads of 'k' (GQA)", self.variant.k.span)
@@ -232,7 +234,7 @@ class _Binder:
 def _attention(variant: Variant, run: Run) -> dict[str, np.ndarray]:
     batch, heads, heads_kv, rows, keys = run.shape
     q, k, v = (_declared(getattr(run, n), getattr(variant, n).dtype) for n in "qkv")
-    kv_head = np.arange(heads) // max(1, heads // heads_kv)
+    kv_head = np.arange(heads) // max(1, heads // max(heads_kv, 1))
     o = np.zeros((batch, heads, rows, v.shape[3]))
     lse = np.full((batch, heads, rows), -np.inf)
     evaluator = Evaluator(run.dims, run.params)

@@ -70,6 +70,20 @@ def plan_launch(manifest: Manifest, args: Mapping[str, Any], platform: Platform)
                  for k in manifest.kernels for p in k.params if isinstance(p, ScratchParam)})
 
 
+def named_arguments(manifest, tensors: tuple, args: dict) -> dict:
+    """A launch's arguments by name: `tensors` are the inputs in the manifest's order."""
+    inputs = manifest.inputs
+    if len(tensors) > len(inputs):
+        raise AttncRuntimeError(f"{manifest.variant} takes {len(inputs)} positional "
+                                f"inputs ({', '.join(t.name for t in inputs)}), got {len(tensors)}")
+    named = dict(args)
+    for spec, tensor in zip(inputs, tensors):
+        if spec.name in named:
+            raise AttncRuntimeError(f"input {spec.name!r} given both by position and by name")
+        named[spec.name] = tensor
+    return named
+
+
 def _split(manifest: Manifest, args: Mapping[str, Any]) -> tuple[dict, dict]:
     tensor_names = {t.name for t in manifest.tensors}
     tensors, dims = {}, {}

@@ -16,6 +16,7 @@ import numpy as np
 
 from attnc_runtime import driver
 from attnc_runtime.dtypes import DTYPES
+from attnc_runtime.errors import AttncRuntimeError
 from attnc_runtime.tensors import CU_STREAM_LEGACY, TensorView, contiguous_strides
 
 
@@ -75,16 +76,27 @@ _STORAGE = {"f16": "float16", "bf16": "uint16", "f32": "float32", "i32": "int32"
 
 
 def _dtype_of(array: np.ndarray) -> str:
+    if array.dtype.name == "bfloat16":          # ml_dtypes' (numpy has none)
+        return "bf16"
     for name, storage in _STORAGE.items():
         if name != "bf16" and array.dtype == np.dtype(storage):
             return name
-    raise TypeError(f"no attnc dtype for numpy {array.dtype}; pass dtype=")
+    raise AttncRuntimeError(f"no attnc dtype for numpy {array.dtype}; pass dtype=")
 
 
 def _to_storage(array: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype != "bf16":
-        return array.astype(_STORAGE[dtype], copy=False)
-    return float32_to_bf16_bits(array.astype(np.float32))
+    """`array` as `dtype`'s storage: floats rounded to nearest; i32 only from integers in its
+    range (a document id must not change on the way)."""
+    if dtype == "bf16":
+        return float32_to_bf16_bits(array.astype(np.float32))
+    if dtype == "i32" and array.size:
+        if array.dtype.kind not in "iub":
+            whole = np.isfinite(array).all() and (np.asarray(array) == np.round(array)).all()
+            if not whole:
+                raise AttncRuntimeError(f"i32: the {array.dtype} array holds values that are not integers")
+        if array.min() < -2**31 or array.max() >= 2**31:
+            raise AttncRuntimeError(f"i32: the array holds {array.min()} to {array.max()}, outside its range")
+    return array.astype(_STORAGE[dtype], copy=False)
 
 
 def float32_to_bf16_bits(x: np.ndarray) -> np.ndarray:

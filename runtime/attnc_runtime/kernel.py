@@ -78,7 +78,7 @@ from typing import Any
 
 from attnc_runtime import libraries
 from attnc_runtime.bundle import Bundle, read_bundle
-from attnc_runtime.checks import LaunchPlan, Platform, plan_launch
+from attnc_runtime.checks import LaunchPlan, Platform, named_arguments, plan_launch
 from attnc_runtime.errors import AttncRuntimeError
 from attnc_runtime.manifest import Manifest
 from attnc_runtime.params import pack, param_values
@@ -131,31 +131,19 @@ class Kernel:
 
     def plan(self, *tensors, **args) -> LaunchPlan:
         """Check the arguments; raises `AttncRuntimeError` or returns what a launch will do."""
-        return plan_launch(self.manifest, self._named(tensors, args), self.platform)
+        return plan_launch(self.manifest, named_arguments(self.manifest, tensors, args), self.platform)
 
     def bind(self, /, *tensors, mask_from: "BoundLaunch | None" = None, **args) -> "BoundLaunch":
         """Checked arguments, ready to `launch`; `mask_from`: a bound launch of this bundle
         whose mask data (the block map) this one reads instead of building its own (Note
         [Reused masks])."""
-        args = self._named(tensors, args)
+        args = named_arguments(self.manifest, tensors, args)
         return BoundLaunch(self.bundle, plan_launch(self.manifest, args, self.platform), args, mask_from)
 
     def __call__(self, /, *tensors, mask_from: "BoundLaunch | None" = None, **args) -> dict[str, Any]:
         bound = self.bind(*tensors, mask_from=mask_from, **args)
         bound.launch()
         return bound.outputs
-
-    def _named(self, tensors: tuple, args: dict) -> dict:
-        inputs = self.manifest.inputs
-        if len(tensors) > len(inputs):
-            raise AttncRuntimeError(f"{self.manifest.variant} takes {len(inputs)} positional "
-                                    f"inputs ({', '.join(t.name for t in inputs)}), got {len(tensors)}")
-        named = dict(args)
-        for spec, tensor in zip(inputs, tensors):
-            if spec.name in named:
-                raise AttncRuntimeError(f"input {spec.name!r} given both by position and by name")
-            named[spec.name] = tensor
-        return named
 
     def __repr__(self) -> str:
         m = self.manifest

@@ -6,11 +6,14 @@
 The launch goes through attnc_runtime's own argument checks, grid rules and parameter
 values (`plan_launch`, `param_values`): only the memory is the emulator's. bf16 arrays
 are ml_dtypes.bfloat16 (or anything whose dtype is named 'bfloat16'). The emulated
-device is an H100/H200-like sm_90 or an A100-like sm_80 (`SimDevice`): its SM count
-picks a kernel's small grid as a GPU's would.
+device (`SimDevice`) has an H200's 132 SMs and 227 KiB of shared memory a CTA, whatever
+the bundle's target (give another to emulate an A100's 108): its SM count picks a
+kernel's small grid as a GPU's would.
 """
 from __future__ import annotations
 
+import ctypes
+import operator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,11 +21,11 @@ import numpy as np
 
 from attnc_runtime.arch import TARGETS, DeviceInfo
 from attnc_runtime.bundle import Bundle, read_bundle
-from attnc_runtime.checks import plan_launch
+from attnc_runtime.checks import named_arguments, plan_launch
 from attnc_runtime.dtypes import DTYPES
 from attnc_runtime.errors import AttncRuntimeError
 from attnc_runtime.params import param_values, tensor_map_geometry
-from attnc_runtime.tensors import TensorView, contiguous_strides
+from attnc_runtime.tensors import TensorView
 
 from attnc_sim import tma
 from attnc_sim.engine import Launch
@@ -55,18 +58,83 @@ class _Platform:
         return 0
 
 
-class _SimArray:
-    """A numpy array copied into the emulator's global memory."""
+class _Memory:
+    """The caller's arrays as the emulator's global memory: every array whose memory one
+    ndarray owns lives in one allocation that copies all of that owner's bytes, each array
+    at its own offset in it and with its own strides. So views of one buffer overlap in
+    the emulator as they do on a GPU (an output that is also an input is refused), a
+    read-only or broadcast output is refused before the launch, a strided view is read
+    through its strides, and an element's alignment is its offset in its allocation's."""
 
-    def __init__(self, memory: GlobalMemory, array: np.ndarray, dtype: str, name: str):
-        self.array, self.dtype, self.name = array, dtype, name
-        self.ptr = memory.alloc(array.nbytes)
-        memory.put(self.ptr, np.ascontiguousarray(array))
+    def __init__(self, memory: GlobalMemory):
+        self.memory = memory
+        self._owners: dict[int, tuple[np.ndarray, int, int]] = {}     # id(owner) -> (owner, low, address)
+
+    def array(self, value, dtype: str, name: str) -> "_SimArray":
+        array = value if isinstance(value, np.ndarray) else np.asarray(value)
+        if not array.dtype.isnative:
+            raise AttncRuntimeError(f"{name}: {array.dtype.str} is not in this machine's byte order; "
+                                    f"pass array.astype(array.dtype.newbyteorder('='))")
+        owner = _owner(array)
+        if id(owner) not in self._owners:
+            low, high = _byte_bounds(owner)
+            address = self.memory.alloc(high - low)
+            self.memory.put(address, _host_bytes(low, high - low))
+            self._owners[id(owner)] = (owner, low, address)
+        _, low, address = self._owners[id(owner)]
+        return _SimArray(array, dtype, name, address + array.ctypes.data - low)
+
+    def read(self, a: "_SimArray") -> np.ndarray:
+        """A's elements as the emulator's memory holds them now (a new array)."""
+        if a.array.size == 0:
+            return np.empty(a.array.shape, a.array.dtype)
+        low, high = _byte_bounds(a.array)
+        first = a.array.ctypes.data - low
+        raw = self.memory.get(a.ptr - first, high - low)
+        return np.ndarray(a.array.shape, a.array.dtype, buffer=raw, offset=first, strides=a.array.strides).copy()
+
+
+def _owner(array: np.ndarray) -> np.ndarray:
+    """The ndarray that owns `array`'s memory (or the last one before a non-array buffer)."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
+def _byte_bounds(array: np.ndarray) -> tuple[int, int]:
+    """The addresses of the first byte of `array` and one past its last."""
+    low = high = array.ctypes.data
+    if array.size:
+        for n, stride in zip(array.shape, array.strides):
+            if stride < 0:
+                low += (n - 1) * stride
+            else:
+                high += (n - 1) * stride
+        high += array.dtype.itemsize
+    return low, high
+
+
+def _host_bytes(address: int, nbytes: int) -> np.ndarray:
+    if nbytes == 0:
+        return np.zeros(0, np.uint8)
+    return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address)).copy()
+
+
+class _SimArray:
+    """An array of the caller's in the emulator's memory (`_Memory.array`)."""
+
+    def __init__(self, array: np.ndarray, dtype: str, name: str, ptr: int):
+        self.array, self.dtype, self.ptr = array, dtype, ptr
+        itemsize = array.dtype.itemsize
+        if any(s % itemsize for s in array.strides):
+            raise AttncRuntimeError(f"{name}: strides {array.strides} (bytes) are not multiples of the element "
+                                    f"size {itemsize}")
+        self.strides = tuple(s // itemsize for s in array.strides)
 
     def __attnc_view__(self) -> TensorView:
-        return TensorView(ptr=self.ptr, shape=tuple(self.array.shape),
-                          strides=contiguous_strides(tuple(self.array.shape)), dtype=self.dtype,
-                          dtype_text=str(self.array.dtype), device=0, location="cuda", library="sim")
+        return TensorView(ptr=self.ptr, shape=tuple(self.array.shape), strides=self.strides, dtype=self.dtype,
+                          dtype_text=str(self.array.dtype), device=0, location="cuda", library="sim",
+                          readonly=not self.array.flags.writeable)
 
 
 def _dtype_name(array) -> str | None:
@@ -129,10 +197,9 @@ class SimKernel:
 
     def __call__(self, *tensors, ctas=None, **args) -> dict[str, np.ndarray]:
         manifest = self.manifest
-        named = dict(args)
-        for spec, t in zip(manifest.inputs, tensors):
-            named[spec.name] = t
+        named = named_arguments(manifest, tensors, args)
         memory = GlobalMemory()
+        arrays = _Memory(memory)
         tensor_names = {t.name for t in manifest.tensors}
         sim_args = {}
         for name, value in named.items():
@@ -141,16 +208,19 @@ class SimKernel:
                 if dtype is None:
                     raise AttncRuntimeError(f"{name}: expected a numpy array of f16, bf16, f32 or i32, "
                                             f"got {np.asarray(value).dtype}")
-                sim_args[name] = _SimArray(memory, np.asarray(value), dtype, name)
+                sim_args[name] = arrays.array(value, dtype, name)
             else:
                 sim_args[name] = value
         plan = plan_launch(manifest, sim_args, _Platform(self.device.info(manifest.target)))
+        attention = [i for i in range(len(manifest.kernels)) if i not in manifest.mask_kernels]
+        if ctas is not None:
+            ctas = [_cta(c, plan.grids[attention[-1]]) for c in ctas]
         outputs = {}
         for spec, shape in plan.allocate:
             arr = np.zeros(shape, numpy_dtype(spec.dtype))
             if ctas is not None:
                 arr.view(np.uint8)[...] = UNWRITTEN
-            outputs[spec.name] = sim_args[spec.name] = _SimArray(memory, arr, spec.dtype, spec.name)
+            outputs[spec.name] = sim_args[spec.name] = arrays.array(arr, spec.dtype, spec.name)
         views = {name: obj.__attnc_view__() for name, obj in sim_args.items() if isinstance(obj, _SimArray)}
         scratch = {name: memory.alloc(nbytes) for name, nbytes in plan.scratch.items()}
         scheduler = self.last_scheduler = Scheduler(self.seed, early=self.early, quantum=self.quantum,
@@ -169,15 +239,27 @@ class SimKernel:
         result = {}
         for spec in manifest.outputs:
             obj = sim_args[spec.name]
-            data = memory.get(obj.ptr, obj.array.nbytes).view(obj.array.dtype).reshape(obj.array.shape)
-            if isinstance(named.get(spec.name), np.ndarray):
-                named[spec.name][...] = data
-            result[spec.name] = data
+            data = arrays.read(obj)
             if spec.name in outputs:
-                raw = data.view(np.uint8).reshape(data.shape + (-1,))
+                result[spec.name] = data
+                raw = data.view(np.uint8).reshape(data.shape + (data.dtype.itemsize,))
                 self.last_written[spec.name] = (raw != UNWRITTEN).any(axis=-1) if ctas is not None \
                     else np.ones(data.shape, bool)
+            else:           # the caller's array, written as a GPU launch writes it
+                obj.array[...] = data
+                result[spec.name] = obj.array
         return result
+
+
+def _cta(ctaid, grid: tuple[int, int, int]) -> tuple[int, int, int]:
+    """`ctaid` (x, y, z) checked against the attention kernel's grid."""
+    try:
+        x, y, z = (operator.index(c) for c in ctaid)
+    except (TypeError, ValueError):
+        raise AttncRuntimeError(f"ctas: {ctaid!r} is not a CTA id (x, y, z) of ints") from None
+    if not all(0 <= c < g for c, g in zip((x, y, z), grid)):
+        raise AttncRuntimeError(f"ctas: CTA {(x, y, z)} is outside the attention kernel's grid {tuple(grid)}")
+    return x, y, z
 
 
 _TMA_TYPES = {"bf16": tma.DataType.BFLOAT16, "f16": tma.DataType.FLOAT16, "f32": tma.DataType.FLOAT32,

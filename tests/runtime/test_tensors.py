@@ -163,6 +163,26 @@ def test_a_device_array_is_waited_for_on_the_legacy_stream():
     a.ptr = None                                    # nothing to free
 
 
+@pytest.mark.parametrize("values, words", [([2**31 + 5, 7], "holds 7 to 2147483653, outside its range"),
+                                           ([0.7, 2.5], "float64 array holds values that are not integers"),
+                                           ([float("nan")], "not integers")])
+def test_a_device_array_of_i32_keeps_its_values(values, words):
+    """Document ids must reach the GPU as the reference reads them: no wrapping or truncation
+    on the way to i32 (the copy itself needs a GPU; the conversion does not)."""
+    from attnc_runtime.device_array import _to_storage
+    with pytest.raises(AttncRuntimeError, match=words):
+        _to_storage(np.array(values), "i32")
+    assert _to_storage(np.array([1.0, -3.0]), "i32").tolist() == [1, -3]
+
+
+def test_a_device_array_takes_ml_dtypes_bf16():
+    import ml_dtypes
+    from attnc_runtime.device_array import _dtype_of, _to_storage
+    x = np.array([1.5, -2.0], ml_dtypes.bfloat16)
+    assert _dtype_of(x) == "bf16"
+    assert _to_storage(x, "bf16").tolist() == x.view(np.uint16).tolist()
+
+
 @pytest.mark.parametrize("layout, nested, words", [("torch.sparse_coo", False, "a torch.sparse_coo tensor"),
                                                    ("torch.strided", True, "a nested tensor")])
 def test_a_sparse_or_nested_torch_tensor_is_refused_by_name(layout, nested, words):

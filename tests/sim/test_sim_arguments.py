@@ -1,0 +1,129 @@
+"""The emulator's launches take their arguments as a GPU launch does: the caller's arrays
+with their layout (strided views read through their strides, views of one array
+overlapping), the runtime's refusals (positional inputs, an output that is an input, a
+read-only output), empty launches, and checked CTA ids; and `python -m attnc_sim`'s
+command line (dims, saved inputs, tolerances, refusals as messages)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import attnc
+from attnc.testing import ptx_bundle
+from attnc_runtime.errors import AttncRuntimeError
+from attnc_sim.__main__ import main
+from attnc_sim.device import SimKernel
+
+ROOT = Path(__file__).resolve().parents[2]
+BF16 = ml_dtypes.bfloat16
+SMALL = """attention small {
+  q: QT[B, H, M, 64]
+  k: QT[B, H, N, 64]
+  v: QT[B, H, N, 64]
+  OTHER
+  out o: OT[B, H, M, 64]
+}"""
+
+
+def _source(qt="bf16", ot="bf16", other="") -> str:
+    return SMALL.replace("OTHER", other).replace("QT", qt).replace("OT", ot)
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    return SimKernel(ptx_bundle(_source(), arch="sm_80"))
+
+
+def _write(source: str, folder: Path) -> Path:
+    """The sm_80 bundle of `source` without its cubin, written to `folder`."""
+    from attnc.backend.bundle import write_bundle
+    from attnc.backend.lowering import build
+    from attnc.driver import CompileOptions, compile_mlir
+
+    art = build(compile_mlir(source, "<test>", CompileOptions(arch="sm_80")), cubin=False)
+    write_bundle(folder, art.manifest, art.files)
+    return folder
+
+
+def _random(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32).astype(BF16)
+
+
+def _reference(q, k, v):
+    return attnc.reference(_source(), q=q.astype(np.float32), k=k.astype(np.float32), v=v.astype(np.float32))
+
+
+def test_strided_views_and_an_output_written_in_place(kernel):
+    """q every other head of a larger array, o the first half of a wider one: the kernel reads
+    and writes through the strides, o is the caller's array, and the rest of it is untouched."""
+    rng = np.random.default_rng(1)
+    wide_q = _random(rng, 1, 4, 5, 64)
+    k, v = _random(rng, 1, 2, 7, 64), _random(rng, 1, 2, 7, 64)
+    wide_o = np.full((1, 2, 5, 128), 7.0, BF16)
+    q, o = wide_q[:, ::2], wide_o[..., :64]
+    out = kernel(q, k, v, o=o)
+    assert out["o"] is o
+    assert np.abs(o.astype(np.float32) - _reference(q, k, v)["o"]).max() < 3e-2
+    assert (wide_o[..., 64:].astype(np.float32) == 7.0).all()
+
+
+def test_refusals_of_a_gpu_launch(kernel):
+    rng = np.random.default_rng(2)
+    q, k, v = _random(rng, 1, 2, 5, 64), _random(rng, 1, 2, 7, 64), _random(rng, 1, 2, 7, 64)
+    readonly = np.zeros((1, 2, 5, 64), BF16)
+    readonly.flags.writeable = False
+    cases = [
+        (lambda: kernel(q, k, v, o=q), "o: its memory overlaps q's"),
+        (lambda: kernel(q, k, v, o=readonly), "o: is read-only"),
+        (lambda: kernel(q, k, v, q), "takes 3 positional inputs (q, k, v), got 4"),
+        (lambda: kernel(q, k, v, q=q), "input 'q' given both by position and by name"),
+        (lambda: kernel(q.astype(np.float32).astype(">f4"), k, v), "not in this machine's byte order"),
+        (lambda: kernel(q, k, v, ctas=[(3, 0, 0)]), "CTA (3, 0, 0) is outside the attention kernel's grid (1, 2, 1)"),
+        (lambda: kernel(q, k, v, ctas=[(0, 0)]), "(0, 0) is not a CTA id"),
+    ]
+    before = q.copy()
+    for call, message in cases:
+        with pytest.raises(AttncRuntimeError) as e:
+            call()
+        assert message in str(e.value)
+    assert (q.view(np.uint16) == before.view(np.uint16)).all()
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 0), (0, 2, 3), (1, 0, 3)], ids=["M0", "B0", "H0"])
+def test_empty_launches(kernel, shape):
+    """No rows: nothing runs and o is empty, as the reference says."""
+    q = np.zeros((*shape, 64), BF16)
+    k = v = np.zeros((shape[0], shape[1], 4, 64), BF16)
+    out = kernel(q, k, v)
+    assert out["o"].shape == q.shape
+    assert _reference(q, k, v)["o"].shape == q.shape
+
+
+def test_command_line(tmp_path, capsys):
+    """--dim for a dim no shape carries, saved float inputs rounded to the declared dtype,
+    an f32 o compared at its inputs' tolerance, and refusals as messages (exit 2)."""
+    prefix = _write(_source(ot="f32", other="dim P\n  mask_mod(b, h, i, j) = j < P or j <= i"), tmp_path / "prefix")
+    rng = np.random.default_rng(3)
+    np.savez(tmp_path / "in.npz", q=rng.standard_normal((1, 2, 5, 64)), k=rng.standard_normal((1, 2, 7, 64)),
+             v=rng.standard_normal((1, 2, 7, 64)))
+    assert main([str(prefix), "--inputs", str(tmp_path / "in.npz"), "--dim", "P=3",
+                 "--save", str(tmp_path / "out.npz")]) == 0
+    assert "o: 10 of 10 rows compared" in capsys.readouterr().out
+    assert np.load(tmp_path / "out.npz")["o"].shape == (1, 2, 5, 64)
+    assert main([str(prefix), "--B", "1", "--H", "1", "--M", "3", "--N", "4", "--dim", "P=2",
+                 "--ctas", "5,0,0"]) == 2
+    assert "error: ctas: CTA (5, 0, 0) is outside" in capsys.readouterr().err
+    for argv, message in [(["--B", "1", "--H", "1", "--M", "3"], "give sizes for dims ['N', 'P']"),
+                          (["--B", "1", "--H", "1", "--M", "3", "--N", "4", "--dim", "P"], "expected NAME=VALUE")]:
+        with pytest.raises(SystemExit):
+            main([str(prefix), *argv])
+        assert message in capsys.readouterr().err
+
+
+def test_command_line_leaves_out_an_unused_dim(tmp_path, capsys):
+    unused = _write(_source(qt="f16", ot="f16", other="dim Q"), tmp_path / "unused")
+    assert main([str(unused), "--B", "1", "--H", "1", "--M", "3", "--N", "4"]) == 0
+    assert "o: 3 of 3 rows compared" in capsys.readouterr().out
