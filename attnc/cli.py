@@ -2,10 +2,10 @@
 
     attnc check FILE
     attnc compile FILE -arch {sm_80,sm_90a,sm_100a} --emit {mlir,ptx,cubin,bundle} [-o OUT]
-          [--print-ir-after-all] [--dump-dir DIR] [--pass-pipeline TEXT] [--load-pass FILE]
-          [--time-passes]                     # where the time went, on stderr
+          [--print-ir-after-all | --print-ir-after PASS,...] [--dump-dir DIR] [--pass-pipeline TEXT]
+          [--load-pass FILE] [--time-passes]      # where the time went, on stderr
     attnc opt FILE.mlir [-arch ...] [--pass-pipeline TEXT] [-o OUT] [--print-ir-after-all]
-          [--dump-dir DIR] [--load-pass FILE]     # re-run passes on saved IR
+          [--print-ir-after PASS,...] [--dump-dir DIR] [--load-pass FILE]     # re-run passes on saved IR
     attnc passes [--load-pass FILE]
 
 Every user mistake is an `AttncError`, printed as `file:line:col: error: ...` with
@@ -163,7 +163,8 @@ def _compile(args) -> int:
     # The pass files were loaded for the key already: loading them again would run them twice.
     load_passes = () if slot is not None and slot.passes_loaded else tuple(args.load_pass)
     options = CompileOptions(arch=args.arch, pass_pipeline=args.pass_pipeline, load_passes=load_passes,
-                             print_ir_after_all=args.print_ir_after_all, dump_dir=args.dump_dir)
+                             print_ir_after_all=args.print_ir_after_all,
+                             print_ir_after=tuple(args.print_ir_after), dump_dir=args.dump_dir)
     with timing.step("frontend: parse and check"):
         # the bytes the key was made of: a file saved again during the compile misses next time
         variant = load(slot.source if slot is not None else read_source(args.file), args.file)
@@ -212,7 +213,7 @@ def cache_slot(args) -> CacheSlot | None:
     go through the cache (Note [The kernel cache first]), or when the source or a pass file
     cannot be read or loaded: the compile then reports that where it would have."""
     from attnc.backend.cache import KernelCache, cache_key
-    if args.emit == "mlir" or args.print_ir_after_all or args.dump_dir is not None:
+    if args.emit == "mlir" or args.print_ir_after_all or args.print_ir_after or args.dump_dir is not None:
         return None
     cache = KernelCache()
     if not cache.enabled:
@@ -292,7 +293,8 @@ def cmd_opt(args) -> int:
     from attnc.frontend import read_source
     options = CompileOptions(arch=args.arch, pass_pipeline=args.pass_pipeline,
                              load_passes=tuple(args.load_pass),
-                             print_ir_after_all=args.print_ir_after_all, dump_dir=args.dump_dir)
+                             print_ir_after_all=args.print_ir_after_all,
+                             print_ir_after=tuple(args.print_ir_after), dump_dir=args.dump_dir)
     _check_output_is_not_input(args)
     _check_dump_dir_keeps_input(args)
     text = _decode(read_source(args.file), args.file)
@@ -326,7 +328,7 @@ def _decode(data: bytes, filename: str) -> str:
 def cmd_passes(args) -> int:
     from attnc.driver import describe_pipeline
     from attnc.passes import all_passes, load_pass_file
-    from attnc.passes.pipelines import LOWERING, PLAN_ONLY, TARGETS
+    from attnc.passes.pipelines import TARGETS
     for path in args.load_pass:
         load_pass_file(path)
     for info in all_passes():
@@ -338,8 +340,7 @@ def cmd_passes(args) -> int:
             print(f"    {o.name}: {o.type_name}{default}{doc}")
     print("\npipelines:")
     for target in TARGETS:
-        then = f"  (then, for code, {LOWERING[target]})" if target in PLAN_ONLY else ""
-        print(f"  {target}: {describe_pipeline(target)}{then}")
+        print(f"  {target}: {describe_pipeline(target)}")
     return 0
 
 
@@ -374,15 +375,16 @@ def summary(v) -> str:
 # --- arguments --------------------------------------------------------------------------
 def parser() -> argparse.ArgumentParser:
     from attnc.passes.pipelines import TARGETS
-    p = argparse.ArgumentParser(prog="attnc", description="A compiler for attention kernels.")
+    # allow_abbrev=False: an option is named in full (no --pass for --pass-pipeline).
+    p = argparse.ArgumentParser(prog="attnc", description="A compiler for attention kernels.", allow_abbrev=False)
     p.add_argument("--version", action=_Version, nargs=0, help="show attnc's version and exit")
     sub = p.add_subparsers(dest="command", required=True, metavar="{check,compile,opt,passes}")
 
-    check = sub.add_parser("check", help="parse and check a .attn file, print a summary")
+    check = sub.add_parser("check", allow_abbrev=False, help="parse and check a .attn file, print a summary")
     check.add_argument("file")
     check.set_defaults(run=cmd_check)
 
-    comp = sub.add_parser("compile", help="compile a .attn file for a target")
+    comp = sub.add_parser("compile", allow_abbrev=False, help="compile a .attn file for a target")
     comp.add_argument("file")
     comp.add_argument("--emit", choices=EMIT_KINDS, default="bundle",
                       help="what to produce (default: bundle)")
@@ -393,12 +395,12 @@ def parser() -> argparse.ArgumentParser:
                            "compile served from the kernel cache says so")
     comp.set_defaults(run=cmd_compile)
 
-    opt = sub.add_parser("opt", help="run passes on attn IR (e.g. a --dump-dir file)")
+    opt = sub.add_parser("opt", allow_abbrev=False, help="run passes on attn IR (e.g. a --dump-dir file)")
     opt.add_argument("file")
     _pipeline_arguments(opt, TARGETS, arch_default="the IR's target; sm_80 before attn-tile")
     opt.set_defaults(run=cmd_opt)
 
-    passes = sub.add_parser("passes", help="list the passes, their options and the pipelines")
+    passes = sub.add_parser("passes", allow_abbrev=False, help="list the passes, their options and the pipelines")
     passes.add_argument("--load-pass", metavar="FILE", action="append", default=[])
     passes.set_defaults(run=cmd_passes)
     return p
@@ -429,12 +431,22 @@ def _pipeline_arguments(p: argparse.ArgumentParser, targets, arch_default: str |
     p.add_argument("--print-ir-after-all", action="store_true",
                    help="print the IR given to the pipeline (compile: the frontend's) and after "
                         "every pass, to stderr")
+    p.add_argument("--print-ir-after", metavar="STAGES", type=_stages, default=(),
+                   help="print the IR after these stages only (comma-separated pass names, or "
+                        "frontend / input), to stderr")
     p.add_argument("--dump-dir", metavar="DIR",
                    help="write the IR after every stage to DIR/NN-<stage>.mlir")
     p.add_argument("--pass-pipeline", metavar="TEXT",
                    help='replace the target\'s pipeline, e.g. "attn-tile{block_m=64},attn-analyze-masks"')
     p.add_argument("--load-pass", metavar="FILE", action="append", default=[],
                    help="load passes from a Python file (repeatable)")
+
+
+def _stages(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(","))
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected pass names separated by commas")
+    return names
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,6 +39,7 @@ class CompileOptions:
     pass_pipeline: str | None = None          # textual; replaces the target's pipeline
     load_passes: tuple[str, ...] = ()         # Python files of user passes
     print_ir_after_all: bool = False          # IR after every stage, to `ir_stream`
+    print_ir_after: tuple[str, ...] = ()      # IR after these stages only, to `ir_stream`
     dump_dir: str | None = None               # IR after every stage, NN-<stage>.mlir files
 
 
@@ -221,6 +222,11 @@ def _attach_source_from_disk(e: AttncError) -> None:
 
 def _run_stages(module, first_stage: str, passes: list["ResolvedPass"],
                 options: CompileOptions, ir_stream: TextIO | None) -> None:
+    stages = [first_stage, *(p.spec.name for p in passes)]
+    unknown = [name for name in options.print_ir_after if name not in stages]
+    if unknown:
+        raise AttncError(f"--print-ir-after: '{unknown[0]}' is no stage of this compile; its stages are "
+                         f"{', '.join(stages)}", filename="attnc")
     observe = _stage_observers(options, ir_stream or sys.stderr)
     observe(0, first_stage, module.operation)
     run_passes(module, passes, observe)
@@ -281,7 +287,7 @@ def compile_kernel(source, arch: str = "sm_80", **options):
         return art.manifest, art.files
 
     # Asked to show or dump the IR, it compiles: a cache hit would run no pass to show.
-    observed = opts.print_ir_after_all or opts.dump_dir is not None
+    observed = opts.print_ir_after_all or bool(opts.print_ir_after) or opts.dump_dir is not None
     bundle = KernelCache(enabled=False if observed else None).get_or_build(key, build_bundle)
     return attnc_runtime.Kernel(bundle)
 
@@ -535,8 +541,8 @@ def _verify(op, pass_name: str) -> None:
 # --- stage observers --------------------------------------------------------------------
 def _stage_observers(options: CompileOptions, stream: TextIO) -> Observer:
     observers: list[Observer] = []
-    if options.print_ir_after_all:
-        observers.append(_printer(stream))
+    if options.print_ir_after_all or options.print_ir_after:
+        observers.append(_printer(stream, None if options.print_ir_after_all else set(options.print_ir_after)))
     if options.dump_dir is not None:
         observers.append(_dumper(Path(options.dump_dir)))
 
@@ -550,8 +556,11 @@ def _stage_observers(options: CompileOptions, stream: TextIO) -> Observer:
     return observe
 
 
-def _printer(stream: TextIO) -> Callable:
+def _printer(stream: TextIO, stages: set[str] | None) -> Callable:
+    """Print the IR after each stage, or after those of `stages` only."""
     def show(index: int, name: str, text: str) -> None:
+        if stages is not None and name not in stages:
+            return
         stream.write(f"// -----// IR Dump After {name} //----- //\n{text}\n")
         stream.flush()
     return show

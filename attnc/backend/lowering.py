@@ -310,8 +310,8 @@ def require_plan(module) -> None:
 
 
 def build(result, *, cubin: bool = True) -> BundleArtifacts:
-    """Everything a bundle holds, from the gpu.module attn-lower-sm80 or attn-lower-sm90a
-    put in the module (running the plan's lowering first if the pipeline did not); without
+    """Everything a bundle holds, from the gpu.module the target's lowering pass put in the
+    module (running the plan's lowering first if the pipeline did not); without
     `cubin`, the PTX alone (`--emit ptx`: no ptxas run, a bundle the runtime JITs)."""
     import json
 

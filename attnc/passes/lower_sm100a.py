@@ -21,9 +21,9 @@ gpu.module, as attn-lower-sm80 leaves it.
     after:   gpu.module @attnc_kernels attributes {attn.kernels = "[...]"} {
                gpu.func @attnc_mha_fwd(%tmap_q: !llvm.ptr, ...) kernel { ... } }
 
-Not in the default sm_100a pipeline (Note in pipelines.py, PLAN_ONLY): `attnc compile -arch
-sm_100a` runs it for code. It lowers every op the sm_100a plan passes make; an op without a
-pattern (a tile table's read) is refused at the op, naming what it lacks.
+The last pass of the sm_100a pipeline, as attn-lower-sm80 and attn-lower-sm90a are of
+theirs. It lowers every op the sm_100a plan passes make; an op without a pattern is refused
+at the op, naming what it lacks.
 """
 from __future__ import annotations
 

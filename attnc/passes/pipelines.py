@@ -19,8 +19,7 @@ TARGETS = ("sm_80", "sm_90a", "sm_100a")
 
 # Every target plans with the same passes; they differ in the recipes and tables the
 # passes consult (attnc/schedule/recipes.py, tile_table.py), then record the kernel's
-# other choices; sm_80 and sm_90a lower the plan to their kernel (L6), sm_100a's
-# lowering runs when code is asked (PLAN_ONLY).
+# other choices; each target's lowering then builds its kernel from the plan (L6).
 _PLAN = [
     ("attn-tile", {}),
     ("attn-analyze-masks", {}),
@@ -36,9 +35,6 @@ _PLAN = [
 # The targets with code generation, and the pass that lowers their plan to a kernel.
 LOWERING: dict[str, str] = {"sm_80": "attn-lower-sm80", "sm_90a": "attn-lower-sm90a",
                             "sm_100a": "attn-lower-sm100a"}
-# sm_100a's pipeline stops at the plan and its choices (`--emit mlir`); code is asked of
-# the lowering after it (`--emit ptx|cubin|bundle`, or the pass named in --pass-pipeline).
-PLAN_ONLY = ("sm_100a",)
 # What the lowering chooses beyond the plan, recorded on the ops first (Note [Kernel choices]).
 CHOICES_PASS = "attn-kernel-choices"
 
@@ -57,7 +53,7 @@ def _plan(target: str) -> list[tuple[str, dict[str, str]]]:
 
 
 PIPELINES: dict[str, list[tuple[str, dict[str, str]]]] = {
-    target: [*_plan(target), (CHOICES_PASS, {}), *([(LOWERING[target], {})] if target not in PLAN_ONLY else [])]
+    target: [*_plan(target), (CHOICES_PASS, {}), (LOWERING[target], {})]
     for target in TARGETS}
 
 PIPELINE_SOURCE = "--pass-pipeline"      # the "file name" errors in a pipeline text render with

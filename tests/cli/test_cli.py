@@ -66,7 +66,7 @@ PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-mask-kernels", "attn-hoist"
 # sm_90a's plan: its consumer warpgroups' GEMMs overlapped after the synchronization
 SM90A_PLAN = PIPELINE[:8] + ["attn-overlap-gemms"] + PIPELINE[8:]
 # sm_100a's pipeline: the plan and the two choices its lowering takes
-SM100A = PIPELINE + ["attn-kernel-choices"]
+SM100A = PIPELINE + ["attn-kernel-choices", "attn-lower-sm100a"]
 
 
 def test_compile_print_ir_after_all():
@@ -323,7 +323,7 @@ def test_passes_lists_passes_options_and_pipelines():
         assert f"{name}\n    {info.cls.__doc__.strip().splitlines()[0]}\n" in out
     assert out.endswith("\npipelines:\n" + f"  sm_80: {','.join(PIPELINE)},attn-kernel-choices,attn-lower-sm80\n"
                         + f"  sm_90a: {','.join(SM90A_PLAN)},attn-kernel-choices,attn-lower-sm90a\n"
-                        + f"  sm_100a: {','.join(SM100A)}  (then, for code, attn-lower-sm100a)\n")
+                        + f"  sm_100a: {','.join(SM100A)}\n")
 
 
 def test_opt_runs_passes_on_saved_ir(tmp_path):
@@ -364,6 +364,20 @@ def test_process_compile_gemma2_sm100a():
     assert p.returncode == 0, p.stderr
     assert p.stderr.count("// -----// IR Dump After") == 1 + len(SM100A)
     assert '"attn.kernel"' in p.stdout and 'loc("examples/gemma2.attn"' in p.stdout
+
+
+def test_print_ir_after_named_stages_only():
+    """--print-ir-after names the stages to show (MLIR's spelling, `=` or a space); a name that
+    is no stage of the compile is refused with the stages listed; options are named in full."""
+    p = _attnc("compile", "examples/mha.attn", "-arch", "sm_90a", "--emit", "mlir", "-o", os.devnull,
+               "--print-ir-after=attn-tile,attn-insert-pipelines")
+    assert p.returncode == 0, p.stderr
+    assert re.findall(r"IR Dump After (\S+)", p.stderr) == ["attn-tile", "attn-insert-pipelines"]
+    p = _attnc("compile", "examples/mha.attn", "--emit", "mlir", "-o", os.devnull, "--print-ir-after", "attn-til")
+    assert p.returncode == 1 and "--print-ir-after: 'attn-til' is no stage of this compile; its stages are " \
+        "frontend, attn-tile," in p.stderr
+    p = _attnc("compile", "examples/mha.attn", "--pass", "attn-tile")
+    assert p.returncode == 2 and "unrecognized arguments: --pass attn-tile" in p.stderr
 
 
 def test_process_error_has_no_traceback():

@@ -39,8 +39,8 @@ def test_print_ir_after_all_shows_l1_then_every_pass():
                           ir_stream=out)
     text = out.getvalue()
     assert _headers(text) == [f"// -----// IR Dump After {stage} //----- //"
-                              for stage in ["frontend", *PIPELINE, "attn-kernel-choices"]]
-    l1, tiled, masked, mapped, hoisted, roles, smem, tmem, pipelined, verified, chosen = \
+                              for stage in ["frontend", *PIPELINE, "attn-kernel-choices", "attn-lower-sm100a"]]
+    l1, tiled, masked, mapped, hoisted, roles, smem, tmem, pipelined, verified, chosen, lowered = \
         text.split("// -----// IR Dump After ")[1:]
     assert "block_m" not in l1 and 'loc("examples/gemma2.attn":7:37)' in l1
     assert 'target = "sm_100a"' in tiled and "mask_kind" not in tiled
@@ -61,8 +61,9 @@ def test_print_ir_after_all_shows_l1_then_every_pass():
     assert verified.split("\n", 1)[1] == pipelined.split("\n", 1)[1]
     # sm_100a's two choices (Note [Choices on sm_100a]) on their ops
     assert "lazy = true" in chosen and "exp2_fma = 0" in chosen and "lazy" not in verified
-    assert [s.name for s in result.pipeline] == PIPELINE + ["attn-kernel-choices"]
-    assert result.text in chosen
+    assert [s.name for s in result.pipeline] == PIPELINE + ["attn-kernel-choices", "attn-lower-sm100a"]
+    assert "gpu.module @attnc_kernels" in lowered and "gpu.module" not in chosen
+    assert result.text in lowered
 
 
 def test_dump_dir_writes_every_stage_and_opt_replays_it(tmp_path):

@@ -44,8 +44,7 @@ FULL_PIPELINE = ["attn-tile", "attn-analyze-masks", "attn-mask-kernels", "attn-h
 def test_every_target_pipeline_is_the_full_plan():
     assert set(PIPELINES) == set(TARGETS)
     for target in TARGETS:
-        lowering = {"sm_80": ["attn-kernel-choices", "attn-lower-sm80"],
-                    "sm_90a": ["attn-kernel-choices", "attn-lower-sm90a"]}.get(target, ["attn-kernel-choices"])
+        lowering = ["attn-kernel-choices", f"attn-lower-{target.replace('_', '')}"]
         plan = FULL_PIPELINE[:8] + ["attn-overlap-gemms"] + FULL_PIPELINE[8:] if target == "sm_90a" else FULL_PIPELINE
         assert PIPELINES[target] == [(name, {}) for name in plan + lowering]
         for name, _ in PIPELINES[target]:

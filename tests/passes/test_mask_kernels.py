@@ -214,9 +214,9 @@ def test_sm100a_builds_its_map_from_the_program():
     table's runs give the ranges) follows the program's options too."""
     docs = ROOT_EXAMPLES / "docs_sink.attn"
     with_map = {"attn-kernel-choices": {"run_ranges": False}}
-    default = ptx_bundle(docs, "sm_100a", pass_pipeline=pipeline_with("sm_100a", with_map) + ",attn-lower-sm100a")
-    two = ptx_bundle(docs, "sm_100a", pass_pipeline=pipeline_with(
-        "sm_100a", {"attn-mask-kernels": {"groups": 2}, **with_map}) + ",attn-lower-sm100a")
+    default = ptx_bundle(docs, "sm_100a", pass_pipeline=pipeline_with("sm_100a", with_map))
+    two = ptx_bundle(docs, "sm_100a", pass_pipeline=pipeline_with("sm_100a", {"attn-mask-kernels": {"groups": 2},
+                                                                              **with_map}))
     grids = [[k.grid[0][0] for k in b.manifest.kernels if k.name == "blockmap"][0] for b in (default, two)]
     assert [g.by for g in grids] == [128 * 4 * 4, 128 * 4 * 2]         # 128-key blocks
 
