@@ -459,7 +459,8 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "emit", None) == "cubin" and not args.output:
         cli.error("--emit cubin writes a binary: give the file with -o")     # exit status 2
     try:
-        DEBUG.get()             # a malformed ATTNC_DEBUG is refused, as the other variables are
+        for knob in config.KNOBS:
+            knob.get()          # a malformed variable is refused up front, even where a cache hit skips its use
         status = args.run(args)
         sys.stdout.flush()      # a reader gone away shows here, not at the interpreter's exit
         return status

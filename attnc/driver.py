@@ -227,7 +227,7 @@ def _run_stages(module, first_stage: str, passes: list["ResolvedPass"],
     if unknown:
         raise AttncError(f"--print-ir-after: '{unknown[0]}' is no stage of this compile; its stages are "
                          f"{', '.join(stages)}", filename="attnc")
-    observe = _stage_observers(options, ir_stream or sys.stderr)
+    observe = _stage_observers(options, ir_stream or sys.stderr, stages)
     observe(0, first_stage, module.operation)
     run_passes(module, passes, observe)
 
@@ -460,7 +460,7 @@ def _attnc_pass(p: ResolvedPass, after: Callable) -> Callable:
                 p.run(op, pass_)
         except AttncError as e:
             raise _at_the_option(e, p) from None
-        except Exception as e:
+        except (Exception, SystemExit) as e:     # a user pass's sys.exit() is its failure too
             if p.origin == "built-in":
                 raise                     # a compiler bug: the CLI reports it as one
             raise AttncError(f"pass '{p.spec.name}' (from {p.origin}) failed{_user_failure(p.origin, e)} "
@@ -539,12 +539,12 @@ def _verify(op, pass_name: str) -> None:
 
 
 # --- stage observers --------------------------------------------------------------------
-def _stage_observers(options: CompileOptions, stream: TextIO) -> Observer:
+def _stage_observers(options: CompileOptions, stream: TextIO, stages: list[str]) -> Observer:
     observers: list[Observer] = []
     if options.print_ir_after_all or options.print_ir_after:
         observers.append(_printer(stream, None if options.print_ir_after_all else set(options.print_ir_after)))
     if options.dump_dir is not None:
-        observers.append(_dumper(Path(options.dump_dir)))
+        observers.append(_dumper(Path(options.dump_dir), stages))
 
     def observe(index: int, name: str, op) -> None:
         if not observers:
@@ -566,13 +566,17 @@ def _printer(stream: TextIO, stages: set[str] | None) -> Callable:
     return show
 
 
-def _dumper(folder: Path) -> Callable:
-    """Writes stage NN to folder/NN-<stage>.mlir, after removing the NN-*.mlir files an
-    earlier run left there (a longer pipeline's would pass for this run's)."""
+def _dumper(folder: Path, stages: list[str]) -> Callable:
+    """Writes stage NN to folder/NN-<stage>.mlir, after removing the dumps an earlier run
+    left there (a longer pipeline's would pass for this run's): the NN-<stage>.mlir files
+    of a stage this run has or of an attnc pass; other files stay."""
+    from attnc.passes.registry import known_names
+    names = {*stages, *known_names(), FRONTEND_STAGE, INPUT_STAGE}
     try:
         folder.mkdir(parents=True, exist_ok=True)
         for old in folder.glob("[0-9][0-9]-*.mlir"):
-            old.unlink()
+            if old.name[3:-len(".mlir")] in names:
+                old.unlink()
     except OSError as e:
         raise AttncError(f"cannot prepare the dump folder '{folder}': {e.strerror}",
                          filename="attnc") from None

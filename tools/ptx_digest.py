@@ -42,10 +42,9 @@ def ptx_of(filename: str, source: str, arch: str) -> str:
     from attnc.backend.ptx import to_ptx
     from attnc.driver import CompileOptions, compile_mlir
     from attnc.passes.lower_kernel import SPECIALIZATION_ATTR, lowered_gpu_module
-    from attnc.passes.pipelines import LOWERING, PLAN_ONLY, format_pipeline, target_pipeline
+    from attnc.passes.pipelines import format_pipeline, target_pipeline
 
-    # a plan-only target's lowering runs after its pipeline, as when code is asked
-    pipeline = format_pipeline(target_pipeline(arch)) + (f",{LOWERING[arch]}" if arch in PLAN_ONLY else "")
+    pipeline = format_pipeline(target_pipeline(arch))
     result = compile_mlir(source, filename, CompileOptions(arch=arch, pass_pipeline=pipeline))
     gpu_module = lowered_gpu_module(result.module)
     target = json.loads(ir.StringAttr(gpu_module.attributes[SPECIALIZATION_ATTR]).value)["target"]

@@ -135,8 +135,12 @@ def kernel_variant(op: ir.Operation, source: str = "", filename: str = "<input>"
     params = tuple(Tensor(n, "param", d, s, span) for n, d, s in zip(names, dtypes, shapes))
     outputs = tuple(Tensor(n, n, _element(r.type), _shape_of(r.type, get_shape(op, "q_shape"), n), span)
                     for n, r in zip(_strings(op, "outputs"), op.results))
+    name = get_str(op, "variant")
+    if not name.isidentifier():
+        raise error_at(op, f'attribute variant = "{name}": a variant\'s name is an identifier (the kernel\'s symbol '
+                           f'is made of it)')
     return KernelVariant(
-        name=get_str(op, "variant"),
+        name=name,
         q=Tensor("q", "q", dtype, get_shape(op, "q_shape"), span),
         k=Tensor("k", "k", dtype, get_shape(op, "k_shape"), span),
         v=Tensor("v", "v", dtype, get_shape(op, "v_shape"), span),

@@ -32,6 +32,7 @@ import difflib
 import functools
 import importlib
 import importlib.util
+import math
 import sys
 import typing
 from dataclasses import dataclass
@@ -330,10 +331,13 @@ def parse_option(pass_name: str, option: Option, text: str) -> Any:
                              f"got '{text}'") from None
     if base is float:
         try:
-            return float(text)
+            value = float(text)
         except ValueError:
-            raise AttncError(f"option '{option.name}' of {pass_name} expects a number, "
+            value = math.nan
+        if not math.isfinite(value):            # inf, nan and 1e400 too: no pass means them
+            raise AttncError(f"option '{option.name}' of {pass_name} expects a finite number, "
                              f"got '{text}'") from None
+        return value
     if base is str or base is typing.Any:
         return text
     raise AttncError(f"option '{option.name}' of {pass_name} is declared {getattr(base, '__name__', base)}, "

@@ -58,6 +58,8 @@ class TileTypes:
     def of(op: ir.Operation, out_dtype: str) -> "TileTypes":
         block_m, block_n = get_int(op, "block_m"), get_int(op, "block_n")
         d_qk, d_v, dtype = get_int(op, "head_dim_qk"), get_int(op, "head_dim_v"), get_str(op, "dtype")
+        if dtype not in ("bf16", "f16", "f32"):     # f32: refused by the lowerings, which name the MMA
+            raise error_at(op, f'attribute dtype = "{dtype}": q, k and v are "bf16" or "f16"')
         return TileTypes(q=tile_type([block_m, d_qk], dtype, "smem"), k=tile_type([block_n, d_qk], dtype, "smem"),
                          v=tile_type([block_n, d_v], dtype, "smem"), s=tile_type([block_m, block_n], "f32", "reg"),
                          p=tile_type([block_m, block_n], dtype, "reg"), rows=tile_type([block_m], "f32", "reg"),
@@ -307,6 +309,10 @@ def _kv_loop(kernel: ir.Operation, r: KvRange, state: list, score: HookSource | 
     q_tiles = [o.result for o in body.operations if o.name == tiles.LOAD]      # the Q tiles (Note [Q tiles of a CTA])
     out_dtype = str(ir.RankedTensorType(kernel.results[0].type).element_type)
     types = TileTypes.of(kernel, out_dtype)
+    if q_tiles and q_tiles[0].type != types.q:
+        # a dump edited in its attributes (block_m, head_dim_qk, dtype) and not in its tiles
+        raise error_at(kernel, f"the kernel's attributes (block_m, head_dim_qk, dtype) make Q's tile {types.q}, "
+                               f"but the program loads {q_tiles[0].type}: they must agree")
     one = arith.constant(tiles.i32(), 1)
     loop = scf.ForOp(r.lo, r.hi, one, state)
     loop.operation.attributes[KV_LOOP] = ir.StringAttr.get(kind)

@@ -112,7 +112,7 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
     from mlir import ir
 
     from attnc.errors import AttncError
-    from attnc.ir import attention_ops, error_at, get_int, get_str
+    from attnc.ir import attention_ops, error_at, get_int, get_str, set_int
     from attnc.ir import roles as R
     from attnc.ir.roles import warp_specialize_of
     from attnc.schedule.recipes import default_persistent
@@ -120,6 +120,7 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
     from attnc.schedule.partition import Partition
     from attnc.schedule.recipes import check_register_budget, recipe
     from attnc.schedule.walk import ORDER, ORDERS, PAIRS
+    from attnc.passes.tile_table import TARGET_LIMITS
 
     for op in attention_ops(module):
         if warp_specialize_of(op) is not None:
@@ -133,6 +134,11 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
                                "since attn-tile and attn-analyze-masks made them; the kernels build the key range "
                                "the mask analysis gives: edit the mask (or its kv_range function) instead (Note "
                                "[The key range as made] in attnc/ir/roles.py)")
+        warps = get_int(op, "num_warps")
+        limits = TARGET_LIMITS.get(target)
+        if limits is not None and warps not in limits.num_warps:
+            raise error_at(op, f"attribute num_warps = {warps}: {target}'s kernel layout uses "
+                               f"{' or '.join(map(str, limits.num_warps))} warps (attn-tile)")
         if target != "sm_90a":
             # producer=0 and pingpong=0 ask for what the target does anyway
             for name, value, asks in (("consumers", consumers, consumers is not None),
@@ -163,10 +169,13 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
                                  f"plan's CTAs are not persistent (persistent=1)")
             pairs = two_blocks(op, tile, target, q_blocks_per_cta)
             walk = (walk_order or ORDER) if stays else PAIRS if pairs else None
-            r = recipe(target, num_warps=get_int(op, "num_warps"), kv_stages=get_int(op, "stages"),
+            r = recipe(target, num_warps=warps, kv_stages=get_int(op, "stages"),
                        q_tiles=tile.q_tiles, consumers=n, producer=has_producer, persistent=stays,
                        pingpong=turns)
             check_register_budget(r)
+            # the plan's roles decide the warps (a producer or persistent CTAs add a warpgroup
+            # to attn-tile's guess): the attribute says what the kernel launches
+            set_int(op, "num_warps", r.num_warps)
             with op.context:
                 ws = Partition(r, op, walk).run()
                 for name, chosen in ((R.PINGPONG, turns), (R.PERSISTENT, stays)):

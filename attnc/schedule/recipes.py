@@ -77,6 +77,9 @@ SMEM_BYTES = {"sm_80": 166912, "sm_90a": 232448, "sm_100a": 232448}
 CP_ASYNC_MBARRIER = "cp.async.mbarrier"     # cp.async, each thread's landing reported on an mbarrier
 
 
+SM90A_CONSUMERS = (1, 2)         # sm_90a's consumer warpgroups, 64 query rows each
+
+
 def recipe(target: str, *, num_warps: int, kv_stages: int, q_tiles: int = 1,
            consumers: int = 2, producer: bool = True, persistent: bool = False,
            pingpong: bool = False) -> Recipe:
@@ -92,7 +95,7 @@ def recipe(target: str, *, num_warps: int, kv_stages: int, q_tiles: int = 1,
     build = _RECIPES.get(target)
     if build is None:
         raise AttncError(f"unknown target '{target}'; targets are {', '.join(_RECIPES)}")
-    if target == "sm_90a" and consumers not in (1, 2):
+    if target == "sm_90a" and consumers not in SM90A_CONSUMERS:
         raise AttncError(f"consumers={consumers}: sm_90a has 1 or 2 consumer warpgroups")
     if persistent and not (target in ("sm_90a", "sm_100a") and producer):
         raise AttncError("persistent CTAs are sm_90a's producer warpgroup's kernel and sm_100a's: a plan with a "

@@ -130,11 +130,16 @@ def test_emit_cubin_needs_o():
     assert err.endswith("attnc: error: --emit cubin writes a binary: give the file with -o\n")
 
 
-def test_a_malformed_attnc_debug_is_refused(monkeypatch):
-    monkeypatch.setenv("ATTNC_DEBUG", "garbage")
-    status, out, err = run_attnc(["check", "examples/mha.attn"])
-    assert (status, out) == (1, "")
-    assert err.startswith("attnc: error: environment variable ATTNC_DEBUG='garbage' is not a boolean")
+@pytest.mark.parametrize("variable", ["ATTNC_DEBUG", "ATTNC_VERIFY_BESIDE", "ATTNC_DISABLE_CACHE"])
+def test_a_malformed_variable_is_refused(monkeypatch, variable):
+    """Refused by every command, up front: also a compile the kernel cache would serve
+    without reading it (the first run fills the cache)."""
+    run_attnc(["compile", "examples/mha.attn", "--emit", "ptx", "-o", os.devnull])
+    monkeypatch.setenv(variable, "garbage")
+    for argv in (["check", "examples/mha.attn"], ["compile", "examples/mha.attn", "--emit", "ptx", "-o", os.devnull]):
+        status, out, err = run_attnc(argv)
+        assert (status, out) == (1, "")
+        assert err.startswith(f"attnc: error: environment variable {variable}='garbage' is not a boolean")
 
 
 def _check_bundle(folder: Path) -> dict:

@@ -133,3 +133,14 @@ def test_code_of_a_module_without_an_attention_op_is_refused(tmp_path):
                     "--pass-pipeline", "my-erase"])
     assert err == ("attnc: error: the module holds no attention op to generate code from (a pass removed it?): "
                    "--emit mlir shows what the passes left\n")
+
+
+def test_a_user_pass_that_exits_fails_its_pass(tmp_path):
+    """sys.exit() in a user pass is its failure, not the compiler's silent exit (status 0,
+    nothing written)."""
+    path = tmp_path / "exiter.py"
+    path.write_text(user_pass_source("my-exit", "raise SystemExit(0)"))
+    err = _refused(["compile", "examples/mha.attn", "--emit", "mlir", "-o", str(tmp_path / "out.mlir"),
+                    "--load-pass", str(path), "--pass-pipeline", "my-exit"])
+    assert err.startswith(f"examples/mha.attn: error: pass 'my-exit' (from {path}) failed at {path}:")
+    assert "SystemExit: 0" in err and not (tmp_path / "out.mlir").exists()

@@ -66,6 +66,17 @@ def test_print_ir_after_all_shows_l1_then_every_pass():
     assert result.text in lowered
 
 
+def test_dump_dir_removes_earlier_dumps_only(tmp_path):
+    """A longer pipeline's dumps go before a shorter one's are written; a file of the user's
+    that looks like a dump but names no stage stays."""
+    compile_file("examples/mha.attn", CompileOptions(dump_dir=str(tmp_path), pass_pipeline="attn-tile,attn-analyze-masks"))
+    for name in ("99-notes.mlir", "05-important.mlir", "notes.txt"):
+        (tmp_path / name).write_text("keep")
+    compile_file("examples/mha.attn", CompileOptions(dump_dir=str(tmp_path), pass_pipeline="attn-tile"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "00-frontend.mlir", "01-attn-tile.mlir", "05-important.mlir", "99-notes.mlir", "notes.txt"]
+
+
 def test_dump_dir_writes_every_stage_and_opt_replays_it(tmp_path):
     compile_file("examples/sliding_window.attn", CompileOptions(arch="sm_90a", dump_dir=str(tmp_path)))
     names = sorted(p.name for p in tmp_path.iterdir())

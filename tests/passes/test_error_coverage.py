@@ -289,6 +289,15 @@ def _rest(arch: str, after: str) -> str:
                  'name = "s1", producer = "mma", space = "tmem", stages = 1048576 : i64',
                  "attn-insert-pipelines: channel 's1' has stages = 1048576 and its buffer tS1 holds 1",
                  id="stages-apart-from-the-buffers"),
+    pytest.param("gemma2", "sm_90a", "attn-tile", 'dtype = "bf16"', 'dtype = "f8"',
+                 'attribute dtype = "f8": q, k and v are "bf16" or "f16"', id="dtype-of-no-element"),
+    pytest.param("gemma2", "sm_90a", "attn-tile", "block_m = 128 : i64", "block_m = 64 : i64",
+                 "the kernel's attributes (block_m, head_dim_qk, dtype) make Q's tile !attn.tile<[64, 128], bf16, "
+                 "\"smem\">, but the program loads !attn.tile<[128, 128], bf16, \"smem\">", id="block-m-apart-from-q"),
+    pytest.param("gemma2", "sm_90a", "attn-tile", "num_warps = 12 : i64", "num_warps = 7 : i64",
+                 "attribute num_warps = 7: sm_90a's kernel layout uses 8 or 12 or 16 warps", id="warps-of-no-layout"),
+    pytest.param("mha", "sm_80", "attn-kernel-choices", 'variant = "mha"', 'variant = ""',
+                 'attribute variant = "": a variant\'s name is an identifier', id="variant-of-no-name"),
 ])
 def test_an_edit_a_pass_reads_is_refused_not_a_crash(example, arch, stage, old, new, message):
     plan = _replaced(_example_plan(example, arch, stage), old, new)

@@ -286,7 +286,10 @@ OPTION_PASS = """
 
 
 @pytest.mark.parametrize("name, type_, default, given, message", [
-    ("errors-float-option", "float", "1.0", "big", "option 'value' of errors-float-option expects a number, got 'big'"),
+    ("errors-float-option", "float", "1.0", "big", "option 'value' of errors-float-option expects a finite number, "
+                                                   "got 'big'"),
+    ("errors-float-option", "float", "1.0", "inf", "option 'value' of errors-float-option expects a finite number, "
+                                                   "got 'inf'"),
     ("errors-tuple-option", "tuple", "()", "1", "option 'value' of errors-tuple-option is declared tuple, which a "
                                               "pipeline cannot give: options are str, int, float or bool"),
 ])
