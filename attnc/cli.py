@@ -87,7 +87,12 @@ def emit_bundle(code: _Code, out: Path | None) -> None:
     try:
         write_bundle(path, code.manifest, code.files)
     except OSError as e:
-        reason = str(e) if isinstance(e, FileExistsError) else e.strerror or str(e)
+        if e.errno is None:                     # write_bundle's own refusal, which says why
+            reason = str(e)
+        elif e.filename and Path(e.filename).is_file():     # a folder on the way is a file
+            reason = f"'{e.filename}' is a file, not a folder"
+        else:
+            reason = e.strerror or str(e)
         raise AttncError(f"cannot write the bundle '{path}': {reason}", filename="attnc") from None
     print(f"wrote {path}/: " + ", ".join(["manifest.json", *sorted(code.files)]))
 

@@ -63,14 +63,24 @@ def steps_read(spec: ForwardSpec) -> ForwardSpec:
     return spec
 
 
-def op_choice_error(spec: ForwardSpec | None, option: str, value) -> str | None:
-    """Why an op of `spec`'s kernel cannot hold `value` of the choice of its own `option`
-    (Note [Choices op by op] in attnc/passes/kernel_choices.py), or None; exp2_fma's
-    range needs no spec (sm_100a's lowering has none)."""
+def choice_value_error(option: str, value) -> str | None:
+    """Why no kernel takes `value` of the choice of its own `option`, or None."""
     if option == "exp2_fma" and not 0 <= value <= 8:
         return f"exp2_fma={value}: expected 0 to 8 (of every 8 scores of a row, those whose exp2 runs on the FMA pipe)"
     if option == "interval_test" and value not in INTERVAL_TESTS:
         return f"interval_test={value!r}: expected one of {INTERVAL_TESTS}"
+    if option == "qk_unroll" and value < 0:
+        return f"qk_unroll={value}: expected 0 or more"
+    return None
+
+
+def op_choice_error(spec: ForwardSpec | None, option: str, value) -> str | None:
+    """Why an op of `spec`'s kernel cannot hold `value` of the choice of its own `option`
+    (Note [Choices op by op] in attnc/passes/kernel_choices.py), or None; without a spec
+    (sm_100a's lowering has none), only what no kernel takes (`choice_value_error`)."""
+    problem = choice_value_error(option, value)
+    if problem or spec is None:
+        return problem
     if option == "interval_test" and value == "bits" and spec.block_n > 128:
         return (f"interval_test='bits' needs block_n <= 128 (32 scores per row and lane), not {spec.block_n}: "
                 f"use 'range' or 'pair'")
@@ -81,8 +91,6 @@ def op_choice_error(spec: ForwardSpec | None, option: str, value) -> str | None:
     if option == "staged_o" and value and not spec.can_stage_o:
         return ("staged_o needs a kernel with one query block per CTA, no producer warpgroup and a 16-bit O "
                 "that fits in its tiles' shared memory")
-    if option == "qk_unroll" and value < 0:
-        return f"qk_unroll={value}: expected 0 or more"
     if option == "qk_unroll" and value and spec.target != "sm_80":
         return (f"qk_unroll={value}: it rolls sm_80's QK^T k16 steps into a loop; {spec.target} issues "
                 f"QK^T as one wgmma group (0 there)")

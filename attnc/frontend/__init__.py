@@ -5,6 +5,7 @@ reference from here.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from attnc.errors import AttncError
@@ -17,9 +18,20 @@ __all__ = ["parse", "check", "load", "load_file", "read_source", "Hook", "Tensor
 
 def load(source: str | bytes, filename: str = "<input>") -> Variant:
     """Parse and check `.attn` source; raises `AttncError` on the first mistake."""
-    decl = parse(source, filename)
+    try:
+        decl = parse(source, filename)
+    except AttncError:
+        if _MLIR.match(source if isinstance(source, str) else source.decode("utf-8", "replace")):
+            raise AttncError(f"this is MLIR, not an .attn source: run passes on it with `attnc opt {filename} "
+                             f"--pass-pipeline ...` (a dump's number says how many of its target's passes ran)",
+                             filename=filename) from None
+        raise
     text = source if isinstance(source, str) else source.decode("utf-8")
     return check(decl, text, filename)
+
+
+# What an MLIR file (an `attnc compile --dump-dir` dump) starts with, past its comments.
+_MLIR = re.compile(r"\ufeff?(?://[^\n]*\n|\s)*(?:module\b|func\.func\b|gpu\.module\b|\"builtin\.module\")")
 
 
 def load_file(path: str | Path) -> Variant:
@@ -35,6 +47,6 @@ def read_source(path: str | Path) -> bytes:
     except FileNotFoundError:
         raise AttncError(f"no such file: '{path}'", filename="attnc") from None
     except IsADirectoryError:
-        raise AttncError(f"'{path}' is a directory, not a .attn file", filename="attnc") from None
+        raise AttncError(f"'{path}' is a directory, not a file", filename="attnc") from None
     except OSError as e:
         raise AttncError(f"cannot read '{path}': {e.strerror}", filename="attnc") from None

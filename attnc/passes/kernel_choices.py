@@ -212,6 +212,7 @@ def choose(module, **given) -> None:
     op = attention_ops(module)[0]
     target = required_attr(op, "target", NAME)
     given = {name: value for name, value in given.items() if value is not None}
+    _check_values(given)
     other = [name for name in given if name not in SM100A_CHOICES]
     if target == "sm_100a" and other:       # Note [Choices on sm_100a]
         raise error_at(op, f"{other[0]}={_text(given[other[0]])}: no choice of attn-lower-sm100a, which takes "
@@ -244,6 +245,21 @@ def choose(module, **given) -> None:
         write(op, {c.option: c.value_in(lowered) for c in CHOICES if c.option not in given}, sites)
     if verified:
         remember_verified(op)
+
+
+def _check_values(given: dict) -> None:
+    """The values given that no kernel takes, refused at their option whatever the variant
+    (a variant without the op a choice sits on would otherwise never read it)."""
+    from attnc.backend.qtiles import MAX_TAIL_WAVES
+    from attnc.backend.spec_checks import choice_value_error
+    from attnc.errors import AttncError
+
+    for name in ("exp2_fma", "interval_test", "qk_unroll"):
+        problem = choice_value_error(name, given[name]) if name in given else None
+        if problem:
+            raise AttncError(problem)
+    if not 0 <= given.get("tail_waves", 0) <= MAX_TAIL_WAVES:
+        raise AttncError(f"tail_waves={given['tail_waves']}: expected 0 (off) to {MAX_TAIL_WAVES}")
 
 
 def sm100a_choices(kernel) -> dict:

@@ -193,7 +193,8 @@ def load_pass_file(path: str | Path) -> list[str]:
 
 def _load_pass_file(path: Path) -> list[str]:
     if not path.is_file():
-        raise AttncError(f"cannot load passes from '{path}': no such file")
+        raise AttncError(f"cannot load passes from '{path}': "
+                         f"{'a directory, not a Python file' if path.is_dir() else 'no such file'}")
     module = _import_file(path)
     listed = [register(cls).name for cls in getattr(module, "PASSES", ())]
     decorated = [n for n, origin in _user_origins.items() if origin == module.__file__]

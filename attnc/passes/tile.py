@@ -250,7 +250,7 @@ def _limits(target: str | None) -> TargetLimits:
     if target is None:
         raise TileError("attn-tile needs a target: pass -arch, or target=sm_80|sm_90a|sm_100a")
     if target not in TARGET_LIMITS:
-        raise TileError(f"unsupported target '{target}'; supported targets are "
+        raise TileError(f"target={target}: unsupported; supported targets are "
                         f"{', '.join(TARGET_LIMITS)}")
     return TARGET_LIMITS[target]
 
@@ -346,7 +346,12 @@ def _fits_smem(target: str, limits: TargetLimits, shape: ProblemShape, c: TileCo
 
 
 def _check_smem(target, limits: TargetLimits, shape, c: TileConfig) -> None:
+    from attnc.schedule.alloc import sync_bytes
+    from attnc.schedule.recipes import recipe
     parts = smem_parts(target, shape, c)
+    # the mbarriers after the buffers, as attn-alloc-smem places them
+    parts["mbarriers"] = sync_bytes(recipe(target, num_warps=c.num_warps, kv_stages=c.stages, q_tiles=c.q_tiles),
+                                    _alloc_tile(shape, c))
     need = sum(parts.values())
     if need > limits.smem_bytes:
         detail = " + ".join(f"{name} {_kb(n)}" for name, n in parts.items() if n)
@@ -377,4 +382,4 @@ def _check_registers(target, limits: TargetLimits, shape, c: TileConfig) -> None
 
 
 def _kb(n: int) -> str:
-    return f"{n / 1024:g} KB"
+    return f"{n // 1024} KB" if n % 1024 == 0 else f"{n} bytes"

@@ -19,10 +19,12 @@ the line of a hand-edited `.mlir` file:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
+from attnc.errors import AttncError
 from attnc.passes.registry import Pass
+from attnc.schedule.verify import MAX_STATES
 
 
 @dataclass(frozen=True)
@@ -30,23 +32,32 @@ class VerifyPipeline(Pass):
     """Check the roles' mbarrier / cp.async / named-barrier ops by exhaustive simulation."""
 
     name: ClassVar[str] = "attn-verify-pipeline"
+    max_states: int = field(default=MAX_STATES, metadata={
+        "doc": "states an exploration may visit before it gives up, unverified (an error): more K/V stages "
+               "take more (sm_100a's docs_sink at 7 stages verifies within 3000000)"})
+
+    def __post_init__(self):
+        if self.max_states < 1:
+            raise AttncError(f"max_states={self.max_states}: expected 1 or more")
 
     def run(self, module) -> None:
         from attnc.schedule import beside
-        verify_pipeline(module, beside=beside.deferring())
+        verify_pipeline(module, beside=beside.deferring(), max_states=self.max_states)
 
 
-def verify_pipeline(module, beside: bool = False) -> None:
+def verify_pipeline(module, beside: bool = False, max_states: int = MAX_STATES) -> None:
     """Check every attn.kernel of `module`; with `beside`, explore its interleavings beside
     the passes after this one (Note [The check beside the lowering] in
     attnc/schedule/beside.py), which the driver waits for when the pipeline ends."""
-    from attnc.errors import AttncError
     from attnc.ir import attention_ops, error_at
     from attnc.ir.roles import PUT, GET, ops_in, role_block, role_ops, remember_verified
     from attnc.passes import plan_ir
     from attnc.schedule import beside as deferred
     from attnc.schedule.recipes import check_register_budget
-    from attnc.schedule.verify import explore, kernel_explorations
+    from attnc.schedule.verify import explore as explore_states, kernel_explorations
+
+    def explore(*exploration):
+        return explore_states(*exploration, max_states=max_states)
 
     for op in attention_ops(module):
         plan_ir.require_roles(op, VerifyPipeline.name)
@@ -55,8 +66,9 @@ def verify_pipeline(module, beside: bool = False) -> None:
         if left:
             raise error_at(left[0], f"{VerifyPipeline.name} needs the synchronization attn-insert-pipelines "
                                     f"makes of {left[0].name}; run attn-insert-pipelines first")
+        recipe = plan_ir.recipe_of(op, VerifyPipeline.name)      # its refusals name the pass and the op
         try:
-            check_register_budget(plan_ir.recipe_of(op, VerifyPipeline.name))
+            check_register_budget(recipe)
         except AttncError as e:
             raise error_at(op, f"{VerifyPipeline.name}: {e.message}") from None
         with op.context:

@@ -104,7 +104,9 @@ def alloc_smem(recipe: Recipe, tile: Tile, kv_layout: str = "interleaved") -> tu
     buffers, offset = lay_out_smem(recipe, tile, kv_layout)
     need = offset + sync_bytes(recipe, tile)
     if need > recipe.smem_bytes:
-        parts = ", ".join(f"{b.name} {b.size}" for b in buffers if b.alias_of is None)
+        placed = [b for b in buffers if b.alias_of is None]
+        repeated = {b.name for b in placed if sum(c.name == b.name for c in placed) > 1}    # one per Q tile
+        parts = ", ".join(f"{b.name}{f' ({b.channel})' if b.name in repeated else ''} {b.size}" for b in placed)
         parts += f", mbarriers {need - offset}" if need > offset else ""
         raise AttncError(f"shared memory plan needs {need} bytes ({parts}) but {recipe.target} "
                          f"allows {recipe.smem_bytes}; lower 'stages' or 'block_n'"

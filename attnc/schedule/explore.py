@@ -59,8 +59,10 @@ class Explorer:
     generation each role waits on); each event knows its mbarrier's and its slot's index
     in them beforehand, and an arrival the slots it releases."""
 
-    def __init__(self, channels: tuple[str, ...], programs: dict, bars: dict, threads: dict, reduce: bool = False):
+    def __init__(self, channels: tuple[str, ...], programs: dict, bars: dict, threads: dict, reduce: bool = False,
+                 max_states: int | None = None):
         self.channels = channels
+        self.max_states = verify.MAX_STATES if max_states is None else max_states
         self.roles = sorted(programs)
         self.programs = [programs[r] for r in self.roles]
         self.threads = [threads[r] for r in self.roles]
@@ -246,7 +248,7 @@ class Explorer:
                  frozenset(), (-1,) * n)
         seen = {start}
         queue = deque([start])
-        lengths, canonical, limit = self.lengths, self._canonical if self.alike else None, verify.MAX_STATES
+        lengths, canonical, limit = self.lengths, self._canonical if self.alike else None, self.max_states
         while queue:
             state = queue.popleft()
             moved = False
@@ -267,7 +269,9 @@ class Explorer:
                 if len(seen) > known:
                     if known >= limit:
                         return Violation(self.programs[0][0].op, f"{_channels(self.channels)}: more than "
-                                                                 f"{limit} states, not verified")
+                                                                 f"{limit} states, not verified (fewer K/V stages "
+                                                                 f"explore fewer; attn-verify-pipeline{{max_states="
+                                                                 f"N}} explores up to N)")
                     queue.append(nxt)
             if not moved and any(pc < length for pc, length in zip(state[0], lengths)):
                 return self._deadlock(state)

@@ -516,6 +516,7 @@ def _programs(kernel: ir.Operation, bars: dict, stages: int, guess_hits: bool) -
 _GUESSED = {True: " (its first block guessed right)", False: " (its first block guessed wrong)"}
 
 
-def explore(channels: tuple[str, ...], programs: dict, bars: dict, threads: dict) -> Violation | None:
+def explore(channels: tuple[str, ...], programs: dict, bars: dict, threads: dict,
+            max_states: int = MAX_STATES) -> Violation | None:
     from attnc.schedule.explore import Explorer     # (it imports this module)
-    return Explorer(channels, programs, bars, threads, reduce=True).run()
+    return Explorer(channels, programs, bars, threads, reduce=True, max_states=max_states).run()

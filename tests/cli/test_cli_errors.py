@@ -144,3 +144,21 @@ def test_a_user_pass_that_exits_fails_its_pass(tmp_path):
                     "--load-pass", str(path), "--pass-pipeline", "my-exit"])
     assert err.startswith(f"examples/mha.attn: error: pass 'my-exit' (from {path}) failed at {path}:")
     assert "SystemExit: 0" in err and not (tmp_path / "out.mlir").exists()
+
+
+def test_paths_of_the_wrong_kind_are_named_for_what_they_are(tmp_path):
+    """A dump given to `attnc compile` points at `attnc opt`; a folder where a file belongs
+    (the input, a pass file) and a file where a folder belongs (on the bundle's way) say so."""
+    dump = tmp_path / "dump"
+    assert run_attnc(["compile", "examples/mha.attn", "--emit", "mlir", "-o", os.devnull, "--dump-dir", str(dump)])[0] == 0
+    err = _refused(["compile", str(dump / "01-attn-tile.mlir"), "--emit", "ptx", "-o", os.devnull])
+    assert f"error: this is MLIR, not an .attn source: run passes on it with `attnc opt {dump / '01-attn-tile.mlir'}" in err
+    for argv in (["compile", str(dump)], ["opt", str(dump)]):
+        assert _refused(argv) == f"attnc: error: '{dump}' is a directory, not a file\n"
+    err = _refused(["compile", "examples/mha.attn", "--load-pass", str(dump)])
+    assert err.startswith(f"{dump}: error: cannot load passes from '{dump}': a directory, not a Python file")
+    (tmp_path / "notes.txt").write_text("a file")
+    out = tmp_path / "notes.txt" / "bundle"
+    err = _refused(["compile", "examples/mha.attn", "-o", str(out)])
+    assert err.endswith(f"attnc: error: cannot write the bundle '{out}': '{tmp_path / 'notes.txt'}' is a file, "
+                        f"not a folder\n")

@@ -81,10 +81,10 @@
 // NOSYNC: alibi.attn:2:1: error: attn-kernel-choices needs the synchronization attn-insert-pipelines makes of attn.put; run attn-insert-pipelines first
 // NOROLES: alibi.attn:2:1: error: attn-kernel-choices needs the role regions that attn-warp-specialize makes; run attn-warp-specialize first
 // LEAN: alibi.attn:2:1: error: the sm_90a kernel cannot be built: lean_loads needs an sm_80 kernel whose key ranges come from a block map or a band
-// RANGE: alibi.attn:2:1: error: option exp2_fma = 9223372036854775808 is out of range
+// RANGE: --pass-pipeline:1:125: error: attn-kernel-choices: exp2_fma=9223372036854775808: expected 0 to 8
 // UNROLL90: --pass-pipeline:1:125: error: attn-kernel-choices: the sm_90a kernel cannot be built: qk_unroll=2: it rolls sm_80's QK^T k16 steps into a loop; sm_90a issues QK^T as one wgmma group (0 there)
 // UNROLL3: --pass-pipeline:1:125: error: attn-kernel-choices: the sm_80 kernel cannot be built: qk_unroll=3 must divide 4 (k16 steps per smem page), or be 0
-// UNROLLNEG: --pass-pipeline:1:125: error: attn-kernel-choices: the sm_80 kernel cannot be built: qk_unroll=-1: expected 0 or more
+// UNROLLNEG: --pass-pipeline:1:125: error: attn-kernel-choices: qk_unroll=-1: expected 0 or more
 // CTAS: --pass-pipeline:1:125: error: attn-kernel-choices: the sm_80 kernel cannot be built: min_ctas_per_sm=33: expected 0 to 32
 // The kept-bits test holds 32 scores per row and lane: 256-key tiles take another.
 // BITS: --pass-pipeline:1:149: error: attn-kernel-choices: the sm_80 kernel cannot be built: interval_test='bits' needs block_n <= 128 (32 scores per row and lane), not 256: use 'range' or 'pair'

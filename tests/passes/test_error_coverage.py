@@ -305,6 +305,15 @@ def test_an_edit_a_pass_reads_is_refused_not_a_crash(example, arch, stage, old, 
     assert message in error.message
 
 
+def test_a_channel_of_no_role_is_named_once_at_its_op():
+    plan = _replaced(_example_plan("mha", "sm_90a", "attn-insert-pipelines"), 'consumer = "consumer0", name = "q"',
+                     'consumer = "ghost", name = "q"')
+    error = _located(plan, "sm_90a", "attn-verify-pipeline")
+    assert error.message == ("attn-verify-pipeline: channel 'q' has consumer = \"ghost\", which is no role of this "
+                             "plan (consumer0, consumer1, producer)")
+    assert error.note == 'at attn.channel (name = "q"), made by attn-warp-specialize'
+
+
 @pytest.mark.parametrize("example, arch, old, new", [
     pytest.param("sliding_window", "sm_90a", 'tile_class_fn = @sliding_window_tile_class, ', "", id="no-tile-class"),
     pytest.param("gemma2", "sm_80", 'mask_kind = "static"', 'mask_kind = "none"', id="no-mask-with-its-functions"),

@@ -94,6 +94,21 @@ def test_a_choice_of_the_wrong_type_is_refused():
         _lower(plan.replace("exp2_fma = 0 : i64", 'exp2_fma = "two"'), "sm_80")
 
 
+@pytest.mark.parametrize("option, message", [
+    ("interval_test=foo", "interval_test='foo': expected one of ('range', 'pair', 'bits')"),
+    ("exp2_fma=9", "exp2_fma=9: expected 0 to 8"),
+    ("qk_unroll=-1", "qk_unroll=-1: expected 0 or more"),
+    ("tail_waves=65", "tail_waves=65: expected 0 (off) to 64"),
+])
+def test_a_value_no_kernel_takes_is_refused_at_its_option(option, message):
+    """Also where the variant has no op to hold the choice (mha has no attn.mask): refused at
+    the option in the pipeline text, not accepted unread."""
+    pipeline = format_pipeline(target_pipeline("sm_80")).replace(CHOICES, f"{CHOICES}{{{option}}}")
+    with pytest.raises(AttncError) as info:
+        compile_file("examples/mha.attn", CompileOptions(arch="sm_80", pass_pipeline=pipeline))
+    assert info.value.filename == "--pass-pipeline" and message in info.value.message
+
+
 def test_a_choice_the_kernel_cannot_take_names_its_condition():
     """The small grid's kernel, edited in, against a plan of two query blocks per CTA:
     refused at the kernel's .attn location, naming the condition."""

@@ -18,7 +18,6 @@ import pytest
 from attnc.driver import CompileOptions, compile_file, optimize_mlir
 from attnc.errors import AttncError
 from attnc.passes.pipelines import PassSpec, format_pipeline, target_pipeline
-from attnc.schedule import verify
 
 SM90A_ONE_CONSUMER = {"attn-tile": {"block_m": 64}, "attn-warp-specialize": {"consumers": 1, "producer": 1}}
 
@@ -247,12 +246,12 @@ def test_a_tile_op_no_role_runs_is_refused():
     assert error.span is not None
 
 
-def test_the_verifier_refuses_a_plan_past_its_state_bound(monkeypatch):
+def test_the_verifier_refuses_a_plan_past_its_state_bound():
     """attn-verify-pipeline does not pass a plan it could not explore (the bound lowered
-    so that mha's plan passes it)."""
-    monkeypatch.setattr(verify, "MAX_STATES", 10)
-    error = _refused(_plan("sm_80", "attn-insert-pipelines"), "sm_80", "attn-verify-pipeline")
-    assert re.search(r"attn-verify-pipeline: channels 'q' and 'kv': more than 10 states, not verified", error.message)
+    so that mha's plan passes it), and says how to go on."""
+    error = _refused(_plan("sm_80", "attn-insert-pipelines"), "sm_80", "attn-verify-pipeline{max_states=10}")
+    assert error.message == ("attn-verify-pipeline: channels 'q' and 'kv': more than 10 states, not verified (fewer "
+                             "K/V stages explore fewer; attn-verify-pipeline{max_states=N} explores up to N)")
     assert error.span is not None
 
 

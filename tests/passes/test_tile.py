@@ -43,6 +43,25 @@ def test_attn_tile_weighs_the_layout_attn_alloc_smem_makes(target, hd):
     assert end == smem_bytes(target, shape, choose_tile(target, shape, {})) <= TARGET_LIMITS[target].smem_bytes
 
 
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a", "sm_100a"])
+@pytest.mark.parametrize("hd", HEAD_DIMS)
+def test_every_stage_count_attn_tile_takes_fits_attn_alloc_smem(target, hd):
+    """attn-tile counts the mbarriers attn-alloc-smem places after the buffers: a stage
+    count it takes is one the allocator fits (sm_100a's 4 stages at head dim 128 passed
+    attn-tile and failed attn-alloc-smem by 312 bytes of mbarriers)."""
+    from attnc.schedule.alloc import alloc_smem
+    from attnc.schedule.recipes import recipe
+    from attnc.passes.tile import _alloc_tile
+    shape = ProblemShape(hd, hd, "bf16", False)
+    limits = TARGET_LIMITS[target]
+    for stages in range(limits.min_stages, limits.max_stages + 1):
+        try:
+            c = choose_tile(target, shape, {"stages": stages})
+        except TileError:
+            continue
+        alloc_smem(recipe(target, num_warps=c.num_warps, kv_stages=c.stages, q_tiles=c.q_tiles), _alloc_tile(shape, c))
+
+
 def test_the_documented_choices():
     shape = lambda hd, masked=False: ProblemShape(hd, hd, "bf16", masked)  # noqa: E731
     pick = lambda t, s: tuple(vars(choose_tile(t, s, {})).values())  # noqa: E731

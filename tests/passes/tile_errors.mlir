@@ -17,7 +17,7 @@
 // RUN: not attnc opt %s -arch sm_100a --pass-pipeline "attn-tile{block_n=192 stages=2}" 2>&1 | filecheck %s --check-prefix=TMEM
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile{block_n=128}" 2>&1 | filecheck %s --check-prefix=REGS
 
-// TARGET: tile_errors.attn:2:1: error: unsupported target 'sm_75'; supported targets are sm_80, sm_90a, sm_100a
+// TARGET: --pass-pipeline:1:11: error: attn-tile: target=sm_75: unsupported; supported targets are sm_80, sm_90a, sm_100a
 // ZERO: --pass-pipeline:1:11: error: attn-tile: block_m=0 must be at least 1
 // WARPS80: --pass-pipeline:1:11: error: attn-tile: num_warps=6 is not possible on sm_80: its kernel layout uses 4 or 8 warps
 // WARPS100: --pass-pipeline:1:11: error: attn-tile: num_warps=8 is not possible on sm_100a: its kernel layout uses 16 warps
