@@ -217,7 +217,7 @@ def test_the_last_tiles_start_longest_first_on_the_heads_first_grid():
 def test_tail_waves_where_it_cannot_apply():
     mask = "doc[b, i] == doc[b, j] and j <= i"
     for waves in (-1, 65):
-        with pytest.raises(AttncError, match=rf"tail_waves = {waves}: expected 0 \(off\) to 64"):
+        with pytest.raises(AttncError, match=rf"tail_waves={waves}: expected 0 \(off\) to 64"):
             _build(mask, tail_waves=waves)
     with pytest.raises(AttncError, match="tail_waves orders the query tiles of a tile table"):
         _build(mask, tail_waves=1, aligned_tiles=False)
