@@ -71,6 +71,10 @@ def choice_value_error(option: str, value) -> str | None:
         return f"interval_test={value!r}: expected one of {INTERVAL_TESTS}"
     if option == "qk_unroll" and value < 0:
         return f"qk_unroll={value}: expected 0 or more"
+    if option == "tail_waves":
+        from attnc.backend.qtiles import MAX_TAIL_WAVES
+        if not 0 <= value <= MAX_TAIL_WAVES:
+            return f"tail_waves={value}: expected 0 (off) to {MAX_TAIL_WAVES}"
     return None
 
 

@@ -250,16 +250,13 @@ def choose(module, **given) -> None:
 def _check_values(given: dict) -> None:
     """The values given that no kernel takes, refused at their option whatever the variant
     (a variant without the op a choice sits on would otherwise never read it)."""
-    from attnc.backend.qtiles import MAX_TAIL_WAVES
     from attnc.backend.spec_checks import choice_value_error
     from attnc.errors import AttncError
 
-    for name in ("exp2_fma", "interval_test", "qk_unroll"):
-        problem = choice_value_error(name, given[name]) if name in given else None
+    for name, value in given.items():
+        problem = choice_value_error(name, value)
         if problem:
             raise AttncError(problem)
-    if not 0 <= given.get("tail_waves", 0) <= MAX_TAIL_WAVES:
-        raise AttncError(f"tail_waves={given['tail_waves']}: expected 0 (off) to {MAX_TAIL_WAVES}")
 
 
 def sm100a_choices(kernel) -> dict:

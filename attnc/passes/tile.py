@@ -337,21 +337,21 @@ def smem_bytes(target: str, shape: ProblemShape, c: TileConfig) -> int:
     return sum(smem_parts(target, shape, c).values())
 
 
-def _fits_smem(target: str, limits: TargetLimits, shape: ProblemShape, c: TileConfig) -> bool:
-    """Whether the tile's buffers and the plan's mbarriers (what attn-alloc-smem places) fit."""
+def _mbarrier_bytes(target: str, shape: ProblemShape, c: TileConfig) -> int:
+    """The mbarriers (and TMEM address word) attn-alloc-smem places after the buffers."""
     from attnc.schedule.alloc import sync_bytes
     from attnc.schedule.recipes import recipe
-    r = recipe(target, num_warps=c.num_warps, kv_stages=c.stages, q_tiles=c.q_tiles)
-    return smem_bytes(target, shape, c) + sync_bytes(r, _alloc_tile(shape, c)) <= limits.smem_bytes
+    return sync_bytes(recipe(target, num_warps=c.num_warps, kv_stages=c.stages, q_tiles=c.q_tiles),
+                      _alloc_tile(shape, c))
+
+
+def _fits_smem(target: str, limits: TargetLimits, shape: ProblemShape, c: TileConfig) -> bool:
+    """Whether the tile's buffers and the plan's mbarriers (what attn-alloc-smem places) fit."""
+    return smem_bytes(target, shape, c) + _mbarrier_bytes(target, shape, c) <= limits.smem_bytes
 
 
 def _check_smem(target, limits: TargetLimits, shape, c: TileConfig) -> None:
-    from attnc.schedule.alloc import sync_bytes
-    from attnc.schedule.recipes import recipe
-    parts = smem_parts(target, shape, c)
-    # the mbarriers after the buffers, as attn-alloc-smem places them
-    parts["mbarriers"] = sync_bytes(recipe(target, num_warps=c.num_warps, kv_stages=c.stages, q_tiles=c.q_tiles),
-                                    _alloc_tile(shape, c))
+    parts = {**smem_parts(target, shape, c), "mbarriers": _mbarrier_bytes(target, shape, c)}
     need = sum(parts.values())
     if need > limits.smem_bytes:
         detail = " + ".join(f"{name} {_kb(n)}" for name, n in parts.items() if n)
