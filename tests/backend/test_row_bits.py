@@ -15,7 +15,8 @@ from attnc.backend.row_bits import RowBits
 from attnc.driver import CompileOptions, compile_mlir
 from tests.backend.host_jit import host_function
 from tests.backend.test_compile_scaling import OR_MASK, nested_wheres
-from tests.backend.test_hooks import _arg_types, _hooks, _row_mask_inputs, source
+from tests.backend.test_hooks import _arg_types, _hooks, source
+from tests.backend.test_row_intervals import _row_mask_inputs
 
 OR_150 = " or ".join(f"i - j == {k}" for k in range(150))
 
