@@ -139,6 +139,7 @@ class _Trace:
         self.violations: list[Violation] = []
         self.in_flight: list = []       # Note [Asynchronous GEMMs]: (result, slots read), oldest first
         self.slots_of: dict = {}        # a slot read's value -> (channel, tile, stage)
+        self.views: dict = {}           # Note [Reads until their last use]: [read op, slot, freed by]
         self.gemms = 0
         self.kv_trips = 0               # trips run by the role's KV loops (Note [Key blocks the check runs])
         self.first_kv_loop = None
@@ -164,6 +165,8 @@ class _Trace:
 
     def op(self, op: ir.Operation) -> None:
         name = op.name
+        if self.views and not name.startswith("scf."):
+            self.takes_views(op)
         if name == "arith.constant" and isinstance(op.attributes["value"], ir.IntegerAttr):
             self.env[op.result] = ir.IntegerAttr(op.attributes["value"]).value
         elif name in _ARITH and all(v in self.env for v in op.operands):
@@ -207,8 +210,8 @@ class _Trace:
         elif name == R.MMA_WAIT:
             self.mma_wait(op)
         elif name in _SYNC:
-            if name == R.MBARRIER_ARRIVE:
-                self.released(op)
+            if name in (R.MBARRIER_ARRIVE, R.TCGEN05_COMMIT):
+                self.released(op, landed=name == R.MBARRIER_ARRIVE)
             self.events.append(_SYNC[name](self, op))
             load = op.operands[2].owner if name == R.SLOT_WRITE else None
             if self.restarts and getattr(load, "name", "") == "attn.load" and "ahead" in load.attributes:
@@ -307,19 +310,49 @@ class _Trace:
                                                      f"the {pending} youngest GEMMs the wait leaves in flight"))
                 return
 
-    def released(self, op: ir.Operation) -> None:
+    def released(self, op: ir.Operation, landed: bool) -> None:
+        """An arrive (`landed`: the GEMMs reading its slots must have landed) or a tcgen05
+        commit (it arrives once the MMAs before it have) on an mbarrier that may guard slots."""
         bar = self.bars.get(R.name_of(op.operands[0].owner))
         if bar is None:
             return
         channel, tile, stage = bar[0], bar[3], self.get(op, op.operands[1])
-        for _, slots in self.in_flight:
+        guards = lambda read: read[0] == channel and read[2] == stage and tile in (None, read[1])  # noqa: E731
+        for _, slots in self.in_flight if landed else ():
             for read in slots:
-                if read[0] == channel and read[2] == stage and tile in (None, read[1]):
+                if guards(read):
                     self.violations.append(Violation(op, f"this arrive releases slot {stage} of {channel!r} "
                                                          f"({read[1]}) while an async attn.mma reading it is in "
                                                          f"flight: land it with attn.mma_wait first (Note "
                                                          f"[Asynchronous GEMMs] in attnc/schedule/verify.py)"))
                     return
+        self.freed(op, guards)
+
+    # Note [Reads until their last use]: a slot read's value is a view of the slot, read by
+    # the ops that take it (an attn.mma, sync or async). So the slot is read until the last
+    # of them has run: an arrive that releases it, a tcgen05 commit, or the role's own write
+    # to it, followed -- later in the role's program, or in a later trip of a loop -- by an op
+    # that takes the view, frees or refills a slot that is still to be read. The trace runs
+    # the role's ops in their order: a view whose slot is freed is marked, and an op taking a
+    # marked view is the violation (the freeing op's); the slot read run again (a later
+    # trip's) makes a new view.
+    def freed(self, op: ir.Operation, guards) -> None:
+        for view in self.views.values():
+            if view[2] is None and guards(view[1]):
+                view[2] = op
+
+    def takes_views(self, op: ir.Operation) -> None:
+        for v in op.operands:
+            view = self.views.get(v)
+            if view is None or view[2] is None:
+                continue
+            freed, (channel, tile, stage) = view[2], view[1]
+            verb = "overwrites" if freed.name == R.SLOT_WRITE else "releases"
+            self.violations.append(Violation(freed, f"this {freed.name} {verb} slot {stage} of {channel!r} ({tile}) "
+                                                    f"before the {op.name} that reads it (Note [Reads until their "
+                                                    f"last use] in attnc/schedule/verify.py)"))
+            del self.views[v]
+            return
 
     def mbar(self, op, kind: str, value: int) -> Event:
         bar = R.name_of(op.operands[0].owner)
@@ -342,6 +375,7 @@ def _slot(t: _Trace, op, kind: str) -> Event:
     if kind == "read":
         t.unadvanced.setdefault(op.operands[1], set()).add((chan, tile))
         t.slots_of[op.result] = (chan, tile, stage)
+        t.views[op.result] = [op, (chan, tile, stage), None]
         return Event("read", chan, op, stage=stage, tile=tile, fill=t.read.get((chan, tile), 0))
     rewrite = "rewrite" in op.attributes
     if rewrite:                     # Note [The guessed first block in the IR] in first_guess.py
@@ -354,6 +388,7 @@ def _slot(t: _Trace, op, kind: str) -> Event:
         fill = t.fills.get((chan, tile), 0)
         t.fills[(chan, tile)] = fill + 1
         t.written[(chan, tile, stage)] = fill
+    t.freed(op, lambda read: read == (chan, tile, stage))
     if any(read == (chan, tile, stage) for _, slots in t.in_flight for read in slots):
         t.violations.append(Violation(op, f"this write overwrites slot {stage} of {chan!r} ({tile}) while an async "
                                           f"attn.mma reading it is in flight: land it with attn.mma_wait first "

@@ -105,6 +105,16 @@ def test_release_before_landing_is_caught():
     assert "releases slot" in messages(op) and "while an async attn.mma reading it is in flight" in messages(op)
 
 
+def test_release_before_the_gemm_is_issued_is_caught():
+    """K's slot released between its read and the QK^T that reads the view: no GEMM is in
+    flight yet, and the slot is still to be read (Note [Reads until their last use])."""
+    op = kernel("mha", pipeline=L5 % "" + ",attn-overlap-gemms")
+    release = next(o for o in loop_ops(op, R.MBARRIER_ARRIVE)
+                   if R.name_of(o.operands[0].owner) == "mbar_k_empty")
+    release.move_before(next(o for o in loop_ops(op, "attn.mma") if R.attrs_of(o)["kind"] == "qk"))
+    assert "this attn.mbarrier_arrive releases slot 1 of 'kv' (k) before the attn.mma that reads it" in messages(op)
+
+
 def test_landing_a_gemm_left_in_flight_is_caught():
     """S landed by a wait that leaves two GEMMs in flight: S is one of them."""
     op = kernel("mha", pipeline=L5 % "" + ",attn-overlap-gemms")

@@ -282,6 +282,18 @@ def test_sm100_alternating_ring_announces_each_tiles_bytes():
     assert announced[:2] == [32768, 16384] and messages(op) == ""
 
 
+def test_sm100_k_released_before_its_second_qk_is_caught():
+    """The MMA warp's tcgen05 commit that releases K's slot, moved above the second Q tile's
+    QK^T: the commit arrives once the MMAs issued before it land, and that one reads K after
+    (Note [Reads until their last use] in verify.py)."""
+    op = kernel("mha", "sm_100a")
+    commit = ops(op, "mma", R.TCGEN05_COMMIT, "mbar_kv_empty")[0]
+    second = [o for o in ops(op, "mma", "attn.mma") if R.attrs_of(o)["kind"] == "qk"][1]
+    commit.move_before(second)
+    assert ("this attn.tcgen05_commit releases slot 0 of 'kv' (k) before the attn.mma that reads it"
+            in messages(op))
+
+
 def test_sm80_read_with_its_group_in_flight_is_caught():
     """A step's wait leaving one group more than the loads ahead (2 * stages - 2) in
     flight: K of the step may not have landed."""
