@@ -27,6 +27,7 @@ from typing import ClassVar
 from attnc.ir import attention_ops, set_int
 from attnc.ir.roles import name_of, ops_in, role_block, role_ops
 from attnc.passes import Pass, register
+from attnc.passes.tile_program import KV_LOOP
 
 
 @register
@@ -41,7 +42,7 @@ class PvBeforeQk(Pass):
             for role in role_ops(kernel):
                 if not name_of(role).startswith("consumer"):
                     continue
-                for loop in ops_in(role_block(role), ("scf.for",)):
+                for loop in [op for op in ops_in(role_block(role), ("scf.for",)) if KV_LOOP in op.attributes]:
                     ops = [op.operation for op in loop.regions[0].blocks[0].operations]
                     gemms = {str(op.attributes["kind"]).strip('"'): op for op in ops if op.name == "attn.mma"}
                     gemms["pv"].move_before(gemms["qk"])

@@ -27,8 +27,9 @@ from typing import ClassVar
 from mlir import ir
 
 from attnc.ir import attention_ops, error_at
-from attnc.ir.roles import name_of, role_block, role_ops
+from attnc.ir.roles import name_of, ops_in, role_block, role_ops
 from attnc.passes import Pass, register
+from attnc.passes.tile_program import KV_LOOP
 
 
 def _tile(op) -> str | None:
@@ -49,8 +50,8 @@ class VBeforeK(Pass):
             if not producer:
                 raise error_at(kernel, "v-before-k: the plan has no producer role (sm_90a, after "
                                        "attn-warp-specialize with a producer warpgroup)")
-            for loop in role_block(producer[0]).operations:
-                if loop.name != "scf.for":
+            for loop in ops_in(role_block(producer[0]), ("scf.for",)):
+                if KV_LOOP not in loop.attributes:      # the walk over query blocks, with persistent CTAs
                     continue
                 body = list(loop.regions[0].blocks[0].operations)
                 first_k = next(op for op in body if _tile(op) == "k")

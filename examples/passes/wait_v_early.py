@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from attnc.ir import attention_ops, error_at
-from attnc.ir.roles import CP_ASYNC_WAIT, RING_ADVANCE, SLOT_WRITE, name_of, role_block, role_ops
+from attnc.ir.roles import CP_ASYNC_WAIT, RING_ADVANCE, SLOT_WRITE, name_of, ops_in, role_block, role_ops
 from attnc.passes import Pass, register
+from attnc.passes.tile_program import KV_LOOP
 
 
 @register
@@ -42,7 +43,7 @@ class WaitVEarly(Pass):
             if not compute:
                 raise error_at(kernel, "wait-v-early: the plan has no cooperative role 'compute' (sm_80, after "
                                        "attn-insert-pipelines)")
-            loops = [op for op in role_block(compute[0]).operations if "kv_blocks" in op.attributes]
+            loops = [op for op in ops_in(role_block(compute[0]), ("scf.for",)) if KV_LOOP in op.attributes]
             for loop in loops:
                 body = [op.operation for op in loop.regions[0].blocks[0].operations]
                 waits = [k for k, op in enumerate(body) if op.name == CP_ASYNC_WAIT]

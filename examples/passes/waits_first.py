@@ -25,6 +25,7 @@ from typing import ClassVar
 from attnc.ir import attention_ops
 from attnc.ir.roles import attrs_of, name_of, ops_in, role_block, role_ops
 from attnc.passes import Pass, register
+from attnc.passes.tile_program import KV_LOOP
 
 
 @register
@@ -39,7 +40,7 @@ class WaitsFirst(Pass):
             for role in role_ops(kernel):
                 if name_of(role) != "producer":
                     continue
-                for loop in ops_in(role_block(role), ("scf.for",)):
+                for loop in [op for op in ops_in(role_block(role), ("scf.for",)) if KV_LOOP in op.attributes]:
                     ops = [op.operation for op in loop.regions[0].blocks[0].operations]
                     k_write = next(op for op in ops if op.name == "attn.slot_write")
                     v_load = next(op for op in ops if op.name == "attn.load" and attrs_of(op)["operand"] == "v")

@@ -2,8 +2,8 @@
 [The role op by op] in attnc/backend/kv_steps.py and role_prologue.py), run in the PTX emulator against
 attnc.reference at a small ragged shape, as tests/sim/test_examples_sim.py runs the
 examples: each step's V wait above its softmax (examples/passes/wait_v_early.py) at 2
-and 3 K/V stages, and Q's copies issued after the key range is read (a pass written
-here). Zero race or protocol reports are allowed."""
+and 3 K/V stages and with two query blocks a CTA, and Q's copies issued after the key
+range is read (a pass written here). Zero race or protocol reports are allowed."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -81,6 +81,17 @@ def test_an_edited_role_computes_the_reference(tmp_path, example, user_pass, sta
     plain = ptx_bundle(path, arch="sm_80", pass_pipeline=_pipeline(None, stages))
     assert _ptx(bundle) != _ptx(plain)          # the edit is another kernel
     check_against_reference(bundle, path, *((45, 70) if example == "docs_sink" else (70, 45)))
+
+
+def test_wait_v_early_edits_both_query_blocks_of_a_cta():
+    """With two query blocks a CTA (q_blocks_per_cta=2) the KV loops stand in the walk over
+    them (Note [Two query blocks in the IR]), where examples/passes/wait_v_early.py finds them."""
+    path = ROOT / "examples" / "mha.attn"
+    two = lambda user_pass: _pipeline(user_pass, None).replace(  # noqa: E731
+        "attn-warp-specialize", "attn-warp-specialize{q_blocks_per_cta=2}")
+    bundle = ptx_bundle(path, arch="sm_80", pass_pipeline=two("wait-v-early"), load_passes=(WAIT_V_EARLY,))
+    assert _ptx(bundle) != _ptx(ptx_bundle(path, arch="sm_80", pass_pipeline=two(None)))
+    check_against_reference(bundle, path, 300, 150)
 
 
 def check_against_reference(bundle, path: Path, m: int, n: int, device=None) -> None:

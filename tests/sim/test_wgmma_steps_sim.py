@@ -7,7 +7,8 @@ waiting for both slots before writing either (waits_first.py); the last P.V wait
 V before it lands the P.V in flight (last_v_early.py); the cooperative kernel's trips
 issuing their copies after their GEMMs (loads_after_gemms.py), and its first loads and
 last P.V reordered (a pass written here); the consumers' bottom mixed loop alone with V's
-wait before K's (a pass written here). Zero race or protocol reports are allowed."""
+wait before K's (a pass written here); v_before_k.py, waits_first.py and pv_before_qk.py
+in the walk of persistent CTAs. Zero race or protocol reports are allowed."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -54,6 +55,21 @@ def test_edits_around_and_in_the_producers_trips_compute_the_reference(example, 
     plain = ptx_bundle(path, arch="sm_90a", pass_pipeline=_pipeline(False, options))
     assert _ptx(bundle) != _ptx(plain)
     check_against_reference(bundle, path, 70, 300)
+
+
+@pytest.mark.parametrize("edit", ["v_before_k", "waits_first", "pv_before_qk"])
+def test_the_example_passes_edit_the_persistent_walk(edit):
+    """sliding_window's default plan has persistent CTAs: the roles' KV loops stand in the
+    walk over query blocks, where the example passes find them too (each another kernel)."""
+    path = ROOT / "examples" / "sliding_window.attn"
+    names = _pipeline(False, "").split(",")
+    after = "attn-warp-specialize" if edit == "v_before_k" else "attn-overlap-gemms"
+    names.insert(names.index(after) + 1, edit.replace("_", "-"))
+    bundle = ptx_bundle(path, arch="sm_90a", pass_pipeline=",".join(names),
+                        load_passes=(str(ROOT / "examples" / "passes" / f"{edit}.py"),))
+    plain = ptx_bundle(path, arch="sm_90a", pass_pipeline=_pipeline(False, ""))
+    assert "MinSms" in str(plain.manifest.kernels[-1].grid) and _ptx(bundle) != _ptx(plain)
+    check_against_reference(bundle, path, 200, 300)
 
 
 def test_the_cooperative_trips_loads_after_their_gemms_compute_the_reference():
