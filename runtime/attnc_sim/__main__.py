@@ -6,7 +6,8 @@ saves the outputs (--save), and compares them with attnc.reference when attnc is
 importable. Prints the time, the instruction count and any race or protocol reports.
 With --ctas, only the rows the chosen CTAs wrote are compared (a row of o: its head-dim
 elements; of lse: one element), and their count is printed. Exit status 1 when the outputs
-disagree with the reference (beyond the GPU tests' tolerances) or a report was made.
+disagree with the reference (beyond the GPU tests' tolerances), a report was made, or the
+launch stopped (without --collect the first report stops it, as a fault or a deadlock does).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import numpy as np
 from attnc_runtime.bundle import read_bundle
 from attnc_runtime.errors import AttncRuntimeError
 from attnc_sim.device import SimKernel, numpy_dtype
+from attnc_sim.errors import SimError
 
 
 def random_inputs(manifest, dims: dict, rng) -> dict:
@@ -53,6 +55,9 @@ def main(argv=None) -> int:
     except AttncRuntimeError as e:
         print(f"python -m attnc_sim: error: {e}", file=sys.stderr)
         return 2
+    except SimError as e:       # the first report (without --collect), a fault or a deadlock
+        print(f"python -m attnc_sim: the launch stopped: {e}", file=sys.stderr)
+        return 1
 
 
 def _run(ap, args) -> int:
