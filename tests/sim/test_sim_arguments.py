@@ -127,3 +127,18 @@ def test_command_line_leaves_out_an_unused_dim(tmp_path, capsys):
     unused = _write(_source(qt="f16", ot="f16", other="dim Q"), tmp_path / "unused")
     assert main([str(unused), "--B", "1", "--H", "1", "--M", "3", "--N", "4"]) == 0
     assert "o: 3 of 3 rows compared" in capsys.readouterr().out
+
+
+def test_command_line_reports_a_stopped_launch(tmp_path, capsys, monkeypatch):
+    """Without --collect the first report stops the launch (as a fault or a deadlock does):
+    one line and exit status 1, not a traceback."""
+    from attnc_sim.errors import SimError
+
+    def stopped(self, *args, **kwargs):
+        raise SimError("read-before-complete: CTA (0, 0, 0) warp 9: ld.shared at line 120")
+
+    bundle = _write(_source(), tmp_path / "plain")
+    monkeypatch.setattr(SimKernel, "__call__", stopped)
+    assert main([str(bundle), "--B", "1", "--H", "1", "--M", "3", "--N", "4"]) == 1
+    assert capsys.readouterr().err == ("python -m attnc_sim: the launch stopped: read-before-complete: "
+                                       "CTA (0, 0, 0) warp 9: ld.shared at line 120\n")
