@@ -4,8 +4,9 @@
     attnc compile FILE -arch {sm_80,sm_90a,sm_100a} --emit {mlir,ptx,cubin,bundle} [-o OUT]
           [--print-ir-after-all | --print-ir-after PASS,...] [--dump-dir DIR] [--pass-pipeline TEXT]
           [--load-pass FILE] [--time-passes]      # where the time went, on stderr
-    attnc opt FILE.mlir [-arch ...] [--pass-pipeline TEXT] [-o OUT] [--print-ir-after-all]
-          [--print-ir-after PASS,...] [--dump-dir DIR] [--load-pass FILE]     # re-run passes on saved IR
+    attnc opt FILE.mlir [-arch ...] [--pass-pipeline TEXT] [--emit {mlir,ptx,cubin,bundle}] [-o OUT]
+          [--print-ir-after-all] [--print-ir-after PASS,...] [--dump-dir DIR] [--load-pass FILE]
+                                                  # re-run passes on saved IR, and build its kernel
     attnc passes [--load-pass FILE]
 
 Every user mistake is an `AttncError`, printed as `file:line:col: error: ...` with
@@ -304,9 +305,20 @@ def cmd_opt(args) -> int:
     _check_dump_dir_keeps_input(args)
     text = _decode(read_source(args.file), args.file)
     _check_not_attn_source(args.file, text)
-    module = optimize_mlir(text, args.file, options, arch_given=args.arch is not None)
-    from attnc.ir import to_text
-    write_output(to_text(module), Path(args.output) if args.output else None)
+    out = Path(args.output) if args.output else None
+    if args.emit == "mlir":
+        module = optimize_mlir(text, args.file, options, arch_given=args.arch is not None)
+        from attnc.ir import to_text
+        write_output(to_text(module), out)
+        return 0
+    # Code from the IR as the pipeline leaves it, read as attn-lower-* reads it: the
+    # variant from the attn.kernel's attributes, the plan from its ops (an edited dump's).
+    from attnc.passes.lower_kernel import compile_result_of
+    from attnc.schedule import beside
+    with beside.held():             # Note [The check beside the lowering]
+        module = optimize_mlir(text, args.file, options, arch_given=args.arch is not None)
+        code = build_code(compile_result_of(module, f"attnc opt --emit {args.emit}"), args.emit)
+    CODE_EMITTERS[args.emit](code, out)
     return 0
 
 
@@ -402,6 +414,9 @@ def parser() -> argparse.ArgumentParser:
 
     opt = sub.add_parser("opt", allow_abbrev=False, help="run passes on attn IR (e.g. a --dump-dir file)")
     opt.add_argument("file")
+    opt.add_argument("--emit", choices=EMIT_KINDS, default="mlir",
+                     help="what to produce (default: mlir, the IR the pipeline leaves; ptx, cubin and "
+                          "bundle: the kernel of that IR, a planned one lowered first)")
     _pipeline_arguments(opt, TARGETS, arch_default="the IR's target; sm_80 before attn-tile")
     opt.set_defaults(run=cmd_opt)
 

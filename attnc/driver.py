@@ -351,8 +351,9 @@ def _resolve(spec: PassSpec, arch: str, text: str | None) -> ResolvedPass:
         options.setdefault("target", arch)
     try:
         return ResolvedPass(spec, registry.instantiate(info, options), origin=info.origin, pipeline=text)
-    except AttncError as e:
-        raise _pipeline_error(e.message, spec, text) from None
+    except AttncError as e:         # at the option it names (an unknown one, a malformed value), else the pass
+        col = _option_col(spec, text, e.message) if text is not None else None
+        raise _pipeline_error(e.message, PassSpec(spec.name, {}, col or spec.col), text) from None
 
 
 def _is_upstream_pass(spec: PassSpec) -> bool:
@@ -508,15 +509,21 @@ def _at_the_option(e: AttncError, p: ResolvedPass) -> AttncError:
     when the kernel is built) is shown at that option in the pipeline text, as its
     parse errors are. A refusal of what the variant needs with the options given (too
     much shared memory for its head dim) stays at the variant."""
+    col = _option_col(p.spec, p.pipeline, e.message, quoted=False) if p.pipeline is not None else None
+    return e if col is None else _pipeline_error(f"{p.spec.name}: {e.message}", PassSpec(p.spec.name, {}, col),
+                                                 p.pipeline)
+
+
+def _option_col(spec: PassSpec, pipeline: str, message: str, quoted: bool = True) -> int | None:
+    """The column in `pipeline` of the option of `spec` that `message` names (`name=`, or
+    with `quoted` also `'name'`), None where it names none the text gives."""
     import re
-    if p.pipeline is None:
-        return e
-    for name in p.spec.options:
-        at = re.compile(rf"\b{re.escape(name)}\s*=").search(p.pipeline, p.spec.col - 1)
-        if at is not None and re.search(rf"\b{re.escape(name)}=", e.message):
-            return _pipeline_error(f"{p.spec.name}: {e.message}", PassSpec(p.spec.name, {}, at.start() + 1),
-                                   p.pipeline)
-    return e
+    for name in spec.options:
+        at = re.compile(rf"\b{re.escape(name)}\s*=").search(pipeline, spec.col - 1)
+        named = re.search(rf"\b{re.escape(name)}=", message) or (quoted and f"'{name}'" in message)
+        if at is not None and named:
+            return at.start() + 1
+    return None
 
 
 def _after_pass(index: int, name: str, observe: Observer) -> Callable:

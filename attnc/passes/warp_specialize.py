@@ -158,8 +158,9 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
             else:
                 n, has_producer, turns = 2, True, False
             if persistent and not has_producer:
-                raise AttncError("persistent=1: persistent CTAs are the producer warpgroup's kernel; this plan "
-                                 "has none (producer=1)")
+                given = "producer=0" if producer is not None else "by default here"
+                raise AttncError(f"persistent=1: persistent CTAs are the producer warpgroup's kernel; this plan "
+                                 f"has none ({given}; producer=1 asks for one)")
             stays = persistent if persistent is not None else default_persistent(target, has_producer, banded(op))
             if walk_order is not None and walk_order not in ORDERS:
                 raise AttncError(f"walk_order={walk_order}: persistent CTAs take the query blocks in one of the "

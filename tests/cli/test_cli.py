@@ -340,6 +340,26 @@ def test_opt_runs_passes_on_saved_ir(tmp_path):
     assert 'q_tiles = 2 : i64' in out and 'target = "sm_100a"' in out
 
 
+def test_opt_builds_the_kernel_of_a_dump(tmp_path):
+    """`attnc opt --emit ptx|bundle` builds the kernel of the IR its pipeline leaves: a
+    dump taken on through the lowering gives compile's kernel, a planned one is lowered
+    first, and an attribute edited in the dump is the kernel's."""
+    dumps, ref = tmp_path / "d", tmp_path / "ref"
+    assert run_attnc(["compile", "examples/mha.attn", "--dump-dir", str(dumps), "-o", str(ref)])[0] == 0
+    ptx = (ref / "attn_fwd.compute_80.ptx").read_text()
+    status, out, err = run_attnc(["opt", str(dumps / "10-attn-kernel-choices.mlir"), "--pass-pipeline",
+                                  "attn-lower-sm80", "--emit", "bundle", "-o", str(tmp_path / "b")])
+    assert (status, err) == (0, "") and out.startswith(f"wrote {tmp_path / 'b'}/")
+    assert (tmp_path / "b" / "attn_fwd.compute_80.ptx").read_text() == ptx
+    planned = dumps / "09-attn-verify-pipeline.mlir"
+    status, out, err = run_attnc(["opt", str(planned), "--pass-pipeline", "attn-kernel-choices", "--emit", "ptx"])
+    assert (status, err, out) == (0, "", ptx + "\n")
+    edited = tmp_path / "edited.mlir"
+    edited.write_text(planned.read_text().replace("scale = 0.0883883461", "scale = 0.125", 1))
+    status, out, _ = run_attnc(["opt", str(edited), "--pass-pipeline", "attn-kernel-choices", "--emit", "ptx"])
+    assert status == 0 and out != ptx + "\n"
+
+
 def test_internal_errors_are_one_line_without_a_traceback(monkeypatch):
     import attnc.passes.tile as tile
 

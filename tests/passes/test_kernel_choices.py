@@ -132,7 +132,8 @@ def test_persistent_ctas_are_the_plans():
 
     assert persistent({}) == (False, False)
     assert persistent({"persistent": 1}) == (True, True)
-    with pytest.raises(AttncError, match=re.escape("persistent=1: persistent CTAs are the producer warpgroup's")):
+    with pytest.raises(AttncError, match=re.escape("persistent=1: persistent CTAs are the producer warpgroup's "
+                                                   "kernel; this plan has none (producer=0; producer=1 asks for one)")):
         persistent({"persistent": 1, "producer": 0})
     with pytest.raises(AttncError, match=re.escape("persistent=1: persistent CTAs are sm_90a's producer kernel's and sm_100a's")):
         compile_file("examples/mha.attn", CompileOptions(arch="sm_80", pass_pipeline=pipeline_with(
