@@ -187,6 +187,9 @@ HOOKED = {
                      "  score_mod(s, b, h, i, j) = s * t[h, (j - i) // 3 + W] + float((i - j) % 5)\n"
                      "  mask_mod(b, h, i, j) = (i - j) % 4 == 0 or j // 7 == i // 7"),
     "globalwin": source("globalwin", "mask_mod(b, h, i, j) = j < 16 or (j <= i and i - j < 300)"),
+    # a temperature: s's only use is both the scaling of the input and of the result
+    "temperature": source("temperature", "score_mod(s, b, h, i, j) = s * 2.0"),
+    "temperature_left": source("temperature_left", "score_mod(s, b, h, i, j) = 0.5 * s"),
     # runtime divisors -1, 0, 1 and 2: `//` and `%` by 0 give 0 (Note [Total arithmetic])
     "divisors": source("divisors", "param p: i32[H, 4]\n"
                        "  mask_mod(b, h, i, j) = let d = p[h, j % 4] - 1 in "
