@@ -80,6 +80,8 @@ def check_tensor_map(p: TensorMapParam, v: TensorView) -> None:
     """What TMA needs of the tensor (Note [Tensor maps]): the innermost axis contiguous,
     the base and the other strides 16-byte aligned."""
     itemsize = DTYPES[v.dtype].itemsize if v.dtype in DTYPES else 1
+    if 0 in v.shape:            # no element: its strides say nothing (numpy's are all 0), none is read
+        return
     if v.shape and v.shape[-1] > 1 and v.strides[-1] != 1:
         raise AttncRuntimeError(f"{p.tensor}: a TMA tensor map needs the last axis contiguous "
                                 f"(stride {v.strides[-1]})")
@@ -95,8 +97,8 @@ def tensor_map_geometry(p: TensorMapParam, v: TensorView) -> tuple[list[int], li
     dims = [max(n, 1) for n in reversed(v.shape)]
     strides, extent = [], dims[0] * itemsize
     for k, stride in enumerate(reversed(v.strides[:-1]), start=1):
-        # an axis of one element: any stride TMA takes (its own is never used)
-        step = stride * itemsize if v.shape[-1 - k] > 1 else -(-extent // 16) * 16
+        # an axis of one element, or a tensor of none: any stride TMA takes (never used)
+        step = stride * itemsize if v.shape[-1 - k] > 1 and 0 not in v.shape else -(-extent // 16) * 16
         strides.append(step)
         extent = step * dims[k]
     return dims, strides, list(reversed(p.box))

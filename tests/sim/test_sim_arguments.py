@@ -102,6 +102,17 @@ def test_empty_launches(kernel, shape):
     assert _reference(q, k, v)["o"].shape == q.shape
 
 
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
+def test_no_keys(arch):
+    """N = 0: every row is empty (o = 0), on every target; an empty K has no strides to
+    speak of (numpy's are all 0), which sm_100a's tensor maps do not refuse."""
+    q = _random(np.random.default_rng(4), 1, 2, 5, 64)
+    k = v = np.zeros((1, 2, 0, 64), BF16)
+    out = SimKernel(ptx_bundle(_source(), arch=arch))(q, k, v)
+    assert (out["o"].astype(np.float32) == 0).all() and out["o"].shape == q.shape
+    assert (_reference(q, k, v)["o"] == 0).all()
+
+
 def test_command_line(tmp_path, capsys):
     """--dim for a dim no shape carries, saved float inputs rounded to the declared dtype,
     an f32 o compared at its inputs' tolerance, and refusals as messages (exit 2)."""
