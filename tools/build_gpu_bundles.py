@@ -270,6 +270,11 @@ EXACT_INTS = {
     # row 7's scores all below -f32max / log2(e): an empty row, o = 0, lse = -inf, no NaN
     # (Note [Empty rows], softmax.py; the test replaces the reference's row 7)
     "empty_by_score": ("score_mod", "where(i == 7, -3.0e38, s)"),
+    # a causal mask as a score of -1e30: the blocks above the diagonal, walked first, give
+    # probabilities of at most 1 (Note [Rounded-up max], softmax.py; their rows were NaN)
+    "masked_by_score": ("score_mod", "where(j > i, -1.0e30, s)"),
+    # a temperature: s * c scaled once (Note [Score scalings], score_forms.py; it was s * c^2)
+    "temperature": ("score_mod", "s * 2.0"),
     # min and max order -0.0 below +0.0 (Note [Signed zeros in min and max],
     # attnc/reference_eval.py); s * 0.0 is -0.0 where s < 0
     "signed_zeros": ("score_mod", "s + where(1.0 / min(s * 0.0, 0.0) > 0.0, 0.5, 0.0)"

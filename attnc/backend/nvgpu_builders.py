@@ -143,6 +143,14 @@ class Emit:
     def fmax(self, a, b): return arith.maxnumf(*self._pair(a, b))
     def fma(self, a, b, c): return math.fma(a, b, c)
 
+    def fmul_down(self, a, b):
+        """a * b rounded toward -inf (mul.rm.f32)."""
+        return llvm.call_intrinsic(self.f32, "llvm.nvvm.mul.rm.f", list(self._pair(a, b)), [], [])
+
+    def fma_down(self, a, b, c):
+        """a * b + c rounded toward -inf (fma.rm.f32)."""
+        return llvm.call_intrinsic(self.f32, "llvm.nvvm.fma.rm.f", [a, b, c], [], [])
+
     def feq(self, a, b):
         return arith.cmpf(arith.CmpFPredicate.OEQ, *self._pair(a, b))
 

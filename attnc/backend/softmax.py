@@ -18,6 +18,19 @@ from overflowing m * c to -inf (a review found such rows NaN: alpha = exp2(-inf 
 their scores then give 0 too, so the row is empty: o = 0, lse = -inf (README: scores
 beyond f32's largest / c are outside what the kernels compute).
 
+Note [Rounded-up max]: the exponent of a score x is x * c - M in one FMA, M the row's max
+m times c rounded once per row. Rounded to nearest, the exponent of x = m is the rounding
+error of m * c, which grows with |m * c|: 2^75 for a max of -1e30 (a block of a score_mod
+`where(j > i, -1.0e30, s)` above the diagonal, walked first), whose p = exp2(2^75) = inf
+turned the row into NaN at the next block's rescale (inf * 0), and up
+to 512 already at |m * c| = 2^32 (-1e10 or +1e10 in natural units). So -M is m * -c
+rounded toward -inf (mul.rm; with an offset, fma.rm): M >= m * c, every exponent is <= 0
+and every p <= 1, whatever the scores' size. Where |m * c| < 2^24 the exponent of x = m
+is off 0 by less than 1/2; beyond, the row's probabilities share one factor 2^-d,
+0 <= d < ulp(m * c), which o = O / l cancels and the LSE takes back (it adds M, not
+m * c, to log2(l)), unless it underflows: past |m * c| of about 2^30 (natural scores
+beyond about +-7.4e8) a row may come out empty, o = 0 and lse = -inf (README).
+
 Note [Sinks]: a sink logit t (dsl.md) joins the softmax as one more kept score that
 contributes no value: m' = max(m, t), l' = l * exp(m - m') + exp(t - m'), and O is
 rescaled by exp(m - m') with it. It is folded in once, at `finalize`, in the running
@@ -195,7 +208,7 @@ class OnlineSoftmax:
                 moved = e.xor(keep, e.true())
                 self.moved = moved if self.moved is None else e.or_(self.moved, moved)
             m_safe = e.fmax(m, self.lowest) if check_inf else m            # Note [Empty rows]
-            neg_mc = e.fmul(m_safe, -self.scale_log2)
+            neg_mc = e.fmul_down(m_safe, -self.scale_log2)          # Note [Rounded-up max]
             alpha = self.approx.exp2(e.fma(m_old, e_c, neg_mc))
             if self.lazy:
                 alpha = e.select(keep, e.cf(1.0), alpha)
@@ -224,7 +237,7 @@ class OnlineSoftmax:
 
         def exponents():        # each emitted just before its exp2
             for part, k in zip(_parts(row, offsets), offsets) if offsets is not None else [(row, None)]:
-                shifted = neg_mc if k is None else e.fma(k, e_c, neg_mc)
+                shifted = neg_mc if k is None else e.fma_down(k, e_c, neg_mc)
                 yield from (e.fma(x, e_c, shifted) for x in part)
         return [exp2_fma(e, y) if i % 8 >= 8 - on_fma else self.approx.exp2(y) for i, y in enumerate(exponents())]
 
@@ -245,7 +258,8 @@ class OnlineSoftmax:
             l = self._row_sum(l_part)
             empty = e.feq(l, 0.0)
             inv.append(e.select(empty, e.cf(0.0), self.approx.rcp(l)))
-            log2_sum = e.fma(m, e.cf(self.scale_log2), self.approx.log2(l))
+            # M + log2(l), M as the steps rounded it (Note [Rounded-up max])
+            log2_sum = e.fsub(self.approx.log2(l), e.fmul_down(m, -self.scale_log2))
             lse.append(e.select(empty, e.neg_inf(), e.fmul(log2_sum, LN2)))
         return inv, lse
 
@@ -256,12 +270,12 @@ class OnlineSoftmax:
         for m, l_part in zip(state.m, state.l):
             l = self._row_sum(l_part)
             m_safe = e.fmax(e.fmax(m, sink), self.lowest)
-            neg_mc = e.fmul(m_safe, -self.scale_log2)
+            neg_mc = e.fmul_down(m_safe, -self.scale_log2)          # Note [Rounded-up max]
             alpha = self.approx.exp2(e.fma(m, c, neg_mc))
             total = e.fma(l, alpha, self.approx.exp2(e.fma(sink, c, neg_mc)))
             empty = e.feq(total, 0.0)
             inv.append(e.select(empty, e.cf(0.0), e.fmul(alpha, self.approx.rcp(total))))
-            log2_sum = e.fma(m_safe, c, self.approx.log2(total))
+            log2_sum = e.fsub(self.approx.log2(total), neg_mc)
             lse.append(e.select(empty, e.neg_inf(), e.fmul(log2_sum, LN2)))
         return inv, lse
 

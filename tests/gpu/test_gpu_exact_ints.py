@@ -8,8 +8,10 @@ modulo 1000, a product picked by `where` and divided, a squared distance as a bi
 kernels compute those values in 64 bits. Two more convert floats out of range: `int(x)`
 saturates at the i32 bounds and takes NaN to 0 (Note [Saturating int], hooks.py). Two
 divide to decide keys (Note [Division], hooks.py), one empties a row by its scores
-(Note [Empty rows], softmax.py), and one tells -0.0 from +0.0 through min and max
-(Note [Signed zeros in min and max], attnc/reference_eval.py).
+(Note [Empty rows], softmax.py), one masks by a score of -1e30 (Note [Rounded-up max],
+softmax.py), one scales s by a temperature (Note [Score scalings], score_forms.py), and
+one tells -0.0 from +0.0 through min and max (Note [Signed zeros in min and max],
+attnc/reference_eval.py).
 """
 from __future__ import annotations
 
