@@ -19,8 +19,8 @@ Note [Score scalings]: a score_mod such as softcap, 30 * tanh(s / 30), scales s 
 constant on the way in and its result on the way out. Both fold into multiplications
 the kernel does anyway: the raw score is multiplied by scale / 30 (one FMUL instead of
 two) and the softmax's exp2 factor becomes 30 * log2(e) (the running max is then kept
-in units of tanh), which changes the result by rounding only (dsl.md allows it). A temperature, s * 2, is one
-multiplication that is both: it is taken once, on the way in.
+in units of tanh), which changes the result by rounding only (dsl.md allows it). A
+temperature, s * 2, is one multiplication that is both: it is taken once, on the way in.
 """
 from __future__ import annotations
 

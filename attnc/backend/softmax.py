@@ -15,8 +15,8 @@ instead (exp2(-inf * c + finite) = 0 rather than NaN), and `finalize` gives o = 
 lse = -inf for a row whose sum is 0. The same bound keeps a finite max below it, such
 as the -3.4e38 of a score_mod `where(keep, s, -3.4e38)` on a row it drops entirely,
 from overflowing m * c to -inf (a review found such rows NaN: alpha = exp2(-inf + inf));
-their scores then give 0 too, so the row is empty: o = 0, lse = -inf (README: scores
-beyond f32's largest / c are outside what the kernels compute).
+their scores then give 0 too, so the row is empty: o = 0, lse = -inf (README: a row
+whose largest kept score is below -f32max / log2(e) always comes out empty).
 
 Note [Rounded-up max]: the exponent of a score x is x * c - M in one FMA, M the row's max
 m times c rounded once per row. Rounded to nearest, the exponent of x = m is the rounding
