@@ -131,8 +131,8 @@ def test_pipeline_errors_point_into_the_pipeline_text():
         "`attnc passes` lists them\nattn-tile,attn-tyle\n          ^")
     with pytest.raises(AttncError) as info:
         compile_file("examples/mha.attn", CompileOptions(pass_pipeline="cse,attn-tile{block_m=x}"))
-    assert info.value.render().splitlines()[0] == (
-        "--pass-pipeline:1:5: error: option 'block_m' of attn-tile expects an integer, got 'x'")
+    assert info.value.render().splitlines()[0] == (          # at the option, as an unknown one is
+        "--pass-pipeline:1:15: error: option 'block_m' of attn-tile expects an integer, got 'x'")
 
 
 def _user_pass(tmp_path, body: str, fields: str = "") -> str:
