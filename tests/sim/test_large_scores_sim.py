@@ -4,8 +4,6 @@ of -1e30, whose blocks above the diagonal the kernel walks first (their rows wer
 and every score shifted by 1e5, whose LSE takes the row's rounded max back."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from attnc.testing import ptx_bundle
@@ -25,6 +23,6 @@ SOURCE = """attention large {
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
 @pytest.mark.parametrize("score", ["where(j > i, -1.0e30, s)", "s + 1.0e5"], ids=["masked_by_score", "shifted"])
 def test_large_scores_compute_the_reference(tmp_path, arch, score):
-    path = Path(tmp_path / "large.attn")
+    path = tmp_path / "large.attn"
     path.write_text(SOURCE.replace("SCORE", score))
     check_against_reference(ptx_bundle(path, arch=arch), path, 150, 300)
