@@ -286,7 +286,19 @@ class RegionCode:
     def hoist_at(self, e: Emit, given: Mapping, d: ir.Value) -> dict:
         """`given` and, emitted here, the values of `diagonal` where its op d is `d`."""
         root, off = self.diagonal
-        return self._run(e, {**given, root.results[0]: d}, off)
+        # A value of constants alone placed finer than the diagonal's level is not among
+        # `given` (attn-hoist{hoist=false} puts every value per score): made here.
+        made_here = {v for v in self._of_constants if v in off and v not in given}
+        return self._run(e, {**given, root.results[0]: d}, off - made_here)
+
+    @functools.cached_property
+    def _of_constants(self) -> frozenset:
+        """The block's values computed from constants alone."""
+        found: set = set()
+        for op in self.block.operations:
+            if all(v in found for v in op.operands) and not op.regions:
+                found.update(op.results)
+        return frozenset(found)
 
     def _d_at(self, e: Emit, i: ir.Value, j: ir.Value) -> ir.Value:
         """The op d of `diagonal` (j - i or i - j) on (i, j), at the hook's width."""
