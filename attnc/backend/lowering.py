@@ -316,7 +316,6 @@ def build(result, *, cubin: bool = True) -> BundleArtifacts:
     import json
 
     from attnc.backend.bundle import code_files, variant_manifest
-    from attnc.backend.cubin import ptx_to_cubin
     from attnc.backend.ptx import to_ptx
     from attnc.passes.lower_kernel import (KERNELS_ATTR, SPECIALIZATION_ATTR, lower_kernel,
                                          lowered_gpu_module)
@@ -336,13 +335,32 @@ def build(result, *, cubin: bool = True) -> BundleArtifacts:
         gpu_module.clone(ip=ir.InsertionPoint(kernel_module.body))
     target = specialization["target"]
     ptx = to_ptx(kernel_module, target, in_place=True)
-    blobs = {"cubin": ptx_to_cubin(ptx, target).cubin} if cubin else {}
+    blobs = {"cubin": _assembled(ptx, target, specialization, kernels[-1])} if cubin else {}
     blobs["ptx"] = ptx.encode()
     names = {kind: name for kind, name in code_files("attn_fwd", target).items() if kind in blobs}
     manifest = variant_manifest(result.variant, target=target, kernels=kernels, code=names,
                                 blobs=blobs, specialization=specialization)
     files = {names[kind]: blob for kind, blob in blobs.items()}
     return BundleArtifacts(result, ptx, blobs.get("cubin"), manifest, files)
+
+
+def _assembled(ptx: str, target: str, specialization: dict, kernel: dict) -> bytes:
+    """The cubin of `ptx`. A register bound the assembler cannot meet (a min_ctas_per_sm
+    given to attn-kernel-choices: every default assembles) is the option's refusal."""
+    from attnc.backend.cubin import CubinError, ptx_to_cubin
+    try:
+        return ptx_to_cubin(ptx, target).cubin
+    except CubinError as e:
+        ctas = specialization.get("min_ctas_per_sm") or 0
+        if ctas <= 1:
+            raise
+        threads = kernel["block"][0] * kernel["block"][1] * kernel["block"][2]
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        said = next((line for line in lines if "register" in line.lower()), lines[-1] if lines else "")
+        raise AttncError(f"min_ctas_per_sm={ctas}: the assembler cannot fit the kernel into the "
+                         f"{65536 // (ctas * threads)} registers a thread that {ctas} CTAs of {threads} threads "
+                         f"leave on an SM ({said[:200]}): lower min_ctas_per_sm (attn-kernel-choices)",
+                         filename="attnc") from None
 
 
 # The kernel's ABI names the roles of the dims; the variant names them its own way

@@ -298,3 +298,15 @@ def test_a_choice_on_an_op_it_does_not_sit_on_is_refused(example, old, new, mess
     assert plan.count(old) >= 1, old
     rendered = _refusal(plan.replace(old, new, 1), "sm_80")
     assert re.match(r"\S+:\d+:\d+: error: " + re.escape(message), rendered), rendered
+
+
+@pytest.mark.parametrize("plan", [{}, {"producer": 0}], ids=["producer", "cooperative"])
+def test_a_register_bound_the_assembler_cannot_meet_is_the_options_refusal(plan):
+    """min_ctas_per_sm=2 on sm_90a at head dim 128: 85 registers a thread (a producer's
+    three warpgroups) or 128 (the cooperative kernel's two) are too few for its wgmma
+    accumulators. The assembler's failure is said as the option's, not as a compiler error."""
+    pipeline = pipeline_with("sm_90a", {"attn-warp-specialize": plan, CHOICES: {"min_ctas_per_sm": 2}})
+    result = compile_file("examples/mha.attn", CompileOptions(arch="sm_90a", pass_pipeline=pipeline))
+    with pytest.raises(AttncError, match=r"min_ctas_per_sm=2: the assembler cannot fit the kernel into the "
+                                         r"(85|128) registers a thread .* lower min_ctas_per_sm"):
+        build(result)
