@@ -348,6 +348,7 @@ def _assembled(ptx: str, target: str, specialization: dict, kernel: dict) -> byt
     """The cubin of `ptx`. A register bound the assembler cannot meet (a min_ctas_per_sm
     given to attn-kernel-choices: every default assembles) is the option's refusal."""
     from attnc.backend.cubin import CubinError, ptx_to_cubin
+    from attnc.schedule.recipes import REGISTER_FILE
     try:
         return ptx_to_cubin(ptx, target).cubin
     except CubinError as e:
@@ -358,7 +359,7 @@ def _assembled(ptx: str, target: str, specialization: dict, kernel: dict) -> byt
         lines = [line.strip() for line in str(e).splitlines() if line.strip()]
         said = next((line for line in lines if "register" in line.lower()), lines[-1] if lines else "")
         raise AttncError(f"min_ctas_per_sm={ctas}: the assembler cannot fit the kernel into the "
-                         f"{65536 // (ctas * threads)} registers a thread that {ctas} CTAs of {threads} threads "
+                         f"{REGISTER_FILE // (ctas * threads)} registers a thread that {ctas} CTAs of {threads} threads "
                          f"leave on an SM ({said[:200]}): lower min_ctas_per_sm (attn-kernel-choices)",
                          filename="attnc") from None
 

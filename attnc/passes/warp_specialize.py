@@ -118,7 +118,7 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
     from attnc.schedule.recipes import default_persistent
     from attnc.passes import plan_ir
     from attnc.schedule.partition import Partition
-    from attnc.schedule.recipes import check_register_budget, recipe
+    from attnc.schedule.recipes import SM90A_CONSUMERS, check_register_budget, recipe
     from attnc.schedule.walk import ORDER, ORDERS, PAIRS
     from attnc.passes.tile_table import TARGET_LIMITS
 
@@ -151,7 +151,7 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
                                f"and sm_100a's; sm_80's CTAs run one query block, or two "
                                f"(q_blocks_per_cta=2)")
         try:
-            if target == "sm_90a" and consumers not in (None, 1, 2):
+            if target == "sm_90a" and consumers not in (None, *SM90A_CONSUMERS):
                 raise AttncError(f"consumers={consumers}: sm_90a has 1 or 2 consumer warpgroups")
             if target == "sm_90a":
                 n, has_producer, turns = sm90a_roles(op, tile, consumers, producer, pingpong)

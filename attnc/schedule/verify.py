@@ -139,7 +139,7 @@ class _Trace:
         self.violations: list[Violation] = []
         self.in_flight: list = []       # Note [Asynchronous GEMMs]: (result, slots read), oldest first
         self.slots_of: dict = {}        # a slot read's value -> (channel, tile, stage)
-        self.views: dict = {}           # Note [Reads until their last use]: [read op, slot, freed by]
+        self.freed_by: dict = {}        # Note [Reads until their last use]: a view -> the op freeing its slot
         self.gemms = 0
         self.kv_trips = 0               # trips run by the role's KV loops (Note [Key blocks the check runs])
         self.first_kv_loop = None
@@ -165,7 +165,7 @@ class _Trace:
 
     def op(self, op: ir.Operation) -> None:
         name = op.name
-        if self.views and not name.startswith("scf."):
+        if self.freed_by and not name.startswith("scf."):
             self.takes_views(op)
         if name == "arith.constant" and isinstance(op.attributes["value"], ir.IntegerAttr):
             self.env[op.result] = ir.IntegerAttr(op.attributes["value"]).value
@@ -337,21 +337,20 @@ class _Trace:
     # marked view is the violation (the freeing op's); the slot read run again (a later
     # trip's) makes a new view.
     def freed(self, op: ir.Operation, guards) -> None:
-        for view in self.views.values():
-            if view[2] is None and guards(view[1]):
-                view[2] = op
+        for view, slot in self.slots_of.items():
+            if view not in self.freed_by and guards(slot):
+                self.freed_by[view] = op
 
     def takes_views(self, op: ir.Operation) -> None:
         for v in op.operands:
-            view = self.views.get(v)
-            if view is None or view[2] is None:
+            freed = self.freed_by.pop(v, None)
+            if freed is None:
                 continue
-            freed, (channel, tile, stage) = view[2], view[1]
+            channel, tile, stage = self.slots_of[v]
             verb = "overwrites" if freed.name == R.SLOT_WRITE else "releases"
             self.violations.append(Violation(freed, f"this {freed.name} {verb} slot {stage} of {channel!r} ({tile}) "
                                                     f"before the {op.name} that reads it (Note [Reads until their "
                                                     f"last use] in attnc/schedule/verify.py)"))
-            del self.views[v]
             return
 
     def mbar(self, op, kind: str, value: int) -> Event:
@@ -375,7 +374,7 @@ def _slot(t: _Trace, op, kind: str) -> Event:
     if kind == "read":
         t.unadvanced.setdefault(op.operands[1], set()).add((chan, tile))
         t.slots_of[op.result] = (chan, tile, stage)
-        t.views[op.result] = [op, (chan, tile, stage), None]
+        t.freed_by.pop(op.result, None)        # a new view (Note [Reads until their last use])
         return Event("read", chan, op, stage=stage, tile=tile, fill=t.read.get((chan, tile), 0))
     rewrite = "rewrite" in op.attributes
     if rewrite:                     # Note [The guessed first block in the IR] in first_guess.py
