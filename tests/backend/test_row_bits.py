@@ -16,7 +16,7 @@ from attnc.driver import CompileOptions, compile_mlir
 from tests.backend.host_jit import host_function
 from tests.backend.test_compile_scaling import OR_MASK, nested_wheres
 from tests.backend.test_hooks import _arg_types, _hooks, source
-from tests.backend.test_row_intervals import _row_mask_inputs
+from tests.backend.test_row_intervals import _row_mask_inputs, check_masked_row
 
 OR_150 = " or ".join(f"i - j == {k}" for k in range(150))
 
@@ -87,14 +87,7 @@ def test_row_bits_keep_exactly_the_masked_keys_below_n(mask, block_n, monkeypatc
     values, evaluator = _row_mask_inputs(result, args, rng, dims, EXTREME_OFF.get(mask))
     values["off"] = values["off"] if mask in EXTREME_OFF else rng.integers(-4, 300, size=3).astype(np.int32)
     evaluator = type(evaluator)(dims, {"off": values["off"].astype(np.int64)})
-    offsets = np.array([8 * (c // 2) + c % 2 for c in range(columns)])
-    for b, h, i, col0, n_block in zip(rng.integers(0, 3, 400), rng.integers(0, 4, 400), rng.integers(-2, 620, 400),
-                                      2 * rng.integers(0, 4, 400), rng.integers(0, 600 // block_n + 1, 400)):
-        out = np.array(run(**values, b=b, h=h, i=i, col0=col0, n_block=n_block))
-        jj = n_block * block_n + col0 + offsets
-        keep = evaluator.hook(result.variant.mask_mod, tuple(np.asarray(x) for x in (b, h, i, jj)))
-        keep = np.broadcast_to(keep, jj.shape).astype(bool) & (jj < dims["N"])
-        assert np.array_equal(out == 1.0, keep) and np.all(out[~keep] == -np.inf), (mask[:60], b, h, i, col0, n_block)
+    check_masked_row(run, values, evaluator, result, rng, 400, block_n, dims, mask[:60])
 
 
 def test_the_or_of_150_equalities_is_tested_per_row_in_the_kernel():

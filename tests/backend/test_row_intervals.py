@@ -181,14 +181,22 @@ def test_every_interval_test_keeps_exactly_the_masked_keys(mask, form, block_n):
     dims = {"B": 3, "H": 4, "M": 600, "N": 600}          # whole 128-key tiles kept, and far ones
     # Bounds at the ends of i32 must not overflow (Note [One compare per score]).
     values, evaluator = _row_mask_inputs(result, args, rng, dims, EXTREME_OFF.get(mask))
-    offsets = np.array([8 * (c // 2) + c % 2 for c in range(columns)])
-    for b, h, i, col0, n_block in zip(rng.integers(0, 3, 600), rng.integers(0, 4, 600), rng.integers(-2, 620, 600),
-                                      2 * rng.integers(0, 4, 600), rng.integers(0, 600 // block_n + 1, 600)):
+    check_masked_row(run, values, evaluator, result, rng, 600, block_n, dims, (mask, form))
+
+
+def check_masked_row(run, values, evaluator, result, rng, count: int, block_n: int, dims: dict, label) -> None:
+    """`run`, a thread's masked row of block_n / 4 scores (1.0 where kept, -inf where not)
+    at `count` random (b, h, i, first column, key block), against the mask as `evaluator`
+    computes it, and j < N."""
+    offsets = np.array([8 * (c // 2) + c % 2 for c in range(block_n // 4)])
+    for b, h, i, col0, n_block in zip(rng.integers(0, 3, count), rng.integers(0, 4, count),
+                                      rng.integers(-2, 620, count), 2 * rng.integers(0, 4, count),
+                                      rng.integers(0, 600 // block_n + 1, count)):
         out = np.array(run(**values, b=b, h=h, i=i, col0=col0, n_block=n_block))
         jj = n_block * block_n + col0 + offsets
         keep = evaluator.hook(result.variant.mask_mod, tuple(np.asarray(x) for x in (b, h, i, jj)))
         keep = np.broadcast_to(keep, jj.shape).astype(bool) & (jj < dims["N"])
-        assert np.array_equal(out == 1.0, keep) and np.all(out[~keep] == -np.inf), (mask, form, b, h, i, col0, n_block)
+        assert np.array_equal(out == 1.0, keep) and np.all(out[~keep] == -np.inf), (label, b, h, i, col0, n_block)
 
 
 ROW_DIMS = {"B": 3, "H": 4, "M": 40, "N": 52}
