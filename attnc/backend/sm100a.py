@@ -127,9 +127,10 @@ from mlir.dialects import gpu, nvvm, scf
 
 from attnc.backend.hooks import KernelNames
 from attnc.backend.nvgpu_builders import Approx, Emit, MBarrier, Smem, _asm, set_max_registers
-from attnc.backend.sm100a_ops import PATTERNS, SKELETON_PATTERNS, out_bytes
+from attnc.backend.sm100a_ops import PATTERNS, SKELETON_PATTERNS
 from attnc.backend.sm100a_scores import raw_scores
-from attnc.backend.sm100a_values import Channel, Lowering, swizzle_bytes
+from attnc.backend.sm100a_params import kernel_params
+from attnc.backend.sm100a_values import Lowering, channel_of
 from attnc.backend.sm100a_tiles import q_tile_has_rows, q_tile_of, read_tile, table_blockmap
 from attnc.backend.smem_layout import Mbarrier, barriers_end, place_mbarriers
 from attnc.backend.softmax import OnlineSoftmax
@@ -155,7 +156,7 @@ def lower_sm100a(kernel: ir.Operation, variant, symbol: str, block: ir.Block, mo
     from attnc.passes.hoist import check_levels
 
     check_levels(kernel)        # the copies of each hook alike (the kernel compiles the first)
-    params = _params(kernel, variant, blockmap)
+    params = kernel_params(kernel, variant, module, blockmap)
     smem_bytes, barriers = _layout(kernel)
     with ir.InsertionPoint(block):
         types = [p["type"] for p in params]
@@ -198,43 +199,6 @@ def _warps(kernel) -> int:
     return get_int(kernel, "num_warps")
 
 
-def _params(kernel, variant, blockmap=None) -> list[dict]:
-    """The kernel's parameters: the tensor maps of q, k, v and o (Note [O through TMA]), the
-    lse with its strides (and o with its strides, with a tile table), then every symbolic
-    dim, the hooks' tensors, the block map's scratch and the tile table's."""
-    i32, i64, ptr = ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(64), ir.Type.parse("!llvm.ptr")
-    block_m, block_n = get_int(kernel, "block_m"), get_int(kernel, "block_n")
-    out = []
-    swizzles = {R.name_of(c): swizzle_bytes(_channel(c)) for c in R.channel_ops(kernel)
-                if R.name_of(c) in ("q", "kv", "o")}
-    for name, rows, chan, size in (("q", block_m, "q", 2), ("k", block_n, "kv", 2), ("v", block_n, "kv", 2),
-                                   ("o", block_m, "o", out_bytes(kernel))):
-        box = [1, 1, rows, swizzles[chan] // size]
-        out.append({"key": f"tmap:{name}", "type": ptr,
-                    "abi": {"kind": "tensor_map", "tensor": name, "box": box, "swizzle": swizzles[chan]}})
-    table = blockmap is not None and blockmap.qtiles is not None
-    for spec in variant.outputs:
-        if spec.name == "o" and not table:  # O's rows through threads too (Note [Tile table on sm_100a])
-            continue
-        out.append({"key": f"ptr:{spec.name}", "type": ptr, "abi": {"kind": "ptr", "tensor": spec.name}})
-        for axis in range(len(spec.shape) - 1):
-            out.append({"key": f"stride:{spec.name}:{axis}", "type": i64,
-                        "abi": {"kind": "stride", "tensor": spec.name, "axis": axis, "type": "i64"}})
-    for d in variant.dims:
-        out.append({"key": f"dim:{d}", "type": i32, "abi": {"kind": "dim", "name": d, "type": "i32"}})
-    for t in variant.params:             # the hooks' tensors (hooks.load_param)
-        out.append({"key": f"ptr:{t.name}", "type": ir.Type.parse("!llvm.ptr<1>"), "abi": {"kind": "ptr", "tensor": t.name}})
-    if blockmap is not None and blockmap.built:        # Note [Block map ABI] in blockmap.py
-        from attnc.backend.blockmap_hooks import blockmap_param
-        out.append({"key": blockmap_param(blockmap).key, "type": ir.Type.parse("!llvm.ptr<1>"),
-                    "abi": blockmap.scratch})
-    if table:
-        from attnc.backend.qtiles import qtiles_param
-        out.append({"key": qtiles_param().key, "type": ir.Type.parse("!llvm.ptr<1>"),
-                    "abi": blockmap.qtiles.scratch})
-    return out
-
-
 def _layout(kernel) -> tuple[int, dict]:
     """The bytes of shared memory the kernel takes and each mbarrier's (offset, stages):
     after the channels' buffers, 8 bytes a slot; then 8 for tcgen05.alloc's address."""
@@ -264,7 +228,7 @@ def _emit(cx: Lowering, lazy: bool) -> None:
     for op in block.operations:
         op = op.operation
         if op.name == R.CHANNEL:
-            cx.channels[op.result] = _channel(op)
+            cx.channels[op.result] = channel_of(op)
     roles = R.role_ops(kernel)
     mma_warp = next(R.attrs_of(r)["warps"][0] for r in roles if R.name_of(r) == "mma")
     tmem, mbar = Tmem(e), MBarrier(e)
@@ -371,17 +335,6 @@ def _sync(cx: Lowering) -> None:
 
 def _ld_shared_u32(addr) -> ir.Value:
     return _asm([ir.IntegerType.get_signless(32)], [addr], "ld.shared.u32 $0, [$1];", "=r,r").result
-
-
-def _channel(op) -> Channel:
-    a = R.attrs_of(op)
-    tiles = tuple(a["tile"])
-    bufs = [b for b in a.get("buffers", []) if b["space"] == a["space"]]
-    digits = [ch for ch in a["name"] if ch.isdigit()]
-    if len(bufs) > 1 and digits:            # a tile's own buffer (tO1 for o1_acc)
-        bufs = [b for b in bufs if b["name"].endswith(digits[0])] or bufs
-    by_tile = {t: bufs[min(k, len(bufs) - 1)] for k, t in enumerate(tiles)} if bufs else {}
-    return Channel(a["name"], a["transport"], a["space"], a["stages"], tiles, by_tile, op)
 
 
 # --- the walk over a role's ops --------------------------------------------------------------

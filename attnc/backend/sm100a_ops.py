@@ -22,7 +22,10 @@ from attnc.schedule.walk import walk_order
 
 # --- the patterns ----------------------------------------------------------------------------
 def _dim(cx: Lowering, op):
-    return [cx.size(get_str(op, "name"))]
+    name = get_str(op, "name")
+    if f"dim:{name}" not in cx.params:      # taken by an analysis function that reads it not (read_dims)
+        return [cx.e.c32(0)]
+    return [cx.size(name)]
 
 
 def _fill(cx: Lowering, op):

@@ -44,6 +44,19 @@ class Channel:
         return self.buffers[tile]
 
 
+def channel_of(op) -> Channel:
+    """The Channel of an attn.channel op: each tile's buffer (a tile's own where the
+    channel's name numbers it, as tO1 for o1_acc)."""
+    a = R.attrs_of(op)
+    tiles = tuple(a["tile"])
+    bufs = [b for b in a.get("buffers", []) if b["space"] == a["space"]]
+    digits = [ch for ch in a["name"] if ch.isdigit()]
+    if len(bufs) > 1 and digits:
+        bufs = [b for b in bufs if b["name"].endswith(digits[0])] or bufs
+    by_tile = {t: bufs[min(k, len(bufs) - 1)] for k, t in enumerate(tiles)} if bufs else {}
+    return Channel(a["name"], a["transport"], a["space"], a["stages"], tiles, by_tile, op)
+
+
 def channel_error(channel: Channel, message: str) -> AttncError:
     """An error about `channel`, at its attn.channel where the channel has one."""
     return error_at(channel.op, message) if channel.op is not None else AttncError(message)
