@@ -19,7 +19,7 @@ from attnc.frontend.ast import BOOL, FLOAT, INT
 from attnc.frontend.depth import MAX_HOOK_DEPTH, run_deep
 from attnc.frontend.parser import nearest_f32
 from attnc.frontend.variant import Hook, Tensor, Variant
-from attnc_runtime.manifest import RESERVED_NAMES   # keywords of the runtime's Kernel.bind
+from attnc_runtime.manifest import RESERVED_NAMES   # keywords of a launch
 
 DTYPES = ("bf16", "f16", "f32", "i32")
 INPUT_DTYPES = ("bf16", "f16")
@@ -113,7 +113,7 @@ class _Checker:
         for d in self.decl.decls:
             if isinstance(d, ast.TensorDecl):
                 if d.name in RESERVED_NAMES:
-                    raise AttncError(f"'{d.name}' is reserved (a keyword of the runtime's Kernel.bind): "
+                    raise AttncError(f"'{d.name}' is reserved (a keyword of {RESERVED_NAMES[d.name]}): "
                                      "rename it", d.span)
                 claim(d.name, d.span, "tensor")
                 self.tensors[d.name] = d

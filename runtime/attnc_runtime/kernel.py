@@ -129,7 +129,7 @@ class Kernel:
             self._platform = DriverPlatform()
         return self._platform
 
-    def plan(self, *tensors, **args) -> LaunchPlan:
+    def plan(self, /, *tensors, **args) -> LaunchPlan:
         """Check the arguments; raises `AttncRuntimeError` or returns what a launch will do."""
         return plan_launch(self.manifest, named_arguments(self.manifest, tensors, args), self.platform)
 

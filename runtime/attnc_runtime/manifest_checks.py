@@ -22,8 +22,8 @@ def _check_tensor_set(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec,
             if t.name in seen:
                 raise ManifestError(f"manifest: {group}[{i}].name: tensor {t.name!r} is declared twice")
             if t.name in RESERVED_NAMES:
-                raise ManifestError(f"manifest: {group}[{i}].name: {t.name!r} is a keyword of Kernel.bind, "
-                                    "not a tensor name")
+                raise ManifestError(f"manifest: {group}[{i}].name: {t.name!r} is a keyword of "
+                                    f"{RESERVED_NAMES[t.name]}, not a tensor name")
             seen.add(t.name)
     for group, role, bound in _ROLE_COUNTS:
         count = sum(t.role == role for t in (inputs if group == "inputs" else outputs))

@@ -21,7 +21,8 @@ CONSTRAINT_KINDS = ("divisible", "equal")
 MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK_Z = 64                    # a block's z extent (x and y go to 1024)
 KERNEL_ROLES = ("mask",)
-RESERVED_NAMES = ("mask_from",)         # keywords of Kernel.bind, not tensors
+# Keywords a launch takes beside the tensors, so no tensor may be named so: name -> whose.
+RESERVED_NAMES = {"mask_from": "the runtime's Kernel.bind", "ctas": "the emulator's kernel (attnc_sim)"}
 
 
 @dataclass(frozen=True)

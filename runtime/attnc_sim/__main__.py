@@ -38,16 +38,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m attnc_sim", description=__doc__.split("\n\n")[1])
     ap.add_argument("bundle")
     for d in ("B", "H", "HKV", "M", "N"):
-        ap.add_argument(f"--{d}", type=int)
+        ap.add_argument(f"--{d}", type=_count)
     ap.add_argument("--dim", action="append", default=[], type=_dim_arg, metavar="NAME=VALUE",
                     help="the size of another dim (one no input shape carries, such as a prefix length)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=_count, default=0)
     ap.add_argument("--ctas", nargs="*", type=_cta_arg, help="attention-kernel CTAs to run, as x,y,z (default: all)")
     ap.add_argument("--inputs", help="an .npz of inputs by name (floats are rounded to the declared dtype; bf16 "
-                                     "may be float32 or 2-byte raw)")
+                                     "may be float32 or 2-byte raw; the outputs' arrays are left out)")
     ap.add_argument("--save", help="write the outputs to this .npz (bf16 as float32, which holds them exactly)")
     ap.add_argument("--collect", action="store_true", help="collect race reports instead of stopping at the first")
-    ap.add_argument("--quantum", type=int, default=64, help="mean instructions a warp runs before a switch (0: "
+    ap.add_argument("--quantum", type=_count, default=64, help="mean instructions a warp runs before a switch (0: "
                                                           "switch at synchronization points only)")
     args = ap.parse_args(argv)
     try:
@@ -65,14 +65,23 @@ def _run(ap, args) -> int:
     manifest = bundle.manifest
     rng = np.random.default_rng(args.seed)
     scalar = dict(args.dim)
+    unknown = sorted(set(scalar) - set(manifest.dims))
+    if unknown:
+        ap.error(f"--dim: the bundle has no dim {unknown[0]} (its dims: {', '.join(manifest.dims)})")
     if args.inputs:
-        with np.load(args.inputs) as saved:
-            inputs = {name: _declared(manifest, name, saved[name]) for name in saved.files}
+        inputs = _saved(manifest, args.inputs)
     else:
         dims = {d: getattr(args, d) for d in ("B", "H", "M", "N") if getattr(args, d) is not None}
-        kv_heads = next((s[1] for s in (t.shape for t in manifest.inputs if t.role == "k")), None)
-        if isinstance(kv_heads, str) and kv_heads not in dims:
-            dims[kv_heads] = args.HKV or dims.get("H", 1)
+        q_heads, kv_heads = manifest.role("q").shape[1], manifest.role("k").shape[1]
+        if isinstance(kv_heads, str) and kv_heads != q_heads:      # k's own heads: --HKV, else q's
+            if kv_heads not in dims:
+                dims[kv_heads] = dims.get(q_heads, 1) if args.HKV is None else args.HKV
+        elif args.HKV is not None:
+            ap.error(f"--HKV: {manifest.variant}'s k has q's heads, {q_heads}" if kv_heads == q_heads else
+                     f"--HKV: {manifest.variant}'s k has {kv_heads} head{'s' * (kv_heads != 1)}")
+        for d, value in scalar.items():
+            if dims.get(d, value) != value:
+                ap.error(f"--dim {d}={value}: {d} is also given as {dims[d]}")
         dims.update(scalar)
         shaped = {s for t in manifest.inputs for s in t.shape if isinstance(s, str)}
         missing = sorted(d for d in manifest.dims if d not in dims and (d in shaped or d in manifest.read_dims))
@@ -118,14 +127,38 @@ def _run(ap, args) -> int:
     return status
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an int >= 0")
+    return value
+
+
 def _dim_arg(text: str) -> tuple[str, int]:
     name, eq, value = text.partition("=")
     try:
         if not eq or not name:
             raise ValueError
-        return name, int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=VALUE, VALUE an int") from None
+        return name, _count(value)
+    except (ValueError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=VALUE, VALUE an int >= 0") from None
+
+
+def _saved(manifest, path: str) -> dict:
+    """The inputs saved in the .npz `path`, by name, in their declared dtypes; arrays of the
+    bundle's outputs are left out (the launch allocates its outputs)."""
+    try:
+        with np.load(path) as saved:
+            arrays = {name: saved[name] for name in saved.files}
+    except (OSError, ValueError) as e:      # no such file, not an .npz, object arrays (pickles)
+        raise AttncRuntimeError(f"--inputs {path}: {e}") from None
+    outputs = sorted(set(arrays) & {t.name for t in manifest.outputs})
+    if outputs:
+        print(f"--inputs: {', '.join(outputs)} left out (outputs: the launch allocates them)")
+    return {name: _declared(manifest, name, a) for name, a in arrays.items() if name not in outputs}
 
 
 def _cta_arg(text: str) -> tuple[int, ...]:

@@ -59,16 +59,35 @@ class _Platform:
 
 
 class _Memory:
-    """The caller's arrays as the emulator's global memory: every array whose memory one
-    ndarray owns lives in one allocation that copies all of that owner's bytes, each array
-    at its own offset in it and with its own strides. So views of one buffer overlap in
-    the emulator as they do on a GPU (an output that is also an input is refused), a
-    read-only or broadcast output is refused before the launch, a strided view is read
-    through its strides, and an element's alignment is its offset in its allocation's."""
+    """The caller's arrays as the emulator's global memory: the host bytes the arrays' owners
+    (the ndarrays that own their memory) span, each run of overlapping owners as one
+    allocation that copies all of those bytes, each array at its own offset in it and with
+    its own strides. So views of one buffer overlap in the emulator as they do on a GPU --
+    views of one ndarray, or np.frombuffer arrays of one buffer -- and an output that is
+    also an input is refused; a read-only or broadcast output is refused before the launch,
+    a strided view is read through its strides, and an element's alignment is its offset in
+    its allocation's."""
 
-    def __init__(self, memory: GlobalMemory):
+    def __init__(self, memory: GlobalMemory, arrays=()):
         self.memory = memory
-        self._owners: dict[int, tuple[np.ndarray, int, int]] = {}     # id(owner) -> (owner, low, address)
+        self._spans: list[tuple[int, int, int, list]] = []     # (low, high, address, owners kept alive)
+        owners = [_owner(a) for a in arrays if isinstance(a, np.ndarray)]
+        spans = sorted(((*_byte_bounds(o), o) for o in owners), key=lambda x: x[:2])
+        runs: list[list] = []
+        for low, high, owner in spans:
+            if runs and low < runs[-1][1]:
+                runs[-1][1] = max(runs[-1][1], high)
+                runs[-1][2].append(owner)
+            else:
+                runs.append([low, high, [owner]])
+        for low, high, owners in runs:
+            self._place(low, high, owners)
+
+    def _place(self, low: int, high: int, owners: list) -> tuple:
+        address = self.memory.alloc(high - low)
+        self.memory.put(address, _host_bytes(low, high - low))
+        self._spans.append((low, high, address, owners))
+        return self._spans[-1]
 
     def array(self, value, dtype: str, name: str) -> "_SimArray":
         array = value if isinstance(value, np.ndarray) else np.asarray(value)
@@ -76,13 +95,10 @@ class _Memory:
             raise AttncRuntimeError(f"{name}: {array.dtype.str} is not in this machine's byte order; "
                                     f"pass array.astype(array.dtype.newbyteorder('='))")
         owner = _owner(array)
-        if id(owner) not in self._owners:
-            low, high = _byte_bounds(owner)
-            address = self.memory.alloc(high - low)
-            self.memory.put(address, _host_bytes(low, high - low))
-            self._owners[id(owner)] = (owner, low, address)
-        _, low, address = self._owners[id(owner)]
-        return _SimArray(array, dtype, name, address + array.ctypes.data - low)
+        low, high = _byte_bounds(owner)
+        span = next((x for x in self._spans if x[0] <= low and high <= x[1]), None) or \
+            self._place(low, high, [owner])
+        return _SimArray(array, dtype, name, span[2] + array.ctypes.data - span[0])
 
     def read(self, a: "_SimArray") -> np.ndarray:
         """A's elements as the emulator's memory holds them now (a new array)."""
@@ -195,12 +211,15 @@ class SimKernel:
             self._programs[symbol] = decode(self._module.kernels[symbol])
         return self._programs[symbol]
 
-    def __call__(self, *tensors, ctas=None, **args) -> dict[str, np.ndarray]:
+    def __call__(self, /, *tensors, ctas=None, mask_from=None, **args) -> dict[str, np.ndarray]:
         manifest = self.manifest
+        if mask_from is not None:
+            raise AttncRuntimeError("mask_from: the emulator builds every launch's mask data (block map, tile "
+                                    "table) itself; a reused mask is a GPU launch's (Kernel.bind)")
         named = named_arguments(manifest, tensors, args)
         memory = GlobalMemory()
-        arrays = _Memory(memory)
         tensor_names = {t.name for t in manifest.tensors}
+        arrays = _Memory(memory, [v for name, v in named.items() if name in tensor_names])
         sim_args = {}
         for name, value in named.items():
             if name in tensor_names and value is not None:
@@ -225,7 +244,7 @@ class SimKernel:
         scratch = {name: memory.alloc(nbytes) for name, nbytes in plan.scratch.items()}
         scheduler = self.last_scheduler = Scheduler(self.seed, early=self.early, quantum=self.quantum,
                                                           record=self.record)
-        self.last_reports, self.last_launches = [], []
+        self.last_reports, self.last_launches, self.last_written = [], [], {}
         for i, (k, grid, symbol) in enumerate(zip(manifest.kernels, plan.grids, plan.symbols)):
             if 0 in grid:
                 continue

@@ -291,7 +291,7 @@ def test_mask_from_is_not_a_tensor_name():
     manifest = synthetic_manifest()
     manifest["inputs"][3]["name"] = "mask_from"
     manifest["kernels"][1]["params"][3]["tensor"] = "mask_from"
-    with pytest.raises(ManifestError, match="'mask_from' is a keyword of Kernel.bind"):
+    with pytest.raises(ManifestError, match="'mask_from' is a keyword of the runtime's Kernel.bind"):
         Bundle.from_files(manifest, synthetic_files(manifest))
 
 

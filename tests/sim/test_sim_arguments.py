@@ -83,6 +83,7 @@ def test_refusals_of_a_gpu_launch(kernel):
         (lambda: kernel(q.astype(np.float32).astype(">f4"), k, v), "not in this machine's byte order"),
         (lambda: kernel(q, k, v, ctas=[(3, 0, 0)]), "CTA (3, 0, 0) is outside the attention kernel's grid (1, 2, 1)"),
         (lambda: kernel(q, k, v, ctas=[(0, 0)]), "(0, 0) is not a CTA id"),
+        (lambda: kernel(q, k, v, mask_from=object()), "mask_from: the emulator builds every launch's mask data"),
     ]
     before = q.copy()
     for call, message in cases:
@@ -90,6 +91,47 @@ def test_refusals_of_a_gpu_launch(kernel):
             call()
         assert message in str(e.value)
     assert (q.view(np.uint16) == before.view(np.uint16)).all()
+
+
+def test_arrays_of_one_buffer_through_two_owners(kernel):
+    """Two np.frombuffer arrays of one buffer have different owners: an output inside an
+    input's bytes is refused as on a GPU (the emulator copied each owner apart), and an
+    input whose bytes lie inside another's is read from the same memory (found by a review)."""
+    rng = np.random.default_rng(5)
+    k, v = _random(rng, 1, 2, 7, 64), _random(rng, 1, 2, 7, 64)
+    raw = bytearray(2 * 2 * 5 * 64 * 2)
+    q = np.frombuffer(raw, BF16).reshape(2, 2, 5, 64)[:1]
+    q[...] = _random(rng, 1, 2, 5, 64)
+    o = np.frombuffer(raw, BF16, count=2 * 5 * 64).reshape(1, 2, 5, 64)
+    with pytest.raises(AttncRuntimeError, match="o: its memory overlaps q's"):
+        kernel(q, k, v, o=o)
+    tail = np.frombuffer(raw, BF16, offset=2 * 5 * 64 * 2).reshape(1, 2, 5, 64)
+    out = kernel(np.ascontiguousarray(q), k, v, o=tail)
+    assert np.abs(out["o"].astype(np.float32) - _reference(q, k, v)["o"]).max() < 3e-2
+    assert out["o"] is tail and (q == np.frombuffer(raw, BF16)[:2 * 5 * 64].reshape(q.shape)).all()
+    same = np.ascontiguousarray(q)              # one array three times: one owner, one allocation
+    assert np.abs(kernel(same, same, same)["o"].astype(np.float32) - _reference(same, same, same)["o"]).max() < 3e-2
+
+
+def test_written_elements_are_those_of_the_last_call(kernel):
+    rng = np.random.default_rng(6)
+    q, k, v = _random(rng, 1, 2, 5, 64), _random(rng, 1, 2, 7, 64), _random(rng, 1, 2, 7, 64)
+    kernel(q, k, v, ctas=[(0, 0, 0)])
+    assert set(kernel.last_written) == {"o"} and kernel.last_written["o"].sum() == 5 * 64
+    kernel(q, k, v, o=np.zeros_like(q))
+    assert kernel.last_written == {}
+
+
+def test_a_param_named_self():
+    """A param may be named as the launch's own argument (`self`, positional only)."""
+    source = _source(other="param self: f32[H]\n  score_mod(s, b, h, i, j) = s + self[h]")
+    rng = np.random.default_rng(7)
+    q, k, v = _random(rng, 1, 2, 5, 64), _random(rng, 1, 2, 7, 64), _random(rng, 1, 2, 7, 64)
+    bias = np.array([0.5, -1.0], np.float32)
+    out = SimKernel(ptx_bundle(source, arch="sm_80"))(q, k, v, self=bias)
+    want = attnc.reference(source, q=q.astype(np.float32), k=k.astype(np.float32), v=v.astype(np.float32),
+                           self=bias)
+    assert np.abs(out["o"].astype(np.float32) - want["o"]).max() < 3e-2
 
 
 @pytest.mark.parametrize("shape", [(1, 2, 0), (0, 2, 3), (1, 0, 3)], ids=["M0", "B0", "H0"])
@@ -127,11 +169,25 @@ def test_command_line(tmp_path, capsys):
     assert main([str(prefix), "--B", "1", "--H", "1", "--M", "3", "--N", "4", "--dim", "P=2",
                  "--ctas", "5,0,0"]) == 2
     assert "error: ctas: CTA (5, 0, 0) is outside" in capsys.readouterr().err
+    sizes = ["--B", "1", "--H", "1", "--M", "3", "--N", "4"]
     for argv, message in [(["--B", "1", "--H", "1", "--M", "3"], "give sizes for dims ['N', 'P']"),
-                          (["--B", "1", "--H", "1", "--M", "3", "--N", "4", "--dim", "P"], "expected NAME=VALUE")]:
+                          ([*sizes, "--dim", "P"], "expected NAME=VALUE"),
+                          ([*sizes, "--dim", "P=-1"], "expected NAME=VALUE, VALUE an int >= 0"),
+                          ([*sizes, "--dim", "P=2", "--dim", "Q=1"], "--dim: the bundle has no dim Q (its dims: "
+                                                                   "B, H, M, N, P)"),
+                          ([*sizes, "--dim", "P=2", "--dim", "M=5"], "--dim M=5: M is also given as 3"),
+                          ([*sizes, "--dim", "P=2", "--HKV", "2"], "--HKV: small's k has q's heads, H"),
+                          ([*sizes, "--dim", "P=2", "--B", "-1"], "argument --B: '-1': expected an int >= 0"),
+                          ([*sizes, "--dim", "P=2", "--seed", "-5"], "argument --seed: '-5': expected an int >= 0")]:
         with pytest.raises(SystemExit):
             main([str(prefix), *argv])
         assert message in capsys.readouterr().err
+    assert main([str(prefix), "--inputs", str(tmp_path / "none.npz"), "--dim", "P=3"]) == 2
+    assert "error: --inputs " in capsys.readouterr().err
+    # a saved output is left out, not taken as an input of the reference
+    np.savez(tmp_path / "with_o.npz", **np.load(tmp_path / "in.npz"), o=np.zeros((1, 2, 5, 64)))
+    assert main([str(prefix), "--inputs", str(tmp_path / "with_o.npz"), "--dim", "P=3"]) == 0
+    assert "--inputs: o left out (outputs: the launch allocates them)" in capsys.readouterr().out
 
 
 def test_command_line_leaves_out_an_unused_dim(tmp_path, capsys):
