@@ -36,7 +36,8 @@ class AllocSmem(Pass):
         "doc": "sm_80, sm_90a: the K/V ring's stages as slots of K and V side by side (interleaved: one slot "
                "offset serves both tiles) or as a ring per tile, all K stages then all V stages (separate) "
                "(Note [K/V slots] in attnc/schedule/alloc.py; default: interleaved, 0-2 % faster: "
-               "results/sm90a_h200.md and sm80_h200.md, \"K/V slots\")"})
+               "results/sm90a_h200.md and sm80_h200.md, \"K/V slots\"; sm_100a's K and V take one ring's slots in "
+               "turn, and `separate` is refused there)"})
 
     def run(self, module) -> None:
         from attnc.errors import AttncError

@@ -35,6 +35,7 @@ def lower_kernel(module, pass_target: str | None = None) -> None:
 
     from attnc.backend.lowering import kernel_module_for
     from attnc.ir import attention_ops, error_at, get_str
+    from attnc.passes import plan_ir
     from attnc.passes.pipelines import LOWERING
 
     ops = attention_ops(module)
@@ -54,6 +55,8 @@ def lower_kernel(module, pass_target: str | None = None) -> None:
         from attnc.ir import roles as R
         from attnc.passes.verify_pipeline import verify_pipeline
         from attnc.schedule.walk import check_walk
+        for op in ops:
+            plan_ir.require_roles(op, pass_name)
         if not R.verified_as_is(ops[0]):
             verify_pipeline(module)
         for op in ops:

@@ -101,7 +101,7 @@ class MaskKernels(Pass):
         from attnc.ir import attention_ops
 
         if self.groups < 1:
-            raise AttncError(f"{NAME}: groups = {self.groups}; a CTA takes at least one group")
+            raise AttncError(f"groups={self.groups}: a CTA takes at least one group")
         for kernel in attention_ops(module):
             if kernel.name == "attn.kernel":
                 write_programs(kernel, self)

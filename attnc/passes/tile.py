@@ -32,7 +32,8 @@ field, and the result must be buildable on the target (else an `AttncError` at t
 op's `.attn` location naming the option to change):
   * block_m fits the warps: sm_80 a multiple of 16 rows per warp, sm_90a a multiple
     of 64 rows per consumer warpgroup, sm_100a exactly 128 (one tcgen05.mma tile);
-  * block_n a multiple of 16 (the k-step of P.V) and at most 256 (MMA N limit);
+  * block_n a multiple of 16 (the k-step of P.V; on sm_100a of 32, the scores of
+    a tensor-memory load of S) and at most 256 (MMA N limit);
   * num_warps, stages and q_tiles within what the target's recipe lays out;
   * the Q tile and the K/V ring fit in shared memory, S and O in TMEM (sm_100a) or
     in the accumulator register budget (sm_80, sm_90a).
@@ -48,6 +49,7 @@ from attnc.passes.tile_table import TARGET_LIMITS, TILE_TABLE, TargetLimits, Til
 
 ELEMENT_BYTES = {"bf16": 2, "f16": 2}
 MMA_K = 16            # k-step of every 16-bit MMA: block_n is the K of P.V
+TMEM_CHUNK = 32       # sm_100a: the scores of a tcgen05.ld of S (and, packed in pairs, a .st of P)
 MMA_N_MAX = 256       # largest N of wgmma / tcgen05.mma (and the sm_80 tile we allow)
 TILE_FIELDS = ("block_m", "block_n", "stages", "num_warps", "q_tiles")
 
@@ -291,6 +293,10 @@ def _check_block_n(target, limits, shape, c: TileConfig) -> None:
     if c.block_n % MMA_K or c.block_n > MMA_N_MAX:
         raise TileError(f"block_n={c.block_n} is not possible on {target}: it must be a multiple "
                         f"of {MMA_K} (the k-step of P.V) and at most {MMA_N_MAX}")
+    if target == "sm_100a" and c.block_n % TMEM_CHUNK:
+        raise TileError(f"block_n={c.block_n} is not possible on {target}: it must be a multiple of "
+                        f"{TMEM_CHUNK} (a row of S is read from tensor memory, and P written there, in "
+                        f"chunks of {TMEM_CHUNK} scores)")
 
 
 def _check_stages(target, limits: TargetLimits, shape, c: TileConfig) -> None:
@@ -356,7 +362,8 @@ def _check_smem(target, limits: TargetLimits, shape, c: TileConfig) -> None:
     if need > limits.smem_bytes:
         detail = " + ".join(f"{name} {_kb(n)}" for name, n in parts.items() if n)
         raise TileError(f"the tile needs {_kb(need)} of shared memory ({detail}) but {target} "
-                        f"has {_kb(limits.smem_bytes)}: lower block_n, stages or block_m")
+                        f"has {_kb(limits.smem_bytes)}: lower block_n, stages or "
+                        f"{'q_tiles' if target == 'sm_100a' else 'block_m'}")
 
 
 def _check_tmem(target, limits: TargetLimits, shape, c: TileConfig) -> None:

@@ -132,6 +132,9 @@ def lay_out_smem(recipe: Recipe, tile: Tile, kv_layout: str = "interleaved") -> 
     attn-tile weighs tile choices with); `kv_layout`: Note [K/V slots]."""
     if kv_layout not in KV_LAYOUTS:
         raise AttncError(f"kv_layout = {kv_layout!r}: expected {' or '.join(KV_LAYOUTS)}")
+    if kv_layout != "interleaved" and any(ch.alternating and ch.space == "smem" for ch in recipe.channels):
+        raise AttncError(f"kv_layout={kv_layout}: {recipe.target}'s K and V take the slots of one ring in turn "
+                         f"(alternating): there is no layout of the two to choose")
     elem = DTYPE_BYTES[tile.dtype]
     align = smem_align(recipe.target)
     buffers, offset = [], 0

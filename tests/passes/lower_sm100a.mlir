@@ -10,6 +10,7 @@
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-insert-pipelines,attn-lower-sm100a" 2>&1 | filecheck %s --check-prefix=OTHER
 // RUN: not attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-lower-sm100a,attn-lower-sm100a" 2>&1 | filecheck %s --check-prefix=TWICE
 // RUN: not attnc opt %s -arch sm_100a --pass-pipeline "attn-lower-sm100a" 2>&1 | filecheck %s --check-prefix=NOTILE
+// RUN: not attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-lower-sm100a" 2>&1 | filecheck %s --check-prefix=NOROLES
 
 // The plan stays; the kernel is added beside it.
 // CHECK: "attn.tcgen05_commit"
@@ -51,6 +52,7 @@
 // OTHER: mqa.attn:2:1: error: attn-lower-sm100a lowers sm_100a plans; this one is for sm_90a: use attn-lower-sm90a
 // TWICE: mqa.attn:2:1: error: attn-lower-sm100a ran twice on this module
 // NOTILE: mqa.attn:2:1: error: attn-lower-sm100a needs the 'block_m' attribute that attn-tile records; run attn-tile first
+// NOROLES: mqa.attn:2:1: error: attn-lower-sm100a needs the role regions that attn-warp-specialize makes; run attn-warp-specialize first
 
 // examples/mqa.attn as the frontend lowers it (L1).
 func.func @mqa(%q: tensor<?x?x?x128xf16>, %k: tensor<?x1x?x128xf16>, %v: tensor<?x1x?x128xf16>) -> (tensor<?x?x?x128xf16>, tensor<?x?x?xf32>) {

@@ -61,7 +61,7 @@
 
 // NOINTERVALS: floats.attn:2:1: error: attn-mask-kernels: intervals = true, but the mask has 'attn.param' (tensor<?x?xf32>, i32, i32 -> f32), which the interval step does not model
 // NOHOLDS: docs_sink.attn:2:1: error: attn-mask-kernels: holds = true needs the interval and sample steps and a mask with a row interval and another conjunct
-// GROUPS: error: attn-mask-kernels: groups = 0; a CTA takes at least one group
+// GROUPS: --pass-pipeline:1:48: error: attn-mask-kernels: groups=0: a CTA takes at least one group
 
 // examples/alibi.attn and examples/docs_sink.attn as the frontend lowers them (L1), and a
 // mask on a float param.

@@ -18,6 +18,7 @@
 // RUN: not attnc opt tests/passes/schedule_pretiled.mlir -arch sm_90a --pass-pipeline "attn-warp-specialize" 2>&1 | filecheck %s --check-prefix=NOKERNEL
 // RUN: not attnc opt tests/passes/schedule_overbudget.mlir -arch sm_90a --pass-pipeline "attn-alloc-smem" 2>&1 | filecheck %s --check-prefix=SMEM
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem{kv_layout=rows}" 2>&1 | filecheck %s --check-prefix=KVLAYOUT
+// RUN: not attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem{kv_layout=separate}" 2>&1 | filecheck %s --check-prefix=KVLAYOUT100
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-insert-pipelines" 2>&1 | filecheck %s --check-prefix=SYNCNOROLES
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-verify-pipeline" 2>&1 | filecheck %s --check-prefix=VERIFYNOROLES
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-verify-pipeline" 2>&1 | filecheck %s --check-prefix=VERIFYNOSYNC
@@ -32,6 +33,7 @@
 // TWICE: schedule.attn:2:1: error: attn-warp-specialize ran twice on this op
 // ALLOCTWICE: schedule.attn:2:1: error: attn-alloc-smem ran twice on this op
 // KVLAYOUT: --pass-pipeline:1:48: error: attn-alloc-smem: kv_layout=rows: expected interleaved or separate (Note [K/V slots] in attnc/schedule/alloc.py)
+// KVLAYOUT100: --pass-pipeline:1:48: error: attn-alloc-smem: kv_layout=separate: sm_100a's K and V take the slots of one ring in turn (alternating): there is no layout of the two to choose
 // SYNCTWICE: schedule.attn:2:1: error: attn-insert-pipelines ran twice on this op
 // CONSUMERS: --pass-pipeline:1:32: error: attn-warp-specialize: consumers=3: sm_90a has 1 or 2 consumer warpgroups
 // CONSUMERS80: --pass-pipeline:1:32: error: attn-warp-specialize: consumers=1: only sm_90a has a producer and consumer warpgroups; sm_80's roles are fixed by its recipe

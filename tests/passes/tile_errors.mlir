@@ -11,9 +11,11 @@
 // RUN: not attnc opt %s -arch sm_100a --pass-pipeline "attn-tile{block_m=64}" 2>&1 | filecheck %s --check-prefix=BLOCKM100
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile{block_n=40}" 2>&1 | filecheck %s --check-prefix=BLOCKN
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{block_n=272}" 2>&1 | filecheck %s --check-prefix=BLOCKNMAX
+// RUN: not attnc opt %s -arch sm_100a --pass-pipeline "attn-tile{block_n=48}" 2>&1 | filecheck %s --check-prefix=BLOCKN100
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{stages=1}" 2>&1 | filecheck %s --check-prefix=STAGES
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile{q_tiles=2}" 2>&1 | filecheck %s --check-prefix=QTILES
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile{block_n=256 stages=3}" 2>&1 | filecheck %s --check-prefix=SMEM
+// RUN: not attnc opt %s -arch sm_100a --pass-pipeline "attn-tile{stages=4}" 2>&1 | filecheck %s --check-prefix=SMEM100
 // RUN: not attnc opt %s -arch sm_100a --pass-pipeline "attn-tile{block_n=192 stages=2}" 2>&1 | filecheck %s --check-prefix=TMEM
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile{block_n=128}" 2>&1 | filecheck %s --check-prefix=REGS
 
@@ -26,9 +28,11 @@
 // BLOCKM100: --pass-pipeline:1:11: error: attn-tile: block_m=64 is not possible on sm_100a: a Q tile is one tcgen05.mma of 128 rows (one row per softmax thread)
 // BLOCKN: --pass-pipeline:1:11: error: attn-tile: block_n=40 is not possible on sm_80: it must be a multiple of 16 (the k-step of P.V) and at most 256
 // BLOCKNMAX: --pass-pipeline:1:11: error: attn-tile: block_n=272 is not possible on sm_90a: it must be a multiple of 16 (the k-step of P.V) and at most 256
+// BLOCKN100: --pass-pipeline:1:11: error: attn-tile: block_n=48 is not possible on sm_100a: it must be a multiple of 32 (a row of S is read from tensor memory, and P written there, in chunks of 32 scores)
 // STAGES: --pass-pipeline:1:11: error: attn-tile: stages=1 is not possible on sm_90a: the K/V pipeline needs 2 to 4 stages
 // QTILES: --pass-pipeline:1:11: error: attn-tile: q_tiles=2 is not possible on sm_80: a CTA holds 1 Q tile(s)
 // SMEM: tile_errors.attn:2:1: error: the tile needs 416 KB of shared memory (Q 32 KB + K/V 384 KB) but sm_80 has 163 KB: lower block_n, stages or block_m
+// SMEM100: tile_errors.attn:2:1: error: the tile needs 232760 bytes of shared memory ({{.*}}) but sm_100a has 227 KB: lower block_n, stages or q_tiles
 // TMEM: tile_errors.attn:2:1: error: S and O need 640 TMEM columns (2 x (192 + 128)) but sm_100a has 512: lower block_n or q_tiles
 // REGS: tile_errors.attn:2:1: error: S and O accumulators need 256 registers per thread (128 rows x (128 + 128) f32 over 128 threads), more than the 192 sm_80 leaves for them: lower block_m or block_n, or raise num_warps
 
