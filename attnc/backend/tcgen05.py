@@ -15,6 +15,7 @@ from mlir import ir
 from mlir.dialects import arith, llvm
 
 from attnc.backend.nvgpu_builders import Emit, _asm
+from attnc.errors import AttncError
 
 TMEM_COLUMNS = 512
 MMA_K = 16                  # elements of K one kind::f16 MMA takes
@@ -54,6 +55,7 @@ class Tmem:
     def load(self, address, count: int, as_float: bool = True) -> list:
         """`count` columns (32x32b: this thread's lane) from `address`, waited for (Note
         [Tensor-memory reads and their wait])."""
+        _check_columns("tcgen05.ld", count)
         e = self.e
         regs = ", ".join(f"${i}" for i in range(count))
         op = _asm([e.i32] * count, [address],
@@ -68,6 +70,7 @@ class Tmem:
         e = self.e
         words = [v if v.type == e.i32 else arith.bitcast(e.i32, v) for v in values]
         count = len(words)
+        _check_columns("tcgen05.st", count)
         regs = ", ".join(f"${i + 1}" for i in range(count))
         text = f"tcgen05.st.sync.aligned.32x32b.x{count}.b32 [$0], {{{regs}}};"
         if wait:
@@ -160,3 +163,9 @@ def param_address(e: Emit, param) -> ir.Value:
     `cvta.param` of the pointer LLVM gives the byval argument (Note [Tensor maps] in
     attnc_runtime/params.py; the kernel marks it nvvm.grid_constant, ptx.py)."""
     return llvm.ptrtoint(e.i64, param)
+
+
+def _check_columns(instruction: str, count: int) -> None:
+    """A 32x32b tcgen05.ld or .st moves 1, 2, 4, ... or 128 columns (its .num)."""
+    if count not in (1, 2, 4, 8, 16, 32, 64, 128):
+        raise AttncError(f"{instruction}.32x32b moves 1, 2, 4, ... or 128 columns a thread, not {count}")
