@@ -150,11 +150,11 @@ class _Checker:
         if ty.dtype not in DTYPES:
             raise AttncError(f"unknown dtype '{ty.dtype}'; expected one of {', '.join(DTYPES)}",
                              ty.dtype_span)
-        for item, span in zip(ty.shape, ty.shape_spans):
+        for axis, (item, span) in enumerate(zip(ty.shape, ty.shape_spans)):
             if isinstance(item, str):
                 _check_dim_name(item, span)
             elif item < 1:
-                raise AttncError(f"dimension {item} of '{t.name}' must be at least 1", span)
+                raise AttncError(f"'{t.name}' has size {item} on axis {axis}; a size is at least 1", span)
         return Tensor(t.name, role, ty.dtype, ty.shape, t.span)
 
     def _input(self, name: str) -> Tensor:
