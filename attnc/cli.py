@@ -27,6 +27,7 @@ import signal
 import sys
 import tempfile
 import traceback
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -72,7 +73,11 @@ class _Code:
 
 
 def emit_ptx(code: _Code, out: Path | None) -> None:
-    write_output(code.ptx, out)
+    """The bundle's PTX byte for byte (the manifest's sha256 of it holds for the file)."""
+    if out is None:
+        sys.stdout.write(code.ptx)
+    else:
+        _write_atomically(out, code.ptx)
 
 
 def emit_cubin(code: _Code, out: Path | None) -> None:
@@ -142,6 +147,21 @@ def _print_warnings(variant) -> None:
         print(warning.render(), file=sys.stderr)
 
 
+def _backend_warnings(caught: list) -> list[str]:
+    """The backend's warnings (a kernel assembled without ptxas spills) as the command's,
+    printed now and kept with the cache entry as the frontend's are (a hit prints them
+    too); other modules' warnings are shown as Python shows them."""
+    root = Path(__file__).resolve().parent
+    ours = [w for w in caught if Path(w.filename).resolve().is_relative_to(root)]
+    for w in caught:
+        if w not in ours:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    lines = list(dict.fromkeys(f"attnc: warning: {w.message}" for w in ours))
+    for line in lines:
+        print(line, file=sys.stderr)
+    return lines
+
+
 def cmd_compile(args) -> int:
     if not args.time_passes:
         return _compile(args)
@@ -185,12 +205,14 @@ def _compile(args) -> int:
     with beside.held():             # Note [The check beside the lowering]
         result = compile_variant(variant, options)
         check_target(result, args.arch)
-        with timing.step("backend"):
+        with timing.step("backend"), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             code = build_code(result, args.emit)
+    backend = _backend_warnings(caught)
     if slot is not None:
         with timing.step("kernel cache store"):
             slot.cache.put(slot.key, code.manifest, code.files,
-                           warnings=[w.render() for w in variant.warnings])
+                           warnings=[w.render() for w in variant.warnings] + backend)
     with timing.step(f"writing the {args.emit}"):
         CODE_EMITTERS[args.emit](code, out)
     return 0
@@ -203,7 +225,8 @@ def _compile(args) -> int:
 # text, the file's name as given (warnings and the IR's locations name it), -arch, the
 # --pass-pipeline text with its options, the --emit kind, the content of every
 # --load-pass file and of the user's modules that loading them imported, and the
-# compiler and toolchain (cache_key). The frontend's warnings are kept in the entry and
+# compiler and toolchain (cache_key); not what a pass reads only when it runs, nor an
+# installed package's modules (README). The frontend's warnings are kept in the entry and
 # printed again on a hit. A compile asked to show or dump its IR, or --emit mlir, runs
 # every pass and takes nothing from the cache.
 @dataclass(frozen=True)
@@ -472,6 +495,8 @@ def _stages(text: str) -> tuple[str, ...]:
 def main(argv: list[str] | None = None) -> int:
     cli = parser()
     args = cli.parse_args(argv)
+    if getattr(args, "output", None) == "":
+        cli.error("-o: an empty path")      # exit status 2
     if getattr(args, "output", None) == "-":        # standard output, for the text outputs
         if getattr(args, "emit", "mlir") in ("cubin", "bundle"):
             cli.error(f"-o -: --emit {args.emit} writes files, not text: give a path")     # exit status 2
@@ -486,6 +511,11 @@ def main(argv: list[str] | None = None) -> int:
         return status
     except BrokenPipeError:
         return _stdout_closed()
+    except OSError as e:        # standard output failing (a full disk): the system's error, not a compiler bug
+        where = f"'{e.filename}'" if e.filename else "standard output"
+        print(f"attnc: error: an I/O error on {where}: {e.strerror or e}", file=sys.stderr)
+        _stdout_closed()
+        return EXIT_ERROR
     except AttncError as e:
         print(e.render(), file=sys.stderr)
         if _debug() and e.__cause__ is not None:

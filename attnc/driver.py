@@ -164,6 +164,8 @@ def compile_kernel(source, arch: str = "sm_80", **options):
         warnings.warn(warning, stacklevel=3)        # the caller of attnc.compile
     if isinstance(options.get("load_passes"), (str, os.PathLike)):
         options["load_passes"] = (options["load_passes"],)
+    if isinstance(options.get("print_ir_after"), str):     # one stage, or several comma-separated
+        options["print_ir_after"] = tuple(options["print_ir_after"].split(","))
     unknown = sorted(set(options) - {f.name for f in dataclasses.fields(CompileOptions)})
     if unknown:
         raise AttncError(f"attnc.compile has no option {', '.join(map(repr, unknown))}: it takes "
@@ -216,7 +218,11 @@ def _source_of(source) -> tuple[str, str]:
         raise AttncError(f"attnc.compile takes a variant's text or the path of its .attn file, "
                          f"not {type(source).__name__}")
     if isinstance(source, bytes):
-        return source.decode("utf-8"), "<attnc.compile>"
+        try:
+            return source.decode("utf-8"), "<attnc.compile>"
+        except UnicodeDecodeError as e:
+            raise AttncError(f"source is not valid UTF-8 text (byte 0x{source[e.start]:02x})",
+                             filename="<attnc.compile>") from None
     if isinstance(source, os.PathLike) or ("{" not in source and source.endswith(".attn")):
         try:
             return Path(source).read_text(encoding="utf-8"), str(source)
@@ -481,23 +487,36 @@ def _printer(stream: TextIO, stages: set[str] | None) -> Callable:
     return show
 
 
+DUMPS_WRITTEN = ".attnc-dumps"      # in a dump folder: the dumps the last run wrote there
+
+
 def _dumper(folder: Path, stages: list[str]) -> Callable:
     """Writes stage NN to folder/NN-<stage>.mlir, after removing the dumps an earlier run
     left there (a longer pipeline's would pass for this run's): the NN-<stage>.mlir files
-    of a stage this run has or of an attnc pass; other files stay."""
+    of a stage this run has or of an attnc pass, and those the folder's list of the last
+    run's dumps names (a user pass's, not loaded now: found by a review); other files stay."""
     from attnc.passes.registry import known_names
     names = {*stages, *known_names(), FRONTEND_STAGE, INPUT_STAGE}
+    written = folder / DUMPS_WRITTEN
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        listed = set(written.read_text().split()) if written.is_file() else set()
         for old in folder.glob("[0-9][0-9]-*.mlir"):
-            if old.name[3:-len(".mlir")] in names:
+            if old.name[3:-len(".mlir")] in names or old.name in listed:
                 old.unlink()
+        written.write_text("")
     except OSError as e:
-        raise AttncError(f"cannot prepare the dump folder '{folder}': {e.strerror}",
-                         filename="attnc") from None
+        what = f"'{e.filename}'" if e.filename and Path(e.filename) != folder else f"the dump folder '{folder}'"
+        raise AttncError(f"cannot prepare {what}: {e.strerror}", filename="attnc") from None
 
     def dump(index: int, name: str, text: str) -> None:
-        (folder / f"{index:02d}-{name}.mlir").write_text(text)
+        path = folder / f"{index:02d}-{name}.mlir"
+        try:
+            path.write_text(text)
+            with written.open("a") as f:
+                f.write(path.name + "\n")
+        except OSError as e:
+            raise AttncError(f"cannot write the dump '{path}': {e.strerror or e}", filename="attnc") from None
     return dump
 
 

@@ -224,21 +224,25 @@ class KernelCache:
         except FileExistsError:
             pass
         except OSError as e:
-            # A cache that cannot be written (a file, a read-only home) costs the caching,
-            # not the compile.
-            print(f"attnc: warning: the kernel cache at {self.root} cannot be written ({e.strerror or e}); "
-                  f"compiling without it (set ATTNC_CACHE_DIR to a writable folder, or ATTNC_DISABLE_CACHE=1)",
-                  file=sys.stderr)
-            return Bundle.from_files(manifest, files)
+            return self._unwritable(e, manifest, files)
         existing = self.get(key)
         if existing is not None:
             return existing
         try:
             return write_bundle(entry, manifest, files, replace=True, owned=True)   # the entry there was broken
-        except OSError:
+        except OSError as e:
             # Another writer published the entry between the two renames of the replacement
-            # (found by a review): theirs is the entry, if it reads back.
-            return self.get(key) or Bundle.from_files(manifest, files)
+            # (found by a review): theirs is the entry, if it reads back. Else the entry's
+            # folder cannot be made (a file where it goes).
+            return self.get(key) or self._unwritable(e, manifest, files)
+
+    def _unwritable(self, e: OSError, manifest, files) -> Bundle:
+        """A cache that cannot be written (a file, a read-only home) costs the caching, not
+        the compile."""
+        print(f"attnc: warning: the kernel cache at {self.root} cannot be written ({e.strerror or e}); "
+              f"compiling without it (set ATTNC_CACHE_DIR to a writable folder, or ATTNC_DISABLE_CACHE=1)",
+              file=sys.stderr)
+        return Bundle.from_files(manifest, files)
 
     def get_or_build(self, key: str, build: Callable[[], BuildResult]) -> Bundle:
         bundle = self.get(key)

@@ -195,6 +195,11 @@ def _load_pass_file(path: Path) -> list[str]:
     if not path.is_file():
         raise AttncError(f"cannot load passes from '{path}': "
                          f"{'a directory, not a Python file' if path.is_dir() else 'no such file'}")
+    # The file loaded again (edited since) defines its passes anew: a pass it no longer
+    # defines is gone, as in a fresh process (found by a review).
+    for name in [n for n, origin in _user_origins.items() if origin == str(path.resolve())]:
+        del _user_passes[name], _user_origins[name]
+        _from_files.discard(name)
     module = _import_file(path)
     listed = [register(cls).name for cls in getattr(module, "PASSES", ())]
     decorated = [n for n, origin in _user_origins.items() if origin == module.__file__]

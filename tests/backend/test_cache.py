@@ -218,6 +218,16 @@ def test_a_cache_that_cannot_be_written_warns_and_compiles(tmp_path, capsys):
                                               f"cannot be written")
 
 
+def test_a_file_where_an_entry_s_folder_goes_warns_and_compiles(tmp_path, capsys):
+    """The entry's shard (its key's first two digits) a file: the same warning, not a
+    silent miss every time (found by a review)."""
+    key = "ab" * 32
+    (tmp_path / key[:2]).write_text("")
+    manifest = synthetic_manifest()
+    KernelCache(tmp_path).put(key, manifest, synthetic_files(manifest))
+    assert capsys.readouterr().err.startswith(f"attnc: warning: the kernel cache at {tmp_path} cannot be written")
+
+
 def test_knob_table_documents_every_knob():
     table = config.describe()
     assert all(f"`{k.name}`" in table for k in config.KNOBS)

@@ -159,3 +159,10 @@ def test_the_cli_prints_warnings_and_goes_on(tmp_path):
     # a compile that fails in a pass still shows them, first
     status, out, err = run_attnc(["compile", str(src), "--emit", "mlir", "--pass-pipeline", "attn-tile{block_m=96}"])
     assert status == 1 and err.startswith(f"{src}:6:7: warning:") and "error:" in err
+
+
+def test_print_ir_after_takes_one_stage_as_a_string(capsys, monkeypatch, tmp_path):
+    """`print_ir_after="attn-tile"` is that stage, not its letters (found by a review)."""
+    monkeypatch.setenv("ATTNC_DISABLE_CACHE", "1")
+    attnc.compile((ROOT / "examples/mha.attn").read_text(), arch="sm_80", print_ir_after="attn-tile")
+    assert capsys.readouterr().err.count("IR Dump After attn-tile") == 1

@@ -12,7 +12,7 @@ import pytest
 
 from attnc.passes import registry
 from attnc.passes.pipelines import pipeline_with_options
-from attnc.testing import run_attnc
+from attnc.testing import run_attnc, user_pass_source
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -109,7 +109,8 @@ def test_emit_ptx_assembles_nothing(tmp_path):
     assert status == 0 and "PTX -> cubin" not in err and "MLIR -> PTX" in err, err
     status, out, err = run_attnc(["compile", "examples/mha.attn", "-arch", "sm_80", "-o", str(tmp_path / "b")])
     assert status == 0, err
-    assert (tmp_path / "mha.ptx").read_text() == (tmp_path / "b" / "attn_fwd.compute_80.ptx").read_text() + "\n"
+    # byte for byte: the manifest's sha256 of the PTX holds for the file (found by a review)
+    assert (tmp_path / "mha.ptx").read_bytes() == (tmp_path / "b" / "attn_fwd.compute_80.ptx").read_bytes()
 
 
 def test_emit_cubin_to_a_file(tmp_path):
@@ -249,8 +250,8 @@ def test_dump_dir(tmp_path):
     status, _, _ = run_attnc(["compile", "examples/alibi.attn", "--emit", "mlir", "-arch", "sm_90a",
                               "--dump-dir", str(tmp_path / "dumps")])
     assert status == 0
-    assert sorted(p.name for p in (tmp_path / "dumps").iterdir()) == \
-        ["00-frontend.mlir"] + [f"{i:02d}-{name}.mlir" for i, name in enumerate(SM90A_PLAN + ["attn-kernel-choices", "attn-lower-sm90a"], 1)]
+    assert sorted(p.name for p in (tmp_path / "dumps").iterdir()) == [".attnc-dumps", "00-frontend.mlir"] + \
+        [f"{i:02d}-{name}.mlir" for i, name in enumerate(SM90A_PLAN + ["attn-kernel-choices", "attn-lower-sm90a"], 1)]
 
 
 def test_pass_pipeline_option():
@@ -353,11 +354,11 @@ def test_opt_builds_the_kernel_of_a_dump(tmp_path):
     assert (tmp_path / "b" / "attn_fwd.compute_80.ptx").read_text() == ptx
     planned = dumps / "09-attn-verify-pipeline.mlir"
     status, out, err = run_attnc(["opt", str(planned), "--pass-pipeline", "attn-kernel-choices", "--emit", "ptx"])
-    assert (status, err, out) == (0, "", ptx + "\n")
+    assert (status, err, out) == (0, "", ptx)
     edited = tmp_path / "edited.mlir"
     edited.write_text(planned.read_text().replace("scale = 0.0883883461", "scale = 0.125", 1))
     status, out, _ = run_attnc(["opt", str(edited), "--pass-pipeline", "attn-kernel-choices", "--emit", "ptx"])
-    assert status == 0 and out != ptx + "\n"
+    assert status == 0 and out != ptx
 
 
 def test_internal_errors_are_one_line_without_a_traceback(monkeypatch):
@@ -498,7 +499,22 @@ def test_a_dump_dir_holds_only_this_run(tmp_path):
                       "-o", str(tmp_path / "a.mlir")])[0] == 0
     assert run_attnc(["compile", "examples/mha.attn", "--dump-dir", str(dump), "--emit", "mlir",
                       "--pass-pipeline", "attn-tile", "-o", str(tmp_path / "b.mlir")])[0] == 0
-    assert sorted(p.name for p in dump.iterdir()) == ["00-frontend.mlir", "01-attn-tile.mlir"]
+    assert sorted(p.name for p in dump.iterdir()) == [".attnc-dumps", "00-frontend.mlir", "01-attn-tile.mlir"]
+
+
+def test_a_dump_dir_loses_an_earlier_runs_user_pass_dumps(tmp_path):
+    """The dumps of a user pass not loaded now go too (the folder lists what its last run
+    wrote: found by a review, an earlier 01-<user pass> stood beside this run's 01-attn-tile)."""
+    dump, path = tmp_path / "dump", tmp_path / "mine.py"
+    path.write_text(user_pass_source("my-noop", "pass"))
+    assert run_attnc(["compile", "examples/mha.attn", "--dump-dir", str(dump), "--emit", "mlir", "-o", os.devnull,
+                      "--load-pass", str(path), "--pass-pipeline", "my-noop"])[0] == 0
+    (dump / "07-mine.mlir").write_text("the user's")
+    assert run_attnc(["compile", "examples/mha.attn", "--dump-dir", str(dump), "--emit", "mlir", "-o", os.devnull,
+                      "--pass-pipeline", "attn-tile"])[0] == 0
+    assert sorted(p.name for p in dump.iterdir()) == [".attnc-dumps", "00-frontend.mlir", "01-attn-tile.mlir",
+                                                      "07-mine.mlir"]
+    assert (dump / ".attnc-dumps").read_text() == "00-frontend.mlir\n01-attn-tile.mlir\n"
 
 
 def test_version():

@@ -48,4 +48,25 @@ def test_a_compile_served_from_the_cache_says_so_on_stderr(monkeypatch):
                         r"again\n", err)
     entry = Path(note[1])
     assert entry.parent.parent == KernelCache().root
-    assert (entry / "attn_fwd.compute_80.ptx").read_text() + "\n" == built
+    assert (entry / "attn_fwd.compute_80.ptx").read_text() == built
+
+
+def test_the_backends_warnings_are_the_commands_and_kept_with_the_entry(tmp_path, monkeypatch):
+    """sm_90a's producer kernel assembled without ptxas (it spills): one `attnc: warning:`
+    line, not Python's format, on the compile and again on the hit that serves its cubin
+    (found by a review: the hit said nothing)."""
+    from attnc.backend import cubin
+    from attnc.testing import run_attnc
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(cubin, "whole_program_ptxas", lambda: None)
+    cubin._assemble_whole_program.cache_clear()
+    src = str(ROOT / "examples/mha.attn")
+    warned = []
+    for out in ("a", "b"):
+        status, _, err = run_attnc(["compile", src, "-arch", "sm_90a", "-o", str(tmp_path / out)])
+        assert status == 0, err
+        warned.append([line for line in err.splitlines() if "setmaxnreg" in line])
+    assert "served from the kernel cache" in err
+    assert warned[0] == warned[1] and len(warned[0]) == 1
+    assert warned[0][0].startswith("attnc: warning: this kernel sets its warpgroups' registers (setmaxnreg)")
+    cubin._assemble_whole_program.cache_clear()

@@ -116,6 +116,39 @@ def test_compile_refuses_a_dump_dir_that_is_a_file(tmp_path):
     assert taken.read_text() == "not a folder" and not target.exists()
 
 
+def test_a_dump_that_cannot_be_written_is_named(tmp_path, monkeypatch):
+    """A dump folder that takes no file (a full disk, a read-only mount: here, its
+    writes failing) and one whose entry is a folder are errors naming what failed, not
+    internal ones (found by a review)."""
+    in_the_way = tmp_path / "dumps" / "00-frontend.mlir"
+    in_the_way.mkdir(parents=True)
+    err = _refused(["compile", "examples/mha.attn", "--emit", "mlir", "-o", os.devnull, "--dump-dir",
+                    str(tmp_path / "dumps")])
+    assert err == f"attnc: error: cannot prepare '{in_the_way}': {os.strerror(errno.EISDIR)}\n"
+    real = Path.write_text
+
+    def full(self, *args, **kwargs):
+        if self.parent == tmp_path / "full" and self.suffix == ".mlir":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full)
+    err = _refused(["compile", "examples/mha.attn", "--emit", "mlir", "-o", os.devnull, "--dump-dir",
+                    str(tmp_path / "full")])
+    assert err == (f"attnc: error: cannot write the dump '{tmp_path / 'full' / '00-frontend.mlir'}': "
+                   f"{os.strerror(errno.ENOSPC)}\n")
+
+
+def test_an_empty_output_path_is_refused(capsys):
+    status, out, err = run_attnc(["compile", "examples/mha.attn", "--emit", "ptx", "-o", ""])
+    assert status == 2 and err.endswith("attnc: error: -o: an empty path\n")
+
+
+def test_python_compile_refuses_bytes_that_are_not_utf8():
+    with pytest.raises(AttncError, match=r"source is not valid UTF-8 text \(byte 0xff\)"):
+        attnc.compile(b"\xff\xfeattention")
+
+
 def test_compile_refuses_an_output_in_a_folder_that_is_a_file(tmp_path):
     (tmp_path / "notes.txt").write_text("not a folder")
     target = tmp_path / "notes.txt" / "out.mlir"

@@ -74,12 +74,12 @@ def test_dump_dir_removes_earlier_dumps_only(tmp_path):
         (tmp_path / name).write_text("keep")
     compile_file("examples/mha.attn", CompileOptions(dump_dir=str(tmp_path), pass_pipeline="attn-tile"))
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "00-frontend.mlir", "01-attn-tile.mlir", "05-important.mlir", "99-notes.mlir", "notes.txt"]
+        ".attnc-dumps", "00-frontend.mlir", "01-attn-tile.mlir", "05-important.mlir", "99-notes.mlir", "notes.txt"]
 
 
 def test_dump_dir_writes_every_stage_and_opt_replays_it(tmp_path):
     compile_file("examples/sliding_window.attn", CompileOptions(arch="sm_90a", dump_dir=str(tmp_path)))
-    names = sorted(p.name for p in tmp_path.iterdir())
+    names = sorted(p.name for p in tmp_path.glob("*.mlir"))
     stages = PIPELINE[:8] + ["attn-overlap-gemms"] + PIPELINE[8:] + ["attn-kernel-choices", "attn-lower-sm90a"]
     assert names == ["00-frontend.mlir"] + [f"{i:02d}-{name}.mlir" for i, name in enumerate(stages, 1)]
     from attnc.ir import to_text

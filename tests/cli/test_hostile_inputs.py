@@ -1,6 +1,7 @@
 """Inputs a careful user would not write, in real processes: a variant name of 100,000
-characters (it crashed nvJitLink: Note [Kernel symbols] in backend/bundle.py) and a
-standard output whose reader goes away (`attnc passes | head -1`)."""
+characters (it crashed nvJitLink: Note [Kernel symbols] in backend/bundle.py), a
+standard output whose reader goes away (`attnc passes | head -1`) or that cannot be
+written (a full disk)."""
 import json
 import os
 import signal
@@ -19,8 +20,9 @@ LONG_NAME = "a" * 100_000
 def _attnc(*args, cwd=ROOT, **kwargs):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("ATTNC_DEBUG", None)
+    streams = {} if "stdout" in kwargs else {"capture_output": True}
     return subprocess.run([sys.executable, "-m", "attnc", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300, **kwargs)
+                          text=True, timeout=300, **streams, **kwargs)
 
 
 def _long_named_variant(tmp_path) -> Path:
@@ -83,3 +85,11 @@ def test_a_closed_standard_output_stops_quietly(args):
     p.stdout.close()
     _, err = p.communicate(timeout=120)
     assert (p.returncode, err.decode()) == (128 + signal.SIGPIPE, "")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["passes"], ["check", "examples/mha.attn"]])
+def test_a_full_standard_output_is_an_error_not_a_compiler_bug(args):
+    with open("/dev/full", "w") as full:
+        p = _attnc(*args, stdout=full, stderr=subprocess.PIPE)
+    assert (p.returncode, p.stderr) == (1, "attnc: error: an I/O error on standard output: No space left on device\n")

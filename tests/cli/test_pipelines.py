@@ -225,3 +225,15 @@ def test_a_failed_batch_keeps_its_loaded_files_replaceable(tmp_path, monkeypatch
     assert registry.lookup("my-plain").origin == str(second)
     with pytest.raises(AttncError, match="pass 'my-plain' is defined twice"):
         registry.load_pass_files([first, second])
+
+
+def test_a_pass_file_loaded_again_defines_its_passes_anew(tmp_path, monkeypatch):
+    """An edited file loaded again in the same process: a pass it renamed is gone (it was
+    still found, the old class, or failed inside typing: found by a review)."""
+    for name, value in (("_user_passes", {}), ("_user_origins", {}), ("_from_files", set())):
+        monkeypatch.setattr(registry, name, value)
+    path = _write(tmp_path, "edited.py", LISTED)
+    registry.load_pass_files([path])
+    _write(tmp_path, "edited.py", LISTED.replace('"my-plain"', '"my-plain-two"'))
+    registry.load_pass_files([path])
+    assert registry.lookup("my-plain") is None and registry.lookup("my-plain-two") is not None
