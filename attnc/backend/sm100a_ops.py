@@ -23,7 +23,7 @@ from attnc.schedule.walk import walk_order
 # --- the patterns ----------------------------------------------------------------------------
 def _dim(cx: Lowering, op):
     name = get_str(op, "name")
-    if f"dim:{name}" not in cx.params:      # taken by an analysis function that reads it not (read_dims)
+    if f"dim:{name}" not in cx.params:      # no parameter: only an analysis function ignoring it takes it (read_dims)
         return [cx.e.c32(0)]
     return [cx.size(name)]
 
