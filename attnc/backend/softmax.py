@@ -35,11 +35,12 @@ Note [Sinks]: a sink logit t (dsl.md) joins the softmax as one more kept score t
 contributes no value: m' = max(m, t), l' = l * exp(m - m') + exp(t - m'), and O is
 rescaled by exp(m - m') with it. It is folded in once, at `finalize`, in the running
 max's units (t / u where the kernel's scores are natural / u: u = scale without a
-score_mod). A row with nothing kept then gives o = 0 and lse = t: its sum is the sink's
-term alone, taken as 1 (its max is t), not exp2 of t * c less its rounded-up value
-(Note [Rounded-up max]), which underflows beyond |t| of about 7.4e8 (natural units) and
-made such a row's lse -inf (found by a review). A row that kept a key and whose sink is
-its max is within the README's limit on the size of a row's largest score.
+score_mod). A row with nothing kept then gives o = 0 and lse = t: where t is its max,
+its sum is the sink's term alone, taken as 1, not exp2 of t * c less its rounded-up
+value (Note [Rounded-up max]), which underflows beyond |t| of about 7.4e8 (natural
+units) and made such a row's lse -inf (found by a review). Where the max is another --
+the constant max of a bounded score_mod (Note [Bounded score_mod]) -- the term is
+exp2(t * c - M) as for a kept score, within the README's limit on a row's scores.
 """
 from __future__ import annotations
 
@@ -276,10 +277,9 @@ class OnlineSoftmax:
             m_safe = e.fmax(e.fmax(m, sink), self.lowest)
             neg_mc = e.fmul_down(m_safe, -self.scale_log2)          # Note [Rounded-up max]
             alpha = self.approx.exp2(e.fma(m, c, neg_mc))
-            # Note [Sinks]: a row that kept nothing is the sink's alone
-            finite = e.land(arith.cmpf(arith.CmpFPredicate.OGE, sink, e.cf(self.lowest)),
-                            arith.cmpf(arith.CmpFPredicate.OLT, sink, e.cf(float("inf"))))
-            term = e.select(e.land(e.feq(l, 0.0), finite), e.cf(1.0), self.approx.exp2(e.fma(sink, c, neg_mc)))
+            # Note [Sinks]: a row that kept nothing and whose max is its finite sink's is the sink's alone
+            its_max = e.land(e.feq(sink, m_safe), arith.cmpf(arith.CmpFPredicate.OLT, sink, e.cf(float("inf"))))
+            term = e.select(e.land(e.feq(l, 0.0), its_max), e.cf(1.0), self.approx.exp2(e.fma(sink, c, neg_mc)))
             total = e.fma(l, alpha, term)
             empty = e.feq(total, 0.0)
             inv.append(e.select(empty, e.cf(0.0), e.fmul(alpha, self.approx.rcp(total))))
