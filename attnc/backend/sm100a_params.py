@@ -12,26 +12,27 @@ from attnc.ir.tiles import KV_RANGE
 
 
 def read_dims(kernel, variant, module) -> list[str]:
-    """The dims a shape or an op of the kernel reads: a `dim` declared and never used is
-    not a parameter, so a launch need not pass it (as on the other targets). The mask
-    analysis' functions (attn.kv_range's, in `module`) take every dim the mask may name and
-    read those it does."""
-    read = {d for t in (*variant.inputs, *variant.outputs) for d in t.shape if isinstance(d, str)}
-    symbols = ir.SymbolTable(module.operation)
+    """The dims a shape, a hook or the mask analysis' range function reads: a `dim`
+    declared and never used is not a parameter, so a launch need not pass it (as on the
+    other targets). The function takes every dim the mask may name (attn.kv_range passes
+    them all); KernelNames.scan_function records those it reads."""
+    from attnc.analysis.tile_classes import KV_ARGS
+    from attnc.backend.hooks import KernelNames
+    from attnc.passes.analyze_masks import mask_functions
 
-    def reads(use) -> bool:
-        if use.owner.name != KV_RANGE:
-            return True
-        fn = symbols[ir.FlatSymbolRefAttr(use.owner.attributes["fn"]).value]
-        return bool(list(fn.regions[0].blocks[0].arguments[use.operand_number].uses))
+    names = KernelNames(variant, kernel, module)
+    if "kv_range_fn" in kernel.attributes:
+        analysis = mask_functions(kernel)
+        names.scan_function(analysis.kv_range, analysis.dims, len(KV_ARGS))
 
     def collect(op):
-        if op.name == DIM and any(reads(use) for use in op.result.uses):
-            read.add(ir.StringAttr(op.attributes["name"]).value)
+        if op.name == DIM and any(use.owner.name != KV_RANGE for use in op.result.uses):
+            names.use_dim(ir.StringAttr(op.attributes["name"]).value)
         return ir.WalkResult.ADVANCE
 
     kernel.walk(collect)
-    return [d for d in variant.dims if d in read]
+    shapes = {d for t in (*variant.inputs, *variant.outputs) for d in t.shape if isinstance(d, str)}
+    return [d for d in variant.dims if d in shapes or d in names.used_dims]
 
 
 def kernel_params(kernel, variant, module, blockmap=None) -> list[dict]:
