@@ -178,7 +178,7 @@ def compile_kernel(source, arch: str = "sm_80", **options):
                          filename=filename)
     if opts.pass_pipeline is None and not opts.load_passes:
         # The target's own passes: the source and the compiler decide the code (a hit runs nothing).
-        key = cache_key(text, {"arch": opts.arch, "pass_pipeline": None, "load_passes": []}, opts.arch)
+        key = cache_key(variant.source, {"arch": opts.arch, "pass_pipeline": None, "load_passes": []}, opts.arch)
         compiled = functools.partial(compile_variant, variant, opts)
     else:
         # A pipeline of one's own, perhaps with one's own passes, whose code (and the modules
@@ -212,17 +212,13 @@ def check_target(result: CompileResult, arch: str, option: str = "-arch") -> Non
                          f"or drop the passes' target option", filename="attnc")
 
 
-def _source_of(source) -> tuple[str, str]:
+def _source_of(source) -> tuple[str | bytes, str]:
     """(text, file name for messages) of attnc.compile's `source`."""
     if source is None or not isinstance(source, (str, bytes, os.PathLike)):
         raise AttncError(f"attnc.compile takes a variant's text or the path of its .attn file, "
                          f"not {type(source).__name__}")
     if isinstance(source, bytes):
-        try:
-            return source.decode("utf-8"), "<attnc.compile>"
-        except UnicodeDecodeError as e:
-            raise AttncError(f"source is not valid UTF-8 text (byte 0x{source[e.start]:02x})",
-                             filename="<attnc.compile>") from None
+        return source, "<attnc.compile>"        # `load` decodes it (a non-UTF-8 byte located)
     if isinstance(source, os.PathLike) or ("{" not in source and source.endswith(".attn")):
         try:
             return Path(source).read_text(encoding="utf-8"), str(source)
