@@ -17,6 +17,7 @@ from attnc.backend.softmax import SoftmaxState
 from attnc.backend.tcgen05 import MMA_K, Tmem, Umma, bulk_wait_read, expect_tx, param_address, tma_load, tma_store
 from attnc.ir import error_at, get_bool, get_int, get_shape, get_str
 from attnc.ir import roles as R
+from attnc.passes.tile import TMEM_CHUNK
 from attnc.ir.tiles import tile_parts
 from attnc.schedule.walk import walk_order
 
@@ -111,8 +112,8 @@ def _slot_write(cx: Lowering, op):
         _write_scaled(cx, op, slot, v)
     elif isinstance(v, Rows):               # P: this thread's row into tensor memory
         base = cx.tmem_address(slot, True)
-        for k in range(0, len(v.values), 32):
-            Tmem(cx.e).store(cx.e.add(base, k), v.values[k:k + 32])
+        for k in range(0, len(v.values), TMEM_CHUNK):
+            Tmem(cx.e).store(cx.e.add(base, k), v.values[k:k + TMEM_CHUNK])
     else:                                   # a row statistic
         _asm([], [cx.e.add(cx.slot_address(slot), cx.e.shl(cx.row, 2)), v], "st.shared.f32 [$0], $1;", "r,f")
 

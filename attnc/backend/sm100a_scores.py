@@ -11,6 +11,7 @@ from attnc.backend.sm100a_values import Lowering, Rows
 from attnc.backend.softmax import SoftmaxState
 from attnc.backend.tcgen05 import Tmem
 from attnc.ir import get_int, get_shape, get_str
+from attnc.passes.tile import TMEM_CHUNK
 from attnc.passes.tile_program import kv_block
 
 
@@ -21,7 +22,8 @@ def _scores(cx: Lowering, value) -> list:
         return value.values
     e = cx.e
     base = cx.tmem_address(value, True)
-    return [x for col in range(0, get_int(cx.kernel, "block_n"), 32) for x in Tmem(e).load(e.add(base, col), 32)]
+    return [x for col in range(0, get_int(cx.kernel, "block_n"), TMEM_CHUNK)
+            for x in Tmem(e).load(e.add(base, col), TMEM_CHUNK)]
 
 
 def _hook_coords(cx: Lowering, op) -> tuple:

@@ -49,7 +49,7 @@ from attnc.passes.tile_table import TARGET_LIMITS, TILE_TABLE, TargetLimits, Til
 
 ELEMENT_BYTES = {"bf16": 2, "f16": 2}
 MMA_K = 16            # k-step of every 16-bit MMA: block_n is the K of P.V
-TMEM_CHUNK = 32       # sm_100a: the scores of a tcgen05.ld of S (and, packed in pairs, a .st of P)
+TMEM_CHUNK = 32       # sm_100a: the columns of a tcgen05.ld of S's row (32 scores) or .st of P's (64)
 MMA_N_MAX = 256       # largest N of wgmma / tcgen05.mma (and the sm_80 tile we allow)
 TILE_FIELDS = ("block_m", "block_n", "stages", "num_warps", "q_tiles")
 
