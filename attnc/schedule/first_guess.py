@@ -24,6 +24,12 @@ This writes that schedule into the role:
                ... (V at %top)
              }
 
+The guess is one op, not arithmetic, as attn.block_map_range is: both read the query
+tiles' form, grid blocks (the guess: the top block of the mask analysis' static hull) or
+a tile table's (`aligned_tiles`; the guess: the tile's diagonal block), which
+attn-kernel-choices decides after this pass; the lowering computes it (`_first_guess` in
+attnc/backend/forward_loads.py). Any block is a sound guess: a miss only loads again.
+
 A miss waits for every copy before it writes the slots again (`rewrite`: the slot's
 unread fill replaced once its copies landed), so the groups after the branch count the
 same either way (Note [cp.async group counting]). attn-verify-pipeline runs the role both
