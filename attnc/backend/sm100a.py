@@ -139,6 +139,7 @@ from attnc.errors import AttncError
 from attnc.ir import error_at, get_bool, get_int, get_shape
 from attnc.ir import roles as R
 from attnc.ir.ops import int_constant
+from attnc.passes import plan_ir
 from attnc.passes.kernel_choices import sm100a_choices
 from attnc.passes.tile_program import KV_LOOP, kv_block_op
 from attnc.schedule.recipes import register_share
@@ -196,7 +197,7 @@ def lower_sm100a(kernel: ir.Operation, variant, symbol: str, block: ir.Block, mo
 
 
 def _warps(kernel) -> int:
-    return get_int(kernel, "num_warps")
+    return plan_ir.launched_warps(kernel)
 
 
 def _layout(kernel) -> tuple[int, dict]:
@@ -518,7 +519,7 @@ def kernel_module_sm100a(result):
         if not module.operation.verify():
             raise AttncError(f"the sm_100a kernel {symbol} does not verify")
     specialization = {"target": "sm_100a", "block_m": get_int(kernel, "block_m"),
-                      "block_n": get_int(kernel, "block_n"), "stages": get_int(kernel, "stages"),
+                      "block_n": get_int(kernel, "block_n"), "stages": plan_ir.kv_stages(kernel),
                       "q_tiles": get_int(kernel, "q_tiles"), "warps": _warps(kernel),
                       "blockmap": blockmap is not None and blockmap.built, **choices}
     return module, kernels, specialization

@@ -210,7 +210,9 @@ irdl.dialect @attn {
 
   // The CTA's program for query block %m_block of batch %b and head %h (region
   // arguments), replacing attn.attention after attn-tile: the same operands,
-  // results and L1 attributes, plus the tile choice.
+  // results and L1 attributes, plus the tile choice (with its `num_warps` and K/V
+  // `stages`, which attn-warp-specialize moves onto the roles and channels: not listed
+  // here; Note [Sizes the plan states] in attnc/passes/warp_specialize.py).
   irdl.operation @kernel {
     %q = irdl.base "!builtin.tensor"
     %k = irdl.base "!builtin.tensor"
@@ -231,14 +233,12 @@ irdl.dialect @attn {
     %target = irdl.base "#builtin.string"
     %block_m = irdl.base "#builtin.integer"
     %block_n = irdl.base "#builtin.integer"
-    %stages = irdl.base "#builtin.integer"
-    %num_warps = irdl.base "#builtin.integer"
     %q_tiles = irdl.base "#builtin.integer"
     irdl.attributes {
       "variant" = %variant, "dtype" = %dtype, "scale" = %scale, "dims" = %dims,
       "params" = %params, "outputs" = %outputs, "target" = %target,
-      "block_m" = %block_m, "block_n" = %block_n, "stages" = %stages,
-      "num_warps" = %num_warps, "q_tiles" = %q_tiles
+      "block_m" = %block_m, "block_n" = %block_n,
+      "q_tiles" = %q_tiles
     }
   }
 

@@ -55,6 +55,19 @@ def channels(kernel: ir.Operation) -> list[Channel]:
     return [channel(op) for op in R.channel_ops(kernel)]
 
 
+def kv_stages(kernel: ir.Operation) -> int:
+    """The K/V stages of the plan: its K and V channels' (attn.kernel's `stages` is
+    attn-tile's, until attn-warp-specialize moves it onto them: Note [Sizes the plan
+    states] in attnc/passes/warp_specialize.py)."""
+    return max(c.stages for c in channels(kernel) if {"k", "v"} & set(c.tile))
+
+
+def launched_warps(kernel: ir.Operation) -> int:
+    """The warps a CTA of the plan launches: up to its roles' last (attn.kernel's
+    `num_warps` is attn-tile's, until the roles state them)."""
+    return 1 + max(w for r in roles(kernel) for w in r.warps)
+
+
 def buffers(kernel: ir.Operation) -> list[Buffer]:
     """Every channel's buffers (L4), in channel order."""
     out = []

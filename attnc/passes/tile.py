@@ -276,9 +276,13 @@ def _check_block_m(target, limits: TargetLimits, shape, c: TileConfig) -> None:
     if limits.block_m_unit == "warp16":
         unit, why = 16 * c.num_warps, f"each of the {c.num_warps} warps owns 16-row slices"
     elif limits.block_m_unit == "consumer_wg64":
-        consumers = c.num_warps // 4 - 1
-        unit = 64 * consumers
-        why = f"each of the {consumers} consumer warpgroups owns 64-row wgmma tiles"
+        # attn-warp-specialize gives each consumer warpgroup 64 rows, so block_m is theirs exactly
+        consumers = (c.num_warps - limits.producer_warps) // 4
+        if c.block_m != 64 * consumers:
+            raise TileError(f"block_m={c.block_m} is not possible on {target} with num_warps={c.num_warps}: "
+                            f"{limits.producer_warps} warps load, and each of the {consumers} consumer "
+                            f"warpgroups runs 64 rows, so block_m must be {64 * consumers}")
+        return
     else:
         if c.block_m != 128:
             raise TileError(f"block_m={c.block_m} is not possible on {target}: a Q tile is one "

@@ -23,6 +23,14 @@ programs in the walk over query blocks with `persistent` (off by default). The K
 `stages` is attn-tile's `stages`. Register budgets are checked here. What the lowering
 builds follows these choices (Note [The plan the lowerings follow] in lower_kernel.py).
 
+Note [Sizes the plan states]: attn-tile's `num_warps` and `stages` on attn.kernel are
+requests, which this pass turns into the roles' warps (a producer warpgroup or persistent
+CTAs add one to attn-tile's count) and the K/V channels' stages; it then drops them from
+attn.kernel, so that each size is stated once, where the passes after it and the lowerings
+read it (plan_ir.launched_warps, plan_ir.kv_stages). An edit of the plan's warps or
+stages is an edit of a role or a channel (and its buffers), never of an attribute that
+nothing reads.
+
     before:  "attn.kernel"(...) ({ %q = attn.load ...; scf.for { %k = attn.load ...; attn.mma ... } })
     after:   "attn.kernel"(...) ({ "attn.warp_specialize"() ({
                %kv = "attn.channel"() {name = "kv", producer = "producer", consumer = "consumer0",
@@ -84,7 +92,8 @@ class WarpSpecialize(Pass):
 
 def sm90a_roles(op, tile, consumers: int | None, producer: bool | None, pingpong: bool | None):
     """(consumers, producer, pingpong) of an sm_90a kernel: the options, else the defaults."""
-    from attnc.ir import error_at, get_int
+    from attnc.ir import error_at
+    from attnc.passes import plan_ir
     from attnc.schedule.recipes import default_producer
 
     block_m = tile.block_m
@@ -97,7 +106,7 @@ def sm90a_roles(op, tile, consumers: int | None, producer: bool | None, pingpong
         raise error_at(op, f"consumers={consumers} runs {64 * consumers} query rows "
                            f"(64 a warpgroup), and the tile has block_m={block_m}: set attn-tile{{block_m="
                            f"{64 * consumers}}}")
-    stages = get_int(op, "stages")
+    stages = plan_ir.required_attr(op, "stages", WarpSpecialize.name, integer=True)
     if producer is None:
         producer = default_producer(consumers, stages, (tile.head_dim_qk, tile.head_dim_v))
     if pingpong and not (producer and consumers == 2):
@@ -112,7 +121,7 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
     from mlir import ir
 
     from attnc.errors import AttncError
-    from attnc.ir import attention_ops, error_at, get_int, get_str, set_int
+    from attnc.ir import attention_ops, error_at, get_str
     from attnc.ir import roles as R
     from attnc.ir.roles import warp_specialize_of
     from attnc.schedule.recipes import default_persistent
@@ -134,7 +143,7 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
                                "since attn-tile and attn-analyze-masks made them; the kernels build the key range "
                                "the mask analysis gives: edit the mask (or its kv_range function) instead (Note "
                                "[The key range as made] in attnc/ir/roles.py)")
-        warps = get_int(op, "num_warps")
+        warps = plan_ir.required_attr(op, "num_warps", WarpSpecialize.name, integer=True)
         limits = TARGET_LIMITS.get(target)
         if limits is not None and warps not in limits.num_warps:
             raise error_at(op, f"attribute num_warps = {warps}: {target}'s kernel layout uses "
@@ -170,15 +179,15 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
                                  f"plan's CTAs are not persistent (persistent=1)")
             pairs = two_blocks(op, tile, target, q_blocks_per_cta)
             walk = (walk_order or ORDER) if stays else PAIRS if pairs else None
-            r = recipe(target, num_warps=warps, kv_stages=get_int(op, "stages"),
+            r = recipe(target, num_warps=warps, kv_stages=plan_ir.required_attr(op, "stages", WarpSpecialize.name, integer=True),
                        q_tiles=tile.q_tiles, consumers=n, producer=has_producer, persistent=stays,
                        pingpong=turns)
             check_register_budget(r)
-            # the plan's roles decide the warps (a producer or persistent CTAs add a warpgroup
-            # to attn-tile's guess): the attribute says what the kernel launches
-            set_int(op, "num_warps", r.num_warps)
             with op.context:
                 ws = Partition(r, op, walk).run()
+                # Note [Sizes the plan states]
+                for name in ("num_warps", "stages"):
+                    del op.attributes[name]
                 for name, chosen in ((R.PINGPONG, turns), (R.PERSISTENT, stays)):
                     if chosen:
                         ws.attributes[name] = ir.BoolAttr.get(True)

@@ -326,12 +326,13 @@ func.func @hd128_unmasked(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>
 }
 
 // sm_90a, a 64-row tile: one consumer warpgroup, and by default no producer: one
-// cooperative role of 4 warps that loads through cp.async, as on sm_80. The kernel's
-// num_warps becomes the roles' (attn-tile counted a producer's warpgroup in).
+// cooperative role of 4 warps that loads through cp.async, as on sm_80. The roles state
+// the warps (attn-tile counted a producer's warpgroup in), and attn.kernel no more
+// (Note [Sizes the plan states]).
 // COOP90: "attn.channel"() {consumer = "compute", name = "q", producer = "compute", space = "smem", stages = 1 : i64, tile = ["q"], transport = "cp.async"
 // COOP90: }) {name = "compute", regs = 0 : i64, warps = [0, 1, 2, 3]}
 // COOP90-NOT: "attn.role"
-// COOP90: num_warps = 4 : i64
+// COOP90-NOT: num_warps
 
 // Ping-pong: recorded on attn.warp_specialize, beside the producer and two consumers.
 // PINGPONG: }) {name = "producer", regs = 24 : i64, warps = [0, 1, 2, 3]}

@@ -24,7 +24,7 @@
 // WARPS80: --pass-pipeline:1:11: error: attn-tile: num_warps=6 is not possible on sm_80: its kernel layout uses 4 or 8 warps
 // WARPS100: --pass-pipeline:1:11: error: attn-tile: num_warps=8 is not possible on sm_100a: its kernel layout uses 16 warps
 // BLOCKM80: --pass-pipeline:1:11: error: attn-tile: block_m=96 is not possible on sm_80: each of the 4 warps owns 16-row slices, so block_m must be a multiple of 64
-// BLOCKM90: --pass-pipeline:1:11: error: attn-tile: block_m=64 is not possible on sm_90a: each of the 2 consumer warpgroups owns 64-row wgmma tiles, so block_m must be a multiple of 128
+// BLOCKM90: --pass-pipeline:1:11: error: attn-tile: block_m=64 is not possible on sm_90a with num_warps=12: 4 warps load, and each of the 2 consumer warpgroups runs 64 rows, so block_m must be 128
 // BLOCKM100: --pass-pipeline:1:11: error: attn-tile: block_m=64 is not possible on sm_100a: a Q tile is one tcgen05.mma of 128 rows (one row per softmax thread)
 // BLOCKN: --pass-pipeline:1:11: error: attn-tile: block_n=40 is not possible on sm_80: it must be a multiple of 16 (the k-step of P.V) and at most 256
 // BLOCKNMAX: --pass-pipeline:1:11: error: attn-tile: block_n=272 is not possible on sm_90a: it must be a multiple of 16 (the k-step of P.V) and at most 256
