@@ -134,7 +134,8 @@ def rewrite_example(text: str, dtype: str, d_qk: int, d_v: int) -> str:
 # q_blocks_per_cta on sm_80 and persistent in the producer warpgroup's kernel): the other
 # number of query blocks per CTA on sm_80 (sm_90a runs one: there, with a producer, the
 # other persistence), a
-# row-interval test other than the default "bits" ("range" for bf16, "pair" for f16),
+# row-interval test other than the default "bits" ("range" for bf16, "pair" for f16; where
+# the mask has a row interval),
 # and exponentials on the FMA pipe (4 of 8) where the default has none, so that each
 # code path meets the reference on the GPU whatever the defaults are. The builder
 # reads the defaults from the default pipeline's IR (`default_choices`, `other_choices`).
@@ -180,7 +181,9 @@ def tiles_last_choices(default: dict) -> dict:
 def other_choices(default: dict, dtype: str, arch: str) -> dict:
     """The pipeline's options (attn-kernel-choices', and attn-warp-specialize's `persistent`
     and `q_blocks_per_cta`) that differ from the `default` choices."""
-    shared = {"interval_test": OTHER_INTERVAL_TEST[dtype], "exp2_fma": 0 if default["exp2_fma"] else 4}
+    # the row-interval test is recorded only where a row interval reads it
+    tests = {"interval_test": OTHER_INTERVAL_TEST[dtype]} if "interval_test" in default else {}
+    shared = {**tests, "exp2_fma": 0 if default["exp2_fma"] else 4}
     if default["producer"]:
         return {"persistent": not default["persistent"], **shared}
     if arch == "sm_80":

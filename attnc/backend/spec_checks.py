@@ -85,6 +85,10 @@ def op_choice_error(spec: ForwardSpec | None, option: str, value) -> str | None:
     problem = choice_value_error(option, value)
     if problem or spec is None:
         return problem
+    if option == "interval_test" and spec.hooks.row_interval is None:
+        return ("interval_test chooses how a row interval's scores are tested, and this kernel's mask has none: "
+                "it tests each score with its predicate (a built-in causal mask, or a mask_mod that is no "
+                "interval of keys per query row: Note [Row intervals] in row_intervals.py)")
     if option == "interval_test" and value == "bits" and spec.block_n > 128:
         return (f"interval_test='bits' needs block_n <= 128 (32 scores per row and lane), not {spec.block_n}: "
                 f"use 'range' or 'pair'")

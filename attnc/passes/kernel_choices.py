@@ -205,6 +205,7 @@ def choose(module, **given) -> None:
     from attnc.ir import attention_ops, error_at
     from attnc.passes.lower_kernel import compile_result_of
     from attnc.passes.choice_defaults import sm100a_defaults
+    from attnc.errors import AttncError
     from attnc.ir.roles import GET, PUT, ops_in, role_block, role_ops
     from attnc.passes.plan_ir import required_attr, require_roles
 
@@ -229,11 +230,17 @@ def choose(module, **given) -> None:
         # The channels as the lowering takes them, before its defaults are read off them.
         check_channels(op, tile_of(op, NAME), followed_plan(op, NAME), NAME)
     sites = choice_sites(op)
+    for name, value in given.items():         # a choice no op of this kernel would hold
+        choice = BY_OPTION.get(name)
+        if choice is not None and choice.op != "attn.kernel" and not sites[name]:
+            raise AttncError(f"{name}={_text(value)}: it sits on {_where(choice)}, and this kernel has none "
+                             f"(Note [Kernel choices] in attnc/passes/kernel_choices.py)")
     for choice in CHOICES:                    # a second run (on a dump) chooses afresh
         for holder in sites[choice.option]:
             if choice.attr in holder.attributes:
                 del holder.attributes[choice.attr]
-    write(op, given, sites)
+    # an interval test is checked against the mask the lowering reads first (`_idle`)
+    write(op, {k: v for k, v in given.items() if k != "interval_test" or target == "sm_100a"}, sites)
     if target == "sm_100a":
         write(op, {name: value for name, value in sm100a_defaults(op, given).items() if name not in given}, sites)
         sm100a_choices(op)                    # each value checked at its op
@@ -241,10 +248,32 @@ def choose(module, **given) -> None:
             from attnc.backend.sm100a_tiles import table_runs
             table_runs(op)
     else:
-        lowered = lowering_from_ir(result)    # the defaults, for what is not given
-        write(op, {c.option: c.value_in(lowered) for c in CHOICES if c.option not in given}, sites)
+        try:
+            lowered = lowering_from_ir(result)    # the defaults, for what is not given
+        except AttncError as e:             # a given choice the kernel cannot take: at its option
+            import re
+            named = next((n for n in given if re.search(rf"\b{n}\b", e.message)), None)
+            if named is None:
+                raise
+            said = re.search(rf"\b{named}=", e.message)       # the option's value named already
+            raise AttncError(e.message if said else f"{named}={_text(given[named])}: {e.message}") from None
+        if "interval_test" in given:
+            from attnc.backend.spec_checks import op_choice_error
+            problem = op_choice_error(lowered.spec, "interval_test", given["interval_test"])
+            if problem:
+                raise AttncError(f"interval_test={given['interval_test']}: {problem}")
+            write(op, {"interval_test": given["interval_test"]}, sites)
+        write(op, {c.option: c.value_in(lowered) for c in CHOICES
+                   if c.option not in given and not _idle(c.option, lowered.spec)}, sites)
     if verified:
         remember_verified(op)
+
+
+def _idle(option: str, spec) -> bool:
+    """Whether no op of `spec`'s kernel would read the choice `option`: an interval test
+    where the mask has no row interval (a built-in causal mask's compare, or a mask_mod
+    tested by its predicate), whose default is then left off the ops."""
+    return option == "interval_test" and spec.hooks.row_interval is None
 
 
 def _check_values(given: dict) -> None:

@@ -102,9 +102,23 @@ class MaskKernels(Pass):
 
         if self.groups < 1:
             raise AttncError(f"groups={self.groups}: a CTA takes at least one group")
-        for kernel in attention_ops(module):
-            if kernel.name == "attn.kernel":
-                write_programs(kernel, self)
+        kernels = [k for k in attention_ops(module) if k.name == "attn.kernel"]
+        asked = [(k, v) for k, v in (("intervals", self.intervals), ("holds", self.holds)) if v is not None] + \
+                [(k, v) for k, v, default in (("samples", self.samples, True), ("groups", self.groups, GROUPS))
+                 if v != default]
+        if asked and kernels and not any(reads_map(k) for k in kernels):
+            name, value = asked[0]
+            raise AttncError(f"{name}={int(value)}: an option of the block map's kernel, and no kernel here has "
+                             f"one (its mask reads no params: the mask analysis gives its key ranges)")
+        for kernel in kernels:
+            write_programs(kernel, self)
+
+
+def reads_map(kernel) -> bool:
+    """Whether `kernel`'s program (a role's too, from L3 on) reads a block map."""
+    from attnc.ir import roles as R
+    from attnc.ir import tiles
+    return bool(R.ops_in(kernel.regions[0].blocks[0], (tiles.BLOCK_MAP_READ,)))
 
 
 def programs_before(kernel, name: str) -> list:
@@ -159,7 +173,7 @@ def write_programs(kernel, options: MaskKernels) -> None:
 
     for op in programs_before(kernel, tiles.MAP_KERNEL) + programs_before(kernel, tiles.TABLE_KERNEL):
         op.erase()
-    if not R.ops_in(kernel.regions[0].blocks[0], (tiles.BLOCK_MAP_READ,)):     # a role's too, from L3 on
+    if not reads_map(kernel):
         return
     steps = step_choices(kernel, options.intervals, options.samples, options.holds, who=f"{NAME}: ")
     ids = table_ids(kernel)

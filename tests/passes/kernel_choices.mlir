@@ -29,7 +29,8 @@
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{qk_unroll=3}" 2>&1 | filecheck %s --check-prefix=UNROLL3
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{qk_unroll=-1}" 2>&1 | filecheck %s --check-prefix=UNROLLNEG
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{min_ctas_per_sm=33}" 2>&1 | filecheck %s --check-prefix=CTAS
-// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile{block_m=64 block_n=256},attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{interval_test=bits}" 2>&1 | filecheck %s --check-prefix=BITS
+// RUN: not attnc compile examples/sliding_window.attn -arch sm_80 --emit mlir --pass-pipeline "attn-tile{block_m=64 block_n=256},attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{interval_test=bits}" 2>&1 | filecheck %s --check-prefix=BITS
+// RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{interval_test=range}" 2>&1 | filecheck %s --check-prefix=NOINTERVAL
 
 // ALiBi on sm_80 (head dim 64, an affine score_mod, no LSE): row sums on the tensor cores,
 // no lazy rescale below head dim 128, O staged through shared memory, the mask's bit test.
@@ -40,7 +41,7 @@
 // CHECK: "attn.softmax_step"({{.*}}) {exp2_fma = 0 : i64}
 // CHECK: "attn.rescale"({{.*}}) {lazy = false}
 // CHECK: "attn.mma"({{.*}}) {kind = "pv", row_sum = true}
-// CHECK: }) {interval_test = "bits", split = false}
+// CHECK: }) {split = false}
 // CHECK: "attn.store"({{.*}}) {operand = "o", staged = true}
 // CHECK: }) {aligned_tiles = false, {{.*}}dead_rows = false, {{.*}}heads_first = false, {{.*}}min_ctas_per_sm = 0 : i64, min_ctas_unless_spills = false, {{.*}}run_ranges = false, {{.*}}small_grid = true, {{.*}}tail_waves = 0 : i64, {{.*}}tiles_last = false
 
@@ -80,14 +81,16 @@
 // SM100RUNS: error: run_ranges needs the aligned tiles (aligned_tiles is off)
 // NOSYNC: alibi.attn:2:1: error: attn-kernel-choices needs the synchronization attn-insert-pipelines makes of attn.put; run attn-insert-pipelines first
 // NOROLES: alibi.attn:2:1: error: attn-kernel-choices needs the role regions that attn-warp-specialize makes; run attn-warp-specialize first
-// LEAN: alibi.attn:2:1: error: the sm_90a kernel cannot be built: lean_loads needs an sm_80 kernel whose key ranges come from a block map or a band
+// LEAN: --pass-pipeline:1:125: error: attn-kernel-choices: lean_loads=true: the sm_90a kernel cannot be built: lean_loads needs an sm_80 kernel whose key ranges come from a block map or a band
 // RANGE: --pass-pipeline:1:125: error: attn-kernel-choices: exp2_fma=9223372036854775808: expected 0 to 8
 // UNROLL90: --pass-pipeline:1:125: error: attn-kernel-choices: the sm_90a kernel cannot be built: qk_unroll=2: it rolls sm_80's QK^T k16 steps into a loop; sm_90a issues QK^T as one wgmma group (0 there)
 // UNROLL3: --pass-pipeline:1:125: error: attn-kernel-choices: the sm_80 kernel cannot be built: qk_unroll=3 must divide 4 (k16 steps per smem page), or be 0
 // UNROLLNEG: --pass-pipeline:1:125: error: attn-kernel-choices: qk_unroll=-1: expected 0 or more
 // CTAS: --pass-pipeline:1:125: error: attn-kernel-choices: the sm_80 kernel cannot be built: min_ctas_per_sm=33: expected 0 to 32
 // The kept-bits test holds 32 scores per row and lane: 256-key tiles take another.
-// BITS: --pass-pipeline:1:149: error: attn-kernel-choices: the sm_80 kernel cannot be built: interval_test='bits' needs block_n <= 128 (32 scores per row and lane), not 256: use 'range' or 'pair'
+// BITS: --pass-pipeline:1:149: error: attn-kernel-choices: interval_test=bits: interval_test='bits' needs block_n <= 128 (32 scores per row and lane), not 256: use 'range' or 'pair'
+// ALiBi's mask is bottom-right causal, compared per score (Note [Mask hooks]): no row interval to test.
+// NOINTERVAL: --pass-pipeline:1:125: error: attn-kernel-choices: interval_test=range: interval_test chooses how a row interval's scores are tested, and this kernel's mask has none
 
 // examples/alibi.attn as the frontend lowers it (L1).
 func.func @alibi(%q: tensor<?x?x?x64xf16>, %k: tensor<?x?x?x64xf16>, %v: tensor<?x?x?x64xf16>, %slopes: tensor<?xf32>) -> tensor<?x?x?x64xf16> {

@@ -25,7 +25,7 @@
 // EARLY: "attn.rescale"
 // EARLY: dead_rows = false
 // BUILT: gpu.func @attnc_gemma2_fwd(
-// DEAD: examples/gemma2.attn:2:1: error: the sm_80 kernel cannot be built: dead_rows needs {{.*}} the KV steps' ops in the order the plan passes make
+// DEAD: error: attn-kernel-choices: dead_rows=true: the sm_80 kernel cannot be built: dead_rows needs {{.*}} the KV steps' ops in the order the plan passes make
 module attributes {attn.filename = "examples/mha.attn", attn.source = "# Plain multi-head attention. Dims in capitals are symbolic (runtime); numbers are fixed.\0Aattention mha {\0A  q: bf16[B, H, M, 128]\0A  k: bf16[B, H, N, 128]\0A  v: bf16[B, H, N, 128]\0A  out o: bf16[B, H, M, 128]\0A}\0A"} {
   func.func @mha(%arg0: tensor<?x?x?x128xbf16> loc("examples/mha.attn":3:3), %arg1: tensor<?x?x?x128xbf16> loc("examples/mha.attn":4:3), %arg2: tensor<?x?x?x128xbf16> loc("examples/mha.attn":5:3)) -> tensor<?x?x?x128xbf16> {
     %0 = "attn.kernel"(%arg0, %arg1, %arg2) ({

@@ -68,8 +68,8 @@
 // NOOVERLAP: lower_sm90a.attn:2:1: error: attn-lower-sm90a builds the KV steps of sm_90a's consumer warpgroups and of its cooperative role with their GEMMs overlapped
 // NOOVERLAP-SAME: role 'consumer0' has them one after the other: run attn-overlap-gemms after attn-insert-pipelines
 // QBLOCKS: --pass-pipeline:1:62: error: attn-warp-specialize: q_blocks_per_cta=2: two query blocks per CTA are sm_80's cooperative kernel's; sm_90a's CTAs run one
-// HEADS: lower_sm90a.attn:2:1: error: the sm_90a kernel cannot be built: heads_first needs a kernel with one query block per CTA and no producer warpgroup
-// ROWSUM: lower_sm90a.attn:2:1: error: the sm_90a kernel cannot be built: mma_row_sum sums P on mma.sync, an sm_80 kernel's P.V, not sm_90a's
+// HEADS: error: attn-kernel-choices: heads_first=true: the sm_90a kernel cannot be built: heads_first needs a kernel with one query block per CTA and no producer warpgroup
+// ROWSUM: error: attn-kernel-choices: mma_row_sum=true: the sm_90a kernel cannot be built: mma_row_sum sums P on mma.sync, an sm_80 kernel's P.V, not sm_90a's
 
 // A plain attention (no hooks) at head dim 128, bf16, as the frontend lowers it (L1).
 func.func @hd128_unmasked(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v: tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> {

@@ -15,7 +15,8 @@ import re
 import pytest
 
 from attnc.driver import CompileOptions, compile_file
-from attnc.passes.pipelines import target_pipeline
+from attnc.errors import AttncError
+from attnc.passes.pipelines import PassSpec, format_pipeline, target_pipeline
 from tests.passes.test_pass_errors import (_compile_refused, _in_role, _loop_line, _pipeline, _plan, _refused,
                                            _replaced, _sub)
 
@@ -61,6 +62,27 @@ def test_a_mask_test_that_is_no_string_is_refused():
 
 
 # --- the plan the lowerings follow (plan_ir.py) ----------------------------------------------
+def test_a_tile_of_rows_no_warpgroups_run_is_refused():
+    # attn-tile gives sm_90a 64 or 128 rows; a tile program edited whole to 192 is refused too.
+    plan = _example_plan("alibi", "sm_90a", "attn-tile")
+    assert "block_m = 64 : i64" in plan
+    plan = plan.replace("block_m = 64 : i64", "block_m = 192 : i64").replace("<[64, ", "<[192, ")
+    error = _located(plan.replace("<[64]", "<[192]"), "sm_90a", _rest("sm_90a", "attn-tile"))
+    assert error.message == ("block_m=192: sm_90a's consumer warpgroups run 64 query rows each, 1 or 2 of them: "
+                             "block_m 64 or 128 (attn-tile)")
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
+def test_the_kernels_warps_and_stages_are_its_roles_and_channels_from_l3_on(arch):
+    # Note [Sizes the plan states]: no second number to edit, which nothing would read.
+    def kernel_attributes(text):
+        return text[text.rindex("}) {block_m"):].split("\n")[0]
+    tiled = kernel_attributes(_plan(arch, "attn-tile"))
+    assert "num_warps = " in tiled and "stages = " in tiled
+    planned = kernel_attributes(_plan(arch, "attn-warp-specialize"))
+    assert "num_warps" not in planned and "stages" not in planned
+
+
 @pytest.mark.parametrize("old, new, message", [
     pytest.param('tile = ["q"], transport = "cp.async"', 'tile = ["q"], transport = "tma"',
                  "channel 'q' has transport = tma; the sm_80 kernel's is cp.async", id="transport"),
@@ -235,6 +257,34 @@ def test_an_option_of_another_pass_names_its_pass(pipeline, message):
     assert (error.span.line, error.span.col) == (1, pipeline.index(option + "=") + 1)
 
 
+@pytest.mark.parametrize("example, arch, options, message", [
+    pytest.param("mha", "sm_90a", {"attn-kernel-choices": {"split_mask": 1}},
+                 "split_mask=true: it sits on attn.mask, and this kernel has none", id="choice-of-no-op"),
+    pytest.param("mqa", "sm_80", {"attn-kernel-choices": {"interval_test": "pair"}},
+                 "interval_test=pair: interval_test chooses how a row interval's scores are tested, and this "
+                 "kernel's mask has none", id="interval-test-of-no-interval"),
+    pytest.param("gemma2", "sm_90a", {"attn-kernel-choices": {"staged_o": 1}},
+                 "staged_o=true: the sm_90a kernel cannot be built: staged_o needs a kernel with one query block "
+                 "per CTA, no producer warpgroup", id="choice-the-kernel-cannot-take"),
+    pytest.param("mha", "sm_80", {"attn-mask-kernels": {"holds": 1}},
+                 "holds=1: an option of the block map's kernel, and no kernel here has one", id="map-of-no-mask"),
+])
+def test_an_option_nothing_would_read_is_refused_at_it(example, arch, options, message):
+    # Options a kernel would silently ignore, or whose refusal was located at the source.
+    pipeline = format_pipeline([PassSpec(s.name, {k: str(v) for k, v in options.get(s.name, {}).items()})
+                                for s in target_pipeline(arch)])
+    with pytest.raises(AttncError) as info:
+        compile_file(f"examples/{example}.attn", CompileOptions(arch=arch, pass_pipeline=pipeline))
+    name = next(iter(next(iter(options.values()))))
+    assert info.value.message.split(": ", 1)[1].startswith(message), info.value.message
+    assert (info.value.span.line, info.value.span.col) == (1, pipeline.index(name + "=") + 1)
+
+
+def test_interval_test_is_recorded_only_where_a_row_interval_reads_it():
+    assert "interval_test" not in _example_plan("mqa", "sm_80", "attn-kernel-choices")
+    assert 'interval_test = "bits"' in _example_plan("sliding_window", "sm_80", "attn-kernel-choices")
+
+
 def test_persistent_ctas_without_their_walk_are_refused_before_the_rotation():
     """persistent = true written on attn.warp_specialize of a plan whose roles have no
     walk over query blocks: attn-overlap-gemms refuses it at the role, before it looks
@@ -296,7 +346,7 @@ def _rest(arch: str, after: str) -> str:
                  "the kernel's attributes (block_m, head_dim_qk, dtype) make Q's tile !attn.tile<[64, 128], bf16, "
                  "\"smem\">, but the program loads !attn.tile<[128, 128], bf16, \"smem\">", id="block-m-apart-from-q"),
     pytest.param("gemma2", "sm_90a", "attn-tile", "num_warps = 12 : i64", "num_warps = 7 : i64",
-                 "attribute num_warps = 7: sm_90a's kernel layout uses 8 or 12 or 16 warps", id="warps-of-no-layout"),
+                 "attribute num_warps = 7: sm_90a's kernel layout uses 8 or 12 warps", id="warps-of-no-layout"),
     pytest.param("mha", "sm_80", "attn-kernel-choices", 'variant = "mha"', 'variant = ""',
                  'attribute variant = "": a variant\'s name is an identifier', id="variant-of-no-name"),
 ])
