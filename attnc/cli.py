@@ -136,7 +136,9 @@ def build_code(result, emit: str = "bundle") -> _Code:
 # --- commands ---------------------------------------------------------------------------
 def cmd_check(args) -> int:
     from attnc.frontend import load, read_source
+    from attnc.driver import check_integers
     variant = load(read_source(args.file), args.file)
+    check_integers(variant)
     _print_warnings(variant)
     print(summary(variant))
     return 0
@@ -338,9 +340,13 @@ def cmd_opt(args) -> int:
     # variant from the attn.kernel's attributes, the plan from its ops (an edited dump's).
     from attnc.passes.lower_kernel import compile_result_of
     from attnc.schedule import beside
-    with beside.held():             # Note [The check beside the lowering]
-        module = optimize_mlir(text, args.file, options, arch_given=args.arch is not None)
-        code = build_code(compile_result_of(module, f"attnc opt --emit {args.emit}"), args.emit)
+    from attnc.ir.read import in_input
+    try:
+        with beside.held():             # Note [The check beside the lowering]
+            module = optimize_mlir(text, args.file, options, arch_given=args.arch is not None)
+            code = build_code(compile_result_of(module, f"attnc opt --emit {args.emit}"), args.emit)
+    except AttncError as e:             # the check's, raised when the held checks end, located too
+        raise in_input(e, args.file, text) from None
     CODE_EMITTERS[args.emit](code, out)
     return 0
 

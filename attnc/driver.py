@@ -26,8 +26,8 @@ from attnc import timing
 from attnc.errors import AttncError
 from attnc.frontend import Variant, load, read_source
 from attnc.passes import registry
-from attnc.passes.pipelines import (LOWERING, PIPELINE_SOURCE, TARGETS, PassSpec, format_pipeline,
-                                    parse_pipeline, target_pipeline)
+from attnc.passes.pipelines import (LOWERING, PIPELINE_SOURCE, TARGETS, PassSpec, format_pipeline, parse_pipeline,
+                                    pass_target, target_pipeline)
 
 FRONTEND_STAGE = "frontend"      # the name of stage 0 of a compile: the L1 module
 INPUT_STAGE = "input"            # the name of stage 0 of `attnc opt`: the IR read
@@ -146,6 +146,19 @@ def lower_variant(variant: Variant):
     return lower(variant)
 
 
+def check_integers(variant: Variant) -> None:
+    """`attnc check`: refuse, as compile does, an integer of a hook that lies beyond 64
+    bits whatever the indices are (Note [Exact integers] in attnc/backend/exact_ints.py):
+    an error of the source, which the frontend alone does not see."""
+    from attnc.ir import attention_ops, get_shape
+    from attnc.passes.analyze_masks import check_integer_widths
+
+    module = lower_variant(variant)         # held: dropping it destroys the op's regions
+    op = attention_ops(module)[0]
+    check_integer_widths(op, frozenset(d for key in ("q_shape", "k_shape", "v_shape")
+                                       for d in get_shape(op, key)[:3] if isinstance(d, str)))
+
+
 def compile_kernel(source, arch: str = "sm_80", **options):
     """`attnc.compile(source, arch=...)`: compile (or fetch from the kernel cache) a bundle
     and return the runtime's launchable `Kernel` for it -- the same code path and bundle
@@ -242,7 +255,24 @@ def resolve_pipeline(options: CompileOptions) -> list[ResolvedPass]:
     registry.load_pass_files(options.load_passes)
     text = options.pass_pipeline
     specs = parse_pipeline(text) if text is not None else target_pipeline(options.arch)
+    _check_targets(specs, options.arch, text)
     return [_resolve(spec, options.arch, text) for spec in specs]
+
+
+def _check_targets(specs: list[PassSpec], arch: str | None, text: str | None) -> None:
+    """A pass told another target (attn-tile{target=...}) than `arch` in a pipeline that
+    holds a pass of `arch`'s own (its lowering, attn-overlap-gemms) would plan one target's
+    kernel for another's passes: refused at the option (check_target's refusal, before a
+    later pass fails on the plan). A pipeline of target-neutral passes plans for the
+    option's target."""
+    own = [s.name for s in specs if pass_target(s.name) == arch]
+    for spec in specs:
+        given = spec.options.get("target")
+        if arch is not None and own and given != arch and given in LOWERING:
+            message = (f"target={given}, and the pipeline holds {own[0]}, a pass of {arch} (the arch asked for): "
+                       f"ask for {given}, or drop the option")
+            col = _option_col(spec, text, message) if text is not None else None
+            raise _pipeline_error(message, PassSpec(spec.name, {}, col or spec.col), text)
 
 
 def _resolve(spec: PassSpec, arch: str, text: str | None) -> ResolvedPass:

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 
 from mlir import ir
 
-from attnc.backend.kv_steps import StepOp, body_of, check_trips_by_kind, step_op
+from attnc.backend.kv_steps import StepOp, body_of, check_hooks, check_trips_by_kind, step_op
 from attnc.backend.role_prologue import prologue_steps
 from attnc.backend.role_shell import check_compute
-from attnc.backend.wgmma_steps import Around, advances, around_ops, check_hooks, require
+from attnc.backend.wgmma_steps import Around, advances, around_ops, require
 from attnc.ir import error_at
 from attnc.ir import roles as R
 from attnc.passes.tile_program import KV_LOOP, first_kv_block, kv_block
@@ -114,7 +114,7 @@ def _trip(loop, kernel, stages: int, hooks: dict) -> tuple[StepOp, ...]:
         if needed not in seen:
             raise error_at(loop, f"this KV loop has no {needed} op, which a cooperative overlapped step has ({NOTE})")
     kind = R.value_of(loop.attributes[KV_LOOP])
-    check_hooks(seen, hooks, kind, loop, f"a {kind} KV loop", NOTE)
+    check_hooks(seen, hooks, kind, loop, "this KV loop", NOTE)
     _check_flow(seen, args, list(block.operations)[-1])
     return tuple(out)
 

@@ -100,6 +100,20 @@ def with_choices(record, defaults: dict):
     return _map(record, filled)
 
 
+def check_hooks(seen: dict, hooks: dict, kind: str, where, what: str, note: str) -> None:
+    """The variant's score_mod and mask ({"mask": wanted, ...}) stand where attn-tile and
+    attn-analyze-masks put them in `what` (a KV loop, the first step: `where`, seen
+    {"mask": op, ...}) of blocks of `kind` -- no mask in a full block's; `note` explains."""
+    for hook, wanted in hooks.items():
+        wanted = wanted and (hook != "mask" or kind != "full")
+        if (hook in seen) != bool(wanted):
+            raise error_at(seen.get(hook, where), f"{what} (of {kind} key blocks) has {'no' if wanted else 'an'} "
+                                                  f"attn.{hook} op, and the kernel's steps of its kind "
+                                                  f"{'apply it' if wanted else 'have none'}: the kernel applies "
+                                                  f"the variant's hooks where attn-tile and attn-analyze-masks "
+                                                  f"put them ({note})")
+
+
 def check_trips_by_kind(trips, loops, note: str) -> None:
     """The kernel builds the partial steps at the top of its key range from the first
     mixed KV loop, those at the bottom from the last and its full steps from the full
@@ -405,13 +419,9 @@ def _body(loop, kernel, stages: int, hooks: dict, kind: str) -> tuple[tuple[Step
         if needed not in seen:
             raise error_at(loop, f"this KV loop has no {' '.join(needed).strip()}, which the lowering's step "
                                  f"needs (Note [Steps op by op])")
-    for hook, wanted in hooks.items():
-        wanted = wanted and (hook != "attn.mask" or kind != "full")
-        if ((hook, "") in seen) != bool(wanted):
-            where = seen.get((hook, ""), loop)
-            raise error_at(where, f"a {kind} KV loop of this kernel has {'an' if wanted else 'no'} {hook} op: the "
-                                  f"kernel applies the variant's hooks where attn-tile and attn-analyze-masks put "
-                                  f"them (Note [Steps op by op])")
+    check_hooks({h.removeprefix("attn."): op for (h, what), op in seen.items() if not what},
+                {h.removeprefix("attn."): w for h, w in hooks.items()}, kind, loop, "this KV loop",
+                "Note [Steps op by op]")
     _check_scores(seen)
     k_read, v_read = seen[(R.SLOT_READ, "k")], seen[(R.SLOT_READ, "v")]
     if k_read.operands[1] != v_read.operands[1]:

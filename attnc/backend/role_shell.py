@@ -92,8 +92,10 @@ def _turns(ops: list, wanted: tuple[str, ...], role, where: str) -> list:
     if have != wanted:
         def text(names):
             return ", ".join(n.removeprefix("attn.") for n in names) or "no turn"
-        raise error_at(found[0] if found else role, f"role '{R.name_of(role)}' takes {text(wanted)} {where} in "
-                                                    f"the kernel, and {text(have)} in this plan (Note [Ping-pong "
+        why = ("the plan's consumers take turns at their GEMMs (pingpong on attn.warp_specialize), so "
+               if wanted and not have else "")
+        raise error_at(found[0] if found else role, f"{why}role '{R.name_of(role)}' takes {text(wanted)} {where} "
+                                                    f"in the kernel, and {text(have)} in this plan (Note [Ping-pong "
                                                     f"turns] in attnc/schedule/sync.py; {NOTE})")
     return found[k:]
 

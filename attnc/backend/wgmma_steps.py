@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 
 from mlir import ir
 
-from attnc.backend.kv_steps import StepOp, as_written, body_of, check_trips_by_kind, step_op
+from attnc.backend.kv_steps import StepOp, as_written, body_of, check_hooks, check_trips_by_kind, step_op
 from attnc.backend.role_shell import check_consumer, check_shell, finishes_previous
 from attnc.ir import error_at
 from attnc.ir import roles as R
@@ -196,7 +196,7 @@ def _trip(loop, bars: dict, persistent: bool, hooks: dict) -> tuple[StepOp, ...]
         if needed not in seen:
             raise error_at(loop, f"this KV loop has no {needed} op, which an overlapped step has ({NOTE})")
     kind = R.value_of(loop.attributes[KV_LOOP])
-    check_hooks(seen, hooks, kind, loop, f"a {kind} KV loop")
+    check_hooks(seen, hooks, kind, loop, "this KV loop", NOTE)
     _check_flow(seen, args, list(block.operations)[-1], loop)
     return tuple(out)
 
@@ -291,17 +291,6 @@ class Around:
         check_shell(parent, loops)
 
 
-def check_hooks(seen: dict, hooks: dict, kind: str, where, what: str, note: str = NOTE) -> None:
-    """The variant's score_mod and mask stand where attn-tile and attn-analyze-masks put
-    them: in a step of a block of `kind` (no mask in a full block's); `note` explains."""
-    for hook, wanted in hooks.items():
-        wanted = wanted and (hook != "mask" or kind != "full")
-        if (hook in seen) != bool(wanted):
-            raise error_at(seen.get(hook, where), f"{what} of this kernel has {'an' if wanted else 'no'} "
-                                                  f"attn.{hook} op: the kernel applies the variant's hooks where "
-                                                  f"attn-tile and attn-analyze-masks put them ({note})")
-
-
 def _first(ops: list, bars: dict, ring: list, init: list, start_values: list, persistent: bool, hooks: dict,
            kind: str, where):
     seen: dict[str, ir.Operation] = {}
@@ -309,7 +298,7 @@ def _first(ops: list, bars: dict, ring: list, init: list, start_values: list, pe
     needed = ("wait k", "read k", "mma qk", "land_s", "release_k", "softmax_step", *(("release_q",) if persistent
                                                                                       else ()))
     require(seen, needed, where, "first step")
-    check_hooks(seen, hooks, kind, where, "the first step")
+    check_hooks(seen, hooks, kind, where, "the first step", NOTE)
     qk, softmax = seen["mma qk"], seen["softmax_step"]
     chain = [seen["land_s"]] + [seen[k] for k in ("score_mod", "mask") if k in seen]
     flows = [

@@ -43,6 +43,15 @@ CHOICES_PASS = "attn-kernel-choices"
 _TARGET_PASSES = {"sm_90a": {"attn-insert-pipelines": "attn-overlap-gemms"}}
 
 
+def pass_target(name: str) -> str | None:
+    """The target whose pipeline alone holds the pass `name` (a lowering,
+    attn-overlap-gemms), or None for a pass of every target's."""
+    for target, lowering in LOWERING.items():
+        if name == lowering or name in _TARGET_PASSES.get(target, {}).values():
+            return target
+    return None
+
+
 def _plan(target: str) -> list[tuple[str, dict[str, str]]]:
     out = []
     for name, options in _PLAN:

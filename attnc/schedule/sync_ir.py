@@ -282,6 +282,8 @@ class Pipelines:
         if ch.transport == "cp.async":
             if not self.recipe.loads_ahead:
                 R.create(R.CTA_BARRIER)
+            else:
+                _check_ahead(value.owner, ch, tile)
             R.create(R.SLOT_WRITE, operands=[chan, stage, value], attributes={"tile": tile, "completes": "group"})
             R.create(R.CP_ASYNC_COMMIT, attributes={"channel": ch.name})
             return
@@ -360,6 +362,26 @@ def _named(kind: str, b: Barrier) -> None:
 def _index(op: ir.Operation) -> int:
     """`op`'s position in its block."""
     return next(i for i, o in enumerate(op.block.operations) if o.operation == op)
+
+
+def _check_ahead(load, ch: Channel, tile: str) -> None:
+    """A KV step's load (sm_80's cooperative role) is as far ahead as the channel's ring is
+    deep: K `stages` steps, V `stages - 1` (Note [cp.async prefetch] in prefetch.py), which
+    an edit of the channel's stages alone leaves behind."""
+    from attnc.passes.tile_program import KV_LOOP
+    if getattr(load, "name", "") != "attn.load" or tile not in ("k", "v") or "ahead" not in load.attributes:
+        return
+    parent = load.parent
+    if not (parent.name == "scf.for" and KV_LOOP in parent.attributes):
+        return
+    wanted = ch.stages if tile == "k" else ch.stages - 1
+    ahead = R.attrs_of(load)["ahead"]
+    if ahead != wanted:
+        raise error_at(load, f"{PASS}: this step loads {tile.upper()} {ahead} steps ahead, and channel '{ch.name}' "
+                             f"has {ch.stages} stages: the role loads K stages steps ahead and V stages - 1 "
+                             f"(Note [cp.async prefetch] in attnc/schedule/prefetch.py); edit the loads' ahead "
+                             f"(and the first steps' loads before the KV loops) with the channel's stages, or set "
+                             f"attn-tile{{stages=N}}")
 
 
 def _channel_name(op: ir.Operation) -> str:

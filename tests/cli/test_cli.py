@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from attnc.passes import registry
-from attnc.passes.pipelines import pipeline_with_options
+from attnc.passes.pipelines import format_pipeline, pipeline_with_options, target_pipeline
 from attnc.testing import run_attnc, user_pass_source
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,6 +54,17 @@ def test_check_reports_a_source_error(tmp_path):
     assert (status, out) == (1, "")
     assert err == (f"{bad}:2:20: error: head dim 100 is not supported; supported head dims are "
                    f"64, 96, 128, 256\n  q: bf16[B, H, M, 100]\n                   ^\n")
+
+
+def test_check_refuses_an_integer_always_past_64_bits_as_compile_does(tmp_path):
+    source = tmp_path / "wide.attn"
+    source.write_text("attention wide {\n  q: bf16[B, H, M, 64]\n  k: bf16[B, H, N, 64]\n  v: bf16[B, H, N, 64]\n"
+                      "  mask_mod(b, h, i, j) = (i + 1) * 2147483647 * 2147483647 * 3 * (j + 1) > 0\n"
+                      "  out o: bf16[B, H, M, 64]\n}\n")
+    expected = f"{source}:5:60: error: this integer is always beyond 64 bits"
+    for command in (["check", str(source)], ["compile", str(source), "-arch", "sm_80", "--emit", "mlir"]):
+        status, out, err = run_attnc(command)
+        assert status == 1 and err.startswith(expected), (command, err)
 
 
 def test_missing_file():
@@ -414,7 +425,6 @@ def test_process_error_has_no_traceback():
 
 
 def test_a_pipeline_for_another_target_than_arch_is_refused(tmp_path):
-    from attnc.passes.pipelines import format_pipeline, target_pipeline
     pipeline = format_pipeline(target_pipeline("sm_90a")).replace("attn-tile", "attn-tile{target=sm_90a}", 1)
     status, out, err = run_attnc(["compile", "examples/gemma2.attn", "-arch", "sm_80", "--pass-pipeline", pipeline,
                                   "-o", str(tmp_path / "b")])
@@ -422,6 +432,16 @@ def test_a_pipeline_for_another_target_than_arch_is_refused(tmp_path):
     assert err == ("attnc: error: the pipeline built for sm_90a but -arch is sm_80: give -arch sm_90a, "
                    "or drop the passes' target option\n")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_target_option_against_the_arch_of_the_pipelines_passes_is_refused_at_it(tmp_path):
+    # -arch sm_90a's own passes (attn-overlap-gemms, its lowering) on a plan for sm_80
+    pipeline = format_pipeline(target_pipeline("sm_90a")).replace("attn-tile", "attn-tile{target=sm_80}", 1)
+    status, out, err = run_attnc(["compile", "examples/mha.attn", "-arch", "sm_90a", "--pass-pipeline", pipeline,
+                                  "-o", str(tmp_path / "b")])
+    assert (status, out) == (1, "")
+    assert err.startswith("--pass-pipeline:1:11: error: target=sm_80, and the pipeline holds attn-overlap-gemms, "
+                          "a pass of sm_90a (the arch asked for): ask for sm_80, or drop the option\n")
 
 
 @pytest.mark.parametrize("emit", ["ptx", "mlir", "bundle"])

@@ -32,6 +32,27 @@ def test_opt_refuses_malformed_ir_at_its_place(tmp_path):
                    f"module {{ foo }}\n         ^\n")
 
 
+@pytest.mark.parametrize("emit", ["mlir", "ptx"])
+def test_an_unsound_edit_of_ir_without_locations_is_located_in_the_file(tmp_path, emit):
+    # With --emit ptx the check runs beside the lowering and fails after the pipeline:
+    # located in the edited file as well, not in MLIR's "-".
+    import re
+    dump = tmp_path / "dump"
+    assert run_attnc(["compile", "examples/mha.attn", "-arch", "sm_80", "--dump-dir", str(dump),
+                      "--emit", "mlir", "-o", str(tmp_path / "out.mlir")])[0] == 0
+    from attnc.ir.read import parse_ir
+    module = parse_ir((dump / "08-attn-insert-pipelines.mlir").read_text())
+    text = str(module)                      # printed without locations
+    assert "loc(" not in text
+    edited = tmp_path / "edited.mlir"
+    edited.write_text(text.replace('"attn.cp_async_wait"() {pending = 2 : i64}',
+                                   '"attn.cp_async_wait"() {pending = 3 : i64}', 1))
+    err = _refused(["opt", str(edited), "-arch", "sm_80", "--pass-pipeline",
+                    "attn-verify-pipeline,attn-kernel-choices,attn-lower-sm80", "--emit", emit,
+                    "-o", str(tmp_path / f"out.{emit}")])
+    assert re.match(rf"{re.escape(str(edited))}:\d+:\d+: error: attn-verify-pipeline: ", err), err
+
+
 VERIFIER_FAILS = """\
 module {
   func.func @f() -> i32 {

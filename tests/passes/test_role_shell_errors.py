@@ -345,7 +345,8 @@ PREVIOUS = ("{} a persistent CTA's consumer stores the previous round's block wh
             "attn.walk_block of that round, then its epilogue " + WALK_NOTE)
 CARRIED = ("the walk carries the rings (and without ping-pong the previous round, its O, m and l) from round to "
            "round, and nothing else: its value {} is none of those " + WALK_NOTE)
-TURNS = ("role '{}' takes {} {} its walk over query blocks in the kernel, and no turn in this plan (Note "
+TURNS = ("the plan's consumers take turns at their GEMMs (pingpong on attn.warp_specialize), so "
+         "role '{}' takes {} {} its walk over query blocks in the kernel, and no turn in this plan (Note "
          "[Ping-pong turns] in attnc/schedule/sync.py; " + ROLES_NOTE[1:])
 
 

@@ -237,7 +237,7 @@ def test_a_first_step_without_the_variants_score_mod_is_refused():
         score_mod = next(op for op in first if op.name == "attn.score_mod")
         score_mod.result.replace_all_uses_with(score_mod.operands[0])
         score_mod.erase()
-    refused(module, "the first step of this kernel has an attn.score_mod op")
+    refused(module, "the first step (of mixed key blocks) has no attn.score_mod op")
 
 
 def test_a_last_pv_with_an_op_without_a_pattern_is_refused():
