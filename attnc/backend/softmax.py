@@ -29,7 +29,9 @@ and every p <= 1, whatever the scores' size. Where |m * c| < 2^24 the exponent o
 is off 0 by less than 1/2; beyond, the row's probabilities share one factor 2^-d,
 0 <= d < ulp(m * c), which o = O / l cancels and the LSE takes back (it adds M, not
 m * c, to log2(l)), unless it underflows: past |m * c| of about 2^30 (natural scores
-beyond about +-7.4e8) a row may come out empty, o = 0 and lse = -inf (README).
+beyond about +-7.4e8) a row may come out empty, o = 0 and lse = -inf (README); with f16
+inputs, whose P.V takes P in f16 (smallest 2^-24), past 2^28 (+-1.9e8) its o may be 0
+while l, in f32, still gives the right lse.
 
 Note [Sinks]: a sink logit t (dsl.md) joins the softmax as one more kept score that
 contributes no value: m' = max(m, t), l' = l * exp(m - m') + exp(t - m'), and O is

@@ -325,6 +325,10 @@ def _unexpected_token_message(e: lark.UnexpectedToken, text: str = "") -> str:
         return f"unexpected '{tok}': comparisons do not chain; write 'a < b and b < c'"
     if str(tok) in reserved_words() and "NAME" in e.expected and set(e.expected) <= {"NAME", "RPAR"}:
         return f"'{tok}' is a reserved word and cannot be a name"
+    if str(tok) == "scale" and "NAME" in e.expected and "LPAR" in e.expected:
+        # `s * scale` in a hook: the declaration's keyword, no value a hook reads
+        return ("'scale' is a reserved word, not a value: a hook's s is scaled already "
+                "(s = scale * q.k, dsl.md)")
     if tok.type == "EQUAL" and "COMP_OP" in e.expected:
         if text[tok.end_pos:tok.end_pos + 1] in ("<", ">"):
             return f"unexpected '={text[tok.end_pos]}': did you mean '{text[tok.end_pos]}='?"

@@ -102,15 +102,22 @@ def poison_requested(environ=os.environ) -> bool:
 def load(path: str | Path, device: str = "cuda", **options) -> "Kernel":
     """The kernel of the bundle folder at `path`: on the GPU (`device="cuda"`), or in the
     PTX emulator (`device="sim"`: numpy arrays in and out, attnc_sim.device.SimKernel,
-    which takes `options` such as seed=, raise_reports=)."""
+    which takes `options` such as seed=, raise_reports=); `path` may also be a Bundle read
+    already."""
+    if device not in ("cuda", "sim"):
+        raise AttncRuntimeError(f"device={device!r}: expected 'cuda' or 'sim'")
+    if isinstance(path, Bundle):
+        bundle = path
+    elif isinstance(path, (str, os.PathLike)):
+        bundle = read_bundle(path)
+    else:
+        raise AttncRuntimeError(f"load takes a bundle's folder (a path) or a Bundle, not {type(path).__name__}")
     if device == "sim":
         from attnc_sim.device import SimKernel
-        return SimKernel(read_bundle(path), **options)
-    if device != "cuda":
-        raise AttncRuntimeError(f"device={device!r}: expected 'cuda' or 'sim'")
+        return SimKernel(bundle, **options)
     if options:
         raise AttncRuntimeError(f"load: unexpected options {sorted(options)} for device 'cuda'")
-    return Kernel(read_bundle(path))
+    return Kernel(bundle)
 
 
 class Kernel:

@@ -307,6 +307,12 @@ def test_the_reserved_words_are_those_of_the_grammar_and_are_named_as_such():
         assert expect_error(source).message == f"'{word}' is a reserved word and cannot be a name"
 
 
+def test_scale_where_a_hooks_value_stands_is_named_as_such():
+    error = expect_error(TEMPLATE.format(hook="score_mod(s, b, h, i, j) = s * scale"))
+    assert error.message == ("'scale' is a reserved word, not a value: a hook's s is scaled already "
+                             "(s = scale * q.k, dsl.md)")
+
+
 def test_the_largest_f32_may_be_written_as_numpy_prints_it():
     """3.4028235e38 (numpy's finfo(float32).max) rounds to f32's largest, not to inf, so it
     is a valid literal (found by a review); from half an ulp above, a literal is refused."""

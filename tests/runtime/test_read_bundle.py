@@ -30,6 +30,16 @@ def test_read_bundle_loads_manifest_and_code(tmp_path):
     assert repr(load(folder)) == "Kernel(synthetic, sm_80, inputs=(q, k, v, slopes), outputs=(o, lse))"
 
 
+def test_load_takes_a_bundle_read_already_and_refuses_other_objects(tmp_path):
+    manifest = synthetic_manifest()
+    bundle = read_bundle(write(tmp_path / "b", manifest, synthetic_files(manifest)))
+    assert load(bundle).bundle is bundle
+    with pytest.raises(AttncRuntimeError, match="load takes a bundle's folder \\(a path\\) or a Bundle, not dict"):
+        load(manifest)
+    with pytest.raises(AttncRuntimeError, match="device='gpu': expected 'cuda' or 'sim'"):
+        load(bundle, device="gpu")
+
+
 def test_a_folder_without_manifest_is_not_a_bundle(tmp_path):
     with pytest.raises(AttncRuntimeError, match=f"^{tmp_path}: not a bundle \\(no manifest.json\\)$"):
         read_bundle(tmp_path)
