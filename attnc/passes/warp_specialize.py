@@ -179,9 +179,9 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
                                  f"plan's CTAs are not persistent (persistent=1)")
             pairs = two_blocks(op, tile, target, q_blocks_per_cta)
             walk = (walk_order or ORDER) if stays else PAIRS if pairs else None
-            r = recipe(target, num_warps=warps, kv_stages=plan_ir.required_attr(op, "stages", WarpSpecialize.name, integer=True),
-                       q_tiles=tile.q_tiles, consumers=n, producer=has_producer, persistent=stays,
-                       pingpong=turns)
+            stages = plan_ir.required_attr(op, "stages", WarpSpecialize.name, integer=True)
+            r = recipe(target, num_warps=warps, kv_stages=stages, q_tiles=tile.q_tiles, consumers=n,
+                       producer=has_producer, persistent=stays, pingpong=turns)
             check_register_budget(r)
             with op.context:
                 ws = Partition(r, op, walk).run()

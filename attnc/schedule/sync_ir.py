@@ -377,7 +377,8 @@ def _check_ahead(load, ch: Channel, tile: str) -> None:
     wanted = ch.stages if tile == "k" else ch.stages - 1
     ahead = R.attrs_of(load)["ahead"]
     if ahead != wanted:
-        raise error_at(load, f"{PASS}: this step loads {tile.upper()} {ahead} steps ahead, and channel '{ch.name}' "
+        steps = "1 step" if ahead == 1 else f"{ahead} steps"
+        raise error_at(load, f"{PASS}: this step loads {tile.upper()} {steps} ahead, and channel '{ch.name}' "
                              f"has {ch.stages} stages: the role loads K stages steps ahead and V stages - 1 "
                              f"(Note [cp.async prefetch] in attnc/schedule/prefetch.py); edit the loads' ahead "
                              f"(and the first steps' loads before the KV loops) with the channel's stages, or set "

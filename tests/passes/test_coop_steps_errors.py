@@ -107,7 +107,8 @@ def test_a_trip_without_the_variants_score_mod_is_refused():
     score_mod = next(op for op in trip(kv_loops(module)[0]) if op.name == "attn.score_mod")
     score_mod.result.replace_all_uses_with(score_mod.operands[0])
     score_mod.erase()
-    refused(module, "this KV loop (of mixed key blocks) has no attn.score_mod op, and the kernel's steps of its kind apply it")
+    refused(module, "this KV loop (of mixed key blocks) has no attn.score_mod op, and the kernel's steps of its "
+                    "kind apply it")
 
 
 def test_k_read_off_its_ring_is_refused():

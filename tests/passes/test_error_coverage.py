@@ -306,7 +306,7 @@ def _rest(arch: str, after: str) -> str:
 @pytest.mark.parametrize("example, arch, stage, old, new, message", [
     pytest.param("mha", "sm_80", "attn-warp-specialize", 'name = "kv", producer = "compute", space = "smem", '
                  'stages = 2 : i64', 'name = "kv", producer = "compute", space = "smem", stages = 3 : i64',
-                 "attn-insert-pipelines: this step loads V 1 steps ahead, and channel 'kv' has 3 stages",
+                 "attn-insert-pipelines: this step loads V 1 step ahead, and channel 'kv' has 3 stages",
                  id="ring-deeper-than-the-loads-ahead"),
     pytest.param("sliding_window", "sm_90a", "attn-hoist", 'tile_class_fn = @sliding_window_tile_class, ', "",
                  "attn.kernel has mask_kind = \"static\" and no function 'tile_class_fn' names", id="no-tile-class"),
