@@ -69,8 +69,12 @@ class Tile(Pass):
     target: str | None = field(default=None, metadata={"doc": "sm_80, sm_90a or sm_100a (default: -arch)"})
     block_m: int | None = field(default=None, metadata={"doc": "query rows per Q tile" + _CHOSEN})
     block_n: int | None = field(default=None, metadata={"doc": "keys per KV block" + _CHOSEN})
-    stages: int | None = field(default=None, metadata={"doc": "K/V buffers in flight" + _CHOSEN})
-    num_warps: int | None = field(default=None, metadata={"doc": "warps per CTA, all roles" + _CHOSEN})
+    stages: int | None = field(default=None, metadata={
+        "doc": "K/V buffers in flight, which attn-warp-specialize makes the K/V channels' stages" + _CHOSEN})
+    num_warps: int | None = field(default=None, metadata={
+        "doc": "warps per CTA, all roles (sm_80: 4 or 8; sm_90a: 8 or 12, a producer warpgroup's 4 and 4 per "
+               "64-row consumer, which attn-warp-specialize turns into roles, dropping the producer's where it "
+               "plans none; sm_100a: 16)" + _CHOSEN})
     q_tiles: int | None = field(default=None, metadata={"doc": "Q tiles per CTA (sm_100a: 1 or 2; default: the target's choice)"})
 
     def run(self, module) -> None:
