@@ -382,7 +382,10 @@ def trips_op_by_op(role: ir.Operation) -> bool:
 # lowering that builds ops as they stand, and must know them sound, runs the check again
 # only for a kernel whose digest it does not remember: one edited since, or one read from
 # a file. attn-kernel-choices, which only adds attributes, has the kernel it annotates
-# remembered afresh. The IR is not changed.
+# remembered afresh. The IR is not changed. A check that runs beside the later passes
+# (Note [The check beside the lowering] in attnc/schedule/beside.py) is remembered as it
+# starts, so one that then fails forgets every digest (`forget_verified`): the passes after
+# it may have remembered the kernels they made of it.
 _VERIFIED: set[str] = set()
 
 
@@ -398,6 +401,10 @@ def remember_verified(kernel: ir.Operation) -> None:
 
 def verified_as_is(kernel: ir.Operation) -> bool:
     return contents_digest(kernel) in _VERIFIED
+
+
+def forget_verified() -> None:
+    _VERIFIED.clear()
 
 
 def _digest(seq: list[str]) -> str:

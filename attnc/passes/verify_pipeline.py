@@ -80,13 +80,18 @@ def verify_pipeline(module, beside: bool = False, max_states: int = MAX_STATES) 
             with op.context:
                 _raise_first([v for v in (explore(*x) for x in explorations) if v is not None])
         else:
-            deferred.defer(lambda explored=explored, context=op.context: _raise_first(explored(), context))
+            deferred.defer(lambda explored=explored, context=op.context: _raise_first(explored(), context, True))
         remember_verified(op)       # Note [Verified as it stands]
 
 
-def _raise_first(violations: list, context=None) -> None:
+def _raise_first(violations: list, context=None, remembered: bool = False) -> None:
+    """Raise the first of `violations`; `remembered`: the kernel was remembered sound before
+    its check ended (Note [Verified as it stands] in attnc/ir/roles.py), which is forgotten."""
     from attnc.ir import error_at
+    from attnc.ir.roles import forget_verified
 
+    if violations and remembered:
+        forget_verified()
     if violations:
         with context or violations[0].op.context:
             raise error_at(violations[0].op, f"{VerifyPipeline.name}: {violations[0].message}")

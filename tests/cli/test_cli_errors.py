@@ -51,6 +51,11 @@ def test_an_unsound_edit_of_ir_without_locations_is_located_in_the_file(tmp_path
                     "attn-verify-pipeline,attn-kernel-choices,attn-lower-sm80", "--emit", emit,
                     "-o", str(tmp_path / f"out.{emit}")])
     assert re.match(rf"{re.escape(str(edited))}:\d+:\d+: error: attn-verify-pipeline: ", err), err
+    # The check beside the lowering remembered the kernel sound as it started (Note [Verified
+    # as it stands]): its failure forgets that, so a lowering of the same IR checks it again.
+    err = _refused(["opt", str(edited), "-arch", "sm_80", "--pass-pipeline", "attn-kernel-choices,attn-lower-sm80",
+                    "--emit", emit, "-o", str(tmp_path / f"again.{emit}")])
+    assert "attn-verify-pipeline: " in err, err
 
 
 VERIFIER_FAILS = """\
