@@ -150,13 +150,12 @@ def check_integers(variant: Variant) -> None:
     """`attnc check`: refuse, as compile does, an integer of a hook that lies beyond 64
     bits whatever the indices are (Note [Exact integers] in attnc/backend/exact_ints.py):
     an error of the source, which the frontend alone does not see."""
-    from attnc.ir import attention_ops, get_shape
+    from attnc.backend.hooks import size_dims
+    from attnc.ir import attention_ops
     from attnc.passes.analyze_masks import check_integer_widths
 
     module = lower_variant(variant)         # held: dropping it destroys the op's regions
-    op = attention_ops(module)[0]
-    check_integer_widths(op, frozenset(d for key in ("q_shape", "k_shape", "v_shape")
-                                       for d in get_shape(op, key)[:3] if isinstance(d, str)))
+    check_integer_widths(attention_ops(module)[0], size_dims(variant))
 
 
 def compile_kernel(source, arch: str = "sm_80", **options):

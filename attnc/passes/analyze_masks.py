@@ -253,8 +253,6 @@ def check_integer_widths(op, sizes: frozenset) -> bool:
     from attnc.ir.kernel import hook_indices
 
     for region in hook_indices(op):
-        if op.name == "attn.attention" and not op.regions[region].blocks:
-            continue                            # attn.attention without the hook (`attnc check`)
         block = region_block(op, region)
         plan = IntPlan.of(block, sizes)
         for inner in block.operations:
