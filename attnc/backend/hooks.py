@@ -244,6 +244,16 @@ class RegionCode:
         env.update((a, args[n]) for a, n in zip(self.block.arguments, self.ARGS) if n in args)
         return self._run(e, env, later, in_range)
 
+    @functools.cached_property
+    def placed_finer(self) -> bool:
+        """Whether an op's `attn.level` is finer than what it reads (attn-hoist{hoist=false},
+        or an edit): a form that computes such a value once per row is then not taken
+        (Note [Bias linear in j] in score_forms.py)."""
+        from attnc.passes.hoist import placed_levels
+
+        return any(mine != coarsest for (_, mine), (_, coarsest) in
+                   zip(placed_levels(self.block, self.ARGS), placed_levels(self.block, self.ARGS, given=False)))
+
     def varies_alone(self, name: str) -> bool:
         """Whether an op of the region is computed from the argument `name` and no other
         but b and h: a value `hoist` computes once per row (i) or column (j)."""
@@ -286,17 +296,21 @@ class RegionCode:
     def hoist_at(self, e: Emit, given: Mapping, d: ir.Value) -> dict:
         """`given` and, emitted here, the values of `diagonal` where its op d is `d`."""
         root, off = self.diagonal
-        # A value of constants alone placed finer than the diagonal's level is not among
-        # `given` (attn-hoist{hoist=false} puts every value per score): made here.
-        made_here = {v for v in self._of_constants if v in off and v not in given}
+        # A value of b, h and constants alone placed finer than the CTA (attn-hoist{hoist=false}
+        # puts every value per score) is not among `given`: made here, for the values of the
+        # diagonal that read it (`w[h]` in `w[h] * tanh(float(j - i))`).
+        made_here = {v for v in self._of_cta if v in off and v not in given}
         return self._run(e, {**given, root.results[0]: d}, off - made_here)
 
     @functools.cached_property
-    def _of_constants(self) -> frozenset:
-        """The block's values computed from constants alone."""
+    def _of_cta(self) -> frozenset:
+        """The block's values computed from b, h and constants alone."""
+        varies = {a for a, n in zip(self.block.arguments, self.ARGS) if n not in ("b", "h")}
         found: set = set()
         for op in self.block.operations:
-            if all(v in found for v in op.operands) and not op.regions:
+            if op.regions or any(v in varies for v in op.operands):
+                varies.update(op.results)
+            else:
                 found.update(op.results)
         return frozenset(found)
 

@@ -8,7 +8,10 @@ whose a does not depend on j and whose i32 L is R + cj * j (cj a constant, R fre
 not evaluated per score: per accumulator row and key block the kernel computes a and
 l = L at the row's first column j0 (an I2F per row), and per score a * (float(l) + cj * d)
 (d: the column's constant offset from j0) as one FADD of an immediate and one FFMA. The
-float sum is exact while |L| < 2^24, as the per-score conversion is.
+float sum is exact while |L| < 2^24, as the per-score conversion is. The form places a
+and L's terms free of j per row, as attn-hoist does; where a value of the bias is placed
+finer than what it reads (`attn-hoist{hoist=false}`, or an `attn.level` edited to
+"score"), the bias is computed as its region says, per score, at the levels given.
 
 Measured against one alternative: adding only the bias of the lane's first row per
 column (an IADD, an I2F and an FMUL per column, one FADD per score, each row's constant
@@ -62,7 +65,9 @@ class BiasCode(ScoreCode):
         self.bias, self.negate = bias, negate
         self.tainted = depends_on(block, 0)
 
-        self.j_linear = _j_linear_split(block, bias)
+        # Note [Bias linear in j]: the form computes a and L once per row; a level placed per
+        # score is followed by computing the bias per score.
+        self.j_linear = None if self.placed_finer else _j_linear_split(block, bias)
 
     @property
     def of_diagonal(self) -> bool:

@@ -78,13 +78,15 @@ def _score_mod(cx: Lowering, op):
 
     b, h, i, js = _hook_coords(cx, op)
     scores = _scores(cx, cx.value(op.operands[0]))
-    chunks = [list(zip(scores[c0:c0 + CHUNK], js[c0:c0 + CHUNK])) for c0 in range(0, len(js), CHUNK)]
     affine = affine_bias(op.regions[0].blocks[0])
+    code = _hook(cx, op) if affine is None else BiasCode(op.regions[0].blocks[0], cx.names, *affine,
+                                                          never_empty=_tile_dims(cx))
+    outer, given = _hoisted(cx.e, code, b, h, i, js)
+    chunks = [list(zip(scores[c0:c0 + CHUNK], js[c0:c0 + CHUNK], given[c0:c0 + CHUNK]))
+              for c0 in range(0, len(js), CHUNK)]
     if affine is None:
-        code = _hook(cx, op)
-        return [Rows([x for chunk in chunks for x in _scored_chunk(cx, code, b, h, i, chunk)])]
-    bias = BiasCode(op.regions[0].blocks[0], cx.names, *affine, never_empty=_tile_dims(cx))
-    parts = [_biased_chunk(cx, bias, b, h, i, chunk) for chunk in chunks]
+        return [Rows([x for chunk in chunks for x in _scored_chunk(cx, code, outer, b, h, i, chunk)])]
+    parts = [_biased_chunk(cx, code, outer, b, h, i, chunk) for chunk in chunks]
     offsets = [k for _, k in parts]
     return [Rows([x for values, _ in parts for x in values], None if any(k is None for k in offsets) else offsets)]
 
@@ -92,7 +94,22 @@ def _score_mod(cx: Lowering, op):
 CHUNK = 32      # scores per branch at the flat diagonals: a tcgen05.ld's (Note [Flat diagonals])
 
 
-def _far(cx: Lowering, code, b, h, i, chunk: list):
+# Note [Hoisted values of a row]: a softmax thread holds one row of S, so a hook's values
+# placed per CTA or per query row (attn-hoist's attn.level) are emitted once for the row's
+# 128 scores, and those placed per key column once per column, before the scores' own
+# ops (Note [Hoisted hook values] in hooks.py). Emitted per score instead, a score_mod
+# of 150 per-head param reads gave LLVM 19,200 loads to fold and took minutes to reach PTX.
+def _hoisted(e: Emit, code, b, h, i, js: list) -> tuple[dict, list[dict]]:
+    """(the hook's values placed per CTA, those known at each key of the row: the CTA's,
+    the row's and the key column's), emitted here (Note [Hoisted values of a row])."""
+    outer = code.hoist(e, {}, {"b": b, "h": h})
+    row = code.hoist(e, outer, {"b": b, "h": h, "i": i}) if code.varies_alone("i") else outer
+    if not code.varies_alone("j"):
+        return outer, [row] * len(js)
+    return outer, [code.hoist(e, row, {"b": b, "h": h, "j": j}) for j in js]
+
+
+def _far(cx: Lowering, code, outer: dict, i, chunk: list):
     """(an i1: every key of `chunk` lies beyond the hook's flat diagonals, a function
     giving the hook's values there) or None where it has none (Note [Flat diagonals])."""
     e = cx.e
@@ -101,38 +118,38 @@ def _far(cx: Lowering, code, b, h, i, chunk: list):
     if far is None:
         return None
     test, d0 = far
-    return test, lambda: code.hoist_at(e, code.hoist(e, {}, {"b": b, "h": h}), d0)
+    return test, lambda: code.hoist_at(e, outer, d0)
 
 
-def _scored_chunk(cx: Lowering, code, b, h, i, chunk: list) -> list:
-    """score_mod on each (s, j) of `chunk`; where all its keys lie beyond the hook's flat
-    diagonals, with their values computed once (Note [Flat diagonals] in
+def _scored_chunk(cx: Lowering, code, outer: dict, b, h, i, chunk: list) -> list:
+    """score_mod on each (s, j, values given) of `chunk`; where all its keys lie beyond the
+    hook's flat diagonals, with their values computed once (Note [Flat diagonals] in
     attnc/ir/diagonals.py), in a branch that yields the chunk's scores: one branch over
     the row's 128 spilled."""
     e = cx.e
 
-    def scored(given=None):
-        return [code(e, e.fmul(s, cx.scale), b, h, i, j, given=given) for s, j in chunk]
+    def scored(once=None):
+        return [code(e, e.fmul(s, cx.scale), b, h, i, j, given={**g, **once} if once else g) for s, j, g in chunk]
 
-    far = _far(cx, code, b, h, i, chunk)
+    far = _far(cx, code, outer, i, chunk)
     if far is None:
         return scored()
     test, once = far
-    return branches(test, lambda: scored(once()), scored, [s.type for s, _ in chunk])
+    return branches(test, lambda: scored(once()), scored, [s.type for s, _, _ in chunk])
 
 
-def _biased_chunk(cx: Lowering, bias, b, h, i, chunk: list) -> tuple[list, ir.Value | None]:
-    """(s + f / scale for each (s, j) of `chunk`, None), or where f is one value beyond
-    its flat diagonals, a branch yielding (the scores as they are, f / scale) there and
-    (s + f / scale, 0) elsewhere (Note [Affine scores on sm_100a])."""
+def _biased_chunk(cx: Lowering, bias, outer: dict, b, h, i, chunk: list) -> tuple[list, ir.Value | None]:
+    """(s + f / scale for each (s, j, values given) of `chunk`, None), or where f is one
+    value beyond its flat diagonals, a branch yielding (the scores as they are, f / scale)
+    there and (s + f / scale, 0) elsewhere (Note [Affine scores on sm_100a])."""
     e = cx.e
     inv_scale = e.cf(1.0 / cx.scale)
 
-    def biased(given=None):
-        return [e.fma(bias(e, b, h, i, j, given=given), inv_scale, s) for s, j in chunk]
+    def biased(once=None):
+        return [e.fma(bias(e, b, h, i, j, given={**g, **once} if once else g), inv_scale, s) for s, j, g in chunk]
 
-    far = _far(cx, bias, b, h, i, chunk)
-    types = [s.type for s, _ in chunk]
+    far = _far(cx, bias, outer, i, chunk)
+    types = [s.type for s, _, _ in chunk]
     if far is None:
         return biased(), None
     test, once = far
@@ -140,7 +157,8 @@ def _biased_chunk(cx: Lowering, bias, b, h, i, chunk: list) -> tuple[list, ir.Va
         return branches(test, lambda: biased(once()), biased, types), None
 
     def far_chunk():
-        return [s for s, _ in chunk] + [e.fmul(bias(e, b, h, i, chunk[0][1], given=once()), inv_scale)]
+        _, j0, g0 = chunk[0]
+        return [s for s, _, _ in chunk] + [e.fmul(bias(e, b, h, i, j0, given={**g0, **once()}), inv_scale)]
     flat = branches(test, far_chunk, lambda: biased() + [e.cf(0.0)], types + [e.f32])
     return flat[:-1], flat[-1]
 
@@ -153,7 +171,9 @@ def _mask(cx: Lowering, op):
     b, h, i, js = _hook_coords(cx, op)
     value = cx.value(op.operands[0])
     scores = _scores(cx, value)
-    return [Rows([e.select(code(e, b, h, i, j), s, e.neg_inf()) for s, j in zip(scores, js)], _offsets(value))]
+    _, given = _hoisted(e, code, b, h, i, js)
+    return [Rows([e.select(code(e, b, h, i, j, given=g), s, e.neg_inf()) for s, j, g in zip(scores, js, given)],
+                 _offsets(value))]
 
 
 def _softmax_step(cx: Lowering, op):

@@ -30,9 +30,11 @@ written out by hand would be), and records no flat diagonals; `flat=false` recor
 its operands' (i is not known once per CTA): the lowering refuses that at the op
 (`check_levels`), as it refuses copies of a hook whose levels differ. A flat bound
 edited farther from the diagonal, or removed, is followed; one nearer than the analysis
-shows is refused at the op by the lowering. A hook the lowering
-compiles to a form of its own -- a key interval per row, a bias linear in j, causal --
-computes its values where that form does: its levels are checked, not followed.
+shows is refused at the op by the lowering. A mask the lowering compiles to a form that
+other choices build on -- a key interval per row (interval_test, dead_rows), causal --
+computes its values where that form does: its levels are checked, not followed. A bias
+linear in j (ALiBi's) is computed per row in its own form only while no value of it is
+placed finer than what it reads (Note [Bias linear in j] in attnc/backend/score_forms.py).
 """
 from __future__ import annotations
 

@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from attnc.backend.lowering import build, kernel_module_for
+from attnc.backend.lowering import build
 from attnc.driver import CompileOptions, compile_file, compile_mlir, optimize_mlir
 from attnc.errors import AttncError
-from attnc.passes.lower_kernel import compile_result_of
+from attnc.passes.lower_kernel import compile_result_of, lowered_gpu_module
 from attnc.passes.pipelines import format_pipeline, pipeline_with, target_pipeline
 
 PARAMS = 3
@@ -21,17 +21,29 @@ READS = "\n".join(["attention reads {", "  q: f16[B, H, M, 64]", "  k: f16[B, H,
                    "  out o: f16[B, H, M, 64]", "}"]) + "\n"
 
 
-def _loads(hoisted: bool) -> int:
-    """llvm.load ops of the sm_80 kernel module (before LLVM folds anything)."""
-    pipeline = pipeline_with("sm_80", {"attn-hoist": {"hoist": str(hoisted).lower()}})
-    result = compile_mlir(READS, "reads.attn", CompileOptions(arch="sm_80", pass_pipeline=pipeline))
-    return len(re.findall(r"= llvm\.load ", str(kernel_module_for(result)[0])))
+def _loads(arch: str, hoisted: bool) -> int:
+    """llvm.load ops of the kernel module (before LLVM folds anything)."""
+    pipeline = pipeline_with(arch, {"attn-hoist": {"hoist": str(hoisted).lower()}})
+    result = compile_mlir(READS, "reads.attn", CompileOptions(arch=arch, pass_pipeline=pipeline))
+    return len(re.findall(r"= llvm\.load ", str(lowered_gpu_module(result.module))))
 
 
-def test_without_hoisting_every_score_loads_its_params():
-    hoisted, per_score = _loads(True), _loads(False)
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
+def test_without_hoisting_every_score_loads_its_params(arch):
+    hoisted, per_score = _loads(arch, True), _loads(arch, False)
     assert PARAMS <= hoisted <= 16 * PARAMS
-    assert per_score >= 32 * hoisted            # a thread's 64 scores of a 128x128 tile, per site
+    assert per_score >= 32 * hoisted            # a thread's 64 to 128 scores of a tile, per site
+
+
+def test_without_hoisting_alibi_computes_its_bias_per_score():
+    """Note [Bias linear in j] in attnc/backend/score_forms.py: ALiBi's bias takes an I2F
+    per row and key block in its own form, and, with its values placed per score, one per
+    diagonal of the tile's scores."""
+    def conversions(hoisted: bool) -> int:
+        pipeline = pipeline_with("sm_80", {"attn-hoist": {"hoist": str(hoisted).lower()}})
+        ptx = build(compile_file("examples/alibi.attn", CompileOptions(arch="sm_80", pass_pipeline=pipeline))).ptx
+        return ptx.count("cvt.rn.f32.s32")
+    assert conversions(False) >= 4 * conversions(True)
 
 
 @pytest.mark.parametrize("example, arch", [("docs_sink", "sm_80"), ("relative_bias", "sm_90a")])

@@ -2,7 +2,7 @@
 emulator on every target against attnc.reference: a causal mask written as a score_mod
 of -1e30, whose blocks above the diagonal the kernel walks first (their rows were NaN),
 and every score shifted by 1e5, whose LSE takes the row's rounded max back; and T5's
-bias with every value per score."""
+and ALiBi's biases with every value per score."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -33,13 +33,15 @@ def test_large_scores_compute_the_reference(tmp_path, arch, score):
     check_against_reference(ptx_bundle(path, arch=arch), path, 150, 300)
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-def test_t5_without_hoisting_computes_the_reference(arch):
-    """attn-hoist{hoist=false}: T5's constants, placed per score, are made where each
-    diagonal's values are (Note [Values of a diagonal] in attnc/backend/hooks.py; the
-    kernel did not verify: a constant used outside its region)."""
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
+@pytest.mark.parametrize("example", ["relative_bias", "alibi"])
+def test_biases_without_hoisting_compute_the_reference(arch, example):
+    """attn-hoist{hoist=false}: T5's constants and ALiBi's slopes, placed per score, are
+    made where each diagonal's values are (Note [Values of a diagonal] in
+    attnc/backend/hooks.py; the kernel did not verify: a value used outside its region),
+    and ALiBi's bias is computed per score, not in its form linear in j."""
     from attnc.passes.pipelines import pipeline_with
-    path = ROOT / "examples" / "relative_bias.attn"
+    path = ROOT / "examples" / f"{example}.attn"
     pipeline = pipeline_with(arch, {"attn-hoist": {"hoist": "false"}})
     check_against_reference(ptx_bundle(path, arch=arch, pass_pipeline=pipeline), path, 150, 300)
 
