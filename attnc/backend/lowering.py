@@ -56,7 +56,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
     from dataclasses import replace
 
     from attnc.backend.blockmap import blockmap_plan
-    from attnc.backend.map_program import check_map_reads_table, table_program_of
+    from attnc.backend.map_program import asked_steps, check_map_reads_table, refuse_asked_map, table_program_of
     from attnc.backend.kernel_abi import SMALL_GRID_CTAS_PER_SM
     from attnc.backend.kernel_spec import ForwardSpec, KernelChoices
     from attnc.backend.role_steps import role_steps
@@ -179,10 +179,12 @@ def _lowering_from_ir(result) -> ForwardLowering:
     tiles = replace(blockmap, qtiles=qtiles_plan(variant, block_m, ids, blockmap.per_head,
                                                  waves * plain.spec.resident_ctas, small))
     # Note [Ranges from the runs] (run_ranges.py)
-    wanted = runs_asked if runs_asked is not None else defaults.run_ranges(plain.spec)
+    wanted = runs_asked if runs_asked is not None else defaults.run_ranges(plain.spec) and asked_steps(op) is None
     runs = run_rest(op, conjunct) if wanted else None
     if runs_asked and runs is None:
         raise error_at(op, "run_ranges needs a mask whose other conjuncts read no param and no float")
+    if runs_asked:
+        refuse_asked_map(op)
     if runs_asked is None and runs is not None and \
             not defaults.keeps_run_ranges(runs, blockmap.holds, split_given):
         runs = None

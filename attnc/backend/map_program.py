@@ -73,6 +73,31 @@ def read_map_program(kernel: ir.Operation) -> MapProgram:
                       get_str(tables[0], "param") if tables else None, program)
 
 
+def asked_steps(kernel: ir.Operation) -> str | None:
+    """The settings of the program filling `kernel`'s block map that differ from what
+    attn-mask-kernels writes by default, as "name = value, ..." (an option of the pass or
+    an edit asked for them), or None: a map asked for is built, where attn-kernel-choices'
+    run_ranges would leave it out (Note [The block map's program] in
+    attnc/passes/mask_kernels.py)."""
+    from attnc.passes.mask_kernels import GROUPS, step_choices
+
+    program = read_map_program(kernel)
+    default = {**step_choices(kernel, None, True, None), "groups": GROUPS}
+    mine = {"intervals": program.intervals, "samples": program.samples, "holds": program.holds,
+            "groups": program.groups}
+    return ", ".join(f"{k} = {int(v)}" for k, v in mine.items() if v != default[k]) or None
+
+
+def refuse_asked_map(kernel: ir.Operation) -> None:
+    """run_ranges = true, where the map's program was asked for (`asked_steps`): refused
+    at the program, as the bundle would not build it."""
+    asked = asked_steps(kernel)
+    if asked is not None:
+        raise error_at(read_map_program(kernel).op,
+                       f"run_ranges takes the key ranges from the tile table's runs, with no block map, and this "
+                       f"map's program asks for {asked} (attn-mask-kernels' options): drop those, or run_ranges")
+
+
 @dataclass(frozen=True)
 class TableProgram:
     param: str                  # the ids' param

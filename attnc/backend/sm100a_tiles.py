@@ -83,10 +83,14 @@ def table_refusal(kernel) -> str | None:
 
 
 def table_runs(kernel):
-    """`run_rest_of(kernel)`, refused where it is None."""
+    """`run_rest_of(kernel)`, refused where it is None or the map's program was asked for
+    (`refuse_asked_map`)."""
+    from attnc.backend.map_program import refuse_asked_map
+
     rest = run_rest_of(kernel)
     if rest is None:
         raise error_at(kernel, "run_ranges needs a mask whose other conjuncts read no param and no float")
+    refuse_asked_map(kernel)
     return rest
 
 

@@ -170,9 +170,10 @@ def sm100a_defaults(kernel=None, held: dict | None = None) -> dict:
       * aligned_tiles wherever the kernel can take them, as on the other targets: what they
         save is tiles (MIXED ones, and the rows of a block that straddles two documents),
         which no target changes (Note [Tile table on sm_100a] in sm100a_tiles.py);
-      * run_ranges on the aligned tiles wherever the rest of the mask is static, as on the
-        other targets but for their register floor, which sm_100a's budgets do not have:
-        the bundle then runs no map kernel and the roles read no map."""
+      * run_ranges on the aligned tiles wherever the rest of the mask is static and the
+        map's program was not asked for (`asked_steps` in attnc/backend/map_program.py), as
+        on the other targets but for their register floor, which sm_100a's budgets do not
+        have: the bundle then runs no map kernel and the roles read no map."""
     chosen = {"exp2_fma": 0, "lazy_rescale": True}
     if kernel is not None:
         from attnc.backend.sm100a_tiles import run_rest_of, table_refusal
@@ -181,7 +182,9 @@ def sm100a_defaults(kernel=None, held: dict | None = None) -> dict:
         aligned = held.get("aligned_tiles", aligned_tiles(possible))
         chosen["aligned_tiles"] = aligned
         if "run_ranges" not in held:        # (the analysis of the rest runs only where asked)
-            chosen["run_ranges"] = aligned and possible and run_rest_of(kernel) is not None
+            from attnc.backend.map_program import asked_steps
+            chosen["run_ranges"] = aligned and possible and run_rest_of(kernel) is not None and \
+                asked_steps(kernel) is None
     return chosen
 
 
@@ -202,7 +205,8 @@ def run_ranges(s) -> bool:
     """Note [Ranges from the runs] in attnc/backend/run_ranges.py: wherever the rest of
     the mask is static (the runs exist), but for a kernel at the 128-register floor of its
     CTAs per SM, where the runs' kernel spilled, lost its bound and ran 10 % slower
-    (sm_90a at head dim 64). `keeps_run_ranges` then says whether the map is kept after all."""
+    (sm_90a at head dim 64), and where the map's program was asked for (the lowering asks
+    `asked_steps`). `keeps_run_ranges` then says whether the map is kept after all."""
     return not s.registers_at_floor
 
 

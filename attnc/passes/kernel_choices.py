@@ -52,6 +52,7 @@ naming the four, rather than build a kernel that ignores it.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field, fields
 from typing import Callable, ClassVar
 
@@ -157,7 +158,8 @@ class KernelChoices(Pass):
                "conjuncts read no param and no float, but for a kernel at the 128-register floor of "
                "its CTAs per SM (sm_90a at head dim 64) and a mask with another residual conjunct "
                "beside the ids' whose map records what a tile holds; on sm_100a wherever the tiles are "
-               "aligned and the rest is static)"})
+               "aligned and the rest is static; never where attn-mask-kernels' options asked for the map: "
+               "Note [The block map's program])"})
     lazy_rescale: bool | None = field(default=None, metadata={
         "doc": "keep a softmax row's running max until a block's scores exceed it by more than a factor of 2^8, "
                "and skip a warp's rescale of O where no row of it moved (Note [Lazy rescale] in "
@@ -246,17 +248,11 @@ def choose(module, **given) -> None:
         sm100a_choices(op)                    # each value checked at its op
         if given.get("run_ranges"):           # (the lowering checks the runs of an edited one)
             from attnc.backend.sm100a_tiles import table_runs
-            table_runs(op)
+            with _at_option(given):
+                table_runs(op)
     else:
-        try:
+        with _at_option(given):
             lowered = lowering_from_ir(result)    # the defaults, for what is not given
-        except AttncError as e:             # a given choice the kernel cannot take: at its option
-            import re
-            named = next((n for n in given if re.search(rf"\b{n}\b", e.message)), None)
-            if named is None:
-                raise
-            said = re.search(rf"\b{named}=", e.message)       # the option's value named already
-            raise AttncError(e.message if said else f"{named}={_text(given[named])}: {e.message}") from None
         if "interval_test" in given:
             from attnc.backend.spec_checks import op_choice_error
             problem = op_choice_error(lowered.spec, "interval_test", given["interval_test"])
@@ -267,6 +263,24 @@ def choose(module, **given) -> None:
                    if c.option not in given and not _idle(c.option, lowered.spec)}, sites)
     if verified:
         remember_verified(op)
+
+
+@contextlib.contextmanager
+def _at_option(given: dict):
+    """A refusal of a `given` choice the kernel cannot take, raised inside, located at its
+    option (named in the message) rather than at the kernel."""
+    import re
+
+    from attnc.errors import AttncError
+
+    try:
+        yield
+    except AttncError as e:
+        named = next((n for n in given if re.search(rf"\b{n}\b", e.message)), None)
+        if named is None:
+            raise
+        said = re.search(rf"\b{named}=", e.message)       # the option's value named already
+        raise AttncError(e.message if said else f"{named}={_text(given[named])}: {e.message}") from None
 
 
 def _idle(option: str, spec) -> bool:

@@ -51,6 +51,9 @@ kernel from this program, checking it op by op (`read_map_program` in
 attnc/backend/map_program.py), and refuse an attention kernel that reads a map no program
 fills. Where the attention kernel takes its key ranges from a tile table's runs instead
 (attn-kernel-choices' run_ranges), the bundle has no map and the program is not built.
+A program asked for -- one whose steps or groups differ from this pass's defaults, by its
+options or an edit -- is built: run_ranges' default then keeps the map, and run_ranges =
+true beside it is refused at the program (`asked_steps` in attnc/backend/map_program.py).
 
 Note [The tile table's program]: the table of document-aligned query tiles (Notes
 [Document-aligned tiles] and [Tile table kernel] in attnc/backend/qtiles.py) is filled by

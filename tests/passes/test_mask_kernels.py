@@ -197,16 +197,33 @@ def test_the_pass_runs_again_on_the_planned_kernel():
     assert blockmap["grid"][0] == [["cdiv", "N", 64 * 4 * 2]] and blockmap["params"][1]["name"] == "qtiles"
 
 
-@pytest.mark.parametrize("run_ranges, split", [(None, True), (False, False)])
-def test_a_map_that_records_no_conjuncts_leaves_the_split_to_the_runs(run_ranges, split):
-    """Without the samples the map records no conjuncts a tile holds: the documents kernel
-    splits its mask test where the table's runs give the ranges (Note [Ranges from the
-    runs]), and not where it reads the map."""
-    options = {"attn-mask-kernels": {"samples": False}}
-    if run_ranges is not None:
-        options["attn-kernel-choices"] = {"run_ranges": run_ranges}
+@pytest.mark.parametrize("options, split", [({}, True), ({"attn-mask-kernels": {"samples": False}}, False)])
+def test_a_map_that_records_no_conjuncts_leaves_the_split_to_the_runs(options, split):
+    """The documents kernel splits its mask test where the table's runs give the ranges
+    (Note [Ranges from the runs], its default here), and not where it reads a map that
+    records no conjuncts a tile holds: one without the samples, which, asked for by the
+    option, is built where the runs would have given the ranges."""
     text = str(_compiled(DOCS, options).module)
-    assert "holds = false" in text and ("split = true" in text) is split and ("split = false" in text) is not split
+    assert ("run_ranges = true" in text) is split
+    assert ("split = true" in text) is split and ("split = false" in text) is not split
+
+
+@pytest.mark.parametrize("arch, block_n", [("sm_80", 64), ("sm_100a", 128)])
+def test_an_option_of_the_map_keeps_it_where_the_runs_would_drop_it(arch, block_n):
+    """docs_sink takes its key ranges from the table's runs by default, with no map; an
+    option of attn-mask-kernels asks for the map, which the bundle then builds as asked
+    (Note [The block map's program]), and run_ranges = true beside it is refused."""
+    docs = ROOT_EXAMPLES / "docs_sink.attn"
+    bundles = [ptx_bundle(docs, arch, pass_pipeline=pipeline_with(arch, options))
+               for options in ({}, {"attn-mask-kernels": {"groups": 2}})]
+    assert [[k.grid[0][0].by for k in b.manifest.kernels if k.name == "blockmap"] for b in bundles] == \
+        [[], [block_n * 4 * 2]]             # two groups of four key blocks a CTA
+    both = {"attn-mask-kernels": {"groups": 2}, "attn-kernel-choices": {"run_ranges": True}}
+    with pytest.raises(AttncError) as info:
+        compile_mlir(docs.read_text(), str(docs), CompileOptions(arch=arch, pass_pipeline=pipeline_with(arch, both)))
+    assert "run_ranges=true: run_ranges takes the key ranges from the tile table's runs, with no block map, and " \
+        "this map's program asks for groups = 2" in info.value.render()
+    assert info.value.render().startswith("--pass-pipeline:1:")               # at the option
 
 
 def test_sm100a_builds_its_map_from_the_program():
