@@ -28,8 +28,9 @@ names its "suite":
     schedules       examples under other plans of the plan passes (SCHEDULES: K/V ring depths,
                     one consumer warpgroup, ping-pong, examples/passes/v_before_k.py,
                     pv_before_qk.py, waits_first.py, last_v_early.py, loads_after_gemms.py,
-                    wait_v_early.py and kv_first.py, attn-alloc-smem{kv_layout=separate}), each for
-                    its own target                         -> tests/gpu/test_schedules.py
+                    wait_v_early.py and kv_first.py, attn-alloc-smem{kv_layout=separate},
+                    attn-hoist{hoist=false}), each for its own target
+                                                           -> tests/gpu/test_schedules.py
 
 --archs (default sm_80) builds examples, property, reused_lets, exact_ints and bench_variants for each target
 named; an sm_90a bundle's name ends in `_sm90a` and its index entry says "arch"
@@ -411,6 +412,9 @@ SCHEDULES = [
     # Note [Choices op by op]: the loops without a mask with their own exp2_fma
     ("sm_80", "exp2_fma_unmasked", {}, ("examples/passes/exp2_fma_unmasked.py",)),
     ("sm_90a", "exp2_fma_unmasked", {}, ("examples/passes/exp2_fma_unmasked.py",)),
+    # attn-hoist{hoist=false}: every hook value per score (ALiBi's bias not in its form linear in j)
+    ("sm_80", "no_hoist", {"hoist": False}, ()),
+    ("sm_90a", "no_hoist", {"hoist": False}, ()),
 ]
 # The pass each user pass (by its file's name) runs after (default: attn-warp-specialize, at L3).
 USER_PASS_AFTER = {"wait_v_early.py": "attn-insert-pipelines", "pv_before_qk.py": "attn-overlap-gemms",

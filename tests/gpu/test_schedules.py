@@ -10,7 +10,8 @@ last V before landing the P.V in flight (examples/passes/last_v_early.py), sm_80
 ring each (attn-alloc-smem{kv_layout=separate}) and the K/V ring placed before Q
 (examples/passes/kv_first.py, Note [Buffers as placed]), and on both targets the KV loops
 without a mask taking 4 of every 8 exponentials on the FMA pipe while the masked ones keep
-the default (examples/passes/exp2_fma_unmasked.py, Note [Choices op by op]) --
+the default (examples/passes/exp2_fma_unmasked.py, Note [Choices op by op]), and on both
+targets every hook value computed per score (attn-hoist{hoist=false}) --
 tools/build_gpu_bundles.py --suites schedules
 (SCHEDULES). Each at the ragged shapes of test_examples.py; o and lse within gpu_support's
 tolerances.
