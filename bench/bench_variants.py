@@ -217,9 +217,9 @@ def bundle_lookup(bundles: Path, tags: str | None) -> tuple[list, dict]:
 def attnc_params(case: str, b: int, h: int) -> dict:
     if case == "alibi_causal":
         return {"slopes": torch.exp2(-8.0 * torch.arange(1, h + 1, device="cuda", dtype=torch.float32) / h)}
-    if case in ("t5", "t5_causal"):     # t5: tools/build_gpu_bundles.py's EXP_CASES
+    if case in ("t5", "t5_causal"):     # t5: tools/gpu_variants.py's EXP_CASES
         return {"bias": torch.randn(h, 32, device="cuda", generator=torch.Generator("cuda").manual_seed(0))}
-    if case in ("doc_causal", "doc_only"):     # doc_only: build_gpu_bundles.py's EXP_CASES
+    if case in ("doc_causal", "doc_only"):     # doc_only: tools/gpu_variants.py's EXP_CASES
         docs = (torch.arange(N, device="cuda", dtype=torch.int32) // 1000)
         return {"doc": docs.expand(b, N).contiguous()}
     return {}

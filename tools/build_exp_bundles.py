@@ -3,7 +3,7 @@
     .venv/bin/python tools/build_exp_bundles.py OUT "ARCH|TAG|CASE|D|TILE_JSON|LOWER_JSON[|PASSES]" ...
 
 Each spec builds one bundle named exp_TAG_CASE_dD_ARCH into OUT (its index.json gains
-an entry of suite "exp" with the tag): CASE one of build_gpu_bundles.BENCH_CASES (or a
+an entry of suite "exp" with the tag): CASE one of gpu_variants.BENCH_CASES (or a
 windowW of the sweep, or one of its EXP_CASES: doc_only), D its head dim, TILE_JSON
 options of attn-tile and LOWER_JSON those of the later passes (attn-warp-specialize's
 consumers, producer, pingpong, persistent; attn-kernel-choices'), both may be empty, and
@@ -35,7 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "runtime"), str(ROOT / "tools")]
 
-from build_gpu_bundles import BENCH_CASES, Job, bench_source, build_one, schedule_pipeline  # noqa: E402
+from build_gpu_bundles import Job, bench_source, build_one, schedule_pipeline  # noqa: E402
+from gpu_variants import BENCH_CASES  # noqa: E402
 from attnc.passes.pipelines import pipeline_with_options  # noqa: E402
 
 
