@@ -2,7 +2,7 @@
 against the reference, with the GPU tests' tolerances: the check of a target no GPU here
 runs (sm_100a), over more seeds and larger shapes than CI's tests/sim/test_sm100a_variants.py.
 
-    python tools/sim_variants.py [--arch sm_100a] [--seeds 0-239] [--m 300] [--n 400]
+    python tools/sim_variants.py [--arch sm_100a] [--seeds 0-239|3,5,8-9] [--m 300] [--n 400]
                                  [--batch 1] [--heads 2] [--heads-kv 1] [--sms 132]
                                  [--options "PASS{KEY=VALUE ...}" ...] [--jobs 2]
 
@@ -24,9 +24,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _seeds(text: str) -> range:
-    lo, _, hi = text.partition("-")
-    return range(int(lo), int(hi or lo) + 1)
+def _seeds(text: str) -> list[int]:
+    """The seeds of "A", "A-B" (both included) or a comma-separated list of those."""
+    found = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        found.extend(range(int(lo), int(hi or lo) + 1))
+    return found
 
 
 def run_seed(job: tuple) -> tuple[int, bool, str]:
@@ -79,7 +83,7 @@ def pipeline_of(arch: str, given: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", default="sm_100a", choices=("sm_80", "sm_90a", "sm_100a"))
-    parser.add_argument("--seeds", default="0-239", help="a seed or a range A-B (both included)")
+    parser.add_argument("--seeds", default="0-239", help="a seed, a range A-B (both included), or a comma-separated list of those")
     parser.add_argument("--m", type=int, default=300)
     parser.add_argument("--n", type=int, default=400)
     parser.add_argument("--batch", type=int, default=1)
