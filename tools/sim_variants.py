@@ -25,12 +25,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _seeds(text: str) -> list[int]:
-    """The seeds of "A", "A-B" (both included) or a comma-separated list of those."""
-    found = []
+    """The seeds of "A", "A-B" (both included, A <= B) or a comma-separated list of those,
+    each once, in order."""
+    found: dict[int, None] = {}
     for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        found.extend(range(int(lo), int(hi or lo) + 1))
-    return found
+        lo, _, hi = part.strip().partition("-")
+        if not lo.isdigit() or not (hi or lo).isdigit() or int(hi or lo) < int(lo):
+            raise argparse.ArgumentTypeError(f"{part!r} is not a seed or a range A-B with A <= B")
+        found.update(dict.fromkeys(range(int(lo), int(hi or lo) + 1)))
+    return list(found)
 
 
 def run_seed(job: tuple) -> tuple[int, bool, str]:
@@ -83,7 +86,8 @@ def pipeline_of(arch: str, given: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", default="sm_100a", choices=("sm_80", "sm_90a", "sm_100a"))
-    parser.add_argument("--seeds", default="0-239", help="a seed, a range A-B (both included), or a comma-separated list of those")
+    parser.add_argument("--seeds", default="0-239", type=_seeds,
+                        help="a seed, a range A-B (both included), or a comma-separated list of those")
     parser.add_argument("--m", type=int, default=300)
     parser.add_argument("--n", type=int, default=400)
     parser.add_argument("--batch", type=int, default=1)
@@ -97,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     pipeline = pipeline_of(args.arch, args.options)
     shape = dict(batch=args.batch, heads=args.heads, heads_kv=args.heads_kv, m=args.m, n=args.n)
-    jobs = [(seed, args.arch, shape, pipeline, args.sms) for seed in _seeds(args.seeds)]
+    jobs = [(seed, args.arch, shape, pipeline, args.sms) for seed in args.seeds]
     failed = []
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
         for seed, passed, line in pool.imap_unordered(run_seed, jobs):

@@ -26,6 +26,7 @@ class MapProgram:
     holds: bool
     table: str | None           # the param whose tile table the program reads, or None
     op: ir.Operation
+    asked: str = ""             # the attn-mask-kernels options given, as the pass recorded them
 
 
 def read_map_program(kernel: ir.Operation) -> MapProgram:
@@ -69,33 +70,38 @@ def read_map_program(kernel: ir.Operation) -> MapProgram:
     if list(store.operands) != [classify.result, b, h, m_block, n]:
         raise error_at(store, f"{MAP_STORE} stores the {CLASSIFY} byte of the loop's key block")
     choices = step_choices(kernel, *(get_bool(classify, k) for k in ("intervals", "samples", "holds")), at=classify)
+    asked = get_str(program, "asked") if "asked" in program.attributes else ""
     return MapProgram(groups, choices["intervals"], choices["samples"], choices["holds"],
-                      get_str(tables[0], "param") if tables else None, program)
+                      get_str(tables[0], "param") if tables else None, program, asked)
 
 
 def asked_steps(kernel: ir.Operation) -> str | None:
-    """The settings of the program filling `kernel`'s block map that differ from what
-    attn-mask-kernels writes by default, as "name = value, ..." (an option of the pass or
-    an edit asked for them), or None: a map asked for is built, where attn-kernel-choices'
+    """How the program filling `kernel`'s block map was asked for, or None: the options
+    attn-mask-kernels was given (its `asked`), else the steps and groups an edit made
+    differ from the pass's defaults. A map asked for is built, where attn-kernel-choices'
     run_ranges would leave it out (Note [The block map's program] in
     attnc/passes/mask_kernels.py)."""
-    from attnc.passes.mask_kernels import GROUPS, step_choices
+    from attnc.passes.mask_kernels import GROUPS, NAME, step_choices
 
     program = read_map_program(kernel)
+    if program.asked:
+        return f"{NAME}{{{program.asked}}}"
     default = {**step_choices(kernel, None, True, None), "groups": GROUPS}
     mine = {"intervals": program.intervals, "samples": program.samples, "holds": program.holds,
             "groups": program.groups}
-    return ", ".join(f"{k} = {int(v)}" for k, v in mine.items() if v != default[k]) or None
+    edited = [f"{k} = {str(v).lower() if isinstance(v, bool) else v}" for k, v in mine.items() if v != default[k]]
+    return f"{', '.join(edited)} in the program, unlike the defaults of {NAME}" if edited else None
 
 
 def refuse_asked_map(kernel: ir.Operation) -> None:
     """run_ranges = true, where the map's program was asked for (`asked_steps`): refused
-    at the program, as the bundle would not build it."""
+    at the program (attn-kernel-choices moves it to its option where it was given one),
+    as the bundle would not build the map."""
     asked = asked_steps(kernel)
     if asked is not None:
         raise error_at(read_map_program(kernel).op,
                        f"run_ranges takes the key ranges from the tile table's runs, with no block map, and this "
-                       f"map's program asks for {asked} (attn-mask-kernels' options): drop those, or run_ranges")
+                       f"map's program was asked for ({asked}): give up one or the other")
 
 
 @dataclass(frozen=True)

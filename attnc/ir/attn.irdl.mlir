@@ -413,7 +413,8 @@ irdl.dialect @attn {
   // attn.block_map_read, one region run for query tile %m_block of batch %b and head slot
   // %h (region arguments), a loop over its key blocks of one attn.classify and one
   // attn.map_store each. `groups`: groups of 4 key blocks (one a warp) each CTA of the
-  // loop takes, one after the other.
+  // loop takes, one after the other. `asked` (a string, where the pass was given options:
+  // "groups=2 holds=true") says the map was asked for, so the bundle builds it.
   irdl.operation @map_kernel {
     %i32 = irdl.is i32
     %body = irdl.region(%i32, %i32, %i32) with size 1

@@ -51,9 +51,11 @@ kernel from this program, checking it op by op (`read_map_program` in
 attnc/backend/map_program.py), and refuse an attention kernel that reads a map no program
 fills. Where the attention kernel takes its key ranges from a tile table's runs instead
 (attn-kernel-choices' run_ranges), the bundle has no map and the program is not built.
-A program asked for -- one whose steps or groups differ from this pass's defaults, by its
-options or an edit -- is built: run_ranges' default then keeps the map, and run_ranges =
-true beside it is refused at the program (`asked_steps` in attnc/backend/map_program.py).
+A program asked for -- by an option given to this pass (recorded as `asked` on
+attn.map_kernel: `asked = "holds=true"`), or by an edit that makes its steps or groups
+differ from the pass's defaults -- is built: run_ranges' default then keeps the map, and
+run_ranges = true beside it is refused, at its option where attn-kernel-choices is given
+one, else at the program (`asked_steps` in attnc/backend/map_program.py).
 
 Note [The tile table's program]: the table of document-aligned query tiles (Notes
 [Document-aligned tiles] and [Tile table kernel] in attnc/backend/qtiles.py) is filled by
@@ -113,8 +115,9 @@ class MaskKernels(Pass):
             name, value = asked[0]
             raise AttncError(f"{name}={int(value)}: an option of the block map's kernel, and no kernel here has "
                              f"one (its mask reads no params: the mask analysis gives its key ranges)")
+        given = " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in asked)
         for kernel in kernels:
-            write_programs(kernel, self)
+            write_programs(kernel, self, given)
 
 
 def reads_map(kernel) -> bool:
@@ -167,7 +170,7 @@ def step_choices(kernel, intervals: bool | None, samples: bool, holds: bool | No
     return {"intervals": intervals, "samples": samples, "holds": provable if holds is None else holds}
 
 
-def write_programs(kernel, options: MaskKernels) -> None:
+def write_programs(kernel, options: MaskKernels, given: str = "") -> None:
     from mlir import ir
 
     from attnc.ir import roles as R
@@ -183,10 +186,10 @@ def write_programs(kernel, options: MaskKernels) -> None:
     with kernel.context, R.pass_loc(NAME, kernel), ir.InsertionPoint(kernel):
         if ids is not None:
             _table_program(ids)
-        _map_program(kernel, ids, steps, options.groups)
+        _map_program(kernel, ids, steps, options.groups, given)
 
 
-def _map_program(kernel, ids: str | None, steps: dict, groups: int) -> None:
+def _map_program(kernel, ids: str | None, steps: dict, groups: int, given: str) -> None:
     from mlir import ir
     from mlir.dialects import arith, scf
 
@@ -195,8 +198,10 @@ def _map_program(kernel, ids: str | None, steps: dict, groups: int) -> None:
     from attnc.passes.tile_program import kv_block_count
 
     i32 = tiles.i32()
-    program = ir.Operation.create(tiles.MAP_KERNEL, results=[], operands=[], regions=1, attributes={
-        "groups": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), groups)})
+    attributes = {"groups": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), groups)}
+    if given:           # the options given, which ask for the map (Note [The block map's program])
+        attributes["asked"] = ir.StringAttr.get(given)
+    program = ir.Operation.create(tiles.MAP_KERNEL, results=[], operands=[], regions=1, attributes=attributes)
     body = program.regions[0].blocks.append(i32, i32, i32)
     b, h, m_block = body.arguments
     with ir.InsertionPoint(body):

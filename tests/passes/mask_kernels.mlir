@@ -55,7 +55,7 @@
 // OPTS: "attn.table_kernel"
 // OPTS-NOT: "attn.table_kernel"
 // OPTS: "attn.classify"({{.*}}) {holds = false, intervals = true, samples = false}
-// OPTS: {groups = 2 : i64}
+// OPTS: {asked = "holds=false samples=false groups=2", groups = 2 : i64}
 // OPTS-NOT: "attn.map_kernel"
 // OPTS: "attn.kernel"
 

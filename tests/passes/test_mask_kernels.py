@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -191,7 +192,7 @@ def test_the_pass_runs_again_on_the_planned_kernel():
     module = optimize_mlir("\n".join(_dump(DOCS, options)), "m.mlir",
                            CompileOptions(arch="sm_80", pass_pipeline="attn-mask-kernels{groups=2},attn-lower-sm80"))
     text = str(module)
-    assert text.count('"attn.map_kernel"') == 1 and "{groups = 2 : i64}" in text
+    assert text.count('"attn.map_kernel"') == 1 and '{asked = "groups=2", groups = 2 : i64}' in text
     kernels = json.loads(ir.StringAttr(lowered_gpu_module(module).attributes[KERNELS_ATTR]).value)
     blockmap = next(k for k in kernels if k["name"] == "blockmap")
     assert blockmap["grid"][0] == [["cdiv", "N", 64 * 4 * 2]] and blockmap["params"][1]["name"] == "qtiles"
@@ -208,22 +209,50 @@ def test_a_map_that_records_no_conjuncts_leaves_the_split_to_the_runs(options, s
     assert ("split = true" in text) is split and ("split = false" in text) is not split
 
 
-@pytest.mark.parametrize("arch, block_n", [("sm_80", 64), ("sm_100a", 128)])
-def test_an_option_of_the_map_keeps_it_where_the_runs_would_drop_it(arch, block_n):
+@pytest.mark.parametrize("arch, block_n, option", [("sm_80", 64, {"groups": 2}), ("sm_100a", 128, {"groups": 2}),
+                                                    ("sm_80", 64, {"holds": True})])
+def test_an_option_of_the_map_keeps_it_where_the_runs_would_drop_it(arch, block_n, option):
     """docs_sink takes its key ranges from the table's runs by default, with no map; an
-    option of attn-mask-kernels asks for the map, which the bundle then builds as asked
-    (Note [The block map's program]), and run_ranges = true beside it is refused."""
+    option of attn-mask-kernels asks for the map (even one its default: holds), which the
+    bundle then builds as asked (Note [The block map's program]), and run_ranges = true
+    beside it is refused at that option."""
     docs = ROOT_EXAMPLES / "docs_sink.attn"
     bundles = [ptx_bundle(docs, arch, pass_pipeline=pipeline_with(arch, options))
-               for options in ({}, {"attn-mask-kernels": {"groups": 2}})]
+               for options in ({}, {"attn-mask-kernels": option})]
+    groups = option.get("groups", 4)
     assert [[k.grid[0][0].by for k in b.manifest.kernels if k.name == "blockmap"] for b in bundles] == \
-        [[], [block_n * 4 * 2]]             # two groups of four key blocks a CTA
-    both = {"attn-mask-kernels": {"groups": 2}, "attn-kernel-choices": {"run_ranges": True}}
+        [[], [block_n * 4 * groups]]        # groups of four key blocks a CTA
+    both = {"attn-mask-kernels": option, "attn-kernel-choices": {"run_ranges": True}}
     with pytest.raises(AttncError) as info:
         compile_mlir(docs.read_text(), str(docs), CompileOptions(arch=arch, pass_pipeline=pipeline_with(arch, both)))
+    (name, value), = option.items()
     assert "run_ranges=true: run_ranges takes the key ranges from the tile table's runs, with no block map, and " \
-        "this map's program asks for groups = 2" in info.value.render()
+        f"this map's program was asked for (attn-mask-kernels{{{name}={str(value).lower()}}})" in info.value.render()
     assert info.value.render().startswith("--pass-pipeline:1:")               # at the option
+
+
+def test_an_edit_of_the_map_program_asks_for_it():
+    """groups edited in the dump after attn-mask-kernels asks for the map as the option
+    does; edited after attn-kernel-choices, which chose the runs, it is refused at the
+    program."""
+    from attnc.passes.pipelines import format_pipeline, target_pipeline
+
+    def edited(lines: list[str]) -> str:
+        at = _line(lines, "groups = 4 : i64")
+        return "\n".join(lines[:at] + [lines[at].replace("groups = 4 : i64", "groups = 2 : i64")] + lines[at + 1:])
+
+    planned = _compiled(DOCS, upto="attn-mask-kernels").module.operation.get_asm(enable_debug_info=False)
+    rest = format_pipeline([s for s in target_pipeline("sm_80") if s.name not in (
+        "attn-tile", "attn-analyze-masks", "attn-mask-kernels")])
+    module = optimize_mlir(edited(planned.split("\n")), "plan.mlir", CompileOptions(arch="sm_80", pass_pipeline=rest))
+    _KEPT.append(module)
+    assert _kernels(SimpleNamespace(module=module))[0]["grid"][0] == [["cdiv", "N", 64 * 4 * 2]]
+    chosen = _dump(DOCS)
+    assert "run_ranges = true" in "\n".join(chosen)
+    message = _refusal(edited(chosen).split("\n"))
+    assert re.match(r"m\.mlir:\d+:\d+: error: run_ranges takes the key ranges from the tile table's runs, with no "
+                    r"block map, and this map's program was asked for \(groups = 2 in the program, unlike the "
+                    r"defaults of attn-mask-kernels\)", message), message
 
 
 def test_sm100a_builds_its_map_from_the_program():
