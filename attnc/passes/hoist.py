@@ -64,13 +64,19 @@ class Hoist(Pass):
     hoist: bool = field(default=True, metadata={
         "doc": "place values at the coarsest level their operands allow; false: every value per score "
                "(Note [Hoisted hook values] in attnc/backend/hooks.py)"})
-    flat: bool = field(default=True, metadata={
+    flat: bool | None = field(default=None, metadata={
         "doc": "record the diagonals beyond which a hook's values of d = j - i stop changing "
                "(attn.flat_below, attn.flat_above: Note [Flat diagonals] in attnc/ir/diagonals.py); a tile "
-               "of scores beyond them computes those values once"})
+               "of scores beyond them computes those values once (default: with hoist; true is refused "
+               "with hoist=false, which computes every value per score)"})
 
     def run(self, module) -> None:
-        hoist(module, self.hoist, self.hoist and self.flat)
+        from attnc.errors import AttncError
+
+        if self.flat and not self.hoist:
+            raise AttncError("flat=true: a tile beyond the flat diagonals computes their values once, and "
+                             "hoist=false computes every value per score; give one or the other")
+        hoist(module, self.hoist, self.hoist and self.flat is not False)
 
 
 def hoist(module, coarsest: bool = True, flat: bool = True) -> None:

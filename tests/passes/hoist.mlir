@@ -10,6 +10,7 @@
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist" | filecheck %s --check-prefix=FLAT
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist{flat=false}" | filecheck %s --check-prefix=NOFLAT
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist,attn-hoist{flat=false}" | filecheck %s --check-prefix=NOFLAT
+// RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist{hoist=false flat=true}" 2>&1 | filecheck %s --check-prefix=BOTH
 
 // documents + causal: a row's document id once per row, a column's once per column, the
 // comparisons per score.
@@ -44,6 +45,8 @@
 // NOFLAT-NOT: attn.flat_
 
 // NOTILE: alibi.attn:2:1: error: attn-hoist places the values of the tile program's hooks; run attn-tile first
+
+// BOTH: error: attn-hoist: flat=true: a tile beyond the flat diagonals computes their values once, and hoist=false computes every value per score; give one or the other
 
 // examples/alibi.attn and examples/docs_sink.attn as the frontend lowers them (L1), and a
 // clamped bucket bias.
