@@ -254,6 +254,21 @@ class RegionCode:
         return any(mine != coarsest for (_, mine), (_, coarsest) in
                    zip(placed_levels(self.block, self.ARGS), placed_levels(self.block, self.ARGS, given=False)))
 
+    def hoist_tile(self, e: Emit, b, h, rows: int, row_i, cols: int, col_j, in_range=None) -> tuple:
+        """(the values placed per CTA, [those of each row r < `rows` with them], [those of
+        each column c < `cols`]), each emitted here once (Note [Hoisted hook values]);
+        `row_i(r)` and `col_j(c)` give the row's i and the column's j, asked only where a
+        value is placed per row or column; `in_range(j)`: `_run`'s in_range for a column."""
+        outer = self.hoist(e, {}, {"b": b, "h": h})
+        row_values, col_values = [outer] * rows, [{}] * cols
+        if self.varies_alone("i"):
+            row_values = [self.hoist(e, outer, {"b": b, "h": h, "i": row_i(r)}) for r in range(rows)]
+        if self.varies_alone("j"):
+            keys = [col_j(c) for c in range(cols)]
+            col_values = [self.hoist(e, outer, {"b": b, "h": h, "j": j}, in_range(j) if in_range else None)
+                          for j in keys]
+        return outer, row_values, col_values
+
     def varies_alone(self, name: str) -> bool:
         """Whether an op of the region is computed from the argument `name` and no other
         but b and h: a value `hoist` computes once per row (i) or column (j)."""

@@ -75,21 +75,22 @@ def read_map_program(kernel: ir.Operation) -> MapProgram:
                       get_str(tables[0], "param") if tables else None, program, asked)
 
 
-def asked_steps(kernel: ir.Operation) -> str | None:
-    """How the program filling `kernel`'s block map was asked for, or None: the options
-    attn-mask-kernels was given (its `asked`), else the steps and groups an edit made
-    differ from the pass's defaults. A map asked for is built, where attn-kernel-choices'
-    run_ranges would leave it out (Note [The block map's program] in
-    attnc/passes/mask_kernels.py)."""
+def asked_steps(kernel: ir.Operation, program: MapProgram | None = None) -> str | None:
+    """How the program filling `kernel`'s block map (`program`, read here where not given)
+    was asked for, or None: the options attn-mask-kernels was given (its `asked`), else
+    the steps and groups an edit made differ from the pass's defaults. A map asked for is
+    built, where attn-kernel-choices' run_ranges would leave it out (Note [The block map's
+    program] in attnc/passes/mask_kernels.py)."""
     from attnc.passes.mask_kernels import GROUPS, NAME, step_choices
+    from attnc.passes.registry import option_text
 
-    program = read_map_program(kernel)
+    program = program or read_map_program(kernel)
     if program.asked:
         return f"{NAME}{{{program.asked}}}"
     default = {**step_choices(kernel, None, True, None), "groups": GROUPS}
     mine = {"intervals": program.intervals, "samples": program.samples, "holds": program.holds,
             "groups": program.groups}
-    edited = [f"{k} = {str(v).lower() if isinstance(v, bool) else v}" for k, v in mine.items() if v != default[k]]
+    edited = [f"{k} = {option_text(v)}" for k, v in mine.items() if v != default[k]]
     return f"{', '.join(edited)} in the program, unlike the defaults of {NAME}" if edited else None
 
 
@@ -97,11 +98,11 @@ def refuse_asked_map(kernel: ir.Operation) -> None:
     """run_ranges = true, where the map's program was asked for (`asked_steps`): refused
     at the program (attn-kernel-choices moves it to its option where it was given one),
     as the bundle would not build the map."""
-    asked = asked_steps(kernel)
+    program = read_map_program(kernel)
+    asked = asked_steps(kernel, program)
     if asked is not None:
-        raise error_at(read_map_program(kernel).op,
-                       f"run_ranges takes the key ranges from the tile table's runs, with no block map, and this "
-                       f"map's program was asked for ({asked}): give up one or the other")
+        raise error_at(program.op, f"run_ranges takes the key ranges from the tile table's runs, with no block map, "
+                                   f"and this map's program was asked for ({asked}): give up one or the other")
 
 
 @dataclass(frozen=True)

@@ -98,14 +98,8 @@ class HookGrid:
         code = getattr(hook, "__self__", hook)         # a RegionCode or a bound method of one
         if not isinstance(code, RegionCode):
             return
-        outer = code.hoist(e, {}, {"b": b, "h": h})
-        self.rows, self.cols = [outer] * rows, [{}] * cols
-        if code.varies_alone("i"):
-            self.rows = [code.hoist(e, outer, {"b": b, "h": h, "i": row_i(r)}) for r in range(rows)]
-        if code.varies_alone("j"):
-            keys = [col_j(c) for c in range(cols)]
-            self.cols = [code.hoist(e, outer, {"b": b, "h": h, "j": j}, code.known_in_range(j, j_below_n))
-                         for j in keys]
+        outer, self.rows, self.cols = code.hoist_tile(e, b, h, rows, row_i, cols, col_j,
+                                                      lambda j: code.known_in_range(j, j_below_n))
         if diagonal is not None and code.diagonal is not None:      # Note [Values of a diagonal]
             spots: dict = {}
             for r in range(rows):

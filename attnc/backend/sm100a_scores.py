@@ -102,11 +102,8 @@ CHUNK = 32      # scores per branch at the flat diagonals: a tcgen05.ld's (Note 
 def _hoisted(e: Emit, code, b, h, i, js: list) -> tuple[dict, list[dict]]:
     """(the hook's values placed per CTA, those known at each key of the row: the CTA's,
     the row's and the key column's), emitted here (Note [Hoisted values of a row])."""
-    outer = code.hoist(e, {}, {"b": b, "h": h})
-    row = code.hoist(e, outer, {"b": b, "h": h, "i": i}) if code.varies_alone("i") else outer
-    if not code.varies_alone("j"):
-        return outer, [row] * len(js)
-    return outer, [code.hoist(e, row, {"b": b, "h": h, "j": j}) for j in js]
+    outer, (row,), cols = code.hoist_tile(e, b, h, 1, lambda r: i, len(js), lambda c: js[c])
+    return outer, [{**row, **col} for col in cols]
 
 
 def _far(cx: Lowering, code, outer: dict, i, chunk: list):

@@ -56,7 +56,7 @@ import contextlib
 from dataclasses import dataclass, field, fields
 from typing import Callable, ClassVar
 
-from attnc.passes.registry import Pass
+from attnc.passes.registry import Pass, option_text
 
 NAME = "attn-kernel-choices"
 
@@ -218,7 +218,7 @@ def choose(module, **given) -> None:
     _check_values(given)
     other = [name for name in given if name not in SM100A_CHOICES]
     if target == "sm_100a" and other:       # Note [Choices on sm_100a]
-        raise error_at(op, f"{other[0]}={_text(given[other[0]])}: no choice of attn-lower-sm100a, which takes "
+        raise error_at(op, f"{other[0]}={option_text(given[other[0]])}: no choice of attn-lower-sm100a, which takes "
                            f"{', '.join(SM100A_CHOICES[:-1])} and {SM100A_CHOICES[-1]} only")
     require_roles(op, NAME)
     left = [o for role in role_ops(op) for o in ops_in(role_block(role), (PUT, GET))]
@@ -235,7 +235,7 @@ def choose(module, **given) -> None:
     for name, value in given.items():         # a choice no op of this kernel would hold
         choice = BY_OPTION.get(name)
         if choice is not None and choice.op != "attn.kernel" and not sites[name]:
-            raise AttncError(f"{name}={_text(value)}: it sits on {_where(choice)}, and this kernel has none "
+            raise AttncError(f"{name}={option_text(value)}: it sits on {_where(choice)}, and this kernel has none "
                              f"(Note [Kernel choices] in attnc/passes/kernel_choices.py)")
     for choice in CHOICES:                    # a second run (on a dump) chooses afresh
         for holder in sites[choice.option]:
@@ -280,7 +280,7 @@ def _at_option(given: dict):
         if named is None:
             raise
         said = re.search(rf"\b{named}=", e.message)       # the option's value named already
-        raise AttncError(e.message if said else f"{named}={_text(given[named])}: {e.message}") from None
+        raise AttncError(e.message if said else f"{named}={option_text(given[named])}: {e.message}") from None
 
 
 def _idle(option: str, spec) -> bool:
@@ -383,8 +383,9 @@ def read(kernel, sites: dict | None = None) -> dict:
             found[choice.option] = held[0][1]
         elif other is not None and not choice.per_op:
             op, value = other
-            raise error_at(op, f"{choice.attr} = {_text(value)} on this {op.name}, {_text(held[0][1])} on an "
-                               f"earlier one: the kernel lowers every {op.name} of a kernel one way (Note "
+            raise error_at(op, f"{choice.attr} = {option_text(value)} on this {op.name}, "
+                               f"{option_text(held[0][1])} on an earlier one: the kernel lowers every {op.name} of "
+                               f"a kernel one way (Note "
                                f"[Kernel choices] in attnc/passes/kernel_choices.py)")
     return found
 
@@ -478,10 +479,6 @@ def _value(op, choice: Choice):
         words = {bool: "true or false", int: "an integer", str: "a string"}[choice.kind]
         raise error_at(op, f"{choice.attr} on {op.name} must be {words}, got {attr}")
     return attr.value
-
-
-def _text(value) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def choice_sites(kernel) -> dict[str, list]:

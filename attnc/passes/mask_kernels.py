@@ -74,7 +74,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from attnc.passes.registry import Pass
+from attnc.passes.registry import Pass, option_text
 
 NAME = "attn-mask-kernels"
 GROUPS = 4          # four groups a CTA ran fastest against one and eight (results/sm80_h200.md, "Block map kernel")
@@ -115,7 +115,7 @@ class MaskKernels(Pass):
             name, value = asked[0]
             raise AttncError(f"{name}={int(value)}: an option of the block map's kernel, and no kernel here has "
                              f"one (its mask reads no params: the mask analysis gives its key ranges)")
-        given = " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in asked)
+        given = " ".join(f"{k}={option_text(v)}" for k, v in asked)
         for kernel in kernels:
             write_programs(kernel, self, given)
 

@@ -319,6 +319,11 @@ def instantiate(info: PassInfo, options: dict[str, str]) -> Any:
                          f"{type(e).__name__}: {e}") from None
 
 
+def option_text(value: Any) -> str:
+    """An option's value as a pipeline writes it (`parse_option` reads it back): true, 2."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def parse_option(pass_name: str, option: Option, text: str) -> Any:
     base = _base_type(option.type)
     if not isinstance(text, str):
