@@ -101,8 +101,11 @@ def main() -> None:
             for arch in archs:
                 if args.against is not None:
                     cold = {name: [] for name in runs}
-                    for _ in range(args.rounds):
-                        for name, (root, env) in runs.items():
+                    order = list(runs.items())
+                    for k in range(args.rounds):
+                        # each round starts with the next compiler: the one run first after
+                        # the last round's ran measurably slower
+                        for name, (root, env) in order[k % len(order):] + order[:k % len(order)]:
                             own = source if source.parent != ROOT / "examples" else root / "examples" / source.name
                             cold[name].append(timed(own, arch, tmp / "out", {**env, "ATTNC_DISABLE_CACHE": "1"}))
                     cells = " | ".join(f"{statistics.median(v):.2f}" for v in cold.values())

@@ -34,23 +34,15 @@ def cases(seeds: int) -> list[tuple[str, str, str]]:
 
 
 def ptx_of(filename: str, source: str, arch: str) -> str:
-    """The PTX the target's pipeline gives (what `attnc compile --emit ptx` writes)."""
-    import json
-
-    from mlir import ir
-
-    from attnc.backend.ptx import to_ptx
+    """The PTX the target's pipeline gives (what `attnc compile --emit ptx` writes, its
+    register bound decided: Note [The bound the assembler decides])."""
+    from attnc.backend.lowering import build
     from attnc.driver import CompileOptions, compile_mlir
-    from attnc.passes.lower_kernel import SPECIALIZATION_ATTR, lowered_gpu_module
     from attnc.passes.pipelines import format_pipeline, target_pipeline
 
     pipeline = format_pipeline(target_pipeline(arch))
     result = compile_mlir(source, filename, CompileOptions(arch=arch, pass_pipeline=pipeline))
-    gpu_module = lowered_gpu_module(result.module)
-    target = json.loads(ir.StringAttr(gpu_module.attributes[SPECIALIZATION_ATTR]).value)["target"]
-    kernels = ir.Module.parse(f"module attributes {{gpu.container_module}} {{\n{gpu_module}\n}}",
-                              result.module.context)
-    return to_ptx(kernels, target, in_place=True)
+    return build(result, cubin=False).ptx
 
 
 def digest(case: tuple[str, str, str, str]) -> str:

@@ -16,16 +16,16 @@ the one of the `nvidia-cuda-nvcc` wheel (a dependency, the same release as the
 nvJitLink wheel), else one on PATH; with neither, nvJitLink's cubin with a warning
 (correct, and slow).
 
-Note [Assembled beside the trial]: sm_90a's register-bound trial (Note [CTAs per SM] in
-attnc/passes/choice_defaults.py) asks the resources of its kernel's PTX under the bound; where that
-spills, the bundle takes the kernel without the bound, whose PTX is the trial's less its
-`.minnctapersm` lines (Note [Recent PTX] in ptx.py). nvJitLink lets go of the GIL, so
-`resource_usage` of PTX with a bound has that PTX assembled on a second thread meanwhile,
-where the process has a second core that nothing else wants now, and the bundle's
-`ptx_to_cubin` of it takes that cubin. Where the bound is kept, or the bundle's module
-holds more kernels than the trial's, the second assembly was for nothing, and cost no
-wall time (on a busy machine it would: hence the count of the tasks ready to run now;
-the load average, of the last minute, still counts a compile that ended seconds ago).
+Note [Assembled beside the trial]: sm_90a's register-bound trial (Note [The bound the
+assembler decides] in register_bound.py) asks the resources of its kernel's PTX under the
+bound; where that spills, the bundle takes the kernel without the bound, whose PTX is the
+trial's less its `.minnctapersm` line (Note [A bound dropped] in ptx.py). nvJitLink lets
+go of the GIL, so `resource_usage(ptx, unbounded=...)` has that PTX assembled on a second
+thread meanwhile, where the process has a second core that nothing else wants now, and
+the bundle's `ptx_to_cubin` of it takes that cubin. Where the bound is kept, the second
+assembly was for nothing, and cost no wall time (on a busy machine it would: hence the
+count of the tasks ready to run now; the load average, of the last minute, still counts
+a compile that ended seconds ago).
 
 Note [Split compile]: ptxas compiles a module's kernels one after the other, and a
 module may hold two or three (sm_80's tiles_last kernel, Note [Small grids] in kernel_abi.py; a block map
@@ -106,9 +106,9 @@ def default_options(ptx: str) -> tuple[str, ...]:
 def ptx_to_cubin(ptx: str, arch: str, *, verbose: bool = True,
                  options: tuple[str, ...] | None = None) -> CubinResult:
     """Assemble `ptx` for `arch` (e.g. "sm_80") with nvJitLink (PTX that uses setmaxnreg:
-    Note [Whole-program assembly]); the info log holds the `ptxas info` lines when `verbose`. The last few results are kept: the sm_90a
-    kernel's register-bound check (Note [CTAs per SM]) assembles the same PTX that the
-    bundle then assembles again."""
+    Note [Whole-program assembly]); the info log holds the `ptxas info` lines when
+    `verbose`. The last few results are kept: the register-bound trial (Note [The bound
+    the assembler decides] in register_bound.py) assembles the PTX the bundle then takes."""
     options = default_options(ptx) if options is None else options
     if _needs_whole_program(ptx):
         return _assemble_whole_program(ptx, arch, tuple(options))
@@ -246,15 +246,15 @@ def ptxas_path() -> str | None:
     return shutil.which("ptxas")
 
 
-def resource_usage(ptx: str, arch: str, *, prefer_ptxas: bool = False, beside: bool = True) -> dict[str, ResourceUsage]:
-    """Registers/spills per kernel of `ptx` compiled for `arch`; PTX that bounds its
-    registers has its unbounded form assembled meanwhile where `beside` (Note [Assembled
-    beside the trial])."""
+def resource_usage(ptx: str, arch: str, *, prefer_ptxas: bool = False,
+                   unbounded: str | None = None) -> dict[str, ResourceUsage]:
+    """Registers/spills per kernel of `ptx` compiled for `arch`; `unbounded` (its PTX
+    without a register bound) is assembled meanwhile (Note [Assembled beside the trial])."""
     if prefer_ptxas and ptxas_path():
         log = _run_ptxas(ptxas_path(), ptx, arch).info_log
     else:
-        if beside:
-            _assemble_beside(ptx, arch)
+        if unbounded is not None:
+            _assemble_beside(unbounded, arch)
         log = ptx_to_cubin(ptx, arch, verbose=True).info_log
     usage = parse_resource_usage(log)
     if not usage:
@@ -267,10 +267,8 @@ _BESIDE_KEPT = 2
 
 
 def _assemble_beside(ptx: str, arch: str) -> None:
-    from attnc.backend.ptx import without_bounds
-    unbounded = without_bounds(ptx)
-    key = (unbounded, arch, True, default_options(unbounded))
-    if unbounded == ptx or _needs_whole_program(ptx) or key in _beside or not idle_core():
+    key = (ptx, arch, True, default_options(ptx))
+    if _needs_whole_program(ptx) or key in _beside or not idle_core():
         return
     while len(_beside) >= _BESIDE_KEPT:
         _beside.pop(next(iter(_beside)))

@@ -88,6 +88,9 @@ def kernel_abi(spec: ForwardSpec) -> KernelAbi:
                       "mask": spec.hooks.mask, "score_mod": _score_kind(spec), "sink": spec.hooks.sink is not None,
                       "with_lse": v.has_lse, "softmax_scale": spec.scale,
                       "q_blocks_per_cta": plan.q_blocks_per_cta, "min_ctas_per_sm": choices.min_ctas_per_sm,
+                      # the bound kept only where the kernel assembles without spills (Note
+                      # [The bound the assembler decides] in register_bound.py)
+                      "min_ctas_unless_spills": bool(choices.min_ctas_unless_spills and choices.min_ctas_per_sm),
                       "producer_warpgroup": plan.producer, "pingpong": plan.pingpong,
                       "persistent": plan.persistent, "heads_first": choices.heads_first,
                       "tiles_last": choices.tiles_last,

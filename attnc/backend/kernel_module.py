@@ -1,14 +1,12 @@
 """A forward kernel built into a `gpu.container_module` (`build_kernel_module`, for every
-target: `_lowering` picks sm80.py's, sm90a.py's or sm90a_ws.py's patterns), with the register
-bound kept only where the kernel assembles without spills but in its near tiles
-(`_spills`), and the second, tiles_last kernel of Note [Small grids] (kernel_abi.py)
-added to such a module (`add_small_grid_kernel`).
+target: `_lowering` picks sm80.py's, sm90a.py's or sm90a_ws.py's patterns), and the
+second, tiles_last kernel of Note [Small grids] (kernel_abi.py) added to such a module
+(`add_small_grid_kernel`).
 """
 from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Callable
 
 from mlir import ir
 from mlir.dialects import gpu
@@ -23,103 +21,11 @@ GPU_MODULE = "attnc_kernels"
 
 
 def build_kernel_module(spec: ForwardSpec, context: ir.Context | None = None) -> tuple[ir.Module, KernelAbi]:
-    """The kernel of `spec` as a `gpu.container_module` holding one `gpu.module`, and its ABI.
-    A default register bound (Note [CTAs per SM] in attnc/passes/choice_defaults.py) is kept only where
-    nvJitLink reports that the kernel assembles without spills under it."""
-    module, abi = _build_module(spec, context)
-    if spec.choices.min_ctas_unless_spills and spec.choices.min_ctas_per_sm and _spills(module, spec):
-        # The kernel's code does not read the bound: only its gpu.func's nvvm.minctasm says
-        # it (Note [Recent PTX] in ptx.py), so the unbounded kernel is this one without it.
-        unbounded = dataclasses.replace(spec, choices=dataclasses.replace(
-            spec.choices, min_ctas_per_sm=0, min_ctas_unless_spills=False)).check()
-        del _kernel_func(module, spec.symbol).attributes["nvvm.minctasm"]
-        abi = kernel_abi(unbounded)
-    return module, abi
-
-
-def _spills(module: ir.Module, spec: ForwardSpec) -> bool:
-    """Whether the kernel spills registers where it matters, by nvJitLink's report: any
-    spill, unless all are in its near tiles (Note [Spills of the near tiles]); True when
-    that cannot be asked (then no register bound is kept). The PTX is made in a context of
-    its own: this runs inside the lowering's pass, where a second pass manager on the same
-    context aborts. It is kept for the bundle's compile of the same kernel (Note
-    [Recent PTX] in ptx.py). The copy goes through MLIR bytecode: a fifth of the time of
-    text."""
-    from attnc.backend import unlocked
-    from attnc.backend.cubin import CubinError, resource_usage
-    from attnc.backend.ptx import PtxError, bytecode, to_ptx
-    from attnc.ir.context import make_context
-    data = bytecode(module)
-    try:
-        far_spills = _far_sides_spill(data, spec)
-        # without the GIL where it can, so that the far sides' copy is lowered meanwhile
-        ctx = unlocked.private_context() if far_spills is not None else None
-        with ctx or make_context():
-            ptx = to_ptx(ir.Module.parse(data), spec.target, in_place=True, keep=True, without_gil=ctx is not None)
-        spilled = _spilled(resource_usage(ptx, spec.target), spec)
-        return spilled and (far_spills is None or far_spills())
-    except (CubinError, PtxError, ImportError, OSError):
-        return True
-
-
-def _spilled(usage: dict, spec: ForwardSpec) -> bool:
-    return any(u.spills for name, u in usage.items() if name == spec.symbol)
-
-
-# Note [Spills of the near tiles]
-# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-# A hook with flat diagonals (T5's bucketed bias) computes its values once per diagonal
-# only in the tiles near the diagonal, in a branch of their own (HookGrid in
-# score_masks.py); the others take its far value. At head dim 64 on sm_90a that branch
-# alone holds the 34 values a thread's scores lie on beside S, the P.V in flight and O,
-# and under the 3-CTA bound (168 registers) ptxas spills there: the relative_bias example
-# 44 bytes, T5 with causal 80, where the same kernels with the far side in place of the
-# near one spill none. The near tiles are a few of a row's (two or three in 64 under a
-# causal mask at N = 8192), so such spills cost little, and the bound's third CTA an SM
-# gains more: 1.07x for T5 and 1.04x for T5 with causal at head dim 64 on an H100
-# (results/sm90a_h200.md, "Spills of the near tiles"). So a kernel that spills under the
-# bound is assembled again with each near branch's condition held true (the far side
-# alone, the near side dead code), and keeps the bound where that copy does not spill.
-# That copy is lowered and assembled on a second core, where one is idle, while the
-# kernel's own trial runs (`beside` in ptx.py).
-def _far_sides_spill(data: bytes, spec: ForwardSpec) -> Callable[[], bool] | None:
-    """A function that answers whether the kernel of bytecode `data` spills under its
-    bound with its near tiles' branches held on their far sides, its work begun beside;
-    None where the kernel has no near tiles."""
-    from attnc.backend.cubin import CubinError, resource_usage
-    from attnc.backend.ptx import beside, bytecode, ptx_of_bytecode
-    from attnc.ir.context import make_context
-    with make_context() as ctx:
-        copy = ir.Module.parse(data, ctx)
-        if not _far_sides_only(copy):
-            return None
-        far = bytecode(copy)
-
-    def spills() -> bool:
-        ptx = ptx_of_bytecode(far, spec.target)
-        try:
-            return ptx is None or _spilled(resource_usage(ptx, spec.target, beside=False), spec)
-        except CubinError:
-            return True
-    return beside(spills)
-
-
-def _far_sides_only(module: ir.Module) -> bool:
-    """Hold each near-tiles branch of `module` on its far side; whether it had any."""
-    from attnc.backend.score_masks import NEAR_TILES
-    branches = []
-
-    def collect(op):
-        if NEAR_TILES in op.attributes:
-            branches.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(collect)
-    e = Emit()
-    for op in branches:
-        with ir.InsertionPoint(op), op.location:
-            op.operands[0] = e.true()
-    return bool(branches)
+    """The kernel of `spec` as a `gpu.container_module` holding one `gpu.module`, and its
+    ABI. A default register bound (Note [CTAs per SM] in attnc/passes/choice_defaults.py)
+    is written as any other; the assembler decides whether it stays (Note [The bound the
+    assembler decides] in register_bound.py)."""
+    return _build_module(spec, context)
 
 
 def _build_module(spec: ForwardSpec, context: ir.Context | None) -> tuple[ir.Module, KernelAbi]:

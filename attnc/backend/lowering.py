@@ -314,11 +314,12 @@ def require_plan(module) -> None:
 def build(result, *, cubin: bool = True) -> BundleArtifacts:
     """Everything a bundle holds, from the gpu.module the target's lowering pass put in the
     module (running the plan's lowering first if the pipeline did not); without
-    `cubin`, the PTX alone (`--emit ptx`: no ptxas run, a bundle the runtime JITs)."""
+    `cubin`, the PTX alone (`--emit ptx`, a bundle the runtime JITs: ptxas runs only for a
+    register bound's trial, Note [The bound the assembler decides] in register_bound.py)."""
     import json
 
     from attnc.backend.bundle import code_files, variant_manifest
-    from attnc.backend.ptx import to_ptx
+    from attnc.backend.register_bound import bounded_code
     from attnc.passes.lower_kernel import (KERNELS_ATTR, SPECIALIZATION_ATTR, lower_kernel,
                                          lowered_gpu_module)
 
@@ -336,7 +337,7 @@ def build(result, *, cubin: bool = True) -> BundleArtifacts:
         kernel_module.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
         gpu_module.clone(ip=ir.InsertionPoint(kernel_module.body))
     target = specialization["target"]
-    ptx = to_ptx(kernel_module, target, in_place=True)
+    ptx, specialization = bounded_code(kernel_module, target, kernels[-1]["symbol"], specialization)
     blobs = {"cubin": _assembled(ptx, target, specialization, kernels[-1])} if cubin else {}
     blobs["ptx"] = ptx.encode()
     names = {kind: name for kind, name in code_files("attn_fwd", target).items() if kind in blobs}

@@ -17,23 +17,12 @@ time. We rewrite those ops first into the hardware's approximate instructions
 `rsqrt.approx`), which is also what attention kernels want for speed, and refuse a
 module that would still need libdevice.
 
-Note [Recent PTX]: sm_90a's register bound (Note [CTAs per SM] in attnc/passes/choice_defaults.py) is
-kept only where a trial compile of the kernel does not spill, so a kernel that keeps it
-was lowered through LLVM twice: once for the trial, once for the bundle, the two modules
-differing only in the attributes attn-lower-sm80 then puts on the gpu.module (`attn.*`:
-the kernels' ABI and specialization, which no pass to LLVM reads) and in the kernels it
-adds after the trial's (a block map, a tile table). So the trial asks `to_ptx` to keep
-its PTX (`keep`), kernel by kernel (Note [Kernels apart] in ptx_kernels.py), each by a
-digest of the options, the module's text but the kernels and those attributes (and
-without locations), the kernel's position and its text; the bundle's compile takes the
-kept PTX of each kernel with the same digest, byte for byte, and lowers only the others.
-A kernel that spilled under the bound is built again without it, which differs from the
-trial's in one more attribute: its gpu.func's `nvvm.minctasm`, the bound, which LLVM's
-NVPTX backend reads only to print the kernel's `.minnctapersm` directive (PTX has no
-physical registers: ptxas applies the bound). So the digest leaves the bound out too, a
-kernel's PTX is kept with the bound it was made with, and a kernel wanted unbounded gets
-the kept PTX without its `.minnctapersm` line; any other difference of bounds is lowered
-afresh. A few are kept, for trials of several kernels in one process.
+Note [A bound dropped]: a kernel's register bound (`nvvm.minctasm`, Note [CTAs per SM] in
+attnc/passes/choice_defaults.py) reaches its PTX only as the `.minnctapersm` line among
+its entry's directives: PTX has no physical registers, ptxas applies the bound. So the
+PTX of a kernel built without the bound is that of the bounded one less the line
+(`without_bound`), and a bound the assembler decides (register_bound.py) costs LLVM no
+second run.
 
 Note [One cvt for int()]: a hook's `int(x)` is LLVM's llvm.fptosi.sat.i32.f32 (Note
 [Saturating int] in hooks.py), which LLVM 22's NVPTX backend does not take as legal: it
@@ -58,7 +47,6 @@ import functools
 import io
 import os
 import re
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, TypeVar
 
@@ -288,59 +276,29 @@ def _object_assembly(obj: ir.Attribute) -> str:
     return bytes(gpu.ObjectAttr(obj).object).decode()
 
 
-RECENT_KERNELS = 8      # kernels whose PTX is kept (Note [Recent PTX])
-
-
-@dataclass(frozen=True)
-class _Kept:
-    head: str                   # the PTX's head (Note [Kernels apart])
-    entry: str                  # the kernel's entry
-    bound: int | None           # the register bound it was made with
-
-
-_recent: OrderedDict[str, _Kept] = OrderedDict()
-
-
 def to_ptx(module: ir.Module, target: str = "sm_80", *, opt_level: int = 3,
-           ptx_feature: str | None = None, in_place: bool = False, keep: bool = False,
-           without_gil: bool = False) -> str:
+           ptx_feature: str | None = None, in_place: bool = False, without_gil: bool = False) -> str:
     """PTX for the single `gpu.module` of `module`, compiled for `target`.
 
     The module is left as it was unless `in_place`; an MLIR failure raises `PtxError`
     carrying the diagnostics. Its kernels are lowered apart where that is quicker (Note
-    [Kernels apart] in ptx_kernels.py). `keep`: each kernel's PTX is kept for the next
-    call on a module with the same kernel (Note [Recent PTX]), which does not lower it again.
-    `without_gil`: `module` is of an `unlocked.private_context()`, lowered with the GIL let
-    go (Note [Unlocked runs]) so that another thread may work meanwhile; a failure then
-    raises PtxError without the diagnostics.
+    [Kernels apart] in ptx_kernels.py). `without_gil`: `module` is of an
+    `unlocked.private_context()`, lowered with the GIL let go (Note [Unlocked runs]) so
+    that another thread may work meanwhile; a failure then raises PtxError without the
+    diagnostics.
     """
     options = PtxOptions(target, opt_level, ptx_feature)
     options.attach_target()                     # an unknown target, refused before anything runs
     kernels = Kernels.of(module)
-    keys = None
-    if kernels is not None and (keep or _recent):
-        with timing.step("MLIR -> PTX: the kernels' digests (Note [Recent PTX])"):
-            keys = kernels.digests(options)
-    found = _take_kept(keys, kernels.names) if keys is not None else {}
-    missing = [k for k in range(len(kernels.names)) if k not in found] if kernels is not None else []
-    if kernels is None or (len(missing) == len(kernels.names) and _lanes(len(missing)) == 1):
+    if kernels is None or _lanes(len(kernels.names)) == 1:
         with timing.step("MLIR -> PTX"):
-            ptx = _lower(module if in_place else _copy(module), options, without_gil=without_gil)
-        if keep and kernels is not None:
-            _keep(keys, split_ptx(ptx, kernels.names), missing)
-        return ptx
-    if missing:
-        with timing.step("MLIR -> PTX"):
-            lowered = _lower_apart(kernels, missing, options)
-        found = {**found, **lowered} if lowered is not None else {}
-    head = joined_head([head for head, _ in found.values()]) if len(found) == len(kernels.names) else None
-    if head is None:                            # Note [Kernels apart]: lowered as a whole
-        with timing.step("MLIR -> PTX"):
+            return _lower(module if in_place else _copy(module), options, without_gil=without_gil)
+    with timing.step("MLIR -> PTX"):
+        lowered = _lower_apart(kernels, list(range(len(kernels.names))), options)
+        head = joined_head([head for head, _ in lowered.values()]) if lowered is not None else None
+        if head is None:                        # Note [Kernels apart]: lowered as a whole
             return _lower(module if in_place else _copy(module), options)
-    entries = [found[k][1] for k in range(len(kernels.names))]
-    if keep:
-        _keep(keys, (head, entries), missing)
-    return head + "".join(entries)
+    return head + "".join(lowered[k][1] for k in range(len(kernels.names)))
 
 
 def _copy(module: ir.Module) -> ir.Module:
@@ -430,64 +388,22 @@ def _threads() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=max(1, len(os.sched_getaffinity(0)) - 1), thread_name_prefix="attnc-ptx")
 
 
-def _take_kept(keys: list[tuple[str, int | None]], names: list[str]) -> dict[int, tuple[str, str]]:
-    """(head, entry) of each kernel whose PTX is kept with the bound it wants (Note [Recent
-    PTX]), by position; each is taken out of the kept ones."""
-    found = {}
-    for position, (key, bound) in enumerate(keys):
-        kept = _recent.get(key)
-        entry = _with_bound(kept, names[position], bound) if kept is not None else None
-        if entry is not None:
-            del _recent[key]
-            found[position] = (kept.head, entry)
-    return found
-
-
-def _keep(keys: list[tuple[str, int | None]], split: tuple[str, list[str]] | None, positions: list[int]) -> None:
-    """Keep the PTX of the kernels at `positions` of a module split into (head, entries)."""
-    if split is None:
-        return
-    head, entries = split
-    for k in positions:
-        key, bound = keys[k]
-        _recent[key] = _Kept(head, entries[k], bound)
-        _recent.move_to_end(key)
-    while len(_recent) > RECENT_KERNELS:
-        _recent.popitem(last=False)
-
-
-def _with_bound(kept: _Kept, kernel: str, wanted: int | None) -> str | None:
-    """The kept entry of `kernel`, made with the bound `kept.bound`, for a kernel that wants
-    `wanted`: without its `.minnctapersm` line where it wants none; None where it wants
-    another (Note [Recent PTX])."""
-    if kept.bound == wanted:
-        return kept.entry
-    if wanted is not None:
-        return None
-    return _without_directive(kept.entry, kernel, f".minnctapersm {kept.bound}")
-
-
-def without_bounds(ptx: str) -> str:
-    """`ptx` without its kernels' `.minnctapersm` lines: the PTX of the same kernels built
-    without register bounds (Note [Recent PTX])."""
-    return _BOUND_LINE.sub("", ptx)
-
-
-_BOUND_LINE = re.compile(r"^\.minnctapersm \d+\n", re.M)
-
-
-def _without_directive(ptx: str, kernel: str, directive: str) -> str | None:
-    """`ptx` less the line `directive` among `kernel`'s directives (between its `.entry`
-    and its body's `{`); None when the line is not there once."""
+def without_bound(ptx: str, kernel: str) -> str | None:
+    """`ptx` less the `.minnctapersm` line among `kernel`'s directives (between its
+    `.entry` and its body's `{`): the PTX of the kernel built without its register bound
+    (Note [A bound dropped]); None where the kernel has no such line."""
     entry = ptx.find(f".entry {kernel}(")
     body = ptx.find("\n{\n", entry)
     if entry < 0 or body < 0:
         return None
     head = ptx[entry:body + 1]
-    line = f"\n{directive}\n"
-    if head.count(line) != 1:
+    lines = _BOUND_LINE.findall(head)
+    if len(lines) != 1:
         return None
-    return ptx[:entry] + head.replace(line, "\n") + ptx[body + 1:]
+    return ptx[:entry] + head.replace(lines[0], "", 1) + ptx[body + 1:]
+
+
+_BOUND_LINE = re.compile(r"^\.minnctapersm \d+\n", re.M)
 
 
 def _lower(work: ir.Module, options: PtxOptions, *, without_gil: bool = False) -> str:

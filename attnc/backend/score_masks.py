@@ -19,7 +19,7 @@ from attnc.errors import AttncError
 
 # The unit attribute on the scf.if whose condition holds beyond the flat diagonals and
 # whose else side computes the hook's values per diagonal (HookGrid.over, offset_over):
-# Note [Spills of the near tiles] in kernel_module.py.
+# Note [Spills of the near tiles] in register_bound.py.
 NEAR_TILES = "attnc.near_tiles"
 
 

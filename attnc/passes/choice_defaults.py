@@ -30,7 +30,7 @@ def resolve(spec: "ForwardSpec") -> "ForwardSpec":
             choices = replace(choices, **{name: rule(replace(spec, choices=choices))})
     if choices.min_ctas_unless_spills is None:
         # The default register bound is dropped where the kernel spills under it (but in
-        # its near tiles alone: Note [Spills of the near tiles] in kernel_module.py); a
+        # its near tiles alone: Note [Spills of the near tiles] in register_bound.py); a
         # bound given as min_ctas_per_sm is the user's, kept whatever ptxas reports.
         choices = replace(choices, min_ctas_unless_spills=bound_by_default and choices.min_ctas_per_sm > 0)
     # A constant running max leaves no rescale to skip, whoever asked for it.

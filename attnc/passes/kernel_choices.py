@@ -28,7 +28,7 @@ program, so every op of a kind holds the same value of a choice -- ops that disa
 refused at the second -- but for the choices of Note [Choices op by op].
 `min_ctas_unless_spills` is no option: it says whether min_ctas_per_sm is the default
 bound, dropped where the kernel spills under it (but for spills in its near tiles alone:
-Note [Spills of the near tiles] in attnc/backend/kernel_module.py).
+Note [Spills of the near tiles] in attnc/backend/register_bound.py).
 
 Note [Choices op by op]: five choices change only the code of the op they sit on, so
 each op holds its own and the lowering reads it from the op it lowers (the step records'
@@ -121,7 +121,7 @@ class KernelChoices(Pass):
                "bound; Note [CTAs per SM] in choice_defaults.py; default: none on sm_80 and for a producer "
                "warpgroup; on sm_90a the CTAs its shared memory holds, at most down to 128 registers a "
                "thread, dropped where the kernel would then spill but in its near tiles (Note [Spills of the "
-               "near tiles] in attnc/backend/kernel_module.py): min_ctas_unless_spills)"})
+               "near tiles] in attnc/backend/register_bound.py): min_ctas_unless_spills)"})
     exp2_fma: int | None = field(default=None, metadata={
         "doc": "of every 8 scores of a softmax row, how many take their exp2 on the FMA pipe (a cubic "
                "and exponent bits) instead of the SFU, 0 to 8 (Note [Exponentials on the FMA pipe]; "

@@ -1,7 +1,6 @@
 """Note [Kernels apart] in attnc/backend/ptx_kernels.py: a module's kernels lowered apart,
 one or two at a time, on one thread or two, give the PTX of the module lowered whole,
-byte for byte -- also where only some kernels use a global -- and a kept kernel (Note
-[Recent PTX]) is not lowered again beside new ones."""
+byte for byte -- also where only some kernels use a global."""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +8,7 @@ from mlir import ir
 
 from attnc.backend import ptx
 from attnc.backend.ptx_kernels import Kernels, joined_head, split_ptx
-from tests.backend.test_recent_ptx import counting_lowerings
+from tests.backend.test_register_bound import counting_lowerings
 
 GLOBAL = "llvm.mlir.global external @NAME() {addr_space = 3 : i32, alignment = 16 : i64} : !llvm.array<0 x i8>"
 
@@ -82,19 +81,6 @@ def test_parts_whose_heads_hold_no_whole_one_are_lowered_as_a_whole(monkeypatch)
         calls = counting_lowerings(monkeypatch)
         assert ptx.to_ptx(module(*two, globals_=("g1", "g2")), "sm_80") == expected
         assert len(calls) == 3                      # two parts, then the whole module
-
-
-@pytest.mark.parametrize("cores", [1, 2])
-def test_a_kept_kernel_is_not_lowered_again_beside_new_ones(monkeypatch, cores):
-    """sm_90a's trial lowers the forward kernel alone; the bundle's module adds a block map
-    and a tile table after it (Note [Recent PTX])."""
-    with ir.Context():
-        expected = whole(*THREE)
-        on_cores(monkeypatch, cores)
-        calls = counting_lowerings(monkeypatch)
-        ptx.to_ptx(module(THREE[0]), "sm_80", keep=True)
-        assert ptx.to_ptx(module(*THREE), "sm_80", in_place=True) == expected
-        assert len(calls) == 1 + min(cores, 2)
 
 
 def test_a_module_that_does_not_lower_fails_as_it_would_whole(monkeypatch):

@@ -140,7 +140,7 @@ def test_every_example_assembles_for_sm90a_without_spills(name):
 
 # Spills of a kernel measured faster with them than without: relative_bias's, those of its
 # near tiles under the 3-CTA bound (Note [Spills of the near tiles] in
-# attnc/backend/kernel_module.py; results/sm90a_h200.md, "Spills of the near tiles"). More
+# attnc/backend/register_bound.py; results/sm90a_h200.md, "Spills of the near tiles"). More
 # than these bytes fails.
 MEASURED_SPILLS = {"relative_bias": 44}
 
@@ -151,20 +151,20 @@ def test_the_near_tiles_hold_relative_bias_spills(idle, monkeypatch):
     though it spills under it, since its copy with each near-tiles branch held on its far
     side spills none -- that copy lowered on a second core (`idle`) or after the trial;
     with the far sides alone the kernel is smaller."""
-    from attnc.backend.kernel_module import _far_sides_only
     from attnc.backend.ptx import to_ptx
+    from attnc.backend.register_bound import far_sides_only
 
     monkeypatch.setattr(cubin, "idle_core", lambda: idle)
     result = compile_file(EXAMPLES_DIR / "relative_bias.attn", CompileOptions(arch="sm_90a"))
     art = build(result)
     assert ".minnctapersm 3" in art.ptx
-    assert any(u.spills for u in cubin.resource_usage(art.ptx, "sm_90a", beside=False).values())
+    assert any(u.spills for u in cubin.resource_usage(art.ptx, "sm_90a").values())
     with result.module.context:
         copy = ir.Module.parse(str(result.module))
-        assert _far_sides_only(copy)
+        assert far_sides_only(copy)
         far = to_ptx(copy, "sm_90a")
     assert len(far) < len(art.ptx)
-    usage = cubin.resource_usage(far, "sm_90a", beside=False)
+    usage = cubin.resource_usage(far, "sm_90a")
     assert usage and not any(u.spills for u in usage.values()), usage
 
 

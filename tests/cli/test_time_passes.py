@@ -22,9 +22,8 @@ def table(err: str) -> list[tuple[int, str]]:
 
 
 def test_a_compile_reports_each_pass_then_the_backend_then_the_total(tmp_path, monkeypatch):
-    from attnc.backend import cubin, ptx
+    from attnc.backend import cubin
     monkeypatch.setenv("ATTNC_DISABLE_CACHE", "1")
-    monkeypatch.setattr(ptx, "_recent", type(ptx._recent)())      # nothing kept from an earlier compile
     cubin._assemble.cache_clear()
     status, out, err = run_attnc(["compile", MHA, "-arch", "sm_80", "-o", str(tmp_path / "b"), "--time-passes"])
     assert status == 0 and out.startswith(f"wrote {tmp_path / 'b'}/")     # standard output is unchanged
