@@ -42,8 +42,10 @@ def params_variant() -> str:
 
 def timed(source: Path, arch: str, out: Path, env: dict) -> float:
     start = time.perf_counter()
+    # in the output's folder: `python -m` puts the working directory first on sys.path, so
+    # run in a checkout it would import that checkout's attnc whatever PYTHONPATH says
     done = subprocess.run([sys.executable, "-m", "attnc", "compile", str(source), "-arch", arch, "-o", str(out)],
-                          env=env, capture_output=True, text=True)
+                          env=env, capture_output=True, text=True, cwd=out.parent)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"attnc compile {source} -arch {arch} failed:\n{done.stderr}")
