@@ -294,7 +294,7 @@ def to_ptx(module: ir.Module, target: str = "sm_80", *, opt_level: int = 3,
         with timing.step("MLIR -> PTX"):
             return _lower(module if in_place else _copy(module), options, without_gil=without_gil)
     with timing.step("MLIR -> PTX"):
-        lowered = _lower_apart(kernels, list(range(len(kernels.names))), options)
+        lowered = _lower_apart(kernels, options)
         head = joined_head([head for head, _ in lowered.values()]) if lowered is not None else None
         if head is None:                        # Note [Kernels apart]: lowered as a whole
             return _lower(module if in_place else _copy(module), options)
@@ -318,20 +318,15 @@ def _lanes(count: int) -> int:
     return min(count, len(os.sched_getaffinity(0)))
 
 
-def _lower_apart(kernels: Kernels, missing: list[int], options: PtxOptions) -> dict[int, tuple[str, str]] | None:
-    """(head, entry) of each kernel of `missing`, their parts lowered side by side; None
-    where a part fails or its PTX does not split (the module is then lowered whole)."""
-    lanes = _lanes(len(missing))
-    groups = [missing[k::lanes] for k in range(lanes)]
-    if lanes == 1:
-        try:
-            ptxs = [_lower(kernels.part(groups[0]), options)]
-        except PtxError:
-            return None
-    else:
-        payloads = [bytecode(kernels.part(group)) for group in groups]
-        beside = [_threads().submit(_lower_unlocked, payload, options) for payload in payloads[1:]]
-        ptxs = [_lower_unlocked(payloads[0], options)] + [f.result() for f in beside]
+def _lower_apart(kernels: Kernels, options: PtxOptions) -> dict[int, tuple[str, str]] | None:
+    """(head, entry) of each kernel, their parts lowered side by side; None where a part
+    fails or its PTX does not split (the module is then lowered whole)."""
+    positions = list(range(len(kernels.names)))
+    lanes = _lanes(len(positions))
+    groups = [positions[k::lanes] for k in range(lanes)]
+    payloads = [bytecode(kernels.part(group)) for group in groups]
+    beside = [_threads().submit(_lower_unlocked, payload, options) for payload in payloads[1:]]
+    ptxs = [_lower_unlocked(payloads[0], options)] + [f.result() for f in beside]
     pieces = {}
     for group, ptx in zip(groups, ptxs):
         split = split_ptx(ptx, kernels.names[:group[-1] + 1]) if ptx is not None else None

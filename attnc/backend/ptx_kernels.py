@@ -23,7 +23,6 @@ lowered as a whole.
 """
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 
@@ -31,7 +30,6 @@ from mlir import ir
 from mlir.dialects import gpu
 
 GPU_FUNC = "gpu.func"
-MIN_CTAS = "nvvm.minctasm"
 _GLOBALS = ("llvm.mlir.global",)                      # the ops besides kernels a module may hold
 
 
@@ -61,27 +59,6 @@ class Kernels:
             return None
         return cls(module, body[0], funcs, [ir.StringAttr(f.attributes["sym_name"]).value for f in funcs])
 
-    def digests(self, options) -> list[tuple[str, int | None]]:
-        """Each kernel's key for the PTX it lowers to, and its register bound: the digest
-        of the options, the module's and gpu.module's attributes but the `attn.*` ones,
-        the globals, the kernel's position and its text without the bound. Locations are
-        left out: without debug-info scopes (attnc makes none) they do not reach the PTX.
-        (Text, not bytecode: two contexts write the same IR's bytecode apart.)"""
-        head = hashlib.sha256(repr(options).encode())
-        head.update(_attributes(self.module.operation))
-        head.update(_attributes(self.gpu_module))
-        for op in self.gpu_module.regions[0].blocks[0].operations:
-            if op.operation.name != GPU_FUNC:
-                head.update(op.operation.get_asm(binary=True))
-        keys = []
-        for position, func in enumerate(self.funcs):
-            h = head.copy()
-            h.update(f"kernel {position}\n".encode())
-            text, bound = _unbounded_text(func)
-            h.update(text)
-            keys.append((h.hexdigest(), bound))
-        return keys
-
     def part(self, kernels: list[int]) -> ir.Module:
         """A new module (in this one's context) holding `kernels` (positions, ascending),
         each kernel before the last of them that is not asked for as a stub."""
@@ -99,23 +76,6 @@ class Kernels:
                 elif position not in kernels:
                     _stub(func)
         return part
-
-
-def _attributes(op: ir.Operation) -> bytes:
-    return repr(sorted((name, str(value)) for name, value in op.attributes.items()
-                       if not name.startswith("attn."))).encode()
-
-
-def _unbounded_text(func: ir.Operation) -> tuple[bytes, int | None]:
-    """`func` as text without its register bound, and that bound (put back after)."""
-    if MIN_CTAS not in func.attributes:
-        return func.get_asm(binary=True), None
-    bound = func.attributes[MIN_CTAS]
-    del func.attributes[MIN_CTAS]
-    try:
-        return func.get_asm(binary=True), ir.IntegerAttr(bound).value
-    finally:
-        func.attributes[MIN_CTAS] = bound
 
 
 def _stub(func: ir.Operation) -> None:
