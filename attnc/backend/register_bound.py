@@ -58,7 +58,7 @@ def bounded_code(module: ir.Module, target: str, symbol: str, specialization: di
         raise PtxError(f"the kernel {symbol} has no register bound in its PTX to drop")
     try:
         spilled = _spilled(resource_usage(ptx, target, unbounded=unbounded), symbol)
-    except CubinError:
+    except (CubinError, ImportError, OSError):     # no report: the bound is not kept
         spilled = True
     if not spilled or (far_spills is not None and not far_spills()):
         return ptx, specialization
@@ -84,7 +84,7 @@ def _far_sides_spill(data: bytes, target: str, symbol: str) -> Callable[[], bool
         ptx = ptx_of_bytecode(far, target)
         try:
             return ptx is None or _spilled(resource_usage(ptx, target), symbol)
-        except CubinError:
+        except (CubinError, ImportError, OSError):
             return True
     return beside(spills)
 
