@@ -105,8 +105,8 @@ def main() -> None:
                     cold = {name: [] for name in runs}
                     order = list(runs.items())
                     for k in range(args.rounds):
-                        # each round starts with the next compiler: the one run first after
-                        # the last round's ran measurably slower
+                        # each round starts with the next compiler, so that none always runs
+                        # right after the same one
                         for name, (root, env) in order[k % len(order):] + order[:k % len(order)]:
                             own = source if source.parent != ROOT / "examples" else root / "examples" / source.name
                             cold[name].append(timed(own, arch, tmp / "out", {**env, "ATTNC_DISABLE_CACHE": "1"}))
