@@ -4,8 +4,8 @@
         ...                                     # the compile
     print(report.render(), file=sys.stderr)
 
-Code marks its steps with `with timing.step("MLIR -> PTX"):`. Steps nest (the
-register-bound trial's PTX inside attn-lower-sm90a), a step entered again under the
+Code marks its steps with `with timing.step("MLIR -> PTX"):`. Steps nest (MLIR -> PTX
+inside the backend), a step entered again under the
 same parent adds to its row, and with no report being recorded a step costs one
 global lookup: the compiler marks its steps whether or not anyone asked. Only the steps
 of the thread that records count: work a thread does beside it (a copy lowered and

@@ -25,10 +25,6 @@ def build_kernel_module(spec: ForwardSpec, context: ir.Context | None = None) ->
     ABI. A default register bound (Note [CTAs per SM] in attnc/passes/choice_defaults.py)
     is written as any other; the assembler decides whether it stays (Note [The bound the
     assembler decides] in register_bound.py)."""
-    return _build_module(spec, context)
-
-
-def _build_module(spec: ForwardSpec, context: ir.Context | None) -> tuple[ir.Module, KernelAbi]:
     steps_read(spec.check())
     abi = kernel_abi(spec)
     ctx = context or _current_context() or ir.Context()

@@ -51,8 +51,8 @@ static).
 Against the same kernels with the map (documents of 1000 + causal, the same outputs to
 the bit), sm_80 ran 3-4 % faster and sm_90a 3 % at head dim 128 (results/sm80_h200.md and
 sm90a_h200.md, "Ranges from the runs"). sm_90a at head dim 64 spilled under its register
-bound of four CTAs an SM (Note [CTAs per SM] in attnc/passes/choice_defaults.py), which build_kernel_module
-then drops (163 registers), and ran 10 % slower; with the bound forced
+bound of four CTAs an SM (Note [CTAs per SM] in attnc/passes/choice_defaults.py), which the
+bundle's build then drops (163 registers: Note [The bound the assembler decides]), and ran 10 % slower; with the bound forced
 (min_ctas_per_sm=4) it ran as fast as the map. Hence not the default at that register
 floor.
 
