@@ -262,7 +262,8 @@ class KernelState(ForwardLoads):
         rows, offset = masker.modify(rows_of(acc_s), n_block)
         return self.masked(rows, n_block, mode, skip, mask, masker), offset
 
-    def masked(self, rows, n_block, mode: str, skip, mask: StepOp | None, masker: ScoreMasker | None = None):
+    def masked(self, rows, n_block, mode: str, skip, mask: StepOp | None, masker: ScoreMasker | None = None,
+               edge=None):
         """`rows` of block n_block with (mode 'partial') the mask applied as the step's
         attn.mask `mask` chooses (Note [Choices op by op]): a row interval tested per
         score as its interval_test says, and with its split only the conjuncts the map
@@ -276,13 +277,16 @@ class KernelState(ForwardLoads):
         if s.hooks.tile_partial is None and skip is None:
             # Every block is masked; tile_holds may still spare a part of the test.
             holds = s.hooks.tile_holds(e, self.ctx(), n_block) if split else None
+            if edge is not None:
+                return masker.mask_if(rows, n_block, edge, holds=holds, test=test)
             return masker.mask(rows, n_block, holds=holds, test=test)
         partial = e.gt(masker.coords.block_end(n_block), e.dim("N"))
         ctx = self.ctx()
         if s.hooks.tile_partial is not None:
             partial = e.or_(s.hooks.tile_partial(e, ctx, n_block), partial)
         holds = s.hooks.tile_holds(e, ctx, n_block) if split else None
-        return masker.mask_if(rows, n_block, partial if skip is None else e.or_(partial, skip), skip, holds, test)
+        partial = partial if skip is None else e.or_(partial, skip)
+        return masker.mask_if(rows, n_block, partial if edge is None else e.and_(edge, partial), skip, holds, test)
 
     def softmax_step(self, rows, state: SoftmaxState, mode: str, op, offset=None):
         """The online softmax step of attn.softmax_step `op` (a StepOp) on `rows`, plus
@@ -409,6 +413,7 @@ class ScoredStep:
     rows = offset = None
     modded = masked = False
     mask_op = None          # the step's attn.mask, once its pattern ran
+    edge = None             # i1: the step's block is masked (Note [One key loop] in sm80.py); None: by its mode
 
     def skip_answer(self):
         return None
@@ -423,7 +428,8 @@ class ScoredStep:
         """The score_mod and the mask on S, those not yet applied."""
         self.modify()
         if not self.masked:
-            self.rows = self.kernel.masked(self.rows, self.n_block, self.mode, self.skip_answer(), self.mask_op)
+            self.rows = self.kernel.masked(self.rows, self.n_block, self.mode, self.skip_answer(), self.mask_op,
+                                           edge=self.edge)
             self.masked = True
 
 

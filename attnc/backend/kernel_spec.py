@@ -54,6 +54,7 @@ class KernelChoices:
     small_grid: Optional[bool] = None       # Note [Small grids] in kernel_abi.py
     lean_loads: Optional[bool] = None       # Note [Lean step loads] in forward_loads.py
     dead_rows: Optional[bool] = None        # Note [Dead rows] in sm80.py
+    one_kv_loop: Optional[bool] = None      # Note [One key loop] in sm80.py
     lazy_rescale: Optional[bool] = None     # Note [Lazy rescale] in softmax.py
     mma_row_sum: Optional[bool] = None      # Note [Row sums on the tensor cores] in softmax.py
 
@@ -76,6 +77,7 @@ class ForwardSpec:
     symbol: str = "attnc_fwd"
     hooks: KernelHooks = KernelHooks()     # from the hook regions and attn-analyze-masks (variant_hooks.py)
     banded: bool = False                   # the mask keeps a band of keys per row (tile.banded_mask)
+    far_edge: bool = False                 # one segment's key range may end in mixed blocks (analyze_masks.far_edge)
     blockmap: bool = False                 # the key ranges are found at run time: from a block map,
                                           # or from a tile table's runs (run_ranges.py)
     aligned_tiles: bool = False            # query tiles from a tile table (Note [Document-aligned

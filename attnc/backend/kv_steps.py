@@ -28,7 +28,8 @@ partial, full and partial loops of the key range) is the kernel's: each of its l
 built from the IR loop of its kind (`KvSteps.body`: the top partial steps from the first
 mixed loop, the bottom ones from the last), and an IR loop of a kind the key range gives
 no steps is not built; over several segments every loop of a kind must hold one trip
-(`check_trips_by_kind`).
+(`check_trips_by_kind`), and with Note [One key loop] in sm80.py every loop the first
+mixed loop's (`check_one_trip`).
 """
 from __future__ import annotations
 
@@ -128,6 +129,21 @@ def check_trips_by_kind(trips, loops, note: str) -> None:
                                  f"same trip: the kernel builds them from one ({note})")
 
 
+def check_one_trip(trips, loops) -> None:
+    """Note [One key loop] in sm80.py: the one loop's steps are built from the first mixed
+    loop's trip (`trips`: (kv_blocks, ops) of each of `loops`), so every other loop holds
+    the same ops, but the mask and the block map's read in a loop of full blocks."""
+    top = next((ops for kind, ops in trips if kind == "mixed"), None)
+    if top is None:
+        return
+    for (kind, ops), loop in zip(trips, loops):
+        want = top if kind != "full" else tuple(op for op in top if op.name not in ("mask", "block_map_read"))
+        if as_written(ops) != as_written(want):
+            raise error_at(loop, f"one_kv_loop builds every step of the key range from the first mixed KV "
+                                 f"loop's trip, and this {kind} loop holds another: give every KV loop the same "
+                                 f"ops and choices, or one_kv_loop=false (Note [One key loop] in sm80.py)")
+
+
 def as_written(value):
     """`value` (StepOps, or tuples and records of them) with each op as all it holds, its
     choices too: what compares equal only where the kernel builds the same."""
@@ -222,6 +238,8 @@ def kv_steps(role, kernel) -> KvSteps:
         carried = (op, positions)
         loops.append((kind, body))
     check_trips_by_kind(loops, [ops[k] for k in at], "Note [Steps op by op]")
+    if R.attrs_of(kernel).get("one_kv_loop", False):
+        check_one_trip(loops, [ops[k] for k in at])
     for op in ops[at[0]:at[-1]]:
         if op.name != "scf.for" and not op.name.startswith(ARITH):
             raise error_at(op, f"the sm_80 lowering builds the KV loops one after the other, with nothing but "

@@ -67,7 +67,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
     from attnc.passes import kernel_choices
     from attnc.passes import choice_defaults as defaults
     from attnc.passes.hoist import check_levels
-    from attnc.passes.analyze_masks import mask_functions
+    from attnc.passes.analyze_masks import far_edge, mask_functions
     from attnc.passes.pipelines import LOWERING
     from attnc.passes.warp_specialize import banded
     from attnc.schedule.recipes import check_producer_registers
@@ -128,7 +128,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
         spec = ForwardSpec(
             variant=variant, target=target, block_m=block_m, block_n=block_n, plan=plan,
             symbol=kernel_symbol(variant.name, "fwd"),
-            banded=banded(op), blockmap=blockmap is not None,
+            banded=banded(op), far_edge=far_edge(op), blockmap=blockmap is not None,
             aligned_tiles=tiles, tiles_per_head=tiles and blockmap.per_head, steps=steps, smem=smem,
             hooks=hooks, choices=KernelChoices(**choices))
         try:

@@ -71,6 +71,22 @@ because the first step waits for its loads (Q and the first K/V, from memory), s
 work it saves turns into waiting for the next block's K, and only the SM's other CTA
 gains. Every masked step's MMAs predicated on the vote instead (`@p mma.sync`, no
 branch) spilled and ran slower.
+
+Note [One key loop]: a key range is walked as up to three loops, each with a copy of
+the step -- its mixed blocks near the diagonal, its full blocks (no mask), its mixed
+blocks at the far edge (a window's) -- and Note [Dead rows] peels a fourth, so the sm_80
+window kernel was four steps of QK^T and P.V: at 128x64 tiles, head dim 128, 1,024
+mma.sync in 11,000 lines of PTX, which LLVM and the assembler spend most of a compile on.
+With one_kv_loop (attn-kernel-choices' option, `one_kv_loop` on attn.kernel) the steps
+after the peeled one are one loop, built from the first mixed loop's trip, whose mask
+runs in a branch on whether step t's block is mixed (t before the full range's first
+step or at or after its end: the blocks the three loops mask), with the same outputs.
+The other loops must hold that trip, less the mask and the map's read in the full one
+(`check_one_trip` in kv_steps.py). What the full steps pay: the test and the branch, the
+softmax's test for rows without a key, and ptxas' schedule of a loop that holds the mask.
+On by default for a window, whose compile it shortens by 30-40 % for a kernel 0-1.5 %
+slower; causal, whose range starts with its full blocks, ran up to 4 % slower for one
+copy fewer of three (results/sm80_h200.md and compile_times.md, "One key loop").
 """
 from __future__ import annotations
 
@@ -184,7 +200,7 @@ def _pv(cx, p, acc_o, slot):
 
 
 def _step(cx, t, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str, first: bool = False,
-          top: bool = True):
+          top: bool = True, edge=None):
     """Step t visits n_block = kv.block(t), lowered from the ops of the KV loop body of
     its kind, in their order (Note [Steps op by op] in kv_steps.py). mode: 'partial'
     (masked; when the mask has `tile_partial`, only if it or the ragged N edge says so;
@@ -194,6 +210,7 @@ def _step(cx, t, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str, first: b
     [Dead rows])."""
     body = cx.steps.body(mode, top)
     step = _Step(cx, t, kv, mode, acc_o, state, body)
+    step.edge = edge
     if not first:
         cx.target.run(cx, "step", body, step)
         return step.acc_o, step.state
@@ -297,13 +314,14 @@ def _rescale(cx, acc_o, alpha, moved):
                                      cx.flat(acc_o)))
 
 
-def _loop(cx, t_lo, t_hi, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str, top: bool = True):
+def _loop(cx, t_lo, t_hi, kv: KvSchedule, acc_o, state: SoftmaxState, mode: str, top: bool = True, edge=None):
     """scf.for over steps [t_lo, t_hi), carrying O, m and l."""
     loop = scf.ForOp(t_lo, t_hi, cx.e.c32(1), cx.carried(acc_o, state))
     with ir.InsertionPoint(loop.body):
         it = list(loop.inner_iter_args)
-        scf.yield_(cx.carried(*_step(cx, loop.induction_variable, kv, *cx.unpack_carried(it), mode,
-                                     top=top)))
+        t = loop.induction_variable
+        scf.yield_(cx.carried(*_step(cx, t, kv, *cx.unpack_carried(it), mode,
+                                     top=top, edge=None if edge is None else edge(t))))
     return cx.unpack_carried(list(loop.results))
 
 
@@ -321,12 +339,26 @@ def _steps(cx, kv: KvSchedule):
             cx, t_first, kv, acc_o, state, "partial", first=True)), cx.carried(acc_o, state))
         acc_o, state = cx.unpack_carried(values)
         t_first = e.min(t_full, 1)
+    if s.choices.one_kv_loop:
+        return _one_loop(cx, t_first, t_full, kv, acc_o, state)
     acc_o, state = _loop(cx, t_first, t_full, kv, acc_o, state, "partial")
     t_low = kv.steps_above(e, kv.full_lo if kv.full_lo is not None else kv.lo)
     acc_o, state = _loop(cx, t_full, t_low, kv, acc_o, state, "full")
     if kv.full_lo is not None:
         acc_o, state = _loop(cx, t_low, kv.total(e), kv, acc_o, state, "partial", top=False)
     return acc_o, state
+
+
+def _one_loop(cx, t_first, t_full, kv: KvSchedule, acc_o, state: SoftmaxState):
+    """Note [One key loop]: steps [t_first, total) as one loop, step t's block mixed above
+    the full range (t < t_full) or below it."""
+    e = cx.e
+    t_low = kv.steps_above(e, kv.full_lo if kv.full_lo is not None else kv.lo)
+
+    def mixed(t):
+        above = e.lt(t, t_full)
+        return above if kv.full_lo is None else e.or_(above, e.ge(t, t_low))
+    return _loop(cx, t_first, kv.total(e), kv, acc_o, state, "partial", edge=mixed)
 
 
 # Note [Steps op by op] (kv_steps.py): the pattern of each op of a KV loop's body

@@ -194,6 +194,23 @@ def mask_functions(op) -> MaskFunctions:
     return MaskFunctions(kind, dims, tile, kv, segments)
 
 
+def far_edge(op) -> bool:
+    """Whether a query block's key range is one segment that may have mixed blocks below
+    its fully kept ones (a window's far edge), by the static kv_range function: unless the
+    range and the fully kept one start at one constant (causal, a prefix). False where the
+    analysis no longer holds (the lowering refuses that kernel)."""
+    from attnc.ir.ops import int_constant
+
+    if "mask_kind" not in op.attributes or _stale(op):
+        return False
+    found = mask_functions(op)
+    if found.kind != "static" or found.segments != 1:
+        return False
+    returned = list(found.kv_range.regions[0].blocks[0].operations)[-1].operands
+    start, full_start = int_constant(returned[0]), int_constant(returned[2])
+    return start is None or start != full_start
+
+
 def summarize_as(op, program: Program | None = None) -> MaskSummary:
     """Read the op and run the analysis (attnc.analysis) of its mask_mod, or of `program`
     in its place (a mask_mod rewritten as a Program, over the same arguments and dims),

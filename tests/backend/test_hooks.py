@@ -391,11 +391,12 @@ def test_segmented_schedule_walks_the_union_downwards():
 
 
 def test_gemma2s_softcap_is_in_every_step():
-    """The softcap's tanh on a lane's 64 scores in each of the three loops' steps, and on
-    each 16-row tile's 32 in the peeled first step (Note [Dead rows]): the window's kernel
-    holds the score_mod wherever it computes scores."""
-    assert artifacts("gemma2").manifest["specialization"]["dead_rows"]
-    assert attention_ptx("gemma2").count("tanh.approx.f32") == 3 * 64 + 2 * 32
+    """The softcap's tanh on a lane's 64 scores in the one loop's step (Note [One key
+    loop]), and on each 16-row tile's 32 in the peeled first step (Note [Dead rows]): the
+    window's kernel holds the score_mod wherever it computes scores."""
+    spec = artifacts("gemma2").manifest["specialization"]
+    assert spec["dead_rows"] and spec["one_kv_loop"]
+    assert attention_ptx("gemma2").count("tanh.approx.f32") == 64 + 2 * 32
 
 
 def test_alibi_bias_is_computed_per_row():

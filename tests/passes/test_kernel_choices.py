@@ -184,10 +184,10 @@ def _ex2_count(ptx: str) -> int:
 
 def test_a_choice_of_its_own_is_the_code_of_its_op_alone():
     """Note [Choices op by op]: exp2_fma = 4 edited on the softmax step of one of the
-    window's three sm_80 KV loops moves that loop's exponentials to the FMA pipe and no
-    other's -- fewer ex2.approx than with every step at 0, more than with every step at
-    4 -- and the manifest records both values."""
-    plan = _plan("sliding_window", "sm_80")
+    window's three sm_80 KV loops (built apart: Note [One key loop]) moves that loop's
+    exponentials to the FMA pipe and no other's -- fewer ex2.approx than with every step
+    at 0, more than with every step at 4 -- and the manifest records both values."""
+    plan = _plan("sliding_window", "sm_80", {"one_kv_loop": 0})
     zero = "exp2_fma = 0 : i64"
     assert plan.count(zero) == 3
     one = build(compile_result_of(_lower(_edit_nth(plan, zero, "exp2_fma = 4 : i64", {0}), "sm_80")))
@@ -199,10 +199,10 @@ def test_a_choice_of_its_own_is_the_code_of_its_op_alone():
 
 
 def test_an_interval_test_of_one_mask_op():
-    """The window's partial KV loop tests its row interval by kept bits by default; an
-    edit of one mask op to "range" is the kernel of that loop alone: another PTX than
-    every mask at either test."""
-    plan = _plan("sliding_window", "sm_80")
+    """The window's partial KV loops (built apart: Note [One key loop]) test their row
+    interval by kept bits by default; an edit of one mask op to "range" is the kernel of
+    that loop alone: another PTX than every mask at either test."""
+    plan = _plan("sliding_window", "sm_80", {"one_kv_loop": 0})
     bits = 'interval_test = "bits"'
     assert plan.count(bits) == 2
     ptx = {name: build(compile_result_of(_lower(text, "sm_80"))).ptx for name, text in (
