@@ -71,7 +71,7 @@ def coop_steps(kernel) -> CoopSteps:
              "mask": R.attrs_of(kernel).get("has_mask_mod", False)}
     loops = [op for op in R.ops_in(R.role_block(role), ("scf.for",)) if KV_LOOP in op.attributes]
     trips = tuple((R.value_of(loop.attributes[KV_LOOP]), _trip(loop, kernel, stages, hooks)) for loop in loops)
-    check_trips_by_kind(trips, loops, NOTE)
+    check_trips_by_kind(trips, loops, NOTE, kernel)
     first, last, epilogue = _around(loops, kernel, hooks)
     return CoopSteps(trips, first, last, _prologue(role, loops, kernel, stages), epilogue)
 

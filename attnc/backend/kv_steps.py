@@ -115,12 +115,15 @@ def check_hooks(seen: dict, hooks: dict, kind: str, where, what: str, note: str)
                                                   f"put them ({note})")
 
 
-def check_trips_by_kind(trips, loops, note: str) -> None:
+def check_trips_by_kind(trips, loops, note: str, kernel=None) -> None:
     """The kernel builds the partial steps at the top of its key range from the first
     mixed KV loop, those at the bottom from the last and its full steps from the full
     loop (`body_of`): over one segment those are the IR's loops, each with a trip of its
     own; over several (more than one full loop) it builds every loop of a kind from one
-    trip, so they must hold the same (`trips`: (kv_blocks, ops) of each of `loops`)."""
+    trip, so they must hold the same (`trips`: (kv_blocks, ops) of each of `loops`); with
+    `kernel`'s one_kv_loop, every loop the first mixed loop's (`check_one_trip`)."""
+    if kernel is not None and R.attrs_of(kernel).get("one_kv_loop", False):
+        check_one_trip(trips, loops)
     if sum(1 for kind, _ in trips if kind == "full") <= 1:
         return
     for (kind, ops), loop in zip(trips, loops):
@@ -237,9 +240,7 @@ def kv_steps(role, kernel) -> KvSteps:
         _check_chain(op, positions, carried)
         carried = (op, positions)
         loops.append((kind, body))
-    check_trips_by_kind(loops, [ops[k] for k in at], "Note [Steps op by op]")
-    if R.attrs_of(kernel).get("one_kv_loop", False):
-        check_one_trip(loops, [ops[k] for k in at])
+    check_trips_by_kind(loops, [ops[k] for k in at], "Note [Steps op by op]", kernel)
     for op in ops[at[0]:at[-1]]:
         if op.name != "scf.for" and not op.name.startswith(ARITH):
             raise error_at(op, f"the sm_80 lowering builds the KV loops one after the other, with nothing but "

@@ -84,9 +84,11 @@ step or at or after its end: the blocks the three loops mask), with the same out
 The other loops must hold that trip, less the mask and the map's read in the full one
 (`check_one_trip` in kv_steps.py). What the full steps pay: the test and the branch, the
 softmax's test for rows without a key, and ptxas' schedule of a loop that holds the mask.
-On by default for a window, whose compile it shortens by 30-40 % for a kernel 0-1.5 %
-slower; causal, whose range starts with its full blocks, ran up to 4 % slower for one
-copy fewer of three (results/sm80_h200.md and compile_times.md, "One key loop").
+sm_90a's overlapped trips take it too (sm90a.py's `overlapped_steps`). On by default for
+sm_80's windows, whose compile it shortens by 30-40 % and whose kernels ran 1-5 % faster
+on an H200; causal, whose range starts with its full blocks, ran up to 4 % slower for one
+copy fewer of three, and sm_90a's windows 0-11 % slower (results/sm80_h200.md,
+sm90a_h200.md and compile_times.md, "One key loop").
 """
 from __future__ import annotations
 

@@ -162,6 +162,13 @@ def overlapped_steps(cx, kv, total, state, first_step=None):
     t_low = kv.steps_above(e, kv.full_lo if kv.full_lo is not None else kv.lo)
     state, flight = (first_step or _first_step)(cx, kv, state)
     one = e.c32(1)
+    if cx.spec.choices.one_kv_loop:
+        # Note [One key loop] in sm80.py: a step's block is mixed above the full ones or below them
+        def mixed(u):
+            above = e.lt(u, t_full)
+            return above if kv.full_lo is None else e.or_(above, e.ge(u, t_low))
+        state, flight = _overlapped_loop(cx, one, e.max(total, one), kv, state, flight, "partial", edge=mixed)
+        return _last_pv(cx, total, flight), state
     phases = [(one, e.max(t_full, one), "partial", True), (e.max(t_full, one), e.max(t_low, one), "full", True)]
     if kv.full_lo is not None:
         phases.append((e.max(t_low, one), total, "partial", False))
@@ -191,14 +198,16 @@ def _last_pv(cx, total, flight: "_InFlight"):
     return cx.target.run(cx, "last", cx.trips.last, LastPv(cx, total, flight)).acc_o
 
 
-def _overlapped_loop(cx, lo, hi, kv, state, flight: "_InFlight", mode: str, top: bool = True):
+def _overlapped_loop(cx, lo, hi, kv, state, flight: "_InFlight", mode: str, top: bool = True, edge=None):
     """scf.for over iterations [lo, hi), carrying m, l and what is in flight; `top`:
-    of the range's top partial blocks, not its bottom ones."""
+    of the range's top partial blocks, not its bottom ones; `edge`: of the iteration, whether
+    its block is masked (Note [One key loop] in sm80.py)."""
     loop = scf.ForOp(lo, hi, cx.e.c32(1), state.m + state.l + flight.values())
     with ir.InsertionPoint(loop.body):
         it = list(loop.inner_iter_args)
-        st, fl = _overlapped_step(cx, loop.induction_variable, kv, SoftmaxState(it[0:2], it[2:4]),
-                                       flight.like(it[4:]), mode, top)
+        u = loop.induction_variable
+        st, fl = _overlapped_step(cx, u, kv, SoftmaxState(it[0:2], it[2:4]), flight.like(it[4:]), mode, top,
+                                  None if edge is None else edge(u))
         scf.yield_(st.m + st.l + fl.values())
     results = list(loop.results)
     return SoftmaxState(results[0:2], results[2:4]), flight.like(results[4:])
@@ -223,10 +232,12 @@ def _moved(cx) -> list:
 
 
 # ---------------------- Notes [Overlapped steps op by op], [Cooperative steps op by op]
-def _overlapped_step(cx, u, kv, state, flight, mode: str, top: bool = True):
+def _overlapped_step(cx, u, kv, state, flight, mode: str, top: bool = True, edge=None):
     """Iteration u >= 1, lowered from the ops of the IR's trip of its kind, in their order."""
     body = cx.trips.body(mode, top)
-    trip = cx.target.run(cx, "trip", body, cx.trip_kind(cx, u, kv, state, flight, mode, body))
+    trip = cx.trip_kind(cx, u, kv, state, flight, mode, body)
+    trip.edge = edge
+    trip = cx.target.run(cx, "trip", body, trip)
     return trip.state, _InFlight(trip.acc_o, _flat(trip.p), _flat(trip.probs), trip.alpha or [],
                                  _moved(cx))
 

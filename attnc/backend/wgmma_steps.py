@@ -101,7 +101,7 @@ def wgmma_steps(kernel) -> WgmmaSteps:
             continue
         loops = [op for op in R.ops_in(R.role_block(role), ("scf.for",)) if KV_LOOP in op.attributes]
         trips = tuple((R.value_of(loop.attributes[KV_LOOP]), _trip(loop, bars, persistent, hooks)) for loop in loops)
-        check_trips_by_kind(trips, loops, NOTE)
+        check_trips_by_kind(trips, loops, NOTE, kernel)
         steps = WgmmaSteps(trips, *_around(loops, bars, persistent, hooks, kernel))
         if found and as_written(steps) != as_written(found[0][1]):
             raise error_at(role, f"the consumer warpgroups run one program, and the KV steps of role "

@@ -128,11 +128,11 @@ def dead_rows(s) -> bool:
 def one_kv_loop(s) -> bool:
     """Note [One key loop] in sm80.py: on sm_80 where a key range of one segment may end
     in mixed blocks (a window), whose three loops become one: the window's compile takes
-    30-40 % less time and its kernel runs 0-1.5 % slower. Not where the range starts with
-    its full blocks (causal: 1-5 % slower, a loop fewer only), for a block map, whose full
-    steps would read the map (3 % slower), nor over several segments (a window with global
-    tokens spilled 52 bytes) ("One key loop")."""
-    return s.target == "sm_80" and s.far_edge and not s.blockmap and not s.plan.producer
+    30-40 % less time and its kernel ran 1-5 % faster (H200). Not where the range starts
+    with its full blocks (causal: 1-4 % slower, a loop fewer only), for a block map, whose
+    full steps would read the map (3 % slower), over several segments (a window with global
+    tokens spilled 52 bytes), nor on sm_90a (windows 0-11 % slower) ("One key loop")."""
+    return s.target == "sm_80" and s.far_edge and not s.blockmap
 
 
 def lazy_rescale(s) -> bool:

@@ -199,11 +199,11 @@ class KernelChoices(Pass):
                "blocks are shorter than query blocks)"})
 
     one_kv_loop: bool | None = field(default=None, metadata={
-        "doc": "sm_80: a key range's steps as one loop that masks a step's scores in a branch where its "
-               "block is mixed, instead of a loop per class of block (Note [One key loop] in sm80.py; "
-               "default: where a key range may end in mixed blocks, a window's far edge, without a block "
-               "map: its compile 30-40 % shorter, its kernel 0-1.5 % slower; results/sm80_h200.md, "
-               "\"One key loop\")"})
+        "doc": "sm_80 and sm_90a: a key range's steps as one loop that masks a step's scores in a branch "
+               "where its block is mixed, instead of a loop per kind of block (Note [One key loop] in sm80.py; "
+               "default: on sm_80 where a key range of one segment may end in mixed blocks, a window's far "
+               "edge, without a block map: its compile 30-40 % shorter, its kernel as fast or faster; off on "
+               "sm_90a, measured slower; results/sm80_h200.md and sm90a_h200.md, \"One key loop\")"})
 
     def run(self, module) -> None:
         choose(module, **{f.name: getattr(self, f.name) for f in fields(self)})

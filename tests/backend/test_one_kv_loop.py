@@ -46,9 +46,18 @@ def test_on_by_default_for_a_window_on_sm_80(example, arch, on):
     assert f"one_kv_loop = {'true' if on else 'false'}" in _plan(example, arch)
 
 
-def test_refused_on_other_targets():
-    with pytest.raises(AttncError, match="one_kv_loop needs an sm_80 kernel"):
-        build_with(WINDOW, "sliding_window.attn", "sm_90a", cubin=False, one_kv_loop="true")
+def test_sm_90a_builds_the_step_once():
+    """sm_90a's window (the producer and two consumer warpgroups at d = 128): a consumer's
+    three loops of overlapped trips become one, half the wgmma of the kernel."""
+    def count(**options):
+        built = build_with(WINDOW, "sliding_window.attn", "sm_90a", cubin=False, **options)
+        return len(re.findall(r"\bwgmma\.mma_async\b", kernel_ptx(built.ptx, "attnc_sliding_window_fwd")))
+    assert (count(), count(one_kv_loop="true")) == (64, 32)
+
+
+def test_refused_on_sm_100a():
+    with pytest.raises(AttncError, match="one_kv_loop=true: no choice of attn-lower-sm100a"):
+        build_with(WINDOW, "sliding_window.attn", "sm_100a", cubin=False, one_kv_loop="true")
 
 
 def test_refused_where_the_loops_hold_other_choices():
@@ -64,13 +73,15 @@ def test_refused_where_the_loops_hold_other_choices():
     _lower(edited.replace("one_kv_loop = true", "one_kv_loop = false"), "sm_80")
 
 
-@pytest.mark.parametrize("dead_rows", ["true", "false"])
-def test_one_loop_computes_the_reference(tmp_path, dead_rows):
+@pytest.mark.parametrize("arch, options", [("sm_80", {"dead_rows": "true"}), ("sm_80", {"dead_rows": "false"}),
+                                           ("sm_90a", {}), ("sm_90a", {"producer": "false"})])
+def test_one_loop_computes_the_reference(tmp_path, arch, options):
     """A 128-key window at M = N = 320: query blocks whose range has mixed blocks at both
-    ends and full ones between."""
+    ends and full ones between; on sm_90a in the consumer warpgroups and the cooperative
+    kernel."""
     path = tmp_path / "window128.attn"
     path.write_text(variant_source("window128", 128, mask="j <= i and i - j < 128", lse=True))
-    pipeline = pipeline_with_options("sm_80", {"one_kv_loop": "true", "dead_rows": dead_rows})
-    bundle = ptx_bundle(path, "sm_80", pass_pipeline=pipeline)
+    pipeline = pipeline_with_options(arch, {"one_kv_loop": "true", **options})
+    bundle = ptx_bundle(path, arch, pass_pipeline=pipeline)
     assert bundle.manifest.specialization["one_kv_loop"] is True
     check_against_reference(bundle, path, 320, 320)
