@@ -194,8 +194,6 @@ def _check_options(spec: ForwardSpec) -> None:
              "dead_rows needs an sm_80 kernel without a producer warpgroup, with two or more 16-row tiles "
              "per warp, two or more K/V stages, a mask that keeps an interval of keys per row, and the KV "
              "steps' ops in the order the plan passes make (its first step is built in that order)")
-    _require(not spec.choices.one_kv_loop or spec.target in ("sm_80", "sm_90a"),
-             "one_kv_loop needs an sm_80 or sm_90a kernel", "one_kv_loop")
     hooks = spec.hooks
     _require(hooks.tile_holds is None or (hooks.row_interval is not None and hooks.row_residual is not None),
              "tile_holds needs row_interval and row_residual")

@@ -14,6 +14,7 @@
 // The producer warpgroup's kernel needs head dim 128, and the pass takes one attn.attention
 // per module: Gemma-2 is compiled from its source.
 // RUN: attnc compile examples/gemma2.attn -arch sm_90a --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices" | filecheck %s --check-prefix=GEMMA
+// RUN: attnc compile examples/sliding_window.attn -arch sm_80 --emit mlir --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices" | filecheck %s --check-prefix=WINDOW
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-kernel-choices" 2>&1 | filecheck %s --check-prefix=NOTILE
 // RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices" | filecheck %s --check-prefix=SM100
 // RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-analyze-masks,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines,attn-kernel-choices{lazy_rescale=0 exp2_fma=2}" | filecheck %s --check-prefix=SM100OPT
@@ -43,7 +44,7 @@
 // CHECK: "attn.mma"({{.*}}) {kind = "pv", row_sum = true}
 // CHECK: }) {split = false}
 // CHECK: "attn.store"({{.*}}) {operand = "o", staged = true}
-// CHECK: }) {aligned_tiles = false, {{.*}}dead_rows = false, {{.*}}heads_first = false, {{.*}}min_ctas_per_sm = 0 : i64, min_ctas_unless_spills = false, {{.*}}run_ranges = false, {{.*}}small_grid = true, {{.*}}tail_waves = 0 : i64, {{.*}}tiles_last = false
+// CHECK: }) {aligned_tiles = false, {{.*}}dead_rows = false, {{.*}}heads_first = false, {{.*}}min_ctas_per_sm = 0 : i64, min_ctas_unless_spills = false, {{.*}}one_kv_loop = false, {{.*}}run_ranges = false, {{.*}}small_grid = true, {{.*}}tail_waves = 0 : i64, {{.*}}tiles_last = false
 
 // OPTIONS: "attn.softmax_step"({{.*}}) {exp2_fma = 3 : i64}
 // OPTIONS: "attn.mma"({{.*}}) {kind = "pv", row_sum = false}
@@ -51,6 +52,8 @@
 
 // Gemma-2 on sm_90a (the producer warpgroup's kernel with a score_mod): one of 8 exp2 on
 // the FMA pipe, the lazy rescale at head dim 128, O stored from the registers.
+// The window's key range ends in mixed blocks: one loop on sm_80 (Note [One key loop]).
+// WINDOW: }) {aligned_tiles = false, {{.*}}dead_rows = true, {{.*}}one_kv_loop = true,
 // GEMMA: }) {name = "producer"
 // GEMMA: "attn.softmax_step"({{.*}}) {exp2_fma = 1 : i64}
 // GEMMA: "attn.rescale"({{.*}}) {lazy = true}
