@@ -72,6 +72,16 @@ class KvSchedule:
     def total(self, e: Emit):
         return self.steps_above(e, self.lo)
 
+    def below_full(self, e: Emit):
+        """The first step below the full range: [t_full, below_full) are its steps."""
+        return self.steps_above(e, self.full_lo if self.full_lo is not None else self.lo)
+
+    def mixed(self, e: Emit, t, t_full, t_low):
+        """Whether step t's block is mixed (Note [One key loop] in sm80.py): above the full
+        range (t < t_full, `steps_above(full_hi)`) or below it (t >= t_low, `below_full`)."""
+        above = e.lt(t, t_full)
+        return above if self.full_lo is None else e.or_(above, e.ge(t, t_low))
+
 
 def schedule(e: Emit, r: KvRange, N, block_n: int, clamp_top: bool = False) -> KvSchedule:
     """A mask's answer clamped to lo <= full_lo <= full_hi <= hi, with full blocks below

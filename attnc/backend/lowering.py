@@ -122,13 +122,15 @@ def _lowering_from_ir(result) -> ForwardLowering:
     runs_asked = choices.pop("run_ranges", None)
     tail_waves = choices.pop("tail_waves", None)
 
+    band, edge = banded(op), far_edge(op)       # the mask's, once for every lowering below
+
     def lowering(blockmap, waves: int = 0, check: bool = True) -> ForwardLowering:
         hooks = variant_hooks(op, variant, mode, blockmap, result.module)
         tiles = blockmap is not None and blockmap.qtiles is not None
         spec = ForwardSpec(
             variant=variant, target=target, block_m=block_m, block_n=block_n, plan=plan,
             symbol=kernel_symbol(variant.name, "fwd"),
-            banded=banded(op), far_edge=far_edge(op), blockmap=blockmap is not None,
+            banded=band, far_edge=edge, blockmap=blockmap is not None,
             aligned_tiles=tiles, tiles_per_head=tiles and blockmap.per_head, steps=steps, smem=smem,
             hooks=hooks, choices=KernelChoices(**choices))
         try:

@@ -344,7 +344,7 @@ def _steps(cx, kv: KvSchedule):
     if s.choices.one_kv_loop:
         return _one_loop(cx, t_first, t_full, kv, acc_o, state)
     acc_o, state = _loop(cx, t_first, t_full, kv, acc_o, state, "partial")
-    t_low = kv.steps_above(e, kv.full_lo if kv.full_lo is not None else kv.lo)
+    t_low = kv.below_full(e)
     acc_o, state = _loop(cx, t_full, t_low, kv, acc_o, state, "full")
     if kv.full_lo is not None:
         acc_o, state = _loop(cx, t_low, kv.total(e), kv, acc_o, state, "partial", top=False)
@@ -355,12 +355,9 @@ def _one_loop(cx, t_first, t_full, kv: KvSchedule, acc_o, state: SoftmaxState):
     """Note [One key loop]: steps [t_first, total) as one loop, step t's block mixed above
     the full range (t < t_full) or below it."""
     e = cx.e
-    t_low = kv.steps_above(e, kv.full_lo if kv.full_lo is not None else kv.lo)
-
-    def mixed(t):
-        above = e.lt(t, t_full)
-        return above if kv.full_lo is None else e.or_(above, e.ge(t, t_low))
-    return _loop(cx, t_first, kv.total(e), kv, acc_o, state, "partial", edge=mixed)
+    t_low = kv.below_full(e)
+    return _loop(cx, t_first, kv.total(e), kv, acc_o, state, "partial",
+                 edge=lambda t: kv.mixed(e, t, t_full, t_low))
 
 
 # Note [Steps op by op] (kv_steps.py): the pattern of each op of a KV loop's body

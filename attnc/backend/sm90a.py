@@ -159,15 +159,12 @@ def overlapped_steps(cx, kv, total, state, first_step=None):
     default the IR's: `_first_step`) to the last P.V."""
     e = cx.e
     t_full = kv.steps_above(e, kv.full_hi)
-    t_low = kv.steps_above(e, kv.full_lo if kv.full_lo is not None else kv.lo)
+    t_low = kv.below_full(e)
     state, flight = (first_step or _first_step)(cx, kv, state)
     one = e.c32(1)
-    if cx.spec.choices.one_kv_loop:
-        # Note [One key loop] in sm80.py: a step's block is mixed above the full ones or below them
-        def mixed(u):
-            above = e.lt(u, t_full)
-            return above if kv.full_lo is None else e.or_(above, e.ge(u, t_low))
-        state, flight = _overlapped_loop(cx, one, e.max(total, one), kv, state, flight, "partial", edge=mixed)
+    if cx.spec.choices.one_kv_loop:         # Note [One key loop] in sm80.py
+        state, flight = _overlapped_loop(cx, one, e.max(total, one), kv, state, flight, "partial",
+                                         edge=lambda u: kv.mixed(e, u, t_full, t_low))
         return _last_pv(cx, total, flight), state
     phases = [(one, e.max(t_full, one), "partial", True), (e.max(t_full, one), e.max(t_low, one), "full", True)]
     if kv.full_lo is not None:
