@@ -413,7 +413,7 @@ class ScoredStep:
     rows = offset = None
     modded = masked = False
     mask_op = None          # the step's attn.mask, once its pattern ran
-    edge = None             # i1: the step's block is masked (Note [One key loop] in sm80.py); None: by its mode
+    edge = None             # i1: the step's block is masked (Note [Key loops] in sm80.py); None: by its mode
 
     def skip_answer(self):
         return None

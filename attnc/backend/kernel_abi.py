@@ -101,7 +101,7 @@ def kernel_abi(spec: ForwardSpec) -> KernelAbi:
                       "early_first": spec.steps.guesses_first_block, "aligned_tiles": spec.aligned_tiles,
                       "exp2_fma": spec.own_choice("exp2_fma"), "lazy_rescale": choices.lazy_rescale,
                       "mma_row_sum": choices.mma_row_sum, "dead_rows": choices.dead_rows,
-                      "one_kv_loop": choices.one_kv_loop,
+                      "kv_loops": choices.kv_loops,
                       "interval_test": (spec.own_choice("interval_test")
                                         if spec.hooks.row_interval is not None else None)}
     # Note [Document-aligned tiles] (qtiles.py): a CTA per entry of the tile table.

@@ -54,7 +54,7 @@ class KernelChoices:
     small_grid: Optional[bool] = None       # Note [Small grids] in kernel_abi.py
     lean_loads: Optional[bool] = None       # Note [Lean step loads] in forward_loads.py
     dead_rows: Optional[bool] = None        # Note [Dead rows] in sm80.py
-    one_kv_loop: Optional[bool] = None      # Note [One key loop] in sm80.py
+    kv_loops: Optional[int] = None          # Note [Key loops] in sm80.py
     lazy_rescale: Optional[bool] = None     # Note [Lazy rescale] in softmax.py
     mma_row_sum: Optional[bool] = None      # Note [Row sums on the tensor cores] in softmax.py
 

@@ -77,10 +77,16 @@ class KvSchedule:
         return self.steps_above(e, self.full_lo if self.full_lo is not None else self.lo)
 
     def mixed(self, e: Emit, t, t_full, t_low):
-        """Whether step t's block is mixed (Note [One key loop] in sm80.py): above the full
-        range (t < t_full, `steps_above(full_hi)`) or below it (t >= t_low, `below_full`)."""
+        """Whether step t's block is mixed (Note [Key loops] in sm80.py): above the full
+        range (t < t_full, `steps_above(full_hi)`) or below it (`far`)."""
         above = e.lt(t, t_full)
-        return above if self.full_lo is None else e.or_(above, e.ge(t, t_low))
+        return above if self.full_lo is None else e.or_(above, self.far(e, t, t_low))
+
+    @staticmethod
+    def far(e: Emit, t, t_low):
+        """Whether step t, of the full range or below it, is below it (t >= t_low,
+        `below_full`): a block of the far edge, mixed."""
+        return e.ge(t, t_low)
 
 
 def schedule(e: Emit, r: KvRange, N, block_n: int, clamp_top: bool = False) -> KvSchedule:

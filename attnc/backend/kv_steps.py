@@ -28,8 +28,8 @@ partial, full and partial loops of the key range) is the kernel's: each of its l
 built from the IR loop of its kind (`KvSteps.body`: the top partial steps from the first
 mixed loop, the bottom ones from the last), and an IR loop of a kind the key range gives
 no steps is not built; over several segments every loop of a kind must hold one trip
-(`check_trips_by_kind`), and with Note [One key loop] in sm80.py every loop the first
-mixed loop's (`check_one_trip`).
+(`check_trips_by_kind`), and the loops Note [Key loops] in sm80.py merges must hold the
+trip their merged loop is built from (`check_merged_trips`).
 """
 from __future__ import annotations
 
@@ -121,9 +121,11 @@ def check_trips_by_kind(trips, loops, note: str, kernel=None) -> None:
     loop (`body_of`): over one segment those are the IR's loops, each with a trip of its
     own; over several (more than one full loop) it builds every loop of a kind from one
     trip, so they must hold the same (`trips`: (kv_blocks, ops) of each of `loops`); with
-    `kernel`'s one_kv_loop, every loop the first mixed loop's (`check_one_trip`)."""
-    if kernel is not None and R.attrs_of(kernel).get("one_kv_loop", False):
-        check_one_trip(trips, loops)
+    `kernel`'s kv_loops below 3, the merged loops their merged loop's trip
+    (`check_merged_trips`)."""
+    count = R.attrs_of(kernel).get("kv_loops") if kernel is not None else None
+    if count in (1, 2):         # (another value is refused where the lowering reads the choices)
+        check_merged_trips(trips, loops, count)
     if sum(1 for kind, _ in trips if kind == "full") <= 1:
         return
     for (kind, ops), loop in zip(trips, loops):
@@ -132,19 +134,29 @@ def check_trips_by_kind(trips, loops, note: str, kernel=None) -> None:
                                  f"same trip: the kernel builds them from one ({note})")
 
 
-def check_one_trip(trips, loops) -> None:
-    """Note [One key loop] in sm80.py: the one loop's steps are built from the first mixed
-    loop's trip (`trips`: (kv_blocks, ops) of each of `loops`), so every other loop holds
-    the same ops, but the mask and the block map's read in a loop of full blocks."""
-    top = next((ops for kind, ops in trips if kind == "mixed"), None)
-    if top is None:
+def check_merged_trips(trips, loops, count: int) -> None:
+    """Note [Key loops] in sm80.py: a merged loop's steps are built from one IR loop's
+    trip (`trips`: (kv_blocks, ops) of each of `loops`, in program order) -- with
+    kv_loops `count` 1 every loop's, from the first mixed loop; with 2 the full loops' and
+    the far edge's (the last mixed loop, where there are two), from the far edge's -- so
+    the loops it takes in hold the same ops, but the mask and the block map's read in a
+    loop of full blocks."""
+    mixed = [k for k, (kind, _) in enumerate(trips) if kind == "mixed"]
+    if not mixed or (count == 2 and len(mixed) < 2):
         return
-    for (kind, ops), loop in zip(trips, loops):
-        want = top if kind != "full" else tuple(op for op in top if op.name not in ("mask", "block_map_read"))
+    source = mixed[0] if count == 1 else mixed[-1]
+    merged = range(len(trips)) if count == 1 else [k for k, (kind, _) in enumerate(trips)
+                                                    if kind == "full" or k == source]
+    what = "every step of the key range" if count == 1 else "the full and far edge's steps"
+    source_ops = trips[source][1]
+    for k in merged:
+        kind, ops = trips[k]
+        want = source_ops if kind != "full" else tuple(op for op in source_ops
+                                                       if op.name not in ("mask", "block_map_read"))
         if as_written(ops) != as_written(want):
-            raise error_at(loop, f"one_kv_loop builds every step of the key range from the first mixed KV "
-                                 f"loop's trip, and this {kind} loop holds another: give every KV loop the same "
-                                 f"ops and choices, or one_kv_loop=false (Note [One key loop] in sm80.py)")
+            raise error_at(loops[k], f"kv_loops={count} builds {what} from the {'first' if count == 1 else 'last'} "
+                                     f"mixed KV loop's trip, and this {kind} loop holds another: give these KV "
+                                     f"loops the same ops and choices, or kv_loops=3 (Note [Key loops] in sm80.py)")
 
 
 def as_written(value):

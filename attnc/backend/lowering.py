@@ -156,8 +156,9 @@ def _lowering_from_ir(result) -> ForwardLowering:
         raise error_at(op, f"{'aligned_tiles' if aligned else 'run_ranges'} needs a kernel with one query block "
                            f"per CTA and no producer warpgroup, whose mask has a conjunct P[.., i] == P[.., j] "
                            f"(an i32 param, the same other indices) and reads a param (a block map)")
-    if tail_waves is not None and (problem := choice_value_error("tail_waves", tail_waves)):
-        raise error_at(op, problem)
+    for option, value in (("tail_waves", tail_waves), ("kv_loops", choices.get("kv_loops"))):
+        if value is not None and (problem := choice_value_error(option, value)):
+            raise error_at(op, problem)
     if tail_waves and (not possible or aligned is False):
         raise error_at(op, "tail_waves orders the query tiles of a tile table, which this kernel does not "
                            "take (Note [Document-aligned tiles]: aligned_tiles)")

@@ -72,23 +72,30 @@ work it saves turns into waiting for the next block's K, and only the SM's other
 gains. Every masked step's MMAs predicated on the vote instead (`@p mma.sync`, no
 branch) spilled and ran slower.
 
-Note [One key loop]: a key range is walked as up to three loops, each with a copy of
-the step -- its mixed blocks near the diagonal, its full blocks (no mask), its mixed
-blocks at the far edge (a window's) -- and Note [Dead rows] peels a fourth, so the sm_80
-window kernel was four steps of QK^T and P.V: at 128x64 tiles, head dim 128, 1,024
-mma.sync in 11,000 lines of PTX, which LLVM and the assembler spend most of a compile on.
-With one_kv_loop (attn-kernel-choices' option, `one_kv_loop` on attn.kernel) the steps
-after the peeled one are one loop, built from the first mixed loop's trip, whose mask
-runs in a branch on whether step t's block is mixed (t before the full range's first
-step or at or after its end: the blocks the three loops mask), with the same outputs.
-The other loops must hold that trip, less the mask and the map's read in the full one
-(`check_one_trip` in kv_steps.py). What the full steps pay: the test and the branch, the
-softmax's test for rows without a key, and ptxas' schedule of a loop that holds the mask.
-sm_90a's overlapped trips take it too (sm90a.py's `overlapped_steps`). On by default for
-sm_80's windows, whose compile it shortens by 30-40 % and whose kernels ran 1-5 % faster
-on an H200; causal, whose range starts with its full blocks, ran up to 4 % slower for one
-copy fewer of three, and sm_90a's windows 0-11 % slower (results/sm80_h200.md,
-sm90a_h200.md and compile_times.md, "One key loop").
+Note [Key loops]: a key range is walked as up to three loops, each with a copy of the
+step -- its mixed blocks near the diagonal, its full blocks (no mask), its mixed blocks
+at the far edge (a window's) -- and Note [Dead rows] peels a fourth, so the sm_80 window
+kernel was four steps of QK^T and P.V: at 128x64 tiles, head dim 128, 1,024 mma.sync in
+11,000 lines of PTX, which LLVM and the assembler spend most of a compile on. The
+choice kv_loops (attn-kernel-choices' option, `kv_loops` on attn.kernel) merges them:
+at 2 the far edge's steps join the full blocks' loop, built from the far edge's loop's
+trip; at 1 the steps after the peeled one are one loop, built from the first mixed
+loop's trip. A merged loop runs its mask in a branch on whether step t's block is mixed
+(t before the full range's first step or at or after its end: the blocks the three
+loops mask), with the same outputs; the loops it takes in must hold its trip, less the
+mask and the map's read in the full one (`check_merged_trips` in kv_steps.py). What the
+full steps pay: the test and the branch, the softmax's test for rows without a key, and
+ptxas' schedule of a loop that holds the mask. sm_90a's overlapped trips take it too
+(sm90a.py's `overlapped_steps`). One loop is the default for sm_80's windows, whose
+compile it shortens by 30-40 % and whose kernels ran 1-5 % faster on an H200; causal,
+whose range starts with its full blocks, ran up to 4 % slower for one copy fewer of
+three. sm_90a keeps three: in its producer warpgroup's kernel one loop spills 68 bytes in
+the consumers (40 with no mask at all, where three loops of the same steps spill none:
+the loop's shape, not its mask, costs the registers) and two spill none but ran 0.3-1 %
+slower (a window's compile 12 % shorter); its one-warpgroup kernel at head dim 64 needs
+132 registers with two loops and 140 with one, past the 128 of its four CTAs an SM (Note
+[CTAs per SM]), and ran 10 % slower with two (results/sm80_h200.md, sm90a_h200.md and
+compile_times.md, "Key loops").
 """
 from __future__ import annotations
 
@@ -341,10 +348,13 @@ def _steps(cx, kv: KvSchedule):
             cx, t_first, kv, acc_o, state, "partial", first=True)), cx.carried(acc_o, state))
         acc_o, state = cx.unpack_carried(values)
         t_first = e.min(t_full, 1)
-    if s.choices.one_kv_loop:
+    if s.choices.kv_loops == 1:
         return _one_loop(cx, t_first, t_full, kv, acc_o, state)
     acc_o, state = _loop(cx, t_first, t_full, kv, acc_o, state, "partial")
     t_low = kv.below_full(e)
+    if s.choices.kv_loops == 2 and kv.full_lo is not None:     # Note [Key loops]
+        return _loop(cx, t_full, kv.total(e), kv, acc_o, state, "partial", top=False,
+                     edge=lambda t: kv.far(e, t, t_low))
     acc_o, state = _loop(cx, t_full, t_low, kv, acc_o, state, "full")
     if kv.full_lo is not None:
         acc_o, state = _loop(cx, t_low, kv.total(e), kv, acc_o, state, "partial", top=False)
@@ -352,7 +362,7 @@ def _steps(cx, kv: KvSchedule):
 
 
 def _one_loop(cx, t_first, t_full, kv: KvSchedule, acc_o, state: SoftmaxState):
-    """Note [One key loop]: steps [t_first, total) as one loop, step t's block mixed above
+    """Note [Key loops]: steps [t_first, total) as one loop, step t's block mixed above
     the full range (t < t_full) or below it."""
     e = cx.e
     t_low = kv.below_full(e)

@@ -162,15 +162,20 @@ def overlapped_steps(cx, kv, total, state, first_step=None):
     t_low = kv.below_full(e)
     state, flight = (first_step or _first_step)(cx, kv, state)
     one = e.c32(1)
-    if cx.spec.choices.one_kv_loop:         # Note [One key loop] in sm80.py
+    loops = cx.spec.choices.kv_loops        # Note [Key loops] in sm80.py
+    if loops == 1:
         state, flight = _overlapped_loop(cx, one, e.max(total, one), kv, state, flight, "partial",
                                          edge=lambda u: kv.mixed(e, u, t_full, t_low))
         return _last_pv(cx, total, flight), state
-    phases = [(one, e.max(t_full, one), "partial", True), (e.max(t_full, one), e.max(t_low, one), "full", True)]
-    if kv.full_lo is not None:
-        phases.append((e.max(t_low, one), total, "partial", False))
-    for lo, hi, mode, top in phases:
-        state, flight = _overlapped_loop(cx, lo, hi, kv, state, flight, mode, top)
+    phases = [(one, e.max(t_full, one), "partial", True, None)]
+    if loops == 2 and kv.full_lo is not None:
+        phases.append((e.max(t_full, one), total, "partial", False, lambda u: kv.far(e, u, t_low)))
+    else:
+        phases.append((e.max(t_full, one), e.max(t_low, one), "full", True, None))
+        if kv.full_lo is not None:
+            phases.append((e.max(t_low, one), total, "partial", False, None))
+    for lo, hi, mode, top, edge in phases:
+        state, flight = _overlapped_loop(cx, lo, hi, kv, state, flight, mode, top, edge)
     return _last_pv(cx, total, flight), state
 
 
@@ -198,7 +203,7 @@ def _last_pv(cx, total, flight: "_InFlight"):
 def _overlapped_loop(cx, lo, hi, kv, state, flight: "_InFlight", mode: str, top: bool = True, edge=None):
     """scf.for over iterations [lo, hi), carrying m, l and what is in flight; `top`:
     of the range's top partial blocks, not its bottom ones; `edge`: of the iteration, whether
-    its block is masked (Note [One key loop] in sm80.py)."""
+    its block is masked (Note [Key loops] in sm80.py)."""
     loop = scf.ForOp(lo, hi, cx.e.c32(1), state.m + state.l + flight.values())
     with ir.InsertionPoint(loop.body):
         it = list(loop.inner_iter_args)

@@ -69,6 +69,9 @@ def choice_value_error(option: str, value) -> str | None:
         return f"exp2_fma={value}: expected 0 to 8 (of every 8 scores of a row, those whose exp2 runs on the FMA pipe)"
     if option == "interval_test" and value not in INTERVAL_TESTS:
         return f"interval_test={value!r}: expected one of {INTERVAL_TESTS}"
+    if option == "kv_loops" and value not in (1, 2, 3):
+        return (f"kv_loops={value}: expected 1 (every step of a key range in one loop), 2 (the far edge's "
+                f"mixed blocks in the full blocks' loop) or 3 (a loop per kind of block)")
     if option == "qk_unroll" and value < 0:
         return f"qk_unroll={value}: expected 0 or more"
     if option == "tail_waves":

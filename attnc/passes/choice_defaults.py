@@ -125,14 +125,15 @@ def dead_rows(s) -> bool:
     return s.can_skip_dead_rows and s.block_n < s.block_m
 
 
-def one_kv_loop(s) -> bool:
-    """Note [One key loop] in sm80.py: on sm_80 where a key range of one segment may end
-    in mixed blocks (a window), whose three loops become one: the window's compile takes
+def kv_loops(s) -> int:
+    """Note [Key loops] in sm80.py: on sm_80 where a key range of one segment may end in
+    mixed blocks (a window), whose three loops become one: the window's compile takes
     30-40 % less time and its kernel ran 1-5 % faster (H200). Not where the range starts
     with its full blocks (causal: 1-4 % slower, a loop fewer only), for a block map, whose
     full steps would read the map (3 % slower), over several segments (a window with global
-    tokens spilled 52 bytes), nor on sm_90a (windows 0-11 % slower) ("One key loop")."""
-    return s.target == "sm_80" and s.far_edge and not s.blockmap
+    tokens spilled 52 bytes), nor on sm_90a, whose windows ran 0.3-1 % slower with two
+    loops and 0-11 % with one ("Key loops")."""
+    return 1 if s.target == "sm_80" and s.far_edge and not s.blockmap else 3
 
 
 def lazy_rescale(s) -> bool:
@@ -232,7 +233,7 @@ def keeps_run_ranges(runs, map_holds: bool, split_mask) -> bool:
 _RULES = (("min_ctas_per_sm", min_ctas_per_sm),
           ("small_grid", small_grid), ("tiles_last", tiles_last),
           ("heads_first", heads_first), ("lean_loads", lean_loads), ("dead_rows", dead_rows),
-          ("one_kv_loop", one_kv_loop),
+          ("kv_loops", kv_loops),
           ("lazy_rescale", lazy_rescale), ("mma_row_sum", mma_row_sum))
 # The choices each op holds its own of (Note [Choices op by op] in kernel_choices.py): their
 # defaults depend on the kernel's facts and its choices of one per kernel (resolved first).

@@ -89,7 +89,7 @@ CHOICES: tuple[Choice, ...] = (
            resolved=lambda lowered: lowered.spec.aligned_tiles and lowered.blockmap.runs is not None),
     Choice("tail_waves", "tail_waves", int, "attn.kernel", resolved=lambda lowered: lowered.tail_waves),
     Choice("dead_rows", "dead_rows", bool, "attn.kernel"),
-    Choice("one_kv_loop", "one_kv_loop", bool, "attn.kernel"),
+    Choice("kv_loops", "kv_loops", int, "attn.kernel"),
     Choice("interval_test", "interval_test", str, "attn.mask", per_op=True),
     Choice("split_mask", "split", bool, "attn.mask", per_op=True),
     Choice("exp2_fma", "exp2_fma", int, "attn.softmax_step", per_op=True),
@@ -198,12 +198,14 @@ class KernelChoices(Pass):
                "two or more tiles per warp, two or more K/V stages and a mask with a row interval -- and key "
                "blocks are shorter than query blocks)"})
 
-    one_kv_loop: bool | None = field(default=None, metadata={
-        "doc": "sm_80 and sm_90a: a key range's steps as one loop that masks a step's scores in a branch "
-               "where its block is mixed, instead of a loop per kind of block (Note [One key loop] in sm80.py; "
-               "default: on sm_80 where a key range of one segment may end in mixed blocks, a window's far "
-               "edge, without a block map: its compile 30-40 % shorter, its kernel as fast or faster; off on "
-               "sm_90a, measured slower; results/sm80_h200.md and sm90a_h200.md, \"One key loop\")"})
+    kv_loops: int | None = field(default=None, metadata={
+        "doc": "sm_80 and sm_90a: how many loops walk a key range's steps -- 3: a loop per kind of block (the "
+               "mixed ones near the diagonal, the full ones, the mixed ones at a window's far edge); 2: the far "
+               "edge's blocks in the full blocks' loop; 1: every step in one loop -- a merged loop masking a "
+               "step's scores in a branch where its block is mixed (Note [Key loops] in sm80.py; default: 1 on "
+               "sm_80 where a key range of one segment may end in mixed blocks, without a block map: a window's "
+               "compile 30-40 % shorter, its kernel as fast or faster; else 3: sm_90a's windows ran slower "
+               "merged; results/sm80_h200.md and sm90a_h200.md, \"Key loops\")"})
 
     def run(self, module) -> None:
         choose(module, **{f.name: getattr(self, f.name) for f in fields(self)})

@@ -7,8 +7,8 @@ attnc/passes/kernel_choices.py), so the lowering builds every KV loop's softmax 
 own op says. This pass sets it to k in the loops whose blocks the mask keeps whole (no
 `attn.mask` op: the steady state of a long key range, where the exponentials are the
 bulk of the SFU's work) and leaves the other loops, the first step and the last P.V as
-attn-kernel-choices chose them. Where sm_80 would build the key range as one loop (Note
-[One key loop] in attnc/backend/sm80.py: a window's), it asks for the loops apart:
+attn-kernel-choices chose them. Where the kernel would merge the key range's loops (Note
+[Key loops] in attnc/backend/sm80.py: a window's), it asks for the loops apart:
 
     attnc compile examples/gemma2.attn -arch sm_80 --emit ptx \\
         --load-pass examples/passes/exp2_fma_unmasked.py \\
@@ -54,8 +54,8 @@ class Exp2FmaUnmasked(Pass):
                                        "after attn-kernel-choices)")
             with kernel.context:
                 k = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), self.k)
-                if "one_kv_loop" in kernel.attributes:      # the loops' steps built apart
-                    kernel.attributes["one_kv_loop"] = ir.BoolAttr.get(False)
+                if "kv_loops" in kernel.attributes:         # the loops' steps built apart
+                    kernel.attributes["kv_loops"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 3)
             for loop in loops:
                 body = [op.operation for op in loop.regions[0].blocks[0].operations]
                 if any(op.name == "attn.mask" for op in body):

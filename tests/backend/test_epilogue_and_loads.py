@@ -158,13 +158,13 @@ def test_a_bands_lean_steps_predicate_only_the_prologue():
     """The sliding_window example (d = 128, 128x64 tiles): Q (16 copies a thread), K0, V0
     and K1 (8 each) keep their row predicates; no step's copy has one, as the band's lean
     steps ask no tile_skip (without lean loads the two partial loops' V and K copies, 32
-    more, do, and the one loop's 16: Note [One key loop]). Without dead rows, whose peeled
+    more, do, and the one loop's 16: Note [Key loops]). Without dead rows, whose peeled
     first step is one more copy of a partial step's loads (Note [Dead rows])."""
     def ptx_with(**options) -> str:
         path = EXAMPLES / "sliding_window.attn"
         art = build_with(path.read_text(), path.name, "sm_80", cubin=False, dead_rows="false", **options)
         assert art.manifest["specialization"]["lean_loads"] is (options.get("lean_loads", "true") == "true")
         return art.ptx
-    lean, plain = ptx_with(one_kv_loop="false"), ptx_with(lean_loads="false", one_kv_loop="false")
+    lean, plain = ptx_with(kv_loops="3"), ptx_with(lean_loads="false", kv_loops="3")
     assert (_predicated_copies(lean), _predicated_copies(plain)) == (40, 72)
     assert (_predicated_copies(ptx_with()), _predicated_copies(ptx_with(lean_loads="false"))) == (40, 56)

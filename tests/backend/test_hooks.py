@@ -391,11 +391,11 @@ def test_segmented_schedule_walks_the_union_downwards():
 
 
 def test_gemma2s_softcap_is_in_every_step():
-    """The softcap's tanh on a lane's 64 scores in the one loop's step (Note [One key
-    loop]), and on each 16-row tile's 32 in the peeled first step (Note [Dead rows]): the
+    """The softcap's tanh on a lane's 64 scores in the one loop's step (Note [Key
+    loops]), and on each 16-row tile's 32 in the peeled first step (Note [Dead rows]): the
     window's kernel holds the score_mod wherever it computes scores."""
     spec = artifacts("gemma2").manifest["specialization"]
-    assert spec["dead_rows"] and spec["one_kv_loop"]
+    assert spec["dead_rows"] and spec["kv_loops"] == 1
     assert attention_ptx("gemma2").count("tanh.approx.f32") == 64 + 2 * 32
 
 

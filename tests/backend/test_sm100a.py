@@ -225,7 +225,7 @@ def test_a_role_across_two_warpgroups_is_refused_at_the_role():
     assert "attn-lower-sm100a runs a role within one warpgroup, not warps [10, 11, 12, 13]" in _refused(edit)
 
 
-def test_the_persistent_kernel_of_one_kv_loop_assembles_without_spills():
+def test_the_persistent_kernel_of_one_key_loop_assembles_without_spills():
     """Note [Persistent CTAs on sm_100a]: mha's roles in the walk over query blocks keep to
     their budgets (the kernels of two KV loops spill there, as the Note records)."""
     from attnc.backend import cubin

@@ -44,7 +44,7 @@
 // CHECK: "attn.mma"({{.*}}) {kind = "pv", row_sum = true}
 // CHECK: }) {split = false}
 // CHECK: "attn.store"({{.*}}) {operand = "o", staged = true}
-// CHECK: }) {aligned_tiles = false, {{.*}}dead_rows = false, {{.*}}heads_first = false, {{.*}}min_ctas_per_sm = 0 : i64, min_ctas_unless_spills = false, {{.*}}one_kv_loop = false, {{.*}}run_ranges = false, {{.*}}small_grid = true, {{.*}}tail_waves = 0 : i64, {{.*}}tiles_last = false
+// CHECK: }) {aligned_tiles = false, {{.*}}dead_rows = false, {{.*}}heads_first = false, {{.*}}kv_loops = 3 : i64, {{.*}}min_ctas_per_sm = 0 : i64, min_ctas_unless_spills = false, {{.*}}run_ranges = false, {{.*}}small_grid = true, {{.*}}tail_waves = 0 : i64, {{.*}}tiles_last = false
 
 // OPTIONS: "attn.softmax_step"({{.*}}) {exp2_fma = 3 : i64}
 // OPTIONS: "attn.mma"({{.*}}) {kind = "pv", row_sum = false}
@@ -52,13 +52,15 @@
 
 // Gemma-2 on sm_90a (the producer warpgroup's kernel with a score_mod): one of 8 exp2 on
 // the FMA pipe, the lazy rescale at head dim 128, O stored from the registers.
-// The window's key range ends in mixed blocks: one loop on sm_80 (Note [One key loop]).
-// WINDOW: }) {aligned_tiles = false, {{.*}}dead_rows = true, {{.*}}one_kv_loop = true,
+// The window's key range ends in mixed blocks: one loop on sm_80, a loop per kind of block
+// on sm_90a (Note [Key loops]).
+// WINDOW: }) {aligned_tiles = false, {{.*}}dead_rows = true, {{.*}}kv_loops = 1 : i64,
 // GEMMA: }) {name = "producer"
 // GEMMA: "attn.softmax_step"({{.*}}) {exp2_fma = 1 : i64}
 // GEMMA: "attn.rescale"({{.*}}) {lazy = true}
 // GEMMA: "attn.store"({{.*}}) {operand = "o", staged = false}
 // GEMMA: }) {name = "consumer0"
+// GEMMA: }) {aligned_tiles = false, {{.*}}kv_loops = 3 : i64,
 
 // NOTILE: alibi.attn:2:1: error: attn-kernel-choices needs the 'target' attribute that attn-tile records; run attn-tile first
 // sm_100a (Note [Choices on sm_100a]): the lazy rescale on every attn.rescale of the

@@ -99,6 +99,8 @@ def test_a_choice_of_the_wrong_type_is_refused():
     ("exp2_fma=9", "exp2_fma=9: expected 0 to 8"),
     ("qk_unroll=-1", "qk_unroll=-1: expected 0 or more"),
     ("tail_waves=65", "tail_waves=65: expected 0 (off) to 64"),
+    ("kv_loops=4", "kv_loops=4: expected 1 (every step of a key range in one loop), 2 (the far edge's mixed "
+                   "blocks in the full blocks' loop) or 3 (a loop per kind of block)"),
 ])
 def test_a_value_no_kernel_takes_is_refused_at_its_option(option, message):
     """Also where the variant has no op to hold the choice (mha has no attn.mask): refused at
@@ -184,10 +186,10 @@ def _ex2_count(ptx: str) -> int:
 
 def test_a_choice_of_its_own_is_the_code_of_its_op_alone():
     """Note [Choices op by op]: exp2_fma = 4 edited on the softmax step of one of the
-    window's three sm_80 KV loops (built apart: Note [One key loop]) moves that loop's
+    window's three sm_80 KV loops (built apart: Note [Key loops]) moves that loop's
     exponentials to the FMA pipe and no other's -- fewer ex2.approx than with every step
     at 0, more than with every step at 4 -- and the manifest records both values."""
-    plan = _plan("sliding_window", "sm_80", {"one_kv_loop": 0})
+    plan = _plan("sliding_window", "sm_80", {"kv_loops": 3})
     zero = "exp2_fma = 0 : i64"
     assert plan.count(zero) == 3
     one = build(compile_result_of(_lower(_edit_nth(plan, zero, "exp2_fma = 4 : i64", {0}), "sm_80")))
@@ -199,10 +201,10 @@ def test_a_choice_of_its_own_is_the_code_of_its_op_alone():
 
 
 def test_an_interval_test_of_one_mask_op():
-    """The window's partial KV loops (built apart: Note [One key loop]) test their row
+    """The window's partial KV loops (built apart: Note [Key loops]) test their row
     interval by kept bits by default; an edit of one mask op to "range" is the kernel of
     that loop alone: another PTX than every mask at either test."""
-    plan = _plan("sliding_window", "sm_80", {"one_kv_loop": 0})
+    plan = _plan("sliding_window", "sm_80", {"kv_loops": 3})
     bits = 'interval_test = "bits"'
     assert plan.count(bits) == 2
     ptx = {name: build(compile_result_of(_lower(text, "sm_80"))).ptx for name, text in (

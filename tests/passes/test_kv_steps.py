@@ -298,7 +298,7 @@ def test_the_top_partial_steps_are_built_from_the_first_mixed_loop():
              if R.attrs_of(op).get("kv_blocks") == "mixed"]
     assert len(mixed) == 2
     with kernel.context:
-        kernel.attributes["one_kv_loop"] = ir.BoolAttr.get(False)     # the loops apart (Note [One key loop])
+        kernel.attributes["kv_loops"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 3)  # Note [Key loops]
         for op in R.ops_in(mixed[0].regions[0].blocks[0], ("attn.softmax_step",)):
             op.attributes["exp2_fma"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 4)
     steps = kv_steps(role, kernel)

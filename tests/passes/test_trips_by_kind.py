@@ -59,11 +59,11 @@ def _softmax_in_first_mixed_loops(kernel) -> list[ir.Operation]:
 
 @pytest.mark.parametrize("reader", list(READERS))
 def test_the_top_and_bottom_mixed_loops_hold_their_own_trips(reader):
-    """sliding_window, one segment, its loops apart (Note [One key loop] in sm80.py): the
+    """sliding_window, one segment, its loops apart (Note [Key loops] in sm80.py): the
     first mixed loop's choice shows in the kernel's top partial steps only."""
     result, kernel, read = _plan((ROOT / "examples/sliding_window.attn").read_text(), reader)
     with kernel.context:
-        kernel.attributes["one_kv_loop"] = ir.BoolAttr.get(False)
+        kernel.attributes["kv_loops"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 3)
         assert _softmax_in_first_mixed_loops(kernel)
     steps = read(kernel)
 

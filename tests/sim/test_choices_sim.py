@@ -20,9 +20,9 @@ PASS_FILE = str(ROOT / "examples" / "passes" / "exp2_fma_unmasked.py")
 
 
 def _pipeline(arch: str, edited: bool) -> str:
-    """The target's pipeline, with the pass after attn-kernel-choices; on sm_80 with the KV
-    loops apart, as the pass asks for them (Note [One key loop] in sm80.py)."""
-    names = pipeline_with_options(arch, {"one_kv_loop": 0} if arch == "sm_80" else {}).split(",")
+    """The target's pipeline, with the pass after attn-kernel-choices; on sm_80 and sm_90a
+    with the KV loops apart, as the pass asks for them (Note [Key loops] in sm80.py)."""
+    names = pipeline_with_options(arch, {"kv_loops": 3} if arch != "sm_100a" else {}).split(",")
     if edited:
         at = next(k for k, name in enumerate(names) if name.startswith(CHOICES_PASS))
         names.insert(at + 1, "exp2-fma-unmasked{k=4}")
