@@ -92,7 +92,7 @@ whose range starts with its full blocks, ran up to 4 % slower for one copy fewer
 three. sm_90a keeps three: in its producer warpgroup's kernel one loop spills 68 bytes in
 the consumers (40 with no mask at all, where three loops of the same steps spill none:
 the loop's shape, not its mask, costs the registers) and two spill none but ran 0.3-1 %
-slower (a window's compile 12 % shorter); its one-warpgroup kernel at head dim 64 needs
+slower (a window's compile 11-17 % shorter); its one-warpgroup kernel at head dim 64 needs
 132 registers with two loops and 140 with one, past the 128 of its four CTAs an SM (Note
 [CTAs per SM]), and ran 10 % slower with two (results/sm80_h200.md, sm90a_h200.md and
 compile_times.md, "Key loops").
