@@ -76,17 +76,44 @@ class KvSchedule:
         """The first step below the full range: [t_full, below_full) are its steps."""
         return self.steps_above(e, self.full_lo if self.full_lo is not None else self.lo)
 
-    def mixed(self, e: Emit, t, t_full, t_low):
-        """Whether step t's block is mixed (Note [Key loops] in sm80.py): above the full
-        range (t < t_full, `steps_above(full_hi)`) or below it (`far`)."""
-        above = e.lt(t, t_full)
-        return above if self.full_lo is None else e.or_(above, self.far(e, t, t_low))
+    # -- the loops over the steps
+    def key_loops(self, count: int) -> tuple["KeyLoop", ...]:
+        """The loops that walk the steps (Note [Key loops] in sm80.py), at most `count`
+        (the kernel's kv_loops): a loop per kind of block, or merged."""
+        if count == 1:
+            return (KeyLoop("start", "total", "partial", edge="mixed"),)
+        near = KeyLoop("start", "full", "partial")
+        if self.full_lo is None:
+            return near, KeyLoop("full", "low", "full")
+        if count == 2:
+            return near, KeyLoop("full", "total", "partial", top=False, edge="far")
+        return near, KeyLoop("full", "low", "full"), KeyLoop("low", "total", "partial", top=False)
 
-    @staticmethod
-    def far(e: Emit, t, t_low):
-        """Whether step t, of the full range or below it, is below it (t >= t_low,
-        `below_full`): a block of the far edge, mixed."""
-        return e.ge(t, t_low)
+    def masked_step(self, e: Emit, loop: "KeyLoop", t, t_full, t_low):
+        """Of merged `loop`'s step t, whether its block is mixed: above the full range
+        (t < t_full, `steps_above(full_hi)`) or below it (t >= t_low, `below_full`); None
+        for a loop of one kind of block."""
+        if loop.edge is None:
+            return None
+        if loop.edge == "far":
+            return e.ge(t, t_low)
+        above = e.lt(t, t_full)
+        return above if self.full_lo is None else e.or_(above, e.ge(t, t_low))
+
+
+@dataclass(frozen=True)
+class KeyLoop:
+    """A loop over the steps from bound `lo` to bound `hi` -- "start" (the first step a
+    loop takes), "full" (t_full, the full range's first step), "low" (`below_full`) or
+    "total" -- of blocks of `mode` ("partial" or "full"), built from the trip of the
+    first mixed IR loop (`top`) or of the last; `edge`: a merged loop's, "mixed" (every
+    kind) or "far" (full and far edge's blocks), which masks a step where its block is
+    mixed (`KvSchedule.masked_step`)."""
+    lo: str
+    hi: str
+    mode: str
+    top: bool = True
+    edge: str | None = None
 
 
 def schedule(e: Emit, r: KvRange, N, block_n: int, clamp_top: bool = False) -> KvSchedule:

@@ -80,9 +80,10 @@ kernel was four steps of QK^T and P.V: at 128x64 tiles, head dim 128, 1,024 mma.
 choice kv_loops (attn-kernel-choices' option, `kv_loops` on attn.kernel) merges them:
 at 2 the far edge's steps join the full blocks' loop, built from the far edge's loop's
 trip; at 1 the steps after the peeled one are one loop, built from the first mixed
-loop's trip. A merged loop runs its mask in a branch on whether step t's block is mixed
-(t before the full range's first step or at or after its end: the blocks the three
-loops mask), with the same outputs; the loops it takes in must hold its trip, less the
+loop's trip (`KvSchedule.key_loops` lists a kernel's loops, for both targets). A merged
+loop runs its mask in a branch on whether step t's block is mixed (t before the full
+range's first step or at or after its end: the blocks the three loops mask), with the
+same outputs; the loops it takes in must hold its trip, less the
 mask and the map's read in the full one (`check_merged_trips` in kv_steps.py). What the
 full steps pay: the test and the branch, the softmax's test for rows without a key, and
 ptxas' schedule of a loop that holds the mask. sm_90a's overlapped trips take it too
@@ -348,26 +349,17 @@ def _steps(cx, kv: KvSchedule):
             cx, t_first, kv, acc_o, state, "partial", first=True)), cx.carried(acc_o, state))
         acc_o, state = cx.unpack_carried(values)
         t_first = e.min(t_full, 1)
-    if s.choices.kv_loops == 1:
-        return _one_loop(cx, t_first, t_full, kv, acc_o, state)
-    acc_o, state = _loop(cx, t_first, t_full, kv, acc_o, state, "partial")
-    t_low = kv.below_full(e)
-    if s.choices.kv_loops == 2 and kv.full_lo is not None:     # Note [Key loops]
-        return _loop(cx, t_full, kv.total(e), kv, acc_o, state, "partial", top=False,
-                     edge=lambda t: kv.far(e, t, t_low))
-    acc_o, state = _loop(cx, t_full, t_low, kv, acc_o, state, "full")
-    if kv.full_lo is not None:
-        acc_o, state = _loop(cx, t_low, kv.total(e), kv, acc_o, state, "partial", top=False)
+    bounds = {"start": t_first, "full": t_full}
+
+    def bound(name: str):       # "low" and "total" made where a loop first needs them
+        if name not in bounds:
+            bounds[name] = kv.below_full(e) if name == "low" else kv.total(e)
+        return bounds[name]
+    for loop in kv.key_loops(s.choices.kv_loops):           # Note [Key loops]
+        low = bound("low") if loop.edge else None
+        acc_o, state = _loop(cx, bound(loop.lo), bound(loop.hi), kv, acc_o, state, loop.mode, loop.top,
+                             None if low is None else lambda t, loop=loop: kv.masked_step(e, loop, t, t_full, low))
     return acc_o, state
-
-
-def _one_loop(cx, t_first, t_full, kv: KvSchedule, acc_o, state: SoftmaxState):
-    """Note [Key loops]: steps [t_first, total) as one loop, step t's block mixed above
-    the full range (t < t_full) or below it."""
-    e = cx.e
-    t_low = kv.below_full(e)
-    return _loop(cx, t_first, kv.total(e), kv, acc_o, state, "partial",
-                 edge=lambda t: kv.mixed(e, t, t_full, t_low))
 
 
 # Note [Steps op by op] (kv_steps.py): the pattern of each op of a KV loop's body

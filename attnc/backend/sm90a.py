@@ -162,20 +162,13 @@ def overlapped_steps(cx, kv, total, state, first_step=None):
     t_low = kv.below_full(e)
     state, flight = (first_step or _first_step)(cx, kv, state)
     one = e.c32(1)
-    loops = cx.spec.choices.kv_loops        # Note [Key loops] in sm80.py
-    if loops == 1:
-        state, flight = _overlapped_loop(cx, one, e.max(total, one), kv, state, flight, "partial",
-                                         edge=lambda u: kv.mixed(e, u, t_full, t_low))
-        return _last_pv(cx, total, flight), state
-    phases = [(one, e.max(t_full, one), "partial", True, None)]
-    if loops == 2 and kv.full_lo is not None:
-        phases.append((e.max(t_full, one), total, "partial", False, lambda u: kv.far(e, u, t_low)))
-    else:
-        phases.append((e.max(t_full, one), e.max(t_low, one), "full", True, None))
-        if kv.full_lo is not None:
-            phases.append((e.max(t_low, one), total, "partial", False, None))
-    for lo, hi, mode, top, edge in phases:
-        state, flight = _overlapped_loop(cx, lo, hi, kv, state, flight, mode, top, edge)
+    # The loops' bounds, past step 0 (the first trip's): Note [Key loops] in sm80.py
+    at = {"start": lambda: one, "full": lambda: e.max(t_full, one), "low": lambda: e.max(t_low, one),
+          "total": lambda: total}
+    phases = [(at[loop.lo](), at[loop.hi](), loop) for loop in kv.key_loops(cx.spec.choices.kv_loops)]
+    for lo, hi, loop in phases:
+        edge = None if loop.edge is None else lambda u, loop=loop: kv.masked_step(e, loop, u, t_full, t_low)
+        state, flight = _overlapped_loop(cx, lo, hi, kv, state, flight, loop.mode, loop.top, edge)
     return _last_pv(cx, total, flight), state
 
 
