@@ -62,7 +62,7 @@ def _lowering_from_ir(result) -> ForwardLowering:
     from attnc.backend.role_steps import role_steps
     from attnc.backend.qtiles import qtiles_plan, segment_conjunct
     from attnc.backend.run_ranges import run_rest
-    from attnc.backend.spec_checks import KERNEL_TARGETS, SpecError, choice_value_error
+    from attnc.backend.spec_checks import KERNEL_TARGETS, SpecError
     from attnc.ir import roles as R
     from attnc.passes import kernel_choices
     from attnc.passes import choice_defaults as defaults
@@ -156,9 +156,6 @@ def _lowering_from_ir(result) -> ForwardLowering:
         raise error_at(op, f"{'aligned_tiles' if aligned else 'run_ranges'} needs a kernel with one query block "
                            f"per CTA and no producer warpgroup, whose mask has a conjunct P[.., i] == P[.., j] "
                            f"(an i32 param, the same other indices) and reads a param (a block map)")
-    for option, value in (("tail_waves", tail_waves), ("kv_loops", choices.get("kv_loops"))):
-        if value is not None and (problem := choice_value_error(option, value)):
-            raise error_at(op, problem)
     if tail_waves and (not possible or aligned is False):
         raise error_at(op, "tail_waves orders the query tiles of a tile table, which this kernel does not "
                            "take (Note [Document-aligned tiles]: aligned_tiles)")

@@ -380,7 +380,9 @@ def read(kernel, sites: dict | None = None) -> dict:
     """The choices recorded on `kernel`'s ops ({option: value}): each op of a kind must
     agree, but on a choice of its own (Note [Choices op by op]), given here only where
     every op that holds it holds one value (`sites`: `choice_sites(kernel)`, when the
-    caller has it)."""
+    caller has it). A value no kernel takes is refused here, at the op, but one of a
+    choice of its own, which `check_op_choices` refuses with the kernel's other reasons."""
+    from attnc.backend.spec_checks import choice_value_error
     from attnc.ir import error_at
 
     found = {}
@@ -391,6 +393,9 @@ def read(kernel, sites: dict | None = None) -> dict:
         other = next(((op, value) for op, value in held if value != held[0][1]), None)
         if other is None and held:
             found[choice.option] = held[0][1]
+            problem = None if choice.per_op else choice_value_error(choice.option, held[0][1])
+            if problem:
+                raise error_at(held[0][0], problem)
         elif other is not None and not choice.per_op:
             op, value = other
             raise error_at(op, f"{choice.attr} = {option_text(value)} on this {op.name}, "
