@@ -4,11 +4,16 @@ Input: an MLIR module (`gpu.container_module`) holding one or more `gpu.module`s
 kernels are written in upstream dialects (gpu, nvgpu, nvvm, llvm, scf, arith, math,
 vector, memref). Output: PTX text for one target.
 
-    module ──lower_math_to_approx──▶ math transcendentals as NVVM approx intrinsics
-           ──lower_saturating_ints──▶ int() as one cvt.rzi.s32.f32 (Note [One cvt for int()])
+    module ──rewrite_for_nvptx──▶ math transcendentals as NVVM approx intrinsics, int() as
+                                  one cvt.rzi.s32.f32 (Note [One cvt for int()])
            ──nvvm-attach-target──▶ ──gpu.module(scf→cf, nvgpu→nvvm, math→llvm, gpu→nvvm)──▶
-           ──reconcile-unrealized-casts──▶ ──attach_loop_annotations, attach_grid_constants──▶
+           ──reconcile-unrealized-casts──▶ ──restore_attributes──▶
            ──gpu-module-to-binary{format=isa}──▶ PTX
+
+Each rewrite of ours is one walk of the module in Python, a callback an op (16,000 ops in
+relative_bias's sm_90a kernel), so the rewrites before the conversion share one walk, as
+do those after it, and a module lowered twice (a register bound's trial and its far
+sides' copy, register_bound.py) is rewritten once, before it is copied.
 
 Note [No libdevice]: `convert-gpu-to-nvvm` maps `math.exp`, `math.tanh`, ... to
 libdevice calls (`__nv_expf`), which need the CUDA toolkit's `libdevice.10.bc` at link
@@ -108,50 +113,43 @@ def to_llvm_pipeline(options: PtxOptions) -> str:
 BINARY_PIPELINE = "builtin.module(gpu-module-to-binary{format=isa})"
 
 
-def attach_loop_annotations(module: ir.Module) -> int:
-    """Note [Loop annotations]: `convert-scf-to-cf` copies an scf.for's
-    `llvm.loop_annotation` attribute onto the latch branch as a discardable attribute,
-    which the LLVM translation ignores; move it to the branch's `loop_annotation`, so
-    that e.g. `#llvm.loop_unroll<disable = true>` reaches LLVM (and PTX's
-    `.pragma "nounroll"`, which ptxas obeys). Returns how many branches carry one."""
-    found = []
-
-    def collect(op):
-        if op.name in ("llvm.br", "llvm.cond_br") and "llvm.loop_annotation" in op.attributes:
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(collect)
-    for op in found:
-        op.attributes["loop_annotation"] = op.attributes["llvm.loop_annotation"]
-        del op.attributes["llvm.loop_annotation"]
-    return len(found)
-
-
 TENSOR_MAPS_ATTR = "attn.tensor_maps"        # a kernel's arguments that are tensor maps, by index
 TENSOR_MAP_BYTES = 128
 
 
-def attach_grid_constants(module: ir.Module) -> int:
-    """Note [Tensor-map arguments]: a TMA tensor map is a 128-byte kernel parameter taken by
+def restore_attributes(module: ir.Module) -> tuple[int, int]:
+    """Put back, in one walk, what the conversion to the LLVM dialect leaves where LLVM's
+    translation does not read it; returns (branches, arguments) marked.
+
+    Note [Loop annotations]: `convert-scf-to-cf` copies an scf.for's
+    `llvm.loop_annotation` attribute onto the latch branch as a discardable attribute,
+    which the LLVM translation ignores; it goes to the branch's `loop_annotation`, so
+    that e.g. `#llvm.loop_unroll<disable = true>` reaches LLVM (and PTX's
+    `.pragma "nounroll"`, which ptxas obeys).
+
+    Note [Tensor-map arguments]: a TMA tensor map is a 128-byte kernel parameter taken by
     value, whose generic address the copies take (`cvta.param`): in LLVM a `byval` pointer
     argument marked `nvvm.grid_constant`, so that NVPTX neither copies it to local memory nor
     refuses its address. convert-gpu-to-nvvm drops both attributes from a gpu.func's
     arguments; the kernel names the arguments in `attn.tensor_maps`, and they are put on the
-    llvm.func here, after the conversion. Returns how many arguments it marked."""
-    found = []
+    llvm.func here."""
+    branches, funcs = [], []
 
     def collect(op):
-        if op.name == "llvm.func" and TENSOR_MAPS_ATTR in op.attributes:
-            found.append(op)
+        name = op.name
+        if name in ("llvm.br", "llvm.cond_br") and "llvm.loop_annotation" in op.attributes:
+            branches.append(op)
+        elif name == "llvm.func" and TENSOR_MAPS_ATTR in op.attributes:
+            funcs.append(op)
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(collect)
-    marked = 0
+    for op in branches:
+        op.attributes["loop_annotation"] = op.attributes["llvm.loop_annotation"]
+        del op.attributes["llvm.loop_annotation"]
     with module.context:
-        for op in found:
-            marked += _mark_tensor_maps(op)
-    return marked
+        marked = sum(_mark_tensor_maps(op) for op in funcs)
+    return len(branches), marked
 
 
 def _mark_tensor_maps(op) -> int:
@@ -205,19 +203,30 @@ _APPROX = {
 }
 
 
-def lower_math_to_approx(module: ir.Module) -> int:
-    """Rewrite f32/f16/bf16 scalar transcendental `math` ops into NVVM approximate
-    instructions, in place. Returns how many ops were rewritten. (Note [No libdevice])"""
-    found: list[ir.Operation] = []
+# Note [One cvt for int()]: LLVM intrinsic -> the NVVM one that is its one PTX instruction
+_SATURATING_INTS = {"llvm.fptosi.sat.i32.f32": "llvm.nvvm.f2i.rz"}
+
+
+def rewrite_for_nvptx(module: ir.Module) -> tuple[int, int]:
+    """Rewrite, in place and in one walk, f32/f16/bf16 scalar transcendental `math` ops into
+    NVVM approximate instructions (Note [No libdevice]) and each call of
+    llvm.fptosi.sat.i32.f32 into llvm.nvvm.f2i.rz (Note [One cvt for int()]). Returns how
+    many of each were rewritten."""
+    math_ops: list[ir.Operation] = []
+    int_calls: list[ir.Operation] = []
 
     def collect(op):
-        if op.name in _APPROX:
-            found.append(op)
+        name = op.name
+        if name in _APPROX:
+            math_ops.append(op)
+        elif name == "llvm.call_intrinsic" and \
+                ir.StringAttr(op.attributes["intrin"]).value in _SATURATING_INTS:
+            int_calls.append(op)
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(collect)
     f32 = ir.F32Type.get(module.context)
-    for op in found:
+    for op in math_ops:
         x = op.operands[0]
         if str(x.type) not in ("f32", "f16", "bf16"):
             raise PtxError(f"{op.name} on {x.type}: only scalar f32/f16/bf16 is lowered "
@@ -229,32 +238,13 @@ def lower_math_to_approx(module: ir.Module) -> int:
                 r = arith.truncf(x.type, r)
         op.results[0].replace_all_uses_with(r)
         op.erase()
-    return len(found)
-
-
-# Note [One cvt for int()]: LLVM intrinsic -> the NVVM one that is its one PTX instruction
-_SATURATING_INTS = {"llvm.fptosi.sat.i32.f32": "llvm.nvvm.f2i.rz"}
-
-
-def lower_saturating_ints(module: ir.Module) -> int:
-    """Rewrite each call of llvm.fptosi.sat.i32.f32 into llvm.nvvm.f2i.rz, in place (Note
-    [One cvt for int()]). Returns how many calls were rewritten."""
-    found: list[ir.Operation] = []
-
-    def collect(op):
-        if op.name == "llvm.call_intrinsic" and \
-                ir.StringAttr(op.attributes["intrin"]).value in _SATURATING_INTS:
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(collect)
-    for op in found:
+    for op in int_calls:
         name = _SATURATING_INTS[ir.StringAttr(op.attributes["intrin"]).value]
         with ir.InsertionPoint(op), op.location:
             r = _intrinsic(name, op.operands[0], op.results[0].type)
         op.results[0].replace_all_uses_with(r)
         op.erase()
-    return len(found)
+    return len(math_ops), len(int_calls)
 
 
 # ---------------------------------------------------------------- driver
@@ -277,27 +267,25 @@ def _object_assembly(obj: ir.Attribute) -> str:
 
 
 def to_ptx(module: ir.Module, target: str = "sm_80", *, opt_level: int = 3,
-           ptx_feature: str | None = None, in_place: bool = False, without_gil: bool = False) -> str:
+           ptx_feature: str | None = None, in_place: bool = False) -> str:
     """PTX for the single `gpu.module` of `module`, compiled for `target`.
 
     The module is left as it was unless `in_place`; an MLIR failure raises `PtxError`
     carrying the diagnostics. Its kernels are lowered apart where that is quicker (Note
-    [Kernels apart] in ptx_kernels.py). `without_gil`: `module` is of an
-    `unlocked.private_context()`, lowered with the GIL let go (Note [Unlocked runs]) so
-    that another thread may work meanwhile; a failure then raises PtxError without the
-    diagnostics.
+    [Kernels apart] in ptx_kernels.py).
     """
     options = PtxOptions(target, opt_level, ptx_feature)
     options.attach_target()                     # an unknown target, refused before anything runs
-    kernels = Kernels.of(module)
-    if kernels is None or _lanes(len(kernels.names)) == 1:
-        with timing.step("MLIR -> PTX"):
-            return _lower(module if in_place else _copy(module), options, without_gil=without_gil)
     with timing.step("MLIR -> PTX"):
+        work = module if in_place else _copy(module)
+        rewrite_for_nvptx(work)
+        kernels = Kernels.of(work)
+        if kernels is None or _lanes(len(kernels.names)) == 1:
+            return _lower(work, options)
         lowered = _lower_apart(kernels, options)
         head = joined_head([head for head, _ in lowered.values()]) if lowered is not None else None
         if head is None:                        # Note [Kernels apart]: lowered as a whole
-            return _lower(module if in_place else _copy(module), options)
+            return _lower(work, options)
     return head + "".join(lowered[k][1] for k in range(len(kernels.names)))
 
 
@@ -338,9 +326,10 @@ def _lower_apart(kernels: Kernels, options: PtxOptions) -> dict[int, tuple[str, 
 
 
 def ptx_of_bytecode(payload: bytes, target: str) -> str | None:
-    """The PTX of the module whose bytecode is `payload`, for `target`, lowered without the
-    GIL where MLIR's C API can be reached (Note [Unlocked runs]), so that a thread may
-    lower it beside others (`beside`); None where that fails."""
+    """The PTX of the module whose bytecode is `payload` (a module `rewrite_for_nvptx`
+    rewrote), for `target`, lowered without the GIL where MLIR's C API can be reached (Note
+    [Unlocked runs]), so that a thread may lower it beside others (`beside`); None where
+    that fails."""
     options = PtxOptions(target, 3, None)
     if unlocked.available():
         return _lower_unlocked(payload, options)
@@ -402,15 +391,13 @@ _BOUND_LINE = re.compile(r"^\.minnctapersm \d+\n", re.M)
 
 
 def _lower(work: ir.Module, options: PtxOptions, *, without_gil: bool = False) -> str:
-    """The PTX of `work`, lowered in place; `without_gil`: with the GIL let go (a private
-    context's module, Note [Unlocked runs] in unlocked.py), a failure without its diagnostics."""
+    """The PTX of `work` (rewritten by `rewrite_for_nvptx`), lowered in place; `without_gil`:
+    with the GIL let go (a private context's module, Note [Unlocked runs] in unlocked.py), a
+    failure without its diagnostics."""
     target = options.target
-    lower_math_to_approx(work)
-    lower_saturating_ints(work)     # Note [One cvt for int()]
     try:
         _run(to_llvm_pipeline(options), work, without_gil)
-        attach_loop_annotations(work)
-        attach_grid_constants(work)
+        restore_attributes(work)
         _run(BINARY_PIPELINE, work, without_gil)
     except ir.MLIRError as e:
         raise PtxError(f"lowering to PTX for {target} failed:\n{e}") from None

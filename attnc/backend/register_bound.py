@@ -24,69 +24,83 @@ bound's third CTA an SM gains more: 1.07x for T5 and 1.04x for T5 with causal at
 64 on an H100 (results/sm90a_h200.md, "Spills of the near tiles"). So where the trial
 spills, a copy of the kernel with each near branch's condition held true (the far side
 alone, the near side dead code) is assembled too, and the bound is kept where that copy
-does not spill. The copy is lowered and assembled on a second core, where one is idle,
-while the trial runs (`beside` in ptx.py).
+does not spill. The trial is lowered and assembled on a second core, where one is idle
+(`beside` in ptx.py), while the compile's own thread holds the kernel's module on its far
+sides, in place, and lowers and assembles that copy: the module's walks in Python run
+beside the trial's LLVM rather than before it, and the copy's LLVM and assembly, the
+shorter (its near sides gone), end before the trial's.
 """
 from __future__ import annotations
 
-from typing import Callable
-
 from mlir import ir
 
+from attnc import timing
 from attnc.backend.cubin import CubinError, resource_usage
 from attnc.backend.nvgpu_builders import Emit
-from attnc.backend.ptx import PtxError, beside, bytecode, ptx_of_bytecode, to_ptx, without_bound
+from attnc.backend.ptx import (PtxError, beside, bytecode, ptx_of_bytecode, rewrite_for_nvptx, to_ptx,
+                               without_bound)
 
 
 def bounded_code(module: ir.Module, target: str, symbol: str, specialization: dict) -> tuple[str, dict]:
-    """The PTX of `module` (a kernel module, lowered in place) and the specialization of
-    its kernel `symbol`, whose register bound is dropped where the specialization keeps it
-    only without spills and the kernel spills under it (Note [The bound the assembler
-    decides]). The trial's cubin is then `ptx_to_cubin`'s of the PTX returned."""
+    """The PTX of `module` (a kernel module, used up) and the specialization of its kernel
+    `symbol`, whose register bound is dropped where the specialization keeps it only
+    without spills and the kernel spills under it (Note [The bound the assembler
+    decides]). The trial's cubin is then `ptx_to_cubin`'s of the PTX returned.
+
+    The trial (LLVM, then the assembler) runs on a second core where one is idle, while
+    this thread holds the module's near tiles on their far sides and lowers and assembles
+    that copy (Note [Spills of the near tiles]): the module is rewritten for LLVM once,
+    and held in place, its bytecode the trial's."""
     if not (specialization.get("min_ctas_unless_spills") and specialization.get("min_ctas_per_sm")):
         return to_ptx(module, target, in_place=True), specialization
-    from attnc.backend import unlocked
+    rewrite_for_nvptx(module)
     data = bytecode(module)
-    far_spills = _far_sides_spill(data, target, symbol)
-    # without the GIL where it can, so that the far sides' copy is lowered meanwhile
-    ctx = unlocked.private_context() if far_spills is not None else None
-    with ctx or module.context:
-        ptx = to_ptx(ir.Module.parse(data) if ctx else module, target, in_place=True,
-                     without_gil=ctx is not None)
+    far = {}            # the far sides' answer, once known: the trial's unbounded copy is then moot
+    trial = beside(lambda: _trial(data, target, symbol, unbounded_moot=lambda: far.get("spills") is False))
+    with timing.step("the far sides' copy: MLIR -> PTX -> cubin (Note [Spills of the near tiles])"):
+        far["spills"] = _far_sides_spill(module, target, symbol)
+    with timing.step("the trial: MLIR -> PTX -> cubin, on a second core where one is idle"):
+        ptx, unbounded, spilled = trial()
+    if not spilled or far["spills"] is False:
+        return ptx, specialization
+    return unbounded, {**specialization, "min_ctas_per_sm": 0}
+
+
+def _trial(data: bytes, target: str, symbol: str, unbounded_moot) -> tuple[str, str, bool]:
+    """(PTX, the same without its bound, whether it spills under it) of the kernel `symbol`
+    of bytecode `data`; the PTX without the bound is assembled beside unless
+    `unbounded_moot()` (Note [Assembled beside the trial] in cubin.py)."""
+    ptx = ptx_of_bytecode(data, target)
+    if ptx is None:                 # lowered again where the diagnostics are kept, to raise them
+        from attnc.ir.context import make_context
+        with make_context():
+            ptx = to_ptx(ir.Module.parse(data), target, in_place=True)
     unbounded = without_bound(ptx, symbol)
     if unbounded is None:
         raise PtxError(f"the kernel {symbol} has no register bound in its PTX to drop")
     try:
-        spilled = _spilled(resource_usage(ptx, target, unbounded=unbounded), symbol)
+        spilled = _spilled(resource_usage(ptx, target, unbounded=None if unbounded_moot() else unbounded),
+                           symbol)
     except (CubinError, ImportError, OSError):     # no report: the bound is not kept
         spilled = True
-    if not spilled or (far_spills is not None and not far_spills()):
-        return ptx, specialization
-    return unbounded, {**specialization, "min_ctas_per_sm": 0}
+    return ptx, unbounded, spilled
 
 
 def _spilled(usage: dict, symbol: str) -> bool:
     return any(u.spills for name, u in usage.items() if name == symbol)
 
 
-def _far_sides_spill(data: bytes, target: str, symbol: str) -> Callable[[], bool] | None:
-    """A function that answers whether the kernel `symbol` of bytecode `data` spills under
-    its bound with its near tiles' branches held on their far sides (Note [Spills of the
-    near tiles]), its work begun beside; None where the kernel has no near tiles."""
-    from attnc.ir.context import make_context
-    with make_context() as ctx:
-        copy = ir.Module.parse(data, ctx)
-        if not far_sides_only(copy):
-            return None
-        far = bytecode(copy)
-
-    def spills() -> bool:
-        ptx = ptx_of_bytecode(far, target)
-        try:
-            return ptx is None or _spilled(resource_usage(ptx, target), symbol)
-        except (CubinError, ImportError, OSError):
-            return True
-    return beside(spills)
+def _far_sides_spill(module: ir.Module, target: str, symbol: str) -> bool | None:
+    """Whether the kernel `symbol` of `module` (rewritten for LLVM) spills under its bound
+    with its near tiles' branches held on their far sides, in place (Note [Spills of the
+    near tiles]); None where the kernel has no near tiles."""
+    if not far_sides_only(module):
+        return None
+    ptx = ptx_of_bytecode(bytecode(module), target)
+    try:
+        return ptx is None or _spilled(resource_usage(ptx, target), symbol)
+    except (CubinError, ImportError, OSError):
+        return True
 
 
 def far_sides_only(module: ir.Module) -> bool:
@@ -100,9 +114,10 @@ def far_sides_only(module: ir.Module) -> bool:
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(collect)
-    e = Emit()
-    for op in branches:
-        with ir.InsertionPoint(op), op.location:
-            op.operands[0] = e.true()
+    with module.context:
+        e = Emit()
+        for op in branches:
+            with ir.InsertionPoint(op), op.location:
+                op.operands[0] = e.true()
     return bool(branches)
 

@@ -41,7 +41,9 @@ THREE = (kernel("a"), kernel("b", smem="smem"), kernel("c"))
 
 def whole(*kernels: str, **kw) -> str:
     """The module lowered as one, as LLVM prints it."""
-    return ptx._lower(module(*kernels, **kw), ptx.PtxOptions("sm_80"))
+    work = module(*kernels, **kw)
+    ptx.rewrite_for_nvptx(work)
+    return ptx._lower(work, ptx.PtxOptions("sm_80"))
 
 
 def on_cores(monkeypatch, cores: int) -> None:
@@ -61,7 +63,9 @@ def test_kernels_lowered_apart_give_the_whole_modules_ptx(monkeypatch, cores):
 def test_the_head_is_the_one_declaring_every_global_a_kernel_uses():
     with ir.Context():
         expected = whole(*THREE)
-        kernels = Kernels.of(module(*THREE))
+        rewritten = module(*THREE)
+        ptx.rewrite_for_nvptx(rewritten)
+        kernels = Kernels.of(rewritten)
         heads = []
         for group in ([0, 2], [1]):
             head, entries = split_ptx(ptx._lower(kernels.part(group), ptx.PtxOptions("sm_80")),
