@@ -47,55 +47,65 @@ def bounded_code(module: ir.Module, target: str, symbol: str, specialization: di
     without spills and the kernel spills under it (Note [The bound the assembler
     decides]). The trial's cubin is then `ptx_to_cubin`'s of the PTX returned.
 
-    The trial (LLVM, then the assembler) runs on a second core where one is idle, while
-    this thread holds the module's near tiles on their far sides and lowers and assembles
-    that copy (Note [Spills of the near tiles]): the module is rewritten for LLVM once,
-    and held in place, its bytecode the trial's."""
+    Where the kernel has near tiles, the trial (LLVM, then the assembler) runs on a second
+    core where one is idle, while this thread holds the module's near tiles on their far
+    sides and lowers and assembles that copy (Note [Spills of the near tiles]): the module
+    is rewritten for LLVM once, and held in place, its bytecode the trial's."""
     if not (specialization.get("min_ctas_unless_spills") and specialization.get("min_ctas_per_sm")):
         return to_ptx(module, target, in_place=True), specialization
-    rewrite_for_nvptx(module)
-    data = bytecode(module)
-    far = {}            # the far sides' answer, once known: the trial's unbounded copy is then moot
-    trial = beside(lambda: _trial(data, target, symbol, unbounded_moot=lambda: far.get("spills") is False))
-    with timing.step("the far sides' copy: MLIR -> PTX -> cubin (Note [Spills of the near tiles])"):
-        far["spills"] = _far_sides_spill(module, target, symbol)
-    with timing.step("the trial: MLIR -> PTX -> cubin, on a second core where one is idle"):
-        ptx, unbounded, spilled = trial()
-    if not spilled or far["spills"] is False:
+    near = near_branches(module)
+    if not near:
+        ptx = to_ptx(module, target, in_place=True)
+        unbounded, spilled = _trial(ptx, target, symbol, unbounded_moot=False)
+        far_spills = None
+    else:
+        rewrite_for_nvptx(module)
+        data = bytecode(module)
+        far = {}        # the far sides' answer, once known: the trial's unbounded copy is then moot
+        trial = beside(lambda: _lowered_trial(data, target, symbol, lambda: far.get("spills") is False))
+        with timing.step("the far sides' copy: MLIR -> PTX -> cubin (Note [Spills of the near tiles])"):
+            far["spills"] = far_spills = _far_sides_spill(module, near, target, symbol)
+        with timing.step("the trial: MLIR -> PTX -> cubin, on a second core where one is idle"):
+            ptx, unbounded, spilled = trial()
+    if not spilled or far_spills is False:
         return ptx, specialization
     return unbounded, {**specialization, "min_ctas_per_sm": 0}
 
 
-def _trial(data: bytes, target: str, symbol: str, unbounded_moot) -> tuple[str, str, bool]:
-    """(PTX, the same without its bound, whether it spills under it) of the kernel `symbol`
-    of bytecode `data`; the PTX without the bound is assembled beside unless
-    `unbounded_moot()` (Note [Assembled beside the trial] in cubin.py)."""
+def _lowered_trial(data: bytes, target: str, symbol: str, unbounded_moot) -> tuple[str, str, bool]:
+    """The PTX of the kernel module of bytecode `data` (rewritten for LLVM), and `_trial`'s
+    answers for it."""
     ptx = ptx_of_bytecode(data, target)
     if ptx is None:                 # lowered again where the diagnostics are kept, to raise them
         from attnc.ir.context import make_context
         with make_context():
             ptx = to_ptx(ir.Module.parse(data), target, in_place=True)
+    return (ptx, *_trial(ptx, target, symbol, unbounded_moot()))
+
+
+def _trial(ptx: str, target: str, symbol: str, unbounded_moot: bool) -> tuple[str, bool]:
+    """(`ptx` without the kernel `symbol`'s bound, whether the kernel spills under it); the
+    PTX without the bound is assembled beside unless `unbounded_moot` (Note [Assembled
+    beside the trial] in cubin.py)."""
     unbounded = without_bound(ptx, symbol)
     if unbounded is None:
         raise PtxError(f"the kernel {symbol} has no register bound in its PTX to drop")
     try:
-        spilled = _spilled(resource_usage(ptx, target, unbounded=None if unbounded_moot() else unbounded),
-                           symbol)
+        usage = resource_usage(ptx, target, unbounded=None if unbounded_moot else unbounded)
     except (CubinError, ImportError, OSError):     # no report: the bound is not kept
-        spilled = True
-    return ptx, unbounded, spilled
+        return unbounded, True
+    return unbounded, _spilled(usage, symbol)
 
 
 def _spilled(usage: dict, symbol: str) -> bool:
     return any(u.spills for name, u in usage.items() if name == symbol)
 
 
-def _far_sides_spill(module: ir.Module, target: str, symbol: str) -> bool | None:
+def _far_sides_spill(module: ir.Module, near: list, target: str, symbol: str) -> bool:
     """Whether the kernel `symbol` of `module` (rewritten for LLVM) spills under its bound
-    with its near tiles' branches held on their far sides, in place (Note [Spills of the
-    near tiles]); None where the kernel has no near tiles."""
-    if not far_sides_only(module):
-        return None
+    with its near tiles' branches `near` held on their far sides, in place (Note [Spills
+    of the near tiles])."""
+    hold_far_sides(module, near)
     ptx = ptx_of_bytecode(bytecode(module), target)
     try:
         return ptx is None or _spilled(resource_usage(ptx, target), symbol)
@@ -103,8 +113,8 @@ def _far_sides_spill(module: ir.Module, target: str, symbol: str) -> bool | None
         return True
 
 
-def far_sides_only(module: ir.Module) -> bool:
-    """Hold each near-tiles branch of `module` on its far side; whether it had any."""
+def near_branches(module: ir.Module) -> list:
+    """The near-tiles branches of `module` (HookGrid in score_masks.py)."""
     from attnc.backend.score_masks import NEAR_TILES
     branches = []
 
@@ -114,10 +124,13 @@ def far_sides_only(module: ir.Module) -> bool:
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(collect)
+    return branches
+
+
+def hold_far_sides(module: ir.Module, branches: list) -> None:
+    """Hold each of `branches` (`near_branches(module)`) on its far side."""
     with module.context:
         e = Emit()
         for op in branches:
             with ir.InsertionPoint(op), op.location:
                 op.operands[0] = e.true()
-    return bool(branches)
-

@@ -149,10 +149,10 @@ MEASURED_SPILLS = {"relative_bias": 44}
 def test_the_near_tiles_hold_relative_bias_spills(idle, monkeypatch):
     """Note [Spills of the near tiles]: relative_bias's kernel keeps the 3-CTA bound
     though it spills under it, since its copy with each near-tiles branch held on its far
-    side spills none -- that copy lowered on a second core (`idle`) or after the trial;
+    side spills none -- the trial lowered on a second core (`idle`) or after that copy;
     with the far sides alone the kernel is smaller."""
     from attnc.backend.ptx import to_ptx
-    from attnc.backend.register_bound import far_sides_only
+    from attnc.backend.register_bound import hold_far_sides, near_branches
 
     monkeypatch.setattr(cubin, "idle_core", lambda: idle)
     result = compile_file(EXAMPLES_DIR / "relative_bias.attn", CompileOptions(arch="sm_90a"))
@@ -161,7 +161,9 @@ def test_the_near_tiles_hold_relative_bias_spills(idle, monkeypatch):
     assert any(u.spills for u in cubin.resource_usage(art.ptx, "sm_90a").values())
     with result.module.context:
         copy = ir.Module.parse(str(result.module))
-        assert far_sides_only(copy)
+        near = near_branches(copy)
+        assert near
+        hold_far_sides(copy, near)
         far = to_ptx(copy, "sm_90a")
     assert len(far) < len(art.ptx)
     usage = cubin.resource_usage(far, "sm_90a")
