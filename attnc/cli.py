@@ -591,6 +591,3 @@ def _umask() -> int:
     os.umask(mask)
     return mask
 
-
-if __name__ == "__main__":
-    sys.exit(main())
