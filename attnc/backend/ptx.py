@@ -331,14 +331,15 @@ def ptx_of_bytecode(payload: bytes, target: str) -> str | None:
     [Unlocked runs]), so that a thread may lower it beside others (`beside`); None where
     that fails."""
     options = PtxOptions(target, 3, None)
-    if unlocked.available():
-        return _lower_unlocked(payload, options)
-    from attnc.ir.context import make_context
-    try:
-        with make_context() as ctx:
-            return _lower(ir.Module.parse(payload, ctx), options)
-    except (PtxError, ir.MLIRError):
-        return None
+    with timing.step("MLIR -> PTX"):
+        if unlocked.available():
+            return _lower_unlocked(payload, options)
+        from attnc.ir.context import make_context
+        try:
+            with make_context() as ctx:
+                return _lower(ir.Module.parse(payload, ctx), options)
+        except (PtxError, ir.MLIRError):
+            return None
 
 
 def beside(work: Callable[[], T]) -> Callable[[], T]:

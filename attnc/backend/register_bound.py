@@ -61,18 +61,18 @@ def bounded_code(module: ir.Module, target: str, symbol: str, specialization: di
     else:
         rewrite_for_nvptx(module)
         data = bytecode(module)
-        far = {}        # the far sides' answer, once known: the trial's unbounded copy is then moot
-        trial = beside(lambda: _lowered_trial(data, target, symbol, lambda: far.get("spills") is False))
+        # the far sides decide where the trial spills: its copy without the bound is moot
+        trial = beside(lambda: _lowered_trial(data, target, symbol))
         with timing.step("the far sides' copy: MLIR -> PTX -> cubin (Note [Spills of the near tiles])"):
-            far["spills"] = far_spills = _far_sides_spill(module, near, target, symbol)
-        with timing.step("the trial: MLIR -> PTX -> cubin, on a second core where one is idle"):
+            far_spills = _far_sides_spill(module, near, target, symbol)
+        with timing.step("the trial: MLIR -> PTX -> cubin on a second core, the rest of it waited for"):
             ptx, unbounded, spilled = trial()
     if not spilled or far_spills is False:
         return ptx, specialization
     return unbounded, {**specialization, "min_ctas_per_sm": 0}
 
 
-def _lowered_trial(data: bytes, target: str, symbol: str, unbounded_moot) -> tuple[str, str, bool]:
+def _lowered_trial(data: bytes, target: str, symbol: str) -> tuple[str, str, bool]:
     """The PTX of the kernel module of bytecode `data` (rewritten for LLVM), and `_trial`'s
     answers for it."""
     ptx = ptx_of_bytecode(data, target)
@@ -80,7 +80,7 @@ def _lowered_trial(data: bytes, target: str, symbol: str, unbounded_moot) -> tup
         from attnc.ir.context import make_context
         with make_context():
             ptx = to_ptx(ir.Module.parse(data), target, in_place=True)
-    return (ptx, *_trial(ptx, target, symbol, unbounded_moot()))
+    return (ptx, *_trial(ptx, target, symbol, unbounded_moot=True))
 
 
 def _trial(ptx: str, target: str, symbol: str, unbounded_moot: bool) -> tuple[str, bool]:
