@@ -392,17 +392,26 @@ class RegionCode:
             raise ValueError("the region has no terminator")
         return ops[-1]
 
+    @functools.cached_property
+    def _program(self) -> list[tuple[ir.Operation, ir.Value, list[ir.Value]]]:
+        """(op, its result, its operands) of every op but the terminator, read from the
+        region once: a hook is emitted many times (per score, diagonal, loop)."""
+        program = []
+        for op in list(self.block.operations)[:-1]:
+            if len(op.results) != 1:
+                raise error_at(op, f"{op.name} in a hook region: a hook computes values, each op of it one")
+            program.append((op, op.results[0], list(op.operands)))
+        return program
+
     def _run(self, e: Emit, env: dict, skip=frozenset(), in_range: Mapping | None = None) -> dict:
         """Emit every op but the terminator, those whose result `env` already holds and
         those whose results are in `skip`; returns `env` with their values. `in_range`:
         values known to lie in [0, a dim) (Note [Indices known in range])."""
-        for op in list(self.block.operations)[:-1]:
-            if len(op.results) != 1:
-                raise error_at(op, f"{op.name} in a hook region: a hook computes values, each op of it one")
-            if op.results[0] in env or op.results[0] in skip:
+        for op, result, operands in self._program:
+            if result in env or result in skip:
                 continue
             with op.location:
-                env[op.results[0]] = self._emit(e, op, [env.get(v, v) for v in op.operands], in_range)
+                env[result] = self._emit(e, op, [env.get(v, v) for v in operands], in_range)
         return env
 
     def _emit(self, e: Emit, op: ir.Operation, operands: list, in_range: Mapping | None = None) -> ir.Value:
