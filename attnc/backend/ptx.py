@@ -13,7 +13,7 @@ vector, memref). Output: PTX text for one target.
 Each rewrite of ours is one walk of the module in Python, a callback an op (16,000 ops in
 relative_bias's sm_90a kernel), so the rewrites before the conversion share one walk, as
 do those after it, and a module lowered twice (a register bound's trial and its far
-sides' copy, register_bound.py) is rewritten once, before it is copied.
+sides' copy, register_bound.py) is rewritten once, before the trial takes its bytecode.
 
 Note [No libdevice]: `convert-gpu-to-nvvm` maps `math.exp`, `math.tanh`, ... to
 libdevice calls (`__nv_expf`), which need the CUDA toolkit's `libdevice.10.bc` at link

@@ -24,11 +24,11 @@ bound's third CTA an SM gains more: 1.07x for T5 and 1.04x for T5 with causal at
 64 on an H100 (results/sm90a_h200.md, "Spills of the near tiles"). So where the trial
 spills, a copy of the kernel with each near branch's condition held true (the far side
 alone, the near side dead code) is assembled too, and the bound is kept where that copy
-does not spill. The trial is lowered and assembled on a second core, where one is idle
-(`beside` in ptx.py), while the compile's own thread holds the kernel's module on its far
-sides, in place, and lowers and assembles that copy: the module's walks in Python run
-beside the trial's LLVM rather than before it, and the copy's LLVM and assembly, the
-shorter (its near sides gone), end before the trial's.
+does not spill. The module is rewritten for LLVM once and its bytecode handed to the
+trial, which is lowered and assembled on a second core where one is idle (`beside` in
+ptx.py); meanwhile the compile's own thread holds the module itself on its far sides and
+lowers and assembles it: no copy to make before the trial starts, and the copy's LLVM and
+assembly, the shorter (its near sides gone), end before the trial's.
 """
 from __future__ import annotations
 
