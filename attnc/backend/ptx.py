@@ -325,20 +325,25 @@ def _lower_apart(kernels: Kernels, options: PtxOptions) -> dict[int, tuple[str, 
     return pieces
 
 
-def ptx_of_bytecode(payload: bytes, target: str) -> str | None:
+def ptx_of_bytecode(payload: bytes, target: str, *, raising: bool = False) -> str | None:
     """The PTX of the module whose bytecode is `payload` (a module `rewrite_for_nvptx`
     rewrote), for `target`, lowered without the GIL where MLIR's C API can be reached (Note
-    [Unlocked runs]), so that a thread may lower it beside others (`beside`); None where
-    that fails."""
+    [Unlocked runs]), so that a thread may lower it beside others (`beside`); where that
+    fails, None, or with `raising` the PtxError of the module lowered again where the
+    diagnostics are kept (whole: no part goes to another thread, this one may be one)."""
     options = PtxOptions(target, 3, None)
     with timing.step("MLIR -> PTX"):
         if unlocked.available():
-            return _lower_unlocked(payload, options)
+            ptx = _lower_unlocked(payload, options)
+            if ptx is not None or not raising:
+                return ptx
         from attnc.ir.context import make_context
         try:
             with make_context() as ctx:
                 return _lower(ir.Module.parse(payload, ctx), options)
         except (PtxError, ir.MLIRError):
+            if raising:
+                raise
             return None
 
 

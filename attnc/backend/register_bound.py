@@ -75,11 +75,7 @@ def bounded_code(module: ir.Module, target: str, symbol: str, specialization: di
 def _lowered_trial(data: bytes, target: str, symbol: str) -> tuple[str, str, bool]:
     """The PTX of the kernel module of bytecode `data` (rewritten for LLVM), and `_trial`'s
     answers for it."""
-    ptx = ptx_of_bytecode(data, target)
-    if ptx is None:                 # lowered again where the diagnostics are kept, to raise them
-        from attnc.ir.context import make_context
-        with make_context():
-            ptx = to_ptx(ir.Module.parse(data), target, in_place=True)
+    ptx = ptx_of_bytecode(data, target, raising=True)
     return (ptx, *_trial(ptx, target, symbol, unbounded_moot=True))
 
 

@@ -141,3 +141,31 @@ def test_the_bundle_lowers_its_kernel_once_and_says_which_bound_it_kept(monkeypa
                                        result.module.context), "sm_90a")
     symbol = art.manifest["kernels"][-1]["symbol"]
     assert art.ptx == (fresh if kept else ptx.without_bound(fresh, symbol))
+
+
+
+def test_a_trial_lowered_again_where_the_diagnostics_are_kept(monkeypatch):
+    """The lowering without the GIL answers only whether it failed: where it does, the
+    trial lowers its module again, whole, on the thread it runs on -- a pool thread, from
+    which a kernel sent to another would wait for it -- and gives the same PTX, or raises
+    the diagnostics. docs_sink's module holds three kernels (the block map's, the tile table's)."""
+    from attnc.backend.register_bound import _lowered_trial
+    from attnc.passes.lower_kernel import KERNELS_ATTR, lowered_gpu_module
+
+    result = compile_file(EXAMPLES_DIR / "docs_sink.attn", CompileOptions(arch="sm_90a"))
+    gpu_module = lowered_gpu_module(result.module)
+    symbol = json.loads(ir.StringAttr(gpu_module.attributes[KERNELS_ATTR]).value)[-1]["symbol"]
+    module = ir.Module.parse(f"module attributes {{gpu.container_module}} {{\n{gpu_module}\n}}",
+                             result.module.context)
+    ptx.rewrite_for_nvptx(module)
+    data = ptx.bytecode(module)
+    expected = ptx.ptx_of_bytecode(data, "sm_90a")
+    assert expected.count(".entry ") >= 2
+    monkeypatch.setattr(ptx, "_lower_unlocked", lambda payload, options: None)
+    assert ptx._threads().submit(_lowered_trial, data, "sm_90a", symbol).result(timeout=300)[0] == expected
+
+    def failing(work, options, **how):
+        raise ptx.PtxError("lowering to PTX for sm_90a failed:\nerror: what MLIR said")
+    monkeypatch.setattr(ptx, "_lower", failing)
+    with pytest.raises(ptx.PtxError, match="what MLIR said"):
+        ptx._threads().submit(_lowered_trial, data, "sm_90a", symbol).result(timeout=300)
