@@ -207,13 +207,15 @@ _APPROX = {
 _SATURATING_INTS = {"llvm.fptosi.sat.i32.f32": "llvm.nvvm.f2i.rz"}
 
 
-def rewrite_for_nvptx(module: ir.Module) -> tuple[int, int]:
+def rewrite_for_nvptx(module: ir.Module, marked: tuple[str, list] | None = None) -> tuple[int, int]:
     """Rewrite, in place and in one walk, f32/f16/bf16 scalar transcendental `math` ops into
     NVVM approximate instructions (Note [No libdevice]) and each call of
     llvm.fptosi.sat.i32.f32 into llvm.nvvm.f2i.rz (Note [One cvt for int()]). Returns how
-    many of each were rewritten."""
+    many of each were rewritten. `marked` (an attribute's name, a list): the ops that carry
+    the attribute are appended to the list, found in the same walk."""
     math_ops: list[ir.Operation] = []
     int_calls: list[ir.Operation] = []
+    mark, found = marked or (None, None)
 
     def collect(op):
         name = op.name
@@ -222,6 +224,8 @@ def rewrite_for_nvptx(module: ir.Module) -> tuple[int, int]:
         elif name == "llvm.call_intrinsic" and \
                 ir.StringAttr(op.attributes["intrin"]).value in _SATURATING_INTS:
             int_calls.append(op)
+        elif mark is not None and mark in op.attributes:
+            found.append(op)
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(collect)
@@ -267,18 +271,19 @@ def _object_assembly(obj: ir.Attribute) -> str:
 
 
 def to_ptx(module: ir.Module, target: str = "sm_80", *, opt_level: int = 3,
-           ptx_feature: str | None = None, in_place: bool = False) -> str:
+           ptx_feature: str | None = None, in_place: bool = False, rewritten: bool = False) -> str:
     """PTX for the single `gpu.module` of `module`, compiled for `target`.
 
     The module is left as it was unless `in_place`; an MLIR failure raises `PtxError`
     carrying the diagnostics. Its kernels are lowered apart where that is quicker (Note
-    [Kernels apart] in ptx_kernels.py).
+    [Kernels apart] in ptx_kernels.py). `rewritten`: `rewrite_for_nvptx` has rewritten it.
     """
     options = PtxOptions(target, opt_level, ptx_feature)
     options.attach_target()                     # an unknown target, refused before anything runs
     with timing.step("MLIR -> PTX"):
         work = module if in_place else _copy(module)
-        rewrite_for_nvptx(work)
+        if not rewritten:
+            rewrite_for_nvptx(work)
         kernels = Kernels.of(work)
         if kernels is None or _lanes(len(kernels.names)) == 1:
             return _lower(work, options)

@@ -53,13 +53,14 @@ def bounded_code(module: ir.Module, target: str, symbol: str, specialization: di
     is rewritten for LLVM once, and held in place, its bytecode the trial's."""
     if not (specialization.get("min_ctas_unless_spills") and specialization.get("min_ctas_per_sm")):
         return to_ptx(module, target, in_place=True), specialization
-    near = near_branches(module)
+    from attnc.backend.score_masks import NEAR_TILES
+    near: list = []
+    rewrite_for_nvptx(module, marked=(NEAR_TILES, near))
     if not near:
-        ptx = to_ptx(module, target, in_place=True)
+        ptx = to_ptx(module, target, in_place=True, rewritten=True)
         unbounded, spilled = _trial(ptx, target, symbol, unbounded_moot=False)
         far_spills = None
     else:
-        rewrite_for_nvptx(module)
         data = bytecode(module)
         # the far sides decide where the trial spills: its copy without the bound is moot
         trial = beside(lambda: _lowered_trial(data, target, symbol))
@@ -109,22 +110,9 @@ def _far_sides_spill(module: ir.Module, near: list, target: str, symbol: str) ->
         return True
 
 
-def near_branches(module: ir.Module) -> list:
-    """The near-tiles branches of `module` (HookGrid in score_masks.py)."""
-    from attnc.backend.score_masks import NEAR_TILES
-    branches = []
-
-    def collect(op):
-        if NEAR_TILES in op.attributes:
-            branches.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(collect)
-    return branches
-
-
 def hold_far_sides(module: ir.Module, branches: list) -> None:
-    """Hold each of `branches` (`near_branches(module)`) on its far side."""
+    """Hold each of `branches`, `module`'s near-tiles branches (those with NEAR_TILES,
+    HookGrid in score_masks.py), on its far side."""
     with module.context:
         e = Emit()
         for op in branches:

@@ -151,8 +151,9 @@ def test_the_near_tiles_hold_relative_bias_spills(idle, monkeypatch):
     though it spills under it, since its copy with each near-tiles branch held on its far
     side spills none -- the trial lowered on a second core (`idle`) or after that copy;
     with the far sides alone the kernel is smaller."""
-    from attnc.backend.ptx import to_ptx
-    from attnc.backend.register_bound import hold_far_sides, near_branches
+    from attnc.backend.ptx import rewrite_for_nvptx, to_ptx
+    from attnc.backend.register_bound import hold_far_sides
+    from attnc.backend.score_masks import NEAR_TILES
 
     monkeypatch.setattr(cubin, "idle_core", lambda: idle)
     result = compile_file(EXAMPLES_DIR / "relative_bias.attn", CompileOptions(arch="sm_90a"))
@@ -161,10 +162,11 @@ def test_the_near_tiles_hold_relative_bias_spills(idle, monkeypatch):
     assert any(u.spills for u in cubin.resource_usage(art.ptx, "sm_90a").values())
     with result.module.context:
         copy = ir.Module.parse(str(result.module))
-        near = near_branches(copy)
+        near = []
+        rewrite_for_nvptx(copy, marked=(NEAR_TILES, near))
         assert near
         hold_far_sides(copy, near)
-        far = to_ptx(copy, "sm_90a")
+        far = to_ptx(copy, "sm_90a", rewritten=True)
     assert len(far) < len(art.ptx)
     usage = cubin.resource_usage(far, "sm_90a")
     assert usage and not any(u.spills for u in usage.values()), usage
