@@ -26,7 +26,7 @@ def run() -> None:
             sys.stderr.flush()
         except (OSError, ValueError):       # a reader gone away: the usual end reports it
             sys.exit(status)
-        os._exit(status if isinstance(status, int) else 1)
+        os._exit(status)
     sys.exit(status)
 
 

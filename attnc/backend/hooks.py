@@ -196,7 +196,7 @@ class RegionCode:
 
     def results(self, e: Emit, *args, given: Mapping | None = None) -> list[ir.Value]:
         env = self._run(e, self._start(args, given))
-        return [env.get(v, v) for v in self._terminator().operands]
+        return [env.get(v, v) for v in self._returned]
 
     def _start(self, args, given: Mapping | None) -> dict:
         """The values known before a call: those `given` (emitted by `hoist` for the same
@@ -386,11 +386,13 @@ class RegionCode:
         seq_k = self.names.variant.seq_k
         return {j: seq_k} if j_below_n and isinstance(seq_k, str) else None
 
-    def _terminator(self) -> ir.Operation:
+    @functools.cached_property
+    def _returned(self) -> list[ir.Value]:
+        """The values the region's terminator returns, read once (as `_program`)."""
         ops = list(self.block.operations)
         if not ops or ops[-1].name not in _RETURNS:
             raise ValueError("the region has no terminator")
-        return ops[-1]
+        return list(ops[-1].operands)
 
     @functools.cached_property
     def _program(self) -> list[tuple[ir.Operation, ir.Value, list[ir.Value]]]:
