@@ -28,14 +28,18 @@ does not spill. The module is rewritten for LLVM once and its bytecode handed to
 trial, which is lowered and assembled on a second core where one is idle (`beside` in
 ptx.py); meanwhile the compile's own thread holds the module itself on its far sides and
 lowers and assembles it: no copy to make before the trial starts, and the copy's LLVM and
-assembly, the shorter (its near sides gone), end before the trial's.
+assembly, the shorter (its near sides gone), end before the trial's. Where that copy
+spills, the kernel is most likely built without the bound, so this thread then assembles
+the trial's PTX less its bound while the trial's own assembly runs.
 """
 from __future__ import annotations
+
+from concurrent.futures import Future
 
 from mlir import ir
 
 from attnc import timing
-from attnc.backend.cubin import CubinError, resource_usage
+from attnc.backend.cubin import CubinError, ptx_to_cubin, resource_usage
 from attnc.backend.nvgpu_builders import Emit
 from attnc.backend.ptx import (PtxError, beside, bytecode, ptx_of_bytecode, rewrite_for_nvptx, to_ptx,
                                without_bound)
@@ -62,10 +66,13 @@ def bounded_code(module: ir.Module, target: str, symbol: str, specialization: di
         far_spills = None
     else:
         data = bytecode(module)
-        # the far sides decide where the trial spills: its copy without the bound is moot
-        trial = beside(lambda: _lowered_trial(data, target, symbol))
+        lowered: Future = Future()
+        work = lambda: _lowered_trial(data, target, symbol, lowered)     # noqa: E731
+        trial = beside(work)
         with timing.step("the far sides' copy: MLIR -> PTX -> cubin (Note [Spills of the near tiles])"):
             far_spills = _far_sides_spill(module, near, target, symbol)
+        if far_spills and trial is not work:        # the trial runs on a thread of its own
+            _assemble_unbounded(lowered.result(), target, symbol)
         with timing.step("the trial: MLIR -> PTX -> cubin on a second core, the rest of it waited for"):
             ptx, unbounded, spilled = trial()
     if not spilled or far_spills is False:
@@ -73,11 +80,30 @@ def bounded_code(module: ir.Module, target: str, symbol: str, specialization: di
     return unbounded, {**specialization, "min_ctas_per_sm": 0}
 
 
-def _lowered_trial(data: bytes, target: str, symbol: str) -> tuple[str, str, bool]:
-    """The PTX of the kernel module of bytecode `data` (rewritten for LLVM), and `_trial`'s
-    answers for it."""
-    ptx = ptx_of_bytecode(data, target, raising=True)
+def _lowered_trial(data: bytes, target: str, symbol: str, lowered: Future) -> tuple[str, str, bool]:
+    """The PTX of the kernel module of bytecode `data` (rewritten for LLVM), also set on
+    `lowered` once made, and `_trial`'s answers for it."""
+    try:
+        ptx = ptx_of_bytecode(data, target, raising=True)
+    except BaseException as e:
+        lowered.set_exception(e)
+        raise
+    lowered.set_result(ptx)
     return (ptx, *_trial(ptx, target, symbol, unbounded_moot=True))
+
+
+def _assemble_unbounded(ptx: str, target: str, symbol: str) -> None:
+    """Assemble `ptx` less the kernel `symbol`'s bound, for the bundle to take where the
+    bound is dropped (`ptx_to_cubin` keeps its last results); a failure is left to the
+    bundle's own assembly of it to report."""
+    unbounded = without_bound(ptx, symbol)
+    if unbounded is None:
+        return
+    with timing.step("the kernel without its bound: PTX -> cubin beside the trial's"):
+        try:
+            ptx_to_cubin(unbounded, target)
+        except (CubinError, ImportError, OSError):
+            pass
 
 
 def _trial(ptx: str, target: str, symbol: str, unbounded_moot: bool) -> tuple[str, bool]:

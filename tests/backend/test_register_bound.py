@@ -5,6 +5,7 @@ the kernel once, and a kernel that spills under the bound gets the same PTX less
 from __future__ import annotations
 
 import json
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -162,10 +163,52 @@ def test_a_trial_lowered_again_where_the_diagnostics_are_kept(monkeypatch):
     expected = ptx.ptx_of_bytecode(data, "sm_90a")
     assert expected.count(".entry ") >= 2
     monkeypatch.setattr(ptx, "_lower_unlocked", lambda payload, options: None)
-    assert ptx._threads().submit(_lowered_trial, data, "sm_90a", symbol).result(timeout=300)[0] == expected
+    lowered = Future()
+    assert ptx._threads().submit(_lowered_trial, data, "sm_90a", symbol, lowered).result(timeout=300)[0] == expected
+    assert lowered.result(timeout=0) == expected
 
     def failing(work, options, **how):
         raise ptx.PtxError("lowering to PTX for sm_90a failed:\nerror: what MLIR said")
     monkeypatch.setattr(ptx, "_lower", failing)
+    lowered = Future()
     with pytest.raises(ptx.PtxError, match="what MLIR said"):
-        ptx._threads().submit(_lowered_trial, data, "sm_90a", symbol).result(timeout=300)
+        ptx._threads().submit(_lowered_trial, data, "sm_90a", symbol, lowered).result(timeout=300)
+    with pytest.raises(ptx.PtxError, match="what MLIR said"):     # not waited for forever
+        lowered.result(timeout=0)
+
+
+@pytest.mark.parametrize("far_spills", [True, False])
+def test_where_the_far_sides_spill_the_kernel_without_its_bound_is_assembled_beside_the_trial(
+        monkeypatch, far_spills):
+    """Note [Spills of the near tiles]: where the copy of relative_bias's kernel held on
+    its far sides spills (made to here), this thread assembles the trial's PTX less its
+    bound while the trial's own assembly runs on the other, and the bundle takes that
+    cubin; where it does not, only the trial's PTX is assembled."""
+    import threading
+    import time
+
+    from attnc.backend import register_bound
+    from attnc.backend.lowering import build
+
+    result = compile_file(EXAMPLES_DIR / "relative_bias.attn", CompileOptions(arch="sm_90a"))
+    cubin._assemble.cache_clear()
+    counting_assemblies(monkeypatch, cores=2)
+    assembled = {}              # with the bound or not: (on this thread, start, end) of its assembly
+    nvjitlink = cubin._nvjitlink
+
+    def timed(text, *rest):
+        start = time.perf_counter()
+        out = nvjitlink(text, *rest)
+        assembled[".minnctapersm" in text] = (threading.current_thread() is threading.main_thread(), start,
+                                              time.perf_counter())
+        return out
+    monkeypatch.setattr(cubin, "_nvjitlink", timed)
+    monkeypatch.setattr(register_bound, "_far_sides_spill", lambda *args: far_spills)
+    art = build(result)
+    assert not assembled[True][0]                               # the trial's, on its own thread
+    if far_spills:
+        assert ".minnctapersm" not in art.ptx and art.manifest["specialization"]["min_ctas_per_sm"] == 0
+        assert assembled[False][0] and assembled[False][1] < assembled[True][2]     # here, meanwhile
+        assert art.cubin == nvjitlink(art.ptx, "sm_90a", True, ("-O3",)).cubin
+    else:
+        assert ".minnctapersm 3" in art.ptx and list(assembled) == [True]
