@@ -391,7 +391,8 @@ _VERIFIED: set[str] = set()
 
 def contents_digest(kernel: ir.Operation) -> str:
     ws = warp_specialize_of(kernel)
-    text = "\n".join(str(op) for op in ws.regions[0].blocks[0].operations) if ws is not None else ""
+    # printed whole, not op by op: each op printed alone numbers the module's values again
+    text = str(ws) if ws is not None else ""
     return _digest([text, str(kernel.attributes["block_n"]) if "block_n" in kernel.attributes else ""])
 
 
