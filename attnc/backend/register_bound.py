@@ -44,6 +44,9 @@ from attnc.backend.nvgpu_builders import Emit
 from attnc.backend.ptx import (PtxError, beside, bytecode, ptx_of_bytecode, rewrite_for_nvptx, to_ptx,
                                without_bound)
 
+# What an assembly that gives no resource report raises: no assembler, or it failed.
+_NO_REPORT = (CubinError, ImportError, OSError)
+
 
 def bounded_code(module: ir.Module, target: str, symbol: str, specialization: dict) -> tuple[str, dict]:
     """The PTX of `module` (a kernel module, used up) and the specialization of its kernel
@@ -102,7 +105,7 @@ def _assemble_unbounded(ptx: str, target: str, symbol: str) -> None:
     with timing.step("the kernel without its bound: PTX -> cubin beside the trial's"):
         try:
             ptx_to_cubin(unbounded, target)
-        except (CubinError, ImportError, OSError):
+        except _NO_REPORT:
             pass
 
 
@@ -115,7 +118,7 @@ def _trial(ptx: str, target: str, symbol: str, unbounded_moot: bool) -> tuple[st
         raise PtxError(f"the kernel {symbol} has no register bound in its PTX to drop")
     try:
         usage = resource_usage(ptx, target, unbounded=None if unbounded_moot else unbounded)
-    except (CubinError, ImportError, OSError):     # no report: the bound is not kept
+    except _NO_REPORT:                  # the bound is not kept
         return unbounded, True
     return unbounded, _spilled(usage, symbol)
 
@@ -132,7 +135,7 @@ def _far_sides_spill(module: ir.Module, near: list, target: str, symbol: str) ->
     ptx = ptx_of_bytecode(bytecode(module), target)
     try:
         return ptx is None or _spilled(resource_usage(ptx, target), symbol)
-    except (CubinError, ImportError, OSError):
+    except _NO_REPORT:
         return True
 
 
