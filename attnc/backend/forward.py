@@ -221,7 +221,7 @@ class KernelState(ForwardLoads):
     def masker_from(self, row0) -> ScoreMasker:
         """The masker of score rows whose first (row g of the warp's first 16-row tile) is row0."""
         e, s = self.e, self.spec
-        coords = ElementCoords(e, row0, self.col0, s.block_n, self.key0, s.atom_rows)
+        coords = ElementCoords(e, row0, self.col0, s.block_n, self.key0, s.atom_rows, self.lane)
         score_in = s.scale if s.hooks.score_mod_in is None else s.hooks.score_mod_in
         return ScoreMasker(e, coords, self.b, self.h, s.scale, s.hooks.score_mod, self.keep_fn, s.hooks.score_bias,
                            score_in, s.hooks.row_interval, s.hooks.row_residual)

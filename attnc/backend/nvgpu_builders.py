@@ -128,6 +128,11 @@ class Emit:
         a, b = self._pair(a, b)
         return arith.select(c, a, b)
 
+    def shfl_idx(self, x: ir.Value, lane: ir.Value) -> ir.Value:
+        """The i32 or f32 `x` of lane `lane` (an i32) of the warp, every lane taking part."""
+        return _op("nvvm.shfl.sync", [x.type], [self.c32(-1), x, lane, self.c32(31)],
+                   {"kind": "#nvvm<shfl_kind idx>"}).result
+
     def to_i64(self, a):
         if not isinstance(a, ir.Value):
             return self.c64(a)

@@ -502,8 +502,8 @@ class _TableKernel:
         CtaBarrier().sync()
         # The warps' totals, scanned again across the lanes of every warp (lane w: warp w's).
         warps = _inclusive_scan(e, _ld_shared_b32(e, slot(self.lane)), self.lane, combine)
-        before = e.select(e.eq(self.warp, 0), e.c32(identity), _shfl_idx(e, warps, e.sub(self.warp, 1)))
-        return combine(before, exclusive), _shfl_idx(e, warps, e.c32(31))
+        before = e.select(e.eq(self.warp, 0), e.c32(identity), e.shfl_idx(warps, e.sub(self.warp, 1)))
+        return combine(before, exclusive), e.shfl_idx(warps, e.c32(31))
 
     def _field(self, t, field: int):
         """The address of a field (0-3) of entry t."""
@@ -570,12 +570,6 @@ def _inclusive_scan(e: Emit, x, lane, combine):
 def _shfl_up(e: Emit, x, delta: int):
     return _op("nvvm.shfl.sync", [x.type], [e.c32(-1), x, e.c32(delta), e.c32(0)],
                {"kind": "#nvvm<shfl_kind up>"}).result
-
-
-def _shfl_idx(e: Emit, x, lane):
-    """x of lane `lane` (an i32 value) of the warp."""
-    return _op("nvvm.shfl.sync", [x.type], [e.c32(-1), x, lane, e.c32(31)],
-               {"kind": "#nvvm<shfl_kind idx>"}).result
 
 
 def _ld_shared_b32(e: Emit, addr):

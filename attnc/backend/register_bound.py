@@ -141,9 +141,14 @@ def _far_sides_spill(module: ir.Module, near: list, target: str, symbol: str) ->
 
 def hold_far_sides(module: ir.Module, branches: list) -> None:
     """Hold each of `branches`, `module`'s near-tiles branches (those with NEAR_TILES,
-    HookGrid in score_masks.py), on its far side."""
+    HookGrid in score_masks.py), on its far side; a warp's vote that only the branch read
+    goes with it (LLVM keeps a vote.sync whose result nothing reads, Note [Diagonals across
+    the warp] in hooks.py)."""
     with module.context:
         e = Emit()
         for op in branches:
+            held = op.operands[0]
             with ir.InsertionPoint(op), op.location:
                 op.operands[0] = e.true()
+            if isinstance(held, ir.OpResult) and held.owner.name == "nvvm.vote.sync" and not list(held.uses):
+                held.owner.erase()

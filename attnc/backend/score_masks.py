@@ -12,7 +12,7 @@ from mlir.dialects import arith
 
 from attnc.backend.hooks import RegionCode
 from attnc.backend.mask_hooks import KeepFn, RowIntervalFn, ScoreBiasFn, ScoreModFn
-from attnc.backend.nvgpu_builders import Emit, branches
+from attnc.backend.nvgpu_builders import Emit, branches, warp_vote
 from attnc.backend.row_bits import WORD, RowBits, below, low_bits
 from attnc.errors import AttncError
 
@@ -33,12 +33,27 @@ class ElementCoords:
     """Global query/key indices of the accumulator elements a lane holds: row g (+8,
     +atom_rows per row tile), columns 2t, 2t+1 (+8 per atom) of its warp's slice."""
 
-    def __init__(self, e: Emit, first_row, first_col, block_n: int, key0=None, atom_rows: int = 16):
+    # Across a warp, the first column 2t of a lane less its first row g (t = lane % 4,
+    # g = lane // 4) runs from -7 to 6: `lane_diagonal`'s spread.
+    SPREAD = 13
+
+    def __init__(self, e: Emit, first_row, first_col, block_n: int, key0=None, atom_rows: int = 16,
+                 lane=None):
         self.e = e
         self.atom_rows = atom_rows      # rows from one 16-row MMA tile of the warp to its next
         self.first_row, self.first_col = first_row, first_col
         self.block_n = block_n
         self.key0 = key0        # key block n starts at key0 + n * block_n (None: 0)
+        self.lane = lane        # the lane's index in its warp, where the caller gives it
+
+    def lane_diagonal(self) -> tuple | None:
+        """(the lane's index, the j - i of its first score less the least of its warp's,
+        SPREAD: the most that difference is), or None without the lane's index (Note
+        [Diagonals across the warp] in hooks.py)."""
+        if self.lane is None:
+            return None
+        e = self.e
+        return self.lane, e.add(e.sub(self.first_col, e.shr(self.lane, 2)), 7), self.SPREAD
 
     def block_start(self, n_block, add=None):
         """The first key of block n_block; `add`: the Emit's add that offsets it by key0."""
@@ -90,7 +105,7 @@ class HookGrid:
     masks) is called as it is."""
 
     def __init__(self, hook, e: Emit, b, h, rows: int, cols: int, row_i, col_j, j_below_n: bool = False,
-                 diagonal=None, flat: bool = False):
+                 diagonal=None, flat: bool = False, lanes=None):
         self.hook, self.e = hook, e
         self.rows = self.cols = None
         self.diagonal, self.diagonals = diagonal, {}
@@ -105,9 +120,19 @@ class HookGrid:
             for r in range(rows):
                 for c in range(cols):
                     spots.setdefault(diagonal(r, c), (r, c))
-            far = code.far_test(e, spots, row_i, col_j) if flat else None
-            self.per_diagonal = lambda: {k: code.hoist_diagonal(e, outer, row_i(r), col_j(c))
-                                         for k, (r, c) in spots.items()}
+            # Note [Diagonals across the warp]: near the flat diagonals, the warp's far test
+            # and a few diagonals a lane
+            across = None
+            if flat and lanes is not None and code.flat_diagonals is not None and code.moves_across_lanes:
+                across = lanes()
+            far = code.far_test(e, spots, row_i, col_j, across[1:] if across else None) if flat else None
+            if across is not None:
+                far = (warp_vote(e, far[0], "all"), far[1])     # the same in every lane; ptxas learns it
+                self.per_diagonal = lambda: code.diagonals_across_warp(e, outer, spots, row_i(0), col_j(0),
+                                                                       *across)
+            else:
+                self.per_diagonal = lambda: {k: code.hoist_diagonal(e, outer, row_i(r), col_j(c))
+                                             for k, (r, c) in spots.items()}
             if far is None:
                 self.diagonals = self.per_diagonal()
             else:
@@ -208,7 +233,7 @@ class ScoreMasker:
         diagonals)."""
         return HookGrid(hook, self.e, self.b, self.h, len(rows), len(rows[0]), self.coords.row,
                         lambda c: self.coords.key(c, n_block, below_n), j_below_n=below_n,
-                        diagonal=self.coords.diagonal, flat=flat)
+                        diagonal=self.coords.diagonal, flat=flat, lanes=self.coords.lane_diagonal)
 
     def _linear_bias(self, rows, n_block):
         """s + bias / scale with the bias a * float(l + cj * d) (Note [Bias linear in j] in

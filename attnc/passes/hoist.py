@@ -69,6 +69,12 @@ class Hoist(Pass):
                "(attn.flat_below, attn.flat_above: Note [Flat diagonals] in attnc/ir/diagonals.py); a tile "
                "of scores beyond them computes those values once (default: with hoist; true is refused "
                "with hoist=false, which computes every value per score)"})
+    lanes: bool | None = field(default=None, metadata={
+        "doc": "near the flat diagonals, each lane of a warp computes the values of a few of its warp's "
+               "diagonals and reads its own from the lanes that computed them (attn.flat_lanes on the op d: "
+               "Note [Diagonals across the warp] in attnc/backend/hooks.py; sm_80 and sm_90a; refused "
+               "without flat); default false, each lane computing those of its own scores: not yet timed "
+               "on a GPU"})
 
     def run(self, module) -> None:
         from attnc.errors import AttncError
@@ -76,10 +82,14 @@ class Hoist(Pass):
         if self.flat and not self.hoist:
             raise AttncError("flat=true: a tile beyond the flat diagonals computes their values once, and "
                              "hoist=false computes every value per score; give one or the other")
-        hoist(module, self.hoist, self.hoist and self.flat is not False)
+        flat = self.hoist and self.flat is not False
+        if self.lanes and not flat:
+            raise AttncError("lanes=true: the lanes share the values of the diagonals near the flat ones, and "
+                             "there are none without flat (hoist=false or flat=false); give one or the other")
+        hoist(module, self.hoist, flat, bool(self.lanes))
 
 
-def hoist(module, coarsest: bool = True, flat: bool = True) -> None:
+def hoist(module, coarsest: bool = True, flat: bool = True, lanes: bool = False) -> None:
     from mlir import ir
 
     from attnc.ir import attention_ops, error_at
@@ -94,25 +104,31 @@ def hoist(module, coarsest: bool = True, flat: bool = True) -> None:
                     block = holder.regions[0].blocks[0]
                     for op, level in placed_levels(block, HOOK_ARGS[name], given=False, coarsest=coarsest):
                         op.attributes[LEVEL] = ir.StringAttr.get(level)
-                    mark_flat(block, HOOK_ARGS[name], flat and name == "attn.score_mod")
+                    mark_flat(block, HOOK_ARGS[name], flat and name == "attn.score_mod", lanes)
 
 
-def mark_flat(block, names: tuple[str, ...], flat: bool = True) -> None:
+def mark_flat(block, names: tuple[str, ...], flat: bool = True, lanes: bool = False) -> None:
     """`attn.flat_below` and `attn.flat_above` on the op d of a hook region (Note [Flat
-    diagonals]) where they hold (`flat`), and nowhere else."""
+    diagonals]) where they hold (`flat`), with `attn.flat_lanes` where `lanes`, and nowhere
+    else."""
     from mlir import ir
 
-    from attnc.ir.diagonals import ABOVE, BELOW, diagonal_values, flat_bounds
+    from attnc.ir.diagonals import ABOVE, BELOW, LANES, diagonal_values, flat_bounds
 
     found = diagonal_values(block, names)
     if found is None:
         return
     root, i64 = found[0], ir.IntegerType.get_signless(64)
-    for attr, bound in zip((BELOW, ABOVE), flat_bounds(block, names) if flat else (None, None)):
+    bounds = flat_bounds(block, names) if flat else (None, None)
+    for attr, bound in zip((BELOW, ABOVE), bounds):
         if bound is not None:
             root.attributes[attr] = ir.IntegerAttr.get(i64, bound)
         elif attr in root.attributes:
             del root.attributes[attr]
+    if lanes and bounds != (None, None):
+        root.attributes[LANES] = ir.UnitAttr.get()
+    elif LANES in root.attributes:
+        del root.attributes[LANES]
 
 
 def check_levels(kernel) -> None:

@@ -3,8 +3,10 @@ diagonal of a tile's scores, not once per score (Note [Values of a diagonal] in
 attnc/backend/hooks.py): T5's bucket (examples/relative_bias.attn: a log, an int() and
 a param read of d) at head dim 64 on 22 diagonals of sm_80's 64 scores a thread, 34 of
 sm_90a's, and once more for a tile beyond its flat diagonals (Note [Flat diagonals] in
-attnc/ir/diagonals.py). The control writes d as (j + 0) - i, which the sharing does not
-recognise: every score computes its own. The emulator runs relative_bias against the
+attnc/ir/diagonals.py). With attn-hoist{lanes=true}, near those a lane computes 3 (sm_80)
+or 5 (sm_90a) of its warp's diagonals and reads its own from the lanes that computed them
+(Note [Diagonals across the warp]). The control writes d as (j + 0) - i, which the sharing does not recognise: every
+score computes its own. The emulator runs relative_bias against the
 reference on both targets (tests/sim/test_examples_sim.py)."""
 from __future__ import annotations
 
@@ -27,17 +29,27 @@ def _lowered(source: str, arch: str, **tile) -> str:
     return str(kernel_module_for(compile_mlir(source, "rb.attn", CompileOptions(arch=arch, pass_pipeline=pipeline)))[0])
 
 
-@pytest.mark.parametrize("arch, diagonals", [("sm_80", 22), ("sm_90a", 34)])
-def test_t5_buckets_are_computed_once_per_diagonal(arch, diagonals):
+# (arch, the diagonals of a thread's 64 scores, of its warp's in 32s): sm_80's keys span
+# rows 0-24 and columns 0-57 of a lane's first score, sm_90a's rows 0-8 and columns 0-121,
+# each plus the lanes' spread of 13.
+LAYOUTS = [("sm_80", 22, 3), ("sm_90a", 34, 5)]
+
+
+@pytest.mark.parametrize("arch, diagonals, sets", LAYOUTS)
+def test_t5_buckets_are_computed_once_per_diagonal(arch, diagonals, sets):
     """Both kernels at 64 scores a thread: on sm_80 the unshared bias, read per score,
-    would take 64-key tiles and T5's 128 (attnc/passes/tile_table.py)."""
+    would take 64-key tiles and T5's 128 (attnc/passes/tile_table.py); with
+    attn-hoist{lanes=true} a lane computes a few of its warp's diagonals."""
     assert "let d = (j + 0) - i in" in UNSHARED
     tile = {"block_n": 64} if arch == "sm_80" else {}
-    shared = _lowered(T5, arch, **tile)
+    across = _lowered(T5, arch, **tile, lanes=True)
     unshared = _lowered(UNSHARED, arch, **tile)
+    alone = _lowered(T5, arch, **tile)
     for op in ("math.log", "llvm.load", "fptosi"):
-        n, m = shared.count(op), unshared.count(op)
-        assert m > 0 and n * 64 == m * (diagonals + 1), (op, n, m)
+        n, k, m = across.count(op), alone.count(op), unshared.count(op)
+        assert m > 0 and k * 64 == m * (diagonals + 1) and n * 64 == m * (sets + 1), (op, n, k, m)
+    shuffles = across.count("nvvm.shfl.sync  idx")
+    assert shuffles > 0 and alone.count("nvvm.shfl.sync  idx") == unshared.count("nvvm.shfl.sync  idx") == 0
 
 
 def _diagonals_emitted(monkeypatch, source: str) -> int:

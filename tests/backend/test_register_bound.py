@@ -212,3 +212,25 @@ def test_where_the_far_sides_spill_the_kernel_without_its_bound_is_assembled_bes
         assert art.cubin == nvjitlink(art.ptx, "sm_90a", True, ("-O3",)).cubin
     else:
         assert ".minnctapersm 3" in art.ptx and list(assembled) == [True]
+
+
+def test_the_far_sides_copy_drops_the_warps_vote_with_the_near_side():
+    """With attn-hoist{lanes=true} the near tiles' far test passes through vote.sync.all
+    (Note [Diagonals across the warp] in hooks.py), which LLVM keeps where nothing reads
+    it: holding the branches on their far sides erases those votes, and the copy is the
+    kernel with no near side."""
+    from attnc.backend.lowering import kernel_module_for
+    from attnc.backend.register_bound import hold_far_sides
+    from attnc.backend.score_masks import NEAR_TILES
+
+    from attnc.passes.pipelines import pipeline_with_options
+
+    options = CompileOptions(arch="sm_90a", pass_pipeline=pipeline_with_options("sm_90a", {"lanes": True}))
+    module = kernel_module_for(compile_file(EXAMPLES_DIR / "relative_bias.attn", options))[0]
+    near: list = []
+    ptx.rewrite_for_nvptx(module, marked=(NEAR_TILES, near))
+    votes = str(module).count("nvvm.vote.sync")
+    assert len(near) == 3 and votes == len(near)
+    hold_far_sides(module, near)
+    module.operation.verify()
+    assert "nvvm.vote.sync" not in str(module)

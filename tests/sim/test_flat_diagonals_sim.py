@@ -19,6 +19,7 @@ import pytest
 import attnc.backend.hooks as hooks
 import attnc.ir.diagonals as diagonals
 from attnc.frontend import load, load_file
+from attnc.passes.pipelines import pipeline_with_options
 from attnc.testing import ptx_bundle
 from tests.gpu.gpu_support import bind_sizes, compare, make_case
 from tests.sim.test_examples_sim import emulated
@@ -45,34 +46,40 @@ ROW_SCALED = """attention row_scaled {
 """
 
 
-def _run(arch: str, source: Path | str = T5):
+def _run(arch: str, source: Path | str = T5, lanes: bool = False):
     variant = load_file(str(source)) if isinstance(source, Path) else load(source, "clipped.attn")
     rng = np.random.default_rng(3)
     sizes = bind_sizes(variant, batch=1, heads=1, heads_kv=1, m=200, n=330, rng=rng)
     case = make_case(variant, sizes, {}, rng)
-    kernel, out, ref = emulated(ptx_bundle(source, arch=arch), variant, case)
+    options = {"pass_pipeline": pipeline_with_options(arch, {"lanes": True})} if lanes else {}
+    kernel, out, ref = emulated(ptx_bundle(source, arch=arch, **options), variant, case)
     assert kernel.last_reports == []
     return compare(variant, out, ref)
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
-def test_t5_beyond_its_flat_diagonals_matches_the_reference(arch):
-    assert _run(arch) == []
+# Note [Diagonals across the warp] (attn-hoist{lanes=true}): sm_80's and sm_90a's lanes
+# share the diagonals near the bounds; sm_100a's thread holds a row, and takes no option.
+ARCHS = [("sm_80", False), ("sm_90a", False), ("sm_100a", False), ("sm_80", True), ("sm_90a", True)]
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
-def test_a_softcapped_clipped_position_of_i_minus_j_matches_the_reference(arch):
-    assert _run(arch, CLIPPED) == []
+@pytest.mark.parametrize("arch, lanes", ARCHS)
+def test_t5_beyond_its_flat_diagonals_matches_the_reference(arch, lanes):
+    assert _run(arch, lanes=lanes) == []
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
-def test_a_bias_of_d_and_i_matches_the_reference(arch):
-    assert _run(arch, ROW_SCALED) == []
+@pytest.mark.parametrize("arch, lanes", ARCHS)
+def test_a_softcapped_clipped_position_of_i_minus_j_matches_the_reference(arch, lanes):
+    assert _run(arch, CLIPPED, lanes) == []
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
-def test_bounds_too_near_the_diagonal_would_change_the_scores(monkeypatch, arch):
+@pytest.mark.parametrize("arch, lanes", ARCHS)
+def test_a_bias_of_d_and_i_matches_the_reference(arch, lanes):
+    assert _run(arch, ROW_SCALED, lanes) == []
+
+
+@pytest.mark.parametrize("arch, lanes", ARCHS)
+def test_bounds_too_near_the_diagonal_would_change_the_scores(monkeypatch, arch, lanes):
     monkeypatch.setattr(diagonals, "flat_bounds", lambda block, names: (-20, 20))
     monkeypatch.setattr(hooks, "flat_holds", lambda *args: True)
-    assert _run(arch) != []
+    assert _run(arch, lanes=lanes) != []
 
