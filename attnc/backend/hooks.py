@@ -186,6 +186,15 @@ def _shuffled(e: Emit, x: ir.Value, lane: ir.Value) -> ir.Value:
     return e.shfl_idx(x, lane)
 
 
+def _target_of(op: ir.Operation) -> str | None:
+    """The target of the kernel op that holds `op`, or None."""
+    while op is not None:
+        if "target" in op.attributes and isinstance(op.attributes["target"], ir.StringAttr):
+            return op.attributes["target"].value
+        op = op.parent
+    return None
+
+
 class _ReadWhereFirstUsed(dict):
     """{key: read(key)}, each emitted where it is first asked for: a diagonal's values
     read from other lanes just before the scores that take them, which ptxas keeps in that
@@ -416,20 +425,30 @@ class RegionCode:
     # divergent warp, and relative_bias's kernel spilled 344 bytes under its bound against
     # 112). The far sides' copy (Note [Spills of the near tiles] in register_bound.py) drops
     # that vote with the near side. relative_bias's PTX: 7,416 -> 3,753 lines on sm_90a,
-    # 8,591 -> 5,803 on sm_80, its cold compile 2.07 -> 1.45 s on sm_90a and 1.80 -> 1.41 s
-    # on sm_80 (results/compile_times.md, "Diagonals across the warp"). Off by default: not
-    # yet timed on a GPU, and its kernels spill more -- on sm_90a 112 bytes under the bound
-    # against 52, on sm_80 (no bound) 1,720 bytes where nvJitLink assembles it against 16
-    # where the ptxas binary does (the same PTX).
+    # 8,591 -> 5,803 on sm_80; its cold compile on sm_90a 1.95 -> 1.23 s (results/
+    # compile_times.md, "Diagonals across the warp"). On by default on sm_90a
+    # (LANES_BY_DEFAULT in attnc/passes/hoist.py): on an H100 its T5 kernels ran as fast
+    # or 5 % faster, though under the 3-CTA bound they spill 112 bytes against 52
+    # (results/sm90a_h200.md, "Diagonals across the warp"). Off on sm_80: its PTX ran 1-4 %
+    # faster on the H100 (the driver's JIT assembling it), but its cubin, which nvJitLink
+    # assembles, spills 1,720 bytes (the ptxas binary's of the same PTX 16).
     @functools.cached_property
     def moves_across_lanes(self) -> bool:
-        """Whether the lanes share the values of `diagonal` near the flat diagonals: where
-        attn-hoist{lanes=true} said so (`attn.flat_lanes` on the op d), and those that the
-        rest of the hook reads are of types a shuffle moves (Note [Diagonals across the
+        """Whether the lanes share the values of `diagonal` near the flat diagonals: as
+        attn-hoist said (`attn.flat_lanes` on the op d), or where it did not run (no
+        attn.level on d) as its default for the kernel's target would; and where those that
+        the rest of the hook reads are of types a shuffle moves (Note [Diagonals across the
         warp])."""
-        if self.diagonal is None or LANES not in self.diagonal[0].attributes:
+        from attnc.passes.hoist import LANES_BY_DEFAULT, LEVEL
+
+        if self.diagonal is None:
             return False
-        return all(str(v.type) in _MOVABLE for v in read_outside(self.block, self._on_diagonal))
+        root = self.diagonal[0]
+        if LEVEL in root.attributes:
+            asked = LANES in root.attributes
+        else:
+            asked = _target_of(root) in LANES_BY_DEFAULT
+        return asked and all(str(v.type) in _MOVABLE for v in read_outside(self.block, self._on_diagonal))
 
     @functools.cached_property
     def _on_diagonal(self) -> frozenset:

@@ -15,10 +15,11 @@ and the IR the passes print (`--emit mlir`) is made without the assembler.
 Note [Spills of the near tiles]: a hook with flat diagonals (T5's bucketed bias) computes
 its values once per diagonal only in the tiles near the diagonal, in a branch of their
 own (HookGrid in score_masks.py); the others take its far value. At head dim 64 on
-sm_90a that branch alone holds the 34 values a thread's scores lie on beside S, the P.V
-in flight and O, and under the 3-CTA bound (168 registers) ptxas spills there: the
-relative_bias example 44 bytes, T5 with causal 80, where the same kernels with the far
-side in place of the near one spill none. The near tiles are a few of a row's (two or
+sm_90a that branch holds the values of the 34 diagonals a thread's scores lie on (read
+from the lanes that computed them, Note [Diagonals across the warp] in hooks.py) beside
+S, the P.V in flight and O, and under the 3-CTA bound (168 registers) ptxas 13.5 spills
+there: the relative_bias example 112 bytes, T5 with causal 116, where the same kernels
+with the far side in place of the near one spill none. The near tiles are a few of a row's (two or
 three in 64 under a causal mask at N = 8192), so such spills cost little, and the
 bound's third CTA an SM gains more: 1.07x for T5 and 1.04x for T5 with causal at head dim
 64 on an H100 (results/sm90a_h200.md, "Spills of the near tiles"). So where the trial

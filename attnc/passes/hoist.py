@@ -56,6 +56,10 @@ PER = {"cta": "CTA", "row": "query row", "col": "key column", "score": "score"}
 HOOK_ARGS = {"attn.score_mod": ("s", "b", "h", "i", "j"), "attn.mask": ("b", "h", "i", "j")}
 
 
+# Where attn-hoist{lanes} is on by default (Note [Diagonals across the warp] in hooks.py).
+LANES_BY_DEFAULT = frozenset({"sm_90a"})
+
+
 @dataclass(frozen=True)
 class Hoist(Pass):
     """Place every value of the score_mod and mask hooks at the level of what it reads: per CTA, query row, key column or score; record where a hook's values of j - i stop changing."""
@@ -73,8 +77,9 @@ class Hoist(Pass):
         "doc": "near the flat diagonals, each lane of a warp computes the values of a few of its warp's "
                "diagonals and reads its own from the lanes that computed them (attn.flat_lanes on the op d: "
                "Note [Diagonals across the warp] in attnc/backend/hooks.py; sm_80 and sm_90a; refused "
-               "without flat); default false, each lane computing those of its own scores: not yet timed "
-               "on a GPU"})
+               "without flat); false: each lane computes those of its own scores (default: on sm_90a, "
+               "as fast or faster there; off on sm_80, where nvJitLink's assembly of the kernel spills; "
+               "results/sm90a_h200.md and sm80_h200.md, \"Diagonals across the warp\")"})
 
     def run(self, module) -> None:
         from attnc.errors import AttncError
@@ -86,25 +91,27 @@ class Hoist(Pass):
         if self.lanes and not flat:
             raise AttncError("lanes=true: the lanes share the values of the diagonals near the flat ones, and "
                              "there are none without flat (hoist=false or flat=false); give one or the other")
-        hoist(module, self.hoist, flat, bool(self.lanes))
+        hoist(module, self.hoist, flat, flat and self.lanes)
 
 
-def hoist(module, coarsest: bool = True, flat: bool = True, lanes: bool = False) -> None:
+def hoist(module, coarsest: bool = True, flat: bool = True, lanes: bool | None = None) -> None:
+    """`lanes` None: the target's default (LANES_BY_DEFAULT)."""
     from mlir import ir
 
-    from attnc.ir import attention_ops, error_at
+    from attnc.ir import attention_ops, error_at, get_str
     from attnc.ir.kernel import program_ops
 
     for kernel in attention_ops(module):
         if kernel.name != "attn.kernel":
             raise error_at(kernel, "attn-hoist places the values of the tile program's hooks; run attn-tile first")
+        share = lanes if lanes is not None else flat and get_str(kernel, "target") in LANES_BY_DEFAULT
         with kernel.context:
             for name, holders in program_ops(kernel, HOOK_ARGS).items():
                 for holder in holders:
                     block = holder.regions[0].blocks[0]
                     for op, level in placed_levels(block, HOOK_ARGS[name], given=False, coarsest=coarsest):
                         op.attributes[LEVEL] = ir.StringAttr.get(level)
-                    mark_flat(block, HOOK_ARGS[name], flat and name == "attn.score_mod", lanes)
+                    mark_flat(block, HOOK_ARGS[name], flat and name == "attn.score_mod", share)
 
 
 def mark_flat(block, names: tuple[str, ...], flat: bool = True, lanes: bool = False) -> None:

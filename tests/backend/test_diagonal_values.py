@@ -3,9 +3,9 @@ diagonal of a tile's scores, not once per score (Note [Values of a diagonal] in
 attnc/backend/hooks.py): T5's bucket (examples/relative_bias.attn: a log, an int() and
 a param read of d) at head dim 64 on 22 diagonals of sm_80's 64 scores a thread, 34 of
 sm_90a's, and once more for a tile beyond its flat diagonals (Note [Flat diagonals] in
-attnc/ir/diagonals.py). With attn-hoist{lanes=true}, near those a lane computes 3 (sm_80)
-or 5 (sm_90a) of its warp's diagonals and reads its own from the lanes that computed them
-(Note [Diagonals across the warp]). The control writes d as (j + 0) - i, which the sharing does not recognise: every
+attnc/ir/diagonals.py). With attn-hoist{lanes=true} (sm_90a's default), near those a lane
+computes 3 (sm_80) or 5 (sm_90a) of its warp's diagonals and reads its own from the lanes
+that computed them (Note [Diagonals across the warp]). The control writes d as (j + 0) - i, which the sharing does not recognise: every
 score computes its own. The emulator runs relative_bias against the
 reference on both targets (tests/sim/test_examples_sim.py)."""
 from __future__ import annotations
@@ -39,12 +39,13 @@ LAYOUTS = [("sm_80", 22, 3), ("sm_90a", 34, 5)]
 def test_t5_buckets_are_computed_once_per_diagonal(arch, diagonals, sets):
     """Both kernels at 64 scores a thread: on sm_80 the unshared bias, read per score,
     would take 64-key tiles and T5's 128 (attnc/passes/tile_table.py); with
-    attn-hoist{lanes=true} a lane computes a few of its warp's diagonals."""
+    attn-hoist{lanes=true} a lane computes a few of its warp's diagonals, with lanes=false
+    those of its own scores."""
     assert "let d = (j + 0) - i in" in UNSHARED
     tile = {"block_n": 64} if arch == "sm_80" else {}
     across = _lowered(T5, arch, **tile, lanes=True)
     unshared = _lowered(UNSHARED, arch, **tile)
-    alone = _lowered(T5, arch, **tile)
+    alone = _lowered(T5, arch, **tile, lanes=False)
     for op in ("math.log", "llvm.load", "fptosi"):
         n, k, m = across.count(op), alone.count(op), unshared.count(op)
         assert m > 0 and k * 64 == m * (diagonals + 1) and n * 64 == m * (sets + 1), (op, n, k, m)

@@ -11,8 +11,9 @@
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist{flat=false}" | filecheck %s --check-prefix=NOFLAT
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist,attn-hoist{flat=false}" | filecheck %s --check-prefix=NOFLAT
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist{hoist=false flat=true}" 2>&1 | filecheck %s --check-prefix=BOTH
-// RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist{lanes=true}" | filecheck %s --check-prefix=LANES
-// RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist{lanes=true},attn-hoist{lanes=false}" | filecheck %s --check-prefix=NOLANES
+// RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-hoist" | filecheck %s --check-prefix=NOLANES
+// RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-hoist{lanes=true}" | filecheck %s --check-prefix=FLAT
+// RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist,attn-hoist{lanes=false}" | filecheck %s --check-prefix=NOLANES
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist{flat=false lanes=true}" 2>&1 | filecheck %s --check-prefix=NOBOUNDS
 
 // documents + causal: a row's document id once per row, a column's once per column, the
@@ -39,18 +40,15 @@
 
 // A bucket of d = j - i clamped to [-8, 8]: flat at and below -8, at and above 8 (Note
 // [Flat diagonals]); ALiBi's bias, linear in d, is flat nowhere. flat=false records none,
-// and drops those of an earlier run. lanes=true adds attn.flat_lanes, the lanes sharing
-// the diagonals near the bounds (Note [Diagonals across the warp]); lanes=false drops it.
+// and drops those of an earlier run. attn.flat_lanes has the lanes share the diagonals
+// near the bounds (Note [Diagonals across the warp]): sm_90a's default, sm_80's with
+// lanes=true; lanes=false drops it.
 // FLAT-LABEL: func.func @alibi(
 // FLAT-NOT: attn.flat_
 // FLAT-LABEL: func.func @bucket(
 // FLAT: "attn.score_mod"
-// FLAT: arith.subi {{.*}} {attn.flat_above = 8 : i64, attn.flat_below = -8 : i64, attn.level = "score"}
+// FLAT: arith.subi {{.*}} {attn.flat_above = 8 : i64, attn.flat_below = -8 : i64, attn.flat_lanes, attn.level = "score"}
 // NOFLAT-NOT: attn.flat_
-// LANES-LABEL: func.func @alibi(
-// LANES-NOT: attn.flat_
-// LANES-LABEL: func.func @bucket(
-// LANES: arith.subi {{.*}} {attn.flat_above = 8 : i64, attn.flat_below = -8 : i64, attn.flat_lanes, attn.level = "score"}
 // NOLANES-LABEL: func.func @bucket(
 // NOLANES: arith.subi {{.*}} {attn.flat_above = 8 : i64, attn.flat_below = -8 : i64, attn.level = "score"}
 // NOLANES-NOT: attn.flat_lanes

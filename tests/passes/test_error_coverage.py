@@ -245,7 +245,7 @@ def test_a_persistent_block_without_an_epilogue_is_refused():
 # --- pass options -------------------------------------------------------------------------------
 @pytest.mark.parametrize("pipeline, message", [
     pytest.param("attn-tile,attn-hoist{block_m=64}",
-                 "pass 'attn-hoist' has no option 'block_m' (its options: hoist, flat); attn-tile has it", id="block_m"),
+                 "pass 'attn-hoist' has no option 'block_m' (its options: hoist, flat, lanes); attn-tile has it", id="block_m"),
     pytest.param("attn-tile,attn-analyze-masks,attn-warp-specialize{kv_layout=separate}",
                  "pass 'attn-warp-specialize' has no option 'kv_layout' (its options: consumers, producer, "
                  "pingpong, persistent, walk_order, q_blocks_per_cta); attn-alloc-smem has it", id="kv_layout"),

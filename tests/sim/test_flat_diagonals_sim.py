@@ -51,14 +51,15 @@ def _run(arch: str, source: Path | str = T5, lanes: bool = False):
     rng = np.random.default_rng(3)
     sizes = bind_sizes(variant, batch=1, heads=1, heads_kv=1, m=200, n=330, rng=rng)
     case = make_case(variant, sizes, {}, rng)
-    options = {"pass_pipeline": pipeline_with_options(arch, {"lanes": True})} if lanes else {}
+    options = {} if arch == "sm_100a" else {"pass_pipeline": pipeline_with_options(arch, {"lanes": lanes})}
     kernel, out, ref = emulated(ptx_bundle(source, arch=arch, **options), variant, case)
     assert kernel.last_reports == []
     return compare(variant, out, ref)
 
 
-# Note [Diagonals across the warp] (attn-hoist{lanes=true}): sm_80's and sm_90a's lanes
-# share the diagonals near the bounds; sm_100a's thread holds a row, and takes no option.
+# Note [Diagonals across the warp] (attn-hoist{lanes}, sm_90a's default): sm_80's and
+# sm_90a's lanes share the diagonals near the bounds, or each computes its own; sm_100a's
+# thread holds a row, and takes neither.
 ARCHS = [("sm_80", False), ("sm_90a", False), ("sm_100a", False), ("sm_80", True), ("sm_90a", True)]
 
 
