@@ -16,7 +16,7 @@ Note [Spills of the near tiles]: a hook with flat diagonals (T5's bucketed bias)
 its values once per diagonal only in the tiles near the diagonal, in a branch of their
 own (HookGrid in score_masks.py); the others take its far value. At head dim 64 on
 sm_90a that branch holds the values of the 34 diagonals a thread's scores lie on (read
-from the lanes that computed them, Note [Diagonals across the warp] in hooks.py) beside
+from the lanes that computed them, Note [Diagonals across the warp] in warp_diagonals.py) beside
 S, the P.V in flight and O, and under the 3-CTA bound (168 registers) ptxas 13.5 spills
 there: the relative_bias example 112 bytes, T5 with causal 116, where the same kernels
 with the far side in place of the near one spill none. The near tiles are a few of a row's (two or

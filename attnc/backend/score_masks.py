@@ -14,6 +14,7 @@ from attnc.backend.hooks import RegionCode
 from attnc.backend.mask_hooks import KeepFn, RowIntervalFn, ScoreBiasFn, ScoreModFn
 from attnc.backend.nvgpu_builders import Emit, branches, warp_vote
 from attnc.backend.row_bits import WORD, RowBits, below, low_bits
+from attnc.backend.warp_diagonals import diagonals_across_warp, shares_across_lanes
 from attnc.errors import AttncError
 
 
@@ -49,7 +50,7 @@ class ElementCoords:
     def lane_diagonal(self) -> tuple | None:
         """(the lane's index, the j - i of its first score less the least of its warp's,
         SPREAD: the most that difference is), or None without the lane's index (Note
-        [Diagonals across the warp] in hooks.py)."""
+        [Diagonals across the warp] in warp_diagonals.py)."""
         if self.lane is None:
             return None
         e = self.e
@@ -123,13 +124,12 @@ class HookGrid:
             # Note [Diagonals across the warp]: near the flat diagonals, the warp's far test
             # and a few diagonals a lane
             across = None
-            if flat and lanes is not None and code.flat_diagonals is not None and code.moves_across_lanes:
+            if flat and lanes is not None and code.flat_diagonals is not None and shares_across_lanes(code):
                 across = lanes()
             far = code.far_test(e, spots, row_i, col_j, across[1:] if across else None) if flat else None
             if across is not None:
                 far = (warp_vote(e, far[0], "all"), far[1])     # the same in every lane; ptxas learns it
-                self.per_diagonal = lambda: code.diagonals_across_warp(e, outer, spots, row_i(0), col_j(0),
-                                                                       *across)
+                self.per_diagonal = lambda: diagonals_across_warp(code, e, outer, spots, row_i(0), col_j(0), *across)
             else:
                 self.per_diagonal = lambda: {k: code.hoist_diagonal(e, outer, row_i(r), col_j(c))
                                              for k, (r, c) in spots.items()}

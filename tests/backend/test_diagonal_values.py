@@ -5,9 +5,10 @@ a param read of d) at head dim 64 on 22 diagonals of sm_80's 64 scores a thread,
 sm_90a's, and once more for a tile beyond its flat diagonals (Note [Flat diagonals] in
 attnc/ir/diagonals.py). With attn-hoist{lanes=true} (sm_90a's default), near those a lane
 computes 3 (sm_80) or 5 (sm_90a) of its warp's diagonals and reads its own from the lanes
-that computed them (Note [Diagonals across the warp]). The control writes d as (j + 0) - i, which the sharing does not recognise: every
-score computes its own. The emulator runs relative_bias against the
-reference on both targets (tests/sim/test_examples_sim.py)."""
+that computed them (Note [Diagonals across the warp] in attnc/backend/warp_diagonals.py).
+The control writes d as (j + 0) - i, which the sharing does not recognise: every score
+computes its own. The emulator runs relative_bias against the reference on both targets
+(tests/sim/test_examples_sim.py)."""
 from __future__ import annotations
 
 from pathlib import Path

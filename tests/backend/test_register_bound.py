@@ -216,7 +216,7 @@ def test_where_the_far_sides_spill_the_kernel_without_its_bound_is_assembled_bes
 
 def test_the_far_sides_copy_drops_the_warps_vote_with_the_near_side():
     """With attn-hoist{lanes=true} the near tiles' far test passes through vote.sync.all
-    (Note [Diagonals across the warp] in hooks.py), which LLVM keeps where nothing reads
+    (Note [Diagonals across the warp] in warp_diagonals.py), which LLVM keeps where nothing reads
     it: holding the branches on their far sides erases those votes, and the copy is the
     kernel with no near side."""
     from attnc.backend.lowering import kernel_module_for

@@ -141,7 +141,7 @@ def test_every_example_assembles_for_sm90a_without_spills(name):
 # Spills of a kernel measured faster with them than without: relative_bias's, those of its
 # near tiles under the 3-CTA bound, their diagonals shared across the warp (Notes [Spills of
 # the near tiles] in attnc/backend/register_bound.py and [Diagonals across the warp] in
-# hooks.py; results/sm90a_h200.md, "Spills of the near tiles" and "Diagonals across the
+# warp_diagonals.py; results/sm90a_h200.md, "Spills of the near tiles" and "Diagonals across the
 # warp"). More than these bytes fails.
 MEASURED_SPILLS = {"relative_bias": 112}
 
