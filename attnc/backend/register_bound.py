@@ -13,25 +13,25 @@ cubin.py), and the specialization says min_ctas_per_sm 0. LLVM lowers the kernel
 and the IR the passes print (`--emit mlir`) is made without the assembler.
 
 Note [Spills of the near tiles]: a hook with flat diagonals (T5's bucketed bias) computes
-its values once per diagonal only in the tiles near the diagonal, in a branch of their
-own (HookGrid in score_masks.py); the others take its far value. At head dim 64 on
-sm_90a that branch holds the values of the 34 diagonals a thread's scores lie on (read
-from the lanes that computed them, Note [Diagonals across the warp] in warp_diagonals.py) beside
-S, the P.V in flight and O, and under the 3-CTA bound (168 registers) ptxas 13.5 spills
-there: the relative_bias example 112 bytes, T5 with causal 116, where the same kernels
-with the far side in place of the near one spill none. The near tiles are a few of a row's (two or
-three in 64 under a causal mask at N = 8192), so such spills cost little, and the
-bound's third CTA an SM gains more: 1.07x for T5 and 1.04x for T5 with causal at head dim
-64 on an H100 (results/sm90a_h200.md, "Spills of the near tiles"). So where the trial
-spills, a copy of the kernel with each near branch's condition held true (the far side
-alone, the near side dead code) is assembled too, and the bound is kept where that copy
-does not spill. The module is rewritten for LLVM once and its bytecode handed to the
-trial, which is lowered and assembled on a second core where one is idle (`beside` in
-ptx.py); meanwhile the compile's own thread holds the module itself on its far sides and
-lowers and assembles it: no copy to make before the trial starts, and the copy's LLVM and
-assembly, the shorter (its near sides gone), end before the trial's. Where that copy
-spills, the kernel is most likely built without the bound, so this thread then assembles
-the trial's PTX less its bound while the trial's own assembly runs.
+its values once per diagonal only in the tiles near the diagonal, in a branch of their own
+(HookGrid in score_masks.py); the others take its far value. At head dim 64 on sm_90a that
+branch holds the values of the 34 diagonals a thread's scores lie on (read from the lanes
+that computed them, Note [Diagonals across the warp] in warp_diagonals.py) beside S, the
+P.V in flight and O, and under the 3-CTA bound (168 registers) ptxas 13.5 spills there:
+the relative_bias example 112 bytes, T5 with causal 116, where the same kernels with the
+far side in place of the near one spill none. The near tiles are a few of a row's (two or
+three in 64 under a causal mask at N = 8192), so such spills cost little, and the bound's
+third CTA an SM gains more: 1.07x for T5 and 1.04x for T5 with causal at head dim 64 on an
+H100 (results/sm90a_h200.md, "Spills of the near tiles"). So where the trial spills, a
+copy of the kernel with each near branch's condition held true (the far side alone, the
+near side dead code) is assembled too, and the bound is kept where that copy does not
+spill. The module is rewritten for LLVM once and its bytecode handed to the trial, which
+is lowered and assembled on a second core where one is idle (`beside` in ptx.py);
+meanwhile the compile's own thread holds the module itself on its far sides and lowers and
+assembles it: no copy to make before the trial starts, and the copy's LLVM and assembly,
+the shorter (its near sides gone), end before the trial's. Where that copy spills, the
+kernel is most likely built without the bound, so this thread then assembles the trial's
+PTX less its bound while the trial's own assembly runs.
 """
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ def hold_far_sides(module: ir.Module, branches: list) -> None:
     """Hold each of `branches`, `module`'s near-tiles branches (those with NEAR_TILES,
     HookGrid in score_masks.py), on its far side; a warp's vote that only the branch read
     goes with it (LLVM keeps a vote.sync whose result nothing reads, Note [Diagonals across
-    the warp] in hooks.py)."""
+    the warp] in warp_diagonals.py)."""
     with module.context:
         e = Emit()
         for op in branches:

@@ -11,21 +11,20 @@ keys span a lane's plus 13. With attn-hoist{lanes=true} (`attn.flat_lanes` on th
 lane computes the values of diagonal D = the warp's least + 32 s + lane, for s < ceil(span
 / 32) (5 at head dim 64 on sm_90a, 3 on sm_80), and reads each of its own from the lane
 that computed it, with shfl.sync.idx (two and a select where the lanes' diagonals of one
-key straddle two sets), just before the first score that takes it (read all at once, the
-34 stayed live together). Only the values that the rest of the hook reads move
-(`read_outside`); the others stand as the lane's own set 0's, which nothing reads. Every
-lane must then take the same side of the far test: the warp's, far where each of its
-diagonals is, passed through vote.sync.all so that ptxas knows it the same in every lane
-(without it ptxas guards each shuffle for a divergent warp, and relative_bias's kernel
-spilled 344 bytes under its bound against 112). The far sides' copy (Note [Spills of the
-near tiles] in register_bound.py) drops that vote with the near side. relative_bias's PTX:
-7,416 -> 3,753 lines on sm_90a, 8,591 -> 5,803 on sm_80; its cold compile on sm_90a 1.95
--> 1.23 s (results/ compile_times.md, "Diagonals across the warp"). On by default on
-sm_90a (LANES_BY_DEFAULT in attnc/passes/hoist.py): on an H100 its T5 kernels ran as fast
-or 5 % faster, though under the 3-CTA bound they spill 112 bytes against 52
-(results/sm90a_h200.md, "Diagonals across the warp"). Off on sm_80: its PTX ran 1-4 %
-faster on the H100 (the driver's JIT assembling it), but its cubin, which nvJitLink
-assembles, spills 1,720 bytes (the ptxas binary's of the same PTX 16).
+key straddle two sets), just before the first score that takes it. Only the values that
+the rest of the hook reads move (`read_outside`); the others stand as the lane's own set
+0's, which nothing reads. Every lane must then take the same side of the far test: the
+warp's, far where each of its diagonals is, passed through vote.sync.all so that ptxas
+knows it the same in every lane (without it ptxas guards each shuffle for a divergent
+warp, and relative_bias's kernel spilled 448 bytes under its bound against 112). The far
+sides' copy (Note [Spills of the near tiles] in register_bound.py) drops that vote with
+the near side. relative_bias's PTX: 7,416 -> 3,753 lines on sm_90a, 8,591 -> 5,803 on
+sm_80; its cold compile on sm_90a 1.95 -> 1.23 s (results/compile_times.md, "Diagonals
+across the warp"). On by default on sm_90a (LANES_BY_DEFAULT in attnc/passes/hoist.py): on
+an H100 its T5 kernels ran as fast or 5 % faster, though under the 3-CTA bound they spill
+112 bytes against 52 (results/sm90a_h200.md, "Diagonals across the warp"). Off on sm_80:
+its PTX ran 1-4 % faster on the H100 (the driver's JIT assembling it), but its cubin,
+which nvJitLink assembles, spills 1,720 bytes (the ptxas binary's of the same PTX 16).
 """
 from __future__ import annotations
 
@@ -63,8 +62,7 @@ def _target_of(op: ir.Operation) -> str | None:
 
 class _ReadWhereFirstUsed(dict):
     """{key: read(key)}, each emitted where it is first asked for: a diagonal's values
-    read from other lanes just before the scores that take them, which ptxas keeps in that
-    order (all 34 read first held them together, and 428 bytes spilled)."""
+    read from other lanes just before the first score that takes them."""
 
     def __init__(self, read):
         super().__init__()
@@ -76,7 +74,6 @@ class _ReadWhereFirstUsed(dict):
 
     def __bool__(self) -> bool:         # it has every key's values, read or not yet
         return True
-
 
 
 def shares_across_lanes(code) -> bool:
