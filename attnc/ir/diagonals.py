@@ -41,7 +41,7 @@ from attnc.ir.ops import PARAM
 D_LIMIT = 2**31 - 1          # |j - i| of two indices below 2^31
 FARTHEST = 2**24             # a bound farther from 0 is left out
 BELOW, ABOVE = "attn.flat_below", "attn.flat_above"
-LANES = "attn.flat_lanes"      # near the bounds, the lanes share the diagonals (hooks.py)
+LANES = "attn.flat_lanes"     # near the bounds, the lanes share the diagonals (warp_diagonals.py)
 _ROUND = 2.0**-20            # an f32 op's rounding, with room
 _APPROX = 2.0**-9            # the hardware's transcendentals (tanh.approx: ~2^-11)
 
