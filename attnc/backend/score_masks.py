@@ -14,7 +14,7 @@ from attnc.backend.hooks import RegionCode
 from attnc.backend.mask_hooks import KeepFn, RowIntervalFn, ScoreBiasFn, ScoreModFn
 from attnc.backend.nvgpu_builders import Emit, branches, warp_vote
 from attnc.backend.row_bits import WORD, RowBits, below, low_bits
-from attnc.backend.warp_diagonals import diagonals_across_warp, shares_across_lanes
+from attnc.backend.warp_diagonals import diagonals_across_warp, lane_values
 from attnc.errors import AttncError
 
 
@@ -109,7 +109,7 @@ class HookGrid:
                  diagonal=None, flat: bool = False, lanes=None):
         self.hook, self.e = hook, e
         self.rows = self.cols = None
-        self.diagonal, self.diagonals = diagonal, {}
+        self.diagonal, self.diagonals = diagonal, None     # {key: values} of the diagonals, where shared
         self.far = None                                 # Note [Flat diagonals]: see `over`
         code = getattr(hook, "__self__", hook)         # a RegionCode or a bound method of one
         if not isinstance(code, RegionCode):
@@ -123,13 +123,13 @@ class HookGrid:
                     spots.setdefault(diagonal(r, c), (r, c))
             # Note [Diagonals across the warp]: near the flat diagonals, the warp's far test
             # and a few diagonals a lane
-            across = None
-            if flat and lanes is not None and code.flat_diagonals is not None and shares_across_lanes(code):
-                across = lanes()
+            moved = lane_values(code) if flat and lanes is not None and code.flat_diagonals is not None else None
+            across = lanes() if moved is not None else None
             far = code.far_test(e, spots, row_i, col_j, across[1:] if across else None) if flat else None
             if across is not None:
                 far = (warp_vote(e, far[0], "all"), far[1])     # the same in every lane; ptxas learns it
-                self.per_diagonal = lambda: diagonals_across_warp(code, e, outer, spots, row_i(0), col_j(0), *across)
+                self.per_diagonal = lambda: diagonals_across_warp(code, e, outer, spots, row_i(0), col_j(0),
+                                                                  moved, *across)
             else:
                 self.per_diagonal = lambda: {k: code.hoist_diagonal(e, outer, row_i(r), col_j(c))
                                              for k, (r, c) in spots.items()}
@@ -175,7 +175,7 @@ class HookGrid:
     def __call__(self, r: int, c: int, *args, **kwargs):
         if self.rows is not None:
             kwargs["given"] = {**self.rows[r], **self.cols[c]} if self.cols[c] else self.rows[r]
-            if self.diagonals:
+            if self.diagonals is not None:
                 kwargs["given"] = {**kwargs["given"], **self.diagonals[self.diagonal(r, c)]}
         return self.hook(self.e, *args, **kwargs)
 

@@ -72,38 +72,34 @@ class _ReadWhereFirstUsed(dict):
         self[key] = value = self.read(key)
         return value
 
-    def __bool__(self) -> bool:         # it has every key's values, read or not yet
-        return True
 
-
-def shares_across_lanes(code) -> bool:
-    """Whether the lanes share the values of the RegionCode `code`'s diagonal near the flat
-    diagonals: as attn-hoist said (`attn.flat_lanes` on the op d), or where it did not run
-    (no attn.level on d) as its default for the kernel's target would; and where those that
-    the rest of the hook reads are of types a shuffle moves."""
+def lane_values(code) -> list[ir.Value] | None:
+    """The values of the RegionCode `code`'s diagonal that the rest of the hook reads, which
+    move between lanes, where the lanes share them near the flat diagonals -- as attn-hoist
+    said (`attn.flat_lanes` on the op d), or where it did not run (no attn.level on d) as its
+    default for the kernel's target would, and where a shuffle moves their types -- else
+    None."""
     from attnc.passes.hoist import LANES_BY_DEFAULT, LEVEL
 
     if code.diagonal is None:
-        return False
+        return None
     root = code.diagonal[0]
-    if LEVEL in root.attributes:
-        asked = LANES in root.attributes
-    else:
-        asked = _target_of(root) in LANES_BY_DEFAULT
-    return asked and all(str(v.type) in _MOVABLE for v in read_outside(code.block, code.on_diagonal))
+    asked = LANES in root.attributes if LEVEL in root.attributes else _target_of(root) in LANES_BY_DEFAULT
+    moved = read_outside(code.block, code.on_diagonal) if asked else []
+    return moved if asked and all(str(v.type) in _MOVABLE for v in moved) else None
 
 
 def diagonals_across_warp(code, e: Emit, given: Mapping, spots: Mapping, i0: ir.Value, j0: ir.Value,
-                          lane: ir.Value, offset: ir.Value, spread: int) -> dict:
+                          moved: list[ir.Value], lane: ir.Value, offset: ir.Value, spread: int) -> dict:
     """{key: `given` and the values of `code`'s diagonal on the diagonal of key} for each key
     of `spots` (j - i less that of (i0, j0), the lane's first score's), the lane computing a
-    few of its warp's diagonals and reading the rest from the lanes that computed them;
-    `offset` is the lane's first j - i less the warp's least, at most `spread`."""
+    few of its warp's diagonals and reading the rest, those of `moved` (`lane_values`), from
+    the lanes that computed them; `offset` is the lane's first j - i less the warp's least,
+    at most `spread`."""
     low = min(spots)
     sets = -(-(max(spots) - low + spread + 1) // 32)
     mine = e.add(e.sub(j0, offset), e.add(lane, low))          # j - i0: the warp's least + lane
     computed = [code.hoist_at(e, given, code.d_at(e, i0, e.add(mine, 32 * k))) for k in range(sets)]
-    moved = read_outside(code.block, code.on_diagonal)
 
     def read(key: int) -> dict:
         at = key - low
