@@ -59,8 +59,9 @@ def compiler_fingerprint() -> str:
 def toolchain() -> dict[str, str | None]:
     """What besides attnc makes the code: the MLIR bindings that emit the PTX, nvJitLink,
     and the ptxas of whole-program assembly, or None where there is none (without it a
-    kernel that sets its registers is assembled by nvJitLink and spills: Note
-    [Whole-program assembly] in cubin.py). Found by a review: a cubin built without ptxas
+    kernel that sets its registers is assembled by nvJitLink and spills, Note
+    [Whole-program assembly] in cubin.py, and so is an sm_80 kernel that ptxas would
+    assemble with fewer spills, Note [The assembly that spills less]). Found by a review: a cubin built without ptxas
     was served from the cache after ptxas was installed. Kept in the cache folder between
     runs (Note [Toolchain memo])."""
     stamp = _toolchain_stamp()

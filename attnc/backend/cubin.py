@@ -1,7 +1,8 @@
 """PTX -> cubin in-process with nvJitLink, and the resource report of a kernel.
 
 `ptx_to_cubin(ptx, "sm_80")` assembles without any CUDA toolkit (the nvJitLink library
-ships as a wheel). `resource_usage(ptx, "sm_80")` returns registers, spills, stack and
+ships as a wheel; so does the ptxas of Notes [Whole-program assembly] and [The assembly
+that spills less]). `resource_usage(ptx, "sm_80")` returns registers, spills, stack and
 static shared memory per kernel, read from nvJitLink's `-verbose` info log, or from
 `ptxas -v` when a `ptxas` binary is on PATH and `prefer_ptxas` is set (both print the
 same `ptxas info` lines).
@@ -26,6 +27,19 @@ the bundle's `ptx_to_cubin` of it takes that cubin. Where the bound is kept, the
 assembly was for nothing, and cost no wall time (on a busy machine it would: hence the
 count of the tasks ready to run now; the load average, of the last minute, still counts
 a compile that ended seconds ago).
+
+Note [The assembly that spills less]: nvJitLink assembles sm_80's kernels, and where its
+cubin spills, the ptxas binary assembles them again as a whole program; the bundle takes
+the cubin that spills fewer bytes, nvJitLink's at a tie (SPILLS_WEIGHED). A unit of a
+link, as nvJitLink assembles PTX (`ptxas -c` gives the same), can allocate a kernel's
+registers far worse: relative_bias's, its lanes sharing the diagonals (Note [Diagonals
+across the warp] in warp_diagonals.py), spills 1,720 bytes so and 16 as a whole program.
+Elsewhere the whole program spills as much or a little more (relative_bias's kernel
+without the lanes 52 bytes against 44, mqa's 16 against none: results/sm80_h200.md, "The
+assembly that spills less"), hence the weighing. The driver that runs sm_80's PTX in our
+measurements (no sm_80 GPU here) compiles it as a whole program. Where the module has
+one kernel and a second core is idle, ptxas runs beside nvJitLink and is stopped once
+nvJitLink's cubin shows no spills; else it runs after, only where that cubin spills.
 
 Note [Split compile]: ptxas compiles a module's kernels one after the other, and a
 module may hold two or three (sm_80's tiles_last kernel, Note [Small grids] in kernel_abi.py; a block map
@@ -106,8 +120,8 @@ def default_options(ptx: str) -> tuple[str, ...]:
 def ptx_to_cubin(ptx: str, arch: str, *, verbose: bool = True,
                  options: tuple[str, ...] | None = None) -> CubinResult:
     """Assemble `ptx` for `arch` (e.g. "sm_80") with nvJitLink (PTX that uses setmaxnreg:
-    Note [Whole-program assembly]); the info log holds the `ptxas info` lines when
-    `verbose`. The last few results are kept: the register-bound trial (Note [The bound
+    Note [Whole-program assembly]; sm_80: Note [The assembly that spills less]); the info
+    log holds the `ptxas info` lines when `verbose`. The last few results are kept: the register-bound trial (Note [The bound
     the assembler decides] in register_bound.py) assembles the PTX the bundle then takes."""
     options = default_options(ptx) if options is None else options
     if _needs_whole_program(ptx):
@@ -116,7 +130,60 @@ def ptx_to_cubin(ptx: str, arch: str, *, verbose: bool = True,
     if beside is not None:
         with timing.step("PTX -> cubin (nvJitLink, assembled beside the trial)"):
             return beside.result()
+    if verbose and arch in SPILLS_WEIGHED:
+        return _fewer_spills(ptx, arch, tuple(options))
     return _assemble(ptx, arch, verbose, tuple(options))
+
+
+# Targets whose cubin is the one of nvJitLink and ptxas that spills less (Note [The
+# assembly that spills less]).
+SPILLS_WEIGHED = frozenset({"sm_80"})
+
+
+@functools.lru_cache(maxsize=8)
+def _fewer_spills(ptx: str, arch: str, options: tuple[str, ...]) -> CubinResult:
+    """Note [The assembly that spills less]."""
+    ptxas = whole_program_ptxas()
+    if ptxas is None:
+        return _assemble(ptx, arch, True, options)
+    whole_options = tuple(o.removeprefix("-Xptxas=") for o in options)
+    if len(_ENTRY.findall(ptx)) > 1 or not idle_core():
+        linked = _assemble(ptx, arch, True, options)
+        if not spilled_bytes(linked):
+            return linked
+        try:
+            return _lesser(linked, _run_ptxas(ptxas, ptx, arch, whole_options))
+        except (CubinError, OSError):
+            return linked
+    linked_later = _second_thread().submit(_nvjitlink, ptx, arch, True, options)
+    with tempfile.TemporaryDirectory() as tmp, timing.step("PTX -> cubin (nvJitLink, ptxas beside it)"):
+        try:
+            proc = _start_ptxas(ptxas, ptx, arch, whole_options, Path(tmp))
+        except OSError:
+            return linked_later.result()
+        try:
+            linked = linked_later.result()
+            if not spilled_bytes(linked):
+                return linked
+            return _lesser(linked, _ptxas_result(ptxas, proc, arch, Path(tmp)))
+        except CubinError:
+            if linked_later.exception() is not None:
+                raise
+            return linked_later.result()            # ptxas failed where nvJitLink did not
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+
+
+def spilled_bytes(result: CubinResult) -> int:
+    """The bytes every kernel of `result` spills, stored and loaded."""
+    return sum(u.spill_stores + u.spill_loads for u in parse_resource_usage(result.info_log).values())
+
+
+def _lesser(linked: CubinResult, whole: CubinResult) -> CubinResult:
+    """The cubin of the two that spills fewer bytes; nvJitLink's (`linked`) at a tie."""
+    return whole if spilled_bytes(whole) < spilled_bytes(linked) else linked
 
 
 def _needs_whole_program(ptx: str) -> bool:
@@ -174,13 +241,22 @@ def check_register_pool(ptx: str, log: str) -> None:
 def _run_ptxas(ptxas: str, ptx: str, arch: str, options: tuple[str, ...] = ()) -> CubinResult:
     """`ptxas -v` on `ptx` as a whole program: the cubin and its info lines."""
     with tempfile.TemporaryDirectory() as tmp, timing.step("PTX -> cubin (ptxas)"):
-        src, out = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
-        src.write_text(ptx)
-        proc = subprocess.run([ptxas, _arch_flag(arch), *options, "-v", str(src), "-o", str(out)],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise CubinError(f"ptxas ({ptxas}) failed for {arch}:\n{proc.stderr}")
-        return CubinResult(out.read_bytes(), proc.stdout + proc.stderr)
+        return _ptxas_result(ptxas, _start_ptxas(ptxas, ptx, arch, options, Path(tmp)), arch, Path(tmp))
+
+
+def _start_ptxas(ptxas: str, ptx: str, arch: str, options: tuple[str, ...], folder: Path) -> subprocess.Popen:
+    """`ptxas -v` on `ptx`, begun in `folder`."""
+    src = folder / "kernel.ptx"
+    src.write_text(ptx)
+    return subprocess.Popen([ptxas, _arch_flag(arch), *options, "-v", str(src), "-o", str(folder / "kernel.cubin")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _ptxas_result(ptxas: str, proc: subprocess.Popen, arch: str, folder: Path) -> CubinResult:
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise CubinError(f"ptxas ({ptxas}) failed for {arch}:\n{err}")
+    return CubinResult((folder / "kernel.cubin").read_bytes(), out + err)
 
 
 def whole_program_ptxas() -> str | None:

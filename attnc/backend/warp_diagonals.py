@@ -20,11 +20,13 @@ warp, and relative_bias's kernel spilled 448 bytes under its bound against 112).
 sides' copy (Note [Spills of the near tiles] in register_bound.py) drops that vote with
 the near side. relative_bias's PTX: 7,416 -> 3,753 lines on sm_90a, 8,591 -> 5,803 on
 sm_80; its cold compile on sm_90a 1.95 -> 1.23 s (results/compile_times.md, "Diagonals
-across the warp"). On by default on sm_90a (LANES_BY_DEFAULT in attnc/passes/hoist.py): on
-an H100 its T5 kernels ran as fast or 5 % faster, though under the 3-CTA bound they spill
-112 bytes against 52 (results/sm90a_h200.md, "Diagonals across the warp"). Off on sm_80:
-its PTX ran 1-4 % faster on the H100 (the driver's JIT assembling it), but its cubin,
-which nvJitLink assembles, spills 1,720 bytes (the ptxas binary's of the same PTX 16).
+across the warp"). On by default on sm_80 and sm_90a (LANES_BY_DEFAULT in
+attnc/passes/hoist.py): on an H100 the sm_90a T5 kernels ran as fast or 5 % faster, though
+under the 3-CTA bound they spill 112 bytes against 52 (results/sm90a_h200.md, "Diagonals
+across the warp"), and the sm_80 ones, their PTX compiled by the driver, 1-4 % faster
+(results/sm80_h200.md); nvJitLink spills 1,720 bytes on relative_bias's sm_80 kernel,
+so its cubin is ptxas's, assembled as a whole program as the driver does, which spills 16
+(Note [The assembly that spills less] in cubin.py).
 """
 from __future__ import annotations
 

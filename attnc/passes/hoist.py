@@ -57,7 +57,7 @@ HOOK_ARGS = {"attn.score_mod": ("s", "b", "h", "i", "j"), "attn.mask": ("b", "h"
 
 
 # Where attn-hoist{lanes} is on by default (Note [Diagonals across the warp] in warp_diagonals.py).
-LANES_BY_DEFAULT = frozenset({"sm_90a"})
+LANES_BY_DEFAULT = frozenset({"sm_80", "sm_90a"})
 
 
 @dataclass(frozen=True)
@@ -77,9 +77,9 @@ class Hoist(Pass):
         "doc": "near the flat diagonals, each lane of a warp computes the values of a few of its warp's "
                "diagonals and reads its own from the lanes that computed them (attn.flat_lanes on the op d: "
                "Note [Diagonals across the warp] in attnc/backend/warp_diagonals.py; sm_80 and sm_90a; refused "
-               "without flat); false: each lane computes those of its own scores (default: on sm_90a, "
-               "as fast or faster there; off on sm_80, where nvJitLink's assembly of the kernel spills; "
-               "results/sm90a_h200.md and sm80_h200.md, \"Diagonals across the warp\")"})
+               "without flat); false: each lane computes those of its own scores (default: on for sm_80 "
+               "and sm_90a, whose kernels ran as fast or faster with it; results/sm90a_h200.md and "
+               "sm80_h200.md, \"Diagonals across the warp\")"})
 
     def run(self, module) -> None:
         from attnc.errors import AttncError

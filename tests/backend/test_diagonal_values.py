@@ -3,7 +3,7 @@ diagonal of a tile's scores, not once per score (Note [Values of a diagonal] in
 attnc/backend/hooks.py): T5's bucket (examples/relative_bias.attn: a log, an int() and
 a param read of d) at head dim 64 on 22 diagonals of sm_80's 64 scores a thread, 34 of
 sm_90a's, and once more for a tile beyond its flat diagonals (Note [Flat diagonals] in
-attnc/ir/diagonals.py). With attn-hoist{lanes=true} (sm_90a's default), near those a lane
+attnc/ir/diagonals.py). With attn-hoist{lanes=true} (the default on both), near those a lane
 computes 3 (sm_80) or 5 (sm_90a) of its warp's diagonals and reads its own from the lanes
 that computed them (Note [Diagonals across the warp] in attnc/backend/warp_diagonals.py).
 The control writes d as (j + 0) - i, which the sharing does not recognise: every score

@@ -11,8 +11,10 @@
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist{flat=false}" | filecheck %s --check-prefix=NOFLAT
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist,attn-hoist{flat=false}" | filecheck %s --check-prefix=NOFLAT
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist{hoist=false flat=true}" 2>&1 | filecheck %s --check-prefix=BOTH
-// RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-hoist" | filecheck %s --check-prefix=NOLANES
-// RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-hoist{lanes=true}" | filecheck %s --check-prefix=FLAT
+// RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-hoist" | filecheck %s --check-prefix=FLAT
+// RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-hoist" | filecheck %s --check-prefix=NOLANES
+// RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-hoist{lanes=true}" | filecheck %s --check-prefix=FLAT
+// RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-hoist{lanes=false}" | filecheck %s --check-prefix=NOLANES
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist,attn-hoist{lanes=false}" | filecheck %s --check-prefix=NOLANES
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist{flat=false lanes=true}" 2>&1 | filecheck %s --check-prefix=NOBOUNDS
 
@@ -41,8 +43,8 @@
 // A bucket of d = j - i clamped to [-8, 8]: flat at and below -8, at and above 8 (Note
 // [Flat diagonals]); ALiBi's bias, linear in d, is flat nowhere. flat=false records none,
 // and drops those of an earlier run. attn.flat_lanes has the lanes share the diagonals
-// near the bounds (Note [Diagonals across the warp]): sm_90a's default, sm_80's with
-// lanes=true; lanes=false drops it.
+// near the bounds (Note [Diagonals across the warp]): sm_80's and sm_90a's default, not
+// sm_100a's (whose lowering does not read it); lanes=false drops it.
 // FLAT-LABEL: func.func @alibi(
 // FLAT-NOT: attn.flat_
 // FLAT-LABEL: func.func @bucket(

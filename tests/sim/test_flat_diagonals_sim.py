@@ -57,7 +57,7 @@ def _run(arch: str, source: Path | str = T5, lanes: bool = False):
     return compare(variant, out, ref)
 
 
-# Note [Diagonals across the warp] (attn-hoist{lanes}, sm_90a's default): sm_80's and
+# Note [Diagonals across the warp] (attn-hoist{lanes}, on by default there): sm_80's and
 # sm_90a's lanes share the diagonals near the bounds, or each computes its own; sm_100a's
 # thread holds a row, and takes neither.
 ARCHS = [("sm_80", False), ("sm_90a", False), ("sm_100a", False), ("sm_80", True), ("sm_90a", True)]

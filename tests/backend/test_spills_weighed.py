@@ -1,0 +1,83 @@
+"""Note [The assembly that spills less] (attnc/backend/cubin.py): an sm_80 kernel's cubin
+is nvJitLink's unless it spills and the ptxas binary, assembling the PTX as a whole
+program, spills fewer bytes; the same cubin whether ptxas ran beside nvJitLink or after
+it; nvJitLink's where there is no ptxas."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+
+from attnc.backend import cubin
+from attnc.testing import build_with
+
+pytestmark = pytest.mark.skipif(cubin.whole_program_ptxas() is None, reason="no ptxas binary")
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SMALL = """.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry k(.param .u64 p)
+{
+  .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [p];
+  st.global.u32 [%rd1], 7;
+  ret;
+}
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def relative_bias_ptx() -> str:
+    """T5's bias on sm_80, its lanes sharing the diagonals (the target's default): nvJitLink
+    spills 1,720 bytes on it, ptxas as a whole program 16."""
+    text = (EXAMPLES / "relative_bias.attn").read_text()
+    return build_with(text, "relative_bias.attn", "sm_80", cubin=False).ptx
+
+
+def assembled(ptx: str, monkeypatch, *, idle: bool) -> cubin.CubinResult:
+    cubin._fewer_spills.cache_clear()
+    monkeypatch.setattr(cubin, "idle_core", lambda: idle)
+    try:
+        return cubin.ptx_to_cubin(ptx, "sm_80")
+    finally:
+        cubin._fewer_spills.cache_clear()
+
+
+def test_a_kernel_that_nvjitlink_spills_takes_the_whole_programs_cubin(monkeypatch):
+    ptx = relative_bias_ptx()
+    linked = cubin._nvjitlink(ptx, "sm_80", True, cubin.default_options(ptx))
+    assert cubin.spilled_bytes(linked) > 1000
+    beside = assembled(ptx, monkeypatch, idle=True)
+    after = assembled(ptx, monkeypatch, idle=False)
+    assert cubin.spilled_bytes(beside) < 100 and beside.cubin != linked.cubin
+    assert after.cubin == beside.cubin
+    # the report the bundle's build reads is the cubin's own
+    assert not any(u.spill_stores > 100 for u in cubin.resource_usage(ptx, "sm_80").values())
+
+
+@pytest.mark.parametrize("idle", [True, False])
+def test_a_kernel_that_nvjitlink_assembles_without_spills_keeps_its_cubin(monkeypatch, idle):
+    linked = cubin._nvjitlink(SMALL, "sm_80", True, cubin.default_options(SMALL))
+    assert cubin.spilled_bytes(linked) == 0
+    assert assembled(SMALL, monkeypatch, idle=idle).cubin == linked.cubin
+
+
+def test_without_ptxas_the_cubin_is_nvjitlinks(monkeypatch):
+    ptx = relative_bias_ptx()
+    monkeypatch.setattr(cubin, "whole_program_ptxas", lambda: None)
+    linked = cubin._nvjitlink(ptx, "sm_80", True, cubin.default_options(ptx))
+    assert assembled(ptx, monkeypatch, idle=True).cubin == linked.cubin
+
+
+def test_the_lesser_of_two_is_nvjitlinks_at_a_tie():
+    def result(name: str, stores: int, loads: int) -> cubin.CubinResult:
+        log = (f"ptxas info    : Compiling entry function 'k' for 'sm_80'\n"
+               f"    8 bytes stack frame, {stores} bytes spill stores, {loads} bytes spill loads\n"
+               f"ptxas info    : Used 255 registers\n")
+        return cubin.CubinResult(name.encode(), log)
+
+    assert cubin._lesser(result("linked", 8, 8), result("whole", 8, 8)).cubin == b"linked"
+    assert cubin._lesser(result("linked", 8, 8), result("whole", 4, 8)).cubin == b"whole"
+    assert cubin._lesser(result("linked", 4, 4), result("whole", 16, 0)).cubin == b"linked"
