@@ -33,10 +33,10 @@ cubin spills, the ptxas binary assembles them again as a whole program; the bund
 the cubin that spills fewer bytes, nvJitLink's at a tie (SPILLS_WEIGHED). A unit of a
 link, as nvJitLink assembles PTX (`ptxas -c` gives the same), can allocate a kernel's
 registers far worse: relative_bias's, its lanes sharing the diagonals (Note [Diagonals
-across the warp] in warp_diagonals.py), spills 1,720 bytes so and 16 as a whole program.
-Elsewhere the whole program spills as much or a little more (relative_bias's kernel
-without the lanes 52 bytes against 44, mqa's 16 against none: results/sm80_h200.md, "The
-assembly that spills less"), hence the weighing. The driver that runs sm_80's PTX in our
+across the warp] in warp_diagonals.py), stores 1,720 bytes of spills so and 16 as a whole
+program. Elsewhere the whole program spills as much or a little more (relative_bias's
+kernel without the lanes stores 52 bytes against 44, mqa's 16 against none:
+results/sm80_h200.md, "The assembly that spills less"), hence the weighing. The driver that runs sm_80's PTX in our
 measurements (no sm_80 GPU here) compiles it as a whole program. Where the module has
 one kernel and a second core is idle, ptxas runs beside nvJitLink and is stopped once
 nvJitLink's cubin shows no spills; else it runs after, only where that cubin spills.
