@@ -58,6 +58,10 @@ HOOK_ARGS = {"attn.score_mod": ("s", "b", "h", "i", "j"), "attn.mask": ("b", "h"
 
 # Where attn-hoist{lanes} is on by default (Note [Diagonals across the warp] in warp_diagonals.py).
 LANES_BY_DEFAULT = frozenset({"sm_80", "sm_90a"})
+# Where a warp's lanes hold a tile's scores and may share their diagonals; on sm_100a a
+# thread holds a row of scores (Note [Hoisted values of a row] in
+# attnc/backend/sm100a_scores.py), and no lane shares them.
+LANES_TARGETS = frozenset({"sm_80", "sm_90a"})
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,7 @@ class Hoist(Pass):
         "doc": "near the flat diagonals, each lane of a warp computes the values of a few of its warp's "
                "diagonals and reads its own from the lanes that computed them (attn.flat_lanes on the op d: "
                "Note [Diagonals across the warp] in attnc/backend/warp_diagonals.py; sm_80 and sm_90a; refused "
-               "without flat); false: each lane computes those of its own scores (default: on for sm_80 "
+               "without flat and on sm_100a, whose threads hold rows of scores); false: each lane computes those of its own scores (default: on for sm_80 "
                "and sm_90a, whose kernels ran as fast or faster with it; results/sm90a_h200.md and "
                "sm80_h200.md, \"Diagonals across the warp\")"})
 
@@ -104,7 +108,10 @@ def hoist(module, coarsest: bool = True, flat: bool = True, lanes: bool | None =
     for kernel in attention_ops(module):
         if kernel.name != "attn.kernel":
             raise error_at(kernel, "attn-hoist places the values of the tile program's hooks; run attn-tile first")
-        share = lanes if lanes is not None else flat and get_str(kernel, "target") in LANES_BY_DEFAULT
+        target = get_str(kernel, "target")
+        if lanes and target not in LANES_TARGETS:
+            raise error_at(kernel, _lanes_refused("lanes=true", target))
+        share = lanes if lanes is not None else flat and target in LANES_BY_DEFAULT
         with kernel.context:
             for name, holders in program_ops(kernel, HOOK_ARGS).items():
                 for holder in holders:
@@ -146,6 +153,7 @@ def check_levels(kernel) -> None:
     from attnc.ir.kernel import program_ops
 
     found = program_ops(kernel, (*HOOK_ARGS, FINALIZE))
+    _check_lanes(kernel, found)
     for name in HOOK_ARGS:
         holders = found[name]
         first = shape = None
@@ -170,6 +178,27 @@ def check_levels(kernel) -> None:
 
 
 FINALIZE = "attn.finalize"
+
+
+def _check_lanes(kernel, found: dict) -> None:
+    """`attn.flat_lanes` only where the target's lanes may share the diagonals."""
+    from attnc.ir import error_at, get_str
+    from attnc.ir.diagonals import LANES, diagonal_values
+
+    target = get_str(kernel, "target")
+    if target in LANES_TARGETS:
+        return
+    for name, holders in found.items():
+        for holder in holders if name in HOOK_ARGS else ():
+            values = diagonal_values(holder.regions[0].blocks[0], HOOK_ARGS[name])
+            if values is not None and LANES in values[0].attributes:
+                raise error_at(values[0], _lanes_refused(LANES, target))
+
+
+def _lanes_refused(what: str, target: str) -> str:
+    return (f"{what}: a thread of {target}'s kernel holds a row of scores, so its lanes have no diagonals to share; "
+            f"the lanes share them on {' and '.join(sorted(LANES_TARGETS))} (Note [Diagonals across the warp] in "
+            f"attnc/backend/warp_diagonals.py)")
 
 
 def _check_sinks(kernel, holders: list) -> None:

@@ -13,7 +13,7 @@
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist{hoist=false flat=true}" 2>&1 | filecheck %s --check-prefix=BOTH
 // RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-hoist" | filecheck %s --check-prefix=FLAT
 // RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-hoist" | filecheck %s --check-prefix=NOLANES
-// RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-hoist{lanes=true}" | filecheck %s --check-prefix=FLAT
+// RUN: not attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-hoist{lanes=true}" 2>&1 | filecheck %s --check-prefix=ROWS
 // RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-hoist{lanes=false}" | filecheck %s --check-prefix=NOLANES
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist,attn-hoist{lanes=false}" | filecheck %s --check-prefix=NOLANES
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-hoist{flat=false lanes=true}" 2>&1 | filecheck %s --check-prefix=NOBOUNDS
@@ -44,7 +44,7 @@
 // [Flat diagonals]); ALiBi's bias, linear in d, is flat nowhere. flat=false records none,
 // and drops those of an earlier run. attn.flat_lanes has the lanes share the diagonals
 // near the bounds (Note [Diagonals across the warp]): sm_80's and sm_90a's default, not
-// sm_100a's (whose lowering does not read it); lanes=false drops it.
+// sm_100a's, whose threads hold rows of scores and refuse lanes=true; lanes=false drops it.
 // FLAT-LABEL: func.func @alibi(
 // FLAT-NOT: attn.flat_
 // FLAT-LABEL: func.func @bucket(
@@ -58,6 +58,8 @@
 // NOTILE: alibi.attn:2:1: error: attn-hoist places the values of the tile program's hooks; run attn-tile first
 
 // BOTH: error: attn-hoist: flat=true: a tile beyond the flat diagonals computes their values once, and hoist=false computes every value per score; give one or the other
+
+// ROWS: error: attn-hoist: lanes=true: a thread of sm_100a's kernel holds a row of scores, so its lanes have no diagonals to share; the lanes share them on sm_80 and sm_90a
 
 // NOBOUNDS: error: attn-hoist: lanes=true: the lanes share the values of the diagonals near the flat ones, and there are none without flat (hoist=false or flat=false); give one or the other
 

@@ -83,6 +83,23 @@ def test_a_bound_nearer_the_diagonal_is_refused_at_d(monkeypatch):
         "attn.flat_above = 92")
 
 
+def test_lanes_edited_in_on_sm_100a_are_refused_at_d(monkeypatch):
+    """attn.flat_lanes on the op d of an sm_100a kernel, whose threads hold rows of scores:
+    refused at the op by the lowering, not ignored."""
+    monkeypatch.chdir(ROOT)
+    specs = target_pipeline("sm_100a")
+    plan = compile_file("examples/relative_bias.attn", CompileOptions(
+        arch="sm_100a", pass_pipeline=format_pipeline(specs[:-1]))).text
+    edited = plan.replace("attn.flat_below = -92 : i64", "attn.flat_below = -92 : i64, attn.flat_lanes")
+    assert edited != plan
+    with pytest.raises(AttncError) as info:
+        build(compile_result_of(optimize_mlir(edited, "plan.mlir", CompileOptions(
+            arch="sm_100a", pass_pipeline=specs[-1].name))), cubin=False)
+    assert info.value.render().startswith(
+        "examples/relative_bias.attn:9:15: error: attn.flat_lanes: a thread of sm_100a's kernel holds a row of "
+        "scores, so its lanes have no diagonals to share")
+
+
 def test_a_bound_farther_from_the_diagonal_is_followed(monkeypatch):
     monkeypatch.chdir(ROOT)
     plan = _plan()
