@@ -37,9 +37,13 @@ across the warp] in warp_diagonals.py), stores 1,720 bytes of spills so and 16 a
 program. Elsewhere the whole program spills as much or a little more (relative_bias's
 kernel without the lanes stores 52 bytes against 44, mqa's 16 against none:
 results/sm80_h200.md, "The assembly that spills less"), hence the weighing. The driver that runs sm_80's PTX in our
-measurements (no sm_80 GPU here) compiles it as a whole program. Where the module has
-one kernel and a second core is idle, ptxas runs beside nvJitLink and is stopped once
-nvJitLink's cubin shows no spills; else it runs after, only where that cubin spills.
+measurements (no sm_80 GPU here) compiles it as a whole program. ptxas runs after
+nvJitLink, only where that cubin spills; beside it where the bundle's build expects it to
+spill (a kernel whose lanes share the diagonals), the module has one kernel and a second
+core is idle, and is stopped should nvJitLink's cubin show no spills. Beside it always,
+it slowed nvJitLink's assembly of kernels that do not spill on the 2-core development
+machine (mha's sm_80 compile: 0.15-0.24 s, the medians of 8 paired rounds in two runs;
+results/compile_times.md, "The assembly that spills less").
 
 Note [Split compile]: ptxas compiles a module's kernels one after the other, and a
 module may hold two or three (sm_80's tiles_last kernel, Note [Small grids] in kernel_abi.py; a block map
@@ -117,12 +121,14 @@ def default_options(ptx: str) -> tuple[str, ...]:
     return OPTIONS + SPLIT if len(_ENTRY.findall(ptx)) > 1 else OPTIONS
 
 
-def ptx_to_cubin(ptx: str, arch: str, *, verbose: bool = True,
-                 options: tuple[str, ...] | None = None) -> CubinResult:
+def ptx_to_cubin(ptx: str, arch: str, *, verbose: bool = True, options: tuple[str, ...] | None = None,
+                 spills_expected: bool = False) -> CubinResult:
     """Assemble `ptx` for `arch` (e.g. "sm_80") with nvJitLink (PTX that uses setmaxnreg:
-    Note [Whole-program assembly]; sm_80: Note [The assembly that spills less]); the info
-    log holds the `ptxas info` lines when `verbose`. The last few results are kept: the register-bound trial (Note [The bound
-    the assembler decides] in register_bound.py) assembles the PTX the bundle then takes."""
+    Note [Whole-program assembly]; sm_80: Note [The assembly that spills less], where
+    `spills_expected` has ptxas run beside nvJitLink); the info log holds the `ptxas info`
+    lines when `verbose`. The last few results are kept: the register-bound trial (Note
+    [The bound the assembler decides] in register_bound.py) assembles the PTX the bundle
+    then takes."""
     options = default_options(ptx) if options is None else options
     if _needs_whole_program(ptx):
         return _assemble_whole_program(ptx, arch, tuple(options))
@@ -131,7 +137,7 @@ def ptx_to_cubin(ptx: str, arch: str, *, verbose: bool = True,
         with timing.step("PTX -> cubin (nvJitLink, assembled beside the trial)"):
             return beside.result()
     if verbose and arch in SPILLS_WEIGHED:
-        return _fewer_spills(ptx, arch, tuple(options))
+        return _fewer_spills(ptx, arch, tuple(options), spills_expected)
     return _assemble(ptx, arch, verbose, tuple(options))
 
 
@@ -141,13 +147,14 @@ SPILLS_WEIGHED = frozenset({"sm_80"})
 
 
 @functools.lru_cache(maxsize=8)
-def _fewer_spills(ptx: str, arch: str, options: tuple[str, ...]) -> CubinResult:
-    """Note [The assembly that spills less]."""
+def _fewer_spills(ptx: str, arch: str, options: tuple[str, ...], expected: bool = False) -> CubinResult:
+    """Note [The assembly that spills less]; ptxas beside nvJitLink where it is `expected`
+    to spill."""
     ptxas = whole_program_ptxas()
     if ptxas is None:
         return _assemble(ptx, arch, True, options)
     whole_options = tuple(o.removeprefix("-Xptxas=") for o in options)
-    if len(_ENTRY.findall(ptx)) > 1 or not idle_core():
+    if not expected or len(_ENTRY.findall(ptx)) > 1 or not idle_core():
         linked = _assemble(ptx, arch, True, options)
         if not spilled_bytes(linked):
             return linked

@@ -183,16 +183,35 @@ FINALIZE = "attn.finalize"
 def _check_lanes(kernel, found: dict) -> None:
     """`attn.flat_lanes` only where the target's lanes may share the diagonals."""
     from attnc.ir import error_at, get_str
-    from attnc.ir.diagonals import LANES, diagonal_values
+    from attnc.ir.diagonals import LANES
 
     target = get_str(kernel, "target")
     if target in LANES_TARGETS:
         return
+    for root in _diagonal_roots(found):
+        if LANES in root.attributes:
+            raise error_at(root, _lanes_refused(LANES, target))
+
+
+def lanes_shared(kernel) -> bool:
+    """Whether a hook of `kernel` has its lanes share the diagonals (`attn.flat_lanes`)."""
+    from attnc.ir.diagonals import LANES
+    from attnc.ir.kernel import program_ops
+
+    return any(LANES in root.attributes for root in _diagonal_roots(program_ops(kernel, HOOK_ARGS)))
+
+
+def _diagonal_roots(found: dict) -> list:
+    """The op d of each hook region among `found` (program_ops') that has one."""
+    from attnc.ir.diagonals import diagonal_values
+
+    roots = []
     for name, holders in found.items():
         for holder in holders if name in HOOK_ARGS else ():
             values = diagonal_values(holder.regions[0].blocks[0], HOOK_ARGS[name])
-            if values is not None and LANES in values[0].attributes:
-                raise error_at(values[0], _lanes_refused(LANES, target))
+            if values is not None:
+                roots.append(values[0])
+    return roots
 
 
 def _lanes_refused(what: str, target: str) -> str:

@@ -228,15 +228,14 @@ def test_int_of_a_float_is_the_saturating_conversion_in_the_kernel():
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_int_is_one_conversion_in_the_ptx(arch):
-    """Note [One cvt for int()] (ptx.py): relative_bias's int(), once a diagonal of the
-    scores a thread holds (Note [Values of a diagonal] in hooks.py: 22 of them on sm_80), or
-    on sm_90a once for each of the 5 diagonals a lane computes for its warp in each of the
-    3 loops' near tiles (Note [Diagonals across the warp]), is one cvt.rzi.s32.f32 in the
-    PTX, not LLVM's expansion of fptosi.sat (a NaN test and the bounds' compares and
-    selects around it); sm_100a's: tests/backend/test_sm100a.py."""
+    """Note [One cvt for int()] (ptx.py): relative_bias's int(), once for each of the
+    diagonals a lane computes for its warp (Note [Diagonals across the warp]: 3 on sm_80,
+    5 on sm_90a) in each loop's near tiles (2 on sm_80, 3 on sm_90a), is one
+    cvt.rzi.s32.f32 in the PTX, not LLVM's expansion of fptosi.sat (a NaN test and the
+    bounds' compares and selects around it); sm_100a's: tests/backend/test_sm100a.py."""
     import attnc
     ptx = attnc.compile(ROOT / "examples/relative_bias.attn", arch=arch).bundle.code["ptx"].decode()
-    assert ptx.count("cvt.rzi.s32.f32") >= {"sm_80": 22, "sm_90a": 15}[arch] and "setp.nan.f32" not in ptx
+    assert ptx.count("cvt.rzi.s32.f32") >= {"sm_80": 6, "sm_90a": 15}[arch] and "setp.nan.f32" not in ptx
 
 
 def test_a_runtime_division_goes_through_the_rounded_divide(monkeypatch):

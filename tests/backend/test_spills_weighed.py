@@ -1,7 +1,8 @@
 """Note [The assembly that spills less] (attnc/backend/cubin.py): an sm_80 kernel's cubin
 is nvJitLink's unless it spills and the ptxas binary, assembling the PTX as a whole
 program, spills fewer bytes; the same cubin whether ptxas ran beside nvJitLink or after
-it; nvJitLink's where there is no ptxas."""
+it; nvJitLink's where there is no ptxas. The bundle's build expects the spills of a kernel
+whose lanes share the diagonals."""
 from __future__ import annotations
 
 import functools
@@ -36,11 +37,12 @@ def relative_bias_ptx() -> str:
     return build_with(text, "relative_bias.attn", "sm_80", cubin=False).ptx
 
 
-def assembled(ptx: str, monkeypatch, *, idle: bool) -> cubin.CubinResult:
+def assembled(ptx: str, monkeypatch, *, beside: bool) -> cubin.CubinResult:
+    """The cubin of `ptx` for sm_80, ptxas run `beside` nvJitLink or after it."""
     cubin._fewer_spills.cache_clear()
-    monkeypatch.setattr(cubin, "idle_core", lambda: idle)
+    monkeypatch.setattr(cubin, "idle_core", lambda: True)
     try:
-        return cubin.ptx_to_cubin(ptx, "sm_80")
+        return cubin.ptx_to_cubin(ptx, "sm_80", spills_expected=beside)
     finally:
         cubin._fewer_spills.cache_clear()
 
@@ -49,26 +51,26 @@ def test_a_kernel_that_nvjitlink_spills_takes_the_whole_programs_cubin(monkeypat
     ptx = relative_bias_ptx()
     linked = cubin._nvjitlink(ptx, "sm_80", True, cubin.default_options(ptx))
     assert cubin.spilled_bytes(linked) > 1000
-    beside = assembled(ptx, monkeypatch, idle=True)
-    after = assembled(ptx, monkeypatch, idle=False)
+    beside = assembled(ptx, monkeypatch, beside=True)
+    after = assembled(ptx, monkeypatch, beside=False)
     assert cubin.spilled_bytes(beside) < 100 and beside.cubin != linked.cubin
     assert after.cubin == beside.cubin
     # the report the bundle's build reads is the cubin's own
     assert not any(u.spill_stores > 100 for u in cubin.resource_usage(ptx, "sm_80").values())
 
 
-@pytest.mark.parametrize("idle", [True, False])
-def test_a_kernel_that_nvjitlink_assembles_without_spills_keeps_its_cubin(monkeypatch, idle):
+@pytest.mark.parametrize("beside", [True, False])
+def test_a_kernel_that_nvjitlink_assembles_without_spills_keeps_its_cubin(monkeypatch, beside):
     linked = cubin._nvjitlink(SMALL, "sm_80", True, cubin.default_options(SMALL))
     assert cubin.spilled_bytes(linked) == 0
-    assert assembled(SMALL, monkeypatch, idle=idle).cubin == linked.cubin
+    assert assembled(SMALL, monkeypatch, beside=beside).cubin == linked.cubin
 
 
 def test_without_ptxas_the_cubin_is_nvjitlinks(monkeypatch):
     ptx = relative_bias_ptx()
     monkeypatch.setattr(cubin, "whole_program_ptxas", lambda: None)
     linked = cubin._nvjitlink(ptx, "sm_80", True, cubin.default_options(ptx))
-    assert assembled(ptx, monkeypatch, idle=True).cubin == linked.cubin
+    assert assembled(ptx, monkeypatch, beside=True).cubin == linked.cubin
 
 
 def test_the_lesser_of_two_is_nvjitlinks_at_a_tie():
@@ -81,3 +83,13 @@ def test_the_lesser_of_two_is_nvjitlinks_at_a_tie():
     assert cubin._lesser(result("linked", 8, 8), result("whole", 8, 8)).cubin == b"linked"
     assert cubin._lesser(result("linked", 8, 8), result("whole", 4, 8)).cubin == b"whole"
     assert cubin._lesser(result("linked", 4, 4), result("whole", 16, 0)).cubin == b"linked"
+
+
+def test_the_build_runs_ptxas_beside_nvjitlink_where_the_lanes_share_the_diagonals(monkeypatch):
+    asked = []
+    real = cubin.ptx_to_cubin
+    monkeypatch.setattr(cubin, "ptx_to_cubin", lambda ptx, arch, **kw: asked.append(kw) or real(ptx, arch, **kw))
+    text = (EXAMPLES / "relative_bias.attn").read_text()
+    for lanes in (True, False):
+        build_with(text, "relative_bias.attn", "sm_80", lanes=lanes)
+    assert [kw.get("spills_expected") for kw in asked] == [True, False]

@@ -25,6 +25,7 @@ def test_a_compile_reports_each_pass_then_the_backend_then_the_total(tmp_path, m
     from attnc.backend import cubin
     monkeypatch.setenv("ATTNC_DISABLE_CACHE", "1")
     cubin._assemble.cache_clear()
+    cubin._fewer_spills.cache_clear()
     status, out, err = run_attnc(["compile", MHA, "-arch", "sm_80", "-o", str(tmp_path / "b"), "--time-passes"])
     assert status == 0 and out.startswith(f"wrote {tmp_path / 'b'}/")     # standard output is unchanged
     rows = table(err)
