@@ -3,9 +3,9 @@
 `ptx_to_cubin(ptx, "sm_80")` assembles without any CUDA toolkit (the nvJitLink library
 ships as a wheel; so does the ptxas of Notes [Whole-program assembly] and [The assembly
 that spills less]). `resource_usage(ptx, "sm_80")` returns registers, spills, stack and
-static shared memory per kernel, read from nvJitLink's `-verbose` info log, or from
-`ptxas -v` when a `ptxas` binary is on PATH and `prefer_ptxas` is set (both print the
-same `ptxas info` lines).
+static shared memory per kernel, read from the info log of the cubin `ptx_to_cubin` takes
+(nvJitLink's `-verbose`, or the ptxas binary's `-v`), or from `ptxas -v` when a `ptxas`
+binary is on PATH and `prefer_ptxas` is set (both print the same `ptxas info` lines).
 
 Note [Whole-program assembly]: nvJitLink assembles PTX as one unit of a link, and ptxas
 then ignores `setmaxnreg` ("(C7504) 'setmaxnreg' ignored to maintain compatibility
@@ -36,14 +36,14 @@ registers far worse: relative_bias's, its lanes sharing the diagonals (Note [Dia
 across the warp] in warp_diagonals.py), stores 1,720 bytes of spills so and 16 as a whole
 program. Elsewhere the whole program spills as much or a little more (relative_bias's
 kernel without the lanes stores 52 bytes against 44, mqa's 16 against none:
-results/sm80_h200.md, "The assembly that spills less"), hence the weighing. The driver that runs sm_80's PTX in our
-measurements (no sm_80 GPU here) compiles it as a whole program. ptxas runs after
-nvJitLink, only where that cubin spills; beside it where the bundle's build expects it to
-spill (a kernel whose lanes share the diagonals), the module has one kernel and a second
-core is idle, and is stopped should nvJitLink's cubin show no spills. Beside it always,
-it slowed nvJitLink's assembly of kernels that do not spill on the 2-core development
-machine (mha's sm_80 compile: 0.15-0.24 s, the medians of 8 paired rounds in two runs;
-results/compile_times.md, "The assembly that spills less").
+results/sm80_h200.md, "The assembly that spills less"), hence the weighing. The driver
+that runs sm_80's PTX in our measurements (no sm_80 GPU here) compiles it as a whole
+program. ptxas runs after nvJitLink, only where that cubin spills; beside it where the
+bundle's build expects nvJitLink to spill (a kernel whose lanes share the diagonals), the
+module has one kernel and a second core is idle, stopped should nvJitLink's cubin show no
+spills. Beside it always, it slowed nvJitLink's assembly of kernels that do not spill on
+the 2-core development machine (mha's sm_80 compile: 0.15-0.24 s, the medians of 8
+paired rounds in two runs; results/compile_times.md, "The assembly that spills less").
 
 Note [Split compile]: ptxas compiles a module's kernels one after the other, and a
 module may hold two or three (sm_80's tiles_last kernel, Note [Small grids] in kernel_abi.py; a block map

@@ -340,8 +340,8 @@ def build(result, *, cubin: bool = True) -> BundleArtifacts:
     ptx, specialization = bounded_code(kernel_module, target, kernels[-1]["symbol"], specialization)
     if cubin:
         from attnc.passes.hoist import lanes_shared
-        spills = any(lanes_shared(op) for op in attention_ops(result.module))
-        blobs = {"cubin": _assembled(ptx, target, specialization, kernels[-1], spills)}
+        spills_expected = any(lanes_shared(op) for op in attention_ops(result.module))
+        blobs = {"cubin": _assembled(ptx, target, specialization, kernels[-1], spills_expected)}
     else:
         blobs = {}
     blobs["ptx"] = ptx.encode()
@@ -352,15 +352,15 @@ def build(result, *, cubin: bool = True) -> BundleArtifacts:
     return BundleArtifacts(result, ptx, blobs.get("cubin"), manifest, files)
 
 
-def _assembled(ptx: str, target: str, specialization: dict, kernel: dict, spills: bool = False) -> bytes:
-    """The cubin of `ptx`; `spills`: nvJitLink is expected to spill it (Note [The assembly
-    that spills less] in cubin.py). A register bound the assembler cannot meet (a
+def _assembled(ptx: str, target: str, specialization: dict, kernel: dict, spills_expected: bool = False) -> bytes:
+    """The cubin of `ptx`; `spills_expected`: nvJitLink is expected to spill it (Note [The
+    assembly that spills less] in cubin.py). A register bound the assembler cannot meet (a
     min_ctas_per_sm given to attn-kernel-choices: every default assembles) is the option's
     refusal."""
     from attnc.backend.cubin import CubinError, ptx_to_cubin
     from attnc.schedule.recipes import REGISTER_FILE
     try:
-        return ptx_to_cubin(ptx, target, spills_expected=spills).cubin
+        return ptx_to_cubin(ptx, target, spills_expected=spills_expected).cubin
     except CubinError as e:
         ctas = specialization.get("min_ctas_per_sm") or 0
         if ctas <= 1:
