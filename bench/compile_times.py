@@ -2,7 +2,10 @@
 interpreter's start included, for every example and target, cold (ATTNC_DISABLE_CACHE=1)
 and served from the kernel cache (a fresh cache folder, filled by one compile first),
 and a variant whose score_mod reads 150 per-head params (tests/backend/test_compile_scaling.py's
-PARAM_READS). Prints a markdown table: the median of `--rounds` runs of each.
+PARAM_READS). Prints a markdown table: the median of `--rounds` runs of each, and the
+fastest and slowest cold one. A round compiles every case once, so that each case's runs
+are spread over the whole run: the machine's speed drifts within a run, and a slower
+stretch of it then weighs on every case alike rather than on the few it met.
 
     python bench/compile_times.py [--archs sm_80,sm_90a] [--rounds 3] [--only REGEX]
     python bench/compile_times.py --against ../other-checkout [--only REGEX]
@@ -97,8 +100,8 @@ def main() -> None:
                   f"cache (s) |")
             print("| --- | --- | --- | --- | --- |")
         else:
-            print("| case | target | cold compile (s) | cached compile (s) |")
-            print("| --- | --- | --- | --- |")
+            _rounds_over_cases(sources, archs, args.rounds, base, tmp)
+            return
         for source in sources:
             for arch in archs:
                 if args.against is not None:
@@ -112,14 +115,28 @@ def main() -> None:
                             cold[name].append(timed(own, arch, tmp / "out", {**env, "ATTNC_DISABLE_CACHE": "1"}))
                     cells = " | ".join(f"{statistics.median(v):.2f}" for v in cold.values())
                     print(f"| {source.stem} | {arch} | {cells} |", flush=True)
-                    continue
-                cold_env = {**base, "ATTNC_DISABLE_CACHE": "1"}
-                cold = [timed(source, arch, tmp / "out", cold_env) for _ in range(args.rounds)]
-                cached_env = {**base, "ATTNC_DISABLE_CACHE": "0", "ATTNC_CACHE_DIR": str(tmp / f"cache_{arch}")}
-                timed(source, arch, tmp / "out", cached_env)          # fills the cache
-                cached = [timed(source, arch, tmp / "out", cached_env) for _ in range(args.rounds)]
-                print(f"| {source.stem} | {arch} | {statistics.median(cold):.2f} | {statistics.median(cached):.2f} |",
-                      flush=True)
+
+
+def _rounds_over_cases(sources: list[Path], archs: list[str], rounds: int, base: dict, tmp: Path) -> None:
+    """The table of cold and cached compiles, each round compiling every case once."""
+    cases = [(source, arch) for source in sources for arch in archs]
+    cold_env = {**base, "ATTNC_DISABLE_CACHE": "1"}
+    cached_env = {arch: {**base, "ATTNC_DISABLE_CACHE": "0", "ATTNC_CACHE_DIR": str(tmp / f"cache_{arch}")}
+                  for arch in archs}
+    for source, arch in cases:
+        timed(source, arch, tmp / "out", cached_env[arch])          # fills the cache
+    cold = {case: [] for case in cases}
+    cached = {case: [] for case in cases}
+    for _ in range(rounds):
+        for source, arch in cases:
+            cold[source, arch].append(timed(source, arch, tmp / "out", cold_env))
+            cached[source, arch].append(timed(source, arch, tmp / "out", cached_env[arch]))
+    print("| case | target | cold compile (s) | cold, fastest - slowest (s) | cached compile (s) |")
+    print("| --- | --- | --- | --- | --- |")
+    for source, arch in cases:
+        times = cold[source, arch]
+        print(f"| {source.stem} | {arch} | {statistics.median(times):.2f} | {min(times):.2f} - {max(times):.2f} | "
+              f"{statistics.median(cached[source, arch]):.2f} |")
 
 
 if __name__ == "__main__":

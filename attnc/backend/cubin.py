@@ -28,22 +28,21 @@ assembly was for nothing, and cost no wall time (on a busy machine it would: hen
 count of the tasks ready to run now; the load average, of the last minute, still counts
 a compile that ended seconds ago).
 
-Note [The assembly that spills less]: nvJitLink assembles sm_80's kernels, and where its
-cubin spills, the ptxas binary assembles them again as a whole program; the bundle takes
-the cubin that spills fewer bytes, nvJitLink's at a tie (SPILLS_WEIGHED). A unit of a
-link, as nvJitLink assembles PTX (`ptxas -c` gives the same), can allocate a kernel's
-registers far worse: relative_bias's, its lanes sharing the diagonals (Note [Diagonals
-across the warp] in warp_diagonals.py), stores 1,720 bytes of spills so and 16 as a whole
-program. Elsewhere the whole program spills as much or a little more (relative_bias's
-kernel without the lanes stores 52 bytes against 44, mqa's 16 against none:
-results/sm80_h200.md, "The assembly that spills less"), hence the weighing. The driver
-that runs sm_80's PTX in our measurements (no sm_80 GPU here) compiles it as a whole
-program. ptxas runs after nvJitLink, only where that cubin spills; beside it where the
-bundle's build expects nvJitLink to spill (a kernel whose lanes share the diagonals), the
-module has one kernel and a second core is idle, stopped should nvJitLink's cubin show no
-spills. Beside it always, it slowed nvJitLink's assembly of kernels that do not spill on
-the 2-core development machine (mha's sm_80 compile: 0.15-0.24 s, the medians of 8
-paired rounds in two runs; results/compile_times.md, "The assembly that spills less").
+Note [The assembly that spills less]: an sm_80 kernel whose lanes share the diagonals
+(Note [Diagonals across the warp] in warp_diagonals.py; the bundle's build says so,
+`spills_expected`) is assembled by nvJitLink and by the ptxas binary as a whole program,
+and the bundle takes the cubin that spills fewer bytes, nvJitLink's at a tie
+(SPILLS_WEIGHED). A unit of a link, as nvJitLink assembles PTX (`ptxas -c` gives the
+same), can allocate such a kernel's registers far worse: relative_bias's stores 1,720
+bytes of spills so and 16 as a whole program. Elsewhere the whole program spills as much
+or a little more (relative_bias's kernel without the lanes stores 52 bytes against 44,
+mqa's 16 against none: results/sm80_h200.md, "The assembly that spills less"), and a
+second assembly of a kernel that spills doubles its assembly (the 150 params' read of
+results/compile_times.md: 5.9 s, then ptxas's 6.2 s, for 6,880 bytes stored and loaded
+against 6,992), so every other kernel is nvJitLink's alone. The driver that runs sm_80's
+PTX in our measurements (no sm_80 GPU here) compiles it as a whole program. Where the
+module has one kernel and a second core is idle, ptxas runs beside nvJitLink, stopped
+should nvJitLink's cubin show no spills; else after it, only where that cubin spills.
 
 Note [Split compile]: ptxas compiles a module's kernels one after the other, and a
 module may hold two or three (sm_80's tiles_last kernel, Note [Small grids] in kernel_abi.py; a block map
@@ -124,8 +123,8 @@ def default_options(ptx: str) -> tuple[str, ...]:
 def ptx_to_cubin(ptx: str, arch: str, *, verbose: bool = True, options: tuple[str, ...] | None = None,
                  spills_expected: bool = False) -> CubinResult:
     """Assemble `ptx` for `arch` (e.g. "sm_80") with nvJitLink (PTX that uses setmaxnreg:
-    Note [Whole-program assembly]; sm_80: Note [The assembly that spills less], where
-    `spills_expected` has ptxas run beside nvJitLink); the info log holds the `ptxas info`
+    Note [Whole-program assembly]; sm_80 where `spills_expected`: Note [The assembly that
+    spills less]); the info log holds the `ptxas info`
     lines when `verbose`. The last few results are kept: the register-bound trial (Note
     [The bound the assembler decides] in register_bound.py) assembles the PTX the bundle
     then takes."""
@@ -136,25 +135,24 @@ def ptx_to_cubin(ptx: str, arch: str, *, verbose: bool = True, options: tuple[st
     if beside is not None:
         with timing.step("PTX -> cubin (nvJitLink, assembled beside the trial)"):
             return beside.result()
-    if verbose and arch in SPILLS_WEIGHED:
-        return _fewer_spills(ptx, arch, tuple(options), spills_expected)
+    if verbose and spills_expected and arch in SPILLS_WEIGHED:
+        return _fewer_spills(ptx, arch, tuple(options))
     return _assemble(ptx, arch, verbose, tuple(options))
 
 
-# Targets whose cubin is the one of nvJitLink and ptxas that spills less (Note [The
-# assembly that spills less]).
+# Targets where a kernel expected to spill under nvJitLink takes the cubin of nvJitLink and
+# ptxas that spills less (Note [The assembly that spills less]).
 SPILLS_WEIGHED = frozenset({"sm_80"})
 
 
 @functools.lru_cache(maxsize=8)
-def _fewer_spills(ptx: str, arch: str, options: tuple[str, ...], expected: bool = False) -> CubinResult:
-    """Note [The assembly that spills less]; ptxas beside nvJitLink where it is `expected`
-    to spill."""
+def _fewer_spills(ptx: str, arch: str, options: tuple[str, ...]) -> CubinResult:
+    """Note [The assembly that spills less]."""
     ptxas = whole_program_ptxas()
     if ptxas is None:
         return _assemble(ptx, arch, True, options)
     whole_options = tuple(o.removeprefix("-Xptxas=") for o in options)
-    if not expected or len(_ENTRY.findall(ptx)) > 1 or not idle_core():
+    if len(_ENTRY.findall(ptx)) > 1 or not idle_core():
         linked = _assemble(ptx, arch, True, options)
         if not spilled_bytes(linked):
             return linked
@@ -329,16 +327,17 @@ def ptxas_path() -> str | None:
     return shutil.which("ptxas")
 
 
-def resource_usage(ptx: str, arch: str, *, prefer_ptxas: bool = False,
-                   unbounded: str | None = None) -> dict[str, ResourceUsage]:
-    """Registers/spills per kernel of `ptx` compiled for `arch`; `unbounded` (its PTX
-    without a register bound) is assembled meanwhile (Note [Assembled beside the trial])."""
+def resource_usage(ptx: str, arch: str, *, prefer_ptxas: bool = False, unbounded: str | None = None,
+                   spills_expected: bool = False) -> dict[str, ResourceUsage]:
+    """Registers/spills per kernel of `ptx` compiled for `arch` (`spills_expected`: as
+    `ptx_to_cubin`'s); `unbounded` (its PTX without a register bound) is assembled
+    meanwhile (Note [Assembled beside the trial])."""
     if prefer_ptxas and ptxas_path():
         log = _run_ptxas(ptxas_path(), ptx, arch).info_log
     else:
         if unbounded is not None:
             _assemble_beside(unbounded, arch)
-        log = ptx_to_cubin(ptx, arch, verbose=True).info_log
+        log = ptx_to_cubin(ptx, arch, verbose=True, spills_expected=spills_expected).info_log
     usage = parse_resource_usage(log)
     if not usage:
         raise CubinError(f"no 'ptxas info' lines in the log for {arch}:\n{log}")

@@ -1,8 +1,8 @@
-"""Note [The assembly that spills less] (attnc/backend/cubin.py): an sm_80 kernel's cubin
-is nvJitLink's unless it spills and the ptxas binary, assembling the PTX as a whole
-program, spills fewer bytes; the same cubin whether ptxas ran beside nvJitLink or after
-it; nvJitLink's where there is no ptxas. The bundle's build expects the spills of a kernel
-whose lanes share the diagonals."""
+"""Note [The assembly that spills less] (attnc/backend/cubin.py): an sm_80 kernel whose
+lanes share the diagonals (the build expects nvJitLink to spill it) takes the cubin of
+nvJitLink and the ptxas binary, assembling the PTX as a whole program, that spills fewer
+bytes, nvJitLink's at a tie: the same cubin whether ptxas ran beside nvJitLink or after
+it; nvJitLink's where there is no ptxas, and for every other kernel."""
 from __future__ import annotations
 
 import functools
@@ -37,12 +37,13 @@ def relative_bias_ptx() -> str:
     return build_with(text, "relative_bias.attn", "sm_80", cubin=False).ptx
 
 
-def assembled(ptx: str, monkeypatch, *, beside: bool) -> cubin.CubinResult:
-    """The cubin of `ptx` for sm_80, ptxas run `beside` nvJitLink or after it."""
+def assembled(ptx: str, monkeypatch, *, beside: bool, expected: bool = True) -> cubin.CubinResult:
+    """The cubin of `ptx` for sm_80, its spills `expected`, ptxas run `beside` nvJitLink
+    (a second core idle) or after it."""
     cubin._fewer_spills.cache_clear()
-    monkeypatch.setattr(cubin, "idle_core", lambda: True)
+    monkeypatch.setattr(cubin, "idle_core", lambda: beside)
     try:
-        return cubin.ptx_to_cubin(ptx, "sm_80", spills_expected=beside)
+        return cubin.ptx_to_cubin(ptx, "sm_80", spills_expected=expected)
     finally:
         cubin._fewer_spills.cache_clear()
 
@@ -55,8 +56,11 @@ def test_a_kernel_that_nvjitlink_spills_takes_the_whole_programs_cubin(monkeypat
     after = assembled(ptx, monkeypatch, beside=False)
     assert cubin.spilled_bytes(beside) < 100 and beside.cubin != linked.cubin
     assert after.cubin == beside.cubin
-    # the report the bundle's build reads is the cubin's own
-    assert not any(u.spill_stores > 100 for u in cubin.resource_usage(ptx, "sm_80").values())
+    # the report is the cubin's own
+    usage = cubin.resource_usage(ptx, "sm_80", spills_expected=True).values()
+    assert not any(u.spill_stores > 100 for u in usage)
+    # not expected to spill: nvJitLink's alone
+    assert assembled(ptx, monkeypatch, beside=True, expected=False).cubin == linked.cubin
 
 
 @pytest.mark.parametrize("beside", [True, False])
