@@ -81,9 +81,9 @@ class Hoist(Pass):
         "doc": "near the flat diagonals, each lane of a warp computes the values of a few of its warp's "
                "diagonals and reads its own from the lanes that computed them (attn.flat_lanes on the op d: "
                "Note [Diagonals across the warp] in attnc/backend/warp_diagonals.py; sm_80 and sm_90a; refused "
-               "without flat and on sm_100a, whose threads hold rows of scores); false: each lane computes those of its own scores (default: on for sm_80 "
-               "and sm_90a, whose kernels ran as fast or faster with it; results/sm90a_h200.md and "
-               "sm80_h200.md, \"Diagonals across the warp\")"})
+               "without flat and on sm_100a, whose threads hold rows of scores); false: each lane computes "
+               "those of its own scores (default: on for sm_80 and sm_90a, whose kernels ran as fast or "
+               "faster with it; results/sm90a_h200.md and sm80_h200.md, \"Diagonals across the warp\")"})
 
     def run(self, module) -> None:
         from attnc.errors import AttncError
