@@ -157,6 +157,16 @@ def build_with(source: str, filename: str, arch: str = "sm_80", *, cubin: bool =
     return build(compile_mlir(source, filename, CompileOptions(arch=arch, pass_pipeline=pipeline)), cubin=cubin)
 
 
+def cubin_resources(art, arch: str) -> dict:
+    """The resources of every kernel of the cubin the bundle `art` (`build_with`'s) takes:
+    `resource_usage` of its PTX asked as the build asks it (Note [The assembly that spills
+    less] in attnc/backend/cubin.py)."""
+    from attnc.backend.cubin import resource_usage
+    from attnc.passes.hoist import lanes_shared
+
+    return resource_usage(art.ptx, arch, spills_expected=lanes_shared(art.result.module))
+
+
 def ptx_bundle(source, arch: str, **options):
     """What `attnc.compile(source, arch=arch, **options).bundle` holds but the cubin: the
     PTX the emulator (attnc_sim) runs, with nothing assembled and no kernel cache."""

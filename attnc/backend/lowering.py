@@ -340,8 +340,7 @@ def build(result, *, cubin: bool = True) -> BundleArtifacts:
     ptx, specialization = bounded_code(kernel_module, target, kernels[-1]["symbol"], specialization)
     if cubin:
         from attnc.passes.hoist import lanes_shared
-        spills_expected = any(lanes_shared(op) for op in attention_ops(result.module))
-        blobs = {"cubin": _assembled(ptx, target, specialization, kernels[-1], spills_expected)}
+        blobs = {"cubin": _assembled(ptx, target, specialization, kernels[-1], lanes_shared(result.module))}
     else:
         blobs = {}
     blobs["ptx"] = ptx.encode()

@@ -193,12 +193,16 @@ def _check_lanes(kernel, found: dict) -> None:
             raise error_at(root, _lanes_refused(LANES, target))
 
 
-def lanes_shared(kernel) -> bool:
-    """Whether a hook of `kernel` has its lanes share the diagonals (`attn.flat_lanes`)."""
+def lanes_shared(module) -> bool:
+    """Whether a hook of a kernel of `module` has its lanes share the diagonals
+    (`attn.flat_lanes`): its sm_80 cubin is the one that spills less (Note [The assembly
+    that spills less] in attnc/backend/cubin.py)."""
+    from attnc.ir import attention_ops
     from attnc.ir.diagonals import LANES
     from attnc.ir.kernel import program_ops
 
-    return any(LANES in root.attributes for root in _diagonal_roots(program_ops(kernel, HOOK_ARGS)))
+    return any(LANES in root.attributes for kernel in attention_ops(module)
+               for root in _diagonal_roots(program_ops(kernel, HOOK_ARGS)))
 
 
 def _diagonal_roots(found: dict) -> list:

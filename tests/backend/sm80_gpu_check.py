@@ -60,14 +60,14 @@ CASES = {
 
 def build(out: str) -> None:
     from attnc.backend import cubin
-    from attnc.testing import build_with
+    from attnc.testing import build_with, cubin_resources
 
     os.makedirs(out, exist_ok=True)
     index = {}
     for name, (text, options, ref) in CASES.items():
         art = build_with(text, f"{name}.attn", "sm_80", **options)
         kernel = art.manifest["kernels"][-1]
-        sm80 = cubin.resource_usage(art.ptx, "sm_80")[kernel["symbol"]]
+        sm80 = cubin_resources(art, "sm_80")[kernel["symbol"]]
         sm90 = cubin.ptx_to_cubin(art.ptx, "sm_90")
         with open(os.path.join(out, f"{name}.ptx"), "w") as f:
             f.write(art.ptx)
