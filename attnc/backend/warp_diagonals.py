@@ -36,7 +36,7 @@ from mlir import ir
 from mlir.dialects import arith
 
 from attnc.backend.nvgpu_builders import Emit
-from attnc.ir.diagonals import LANES, read_outside
+from attnc.ir.diagonals import read_outside
 
 # What a shuffle moves: a 32-bit value as it is, an i1 as an i32, an i64 as two.
 _MOVABLE = frozenset({"i1", "i32", "f32", "i64"})
@@ -81,12 +81,12 @@ def lane_values(code) -> list[ir.Value] | None:
     said (`attn.flat_lanes` on the op d), or where it did not run (no attn.level on d) as its
     default for the kernel's target would, and where a shuffle moves their types -- else
     None."""
-    from attnc.passes.hoist import LANES_BY_DEFAULT, LEVEL
+    from attnc.passes.hoist import lanes_asked
 
     if code.diagonal is None:
         return None
     root = code.diagonal[0]
-    asked = LANES in root.attributes if LEVEL in root.attributes else _target_of(root) in LANES_BY_DEFAULT
+    asked = lanes_asked(root, _target_of(root))
     moved = read_outside(code.block, code.on_diagonal) if asked else []
     return moved if asked and all(str(v.type) in _MOVABLE for v in moved) else None
 

@@ -195,14 +195,26 @@ def _check_lanes(kernel, found: dict) -> None:
 
 def lanes_shared(module) -> bool:
     """Whether a hook of a kernel of `module` has its lanes share the diagonals
-    (`attn.flat_lanes`): its sm_80 cubin is the one that spills less (Note [The assembly
-    that spills less] in attnc/backend/cubin.py)."""
+    (`lanes_asked`): its sm_80 cubin is the one that spills less (Note [The assembly that
+    spills less] in attnc/backend/cubin.py)."""
     from attnc.ir import attention_ops
-    from attnc.ir.diagonals import LANES
     from attnc.ir.kernel import program_ops
 
-    return any(LANES in root.attributes for kernel in attention_ops(module)
+    from attnc.ir import get_str
+
+    return any(lanes_asked(root, get_str(kernel, "target")) for kernel in attention_ops(module)
                for root in _diagonal_roots(program_ops(kernel, HOOK_ARGS)))
+
+
+def lanes_asked(root, target: str | None) -> bool:
+    """Whether the lanes share the values of the diagonals of a hook's op d `root`, in a
+    kernel for `target`: as attn-hoist said (`attn.flat_lanes`), or where it did not run
+    (no attn.level on d) as its default for the target would."""
+    from attnc.ir.diagonals import LANES
+
+    if LEVEL in root.attributes:
+        return LANES in root.attributes
+    return target in LANES_BY_DEFAULT
 
 
 def _diagonal_roots(found: dict) -> list:

@@ -96,4 +96,12 @@ def test_the_build_runs_ptxas_beside_nvjitlink_where_the_lanes_share_the_diagona
     text = (EXAMPLES / "relative_bias.attn").read_text()
     for lanes in (True, False):
         build_with(text, "relative_bias.attn", "sm_80", lanes=lanes)
-    assert [kw.get("spills_expected") for kw in asked] == [True, False]
+    # without attn-hoist the lowering shares the lanes as its default would (lane_values)
+    from attnc.backend.lowering import build
+    from attnc.driver import CompileOptions, compile_mlir
+    from attnc.passes.pipelines import format_pipeline, target_pipeline
+
+    unhoisted = format_pipeline([p for p in target_pipeline("sm_80") if p.name != "attn-hoist"])
+    art = build(compile_mlir(text, "relative_bias.attn", CompileOptions(arch="sm_80", pass_pipeline=unhoisted)))
+    assert "shfl.sync.idx" in art.ptx
+    assert [kw.get("spills_expected") for kw in asked] == [True, False, True]
