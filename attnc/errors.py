@@ -103,3 +103,9 @@ def _source_line(source: str | None, line: int) -> str | None:
     # Keep the caret under the right character: tabs and control characters
     # become one printable character each.
     return "".join(c if c.isprintable() else (" " if c == "\t" else "?") for c in text)
+
+
+def spelled(choices) -> str:
+    """`choices` as an error message lists them: (1, 2, 3) -> "1, 2 or 3"."""
+    words = [str(c) for c in choices]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"

@@ -26,7 +26,7 @@ names its "suite":
                     against the kept fraction (bench/profile_variants.py)
     bench_sweep_sm90  sm_90a kernels of bench_variants' cases with other tiles and options
     schedules       examples under other plans of the plan passes (SCHEDULES: K/V ring depths,
-                    one consumer warpgroup, ping-pong, examples/passes/v_before_k.py,
+                    one or three consumer warpgroups, ping-pong, examples/passes/v_before_k.py,
                     pv_before_qk.py, waits_first.py, last_v_early.py, loads_after_gemms.py,
                     wait_v_early.py and kv_first.py, attn-alloc-smem{kv_layout=separate},
                     attn-hoist{hoist=false}), each for its own target
@@ -318,6 +318,7 @@ SCHEDULES = [
     ("sm_90a", "stages4", {"stages": 4, "block_n": 64}, ()),
     ("sm_90a", "consumers1", {"block_m": 64, "producer": True}, ()),
     ("sm_90a", "consumers2", {"block_m": 128, "producer": True}, ()),
+    ("sm_90a", "consumers3", {"block_m": 192, "producer": True}, ()),
     # (documents get 64-row tiles and no producer by default: these ask for both)
     ("sm_90a", "pingpong", {"block_m": 128, "pingpong": True}, ()),
     ("sm_90a", "nopingpong", {"block_m": 128, "pingpong": False}, ()),

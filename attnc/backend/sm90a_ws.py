@@ -32,13 +32,14 @@ end, which keeps both barriers' counts balanced.
 
 Registers (setmaxnreg): with two or more consumer warpgroups the CTA is one per SM and
 the roles' budgets are the plan's `regs` (by default the producer keeps 24 registers per
-thread and the consumers share the rest, 240 each for two: attnc/schedule/recipes.py). ptxas keeps setmaxnreg only in a kernel declared one CTA per SM
-(.minnctapersm 1, sm80.py) and assembled as a whole program (Note [Whole-program
-assembly] in cubin.py). The consumers' wgmma reads the tiles through the async proxy
-after waiting on the full barrier, and fence.proxy.async orders the cp.async writes
-(the generic proxy) before them. A producer thread waits for all its copies before it
-exits. Where this kernel is the default, and what it measured: `default_producer` in
-attnc/schedule/recipes.py.
+thread and the consumers share the rest, 240 each for two; with three, 192-row tiles, it
+keeps 32 and they get 160: attnc/schedule/recipes.py). ptxas keeps setmaxnreg only in a
+kernel declared one CTA per SM (.minnctapersm 1, sm80.py) and assembled as a whole
+program (Note [Whole-program assembly] in cubin.py). The consumers' wgmma reads the
+tiles through the async proxy after waiting on the full barrier, and fence.proxy.async
+orders the cp.async writes (the generic proxy) before them. A producer thread waits for
+all its copies before it exits. Where this kernel is the default, and what it measured:
+`default_producer` in attnc/schedule/recipes.py.
 
 Note [Persistent CTAs]: with `persistent` the grid is at most one CTA per SM
 (manifest grid factor min_sms), and each CTA loops over query blocks w = ctaid.x,

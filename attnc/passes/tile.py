@@ -44,6 +44,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from attnc.errors import spelled
 from attnc.passes.registry import Pass
 from attnc.passes.tile_table import TARGET_LIMITS, TILE_TABLE, TargetLimits, TileConfig
 
@@ -72,7 +73,7 @@ class Tile(Pass):
     stages: int | None = field(default=None, metadata={
         "doc": "K/V buffers in flight, which attn-warp-specialize makes the K/V channels' stages" + _CHOSEN})
     num_warps: int | None = field(default=None, metadata={
-        "doc": "warps per CTA, all roles (sm_80: 4 or 8; sm_90a: 8 or 12, a producer warpgroup's 4 and 4 per "
+        "doc": "warps per CTA, all roles (sm_80: 4 or 8; sm_90a: 8, 12 or 16, a producer warpgroup's 4 and 4 per "
                "64-row consumer, which attn-warp-specialize turns into roles, dropping the producer's where it "
                "plans none; sm_100a: 16)" + _CHOSEN})
     q_tiles: int | None = field(default=None, metadata={"doc": "Q tiles per CTA (sm_100a: 1 or 2; default: the target's choice)"})
@@ -218,8 +219,8 @@ def choose_tile(target: str | None, shape: ProblemShape, overrides: dict[str, in
         from attnc.schedule.recipes import SM90A_CONSUMERS
         if config.block_m not in (64 * c for c in SM90A_CONSUMERS):
             raise TileError(f"block_m={config.block_m} is not possible on {target}: a consumer warpgroup runs 64 "
-                            f"rows, and a CTA has {' or '.join(map(str, SM90A_CONSUMERS))} of them: block_m "
-                            f"{' or '.join(str(64 * c) for c in SM90A_CONSUMERS)}")
+                            f"rows, and a CTA has {spelled(SM90A_CONSUMERS)} of them: block_m "
+                            f"{spelled(tuple(64 * c for c in SM90A_CONSUMERS))}")
         config = dataclasses.replace(config, num_warps=limits.producer_warps + 4 * (config.block_m // 64))
     for check in (_check_positive, _check_warps, _check_block_m, _check_block_n,
                   _check_stages, _check_q_tiles, _check_smem, _check_tmem, _check_registers):
@@ -271,7 +272,7 @@ def _check_positive(target, limits, shape, c: TileConfig) -> None:
 
 def _check_warps(target, limits: TargetLimits, shape, c: TileConfig) -> None:
     if c.num_warps not in limits.num_warps:
-        allowed = " or ".join(map(str, limits.num_warps))
+        allowed = spelled(limits.num_warps)
         raise TileError(f"num_warps={c.num_warps} is not possible on {target}: "
                         f"its kernel layout uses {allowed} warps")
 
@@ -315,7 +316,7 @@ def _check_stages(target, limits: TargetLimits, shape, c: TileConfig) -> None:
 
 def _check_q_tiles(target, limits: TargetLimits, shape, c: TileConfig) -> None:
     if c.q_tiles not in limits.q_tiles:
-        allowed = " or ".join(map(str, limits.q_tiles))
+        allowed = spelled(limits.q_tiles)
         raise TileError(f"q_tiles={c.q_tiles} is not possible on {target}: a CTA holds "
                         f"{allowed} Q tile(s)")
 

@@ -51,8 +51,9 @@ TARGET_LIMITS: dict[str, TargetLimits] = {
     "sm_80": TargetLimits(smem_bytes=163 * 1024, num_warps=(4, 8), block_m_unit="warp16",
                           min_stages=1, max_stages=3, q_tiles=(1,), accumulator_registers=192),
     # H100: 227 KB; a producer warpgroup's 4 warps (attn-warp-specialize may drop them)
-    # + 1 or 2 consumer warpgroups of 64 rows (wgmma M=64): block_m = 64 (8 warps) or 128 (12).
-    "sm_90a": TargetLimits(smem_bytes=227 * 1024, num_warps=(8, 12),
+    # + 1, 2 or 3 consumer warpgroups of 64 rows (wgmma M=64): block_m = 64 (8 warps), 128 (12)
+    # or 192 (16).
+    "sm_90a": TargetLimits(smem_bytes=227 * 1024, num_warps=(8, 12, 16),
                            block_m_unit="consumer_wg64", min_stages=2, max_stages=4, q_tiles=(1,),
                            producer_warps=4, accumulator_registers=192),
     # B200: 227 KB; the fixed 16-warp role layout; tcgen05.mma M=128, S and O in TMEM.

@@ -54,13 +54,13 @@ class WarpSpecialize(Pass):
 
     name: ClassVar[str] = "attn-warp-specialize"
     consumers: int | None = field(default=None, metadata={
-        "doc": "consumer warpgroups on sm_90a, 64 query rows each: 1 or 2, block_m / 64 (default: that; "
+        "doc": "consumer warpgroups on sm_90a, 64 query rows each: 1, 2 or 3, block_m / 64 (default: that; "
                "no other target has them)"})
     producer: bool | None = field(default=None, metadata={
         "doc": "sm_90a: a producer warpgroup that only loads, into an mbarrier ring the consumers read, "
-               "with setmaxnreg budgets where there are two consumers (Note [Producer warpgroup] in "
+               "with setmaxnreg budgets where there are two or three consumers (Note [Producer warpgroup] in "
                "sm90a_ws.py; default: on for two consumer warpgroups, two or more K/V stages and head dim "
-               "128; results/sm90a_h200.md, \"Producer warpgroup\")"})
+               "128, and for three; results/sm90a_h200.md, \"Producer warpgroup\")"})
     pingpong: bool | None = field(default=None, metadata={
         "doc": "sm_90a, with the producer and two consumer warpgroups: they take turns at the GEMMs, "
                "recorded as `pingpong` on attn.warp_specialize (default: off, measured slower: "
@@ -94,15 +94,17 @@ def sm90a_roles(op, tile, consumers: int | None, producer: bool | None, pingpong
     """(consumers, producer, pingpong) of an sm_90a kernel: the options, else the defaults."""
     from attnc.ir import error_at
     from attnc.passes import plan_ir
-    from attnc.schedule.recipes import default_producer
+    from attnc.errors import spelled
+    from attnc.schedule.recipes import SM90A_CONSUMERS, default_producer
 
     block_m = tile.block_m
     if consumers is None:
-        if block_m not in (64, 128):
-            raise error_at(op, f"block_m={block_m}: sm_90a's consumer warpgroups run "
-                               f"64 query rows each, 1 or 2 of them: block_m 64 or 128 (attn-tile)")
+        if block_m not in (64 * c for c in SM90A_CONSUMERS):
+            raise error_at(op, f"block_m={block_m}: sm_90a's consumer warpgroups run 64 query rows each, "
+                               f"{spelled(SM90A_CONSUMERS)} of them: block_m "
+                               f"{spelled(tuple(64 * c for c in SM90A_CONSUMERS))} (attn-tile)")
         consumers = block_m // 64
-    elif consumers in (1, 2) and consumers * 64 != block_m:
+    elif consumers in SM90A_CONSUMERS and consumers * 64 != block_m:
         raise error_at(op, f"consumers={consumers} runs {64 * consumers} query rows "
                            f"(64 a warpgroup), and the tile has block_m={block_m}: set attn-tile{{block_m="
                            f"{64 * consumers}}}")
@@ -120,7 +122,7 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
                     walk_order: str | None = None, q_blocks_per_cta: int | None = None) -> None:
     from mlir import ir
 
-    from attnc.errors import AttncError
+    from attnc.errors import AttncError, spelled
     from attnc.ir import attention_ops, error_at, get_str
     from attnc.ir import roles as R
     from attnc.ir.roles import warp_specialize_of
@@ -147,7 +149,7 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
         limits = TARGET_LIMITS.get(target)
         if limits is not None and warps not in limits.num_warps:
             raise error_at(op, f"attribute num_warps = {warps}: {target}'s kernel layout uses "
-                               f"{' or '.join(map(str, limits.num_warps))} warps (attn-tile)")
+                               f"{spelled(limits.num_warps)} warps (attn-tile)")
         if target != "sm_90a":
             # producer=0 and pingpong=0 ask for what the target does anyway
             for name, value, asks in (("consumers", consumers, consumers is not None),
@@ -161,7 +163,8 @@ def warp_specialize(module, consumers: int | None, producer: bool | None = None,
                                f"(q_blocks_per_cta=2)")
         try:
             if target == "sm_90a" and consumers not in (None, *SM90A_CONSUMERS):
-                raise AttncError(f"consumers={consumers}: sm_90a has 1 or 2 consumer warpgroups")
+                raise AttncError(f"consumers={consumers}: sm_90a has {spelled(SM90A_CONSUMERS)} consumer "
+                                 f"warpgroups")
             if target == "sm_90a":
                 n, has_producer, turns = sm90a_roles(op, tile, consumers, producer, pingpong)
             else:

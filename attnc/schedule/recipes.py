@@ -11,7 +11,7 @@ A recipe names who does what inside one CTA:
   or `tmem`).
 
 The sm_80 recipe is one cooperative role whose K/V channel is a cp.async queue;
-sm_90a adds a producer warpgroup and one or two consumer warpgroups on mbarrier rings
+sm_90a adds a producer warpgroup and one to three consumer warpgroups on mbarrier rings
 the producer fills with cp.async; sm_100a is FlashAttention-4's 16-warp layout with
 TMA and TMEM. The same passes handle all three.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnc.errors import AttncError
+from attnc.errors import AttncError, spelled
 
 REGISTER_FILE = 65536          # 32-bit registers per SM (sm_80 .. sm_100a)
 CONSUMER_ROWS = 64             # sm_90a: the query rows of a consumer warpgroup (wgmma's M)
@@ -77,7 +77,8 @@ SMEM_BYTES = {"sm_80": 166912, "sm_90a": 232448, "sm_100a": 232448}
 CP_ASYNC_MBARRIER = "cp.async.mbarrier"     # cp.async, each thread's landing reported on an mbarrier
 
 
-SM90A_CONSUMERS = (1, 2)         # sm_90a's consumer warpgroups, 64 query rows each
+SM90A_CONSUMERS = (1, 2, 3)      # sm_90a's consumer warpgroups, 64 query rows each
+
 
 
 def recipe(target: str, *, num_warps: int, kv_stages: int, q_tiles: int = 1,
@@ -85,7 +86,7 @@ def recipe(target: str, *, num_warps: int, kv_stages: int, q_tiles: int = 1,
            pingpong: bool = False) -> Recipe:
     """The recipe for `target` with the tile choices made by attn-tile.
 
-    sm_90a: `consumers` warpgroups of 64 query rows (1 or 2) and, with `producer`, a
+    sm_90a: `consumers` warpgroups of 64 query rows (1, 2 or 3) and, with `producer`, a
     warpgroup that only loads (Note [Producer warpgroup] in attnc/backend/sm90a_ws.py),
     its CTAs `persistent` or not, its consumers taking turns at the GEMMs with
     `pingpong` (which only two consumer warpgroups do; attn-warp-specialize refuses it
@@ -96,7 +97,7 @@ def recipe(target: str, *, num_warps: int, kv_stages: int, q_tiles: int = 1,
     if build is None:
         raise AttncError(f"unknown target '{target}'; targets are {', '.join(_RECIPES)}")
     if target == "sm_90a" and consumers not in SM90A_CONSUMERS:
-        raise AttncError(f"consumers={consumers}: sm_90a has 1 or 2 consumer warpgroups")
+        raise AttncError(f"consumers={consumers}: sm_90a has {spelled(SM90A_CONSUMERS)} consumer warpgroups")
     if persistent and not (target in ("sm_90a", "sm_100a") and producer):
         raise AttncError("persistent CTAs are sm_90a's producer warpgroup's kernel and sm_100a's: a plan with a "
                          "producer role")
@@ -135,7 +136,12 @@ def default_producer(consumers: int, kv_stages: int, head_dims: tuple[int, int])
     causal, softcap and ALiBi 14-22 % faster. Not with one consumer warpgroup (64-row
     tiles, several CTAs per SM, which overlap each other already), nor at head dim 64 on
     128-row tiles, where it measured slower (results/sm90a_h200.md, "Producer
-    warpgroup")."""
+    warpgroup"). Three consumer warpgroups (192-row tiles, FlashAttention-3's shape at
+    head dim 64, asked for with attn-tile{block_m=192}) get it too, with 160 registers
+    each after setmaxnreg: without it they keep 168 and no warpgroup hides their loads
+    (results/sm90a_h200.md, "Tiles")."""
+    if consumers == 3:
+        return kv_stages >= 2
     return consumers == 2 and kv_stages >= 2 and max(head_dims) == 128
 
 

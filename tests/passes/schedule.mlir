@@ -4,9 +4,10 @@
 // values (L5), for the sm_80 recipe (one cooperative role, cp.async channels), a
 // producer/consumer plan (sm_90a with one consumer warpgroup and two K/V stages), the
 // default sm_90a plan at head dim 128 (a producer and two consumer warpgroups), sm_90a's
-// cooperative plan of a 64-row tile, ping-pong, a producer putting V before K (the user
-// pass examples/passes/v_before_k.py), the FA4 roles of sm_100a, and persistent CTAs (sm_90a's and sm_100a's);
-// sm_80's plan is the same with producer=0 pingpong=0 persistent=0, what it does anyway.
+// cooperative plan of a 64-row tile, three consumer warpgroups (a 192-row tile), ping-pong,
+// a producer putting V before K (the user pass examples/passes/v_before_k.py), the FA4
+// roles of sm_100a, and persistent CTAs (sm_90a's and sm_100a's); sm_80's plan is the
+// same with producer=0 pingpong=0 persistent=0, what it does anyway.
 //
 // RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize" | filecheck %s --check-prefix=WS80
 // RUN: attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize{producer=0 pingpong=0 persistent=0}" | filecheck %s --check-prefix=WS80
@@ -22,6 +23,7 @@
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{num_warps=8 block_m=64 block_n=128 stages=2},attn-warp-specialize{consumers=1 producer=1},attn-alloc-smem,attn-insert-pipelines" | filecheck %s --check-prefix=RING
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{block_m=64},attn-warp-specialize" | filecheck %s --check-prefix=COOP90
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{pingpong=1}" | filecheck %s --check-prefix=PINGPONG
+// RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{block_m=192},attn-warp-specialize,attn-alloc-smem,attn-insert-pipelines" | filecheck %s --check-prefix=THREE
 // RUN: attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{pingpong=1},attn-alloc-smem,attn-insert-pipelines" | filecheck %s --check-prefix=TURNS
 // RUN: attnc opt %s -arch sm_90a --load-pass examples/passes/v_before_k.py --pass-pipeline "attn-tile,attn-warp-specialize,v-before-k,attn-alloc-smem,attn-insert-pipelines" | filecheck %s --check-prefix=VFIRST
 // RUN: attnc opt %s -arch sm_100a --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-tmem,attn-insert-pipelines" | filecheck %s --check-prefix=SYNC100
@@ -333,6 +335,17 @@ func.func @hd128_unmasked(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>
 // COOP90: }) {name = "compute", regs = 0 : i64, warps = [0, 1, 2, 3]}
 // COOP90-NOT: "attn.role"
 // COOP90-NOT: num_warps
+
+// sm_90a, a 192-row tile: three consumer warpgroups and, by default, the producer, which
+// keeps 32 registers of a thread and leaves them 160 each (setmaxnreg); a K/V slot is free
+// once the 12 consumer warps released it.
+// THREE: "attn.mbarrier_init"() {channel = "kv", count = 128 : i64, name = "mbar_k_full"
+// THREE: "attn.mbarrier_init"() {channel = "kv", count = 12 : i64, name = "mbar_k_empty"
+// THREE: }) {name = "producer", regs = 32 : i64, warps = [0, 1, 2, 3]}
+// THREE: }) {name = "consumer0", regs = 160 : i64, rows = [0, 64], warps = [4, 5, 6, 7]}
+// THREE: }) {name = "consumer1", regs = 160 : i64, rows = [64, 128], warps = [8, 9, 10, 11]}
+// THREE: }) {name = "consumer2", regs = 160 : i64, rows = [128, 192], warps = [12, 13, 14, 15]}
+// THREE: }) {block_m = 192 : i64
 
 // Ping-pong: recorded on attn.warp_specialize, beside the producer and two consumers.
 // PINGPONG: }) {name = "producer", regs = 24 : i64, warps = [0, 1, 2, 3]}

@@ -6,13 +6,13 @@
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-warp-specialize" 2>&1 | filecheck %s --check-prefix=TWICE
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-alloc-smem" 2>&1 | filecheck %s --check-prefix=ALLOCTWICE
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize,attn-alloc-smem,attn-insert-pipelines,attn-insert-pipelines" 2>&1 | filecheck %s --check-prefix=SYNCTWICE
-// RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{consumers=3}" 2>&1 | filecheck %s --check-prefix=CONSUMERS
+// RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{consumers=4}" 2>&1 | filecheck %s --check-prefix=CONSUMERS
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize{consumers=1}" 2>&1 | filecheck %s --check-prefix=CONSUMERS80
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize{producer=1}" 2>&1 | filecheck %s --check-prefix=PRODUCER80
 // RUN: not attnc opt %s -arch sm_80 --pass-pipeline "attn-tile,attn-warp-specialize{persistent=1}" 2>&1 | filecheck %s --check-prefix=PERSISTENT80
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile,attn-warp-specialize{consumers=1}" 2>&1 | filecheck %s --check-prefix=COVER
 // RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{block_m=64},attn-warp-specialize{pingpong=1}" 2>&1 | filecheck %s --check-prefix=PINGPONG1
-// RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{block_m=192 block_n=64},attn-warp-specialize" 2>&1 | filecheck %s --check-prefix=ROWS
+// RUN: not attnc opt %s -arch sm_90a --pass-pipeline "attn-tile{block_m=256 block_n=64},attn-warp-specialize" 2>&1 | filecheck %s --check-prefix=ROWS
 // The budget check of attn-alloc-smem, on a hand-tiled op that attn-tile would refuse:
 // RUN: not attnc opt tests/passes/schedule_pretiled.mlir -arch sm_90a --pass-pipeline "attn-warp-specialize" 2>&1 | filecheck %s --check-prefix=NOKERNEL
 // RUN: not attnc opt tests/passes/schedule_overbudget.mlir -arch sm_90a --pass-pipeline "attn-alloc-smem" 2>&1 | filecheck %s --check-prefix=SMEM
@@ -34,13 +34,13 @@
 // KVLAYOUT: --pass-pipeline:1:48: error: attn-alloc-smem: kv_layout=rows: expected interleaved or separate (Note [K/V slots] in attnc/schedule/alloc.py)
 // KVLAYOUT100: --pass-pipeline:1:48: error: attn-alloc-smem: kv_layout=separate: sm_100a's K and V take the slots of one ring in turn (alternating): there is no layout of the two to choose
 // SYNCTWICE: schedule.attn:2:1: error: attn-insert-pipelines ran twice on this op
-// CONSUMERS: --pass-pipeline:1:32: error: attn-warp-specialize: consumers=3: sm_90a has 1 or 2 consumer warpgroups
+// CONSUMERS: --pass-pipeline:1:32: error: attn-warp-specialize: consumers=4: sm_90a has 1, 2 or 3 consumer warpgroups
 // CONSUMERS80: --pass-pipeline:1:32: error: attn-warp-specialize: consumers=1: only sm_90a has a producer and consumer warpgroups; sm_80's roles are fixed by its recipe
 // PRODUCER80: --pass-pipeline:1:32: error: attn-warp-specialize: producer=1: only sm_90a has a producer and consumer warpgroups; sm_80's roles are fixed by its recipe
 // PERSISTENT80: --pass-pipeline:1:32: error: attn-warp-specialize: persistent=1: persistent CTAs are sm_90a's producer kernel's and sm_100a's; sm_80's CTAs run one query block, or two (q_blocks_per_cta=2)
 // COVER: --pass-pipeline:1:32: error: attn-warp-specialize: consumers=1 runs 64 query rows (64 a warpgroup), and the tile has block_m=128: set attn-tile{block_m=64}
 // PINGPONG1: --pass-pipeline:1:44: error: attn-warp-specialize: pingpong=1: the consumers take turns when there are two fed by the producer; this plan has consumers=1, producer=0
-// ROWS: --pass-pipeline:1:11: error: attn-tile: block_m=192 is not possible on sm_90a: a consumer warpgroup runs 64 rows, and a CTA has 1 or 2 of them: block_m 64 or 128
+// ROWS: --pass-pipeline:1:11: error: attn-tile: block_m=256 is not possible on sm_90a: a consumer warpgroup runs 64 rows, and a CTA has 1, 2 or 3 of them: block_m 64, 128 or 192
 // SMEM: schedule.attn:2:1: error: shared memory plan needs 295048 bytes (sQ 32768, sK 131072, sV 131072, mbarriers 136) but sm_90a allows 232448; lower 'stages' or 'block_n' (attn-tile)
 
 func.func @hd128_unmasked(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v: tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> {

@@ -63,13 +63,13 @@ def test_a_mask_test_that_is_no_string_is_refused():
 
 # --- the plan the lowerings follow (plan_ir.py) ----------------------------------------------
 def test_a_tile_of_rows_no_warpgroups_run_is_refused():
-    # attn-tile gives sm_90a 64 or 128 rows; a tile program edited whole to 192 is refused too.
+    # attn-tile gives sm_90a 64, 128 or 192 rows; a tile program edited whole to 256 is refused too.
     plan = _example_plan("alibi", "sm_90a", "attn-tile")
     assert "block_m = 64 : i64" in plan
-    plan = plan.replace("block_m = 64 : i64", "block_m = 192 : i64").replace("<[64, ", "<[192, ")
-    error = _located(plan.replace("<[64]", "<[192]"), "sm_90a", _rest("sm_90a", "attn-tile"))
-    assert error.message == ("block_m=192: sm_90a's consumer warpgroups run 64 query rows each, 1 or 2 of them: "
-                             "block_m 64 or 128 (attn-tile)")
+    plan = plan.replace("block_m = 64 : i64", "block_m = 256 : i64").replace("<[64, ", "<[256, ")
+    error = _located(plan.replace("<[64]", "<[256]"), "sm_90a", _rest("sm_90a", "attn-tile"))
+    assert error.message == ("block_m=256: sm_90a's consumer warpgroups run 64 query rows each, 1, 2 or 3 of them: "
+                             "block_m 64, 128 or 192 (attn-tile)")
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a", "sm_100a"])
@@ -350,7 +350,7 @@ def _rest(arch: str, after: str) -> str:
                  "the kernel's attributes (block_m, head_dim_qk, dtype) make Q's tile !attn.tile<[64, 128], bf16, "
                  "\"smem\">, but the program loads !attn.tile<[128, 128], bf16, \"smem\">", id="block-m-apart-from-q"),
     pytest.param("gemma2", "sm_90a", "attn-tile", "num_warps = 12 : i64", "num_warps = 7 : i64",
-                 "attribute num_warps = 7: sm_90a's kernel layout uses 8 or 12 warps", id="warps-of-no-layout"),
+                 "attribute num_warps = 7: sm_90a's kernel layout uses 8, 12 or 16 warps", id="warps-of-no-layout"),
     pytest.param("mha", "sm_80", "attn-kernel-choices", 'variant = "mha"', 'variant = ""',
                  'attribute variant = "": a variant\'s name is an identifier', id="variant-of-no-name"),
 ])

@@ -1,6 +1,6 @@
 """Scheduling research through the plan passes (Note [The plan the lowerings follow] in
 attnc/passes/lower_kernel.py): each plan of the GPU suite `schedules` (build_gpu_bundles'
-SCHEDULES: K/V ring depths, one or two consumer warpgroups, ping-pong, a producer putting V
+SCHEDULES: K/V ring depths, one to three consumer warpgroups, ping-pong, a producer putting V
 before K, the unmasked loops' own exp2_fma) is in the IR the lowering reads, and gives its
 own kernel."""
 from __future__ import annotations
@@ -46,7 +46,7 @@ def test_every_plan_of_the_suite_has_its_own_kernel(arch):
     ptx = {tag: art.ptx for tag, (_, art) in kernels.items()}
     # each choice against its counterpart (nopingpong and consumers2 are the default plan)
     pairs = [("stages2", "stages3"), ("stages3", "stages4"), ("consumers1", "consumers2"),
-             ("pingpong", "nopingpong"), ("v_before_k", "nopingpong"), ("pv_before_qk", "nopingpong"),
+             ("consumers2", "consumers3"), ("pingpong", "nopingpong"), ("v_before_k", "nopingpong"), ("pv_before_qk", "nopingpong"),
              ("pv_before_qk_turns", "pingpong"), ("waits_first", "nopingpong"), ("last_v_early", "pingpong"),
              ("coop", "nopingpong"), ("loads_after_gemms", "coop"), ("persistent", "nopingpong"),
              ("persistent_pingpong", "persistent"), ("persistent_pingpong", "pingpong"),
@@ -67,6 +67,9 @@ def test_every_plan_of_the_suite_has_its_own_kernel(arch):
             assert ir_text.count('"attn.role"()') == 1 + consumers
             assert chosen["producer_warpgroup"]
             assert art.manifest["kernels"][-1]["block"] == [128 * (1 + consumers), 1, 1]
+            if consumers == 3:          # the producer's 32 registers leave the consumers 160
+                assert "setmaxnreg.dec.sync.aligned.u32 32;" in art.ptx
+                assert "setmaxnreg.inc.sync.aligned.u32 160;" in art.ptx
         if tag.endswith("pingpong"):
             assert chosen["pingpong"] is (tag != "nopingpong")
             assert ("pingpong = true" in ir_text) is chosen["pingpong"]

@@ -1,0 +1,40 @@
+"""sm_90a's 192-row tiles (`attn-tile{block_m=192}`: three consumer warpgroups of 64 rows,
+FlashAttention-3's tile at head dim 64) run in the PTX emulator against attnc.reference at
+small ragged shapes, each with more than one query block: with the producer warpgroup
+(their default; setmaxnreg leaves the consumers 160 registers), in its persistent walk, and
+as one cooperative role of 12 warps. Zero race or protocol reports are allowed."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from attnc.passes.pipelines import format_pipeline, target_pipeline
+from attnc.testing import ptx_bundle
+from tests.sim.test_steps_sim import check_against_reference
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _pipeline(options: str) -> str:
+    names = format_pipeline(target_pipeline("sm_90a")).split(",")
+    names[names.index("attn-tile")] = "attn-tile{block_m=192}"
+    if options:
+        names[names.index("attn-warp-specialize")] = f"attn-warp-specialize{{{options}}}"
+    return ",".join(names)
+
+
+@pytest.mark.parametrize("example, options, m, n, threads", [
+    ("alibi", "", 200, 300, 512),                  # f16, head dim 64, ALiBi under a causal mask
+    ("docs_sink", "", 150, 200, 512),              # documents (a block map) and a sink
+    ("mha", "persistent=true", 400, 300, 512),     # three query blocks walked by the CTAs
+    ("gemma2", "producer=false", 250, 300, 384),   # softcap in a window, the cooperative role
+])
+def test_three_consumer_warpgroups_compute_the_reference(example, options, m, n, threads):
+    path = ROOT / "examples" / f"{example}.attn"
+    bundle = ptx_bundle(path, arch="sm_90a", pass_pipeline=_pipeline(options))
+    chosen = bundle.manifest.specialization
+    assert chosen["block_m"] == 192 and chosen["producer_warpgroup"] is (threads == 512)
+    assert chosen["persistent"] is ("persistent" in options)
+    assert bundle.manifest.kernels[-1].block == (threads, 1, 1)
+    check_against_reference(bundle, path, m, n)
