@@ -4,8 +4,10 @@
     attnc compile FILE -arch {sm_80,sm_90a,sm_100a} --emit {mlir,ptx,cubin,bundle} [-o OUT]
           [--print-ir-after-all | --print-ir-after PASS,...] [--dump-dir DIR] [--pass-pipeline TEXT]
           [--load-pass FILE] [--time-passes]      # where the time went, on stderr
+          [--resource-usage]                      # registers and spills of each kernel, on stderr
     attnc opt FILE.mlir [-arch ...] [--pass-pipeline TEXT] [--emit {mlir,ptx,cubin,bundle}] [-o OUT]
           [--print-ir-after-all] [--print-ir-after PASS,...] [--dump-dir DIR] [--load-pass FILE]
+          [--resource-usage]
                                                   # re-run passes on saved IR, and build its kernel
     attnc passes [--load-pass FILE]
 
@@ -25,14 +27,14 @@ import os
 import re
 import signal
 import sys
-import tempfile
 import traceback
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from attnc import config
+from attnc.emit import CUBIN_KINDS, EMIT_KINDS, Code, build_code, write_code, write_output
 from attnc.errors import AttncError
 
 if TYPE_CHECKING:
@@ -42,95 +44,6 @@ EXIT_ERROR, EXIT_ICE = 1, 70
 EXIT_PIPE = 128 + signal.SIGPIPE         # standard output closed by its reader
 
 DEBUG = config.DEBUG
-
-
-# --- what `--emit` produces -------------------------------------------------------------
-def write_output(text: str, out: Path | None) -> None:
-    """IR text to `out`, or to standard output when there is none."""
-    text += "\n"
-    if out is None:
-        sys.stdout.write(text)
-    else:
-        _write_atomically(out, text)
-
-
-@dataclass(frozen=True)
-class _Code:
-    """A compiled kernel's bundle: its manifest and files (file name -> bytes)."""
-    manifest: dict
-    files: dict
-
-    def _kind(self, kind: str) -> bytes:
-        return self.files[self.manifest["code"][kind]]
-
-    @property
-    def ptx(self) -> str:
-        return self._kind("ptx").decode()
-
-    @property
-    def cubin(self) -> bytes:
-        return self._kind("cubin")
-
-
-def emit_ptx(code: _Code, out: Path | None) -> None:
-    """The bundle's PTX byte for byte (the manifest's sha256 of it holds for the file)."""
-    if out is None:
-        sys.stdout.write(code.ptx)
-    else:
-        _write_atomically(out, code.ptx)
-
-
-def emit_cubin(code: _Code, out: Path | None) -> None:
-    if out is None:
-        raise AttncError("--emit cubin writes a binary: give the file with -o", filename="attnc")
-    _write_atomically(out, code.cubin)
-
-
-def emit_bundle(code: _Code, out: Path | None) -> None:
-    from attnc.backend.bundle import symbol_stem, write_bundle
-    # a name too long for a file name is cut as the kernels' symbols are (Note [Kernel symbols])
-    path = out or Path(f"{symbol_stem(code.manifest['variant'])}.{code.manifest['target']}")
-    try:
-        write_bundle(path, code.manifest, code.files)
-    except OSError as e:
-        if e.errno is None:                     # write_bundle's own refusal, which says why
-            reason = str(e)
-        elif e.filename and Path(e.filename).is_file():     # a folder on the way is a file
-            reason = f"'{e.filename}' is a file, not a folder"
-        else:
-            reason = e.strerror or str(e)
-        raise AttncError(f"cannot write the bundle '{path}': {reason}", filename="attnc") from None
-    print(f"wrote {path}/: " + ", ".join(["manifest.json", *sorted(code.files)]))
-
-
-# kind -> writer(code, out); `--emit mlir` writes the IR, not code.
-CODE_EMITTERS: dict[str, Callable[[_Code, Path | None], None]] = {
-    "ptx": emit_ptx,
-    "cubin": emit_cubin,
-    "bundle": emit_bundle,
-}
-EMIT_KINDS = ("mlir", *CODE_EMITTERS)
-
-
-def build_code(result, emit: str = "bundle") -> _Code:
-    """The code of a compiled module from its target's backend: for `--emit ptx`, no cubin."""
-    from attnc.backend.lowering import require_plan
-    from attnc.ir import attention_ops, get_str
-    ops = attention_ops(result.module)
-    if not ops:
-        raise AttncError("the module holds no attention op to generate code from (a pass removed it?): "
-                         "--emit mlir shows what the passes left", filename="attnc")
-    if "target" not in ops[0].attributes:
-        require_plan(result.module)
-    target = get_str(ops[0], "target")
-    from attnc.passes.pipelines import LOWERING
-    if target not in LOWERING:
-        raise AttncError(f"code generation for {target} is not built yet: --emit mlir shows its "
-                         f"plan; -arch {' and -arch '.join(LOWERING)} produce PTX, cubins and bundles",
-                         filename="attnc")
-    from attnc.backend.lowering import build
-    art = build(result, cubin=emit != "ptx")
-    return _Code(art.manifest, art.files)
 
 
 # --- commands ---------------------------------------------------------------------------
@@ -184,7 +97,7 @@ def _compile(args) -> int:
     if hit is not None:
         code = _served(slot, hit)
         with timing.step(f"writing the {args.emit}"):
-            CODE_EMITTERS[args.emit](code, out)
+            write_code(code, args.emit, out, resources=args.resource_usage)
         return 0
     from attnc.driver import CompileOptions, check_target, compile_variant
     from attnc.frontend import load, read_source
@@ -216,7 +129,7 @@ def _compile(args) -> int:
             slot.cache.put(slot.key, code.manifest, code.files,
                            warnings=[w.render() for w in variant.warnings] + backend)
     with timing.step(f"writing the {args.emit}"):
-        CODE_EMITTERS[args.emit](code, out)
+        write_code(code, args.emit, out, resources=args.resource_usage)
     return 0
 
 
@@ -271,7 +184,7 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _served(slot: CacheSlot, hit) -> _Code:
+def _served(slot: CacheSlot, hit) -> Code:
     """A cache entry's code, after its warnings and the note that it was cached (on stderr:
     `-o -` keeps standard output for the code)."""
     from attnc import timing
@@ -283,7 +196,7 @@ def _served(slot: CacheSlot, hit) -> _Code:
     timing.note(f"served from the kernel cache ({where}): no pass ran")
     # the bytes the cache checked against the manifest's digests, not the files read again
     manifest = dict(hit.manifest.raw)
-    return _Code(manifest, {manifest["code"][kind]: blob for kind, blob in hit.code.items()})
+    return Code(manifest, {manifest["code"][kind]: blob for kind, blob in hit.code.items()})
 
 
 def _check_output_is_not_input(args) -> None:
@@ -347,7 +260,7 @@ def cmd_opt(args) -> int:
             code = build_code(compile_result_of(module, f"attnc opt --emit {args.emit}"), args.emit)
     except AttncError as e:             # the check's, raised when the held checks end, located too
         raise in_input(e, args.file, text) from None
-    CODE_EMITTERS[args.emit](code, out)
+    write_code(code, args.emit, out, resources=args.resource_usage)
     return 0
 
 
@@ -489,6 +402,10 @@ def _pipeline_arguments(p: argparse.ArgumentParser, targets, arch_default: str |
                    help='replace the target\'s pipeline, e.g. "attn-tile{block_m=64},attn-analyze-masks"')
     p.add_argument("--load-pass", metavar="FILE", action="append", default=[],
                    help="load passes from a Python file (repeatable)")
+    p.add_argument("--resource-usage", action="store_true",
+                   help="print to stderr each kernel's registers, spilled bytes and stack frame as the "
+                        "assembler reported them for the cubin (the manifest's `resources`), with its "
+                        "threads and shared memory (--emit cubin or bundle)")
 
 
 def _stages(text: str) -> tuple[str, ...]:
@@ -503,6 +420,9 @@ def main(argv: list[str] | None = None) -> int:
     args = cli.parse_args(argv)
     if getattr(args, "output", None) == "":
         cli.error("-o: an empty path")      # exit status 2
+    if getattr(args, "resource_usage", False) and args.emit not in CUBIN_KINDS:
+        cli.error(f"--resource-usage reports the assembler's view of the cubin, and --emit {args.emit} "
+                  f"assembles none: use --emit bundle or cubin")
     if getattr(args, "output", None) == "-":        # standard output, for the text outputs
         if getattr(args, "emit", "mlir") in ("cubin", "bundle"):
             cli.error(f"-o -: --emit {args.emit} writes files, not text: give a path")     # exit status 2
@@ -560,34 +480,3 @@ def _debug() -> bool:
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.split("\n")[0] if text else "(no message)"
-
-
-def _write_atomically(path: Path, text: str | bytes) -> None:
-    """Write `text` to `path` through a temporary file renamed over it, so a failure
-    leaves no half file; the file gets the mode a plain `open` would give it (the old
-    file's, or 0666 less the umask). What is not a regular file (/dev/null, a pipe) or
-    is a symbolic link is written through instead, as a shell's `>` would: renaming over
-    it would replace the device, the pipe or the link."""
-    mode = "wb" if isinstance(text, bytes) else "w"
-    tmp = None
-    try:
-        if path.is_symlink() or (path.exists() and not path.is_file()):
-            with open(path, mode) as f:
-                f.write(text)
-            return
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask())
-        with os.fdopen(fd, mode) as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError as e:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-        raise AttncError(f"cannot write '{path}': {e.strerror}", filename="attnc") from None
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-

@@ -340,7 +340,9 @@ def build(result, *, cubin: bool = True) -> BundleArtifacts:
     ptx, specialization = bounded_code(kernel_module, target, kernels[-1]["symbol"], specialization)
     if cubin:
         from attnc.passes.hoist import lanes_shared
-        blobs = {"cubin": _assembled(ptx, target, specialization, kernels[-1], lanes_shared(result.module))}
+        assembled = _assembled(ptx, target, specialization, kernels[-1], lanes_shared(result.module))
+        blobs = {"cubin": assembled.cubin}
+        kernels = _with_resources(kernels, assembled.info_log)
     else:
         blobs = {}
     blobs["ptx"] = ptx.encode()
@@ -351,15 +353,15 @@ def build(result, *, cubin: bool = True) -> BundleArtifacts:
     return BundleArtifacts(result, ptx, blobs.get("cubin"), manifest, files)
 
 
-def _assembled(ptx: str, target: str, specialization: dict, kernel: dict, spills_expected: bool = False) -> bytes:
-    """The cubin of `ptx`; `spills_expected`: nvJitLink is expected to spill it (Note [The
-    assembly that spills less] in cubin.py). A register bound the assembler cannot meet (a
-    min_ctas_per_sm given to attn-kernel-choices: every default assembles) is the option's
-    refusal."""
+def _assembled(ptx: str, target: str, specialization: dict, kernel: dict, spills_expected: bool = False):
+    """The cubin of `ptx` with the assembler's log (a CubinResult); `spills_expected`:
+    nvJitLink is expected to spill it (Note [The assembly that spills less] in cubin.py). A
+    register bound the assembler cannot meet (a min_ctas_per_sm given to
+    attn-kernel-choices: every default assembles) is the option's refusal."""
     from attnc.backend.cubin import CubinError, ptx_to_cubin
     from attnc.schedule.recipes import REGISTER_FILE
     try:
-        return ptx_to_cubin(ptx, target, spills_expected=spills_expected).cubin
+        return ptx_to_cubin(ptx, target, spills_expected=spills_expected)
     except CubinError as e:
         ctas = specialization.get("min_ctas_per_sm") or 0
         if ctas <= 1:
@@ -371,6 +373,16 @@ def _assembled(ptx: str, target: str, specialization: dict, kernel: dict, spills
                          f"{REGISTER_FILE // (ctas * threads)} registers a thread that {ctas} CTAs of {threads} threads "
                          f"leave on an SM ({said[:200]}): lower min_ctas_per_sm (attn-kernel-choices)",
                          filename="attnc") from None
+
+
+def _with_resources(kernels: list[dict], log: str) -> list[dict]:
+    """The manifest's kernels, each with what the assembler's log reports for it in the
+    cubin (`resources`: registers, spilled bytes, stack frame)."""
+    from attnc.backend.cubin import parse_resource_usage
+    usage = parse_resource_usage(log)
+    return [{**k, "resources": {"registers": u.registers, "spill_stores": u.spill_stores,
+                                "spill_loads": u.spill_loads, "stack_frame": u.stack_frame}}
+            if (u := usage.get(k["symbol"])) is not None else k for k in kernels]
 
 
 # The kernel's ABI names the roles of the dims; the variant names them its own way

@@ -9,10 +9,10 @@ or raises `ManifestError` naming the field at fault, e.g.
 The value objects it returns are in manifest_schema.py (importable from here too: every
 name of `__all__`), the rules across fields in manifest_checks.py.
 
-The schema, format "attnc-bundle/3" (every key below is required unless marked; formats
-still read: "attnc-bundle/2", the same without a kernel's `small_grid`, and
-"attnc-bundle/1", also without `code_sha256`; a runtime that reads only an older format
-refuses a newer one's fields as unknown):
+The schema, format "attnc-bundle/4" (every key below is required unless marked; formats
+still read: "attnc-bundle/3", the same without a kernel's `resources`, "attnc-bundle/2",
+also without its `small_grid`, and "attnc-bundle/1", also without `code_sha256`; a runtime
+that reads only an older format refuses a newer one):
 
     format, compiler {name, version}, variant, source, source_sha256 (of source, UTF-8),
     target      "sm_80" | "sm_90a" | "sm_100a" | ... (see arch.py)
@@ -32,6 +32,8 @@ refuses a newer one's fields as unknown):
                 the kernel `small_grid.symbol` runs instead on its own grid, with the same
                 block, shared memory and params (the same computation, its CTAs in another
                 order: Note [Small grids] in attnc/backend/kernel_abi.py)
+                and `resources?: {registers, spill_stores, spill_loads, stack_frame}`, what
+                the assembler reported for the kernel in the bundle's cubin (informative)
     specialization  free-form object (optional)
 
 A shape entry is a dim name or a fixed size. A factor is an int, a dim name,
@@ -71,21 +73,21 @@ from typing import Any, Mapping
 from attnc_runtime.arch import TARGETS
 from attnc_runtime.dtypes import DTYPES
 from attnc_runtime.errors import ManifestError
-from attnc_runtime.manifest_checks import (_check_mask_kernels, _check_scratch_agree, _check_small_grids,
-                                           _check_tensor_set)
+from attnc_runtime.manifest_checks import (_check_mask_kernels, _check_resources, _check_scratch_agree,
+                                           _check_small_grids, _check_tensor_set)
 from attnc_runtime.manifest_schema import (CODE_KINDS, CONSTRAINT_KINDS, FORMAT, INPUT_ROLES,
                                            INT_TYPES, KERNEL_ROLES, MAX_BLOCK_Z,
                                            MAX_THREADS_PER_BLOCK, OUTPUT_ROLES, READ_FORMATS,
                                            RESERVED_NAMES, VECTOR_ROLES, Cdiv, ConstParam,
                                            Constraint, DimParam, Factor, KernelSpec, Manifest,
-                                           MinSms, Param, PtrParam, ScratchParam, ShapeEntry,
-                                           SmallGrid, StrideParam, TensorMapParam, TensorSpec,
-                                           source_sha256)
+                                           MinSms, Param, PtrParam, Resources, ScratchParam,
+                                           ShapeEntry, SmallGrid, StrideParam, TensorMapParam,
+                                           TensorSpec, source_sha256)
 
 __all__ = ["CODE_KINDS", "CONSTRAINT_KINDS", "Cdiv", "ConstParam", "Constraint", "DimParam",
            "FORMAT", "Factor", "INPUT_ROLES", "INT_TYPES", "KERNEL_ROLES", "KernelSpec",
            "MAX_BLOCK_Z", "MAX_THREADS_PER_BLOCK", "Manifest", "MinSms", "OUTPUT_ROLES", "Param",
-           "PtrParam", "READ_FORMATS", "RESERVED_NAMES", "ScratchParam", "ShapeEntry", "SmallGrid",
+           "PtrParam", "READ_FORMATS", "RESERVED_NAMES", "Resources", "ScratchParam", "ShapeEntry", "SmallGrid",
            "StrideParam", "TensorMapParam", "TensorSpec", "VECTOR_ROLES", "parse_manifest", "source_sha256"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -122,6 +124,7 @@ def parse_manifest(raw: Any) -> Manifest:
     kernels = tuple(_kernel(k, f"kernels[{i}]", dims, tensors)
                     for i, k in enumerate(_list(top["kernels"], "kernels", min_len=1)))
     _check_small_grids(kernels, fmt)
+    _check_resources(kernels, fmt)
     _check_scratch_agree(kernels)
     _check_mask_kernels(kernels, tensors)
     return Manifest(
@@ -173,7 +176,7 @@ def _tensor(raw: Any, path: str, dims: tuple[str, ...], *, output: bool) -> Tens
 
 def _kernel(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, TensorSpec]) -> KernelSpec:
     fields = _obj(raw, path, required=("name", "symbol", "block", "dynamic_smem_bytes", "grid", "params"),
-                  optional=("cluster", "role", "fills", "small_grid"))
+                  optional=("cluster", "role", "fills", "small_grid", "resources"))
     block = _triple(fields["block"], f"{path}.block")
     if block[0] * block[1] * block[2] > MAX_THREADS_PER_BLOCK:
         raise ManifestError(f"manifest: {path}.block: {list(block)} has more than "
@@ -193,7 +196,16 @@ def _kernel(raw: Any, path: str, dims: tuple[str, ...], tensors: Mapping[str, Te
         role=_choice(fields["role"], f"{path}.role", KERNEL_ROLES) if "role" in fields else None,
         fills=tuple(_ident(x, f"{path}.fills[{i}]") for i, x in enumerate(_list(fields.get("fills", []),
                                                                                  f"{path}.fills"))),
-        small_grid=_small_grid(fields["small_grid"], f"{path}.small_grid", dims) if "small_grid" in fields else None)
+        small_grid=_small_grid(fields["small_grid"], f"{path}.small_grid", dims) if "small_grid" in fields else None,
+        resources=_resources(fields["resources"], f"{path}.resources") if "resources" in fields else None)
+
+
+def _resources(raw: Any, path: str) -> Resources:
+    fields = _obj(raw, path, required=RESOURCE_FIELDS)
+    return Resources(*(_int(fields[name], f"{path}.{name}", minimum=0) for name in RESOURCE_FIELDS))
+
+
+RESOURCE_FIELDS = ("registers", "spill_stores", "spill_loads", "stack_frame")
 
 
 def _small_grid(raw: Any, path: str, dims: tuple[str, ...]) -> SmallGrid:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Mapping
 
 from attnc_runtime.errors import ManifestError
-from attnc_runtime.manifest_schema import (FORMAT, RESERVED_NAMES, Factor, KernelSpec, PtrParam, ScratchParam,
-                                           TensorSpec)
+from attnc_runtime.manifest_schema import (RESERVED_NAMES, Factor, KernelSpec, PtrParam, ScratchParam,
+                                           TensorSpec, since)
 
 _ROLE_COUNTS = (("inputs", "q", "exactly"), ("inputs", "k", "exactly"), ("inputs", "v", "exactly"),
                 ("outputs", "o", "exactly"), ("outputs", "lse", "at most"))
@@ -40,7 +40,7 @@ def _check_small_grids(kernels: tuple[KernelSpec, ...], fmt: str) -> None:
         if k.small_grid is None:
             continue
         path = f"manifest: kernels[{i}].small_grid"
-        if fmt != FORMAT:
+        if not since(fmt, "attnc-bundle/3"):
             raise ManifestError(f"{path}: not a field of format {fmt!r}")
         if k.role is not None or k.cluster != (1, 1, 1):
             raise ManifestError(f"{path}: only a kernel without a role and a cluster may have one")
@@ -87,3 +87,10 @@ def _check_mask_kernels(kernels: tuple[KernelSpec, ...], tensors: Mapping[str, T
             raise ManifestError(f"{path}: reads scratch {unfilled[0]!r}, which no earlier mask kernel fills")
         taken |= scratch
         filled |= set(kernel.fills)
+
+
+def _check_resources(kernels: tuple[KernelSpec, ...], fmt: str) -> None:
+    """A kernel's resources came with format 4."""
+    for i, k in enumerate(kernels):
+        if k.resources is not None and not since(fmt, "attnc-bundle/4"):
+            raise ManifestError(f"manifest: kernels[{i}].resources: not a field of format {fmt!r}")

@@ -10,8 +10,13 @@ from typing import Any, Mapping, Union
 
 from attnc_runtime.dtypes import DTYPES
 
-FORMAT = "attnc-bundle/3"                               # what attnc writes
-READ_FORMATS = ("attnc-bundle/1", "attnc-bundle/2", FORMAT)     # what this runtime reads
+FORMAT = "attnc-bundle/4"                               # what attnc writes
+READ_FORMATS = ("attnc-bundle/1", "attnc-bundle/2", "attnc-bundle/3", FORMAT)     # what this runtime reads
+
+
+def since(fmt: str, first: str) -> bool:
+    """Whether format `fmt` has the fields format `first` added."""
+    return READ_FORMATS.index(fmt) >= READ_FORMATS.index(first)
 CODE_KINDS = ("cubin", "ptx")
 INPUT_ROLES = ("q", "k", "v", "param")
 OUTPUT_ROLES = ("o", "lse")
@@ -125,6 +130,17 @@ class KernelSpec:
     role: str | None = None             # "mask": Note [Reused masks] (kernel.py)
     fills: tuple[str, ...] = ()         # a mask kernel's scratch that it writes
     small_grid: "SmallGrid | None" = None
+    resources: "Resources | None" = None   # the assembler's report for the cubin, where it has one
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What the assembler reported for a kernel of the bundle's cubin: registers a thread,
+    bytes of local memory spilled (stored and loaded) and its stack frame in bytes."""
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    stack_frame: int
 
 
 @dataclass(frozen=True)

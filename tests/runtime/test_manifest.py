@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from attnc_runtime.errors import ManifestError
-from attnc_runtime.manifest import (Cdiv, DimParam, PtrParam, ScratchParam, StrideParam,
+from attnc_runtime.manifest import (Cdiv, DimParam, PtrParam, Resources, ScratchParam, StrideParam,
                                     parse_manifest)
 from attnc_runtime.testing import synthetic_manifest
 
@@ -53,9 +53,9 @@ def _set(path, value):
 DELETE = object()
 
 MALFORMED = [
-    (_set(["format"], "attnc-bundle/4"),
-     "manifest: format: 'attnc-bundle/4' is not supported by this runtime (it reads 'attnc-bundle/1' and "
-     "'attnc-bundle/2' and 'attnc-bundle/3')"),
+    (_set(["format"], "attnc-bundle/5"),
+     "manifest: format: 'attnc-bundle/5' is not supported by this runtime (it reads 'attnc-bundle/1' and "
+     "'attnc-bundle/2' and 'attnc-bundle/3' and 'attnc-bundle/4')"),
     (lambda m: m.update({"format": "attnc-bundle/1", "code_sha256": {"ptx": "0" * 64}}),
      "manifest: code_sha256: not a field of format 'attnc-bundle/1'"),
     (_set(["kernels"], DELETE), "manifest: manifest: missing field 'kernels'"),
@@ -109,6 +109,13 @@ MALFORMED = [
     (_set(["constraints", 0], ["less", "H", "HKV"]), "manifest: constraints[0][0]: 'less' is not one of divisible, equal"),
     (_set(["constraints", 0], ["divisible", "H"]), "manifest: constraints[0]: expected 3 entries, got 2"),
     (_set(["specialization"], [1, 2]), "manifest: specialization: expected an object, got list"),
+    (_set(["kernels", 1, "resources"], {"registers": 168, "spill_stores": -4, "spill_loads": 0, "stack_frame": 0}),
+     "manifest: kernels[1].resources.spill_stores: -4 is less than 0"),
+    (_set(["kernels", 1, "resources"], {"registers": 168, "spill_stores": 0, "spill_loads": 0}),
+     "manifest: kernels[1].resources: missing field 'stack_frame'"),
+    (_set(["kernels", 1, "resources"], {"registers": 168, "spill_stores": 0, "spill_loads": 0, "stack_frame": 0,
+                                        "occupancy": 2}),
+     "manifest: kernels[1].resources: unknown field 'occupancy'"),
 ]
 
 
@@ -164,7 +171,26 @@ def test_format_2_needs_the_code_digests():
     review: the field was optional)."""
     raw = synthetic_manifest()
     del raw["code_sha256"]
-    with pytest.raises(ManifestError, match=r"^manifest: code_sha256: required in format 'attnc-bundle/3'$"):
+    with pytest.raises(ManifestError, match=r"^manifest: code_sha256: required in format 'attnc-bundle/4'$"):
+        parse_manifest(raw)
+
+
+RESOURCES = {"registers": 168, "spill_stores": 8, "spill_loads": 12, "stack_frame": 16}
+
+
+def test_a_kernels_resources_are_read():
+    raw = synthetic_manifest()
+    raw["kernels"][1]["resources"] = dict(RESOURCES)
+    kernels = parse_manifest(raw).kernels
+    assert kernels[0].resources is None and kernels[1].resources == Resources(168, 8, 12, 16)
+
+
+def test_format_3_bundles_are_still_read_without_resources():
+    """attnc-bundle/4 added a kernel's resources (what the assembler reported for it)."""
+    raw = {**synthetic_manifest(), "format": "attnc-bundle/3"}
+    assert parse_manifest(raw).variant == "synthetic"
+    raw["kernels"][1]["resources"] = dict(RESOURCES)
+    with pytest.raises(ManifestError, match=r"resources: not a field of format 'attnc-bundle/3'"):
         parse_manifest(raw)
 
 
