@@ -80,7 +80,6 @@ CP_ASYNC_MBARRIER = "cp.async.mbarrier"     # cp.async, each thread's landing re
 SM90A_CONSUMERS = (1, 2, 3)      # sm_90a's consumer warpgroups, 64 query rows each
 
 
-
 def recipe(target: str, *, num_warps: int, kv_stages: int, q_tiles: int = 1,
            consumers: int = 2, producer: bool = True, persistent: bool = False,
            pingpong: bool = False) -> Recipe:
@@ -138,8 +137,8 @@ def default_producer(consumers: int, kv_stages: int, head_dims: tuple[int, int])
     128-row tiles, where it measured slower (results/sm90a_h200.md, "Producer
     warpgroup"). Three consumer warpgroups (192-row tiles, FlashAttention-3's shape at
     head dim 64, asked for with attn-tile{block_m=192}) get it too, with 160 registers
-    each after setmaxnreg: without it they keep 168 and no warpgroup hides their loads
-    (results/sm90a_h200.md, "Tiles")."""
+    each after setmaxnreg; without it they load for themselves, 168 registers each
+    (results/sm90a_h200.md, "Tiles", "Producer warpgroup")."""
     if consumers == 3:
         return kv_stages >= 2
     return consumers == 2 and kv_stages >= 2 and max(head_dims) == 128

@@ -87,8 +87,9 @@ from attnc_runtime.manifest_schema import (CODE_KINDS, CONSTRAINT_KINDS, FORMAT,
 __all__ = ["CODE_KINDS", "CONSTRAINT_KINDS", "Cdiv", "ConstParam", "Constraint", "DimParam",
            "FORMAT", "Factor", "INPUT_ROLES", "INT_TYPES", "KERNEL_ROLES", "KernelSpec",
            "MAX_BLOCK_Z", "MAX_THREADS_PER_BLOCK", "Manifest", "MinSms", "OUTPUT_ROLES", "Param",
-           "PtrParam", "READ_FORMATS", "RESERVED_NAMES", "Resources", "ScratchParam", "ShapeEntry", "SmallGrid",
-           "StrideParam", "TensorMapParam", "TensorSpec", "VECTOR_ROLES", "parse_manifest", "source_sha256"]
+           "PtrParam", "READ_FORMATS", "RESERVED_NAMES", "Resources", "ScratchParam", "ShapeEntry",
+           "SmallGrid", "StrideParam", "TensorMapParam", "TensorSpec", "VECTOR_ROLES", "parse_manifest",
+           "source_sha256"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
