@@ -18,6 +18,7 @@ def test_compile_returns_a_runtime_kernel_from_the_cache(tmp_path, monkeypatch):
     kernel = attnc.compile(src, arch="sm_80")
     assert kernel.manifest.target == "sm_80"
     assert [t.name for t in kernel.manifest.inputs] == ["q", "k", "v"]
+    assert kernel.manifest.kernels[-1].resources.registers > 0      # as the assembler reported it
     assert len(list(tmp_path.rglob("manifest.json"))) == 1
     again = attnc.compile(src, arch="sm_80")          # a cache hit: nothing new written
     assert again.manifest == kernel.manifest
