@@ -379,9 +379,9 @@ def _with_resources(kernels: list[dict], log: str) -> list[dict]:
     """The manifest's kernels, each with what the assembler's log reports for it in the
     cubin (`resources`: registers, spilled bytes, stack frame)."""
     from attnc.backend.cubin import parse_resource_usage
+    from attnc_runtime.manifest_schema import RESOURCE_FIELDS
     usage = parse_resource_usage(log)
-    return [{**k, "resources": {"registers": u.registers, "spill_stores": u.spill_stores,
-                                "spill_loads": u.spill_loads, "stack_frame": u.stack_frame}}
+    return [{**k, "resources": {name: getattr(u, name) for name in RESOURCE_FIELDS}}
             if (u := usage.get(k["symbol"])) is not None else k for k in kernels]
 
 

@@ -197,10 +197,8 @@ def lanes_shared(module) -> bool:
     """Whether a hook of a kernel of `module` has its lanes share the diagonals
     (`lanes_asked`): its sm_80 cubin is the one that spills less (Note [The assembly that
     spills less] in attnc/backend/cubin.py)."""
-    from attnc.ir import attention_ops
+    from attnc.ir import attention_ops, get_str
     from attnc.ir.kernel import program_ops
-
-    from attnc.ir import get_str
 
     return any(lanes_asked(root, get_str(kernel, "target")) for kernel in attention_ops(module)
                for root in _diagonal_roots(program_ops(kernel, HOOK_ARGS)))

@@ -216,11 +216,11 @@ def choose_tile(target: str | None, shape: ProblemShape, overrides: dict[str, in
             config = dataclasses.replace(config, stages=config.stages - 1)
     if limits.block_m_unit == "consumer_wg64" and "block_m" in overrides and "num_warps" not in overrides:
         # a consumer warpgroup per 64 rows, besides the producer's warps
-        from attnc.schedule.recipes import SM90A_CONSUMERS
-        if config.block_m not in (64 * c for c in SM90A_CONSUMERS):
+        from attnc.schedule.recipes import SM90A_BLOCK_M, SM90A_CONSUMERS
+        if config.block_m not in SM90A_BLOCK_M:
             raise TileError(f"block_m={config.block_m} is not possible on {target}: a consumer warpgroup runs 64 "
                             f"rows, and a CTA has {spelled(SM90A_CONSUMERS)} of them: block_m "
-                            f"{spelled(tuple(64 * c for c in SM90A_CONSUMERS))}")
+                            f"{spelled(SM90A_BLOCK_M)}")
         config = dataclasses.replace(config, num_warps=limits.producer_warps + 4 * (config.block_m // 64))
     for check in (_check_positive, _check_warps, _check_block_m, _check_block_n,
                   _check_stages, _check_q_tiles, _check_smem, _check_tmem, _check_registers):

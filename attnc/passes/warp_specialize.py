@@ -95,16 +95,16 @@ def sm90a_roles(op, tile, consumers: int | None, producer: bool | None, pingpong
     from attnc.ir import error_at
     from attnc.passes import plan_ir
     from attnc.errors import spelled
-    from attnc.schedule.recipes import SM90A_CONSUMERS, default_producer
+    from attnc.schedule.recipes import SM90A_BLOCK_M, SM90A_CONSUMERS, default_producer
 
     block_m = tile.block_m
-    if consumers is None:
-        if block_m not in (64 * c for c in SM90A_CONSUMERS):
+    if consumers is None:           # (one given is one of SM90A_CONSUMERS: warp_specialize checked)
+        if block_m not in SM90A_BLOCK_M:
             raise error_at(op, f"block_m={block_m}: sm_90a's consumer warpgroups run 64 query rows each, "
-                               f"{spelled(SM90A_CONSUMERS)} of them: block_m "
-                               f"{spelled(tuple(64 * c for c in SM90A_CONSUMERS))} (attn-tile)")
+                               f"{spelled(SM90A_CONSUMERS)} of them: block_m {spelled(SM90A_BLOCK_M)} "
+                               f"(attn-tile)")
         consumers = block_m // 64
-    elif consumers in SM90A_CONSUMERS and consumers * 64 != block_m:
+    elif consumers * 64 != block_m:
         raise error_at(op, f"consumers={consumers} runs {64 * consumers} query rows "
                            f"(64 a warpgroup), and the tile has block_m={block_m}: set attn-tile{{block_m="
                            f"{64 * consumers}}}")

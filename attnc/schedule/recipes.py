@@ -78,6 +78,7 @@ CP_ASYNC_MBARRIER = "cp.async.mbarrier"     # cp.async, each thread's landing re
 
 
 SM90A_CONSUMERS = (1, 2, 3)      # sm_90a's consumer warpgroups, 64 query rows each
+SM90A_BLOCK_M = tuple(CONSUMER_ROWS * c for c in SM90A_CONSUMERS)     # the Q tiles they make
 
 
 def recipe(target: str, *, num_warps: int, kv_stages: int, q_tiles: int = 1,

@@ -78,8 +78,8 @@ from attnc_runtime.manifest_checks import (_check_mask_kernels, _check_resources
 from attnc_runtime.manifest_schema import (CODE_KINDS, CONSTRAINT_KINDS, FORMAT, INPUT_ROLES,
                                            INT_TYPES, KERNEL_ROLES, MAX_BLOCK_Z,
                                            MAX_THREADS_PER_BLOCK, OUTPUT_ROLES, READ_FORMATS,
-                                           RESERVED_NAMES, VECTOR_ROLES, Cdiv, ConstParam,
-                                           Constraint, DimParam, Factor, KernelSpec, Manifest,
+                                           RESERVED_NAMES, RESOURCE_FIELDS, VECTOR_ROLES, Cdiv,
+                                           ConstParam, Constraint, DimParam, Factor, KernelSpec, Manifest,
                                            MinSms, Param, PtrParam, Resources, ScratchParam,
                                            ShapeEntry, SmallGrid, StrideParam, TensorMapParam,
                                            TensorSpec, source_sha256)
@@ -205,8 +205,6 @@ def _resources(raw: Any, path: str) -> Resources:
     fields = _obj(raw, path, required=RESOURCE_FIELDS)
     return Resources(*(_int(fields[name], f"{path}.{name}", minimum=0) for name in RESOURCE_FIELDS))
 
-
-RESOURCE_FIELDS = ("registers", "spill_stores", "spill_loads", "stack_frame")
 
 
 def _small_grid(raw: Any, path: str, dims: tuple[str, ...]) -> SmallGrid:

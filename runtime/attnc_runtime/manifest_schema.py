@@ -143,6 +143,9 @@ class Resources:
     stack_frame: int
 
 
+RESOURCE_FIELDS = ("registers", "spill_stores", "spill_loads", "stack_frame")     # Resources', in order
+
+
 @dataclass(frozen=True)
 class SmallGrid:
     """The kernel launched instead where the grid has at most up_to_ctas_per_sm CTAs per SM."""
