@@ -27,6 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 RUN_MARK = "RUN:"
+# attn-tile's options for sm_90a's kernel of one 64-row consumer warpgroup a CTA at head dim
+# 64 (several CTAs an SM, a register bound: Note [CTAs per SM]), the table's tile there for
+# a score_mod of i and j (ALiBi) and what tests of that kernel ask for where the table
+# gives three consumer warpgroups.
+SM90A_ONE_WARPGROUP = {"block_m": 64, "block_n": 128}
 
 
 @dataclass(frozen=True)

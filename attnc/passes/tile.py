@@ -114,6 +114,7 @@ class ProblemShape:
     params: bool = False      # a hook reads param tensors
     mask_params: bool = False  # mask_mod reads param tensors (a block map decides its tiles)
     banded: bool = False      # mask_mod keeps a narrow band of keys per row (banded_mask)
+    positional: bool = False  # score_mod's value depends on i or j score by score (scores_by_position)
     out_dtype: str | None = None   # O's element type (None: dtype's)
 
 
@@ -132,6 +133,8 @@ def _shape_of(op, target: str | None) -> ProblemShape:
     row = _table_row(target, shape) if target in TILE_TABLE else None
     if shape.masked and not shape.mask_params and row is not None and row.banded is not None:
         shape = dataclasses.replace(shape, banded=banded_mask(op))
+    if row is not None and row.positional is not None:
+        shape = dataclasses.replace(shape, positional=scores_by_position(op))
     return shape
 
 
@@ -161,6 +164,22 @@ def banded_mask(op) -> bool:
         env.update(m_block=last, b=0, h=0)
         visited += max(0, int(evaluate(end, env)) - int(evaluate(start, env)))
     return 4 * visited <= last + 1
+
+
+def scores_by_position(op) -> bool:
+    """Whether score_mod's value depends on i or j score by score, as ALiBi's
+    slopes[h] * (j - i) does. One that is a function of j - i flat beyond a few diagonals
+    (T5's buckets: Note [Flat diagonals] in attnc/ir/diagonals.py) is one value a tile
+    beyond them and does not count, nor does one of s, b and h alone (softcap)."""
+    from attnc.ir import SCORE_MOD, depends_on, region_block, yielded
+    from attnc.ir.diagonals import flat_bounds
+    from attnc.passes.hoist import HOOK_ARGS
+
+    block = region_block(op, SCORE_MOD)
+    n = len(block.arguments)
+    if yielded(block) not in depends_on(block, n - 2, n - 1):
+        return False
+    return flat_bounds(block, HOOK_ARGS["attn.score_mod"]) == (None, None)
 
 
 def _mask_reads_params(op) -> bool:
@@ -246,6 +265,8 @@ def table_choice(target: str, shape: ProblemShape) -> TileConfig:
         config = dataclasses.replace(config, block_n=row.block_n_masked)
     if shape.params and row.block_n_params is not None:
         config = dataclasses.replace(config, block_n=min(config.block_n, row.block_n_params))
+    if shape.positional and row.positional is not None:
+        config = dataclasses.replace(config, **row.positional)
     if shape.banded and row.banded is not None:
         config = dataclasses.replace(config, **row.banded)
     if shape.mask_params and row.mask_params is not None:

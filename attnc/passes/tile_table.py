@@ -30,6 +30,8 @@ class TableRow:
     # tiles) and when it keeps a band of keys per row (tile.banded_mask).
     mask_params: dict[str, int] | None = None
     banded: dict[str, int] | None = None
+    # ... and when score_mod's value depends on i or j score by score (tile.scores_by_position)
+    positional: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -84,15 +86,20 @@ TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
         (256, 256): TableRow(TileConfig(64, 64, stages=2, num_warps=4)),
     },
     "sm_90a": {
-        # attn-lower-sm90a's kernel (results/sm90a_h200.md, "Tiles"). At head dim 64 one
-        # consumer warpgroup of 64 rows per CTA, so that several CTAs share an SM and hide
-        # each other's loads and epilogue: causal and softcap 14-16 % faster than at
-        # 128x128. A band (a sliding window) or a mask that reads params (documents of
-        # 1000 + causal) is short work per query block, where that matters most: 64x64,
-        # the window 11-24 % and documents 20-35 % faster than at 128x128 (before the
-        # persistent kernel, which took the band at d = 128: below).
-        (64, 64): TableRow(TileConfig(64, 128, stages=2, num_warps=8),
-                           banded=dict(block_n=64), mask_params=dict(block_n=64)),
+        # attn-lower-sm90a's kernel (results/sm90a_h200.md, "Tiles"). At head dim 64
+        # FlashAttention-3's 192-row Q tile, three consumer warpgroups and the producer,
+        # with 96-key blocks (at 128 the consumers spill): no mask 11-12 %, T5 + causal
+        # 5 %, causal 2-5 % and softcap 1-2 % faster than one consumer warpgroup of 64
+        # rows per CTA (64x128, several CTAs an SM hiding each other's loads and epilogue,
+        # 14-16 % faster than 128x128). That stays for a score_mod of i and j score by
+        # score (ALiBi, 2-3 % slower at 192 rows). A band (a sliding window) or a mask that
+        # reads params (documents of 1000 + causal) is short work per query block: 64x64,
+        # the window 13 % and documents 46 % faster than at 192x96 (and 11-24 % and 20-35 %
+        # than 128x128, before the persistent kernel, which took the band at d = 128: below).
+        (64, 64): TableRow(TileConfig(192, 96, stages=2, num_warps=16),
+                           positional=dict(block_m=64, block_n=128, num_warps=8),
+                           banded=dict(block_m=64, block_n=64, num_warps=8),
+                           mask_params=dict(block_m=64, block_n=64, num_warps=8)),
         (96, 96): TableRow(TileConfig(128, 128, stages=2, num_warps=12)),
         # FA3 runs 176-key blocks without a mask (128 with one, so that masked tiles
         # line up with the 128-row Q tiles), with its consumers' registers raised by

@@ -136,8 +136,8 @@ def default_producer(consumers: int, kv_stages: int, head_dims: tuple[int, int])
     causal, softcap and ALiBi 14-22 % faster. Not with one consumer warpgroup (64-row
     tiles, several CTAs per SM, which overlap each other already), nor at head dim 64 on
     128-row tiles, where it measured slower (results/sm90a_h200.md, "Producer
-    warpgroup"). Three consumer warpgroups (192-row tiles, FlashAttention-3's shape at
-    head dim 64, asked for with attn-tile{block_m=192}) get it too, with 160 registers
+    warpgroup"). Three consumer warpgroups (192-row tiles, FlashAttention-3's shape and
+    attn-tile's at head dim 64: tile_table.py) get it too, with 160 registers
     each after setmaxnreg; without it they load for themselves, 168 registers each
     (results/sm90a_h200.md, "Tiles", "Producer warpgroup")."""
     if consumers == 3:

@@ -19,6 +19,7 @@ from attnc.backend.hooks import RegionCode
 from attnc.backend.lowering import kernel_module_for
 from attnc.driver import CompileOptions, compile_mlir
 from attnc.passes.pipelines import pipeline_with_options
+from attnc.testing import SM90A_ONE_WARPGROUP
 
 ROOT = Path(__file__).resolve().parents[2]
 T5 = (ROOT / "examples" / "relative_bias.attn").read_text()
@@ -38,12 +39,13 @@ LAYOUTS = [("sm_80", 22, 3), ("sm_90a", 34, 5)]
 
 @pytest.mark.parametrize("arch, diagonals, sets", LAYOUTS)
 def test_t5_buckets_are_computed_once_per_diagonal(arch, diagonals, sets):
-    """Both kernels at 64 scores a thread: on sm_80 the unshared bias, read per score,
-    would take 64-key tiles and T5's 128 (attnc/passes/tile_table.py); with
+    """Both kernels at 64 scores a thread (sm_90a's of one consumer warpgroup, 64x128): on
+    sm_80 the unshared bias, read per score, would take 64-key tiles and T5's 128
+    (attnc/passes/tile_table.py); with
     attn-hoist{lanes=true} a lane computes a few of its warp's diagonals, with lanes=false
     those of its own scores."""
     assert "let d = (j + 0) - i in" in UNSHARED
-    tile = {"block_n": 64} if arch == "sm_80" else {}
+    tile = {"block_n": 64} if arch == "sm_80" else SM90A_ONE_WARPGROUP
     across = _lowered(T5, arch, **tile, lanes=True)
     unshared = _lowered(UNSHARED, arch, **tile)
     alone = _lowered(T5, arch, **tile, lanes=False)

@@ -17,7 +17,7 @@ from attnc.ir import attention_ops
 from attnc.ir.roles import name_of, role_ops
 from attnc.passes import kernel_choices
 from attnc.passes.pipelines import pipeline_with_options
-from attnc.testing import build_with, kernel_ptx, variant_source
+from attnc.testing import SM90A_ONE_WARPGROUP, build_with, kernel_ptx, variant_source
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CAUSAL = variant_source("v", 64)            # bf16, d = 64: 128x128 tiles and 4 warps on sm_80
@@ -70,8 +70,10 @@ def test_staged_by_default_where_every_tile_is_dead_at_the_epilogue():
     # sm_90a (d = 64: 64-row blocks): for bands and block maps (a short key loop per query block).
     assert chosen(WINDOW, "sm_90a")["staged_o"] is True
     assert chosen(DOCS, "sm_90a")["staged_o"] is True
+    assert chosen(CAUSAL, "sm_90a", **SM90A_ONE_WARPGROUP)["staged_o"] is False
+    assert chosen(CAUSAL, "sm_90a", staged_o="true", **SM90A_ONE_WARPGROUP)["staged_o"] is True
+    # ... not with its producer warpgroup (causal's 192-row tile).
     assert chosen(CAUSAL, "sm_90a")["staged_o"] is False
-    assert chosen(CAUSAL, "sm_90a", staged_o="true")["staged_o"] is True
     # Two query blocks per CTA: the next block's loads fly during the epilogue.
     assert chosen(CAUSAL, q_blocks_per_cta=2)["staged_o"] is False
     # A producer warpgroup (sm_90a, d = 128: 128-row blocks) may still be loading.

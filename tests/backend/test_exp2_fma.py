@@ -16,7 +16,7 @@ import pytest
 from attnc.backend import cubin
 from attnc.backend.nvgpu_builders import EXP2_POLY, EXP2_SHIFTER
 from attnc.errors import AttncError
-from attnc.testing import build_with, variant_source
+from attnc.testing import SM90A_ONE_WARPGROUP, build_with, variant_source
 
 F32 = np.float32
 
@@ -72,10 +72,14 @@ CAUSAL_D64 = variant_source("causal", 64)
 CAUSAL = CAUSAL_D64.replace("64]", "128]")
 
 
+ONE_WG = tuple(SM90A_ONE_WARPGROUP.items())     # sm_90a's 64x128 tile at head dim 64
+
+
 @functools.lru_cache(maxsize=None)
-def built(source: str, arch: str, lower: tuple = ()):
-    """The bundle artifacts of `source` for `arch`, with options of attn-kernel-choices."""
-    return build_with(source, "exp2.attn", arch, **dict(lower))
+def built(source: str, arch: str, lower: tuple = (), tile: tuple = ()):
+    """The bundle artifacts of `source` for `arch`, with options of attn-kernel-choices
+    (`lower`) and attn-tile (`tile`)."""
+    return build_with(source, "exp2.attn", arch, **dict(lower), **dict(tile))
 
 
 def counts(ptx: str) -> tuple[int, int]:
@@ -83,36 +87,37 @@ def counts(ptx: str) -> tuple[int, int]:
     return len(re.findall(r"\bex2\.approx", ptx)), len(re.findall(r"\badd\.rm\.f32", ptx))
 
 
-@pytest.mark.parametrize("source, arch, default", [
-    (SOFTCAP_D64, "sm_90a", 2),     # one warpgroup, a constant max: two SFU operations per score
-    (CAUSAL_D64, "sm_90a", 0),
-    (SOFTCAP, "sm_90a", 1),         # the producer warpgroup's kernel (head dim 128), a score_mod
-    (CAUSAL, "sm_90a", 0),          # the producer warpgroup's kernel without one
-    (SOFTCAP_D64, "sm_80", 0),
-    (CAUSAL_D64, "sm_80", 0),
+@pytest.mark.parametrize("source, arch, tile, default", [
+    (SOFTCAP_D64, "sm_90a", ONE_WG, 2),   # one warpgroup, a constant max: two SFU operations per score
+    (CAUSAL_D64, "sm_90a", ONE_WG, 0),
+    (SOFTCAP_D64, "sm_90a", (), 1),       # the producer warpgroup's kernels (192x96 at head dim 64,
+    (SOFTCAP, "sm_90a", (), 1),           # 128x128 at 128) with a score_mod
+    (CAUSAL, "sm_90a", (), 0),            # the producer warpgroup's kernel without one
+    (SOFTCAP_D64, "sm_80", (), 0),
+    (CAUSAL_D64, "sm_80", (), 0),
 ])
-def test_the_default_and_zero(source, arch, default):
+def test_the_default_and_zero(source, arch, tile, default):
     """The default of exp2_fma: 2 of 8 in sm_90a's one-warpgroup kernels with a
     constant max (softcap), 1 of 8 in its producer warpgroup's kernels with a score_mod,
     else none, as measured; exp2_fma=0 has no add.rm at all, and the
     explicit default builds the default kernel."""
-    art = built(source, arch)
+    art = built(source, arch, (), tile)
     assert art.manifest["specialization"]["exp2_fma"] == default
-    assert built(source, arch, (("exp2_fma", default),)).ptx == art.ptx
-    assert counts(built(source, arch, (("exp2_fma", 0),)).ptx)[1] == 0
+    assert built(source, arch, (("exp2_fma", default),), tile).ptx == art.ptx
+    assert counts(built(source, arch, (("exp2_fma", 0),), tile).ptx)[1] == 0
 
 
-@pytest.mark.parametrize("source, arch", [(SOFTCAP_D64, "sm_90a"), (CAUSAL_D64, "sm_80")])
+@pytest.mark.parametrize("source, arch, tile", [(SOFTCAP_D64, "sm_90a", ONE_WG), (CAUSAL_D64, "sm_80", ())])
 @pytest.mark.parametrize("k", [2, 4, 8])
-def test_the_last_k_of_every_8_probabilities_move_to_the_fma_pipe(source, arch, k):
+def test_the_last_k_of_every_8_probabilities_move_to_the_fma_pipe(source, arch, tile, k):
     """Of the per-score exponentials (all of them at k = 8), k/8 are emulated and the
     rest stay ex2.approx; the per-row ones (alpha, with a running max) stay on the SFU.
     Softcap at head dim 64 has a constant max: every ex2 is a score's (192 in the
-    sm_90a kernel's three copies of the step, 64 scores each)."""
-    sfu_only, _ = counts(built(source, arch, (("exp2_fma", 0),)).ptx)
-    per_row, scores = counts(built(source, arch, (("exp2_fma", 8),)).ptx)
+    one-warpgroup sm_90a kernel's three copies of the step, 64 scores each)."""
+    sfu_only, _ = counts(built(source, arch, (("exp2_fma", 0),), tile).ptx)
+    per_row, scores = counts(built(source, arch, (("exp2_fma", 8),), tile).ptx)
     assert scores > 0 and scores % 8 == 0
-    assert counts(built(source, arch, (("exp2_fma", k),)).ptx) == (sfu_only - scores * k // 8, scores * k // 8)
+    assert counts(built(source, arch, (("exp2_fma", k),), tile).ptx) == (sfu_only - scores * k // 8, scores * k // 8)
     assert per_row == sfu_only - scores
     if source is SOFTCAP_D64:
         assert (sfu_only, per_row) == (192, 0)
@@ -125,7 +130,7 @@ def _f32_hex(v: float) -> str:
 def test_each_emulated_exp2_is_the_algorithm():
     """Per add.rm.f32 of the shifter: the shifter taken off again (round to nearest), the
     cubic's three FMAs with its coefficients, and the exponent moved by a shift of 23."""
-    ptx = built(SOFTCAP_D64, "sm_90a", (("exp2_fma", 4),)).ptx
+    ptx = built(SOFTCAP_D64, "sm_90a", (("exp2_fma", 4),), ONE_WG).ptx
     n = counts(ptx)[1]
     assert n == 96
     assert len(re.findall(rf"add\.rn\.f32\s+%r\d+, %r\d+, {_f32_hex(-EXP2_SHIFTER)};", ptx)) == n

@@ -15,6 +15,8 @@ from attnc.backend import cubin, ptx
 from attnc.driver import CompileOptions, compile_file, compile_mlir
 from attnc.ir import attention_ops
 from attnc.passes import kernel_choices
+from attnc.passes.pipelines import pipeline_with_options
+from attnc.testing import SM90A_ONE_WARPGROUP
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
 
@@ -180,8 +182,8 @@ def test_a_trial_lowered_again_where_the_diagnostics_are_kept(monkeypatch):
 @pytest.mark.parametrize("far_spills", [True, False])
 def test_where_the_far_sides_spill_the_kernel_without_its_bound_is_assembled_beside_the_trial(
         monkeypatch, far_spills):
-    """Note [Spills of the near tiles]: where the copy of relative_bias's kernel held on
-    its far sides spills (made to here), this thread assembles the trial's PTX less its
+    """Note [Spills of the near tiles]: where the copy of relative_bias's kernel (one
+    consumer warpgroup, 64x128) held on its far sides spills (made to here), this thread assembles the trial's PTX less its
     bound while the trial's own assembly runs on the other, and the bundle takes that
     cubin; where it does not, only the trial's PTX is assembled."""
     import threading
@@ -190,7 +192,8 @@ def test_where_the_far_sides_spill_the_kernel_without_its_bound_is_assembled_bes
     from attnc.backend import register_bound
     from attnc.backend.lowering import build
 
-    result = compile_file(EXAMPLES_DIR / "relative_bias.attn", CompileOptions(arch="sm_90a"))
+    pipeline = pipeline_with_options("sm_90a", SM90A_ONE_WARPGROUP)
+    result = compile_file(EXAMPLES_DIR / "relative_bias.attn", CompileOptions(arch="sm_90a", pass_pipeline=pipeline))
     cubin._assemble.cache_clear()
     counting_assemblies(monkeypatch, cores=2)
     assembled = {}              # with the bound or not: (on this thread, start, end) of its assembly
@@ -223,9 +226,7 @@ def test_the_far_sides_copy_drops_the_warps_vote_with_the_near_side():
     from attnc.backend.register_bound import hold_far_sides
     from attnc.backend.score_masks import NEAR_TILES
 
-    from attnc.passes.pipelines import pipeline_with_options
-
-    options = CompileOptions(arch="sm_90a", pass_pipeline=pipeline_with_options("sm_90a", {"lanes": True}))
+    options = CompileOptions(arch="sm_90a", pass_pipeline=pipeline_with_options("sm_90a", {"lanes": True, **SM90A_ONE_WARPGROUP}))
     module = kernel_module_for(compile_file(EXAMPLES_DIR / "relative_bias.attn", options))[0]
     near: list = []
     ptx.rewrite_for_nvptx(module, marked=(NEAR_TILES, near))

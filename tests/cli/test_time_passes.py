@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from attnc.passes.pipelines import target_pipeline
-from attnc.testing import run_attnc
+from attnc.passes.pipelines import pipeline_with_options, target_pipeline
+from attnc.testing import SM90A_ONE_WARPGROUP, run_attnc
 
 ROOT = Path(__file__).resolve().parents[2]
 MHA = str(ROOT / "examples" / "mha.attn")
@@ -64,13 +64,14 @@ def test_upstream_passes_and_the_ir_output_have_their_rows(tmp_path):
 
 
 def test_the_register_bound_trial_shows_under_the_pass_that_runs_it(tmp_path, monkeypatch):
-    """sm_90a's kernel at head dim 64 keeps a register bound only where a trial compile does
-    not spill (Note [CTAs per SM]): its PTX and cubin are steps of attn-lower-sm90a."""
+    """sm_90a's one-warpgroup kernel at head dim 64 keeps a register bound only where a trial
+    compile does not spill (Note [CTAs per SM]): its PTX and cubin are steps of attn-lower-sm90a."""
     monkeypatch.setenv("ATTNC_DISABLE_CACHE", "1")
     source = tmp_path / "d64.attn"
     source.write_text((ROOT / "examples" / "softcap.attn").read_text().replace("128]", "64]"))
-    status, _, err = run_attnc(["compile", str(source), "-arch", "sm_90a", "--emit", "ptx",
-                                "-o", str(tmp_path / "v.ptx"), "--time-passes"])
+    one_warpgroup = pipeline_with_options("sm_90a", SM90A_ONE_WARPGROUP)     # a bound to try
+    status, _, err = run_attnc(["compile", str(source), "-arch", "sm_90a", "--emit", "ptx", "--pass-pipeline",
+                                one_warpgroup, "-o", str(tmp_path / "v.ptx"), "--time-passes"])
     assert status == 0
     rows = table(err)
     lower = [label for _, label in rows].index("attn-lower-sm90a")

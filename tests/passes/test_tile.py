@@ -77,12 +77,16 @@ def test_the_documented_choices():
     # A mask reading params (documents): 64-row query blocks at head dim 64 only.
     assert pick("sm_80", ProblemShape(64, 64, "bf16", True, True, mask_params=True)) == (64, 64, 2, 4, 1)
     assert pick("sm_80", ProblemShape(128, 128, "bf16", True, True, mask_params=True)) == (128, 64, 2, 4, 1)
-    # sm_90a (attn-lower-sm90a): one 64-row warpgroup per CTA at head dim 64, two at 128;
+    # sm_90a (attn-lower-sm90a): three 64-row consumer warpgroups per CTA at head dim 64
+    # (192x96), one for a score_mod of i and j score by score (ALiBi), two at 128;
     # a mask reading params (documents): 64x64, one warpgroup; so is a band (sliding
     # window) at head dim 64; at 128 the band takes the producer warpgroup's tile (its
     # CTAs persistent: attn-warp-specialize's `persistent`, on by default for a band).
-    assert pick("sm_90a", ProblemShape(64, 64, "bf16", False, params=True)) == (64, 128, 2, 8, 1)
-    assert pick("sm_90a", shape(64)) == (64, 128, 2, 8, 1)
+    assert pick("sm_90a", shape(64)) == (192, 96, 2, 16, 1)
+    assert pick("sm_90a", shape(64, masked=True)) == (192, 96, 2, 16, 1)
+    assert pick("sm_90a", ProblemShape(64, 64, "bf16", True, positional=True)) == (64, 128, 2, 8, 1)
+    assert pick("sm_90a", ProblemShape(64, 64, "bf16", True, positional=True, banded=True)) == (64, 64, 2, 8, 1)
+    assert pick("sm_90a", ProblemShape(128, 128, "bf16", True, positional=True)) == (128, 128, 3, 12, 1)
     assert pick("sm_90a", shape(128)) == (128, 128, 3, 12, 1)
     assert pick("sm_90a", shape(128, masked=True)) == (128, 128, 3, 12, 1)
     assert pick("sm_90a", ProblemShape(64, 64, "bf16", True, banded=True)) == (64, 64, 2, 8, 1)
@@ -176,6 +180,28 @@ def test_banded_mask_from_the_analysis(mask, banded):
     result = compile_mlir(src, "t.attn", CompileOptions(arch="sm_90a", pass_pipeline=""))
     assert banded_mask(attention_ops(result.module)[0]) is banded
 
+
+
+@pytest.mark.parametrize("score_mod, positional", [
+    ("s + slopes[h] * float(j - i)", True),      # ALiBi: a value a score
+    ("s + slopes[h] * float(i)", True),          # of the query row alone
+    ("30.0 * tanh(s / 30.0)", False),            # softcap: of s alone
+    ("s * slopes[h]", False),                    # of the head alone
+    ("s + where(j - i > 64, 1.0, 0.0)", False),  # flat beyond 64 diagonals: a value a tile there
+    (None, False),
+])
+def test_scores_by_position(score_mod, positional):
+    from attnc.driver import CompileOptions, compile_mlir
+    from attnc.ir import attention_ops, get_int
+    from attnc.passes.tile import scores_by_position
+
+    hook = f"  score_mod(s, b, h, i, j) = {score_mod}\n" if score_mod else ""
+    src = ("attention t {\n  q: bf16[B, H, M, 64]\n  k: bf16[B, H, N, 64]\n  v: bf16[B, H, N, 64]\n"
+           f"  param slopes: f32[H]\n{hook}  mask_mod(b, h, i, j) = j <= i\n  out o: bf16[B, H, M, 64]\n}}\n")
+    result = compile_mlir(src, "t.attn", CompileOptions(arch="sm_90a", pass_pipeline=""))
+    assert scores_by_position(attention_ops(result.module)[0]) is positional
+    tiled = compile_mlir(src, "t.attn", CompileOptions(arch="sm_90a", pass_pipeline="attn-tile"))
+    assert get_int(attention_ops(tiled.module)[0], "block_m") == (64 if positional else 192)
 
 T5_BUCKET = ("let d = j - i in let n = abs(d) in "
              "where(n < 8, n, min(8 + int(log(float(n) / 8.0) / log(16.0) * 8.0), 15)) + where(d > 0, 16, 0)")

@@ -25,8 +25,10 @@
 // attn-lower-sm90a's kernel (no setmaxnreg budgets yet) takes 128 for both, 3 stages.
 // SM90-LABEL: func.func @hd128_unmasked
 // SM90: }) {block_m = 128 : i64, block_n = 128 : i64,{{.*}} num_warps = 12 : i64,{{.*}} q_tiles = 1 : i64,{{.*}} stages = 3 : i64, target = "sm_90a"
+// Head dim 64: FlashAttention-3's 192-row tile, three consumer warpgroups and the producer
+// (16 warps), 96-key blocks (at 128 the consumers spill).
 // SM90-LABEL: func.func @hd64_masked
-// SM90: }) {block_m = 64 : i64, block_n = 128 : i64,{{.*}} num_warps = 8 : i64,{{.*}} stages = 2 : i64, target = "sm_90a"
+// SM90: }) {block_m = 192 : i64, block_n = 96 : i64,{{.*}} num_warps = 16 : i64,{{.*}} stages = 2 : i64, target = "sm_90a"
 // SM90-LABEL: func.func @hd256_qk128_v
 // SM90: }) {block_m = 128 : i64, block_n = 80 : i64,{{.*}} num_warps = 12 : i64,{{.*}} stages = 2 : i64, target = "sm_90a"
 
@@ -192,7 +194,8 @@ func.func @hd256_qk128_v(%q: tensor<?x?x?x256xbf16>, %k: tensor<?x?x?x256xbf16>,
 }
 
 // Head dim 64 with a hook reading a param at (b, h) only (ALiBi slopes): loaded once per
-// CTA, nothing in the score tile: the table's tile (sm_80 128x128, sm_90a 64x128).
+// CTA, nothing in the score tile: the table's tile on sm_80 (128x128); on sm_90a a score_mod
+// of i and j score by score takes one consumer warpgroup (64x128).
 // SM80-LABEL: func.func @hd64_params
 // SM80: }) {block_m = 128 : i64, block_n = 128 : i64,{{.*}} num_warps = 4 : i64,{{.*}} q_tiles = 1 : i64,{{.*}} stages = 2 : i64, target = "sm_80"
 // SM90-LABEL: func.func @hd64_params
@@ -224,8 +227,8 @@ func.func @hd64_params(%q: tensor<?x?x?x64xf16>, %k: tensor<?x?x?x64xf16>, %v: t
 }
 
 // Head dim 64 with a hook reading a param at an index that depends on j (a bias table):
-// 64-key blocks on sm_80, where the loads in the score tile spill 128 keys; the other
-// targets keep their tile.
+// 64-key blocks on sm_80, where the loads in the score tile spill 128 keys; sm_90a's is
+// that of a score_mod of i and j (64x128).
 // SM80-LABEL: func.func @hd64_param_ij
 // SM80: }) {block_m = 128 : i64, block_n = 64 : i64,{{.*}} num_warps = 4 : i64,{{.*}} q_tiles = 1 : i64,{{.*}} stages = 2 : i64, target = "sm_80"
 // SM90-LABEL: func.func @hd64_param_ij
