@@ -160,13 +160,15 @@ def exp2_fma(s) -> int:
         whose scores take two SFU operations: softcap + causal at head dim 64 5-8 %
         faster, partly because the register bound of Note [CTAs per SM] then holds three
         CTAs per SM;
-      * 1 of 8 in the producer warpgroup's kernel with a score_mod (softcap and ALiBi at
-        head dim 128, about 3 %; 2 and 4 of 8 no better);
-      * none elsewhere, where it measured slower (the sm_80 kernels 4-13 %)."""
+      * 1 of 8 in the producer warpgroup's kernel of two consumer warpgroups with a
+        score_mod (softcap and ALiBi at head dim 128, about 3 %; 2 and 4 of 8 no better);
+      * none elsewhere, where it measured slower (the sm_80 kernels 4-13 %; softcap + causal
+        at head dim 64 on three consumer warpgroups 2 % with 1 of 8, 4 % with 2)."""
     one_warpgroup = s.target == "sm_90a" and s.consumer_warpgroups == 1 and not s.plan.producer
     if one_warpgroup and s.static_max is not None:
         return 2
-    return 1 if s.plan.producer and (s.hooks.score_mod or s.hooks.score_bias) else 0
+    two_consumers = s.plan.producer and s.consumer_warpgroups == 2
+    return 1 if two_consumers and (s.hooks.score_mod or s.hooks.score_bias) else 0
 
 
 def sm100a_defaults(kernel=None, held: dict | None = None) -> dict:

@@ -126,8 +126,8 @@ class KernelChoices(Pass):
     exp2_fma: int | None = field(default=None, metadata={
         "doc": "of every 8 scores of a softmax row, how many take their exp2 on the FMA pipe (a cubic "
                "and exponent bits) instead of the SFU, 0 to 8 (Note [Exponentials on the FMA pipe]; "
-               "default: 2 in sm_90a's one-warpgroup softcap kernels, 1 in its "
-               "producer warpgroup's kernels with a score_mod, else 0, sm_100a 0); set on every attn.softmax_step, each of "
+               "default: 2 in sm_90a's one-warpgroup softcap kernels, 1 in its two consumer warpgroups' "
+               "kernels with a producer and a score_mod, else 0, sm_100a 0); set on every attn.softmax_step, each of "
                "which may hold its own (Note [Choices op by op])"})
     heads_first: bool | None = field(default=None, metadata={
         "doc": "order the grid's CTAs by head first, query block second (Note [Heads first]; default: "

@@ -90,17 +90,17 @@ def counts(ptx: str) -> tuple[int, int]:
 @pytest.mark.parametrize("source, arch, tile, default", [
     (SOFTCAP_D64, "sm_90a", ONE_WG, 2),   # one warpgroup, a constant max: two SFU operations per score
     (CAUSAL_D64, "sm_90a", ONE_WG, 0),
-    (SOFTCAP_D64, "sm_90a", (), 1),       # the producer warpgroup's kernels (192x96 at head dim 64,
-    (SOFTCAP, "sm_90a", (), 1),           # 128x128 at 128) with a score_mod
+    (SOFTCAP_D64, "sm_90a", (), 0),       # three consumer warpgroups and the producer (192x96)
+    (SOFTCAP, "sm_90a", (), 1),           # two and the producer (head dim 128), a score_mod
     (CAUSAL, "sm_90a", (), 0),            # the producer warpgroup's kernel without one
     (SOFTCAP_D64, "sm_80", (), 0),
     (CAUSAL_D64, "sm_80", (), 0),
 ])
 def test_the_default_and_zero(source, arch, tile, default):
     """The default of exp2_fma: 2 of 8 in sm_90a's one-warpgroup kernels with a
-    constant max (softcap), 1 of 8 in its producer warpgroup's kernels with a score_mod,
-    else none, as measured; exp2_fma=0 has no add.rm at all, and the
-    explicit default builds the default kernel."""
+    constant max (softcap), 1 of 8 in its kernels of two consumer warpgroups and the
+    producer with a score_mod, else none, as measured; exp2_fma=0 has no add.rm at all,
+    and the explicit default builds the default kernel."""
     art = built(source, arch, (), tile)
     assert art.manifest["specialization"]["exp2_fma"] == default
     assert built(source, arch, (("exp2_fma", default),), tile).ptx == art.ptx

@@ -91,7 +91,7 @@ def test_the_other_kernel_choices_reach_the_manifest(tmp_path, name, blocks, tes
 @pytest.mark.parametrize("name, persistent, exp2_fma", [
     ("ex_sliding_window_bf16_d128x128_other", False, 4),     # default: persistent (a band)
     ("ex_mha_bf16_d128x128_other", True, 4),                 # default: one block per CTA
-    ("ex_softcap_bf16_d64x64_other", True, 0),               # default: 192x96, 1 of 8 on the FMA pipe
+    ("ex_softcap_bf16_d64x64_other", True, 4),               # default: 192x96, none on the FMA pipe
     ("ex_alibi_bf16_d64x64_other", None, 4),                 # default: 64x128, one warpgroup, none
 ])
 def test_the_other_sm90a_choices_reach_the_manifest(tmp_path, name, persistent, exp2_fma):
