@@ -88,11 +88,11 @@ TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
     "sm_90a": {
         # attn-lower-sm90a's kernel (results/sm90a_h200.md, "Tiles"). At head dim 64
         # FlashAttention-3's 192-row Q tile, three consumer warpgroups and the producer,
-        # with 96-key blocks (at 128 the consumers spill): no mask 11-12 %, T5 + causal
-        # 5 %, causal 2-5 % and softcap 1-2 % faster than one consumer warpgroup of 64
-        # rows per CTA (64x128, several CTAs an SM hiding each other's loads and epilogue,
-        # 14-16 % faster than 128x128). That stays for a score_mod of i and j score by
-        # score (ALiBi, 2-3 % slower at 192 rows). A band (a sliding window) or a mask that
+        # with 96-key blocks (at 128 the consumers spill): no mask 11-13 %, T5 5-9 %,
+        # causal 2-5 % and softcap 1-4 % faster than one consumer warpgroup of 64 rows per
+        # CTA (64x128, several CTAs an SM hiding each other's loads and epilogue, 14-16 %
+        # faster than 128x128). That stays for a score_mod of i and j score by score
+        # (ALiBi, 2-4 % slower at 192 rows). A band (a sliding window) or a mask that
         # reads params (documents of 1000 + causal) is short work per query block: 64x64,
         # the window 13 % and documents 46 % faster than at 192x96 (and 11-24 % and 20-35 %
         # than 128x128, before the persistent kernel, which took the band at d = 128: below).
