@@ -183,9 +183,10 @@ def test_a_trial_lowered_again_where_the_diagnostics_are_kept(monkeypatch):
 def test_where_the_far_sides_spill_the_kernel_without_its_bound_is_assembled_beside_the_trial(
         monkeypatch, far_spills):
     """Note [Spills of the near tiles]: where the copy of relative_bias's kernel (one
-    consumer warpgroup, 64x128) held on its far sides spills (made to here), this thread assembles the trial's PTX less its
-    bound while the trial's own assembly runs on the other, and the bundle takes that
-    cubin; where it does not, only the trial's PTX is assembled."""
+    consumer warpgroup, 64x128) held on its far sides spills (made to here), this thread
+    assembles the trial's PTX less its bound while the trial's own assembly runs on the
+    other, and the bundle takes that cubin; where it does not, only the trial's PTX is
+    assembled."""
     import threading
     import time
 

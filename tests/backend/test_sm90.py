@@ -138,7 +138,10 @@ def test_every_example_assembles_for_sm90a_without_spills(name):
 # consumer warpgroup a CTA), those of its near tiles under the 3-CTA bound, their diagonals
 # shared across the warp (Notes [Spills of the near tiles] in attnc/backend/register_bound.py
 # and [Diagonals across the warp] in warp_diagonals.py; results/sm90a_h200.md, "Spills of the
-# near tiles" and "Diagonals across the warp").
+# near tiles" and "Diagonals across the warp"). More than these bytes fails.
+MEASURED_SPILL_STORES = 112
+
+
 @pytest.mark.parametrize("idle", [True, False])
 def test_the_near_tiles_hold_relative_bias_spills(idle, monkeypatch):
     """Note [Spills of the near tiles]: relative_bias's kernel of one consumer warpgroup
@@ -155,7 +158,7 @@ def test_the_near_tiles_hold_relative_bias_spills(idle, monkeypatch):
     art = build(result)
     assert ".minnctapersm 3" in art.ptx
     usage = cubin.resource_usage(art.ptx, "sm_90a")
-    assert any(u.spills for u in usage.values()) and all(u.spill_stores <= 112 for u in usage.values()), usage
+    assert any(u.spills for u in usage.values()) and all(u.spill_stores <= MEASURED_SPILL_STORES for u in usage.values()), usage
     with result.module.context:
         copy = ir.Module.parse(str(result.module))
         near = []
