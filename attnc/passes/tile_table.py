@@ -63,6 +63,10 @@ TARGET_LIMITS: dict[str, TargetLimits] = {
                             min_stages=2, q_tiles=(1, 2), tmem_columns=512),
 }
 
+# sm_90a's 64x64 tile of one consumer warpgroup and the producer's warps (a band, a mask
+# that reads params), as the sm_90a rows override their tile with it.
+SM90A_64X64 = dict(block_m=64, block_n=64, num_warps=8)
+
 # (head_dim_qk, head_dim_v) -> choice. A pair not listed uses the row of
 # (max, max) of its head dims: the larger head dim bounds SMEM, TMEM and registers.
 TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
@@ -98,8 +102,7 @@ TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
         # than 128x128, before the persistent kernel, which took the band at d = 128: below).
         (64, 64): TableRow(TileConfig(192, 96, stages=2, num_warps=16),
                            positional=dict(block_m=64, block_n=128, num_warps=8),
-                           banded=dict(block_m=64, block_n=64, num_warps=8),
-                           mask_params=dict(block_m=64, block_n=64, num_warps=8)),
+                           banded=SM90A_64X64, mask_params=SM90A_64X64),
         (96, 96): TableRow(TileConfig(128, 128, stages=2, num_warps=12)),
         # FA3 runs 176-key blocks without a mask (128 with one, so that masked tiles
         # line up with the 128-row Q tiles), with its consumers' registers raised by
@@ -111,7 +114,7 @@ TILE_TABLE: dict[str, dict[tuple[int, int], TableRow]] = {
         # the producer warpgroup's kernel (recipes.default_persistent), 9 % faster than
         # at 64x64; documents keep 64x64 (17 % faster than 128x128 persistent).
         (128, 128): TableRow(TileConfig(128, 128, stages=3, num_warps=12),
-                             mask_params=dict(block_m=64, block_n=64, num_warps=8, stages=2)),
+                             mask_params=dict(SM90A_64X64, stages=2)),
         (256, 256): TableRow(TileConfig(128, 80, stages=2, num_warps=12)),
     },
     "sm_100a": {
