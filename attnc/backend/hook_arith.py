@@ -1,10 +1,12 @@
 """Arithmetic the hooks emit where the MLIR lowering has none or rounds otherwise, and
 the f32 constants of a region: `divide` (x / y rounded to nearest, Note [Division] in
-hooks.py), `floordiv` (Python's //, which the LLVM lowering has no pattern for), `_fabs`
+hooks.py), `square_root` (sqrt(x) rounded to nearest, Note [Square root] there), `floordiv` (Python's //, which the LLVM lowering has no pattern for), `_fabs`
 (|x| without libdevice), `_fold` (a float op on constants, evaluated in f32) and the
 readers of constants `_f32_constant`, `_reciprocal`, `_power_of_two`.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 from mlir import ir
@@ -38,6 +40,44 @@ def divide(e: Emit, x: ir.Value, y: ir.Value, r: ir.Value) -> ir.Value:
     ordinary = arith.andi(arith.cmpf(arith.CmpFPredicate.OLT, size, e.cf(float("inf"))),
                           arith.cmpf(arith.CmpFPredicate.OGT, size, e.cf(0.0)))
     return arith.select(ordinary, best, first)
+
+
+# Note [Square root]'s scalings: x below 2^-64 is taken times 2^96 (its root times 2^-48),
+# above 2^64 times 2^-64 (its root times 2^32), so the steps see x in [2^-64, 2^64], where
+# rsqrt.approx.ftz's input and every product below are normal f32.
+_SQRT_SCALES = ((2.0 ** -64, 2.0 ** 96, 2.0 ** -48), (2.0 ** 64, 2.0 ** -64, 2.0 ** 32))
+
+
+def square_root(e: Emit, x: ir.Value, rsqrt: Callable[[ir.Value], ir.Value]) -> ir.Value:
+    """sqrt(x) rounded to nearest (Note [Square root] in hooks.py), from `rsqrt`, which
+    gives 1/sqrt of its operand within a few ulps (rsqrt.approx): y = x * r and one
+    Newton step on the residual x - y * y (an FMA), then y, or its neighbour above or below
+    where the exact residual says the root lies past the midpoint on that side. Zeros,
+    +inf and NaN are their own roots; a negative x gives NaN."""
+    scaled, back = x, e.cf(1.0)
+    for bound, into, out in _SQRT_SCALES:
+        pred = arith.CmpFPredicate.OLT if bound < 1 else arith.CmpFPredicate.OGT
+        outside = arith.cmpf(pred, x, e.cf(bound))
+        scaled = arith.select(outside, e.fmul(x, e.cf(into)), scaled)
+        back = arith.select(outside, e.cf(out), back)
+    r = rsqrt(scaled)
+    first = e.fmul(scaled, r)
+    y = e.fma(e.fma(arith.negf(first), first, scaled), e.fmul(r, e.cf(0.5)), first)
+    # The residual x - y^2 of a y within 2 ulps of the root is an exact f32 and a multiple
+    # of ulp(y)^2, as are y * ulp(y) and y * ulp(y - 1 ulp): the midpoints' tests
+    # x > (y + u/2)^2 and x < (y - u'/2)^2 are these comparisons, exactly.
+    residual = e.fma(arith.negf(y), y, scaled)
+    bits = arith.bitcast(e.i32, y)
+    ulp = e.fmul(arith.bitcast(e.f32, e.and_(bits, 0x7F800000)), e.cf(2.0 ** -23))
+    ulp_below = arith.select(e.eq(e.and_(bits, 0x7FFFFF), 0), e.fmul(ulp, e.cf(0.5)), ulp)
+    up = arith.cmpf(arith.CmpFPredicate.OGT, residual, e.fmul(y, ulp))
+    down = arith.cmpf(arith.CmpFPredicate.OLE, residual, arith.negf(e.fmul(y, ulp_below)))
+    nearest = arith.select(up, arith.bitcast(e.f32, e.add(bits, 1)),
+                           arith.select(down, arith.bitcast(e.f32, e.sub(bits, 1)), y))
+    ordinary = arith.andi(arith.cmpf(arith.CmpFPredicate.OGT, x, e.cf(0.0)),
+                          arith.cmpf(arith.CmpFPredicate.OLT, x, e.cf(float("inf"))))
+    special = arith.select(arith.cmpf(arith.CmpFPredicate.OLT, x, e.cf(0.0)), e.cf(float("nan")), x)
+    return arith.select(ordinary, e.fmul(nearest, back), special)
 
 
 def _fabs(e: Emit, x: ir.Value) -> ir.Value:

@@ -39,6 +39,19 @@ log(16)) it made the kernel spill 276 bytes. A score scaling s / c folded into t
 score's own multiplication (Note [Score scalings] in score_forms.py) stays folded:
 the score moves by rounding, no decision does.
 
+Note [Square root]: dsl.md's sqrt is f32's, rounded to nearest as the reference's.
+PTX's sqrt.rn.f32 is that, but ptxas builds it with a called subroutine for its slow
+path (zeros, subnormals, the ends of the range), and a call in a kernel serializes every
+wgmma in it (ptxas's C7509) and spills around the call: a score_mod with sqrt(s * s + 1.0)
+spilled 3,312 bytes on sm_90a. So sqrt is `square_root`'s, rsqrt.approx and about twenty
+FMA-pipe instructions, no branch: y = x * r, one Newton step, then a step to the
+neighbour where the exact residual x - y^2 places the root past a midpoint. Over every x
+of [1, 4) (every fraction at both exponent parities, so every normal x, as the steps
+scale by powers of 2) it gives IEEE's root bit for bit from rsqrt.approx.ftz as an sm_90
+GPU computes it (attnc_sim's model) and from that result up to 8 ulps off either way
+(one Newton step alone misses 2 to 179 of those 16.8M roots at 1 to 8 ulps off). x below
+2^-64 or above 2^64 is scaled by an even power of 2 first (its subnormals included).
+
 A float op whose operands are all constants (`log(128.0 / 8.0)` in a T5 bucket) is
 evaluated here, in f32: a constant in the kernel rather than an instruction per score.
 Transcendentals stay `math` ops: ptx.py lowers them to the approximate instructions.
@@ -79,7 +92,7 @@ from mlir import ir
 from mlir.dialects import arith, llvm, scf
 
 from attnc.backend.exact_ints import WIDTH_OPS, IntPlan
-from attnc.backend.hook_arith import _fabs, _fold, _power_of_two, _reciprocal, divide, floordiv
+from attnc.backend.hook_arith import _fabs, _fold, _power_of_two, _reciprocal, divide, floordiv, square_root
 from attnc.backend.mask_hooks import ExtraParam
 from attnc.backend.nvgpu_builders import Approx, Emit
 from attnc.ir import DIM, PARAM, YIELD, error_at
@@ -173,7 +186,7 @@ _CHEAP_INT_OPS = frozenset({"arith.addi", "arith.subi", "arith.muli", "arith.cmp
 class RegionCode:
     """One region (or single-block function) emitted at the current insertion point."""
 
-    gpu_division = True     # False: arith.divf as it is (to run the code on a CPU in tests)
+    gpu_arith = True        # False: arith.divf and math.sqrt as they are (to run the code on a CPU in tests)
     ARGS: tuple[str, ...] = ("b", "h", "i", "j")     # what the block's arguments are, for `hoist`
 
     def __init__(self, block: ir.Block, names: KernelNames, never_empty: frozenset[str] = frozenset(),
@@ -458,8 +471,10 @@ class RegionCode:
                 return arith.mulf(x, arith.constant(x.type, reciprocal))
             if reciprocal is not None:
                 return divide(e, x, y, arith.constant(x.type, reciprocal))
-            if self.gpu_division:
+            if self.gpu_arith:
                 return divide(e, x, y, Approx(e).rcp(y))
+        if op.name == "math.sqrt" and self.gpu_arith:
+            return square_root(e, operands[0], Approx(e).rsqrt)     # Note [Square root]
         copy = op.clone()
         for k, v in enumerate(operands):
             copy.operands[k] = v

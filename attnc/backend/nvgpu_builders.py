@@ -175,6 +175,7 @@ class Approx:
     def exp2(self, x): return self._call("llvm.nvvm.ex2.approx.ftz.f", x)
     def log2(self, x): return self._call("llvm.nvvm.lg2.approx.ftz.f", x)
     def rcp(self, x): return self._call("llvm.nvvm.rcp.approx.ftz.f", x)
+    def rsqrt(self, x): return self._call("llvm.nvvm.rsqrt.approx.ftz.f", x)
 
 
 # 2^f on [0, 1) (FlashAttention-4's degree-3 fit), lowest degree first after the 1.

@@ -146,7 +146,7 @@ def _hooks(result):
     rows = getattr(hooks.row_interval, "__self__", None)          # the RowInterval of the bounds
     for h in (hooks.keep, hooks.score_mod, hooks.score_bias, hooks.sink, rows):
         if isinstance(h, RegionCode):
-            h.gpu_division = False
+            h.gpu_arith = False
     return op, hooks
 
 

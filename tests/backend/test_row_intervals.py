@@ -241,7 +241,7 @@ def test_int_is_one_conversion_in_the_ptx(arch):
 def test_a_runtime_division_goes_through_the_rounded_divide(monkeypatch):
     """Note [Division]: x / y of a runtime y is hook_arith.divide's nearest quotient from an
     approximate reciprocal, not x * rcp(y). On the CPU rcp.approx cannot run (hence
-    gpu_division = False elsewhere here), so it is stood in for by 1/y made 2 ulps wrong:
+    gpu_arith = False elsewhere here), so it is stood in for by 1/y made 2 ulps wrong:
     the quotients must still be numpy's f32 ones to the bit (found by a review: with the
     hooks computing x * rcp(y), every CPU test still passed)."""
     from mlir.dialects import arith
@@ -257,7 +257,7 @@ def test_a_runtime_division_goes_through_the_rounded_divide(monkeypatch):
     result = compile_mlir(source("quot", "score_mod(s, b, h, i, j) = float(i * 7 + 3) / float(j + 1)"),
                           "quot.attn", CompileOptions(arch="sm_80"))
     op, hooks = _hooks(result)
-    hooks.score_mod.gpu_division = True
+    hooks.score_mod.gpu_arith = True
     args = _arg_types(result, hooks)
     with result.module.context:
         run = host_function({**args, **HOOK_ARGS},
