@@ -48,18 +48,28 @@ Note [Split compile]: ptxas compiles a module's kernels one after the other, and
 module may hold two or three (sm_80's tiles_last kernel, Note [Small grids] in kernel_abi.py; a block map
 and a tile table); `--split-compile=0` has it compile them on every core. Each kernel's
 code (its `.text.<kernel>` section) is the same byte for byte; the cubin's tables list
-the kernels in another order, and nvJitLink's log lacks ptxas's advisories (C7504). A
-module of one kernel has nothing to split, and is assembled as it was.
+the kernels in another order. A module of one kernel has nothing to split, and is
+assembled as it was. Split, ptxas's threads write their advisories (C7504, `(C7512)
+Potential Performance Loss: wgmma.mma_async instructions are serialized`) to the
+process's standard error, not to nvJitLink's log: a register-bound trial's (Note
+[Assembled beside the trial]) reached the terminal of an `attnc compile` whose kernel
+then had no bound and no such loss, and a test reading the log for them saw none. So
+such an assembly runs with file descriptor 2 on a file of its own (`_stderr_of`; one at
+a time, which no example's compile waited on) and its `ptxas` lines join the log; any
+other line there goes on to standard error.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -286,9 +296,11 @@ def _nvjitlink(ptx: str, arch: str, verbose: bool, options: tuple[str, ...]) -> 
     handle = nvjitlink.create(len(opts), opts)
     try:
         data = ptx.encode()
+        advisories: list[str] = []
         try:
-            nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
-            nvjitlink.complete(handle)
+            with _stderr_of(SPLIT[0] in options, advisories):     # ptxas runs in both
+                nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
+                nvjitlink.complete(handle)
         except nvjitlink.nvJitLinkError as e:
             err = _log(nvjitlink.get_error_log_size, nvjitlink.get_error_log, handle)
             raise CubinError(f"nvJitLink failed for {arch}: {e}\n{err}") from None
@@ -296,9 +308,40 @@ def _nvjitlink(ptx: str, arch: str, verbose: bool, options: tuple[str, ...]) -> 
         cubin = bytearray(size)
         nvjitlink.get_linked_cubin(handle, cubin)
         info = _log(nvjitlink.get_info_log_size, nvjitlink.get_info_log, handle)
-        return CubinResult(bytes(cubin), info)
+        return CubinResult(bytes(cubin), "\n".join([info, *advisories]) if advisories else info)
     finally:
         nvjitlink.destroy(handle)
+
+
+_STDERR_TAKEN = threading.Lock()
+
+
+@contextlib.contextmanager
+def _stderr_of(split: bool, lines: list[str]):
+    """Note [Split compile]: where `split`, file descriptor 2 on a file of its own for the
+    block's time; its `ptxas` lines are added to `lines`, the others written to stderr."""
+    if not split:
+        yield
+        return
+    with _STDERR_TAKEN, tempfile.TemporaryFile() as sink:
+        sys.stderr.flush()
+        try:
+            saved = os.dup(2)
+        except OSError:             # no standard error to take
+            yield
+            return
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode(errors="replace")
+            lines += [line for line in text.splitlines() if line.startswith("ptxas")]
+            others = [line for line in text.splitlines() if line and not line.startswith("ptxas")]
+            if others:
+                print("\n".join(others), file=sys.stderr)
 
 
 _FUNC = re.compile(r"Compiling entry function '([^']+)'")

@@ -51,3 +51,17 @@ def test_one_kernel_is_assembled_as_before():
     second = one.index(".visible .entry second")
     one = one[:second]
     assert cubin.default_options(one) == cubin.OPTIONS
+
+
+def test_advisories_of_a_split_assembly_reach_its_log_not_the_terminal(capfd):
+    """ptxas's threads write a split assembly's advisories to file descriptor 2, where an
+    `attnc compile` showed a discarded trial's (C7512) and the log had none: they go to
+    the log. Here C7504, of a setmaxnreg that nvJitLink's unit of a link ignores."""
+    with ir.Context():
+        text = ptx.to_ptx(ir.Module.parse(KERNELS), "sm_90a")
+    body = text.index("{", text.index(".visible .entry first"))
+    text = text[:body + 1] + "\n\tsetmaxnreg.inc.sync.aligned.u32 240;\n" + text[body + 1:]
+    assert cubin.default_options(text) == cubin.OPTIONS + cubin.SPLIT
+    log = cubin._nvjitlink(text, "sm_90a", True, cubin.default_options(text)).info_log
+    assert "(C7504)" in log
+    assert "C7504" not in capfd.readouterr().err
