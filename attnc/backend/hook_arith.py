@@ -1,8 +1,9 @@
 """Arithmetic the hooks emit where the MLIR lowering has none or rounds otherwise, and
 the f32 constants of a region: `divide` (x / y rounded to nearest, Note [Division] in
-hooks.py), `square_root` (sqrt(x) rounded to nearest, Note [Square root] there), `floordiv` (Python's //, which the LLVM lowering has no pattern for), `_fabs`
-(|x| without libdevice), `_fold` (a float op on constants, evaluated in f32) and the
-readers of constants `_f32_constant`, `_reciprocal`, `_power_of_two`.
+hooks.py), `square_root` (sqrt(x) rounded to nearest, Note [Square root] there),
+`floordiv` (Python's //, which the LLVM lowering has no pattern for), `_fabs` (|x|
+without libdevice), `_fold` (a float op on constants, evaluated in f32) and the readers
+of constants `_f32_constant`, `_reciprocal`, `_power_of_two`.
 """
 from __future__ import annotations
 

@@ -47,10 +47,11 @@ spilled 3,312 bytes on sm_90a. So sqrt is `square_root`'s, rsqrt.approx and abou
 FMA-pipe instructions, no branch: y = x * r, one Newton step, then a step to the
 neighbour where the exact residual x - y^2 places the root past a midpoint. Over every x
 of [1, 4) (every fraction at both exponent parities, so every normal x, as the steps
-scale by powers of 2) it gives IEEE's root bit for bit from rsqrt.approx.ftz as an sm_90
-GPU computes it (attnc_sim's model) and from that result up to 8 ulps off either way
-(one Newton step alone misses 2 to 179 of those 16.8M roots at 1 to 8 ulps off). x below
-2^-64 or above 2^64 is scaled by an even power of 2 first (its subnormals included).
+scale by powers of 2) these steps, run in numpy, gave IEEE's root bit for bit from
+rsqrt.approx.ftz as an sm_90 GPU computes it (attnc_sim's model) and from that result up
+to 8 ulps off either way (one Newton step alone missed 2 to 179 of those 16.8M roots at 1
+to 8 ulps off); tests/backend/test_square_root.py runs the emitted code on such roots. x
+below 2^-64 or above 2^64 is scaled by an even power of 2 first (its subnormals included).
 
 A float op whose operands are all constants (`log(128.0 / 8.0)` in a T5 bucket) is
 evaluated here, in f32: a constant in the kernel rather than an instruction per score.
