@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import operator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,12 +85,17 @@ class _Memory:
             self._place(low, high, owners)
 
     def _place(self, low: int, high: int, owners: list) -> tuple:
-        address = self.memory.alloc(high - low)
+        # the host address's offset from 16 bytes kept: an array made over a bytes-like
+        # buffer (np.frombuffer) at an odd offset is misaligned here as on a GPU
+        pad = low % 16
+        address = self.memory.alloc(high - low + pad) + pad
         self.memory.put(address, _host_bytes(low, high - low))
         self._spans.append((low, high, address, owners))
         return self._spans[-1]
 
     def array(self, value, dtype: str, name: str) -> "_SimArray":
+        if isinstance(value, np.ma.MaskedArray):
+            raise AttncRuntimeError(f"{name}: masked arrays are not supported")
         array = value if isinstance(value, np.ndarray) else np.asarray(value)
         if not array.dtype.isnative:
             raise AttncRuntimeError(f"{name}: {array.dtype.str} is not in this machine's byte order; "
@@ -233,6 +239,8 @@ class SimKernel:
         plan = plan_launch(manifest, sim_args, _Platform(self.device.info(manifest.target)))
         attention = [i for i in range(len(manifest.kernels)) if i not in manifest.mask_kernels]
         if ctas is not None:
+            if not isinstance(ctas, Iterable) or isinstance(ctas, (str, bytes)):
+                raise AttncRuntimeError(f"ctas: expected CTA ids (x, y, z) of the attention kernel, got {ctas!r}")
             ctas = [_cta(c, plan.grids[attention[-1]]) for c in ctas]
         outputs = {}
         for spec, shape in plan.allocate:

@@ -1,7 +1,8 @@
 """The emulator's launches take their arguments as a GPU launch does: the caller's arrays
 with their layout (strided views read through their strides, views of one array
-overlapping), the runtime's refusals (positional inputs, an output that is an input, a
-read-only output), empty launches, and checked CTA ids; and `python -m attnc_sim`'s
+overlapping, an array over a bytes-like buffer as aligned as its address), the runtime's
+refusals (positional inputs, an output that is an input, a read-only output, masked
+arrays), empty launches, and checked CTA ids; and `python -m attnc_sim`'s
 command line (dims, saved inputs, tolerances, refusals as messages)."""
 from __future__ import annotations
 
@@ -83,6 +84,8 @@ def test_refusals_of_a_gpu_launch(kernel):
         (lambda: kernel(q.astype(np.float32).astype(">f4"), k, v), "not in this machine's byte order"),
         (lambda: kernel(q, k, v, ctas=[(3, 0, 0)]), "CTA (3, 0, 0) is outside the attention kernel's grid (1, 2, 1)"),
         (lambda: kernel(q, k, v, ctas=[(0, 0)]), "(0, 0) is not a CTA id"),
+        (lambda: kernel(q, k, v, ctas=5), "ctas: expected CTA ids (x, y, z) of the attention kernel, got 5"),
+        (lambda: kernel(np.ma.masked_array(q), k, v), "q: masked arrays are not supported"),
         (lambda: kernel(q, k, v, mask_from=object()), "mask_from: the emulator builds every launch's mask data"),
     ]
     before = q.copy()
@@ -111,6 +114,24 @@ def test_arrays_of_one_buffer_through_two_owners(kernel):
     assert out["o"] is tail and (q == np.frombuffer(raw, BF16)[:2 * 5 * 64].reshape(q.shape)).all()
     same = np.ascontiguousarray(q)              # one array three times: one owner, one allocation
     assert np.abs(kernel(same, same, same)["o"].astype(np.float32) - _reference(same, same, same)["o"]).max() < 3e-2
+
+
+def test_an_array_over_a_buffer_keeps_its_alignment(kernel):
+    """np.frombuffer over a bytearray at 2 bytes from 16 is its own owner: the emulator
+    places it 2 bytes from 16 too, so it is refused as a GPU launch refuses it (it was
+    taken as aligned: found by a review), and at 16 bytes it runs."""
+    rng = np.random.default_rng(8)
+    k, v = _random(rng, 1, 2, 7, 64), _random(rng, 1, 2, 7, 64)
+    raw = bytearray(2 * 5 * 64 * 2 + 64)
+    start = -np.frombuffer(raw, np.uint8).ctypes.data % 16
+    for offset, refused in ((start + 2, True), (start + 16, False)):
+        q = np.frombuffer(raw, BF16, count=2 * 5 * 64, offset=offset).reshape(1, 2, 5, 64)
+        if refused:
+            with pytest.raises(AttncRuntimeError, match="16-byte aligned"):
+                kernel(q, k, v)
+        else:
+            q[...] = _random(rng, 1, 2, 5, 64)
+            assert np.abs(kernel(q, k, v)["o"].astype(np.float32) - _reference(q, k, v)["o"]).max() < 3e-2
 
 
 def test_written_elements_are_those_of_the_last_call(kernel):
