@@ -337,10 +337,10 @@ def _stderr_of(split: bool, lines: list[str]):
             os.dup2(saved, 2)
             os.close(saved)
             sink.seek(0)
-            text = sink.read().decode(errors="replace")
-            lines += [line for line in text.splitlines() if line.startswith("ptxas")]
-            others = [line for line in text.splitlines() if line and not line.startswith("ptxas")]
-            if others:
+            others = []
+            for line in sink.read().decode(errors="replace").splitlines():
+                (lines if line.startswith("ptxas") else others).append(line)
+            if any(others):
                 print("\n".join(others), file=sys.stderr)
 
 
